@@ -1,0 +1,135 @@
+# txo: the user-facing entry point. `make` (or `make help`) lists the targets.
+#
+# Database: unless MYSQL_HOST is set (in the environment or on the command line), `make db`
+# starts a private MariaDB (scripts/db.sh: datadir .txo/mariadb, 127.0.0.1:$(TXO_DB_PORT)) and
+# every target that talks to a database runs its command with
+#   MYSQL_HOST=127.0.0.1 MYSQL_PORT=$(TXO_DB_PORT) MYSQL_USER=app MYSQL_PASSWORD=secret MYSQL_DATABASE=appdb
+# When MYSQL_HOST is set, your own server and your MYSQL_* variables are used as they are.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+BUILD       ?= build
+BUILD_ASAN  ?= build-asan
+JOBS        ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE       ?= cmake
+CTEST       ?= ctest
+CMAKE_ARGS  ?=
+CTEST_ARGS  ?=
+CTEST_JOBS  ?= 2
+BENCH_ARGS  ?=
+CLANG_FORMAT ?= clang-format
+TXO_DB_PORT ?= 3307
+
+CMAKE_ARGS_RELEASE := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+CMAKE_ARGS_ASAN    := -DTXO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DTXO_BUILD_BENCH=OFF $(CMAKE_ARGS)
+
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+# DB_ENV: the environment prefix for every command that talks to the database.
+ifeq ($(strip $(MYSQL_HOST)),)
+  DB_PRIVATE := 1
+  DB_USER     := $(or $(MYSQL_USER),app)
+  DB_PASSWORD := $(or $(MYSQL_PASSWORD),secret)
+  DB_NAME     := $(or $(MYSQL_DATABASE),appdb)
+  DB_APP_ENV := MYSQL_USER='$(DB_USER)' MYSQL_PASSWORD='$(DB_PASSWORD)' MYSQL_DATABASE='$(DB_NAME)'
+  DB_ENV := MYSQL_HOST=127.0.0.1 MYSQL_PORT=$(TXO_DB_PORT) $(DB_APP_ENV)
+else
+  DB_PRIVATE :=
+  DB_ENV :=
+endif
+
+FORMAT_DIRS  := include src app cmd tests bench
+FORMAT_FILES  = $(if $(wildcard $(FORMAT_DIRS)),$(shell find $(wildcard $(FORMAT_DIRS)) -type f \
+                  \( -name '*.c' -o -name '*.h' \) | LC_ALL=C sort))
+
+# $(call cmake_configure,DIR,ARGS): configure DIR only when it has no cache yet or was
+# configured with other arguments (cmake --build re-runs cmake when CMakeLists.txt changes).
+define cmake_configure
+	@if [ ! -f '$(1)/CMakeCache.txt' ] || [ "$$(cat '$(1)/.txo-cmake-args' 2>/dev/null)" != '$(strip $(2))' ]; then \
+	  echo "$(CMAKE) -S . -B $(1) $(strip $(2))"; \
+	  $(CMAKE) -S . -B '$(1)' $(2) && echo '$(strip $(2))' > '$(1)/.txo-cmake-args'; \
+	else \
+	  echo "# $(1) is already configured ($(strip $(2)))"; \
+	fi
+endef
+
+.PHONY: help deps build build-asan db db-stop migrate run test test-asan bench \
+        format format-check clean distclean
+
+help:
+	@echo 'txo: transactional outbox, relay and sagas on MariaDB'
+	@echo
+	@echo 'Usage: make TARGET [VAR=value ...]'
+	@echo
+	@echo 'Targets:'
+	@echo '  run           build, start the database, migrate, then run the demo (start here)'
+	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
+	@echo '  build         configure + build into $$(BUILD) ($(BUILD)), RelWithDebInfo'
+	@echo '  build-asan    configure + build into $(BUILD_ASAN) with ASan+UBSan, Debug, no bench'
+	@echo '  db            start the private MariaDB on 127.0.0.1:$(TXO_DB_PORT) (skipped when MYSQL_HOST is set)'
+	@echo '  db-stop       stop the private MariaDB'
+	@echo '  migrate       apply the SQL migrations ($(BUILD)/txo migrate)'
+	@echo '  test          run the test suite with ctest (tests create their own txo_test_* databases)'
+	@echo '  test-asan     run the test suite built with ASan+UBSan'
+	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
+	@echo '  format        clang-format -i the C sources'
+	@echo '  format-check  check the formatting without changing files'
+	@echo '  clean         remove the build directories (keeps the database)'
+	@echo '  distclean     clean, stop the database and remove .txo/ (the database files)'
+	@echo
+	@echo 'Variables: BUILD=$(BUILD) JOBS=$(JOBS) TXO_DB_PORT=$(TXO_DB_PORT) CMAKE_ARGS= CTEST_ARGS= BENCH_ARGS='
+	@echo 'Database:  $(if $(DB_PRIVATE),private server (set MYSQL_HOST to use your own),MYSQL_HOST=$(MYSQL_HOST) (your own server))'
+
+deps:
+	scripts/deps.sh
+
+build: deps
+	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
+	$(CMAKE) --build $(BUILD) -j$(JOBS)
+
+build-asan: deps
+	$(call cmake_configure,$(BUILD_ASAN),$(CMAKE_ARGS_ASAN))
+	$(CMAKE) --build $(BUILD_ASAN) -j$(JOBS)
+
+ifeq ($(DB_PRIVATE),1)
+db: deps
+	$(DB_APP_ENV) TXO_DB_PORT=$(TXO_DB_PORT) scripts/db.sh start
+else
+db:
+	@echo 'db: MYSQL_HOST is set: using your MariaDB at $(MYSQL_HOST):$(or $(MYSQL_PORT),3306)' \
+	  'as $(or $(MYSQL_USER),<MYSQL_USER unset>), database $(or $(MYSQL_DATABASE),<MYSQL_DATABASE unset>);' \
+	  'the private server is not started'
+endif
+
+db-stop:
+	TXO_DB_PORT=$(TXO_DB_PORT) scripts/db.sh stop
+
+migrate: build db
+	$(DB_ENV) $(BUILD)/txo migrate
+
+run: build db migrate
+	$(DB_ENV) $(BUILD)/txo demo
+
+test: build db
+	$(DB_ENV) $(CTEST) --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+
+test-asan: build-asan db
+	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+
+bench: build db
+	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
+
+format:
+	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || scripts/deps.sh clang-format
+	$(if $(FORMAT_FILES),$(CLANG_FORMAT) -i $(FORMAT_FILES),@echo 'format: no C files found')
+
+format-check:
+	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || scripts/deps.sh clang-format
+	$(if $(FORMAT_FILES),$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES),@echo 'format-check: no C files found')
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)
+
+distclean: clean db-stop
+	rm -rf .txo

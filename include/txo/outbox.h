@@ -1,0 +1,84 @@
+/*
+ * The transactional outbox: an event is appended to `outbox_events` inside the caller's own
+ * transaction, next to the business rows it describes. Both commit or neither does; the relay
+ * (txo/relay.h) publishes committed events later, at least once.
+ *
+ * Row states (column outbox_events.status), and the only moves between them:
+ *
+ *   PENDING     waiting to be published once next_attempt_at has passed
+ *               -> PROCESSING (claimed by a relay)
+ *   PROCESSING  claimed by the relay whose lock token is in locked_by, until locked_until
+ *               -> PUBLISHED (publish acknowledged)
+ *               -> PENDING   (publish failed: attempts+1, next_attempt_at = now + backoff;
+ *                             or the lease expired and the row was reclaimed)
+ *               -> FAILED    (publish failed and attempts reached the limit; a copy goes to
+ *                             dead_letter_events in the same transaction)
+ *   PUBLISHED   terminal (the retention cleaner may delete it)
+ *   FAILED      terminal until an operator replays it from the dead-letter table -> PENDING
+ *
+ * Thread-safety: functions here use only the transaction they are given.
+ */
+#ifndef TXO_OUTBOX_H
+#define TXO_OUTBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "txo/common.h"
+#include "txo/db.h"
+
+enum txo_outbox_status {
+    TXO_OUTBOX_PENDING = 0,
+    TXO_OUTBOX_PROCESSING,
+    TXO_OUTBOX_PUBLISHED,
+    TXO_OUTBOX_FAILED,
+};
+
+/* "PENDING", ... (the column values). Never NULL. */
+TXO_API const char *txo_outbox_status_name(enum txo_outbox_status s);
+/* Parses a column value. Returns 0 or TXO_EINVAL. */
+TXO_API int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out);
+/* True when the state machine above allows from -> to. */
+TXO_API bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_status to);
+
+/* An event to append. All strings are borrowed for the call. */
+struct txo_outbox_event {
+    const char *aggregate_type;  /* "order"; at most 64 bytes */
+    int64_t aggregate_id;
+    const char *event_type;      /* "OrderCreated"; at most 128 bytes */
+    const char *payload_json;    /* a JSON document */
+    size_t payload_len;          /* 0 = strlen(payload_json) */
+    const char *idempotency_key; /* unique per event, e.g. "order:42:created"; <= 255 bytes */
+};
+
+enum txo_outbox_append_flags {
+    /* An event with the same idempotency key already there is not an error: nothing is
+     * written and *inserted is false. This is what makes re-run saga steps safe. */
+    TXO_OUTBOX_IGNORE_DUPLICATE = 1 << 0,
+};
+
+/*
+ * Appends ev to the outbox inside tx (no commit: it commits with the caller's transaction).
+ * *inserted (may be NULL) tells whether a row was written. *id (may be NULL) receives the new
+ * row id (0 when a duplicate was ignored).
+ * Errors: TXO_EINVAL (missing or oversized field), TXO_EDUPLICATE (same idempotency key, without
+ * TXO_OUTBOX_IGNORE_DUPLICATE), TXO_ECONSTRAINT (payload is not valid JSON), DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev,
+                                             unsigned flags, bool *inserted, int64_t *id,
+                                             struct txo_error *err);
+
+/* Counts by state plus the age of the oldest due PENDING event (0 when none). */
+struct txo_outbox_stats {
+    uint64_t pending;
+    uint64_t processing;
+    uint64_t published;
+    uint64_t failed;
+    uint64_t dead_letters;
+    double oldest_pending_age_s;
+};
+TXO_API TXO_MUST_CHECK int txo_outbox_get_stats(struct txo_db *db, struct txo_outbox_stats *out,
+                                                struct txo_error *err);
+
+#endif

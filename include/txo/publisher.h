@@ -1,0 +1,79 @@
+/*
+ * Publishers: where the relay sends outbox events. One small interface (an ops table) with one
+ * implementation per transport; the relay knows nothing else about them.
+ *
+ *   log   one JSON envelope per line on a FILE (stdout for `txo relay --publisher log`)
+ *   null  accepts and discards everything (benchmarks)
+ *
+ * The published envelope (a public contract, see README "Published envelope"):
+ *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
+ *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
+ *    "attempt":1,"payload":{...}}
+ * The idempotency key is the consumer's de-duplication key: delivery is at least once.
+ *
+ * Thread-safety: a publisher is used by one relay (one thread) at a time.
+ */
+#ifndef TXO_PUBLISHER_H
+#define TXO_PUBLISHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "txo/common.h"
+#include "txo/err.h"
+
+/* One claimed outbox event, as handed to a publisher. Strings are NUL-terminated and borrowed
+ * for the duration of the publish call. */
+struct txo_outbox_message {
+    int64_t id;
+    const char *aggregate_type;
+    int64_t aggregate_id;
+    const char *event_type;
+    const char *payload; /* JSON text */
+    size_t payload_len;
+    const char *idempotency_key;
+    const char *created_at; /* RFC 3339 UTC */
+    int attempt;            /* 1 for the first publish attempt */
+};
+
+struct txo_publisher_ops {
+    const char *name;
+    /*
+     * Publishes msgs[0..n). Sets results[i] to 0 when msgs[i] was acknowledged, or to a
+     * negative TXO_E* code with a reason in errors[i] (errors[i] is pre-initialised). Returns
+     * 0, or a negative code when the publisher could not run at all (then every message
+     * counts as failed with that error).
+     */
+    int (*publish_batch)(void *self, const struct txo_outbox_message *msgs, size_t n,
+                         int *results, struct txo_error *errors);
+    /* Frees self. */
+    void (*destroy)(void *self);
+};
+
+struct txo_publisher {
+    const struct txo_publisher_ops *ops;
+    void *self;
+};
+
+/* Log publisher writing envelopes to out (not closed by the publisher). */
+TXO_API TXO_MUST_CHECK int txo_publisher_log_new(FILE *out, struct txo_publisher **pub,
+                                                 struct txo_error *err);
+/* Null publisher: acknowledges everything, sends nothing. */
+TXO_API TXO_MUST_CHECK int txo_publisher_null_new(struct txo_publisher **pub,
+                                                  struct txo_error *err);
+/* Wraps custom ops (copied pointer; self owned by the publisher, freed by ops->destroy). */
+TXO_API TXO_MUST_CHECK int txo_publisher_new(const struct txo_publisher_ops *ops, void *self,
+                                             struct txo_publisher **pub, struct txo_error *err);
+/* Destroys the publisher. NULL is a no-op. */
+TXO_API void txo_publisher_free(struct txo_publisher *pub);
+
+/*
+ * Encodes msg as the published envelope (compact JSON, one line, no trailing newline). Returns
+ * a string to free with txo_free(), or NULL with err set (TXO_EINVAL when the payload is not
+ * JSON, TXO_ENOMEM).
+ */
+TXO_API char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len,
+                                  struct txo_error *err);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * The outbox relay: claims due events from outbox_events, publishes them, marks the outcome.
+ *
+ * One cycle (txo_relay_run_once):
+ *   1. Claim up to batch_size due PENDING rows in a short transaction, marking them PROCESSING
+ *      with a fresh lock token in locked_by and a lease in locked_until. Two strategies:
+ *        skip-locked   SELECT ... FOR UPDATE SKIP LOCKED, then UPDATE by id (MySQL 8.0.1+,
+ *                      MariaDB 10.6+); concurrent relays take disjoint rows without waiting.
+ *        update-limit  UPDATE ... ORDER BY ... LIMIT n with the token, then SELECT by token
+ *                      (MySQL 5.7); concurrent relays serialise on the claim.
+ *      The claim walks index (status, next_attempt_at), so its cost does not grow with the
+ *      number of PUBLISHED rows.
+ *   2. Publish the batch with no database lock held.
+ *   3. Mark the outcome with one statement per batch, fenced by the lock token: a relay whose
+ *      lease expired (and whose rows were reclaimed) changes nothing. Failures go back to
+ *      PENDING with attempts+1 and next_attempt_at = now + backoff with jitter; at max_attempts
+ *      they become FAILED and get a dead_letter_events row in the same transaction.
+ *   Expired leases (a relay died mid-batch) are returned to PENDING by every relay, at most
+ *   once per lease_s/4, so their events are published again: delivery is at least once.
+ *
+ * Thread-safety: a relay is driven by one thread; txo_relay_stop() may be called from any
+ * thread or a signal handler.
+ */
+#ifndef TXO_RELAY_H
+#define TXO_RELAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "txo/backoff.h"
+#include "txo/common.h"
+#include "txo/db.h"
+#include "txo/publisher.h"
+
+enum txo_claim_strategy {
+    TXO_CLAIM_AUTO = 0,     /* skip-locked when the server supports it, else update-limit */
+    TXO_CLAIM_SKIP_LOCKED,
+    TXO_CLAIM_UPDATE_LIMIT,
+};
+
+/* "auto", "skip-locked", "update-limit". */
+TXO_API const char *txo_claim_strategy_name(enum txo_claim_strategy s);
+TXO_API int txo_claim_strategy_parse(const char *name, enum txo_claim_strategy *out);
+
+struct txo_relay_opts {
+    const char *relay_id;            /* prefix of lock tokens; default "<hostname>:<pid>" */
+    enum txo_claim_strategy claim;   /* default AUTO */
+    unsigned batch_size;             /* events per claim, default 500, max 10000 */
+    unsigned lease_s;                /* claim lease, default 30 */
+    unsigned max_attempts;           /* publish attempts before FAILED, default 10 */
+    struct txo_backoff backoff;      /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
+    unsigned idle_sleep_ms;          /* pause when nothing is due, default 200 */
+    bool drain;                      /* txo_relay_run returns when nothing is due */
+};
+
+TXO_API void txo_relay_opts_init(struct txo_relay_opts *opts);
+
+struct txo_relay_stats {
+    uint64_t claimed;
+    uint64_t published;
+    uint64_t failed_attempts;  /* publish failures that went back to PENDING */
+    uint64_t dead_lettered;    /* events that became FAILED */
+    uint64_t fenced;           /* marks that changed no row because the lease was lost */
+    uint64_t reclaimed;        /* expired leases returned to PENDING */
+    uint64_t batches;
+};
+
+struct txo_relay;
+
+/*
+ * Creates a relay on db (borrowed; one connection per relay) publishing through pub
+ * (borrowed). Resolves TXO_CLAIM_AUTO from the server version. Errors: TXO_EINVAL,
+ * TXO_EUNSUPPORTED (skip-locked requested on a server without it), TXO_ENOMEM.
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_new(struct txo_db *db, struct txo_publisher *pub,
+                                         const struct txo_relay_opts *opts,
+                                         struct txo_relay **out, struct txo_error *err);
+TXO_API void txo_relay_free(struct txo_relay *relay);
+
+/* The strategy in use after AUTO was resolved. */
+TXO_API enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay);
+
+/*
+ * One cycle: reclaim expired leases (when due), claim, publish, mark. *claimed (may be NULL)
+ * receives the batch size (0 = nothing due). Database errors are returned as they are;
+ * publish failures are not errors (they are recorded on the rows).
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_run_once(struct txo_relay *relay, size_t *claimed,
+                                              struct txo_error *err);
+
+/*
+ * Cycles until txo_relay_stop() (finishing the current batch) or, with opts.drain, until
+ * nothing is due. Transient database errors are logged and retried with backoff; a permanent
+ * one ends the loop and is returned.
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_run(struct txo_relay *relay, struct txo_error *err);
+
+/* Asks txo_relay_run to return after the current batch. Async-signal-safe. */
+TXO_API void txo_relay_stop(struct txo_relay *relay);
+
+TXO_API void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *out);
+
+#endif

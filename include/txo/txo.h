@@ -1,0 +1,20 @@
+/*
+ * Umbrella header: everything public in libtxo.
+ */
+#ifndef TXO_TXO_H
+#define TXO_TXO_H
+
+#include "txo/common.h"
+#include "txo/err.h"
+#include "txo/alloc.h"
+#include "txo/log.h"
+#include "txo/clock.h"
+#include "txo/backoff.h"
+#include "txo/crash.h"
+#include "txo/db.h"
+#include "txo/outbox.h"
+#include "txo/publisher.h"
+#include "txo/relay.h"
+#include "txo/saga.h"
+
+#endif

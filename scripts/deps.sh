@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages txo needs to build and test, if any are missing.
+#
+#   scripts/deps.sh              # build + runtime/test packages
+#   scripts/deps.sh PKG...       # the same, plus extra packages (e.g. clang-format)
+#
+# Fast no-op when everything is already installed. Uses sudo when not run as root.
+set -euo pipefail
+
+log() { printf 'deps.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
+# build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
+BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
+            libcmocka-dev)
+# Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools.
+RUNTIME_PKGS=(mariadb-server mariadb-client)
+
+installed() {
+    [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
+}
+
+command -v dpkg-query >/dev/null 2>&1 || die "dpkg-query not found: this script supports Debian/Ubuntu only"
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "not root and sudo is not installed: run as root"
+    SUDO=(sudo)
+fi
+
+UPDATED=0
+apt_install() {
+    if [ "$UPDATED" -eq 0 ]; then
+        log "running: ${SUDO[*]:+${SUDO[*]} }apt-get update"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+        UPDATED=1
+    fi
+    log "running: ${SUDO[*]:+${SUDO[*]} }apt-get install -y --no-install-recommends $*"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y --no-install-recommends "$@"
+}
+
+missing=()
+for p in "${BUILD_PKGS[@]}" "${RUNTIME_PKGS[@]}" "$@"; do
+    installed "$p" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    log "all packages present: ${BUILD_PKGS[*]} ${RUNTIME_PKGS[*]}${*:+ $*}"
+else
+    log "missing packages: ${missing[*]}"
+    apt_install "${missing[@]}"
+fi
+
+# gcc's sanitizer runtimes: `gcc -print-file-name=X` prints a bare X when X is not found.
+gcc_has() { [ "$(gcc -print-file-name="$1")" != "$1" ]; }
+if ! gcc_has libasan.so || ! gcc_has libubsan.so; then
+    gccver="$(gcc -dumpversion | cut -d. -f1)"
+    log "gcc's ASan/UBSan runtime not found; installing libgcc-${gccver}-dev"
+    apt_install "libgcc-${gccver}-dev"
+    if ! gcc_has libasan.so || ! gcc_has libubsan.so; then
+        die "gcc still has no libasan.so/libubsan.so"
+    fi
+fi
+log "gcc sanitizer runtimes: $(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+
+# The private server (scripts/db.sh) needs these binaries.
+for b in mariadbd mariadb-install-db mariadb-admin mariadb; do
+    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || die "$b not found after install"
+done
+log "ok"

@@ -1,0 +1,36 @@
+/*
+ * Private header included FIRST by every .c file of the library (src/): the standard headers
+ * everybody needs, the public API, the assertion macros, and banned.h last of all so that the
+ * banned functions cannot be used by our code (system headers are already in by then).
+ */
+#ifndef TXO_CORE_COMMON_H
+#define TXO_CORE_COMMON_H
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "txo/txo.h"
+
+/* Aborts with file:line when cond is false. Stays on in release builds. Never use it on data
+ * from the database, the network or a user: that is an error, not a bug. */
+#define TXO_ASSERT(cond)                                                                       \
+    do {                                                                                       \
+        if (!(cond))                                                                           \
+            txo__assert_fail(#cond, __FILE__, __LINE__);                                       \
+    } while (0)
+
+/* Marks a state that cannot happen unless the code is wrong. */
+#define TXO_BUG(...) txo__bug(__FILE__, __LINE__, __VA_ARGS__)
+
+_Noreturn void txo__assert_fail(const char *expr, const char *file, int line);
+_Noreturn void txo__bug(const char *file, int line, const char *fmt, ...) TXO_PRINTF(3, 4);
+
+#include "banned.h"
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * Private to src/db: the connection struct shared by db.c (sessions, statements,
+ * transactions) and migrate.c. Only src/db includes <mysql.h>.
+ */
+#ifndef TXO_DB_INTERNAL_H
+#define TXO_DB_INTERNAL_H
+
+#include <mysql.h>
+
+#include "core/common.h"
+
+/* One cached prepared statement, keyed by its SQL text. */
+struct stmt_entry {
+    char *sql;
+    size_t sql_len;
+    uint64_t hash;
+    MYSQL_STMT *stmt;
+};
+
+struct txo_tx {
+    struct txo_db *db;
+};
+
+struct txo_db {
+    MYSQL *conn;           /* NULL while disconnected */
+    bool broken;           /* the connection was lost: reconnect before the next use */
+    bool in_tx;            /* inside txo_db_transact's callback */
+    struct txo_db_opts opts;
+    /* Owned copies of the strings of opts; the password is wiped on close. */
+    char *host, *user, *password, *database, *unix_socket;
+    struct stmt_entry *stmts; /* open-addressing table, capacity n_slots (power of two) */
+    size_t n_slots, n_stmts;
+    struct txo_tx tx;
+    unsigned long server_version;
+    bool is_mariadb;
+};
+
+/* Maps a MySQL client/server errno to a TXO_E* code (and counts deadlocks etc.). */
+int txo__db_map_errno(unsigned mysql_errno);
+
+/* Fills err from the connection's last error and returns the mapped code; marks the
+ * connection broken when it was lost. `what` names the operation for the message. */
+int txo__db_conn_error(struct txo_db *db, const char *what, struct txo_error *err);
+
+#endif

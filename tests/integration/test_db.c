@@ -1,0 +1,355 @@
+/*
+ * The database layer against a real MariaDB: bound parameters, buffered rows, error mapping,
+ * transactions that commit or roll back, whole-transaction retry on deadlock, lock wait
+ * timeout and a killed connection, and idempotent migrations.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+
+static int setup(void **state)
+{
+    static struct testdb t;
+    testdb_setup(&t, "db");
+    testdb_exec(t.db, "CREATE TABLE kv (k VARCHAR(64) PRIMARY KEY, v BIGINT NOT NULL,"
+                      " note TEXT NULL, j JSON NULL) ENGINE=InnoDB");
+    *state = &t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    testdb_teardown(*state);
+    return 0;
+}
+
+struct put {
+    const char *k;
+    int64_t v;
+    int fail_with; /* 0 = commit */
+    unsigned calls;
+};
+
+static int put_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct put *p = arg;
+    p->calls++;
+    struct txo_param params[] = {txo_p_str(p->k), txo_p_i64(p->v)};
+    int rc = txo_tx_exec(tx, "INSERT INTO kv (k, v) VALUES (?, ?)", params, 2, NULL, err);
+    if (rc < 0)
+        return rc;
+    if (p->fail_with)
+        return txo_error_set(err, p->fail_with, "asked to fail");
+    return 0;
+}
+
+static void test_bound_params_and_rows(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    /* Values that would break string-built SQL go through untouched. */
+    const char *nasty = "it's \"quoted\"; DROP TABLE kv; -- \xd0\x9f\xd1\x80\xd0\xb8";
+    struct txo_param p[] = {txo_p_str("a"), txo_p_i64(INT64_MAX), txo_p_str(nasty),
+                            txo_p_str("{\"n\": 9007199254740993}")};
+    struct txo_exec_result res;
+    assert_int_equal(
+        txo_db_exec(t->db, "INSERT INTO kv (k, v, note, j) VALUES (?, ?, ?, ?)", p, 4, &res, &err),
+        0);
+    assert_int_equal(res.affected_rows, 1);
+
+    struct txo_rows *rows = NULL;
+    struct txo_param key = txo_p_str("a");
+    assert_int_equal(
+        txo_db_query(t->db, "SELECT k, v, note, j, NULL FROM kv WHERE k = ?", &key, 1, &rows, &err),
+        0);
+    assert_int_equal(txo_rows_count(rows), 1);
+    assert_int_equal(txo_rows_columns(rows), 5);
+    assert_string_equal(txo_rows_str(rows, 0, 0, NULL), "a");
+    assert_true(txo_rows_i64(rows, 0, 1) == INT64_MAX);
+    size_t len = 0;
+    assert_string_equal(txo_rows_str(rows, 0, 2, &len), nasty);
+    assert_int_equal(len, strlen(nasty));
+    assert_non_null(strstr(txo_rows_str(rows, 0, 3, NULL), "9007199254740993"));
+    assert_true(txo_rows_is_null(rows, 0, 4));
+    assert_null(txo_rows_str(rows, 0, 4, NULL));
+    txo_rows_free(rows);
+    assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM kv", NULL, 0), 1);
+}
+
+static void test_error_mapping(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_param p[] = {txo_p_str("dup"), txo_p_i64(1)};
+    assert_int_equal(txo_db_exec(t->db, "INSERT INTO kv (k, v) VALUES (?, ?)", p, 2, NULL, &err),
+                     0);
+    assert_int_equal(txo_db_exec(t->db, "INSERT INTO kv (k, v) VALUES (?, ?)", p, 2, NULL, &err),
+                     TXO_EDUPLICATE);
+    assert_int_equal(err.mysql_errno, 1062);
+    assert_string_equal(err.sqlstate, "23000");
+
+    struct txo_param bad[] = {txo_p_str("badjson"), txo_p_i64(1), txo_p_str("{not json")};
+    txo_error_init(&err);
+    assert_int_equal(
+        txo_db_exec(t->db, "INSERT INTO kv (k, v, j) VALUES (?, ?, ?)", bad, 3, NULL, &err),
+        TXO_ECONSTRAINT);
+    struct txo_param null_v[] = {txo_p_str("nullv"), txo_p_null()};
+    assert_int_equal(
+        txo_db_exec(t->db, "INSERT INTO kv (k, v) VALUES (?, ?)", null_v, 2, NULL, &err),
+        TXO_ECONSTRAINT);
+    /* Wrong parameter count is caught before the server sees it. */
+    assert_int_equal(txo_db_exec(t->db, "INSERT INTO kv (k, v) VALUES (?, ?)", p, 1, NULL, &err),
+                     TXO_EINVAL);
+    /* A syntax error is permanent. */
+    assert_int_equal(txo_db_exec(t->db, "INSERT INTO nope VALUES (?)", p, 1, NULL, &err), TXO_EDB);
+    assert_false(txo_err_is_transient(TXO_EDB));
+    assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM kv WHERE k IN ('badjson','nullv')",
+                                NULL, 0),
+                     0);
+}
+
+static void test_commit_and_rollback(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct put ok = {"committed", 7, 0, 0};
+    assert_int_equal(txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, put_fn, &ok, &err), 0);
+    struct put bad = {"rolled-back", 8, TXO_EBUSINESS, 0};
+    assert_int_equal(txo_db_transact(t->db, TXO_ISO_REPEATABLE_READ, put_fn, &bad, &err),
+                     TXO_EBUSINESS);
+    assert_int_equal(bad.calls, 1); /* a business error is never retried */
+    assert_string_equal(err.msg, "asked to fail");
+    struct txo_param k1 = txo_p_str("committed"), k2 = txo_p_str("rolled-back");
+    assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM kv WHERE k = ?", &k1, 1), 1);
+    assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM kv WHERE k = ?", &k2, 1), 0);
+}
+
+/* Two transactions lock rows x and y in opposite orders: one of them deadlocks, and the
+ * retry of the whole transaction lets both finish. */
+struct crosser {
+    struct txo_db *db;
+    const char *first, *second;
+    pthread_barrier_t *barrier;
+    unsigned calls;
+    int rc;
+};
+
+static int cross_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct crosser *c = arg;
+    c->calls++;
+    struct txo_param a = txo_p_str(c->first), b = txo_p_str(c->second);
+    int rc = txo_tx_exec(tx, "UPDATE kv SET v = v + 1 WHERE k = ?", &a, 1, NULL, err);
+    if (rc < 0)
+        return rc;
+    if (c->calls == 1)
+        pthread_barrier_wait(c->barrier); /* both hold their first lock */
+    return txo_tx_exec(tx, "UPDATE kv SET v = v + 1 WHERE k = ?", &b, 1, NULL, err);
+}
+
+static void *cross_thread(void *arg)
+{
+    struct crosser *c = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    c->rc = txo_db_transact(c->db, TXO_ISO_READ_COMMITTED, cross_fn, c, &err);
+    return NULL;
+}
+
+static void test_deadlock_is_retried(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT INTO kv (k, v) VALUES ('x', 0), ('y', 0)");
+    struct txo_db_stats before, after;
+    txo_db_get_stats(&before);
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, 2);
+    struct crosser a = {testdb_connect(t), "x", "y", &barrier, 0, -1};
+    struct crosser b = {testdb_connect(t), "y", "x", &barrier, 0, -1};
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, cross_thread, &a);
+    pthread_create(&tb, NULL, cross_thread, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    pthread_barrier_destroy(&barrier);
+    txo_db_get_stats(&after);
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(b.rc, 0);
+    assert_true(a.calls + b.calls >= 3); /* the victim ran again */
+    assert_true(after.deadlocks > before.deadlocks);
+    assert_true(after.tx_retries > before.tx_retries);
+    /* Each transaction applied exactly once: two increments per row. */
+    assert_int_equal(testdb_i64(t->db, "SELECT SUM(v) FROM kv WHERE k IN ('x','y')", NULL, 0), 4);
+    txo_db_close(a.db);
+    txo_db_close(b.db);
+}
+
+static int lock_row_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    (void)arg;
+    return txo_tx_exec(tx, "UPDATE kv SET v = v + 1 WHERE k = 'x'", NULL, 0, NULL, err);
+}
+
+static void test_lock_wait_timeout(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT IGNORE INTO kv (k, v) VALUES ('x', 0)");
+    /* The holder keeps the row locked in an open transaction on its own connection. */
+    struct txo_db *holder = testdb_connect(t);
+    testdb_exec(holder, "START TRANSACTION");
+    testdb_exec(holder, "UPDATE kv SET v = v WHERE k = 'x'");
+
+    struct txo_db_opts opts = t->opts;
+    opts.lock_wait_timeout_s = 1;
+    opts.tx_max_attempts = 2;
+    struct txo_db *waiter = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_open(&opts, &waiter, &err), 0);
+    int64_t t0 = txo_monotonic_ms();
+    assert_int_equal(txo_db_transact(waiter, TXO_ISO_DEFAULT, lock_row_fn, NULL, &err),
+                     TXO_ELOCKTIMEOUT);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    assert_int_equal(err.mysql_errno, 1205);
+    assert_true(txo_err_is_transient(TXO_ELOCKTIMEOUT));
+    assert_true(elapsed >= 1900); /* two attempts of about one second each */
+    testdb_exec(holder, "ROLLBACK");
+    /* Once the lock is gone the same connection works. */
+    assert_int_equal(txo_db_transact(waiter, TXO_ISO_DEFAULT, lock_row_fn, NULL, &err), 0);
+    txo_db_close(waiter);
+    txo_db_close(holder);
+}
+
+struct killer {
+    struct txo_db *admin;
+    int64_t victim_id;
+    unsigned calls;
+};
+
+static int killed_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct killer *k = arg;
+    k->calls++;
+    struct txo_rows *rows = NULL;
+    int rc = txo_tx_query(tx, "SELECT CONNECTION_ID()", NULL, 0, &rows, err);
+    if (rc < 0)
+        return rc;
+    k->victim_id = txo_rows_i64(rows, 0, 0);
+    txo_rows_free(rows);
+    struct txo_param p[] = {txo_p_str("killed"), txo_p_i64(k->calls)};
+    rc = txo_tx_exec(tx, "INSERT INTO kv (k, v) VALUES (?, ?)", p, 2, NULL, err);
+    if (rc < 0)
+        return rc;
+    if (k->calls == 1) {
+        /* Another session kills this one mid-transaction: the insert is rolled back. */
+        struct txo_param id = txo_p_i64(k->victim_id);
+        struct txo_error kerr;
+        txo_error_init(&kerr);
+        if (txo_db_exec(k->admin, "KILL CONNECTION ?", &id, 1, NULL, &kerr) < 0)
+            fail_msg("KILL: %s", kerr.msg);
+        return txo_tx_exec(tx, "SELECT 1", NULL, 0, NULL, err);
+    }
+    return 0;
+}
+
+static void test_lost_connection_reconnects_and_retries(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_db *victim = testdb_connect(t);
+    struct killer k = {t->db, 0, 0};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_transact(victim, TXO_ISO_DEFAULT, killed_fn, &k, &err), 0);
+    assert_int_equal(k.calls, 2);
+    /* Only the second attempt's row exists. */
+    struct txo_param key = txo_p_str("killed");
+    assert_int_equal(testdb_i64(t->db, "SELECT v FROM kv WHERE k = ?", &key, 1), 2);
+    txo_db_close(victim);
+}
+
+static void test_migrate_is_idempotent(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    unsigned applied = 99, total = 0;
+    assert_int_equal(txo_migrate(t->db, &applied, &total, &err), 0);
+    assert_int_equal(applied, 0);
+    assert_true(total >= 5);
+    assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM txo_schema_migrations", NULL, 0),
+                     total);
+    /* The seed's 13 tables are there. */
+    assert_int_equal(testdb_i64(t->db,
+                                "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                "table_schema = DATABASE() AND table_name IN ('orders',"
+                                "'order_items','outbox_events','inventory',"
+                                "'inventory_reservations','payments','shipments',"
+                                "'saga_instances','saga_steps','idempotency_keys',"
+                                "'inbox_events','dead_letter_events','command_queue')",
+                                NULL, 0),
+                     13);
+    /* A migration edited after it was applied is refused. */
+    testdb_exec(t->db, "UPDATE txo_schema_migrations SET checksum = REPEAT('0', 64) "
+                       "WHERE version = '0001_outbox.sql'");
+    assert_int_equal(txo_migrate(t->db, NULL, NULL, &err), TXO_EMIGRATION);
+    assert_non_null(strstr(err.msg, "0001_outbox.sql"));
+}
+
+static void test_in_list(void **state)
+{
+    struct testdb *t = *state;
+    assert_int_equal(txo_sql_in_list_size(1), 1);
+    assert_int_equal(txo_sql_in_list_size(3), 4);
+    assert_int_equal(txo_sql_in_list_size(500), 512);
+    char *sql = txo_sql_in_list("SELECT COUNT(*) FROM kv WHERE k IN ", 4, " AND v >= 0");
+    assert_string_equal(sql, "SELECT COUNT(*) FROM kv WHERE k IN (?,?,?,?) AND v >= 0");
+    testdb_exec(t->db, "INSERT IGNORE INTO kv (k, v) VALUES ('i1', 1), ('i2', 2), ('i3', 3)");
+    /* Three values padded to four by repeating the last one. */
+    struct txo_param p[] = {txo_p_str("i1"), txo_p_str("i3"), txo_p_str("zz"), txo_p_str("zz")};
+    assert_int_equal(testdb_i64(t->db, sql, p, 4), 2);
+    txo_free(sql);
+}
+
+static void test_connect_failure_is_clear(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_db_opts opts = t->opts;
+    opts.password = "wrong-password";
+    struct txo_db *db = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_open(&opts, &db, &err), TXO_ECONNECT);
+    assert_null(db);
+    assert_non_null(strstr(err.msg, "cannot connect"));
+    assert_null(strstr(err.msg, "wrong-password")); /* secrets never reach messages */
+    bool maria = false;
+    assert_true(txo_db_server_version(t->db, &maria) > 50000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bound_params_and_rows),
+        cmocka_unit_test(test_error_mapping),
+        cmocka_unit_test(test_commit_and_rollback),
+        cmocka_unit_test(test_deadlock_is_retried),
+        cmocka_unit_test(test_lock_wait_timeout),
+        cmocka_unit_test(test_lost_connection_reconnects_and_retries),
+        cmocka_unit_test(test_in_list),
+        cmocka_unit_test(test_connect_failure_is_clear),
+        cmocka_unit_test(test_migrate_is_idempotent),
+    };
+    txo_log_set_level(TXO_LOG_ERROR);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,143 @@
+/*
+ * Test support: one fresh, migrated database per test on the real server (see testdb.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+
+static unsigned long parse_port(const char *s)
+{
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    return (*end == '\0' && v > 0 && v < 65536) ? v : 3306;
+}
+
+void testdb_opts_from_env(struct txo_db_opts *opts)
+{
+    txo_db_opts_init(opts);
+    const char *v;
+    if ((v = getenv("MYSQL_HOST")) && *v)
+        opts->host = v;
+    if ((v = getenv("MYSQL_PORT")) && *v)
+        opts->port = (unsigned)parse_port(v);
+    if ((v = getenv("MYSQL_USER")) && *v)
+        opts->user = v;
+    if ((v = getenv("MYSQL_PASSWORD")))
+        opts->password = v;
+    if ((v = getenv("MYSQL_DATABASE")) && *v)
+        opts->database = v;
+    if ((v = getenv("MYSQL_SOCKET")) && *v)
+        opts->unix_socket = v;
+}
+
+static struct txo_db *connect_or_fail(const struct txo_db_opts *opts)
+{
+    struct txo_db *db = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_open(opts, &db, &err) < 0)
+        fail_msg("cannot connect to the test server (start it with `make db`): %s", err.msg);
+    return db;
+}
+
+void testdb_exec(struct txo_db *db, const char *sql)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_exec_raw(db, sql, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+}
+
+void testdb_setup(struct testdb *t, const char *tag)
+{
+    static unsigned counter;
+    memset(t, 0, sizeof(*t));
+    snprintf(t->name, sizeof(t->name), "txo_test_%.24s_%ld_%u", tag, (long)getpid(),
+             counter++);
+    struct txo_db_opts opts;
+    testdb_opts_from_env(&opts);
+    struct txo_db *admin = connect_or_fail(&opts);
+    char sql[160];
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", t->name);
+    testdb_exec(admin, sql);
+    snprintf(sql, sizeof(sql), "CREATE DATABASE `%s` CHARACTER SET utf8mb4", t->name);
+    testdb_exec(admin, sql);
+    txo_db_close(admin);
+
+    t->opts = opts;
+    t->opts.database = t->name;
+    t->db = connect_or_fail(&t->opts);
+    struct txo_error err;
+    txo_error_init(&err);
+    unsigned applied = 0, total = 0;
+    if (txo_migrate(t->db, &applied, &total, &err) < 0)
+        fail_msg("migrating %s: %s", t->name, err.msg);
+    if (applied != total || total == 0)
+        fail_msg("migrating %s applied %u of %u", t->name, applied, total);
+}
+
+void testdb_teardown(struct testdb *t)
+{
+    if (!t->db)
+        return;
+    const char *keep = getenv("TXO_TEST_KEEP_DB");
+    if (!keep || strcmp(keep, "1") != 0) {
+        char sql[160];
+        snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", t->name);
+        testdb_exec(t->db, sql);
+    }
+    txo_db_close(t->db);
+    t->db = NULL;
+}
+
+struct txo_db *testdb_connect(const struct testdb *t)
+{
+    return connect_or_fail(&t->opts);
+}
+
+int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    int64_t v = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 0) : 0;
+    txo_rows_free(rows);
+    return v;
+}
+
+char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    char *v = NULL;
+    if (txo_rows_count(rows) > 0 && !txo_rows_is_null(rows, 0, 0))
+        v = txo_strdup(txo_rows_str(rows, 0, 0, NULL));
+    txo_rows_free(rows);
+    return v;
+}
+
+void testdb_export_env(const struct testdb *t)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%u", t->opts.port);
+    setenv("MYSQL_HOST", t->opts.host, 1);
+    setenv("MYSQL_PORT", port, 1);
+    setenv("MYSQL_USER", t->opts.user, 1);
+    setenv("MYSQL_PASSWORD", t->opts.password ? t->opts.password : "", 1);
+    setenv("MYSQL_DATABASE", t->name, 1);
+    if (t->opts.unix_socket)
+        setenv("MYSQL_SOCKET", t->opts.unix_socket, 1);
+}

@@ -1,0 +1,48 @@
+/*
+ * Test support: a private database per test on the real MariaDB server named by the MYSQL_*
+ * environment (the Makefile starts a private server and sets them). Each test gets a fresh,
+ * migrated database txo_test_<tag>_<pid>_<n>, so tests can run in parallel; it is dropped on
+ * teardown unless TXO_TEST_KEEP_DB=1 is set (for debugging a failure).
+ *
+ * Every helper fails the current cmocka test (fail_msg) on error, so tests stay short.
+ */
+#ifndef TXO_TESTDB_H
+#define TXO_TESTDB_H
+
+#include <stdint.h>
+
+#include "txo/txo.h"
+
+struct testdb {
+    char name[64];            /* the database name */
+    struct txo_db_opts opts;  /* MYSQL_* from the environment, database = name */
+    struct txo_db *db;        /* a connection to it, owned */
+};
+
+/* Reads MYSQL_HOST/PORT/USER/PASSWORD/DATABASE into opts (defaults of txo_db_opts_init). */
+void testdb_opts_from_env(struct txo_db_opts *opts);
+
+/* Creates and migrates a fresh database and connects to it. */
+void testdb_setup(struct testdb *t, const char *tag);
+
+/* Drops the database (unless TXO_TEST_KEEP_DB=1) and closes t->db. */
+void testdb_teardown(struct testdb *t);
+
+/* Another connection to the same database (for concurrency tests). Close with txo_db_close. */
+struct txo_db *testdb_connect(const struct testdb *t);
+
+/* Runs SQL that takes no values (setup only). */
+void testdb_exec(struct txo_db *db, const char *sql);
+
+/* Runs a query with bound parameters and returns the first column of the first row as an
+ * integer (0 when there is no row or it is NULL). */
+int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);
+
+/* Same, returning a string to free with txo_free() (NULL for no row or NULL). */
+char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);
+
+/* Exports MYSQL_* (with MYSQL_DATABASE = t->name) into this process's environment, so child
+ * processes (the txo binary in fault tests) use the test database. */
+void testdb_export_env(const struct testdb *t);
+
+#endif
