@@ -22,7 +22,8 @@ TXO_API char *txo_strndup(const char *s, size_t n);
 
 /*
  * Test hook: the n-th allocation from now on (and every one after it) fails; n < 0 turns
- * injection off. Only for tests.
+ * injection off. Only for tests. Counting from 0: n allocations succeed, so n = 0 fails the
+ * very next one. txo_free() is never affected.
  */
 TXO_API void txo_alloc_fail_after(long n);
 

@@ -75,13 +75,19 @@ TXO_API void txo_error_init(struct txo_error *err);
 /*
  * Records a failure in err (when err is not NULL) and returns code, so callers can write
  * `return txo_error_set(err, TXO_EINVAL, "qty must be > 0, got %d", qty);`.
+ * A new failure replaces the old one entirely: mysql_errno and sqlstate are cleared, so code
+ * with server detail fills them in after this call. The message is cut to
+ * TXO_ERROR_MSG_MAX - 1 bytes on a UTF-8 character boundary.
  */
 TXO_API int txo_error_set(struct txo_error *err, int code, const char *fmt, ...)
     TXO_PRINTF(3, 4);
 TXO_API int txo_error_setv(struct txo_error *err, int code, const char *fmt, va_list ap)
     TXO_PRINTF(3, 0);
 
-/* Prepends "context: " to the message of err (when err is not NULL). Returns err->code. */
+/*
+ * Prepends "context: " to the message of err (when err is not NULL). Returns err->code, or
+ * TXO_EINVAL when err is NULL (the code is unknown then: such callers return their own rc).
+ */
 TXO_API int txo_error_wrap(struct txo_error *err, const char *fmt, ...) TXO_PRINTF(2, 3);
 
 /* Static description of a code ("deadlock detected (MySQL 1213)"); never NULL. */

@@ -23,14 +23,14 @@
 #include "db/db_internal.h"
 
 /* Session set-up run after every (re)connect. Constant text; values are bound. */
-#define SQL_SET_SQL_MODE                                                                       \
-    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,"                    \
+#define SQL_SET_SQL_MODE                                                                           \
+    "SET SESSION sql_mode = 'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,"                        \
     "NO_ZERO_DATE,NO_ZERO_IN_DATE,NO_ENGINE_SUBSTITUTION'"
-#define SQL_SET_TIME_ZONE        "SET SESSION time_zone = '+00:00'"
-#define SQL_SET_LOCK_WAIT        "SET SESSION innodb_lock_wait_timeout = ?"
-#define SQL_START_TRANSACTION    "START TRANSACTION"
-#define SQL_COMMIT               "COMMIT"
-#define SQL_ROLLBACK             "ROLLBACK"
+#define SQL_SET_TIME_ZONE     "SET SESSION time_zone = '+00:00'"
+#define SQL_SET_LOCK_WAIT     "SET SESSION innodb_lock_wait_timeout = ?"
+#define SQL_START_TRANSACTION "START TRANSACTION"
+#define SQL_COMMIT            "COMMIT"
+#define SQL_ROLLBACK          "ROLLBACK"
 
 static _Atomic uint64_t stat_deadlocks;
 static _Atomic uint64_t stat_lock_timeouts;
@@ -93,10 +93,11 @@ int txo__db_map_errno(unsigned e)
     case CR_CONNECTION_ERROR:
     case CR_CONN_HOST_ERROR:
     case CR_UNKNOWN_HOST:
+        return TXO_ECONNECT;
     case ER_ACCESS_DENIED_ERROR:
     case ER_DBACCESS_DENIED_ERROR:
     case ER_BAD_DB_ERROR:
-        return TXO_ECONNECT;
+        return TXO_ECONFIG; /* retrying cannot help: credentials or database name are wrong */
     case ER_DUP_ENTRY:
     case ER_DUP_ENTRY_WITH_KEY_NAME:
         return TXO_EDUPLICATE;
@@ -139,8 +140,7 @@ int txo__db_conn_error(struct txo_db *db, const char *what, struct txo_error *er
                             mysql_error(db->conn), what, err);
 }
 
-static int stmt_error(struct txo_db *db, MYSQL_STMT *stmt, const char *sql,
-                      struct txo_error *err)
+static int stmt_error(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, struct txo_error *err)
 {
     unsigned e = mysql_stmt_errno(stmt);
     char what[160];
@@ -334,15 +334,14 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
                             db->database, db->unix_socket ? 0 : o->port, db->unix_socket, 0)) {
         unsigned e = mysql_errno(conn);
         int code = txo__db_map_errno(e);
-        if (code != TXO_ECONNECT && code != TXO_ECONNLOST)
+        if (code != TXO_ECONNECT && code != TXO_ECONNLOST && code != TXO_ECONFIG)
             code = TXO_ECONNECT;
         if (db->unix_socket)
             txo_error_set(err, code, "cannot connect to MySQL at %s as %s, database %s: %s",
                           db->unix_socket, db->user, db->database, mysql_error(conn));
         else
-            txo_error_set(err, code,
-                          "cannot connect to MySQL at %s:%u as %s, database %s: %s", db->host,
-                          o->port, db->user, db->database, mysql_error(conn));
+            txo_error_set(err, code, "cannot connect to MySQL at %s:%u as %s, database %s: %s",
+                          db->host, o->port, db->user, db->database, mysql_error(conn));
         if (err)
             err->mysql_errno = e;
         mysql_close(conn);
@@ -385,8 +384,8 @@ int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out, struct txo_
     db->user = txo_strdup(opts->user);
     db->password = txo_strdup(opts->password ? opts->password : "");
     db->database = txo_strdup(opts->database);
-    db->unix_socket = opts->unix_socket && *opts->unix_socket ? txo_strdup(opts->unix_socket)
-                                                              : NULL;
+    db->unix_socket =
+        opts->unix_socket && *opts->unix_socket ? txo_strdup(opts->unix_socket) : NULL;
     if ((opts->host && !db->host) || !db->user || !db->password || !db->database ||
         (opts->unix_socket && *opts->unix_socket && !db->unix_socket)) {
         txo_db_close(db);
@@ -467,9 +466,8 @@ int txo_db_exec_raw(struct txo_db *db, const char *sql, struct txo_error *err)
 
 /* ---- statements ---- */
 
-static int bind_params(MYSQL_STMT *stmt, const char *sql, const struct txo_param *params,
-                       size_t n, MYSQL_BIND *binds, unsigned long *lengths,
-                       struct txo_error *err)
+static int bind_params(MYSQL_STMT *stmt, const char *sql, const struct txo_param *params, size_t n,
+                       MYSQL_BIND *binds, unsigned long *lengths, struct txo_error *err)
 {
     unsigned long expected = mysql_stmt_param_count(stmt);
     if (expected != n)
@@ -521,8 +519,7 @@ static int execute(struct txo_db *db, const char *sql, const struct txo_param *p
         binds = txo_calloc(n_params, sizeof(*binds));
         lengths = txo_calloc(n_params, sizeof(*lengths));
         if (!binds || !lengths) {
-            rc = txo_error_set(err, TXO_ENOMEM, "binding %zu parameters: out of memory",
-                               n_params);
+            rc = txo_error_set(err, TXO_ENOMEM, "binding %zu parameters: out of memory", n_params);
             goto out;
         }
     }
@@ -563,8 +560,8 @@ static int exec_stmt(struct txo_db *db, const char *sql, const struct txo_param 
     return 0;
 }
 
-int txo_tx_exec(struct txo_tx *tx, const char *sql, const struct txo_param *params,
-                size_t n_params, struct txo_exec_result *res, struct txo_error *err)
+int txo_tx_exec(struct txo_tx *tx, const char *sql, const struct txo_param *params, size_t n_params,
+                struct txo_exec_result *res, struct txo_error *err)
 {
     return exec_stmt(tx->db, sql, params, n_params, res, err);
 }
@@ -844,8 +841,10 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
                     return 0;
                 }
                 rc = txo__db_conn_error(db, "COMMIT", err);
-                if (rc == TXO_ECONNLOST)
-                    return txo_error_wrap(err, "commit outcome unknown");
+                if (rc == TXO_ECONNLOST) {
+                    txo_error_wrap(err, "commit outcome unknown");
+                    return rc;
+                }
             }
             if (!db->broken && db->conn && mysql_rollback(db->conn) != 0)
                 db->broken = true; /* cannot trust the session any more: start afresh */
@@ -879,8 +878,8 @@ static int run_one(struct txo_tx *tx, void *arg, struct txo_error *err)
     return txo_tx_exec(tx, o->sql, o->params, o->n, o->res, err);
 }
 
-int txo_db_exec(struct txo_db *db, const char *sql, const struct txo_param *params,
-                size_t n_params, struct txo_exec_result *res, struct txo_error *err)
+int txo_db_exec(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n_params,
+                struct txo_exec_result *res, struct txo_error *err)
 {
     struct one_stmt o = {sql, params, n_params, res, NULL};
     return txo_db_transact(db, TXO_ISO_READ_COMMITTED, run_one, &o, err);

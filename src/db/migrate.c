@@ -21,19 +21,18 @@
 #include "db/db_internal.h"
 #include "db/migrate_data.h"
 
-#define SQL_CREATE_MIGRATIONS_TABLE                                                            \
-    "CREATE TABLE IF NOT EXISTS txo_schema_migrations ("                                       \
-    " version VARCHAR(255) PRIMARY KEY,"                                                       \
-    " checksum CHAR(64) NOT NULL,"                                                             \
-    " applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"                            \
+#define SQL_CREATE_MIGRATIONS_TABLE                                                                \
+    "CREATE TABLE IF NOT EXISTS txo_schema_migrations ("                                           \
+    " version VARCHAR(255) PRIMARY KEY,"                                                           \
+    " checksum CHAR(64) NOT NULL,"                                                                 \
+    " applied_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)"                                \
     ") ENGINE=InnoDB"
 /* A session-level named lock; waits up to 60 s for another migrate to finish. */
-#define SQL_MIGRATE_LOCK        "SELECT GET_LOCK('txo_migrate', 60)"
-#define SQL_MIGRATE_UNLOCK      "SELECT RELEASE_LOCK('txo_migrate')"
+#define SQL_MIGRATE_LOCK   "SELECT GET_LOCK('txo_migrate', 60)"
+#define SQL_MIGRATE_UNLOCK "SELECT RELEASE_LOCK('txo_migrate')"
 /* Primary key lookup. */
-#define SQL_MIGRATION_CHECKSUM  "SELECT checksum FROM txo_schema_migrations WHERE version = ?"
-#define SQL_MIGRATION_RECORD                                                                   \
-    "INSERT INTO txo_schema_migrations (version, checksum) VALUES (?, ?)"
+#define SQL_MIGRATION_CHECKSUM "SELECT checksum FROM txo_schema_migrations WHERE version = ?"
+#define SQL_MIGRATION_RECORD   "INSERT INTO txo_schema_migrations (version, checksum) VALUES (?, ?)"
 
 static int sha256_hex(const char *text, char out[65], struct txo_error *err)
 {
@@ -50,8 +49,7 @@ static int sha256_hex(const char *text, char out[65], struct txo_error *err)
  * Runs the statements of one migration file. Statements end with ';' at the end of a line;
  * lines starting with "--" are comments. The files are ours, so this simple rule suffices.
  */
-static int run_script(struct txo_db *db, const char *name, const char *text,
-                      struct txo_error *err)
+static int run_script(struct txo_db *db, const char *name, const char *text, struct txo_error *err)
 {
     size_t cap = strlen(text) + 1;
     char *stmt = txo_malloc(cap);
@@ -73,8 +71,8 @@ static int run_script(struct txo_db *db, const char *name, const char *text,
             len += line_len;
             stmt[len++] = '\n';
             size_t end = len - 1;
-            while (end > 0 && (stmt[end - 1] == ' ' || stmt[end - 1] == '\t' ||
-                               stmt[end - 1] == '\r'))
+            while (end > 0 &&
+                   (stmt[end - 1] == ' ' || stmt[end - 1] == '\t' || stmt[end - 1] == '\r'))
                 end--;
             if (end > 0 && stmt[end - 1] == ';') {
                 stmt[end - 1] = '\0';
@@ -128,8 +126,10 @@ static int apply_one(struct txo_db *db, const struct txo__migration *m, bool *ap
         return rc;
     struct txo_param rec[2] = {txo_p_str(m->name), txo_p_str(sum)};
     rc = txo_db_exec(db, SQL_MIGRATION_RECORD, rec, 2, NULL, err);
-    if (rc < 0)
-        return txo_error_wrap(err, "recording migration %s", m->name);
+    if (rc < 0) {
+        txo_error_wrap(err, "recording migration %s", m->name);
+        return rc;
+    }
     *applied = true;
     return 0;
 }
@@ -138,12 +138,16 @@ int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct tx
 {
     unsigned n_applied = 0;
     int rc = txo_db_exec_raw(db, SQL_CREATE_MIGRATIONS_TABLE, err);
-    if (rc < 0)
-        return txo_error_wrap(err, "creating txo_schema_migrations");
+    if (rc < 0) {
+        txo_error_wrap(err, "creating txo_schema_migrations");
+        return rc;
+    }
     struct txo_rows *rows = NULL;
     rc = txo_db_query(db, SQL_MIGRATE_LOCK, NULL, 0, &rows, err);
-    if (rc < 0)
-        return txo_error_wrap(err, "taking the migration lock");
+    if (rc < 0) {
+        txo_error_wrap(err, "taking the migration lock");
+        return rc;
+    }
     bool locked = txo_rows_count(rows) == 1 && txo_rows_i64(rows, 0, 0) == 1;
     txo_rows_free(rows);
     if (!locked)
@@ -159,8 +163,7 @@ int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct tx
     txo_error_init(&unlock_err);
     rows = NULL;
     if (txo_db_query(db, SQL_MIGRATE_UNLOCK, NULL, 0, &rows, &unlock_err) < 0)
-        TXO_LOG(TXO_LOG_WARN, "migrate", "releasing the migration lock failed: %s",
-                unlock_err.msg);
+        TXO_LOG(TXO_LOG_WARN, "migrate", "releasing the migration lock failed: %s", unlock_err.msg);
     txo_rows_free(rows);
     if (rc < 0)
         return rc;
