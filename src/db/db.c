@@ -507,7 +507,7 @@ static int execute(struct txo_db *db, const char *sql, const struct txo_param *p
 {
     if (db->broken || !db->conn)
         return txo_error_set(err, TXO_ECONNLOST, "connection lost earlier in this transaction");
-    MYSQL_STMT *stmt;
+    MYSQL_STMT *stmt = NULL;
     int rc = stmt_get(db, sql, &stmt, err);
     if (rc < 0)
         return rc;
@@ -546,7 +546,7 @@ out:
 static int exec_stmt(struct txo_db *db, const char *sql, const struct txo_param *params,
                      size_t n_params, struct txo_exec_result *res, struct txo_error *err)
 {
-    MYSQL_STMT *stmt;
+    MYSQL_STMT *stmt = NULL;
     int rc = execute(db, sql, params, n_params, &stmt, err);
     if (rc < 0)
         return rc;
@@ -697,7 +697,7 @@ out:
 int txo_tx_query(struct txo_tx *tx, const char *sql, const struct txo_param *params,
                  size_t n_params, struct txo_rows **out, struct txo_error *err)
 {
-    MYSQL_STMT *stmt;
+    MYSQL_STMT *stmt = NULL;
     int rc = execute(tx->db, sql, params, n_params, &stmt, err);
     if (rc < 0)
         return rc;
