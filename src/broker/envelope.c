@@ -1,0 +1,154 @@
+#include "core/common.h"
+
+/*
+ * The published envelope: the JSON object every publisher sends for one outbox event. Its
+ * layout is a public contract (include/txo/publisher.h, README "Published envelope"):
+ *
+ *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
+ *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
+ *    "attempt":1,"payload":{...}}
+ *
+ * Keys come in exactly that order, compact, on one line. The payload is embedded as JSON, not
+ * as a string. It is checked with jansson and then copied as text with the whitespace between
+ * tokens removed, so numbers keep their exact digits (9007199254740993 stays that, a float is
+ * never re-rounded) and strings keep their bytes; re-serialising a parsed tree would not
+ * guarantee either.
+ *
+ * Thread-safety: pure; allocates only the returned string.
+ */
+
+#include <jansson.h>
+
+#define PAYLOAD_KEY ",\"payload\":"
+
+/*
+ * Copies the JSON text in[0..len) to out without the insignificant whitespace (outside
+ * strings). out must hold len bytes. Returns the bytes written. The text must already be
+ * known-valid JSON.
+ */
+static size_t json_compact_copy(const char *in, size_t len, char *out)
+{
+    size_t o = 0;
+    bool in_string = false;
+    bool escaped = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = in[i];
+        if (in_string) {
+            out[o++] = c;
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+            continue;
+        if (c == '"')
+            in_string = true;
+        out[o++] = c;
+    }
+    return o;
+}
+
+static int set_str(json_t *obj, const char *key, const char *value, int64_t id,
+                   struct txo_error *err)
+{
+    if (value == NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing", id,
+                             key);
+    json_t *v = json_string(value);
+    if (v == NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8", id,
+                             key);
+    if (json_object_set_new(obj, key, v) < 0)
+        return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", id);
+    return 0;
+}
+
+static int set_int(json_t *obj, const char *key, int64_t value, int64_t id, struct txo_error *err)
+{
+    if (json_object_set_new(obj, key, json_integer((json_int_t)value)) < 0)
+        return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", id);
+    return 0;
+}
+
+char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, struct txo_error *err)
+{
+    TXO_ASSERT(msg != NULL);
+    char *out = NULL;
+    json_t *head = NULL;
+    int rc = 0;
+
+    if (msg->payload == NULL) {
+        txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": payload is missing",
+                      msg->id);
+        goto out;
+    }
+    size_t payload_len = msg->payload_len != 0 ? msg->payload_len : strlen(msg->payload);
+    json_error_t jerr;
+    json_t *doc = json_loadb(msg->payload, payload_len,
+                             JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
+    if (doc == NULL) {
+        txo_error_set(err, TXO_EINVAL,
+                      "envelope of event %" PRId64 ": payload is not JSON: %s at line %d column %d",
+                      msg->id, jerr.text, jerr.line, jerr.column);
+        goto out;
+    }
+    json_decref(doc);
+
+    /* jansson keeps object keys in insertion order, which is the documented order. */
+    head = json_object();
+    if (head == NULL) {
+        rc =
+            txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
+        goto out;
+    }
+    rc = set_int(head, "id", msg->id, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "type", msg->event_type, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "aggregate_type", msg->aggregate_type, msg->id, err);
+    if (rc == 0)
+        rc = set_int(head, "aggregate_id", msg->aggregate_id, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "idempotency_key", msg->idempotency_key, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "created_at", msg->created_at, msg->id, err);
+    if (rc == 0)
+        rc = set_int(head, "attempt", msg->attempt, msg->id, err);
+    if (rc < 0)
+        goto out;
+
+    /* head is `{...}`; its closing brace becomes `,"payload":<payload>}`. */
+    size_t flags = JSON_COMPACT;
+    size_t head_len = json_dumpb(head, NULL, 0, flags);
+    if (head_len < 2) {
+        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": encoding failed", msg->id);
+        goto out;
+    }
+    size_t cap = head_len + sizeof(PAYLOAD_KEY) + payload_len + 2;
+    out = txo_malloc(cap);
+    if (out == NULL) {
+        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
+        goto out;
+    }
+    if (json_dumpb(head, out, cap, flags) != head_len) {
+        txo_free(out);
+        out = NULL;
+        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": encoding failed", msg->id);
+        goto out;
+    }
+    size_t n = head_len - 1; /* drop the closing brace */
+    memcpy(out + n, PAYLOAD_KEY, sizeof(PAYLOAD_KEY) - 1);
+    n += sizeof(PAYLOAD_KEY) - 1;
+    n += json_compact_copy(msg->payload, payload_len, out + n);
+    out[n++] = '}';
+    out[n] = '\0';
+    if (len != NULL)
+        *len = n;
+out:
+    json_decref(head);
+    return out;
+}

@@ -1,0 +1,222 @@
+#include "core/common.h"
+
+/*
+ * The transactional outbox (seed section 3): txo_outbox_append() writes an event row into
+ * outbox_events inside the caller's transaction, so the event commits or rolls back together
+ * with the business rows it describes. The relay (src/relay/relay.c) publishes committed rows.
+ *
+ * Also here: the outbox row state machine (one transition table, below) and the counts that
+ * feed the outbox metrics.
+ *
+ * Invariants: a row is only ever inserted as PENDING (the column default); the payload is
+ * checked to be JSON before it reaches the server, so the relay never meets a payload it
+ * cannot embed in an envelope. Nothing here opens or commits a transaction on behalf of the
+ * caller, except txo_outbox_get_stats(), which reads in its own short one.
+ *
+ * Thread-safety: no shared state; each call uses only the tx/db it is given.
+ */
+
+#include <jansson.h>
+
+#include "outbox/outbox_sql.h"
+
+/* Column widths of outbox_events (sql/migrations/0001_outbox.sql). */
+#define AGGREGATE_TYPE_MAX  64
+#define EVENT_TYPE_MAX      128
+#define IDEMPOTENCY_KEY_MAX 255
+
+static const char *const status_names[] = {
+    [TXO_OUTBOX_PENDING] = "PENDING",
+    [TXO_OUTBOX_PROCESSING] = "PROCESSING",
+    [TXO_OUTBOX_PUBLISHED] = "PUBLISHED",
+    [TXO_OUTBOX_FAILED] = "FAILED",
+};
+
+/*
+ * The outbox state machine of include/txo/outbox.h, and the only place it is written down in
+ * code: moves[from][to] is true when the move is allowed.
+ */
+static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
+    [TXO_OUTBOX_PENDING] = {[TXO_OUTBOX_PROCESSING] = true},
+    [TXO_OUTBOX_PROCESSING] =
+        {[TXO_OUTBOX_PUBLISHED] = true, [TXO_OUTBOX_PENDING] = true, [TXO_OUTBOX_FAILED] = true},
+    [TXO_OUTBOX_PUBLISHED] = {false},
+    [TXO_OUTBOX_FAILED] = {[TXO_OUTBOX_PENDING] = true},
+};
+
+static bool status_valid(enum txo_outbox_status s)
+{
+    return (unsigned)s < TXO_ARRAY_LEN(status_names);
+}
+
+const char *txo_outbox_status_name(enum txo_outbox_status s)
+{
+    if (!status_valid(s))
+        TXO_BUG("unknown outbox status %d", (int)s);
+    return status_names[s];
+}
+
+int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out)
+{
+    if (name == NULL)
+        return TXO_EINVAL;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(status_names); i++) {
+        if (strcmp(name, status_names[i]) == 0) {
+            *out = (enum txo_outbox_status)i;
+            return 0;
+        }
+    }
+    return TXO_EINVAL;
+}
+
+bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_status to)
+{
+    if (!status_valid(from) || !status_valid(to))
+        TXO_BUG("unknown outbox status %d -> %d", (int)from, (int)to);
+    return moves[from][to];
+}
+
+static int check_field(const char *value, size_t max, const char *field, const char *key,
+                       struct txo_error *err)
+{
+    if (value == NULL || value[0] == '\0')
+        return txo_error_set(err, TXO_EINVAL, "outbox event %s: %s is empty", key, field);
+    size_t len = strlen(value);
+    if (len > max)
+        return txo_error_set(err, TXO_EINVAL, "outbox event %s: %s is %zu bytes, at most %zu", key,
+                             field, len, max);
+    return 0;
+}
+
+/*
+ * Checks that payload is one JSON document. Integers are read as reals only so that integers
+ * beyond int64 (valid JSON, accepted by the server) are not rejected; the text is stored
+ * unchanged.
+ */
+static int check_payload(const char *payload, size_t len, const char *key, struct txo_error *err)
+{
+    json_error_t jerr;
+    json_t *doc =
+        json_loadb(payload, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
+    if (doc == NULL)
+        return txo_error_set(err, TXO_ECONSTRAINT,
+                             "outbox event %s: payload is not JSON: %s at line %d column %d", key,
+                             jerr.text, jerr.line, jerr.column);
+    json_decref(doc);
+    return 0;
+}
+
+int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsigned flags,
+                      bool *inserted, int64_t *id, struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL && ev != NULL);
+    const char *key = ev->idempotency_key != NULL ? ev->idempotency_key : "(null)";
+    int rc = check_field(ev->idempotency_key, IDEMPOTENCY_KEY_MAX, "idempotency_key", key, err);
+    if (rc == 0)
+        rc = check_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, "aggregate_type", key, err);
+    if (rc == 0)
+        rc = check_field(ev->event_type, EVENT_TYPE_MAX, "event_type", key, err);
+    if (rc < 0)
+        return rc;
+    if (ev->payload_json == NULL)
+        return txo_error_set(err, TXO_EINVAL, "outbox event %s: payload is missing", key);
+    size_t payload_len = ev->payload_len != 0 ? ev->payload_len : strlen(ev->payload_json);
+    if (payload_len == 0)
+        return txo_error_set(err, TXO_EINVAL, "outbox event %s: payload is empty", key);
+    rc = check_payload(ev->payload_json, payload_len, key, err);
+    if (rc < 0)
+        return rc;
+
+    bool ignore_duplicate = (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0;
+    struct txo_param params[] = {
+        txo_p_str(ev->aggregate_type),  txo_p_i64(ev->aggregate_id),
+        txo_p_str(ev->event_type),      txo_p_strn(ev->payload_json, payload_len),
+        txo_p_str(ev->idempotency_key),
+    };
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, ignore_duplicate ? OUTBOX_SQL_INSERT_IGNORE_DUPLICATE : OUTBOX_SQL_INSERT,
+                     params, TXO_ARRAY_LEN(params), &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "outbox append %s (%s %s:%" PRId64 ")", key, ev->event_type,
+                       ev->aggregate_type, ev->aggregate_id);
+        return rc;
+    }
+
+    bool was_inserted = res.affected_rows == 1;
+    if (inserted != NULL)
+        *inserted = was_inserted;
+    if (id != NULL)
+        *id = was_inserted ? (int64_t)res.insert_id : 0;
+    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%" PRId64 " %s", key,
+            ev->event_type, ev->aggregate_id, was_inserted ? "inserted" : "duplicate ignored");
+    return 0;
+}
+
+struct stats_ctx {
+    struct txo_outbox_stats stats;
+};
+
+static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct stats_ctx *ctx = arg;
+    struct txo_rows *rows = NULL;
+
+    memset(&ctx->stats, 0, sizeof(ctx->stats));
+    int rc = txo_tx_query(tx, OUTBOX_SQL_COUNT_BY_STATUS, NULL, 0, &rows, err);
+    if (rc < 0)
+        goto out;
+    for (size_t i = 0; i < txo_rows_count(rows); i++) {
+        enum txo_outbox_status s;
+        uint64_t n = (uint64_t)txo_rows_i64(rows, i, 1);
+        if (txo_outbox_status_parse(txo_rows_str(rows, i, 0, NULL), &s) < 0)
+            continue; /* the ENUM column admits only our four values (or '' in non-strict mode) */
+        switch (s) {
+        case TXO_OUTBOX_PENDING:
+            ctx->stats.pending = n;
+            break;
+        case TXO_OUTBOX_PROCESSING:
+            ctx->stats.processing = n;
+            break;
+        case TXO_OUTBOX_PUBLISHED:
+            ctx->stats.published = n;
+            break;
+        case TXO_OUTBOX_FAILED:
+            ctx->stats.failed = n;
+            break;
+        }
+    }
+    txo_rows_free(rows);
+    rows = NULL;
+
+    rc = txo_tx_query(tx, OUTBOX_SQL_COUNT_DEAD_LETTERS, NULL, 0, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) > 0)
+        ctx->stats.dead_letters = (uint64_t)txo_rows_i64(rows, 0, 0);
+    txo_rows_free(rows);
+    rows = NULL;
+
+    rc = txo_tx_query(tx, OUTBOX_SQL_OLDEST_DUE_AGE_US, NULL, 0, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) > 0 && !txo_rows_is_null(rows, 0, 0)) {
+        int64_t age_us = txo_rows_i64(rows, 0, 0);
+        ctx->stats.oldest_pending_age_s = age_us > 0 ? (double)age_us / 1e6 : 0.0;
+    }
+out:
+    txo_rows_free(rows);
+    return rc;
+}
+
+int txo_outbox_get_stats(struct txo_db *db, struct txo_outbox_stats *out, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && out != NULL);
+    struct stats_ctx ctx;
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, stats_tx, &ctx, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "outbox stats");
+        return rc;
+    }
+    *out = ctx.stats;
+    return 0;
+}

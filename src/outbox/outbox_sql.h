@@ -1,0 +1,45 @@
+/*
+ * Every SQL statement of the outbox module (src/outbox/outbox.c), one named macro each.
+ * Above each: the index it relies on, the rows it locks and the isolation it assumes.
+ * The schema is sql/migrations/0001_outbox.sql.
+ */
+#ifndef TXO_OUTBOX_SQL_H
+#define TXO_OUTBOX_SQL_H
+
+/*
+ * Appends one event. Runs inside the caller's transaction (any isolation).
+ * Index: uq_outbox_idempotency_key (duplicate detection, 1062 -> TXO_EDUPLICATE).
+ * Locks: the new row (and an insert-intention/gap lock on the unique index).
+ * Params: aggregate_type, aggregate_id, event_type, payload, idempotency_key.
+ */
+#define OUTBOX_SQL_INSERT                                                                          \
+    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
+    "idempotency_key) VALUES (?, ?, ?, ?, ?)"
+
+/*
+ * Same, but an existing row with the same idempotency key is left as it is: `id = id` changes
+ * nothing, so affected_rows is 1 for a new row and 0 for a duplicate (the connection does not
+ * set CLIENT_FOUND_ROWS). Index and locks as OUTBOX_SQL_INSERT; on a duplicate the existing
+ * index record is locked (shared next-key lock) until the caller's transaction ends.
+ */
+#define OUTBOX_SQL_INSERT_IGNORE_DUPLICATE OUTBOX_SQL_INSERT " ON DUPLICATE KEY UPDATE id = id"
+
+/*
+ * Row counts by status. Index: idx_outbox_due (status, next_attempt_at), scanned as a covering
+ * index (GROUP BY on its first column). Locks: none (consistent read, READ COMMITTED).
+ */
+#define OUTBOX_SQL_COUNT_BY_STATUS "SELECT status, COUNT(*) FROM outbox_events GROUP BY status"
+
+/* Dead letters. Index: the primary key (full count). Locks: none (consistent read). */
+#define OUTBOX_SQL_COUNT_DEAD_LETTERS "SELECT COUNT(*) FROM dead_letter_events"
+
+/*
+ * Age in microseconds of the oldest due PENDING event, NULL when none is due.
+ * Index: idx_outbox_due (status, next_attempt_at): MIN() reads the first entry of the
+ * status = 'PENDING' range. Locks: none (consistent read, READ COMMITTED).
+ */
+#define OUTBOX_SQL_OLDEST_DUE_AGE_US                                                               \
+    "SELECT TIMESTAMPDIFF(MICROSECOND, MIN(next_attempt_at), NOW(6)) FROM outbox_events "          \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6)"
+
+#endif

@@ -1,0 +1,751 @@
+#include "core/common.h"
+
+/*
+ * The outbox relay (seed sections 4 and 8): moves committed events from outbox_events to a
+ * publisher, at least once.
+ *
+ * One cycle, txo_relay_run_once():
+ *   reclaim  expired leases back to PENDING (at most once per max(1, lease_s / 4) seconds on
+ *            the monotonic clock, and always on the first cycle);
+ *   claim    one short READ COMMITTED transaction marks up to batch_size due rows PROCESSING
+ *            under a fresh lock token "<relay_id>:<uuid v4>" with a lease (skip-locked or
+ *            update-limit, see relay_sql.h);
+ *   publish  the batch through the publisher, with no transaction open and no row lock held;
+ *   mark     one transaction: PUBLISHED for acknowledged rows, PENDING + backoff or FAILED +
+ *            dead letter for failed ones. Every statement is fenced by the token, so a relay
+ *            whose lease expired meanwhile changes nothing (counted in stats.fenced).
+ * A crash between claim and mark leaves rows PROCESSING until their lease expires; any relay
+ * then reclaims and publishes them again. That is the at-least-once guarantee: consumers
+ * de-duplicate on the idempotency key.
+ *
+ * Memory: everything a batch needs is allocated once in txo_relay_new() (messages, results,
+ * error slots, ids, bound parameters); the strings of a batch live in the one buffered result
+ * of the claim query (struct txo_rows), which the messages point into and which is freed when
+ * the batch is marked. The IN-list statements are built once per power-of-two size.
+ *
+ * Thread-safety: a relay is driven by one thread. txo_relay_stop() only stores to a lock-free
+ * atomic, so it is safe from any thread and from a signal handler; the stats are atomics too,
+ * so another thread may read them while the relay runs.
+ */
+
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include <uuid/uuid.h>
+
+#include "relay/relay_sql.h"
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
+
+#define BATCH_SIZE_MAX    10000u
+#define TOKEN_MAX         128 /* outbox_events.locked_by VARCHAR(128) */
+#define UUID_TEXT_LEN     36
+#define LAST_ERROR_MAX    2000 /* bytes of outbox_events.last_error we write */
+#define RECLAIM_LIMIT     10000
+#define IN_LIST_LEVELS    16 /* power-of-two IN-list sizes 1 .. 2^15 */
+#define IDLE_SLICE_MS     50
+#define RETRY_MIN_MS      250
+#define RETRY_MAX_MS      5000
+#define MARK_FIXED_PARAMS 9 /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
+#define MARK_ATTEMPTS     3 /* mark transactions tried on a transient error */
+
+/* Columns of the claim queries. */
+enum claim_col {
+    COL_ID = 0,
+    COL_AGGREGATE_TYPE,
+    COL_AGGREGATE_ID,
+    COL_EVENT_TYPE,
+    COL_PAYLOAD,
+    COL_IDEMPOTENCY_KEY,
+    COL_CREATED_AT,
+    COL_ATTEMPTS,
+};
+
+/* The statements that end in an IN list. */
+enum in_stmt {
+    IN_CLAIM_BY_ID,
+    IN_MARK_PUBLISHED,
+    IN_MARK_FAILED,
+    IN_DEAD_LETTER,
+    IN_UNLOCK_FAILED,
+    IN_STMT_COUNT,
+};
+
+static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
+    [IN_CLAIM_BY_ID] = RELAY_SQL_CLAIM_BY_ID_IN,
+    [IN_MARK_PUBLISHED] = RELAY_SQL_MARK_PUBLISHED_IN,
+    [IN_MARK_FAILED] = RELAY_SQL_MARK_FAILED_IN,
+    [IN_DEAD_LETTER] = RELAY_SQL_DEAD_LETTER_IN,
+    [IN_UNLOCK_FAILED] = RELAY_SQL_UNLOCK_FAILED_IN,
+};
+
+struct relay_counters {
+    _Atomic uint64_t claimed;
+    _Atomic uint64_t published;
+    _Atomic uint64_t failed_attempts;
+    _Atomic uint64_t dead_lettered;
+    _Atomic uint64_t fenced;
+    _Atomic uint64_t reclaimed;
+    _Atomic uint64_t batches;
+};
+
+struct txo_relay {
+    struct txo_db *db;
+    struct txo_publisher *pub;
+    struct txo_relay_opts opts; /* opts.relay_id points at relay_id below */
+    char *relay_id;
+    enum txo_claim_strategy claim;
+
+    atomic_int stop;
+    struct relay_counters stats;
+    bool reclaimed_once;
+    int64_t last_reclaim_ms;
+
+    /* The current batch. */
+    char token[TOKEN_MAX + 1];
+    struct txo_rows *rows; /* claim result; msgs[] point into it */
+    size_t n;
+    struct txo_outbox_message *msgs;
+    int *results;
+    struct txo_error *errors;
+
+    /* Scratch for marking, sized for batch_size. */
+    int64_t *ids;       /* ids of one statement's IN list */
+    size_t *fail_order; /* indices of failed messages, grouped by error */
+    size_t *group_end;  /* end (exclusive) of each group in fail_order */
+    int64_t *fail_ids;  /* ids of fail_order, same order */
+    struct txo_param *params;
+    size_t params_cap;
+
+    char *in_sql[IN_STMT_COUNT][IN_LIST_LEVELS];
+};
+
+/* Results of one mark transaction attempt (reset at the start of each attempt). */
+struct mark_result {
+    uint64_t published;
+    uint64_t failed_attempts;
+    uint64_t dead_lettered;
+    uint64_t fenced;
+};
+
+struct mark_ctx {
+    struct txo_relay *relay;
+    size_t n_published;
+    size_t n_groups;
+    size_t n_failed;
+    struct mark_result res;
+};
+
+static const char *const strategy_names[] = {
+    [TXO_CLAIM_AUTO] = "auto",
+    [TXO_CLAIM_SKIP_LOCKED] = "skip-locked",
+    [TXO_CLAIM_UPDATE_LIMIT] = "update-limit",
+};
+
+const char *txo_claim_strategy_name(enum txo_claim_strategy s)
+{
+    if ((unsigned)s >= TXO_ARRAY_LEN(strategy_names))
+        TXO_BUG("unknown claim strategy %d", (int)s);
+    return strategy_names[s];
+}
+
+int txo_claim_strategy_parse(const char *name, enum txo_claim_strategy *out)
+{
+    if (name == NULL)
+        return TXO_EINVAL;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(strategy_names); i++) {
+        if (strcmp(name, strategy_names[i]) == 0) {
+            *out = (enum txo_claim_strategy)i;
+            return 0;
+        }
+    }
+    return TXO_EINVAL;
+}
+
+void txo_relay_opts_init(struct txo_relay_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->relay_id = NULL; /* txo_relay_new() uses "<hostname>:<pid>" */
+    opts->claim = TXO_CLAIM_AUTO;
+    opts->batch_size = 500;
+    opts->lease_s = 30;
+    opts->max_attempts = 10;
+    opts->backoff.base_ms = 500;
+    opts->backoff.max_ms = 300000;
+    opts->backoff.jitter = 0.5;
+    opts->idle_sleep_ms = 200;
+    opts->drain = false;
+}
+
+static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
+{
+    if (o->batch_size < 1 || o->batch_size > BATCH_SIZE_MAX)
+        return txo_error_set(err, TXO_EINVAL, "relay: batch_size must be 1..%u, got %u",
+                             BATCH_SIZE_MAX, o->batch_size);
+    if (o->lease_s < 1)
+        return txo_error_set(err, TXO_EINVAL, "relay: lease_s must be >= 1, got %u", o->lease_s);
+    if (o->max_attempts < 1)
+        return txo_error_set(err, TXO_EINVAL, "relay: max_attempts must be >= 1, got %u",
+                             o->max_attempts);
+    if (o->backoff.base_ms < 0 || o->backoff.max_ms < o->backoff.base_ms)
+        return txo_error_set(err, TXO_EINVAL,
+                             "relay: backoff must have 0 <= base_ms <= max_ms, got %" PRId64
+                             " .. %" PRId64,
+                             o->backoff.base_ms, o->backoff.max_ms);
+    if (!(o->backoff.jitter >= 0.0 && o->backoff.jitter <= 1.0))
+        return txo_error_set(err, TXO_EINVAL, "relay: backoff jitter must be 0..1, got %g",
+                             o->backoff.jitter);
+    if ((unsigned)o->claim >= TXO_ARRAY_LEN(strategy_names))
+        return txo_error_set(err, TXO_EINVAL, "relay: unknown claim strategy %d", (int)o->claim);
+    if (o->relay_id != NULL && o->relay_id[0] == '\0')
+        return txo_error_set(err, TXO_EINVAL, "relay: relay_id is empty");
+    return 0;
+}
+
+static char *default_relay_id(void)
+{
+    char host[256];
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "localhost");
+    host[sizeof(host) - 1] = '\0';
+    char id[300];
+    snprintf(id, sizeof(id), "%s:%ld", host, (long)getpid());
+    return txo_strdup(id);
+}
+
+void txo_relay_free(struct txo_relay *relay)
+{
+    if (relay == NULL)
+        return;
+    txo_rows_free(relay->rows);
+    for (size_t s = 0; s < IN_STMT_COUNT; s++) {
+        for (size_t l = 0; l < IN_LIST_LEVELS; l++)
+            txo_free(relay->in_sql[s][l]);
+    }
+    txo_free(relay->msgs);
+    txo_free(relay->results);
+    txo_free(relay->errors);
+    txo_free(relay->ids);
+    txo_free(relay->fail_order);
+    txo_free(relay->group_end);
+    txo_free(relay->fail_ids);
+    txo_free(relay->params);
+    txo_free(relay->relay_id);
+    txo_free(relay);
+}
+
+int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo_relay_opts *opts,
+                  struct txo_relay **out, struct txo_error *err)
+{
+    if (db == NULL || pub == NULL || opts == NULL || out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "relay: db, publisher, opts and out are required");
+    int rc = check_opts(opts, err);
+    if (rc < 0)
+        return rc;
+
+    enum txo_claim_strategy claim = opts->claim;
+    bool has_skip_locked = txo_db_has_skip_locked(db);
+    if (claim == TXO_CLAIM_AUTO)
+        claim = has_skip_locked ? TXO_CLAIM_SKIP_LOCKED : TXO_CLAIM_UPDATE_LIMIT;
+    if (claim == TXO_CLAIM_SKIP_LOCKED && !has_skip_locked) {
+        unsigned long v = txo_db_server_version(db, NULL);
+        return txo_error_set(err, TXO_EUNSUPPORTED,
+                             "relay: claim strategy skip-locked needs MySQL 8.0.1+ or MariaDB "
+                             "10.6+, server is %lu.%lu.%lu; use update-limit",
+                             v / 10000, v / 100 % 100, v % 100);
+    }
+
+    struct txo_relay *r = txo_calloc(1, sizeof(*r));
+    if (r == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory");
+    r->db = db;
+    r->pub = pub;
+    r->opts = *opts;
+    r->claim = claim;
+    atomic_init(&r->stop, 0);
+    r->relay_id = opts->relay_id != NULL ? txo_strdup(opts->relay_id) : default_relay_id();
+
+    size_t batch = opts->batch_size;
+    r->params_cap = MARK_FIXED_PARAMS + txo_sql_in_list_size(batch);
+    r->msgs = txo_calloc(batch, sizeof(*r->msgs));
+    r->results = txo_calloc(batch, sizeof(*r->results));
+    r->errors = txo_calloc(batch, sizeof(*r->errors));
+    r->ids = txo_calloc(batch, sizeof(*r->ids));
+    r->fail_order = txo_calloc(batch, sizeof(*r->fail_order));
+    r->group_end = txo_calloc(batch, sizeof(*r->group_end));
+    r->fail_ids = txo_calloc(batch, sizeof(*r->fail_ids));
+    r->params = txo_calloc(r->params_cap, sizeof(*r->params));
+    if (r->relay_id == NULL || r->msgs == NULL || r->results == NULL || r->errors == NULL ||
+        r->ids == NULL || r->fail_order == NULL || r->group_end == NULL || r->fail_ids == NULL ||
+        r->params == NULL) {
+        txo_relay_free(r);
+        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a batch of %zu", batch);
+    }
+    r->opts.relay_id = r->relay_id;
+    *out = r;
+    return 0;
+}
+
+enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay)
+{
+    return relay->claim;
+}
+
+void txo_relay_stop(struct txo_relay *relay)
+{
+    atomic_store(&relay->stop, 1);
+}
+
+void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *out)
+{
+    /* The counters are only written by the relay's thread; relaxed loads are enough. */
+    struct relay_counters *c = (struct relay_counters *)&relay->stats;
+    out->claimed = atomic_load_explicit(&c->claimed, memory_order_relaxed);
+    out->published = atomic_load_explicit(&c->published, memory_order_relaxed);
+    out->failed_attempts = atomic_load_explicit(&c->failed_attempts, memory_order_relaxed);
+    out->dead_lettered = atomic_load_explicit(&c->dead_lettered, memory_order_relaxed);
+    out->fenced = atomic_load_explicit(&c->fenced, memory_order_relaxed);
+    out->reclaimed = atomic_load_explicit(&c->reclaimed, memory_order_relaxed);
+    out->batches = atomic_load_explicit(&c->batches, memory_order_relaxed);
+}
+
+static void count(_Atomic uint64_t *counter, uint64_t n)
+{
+    atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* A new lock token "<relay_id>:<uuid v4>", the relay id cut so the token fits locked_by. */
+static void new_token(struct txo_relay *r)
+{
+    uuid_t uu;
+    char text[UUID_TEXT_LEN + 1];
+    uuid_generate_random(uu);
+    uuid_unparse_lower(uu, text);
+    int id_max = TOKEN_MAX - UUID_TEXT_LEN - 1;
+    snprintf(r->token, sizeof(r->token), "%.*s:%s", id_max, r->relay_id, text);
+}
+
+/*
+ * The SQL of statement s with an IN list for n ids; the list size is n rounded up to a power
+ * of two, written to *m. Built once per size and kept. NULL when out of memory.
+ */
+static const char *in_sql(struct txo_relay *r, enum in_stmt s, size_t n, size_t *m)
+{
+    size_t size = txo_sql_in_list_size(n);
+    size_t level = 0;
+    while (((size_t)1 << level) < size)
+        level++;
+    TXO_ASSERT(level < IN_LIST_LEVELS);
+    if (r->in_sql[s][level] == NULL)
+        r->in_sql[s][level] = txo_sql_in_list(in_stmt_prefix[s], size, "");
+    *m = size;
+    return r->in_sql[s][level];
+}
+
+/*
+ * Runs statement s with the `fixed` parameters already in r->params[0..fixed) followed by the
+ * ids, padded to the IN-list size by repeating the last id.
+ */
+static int exec_in(struct txo_tx *tx, struct txo_relay *r, enum in_stmt s, size_t fixed,
+                   const int64_t *ids, size_t n, uint64_t *affected, struct txo_error *err)
+{
+    TXO_ASSERT(n > 0);
+    size_t m;
+    const char *sql = in_sql(r, s, n, &m);
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory building an IN list of %zu", n);
+    TXO_ASSERT(fixed + m <= r->params_cap);
+    for (size_t i = 0; i < m; i++)
+        r->params[fixed + i] = txo_p_i64(ids[i < n ? i : n - 1]);
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, sql, r->params, fixed + m, &res, err);
+    if (rc == 0 && affected != NULL)
+        *affected = res.affected_rows;
+    return rc;
+}
+
+static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct txo_relay *r = arg;
+    txo_rows_free(r->rows); /* a previous attempt of this transaction */
+    r->rows = NULL;
+
+    struct txo_param limit = txo_p_i64(r->opts.batch_size);
+    int rc = txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1, &r->rows, err);
+    if (rc < 0)
+        return rc;
+    size_t n = txo_rows_count(r->rows);
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        r->ids[i] = txo_rows_i64(r->rows, i, COL_ID);
+    r->params[0] = txo_p_str(r->token);
+    r->params[1] = txo_p_i64(r->opts.lease_s);
+    uint64_t affected = 0;
+    rc = exec_in(tx, r, IN_CLAIM_BY_ID, 2, r->ids, n, &affected, err);
+    if (rc == 0 && affected != n)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "claim marked fewer rows than it locked relay_id=%s locked=%zu marked=%" PRIu64,
+                r->relay_id, n, affected);
+    return rc;
+}
+
+static int claim_update_limit_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct txo_relay *r = arg;
+    txo_rows_free(r->rows); /* a previous attempt of this transaction */
+    r->rows = NULL;
+
+    struct txo_param params[] = {
+        txo_p_str(r->token),
+        txo_p_i64(r->opts.lease_s),
+        txo_p_i64(r->opts.batch_size),
+    };
+    struct txo_exec_result res;
+    int rc =
+        txo_tx_exec(tx, RELAY_SQL_CLAIM_UPDATE_LIMIT, params, TXO_ARRAY_LEN(params), &res, err);
+    if (rc < 0 || res.affected_rows == 0)
+        return rc;
+    struct txo_param token = txo_p_str(r->token);
+    return txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_BY_TOKEN, &token, 1, &r->rows, err);
+}
+
+/* Claims a batch into r->msgs[0..r->n). */
+static int claim(struct txo_relay *r, struct txo_error *err)
+{
+    r->n = 0;
+    new_token(r);
+    txo_tx_fn fn = r->claim == TXO_CLAIM_SKIP_LOCKED ? claim_skip_locked_tx : claim_update_limit_tx;
+    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, fn, r, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "relay %s: claim (%s)", r->relay_id, txo_claim_strategy_name(r->claim));
+        return rc;
+    }
+    size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
+    if (n > r->opts.batch_size) {
+        /* Cannot happen unless a token was reused; never publish more than we have room for. */
+        TXO_LOG(TXO_LOG_ERROR, "relay", "claim returned %zu rows for a batch of %u token=%s", n,
+                r->opts.batch_size, r->token);
+        n = r->opts.batch_size;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct txo_outbox_message *m = &r->msgs[i];
+        const struct txo_rows *rows = r->rows;
+        m->id = txo_rows_i64(rows, i, COL_ID);
+        m->aggregate_type = txo_rows_str(rows, i, COL_AGGREGATE_TYPE, NULL);
+        m->aggregate_id = txo_rows_i64(rows, i, COL_AGGREGATE_ID);
+        m->event_type = txo_rows_str(rows, i, COL_EVENT_TYPE, NULL);
+        m->payload = txo_rows_str(rows, i, COL_PAYLOAD, &m->payload_len);
+        m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);
+        m->created_at = txo_rows_str(rows, i, COL_CREATED_AT, NULL);
+        int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
+        m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
+    }
+    r->n = n;
+    return 0;
+}
+
+static void publish(struct txo_relay *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        r->results[i] = 0;
+        txo_error_init(&r->errors[i]);
+    }
+    int rc = r->pub->ops->publish_batch(r->pub->self, r->msgs, r->n, r->results, r->errors);
+    for (size_t i = 0; i < r->n; i++) {
+        if (rc < 0)
+            r->results[i] = rc;
+        if (r->results[i] == 0)
+            continue;
+        if (r->results[i] > 0) /* not a TXO_E* code: count it as a publish failure */
+            r->results[i] = TXO_EPUBLISH;
+        if (r->errors[i].msg[0] == '\0')
+            txo_error_set(&r->errors[i], r->results[i], "%s publisher: %s", r->pub->ops->name,
+                          txo_strerror(r->results[i]));
+    }
+}
+
+static bool same_failure(const struct txo_relay *r, size_t a, size_t b)
+{
+    return r->results[a] == r->results[b] && strcmp(r->errors[a].msg, r->errors[b].msg) == 0;
+}
+
+/*
+ * Sorts the failed messages into groups with the same error (usually one group), so each group
+ * is one UPDATE. Fills fail_order, group_end and fail_ids; returns the number of groups.
+ */
+static size_t group_failures(struct txo_relay *r, size_t *n_failed)
+{
+    size_t nf = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->results[i] != 0)
+            r->fail_order[nf++] = i;
+    }
+    size_t groups = 0;
+    for (size_t start = 0; start < nf; groups++) {
+        /* Move every later message with the leader's error right after the group. */
+        size_t end = start + 1;
+        for (size_t j = end; j < nf; j++) {
+            if (same_failure(r, r->fail_order[start], r->fail_order[j])) {
+                size_t t = r->fail_order[end];
+                r->fail_order[end] = r->fail_order[j];
+                r->fail_order[j] = t;
+                end++;
+            }
+        }
+        r->group_end[groups] = end;
+        start = end;
+    }
+    for (size_t k = 0; k < nf; k++)
+        r->fail_ids[k] = r->msgs[r->fail_order[k]].id;
+    *n_failed = nf;
+    return groups;
+}
+
+/* "TXO_EPUBLISH: <message>", cut to LAST_ERROR_MAX bytes on a UTF-8 character boundary. */
+static void format_last_error(const struct txo_error *e, int code, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s: %s", txo_err_name(code), e->msg);
+    size_t len = strlen(out);
+    if (len > LAST_ERROR_MAX) {
+        len = LAST_ERROR_MAX;
+        while (len > 0 && ((unsigned char)out[len] & 0xC0) == 0x80)
+            len--;
+        out[len] = '\0';
+    }
+}
+
+static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct mark_ctx *ctx = arg;
+    struct txo_relay *r = ctx->relay;
+    uint64_t affected = 0;
+    int rc = 0;
+
+    memset(&ctx->res, 0, sizeof(ctx->res));
+
+    if (ctx->n_published > 0) {
+        r->params[0] = txo_p_str(r->token);
+        rc = exec_in(tx, r, IN_MARK_PUBLISHED, 1, r->ids, ctx->n_published, &affected, err);
+        if (rc < 0)
+            return rc;
+        ctx->res.published = affected;
+        ctx->res.fenced += ctx->n_published - affected;
+    }
+
+    uint64_t failed_updated = 0;
+    char last_error[TXO_ERROR_MSG_MAX + 64];
+    for (size_t g = 0, start = 0; g < ctx->n_groups; start = r->group_end[g], g++) {
+        size_t leader = r->fail_order[start];
+        size_t size = r->group_end[g] - start;
+        format_last_error(&r->errors[leader], r->results[leader], last_error, sizeof(last_error));
+        int64_t max_attempts = r->opts.max_attempts;
+        r->params[0] = txo_p_str(last_error);
+        r->params[1] = txo_p_i64(max_attempts);
+        r->params[2] = txo_p_i64(r->opts.backoff.max_ms);
+        r->params[3] = txo_p_i64(r->opts.backoff.base_ms);
+        r->params[4] = txo_p_f64(r->opts.backoff.jitter);
+        r->params[5] = txo_p_f64(r->opts.backoff.jitter);
+        r->params[6] = txo_p_i64(max_attempts);
+        r->params[7] = txo_p_i64(max_attempts);
+        r->params[8] = txo_p_str(r->token);
+        rc = exec_in(tx, r, IN_MARK_FAILED, MARK_FIXED_PARAMS, &r->fail_ids[start], size, &affected,
+                     err);
+        if (rc < 0)
+            return rc;
+        failed_updated += affected;
+        ctx->res.fenced += size - affected;
+    }
+
+    if (ctx->n_failed > 0 && failed_updated > 0) {
+        r->params[0] = txo_p_str(r->token);
+        rc = exec_in(tx, r, IN_DEAD_LETTER, 1, r->fail_ids, ctx->n_failed, &affected, err);
+        if (rc < 0)
+            return rc;
+        ctx->res.dead_lettered = affected;
+        if (affected > 0) {
+            r->params[0] = txo_p_str(r->token);
+            rc = exec_in(tx, r, IN_UNLOCK_FAILED, 1, r->fail_ids, ctx->n_failed, NULL, err);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    ctx->res.failed_attempts = failed_updated - ctx->res.dead_lettered;
+    return 0;
+}
+
+/* Records the outcome of the published batch on its rows, in one transaction. */
+static int mark(struct txo_relay *r, struct txo_error *err)
+{
+    struct mark_ctx ctx = {.relay = r};
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->results[i] == 0)
+            r->ids[ctx.n_published++] = r->msgs[i].id;
+    }
+    ctx.n_groups = group_failures(r, &ctx.n_failed);
+
+    /*
+     * txo_db_transact() already retries deadlocks, lock wait timeouts and a connection lost
+     * before COMMIT. What remains transient is a COMMIT with an unknown outcome: running the
+     * fenced mark again is safe (if the first one committed, the second matches no row and is
+     * counted as fenced), and finishing the batch now beats republishing it a lease later.
+     */
+    int rc = 0;
+    for (unsigned attempt = 1; attempt <= MARK_ATTEMPTS; attempt++) {
+        rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, mark_tx, &ctx, err);
+        if (rc == 0 || !txo_err_is_transient(rc) || attempt == MARK_ATTEMPTS)
+            break;
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "marking a batch failed, retrying relay_id=%s token=%s attempt=%u error=%s",
+                r->relay_id, r->token, attempt, txo_err_name(rc));
+        txo_sleep_ms(100 * (int64_t)attempt);
+    }
+    if (rc < 0) {
+        txo_error_wrap(err,
+                       "relay %s: marking a batch of %zu (ids %" PRId64 "..%" PRId64
+                       "; they are published again when their lease expires)",
+                       r->relay_id, r->n, r->msgs[0].id, r->msgs[r->n - 1].id);
+        return rc;
+    }
+    count(&r->stats.published, ctx.res.published);
+    count(&r->stats.failed_attempts, ctx.res.failed_attempts);
+    count(&r->stats.dead_lettered, ctx.res.dead_lettered);
+    count(&r->stats.fenced, ctx.res.fenced);
+    if (ctx.res.fenced > 0)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "lease lost before marking: rows were reclaimed by another relay and will be "
+                "published again relay_id=%s token=%s fenced=%" PRIu64 " batch=%zu",
+                r->relay_id, r->token, ctx.res.fenced, r->n);
+    if (ctx.res.dead_lettered > 0)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "events dead-lettered after %u attempts relay_id=%s count=%" PRIu64
+                " first_error=\"%s\"",
+                r->opts.max_attempts, r->relay_id, ctx.res.dead_lettered,
+                r->errors[r->fail_order[0]].msg);
+    if (ctx.n_failed > 0)
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "publish failed relay_id=%s failed=%zu error=\"%s\"",
+                r->relay_id, ctx.n_failed, r->errors[r->fail_order[0]].msg);
+    return 0;
+}
+
+static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
+{
+    int64_t now = txo_monotonic_ms();
+    int64_t every_ms = (int64_t)(r->opts.lease_s / 4 > 1 ? r->opts.lease_s / 4 : 1) * 1000;
+    if (r->reclaimed_once && now - r->last_reclaim_ms < every_ms)
+        return 0;
+    struct txo_param limit = txo_p_i64(RECLAIM_LIMIT);
+    struct txo_exec_result res;
+    int rc = txo_db_exec(r->db, RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "relay %s: reclaiming expired leases", r->relay_id);
+        return rc;
+    }
+    r->reclaimed_once = true;
+    r->last_reclaim_ms = now;
+    if (res.affected_rows > 0) {
+        count(&r->stats.reclaimed, res.affected_rows);
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "reclaimed events whose lease expired; they are published again relay_id=%s "
+                "count=%" PRIu64,
+                r->relay_id, res.affected_rows);
+    }
+    return 0;
+}
+
+int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_error *err)
+{
+    TXO_ASSERT(relay != NULL);
+    struct txo_relay *r = relay;
+    if (claimed != NULL)
+        *claimed = 0;
+
+    int rc = reclaim_if_due(r, err);
+    if (rc < 0)
+        goto out;
+    int64_t t_claim = txo_monotonic_us();
+    rc = claim(r, err);
+    if (rc < 0 || r->n == 0)
+        goto out;
+    count(&r->stats.claimed, r->n);
+    if (claimed != NULL)
+        *claimed = r->n;
+    txo_crash_point("relay.after_claim");
+
+    int64_t t0 = txo_monotonic_us();
+    publish(r);
+    int64_t t1 = txo_monotonic_us();
+    txo_crash_point("relay.after_publish");
+
+    rc = mark(r, err);
+    if (rc < 0)
+        goto out;
+    count(&r->stats.batches, 1);
+    TXO_LOG(TXO_LOG_DEBUG, "relay",
+            "batch relay_id=%s token=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
+            " publish_us=%" PRId64 " mark_us=%" PRId64,
+            r->relay_id, r->token, r->n, r->msgs[0].id, t0 - t_claim, t1 - t0,
+            txo_monotonic_us() - t1);
+out:
+    txo_rows_free(r->rows);
+    r->rows = NULL;
+    r->n = 0;
+    return rc;
+}
+
+static bool stopping(struct txo_relay *r)
+{
+    return atomic_load(&r->stop) != 0;
+}
+
+/* Sleeps ms in slices of at most IDLE_SLICE_MS, returning early when asked to stop. */
+static void sleep_unless_stopped(struct txo_relay *r, int64_t ms)
+{
+    while (ms > 0 && !stopping(r)) {
+        int64_t slice = ms < IDLE_SLICE_MS ? ms : IDLE_SLICE_MS;
+        txo_sleep_ms(slice);
+        ms -= slice;
+    }
+}
+
+int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
+{
+    TXO_ASSERT(relay != NULL);
+    struct txo_relay *r = relay;
+    struct txo_backoff retry = {RETRY_MIN_MS, RETRY_MAX_MS, 0.2};
+    unsigned failures = 0;
+
+    TXO_LOG(TXO_LOG_INFO, "relay",
+            "relay started relay_id=%s strategy=%s batch_size=%u lease_s=%u max_attempts=%u "
+            "publisher=%s drain=%s",
+            r->relay_id, txo_claim_strategy_name(r->claim), r->opts.batch_size, r->opts.lease_s,
+            r->opts.max_attempts, r->pub->ops->name, r->opts.drain ? "true" : "false");
+    while (!stopping(r)) {
+        size_t claimed = 0;
+        struct txo_error e;
+        txo_error_init(&e);
+        int rc = txo_relay_run_once(r, &claimed, &e);
+        if (rc < 0) {
+            if (!txo_err_is_transient(rc)) {
+                if (err != NULL)
+                    *err = e;
+                return rc;
+            }
+            failures++;
+            int64_t delay = txo_backoff_delay_ms(&retry, failures, txo_rand01());
+            TXO_LOG(TXO_LOG_WARN, "relay",
+                    "transient database error, retrying relay_id=%s attempt=%u delay_ms=%" PRId64
+                    " error=%s msg=\"%s\"",
+                    r->relay_id, failures, delay, txo_err_name(rc), e.msg);
+            sleep_unless_stopped(r, delay);
+            continue;
+        }
+        failures = 0;
+        if (claimed == 0) {
+            if (r->opts.drain)
+                return 0;
+            sleep_unless_stopped(r, r->opts.idle_sleep_ms);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,143 @@
+/*
+ * Every SQL statement of the outbox relay (src/relay/relay.c), one named macro each. Above
+ * each: the index it relies on, the rows it locks and the isolation it assumes. The schema is
+ * sql/migrations/0001_outbox.sql.
+ *
+ * Statements whose name ends in _IN end with `id IN `: the relay appends the placeholder list
+ * built by txo_sql_in_list() (count rounded up to a power of two, the last id repeated), so
+ * each statement exists in at most ~15 prepared variants per connection. The values are
+ * always bound.
+ *
+ * Every statement that changes a claimed row is fenced by the claim's lock token
+ * (`locked_by = ?`): once a lease expired and another relay reclaimed the row, the first
+ * relay's statements match nothing.
+ */
+#ifndef TXO_RELAY_SQL_H
+#define TXO_RELAY_SQL_H
+
+/*
+ * Claim, skip-locked strategy, step 1: the due PENDING rows in publish order.
+ * Index: idx_outbox_due (status, next_attempt_at [, id]): one range scan of status = 'PENDING'
+ * in index order, stopped after LIMIT rows; PUBLISHED rows are never read. The hint keeps it
+ * so: with a large backlog the optimizer may otherwise pick idx_outbox_lock (same status
+ * prefix) and filesort every PENDING row on each claim (seen on MariaDB 10.11 for the UPDATE
+ * form: 20,000 rows sorted per claim, 3x slower).
+ * Locks: exclusive locks on the returned rows; rows locked by another relay's claim are skipped,
+ * not waited for. Isolation: READ COMMITTED (no gap locks; the claim transaction is short).
+ * Params: limit. Columns: id, aggregate_type, aggregate_id, event_type, payload,
+ * idempotency_key, created_at (RFC 3339, the session time zone is UTC), attempts.
+ */
+#define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED                                                         \
+    "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, "              \
+    "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), attempts "                                  \
+    "FROM outbox_events FORCE INDEX (idx_outbox_due) "                                             \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) "                                      \
+    "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+
+/*
+ * Claim, skip-locked strategy, step 2, same transaction: marks the selected rows PROCESSING
+ * under the claim's token with a lease. Index: PRIMARY (id list). Locks: the same rows, already
+ * locked by step 1. Isolation: READ COMMITTED.
+ * Params: lock token, lease seconds, ids...
+ */
+#define RELAY_SQL_CLAIM_BY_ID_IN                                                                   \
+    "UPDATE outbox_events SET status = 'PROCESSING', locked_by = ?, "                              \
+    "locked_until = NOW(6) + INTERVAL ? SECOND WHERE id IN "
+
+/*
+ * Claim, update-limit strategy (MySQL 5.7), step 1: marks up to LIMIT due PENDING rows
+ * PROCESSING under the claim's token. Index: idx_outbox_due (status, next_attempt_at), walked
+ * in order and stopped after LIMIT rows (forced, see RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED).
+ * Locks: exclusive locks on the rows it scans; concurrent claims wait for each other
+ * (the price of having no SKIP LOCKED). Isolation: READ COMMITTED (locks on non-matching rows
+ * are released at once). Params: lock token, lease seconds, limit.
+ */
+#define RELAY_SQL_CLAIM_UPDATE_LIMIT                                                               \
+    "UPDATE outbox_events FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "                \
+    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) "                                      \
+    "ORDER BY next_attempt_at, id LIMIT ?"
+
+/*
+ * Claim, update-limit strategy, step 2, same transaction: reads back the rows of this token.
+ * Index: idx_outbox_locked_by (locked_by), then a sort of at most batch_size rows so the batch
+ * is published in claim order. Locks: none beyond step 1's (plain read).
+ * Isolation: READ COMMITTED (sees step 1's own changes). Params: lock token. Columns: as
+ * RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED.
+ */
+#define RELAY_SQL_CLAIM_SELECT_BY_TOKEN                                                            \
+    "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, "              \
+    "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), attempts FROM outbox_events "               \
+    "WHERE locked_by = ? AND status = 'PROCESSING' ORDER BY next_attempt_at, id"
+
+/*
+ * Mark: the acknowledged rows become PUBLISHED and release their lease, fenced by the token.
+ * Index: PRIMARY (id list). Locks: those rows, until the mark transaction commits.
+ * Isolation: READ COMMITTED. Params: lock token, ids...
+ */
+#define RELAY_SQL_MARK_PUBLISHED_IN                                                                \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6), locked_by = NULL, "     \
+    "locked_until = NULL, last_error = NULL "                                                      \
+    "WHERE locked_by = ? AND status = 'PROCESSING' AND id IN "
+
+/*
+ * Mark: rows whose publish failed with one same error. attempts + 1 < max: back to PENDING,
+ * lease released, next_attempt_at = now + backoff. attempts + 1 >= max: FAILED, keeping
+ * locked_by so RELAY_SQL_DEAD_LETTER_IN can pick exactly these rows by token.
+ *
+ * The backoff is txo_backoff_delay_ms() in SQL, with attempt = attempts + 1:
+ *   min(max_ms, base_ms * 2^(attempt - 1)) * (1 - jitter + 2 * jitter * RAND())  [ms]
+ * rounded to the millisecond like the C function, then turned into microseconds
+ * (the exponent is capped at 62, where max_ms has long won, so POW() cannot overflow).
+ *
+ * Order of the SET list matters: MySQL evaluates single-table UPDATE assignments left to
+ * right and a later one sees the NEW value of a column assigned earlier. So `attempts` is
+ * assigned LAST and every expression before it reads the OLD attempts (attempt - 1 ==
+ * attempts). Under MariaDB's SIMULTANEOUS_ASSIGNMENT mode every expression reads old values
+ * anyway, so this order is right under both semantics.
+ *
+ * Index: PRIMARY (id list). Locks: those rows. Isolation: READ COMMITTED.
+ * Params: last_error, max_attempts, max_ms, base_ms, jitter, jitter, max_attempts,
+ * max_attempts, lock token, ids...
+ */
+#define RELAY_SQL_MARK_FAILED_IN                                                                   \
+    "UPDATE outbox_events SET last_error = ?, "                                                    \
+    "status = IF(attempts + 1 >= ?, 'FAILED', 'PENDING'), "                                        \
+    "next_attempt_at = NOW(6) + INTERVAL ROUND(LEAST(?, ? * POW(2, LEAST(attempts, 62))) "         \
+    "* (1 - ? + 2 * ? * RAND())) * 1000 MICROSECOND, "                                             \
+    "locked_by = IF(attempts + 1 >= ?, locked_by, NULL), "                                         \
+    "locked_until = IF(attempts + 1 >= ?, locked_until, NULL), "                                   \
+    "attempts = attempts + 1 "                                                                     \
+    "WHERE locked_by = ? AND status = 'PROCESSING' AND id IN "
+
+/*
+ * Mark, same transaction: a dead-letter copy of every row this batch just made FAILED.
+ * Index: PRIMARY (id list) on outbox_events. Locks: the FAILED rows (already locked by the
+ * previous statement) and the new dead_letter_events rows. Isolation: READ COMMITTED.
+ * Params: lock token, ids...
+ */
+#define RELAY_SQL_DEAD_LETTER_IN                                                                   \
+    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "                \
+    "SELECT id, event_type, payload, last_error FROM outbox_events "                               \
+    "WHERE locked_by = ? AND status = 'FAILED' AND id IN "
+
+/*
+ * Mark, same transaction: releases the lease of the rows made FAILED above.
+ * Index: PRIMARY (id list). Locks: those rows. Isolation: READ COMMITTED.
+ * Params: lock token, ids...
+ */
+#define RELAY_SQL_UNLOCK_FAILED_IN                                                                 \
+    "UPDATE outbox_events SET locked_by = NULL, locked_until = NULL "                              \
+    "WHERE locked_by = ? AND status = 'FAILED' AND id IN "
+
+/*
+ * Reclaim: PROCESSING rows whose lease expired (their relay died or hung) go back to PENDING,
+ * due at once (next_attempt_at is unchanged, so already past). Index: idx_outbox_lock
+ * (status, locked_until): a range scan of expired leases only. Locks: those rows, in its own
+ * short transaction. Isolation: READ COMMITTED. Params: limit.
+ */
+#define RELAY_SQL_RECLAIM_EXPIRED                                                                  \
+    "UPDATE outbox_events SET status = 'PENDING', locked_by = NULL, locked_until = NULL "          \
+    "WHERE status = 'PROCESSING' AND locked_until < NOW(6) LIMIT ?"
+
+#endif

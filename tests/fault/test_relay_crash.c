@@ -1,0 +1,272 @@
+/*
+ * Scenario E with real processes: `txo relay` killed with SIGKILL after publishing a batch and
+ * before marking it (crash point relay.after_publish). The lease expires, the next relay
+ * publishes that batch again: nothing is lost, the first batch is delivered twice
+ * (at-least-once). And SIGTERM mid-drain: the batch in flight is finished (published and
+ * marked) before the relay exits 0, so the envelopes printed match the PUBLISHED rows exactly.
+ *
+ * The relay's stdout (the log publisher's stream) goes to a file that the test parses.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+
+/* testdb_export_env() points MYSQL_DATABASE at the test database; the next setup needs the
+ * original one back to connect before it creates its own. */
+static char *orig_database;
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup(t, "relay_crash");
+    testdb_export_env(t);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    testdb_teardown(*state);
+    txo_free(*state);
+    unsetenv("TXO_CRASH_POINT");
+    if (orig_database != NULL)
+        setenv("MYSQL_DATABASE", orig_database, 1);
+    else
+        unsetenv("MYSQL_DATABASE");
+    return 0;
+}
+
+static void insert_events(struct testdb *t, unsigned n)
+{
+    char sql[400];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
+             "CONCAT('k:', seq) FROM seq_1_to_%u",
+             n);
+    testdb_exec(t->db, sql);
+}
+
+static int64_t q(struct testdb *t, const char *sql)
+{
+    return testdb_i64(t->db, sql, NULL, 0);
+}
+
+/* Starts `$TXO_BIN relay <args...>` with stdout to out_path, stderr to err_path. */
+static pid_t spawn_relay(const char *out_path, const char *err_path, const char *const *args)
+{
+    const char *bin = getenv("TXO_BIN");
+    if (bin == NULL || bin[0] == '\0')
+        fail_msg("TXO_BIN is not set (run through ctest)");
+    char *argv[16];
+    size_t n = 0;
+    argv[n++] = (char *)bin;
+    argv[n++] = (char *)"relay";
+    for (size_t i = 0; args[i] != NULL && n < 15; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+            _exit(127);
+        execv(bin, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_for(pid_t pid)
+{
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void dump_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof(line), f) != NULL)
+        print_message("  %s", line);
+    fclose(f);
+}
+
+/*
+ * Parses the envelopes in path; counts[k] += 1 for each key "k:<k>" (k in 1..n). Returns the
+ * number of lines. Every line must be a complete envelope.
+ */
+static size_t read_envelopes(const char *path, unsigned *counts, unsigned n)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t lines = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        json_error_t jerr;
+        json_t *env = json_loadb(line, (size_t)len, 0, &jerr);
+        if (env == NULL)
+            fail_msg("%s line %zu is not JSON (%s): %s", path, lines + 1, jerr.text, line);
+        const char *key = json_string_value(json_object_get(env, "idempotency_key"));
+        assert_non_null(key);
+        assert_non_null(json_object_get(env, "payload"));
+        unsigned k = 0;
+        if (sscanf(key, "k:%u", &k) != 1 || k < 1 || k > n)
+            fail_msg("unexpected key %s", key);
+        /* The payload survived: {"n": k}. */
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(env, "payload"), "n")),
+                         k);
+        counts[k]++;
+        json_decref(env);
+        lines++;
+    }
+    free(line);
+    fclose(f);
+    return lines;
+}
+
+static void temp_path(char *buf, size_t cap, const char *name)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/txo_relay_crash_%ld_%s", dir && *dir ? dir : "/tmp", (long)getpid(),
+             name);
+}
+
+static void test_crash_after_publish_republishes(void **state)
+{
+    struct testdb *t = *state;
+    const unsigned n = 200;
+    insert_events(t, n);
+    char out1[256], out2[256], errf[256];
+    temp_path(out1, sizeof(out1), "out1");
+    temp_path(out2, sizeof(out2), "out2");
+    temp_path(errf, sizeof(errf), "err");
+
+    const char *args[] = {"--drain", "--publisher", "log", "--batch-size",
+                          "50",      "--lease",     "1",   NULL};
+    setenv("TXO_CRASH_POINT", "relay.after_publish", 1);
+    int status = wait_for(spawn_relay(out1, errf, args));
+    unsetenv("TXO_CRASH_POINT");
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+        dump_file(errf);
+        fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
+    }
+
+    unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
+    assert_int_equal(read_envelopes(out1, counts, n), 50);
+    for (unsigned k = 1; k <= 50; k++)
+        assert_int_equal(counts[k], 1); /* the first batch, in order of next_attempt_at/id */
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
+                          "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
+                     50);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 150);
+
+    txo_sleep_ms(1500); /* past the 1 s lease */
+    status = wait_for(spawn_relay(out2, errf, args));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dump_file(errf);
+        fail_msg("second relay run: status 0x%x", status);
+    }
+    assert_int_equal(read_envelopes(out2, counts, n), n);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND locked_by IS NULL"),
+                     n);
+    for (unsigned k = 1; k <= n; k++) {
+        unsigned want = k <= 50 ? 2 : 1; /* the first batch was published twice */
+        if (counts[k] != want)
+            fail_msg("key k:%u published %u times, want %u", k, counts[k], want);
+    }
+    txo_free(counts);
+    unlink(out1);
+    unlink(out2);
+    unlink(errf);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : 0;
+}
+
+static void test_sigterm_finishes_batch(void **state)
+{
+    struct testdb *t = *state;
+    const unsigned n = 20000;
+    insert_events(t, n);
+    char out1[256], out2[256], errf[256];
+    temp_path(out1, sizeof(out1), "term_out1");
+    temp_path(out2, sizeof(out2), "term_out2");
+    temp_path(errf, sizeof(errf), "term_err");
+
+    const char *args[] = {"--publisher", "log", "--batch-size", "100", NULL};
+    pid_t pid = spawn_relay(out1, errf, args);
+    int64_t deadline = txo_monotonic_ms() + 20000;
+    while (file_size(out1) == 0 && txo_monotonic_ms() < deadline)
+        txo_sleep_ms(1);
+    assert_true(file_size(out1) > 0);
+    assert_int_equal(kill(pid, SIGTERM), 0);
+    int status = wait_for(pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dump_file(errf);
+        fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
+    }
+
+    int64_t published = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'");
+    int64_t pending = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    print_message("SIGTERM after %lld of %u events published\n", (long long)published, n);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(published + pending, n);
+
+    unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
+    assert_int_equal(read_envelopes(out1, counts, n), published);
+
+    const char *drain_args[] = {"--drain", "--publisher", "log", "--batch-size", "500", NULL};
+    status = wait_for(spawn_relay(out2, errf, drain_args));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dump_file(errf);
+        fail_msg("draining relay: status 0x%x", status);
+    }
+    assert_int_equal(read_envelopes(out2, counts, n), pending);
+    for (unsigned k = 1; k <= n; k++) {
+        if (counts[k] != 1)
+            fail_msg("key k:%u published %u times, want 1", k, counts[k]);
+    }
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    txo_free(counts);
+    unlink(out1);
+    unlink(out2);
+    unlink(errf);
+}
+
+int main(void)
+{
+    const char *db = getenv("MYSQL_DATABASE");
+    orig_database = db != NULL ? txo_strdup(db) : NULL;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_crash_after_publish_republishes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm_finishes_batch, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,775 @@
+/*
+ * The outbox relay against a real MariaDB, every test once per claim strategy (skip-locked and
+ * update-limit): drain exactly once in claim order, scenario D (publish failures: backoff,
+ * last_error, FAILED + dead letter, recovery), two relays draining concurrently, lease expiry
+ * with a fenced mark (at-least-once), the claim using idx_outbox_due, stop mid-run, and the
+ * lock token.
+ *
+ * The publisher is an in-test one (txo_publisher_new) that records what it got and can be
+ * told to fail: every message, the first N calls, or given ids.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "relay/relay_sql.h"
+#include "testdb.h"
+
+/* ---- the recording publisher ---- */
+
+struct recorder;
+typedef void (*hook_fn)(struct recorder *rec, const struct txo_outbox_message *msgs, size_t n);
+
+struct recorder {
+    /* What it acknowledged, in order. */
+    int64_t *ids;
+    char **keys;
+    int *attempts;
+    size_t n, cap;
+    size_t seen; /* messages handed to it, acknowledged or not */
+    unsigned calls;
+
+    /* Failure injection. */
+    bool fail_all;
+    unsigned fail_first_calls;
+    const int64_t *fail_ids;
+    size_t n_fail_ids;
+
+    /* Runs at the start of every publish call. */
+    hook_fn hook;
+    void *hook_arg;
+};
+
+static bool should_fail(const struct recorder *rec, int64_t id)
+{
+    if (rec->fail_all || rec->calls <= rec->fail_first_calls)
+        return true;
+    for (size_t i = 0; i < rec->n_fail_ids; i++) {
+        if (rec->fail_ids[i] == id)
+            return true;
+    }
+    return false;
+}
+
+static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
+                       struct txo_error *errors)
+{
+    struct recorder *rec = self;
+    rec->calls++;
+    if (rec->hook != NULL)
+        rec->hook(rec, msgs, n);
+    for (size_t i = 0; i < n; i++) {
+        rec->seen++;
+        if (should_fail(rec, msgs[i].id)) {
+            results[i] = txo_error_set(&errors[i], TXO_EPUBLISH, "broker down");
+            continue;
+        }
+        /* Every message must make a valid envelope. */
+        char *env = txo_envelope_encode(&msgs[i], NULL, NULL);
+        if (env == NULL)
+            fail_msg("event %lld: no envelope", (long long)msgs[i].id);
+        txo_free(env);
+        if (rec->n == rec->cap) {
+            rec->cap = rec->cap ? rec->cap * 2 : 256;
+            rec->ids = txo_realloc(rec->ids, rec->cap * sizeof(*rec->ids));
+            rec->keys = txo_realloc(rec->keys, rec->cap * sizeof(*rec->keys));
+            rec->attempts = txo_realloc(rec->attempts, rec->cap * sizeof(*rec->attempts));
+            assert_non_null(rec->ids);
+            assert_non_null(rec->keys);
+            assert_non_null(rec->attempts);
+        }
+        rec->ids[rec->n] = msgs[i].id;
+        rec->keys[rec->n] = txo_strdup(msgs[i].idempotency_key);
+        rec->attempts[rec->n] = msgs[i].attempt;
+        rec->n++;
+        results[i] = 0;
+    }
+    return 0;
+}
+
+static void rec_destroy(void *self)
+{
+    struct recorder *rec = self;
+    for (size_t i = 0; i < rec->n; i++)
+        txo_free(rec->keys[i]);
+    txo_free(rec->ids);
+    txo_free(rec->keys);
+    txo_free(rec->attempts);
+    txo_free(rec);
+}
+
+static const struct txo_publisher_ops rec_ops = {
+    .name = "recorder",
+    .publish_batch = rec_publish,
+    .destroy = rec_destroy,
+};
+
+static struct txo_publisher *new_recorder(struct recorder **rec)
+{
+    *rec = txo_calloc(1, sizeof(**rec));
+    assert_non_null(*rec);
+    struct txo_publisher *pub = NULL;
+    assert_int_equal(txo_publisher_new(&rec_ops, *rec, &pub, NULL), 0);
+    return pub;
+}
+
+/* ---- fixtures ---- */
+
+struct ctx {
+    struct testdb t;
+    enum txo_claim_strategy claim;
+};
+
+static enum txo_claim_strategy skip_locked = TXO_CLAIM_SKIP_LOCKED;
+static enum txo_claim_strategy update_limit = TXO_CLAIM_UPDATE_LIMIT;
+
+static int setup(void **state)
+{
+    struct ctx *c = txo_calloc(1, sizeof(*c));
+    c->claim = *(enum txo_claim_strategy *)*state;
+    testdb_setup(&c->t, c->claim == TXO_CLAIM_SKIP_LOCKED ? "relay_sl" : "relay_ul");
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    testdb_teardown(&c->t);
+    txo_free(c);
+    return 0;
+}
+
+static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch)
+{
+    struct txo_relay_opts o;
+    txo_relay_opts_init(&o);
+    o.claim = c->claim;
+    o.batch_size = batch;
+    o.relay_id = "test-relay";
+    o.idle_sleep_ms = 5;
+    return o;
+}
+
+static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
+                                   const struct txo_relay_opts *o)
+{
+    struct txo_relay *r = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_new(db, pub, o, &r, &err) < 0)
+        fail_msg("txo_relay_new: %s", err.msg);
+    return r;
+}
+
+static size_t run_once(struct txo_relay *r)
+{
+    size_t claimed = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_run_once(r, &claimed, &err) < 0)
+        fail_msg("txo_relay_run_once: %s", err.msg);
+    return claimed;
+}
+
+static void drain(struct txo_relay *r)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_run(r, &err) < 0)
+        fail_msg("txo_relay_run: %s", err.msg);
+}
+
+/* Inserts n events (aggregate_id = 1..n, key "<prefix>:<n>") with the given status, in one
+ * statement. */
+static void insert_events_as(struct testdb *t, unsigned n, const char *status, const char *prefix)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+             "idempotency_key, status) SELECT 'order', seq, 'OrderCreated', "
+             "JSON_OBJECT('n', seq), CONCAT('%s:', seq), '%s' FROM seq_1_to_%u",
+             prefix, status, n);
+    testdb_exec(t->db, sql);
+}
+
+static void insert_events(struct testdb *t, unsigned n, const char *status)
+{
+    insert_events_as(t, n, status, "k");
+}
+
+static int64_t q(struct testdb *t, const char *sql)
+{
+    return testdb_i64(t->db, sql, NULL, 0);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Asserts that the ids in recs are exactly 1..n, each once. */
+static void assert_each_once(struct recorder **recs, size_t n_recs, size_t n)
+{
+    size_t total = 0;
+    for (size_t r = 0; r < n_recs; r++)
+        total += recs[r]->n;
+    assert_int_equal(total, n);
+    int64_t *all = txo_malloc(n * sizeof(*all));
+    size_t k = 0;
+    for (size_t r = 0; r < n_recs; r++) {
+        memcpy(all + k, recs[r]->ids, recs[r]->n * sizeof(*all));
+        k += recs[r]->n;
+    }
+    qsort(all, n, sizeof(*all), cmp_i64);
+    for (size_t i = 0; i < n; i++) {
+        if (all[i] != (int64_t)i + 1)
+            fail_msg("published ids: position %zu holds %lld (duplicate or missing id)", i,
+                     (long long)all[i]);
+    }
+    txo_free(all);
+}
+
+/* ---- (1) drain: every event exactly once, in claim order ---- */
+
+static void test_drain_exactly_once_in_order(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 1234;
+    insert_events(&c->t, n, "PENDING");
+    /* The last 10 events are due earlier than all others: they go first. */
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = next_attempt_at - "
+                         "INTERVAL (2000 - id) SECOND WHERE id > 1224");
+
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 100);
+    o.drain = true;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    assert_int_equal(txo_relay_claim_strategy(r), c->claim);
+    drain(r);
+
+    assert_each_once(&rec, 1, n);
+    for (size_t i = 0; i < n; i++) {
+        int64_t want = i < 10 ? (int64_t)(1225 + i) : (int64_t)(i - 10 + 1);
+        if (rec->ids[i] != want)
+            fail_msg("publish order: position %zu is id %lld, want %lld", i, (long long)rec->ids[i],
+                     (long long)want);
+        char key[32];
+        snprintf(key, sizeof(key), "k:%lld", (long long)rec->ids[i]);
+        assert_string_equal(rec->keys[i], key);
+        assert_int_equal(rec->attempts[i], 1);
+    }
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND published_at IS NOT NULL AND locked_by IS NULL "
+                              "AND locked_until IS NULL AND attempts = 0"),
+                     n);
+
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.claimed, n);
+    assert_int_equal(st.published, n);
+    assert_int_equal(st.batches, 13);
+    assert_int_equal(st.fenced + st.failed_attempts + st.dead_lettered + st.reclaimed, 0);
+
+    /* Nothing left: another cycle claims nothing. */
+    assert_int_equal(run_once(r), 0);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/* ---- (2) scenario D: publisher down ---- */
+
+/* Seconds until the next attempt of event id (rounded). */
+static int64_t delay_s(struct testdb *t, int64_t id)
+{
+    struct txo_param p = txo_p_i64(id);
+    return testdb_i64(t->db,
+                      "SELECT ROUND(TIMESTAMPDIFF(MICROSECOND, NOW(6), next_attempt_at) / 1e6) "
+                      "FROM outbox_events WHERE id = ?",
+                      &p, 1);
+}
+
+static void test_failure_backoff_and_last_error(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(&c->t, 4, "PENDING");
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    const int64_t bad[] = {2};
+    rec->fail_ids = bad;
+    rec->n_fail_ids = 1;
+    struct txo_relay_opts o = relay_opts(c, 10);
+    o.backoff.base_ms = 60000; /* exact delays: 60 s, then 120 s, capped at 200 s */
+    o.backoff.max_ms = 200000;
+    o.backoff.jitter = 0.0;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+
+    assert_int_equal(run_once(r), 4);
+    assert_int_equal(rec->n, 3);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 3);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 "
+                              "AND status = 'PENDING' AND attempts = 1 AND locked_by IS NULL "
+                              "AND locked_until IS NULL AND published_at IS NULL "
+                              "AND next_attempt_at > NOW(6)"),
+                     1);
+    assert_int_equal(delay_s(&c->t, 2), 60); /* base * 2^0: attempts was read before +1 */
+    char *last_error =
+        testdb_str(c->t.db, "SELECT last_error FROM outbox_events WHERE id = 2", NULL, 0);
+    assert_non_null(last_error);
+    assert_string_equal(last_error, "TXO_EPUBLISH: broker down");
+    txo_free(last_error);
+
+    /* Not due yet: the next cycle leaves it alone (no hot loop). */
+    assert_int_equal(run_once(r), 0);
+
+    /* Due again, fails again: twice the delay. Then three times more would hit the cap. */
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 2");
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(delay_s(&c->t, 2), 120);
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 2");
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(delay_s(&c->t, 2), 200);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.failed_attempts, 3);
+    assert_int_equal(st.published, 3);
+
+    /* With jitter 0.5 the delay lands in [0.5, 1.5) x 60 s. */
+    txo_relay_free(r);
+    o.backoff.jitter = 0.5;
+    o.backoff.base_ms = 60000;
+    r = new_relay(c->t.db, pub, &o);
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6), attempts = 0 "
+                         "WHERE id = 2");
+    assert_int_equal(run_once(r), 1);
+    int64_t d = delay_s(&c->t, 2);
+    if (d < 30 || d > 90)
+        fail_msg("jittered delay %lld s, want 30..90", (long long)d);
+
+    /* Once due and the publisher is back, it is delivered with its attempt number. */
+    rec->n_fail_ids = 0;
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 2");
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(rec->ids[3], 2);
+    assert_int_equal(rec->attempts[3], 2);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL"),
+                     4);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_dead_letter_then_recovery(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(&c->t, 5, "PENDING");
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    rec->fail_all = true;
+    struct txo_relay_opts o = relay_opts(c, 10);
+    o.max_attempts = 3;
+    o.backoff.base_ms = 1;
+    o.backoff.max_ms = 2;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+
+    for (int i = 0; i < 500 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                        "'FAILED'") < 5;
+         i++) {
+        (void)run_once(r);
+        txo_sleep_ms(2);
+    }
+    assert_int_equal(rec->seen, 15); /* 5 events x 3 attempts, not one more */
+    assert_int_equal(rec->n, 0);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND attempts = 3 AND locked_by IS NULL AND locked_until IS NULL "
+                              "AND last_error = 'TXO_EPUBLISH: broker down'"),
+                     5);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 5);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e "
+                              "ON e.id = d.source_event_id WHERE d.payload = e.payload "
+                              "AND d.event_type = e.event_type "
+                              "AND d.error = 'TXO_EPUBLISH: broker down'"),
+                     5);
+    assert_int_equal(q(&c->t, "SELECT COUNT(DISTINCT source_event_id) FROM dead_letter_events"), 5);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.failed_attempts, 10);
+    assert_int_equal(st.dead_lettered, 5);
+
+    /* The broker is back: new events go out, the dead ones stay dead (until a replay). */
+    rec->fail_all = false;
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key) VALUES ('order', 6, 'OrderCreated', '{}', "
+                         "'k:6'), ('order', 7, 'OrderCreated', '{}', 'k:7')");
+    struct txo_relay_opts od = o;
+    od.drain = true;
+    struct txo_relay *rd = new_relay(c->t.db, pub, &od);
+    drain(rd);
+    assert_int_equal(rec->n, 2);
+    assert_string_equal(rec->keys[0], "k:6");
+    assert_string_equal(rec->keys[1], "k:7");
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 5);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 5);
+    txo_relay_free(rd);
+
+    /* A publisher that fails its first call only: the events are delivered on the next. */
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key) VALUES ('order', 8, 'OrderCreated', '{}', "
+                         "'k:8')");
+    rec->fail_first_calls = rec->calls + 1;
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(rec->n, 2);
+    txo_sleep_ms(5);
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(rec->n, 3);
+    assert_string_equal(rec->keys[2], "k:8");
+    assert_int_equal(rec->attempts[2], 2);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/* ---- (3) two relays at once ---- */
+
+struct worker {
+    struct ctx *c;
+    struct txo_db *db;
+    struct recorder *rec;
+    struct txo_publisher *pub;
+    struct txo_relay *relay;
+    int rc;
+    char msg[TXO_ERROR_MSG_MAX];
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    w->rc = txo_relay_run(w->relay, &err);
+    snprintf(w->msg, sizeof(w->msg), "%s", err.msg);
+    return NULL;
+}
+
+static void test_two_relays_concurrently(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 5000;
+    insert_events(&c->t, n, "PENDING");
+    struct worker w[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].c = c;
+        w[i].db = testdb_connect(&c->t);
+        w[i].pub = new_recorder(&w[i].rec);
+        struct txo_relay_opts o = relay_opts(c, 50);
+        o.relay_id = i == 0 ? "relay-a" : "relay-b";
+        o.drain = true;
+        w[i].relay = new_relay(w[i].db, w[i].pub, &o);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        if (w[i].rc != 0)
+            fail_msg("relay %d: %s", i, w[i].msg);
+    }
+    /* A relay that found everything claimed by the other may stop early; drain the rest. */
+    drain(w[0].relay);
+
+    struct recorder *recs[2] = {w[0].rec, w[1].rec};
+    assert_each_once(recs, 2, n);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
+                     n);
+    for (int i = 0; i < 2; i++) {
+        struct txo_relay_stats st;
+        txo_relay_get_stats(w[i].relay, &st);
+        assert_int_equal(st.fenced + st.reclaimed + st.failed_attempts, 0);
+        print_message("relay %d (%s) published %llu\n", i, txo_claim_strategy_name(c->claim),
+                      (unsigned long long)st.published);
+        txo_relay_free(w[i].relay);
+        txo_publisher_free(w[i].pub);
+        txo_db_close(w[i].db);
+    }
+}
+
+/* ---- (4) lease expiry: another relay republishes, the first one's mark is fenced ---- */
+
+struct lease_test {
+    struct testdb *t;
+    struct txo_db *other_conn;
+    struct txo_relay *relay_b;
+    size_t b_claimed;
+};
+
+static void expire_and_steal(struct recorder *rec, const struct txo_outbox_message *msgs, size_t n)
+{
+    (void)msgs;
+    (void)n;
+    struct lease_test *lt = rec->hook_arg;
+    if (rec->calls != 1)
+        return;
+    testdb_exec(lt->other_conn, "UPDATE outbox_events SET locked_until = NOW(6) - INTERVAL 1 "
+                                "SECOND WHERE status = 'PROCESSING'");
+    lt->b_claimed = run_once(lt->relay_b);
+}
+
+static void test_lease_expiry_fenced_mark(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 10;
+    insert_events(&c->t, n, "PENDING");
+
+    struct lease_test lt = {.t = &c->t};
+    lt.other_conn = testdb_connect(&c->t);
+    struct txo_db *db_b = testdb_connect(&c->t);
+    struct recorder *rec_a, *rec_b;
+    struct txo_publisher *pub_a = new_recorder(&rec_a);
+    struct txo_publisher *pub_b = new_recorder(&rec_b);
+    struct txo_relay_opts oa = relay_opts(c, n);
+    oa.relay_id = "relay-a";
+    struct txo_relay_opts ob = relay_opts(c, n);
+    ob.relay_id = "relay-b";
+    struct txo_relay *a = new_relay(c->t.db, pub_a, &oa);
+    lt.relay_b = new_relay(db_b, pub_b, &ob);
+    rec_a->hook = expire_and_steal;
+    rec_a->hook_arg = &lt;
+
+    assert_int_equal(run_once(a), n);
+    assert_int_equal(lt.b_claimed, n);
+
+    struct txo_relay_stats sa, sb;
+    txo_relay_get_stats(a, &sa);
+    txo_relay_get_stats(lt.relay_b, &sb);
+    assert_int_equal(sb.reclaimed, n);
+    assert_int_equal(sb.published, n);
+    assert_int_equal(sa.fenced, n);
+    assert_int_equal(sa.published, 0);
+
+    /* Published twice overall (at least once), nothing lost, final state by B. */
+    struct recorder *recs[1] = {rec_a};
+    assert_each_once(recs, 1, n);
+    recs[0] = rec_b;
+    assert_each_once(recs, 1, n);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL AND published_at IS NOT NULL"),
+                     n);
+    assert_int_equal(run_once(a), 0);
+
+    txo_relay_free(a);
+    txo_relay_free(lt.relay_b);
+    txo_publisher_free(pub_a);
+    txo_publisher_free(pub_b);
+    txo_db_close(db_b);
+    txo_db_close(lt.other_conn);
+}
+
+/* ---- (5) the claim walks idx_outbox_due ---- */
+
+/* EXPLAIN sql must show want_key as the key (exact, and then no filesort), or among the keys (a
+ * MariaDB rowid filter shows "access_key|filter_key"), and examine at most max_rows rows. */
+static void assert_explain_key(struct testdb *t, const char *sql, const struct txo_param *params,
+                               size_t n, const char *want_key, bool exact, int64_t max_rows)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(t->db, sql, params, n, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    assert_true(txo_rows_count(rows) >= 1);
+    /* EXPLAIN columns: id select_type table type possible_keys key key_len ref rows Extra */
+    const char *key = txo_rows_str(rows, 0, 5, NULL);
+    int64_t examined = txo_rows_i64(rows, 0, 8);
+    print_message("%.60s...: key=%s rows=%lld extra=%s\n", sql + 8, key ? key : "NULL",
+                  (long long)examined, txo_rows_str(rows, 0, 9, NULL));
+    if (key == NULL || (exact ? strcmp(key, want_key) != 0 : strstr(key, want_key) == NULL))
+        fail_msg("%s uses key %s, want %s", sql, key ? key : "NULL", want_key);
+    const char *extra = txo_rows_str(rows, 0, 9, NULL);
+    if (exact && extra != NULL && strstr(extra, "filesort") != NULL)
+        fail_msg("%s sorts the rows it reads (%s): it must walk %s in order", sql, extra, want_key);
+    if (examined > max_rows)
+        fail_msg("%s examines %lld rows, want <= %lld", sql, (long long)examined,
+                 (long long)max_rows);
+    txo_rows_free(rows);
+}
+
+static void test_claim_uses_due_index(void **state)
+{
+    struct ctx *c = *state;
+    insert_events_as(&c->t, 20000, "PUBLISHED", "old");
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key) SELECT 'order', seq, 'OrderCreated', '{}', "
+                         "CONCAT('p:', seq) FROM seq_1_to_10");
+    testdb_exec(c->t.db, "ANALYZE TABLE outbox_events");
+
+    struct txo_param limit = txo_p_i64(500);
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1,
+                       "idx_outbox_due", true, 100);
+    struct txo_param ul[] = {txo_p_str("tok"), txo_p_i64(30), txo_p_i64(500)};
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, "idx_outbox_due",
+                       true, 100);
+    struct txo_param tok = txo_p_str("tok");
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_BY_TOKEN, &tok, 1,
+                       "idx_outbox_locked_by", false, 100);
+    /* With no PROCESSING row either (status, ...) index is as good; both avoid PUBLISHED rows. */
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, "idx_outbox_", false,
+                       100);
+
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 500);
+    o.drain = true;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    drain(r);
+    assert_int_equal(rec->n, 10);
+
+    /* A large backlog: the claims must still walk the index in order, not sort the backlog. */
+    insert_events_as(&c->t, 20000, "PENDING", "backlog");
+    testdb_exec(c->t.db, "ANALYZE TABLE outbox_events");
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1,
+                       "idx_outbox_due", true, INT64_MAX);
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, "idx_outbox_due",
+                       true, INT64_MAX);
+    assert_string_equal(rec->keys[0], "p:1");
+    assert_string_equal(rec->keys[9], "p:10");
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/* ---- (6) stop mid-run finishes the batch in progress ---- */
+
+static void stop_on_second_call(struct recorder *rec, const struct txo_outbox_message *msgs,
+                                size_t n)
+{
+    (void)msgs;
+    (void)n;
+    if (rec->calls == 2)
+        txo_relay_stop(rec->hook_arg);
+}
+
+static void test_stop_finishes_batch(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(&c->t, 50, "PENDING");
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 10);
+    struct txo_relay *r = new_relay(c->t.db, pub, &o); /* not drain: only stop ends it */
+    rec->hook = stop_on_second_call;
+    rec->hook_arg = r;
+    drain(r);
+    assert_int_equal(rec->n, 20);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND id <= 20"),
+                     20);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                              "AND id > 20 AND locked_by IS NULL"),
+                     30);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.batches, 2);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/* ---- lock token and options ---- */
+
+struct token_probe {
+    struct txo_db *conn;
+    char *locked_by;
+};
+
+static void read_token(struct recorder *rec, const struct txo_outbox_message *msgs, size_t n)
+{
+    (void)n;
+    struct token_probe *p = rec->hook_arg;
+    struct txo_param id = txo_p_i64(msgs[0].id);
+    txo_free(p->locked_by);
+    p->locked_by = testdb_str(p->conn, "SELECT locked_by FROM outbox_events WHERE id = ?", &id, 1);
+}
+
+static void test_lock_token_and_opts(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(&c->t, 2, "PENDING");
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_error err;
+    txo_error_init(&err);
+
+    struct txo_relay_opts o = relay_opts(c, 1);
+    struct txo_relay *bad = NULL;
+    unsigned bad_batch[] = {0, 10001};
+    for (size_t i = 0; i < 2; i++) {
+        o.batch_size = bad_batch[i];
+        assert_int_equal(txo_relay_new(c->t.db, pub, &o, &bad, &err), TXO_EINVAL);
+    }
+    o = relay_opts(c, 1);
+    o.lease_s = 0;
+    assert_int_equal(txo_relay_new(c->t.db, pub, &o, &bad, &err), TXO_EINVAL);
+    o = relay_opts(c, 1);
+    o.max_attempts = 0;
+    assert_int_equal(txo_relay_new(c->t.db, pub, &o, &bad, &err), TXO_EINVAL);
+    assert_null(bad);
+
+    char long_id[301];
+    memset(long_id, 'x', 300);
+    long_id[300] = '\0';
+    o = relay_opts(c, 1);
+    o.relay_id = long_id;
+    struct token_probe probe = {.conn = testdb_connect(&c->t)};
+    rec->hook = read_token;
+    rec->hook_arg = &probe;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    assert_int_equal(run_once(r), 1);
+    assert_non_null(probe.locked_by);
+    char *first = txo_strdup(probe.locked_by);
+    assert_true(strlen(first) <= 128);
+    assert_int_equal(strncmp(first, "xxxxxxxx", 8), 0);
+    assert_int_equal(strlen(strrchr(first, ':') + 1), 36); /* the uuid */
+    assert_int_equal(run_once(r), 1);
+    assert_string_not_equal(first, probe.locked_by); /* a fresh token per claim */
+
+    /* Default relay id: hostname:pid. */
+    txo_relay_free(r);
+    o.relay_id = NULL;
+    r = new_relay(c->t.db, pub, &o);
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING'");
+    assert_int_equal(run_once(r), 1);
+    char pid[32];
+    snprintf(pid, sizeof(pid), ":%ld:", (long)getpid());
+    assert_non_null(strstr(probe.locked_by, pid));
+
+    txo_free(first);
+    txo_free(probe.locked_by);
+    txo_db_close(probe.conn);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+#define BOTH(fn)                                                                                   \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &skip_locked),                   \
+        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &update_limit)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_drain_exactly_once_in_order), BOTH(test_failure_backoff_and_last_error),
+        BOTH(test_dead_letter_then_recovery),   BOTH(test_two_relays_concurrently),
+        BOTH(test_lease_expiry_fenced_mark),    BOTH(test_claim_uses_due_index),
+        BOTH(test_stop_finishes_batch),         BOTH(test_lock_token_and_opts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,115 @@
+/*
+ * The outbox row state machine of include/txo/outbox.h: every (from, to) pair of
+ * txo_outbox_can_move() against the documented moves, and the status names round-trip.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "txo/txo.h"
+
+#define N_STATES 4
+
+static const enum txo_outbox_status all[N_STATES] = {TXO_OUTBOX_PENDING, TXO_OUTBOX_PROCESSING,
+                                                     TXO_OUTBOX_PUBLISHED, TXO_OUTBOX_FAILED};
+
+/* Written from the comment in outbox.h, independently of the table in outbox.c. */
+static bool documented(enum txo_outbox_status from, enum txo_outbox_status to)
+{
+    switch (from) {
+    case TXO_OUTBOX_PENDING:
+        return to == TXO_OUTBOX_PROCESSING;
+    case TXO_OUTBOX_PROCESSING:
+        return to == TXO_OUTBOX_PUBLISHED || to == TXO_OUTBOX_PENDING || to == TXO_OUTBOX_FAILED;
+    case TXO_OUTBOX_PUBLISHED:
+        return false;
+    case TXO_OUTBOX_FAILED:
+        return to == TXO_OUTBOX_PENDING; /* operator replay from the dead-letter table */
+    }
+    return false;
+}
+
+static void test_every_pair(void **state)
+{
+    (void)state;
+    int allowed = 0;
+    for (size_t i = 0; i < N_STATES; i++) {
+        for (size_t j = 0; j < N_STATES; j++) {
+            bool got = txo_outbox_can_move(all[i], all[j]);
+            if (got != documented(all[i], all[j]))
+                fail_msg("can_move(%s, %s) = %d", txo_outbox_status_name(all[i]),
+                         txo_outbox_status_name(all[j]), got);
+            allowed += got;
+        }
+    }
+    assert_int_equal(allowed, 5);
+    /* No state may stay where it is through a "move". */
+    for (size_t i = 0; i < N_STATES; i++)
+        assert_false(txo_outbox_can_move(all[i], all[i]));
+}
+
+static void test_names_round_trip(void **state)
+{
+    (void)state;
+    const char *names[N_STATES] = {"PENDING", "PROCESSING", "PUBLISHED", "FAILED"};
+    for (size_t i = 0; i < N_STATES; i++) {
+        assert_string_equal(txo_outbox_status_name(all[i]), names[i]);
+        enum txo_outbox_status s = TXO_OUTBOX_FAILED;
+        assert_int_equal(txo_outbox_status_parse(names[i], &s), 0);
+        assert_int_equal(s, all[i]);
+    }
+    enum txo_outbox_status s = TXO_OUTBOX_PENDING;
+    assert_int_equal(txo_outbox_status_parse("pending", &s), TXO_EINVAL);
+    assert_int_equal(txo_outbox_status_parse("", &s), TXO_EINVAL);
+    assert_int_equal(txo_outbox_status_parse("PUBLISHEDX", &s), TXO_EINVAL);
+    assert_int_equal(txo_outbox_status_parse(NULL, &s), TXO_EINVAL);
+    assert_int_equal(s, TXO_OUTBOX_PENDING); /* untouched on failure */
+}
+
+static void test_claim_strategy_names(void **state)
+{
+    (void)state;
+    const char *names[] = {"auto", "skip-locked", "update-limit"};
+    const enum txo_claim_strategy values[] = {TXO_CLAIM_AUTO, TXO_CLAIM_SKIP_LOCKED,
+                                              TXO_CLAIM_UPDATE_LIMIT};
+    for (size_t i = 0; i < 3; i++) {
+        enum txo_claim_strategy s;
+        assert_int_equal(txo_claim_strategy_parse(names[i], &s), 0);
+        assert_int_equal(s, values[i]);
+        assert_string_equal(txo_claim_strategy_name(values[i]), names[i]);
+    }
+    enum txo_claim_strategy s;
+    assert_int_equal(txo_claim_strategy_parse("skip_locked", &s), TXO_EINVAL);
+}
+
+static void test_relay_opts_defaults(void **state)
+{
+    (void)state;
+    struct txo_relay_opts o;
+    txo_relay_opts_init(&o);
+    assert_null(o.relay_id);
+    assert_int_equal(o.claim, TXO_CLAIM_AUTO);
+    assert_int_equal(o.batch_size, 500);
+    assert_int_equal(o.lease_s, 30);
+    assert_int_equal(o.max_attempts, 10);
+    assert_int_equal(o.backoff.base_ms, 500);
+    assert_int_equal(o.backoff.max_ms, 300000);
+    assert_true(o.backoff.jitter == 0.5);
+    assert_int_equal(o.idle_sleep_ms, 200);
+    assert_false(o.drain);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_pair),
+        cmocka_unit_test(test_names_round_trip),
+        cmocka_unit_test(test_claim_strategy_names),
+        cmocka_unit_test(test_relay_opts_defaults),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
