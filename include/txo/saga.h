@@ -179,6 +179,7 @@ struct txo_saga_step_info {
     char *name;
     enum txo_step_status status;
     char *error; /* NULL when none */
+    unsigned attempts; /* tries of the action and compensation so far */
 };
 struct txo_saga_info {
     char id[TXO_SAGA_ID_LEN];
@@ -200,6 +201,18 @@ TXO_API void txo_saga_info_release(struct txo_saga_info *info);
 TXO_API TXO_MUST_CHECK int txo_saga_find(struct txo_db *db, const char *type,
                                          const char *correlation_id,
                                          char saga_id[TXO_SAGA_ID_LEN], struct txo_error *err);
+
+/*
+ * For workers: ids of sagas in `status` that nobody holds (no owner, or the owner's lease
+ * expired) and that did not change in the last min_age_s seconds, at most `max` of them.
+ * RUNNING / COMPENSATING ones are to be resumed with txo_saga_run(), COMPENSATION_FAILED ones
+ * retried with txo_saga_retry() (min_age_s then spaces the retries out). ids must have room
+ * for max entries; *n receives how many were written. Errors: TXO_EINVAL, DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status,
+                                             unsigned min_age_s, size_t max,
+                                             char (*ids)[TXO_SAGA_ID_LEN], size_t *n,
+                                             struct txo_error *err);
 
 /* Number of sagas per status, indexed by enum txo_saga_status. */
 TXO_API TXO_MUST_CHECK int txo_saga_count_by_status(struct txo_db *db, uint64_t counts[6],

@@ -1,0 +1,177 @@
+/*
+ * The saga and saga-step state machines: names as stored in the status columns, parsing, and
+ * the one transition table of each. Every status change the engine writes is checked against
+ * these tables first (txo__saga_check_move / txo__step_check_move), so the tables below are
+ * the whole truth about which moves exist; include/txo/saga.h describes them in prose.
+ *
+ * A step may also be updated without changing its status (a retry of a RUNNING or
+ * COMPENSATING step records attempts and the error): that is not a move and is not in the
+ * tables.
+ *
+ * Thread-safety: constant tables and pure functions.
+ */
+#include "core/common.h"
+
+#include "saga/saga_internal.h"
+
+#define N_SAGA_STATUS 6
+#define N_STEP_STATUS 7
+
+static const char *const saga_names[N_SAGA_STATUS] = {
+    [TXO_SAGA_RUNNING] = "RUNNING",         [TXO_SAGA_COMPLETED] = "COMPLETED",
+    [TXO_SAGA_FAILED] = "FAILED",           [TXO_SAGA_COMPENSATING] = "COMPENSATING",
+    [TXO_SAGA_COMPENSATED] = "COMPENSATED", [TXO_SAGA_COMPENSATION_FAILED] = "COMPENSATION_FAILED",
+};
+
+static const char *const step_names[N_STEP_STATUS] = {
+    [TXO_STEP_PENDING] = "PENDING",
+    [TXO_STEP_RUNNING] = "RUNNING",
+    [TXO_STEP_COMPLETED] = "COMPLETED",
+    [TXO_STEP_FAILED] = "FAILED",
+    [TXO_STEP_COMPENSATING] = "COMPENSATING",
+    [TXO_STEP_COMPENSATED] = "COMPENSATED",
+    [TXO_STEP_COMPENSATION_FAILED] = "COMPENSATION_FAILED",
+};
+
+/*
+ * saga_moves[from][to]. RUNNING ends COMPLETED, or FAILED when the first step failed (nothing
+ * to compensate), or goes COMPENSATING when a later step failed. COMPENSATION_FAILED goes back
+ * to COMPENSATING only through txo_saga_retry().
+ */
+static const bool saga_moves[N_SAGA_STATUS][N_SAGA_STATUS] = {
+    [TXO_SAGA_RUNNING] =
+        {
+            [TXO_SAGA_COMPLETED] = true,
+            [TXO_SAGA_FAILED] = true,
+            [TXO_SAGA_COMPENSATING] = true,
+        },
+    [TXO_SAGA_COMPENSATING] =
+        {
+            [TXO_SAGA_COMPENSATED] = true,
+            [TXO_SAGA_COMPENSATION_FAILED] = true,
+        },
+    [TXO_SAGA_COMPENSATION_FAILED] =
+        {
+            [TXO_SAGA_COMPENSATING] = true,
+        },
+};
+
+/*
+ * step_moves[from][to]. A step without a compensation still passes through COMPENSATING (in
+ * one transaction), so COMPLETED -> COMPENSATED does not exist.
+ */
+static const bool step_moves[N_STEP_STATUS][N_STEP_STATUS] = {
+    [TXO_STEP_PENDING] =
+        {
+            [TXO_STEP_RUNNING] = true,
+        },
+    [TXO_STEP_RUNNING] =
+        {
+            [TXO_STEP_COMPLETED] = true,
+            [TXO_STEP_FAILED] = true,
+        },
+    [TXO_STEP_COMPLETED] =
+        {
+            [TXO_STEP_COMPENSATING] = true,
+        },
+    [TXO_STEP_COMPENSATING] =
+        {
+            [TXO_STEP_COMPENSATED] = true,
+            [TXO_STEP_COMPENSATION_FAILED] = true,
+        },
+    [TXO_STEP_COMPENSATION_FAILED] =
+        {
+            [TXO_STEP_COMPENSATING] = true,
+        },
+};
+
+static bool saga_valid(enum txo_saga_status s)
+{
+    return (unsigned)s < N_SAGA_STATUS;
+}
+
+static bool step_valid(enum txo_step_status s)
+{
+    return (unsigned)s < N_STEP_STATUS;
+}
+
+const char *txo_saga_status_name(enum txo_saga_status s)
+{
+    return saga_valid(s) ? saga_names[s] : "UNKNOWN";
+}
+
+int txo_saga_status_parse(const char *name, enum txo_saga_status *out)
+{
+    if (name == NULL) {
+        return TXO_EINVAL;
+    }
+    for (unsigned i = 0; i < N_SAGA_STATUS; i++) {
+        if (strcmp(name, saga_names[i]) == 0) {
+            *out = (enum txo_saga_status)i;
+            return 0;
+        }
+    }
+    return TXO_EINVAL;
+}
+
+bool txo_saga_can_move(enum txo_saga_status from, enum txo_saga_status to)
+{
+    return saga_valid(from) && saga_valid(to) && saga_moves[from][to];
+}
+
+bool txo_saga_is_terminal(enum txo_saga_status s)
+{
+    return s == TXO_SAGA_COMPLETED || s == TXO_SAGA_FAILED || s == TXO_SAGA_COMPENSATED ||
+           s == TXO_SAGA_COMPENSATION_FAILED;
+}
+
+const char *txo_step_status_name(enum txo_step_status s)
+{
+    return step_valid(s) ? step_names[s] : "UNKNOWN";
+}
+
+int txo_step_status_parse(const char *name, enum txo_step_status *out)
+{
+    if (name == NULL) {
+        return TXO_EINVAL;
+    }
+    for (unsigned i = 0; i < N_STEP_STATUS; i++) {
+        if (strcmp(name, step_names[i]) == 0) {
+            *out = (enum txo_step_status)i;
+            return 0;
+        }
+    }
+    return TXO_EINVAL;
+}
+
+bool txo_step_can_move(enum txo_step_status from, enum txo_step_status to)
+{
+    return step_valid(from) && step_valid(to) && step_moves[from][to];
+}
+
+int txo__saga_check_move(const char *saga_id, enum txo_saga_status from, enum txo_saga_status to,
+                         struct txo_error *err)
+{
+    if (txo_saga_can_move(from, to)) {
+        return 0;
+    }
+    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal saga transition saga_id=%s from=%s to=%s",
+            saga_id != NULL ? saga_id : "-", txo_saga_status_name(from), txo_saga_status_name(to));
+    return txo_error_set(err, TXO_ESTATE, "saga %s: illegal transition %s -> %s",
+                         saga_id != NULL ? saga_id : "-", txo_saga_status_name(from),
+                         txo_saga_status_name(to));
+}
+
+int txo__step_check_move(const char *saga_id, unsigned step_order, enum txo_step_status from,
+                         enum txo_step_status to, struct txo_error *err)
+{
+    if (txo_step_can_move(from, to)) {
+        return 0;
+    }
+    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal step transition saga_id=%s step=%u from=%s to=%s",
+            saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(from),
+            txo_step_status_name(to));
+    return txo_error_set(err, TXO_ESTATE, "saga %s step %u: illegal transition %s -> %s",
+                         saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(from),
+                         txo_step_status_name(to));
+}
