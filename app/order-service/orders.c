@@ -1,0 +1,325 @@
+/*
+ * Creating orders (seed section 3: the transactional outbox) and recording their sagas.
+ *
+ * orders_create_tx() is the heart of the outbox pattern: the order, its items and the
+ * OrderCreated event are written by one function into one transaction that the caller owns,
+ * so either all three commit or none does. It never commits by itself, which lets a caller
+ * (the HTTP API with its idempotency key row) add its own rows to the same transaction.
+ *
+ * Validation happens before the first statement, and the "every SKU exists" check before the
+ * first write, so a rejected order leaves nothing behind even if the caller commits anyway.
+ *
+ * Thread-safety: no shared state; each call uses only the tx/db it is given.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "txo/alloc.h"
+#include "txo/clock.h"
+#include "txo/log.h"
+#include "txo/outbox.h"
+#include "orders.h"
+#include "orders_sql.h"
+
+/* True when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+static bool utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len) {
+        unsigned c = s[i];
+        size_t need;
+        uint32_t cp;
+        uint32_t min;
+
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            need = 1;
+            cp = c & 0x1F;
+            min = 0x80;
+        } else if ((c & 0xF0) == 0xE0) {
+            need = 2;
+            cp = c & 0x0F;
+            min = 0x800;
+        } else if ((c & 0xF8) == 0xF0) {
+            need = 3;
+            cp = c & 0x07;
+            min = 0x10000;
+        } else {
+            return false;
+        }
+        if (len - i <= need)
+            return false;
+        for (size_t k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += need + 1;
+    }
+    return true;
+}
+
+int orders_validate(int64_t customer_id, const struct order_item *items, size_t n,
+                    int64_t *total_cents, struct txo_error *err)
+{
+    int64_t total = 0;
+
+    if (customer_id <= 0)
+        return txo_error_set(err, TXO_EINVAL, "customer_id must be > 0, got %" PRId64, customer_id);
+    if (n == 0 || items == NULL)
+        return txo_error_set(err, TXO_EINVAL, "an order needs at least one item");
+    if (n > ORDER_MAX_ITEMS)
+        return txo_error_set(err, TXO_EINVAL, "an order has at most %d items, got %zu",
+                             ORDER_MAX_ITEMS, n);
+    for (size_t i = 0; i < n; i++) {
+        const struct order_item *it = &items[i];
+        size_t sku_len = it->sku != NULL ? strnlen(it->sku, ORDER_SKU_MAX + 1) : 0;
+        int64_t line;
+
+        if (sku_len == 0 || sku_len > ORDER_SKU_MAX)
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].sku must be 1..%d bytes, got %s", i,
+                                 ORDER_SKU_MAX, sku_len == 0 ? "an empty one" : "a longer one");
+        if (!utf8_valid((const unsigned char *)it->sku, sku_len))
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].sku is not valid UTF-8", i);
+        if (it->qty < 1 || it->qty > ORDER_MAX_QTY)
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].qty must be 1..%d, got %" PRId32, i,
+                                 ORDER_MAX_QTY, it->qty);
+        if (it->price_cents < 0 || it->price_cents > ORDER_MAX_PRICE_CENTS)
+            return txo_error_set(err, TXO_EINVAL,
+                                 "items[%zu].price_cents must be 0..%" PRId64 ", got %" PRId64, i,
+                                 ORDER_MAX_PRICE_CENTS, it->price_cents);
+        if (__builtin_mul_overflow((int64_t)it->qty, it->price_cents, &line) ||
+            __builtin_add_overflow(total, line, &total))
+            return txo_error_set(err, TXO_EINVAL,
+                                 "items[%zu]: order total overflows 64 bits (qty=%" PRId32
+                                 " price_cents=%" PRId64 ")",
+                                 i, it->qty, it->price_cents);
+    }
+    if (total_cents != NULL)
+        *total_cents = total;
+    return 0;
+}
+
+/*
+ * Fails with TXO_EINVAL naming the first item whose SKU is not in `inventory`. The IN list has
+ * a power-of-two number of slots (the last SKU repeated) so few distinct statements are
+ * prepared per connection.
+ */
+static int check_skus_exist(struct txo_tx *tx, const struct order_item *items, size_t n,
+                            struct txo_error *err)
+{
+    size_t slots = txo_sql_in_list_size(n);
+    char *sql = txo_sql_in_list(ORDERS_SQL_KNOWN_SKUS_BEFORE, slots, ORDERS_SQL_KNOWN_SKUS_AFTER);
+    struct txo_param *params = txo_calloc(slots, sizeof(*params));
+    struct txo_rows *rows = NULL;
+    int rc;
+
+    if (sql == NULL || params == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "cannot build the sku check of %zu items", n);
+        goto out;
+    }
+    for (size_t i = 0; i < slots; i++)
+        params[i] = txo_p_str(items[i < n ? i : n - 1].sku);
+    rc = txo_tx_query(tx, sql, params, slots, &rows, err);
+    if (rc < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+        for (size_t r = 0; r < txo_rows_count(rows) && !found; r++) {
+            const char *sku = txo_rows_str(rows, r, 0, NULL);
+            found = sku != NULL && strcmp(sku, items[i].sku) == 0;
+        }
+        if (!found) {
+            rc = txo_error_set(err, TXO_EINVAL, "unknown sku items[%zu].sku=%s", i, items[i].sku);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    txo_rows_free(rows);
+    txo_free(params);
+    txo_free(sql);
+    return rc;
+}
+
+int orders_create_tx(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
+                     size_t n, int64_t *order_id, struct txo_error *err)
+{
+    int64_t total = 0;
+    char *payload = NULL;
+    int rc = orders_validate(customer_id, items, n, &total, err);
+
+    if (rc < 0)
+        goto out;
+    rc = check_skus_exist(tx, items, n, err);
+    if (rc < 0)
+        goto out;
+
+    struct txo_param op[] = {txo_p_i64(customer_id), txo_p_i64(total)};
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, ORDERS_SQL_INSERT_ORDER, op, TXO_ARRAY_LEN(op), &res, err);
+    if (rc < 0)
+        goto out;
+    int64_t id = (int64_t)res.insert_id;
+
+    for (size_t i = 0; i < n; i++) {
+        struct txo_param ip[] = {txo_p_i64(id), txo_p_str(items[i].sku), txo_p_i64(items[i].qty),
+                                 txo_p_i64(items[i].price_cents)};
+        rc = txo_tx_exec(tx, ORDERS_SQL_INSERT_ITEM, ip, TXO_ARRAY_LEN(ip), NULL, err);
+        if (rc < 0)
+            goto out;
+    }
+
+    char created_at[TXO_RFC3339_LEN];
+    txo_format_rfc3339(txo_realtime_us(), created_at);
+    payload = orders__json_order(id, customer_id, items, n, total, created_at, err);
+    if (payload == NULL) {
+        rc = err != NULL ? err->code : TXO_ENOMEM;
+        goto out;
+    }
+
+    char key[64];
+    snprintf(key, sizeof(key), "order:%" PRId64 ":created", id);
+    struct txo_outbox_event ev = {
+        .aggregate_type = "order",
+        .aggregate_id = id,
+        .event_type = "OrderCreated",
+        .payload_json = payload,
+        .payload_len = 0,
+        .idempotency_key = key,
+    };
+    rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+    if (rc < 0)
+        goto out;
+
+    *order_id = id;
+    TXO_LOG(TXO_LOG_DEBUG, "orders",
+            "order created order_id=%" PRId64 " customer_id=%" PRId64
+            " items=%zu total_cents=%" PRId64,
+            id, customer_id, n, total);
+out:
+    txo_free(payload);
+    return rc;
+}
+
+struct create_arg {
+    int64_t customer_id;
+    const struct order_item *items;
+    size_t n;
+    int64_t order_id;
+};
+
+static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct create_arg *a = arg;
+
+    return orders_create_tx(tx, a->customer_id, a->items, a->n, &a->order_id, err);
+}
+
+int orders_create(struct txo_db *db, int64_t customer_id, const struct order_item *items, size_t n,
+                  int64_t *order_id, struct txo_error *err)
+{
+    struct create_arg a = {customer_id, items, n, 0};
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, create_fn, &a, err);
+
+    if (rc < 0)
+        return rc;
+    *order_id = a.order_id;
+    return 0;
+}
+
+struct start_arg {
+    int64_t order_id;
+    char saga_id[TXO_SAGA_ID_LEN];
+    bool created;
+};
+
+static int start_saga_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct start_arg *a = arg;
+    struct txo_rows *order = NULL;
+    struct txo_rows *rows = NULL;
+    struct order_item *items = NULL;
+    char *payload = NULL;
+    struct txo_param p[] = {txo_p_i64(a->order_id)};
+    int rc;
+
+    a->created = false;
+    rc = txo_tx_query(tx, ORDERS_SQL_SELECT_ORDER, p, 1, &order, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(order) == 0) {
+        rc = txo_error_set(err, TXO_ENOTFOUND, "order not found: order_id=%" PRId64, a->order_id);
+        goto out;
+    }
+    rc = txo_tx_query(tx, ORDERS_SQL_SELECT_ITEMS, p, 1, &rows, err);
+    if (rc < 0)
+        goto out;
+    size_t n = txo_rows_count(rows);
+    items = txo_calloc(n > 0 ? n : 1, sizeof(*items));
+    if (items == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "cannot load %zu items of order_id=%" PRId64, n,
+                           a->order_id);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        items[i].sku = txo_rows_str(rows, i, 0, NULL);
+        items[i].qty = (int32_t)txo_rows_i64(rows, i, 1);
+        items[i].price_cents = txo_rows_i64(rows, i, 2);
+    }
+    payload = orders__json_order(a->order_id, txo_rows_i64(order, 0, 0), items, n,
+                                 txo_rows_i64(order, 0, 1), NULL, err);
+    if (payload == NULL) {
+        rc = err != NULL ? err->code : TXO_ENOMEM;
+        goto out;
+    }
+
+    char correlation[64];
+    snprintf(correlation, sizeof(correlation), "order:%" PRId64, a->order_id);
+    rc = txo_saga_create(tx, order_saga_def(), correlation, payload, a->saga_id, &a->created, err);
+out:
+    txo_free(payload);
+    txo_free(items);
+    txo_rows_free(rows);
+    txo_rows_free(order);
+    return rc;
+}
+
+int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA_ID_LEN],
+                      bool *created, struct txo_error *err)
+{
+    struct start_arg a;
+
+    memset(&a, 0, sizeof(a));
+    a.order_id = order_id;
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, start_saga_fn, &a, err);
+    if (rc < 0)
+        return rc;
+    memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
+    if (created != NULL)
+        *created = a.created;
+    if (a.created)
+        TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created saga_id=%s order_id=%" PRId64, a.saga_id,
+                order_id);
+    return 0;
+}
+
+int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
+                          struct txo_error *err)
+{
+    size_t len = sku != NULL ? strnlen(sku, ORDER_SKU_MAX + 1) : 0;
+
+    if (len == 0 || len > ORDER_SKU_MAX)
+        return txo_error_set(err, TXO_EINVAL, "sku must be 1..%d bytes", ORDER_SKU_MAX);
+    if (available < 0)
+        return txo_error_set(err, TXO_EINVAL, "available must be >= 0 for sku=%s, got %" PRId32,
+                             sku, available);
+    struct txo_param p[] = {txo_p_str(sku), txo_p_i64(available)};
+    return txo_db_exec(db, ORDERS_SQL_SEED_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
+}

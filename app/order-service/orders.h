@@ -1,0 +1,179 @@
+/*
+ * The reference order service (seed sections 3, 6, 7), built only on the public txo API.
+ *
+ * What it does:
+ *   - orders_create_tx() writes an order, its items and the OrderCreated outbox event in the
+ *     caller's transaction: the three commit together or not at all (transactional outbox).
+ *   - orders_start_saga() records the CreateOrderSaga of an order (one per order, idempotent).
+ *   - order_saga_def() is that saga: ReserveStock/ReleaseStock, ChargePayment/RefundPayment,
+ *     CreateShipment/CancelShipment. Each step is one local transaction that writes its
+ *     business rows and its outbox event together, and each is safe to run again (a worker
+ *     that died mid-saga is resumed by another one, which re-runs the unfinished step).
+ *   - orders_run_saga() / orders_retry_saga() drive a saga with explicit failure injection
+ *     (struct order_faults), for the demo, the tests and the worker.
+ *
+ * Invariants kept (SPEC "Invariants"):
+ *   - every order status change has its outbox event in the same transaction
+ *     (OrderCreated, ShipmentCreated with CONFIRMED, OrderCancelled with CANCELLED);
+ *   - available + reserved of a SKU is only moved between the two columns, never created or
+ *     lost, and never goes negative (the schema's CHECKs enforce it too);
+ *   - at most one payment and one shipment per order (unique keys, steps re-run safely);
+ *   - inventory rows are locked in ascending SKU order, in every transaction, so concurrent
+ *     reservations cannot deadlock on each other (seed 9.9).
+ *
+ * Order states (orders.status): CREATED -> CONFIRMED (CreateShipment) | CANCELLED (the saga
+ * failed or was compensated). Both targets are terminal.
+ *
+ * Thread-safety: every function uses only the db/tx it is given (one thread per db). The saga
+ * definition is immutable and shared. Faults are read-only; a struct order_saga_env is per run.
+ */
+#ifndef TXO_ORDERS_H
+#define TXO_ORDERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "txo/db.h"
+#include "txo/err.h"
+#include "txo/saga.h"
+
+/* Limits enforced by orders_validate(). */
+#define ORDER_MAX_ITEMS       100
+#define ORDER_SKU_MAX         64 /* bytes, as inventory.sku VARCHAR(64) */
+#define ORDER_MAX_QTY         1000000
+#define ORDER_MAX_PRICE_CENTS INT64_C(1000000000000) /* 10^12 */
+
+/* The saga type stored in saga_instances.saga_type. */
+#define ORDER_SAGA_TYPE "CreateOrderSaga"
+
+/* One line of an order. The sku is borrowed by every function that takes items. */
+struct order_item {
+    const char *sku;     /* 1..ORDER_SKU_MAX bytes */
+    int32_t qty;         /* 1..ORDER_MAX_QTY */
+    int64_t price_cents; /* 0..ORDER_MAX_PRICE_CENTS, per unit */
+};
+
+/*
+ * Checks an order before anything is written: customer_id > 0, 1..ORDER_MAX_ITEMS items, each
+ * with a sku of 1..ORDER_SKU_MAX bytes, qty in 1..ORDER_MAX_QTY and price_cents in
+ * 0..ORDER_MAX_PRICE_CENTS, and a total (sum of qty * price_cents) that fits in int64.
+ * *total_cents (may be NULL) receives the total on success.
+ * Errors: TXO_EINVAL with a message naming the item index and field ("items[2].qty must be
+ * 1..1000000, got 0"). Pure; never touches the database.
+ */
+TXO_MUST_CHECK int orders_validate(int64_t customer_id, const struct order_item *items, size_t n,
+                                   int64_t *total_cents, struct txo_error *err);
+
+/*
+ * Creates an order inside the caller's transaction tx (seed create_order_tx): validates it,
+ * checks that every sku exists in `inventory`, inserts the `orders` row (CREATED, total),
+ * one `order_items` row per item and the OrderCreated outbox event (aggregate "order", key
+ * "order:<id>:created", payload {"order_id","customer_id","items":[{"sku","qty",
+ * "price_cents"}],"total_cents","created_at"}). Nothing is committed here: it all commits
+ * or rolls back with tx. *order_id receives the new id on success.
+ * Errors: TXO_EINVAL (validation, or "unknown sku ..." before anything is written),
+ * TXO_ENOMEM, DB errors.
+ */
+TXO_MUST_CHECK int orders_create_tx(struct txo_tx *tx, int64_t customer_id,
+                                    const struct order_item *items, size_t n, int64_t *order_id,
+                                    struct txo_error *err);
+
+/*
+ * orders_create_tx() in its own READ COMMITTED transaction (retried whole on deadlock, lock
+ * wait timeout or lost connection). Same errors.
+ */
+TXO_MUST_CHECK int orders_create(struct txo_db *db, int64_t customer_id,
+                                 const struct order_item *items, size_t n, int64_t *order_id,
+                                 struct txo_error *err);
+
+/*
+ * Records the CreateOrderSaga of an order in one transaction: loads the order and its items
+ * and calls txo_saga_create() with correlation id "order:<id>" and the SagaPayload
+ * {"order_id","customer_id","items":[...],"total_cents"}. Idempotent: one saga per order;
+ * when it exists already, saga_id receives its id and *created (may be NULL) is false.
+ * Errors: TXO_ENOTFOUND (no such order), DB errors.
+ */
+TXO_MUST_CHECK int orders_start_saga(struct txo_db *db, int64_t order_id,
+                                     char saga_id[TXO_SAGA_ID_LEN], bool *created,
+                                     struct txo_error *err);
+
+/*
+ * Failure injection, as explicit configuration handed to one saga run (never a global).
+ * All-zero (or a NULL pointer) means "no faults". Injected failures are raised before the
+ * step writes anything, exactly as a real remote service refusing the call would be.
+ */
+struct order_faults {
+    bool decline_payment;      /* ChargePayment: TXO_EBUSINESS "card declined" */
+    bool fail_shipment;        /* CreateShipment: TXO_EBUSINESS "carrier rejected shipment" */
+    bool fail_refund;          /* RefundPayment: TXO_EBUSINESS "refund failed (injected)" */
+    bool fail_release;         /* ReleaseStock: TXO_EBUSINESS "release failed (injected)" */
+    bool fail_cancel_shipment; /* CancelShipment: TXO_EBUSINESS "cancel failed (injected)" */
+    unsigned transient_charge_failures; /* the first N ChargePayment calls of this run return
+                                         * TXO_EUNAVAILABLE (the engine retries them) */
+};
+
+/*
+ * What the order saga's steps receive as ctx->user. One per txo_saga_run() call; the
+ * counters are written by the steps (so an env must not be shared between threads).
+ */
+struct order_saga_env {
+    const struct order_faults *faults; /* NULL: no faults */
+    unsigned charge_calls;             /* ChargePayment calls so far in this run */
+};
+
+/* Sets env to "no faults" with zeroed counters (faults may be NULL). Never fails. */
+void order_saga_env_init(struct order_saga_env *env, const struct order_faults *faults);
+
+/*
+ * The CreateOrderSaga definition: steps ReserveStock/ReleaseStock, ChargePayment/RefundPayment,
+ * CreateShipment/CancelShipment; decode parses the SagaPayload (duplicate SKUs merged, sorted by
+ * SKU for lock ordering); on_aborted cancels the order (CREATED -> CANCELLED, version+1) and
+ * writes OrderCancelled (key "saga:<id>:order-cancelled") in the engine's final transaction.
+ * ctx->user must be NULL or a struct order_saga_env. Static, immutable, never freed.
+ */
+const struct txo_saga_def *order_saga_def(void);
+
+/*
+ * Drives the saga saga_id to a terminal state with txo_saga_run() (see txo/saga.h), with
+ * faults (may be NULL) injected into its steps. opts may be NULL (library defaults).
+ * *final (may be NULL) receives the terminal state. Returns txo_saga_run()'s result.
+ */
+TXO_MUST_CHECK int orders_run_saga(struct txo_db *db, const char *saga_id,
+                                   const struct order_faults *faults,
+                                   const struct txo_saga_opts *opts, enum txo_saga_status *final,
+                                   struct txo_error *err);
+
+/* Same with txo_saga_retry(): for a COMPENSATION_FAILED saga (TXO_ESTATE otherwise). */
+TXO_MUST_CHECK int orders_retry_saga(struct txo_db *db, const char *saga_id,
+                                     const struct order_faults *faults,
+                                     const struct txo_saga_opts *opts, enum txo_saga_status *final,
+                                     struct txo_error *err);
+
+/*
+ * Sets the stock of a SKU (creating the row): available = `available`, reserved = 0. For the
+ * demo, tests and benchmarks only: it ignores reservations that may still exist.
+ * Errors: TXO_EINVAL (sku length, available < 0), DB errors.
+ */
+TXO_MUST_CHECK int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
+                                         struct txo_error *err);
+
+/*
+ * Internal to the service (order_json.c), shared by orders.c and order_saga.c; not for
+ * callers. Both return a compact JSON document to free with txo_free(), or NULL with err set
+ * (TXO_ENOMEM, TXO_EINVAL).
+ */
+
+/* {"order_id","customer_id","items":[...],"total_cents"[,"created_at"]}; created_at may be
+ * NULL to leave it out (the SagaPayload). */
+char *orders__json_order(int64_t order_id, int64_t customer_id, const struct order_item *items,
+                         size_t n, int64_t total_cents, const char *created_at,
+                         struct txo_error *err);
+
+/* {"saga_id","order_id"[,"items":[{"sku","qty"}...]][,"amount_cents"][,"reason"]}: items is
+ * left out when NULL, amount_cents when negative, reason when NULL. */
+char *orders__json_saga_event(const char *saga_id, int64_t order_id, const struct order_item *items,
+                              size_t n, int64_t amount_cents, const char *reason,
+                              struct txo_error *err);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * Every SQL statement of the order service, one named macro each, so a reader sees all the
+ * queries the service runs in one place. Each is a prepared statement with bound parameters
+ * (txo_tx_exec/txo_tx_query); none is ever built from values. The only SQL assembled at run
+ * time is the IN list of ORDERS_SQL_KNOWN_SKUS_*, whose placeholder count comes from
+ * txo_sql_in_list().
+ *
+ * Above each: the index it uses, the rows it locks, the isolation it assumes. Service
+ * transactions run at READ COMMITTED (orders_create, orders_start_saga; the saga engine's step
+ * transactions too): locking reads lock only the rows they return, there are no gap locks, so
+ * the only lock ordering that matters is the one on inventory rows (ascending SKU everywhere).
+ *
+ * Lock order across the service, when one transaction takes several:
+ *   inventory_reservations (saga_id, sku) -> inventory (sku), both in ascending SKU order;
+ *   payments / shipments (order_id) -> orders (id).
+ */
+#ifndef TXO_ORDERS_SQL_H
+#define TXO_ORDERS_SQL_H
+
+/* ---- orders.c: creating an order and its saga ---- */
+
+/* PRIMARY (auto increment). Locks: the new row. Any isolation. */
+#define ORDERS_SQL_INSERT_ORDER                                                                    \
+    "INSERT INTO orders (customer_id, status, total_cents) VALUES (?, 'CREATED', ?)"
+
+/* PRIMARY; FK check on orders(id) takes a shared lock on the order row we just inserted. */
+#define ORDERS_SQL_INSERT_ITEM                                                                     \
+    "INSERT INTO order_items (order_id, sku, qty, price_cents) VALUES (?, ?, ?, ?)"
+
+/*
+ * inventory PRIMARY (sku), point lookups. Non-locking consistent read (READ COMMITTED): a SKU
+ * deleted afterwards is caught by ReserveStock, which locks the row. The statement is
+ * BEFORE + "(?,?,...)" + AFTER, built by txo_sql_in_list() with a power-of-two count.
+ */
+#define ORDERS_SQL_KNOWN_SKUS_BEFORE "SELECT sku FROM inventory WHERE sku IN "
+#define ORDERS_SQL_KNOWN_SKUS_AFTER  ""
+
+/* orders PRIMARY. Non-locking read (READ COMMITTED): the saga payload is a snapshot of an
+ * order whose items never change after creation. */
+#define ORDERS_SQL_SELECT_ORDER "SELECT customer_id, total_cents FROM orders WHERE id = ?"
+
+/* order_items idx_order_items_order (order_id). Non-locking read; items in insertion order. */
+#define ORDERS_SQL_SELECT_ITEMS                                                                    \
+    "SELECT sku, qty, price_cents FROM order_items WHERE order_id = ? ORDER BY id"
+
+/* inventory PRIMARY (sku). Locks that row (X). Demo/tests only: resets reserved to 0. */
+#define ORDERS_SQL_SEED_INVENTORY                                                                  \
+    "INSERT INTO inventory (sku, available, reserved) VALUES (?, ?, 0) "                           \
+    "ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = 0"
+
+/* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
+
+/* inventory_reservations PRIMARY (saga_id, sku). Locks the row when it exists (X); at READ
+ * COMMITTED a missing row locks nothing. Taken per item in ascending SKU order. */
+#define ORDERS_SQL_RESERVATION_LOCK                                                                \
+    "SELECT status FROM inventory_reservations WHERE saga_id = ? AND sku = ? FOR UPDATE"
+
+/* inventory PRIMARY (sku). Locks the SKU's row (X) until commit; callers take these in
+ * ascending SKU order so two reservations cannot deadlock (seed 9.9). */
+#define ORDERS_SQL_INVENTORY_LOCK "SELECT available FROM inventory WHERE sku = ? FOR UPDATE"
+
+/* inventory PRIMARY, the row locked just before. `available >= ?` repeats the check so the
+ * statement alone can never oversell; the caller requires affected_rows == 1. */
+#define ORDERS_SQL_INVENTORY_RESERVE                                                               \
+    "UPDATE inventory SET available = available - ?, reserved = reserved + ? "                     \
+    "WHERE sku = ? AND available >= ?"
+
+/* inventory_reservations PRIMARY (saga_id, sku): a second reservation of the same SKU by the
+ * same saga is a duplicate key, never a double reservation. FK check: shared lock on the
+ * inventory row, which this transaction already holds exclusively. */
+#define ORDERS_SQL_RESERVATION_INSERT                                                              \
+    "INSERT INTO inventory_reservations (saga_id, sku, qty, status) VALUES (?, ?, ?, 'RESERVED')"
+
+/* inventory_reservations PRIMARY prefix (saga_id). Locks every reservation of the saga (X),
+ * returned in ascending SKU order, which is then the order the inventory rows are locked in. */
+#define ORDERS_SQL_RESERVATIONS_LOCK                                                               \
+    "SELECT sku, qty, status FROM inventory_reservations WHERE saga_id = ? "                       \
+    "ORDER BY sku FOR UPDATE"
+
+/* inventory PRIMARY. Locks the SKU's row (X). `reserved >= ?` keeps reserved non-negative;
+ * the caller requires affected_rows == 1. */
+#define ORDERS_SQL_INVENTORY_RELEASE                                                               \
+    "UPDATE inventory SET available = available + ?, reserved = reserved - ? "                     \
+    "WHERE sku = ? AND reserved >= ?"
+
+/* inventory_reservations PRIMARY; the row is already locked by ORDERS_SQL_RESERVATIONS_LOCK. */
+#define ORDERS_SQL_RESERVATION_RELEASE                                                             \
+    "UPDATE inventory_reservations SET status = 'RELEASED' "                                       \
+    "WHERE saga_id = ? AND sku = ? AND status = 'RESERVED'"
+
+/* ---- order_saga.c: ChargePayment / RefundPayment ---- */
+
+/* payments uq_payment_order (order_id): one payment per order; a re-run changes nothing.
+ * Locks the order's payment row (X). */
+#define ORDERS_SQL_PAYMENT_INSERT                                                                  \
+    "INSERT INTO payments (order_id, amount_cents, status) VALUES (?, ?, 'CHARGED') "              \
+    "ON DUPLICATE KEY UPDATE id = id"
+
+/* payments uq_payment_order. Locks the order's payment row (X) to read its current status. */
+#define ORDERS_SQL_PAYMENT_LOCK "SELECT status FROM payments WHERE order_id = ? FOR UPDATE"
+
+/* payments uq_payment_order. Locks the row (X). `status = 'CHARGED'` makes a re-run a no-op. */
+#define ORDERS_SQL_PAYMENT_REFUND                                                                  \
+    "UPDATE payments SET status = 'REFUNDED' WHERE order_id = ? AND status = 'CHARGED'"
+
+/* ---- order_saga.c: CreateShipment / CancelShipment ---- */
+
+/* shipments uq_shipment_order (order_id): one shipment per order. Locks that row (X). */
+#define ORDERS_SQL_SHIPMENT_INSERT                                                                 \
+    "INSERT INTO shipments (order_id, status) VALUES (?, 'CREATED') "                              \
+    "ON DUPLICATE KEY UPDATE id = id"
+
+/* shipments uq_shipment_order. Locks the row (X). */
+#define ORDERS_SQL_SHIPMENT_LOCK "SELECT status FROM shipments WHERE order_id = ? FOR UPDATE"
+
+/* shipments uq_shipment_order. Locks the row (X); a re-run changes nothing. */
+#define ORDERS_SQL_SHIPMENT_CANCEL                                                                 \
+    "UPDATE shipments SET status = 'CANCELLED' WHERE order_id = ? AND status = 'CREATED'"
+
+/* ---- order_saga.c: order status changes ---- */
+
+/* orders PRIMARY. Locks the order row (X). Only CREATED moves: a re-run (already CONFIRMED)
+ * changes no row and the caller checks the status instead. version: optimistic locking. */
+#define ORDERS_SQL_ORDER_CONFIRM                                                                   \
+    "UPDATE orders SET status = 'CONFIRMED', version = version + 1 "                               \
+    "WHERE id = ? AND status = 'CREATED'"
+
+/* orders PRIMARY. Locks the order row (X). Only CREATED moves (see ORDERS_SQL_ORDER_CONFIRM). */
+#define ORDERS_SQL_ORDER_CANCEL                                                                    \
+    "UPDATE orders SET status = 'CANCELLED', version = version + 1 "                               \
+    "WHERE id = ? AND status = 'CREATED'"
+
+/* orders PRIMARY. Locks the order row (X) to read its latest committed status after an
+ * UPDATE above changed nothing. */
+#define ORDERS_SQL_ORDER_STATUS_LOCK "SELECT status FROM orders WHERE id = ? FOR UPDATE"
+
+/* saga_steps uq_saga_step (saga_id, step_order) prefix. Non-locking read of the engine's
+ * table, to put the failed step's error into OrderCancelled.reason. */
+#define ORDERS_SQL_FAILED_STEP                                                                     \
+    "SELECT step_name, error FROM saga_steps WHERE saga_id = ? AND status = 'FAILED' "             \
+    "ORDER BY step_order LIMIT 1"
+
+#endif
