@@ -54,8 +54,8 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: help deps build build-asan db db-stop migrate run test test-asan bench \
-        format format-check clean distclean
+.PHONY: help deps build build-asan build-clang db db-stop migrate run test test-asan valgrind \
+        bench format format-check clean distclean
 
 help:
 	@echo 'txo: transactional outbox, relay and sagas on MariaDB'
@@ -72,6 +72,8 @@ help:
 	@echo '  migrate       apply the SQL migrations ($(BUILD)/txo migrate)'
 	@echo '  test          run the test suite with ctest (tests create their own txo_test_* databases)'
 	@echo '  test-asan     run the test suite built with ASan+UBSan'
+	@echo '  valgrind      run the demo and the relay daemon under valgrind memcheck (fails on leaks)'
+	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
 	@echo '  format        clang-format -i the C sources'
 	@echo '  format-check  check the formatting without changing files'
@@ -91,6 +93,11 @@ build: deps
 build-asan: deps
 	$(call cmake_configure,$(BUILD_ASAN),$(CMAKE_ARGS_ASAN))
 	$(CMAKE) --build $(BUILD_ASAN) -j$(JOBS)
+
+build-clang:
+	scripts/deps.sh clang
+	$(call cmake_configure,build-clang,-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS))
+	$(CMAKE) --build build-clang -j$(JOBS)
 
 ifeq ($(DB_PRIVATE),1)
 db: deps
@@ -117,6 +124,10 @@ test: build db
 test-asan: build-asan db
 	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
+valgrind: build db
+	scripts/deps.sh valgrind
+	$(DB_ENV) scripts/valgrind.sh $(BUILD)/txo
+
 bench: build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
 
@@ -129,7 +140,7 @@ format-check:
 	$(if $(FORMAT_FILES),$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES),@echo 'format-check: no C files found')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) build-clang
 
 distclean: clean db-stop
 	rm -rf .txo

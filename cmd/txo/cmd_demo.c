@@ -1,0 +1,728 @@
+/*
+ * `txo demo`: the seed's section 7, grown into a guided tour of the order service.
+ *
+ * Against the configured database it (1) applies the migrations (unless --migrate=false),
+ * (2) re-seeds the stock of its own SKUs (demo-*; nothing else in the database is touched),
+ * (3) runs one order per scenario through the CreateOrderSaga with explicit failure
+ * injection: S success, R payment service down twice (retried), G no stock, H card declined,
+ * I carrier rejects the shipment (refund then release), J the refund fails too
+ * (COMPENSATION_FAILED, then retried to COMPENSATED), (4) drains the outbox through the
+ * relay with the log publisher, printing each published envelope, (5) prints the rows of the
+ * orders it created in this run, and (6) checks each scenario's outcome against what the
+ * spec says must hold. It exits 0 only when every check held.
+ *
+ * The relay drains every due event of the database, not only the demo's: that is what a
+ * relay does. The tables and checks only look at the orders of this run.
+ *
+ * Its report queries are listed below, in one place, like every module's SQL.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "orders.h"
+#include "settings.h"
+
+/* ---- the demo's report queries (all non-locking reads, READ COMMITTED) ---- */
+
+/* orders PRIMARY. */
+#define DEMO_SQL_ORDER                                                                             \
+    "SELECT id, customer_id, status, total_cents, version FROM orders WHERE id = ?"
+/* saga_instances PRIMARY. */
+#define DEMO_SQL_SAGA "SELECT id, status FROM saga_instances WHERE id = ?"
+/* saga_steps uq_saga_step (saga_id, step_order). */
+#define DEMO_SQL_STEPS                                                                             \
+    "SELECT step_order, step_name, status, attempts, COALESCE(error, '') FROM saga_steps "         \
+    "WHERE saga_id = ? ORDER BY step_order"
+/* saga_steps uq_saga_step prefix. */
+#define DEMO_SQL_STEP_ATTEMPTS "SELECT attempts FROM saga_steps WHERE saga_id = ? AND step_name = ?"
+/* inventory PRIMARY. */
+#define DEMO_SQL_INVENTORY                                                                         \
+    "SELECT sku, available, reserved, available + reserved FROM inventory WHERE sku = ?"
+/* payments uq_payment_order. */
+#define DEMO_SQL_PAYMENT                                                                           \
+    "SELECT id, order_id, amount_cents, status FROM payments WHERE order_id = ?"
+/* shipments uq_shipment_order. */
+#define DEMO_SQL_SHIPMENT "SELECT id, order_id, status FROM shipments WHERE order_id = ?"
+/* outbox_events: full scan filtered by aggregate (no index on aggregate_id: a demo-sized
+ * table). Event types of one order in id (= append) order. */
+#define DEMO_SQL_EVENTS                                                                            \
+    "SELECT COALESCE(GROUP_CONCAT(event_type ORDER BY id SEPARATOR ' '), '') "                     \
+    "FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ?"
+/* outbox_events, same scan: counts per event type and status of one order. */
+#define DEMO_SQL_OUTBOX_COUNTS                                                                     \
+    "SELECT event_type, status, COUNT(*), MIN(id) FROM outbox_events "                             \
+    "WHERE aggregate_type = 'order' AND aggregate_id = ? GROUP BY event_type, status "             \
+    "ORDER BY MIN(id)"
+/* payments / shipments / orders point reads for the checks. */
+#define DEMO_SQL_ORDER_STATUS    "SELECT status FROM orders WHERE id = ?"
+#define DEMO_SQL_PAYMENT_STATUS  "SELECT status FROM payments WHERE order_id = ?"
+#define DEMO_SQL_SHIPMENT_STATUS "SELECT status FROM shipments WHERE order_id = ?"
+#define DEMO_SQL_SAGA_STATUS     "SELECT status FROM saga_instances WHERE id = ?"
+#define DEMO_SQL_STOCK           "SELECT available, reserved FROM inventory WHERE sku = ?"
+
+static int run(int argc, char **argv);
+
+const struct command cmd_demo = {
+    .name = "demo",
+    .summary = "run the order saga scenarios (S, R, G, H, I, J), show the rows, check them",
+    .usage = "txo demo [options]",
+    .description =
+        "Creates one order per scenario in the configured database and drives its\n"
+        "CreateOrderSaga (ReserveStock -> ChargePayment -> CreateShipment) with explicit\n"
+        "failure injection:\n"
+        "  S  success (the seed's example: customer 123, iphone-15 x1 at 100000 cents)\n"
+        "  R  the payment service is unavailable twice: the step is retried, then completes\n"
+        "  G  not enough stock: nothing to compensate, order CANCELLED, saga FAILED\n"
+        "  H  card declined: stock released, order CANCELLED, saga COMPENSATED\n"
+        "  I  carrier rejects the shipment: refund, then release; saga COMPENSATED\n"
+        "  J  ... and the refund fails too: COMPENSATION_FAILED, then a retry COMPENSATED\n"
+        "Then it publishes the outbox through the relay with the log publisher (one JSON\n"
+        "envelope per line), prints the rows of this run's orders, sagas, steps, stock,\n"
+        "payments, shipments and events, and checks every scenario. Exit status 0 means\n"
+        "every check held. Only the demo's own SKUs (demo-*) are re-seeded; no other row of\n"
+        "the database is changed, though the relay publishes every due event.",
+    .run = run,
+};
+
+struct demo_opts {
+    struct common_opts common;
+    bool migrate;
+    bool publish;
+    const char *relay_claim;
+};
+
+/* The demo's catalogue: SKU, stock seeded at the start, unit price. */
+struct demo_sku {
+    const char *sku;
+    int32_t stock;
+    int64_t price_cents;
+};
+static const struct demo_sku catalogue[] = {
+    {"demo-iphone-15", 10, 100000},
+    {"demo-airpods-pro", 20, 24900},
+    {"demo-macbook-air", 2, 129900},
+    {"demo-usb-c-cable", 100, 1900},
+};
+
+/* What must hold after a scenario. NULL payment/shipment: no row. */
+struct expect {
+    const char *order;
+    const char *saga;
+    const char *payment;
+    const char *shipment;
+    const char *events;       /* event types in append order; NULL: not checked */
+    unsigned charge_attempts; /* 0: not checked */
+};
+
+struct scenario {
+    const char *id;
+    const char *title;
+    int64_t customer_id;
+    struct order_item items[3];
+    size_t n_items;
+    struct order_faults faults;
+    bool retry;          /* after the faulty run, txo_saga_retry with no faults */
+    struct expect first; /* with retry: after the faulty run */
+    struct expect want;
+    /* results */
+    int64_t order_id;
+    char saga_id[TXO_SAGA_ID_LEN];
+    char problems[1024];
+};
+
+#define EV_OK "OrderCreated StockReserved PaymentCharged ShipmentCreated"
+
+static struct scenario scenarios[] = {
+    {.id = "S",
+     .title = "success",
+     .customer_id = 123,
+     .items = {{"demo-iphone-15", 1, 100000}},
+     .n_items = 1,
+     .want = {"CONFIRMED", "COMPLETED", "CHARGED", "CREATED", EV_OK, 1}},
+    {.id = "R",
+     .title = "payment service down twice, retried",
+     .customer_id = 124,
+     .items = {{"demo-airpods-pro", 2, 24900}, {"demo-usb-c-cable", 3, 1900}},
+     .n_items = 2,
+     .faults = {.transient_charge_failures = 2},
+     .want = {"CONFIRMED", "COMPLETED", "CHARGED", "CREATED", EV_OK, 3}},
+    {.id = "G",
+     .title = "not enough stock",
+     .customer_id = 125,
+     .items = {{"demo-macbook-air", 5, 129900}},
+     .n_items = 1,
+     .want = {"CANCELLED", "FAILED", NULL, NULL, "OrderCreated OrderCancelled", 0}},
+    {.id = "H",
+     .title = "card declined",
+     .customer_id = 126,
+     .items = {{"demo-airpods-pro", 1, 24900}},
+     .n_items = 1,
+     .faults = {.decline_payment = true},
+     .want = {"CANCELLED", "COMPENSATED", NULL, NULL,
+              "OrderCreated StockReserved StockReleased OrderCancelled", 0}},
+    {.id = "I",
+     .title = "carrier rejects the shipment",
+     .customer_id = 127,
+     .items = {{"demo-iphone-15", 1, 100000}, {"demo-usb-c-cable", 1, 1900}},
+     .n_items = 2,
+     .faults = {.fail_shipment = true},
+     .want = {"CANCELLED", "COMPENSATED", "REFUNDED", NULL,
+              "OrderCreated StockReserved PaymentCharged PaymentRefunded StockReleased "
+              "OrderCancelled",
+              0}},
+    {.id = "J",
+     .title = "shipment and refund fail, then retried",
+     .customer_id = 128,
+     .items = {{"demo-iphone-15", 2, 100000}},
+     .n_items = 1,
+     .faults = {.fail_shipment = true, .fail_refund = true},
+     .retry = true,
+     .first = {"CREATED", "COMPENSATION_FAILED", "CHARGED", NULL,
+               "OrderCreated StockReserved PaymentCharged", 0},
+     .want = {"CANCELLED", "COMPENSATED", "REFUNDED", NULL,
+              "OrderCreated StockReserved PaymentCharged PaymentRefunded StockReleased "
+              "OrderCancelled",
+              0}},
+};
+
+/* ---- small query helpers ---- */
+
+/* The first column of the first row, copied; NULL for no row or SQL NULL (err untouched). */
+static int query_str(struct txo_db *db, const char *sql, const struct txo_param *p, size_t np,
+                     char **out, struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    int rc = txo_db_query(db, sql, p, np, &rows, err);
+
+    if (rc < 0)
+        return rc;
+    const char *s = txo_rows_count(rows) > 0 ? txo_rows_str(rows, 0, 0, NULL) : NULL;
+    *out = s != NULL ? txo_strdup(s) : NULL;
+    txo_rows_free(rows);
+    if (s != NULL && *out == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Appends "; <text>" to the scenario's problem list. */
+static void problem(struct scenario *sc, const char *fmt, ...) TXO_PRINTF(2, 3);
+static void problem(struct scenario *sc, const char *fmt, ...)
+{
+    size_t len = strlen(sc->problems);
+    va_list ap;
+
+    if (len > 0 && len + 2 < sizeof(sc->problems)) {
+        memcpy(sc->problems + len, "; ", 3);
+        len += 2;
+    }
+    va_start(ap, fmt);
+    vsnprintf(sc->problems + len, sizeof(sc->problems) - len, fmt, ap);
+    va_end(ap);
+}
+
+/* Compares one column read by sql with the expected value (NULL: no row). */
+static int expect_value(struct txo_db *db, struct scenario *sc, const char *what, const char *sql,
+                        struct txo_param p, const char *want, struct txo_error *err)
+{
+    char *got = NULL;
+    int rc = query_str(db, sql, &p, 1, &got, err);
+
+    if (rc < 0)
+        return rc;
+    bool same =
+        (got == NULL && want == NULL) || (got != NULL && want != NULL && strcmp(got, want) == 0);
+    if (!same)
+        problem(sc, "%s is %s, expected %s", what, got != NULL ? got : "none",
+                want != NULL ? want : "none");
+    txo_free(got);
+    return 0;
+}
+
+static int check(struct txo_db *db, struct scenario *sc, const struct expect *e, const char *when,
+                 struct txo_error *err)
+{
+    char what[64];
+    int rc;
+
+    snprintf(what, sizeof(what), "%sorder", when);
+    rc = expect_value(db, sc, what, DEMO_SQL_ORDER_STATUS, txo_p_i64(sc->order_id), e->order, err);
+    snprintf(what, sizeof(what), "%ssaga", when);
+    if (rc == 0)
+        rc = expect_value(db, sc, what, DEMO_SQL_SAGA_STATUS, txo_p_str(sc->saga_id), e->saga, err);
+    snprintf(what, sizeof(what), "%spayment", when);
+    if (rc == 0)
+        rc = expect_value(db, sc, what, DEMO_SQL_PAYMENT_STATUS, txo_p_i64(sc->order_id),
+                          e->payment, err);
+    snprintf(what, sizeof(what), "%sshipment", when);
+    if (rc == 0)
+        rc = expect_value(db, sc, what, DEMO_SQL_SHIPMENT_STATUS, txo_p_i64(sc->order_id),
+                          e->shipment, err);
+    snprintf(what, sizeof(what), "%sevents", when);
+    if (rc == 0 && e->events != NULL)
+        rc = expect_value(db, sc, what, DEMO_SQL_EVENTS, txo_p_i64(sc->order_id), e->events, err);
+    if (rc == 0 && e->charge_attempts > 0) {
+        char want[16];
+        snprintf(want, sizeof(want), "%u", e->charge_attempts);
+        struct txo_param p[] = {txo_p_str(sc->saga_id), txo_p_str("ChargePayment")};
+        char *got = NULL;
+        rc = query_str(db, DEMO_SQL_STEP_ATTEMPTS, p, 2, &got, err);
+        if (rc == 0 && (got == NULL || strcmp(got, want) != 0))
+            problem(sc, "%sChargePayment attempts are %s, expected %s", when,
+                    got != NULL ? got : "none", want);
+        txo_free(got);
+    }
+    return rc;
+}
+
+/* ---- running the scenarios ---- */
+
+static int run_scenario(struct txo_db *db, struct scenario *sc, struct txo_error *err)
+{
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    bool created = false;
+    int rc;
+
+    rc = orders_create(db, sc->customer_id, sc->items, sc->n_items, &sc->order_id, err);
+    if (rc < 0)
+        return txo_error_wrap(err, "scenario %s: create order", sc->id);
+    rc = orders_start_saga(db, sc->order_id, sc->saga_id, &created, err);
+    if (rc < 0)
+        return txo_error_wrap(err, "scenario %s: start saga of order %" PRId64, sc->id,
+                              sc->order_id);
+    rc = orders_run_saga(db, sc->saga_id, &sc->faults, NULL, &final, err);
+    if (rc < 0)
+        return txo_error_wrap(err, "scenario %s: run saga %s", sc->id, sc->saga_id);
+    printf("  %s  %-40s order %-6" PRId64 " saga %s -> %s\n", sc->id, sc->title, sc->order_id,
+           sc->saga_id, txo_saga_status_name(final));
+    if (!sc->retry)
+        return check(db, sc, &sc->want, "", err);
+
+    rc = check(db, sc, &sc->first, "before retry: ", err);
+    if (rc < 0)
+        return rc;
+    rc = orders_retry_saga(db, sc->saga_id, NULL, NULL, &final, err);
+    if (rc < 0)
+        return txo_error_wrap(err, "scenario %s: retry saga %s", sc->id, sc->saga_id);
+    printf("  %s  %-40s order %-6" PRId64 " saga %s -> %s (retried, faults cleared)\n", sc->id, "",
+           sc->order_id, sc->saga_id, txo_saga_status_name(final));
+    return check(db, sc, &sc->want, "", err);
+}
+
+/* ---- tables in the style of the mysql client ---- */
+
+#define TABLE_MAX_COLS 8
+#define CELL_MAX       64 /* longer cells are cut with "..." */
+
+struct table {
+    size_t ncols;
+    const char *head[TABLE_MAX_COLS];
+    char (*cells)[TABLE_MAX_COLS][CELL_MAX + 1];
+    size_t nrows;
+    size_t cap;
+};
+
+static void table_init(struct table *t, size_t ncols, const char *const *head)
+{
+    memset(t, 0, sizeof(*t));
+    t->ncols = ncols;
+    for (size_t c = 0; c < ncols; c++)
+        t->head[c] = head[c];
+}
+
+static void table_release(struct table *t)
+{
+    txo_free(t->cells);
+    t->cells = NULL;
+}
+
+/* Adds one row: vals[0..ncols) (NULL shows as NULL). */
+static int table_add(struct table *t, const char *const *vals)
+{
+    if (t->nrows == t->cap) {
+        size_t cap = t->cap > 0 ? t->cap * 2 : 16;
+        void *p = txo_realloc(t->cells, cap * sizeof(*t->cells));
+        if (p == NULL)
+            return TXO_ENOMEM;
+        t->cells = p;
+        t->cap = cap;
+    }
+    for (size_t c = 0; c < t->ncols; c++) {
+        const char *v = vals[c] != NULL ? vals[c] : "NULL";
+        char *cell = t->cells[t->nrows][c];
+        if (strlen(v) > CELL_MAX)
+            snprintf(cell, CELL_MAX + 1, "%.*s...", CELL_MAX - 3, v);
+        else
+            snprintf(cell, CELL_MAX + 1, "%s", v);
+    }
+    t->nrows++;
+    return 0;
+}
+
+/* Adds every row of a query, each prefixed with the `nprefix` values of prefix. */
+static int table_add_query(struct table *t, struct txo_db *db, const char *sql, struct txo_param p,
+                           const char *const *prefix, size_t nprefix, struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    int rc = txo_db_query(db, sql, &p, 1, &rows, err);
+
+    if (rc < 0)
+        return rc;
+    for (size_t r = 0; r < txo_rows_count(rows) && rc == 0; r++) {
+        const char *vals[TABLE_MAX_COLS];
+        for (size_t c = 0; c < nprefix; c++)
+            vals[c] = prefix[c];
+        for (size_t c = nprefix; c < t->ncols; c++)
+            vals[c] = txo_rows_str(rows, r, c - nprefix, NULL);
+        rc = table_add(t, vals);
+        if (rc < 0)
+            txo_error_set(err, rc, "out of memory");
+    }
+    txo_rows_free(rows);
+    return rc;
+}
+
+static bool is_number(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+static void table_rule(const struct table *t, const size_t *w)
+{
+    for (size_t c = 0; c < t->ncols; c++) {
+        putchar('+');
+        for (size_t k = 0; k < w[c] + 2; k++)
+            putchar('-');
+    }
+    puts("+");
+}
+
+static void table_print(const struct table *t, const char *title)
+{
+    size_t w[TABLE_MAX_COLS];
+    bool right[TABLE_MAX_COLS];
+
+    printf("\n%s\n", title);
+    for (size_t c = 0; c < t->ncols; c++) {
+        w[c] = strlen(t->head[c]);
+        right[c] = t->nrows > 0;
+        for (size_t r = 0; r < t->nrows; r++) {
+            size_t len = strlen(t->cells[r][c]);
+            if (len > w[c])
+                w[c] = len;
+            if (!is_number(t->cells[r][c]))
+                right[c] = false;
+        }
+    }
+    table_rule(t, w);
+    for (size_t c = 0; c < t->ncols; c++)
+        printf("| %-*s ", (int)w[c], t->head[c]);
+    puts("|");
+    table_rule(t, w);
+    for (size_t r = 0; r < t->nrows; r++) {
+        for (size_t c = 0; c < t->ncols; c++)
+            printf(right[c] ? "| %*s " : "| %-*s ", (int)w[c], t->cells[r][c]);
+        puts("|");
+    }
+    if (t->nrows == 0) {
+        printf("(no rows)\n");
+        return;
+    }
+    table_rule(t, w);
+}
+
+/* Prints one table built by calling add(t, sc) for every scenario. */
+static int print_report(struct txo_db *db, struct txo_error *err)
+{
+    struct table t;
+    int rc = 0;
+
+    {
+        const char *head[] = {"scenario", "order_id",    "customer",
+                              "status",   "total_cents", "version"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+            const char *pre[] = {scenarios[i].id};
+            rc = table_add_query(&t, db, DEMO_SQL_ORDER, txo_p_i64(scenarios[i].order_id), pre, 1,
+                                 err);
+        }
+        if (rc == 0)
+            table_print(&t, "Orders created by this run (orders)");
+        table_release(&t);
+    }
+    if (rc == 0) {
+        const char *head[] = {"scenario", "saga_id", "status"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+            const char *pre[] = {scenarios[i].id};
+            rc = table_add_query(&t, db, DEMO_SQL_SAGA, txo_p_str(scenarios[i].saga_id), pre, 1,
+                                 err);
+        }
+        if (rc == 0)
+            table_print(&t, "Their sagas (saga_instances, type " ORDER_SAGA_TYPE ")");
+        table_release(&t);
+    }
+    if (rc == 0) {
+        const char *head[] = {"scenario", "order_id", "#", "step", "status", "attempts", "error"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+            char order[24];
+            snprintf(order, sizeof(order), "%" PRId64, scenarios[i].order_id);
+            const char *pre[] = {scenarios[i].id, order};
+            rc = table_add_query(&t, db, DEMO_SQL_STEPS, txo_p_str(scenarios[i].saga_id), pre, 2,
+                                 err);
+        }
+        if (rc == 0)
+            table_print(&t, "Their steps (saga_steps)");
+        table_release(&t);
+    }
+    if (rc == 0) {
+        const char *head[] = {"sku", "available", "reserved", "available+reserved"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue) && rc == 0; i++)
+            rc = table_add_query(&t, db, DEMO_SQL_INVENTORY, txo_p_str(catalogue[i].sku), NULL, 0,
+                                 err);
+        if (rc == 0)
+            table_print(&t, "Stock of the demo SKUs (inventory)");
+        table_release(&t);
+    }
+    if (rc == 0) {
+        const char *head[] = {"scenario", "payment_id", "order_id", "amount_cents", "status"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+            const char *pre[] = {scenarios[i].id};
+            rc = table_add_query(&t, db, DEMO_SQL_PAYMENT, txo_p_i64(scenarios[i].order_id), pre, 1,
+                                 err);
+        }
+        if (rc == 0)
+            table_print(&t, "Payments (payments)");
+        table_release(&t);
+    }
+    if (rc == 0) {
+        const char *head[] = {"scenario", "shipment_id", "order_id", "status"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+            const char *pre[] = {scenarios[i].id};
+            rc = table_add_query(&t, db, DEMO_SQL_SHIPMENT, txo_p_i64(scenarios[i].order_id), pre,
+                                 1, err);
+        }
+        if (rc == 0)
+            table_print(&t, "Shipments (shipments)");
+        table_release(&t);
+    }
+    if (rc == 0) {
+        const char *head[] = {"scenario", "event_type", "status", "count", "first_id"};
+        table_init(&t, TXO_ARRAY_LEN(head), head);
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+            const char *pre[] = {scenarios[i].id};
+            rc = table_add_query(&t, db, DEMO_SQL_OUTBOX_COUNTS, txo_p_i64(scenarios[i].order_id),
+                                 pre, 1, err);
+        }
+        if (rc == 0)
+            table_print(&t, "Their outbox events by type and status (outbox_events)");
+        table_release(&t);
+    }
+    return rc;
+}
+
+/* available/reserved of every demo SKU must be what the completed orders explain. */
+static int check_stock(struct txo_db *db, char *problems, size_t cap, struct txo_error *err)
+{
+    problems[0] = '\0';
+    for (size_t k = 0; k < TXO_ARRAY_LEN(catalogue); k++) {
+        int64_t reserved = 0;
+        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios); i++) {
+            if (strcmp(scenarios[i].want.saga, "COMPLETED") != 0)
+                continue;
+            for (size_t j = 0; j < scenarios[i].n_items; j++)
+                if (strcmp(scenarios[i].items[j].sku, catalogue[k].sku) == 0)
+                    reserved += scenarios[i].items[j].qty;
+        }
+        struct txo_rows *rows = NULL;
+        struct txo_param p = txo_p_str(catalogue[k].sku);
+        int rc = txo_db_query(db, DEMO_SQL_STOCK, &p, 1, &rows, err);
+        if (rc < 0)
+            return rc;
+        int64_t avail = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 0) : -1;
+        int64_t res = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 1) : -1;
+        txo_rows_free(rows);
+        if (avail != catalogue[k].stock - reserved || res != reserved) {
+            size_t len = strlen(problems);
+            snprintf(problems + len, cap - len,
+                     "%s%s available=%" PRId64 " reserved=%" PRId64 ", expected %" PRId64
+                     "/%" PRId64,
+                     len > 0 ? "; " : "", catalogue[k].sku, avail, res,
+                     catalogue[k].stock - reserved, reserved);
+        }
+    }
+    return 0;
+}
+
+static void describe(const struct expect *e, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "order %s, saga %s, %s%s, %s%s", e->order, e->saga,
+             e->payment != NULL ? "payment " : "no payment", e->payment != NULL ? e->payment : "",
+             e->shipment != NULL ? "shipment " : "no shipment",
+             e->shipment != NULL ? e->shipment : "");
+}
+
+static int publish(struct txo_db *db, const struct demo_opts *o, struct txo_error *err)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_relay *relay = NULL;
+    struct txo_relay_opts ro;
+    int rc;
+
+    txo_relay_opts_init(&ro);
+    ro.drain = true;
+    ro.relay_id = "txo-demo";
+    rc = txo_claim_strategy_parse(o->relay_claim, &ro.claim);
+    if (rc < 0) {
+        rc = txo_error_set(err, TXO_ECONFIG,
+                           "relay-claim must be auto, skip-locked or update-limit, got \"%s\"",
+                           o->relay_claim);
+        goto out;
+    }
+    rc = txo_publisher_log_new(stdout, &pub, err);
+    if (rc < 0)
+        goto out;
+    rc = txo_relay_new(db, pub, &ro, &relay, err);
+    if (rc < 0)
+        goto out;
+    printf("\n== Publishing the outbox: relay (%s claim) -> log publisher, one envelope per line\n",
+           txo_claim_strategy_name(txo_relay_claim_strategy(relay)));
+    fflush(stdout);
+    rc = txo_relay_run(relay, err);
+    fflush(stdout);
+    if (rc < 0)
+        goto out;
+    struct txo_relay_stats st;
+    txo_relay_get_stats(relay, &st);
+    printf("-- published %" PRIu64 " event(s) in %" PRIu64 " batch(es)\n", st.published,
+           st.batches);
+out:
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    struct demo_opts o;
+    memset(&o, 0, sizeof(o));
+    txo_db_opts_init(&o.common.db);
+    struct setting table[] = {
+        COMMON_SETTINGS(o.common),
+        {"migrate", "TXO_DEMO_MIGRATE", SETTING_BOOL, "true",
+         "apply the schema migrations first (idempotent)", false, 0, 0, &o.migrate},
+        {"publish", "TXO_DEMO_PUBLISH", SETTING_BOOL, "true",
+         "drain the outbox through the relay with the log publisher (prints envelopes)", false, 0,
+         0, &o.publish},
+        {"relay-claim", "TXO_RELAY_CLAIM", SETTING_STRING, "auto",
+         "relay claim strategy: auto, skip-locked or update-limit", false, 0, 0, &o.relay_claim},
+    };
+    enum settings_result r =
+        settings_parse(&cmd_demo, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&o.common))
+        return 2;
+    enum txo_claim_strategy claim;
+    if (txo_claim_strategy_parse(o.relay_claim, &claim) < 0) {
+        fprintf(stderr,
+                "txo demo: --relay-claim must be auto, skip-locked or update-limit, "
+                "got \"%s\"\n",
+                o.relay_claim);
+        return 2;
+    }
+    struct txo_db *db = common_connect(&o.common);
+    if (db == NULL)
+        return 1;
+
+    struct txo_error err;
+    txo_error_init(&err);
+    int status = 1;
+    int rc = 0;
+    printf("txo demo: the order saga of the seed on database %s\n", o.common.db.database);
+    if (o.migrate) {
+        unsigned applied = 0, total = 0;
+        rc = txo_migrate(db, &applied, &total, &err);
+        if (rc < 0) {
+            cmd_report("demo", "migration failed", &err);
+            goto out;
+        }
+        printf("schema: %u migration(s) applied now, %u in all\n", applied, total);
+    }
+    for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue); i++) {
+        rc = orders_seed_inventory(db, catalogue[i].sku, catalogue[i].stock, &err);
+        if (rc < 0) {
+            cmd_report("demo", "seeding inventory failed", &err);
+            goto out;
+        }
+    }
+    printf("stock seeded:");
+    for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue); i++)
+        printf(" %s=%" PRId32, catalogue[i].sku, catalogue[i].stock);
+    printf("\n\n== Running the scenarios (one order and one CreateOrderSaga each)\n");
+
+    for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios); i++) {
+        scenarios[i].problems[0] = '\0';
+        rc = run_scenario(db, &scenarios[i], &err);
+        if (rc < 0) {
+            cmd_report("demo", "scenario failed to run", &err);
+            goto out;
+        }
+    }
+    if (o.publish) {
+        rc = publish(db, &o, &err);
+        if (rc < 0) {
+            cmd_report("demo", "relay failed", &err);
+            goto out;
+        }
+    }
+    rc = print_report(db, &err);
+    if (rc < 0) {
+        cmd_report("demo", "report query failed", &err);
+        goto out;
+    }
+
+    printf("\n== Checks\n");
+    bool all_ok = true;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios); i++) {
+        struct scenario *sc = &scenarios[i];
+        char want[256];
+        describe(&sc->want, want, sizeof(want));
+        bool ok = sc->problems[0] == '\0';
+        all_ok = all_ok && ok;
+        printf("  %s  %s: %s%s -- %s\n", sc->id, sc->title,
+               sc->retry ? "COMPENSATION_FAILED, then " : "", want, ok ? "OK" : "FAILED");
+        if (!ok)
+            printf("       problems: %s\n", sc->problems);
+    }
+    char stock_problems[1024];
+    rc = check_stock(db, stock_problems, sizeof(stock_problems), &err);
+    if (rc < 0) {
+        cmd_report("demo", "stock check failed", &err);
+        goto out;
+    }
+    bool stock_ok = stock_problems[0] == '\0';
+    all_ok = all_ok && stock_ok;
+    printf("  *  stock conserved: available + reserved unchanged, reserved = completed orders "
+           "-- %s\n",
+           stock_ok ? "OK" : "FAILED");
+    if (!stock_ok)
+        printf("       problems: %s\n", stock_problems);
+    printf("\n%s\n", all_ok ? "demo: every scenario held." : "demo: SOME CHECKS FAILED.");
+    status = all_ok ? 0 : 1;
+out:
+    txo_db_close(db);
+    return status;
+}

@@ -1,0 +1,308 @@
+/*
+ * The settings tables of the `txo` subcommands: parsing (default < env < flag), --help,
+ * --print-config and the Markdown reference, all generated from one table per command.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "settings.h"
+
+#define OPT_HELP         1
+#define OPT_PRINT_CONFIG 2
+#define OPT_HELP_MD      3 /* --help-markdown: used by `txo help --markdown` for docs/config.md */
+#define OPT_FIRST        100
+
+static bool parse_bool(const char *s, bool *out)
+{
+    static const char *yes[] = {"1", "true", "yes", "on"};
+    static const char *no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(yes); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = true;
+            return true;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool parse_ulong(const char *s, unsigned long min, unsigned long max, unsigned long *out)
+{
+    if (!*s || *s == '-' || *s == '+')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+static const char *type_hint(const struct setting *s)
+{
+    switch (s->type) {
+    case SETTING_UINT:
+        return "N";
+    case SETTING_MS:
+        return "MS";
+    case SETTING_BOOL:
+        return "";
+    case SETTING_STRING:
+        break;
+    }
+    return "VALUE";
+}
+
+/* Stores text into the setting's target. `source` names where it came from for errors. */
+static bool apply(const struct command *cmd, const struct setting *s, const char *text,
+                  const char *source)
+{
+    unsigned long v;
+    bool b;
+    switch (s->type) {
+    case SETTING_STRING:
+        *(const char **)s->target = text;
+        return true;
+    case SETTING_UINT:
+    case SETTING_MS:
+        if (!parse_ulong(text, s->min, s->max, &v)) {
+            fprintf(stderr, "txo %s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"\n",
+                    cmd->name, source, s->name, s->min, s->max, text);
+            return false;
+        }
+        if (s->type == SETTING_UINT)
+            *(unsigned *)s->target = (unsigned)v;
+        else
+            *(int64_t *)s->target = (int64_t)v;
+        return true;
+    case SETTING_BOOL:
+        if (!parse_bool(text, &b)) {
+            fprintf(stderr, "txo %s: %s: --%s must be true or false, got \"%s\"\n", cmd->name,
+                    source, s->name, text);
+            return false;
+        }
+        *(bool *)s->target = b;
+        return true;
+    }
+    return false;
+}
+
+void settings_print_help(const struct command *cmd, const struct setting *table, size_t n,
+                         FILE *out)
+{
+    fprintf(out, "Usage: %s\n\n%s\n\n%s\n\nOptions (flag, then environment variable):\n",
+            cmd->usage, cmd->summary, cmd->description);
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        char flag[64];
+        const char *hint = type_hint(s);
+        snprintf(flag, sizeof(flag), "--%s%s%s", s->name, *hint ? " " : "", hint);
+        fprintf(out, "  %-28s %s", flag, s->help);
+        if (s->def)
+            fprintf(out, " (default: %s)", s->secret ? "***" : s->def);
+        if (s->env)
+            fprintf(out, " [%s]", s->env);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %-28s %s\n", "--print-config", "print the effective settings and exit");
+    fprintf(out, "  %-28s %s\n", "-h, --help", "show this help and exit");
+}
+
+void settings_print_markdown(const struct command *cmd, const struct setting *table, size_t n,
+                             FILE *out)
+{
+    fprintf(out, "## `%s`\n\n%s\n\n| flag | environment | default | meaning |\n"
+                 "|---|---|---|---|\n",
+            cmd->usage, cmd->summary);
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        const char *hint = type_hint(s);
+        fprintf(out, "| `--%s%s%s` | %s%s%s | %s | %s |\n", s->name, *hint ? " " : "", hint,
+                s->env ? "`" : "", s->env ? s->env : "-", s->env ? "`" : "",
+                s->def ? (s->secret ? "***" : s->def) : "-", s->help);
+    }
+    fputc('\n', out);
+}
+
+static void print_config(const struct setting *table, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        printf("%s=", s->name);
+        switch (s->type) {
+        case SETTING_STRING: {
+            const char *v = *(const char **)s->target;
+            printf("%s\n", !v ? "" : s->secret ? "***" : v);
+            break;
+        }
+        case SETTING_UINT:
+            printf("%u\n", *(unsigned *)s->target);
+            break;
+        case SETTING_MS:
+            printf("%" PRId64 "\n", *(int64_t *)s->target);
+            break;
+        case SETTING_BOOL:
+            printf("%s\n", *(bool *)s->target ? "true" : "false");
+            break;
+        }
+    }
+}
+
+enum settings_result settings_parse(const struct command *cmd, const struct setting *table,
+                                    size_t n, int argc, char **argv, int *first_arg)
+{
+    /* Defaults, then the environment. */
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        if (s->type == SETTING_STRING)
+            *(const char **)s->target = NULL;
+        if (s->def && !apply(cmd, s, s->def, "default"))
+            return SETTINGS_EXIT_USAGE; /* a bug in the table; reported like bad input */
+        const char *env = s->env ? getenv(s->env) : NULL;
+        if (env && *env) {
+            char source[96];
+            snprintf(source, sizeof(source), "environment variable %s", s->env);
+            if (!apply(cmd, s, env, source))
+                return SETTINGS_EXIT_USAGE;
+        }
+    }
+
+    struct option *longopts = calloc(n + 4, sizeof(*longopts));
+    if (!longopts) {
+        fprintf(stderr, "txo %s: out of memory\n", cmd->name);
+        return SETTINGS_EXIT_USAGE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        longopts[i].name = table[i].name;
+        longopts[i].has_arg = table[i].type == SETTING_BOOL ? optional_argument : required_argument;
+        longopts[i].val = OPT_FIRST + (int)i;
+    }
+    longopts[n] = (struct option){"help", no_argument, NULL, OPT_HELP};
+    longopts[n + 1] = (struct option){"print-config", no_argument, NULL, OPT_PRINT_CONFIG};
+    longopts[n + 2] = (struct option){"help-markdown", no_argument, NULL, OPT_HELP_MD};
+
+    enum settings_result result = SETTINGS_OK;
+    bool want_print = false;
+    optind = 1;
+    opterr = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, "+h", longopts, NULL);
+        if (c == -1)
+            break;
+        if (c == 'h' || c == OPT_HELP) {
+            settings_print_help(cmd, table, n, stdout);
+            result = SETTINGS_EXIT_OK;
+            goto out;
+        }
+        if (c == OPT_HELP_MD) {
+            settings_print_markdown(cmd, table, n, stdout);
+            result = SETTINGS_EXIT_OK;
+            goto out;
+        }
+        if (c == OPT_PRINT_CONFIG) {
+            want_print = true;
+            continue;
+        }
+        if (c >= OPT_FIRST && c < OPT_FIRST + (int)n) {
+            const struct setting *s = &table[c - OPT_FIRST];
+            const char *value = optarg;
+            if (s->type == SETTING_BOOL && !value)
+                value = "true";
+            if (!apply(cmd, s, value, "command line")) {
+                result = SETTINGS_EXIT_USAGE;
+                goto out;
+            }
+            continue;
+        }
+        if (c == ':' || (c == '?' && optopt >= OPT_FIRST))
+            fprintf(stderr, "txo %s: option %s needs a value\n", cmd->name, argv[optind - 1]);
+        else
+            fprintf(stderr, "txo %s: unknown option %s (see txo %s --help)\n", cmd->name,
+                    argv[optind - 1], cmd->name);
+        result = SETTINGS_EXIT_USAGE;
+        goto out;
+    }
+    if (optind < argc && !first_arg) {
+        fprintf(stderr, "txo %s: unexpected argument \"%s\" (see txo %s --help)\n", cmd->name,
+                argv[optind], cmd->name);
+        result = SETTINGS_EXIT_USAGE;
+        goto out;
+    }
+    if (first_arg)
+        *first_arg = optind;
+    if (want_print) {
+        print_config(table, n);
+        result = SETTINGS_EXIT_OK;
+    }
+out:
+    free(longopts);
+    return result;
+}
+
+bool common_apply(const struct common_opts *o)
+{
+    enum txo_log_level level;
+    if (txo_log_level_parse(o->log_level, &level) < 0) {
+        fprintf(stderr, "txo: --log-level must be error, warn, info or debug, got \"%s\"\n",
+                o->log_level);
+        return false;
+    }
+    txo_log_set_level(level);
+    if (o->crash_point && *o->crash_point)
+        txo_crash_point_set(o->crash_point, 0);
+    return true;
+}
+
+struct txo_db *common_connect(const struct common_opts *o)
+{
+    struct txo_db *db = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_open(&o->db, &db, &err) < 0) {
+        fprintf(stderr, "txo: %s\n", err.msg);
+        return NULL;
+    }
+    return db;
+}
+
+void cmd_report(const char *cmd, const char *what, const struct txo_error *err)
+{
+    fprintf(stderr, "txo %s: %s: %s (%s)\n", cmd, what, err->msg[0] ? err->msg : "failed",
+            txo_err_name(err->code));
+}
+
+static void (*stop_fn)(void *);
+static void *stop_arg;
+static volatile sig_atomic_t stop_signals;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (stop_signals++ > 0)
+        _exit(130); /* a second Ctrl-C: the user wants out now */
+    if (stop_fn)
+        stop_fn(stop_arg);
+}
+
+void cmd_on_stop_signal(void (*stop)(void *arg), void *arg)
+{
+    stop_fn = stop;
+    stop_arg = arg;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
