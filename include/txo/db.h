@@ -88,7 +88,10 @@ TXO_API bool txo_db_has_skip_locked(struct txo_db *db);
 
 /*
  * Runs one statement that takes no values (DDL, SET, CREATE DATABASE) over the text protocol,
- * outside any transaction helper. Anything that takes input must use txo_tx_exec().
+ * outside any transaction helper, and commits it at once. The exception is explicit
+ * transaction control: after "START TRANSACTION" (or "BEGIN") the following statements stay in
+ * that transaction until "COMMIT" or "ROLLBACK". Anything that takes input must use
+ * txo_tx_exec().
  */
 TXO_API TXO_MUST_CHECK int txo_db_exec_raw(struct txo_db *db, const char *sql,
                                            struct txo_error *err);

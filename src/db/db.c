@@ -18,7 +18,9 @@
 
 #include <errmsg.h>
 #include <mysqld_error.h>
+#include <ctype.h>
 #include <stdatomic.h>
+#include <strings.h>
 
 #include "db/db_internal.h"
 
@@ -28,7 +30,6 @@
     "NO_ZERO_DATE,NO_ZERO_IN_DATE,NO_ENGINE_SUBSTITUTION'"
 #define SQL_SET_TIME_ZONE     "SET SESSION time_zone = '+00:00'"
 #define SQL_SET_LOCK_WAIT     "SET SESSION innodb_lock_wait_timeout = ?"
-#define SQL_START_TRANSACTION "START TRANSACTION"
 #define SQL_COMMIT            "COMMIT"
 #define SQL_ROLLBACK          "ROLLBACK"
 
@@ -262,6 +263,7 @@ static void disconnect(struct txo_db *db)
         db->conn = NULL;
     }
     db->in_tx = false;
+    db->raw_tx = false;
 }
 
 static const char *isolation_sql(enum txo_isolation iso)
@@ -361,6 +363,14 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
         struct txo_param p = txo_p_i64(o->lock_wait_timeout_s);
         rc = exec_stmt(db, SQL_SET_LOCK_WAIT, &p, 1, NULL, err);
     }
+    /*
+     * autocommit stays off: a transaction then starts with its first statement, which saves
+     * the START TRANSACTION round trip on every transaction (7 per order saga). The COMMIT
+     * closes whatever the SET statements above may have opened, so the next
+     * SET TRANSACTION ISOLATION LEVEL applies.
+     */
+    if (rc == 0 && (mysql_autocommit(conn, 0) != 0 || mysql_commit(conn) != 0))
+        rc = txo__db_conn_error(db, "turning autocommit off", err);
     if (rc < 0) {
         txo_error_wrap(err, "setting up the database session");
         disconnect(db);
@@ -456,12 +466,40 @@ bool txo_db_has_skip_locked(struct txo_db *db)
     return db->is_mariadb ? db->server_version >= 100600 : db->server_version >= 80001;
 }
 
+/* START TRANSACTION / BEGIN / COMMIT / ROLLBACK, which control a transaction themselves. */
+static bool is_tx_control(const char *sql)
+{
+    static const char *const words[] = {"START", "BEGIN", "COMMIT", "ROLLBACK"};
+    while (*sql == ' ' || *sql == '\t' || *sql == '\n')
+        sql++;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(words); i++) {
+        size_t n = strlen(words[i]);
+        if (strncasecmp(sql, words[i], n) == 0 && !isalpha((unsigned char)sql[n]))
+            return true;
+    }
+    return false;
+}
+
 int txo_db_exec_raw(struct txo_db *db, const char *sql, struct txo_error *err)
 {
     int rc = ensure_connected(db, err);
     if (rc < 0)
         return rc;
-    return raw_query(db, sql, err);
+    rc = raw_query(db, sql, err);
+    if (rc < 0 || db->in_tx || db->raw_tx) {
+        if (rc == 0 && is_tx_control(sql) && strncasecmp(sql, "START", 5) != 0 &&
+            strncasecmp(sql, "BEGIN", 5) != 0)
+            db->raw_tx = false; /* COMMIT or ROLLBACK ended the caller's transaction */
+        return rc;
+    }
+    if (is_tx_control(sql)) {
+        db->raw_tx = strncasecmp(sql, "START", 5) == 0 || strncasecmp(sql, "BEGIN", 5) == 0;
+        return 0;
+    }
+    /* Outside any transaction a statement commits at once, as with autocommit. */
+    if (mysql_commit(db->conn) != 0)
+        return txo__db_conn_error(db, "COMMIT", err);
+    return 0;
 }
 
 /* ---- statements ---- */
@@ -814,12 +852,8 @@ static bool retryable(int rc)
 static int begin(struct txo_db *db, enum txo_isolation iso, struct txo_error *err)
 {
     const char *set = iso == db->opts.isolation ? NULL : isolation_sql(iso);
-    int rc = 0;
-    if (set)
-        rc = raw_query(db, set, err);
-    if (rc == 0)
-        rc = raw_query(db, SQL_START_TRANSACTION, err);
-    return rc;
+    /* No START TRANSACTION: autocommit is off, so the first statement of fn starts it. */
+    return set ? raw_query(db, set, err) : 0;
 }
 
 int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, void *arg,
