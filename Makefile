@@ -7,6 +7,7 @@
 # When MYSQL_HOST is set, your own server and your MYSQL_* variables are used as they are.
 
 SHELL := /bin/bash
+MAKEFLAGS += --no-print-directory
 .DEFAULT_GOAL := help
 
 BUILD       ?= build
