@@ -255,6 +255,50 @@ static int query_str(struct txo_tx *tx, const char *sql, const struct txo_param 
 
 /* ---- ReserveStock / ReleaseStock ---- */
 
+/*
+ * RESERVE for one SKU found nothing to change (not enough stock, no such SKU, or the SKU was
+ * reserved by an earlier run of this step that was not recorded): 0 when this saga holds a
+ * RESERVED reservation of it already (nothing to do), else TXO_EBUSINESS explaining why.
+ */
+static int reserve_refused(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
+                           const struct order_saga_state *st, const struct stock_line *line,
+                           struct txo_error *err)
+{
+    char status[32];
+    bool found;
+    struct txo_param rp[] = {txo_p_str(ctx->saga_id), txo_p_str(line->sku)};
+    int rc = query_str(tx, ORDERS_SQL_RESERVATION_LOCK, rp, 2, status, sizeof(status), &found, err);
+
+    if (rc < 0)
+        return rc;
+    if (found && strcmp(status, "RESERVED") == 0)
+        return 0; /* a re-run: this SKU is reserved already */
+    if (found)
+        return txo_error_set(err, TXO_EBUSINESS,
+                             "stock reservation already released: saga_id=%s sku=%s", ctx->saga_id,
+                             line->sku);
+
+    struct txo_rows *rows = NULL;
+    struct txo_param ip[] = {txo_p_str(line->sku)};
+    rc = txo_tx_query(tx, ORDERS_SQL_INVENTORY_AVAILABLE, ip, 1, &rows, err);
+    if (rc < 0)
+        return rc;
+    bool known = txo_rows_count(rows) > 0;
+    int64_t available = known ? txo_rows_i64(rows, 0, 0) : 0;
+    txo_rows_free(rows);
+    return txo_error_set(err, TXO_EBUSINESS,
+                         "not enough stock for sku=%s available=%" PRId64 " required=%" PRId32
+                         "%s (saga_id=%s order_id=%" PRId64 ")",
+                         line->sku, available, line->qty, known ? "" : " (not in inventory)",
+                         ctx->saga_id, st->order_id);
+}
+
+/*
+ * Per SKU, in ascending order (the lock order): reserve with one guarded UPDATE, then record
+ * the reservation. Only when something is unusual (the UPDATE changed nothing, or the
+ * reservation row exists: a re-run) does it look further, so a first run costs two statements
+ * per SKU plus the event.
+ */
 static int reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     const struct order_saga_state *st = state_of(ctx, err);
@@ -263,51 +307,38 @@ static int reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *ctx, stru
         return TXO_EINVAL;
     for (size_t i = 0; i < st->n_stock; i++) {
         const struct stock_line *line = &st->stock[i];
-        char status[32];
-        bool found;
-        struct txo_param rp[] = {txo_p_str(ctx->saga_id), txo_p_str(line->sku)};
-
-        int rc =
-            query_str(tx, ORDERS_SQL_RESERVATION_LOCK, rp, 2, status, sizeof(status), &found, err);
-        if (rc < 0)
-            return rc;
-        if (found && strcmp(status, "RESERVED") == 0)
-            continue; /* a re-run: this SKU is reserved already */
-        if (found)
-            return txo_error_set(err, TXO_EBUSINESS,
-                                 "stock reservation already released: saga_id=%s sku=%s",
-                                 ctx->saga_id, line->sku);
-
-        struct txo_rows *rows = NULL;
-        struct txo_param ip[] = {txo_p_str(line->sku)};
-        rc = txo_tx_query(tx, ORDERS_SQL_INVENTORY_LOCK, ip, 1, &rows, err);
-        if (rc < 0)
-            return rc;
-        bool known = txo_rows_count(rows) > 0;
-        int64_t available = known ? txo_rows_i64(rows, 0, 0) : 0;
-        txo_rows_free(rows);
-        if (available < line->qty)
-            return txo_error_set(err, TXO_EBUSINESS,
-                                 "not enough stock for sku=%s available=%" PRId64
-                                 " required=%" PRId32 "%s (saga_id=%s order_id=%" PRId64 ")",
-                                 line->sku, available, line->qty,
-                                 known ? "" : " (not in inventory)", ctx->saga_id, st->order_id);
-
         struct txo_param up[] = {txo_p_i64(line->qty), txo_p_i64(line->qty), txo_p_str(line->sku),
                                  txo_p_i64(line->qty)};
         struct txo_exec_result res;
-        rc = txo_tx_exec(tx, ORDERS_SQL_INVENTORY_RESERVE, up, TXO_ARRAY_LEN(up), &res, err);
+
+        int rc = txo_tx_exec(tx, ORDERS_SQL_INVENTORY_RESERVE, up, TXO_ARRAY_LEN(up), &res, err);
         if (rc < 0)
             return rc;
-        if (res.affected_rows != 1)
-            return txo_error_set(err, TXO_EBUSINESS,
-                                 "not enough stock for sku=%s required=%" PRId32
-                                 " (changed under lock, saga_id=%s)",
-                                 line->sku, line->qty, ctx->saga_id);
+        if (res.affected_rows != 1) {
+            rc = reserve_refused(tx, ctx, st, line, err);
+            if (rc < 0)
+                return rc;
+            continue; /* reserved by an earlier run */
+        }
 
         struct txo_param np[] = {txo_p_str(ctx->saga_id), txo_p_str(line->sku),
                                  txo_p_i64(line->qty)};
         rc = txo_tx_exec(tx, ORDERS_SQL_RESERVATION_INSERT, np, TXO_ARRAY_LEN(np), NULL, err);
+        if (rc != TXO_EDUPLICATE) {
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        /* The reservation existed: an earlier run reserved (or released) this SKU. Give back
+         * what RESERVE just took, then settle it as a refused RESERVE. */
+        txo_error_init(err);
+        rc = txo_tx_exec(tx, ORDERS_SQL_INVENTORY_RELEASE, up, TXO_ARRAY_LEN(up), &res, err);
+        if (rc < 0)
+            return rc;
+        if (res.affected_rows != 1)
+            return txo_error_set(err, TXO_EDB, "cannot undo a repeated reservation: sku=%s",
+                                 line->sku);
+        rc = reserve_refused(tx, ctx, st, line, err);
         if (rc < 0)
             return rc;
     }
@@ -385,19 +416,23 @@ static int charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, str
                              st->order_id, st->total_cents);
 
     struct txo_param ip[] = {txo_p_i64(st->order_id), txo_p_i64(st->total_cents)};
-    int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_INSERT, ip, TXO_ARRAY_LEN(ip), NULL, err);
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_INSERT, ip, TXO_ARRAY_LEN(ip), &res, err);
     if (rc < 0)
         return rc;
-    char status[32];
-    bool found;
-    struct txo_param lp[] = {txo_p_i64(st->order_id)};
-    rc = query_str(tx, ORDERS_SQL_PAYMENT_LOCK, lp, 1, status, sizeof(status), &found, err);
-    if (rc < 0)
-        return rc;
-    if (!found || strcmp(status, "CHARGED") != 0)
-        return txo_error_set(err, TXO_EBUSINESS,
-                             "payment is not chargeable: order_id=%" PRId64 " status=%s",
-                             st->order_id, found ? status : "none");
+    if (res.affected_rows != 1) {
+        /* A payment existed (a re-run): only a CHARGED one lets the step succeed. */
+        char status[32];
+        bool found;
+        struct txo_param lp[] = {txo_p_i64(st->order_id)};
+        rc = query_str(tx, ORDERS_SQL_PAYMENT_LOCK, lp, 1, status, sizeof(status), &found, err);
+        if (rc < 0)
+            return rc;
+        if (!found || strcmp(status, "CHARGED") != 0)
+            return txo_error_set(err, TXO_EBUSINESS,
+                                 "payment is not chargeable: order_id=%" PRId64 " status=%s",
+                                 st->order_id, found ? status : "none");
+    }
     return emit(tx, ctx, st, "PaymentCharged", "payment-charged", false, st->total_cents, NULL,
                 err);
 }
@@ -432,20 +467,23 @@ static int create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
                              st->order_id);
 
     struct txo_param p[] = {txo_p_i64(st->order_id)};
-    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, NULL, err);
-    if (rc < 0)
-        return rc;
+    struct txo_exec_result res;
     char status[32];
     bool found;
-    rc = query_str(tx, ORDERS_SQL_SHIPMENT_LOCK, p, 1, status, sizeof(status), &found, err);
+    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, &res, err);
     if (rc < 0)
         return rc;
-    if (!found || strcmp(status, "CREATED") != 0)
-        return txo_error_set(err, TXO_EBUSINESS,
-                             "shipment is not creatable: order_id=%" PRId64 " status=%s",
-                             st->order_id, found ? status : "none");
+    if (res.affected_rows != 1) {
+        /* A shipment existed (a re-run): only a CREATED one lets the step succeed. */
+        rc = query_str(tx, ORDERS_SQL_SHIPMENT_LOCK, p, 1, status, sizeof(status), &found, err);
+        if (rc < 0)
+            return rc;
+        if (!found || strcmp(status, "CREATED") != 0)
+            return txo_error_set(err, TXO_EBUSINESS,
+                                 "shipment is not creatable: order_id=%" PRId64 " status=%s",
+                                 st->order_id, found ? status : "none");
+    }
 
-    struct txo_exec_result res;
     rc = txo_tx_exec(tx, ORDERS_SQL_ORDER_CONFIRM, p, 1, &res, err);
     if (rc < 0)
         return rc;

@@ -106,26 +106,53 @@ int orders_validate(int64_t customer_id, const struct order_item *items, size_t 
     return 0;
 }
 
+/* Number of distinct SKUs among the items (n <= ORDER_MAX_ITEMS, so quadratic is fine). */
+static size_t distinct_skus(const struct order_item *items, size_t n)
+{
+    size_t d = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t k = 0;
+        while (k < i && strcmp(items[k].sku, items[i].sku) != 0)
+            k++;
+        d += k == i;
+    }
+    return d;
+}
+
 /*
- * Fails with TXO_EINVAL naming the first item whose SKU is not in `inventory`. The IN list has
- * a power-of-two number of slots (the last SKU repeated) so few distinct statements are
- * prepared per connection.
+ * Binds the SKUs of items into a power-of-two IN list of `slots` (the last SKU repeated), at
+ * params[first ..]. Returns the statement BEFORE + "(?,...)" + AFTER, to free with txo_free(),
+ * or NULL when out of memory.
+ */
+static char *sku_in_list(const char *before, const char *after, const struct order_item *items,
+                         size_t n, struct txo_param *params, size_t first, size_t slots)
+{
+    for (size_t i = 0; i < slots; i++)
+        params[first + i] = txo_p_str(items[i < n ? i : n - 1].sku);
+    return txo_sql_in_list(before, slots, after);
+}
+
+/*
+ * Fails with TXO_EINVAL naming the first item whose SKU is not in `inventory`; 0 when all are
+ * there. Only called after ORDERS_SQL_INSERT_ORDER_* refused the order.
  */
 static int check_skus_exist(struct txo_tx *tx, const struct order_item *items, size_t n,
                             struct txo_error *err)
 {
     size_t slots = txo_sql_in_list_size(n);
-    char *sql = txo_sql_in_list(ORDERS_SQL_KNOWN_SKUS_BEFORE, slots, ORDERS_SQL_KNOWN_SKUS_AFTER);
     struct txo_param *params = txo_calloc(slots, sizeof(*params));
+    char *sql = NULL;
     struct txo_rows *rows = NULL;
     int rc;
 
-    if (sql == NULL || params == NULL) {
+    if (params != NULL)
+        sql = sku_in_list(ORDERS_SQL_KNOWN_SKUS_BEFORE, ORDERS_SQL_KNOWN_SKUS_AFTER, items, n,
+                          params, 0, slots);
+    if (sql == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "cannot build the sku check of %zu items", n);
         goto out;
     }
-    for (size_t i = 0; i < slots; i++)
-        params[i] = txo_p_str(items[i < n ? i : n - 1].sku);
     rc = txo_tx_query(tx, sql, params, slots, &rows, err);
     if (rc < 0)
         goto out;
@@ -148,39 +175,82 @@ out:
     return rc;
 }
 
-int orders_create_tx(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
-                     size_t n, int64_t *order_id, struct txo_error *err)
+/*
+ * Inserts the order row if every SKU exists (one statement: ORDERS_SQL_INSERT_ORDER_*), else
+ * fails with TXO_EINVAL naming the unknown SKU, having written nothing.
+ */
+static int insert_order(struct txo_tx *tx, int64_t customer_id, int64_t total,
+                        const struct order_item *items, size_t n, int64_t *order_id,
+                        struct txo_error *err)
+{
+    size_t slots = txo_sql_in_list_size(n);
+    struct txo_param *params = txo_calloc(slots + 3, sizeof(*params));
+    char *sql = NULL;
+    int rc;
+
+    if (params != NULL)
+        sql = sku_in_list(ORDERS_SQL_INSERT_ORDER_BEFORE, ORDERS_SQL_INSERT_ORDER_AFTER, items, n,
+                          params, 2, slots);
+    if (sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "cannot build the order insert of %zu items", n);
+        goto out;
+    }
+    params[0] = txo_p_i64(customer_id);
+    params[1] = txo_p_i64(total);
+    params[slots + 2] = txo_p_i64((int64_t)distinct_skus(items, n));
+    /* The second pass only runs when a SKU appeared between the insert and the check. */
+    for (int pass = 0; pass < 2; pass++) {
+        struct txo_exec_result res;
+        rc = txo_tx_exec(tx, sql, params, slots + 3, &res, err);
+        if (rc < 0)
+            goto out;
+        if (res.affected_rows == 1) {
+            *order_id = (int64_t)res.insert_id;
+            goto out;
+        }
+        rc = check_skus_exist(tx, items, n, err);
+        if (rc < 0)
+            goto out;
+    }
+    rc = txo_error_set(err, TXO_EINVAL, "unknown sku: inventory changed while creating the order");
+out:
+    txo_free(params);
+    txo_free(sql);
+    return rc;
+}
+
+/* orders_create_tx(); *total_cents receives the order's total. */
+static int create_order(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
+                        size_t n, int64_t *order_id, int64_t *total_cents, struct txo_error *err)
 {
     int64_t total = 0;
+    int64_t id = 0;
     char *payload = NULL;
     int rc = orders_validate(customer_id, items, n, &total, err);
 
     if (rc < 0)
         goto out;
-    rc = check_skus_exist(tx, items, n, err);
+    rc = insert_order(tx, customer_id, total, items, n, &id, err);
     if (rc < 0)
         goto out;
-
-    struct txo_param op[] = {txo_p_i64(customer_id), txo_p_i64(total)};
-    struct txo_exec_result res;
-    rc = txo_tx_exec(tx, ORDERS_SQL_INSERT_ORDER, op, TXO_ARRAY_LEN(op), &res, err);
-    if (rc < 0)
-        goto out;
-    int64_t id = (int64_t)res.insert_id;
-
-    for (size_t i = 0; i < n; i++) {
-        struct txo_param ip[] = {txo_p_i64(id), txo_p_str(items[i].sku), txo_p_i64(items[i].qty),
-                                 txo_p_i64(items[i].price_cents)};
-        rc = txo_tx_exec(tx, ORDERS_SQL_INSERT_ITEM, ip, TXO_ARRAY_LEN(ip), NULL, err);
-        if (rc < 0)
-            goto out;
-    }
 
     char created_at[TXO_RFC3339_LEN];
     txo_format_rfc3339(txo_realtime_us(), created_at);
     payload = orders__json_order(id, customer_id, items, n, total, created_at, err);
     if (payload == NULL) {
         rc = err != NULL ? err->code : TXO_ENOMEM;
+        goto out;
+    }
+
+    /* The items, from the event's own payload: one statement for all of them. */
+    struct txo_param ip[] = {txo_p_i64(id), txo_p_str(payload)};
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, ORDERS_SQL_INSERT_ITEMS, ip, TXO_ARRAY_LEN(ip), &res, err);
+    if (rc < 0)
+        goto out;
+    if (res.affected_rows != n) {
+        rc = txo_error_set(err, TXO_EDB, "order_id=%" PRId64 ": %llu of %zu items inserted", id,
+                           (unsigned long long)res.affected_rows, n);
         goto out;
     }
 
@@ -199,6 +269,7 @@ int orders_create_tx(struct txo_tx *tx, int64_t customer_id, const struct order_
         goto out;
 
     *order_id = id;
+    *total_cents = total;
     TXO_LOG(TXO_LOG_DEBUG, "orders",
             "order created order_id=%" PRId64 " customer_id=%" PRId64
             " items=%zu total_cents=%" PRId64,
@@ -208,29 +279,102 @@ out:
     return rc;
 }
 
+int orders_create_tx(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
+                     size_t n, int64_t *order_id, struct txo_error *err)
+{
+    int64_t total;
+
+    return create_order(tx, customer_id, items, n, order_id, &total, err);
+}
+
+/* txo_saga_create() of the order's CreateOrderSaga, from data the caller has in hand. */
+static int create_saga(struct txo_tx *tx, int64_t order_id, int64_t customer_id,
+                       const struct order_item *items, size_t n, int64_t total_cents,
+                       char saga_id[TXO_SAGA_ID_LEN], bool *created, struct txo_error *err)
+{
+    char correlation[64];
+    char *payload = orders__json_order(order_id, customer_id, items, n, total_cents, NULL, err);
+
+    if (payload == NULL)
+        return err != NULL ? err->code : TXO_ENOMEM;
+    snprintf(correlation, sizeof(correlation), "order:%" PRId64, order_id);
+    int rc = txo_saga_create(tx, order_saga_def(), correlation, payload, saga_id, created, err);
+    txo_free(payload);
+    return rc;
+}
+
+int orders_create_with_saga_tx(struct txo_tx *tx, int64_t customer_id,
+                               const struct order_item *items, size_t n, int64_t *order_id,
+                               char saga_id[TXO_SAGA_ID_LEN], struct txo_error *err)
+{
+    int64_t id = 0;
+    int64_t total = 0;
+    char sid[TXO_SAGA_ID_LEN];
+    int rc = create_order(tx, customer_id, items, n, &id, &total, err);
+
+    if (rc < 0)
+        return rc;
+    rc = create_saga(tx, id, customer_id, items, n, total, sid, NULL, err);
+    if (rc < 0)
+        return rc;
+    *order_id = id;
+    memcpy(saga_id, sid, TXO_SAGA_ID_LEN);
+    return 0;
+}
+
 struct create_arg {
     int64_t customer_id;
     const struct order_item *items;
     size_t n;
+    bool with_saga;
     int64_t order_id;
+    char saga_id[TXO_SAGA_ID_LEN];
 };
 
 static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct create_arg *a = arg;
 
+    if (a->with_saga)
+        return orders_create_with_saga_tx(tx, a->customer_id, a->items, a->n, &a->order_id,
+                                          a->saga_id, err);
     return orders_create_tx(tx, a->customer_id, a->items, a->n, &a->order_id, err);
 }
 
 int orders_create(struct txo_db *db, int64_t customer_id, const struct order_item *items, size_t n,
                   int64_t *order_id, struct txo_error *err)
 {
-    struct create_arg a = {customer_id, items, n, 0};
-    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, create_fn, &a, err);
+    struct create_arg a;
 
+    memset(&a, 0, sizeof(a));
+    a.customer_id = customer_id;
+    a.items = items;
+    a.n = n;
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, create_fn, &a, err);
     if (rc < 0)
         return rc;
     *order_id = a.order_id;
+    return 0;
+}
+
+int orders_create_with_saga(struct txo_db *db, int64_t customer_id, const struct order_item *items,
+                            size_t n, int64_t *order_id, char saga_id[TXO_SAGA_ID_LEN],
+                            struct txo_error *err)
+{
+    struct create_arg a;
+
+    memset(&a, 0, sizeof(a));
+    a.customer_id = customer_id;
+    a.items = items;
+    a.n = n;
+    a.with_saga = true;
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, create_fn, &a, err);
+    if (rc < 0)
+        return rc;
+    *order_id = a.order_id;
+    memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
+    TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created saga_id=%s order_id=%" PRId64, a.saga_id,
+            a.order_id);
     return 0;
 }
 
@@ -243,51 +387,36 @@ struct start_arg {
 static int start_saga_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct start_arg *a = arg;
-    struct txo_rows *order = NULL;
     struct txo_rows *rows = NULL;
     struct order_item *items = NULL;
-    char *payload = NULL;
     struct txo_param p[] = {txo_p_i64(a->order_id)};
     int rc;
 
     a->created = false;
-    rc = txo_tx_query(tx, ORDERS_SQL_SELECT_ORDER, p, 1, &order, err);
-    if (rc < 0)
-        goto out;
-    if (txo_rows_count(order) == 0) {
-        rc = txo_error_set(err, TXO_ENOTFOUND, "order not found: order_id=%" PRId64, a->order_id);
-        goto out;
-    }
-    rc = txo_tx_query(tx, ORDERS_SQL_SELECT_ITEMS, p, 1, &rows, err);
+    rc = txo_tx_query(tx, ORDERS_SQL_SELECT_ORDER_ITEMS, p, 1, &rows, err);
     if (rc < 0)
         goto out;
     size_t n = txo_rows_count(rows);
-    items = txo_calloc(n > 0 ? n : 1, sizeof(*items));
+    if (n == 0) {
+        rc = txo_error_set(err, TXO_ENOTFOUND, "order not found: order_id=%" PRId64, a->order_id);
+        goto out;
+    }
+    items = txo_calloc(n, sizeof(*items));
     if (items == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "cannot load %zu items of order_id=%" PRId64, n,
                            a->order_id);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        items[i].sku = txo_rows_str(rows, i, 0, NULL);
-        items[i].qty = (int32_t)txo_rows_i64(rows, i, 1);
-        items[i].price_cents = txo_rows_i64(rows, i, 2);
+        items[i].sku = txo_rows_str(rows, i, 2, NULL);
+        items[i].qty = (int32_t)txo_rows_i64(rows, i, 3);
+        items[i].price_cents = txo_rows_i64(rows, i, 4);
     }
-    payload = orders__json_order(a->order_id, txo_rows_i64(order, 0, 0), items, n,
-                                 txo_rows_i64(order, 0, 1), NULL, err);
-    if (payload == NULL) {
-        rc = err != NULL ? err->code : TXO_ENOMEM;
-        goto out;
-    }
-
-    char correlation[64];
-    snprintf(correlation, sizeof(correlation), "order:%" PRId64, a->order_id);
-    rc = txo_saga_create(tx, order_saga_def(), correlation, payload, a->saga_id, &a->created, err);
+    rc = create_saga(tx, a->order_id, txo_rows_i64(rows, 0, 0), items, n, txo_rows_i64(rows, 0, 1),
+                     a->saga_id, &a->created, err);
 out:
-    txo_free(payload);
     txo_free(items);
     txo_rows_free(rows);
-    txo_rows_free(order);
     return rc;
 }
 

@@ -4,7 +4,8 @@
  * What it does:
  *   - orders_create_tx() writes an order, its items and the OrderCreated outbox event in the
  *     caller's transaction: the three commit together or not at all (transactional outbox).
- *   - orders_start_saga() records the CreateOrderSaga of an order (one per order, idempotent).
+ *   - orders_start_saga() records the CreateOrderSaga of an order (one per order, idempotent);
+ *     orders_create_with_saga_tx() writes the order and its saga in one transaction.
  *   - order_saga_def() is that saga: ReserveStock/ReleaseStock, ChargePayment/RefundPayment,
  *     CreateShipment/CancelShipment. Each step is one local transaction that writes its
  *     business rows and its outbox event together, and each is safe to run again (a worker
@@ -74,6 +75,10 @@ TXO_MUST_CHECK int orders_validate(int64_t customer_id, const struct order_item 
  * or rolls back with tx. *order_id receives the new id on success.
  * Errors: TXO_EINVAL (validation, or "unknown sku ..." before anything is written),
  * TXO_ENOMEM, DB errors.
+ * tx should be READ COMMITTED (as orders_create's): the SKU check is part of the order's
+ * INSERT ... SELECT, a consistent read there; at REPEATABLE READ or above it would hold shared
+ * locks on those inventory rows until tx ends (still correct, but reservations wait for it).
+ * Cost: 3 statements (order + SKU check, items, event).
  */
 TXO_MUST_CHECK int orders_create_tx(struct txo_tx *tx, int64_t customer_id,
                                     const struct order_item *items, size_t n, int64_t *order_id,
@@ -86,6 +91,24 @@ TXO_MUST_CHECK int orders_create_tx(struct txo_tx *tx, int64_t customer_id,
 TXO_MUST_CHECK int orders_create(struct txo_db *db, int64_t customer_id,
                                  const struct order_item *items, size_t n, int64_t *order_id,
                                  struct txo_error *err);
+
+/*
+ * orders_create_tx() and the order's CreateOrderSaga (txo_saga_create(), correlation id
+ * "order:<id>", the SagaPayload built from the items given: nothing is read back), all in the
+ * caller's transaction tx, so the order, its OrderCreated event and its saga commit together.
+ * This is what the HTTP API uses; orders_start_saga() stays for orders created without one.
+ * saga_id receives the new saga's id, *order_id the order's. Same errors as orders_create_tx.
+ */
+TXO_MUST_CHECK int orders_create_with_saga_tx(struct txo_tx *tx, int64_t customer_id,
+                                              const struct order_item *items, size_t n,
+                                              int64_t *order_id, char saga_id[TXO_SAGA_ID_LEN],
+                                              struct txo_error *err);
+
+/* orders_create_with_saga_tx() in its own READ COMMITTED transaction. Same errors. */
+TXO_MUST_CHECK int orders_create_with_saga(struct txo_db *db, int64_t customer_id,
+                                           const struct order_item *items, size_t n,
+                                           int64_t *order_id, char saga_id[TXO_SAGA_ID_LEN],
+                                           struct txo_error *err);
 
 /*
  * Records the CreateOrderSaga of an order in one transaction: loads the order and its items

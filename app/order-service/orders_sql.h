@@ -2,46 +2,73 @@
  * Every SQL statement of the order service, one named macro each, so a reader sees all the
  * queries the service runs in one place. Each is a prepared statement with bound parameters
  * (txo_tx_exec/txo_tx_query); none is ever built from values. The only SQL assembled at run
- * time is the IN list of ORDERS_SQL_KNOWN_SKUS_*, whose placeholder count comes from
- * txo_sql_in_list().
+ * time is the IN list of ORDERS_SQL_KNOWN_SKUS_* and ORDERS_SQL_INSERT_ORDER_*, whose
+ * placeholder count comes from txo_sql_in_list(). Lists of rows travel as one bound JSON
+ * document unpacked by JSON_TABLE (MySQL 8.0.4+, MariaDB 10.6+).
  *
  * Above each: the index it uses, the rows it locks, the isolation it assumes. Service
  * transactions run at READ COMMITTED (orders_create, orders_start_saga; the saga engine's step
- * transactions too): locking reads lock only the rows they return, there are no gap locks, so
- * the only lock ordering that matters is the one on inventory rows (ascending SKU everywhere).
+ * transactions too): locking reads lock only the rows they return, there are no gap locks, and
+ * the SELECT part of an INSERT ... SELECT is a consistent read, so the only lock ordering that
+ * matters is the one on inventory rows (ascending SKU everywhere).
  *
  * Lock order across the service, when one transaction takes several:
- *   inventory_reservations (saga_id, sku) -> inventory (sku), both in ascending SKU order;
+ *   ReserveStock: inventory (sku) -> inventory_reservations (saga_id, sku), SKU by SKU in
+ *   ascending order (the reservation row is the saga's own: nobody else locks it);
+ *   ReleaseStock: inventory_reservations (saga_id, *) -> inventory (sku), ascending SKU;
  *   payments / shipments (order_id) -> orders (id).
+ * Shared rows (inventory) are thus always locked in ascending SKU order.
  */
 #ifndef TXO_ORDERS_SQL_H
 #define TXO_ORDERS_SQL_H
 
 /* ---- orders.c: creating an order and its saga ---- */
 
-/* PRIMARY (auto increment). Locks: the new row. Any isolation. */
-#define ORDERS_SQL_INSERT_ORDER                                                                    \
-    "INSERT INTO orders (customer_id, status, total_cents) VALUES (?, 'CREATED', ?)"
-
-/* PRIMARY; FK check on orders(id) takes a shared lock on the order row we just inserted. */
-#define ORDERS_SQL_INSERT_ITEM                                                                     \
-    "INSERT INTO order_items (order_id, sku, qty, price_cents) VALUES (?, ?, ?, ?)"
+/*
+ * The order row, written only when every SKU of the order exists: BEFORE + "(?,?,...)" + AFTER
+ * (txo_sql_in_list(), power-of-two count, the last SKU repeated). Params: customer_id,
+ * total_cents, the SKUs, the number of distinct SKUs. 1 row inserted, or 0 when a SKU is
+ * unknown (then ORDERS_SQL_KNOWN_SKUS_* names it). Index: inventory PRIMARY (sku), point
+ * lookups; orders PRIMARY (auto increment). Locks: the new order row. READ COMMITTED: the
+ * SELECT on inventory is a consistent read, no lock (at REPEATABLE READ it would take shared
+ * locks on those inventory rows until commit, which ReserveStock would then wait for); a SKU
+ * deleted afterwards is caught by ReserveStock.
+ */
+#define ORDERS_SQL_INSERT_ORDER_BEFORE                                                             \
+    "INSERT INTO orders (customer_id, status, total_cents) "                                       \
+    "SELECT ?, 'CREATED', ? FROM inventory WHERE sku IN "
+#define ORDERS_SQL_INSERT_ORDER_AFTER " HAVING COUNT(*) = ?"
 
 /*
- * inventory PRIMARY (sku), point lookups. Non-locking consistent read (READ COMMITTED): a SKU
- * deleted afterwards is caught by ReserveStock, which locks the row. The statement is
- * BEFORE + "(?,?,...)" + AFTER, built by txo_sql_in_list() with a power-of-two count.
+ * Every item of a new order in one statement, in payload order (ids ascending). Params:
+ * order_id, the OrderCreated payload ({"items":[{"sku","qty","price_cents"}...]}). Index:
+ * PRIMARY (auto increment); FK check on orders(id) takes a shared lock on the order row this
+ * transaction just inserted. Any isolation.
+ */
+#define ORDERS_SQL_INSERT_ITEMS                                                                    \
+    "INSERT INTO order_items (order_id, sku, qty, price_cents) "                                   \
+    "SELECT ?, j.sku, j.qty, j.price_cents FROM JSON_TABLE(?, '$.items[*]' COLUMNS ("              \
+    "ord FOR ORDINALITY, sku VARCHAR(64) PATH '$.sku', qty INT PATH '$.qty', "                     \
+    "price_cents BIGINT PATH '$.price_cents')) AS j ORDER BY j.ord"
+
+/*
+ * inventory PRIMARY (sku), point lookups; only after ORDERS_SQL_INSERT_ORDER_* inserted
+ * nothing, to name the unknown SKU. Non-locking consistent read (READ COMMITTED). The
+ * statement is BEFORE + "(?,?,...)" + AFTER, built by txo_sql_in_list() with a power-of-two
+ * count.
  */
 #define ORDERS_SQL_KNOWN_SKUS_BEFORE "SELECT sku FROM inventory WHERE sku IN "
 #define ORDERS_SQL_KNOWN_SKUS_AFTER  ""
 
-/* orders PRIMARY. Non-locking read (READ COMMITTED): the saga payload is a snapshot of an
- * order whose items never change after creation. */
-#define ORDERS_SQL_SELECT_ORDER "SELECT customer_id, total_cents FROM orders WHERE id = ?"
-
-/* order_items idx_order_items_order (order_id). Non-locking read; items in insertion order. */
-#define ORDERS_SQL_SELECT_ITEMS                                                                    \
-    "SELECT sku, qty, price_cents FROM order_items WHERE order_id = ? ORDER BY id"
+/*
+ * An order and its items in one round trip: one row per item in insertion order (the order's
+ * columns repeated), or none when there is no such order. orders PRIMARY, order_items
+ * idx_order_items_order (order_id). Non-locking read (READ COMMITTED): the saga payload is a
+ * snapshot of an order whose items never change after creation.
+ */
+#define ORDERS_SQL_SELECT_ORDER_ITEMS                                                              \
+    "SELECT o.customer_id, o.total_cents, i.sku, i.qty, i.price_cents "                            \
+    "FROM orders o JOIN order_items i ON i.order_id = o.id WHERE o.id = ? ORDER BY i.id"
 
 /* inventory PRIMARY (sku). Locks that row (X). Demo/tests only: resets reserved to 0. */
 #define ORDERS_SQL_SEED_INVENTORY                                                                  \
@@ -50,26 +77,31 @@
 
 /* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
 
-/* inventory_reservations PRIMARY (saga_id, sku). Locks the row when it exists (X); at READ
- * COMMITTED a missing row locks nothing. Taken per item in ascending SKU order. */
-#define ORDERS_SQL_RESERVATION_LOCK                                                                \
-    "SELECT status FROM inventory_reservations WHERE saga_id = ? AND sku = ? FOR UPDATE"
-
-/* inventory PRIMARY (sku). Locks the SKU's row (X) until commit; callers take these in
- * ascending SKU order so two reservations cannot deadlock (seed 9.9). */
-#define ORDERS_SQL_INVENTORY_LOCK "SELECT available FROM inventory WHERE sku = ? FOR UPDATE"
-
-/* inventory PRIMARY, the row locked just before. `available >= ?` repeats the check so the
- * statement alone can never oversell; the caller requires affected_rows == 1. */
+/*
+ * inventory PRIMARY (sku). Takes the SKU's row lock (X) until commit, and reserves only when
+ * enough is available: `available >= ?` makes the statement alone unable to oversell, and 0
+ * affected rows means "not enough, or no such SKU, or reserved already" (the caller then looks
+ * why, on that path only). Params: qty, qty, sku, qty. Callers go in ascending SKU order so
+ * two reservations cannot deadlock (seed 9.9).
+ */
 #define ORDERS_SQL_INVENTORY_RESERVE                                                               \
     "UPDATE inventory SET available = available - ?, reserved = reserved + ? "                     \
     "WHERE sku = ? AND available >= ?"
 
 /* inventory_reservations PRIMARY (saga_id, sku): a second reservation of the same SKU by the
  * same saga is a duplicate key, never a double reservation. FK check: shared lock on the
- * inventory row, which this transaction already holds exclusively. */
+ * inventory row, which this transaction already holds exclusively (RESERVE came first). */
 #define ORDERS_SQL_RESERVATION_INSERT                                                              \
     "INSERT INTO inventory_reservations (saga_id, sku, qty, status) VALUES (?, ?, ?, 'RESERVED')"
+
+/* inventory_reservations PRIMARY (saga_id, sku). Locks the saga's row when it exists (X); at
+ * READ COMMITTED a missing row locks nothing. Only on the rare paths of ReserveStock (a re-run,
+ * or not enough stock): is this SKU reserved by this saga already? */
+#define ORDERS_SQL_RESERVATION_LOCK                                                                \
+    "SELECT status FROM inventory_reservations WHERE saga_id = ? AND sku = ? FOR UPDATE"
+
+/* inventory PRIMARY (sku). Non-locking read, for the message of a refused reservation. */
+#define ORDERS_SQL_INVENTORY_AVAILABLE "SELECT available FROM inventory WHERE sku = ?"
 
 /* inventory_reservations PRIMARY prefix (saga_id). Locks every reservation of the saga (X),
  * returned in ascending SKU order, which is then the order the inventory rows are locked in. */
@@ -78,7 +110,8 @@
     "ORDER BY sku FOR UPDATE"
 
 /* inventory PRIMARY. Locks the SKU's row (X). `reserved >= ?` keeps reserved non-negative;
- * the caller requires affected_rows == 1. */
+ * the caller requires affected_rows == 1. Also undoes, in the same transaction, a RESERVE that
+ * turned out to be a re-run (the reservation row existed). */
 #define ORDERS_SQL_INVENTORY_RELEASE                                                               \
     "UPDATE inventory SET available = available + ?, reserved = reserved - ? "                     \
     "WHERE sku = ? AND reserved >= ?"
@@ -91,12 +124,14 @@
 /* ---- order_saga.c: ChargePayment / RefundPayment ---- */
 
 /* payments uq_payment_order (order_id): one payment per order; a re-run changes nothing.
- * Locks the order's payment row (X). */
+ * Locks the order's payment row (X). affected_rows: 1 = charged now, 0 = a payment existed
+ * (then ORDERS_SQL_PAYMENT_LOCK tells whether it is CHARGED). */
 #define ORDERS_SQL_PAYMENT_INSERT                                                                  \
     "INSERT INTO payments (order_id, amount_cents, status) VALUES (?, ?, 'CHARGED') "              \
     "ON DUPLICATE KEY UPDATE id = id"
 
-/* payments uq_payment_order. Locks the order's payment row (X) to read its current status. */
+/* payments uq_payment_order. Locks the order's payment row (X) to read its current status;
+ * only when ORDERS_SQL_PAYMENT_INSERT found one. */
 #define ORDERS_SQL_PAYMENT_LOCK "SELECT status FROM payments WHERE order_id = ? FOR UPDATE"
 
 /* payments uq_payment_order. Locks the row (X). `status = 'CHARGED'` makes a re-run a no-op. */
@@ -105,12 +140,13 @@
 
 /* ---- order_saga.c: CreateShipment / CancelShipment ---- */
 
-/* shipments uq_shipment_order (order_id): one shipment per order. Locks that row (X). */
+/* shipments uq_shipment_order (order_id): one shipment per order. Locks that row (X).
+ * affected_rows: 1 = created now, 0 = one existed (then ORDERS_SQL_SHIPMENT_LOCK). */
 #define ORDERS_SQL_SHIPMENT_INSERT                                                                 \
     "INSERT INTO shipments (order_id, status) VALUES (?, 'CREATED') "                              \
     "ON DUPLICATE KEY UPDATE id = id"
 
-/* shipments uq_shipment_order. Locks the row (X). */
+/* shipments uq_shipment_order. Locks the row (X); only when the INSERT found one. */
 #define ORDERS_SQL_SHIPMENT_LOCK "SELECT status FROM shipments WHERE order_id = ? FOR UPDATE"
 
 /* shipments uq_shipment_order. Locks the row (X); a re-run changes nothing. */

@@ -201,6 +201,14 @@ TXO_API char *txo_sql_in_list(const char *before, size_t n, const char *after);
 /* n rounded up to a power of two (1, 2, 4, ...). */
 TXO_API size_t txo_sql_in_list_size(size_t n);
 
+/*
+ * Builds `before` + n_rows copies of `row` joined by commas, for a multi-row
+ * INSERT ... VALUES (?, ?), (?, ?). `row` is a constant placeholder group such as
+ * "(?, ?, 'PENDING')": only the count is generated, the values are still bound. Returns a
+ * string to free with txo_free(), or NULL when out of memory or n_rows is 0.
+ */
+TXO_API char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row);
+
 /* Process-wide counters of the database layer (atomic; for metrics). */
 struct txo_db_stats {
     uint64_t deadlocks;     /* 1213 seen */

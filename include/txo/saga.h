@@ -39,6 +39,10 @@
  * fenced by it (UPDATE ... WHERE owner = me): a worker that lost its lease stops with
  * TXO_ELEASELOST instead of racing the new owner.
  *
+ * Cost: the lease is taken in the transaction of the first step a run executes and released in
+ * that of the last, so a successful run of a fresh n-step saga commits n transactions; each
+ * step costs its action's statements plus one statement and the COMMIT (docs/saga.md).
+ *
  * Thread-safety: a definition is immutable and may be shared; txo_saga_run uses only the db
  * it is given (one thread at a time per db).
  */

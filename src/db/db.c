@@ -836,6 +836,27 @@ char *txo_sql_in_list(const char *before, size_t n, const char *after)
     return s;
 }
 
+char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row)
+{
+    if (n_rows == 0)
+        return NULL;
+    size_t lb = strlen(before), lr = strlen(row);
+    char *s = txo_malloc(lb + n_rows * (lr + 1) + 1);
+    if (!s)
+        return NULL;
+    char *p = s;
+    memcpy(p, before, lb);
+    p += lb;
+    for (size_t i = 0; i < n_rows; i++) {
+        if (i)
+            *p++ = ',';
+        memcpy(p, row, lr);
+        p += lr;
+    }
+    *p = '\0';
+    return s;
+}
+
 /* ---- transactions ---- */
 
 struct txo_db *txo_tx_db(struct txo_tx *tx)

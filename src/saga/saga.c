@@ -4,24 +4,33 @@
  * A saga is driven from what is persisted, never from memory: txo_saga_run() takes the owner
  * lease, loads the instance and its steps, and then moves them one transaction at a time:
  *
- *   step try       fence + renew lease, step -> RUNNING (attempts + 1), action, step ->
- *                  COMPLETED: one transaction, so the step's status commits with the action's
- *                  own writes (business rows, outbox events) or not at all;
+ *   first step     a fresh run takes the lease, loads the saga (one join) and runs the next
+ *                  step in ONE transaction: the lease it took fences that step;
+ *   step try       the action, then one statement that fences the instance (owner, status),
+ *                  renews the lease and moves the step PENDING/RUNNING -> COMPLETED with
+ *                  attempts + 1: the step's status commits with the action's own writes
+ *                  (business rows, outbox events) or not at all; if the fence matches nothing
+ *                  the whole transaction rolls back. A retry (after a backoff) fences first;
+ *   last step      the same statement also moves the saga to COMPLETED and releases the lease,
+ *                  and on_completed runs in that transaction: no separate finish;
  *   failed try     the try rolled back; a new transaction records it (attempts + 1, error)
  *                  and, when the error is permanent or the tries are used up, fails the step
  *                  and moves the saga to FAILED (nothing to undo) or COMPENSATING;
- *   compensation   the same shape in reverse order over the COMPLETED steps, ending in
- *                  COMPENSATED, or COMPENSATION_FAILED when one keeps failing;
- *   finish         the terminal status, the definition's hook and the release of the lease in
- *                  one transaction.
+ *   compensation   the same shape in reverse order over the COMPLETED steps (fenced first),
+ *                  ending in COMPENSATED, or COMPENSATION_FAILED when one keeps failing;
+ *   finish         otherwise, the terminal status, the definition's hook and the release of
+ *                  the lease in one transaction.
+ * So a saga of n steps that succeeds costs n commits after its creation.
  *
  * Invariants:
  *   - every write is fenced: the instance by (owner, expected status), a step by (saga_id,
  *     step_order, expected status), and each status change is first checked against the one
- *     transition table of saga_state.c;
+ *     transition table of saga_state.c (a step completing in one write still checks
+ *     PENDING -> RUNNING and RUNNING -> COMPLETED);
  *   - struct run mirrors the persisted statuses as of the last commit, and is updated only
  *     after a transaction committed (txo_db_transact may run a body several times, so bodies
- *     write their results into their own argument struct, reset at their start);
+ *     write their results into their own argument struct, reset at their start; the acquire
+ *     body reloads r itself, and a failure after it reloads r with a new acquire);
  *   - a failed try is settled from the step's persisted status (read under lock), so a COMMIT
  *     whose outcome was unknown is never counted twice nor lost.
  *
@@ -45,9 +54,20 @@
 #define DEFAULT_LEASE_S   30
 #define DEFAULT_MAX_TRIES 5
 
-/* Columns of SAGA_SQL_SELECT_INSTANCE and SAGA_SQL_SELECT_STEPS. */
+/* Columns of SAGA_SQL_SELECT_INSTANCE, SAGA_SQL_SELECT_STEPS and SAGA_SQL_LOAD. */
 enum { INST_ID, INST_TYPE, INST_CORRELATION, INST_STATUS, INST_PAYLOAD, INST_OWNER };
 enum { STEP_ORDER, STEP_NAME, STEP_STATUS, STEP_ERROR, STEP_ATTEMPTS };
+enum {
+    LOAD_TYPE,
+    LOAD_CORRELATION,
+    LOAD_STATUS,
+    LOAD_PAYLOAD,
+    LOAD_OWNER,
+    LOAD_STEP_ORDER,
+    LOAD_STEP_NAME,
+    LOAD_STEP_STATUS,
+    LOAD_TAKEABLE, /* SAGA_SQL_LOAD_FOR_UPDATE only */
+};
 
 /* One txo_saga_run / txo_saga_retry call. */
 struct run {
@@ -65,6 +85,10 @@ struct run {
     void *user;
     enum txo_saga_status status; /* persisted saga status, as of the last commit */
     enum txo_step_status *steps; /* persisted step statuses, def->n_steps of them */
+    /* A step whose first try failed in the acquire transaction goes on with try next_attempt
+     * (next_attempt_step == n_steps: none). */
+    size_t next_attempt_step;
+    unsigned next_attempt;
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -128,6 +152,16 @@ static int check_def(const struct txo_saga_def *def, struct txo_error *err)
     return 0;
 }
 
+static int parse_saga_status(const char *id, const char *name, enum txo_saga_status *out,
+                             struct txo_error *err)
+{
+    if (txo_saga_status_parse(name, out) != 0) {
+        return txo_error_set(err, TXO_EDB, "saga %s: unknown status '%s'", id,
+                             name != NULL ? name : "NULL");
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Fenced writes, used inside transactions */
 
@@ -177,16 +211,16 @@ static int saga_move(struct txo_tx *tx, const struct run *r, enum txo_saga_statu
     return res.affected_rows == 1 ? 0 : lease_lost(r, from, err);
 }
 
-/* How a step row is written: a status move, or the start or the failure of a try. */
+/* How a step row is written outside a successful try: a status move, or a failed try. */
 enum step_write_kind {
     STEP_WRITE_MOVE,       /* SAGA_SQL_STEP_MOVE */
-    STEP_WRITE_TRY,        /* SAGA_SQL_STEP_TRY */
     STEP_WRITE_TRY_FAILED, /* SAGA_SQL_STEP_TRY_FAILED, the only one storing `error` */
 };
 
 /*
- * The one way a step row changes. For a try, `to` may equal `from` (a retried RUNNING or
- * COMPENSATING step): that is not a move, so it is not checked against the table.
+ * A step row change other than a successful try (see step_done). For a failed try, `to` may
+ * equal `from` (a retried RUNNING or COMPENSATING step): that is not a move, so it is not
+ * checked against the table.
  */
 static int step_write(struct txo_tx *tx, const struct run *r, size_t i, enum step_write_kind kind,
                       enum txo_step_status from, enum txo_step_status to, const char *error,
@@ -209,8 +243,7 @@ static int step_write(struct txo_tx *tx, const struct run *r, size_t i, enum ste
     } else {
         struct txo_param p[] = {txo_p_str(txo_step_status_name(to)), txo_p_str(r->id),
                                 txo_p_i64(order), txo_p_str(txo_step_status_name(from))};
-        rc = txo_tx_exec(tx, kind == STEP_WRITE_TRY ? SAGA_SQL_STEP_TRY : SAGA_SQL_STEP_MOVE, p,
-                         TXO_ARRAY_LEN(p), &res, err);
+        rc = txo_tx_exec(tx, SAGA_SQL_STEP_MOVE, p, TXO_ARRAY_LEN(p), &res, err);
     }
     if (rc != 0) {
         return rc;
@@ -330,17 +363,7 @@ static int abort_saga(struct txo_tx *tx, const struct run *r, size_t failed,
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* One try of an action or a compensation, and the record of a failed try */
-
-struct try_tx {
-    struct run *r;
-    size_t i;
-    bool compensate; /* false: the action; true: the compensation */
-    unsigned attempt;
-    /* out */
-    bool fn_failed; /* the action/compensation itself returned fn_rc */
-    int fn_rc;
-};
+/* The end of a successful try */
 
 static enum txo_step_status busy_status(bool compensate)
 {
@@ -357,22 +380,133 @@ static enum txo_saga_status driving_status(bool compensate)
     return compensate ? TXO_SAGA_COMPENSATING : TXO_SAGA_RUNNING;
 }
 
-static int try_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+/*
+ * Step i's try succeeded: in one statement, fence the instance and renew the lease, and move
+ * the step from its persisted status through busy to done with one more attempt (both moves
+ * checked against the table). With finish (forward only), the saga also moves RUNNING ->
+ * COMPLETED and releases the lease. TXO_ELEASELOST when the saga is no longer ours (or not in
+ * the driving status), TXO_ESTATE when the step moved.
+ */
+static int step_done(struct txo_tx *tx, const struct run *r, size_t i, bool compensate, bool finish,
+                     bool take, struct txo_error *err)
 {
-    struct try_tx *a = arg;
-    const struct run *r = a->r;
-    const struct txo_saga_step_def *sd = &r->def->steps[a->i];
-    enum txo_step_status busy = busy_status(a->compensate);
-
-    a->fn_failed = false;
-    a->fn_rc = 0;
-    int rc = fence(tx, r, driving_status(a->compensate), err);
+    unsigned order = (unsigned)i + 1;
+    enum txo_step_status from = r->steps[i];
+    enum txo_step_status busy = busy_status(compensate);
+    enum txo_step_status done = done_status(compensate);
+    enum txo_saga_status driving = driving_status(compensate);
+    TXO_ASSERT(!finish || !compensate);
+    int rc = 0;
+    if (from != busy) {
+        rc = txo__step_check_move(r->id, order, from, busy, err);
+    }
+    if (rc == 0) {
+        rc = txo__step_check_move(r->id, order, busy, done, err);
+    }
+    if (rc == 0 && finish) {
+        rc = txo__saga_check_move(r->id, driving, TXO_SAGA_COMPLETED, err);
+    }
     if (rc != 0) {
         return rc;
     }
-    rc = step_write(tx, r, a->i, STEP_WRITE_TRY, r->steps[a->i], busy, NULL, err);
+    struct txo_exec_result res;
+    if (finish) {
+        struct txo_param p[] = {txo_p_str(txo_step_status_name(done)),
+                                txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED)),
+                                txo_p_str(r->id),
+                                txo_p_str(txo_saga_status_name(driving)),
+                                txo_p_str(r->owner),
+                                txo_p_i64(take ? 1 : 0),
+                                txo_p_i64(order),
+                                txo_p_str(txo_step_status_name(from))};
+        rc = txo_tx_exec(tx, SAGA_SQL_STEP_DONE_FINISH, p, TXO_ARRAY_LEN(p), &res, err);
+    } else {
+        struct txo_param p[] = {txo_p_str(txo_step_status_name(done)),
+                                txo_p_str(r->owner),
+                                txo_p_i64(r->opts.lease_s),
+                                txo_p_str(r->id),
+                                txo_p_str(txo_saga_status_name(driving)),
+                                txo_p_str(r->owner),
+                                txo_p_i64(take ? 1 : 0),
+                                txo_p_i64(order),
+                                txo_p_str(txo_step_status_name(from))};
+        rc = txo_tx_exec(tx, SAGA_SQL_STEP_DONE, p, TXO_ARRAY_LEN(p), &res, err);
+    }
     if (rc != 0) {
         return rc;
+    }
+    if (res.affected_rows > 0) {
+        return 0; /* the step row always changes when the join matched */
+    }
+    /* Nothing matched: the fence tells a lost lease from a step that moved (the transaction
+     * rolls back either way). */
+    rc = fence(tx, r, driving, err);
+    if (rc != 0) {
+        return rc;
+    }
+    TXO_LOG(TXO_LOG_ERROR, "saga", "step not in expected status saga_id=%s step=%u expected=%s",
+            r->id, order, txo_step_status_name(from));
+    return txo_error_set(err, TXO_ESTATE, "saga %s step %u: not in status %s", r->id, order,
+                         txo_step_status_name(from));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One try of an action or a compensation, and the record of a failed try */
+
+struct try_tx {
+    struct run *r;
+    size_t i;
+    bool compensate; /* false: the action; true: the compensation */
+    unsigned attempt;
+    bool fence_first; /* fence before the action (retries, compensations) */
+    bool finish;      /* the last step to complete: the saga completes in this transaction */
+    bool take;        /* the first try of a run: its step_done takes the lease (row locked) */
+    /* out */
+    bool fn_failed; /* the action/compensation itself returned fn_rc */
+    int fn_rc;
+    bool hook_failed; /* on_completed failed (not the step's outcome) */
+};
+
+/* True when every step but i is COMPLETED: completing i completes the saga. */
+static bool only_step_left(const struct run *r, size_t i)
+{
+    for (size_t k = 0; k < r->def->n_steps; k++) {
+        if (k != i && r->steps[k] != TXO_STEP_COMPLETED) {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void try_init(struct try_tx *t, struct run *r, size_t i, bool compensate, unsigned attempt)
+{
+    memset(t, 0, sizeof(*t));
+    t->r = r;
+    t->i = i;
+    t->compensate = compensate;
+    t->attempt = attempt;
+    /* A first forward try is fenced by its last statement (step_done); after a backoff sleep,
+     * and for compensations, the fence comes first so nothing runs for a saga we lost. */
+    t->fence_first = compensate || attempt > 1;
+    t->finish = !compensate && only_step_left(r, i);
+}
+
+/* The body of one try, inside a transaction that may already hold other statements (the
+ * acquire of a fresh run). Resets its outputs first: txo_db_transact may run it again. */
+static int try_body(struct txo_tx *tx, struct try_tx *a, struct txo_error *err)
+{
+    const struct run *r = a->r;
+    const struct txo_saga_step_def *sd = &r->def->steps[a->i];
+
+    a->fn_failed = false;
+    a->fn_rc = 0;
+    a->hook_failed = false;
+    int rc = 0;
+    if (a->fence_first) {
+        rc = fence(tx, r, driving_status(a->compensate), err);
+        if (rc != 0) {
+            return rc;
+        }
     }
     txo_saga_step_fn fn = a->compensate ? sd->compensate : sd->action;
     if (fn != NULL) {
@@ -393,13 +527,34 @@ static int try_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         }
     }
     txo_crash_point(a->compensate ? "saga.compensation.before_commit" : "saga.step.before_commit");
-    return step_write(tx, r, a->i, STEP_WRITE_MOVE, busy, done_status(a->compensate), NULL, err);
+    rc = step_done(tx, r, a->i, a->compensate, a->finish, a->take, err);
+    if (rc == 0 && a->finish) {
+        rc = call_hook(tx, r, r->def->on_completed, r->def->n_steps, TXO_SAGA_COMPLETED, err);
+        a->hook_failed = rc != 0;
+    }
+    return rc;
+}
+
+static int try_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    return try_body(tx, arg, err);
+}
+
+/* A try committed: mirror it. */
+static void try_committed(struct run *r, const struct try_tx *t)
+{
+    r->steps[t->i] = done_status(t->compensate);
+    if (t->finish) {
+        r->status = TXO_SAGA_COMPLETED;
+    }
+    txo_crash_point(t->compensate ? "saga.compensation.after_commit" : "saga.step.after_commit");
 }
 
 struct record_tx {
     struct run *r;
     size_t i;
     bool compensate;
+    bool finish;       /* the failed try would have completed the saga */
     bool final;        /* the step fails for good */
     const char *error; /* stored in saga_steps.error */
     /* out */
@@ -407,6 +562,23 @@ struct record_tx {
     enum txo_step_status step_after;
     enum txo_saga_status saga_after;
 };
+
+/* The saga's persisted status (consistent read), for the rare paths that must look. */
+static int read_saga_status(struct txo_tx *tx, const struct run *r, enum txo_saga_status *out,
+                            struct txo_error *err)
+{
+    struct txo_param p[] = {txo_p_str(r->id)};
+    struct txo_rows *rows = NULL;
+    int rc = txo_tx_query(tx, SAGA_SQL_SELECT_INSTANCE, p, TXO_ARRAY_LEN(p), &rows, err);
+    if (rc == 0 && txo_rows_count(rows) != 1) {
+        rc = txo_error_set(err, TXO_ENOTFOUND, "saga %s not found", r->id);
+    }
+    if (rc == 0) {
+        rc = parse_saga_status(r->id, txo_rows_str(rows, 0, INST_STATUS, NULL), out, err);
+    }
+    txo_rows_free(rows);
+    return rc;
+}
 
 static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
@@ -418,6 +590,19 @@ static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     a->step_after = r->steps[a->i];
     a->saga_after = r->status;
     int rc = fence(tx, r, driving_status(a->compensate), err);
+    if (rc == TXO_ELEASELOST && a->finish) {
+        /* A try that completes the saga also releases the lease: if its COMMIT went through
+         * after all, the saga is COMPLETED and unowned. */
+        enum txo_saga_status now = TXO_SAGA_RUNNING;
+        struct txo_error serr;
+        txo_error_init(&serr);
+        if (read_saga_status(tx, r, &now, &serr) == 0 && now == TXO_SAGA_COMPLETED) {
+            a->already_done = true;
+            a->step_after = done_status(a->compensate);
+            a->saga_after = TXO_SAGA_COMPLETED;
+            return 0;
+        }
+    }
     if (rc != 0) {
         return rc;
     }
@@ -461,67 +646,88 @@ static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 }
 
 /*
- * Runs step i's action (or compensation) until it commits, fails for good, or the engine
- * cannot go on (lease lost, database down: returned as an error). Returns 0 when the step
- * reached COMPLETED/COMPENSATED or its failure was recorded (r->status then changed).
+ * Try t failed with rc (terr describes it; its transaction rolled back). When that is the
+ * step's own outcome (its function failed, or a transient error), records it in a new
+ * transaction and, when the step may be tried again, sleeps the backoff; *stop is set when the
+ * step is settled instead (done after all, or failed for good: r->status then changed).
+ * Anything else (lease lost, illegal state, database error, on_completed failing) is not the
+ * step's outcome and is returned as it is.
  */
-static int drive_step(struct run *r, size_t i, bool compensate, struct txo_error *err)
+static int settle_failed_try(struct run *r, const struct try_tx *t, int rc,
+                             const struct txo_error *terr, bool *stop, struct txo_error *err)
 {
-    const char *name = r->def->steps[i].name;
-    for (unsigned attempt = 1;; attempt++) {
-        struct try_tx t = {.r = r, .i = i, .compensate = compensate, .attempt = attempt};
+    const char *name = r->def->steps[t->i].name;
+    bool own_failure = t->fn_failed && rc == t->fn_rc;
+    bool transient = txo_err_is_transient(rc) && !t->hook_failed;
+    *stop = true;
+    if (!own_failure && !transient) {
+        if (err != NULL) {
+            *err = *terr;
+        }
+        return rc;
+    }
+    char error[TXO_ERROR_MSG_MAX + 32];
+    snprintf(error, sizeof(error), "%s: %s", txo_err_name(rc), terr->msg);
+    struct record_tx rec = {.r = r,
+                            .i = t->i,
+                            .compensate = t->compensate,
+                            .finish = t->finish,
+                            .final = !transient || t->attempt >= r->opts.step_max_attempts,
+                            .error = error};
+    int rrc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, record_tx_fn, &rec, err);
+    if (rrc != 0) {
+        return rrc;
+    }
+    r->steps[t->i] = rec.step_after;
+    r->status = rec.saga_after;
+    if (rec.already_done || rec.final) {
+        if (rec.final && !rec.already_done && !t->compensate) {
+            TXO_LOG(TXO_LOG_INFO, "saga",
+                    "saga step failed saga_id=%s step=%s attempts=%u "
+                    "error=\"%s\" next=%s",
+                    r->id, name, t->attempt, error, txo_saga_status_name(r->status));
+        } else if (rec.final && !rec.already_done) {
+            TXO_LOG(TXO_LOG_ERROR, "saga",
+                    "saga compensation failed saga_id=%s type=%s "
+                    "step=%s attempts=%u error=\"%s\"",
+                    r->id, r->def->type, name, t->attempt, error);
+        }
+        return 0;
+    }
+    *stop = false;
+    int64_t delay_ms = txo_backoff_delay_ms(&r->opts.step_backoff, t->attempt, txo_rand01());
+    TXO_LOG(TXO_LOG_WARN, "saga",
+            "saga step retry saga_id=%s step=%s phase=%s attempt=%u "
+            "delay_ms=%" PRId64 " error=\"%s\"",
+            r->id, name, t->compensate ? "compensate" : "action", t->attempt, delay_ms, error);
+    r->clock->sleep_ms(r->clock->arg, delay_ms);
+    return 0;
+}
+
+/*
+ * Runs step i's action (or compensation), from try first_attempt on, until it commits, fails
+ * for good, or the engine cannot go on (lease lost, database down: returned as an error).
+ * Returns 0 when the step reached COMPLETED/COMPENSATED or its failure was recorded (r->status
+ * then changed).
+ */
+static int drive_step(struct run *r, size_t i, bool compensate, unsigned first_attempt,
+                      struct txo_error *err)
+{
+    for (unsigned attempt = first_attempt;; attempt++) {
+        struct try_tx t;
+        try_init(&t, r, i, compensate, attempt);
         struct txo_error terr;
         txo_error_init(&terr);
         int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, try_tx_fn, &t, &terr);
         if (rc == 0) {
-            r->steps[i] = done_status(compensate);
-            txo_crash_point(compensate ? "saga.compensation.after_commit"
-                                       : "saga.step.after_commit");
+            try_committed(r, &t);
             return 0;
         }
-        bool own_failure = t.fn_failed && rc == t.fn_rc;
-        bool transient = txo_err_is_transient(rc);
-        if (!own_failure && !transient) {
-            /* Lease lost, an illegal state, a database error: not the step's outcome. */
-            if (err != NULL) {
-                *err = terr;
-            }
+        bool stop;
+        rc = settle_failed_try(r, &t, rc, &terr, &stop, err);
+        if (rc != 0 || stop) {
             return rc;
         }
-        char error[TXO_ERROR_MSG_MAX + 32];
-        snprintf(error, sizeof(error), "%s: %s", txo_err_name(rc), terr.msg);
-        unsigned max_tries = r->opts.step_max_attempts;
-        struct record_tx rec = {.r = r,
-                                .i = i,
-                                .compensate = compensate,
-                                .final = !transient || attempt >= max_tries,
-                                .error = error};
-        int rrc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, record_tx_fn, &rec, err);
-        if (rrc != 0) {
-            return rrc;
-        }
-        r->steps[i] = rec.step_after;
-        r->status = rec.saga_after;
-        if (rec.already_done || rec.final) {
-            if (rec.final && !compensate) {
-                TXO_LOG(TXO_LOG_INFO, "saga",
-                        "saga step failed saga_id=%s step=%s attempts=%u "
-                        "error=\"%s\" next=%s",
-                        r->id, name, attempt, error, txo_saga_status_name(r->status));
-            } else if (rec.final) {
-                TXO_LOG(TXO_LOG_ERROR, "saga",
-                        "saga compensation failed saga_id=%s type=%s "
-                        "step=%s attempts=%u error=\"%s\"",
-                        r->id, r->def->type, name, attempt, error);
-            }
-            return 0;
-        }
-        int64_t delay_ms = txo_backoff_delay_ms(&r->opts.step_backoff, attempt, txo_rand01());
-        TXO_LOG(TXO_LOG_WARN, "saga",
-                "saga step retry saga_id=%s step=%s phase=%s attempt=%u "
-                "delay_ms=%" PRId64 " error=\"%s\"",
-                r->id, name, compensate ? "compensate" : "action", attempt, delay_ms, error);
-        r->clock->sleep_ms(r->clock->arg, delay_ms);
     }
 }
 
@@ -578,17 +784,24 @@ static int bad_step_state(const struct run *r, size_t i, struct txo_error *err)
                          txo_saga_status_name(r->status), i + 1, txo_step_status_name(r->steps[i]));
 }
 
-/* RUNNING: run the steps not yet completed, in order. Returns with r->status changed. */
+/* The try to start step i with: 1, or the next one when this run already tried it. */
+static unsigned first_attempt(const struct run *r, size_t i)
+{
+    return r->next_attempt_step == i ? r->next_attempt : 1;
+}
+
+/* RUNNING: run the steps not yet completed, in order. Returns with r->status changed (the
+ * last step completes the saga in its own transaction). */
 static int drive_forward(struct run *r, struct txo_error *err)
 {
     size_t n = r->def->n_steps;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && r->status == TXO_SAGA_RUNNING; i++) {
         switch (r->steps[i]) {
         case TXO_STEP_COMPLETED:
             break;
         case TXO_STEP_PENDING:
         case TXO_STEP_RUNNING: { /* RUNNING: a try was cut short; steps are idempotent */
-            int rc = drive_step(r, i, false, err);
+            int rc = drive_step(r, i, false, first_attempt(r, i), err);
             if (rc != 0 || r->steps[i] != TXO_STEP_COMPLETED) {
                 return rc;
             }
@@ -599,6 +812,9 @@ static int drive_forward(struct run *r, struct txo_error *err)
         default:
             return bad_step_state(r, i, err);
         }
+    }
+    if (r->status != TXO_SAGA_RUNNING) {
+        return 0;
     }
     return finish(r, TXO_SAGA_RUNNING, TXO_SAGA_COMPLETED, n, err);
 }
@@ -611,7 +827,7 @@ static int drive_back(struct run *r, struct txo_error *err)
         switch (r->steps[k]) {
         case TXO_STEP_COMPLETED:
         case TXO_STEP_COMPENSATING: { /* COMPENSATING: cut short or being retried */
-            int rc = drive_step(r, k, true, err);
+            int rc = drive_step(r, k, true, 1, err);
             if (rc != 0 || r->steps[k] != TXO_STEP_COMPENSATED) {
                 return rc;
             }
@@ -634,128 +850,257 @@ static int drive_back(struct run *r, struct txo_error *err)
 struct acquire_tx {
     struct run *r;
     bool retry; /* txo_saga_retry(): COMPENSATION_FAILED -> COMPENSATING */
+    bool fold;  /* a RUNNING saga: run its next step in this transaction too */
     /* out */
     bool acquired;
     enum txo_saga_status status;
-    enum txo_step_status *steps; /* def->n_steps, caller-allocated */
-    struct txo_rows *inst;
+    struct txo_rows *rows; /* SAGA_SQL_LOAD */
+    bool tried;            /* the first try `t` ran in this transaction */
+    struct try_tx t;
 };
 
-static int parse_saga_status(const char *id, const char *name, enum txo_saga_status *out,
-                             struct txo_error *err)
+/* Checks the loaded steps (SAGA_SQL_LOAD rows) against the definition and parses them. */
+static int load_steps(const struct run *r, const struct txo_rows *rows, enum txo_step_status *out,
+                      struct txo_error *err)
 {
-    if (txo_saga_status_parse(name, out) != 0) {
-        return txo_error_set(err, TXO_EDB, "saga %s: unknown status '%s'", id,
-                             name != NULL ? name : "NULL");
+    const struct txo_saga_def *def = r->def;
+    size_t stored = txo_rows_count(rows);
+    if (stored == 1 && txo_rows_is_null(rows, 0, LOAD_STEP_ORDER)) {
+        stored = 0;
+    }
+    if (stored != def->n_steps) {
+        return txo_error_set(err, TXO_EINVAL, "saga %s has %zu steps stored, definition %s has %zu",
+                             r->id, stored, def->type, def->n_steps);
+    }
+    for (size_t i = 0; i < def->n_steps; i++) {
+        const char *name = txo_rows_str(rows, i, LOAD_STEP_NAME, NULL);
+        if (txo_rows_i64(rows, i, LOAD_STEP_ORDER) != (int64_t)i + 1 || name == NULL ||
+            strcmp(name, def->steps[i].name) != 0) {
+            return txo_error_set(
+                err, TXO_EINVAL, "saga %s: stored step %zu is '%s', definition %s says '%s'", r->id,
+                i + 1, name != NULL ? name : "NULL", def->type, def->steps[i].name);
+        }
+        const char *st = txo_rows_str(rows, i, LOAD_STEP_STATUS, NULL);
+        if (txo_step_status_parse(st, &out[i]) != 0) {
+            return txo_error_set(err, TXO_EDB, "saga %s step %zu: unknown status '%s'", r->id,
+                                 i + 1, st != NULL ? st : "NULL");
+        }
     }
     return 0;
 }
 
-/* Checks the stored steps against the definition and parses their statuses. */
-static int load_steps(struct txo_tx *tx, const struct run *r, enum txo_step_status *out,
+/* Copies the instance's correlation id and payload into r and decodes the payload (again
+ * when a transaction body runs again). */
+static int load_instance(struct run *r, const struct txo_rows *rows, struct txo_error *err)
+{
+    txo_free(r->correlation_id);
+    txo_free(r->payload);
+    if (r->has_state && r->def->free_state != NULL) {
+        r->def->free_state(r->state);
+    }
+    r->state = NULL;
+    r->has_state = false;
+    size_t len = 0;
+    const char *payload = txo_rows_str(rows, 0, LOAD_PAYLOAD, &len);
+    r->correlation_id = txo_strdup(txo_rows_str(rows, 0, LOAD_CORRELATION, NULL));
+    r->payload = txo_strndup(payload != NULL ? payload : "", payload != NULL ? len : 0);
+    r->payload_len = payload != NULL ? len : 0;
+    if (r->correlation_id == NULL || r->payload == NULL) {
+        return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
+    }
+    if (r->def->decode != NULL) {
+        int rc = r->def->decode(r->payload, r->payload_len, &r->state, err);
+        if (rc != 0) {
+            txo_error_wrap(err, "saga %s: decoding the payload", r->id);
+            return rc < 0 ? rc : TXO_EINVAL;
+        }
+        r->has_state = true;
+    }
+    return 0;
+}
+
+/* The step a fresh RUNNING saga would run next (PENDING, or RUNNING: a try cut short), or
+ * n_steps when there is none (a FAILED step to settle, or an inconsistent row). */
+static size_t next_forward_step(const struct run *r)
+{
+    for (size_t i = 0; i < r->def->n_steps; i++) {
+        if (r->steps[i] == TXO_STEP_PENDING || r->steps[i] == TXO_STEP_RUNNING) {
+            return i;
+        }
+        if (r->steps[i] != TXO_STEP_COMPLETED) {
+            break;
+        }
+    }
+    return r->def->n_steps;
+}
+
+/* The lease of a saga whose row this transaction locked (or may lock): SAGA_SQL_ACQUIRE*.
+ * *taken is false when it is held by a live owner or has no work left. */
+static int take_lease(struct txo_tx *tx, const struct run *r, bool retry, bool *taken,
                       struct txo_error *err)
 {
-    const struct txo_saga_def *def = r->def;
-    struct txo_param p[] = {txo_p_str(r->id)};
-    struct txo_rows *rows = NULL;
-    int rc = txo_tx_query(tx, SAGA_SQL_SELECT_STEPS, p, TXO_ARRAY_LEN(p), &rows, err);
-    if (rc != 0) {
-        goto out;
-    }
-    if (txo_rows_count(rows) != def->n_steps) {
-        rc = txo_error_set(err, TXO_EINVAL, "saga %s has %zu steps stored, definition %s has %zu",
-                           r->id, txo_rows_count(rows), def->type, def->n_steps);
-        goto out;
-    }
-    for (size_t i = 0; i < def->n_steps; i++) {
-        const char *name = txo_rows_str(rows, i, STEP_NAME, NULL);
-        if (txo_rows_i64(rows, i, STEP_ORDER) != (int64_t)i + 1 || name == NULL ||
-            strcmp(name, def->steps[i].name) != 0) {
-            rc = txo_error_set(err, TXO_EINVAL,
-                               "saga %s: stored step %zu is '%s', definition %s says '%s'", r->id,
-                               i + 1, name != NULL ? name : "NULL", def->type, def->steps[i].name);
-            goto out;
-        }
-        const char *st = txo_rows_str(rows, i, STEP_STATUS, NULL);
-        if (txo_step_status_parse(st, &out[i]) != 0) {
-            rc = txo_error_set(err, TXO_EDB, "saga %s step %zu: unknown status '%s'", r->id, i + 1,
-                               st != NULL ? st : "NULL");
-            goto out;
-        }
-    }
-out:
-    txo_rows_free(rows);
+    struct txo_param p[] = {txo_p_str(r->owner), txo_p_i64(r->opts.lease_s), txo_p_str(r->id),
+                            txo_p_str(r->owner)};
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, retry ? SAGA_SQL_ACQUIRE_FOR_RETRY : SAGA_SQL_ACQUIRE, p,
+                         TXO_ARRAY_LEN(p), &res, err);
+    *taken = rc == 0 && res.affected_rows == 1;
     return rc;
 }
 
+/*
+ * Two shapes. Without fold: take the lease (UPDATE), then load. With fold (txo_saga_run): load
+ * with the rows locked, decide in C whether the lease may be taken, and let the first try's
+ * closing statement write it (no statement of its own); when there is no step to fold (a
+ * COMPENSATING saga, a FAILED step to settle) the lease is written by SAGA_SQL_ACQUIRE.
+ */
 static int acquire_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct acquire_tx *a = arg;
     struct run *r = a->r;
 
-    txo_rows_free(a->inst); /* from an earlier attempt */
-    a->inst = NULL;
+    txo_rows_free(a->rows); /* from an earlier attempt */
+    a->rows = NULL;
     a->acquired = false;
+    a->tried = false;
 
-    struct txo_param p[] = {txo_p_str(r->owner), txo_p_i64(r->opts.lease_s), txo_p_str(r->id),
-                            txo_p_str(r->owner)};
-    struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, a->retry ? SAGA_SQL_ACQUIRE_FOR_RETRY : SAGA_SQL_ACQUIRE, p,
-                         TXO_ARRAY_LEN(p), &res, err);
+    bool taken = false;
+    int rc = 0;
+    if (!a->fold) {
+        rc = take_lease(tx, r, a->retry, &taken, err);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    struct txo_param pl[] = {txo_p_str(r->owner), txo_p_str(r->id)};
+    if (a->fold) {
+        rc = txo_tx_query(tx, SAGA_SQL_LOAD_FOR_UPDATE, pl, TXO_ARRAY_LEN(pl), &a->rows, err);
+    } else {
+        rc = txo_tx_query(tx, SAGA_SQL_LOAD, pl + 1, 1, &a->rows, err);
+    }
     if (rc != 0) {
         return rc;
     }
-    struct txo_param pi[] = {txo_p_str(r->id)};
-    rc = txo_tx_query(tx, SAGA_SQL_SELECT_INSTANCE, pi, TXO_ARRAY_LEN(pi), &a->inst, err);
-    if (rc != 0) {
-        return rc;
-    }
-    if (txo_rows_count(a->inst) != 1) {
+    if (txo_rows_count(a->rows) == 0) {
         return txo_error_set(err, TXO_ENOTFOUND, "saga %s not found", r->id);
     }
-    rc = parse_saga_status(r->id, txo_rows_str(a->inst, 0, INST_STATUS, NULL), &a->status, err);
-    if (rc != 0 || res.affected_rows == 0) {
-        return rc; /* not ours: the caller tells why from the status */
+    rc = parse_saga_status(r->id, txo_rows_str(a->rows, 0, LOAD_STATUS, NULL), &a->status, err);
+    if (rc != 0) {
+        return rc;
     }
-    const char *type = txo_rows_str(a->inst, 0, INST_TYPE, NULL);
+    if (a->fold) {
+        bool has_work = a->status == TXO_SAGA_RUNNING || a->status == TXO_SAGA_COMPENSATING;
+        taken = has_work && txo_rows_i64(a->rows, 0, LOAD_TAKEABLE) == 1;
+    }
+    if (!taken) {
+        return 0; /* not ours: the caller tells why from the status */
+    }
+    const char *type = txo_rows_str(a->rows, 0, LOAD_TYPE, NULL);
     if (type == NULL || strcmp(type, r->def->type) != 0) {
         return txo_error_set(err, TXO_EINVAL, "saga %s is of type '%s', not '%s'", r->id,
                              type != NULL ? type : "NULL", r->def->type);
     }
-    rc = load_steps(tx, r, a->steps, err);
+    rc = load_steps(r, a->rows, r->steps, err);
+    if (rc == 0) {
+        rc = load_instance(r, a->rows, err);
+    }
     if (rc != 0) {
         return rc;
     }
+    /* From here on r mirrors what this transaction sees (steps, status): a try run in it
+     * checks its moves against that. */
+    r->status = a->status;
     if (a->retry) {
         rc = saga_move(tx, r, TXO_SAGA_COMPENSATION_FAILED, TXO_SAGA_COMPENSATING, err);
         for (size_t i = 0; rc == 0 && i < r->def->n_steps; i++) {
-            if (a->steps[i] == TXO_STEP_COMPENSATION_FAILED) {
+            if (r->steps[i] == TXO_STEP_COMPENSATION_FAILED) {
                 rc = step_write(tx, r, i, STEP_WRITE_MOVE, TXO_STEP_COMPENSATION_FAILED,
                                 TXO_STEP_COMPENSATING, NULL, err);
-                a->steps[i] = TXO_STEP_COMPENSATING;
+                r->steps[i] = TXO_STEP_COMPENSATING;
             }
         }
         if (rc != 0) {
             return rc;
         }
         a->status = TXO_SAGA_COMPENSATING;
+        r->status = TXO_SAGA_COMPENSATING;
     }
+    size_t i = a->fold && a->status == TXO_SAGA_RUNNING ? next_forward_step(r) : r->def->n_steps;
+    if (i == r->def->n_steps) {
+        if (a->fold) {
+            /* Nothing to fold: write the lease now (the row is locked by us, so it takes). */
+            rc = take_lease(tx, r, false, &taken, err);
+            if (rc != 0 || !taken) {
+                return rc != 0
+                           ? rc
+                           : txo_error_set(err, TXO_EDB, "saga %s: locked but not taken", r->id);
+            }
+        }
+        a->acquired = true;
+        return 0;
+    }
+    /* The row lock taken by the load fences this try; its closing statement takes the lease. */
+    try_init(&a->t, r, i, false, 1);
+    a->t.fence_first = false;
+    a->t.take = true;
+    a->tried = true;
     a->acquired = true;
-    return 0;
+    return try_body(tx, &a->t, err);
 }
 
-/* Takes the lease and fills r from the database. *terminal: not taken, the saga is over. */
-static int acquire(struct run *r, bool retry, bool *terminal, struct txo_error *err)
+/*
+ * Takes the lease and fills r from the database; with fold, also runs the saga's next step in
+ * the same transaction (one commit fewer per run). *terminal: not taken, the saga is over.
+ */
+static int acquire(struct run *r, bool retry, bool fold, bool *terminal, struct txo_error *err)
 {
-    struct acquire_tx a = {.r = r, .retry = retry, .steps = r->steps};
+    struct acquire_tx a;
+    memset(&a, 0, sizeof(a));
+    a.r = r;
+    a.retry = retry;
+    a.fold = fold;
     *terminal = false;
-    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, acquire_tx_fn, &a, err);
+    struct txo_error terr;
+    txo_error_init(&terr);
+    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, acquire_tx_fn, &a, &terr);
+    if (rc != 0 && a.tried) {
+        /* The try failed and rolled back with the lease: take the lease alone (reloading r),
+         * then settle the try as drive_step would, if nobody moved the step meanwhile. */
+        enum txo_step_status before = r->steps[a.t.i];
+        bool own_failure = a.t.fn_failed && rc == a.t.fn_rc;
+        bool transient = txo_err_is_transient(rc) && !a.t.hook_failed;
+        if (!own_failure && !transient) {
+            if (err != NULL) {
+                *err = terr;
+            }
+            goto out;
+        }
+        int arc = acquire(r, false, false, terminal, err);
+        if (arc != 0 || *terminal) {
+            rc = arc;
+            goto out;
+        }
+        int try_rc = rc;
+        rc = 0;
+        if (r->status == TXO_SAGA_RUNNING && r->steps[a.t.i] == before) {
+            bool stop;
+            rc = settle_failed_try(r, &a.t, try_rc, &terr, &stop, err);
+            if (rc == 0 && !stop) {
+                r->next_attempt_step = a.t.i;
+                r->next_attempt = a.t.attempt + 1;
+            }
+        }
+        goto out;
+    }
     if (rc != 0) {
+        if (err != NULL) {
+            *err = terr;
+        }
         goto out;
     }
     r->status = a.status;
     if (!a.acquired) {
-        const char *owner = txo_rows_str(a.inst, 0, INST_OWNER, NULL);
+        const char *owner = txo_rows_str(a.rows, 0, LOAD_OWNER, NULL);
         if (retry && a.status != TXO_SAGA_COMPENSATION_FAILED) {
             rc = txo_error_set(err, TXO_ESTATE, "saga %s is %s, not COMPENSATION_FAILED", r->id,
                                txo_saga_status_name(a.status));
@@ -769,16 +1114,11 @@ static int acquire(struct run *r, bool retry, bool *terminal, struct txo_error *
         }
         goto out;
     }
-    size_t len = 0;
-    const char *payload = txo_rows_str(a.inst, 0, INST_PAYLOAD, &len);
-    r->correlation_id = txo_strdup(txo_rows_str(a.inst, 0, INST_CORRELATION, NULL));
-    r->payload = txo_strndup(payload != NULL ? payload : "", payload != NULL ? len : 0);
-    r->payload_len = payload != NULL ? len : 0;
-    if (r->correlation_id == NULL || r->payload == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
+    if (a.tried) {
+        try_committed(r, &a.t);
     }
 out:
-    txo_rows_free(a.inst);
+    txo_rows_free(a.rows);
     return rc;
 }
 
@@ -816,6 +1156,7 @@ static int drive(struct txo_db *db, const struct txo_saga_def *def, const char *
     r.def = def;
     r.user = user;
     r.clock = r.opts.clock != NULL ? r.opts.clock : txo_clock_system();
+    r.next_attempt_step = def->n_steps; /* none */
     r.steps = txo_calloc(def->n_steps, sizeof(*r.steps));
     if (r.steps == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory", saga_id);
@@ -823,18 +1164,9 @@ static int drive(struct txo_db *db, const struct txo_saga_def *def, const char *
     }
 
     bool terminal;
-    rc = acquire(&r, retry, &terminal, err);
+    rc = acquire(&r, retry, !retry, &terminal, err);
     if (rc != 0 || terminal) {
         goto out;
-    }
-    if (def->decode != NULL) {
-        rc = def->decode(r.payload, r.payload_len, &r.state, err);
-        if (rc != 0) {
-            txo_error_wrap(err, "saga %s: decoding the payload", r.id);
-            rc = rc < 0 ? rc : TXO_EINVAL;
-            goto out;
-        }
-        r.has_state = true;
     }
     while (!txo_saga_is_terminal(r.status)) {
         enum txo_saga_status before = r.status;
@@ -882,6 +1214,34 @@ int txo_saga_retry(struct txo_db *db, const struct txo_saga_def *def, const char
 /* ------------------------------------------------------------------------------------------ */
 /* Creating */
 
+/* Inserts the PENDING rows of every step of a new saga with one statement. */
+static int insert_steps(struct txo_tx *tx, const struct txo_saga_def *def, const char *id,
+                        struct txo_error *err)
+{
+    char *sql = txo_sql_values_rows(SAGA_SQL_INSERT_STEPS, def->n_steps, SAGA_SQL_INSERT_STEPS_ROW);
+    struct txo_param *ps = txo_calloc(3 * def->n_steps, sizeof(*ps));
+    int rc = 0;
+    if (sql == NULL || ps == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "creating the steps of saga %s: out of memory", id);
+        goto out;
+    }
+    for (size_t i = 0; i < def->n_steps; i++) {
+        ps[3 * i] = txo_p_str(id);
+        ps[3 * i + 1] = txo_p_i64((int64_t)i + 1);
+        ps[3 * i + 2] = txo_p_str(def->steps[i].name);
+    }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, ps, 3 * def->n_steps, &res, err);
+    if (rc == 0 && res.affected_rows != def->n_steps) {
+        rc = txo_error_set(err, TXO_EDB, "saga %s: %llu of %zu steps created", id,
+                           (unsigned long long)res.affected_rows, def->n_steps);
+    }
+out:
+    txo_free(sql);
+    txo_free(ps);
+    return rc;
+}
+
 int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const char *correlation_id,
                     const char *payload_json, char saga_id[TXO_SAGA_ID_LEN], bool *created,
                     struct txo_error *err)
@@ -913,14 +1273,10 @@ int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const cha
         return rc;
     }
     if (res.affected_rows == 1) {
-        for (size_t i = 0; i < def->n_steps; i++) {
-            struct txo_param ps[] = {txo_p_str(id), txo_p_i64((int64_t)i + 1),
-                                     txo_p_str(def->steps[i].name)};
-            rc = txo_tx_exec(tx, SAGA_SQL_INSERT_STEP, ps, TXO_ARRAY_LEN(ps), NULL, err);
-            if (rc != 0) {
-                txo_error_wrap(err, "creating step %s of saga %s", def->steps[i].name, id);
-                return rc;
-            }
+        rc = insert_steps(tx, def, id, err);
+        if (rc != 0) {
+            txo_error_wrap(err, "creating the steps of saga %s", id);
+            return rc;
         }
         memcpy(saga_id, id, TXO_SAGA_ID_LEN);
         if (created != NULL) {

@@ -1,12 +1,16 @@
 /*
  * Every SQL statement of the saga engine (src/saga/saga.c), one macro each. Values are always
- * bound (`?`); nothing here is assembled at run time.
+ * bound (`?`); the only SQL assembled at run time is the placeholder list of the multi-row
+ * step insert (txo_sql_values_rows), so the engine also runs on MySQL 5.7.
  *
  * All statements run at READ COMMITTED. Fencing: every write to a saga that is being driven
  * carries `owner = ?` and the expected current `status = ?` in its WHERE clause and is judged
- * by its affected-row count (0 = the lease was lost or the row moved under us). The UPDATE of
- * saga_instances in each step transaction also row-locks the instance for the rest of that
- * transaction, so two workers can never run a step of the same saga at the same time.
+ * by its affected-row count (0 = the lease was lost or the row moved under us). A step's
+ * completion is ONE statement (SAGA_SQL_STEP_DONE*) that fences, renews the lease and moves the
+ * step, at the end of the step transaction: if it matches nothing the transaction rolls back,
+ * the action's writes with it. It row-locks the instance until commit, so two workers can
+ * never COMMIT a step of the same saga at the same time (retries and compensations also fence
+ * first, SAGA_SQL_FENCE, and then hold that lock for the whole transaction).
  */
 #ifndef TXO_SAGA_SQL_H
 #define TXO_SAGA_SQL_H
@@ -21,11 +25,16 @@
     "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload) "                 \
     "VALUES (?, ?, ?, 'RUNNING', ?) ON DUPLICATE KEY UPDATE id = id"
 
-/* One PENDING step of a new saga. Index: uq_saga_step (and the FK to saga_instances.id).
- * Locks: the new row. */
-#define SAGA_SQL_INSERT_STEP                                                                       \
-    "INSERT INTO saga_steps (saga_id, step_order, step_name, status) "                             \
-    "VALUES (?, ?, ?, 'PENDING')"
+/*
+ * Every PENDING step of a new saga in one statement: SAGA_SQL_INSERT_STEPS followed by one
+ * SAGA_SQL_INSERT_STEPS_ROW per step (txo_sql_values_rows; one prepared variant per saga
+ * definition, since its step count is fixed). Params per row: saga id, step_order (1-based),
+ * step_name. Index: uq_saga_step (and the FK to saga_instances.id: a shared lock on the
+ * instance row this transaction just inserted). Locks: the new rows.
+ */
+#define SAGA_SQL_INSERT_STEPS                                                                      \
+    "INSERT INTO saga_steps (saga_id, step_order, step_name, status) VALUES "
+#define SAGA_SQL_INSERT_STEPS_ROW "(?, ?, ?, 'PENDING')"
 
 /* The id of a saga by its idempotency key. Index: uq_saga_correlation. Locks: none
  * (consistent read). */
@@ -47,11 +56,38 @@
     "WHERE id = ? AND status = 'COMPENSATION_FAILED' "                                             \
     "AND (owner IS NULL OR owner = ? OR lease_until < NOW(6))"
 
-/* One instance. Index: PRIMARY. Locks: none (consistent read; when it follows SAGA_SQL_ACQUIRE
- * in the same transaction the row is already locked by us). */
+/* One instance (txo_saga_load; and the status of a saga whose last try had an unknown
+ * outcome). Index: PRIMARY. Locks: none (consistent read). */
 #define SAGA_SQL_SELECT_INSTANCE                                                                   \
     "SELECT id, saga_type, correlation_id, status, payload, owner "                                \
     "FROM saga_instances WHERE id = ?"
+
+/*
+ * A saga and its steps in one round trip, for txo_saga_run: one row per step in order (the
+ * instance columns repeated), or one row with NULL step columns when no step is stored.
+ * Index: PRIMARY of saga_instances, uq_saga_step (saga_id, step_order) for the join. Locks:
+ * none (consistent read; it follows SAGA_SQL_ACQUIRE in the same transaction, so the instance
+ * row is locked by us and its steps only change under that lock).
+ */
+#define SAGA_SQL_LOAD                                                                              \
+    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
+    "s.step_order, s.step_name, s.status "                                                         \
+    "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id "                            \
+    "WHERE i.id = ? ORDER BY s.step_order"
+
+/*
+ * The same, locking, for txo_saga_run: the instance row and its step rows (X) until the
+ * transaction ends, plus whether the lease may be taken (free, ours, or expired: the condition
+ * of SAGA_SQL_ACQUIRE). Params: owner, id. The lease itself is then written by the first
+ * statement that changes the instance in this transaction (SAGA_SQL_STEP_DONE* with take = 1,
+ * or SAGA_SQL_ACQUIRE), so taking it costs no statement of its own.
+ */
+#define SAGA_SQL_LOAD_FOR_UPDATE                                                                   \
+    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
+    "s.step_order, s.step_name, s.status, "                                                        \
+    "(i.owner IS NULL OR i.owner = ? OR i.lease_until < NOW(6)) AS takeable "                      \
+    "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id "                            \
+    "WHERE i.id = ? ORDER BY s.step_order FOR UPDATE"
 
 /* The steps of one saga in order. Index: uq_saga_step (saga_id, step_order). Locks: none. */
 #define SAGA_SQL_SELECT_STEPS                                                                      \
@@ -59,9 +95,11 @@
     "FROM saga_steps WHERE saga_id = ? ORDER BY step_order"
 
 /*
- * Fence + lease renewal at the start of every step transaction: still ours and still in the
- * status we think. Params: lease_s, id, owner, status. Index: PRIMARY. Locks: the instance row
- * until the transaction ends (serialises everything done to this saga).
+ * Fence + lease renewal: still ours and still in the status we think. Used first in the
+ * transactions that must not run anything unfenced (a retried try after its backoff, a
+ * compensation, the record of a failed try), and to tell why a SAGA_SQL_STEP_DONE matched
+ * nothing. Params: lease_s, id, owner, status. Index: PRIMARY. Locks: the instance row until
+ * the transaction ends (serialises everything done to this saga).
  */
 #define SAGA_SQL_FENCE                                                                             \
     "UPDATE saga_instances SET lease_until = NOW(6) + INTERVAL ? SECOND "                          \
@@ -89,11 +127,37 @@
 #define SAGA_SQL_STEP_MOVE                                                                         \
     "UPDATE saga_steps SET status = ? WHERE saga_id = ? AND step_order = ? AND status = ?"
 
-/* The start of one try of an action or compensation: new status (may equal the old one) and
- * one more attempt. Params as SAGA_SQL_STEP_MOVE. Index: uq_saga_step. Locks: that step row. */
-#define SAGA_SQL_STEP_TRY                                                                          \
-    "UPDATE saga_steps SET status = ?, attempts = attempts + 1 "                                   \
-    "WHERE saga_id = ? AND step_order = ? AND status = ?"
+/*
+ * The end of a successful try, last statement of the step transaction: fence + lease renewal
+ * of the instance and the step's move to its done status with one more attempt, in one
+ * statement. Matches (affected rows > 0: the step row always changes) only when the saga is
+ * in the driving status and ours (or, with take = 1, free or expired: the lease is taken
+ * here, by the first try of a run, which locked the row with SAGA_SQL_LOAD_FOR_UPDATE), and
+ * the step still in the status we loaded. Params: new step status, owner, lease_s, id,
+ * expected saga status, owner, take (0/1), step_order, expected step status.
+ * Index: PRIMARY of saga_instances and uq_saga_step, both point lookups. Locks: the instance
+ * row and the step row (X) until commit.
+ */
+#define SAGA_SQL_STEP_DONE                                                                         \
+    "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
+    "SET s.status = ?, s.attempts = s.attempts + 1, "                                              \
+    "i.owner = ?, i.lease_until = NOW(6) + INTERVAL ? SECOND "                                     \
+    "WHERE i.id = ? AND i.status = ? "                                                             \
+    "AND (i.owner = ? OR (? = 1 AND (i.owner IS NULL OR i.lease_until < NOW(6)))) "                \
+    "AND s.step_order = ? AND s.status = ?"
+
+/*
+ * The same for the last step of a saga: the saga moves to its terminal status and the lease
+ * is released in the same statement. Params: new step status, new saga status, id, expected
+ * saga status, owner, take (0/1), step_order, expected step status. Index and locks as above.
+ */
+#define SAGA_SQL_STEP_DONE_FINISH                                                                  \
+    "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
+    "SET s.status = ?, s.attempts = s.attempts + 1, "                                              \
+    "i.status = ?, i.owner = NULL, i.lease_until = NULL "                                          \
+    "WHERE i.id = ? AND i.status = ? "                                                             \
+    "AND (i.owner = ? OR (? = 1 AND (i.owner IS NULL OR i.lease_until < NOW(6)))) "                \
+    "AND s.step_order = ? AND s.status = ?"
 
 /* A failed try, recorded after its transaction rolled back: status, one more attempt, error.
  * Params: new status, error, saga_id, step_order, expected status. Index/locks as above. */

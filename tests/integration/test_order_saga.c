@@ -511,6 +511,50 @@ static void test_resumed_steps_do_not_double_apply(void **state)
     assert_invariants(f);
 }
 
+/*
+ * ReserveStock re-run when one SKU has no stock left (its reserving UPDATE changes nothing: the
+ * reservation found RESERVED makes it a no-op) and the other still has some (the UPDATE
+ * succeeds, the reservation insert is a duplicate: the quantity is given back in the same
+ * transaction). Either way nothing moves twice.
+ */
+static void test_reserve_rerun_with_and_without_stock_left(void **state)
+{
+    struct fixture *f = *state;
+    struct order_item items[] = {{"case", 5, 1500}, {"airpods", 1, 24900}};
+    int64_t id;
+    char saga[TXO_SAGA_ID_LEN];
+
+    create(f, items, 2, &id, saga);
+    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    assert_stock(f, "case", 0, 5);
+    assert_stock(f, "airpods", 19, 1);
+
+    struct txo_param s = txo_p_str(saga);
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_exec(f->t.db,
+                                 "UPDATE saga_instances SET status = 'RUNNING', "
+                                 "owner = NULL, lease_until = NULL WHERE id = ?",
+                                 &s, 1, NULL, &err),
+                     0);
+    assert_int_equal(txo_db_exec(f->t.db,
+                                 "UPDATE saga_steps SET status = IF(step_order = 1, "
+                                 "'RUNNING', 'COMPLETED') WHERE saga_id = ?",
+                                 &s, 1, NULL, &err),
+                     0);
+    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    assert_stock(f, "case", 0, 5);
+    assert_stock(f, "airpods", 19, 1);
+    assert_int_equal(i64(f, "SELECT COUNT(*) FROM inventory_reservations WHERE saga_id = ?", s), 2);
+    assert_int_equal(events(f, id, "StockReserved"), 1);
+    assert_int_equal(i64(f,
+                         "SELECT attempts FROM saga_steps WHERE saga_id = ? AND "
+                         "step_order = 1",
+                         s),
+                     2); /* it really ran twice */
+    assert_invariants(f);
+}
+
 /* Calls each action and compensation of the definition twice, directly, in its own tx. */
 struct step_call {
     const struct txo_saga_step_def *step;
@@ -629,6 +673,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_skus_are_merged, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resumed_steps_do_not_double_apply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reserve_rerun_with_and_without_stock_left, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_every_step_is_idempotent, setup, teardown),
         cmocka_unit_test(test_decode_rejects_bad_payloads),
     };

@@ -261,6 +261,112 @@ static void test_start_saga_is_idempotent(void **state)
     assert_int_equal(count(t->db, "saga_instances"), 1);
 }
 
+/*
+ * The order, its items, its event and its saga in one transaction (one commit), from the
+ * items given: a duplicate SKU (one distinct SKU counted once by the existence check) and a
+ * non-ASCII SKU (through JSON_TABLE) come out byte for byte.
+ */
+static void test_create_with_saga_commits_all_together(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    const char *utf8_sku = "\xd1\x87\xd0\xb5\xd1\x85\xd0\xbe\xd0\xbb-\xc3\x9f\"q"; /* чехол-ß"q */
+    assert_int_equal(orders_seed_inventory(t->db, utf8_sku, 5, &err), 0);
+    struct order_item items[] = {{"case", 1, 1500}, {utf8_sku, 2, 700}, {"case", 3, 1500}};
+    int64_t id = 0;
+    char saga[TXO_SAGA_ID_LEN];
+    struct txo_db_stats before, after;
+
+    txo_db_get_stats(&before);
+    assert_int_equal(orders_create_with_saga(t->db, 9, items, 3, &id, saga, &err), 0);
+    txo_db_get_stats(&after);
+    assert_int_equal(after.tx_commits - before.tx_commits, 1);
+    assert_true(id > 0);
+    assert_int_equal(count(t->db, "orders"), 1);
+    assert_int_equal(count(t->db, "order_items"), 3);
+    assert_int_equal(count(t->db, "outbox_events"), 1);
+    for (int64_t k = 0; k < 3; k++) {
+        struct txo_param p[] = {txo_p_i64(id), txo_p_i64(k)};
+        char *sku = testdb_str(t->db,
+                               "SELECT sku FROM order_items WHERE order_id = ? ORDER BY id "
+                               "LIMIT 1 OFFSET ?",
+                               p, 2);
+        assert_non_null(sku);
+        assert_string_equal(sku, items[k].sku);
+        txo_free(sku);
+        assert_int_equal(testdb_i64(t->db,
+                                    "SELECT qty * 1000000 + price_cents FROM order_items "
+                                    "WHERE order_id = ? ORDER BY id LIMIT 1 OFFSET ?",
+                                    p, 2),
+                         items[k].qty * 1000000 + items[k].price_cents);
+    }
+    assert_str_col(t->db, "SELECT status FROM orders WHERE id = ?", id, "CREATED");
+    struct txo_param o = txo_p_i64(id);
+    assert_int_equal(testdb_i64(t->db, "SELECT total_cents FROM orders WHERE id = ?", &o, 1),
+                     1500 + 1400 + 4500);
+
+    struct txo_param s = txo_p_str(saga);
+    char *v = testdb_str(t->db,
+                         "SELECT CONCAT(saga_type, '/', status, '/', correlation_id) FROM "
+                         "saga_instances WHERE id = ?",
+                         &s, 1);
+    char want[96];
+    snprintf(want, sizeof(want), "CreateOrderSaga/RUNNING/order:%lld", (long long)id);
+    assert_string_equal(v, want);
+    txo_free(v);
+    v = testdb_str(t->db,
+                   "SELECT GROUP_CONCAT(CONCAT(step_order, ':', step_name, ':', status) "
+                   "ORDER BY step_order) FROM saga_steps WHERE saga_id = ?",
+                   &s, 1);
+    assert_string_equal(v, "1:ReserveStock:PENDING,2:ChargePayment:PENDING,"
+                           "3:CreateShipment:PENDING");
+    txo_free(v);
+    assert_int_equal(testdb_i64(t->db,
+                                "SELECT JSON_EXTRACT(payload, '$.total_cents') FROM "
+                                "saga_instances WHERE id = ?",
+                                &s, 1),
+                     7400);
+
+    /* It is the order's one saga: starting it again finds it. */
+    char again[TXO_SAGA_ID_LEN];
+    bool created = true;
+    assert_int_equal(orders_start_saga(t->db, id, again, &created, &err), 0);
+    assert_false(created);
+    assert_string_equal(again, saga);
+
+    /* And it runs: the duplicate SKU is reserved once, with both quantities. */
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    assert_int_equal(orders_run_saga(t->db, saga, NULL, NULL, &final, &err), 0);
+    assert_int_equal(final, TXO_SAGA_COMPLETED);
+    assert_str_col(t->db, "SELECT status FROM orders WHERE id = ?", id, "CONFIRMED");
+    struct txo_param k = txo_p_str("case");
+    assert_int_equal(testdb_i64(t->db, "SELECT reserved FROM inventory WHERE sku = ?", &k, 1), 4);
+    struct txo_param u = txo_p_str(utf8_sku);
+    assert_int_equal(testdb_i64(t->db, "SELECT available FROM inventory WHERE sku = ?", &u, 1), 3);
+}
+
+/* An unknown SKU refuses the order before anything (order, items, event, saga) is written. */
+static void test_create_with_saga_unknown_sku_writes_nothing(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct order_item items[] = {{"case", 1, 1}, {"case", 1, 1}, {"nope", 1, 1}};
+    int64_t id = -1;
+    char saga[TXO_SAGA_ID_LEN] = "untouched";
+
+    assert_int_equal(orders_create_with_saga(t->db, 9, items, 3, &id, saga, &err), TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "unknown sku items[2].sku=nope"));
+    assert_int_equal(id, -1);
+    assert_string_equal(saga, "untouched");
+    assert_int_equal(count(t->db, "orders"), 0);
+    assert_int_equal(count(t->db, "order_items"), 0);
+    assert_int_equal(count(t->db, "outbox_events"), 0);
+    assert_int_equal(count(t->db, "saga_instances"), 0);
+    assert_int_equal(count(t->db, "saga_steps"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +374,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rollback_leaves_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_orders_write_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_saga_is_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_with_saga_commits_all_together, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_create_with_saga_unknown_sku_writes_nothing, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,7 +27,9 @@ struct probe {
     int transient_step;  /* action fails with TXO_EUNAVAILABLE ... */
     int transient_times; /* ... this many times */
     int fail_comp_step;  /* compensation fails with TXO_EBUSINESS (after writing) */
-    int steal_in_step;   /* action hands the saga to 'thief' inside its own transaction */
+    int steal_in_step;   /* action hands the saga to 'thief': through steal_db (another
+                          * worker, committed at once) or else inside its own transaction */
+    struct txo_db *steal_db;
     char saga_id[TXO_SAGA_ID_LEN];
 
     int action_calls[N_STEPS + 1];
@@ -130,8 +132,11 @@ static int toy_action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct 
         return rc;
     if (p->steal_in_step == step) {
         struct txo_param sp[] = {txo_p_str(ctx->saga_id)};
-        rc = txo_tx_exec(tx, "UPDATE saga_instances SET owner = 'thief' WHERE id = ?", sp, 1, NULL,
-                         err);
+        const char *steal = "UPDATE saga_instances SET owner = 'thief' WHERE id = ?";
+        if (p->steal_db != NULL)
+            rc = txo_db_exec(p->steal_db, steal, sp, 1, NULL, err);
+        else
+            rc = txo_tx_exec(tx, steal, sp, 1, NULL, err);
         if (rc != 0)
             return rc;
     }
@@ -542,6 +547,47 @@ static void test_transient_failures_are_retried(void **state)
     assert_saga(f, "COMPLETED", NULL);
 }
 
+/* The first step runs in the transaction that takes the lease; its transient failures are
+ * recorded and retried like any other step's. */
+static void test_transient_failures_of_first_step(void **state)
+{
+    struct fixture *f = *state;
+    create_toy(f);
+    f->p.transient_step = 1;
+    f->p.transient_times = 2;
+    struct txo_error err;
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    assert_int_equal(run(f, &final, &err), 0);
+    assert_int_equal(final, TXO_SAGA_COMPLETED);
+    assert_step(f, 1, "COMPLETED", 3);
+    assert_step(f, 2, "COMPLETED", 1);
+    assert_int_equal(f->p.action_calls[1], 3);
+    assert_int_equal(f->p.last_attempt[1], 3);
+    assert_int_equal(effect(f, "Reserve", "do"), 1);
+    assert_int_equal(f->fc.sleeps, 2);
+    assert_int_equal(f->fc.now_ms, 10 + 20);
+    assert_saga(f, "COMPLETED", NULL);
+}
+
+/* A fresh saga of n steps that succeeds costs n commits: the lease is taken with step 1, and
+ * the saga completes (and releases the lease) with step n. */
+static void test_successful_run_commits_once_per_step(void **state)
+{
+    struct fixture *f = *state;
+    create_toy(f);
+    struct txo_db_stats before, after;
+    txo_db_get_stats(&before);
+    struct txo_error err;
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    assert_int_equal(run(f, &final, &err), 0);
+    txo_db_get_stats(&after);
+    assert_int_equal(final, TXO_SAGA_COMPLETED);
+    assert_int_equal(after.tx_commits - before.tx_commits, N_STEPS);
+    assert_int_equal(after.tx_retries - before.tx_retries, 0);
+    assert_saga(f, "COMPLETED", NULL);
+    assert_int_equal(effect(f, "saga", "COMPLETED"), 1);
+}
+
 static void test_transient_failures_exhausted_compensate(void **state)
 {
     struct fixture *f = *state;
@@ -689,8 +735,39 @@ static void test_live_lease_of_another_owner(void **state)
     assert_int_equal(count_sql(f, "SELECT COUNT(*) FROM effects"), 0);
 }
 
-/* The owner changes (committed with step 1): step 2's fence must refuse to go on. */
+/*
+ * Another worker takes the saga over (committed) while step 2's action runs: the statement
+ * that ends step 2 is fenced, so step 2 rolls back whole (its effect too) and the run stops.
+ */
 static void test_fence_owner_changed_during_step(void **state)
+{
+    struct fixture *f = *state;
+    create_toy(f);
+    f->p.steal_in_step = 2;
+    f->p.steal_db = testdb_connect(&f->t);
+    struct txo_error err;
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    int rc = run(f, &final, &err);
+    txo_db_close(f->p.steal_db);
+    f->p.steal_db = NULL;
+    assert_int_equal(rc, TXO_ELEASELOST);
+    assert_non_null(strstr(err.msg, "lease lost"));
+    assert_int_equal(f->p.action_calls[1], 1);
+    assert_int_equal(f->p.action_calls[2], 1);
+    assert_int_equal(f->p.action_calls[3], 0);
+    assert_step(f, 1, "COMPLETED", 1);
+    assert_step(f, 2, "PENDING", 0); /* not even recorded as a failed try: not ours any more */
+    assert_saga(f, "RUNNING", "thief");
+    assert_int_equal(effect(f, "Reserve", "do"), 1);
+    assert_int_equal(effect(f, "Charge", "do"), 0);
+    assert_int_equal(count_sql(f, "SELECT COUNT(*) FROM outbox_events"), 1);
+}
+
+/*
+ * The owner changes inside the first step's own transaction (the one that also takes the
+ * lease): its closing fence fails, and the lease, the step and its effect all roll back.
+ */
+static void test_fence_owner_changed_in_first_step(void **state)
 {
     struct fixture *f = *state;
     create_toy(f);
@@ -701,10 +778,10 @@ static void test_fence_owner_changed_during_step(void **state)
     assert_non_null(strstr(err.msg, "lease lost"));
     assert_int_equal(f->p.action_calls[1], 1);
     assert_int_equal(f->p.action_calls[2], 0);
-    assert_step(f, 1, "COMPLETED", 1);
-    assert_step(f, 2, "PENDING", 0);
-    assert_saga(f, "RUNNING", "thief");
-    assert_int_equal(effect(f, "Charge", "do"), 0);
+    assert_step(f, 1, "PENDING", 0);
+    assert_saga(f, "RUNNING", NULL);
+    assert_int_equal(count_sql(f, "SELECT COUNT(*) FROM effects"), 0);
+    assert_int_equal(count_sql(f, "SELECT COUNT(*) FROM outbox_events"), 0);
 }
 
 /* Another connection takes the saga while we back off between tries of step 1. */
@@ -844,6 +921,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failed_action_rolls_back_its_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transient_failures_are_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transient_failures_of_first_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_successful_run_commits_once_per_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transient_failures_exhausted_compensate, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_compensation_failure_then_retry, setup, teardown),
@@ -851,6 +930,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume_after_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_live_lease_of_another_owner, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fence_owner_changed_during_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fence_owner_changed_in_first_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fence_owner_changed_between_tries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_definition_and_unknown_saga, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_without_compensation, setup, teardown),
