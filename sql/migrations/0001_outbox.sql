@@ -3,12 +3,23 @@
 -- language insert rows here inside their own transactions and `txo relay` publishes them.
 --
 -- Beyond the seed:
---   next_attempt_at  when a PENDING row is next due; failed publishes push it out with
---                    exponential backoff + jitter instead of retrying in a hot loop.
---   idx_outbox_due   (status, next_attempt_at): the claim query walks this index in order
---                    and stops after LIMIT rows, so it never reads PUBLISHED rows. It
---                    replaces the seed's (status, created_at) index.
---   idx_outbox_locked_by: the update-limit claim selects its batch by lock token.
+--   next_attempt_at  when the row is due; what it means per status:
+--                      PENDING     when it may be claimed (insert: now; after a failed
+--                                  publish: now + exponential backoff with jitter);
+--                      PROCESSING  unchanged by the claim: the due time it was claimed at
+--                                  (the lease is locked_until);
+--                      PUBLISHED   the due time of its last attempt (not used any more);
+--                      FAILED      when the next attempt would have been (not used).
+--   idx_outbox_due   (status, next_attempt_at [, id]): the only index the relay uses besides
+--                    the primary key. The claim walks its PENDING range in order and stops
+--                    after LIMIT rows, so it never reads PUBLISHED rows (it replaces the
+--                    seed's (status, created_at) index). Its PROCESSING range holds only the
+--                    rows in flight (a few batches), so the lease reclaim (PROCESSING and
+--                    locked_until in the past) and the update-limit claim's read-back by lock
+--                    token walk that short range instead of having indexes of their own.
+--   No index contains locked_by or locked_until: a claim and a mark each move one
+--   secondary index entry per row (the status in idx_outbox_due) instead of three, which
+--   is most of the relay's server CPU per event.
 CREATE TABLE IF NOT EXISTS outbox_events (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
 
@@ -36,9 +47,7 @@ CREATE TABLE IF NOT EXISTS outbox_events (
         ON UPDATE CURRENT_TIMESTAMP(6),
 
     UNIQUE KEY uq_outbox_idempotency_key (idempotency_key),
-    KEY idx_outbox_due (status, next_attempt_at),
-    KEY idx_outbox_lock (status, locked_until),
-    KEY idx_outbox_locked_by (locked_by)
+    KEY idx_outbox_due (status, next_attempt_at)
 ) ENGINE=InnoDB;
 
 CREATE TABLE IF NOT EXISTS dead_letter_events (

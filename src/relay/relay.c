@@ -9,7 +9,12 @@
  *            the monotonic clock, and always on the first cycle);
  *   claim    one short READ COMMITTED transaction marks up to batch_size due rows PROCESSING
  *            under a fresh lock token "<relay_id>:<uuid v4>" with a lease (skip-locked or
- *            update-limit, see relay_sql.h);
+ *            update-limit, see relay_sql.h). It starts at the relay's claim cursor, just after
+ *            the last row of its previous full batch, so it does not step over the
+ *            delete-marked index entries that earlier claims left at the start of the PENDING
+ *            range; it scans from the start when the cursor finds nothing, after a short
+ *            batch, after a reclaim and at least every CLAIM_RESCAN_MS, so rows committed
+ *            late behind the cursor wait at most about a second;
  *   publish  the batch through the publisher, with no transaction open and no row lock held;
  *   mark     one transaction: PUBLISHED for acknowledged rows, PENDING + backoff or FAILED +
  *            dead letter for failed ones. Every statement is fenced by the token, so a relay
@@ -46,8 +51,11 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atom
 #define IDLE_SLICE_MS     50
 #define RETRY_MIN_MS      250
 #define RETRY_MAX_MS      5000
-#define MARK_FIXED_PARAMS 9 /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
-#define MARK_ATTEMPTS     3 /* mark transactions tried on a transient error */
+#define MARK_FIXED_PARAMS 9    /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
+#define MARK_ATTEMPTS     3    /* mark transactions tried on a transient error */
+#define CLAIM_RESCAN_MS   1000 /* a claim without cursor at least this often */
+#define CURSOR_AT_MAX     32   /* "YYYY-MM-DD HH:MM:SS.ffffff" */
+#define CREATED_AT_MAX    32   /* "YYYY-MM-DDTHH:MM:SS.ffffffZ" */
 
 /* Columns of the claim queries. */
 enum claim_col {
@@ -59,6 +67,7 @@ enum claim_col {
     COL_IDEMPOTENCY_KEY,
     COL_CREATED_AT,
     COL_ATTEMPTS,
+    COL_NEXT_ATTEMPT_AT,
 };
 
 /* The statements that end in an IN list. */
@@ -101,11 +110,24 @@ struct txo_relay {
     bool reclaimed_once;
     int64_t last_reclaim_ms;
 
+    /*
+     * The claim cursor (relay_sql.h, RELAY_SQL__AFTER_CURSOR): (next_attempt_at, id) of the
+     * last row of the last full batch. cursor_set is false until a full batch was claimed and
+     * after a short one; the claim then scans from the start of the PENDING range.
+     */
+    bool cursor_set;
+    char cursor_at[CURSOR_AT_MAX];
+    int64_t cursor_id;
+    int64_t last_full_scan_ms;
+    bool claim_after_cursor;   /* this claim starts at the cursor (decided before it runs) */
+    bool claimed_after_cursor; /* and it did (false when it fell back to a full scan) */
+
     /* The current batch. */
     char token[TOKEN_MAX + 1];
     struct txo_rows *rows; /* claim result; msgs[] point into it */
     size_t n;
     struct txo_outbox_message *msgs;
+    char (*created_at)[CREATED_AT_MAX]; /* msgs[i].created_at points at created_at[i] */
     int *results;
     struct txo_error *errors;
 
@@ -223,6 +245,7 @@ void txo_relay_free(struct txo_relay *relay)
             txo_free(relay->in_sql[s][l]);
     }
     txo_free(relay->msgs);
+    txo_free(relay->created_at);
     txo_free(relay->results);
     txo_free(relay->errors);
     txo_free(relay->ids);
@@ -268,6 +291,7 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     size_t batch = opts->batch_size;
     r->params_cap = MARK_FIXED_PARAMS + txo_sql_in_list_size(batch);
     r->msgs = txo_calloc(batch, sizeof(*r->msgs));
+    r->created_at = txo_calloc(batch, sizeof(*r->created_at));
     r->results = txo_calloc(batch, sizeof(*r->results));
     r->errors = txo_calloc(batch, sizeof(*r->errors));
     r->ids = txo_calloc(batch, sizeof(*r->ids));
@@ -275,9 +299,9 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->group_end = txo_calloc(batch, sizeof(*r->group_end));
     r->fail_ids = txo_calloc(batch, sizeof(*r->fail_ids));
     r->params = txo_calloc(r->params_cap, sizeof(*r->params));
-    if (r->relay_id == NULL || r->msgs == NULL || r->results == NULL || r->errors == NULL ||
-        r->ids == NULL || r->fail_order == NULL || r->group_end == NULL || r->fail_ids == NULL ||
-        r->params == NULL) {
+    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->results == NULL ||
+        r->errors == NULL || r->ids == NULL || r->fail_order == NULL || r->group_end == NULL ||
+        r->fail_ids == NULL || r->params == NULL) {
         txo_relay_free(r);
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a batch of %zu", batch);
     }
@@ -364,16 +388,41 @@ static int exec_in(struct txo_tx *tx, struct txo_relay *r, enum in_stmt s, size_
     return rc;
 }
 
+/* The cursor parameters of RELAY_SQL__AFTER_CURSOR into p[0..3). */
+static void cursor_params(const struct txo_relay *r, struct txo_param *p)
+{
+    p[0] = txo_p_str(r->cursor_at);
+    p[1] = txo_p_str(r->cursor_at);
+    p[2] = txo_p_i64(r->cursor_id);
+}
+
 static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct txo_relay *r = arg;
     txo_rows_free(r->rows); /* a previous attempt of this transaction */
     r->rows = NULL;
+    r->claimed_after_cursor = false;
 
-    struct txo_param limit = txo_p_i64(r->opts.batch_size);
-    int rc = txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1, &r->rows, err);
-    if (rc < 0)
-        return rc;
+    int rc = 0;
+    if (r->claim_after_cursor) {
+        struct txo_param p[4];
+        cursor_params(r, p);
+        p[3] = txo_p_i64(r->opts.batch_size);
+        rc = txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, p, TXO_ARRAY_LEN(p),
+                          &r->rows, err);
+        if (rc < 0)
+            return rc;
+        r->claimed_after_cursor = txo_rows_count(r->rows) > 0;
+    }
+    if (!r->claimed_after_cursor) {
+        /* No cursor, or nothing after it: from the start of the range. */
+        txo_rows_free(r->rows);
+        r->rows = NULL;
+        struct txo_param limit = txo_p_i64(r->opts.batch_size);
+        rc = txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1, &r->rows, err);
+        if (rc < 0)
+            return rc;
+    }
     size_t n = txo_rows_count(r->rows);
     if (n == 0)
         return 0;
@@ -395,19 +444,82 @@ static int claim_update_limit_tx(struct txo_tx *tx, void *arg, struct txo_error 
     struct txo_relay *r = arg;
     txo_rows_free(r->rows); /* a previous attempt of this transaction */
     r->rows = NULL;
+    r->claimed_after_cursor = false;
 
-    struct txo_param params[] = {
-        txo_p_str(r->token),
-        txo_p_i64(r->opts.lease_s),
-        txo_p_i64(r->opts.batch_size),
-    };
-    struct txo_exec_result res;
-    int rc =
-        txo_tx_exec(tx, RELAY_SQL_CLAIM_UPDATE_LIMIT, params, TXO_ARRAY_LEN(params), &res, err);
-    if (rc < 0 || res.affected_rows == 0)
-        return rc;
+    struct txo_exec_result res = {0};
+    int rc = 0;
+    if (r->claim_after_cursor) {
+        struct txo_param p[6] = {txo_p_str(r->token), txo_p_i64(r->opts.lease_s)};
+        cursor_params(r, &p[2]);
+        p[5] = txo_p_i64(r->opts.batch_size);
+        rc = txo_tx_exec(tx, RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, p, TXO_ARRAY_LEN(p), &res, err);
+        if (rc < 0)
+            return rc;
+        r->claimed_after_cursor = res.affected_rows > 0;
+    }
+    if (!r->claimed_after_cursor) {
+        /* No cursor, or nothing after it: from the start of the range. */
+        struct txo_param p[] = {
+            txo_p_str(r->token),
+            txo_p_i64(r->opts.lease_s),
+            txo_p_i64(r->opts.batch_size),
+        };
+        rc = txo_tx_exec(tx, RELAY_SQL_CLAIM_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (res.affected_rows == 0)
+        return 0;
+    if (r->claimed_after_cursor) {
+        struct txo_param p[4];
+        cursor_params(r, p);
+        p[3] = txo_p_str(r->token);
+        return txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER, p, TXO_ARRAY_LEN(p),
+                            &r->rows, err);
+    }
     struct txo_param token = txo_p_str(r->token);
     return txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_BY_TOKEN, &token, 1, &r->rows, err);
+}
+
+/*
+ * Moves the claim cursor after a claim of n rows: to the last row of a full batch; a short
+ * batch clears it, so the next claim scans the PENDING range from its start.
+ */
+static void advance_cursor(struct txo_relay *r, size_t n)
+{
+    r->cursor_set = false;
+    if (n == 0 || n < r->opts.batch_size)
+        return;
+    size_t len = 0;
+    const char *at = txo_rows_str(r->rows, n - 1, COL_NEXT_ATTEMPT_AT, &len);
+    if (at == NULL || len == 0 || len >= sizeof(r->cursor_at))
+        return; /* cannot happen for a DATETIME(6); without a cursor the claim still works */
+    memcpy(r->cursor_at, at, len + 1);
+    r->cursor_id = txo_rows_i64(r->rows, n - 1, COL_ID);
+    r->cursor_set = true;
+}
+
+/*
+ * A DATETIME(6) as the client library prints it, "YYYY-MM-DD HH:MM:SS[.ffffff]" (UTC: the
+ * session time zone), in RFC 3339: "YYYY-MM-DDTHH:MM:SS.ffffffZ", written to out. Returns out.
+ */
+static const char *rfc3339(const char *dt, char *out)
+{
+    size_t len = dt != NULL ? strlen(dt) : 0;
+    if (len < 19 || len > 26 || dt[10] != ' ') {
+        /* Not a DATETIME: cannot happen for a NOT NULL DATETIME(6) column; pass it on. */
+        snprintf(out, CREATED_AT_MAX, "%s", dt != NULL ? dt : "");
+        return out;
+    }
+    memcpy(out, dt, len);
+    out[10] = 'T';
+    if (len == 19) {
+        memcpy(out + len, ".000000", 7);
+        len += 7;
+    }
+    out[len] = 'Z';
+    out[len + 1] = '\0';
+    return out;
 }
 
 /* Claims a batch into r->msgs[0..r->n). */
@@ -415,12 +527,16 @@ static int claim(struct txo_relay *r, struct txo_error *err)
 {
     r->n = 0;
     new_token(r);
+    int64_t now = txo_monotonic_ms();
+    r->claim_after_cursor = r->cursor_set && now - r->last_full_scan_ms < CLAIM_RESCAN_MS;
     txo_tx_fn fn = r->claim == TXO_CLAIM_SKIP_LOCKED ? claim_skip_locked_tx : claim_update_limit_tx;
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, fn, r, err);
     if (rc < 0) {
         txo_error_wrap(err, "relay %s: claim (%s)", r->relay_id, txo_claim_strategy_name(r->claim));
         return rc;
     }
+    if (!r->claimed_after_cursor)
+        r->last_full_scan_ms = now;
     size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
     if (n > r->opts.batch_size) {
         /* Cannot happen unless a token was reused; never publish more than we have room for. */
@@ -437,10 +553,11 @@ static int claim(struct txo_relay *r, struct txo_error *err)
         m->event_type = txo_rows_str(rows, i, COL_EVENT_TYPE, NULL);
         m->payload = txo_rows_str(rows, i, COL_PAYLOAD, &m->payload_len);
         m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);
-        m->created_at = txo_rows_str(rows, i, COL_CREATED_AT, NULL);
+        m->created_at = rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
     }
+    advance_cursor(r, n);
     r->n = n;
     return 0;
 }
@@ -644,6 +761,7 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
     r->reclaimed_once = true;
     r->last_reclaim_ms = now;
     if (res.affected_rows > 0) {
+        r->cursor_set = false; /* the reclaimed rows lie behind the cursor: scan from the start */
         count(&r->stats.reclaimed, res.affected_rows);
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "reclaimed events whose lease expired; they are published again relay_id=%s "

@@ -16,29 +16,60 @@
 #define TXO_RELAY_SQL_H
 
 /*
+ * The claim cursor. Each relay remembers (next_attempt_at, id) of the last row of its last
+ * full batch, and its next claim starts after it: the start of the PENDING range of
+ * idx_outbox_due is full of entries that earlier claims delete-marked (the rows moved to
+ * PROCESSING) and that purge has not removed yet, and a claim from the start of the range
+ * would step over all of them. Rows behind the cursor (committed late by a long transaction
+ * with an early next_attempt_at, reclaimed, or skipped while another transaction held their
+ * lock) are found by the claim without cursor, which the relay runs whenever a cursor claim
+ * finds nothing (in the same transaction), after one that returned a short batch, and at
+ * least once per second (relay.c, CLAIM_RESCAN_MS). The OR form gives the range optimizer
+ * two ranges of idx_outbox_due ((t, id..] and (t.., now]), both walked in index order.
+ * Params: cursor next_attempt_at, the same again, cursor id.
+ */
+#define RELAY_SQL__AFTER_CURSOR "AND (next_attempt_at > ? OR (next_attempt_at = ? AND id > ?)) "
+
+/* The columns of every claim query: see enum claim_col in relay.c. created_at is turned into
+ * RFC 3339 by the relay (the session time zone is UTC; formatting it in C spares the server a
+ * DATE_FORMAT per row); next_attempt_at is for the cursor. */
+#define RELAY_SQL__CLAIM_COLUMNS                                                                   \
+    "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, created_at, "  \
+    "attempts, next_attempt_at "
+
+/*
  * Claim, skip-locked strategy, step 1: the due PENDING rows in publish order.
  * Index: idx_outbox_due (status, next_attempt_at [, id]): one range scan of status = 'PENDING'
  * in index order, stopped after LIMIT rows; PUBLISHED rows are never read. The hint keeps it
- * so: with a large backlog the optimizer may otherwise pick idx_outbox_lock (same status
- * prefix) and filesort every PENDING row on each claim (seen on MariaDB 10.11 for the UPDATE
- * form: 20,000 rows sorted per claim, 3x slower).
+ * so: with a large backlog the optimizer may otherwise read the range and filesort every
+ * PENDING row on each claim (seen on MariaDB 10.11 for the UPDATE form with another
+ * (status, ...) index: 20,000 rows sorted per claim, 3x slower).
  * Locks: exclusive locks on the returned rows; rows locked by another relay's claim are skipped,
  * not waited for. Isolation: READ COMMITTED (no gap locks; the claim transaction is short).
- * Params: limit. Columns: id, aggregate_type, aggregate_id, event_type, payload,
- * idempotency_key, created_at (RFC 3339, the session time zone is UTC), attempts.
+ * Params: limit. Columns: RELAY_SQL__CLAIM_COLUMNS.
  */
 #define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED                                                         \
-    "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, "              \
-    "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), attempts "                                  \
-    "FROM outbox_events FORCE INDEX (idx_outbox_due) "                                             \
-    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) "                                      \
-    "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events FORCE INDEX (idx_outbox_due) "                    \
+                             "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) "             \
+                             "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+
+/*
+ * The same, starting after the relay's claim cursor (RELAY_SQL__AFTER_CURSOR): the range
+ * scan begins at the cursor instead of the start of the PENDING range. Index, locks and
+ * isolation as RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED. Params: cursor (3), limit.
+ */
+#define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER                                                   \
+    RELAY_SQL__CLAIM_COLUMNS                                                                       \
+        "FROM outbox_events FORCE INDEX (idx_outbox_due) "                                         \
+        "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR          \
+        "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
 
 /*
  * Claim, skip-locked strategy, step 2, same transaction: marks the selected rows PROCESSING
- * under the claim's token with a lease. Index: PRIMARY (id list). Locks: the same rows, already
- * locked by step 1. Isolation: READ COMMITTED.
- * Params: lock token, lease seconds, ids...
+ * under the claim's token with a lease (next_attempt_at is left as it is). Index: PRIMARY (id
+ * list); the row moves from the PENDING to the PROCESSING range of idx_outbox_due, the only
+ * secondary index entry it changes. Locks: the same rows, already locked by step 1.
+ * Isolation: READ COMMITTED. Params: lock token, lease seconds, ids...
  */
 #define RELAY_SQL_CLAIM_BY_ID_IN                                                                   \
     "UPDATE outbox_events SET status = 'PROCESSING', locked_by = ?, "                              \
@@ -59,16 +90,39 @@
     "ORDER BY next_attempt_at, id LIMIT ?"
 
 /*
+ * The same, starting after the relay's claim cursor (RELAY_SQL__AFTER_CURSOR). Index, locks
+ * and isolation as RELAY_SQL_CLAIM_UPDATE_LIMIT. Params: lock token, lease seconds,
+ * cursor (3), limit.
+ */
+#define RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER                                                         \
+    "UPDATE outbox_events FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "                \
+    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
+    "ORDER BY next_attempt_at, id LIMIT ?"
+
+/*
  * Claim, update-limit strategy, step 2, same transaction: reads back the rows of this token.
- * Index: idx_outbox_locked_by (locked_by), then a sort of at most batch_size rows so the batch
- * is published in claim order. Locks: none beyond step 1's (plain read).
- * Isolation: READ COMMITTED (sees step 1's own changes). Params: lock token. Columns: as
- * RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED.
+ * Index: idx_outbox_due, the status = 'PROCESSING' range (the rows in flight: this and other
+ * relays' current batches, expired leases not yet reclaimed, and entries of published rows
+ * that purge has not removed yet), walked in order, so the batch comes back in claim order
+ * without a sort; locked_by is checked on the row. Locks: none beyond step 1's (plain read).
+ * Isolation: READ COMMITTED (sees step 1's own changes). Params: lock token.
+ * Columns: RELAY_SQL__CLAIM_COLUMNS.
  */
 #define RELAY_SQL_CLAIM_SELECT_BY_TOKEN                                                            \
-    "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, "              \
-    "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), attempts FROM outbox_events "               \
-    "WHERE locked_by = ? AND status = 'PROCESSING' ORDER BY next_attempt_at, id"
+    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events FORCE INDEX (idx_outbox_due) "                    \
+                             "WHERE status = 'PROCESSING' AND locked_by = ? "                      \
+                             "ORDER BY next_attempt_at, id"
+
+/*
+ * The same after a claim that started at the cursor: the batch lies after the cursor, so the
+ * scan starts there and skips the older entries of the PROCESSING range. Index, locks and
+ * isolation as RELAY_SQL_CLAIM_SELECT_BY_TOKEN. Params: cursor (3), lock token.
+ */
+#define RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER                                                      \
+    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events FORCE INDEX (idx_outbox_due) "                    \
+                             "WHERE status = 'PROCESSING' " RELAY_SQL__AFTER_CURSOR                \
+                             "AND locked_by = ? ORDER BY next_attempt_at, id"
 
 /*
  * Mark: the acknowledged rows become PUBLISHED and release their lease, fenced by the token.
@@ -132,12 +186,15 @@
 
 /*
  * Reclaim: PROCESSING rows whose lease expired (their relay died or hung) go back to PENDING,
- * due at once (next_attempt_at is unchanged, so already past). Index: idx_outbox_lock
- * (status, locked_until): a range scan of expired leases only. Locks: those rows, in its own
- * short transaction. Isolation: READ COMMITTED. Params: limit.
+ * due at once (next_attempt_at is unchanged by the claim, so already past). Index:
+ * idx_outbox_due, the status = 'PROCESSING' range (the rows in flight, a few batches), with
+ * locked_until checked on each row. Locks: the expired rows, in its own short transaction (a
+ * row of a claim not yet committed is waited for, for as long as that claim takes).
+ * Isolation: READ COMMITTED. Params: limit.
  */
 #define RELAY_SQL_RECLAIM_EXPIRED                                                                  \
-    "UPDATE outbox_events SET status = 'PENDING', locked_by = NULL, locked_until = NULL "          \
+    "UPDATE outbox_events FORCE INDEX (idx_outbox_due) SET status = 'PENDING', "                   \
+    "locked_by = NULL, locked_until = NULL "                                                       \
     "WHERE status = 'PROCESSING' AND locked_until < NOW(6) LIMIT ?"
 
 #endif

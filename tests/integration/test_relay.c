@@ -2,8 +2,9 @@
  * The outbox relay against a real MariaDB, every test once per claim strategy (skip-locked and
  * update-limit): drain exactly once in claim order, scenario D (publish failures: backoff,
  * last_error, FAILED + dead letter, recovery), two relays draining concurrently, lease expiry
- * with a fenced mark (at-least-once), the claim using idx_outbox_due, stop mid-run, and the
- * lock token.
+ * with a fenced mark (at-least-once), every claim statement using idx_outbox_due (the only
+ * secondary index the relay has), a row committed late behind the claim cursor still being
+ * published, stop mid-run, and the lock token.
  *
  * The publisher is an in-test one (txo_publisher_new) that records what it got and can be
  * told to fail: every message, the first N calls, or given ids.
@@ -34,7 +35,9 @@ struct recorder {
     char **keys;
     int *attempts;
     size_t n, cap;
-    size_t seen; /* messages handed to it, acknowledged or not */
+    size_t seen;            /* messages handed to it, acknowledged or not */
+    int64_t first_id;       /* the first message it was handed ... */
+    char first_created[32]; /* ... and its created_at */
     unsigned calls;
 
     /* Failure injection. */
@@ -67,6 +70,15 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
     if (rec->hook != NULL)
         rec->hook(rec, msgs, n);
     for (size_t i = 0; i < n; i++) {
+        /* created_at is RFC 3339 UTC with microseconds: "YYYY-MM-DDTHH:MM:SS.ffffffZ". */
+        const char *ca = msgs[i].created_at;
+        if (ca == NULL || strlen(ca) != 27 || ca[10] != 'T' || ca[19] != '.' || ca[26] != 'Z')
+            fail_msg("event %lld: created_at \"%s\" is not RFC 3339", (long long)msgs[i].id,
+                     ca ? ca : "(null)");
+        if (rec->seen == 0) {
+            rec->first_id = msgs[i].id;
+            snprintf(rec->first_created, sizeof(rec->first_created), "%s", ca);
+        }
         rec->seen++;
         if (should_fail(rec, msgs[i].id)) {
             results[i] = txo_error_set(&errors[i], TXO_EPUBLISH, "broker down");
@@ -273,6 +285,13 @@ static void test_drain_exactly_once_in_order(void **state)
                               "AND published_at IS NOT NULL AND locked_by IS NULL "
                               "AND locked_until IS NULL AND attempts = 0"),
                      n);
+    struct txo_param first = txo_p_i64(rec->first_id);
+    char *created = testdb_str(c->t.db,
+                               "SELECT DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ') "
+                               "FROM outbox_events WHERE id = ?",
+                               &first, 1);
+    assert_string_equal(rec->first_created, created);
+    txo_free(created);
 
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
@@ -620,12 +639,43 @@ static void test_claim_uses_due_index(void **state)
     struct txo_param ul[] = {txo_p_str("tok"), txo_p_i64(30), txo_p_i64(500)};
     assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, "idx_outbox_due",
                        true, 100);
+    /* The claims that start at the cursor: a range of the same index, in order. */
+    struct txo_param sl_after[] = {txo_p_str("2026-01-01 00:00:00.000000"),
+                                   txo_p_str("2026-01-01 00:00:00.000000"), txo_p_i64(5),
+                                   txo_p_i64(500)};
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, sl_after, 4,
+                       "idx_outbox_due", true, 100);
+    struct txo_param ul_after[] = {txo_p_str("tok"),
+                                   txo_p_i64(30),
+                                   txo_p_str("2026-01-01 00:00:00.000000"),
+                                   txo_p_str("2026-01-01 00:00:00.000000"),
+                                   txo_p_i64(5),
+                                   txo_p_i64(500)};
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, ul_after, 6,
+                       "idx_outbox_due", true, 100);
+    /* The read-back by token and the reclaim walk the short PROCESSING range of the same index
+     * (there is no index on locked_by or locked_until any more). */
     struct txo_param tok = txo_p_str("tok");
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_BY_TOKEN, &tok, 1,
-                       "idx_outbox_locked_by", false, 100);
-    /* With no PROCESSING row either (status, ...) index is as good; both avoid PUBLISHED rows. */
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, "idx_outbox_", false,
-                       100);
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_BY_TOKEN, &tok, 1, "idx_outbox_due",
+                       true, 100);
+    struct txo_param tok_after[] = {txo_p_str("2026-01-01 00:00:00.000000"),
+                                    txo_p_str("2026-01-01 00:00:00.000000"), txo_p_i64(5),
+                                    txo_p_str("tok")};
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER, tok_after, 4,
+                       "idx_outbox_due", true, 100);
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, "idx_outbox_due",
+                       true, 100);
+
+    /* The relay's only secondary index besides the idempotency key: a claim and a mark move one
+     * index entry per row, not three. */
+    assert_int_equal(q(&c->t,
+                       "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
+                       "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),
+                     3);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM information_schema.statistics "
+                              "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
+                              "AND column_name IN ('locked_by', 'locked_until')"),
+                     0);
 
     struct recorder *rec;
     struct txo_publisher *pub = new_recorder(&rec);
@@ -642,10 +692,100 @@ static void test_claim_uses_due_index(void **state)
                        "idx_outbox_due", true, INT64_MAX);
     assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, "idx_outbox_due",
                        true, INT64_MAX);
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, sl_after, 4,
+                       "idx_outbox_due", true, INT64_MAX);
+    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, ul_after, 6,
+                       "idx_outbox_due", true, INT64_MAX);
     assert_string_equal(rec->keys[0], "p:1");
     assert_string_equal(rec->keys[9], "p:10");
     txo_relay_free(r);
     txo_publisher_free(pub);
+}
+
+/* ---- (5b) the claim cursor does not starve rows committed behind it ---- */
+
+struct late_commit {
+    struct testdb *t;
+    struct txo_db *conn;
+    int64_t hold_ms;
+};
+
+/* Inserts the late event, due an hour ago (as if its default next_attempt_at had been taken
+ * when a long transaction started), and keeps the transaction open hold_ms before COMMIT. */
+static int insert_late_and_hold(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct late_commit *lc = arg;
+    int rc = txo_tx_exec(tx,
+                         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key, next_attempt_at) VALUES ('order', 0, "
+                         "'OrderCreated', '{}', 'late', NOW(6) - INTERVAL 1 HOUR)",
+                         NULL, 0, NULL, err);
+    if (rc == 0)
+        txo_sleep_ms(lc->hold_ms);
+    return rc;
+}
+
+static void test_late_commit_behind_cursor(void **state)
+{
+    struct ctx *c = *state;
+    /* A backlog that takes seconds in batches of 5, so the relay claims at its cursor the
+     * whole time (a batch is always full) and only the periodic rescan can find the late row. */
+    const unsigned backlog = 50000;
+    insert_events(&c->t, backlog, "PENDING");
+
+    struct worker w;
+    pthread_t th;
+    memset(&w, 0, sizeof(w));
+    w.c = c;
+    w.db = testdb_connect(&c->t);
+    w.pub = new_recorder(&w.rec);
+    struct txo_relay_opts o = relay_opts(c, 5);
+    w.relay = new_relay(w.db, w.pub, &o);
+    assert_int_equal(pthread_create(&th, NULL, worker_main, &w), 0);
+
+    /* The relay is running and its cursor is past where the late row will sit. */
+    int64_t deadline = txo_monotonic_ms() + 20000;
+    while (q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'") < 100 &&
+           txo_monotonic_ms() < deadline)
+        txo_sleep_ms(5);
+
+    struct late_commit lc = {.t = &c->t, .conn = testdb_connect(&c->t), .hold_ms = 300};
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(lc.conn, TXO_ISO_READ_COMMITTED, insert_late_and_hold, &lc, &err) < 0)
+        fail_msg("late insert: %s", err.msg);
+    int64_t committed = txo_monotonic_ms();
+
+    int64_t published_after = -1;
+    while (txo_monotonic_ms() - committed < 5000) {
+        if (q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = 'late' "
+                     "AND status = 'PUBLISHED'") == 1) {
+            published_after = txo_monotonic_ms() - committed;
+            break;
+        }
+        txo_sleep_ms(5);
+    }
+    int64_t left = q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    txo_relay_stop(w.relay);
+    pthread_join(th, NULL);
+    if (w.rc != 0)
+        fail_msg("relay: %s", w.msg);
+    print_message("late row published %lld ms after its commit, %lld backlog rows still pending\n",
+                  (long long)published_after, (long long)left);
+    if (published_after < 0)
+        fail_msg("the row committed behind the claim cursor was not published within 5 s");
+    /* Found by the rescan (at least once per second), not by the end of the backlog. */
+    assert_true(published_after <= 2000);
+    assert_true(left > 0);
+
+    size_t late = 0;
+    for (size_t i = 0; i < w.rec->n; i++)
+        late += strcmp(w.rec->keys[i], "late") == 0;
+    assert_int_equal(late, 1);
+    txo_relay_free(w.relay);
+    txo_publisher_free(w.pub);
+    txo_db_close(w.db);
+    txo_db_close(lc.conn);
 }
 
 /* ---- (6) stop mid-run finishes the batch in progress ---- */
@@ -769,7 +909,8 @@ int main(void)
         BOTH(test_drain_exactly_once_in_order), BOTH(test_failure_backoff_and_last_error),
         BOTH(test_dead_letter_then_recovery),   BOTH(test_two_relays_concurrently),
         BOTH(test_lease_expiry_fenced_mark),    BOTH(test_claim_uses_due_index),
-        BOTH(test_stop_finishes_batch),         BOTH(test_lock_token_and_opts),
+        BOTH(test_late_commit_behind_cursor),   BOTH(test_stop_finishes_batch),
+        BOTH(test_lock_token_and_opts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
