@@ -2,11 +2,15 @@
  * txo_bench orders: the order saga end to end (seed baseline: 178 orders/s sequential, 280/s
  * with 4 processes; target >= 1,000 orders/s with 4 workers).
  *
- * One order = orders_create() (1-2 items: orders, order_items, OrderCreated in one
- * transaction) + orders_start_saga() + orders_run_saga() without faults until the saga is
- * COMPLETED and the order CONFIRMED (ReserveStock, ChargePayment, CreateShipment: one
- * transaction each, plus the engine's own state changes). Latency is measured per order from
- * before orders_create() to after orders_run_saga().
+ * One order, in two flows:
+ *   separate  orders_create() (1-2 items: orders, order_items, OrderCreated in one
+ *             transaction) + orders_start_saga() + orders_run_saga(), as when a consumer starts
+ *             the saga from the OrderCreated event;
+ *   combined  orders_create_with_saga() (order, items, event and saga in one transaction) +
+ *             orders_run_saga(), as a synchronous API would;
+ * each run without faults until the saga is COMPLETED and the order CONFIRMED (ReserveStock,
+ * ChargePayment, CreateShipment: one transaction each). Latency is measured per order from
+ * before the create to after orders_run_saga().
  *
  * Configurations: 1 thread x ORDERS_PER_WORKER orders, and 4 threads x ORDERS_PER_WORKER
  * orders, each thread with its own connection. Every run starts from emptied tables and
@@ -67,6 +71,7 @@ struct order_worker {
     size_t n_orders;
     double *lat_ms; /* n_orders latencies, owned by the caller */
     uint64_t rng;
+    bool combined; /* orders_create_with_saga() instead of orders_create() + start */
     int rc;
     pthread_t tid;
 };
@@ -76,7 +81,7 @@ static void sku_name(char *buf, size_t size, unsigned i)
     snprintf(buf, size, "bench-sku-%02u", i);
 }
 
-static int one_order(struct txo_db *db, uint64_t *rng, struct txo_error *err)
+static int one_order(struct txo_db *db, uint64_t *rng, bool combined, struct txo_error *err)
 {
     char skus[2][24];
     struct order_item items[2];
@@ -96,15 +101,24 @@ static int one_order(struct txo_db *db, uint64_t *rng, struct txo_error *err)
     int64_t order_id = 0;
     char saga_id[TXO_SAGA_ID_LEN];
     enum txo_saga_status final = TXO_SAGA_RUNNING;
-    int rc = orders_create(db, customer_id, items, n, &order_id, err);
-    if (rc < 0) {
-        txo_error_wrap(err, "orders_create");
-        goto out;
-    }
-    rc = orders_start_saga(db, order_id, saga_id, NULL, err);
-    if (rc < 0) {
-        txo_error_wrap(err, "orders_start_saga order_id=%lld", (long long)order_id);
-        goto out;
+    int rc;
+    if (combined) {
+        rc = orders_create_with_saga(db, customer_id, items, n, &order_id, saga_id, err);
+        if (rc < 0) {
+            txo_error_wrap(err, "orders_create_with_saga");
+            goto out;
+        }
+    } else {
+        rc = orders_create(db, customer_id, items, n, &order_id, err);
+        if (rc < 0) {
+            txo_error_wrap(err, "orders_create");
+            goto out;
+        }
+        rc = orders_start_saga(db, order_id, saga_id, NULL, err);
+        if (rc < 0) {
+            txo_error_wrap(err, "orders_start_saga order_id=%lld", (long long)order_id);
+            goto out;
+        }
     }
     rc = orders_run_saga(db, saga_id, NULL, NULL, &final, err);
     if (rc < 0) {
@@ -132,7 +146,7 @@ static void *worker_main(void *arg)
         goto out;
     for (size_t i = 0; i < w->n_orders; i++) {
         double t = bench_now_s();
-        w->rc = one_order(db, &w->rng, &err);
+        w->rc = one_order(db, &w->rng, w->combined, &err);
         if (w->rc < 0) {
             bench_fail(w->rc, &err, "order");
             goto out;
@@ -210,8 +224,8 @@ static int verify_orders(struct txo_db *db, int64_t orders)
 }
 
 /* One run with `workers` threads; fills orders/s, p50 and p99 (ms). */
-static int run_once(struct bench_env *env, unsigned workers, unsigned run, double *rate,
-                    double *p50, double *p99, double *syncs_per_order)
+static int run_once(struct bench_env *env, unsigned workers, bool combined, unsigned run,
+                    double *rate, double *p50, double *p99, double *syncs_per_order)
 {
     struct order_worker w[MAX_WORKERS];
     pthread_barrier_t start;
@@ -236,6 +250,7 @@ static int run_once(struct bench_env *env, unsigned workers, unsigned run, doubl
             .n_orders = ORDERS_PER_WORKER,
             .lat_ms = lat + (size_t)i * ORDERS_PER_WORKER,
             .rng = UINT64_C(0x2545F4914F6CDD1D) * (run * MAX_WORKERS + i + 1),
+            .combined = combined,
         };
         if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]) != 0) {
             /* The barrier would never open: no way to recover cleanly. */
@@ -271,27 +286,32 @@ int bench_orders(struct bench_env *env, const struct bench_cfg *cfg)
     if (!v)
         return bench_fail(TXO_ENOMEM, NULL, "allocating results");
 
-    printf("== order saga end to end: create + start + run until CONFIRMED, %d orders per "
-           "worker, medians of %u runs ==\n",
+    printf("== order saga end to end: create + saga until CONFIRMED, %d orders per worker, "
+           "medians of %u runs ==\n",
            ORDERS_PER_WORKER, runs);
     printf("   (seed Python: 178 orders/s sequential, 280/s with 4 processes; "
-           "target >= 1,000/s with 4 workers)\n");
-    printf("%-8s %8s %10s %9s %9s %13s\n", "workers", "orders", "orders/s", "p50 ms", "p99 ms",
-           "syncs/order");
-    printf("%-8s %8s %10s %9s %9s %13s\n", "--------", "--------", "----------", "---------",
-           "---------", "-------------");
-    for (size_t k = 0; k < TXO_ARRAY_LEN(worker_counts); k++) {
-        unsigned workers = worker_counts[k];
-        size_t total = (size_t)workers * ORDERS_PER_WORKER;
-        for (unsigned r = 0; r < runs; r++) {
-            rc = run_once(env, workers, r, &v[r], &v[runs + r], &v[2 * runs + r], &v[3 * runs + r]);
-            if (rc < 0)
-                goto out;
+           "target >= 1,000/s with 4 workers)\n"
+           "   separate = orders_create + orders_start_saga + orders_run_saga; "
+           "combined = orders_create_with_saga + orders_run_saga\n");
+    printf("%-9s %-8s %8s %10s %9s %9s %13s\n", "flow", "workers", "orders", "orders/s", "p50 ms",
+           "p99 ms", "syncs/order");
+    printf("%-9s %-8s %8s %10s %9s %9s %13s\n", "---------", "--------", "--------", "----------",
+           "---------", "---------", "-------------");
+    for (int combined = 0; combined <= 1; combined++) {
+        for (size_t k = 0; k < TXO_ARRAY_LEN(worker_counts); k++) {
+            unsigned workers = worker_counts[k];
+            size_t total = (size_t)workers * ORDERS_PER_WORKER;
+            for (unsigned r = 0; r < runs; r++) {
+                rc = run_once(env, workers, combined, r, &v[r], &v[runs + r], &v[2 * runs + r],
+                              &v[3 * runs + r]);
+                if (rc < 0)
+                    goto out;
+            }
+            printf("%-9s %-8u %8zu %10.0f %9.2f %9.2f %13.1f\n", combined ? "combined" : "separate",
+                   workers, total, bench_median(v, runs), bench_median(v + runs, runs),
+                   bench_median(v + 2 * runs, runs), bench_median(v + 3 * runs, runs));
+            fflush(stdout);
         }
-        printf("%-8u %8zu %10.0f %9.2f %9.2f %13.1f\n", workers, total, bench_median(v, runs),
-               bench_median(v + runs, runs), bench_median(v + 2 * runs, runs),
-               bench_median(v + 3 * runs, runs));
-        fflush(stdout);
     }
     printf("\n");
 out:

@@ -196,6 +196,11 @@ cmd_start() {
         --character-set-server=utf8mb4
         --collation-server=utf8mb4_unicode_ci
     )
+    # Extra server options for experiments, e.g. TXO_DB_EXTRA_ARGS="--thread-handling=pool-of-threads".
+    if [ -n "${TXO_DB_EXTRA_ARGS:-}" ]; then
+        read -r -a extra <<<"$TXO_DB_EXTRA_ARGS"
+        args+=("${extra[@]}")
+    fi
     # mariadbd refuses to run as root unless told to.
     if [ "$(id -u)" -eq 0 ]; then
         args+=(--user=root)
