@@ -55,7 +55,8 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: help deps build build-asan build-clang db db-stop migrate run test test-asan valgrind \
+.PHONY: help deps build build-asan build-tsan build-clang db db-stop migrate run test test-asan \
+        test-tsan valgrind \
         bench format format-check clean distclean
 
 help:
@@ -73,6 +74,7 @@ help:
 	@echo '  migrate       apply the SQL migrations ($(BUILD)/txo migrate)'
 	@echo '  test          run the test suite with ctest (tests create their own txo_test_* databases)'
 	@echo '  test-asan     run the test suite built with ASan+UBSan'
+	@echo '  test-tsan     run the test suite built with ThreadSanitizer'
 	@echo '  valgrind      run the demo and the relay daemon under valgrind memcheck (fails on leaks)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
@@ -94,6 +96,10 @@ build: deps
 build-asan: deps
 	$(call cmake_configure,$(BUILD_ASAN),$(CMAKE_ARGS_ASAN))
 	$(CMAKE) --build $(BUILD_ASAN) -j$(JOBS)
+
+build-tsan: deps
+	$(call cmake_configure,build-tsan,-DTXO_SANITIZE_THREAD=ON -DCMAKE_BUILD_TYPE=Debug -DTXO_BUILD_BENCH=OFF $(CMAKE_ARGS))
+	$(CMAKE) --build build-tsan -j$(JOBS)
 
 build-clang:
 	scripts/deps.sh clang
@@ -125,6 +131,9 @@ test: build db
 test-asan: build-asan db
 	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
+test-tsan: build-tsan db
+	$(DB_ENV) TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+
 valgrind: build db
 	scripts/deps.sh valgrind
 	$(DB_ENV) scripts/valgrind.sh $(BUILD)/txo
@@ -141,7 +150,7 @@ format-check:
 	$(if $(FORMAT_FILES),$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES),@echo 'format-check: no C files found')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) build-clang
+	rm -rf $(BUILD) $(BUILD_ASAN) build-clang build-tsan
 
 distclean: clean db-stop
 	rm -rf .txo
