@@ -144,6 +144,28 @@ static void assert_invariants(struct fixture *f)
                      0);
 }
 
+/*
+ * Makes a finished saga look as if its worker died mid-run: saga RUNNING with no owner, step 1
+ * RUNNING and the later steps `later` (PENDING or COMPLETED), so the next run re-runs them.
+ */
+static void rewind_saga(struct fixture *f, const char *saga, const char *later)
+{
+    struct txo_param s = txo_p_str(saga);
+    struct txo_param steps[] = {txo_p_str(later), txo_p_str(saga)};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_exec(f->t.db,
+                                 "UPDATE saga_instances SET status = 'RUNNING', "
+                                 "owner = NULL, lease_until = NULL WHERE id = ?",
+                                 &s, 1, NULL, &err),
+                     0);
+    assert_int_equal(txo_db_exec(f->t.db,
+                                 "UPDATE saga_steps SET status = IF(step_order = 1, "
+                                 "'RUNNING', ?) WHERE saga_id = ?",
+                                 steps, 2, NULL, &err),
+                     0);
+}
+
 static int64_t events(struct fixture *f, int64_t order_id, const char *type)
 {
     struct txo_param p[] = {txo_p_i64(order_id), txo_p_str(type)};
@@ -481,18 +503,7 @@ static void test_resumed_steps_do_not_double_apply(void **state)
     assert_stock(f, "iphone-15", 8, 2);
 
     struct txo_param s = txo_p_str(saga);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_db_exec(f->t.db,
-                                 "UPDATE saga_instances SET status = 'RUNNING', "
-                                 "owner = NULL, lease_until = NULL WHERE id = ?",
-                                 &s, 1, NULL, &err),
-                     0);
-    assert_int_equal(txo_db_exec(f->t.db,
-                                 "UPDATE saga_steps SET status = IF(step_order = 1, "
-                                 "'RUNNING', 'PENDING') WHERE saga_id = ?",
-                                 &s, 1, NULL, &err),
-                     0);
+    rewind_saga(f, saga, "PENDING");
     assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
 
     struct txo_param o = txo_p_i64(id);
@@ -530,18 +541,7 @@ static void test_reserve_rerun_with_and_without_stock_left(void **state)
     assert_stock(f, "airpods", 19, 1);
 
     struct txo_param s = txo_p_str(saga);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_db_exec(f->t.db,
-                                 "UPDATE saga_instances SET status = 'RUNNING', "
-                                 "owner = NULL, lease_until = NULL WHERE id = ?",
-                                 &s, 1, NULL, &err),
-                     0);
-    assert_int_equal(txo_db_exec(f->t.db,
-                                 "UPDATE saga_steps SET status = IF(step_order = 1, "
-                                 "'RUNNING', 'COMPLETED') WHERE saga_id = ?",
-                                 &s, 1, NULL, &err),
-                     0);
+    rewind_saga(f, saga, "COMPLETED");
     assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
     assert_stock(f, "case", 0, 5);
     assert_stock(f, "airpods", 19, 1);
