@@ -13,9 +13,11 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev)
-# Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools.
-RUNTIME_PKGS=(mariadb-server mariadb-client)
+            libcmocka-dev libmicrohttpd-dev libnats-dev libcurl4-openssl-dev)
+# Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
+# nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples), promtool
+# (package prometheus: checks /metrics) and wrk (the HTTP benchmark).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus wrk)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
