@@ -65,7 +65,8 @@ TXO_API void txo_db_opts_init(struct txo_db_opts *opts);
 
 /*
  * Connects. Copies every string of opts; the password copy is wiped on close.
- * Errors: TXO_ECONNECT (server unreachable, auth failure: see err->msg), TXO_ENOMEM.
+ * Errors: TXO_ECONNECT (server unreachable: transient), TXO_ECONFIG (bad credentials or
+ * unknown database: permanent; err->mysql_errno tells which), TXO_EINVAL, TXO_ENOMEM.
  * On success *out must be closed with txo_db_close().
  */
 TXO_API TXO_MUST_CHECK int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out,
@@ -107,6 +108,29 @@ typedef int (*txo_tx_fn)(struct txo_tx *tx, void *arg, struct txo_error *err);
  */
 TXO_API TXO_MUST_CHECK int txo_db_transact(struct txo_db *db, enum txo_isolation isolation,
                                            txo_tx_fn fn, void *arg, struct txo_error *err);
+
+/*
+ * A bounded pool of connections for threaded servers (the HTTP API): a thread takes one
+ * connection for the duration of a request and gives it back. Connections are opened lazily
+ * up to max_size with opts (the struct is copied; its strings are borrowed and must outlive
+ * the pool). Thread-safe.
+ */
+struct txo_db_pool;
+
+/* Creates an empty pool. Errors: TXO_EINVAL (max_size 0), TXO_ENOMEM. */
+TXO_API TXO_MUST_CHECK int txo_db_pool_new(const struct txo_db_opts *opts, unsigned max_size,
+                                           struct txo_db_pool **out, struct txo_error *err);
+/*
+ * Takes a connection, opening one when none is idle and fewer than max_size exist, else
+ * waiting up to wait_ms for one to come back. Errors: TXO_ETIMEOUT (pool exhausted), the
+ * errors of txo_db_open().
+ */
+TXO_API TXO_MUST_CHECK int txo_db_pool_get(struct txo_db_pool *pool, int64_t wait_ms,
+                                           struct txo_db **db, struct txo_error *err);
+/* Gives db back. broken = true closes it instead (e.g. after an unknown commit outcome). */
+TXO_API void txo_db_pool_put(struct txo_db_pool *pool, struct txo_db *db, bool broken);
+/* Closes every connection; all must have been put back. NULL is a no-op. */
+TXO_API void txo_db_pool_free(struct txo_db_pool *pool);
 
 /* The connection a transaction runs on. */
 TXO_API struct txo_db *txo_tx_db(struct txo_tx *tx);
