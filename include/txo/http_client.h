@@ -1,0 +1,114 @@
+/*
+ * An HTTP client for the external services a saga step calls (payment, shipment) and for the
+ * webhook publisher, on libcurl. It exists so every caller gets the same three things right:
+ * timeouts on every call, one kept-alive connection reused across calls, and one mapping from
+ * "what went wrong" to a txo error code that says whether a retry can help.
+ *
+ * Error mapping (txo_http_post_json, txo_http_get):
+ *
+ *   outcome                                            code               resp filled
+ *   2xx                                                0                  yes
+ *   HTTP 5xx, 429 Too Many Requests, 408 Timeout       TXO_EUNAVAILABLE   yes (status, body)
+ *   any other 4xx (402 declined, 422 refused, ...)     TXO_EBUSINESS      yes (status, body)
+ *   1xx or 3xx (redirects are not followed)            TXO_EIO            yes (status, body)
+ *   no answer within timeout_ms (or connect_timeout_ms)  TXO_ETIMEOUT       status 0
+ *   cannot connect, DNS failure, connection reset,
+ *   empty reply, any other transfer failure            TXO_EUNAVAILABLE   status 0
+ *   response body larger than max_response_bytes       TXO_EIO            status, no body
+ *   bad URL or scheme other than http/https            TXO_EINVAL         status 0
+ *   a header value with CR or LF (not sent at all)     TXO_EINVAL         status 0
+ *
+ * TXO_EUNAVAILABLE and TXO_ETIMEOUT are transient (txo_err_is_transient): retry with backoff,
+ * with the same Idempotency-Key. TXO_EBUSINESS is the service's final answer: compensate, do
+ * not retry. A timeout has an unknown outcome: the service may have acted, which is why every
+ * POST should carry an Idempotency-Key. Error messages read "POST <url>: HTTP 503: <first 200
+ * bytes of the body>" or "POST <url>: timed out after 5000 ms"; user:password in a URL is shown
+ * as ***. Messages do not depend on timing, so equal failures have equal messages.
+ *
+ * Timeouts: connect_timeout_ms bounds the TCP (and TLS) connect; timeout_ms bounds the whole
+ * call, connect included, so no call ever takes longer than timeout_ms (scenario L).
+ *
+ * Keep-alive: a client owns one libcurl easy handle, whose connection cache keeps the
+ * connection to each host open between calls; 100 calls to one service open 1 connection
+ * (txo_http_client_connections counts them). A connection the server closed while idle is
+ * detected and replaced by libcurl.
+ *
+ * Thread-safety: a client is NOT thread-safe: use one per thread (a client may move between
+ * threads when the caller synchronises). Clients in different threads are independent; the
+ * process-wide libcurl initialisation runs once, on the first txo_http_client_new.
+ * Signals are never used (CURLOPT_NOSIGNAL), so timeouts work in threaded programs.
+ */
+#ifndef TXO_HTTP_CLIENT_H
+#define TXO_HTTP_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "txo/common.h"
+#include "txo/err.h"
+
+struct txo_http_client_opts {
+    int64_t connect_timeout_ms; /* TCP/TLS connect; default 2000 */
+    int64_t timeout_ms;         /* whole call, connect included; default 5000 */
+    const char *user_agent;     /* copied; default "txo" */
+    size_t max_response_bytes;  /* longer bodies fail with TXO_EIO; default 1 MiB */
+};
+
+/* Sets the defaults above. Never fails. */
+TXO_API void txo_http_client_opts_init(struct txo_http_client_opts *opts);
+
+struct txo_http_client;
+
+/*
+ * Creates a client (opts NULL: the defaults). *out is written only on success; free it with
+ * txo_http_client_free(). Errors: TXO_EINVAL (a timeout <= 0, max_response_bytes 0),
+ * TXO_ENOMEM, TXO_EIO (libcurl could not be initialised).
+ */
+TXO_API TXO_MUST_CHECK int txo_http_client_new(const struct txo_http_client_opts *opts,
+                                               struct txo_http_client **out, struct txo_error *err);
+
+/* Closes the client's connections and frees it. NULL is a no-op. */
+TXO_API void txo_http_client_free(struct txo_http_client *c);
+
+/* New connections the client has opened so far (1 after any number of kept-alive calls to a
+ * single service). */
+TXO_API uint64_t txo_http_client_connections(const struct txo_http_client *c);
+
+/*
+ * What the service answered. Initialise with txo_http_client_response_init() (or zero it);
+ * every call that fills it releases what it held before, so one can be reused in a loop.
+ */
+struct txo_http_client_response {
+    long status; /* HTTP status; 0 when no response arrived */
+    char *body;  /* NUL-terminated (body_len excludes the NUL), owned; NULL when empty */
+    size_t body_len;
+    double total_s; /* duration of the call, seconds (also on failure) */
+};
+
+/* Sets resp to "no response". Never fails. */
+TXO_API void txo_http_client_response_init(struct txo_http_client_response *resp);
+
+/* Frees resp->body and sets resp to "no response". */
+TXO_API void txo_http_client_response_release(struct txo_http_client_response *resp);
+
+/*
+ * POSTs body[0..len) to url with Content-Type: application/json and Accept: application/json.
+ * idempotency_key (NULL: none) is sent as the Idempotency-Key header. extra_headers is NULL or
+ * a NULL-terminated array of "Name: value" strings (an Authorization header, say; they are
+ * wiped from memory after the call). resp (may be NULL: the body is discarded) is filled as
+ * the table at the top says. Returns 0 for a 2xx answer, else the code in that table with the
+ * detail in err.
+ */
+TXO_API TXO_MUST_CHECK int txo_http_post_json(struct txo_http_client *c, const char *url,
+                                              const char *idempotency_key,
+                                              const char *const *extra_headers, const char *body,
+                                              size_t len, struct txo_http_client_response *resp,
+                                              struct txo_error *err);
+
+/* GETs url (for admin calls and tests). Same results and errors as txo_http_post_json. */
+TXO_API TXO_MUST_CHECK int txo_http_get(struct txo_http_client *c, const char *url,
+                                        const char *const *extra_headers,
+                                        struct txo_http_client_response *resp,
+                                        struct txo_error *err);
+
+#endif
