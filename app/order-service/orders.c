@@ -18,6 +18,7 @@
 #include "txo/alloc.h"
 #include "txo/clock.h"
 #include "txo/log.h"
+#include "txo/cmdq.h"
 #include "txo/outbox.h"
 #include "orders.h"
 #include "orders_sql.h"
@@ -420,6 +421,22 @@ out:
     return rc;
 }
 
+int orders_start_saga_tx(struct txo_tx *tx, int64_t order_id, char saga_id[TXO_SAGA_ID_LEN],
+                         bool *created, struct txo_error *err)
+{
+    struct start_arg a;
+
+    memset(&a, 0, sizeof(a));
+    a.order_id = order_id;
+    int rc = start_saga_fn(tx, &a, err);
+    if (rc < 0)
+        return rc;
+    memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
+    if (created != NULL)
+        *created = a.created;
+    return 0;
+}
+
 int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA_ID_LEN],
                       bool *created, struct txo_error *err)
 {
@@ -451,4 +468,70 @@ int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
                              sku, available);
     struct txo_param p[] = {txo_p_str(sku), txo_p_i64(available)};
     return txo_db_exec(db, ORDERS_SQL_SEED_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
+}
+
+int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
+                            struct txo_error *err)
+{
+    size_t len = sku != NULL ? strnlen(sku, ORDER_SKU_MAX + 1) : 0;
+
+    if (len == 0 || len > ORDER_SKU_MAX)
+        return txo_error_set(err, TXO_EINVAL, "sku must be 1..%d bytes", ORDER_SKU_MAX);
+    if (available < 0)
+        return txo_error_set(err, TXO_EINVAL, "available must be >= 0 for sku=%s, got %" PRId32,
+                             sku, available);
+    struct txo_param p[] = {txo_p_str(sku), txo_p_i64(available)};
+    return txo_db_exec(db, ORDERS_SQL_ENSURE_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
+}
+
+int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id, struct txo_error *err)
+{
+    char payload[64];
+    snprintf(payload, sizeof(payload), "{\"order_id\":%" PRId64 "}", order_id);
+    return txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payload, NULL, err);
+}
+
+int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_version,
+                     int64_t *new_version, struct txo_error *err)
+{
+    struct txo_param p[] = {txo_p_i64(order_id), txo_p_i64(expected_version)};
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, ORDERS_SQL_ORDER_CANCEL_AT_VERSION, p, 2, &res, err);
+    if (rc < 0)
+        return rc;
+    if (res.affected_rows == 0) {
+        struct txo_rows *rows = NULL;
+        rc = txo_tx_query(tx, ORDERS_SQL_ORDER_VERSION, p, 1, &rows, err);
+        if (rc < 0)
+            return rc;
+        if (txo_rows_count(rows) == 0)
+            rc = txo_error_set(err, TXO_ENOTFOUND, "order %" PRId64 " not found", order_id);
+        else if (txo_rows_i64(rows, 0, 1) != expected_version)
+            rc = txo_error_set(err, TXO_ECONFLICT,
+                               "order %" PRId64 " is at version %" PRId64 ", not %" PRId64
+                               " (status %s): read it again",
+                               order_id, txo_rows_i64(rows, 0, 1), expected_version,
+                               txo_rows_str(rows, 0, 0, NULL));
+        else
+            rc = txo_error_set(err, TXO_ESTATE, "order %" PRId64 " is %s: only CREATED orders "
+                               "can be cancelled", order_id, txo_rows_str(rows, 0, 0, NULL));
+        txo_rows_free(rows);
+        return rc;
+    }
+    char payload[160];
+    snprintf(payload, sizeof(payload),
+             "{\"order_id\":%" PRId64 ",\"reason\":\"cancelled by the customer\"}", order_id);
+    char key[64];
+    snprintf(key, sizeof(key), "order:%" PRId64 ":cancelled", order_id);
+    struct txo_outbox_event ev = {
+        .aggregate_type = "order",
+        .aggregate_id = order_id,
+        .event_type = "OrderCancelled",
+        .payload_json = payload,
+        .idempotency_key = key,
+    };
+    rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+    if (rc == 0 && new_version != NULL)
+        *new_version = expected_version + 1;
+    return rc;
 }

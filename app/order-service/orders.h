@@ -122,6 +122,43 @@ TXO_MUST_CHECK int orders_start_saga(struct txo_db *db, int64_t order_id,
                                      struct txo_error *err);
 
 /*
+ * The order as compact JSON for GET /orders/{id}: {"order_id","customer_id","status",
+ * "total_cents","version","created_at","updated_at","items":[{"sku","qty","price_cents"}],
+ * "saga":null | {"saga_id","saga_type","correlation_id","status","owner","steps":[...]}}.
+ * *out is freed with txo_free(). Errors: TXO_ENOTFOUND, TXO_ENOMEM, DB errors.
+ */
+TXO_MUST_CHECK int orders_get_json(struct txo_db *db, int64_t order_id, char **out,
+                                   struct txo_error *err);
+
+/* orders_start_saga() inside the caller's transaction tx (the consumer of OrderCreated records
+ * the inbox row and the saga together; the command runner completes its command with it). */
+TXO_MUST_CHECK int orders_start_saga_tx(struct txo_tx *tx, int64_t order_id,
+                                        char saga_id[TXO_SAGA_ID_LEN], bool *created,
+                                        struct txo_error *err);
+
+/* The command_queue type the async API enqueues and the worker runs: {"order_id":N}. */
+#define ORDERS_START_SAGA_COMMAND "StartOrderSaga"
+
+/* Queues StartOrderSaga for order_id in the caller's transaction (seed 9.12: the API answers
+ * 202 and a worker creates and runs the saga). Errors: DB errors. */
+TXO_MUST_CHECK int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id,
+                                                struct txo_error *err);
+
+/*
+ * The customer cancels order_id, which they read at expected_version (GET /orders/{id}), in
+ * the caller's transaction: CREATED -> CANCELLED, version + 1, and an OrderCancelled event
+ * (key "order:<id>:cancelled"). Optimistic locking (seed 9.8): the change applies only if
+ * nobody changed the order since that read; the order's saga, if it is running, then finds
+ * the order CANCELLED when it tries to confirm it, fails CreateShipment and compensates the
+ * steps it did (its own final hook writes no second OrderCancelled).
+ * *new_version (may be NULL) receives the version after the change.
+ * Errors: TXO_ENOTFOUND, TXO_ECONFLICT (the version moved: read again), TXO_ESTATE (not
+ * CREATED at that version: already CONFIRMED or CANCELLED), DB errors.
+ */
+TXO_MUST_CHECK int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_version,
+                                    int64_t *new_version, struct txo_error *err);
+
+/*
  * Failure injection, as explicit configuration handed to one saga run (never a global).
  * All-zero (or a NULL pointer) means "no faults". Injected failures are raised before the
  * step writes anything, exactly as a real remote service refusing the call would be.
@@ -140,9 +177,13 @@ struct order_faults {
  * What the order saga's steps receive as ctx->user. One per txo_saga_run() call; the
  * counters are written by the steps (so an env must not be shared between threads).
  */
+struct order_service_session;
 struct order_saga_env {
     const struct order_faults *faults; /* NULL: no faults */
     unsigned charge_calls;             /* ChargePayment calls so far in this run */
+    /* NULL: payment and shipment are the in-process stand-ins. Otherwise the steps call the
+     * services configured in it over HTTP (order_services.h) before writing their rows. */
+    struct order_service_session *session;
 };
 
 /* Sets env to "no faults" with zeroed counters (faults may be NULL). Never fails. */
@@ -173,6 +214,14 @@ TXO_MUST_CHECK int orders_retry_saga(struct txo_db *db, const char *saga_id,
                                      const struct txo_saga_opts *opts, enum txo_saga_status *final,
                                      struct txo_error *err);
 
+/* orders_retry_saga() calling the external services (may be NULL: stand-ins) over HTTP. */
+struct order_services;
+TXO_MUST_CHECK int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
+                                          const struct order_services *services,
+                                          const struct order_faults *faults,
+                                          const struct txo_saga_opts *opts,
+                                          enum txo_saga_status *final, struct txo_error *err);
+
 /*
  * Sets the stock of a SKU (creating the row): available = `available`, reserved = 0. For the
  * demo, tests and benchmarks only: it ignores reservations that may still exist.
@@ -180,6 +229,11 @@ TXO_MUST_CHECK int orders_retry_saga(struct txo_db *db, const char *saga_id,
  */
 TXO_MUST_CHECK int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
                                          struct txo_error *err);
+
+/* Creates the SKU with `available` units unless it exists (then nothing changes): safe on a
+ * live database. For `txo up --stock`. Errors: TXO_EINVAL, DB errors. */
+TXO_MUST_CHECK int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
+                                           struct txo_error *err);
 
 /*
  * Internal to the service (order_json.c), shared by orders.c and order_saga.c; not for

@@ -75,6 +75,12 @@
     "INSERT INTO inventory (sku, available, reserved) VALUES (?, ?, 0) "                           \
     "ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = 0"
 
+/* inventory PRIMARY. Creates the SKU with `available` units; an existing row is left alone
+ * (the no-op update), so its stock and reservations stay consistent. */
+#define ORDERS_SQL_ENSURE_INVENTORY                                                                \
+    "INSERT INTO inventory (sku, available, reserved) VALUES (?, ?, 0) "                           \
+    "ON DUPLICATE KEY UPDATE sku = sku"
+
 /* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
 
 /*
@@ -175,5 +181,29 @@
 #define ORDERS_SQL_FAILED_STEP                                                                     \
     "SELECT step_name, error FROM saga_steps WHERE saga_id = ? AND status = 'FAILED' "             \
     "ORDER BY step_order LIMIT 1"
+
+/* ---- order_query.c: reading an order back (GET /orders/{id}) ---- */
+
+/* orders PRIMARY. Consistent read, no lock. */
+#define ORDERS_SQL_GET_ORDER                                                                       \
+    "SELECT customer_id, status, total_cents, version, "                                           \
+    "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), "                                           \
+    "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ') FROM orders WHERE id = ?"
+
+/* order_items idx_order_items_order (order_id). Consistent read, no lock. */
+#define ORDERS_SQL_GET_ITEMS                                                                       \
+    "SELECT sku, qty, price_cents FROM order_items WHERE order_id = ? ORDER BY id"
+
+/* ---- orders.c: cancel by the customer (optimistic locking, seed 9.8) ---- */
+
+/* orders PRIMARY. Locks the order row (X) only when it is still CREATED at the version the
+ * client saw: 0 rows means another writer (the saga confirming it, another cancel) got there
+ * first, and ORDERS_SQL_ORDER_VERSION tells which. */
+#define ORDERS_SQL_ORDER_CANCEL_AT_VERSION                                                         \
+    "UPDATE orders SET status = 'CANCELLED', version = version + 1 "                               \
+    "WHERE id = ? AND version = ? AND status = 'CREATED'"
+
+/* orders PRIMARY. The order's current status and version (consistent read). */
+#define ORDERS_SQL_ORDER_VERSION "SELECT status, version FROM orders WHERE id = ?"
 
 #endif

@@ -46,7 +46,8 @@
     X(ECANCELED, -18, false, "canceled")                                                   \
     X(EMIGRATION, -19, false, "schema migration failed")                                   \
     X(EUNAVAILABLE, -20, true, "service unavailable")                                      \
-    X(EUNSUPPORTED, -21, false, "not supported by this server")
+    X(EUNSUPPORTED, -21, false, "not supported by this server")                             \
+    X(ECONFLICT, -22, false, "changed by another writer (optimistic lock)")
 
 enum txo_err {
     TXO_OK = 0,
