@@ -1,0 +1,41 @@
+/*
+ * The retention cleaner (seed 9.13): without it outbox_events grows by every event ever
+ * published. txo_outbox_purge_published() deletes PUBLISHED rows older than an age, in small
+ * batches, each in a short transaction of its own, so it never holds many locks or a long
+ * undo log and can run next to the relay at any time (`txo clean`, the worker).
+ *
+ * The same cleaner serves the inbox (txo_inbox_purge(), txo/inbox.h) and the command queue
+ * (txo_cmdq_purge_done(), txo/cmdq.h); the idempotency keys have their own
+ * (txo_idem_purge(), txo/idempotency.h).
+ *
+ * Only terminal rows that are old enough are deleted: PENDING, PROCESSING and FAILED outbox
+ * rows are never touched (FAILED rows are the source of dead letters and are needed to replay
+ * them, txo/dlq.h).
+ *
+ * Thread-safety: no shared state; each call uses only the db it is given.
+ */
+#ifndef TXO_RETENTION_H
+#define TXO_RETENTION_H
+
+#include <stdint.h>
+
+#include "txo/common.h"
+#include "txo/db.h"
+
+/* Most rows one batch may delete. */
+#define TXO_PURGE_BATCH_MAX 10000
+
+/*
+ * Deletes outbox events that were PUBLISHED more than older_than_s seconds ago (by
+ * published_at), at most batch_size (1..TXO_PURGE_BATCH_MAX) per short READ COMMITTED
+ * transaction, oldest first, until none is left or max_batches batches ran (0 = no limit).
+ * The age is measured once, at the start. A consumer's inbox de-duplicates on the event's
+ * idempotency key, not its row: deleting the row does not let the event be published again.
+ * *deleted (may be NULL) receives the number of rows deleted, also when a later batch failed.
+ * Errors: TXO_EINVAL (batch_size), DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s,
+                                                      unsigned batch_size, unsigned max_batches,
+                                                      uint64_t *deleted, struct txo_error *err);
+
+#endif

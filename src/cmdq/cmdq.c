@@ -1,0 +1,670 @@
+#include "core/common.h"
+
+/*
+ * The command queue (seed 9.12): commands appended in the caller's transaction, claimed by
+ * workers with a lease and a per-claim lock token, finished (DONE, retried with backoff, or
+ * FAILED) by statements fenced by that token. include/txo/cmdq.h has the contract and the
+ * state machine; cmdq_sql.h has every statement with its index and locks.
+ *
+ * A claim is one short READ COMMITTED transaction and returns copies of the rows, so no lock
+ * is held while a command runs. Expired leases are taken over by the claim itself (there is no
+ * separate reclaim pass as in the relay): a claim first looks at the short PROCESSING range of
+ * idx_cmdq_due for expired leases, then at the due PENDING range.
+ *
+ * Invariants: only a claim changes attempts, and every claim sets a new token, so under the
+ * fence (id + token + PROCESSING) the row's attempts is the attempts the claim returned; that
+ * is why the retry backoff can be computed here with txo_backoff_delay_ms() instead of in SQL
+ * as the relay does for whole batches. Nothing here opens a transaction around the caller's
+ * work except the functions taking a db (claim, complete, fail, stats).
+ *
+ * Thread-safety: no shared state; each call uses only the tx/db it is given.
+ */
+
+#include <jansson.h>
+#include <uuid/uuid.h>
+
+#include "cmdq/cmdq_sql.h"
+#include "txo/cmdq.h"
+
+#define LAST_ERROR_MAX 2000 /* bytes of command_queue.last_error we write */
+
+/* Default backoff of txo_cmdq_fail() when none is given. */
+static const struct txo_backoff default_backoff = {1000, 300000, 0.5};
+
+/* Columns of the claim queries (CMDQ_SQL__CLAIM_COLUMNS). */
+enum claim_col {
+    COL_ID = 0,
+    COL_TYPE,
+    COL_PAYLOAD,
+    COL_ATTEMPTS,
+    COL_LOCKED_BY,
+};
+
+static const char *const status_names[] = {
+    [TXO_CMDQ_PENDING] = "PENDING",
+    [TXO_CMDQ_PROCESSING] = "PROCESSING",
+    [TXO_CMDQ_DONE] = "DONE",
+    [TXO_CMDQ_FAILED] = "FAILED",
+};
+
+/*
+ * The command state machine of include/txo/cmdq.h, and the only place it is written down in
+ * code: moves[from][to] is true when the move is allowed. PROCESSING -> PROCESSING is a claim
+ * taking over an expired lease.
+ */
+static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
+    [TXO_CMDQ_PENDING] = {[TXO_CMDQ_PROCESSING] = true},
+    [TXO_CMDQ_PROCESSING] = {[TXO_CMDQ_DONE] = true,
+                             [TXO_CMDQ_PENDING] = true,
+                             [TXO_CMDQ_FAILED] = true,
+                             [TXO_CMDQ_PROCESSING] = true},
+    [TXO_CMDQ_DONE] = {false},
+    [TXO_CMDQ_FAILED] = {false},
+};
+
+static bool status_valid(enum txo_cmdq_status s)
+{
+    return (unsigned)s < TXO_ARRAY_LEN(status_names);
+}
+
+const char *txo_cmdq_status_name(enum txo_cmdq_status s)
+{
+    if (!status_valid(s))
+        TXO_BUG("unknown command status %d", (int)s);
+    return status_names[s];
+}
+
+int txo_cmdq_status_parse(const char *name, enum txo_cmdq_status *out)
+{
+    if (name == NULL)
+        return TXO_EINVAL;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(status_names); i++) {
+        if (strcmp(name, status_names[i]) == 0) {
+            *out = (enum txo_cmdq_status)i;
+            return 0;
+        }
+    }
+    return TXO_EINVAL;
+}
+
+bool txo_cmdq_can_move(enum txo_cmdq_status from, enum txo_cmdq_status to)
+{
+    if (!status_valid(from) || !status_valid(to))
+        TXO_BUG("unknown command status %d -> %d", (int)from, (int)to);
+    return moves[from][to];
+}
+
+/* ---- enqueue ---- */
+
+int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type, const char *payload_json,
+                     int64_t *id, struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL);
+    if (command_type == NULL || command_type[0] == '\0')
+        return txo_error_set(err, TXO_EINVAL, "command queue: command_type is empty");
+    size_t type_len = strlen(command_type);
+    if (type_len > TXO_CMDQ_TYPE_MAX)
+        return txo_error_set(err, TXO_EINVAL,
+                             "command queue: command_type is %zu bytes, at most %d", type_len,
+                             TXO_CMDQ_TYPE_MAX);
+    if (payload_json == NULL || payload_json[0] == '\0')
+        return txo_error_set(err, TXO_EINVAL, "command %s: payload is missing", command_type);
+    json_error_t jerr;
+    json_t *doc = json_loads(payload_json, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
+    if (doc == NULL)
+        return txo_error_set(err, TXO_ECONSTRAINT,
+                             "command %s: payload is not JSON: %s at line %d column %d",
+                             command_type, jerr.text, jerr.line, jerr.column);
+    json_decref(doc);
+
+    struct txo_param params[] = {txo_p_str(command_type), txo_p_str(payload_json)};
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, CMDQ_SQL_ENQUEUE, params, TXO_ARRAY_LEN(params), &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "command queue: enqueue %s", command_type);
+        return rc;
+    }
+    if (id != NULL)
+        *id = (int64_t)res.insert_id;
+    TXO_LOG(TXO_LOG_DEBUG, "cmdq", "enqueue command_id=%" PRIu64 " command_type=%s", res.insert_id,
+            command_type);
+    return 0;
+}
+
+/* ---- commands ---- */
+
+void txo_command_release(struct txo_command *cmd)
+{
+    if (cmd == NULL)
+        return;
+    txo_free(cmd->type);
+    txo_free(cmd->payload);
+    memset(cmd, 0, sizeof(*cmd));
+}
+
+void txo_commands_free(struct txo_command *cmds, size_t n)
+{
+    if (cmds == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        txo_command_release(&cmds[i]);
+    txo_free(cmds);
+}
+
+/* ---- claim ---- */
+
+void txo_cmdq_claim_opts_init(struct txo_cmdq_claim_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->owner = NULL;
+    opts->lease_s = 30;
+    opts->max = 10;
+    opts->max_attempts = 0;
+    opts->claim = TXO_CLAIM_AUTO;
+}
+
+static int check_claim_opts(const struct txo_cmdq_claim_opts *o, struct txo_error *err)
+{
+    if (o->owner == NULL || o->owner[0] == '\0')
+        return txo_error_set(err, TXO_EINVAL, "command queue: claim owner is empty");
+    if (strlen(o->owner) > TXO_CMDQ_OWNER_MAX)
+        return txo_error_set(err, TXO_EINVAL, "command queue: claim owner is longer than %d bytes",
+                             TXO_CMDQ_OWNER_MAX);
+    if (o->lease_s < 1)
+        return txo_error_set(err, TXO_EINVAL, "command queue: lease_s must be >= 1");
+    if (o->max < 1 || o->max > TXO_CMDQ_CLAIM_MAX)
+        return txo_error_set(err, TXO_EINVAL, "command queue: max must be 1..%d, got %zu",
+                             TXO_CMDQ_CLAIM_MAX, o->max);
+    if ((unsigned)o->claim > TXO_CLAIM_UPDATE_LIMIT)
+        return txo_error_set(err, TXO_EINVAL, "command queue: unknown claim strategy %d",
+                             (int)o->claim);
+    return 0;
+}
+
+struct claim_ctx {
+    const struct txo_cmdq_claim_opts *o;
+    enum txo_claim_strategy strategy;
+    char token[TXO_CMDQ_TOKEN_LEN + 1];
+
+    /* Results of the last attempt of the transaction (reset at its start). */
+    struct txo_rows *expired; /* skip-locked: expired leases found (claimed or poisoned) */
+    struct txo_rows *rows;    /* skip-locked: due PENDING rows; update-limit: all claimed */
+    size_t n_claimed;         /* rows that end up in the result */
+    uint64_t reclaimed;       /* of which expired leases taken over */
+    uint64_t poisoned;        /* expired leases made FAILED */
+
+    /* Scratch, sized for opts->max. */
+    int64_t *claim_ids;
+    int64_t *poison_ids;
+    struct txo_param *params;
+};
+
+static bool is_poison(const struct claim_ctx *c, const struct txo_rows *rows, size_t i)
+{
+    return c->o->max_attempts > 0 &&
+           txo_rows_i64(rows, i, COL_ATTEMPTS) >= (int64_t)c->o->max_attempts;
+}
+
+/*
+ * Runs `prefix` + an IN list of ids[0..n) with params c->params[0..fixed) in front, the list
+ * padded to a power of two by repeating the last id. *affected (may be NULL) gets the count.
+ */
+static int exec_in(struct txo_tx *tx, struct claim_ctx *c, const char *prefix, size_t fixed,
+                   const int64_t *ids, size_t n, uint64_t *affected, struct txo_error *err)
+{
+    TXO_ASSERT(n > 0);
+    size_t m = txo_sql_in_list_size(n);
+    char *sql = txo_sql_in_list(prefix, m, "");
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "command queue: out of memory for an IN list");
+    for (size_t i = 0; i < m; i++)
+        c->params[fixed + i] = txo_p_i64(ids[i < n ? i : n - 1]);
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, sql, c->params, fixed + m, &res, err);
+    if (rc == 0 && affected != NULL)
+        *affected = res.affected_rows;
+    txo_free(sql);
+    return rc;
+}
+
+static void reset_attempt(struct claim_ctx *c)
+{
+    txo_rows_free(c->expired);
+    txo_rows_free(c->rows);
+    c->expired = NULL;
+    c->rows = NULL;
+    c->n_claimed = 0;
+    c->reclaimed = 0;
+    c->poisoned = 0;
+}
+
+static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct claim_ctx *c = arg;
+    const struct txo_cmdq_claim_opts *o = c->o;
+    reset_attempt(c);
+
+    struct txo_param limit = txo_p_i64((int64_t)o->max);
+    int rc = txo_tx_query(tx, CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED, &limit, 1, &c->expired, err);
+    if (rc < 0)
+        return rc;
+    size_t n_poison = 0;
+    for (size_t i = 0; i < txo_rows_count(c->expired); i++) {
+        if (is_poison(c, c->expired, i))
+            c->poison_ids[n_poison++] = txo_rows_i64(c->expired, i, COL_ID);
+        else
+            c->claim_ids[c->n_claimed++] = txo_rows_i64(c->expired, i, COL_ID);
+    }
+    c->reclaimed = c->n_claimed;
+
+    if (c->n_claimed < o->max) {
+        limit = txo_p_i64((int64_t)(o->max - c->n_claimed));
+        rc = txo_tx_query(tx, CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED, &limit, 1, &c->rows, err);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < txo_rows_count(c->rows); i++)
+            c->claim_ids[c->n_claimed++] = txo_rows_i64(c->rows, i, COL_ID);
+    }
+
+    if (n_poison > 0) {
+        c->params[0] = txo_p_i64(o->max_attempts);
+        rc =
+            exec_in(tx, c, CMDQ_SQL_EXPIRE_BY_ID_IN, 1, c->poison_ids, n_poison, &c->poisoned, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (c->n_claimed > 0) {
+        uint64_t affected = 0;
+        c->params[0] = txo_p_str(o->owner);
+        c->params[1] = txo_p_str(c->token);
+        c->params[2] = txo_p_i64(o->lease_s);
+        rc = exec_in(tx, c, CMDQ_SQL_CLAIM_BY_ID_IN, 3, c->claim_ids, c->n_claimed, &affected, err);
+        if (rc < 0)
+            return rc;
+        if (affected != c->n_claimed)
+            /* Cannot happen: the rows are locked by this transaction since the SELECT. */
+            return txo_error_set(err, TXO_EDB,
+                                 "command queue: claim locked %zu rows, marked %" PRIu64,
+                                 c->n_claimed, affected);
+    }
+    return 0;
+}
+
+static int claim_update_limit_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct claim_ctx *c = arg;
+    const struct txo_cmdq_claim_opts *o = c->o;
+    reset_attempt(c);
+
+    struct txo_rows *any = NULL;
+    int rc = txo_tx_query(tx, CMDQ_SQL_ANY_EXPIRED, NULL, 0, &any, err);
+    if (rc < 0)
+        return rc;
+    bool expired = txo_rows_count(any) > 0;
+    txo_rows_free(any);
+
+    struct txo_exec_result res;
+    if (expired && o->max_attempts > 0) {
+        struct txo_param p[] = {txo_p_i64(o->max_attempts), txo_p_i64(o->max_attempts),
+                                txo_p_i64((int64_t)o->max)};
+        rc = txo_tx_exec(tx, CMDQ_SQL_EXPIRE_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
+        if (rc < 0)
+            return rc;
+        c->poisoned = res.affected_rows;
+    }
+    struct txo_param p[] = {txo_p_str(o->owner), txo_p_str(c->token), txo_p_i64(o->lease_s),
+                            txo_p_i64((int64_t)o->max)};
+    if (expired) {
+        rc = txo_tx_exec(tx, CMDQ_SQL_RECLAIM_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
+        if (rc < 0)
+            return rc;
+        c->reclaimed = res.affected_rows;
+    }
+    if (c->reclaimed < o->max) {
+        p[3] = txo_p_i64((int64_t)(o->max - c->reclaimed));
+        rc = txo_tx_exec(tx, CMDQ_SQL_CLAIM_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
+        if (rc < 0)
+            return rc;
+    }
+    struct txo_param token = txo_p_str(c->token);
+    rc = txo_tx_query(tx, CMDQ_SQL_CLAIM_SELECT_BY_TOKEN, &token, 1, &c->rows, err);
+    if (rc < 0)
+        return rc;
+    c->n_claimed = txo_rows_count(c->rows);
+    return 0;
+}
+
+/* Copies row i of rows into cmd; `claimed_now` adds the claim's +1 to the attempts read. */
+static int copy_command(const struct txo_rows *rows, size_t i, bool claimed_now, const char *token,
+                        struct txo_command *cmd)
+{
+    cmd->id = txo_rows_i64(rows, i, COL_ID);
+    const char *type = txo_rows_str(rows, i, COL_TYPE, NULL);
+    const char *payload = txo_rows_str(rows, i, COL_PAYLOAD, NULL);
+    cmd->type = txo_strdup(type != NULL ? type : "");
+    cmd->payload = txo_strdup(payload != NULL ? payload : "null");
+    int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS) + (claimed_now ? 1 : 0);
+    cmd->attempts = attempts > 0 && attempts <= INT32_MAX ? (unsigned)attempts : 1;
+    snprintf(cmd->token, sizeof(cmd->token), "%s", token);
+    return cmd->type != NULL && cmd->payload != NULL ? 0 : TXO_ENOMEM;
+}
+
+/* Builds the result array of a committed claim. */
+static int collect(const struct claim_ctx *c, struct txo_command **out, struct txo_error *err)
+{
+    *out = NULL;
+    if (c->n_claimed == 0)
+        return 0;
+    struct txo_command *cmds = txo_calloc(c->n_claimed, sizeof(*cmds));
+    if (cmds == NULL)
+        goto oom;
+    size_t k = 0;
+    bool select_then_update = c->strategy == TXO_CLAIM_SKIP_LOCKED;
+    for (size_t i = 0; select_then_update && i < txo_rows_count(c->expired); i++) {
+        if (is_poison(c, c->expired, i))
+            continue;
+        if (copy_command(c->expired, i, true, c->token, &cmds[k++]) < 0)
+            goto oom;
+    }
+    for (size_t i = 0; i < txo_rows_count(c->rows); i++) {
+        if (copy_command(c->rows, i, select_then_update, c->token, &cmds[k++]) < 0)
+            goto oom;
+    }
+    TXO_ASSERT(k == c->n_claimed);
+    *out = cmds;
+    return 0;
+oom:
+    txo_commands_free(cmds, c->n_claimed);
+    return txo_error_set(err, TXO_ENOMEM,
+                         "command queue: out of memory copying %zu claimed commands (they run "
+                         "again when their lease expires)",
+                         c->n_claimed);
+}
+
+static void new_token(char token[TXO_CMDQ_TOKEN_LEN + 1])
+{
+    uuid_t uu;
+    uuid_generate_random(uu);
+    uuid_unparse_lower(uu, token);
+}
+
+int txo_cmdq_claim_ex(struct txo_db *db, const struct txo_cmdq_claim_opts *opts,
+                      struct txo_command **cmds, size_t *n, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && opts != NULL && cmds != NULL && n != NULL);
+    int rc = check_claim_opts(opts, err);
+    if (rc < 0)
+        return rc;
+    struct claim_ctx c = {.o = opts, .strategy = opts->claim};
+    bool has_skip_locked = txo_db_has_skip_locked(db);
+    if (c.strategy == TXO_CLAIM_AUTO)
+        c.strategy = has_skip_locked ? TXO_CLAIM_SKIP_LOCKED : TXO_CLAIM_UPDATE_LIMIT;
+    if (c.strategy == TXO_CLAIM_SKIP_LOCKED && !has_skip_locked)
+        return txo_error_set(err, TXO_EUNSUPPORTED,
+                             "command queue: claim strategy skip-locked needs MySQL 8.0.1+ or "
+                             "MariaDB 10.6+; use update-limit");
+    new_token(c.token);
+
+    size_t in_max = txo_sql_in_list_size(opts->max);
+    c.claim_ids = txo_calloc(opts->max, sizeof(*c.claim_ids));
+    c.poison_ids = txo_calloc(opts->max, sizeof(*c.poison_ids));
+    c.params = txo_calloc(3 + in_max, sizeof(*c.params));
+    if (c.claim_ids == NULL || c.poison_ids == NULL || c.params == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "command queue: out of memory for a claim of %zu",
+                           opts->max);
+        goto out;
+    }
+
+    txo_tx_fn fn =
+        c.strategy == TXO_CLAIM_SKIP_LOCKED ? claim_skip_locked_tx : claim_update_limit_tx;
+    rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, fn, &c, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "command queue: claim by %s (%s)", opts->owner,
+                       txo_claim_strategy_name(c.strategy));
+        goto out;
+    }
+    rc = collect(&c, cmds, err);
+    if (rc < 0)
+        goto out;
+    *n = c.n_claimed;
+    if (c.reclaimed > 0)
+        TXO_LOG(TXO_LOG_WARN, "cmdq",
+                "claimed commands whose lease expired; they run again owner=%s count=%" PRIu64,
+                opts->owner, c.reclaimed);
+    if (c.poisoned > 0)
+        TXO_LOG(TXO_LOG_ERROR, "cmdq",
+                "poison commands FAILED: their lease expired on every allowed attempt "
+                "max_attempts=%u owner=%s count=%" PRIu64,
+                opts->max_attempts, opts->owner, c.poisoned);
+    if (c.n_claimed > 0)
+        TXO_LOG(TXO_LOG_DEBUG, "cmdq", "claim owner=%s token=%s count=%zu first_id=%" PRId64,
+                opts->owner, c.token, c.n_claimed, (*cmds)[0].id);
+out:
+    reset_attempt(&c);
+    txo_free(c.claim_ids);
+    txo_free(c.poison_ids);
+    txo_free(c.params);
+    return rc;
+}
+
+int txo_cmdq_claim(struct txo_db *db, const char *owner, unsigned lease_s, size_t max,
+                   struct txo_command **cmds, size_t *n, struct txo_error *err)
+{
+    struct txo_cmdq_claim_opts o;
+    txo_cmdq_claim_opts_init(&o);
+    o.owner = owner;
+    o.lease_s = lease_s;
+    o.max = max;
+    return txo_cmdq_claim_ex(db, &o, cmds, n, err);
+}
+
+/* ---- finishing a command ---- */
+
+static int check_command(const struct txo_command *cmd, struct txo_error *err)
+{
+    if (cmd == NULL || cmd->id <= 0 || strlen(cmd->token) != TXO_CMDQ_TOKEN_LEN)
+        return txo_error_set(err, TXO_EINVAL,
+                             "command queue: not a claimed command (no id or lock token)");
+    return 0;
+}
+
+/*
+ * A fenced statement on cmd matched no row: tells why, reading the row as it is now.
+ * Returns TXO_ENOTFOUND, TXO_ESTATE or TXO_ELEASELOST (or a DB error).
+ */
+static int fence_error(struct txo_tx *tx, const struct txo_command *cmd, const char *what,
+                       struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_param id = txo_p_i64(cmd->id);
+    int rc = txo_tx_query(tx, CMDQ_SQL_FENCE_STATE, &id, 1, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) == 0) {
+        rc = txo_error_set(err, TXO_ENOTFOUND,
+                           "command queue: %s command %" PRId64 ": no such command", what, cmd->id);
+        goto out;
+    }
+    const char *status = txo_rows_str(rows, 0, 0, NULL);
+    const char *token = txo_rows_str(rows, 0, 1, NULL);
+    enum txo_cmdq_status s = TXO_CMDQ_PENDING;
+    bool known = txo_cmdq_status_parse(status, &s) == 0;
+    bool ours = token != NULL && strcmp(token, cmd->token) == 0;
+    if (known && ours && (s == TXO_CMDQ_DONE || s == TXO_CMDQ_FAILED)) {
+        rc = txo_error_set(err, TXO_ESTATE, "command queue: %s command %" PRId64 ": already %s",
+                           what, cmd->id, status);
+        goto out;
+    }
+    rc = txo_error_set(err, TXO_ELEASELOST,
+                       "command queue: %s command %" PRId64 ": lease lost (claim %s no longer "
+                       "holds it; it is %s now)",
+                       what, cmd->id, cmd->token, status != NULL ? status : "?");
+out:
+    txo_rows_free(rows);
+    return rc;
+}
+
+int txo_cmdq_complete_tx(struct txo_tx *tx, const struct txo_command *cmd, struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL);
+    int rc = check_command(cmd, err);
+    if (rc < 0)
+        return rc;
+    struct txo_param params[] = {txo_p_i64(cmd->id), txo_p_str(cmd->token)};
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, CMDQ_SQL_COMPLETE, params, TXO_ARRAY_LEN(params), &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "command queue: complete command %" PRId64, cmd->id);
+        return rc;
+    }
+    if (res.affected_rows == 0)
+        return fence_error(tx, cmd, "complete", err);
+    TXO_LOG(TXO_LOG_DEBUG, "cmdq", "done command_id=%" PRId64 " command_type=%s attempts=%u",
+            cmd->id, cmd->type != NULL ? cmd->type : "?", cmd->attempts);
+    return 0;
+}
+
+static int complete_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    return txo_cmdq_complete_tx(tx, arg, err);
+}
+
+int txo_cmdq_complete(struct txo_db *db, const struct txo_command *cmd, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    return txo_db_transact(db, TXO_ISO_READ_COMMITTED, complete_tx, (void *)cmd, err);
+}
+
+struct fail_ctx {
+    const struct txo_command *cmd;
+    const char *last_error; /* NULL binds SQL NULL */
+    bool final;
+    int64_t delay_ms;
+};
+
+static int fail_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct fail_ctx *f = arg;
+    const struct txo_command *cmd = f->cmd;
+    struct txo_exec_result res;
+    int rc;
+    if (f->final) {
+        struct txo_param p[] = {txo_p_str(f->last_error), txo_p_i64(cmd->id),
+                                txo_p_str(cmd->token)};
+        rc = txo_tx_exec(tx, CMDQ_SQL_FAIL, p, TXO_ARRAY_LEN(p), &res, err);
+    } else {
+        struct txo_param p[] = {txo_p_str(f->last_error), txo_p_i64(f->delay_ms * 1000),
+                                txo_p_i64(cmd->id), txo_p_str(cmd->token)};
+        rc = txo_tx_exec(tx, CMDQ_SQL_RETRY, p, TXO_ARRAY_LEN(p), &res, err);
+    }
+    if (rc < 0)
+        return rc;
+    if (res.affected_rows == 0)
+        return fence_error(tx, cmd, "fail", err);
+    return 0;
+}
+
+/* A copy of s cut to at most max bytes on a UTF-8 character boundary; NULL for NULL. */
+static char *cut_utf8(const char *s, size_t max, bool *oom)
+{
+    *oom = false;
+    if (s == NULL)
+        return NULL;
+    size_t len = strlen(s);
+    if (len > max) {
+        len = max;
+        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
+            len--;
+    }
+    char *copy = txo_strndup(s, len);
+    *oom = copy == NULL;
+    return copy;
+}
+
+int txo_cmdq_fail(struct txo_db *db, const struct txo_command *cmd, const char *error,
+                  bool permanent, unsigned max_attempts, const struct txo_backoff *backoff,
+                  bool *failed, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    int rc = check_command(cmd, err);
+    if (rc < 0)
+        return rc;
+    if (max_attempts < 1)
+        return txo_error_set(err, TXO_EINVAL, "command queue: max_attempts must be >= 1");
+    const struct txo_backoff *b = backoff != NULL ? backoff : &default_backoff;
+    if (b->base_ms < 0 || b->max_ms < b->base_ms || !(b->jitter >= 0.0 && b->jitter <= 1.0))
+        return txo_error_set(err, TXO_EINVAL,
+                             "command queue: backoff must have 0 <= base_ms <= max_ms and "
+                             "jitter 0..1");
+
+    struct fail_ctx f = {.cmd = cmd, .final = permanent || cmd->attempts >= max_attempts};
+    /* Drawn once, so a transaction that is run again stores the same delay. */
+    f.delay_ms = txo_backoff_delay_ms(b, cmd->attempts > 0 ? cmd->attempts : 1, txo_rand01());
+    bool oom;
+    char *last_error = cut_utf8(error, LAST_ERROR_MAX, &oom);
+    if (oom)
+        return txo_error_set(err, TXO_ENOMEM, "command queue: out of memory");
+    f.last_error = last_error;
+
+    rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, fail_tx, &f, err);
+    if (rc < 0)
+        goto out;
+    if (failed != NULL)
+        *failed = f.final;
+    if (f.final)
+        TXO_LOG(TXO_LOG_WARN, "cmdq",
+                "command FAILED command_id=%" PRId64 " command_type=%s attempts=%u permanent=%s "
+                "error=\"%.200s\"",
+                cmd->id, cmd->type != NULL ? cmd->type : "?", cmd->attempts,
+                permanent ? "true" : "false", error != NULL ? error : "");
+    else
+        TXO_LOG(TXO_LOG_DEBUG, "cmdq",
+                "command retry command_id=%" PRId64 " attempts=%u delay_ms=%" PRId64
+                " error=\"%.200s\"",
+                cmd->id, cmd->attempts, f.delay_ms, error != NULL ? error : "");
+out:
+    txo_free(last_error);
+    return rc;
+}
+
+/* ---- stats ---- */
+
+struct stats_ctx {
+    uint64_t by_status[TXO_ARRAY_LEN(status_names)];
+};
+
+static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct stats_ctx *s = arg;
+    memset(s, 0, sizeof(*s));
+    struct txo_rows *rows = NULL;
+    int rc = txo_tx_query(tx, CMDQ_SQL_COUNT_BY_STATUS, NULL, 0, &rows, err);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < txo_rows_count(rows); i++) {
+        enum txo_cmdq_status st;
+        if (txo_cmdq_status_parse(txo_rows_str(rows, i, 0, NULL), &st) == 0)
+            s->by_status[st] = (uint64_t)txo_rows_i64(rows, i, 1);
+    }
+    txo_rows_free(rows);
+    return 0;
+}
+
+int txo_cmdq_stats(struct txo_db *db, uint64_t *pending, uint64_t *processing, uint64_t *failed,
+                   struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    struct stats_ctx s;
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, stats_tx, &s, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "command queue: stats");
+        return rc;
+    }
+    if (pending != NULL)
+        *pending = s.by_status[TXO_CMDQ_PENDING];
+    if (processing != NULL)
+        *processing = s.by_status[TXO_CMDQ_PROCESSING];
+    if (failed != NULL)
+        *failed = s.by_status[TXO_CMDQ_FAILED];
+    return 0;
+}

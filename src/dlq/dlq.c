@@ -1,0 +1,241 @@
+#include "core/common.h"
+
+/*
+ * Dead letters (seed 9.7): listing, counting and replaying the rows the relay writes into
+ * dead_letter_events when an outbox event used up its publish attempts. include/txo/dlq.h has
+ * the contract; dlq_sql.h every statement with its index and locks.
+ *
+ * A replay is one READ COMMITTED transaction that locks the dead letter, then its source outbox
+ * row, checks that the row is FAILED (the only state a replay may leave; the outbox state
+ * machine allows FAILED -> PENDING, txo_outbox_can_move), moves it back to PENDING and records
+ * the replay on the dead letter. Anything unexpected rolls the whole replay back.
+ *
+ * Memory: a list is returned as one array whose strings are separate allocations, all freed by
+ * txo_dead_letters_free().
+ *
+ * Thread-safety: no shared state; each call uses only the db it is given.
+ */
+
+#include "dlq/dlq_sql.h"
+#include "txo/dlq.h"
+
+/* Columns of DLQ_SQL_LIST. */
+enum list_col {
+    COL_ID = 0,
+    COL_SOURCE_EVENT_ID,
+    COL_EVENT_TYPE,
+    COL_PAYLOAD,
+    COL_ERROR,
+    COL_CREATED_AT,
+    COL_REPLAYED_AT,
+    COL_REPLAY_COUNT,
+};
+
+#define RFC3339_MAX 32 /* "YYYY-MM-DDTHH:MM:SS.ffffffZ" and its NUL */
+
+/*
+ * A DATETIME(6) as the client library prints it, "YYYY-MM-DD HH:MM:SS[.ffffff]" (UTC: the
+ * session time zone), written to out as RFC 3339 "YYYY-MM-DDTHH:MM:SS.ffffffZ".
+ */
+static void rfc3339(const char *dt, char out[RFC3339_MAX])
+{
+    size_t len = dt != NULL ? strlen(dt) : 0;
+    if (len < 19 || len > 26 || dt[10] != ' ') {
+        /* Not a DATETIME: cannot happen for a DATETIME(6) column; pass it on as it is. */
+        snprintf(out, RFC3339_MAX, "%s", dt != NULL ? dt : "");
+        return;
+    }
+    memcpy(out, dt, len);
+    out[10] = 'T';
+    if (len == 19) {
+        memcpy(out + len, ".000000", 7);
+        len += 7;
+    }
+    out[len] = 'Z';
+    out[len + 1] = '\0';
+}
+
+void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n)
+{
+    if (dl == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        txo_free(dl[i].event_type);
+        txo_free(dl[i].payload);
+        txo_free(dl[i].error);
+        txo_free(dl[i].replayed_at);
+    }
+    txo_free(dl);
+}
+
+static char *dup_or_empty(const char *s)
+{
+    return txo_strdup(s != NULL ? s : "");
+}
+
+/* Copies row i into d. Returns 0 or TXO_ENOMEM (d may be half filled; free it anyway). */
+static int copy_dead_letter(const struct txo_rows *rows, size_t i, struct txo_dead_letter *d)
+{
+    d->id = txo_rows_i64(rows, i, COL_ID);
+    d->source_event_id = txo_rows_i64(rows, i, COL_SOURCE_EVENT_ID); /* 0 for NULL */
+    d->event_type = dup_or_empty(txo_rows_str(rows, i, COL_EVENT_TYPE, NULL));
+    d->payload = dup_or_empty(txo_rows_str(rows, i, COL_PAYLOAD, NULL));
+    d->error = dup_or_empty(txo_rows_str(rows, i, COL_ERROR, NULL));
+    rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), d->created_at);
+    int64_t count = txo_rows_i64(rows, i, COL_REPLAY_COUNT);
+    d->replay_count = count > 0 && count <= INT32_MAX ? (unsigned)count : 0;
+    if (d->event_type == NULL || d->payload == NULL || d->error == NULL)
+        return TXO_ENOMEM;
+    if (!txo_rows_is_null(rows, i, COL_REPLAYED_AT)) {
+        char at[RFC3339_MAX];
+        rfc3339(txo_rows_str(rows, i, COL_REPLAYED_AT, NULL), at);
+        d->replayed_at = txo_strdup(at);
+        if (d->replayed_at == NULL)
+            return TXO_ENOMEM;
+    }
+    return 0;
+}
+
+int txo_dlq_list(struct txo_db *db, int64_t after_id, size_t limit, struct txo_dead_letter **out,
+                 size_t *n, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && out != NULL && n != NULL);
+    if (limit < 1 || limit > TXO_DLQ_LIST_MAX)
+        return txo_error_set(err, TXO_EINVAL, "dead letters: limit must be 1..%d, got %zu",
+                             TXO_DLQ_LIST_MAX, limit);
+    struct txo_rows *rows = NULL;
+    struct txo_dead_letter *list = NULL;
+    size_t count = 0;
+    struct txo_param params[] = {txo_p_i64(after_id), txo_p_i64((int64_t)limit)};
+    int rc = txo_db_query(db, DLQ_SQL_LIST, params, TXO_ARRAY_LEN(params), &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "dead letters: list after id %" PRId64, after_id);
+        goto out;
+    }
+    count = txo_rows_count(rows);
+    if (count > 0) {
+        list = txo_calloc(count, sizeof(*list));
+        if (list == NULL) {
+            rc = txo_error_set(err, TXO_ENOMEM, "dead letters: out of memory");
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (copy_dead_letter(rows, i, &list[i]) < 0) {
+            rc = txo_error_set(err, TXO_ENOMEM, "dead letters: out of memory");
+            goto out;
+        }
+    }
+    *out = list;
+    *n = count;
+    list = NULL;
+out:
+    txo_dead_letters_free(list, count);
+    txo_rows_free(rows);
+    return rc;
+}
+
+int txo_dlq_count(struct txo_db *db, uint64_t *total, uint64_t *unreplayed, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    struct txo_rows *rows = NULL;
+    int rc = txo_db_query(db, DLQ_SQL_COUNT, NULL, 0, &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "dead letters: count");
+        return rc;
+    }
+    bool any = txo_rows_count(rows) > 0;
+    if (total != NULL)
+        *total = any ? (uint64_t)txo_rows_i64(rows, 0, 0) : 0;
+    if (unreplayed != NULL)
+        *unreplayed = any ? (uint64_t)txo_rows_i64(rows, 0, 1) : 0;
+    txo_rows_free(rows);
+    return 0;
+}
+
+struct replay_ctx {
+    int64_t dead_letter_id;
+    int64_t event_id; /* the source outbox row, once found */
+};
+
+static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct replay_ctx *r = arg;
+    struct txo_rows *rows = NULL;
+    r->event_id = 0;
+
+    struct txo_param dl = txo_p_i64(r->dead_letter_id);
+    int rc = txo_tx_query(tx, DLQ_SQL_LOCK_DEAD_LETTER, &dl, 1, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) == 0) {
+        rc = txo_error_set(err, TXO_ENOTFOUND, "no dead letter %" PRId64, r->dead_letter_id);
+        goto out;
+    }
+    if (txo_rows_is_null(rows, 0, 0)) {
+        rc = txo_error_set(err, TXO_ENOTFOUND,
+                           "dead letter %" PRId64 " names no source outbox event "
+                           "(source_event_id is NULL): nothing to replay",
+                           r->dead_letter_id);
+        goto out;
+    }
+    r->event_id = txo_rows_i64(rows, 0, 0);
+    txo_rows_free(rows);
+    rows = NULL;
+
+    struct txo_param ev = txo_p_i64(r->event_id);
+    rc = txo_tx_query(tx, DLQ_SQL_LOCK_SOURCE, &ev, 1, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) == 0) {
+        rc = txo_error_set(err, TXO_ENOTFOUND,
+                           "dead letter %" PRId64 ": its outbox event %" PRId64
+                           " no longer exists (deleted by retention or by hand); it is not "
+                           "re-created: publish a new event instead",
+                           r->dead_letter_id, r->event_id);
+        goto out;
+    }
+    const char *status = txo_rows_str(rows, 0, 0, NULL);
+    enum txo_outbox_status s;
+    if (txo_outbox_status_parse(status, &s) < 0 || s != TXO_OUTBOX_FAILED) {
+        rc = txo_error_set(err, TXO_ESTATE,
+                           "dead letter %" PRId64 ": its outbox event %" PRId64
+                           " is %s, not FAILED (replayed already?)",
+                           r->dead_letter_id, r->event_id, status != NULL ? status : "NULL");
+        goto out;
+    }
+    TXO_ASSERT(txo_outbox_can_move(TXO_OUTBOX_FAILED, TXO_OUTBOX_PENDING));
+
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, DLQ_SQL_REQUEUE_SOURCE, &ev, 1, &res, err);
+    if (rc < 0)
+        goto out;
+    if (res.affected_rows != 1) {
+        /* Cannot happen: the row is locked and was FAILED just now. */
+        rc = txo_error_set(err, TXO_ESTATE,
+                           "dead letter %" PRId64 ": outbox event %" PRId64
+                           " changed during the replay",
+                           r->dead_letter_id, r->event_id);
+        goto out;
+    }
+    rc = txo_tx_exec(tx, DLQ_SQL_MARK_REPLAYED, &dl, 1, NULL, err);
+out:
+    txo_rows_free(rows);
+    return rc;
+}
+
+int txo_dlq_replay(struct txo_db *db, int64_t dead_letter_id, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    struct replay_ctx r = {.dead_letter_id = dead_letter_id};
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, replay_tx, &r, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "dead letters: replay");
+        return rc;
+    }
+    TXO_LOG(TXO_LOG_INFO, "dlq",
+            "replayed dead letter dead_letter_id=%" PRId64 " event_id=%" PRId64
+            ": the event is PENDING again",
+            dead_letter_id, r.event_id);
+    return 0;
+}

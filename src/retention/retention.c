@@ -1,0 +1,256 @@
+#include "core/common.h"
+
+/*
+ * The retention cleaner (seed 9.13): deletes old terminal rows in small batches so the
+ * outbox, the inbox and the command queue do not grow forever. One loop serves the three
+ * tables, each described by a struct purge_table (its statements in retention_sql.h, which
+ * also explains the two-step batch: SELECT keys along an index from a cursor, DELETE them by
+ * primary key with the condition re-checked).
+ *
+ * Invariants: only rows that are terminal and older than the cutoff are deleted (outbox
+ * PUBLISHED, command queue DONE, inbox rows with processed_at set); the DELETE re-checks that
+ * on every row, whatever step 1 read. Each batch is its own short READ COMMITTED transaction,
+ * retried as a whole by txo_db_transact() on deadlock or lock wait timeout; a batch that
+ * failed for good leaves the earlier batches committed.
+ *
+ * Thread-safety: no shared state; each call uses only the db it is given. Several cleaners
+ * may run at once: they may select the same keys, and the loser's DELETE just deletes fewer.
+ */
+
+#include "retention/retention_sql.h"
+#include "txo/cmdq.h"
+#include "txo/inbox.h"
+#include "txo/retention.h"
+
+#define CURSOR_AT_MAX  32  /* "YYYY-MM-DD HH:MM:SS.ffffff" */
+#define CURSOR_KEY_MAX 256 /* inbox_events.event_id VARBINARY(255) */
+
+struct purge_table {
+    const char *name;         /* for messages: "outbox_events" */
+    const char *select_first; /* step 1 from the start: params cutoff x n_cutoff, limit */
+    const char *select_after; /* step 1 after the cursor: cutoff x n_cutoff, cursor (3), limit */
+    const char *delete_in;    /* step 2: params cutoff, keys... */
+    unsigned n_cutoff;        /* how many times step 1 binds the cutoff */
+    bool text_key;            /* the key is a string (inbox event_id), not a BIGINT id */
+};
+
+static const struct purge_table outbox_table = {
+    .name = "outbox_events",
+    .select_first = RETENTION_SQL_OUTBOX_FIRST,
+    .select_after = RETENTION_SQL_OUTBOX_AFTER,
+    .delete_in = RETENTION_SQL_OUTBOX_DELETE_IN,
+    .n_cutoff = 2,
+    .text_key = false,
+};
+
+static const struct purge_table inbox_table = {
+    .name = "inbox_events",
+    .select_first = RETENTION_SQL_INBOX_FIRST,
+    .select_after = RETENTION_SQL_INBOX_AFTER,
+    .delete_in = RETENTION_SQL_INBOX_DELETE_IN,
+    .n_cutoff = 1,
+    .text_key = true,
+};
+
+static const struct purge_table cmdq_table = {
+    .name = "command_queue",
+    .select_first = RETENTION_SQL_CMDQ_FIRST,
+    .select_after = RETENTION_SQL_CMDQ_AFTER,
+    .delete_in = RETENTION_SQL_CMDQ_DELETE_IN,
+    .n_cutoff = 2,
+    .text_key = false,
+};
+
+/* Columns of every step-1 query. */
+enum select_col {
+    COL_KEY = 0,
+    COL_ORDER,
+};
+
+struct purge {
+    const struct purge_table *t;
+    unsigned batch_size;
+    char cutoff[CURSOR_AT_MAX];
+
+    /* Where the next batch starts; unset for the first one. */
+    bool cursor_set;
+    char cursor_at[CURSOR_AT_MAX];
+    int64_t cursor_id;
+    char cursor_key[CURSOR_KEY_MAX];
+    size_t cursor_key_len;
+
+    /* The current batch (reset at the start of each attempt of its transaction). */
+    struct txo_rows *rows;
+    uint64_t deleted;
+
+    struct txo_param *params; /* 1 + the largest IN list, or step 1's 7 */
+    size_t params_cap;
+};
+
+/* Binds the key of row i (or the cursor's key when rows is NULL) at *p. */
+static struct txo_param key_param(const struct purge *p, const struct txo_rows *rows, size_t i)
+{
+    if (rows == NULL)
+        return p->t->text_key ? txo_p_strn(p->cursor_key, p->cursor_key_len)
+                              : txo_p_i64(p->cursor_id);
+    if (!p->t->text_key)
+        return txo_p_i64(txo_rows_i64(rows, i, COL_KEY));
+    size_t len = 0;
+    const char *key = txo_rows_str(rows, i, COL_KEY, &len);
+    return txo_p_strn(key != NULL ? key : "", len);
+}
+
+static int select_batch(struct txo_tx *tx, struct purge *p, struct txo_error *err)
+{
+    size_t k = 0;
+    for (unsigned i = 0; i < p->t->n_cutoff; i++)
+        p->params[k++] = txo_p_str(p->cutoff);
+    if (p->cursor_set) {
+        p->params[k++] = txo_p_str(p->cursor_at);
+        p->params[k++] = txo_p_str(p->cursor_at);
+        p->params[k++] = key_param(p, NULL, 0);
+    }
+    p->params[k++] = txo_p_i64(p->batch_size);
+    const char *sql = p->cursor_set ? p->t->select_after : p->t->select_first;
+    return txo_tx_query(tx, sql, p->params, k, &p->rows, err);
+}
+
+static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct purge *p = arg;
+    txo_rows_free(p->rows); /* a previous attempt of this transaction */
+    p->rows = NULL;
+    p->deleted = 0;
+
+    int rc = select_batch(tx, p, err);
+    if (rc < 0)
+        return rc;
+    size_t n = txo_rows_count(p->rows);
+    if (n == 0)
+        return 0;
+    size_t m = txo_sql_in_list_size(n);
+    TXO_ASSERT(1 + m <= p->params_cap);
+    char *sql = txo_sql_in_list(p->t->delete_in, m, "");
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "out of memory building an IN list of %zu", m);
+    p->params[0] = txo_p_str(p->cutoff);
+    for (size_t i = 0; i < m; i++)
+        p->params[1 + i] = key_param(p, p->rows, i < n ? i : n - 1);
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, p->params, 1 + m, &res, err);
+    txo_free(sql);
+    if (rc == 0)
+        p->deleted = res.affected_rows;
+    return rc;
+}
+
+/* Moves the cursor to the last row of the committed batch. Returns false when it cannot. */
+static bool advance_cursor(struct purge *p)
+{
+    size_t n = txo_rows_count(p->rows);
+    size_t at_len = 0;
+    const char *at = txo_rows_str(p->rows, n - 1, COL_ORDER, &at_len);
+    if (at == NULL || at_len == 0 || at_len >= sizeof(p->cursor_at))
+        return false; /* cannot happen for a DATETIME(6) in the range; stop rather than loop */
+    memcpy(p->cursor_at, at, at_len + 1);
+    if (p->t->text_key) {
+        size_t key_len = 0;
+        const char *key = txo_rows_str(p->rows, n - 1, COL_KEY, &key_len);
+        if (key == NULL || key_len > sizeof(p->cursor_key))
+            return false;
+        memcpy(p->cursor_key, key, key_len);
+        p->cursor_key_len = key_len;
+    } else {
+        p->cursor_id = txo_rows_i64(p->rows, n - 1, COL_KEY);
+    }
+    p->cursor_set = true;
+    return true;
+}
+
+static int read_cutoff(struct txo_db *db, unsigned older_than_s, char out[CURSOR_AT_MAX],
+                       struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_param age = txo_p_i64(older_than_s);
+    int rc = txo_db_query(db, RETENTION_SQL_CUTOFF, &age, 1, &rows, err);
+    if (rc < 0)
+        return rc;
+    size_t len = 0;
+    const char *at = txo_rows_count(rows) > 0 ? txo_rows_str(rows, 0, 0, &len) : NULL;
+    if (at == NULL || len == 0 || len >= CURSOR_AT_MAX)
+        rc = txo_error_set(err, TXO_EDB, "the server returned no cutoff time");
+    else
+        memcpy(out, at, len + 1);
+    txo_rows_free(rows);
+    return rc;
+}
+
+static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned older_than_s,
+                     unsigned batch_size, unsigned max_batches, uint64_t *deleted,
+                     struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    uint64_t total = 0;
+    unsigned batches = 0;
+    struct purge p = {.t = t, .batch_size = batch_size};
+    int rc = 0;
+    if (batch_size < 1 || batch_size > TXO_PURGE_BATCH_MAX) {
+        if (deleted != NULL)
+            *deleted = 0;
+        return txo_error_set(err, TXO_EINVAL, "purge %s: batch_size must be 1..%d, got %u", t->name,
+                             TXO_PURGE_BATCH_MAX, batch_size);
+    }
+    p.params_cap = 1 + txo_sql_in_list_size(batch_size);
+    if (p.params_cap < 8)
+        p.params_cap = 8; /* step 1 binds up to 2 cutoffs, 3 cursor values and the limit */
+    p.params = txo_calloc(p.params_cap, sizeof(*p.params));
+    if (p.params == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = read_cutoff(db, older_than_s, p.cutoff, err);
+    if (rc < 0)
+        goto out;
+
+    while (max_batches == 0 || batches < max_batches) {
+        rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, batch_tx, &p, err);
+        if (rc < 0)
+            goto out;
+        batches++;
+        total += p.deleted;
+        size_t n = txo_rows_count(p.rows);
+        if (n < batch_size || !advance_cursor(&p))
+            break;
+    }
+    if (total > 0)
+        TXO_LOG(TXO_LOG_INFO, "retention",
+                "purged table=%s rows=%" PRIu64 " batches=%u older_than_s=%u cutoff=\"%s\"",
+                t->name, total, batches, older_than_s, p.cutoff);
+out:
+    if (rc < 0)
+        txo_error_wrap(err, "purge %s (%" PRIu64 " rows deleted before the failure)", t->name,
+                       total);
+    if (deleted != NULL)
+        *deleted = total;
+    txo_rows_free(p.rows);
+    txo_free(p.params);
+    return rc;
+}
+
+int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
+                               unsigned max_batches, uint64_t *deleted, struct txo_error *err)
+{
+    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, deleted, err);
+}
+
+int txo_inbox_purge(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
+                    unsigned max_batches, uint64_t *deleted, struct txo_error *err)
+{
+    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, deleted, err);
+}
+
+int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
+                        unsigned max_batches, uint64_t *deleted, struct txo_error *err)
+{
+    return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, deleted, err);
+}

@@ -1,0 +1,113 @@
+/*
+ * Every SQL statement of the retention cleaner (src/retention/retention.c), one named macro
+ * each. Above each: the index it relies on, the rows it locks and the isolation it assumes.
+ *
+ * Each table is purged the same way, one short READ COMMITTED transaction per batch:
+ *   1. SELECT the keys of the next batch of old terminal rows, walking a secondary index in
+ *      order from the purge's cursor (the (order column, key) of the last row of the previous
+ *      batch) and stopping after LIMIT rows: a plain consistent read that locks nothing;
+ *   2. DELETE those keys through the primary key, re-checking the condition on each row, so a
+ *      row that changed between 1 and 2 stays.
+ * The FORCE INDEX keeps step 1 an ordered walk of the index: a single
+ * `DELETE ... ORDER BY ... LIMIT` cannot carry an index hint (MariaDB and MySQL accept none in
+ * a single-table DELETE), and when most of a table is old the optimizer may choose to scan and
+ * sort the whole table for it. The cursor keeps each batch from stepping again over the index
+ * entries of rows deleted by the previous batches (InnoDB purges them later) and over the rows
+ * the first check keeps.
+ *
+ * _FIRST statements start at the beginning of the range, _AFTER ones after the cursor
+ * (params: cursor order value, the same again, cursor key). _DELETE_IN statements end in
+ * `IN `, completed by txo_sql_in_list() (count rounded up to a power of two, last key
+ * repeated); the values are always bound.
+ *
+ * The cutoff (`?` below) is one value computed once per purge, NOW(6) - INTERVAL age SECOND
+ * (RETENTION_SQL_CUTOFF), bound as text in the session's time zone (UTC).
+ */
+#ifndef TXO_RETENTION_SQL_H
+#define TXO_RETENTION_SQL_H
+
+/* The purge's cutoff: now minus the age. No table. Params: age seconds. */
+#define RETENTION_SQL_CUTOFF "SELECT NOW(6) - INTERVAL ? SECOND"
+
+/*
+ * Outbox, step 1. Index: idx_outbox_due (status, next_attempt_at [, id]), the PUBLISHED range
+ * up to the cutoff, in order. A PUBLISHED row's next_attempt_at (the due time of its last
+ * attempt: the relay claims a row only once it is due, and publishes it after) is never later
+ * than its published_at, so `next_attempt_at < cutoff` bounds the walk to candidates and
+ * `published_at < cutoff`, checked on the row, decides. No new index is needed: the one the
+ * relay already maintains serves, and the insert path pays nothing for retention. The rows it
+ * reads and keeps are those due before the cutoff but published after it (a backlog published
+ * late), each read once per purge thanks to the cursor. Locks: none (consistent read).
+ * Params: cutoff, cutoff, [cursor (3)], limit. Columns: id, next_attempt_at.
+ */
+#define RETENTION_SQL__OUTBOX_SELECT                                                               \
+    "SELECT id, next_attempt_at FROM outbox_events FORCE INDEX (idx_outbox_due) "                  \
+    "WHERE status = 'PUBLISHED' AND next_attempt_at < ? AND published_at < ? "
+#define RETENTION_SQL__ORDER_BY_DUE "ORDER BY next_attempt_at, id LIMIT ?"
+#define RETENTION_SQL__AFTER_DUE    "AND (next_attempt_at > ? OR (next_attempt_at = ? AND id > ?)) "
+
+#define RETENTION_SQL_OUTBOX_FIRST RETENTION_SQL__OUTBOX_SELECT RETENTION_SQL__ORDER_BY_DUE
+#define RETENTION_SQL_OUTBOX_AFTER                                                                 \
+    RETENTION_SQL__OUTBOX_SELECT RETENTION_SQL__AFTER_DUE RETENTION_SQL__ORDER_BY_DUE
+
+/*
+ * Outbox, step 2: deletes the selected rows that are still PUBLISHED before the cutoff
+ * (PENDING, PROCESSING and FAILED rows are never deleted). Index: PRIMARY (id list); each
+ * deleted row also removes its idx_outbox_due and uq_outbox_idempotency_key entries.
+ * Locks: the deleted rows, until the batch commits (the relay never locks PUBLISHED rows).
+ * Isolation: READ COMMITTED (no gap locks). Params: cutoff, ids...
+ */
+#define RETENTION_SQL_OUTBOX_DELETE_IN                                                             \
+    "DELETE FROM outbox_events WHERE status = 'PUBLISHED' AND published_at < ? AND id IN "
+
+/*
+ * Inbox, step 1. Index: idx_inbox_processed (processed_at [, event_id]), the range before the
+ * cutoff, in order (rows with processed_at NULL are outside the range and kept).
+ * Locks: none (consistent read). Params: cutoff, [cursor (3)], limit.
+ * Columns: event_id, processed_at.
+ */
+#define RETENTION_SQL__INBOX_SELECT                                                                \
+    "SELECT event_id, processed_at FROM inbox_events FORCE INDEX (idx_inbox_processed) "           \
+    "WHERE processed_at < ? "
+#define RETENTION_SQL__ORDER_BY_PROCESSED "ORDER BY processed_at, event_id LIMIT ?"
+#define RETENTION_SQL__AFTER_PROCESSED                                                             \
+    "AND (processed_at > ? OR (processed_at = ? AND event_id > ?)) "
+
+#define RETENTION_SQL_INBOX_FIRST RETENTION_SQL__INBOX_SELECT RETENTION_SQL__ORDER_BY_PROCESSED
+#define RETENTION_SQL_INBOX_AFTER                                                                  \
+    RETENTION_SQL__INBOX_SELECT RETENTION_SQL__AFTER_PROCESSED RETENTION_SQL__ORDER_BY_PROCESSED
+
+/*
+ * Inbox, step 2. Index: PRIMARY (event_id list). Locks: the deleted rows until the batch
+ * commits; a consumer recording one of these ids at that moment waits for the batch and then
+ * inserts it anew (the id was older than the retention age: see txo/inbox.h).
+ * Isolation: READ COMMITTED. Params: cutoff, event ids...
+ */
+#define RETENTION_SQL_INBOX_DELETE_IN                                                              \
+    "DELETE FROM inbox_events WHERE processed_at < ? AND event_id IN "
+
+/*
+ * Command queue, step 1. Index: idx_cmdq_due (status, next_attempt_at [, id]), the DONE range
+ * up to the cutoff, in order. As for the outbox, a DONE command's next_attempt_at (the due
+ * time of its last claim) is never later than the time it was finished (updated_at: nothing
+ * changes a DONE row), so the index bounds the walk and `updated_at < cutoff` decides.
+ * Locks: none (consistent read). Params: cutoff, cutoff, [cursor (3)], limit.
+ * Columns: id, next_attempt_at.
+ */
+#define RETENTION_SQL__CMDQ_SELECT                                                                 \
+    "SELECT id, next_attempt_at FROM command_queue FORCE INDEX (idx_cmdq_due) "                    \
+    "WHERE status = 'DONE' AND next_attempt_at < ? AND updated_at < ? "
+
+#define RETENTION_SQL_CMDQ_FIRST RETENTION_SQL__CMDQ_SELECT RETENTION_SQL__ORDER_BY_DUE
+#define RETENTION_SQL_CMDQ_AFTER                                                                   \
+    RETENTION_SQL__CMDQ_SELECT RETENTION_SQL__AFTER_DUE RETENTION_SQL__ORDER_BY_DUE
+
+/*
+ * Command queue, step 2: only DONE commands (FAILED ones stay for operators). Index: PRIMARY
+ * (id list). Locks: the deleted rows until the batch commits. Isolation: READ COMMITTED.
+ * Params: cutoff, ids...
+ */
+#define RETENTION_SQL_CMDQ_DELETE_IN                                                               \
+    "DELETE FROM command_queue WHERE status = 'DONE' AND updated_at < ? AND id IN "
+
+#endif

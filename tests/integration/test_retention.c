@@ -1,0 +1,291 @@
+/*
+ * The outbox retention cleaner against a real MariaDB: only PUBLISHED rows older than the age
+ * go (PENDING, PROCESSING and FAILED rows of any age stay, and so do recent PUBLISHED ones and
+ * a backlog that was due long ago but published recently), in batches of at most batch_size,
+ * one transaction each, at most max_batches per call; the batch SELECT walks idx_outbox_due in
+ * order and the DELETE goes by primary key; and a purge running next to a live relay deletes
+ * nothing the relay still needs.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "retention/retention_sql.h"
+#include "testdb.h"
+#include "txo/retention.h"
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup(t, "retention");
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct testdb *t = *state;
+    testdb_teardown(t);
+    txo_free(t);
+    return 0;
+}
+
+static int64_t q(struct txo_db *db, const char *sql)
+{
+    return testdb_i64(db, sql, NULL, 0);
+}
+
+/*
+ * Inserts n rows with key prefix `prefix`, the given status, due `due_ago` and published
+ * `published_ago` before now (SQL interval expressions; published_ago NULL for no
+ * published_at).
+ */
+static void insert_rows(struct txo_db *db, unsigned n, const char *prefix, const char *status,
+                        const char *due_ago, const char *published_ago)
+{
+    char published[128];
+    if (published_ago != NULL)
+        snprintf(published, sizeof(published), "NOW(6) - INTERVAL %s + INTERVAL seq SECOND",
+                 published_ago);
+    else
+        snprintf(published, sizeof(published), "NULL");
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+             "idempotency_key, status, next_attempt_at, published_at) "
+             "SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), CONCAT('%s:', seq), "
+             "'%s', NOW(6) - INTERVAL %s + INTERVAL seq SECOND, %s FROM seq_1_to_%u",
+             prefix, status, due_ago, published, n);
+    testdb_exec(db, sql);
+}
+
+static uint64_t commits(void)
+{
+    struct txo_db_stats st;
+    txo_db_get_stats(&st);
+    return st.tx_commits;
+}
+
+static void test_only_old_published_rows_in_batches(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    insert_rows(t->db, 25, "old", "PUBLISHED", "10 DAY", "10 DAY");
+    insert_rows(t->db, 5, "recent", "PUBLISHED", "2 HOUR", "1 HOUR");
+    insert_rows(t->db, 3, "pending", "PENDING", "10 DAY", NULL);
+    insert_rows(t->db, 2, "processing", "PROCESSING", "10 DAY", NULL);
+    insert_rows(t->db, 4, "failed", "FAILED", "10 DAY", NULL);
+    insert_rows(t->db, 1, "no-published-at", "PUBLISHED", "10 DAY", NULL);
+    /* A backlog due long ago but published only recently: not old yet. */
+    insert_rows(t->db, 3, "late", "PUBLISHED", "10 DAY", "1 HOUR");
+    testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
+                       "error) SELECT id, event_type, payload, 'e' FROM outbox_events "
+                       "WHERE status = 'FAILED'");
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 43);
+
+    /* Two batches of 10 only, each its own transaction (plus the cutoff read). */
+    uint64_t deleted = 0;
+    uint64_t c0 = commits();
+    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 2, &deleted, &err), 0);
+    assert_int_equal(commits() - c0, 3);
+    assert_int_equal(deleted, 20);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 23);
+    /* Oldest first. */
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
+                              "'old:%' AND aggregate_id > 20"),
+                     5);
+
+    /* The rest: one short batch. */
+    c0 = commits();
+    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 0, &deleted, &err), 0);
+    assert_int_equal(commits() - c0, 2);
+    assert_int_equal(deleted, 5);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
+                              "'old:%'"),
+                     0);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 18);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 3);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 2);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 4);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 9);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
+                              "e.id = d.source_event_id"),
+                     4);
+
+    /* Nothing old is left. */
+    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 0, &deleted, &err), 0);
+    assert_int_equal(deleted, 0);
+
+    /* A smaller age takes the recent and late ones too, never the others. */
+    assert_int_equal(txo_outbox_purge_published(t->db, 60, 2, 0, &deleted, &err), 0);
+    assert_int_equal(deleted, 8);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 10);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND published_at IS NULL"),
+                     1);
+
+    assert_int_equal(txo_outbox_purge_published(t->db, 60, 0, 0, &deleted, &err), TXO_EINVAL);
+    assert_int_equal(deleted, 0);
+    assert_int_equal(txo_outbox_purge_published(t->db, 60, TXO_PURGE_BATCH_MAX + 1, 0, NULL, &err),
+                     TXO_EINVAL);
+}
+
+/* EXPLAIN sql must use key want, walked in order (no filesort). */
+static void assert_explain(struct txo_db *db, const char *sql, const struct txo_param *params,
+                           size_t n, const char *want)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    const char *key = txo_rows_str(rows, 0, 5, NULL);
+    const char *extra = txo_rows_str(rows, 0, 9, NULL);
+    print_message("%.60s...: key=%s rows=%s extra=%s\n", sql + 8, key ? key : "NULL",
+                  txo_rows_str(rows, 0, 8, NULL), extra ? extra : "");
+    if (key == NULL || strcmp(key, want) != 0)
+        fail_msg("%s uses key %s, want %s", sql, key ? key : "NULL", want);
+    if (extra != NULL && strstr(extra, "filesort") != NULL)
+        fail_msg("%s sorts its rows (%s)", sql, extra);
+    txo_rows_free(rows);
+}
+
+static void test_statements_use_indexes(void **state)
+{
+    struct testdb *t = *state;
+    /* Mostly old PUBLISHED rows, the table a purge meets in production. */
+    insert_rows(t->db, 20000, "old", "PUBLISHED", "10 DAY", "10 DAY");
+    insert_rows(t->db, 200, "pending", "PENDING", "1 SECOND", NULL);
+    testdb_exec(t->db, "ANALYZE TABLE outbox_events");
+    const char *cutoff = "2100-01-01 00:00:00.000000";
+    struct txo_param first[] = {txo_p_str(cutoff), txo_p_str(cutoff), txo_p_i64(1000)};
+    assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_FIRST, first, 3, "idx_outbox_due");
+    struct txo_param after[] = {txo_p_str(cutoff),
+                                txo_p_str(cutoff),
+                                txo_p_str("2000-01-01 00:00:00"),
+                                txo_p_str("2000-01-01 00:00:00"),
+                                txo_p_i64(1),
+                                txo_p_i64(1000)};
+    assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_AFTER, after, 6, "idx_outbox_due");
+    struct txo_param del[] = {txo_p_str(cutoff), txo_p_i64(1), txo_p_i64(2), txo_p_i64(3),
+                              txo_p_i64(4)};
+    assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_DELETE_IN "(?, ?, ?, ?)", del, 5,
+                   "PRIMARY");
+    /* Retention adds no index to outbox_events: the insert path pays nothing for it. */
+    assert_int_equal(q(t->db,
+                       "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
+                       "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),
+                     3);
+
+    /* And the purge itself: 20000 rows in batches of 1000, the pending rows untouched. */
+    struct txo_error err;
+    txo_error_init(&err);
+    uint64_t deleted = 0;
+    int64_t t0 = txo_monotonic_ms();
+    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 1000, 0, &deleted, &err), 0);
+    print_message("purged %llu rows in %lld ms\n", (unsigned long long)deleted,
+                  (long long)(txo_monotonic_ms() - t0));
+    assert_int_equal(deleted, 20000);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 200);
+}
+
+/* ---- next to a live relay ---- */
+
+struct counter {
+    size_t acked;
+};
+
+static int count_publish(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
+                         struct txo_error *errors)
+{
+    (void)msgs;
+    (void)errors;
+    struct counter *c = self;
+    for (size_t i = 0; i < n; i++)
+        results[i] = 0;
+    c->acked += n;
+    return 0;
+}
+
+static void count_destroy(void *self)
+{
+    txo_free(self);
+}
+
+static const struct txo_publisher_ops count_ops = {
+    .name = "counter",
+    .publish_batch = count_publish,
+    .destroy = count_destroy,
+};
+
+struct relay_thread {
+    struct txo_relay *relay;
+    int rc;
+};
+
+static void *relay_main(void *arg)
+{
+    struct relay_thread *rt = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    rt->rc = txo_relay_run(rt->relay, &err);
+    return NULL;
+}
+
+static void test_purge_next_to_a_live_relay(void **state)
+{
+    struct testdb *t = *state;
+    insert_rows(t->db, 3000, "old", "PUBLISHED", "10 DAY", "10 DAY");
+    insert_rows(t->db, 2000, "new", "PENDING", "1 DAY", NULL); /* due long ago */
+
+    struct txo_db *relay_db = testdb_connect(t);
+    struct counter *cnt = txo_calloc(1, sizeof(*cnt));
+    struct txo_publisher *pub = NULL;
+    assert_int_equal(txo_publisher_new(&count_ops, cnt, &pub, NULL), 0);
+    struct txo_relay_opts o;
+    txo_relay_opts_init(&o);
+    o.relay_id = "retention-test";
+    o.batch_size = 100;
+    o.drain = true;
+    struct relay_thread rt = {0};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_relay_new(relay_db, pub, &o, &rt.relay, &err), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, relay_main, &rt), 0);
+
+    uint64_t total = 0, deleted = 0;
+    for (int i = 0; i < 50 && total < 3000; i++) {
+        assert_int_equal(txo_outbox_purge_published(t->db, 3600, 100, 3, &deleted, &err), 0);
+        total += deleted;
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(rt.rc, 0);
+    assert_int_equal(total, 3000);
+    assert_int_equal(cnt->acked, 2000);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+                              "idempotency_key LIKE 'new:%'"),
+                     2000);
+    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 2000);
+    txo_relay_free(rt.relay);
+    txo_publisher_free(pub);
+    txo_db_close(relay_db);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_only_old_published_rows_in_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_statements_use_indexes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_purge_next_to_a_live_relay, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
