@@ -55,7 +55,7 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: help deps build build-asan build-tsan build-clang db db-stop migrate run test test-asan \
+.PHONY: help deps build build-asan build-tsan build-clang db db-stop migrate run demo test test-asan \
         test-tsan valgrind \
         bench format format-check clean distclean
 
@@ -65,7 +65,8 @@ help:
 	@echo 'Usage: make TARGET [VAR=value ...]'
 	@echo
 	@echo 'Targets:'
-	@echo '  run           build, start the database, migrate, then run the demo (start here)'
+	@echo '  run           build, start the database, run the API + relay + worker (txo up); NATS=1 adds nats-server'
+	@echo '  demo          build, start the database, migrate, run the saga scenarios and check them'
 	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
 	@echo '  build         configure + build into $$(BUILD) ($(BUILD)), RelWithDebInfo'
 	@echo '  build-asan    configure + build into $(BUILD_ASAN) with ASan+UBSan, Debug, no bench'
@@ -122,7 +123,10 @@ db-stop:
 migrate: build db
 	$(DB_ENV) $(BUILD)/txo migrate
 
-run: build db migrate
+run: build db
+	$(DB_ENV) TXO_BIN=$(BUILD)/txo scripts/run.sh
+
+demo: build db migrate
 	$(DB_ENV) $(BUILD)/txo demo
 
 test: build db

@@ -31,7 +31,53 @@ if [ "$rc" -ne 0 ]; then
     exit 1
 fi
 
-say "txo relay --drain, txo migrate, txo --help"
+# The whole service (HTTP API with its threads and pool, relay, worker, metrics) under load,
+# with the stub payment/shipment service so the libcurl paths run too.
+port_free() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+api_port=$(port_free)
+stub_port=$(port_free)
+say "txo stub-services + txo up serving orders, stopped with SIGTERM"
+"${vg[@]}" "$bin" stub-services --listen "127.0.0.1:$stub_port" --log-level warn &
+stub=$!
+"${vg[@]}" "$bin" up --listen "127.0.0.1:$api_port" --stock vg-sku=1000 --log-level warn \
+    --payment-url "http://127.0.0.1:$stub_port" --shipment-url "http://127.0.0.1:$stub_port" \
+    --poll 50 --idle-sleep 50 &
+up=$!
+for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$api_port/readyz" >/dev/null 2>&1 && break
+    sleep 0.2
+done
+for i in $(seq 20); do
+    curl -sf -X POST "http://127.0.0.1:$api_port/orders" -H 'Content-Type: application/json' \
+        -H "Idempotency-Key: vg-$$-$i" \
+        -d '{"customer_id":1,"items":[{"sku":"vg-sku","qty":1,"price_cents":100}]}' >/dev/null
+done
+curl -s -X POST "http://127.0.0.1:$api_port/orders" -H 'Content-Type: application/json' \
+    -H "Idempotency-Key: vg-$$-bad" -d '{"customer_id":1,"items":[]}' >/dev/null
+curl -sf "http://127.0.0.1:$api_port/metrics" >/dev/null
+curl -sf "http://127.0.0.1:$api_port/orders/1" >/dev/null || true
+sleep 3
+stop_checked() {
+    kill -TERM "$2"
+    local rc=0
+    wait "$2" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        say "$1 exited with $rc after SIGTERM (99 = valgrind found errors)"
+        exit 1
+    fi
+}
+stop_checked "txo up" "$up"
+stop_checked "txo stub-services" "$stub"
+
+say "txo worker --broker none, stopped with SIGTERM"
+"${vg[@]}" "$bin" worker --broker none --poll 50 --clean-interval 1 --log-level warn &
+worker=$!
+sleep 3
+stop_checked "txo worker" "$worker"
+
+say "txo stats, dlq list, relay --drain, txo migrate, txo --help"
+"${vg[@]}" "$bin" stats >/dev/null
+"${vg[@]}" "$bin" dlq list >/dev/null
 "${vg[@]}" "$bin" relay --drain --publisher log --log-level warn >/dev/null
 "${vg[@]}" "$bin" migrate --log-level warn
 "${vg[@]}" "$bin" --help >/dev/null

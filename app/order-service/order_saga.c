@@ -37,6 +37,7 @@
 #include "txo/alloc.h"
 #include "txo/log.h"
 #include "txo/outbox.h"
+#include "order_services.h"
 #include "orders.h"
 #include "orders_sql.h"
 
@@ -64,6 +65,7 @@ void order_saga_env_init(struct order_saga_env *env, const struct order_faults *
 {
     env->faults = faults;
     env->charge_calls = 0;
+    env->session = NULL;
 }
 
 static const struct order_faults *faults_of(const struct txo_saga_ctx *ctx)
@@ -393,6 +395,33 @@ out:
 
 /* ---- ChargePayment / RefundPayment ---- */
 
+/*
+ * Calls the external service of a step over HTTP when one is configured, before the step
+ * writes its local rows (the stand-in otherwise: returns 0 at once). The key
+ * "order:<id>:<operation>" is the same on every re-run, so the service applies the call once.
+ * Transient failures (timeout, service down, breaker open) come back transient and the engine
+ * retries the step; a refusal is TXO_EBUSINESS and fails it.
+ */
+static int call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
+                        const char *operation, const char *path,
+                        const struct order_saga_state *st, int64_t amount_cents,
+                        struct txo_error *err)
+{
+    struct order_saga_env *env = ctx->user;
+    if (env == NULL || env->session == NULL ||
+        !order_services_remote(order_service_session_services(env->session), kind))
+        return 0;
+    char key[96];
+    snprintf(key, sizeof(key), "order:%" PRId64 ":%s", st->order_id, operation);
+    char body[128];
+    if (amount_cents >= 0)
+        snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}",
+                 st->order_id, amount_cents);
+    else
+        snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 "}", st->order_id);
+    return order_service_call(env->session, kind, operation, path, key, body, err);
+}
+
 static int charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     const struct order_saga_state *st = state_of(ctx, err);
@@ -414,6 +443,10 @@ static int charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, str
         return txo_error_set(err, TXO_EBUSINESS,
                              "card declined: order_id=%" PRId64 " amount_cents=%" PRId64,
                              st->order_id, st->total_cents);
+    int crc = call_service(ctx, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", st,
+                           st->total_cents, err);
+    if (crc < 0)
+        return crc;
 
     struct txo_param ip[] = {txo_p_i64(st->order_id), txo_p_i64(st->total_cents)};
     struct txo_exec_result res;
@@ -446,8 +479,11 @@ static int refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, str
     if (faults_of(ctx)->fail_refund)
         return txo_error_set(err, TXO_EBUSINESS, "refund failed (injected): order_id=%" PRId64,
                              st->order_id);
+    int rc = call_service(ctx, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund", st, -1, err);
+    if (rc < 0)
+        return rc;
     struct txo_param p[] = {txo_p_i64(st->order_id)};
-    int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_REFUND, p, 1, NULL, err);
+    rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_REFUND, p, 1, NULL, err);
     if (rc < 0)
         return rc;
     return emit(tx, ctx, st, "PaymentRefunded", "payment-refunded", false, st->total_cents, NULL,
@@ -465,12 +501,15 @@ static int create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
     if (faults_of(ctx)->fail_shipment)
         return txo_error_set(err, TXO_EBUSINESS, "carrier rejected shipment: order_id=%" PRId64,
                              st->order_id);
+    int rc = call_service(ctx, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create", st, -1, err);
+    if (rc < 0)
+        return rc;
 
     struct txo_param p[] = {txo_p_i64(st->order_id)};
     struct txo_exec_result res;
     char status[32];
     bool found;
-    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, &res, err);
+    rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, &res, err);
     if (rc < 0)
         return rc;
     if (res.affected_rows != 1) {
@@ -508,8 +547,11 @@ static int cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
     if (faults_of(ctx)->fail_cancel_shipment)
         return txo_error_set(err, TXO_EBUSINESS, "cancel failed (injected): order_id=%" PRId64,
                              st->order_id);
+    int rc = call_service(ctx, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel", st, -1, err);
+    if (rc < 0)
+        return rc;
     struct txo_param p[] = {txo_p_i64(st->order_id)};
-    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_CANCEL, p, 1, NULL, err);
+    rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_CANCEL, p, 1, NULL, err);
     if (rc < 0)
         return rc;
     return emit(tx, ctx, st, "ShipmentCancelled", "shipment-cancelled", false, -1, NULL, err);
@@ -549,9 +591,12 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                     "aborted saga cannot cancel its order saga_id=%s order_id=%" PRId64
                     " status=%s",
                     ctx->saga_id, st->order_id, found ? status : "missing");
-            rc = 0;
-            goto out;
         }
+        /* CANCELLED already: the customer cancelled it (orders_cancel_tx), and that change
+         * wrote its own OrderCancelled. This hook runs once (it commits with the saga's final
+         * status), so nothing else can have cancelled it: no second event. */
+        rc = 0;
+        goto out;
     }
 
     struct txo_param sp[] = {txo_p_str(ctx->saga_id)};
@@ -620,4 +665,27 @@ int orders_retry_saga(struct txo_db *db, const char *saga_id, const struct order
     }
     order_saga_env_init(&env, faults);
     return txo_saga_retry(db, &order_def, saga_id, opts, &env, final, err);
+}
+
+int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
+                           const struct order_services *services,
+                           const struct order_faults *faults, const struct txo_saga_opts *opts,
+                           enum txo_saga_status *final, struct txo_error *err)
+{
+    struct order_saga_env env;
+    struct txo_saga_opts defaults;
+
+    if (opts == NULL) {
+        txo_saga_opts_init(&defaults);
+        opts = &defaults;
+    }
+    order_saga_env_init(&env, faults);
+    if (services != NULL) {
+        int rc = order_service_session_new(services, &env.session, err);
+        if (rc < 0)
+            return rc;
+    }
+    int rc = txo_saga_retry(db, &order_def, saga_id, opts, &env, final, err);
+    order_service_session_free(env.session);
+    return rc;
 }

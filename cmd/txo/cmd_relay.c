@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "settings.h"
+#include "daemons.h"
+#include "txo/webhook.h"
 
 static int run(int argc, char **argv);
 
@@ -25,23 +26,23 @@ const struct command cmd_relay = {
         "under a lease, publishes them with no lock held, then marks them PUBLISHED; failed\n"
         "publishes retry with backoff and after --max-attempts become FAILED with a row in\n"
         "dead_letter_events. Delivery is at least once: consumers de-duplicate on the\n"
-        "idempotency_key of the envelope. The log publisher writes one JSON envelope per line\n"
-        "to stdout. SIGTERM/SIGINT finish the current batch and exit 0.",
+        "idempotency_key of the envelope. Publishers: log (one JSON envelope per line on\n"
+        "stdout), null (discard; benchmarks), nats (JetStream, Nats-Msg-Id = idempotency key)\n"
+        "and webhook (HTTP POST per event, Idempotency-Key header, 2xx only counts).\n"
+        "SIGTERM/SIGINT finish the current batch and exit 0.",
     .run = run,
 };
 
 struct relay_cmd_opts {
     struct common_opts common;
     const char *publisher;
-    const char *claim;
-    unsigned batch_size;
-    unsigned lease_s;
-    unsigned max_attempts;
-    int64_t backoff_base_ms;
-    int64_t backoff_max_ms;
-    unsigned idle_sleep_ms;
-    const char *relay_id;
+    struct relay_settings relay;
     bool drain;
+    struct nats_settings nats;
+    const char *webhook_url;
+    int64_t webhook_timeout_ms;
+    const char *webhook_token;
+    const char *metrics_listen;
 };
 
 static struct relay_cmd_opts opts;
@@ -49,32 +50,24 @@ static struct relay_cmd_opts opts;
 static struct setting table[] = {
     COMMON_SETTINGS(opts.common),
     {"publisher", "TXO_PUBLISHER", SETTING_STRING, "log",
-     "where events go: log (one JSON envelope per line on stdout) or null (discard)", false, 0, 0,
-     &opts.publisher},
-    {"claim", "TXO_CLAIM", SETTING_STRING, "auto",
-     "claim strategy: auto, skip-locked (MySQL 8.0.1+, MariaDB 10.6+) or update-limit "
-     "(MySQL 5.7)",
-     false, 0, 0, &opts.claim},
-    {"batch-size", "TXO_BATCH_SIZE", SETTING_UINT, "500", "events claimed per batch", false, 1,
-     10000, &opts.batch_size},
-    {"lease", "TXO_LEASE_SECONDS", SETTING_UINT, "30",
-     "seconds a claimed batch stays reserved; after that another relay republishes it", false, 1,
-     86400, &opts.lease_s},
-    {"max-attempts", "TXO_MAX_ATTEMPTS", SETTING_UINT, "10",
-     "publish attempts before an event becomes FAILED and is dead-lettered", false, 1, 1000000,
-     &opts.max_attempts},
-    {"backoff-base", "TXO_BACKOFF_BASE_MS", SETTING_MS, "500",
-     "delay before the first retry of a failed publish, milliseconds (doubles per attempt, "
-     "jitter 50%)",
-     false, 1, 86400000, &opts.backoff_base_ms},
-    {"backoff-max", "TXO_BACKOFF_MAX_MS", SETTING_MS, "300000",
-     "cap of the retry delay, milliseconds", false, 1, 86400000, &opts.backoff_max_ms},
-    {"idle-sleep", "TXO_IDLE_SLEEP_MS", SETTING_UINT, "200",
-     "pause when nothing is due, milliseconds", false, 1, 3600000, &opts.idle_sleep_ms},
-    {"relay-id", "TXO_RELAY_ID", SETTING_STRING, NULL,
-     "name of this relay in lock tokens (default: hostname:pid)", false, 0, 0, &opts.relay_id},
+     "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
+     "webhook (HTTP POST)",
+     false, 0, 0, &opts.publisher},
+    RELAY_SETTINGS(opts.relay),
     {"drain", "TXO_DRAIN", SETTING_BOOL, "false", "publish until nothing is due, then exit 0",
      false, 0, 0, &opts.drain},
+    NATS_SETTINGS(opts.nats),
+    {"webhook-url", "TXO_WEBHOOK_URL", SETTING_STRING, NULL,
+     "endpoint the webhook publisher POSTs each event to", false, 0, 0, &opts.webhook_url},
+    {"webhook-timeout", "TXO_WEBHOOK_TIMEOUT_MS", SETTING_MS, "5000",
+     "whole-request timeout of the webhook publisher, milliseconds", false, 1, 600000,
+     &opts.webhook_timeout_ms},
+    {"webhook-token", "TXO_WEBHOOK_TOKEN", SETTING_STRING, NULL,
+     "bearer token the webhook publisher sends (Authorization header)", true, 0, 0,
+     &opts.webhook_token},
+    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
+     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
+     &opts.metrics_listen},
 };
 
 static void stop_relay(void *arg)
@@ -88,6 +81,19 @@ static int make_publisher(const char *name, struct txo_publisher **pub, struct t
         return txo_publisher_log_new(stdout, pub, err);
     if (strcmp(name, "null") == 0)
         return txo_publisher_null_new(pub, err);
+    if (strcmp(name, "nats") == 0) {
+        struct txo_nats_opts no;
+        daemon_nats_opts(&opts.nats, &no);
+        return txo_publisher_nats_new(&no, pub, err);
+    }
+    if (strcmp(name, "webhook") == 0) {
+        struct txo_webhook_opts wo;
+        txo_webhook_opts_init(&wo);
+        wo.url = opts.webhook_url;
+        wo.timeout_ms = opts.webhook_timeout_ms;
+        wo.bearer_token = opts.webhook_token;
+        return txo_publisher_webhook_new(&wo, pub, err);
+    }
     return txo_error_set(err, TXO_EINVAL, "unknown publisher");
 }
 
@@ -101,38 +107,34 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
 
+    static const char *const publishers[] = {"log", "null", "nats", "webhook"};
+    bool known = false;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(publishers); i++)
+        known = known || strcmp(opts.publisher, publishers[i]) == 0;
+    if (!known) {
+        fprintf(stderr,
+                "txo relay: --publisher must be log, null, nats or webhook, got \"%s\"%s\n",
+                opts.publisher,
+                strcmp(opts.publisher, "local") == 0
+                    ? " (local dispatch needs the consumer in the same process: use `txo up`)"
+                    : "");
+        return 2;
+    }
+    if (strcmp(opts.publisher, "webhook") == 0 &&
+        (opts.webhook_url == NULL || opts.webhook_url[0] == '\0')) {
+        fprintf(stderr, "txo relay: --publisher webhook needs --webhook-url\n");
+        return 2;
+    }
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    if (txo_claim_strategy_parse(opts.claim, &ro.claim) < 0) {
-        fprintf(stderr,
-                "txo relay: --claim must be auto, skip-locked or update-limit, got \"%s\"\n",
-                opts.claim);
+    if (!daemon_relay_opts("relay", &opts.relay, &ro))
         return 2;
-    }
-    if (strcmp(opts.publisher, "log") != 0 && strcmp(opts.publisher, "null") != 0) {
-        fprintf(stderr, "txo relay: --publisher must be log or null, got \"%s\"\n", opts.publisher);
-        return 2;
-    }
-    if (opts.backoff_max_ms < opts.backoff_base_ms) {
-        fprintf(stderr,
-                "txo relay: --backoff-max (%" PRId64 ") must be >= --backoff-base (%" PRId64 ")\n",
-                opts.backoff_max_ms, opts.backoff_base_ms);
-        return 2;
-    }
-    if (opts.relay_id != NULL && opts.relay_id[0] == '\0')
-        opts.relay_id = NULL;
-    ro.relay_id = opts.relay_id;
-    ro.batch_size = opts.batch_size;
-    ro.lease_s = opts.lease_s;
-    ro.max_attempts = opts.max_attempts;
-    ro.backoff.base_ms = opts.backoff_base_ms;
-    ro.backoff.max_ms = opts.backoff_max_ms;
-    ro.idle_sleep_ms = opts.idle_sleep_ms;
     ro.drain = opts.drain;
 
     int status = 1;
     struct txo_publisher *pub = NULL;
     struct txo_relay *relay = NULL;
+    struct daemon_metrics *metrics = NULL;
+    struct txo_http_server *msrv = NULL;
     struct txo_error err;
     txo_error_init(&err);
 
@@ -148,6 +150,12 @@ static int run(int argc, char **argv)
         cmd_report("relay", "starting the relay", &err);
         status = rc == TXO_EINVAL ? 2 : 1;
         goto out;
+    }
+    if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
+        metrics = daemon_metrics_new(&opts.common);
+        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, relay) ||
+            !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
+            goto out;
     }
     cmd_on_stop_signal(stop_relay, relay);
     rc = txo_relay_run(relay, &err);
@@ -166,6 +174,10 @@ static int run(int argc, char **argv)
 out:
     /* Signals may still arrive; they must not reach a freed relay. */
     cmd_on_stop_signal(NULL, NULL);
+    txo_http_server_stop(msrv);
+    if (metrics != NULL)
+        daemon_metrics_forget(metrics);
+    daemon_metrics_free(metrics);
     txo_relay_free(relay);
     txo_publisher_free(pub);
     txo_db_close(db);

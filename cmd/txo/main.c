@@ -10,9 +10,16 @@
 #define TXO_VERSION "0.1.0"
 
 static const struct command *const commands[] = {
-    &cmd_migrate,
+    &cmd_up,
+    &cmd_serve,
     &cmd_relay,
+    &cmd_worker,
+    &cmd_migrate,
+    &cmd_stats,
+    &cmd_dlq,
+    &cmd_saga,
     &cmd_demo,
+    &cmd_stub,
 };
 
 static void usage(FILE *out)
@@ -21,7 +28,7 @@ static void usage(FILE *out)
                  "txo: transactional outbox, relay and sagas with compensation for MySQL.\n\n"
                  "Commands:\n");
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
-        fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
+        fprintf(out, "  %-14s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out, "\nRun `txo <command> --help` for the options of a command. Every option is\n"
                  "also an environment variable; the database is named by MYSQL_HOST, "
                  "MYSQL_PORT,\nMYSQL_USER, MYSQL_PASSWORD and MYSQL_DATABASE as in the seed.\n");

@@ -259,8 +259,30 @@ bool common_apply(const struct common_opts *o)
         return false;
     }
     txo_log_set_level(level);
-    if (o->crash_point && *o->crash_point)
-        txo_crash_point_set(o->crash_point, 0);
+    if (o->crash_point && *o->crash_point) {
+        /* "name" crashes on the first pass, "name:N" lets N passes through first. */
+        char name[128];
+        unsigned after = 0;
+        const char *colon = strchr(o->crash_point, ':');
+        size_t len = colon ? (size_t)(colon - o->crash_point) : strlen(o->crash_point);
+        char *end = NULL;
+        if (colon) {
+            unsigned long n = strtoul(colon + 1, &end, 10);
+            if (end == colon + 1 || *end != '\0' || n > 1000000) {
+                fprintf(stderr, "txo: --crash-point must be NAME or NAME:N, got \"%s\"\n",
+                        o->crash_point);
+                return false;
+            }
+            after = (unsigned)n;
+        }
+        if (len == 0 || len >= sizeof(name)) {
+            fprintf(stderr, "txo: --crash-point name is empty or too long\n");
+            return false;
+        }
+        memcpy(name, o->crash_point, len);
+        name[len] = '\0';
+        txo_crash_point_set(name, after);
+    }
     return true;
 }
 

@@ -105,7 +105,8 @@ struct common_opts {
     {"log-level", "TXO_LOG_LEVEL", SETTING_STRING, "info", "error, warn, info or debug",       \
      false, 0, 0, &(o).log_level},                                                             \
     {"crash-point", "TXO_CRASH_POINT", SETTING_STRING, NULL,                                   \
-     "tests only: kill this process with SIGKILL at the named point", false, 0, 0,             \
+     "tests only: SIGKILL this process at the named point (NAME, or NAME:N to pass N times)",  \
+     false, 0, 0,                                                                              \
      &(o).crash_point}
 
 /* Applies log level and crash point after parsing. Prints a message and returns false when
@@ -125,5 +126,12 @@ void cmd_on_stop_signal(void (*stop)(void *arg), void *arg);
 extern const struct command cmd_migrate;
 extern const struct command cmd_relay;
 extern const struct command cmd_demo;
+extern const struct command cmd_serve;
+extern const struct command cmd_worker;
+extern const struct command cmd_up;
+extern const struct command cmd_stub;
+extern const struct command cmd_stats;
+extern const struct command cmd_dlq;
+extern const struct command cmd_saga;
 
 #endif

@@ -42,6 +42,8 @@ struct txo_http_response {
     size_t body_len;
     const char *content_type; /* static string; default "application/json" */
     unsigned retry_after_s;   /* > 0: a Retry-After header */
+    char header_name[32];     /* one more header when not "" (e.g. "ETag") */
+    char header_value[96];
 };
 
 /* Sets status and a copy of body (a JSON text unless content_type is changed). Returns 0 or

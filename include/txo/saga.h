@@ -192,6 +192,7 @@ struct txo_saga_info {
     enum txo_saga_status status;
     char *payload;
     char *owner; /* NULL when unowned */
+    int64_t idle_s; /* seconds since the instance last changed (workers space retries by it) */
     struct txo_saga_step_info *steps;
     size_t n_steps;
 };
@@ -200,6 +201,14 @@ struct txo_saga_info {
 TXO_API TXO_MUST_CHECK int txo_saga_load(struct txo_db *db, const char *saga_id,
                                          struct txo_saga_info *out, struct txo_error *err);
 TXO_API void txo_saga_info_release(struct txo_saga_info *info);
+
+/*
+ * The saga as compact JSON: {"saga_id","saga_type","correlation_id","status","owner",
+ * "payload":{...},"steps":[{"step":1,"name","status","attempts","error"}]} (owner and error
+ * are null when unset). Returns a string to free with txo_free(), or NULL with err set
+ * (TXO_ENOMEM).
+ */
+TXO_API char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err);
 
 /* Finds the id of the saga of `type` with this correlation id. Errors: TXO_ENOTFOUND. */
 TXO_API TXO_MUST_CHECK int txo_saga_find(struct txo_db *db, const char *type,

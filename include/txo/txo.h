@@ -16,5 +16,18 @@
 #include "txo/publisher.h"
 #include "txo/relay.h"
 #include "txo/saga.h"
+#include "txo/idempotency.h"
+#include "txo/http_server.h"
+#include "txo/http_client.h"
+#include "txo/webhook.h"
+#include "txo/retry.h"
+#include "txo/breaker.h"
+#include "txo/bulkhead.h"
+#include "txo/ratelimit.h"
+#include "txo/metrics.h"
+#include "txo/inbox.h"
+#include "txo/cmdq.h"
+#include "txo/dlq.h"
+#include "txo/retention.h"
 
 #endif

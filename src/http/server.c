@@ -90,7 +90,7 @@ void txo_http_response_take(struct txo_http_response *resp, int status, char *bo
 
 static enum MHD_Result queue(struct txo_http_server *srv, struct MHD_Connection *conn,
                              int status, const char *body, size_t len, const char *content_type,
-                             unsigned retry_after_s)
+                             unsigned retry_after_s, const char *hname, const char *hvalue)
 {
     struct MHD_Response *r =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
@@ -102,6 +102,8 @@ static enum MHD_Result queue(struct txo_http_server *srv, struct MHD_Connection 
         snprintf(value, sizeof(value), "%u", retry_after_s);
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, value);
     }
+    if (hname != NULL && hname[0] != '\0')
+        MHD_add_response_header(r, hname, hvalue);
     if (atomic_load(&srv->stopping))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
@@ -116,7 +118,8 @@ static enum MHD_Result refuse_too_large(struct txo_http_server *srv, struct MHD_
                      "{\"error\":\"payload_too_large\",\"message\":\"request body exceeds %zu "
                      "bytes\"}",
                      srv->max_body_bytes);
-    return queue(srv, conn, MHD_HTTP_CONTENT_TOO_LARGE, body, (size_t)n, "application/json", 0);
+    return queue(srv, conn, MHD_HTTP_CONTENT_TOO_LARGE, body, (size_t)n, "application/json", 0,
+                 NULL, NULL);
 }
 
 static bool append_body(struct request_ctx *ctx, const char *data, size_t n, size_t max)
@@ -199,7 +202,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     enum MHD_Result ret =
         queue(srv, conn, resp.status, resp.body != NULL ? resp.body : "", resp.body_len,
               resp.content_type != NULL ? resp.content_type : "application/json",
-              resp.retry_after_s);
+              resp.retry_after_s, resp.header_name, resp.header_value);
     txo_free(resp.body);
     return ret;
 }

@@ -55,7 +55,7 @@
 #define DEFAULT_MAX_TRIES 5
 
 /* Columns of SAGA_SQL_SELECT_INSTANCE, SAGA_SQL_SELECT_STEPS and SAGA_SQL_LOAD. */
-enum { INST_ID, INST_TYPE, INST_CORRELATION, INST_STATUS, INST_PAYLOAD, INST_OWNER };
+enum { INST_ID, INST_TYPE, INST_CORRELATION, INST_STATUS, INST_PAYLOAD, INST_OWNER, INST_IDLE };
 enum { STEP_ORDER, STEP_NAME, STEP_STATUS, STEP_ERROR, STEP_ATTEMPTS };
 enum {
     LOAD_TYPE,
@@ -721,6 +721,7 @@ static int drive_step(struct run *r, size_t i, bool compensate, unsigned first_a
         int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, try_tx_fn, &t, &terr);
         if (rc == 0) {
             try_committed(r, &t);
+            txo_crash_point("saga.step_committed");
             return 0;
         }
         bool stop;
@@ -1354,6 +1355,7 @@ int txo_saga_load(struct txo_db *db, const char *saga_id, struct txo_saga_info *
     info.correlation_id = txo_strdup(txo_rows_str(a.inst, 0, INST_CORRELATION, NULL));
     info.payload = txo_strdup(txo_rows_str(a.inst, 0, INST_PAYLOAD, NULL));
     bool oom = info.type == NULL || info.correlation_id == NULL || info.payload == NULL;
+    info.idle_s = txo_rows_i64(a.inst, 0, INST_IDLE);
     if (!txo_rows_is_null(a.inst, 0, INST_OWNER)) {
         info.owner = txo_strdup(txo_rows_str(a.inst, 0, INST_OWNER, NULL));
         oom = oom || info.owner == NULL;

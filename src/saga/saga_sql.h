@@ -59,8 +59,8 @@
 /* One instance (txo_saga_load; and the status of a saga whose last try had an unknown
  * outcome). Index: PRIMARY. Locks: none (consistent read). */
 #define SAGA_SQL_SELECT_INSTANCE                                                                   \
-    "SELECT id, saga_type, correlation_id, status, payload, owner "                                \
-    "FROM saga_instances WHERE id = ?"
+    "SELECT id, saga_type, correlation_id, status, payload, owner, "                               \
+    "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) FROM saga_instances WHERE id = ?"
 
 /*
  * A saga and its steps in one round trip, for txo_saga_run: one row per step in order (the

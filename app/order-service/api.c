@@ -1,0 +1,625 @@
+/*
+ * The order service's HTTP API: routing, request parsing, the POST /orders transaction and the
+ * admin endpoints. See api.h for the routes and status codes.
+ *
+ * POST /orders, in order:
+ *   1. protocol checks that need no database: Idempotency-Key, Content-Type, JSON syntax and
+ *      types (400), values (orders_validate, 422);
+ *   2. one READ COMMITTED transaction: txo_idem_begin() (the key row), then for a new key
+ *      orders_create_tx() (order, items, OrderCreated), in async mode the StartOrderSaga
+ *      command, and txo_idem_complete() with the response; COMMIT;
+ *   3. the answer: the new response, the stored one (a repeat), 409 or 422.
+ * A failure anywhere in 2 rolls everything back, including the key row, so a corrected
+ * retry with the same key is a new request.
+ *
+ * Crash points (tests): "api.before_commit" fires inside the transaction after every row is
+ * written; "api.after_commit" after COMMIT, before the response is sent.
+ */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "orders.h"
+#include "txo/dlq.h"
+#include "txo/txo.h"
+
+struct order_api {
+    struct order_api_opts opts;
+    struct txo_db_pool *pool;
+};
+
+void order_api_opts_init(struct order_api_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->idempotency_stale_s = 60;
+    opts->db_wait_ms = 5000;
+}
+
+int order_api_new(const struct order_api_opts *opts, struct txo_db_pool *pool,
+                  struct order_api **out, struct txo_error *err)
+{
+    struct order_api *api = txo_calloc(1, sizeof(*api));
+    if (api == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "order API");
+    api->opts = *opts;
+    api->pool = pool;
+    *out = api;
+    return 0;
+}
+
+void order_api_free(struct order_api *api)
+{
+    txo_free(api);
+}
+
+/* ---- responses ---- */
+
+/* Answers a JSON document (stolen reference). */
+static void reply_json(struct txo_http_response *resp, int status, json_t *doc)
+{
+    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(doc);
+    if (text == NULL || txo_http_response_set(resp, status, text) != 0)
+        (void)txo_http_response_set(resp, 500, "{\"error\":\"internal\",\"message\":\"out of memory\"}");
+    free(text); /* jansson allocates with malloc */
+}
+
+static void reply_error(struct txo_http_response *resp, int status, const char *code,
+                        const char *message)
+{
+    reply_json(resp, status, json_pack("{s:s,s:s}", "error", code, "message", message));
+}
+
+/* Maps a library error to an HTTP answer: what a client can do about it decides the status. */
+static void reply_txo_error(struct txo_http_response *resp, int rc, const struct txo_error *err)
+{
+    const char *msg = err->msg[0] != '\0' ? err->msg : txo_strerror(rc);
+    switch (rc) {
+    case TXO_ENOTFOUND:
+        reply_error(resp, 404, "not_found", msg);
+        break;
+    case TXO_EINVAL:
+        reply_error(resp, 422, "validation_failed", msg);
+        break;
+    case TXO_ESTATE:
+        reply_error(resp, 409, "conflict", msg);
+        break;
+    case TXO_ETIMEOUT:
+    case TXO_ECONNECT:
+    case TXO_ECONNLOST:
+    case TXO_EDEADLOCK:
+    case TXO_ELOCKTIMEOUT:
+    case TXO_EUNAVAILABLE:
+        resp->retry_after_s = 1;
+        reply_error(resp, 503, "unavailable", msg);
+        break;
+    default:
+        TXO_LOG(TXO_LOG_ERROR, "api", "request failed code=%s err=\"%s\"", txo_err_name(rc), msg);
+        reply_error(resp, 500, "internal", msg);
+        break;
+    }
+}
+
+/* ---- POST /orders ---- */
+
+struct parsed_order {
+    int64_t customer_id;
+    struct order_item *items;
+    size_t n;
+};
+
+/* Checks the JSON shape and types; values are orders_validate()'s job. 400 on failure. */
+static int parse_order(json_t *doc, struct parsed_order *out, struct txo_error *err)
+{
+    if (!json_is_object(doc))
+        return txo_error_set(err, TXO_EINVAL, "the body must be a JSON object");
+    json_t *customer = json_object_get(doc, "customer_id");
+    if (!json_is_integer(customer))
+        return txo_error_set(err, TXO_EINVAL, "customer_id must be an integer");
+    out->customer_id = json_integer_value(customer);
+    json_t *items = json_object_get(doc, "items");
+    if (!json_is_array(items))
+        return txo_error_set(err, TXO_EINVAL, "items must be an array");
+    out->n = json_array_size(items);
+    if (out->n > ORDER_MAX_ITEMS) /* bound the allocation before validating */
+        out->n = ORDER_MAX_ITEMS + 1;
+    out->items = txo_calloc(out->n + 1, sizeof(*out->items));
+    if (out->items == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "order items");
+    for (size_t i = 0; i < out->n; i++) {
+        json_t *item = json_array_get(items, i);
+        if (!json_is_object(item))
+            return txo_error_set(err, TXO_EINVAL, "items[%zu] must be an object", i);
+        json_t *sku = json_object_get(item, "sku");
+        json_t *qty = json_object_get(item, "qty");
+        json_t *price = json_object_get(item, "price_cents");
+        if (!json_is_string(sku))
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].sku must be a string", i);
+        if (!json_is_integer(qty))
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].qty must be an integer", i);
+        if (!json_is_integer(price))
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].price_cents must be an integer", i);
+        if (strlen(json_string_value(sku)) != json_string_length(sku))
+            return txo_error_set(err, TXO_EINVAL, "items[%zu].sku must not contain NUL", i);
+        json_int_t q = json_integer_value(qty);
+        out->items[i].sku = json_string_value(sku);
+        /* Out-of-int32 quantities become 0, which orders_validate() rejects by range. */
+        out->items[i].qty = (q < INT32_MIN || q > INT32_MAX) ? 0 : (int32_t)q;
+        out->items[i].price_cents = json_integer_value(price);
+        if (q < INT32_MIN || q > INT32_MAX)
+            return txo_error_set(err, TXO_EBUSINESS, "items[%zu].qty must be 1..%d, got %" PRId64,
+                                 i, ORDER_MAX_QTY, (int64_t)q);
+    }
+    return 0;
+}
+
+struct place_args {
+    const struct order_api *api;
+    const char *key;
+    char hash[TXO_IDEM_HASH_LEN];
+    const struct parsed_order *order;
+    struct txo_idem_claim claim;
+    int64_t order_id;
+    int status;
+    char *response;
+};
+
+static int place_order_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct place_args *a = arg;
+    txo_idem_claim_release(&a->claim); /* a retried transaction starts over */
+    txo_free(a->response);
+    a->response = NULL;
+
+    int rc = txo_idem_begin(tx, a->key, a->hash, a->api->opts.idempotency_stale_s, &a->claim,
+                            err);
+    if (rc != 0 || a->claim.outcome != TXO_IDEM_NEW)
+        return rc;
+    rc = orders_create_tx(tx, a->order->customer_id, a->order->items, a->order->n, &a->order_id,
+                          err);
+    if (rc != 0)
+        return rc;
+    char body[96];
+    snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"status\":\"CREATED\"}", a->order_id);
+    a->status = 201;
+    if (a->api->opts.async) {
+        rc = orders_enqueue_start_saga_tx(tx, a->order_id, err);
+        if (rc != 0)
+            return rc;
+        a->status = 202;
+    }
+    a->response = txo_strdup(body);
+    if (a->response == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "response");
+    rc = txo_idem_complete(tx, a->key, a->status, a->response, err);
+    if (rc == 0)
+        txo_crash_point("api.before_commit");
+    return rc;
+}
+
+static void post_order(struct order_api *api, struct txo_db *db,
+                       const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    const char *key = txo_http_request_header(req, "Idempotency-Key");
+    if (key == NULL) {
+        reply_error(resp, 400, "missing_idempotency_key",
+                    "POST /orders needs an Idempotency-Key header (e.g. a UUID)");
+        return;
+    }
+    if (txo_idem_key_check(key, &err) != 0) {
+        reply_error(resp, 400, "invalid_idempotency_key", err.msg);
+        return;
+    }
+    const char *ctype = txo_http_request_header(req, "Content-Type");
+    if (ctype != NULL && strncmp(ctype, "application/json", 16) != 0) {
+        reply_error(resp, 415, "unsupported_media_type", "Content-Type must be application/json");
+        return;
+    }
+
+    struct place_args a = {.api = api, .key = key};
+    struct parsed_order order = {0};
+    json_error_t jerr;
+    json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s", jerr.line,
+                 jerr.column, jerr.text);
+        reply_error(resp, 400, "malformed_json", msg);
+        return;
+    }
+    int rc = parse_order(doc, &order, &err);
+    if (rc == TXO_EBUSINESS) {
+        reply_error(resp, 422, "validation_failed", err.msg);
+        goto out;
+    }
+    if (rc != 0) {
+        reply_error(resp, rc == TXO_ENOMEM ? 500 : 400, "invalid_request", err.msg);
+        goto out;
+    }
+    if (orders_validate(order.customer_id, order.items, order.n, NULL, &err) != 0) {
+        reply_error(resp, 422, "validation_failed", err.msg);
+        goto out;
+    }
+    rc = txo_idem_hash(req->method, "/orders", req->body, req->body_len, a.hash, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        goto out;
+    }
+    a.order = &order;
+    rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, place_order_tx, &a, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        goto out;
+    }
+    switch (a.claim.outcome) {
+    case TXO_IDEM_NEW:
+        txo_crash_point("api.after_commit");
+        (void)txo_http_response_set(resp, a.status, a.response);
+        TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", a.order_id,
+                key);
+        break;
+    case TXO_IDEM_REPLAY:
+        (void)txo_http_response_set(resp, a.claim.status, a.claim.response);
+        break;
+    case TXO_IDEM_CONFLICT:
+        reply_error(resp, 422, "idempotency_key_reused",
+                    "this Idempotency-Key was used with a different request body");
+        break;
+    case TXO_IDEM_IN_PROGRESS:
+        resp->retry_after_s = 1;
+        reply_error(resp, 409, "request_in_progress",
+                    "a request with this Idempotency-Key is still being processed; retry later");
+        break;
+    }
+out:
+    txo_idem_claim_release(&a.claim);
+    txo_free(a.response);
+    txo_free(order.items);
+    json_decref(doc);
+}
+
+/* ---- the other routes ---- */
+
+/* Parses the decimal id after prefix in path ("/orders/42" -> 42); the rest must be suffix. */
+static bool path_id(const char *path, const char *prefix, const char *suffix, int64_t *id)
+{
+    size_t plen = strlen(prefix);
+    if (strncmp(path, prefix, plen) != 0)
+        return false;
+    const char *p = path + plen;
+    if (*p < '0' || *p > '9')
+        return false;
+    int64_t v = 0;
+    while (*p >= '0' && *p <= '9') {
+        if (v > (INT64_MAX - (*p - '0')) / 10)
+            return false;
+        v = v * 10 + (*p - '0');
+        p++;
+    }
+    if (strcmp(p, suffix) != 0)
+        return false;
+    *id = v;
+    return true;
+}
+
+/* Copies the saga id after prefix ("/sagas/<uuid>" + suffix) into out. */
+static bool path_saga(const char *path, const char *prefix, const char *suffix,
+                      char out[TXO_SAGA_ID_LEN])
+{
+    size_t plen = strlen(prefix);
+    size_t slen = strlen(suffix);
+    size_t len = strlen(path);
+    if (strncmp(path, prefix, plen) != 0 || len < plen + slen ||
+        strcmp(path + len - slen, suffix) != 0)
+        return false;
+    size_t idlen = len - plen - slen;
+    if (idlen == 0 || idlen >= TXO_SAGA_ID_LEN)
+        return false;
+    for (size_t i = 0; i < idlen; i++) {
+        char c = path[plen + i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+              c == '-'))
+            return false;
+    }
+    memcpy(out, path + plen, idlen);
+    out[idlen] = '\0';
+    return true;
+}
+
+static void get_order(struct txo_db *db, int64_t id, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char *json = NULL;
+    int rc = orders_get_json(db, id, &json, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    /* The version as ETag: what POST /orders/{id}/cancel takes back in If-Match. */
+    json_t *doc = json_loads(json, 0, NULL);
+    json_int_t version = json_integer_value(json_object_get(doc, "version"));
+    json_decref(doc);
+    snprintf(resp->header_name, sizeof(resp->header_name), "ETag");
+    snprintf(resp->header_value, sizeof(resp->header_value), "\"%" JSON_INTEGER_FORMAT "\"",
+             version);
+    txo_http_response_take(resp, 200, json, strlen(json));
+}
+
+struct cancel_args {
+    int64_t order_id;
+    int64_t version;
+    int64_t new_version;
+};
+
+static int cancel_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct cancel_args *a = arg;
+    return orders_cancel_tx(tx, a->order_id, a->version, &a->new_version, err);
+}
+
+/* If-Match: "3" (or 3, or W/"3") -> 3. */
+static bool parse_if_match(const char *h, int64_t *version)
+{
+    if (strncmp(h, "W/", 2) == 0)
+        h += 2;
+    bool quoted = *h == '"';
+    if (quoted)
+        h++;
+    char *end = NULL;
+    long long v = strtoll(h, &end, 10);
+    if (end == h || v < 0 || (quoted && *end++ != '"') || *end != '\0')
+        return false;
+    *version = v;
+    return true;
+}
+
+static void cancel_order(struct txo_db *db, int64_t id, const struct txo_http_request *req,
+                         struct txo_http_response *resp)
+{
+    const char *if_match = txo_http_request_header(req, "If-Match");
+    struct cancel_args a = {.order_id = id};
+    if (if_match == NULL) {
+        reply_error(resp, 428, "precondition_required",
+                    "send If-Match with the order's version (the ETag of GET /orders/{id})");
+        return;
+    }
+    if (!parse_if_match(if_match, &a.version)) {
+        reply_error(resp, 400, "invalid_request", "If-Match must be the order's version, e.g. \"0\"");
+        return;
+    }
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, cancel_tx, &a, &err);
+    if (rc == TXO_ECONFLICT) {
+        reply_error(resp, 412, "version_conflict", err.msg);
+        return;
+    }
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    snprintf(resp->header_name, sizeof(resp->header_name), "ETag");
+    snprintf(resp->header_value, sizeof(resp->header_value), "\"%" PRId64 "\"", a.new_version);
+    reply_json(resp, 200, json_pack("{s:I,s:s,s:I}", "order_id", (json_int_t)id, "status",
+                                    "CANCELLED", "version", (json_int_t)a.new_version));
+}
+
+static void get_saga(struct txo_db *db, const char *id, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_saga_info info;
+    int rc = txo_saga_load(db, id, &info, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    char *json = txo_saga_info_json(&info, &err);
+    txo_saga_info_release(&info);
+    if (json == NULL) {
+        reply_txo_error(resp, TXO_ENOMEM, &err);
+        return;
+    }
+    txo_http_response_take(resp, 200, json, strlen(json));
+}
+
+static void retry_saga(const struct order_api *api, struct txo_db *db, const char *id,
+                       struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    int rc = orders_retry_saga_with(db, id, api->opts.services, NULL, NULL, &final, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    reply_json(resp, 200, json_pack("{s:s,s:s}", "saga_id", id, "status",
+                                    txo_saga_status_name(final)));
+}
+
+static void outbox_stats(struct txo_db *db, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_outbox_stats st;
+    int rc = txo_outbox_get_stats(db, &st, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    reply_json(resp, 200,
+               json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "pending", (json_int_t)st.pending,
+                         "processing", (json_int_t)st.processing, "published",
+                         (json_int_t)st.published, "failed", (json_int_t)st.failed,
+                         "dead_letters", (json_int_t)st.dead_letters,
+                         "oldest_pending_age_seconds", st.oldest_pending_age_s));
+}
+
+static void list_dlq(struct txo_db *db, const struct txo_http_request *req,
+                     struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    const char *after = txo_http_request_arg(req, "after_id");
+    const char *limit = txo_http_request_arg(req, "limit");
+    char *end = NULL;
+    long long after_id = after != NULL ? strtoll(after, &end, 10) : 0;
+    if (after != NULL && (end == after || *end != '\0' || after_id < 0)) {
+        reply_error(resp, 400, "invalid_request", "after_id must be an integer >= 0");
+        return;
+    }
+    long long max = limit != NULL ? strtoll(limit, &end, 10) : 50;
+    if (limit != NULL && (end == limit || *end != '\0' || max < 1 || max > 1000)) {
+        reply_error(resp, 400, "invalid_request", "limit must be 1..1000");
+        return;
+    }
+    struct txo_dead_letter *dl = NULL;
+    size_t n = 0;
+    int rc = txo_dlq_list(db, (int64_t)after_id, (size_t)max, &dl, &n, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        json_t *payload = json_loads(dl[i].payload, JSON_DECODE_ANY, NULL);
+        json_array_append_new(
+            list, json_pack("{s:I,s:I,s:s,s:o,s:s,s:s,s:s?,s:I}", "id", (json_int_t)dl[i].id,
+                            "source_event_id", (json_int_t)dl[i].source_event_id, "event_type",
+                            dl[i].event_type, "payload", payload != NULL ? payload : json_null(),
+                            "error", dl[i].error, "created_at", dl[i].created_at, "replayed_at",
+                            dl[i].replayed_at, "replay_count", (json_int_t)dl[i].replay_count));
+    }
+    int64_t next = n > 0 ? dl[n - 1].id : (int64_t)after_id;
+    txo_dead_letters_free(dl, n);
+    reply_json(resp, 200, json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id",
+                                    (json_int_t)next));
+}
+
+static void replay_dlq(struct txo_db *db, int64_t id, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_dlq_replay(db, id, &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    reply_json(resp, 200, json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", "REPLAYED"));
+}
+
+/* Constant-time comparison of the bearer token. */
+static bool admin_allowed(const struct order_api *api, const struct txo_http_request *req)
+{
+    const char *token = api->opts.admin_token;
+    if (token == NULL || token[0] == '\0')
+        return true;
+    const char *auth = txo_http_request_header(req, "Authorization");
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+        return false;
+    const char *given = auth + 7;
+    size_t n = strlen(token);
+    if (strlen(given) != n)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(given[i] ^ token[i]);
+    return diff == 0;
+}
+
+static bool is(const struct txo_http_request *req, const char *method)
+{
+    return strcmp(req->method, method) == 0;
+}
+
+/* Routes that need a database connection. Returns false when no route matched. */
+static bool route_db(struct order_api *api, struct txo_db *db, const struct txo_http_request *req,
+                     struct txo_http_response *resp)
+{
+    int64_t id = 0;
+    char saga_id[TXO_SAGA_ID_LEN];
+    if (strcmp(req->path, "/orders") == 0 && is(req, "POST")) {
+        post_order(api, db, req, resp);
+    } else if (path_id(req->path, "/orders/", "", &id) && is(req, "GET")) {
+        get_order(db, id, resp);
+    } else if (path_id(req->path, "/orders/", "/cancel", &id) && is(req, "POST")) {
+        cancel_order(db, id, req, resp);
+    } else if (strcmp(req->path, "/readyz") == 0 && is(req, "GET")) {
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_ping(db, &err) == 0) {
+            (void)txo_http_response_set(resp, 200, "{\"status\":\"ready\"}");
+        } else {
+            resp->retry_after_s = 1;
+            reply_error(resp, 503, "database_unavailable", err.msg);
+        }
+    } else if (strcmp(req->path, "/outbox/stats") == 0 && is(req, "GET")) {
+        outbox_stats(db, resp);
+    } else if (strcmp(req->path, "/dlq") == 0 && is(req, "GET")) {
+        list_dlq(db, req, resp);
+    } else if (path_id(req->path, "/dlq/", "/replay", &id) && is(req, "POST")) {
+        replay_dlq(db, id, resp);
+    } else if (path_saga(req->path, "/sagas/", "/retry", saga_id) && is(req, "POST")) {
+        retry_saga(api, db, saga_id, resp);
+    } else if (path_saga(req->path, "/sagas/", "", saga_id) && is(req, "GET")) {
+        get_saga(db, saga_id, resp);
+    } else {
+        return false;
+    }
+    return true;
+}
+
+static bool is_admin_path(const char *path)
+{
+    return strncmp(path, "/outbox/", 8) == 0 || strncmp(path, "/dlq", 4) == 0 ||
+           strncmp(path, "/sagas/", 7) == 0;
+}
+
+static bool known_path(const char *path)
+{
+    int64_t id;
+    char saga_id[TXO_SAGA_ID_LEN];
+    return strcmp(path, "/orders") == 0 || path_id(path, "/orders/", "", &id) ||
+           path_id(path, "/orders/", "/cancel", &id) ||
+           strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
+           strcmp(path, "/metrics") == 0 || is_admin_path(path) ||
+           path_saga(path, "/sagas/", "", saga_id);
+}
+
+void order_api_handle(void *arg, const struct txo_http_request *req,
+                      struct txo_http_response *resp)
+{
+    struct order_api *api = arg;
+    if (strcmp(req->path, "/healthz") == 0 && is(req, "GET")) {
+        (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
+        return;
+    }
+    if (is_admin_path(req->path) && !admin_allowed(api, req)) {
+        reply_error(resp, 401, "unauthorized", "admin endpoints need Authorization: Bearer <token>");
+        return;
+    }
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_db *db = NULL;
+    int rc = txo_db_pool_get(api->pool, api->opts.db_wait_ms, &db, &err);
+    if (rc != 0) {
+        resp->retry_after_s = 1;
+        reply_error(resp, 503, "database_unavailable", err.msg);
+        return;
+    }
+    bool matched = route_db(api, db, req, resp);
+    txo_db_pool_put(api->pool, db, false);
+    if (matched)
+        return;
+    if (known_path(req->path))
+        reply_error(resp, 405, "method_not_allowed", "this method is not allowed on this path");
+    else
+        reply_error(resp, 404, "not_found", "no such endpoint");
+}

@@ -1,0 +1,69 @@
+/*
+ * The order service's HTTP API (seed 9.1, 9.12, 10.1), served by txo's HTTP server
+ * (include/txo/http_server.h). Routes, with their answers:
+ *
+ *   POST /orders              Idempotency-Key required. 201 {"order_id","status":"CREATED"}
+ *                             (202 in async mode), a repeat with the same key and body gets
+ *                             the stored response again; 400 malformed key/JSON/types,
+ *                             422 invalid values, unknown SKU, or the key reused with another
+ *                             body; 409 the key is still being processed; 413 body too large;
+ *                             415 not JSON; 503 database unavailable.
+ *   GET  /orders/{id}         200 the order, its items and its saga with every step (ETag:
+ *                             the order's version); 404.
+ *   POST /orders/{id}/cancel  If-Match: "<version>" required (428 without): 200 CANCELLED;
+ *                             412 version_conflict (someone changed it: read again); 409 not
+ *                             CREATED any more; 404. Optimistic locking on orders.version.
+ *   GET  /healthz             200 while the process runs.
+ *   GET  /readyz              200 when the database answers, else 503.
+ *   GET  /metrics             Prometheus text format (when a registry is given).
+ *   admin (Authorization: Bearer <token> when a token is configured, else 401):
+ *   GET  /outbox/stats        counts per status and the oldest pending age.
+ *   GET  /dlq                 dead letters (?after_id=&limit=).
+ *   POST /dlq/{id}/replay     the dead letter's event back to PENDING; 404, 409 not FAILED.
+ *   GET  /sagas/{id}          the saga and its steps; 404.
+ *   POST /sagas/{id}/retry    retries a COMPENSATION_FAILED saga now; 409 other states.
+ * Every error body is {"error":"<code>","message":"<what and why>"}.
+ *
+ * The POST /orders transaction writes, together or not at all: the idempotency key row, the
+ * order, its items, the OrderCreated outbox event, in async mode the StartOrderSaga command,
+ * and the stored response.
+ *
+ * Thread-safety: order_api_handle() is called from many server threads at once; each request
+ * borrows its own connection from the pool.
+ */
+#ifndef TXO_ORDER_API_H
+#define TXO_ORDER_API_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "txo/db.h"
+#include "txo/err.h"
+#include "txo/http_server.h"
+
+struct txo_metrics;
+struct order_services;
+
+struct order_api_opts {
+    bool async;                   /* 202 + StartOrderSaga in command_queue */
+    unsigned idempotency_stale_s; /* PROCESSING keys older than this may be taken over */
+    const char *admin_token;      /* NULL or "": admin endpoints need no token */
+    int64_t db_wait_ms;           /* wait for a pooled connection; then 503 */
+    struct txo_metrics *metrics;  /* NULL: /metrics answers 404 */
+    const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
+};
+
+void order_api_opts_init(struct order_api_opts *opts);
+
+struct order_api;
+
+/* Creates the API over pool (borrowed: it must outlive the API). Errors: TXO_ENOMEM. */
+TXO_MUST_CHECK int order_api_new(const struct order_api_opts *opts, struct txo_db_pool *pool,
+                                 struct order_api **out, struct txo_error *err);
+void order_api_free(struct order_api *api);
+
+/* The txo_http_handler_fn of the API; arg is the struct order_api. */
+void order_api_handle(void *arg, const struct txo_http_request *req,
+                      struct txo_http_response *resp);
+
+#endif

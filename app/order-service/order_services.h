@@ -1,0 +1,97 @@
+/*
+ * The order saga's external services, payment and shipment (seed 9.2-9.5, 9.10, 9.11), called
+ * over HTTP when a URL is configured; without one the saga's steps use their in-process
+ * stand-ins (the local payments/shipments tables only).
+ *
+ * Every call goes through the same guards, in this order:
+ *   rate limit (token bucket)  -> bulkhead (bounded calls in flight)  -> circuit breaker
+ *   -> HTTP POST with an Idempotency-Key, connect and total timeouts
+ * and is retried with exponential backoff + jitter when it failed transiently (timeout, 5xx,
+ * connection refused, breaker open); a business refusal (4xx) is final. The Idempotency-Key
+ * makes the retry of a call whose outcome is unknown (a timeout) safe.
+ *
+ * The breaker counts transient failures only: a declined card is the service working.
+ *
+ * Metrics (when a registry is given), labels service="payment"|"shipment":
+ *   txo_external_request_duration_seconds{service,operation}  histogram, every HTTP call
+ *   txo_external_request_errors_total{service,operation,kind}  kind: unavailable, business, other
+ *   txo_external_request_timeouts_total{service,operation}
+ *   txo_external_rejected_total{service,guard}  calls refused by a guard without a request
+ *   txo_circuit_breaker_state{service}  0 closed, 1 open, 2 half-open
+ *
+ * Thread-safety: struct order_services is shared by every thread (its guards are
+ * thread-safe); each thread calls through its own struct order_service_session (an HTTP
+ * client with its kept-alive connections).
+ */
+#ifndef TXO_ORDER_SERVICES_H
+#define TXO_ORDER_SERVICES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "txo/backoff.h"
+#include "txo/breaker.h"
+#include "txo/clock.h"
+#include "txo/err.h"
+
+struct txo_metrics;
+
+enum order_service_kind { ORDER_SERVICE_PAYMENT, ORDER_SERVICE_SHIPMENT, ORDER_SERVICE_COUNT };
+
+struct order_services_opts {
+    const char *payment_url;    /* base URL ("http://127.0.0.1:8090"); NULL/"": stand-in */
+    const char *shipment_url;   /* same for shipments */
+    int64_t connect_timeout_ms; /* default 2000 */
+    int64_t timeout_ms;         /* whole call; default 5000 */
+    unsigned retry_attempts;    /* tries of one call; default 3 */
+    struct txo_backoff retry_backoff; /* default 100 ms .. 1 s, jitter 0.5 */
+    unsigned breaker_failures;  /* consecutive transient failures that open it; default 5 */
+    int64_t breaker_open_ms;    /* how long it stays open before a probe; default 30000 */
+    unsigned max_concurrent;    /* bulkhead per service; default 16 */
+    int64_t bulkhead_wait_ms;   /* wait for a slot; default 1000 */
+    double rate_per_s;          /* token bucket per service; 0 = unlimited (default) */
+    unsigned rate_burst;        /* default 50 */
+    const struct txo_clock *clock; /* NULL = system */
+    struct txo_metrics *metrics;   /* NULL = none */
+};
+
+void order_services_opts_init(struct order_services_opts *opts);
+
+struct order_services;
+
+/* Errors: TXO_EINVAL (a URL that is not http:// or https://, bad numbers), TXO_ENOMEM. */
+TXO_MUST_CHECK int order_services_new(const struct order_services_opts *opts,
+                                      struct order_services **out, struct txo_error *err);
+void order_services_free(struct order_services *svc);
+
+/* True when kind is called over HTTP (a URL is configured). */
+bool order_services_remote(const struct order_services *svc, enum order_service_kind kind);
+
+/* The breaker of kind (for metrics and tests). */
+enum txo_breaker_state order_services_breaker_state(const struct order_services *svc,
+                                                    enum order_service_kind kind);
+
+struct order_service_session;
+
+/* One per thread. Errors: TXO_ENOMEM, TXO_EIO (libcurl). */
+TXO_MUST_CHECK int order_service_session_new(const struct order_services *svc,
+                                             struct order_service_session **out,
+                                             struct txo_error *err);
+void order_service_session_free(struct order_service_session *s);
+
+/* The services a session calls (for the saga steps). */
+const struct order_services *order_service_session_services(const struct order_service_session *s);
+
+/*
+ * POSTs body_json to <base url of kind><path> with idempotency_key, through the guards above.
+ * operation names the call in metrics and messages ("charge"). Returns 0 (2xx), TXO_EBUSINESS
+ * (the service refused: final), or a transient code once the retries are spent:
+ * TXO_EUNAVAILABLE (down, 5xx, breaker open, bulkhead full, rate limited), TXO_ETIMEOUT.
+ * TXO_EINVAL when kind has no URL.
+ */
+TXO_MUST_CHECK int order_service_call(struct order_service_session *s,
+                                      enum order_service_kind kind, const char *operation,
+                                      const char *path, const char *idempotency_key,
+                                      const char *body_json, struct txo_error *err);
+
+#endif

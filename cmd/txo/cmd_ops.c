@@ -1,0 +1,331 @@
+/*
+ * Operations on a running system, as `txo` subcommands (the same data as the admin
+ * endpoints of the HTTP API):
+ *   txo stats                   outbox, sagas, commands and dead letters at a glance
+ *   txo dlq list [--after-id N] [--limit N]
+ *   txo dlq replay ID...        dead letters' events back to PENDING for the relay
+ *   txo saga show ID            a saga and its steps (JSON)
+ *   txo saga show --order N     the saga of an order
+ *   txo saga retry ID           retries a COMPENSATION_FAILED saga now
+ * Output: human-readable tables, or JSON with --json (saga show is always JSON).
+ * Exit status: 0 done, 1 failed (the reason on stderr), 2 usage.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemons.h"
+#include "orders.h"
+#include "txo/cmdq.h"
+#include "txo/dlq.h"
+
+/* ---- txo stats ---- */
+
+static int stats_run(int argc, char **argv);
+
+const struct command cmd_stats = {
+    .name = "stats",
+    .summary = "print outbox, saga, command and dead-letter counts",
+    .usage = "txo stats [options]",
+    .description = "Counts outbox events per status (and the age of the oldest PENDING one),\n"
+                   "sagas per status, commands per status and dead letters. --json prints one\n"
+                   "JSON object instead of the table.",
+    .run = stats_run,
+};
+
+static struct {
+    struct common_opts common;
+    bool json;
+} stats_opts;
+
+static struct setting stats_table[] = {
+    COMMON_SETTINGS(stats_opts.common),
+    {"json", "TXO_JSON", SETTING_BOOL, "false", "print JSON", false, 0, 0, &stats_opts.json},
+};
+
+static int stats_run(int argc, char **argv)
+{
+    txo_db_opts_init(&stats_opts.common.db);
+    enum settings_result r = settings_parse(&cmd_stats, stats_table, TXO_ARRAY_LEN(stats_table),
+                                            argc, argv, NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&stats_opts.common))
+        return 2;
+    struct txo_db *db = common_connect(&stats_opts.common);
+    if (db == NULL)
+        return 1;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_outbox_stats os;
+    uint64_t sagas[6] = {0};
+    uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
+    int status = 1;
+    if (txo_outbox_get_stats(db, &os, &err) != 0 || txo_saga_count_by_status(db, sagas, &err) != 0 ||
+        txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
+        txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
+        cmd_report("stats", "reading the counts", &err);
+        goto out;
+    }
+    if (stats_opts.json) {
+        printf("{\"outbox\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
+               ",\"published\":%" PRIu64 ",\"failed\":%" PRIu64
+               ",\"oldest_pending_age_seconds\":%.3f},\"sagas\":{",
+               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
+        for (int s = 0; s < 6; s++)
+            printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "",
+                   txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
+        printf("},\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
+               ",\"failed\":%" PRIu64 "},\"dead_letters\":{\"total\":%" PRIu64
+               ",\"unreplayed\":%" PRIu64 "}}\n",
+               cpending, cprocessing, cfailed, dl_total, dl_unreplayed);
+    } else {
+        printf("outbox      pending %" PRIu64 "  processing %" PRIu64 "  published %" PRIu64
+               "  failed %" PRIu64 "  oldest pending %.1f s\n",
+               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
+        printf("sagas      ");
+        for (int s = 0; s < 6; s++)
+            printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
+        printf("\ncommands    pending %" PRIu64 "  processing %" PRIu64 "  failed %" PRIu64 "\n",
+               cpending, cprocessing, cfailed);
+        printf("dead letters %" PRIu64 " (%" PRIu64 " never replayed)\n", dl_total, dl_unreplayed);
+    }
+    status = 0;
+out:
+    txo_db_close(db);
+    return status;
+}
+
+/* ---- txo dlq ---- */
+
+static int dlq_run(int argc, char **argv);
+
+const struct command cmd_dlq = {
+    .name = "dlq",
+    .summary = "list dead letters, or replay them (events back to PENDING)",
+    .usage = "txo dlq list [options] | txo dlq replay [options] ID...",
+    .description =
+        "list: prints dead letters (events the relay gave up on after --max-attempts), oldest\n"
+        "first, from --after-id, at most --limit. replay ID...: puts each dead letter's outbox\n"
+        "event back to PENDING with attempts 0, in one transaction per letter, so a running\n"
+        "relay publishes it again; the letter records the replay. Fix the cause first.",
+    .run = dlq_run,
+};
+
+static struct {
+    struct common_opts common;
+    unsigned after_id;
+    unsigned limit;
+    bool json;
+} dlq_opts;
+
+static struct setting dlq_table[] = {
+    COMMON_SETTINGS(dlq_opts.common),
+    {"after-id", NULL, SETTING_UINT, "0", "list: start after this dead letter id", false, 0,
+     4294967295UL, &dlq_opts.after_id},
+    {"limit", NULL, SETTING_UINT, "50", "list: at most this many", false, 1, 10000,
+     &dlq_opts.limit},
+    {"json", "TXO_JSON", SETTING_BOOL, "false", "list: one JSON object per line", false, 0, 0,
+     &dlq_opts.json},
+};
+
+static void print_json_string(const char *s)
+{
+    putchar('"');
+    for (; s != NULL && *s != '\0'; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static int dlq_list(struct txo_db *db)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_dead_letter *dl = NULL;
+    size_t n = 0;
+    if (txo_dlq_list(db, dlq_opts.after_id, dlq_opts.limit, &dl, &n, &err) != 0) {
+        cmd_report("dlq", "listing dead letters", &err);
+        return 1;
+    }
+    if (!dlq_opts.json)
+        printf("%-8s %-10s %-22s %-28s %-8s %s\n", "ID", "EVENT_ID", "TYPE", "CREATED_AT",
+               "REPLAYS", "ERROR");
+    for (size_t i = 0; i < n; i++) {
+        if (dlq_opts.json) {
+            printf("{\"id\":%" PRId64 ",\"source_event_id\":%" PRId64 ",\"event_type\":", dl[i].id,
+                   dl[i].source_event_id);
+            print_json_string(dl[i].event_type);
+            printf(",\"created_at\":\"%s\",\"replay_count\":%u,\"error\":", dl[i].created_at,
+                   dl[i].replay_count);
+            print_json_string(dl[i].error);
+            printf(",\"payload\":%s}\n", dl[i].payload);
+        } else {
+            printf("%-8" PRId64 " %-10" PRId64 " %-22s %-28s %-8u %s\n", dl[i].id,
+                   dl[i].source_event_id, dl[i].event_type, dl[i].created_at, dl[i].replay_count,
+                   dl[i].error);
+        }
+    }
+    txo_dead_letters_free(dl, n);
+    return 0;
+}
+
+static int dlq_replay(struct txo_db *db, int n_ids, char **ids)
+{
+    int status = 0;
+    for (int i = 0; i < n_ids; i++) {
+        char *end = NULL;
+        long long id = strtoll(ids[i], &end, 10);
+        if (end == ids[i] || *end != '\0' || id <= 0) {
+            fprintf(stderr, "txo dlq: \"%s\" is not a dead letter id\n", ids[i]);
+            status = 2;
+            continue;
+        }
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_dlq_replay(db, (int64_t)id, &err) != 0) {
+            cmd_report("dlq", "replaying", &err);
+            status = status == 0 ? 1 : status;
+            continue;
+        }
+        printf("replayed dead letter %lld: its event is PENDING again\n", id);
+    }
+    return status;
+}
+
+static int dlq_run(int argc, char **argv)
+{
+    txo_db_opts_init(&dlq_opts.common.db);
+    int first = argc;
+    enum settings_result r =
+        settings_parse(&cmd_dlq, dlq_table, TXO_ARRAY_LEN(dlq_table), argc, argv, &first);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&dlq_opts.common))
+        return 2;
+    const char *action = first < argc ? argv[first] : NULL;
+    bool list = action != NULL && strcmp(action, "list") == 0 && first + 1 == argc;
+    bool replay = action != NULL && strcmp(action, "replay") == 0 && first + 1 < argc;
+    if (!list && !replay) {
+        fprintf(stderr, "usage: %s\n", cmd_dlq.usage);
+        return 2;
+    }
+    struct txo_db *db = common_connect(&dlq_opts.common);
+    if (db == NULL)
+        return 1;
+    int status = list ? dlq_list(db) : dlq_replay(db, argc - first - 1, argv + first + 1);
+    txo_db_close(db);
+    return status;
+}
+
+/* ---- txo saga ---- */
+
+static int saga_run(int argc, char **argv);
+
+const struct command cmd_saga = {
+    .name = "saga",
+    .summary = "show a saga and its steps, or retry a COMPENSATION_FAILED one",
+    .usage = "txo saga show [options] ID | txo saga show --order N | txo saga retry [options] ID",
+    .description =
+        "show: prints the saga (status, owner, payload) and each step (status, attempts, last\n"
+        "error) as JSON; --order N finds the saga of order N. retry: moves a\n"
+        "COMPENSATION_FAILED saga back to COMPENSATING and runs its compensations now, calling\n"
+        "the external services configured here (the worker also retries them by itself).",
+    .run = saga_run,
+};
+
+static struct {
+    struct common_opts common;
+    unsigned order_id;
+    struct services_settings services;
+} saga_opts;
+
+static struct setting saga_table[] = {
+    COMMON_SETTINGS(saga_opts.common),
+    {"order", NULL, SETTING_UINT, "0", "show: the saga of this order id", false, 0,
+     4294967295UL, &saga_opts.order_id},
+    SERVICES_SETTINGS(saga_opts.services),
+};
+
+static int saga_show(struct txo_db *db, const char *id)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char found[TXO_SAGA_ID_LEN];
+    if (id == NULL) {
+        char correlation[64];
+        snprintf(correlation, sizeof(correlation), "order:%u", saga_opts.order_id);
+        if (txo_saga_find(db, ORDER_SAGA_TYPE, correlation, found, &err) != 0) {
+            cmd_report("saga", "finding the saga of the order", &err);
+            return 1;
+        }
+        id = found;
+    }
+    struct txo_saga_info info;
+    if (txo_saga_load(db, id, &info, &err) != 0) {
+        cmd_report("saga", "loading the saga", &err);
+        return 1;
+    }
+    char *json = txo_saga_info_json(&info, &err);
+    txo_saga_info_release(&info);
+    if (json == NULL) {
+        cmd_report("saga", "printing the saga", &err);
+        return 1;
+    }
+    printf("%s\n", json);
+    txo_free(json);
+    return 0;
+}
+
+static int saga_retry(struct txo_db *db, const char *id)
+{
+    struct order_services *services = NULL;
+    if (!daemon_services_new("saga", &saga_opts.services, NULL, &services))
+        return 2;
+    struct txo_error err;
+    txo_error_init(&err);
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    int rc = orders_retry_saga_with(db, id, services, NULL, NULL, &final, &err);
+    order_services_free(services);
+    if (rc != 0) {
+        cmd_report("saga", "retrying", &err);
+        return 1;
+    }
+    printf("saga %s is %s\n", id, txo_saga_status_name(final));
+    return final == TXO_SAGA_COMPENSATED ? 0 : 1;
+}
+
+static int saga_run(int argc, char **argv)
+{
+    txo_db_opts_init(&saga_opts.common.db);
+    int first = argc;
+    enum settings_result r =
+        settings_parse(&cmd_saga, saga_table, TXO_ARRAY_LEN(saga_table), argc, argv, &first);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&saga_opts.common))
+        return 2;
+    const char *action = first < argc ? argv[first] : NULL;
+    const char *id = first + 1 < argc ? argv[first + 1] : NULL;
+    bool extra = first + 2 < argc;
+    bool show = action != NULL && strcmp(action, "show") == 0 && !extra &&
+                ((id != NULL) != (saga_opts.order_id != 0));
+    bool retry = action != NULL && strcmp(action, "retry") == 0 && id != NULL && !extra;
+    if (!show && !retry) {
+        fprintf(stderr, "usage: %s\n", cmd_saga.usage);
+        return 2;
+    }
+    struct txo_db *db = common_connect(&saga_opts.common);
+    if (db == NULL)
+        return 1;
+    int status = show ? saga_show(db, id) : saga_retry(db, id);
+    txo_db_close(db);
+    return status;
+}

@@ -1,0 +1,892 @@
+/*
+ * `txo stub-services`: a stand-in for the external payment and shipment services that the
+ * order saga calls, for tests, demos and fault drills (docs/external-services.md).
+ *
+ * It behaves like a well-made real service: every effectful call needs an Idempotency-Key;
+ * a key seen before gets the stored answer again without a second effect (so /stats can prove
+ * "one charge for two requests"); a key reused with a different request is refused (422).
+ * Refunds and cancellations are also idempotent per order.
+ *
+ * And it misbehaves on demand, at start-up (flags) or at run time (POST /control):
+ * added latency, a share of calls answered 503 (with no effect), a share of charges declined
+ * (402) and shipments refused (422), or hanging: the request is held until the client gives up
+ * (the stub answers 503 with no effect once the hang is switched off, at shutdown, or after
+ * 600 s). A failure injected on a call happens before the idempotency lookup, as a crashed or
+ * overloaded real service would do, so a retry with the same key later gets the stored answer.
+ *
+ * The HTTP side is the library's server (include/txo/http_server.h, libmicrohttpd with a thread
+ * per connection, raw bodies, answers queued after the body so keep-alive holds). All state is
+ * in one struct stub under one mutex: the handler runs on many threads at once. Waits (latency,
+ * hang) are condition-variable waits, so shutdown and /control wake them at once.
+ *
+ * Shutdown: SIGTERM/SIGINT write a byte to a pipe (async-signal-safe); the main thread, blocked
+ * reading it, releases every waiting request, stops the server (in-flight requests finish) and
+ * exits 0.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "settings.h"
+
+static int run(int argc, char **argv);
+
+const struct command cmd_stub = {
+    .name = "stub-services",
+    .summary = "stand-in payment and shipment HTTP service with failure injection (tests, demos)",
+    .usage = "txo stub-services [options]",
+    .description =
+        "Serves a fake payment and shipment API (JSON; every POST needs an Idempotency-Key\n"
+        "header, a repeated key gets the stored answer and no second effect):\n"
+        "  POST /payments/charge   {\"order_id\":N,\"amount_cents\":N} -> 201 CHARGED, 402 "
+        "declined\n"
+        "  POST /payments/refund   {\"order_id\":N} -> 200 REFUNDED (once per order)\n"
+        "  POST /shipments/create  {\"order_id\":N} -> 201 CREATED, 422 refused\n"
+        "  POST /shipments/cancel  {\"order_id\":N} -> 200 CANCELLED (once per order)\n"
+        "  GET  /stats[?order_id=N]  effects and requests counted so far\n"
+        "  POST /control  {\"fail_rate\":x,\"decline_rate\":x,\"ship_decline_rate\":x,\n"
+        "                  \"latency_ms\":n,\"hang\":bool,\"fail_path\":\"/payments/refund\",\n"
+        "                  \"reset\":bool} changes the behaviour at run time; GET shows it\n"
+        "  GET  /healthz  200\n"
+        "Injected failures (503, hang) have no effect. The URL is printed on stdout once the\n"
+        "service listens (port 0 picks a free port). SIGTERM/SIGINT stop it, exit 0.",
+    .run = run,
+};
+
+#define HANG_MAX_MS    600000
+#define LATENCY_MAX_MS 600000
+#define KEY_MAX        255
+#define PATH_MAX_LEN   64
+#define KEY_BUCKETS    4096
+#define ORDER_BUCKETS  4096
+
+struct stub_cmd_opts {
+    const char *listen;
+    int64_t latency_ms;
+    const char *fail_rate;
+    const char *decline_rate;
+    const char *ship_decline_rate;
+    const char *fail_path;
+    bool hang;
+    unsigned seed;
+    unsigned max_connections;
+    const char *log_level;
+};
+
+static struct stub_cmd_opts opts;
+
+static struct setting table[] = {
+    {"listen", "TXO_STUB_LISTEN", SETTING_STRING, "127.0.0.1:8090",
+     "IPv4 HOST:PORT to serve on (port 0: any free port; the URL is printed on stdout)", false, 0,
+     0, &opts.listen},
+    {"latency-ms", "TXO_STUB_LATENCY_MS", SETTING_MS, "0",
+     "milliseconds added to every payment/shipment call", false, 0, LATENCY_MAX_MS,
+     &opts.latency_ms},
+    {"fail-rate", "TXO_STUB_FAIL_RATE", SETTING_STRING, "0",
+     "share of payment/shipment calls answered 503 with no effect, 0..1", false, 0, 0,
+     &opts.fail_rate},
+    {"decline-rate", "TXO_STUB_DECLINE_RATE", SETTING_STRING, "0",
+     "share of new charges declined with 402 (a business refusal), 0..1", false, 0, 0,
+     &opts.decline_rate},
+    {"ship-decline-rate", "TXO_STUB_SHIP_DECLINE_RATE", SETTING_STRING, "0",
+     "share of new shipments refused with 422 (a business refusal), 0..1", false, 0, 0,
+     &opts.ship_decline_rate},
+    {"fail-path", "TXO_STUB_FAIL_PATH", SETTING_STRING, NULL,
+     "limit --fail-rate and --hang to this endpoint, e.g. /payments/refund (default: all)", false,
+     0, 0, &opts.fail_path},
+    {"hang", "TXO_STUB_HANG", SETTING_BOOL, "false",
+     "hold every payment/shipment call unanswered until the client gives up (max 600 s)", false, 0,
+     0, &opts.hang},
+    {"seed", "TXO_STUB_SEED", SETTING_UINT, "1", "seed of the failure/decline random draws", false,
+     0, 4294967295UL, &opts.seed},
+    {"max-connections", "TXO_STUB_MAX_CONNECTIONS", SETTING_UINT, "512",
+     "concurrent connections (each held by a hanging call counts)", false, 1, 10000,
+     &opts.max_connections},
+    {"log-level", "TXO_LOG_LEVEL", SETTING_STRING, "info",
+     "error, warn, info or debug (debug: one line per request)", false, 0, 0, &opts.log_level},
+};
+
+/* ---- state ---- */
+
+enum endpoint {
+    EP_CHARGE,
+    EP_REFUND,
+    EP_SHIP,
+    EP_CANCEL,
+    EP_COUNT,
+};
+
+static const char *const endpoint_paths[EP_COUNT] = {
+    "/payments/charge",
+    "/payments/refund",
+    "/shipments/create",
+    "/shipments/cancel",
+};
+
+/* What the service does wrong right now. */
+struct behaviour {
+    double fail_rate;
+    double decline_rate;
+    double ship_decline_rate;
+    int64_t latency_ms;
+    bool hang;
+    char fail_path[PATH_MAX_LEN]; /* "" = every business endpoint */
+};
+
+/* A stored answer, by endpoint and Idempotency-Key. */
+struct stored {
+    struct stored *next;
+    enum endpoint ep;
+    char *key;
+    int64_t order_id;
+    int64_t amount_cents;
+    int status;
+    char *body;
+};
+
+struct order_rec {
+    struct order_rec *next;
+    int64_t order_id;
+    uint64_t charges;
+    uint64_t refunds;
+    uint64_t shipments;
+    uint64_t cancels;
+    int64_t charged_cents;
+};
+
+struct stats {
+    uint64_t requests[EP_COUNT];
+    uint64_t charges;
+    uint64_t declines;
+    uint64_t refunds;
+    uint64_t shipments;
+    uint64_t shipment_declines;
+    uint64_t cancels;
+    uint64_t replays;
+    uint64_t failures_injected;
+    uint64_t hangs;
+};
+
+struct stub {
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast on shutdown and when a hang ends */
+    bool stopping;
+    uint64_t hang_epoch; /* moves when hang is switched off: hung requests are released */
+    struct behaviour b;
+    uint64_t rng;
+    struct stats st;
+    uint64_t next_payment;
+    uint64_t next_shipment;
+    struct stored *keys[KEY_BUCKETS];
+    struct order_rec *orders[ORDER_BUCKETS];
+};
+
+/* splitmix64: small, seedable, good enough for failure injection. Called under mu. */
+static double draw(struct stub *s)
+{
+    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (double)(z >> 11) * 0x1.0p-53;
+}
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static struct stored *find_stored(struct stub *s, enum endpoint ep, const char *key)
+{
+    for (struct stored *e = s->keys[hash_str(key) % KEY_BUCKETS]; e != NULL; e = e->next) {
+        if (e->ep == ep && strcmp(e->key, key) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* Returns the order's record, created on first use, or NULL when out of memory. */
+static struct order_rec *order_rec(struct stub *s, int64_t order_id)
+{
+    size_t b = (size_t)((uint64_t)order_id % ORDER_BUCKETS);
+    for (struct order_rec *o = s->orders[b]; o != NULL; o = o->next) {
+        if (o->order_id == order_id)
+            return o;
+    }
+    struct order_rec *o = txo_calloc(1, sizeof(*o));
+    if (o == NULL)
+        return NULL;
+    o->order_id = order_id;
+    o->next = s->orders[b];
+    s->orders[b] = o;
+    return o;
+}
+
+static const struct order_rec *find_order(const struct stub *s, int64_t order_id)
+{
+    const struct order_rec *o = s->orders[(uint64_t)order_id % ORDER_BUCKETS];
+    while (o != NULL && o->order_id != order_id)
+        o = o->next;
+    return o;
+}
+
+static void clear_state(struct stub *s)
+{
+    for (size_t i = 0; i < KEY_BUCKETS; i++) {
+        while (s->keys[i] != NULL) {
+            struct stored *e = s->keys[i];
+            s->keys[i] = e->next;
+            txo_free(e->key);
+            txo_free(e->body);
+            txo_free(e);
+        }
+    }
+    for (size_t i = 0; i < ORDER_BUCKETS; i++) {
+        while (s->orders[i] != NULL) {
+            struct order_rec *o = s->orders[i];
+            s->orders[i] = o->next;
+            txo_free(o);
+        }
+    }
+    memset(&s->st, 0, sizeof(s->st));
+    s->next_payment = 0;
+    s->next_shipment = 0;
+}
+
+/*
+ * Waits up to ms with mu held. Returns early at shutdown, and, when hang_epoch is not NULL,
+ * once s->hang_epoch differs from *hang_epoch (the hang was switched off).
+ */
+static void wait_locked(struct stub *s, int64_t ms, const uint64_t *hang_epoch)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += (time_t)(ms / 1000);
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    while (!s->stopping && (hang_epoch == NULL || *hang_epoch == s->hang_epoch)) {
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+}
+
+/* ---- responses ---- */
+
+/* Sets a JSON response from a jansson value (stolen). */
+static void reply_json(struct txo_http_response *resp, int status, json_t *v)
+{
+    char *text = v != NULL ? json_dumps(v, JSON_COMPACT) : NULL;
+    json_decref(v);
+    if (text == NULL) {
+        (void)txo_http_response_set(resp, 500, "{\"error\":\"out of memory\"}");
+        return;
+    }
+    (void)txo_http_response_set(resp, status, text);
+    free(text);
+}
+
+static void reply_error(struct txo_http_response *resp, int status, const char *message)
+{
+    reply_json(resp, status, json_pack("{s:s}", "error", message));
+}
+
+static json_t *behaviour_json(const struct behaviour *b)
+{
+    return json_pack("{s:f,s:f,s:f,s:I,s:b,s:s?}", "fail_rate", b->fail_rate, "decline_rate",
+                     b->decline_rate, "ship_decline_rate", b->ship_decline_rate, "latency_ms",
+                     (json_int_t)b->latency_ms, "hang", (int)b->hang, "fail_path",
+                     b->fail_path[0] != '\0' ? b->fail_path : NULL);
+}
+
+/* ---- parsing ---- */
+
+static bool parse_rate(const char *text, double *out)
+{
+    if (text == NULL || *text == '\0')
+        return false;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno != 0 || *end != '\0' || !isfinite(v) || v < 0.0 || v > 1.0)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A JSON number in [0, 1]. */
+static bool json_rate(const json_t *v, double *out)
+{
+    if (!json_is_number(v))
+        return false;
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < 0.0 || d > 1.0)
+        return false;
+    *out = d;
+    return true;
+}
+
+static bool valid_fail_path(const char *path)
+{
+    if (path[0] == '\0')
+        return true;
+    for (size_t i = 0; i < EP_COUNT; i++) {
+        if (strcmp(path, endpoint_paths[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Splits "HOST:PORT" ("localhost" means 127.0.0.1). */
+static bool parse_listen(const char *text, char *host, size_t cap, unsigned *port)
+{
+    const char *colon = strrchr(text, ':');
+    if (colon == NULL || colon == text || (size_t)(colon - text) >= cap)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long p = strtoul(colon + 1, &end, 10);
+    if (errno != 0 || end == colon + 1 || *end != '\0' || p > 65535)
+        return false;
+    snprintf(host, cap, "%.*s", (int)(colon - text), text);
+    if (strcmp(host, "localhost") == 0)
+        snprintf(host, cap, "127.0.0.1");
+    *port = (unsigned)p;
+    return true;
+}
+
+/* ---- endpoints ---- */
+
+static void handle_control(struct stub *s, const struct txo_http_request *req,
+                           struct txo_http_response *resp)
+{
+    if (strcmp(req->method, "GET") == 0) {
+        pthread_mutex_lock(&s->mu);
+        json_t *v = behaviour_json(&s->b);
+        pthread_mutex_unlock(&s->mu);
+        reply_json(resp, 200, v);
+        return;
+    }
+    json_error_t jerr;
+    json_t *in = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(in)) {
+        json_decref(in);
+        reply_error(resp, 400, "body must be a JSON object");
+        return;
+    }
+    /* Read, change and commit under one lock, so concurrent changes do not undo each other. */
+    pthread_mutex_lock(&s->mu);
+    struct behaviour b = s->b;
+    bool reset = false;
+    const char *key;
+    json_t *v;
+    const char *bad = NULL;
+    json_object_foreach(in, key, v)
+    {
+        if (strcmp(key, "fail_rate") == 0) {
+            if (!json_rate(v, &b.fail_rate))
+                bad = "fail_rate must be a number from 0 to 1";
+        } else if (strcmp(key, "decline_rate") == 0) {
+            if (!json_rate(v, &b.decline_rate))
+                bad = "decline_rate must be a number from 0 to 1";
+        } else if (strcmp(key, "ship_decline_rate") == 0) {
+            if (!json_rate(v, &b.ship_decline_rate))
+                bad = "ship_decline_rate must be a number from 0 to 1";
+        } else if (strcmp(key, "latency_ms") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > LATENCY_MAX_MS)
+                bad = "latency_ms must be an integer from 0 to 600000";
+            else
+                b.latency_ms = json_integer_value(v);
+        } else if (strcmp(key, "hang") == 0) {
+            if (!json_is_boolean(v))
+                bad = "hang must be true or false";
+            else
+                b.hang = json_is_true(v);
+        } else if (strcmp(key, "fail_path") == 0) {
+            const char *p = json_is_null(v) ? "" : json_string_value(v);
+            if (p == NULL || !valid_fail_path(p))
+                bad = "fail_path must be one of the four business endpoints, \"\" or null";
+            else
+                snprintf(b.fail_path, sizeof(b.fail_path), "%s", p);
+        } else if (strcmp(key, "reset") == 0) {
+            if (!json_is_boolean(v))
+                bad = "reset must be true or false";
+            else
+                reset = json_is_true(v);
+        } else {
+            bad = "unknown setting (fail_rate, decline_rate, ship_decline_rate, latency_ms, "
+                  "hang, fail_path, reset)";
+        }
+        if (bad != NULL)
+            break;
+    }
+    json_decref(in);
+    if (bad != NULL) {
+        pthread_mutex_unlock(&s->mu);
+        reply_error(resp, 400, bad);
+        return;
+    }
+    if (s->b.hang && !b.hang)
+        s->hang_epoch++;
+    s->b = b;
+    if (reset)
+        clear_state(s);
+    pthread_cond_broadcast(&s->cv);
+    json_t *out = behaviour_json(&s->b);
+    pthread_mutex_unlock(&s->mu);
+    TXO_LOG(TXO_LOG_INFO, "stub",
+            "behaviour changed fail_rate=%g decline_rate=%g ship_decline_rate=%g "
+            "latency_ms=%" PRId64 " hang=%s fail_path=%s reset=%s",
+            b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
+            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*",
+            reset ? "true" : "false");
+    reply_json(resp, 200, out);
+}
+
+static json_t *order_json(const struct order_rec *o, int64_t order_id)
+{
+    struct order_rec none = {.order_id = order_id};
+    if (o == NULL)
+        o = &none;
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "order_id", (json_int_t)o->order_id, "charges",
+                     (json_int_t)o->charges, "charged_cents", (json_int_t)o->charged_cents,
+                     "refunds", (json_int_t)o->refunds, "shipments", (json_int_t)o->shipments,
+                     "cancels", (json_int_t)o->cancels);
+}
+
+static void handle_stats(struct stub *s, const struct txo_http_request *req,
+                         struct txo_http_response *resp)
+{
+    const char *order_arg = txo_http_request_arg(req, "order_id");
+    int64_t order_id = 0;
+    if (order_arg != NULL) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(order_arg, &end, 10);
+        if (errno != 0 || end == order_arg || *end != '\0') {
+            reply_error(resp, 400, "order_id must be an integer");
+            return;
+        }
+        order_id = v;
+    }
+    pthread_mutex_lock(&s->mu);
+    const struct stats *st = &s->st;
+    json_t *v = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "charges", (json_int_t)st->charges,
+        "charge_requests", (json_int_t)st->requests[EP_CHARGE], "declines",
+        (json_int_t)st->declines, "refunds", (json_int_t)st->refunds, "refund_requests",
+        (json_int_t)st->requests[EP_REFUND], "shipments", (json_int_t)st->shipments,
+        "shipment_requests", (json_int_t)st->requests[EP_SHIP], "shipment_declines",
+        (json_int_t)st->shipment_declines, "cancels", (json_int_t)st->cancels, "cancel_requests",
+        (json_int_t)st->requests[EP_CANCEL], "replays", (json_int_t)st->replays,
+        "failures_injected", (json_int_t)st->failures_injected, "hangs", (json_int_t)st->hangs);
+    if (v != NULL && order_arg != NULL)
+        json_object_set_new(v, "order", order_json(find_order(s, order_id), order_id));
+    pthread_mutex_unlock(&s->mu);
+    reply_json(resp, 200, v);
+}
+
+/* The request of a business call, validated. */
+struct call {
+    enum endpoint ep;
+    const char *key;
+    int64_t order_id;
+    int64_t amount_cents;
+};
+
+/* Parses and validates the body. Returns NULL or the reason for a 400. */
+static const char *parse_call(const struct txo_http_request *req, struct call *c, char *why,
+                              size_t cap)
+{
+    json_error_t jerr;
+    json_t *in = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (in == NULL) {
+        snprintf(why, cap, "bad JSON: %s", jerr.text);
+        return why;
+    }
+    const char *reason = NULL;
+    json_t *order = json_object_get(in, "order_id");
+    json_t *amount = json_object_get(in, "amount_cents");
+    if (!json_is_object(in))
+        reason = "body must be a JSON object";
+    else if (!json_is_integer(order) || json_integer_value(order) <= 0)
+        reason = "order_id must be a positive integer";
+    else if (c->ep == EP_CHARGE && (!json_is_integer(amount) || json_integer_value(amount) < 0))
+        reason = "amount_cents must be an integer >= 0";
+    if (reason == NULL) {
+        c->order_id = json_integer_value(order);
+        c->amount_cents = c->ep == EP_CHARGE ? json_integer_value(amount) : 0;
+    }
+    json_decref(in);
+    return reason;
+}
+
+/* Applies a new call's effect with mu held; fills status and the body. */
+static json_t *apply_call(struct stub *s, const struct call *c, struct order_rec *o, int *status)
+{
+    char id[32];
+    switch (c->ep) {
+    case EP_CHARGE:
+        if (s->b.decline_rate > 0.0 && draw(s) < s->b.decline_rate) {
+            s->st.declines++;
+            *status = 402;
+            return json_pack("{s:s,s:s,s:I}", "error", "card_declined", "status", "DECLINED",
+                             "order_id", (json_int_t)c->order_id);
+        }
+        s->st.charges++;
+        o->charges++;
+        o->charged_cents += c->amount_cents;
+        snprintf(id, sizeof(id), "pay_%" PRIu64, ++s->next_payment);
+        *status = 201;
+        return json_pack("{s:s,s:I,s:I,s:s}", "payment_id", id, "order_id", (json_int_t)c->order_id,
+                         "amount_cents", (json_int_t)c->amount_cents, "status", "CHARGED");
+    case EP_REFUND:
+        if (o->refunds == 0) {
+            s->st.refunds++;
+            o->refunds++;
+        }
+        *status = 200;
+        return json_pack("{s:I,s:s}", "order_id", (json_int_t)c->order_id, "status", "REFUNDED");
+    case EP_SHIP:
+        if (s->b.ship_decline_rate > 0.0 && draw(s) < s->b.ship_decline_rate) {
+            s->st.shipment_declines++;
+            *status = 422;
+            return json_pack("{s:s,s:s,s:I}", "error", "address_unserviceable", "status",
+                             "REJECTED", "order_id", (json_int_t)c->order_id);
+        }
+        s->st.shipments++;
+        o->shipments++;
+        snprintf(id, sizeof(id), "shp_%" PRIu64, ++s->next_shipment);
+        *status = 201;
+        return json_pack("{s:s,s:I,s:s}", "shipment_id", id, "order_id", (json_int_t)c->order_id,
+                         "status", "CREATED");
+    case EP_CANCEL:
+        if (o->cancels == 0) {
+            s->st.cancels++;
+            o->cancels++;
+        }
+        *status = 200;
+        return json_pack("{s:I,s:s}", "order_id", (json_int_t)c->order_id, "status", "CANCELLED");
+    case EP_COUNT:
+        break;
+    }
+    return NULL;
+}
+
+/* Stores the answer under the call's key with mu held. False when out of memory. */
+static bool store(struct stub *s, const struct call *c, int status, const char *body)
+{
+    struct stored *e = txo_calloc(1, sizeof(*e));
+    if (e == NULL)
+        return false;
+    e->ep = c->ep;
+    e->key = txo_strdup(c->key);
+    e->body = txo_strdup(body);
+    if (e->key == NULL || e->body == NULL) {
+        txo_free(e->key);
+        txo_free(e->body);
+        txo_free(e);
+        return false;
+    }
+    e->order_id = c->order_id;
+    e->amount_cents = c->amount_cents;
+    e->status = status;
+    size_t b = hash_str(c->key) % KEY_BUCKETS;
+    e->next = s->keys[b];
+    s->keys[b] = e;
+    return true;
+}
+
+static void handle_business(struct stub *s, enum endpoint ep, const struct txo_http_request *req,
+                            struct txo_http_response *resp)
+{
+    pthread_mutex_lock(&s->mu);
+    s->st.requests[ep]++;
+    pthread_mutex_unlock(&s->mu);
+
+    struct call c = {.ep = ep, .key = txo_http_request_header(req, "Idempotency-Key")};
+    if (c.key == NULL || c.key[0] == '\0') {
+        reply_error(resp, 400, "the Idempotency-Key header is required");
+        return;
+    }
+    if (strlen(c.key) > KEY_MAX) {
+        reply_error(resp, 400, "the Idempotency-Key header is longer than 255 bytes");
+        return;
+    }
+    char why[256];
+    const char *bad = parse_call(req, &c, why, sizeof(why));
+    if (bad != NULL) {
+        reply_error(resp, 400, bad);
+        return;
+    }
+
+    pthread_mutex_lock(&s->mu);
+    bool targeted = s->b.fail_path[0] == '\0' || strcmp(s->b.fail_path, endpoint_paths[ep]) == 0;
+    if (s->b.latency_ms > 0)
+        wait_locked(s, s->b.latency_ms, NULL);
+    if (targeted && s->b.hang && !s->stopping) {
+        s->st.hangs++;
+        uint64_t epoch = s->hang_epoch;
+        wait_locked(s, HANG_MAX_MS, &epoch);
+        pthread_mutex_unlock(&s->mu);
+        reply_error(resp, 503, "hang released without an answer (no effect)");
+        return;
+    }
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        reply_error(resp, 503, "shutting down");
+        return;
+    }
+    if (targeted && s->b.fail_rate > 0.0 && draw(s) < s->b.fail_rate) {
+        s->st.failures_injected++;
+        pthread_mutex_unlock(&s->mu);
+        reply_error(resp, 503, "injected failure (no effect)");
+        return;
+    }
+
+    const struct stored *prev = find_stored(s, ep, c.key);
+    if (prev != NULL) {
+        if (prev->order_id != c.order_id || prev->amount_cents != c.amount_cents) {
+            pthread_mutex_unlock(&s->mu);
+            reply_error(resp, 422, "Idempotency-Key reused with a different request");
+            return;
+        }
+        s->st.replays++;
+        (void)txo_http_response_set(resp, prev->status, prev->body);
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+
+    struct order_rec *o = order_rec(s, c.order_id);
+    if (o == NULL) {
+        pthread_mutex_unlock(&s->mu);
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    int status = 500;
+    json_t *out = apply_call(s, &c, o, &status);
+    char *text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    bool stored = text != NULL && store(s, &c, status, text);
+    pthread_mutex_unlock(&s->mu);
+    if (!stored) {
+        /* The effect may have happened; the client retries with the same key. */
+        free(text);
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    (void)txo_http_response_set(resp, status, text);
+    free(text);
+}
+
+static void handle(void *arg, const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    struct stub *s = arg;
+    bool get = strcmp(req->method, "GET") == 0;
+    bool post = strcmp(req->method, "POST") == 0;
+    if (strcmp(req->path, "/healthz") == 0) {
+        if (get)
+            (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
+        else
+            reply_error(resp, 405, "use GET");
+    } else if (strcmp(req->path, "/stats") == 0) {
+        if (get)
+            handle_stats(s, req, resp);
+        else
+            reply_error(resp, 405, "use GET");
+    } else if (strcmp(req->path, "/control") == 0) {
+        if (get || post)
+            handle_control(s, req, resp);
+        else
+            reply_error(resp, 405, "use GET or POST");
+    } else {
+        size_t ep = 0;
+        while (ep < EP_COUNT && strcmp(req->path, endpoint_paths[ep]) != 0)
+            ep++;
+        if (ep == EP_COUNT)
+            reply_error(resp, 404, "no such endpoint");
+        else if (!post)
+            reply_error(resp, 405, "use POST");
+        else
+            handle_business(s, (enum endpoint)ep, req, resp);
+    }
+    TXO_LOG(TXO_LOG_DEBUG, "stub", "request method=%s path=%s status=%d key=%s", req->method,
+            req->path, resp->status,
+            txo_http_request_header(req, "Idempotency-Key") != NULL
+                ? txo_http_request_header(req, "Idempotency-Key")
+                : "-");
+}
+
+/* ---- lifecycle ---- */
+
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop(void *arg)
+{
+    (void)arg;
+    char b = 1;
+    ssize_t n = write(stop_pipe[1], &b, 1); /* async-signal-safe */
+    (void)n;
+}
+
+static bool stub_init(struct stub *s)
+{
+    memset(s, 0, sizeof(*s));
+    pthread_condattr_t attr;
+    if (pthread_condattr_init(&attr) != 0)
+        return false;
+    bool ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+              pthread_cond_init(&s->cv, &attr) == 0;
+    pthread_condattr_destroy(&attr);
+    if (!ok)
+        return false;
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        pthread_cond_destroy(&s->cv);
+        return false;
+    }
+    return true;
+}
+
+static void stub_release(struct stub *s)
+{
+    clear_state(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+}
+
+static bool rate_setting(const char *name, const char *text, double *out)
+{
+    if (parse_rate(text, out))
+        return true;
+    fprintf(stderr, "txo stub-services: --%s must be a number from 0 to 1, got \"%s\"\n", name,
+            text != NULL ? text : "");
+    return false;
+}
+
+static int run(int argc, char **argv)
+{
+    enum settings_result r =
+        settings_parse(&cmd_stub, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+
+    enum txo_log_level level;
+    if (txo_log_level_parse(opts.log_level, &level) < 0) {
+        fprintf(stderr,
+                "txo stub-services: --log-level must be error, warn, info or debug, got \"%s\"\n",
+                opts.log_level);
+        return 2;
+    }
+    txo_log_set_level(level);
+    struct behaviour b;
+    memset(&b, 0, sizeof(b));
+    if (!rate_setting("fail-rate", opts.fail_rate, &b.fail_rate) ||
+        !rate_setting("decline-rate", opts.decline_rate, &b.decline_rate) ||
+        !rate_setting("ship-decline-rate", opts.ship_decline_rate, &b.ship_decline_rate))
+        return 2;
+    const char *fail_path = opts.fail_path != NULL ? opts.fail_path : "";
+    if (!valid_fail_path(fail_path)) {
+        fprintf(stderr,
+                "txo stub-services: --fail-path must be /payments/charge, /payments/refund, "
+                "/shipments/create or /shipments/cancel, got \"%s\"\n",
+                fail_path);
+        return 2;
+    }
+    snprintf(b.fail_path, sizeof(b.fail_path), "%s", fail_path);
+    b.latency_ms = opts.latency_ms;
+    b.hang = opts.hang;
+    char host[64];
+    unsigned port = 0;
+    if (!parse_listen(opts.listen, host, sizeof(host), &port)) {
+        fprintf(stderr, "txo stub-services: --listen must be HOST:PORT, got \"%s\"\n", opts.listen);
+        return 2;
+    }
+
+    struct stub *s = txo_malloc(sizeof(*s));
+    if (s == NULL || !stub_init(s)) {
+        txo_free(s);
+        fprintf(stderr, "txo stub-services: cannot set up the service state\n");
+        return 1;
+    }
+    s->b = b;
+    s->rng = opts.seed;
+    int status = 1;
+    struct txo_http_server *srv = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (pipe(stop_pipe) != 0) {
+        fprintf(stderr, "txo stub-services: pipe: %s\n", strerror(errno));
+        goto out;
+    }
+    cmd_on_stop_signal(on_stop, NULL);
+
+    struct txo_http_server_opts so;
+    txo_http_server_opts_init(&so);
+    so.host = host;
+    so.port = port;
+    so.max_connections = opts.max_connections;
+    if (txo_http_server_start(&so, handle, s, &srv, &err) < 0) {
+        cmd_report("stub-services", "starting the HTTP server", &err);
+        status = err.code == TXO_EINVAL ? 2 : 1;
+        goto out;
+    }
+    unsigned bound = txo_http_server_port(srv);
+    TXO_LOG(TXO_LOG_INFO, "stub",
+            "listening url=http://%s:%u fail_rate=%g decline_rate=%g ship_decline_rate=%g "
+            "latency_ms=%" PRId64 " hang=%s fail_path=%s seed=%u",
+            host, bound, b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
+            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*", opts.seed);
+    printf("http://%s:%u\n", host, bound);
+    fflush(stdout);
+
+    for (;;) {
+        char byte;
+        ssize_t n = read(stop_pipe[0], &byte, 1);
+        if (n > 0 || (n < 0 && errno != EINTR))
+            break;
+    }
+    TXO_LOG(TXO_LOG_INFO, "stub", "stopping: releasing waiting requests");
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    txo_http_server_stop(srv);
+    srv = NULL;
+    pthread_mutex_lock(&s->mu);
+    TXO_LOG(TXO_LOG_INFO, "stub",
+            "stopped charges=%" PRIu64 " charge_requests=%" PRIu64 " refunds=%" PRIu64
+            " shipments=%" PRIu64 " cancels=%" PRIu64 " failures_injected=%" PRIu64
+            " hangs=%" PRIu64,
+            s->st.charges, s->st.requests[EP_CHARGE], s->st.refunds, s->st.shipments, s->st.cancels,
+            s->st.failures_injected, s->st.hangs);
+    pthread_mutex_unlock(&s->mu);
+    status = 0;
+out:
+    /* Signals may still arrive; they must not write to a closed pipe. */
+    cmd_on_stop_signal(NULL, NULL);
+    txo_http_server_stop(srv);
+    for (int i = 0; i < 2; i++) {
+        if (stop_pipe[i] >= 0)
+            close(stop_pipe[i]);
+        stop_pipe[i] = -1;
+    }
+    stub_release(s);
+    txo_free(s);
+    return status;
+}

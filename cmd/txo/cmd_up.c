@@ -1,0 +1,252 @@
+/*
+ * `txo up`: the whole order service in one process: the HTTP API, the relay and the worker,
+ * with the flags of `txo serve`, `txo relay` and `txo worker`. With the default --broker local
+ * the relay hands each committed event straight to the worker's consumer (no broker needed:
+ * MariaDB is the only dependency); with --broker nats events go through JetStream.
+ *
+ * Stop order on SIGTERM/SIGINT: the API first (no new orders), then the relay (its batch in
+ * flight completes), then the worker (its saga steps in flight complete).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemons.h"
+#include "orders.h"
+
+static int run(int argc, char **argv);
+
+const struct command cmd_up = {
+    .name = "up",
+    .summary = "run the API, the relay and the worker in one process (local development)",
+    .usage = "txo up [options]",
+    .description =
+        "Applies the migrations (and creates --stock), then runs `txo serve`, `txo relay` and `txo worker` together,\n"
+        "with their options. --broker local (the default) delivers each published event to\n"
+        "the in-process consumer, so nothing but MariaDB is needed; --broker nats publishes\n"
+        "to and consumes from NATS JetStream. Several processes may run against one database.\n"
+        "SIGTERM/SIGINT: stop the API, then the relay, then the worker; exit 0.",
+    .run = run,
+};
+
+struct up_cmd_opts {
+    struct common_opts common;
+    struct serve_settings serve;
+    struct relay_settings relay;
+    struct worker_settings worker;
+    struct services_settings services;
+    const char *broker;
+    struct nats_settings nats;
+    bool migrate;
+    const char *stock;
+};
+
+static struct up_cmd_opts opts;
+
+static struct setting table[] = {
+    COMMON_SETTINGS(opts.common),
+    SERVE_SETTINGS(opts.serve),
+    RELAY_SETTINGS(opts.relay),
+    WORKER_SETTINGS(opts.worker),
+    SERVICES_SETTINGS(opts.services),
+    {"broker", "TXO_BROKER", SETTING_STRING, "local",
+     "how events reach the worker: local (in-process dispatch) or nats (JetStream)", false, 0, 0,
+     &opts.broker},
+    NATS_SETTINGS(opts.nats),
+    {"migrate", "TXO_MIGRATE", SETTING_BOOL, "true", "apply the schema migrations at start",
+     false, 0, 0, &opts.migrate},
+    {"stock", "TXO_STOCK", SETTING_STRING, NULL,
+     "create these SKUs when missing, as SKU=UNITS[,SKU=UNITS...] (e.g. iphone-15=100); "
+     "existing SKUs are left alone",
+     false, 0, 0, &opts.stock},
+};
+
+struct relay_thread {
+    struct txo_relay *relay;
+    int rc;
+    struct txo_error err;
+};
+
+static void *relay_main(void *arg)
+{
+    struct relay_thread *t = arg;
+    txo_error_init(&t->err);
+    t->rc = txo_relay_run(t->relay, &t->err);
+    return NULL;
+}
+
+/* --stock: "sku=units,sku=units". */
+static bool ensure_stock(struct txo_db *db, const char *spec)
+{
+    char *copy = txo_strdup(spec);
+    bool ok = copy != NULL;
+    char *save = NULL;
+    for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        char *end = NULL;
+        long units = eq != NULL ? strtol(eq + 1, &end, 10) : -1;
+        if (eq == NULL || eq == item || end == eq + 1 || *end != '\0' || units < 0 ||
+            units > INT32_MAX) {
+            fprintf(stderr, "txo up: --stock wants SKU=UNITS[,SKU=UNITS...], got \"%s\"\n", item);
+            ok = false;
+            break;
+        }
+        *eq = '\0';
+        struct txo_error err;
+        txo_error_init(&err);
+        if (orders_ensure_inventory(db, item, (int32_t)units, &err) != 0) {
+            cmd_report("up", "creating stock", &err);
+            ok = false;
+        }
+    }
+    txo_free(copy);
+    return ok;
+}
+
+static bool prepare_database(void)
+{
+    struct txo_db *db = common_connect(&opts.common);
+    if (db == NULL)
+        return false;
+    struct txo_error err;
+    txo_error_init(&err);
+    bool ok = true;
+    if (opts.migrate) {
+        unsigned applied = 0, total = 0;
+        if (txo_migrate(db, &applied, &total, &err) != 0) {
+            cmd_report("up", "migrating the schema", &err);
+            ok = false;
+        } else {
+            TXO_LOG(TXO_LOG_INFO, "up", "schema ready applied=%u total=%u", applied, total);
+        }
+    }
+    if (ok && opts.stock != NULL && opts.stock[0] != '\0')
+        ok = ensure_stock(db, opts.stock);
+    txo_db_close(db);
+    return ok;
+}
+
+static int run(int argc, char **argv)
+{
+    txo_db_opts_init(&opts.common.db);
+    enum settings_result r = settings_parse(&cmd_up, table, TXO_ARRAY_LEN(table), argc, argv,
+                                            NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&opts.common))
+        return 2;
+    bool use_nats = strcmp(opts.broker, "nats") == 0;
+    if (!use_nats && strcmp(opts.broker, "local") != 0) {
+        fprintf(stderr, "txo up: --broker must be local or nats, got \"%s\"\n", opts.broker);
+        return 2;
+    }
+    struct txo_relay_opts ro;
+    if (!daemon_relay_opts("up", &opts.relay, &ro))
+        return 2;
+    if (!prepare_database())
+        return 1;
+
+    daemon_block_signals();
+    int status = 1;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct order_services *services = NULL;
+    struct order_worker *worker = NULL;
+    struct txo_consumer *consumer = NULL;
+    struct txo_publisher *pub = NULL;
+    struct txo_db *relay_db = NULL;
+    struct relay_thread rt = {0};
+    bool relay_running = false;
+    pthread_t relay_tid;
+    struct api_daemon *api = NULL;
+
+    struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
+    if (metrics == NULL)
+        goto out;
+    struct txo_metrics *reg = daemon_metrics_registry(metrics);
+    if (!daemon_services_new("up", &opts.services, reg, &services)) {
+        status = 2;
+        goto out;
+    }
+    struct order_worker_opts wo;
+    daemon_worker_opts(&opts.worker, &wo);
+    wo.services = services;
+    if (order_worker_new(&opts.common.db, &wo, &worker, &err) != 0) {
+        cmd_report("up", "creating the worker", &err);
+        goto out;
+    }
+    struct txo_nats_opts no;
+    daemon_nats_opts(&opts.nats, &no);
+    if (use_nats) {
+        if (txo_publisher_nats_new(&no, &pub, &err) != 0 ||
+            txo_consumer_nats_new(&no, order_worker_handle_message, worker, &consumer, &err) !=
+                0) {
+            cmd_report("up", "connecting to NATS", &err);
+            goto out;
+        }
+        order_worker_attach_consumer(worker, consumer);
+    } else if (txo_publisher_local_new(order_worker_handle_message, worker, &pub, &err) != 0) {
+        cmd_report("up", "creating the local dispatcher", &err);
+        goto out;
+    }
+    relay_db = common_connect(&opts.common);
+    if (relay_db == NULL)
+        goto out;
+    if (txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
+        cmd_report("up", "creating the relay", &err);
+        goto out;
+    }
+    if (!daemon_metrics_watch_relay(metrics, rt.relay) ||
+        !daemon_metrics_watch_worker(metrics, worker))
+        goto out;
+    if (order_worker_start(worker, &err) != 0) {
+        cmd_report("up", "starting the worker", &err);
+        goto out;
+    }
+    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+        fprintf(stderr, "txo up: cannot start the relay thread\n");
+        goto out;
+    }
+    relay_running = true;
+    api = daemon_api_start("up", &opts.common, &opts.serve, services, reg);
+    if (api == NULL)
+        goto out;
+    TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
+            opts.broker, opts.worker.saga_threads);
+    int sig = daemon_wait_signal();
+    TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
+    status = 0;
+out:
+    daemon_api_stop(api);
+    if (relay_running) {
+        txo_relay_stop(rt.relay);
+        pthread_join(relay_tid, NULL);
+        if (rt.rc != 0) {
+            cmd_report("up", "the relay stopped on an error", &rt.err);
+            status = 1;
+        }
+    }
+    if (metrics != NULL)
+        daemon_metrics_forget(metrics);
+    if (worker != NULL) {
+        order_worker_stop(worker);
+        struct order_worker_stats st;
+        order_worker_get_stats(worker, &st);
+        TXO_LOG(TXO_LOG_INFO, "up",
+                "stopped orders_consumed=%" PRIu64 " completed=%" PRIu64 " aborted=%" PRIu64
+                " compensation_failed=%" PRIu64,
+                st.consumed, st.sagas_completed, st.sagas_aborted, st.sagas_comp_failed);
+    }
+    txo_relay_free(rt.relay);
+    txo_db_close(relay_db);
+    txo_publisher_free(pub);
+    order_worker_free(worker);
+    txo_consumer_free(consumer);
+    order_services_free(services);
+    daemon_metrics_free(metrics);
+    return status;
+}

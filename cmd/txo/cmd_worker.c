@@ -1,0 +1,134 @@
+/*
+ * `txo worker`: consumes OrderCreated from NATS JetStream (or takes sagas and commands from the
+ * database only, --broker none), runs sagas, the command queue, compensation retries and the
+ * retention cleaner (app/order-service/worker.h). Run as many as you like against one database.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemons.h"
+
+static int run(int argc, char **argv);
+
+const struct command cmd_worker = {
+    .name = "worker",
+    .summary = "consume OrderCreated, run sagas, commands, compensation retries and cleanup",
+    .usage = "txo worker [options]",
+    .description =
+        "Consumes OrderCreated events from the NATS JetStream durable consumer (--broker nats)\n"
+        "and records each in inbox_events in the same transaction as the saga it starts (a\n"
+        "duplicate delivery is dropped). Runs sagas to a terminal state, resumes the sagas of\n"
+        "workers that died (expired owner lease), runs StartOrderSaga commands of the async\n"
+        "API, retries COMPENSATION_FAILED sagas with backoff, and deletes old PUBLISHED outbox\n"
+        "rows, idempotency keys, inbox rows and DONE commands in small batches. With\n"
+        "--broker none it does all of that except consuming (sagas then come from the async\n"
+        "API's commands or from `txo up`). SIGTERM/SIGINT: finish the steps in flight, exit 0.",
+    .run = run,
+};
+
+struct worker_cmd_opts {
+    struct common_opts common;
+    struct worker_settings worker;
+    struct services_settings services;
+    const char *broker;
+    struct nats_settings nats;
+    const char *metrics_listen;
+};
+
+static struct worker_cmd_opts opts;
+
+static struct setting table[] = {
+    COMMON_SETTINGS(opts.common),
+    WORKER_SETTINGS(opts.worker),
+    SERVICES_SETTINGS(opts.services),
+    {"broker", "TXO_BROKER", SETTING_STRING, "nats",
+     "where OrderCreated comes from: nats (JetStream durable consumer) or none", false, 0, 0,
+     &opts.broker},
+    NATS_SETTINGS(opts.nats),
+    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
+     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
+     &opts.metrics_listen},
+};
+
+static int run(int argc, char **argv)
+{
+    txo_db_opts_init(&opts.common.db);
+    enum settings_result r = settings_parse(&cmd_worker, table, TXO_ARRAY_LEN(table), argc, argv,
+                                            NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&opts.common))
+        return 2;
+    bool use_nats = strcmp(opts.broker, "nats") == 0;
+    if (!use_nats && strcmp(opts.broker, "none") != 0) {
+        fprintf(stderr, "txo worker: --broker must be nats or none, got \"%s\"\n", opts.broker);
+        return 2;
+    }
+
+    daemon_block_signals();
+    int status = 1;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct order_services *services = NULL;
+    struct order_worker *worker = NULL;
+    struct txo_consumer *consumer = NULL;
+    struct txo_http_server *msrv = NULL;
+    struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
+    if (metrics == NULL)
+        goto out;
+    if (!daemon_services_new("worker", &opts.services, daemon_metrics_registry(metrics),
+                             &services)) {
+        status = 2;
+        goto out;
+    }
+    struct order_worker_opts wo;
+    daemon_worker_opts(&opts.worker, &wo);
+    wo.services = services;
+    if (order_worker_new(&opts.common.db, &wo, &worker, &err) != 0) {
+        cmd_report("worker", "creating the worker", &err);
+        goto out;
+    }
+    if (use_nats) {
+        struct txo_nats_opts no;
+        daemon_nats_opts(&opts.nats, &no);
+        no.filter_subject = NULL; /* every event; the handler acts on OrderCreated only */
+        if (txo_consumer_nats_new(&no, order_worker_handle_message, worker, &consumer, &err) !=
+            0) {
+            cmd_report("worker", "creating the NATS consumer", &err);
+            goto out;
+        }
+        order_worker_attach_consumer(worker, consumer);
+    }
+    if (!daemon_metrics_watch_worker(metrics, worker) ||
+        !daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
+        goto out;
+    if (order_worker_start(worker, &err) != 0) {
+        cmd_report("worker", "starting the worker", &err);
+        goto out;
+    }
+    TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
+            opts.worker.saga_threads, opts.broker);
+    int sig = daemon_wait_signal();
+    TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
+    status = 0;
+out:
+    txo_http_server_stop(msrv);
+    if (metrics != NULL)
+        daemon_metrics_forget(metrics);
+    if (worker != NULL) {
+        order_worker_stop(worker);
+        struct order_worker_stats st;
+        order_worker_get_stats(worker, &st);
+        TXO_LOG(TXO_LOG_INFO, "worker",
+                "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
+                " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
+                st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted,
+                st.sagas_comp_failed, st.commands_done);
+    }
+    order_worker_free(worker);
+    txo_consumer_free(consumer);
+    order_services_free(services);
+    daemon_metrics_free(metrics);
+    return status;
+}

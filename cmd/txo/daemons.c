@@ -1,0 +1,519 @@
+/*
+ * The pieces the daemon subcommands (serve, relay, worker, up) assemble: see daemons.h.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemons.h"
+#include "txo/nats.h"
+
+bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
+                         size_t host_size, unsigned *port)
+{
+    const char *colon = text != NULL ? strrchr(text, ':') : NULL;
+    char *end = NULL;
+    unsigned long p = colon != NULL ? strtoul(colon + 1, &end, 10) : 0;
+    if (colon == NULL || colon == text || (size_t)(colon - text) >= host_size ||
+        colon[1] == '\0' || *end != '\0' || p > 65535) {
+        fprintf(stderr, "txo %s: --%s must be HOST:PORT (e.g. 127.0.0.1:8080), got \"%s\"\n", cmd,
+                setting, text != NULL ? text : "");
+        return false;
+    }
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = '\0';
+    *port = (unsigned)p;
+    return true;
+}
+
+/* ---- signals ---- */
+
+void daemon_block_signals(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+int daemon_wait_signal(void)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    int sig = 0;
+    while (sigwait(&set, &sig) != 0)
+        ;
+    /* A second signal during the graceful stop ends the process at once. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+    return sig;
+}
+
+/* ---- metrics ---- */
+
+/*
+ * What the registry's collectors read at each scrape: the tables (outbox and saga gauges, on a
+ * connection of their own), and the counters the library keeps in atomics (MySQL errors,
+ * relay and worker statistics), which are moved up to their current value.
+ */
+struct daemon_metrics {
+    struct txo_metrics *reg;
+    struct txo_db_opts db_opts;
+    pthread_mutex_t mu; /* collectors may run from several scrapes at once */
+    struct txo_db *db;
+    struct order_worker *worker;
+    struct txo_relay *relay;
+
+    struct txo_metric *pending, *failed, *oldest, *dead, *sagas;
+    struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
+    uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
+    struct txo_metric *attempts, *published, *publish_failures, *dead_lettered;
+    struct txo_relay_stats last_relay;
+    uint64_t last_attempts;
+    struct txo_metric *consumed, *duplicates, *saga_runs, *resumed, *commands, *cleaned;
+    struct order_worker_stats last_worker;
+};
+
+static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
+                                 const char *name, const char *help, size_t n_labels,
+                                 const char *const *labels, bool *ok)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_metric *m = txo_metrics_register(reg, type, name, help, n_labels, labels, NULL, 0,
+                                                &err);
+    if (m == NULL) {
+        fprintf(stderr, "txo: metric %s: %s\n", name, err.msg);
+        *ok = false;
+    }
+    return m;
+}
+
+/* Adds value - *last to counter m (labels may be NULL) and remembers value. */
+static void counter_to(struct txo_metric *m, const char *const *labels, uint64_t value,
+                       uint64_t *last)
+{
+    if (m != NULL && value > *last) {
+        txo_metric_add(m, labels, (double)(value - *last));
+        *last = value;
+    }
+}
+
+static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
+{
+    (void)reg;
+    struct daemon_metrics *d = arg;
+    pthread_mutex_lock(&d->mu);
+
+    struct txo_db_stats ds;
+    txo_db_get_stats(&ds);
+    counter_to(d->deadlocks, NULL, ds.deadlocks, &d->last_deadlocks);
+    counter_to(d->lock_timeouts, NULL, ds.lock_timeouts, &d->last_lock_timeouts);
+    counter_to(d->conn_lost, NULL, ds.conn_lost, &d->last_conn_lost);
+    counter_to(d->tx_retries, NULL, ds.tx_retries, &d->last_tx_retries);
+
+    if (d->relay != NULL) {
+        struct txo_relay_stats rs;
+        txo_relay_get_stats(d->relay, &rs);
+        counter_to(d->attempts, NULL, rs.published + rs.failed_attempts + rs.dead_lettered,
+                   &d->last_attempts);
+        counter_to(d->published, NULL, rs.published, &d->last_relay.published);
+        counter_to(d->publish_failures, NULL, rs.failed_attempts, &d->last_relay.failed_attempts);
+        counter_to(d->dead_lettered, NULL, rs.dead_lettered, &d->last_relay.dead_lettered);
+    }
+    if (d->worker != NULL) {
+        struct order_worker_stats ws;
+        order_worker_get_stats(d->worker, &ws);
+        static const char *const completed[] = {"COMPLETED"};
+        static const char *const aborted[] = {"ABORTED"};
+        static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
+        counter_to(d->consumed, NULL, ws.consumed, &d->last_worker.consumed);
+        counter_to(d->duplicates, NULL, ws.duplicates, &d->last_worker.duplicates);
+        counter_to(d->saga_runs, completed, ws.sagas_completed, &d->last_worker.sagas_completed);
+        counter_to(d->saga_runs, aborted, ws.sagas_aborted, &d->last_worker.sagas_aborted);
+        counter_to(d->saga_runs, comp_failed, ws.sagas_comp_failed,
+                   &d->last_worker.sagas_comp_failed);
+        counter_to(d->resumed, NULL, ws.resumed, &d->last_worker.resumed);
+        counter_to(d->commands, NULL, ws.commands_done, &d->last_worker.commands_done);
+        counter_to(d->cleaned, NULL, ws.cleaned, &d->last_worker.cleaned);
+    }
+
+    int rc = 0;
+    if (d->db == NULL)
+        rc = txo_db_open(&d->db_opts, &d->db, err);
+    struct txo_outbox_stats os;
+    if (rc == 0)
+        rc = txo_outbox_get_stats(d->db, &os, err);
+    if (rc == 0) {
+        txo_metric_set(d->pending, NULL, (double)os.pending);
+        txo_metric_set(d->failed, NULL, (double)os.failed);
+        txo_metric_set(d->oldest, NULL, os.oldest_pending_age_s);
+        txo_metric_set(d->dead, NULL, (double)os.dead_letters);
+    }
+    uint64_t counts[6] = {0};
+    if (rc == 0)
+        rc = txo_saga_count_by_status(d->db, counts, err);
+    if (rc == 0)
+        for (int s = 0; s < 6; s++) {
+            const char *labels[] = {txo_saga_status_name((enum txo_saga_status)s)};
+            txo_metric_set(d->sagas, labels, (double)counts[s]);
+        }
+    if (rc != 0 && d->db != NULL) {
+        txo_db_close(d->db); /* reopened at the next scrape */
+        d->db = NULL;
+    }
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct daemon_metrics *d = txo_calloc(1, sizeof(*d));
+    if (d == NULL || txo_metrics_new(&d->reg, &err) != 0) {
+        fprintf(stderr, "txo: cannot create the metrics registry: %s\n", err.msg);
+        txo_free(d);
+        return NULL;
+    }
+    d->db_opts = common->db;
+    pthread_mutex_init(&d->mu, NULL);
+    bool ok = true;
+    struct txo_metrics *r = d->reg;
+    static const char *const status[] = {"status"};
+    d->pending = family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
+                        "Outbox events waiting to be published (SPEC outbox_pending_total).", 0,
+                        NULL, &ok);
+    d->failed = family(r, TXO_METRIC_GAUGE, "txo_outbox_failed",
+                       "Outbox events FAILED after the attempt limit (SPEC outbox_failed_total).",
+                       0, NULL, &ok);
+    d->oldest = family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_pending_age_seconds",
+                       "Age of the oldest PENDING outbox event: the relay's lag.", 0, NULL, &ok);
+    d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters",
+                     "Rows in dead_letter_events.", 0, NULL, &ok);
+    d->sagas = family(r, TXO_METRIC_GAUGE, "txo_sagas",
+                      "Sagas per status (SPEC saga_running_total, saga_compensating_total, "
+                      "saga_compensation_failed_total are status=RUNNING, COMPENSATING, "
+                      "COMPENSATION_FAILED).",
+                      1, status, &ok);
+    d->deadlocks = family(r, TXO_METRIC_COUNTER, "txo_mysql_deadlocks_total",
+                          "Deadlocks (MySQL 1213) this process met; the transaction was retried.",
+                          0, NULL, &ok);
+    d->lock_timeouts = family(r, TXO_METRIC_COUNTER, "txo_mysql_lock_timeouts_total",
+                              "Lock wait timeouts (MySQL 1205) this process met.", 0, NULL, &ok);
+    d->conn_lost = family(r, TXO_METRIC_COUNTER, "txo_mysql_connections_lost_total",
+                          "Database connections lost (2006/2013) and reopened.", 0, NULL, &ok);
+    d->tx_retries = family(r, TXO_METRIC_COUNTER, "txo_mysql_transaction_retries_total",
+                           "Transactions run again after a transient error.", 0, NULL, &ok);
+    if (!ok) {
+        daemon_metrics_free(d);
+        return NULL;
+    }
+    if (txo_metrics_add_collector(r, collect, d, &err) != 0) {
+        fprintf(stderr, "txo: metrics collector: %s\n", err.msg);
+        daemon_metrics_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *relay)
+{
+    bool ok = true;
+    struct txo_metrics *r = d->reg;
+    pthread_mutex_lock(&d->mu);
+    d->attempts = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
+                         "Publish attempts of this process's relay (SPEC "
+                         "outbox_publish_attempts_total).",
+                         0, NULL, &ok);
+    d->published = family(r, TXO_METRIC_COUNTER, "txo_outbox_published_total",
+                          "Events this process's relay published and marked PUBLISHED.", 0, NULL,
+                          &ok);
+    d->publish_failures = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
+                                 "Publish attempts that failed and will be retried.", 0, NULL,
+                                 &ok);
+    d->dead_lettered = family(r, TXO_METRIC_COUNTER, "txo_outbox_dead_lettered_total",
+                              "Events this relay moved to FAILED + dead letter.", 0, NULL, &ok);
+    d->relay = relay;
+    pthread_mutex_unlock(&d->mu);
+    return ok;
+}
+
+bool daemon_metrics_watch_worker(struct daemon_metrics *d, struct order_worker *w)
+{
+    bool ok = true;
+    struct txo_metrics *r = d->reg;
+    static const char *const outcome[] = {"outcome"};
+    pthread_mutex_lock(&d->mu);
+    d->consumed = family(r, TXO_METRIC_COUNTER, "txo_inbox_consumed_total",
+                         "OrderCreated events consumed (inbox row + saga).", 0, NULL, &ok);
+    d->duplicates = family(r, TXO_METRIC_COUNTER, "txo_inbox_duplicates_total",
+                           "Deliveries the inbox dropped as duplicates.", 0, NULL, &ok);
+    d->saga_runs = family(r, TXO_METRIC_COUNTER, "txo_saga_runs_total",
+                          "Saga runs by how they ended.", 1, outcome, &ok);
+    d->resumed = family(r, TXO_METRIC_COUNTER, "txo_saga_picked_up_total",
+                        "Sagas picked up without a live owner (new or resumed).", 0, NULL, &ok);
+    d->commands = family(r, TXO_METRIC_COUNTER, "txo_commands_done_total",
+                         "command_queue commands completed.", 0, NULL, &ok);
+    d->cleaned = family(r, TXO_METRIC_COUNTER, "txo_retention_deleted_total",
+                        "Rows the retention cleaner deleted.", 0, NULL, &ok);
+    d->worker = w;
+    pthread_mutex_unlock(&d->mu);
+    return ok;
+}
+
+void daemon_metrics_forget(struct daemon_metrics *d)
+{
+    pthread_mutex_lock(&d->mu);
+    d->relay = NULL;
+    d->worker = NULL;
+    pthread_mutex_unlock(&d->mu);
+}
+
+struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d)
+{
+    return d != NULL ? d->reg : NULL;
+}
+
+void daemon_metrics_free(struct daemon_metrics *d)
+{
+    if (d == NULL)
+        return;
+    txo_metrics_free(d->reg);
+    txo_db_close(d->db);
+    pthread_mutex_destroy(&d->mu);
+    txo_free(d);
+}
+
+/* Answers GET /metrics from the registry. */
+void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char *text = NULL;
+    size_t len = 0;
+    if (txo_metrics_render(reg, &text, &len, &err) != 0) {
+        (void)txo_http_response_set(resp, 500, "{\"error\":\"internal\",\"message\":\"metrics\"}");
+        return;
+    }
+    txo_http_response_take(resp, 200, text, len);
+    resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+static void metrics_only_handler(void *arg, const struct txo_http_request *req,
+                                 struct txo_http_response *resp)
+{
+    struct txo_metrics *reg = arg;
+    if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/metrics") == 0)
+        daemon_metrics_reply(reg, resp);
+    else if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/healthz") == 0)
+        (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
+    else
+        (void)txo_http_response_set(resp, 404,
+                                    "{\"error\":\"not_found\",\"message\":\"no such endpoint\"}");
+}
+
+bool daemon_metrics_server_start(const char *cmd, const char *listen, struct daemon_metrics *d,
+                                 struct txo_http_server **out)
+{
+    *out = NULL;
+    if (listen == NULL || listen[0] == '\0')
+        return true;
+    struct txo_http_server_opts so;
+    txo_http_server_opts_init(&so);
+    char host[64];
+    if (!daemon_parse_listen(cmd, "metrics-listen", listen, host, sizeof(host), &so.port))
+        return false;
+    so.host = host;
+    so.max_connections = 16;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_http_server_start(&so, metrics_only_handler, d->reg, out, &err) != 0) {
+        cmd_report(cmd, "starting the metrics server", &err);
+        return false;
+    }
+    TXO_LOG(TXO_LOG_INFO, cmd, "metrics at http://%s:%u/metrics", host,
+            txo_http_server_port(*out));
+    return true;
+}
+
+/* ---- components from settings ---- */
+
+bool daemon_services_new(const char *cmd, const struct services_settings *s,
+                         struct txo_metrics *metrics, struct order_services **out)
+{
+    struct order_services_opts so;
+    order_services_opts_init(&so);
+    so.payment_url = s->payment_url;
+    so.shipment_url = s->shipment_url;
+    so.connect_timeout_ms = s->connect_timeout_ms;
+    so.timeout_ms = s->timeout_ms;
+    so.retry_attempts = s->retries;
+    so.breaker_failures = s->breaker_failures;
+    so.breaker_open_ms = s->breaker_open_ms;
+    so.max_concurrent = s->bulkhead;
+    so.rate_per_s = (double)s->rate;
+    so.metrics = metrics;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (order_services_new(&so, out, &err) != 0) {
+        cmd_report(cmd, "external services", &err);
+        return false;
+    }
+    return true;
+}
+
+void daemon_worker_opts(const struct worker_settings *s, struct order_worker_opts *o)
+{
+    order_worker_opts_init(o);
+    o->saga_threads = s->saga_threads;
+    o->poll_ms = s->poll_ms;
+    o->saga.lease_s = s->saga_lease_s;
+    o->saga.step_max_attempts = s->step_attempts;
+    o->command_lease_s = s->command_lease_s;
+    o->command_max_attempts = s->command_attempts;
+    o->compensation_retry_base_s = s->comp_retry_base_s;
+    o->compensation_retry_max_s = s->comp_retry_max_s;
+    o->compensation_max_retries = s->comp_max_retries;
+    o->outbox_retention_s = s->outbox_retention_s;
+    o->idempotency_retention_s = s->idem_retention_s;
+    o->inbox_retention_s = s->inbox_retention_s;
+    o->clean_interval_s = s->clean_interval_s;
+    o->clean_batch = s->clean_batch;
+}
+
+bool daemon_relay_opts(const char *cmd, const struct relay_settings *s,
+                       struct txo_relay_opts *ro)
+{
+    txo_relay_opts_init(ro);
+    if (txo_claim_strategy_parse(s->claim, &ro->claim) < 0) {
+        fprintf(stderr, "txo %s: --claim must be auto, skip-locked or update-limit, got \"%s\"\n",
+                cmd, s->claim);
+        return false;
+    }
+    if (s->backoff_max_ms < s->backoff_base_ms) {
+        fprintf(stderr,
+                "txo %s: --backoff-max (%" PRId64 ") must be >= --backoff-base (%" PRId64 ")\n",
+                cmd, s->backoff_max_ms, s->backoff_base_ms);
+        return false;
+    }
+    ro->relay_id = s->relay_id != NULL && s->relay_id[0] != '\0' ? s->relay_id : NULL;
+    ro->batch_size = s->batch_size;
+    ro->lease_s = s->lease_s;
+    ro->max_attempts = s->max_attempts;
+    ro->backoff.base_ms = s->backoff_base_ms;
+    ro->backoff.max_ms = s->backoff_max_ms;
+    ro->idle_sleep_ms = s->idle_sleep_ms;
+    return true;
+}
+
+void daemon_nats_opts(const struct nats_settings *s, struct txo_nats_opts *o)
+{
+    txo_nats_opts_init(o);
+    o->url = s->url;
+    o->stream = s->stream;
+    o->subject_prefix = s->subject_prefix;
+    o->durable = s->durable;
+    o->ack_timeout_ms = s->ack_timeout_ms;
+    o->ack_wait_ms = s->ack_wait_ms;
+}
+
+/* ---- the HTTP API ---- */
+
+struct api_daemon {
+    struct txo_db_pool *pool;
+    struct order_api *api;
+    struct txo_http_server *server;
+    struct txo_metrics *metrics;
+    struct txo_db_opts db_opts;
+};
+
+/* /metrics is answered here; everything else by the order API. */
+static void api_handler(void *arg, const struct txo_http_request *req,
+                        struct txo_http_response *resp)
+{
+    struct api_daemon *d = arg;
+    if (d->metrics != NULL && strcmp(req->path, "/metrics") == 0 &&
+        strcmp(req->method, "GET") == 0) {
+        daemon_metrics_reply(d->metrics, resp);
+        return;
+    }
+    order_api_handle(d->api, req, resp);
+}
+
+struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *common,
+                                    const struct serve_settings *s,
+                                    const struct order_services *services,
+                                    struct txo_metrics *metrics)
+{
+    struct txo_http_server_opts so;
+    txo_http_server_opts_init(&so);
+    char host[64];
+    if (!daemon_parse_listen(cmd, "listen", s->listen, host, sizeof(host), &so.port))
+        return NULL;
+    so.host = host;
+    so.max_body_bytes = s->max_body;
+    so.timeout_s = s->http_timeout_s;
+    so.max_connections = s->max_connections;
+
+    struct api_daemon *d = txo_calloc(1, sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    d->metrics = metrics;
+    d->db_opts = common->db;
+    /* The API's sessions wait for a busy Idempotency-Key at most this long (then 409). */
+    d->db_opts.lock_wait_timeout_s = s->idem_wait_s;
+
+    struct txo_error err;
+    txo_error_init(&err);
+    struct order_api_opts ao;
+    order_api_opts_init(&ao);
+    ao.async = s->async;
+    ao.idempotency_stale_s = s->idem_stale_s;
+    ao.admin_token = s->admin_token;
+    ao.services = services;
+    if (txo_db_pool_new(&d->db_opts, s->db_pool, &d->pool, &err) != 0 ||
+        order_api_new(&ao, d->pool, &d->api, &err) != 0) {
+        cmd_report(cmd, "starting the API", &err);
+        daemon_api_stop(d);
+        return NULL;
+    }
+    /* Fail at start-up, not at the first request, when the database is unreachable. */
+    struct txo_db *probe = NULL;
+    if (txo_db_pool_get(d->pool, 1000, &probe, &err) != 0) {
+        cmd_report(cmd, "connecting to the database", &err);
+        daemon_api_stop(d);
+        return NULL;
+    }
+    txo_db_pool_put(d->pool, probe, false);
+    if (txo_http_server_start(&so, api_handler, d, &d->server, &err) != 0) {
+        cmd_report(cmd, "starting the HTTP server", &err);
+        daemon_api_stop(d);
+        return NULL;
+    }
+    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening url=http://%s:%u async=%s", host,
+            txo_http_server_port(d->server), s->async ? "true" : "false");
+    return d;
+}
+
+unsigned daemon_api_port(const struct api_daemon *d)
+{
+    return txo_http_server_port(d->server);
+}
+
+void daemon_api_stop(struct api_daemon *d)
+{
+    if (d == NULL)
+        return;
+    txo_http_server_stop(d->server);
+    order_api_free(d->api);
+    txo_db_pool_free(d->pool);
+    txo_free(d);
+}

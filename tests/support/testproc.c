@@ -1,0 +1,232 @@
+/*
+ * Child processes for tests (testproc.h): fork + execve, logs in /tmp, polling readiness over
+ * plain sockets (no HTTP library needed for a readiness probe).
+ */
+#define _DEFAULT_SOURCE
+#include "testproc.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+extern char **environ;
+
+const char *testproc_txo_bin(void)
+{
+    const char *bin = getenv("TXO_BIN");
+    if (bin == NULL || bin[0] == '\0')
+        fail_msg("TXO_BIN is not set (run the tests through ctest)");
+    return bin;
+}
+
+unsigned testproc_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        fail_msg("socket: %s", strerror(errno));
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
+        fail_msg("bind: %s", strerror(errno));
+    unsigned port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
+}
+
+void testproc_start(struct testproc *p, const char *tag, const char *const *argv,
+                    const char *const *env_extra)
+{
+    static unsigned seq;
+    memset(p, 0, sizeof(*p));
+    snprintf(p->log_path, sizeof(p->log_path), "/tmp/txo_test_%s_%d_%u.log", tag, (int)getpid(),
+             seq++);
+    size_t n_env = 0;
+    while (environ[n_env] != NULL)
+        n_env++;
+    size_t n_extra = 0;
+    while (env_extra != NULL && env_extra[n_extra] != NULL)
+        n_extra++;
+    char **env = calloc(n_env + n_extra + 1, sizeof(*env));
+    if (env == NULL)
+        fail_msg("out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        env[k++] = environ[i];
+    for (size_t i = 0; i < n_extra; i++)
+        env[k++] = (char *)env_extra[i];
+    env[k] = NULL;
+
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(p->log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execve(argv[0], (char *const *)argv, env);
+        _exit(127);
+    }
+    free(env);
+    p->pid = pid;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int connect_port(unsigned port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool testproc_wait_port(unsigned port, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    do {
+        int fd = connect_port(port);
+        if (fd >= 0) {
+            close(fd);
+            return true;
+        }
+        usleep(20000);
+    } while (now_ms() < deadline);
+    return false;
+}
+
+/* One GET; true on a 200 status line. */
+static bool http_ok(unsigned port, const char *path)
+{
+    int fd = connect_port(port);
+    if (fd < 0)
+        return false;
+    struct timeval tv = {.tv_sec = 2, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char req[512];
+    int n = snprintf(req, sizeof(req),
+                     "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
+    bool ok = false;
+    if (write(fd, req, (size_t)n) == n) {
+        char buf[64] = {0};
+        ssize_t got = read(fd, buf, sizeof(buf) - 1);
+        ok = got > 12 && strncmp(buf, "HTTP/1.1 200", 12) == 0;
+    }
+    close(fd);
+    return ok;
+}
+
+bool testproc_wait_http(unsigned port, const char *path, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    do {
+        if (http_ok(port, path))
+            return true;
+        usleep(50000);
+    } while (now_ms() < deadline);
+    return false;
+}
+
+void testproc_signal(struct testproc *p, int sig)
+{
+    if (p->pid > 0)
+        kill(p->pid, sig);
+}
+
+bool testproc_wait(struct testproc *p, int timeout_ms)
+{
+    if (p->pid <= 0)
+        return true;
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        pid_t r = waitpid(p->pid, &p->status, WNOHANG);
+        if (r == p->pid) {
+            p->pid = 0;
+            return true;
+        }
+        if (now_ms() >= deadline)
+            return false;
+        usleep(10000);
+    }
+}
+
+bool testproc_killed(const struct testproc *p)
+{
+    return p->pid == 0 && WIFSIGNALED(p->status) && WTERMSIG(p->status) == SIGKILL;
+}
+
+bool testproc_exited_with(const struct testproc *p, int code)
+{
+    return p->pid == 0 && WIFEXITED(p->status) && WEXITSTATUS(p->status) == code;
+}
+
+void testproc_stop_hard(struct testproc *p)
+{
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &p->status, 0);
+    p->pid = 0;
+}
+
+bool testproc_stop(struct testproc *p, int timeout_ms)
+{
+    if (p->pid <= 0)
+        return false;
+    kill(p->pid, SIGTERM);
+    if (!testproc_wait(p, timeout_ms)) {
+        testproc_stop_hard(p);
+        return false;
+    }
+    return testproc_exited_with(p, 0);
+}
+
+char *testproc_log(const struct testproc *p)
+{
+    FILE *f = fopen(p->log_path, "rb");
+    if (f == NULL)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)(size > 0 ? size : 0) + 1);
+    size_t got = buf != NULL && size > 0 ? fread(buf, 1, (size_t)size, f) : 0;
+    if (buf != NULL)
+        buf[got] = '\0';
+    fclose(f);
+    return buf;
+}

@@ -1,0 +1,62 @@
+/*
+ * Real processes for fault and end-to-end tests: spawn `txo` subcommands (or nats-server,
+ * ...), wait until their HTTP endpoint answers, kill them (SIGKILL at will), read their logs.
+ * Children inherit the environment, so call testdb_export_env() first to point them at the
+ * test's database. Every function fails the test (cmocka fail_msg) on a setup error, so
+ * callers need no error handling.
+ */
+#ifndef TXO_TESTPROC_H
+#define TXO_TESTPROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct testproc {
+    pid_t pid;          /* 0 when not running */
+    char log_path[256]; /* stdout + stderr of the child */
+    int status;         /* waitpid status once reaped */
+};
+
+/* The `txo` binary under test ($TXO_BIN, set by CTest). */
+const char *testproc_txo_bin(void);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+unsigned testproc_free_port(void);
+
+/*
+ * Starts argv[0] (a path) with argv and the current environment plus env_extra (NULL or a
+ * NULL-terminated list of "NAME=value"). Output goes to a fresh log file named after tag.
+ */
+void testproc_start(struct testproc *p, const char *tag, const char *const *argv,
+                    const char *const *env_extra);
+
+/* Polls GET http://127.0.0.1:port<path> until it answers 200; false after timeout_ms. */
+bool testproc_wait_http(unsigned port, const char *path, int timeout_ms);
+
+/* Polls until something accepts TCP connections on 127.0.0.1:port; false after timeout_ms. */
+bool testproc_wait_port(unsigned port, int timeout_ms);
+
+/* Sends sig to the child. */
+void testproc_signal(struct testproc *p, int sig);
+
+/* Waits up to timeout_ms for the child to exit; true and p->status set when it did. */
+bool testproc_wait(struct testproc *p, int timeout_ms);
+
+/* True when the child exited by SIGKILL (a crash point fired). */
+bool testproc_killed(const struct testproc *p);
+
+/* True when the child exited normally with code. */
+bool testproc_exited_with(const struct testproc *p, int code);
+
+/* SIGKILLs the child if it still runs and reaps it. Safe to call twice. */
+void testproc_stop_hard(struct testproc *p);
+
+/* SIGTERM, then waits up to timeout_ms; SIGKILL after that. Returns true when it exited by
+ * itself with status 0. */
+bool testproc_stop(struct testproc *p, int timeout_ms);
+
+/* The child's log so far (malloc'd, NUL-terminated; free()). */
+char *testproc_log(const struct testproc *p);
+
+#endif
