@@ -130,5 +130,6 @@ out:
     txo_consumer_free(consumer);
     order_services_free(services);
     daemon_metrics_free(metrics);
+    txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
     return status;
 }

@@ -20,6 +20,8 @@
 #include "txo/http_server.h"
 #include "txo/http_client.h"
 #include "txo/webhook.h"
+#include "txo/consumer.h"
+#include "txo/nats.h"
 #include "txo/retry.h"
 #include "txo/breaker.h"
 #include "txo/bulkhead.h"

@@ -1183,8 +1183,13 @@ static int drive(struct txo_db *db, const struct txo_saga_def *def, const char *
         }
         TXO_ASSERT(r.status != before);
     }
-    TXO_LOG(TXO_LOG_INFO, "saga", "saga finished saga_id=%s type=%s status=%s", r.id, def->type,
-            txo_saga_status_name(r.status));
+    /* One line per saga is per-request noise when it completes; an abort is worth seeing. */
+    if (r.status == TXO_SAGA_COMPLETED)
+        TXO_LOG(TXO_LOG_DEBUG, "saga", "saga finished saga_id=%s type=%s status=%s", r.id,
+                def->type, txo_saga_status_name(r.status));
+    else
+        TXO_LOG(TXO_LOG_INFO, "saga", "saga finished saga_id=%s type=%s status=%s", r.id,
+                def->type, txo_saga_status_name(r.status));
 out:
     if (rc == 0 && final != NULL) {
         *final = r.status;

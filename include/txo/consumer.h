@@ -1,0 +1,134 @@
+/*
+ * The consuming side of every transport: what a worker's message handler receives and the
+ * contract that decides whether a message is acknowledged, retried or dropped.
+ *
+ * Delivery is at least once end to end (the relay publishes again after a crash, a broker
+ * redelivers an unacknowledged message), so a handler must be idempotent: it records
+ * msg->msg_id (the event's idempotency key) in the transactional inbox in the same database
+ * transaction as its effect, and skips a message whose id is already there.
+ *
+ * The handler contract, the same for every transport:
+ *   return 0                 the message's effect is COMMITTED; the transport acknowledges it
+ *                            (NATS: AckSync, confirmed by the server) and it is never seen again
+ *                            unless that acknowledgement is lost;
+ *   return a transient code  (txo_err_is_transient(): TXO_EUNAVAILABLE, TXO_EDEADLOCK, ...)
+ *                            nothing was committed, try again later: the transport redelivers
+ *                            the message after a delay (NATS: NAK with nak_delay_ms; local
+ *                            dispatch: the outbox row goes back to PENDING with backoff);
+ *   return a permanent code  (TXO_EINVAL, TXO_EBUSINESS, ...) the message can never succeed:
+ *                            NATS terminates it (TERM, logged at error level with the reason,
+ *                            never redelivered); local dispatch records the failure on the
+ *                            outbox row, where the relay's attempt limit dead-letters it.
+ * The reason goes into *err (txo_error_set), which is logged and, for local dispatch, stored
+ * in outbox_events.last_error.
+ *
+ * Transports: NATS JetStream (txo/nats.h: txo_consumer_nats_new) and the in-process local
+ * dispatch publisher below, which calls the handler from the relay itself. Other transports
+ * plug in through struct txo_consumer_ops and txo_consumer_new().
+ *
+ * Thread-safety: a consumer is polled by one thread at a time; distinct consumers (even on the
+ * same durable) may be polled from different threads. A handler runs on the polling thread
+ * (for local dispatch: the relay's thread).
+ */
+#ifndef TXO_CONSUMER_H
+#define TXO_CONSUMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "txo/common.h"
+#include "txo/err.h"
+#include "txo/publisher.h"
+
+/*
+ * One received message, borrowed by the handler for the duration of the call (copy what it
+ * keeps).
+ */
+struct txo_inbound_message {
+    const char *subject; /* the broker subject (NATS); NULL for local dispatch */
+    const char *data;    /* the published envelope JSON (txo/publisher.h), NUL-terminated */
+    size_t len;          /* bytes of data, without the NUL */
+    const char *msg_id;  /* Nats-Msg-Id = the event's idempotency key; NULL when the message
+                          * carries none (published by something other than txo) */
+    uint64_t delivery;   /* 1 on the first delivery, 2 on the first redelivery, ...
+                          * (local dispatch: the publish attempt of the outbox row) */
+};
+
+/*
+ * Processes one message. Returns 0 once its effect is committed, or a negative TXO_E* code
+ * with the reason in err (never NULL); see the contract at the top of this file. Must not
+ * call back into the consumer that runs it.
+ */
+typedef int (*txo_message_handler_fn)(void *arg, const struct txo_inbound_message *msg,
+                                      struct txo_error *err);
+
+/* The transport behind a consumer handle. */
+struct txo_consumer_ops {
+    const char *name;
+    /*
+     * Receives up to max_msgs messages within timeout_ms and runs the handler on each,
+     * acknowledging per the contract above. Sets *handled to the number of handler calls.
+     * Returns 0 (also when nothing arrived) or a negative TXO_E* code.
+     */
+    int (*poll)(void *self, size_t max_msgs, int64_t timeout_ms, size_t *handled,
+                struct txo_error *err);
+    /* Frees self. */
+    void (*destroy)(void *self);
+};
+
+/* A consumer: a handler bound to a transport. Opaque. */
+struct txo_consumer;
+
+/*
+ * Wraps custom ops (the pointer is kept: ops must outlive the consumer; self is owned by the
+ * consumer and freed by ops->destroy). Errors: TXO_EINVAL (no ops or no poll), TXO_ENOMEM;
+ * on error self is not freed.
+ */
+TXO_API TXO_MUST_CHECK int txo_consumer_new(const struct txo_consumer_ops *ops, void *self,
+                                            struct txo_consumer **out, struct txo_error *err);
+
+/*
+ * Fetches up to max_msgs (>= 1) messages, waiting at most timeout_ms (>= 1) for the first
+ * ones, and runs the handler on each in order. *handled (may be NULL) receives the number of
+ * messages handed to the handler, whatever it returned. A wait that ends with no message is
+ * not an error (returns 0 with *handled = 0).
+ * Errors: TXO_EINVAL (bad arguments), TXO_EUNAVAILABLE (broker unreachable: returned quickly,
+ * retry later with backoff; polling works again once the broker is back), TXO_ECONFIG (the
+ * broker refused the consumer's configuration), and transport errors. A failed
+ * acknowledgement after a handler succeeded is reported as TXO_EUNAVAILABLE after the rest of
+ * the batch: the message comes back later and the inbox drops it.
+ */
+TXO_API TXO_MUST_CHECK int txo_consumer_poll(struct txo_consumer *c, size_t max_msgs,
+                                             int64_t timeout_ms, size_t *handled,
+                                             struct txo_error *err);
+
+/* The transport's name ("nats"). Never NULL. */
+TXO_API const char *txo_consumer_name(const struct txo_consumer *c);
+
+/*
+ * Frees the consumer. A NATS durable consumer stays on the server (its unacknowledged
+ * messages are redelivered to the next consumer on that durable). NULL is a no-op.
+ */
+TXO_API void txo_consumer_free(struct txo_consumer *c);
+
+/*
+ * The local dispatch publisher: the embedded default when there is no broker. The relay's
+ * publish_batch encodes each event as the published envelope and calls handler(arg, ...)
+ * synchronously, in the relay's thread, once per message in batch order, with subject NULL,
+ * msg_id = the idempotency key and delivery = the event's publish attempt (1, 2, ...).
+ * The handler's code is the message's publish result: 0 marks the row PUBLISHED; a failure
+ * leaves it PENDING with attempts+1, last_error = the handler's reason and a backoff, so the
+ * relay delivers it again later (at least once, end to end); after the relay's max_attempts it
+ * becomes FAILED with a dead letter, as for any publisher. A failure does not stop the batch:
+ * later messages are still delivered, so per-aggregate order is not kept across a failure.
+ * An event whose payload cannot be encoded fails with TXO_EINVAL without calling the handler.
+ *
+ * handler and arg are borrowed and must outlive the publisher. Errors: TXO_EINVAL (no
+ * handler), TXO_ENOMEM. Free with txo_publisher_free(). Thread-safety: as any publisher (one
+ * relay at a time); the handler runs on that relay's thread.
+ */
+TXO_API TXO_MUST_CHECK int txo_publisher_local_new(txo_message_handler_fn handler, void *arg,
+                                                   struct txo_publisher **out,
+                                                   struct txo_error *err);
+
+#endif

@@ -1,0 +1,262 @@
+#include "core/common.h"
+
+/*
+ * The NATS JetStream durable pull consumer (txo/nats.h) behind a txo_consumer handle.
+ *
+ * One poll, nats_poll():
+ *   1. Fail fast with TXO_EUNAVAILABLE when the connection is down (cnats reconnects in the
+ *      background); create the stream (opts.create_stream) and the pull subscription on the
+ *      durable the first time the server is reachable.
+ *   2. natsSubscription_Fetch up to max_msgs within timeout_ms; a timeout with nothing is an
+ *      empty poll, not an error.
+ *   3. Each message goes to the handler; the outcome is settled right after it returns:
+ *        0          AckSync: the server confirmed the ack, the message is done;
+ *        transient  NAK with nak_delay_ms: redelivered after the delay (delivery + 1);
+ *        permanent  TERM: never redelivered; logged at error level with the reason.
+ *      The ack comes only after the handler's effect was committed, so a crash in between
+ *      means a redelivery (at least once), never a loss. If the connection drops mid-batch,
+ *      the messages not yet handled are left alone: the server redelivers them after
+ *      ack_wait_ms.
+ *
+ * The durable survives the consumer: free uses natsSubscription_Destroy, never Unsubscribe
+ * (which deletes a durable that the library created).
+ *
+ * Ownership: the consumer owns its connection, subscription and option copies; the handler
+ * and its arg are borrowed. Thread-safety: one polling thread at a time.
+ */
+
+#include "broker/nats_internal.h"
+
+#define FETCH_MAX 10000 /* messages per poll, whatever the caller asks */
+
+struct nats_consumer {
+    struct txo__nats_conn conn;
+    char *durable;
+    char *filter; /* opts.filter_subject or "<prefix>.>" */
+    natsSubscription *sub;
+    txo_message_handler_fn handler;
+    void *arg;
+};
+
+/* Creates (or binds to) the durable pull consumer. */
+static int subscribe(struct nats_consumer *nc, struct txo_error *err)
+{
+    struct txo__nats_conn *c = &nc->conn;
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = c->stream;
+    so.Config.Durable = nc->durable;
+    so.Config.AckPolicy = js_AckExplicit;
+    so.Config.AckWait = c->opts.ack_wait_ms * 1000000; /* nanoseconds */
+    so.Config.MaxDeliver = c->opts.max_deliver;
+    so.Config.FilterSubject = nc->filter;
+    jsErrCode jerr = 0;
+    natsStatus s = js_PullSubscribe(&nc->sub, c->js, nc->filter, nc->durable, &c->jo, &so, &jerr);
+    if (s != NATS_OK) {
+        nc->sub = NULL;
+        char why[256];
+        txo__nats_describe(s, jerr, why, sizeof(why));
+        int code = jerr != 0 ? TXO_ECONFIG : txo__nats_code(s, jerr, TXO_EUNAVAILABLE);
+        if (code == TXO_ETIMEOUT)
+            code = TXO_EUNAVAILABLE;
+        if (jerr == JSStreamNotFoundErr) {
+            code = TXO_EUNAVAILABLE; /* not created yet (create_stream off): wait for it */
+            c->stream_ready = !c->opts.create_stream;
+        }
+        return txo_error_set(err, code, "nats consumer: subscribing durable %s on %s (%s): %s",
+                             nc->durable, c->stream, nc->filter, why);
+    }
+    TXO_LOG(TXO_LOG_INFO, "nats", "consumer subscribed stream=%s durable=%s filter=%s", c->stream,
+            nc->durable, nc->filter);
+    return 0;
+}
+
+/* Drops the subscription (keeping the durable) so the next poll subscribes again. */
+static void drop_subscription(struct nats_consumer *nc)
+{
+    natsSubscription_Destroy(nc->sub);
+    nc->sub = NULL;
+}
+
+/* Delivery count and id of a fetched message. */
+static void describe_msg(natsMsg *m, struct txo_inbound_message *in)
+{
+    memset(in, 0, sizeof(*in));
+    in->subject = natsMsg_GetSubject(m);
+    in->data = natsMsg_GetData(m);
+    int len = natsMsg_GetDataLength(m);
+    in->len = len > 0 ? (size_t)len : 0;
+    if (in->data == NULL)
+        in->data = "";
+    const char *id = NULL;
+    if (natsMsgHeader_Get(m, TXO__NATS_MSG_ID_HEADER, &id) == NATS_OK)
+        in->msg_id = id;
+    in->delivery = 1;
+    jsMsgMetaData *meta = NULL;
+    if (natsMsg_GetMetaData(&meta, m) == NATS_OK && meta->NumDelivered > 0)
+        in->delivery = meta->NumDelivered;
+    jsMsgMetaData_Destroy(meta);
+}
+
+/*
+ * Runs the handler on m and settles it. Returns 0, or TXO_EUNAVAILABLE with err set when the
+ * ack/nak/term did not reach the server (the message then comes back after ack_wait_ms).
+ */
+static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *err)
+{
+    struct txo__nats_conn *c = &nc->conn;
+    struct txo_inbound_message in;
+    describe_msg(m, &in);
+    const char *id = in.msg_id != NULL ? in.msg_id : "";
+
+    struct txo_error herr;
+    txo_error_init(&herr);
+    int rc = nc->handler(nc->arg, &in, &herr);
+    const char *reason = herr.msg[0] != '\0' ? herr.msg : txo_strerror(rc);
+
+    jsErrCode jerr = 0;
+    natsStatus s;
+    const char *verb;
+    if (rc == 0) {
+        verb = "ack";
+        s = natsMsg_AckSync(m, &c->jo, &jerr);
+        TXO_LOG(TXO_LOG_DEBUG, "nats", "message handled message_id=%s subject=%s delivery=%" PRIu64,
+                id, in.subject != NULL ? in.subject : "", in.delivery);
+    } else if (txo_err_is_transient(rc)) {
+        verb = "nak";
+        s = natsMsg_NakWithDelay(m, c->opts.nak_delay_ms, &c->jo);
+        TXO_LOG(TXO_LOG_WARN, "nats",
+                "handler failed, message redelivered later message_id=%s subject=%s "
+                "delivery=%" PRIu64 " delay_ms=%" PRId64 " error=%s reason=\"%s\"",
+                id, in.subject != NULL ? in.subject : "", in.delivery, c->opts.nak_delay_ms,
+                txo_err_name(rc), reason);
+    } else {
+        verb = "term";
+        s = natsMsg_Term(m, &c->jo);
+        TXO_LOG(TXO_LOG_ERROR, "nats",
+                "handler rejected the message, terminated (never redelivered) message_id=%s "
+                "subject=%s delivery=%" PRIu64 " error=%s reason=\"%s\"",
+                id, in.subject != NULL ? in.subject : "", in.delivery, txo_err_name(rc), reason);
+    }
+    if (s == NATS_OK)
+        return 0;
+    char why[256];
+    txo__nats_describe(s, jerr, why, sizeof(why));
+    TXO_LOG(TXO_LOG_WARN, "nats",
+            "%s not confirmed, the message will be redelivered message_id=%s error=\"%s\"", verb,
+            id, why);
+    return txo_error_set(err, TXO_EUNAVAILABLE, "nats consumer: %s of message %s not confirmed: %s",
+                         verb, id, why);
+}
+
+static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *handled,
+                     struct txo_error *err)
+{
+    struct nats_consumer *nc = self;
+    struct txo__nats_conn *c = &nc->conn;
+    natsMsgList list = {NULL, 0};
+    int rc = txo__nats_require_connected(c, err);
+    if (rc == 0)
+        rc = txo__nats_ensure_stream(c, err);
+    if (rc == 0 && nc->sub == NULL)
+        rc = subscribe(nc, err);
+    if (rc < 0)
+        return rc;
+
+    int batch = max_msgs > FETCH_MAX ? FETCH_MAX : (int)max_msgs;
+    jsErrCode jerr = 0;
+    natsStatus s = natsSubscription_Fetch(&list, nc->sub, batch, timeout_ms, &jerr);
+    if (s != NATS_OK && list.Count == 0) {
+        if (s == NATS_TIMEOUT)
+            return 0; /* nothing to do within the wait */
+        char why[256];
+        txo__nats_describe(s, jerr, why, sizeof(why));
+        if (s == NATS_INVALID_SUBSCRIPTION || s == NATS_CONNECTION_CLOSED ||
+            jerr == JSConsumerNotFoundErr || jerr == JSStreamNotFoundErr) {
+            drop_subscription(nc);
+            if (jerr == JSStreamNotFoundErr)
+                c->stream_ready = !c->opts.create_stream;
+        }
+        return txo_error_set(err, txo__nats_code(s, jerr, TXO_EUNAVAILABLE),
+                             "nats consumer: fetching from durable %s: %s", nc->durable, why);
+    }
+
+    size_t done = 0;
+    for (int i = 0; i < list.Count; i++) {
+        if (!txo__nats_connected(c)) {
+            /* Acks would only time out: leave the rest to be redelivered after ack_wait. */
+            if (rc == 0)
+                rc = txo__nats_require_connected(c, err);
+            break;
+        }
+        struct txo_error e;
+        txo_error_init(&e);
+        int arc = handle_one(nc, list.Msgs[i], &e);
+        done++;
+        if (arc < 0 && rc == 0) {
+            rc = arc;
+            if (err != NULL)
+                *err = e;
+        }
+    }
+    natsMsgList_Destroy(&list);
+    *handled = done;
+    return rc;
+}
+
+static void nats_consumer_destroy(void *self)
+{
+    struct nats_consumer *nc = self;
+    if (nc == NULL)
+        return;
+    /* Destroy, never Unsubscribe: Unsubscribe would delete the durable on the server. */
+    natsSubscription_Destroy(nc->sub);
+    txo__nats_conn_close(&nc->conn);
+    txo_free(nc->durable);
+    txo_free(nc->filter);
+    txo_free(nc);
+}
+
+static const struct txo_consumer_ops nats_consumer_ops = {
+    .name = "nats",
+    .poll = nats_poll,
+    .destroy = nats_consumer_destroy,
+};
+
+int txo_consumer_nats_new(const struct txo_nats_opts *o, txo_message_handler_fn handler, void *arg,
+                          struct txo_consumer **out, struct txo_error *err)
+{
+    if (handler == NULL || out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
+    int rc = txo__nats_check_opts(o, "consumer", err);
+    if (rc < 0)
+        return rc;
+    struct nats_consumer *nc = txo_calloc(1, sizeof(*nc));
+    if (nc == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
+    nc->handler = handler;
+    nc->arg = arg;
+    nc->durable = txo_strdup(o->durable);
+    if (o->filter_subject != NULL) {
+        nc->filter = txo_strdup(o->filter_subject);
+    } else {
+        size_t plen = strlen(o->subject_prefix);
+        nc->filter = txo_malloc(plen + 3);
+        if (nc->filter != NULL) {
+            memcpy(nc->filter, o->subject_prefix, plen);
+            memcpy(nc->filter + plen, ".>", 3);
+        }
+    }
+    if (nc->durable == NULL || nc->filter == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
+        goto out;
+    }
+    rc = txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
+    if (rc < 0)
+        goto out;
+    rc = txo_consumer_new(&nats_consumer_ops, nc, out, err);
+out:
+    if (rc < 0)
+        nats_consumer_destroy(nc);
+    return rc;
+}

@@ -1,0 +1,296 @@
+/*
+ * Scenario D with a real broker: MariaDB + a private nats-server + the relay (run_once in this
+ * process) publishing through the NATS publisher, N events.
+ *
+ *   1. The server is up: the first batch is published.
+ *   2. The server goes away (SIGTERM; SIGKILL in the second test; in the third it hangs with
+ *      SIGSTOP, connections open and nothing acknowledged): every cycle returns within the ack
+ *      timeout (no hang; a hanging broker costs exactly the ack timeout), publishes nothing,
+ *      and the rows it claimed go back to PENDING with attempts >= 1, last_error set
+ *      (TXO_EUNAVAILABLE "not connected", or TXO_ETIMEOUT "no publish ack") and
+ *      next_attempt_at in the future (backoff), so the relay does not spin on them.
+ *   3. The server comes back on the same port and store directory (or resumes with SIGCONT):
+ *      cnats reconnects by itself, the relay (with the backoff skipped by moving
+ *      next_attempt_at to now) publishes the rest until every row is PUBLISHED.
+ * Afterwards the stream holds exactly N messages with N distinct msg ids, one per row: none
+ * lost (the store survived), none duplicated (a retry of a message the server had stored is
+ * dropped by the Nats-Msg-Id dedupe).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "testnats.h"
+#include "txo/nats.h"
+
+#define STREAM         "TXO_EVENTS"
+#define N_EVENTS       120
+#define BATCH          20
+#define ACK_TIMEOUT_MS 1000
+
+struct ctx {
+    struct testdb t;
+    struct testnats nats;
+};
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "nats_outage");
+    testnats_start(&c->nats);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    txo_log_set_sink(NULL, NULL); /* a test that failed may have left its capturing sink */
+    txo_log_set_level(TXO_LOG_INFO);
+    testnats_cleanup(&c->nats);
+    testdb_teardown(&c->t);
+    free(c);
+    return 0;
+}
+
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    (void)arg;
+    for (unsigned i = 1; i <= N_EVENTS; i++) {
+        char key[32], payload[64];
+        snprintf(key, sizeof(key), "order:%u:created", i);
+        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = i,
+            .event_type = "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+/* One relay cycle; returns the batch size and its duration in *ms. */
+static size_t run_once(struct txo_relay *r, int64_t *ms)
+{
+    size_t claimed = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t t0 = txo_monotonic_ms();
+    if (txo_relay_run_once(r, &claimed, &err) < 0)
+        fail_msg("txo_relay_run_once: %s", err.msg);
+    *ms = txo_monotonic_ms() - t0;
+    return claimed;
+}
+
+/* Sums "duplicates=N" of the publisher's per-batch debug lines (cnats threads log too). */
+struct dup_counter {
+    pthread_mutex_t mu;
+    unsigned long duplicates;
+};
+
+static void count_duplicates(enum txo_log_level level, const char *component, const char *msg,
+                             void *arg)
+{
+    struct dup_counter *dc = arg;
+    const char *d = strstr(msg, "duplicates=");
+    if (level != TXO_LOG_DEBUG || strcmp(component, "nats") != 0 || d == NULL)
+        return;
+    pthread_mutex_lock(&dc->mu);
+    dc->duplicates += strtoul(d + strlen("duplicates="), NULL, 10);
+    pthread_mutex_unlock(&dc->mu);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+enum outage_mode {
+    OUTAGE_STOP, /* SIGTERM, later restarted on the same port and store */
+    OUTAGE_KILL, /* SIGKILL, later restarted on the same port and store */
+    OUTAGE_HANG, /* SIGSTOP: connections stay open, nothing is acked; later SIGCONT */
+};
+
+static void outage(struct ctx *c, enum outage_mode mode)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, NULL, &err) < 0)
+        fail_msg("appending events: %s", err.msg);
+
+    struct txo_nats_opts o;
+    txo_nats_opts_init(&o);
+    o.url = c->nats.url;
+    o.ack_timeout_ms = ACK_TIMEOUT_MS;
+    o.connect_timeout_ms = 500;
+    o.reconnect_wait_ms = 100;
+    struct txo_publisher *pub = NULL;
+    if (txo_publisher_nats_new(&o, &pub, &err) < 0)
+        fail_msg("txo_publisher_nats_new: %s", err.msg);
+
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "outage-relay";
+    ro.batch_size = BATCH;
+    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL after the recovery */
+    ro.backoff.max_ms = 60000;
+    ro.backoff.jitter = 0.0;
+    ro.max_attempts = 1000; /* the recovery loop below retries often while cnats reconnects */
+    struct txo_relay *r = NULL;
+    if (txo_relay_new(c->t.db, pub, &ro, &r, &err) < 0)
+        fail_msg("txo_relay_new: %s", err.msg);
+
+    /* 1. Up: one batch goes out. */
+    int64_t ms = 0;
+    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+
+    /* 2. Down: the rows tried fail without hanging, and back off. */
+    if (mode == OUTAGE_KILL)
+        testnats_kill(&c->nats);
+    else if (mode == OUTAGE_STOP)
+        testnats_stop(&c->nats);
+    else
+        testnats_pause(&c->nats);
+    size_t tried = 0;
+    int max_cycles = mode == OUTAGE_HANG ? 2 : 50; /* a hanging broker costs ack_timeout each */
+    for (int cycle = 0; cycle < max_cycles; cycle++) {
+        size_t claimed = run_once(r, &ms);
+        if (ms > ACK_TIMEOUT_MS + 2000)
+            fail_msg("a relay cycle took %lld ms while the broker was down (ack timeout %d ms)",
+                     (long long)ms, ACK_TIMEOUT_MS);
+        if (mode == OUTAGE_HANG && ms < ACK_TIMEOUT_MS - 50)
+            fail_msg("a cycle against a hanging broker ended after %lld ms, before the ack "
+                     "timeout of %d ms",
+                     (long long)ms, ACK_TIMEOUT_MS);
+        if (claimed == 0)
+            break;
+        tried += claimed;
+    }
+    assert_int_equal(tried, mode == OUTAGE_HANG ? 2 * BATCH : N_EVENTS - BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    const char *pending_sql =
+        mode == OUTAGE_HANG
+            ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+              "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
+              "AND last_error = 'TXO_ETIMEOUT: nats publisher: no publish ack within 1000 ms' "
+              "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
+            : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+              "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+              "AND (last_error LIKE 'TXO_EUNAVAILABLE: nats%' "
+              "OR last_error LIKE 'TXO_ETIMEOUT: nats%') "
+              "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
+    assert_int_equal(q(c, pending_sql), tried);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.failed_attempts, tried);
+    assert_int_equal(st.dead_lettered, 0);
+    if (mode != OUTAGE_HANG) {
+        /* Nothing is due: the relay waits instead of hammering the broker. */
+        assert_int_equal(run_once(r, &ms), 0);
+    }
+
+    /* 3. Back (on the same port and store): the relay drains the rest. A hung broker stored the
+     * timed-out messages once it resumed; their retries get duplicate acks. */
+    struct dup_counter dc = {.duplicates = 0};
+    pthread_mutex_init(&dc.mu, NULL);
+    enum txo_log_level level = txo_log_get_level();
+    txo_log_set_level(TXO_LOG_DEBUG);
+    txo_log_set_sink(count_duplicates, &dc);
+    if (mode == OUTAGE_HANG)
+        testnats_resume(&c->nats);
+    else
+        testnats_restart(&c->nats);
+    int64_t deadline = txo_monotonic_ms() + 30000;
+    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("%lld events still not published 30 s after the broker came back",
+                     (long long)q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
+                                     "'PUBLISHED'"));
+        testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
+                             "WHERE status = 'PENDING'");
+        (void)run_once(r, &ms);
+        txo_sleep_ms(50); /* cnats reconnects within about reconnect_wait_ms */
+        if (ms > ACK_TIMEOUT_MS + 2000)
+            fail_msg("a relay cycle took %lld ms during recovery", (long long)ms);
+    }
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND last_error IS NULL AND published_at IS NOT NULL"),
+                     N_EVENTS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    txo_log_set_sink(NULL, NULL);
+    txo_log_set_level(level);
+    pthread_mutex_destroy(&dc.mu);
+    if (mode == OUTAGE_HANG) {
+        /* The hung server stored the timed-out messages when it resumed: every retry of them
+         * was answered as a duplicate, which is what keeps the stream at one copy. */
+        assert_int_equal(dc.duplicates, 2 * BATCH);
+    }
+
+    /* Exactly one stored message per event. */
+    assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), N_EVENTS);
+    char **ids = NULL;
+    size_t count = testnats_stream_msg_ids(&c->nats, STREAM, &ids);
+    assert_int_equal(count, N_EVENTS);
+    qsort(ids, count, sizeof(*ids), cmp_str);
+    for (size_t i = 0; i < count; i++) {
+        assert_non_null(ids[i]);
+        if (i > 0 && strcmp(ids[i - 1], ids[i]) == 0)
+            fail_msg("event %s stored twice", ids[i]);
+        struct txo_param p = txo_p_str(ids[i]);
+        assert_int_equal(testdb_i64(c->t.db,
+                                    "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?",
+                                    &p, 1),
+                         1);
+    }
+    testnats_free_ids(ids, count);
+
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_broker_stopped_then_back(void **state)
+{
+    outage(*state, OUTAGE_STOP);
+}
+
+static void test_broker_killed_then_back(void **state)
+{
+    outage(*state, OUTAGE_KILL);
+}
+
+static void test_broker_hangs_then_resumes(void **state)
+{
+    outage(*state, OUTAGE_HANG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_broker_stopped_then_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_killed_then_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_hangs_then_resumes, setup, teardown),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
+    return failed;
+}

@@ -1,0 +1,295 @@
+/*
+ * The local dispatch publisher (txo_publisher_local_new) with the relay on a real MariaDB: each
+ * event reaches the in-process handler once, as the published envelope with msg_id = the
+ * idempotency key, and the handler's own transaction (an inbox row) commits; a handler
+ * failure leaves the row PENDING with attempts, last_error and a backoff, and it is delivered
+ * (delivery 2) once the handler recovers; a handler that keeps failing dead-letters the event
+ * after max_attempts like any publish failure.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "txo/consumer.h"
+
+struct ctx {
+    struct testdb t;
+    struct txo_db *consumer_db; /* the handler's own connection */
+    int fail_code;              /* != 0: the handler fails with this */
+    unsigned calls;
+    uint64_t last_delivery;
+    char last_msg_id[64];
+};
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "local_dispatch");
+    c->consumer_db = testdb_connect(&c->t);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    txo_db_close(c->consumer_db);
+    testdb_teardown(&c->t);
+    free(c);
+    return 0;
+}
+
+/* ---- the handler: an inbox row in its own transaction ---- */
+
+struct inbox_row {
+    const char *event_id;
+    const char *event_type;
+    const char *payload;
+};
+
+static int insert_inbox(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct inbox_row *r = arg;
+    struct txo_param p[3] = {txo_p_str(r->event_id), txo_p_str(r->event_type),
+                             txo_p_str(r->payload)};
+    int rc = txo_tx_exec(tx,
+                         "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                         "VALUES (?, ?, ?, NOW(6))",
+                         p, 3, NULL, err);
+    return rc == TXO_EDUPLICATE ? 0 : rc; /* seen before: already applied */
+}
+
+static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
+{
+    struct ctx *c = arg;
+    c->calls++;
+    c->last_delivery = msg->delivery;
+    snprintf(c->last_msg_id, sizeof(c->last_msg_id), "%s", msg->msg_id ? msg->msg_id : "");
+    assert_null(msg->subject);
+    assert_non_null(msg->msg_id);
+    assert_int_equal(strlen(msg->data), msg->len);
+
+    json_error_t jerr;
+    json_t *env = json_loadb(msg->data, msg->len, 0, &jerr);
+    if (env == NULL)
+        fail_msg("envelope is not JSON: %s", jerr.text);
+    assert_string_equal(json_string_value(json_object_get(env, "idempotency_key")), msg->msg_id);
+    assert_string_equal(json_string_value(json_object_get(env, "type")), "OrderCreated");
+    assert_string_equal(json_string_value(json_object_get(env, "aggregate_type")), "order");
+    assert_int_equal(json_integer_value(json_object_get(env, "attempt")), msg->delivery);
+    json_t *payload = json_object_get(env, "payload");
+    assert_true(json_is_object(payload));
+    assert_int_equal(json_integer_value(json_object_get(payload, "order_id")),
+                     json_integer_value(json_object_get(env, "aggregate_id")));
+
+    int rc = 0;
+    if (c->fail_code != 0) {
+        rc = txo_error_set(err, c->fail_code, "consumer database down");
+    } else {
+        char *text = json_dumps(payload, JSON_COMPACT);
+        assert_non_null(text);
+        struct inbox_row row = {msg->msg_id, "OrderCreated", text};
+        rc = txo_db_transact(c->consumer_db, TXO_ISO_READ_COMMITTED, insert_inbox, &row, err);
+        free(text);
+    }
+    json_decref(env);
+    return rc;
+}
+
+/* ---- helpers ---- */
+
+struct append_ctx {
+    unsigned n;
+};
+
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct append_ctx *a = arg;
+    for (unsigned i = 1; i <= a->n; i++) {
+        char key[32], payload[64];
+        snprintf(key, sizeof(key), "order:%u:created", i);
+        snprintf(payload, sizeof(payload), "{\"order_id\": %u}", i);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = i,
+            .event_type = "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void append(struct ctx *c, unsigned n)
+{
+    struct append_ctx a = {n};
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
+        fail_msg("appending: %s", err.msg);
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, unsigned max_attempts)
+{
+    struct txo_relay_opts o;
+    txo_relay_opts_init(&o);
+    o.relay_id = "local-relay";
+    o.batch_size = 8;
+    o.max_attempts = max_attempts;
+    o.backoff.base_ms = 60000; /* a failed event is clearly not due again by itself */
+    o.backoff.max_ms = 60000;
+    o.backoff.jitter = 0.0;
+    struct txo_relay *r = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_new(c->t.db, pub, &o, &r, &err) < 0)
+        fail_msg("txo_relay_new: %s", err.msg);
+    return r;
+}
+
+static size_t run_once(struct txo_relay *r)
+{
+    size_t claimed = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_run_once(r, &claimed, &err) < 0)
+        fail_msg("txo_relay_run_once: %s", err.msg);
+    return claimed;
+}
+
+static struct txo_publisher *new_local(struct ctx *c)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_local_new(handler, c, &pub, &err) < 0)
+        fail_msg("txo_publisher_local_new: %s", err.msg);
+    assert_string_equal(pub->ops->name, "local");
+    return pub;
+}
+
+/* ---- tests ---- */
+
+static void test_each_event_reaches_the_handler(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 20;
+    append(c, n);
+    struct txo_publisher *pub = new_local(c);
+    struct txo_relay *r = new_relay(c, pub, 10);
+    while (run_once(r) > 0) {
+    }
+    assert_int_equal(c->calls, n);
+    assert_int_equal(c->last_delivery, 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND attempts = 0 AND last_error IS NULL"),
+                     n);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events i JOIN outbox_events e "
+                          "ON e.idempotency_key = i.event_id "
+                          "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
+                     n);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_handler_failure_keeps_the_event_pending(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 5;
+    append(c, n);
+    struct txo_publisher *pub = new_local(c);
+    struct txo_relay *r = new_relay(c, pub, 10);
+
+    /* The consumer's database is down: nothing is applied, every row stays PENDING. */
+    c->fail_code = TXO_EUNAVAILABLE;
+    assert_int_equal(run_once(r), n);
+    assert_int_equal(c->calls, n);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                          "AND attempts = 1 AND locked_by IS NULL "
+                          "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
+                          "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
+                     n);
+    /* Backing off: not offered again before it is due. */
+    assert_int_equal(run_once(r), 0);
+    assert_int_equal(c->calls, n);
+
+    /* Recovered: once due, each event is delivered again, now as delivery 2. */
+    c->fail_code = 0;
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
+    assert_int_equal(run_once(r), n);
+    assert_int_equal(c->calls, 2 * n);
+    assert_int_equal(c->last_delivery, 2);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND last_error IS NULL"),
+                     n);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), n);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_permanent_failure_dead_letters(void **state)
+{
+    struct ctx *c = *state;
+    append(c, 1);
+    struct txo_publisher *pub = new_local(c);
+    struct txo_relay *r = new_relay(c, pub, 2);
+    c->fail_code = TXO_EBUSINESS;
+    assert_int_equal(run_once(r), 1);
+    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(c->calls, 2);
+    assert_string_equal(c->last_msg_id, "order:1:created");
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                          "AND attempts = 2 AND last_error = 'TXO_EBUSINESS: consumer "
+                          "database down'"),
+                     1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_publisher_local_new(NULL, NULL, &pub, &err), TXO_EINVAL);
+    assert_null(pub);
+    assert_int_equal(txo_consumer_new(NULL, NULL, NULL, NULL), TXO_EINVAL);
+    size_t handled = 7;
+    assert_int_equal(txo_consumer_poll(NULL, 1, 1, &handled, NULL), TXO_EINVAL);
+    assert_int_equal(handled, 0);
+    txo_consumer_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test_setup_teardown(test_each_event_reaches_the_handler, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_handler_failure_keeps_the_event_pending, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_permanent_failure_dead_letters, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

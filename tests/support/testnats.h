@@ -1,0 +1,80 @@
+/*
+ * Test support: a private nats-server with JetStream for one test, run as a child process:
+ *
+ *   nats-server -js -a 127.0.0.1 -p <free port> -sd <temp dir>/store
+ *
+ * testnats_start() picks a free port and a fresh temporary directory, starts the server and
+ * waits (up to 5 s) until its port answers. testnats_stop() (SIGTERM) and testnats_kill()
+ * (SIGKILL) end it, testnats_pause() makes it hang (SIGSTOP); testnats_restart() starts it again on
+ * the SAME port and store directory, so streams, consumers and messages survive (outage tests).
+ * testnats_cleanup() stops it and removes the directory.
+ *
+ * The binary is $TXO_NATS_SERVER, else nats-server on PATH, /usr/sbin or /usr/bin. When it
+ * cannot be found or does not start, the test FAILS (it is not skipped): the broker tests
+ * must run wherever the suite runs. The server's output goes to <temp dir>/server.log, which
+ * is printed when it fails to start.
+ *
+ * The inspection helpers talk to the server with cnats directly (not through libtxo), so the
+ * tests check what the broker really stored. Every helper fails the current cmocka test on
+ * error.
+ */
+#ifndef TXO_TESTNATS_H
+#define TXO_TESTNATS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct testnats {
+    char url[64]; /* "nats://127.0.0.1:<port>" */
+    unsigned port;
+    char dir[256];       /* the temporary directory (store + log) */
+    char store_dir[300]; /* <dir>/store, the JetStream store (-sd) */
+    char log_path[300];  /* <dir>/server.log */
+    pid_t pid;           /* 0 when not running */
+};
+
+/* Starts a fresh server (new port, new store). */
+void testnats_start(struct testnats *n);
+
+/* SIGTERM and waitpid (SIGKILL after 10 s). No-op when not running. */
+void testnats_stop(struct testnats *n);
+
+/* SIGKILL and waitpid. No-op when not running. */
+void testnats_kill(struct testnats *n);
+
+/*
+ * SIGSTOP / SIGCONT: the server hangs with its connections open (publishes are neither acked
+ * nor refused), then carries on with what it buffered meanwhile.
+ */
+void testnats_pause(struct testnats *n);
+void testnats_resume(struct testnats *n);
+
+/* Starts the server again on the same port and store directory; it must not be running. */
+void testnats_restart(struct testnats *n);
+
+/* Stops the server if it runs and removes the temporary directory. Safe on a zeroed struct. */
+void testnats_cleanup(struct testnats *n);
+
+/* Messages stored in the stream (JetStream stream info). */
+uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream);
+
+/*
+ * The Nats-Msg-Id header of every message stored in the stream, in stream order (NULL for a
+ * message without one). Returns the count; free with testnats_free_ids().
+ */
+size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids);
+void testnats_free_ids(char **ids, size_t count);
+
+/* Deletes the stream (a missing stream is fine). Purging would keep the duplicate window. */
+void testnats_delete_stream(const struct testnats *n, const char *stream);
+
+/* True when the durable consumer exists on the stream. */
+bool testnats_consumer_exists(const struct testnats *n, const char *stream, const char *durable);
+
+/* Messages of the durable delivered but not yet acknowledged (consumer info NumAckPending). */
+int64_t testnats_consumer_ack_pending(const struct testnats *n, const char *stream,
+                                      const char *durable);
+
+#endif
