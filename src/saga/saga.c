@@ -1117,6 +1117,7 @@ static int acquire(struct run *r, bool retry, bool fold, bool *terminal, struct 
     }
     if (a.tried) {
         try_committed(r, &a.t);
+        txo_crash_point("saga.step_committed"); /* the step that ran with the acquire */
     }
 out:
     txo_rows_free(a.rows);
