@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api.h"
 #include "orders.h"
@@ -200,6 +201,16 @@ static int place_order_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return rc;
 }
 
+/* "application/json", any case, optionally followed by parameters ("; charset=utf-8"). */
+static bool is_json_media_type(const char *ctype)
+{
+    static const char json[] = "application/json";
+    if (strncasecmp(ctype, json, sizeof(json) - 1) != 0)
+        return false;
+    char next = ctype[sizeof(json) - 1];
+    return next == '\0' || next == ';' || next == ' ' || next == '\t';
+}
+
 static void post_order(struct order_api *api, struct txo_db *db,
                        const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -216,7 +227,7 @@ static void post_order(struct order_api *api, struct txo_db *db,
         return;
     }
     const char *ctype = txo_http_request_header(req, "Content-Type");
-    if (ctype != NULL && strncmp(ctype, "application/json", 16) != 0) {
+    if (ctype != NULL && !is_json_media_type(ctype)) {
         reply_error(resp, 415, "unsupported_media_type", "Content-Type must be application/json");
         return;
     }
@@ -534,9 +545,11 @@ static bool admin_allowed(const struct order_api *api, const struct txo_http_req
     return diff == 0;
 }
 
+/* HEAD is answered as GET (libmicrohttpd leaves the body out). */
 static bool is(const struct txo_http_request *req, const char *method)
 {
-    return strcmp(req->method, method) == 0;
+    return strcmp(req->method, method) == 0 ||
+           (strcmp(method, "GET") == 0 && strcmp(req->method, "HEAD") == 0);
 }
 
 /* Routes that need a database connection. Returns false when no route matched. */

@@ -1,0 +1,581 @@
+/*
+ * End-to-end tests of the order API's operator side with a real `txo serve` against a fresh
+ * database per test (the order endpoints are in test_api.c):
+ *
+ *   admin     with --admin-token: 401 without or with a wrong bearer token (nothing changes);
+ *             GET /outbox/stats equals COUNT(*) per status; GET /sagas/{id} 200 with the steps,
+ *             404 for an unknown id; POST /sagas/{id}/retry of a COMPLETED saga 409; a dead
+ *             letter made with SQL is listed by GET /dlq, replayed once (the outbox row back to
+ *             PENDING with attempts 0), a second replay 409, an unknown one 404.
+ *   probes    /healthz and /readyz 200; /metrics in the Prometheus text format with the
+ *             outbox, saga, MySQL and breaker families, accepted by `promtool check metrics`,
+ *             and the outbox gauge equal to the table.
+ *
+ * Every server is stopped with SIGTERM and must exit 0 within 5 s (a sanitizer report would
+ * make it non-zero; its log is printed). Teardown SIGKILLs whatever a failed test left running.
+ * The HTTP and process helpers are the same as test_api.c's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "orders.h"
+#include "testdb.h"
+#include "testproc.h"
+
+/* ---- fixture ---- */
+
+struct reply {
+    long status; /* 0: no HTTP answer (connection refused, closed, ...) */
+    CURLcode cc;
+    char *body; /* malloc'd, NUL-terminated; "" when empty */
+    size_t len;
+    char content_type[128];
+    long retry_after_s; /* -1: no Retry-After header */
+    double total_s;
+};
+
+static void reply_release(struct reply *r)
+{
+    free(r->body);
+    memset(r, 0, sizeof(*r));
+    r->retry_after_s = -1;
+}
+
+#define MAX_PROCS 1
+
+struct ctx {
+    struct testdb t;
+    struct testproc procs[MAX_PROCS]; /* servers and workers; SIGKILLed by teardown */
+    CURL *h;                          /* the test's HTTP client (keep-alive) */
+    struct reply rep[3];              /* the test's answers; released by teardown */
+};
+
+/* MYSQL_DATABASE before testdb_export_env(): the next setup connects with it. */
+static char *orig_database;
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "api_admin");
+    testdb_export_env(&c->t);
+    c->h = curl_easy_init();
+    assert_non_null(c->h);
+    struct txo_error err;
+    txo_error_init(&err);
+    static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
+        if (orders_seed_inventory(c->t.db, skus[i], 1000, &err) != 0)
+            fail_msg("seeding %s: %s", skus[i], err.msg);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    for (int i = 0; i < MAX_PROCS; i++)
+        testproc_stop_hard(&c->procs[i]);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
+        reply_release(&c->rep[i]);
+    curl_easy_cleanup(c->h);
+    testdb_teardown(&c->t);
+    free(c);
+    if (orig_database != NULL)
+        setenv("MYSQL_DATABASE", orig_database, 1);
+    else
+        unsetenv("MYSQL_DATABASE");
+    return 0;
+}
+
+/* ---- processes ---- */
+
+static void print_log(const struct testproc *p, const char *what)
+{
+    char *log = testproc_log(p);
+    print_message("---- log of %s (%s) ----\n%s---- end of log ----\n", what, p->log_path,
+                  log != NULL ? log : "");
+    free(log);
+}
+
+/* Starts `txo serve --listen 127.0.0.1:<free port> args...` in slot and waits for /healthz.
+ * Returns the port. */
+static unsigned serve_start(struct ctx *c, int slot, const char *const *args)
+{
+    unsigned port = testproc_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    const char *argv[24];
+    size_t n = 0;
+    argv[n++] = testproc_txo_bin();
+    argv[n++] = "serve";
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    for (size_t i = 0; args != NULL && args[i] != NULL && n < TXO_ARRAY_LEN(argv) - 1; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    testproc_start(&c->procs[slot], "api_serve", argv, NULL);
+    if (!testproc_wait_http(port, "/healthz", 10000)) {
+        print_log(&c->procs[slot], "txo serve");
+        fail_msg("txo serve on port %u did not answer GET /healthz within 10 s", port);
+    }
+    return port;
+}
+
+/* SIGTERM; the process must exit with status 0 within 5 s (a sanitizer report is non-zero). */
+static void stop_ok(struct testproc *p, const char *what)
+{
+    int64_t t0 = txo_monotonic_ms();
+    bool ok = testproc_stop(p, 5000);
+    int64_t ms = txo_monotonic_ms() - t0;
+    if (!ok) {
+        print_log(p, what);
+        fail_msg("%s: SIGTERM did not end in exit 0 within 5 s (wait status 0x%x after %lld ms)",
+                 what, p->status, (long long)ms);
+    }
+}
+
+/* ---- HTTP ---- */
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct reply *r = arg;
+    size_t n = size * nmemb;
+    char *grown = realloc(r->body, r->len + n + 1);
+    if (grown == NULL)
+        return 0;
+    memcpy(grown + r->len, data, n);
+    r->len += n;
+    grown[r->len] = '\0';
+    r->body = grown;
+    return n;
+}
+
+static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct reply *r = arg;
+    size_t n = size * nmemb;
+    static const char name[] = "Retry-After:";
+    if (n > sizeof(name) - 1 && strncasecmp(data, name, sizeof(name) - 1) == 0)
+        r->retry_after_s = strtol(data + sizeof(name) - 1, NULL, 10);
+    return n;
+}
+
+/*
+ * One request on h to http://127.0.0.1:port<path>. body NULL: none; headers NULL or a
+ * NULL-terminated list of "Name: value". Never fails the test: a transport failure is
+ * r->status 0 with r->cc set. Safe to call from any thread (one h per thread).
+ */
+static void http_do(CURL *h, const char *method, unsigned port, const char *path,
+                    const char *const *headers, const char *body, size_t len, struct reply *r)
+{
+    free(r->body);
+    memset(r, 0, sizeof(*r));
+    r->retry_after_s = -1;
+    char url[512];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", port, path);
+    struct curl_slist *list = NULL;
+    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
+        list = curl_slist_append(list, headers[i]);
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body != NULL) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    r->cc = curl_easy_perform(h);
+    if (r->cc == CURLE_OK) {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+        char *ct = NULL;
+        if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct != NULL)
+            snprintf(r->content_type, sizeof(r->content_type), "%s", ct);
+    }
+    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &r->total_s);
+    curl_slist_free_all(list);
+    if (r->body == NULL)
+        r->body = calloc(1, 1);
+}
+
+/* POST /orders with Content-Type: application/json; key NULL sends no Idempotency-Key. */
+static void post_order(CURL *h, unsigned port, const char *key, const char *body, struct reply *r)
+{
+    char key_header[512];
+    snprintf(key_header, sizeof(key_header), "Idempotency-Key: %s", key != NULL ? key : "");
+    const char *headers[] = {"Content-Type: application/json", key != NULL ? key_header : NULL,
+                             NULL};
+    http_do(h, "POST", port, "/orders", headers, body, strlen(body), r);
+}
+
+static void http_get(CURL *h, unsigned port, const char *path, struct reply *r)
+{
+    http_do(h, "GET", port, path, NULL, NULL, 0, r);
+}
+
+static json_t *parse_json(const struct reply *r)
+{
+    json_error_t jerr;
+    json_t *doc = json_loadb(r->body, r->len, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("HTTP %ld body is not JSON (%s): %s", r->status, jerr.text, r->body);
+    return doc;
+}
+
+static void expect_status(const struct reply *r, long status, const char *what)
+{
+    if (r->status != status)
+        fail_msg("%s: want HTTP %ld, got %ld (curl: %s), body: %s", what, status, r->status,
+                 curl_easy_strerror(r->cc), r->body);
+}
+
+/* Status, {"error": code, "message": "<non-empty, containing msg_has>"}, JSON content type. */
+static void expect_error(const struct reply *r, long status, const char *code, const char *msg_has,
+                         const char *what)
+{
+    expect_status(r, status, what);
+    if (strncmp(r->content_type, "application/json", 16) != 0)
+        fail_msg("%s: Content-Type %s, want application/json", what, r->content_type);
+    json_t *doc = parse_json(r);
+    const char *got = json_string_value(json_object_get(doc, "error"));
+    const char *msg = json_string_value(json_object_get(doc, "message"));
+    bool ok = got != NULL && strcmp(got, code) == 0 && msg != NULL && msg[0] != '\0' &&
+              (msg_has == NULL || strstr(msg, msg_has) != NULL);
+    json_decref(doc);
+    if (!ok)
+        fail_msg("%s: want error \"%s\" with a message containing \"%s\", got %s", what, code,
+                 msg_has != NULL ? msg_has : "", r->body);
+}
+
+/* A 201/202 answer {"order_id": N > 0, "status": "CREATED"}; returns N. */
+static int64_t expect_created(const struct reply *r, long status, const char *what)
+{
+    expect_status(r, status, what);
+    json_t *doc = parse_json(r);
+    json_int_t id = json_integer_value(json_object_get(doc, "order_id"));
+    const char *st = json_string_value(json_object_get(doc, "status"));
+    bool ok = json_object_size(doc) == 2 && id > 0 && st != NULL && strcmp(st, "CREATED") == 0;
+    json_decref(doc);
+    if (!ok)
+        fail_msg("%s: want {\"order_id\":N,\"status\":\"CREATED\"}, got %s", what, r->body);
+    return (int64_t)id;
+}
+
+/* ---- database ---- */
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+static const char ORDER_BODY[] =
+    "{\"customer_id\":7,\"items\":[{\"sku\":\"SKU-A\",\"qty\":2,\"price_cents\":1250}]}";
+
+#define AUTH "Authorization: Bearer s3cret"
+
+/* An admin request with the right token; body NULL for GET. */
+static void admin(CURL *h, const char *method, unsigned port, const char *path, struct reply *r)
+{
+    const char *headers[] = {AUTH, NULL};
+    http_do(h, method, port, path, headers, strcmp(method, "POST") == 0 ? "" : NULL, 0, r);
+}
+
+/* ---- admin ---- */
+
+/* A COMPLETED CreateOrderSaga, run in this process with the in-process payment and shipment
+ * stand-ins. Returns its order id; saga_id receives the saga's. */
+static int64_t completed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    const struct order_item items[] = {{"SKU-B", 1, 500}};
+    int64_t order_id = 0;
+    if (orders_create_with_saga(c->t.db, 9, items, 1, &order_id, saga_id, &err) != 0)
+        fail_msg("creating an order with its saga: %s", err.msg);
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    if (orders_run_saga(c->t.db, saga_id, NULL, NULL, &final, &err) != 0)
+        fail_msg("running saga %s: %s", saga_id, err.msg);
+    assert_int_equal(final, TXO_SAGA_COMPLETED);
+    return order_id;
+}
+
+/* An outbox event the relay gave up on and its dead letter, as the relay writes them.
+ * Returns the dead letter's id; *event_id receives the outbox row's. */
+static int64_t dead_letter(struct ctx *c, int64_t *event_id)
+{
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                         " payload, idempotency_key, status, attempts, last_error)"
+                         " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
+                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable')");
+    *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
+    assert_true(*event_id > 0);
+    struct txo_param p[] = {txo_p_i64(*event_id)};
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_exec_result res = {0};
+    if (txo_db_exec(c->t.db,
+                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
+                    " VALUES (?, 'OrderCreated', '{\"order_id\":4242}', 'broker unavailable')",
+                    p, 1, &res, &err) != 0)
+        fail_msg("inserting the dead letter: %s", err.msg);
+    return (int64_t)res.insert_id;
+}
+
+/* GET /outbox/stats equals the table, counted here. */
+static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when)
+{
+    struct reply *r = &c->rep[2];
+    admin(h, "GET", port, "/outbox/stats", r);
+    expect_status(r, 200, "GET /outbox/stats");
+    json_t *doc = parse_json(r);
+    static const char *const statuses[] = {"PENDING", "PROCESSING", "PUBLISHED", "FAILED"};
+    static const char *const fields[] = {"pending", "processing", "published", "failed"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(statuses); i++) {
+        char sql[128];
+        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM outbox_events WHERE status = '%s'",
+                 statuses[i]);
+        int64_t want = q(c, sql);
+        json_t *got = json_object_get(doc, fields[i]);
+        if (!json_is_integer(got) || json_integer_value(got) != want)
+            fail_msg("%s: /outbox/stats %s should be %lld: %s", when, fields[i], (long long)want,
+                     r->body);
+    }
+    int64_t dead = q(c, "SELECT COUNT(*) FROM dead_letter_events");
+    if (json_integer_value(json_object_get(doc, "dead_letters")) != dead)
+        fail_msg("%s: /outbox/stats dead_letters should be %lld: %s", when, (long long)dead,
+                 r->body);
+    json_t *age = json_object_get(doc, "oldest_pending_age_seconds");
+    if (!json_is_number(age) || json_number_value(age) < 0)
+        fail_msg("%s: oldest_pending_age_seconds is not a number >= 0: %s", when, r->body);
+    json_decref(doc);
+}
+
+static void test_admin_endpoints(void **state)
+{
+    struct ctx *c = *state;
+    static const char *const args[] = {"--admin-token", "s3cret", NULL};
+    unsigned port = serve_start(c, 0, args);
+    struct reply *r = &c->rep[0];
+    post_order(c->h, port, "admin-key", ORDER_BODY, r);
+    expect_created(r, 201, "POST /orders");
+    char saga_id[TXO_SAGA_ID_LEN];
+    completed_saga(c, saga_id);
+    /* Every status present: some events published, one in flight. */
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6)"
+                         " ORDER BY id LIMIT 2");
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PROCESSING', locked_by = 'test',"
+                         " locked_until = NOW(6) + INTERVAL 1 HOUR WHERE status = 'PENDING'"
+                         " ORDER BY id LIMIT 1");
+    int64_t event_id = 0;
+    int64_t dl_id = dead_letter(c, &event_id);
+
+    /* No token, a wrong one, another scheme: 401, on reads and on writes alike. */
+    http_get(c->h, port, "/outbox/stats", r);
+    expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats without a token");
+    const char *wrong[] = {"Authorization: Bearer s3cres", NULL};
+    http_do(c->h, "GET", port, "/outbox/stats", wrong, NULL, 0, r);
+    expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats with a wrong token");
+    const char *longer[] = {"Authorization: Bearer s3cret2", NULL};
+    http_do(c->h, "GET", port, "/outbox/stats", longer, NULL, 0, r);
+    expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats with a longer token");
+    const char *basic[] = {"Authorization: Basic s3cret", NULL};
+    http_do(c->h, "GET", port, "/dlq", basic, NULL, 0, r);
+    expect_error(r, 401, "unauthorized", NULL, "GET /dlq with another scheme");
+    char path[128];
+    snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
+    http_do(c->h, "POST", port, path, NULL, "", 0, r);
+    expect_error(r, 401, "unauthorized", NULL, "POST /dlq/{id}/replay without a token");
+    snprintf(path, sizeof(path), "/sagas/%s/retry", saga_id);
+    http_do(c->h, "POST", port, path, wrong, "", 0, r);
+    expect_error(r, 401, "unauthorized", NULL, "POST /sagas/{id}/retry with a wrong token");
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 0);
+
+    expect_stats(c, c->h, port, "before the replay");
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_true(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0);
+
+    /* Sagas. */
+    admin(c->h, "GET", port, "/sagas/00000000-0000-4000-8000-000000000000", r);
+    expect_error(r, 404, "not_found", NULL, "GET /sagas/<unknown>");
+    snprintf(path, sizeof(path), "/sagas/%s", saga_id);
+    admin(c->h, "GET", port, path, r);
+    expect_status(r, 200, "GET /sagas/{id}");
+    json_t *doc = parse_json(r);
+    assert_string_equal(json_string_value(json_object_get(doc, "saga_id")), saga_id);
+    assert_string_equal(json_string_value(json_object_get(doc, "saga_type")), "CreateOrderSaga");
+    assert_string_equal(json_string_value(json_object_get(doc, "status")), "COMPLETED");
+    json_t *steps = json_object_get(doc, "steps");
+    assert_int_equal(json_array_size(steps), 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(json_string_value(json_object_get(json_array_get(steps, i), "status")),
+                            "COMPLETED");
+    json_decref(doc);
+    snprintf(path, sizeof(path), "/sagas/%s/retry", saga_id);
+    admin(c->h, "POST", port, path, r);
+    expect_error(r, 409, "conflict", NULL, "POST /sagas/{id}/retry of a COMPLETED saga");
+    struct txo_param sp[] = {txo_p_str(saga_id)};
+    char *st = testdb_str(c->t.db, "SELECT status FROM saga_instances WHERE id = ?", sp, 1);
+    assert_non_null(st);
+    assert_string_equal(st, "COMPLETED");
+    txo_free(st);
+
+    /* Dead letters. */
+    admin(c->h, "GET", port, "/dlq", r);
+    expect_status(r, 200, "GET /dlq");
+    doc = parse_json(r);
+    json_t *list = json_object_get(doc, "dead_letters");
+    if (json_array_size(list) != 1)
+        fail_msg("GET /dlq should list the one dead letter: %s", r->body);
+    json_t *dl = json_array_get(list, 0);
+    assert_int_equal(json_integer_value(json_object_get(dl, "id")), dl_id);
+    assert_int_equal(json_integer_value(json_object_get(dl, "source_event_id")), event_id);
+    assert_string_equal(json_string_value(json_object_get(dl, "event_type")), "OrderCreated");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(dl, "payload"), "order_id")), 4242);
+    assert_string_equal(json_string_value(json_object_get(dl, "error")), "broker unavailable");
+    assert_int_equal(json_integer_value(json_object_get(dl, "replay_count")), 0);
+    assert_true(json_is_null(json_object_get(dl, "replayed_at")));
+    assert_int_equal(json_integer_value(json_object_get(doc, "next_after_id")), dl_id);
+    json_decref(doc);
+
+    snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
+    admin(c->h, "POST", port, path, r);
+    expect_status(r, 200, "POST /dlq/{id}/replay");
+    doc = parse_json(r);
+    assert_int_equal(json_integer_value(json_object_get(doc, "id")), dl_id);
+    assert_string_equal(json_string_value(json_object_get(doc, "status")), "REPLAYED");
+    json_decref(doc);
+    struct txo_param ep[] = {txo_p_i64(event_id)};
+    st = testdb_str(c->t.db, "SELECT status FROM outbox_events WHERE id = ?", ep, 1);
+    assert_non_null(st);
+    assert_string_equal(st, "PENDING");
+    txo_free(st);
+    assert_int_equal(testdb_i64(c->t.db, "SELECT attempts FROM outbox_events WHERE id = ?", ep, 1),
+                     0);
+    assert_int_equal(testdb_i64(c->t.db,
+                                "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND"
+                                " locked_by IS NULL AND next_attempt_at <= NOW(6)",
+                                ep, 1),
+                     1);
+    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NULL"), 0);
+
+    admin(c->h, "POST", port, path, r);
+    expect_error(r, 409, "conflict", NULL, "a second POST /dlq/{id}/replay");
+    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
+    admin(c->h, "POST", port, "/dlq/999999/replay", r);
+    expect_error(r, 404, "not_found", NULL, "POST /dlq/999999/replay");
+
+    expect_stats(c, c->h, port, "after the replay");
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+
+    stop_ok(&c->procs[0], "txo serve");
+}
+
+/* ---- probes and metrics ---- */
+
+/* Runs `promtool check metrics` on text; fails the test with promtool's output unless it
+ * exits 0. */
+static void promtool_check(const char *text, size_t len)
+{
+    char path[] = "/tmp/txo_test_api_metrics_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    unlink(path);
+    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("promtool check metrics: wait status 0x%x, output:\n%s\nmetrics:\n%s", status, out,
+                 text);
+}
+
+static void expect_contains(const struct reply *r, const char *needle)
+{
+    if (strstr(r->body, needle) == NULL)
+        fail_msg("/metrics does not contain \"%s\":\n%s", needle, r->body);
+}
+
+static void test_probes_and_metrics(void **state)
+{
+    struct ctx *c = *state;
+    unsigned port = serve_start(c, 0, NULL);
+    struct reply *r = &c->rep[0];
+    http_get(c->h, port, "/healthz", r);
+    expect_status(r, 200, "GET /healthz");
+    http_get(c->h, port, "/readyz", r);
+    expect_status(r, 200, "GET /readyz");
+    json_t *doc = parse_json(r);
+    assert_string_equal(json_string_value(json_object_get(doc, "status")), "ready");
+    json_decref(doc);
+
+    post_order(c->h, port, "metrics-key", ORDER_BODY, r);
+    expect_created(r, 201, "POST /orders");
+    http_get(c->h, port, "/metrics", r);
+    expect_status(r, 200, "GET /metrics");
+    if (strncmp(r->content_type, "text/plain", 10) != 0)
+        fail_msg("/metrics Content-Type %s, want text/plain", r->content_type);
+    static const char *const families[] = {
+        "# TYPE txo_outbox_oldest_pending_age_seconds gauge\n",
+        "# TYPE txo_outbox_pending gauge\n",
+        "# TYPE txo_sagas gauge\n",
+        "# TYPE txo_mysql_deadlocks_total counter\n",
+        "# TYPE txo_circuit_breaker_state gauge\n",
+        "\ntxo_outbox_oldest_pending_age_seconds ",
+        "\ntxo_mysql_deadlocks_total ",
+        /* The gauges read the tables at the scrape: the order's OrderCreated is pending. */
+        "\ntxo_outbox_pending 1\n",
+        "\ntxo_sagas{status=\"RUNNING\"} 0\n",
+        "\ntxo_circuit_breaker_state{service=\"payment\"} 0\n",
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(families); i++)
+        expect_contains(r, families[i]);
+    promtool_check(r->body, r->len);
+
+    stop_ok(&c->procs[0], "txo serve");
+}
+
+int main(void)
+{
+    const char *db = getenv("MYSQL_DATABASE");
+    orig_database = db != NULL ? strdup(db) : NULL;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_admin_endpoints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probes_and_metrics, setup, teardown),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    free(orig_database);
+    return failed;
+}
