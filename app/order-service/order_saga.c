@@ -573,6 +573,38 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
 
     if (st == NULL)
         return TXO_EINVAL;
+    struct txo_param sp[] = {txo_p_str(ctx->saga_id)};
+    rc = txo_tx_query(tx, ORDERS_SQL_FAILED_STEP, sp, 1, &rows, err);
+    if (rc < 0)
+        goto out;
+    bool failed_step = txo_rows_count(rows) > 0;
+    if (failed_step && !txo_rows_is_null(rows, 0, 1))
+        snprintf(reason, sizeof(reason), "%s failed: %s", txo_rows_str(rows, 0, 0, NULL),
+                 txo_rows_str(rows, 0, 1, NULL));
+    else
+        snprintf(reason, sizeof(reason), "saga %s", txo_saga_status_name(final_status));
+
+    /*
+     * A remote charge that timed out may still have happened, and a FAILED step is not
+     * compensated. Queue a refund in this same transaction: the
+     * worker calls the payment service with the refund's idempotency key until it answers
+     * (refunding an order that was never charged changes nothing there).
+     */
+    struct order_saga_env *env = ctx->user;
+    const char *failed_error = failed_step ? txo_rows_str(rows, 0, 1, NULL) : NULL;
+    /* Only a timeout leaves the outcome unknown: a refusal, a 5xx answer, a refused connection
+     * and an open breaker all mean the charge did not happen. The engine stores step errors
+     * as "<code name>: <message>". */
+    if (failed_step && strcmp(txo_rows_str(rows, 0, 0, NULL), "ChargePayment") == 0 &&
+        failed_error != NULL && strncmp(failed_error, "TXO_ETIMEOUT:", 13) == 0 &&
+        env != NULL && env->session != NULL &&
+        order_services_remote(order_service_session_services(env->session),
+                              ORDER_SERVICE_PAYMENT)) {
+        rc = orders_enqueue_refund_tx(tx, st->order_id, st->total_cents, err);
+        if (rc < 0)
+            goto out;
+    }
+
     struct txo_param p[] = {txo_p_i64(st->order_id)};
     struct txo_exec_result res;
     rc = txo_tx_exec(tx, ORDERS_SQL_ORDER_CANCEL, p, 1, &res, err);
@@ -598,16 +630,6 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
         rc = 0;
         goto out;
     }
-
-    struct txo_param sp[] = {txo_p_str(ctx->saga_id)};
-    rc = txo_tx_query(tx, ORDERS_SQL_FAILED_STEP, sp, 1, &rows, err);
-    if (rc < 0)
-        goto out;
-    if (txo_rows_count(rows) > 0 && !txo_rows_is_null(rows, 0, 1))
-        snprintf(reason, sizeof(reason), "%s failed: %s", txo_rows_str(rows, 0, 0, NULL),
-                 txo_rows_str(rows, 0, 1, NULL));
-    else
-        snprintf(reason, sizeof(reason), "saga %s", txo_saga_status_name(final_status));
     rc = emit(tx, ctx, st, "OrderCancelled", "order-cancelled", false, -1, reason, err);
 out:
     txo_rows_free(rows);

@@ -470,6 +470,15 @@ int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
     return txo_db_exec(db, ORDERS_SQL_SEED_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
 }
 
+int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id, int64_t amount_cents,
+                             struct txo_error *err)
+{
+    char payload[96];
+    snprintf(payload, sizeof(payload), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}",
+             order_id, amount_cents);
+    return txo_cmdq_enqueue(tx, ORDERS_REFUND_COMMAND, payload, NULL, err);
+}
+
 int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
                             struct txo_error *err)
 {

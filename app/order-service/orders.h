@@ -139,6 +139,15 @@ TXO_MUST_CHECK int orders_start_saga_tx(struct txo_tx *tx, int64_t order_id,
 /* The command_queue type the async API enqueues and the worker runs: {"order_id":N}. */
 #define ORDERS_START_SAGA_COMMAND "StartOrderSaga"
 
+/* The command_queue type of a refund owed to the payment service: {"order_id","amount_cents"}.
+ * Queued by the saga when ChargePayment failed with an outcome that may have been a charge
+ * (a timed-out call); the worker sends it with the key "order:<id>:refund" until it lands. */
+#define ORDERS_REFUND_COMMAND "RefundPayment"
+
+/* Queues RefundPayment in the caller's transaction. Errors: DB errors. */
+TXO_MUST_CHECK int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id,
+                                            int64_t amount_cents, struct txo_error *err);
+
 /* Queues StartOrderSaga for order_id in the caller's transaction (seed 9.12: the API answers
  * 202 and a worker creates and runs the saga). Errors: DB errors. */
 TXO_MUST_CHECK int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id,

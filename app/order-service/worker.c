@@ -34,7 +34,6 @@
 
 #define QUEUE_CAP       256
 #define ABANDONED_CAP   1024
-#define START_SAGA_TYPE "StartOrderSaga"
 
 enum job_kind { JOB_RUN, JOB_RETRY };
 
@@ -410,27 +409,62 @@ static int start_saga_command_tx(struct txo_tx *tx, void *arg, struct txo_error 
     return txo_cmdq_complete_tx(tx, a->cmd, err);
 }
 
-static int run_command(struct order_worker *w, struct txo_db *db, const struct txo_command *cmd,
+/* RefundPayment: a refund owed for a charge whose outcome was unknown (see order_saga.c). Sent
+ * with the refund's idempotency key, so repeating it is harmless; DONE once it landed. */
+static int run_refund(struct txo_db *db, struct order_service_session *session,
+                      const struct txo_command *cmd, int64_t order_id, json_t *doc,
+                      struct txo_error *err)
+{
+    if (session == NULL ||
+        !order_services_remote(order_service_session_services(session), ORDER_SERVICE_PAYMENT))
+        return txo_error_set(err, TXO_ECONFIG,
+                             "%s command %" PRId64 " needs the payment service (--payment-url)",
+                             ORDERS_REFUND_COMMAND, cmd->id);
+    char key[64];
+    snprintf(key, sizeof(key), "order:%" PRId64 ":refund", order_id);
+    char body[96];
+    snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" JSON_INTEGER_FORMAT "}",
+             order_id, json_integer_value(json_object_get(doc, "amount_cents")));
+    int rc = order_service_call(session, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund", key,
+                                body, err);
+    if (rc == 0)
+        rc = txo_cmdq_complete(db, cmd, err);
+    if (rc == 0)
+        TXO_LOG(TXO_LOG_INFO, "worker", "refund of an uncertain charge sent order_id=%" PRId64,
+                order_id);
+    return rc;
+}
+
+static int run_command(struct order_worker *w, struct txo_db *db,
+                       struct order_service_session *session, const struct txo_command *cmd,
                        struct txo_error *err)
 {
-    if (strcmp(cmd->type, START_SAGA_TYPE) != 0)
+    bool start = strcmp(cmd->type, ORDERS_START_SAGA_COMMAND) == 0;
+    bool refund = strcmp(cmd->type, ORDERS_REFUND_COMMAND) == 0;
+    if (!start && !refund)
         return txo_error_set(err, TXO_EINVAL, "unknown command type %s", cmd->type);
     json_t *doc = json_loads(cmd->payload, 0, NULL);
     json_t *order_id = json_object_get(doc, "order_id");
     if (!json_is_integer(order_id)) {
         json_decref(doc);
         return txo_error_set(err, TXO_EINVAL, "%s command %" PRId64 " without order_id",
-                             START_SAGA_TYPE, cmd->id);
+                             cmd->type, cmd->id);
     }
-    struct command_args a = {.order_id = json_integer_value(order_id), .cmd = cmd};
+    int rc;
+    if (refund) {
+        rc = run_refund(db, session, cmd, json_integer_value(order_id), doc, err);
+    } else {
+        struct command_args a = {.order_id = json_integer_value(order_id), .cmd = cmd};
+        rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, start_saga_command_tx, &a, err);
+        if (rc == 0)
+            enqueue(w, a.saga_id, JOB_RUN);
+    }
     json_decref(doc);
-    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, start_saga_command_tx, &a, err);
-    if (rc == 0)
-        enqueue(w, a.saga_id, JOB_RUN);
     return rc;
 }
 
-static size_t schedule_commands(struct order_worker *w, struct txo_db **db, const char *owner)
+static size_t schedule_commands(struct order_worker *w, struct txo_db **db, const char *owner,
+                                struct order_service_session *session)
 {
     size_t space = queue_space(w);
     if (space == 0)
@@ -454,7 +488,7 @@ static size_t schedule_commands(struct order_worker *w, struct txo_db **db, cons
     struct txo_backoff backoff = {.base_ms = 1000, .max_ms = 60000, .jitter = 0.5};
     for (size_t i = 0; i < n; i++) {
         txo_error_init(&err);
-        rc = run_command(w, *db, &cmds[i], &err);
+        rc = run_command(w, *db, session, &cmds[i], &err);
         if (rc == 0) {
             atomic_fetch_add(&w->commands_done, 1);
             continue;
@@ -538,6 +572,13 @@ static void *scheduler_main(void *arg)
     gethostname(host, sizeof(host) - 1);
     snprintf(owner, sizeof(owner), "%s:%ld:commands", host, (long)getpid());
     int64_t next_retry_check = 0;
+    struct order_service_session *session = NULL; /* for RefundPayment commands */
+    if (w->opts.services != NULL) {
+        struct txo_error err;
+        txo_error_init(&err);
+        if (order_service_session_new(w->opts.services, &session, &err) != 0)
+            TXO_LOG(TXO_LOG_ERROR, "worker", "no external service session err=\"%s\"", err.msg);
+    }
     while (!stopping(w)) {
         if (!ensure_db(w, &db, "scheduler")) {
             nap(w, 1000);
@@ -547,7 +588,7 @@ static void *scheduler_main(void *arg)
         if (db != NULL)
             found += schedule_due(w, &db, TXO_SAGA_COMPENSATING);
         if (db != NULL)
-            found += schedule_commands(w, &db, owner);
+            found += schedule_commands(w, &db, owner, session);
         int64_t now = txo_monotonic_ms();
         if (db != NULL && now >= next_retry_check) {
             schedule_compensation_retries(w, &db);
@@ -556,6 +597,7 @@ static void *scheduler_main(void *arg)
         if (found == 0 || queue_space(w) == 0)
             nap(w, w->opts.poll_ms);
     }
+    order_service_session_free(session);
     txo_db_close(db);
     return NULL;
 }

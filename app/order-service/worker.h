@@ -13,7 +13,8 @@
  *       * RUNNING / COMPENSATING sagas without owner or with an expired owner lease (a new
  *         saga, or one whose process died) -> resumed from their persisted steps;
  *       * StartOrderSaga commands (async API mode) -> saga created and command DONE in one
- *         transaction, then run;
+ *         transaction, then run; RefundPayment commands (a charge whose outcome was unknown
+ *         when its saga gave up) -> sent to the payment service until it answers;
  *       * COMPENSATION_FAILED sagas -> retried with exponential backoff, at most
  *         compensation_max_retries times, then left for a human with an error log line and
  *         the txo_saga_compensation_abandoned_total metric;

@@ -47,6 +47,8 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
+    if (!daemon_check_settings("serve", &opts.serve, &opts.services))
+        return 2;
 
     daemon_block_signals();
     int status = 1;

@@ -139,6 +139,8 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
+    if (!daemon_check_settings("up", &opts.serve, &opts.services))
+        return 2;
     bool use_nats = strcmp(opts.broker, "nats") == 0;
     if (!use_nats && strcmp(opts.broker, "local") != 0) {
         fprintf(stderr, "txo up: --broker must be local or nats, got \"%s\"\n", opts.broker);

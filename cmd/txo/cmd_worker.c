@@ -60,6 +60,8 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
+    if (!daemon_check_settings("worker", NULL, &opts.services))
+        return 2;
     bool use_nats = strcmp(opts.broker, "nats") == 0;
     if (!use_nats && strcmp(opts.broker, "none") != 0) {
         fprintf(stderr, "txo worker: --broker must be nats or none, got \"%s\"\n", opts.broker);

@@ -1,6 +1,7 @@
 /*
  * The pieces the daemon subcommands (serve, relay, worker, up) assemble: see daemons.h.
  */
+#include <arpa/inet.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +28,35 @@ bool daemon_parse_listen(const char *cmd, const char *setting, const char *text,
     host[colon - text] = '\0';
     *port = (unsigned)p;
     return true;
+}
+
+static bool url_ok(const char *cmd, const char *setting, const char *url)
+{
+    if (url == NULL || url[0] == '\0' || strncmp(url, "http://", 7) == 0 ||
+        strncmp(url, "https://", 8) == 0)
+        return true;
+    fprintf(stderr, "txo %s: --%s must start with http:// or https://, got \"%s\"\n", cmd,
+            setting, url);
+    return false;
+}
+
+bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
+                           const struct services_settings *services)
+{
+    char host[64];
+    unsigned port;
+    if (serve != NULL) {
+        if (!daemon_parse_listen(cmd, "listen", serve->listen, host, sizeof(host), &port))
+            return false;
+        struct in_addr addr;
+        if (inet_pton(AF_INET, host, &addr) != 1) {
+            fprintf(stderr, "txo %s: --listen host must be an IPv4 address, got \"%s\"\n", cmd,
+                    host);
+            return false;
+        }
+    }
+    return services == NULL || (url_ok(cmd, "payment-url", services->payment_url) &&
+                                url_ok(cmd, "shipment-url", services->shipment_url));
 }
 
 /* ---- signals ---- */

@@ -218,6 +218,11 @@ struct services_settings {
      "external calls per second per service (token bucket, burst 50; 0: unlimited)", false, 0, \
      1000000, &(o).rate}
 
+/* Checks the serve and services settings that can be checked without a database (the listen
+ * address, the service URLs). Prints a message naming the setting and returns false. */
+bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
+                           const struct services_settings *services);
+
 /* Splits "HOST:PORT". Prints a message naming the setting and returns false when invalid. */
 bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
                          size_t host_size, unsigned *port);

@@ -17,7 +17,7 @@
 #define OPT_HELP         1
 #define OPT_PRINT_CONFIG 2
 #define OPT_HELP_MD      3 /* --help-markdown: used by `txo help --markdown` for docs/config.md */
-#define OPT_FIRST        100
+#define OPT_FIRST        256 /* above every char getopt_long can return (h, ?, :) */
 
 static bool parse_bool(const char *s, bool *out)
 {

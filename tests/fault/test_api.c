@@ -36,7 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
@@ -44,26 +43,10 @@
 
 #include "orders.h"
 #include "testdb.h"
+#include "testhttp.h"
 #include "testproc.h"
 
 /* ---- fixture ---- */
-
-struct reply {
-    long status; /* 0: no HTTP answer (connection refused, closed, ...) */
-    CURLcode cc;
-    char *body; /* malloc'd, NUL-terminated; "" when empty */
-    size_t len;
-    char content_type[128];
-    long retry_after_s; /* -1: no Retry-After header */
-    double total_s;
-};
-
-static void reply_release(struct reply *r)
-{
-    free(r->body);
-    memset(r, 0, sizeof(*r));
-    r->retry_after_s = -1;
-}
 
 #define MAX_PROCS 3
 
@@ -72,8 +55,8 @@ struct ctx {
     struct testproc procs[MAX_PROCS]; /* servers and workers; SIGKILLed by teardown */
     struct txo_db *hold;              /* a second connection (the 409 test holds a key) */
     CURL *h;                          /* the test's HTTP client (keep-alive) */
-    struct reply rep[3];              /* the test's answers; released by teardown */
-    struct reply *many;               /* the concurrent test's answers, n_many of them */
+    struct testhttp_reply rep[3];     /* the test's answers; released by teardown */
+    struct testhttp_reply *many;      /* the concurrent test's answers, n_many of them */
     size_t n_many;
 };
 
@@ -104,9 +87,9 @@ static int teardown(void **state)
     for (int i = 0; i < MAX_PROCS; i++)
         testproc_stop_hard(&c->procs[i]);
     for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
-        reply_release(&c->rep[i]);
+        testhttp_reply_release(&c->rep[i]);
     for (size_t i = 0; i < c->n_many; i++)
-        reply_release(&c->many[i]);
+        testhttp_reply_release(&c->many[i]);
     free(c->many);
     txo_db_close(c->hold);
     curl_easy_cleanup(c->h);
@@ -120,51 +103,6 @@ static int teardown(void **state)
 }
 
 /* ---- processes ---- */
-
-static void print_log(const struct testproc *p, const char *what)
-{
-    char *log = testproc_log(p);
-    print_message("---- log of %s (%s) ----\n%s---- end of log ----\n", what, p->log_path,
-                  log != NULL ? log : "");
-    free(log);
-}
-
-/* Starts `txo serve --listen 127.0.0.1:<free port> args...` in slot and waits for /healthz.
- * Returns the port. */
-static unsigned serve_start(struct ctx *c, int slot, const char *const *args)
-{
-    unsigned port = testproc_free_port();
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-    const char *argv[24];
-    size_t n = 0;
-    argv[n++] = testproc_txo_bin();
-    argv[n++] = "serve";
-    argv[n++] = "--listen";
-    argv[n++] = listen;
-    for (size_t i = 0; args != NULL && args[i] != NULL && n < TXO_ARRAY_LEN(argv) - 1; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    testproc_start(&c->procs[slot], "api_serve", argv, NULL);
-    if (!testproc_wait_http(port, "/healthz", 10000)) {
-        print_log(&c->procs[slot], "txo serve");
-        fail_msg("txo serve on port %u did not answer GET /healthz within 10 s", port);
-    }
-    return port;
-}
-
-/* SIGTERM; the process must exit with status 0 within 5 s (a sanitizer report is non-zero). */
-static void stop_ok(struct testproc *p, const char *what)
-{
-    int64_t t0 = txo_monotonic_ms();
-    bool ok = testproc_stop(p, 5000);
-    int64_t ms = txo_monotonic_ms() - t0;
-    if (!ok) {
-        print_log(p, what);
-        fail_msg("%s: SIGTERM did not end in exit 0 within 5 s (wait status 0x%x after %lld ms)",
-                 what, p->status, (long long)ms);
-    }
-}
 
 /* Waits until the sessions of a killed server are gone from the database server (so their
  * transactions are rolled back and their row locks released). */
@@ -182,138 +120,6 @@ static void wait_sessions_gone(struct ctx *c)
         txo_sleep_ms(20);
     } while (txo_monotonic_ms() < deadline);
     fail_msg("%lld sessions of the killed server still open after 10 s", (long long)n);
-}
-
-/* ---- HTTP ---- */
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct reply *r = arg;
-    size_t n = size * nmemb;
-    char *grown = realloc(r->body, r->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    memcpy(grown + r->len, data, n);
-    r->len += n;
-    grown[r->len] = '\0';
-    r->body = grown;
-    return n;
-}
-
-static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct reply *r = arg;
-    size_t n = size * nmemb;
-    static const char name[] = "Retry-After:";
-    if (n > sizeof(name) - 1 && strncasecmp(data, name, sizeof(name) - 1) == 0)
-        r->retry_after_s = strtol(data + sizeof(name) - 1, NULL, 10);
-    return n;
-}
-
-/*
- * One request on h to http://127.0.0.1:port<path>. body NULL: none; headers NULL or a
- * NULL-terminated list of "Name: value". Never fails the test: a transport failure is
- * r->status 0 with r->cc set. Safe to call from any thread (one h per thread).
- */
-static void http_do(CURL *h, const char *method, unsigned port, const char *path,
-                    const char *const *headers, const char *body, size_t len, struct reply *r)
-{
-    free(r->body);
-    memset(r, 0, sizeof(*r));
-    r->retry_after_s = -1;
-    char url[512];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", port, path);
-    struct curl_slist *list = NULL;
-    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
-        list = curl_slist_append(list, headers[i]);
-    curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body != NULL) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    r->cc = curl_easy_perform(h);
-    if (r->cc == CURLE_OK) {
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-        char *ct = NULL;
-        if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct != NULL)
-            snprintf(r->content_type, sizeof(r->content_type), "%s", ct);
-    }
-    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &r->total_s);
-    curl_slist_free_all(list);
-    if (r->body == NULL)
-        r->body = calloc(1, 1);
-}
-
-/* POST /orders with Content-Type: application/json; key NULL sends no Idempotency-Key. */
-static void post_order(CURL *h, unsigned port, const char *key, const char *body, struct reply *r)
-{
-    char key_header[512];
-    snprintf(key_header, sizeof(key_header), "Idempotency-Key: %s", key != NULL ? key : "");
-    const char *headers[] = {"Content-Type: application/json", key != NULL ? key_header : NULL,
-                             NULL};
-    http_do(h, "POST", port, "/orders", headers, body, strlen(body), r);
-}
-
-static void http_get(CURL *h, unsigned port, const char *path, struct reply *r)
-{
-    http_do(h, "GET", port, path, NULL, NULL, 0, r);
-}
-
-static json_t *parse_json(const struct reply *r)
-{
-    json_error_t jerr;
-    json_t *doc = json_loadb(r->body, r->len, 0, &jerr);
-    if (doc == NULL)
-        fail_msg("HTTP %ld body is not JSON (%s): %s", r->status, jerr.text, r->body);
-    return doc;
-}
-
-static void expect_status(const struct reply *r, long status, const char *what)
-{
-    if (r->status != status)
-        fail_msg("%s: want HTTP %ld, got %ld (curl: %s), body: %s", what, status, r->status,
-                 curl_easy_strerror(r->cc), r->body);
-}
-
-/* Status, {"error": code, "message": "<non-empty, containing msg_has>"}, JSON content type. */
-static void expect_error(const struct reply *r, long status, const char *code, const char *msg_has,
-                         const char *what)
-{
-    expect_status(r, status, what);
-    if (strncmp(r->content_type, "application/json", 16) != 0)
-        fail_msg("%s: Content-Type %s, want application/json", what, r->content_type);
-    json_t *doc = parse_json(r);
-    const char *got = json_string_value(json_object_get(doc, "error"));
-    const char *msg = json_string_value(json_object_get(doc, "message"));
-    bool ok = got != NULL && strcmp(got, code) == 0 && msg != NULL && msg[0] != '\0' &&
-              (msg_has == NULL || strstr(msg, msg_has) != NULL);
-    json_decref(doc);
-    if (!ok)
-        fail_msg("%s: want error \"%s\" with a message containing \"%s\", got %s", what, code,
-                 msg_has != NULL ? msg_has : "", r->body);
-}
-
-/* A 201/202 answer {"order_id": N > 0, "status": "CREATED"}; returns N. */
-static int64_t expect_created(const struct reply *r, long status, const char *what)
-{
-    expect_status(r, status, what);
-    json_t *doc = parse_json(r);
-    json_int_t id = json_integer_value(json_object_get(doc, "order_id"));
-    const char *st = json_string_value(json_object_get(doc, "status"));
-    bool ok = json_object_size(doc) == 2 && id > 0 && st != NULL && strcmp(st, "CREATED") == 0;
-    json_decref(doc);
-    if (!ok)
-        fail_msg("%s: want {\"order_id\":N,\"status\":\"CREATED\"}, got %s", what, r->body);
-    return (int64_t)id;
 }
 
 /* ---- database ---- */
@@ -380,13 +186,13 @@ static const char ORDER_BODY[] =
 static void test_repeat_gets_stored_response(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
-    struct reply *r1 = &c->rep[0], *r2 = &c->rep[1], *r3 = &c->rep[2];
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
+    struct testhttp_reply *r1 = &c->rep[0], *r2 = &c->rep[1], *r3 = &c->rep[2];
 
-    post_order(c->h, port, "order-key-1", ORDER_BODY, r1);
-    int64_t id = expect_created(r1, 201, "first POST");
-    post_order(c->h, port, "order-key-1", ORDER_BODY, r2);
-    expect_status(r2, 201, "repeated POST");
+    testhttp_post_order(c->h, port, "order-key-1", ORDER_BODY, r1);
+    int64_t id = testhttp_expect_created(r1, 201, "first POST");
+    testhttp_post_order(c->h, port, "order-key-1", ORDER_BODY, r2);
+    testhttp_expect_status(r2, 201, "repeated POST");
     assert_string_equal(r2->body, r1->body);
     expect_rows(c, 1, 1, "after a repeat");
     expect_key_completed(c, "order-key-1", 201, id);
@@ -399,12 +205,12 @@ static void test_repeat_gets_stored_response(void **state)
     static const char reordered[] =
         "{ \"items\" : [ { \"price_cents\" : 1250, \"qty\" : 2, \"sku\" : \"SKU-A\" },\n"
         "\t{\"qty\":1, \"price_cents\":99, \"sku\":\"SKU-B\"} ],\n  \"customer_id\" : 7 }\n";
-    post_order(c->h, port, "order-key-1", reordered, r3);
-    expect_status(r3, 201, "POST with reordered keys");
+    testhttp_post_order(c->h, port, "order-key-1", reordered, r3);
+    testhttp_expect_status(r3, 201, "POST with reordered keys");
     assert_string_equal(r3->body, r1->body);
     expect_rows(c, 1, 1, "after the reordered repeat");
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 #define N_CONCURRENT 50
@@ -412,7 +218,7 @@ static void test_repeat_gets_stored_response(void **state)
 struct racer {
     pthread_barrier_t *start;
     unsigned port;
-    struct reply *r;
+    struct testhttp_reply *r;
 };
 
 static void *race(void *arg)
@@ -421,7 +227,7 @@ static void *race(void *arg)
     CURL *h = curl_easy_init(); /* each thread its own client */
     pthread_barrier_wait(rc->start);
     if (h != NULL)
-        post_order(h, rc->port, "race-key", ORDER_BODY, rc->r);
+        testhttp_post_order(h, rc->port, "race-key", ORDER_BODY, rc->r);
     curl_easy_cleanup(h);
     return NULL;
 }
@@ -429,7 +235,7 @@ static void *race(void *arg)
 static void test_concurrent_same_key(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     c->many = calloc(N_CONCURRENT, sizeof(*c->many));
     assert_non_null(c->many);
     c->n_many = N_CONCURRENT;
@@ -449,18 +255,18 @@ static void test_concurrent_same_key(void **state)
     int created = 0, in_progress = 0;
     const char *first = NULL;
     for (int i = 0; i < N_CONCURRENT; i++) {
-        struct reply *r = &c->many[i];
+        struct testhttp_reply *r = &c->many[i];
         char what[64];
         snprintf(what, sizeof(what), "concurrent POST %d", i);
         if (r->status == 201) {
-            expect_created(r, 201, what);
+            testhttp_expect_created(r, 201, what);
             if (first == NULL)
                 first = r->body;
             else if (strcmp(first, r->body) != 0)
                 fail_msg("two different 201 answers for one key: %s and %s", first, r->body);
             created++;
         } else {
-            expect_error(r, 409, "request_in_progress", NULL, what);
+            testhttp_expect_error(r, 409, "request_in_progress", NULL, what);
             in_progress++;
         }
     }
@@ -470,7 +276,7 @@ static void test_concurrent_same_key(void **state)
     expect_rows(c, 1, 1, "after 50 concurrent POSTs with one key");
     expect_key_completed(c, "race-key", 201, q(c, "SELECT MIN(id) FROM orders"));
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- 409 while another transaction holds the key ---- */
@@ -479,7 +285,7 @@ static void test_key_held_answers_409(void **state)
 {
     struct ctx *c = *state;
     static const char *const args[] = {"--idempotency-wait", "1", NULL};
-    unsigned port = serve_start(c, 0, args);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
     struct txo_error err;
     txo_error_init(&err);
     char hash[TXO_IDEM_HASH_LEN];
@@ -496,11 +302,11 @@ static void test_key_held_answers_409(void **state)
              hash);
     testdb_exec(c->hold, sql);
 
-    struct reply *r = &c->rep[0];
+    struct testhttp_reply *r = &c->rep[0];
     int64_t t0 = txo_monotonic_ms();
-    post_order(c->h, port, "held-key", ORDER_BODY, r);
+    testhttp_post_order(c->h, port, "held-key", ORDER_BODY, r);
     int64_t ms = txo_monotonic_ms() - t0;
-    expect_error(r, 409, "request_in_progress", NULL, "POST while the key is held");
+    testhttp_expect_error(r, 409, "request_in_progress", NULL, "POST while the key is held");
     if (r->retry_after_s < 1 || r->retry_after_s > 3)
         fail_msg("409 with Retry-After %ld, want 1..3 s (-1: no header)", r->retry_after_s);
     print_message("409 after %lld ms (--idempotency-wait 1)\n", (long long)ms);
@@ -509,12 +315,12 @@ static void test_key_held_answers_409(void **state)
     expect_rows(c, 0, 0, "while the key is held");
 
     testdb_exec(c->hold, "ROLLBACK");
-    post_order(c->h, port, "held-key", ORDER_BODY, r);
-    int64_t id = expect_created(r, 201, "POST after the holder rolled back");
+    testhttp_post_order(c->h, port, "held-key", ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, "POST after the holder rolled back");
     expect_rows(c, 1, 1, "after the retry");
     expect_key_completed(c, "held-key", 201, id);
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- 422: one key, two bodies ---- */
@@ -522,25 +328,25 @@ static void test_key_held_answers_409(void **state)
 static void test_key_reused_with_other_body(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
-    struct reply *r = &c->rep[0], *again = &c->rep[1];
-    post_order(c->h, port, "reused-key", ORDER_BODY, r);
-    int64_t id = expect_created(r, 201, "first POST");
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
+    struct testhttp_reply *r = &c->rep[0], *again = &c->rep[1];
+    testhttp_post_order(c->h, port, "reused-key", ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, "first POST");
 
     static const char other[] =
         "{\"customer_id\":7,\"items\":[{\"sku\":\"SKU-A\",\"qty\":3,\"price_cents\":1250},"
         "{\"sku\":\"SKU-B\",\"qty\":1,\"price_cents\":99}]}";
-    post_order(c->h, port, "reused-key", other, again);
-    expect_error(again, 422, "idempotency_key_reused", NULL, "same key, other body");
+    testhttp_post_order(c->h, port, "reused-key", other, again);
+    testhttp_expect_error(again, 422, "idempotency_key_reused", NULL, "same key, other body");
     expect_rows(c, 1, 1, "after reusing the key");
     expect_key_completed(c, "reused-key", 201, id);
 
-    post_order(c->h, port, "reused-key", ORDER_BODY, again);
-    expect_status(again, 201, "the original body again");
+    testhttp_post_order(c->h, port, "reused-key", ORDER_BODY, again);
+    testhttp_expect_status(again, 201, "the original body again");
     assert_string_equal(again->body, r->body);
     expect_rows(c, 1, 1, "after the original body again");
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /*
@@ -550,24 +356,24 @@ static void test_key_reused_with_other_body(void **state)
 static void test_keys_differing_in_case_are_distinct(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
-    struct reply *r1 = &c->rep[0], *r2 = &c->rep[1], *r3 = &c->rep[2];
-    post_order(c->h, port, "Order-Key", ORDER_BODY, r1);
-    int64_t id1 = expect_created(r1, 201, "POST with key Order-Key");
-    post_order(c->h, port, "order-key", ORDER_BODY, r2);
-    int64_t id2 = expect_created(r2, 201, "POST with key order-key");
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
+    struct testhttp_reply *r1 = &c->rep[0], *r2 = &c->rep[1], *r3 = &c->rep[2];
+    testhttp_post_order(c->h, port, "Order-Key", ORDER_BODY, r1);
+    int64_t id1 = testhttp_expect_created(r1, 201, "POST with key Order-Key");
+    testhttp_post_order(c->h, port, "order-key", ORDER_BODY, r2);
+    int64_t id2 = testhttp_expect_created(r2, 201, "POST with key order-key");
     if (id2 == id1)
         fail_msg("key \"order-key\" got the stored response of key \"Order-Key\" (order %lld):"
                  " keys are compared case-insensitively",
                  (long long)id1);
     static const char other[] =
         "{\"customer_id\":8,\"items\":[{\"sku\":\"SKU-C\",\"qty\":1,\"price_cents\":5}]}";
-    post_order(c->h, port, "ORDER-KEY", other, r3);
-    int64_t id3 = expect_created(r3, 201, "POST with key ORDER-KEY and another body");
+    testhttp_post_order(c->h, port, "ORDER-KEY", other, r3);
+    int64_t id3 = testhttp_expect_created(r3, 201, "POST with key ORDER-KEY and another body");
     assert_true(id3 != id1 && id3 != id2);
     expect_rows(c, 3, 3, "after three keys differing only in case");
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- stale PROCESSING rows ---- */
@@ -594,17 +400,17 @@ static void test_stale_key_taken_over(void **state)
 {
     struct ctx *c = *state;
     static const char *const args[] = {"--idempotency-stale", "60", NULL};
-    unsigned port = serve_start(c, 0, args);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
     insert_processing_key(c, "stale-key", "10 MINUTE");
     insert_processing_key(c, "fresh-key", "0 SECOND");
 
-    struct reply *r = &c->rep[0];
-    post_order(c->h, port, "stale-key", ORDER_BODY, r);
-    int64_t id = expect_created(r, 201, "POST over a PROCESSING key 10 minutes old");
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "stale-key", ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, "POST over a PROCESSING key 10 minutes old");
     expect_key_completed(c, "stale-key", 201, id);
 
-    post_order(c->h, port, "fresh-key", ORDER_BODY, r);
-    expect_error(r, 409, "request_in_progress", NULL, "POST over a fresh PROCESSING key");
+    testhttp_post_order(c->h, port, "fresh-key", ORDER_BODY, r);
+    testhttp_expect_error(r, 409, "request_in_progress", NULL, "POST over a fresh PROCESSING key");
     if (r->retry_after_s < 1)
         fail_msg("409 without a Retry-After header");
     char *st =
@@ -614,7 +420,7 @@ static void test_stale_key_taken_over(void **state)
     txo_free(st);
     expect_rows(c, 1, 2, "after the takeover and the 409");
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- B, C: crash points ---- */
@@ -622,14 +428,14 @@ static void test_stale_key_taken_over(void **state)
 /* POST on a server that dies inside it: no HTTP answer at all, and death by SIGKILL. */
 static void post_into_crash(struct ctx *c, unsigned port, const char *point)
 {
-    struct reply *r = &c->rep[0];
-    post_order(c->h, port, "crash-key", ORDER_BODY, r);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "crash-key", ORDER_BODY, r);
     if (r->status != 0 || r->cc == CURLE_OK)
         fail_msg("%s: want a transport failure, got HTTP %ld (curl: %s) %s", point, r->status,
                  curl_easy_strerror(r->cc), r->body);
     print_message("%s: POST failed with curl error: %s\n", point, curl_easy_strerror(r->cc));
     if (!testproc_wait(&c->procs[0], 5000) || !testproc_killed(&c->procs[0])) {
-        print_log(&c->procs[0], "txo serve with a crash point");
+        testproc_print_log(&c->procs[0], "txo serve with a crash point");
         fail_msg("%s: txo serve did not die by SIGKILL (wait status 0x%x)", point,
                  c->procs[0].status);
     }
@@ -640,36 +446,36 @@ static void test_crash_before_commit(void **state)
 {
     struct ctx *c = *state;
     static const char *const crash[] = {"--crash-point", "api.before_commit", NULL};
-    unsigned port = serve_start(c, 0, crash);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", crash);
     post_into_crash(c, port, "api.before_commit");
     expect_rows(c, 0, 0, "after a crash before COMMIT");
     assert_int_equal(q(c, "SELECT COUNT(*) FROM order_items"), 0);
 
-    port = serve_start(c, 1, NULL);
-    struct reply *r = &c->rep[0];
-    post_order(c->h, port, "crash-key", ORDER_BODY, r);
-    int64_t id = expect_created(r, 201, "POST after the restart");
+    port = testhttp_txo_start(&c->procs[1], "api_serve", "serve", NULL);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "crash-key", ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, "POST after the restart");
     expect_rows(c, 1, 1, "after the retry");
     expect_key_completed(c, "crash-key", 201, id);
-    stop_ok(&c->procs[1], "txo serve (restarted)");
+    testhttp_txo_stop(&c->procs[1], "txo serve (restarted)");
 }
 
 static void test_crash_after_commit(void **state)
 {
     struct ctx *c = *state;
     static const char *const crash[] = {"--crash-point", "api.after_commit", NULL};
-    unsigned port = serve_start(c, 0, crash);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", crash);
     post_into_crash(c, port, "api.after_commit");
     expect_rows(c, 1, 1, "after a crash after COMMIT");
     int64_t id = q(c, "SELECT MIN(id) FROM orders");
     expect_key_completed(c, "crash-key", 201, id);
 
-    port = serve_start(c, 1, NULL);
-    struct reply *r = &c->rep[0];
-    post_order(c->h, port, "crash-key", ORDER_BODY, r);
-    assert_int_equal(expect_created(r, 201, "POST after the restart"), id);
+    port = testhttp_txo_start(&c->procs[1], "api_serve", "serve", NULL);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "crash-key", ORDER_BODY, r);
+    assert_int_equal(testhttp_expect_created(r, 201, "POST after the restart"), id);
     expect_rows(c, 1, 1, "after the retry");
-    stop_ok(&c->procs[1], "txo serve (restarted)");
+    testhttp_txo_stop(&c->procs[1], "txo serve (restarted)");
 }
 
 /* ---- bad input ---- */
@@ -711,7 +517,7 @@ static char *order_with_items(char *body, size_t cap, const char *item, size_t n
 static void test_bad_input_writes_nothing(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
 
     char long_key[257];
     memset(long_key, 'k', 256);
@@ -783,7 +589,7 @@ static void test_bad_input_writes_nothing(void **state)
         {"70 KB body", "bad-17", NULL, big, 413, "payload_too_large", NULL},
         {"65537-byte body", "bad-18", NULL, just_over, 413, "payload_too_large", "65536"},
     };
-    struct reply *r = &c->rep[0];
+    struct testhttp_reply *r = &c->rep[0];
     for (size_t i = 0; i < TXO_ARRAY_LEN(cases); i++) {
         const struct bad_case *bc = &cases[i];
         char key_header[512], ct_header[128];
@@ -791,33 +597,33 @@ static void test_bad_input_writes_nothing(void **state)
         snprintf(ct_header, sizeof(ct_header), "Content-Type: %s",
                  bc->content_type ? bc->content_type : "application/json");
         const char *headers[] = {ct_header, bc->key != NULL ? key_header : NULL, NULL};
-        http_do(c->h, "POST", port, "/orders", headers, bc->body, strlen(bc->body), r);
-        expect_error(r, bc->status, bc->code, bc->msg_has, bc->what);
+        testhttp_do(c->h, "POST", port, "/orders", headers, bc->body, strlen(bc->body), r);
+        testhttp_expect_error(r, bc->status, bc->code, bc->msg_has, bc->what);
     }
     /* The body limit also holds without Content-Length (chunked upload). */
     const char *chunked[] = {"Content-Type: application/json", "Idempotency-Key: bad-19",
                              "Transfer-Encoding: chunked", NULL};
-    http_do(c->h, "POST", port, "/orders", chunked, big, strlen(big), r);
-    expect_error(r, 413, "payload_too_large", NULL, "70 KB chunked body");
+    testhttp_do(c->h, "POST", port, "/orders", chunked, big, strlen(big), r);
+    testhttp_expect_error(r, 413, "payload_too_large", NULL, "70 KB chunked body");
 
-    http_get(c->h, port, "/orders/999999", r);
-    expect_error(r, 404, "not_found", "999999", "GET /orders/999999");
-    http_get(c->h, port, "/orders/abc", r);
-    expect_error(r, 404, "not_found", NULL, "GET /orders/abc");
-    http_do(c->h, "DELETE", port, "/orders/1", NULL, NULL, 0, r);
-    expect_error(r, 405, "method_not_allowed", NULL, "DELETE /orders/1");
-    http_get(c->h, port, "/nope", r);
-    expect_error(r, 404, "not_found", NULL, "GET /nope");
+    testhttp_get(c->h, port, "/orders/999999", r);
+    testhttp_expect_error(r, 404, "not_found", "999999", "GET /orders/999999");
+    testhttp_get(c->h, port, "/orders/abc", r);
+    testhttp_expect_error(r, 404, "not_found", NULL, "GET /orders/abc");
+    testhttp_do(c->h, "DELETE", port, "/orders/1", NULL, NULL, 0, r);
+    testhttp_expect_error(r, 405, "method_not_allowed", NULL, "DELETE /orders/1");
+    testhttp_get(c->h, port, "/nope", r);
+    testhttp_expect_error(r, 404, "not_found", NULL, "GET /nope");
 
     expect_rows(c, 0, 0, "after every bad request");
     assert_int_equal(q(c, "SELECT COUNT(*) FROM command_queue"), 0);
 
     /* A key that got a 4xx is free: the unknown SKU's reached the database and was rolled
      * back, the malformed JSON's never got there. */
-    post_order(c->h, port, "bad-sku", ORDER_BODY, r);
-    int64_t id1 = expect_created(r, 201, "the unknown-SKU key with a good body");
-    post_order(c->h, port, "bad-json", ORDER_BODY, r);
-    int64_t id2 = expect_created(r, 201, "the malformed-JSON key with a good body");
+    testhttp_post_order(c->h, port, "bad-sku", ORDER_BODY, r);
+    int64_t id1 = testhttp_expect_created(r, 201, "the unknown-SKU key with a good body");
+    testhttp_post_order(c->h, port, "bad-json", ORDER_BODY, r);
+    int64_t id2 = testhttp_expect_created(r, 201, "the malformed-JSON key with a good body");
     assert_true(id1 != id2);
     expect_rows(c, 2, 2, "after the corrected requests");
     expect_key_completed(c, "bad-sku", 201, id1);
@@ -825,15 +631,15 @@ static void test_bad_input_writes_nothing(void **state)
 
     /* The limits themselves are allowed: a 255-byte key, a body of exactly --max-body. */
     long_key[255] = '\0';
-    post_order(c->h, port, long_key, ORDER_BODY, r);
-    int64_t id3 = expect_created(r, 201, "a 255-byte key");
+    testhttp_post_order(c->h, port, long_key, ORDER_BODY, r);
+    int64_t id3 = testhttp_expect_created(r, 201, "a 255-byte key");
     expect_key_completed(c, long_key, 201, id3);
     padded_order(at_limit, sizeof(at_limit) - 1);
-    post_order(c->h, port, "at-limit", at_limit, r);
-    expect_created(r, 201, "a body of exactly 65536 bytes");
+    testhttp_post_order(c->h, port, "at-limit", at_limit, r);
+    testhttp_expect_created(r, 201, "a body of exactly 65536 bytes");
     expect_rows(c, 4, 4, "after the requests at the limits");
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- async + worker ---- */
@@ -859,10 +665,10 @@ static void test_async_order_runs_on_worker(void **state)
 {
     struct ctx *c = *state;
     static const char *const args[] = {"--async", NULL};
-    unsigned port = serve_start(c, 0, args);
-    struct reply *r = &c->rep[0], *again = &c->rep[1];
-    post_order(c->h, port, "async-key", ORDER_BODY, r);
-    int64_t id = expect_created(r, 202, "async POST");
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
+    struct testhttp_reply *r = &c->rep[0], *again = &c->rep[1];
+    testhttp_post_order(c->h, port, "async-key", ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 202, "async POST");
     expect_rows(c, 1, 1, "after the async POST");
     expect_key_completed(c, "async-key", 202, id);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM command_queue"), 1);
@@ -874,16 +680,16 @@ static void test_async_order_runs_on_worker(void **state)
     assert_int_equal(q(c, sql), 1);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), 0);
 
-    post_order(c->h, port, "async-key", ORDER_BODY, again);
-    expect_status(again, 202, "repeated async POST");
+    testhttp_post_order(c->h, port, "async-key", ORDER_BODY, again);
+    testhttp_expect_status(again, 202, "repeated async POST");
     assert_string_equal(again->body, r->body);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM command_queue"), 1);
 
     /* Before the worker runs, the order exists without a saga. */
     snprintf(sql, sizeof(sql), "/orders/%lld", (long long)id);
-    http_get(c->h, port, sql, again);
-    expect_status(again, 200, "GET /orders/{id} before the worker");
-    json_t *before = parse_json(again);
+    testhttp_get(c->h, port, sql, again);
+    testhttp_expect_status(again, 200, "GET /orders/{id} before the worker");
+    json_t *before = testhttp_json(again);
     assert_string_equal(json_string_value(json_object_get(before, "status")), "CREATED");
     assert_true(json_is_null(json_object_get(before, "saga")));
     json_decref(before);
@@ -900,7 +706,7 @@ static void test_async_order_runs_on_worker(void **state)
     while (q(c, sql) != 1) {
         if (txo_monotonic_ms() - t0 > 20000 || c->procs[1].pid == 0 ||
             testproc_wait(&c->procs[1], 0)) {
-            print_log(&c->procs[1], "txo worker");
+            testproc_print_log(&c->procs[1], "txo worker");
             fail_msg("order %lld not CONFIRMED with its saga COMPLETED and the command DONE "
                      "within 20 s (worker running: %s)",
                      (long long)id, c->procs[1].pid != 0 ? "yes" : "no");
@@ -909,13 +715,13 @@ static void test_async_order_runs_on_worker(void **state)
     }
     print_message("async order confirmed by the worker after %lld ms\n",
                   (long long)(txo_monotonic_ms() - t0));
-    stop_ok(&c->procs[1], "txo worker");
+    testhttp_txo_stop(&c->procs[1], "txo worker");
 
     /* GET /orders/{id}: items, CONFIRMED, the saga with its three steps COMPLETED. */
     snprintf(sql, sizeof(sql), "/orders/%lld", (long long)id);
-    http_get(c->h, port, sql, r);
-    expect_status(r, 200, "GET /orders/{id}");
-    json_t *doc = parse_json(r);
+    testhttp_get(c->h, port, sql, r);
+    testhttp_expect_status(r, 200, "GET /orders/{id}");
+    json_t *doc = testhttp_json(r);
     assert_int_equal(json_integer_value(json_object_get(doc, "order_id")), id);
     assert_int_equal(json_integer_value(json_object_get(doc, "customer_id")), 7);
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "CONFIRMED");
@@ -934,7 +740,7 @@ static void test_async_order_runs_on_worker(void **state)
     expect_completed_steps(saga, "GET /orders/{id} saga");
     json_decref(doc);
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- graceful shutdown ---- */
@@ -942,13 +748,13 @@ static void test_async_order_runs_on_worker(void **state)
 struct waiter {
     CURL *h;
     unsigned port;
-    struct reply *r;
+    struct testhttp_reply *r;
 };
 
 static void *post_waiting(void *arg)
 {
     struct waiter *w = arg;
-    post_order(w->h, w->port, "term-key", ORDER_BODY, w->r);
+    testhttp_post_order(w->h, w->port, "term-key", ORDER_BODY, w->r);
     return NULL;
 }
 
@@ -957,10 +763,10 @@ static void *post_waiting(void *arg)
 static void test_sigterm_finishes_requests(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
-    struct reply *r = &c->rep[0];
-    post_order(c->h, port, "first-key", ORDER_BODY, r);
-    expect_created(r, 201, "POST before the shutdown");
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "first-key", ORDER_BODY, r);
+    testhttp_expect_created(r, 201, "POST before the shutdown");
 
     c->hold = testdb_connect(&c->t);
     testdb_exec(c->hold, "START TRANSACTION");
@@ -984,12 +790,13 @@ static void test_sigterm_finishes_requests(void **state)
     curl_easy_cleanup(w.h);
     testdb_exec(c->hold, "ROLLBACK");
     if (!exited || !testproc_exited_with(&c->procs[0], 0)) {
-        print_log(&c->procs[0], "txo serve");
+        testproc_print_log(&c->procs[0], "txo serve");
         fail_msg("SIGTERM: exited=%d wait status 0x%x after %lld ms, want exit 0 within 5 s",
                  exited, c->procs[0].status, (long long)ms);
     }
     print_message("SIGTERM with a request in flight: exit 0 after %lld ms\n", (long long)ms);
-    expect_error(w.r, 409, "request_in_progress", NULL, "the request in flight at SIGTERM");
+    testhttp_expect_error(w.r, 409, "request_in_progress", NULL,
+                          "the request in flight at SIGTERM");
     assert_false(testproc_wait_port(port, 200));
     expect_rows(c, 1, 1, "after the shutdown");
 }

@@ -13,7 +13,7 @@
  *
  * Every server is stopped with SIGTERM and must exit 0 within 5 s (a sanitizer report would
  * make it non-zero; its log is printed). Teardown SIGKILLs whatever a failed test left running.
- * The HTTP and process helpers are the same as test_api.c's.
+ * The HTTP and process helpers are shared with test_api.c (tests/support/testhttp.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,26 +32,10 @@
 
 #include "orders.h"
 #include "testdb.h"
+#include "testhttp.h"
 #include "testproc.h"
 
 /* ---- fixture ---- */
-
-struct reply {
-    long status; /* 0: no HTTP answer (connection refused, closed, ...) */
-    CURLcode cc;
-    char *body; /* malloc'd, NUL-terminated; "" when empty */
-    size_t len;
-    char content_type[128];
-    long retry_after_s; /* -1: no Retry-After header */
-    double total_s;
-};
-
-static void reply_release(struct reply *r)
-{
-    free(r->body);
-    memset(r, 0, sizeof(*r));
-    r->retry_after_s = -1;
-}
 
 #define MAX_PROCS 1
 
@@ -60,7 +43,7 @@ struct ctx {
     struct testdb t;
     struct testproc procs[MAX_PROCS]; /* servers and workers; SIGKILLed by teardown */
     CURL *h;                          /* the test's HTTP client (keep-alive) */
-    struct reply rep[3];              /* the test's answers; released by teardown */
+    struct testhttp_reply rep[3];     /* the test's answers; released by teardown */
 };
 
 /* MYSQL_DATABASE before testdb_export_env(): the next setup connects with it. */
@@ -90,7 +73,7 @@ static int teardown(void **state)
     for (int i = 0; i < MAX_PROCS; i++)
         testproc_stop_hard(&c->procs[i]);
     for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
-        reply_release(&c->rep[i]);
+        testhttp_reply_release(&c->rep[i]);
     curl_easy_cleanup(c->h);
     testdb_teardown(&c->t);
     free(c);
@@ -99,185 +82,6 @@ static int teardown(void **state)
     else
         unsetenv("MYSQL_DATABASE");
     return 0;
-}
-
-/* ---- processes ---- */
-
-static void print_log(const struct testproc *p, const char *what)
-{
-    char *log = testproc_log(p);
-    print_message("---- log of %s (%s) ----\n%s---- end of log ----\n", what, p->log_path,
-                  log != NULL ? log : "");
-    free(log);
-}
-
-/* Starts `txo serve --listen 127.0.0.1:<free port> args...` in slot and waits for /healthz.
- * Returns the port. */
-static unsigned serve_start(struct ctx *c, int slot, const char *const *args)
-{
-    unsigned port = testproc_free_port();
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
-    const char *argv[24];
-    size_t n = 0;
-    argv[n++] = testproc_txo_bin();
-    argv[n++] = "serve";
-    argv[n++] = "--listen";
-    argv[n++] = listen;
-    for (size_t i = 0; args != NULL && args[i] != NULL && n < TXO_ARRAY_LEN(argv) - 1; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    testproc_start(&c->procs[slot], "api_serve", argv, NULL);
-    if (!testproc_wait_http(port, "/healthz", 10000)) {
-        print_log(&c->procs[slot], "txo serve");
-        fail_msg("txo serve on port %u did not answer GET /healthz within 10 s", port);
-    }
-    return port;
-}
-
-/* SIGTERM; the process must exit with status 0 within 5 s (a sanitizer report is non-zero). */
-static void stop_ok(struct testproc *p, const char *what)
-{
-    int64_t t0 = txo_monotonic_ms();
-    bool ok = testproc_stop(p, 5000);
-    int64_t ms = txo_monotonic_ms() - t0;
-    if (!ok) {
-        print_log(p, what);
-        fail_msg("%s: SIGTERM did not end in exit 0 within 5 s (wait status 0x%x after %lld ms)",
-                 what, p->status, (long long)ms);
-    }
-}
-
-/* ---- HTTP ---- */
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct reply *r = arg;
-    size_t n = size * nmemb;
-    char *grown = realloc(r->body, r->len + n + 1);
-    if (grown == NULL)
-        return 0;
-    memcpy(grown + r->len, data, n);
-    r->len += n;
-    grown[r->len] = '\0';
-    r->body = grown;
-    return n;
-}
-
-static size_t on_header(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct reply *r = arg;
-    size_t n = size * nmemb;
-    static const char name[] = "Retry-After:";
-    if (n > sizeof(name) - 1 && strncasecmp(data, name, sizeof(name) - 1) == 0)
-        r->retry_after_s = strtol(data + sizeof(name) - 1, NULL, 10);
-    return n;
-}
-
-/*
- * One request on h to http://127.0.0.1:port<path>. body NULL: none; headers NULL or a
- * NULL-terminated list of "Name: value". Never fails the test: a transport failure is
- * r->status 0 with r->cc set. Safe to call from any thread (one h per thread).
- */
-static void http_do(CURL *h, const char *method, unsigned port, const char *path,
-                    const char *const *headers, const char *body, size_t len, struct reply *r)
-{
-    free(r->body);
-    memset(r, 0, sizeof(*r));
-    r->retry_after_s = -1;
-    char url[512];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u%s", port, path);
-    struct curl_slist *list = NULL;
-    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++)
-        list = curl_slist_append(list, headers[i]);
-    curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 30000L);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body != NULL) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    r->cc = curl_easy_perform(h);
-    if (r->cc == CURLE_OK) {
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
-        char *ct = NULL;
-        if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct != NULL)
-            snprintf(r->content_type, sizeof(r->content_type), "%s", ct);
-    }
-    curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &r->total_s);
-    curl_slist_free_all(list);
-    if (r->body == NULL)
-        r->body = calloc(1, 1);
-}
-
-/* POST /orders with Content-Type: application/json; key NULL sends no Idempotency-Key. */
-static void post_order(CURL *h, unsigned port, const char *key, const char *body, struct reply *r)
-{
-    char key_header[512];
-    snprintf(key_header, sizeof(key_header), "Idempotency-Key: %s", key != NULL ? key : "");
-    const char *headers[] = {"Content-Type: application/json", key != NULL ? key_header : NULL,
-                             NULL};
-    http_do(h, "POST", port, "/orders", headers, body, strlen(body), r);
-}
-
-static void http_get(CURL *h, unsigned port, const char *path, struct reply *r)
-{
-    http_do(h, "GET", port, path, NULL, NULL, 0, r);
-}
-
-static json_t *parse_json(const struct reply *r)
-{
-    json_error_t jerr;
-    json_t *doc = json_loadb(r->body, r->len, 0, &jerr);
-    if (doc == NULL)
-        fail_msg("HTTP %ld body is not JSON (%s): %s", r->status, jerr.text, r->body);
-    return doc;
-}
-
-static void expect_status(const struct reply *r, long status, const char *what)
-{
-    if (r->status != status)
-        fail_msg("%s: want HTTP %ld, got %ld (curl: %s), body: %s", what, status, r->status,
-                 curl_easy_strerror(r->cc), r->body);
-}
-
-/* Status, {"error": code, "message": "<non-empty, containing msg_has>"}, JSON content type. */
-static void expect_error(const struct reply *r, long status, const char *code, const char *msg_has,
-                         const char *what)
-{
-    expect_status(r, status, what);
-    if (strncmp(r->content_type, "application/json", 16) != 0)
-        fail_msg("%s: Content-Type %s, want application/json", what, r->content_type);
-    json_t *doc = parse_json(r);
-    const char *got = json_string_value(json_object_get(doc, "error"));
-    const char *msg = json_string_value(json_object_get(doc, "message"));
-    bool ok = got != NULL && strcmp(got, code) == 0 && msg != NULL && msg[0] != '\0' &&
-              (msg_has == NULL || strstr(msg, msg_has) != NULL);
-    json_decref(doc);
-    if (!ok)
-        fail_msg("%s: want error \"%s\" with a message containing \"%s\", got %s", what, code,
-                 msg_has != NULL ? msg_has : "", r->body);
-}
-
-/* A 201/202 answer {"order_id": N > 0, "status": "CREATED"}; returns N. */
-static int64_t expect_created(const struct reply *r, long status, const char *what)
-{
-    expect_status(r, status, what);
-    json_t *doc = parse_json(r);
-    json_int_t id = json_integer_value(json_object_get(doc, "order_id"));
-    const char *st = json_string_value(json_object_get(doc, "status"));
-    bool ok = json_object_size(doc) == 2 && id > 0 && st != NULL && strcmp(st, "CREATED") == 0;
-    json_decref(doc);
-    if (!ok)
-        fail_msg("%s: want {\"order_id\":N,\"status\":\"CREATED\"}, got %s", what, r->body);
-    return (int64_t)id;
 }
 
 /* ---- database ---- */
@@ -293,10 +97,11 @@ static const char ORDER_BODY[] =
 #define AUTH "Authorization: Bearer s3cret"
 
 /* An admin request with the right token; body NULL for GET. */
-static void admin(CURL *h, const char *method, unsigned port, const char *path, struct reply *r)
+static void admin(CURL *h, const char *method, unsigned port, const char *path,
+                  struct testhttp_reply *r)
 {
     const char *headers[] = {AUTH, NULL};
-    http_do(h, method, port, path, headers, strcmp(method, "POST") == 0 ? "" : NULL, 0, r);
+    testhttp_do(h, method, port, path, headers, strcmp(method, "POST") == 0 ? "" : NULL, 0, r);
 }
 
 /* ---- admin ---- */
@@ -343,10 +148,10 @@ static int64_t dead_letter(struct ctx *c, int64_t *event_id)
 /* GET /outbox/stats equals the table, counted here. */
 static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when)
 {
-    struct reply *r = &c->rep[2];
+    struct testhttp_reply *r = &c->rep[2];
     admin(h, "GET", port, "/outbox/stats", r);
-    expect_status(r, 200, "GET /outbox/stats");
-    json_t *doc = parse_json(r);
+    testhttp_expect_status(r, 200, "GET /outbox/stats");
+    json_t *doc = testhttp_json(r);
     static const char *const statuses[] = {"PENDING", "PROCESSING", "PUBLISHED", "FAILED"};
     static const char *const fields[] = {"pending", "processing", "published", "failed"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(statuses); i++) {
@@ -373,10 +178,10 @@ static void test_admin_endpoints(void **state)
 {
     struct ctx *c = *state;
     static const char *const args[] = {"--admin-token", "s3cret", NULL};
-    unsigned port = serve_start(c, 0, args);
-    struct reply *r = &c->rep[0];
-    post_order(c->h, port, "admin-key", ORDER_BODY, r);
-    expect_created(r, 201, "POST /orders");
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "admin-key", ORDER_BODY, r);
+    testhttp_expect_created(r, 201, "POST /orders");
     char saga_id[TXO_SAGA_ID_LEN];
     completed_saga(c, saga_id);
     /* Every status present: some events published, one in flight. */
@@ -389,24 +194,25 @@ static void test_admin_endpoints(void **state)
     int64_t dl_id = dead_letter(c, &event_id);
 
     /* No token, a wrong one, another scheme: 401, on reads and on writes alike. */
-    http_get(c->h, port, "/outbox/stats", r);
-    expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats without a token");
+    testhttp_get(c->h, port, "/outbox/stats", r);
+    testhttp_expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats without a token");
     const char *wrong[] = {"Authorization: Bearer s3cres", NULL};
-    http_do(c->h, "GET", port, "/outbox/stats", wrong, NULL, 0, r);
-    expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats with a wrong token");
+    testhttp_do(c->h, "GET", port, "/outbox/stats", wrong, NULL, 0, r);
+    testhttp_expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats with a wrong token");
     const char *longer[] = {"Authorization: Bearer s3cret2", NULL};
-    http_do(c->h, "GET", port, "/outbox/stats", longer, NULL, 0, r);
-    expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats with a longer token");
+    testhttp_do(c->h, "GET", port, "/outbox/stats", longer, NULL, 0, r);
+    testhttp_expect_error(r, 401, "unauthorized", NULL, "GET /outbox/stats with a longer token");
     const char *basic[] = {"Authorization: Basic s3cret", NULL};
-    http_do(c->h, "GET", port, "/dlq", basic, NULL, 0, r);
-    expect_error(r, 401, "unauthorized", NULL, "GET /dlq with another scheme");
+    testhttp_do(c->h, "GET", port, "/dlq", basic, NULL, 0, r);
+    testhttp_expect_error(r, 401, "unauthorized", NULL, "GET /dlq with another scheme");
     char path[128];
     snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
-    http_do(c->h, "POST", port, path, NULL, "", 0, r);
-    expect_error(r, 401, "unauthorized", NULL, "POST /dlq/{id}/replay without a token");
+    testhttp_do(c->h, "POST", port, path, NULL, "", 0, r);
+    testhttp_expect_error(r, 401, "unauthorized", NULL, "POST /dlq/{id}/replay without a token");
     snprintf(path, sizeof(path), "/sagas/%s/retry", saga_id);
-    http_do(c->h, "POST", port, path, wrong, "", 0, r);
-    expect_error(r, 401, "unauthorized", NULL, "POST /sagas/{id}/retry with a wrong token");
+    testhttp_do(c->h, "POST", port, path, wrong, "", 0, r);
+    testhttp_expect_error(r, 401, "unauthorized", NULL,
+                          "POST /sagas/{id}/retry with a wrong token");
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
     assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 0);
 
@@ -416,11 +222,11 @@ static void test_admin_endpoints(void **state)
 
     /* Sagas. */
     admin(c->h, "GET", port, "/sagas/00000000-0000-4000-8000-000000000000", r);
-    expect_error(r, 404, "not_found", NULL, "GET /sagas/<unknown>");
+    testhttp_expect_error(r, 404, "not_found", NULL, "GET /sagas/<unknown>");
     snprintf(path, sizeof(path), "/sagas/%s", saga_id);
     admin(c->h, "GET", port, path, r);
-    expect_status(r, 200, "GET /sagas/{id}");
-    json_t *doc = parse_json(r);
+    testhttp_expect_status(r, 200, "GET /sagas/{id}");
+    json_t *doc = testhttp_json(r);
     assert_string_equal(json_string_value(json_object_get(doc, "saga_id")), saga_id);
     assert_string_equal(json_string_value(json_object_get(doc, "saga_type")), "CreateOrderSaga");
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "COMPLETED");
@@ -432,7 +238,7 @@ static void test_admin_endpoints(void **state)
     json_decref(doc);
     snprintf(path, sizeof(path), "/sagas/%s/retry", saga_id);
     admin(c->h, "POST", port, path, r);
-    expect_error(r, 409, "conflict", NULL, "POST /sagas/{id}/retry of a COMPLETED saga");
+    testhttp_expect_error(r, 409, "conflict", NULL, "POST /sagas/{id}/retry of a COMPLETED saga");
     struct txo_param sp[] = {txo_p_str(saga_id)};
     char *st = testdb_str(c->t.db, "SELECT status FROM saga_instances WHERE id = ?", sp, 1);
     assert_non_null(st);
@@ -441,8 +247,8 @@ static void test_admin_endpoints(void **state)
 
     /* Dead letters. */
     admin(c->h, "GET", port, "/dlq", r);
-    expect_status(r, 200, "GET /dlq");
-    doc = parse_json(r);
+    testhttp_expect_status(r, 200, "GET /dlq");
+    doc = testhttp_json(r);
     json_t *list = json_object_get(doc, "dead_letters");
     if (json_array_size(list) != 1)
         fail_msg("GET /dlq should list the one dead letter: %s", r->body);
@@ -460,8 +266,8 @@ static void test_admin_endpoints(void **state)
 
     snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
     admin(c->h, "POST", port, path, r);
-    expect_status(r, 200, "POST /dlq/{id}/replay");
-    doc = parse_json(r);
+    testhttp_expect_status(r, 200, "POST /dlq/{id}/replay");
+    doc = testhttp_json(r);
     assert_int_equal(json_integer_value(json_object_get(doc, "id")), dl_id);
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "REPLAYED");
     json_decref(doc);
@@ -481,15 +287,15 @@ static void test_admin_endpoints(void **state)
     assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NULL"), 0);
 
     admin(c->h, "POST", port, path, r);
-    expect_error(r, 409, "conflict", NULL, "a second POST /dlq/{id}/replay");
+    testhttp_expect_error(r, 409, "conflict", NULL, "a second POST /dlq/{id}/replay");
     assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
     admin(c->h, "POST", port, "/dlq/999999/replay", r);
-    expect_error(r, 404, "not_found", NULL, "POST /dlq/999999/replay");
+    testhttp_expect_error(r, 404, "not_found", NULL, "POST /dlq/999999/replay");
 
     expect_stats(c, c->h, port, "after the replay");
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- probes and metrics ---- */
@@ -519,7 +325,7 @@ static void promtool_check(const char *text, size_t len)
                  text);
 }
 
-static void expect_contains(const struct reply *r, const char *needle)
+static void expect_contains(const struct testhttp_reply *r, const char *needle)
 {
     if (strstr(r->body, needle) == NULL)
         fail_msg("/metrics does not contain \"%s\":\n%s", needle, r->body);
@@ -528,20 +334,20 @@ static void expect_contains(const struct reply *r, const char *needle)
 static void test_probes_and_metrics(void **state)
 {
     struct ctx *c = *state;
-    unsigned port = serve_start(c, 0, NULL);
-    struct reply *r = &c->rep[0];
-    http_get(c->h, port, "/healthz", r);
-    expect_status(r, 200, "GET /healthz");
-    http_get(c->h, port, "/readyz", r);
-    expect_status(r, 200, "GET /readyz");
-    json_t *doc = parse_json(r);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_get(c->h, port, "/healthz", r);
+    testhttp_expect_status(r, 200, "GET /healthz");
+    testhttp_get(c->h, port, "/readyz", r);
+    testhttp_expect_status(r, 200, "GET /readyz");
+    json_t *doc = testhttp_json(r);
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "ready");
     json_decref(doc);
 
-    post_order(c->h, port, "metrics-key", ORDER_BODY, r);
-    expect_created(r, 201, "POST /orders");
-    http_get(c->h, port, "/metrics", r);
-    expect_status(r, 200, "GET /metrics");
+    testhttp_post_order(c->h, port, "metrics-key", ORDER_BODY, r);
+    testhttp_expect_created(r, 201, "POST /orders");
+    testhttp_get(c->h, port, "/metrics", r);
+    testhttp_expect_status(r, 200, "GET /metrics");
     if (strncmp(r->content_type, "text/plain", 10) != 0)
         fail_msg("/metrics Content-Type %s, want text/plain", r->content_type);
     static const char *const families[] = {
@@ -561,7 +367,7 @@ static void test_probes_and_metrics(void **state)
         expect_contains(r, families[i]);
     promtool_check(r->body, r->len);
 
-    stop_ok(&c->procs[0], "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 int main(void)

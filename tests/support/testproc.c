@@ -230,3 +230,16 @@ char *testproc_log(const struct testproc *p)
     fclose(f);
     return buf;
 }
+
+void testproc_print_log(const struct testproc *p, const char *what)
+{
+    char *log = testproc_log(p);
+    print_message("---- log of %s (%s) ----\n%s---- end of log ----\n", what, p->log_path,
+                  log != NULL ? log : "");
+    free(log);
+}
+
+void testproc_remove_log(const struct testproc *p)
+{
+    unlink(p->log_path);
+}

@@ -59,4 +59,13 @@ bool testproc_stop(struct testproc *p, int timeout_ms);
 /* The child's log so far (malloc'd, NUL-terminated; free()). */
 char *testproc_log(const struct testproc *p);
 
+/*
+ * Prints the child's whole log so far between "---- log of <what> (<path>) ----" and
+ * "---- end of log ----" lines (cmocka print_message), for a failing test. Never fails.
+ */
+void testproc_print_log(const struct testproc *p, const char *what);
+
+/* Deletes the child's log file (after a test that passed; a failed one keeps it). Never fails. */
+void testproc_remove_log(const struct testproc *p);
+
 #endif

@@ -1,0 +1,1013 @@
+/*
+ * External-service resilience end to end, with real processes: `txo stub-services` stands in
+ * for the payment and shipment services, `txo up` (API + relay + worker, local broker) or
+ * `txo worker --broker none` runs the order saga against it, and the test drives both over
+ * HTTP (include/txo/http_client.h) and checks the database, the stub's /stats and /metrics.
+ *
+ *   L  the payment service hangs: ChargePayment ends at its timeout, the saga compensates and
+ *      the order is CANCELLED within a bound computed from the flags; the runners are not
+ *      stuck: once the hang is off, new orders are CONFIRMED, each charged exactly once.
+ *      And when the service is slow rather than hung (it charges after the caller gave up),
+ *      the cancelled order's charge must be refunded.
+ *   M  the payment service is down (every call 503): after --breaker-failures calls the
+ *      circuit breaker opens, later orders fail fast without a request, and after
+ *      --breaker-open the half-open probe succeeds and closes it again.
+ *   J  (worker side) COMPENSATION_FAILED sagas (the refund keeps failing at the service) are
+ *      left alone with an error line once their failing step reached
+ *      --compensation-max-tries, and otherwise retried by the worker with backoff until
+ *      COMPENSATED, the refund applied once.
+ *   bad configuration: the daemons refuse it with exit status 2 and a message naming the
+ *      setting, whatever other flags come with it.
+ *
+ * Every process gets fast loop settings (--idle-sleep 20 for the relay, --poll 50 for the
+ * worker) so that the time from POST /orders to the saga's first step is a few tens of ms and
+ * the time bounds below measure the resilience guards, not polling.
+ *
+ * Each test has its own database (testdb) and its own processes, killed in teardown when a
+ * test fails half-way; on the success path they are stopped with SIGTERM and must exit 0 (so
+ * the sanitizer builds also check the daemons' shutdown).
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "orders.h"
+#include "testdb.h"
+#include "testproc.h"
+#include "txo/http_client.h"
+
+#define SKU           "sku-resil"
+#define STOCK         100
+#define PRICE_CENTS   1250
+#define MAX_ARGS      64
+#define LOG_TAIL      6000
+#define START_WAIT_MS 30000 /* process start-up, generous for sanitizer builds */
+
+/* testdb_export_env() points MYSQL_DATABASE at the test's database; the next setup needs
+ * the original one back to connect before it creates its own. */
+static char *orig_database;
+
+/* One test's database, HTTP client and processes. */
+struct rig {
+    struct testdb t;
+    struct txo_http_client *http;
+    struct testproc stub, up, worker;
+    unsigned stub_port, api_port;
+    char stub_url[64]; /* http://127.0.0.1:<stub_port> */
+    char stub_listen[32];
+    char api_url[64]; /* http://127.0.0.1:<api_port> */
+    char api_listen[32];
+    char payment_flag[96];  /* --payment-url=<stub_url> */
+    char shipment_flag[96]; /* --shipment-url=<stub_url> */
+};
+
+static int setup(void **state)
+{
+    struct rig *r = txo_calloc(1, sizeof(*r));
+    assert_non_null(r);
+    testdb_setup(&r->t, "resil_e2e");
+    testdb_export_env(&r->t);
+    struct txo_error err;
+    txo_error_init(&err);
+    if (orders_seed_inventory(r->t.db, SKU, STOCK, &err) != 0)
+        fail_msg("seeding inventory: %s", err.msg);
+    struct txo_http_client_opts co;
+    txo_http_client_opts_init(&co);
+    co.timeout_ms = 10000;
+    co.user_agent = "test_resilience_e2e";
+    if (txo_http_client_new(&co, &r->http, &err) != 0)
+        fail_msg("http client: %s", err.msg);
+    r->stub_port = testproc_free_port();
+    snprintf(r->stub_listen, sizeof(r->stub_listen), "127.0.0.1:%u", r->stub_port);
+    snprintf(r->stub_url, sizeof(r->stub_url), "http://127.0.0.1:%u", r->stub_port);
+    snprintf(r->payment_flag, sizeof(r->payment_flag), "--payment-url=%s", r->stub_url);
+    snprintf(r->shipment_flag, sizeof(r->shipment_flag), "--shipment-url=%s", r->stub_url);
+    r->api_port = testproc_free_port();
+    snprintf(r->api_listen, sizeof(r->api_listen), "127.0.0.1:%u", r->api_port);
+    snprintf(r->api_url, sizeof(r->api_url), "http://127.0.0.1:%u", r->api_port);
+    *state = r;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct rig *r = *state;
+    testproc_stop_hard(&r->up);
+    testproc_stop_hard(&r->worker);
+    testproc_stop_hard(&r->stub);
+    txo_http_client_free(r->http);
+    testdb_teardown(&r->t);
+    txo_free(r);
+    if (orig_database != NULL)
+        setenv("MYSQL_DATABASE", orig_database, 1);
+    else
+        unsetenv("MYSQL_DATABASE");
+    return 0;
+}
+
+/* ---- text kept across a failing assertion (fail_msg does not return: free first) ---- */
+
+/* Copies s (txo_malloc'd, may be NULL) into dst and frees it. Returns dst. */
+static const char *keep_txo(char *dst, size_t cap, char *s)
+{
+    snprintf(dst, cap, "%s", s != NULL ? s : "(null)");
+    txo_free(s);
+    return dst;
+}
+
+/* Same for a malloc'd s. */
+static const char *keep_libc(char *dst, size_t cap, char *s)
+{
+    snprintf(dst, cap, "%s", s != NULL ? s : "(null)");
+    free(s);
+    return dst;
+}
+
+/* ---- processes ---- */
+
+static void dump_log(const char *name, const struct testproc *p)
+{
+    if (p->log_path[0] == '\0')
+        return;
+    char *log = testproc_log(p);
+    size_t len = strlen(log);
+    const char *tail = len > LOG_TAIL ? log + len - LOG_TAIL : log;
+    print_message("---- %s log (%s), last %zu bytes ----\n%s\n", name, p->log_path, strlen(tail),
+                  tail);
+    free(log);
+}
+
+static void dump_logs(const struct rig *r)
+{
+    dump_log("stub-services", &r->stub);
+    dump_log("up", &r->up);
+    dump_log("worker", &r->worker);
+}
+
+/* Starts `txo <sub> <args...>` (args NULL-terminated). */
+static void start_txo(struct testproc *p, const char *tag, const char *sub, const char *const *args)
+{
+    const char *argv[MAX_ARGS];
+    size_t n = 0;
+    argv[n++] = testproc_txo_bin();
+    argv[n++] = sub;
+    for (size_t i = 0; args[i] != NULL; i++) {
+        assert_true(n + 1 < MAX_ARGS);
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    testproc_start(p, tag, argv, NULL);
+}
+
+/* Starts the stub with extra (NULL-terminated) flags and waits until it answers. */
+static void start_stub(struct rig *r, const char *const *extra)
+{
+    const char *args[MAX_ARGS];
+    size_t n = 0;
+    args[n++] = "--listen";
+    args[n++] = r->stub_listen;
+    for (size_t i = 0; extra[i] != NULL; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    start_txo(&r->stub, "resil_stub", "stub-services", args);
+    if (!testproc_wait_http(r->stub_port, "/healthz", START_WAIT_MS)) {
+        dump_logs(r);
+        fail_msg("stub-services did not answer on %s", r->stub_listen);
+    }
+}
+
+/* Starts `txo up` on the API port with fast loops and the extra flags, waits for /healthz. */
+static void start_up(struct rig *r, const char *const *extra)
+{
+    const char *args[MAX_ARGS];
+    size_t n = 0;
+    const char *fixed[] = {"--listen", r->api_listen, "--idle-sleep",     "20",
+                           "--poll",   "50",          "--clean-interval", "0",
+                           NULL};
+    for (size_t i = 0; fixed[i] != NULL; i++)
+        args[n++] = fixed[i];
+    for (size_t i = 0; extra[i] != NULL; i++) {
+        assert_true(n + 1 < MAX_ARGS);
+        args[n++] = extra[i];
+    }
+    args[n] = NULL;
+    start_txo(&r->up, "resil_up", "up", args);
+    if (!testproc_wait_http(r->api_port, "/healthz", START_WAIT_MS)) {
+        dump_logs(r);
+        fail_msg("txo up did not answer on %s", r->api_listen);
+    }
+}
+
+/* SIGTERM, and the process must exit 0 by itself within 15 s. */
+static void stop_clean(struct rig *r, struct testproc *p, const char *name)
+{
+    if (!testproc_stop(p, 15000)) {
+        dump_logs(r);
+        fail_msg("%s did not exit 0 after SIGTERM (status 0x%x)", name, p->status);
+    }
+}
+
+/* Runs `txo <args>` to its end (at most 30 s) and returns its log; *exited gets the status
+ * code, -1 when it did not exit normally. The log is freed with free(). */
+static char *run_to_end(const char *tag, const char *sub, const char *const *args, int *exited)
+{
+    struct testproc p;
+    start_txo(&p, tag, sub, args);
+    if (!testproc_wait(&p, 30000)) {
+        testproc_stop_hard(&p);
+        char log[2048];
+        fail_msg("txo %s did not exit within 30 s; log:\n%s", sub,
+                 keep_libc(log, sizeof(log), testproc_log(&p)));
+    }
+    *exited = -1;
+    for (int code = 0; code < 256; code++)
+        if (testproc_exited_with(&p, code))
+            *exited = code;
+    return testproc_log(&p);
+}
+
+/* ---- HTTP ---- */
+
+/* GET url; returns the body (free with json_decref) parsed as JSON; 200 required. */
+static json_t *get_json(struct rig *r, const char *url)
+{
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_http_get(r->http, url, NULL, &resp, &err);
+    json_error_t jerr;
+    json_t *v =
+        rc == 0 ? json_loadb(resp.body != NULL ? resp.body : "", resp.body_len, 0, &jerr) : NULL;
+    char body[512];
+    snprintf(body, sizeof(body), "%s", resp.body != NULL ? resp.body : "");
+    txo_http_client_response_release(&resp);
+    if (rc != 0)
+        fail_msg("GET %s: %s", url, err.msg);
+    if (v == NULL)
+        fail_msg("GET %s: not JSON (%s): %s", url, jerr.text, body);
+    return v;
+}
+
+/* POSTs a behaviour change to the stub's /control. */
+static void stub_control(struct rig *r, const char *json)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "%s/control", r->stub_url);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_http_post_json(r->http, url, NULL, NULL, json, strlen(json), &resp, &err);
+    txo_http_client_response_release(&resp);
+    if (rc != 0)
+        fail_msg("POST %s %s: %s", url, json, err.msg);
+}
+
+/* A counter of the stub's /stats ("charge_requests", ...). */
+static int64_t stub_stat(struct rig *r, const char *field)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "%s/stats", r->stub_url);
+    json_t *v = get_json(r, url);
+    json_t *f = json_object_get(v, field);
+    bool ok = json_is_integer(f);
+    int64_t n = ok ? json_integer_value(f) : 0;
+    json_decref(v);
+    if (!ok)
+        fail_msg("/stats has no integer %s", field);
+    return n;
+}
+
+/* A per-order counter of the stub's /stats?order_id= ("charges", "refunds", ...). */
+static int64_t stub_order_stat(struct rig *r, int64_t order_id, const char *field)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s/stats?order_id=%lld", r->stub_url, (long long)order_id);
+    json_t *v = get_json(r, url);
+    json_t *f = json_object_get(json_object_get(v, "order"), field);
+    bool ok = json_is_integer(f);
+    int64_t n = ok ? json_integer_value(f) : 0;
+    json_decref(v);
+    if (!ok)
+        fail_msg("/stats?order_id=%lld has no integer order.%s", (long long)order_id, field);
+    return n;
+}
+
+/* POST /orders (one unit of SKU) with Idempotency-Key key; 201 required; the new order id. */
+static int64_t place_order(struct rig *r, const char *key)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "%s/orders", r->api_url);
+    char body[160];
+    snprintf(body, sizeof(body),
+             "{\"customer_id\":7,\"items\":[{\"sku\":\"%s\",\"qty\":1,\"price_cents\":%d}]}", SKU,
+             PRICE_CENTS);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_http_post_json(r->http, url, key, NULL, body, strlen(body), &resp, &err);
+    long status = resp.status;
+    json_t *v = rc == 0 ? json_loadb(resp.body, resp.body_len, 0, NULL) : NULL;
+    json_t *id = json_object_get(v, "order_id");
+    int64_t order_id = json_is_integer(id) ? json_integer_value(id) : 0;
+    char answer[512];
+    snprintf(answer, sizeof(answer), "%s", resp.body != NULL ? resp.body : "");
+    json_decref(v);
+    txo_http_client_response_release(&resp);
+    if (rc != 0 || status != 201 || order_id <= 0) {
+        dump_logs(r);
+        fail_msg("POST /orders key=%s: rc=%d status=%ld %s %s", key, rc, status, err.msg, answer);
+    }
+    return order_id;
+}
+
+/* The value of the /metrics series `series` (name{labels} exactly as rendered); -1 when the
+ * series is not there. */
+static double metric(struct rig *r, const char *series)
+{
+    char url[96];
+    snprintf(url, sizeof(url), "%s/metrics", r->api_url);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_http_get(r->http, url, NULL, &resp, &err) != 0)
+        fail_msg("GET %s: %s", url, err.msg);
+    double v = -1;
+    size_t len = strlen(series);
+    for (const char *line = resp.body; line != NULL && *line != '\0';) {
+        if (strncmp(line, series, len) == 0 && line[len] == ' ') {
+            v = strtod(line + len + 1, NULL);
+            break;
+        }
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    txo_http_client_response_release(&resp);
+    return v;
+}
+
+/* ---- database ---- */
+
+/* orders.status of order_id into buf ("" when there is no such order). */
+static void order_status(struct rig *r, int64_t order_id, char *buf, size_t cap)
+{
+    struct txo_param p[] = {txo_p_i64(order_id)};
+    char *s = testdb_str(r->t.db, "SELECT status FROM orders WHERE id = ?", p, 1);
+    snprintf(buf, cap, "%s", s != NULL ? s : "");
+    txo_free(s);
+}
+
+/* The order's saga id into id ("" when it has none yet). */
+static void saga_of(struct rig *r, int64_t order_id, char id[TXO_SAGA_ID_LEN])
+{
+    char corr[48];
+    snprintf(corr, sizeof(corr), "order:%lld", (long long)order_id);
+    struct txo_param p[] = {txo_p_str(corr)};
+    char *s = testdb_str(r->t.db, "SELECT id FROM saga_instances WHERE correlation_id = ?", p, 1);
+    snprintf(id, TXO_SAGA_ID_LEN, "%s", s != NULL ? s : "");
+    txo_free(s);
+}
+
+/* saga_instances.status of the order's saga into buf ("" when it has none). */
+static void saga_status(struct rig *r, int64_t order_id, char *buf, size_t cap)
+{
+    char corr[48];
+    snprintf(corr, sizeof(corr), "order:%lld", (long long)order_id);
+    struct txo_param p[] = {txo_p_str(corr)};
+    char *s =
+        testdb_str(r->t.db, "SELECT status FROM saga_instances WHERE correlation_id = ?", p, 1);
+    snprintf(buf, cap, "%s", s != NULL ? s : "");
+    txo_free(s);
+}
+
+/* A column of the order's saga step `step` (status, attempts, error) as text (free with
+ * txo_free; NULL for NULL). */
+static char *step_col(struct rig *r, int64_t order_id, const char *step, const char *col)
+{
+    char corr[48];
+    snprintf(corr, sizeof(corr), "order:%lld", (long long)order_id);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT CAST(s.%s AS CHAR) FROM saga_steps s JOIN saga_instances i ON i.id = "
+             "s.saga_id WHERE i.correlation_id = ? AND s.step_name = ?",
+             col);
+    struct txo_param p[] = {txo_p_str(corr), txo_p_str(step)};
+    return testdb_str(r->t.db, sql, p, 2);
+}
+
+static int64_t step_attempts(struct rig *r, int64_t order_id, const char *step)
+{
+    char *s = step_col(r, order_id, step, "attempts");
+    int64_t n = s != NULL ? strtoll(s, NULL, 10) : -1;
+    txo_free(s);
+    return n;
+}
+
+static void assert_step(struct rig *r, int64_t order_id, const char *step, const char *status)
+{
+    char got[32];
+    keep_txo(got, sizeof(got), step_col(r, order_id, step, "status"));
+    if (strcmp(got, status) != 0) {
+        dump_logs(r);
+        fail_msg("order %lld step %s is %s, want %s", (long long)order_id, step, got, status);
+    }
+}
+
+static int64_t payments_with(struct rig *r, int64_t order_id, const char *status)
+{
+    struct txo_param p[] = {txo_p_i64(order_id), txo_p_str(status)};
+    return testdb_i64(r->t.db, "SELECT COUNT(*) FROM payments WHERE order_id = ? AND status = ?", p,
+                      2);
+}
+
+static int64_t db_count(struct rig *r, const char *sql)
+{
+    return testdb_i64(r->t.db, sql, NULL, 0);
+}
+
+static int64_t payments_of(struct rig *r, int64_t order_id)
+{
+    struct txo_param p[] = {txo_p_i64(order_id)};
+    return testdb_i64(r->t.db, "SELECT COUNT(*) FROM payments WHERE order_id = ?", p, 1);
+}
+
+/* The SKU's inventory row: a CONFIRMED order keeps its unit reserved (it ships), a cancelled
+ * one gave it back to available. */
+static void assert_stock(struct rig *r, int64_t available, int64_t reserved)
+{
+    struct txo_param p[] = {txo_p_str(SKU)};
+    assert_int_equal(testdb_i64(r->t.db, "SELECT available FROM inventory WHERE sku = ?", p, 1),
+                     available);
+    assert_int_equal(testdb_i64(r->t.db, "SELECT reserved FROM inventory WHERE sku = ?", p, 1),
+                     reserved);
+}
+
+static bool is_final_order(const char *status)
+{
+    return strcmp(status, "CONFIRMED") == 0 || strcmp(status, "CANCELLED") == 0;
+}
+
+/*
+ * Waits until the order is CONFIRMED or CANCELLED (both set in the saga's last transaction,
+ * with its terminal status), at most until deadline_ms (txo_monotonic_ms). Writes the status
+ * to buf; fails the test on timeout.
+ */
+static void wait_order_final(struct rig *r, int64_t order_id, int64_t deadline_ms, char *buf,
+                             size_t cap)
+{
+    for (;;) {
+        order_status(r, order_id, buf, cap);
+        if (is_final_order(buf))
+            return;
+        if (txo_monotonic_ms() >= deadline_ms)
+            break;
+        txo_sleep_ms(20);
+    }
+    char saga[32];
+    saga_status(r, order_id, saga, sizeof(saga));
+    dump_logs(r);
+    fail_msg("order %lld still %s (saga %s) at the deadline", (long long)order_id, buf,
+             saga[0] != '\0' ? saga : "none");
+}
+
+/* Waits until the order's saga is in `want`, at most timeout_ms. */
+static void wait_saga_status(struct rig *r, int64_t order_id, const char *want, int timeout_ms)
+{
+    int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    char st[32];
+    for (;;) {
+        saga_status(r, order_id, st, sizeof(st));
+        if (strcmp(st, want) == 0)
+            return;
+        if (txo_monotonic_ms() >= deadline)
+            break;
+        txo_sleep_ms(20);
+    }
+    dump_logs(r);
+    fail_msg("saga of order %lld is %s after %d ms, want %s", (long long)order_id,
+             st[0] != '\0' ? st : "(none)", timeout_ms, want);
+}
+
+/* ---- log lines ---- */
+
+/* Lines of log containing every one of the NULL-terminated needles. */
+static unsigned count_lines(const char *log, const char *const *needles)
+{
+    unsigned n = 0;
+    for (const char *line = log; *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+        char *copy = strndup(line, len);
+        assert_non_null(copy);
+        bool all = true;
+        for (size_t i = 0; needles[i] != NULL && all; i++)
+            all = strstr(copy, needles[i]) != NULL;
+        free(copy);
+        n += all;
+        if (end == NULL)
+            break;
+        line = end + 1;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scenario L: the payment service hangs */
+
+static void test_l_hanging_payment_times_out(void **state)
+{
+    struct rig *r = *state;
+    const char *stub_args[] = {"--hang", NULL};
+    start_stub(r, stub_args);
+    const char *up_args[] = {r->payment_flag,     "--service-timeout=500", "--service-retries=1",
+                             "--step-attempts=2", "--saga-threads=2",      NULL};
+    start_up(r, up_args);
+
+    /*
+     * The bound for the hung order, from the flags:
+     *   - one ChargePayment try is one HTTP call (--service-retries 1), which libcurl ends at
+     *     --service-timeout 500 ms (the timeout covers connect and transfer);
+     *   - --step-attempts 2: two tries, with the saga engine's step backoff between them
+     *     (50 ms base, jitter 0.5: < 75 ms);
+     *   - then ChargePayment FAILED; ReleaseStock (local rows) and the order's cancel commit
+     *     within a few ms; before the first step: the relay's --idle-sleep 20 ms and the
+     *     local dispatch to the worker.
+     * Expected: 2 x 500 + 75 + ~100 ms ~= 1.2 s. At least 2 x 500 ms (both tries waited for
+     * their timeout instead of failing at once); asserted < 15 s, > 10x headroom for
+     * sanitizer builds and a loaded machine, and still far below what a call without a
+     * timeout would take (the stub holds a hung call up to 600 s).
+     */
+    int64_t t0 = txo_monotonic_ms();
+    int64_t hung = place_order(r, "l-hung-1");
+    char st[32];
+    wait_order_final(r, hung, t0 + 15000, st, sizeof(st));
+    int64_t took = txo_monotonic_ms() - t0;
+    print_message("L: hung order %lld %s after %lld ms\n", (long long)hung, st, (long long)took);
+    assert_string_equal(st, "CANCELLED");
+    assert_true(took < 15000);
+    if (took < 950)
+        fail_msg("hung order ended after %lld ms: less than its 2 tries x 500 ms timeout",
+                 (long long)took);
+
+    /* ChargePayment (step 2) failed after its 2 tries, both timeouts; the completed
+     * ReserveStock was undone, so the saga is COMPENSATED and the stock is back. */
+    char saga[32];
+    saga_status(r, hung, saga, sizeof(saga));
+    assert_string_equal(saga, "COMPENSATED");
+    assert_step(r, hung, "ChargePayment", "FAILED");
+    assert_step(r, hung, "ReserveStock", "COMPENSATED");
+    assert_int_equal(step_attempts(r, hung, "ChargePayment"), 2);
+    char error[600];
+    keep_txo(error, sizeof(error), step_col(r, hung, "ChargePayment", "error"));
+    if (strstr(error, "timed out") == NULL)
+        fail_msg("ChargePayment error should say it timed out: %s", error);
+    assert_int_equal(payments_of(r, hung), 0);
+    assert_stock(r, STOCK, 0);
+    /* Both tries reached the service and hung there; neither had an effect. The timed-out
+     * charge queued a RefundPayment command, whose calls hang too while the hang lasts. */
+    assert_int_equal(stub_stat(r, "charge_requests"), 2);
+    assert_true(stub_stat(r, "hangs") >= 2);
+    assert_int_equal(stub_stat(r, "charges"), 0);
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
+                                 "'RefundPayment' AND status <> 'DONE'"),
+                     1);
+    double timeouts =
+        metric(r, "txo_external_request_timeouts_total{service=\"payment\",operation=\"charge\"}");
+    print_message("L: txo_external_request_timeouts_total{payment,charge} = %g\n", timeouts);
+    assert_true(timeouts >= 1);
+    assert_true(timeouts == 2); /* one per try: --service-retries 1 x --step-attempts 2 */
+
+    /* The runners are not stuck: with the hang off, new orders go through at once. */
+    stub_control(r, "{\"hang\":false}");
+    t0 = txo_monotonic_ms();
+    int64_t ok[3];
+    for (int i = 0; i < 3; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "l-ok-%d", i);
+        ok[i] = place_order(r, key);
+    }
+    for (int i = 0; i < 3; i++) {
+        wait_order_final(r, ok[i], t0 + 10000, st, sizeof(st));
+        assert_string_equal(st, "CONFIRMED");
+    }
+    print_message("L: 3 orders CONFIRMED after %lld ms\n", (long long)(txo_monotonic_ms() - t0));
+    /* Charged exactly once each, at the service and locally. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(stub_order_stat(r, ok[i], "charges"), 1);
+        assert_int_equal(stub_order_stat(r, ok[i], "charged_cents"), PRICE_CENTS);
+        assert_int_equal(payments_with(r, ok[i], "CHARGED"), 1);
+    }
+    assert_int_equal(stub_order_stat(r, hung, "charges"), 0);
+    assert_int_equal(stub_stat(r, "charges"), 3);
+    assert_stock(r, STOCK - 3, 3); /* the 3 CONFIRMED orders hold theirs */
+    /* The owed refund lands once the service answers again (a no-op: nothing was charged). */
+    int64_t deadline = txo_monotonic_ms() + 10000;
+    while (db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
+                       "'RefundPayment' AND status = 'DONE'") != 1 &&
+           txo_monotonic_ms() < deadline)
+        txo_sleep_ms(50);
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
+                                 "'RefundPayment' AND status = 'DONE'"),
+                     1);
+    assert_int_equal(stub_order_stat(r, hung, "charges"), 0);
+
+    stop_clean(r, &r->up, "txo up");
+    stop_clean(r, &r->stub, "stub-services");
+}
+
+/*
+ * L, the other kind of timeout: the service is slow, not hung. It applies the charge after
+ * the caller gave up (the stub sleeps --latency-ms before the effect), so the timed-out call
+ * HAD an effect: a timeout's outcome is unknown (docs/external-services.md). The saga must not
+ * leave the customer charged for a cancelled order: whatever the service charged must be
+ * refunded (the refund is idempotent per order, so refunding a charge that never happened is
+ * harmless).
+ */
+static void test_l_slow_payment_charge_is_refunded(void **state)
+{
+    struct rig *r = *state;
+    const char *stub_args[] = {"--latency-ms", "800", NULL};
+    start_stub(r, stub_args);
+    const char *up_args[] = {r->payment_flag,     "--service-timeout=500", "--service-retries=1",
+                             "--step-attempts=2", "--saga-threads=2",      NULL};
+    start_up(r, up_args);
+
+    int64_t t0 = txo_monotonic_ms();
+    int64_t id = place_order(r, "l-slow-1");
+    char st[32];
+    wait_order_final(r, id, t0 + 15000, st, sizeof(st));
+    assert_string_equal(st, "CANCELLED");
+    /* The first try's charge lands ~800 ms after it was sent; the second try (same key) is a
+     * replay. Wait for the service to have acted, then for a refund. */
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    while (stub_order_stat(r, id, "charges") == 0 && txo_monotonic_ms() < deadline)
+        txo_sleep_ms(20);
+    int64_t charges = stub_order_stat(r, id, "charges");
+    assert_int_equal(charges, 1); /* one charge for two requests: the Idempotency-Key */
+    deadline = txo_monotonic_ms() + 5000;
+    while (stub_order_stat(r, id, "refunds") < charges && txo_monotonic_ms() < deadline)
+        txo_sleep_ms(50);
+    int64_t refunds = stub_order_stat(r, id, "refunds");
+    if (refunds != charges) {
+        char error[600];
+        char status[32];
+        keep_txo(error, sizeof(error), step_col(r, id, "ChargePayment", "error"));
+        keep_txo(status, sizeof(status), step_col(r, id, "ChargePayment", "status"));
+        fail_msg("order %lld is CANCELLED but the payment service charged it %lld time(s) and "
+                 "refunded %lld: ChargePayment is %s (%s) and a FAILED step is never "
+                 "compensated, so the charge made by the timed-out call is kept",
+                 (long long)id, (long long)charges, (long long)refunds, status, error);
+    }
+    stop_clean(r, &r->up, "txo up");
+    stop_clean(r, &r->stub, "stub-services");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scenario M: the payment service is down; the circuit breaker */
+
+#define BREAKER_STATE    "txo_circuit_breaker_state{service=\"payment\"}"
+#define BREAKER_REJECTED "txo_external_rejected_total{service=\"payment\",guard=\"breaker\"}"
+
+static void test_m_breaker_opens_fails_fast_and_closes(void **state)
+{
+    struct rig *r = *state;
+    const char *stub_args[] = {"--fail-rate", "1", NULL};
+    start_stub(r, stub_args);
+    const char *up_args[] = {r->payment_flag,
+                             "--breaker-failures=3",
+                             "--breaker-open=2000",
+                             "--service-retries=1",
+                             "--step-attempts=1",
+                             "--saga-threads=1",
+                             NULL};
+    start_up(r, up_args);
+    assert_true(metric(r, BREAKER_STATE) == 0);
+
+    char st[32];
+    char key[32];
+    int64_t ids[8];
+    /* Orders 1..3: each ChargePayment is one request (--service-retries 1, --step-attempts
+     * 1), answered 503: the order is cancelled and the breaker counts a failure. */
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof(key), "m-%d", i + 1);
+        ids[i] = place_order(r, key);
+        wait_order_final(r, ids[i], txo_monotonic_ms() + 10000, st, sizeof(st));
+        assert_string_equal(st, "CANCELLED");
+        assert_int_equal(stub_stat(r, "charge_requests"), i + 1);
+        if (i < 2)
+            assert_true(metric(r, BREAKER_STATE) == 0);
+    }
+    /* The third consecutive failure opened it. */
+    assert_true(metric(r, BREAKER_STATE) == 1);
+    assert_true(metric(r, BREAKER_REJECTED) <= 0); /* absent (-1) or 0 so far */
+
+    /* Orders 4..6 are refused by the open breaker without a request, and fail fast. The
+     * three must be done within --breaker-open 2000 ms of the opening (else a half-open
+     * probe would reach the stub): each takes ~100 ms here. */
+    for (int i = 3; i < 6; i++) {
+        snprintf(key, sizeof(key), "m-%d", i + 1);
+        int64_t t0 = txo_monotonic_ms();
+        ids[i] = place_order(r, key);
+        wait_order_final(r, ids[i], t0 + 10000, st, sizeof(st));
+        int64_t took = txo_monotonic_ms() - t0;
+        print_message("M: order %d %s %lld ms after its POST (breaker open)\n", i + 1, st,
+                      (long long)took);
+        assert_string_equal(st, "CANCELLED");
+        if (took >= 2000)
+            fail_msg("order %d took %lld ms with the breaker open: not failing fast", i + 1,
+                     (long long)took);
+        assert_int_equal(stub_stat(r, "charge_requests"), 3);
+        char error[600];
+        keep_txo(error, sizeof(error), step_col(r, ids[i], "ChargePayment", "error"));
+        if (strstr(error, "circuit payment is open") == NULL)
+            fail_msg("order %d ChargePayment error should name the open circuit: %s", i + 1, error);
+    }
+    assert_true(metric(r, BREAKER_STATE) == 1);
+    double rejected = metric(r, BREAKER_REJECTED);
+    print_message("M: %s = %g\n", BREAKER_REJECTED, rejected);
+    assert_true(rejected >= 3); /* one refused call per order 4..6 */
+    for (int i = 0; i < 6; i++) {
+        char saga[32];
+        saga_status(r, ids[i], saga, sizeof(saga));
+        assert_string_equal(saga, "COMPENSATED"); /* ReserveStock undone */
+        assert_int_equal(payments_of(r, ids[i]), 0);
+    }
+    assert_int_equal(stub_stat(r, "charges"), 0);
+    assert_stock(r, STOCK, 0);
+
+    /* The service recovers; after the open time the next call is the half-open probe. */
+    stub_control(r, "{\"fail_rate\":0}");
+    txo_sleep_ms(2200);
+    ids[6] = place_order(r, "m-7");
+    wait_order_final(r, ids[6], txo_monotonic_ms() + 10000, st, sizeof(st));
+    assert_string_equal(st, "CONFIRMED");
+    assert_int_equal(stub_stat(r, "charge_requests"), 4);
+    assert_true(metric(r, BREAKER_STATE) == 0);
+    ids[7] = place_order(r, "m-8");
+    wait_order_final(r, ids[7], txo_monotonic_ms() + 10000, st, sizeof(st));
+    assert_string_equal(st, "CONFIRMED");
+    assert_int_equal(stub_stat(r, "charge_requests"), 5);
+    assert_true(metric(r, BREAKER_STATE) == 0);
+    for (int i = 6; i < 8; i++) {
+        assert_int_equal(stub_order_stat(r, ids[i], "charges"), 1);
+        assert_int_equal(payments_with(r, ids[i], "CHARGED"), 1);
+    }
+    assert_int_equal(stub_stat(r, "charges"), 2);
+    assert_stock(r, STOCK - 2, 2); /* the 2 CONFIRMED orders hold theirs */
+    char *log = testproc_log(&r->up);
+    const char *opened[] = {"circuit breaker changed", "service=payment", "to=OPEN", NULL};
+    const char *closed[] = {"circuit breaker changed", "service=payment", "from=HALF_OPEN",
+                            "to=CLOSED", NULL};
+    assert_int_equal(count_lines(log, opened), 1);
+    assert_int_equal(count_lines(log, closed), 1);
+    free(log);
+
+    stop_clean(r, &r->up, "txo up");
+    stop_clean(r, &r->stub, "stub-services");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Scenario J, worker side: COMPENSATION_FAILED sagas retried by `txo worker` */
+
+/* Starts `txo worker --broker none` against the stub, retrying compensations after 1 s (cap
+ * 2 s) and leaving a saga to an operator once its failing step had max_tries tries. */
+static void start_worker(struct rig *r, const char *max_tries)
+{
+    const char *args[] = {"--broker=none",
+                          r->payment_flag,
+                          r->shipment_flag,
+                          "--compensation-retry=1",
+                          "--compensation-retry-max=2",
+                          "--compensation-max-tries",
+                          max_tries,
+                          "--step-attempts=1",
+                          "--service-retries=1",
+                          "--saga-threads=2",
+                          "--poll=50",
+                          "--clean-interval=0",
+                          NULL};
+    start_txo(&r->worker, "resil_worker", "worker", args);
+}
+
+/* Waits until the worker's log has `count` lines with all needles, at most timeout_ms. */
+static void wait_log_lines(struct rig *r, const struct testproc *p, const char *const *needles,
+                           unsigned count, int timeout_ms)
+{
+    int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    for (;;) {
+        char *log = testproc_log(p);
+        unsigned n = count_lines(log, needles);
+        free(log);
+        if (n >= count)
+            return;
+        if (txo_monotonic_ms() >= deadline)
+            break;
+        txo_sleep_ms(50);
+    }
+    dump_logs(r);
+    fail_msg("no %u log line(s) with \"%s\" ... within %d ms", count, needles[0], timeout_ms);
+}
+
+static void test_j_worker_retries_compensation(void **state)
+{
+    struct rig *r = *state;
+    /* Payment charges work; every shipment is refused (422, a business answer: the saga
+     * compensates) and every refund fails (503: transient, retried, then the compensation
+     * counts as failed). ship_decline_rate is set through /control: the flag
+     * --ship-decline-rate is the 5th setting of the stub's table, and the 5th setting of
+     * every table is taken for -h (see test_fifth_setting_is_not_help). */
+    const char *stub_args[] = {"--fail-path", "/payments/refund", "--fail-rate", "1", NULL};
+    start_stub(r, stub_args);
+    stub_control(r, "{\"ship_decline_rate\":1}");
+    /* --compensation-retry=3600: this process never retries them itself. */
+    const char *up_args[] = {r->payment_flag,
+                             r->shipment_flag,
+                             "--step-attempts=2",
+                             "--service-retries=1",
+                             "--compensation-retry=3600",
+                             "--saga-threads=2",
+                             NULL};
+    start_up(r, up_args);
+
+    int64_t ids[2];
+    char sagas[2][TXO_SAGA_ID_LEN];
+    ids[0] = place_order(r, "j-1");
+    ids[1] = place_order(r, "j-2");
+    for (int i = 0; i < 2; i++) {
+        wait_saga_status(r, ids[i], "COMPENSATION_FAILED", 15000);
+        saga_of(r, ids[i], sagas[i]);
+        char st[32];
+        order_status(r, ids[i], st, sizeof(st));
+        assert_string_equal(st, "CREATED"); /* not cancelled while the refund is pending */
+        assert_step(r, ids[i], "CreateShipment", "FAILED");
+        assert_step(r, ids[i], "ChargePayment", "COMPENSATION_FAILED");
+        assert_step(r, ids[i], "ReserveStock", "COMPLETED"); /* not undone yet: in order */
+        /* The charge succeeded once (1 try), then 2 refund tries (--step-attempts 2). */
+        assert_int_equal(step_attempts(r, ids[i], "ChargePayment"), 3);
+        assert_int_equal(payments_with(r, ids[i], "CHARGED"), 1);
+        assert_int_equal(stub_order_stat(r, ids[i], "charges"), 1);
+        assert_int_equal(stub_order_stat(r, ids[i], "refunds"), 0);
+    }
+    assert_int_equal(stub_stat(r, "refund_requests"), 4);
+    stop_clean(r, &r->up, "txo up");
+
+    /* A worker that allows 3 tries: both sagas reached them, so they are left alone, with one
+     * error line each, and no refund is attempted. */
+    start_worker(r, "3");
+    for (int i = 0; i < 2; i++) {
+        const char *left[] = {"level=error", "left for an operator", sagas[i], NULL};
+        wait_log_lines(r, &r->worker, left, 1, 15000);
+    }
+    txo_sleep_ms(1500); /* more scheduler passes (every 1 s): still nothing, no second line */
+    char *log = testproc_log(&r->worker);
+    for (int i = 0; i < 2; i++) {
+        const char *left[] = {"level=error", "left for an operator", sagas[i], NULL};
+        assert_int_equal(count_lines(log, left), 1);
+        char st[32];
+        saga_status(r, ids[i], st, sizeof(st));
+        assert_string_equal(st, "COMPENSATION_FAILED");
+        assert_int_equal(step_attempts(r, ids[i], "ChargePayment"), 3);
+    }
+    free(log);
+    assert_int_equal(stub_stat(r, "refund_requests"), 4);
+    stop_clean(r, &r->worker, "txo worker (max tries 3)");
+
+    /* A worker that allows 10 tries retries them: first while refunds still fail (one more
+     * try each: --step-attempts 1), then, after the service recovers, until COMPENSATED. */
+    start_worker(r, "10");
+    int64_t deadline = txo_monotonic_ms() + 15000;
+    while (stub_stat(r, "refund_requests") < 6) {
+        if (txo_monotonic_ms() >= deadline) {
+            dump_logs(r);
+            fail_msg("the worker did not retry the failed refunds within 15 s");
+        }
+        txo_sleep_ms(20);
+    }
+    /* Backoff: the next retry of a saga whose step has 4 tries waits min(1 s * 2^3, 2 s) = 2 s
+     * after its last change, so nothing is tried again right away. */
+    txo_sleep_ms(800);
+    assert_int_equal(stub_stat(r, "refund_requests"), 6);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(step_attempts(r, ids[i], "ChargePayment"), 4);
+
+    stub_control(r, "{\"fail_rate\":0}");
+    int64_t t0 = txo_monotonic_ms();
+    for (int i = 0; i < 2; i++) {
+        char st[32];
+        wait_order_final(r, ids[i], t0 + 15000, st, sizeof(st));
+        assert_string_equal(st, "CANCELLED");
+        wait_saga_status(r, ids[i], "COMPENSATED", 5000);
+        assert_step(r, ids[i], "ChargePayment", "COMPENSATED");
+        assert_step(r, ids[i], "ReserveStock", "COMPENSATED");
+        /* Refunded once, at the service and locally. */
+        assert_int_equal(payments_with(r, ids[i], "REFUNDED"), 1);
+        assert_int_equal(payments_of(r, ids[i]), 1);
+        assert_int_equal(stub_order_stat(r, ids[i], "refunds"), 1);
+        assert_int_equal(stub_order_stat(r, ids[i], "charges"), 1);
+    }
+    print_message("J: both sagas COMPENSATED %lld ms after the refunds recovered\n",
+                  (long long)(txo_monotonic_ms() - t0));
+    assert_stock(r, STOCK, 0);
+    assert_int_equal(stub_stat(r, "refunds"), 2);
+    log = testproc_log(&r->worker);
+    const char *left_any[] = {"left for an operator", NULL};
+    assert_int_equal(count_lines(log, left_any), 0);
+    free(log);
+    stop_clean(r, &r->worker, "txo worker (max tries 10)");
+    stop_clean(r, &r->stub, "stub-services");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bad configuration */
+
+/*
+ * Runs `txo <sub> <args>` to its end and checks it exits 2 with output containing every one of
+ * the NULL-terminated needles (the setting's name and the bad value).
+ */
+static void expect_refused(const char *tag, const char *sub, const char *const *args,
+                           const char *const *needles)
+{
+    int code = 0;
+    char log[2048];
+    keep_libc(log, sizeof(log), run_to_end(tag, sub, args, &code));
+    const char *missing = NULL;
+    for (size_t i = 0; needles[i] != NULL && missing == NULL; i++)
+        if (strstr(log, needles[i]) == NULL)
+            missing = needles[i];
+    if (code != 2 || missing != NULL)
+        fail_msg("txo %s %s %s: exit %d (want 2)%s%s%s; output:\n%.600s", sub, args[0],
+                 args[1] != NULL ? args[1] : "", code,
+                 missing != NULL ? ", the message does not name \"" : "",
+                 missing != NULL ? missing : "", missing != NULL ? "\"" : "", log);
+}
+
+static void test_bad_payment_url(void **state)
+{
+    struct rig *r = *state;
+    /* --listen: if the URL were accepted, the process must not take port 8080. */
+    const char *args[] = {"--payment-url", "ftp://x", "--listen", r->api_listen, NULL};
+    const char *needles[] = {"payment-url", "ftp://x", NULL};
+    expect_refused("resil_badurl", "up", args, needles);
+}
+
+static void test_bad_listen(void **state)
+{
+    (void)state;
+    const char *args[] = {"--listen", "nonsense", NULL};
+    const char *needles[] = {"--listen", "nonsense", NULL};
+    expect_refused("resil_badlisten", "up", args, needles);
+}
+
+static void test_bad_worker_broker(void **state)
+{
+    (void)state;
+    const char *args[] = {"--broker", "kafka", NULL};
+    const char *needles[] = {"--broker", "kafka", NULL};
+    expect_refused("resil_badbroker", "worker", args, needles);
+}
+
+/*
+ * Every flag must be parsed as itself. The 5th entry of each settings table (--mysql-password
+ * of the daemons, --ship-decline-rate of stub-services) must not be taken for --help: with it,
+ * a bad --broker must still be refused.
+ */
+static void test_fifth_setting_is_not_help(void **state)
+{
+    (void)state;
+    const char *args[] = {"--mysql-password", "secret", "--broker", "kafka", NULL};
+    const char *needles[] = {"--broker", "kafka", NULL};
+    expect_refused("resil_password", "worker", args, needles);
+}
+
+int main(void)
+{
+    const char *db = getenv("MYSQL_DATABASE");
+    if (db != NULL)
+        orig_database = strdup(db);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_m_breaker_opens_fails_fast_and_closes, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_j_worker_retries_compensation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_payment_url, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_listen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_worker_broker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fifth_setting_is_not_help, setup, teardown),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    free(orig_database);
+    return failed;
+}

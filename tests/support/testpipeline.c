@@ -1,0 +1,343 @@
+/*
+ * Test support: real `txo` processes running the order pipeline, and the SPEC.md invariants
+ * checked by SQL (see testpipeline.h).
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "orders.h"
+#include "testdb.h"
+#include "testhttp.h"
+#include "testpipeline.h"
+
+void testpipeline_init(struct testpipeline *tp, struct txo_db *db)
+{
+    memset(tp, 0, sizeof(*tp));
+    tp->db = db;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_http_client_new(NULL, &tp->http, &err) != 0)
+        fail_msg("txo_http_client_new: %s", err.msg);
+}
+
+void testpipeline_release(struct testpipeline *tp)
+{
+    for (size_t i = 0; i < tp->n_procs; i++)
+        testproc_stop_hard(&tp->procs[i]);
+    txo_http_client_free(tp->http);
+    tp->http = NULL;
+}
+
+void testpipeline_dump_logs(const struct testpipeline *tp)
+{
+    for (size_t i = 0; i < tp->n_procs; i++) {
+        char *log = testproc_log(&tp->procs[i]);
+        size_t len = log != NULL ? strlen(log) : 0;
+        const char *tail = len > 4000 ? log + len - 4000 : log;
+        print_message("---- %s (last %zu bytes) ----\n%s\n", tp->procs[i].log_path,
+                      len > 4000 ? (size_t)4000 : len, tail != NULL ? tail : "");
+        free(log);
+    }
+}
+
+void testpipeline_remove_logs(const struct testpipeline *tp)
+{
+    for (size_t i = 0; i < tp->n_procs; i++)
+        testproc_remove_log(&tp->procs[i]);
+}
+
+/* ---- processes ---- */
+
+void testpipeline_args_init(struct testpipeline_args *a, const char *subcommand)
+{
+    memset(a, 0, sizeof(*a));
+    a->v[a->n++] = testproc_txo_bin();
+    a->v[a->n++] = subcommand;
+}
+
+void testpipeline_args_add(struct testpipeline_args *a, const char *s)
+{
+    assert_true(a->n + 1 < TXO_ARRAY_LEN(a->v));
+    a->v[a->n++] = s;
+}
+
+void testpipeline_args_addf(struct testpipeline_args *a, const char *fmt, ...)
+{
+    assert_true(a->n_buf < TXO_ARRAY_LEN(a->buf));
+    char *b = a->buf[a->n_buf++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b, sizeof(a->buf[0]), fmt, ap);
+    va_end(ap);
+    testpipeline_args_add(a, b);
+}
+
+struct testproc *testpipeline_start(struct testpipeline *tp, const char *tag,
+                                    struct testpipeline_args *a)
+{
+    assert_true(tp->n_procs < TESTPIPELINE_MAX_PROCS);
+    struct testproc *p = &tp->procs[tp->n_procs++];
+    a->v[a->n] = NULL;
+    testproc_start(p, tag, a->v, NULL);
+    return p;
+}
+
+void testpipeline_wait_ready(struct testpipeline *tp, struct testproc *p, unsigned port)
+{
+    if (!testproc_wait_http(port, "/healthz", 30000))
+        TESTPIPELINE_FAIL(tp, "%s did not answer /healthz on port %u", p->log_path, port);
+}
+
+void testpipeline_expect_crash(struct testpipeline *tp, struct testproc *p, int timeout_ms)
+{
+    if (!testproc_wait(p, timeout_ms))
+        TESTPIPELINE_FAIL(tp, "%s did not reach its crash point within %d ms", p->log_path,
+                          timeout_ms);
+    if (!testproc_killed(p))
+        TESTPIPELINE_FAIL(tp, "%s should have died of SIGKILL at its crash point, wait status 0x%x",
+                          p->log_path, p->status);
+}
+
+void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p)
+{
+    if (!testproc_stop(p, 30000))
+        TESTPIPELINE_FAIL(tp, "%s did not exit 0 after SIGTERM (wait status 0x%x)", p->log_path,
+                          p->status);
+}
+
+/* ---- HTTP ---- */
+
+int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const char *key,
+                                const char *body)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/orders", port);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_http_post_json(tp->http, url, key, NULL, body, strlen(body), &resp, &err);
+    if (rc != 0 || resp.status != 201)
+        TESTPIPELINE_FAIL(tp, "POST /orders key=%s: rc=%s status=%ld body=%s err=%s", key,
+                          txo_err_name(rc), resp.status, resp.body != NULL ? resp.body : "",
+                          err.msg);
+    json_error_t jerr;
+    json_t *doc = json_loads(resp.body, 0, &jerr);
+    assert_non_null(doc);
+    json_t *id = json_object_get(doc, "order_id");
+    assert_true(json_is_integer(id));
+    assert_string_equal(json_string_value(json_object_get(doc, "status")), "CREATED");
+    int64_t order_id = json_integer_value(id);
+    json_decref(doc);
+    txo_http_client_response_release(&resp);
+    return order_id;
+}
+
+double testpipeline_metric(struct testpipeline *tp, unsigned port, const char *series)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metrics", port);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_http_get(tp->http, url, NULL, &resp, &err) != 0 || resp.body == NULL)
+        TESTPIPELINE_FAIL(tp, "GET /metrics on port %u: %s", port, err.msg);
+    double v = testhttp_metric_value(resp.body, series);
+    txo_http_client_response_release(&resp);
+    return v;
+}
+
+/* ---- database ---- */
+
+static int64_t q(struct testpipeline *tp, const char *sql)
+{
+    return testdb_i64(tp->db, sql, NULL, 0);
+}
+
+bool testpipeline_wait_count(struct testpipeline *tp, const char *sql, int64_t want, int timeout_ms)
+{
+    int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    for (;;) {
+        if (q(tp, sql) == want)
+            return true;
+        if (txo_monotonic_ms() > deadline)
+            return false;
+        txo_sleep_ms(100);
+    }
+}
+
+void testpipeline_wait_terminal(struct testpipeline *tp, int n_orders, int timeout_ms,
+                                const char *when)
+{
+    static const char terminal[] =
+        "SELECT COUNT(*) FROM orders WHERE status IN ('CONFIRMED', 'CANCELLED')";
+    if (!testpipeline_wait_count(tp, terminal, n_orders, timeout_ms))
+        TESTPIPELINE_FAIL(tp, "orders not terminal %d s %s: %" PRId64 " of %d", timeout_ms / 1000,
+                          when, q(tp, terminal), n_orders);
+}
+
+void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms)
+{
+    static const char unpublished[] =
+        "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'";
+    if (!testpipeline_wait_count(tp, unpublished, 0, timeout_ms))
+        TESTPIPELINE_FAIL(tp, "%" PRId64 " outbox events still not PUBLISHED", q(tp, unpublished));
+}
+
+void testpipeline_seed_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                             size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct txo_error err;
+        txo_error_init(&err);
+        if (orders_seed_inventory(tp->db, stock[i].sku, stock[i].units, &err) != 0)
+            fail_msg("seeding %s: %s", stock[i].sku, err.msg);
+    }
+}
+
+/*
+ * Every invariant of SPEC.md over all orders in the database, by SQL. Each query counts the
+ * rows that break one rule; all must be 0.
+ */
+static const struct {
+    const char *what;
+    const char *sql;
+} violations[] = {
+    {"order not CONFIRMED or CANCELLED",
+     "SELECT COUNT(*) FROM orders WHERE status NOT IN ('CONFIRMED', 'CANCELLED')"},
+    {"order without exactly one saga",
+     "SELECT COUNT(*) FROM orders o WHERE (SELECT COUNT(*) FROM saga_instances s "
+     "WHERE s.saga_type = 'CreateOrderSaga' AND s.correlation_id = CONCAT('order:', o.id)) <> 1"},
+    {"saga without its order",
+     "SELECT COUNT(*) FROM saga_instances s WHERE NOT EXISTS (SELECT 1 FROM orders o "
+     "WHERE s.correlation_id = CONCAT('order:', o.id))"},
+    {"saga left RUNNING, COMPENSATING or COMPENSATION_FAILED",
+     "SELECT COUNT(*) FROM saga_instances "
+     "WHERE status IN ('RUNNING', 'COMPENSATING', 'COMPENSATION_FAILED')"},
+    {"CONFIRMED order whose saga is not COMPLETED",
+     "SELECT COUNT(*) FROM orders o JOIN saga_instances s "
+     "ON s.correlation_id = CONCAT('order:', o.id) "
+     "WHERE o.status = 'CONFIRMED' AND s.status <> 'COMPLETED'"},
+    {"CANCELLED order whose saga is not COMPENSATED or FAILED",
+     "SELECT COUNT(*) FROM orders o JOIN saga_instances s "
+     "ON s.correlation_id = CONCAT('order:', o.id) "
+     "WHERE o.status = 'CANCELLED' AND s.status NOT IN ('COMPENSATED', 'FAILED')"},
+    {"step of a COMPLETED saga not COMPLETED",
+     "SELECT COUNT(*) FROM saga_steps st JOIN saga_instances s ON s.id = st.saga_id "
+     "WHERE s.status = 'COMPLETED' AND st.status <> 'COMPLETED'"},
+    {"step of an aborted saga left completed or in flight (not compensated)",
+     "SELECT COUNT(*) FROM saga_steps st JOIN saga_instances s ON s.id = st.saga_id "
+     "WHERE s.status IN ('COMPENSATED', 'FAILED') "
+     "AND st.status IN ('RUNNING', 'COMPLETED', 'COMPENSATING', 'COMPENSATION_FAILED')"},
+    {"order with more than one payment",
+     "SELECT COUNT(*) FROM (SELECT order_id FROM payments GROUP BY order_id "
+     "HAVING COUNT(*) > 1) x"},
+    {"order with more than one shipment",
+     "SELECT COUNT(*) FROM (SELECT order_id FROM shipments GROUP BY order_id "
+     "HAVING COUNT(*) > 1) x"},
+    {"CONFIRMED order without a CHARGED payment of its total",
+     "SELECT COUNT(*) FROM orders o WHERE o.status = 'CONFIRMED' AND NOT EXISTS (SELECT 1 "
+     "FROM payments p WHERE p.order_id = o.id AND p.status = 'CHARGED' "
+     "AND p.amount_cents = o.total_cents)"},
+    {"CONFIRMED order without a CREATED shipment",
+     "SELECT COUNT(*) FROM orders o WHERE o.status = 'CONFIRMED' AND NOT EXISTS (SELECT 1 "
+     "FROM shipments s WHERE s.order_id = o.id AND s.status = 'CREATED')"},
+    {"CANCELLED order with a payment not REFUNDED",
+     "SELECT COUNT(*) FROM orders o JOIN payments p ON p.order_id = o.id "
+     "WHERE o.status = 'CANCELLED' AND p.status <> 'REFUNDED'"},
+    {"CANCELLED order with a shipment not CANCELLED",
+     "SELECT COUNT(*) FROM orders o JOIN shipments s ON s.order_id = o.id "
+     "WHERE o.status = 'CANCELLED' AND s.status <> 'CANCELLED'"},
+    {"payment or shipment of no order",
+     "SELECT (SELECT COUNT(*) FROM payments p WHERE NOT EXISTS (SELECT 1 FROM orders o "
+     "WHERE o.id = p.order_id)) + (SELECT COUNT(*) FROM shipments s WHERE NOT EXISTS "
+     "(SELECT 1 FROM orders o WHERE o.id = s.order_id))"},
+    {"negative stock", "SELECT COUNT(*) FROM inventory WHERE available < 0 OR reserved < 0"},
+    {"order without exactly one OrderCreated (key order:<id>:created)",
+     "SELECT COUNT(*) FROM orders o WHERE (SELECT COUNT(*) FROM outbox_events e "
+     "WHERE e.aggregate_type = 'order' AND e.aggregate_id = o.id "
+     "AND e.event_type = 'OrderCreated') <> 1 OR NOT EXISTS (SELECT 1 FROM outbox_events e "
+     "WHERE e.idempotency_key = CONCAT('order:', o.id, ':created') "
+     "AND e.event_type = 'OrderCreated' AND e.aggregate_id = o.id)"},
+    {"CONFIRMED order without exactly one StockReserved, PaymentCharged and ShipmentCreated",
+     "SELECT COUNT(*) FROM orders o WHERE o.status = 'CONFIRMED' AND ((SELECT COUNT(*) "
+     "FROM outbox_events e WHERE e.aggregate_type = 'order' AND e.aggregate_id = o.id "
+     "AND e.event_type IN ('StockReserved', 'PaymentCharged', 'ShipmentCreated')) <> 3 OR "
+     "(SELECT COUNT(DISTINCT e.event_type) FROM outbox_events e WHERE e.aggregate_type = "
+     "'order' AND e.aggregate_id = o.id AND e.event_type IN ('StockReserved', "
+     "'PaymentCharged', 'ShipmentCreated')) <> 3)"},
+    {"CONFIRMED order with a cancellation or compensation event",
+     "SELECT COUNT(*) FROM orders o JOIN outbox_events e ON e.aggregate_type = 'order' "
+     "AND e.aggregate_id = o.id WHERE o.status = 'CONFIRMED' AND e.event_type IN "
+     "('OrderCancelled', 'StockReleased', 'PaymentRefunded', 'ShipmentCancelled')"},
+    {"CANCELLED order without exactly one OrderCancelled",
+     "SELECT COUNT(*) FROM orders o WHERE o.status = 'CANCELLED' AND (SELECT COUNT(*) "
+     "FROM outbox_events e WHERE e.aggregate_type = 'order' AND e.aggregate_id = o.id "
+     "AND e.event_type = 'OrderCancelled') <> 1"},
+    {"CANCELLED order with ShipmentCreated not cancelled, or a compensation event missing",
+     "SELECT COUNT(*) FROM orders o WHERE o.status = 'CANCELLED' AND ("
+     "(SELECT COUNT(*) FROM outbox_events e WHERE e.aggregate_id = o.id AND e.aggregate_type "
+     "= 'order' AND e.event_type = 'StockReserved') <> (SELECT COUNT(*) FROM outbox_events e "
+     "WHERE e.aggregate_id = o.id AND e.aggregate_type = 'order' AND e.event_type = "
+     "'StockReleased') OR (SELECT COUNT(*) FROM outbox_events e WHERE e.aggregate_id = o.id "
+     "AND e.aggregate_type = 'order' AND e.event_type = 'PaymentCharged') <> (SELECT COUNT(*) "
+     "FROM outbox_events e WHERE e.aggregate_id = o.id AND e.aggregate_type = 'order' AND "
+     "e.event_type = 'PaymentRefunded') OR (SELECT COUNT(*) FROM outbox_events e WHERE "
+     "e.aggregate_id = o.id AND e.aggregate_type = 'order' AND e.event_type = "
+     "'ShipmentCreated') <> (SELECT COUNT(*) FROM outbox_events e WHERE e.aggregate_id = o.id "
+     "AND e.aggregate_type = 'order' AND e.event_type = 'ShipmentCancelled'))"},
+    {"order without exactly one inbox row order:<id>:created",
+     "SELECT COUNT(*) FROM orders o WHERE (SELECT COUNT(*) FROM inbox_events i "
+     "WHERE i.event_id = CONCAT('order:', o.id, ':created')) <> 1"},
+    {"inbox row that is not an order's OrderCreated",
+     "SELECT COUNT(*) FROM inbox_events i WHERE NOT EXISTS (SELECT 1 FROM orders o "
+     "WHERE i.event_id = CONCAT('order:', o.id, ':created'))"},
+    {"outbox event FAILED or dead-lettered",
+     "SELECT (SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED') + "
+     "(SELECT COUNT(*) FROM dead_letter_events)"},
+};
+
+void testpipeline_check_invariants(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                                   size_t n_stock)
+{
+    for (size_t i = 0; i < TXO_ARRAY_LEN(violations); i++) {
+        int64_t bad = q(tp, violations[i].sql);
+        if (bad != 0)
+            TESTPIPELINE_FAIL(tp, "invariant broken: %s (%" PRId64 " rows)", violations[i].what,
+                              bad);
+    }
+    for (size_t i = 0; i < n_stock; i++) {
+        struct txo_param p = txo_p_str(stock[i].sku);
+        int64_t total =
+            testdb_i64(tp->db, "SELECT available + reserved FROM inventory WHERE sku = ?", &p, 1);
+        int64_t reserved =
+            testdb_i64(tp->db, "SELECT reserved FROM inventory WHERE sku = ?", &p, 1);
+        int64_t confirmed_units =
+            testdb_i64(tp->db,
+                       "SELECT COALESCE(SUM(i.qty), 0) FROM order_items i JOIN orders o ON o.id = "
+                       "i.order_id WHERE o.status = 'CONFIRMED' AND i.sku = ?",
+                       &p, 1);
+        int64_t held = testdb_i64(tp->db,
+                                  "SELECT COALESCE(SUM(qty), 0) FROM inventory_reservations "
+                                  "WHERE sku = ? AND status = 'RESERVED'",
+                                  &p, 1);
+        if (total != stock[i].units)
+            TESTPIPELINE_FAIL(tp, "sku %s: available + reserved = %" PRId64 ", seeded %d",
+                              stock[i].sku, total, stock[i].units);
+        if (reserved != confirmed_units || reserved != held)
+            TESTPIPELINE_FAIL(tp,
+                              "sku %s: reserved = %" PRId64 ", units in CONFIRMED orders = %" PRId64
+                              ", RESERVED reservations = %" PRId64,
+                              stock[i].sku, reserved, confirmed_units, held);
+    }
+}

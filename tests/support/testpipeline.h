@@ -1,0 +1,158 @@
+/*
+ * Test support: the whole order pipeline with real `txo` processes (test_pipeline_crash.c,
+ * test_pipeline_nats.c). A test starts `txo serve`, `txo up`, `txo relay`, `txo worker` with
+ * crash points and kills, places orders through the HTTP API, waits for the database to settle
+ * and then checks every invariant of SPEC.md by SQL (testpipeline_check_invariants).
+ *
+ * A struct testpipeline is the part of a test's fixture these helpers share: the test database
+ * connection (borrowed), an HTTP client (owned) and every child process the test started
+ * (owned, at most TESTPIPELINE_MAX_PROCS). When a helper fails the test it first prints the end
+ * of every child's log (TESTPIPELINE_FAIL), so a failure in a multi-process scenario shows
+ * what each process did. The logs of a test that passed are deleted with
+ * testpipeline_remove_logs(); a failed test keeps them in /tmp.
+ *
+ * Like the other support modules, every helper fails the current cmocka test (fail_msg) on a
+ * setup error or a broken expectation, so callers need no error handling. Children inherit the
+ * environment: call testdb_export_env() before starting them. Not thread-safe: one test, one
+ * thread.
+ */
+#ifndef TXO_TESTPIPELINE_H
+#define TXO_TESTPIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "testproc.h"
+#include "txo/txo.h"
+
+#define TESTPIPELINE_MAX_PROCS 8
+
+struct testpipeline {
+    struct txo_db *db;                             /* the test database; borrowed */
+    struct txo_http_client *http;                  /* owned; default options */
+    struct testproc procs[TESTPIPELINE_MAX_PROCS]; /* every process started, for logs */
+    size_t n_procs;
+};
+
+/* Prints the end of every child's log, then fails the test with the printf-style message
+ * (cmocka fail_msg: the caller includes <cmocka.h>). */
+#define TESTPIPELINE_FAIL(tp, ...)                                                                 \
+    do {                                                                                           \
+        testpipeline_dump_logs(tp);                                                                \
+        fail_msg(__VA_ARGS__);                                                                     \
+    } while (0)
+
+/*
+ * Sets tp up on db (borrowed: it must outlive tp) with a new HTTP client and no processes.
+ * Fails the test when the client cannot be created.
+ */
+void testpipeline_init(struct testpipeline *tp, struct txo_db *db);
+
+/* SIGKILLs every child still running, reaps it, and frees the HTTP client. Never fails. */
+void testpipeline_release(struct testpipeline *tp);
+
+/* Prints the last 4000 bytes of every child's log (cmocka print_message). Never fails. */
+void testpipeline_dump_logs(const struct testpipeline *tp);
+
+/* Deletes every child's log file (at the end of a test that passed). Never fails. */
+void testpipeline_remove_logs(const struct testpipeline *tp);
+
+/* ---- processes ---- */
+
+/*
+ * A `txo` command line under construction: argv[0] is the txo binary, argv[1] the subcommand.
+ * Up to 61 more arguments, 32 of them formatted (their text lives in the struct, so it must
+ * outlive the process start); more fail the test.
+ */
+struct testpipeline_args {
+    const char *v[64];
+    size_t n;
+    char buf[32][160];
+    size_t n_buf;
+};
+
+/* Empties a and puts `txo <subcommand>` in it. */
+void testpipeline_args_init(struct testpipeline_args *a, const char *subcommand);
+
+/* Appends s (borrowed: it must outlive the process start). */
+void testpipeline_args_add(struct testpipeline_args *a, const char *s);
+
+/* Appends a formatted argument (copied into a, at most 159 bytes). */
+TXO_PRINTF(2, 3)
+void testpipeline_args_addf(struct testpipeline_args *a, const char *fmt, ...);
+
+/*
+ * Starts the command line a (NULL-terminating it) with its log named after tag, and records
+ * the process in tp. Returns the process, owned by tp (valid until testpipeline_release).
+ */
+struct testproc *testpipeline_start(struct testpipeline *tp, const char *tag,
+                                    struct testpipeline_args *a);
+
+/* Waits up to 30 s until p answers GET /healthz on port; otherwise TESTPIPELINE_FAIL. */
+void testpipeline_wait_ready(struct testpipeline *tp, struct testproc *p, unsigned port);
+
+/*
+ * p must die of SIGKILL (its crash point fired) within timeout_ms; otherwise (still running,
+ * or ended another way) TESTPIPELINE_FAIL.
+ */
+void testpipeline_expect_crash(struct testpipeline *tp, struct testproc *p, int timeout_ms);
+
+/* SIGTERM: p must stop gracefully and exit 0 within 30 s; otherwise TESTPIPELINE_FAIL. */
+void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p);
+
+/* ---- HTTP ---- */
+
+/*
+ * POSTs body (NUL-terminated JSON) to http://127.0.0.1:port/orders with Idempotency-Key key;
+ * the answer must be 201 {"order_id": N, "status": "CREATED"}. Returns N.
+ */
+int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const char *key,
+                                const char *body);
+
+/*
+ * The value of the sample `series` (testhttp_metric_value) in GET /metrics on port, or -1
+ * when it is missing. TESTPIPELINE_FAIL when the GET fails.
+ */
+double testpipeline_metric(struct testpipeline *tp, unsigned port, const char *series);
+
+/* ---- database ---- */
+
+/* Polls sql (a COUNT) every 100 ms until it returns want; false after timeout_ms. */
+bool testpipeline_wait_count(struct testpipeline *tp, const char *sql, int64_t want,
+                             int timeout_ms);
+
+/*
+ * Waits up to timeout_ms until all n_orders orders are CONFIRMED or CANCELLED; otherwise
+ * TESTPIPELINE_FAIL with "orders not terminal <timeout> s <when>: <n> of <n_orders>" (when
+ * says after what, e.g. "after the restart").
+ */
+void testpipeline_wait_terminal(struct testpipeline *tp, int n_orders, int timeout_ms,
+                                const char *when);
+
+/* Waits up to timeout_ms until every outbox event is PUBLISHED; otherwise TESTPIPELINE_FAIL. */
+void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms);
+
+/* Units of one SKU seeded into inventory. */
+struct testpipeline_stock {
+    const char *sku;
+    int32_t units;
+};
+
+/* Seeds inventory with n SKUs (orders_seed_inventory). */
+void testpipeline_seed_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                             size_t n);
+
+/*
+ * Every invariant of SPEC.md over all orders in the database, by SQL: orders terminal, one
+ * saga per order in the matching final state with its steps completed or compensated, at most
+ * one payment and shipment per order and in the matching state, the outbox events of each
+ * outcome exactly once, one inbox row per OrderCreated, nothing FAILED or dead-lettered, and,
+ * per seeded SKU (stock, n_stock), stock conservation as test_pipeline_crash.c states it:
+ * available + reserved = seeded units, and reserved = units in CONFIRMED orders = qty of the
+ * RESERVED reservations. TESTPIPELINE_FAIL on the first rule broken, naming it.
+ */
+void testpipeline_check_invariants(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                                   size_t n_stock);
+
+#endif
