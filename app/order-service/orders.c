@@ -456,8 +456,9 @@ int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA
     return 0;
 }
 
-int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
-                          struct txo_error *err)
+/* Writes the stock of a SKU with sql (seed or ensure), after checking the arguments. */
+static int write_stock(struct txo_db *db, const char *sql, const char *sku, int32_t available,
+                       struct txo_error *err)
 {
     size_t len = sku != NULL ? strnlen(sku, ORDER_SKU_MAX + 1) : 0;
 
@@ -467,7 +468,13 @@ int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
         return txo_error_set(err, TXO_EINVAL, "available must be >= 0 for sku=%s, got %" PRId32,
                              sku, available);
     struct txo_param p[] = {txo_p_str(sku), txo_p_i64(available)};
-    return txo_db_exec(db, ORDERS_SQL_SEED_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
+    return txo_db_exec(db, sql, p, TXO_ARRAY_LEN(p), NULL, err);
+}
+
+int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
+                          struct txo_error *err)
+{
+    return write_stock(db, ORDERS_SQL_SEED_INVENTORY, sku, available, err);
 }
 
 int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id, int64_t amount_cents,
@@ -482,15 +489,7 @@ int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id, int64_t amount
 int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
                             struct txo_error *err)
 {
-    size_t len = sku != NULL ? strnlen(sku, ORDER_SKU_MAX + 1) : 0;
-
-    if (len == 0 || len > ORDER_SKU_MAX)
-        return txo_error_set(err, TXO_EINVAL, "sku must be 1..%d bytes", ORDER_SKU_MAX);
-    if (available < 0)
-        return txo_error_set(err, TXO_EINVAL, "available must be >= 0 for sku=%s, got %" PRId32,
-                             sku, available);
-    struct txo_param p[] = {txo_p_str(sku), txo_p_i64(available)};
-    return txo_db_exec(db, ORDERS_SQL_ENSURE_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
+    return write_stock(db, ORDERS_SQL_ENSURE_INVENTORY, sku, available, err);
 }
 
 int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id, struct txo_error *err)

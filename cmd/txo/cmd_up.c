@@ -174,23 +174,17 @@ static int run(int argc, char **argv)
         status = 2;
         goto out;
     }
-    struct order_worker_opts wo;
-    daemon_worker_opts(&opts.worker, &wo);
-    wo.services = services;
-    if (order_worker_new(&opts.common.db, &wo, &worker, &err) != 0) {
-        cmd_report("up", "creating the worker", &err);
+    worker = daemon_worker_new("up", &opts.common, &opts.worker, services,
+                               use_nats ? &opts.nats : NULL, &consumer);
+    if (worker == NULL)
         goto out;
-    }
-    struct txo_nats_opts no;
-    daemon_nats_opts(&opts.nats, &no);
     if (use_nats) {
-        if (txo_publisher_nats_new(&no, &pub, &err) != 0 ||
-            txo_consumer_nats_new(&no, order_worker_handle_message, worker, &consumer, &err) !=
-                0) {
+        struct txo_nats_opts no;
+        daemon_nats_opts(&opts.nats, &no);
+        if (txo_publisher_nats_new(&no, &pub, &err) != 0) {
             cmd_report("up", "connecting to NATS", &err);
             goto out;
         }
-        order_worker_attach_consumer(worker, consumer);
     } else if (txo_publisher_local_new(order_worker_handle_message, worker, &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);
         goto out;
@@ -234,15 +228,7 @@ out:
     }
     if (metrics != NULL)
         daemon_metrics_forget(metrics);
-    if (worker != NULL) {
-        order_worker_stop(worker);
-        struct order_worker_stats st;
-        order_worker_get_stats(worker, &st);
-        TXO_LOG(TXO_LOG_INFO, "up",
-                "stopped orders_consumed=%" PRIu64 " completed=%" PRIu64 " aborted=%" PRIu64
-                " compensation_failed=%" PRIu64,
-                st.consumed, st.sagas_completed, st.sagas_aborted, st.sagas_comp_failed);
-    }
+    daemon_worker_stop("up", worker);
     txo_relay_free(rt.relay);
     txo_db_close(relay_db);
     txo_publisher_free(pub);

@@ -84,24 +84,10 @@ static int run(int argc, char **argv)
         status = 2;
         goto out;
     }
-    struct order_worker_opts wo;
-    daemon_worker_opts(&opts.worker, &wo);
-    wo.services = services;
-    if (order_worker_new(&opts.common.db, &wo, &worker, &err) != 0) {
-        cmd_report("worker", "creating the worker", &err);
+    worker = daemon_worker_new("worker", &opts.common, &opts.worker, services,
+                               use_nats ? &opts.nats : NULL, &consumer);
+    if (worker == NULL)
         goto out;
-    }
-    if (use_nats) {
-        struct txo_nats_opts no;
-        daemon_nats_opts(&opts.nats, &no);
-        no.filter_subject = NULL; /* every event; the handler acts on OrderCreated only */
-        if (txo_consumer_nats_new(&no, order_worker_handle_message, worker, &consumer, &err) !=
-            0) {
-            cmd_report("worker", "creating the NATS consumer", &err);
-            goto out;
-        }
-        order_worker_attach_consumer(worker, consumer);
-    }
     if (!daemon_metrics_watch_worker(metrics, worker) ||
         !daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
         goto out;
@@ -118,16 +104,7 @@ out:
     txo_http_server_stop(msrv);
     if (metrics != NULL)
         daemon_metrics_forget(metrics);
-    if (worker != NULL) {
-        order_worker_stop(worker);
-        struct order_worker_stats st;
-        order_worker_get_stats(worker, &st);
-        TXO_LOG(TXO_LOG_INFO, "worker",
-                "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
-                " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
-                st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted,
-                st.sagas_comp_failed, st.commands_done);
-    }
+    daemon_worker_stop("worker", worker);
     order_worker_free(worker);
     txo_consumer_free(consumer);
     order_services_free(services);

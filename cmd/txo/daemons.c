@@ -419,6 +419,50 @@ void daemon_worker_opts(const struct worker_settings *s, struct order_worker_opt
     o->clean_batch = s->clean_batch;
 }
 
+struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
+                                       const struct worker_settings *s,
+                                       const struct order_services *services,
+                                       const struct nats_settings *nats,
+                                       struct txo_consumer **consumer)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct order_worker_opts wo;
+    daemon_worker_opts(s, &wo);
+    wo.services = services;
+    struct order_worker *w = NULL;
+    if (order_worker_new(&common->db, &wo, &w, &err) != 0) {
+        cmd_report(cmd, "creating the worker", &err);
+        return NULL;
+    }
+    if (nats != NULL) {
+        struct txo_nats_opts no;
+        daemon_nats_opts(nats, &no);
+        no.filter_subject = NULL; /* every event; the handler acts on OrderCreated only */
+        if (txo_consumer_nats_new(&no, order_worker_handle_message, w, consumer, &err) != 0) {
+            cmd_report(cmd, "creating the NATS consumer", &err);
+            order_worker_free(w);
+            return NULL;
+        }
+        order_worker_attach_consumer(w, *consumer);
+    }
+    return w;
+}
+
+void daemon_worker_stop(const char *cmd, struct order_worker *w)
+{
+    if (w == NULL)
+        return;
+    order_worker_stop(w);
+    struct order_worker_stats st;
+    order_worker_get_stats(w, &st);
+    TXO_LOG(TXO_LOG_INFO, cmd,
+            "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
+            " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
+            st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted,
+            st.sagas_comp_failed, st.commands_done);
+}
+
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s,
                        struct txo_relay_opts *ro)
 {

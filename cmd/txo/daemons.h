@@ -259,6 +259,20 @@ bool daemon_services_new(const char *cmd, const struct services_settings *s,
 /* Worker options from settings. */
 void daemon_worker_opts(const struct worker_settings *s, struct order_worker_opts *out);
 
+/*
+ * A worker from settings, with services (may be NULL) and, when nats is not NULL, a NATS
+ * durable consumer attached (*consumer receives it; free it after the worker). Not started.
+ * NULL after printing a message.
+ */
+struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
+                                       const struct worker_settings *s,
+                                       const struct order_services *services,
+                                       const struct nats_settings *nats,
+                                       struct txo_consumer **consumer);
+
+/* Stops the worker (steps in flight finish) and logs what it did. NULL is a no-op. */
+void daemon_worker_stop(const char *cmd, struct order_worker *w);
+
 /* Relay options from settings. False (message printed) on bad values. */
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s,
                        struct txo_relay_opts *out);

@@ -76,15 +76,11 @@ const char *txo_cmdq_status_name(enum txo_cmdq_status s)
 
 int txo_cmdq_status_parse(const char *name, enum txo_cmdq_status *out)
 {
-    if (name == NULL)
+    long i = txo__name_index(status_names, TXO_ARRAY_LEN(status_names), name);
+    if (i < 0)
         return TXO_EINVAL;
-    for (size_t i = 0; i < TXO_ARRAY_LEN(status_names); i++) {
-        if (strcmp(name, status_names[i]) == 0) {
-            *out = (enum txo_cmdq_status)i;
-            return 0;
-        }
-    }
-    return TXO_EINVAL;
+    *out = (enum txo_cmdq_status)i;
+    return 0;
 }
 
 bool txo_cmdq_can_move(enum txo_cmdq_status from, enum txo_cmdq_status to)

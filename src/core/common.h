@@ -31,6 +31,12 @@
 _Noreturn void txo__assert_fail(const char *expr, const char *file, int line);
 _Noreturn void txo__bug(const char *file, int line, const char *fmt, ...) TXO_PRINTF(3, 4);
 
+/*
+ * The index of name in names[0..n), or -1 (name NULL or not there). Every state machine keeps
+ * its column values in one names table indexed by its enum; this is their shared parser.
+ */
+long txo__name_index(const char *const *names, size_t n, const char *name);
+
 #include "banned.h"
 
 #endif

@@ -196,3 +196,13 @@ _Noreturn void txo__bug(const char *file, int line, const char *fmt, ...)
     fflush(stderr);
     abort();
 }
+
+long txo__name_index(const char *const *names, size_t n, const char *name)
+{
+    if (name == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (names[i] != NULL && strcmp(name, names[i]) == 0)
+            return (long)i;
+    return -1;
+}

@@ -58,15 +58,11 @@ const char *txo_outbox_status_name(enum txo_outbox_status s)
 
 int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out)
 {
-    if (name == NULL)
+    long i = txo__name_index(status_names, TXO_ARRAY_LEN(status_names), name);
+    if (i < 0)
         return TXO_EINVAL;
-    for (size_t i = 0; i < TXO_ARRAY_LEN(status_names); i++) {
-        if (strcmp(name, status_names[i]) == 0) {
-            *out = (enum txo_outbox_status)i;
-            return 0;
-        }
-    }
-    return TXO_EINVAL;
+    *out = (enum txo_outbox_status)i;
+    return 0;
 }
 
 bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_status to)

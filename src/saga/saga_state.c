@@ -102,16 +102,11 @@ const char *txo_saga_status_name(enum txo_saga_status s)
 
 int txo_saga_status_parse(const char *name, enum txo_saga_status *out)
 {
-    if (name == NULL) {
+    long i = txo__name_index(saga_names, N_SAGA_STATUS, name);
+    if (i < 0)
         return TXO_EINVAL;
-    }
-    for (unsigned i = 0; i < N_SAGA_STATUS; i++) {
-        if (strcmp(name, saga_names[i]) == 0) {
-            *out = (enum txo_saga_status)i;
-            return 0;
-        }
-    }
-    return TXO_EINVAL;
+    *out = (enum txo_saga_status)i;
+    return 0;
 }
 
 bool txo_saga_can_move(enum txo_saga_status from, enum txo_saga_status to)
@@ -132,16 +127,11 @@ const char *txo_step_status_name(enum txo_step_status s)
 
 int txo_step_status_parse(const char *name, enum txo_step_status *out)
 {
-    if (name == NULL) {
+    long i = txo__name_index(step_names, N_STEP_STATUS, name);
+    if (i < 0)
         return TXO_EINVAL;
-    }
-    for (unsigned i = 0; i < N_STEP_STATUS; i++) {
-        if (strcmp(name, step_names[i]) == 0) {
-            *out = (enum txo_step_status)i;
-            return 0;
-        }
-    }
-    return TXO_EINVAL;
+    *out = (enum txo_step_status)i;
+    return 0;
 }
 
 bool txo_step_can_move(enum txo_step_status from, enum txo_step_status to)
