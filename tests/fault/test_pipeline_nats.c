@@ -497,6 +497,70 @@ static void test_relay_only_foreign_rows_nats(void **state)
     testpipeline_remove_logs(&c->p);
 }
 
+/*
+ * Scale-out: every daemon as its own process, two of each, against one database and one
+ * JetStream stream (the two workers share the durable consumer). Orders arrive through both
+ * APIs; each is consumed exactly once across the workers (the inbox), every saga ends, and
+ * the invariants hold.
+ */
+#define SCALE_ORDERS 60
+
+static unsigned start_daemon(struct ctx *c, const char *tag, const char *sub,
+                             const char *const *extra, bool nats)
+{
+    unsigned port = testproc_free_port();
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, sub);
+    for (size_t i = 0; extra[i] != NULL; i++)
+        testpipeline_args_add(&a, extra[i]);
+    if (nats)
+        args_nats(c, &a);
+    testpipeline_args_addf(&a, strcmp(sub, "serve") == 0 ? "--listen=127.0.0.1:%u"
+                                                         : "--metrics-listen=127.0.0.1:%u",
+                           port);
+    struct testproc *p = testpipeline_start(&c->p, tag, &a);
+    testpipeline_wait_ready(&c->p, p, port);
+    return port;
+}
+
+static void test_two_of_each_daemon_nats(void **state)
+{
+    struct ctx *c = *state;
+    static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
+    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+
+    static const char *const none[] = {NULL};
+    static const char *const relay[] = {"--publisher=nats", "--batch-size=5", "--idle-sleep=20",
+                                        NULL};
+    static const char *const worker[] = {"--broker=nats", "--poll=50", "--saga-threads=2", NULL};
+    unsigned api[2], workers[2];
+    for (int i = 0; i < 2; i++) {
+        api[i] = start_daemon(c, i == 0 ? "scale_serve1" : "scale_serve2", "serve", none, false);
+        (void)start_daemon(c, i == 0 ? "scale_relay1" : "scale_relay2", "relay", relay, true);
+        workers[i] = start_daemon(c, i == 0 ? "scale_worker1" : "scale_worker2", "worker",
+                                  worker, true);
+    }
+    for (int i = 0; i < 2; i++)
+        place_orders(c, api[i], i == 0 ? "scale-a" : "scale-b", SCALE_ORDERS / 2);
+    testpipeline_wait_terminal(&c->p, SCALE_ORDERS, 60000, "with two of each daemon");
+    testpipeline_wait_published(&c->p, 30000);
+
+    double consumed = 0;
+    for (int i = 0; i < 2; i++) {
+        double n = testpipeline_metric(&c->p, workers[i], "txo_inbox_consumed_total");
+        print_message("worker %d consumed %.0f OrderCreated events\n", i + 1, n);
+        consumed += n;
+    }
+    if (consumed != SCALE_ORDERS)
+        TESTPIPELINE_FAIL(&c->p, "the workers consumed %.0f events in all, want %d (each once)",
+                          consumed, SCALE_ORDERS);
+    for (size_t i = 0; i < c->p.n_procs; i++)
+        testpipeline_stop_clean(&c->p, &c->p.procs[i]);
+    testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
+    check_stream_matches_outbox(c);
+    testpipeline_remove_logs(&c->p);
+}
+
 int main(void)
 {
     const char *db = getenv("MYSQL_DATABASE");
@@ -505,6 +569,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_nats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_end_to_end_nats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_only_foreign_rows_nats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_of_each_daemon_nats, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     txo_free(orig_database);
