@@ -197,7 +197,10 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
     optind = 1;
     opterr = 0;
     for (;;) {
-        int c = getopt_long(argc, argv, "+h", longopts, NULL);
+        /* Commands with positional arguments ("dlq list", "saga show ID") take their
+         * options anywhere (GNU permutation moves the positionals to the end); the others
+         * stop at the first non-option, which is then reported as unexpected. */
+        int c = getopt_long(argc, argv, first_arg ? "h" : "+h", longopts, NULL);
         if (c == -1)
             break;
         if (c == 'h' || c == OPT_HELP) {

@@ -1,0 +1,259 @@
+/*
+ * The operations commands as an operator runs them, against a real database: `txo stats`,
+ * `txo dlq list|replay`, `txo saga show|retry`, and the worker's retention cleaner. Each test
+ * builds the state with the library (orders, sagas with injected faults, a dead-lettered
+ * event), runs the `txo` binary and checks its exit status, its output, and the rows.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "orders.h"
+#include "testdb.h"
+#include "testproc.h"
+
+static char *orig_database;
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup(t, "cli");
+    testdb_export_env(t);
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(orders_seed_inventory(t->db, "pen", 100, &err), 0);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct testdb *t = *state;
+    testdb_teardown(t);
+    txo_free(t);
+    if (orig_database != NULL)
+        setenv("MYSQL_DATABASE", orig_database, 1);
+    else
+        unsetenv("MYSQL_DATABASE");
+    return 0;
+}
+
+/* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
+static int run_txo(const char *const *args, char **out)
+{
+    const char *argv[16] = {testproc_txo_bin()};
+    size_t n = 1;
+    while (args[n - 1] != NULL && n < 15) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    struct testproc p;
+    testproc_start(&p, "cli", argv, NULL);
+    if (!testproc_wait(&p, 30000)) {
+        testproc_stop_hard(&p);
+        fail_msg("txo %s did not finish within 30 s", args[0]);
+    }
+    *out = testproc_log(&p);
+    testproc_remove_log(&p);
+    assert_true(p.pid == 0);
+    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+}
+
+static int64_t q(struct testdb *t, const char *sql)
+{
+    return testdb_i64(t->db, sql, NULL, 0);
+}
+
+/* An order with its saga, run to its end with faults; returns the saga id. */
+static void saga_with(struct testdb *t, const struct order_faults *faults,
+                      enum txo_saga_status want, char saga_id[TXO_SAGA_ID_LEN], int64_t *order)
+{
+    struct order_item item = {"pen", 1, 250};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, order, saga_id, &err), 0);
+    struct txo_saga_opts opts;
+    txo_saga_opts_init(&opts);
+    opts.step_backoff.base_ms = 1;
+    opts.step_backoff.max_ms = 1;
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    assert_int_equal(orders_run_saga(t->db, saga_id, faults, &opts, &final, &err), 0);
+    assert_int_equal(final, want);
+}
+
+static void test_stats_json_matches_tables(void **state)
+{
+    struct testdb *t = *state;
+    char saga_id[TXO_SAGA_ID_LEN];
+    int64_t order;
+    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &order);
+    struct order_faults decline = {.decline_payment = true};
+    saga_with(t, &decline, TXO_SAGA_COMPENSATED, saga_id, &order);
+
+    char *out = NULL;
+    const char *args[] = {"stats", "--json", NULL};
+    assert_int_equal(run_txo(args, &out), 0);
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("txo stats --json printed no JSON (%s): %s", jerr.text, out);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "outbox"), "pending")),
+                     q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
+    json_t *sagas = json_object_get(doc, "sagas");
+    assert_int_equal(json_integer_value(json_object_get(sagas, "COMPLETED")), 1);
+    assert_int_equal(json_integer_value(json_object_get(sagas, "COMPENSATED")), 1);
+    json_decref(doc);
+    free(out);
+
+    const char *table[] = {"stats", NULL};
+    assert_int_equal(run_txo(table, &out), 0);
+    assert_non_null(strstr(out, "COMPENSATED 1"));
+    free(out);
+}
+
+static void test_dlq_list_and_replay(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, status, attempts, last_error) VALUES "
+                       "('order', 9, 'OrderCreated', '{\"order_id\":9}', 'order:9:created', "
+                       "'FAILED', 10, 'broker down')");
+    testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
+                       "error) SELECT id, event_type, payload, 'broker down' FROM outbox_events "
+                       "WHERE idempotency_key = 'order:9:created'");
+    int64_t dl = q(t, "SELECT id FROM dead_letter_events");
+
+    char *out = NULL;
+    const char *list[] = {"dlq", "list", "--json", NULL};
+    assert_int_equal(run_txo(list, &out), 0);
+    assert_non_null(strstr(out, "\"event_type\":\"OrderCreated\""));
+    assert_non_null(strstr(out, "broker down"));
+    free(out);
+
+    char id[32];
+    snprintf(id, sizeof(id), "%lld", (long long)dl);
+    const char *replay[] = {"dlq", "replay", id, NULL};
+    assert_int_equal(run_txo(replay, &out), 0);
+    free(out);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                          "attempts = 0 AND idempotency_key = 'order:9:created'"),
+                     1);
+    assert_int_equal(q(t, "SELECT replay_count FROM dead_letter_events"), 1);
+    /* Replaying again: the event is not FAILED any more. */
+    assert_int_equal(run_txo(replay, &out), 1);
+    assert_non_null(strstr(out, "txo dlq"));
+    free(out);
+    const char *bad[] = {"dlq", "replay", "abc", NULL};
+    assert_int_equal(run_txo(bad, &out), 2);
+    free(out);
+    const char *usage[] = {"dlq", "frobnicate", NULL};
+    assert_int_equal(run_txo(usage, &out), 2);
+    free(out);
+}
+
+static void test_saga_show_and_retry(void **state)
+{
+    struct testdb *t = *state;
+    char saga_id[TXO_SAGA_ID_LEN];
+    int64_t order;
+    struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
+    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id, &order);
+
+    char *out = NULL;
+    char order_arg[32];
+    snprintf(order_arg, sizeof(order_arg), "--order=%lld", (long long)order);
+    const char *show[] = {"saga", "show", order_arg, NULL};
+    assert_int_equal(run_txo(show, &out), 0);
+    json_t *doc = json_loads(out, 0, NULL);
+    if (doc == NULL)
+        fail_msg("txo saga show printed no JSON: %s", out);
+    assert_string_equal(json_string_value(json_object_get(doc, "saga_id")), saga_id);
+    assert_string_equal(json_string_value(json_object_get(doc, "status")), "COMPENSATION_FAILED");
+    assert_int_equal(json_array_size(json_object_get(doc, "steps")), 3);
+    json_decref(doc);
+    free(out);
+
+    /* The refund works now (no faults in the retry): the saga ends COMPENSATED. */
+    const char *retry[] = {"saga", "retry", saga_id, NULL};
+    assert_int_equal(run_txo(retry, &out), 0);
+    assert_non_null(strstr(out, "COMPENSATED"));
+    free(out);
+    struct txo_param p = txo_p_str(saga_id);
+    char *st = testdb_str(t->db, "SELECT status FROM saga_instances WHERE id = ?", &p, 1);
+    assert_string_equal(st, "COMPENSATED");
+    txo_free(st);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM payments WHERE status = 'REFUNDED'"), 1);
+    /* Retrying a COMPENSATED saga is refused. */
+    assert_int_equal(run_txo(retry, &out), 1);
+    free(out);
+    const char *unknown[] = {"saga", "show", "00000000-0000-0000-0000-000000000000", NULL};
+    assert_int_equal(run_txo(unknown, &out), 1);
+    free(out);
+}
+
+static void test_worker_cleaner_deletes_old_rows(void **state)
+{
+    struct testdb *t = *state;
+    for (int i = 0; i < 5; i++) {
+        char sql[512];
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                 "idempotency_key, status, published_at, next_attempt_at, created_at) VALUES "
+                 "('order', %d, 'OrderCreated', '{}', 'old:%d', 'PUBLISHED', "
+                 "UTC_TIMESTAMP(6) - INTERVAL 2 DAY, UTC_TIMESTAMP(6) - INTERVAL 2 DAY, "
+                 "UTC_TIMESTAMP(6) - INTERVAL 2 DAY)",
+                 i, i);
+        testdb_exec(t->db, sql);
+    }
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, status, published_at) VALUES ('order', 99, "
+                       "'OrderCreated', '{}', 'recent', 'PUBLISHED', UTC_TIMESTAMP(6))");
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, status, created_at, next_attempt_at) VALUES "
+                       "('order', 98, 'OrderCreated', '{}', 'old-pending', 'PENDING', "
+                       "UTC_TIMESTAMP(6) - INTERVAL 2 DAY, UTC_TIMESTAMP(6) + INTERVAL 1 DAY)");
+
+    const char *argv[] = {testproc_txo_bin(), "worker",         "--broker=none",
+                          "--clean-interval=1", "--outbox-retention=86400", "--clean-batch=2",
+                          NULL};
+    struct testproc w;
+    testproc_start(&w, "cli_worker", argv, NULL);
+    int64_t deadline = txo_monotonic_ms() + 20000;
+    while (q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'") > 0 &&
+           txo_monotonic_ms() < deadline)
+        txo_sleep_ms(100);
+    bool stopped = testproc_stop(&w, 10000);
+    if (!stopped)
+        testproc_print_log(&w, "txo worker");
+    assert_true(stopped);
+    testproc_remove_log(&w);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
+                     0);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key IN "
+                          "('recent', 'old-pending')"),
+                     2);
+}
+
+int main(void)
+{
+    const char *db = getenv("MYSQL_DATABASE");
+    orig_database = db != NULL ? strdup(db) : NULL;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup, teardown),
+    };
+    txo_log_set_level(TXO_LOG_ERROR);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    free(orig_database);
+    return rc;
+}
