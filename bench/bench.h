@@ -1,5 +1,5 @@
 /*
- * txo_bench: shared set-up for the benchmarks (bench_relay.c, bench_orders.c).
+ * txo_bench: shared set-up for the benchmarks (bench_relay.c, bench_orders.c, bench_http.c).
  *
  * Benchmarks print figures; they are never pass/fail tests. What they do check, and fail on
  * (exit status 1), is correctness afterwards: a benchmark that loses events or oversells
@@ -27,6 +27,11 @@ struct bench_cfg {
     size_t events; /* --events: relay events per drain */
     unsigned runs; /* --runs: repetitions of each configuration (medians are printed) */
     bool keep;     /* --keep: leave the database for inspection */
+    /* http: */
+    size_t http_orders;        /* --orders: orders of the load phase */
+    unsigned http_connections; /* --connections: client threads, one connection each */
+    const char *txo_path;      /* --txo: the txo binary; NULL: <dir of txo_bench>/../txo */
+    const char *up_args;       /* --up-args: more flags for `txo up`, split on blanks; or NULL */
 };
 
 struct bench_env {
@@ -83,5 +88,16 @@ int bench_fail(int rc, const struct txo_error *err, const char *what);
 /* The benchmarks; each returns 0, or < 0 after printing why (lost events, DB failure). */
 int bench_relay(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
+
+/*
+ * The order service through its HTTP API (bench_http.c): spawns `txo up` (and, when nats, a
+ * private nats-server) per run against a fresh database env->name + "_http", loads it with
+ * POST /orders and waits for every order to be CONFIRMED. The main thread must be the only
+ * thread (it forks).
+ */
+int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats);
+
+/* Finds nats-server ($TXO_NATS_SERVER, PATH, /usr/sbin, /usr/bin) into buf; false when none. */
+bool bench_http_find_nats_server(char *buf, size_t size);
 
 #endif

@@ -1,11 +1,12 @@
 /*
  * txo_bench: the speed figures of txo (`make bench`). See docs/benchmarks.md.
  *
- *   txo_bench [relay|orders|all] [--events N] [--runs R] [--keep] [--log-level L]
+ *   txo_bench [relay|orders|http|all] [--events N] [--runs R] [--keep] [--log-level L]
+ *             [--orders N] [--connections N] [--broker local|nats] [--txo PATH] [--up-args A]
  *
  * Prints aligned plain-text tables on stdout (medians over R runs). Exits 1 when set-up fails
  * or a correctness check after a run fails (lost events, unconfirmed orders, stock not
- * conserved); the figures themselves never fail.
+ * conserved, `txo up` not exiting 0); the figures themselves never fail.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -17,23 +18,36 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: txo_bench [relay|orders|all] [--events N] [--runs R] [--keep] [--log-level L]\n"
+            "usage: txo_bench [relay|orders|http|all] [--events N] [--runs R] [--keep]\n"
+            "                 [--log-level L] [--orders N] [--connections N]\n"
+            "                 [--broker local|nats] [--txo PATH] [--up-args \"FLAGS\"]\n"
             "\n"
             "  relay         outbox relay drain: null publisher, skip-locked and update-limit,\n"
             "                1 and 2 relays, batch 500 (plus 1000 and 200), and a drain behind\n"
             "                1,000,000 PUBLISHED rows\n"
             "  orders        order saga end to end: create + start + run until CONFIRMED,\n"
             "                1 thread x 2,000 orders and 4 threads x 2,000 orders\n"
-            "  all           both (default)\n"
+            "  http          the order service through its HTTP API: spawns `txo up`, POSTs\n"
+            "                orders until every one is CONFIRMED, then paced at half that rate\n"
+            "  all           all of them (default); http with --broker local, and with\n"
+            "                --broker nats too when nats-server is installed\n"
             "  --events N    events per relay drain (default 100000)\n"
             "  --runs R      runs per configuration; medians are printed (default 3)\n"
-            "  --keep        keep the database txo_bench_<pid> afterwards\n"
+            "  --keep        keep the database txo_bench_<pid> (and the http logs) afterwards\n"
             "  --log-level L library log level on stderr: error, warn (default), info, debug\n"
             "                (debug prints one line per relay batch with its publish/mark times)\n"
+            "  --orders N    http: orders of the load phase (default 5000)\n"
+            "  --connections N  http: client connections, one thread each (default 16)\n"
+            "  --broker B    http: local (default) or nats (a private nats-server per run);\n"
+            "                given with `all`, only that broker is run\n"
+            "  --txo PATH    http: the txo binary (default: ../txo next to txo_bench)\n"
+            "  --up-args A   http: more flags for `txo up`, split on blanks, e.g.\n"
+            "                --up-args \"--saga-threads 8 --idle-sleep 10\"\n"
             "  --help        this text\n"
             "\n"
             "Server: MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD, MYSQL_SOCKET (as the\n"
-            "tests). The bench creates, migrates and drops its own database txo_bench_<pid>.\n");
+            "tests). The bench creates, migrates and drops its own database txo_bench_<pid>\n"
+            "(http: txo_bench_<pid>_http, created afresh for every run).\n");
 }
 
 static int parse_count(const char *flag, const char *s, unsigned long max, unsigned long *out)
@@ -51,9 +65,17 @@ static int parse_count(const char *flag, const char *s, unsigned long max, unsig
 
 int main(int argc, char **argv)
 {
-    struct bench_cfg cfg = {.events = 100000, .runs = 3, .keep = false};
+    struct bench_cfg cfg = {.events = 100000,
+                            .runs = 3,
+                            .keep = false,
+                            .http_orders = 5000,
+                            .http_connections = 16,
+                            .txo_path = NULL,
+                            .up_args = NULL};
     bool run_relay = true;
     bool run_orders = true;
+    bool run_http = true;
+    const char *broker = NULL; /* --broker; NULL: local (plus nats in `all`) */
     unsigned long v;
     /* Per-batch info lines from the library would drown the tables. */
     enum txo_log_level log_level = TXO_LOG_WARN;
@@ -78,17 +100,42 @@ int main(int argc, char **argv)
                         name);
                 return 2;
             }
+        } else if (strcmp(a, "--orders") == 0) {
+            if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, 10000000UL, &v) < 0)
+                return 2;
+            cfg.http_orders = v;
+        } else if (strcmp(a, "--connections") == 0) {
+            if (parse_count(a, i + 1 < argc ? argv[++i] : NULL, 1024UL, &v) < 0)
+                return 2;
+            cfg.http_connections = (unsigned)v;
+        } else if (strcmp(a, "--broker") == 0) {
+            broker = i + 1 < argc ? argv[++i] : "";
+            if (strcmp(broker, "local") != 0 && strcmp(broker, "nats") != 0) {
+                fprintf(stderr, "txo_bench: --broker needs local|nats, got '%s'\n", broker);
+                return 2;
+            }
+        } else if (strcmp(a, "--txo") == 0) {
+            cfg.txo_path = i + 1 < argc ? argv[++i] : "";
+        } else if (strcmp(a, "--up-args") == 0) {
+            cfg.up_args = i + 1 < argc ? argv[++i] : "";
         } else if (strcmp(a, "--keep") == 0) {
             cfg.keep = true;
         } else if (strcmp(a, "relay") == 0) {
             run_relay = true;
             run_orders = false;
+            run_http = false;
         } else if (strcmp(a, "orders") == 0) {
             run_relay = false;
             run_orders = true;
+            run_http = false;
+        } else if (strcmp(a, "http") == 0) {
+            run_relay = false;
+            run_orders = false;
+            run_http = true;
         } else if (strcmp(a, "all") == 0) {
             run_relay = true;
             run_orders = true;
+            run_http = true;
         } else {
             fprintf(stderr, "txo_bench: unknown argument '%s'\n\n", a);
             usage(stderr);
@@ -106,6 +153,23 @@ int main(int argc, char **argv)
         rc = bench_relay(&env, &cfg);
     if (rc == 0 && run_orders)
         rc = bench_orders(&env, &cfg);
+    if (rc == 0 && run_http) {
+        /* `http` alone runs one broker; `all` runs local and, when it is installed, nats. */
+        bool all = run_relay && run_orders;
+        bool local = broker == NULL || strcmp(broker, "local") == 0;
+        bool nats = broker != NULL && strcmp(broker, "nats") == 0;
+        char nats_path[4096];
+        if (all && broker == NULL) {
+            nats = bench_http_find_nats_server(nats_path, sizeof(nats_path));
+            if (!nats)
+                printf("== HTTP API end to end, --broker nats: skipped (nats-server not found; "
+                       "set TXO_NATS_SERVER) ==\n\n");
+        }
+        if (local)
+            rc = bench_http(&env, &cfg, false);
+        if (rc == 0 && nats)
+            rc = bench_http(&env, &cfg, true);
+    }
     bench_env_teardown(&env, cfg.keep);
     if (rc < 0) {
         fprintf(stderr, "txo_bench: FAILED (%s)\n", txo_err_name(rc));
