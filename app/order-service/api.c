@@ -270,6 +270,8 @@ static void post_order(struct order_api *api, struct txo_db *db,
     switch (a.claim.outcome) {
     case TXO_IDEM_NEW:
         txo_crash_point("api.after_commit");
+        if (api->opts.on_commit != NULL)
+            api->opts.on_commit(api->opts.on_commit_arg);
         (void)txo_http_response_set(resp, a.status, a.response);
         TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", a.order_id,
                 key);

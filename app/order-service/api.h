@@ -51,6 +51,10 @@ struct order_api_opts {
     int64_t db_wait_ms;           /* wait for a pooled connection; then 503 */
     struct txo_metrics *metrics;  /* NULL: /metrics answers 404 */
     const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
+    /* Called after an order (and its OrderCreated) committed, from the request's thread; must
+     * be quick and thread-safe. `txo up` wakes its relay with it. NULL: none. */
+    void (*on_commit)(void *arg);
+    void *on_commit_arg;
 };
 
 void order_api_opts_init(struct order_api_opts *opts);

@@ -14,6 +14,7 @@
  * (a RUNNING saga nobody owns is found again by any scheduler), so it may be bounded and may
  * drop work when full.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -56,6 +57,7 @@ struct order_worker {
     char (*inflight)[TXO_SAGA_ID_LEN];
     bool stopping;
     bool running;
+    uint64_t kicks; /* bumped when a runner makes room in a full queue (wakes the scheduler) */
 
     pthread_t *runners;
     size_t n_runners;
@@ -108,16 +110,28 @@ static struct timespec deadline_in(int64_t ms)
     return ts;
 }
 
-/* Waits on w->wake up to ms, or until stop. Returns false when stopping. */
-static bool nap(struct order_worker *w, int64_t ms)
+/*
+ * Waits up to ms, or until stop; with `wakeable` also until kick() (the scheduler: the queue
+ * had been full and a runner made room). Spurious wake-ups and other threads' kicks do not
+ * end the wait early. Returns false when stopping.
+ */
+static bool wait_for(struct order_worker *w, int64_t ms, bool wakeable)
 {
     struct timespec until = deadline_in(ms);
     pthread_mutex_lock(&w->mu);
-    if (!w->stopping)
-        pthread_cond_timedwait(&w->wake, &w->mu, &until);
+    uint64_t gen = w->kicks;
+    while (!w->stopping && !(wakeable && w->kicks != gen) &&
+           pthread_cond_timedwait(&w->wake, &w->mu, &until) != ETIMEDOUT)
+        ;
     bool go_on = !w->stopping;
     pthread_mutex_unlock(&w->mu);
     return go_on;
+}
+
+/* Sleeps ms (cleaner, consumer back-off): only stop ends it early. */
+static bool nap(struct order_worker *w, int64_t ms)
+{
+    return wait_for(w, ms, false);
 }
 
 static bool stopping(struct order_worker *w)
@@ -349,7 +363,10 @@ static void *runner_main(void *arg)
         w->head = (w->head + 1) % QUEUE_CAP;
         w->len--;
         snprintf(w->inflight[r->index], TXO_SAGA_ID_LEN, "%s", job.id);
-        pthread_cond_broadcast(&w->wake); /* space for the scheduler */
+        if (w->len + 1 == w->limit) { /* it was full: the scheduler may have more for us */
+            w->kicks++;
+            pthread_cond_broadcast(&w->wake);
+        }
         pthread_mutex_unlock(&w->mu);
 
         if (ensure_db(w, &db, "runner"))
@@ -595,7 +612,7 @@ static void *scheduler_main(void *arg)
             next_retry_check = now + 1000;
         }
         if (found == 0 || queue_space(w) == 0)
-            nap(w, w->opts.poll_ms);
+            wait_for(w, w->opts.poll_ms, true);
     }
     order_service_session_free(session);
     txo_db_close(db);

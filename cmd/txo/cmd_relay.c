@@ -181,7 +181,8 @@ out:
     txo_relay_free(relay);
     txo_publisher_free(pub);
     txo_db_close(db);
-    txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
+    if (strcmp(opts.publisher, "nats") == 0)
+        txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
     fflush(stdout);
     return status;
 }

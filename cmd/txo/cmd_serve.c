@@ -63,7 +63,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     api = daemon_api_start("serve", &opts.common, &opts.serve, services,
-                           daemon_metrics_registry(metrics));
+                           daemon_metrics_registry(metrics), NULL, NULL);
     if (api == NULL)
         goto out;
     int sig = daemon_wait_signal();

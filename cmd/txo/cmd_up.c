@@ -70,6 +70,12 @@ struct relay_thread {
     struct txo_error err;
 };
 
+/* After each order commits: publish its OrderCreated now rather than after the idle pause. */
+static void wake_relay(void *arg)
+{
+    txo_relay_wake(arg);
+}
+
 static void *relay_main(void *arg)
 {
     struct relay_thread *t = arg;
@@ -208,7 +214,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     relay_running = true;
-    api = daemon_api_start("up", &opts.common, &opts.serve, services, reg);
+    api = daemon_api_start("up", &opts.common, &opts.serve, services, reg, wake_relay, rt.relay);
     if (api == NULL)
         goto out;
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
@@ -236,6 +242,7 @@ out:
     txo_consumer_free(consumer);
     order_services_free(services);
     daemon_metrics_free(metrics);
-    txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
+    if (use_nats)
+        txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
     return status;
 }

@@ -109,6 +109,7 @@ out:
     txo_consumer_free(consumer);
     order_services_free(services);
     daemon_metrics_free(metrics);
-    txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
+    if (use_nats)
+        txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
     return status;
 }

@@ -438,7 +438,15 @@ struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts
     if (nats != NULL) {
         struct txo_nats_opts no;
         daemon_nats_opts(nats, &no);
-        no.filter_subject = NULL; /* every event; the handler acts on OrderCreated only */
+        /* The worker acts on OrderCreated only: the other events are not even fetched. */
+        char subject[512];
+        if (txo_nats_subject(no.subject_prefix, "order", "OrderCreated", subject,
+                             sizeof(subject), &err) != 0) {
+            cmd_report(cmd, "--nats-subject-prefix", &err);
+            order_worker_free(w);
+            return NULL;
+        }
+        no.filter_subject = subject;
         if (txo_consumer_nats_new(&no, order_worker_handle_message, w, consumer, &err) != 0) {
             cmd_report(cmd, "creating the NATS consumer", &err);
             order_worker_free(w);
@@ -525,7 +533,8 @@ static void api_handler(void *arg, const struct txo_http_request *req,
 struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *common,
                                     const struct serve_settings *s,
                                     const struct order_services *services,
-                                    struct txo_metrics *metrics)
+                                    struct txo_metrics *metrics, void (*on_commit)(void *),
+                                    void *on_commit_arg)
 {
     struct txo_http_server_opts so;
     txo_http_server_opts_init(&so);
@@ -553,6 +562,8 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     ao.idempotency_stale_s = s->idem_stale_s;
     ao.admin_token = s->admin_token;
     ao.services = services;
+    ao.on_commit = on_commit;
+    ao.on_commit_arg = on_commit_arg;
     if (txo_db_pool_new(&d->db_opts, s->db_pool, &d->pool, &err) != 0 ||
         order_api_new(&ao, d->pool, &d->api, &err) != 0) {
         cmd_report(cmd, "starting the API", &err);

@@ -286,7 +286,8 @@ struct api_daemon;
 struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *common,
                                     const struct serve_settings *s,
                                     const struct order_services *services,
-                                    struct txo_metrics *metrics);
+                                    struct txo_metrics *metrics, void (*on_commit)(void *),
+                                    void *on_commit_arg);
 unsigned daemon_api_port(const struct api_daemon *d);
 /* Graceful: requests in flight finish. NULL is a no-op. */
 void daemon_api_stop(struct api_daemon *d);

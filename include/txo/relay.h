@@ -96,6 +96,14 @@ TXO_API TXO_MUST_CHECK int txo_relay_run_once(struct txo_relay *relay, size_t *c
  */
 TXO_API TXO_MUST_CHECK int txo_relay_run(struct txo_relay *relay, struct txo_error *err);
 
+/*
+ * Ends the relay's idle pause early: call it after committing an outbox event in the same
+ * process (`txo up` does, after each order), so the event is published within milliseconds
+ * instead of up to idle_sleep_ms later. Relays in other processes still find it by polling.
+ * Async-signal-safe; any thread.
+ */
+TXO_API void txo_relay_wake(struct txo_relay *relay);
+
 /* Asks txo_relay_run to return after the current batch. Async-signal-safe. */
 TXO_API void txo_relay_stop(struct txo_relay *relay);
 

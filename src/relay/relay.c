@@ -49,6 +49,7 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atom
 #define RECLAIM_LIMIT     10000
 #define IN_LIST_LEVELS    16 /* power-of-two IN-list sizes 1 .. 2^15 */
 #define IDLE_SLICE_MS     50
+#define WAKE_SLICE_MS     2 /* how soon an idle relay notices txo_relay_wake() */
 #define RETRY_MIN_MS      250
 #define RETRY_MAX_MS      5000
 #define MARK_FIXED_PARAMS 9    /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
@@ -106,6 +107,7 @@ struct txo_relay {
     enum txo_claim_strategy claim;
 
     atomic_int stop;
+    atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
     struct relay_counters stats;
     bool reclaimed_once;
     int64_t last_reclaim_ms;
@@ -286,6 +288,7 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->opts = *opts;
     r->claim = claim;
     atomic_init(&r->stop, 0);
+    atomic_init(&r->wake, 0);
     r->relay_id = opts->relay_id != NULL ? txo_strdup(opts->relay_id) : default_relay_id();
 
     size_t batch = opts->batch_size;
@@ -313,6 +316,11 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
 enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay)
 {
     return relay->claim;
+}
+
+void txo_relay_wake(struct txo_relay *relay)
+{
+    atomic_store(&relay->wake, 1);
 }
 
 void txo_relay_stop(struct txo_relay *relay)
@@ -826,6 +834,17 @@ static void sleep_unless_stopped(struct txo_relay *r, int64_t ms)
     }
 }
 
+/* The idle pause: like sleep_unless_stopped, in short slices, and it also ends as soon as
+ * txo_relay_wake() was called (a flag read: no system call per slice beyond the sleep). */
+static void idle(struct txo_relay *r, int64_t ms)
+{
+    while (ms > 0 && !stopping(r) && atomic_exchange(&r->wake, 0) == 0) {
+        int64_t slice = ms < WAKE_SLICE_MS ? ms : WAKE_SLICE_MS;
+        txo_sleep_ms(slice);
+        ms -= slice;
+    }
+}
+
 int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
 {
     TXO_ASSERT(relay != NULL);
@@ -862,7 +881,7 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
         if (claimed == 0) {
             if (r->opts.drain)
                 return 0;
-            sleep_unless_stopped(r, r->opts.idle_sleep_ms);
+            idle(r, r->opts.idle_sleep_ms);
         }
     }
     return 0;
