@@ -585,25 +585,27 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
         snprintf(reason, sizeof(reason), "saga %s", txo_saga_status_name(final_status));
 
     /*
-     * A remote charge that timed out may still have happened, and a FAILED step is not
-     * compensated. Queue a refund in this same transaction: the
-     * worker calls the payment service with the refund's idempotency key until it answers
-     * (refunding an order that was never charged changes nothing there).
+     * A remote call that timed out may still have taken effect, and a FAILED step is not
+     * compensated. Queue its undo in this same transaction: the worker sends it with the
+     * compensation's idempotency key until the service answers (undoing a call that never
+     * took effect changes nothing there). Only a timeout leaves the outcome unknown: a
+     * refusal, a 5xx answer, a refused connection and an open breaker all mean no effect.
+     * The engine stores step errors as "<code name>: <message>".
      */
     struct order_saga_env *env = ctx->user;
+    const char *failed_name = failed_step ? txo_rows_str(rows, 0, 0, NULL) : "";
     const char *failed_error = failed_step ? txo_rows_str(rows, 0, 1, NULL) : NULL;
-    /* Only a timeout leaves the outcome unknown: a refusal, a 5xx answer, a refused connection
-     * and an open breaker all mean the charge did not happen. The engine stores step errors
-     * as "<code name>: <message>". */
-    if (failed_step && strcmp(txo_rows_str(rows, 0, 0, NULL), "ChargePayment") == 0 &&
-        failed_error != NULL && strncmp(failed_error, "TXO_ETIMEOUT:", 13) == 0 &&
-        env != NULL && env->session != NULL &&
-        order_services_remote(order_service_session_services(env->session),
-                              ORDER_SERVICE_PAYMENT)) {
+    bool timed_out = failed_error != NULL && strncmp(failed_error, "TXO_ETIMEOUT:", 13) == 0;
+    const struct order_services *svc =
+        env != NULL && env->session != NULL ? order_service_session_services(env->session) : NULL;
+    if (timed_out && strcmp(failed_name, "ChargePayment") == 0 &&
+        order_services_remote(svc, ORDER_SERVICE_PAYMENT))
         rc = orders_enqueue_refund_tx(tx, st->order_id, st->total_cents, err);
-        if (rc < 0)
-            goto out;
-    }
+    else if (timed_out && strcmp(failed_name, "CreateShipment") == 0 &&
+             order_services_remote(svc, ORDER_SERVICE_SHIPMENT))
+        rc = orders_enqueue_cancel_shipment_tx(tx, st->order_id, err);
+    if (rc < 0)
+        goto out;
 
     struct txo_param p[] = {txo_p_i64(st->order_id)};
     struct txo_exec_result res;

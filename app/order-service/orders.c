@@ -486,6 +486,13 @@ int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id, int64_t amount
     return txo_cmdq_enqueue(tx, ORDERS_REFUND_COMMAND, payload, NULL, err);
 }
 
+int orders_enqueue_cancel_shipment_tx(struct txo_tx *tx, int64_t order_id, struct txo_error *err)
+{
+    char payload[64];
+    snprintf(payload, sizeof(payload), "{\"order_id\":%" PRId64 "}", order_id);
+    return txo_cmdq_enqueue(tx, ORDERS_CANCEL_SHIPMENT_COMMAND, payload, NULL, err);
+}
+
 int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
                             struct txo_error *err)
 {

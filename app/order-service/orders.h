@@ -148,6 +148,13 @@ TXO_MUST_CHECK int orders_start_saga_tx(struct txo_tx *tx, int64_t order_id,
 TXO_MUST_CHECK int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id,
                                             int64_t amount_cents, struct txo_error *err);
 
+/* The same for a CreateShipment call that timed out: {"order_id"}, sent as
+ * /shipments/cancel with the key "order:<id>:cancel". */
+#define ORDERS_CANCEL_SHIPMENT_COMMAND "CancelShipment"
+
+TXO_MUST_CHECK int orders_enqueue_cancel_shipment_tx(struct txo_tx *tx, int64_t order_id,
+                                                     struct txo_error *err);
+
 /* Queues StartOrderSaga for order_id in the caller's transaction (seed 9.12: the API answers
  * 202 and a worker creates and runs the saga). Errors: DB errors. */
 TXO_MUST_CHECK int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id,

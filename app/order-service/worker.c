@@ -426,29 +426,49 @@ static int start_saga_command_tx(struct txo_tx *tx, void *arg, struct txo_error 
     return txo_cmdq_complete_tx(tx, a->cmd, err);
 }
 
-/* RefundPayment: a refund owed for a charge whose outcome was unknown (see order_saga.c). Sent
- * with the refund's idempotency key, so repeating it is harmless; DONE once it landed. */
-static int run_refund(struct txo_db *db, struct order_service_session *session,
-                      const struct txo_command *cmd, int64_t order_id, json_t *doc,
-                      struct txo_error *err)
+/*
+ * Undo calls owed to an external service after a step's call timed out (its outcome unknown)
+ * and the saga gave up on it (see on_aborted in order_saga.c). Each is sent with the same
+ * idempotency key as the step's own compensation, so repeating it, or sending it for a call
+ * that never took effect, is harmless; the command is DONE once the service answered.
+ */
+struct undo_command {
+    const char *type;
+    enum order_service_kind kind;
+    const char *operation;
+    const char *path;
+};
+
+static const struct undo_command undo_commands[] = {
+    {ORDERS_REFUND_COMMAND, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund"},
+    {ORDERS_CANCEL_SHIPMENT_COMMAND, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel"},
+};
+
+static int run_undo(struct txo_db *db, struct order_service_session *session,
+                    const struct undo_command *u, const struct txo_command *cmd,
+                    int64_t order_id, json_t *doc, struct txo_error *err)
 {
-    if (session == NULL ||
-        !order_services_remote(order_service_session_services(session), ORDER_SERVICE_PAYMENT))
+    if (session == NULL || !order_services_remote(order_service_session_services(session), u->kind))
         return txo_error_set(err, TXO_ECONFIG,
-                             "%s command %" PRId64 " needs the payment service (--payment-url)",
-                             ORDERS_REFUND_COMMAND, cmd->id);
+                             "%s command %" PRId64 " needs its service URL (--payment-url, "
+                             "--shipment-url)",
+                             u->type, cmd->id);
     char key[64];
-    snprintf(key, sizeof(key), "order:%" PRId64 ":refund", order_id);
+    snprintf(key, sizeof(key), "order:%" PRId64 ":%s", order_id, u->operation);
     char body[96];
-    snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" JSON_INTEGER_FORMAT "}",
-             order_id, json_integer_value(json_object_get(doc, "amount_cents")));
-    int rc = order_service_call(session, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund", key,
-                                body, err);
+    json_t *amount = json_object_get(doc, "amount_cents");
+    if (json_is_integer(amount))
+        snprintf(body, sizeof(body),
+                 "{\"order_id\":%" PRId64 ",\"amount_cents\":%" JSON_INTEGER_FORMAT "}", order_id,
+                 json_integer_value(amount));
+    else
+        snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 "}", order_id);
+    int rc = order_service_call(session, u->kind, u->operation, u->path, key, body, err);
     if (rc == 0)
         rc = txo_cmdq_complete(db, cmd, err);
     if (rc == 0)
-        TXO_LOG(TXO_LOG_INFO, "worker", "refund of an uncertain charge sent order_id=%" PRId64,
-                order_id);
+        TXO_LOG(TXO_LOG_INFO, "worker", "undo of an uncertain call sent command=%s order_id=%" PRId64,
+                u->type, order_id);
     return rc;
 }
 
@@ -457,8 +477,11 @@ static int run_command(struct order_worker *w, struct txo_db *db,
                        struct txo_error *err)
 {
     bool start = strcmp(cmd->type, ORDERS_START_SAGA_COMMAND) == 0;
-    bool refund = strcmp(cmd->type, ORDERS_REFUND_COMMAND) == 0;
-    if (!start && !refund)
+    const struct undo_command *undo = NULL;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(undo_commands); i++)
+        if (strcmp(cmd->type, undo_commands[i].type) == 0)
+            undo = &undo_commands[i];
+    if (!start && undo == NULL)
         return txo_error_set(err, TXO_EINVAL, "unknown command type %s", cmd->type);
     json_t *doc = json_loads(cmd->payload, 0, NULL);
     json_t *order_id = json_object_get(doc, "order_id");
@@ -468,8 +491,8 @@ static int run_command(struct order_worker *w, struct txo_db *db,
                              cmd->type, cmd->id);
     }
     int rc;
-    if (refund) {
-        rc = run_refund(db, session, cmd, json_integer_value(order_id), doc, err);
+    if (undo != NULL) {
+        rc = run_undo(db, session, undo, cmd, json_integer_value(order_id), doc, err);
     } else {
         struct command_args a = {.order_id = json_integer_value(order_id), .cmd = cmd};
         rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, start_saga_command_tx, &a, err);

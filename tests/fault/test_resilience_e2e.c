@@ -674,6 +674,49 @@ static void test_l_slow_payment_charge_is_refunded(void **state)
     stop_clean(r, &r->stub, "stub-services");
 }
 
+/*
+ * L for the shipment: CreateShipment times out (the stub hangs on /shipments/create only).
+ * Its outcome is unknown, the step FAILED is not compensated, so the saga queues a
+ * CancelShipment command; the worker sends /shipments/cancel once the service answers again.
+ * The charge that did happen is refunded by the normal compensation.
+ */
+static void test_l_shipment_timeout_is_cancelled(void **state)
+{
+    struct rig *r = *state;
+    const char *stub_args[] = {"--hang", "--fail-path=/shipments/create", NULL};
+    start_stub(r, stub_args);
+    const char *up_args[] = {r->payment_flag,      r->shipment_flag,   "--service-timeout=500",
+                             "--service-retries=1", "--step-attempts=2", "--poll=50",
+                             NULL};
+    start_up(r, up_args);
+
+    int64_t t0 = txo_monotonic_ms();
+    int64_t id = place_order(r, "l-ship-1");
+    char st[32];
+    wait_order_final(r, id, t0 + 15000, st, sizeof(st));
+    assert_string_equal(st, "CANCELLED");
+    assert_step(r, id, "CreateShipment", "FAILED");
+    assert_step(r, id, "ChargePayment", "COMPENSATED");
+    assert_int_equal(stub_order_stat(r, id, "charges"), 1);
+    assert_int_equal(stub_order_stat(r, id, "refunds"), 1);
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
+                                 "'CancelShipment' AND status <> 'DONE'"),
+                     1);
+
+    stub_control(r, "{\"hang\":false}");
+    int64_t deadline = txo_monotonic_ms() + 10000;
+    while (db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
+                       "'CancelShipment' AND status = 'DONE'") != 1 &&
+           txo_monotonic_ms() < deadline)
+        txo_sleep_ms(50);
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
+                                 "'CancelShipment' AND status = 'DONE'"),
+                     1);
+    assert_int_equal(stub_order_stat(r, id, "cancels"), 1);
+    stop_clean(r, &r->up, "txo up");
+    stop_clean(r, &r->stub, "stub-services");
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Scenario M: the payment service is down; the circuit breaker */
 
@@ -999,6 +1042,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_l_shipment_timeout_is_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_m_breaker_opens_fails_fast_and_closes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_j_worker_retries_compensation, setup, teardown),
