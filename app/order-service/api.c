@@ -64,7 +64,8 @@ static void reply_json(struct txo_http_response *resp, int status, json_t *doc)
     char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(doc);
     if (text == NULL || txo_http_response_set(resp, status, text) != 0)
-        (void)txo_http_response_set(resp, 500, "{\"error\":\"internal\",\"message\":\"out of memory\"}");
+        (void)txo_http_response_set(resp, 500,
+                                    "{\"error\":\"internal\",\"message\":\"out of memory\"}");
     free(text); /* jansson allocates with malloc */
 }
 
@@ -175,8 +176,7 @@ static int place_order_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     txo_free(a->response);
     a->response = NULL;
 
-    int rc = txo_idem_begin(tx, a->key, a->hash, a->api->opts.idempotency_stale_s, &a->claim,
-                            err);
+    int rc = txo_idem_begin(tx, a->key, a->hash, a->api->opts.idempotency_stale_s, &a->claim, err);
     if (rc != 0 || a->claim.outcome != TXO_IDEM_NEW)
         return rc;
     rc = orders_create_tx(tx, a->order->customer_id, a->order->items, a->order->n, &a->order_id,
@@ -211,8 +211,8 @@ static bool is_json_media_type(const char *ctype)
     return next == '\0' || next == ';' || next == ' ' || next == '\t';
 }
 
-static void post_order(struct order_api *api, struct txo_db *db,
-                       const struct txo_http_request *req, struct txo_http_response *resp)
+static void post_order(struct order_api *api, struct txo_db *db, const struct txo_http_request *req,
+                       struct txo_http_response *resp)
 {
     struct txo_error err;
     txo_error_init(&err);
@@ -273,8 +273,7 @@ static void post_order(struct order_api *api, struct txo_db *db,
         if (api->opts.on_commit != NULL)
             api->opts.on_commit(api->opts.on_commit_arg);
         (void)txo_http_response_set(resp, a.status, a.response);
-        TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", a.order_id,
-                key);
+        TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", a.order_id, key);
         break;
     case TXO_IDEM_REPLAY:
         (void)txo_http_response_set(resp, a.claim.status, a.claim.response);
@@ -403,7 +402,8 @@ static void cancel_order(struct txo_db *db, int64_t id, const struct txo_http_re
         return;
     }
     if (!parse_if_match(if_match, &a.version)) {
-        reply_error(resp, 400, "invalid_request", "If-Match must be the order's version, e.g. \"0\"");
+        reply_error(resp, 400, "invalid_request",
+                    "If-Match must be the order's version, e.g. \"0\"");
         return;
     }
     struct txo_error err;
@@ -419,8 +419,9 @@ static void cancel_order(struct txo_db *db, int64_t id, const struct txo_http_re
     }
     snprintf(resp->header_name, sizeof(resp->header_name), "ETag");
     snprintf(resp->header_value, sizeof(resp->header_value), "\"%" PRId64 "\"", a.new_version);
-    reply_json(resp, 200, json_pack("{s:I,s:s,s:I}", "order_id", (json_int_t)id, "status",
-                                    "CANCELLED", "version", (json_int_t)a.new_version));
+    reply_json(resp, 200,
+               json_pack("{s:I,s:s,s:I}", "order_id", (json_int_t)id, "status", "CANCELLED",
+                         "version", (json_int_t)a.new_version));
 }
 
 static void get_saga(struct txo_db *db, const char *id, struct txo_http_response *resp)
@@ -453,8 +454,8 @@ static void retry_saga(const struct order_api *api, struct txo_db *db, const cha
         reply_txo_error(resp, rc, &err);
         return;
     }
-    reply_json(resp, 200, json_pack("{s:s,s:s}", "saga_id", id, "status",
-                                    txo_saga_status_name(final)));
+    reply_json(resp, 200,
+               json_pack("{s:s,s:s}", "saga_id", id, "status", txo_saga_status_name(final)));
 }
 
 static void outbox_stats(struct txo_db *db, struct txo_http_response *resp)
@@ -470,9 +471,9 @@ static void outbox_stats(struct txo_db *db, struct txo_http_response *resp)
     reply_json(resp, 200,
                json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "pending", (json_int_t)st.pending,
                          "processing", (json_int_t)st.processing, "published",
-                         (json_int_t)st.published, "failed", (json_int_t)st.failed,
-                         "dead_letters", (json_int_t)st.dead_letters,
-                         "oldest_pending_age_seconds", st.oldest_pending_age_s));
+                         (json_int_t)st.published, "failed", (json_int_t)st.failed, "dead_letters",
+                         (json_int_t)st.dead_letters, "oldest_pending_age_seconds",
+                         st.oldest_pending_age_s));
 }
 
 static void list_dlq(struct txo_db *db, const struct txo_http_request *req,
@@ -512,8 +513,8 @@ static void list_dlq(struct txo_db *db, const struct txo_http_request *req,
     }
     int64_t next = n > 0 ? dl[n - 1].id : (int64_t)after_id;
     txo_dead_letters_free(dl, n);
-    reply_json(resp, 200, json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id",
-                                    (json_int_t)next));
+    reply_json(resp, 200,
+               json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
 }
 
 static void replay_dlq(struct txo_db *db, int64_t id, struct txo_http_response *resp)
@@ -602,14 +603,12 @@ static bool known_path(const char *path)
     int64_t id;
     char saga_id[TXO_SAGA_ID_LEN];
     return strcmp(path, "/orders") == 0 || path_id(path, "/orders/", "", &id) ||
-           path_id(path, "/orders/", "/cancel", &id) ||
-           strcmp(path, "/healthz") == 0 || strcmp(path, "/readyz") == 0 ||
-           strcmp(path, "/metrics") == 0 || is_admin_path(path) ||
+           path_id(path, "/orders/", "/cancel", &id) || strcmp(path, "/healthz") == 0 ||
+           strcmp(path, "/readyz") == 0 || strcmp(path, "/metrics") == 0 || is_admin_path(path) ||
            path_saga(path, "/sagas/", "", saga_id);
 }
 
-void order_api_handle(void *arg, const struct txo_http_request *req,
-                      struct txo_http_response *resp)
+void order_api_handle(void *arg, const struct txo_http_request *req, struct txo_http_response *resp)
 {
     struct order_api *api = arg;
     if (strcmp(req->path, "/healthz") == 0 && is(req, "GET")) {
@@ -617,7 +616,8 @@ void order_api_handle(void *arg, const struct txo_http_request *req,
         return;
     }
     if (is_admin_path(req->path) && !admin_allowed(api, req)) {
-        reply_error(resp, 401, "unauthorized", "admin endpoints need Authorization: Bearer <token>");
+        reply_error(resp, 401, "unauthorized",
+                    "admin endpoints need Authorization: Bearer <token>");
         return;
     }
     struct txo_error err;

@@ -45,11 +45,11 @@ struct txo_metrics;
 struct order_services;
 
 struct order_api_opts {
-    bool async;                   /* 202 + StartOrderSaga in command_queue */
-    unsigned idempotency_stale_s; /* PROCESSING keys older than this may be taken over */
-    const char *admin_token;      /* NULL or "": admin endpoints need no token */
-    int64_t db_wait_ms;           /* wait for a pooled connection; then 503 */
-    struct txo_metrics *metrics;  /* NULL: /metrics answers 404 */
+    bool async;                            /* 202 + StartOrderSaga in command_queue */
+    unsigned idempotency_stale_s;          /* PROCESSING keys older than this may be taken over */
+    const char *admin_token;               /* NULL or "": admin endpoints need no token */
+    int64_t db_wait_ms;                    /* wait for a pooled connection; then 503 */
+    struct txo_metrics *metrics;           /* NULL: /metrics answers 404 */
     const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
     /* Called after an order (and its OrderCreated) committed, from the request's thread; must
      * be quick and thread-safe. `txo up` wakes its relay with it. NULL: none. */

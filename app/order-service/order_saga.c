@@ -403,9 +403,8 @@ out:
  * retries the step; a refusal is TXO_EBUSINESS and fails it.
  */
 static int call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
-                        const char *operation, const char *path,
-                        const struct order_saga_state *st, int64_t amount_cents,
-                        struct txo_error *err)
+                        const char *operation, const char *path, const struct order_saga_state *st,
+                        int64_t amount_cents, struct txo_error *err)
 {
     struct order_saga_env *env = ctx->user;
     if (env == NULL || env->session == NULL ||
@@ -692,9 +691,9 @@ int orders_retry_saga(struct txo_db *db, const char *saga_id, const struct order
 }
 
 int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
-                           const struct order_services *services,
-                           const struct order_faults *faults, const struct txo_saga_opts *opts,
-                           enum txo_saga_status *final, struct txo_error *err)
+                           const struct order_services *services, const struct order_faults *faults,
+                           const struct txo_saga_opts *opts, enum txo_saga_status *final,
+                           struct txo_error *err)
 {
     struct order_saga_env env;
     struct txo_saga_opts defaults;

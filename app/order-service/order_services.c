@@ -64,8 +64,8 @@ static void breaker_changed(void *arg, const struct txo_breaker *b, enum txo_bre
     struct order_services *s = arg;
     const char *name = txo_breaker_name(b);
     TXO_LOG(to == TXO_BREAKER_OPEN ? TXO_LOG_WARN : TXO_LOG_INFO, "services",
-            "circuit breaker changed service=%s from=%s to=%s", name,
-            txo_breaker_state_name(from), txo_breaker_state_name(to));
+            "circuit breaker changed service=%s from=%s to=%s", name, txo_breaker_state_name(from),
+            txo_breaker_state_name(to));
     if (s->m_breaker != NULL) {
         const char *labels[] = {name};
         txo_metric_set(s->m_breaker, labels, (double)to);
@@ -81,24 +81,22 @@ static int register_metrics(struct order_services *s, struct txo_error *err)
     static const char *const sok[] = {"service", "operation", "kind"};
     static const char *const sg[] = {"service", "guard"};
     static const char *const sv[] = {"service"};
-    s->m_duration = txo_metrics_register(reg, TXO_METRIC_HISTOGRAM,
-                                         "txo_external_request_duration_seconds",
-                                         "Duration of HTTP calls to external services.", 2, so,
-                                         NULL, 0, err);
+    s->m_duration =
+        txo_metrics_register(reg, TXO_METRIC_HISTOGRAM, "txo_external_request_duration_seconds",
+                             "Duration of HTTP calls to external services.", 2, so, NULL, 0, err);
     s->m_errors = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_external_request_errors_total",
-                                       "Failed HTTP calls to external services, by kind.", 3,
-                                       sok, NULL, 0, err);
-    s->m_timeouts = txo_metrics_register(reg, TXO_METRIC_COUNTER,
-                                         "txo_external_request_timeouts_total",
-                                         "HTTP calls to external services that timed out.", 2,
-                                         so, NULL, 0, err);
+                                       "Failed HTTP calls to external services, by kind.", 3, sok,
+                                       NULL, 0, err);
+    s->m_timeouts = txo_metrics_register(
+        reg, TXO_METRIC_COUNTER, "txo_external_request_timeouts_total",
+        "HTTP calls to external services that timed out.", 2, so, NULL, 0, err);
     s->m_rejected = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_external_rejected_total",
                                          "Calls refused by a guard (rate limit, bulkhead, "
                                          "breaker) without a request.",
                                          2, sg, NULL, 0, err);
     s->m_breaker = txo_metrics_register(reg, TXO_METRIC_GAUGE, "txo_circuit_breaker_state",
-                                        "Circuit breaker state: 0 closed, 1 open, 2 half-open.",
-                                        1, sv, NULL, 0, err);
+                                        "Circuit breaker state: 0 closed, 1 open, 2 half-open.", 1,
+                                        sv, NULL, 0, err);
     if (s->m_duration == NULL || s->m_errors == NULL || s->m_timeouts == NULL ||
         s->m_rejected == NULL || s->m_breaker == NULL)
         return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
@@ -191,8 +189,8 @@ enum txo_breaker_state order_services_breaker_state(const struct order_services 
     return txo_breaker_state(s->svc[kind].breaker);
 }
 
-int order_service_session_new(const struct order_services *svc,
-                              struct order_service_session **out, struct txo_error *err)
+int order_service_session_new(const struct order_services *svc, struct order_service_session **out,
+                              struct txo_error *err)
 {
     struct order_service_session *s = txo_calloc(1, sizeof(*s));
     if (s == NULL)
@@ -281,7 +279,7 @@ static int attempt(void *arg, unsigned n, struct txo_error *err)
         if (rc == TXO_ETIMEOUT)
             txo_metric_add(s->m_timeouts, labels, 1);
         if (rc != 0) {
-            const char *kind = rc == TXO_EBUSINESS     ? "business"
+            const char *kind = rc == TXO_EBUSINESS      ? "business"
                                : rc == TXO_EUNAVAILABLE ? "unavailable"
                                : rc == TXO_ETIMEOUT     ? "timeout"
                                                         : "other";
@@ -320,8 +318,10 @@ int order_service_call(struct order_service_session *s, enum order_service_kind 
     unsigned attempts = 0;
     int rc = txo_retry_run(&policy, attempt, &c, &attempts, err);
     if (rc != 0)
-        TXO_LOG(TXO_LOG_DEBUG, "services", "call failed service=%s operation=%s attempts=%u "
-                "key=%s code=%s", service_names[kind], operation, attempts,
+        TXO_LOG(TXO_LOG_DEBUG, "services",
+                "call failed service=%s operation=%s attempts=%u "
+                "key=%s code=%s",
+                service_names[kind], operation, attempts,
                 idempotency_key != NULL ? idempotency_key : "", txo_err_name(rc));
     txo_free(url);
     return rc;

@@ -39,20 +39,20 @@ struct txo_metrics;
 enum order_service_kind { ORDER_SERVICE_PAYMENT, ORDER_SERVICE_SHIPMENT, ORDER_SERVICE_COUNT };
 
 struct order_services_opts {
-    const char *payment_url;    /* base URL ("http://127.0.0.1:8090"); NULL/"": stand-in */
-    const char *shipment_url;   /* same for shipments */
-    int64_t connect_timeout_ms; /* default 2000 */
-    int64_t timeout_ms;         /* whole call; default 5000 */
-    unsigned retry_attempts;    /* tries of one call; default 3 */
+    const char *payment_url;          /* base URL ("http://127.0.0.1:8090"); NULL/"": stand-in */
+    const char *shipment_url;         /* same for shipments */
+    int64_t connect_timeout_ms;       /* default 2000 */
+    int64_t timeout_ms;               /* whole call; default 5000 */
+    unsigned retry_attempts;          /* tries of one call; default 3 */
     struct txo_backoff retry_backoff; /* default 100 ms .. 1 s, jitter 0.5 */
-    unsigned breaker_failures;  /* consecutive transient failures that open it; default 5 */
-    int64_t breaker_open_ms;    /* how long it stays open before a probe; default 30000 */
-    unsigned max_concurrent;    /* bulkhead per service; default 16 */
-    int64_t bulkhead_wait_ms;   /* wait for a slot; default 1000 */
-    double rate_per_s;          /* token bucket per service; 0 = unlimited (default) */
-    unsigned rate_burst;        /* default 50 */
-    const struct txo_clock *clock; /* NULL = system */
-    struct txo_metrics *metrics;   /* NULL = none */
+    unsigned breaker_failures;        /* consecutive transient failures that open it; default 5 */
+    int64_t breaker_open_ms;          /* how long it stays open before a probe; default 30000 */
+    unsigned max_concurrent;          /* bulkhead per service; default 16 */
+    int64_t bulkhead_wait_ms;         /* wait for a slot; default 1000 */
+    double rate_per_s;                /* token bucket per service; 0 = unlimited (default) */
+    unsigned rate_burst;              /* default 50 */
+    const struct txo_clock *clock;    /* NULL = system */
+    struct txo_metrics *metrics;      /* NULL = none */
 };
 
 void order_services_opts_init(struct order_services_opts *opts);
@@ -89,9 +89,9 @@ const struct order_services *order_service_session_services(const struct order_s
  * TXO_EUNAVAILABLE (down, 5xx, breaker open, bulkhead full, rate limited), TXO_ETIMEOUT.
  * TXO_EINVAL when kind has no URL.
  */
-TXO_MUST_CHECK int order_service_call(struct order_service_session *s,
-                                      enum order_service_kind kind, const char *operation,
-                                      const char *path, const char *idempotency_key,
-                                      const char *body_json, struct txo_error *err);
+TXO_MUST_CHECK int order_service_call(struct order_service_session *s, enum order_service_kind kind,
+                                      const char *operation, const char *path,
+                                      const char *idempotency_key, const char *body_json,
+                                      struct txo_error *err);
 
 #endif

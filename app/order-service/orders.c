@@ -528,8 +528,10 @@ int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_versi
                                order_id, txo_rows_i64(rows, 0, 1), expected_version,
                                txo_rows_str(rows, 0, 0, NULL));
         else
-            rc = txo_error_set(err, TXO_ESTATE, "order %" PRId64 " is %s: only CREATED orders "
-                               "can be cancelled", order_id, txo_rows_str(rows, 0, 0, NULL));
+            rc = txo_error_set(err, TXO_ESTATE,
+                               "order %" PRId64 " is %s: only CREATED orders "
+                               "can be cancelled",
+                               order_id, txo_rows_str(rows, 0, 0, NULL));
         txo_rows_free(rows);
         return rc;
     }

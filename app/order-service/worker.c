@@ -33,8 +33,8 @@
 #include "order_services.h"
 #include "worker.h"
 
-#define QUEUE_CAP       256
-#define ABANDONED_CAP   1024
+#define QUEUE_CAP     256
+#define ABANDONED_CAP 1024
 
 enum job_kind { JOB_RUN, JOB_RETRY };
 
@@ -73,8 +73,8 @@ struct order_worker {
     char (*abandoned)[TXO_SAGA_ID_LEN]; /* COMPENSATION_FAILED sagas already alerted about */
     size_t n_abandoned;
 
-    _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, resumed,
-        commands_done, commands_failed, cleaned;
+    _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, resumed, commands_done,
+        commands_failed, cleaned;
 };
 
 void order_worker_opts_init(struct order_worker_opts *opts)
@@ -306,14 +306,13 @@ static void run_job(struct order_worker *w, struct txo_db **db,
     order_saga_env_init(&env, w->opts.faults);
     env.session = session;
     enum txo_saga_status final = TXO_SAGA_RUNNING;
-    int rc = job->kind == JOB_RUN
-                 ? txo_saga_run(*db, order_saga_def(), job->id, &w->opts.saga, &env, &final, &err)
-                 : txo_saga_retry(*db, order_saga_def(), job->id, &w->opts.saga, &env, &final,
-                                  &err);
+    int rc =
+        job->kind == JOB_RUN
+            ? txo_saga_run(*db, order_saga_def(), job->id, &w->opts.saga, &env, &final, &err)
+            : txo_saga_retry(*db, order_saga_def(), job->id, &w->opts.saga, &env, &final, &err);
     if (rc == TXO_ELEASELOST || rc == TXO_ESTATE) {
         /* Another worker has it, or it moved on meanwhile: nothing to do here. */
-        TXO_LOG(TXO_LOG_DEBUG, "worker", "saga skipped saga_id=%s err=\"%s\"", job->id,
-                err.msg);
+        TXO_LOG(TXO_LOG_DEBUG, "worker", "saga skipped saga_id=%s err=\"%s\"", job->id, err.msg);
         return;
     }
     if (rc != 0) {
@@ -347,8 +346,7 @@ static void *runner_main(void *arg)
         struct txo_error err;
         txo_error_init(&err);
         if (order_service_session_new(w->opts.services, &session, &err) != 0)
-            TXO_LOG(TXO_LOG_ERROR, "worker", "no external service session err=\"%s\"",
-                    err.msg);
+            TXO_LOG(TXO_LOG_ERROR, "worker", "no external service session err=\"%s\"", err.msg);
     }
     for (;;) {
         struct job job;
@@ -445,8 +443,8 @@ static const struct undo_command undo_commands[] = {
 };
 
 static int run_undo(struct txo_db *db, struct order_service_session *session,
-                    const struct undo_command *u, const struct txo_command *cmd,
-                    int64_t order_id, json_t *doc, struct txo_error *err)
+                    const struct undo_command *u, const struct txo_command *cmd, int64_t order_id,
+                    json_t *doc, struct txo_error *err)
 {
     if (session == NULL || !order_services_remote(order_service_session_services(session), u->kind))
         return txo_error_set(err, TXO_ECONFIG,
@@ -467,8 +465,8 @@ static int run_undo(struct txo_db *db, struct order_service_session *session,
     if (rc == 0)
         rc = txo_cmdq_complete(db, cmd, err);
     if (rc == 0)
-        TXO_LOG(TXO_LOG_INFO, "worker", "undo of an uncertain call sent command=%s order_id=%" PRId64,
-                u->type, order_id);
+        TXO_LOG(TXO_LOG_INFO, "worker",
+                "undo of an uncertain call sent command=%s order_id=%" PRId64, u->type, order_id);
     return rc;
 }
 
@@ -487,8 +485,8 @@ static int run_command(struct order_worker *w, struct txo_db *db,
     json_t *order_id = json_object_get(doc, "order_id");
     if (!json_is_integer(order_id)) {
         json_decref(doc);
-        return txo_error_set(err, TXO_EINVAL, "%s command %" PRId64 " without order_id",
-                             cmd->type, cmd->id);
+        return txo_error_set(err, TXO_EINVAL, "%s command %" PRId64 " without order_id", cmd->type,
+                             cmd->id);
     }
     int rc;
     if (undo != NULL) {
@@ -545,8 +543,8 @@ static size_t schedule_commands(struct order_worker *w, struct txo_db **db, cons
                     ferr.msg);
         else if (failed)
             TXO_LOG(TXO_LOG_ERROR, "worker",
-                    "command FAILED for good command_id=%" PRId64 " type=%s err=\"%s\"",
-                    cmds[i].id, cmds[i].type, err.msg);
+                    "command FAILED for good command_id=%" PRId64 " type=%s err=\"%s\"", cmds[i].id,
+                    cmds[i].type, err.msg);
     }
     txo_commands_free(cmds, n);
     return n;
@@ -569,8 +567,8 @@ static void schedule_compensation_retries(struct order_worker *w, struct txo_db 
     size_t n = 0;
     struct txo_error err;
     txo_error_init(&err);
-    int rc = txo_saga_list_due(*db, TXO_SAGA_COMPENSATION_FAILED,
-                               w->opts.compensation_retry_base_s, 32, ids, &n, &err);
+    int rc = txo_saga_list_due(*db, TXO_SAGA_COMPENSATION_FAILED, w->opts.compensation_retry_base_s,
+                               32, ids, &n, &err);
     if (rc != 0) {
         drop_db_if_broken(db, rc);
         return;

@@ -58,19 +58,19 @@ struct order_worker_opts {
     unsigned clean_interval_s;          /* default 60; 0 = no cleaner */
     unsigned clean_batch;               /* rows per delete; default 1000 */
     const struct order_services *services; /* NULL: in-process stand-ins for payment/shipment */
-    const struct order_faults *faults;  /* demo/tests only; NULL = none */
-    struct txo_metrics *metrics;        /* NULL: none */
+    const struct order_faults *faults;     /* demo/tests only; NULL = none */
+    struct txo_metrics *metrics;           /* NULL: none */
 };
 
 void order_worker_opts_init(struct order_worker_opts *opts);
 
 struct order_worker_stats {
-    uint64_t consumed;        /* OrderCreated events whose saga was created */
-    uint64_t duplicates;      /* deliveries dropped by the inbox */
-    uint64_t sagas_completed; /* runs that ended COMPLETED */
-    uint64_t sagas_aborted;   /* runs that ended COMPENSATED or FAILED */
+    uint64_t consumed;          /* OrderCreated events whose saga was created */
+    uint64_t duplicates;        /* deliveries dropped by the inbox */
+    uint64_t sagas_completed;   /* runs that ended COMPLETED */
+    uint64_t sagas_aborted;     /* runs that ended COMPENSATED or FAILED */
     uint64_t sagas_comp_failed; /* runs that ended COMPENSATION_FAILED */
-    uint64_t resumed;         /* sagas picked up without a live owner (includes new ones) */
+    uint64_t resumed;           /* sagas picked up without a live owner (includes new ones) */
     uint64_t commands_done;
     uint64_t commands_failed; /* attempts that failed */
     uint64_t cleaned;         /* rows deleted by the cleaner */
@@ -81,8 +81,8 @@ struct order_worker;
 /* db_opts (copied; its strings borrowed for the worker's life) opens one connection per thread.
  * Errors: TXO_EINVAL (bad opts), TXO_ENOMEM, connection errors of the consumer connection. */
 TXO_MUST_CHECK int order_worker_new(const struct txo_db_opts *db_opts,
-                                    const struct order_worker_opts *opts,
-                                    struct order_worker **out, struct txo_error *err);
+                                    const struct order_worker_opts *opts, struct order_worker **out,
+                                    struct txo_error *err);
 
 /*
  * Has the worker poll consumer (a transport created with order_worker_handle_message and this

@@ -47,8 +47,8 @@ static struct setting stats_table[] = {
 static int stats_run(int argc, char **argv)
 {
     txo_db_opts_init(&stats_opts.common.db);
-    enum settings_result r = settings_parse(&cmd_stats, stats_table, TXO_ARRAY_LEN(stats_table),
-                                            argc, argv, NULL);
+    enum settings_result r =
+        settings_parse(&cmd_stats, stats_table, TXO_ARRAY_LEN(stats_table), argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&stats_opts.common))
@@ -62,7 +62,8 @@ static int stats_run(int argc, char **argv)
     uint64_t sagas[6] = {0};
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
-    if (txo_outbox_get_stats(db, &os, &err) != 0 || txo_saga_count_by_status(db, sagas, &err) != 0 ||
+    if (txo_outbox_get_stats(db, &os, &err) != 0 ||
+        txo_saga_count_by_status(db, sagas, &err) != 0 ||
         txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
         txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
@@ -249,8 +250,8 @@ static struct {
 
 static struct setting saga_table[] = {
     COMMON_SETTINGS(saga_opts.common),
-    {"order", NULL, SETTING_UINT, "0", "show: the saga of this order id", false, 0,
-     4294967295UL, &saga_opts.order_id},
+    {"order", NULL, SETTING_UINT, "0", "show: the saga of this order id", false, 0, 4294967295UL,
+     &saga_opts.order_id},
     SERVICES_SETTINGS(saga_opts.services),
 };
 

@@ -112,8 +112,7 @@ static int run(int argc, char **argv)
     for (size_t i = 0; i < TXO_ARRAY_LEN(publishers); i++)
         known = known || strcmp(opts.publisher, publishers[i]) == 0;
     if (!known) {
-        fprintf(stderr,
-                "txo relay: --publisher must be log, null, nats or webhook, got \"%s\"%s\n",
+        fprintf(stderr, "txo relay: --publisher must be log, null, nats or webhook, got \"%s\"%s\n",
                 opts.publisher,
                 strcmp(opts.publisher, "local") == 0
                     ? " (local dispatch needs the consumer in the same process: use `txo up`)"

@@ -24,7 +24,8 @@ const struct command cmd_up = {
     .summary = "run the API, the relay and the worker in one process (local development)",
     .usage = "txo up [options]",
     .description =
-        "Applies the migrations (and creates --stock), then runs `txo serve`, `txo relay` and `txo worker` together,\n"
+        "Applies the migrations (and creates --stock), then runs `txo serve`, `txo relay` and `txo "
+        "worker` together,\n"
         "with their options. --broker local (the default) delivers each published event to\n"
         "the in-process consumer, so nothing but MariaDB is needed; --broker nats publishes\n"
         "to and consumes from NATS JetStream. Several processes may run against one database.\n"
@@ -56,8 +57,8 @@ static struct setting table[] = {
      "how events reach the worker: local (in-process dispatch) or nats (JetStream)", false, 0, 0,
      &opts.broker},
     NATS_SETTINGS(opts.nats),
-    {"migrate", "TXO_MIGRATE", SETTING_BOOL, "true", "apply the schema migrations at start",
-     false, 0, 0, &opts.migrate},
+    {"migrate", "TXO_MIGRATE", SETTING_BOOL, "true", "apply the schema migrations at start", false,
+     0, 0, &opts.migrate},
     {"stock", "TXO_STOCK", SETTING_STRING, NULL,
      "create these SKUs when missing, as SKU=UNITS[,SKU=UNITS...] (e.g. iphone-15=100); "
      "existing SKUs are left alone",
@@ -139,8 +140,7 @@ static bool prepare_database(void)
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r = settings_parse(&cmd_up, table, TXO_ARRAY_LEN(table), argc, argv,
-                                            NULL);
+    enum settings_result r = settings_parse(&cmd_up, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))

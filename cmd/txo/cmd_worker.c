@@ -54,8 +54,8 @@ static struct setting table[] = {
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r = settings_parse(&cmd_worker, table, TXO_ARRAY_LEN(table), argc, argv,
-                                            NULL);
+    enum settings_result r =
+        settings_parse(&cmd_worker, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))

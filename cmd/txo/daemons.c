@@ -18,8 +18,8 @@ bool daemon_parse_listen(const char *cmd, const char *setting, const char *text,
     const char *colon = text != NULL ? strrchr(text, ':') : NULL;
     char *end = NULL;
     unsigned long p = colon != NULL ? strtoul(colon + 1, &end, 10) : 0;
-    if (colon == NULL || colon == text || (size_t)(colon - text) >= host_size ||
-        colon[1] == '\0' || *end != '\0' || p > 65535) {
+    if (colon == NULL || colon == text || (size_t)(colon - text) >= host_size || colon[1] == '\0' ||
+        *end != '\0' || p > 65535) {
         fprintf(stderr, "txo %s: --%s must be HOST:PORT (e.g. 127.0.0.1:8080), got \"%s\"\n", cmd,
                 setting, text != NULL ? text : "");
         return false;
@@ -35,8 +35,8 @@ static bool url_ok(const char *cmd, const char *setting, const char *url)
     if (url == NULL || url[0] == '\0' || strncmp(url, "http://", 7) == 0 ||
         strncmp(url, "https://", 8) == 0)
         return true;
-    fprintf(stderr, "txo %s: --%s must start with http:// or https://, got \"%s\"\n", cmd,
-            setting, url);
+    fprintf(stderr, "txo %s: --%s must start with http:// or https://, got \"%s\"\n", cmd, setting,
+            url);
     return false;
 }
 
@@ -117,8 +117,8 @@ static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type t
 {
     struct txo_error err;
     txo_error_init(&err);
-    struct txo_metric *m = txo_metrics_register(reg, type, name, help, n_labels, labels, NULL, 0,
-                                                &err);
+    struct txo_metric *m =
+        txo_metrics_register(reg, type, name, help, n_labels, labels, NULL, 0, &err);
     if (m == NULL) {
         fprintf(stderr, "txo: metric %s: %s\n", name, err.msg);
         *ok = false;
@@ -218,16 +218,16 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     bool ok = true;
     struct txo_metrics *r = d->reg;
     static const char *const status[] = {"status"};
-    d->pending = family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
-                        "Outbox events waiting to be published (SPEC outbox_pending_total).", 0,
-                        NULL, &ok);
+    d->pending =
+        family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
+               "Outbox events waiting to be published (SPEC outbox_pending_total).", 0, NULL, &ok);
     d->failed = family(r, TXO_METRIC_GAUGE, "txo_outbox_failed",
                        "Outbox events FAILED after the attempt limit (SPEC outbox_failed_total).",
                        0, NULL, &ok);
     d->oldest = family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_pending_age_seconds",
                        "Age of the oldest PENDING outbox event: the relay's lag.", 0, NULL, &ok);
-    d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters",
-                     "Rows in dead_letter_events.", 0, NULL, &ok);
+    d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
+                     0, NULL, &ok);
     d->sagas = family(r, TXO_METRIC_GAUGE, "txo_sagas",
                       "Sagas per status (SPEC saga_running_total, saga_compensating_total, "
                       "saga_compensation_failed_total are status=RUNNING, COMPENSATING, "
@@ -263,12 +263,11 @@ bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *rela
                          "Publish attempts of this process's relay (SPEC "
                          "outbox_publish_attempts_total).",
                          0, NULL, &ok);
-    d->published = family(r, TXO_METRIC_COUNTER, "txo_outbox_published_total",
-                          "Events this process's relay published and marked PUBLISHED.", 0, NULL,
-                          &ok);
+    d->published =
+        family(r, TXO_METRIC_COUNTER, "txo_outbox_published_total",
+               "Events this process's relay published and marked PUBLISHED.", 0, NULL, &ok);
     d->publish_failures = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
-                                 "Publish attempts that failed and will be retried.", 0, NULL,
-                                 &ok);
+                                 "Publish attempts that failed and will be retried.", 0, NULL, &ok);
     d->dead_lettered = family(r, TXO_METRIC_COUNTER, "txo_outbox_dead_lettered_total",
                               "Events this relay moved to FAILED + dead letter.", 0, NULL, &ok);
     d->relay = relay;
@@ -369,8 +368,7 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
         cmd_report(cmd, "starting the metrics server", &err);
         return false;
     }
-    TXO_LOG(TXO_LOG_INFO, cmd, "metrics at http://%s:%u/metrics", host,
-            txo_http_server_port(*out));
+    TXO_LOG(TXO_LOG_INFO, cmd, "metrics at http://%s:%u/metrics", host, txo_http_server_port(*out));
     return true;
 }
 
@@ -440,8 +438,8 @@ struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts
         daemon_nats_opts(nats, &no);
         /* The worker acts on OrderCreated only: the other events are not even fetched. */
         char subject[512];
-        if (txo_nats_subject(no.subject_prefix, "order", "OrderCreated", subject,
-                             sizeof(subject), &err) != 0) {
+        if (txo_nats_subject(no.subject_prefix, "order", "OrderCreated", subject, sizeof(subject),
+                             &err) != 0) {
             cmd_report(cmd, "--nats-subject-prefix", &err);
             order_worker_free(w);
             return NULL;
@@ -467,12 +465,11 @@ void daemon_worker_stop(const char *cmd, struct order_worker *w)
     TXO_LOG(TXO_LOG_INFO, cmd,
             "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
             " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
-            st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted,
-            st.sagas_comp_failed, st.commands_done);
+            st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted, st.sagas_comp_failed,
+            st.commands_done);
 }
 
-bool daemon_relay_opts(const char *cmd, const struct relay_settings *s,
-                       struct txo_relay_opts *ro)
+bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *ro)
 {
     txo_relay_opts_init(ro);
     if (txo_claim_strategy_parse(s->claim, &ro->claim) < 0) {

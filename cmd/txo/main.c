@@ -10,16 +10,8 @@
 #define TXO_VERSION "0.1.0"
 
 static const struct command *const commands[] = {
-    &cmd_up,
-    &cmd_serve,
-    &cmd_relay,
-    &cmd_worker,
-    &cmd_migrate,
-    &cmd_stats,
-    &cmd_dlq,
-    &cmd_saga,
-    &cmd_demo,
-    &cmd_stub,
+    &cmd_up,    &cmd_serve, &cmd_relay, &cmd_worker, &cmd_migrate,
+    &cmd_stats, &cmd_dlq,   &cmd_saga,  &cmd_demo,   &cmd_stub,
 };
 
 static void usage(FILE *out)

@@ -16,7 +16,7 @@
 
 #define OPT_HELP         1
 #define OPT_PRINT_CONFIG 2
-#define OPT_HELP_MD      3 /* --help-markdown: used by `txo help --markdown` for docs/config.md */
+#define OPT_HELP_MD      3   /* --help-markdown: used by `txo help --markdown` for docs/config.md */
 #define OPT_FIRST        256 /* above every char getopt_long can return (h, ?, :) */
 
 static bool parse_bool(const char *s, bool *out)
@@ -122,8 +122,9 @@ void settings_print_help(const struct command *cmd, const struct setting *table,
 void settings_print_markdown(const struct command *cmd, const struct setting *table, size_t n,
                              FILE *out)
 {
-    fprintf(out, "## `%s`\n\n%s\n\n| flag | environment | default | meaning |\n"
-                 "|---|---|---|---|\n",
+    fprintf(out,
+            "## `%s`\n\n%s\n\n| flag | environment | default | meaning |\n"
+            "|---|---|---|---|\n",
             cmd->usage, cmd->summary);
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];

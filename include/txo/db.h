@@ -45,19 +45,19 @@ enum txo_isolation {
 };
 
 struct txo_db_opts {
-    const char *host;           /* MYSQL_HOST, default "127.0.0.1" */
-    unsigned port;              /* MYSQL_PORT, default 3306 */
-    const char *user;           /* MYSQL_USER, default "app" */
-    const char *password;       /* MYSQL_PASSWORD, default "secret"; never logged */
-    const char *database;       /* MYSQL_DATABASE, default "appdb" */
-    const char *unix_socket;    /* used instead of host:port when set */
-    unsigned connect_timeout_s; /* default 5 */
-    unsigned read_timeout_s;    /* default 30; a statement waiting longer fails */
-    unsigned write_timeout_s;   /* default 30 */
-    unsigned lock_wait_timeout_s;   /* session innodb_lock_wait_timeout, default 10 */
-    enum txo_isolation isolation;   /* session default, default READ COMMITTED */
-    unsigned tx_max_attempts;       /* whole-transaction attempts, default 5 */
-    struct txo_backoff tx_backoff;  /* between attempts, default 20 ms .. 1 s, jitter 0.5 */
+    const char *host;              /* MYSQL_HOST, default "127.0.0.1" */
+    unsigned port;                 /* MYSQL_PORT, default 3306 */
+    const char *user;              /* MYSQL_USER, default "app" */
+    const char *password;          /* MYSQL_PASSWORD, default "secret"; never logged */
+    const char *database;          /* MYSQL_DATABASE, default "appdb" */
+    const char *unix_socket;       /* used instead of host:port when set */
+    unsigned connect_timeout_s;    /* default 5 */
+    unsigned read_timeout_s;       /* default 30; a statement waiting longer fails */
+    unsigned write_timeout_s;      /* default 30 */
+    unsigned lock_wait_timeout_s;  /* session innodb_lock_wait_timeout, default 10 */
+    enum txo_isolation isolation;  /* session default, default READ COMMITTED */
+    unsigned tx_max_attempts;      /* whole-transaction attempts, default 5 */
+    struct txo_backoff tx_backoff; /* between attempts, default 20 ms .. 1 s, jitter 0.5 */
 };
 
 /* Fills opts with the defaults above. The strings are static. */

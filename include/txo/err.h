@@ -25,28 +25,28 @@
 #include "txo/common.h"
 
 /* X(NAME, value, transient, description) */
-#define TXO_ERR_MAP(X)                                                                     \
-    X(EINVAL, -1, false, "invalid argument")                                               \
-    X(ENOMEM, -2, false, "out of memory")                                                  \
-    X(EDB, -3, false, "database error")                                                    \
-    X(EDEADLOCK, -4, true, "deadlock detected (MySQL 1213)")                               \
-    X(ELOCKTIMEOUT, -5, true, "lock wait timeout exceeded (MySQL 1205)")                   \
-    X(ECONNLOST, -6, true, "lost connection to the database")                              \
-    X(ECONNECT, -7, true, "cannot connect to the database")                                \
-    X(ENOTFOUND, -8, false, "not found")                                                   \
-    X(EDUPLICATE, -9, false, "duplicate key")                                              \
-    X(ECONSTRAINT, -10, false, "constraint violation")                                     \
-    X(ECONFIG, -11, false, "invalid configuration")                                        \
-    X(EPUBLISH, -12, true, "publish failed")                                               \
-    X(ETIMEOUT, -13, true, "timed out")                                                    \
-    X(EBUSINESS, -14, false, "rejected by a business rule")                                \
-    X(ELEASELOST, -15, false, "lease lost to another owner")                               \
-    X(ESTATE, -16, false, "illegal state transition")                                      \
-    X(EIO, -17, false, "input/output error")                                               \
-    X(ECANCELED, -18, false, "canceled")                                                   \
-    X(EMIGRATION, -19, false, "schema migration failed")                                   \
-    X(EUNAVAILABLE, -20, true, "service unavailable")                                      \
-    X(EUNSUPPORTED, -21, false, "not supported by this server")                             \
+#define TXO_ERR_MAP(X)                                                                             \
+    X(EINVAL, -1, false, "invalid argument")                                                       \
+    X(ENOMEM, -2, false, "out of memory")                                                          \
+    X(EDB, -3, false, "database error")                                                            \
+    X(EDEADLOCK, -4, true, "deadlock detected (MySQL 1213)")                                       \
+    X(ELOCKTIMEOUT, -5, true, "lock wait timeout exceeded (MySQL 1205)")                           \
+    X(ECONNLOST, -6, true, "lost connection to the database")                                      \
+    X(ECONNECT, -7, true, "cannot connect to the database")                                        \
+    X(ENOTFOUND, -8, false, "not found")                                                           \
+    X(EDUPLICATE, -9, false, "duplicate key")                                                      \
+    X(ECONSTRAINT, -10, false, "constraint violation")                                             \
+    X(ECONFIG, -11, false, "invalid configuration")                                                \
+    X(EPUBLISH, -12, true, "publish failed")                                                       \
+    X(ETIMEOUT, -13, true, "timed out")                                                            \
+    X(EBUSINESS, -14, false, "rejected by a business rule")                                        \
+    X(ELEASELOST, -15, false, "lease lost to another owner")                                       \
+    X(ESTATE, -16, false, "illegal state transition")                                              \
+    X(EIO, -17, false, "input/output error")                                                       \
+    X(ECANCELED, -18, false, "canceled")                                                           \
+    X(EMIGRATION, -19, false, "schema migration failed")                                           \
+    X(EUNAVAILABLE, -20, true, "service unavailable")                                              \
+    X(EUNSUPPORTED, -21, false, "not supported by this server")                                    \
     X(ECONFLICT, -22, false, "changed by another writer (optimistic lock)")
 
 enum txo_err {
@@ -80,8 +80,7 @@ TXO_API void txo_error_init(struct txo_error *err);
  * with server detail fills them in after this call. The message is cut to
  * TXO_ERROR_MSG_MAX - 1 bytes on a UTF-8 character boundary.
  */
-TXO_API int txo_error_set(struct txo_error *err, int code, const char *fmt, ...)
-    TXO_PRINTF(3, 4);
+TXO_API int txo_error_set(struct txo_error *err, int code, const char *fmt, ...) TXO_PRINTF(3, 4);
 TXO_API int txo_error_setv(struct txo_error *err, int code, const char *fmt, va_list ap)
     TXO_PRINTF(3, 0);
 

@@ -30,15 +30,14 @@ struct txo_http_request {
 };
 
 /* A header of the request (case-insensitive name), or NULL. */
-TXO_API const char *txo_http_request_header(const struct txo_http_request *req,
-                                            const char *name);
+TXO_API const char *txo_http_request_header(const struct txo_http_request *req, const char *name);
 /* A query-string argument of the request, or NULL. */
 TXO_API const char *txo_http_request_arg(const struct txo_http_request *req, const char *name);
 
 /* What the handler answers. The server frees body (txo_free) after sending it. */
 struct txo_http_response {
-    int status;               /* default 500 */
-    char *body;               /* owned; NULL = empty */
+    int status; /* default 500 */
+    char *body; /* owned; NULL = empty */
     size_t body_len;
     const char *content_type; /* static string; default "application/json" */
     unsigned retry_after_s;   /* > 0: a Retry-After header */
@@ -57,11 +56,11 @@ typedef void (*txo_http_handler_fn)(void *arg, const struct txo_http_request *re
                                     struct txo_http_response *resp);
 
 struct txo_http_server_opts {
-    const char *host;          /* IPv4 address to bind; default "127.0.0.1" */
-    unsigned port;             /* 0 = any free port (see txo_http_server_port) */
-    size_t max_body_bytes;     /* default 65536 */
-    unsigned timeout_s;        /* idle or slow connection closed after; default 30 */
-    unsigned max_connections;  /* default 512 */
+    const char *host;         /* IPv4 address to bind; default "127.0.0.1" */
+    unsigned port;            /* 0 = any free port (see txo_http_server_port) */
+    size_t max_body_bytes;    /* default 65536 */
+    unsigned timeout_s;       /* idle or slow connection closed after; default 30 */
+    unsigned max_connections; /* default 512 */
 };
 
 TXO_API void txo_http_server_opts_init(struct txo_http_server_opts *opts);

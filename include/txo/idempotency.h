@@ -66,9 +66,9 @@ enum txo_idem_outcome {
 /* What txo_idem_begin() found. */
 struct txo_idem_claim {
     enum txo_idem_outcome outcome;
-    bool taken_over;  /* NEW by taking over a stale PROCESSING row */
-    int status;       /* REPLAY: the stored HTTP status */
-    char *response;   /* REPLAY: the stored JSON body (owned; txo_idem_claim_release) */
+    bool taken_over; /* NEW by taking over a stale PROCESSING row */
+    int status;      /* REPLAY: the stored HTTP status */
+    char *response;  /* REPLAY: the stored JSON body (owned; txo_idem_claim_release) */
 };
 
 TXO_API void txo_idem_claim_init(struct txo_idem_claim *claim);

@@ -34,7 +34,7 @@
 #include "txo/publisher.h"
 
 enum txo_claim_strategy {
-    TXO_CLAIM_AUTO = 0,     /* skip-locked when the server supports it, else update-limit */
+    TXO_CLAIM_AUTO = 0, /* skip-locked when the server supports it, else update-limit */
     TXO_CLAIM_SKIP_LOCKED,
     TXO_CLAIM_UPDATE_LIMIT,
 };
@@ -44,14 +44,14 @@ TXO_API const char *txo_claim_strategy_name(enum txo_claim_strategy s);
 TXO_API int txo_claim_strategy_parse(const char *name, enum txo_claim_strategy *out);
 
 struct txo_relay_opts {
-    const char *relay_id;            /* prefix of lock tokens; default "<hostname>:<pid>" */
-    enum txo_claim_strategy claim;   /* default AUTO */
-    unsigned batch_size;             /* events per claim, default 500, max 10000 */
-    unsigned lease_s;                /* claim lease, default 30 */
-    unsigned max_attempts;           /* publish attempts before FAILED, default 10 */
-    struct txo_backoff backoff;      /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
-    unsigned idle_sleep_ms;          /* pause when nothing is due, default 200 */
-    bool drain;                      /* txo_relay_run returns when nothing is due */
+    const char *relay_id;          /* prefix of lock tokens; default "<hostname>:<pid>" */
+    enum txo_claim_strategy claim; /* default AUTO */
+    unsigned batch_size;           /* events per claim, default 500, max 10000 */
+    unsigned lease_s;              /* claim lease, default 30 */
+    unsigned max_attempts;         /* publish attempts before FAILED, default 10 */
+    struct txo_backoff backoff;    /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
+    unsigned idle_sleep_ms;        /* pause when nothing is due, default 200 */
+    bool drain;                    /* txo_relay_run returns when nothing is due */
 };
 
 TXO_API void txo_relay_opts_init(struct txo_relay_opts *opts);
@@ -59,10 +59,10 @@ TXO_API void txo_relay_opts_init(struct txo_relay_opts *opts);
 struct txo_relay_stats {
     uint64_t claimed;
     uint64_t published;
-    uint64_t failed_attempts;  /* publish failures that went back to PENDING */
-    uint64_t dead_lettered;    /* events that became FAILED */
-    uint64_t fenced;           /* marks that changed no row because the lease was lost */
-    uint64_t reclaimed;        /* expired leases returned to PENDING */
+    uint64_t failed_attempts; /* publish failures that went back to PENDING */
+    uint64_t dead_lettered;   /* events that became FAILED */
+    uint64_t fenced;          /* marks that changed no row because the lease was lost */
+    uint64_t reclaimed;       /* expired leases returned to PENDING */
     uint64_t batches;
 };
 
@@ -74,8 +74,8 @@ struct txo_relay;
  * TXO_EUNSUPPORTED (skip-locked requested on a server without it), TXO_ENOMEM.
  */
 TXO_API TXO_MUST_CHECK int txo_relay_new(struct txo_db *db, struct txo_publisher *pub,
-                                         const struct txo_relay_opts *opts,
-                                         struct txo_relay **out, struct txo_error *err);
+                                         const struct txo_relay_opts *opts, struct txo_relay **out,
+                                         struct txo_error *err);
 TXO_API void txo_relay_free(struct txo_relay *relay);
 
 /* The strategy in use after AUTO was resolved. */

@@ -94,13 +94,13 @@ struct txo_saga_ctx {
     const char *saga_id;
     const char *saga_type;
     const char *correlation_id;
-    const char *payload;    /* the JSON given to txo_saga_create() */
+    const char *payload; /* the JSON given to txo_saga_create() */
     size_t payload_len;
-    void *state;            /* what def->decode produced from payload (NULL without decode) */
-    void *user;             /* the `user` pointer given to txo_saga_run() */
-    unsigned step_index;    /* 0-based index of the step being run or compensated */
+    void *state;         /* what def->decode produced from payload (NULL without decode) */
+    void *user;          /* the `user` pointer given to txo_saga_run() */
+    unsigned step_index; /* 0-based index of the step being run or compensated */
     const char *step_name;
-    unsigned attempt;       /* 1 for the first try of this step in this run */
+    unsigned attempt; /* 1 for the first try of this step in this run */
 };
 
 /*
@@ -116,9 +116,9 @@ typedef int (*txo_saga_finish_fn)(struct txo_tx *tx, const struct txo_saga_ctx *
                                   enum txo_saga_status final_status, struct txo_error *err);
 
 struct txo_saga_step_def {
-    const char *name;             /* "ReserveStock"; stored in saga_steps.step_name */
+    const char *name; /* "ReserveStock"; stored in saga_steps.step_name */
     txo_saga_step_fn action;
-    txo_saga_step_fn compensate;  /* NULL: nothing to undo */
+    txo_saga_step_fn compensate; /* NULL: nothing to undo */
 };
 
 struct txo_saga_def {
@@ -182,7 +182,7 @@ struct txo_saga_step_info {
     unsigned step_order; /* 1-based, as stored */
     char *name;
     enum txo_step_status status;
-    char *error; /* NULL when none */
+    char *error;       /* NULL when none */
     unsigned attempts; /* tries of the action and compensation so far */
 };
 struct txo_saga_info {
@@ -191,7 +191,7 @@ struct txo_saga_info {
     char *correlation_id;
     enum txo_saga_status status;
     char *payload;
-    char *owner; /* NULL when unowned */
+    char *owner;    /* NULL when unowned */
     int64_t idle_s; /* seconds since the instance last changed (workers space retries by it) */
     struct txo_saga_step_info *steps;
     size_t n_steps;
@@ -212,8 +212,8 @@ TXO_API char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_er
 
 /* Finds the id of the saga of `type` with this correlation id. Errors: TXO_ENOTFOUND. */
 TXO_API TXO_MUST_CHECK int txo_saga_find(struct txo_db *db, const char *type,
-                                         const char *correlation_id,
-                                         char saga_id[TXO_SAGA_ID_LEN], struct txo_error *err);
+                                         const char *correlation_id, char saga_id[TXO_SAGA_ID_LEN],
+                                         struct txo_error *err);
 
 /*
  * For workers: ids of sagas in `status` that nobody holds (no owner, or the owner's lease

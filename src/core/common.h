@@ -19,10 +19,10 @@
 
 /* Aborts with file:line when cond is false. Stays on in release builds. Never use it on data
  * from the database, the network or a user: that is an error, not a bug. */
-#define TXO_ASSERT(cond)                                                                       \
-    do {                                                                                       \
-        if (!(cond))                                                                           \
-            txo__assert_fail(#cond, __FILE__, __LINE__);                                       \
+#define TXO_ASSERT(cond)                                                                           \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            txo__assert_fail(#cond, __FILE__, __LINE__);                                           \
     } while (0)
 
 /* Marks a state that cannot happen unless the code is wrong. */

@@ -14,7 +14,7 @@
 struct txo_db_pool {
     struct txo_db_opts opts;
     unsigned max_size;
-    unsigned open;     /* connections that exist (idle + in use + being opened) */
+    unsigned open; /* connections that exist (idle + in use + being opened) */
     unsigned n_idle;
     struct txo_db **idle;
     pthread_mutex_t mu;

@@ -88,8 +88,8 @@ void txo_http_response_take(struct txo_http_response *resp, int status, char *bo
     resp->body_len = body != NULL ? len : 0;
 }
 
-static enum MHD_Result queue(struct txo_http_server *srv, struct MHD_Connection *conn,
-                             int status, const char *body, size_t len, const char *content_type,
+static enum MHD_Result queue(struct txo_http_server *srv, struct MHD_Connection *conn, int status,
+                             const char *body, size_t len, const char *content_type,
                              unsigned retry_after_s, const char *hname, const char *hvalue)
 {
     struct MHD_Response *r =
@@ -143,9 +143,8 @@ static bool append_body(struct request_ctx *ctx, const char *data, size_t n, siz
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
 {
     (void)version;
     struct txo_http_server *srv = cls;
@@ -160,8 +159,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_lock(&srv->mu);
         srv->in_flight++;
         pthread_mutex_unlock(&srv->mu);
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL) {
             char *end = NULL;
             errno = 0;
@@ -265,12 +264,12 @@ int txo_http_server_start(const struct txo_http_server_opts *opts, txo_http_hand
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     errno = 0;
-    srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)opts->port, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)opts->timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)opts->max_connections,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
+    srv->daemon = MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,
+                                   MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                                   MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)opts->timeout_s,
+                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned int)opts->max_connections,
+                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
     if (srv->daemon == NULL) {
         int saved = errno;
         pthread_cond_destroy(&srv->drained);

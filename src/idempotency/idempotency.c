@@ -37,8 +37,8 @@ int txo_idem_hash(const char *method, const char *path, const char *body, size_t
     json_error_t jerr;
     json_t *doc = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
     if (doc == NULL)
-        return txo_error_set(err, TXO_EINVAL, "malformed JSON at line %d column %d: %s",
-                             jerr.line, jerr.column, jerr.text);
+        return txo_error_set(err, TXO_EINVAL, "malformed JSON at line %d column %d: %s", jerr.line,
+                             jerr.column, jerr.text);
     char *canonical = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     json_decref(doc);
     if (canonical == NULL)
@@ -49,9 +49,8 @@ int txo_idem_hash(const char *method, const char *path, const char *body, size_t
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int digest_len = 0;
     if (md == NULL || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1 ||
-        EVP_DigestUpdate(md, method, strlen(method)) != 1 ||
-        EVP_DigestUpdate(md, " ", 1) != 1 || EVP_DigestUpdate(md, path, strlen(path)) != 1 ||
-        EVP_DigestUpdate(md, "\n", 1) != 1 ||
+        EVP_DigestUpdate(md, method, strlen(method)) != 1 || EVP_DigestUpdate(md, " ", 1) != 1 ||
+        EVP_DigestUpdate(md, path, strlen(path)) != 1 || EVP_DigestUpdate(md, "\n", 1) != 1 ||
         EVP_DigestUpdate(md, canonical, strlen(canonical)) != 1 ||
         EVP_DigestFinal_ex(md, digest, &digest_len) != 1 || digest_len != 32) {
         rc = txo_error_set(err, TXO_ENOMEM, "SHA-256 of the request failed");
@@ -83,9 +82,8 @@ void txo_idem_claim_release(struct txo_idem_claim *claim)
 }
 
 /* Looks at the existing (locked) row of key and decides. */
-static int examine_existing(struct txo_tx *tx, const char *key,
-                            const char hash[TXO_IDEM_HASH_LEN], unsigned stale_s,
-                            struct txo_idem_claim *claim, struct txo_error *err)
+static int examine_existing(struct txo_tx *tx, const char *key, const char hash[TXO_IDEM_HASH_LEN],
+                            unsigned stale_s, struct txo_idem_claim *claim, struct txo_error *err)
 {
     struct txo_param params[] = {txo_p_i64(stale_s), txo_p_str(key)};
     struct txo_rows *rows = NULL;

@@ -1189,8 +1189,8 @@ static int drive(struct txo_db *db, const struct txo_saga_def *def, const char *
         TXO_LOG(TXO_LOG_DEBUG, "saga", "saga finished saga_id=%s type=%s status=%s", r.id,
                 def->type, txo_saga_status_name(r.status));
     else
-        TXO_LOG(TXO_LOG_INFO, "saga", "saga finished saga_id=%s type=%s status=%s", r.id,
-                def->type, txo_saga_status_name(r.status));
+        TXO_LOG(TXO_LOG_INFO, "saga", "saga finished saga_id=%s type=%s status=%s", r.id, def->type,
+                txo_saga_status_name(r.status));
 out:
     if (rc == 0 && final != NULL) {
         *final = r.status;

@@ -20,15 +20,15 @@ char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err
         goto out;
     for (size_t i = 0; i < info->n_steps; i++) {
         const struct txo_saga_step_info *st = &info->steps[i];
-        json_t *step = json_pack("{s:I,s:s,s:s,s:I,s:o}", "step", (json_int_t)st->step_order,
-                                 "name", st->name, "status", txo_step_status_name(st->status),
-                                 "attempts", (json_int_t)st->attempts, "error",
-                                 str_or_null(st->error));
+        json_t *step =
+            json_pack("{s:I,s:s,s:s,s:I,s:o}", "step", (json_int_t)st->step_order, "name", st->name,
+                      "status", txo_step_status_name(st->status), "attempts",
+                      (json_int_t)st->attempts, "error", str_or_null(st->error));
         if (step == NULL || json_array_append_new(steps, step) != 0)
             goto out;
     }
-    json_t *payload = info->payload != NULL ? json_loads(info->payload, JSON_DECODE_ANY, NULL)
-                                            : NULL;
+    json_t *payload =
+        info->payload != NULL ? json_loads(info->payload, JSON_DECODE_ANY, NULL) : NULL;
     if (json_object_set_new(doc, "saga_id", json_string(info->id)) != 0 ||
         json_object_set_new(doc, "saga_type", str_or_null(info->type)) != 0 ||
         json_object_set_new(doc, "correlation_id", str_or_null(info->correlation_id)) != 0 ||

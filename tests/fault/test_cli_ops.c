@@ -221,8 +221,12 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
                        "('order', 98, 'OrderCreated', '{}', 'old-pending', 'PENDING', "
                        "UTC_TIMESTAMP(6) - INTERVAL 2 DAY, UTC_TIMESTAMP(6) + INTERVAL 1 DAY)");
 
-    const char *argv[] = {testproc_txo_bin(), "worker",         "--broker=none",
-                          "--clean-interval=1", "--outbox-retention=86400", "--clean-batch=2",
+    const char *argv[] = {testproc_txo_bin(),
+                          "worker",
+                          "--broker=none",
+                          "--clean-interval=1",
+                          "--outbox-retention=86400",
+                          "--clean-batch=2",
                           NULL};
     struct testproc w;
     testproc_start(&w, "cli_worker", argv, NULL);

@@ -515,9 +515,9 @@ static unsigned start_daemon(struct ctx *c, const char *tag, const char *sub,
         testpipeline_args_add(&a, extra[i]);
     if (nats)
         args_nats(c, &a);
-    testpipeline_args_addf(&a, strcmp(sub, "serve") == 0 ? "--listen=127.0.0.1:%u"
-                                                         : "--metrics-listen=127.0.0.1:%u",
-                           port);
+    testpipeline_args_addf(
+        &a, strcmp(sub, "serve") == 0 ? "--listen=127.0.0.1:%u" : "--metrics-listen=127.0.0.1:%u",
+        port);
     struct testproc *p = testpipeline_start(&c->p, tag, &a);
     testpipeline_wait_ready(&c->p, p, port);
     return port;
@@ -537,8 +537,8 @@ static void test_two_of_each_daemon_nats(void **state)
     for (int i = 0; i < 2; i++) {
         api[i] = start_daemon(c, i == 0 ? "scale_serve1" : "scale_serve2", "serve", none, false);
         (void)start_daemon(c, i == 0 ? "scale_relay1" : "scale_relay2", "relay", relay, true);
-        workers[i] = start_daemon(c, i == 0 ? "scale_worker1" : "scale_worker2", "worker",
-                                  worker, true);
+        workers[i] =
+            start_daemon(c, i == 0 ? "scale_worker1" : "scale_worker2", "worker", worker, true);
     }
     for (int i = 0; i < 2; i++)
         place_orders(c, api[i], i == 0 ? "scale-a" : "scale-b", SCALE_ORDERS / 2);

@@ -685,8 +685,12 @@ static void test_l_shipment_timeout_is_cancelled(void **state)
     struct rig *r = *state;
     const char *stub_args[] = {"--hang", "--fail-path=/shipments/create", NULL};
     start_stub(r, stub_args);
-    const char *up_args[] = {r->payment_flag,      r->shipment_flag,   "--service-timeout=500",
-                             "--service-retries=1", "--step-attempts=2", "--poll=50",
+    const char *up_args[] = {r->payment_flag,
+                             r->shipment_flag,
+                             "--service-timeout=500",
+                             "--service-retries=1",
+                             "--step-attempts=2",
+                             "--poll=50",
                              NULL};
     start_up(r, up_args);
 

@@ -147,14 +147,14 @@ static void test_saga_after_cancel_compensates_without_second_event(void **state
     char *pay = testdb_str(f->t.db, "SELECT status FROM payments WHERE order_id = ?", &p, 1);
     assert_string_equal(pay, "REFUNDED");
     txo_free(pay);
-    assert_int_equal(testdb_i64(f->t.db, "SELECT available FROM inventory WHERE sku = 'iphone-15'",
-                                NULL, 0),
-                     10);
-    assert_int_equal(testdb_i64(f->t.db, "SELECT reserved FROM inventory WHERE sku = 'iphone-15'",
-                                NULL, 0),
-                     0);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM shipments WHERE order_id = ? AND status = "
-                              "'CREATED'",
+    assert_int_equal(
+        testdb_i64(f->t.db, "SELECT available FROM inventory WHERE sku = 'iphone-15'", NULL, 0),
+        10);
+    assert_int_equal(
+        testdb_i64(f->t.db, "SELECT reserved FROM inventory WHERE sku = 'iphone-15'", NULL, 0), 0);
+    assert_int_equal(count(f,
+                           "SELECT COUNT(*) FROM shipments WHERE order_id = ? AND status = "
+                           "'CREATED'",
                            id),
                      0);
     char *st = order_status(f, id);
@@ -162,8 +162,9 @@ static void test_saga_after_cancel_compensates_without_second_event(void **state
     txo_free(st);
     assert_int_equal(count(f, "SELECT version FROM orders WHERE id = ?", id), 1);
     assert_int_equal(count(f, cancelled_events, id), 1); /* the customer's, not a second one */
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id = ? AND "
-                              "event_type IN ('PaymentRefunded', 'StockReleased')",
+    assert_int_equal(count(f,
+                           "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id = ? AND "
+                           "event_type IN ('PaymentRefunded', 'StockReleased')",
                            id),
                      2);
 }
@@ -194,8 +195,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel_at_version_then_conflicts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_after_cancel_compensates_without_second_event,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_confirmed_order_cannot_be_cancelled, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_confirmed_order_cannot_be_cancelled, setup, teardown),
     };
     txo_log_set_level(TXO_LOG_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);
