@@ -15,9 +15,9 @@ die() { log "error: $*"; exit 1; }
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
             libcmocka-dev libmicrohttpd-dev libnats-dev libcurl4-openssl-dev)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
-# nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples), promtool
-# (package prometheus: checks /metrics) and wrk (the HTTP benchmark).
-RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus wrk)
+# nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
+# scripts/valgrind.sh) and promtool (package prometheus: the metrics tests check /metrics).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

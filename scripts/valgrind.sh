@@ -33,7 +33,17 @@ fi
 
 # The whole service (HTTP API with its threads and pool, relay, worker, metrics) under load,
 # with the stub payment/shipment service so the libcurl paths run too.
-port_free() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+# A TCP port on 127.0.0.1 nothing listens on (bash's /dev/tcp: a refused connect means free).
+port_free() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return
+        fi
+    done
+}
 api_port=$(port_free)
 stub_port=$(port_free)
 say "txo stub-services + txo up serving orders, stopped with SIGTERM"
