@@ -60,9 +60,6 @@ struct ctx {
     size_t n_many;
 };
 
-/* MYSQL_DATABASE before testdb_export_env(): the next setup connects with it. */
-static char *orig_database;
-
 static int setup(void **state)
 {
     struct ctx *c = calloc(1, sizeof(*c));
@@ -95,10 +92,6 @@ static int teardown(void **state)
     curl_easy_cleanup(c->h);
     testdb_teardown(&c->t);
     free(c);
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -803,8 +796,6 @@ static void test_sigterm_finishes_requests(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    orig_database = db != NULL ? strdup(db) : NULL;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
@@ -822,6 +813,5 @@ int main(void)
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
-    free(orig_database);
     return failed;
 }

@@ -46,9 +46,6 @@ struct ctx {
     struct testhttp_reply rep[3];     /* the test's answers; released by teardown */
 };
 
-/* MYSQL_DATABASE before testdb_export_env(): the next setup connects with it. */
-static char *orig_database;
-
 static int setup(void **state)
 {
     struct ctx *c = calloc(1, sizeof(*c));
@@ -77,10 +74,6 @@ static int teardown(void **state)
     curl_easy_cleanup(c->h);
     testdb_teardown(&c->t);
     free(c);
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -372,8 +365,6 @@ static void test_probes_and_metrics(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    orig_database = db != NULL ? strdup(db) : NULL;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
@@ -382,6 +373,5 @@ int main(void)
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
-    free(orig_database);
     return failed;
 }

@@ -19,8 +19,6 @@
 #include "testdb.h"
 #include "testproc.h"
 
-static char *orig_database;
-
 static int setup(void **state)
 {
     struct testdb *t = txo_calloc(1, sizeof(*t));
@@ -38,10 +36,6 @@ static int teardown(void **state)
     struct testdb *t = *state;
     testdb_teardown(t);
     txo_free(t);
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -248,8 +242,6 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    orig_database = db != NULL ? strdup(db) : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
@@ -258,6 +250,5 @@ int main(void)
     };
     txo_log_set_level(TXO_LOG_ERROR);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    free(orig_database);
     return rc;
 }

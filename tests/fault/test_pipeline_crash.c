@@ -47,10 +47,6 @@ struct ctx {
     struct testpipeline p; /* the processes, the HTTP client, their logs */
 };
 
-/* testdb_export_env() points MYSQL_DATABASE at the test database; the next setup needs the
- * original one back to connect before it creates its own. */
-static char *orig_database;
-
 static int setup(void **state)
 {
     struct ctx *c = txo_calloc(1, sizeof(*c));
@@ -68,10 +64,6 @@ static int teardown(void **state)
     testpipeline_release(&c->p);
     testdb_teardown(&c->t);
     txo_free(c);
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -296,13 +288,10 @@ static void test_worker_killed_mid_sagas(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    orig_database = db != NULL ? txo_strdup(db) : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_local, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_killed_mid_sagas, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    txo_free(orig_database);
     return rc;
 }

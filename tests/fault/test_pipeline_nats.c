@@ -49,10 +49,6 @@ struct ctx {
     char durable[64];      /* the workers' durable consumer */
 };
 
-/* testdb_export_env() points MYSQL_DATABASE at the test database; the next setup needs the
- * original one back to connect before it creates its own. */
-static char *orig_database;
-
 static int setup(void **state)
 {
     static unsigned seq;
@@ -77,10 +73,6 @@ static int teardown(void **state)
     testnats_cleanup(&c->nats);
     testdb_teardown(&c->t);
     txo_free(c);
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -563,8 +555,6 @@ static void test_two_of_each_daemon_nats(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    orig_database = db != NULL ? txo_strdup(db) : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_nats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_end_to_end_nats, setup, teardown),
@@ -572,6 +562,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_of_each_daemon_nats, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    txo_free(orig_database);
     return rc;
 }

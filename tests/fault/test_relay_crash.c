@@ -26,10 +26,6 @@
 
 #include "testdb.h"
 
-/* testdb_export_env() points MYSQL_DATABASE at the test database; the next setup needs the
- * original one back to connect before it creates its own. */
-static char *orig_database;
-
 static int setup(void **state)
 {
     struct testdb *t = txo_calloc(1, sizeof(*t));
@@ -44,10 +40,6 @@ static int teardown(void **state)
     testdb_teardown(*state);
     txo_free(*state);
     unsetenv("TXO_CRASH_POINT");
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -262,8 +254,6 @@ static void test_sigterm_finishes_batch(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    orig_database = db != NULL ? txo_strdup(db) : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_crash_after_publish_republishes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_finishes_batch, setup, teardown),

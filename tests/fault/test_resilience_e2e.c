@@ -51,10 +51,6 @@
 #define LOG_TAIL      6000
 #define START_WAIT_MS 30000 /* process start-up, generous for sanitizer builds */
 
-/* testdb_export_env() points MYSQL_DATABASE at the test's database; the next setup needs
- * the original one back to connect before it creates its own. */
-static char *orig_database;
-
 /* One test's database, HTTP client and processes. */
 struct rig {
     struct testdb t;
@@ -106,10 +102,6 @@ static int teardown(void **state)
     txo_http_client_free(r->http);
     testdb_teardown(&r->t);
     txo_free(r);
-    if (orig_database != NULL)
-        setenv("MYSQL_DATABASE", orig_database, 1);
-    else
-        unsetenv("MYSQL_DATABASE");
     return 0;
 }
 
@@ -677,7 +669,7 @@ static void test_l_slow_payment_charge_is_refunded(void **state)
 /*
  * L for the shipment: CreateShipment times out (the stub hangs on /shipments/create only).
  * Its outcome is unknown, the step FAILED is not compensated, so the saga queues a
- * CancelShipment command; the worker sends /shipments/cancel once the service answers again.
+ * CancelShipment command, which the worker sends to /shipments/cancel (not hung).
  * The charge that did happen is refunded by the normal compensation.
  */
 static void test_l_shipment_timeout_is_cancelled(void **state)
@@ -703,11 +695,7 @@ static void test_l_shipment_timeout_is_cancelled(void **state)
     assert_step(r, id, "ChargePayment", "COMPENSATED");
     assert_int_equal(stub_order_stat(r, id, "charges"), 1);
     assert_int_equal(stub_order_stat(r, id, "refunds"), 1);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
-                                 "'CancelShipment' AND status <> 'DONE'"),
-                     1);
-
-    stub_control(r, "{\"hang\":false}");
+    /* The hang covers /shipments/create only: the queued cancel goes through at once. */
     int64_t deadline = txo_monotonic_ms() + 10000;
     while (db_count(r, "SELECT COUNT(*) FROM command_queue WHERE command_type = "
                        "'CancelShipment' AND status = 'DONE'") != 1 &&
@@ -1040,9 +1028,6 @@ static void test_fifth_setting_is_not_help(void **state)
 
 int main(void)
 {
-    const char *db = getenv("MYSQL_DATABASE");
-    if (db != NULL)
-        orig_database = strdup(db);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
@@ -1056,6 +1041,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fifth_setting_is_not_help, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    free(orig_database);
     return failed;
 }

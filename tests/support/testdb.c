@@ -86,6 +86,15 @@ void testdb_setup(struct testdb *t, const char *tag)
 
 void testdb_teardown(struct testdb *t)
 {
+    if (t->env_exported) {
+        if (t->env_database != NULL)
+            setenv("MYSQL_DATABASE", t->env_database, 1);
+        else
+            unsetenv("MYSQL_DATABASE");
+        free(t->env_database);
+        t->env_database = NULL;
+        t->env_exported = false;
+    }
     if (!t->db)
         return;
     const char *keep = getenv("TXO_TEST_KEEP_DB");
@@ -129,8 +138,13 @@ char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *par
     return v;
 }
 
-void testdb_export_env(const struct testdb *t)
+void testdb_export_env(struct testdb *t)
 {
+    if (!t->env_exported) {
+        const char *before = getenv("MYSQL_DATABASE");
+        t->env_database = before != NULL ? strdup(before) : NULL;
+        t->env_exported = true;
+    }
     char port[16];
     snprintf(port, sizeof(port), "%u", t->opts.port);
     setenv("MYSQL_HOST", t->opts.host, 1);

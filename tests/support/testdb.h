@@ -9,6 +9,7 @@
 #ifndef TXO_TESTDB_H
 #define TXO_TESTDB_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "txo/txo.h"
@@ -17,6 +18,8 @@ struct testdb {
     char name[64];            /* the database name */
     struct txo_db_opts opts;  /* MYSQL_* from the environment, database = name */
     struct txo_db *db;        /* a connection to it, owned */
+    bool env_exported;        /* testdb_export_env() ran: teardown puts MYSQL_DATABASE back */
+    char *env_database;       /* MYSQL_DATABASE before that (NULL: it was unset); owned */
 };
 
 /* Reads MYSQL_HOST/PORT/USER/PASSWORD/DATABASE into opts (defaults of txo_db_opts_init). */
@@ -42,7 +45,8 @@ int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *p
 char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);
 
 /* Exports MYSQL_* (with MYSQL_DATABASE = t->name) into this process's environment, so child
- * processes (the txo binary in fault tests) use the test database. */
-void testdb_export_env(const struct testdb *t);
+ * processes (the txo binary in fault tests) use the test database. testdb_teardown() restores
+ * the MYSQL_DATABASE of before, so the next test's setup connects where the first one did. */
+void testdb_export_env(struct testdb *t);
 
 #endif
