@@ -105,6 +105,12 @@ static void reply_txo_error(struct txo_http_response *resp, int rc, const struct
     }
 }
 
+/* What a route's path carried: an order or dead-letter id, or a saga id. */
+struct route_match {
+    int64_t id;
+    char saga_id[TXO_SAGA_ID_LEN];
+};
+
 /* ---- POST /orders ---- */
 
 struct parsed_order {
@@ -211,9 +217,10 @@ static bool is_json_media_type(const char *ctype)
     return next == '\0' || next == ';' || next == ' ' || next == '\t';
 }
 
-static void post_order(struct order_api *api, struct txo_db *db, const struct txo_http_request *req,
-                       struct txo_http_response *resp)
+static void post_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                       const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)m;
     struct txo_error err;
     txo_error_init(&err);
     const char *key = txo_http_request_header(req, "Idempotency-Key");
@@ -256,7 +263,7 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct tx
         reply_error(resp, 422, "validation_failed", err.msg);
         goto out;
     }
-    rc = txo_idem_hash(req->method, "/orders", req->body, req->body_len, a.hash, &err);
+    rc = txo_idem_hash_doc(req->method, "/orders", doc, a.hash, &err);
     if (rc != 0) {
         reply_txo_error(resp, rc, &err);
         goto out;
@@ -343,23 +350,24 @@ static bool path_saga(const char *path, const char *prefix, const char *suffix,
     return true;
 }
 
-static void get_order(struct txo_db *db, int64_t id, struct txo_http_response *resp)
+static void get_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                      const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)api;
+    (void)req;
+    int64_t id = m->id;
     struct txo_error err;
     txo_error_init(&err);
     char *json = NULL;
-    int rc = orders_get_json(db, id, &json, &err);
+    int64_t version = 0;
+    int rc = orders_get_json(db, id, &json, &version, &err);
     if (rc != 0) {
         reply_txo_error(resp, rc, &err);
         return;
     }
     /* The version as ETag: what POST /orders/{id}/cancel takes back in If-Match. */
-    json_t *doc = json_loads(json, 0, NULL);
-    json_int_t version = json_integer_value(json_object_get(doc, "version"));
-    json_decref(doc);
     snprintf(resp->header_name, sizeof(resp->header_name), "ETag");
-    snprintf(resp->header_value, sizeof(resp->header_value), "\"%" JSON_INTEGER_FORMAT "\"",
-             version);
+    snprintf(resp->header_value, sizeof(resp->header_value), "\"%" PRId64 "\"", version);
     txo_http_response_take(resp, 200, json, strlen(json));
 }
 
@@ -391,9 +399,11 @@ static bool parse_if_match(const char *h, int64_t *version)
     return true;
 }
 
-static void cancel_order(struct txo_db *db, int64_t id, const struct txo_http_request *req,
-                         struct txo_http_response *resp)
+static void cancel_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                         const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)api;
+    int64_t id = m->id;
     const char *if_match = txo_http_request_header(req, "If-Match");
     struct cancel_args a = {.order_id = id};
     if (if_match == NULL) {
@@ -424,8 +434,12 @@ static void cancel_order(struct txo_db *db, int64_t id, const struct txo_http_re
                          "version", (json_int_t)a.new_version));
 }
 
-static void get_saga(struct txo_db *db, const char *id, struct txo_http_response *resp)
+static void get_saga(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                     const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)api;
+    (void)req;
+    const char *id = m->saga_id;
     struct txo_error err;
     txo_error_init(&err);
     struct txo_saga_info info;
@@ -443,9 +457,11 @@ static void get_saga(struct txo_db *db, const char *id, struct txo_http_response
     txo_http_response_take(resp, 200, json, strlen(json));
 }
 
-static void retry_saga(const struct order_api *api, struct txo_db *db, const char *id,
-                       struct txo_http_response *resp)
+static void retry_saga(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                       const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)req;
+    const char *id = m->saga_id;
     struct txo_error err;
     txo_error_init(&err);
     enum txo_saga_status final = TXO_SAGA_RUNNING;
@@ -458,8 +474,12 @@ static void retry_saga(const struct order_api *api, struct txo_db *db, const cha
                json_pack("{s:s,s:s}", "saga_id", id, "status", txo_saga_status_name(final)));
 }
 
-static void outbox_stats(struct txo_db *db, struct txo_http_response *resp)
+static void outbox_stats(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                         const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)api;
+    (void)m;
+    (void)req;
     struct txo_error err;
     txo_error_init(&err);
     struct txo_outbox_stats st;
@@ -476,9 +496,11 @@ static void outbox_stats(struct txo_db *db, struct txo_http_response *resp)
                          st.oldest_pending_age_s));
 }
 
-static void list_dlq(struct txo_db *db, const struct txo_http_request *req,
-                     struct txo_http_response *resp)
+static void list_dlq(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                     const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)api;
+    (void)m;
     struct txo_error err;
     txo_error_init(&err);
     const char *after = txo_http_request_arg(req, "after_id");
@@ -517,8 +539,12 @@ static void list_dlq(struct txo_db *db, const struct txo_http_request *req,
                json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
 }
 
-static void replay_dlq(struct txo_db *db, int64_t id, struct txo_http_response *resp)
+static void replay_dlq(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                       const struct txo_http_request *req, struct txo_http_response *resp)
 {
+    (void)api;
+    (void)req;
+    int64_t id = m->id;
     struct txo_error err;
     txo_error_init(&err);
     int rc = txo_dlq_replay(db, id, &err);
@@ -555,86 +581,110 @@ static bool is(const struct txo_http_request *req, const char *method)
            (strcmp(method, "GET") == 0 && strcmp(req->method, "HEAD") == 0);
 }
 
-/* Routes that need a database connection. Returns false when no route matched. */
-static bool route_db(struct order_api *api, struct txo_db *db, const struct txo_http_request *req,
-                     struct txo_http_response *resp)
+static void healthz(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                    const struct txo_http_request *req, struct txo_http_response *resp)
 {
-    int64_t id = 0;
-    char saga_id[TXO_SAGA_ID_LEN];
-    if (strcmp(req->path, "/orders") == 0 && is(req, "POST")) {
-        post_order(api, db, req, resp);
-    } else if (path_id(req->path, "/orders/", "", &id) && is(req, "GET")) {
-        get_order(db, id, resp);
-    } else if (path_id(req->path, "/orders/", "/cancel", &id) && is(req, "POST")) {
-        cancel_order(db, id, req, resp);
-    } else if (strcmp(req->path, "/readyz") == 0 && is(req, "GET")) {
-        struct txo_error err;
-        txo_error_init(&err);
-        if (txo_db_ping(db, &err) == 0) {
-            (void)txo_http_response_set(resp, 200, "{\"status\":\"ready\"}");
-        } else {
-            resp->retry_after_s = 1;
-            reply_error(resp, 503, "database_unavailable", err.msg);
-        }
-    } else if (strcmp(req->path, "/outbox/stats") == 0 && is(req, "GET")) {
-        outbox_stats(db, resp);
-    } else if (strcmp(req->path, "/dlq") == 0 && is(req, "GET")) {
-        list_dlq(db, req, resp);
-    } else if (path_id(req->path, "/dlq/", "/replay", &id) && is(req, "POST")) {
-        replay_dlq(db, id, resp);
-    } else if (path_saga(req->path, "/sagas/", "/retry", saga_id) && is(req, "POST")) {
-        retry_saga(api, db, saga_id, resp);
-    } else if (path_saga(req->path, "/sagas/", "", saga_id) && is(req, "GET")) {
-        get_saga(db, saga_id, resp);
+    (void)api;
+    (void)db;
+    (void)m;
+    (void)req;
+    (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
+}
+
+static void readyz(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                   const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)m;
+    (void)req;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_ping(db, &err) == 0) {
+        (void)txo_http_response_set(resp, 200, "{\"status\":\"ready\"}");
     } else {
-        return false;
+        resp->retry_after_s = 1;
+        reply_error(resp, 503, "database_unavailable", err.msg);
     }
-    return true;
 }
 
-static bool is_admin_path(const char *path)
-{
-    return strncmp(path, "/outbox/", 8) == 0 || strncmp(path, "/dlq", 4) == 0 ||
-           strncmp(path, "/sagas/", 7) == 0;
-}
+/* The routes: path = prefix [+ id + suffix]. The first route whose path and method match
+ * answers; a path that matches with another method is 405, no match at all 404. */
+enum route_param { PARAM_NONE, PARAM_ID, PARAM_SAGA };
 
-static bool known_path(const char *path)
+struct route {
+    const char *method;
+    const char *prefix;
+    enum route_param param;
+    const char *suffix;
+    bool admin;    /* needs the bearer token when one is configured */
+    bool needs_db; /* borrows a pooled connection for the call */
+    void (*fn)(struct order_api *api, struct txo_db *db, const struct route_match *m,
+               const struct txo_http_request *req, struct txo_http_response *resp);
+};
+
+static const struct route routes[] = {
+    {"GET", "/healthz", PARAM_NONE, "", false, false, healthz},
+    {"GET", "/readyz", PARAM_NONE, "", false, true, readyz},
+    {"POST", "/orders", PARAM_NONE, "", false, true, post_order},
+    {"GET", "/orders/", PARAM_ID, "", false, true, get_order},
+    {"POST", "/orders/", PARAM_ID, "/cancel", false, true, cancel_order},
+    {"GET", "/outbox/stats", PARAM_NONE, "", true, true, outbox_stats},
+    {"GET", "/dlq", PARAM_NONE, "", true, true, list_dlq},
+    {"POST", "/dlq/", PARAM_ID, "/replay", true, true, replay_dlq},
+    {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
+    {"GET", "/sagas/", PARAM_SAGA, "", true, true, get_saga},
+};
+
+static bool path_matches(const struct route *r, const char *path, struct route_match *m)
 {
-    int64_t id;
-    char saga_id[TXO_SAGA_ID_LEN];
-    return strcmp(path, "/orders") == 0 || path_id(path, "/orders/", "", &id) ||
-           path_id(path, "/orders/", "/cancel", &id) || strcmp(path, "/healthz") == 0 ||
-           strcmp(path, "/readyz") == 0 || strcmp(path, "/metrics") == 0 || is_admin_path(path) ||
-           path_saga(path, "/sagas/", "", saga_id);
+    switch (r->param) {
+    case PARAM_ID:
+        return path_id(path, r->prefix, r->suffix, &m->id);
+    case PARAM_SAGA:
+        return path_saga(path, r->prefix, r->suffix, m->saga_id);
+    case PARAM_NONE:
+        break;
+    }
+    return strcmp(path, r->prefix) == 0;
 }
 
 void order_api_handle(void *arg, const struct txo_http_request *req, struct txo_http_response *resp)
 {
     struct order_api *api = arg;
-    if (strcmp(req->path, "/healthz") == 0 && is(req, "GET")) {
-        (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
+    const struct route *found = NULL;
+    bool path_known = false;
+    struct route_match m;
+    memset(&m, 0, sizeof(m));
+    for (size_t i = 0; i < TXO_ARRAY_LEN(routes) && found == NULL; i++) {
+        if (!path_matches(&routes[i], req->path, &m))
+            continue;
+        path_known = true;
+        if (routes[i].admin && !admin_allowed(api, req)) {
+            reply_error(resp, 401, "unauthorized",
+                        "admin endpoints need Authorization: Bearer <token>");
+            return;
+        }
+        if (is(req, routes[i].method))
+            found = &routes[i];
+    }
+    if (found == NULL) {
+        if (path_known)
+            reply_error(resp, 405, "method_not_allowed", "this method is not allowed on this path");
+        else
+            reply_error(resp, 404, "not_found", "no such endpoint");
         return;
     }
-    if (is_admin_path(req->path) && !admin_allowed(api, req)) {
-        reply_error(resp, 401, "unauthorized",
-                    "admin endpoints need Authorization: Bearer <token>");
-        return;
-    }
-    struct txo_error err;
-    txo_error_init(&err);
     struct txo_db *db = NULL;
-    int rc = txo_db_pool_get(api->pool, api->opts.db_wait_ms, &db, &err);
-    if (rc != 0) {
-        resp->retry_after_s = 1;
-        reply_error(resp, 503, "database_unavailable", err.msg);
-        return;
+    if (found->needs_db) {
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_pool_get(api->pool, api->opts.db_wait_ms, &db, &err) != 0) {
+            resp->retry_after_s = 1;
+            reply_error(resp, 503, "database_unavailable", err.msg);
+            return;
+        }
     }
-    bool matched = route_db(api, db, req, resp);
-    txo_db_pool_put(api->pool, db, false);
-    if (matched)
-        return;
-    if (known_path(req->path))
-        reply_error(resp, 405, "method_not_allowed", "this method is not allowed on this path");
-    else
-        reply_error(resp, 404, "not_found", "no such endpoint");
+    found->fn(api, db, &m, req, resp);
+    if (db != NULL)
+        txo_db_pool_put(api->pool, db, false);
 }

@@ -18,6 +18,7 @@
 struct get_args {
     int64_t order_id;
     json_t *doc;
+    int64_t version;
 };
 
 static int read_order(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -33,6 +34,7 @@ static int read_order(struct txo_tx *tx, void *arg, struct txo_error *err)
         rc = txo_error_set(err, TXO_ENOTFOUND, "order %" PRId64 " not found", a->order_id);
         goto out;
     }
+    a->version = txo_rows_i64(order, 0, 3);
     rc = txo_tx_query(tx, ORDERS_SQL_GET_ITEMS, p, 1, &items, err);
     if (rc != 0)
         goto out;
@@ -92,7 +94,8 @@ static int add_saga(struct txo_db *db, int64_t order_id, json_t *doc, struct txo
     return 0;
 }
 
-int orders_get_json(struct txo_db *db, int64_t order_id, char **out, struct txo_error *err)
+int orders_get_json(struct txo_db *db, int64_t order_id, char **out, int64_t *version,
+                    struct txo_error *err)
 {
     struct get_args a = {.order_id = order_id, .doc = NULL};
     int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, read_order, &a, err);
@@ -104,6 +107,8 @@ int orders_get_json(struct txo_db *db, int64_t order_id, char **out, struct txo_
         free(dumped); /* jansson allocates with malloc */
         if (*out == NULL)
             rc = txo_error_set(err, TXO_ENOMEM, "order JSON");
+        else if (version != NULL)
+            *version = a.version;
     }
     json_decref(a.doc);
     return rc;

@@ -125,10 +125,11 @@ TXO_MUST_CHECK int orders_start_saga(struct txo_db *db, int64_t order_id,
  * The order as compact JSON for GET /orders/{id}: {"order_id","customer_id","status",
  * "total_cents","version","created_at","updated_at","items":[{"sku","qty","price_cents"}],
  * "saga":null | {"saga_id","saga_type","correlation_id","status","owner","steps":[...]}}.
- * *out is freed with txo_free(). Errors: TXO_ENOTFOUND, TXO_ENOMEM, DB errors.
+ * *out is freed with txo_free(); *version (may be NULL) receives the order's version (the
+ * API's ETag). Errors: TXO_ENOTFOUND, TXO_ENOMEM, DB errors.
  */
 TXO_MUST_CHECK int orders_get_json(struct txo_db *db, int64_t order_id, char **out,
-                                   struct txo_error *err);
+                                   int64_t *version, struct txo_error *err);
 
 /* orders_start_saga() inside the caller's transaction tx (the consumer of OrderCreated records
  * the inbox row and the saga together; the command runner completes its command with it). */

@@ -31,16 +31,10 @@ int txo_idem_key_check(const char *key, struct txo_error *err)
     return 0;
 }
 
-int txo_idem_hash(const char *method, const char *path, const char *body, size_t len,
-                  char out[TXO_IDEM_HASH_LEN], struct txo_error *err)
+int txo_idem_hash_doc(const char *method, const char *path, const json_t *doc,
+                      char out[TXO_IDEM_HASH_LEN], struct txo_error *err)
 {
-    json_error_t jerr;
-    json_t *doc = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
-    if (doc == NULL)
-        return txo_error_set(err, TXO_EINVAL, "malformed JSON at line %d column %d: %s", jerr.line,
-                             jerr.column, jerr.text);
     char *canonical = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    json_decref(doc);
     if (canonical == NULL)
         return txo_error_set(err, TXO_ENOMEM, "canonical JSON of the request body");
 
@@ -65,6 +59,19 @@ int txo_idem_hash(const char *method, const char *path, const char *body, size_t
 out:
     EVP_MD_CTX_free(md);
     free(canonical); /* jansson's allocator is malloc */
+    return rc;
+}
+
+int txo_idem_hash(const char *method, const char *path, const char *body, size_t len,
+                  char out[TXO_IDEM_HASH_LEN], struct txo_error *err)
+{
+    json_error_t jerr;
+    json_t *doc = json_loadb(body, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL)
+        return txo_error_set(err, TXO_EINVAL, "malformed JSON at line %d column %d: %s", jerr.line,
+                             jerr.column, jerr.text);
+    int rc = txo_idem_hash_doc(method, path, doc, out, err);
+    json_decref(doc);
     return rc;
 }
 

@@ -60,8 +60,7 @@ void testdb_setup(struct testdb *t, const char *tag)
 {
     static unsigned counter;
     memset(t, 0, sizeof(*t));
-    snprintf(t->name, sizeof(t->name), "txo_test_%.24s_%ld_%u", tag, (long)getpid(),
-             counter++);
+    snprintf(t->name, sizeof(t->name), "txo_test_%.24s_%ld_%u", tag, (long)getpid(), counter++);
     struct txo_db_opts opts;
     testdb_opts_from_env(&opts);
     struct txo_db *admin = connect_or_fail(&opts);

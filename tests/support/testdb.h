@@ -15,11 +15,11 @@
 #include "txo/txo.h"
 
 struct testdb {
-    char name[64];            /* the database name */
-    struct txo_db_opts opts;  /* MYSQL_* from the environment, database = name */
-    struct txo_db *db;        /* a connection to it, owned */
-    bool env_exported;        /* testdb_export_env() ran: teardown puts MYSQL_DATABASE back */
-    char *env_database;       /* MYSQL_DATABASE before that (NULL: it was unset); owned */
+    char name[64];           /* the database name */
+    struct txo_db_opts opts; /* MYSQL_* from the environment, database = name */
+    struct txo_db *db;       /* a connection to it, owned */
+    bool env_exported;       /* testdb_export_env() ran: teardown puts MYSQL_DATABASE back */
+    char *env_database;      /* MYSQL_DATABASE before that (NULL: it was unset); owned */
 };
 
 /* Reads MYSQL_HOST/PORT/USER/PASSWORD/DATABASE into opts (defaults of txo_db_opts_init). */
