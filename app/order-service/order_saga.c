@@ -678,16 +678,7 @@ int orders_retry_saga(struct txo_db *db, const char *saga_id, const struct order
                       const struct txo_saga_opts *opts, enum txo_saga_status *final,
                       struct txo_error *err)
 {
-    struct order_saga_env env;
-
-    struct txo_saga_opts defaults;
-
-    if (opts == NULL) {
-        txo_saga_opts_init(&defaults);
-        opts = &defaults;
-    }
-    order_saga_env_init(&env, faults);
-    return txo_saga_retry(db, &order_def, saga_id, opts, &env, final, err);
+    return orders_retry_saga_with(db, saga_id, NULL, faults, opts, final, err);
 }
 
 int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
