@@ -206,6 +206,50 @@ static void test_repeat_gets_stored_response(void **state)
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
+/*
+ * The customer's cancel, optimistic locking on orders.version over HTTP: If-Match is required
+ * (428), a version nobody read is 412 version_conflict, the right one cancels (200, version + 1,
+ * one OrderCancelled), and then the old version is 412 and the new one 409 (not CREATED).
+ */
+static void test_cancel_with_if_match(void **state)
+{
+    struct ctx *c = *state;
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_cancel", "serve", NULL);
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, "cancel-key", ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, "POST");
+    char path[64];
+    snprintf(path, sizeof(path), "/orders/%lld/cancel", (long long)id);
+
+    testhttp_do(c->h, "POST", port, path, NULL, "", 0, r);
+    testhttp_expect_error(r, 428, "precondition_required", "If-Match", "cancel without If-Match");
+    static const char *const v1[] = {"If-Match: \"1\"", NULL};
+    static const char *const v0[] = {"If-Match: \"0\"", NULL};
+    testhttp_do(c->h, "POST", port, path, v1, "", 0, r);
+    testhttp_expect_error(r, 412, "version_conflict", "version", "cancel at an unread version");
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), 1);
+
+    testhttp_do(c->h, "POST", port, path, v0, "", 0, r);
+    testhttp_expect_status(r, 200, "cancel at the version read");
+    json_t *doc = testhttp_json(r);
+    assert_string_equal(json_string_value(json_object_get(doc, "status")), "CANCELLED");
+    assert_int_equal(json_integer_value(json_object_get(doc, "version")), 1);
+    json_decref(doc);
+    assert_int_equal(q(c, "SELECT version FROM orders"), 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled'"),
+                     1);
+
+    testhttp_do(c->h, "POST", port, path, v0, "", 0, r);
+    testhttp_expect_error(r, 412, "version_conflict", NULL, "second cancel at the old version");
+    testhttp_do(c->h, "POST", port, path, v1, "", 0, r);
+    testhttp_expect_error(r, 409, "conflict", "CREATED", "cancel of a CANCELLED order");
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled'"),
+                     1);
+    testhttp_do(c->h, "POST", port, "/orders/999999/cancel", v0, "", 0, r);
+    testhttp_expect_error(r, 404, "not_found", NULL, "cancel of an unknown order");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
+}
+
 #define N_CONCURRENT 50
 
 struct racer {
@@ -800,6 +844,7 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_repeat_gets_stored_response, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_with_if_match, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_same_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_held_answers_409, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_reused_with_other_body, setup, teardown),
