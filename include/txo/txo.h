@@ -16,6 +16,7 @@
 #include "txo/publisher.h"
 #include "txo/relay.h"
 #include "txo/saga.h"
+#include "txo/worker.h"
 #include "txo/idempotency.h"
 #include "txo/http_server.h"
 #include "txo/http_client.h"
