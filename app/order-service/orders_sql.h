@@ -176,12 +176,6 @@
  * UPDATE above changed nothing. */
 #define ORDERS_SQL_ORDER_STATUS_LOCK "SELECT status FROM orders WHERE id = ? FOR UPDATE"
 
-/* saga_steps uq_saga_step (saga_id, step_order) prefix. Non-locking read of the engine's
- * table, to put the failed step's error into OrderCancelled.reason. */
-#define ORDERS_SQL_FAILED_STEP                                                                     \
-    "SELECT step_name, error FROM saga_steps WHERE saga_id = ? AND status = 'FAILED' "             \
-    "ORDER BY step_order LIMIT 1"
-
 /* ---- order_query.c: reading an order back (GET /orders/{id}) ---- */
 
 /* orders PRIMARY. Consistent read, no lock. */
@@ -205,5 +199,15 @@
 
 /* orders PRIMARY. The order's current status and version (consistent read). */
 #define ORDERS_SQL_ORDER_VERSION "SELECT status, version FROM orders WHERE id = ?"
+
+/*
+ * Every statement that moves an order's status, with its move: X(statement, from, to). A test
+ * walks this list: each statement's SET and WHERE must say exactly these states, and each move
+ * must be allowed by order_status_can_move().
+ */
+#define ORDERS_MOVES(X)                                                                            \
+    X(ORDERS_SQL_ORDER_CONFIRM, CREATED, CONFIRMED)                                                \
+    X(ORDERS_SQL_ORDER_CANCEL, CREATED, CANCELLED)                                                 \
+    X(ORDERS_SQL_ORDER_CANCEL_AT_VERSION, CREATED, CANCELLED)
 
 #endif

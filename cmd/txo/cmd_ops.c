@@ -59,11 +59,11 @@ static int stats_run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     struct txo_outbox_stats os;
-    uint64_t sagas[6] = {0};
+    struct txo_saga_counts sagas;
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
     if (txo_outbox_get_stats(db, &os, &err) != 0 ||
-        txo_saga_count_by_status(db, sagas, &err) != 0 ||
+        txo_saga_count(db, &sagas, &err) != 0 ||
         txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
         txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
@@ -74,10 +74,11 @@ static int stats_run(int argc, char **argv)
                ",\"published\":%" PRIu64 ",\"failed\":%" PRIu64
                ",\"oldest_pending_age_seconds\":%.3f},\"sagas\":{",
                os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
             printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "",
-                   txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
-        printf("},\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
+                   txo_saga_status_name((enum txo_saga_status)s), sagas.by_status[s]);
+        printf("},\"saga_compensation_abandoned\":%" PRIu64, sagas.abandoned);
+        printf(",\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
                ",\"failed\":%" PRIu64 "},\"dead_letters\":{\"total\":%" PRIu64
                ",\"unreplayed\":%" PRIu64 "}}\n",
                cpending, cprocessing, cfailed, dl_total, dl_unreplayed);
@@ -86,8 +87,10 @@ static int stats_run(int argc, char **argv)
                "  failed %" PRIu64 "  oldest pending %.1f s\n",
                os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
         printf("sagas      ");
-        for (int s = 0; s < 6; s++)
-            printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
+        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
+            printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s),
+                   sagas.by_status[s]);
+        printf("  (compensation given up: %" PRIu64 ")", sagas.abandoned);
         printf("\ncommands    pending %" PRIu64 "  processing %" PRIu64 "  failed %" PRIu64 "\n",
                cpending, cprocessing, cfailed);
         printf("dead letters %" PRIu64 " (%" PRIu64 " never replayed)\n", dl_total, dl_unreplayed);

@@ -163,8 +163,7 @@ static int run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     struct order_services *services = NULL;
-    struct order_worker *worker = NULL;
-    struct txo_consumer *consumer = NULL;
+    struct daemon_worker *worker = NULL;
     struct txo_publisher *pub = NULL;
     struct txo_db *relay_db = NULL;
     struct relay_thread rt = {0};
@@ -181,7 +180,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     worker = daemon_worker_new("up", &opts.common, &opts.worker, services,
-                               use_nats ? &opts.nats : NULL, &consumer);
+                               use_nats ? &opts.nats : NULL, reg);
     if (worker == NULL)
         goto out;
     if (use_nats) {
@@ -191,7 +190,8 @@ static int run(int argc, char **argv)
             cmd_report("up", "connecting to NATS", &err);
             goto out;
         }
-    } else if (txo_publisher_local_new(order_worker_handle_message, worker, &pub, &err) != 0) {
+    } else if (txo_publisher_local_new(txo_worker_handle_message, daemon_worker_runtime(worker),
+                                       &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);
         goto out;
     }
@@ -202,10 +202,9 @@ static int run(int argc, char **argv)
         cmd_report("up", "creating the relay", &err);
         goto out;
     }
-    if (!daemon_metrics_watch_relay(metrics, rt.relay) ||
-        !daemon_metrics_watch_worker(metrics, worker))
+    if (!daemon_metrics_watch_relay(metrics, rt.relay))
         goto out;
-    if (order_worker_start(worker, &err) != 0) {
+    if (txo_worker_start(daemon_worker_runtime(worker), &err) != 0) {
         cmd_report("up", "starting the worker", &err);
         goto out;
     }
@@ -238,8 +237,7 @@ out:
     txo_relay_free(rt.relay);
     txo_db_close(relay_db);
     txo_publisher_free(pub);
-    order_worker_free(worker);
-    txo_consumer_free(consumer);
+    daemon_worker_free(worker);
     order_services_free(services);
     daemon_metrics_free(metrics);
     if (use_nats)

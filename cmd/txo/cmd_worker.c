@@ -73,8 +73,7 @@ static int run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     struct order_services *services = NULL;
-    struct order_worker *worker = NULL;
-    struct txo_consumer *consumer = NULL;
+    struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
     struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
@@ -85,13 +84,12 @@ static int run(int argc, char **argv)
         goto out;
     }
     worker = daemon_worker_new("worker", &opts.common, &opts.worker, services,
-                               use_nats ? &opts.nats : NULL, &consumer);
+                               use_nats ? &opts.nats : NULL, daemon_metrics_registry(metrics));
     if (worker == NULL)
         goto out;
-    if (!daemon_metrics_watch_worker(metrics, worker) ||
-        !daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
+    if (!daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
         goto out;
-    if (order_worker_start(worker, &err) != 0) {
+    if (txo_worker_start(daemon_worker_runtime(worker), &err) != 0) {
         cmd_report("worker", "starting the worker", &err);
         goto out;
     }
@@ -105,8 +103,7 @@ out:
     if (metrics != NULL)
         daemon_metrics_forget(metrics);
     daemon_worker_stop("worker", worker);
-    order_worker_free(worker);
-    txo_consumer_free(consumer);
+    daemon_worker_free(worker);
     order_services_free(services);
     daemon_metrics_free(metrics);
     if (use_nats)

@@ -233,16 +233,16 @@ void daemon_block_signals(void);
 int daemon_wait_signal(void);
 
 /*
- * The process's metrics: a registry with the database collectors (outbox and saga gauges from
- * the tables, on a connection of their own; MySQL error counters) and, once watched, the
- * counters of this process's relay and worker. NULL after printing a message on failure.
+ * The process's metrics: a registry with the database collectors (outbox gauges from the
+ * tables, on a connection of their own; MySQL error counters) and, once watched, the counters
+ * of this process's relay. The worker registers its own (txo/worker.h). NULL after printing a
+ * message on failure.
  */
 struct daemon_metrics;
 struct daemon_metrics *daemon_metrics_new(const struct common_opts *common);
 struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d);
 bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *relay);
-bool daemon_metrics_watch_worker(struct daemon_metrics *d, struct order_worker *w);
-/* Stops reading the relay and worker (before they are freed). */
+/* Stops reading the relay (before it is freed). */
 void daemon_metrics_forget(struct daemon_metrics *d);
 void daemon_metrics_free(struct daemon_metrics *d);
 /* Answers GET /metrics. */
@@ -256,22 +256,24 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
 bool daemon_services_new(const char *cmd, const struct services_settings *s,
                          struct txo_metrics *metrics, struct order_services **out);
 
-/* Worker options from settings. */
-void daemon_worker_opts(const struct worker_settings *s, struct order_worker_opts *out);
-
 /*
- * A worker from settings, with services (may be NULL) and, when nats is not NULL, a NATS
- * durable consumer attached (*consumer receives it; free it after the worker). Not started.
- * NULL after printing a message.
+ * The order service's worker from settings (txo/worker.h runtime + the order tables of
+ * worker.h), with services (may be NULL) and metrics (may be NULL: it registers its own
+ * families there), and, when nats is not NULL, a NATS durable consumer attached. Not started.
+ * NULL after printing a message. The registry must not be rendered after daemon_worker_free.
  */
-struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
-                                       const struct worker_settings *s,
-                                       const struct order_services *services,
-                                       const struct nats_settings *nats,
-                                       struct txo_consumer **consumer);
-
+struct daemon_worker;
+struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
+                                        const struct worker_settings *s,
+                                        const struct order_services *services,
+                                        const struct nats_settings *nats,
+                                        struct txo_metrics *metrics);
+/* The runtime, to start it or to hand txo_worker_handle_message to local dispatch. */
+struct txo_worker *daemon_worker_runtime(struct daemon_worker *d);
 /* Stops the worker (steps in flight finish) and logs what it did. NULL is a no-op. */
-void daemon_worker_stop(const char *cmd, struct order_worker *w);
+void daemon_worker_stop(const char *cmd, struct daemon_worker *d);
+/* Frees the worker and its consumer (stopping it first). NULL is a no-op. */
+void daemon_worker_free(struct daemon_worker *d);
 
 /* Relay options from settings. False (message printed) on bad values. */
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s,
