@@ -64,12 +64,22 @@ static const char *type_hint(const struct setting *s)
     return "VALUE";
 }
 
+/* The name messages start with: "txo relay", or the program's own name ("txo-stub-services"). */
+static const char *who(const struct command *cmd, char *buf, size_t cap)
+{
+    if (cmd->program != NULL)
+        return cmd->program;
+    snprintf(buf, cap, "txo %s", cmd->name);
+    return buf;
+}
+
 /* Stores text into the setting's target. `source` names where it came from for errors. */
 static bool apply(const struct command *cmd, const struct setting *s, const char *text,
                   const char *source)
 {
     unsigned long v;
     bool b;
+    char name[64];
     switch (s->type) {
     case SETTING_STRING:
         *(const char **)s->target = text;
@@ -77,8 +87,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
     case SETTING_UINT:
     case SETTING_MS:
         if (!parse_ulong(text, s->min, s->max, &v)) {
-            fprintf(stderr, "txo %s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"\n",
-                    cmd->name, source, s->name, s->min, s->max, text);
+            fprintf(stderr, "%s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"\n",
+                    who(cmd, name, sizeof(name)), source, s->name, s->min, s->max, text);
             return false;
         }
         if (s->type == SETTING_UINT)
@@ -88,8 +98,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         return true;
     case SETTING_BOOL:
         if (!parse_bool(text, &b)) {
-            fprintf(stderr, "txo %s: %s: --%s must be true or false, got \"%s\"\n", cmd->name,
-                    source, s->name, text);
+            fprintf(stderr, "%s: %s: --%s must be true or false, got \"%s\"\n",
+                    who(cmd, name, sizeof(name)), source, s->name, text);
             return false;
         }
         *(bool *)s->target = b;
@@ -163,6 +173,8 @@ static void print_config(const struct setting *table, size_t n)
 enum settings_result settings_parse(const struct command *cmd, const struct setting *table,
                                     size_t n, int argc, char **argv, int *first_arg)
 {
+    char name[64];
+    const char *me = who(cmd, name, sizeof(name));
     /* Defaults, then the environment. */
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];
@@ -181,7 +193,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
 
     struct option *longopts = calloc(n + 4, sizeof(*longopts));
     if (!longopts) {
-        fprintf(stderr, "txo %s: out of memory\n", cmd->name);
+        fprintf(stderr, "%s: out of memory\n", me);
         return SETTINGS_EXIT_USAGE;
     }
     for (size_t i = 0; i < n; i++) {
@@ -230,16 +242,14 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
             continue;
         }
         if (c == ':' || (c == '?' && optopt >= OPT_FIRST))
-            fprintf(stderr, "txo %s: option %s needs a value\n", cmd->name, argv[optind - 1]);
+            fprintf(stderr, "%s: option %s needs a value\n", me, argv[optind - 1]);
         else
-            fprintf(stderr, "txo %s: unknown option %s (see txo %s --help)\n", cmd->name,
-                    argv[optind - 1], cmd->name);
+            fprintf(stderr, "%s: unknown option %s (see %s --help)\n", me, argv[optind - 1], me);
         result = SETTINGS_EXIT_USAGE;
         goto out;
     }
     if (optind < argc && !first_arg) {
-        fprintf(stderr, "txo %s: unexpected argument \"%s\" (see txo %s --help)\n", cmd->name,
-                argv[optind], cmd->name);
+        fprintf(stderr, "%s: unexpected argument \"%s\" (see %s --help)\n", me, argv[optind], me);
         result = SETTINGS_EXIT_USAGE;
         goto out;
     }

@@ -41,6 +41,7 @@ struct command {
     const char *usage;       /* "txo relay [options]" */
     const char *description; /* paragraphs for `txo relay --help` */
     int (*run)(int argc, char **argv);
+    const char *program;     /* a program of its own: its name for messages; NULL: `txo` */
 };
 
 /* Outcome of settings_parse(). */
@@ -129,7 +130,6 @@ extern const struct command cmd_demo;
 extern const struct command cmd_serve;
 extern const struct command cmd_worker;
 extern const struct command cmd_up;
-extern const struct command cmd_stub;
 extern const struct command cmd_stats;
 extern const struct command cmd_dlq;
 extern const struct command cmd_saga;

@@ -1,6 +1,7 @@
 /*
- * `txo stub-services`: a stand-in for the external payment and shipment services that the
- * order saga calls, for tests, demos and fault drills (docs/external-services.md).
+ * txo-stub-services: a stand-in for the external payment and shipment services that the
+ * order saga calls, for tests, demos and fault drills (docs/external-services.md). It is a
+ * program of its own, not a `txo` subcommand, so test scaffolding never ships in the product.
  *
  * It behaves like a well-made real service: every effectful call needs an Idempotency-Key;
  * a key seen before gets the stored answer again without a second effect (so /stats can prove
@@ -13,6 +14,14 @@
  * (the stub answers 503 with no effect once the hang is switched off, at shutdown, or after
  * 600 s). A failure injected on a call happens before the idempotency lookup, as a crashed or
  * overloaded real service would do, so a retry with the same key later gets the stored answer.
+ *
+ * One business call runs in three phases, all under the lock (handle_business):
+ *   1. fail_before_effect(): latency, hang and injected 503s; the call has no effect;
+ *   2. answer_call(): the stored answer for a known key, or the effect applied and stored;
+ *   3. after the effect, before the answer leaves: the place for faults whose call took
+ *      effect although the client sees none (an answer held back until the client gave up).
+ * A new fault is a field of struct behaviour, a key of POST /control, a flag in the table
+ * and a few lines in the phase it belongs to.
  *
  * The HTTP side is the library's server (include/txo/http_server.h, libmicrohttpd with a thread
  * per connection, raw bodies, answers queued after the body so keep-alive holds). All state is
@@ -37,12 +46,13 @@
 
 #include "settings.h"
 
-static int run(int argc, char **argv);
+#define PROGRAM "txo-stub-services"
 
-const struct command cmd_stub = {
+static const struct command stub_command = {
     .name = "stub-services",
+    .program = PROGRAM,
     .summary = "stand-in payment and shipment HTTP service with failure injection (tests, demos)",
-    .usage = "txo stub-services [options]",
+    .usage = PROGRAM " [options]",
     .description =
         "Serves a fake payment and shipment API (JSON; every POST needs an Idempotency-Key\n"
         "header, a repeated key gets the stored answer and no second effect):\n"
@@ -58,7 +68,6 @@ const struct command cmd_stub = {
         "  GET  /healthz  200\n"
         "Injected failures (503, hang) have no effect. The URL is printed on stdout once the\n"
         "service listens (port 0 picks a free port). SIGTERM/SIGINT stop it, exit 0.",
-    .run = run,
 };
 
 #define HANG_MAX_MS    600000
@@ -613,6 +622,69 @@ static bool store(struct stub *s, const struct call *c, int status, const char *
     return true;
 }
 
+/*
+ * Phase 1 of a business call, with mu held: added latency, then a hang or an injected 503 when
+ * the call is targeted. True when resp was set here, and then the call had no effect.
+ */
+static bool fail_before_effect(struct stub *s, enum endpoint ep, struct txo_http_response *resp)
+{
+    bool targeted = s->b.fail_path[0] == '\0' || strcmp(s->b.fail_path, endpoint_paths[ep]) == 0;
+    if (s->b.latency_ms > 0)
+        wait_locked(s, s->b.latency_ms, NULL);
+    if (targeted && s->b.hang && !s->stopping) {
+        s->st.hangs++;
+        uint64_t epoch = s->hang_epoch;
+        wait_locked(s, HANG_MAX_MS, &epoch);
+        reply_error(resp, 503, "hang released without an answer (no effect)");
+        return true;
+    }
+    if (s->stopping) {
+        reply_error(resp, 503, "shutting down");
+        return true;
+    }
+    if (targeted && s->b.fail_rate > 0.0 && draw(s) < s->b.fail_rate) {
+        s->st.failures_injected++;
+        reply_error(resp, 503, "injected failure (no effect)");
+        return true;
+    }
+    return false;
+}
+
+/*
+ * Phase 2, with mu held: the stored answer when the key was seen before (422 when it came with
+ * a different request), else the effect applied and its answer stored under the key.
+ */
+static void answer_call(struct stub *s, const struct call *c, struct txo_http_response *resp)
+{
+    const struct stored *prev = find_stored(s, c->ep, c->key);
+    if (prev != NULL) {
+        if (prev->order_id != c->order_id || prev->amount_cents != c->amount_cents) {
+            reply_error(resp, 422, "Idempotency-Key reused with a different request");
+            return;
+        }
+        s->st.replays++;
+        (void)txo_http_response_set(resp, prev->status, prev->body);
+        return;
+    }
+    struct order_rec *o = order_rec(s, c->order_id);
+    if (o == NULL) {
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    int status = 500;
+    json_t *out = apply_call(s, c, o, &status);
+    char *text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    if (text == NULL || !store(s, c, status, text)) {
+        /* The effect may have happened; the client retries with the same key. */
+        free(text);
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    (void)txo_http_response_set(resp, status, text);
+    free(text);
+}
+
 static void handle_business(struct stub *s, enum endpoint ep, const struct txo_http_request *req,
                             struct txo_http_response *resp)
 {
@@ -637,62 +709,10 @@ static void handle_business(struct stub *s, enum endpoint ep, const struct txo_h
     }
 
     pthread_mutex_lock(&s->mu);
-    bool targeted = s->b.fail_path[0] == '\0' || strcmp(s->b.fail_path, endpoint_paths[ep]) == 0;
-    if (s->b.latency_ms > 0)
-        wait_locked(s, s->b.latency_ms, NULL);
-    if (targeted && s->b.hang && !s->stopping) {
-        s->st.hangs++;
-        uint64_t epoch = s->hang_epoch;
-        wait_locked(s, HANG_MAX_MS, &epoch);
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 503, "hang released without an answer (no effect)");
-        return;
-    }
-    if (s->stopping) {
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 503, "shutting down");
-        return;
-    }
-    if (targeted && s->b.fail_rate > 0.0 && draw(s) < s->b.fail_rate) {
-        s->st.failures_injected++;
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 503, "injected failure (no effect)");
-        return;
-    }
-
-    const struct stored *prev = find_stored(s, ep, c.key);
-    if (prev != NULL) {
-        if (prev->order_id != c.order_id || prev->amount_cents != c.amount_cents) {
-            pthread_mutex_unlock(&s->mu);
-            reply_error(resp, 422, "Idempotency-Key reused with a different request");
-            return;
-        }
-        s->st.replays++;
-        (void)txo_http_response_set(resp, prev->status, prev->body);
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-
-    struct order_rec *o = order_rec(s, c.order_id);
-    if (o == NULL) {
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 500, "out of memory");
-        return;
-    }
-    int status = 500;
-    json_t *out = apply_call(s, &c, o, &status);
-    char *text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    bool stored = text != NULL && store(s, &c, status, text);
+    if (!fail_before_effect(s, ep, resp))
+        answer_call(s, &c, resp);
+    /* Phase 3 (faults after the effect) goes here, before the answer leaves. */
     pthread_mutex_unlock(&s->mu);
-    if (!stored) {
-        /* The effect may have happened; the client retries with the same key. */
-        free(text);
-        reply_error(resp, 500, "out of memory");
-        return;
-    }
-    (void)txo_http_response_set(resp, status, text);
-    free(text);
 }
 
 static void handle(void *arg, const struct txo_http_request *req, struct txo_http_response *resp)
@@ -774,22 +794,21 @@ static bool rate_setting(const char *name, const char *text, double *out)
 {
     if (parse_rate(text, out))
         return true;
-    fprintf(stderr, "txo stub-services: --%s must be a number from 0 to 1, got \"%s\"\n", name,
+    fprintf(stderr, PROGRAM ": --%s must be a number from 0 to 1, got \"%s\"\n", name,
             text != NULL ? text : "");
     return false;
 }
 
-static int run(int argc, char **argv)
+int main(int argc, char **argv)
 {
     enum settings_result r =
-        settings_parse(&cmd_stub, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+        settings_parse(&stub_command, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
 
     enum txo_log_level level;
     if (txo_log_level_parse(opts.log_level, &level) < 0) {
-        fprintf(stderr,
-                "txo stub-services: --log-level must be error, warn, info or debug, got \"%s\"\n",
+        fprintf(stderr, PROGRAM ": --log-level must be error, warn, info or debug, got \"%s\"\n",
                 opts.log_level);
         return 2;
     }
@@ -803,8 +822,8 @@ static int run(int argc, char **argv)
     const char *fail_path = opts.fail_path != NULL ? opts.fail_path : "";
     if (!valid_fail_path(fail_path)) {
         fprintf(stderr,
-                "txo stub-services: --fail-path must be /payments/charge, /payments/refund, "
-                "/shipments/create or /shipments/cancel, got \"%s\"\n",
+                PROGRAM ": --fail-path must be /payments/charge, /payments/refund, "
+                        "/shipments/create or /shipments/cancel, got \"%s\"\n",
                 fail_path);
         return 2;
     }
@@ -814,14 +833,14 @@ static int run(int argc, char **argv)
     char host[64];
     unsigned port = 0;
     if (!parse_listen(opts.listen, host, sizeof(host), &port)) {
-        fprintf(stderr, "txo stub-services: --listen must be HOST:PORT, got \"%s\"\n", opts.listen);
+        fprintf(stderr, PROGRAM ": --listen must be HOST:PORT, got \"%s\"\n", opts.listen);
         return 2;
     }
 
     struct stub *s = txo_malloc(sizeof(*s));
     if (s == NULL || !stub_init(s)) {
         txo_free(s);
-        fprintf(stderr, "txo stub-services: cannot set up the service state\n");
+        fprintf(stderr, PROGRAM ": cannot set up the service state\n");
         return 1;
     }
     s->b = b;
@@ -831,7 +850,7 @@ static int run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     if (pipe(stop_pipe) != 0) {
-        fprintf(stderr, "txo stub-services: pipe: %s\n", strerror(errno));
+        fprintf(stderr, PROGRAM ": pipe: %s\n", strerror(errno));
         goto out;
     }
     cmd_on_stop_signal(on_stop, NULL);
@@ -842,7 +861,8 @@ static int run(int argc, char **argv)
     so.port = port;
     so.max_connections = opts.max_connections;
     if (txo_http_server_start(&so, handle, s, &srv, &err) < 0) {
-        cmd_report("stub-services", "starting the HTTP server", &err);
+        fprintf(stderr, PROGRAM ": starting the HTTP server: %s (%s)\n",
+                err.msg[0] ? err.msg : "failed", txo_err_name(err.code));
         status = err.code == TXO_EINVAL ? 2 : 1;
         goto out;
     }
