@@ -47,28 +47,59 @@ struct relay_cmd_opts {
 
 static struct relay_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    {"publisher", "TXO_PUBLISHER", SETTING_STRING, "log",
-     "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
-     "webhook (HTTP POST)",
-     false, 0, 0, &opts.publisher},
-    RELAY_SETTINGS(opts.relay),
-    {"drain", "TXO_DRAIN", SETTING_BOOL, "false", "publish until nothing is due, then exit 0",
-     false, 0, 0, &opts.drain},
-    NATS_SETTINGS(opts.nats),
-    {"webhook-url", "TXO_WEBHOOK_URL", SETTING_STRING, NULL,
-     "endpoint the webhook publisher POSTs each event to", false, 0, 0, &opts.webhook_url},
-    {"webhook-timeout", "TXO_WEBHOOK_TIMEOUT_MS", SETTING_MS, "5000",
-     "whole-request timeout of the webhook publisher, milliseconds", false, 1, 600000,
-     &opts.webhook_timeout_ms},
-    {"webhook-token", "TXO_WEBHOOK_TOKEN", SETTING_STRING, NULL,
-     "bearer token the webhook publisher sends (Authorization header)", true, 0, 0,
-     &opts.webhook_token},
-    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
-     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
-     &opts.metrics_listen},
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting publisher[] = {
+        {.name = "publisher",
+         .env = "TXO_PUBLISHER",
+         .type = SETTING_STRING,
+         .def = "log",
+         .help = "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
+                 "webhook (HTTP POST)",
+         .target = &opts.publisher},
+    };
+    const struct setting drain[] = {
+        {.name = "drain",
+         .env = "TXO_DRAIN",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "publish until nothing is due, then exit 0",
+         .target = &opts.drain},
+    };
+    const struct setting webhook[] = {
+        {.name = "webhook-url",
+         .env = "TXO_WEBHOOK_URL",
+         .type = SETTING_STRING,
+         .help = "endpoint the webhook publisher POSTs each event to",
+         .target = &opts.webhook_url},
+        {.name = "webhook-timeout",
+         .env = "TXO_WEBHOOK_TIMEOUT_MS",
+         .type = SETTING_MS,
+         .def = "5000",
+         .help = "whole-request timeout of the webhook publisher, milliseconds",
+         .min = 1,
+         .max = 600000,
+         .target = &opts.webhook_timeout_ms},
+        {.name = "webhook-token",
+         .env = "TXO_WEBHOOK_TOKEN",
+         .type = SETTING_STRING,
+         .help = "bearer token the webhook publisher sends (Authorization header)",
+         .secret = true,
+         .target = &opts.webhook_token},
+        {.name = "metrics-listen",
+         .env = "TXO_METRICS_LISTEN",
+         .type = SETTING_STRING,
+         .help = "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)",
+         .target = &opts.metrics_listen},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
+    settings_add_relay(t, &opts.relay);
+    settings_add(t, drain, TXO_ARRAY_LEN(drain));
+    settings_add_nats(t, &opts.nats);
+    settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
+}
 
 static void stop_relay(void *arg)
 {
@@ -100,8 +131,9 @@ static int make_publisher(const char *name, struct txo_publisher **pub, struct t
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_relay, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_relay, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))

@@ -32,17 +32,20 @@ struct serve_cmd_opts {
 
 static struct serve_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    SERVE_SETTINGS(opts.serve),
-    SERVICES_SETTINGS(opts.services),
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    settings_add_common(t, &opts.common);
+    settings_add_serve(t, &opts.serve);
+    settings_add_services(t, &opts.services);
+}
 
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_serve, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_serve, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))

@@ -38,24 +38,38 @@ struct worker_cmd_opts {
 
 static struct worker_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    WORKER_SETTINGS(opts.worker),
-    SERVICES_SETTINGS(opts.services),
-    {"broker", "TXO_BROKER", SETTING_STRING, "nats",
-     "where OrderCreated comes from: nats (JetStream durable consumer) or none", false, 0, 0,
-     &opts.broker},
-    NATS_SETTINGS(opts.nats),
-    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
-     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
-     &opts.metrics_listen},
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting broker[] = {
+        {.name = "broker",
+         .env = "TXO_BROKER",
+         .type = SETTING_STRING,
+         .def = "nats",
+         .help = "where OrderCreated comes from: nats (JetStream durable consumer) or none",
+         .target = &opts.broker},
+    };
+    const struct setting metrics[] = {
+        {.name = "metrics-listen",
+         .env = "TXO_METRICS_LISTEN",
+         .type = SETTING_STRING,
+         .help = "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)",
+         .target = &opts.metrics_listen},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_worker(t, &opts.worker);
+    settings_add_services(t, &opts.services);
+    settings_add(t, broker, TXO_ARRAY_LEN(broker));
+    settings_add_nats(t, &opts.nats);
+    settings_add(t, metrics, TXO_ARRAY_LEN(metrics));
+}
 
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_worker, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_worker, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))

@@ -264,6 +264,114 @@ out:
     return result;
 }
 
+void settings_add(struct settings_table *t, const struct setting *s, size_t n)
+{
+    if (n > SETTINGS_MAX - t->n) {
+        fprintf(stderr, "txo: bug: more than %d settings in one command\n", SETTINGS_MAX);
+        abort();
+    }
+    memcpy(&t->items[t->n], s, n * sizeof(*s));
+    t->n += n;
+}
+
+void settings_add_common(struct settings_table *t, struct common_opts *o)
+{
+    const struct setting group[] = {
+        {.name = "mysql-host",
+         .env = "MYSQL_HOST",
+         .type = SETTING_STRING,
+         .def = "127.0.0.1",
+         .help = "database server host",
+         .target = &o->db.host},
+        {.name = "mysql-port",
+         .env = "MYSQL_PORT",
+         .type = SETTING_UINT,
+         .def = "3306",
+         .help = "database server TCP port",
+         .min = 1,
+         .max = 65535,
+         .target = &o->db.port},
+        {.name = "mysql-socket",
+         .env = "MYSQL_SOCKET",
+         .type = SETTING_STRING,
+         .help = "unix socket path, used instead of host:port when set",
+         .target = &o->db.unix_socket},
+        {.name = "mysql-user",
+         .env = "MYSQL_USER",
+         .type = SETTING_STRING,
+         .def = "app",
+         .help = "database user",
+         .target = &o->db.user},
+        {.name = "mysql-password",
+         .env = "MYSQL_PASSWORD",
+         .type = SETTING_STRING,
+         .def = "secret",
+         .help = "database password",
+         .secret = true,
+         .target = &o->db.password},
+        {.name = "mysql-database",
+         .env = "MYSQL_DATABASE",
+         .type = SETTING_STRING,
+         .def = "appdb",
+         .help = "database (schema) name",
+         .target = &o->db.database},
+        {.name = "connect-timeout",
+         .env = "TXO_CONNECT_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "5",
+         .help = "database connect timeout, seconds",
+         .min = 1,
+         .max = 3600,
+         .target = &o->db.connect_timeout_s},
+        {.name = "read-timeout",
+         .env = "TXO_READ_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "30",
+         .help = "database read timeout, seconds",
+         .min = 1,
+         .max = 86400,
+         .target = &o->db.read_timeout_s},
+        {.name = "write-timeout",
+         .env = "TXO_WRITE_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "30",
+         .help = "database write timeout, seconds",
+         .min = 1,
+         .max = 86400,
+         .target = &o->db.write_timeout_s},
+        {.name = "lock-wait-timeout",
+         .env = "TXO_LOCK_WAIT_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "10",
+         .help = "innodb_lock_wait_timeout of each session, seconds",
+         .min = 1,
+         .max = 3600,
+         .target = &o->db.lock_wait_timeout_s},
+        {.name = "tx-attempts",
+         .env = "TXO_TX_ATTEMPTS",
+         .type = SETTING_UINT,
+         .def = "5",
+         .help =
+             "attempts of a transaction that hits a deadlock, lock wait timeout or lost connection",
+         .min = 1,
+         .max = 100,
+         .target = &o->db.tx_max_attempts},
+        {.name = "log-level",
+         .env = "TXO_LOG_LEVEL",
+         .type = SETTING_STRING,
+         .def = "info",
+         .help = "error, warn, info or debug",
+         .target = &o->log_level},
+        {.name = "crash-point",
+         .env = "TXO_CRASH_POINT",
+         .type = SETTING_STRING,
+         .help = "tests only: SIGKILL this process at the named point (NAME, or NAME:N to pass N "
+                 "times)",
+         .target = &o->crash_point},
+    };
+    settings_add(t, group, TXO_ARRAY_LEN(group));
+}
+
 bool common_apply(const struct common_opts *o)
 {
     enum txo_log_level level;
