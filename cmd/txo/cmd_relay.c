@@ -3,14 +3,20 @@
  * outbox_events (the library does the work: include/txo/relay.h); this file only turns
  * settings into a struct txo_relay_opts, picks the publisher and handles signals.
  *
+ * The relay loop runs on a thread of its own while the main thread waits for a signal
+ * (signals.h), as in every daemon: a signal stops the relay, and a relay that ends by itself
+ * (--drain, or an error) ends the wait.
+ *
  * stdout belongs to the log publisher (one envelope per line); everything else, including
  * the final stats line, goes to stderr through the log sink.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "daemons.h"
+#include "signals.h"
 #include "txo/webhook.h"
 
 static int run(int argc, char **argv);
@@ -101,9 +107,18 @@ static void add_settings(struct settings_table *t)
     settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
 }
 
-static void stop_relay(void *arg)
+struct relay_thread {
+    struct txo_relay *relay;
+    int rc;
+    struct txo_error err;
+};
+
+static void *relay_main(void *arg)
 {
-    txo_relay_stop(arg);
+    struct relay_thread *t = arg;
+    t->rc = txo_relay_run(t->relay, &t->err);
+    signals_wake(); /* --drain is done, or the relay failed: the main thread stops waiting */
+    return NULL;
 }
 
 static int make_publisher(const char *name, struct txo_publisher **pub, struct txo_error *err)
@@ -161,13 +176,16 @@ static int run(int argc, char **argv)
         return 2;
     ro.drain = opts.drain;
 
+    signals_block(); /* before the first thread: cnats, the metrics server, the relay */
     int status = 1;
     struct txo_publisher *pub = NULL;
-    struct txo_relay *relay = NULL;
+    struct relay_thread rt = {.relay = NULL};
+    pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
     struct txo_error err;
     txo_error_init(&err);
+    txo_error_init(&rt.err);
 
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
@@ -176,7 +194,7 @@ static int run(int argc, char **argv)
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
-    int rc = txo_relay_new(db, pub, &ro, &relay, &err);
+    int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);
         status = rc == TXO_EINVAL ? 2 : 1;
@@ -184,32 +202,37 @@ static int run(int argc, char **argv)
     }
     if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
         metrics = daemon_metrics_new(&opts.common);
-        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, relay) ||
+        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, rt.relay) ||
             !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
             goto out;
     }
-    cmd_on_stop_signal(stop_relay, relay);
-    rc = txo_relay_run(relay, &err);
+    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+        fprintf(stderr, "txo relay: cannot start the relay thread\n");
+        goto out;
+    }
+    int sig = signals_wait();
+    if (sig != 0)
+        TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
+    txo_relay_stop(rt.relay);
+    pthread_join(relay_tid, NULL);
     struct txo_relay_stats st;
-    txo_relay_get_stats(relay, &st);
+    txo_relay_get_stats(rt.relay, &st);
     TXO_LOG(TXO_LOG_INFO, "relay",
             "relay stopped claimed=%" PRIu64 " published=%" PRIu64 " failed_attempts=%" PRIu64
             " dead_lettered=%" PRIu64 " fenced=%" PRIu64 " reclaimed=%" PRIu64 " batches=%" PRIu64,
             st.claimed, st.published, st.failed_attempts, st.dead_lettered, st.fenced, st.reclaimed,
             st.batches);
-    if (rc < 0) {
-        cmd_report("relay", "stopped on an error", &err);
+    if (rt.rc < 0) {
+        cmd_report("relay", "stopped on an error", &rt.err);
         goto out;
     }
     status = 0;
 out:
-    /* Signals may still arrive; they must not reach a freed relay. */
-    cmd_on_stop_signal(NULL, NULL);
     txo_http_server_stop(msrv);
     if (metrics != NULL)
         daemon_metrics_forget(metrics);
     daemon_metrics_free(metrics);
-    txo_relay_free(relay);
+    txo_relay_free(rt.relay);
     txo_publisher_free(pub);
     txo_db_close(db);
     if (strcmp(opts.publisher, "nats") == 0)

@@ -53,7 +53,7 @@ static int run(int argc, char **argv)
     if (!daemon_check_settings("serve", &opts.serve, &opts.services))
         return 2;
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct order_services *services = NULL;
     struct api_daemon *api = NULL;
@@ -69,7 +69,7 @@ static int run(int argc, char **argv)
                            daemon_metrics_registry(metrics), NULL, NULL);
     if (api == NULL)
         goto out;
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "serve", "stopping signal=%d", sig);
     status = 0;
 out:

@@ -177,7 +177,7 @@ static int run(int argc, char **argv)
     if (!prepare_database())
         return 1;
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
@@ -238,7 +238,7 @@ static int run(int argc, char **argv)
         goto out;
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
             opts.broker, opts.worker.saga_threads);
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
     status = 0;
 out:

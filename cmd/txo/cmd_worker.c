@@ -82,7 +82,7 @@ static int run(int argc, char **argv)
         return 2;
     }
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
@@ -111,7 +111,7 @@ static int run(int argc, char **argv)
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
             opts.worker.saga_threads, opts.broker);
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
     status = 0;
 out:

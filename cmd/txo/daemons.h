@@ -4,9 +4,7 @@
  * of `txo serve`, `txo relay` and `txo worker`), and the code that turns those settings into
  * running components (HTTP API, relay, worker, metrics).
  *
- * Signals: daemons block SIGINT/SIGTERM in every thread (daemon_block_signals() before the
- * first thread starts) and wait for them in the main thread (daemon_wait_signal()); the first
- * one starts a graceful stop, a second one kills the process at once.
+ * Signals: every daemon stops the way signals.h describes.
  */
 #ifndef TXO_CMD_DAEMONS_H
 #define TXO_CMD_DAEMONS_H
@@ -15,6 +13,7 @@
 #include <stdint.h>
 
 #include "settings.h"
+#include "signals.h"
 #include "api.h"
 #include "order_services.h"
 #include "worker.h"
@@ -110,11 +109,6 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
 /* Splits "HOST:PORT". Prints a message naming the setting and returns false when invalid. */
 bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
                          size_t host_size, unsigned *port);
-
-/* Blocks SIGINT/SIGTERM in this thread and every thread created after. */
-void daemon_block_signals(void);
-/* Waits for SIGINT/SIGTERM; afterwards a second one terminates the process. Returns it. */
-int daemon_wait_signal(void);
 
 /*
  * The process's metrics: a registry with the database collectors (outbox and saga gauges from

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,29 +423,4 @@ void cmd_report(const char *cmd, const char *what, const struct txo_error *err)
 {
     fprintf(stderr, "txo %s: %s: %s (%s)\n", cmd, what, err->msg[0] ? err->msg : "failed",
             txo_err_name(err->code));
-}
-
-static void (*stop_fn)(void *);
-static void *stop_arg;
-static volatile sig_atomic_t stop_signals;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (stop_signals++ > 0)
-        _exit(130); /* a second Ctrl-C: the user wants out now */
-    if (stop_fn)
-        stop_fn(stop_arg);
-}
-
-void cmd_on_stop_signal(void (*stop)(void *arg), void *arg)
-{
-    stop_fn = stop;
-    stop_arg = arg;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
 }

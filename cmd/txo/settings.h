@@ -109,9 +109,6 @@ struct txo_db *common_connect(const struct common_opts *o);
 /* Prints "txo <cmd>: <what>: <err detail>" to stderr. */
 void cmd_report(const char *cmd, const char *what, const struct txo_error *err);
 
-/* Installs SIGINT/SIGTERM handlers that call stop(arg) once; a second signal exits at once. */
-void cmd_on_stop_signal(void (*stop)(void *arg), void *arg);
-
 /* Every subcommand. */
 extern const struct command cmd_migrate;
 extern const struct command cmd_relay;

@@ -28,9 +28,10 @@
  * in one struct stub under one mutex: the handler runs on many threads at once. Waits (latency,
  * hang) are condition-variable waits, so shutdown and /control wake them at once.
  *
- * Shutdown: SIGTERM/SIGINT write a byte to a pipe (async-signal-safe); the main thread, blocked
- * reading it, releases every waiting request, stops the server (in-flight requests finish) and
- * exits 0.
+ * Shutdown, as in every txo daemon (cmd/txo/signals.h): SIGTERM/SIGINT are blocked before the
+ * server's threads start and awaited in the main thread, which then releases every waiting
+ * request, stops the server (in-flight requests finish) and exits 0. A second signal ends the
+ * process at once.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -40,11 +41,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "settings.h"
+#include "signals.h"
 
 #define PROGRAM "txo-stub-services"
 
@@ -790,16 +791,6 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
 
 /* ---- lifecycle ---- */
 
-static int stop_pipe[2] = {-1, -1};
-
-static void on_stop(void *arg)
-{
-    (void)arg;
-    char b = 1;
-    ssize_t n = write(stop_pipe[1], &b, 1); /* async-signal-safe */
-    (void)n;
-}
-
 static bool stub_init(struct stub *s)
 {
     memset(s, 0, sizeof(*s));
@@ -884,11 +875,7 @@ int main(int argc, char **argv)
     struct txo_http_server *srv = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (pipe(stop_pipe) != 0) {
-        fprintf(stderr, PROGRAM ": pipe: %s\n", strerror(errno));
-        goto out;
-    }
-    cmd_on_stop_signal(on_stop, NULL);
+    signals_block(); /* before the server's threads */
 
     struct txo_http_server_opts so;
     txo_http_server_opts_init(&so);
@@ -910,12 +897,7 @@ int main(int argc, char **argv)
     printf("http://%s:%u\n", host, bound);
     fflush(stdout);
 
-    for (;;) {
-        char byte;
-        ssize_t n = read(stop_pipe[0], &byte, 1);
-        if (n > 0 || (n < 0 && errno != EINTR))
-            break;
-    }
+    (void)signals_wait();
     TXO_LOG(TXO_LOG_INFO, "stub", "stopping: releasing waiting requests");
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
@@ -933,14 +915,7 @@ int main(int argc, char **argv)
     pthread_mutex_unlock(&s->mu);
     status = 0;
 out:
-    /* Signals may still arrive; they must not write to a closed pipe. */
-    cmd_on_stop_signal(NULL, NULL);
     txo_http_server_stop(srv);
-    for (int i = 0; i < 2; i++) {
-        if (stop_pipe[i] >= 0)
-            close(stop_pipe[i]);
-        stop_pipe[i] = -1;
-    }
     stub_release(s);
     txo_free(s);
     return status;
