@@ -54,6 +54,9 @@ static void add_stats_settings(struct settings_table *t)
     settings_add(t, own, TXO_ARRAY_LEN(own));
 }
 
+/* txo_saga_count_by_status() counts per enum txo_saga_status, whose last value this is. */
+enum { SAGA_STATUSES = TXO_SAGA_COMPENSATION_FAILED + 1 };
+
 static int stats_run(int argc, char **argv)
 {
     txo_db_opts_init(&stats_opts.common.db);
@@ -71,7 +74,7 @@ static int stats_run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     struct txo_outbox_stats os;
-    uint64_t sagas[6] = {0};
+    uint64_t sagas[SAGA_STATUSES] = {0};
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
     if (txo_outbox_get_stats(db, &os, &err) != 0 ||
@@ -86,7 +89,7 @@ static int stats_run(int argc, char **argv)
                ",\"published\":%" PRIu64 ",\"failed\":%" PRIu64
                ",\"oldest_pending_age_seconds\":%.3f},\"sagas\":{",
                os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < SAGA_STATUSES; s++)
             printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "",
                    txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
         printf("},\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
@@ -98,7 +101,7 @@ static int stats_run(int argc, char **argv)
                "  failed %" PRIu64 "  oldest pending %.1f s\n",
                os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
         printf("sagas      ");
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < SAGA_STATUSES; s++)
             printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
         printf("\ncommands    pending %" PRIu64 "  processing %" PRIu64 "  failed %" PRIu64 "\n",
                cpending, cprocessing, cfailed);
