@@ -42,7 +42,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .env = "TXO_ASYNC",
          .type = SETTING_BOOL,
          .def = "false",
-         .help = "POST /orders answers 202 and queues a StartOrderSaga command (seed 9.12)",
+         .help = "POST /orders answers 202 and queues a StartOrderSaga command for the worker",
          .target = &o->async},
         {.name = "idempotency-stale",
          .env = "TXO_IDEMPOTENCY_STALE",
