@@ -24,17 +24,26 @@ STUB_PID=""
 
 log() { printf 'run.sh: %s\n' "$*" >&2; }
 
+# stop NAME PID: SIGTERM to a helper this script started, if it still runs.
+stop() {
+    if [ -n "$2" ] && kill -0 "$2" 2>/dev/null; then
+        kill -TERM "$2" 2>/dev/null || true
+        wait "$2" 2>/dev/null || true
+        log "$1 stopped"
+    fi
+}
+
+# wait_port PORT: up to 5 s until something accepts TCP connections on 127.0.0.1:PORT.
+wait_port() {
+    for _ in $(seq 50); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return
+        sleep 0.1
+    done
+}
+
 cleanup() {
-    if [ -n "$STUB_PID" ] && kill -0 "$STUB_PID" 2>/dev/null; then
-        kill -TERM "$STUB_PID" 2>/dev/null || true
-        wait "$STUB_PID" 2>/dev/null || true
-        log "txo-stub-services stopped"
-    fi
-    if [ -n "$NATS_PID" ] && kill -0 "$NATS_PID" 2>/dev/null; then
-        kill -TERM "$NATS_PID" 2>/dev/null || true
-        wait "$NATS_PID" 2>/dev/null || true
-        log "nats-server stopped"
-    fi
+    stop txo-stub-services "$STUB_PID"
+    stop nats-server "$NATS_PID"
 }
 trap cleanup EXIT
 
@@ -44,10 +53,7 @@ if [ "${NATS:-0}" = "1" ]; then
     mkdir -p "$NATS_DIR"
     nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$NATS_DIR" >"$NATS_DIR/nats.log" 2>&1 &
     NATS_PID=$!
-    for _ in $(seq 50); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null && break
-        sleep 0.1
-    done
+    wait_port "$NATS_PORT"
     log "nats-server on 127.0.0.1:$NATS_PORT (log: $NATS_DIR/nats.log)"
     ARGS+=(--broker nats --nats-url "nats://127.0.0.1:$NATS_PORT")
 fi
@@ -55,10 +61,7 @@ if [ "${STUBS:-0}" = "1" ]; then
     mkdir -p "$ROOT/.txo"
     "$TXO_STUB_BIN" --listen "127.0.0.1:$STUB_PORT" >"$ROOT/.txo/stub-services.log" 2>&1 &
     STUB_PID=$!
-    for _ in $(seq 50); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$STUB_PORT") 2>/dev/null && break
-        sleep 0.1
-    done
+    wait_port "$STUB_PORT"
     log "txo-stub-services on 127.0.0.1:$STUB_PORT (log: .txo/stub-services.log)"
     ARGS+=(--payment-url "http://127.0.0.1:$STUB_PORT" --shipment-url "http://127.0.0.1:$STUB_PORT")
 fi

@@ -93,11 +93,6 @@ static void add_settings(struct settings_table *t)
          .help = "bearer token the webhook publisher sends (Authorization header)",
          .secret = true,
          .target = &opts.webhook_token},
-        {.name = "metrics-listen",
-         .env = "TXO_METRICS_LISTEN",
-         .type = SETTING_STRING,
-         .help = "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)",
-         .target = &opts.metrics_listen},
     };
     settings_add_common(t, &opts.common);
     settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
@@ -105,6 +100,7 @@ static void add_settings(struct settings_table *t)
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
     settings_add_nats(t, &opts.nats);
     settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
+    settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
 struct relay_thread {

@@ -49,19 +49,12 @@ static void add_settings(struct settings_table *t)
          .help = "where OrderCreated comes from: nats (JetStream durable consumer) or none",
          .target = &opts.broker},
     };
-    const struct setting metrics[] = {
-        {.name = "metrics-listen",
-         .env = "TXO_METRICS_LISTEN",
-         .type = SETTING_STRING,
-         .help = "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)",
-         .target = &opts.metrics_listen},
-    };
     settings_add_common(t, &opts.common);
     settings_add_worker(t, &opts.worker);
     settings_add_services(t, &opts.services);
     settings_add(t, broker, TXO_ARRAY_LEN(broker));
     settings_add_nats(t, &opts.nats);
-    settings_add(t, metrics, TXO_ARRAY_LEN(metrics));
+    settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
 static int run(int argc, char **argv)

@@ -384,3 +384,15 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
+
+void settings_add_metrics_listen(struct settings_table *t, const char **listen)
+{
+    const struct setting group[] = {
+        {.name = "metrics-listen",
+         .env = "TXO_METRICS_LISTEN",
+         .type = SETTING_STRING,
+         .help = "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)",
+         .target = listen},
+    };
+    settings_add(t, group, TXO_ARRAY_LEN(group));
+}

@@ -101,6 +101,9 @@ struct services_settings {
 /* Appends the payment and shipment service settings, with targets in o. */
 void settings_add_services(struct settings_table *t, struct services_settings *o);
 
+/* Appends --metrics-listen (the /metrics server of `txo relay` and `txo worker`). */
+void settings_add_metrics_listen(struct settings_table *t, const char **listen);
+
 /* Checks the serve and services settings that can be checked without a database (the listen
  * address, the service URLs). Prints a message naming the setting and returns false. */
 bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
