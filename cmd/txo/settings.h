@@ -1,8 +1,8 @@
 /*
- * Settings of the `txo` subcommands. Each subcommand has ONE table listing every setting it
- * takes: flag, environment variable, type, default, help, whether it is a secret. The table
- * generates `--help`, `--print-config` (secrets shown as ***) and the parsing, so the three
- * cannot drift apart.
+ * Settings of the `txo` subcommands (and of txo-stub-services, a program of its own that
+ * shares this code). Each subcommand has ONE table listing every setting it takes: flag,
+ * environment variable, type, default, help, whether it is a secret. The table generates `--help`,
+ * `--print-config` (secrets shown as ***) and the parsing, so the three cannot drift apart.
  *
  * Precedence, lowest first: default < environment variable < --flag.
  * Every value is validated at start-up; a bad one fails with one message naming the setting.

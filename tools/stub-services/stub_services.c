@@ -50,7 +50,7 @@
 #define PROGRAM "txo-stub-services"
 
 static const struct command stub_command = {
-    .name = "stub-services",
+    .name = PROGRAM,
     .program = PROGRAM,
     .summary = "stand-in payment and shipment HTTP service with failure injection (tests, demos)",
     .usage = PROGRAM " [options]",
