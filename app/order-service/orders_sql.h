@@ -178,15 +178,29 @@
 
 /* ---- order_query.c: reading an order back (GET /orders/{id}) ---- */
 
-/* orders PRIMARY. Consistent read, no lock. */
+/* orders PRIMARY. Consistent read, no lock. Columns: enum get_order_col. */
 #define ORDERS_SQL_GET_ORDER                                                                       \
     "SELECT customer_id, status, total_cents, version, "                                           \
     "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), "                                           \
     "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ') FROM orders WHERE id = ?"
+enum get_order_col {
+    GET_ORDER_COL_CUSTOMER_ID = 0,
+    GET_ORDER_COL_STATUS,
+    GET_ORDER_COL_TOTAL_CENTS,
+    GET_ORDER_COL_VERSION,
+    GET_ORDER_COL_CREATED_AT, /* RFC 3339, UTC */
+    GET_ORDER_COL_UPDATED_AT, /* RFC 3339, UTC */
+};
 
-/* order_items idx_order_items_order (order_id). Consistent read, no lock. */
+/* order_items idx_order_items_order (order_id). Consistent read, no lock. Columns: enum
+ * get_items_col. */
 #define ORDERS_SQL_GET_ITEMS                                                                       \
     "SELECT sku, qty, price_cents FROM order_items WHERE order_id = ? ORDER BY id"
+enum get_items_col {
+    GET_ITEMS_COL_SKU = 0,
+    GET_ITEMS_COL_QTY,
+    GET_ITEMS_COL_PRICE_CENTS,
+};
 
 /* ---- orders.c: cancel by the customer (optimistic locking, seed 9.8) ---- */
 

@@ -47,23 +47,40 @@ struct up_cmd_opts {
 
 static struct up_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    SERVE_SETTINGS(opts.serve),
-    RELAY_SETTINGS(opts.relay),
-    WORKER_SETTINGS(opts.worker),
-    SERVICES_SETTINGS(opts.services),
-    {"broker", "TXO_BROKER", SETTING_STRING, "local",
-     "how events reach the worker: local (in-process dispatch) or nats (JetStream)", false, 0, 0,
-     &opts.broker},
-    NATS_SETTINGS(opts.nats),
-    {"migrate", "TXO_MIGRATE", SETTING_BOOL, "true", "apply the schema migrations at start", false,
-     0, 0, &opts.migrate},
-    {"stock", "TXO_STOCK", SETTING_STRING, NULL,
-     "create these SKUs when missing, as SKU=UNITS[,SKU=UNITS...] (e.g. iphone-15=100); "
-     "existing SKUs are left alone",
-     false, 0, 0, &opts.stock},
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting broker[] = {
+        {.name = "broker",
+         .env = "TXO_BROKER",
+         .type = SETTING_STRING,
+         .def = "local",
+         .help = "how events reach the worker: local (in-process dispatch) or nats (JetStream)",
+         .target = &opts.broker},
+    };
+    const struct setting startup[] = {
+        {.name = "migrate",
+         .env = "TXO_MIGRATE",
+         .type = SETTING_BOOL,
+         .def = "true",
+         .help = "apply the schema migrations at start",
+         .target = &opts.migrate},
+        {.name = "stock",
+         .env = "TXO_STOCK",
+         .type = SETTING_STRING,
+         .help = "create these SKUs when missing, as SKU=UNITS[,SKU=UNITS...] (e.g. "
+                 "iphone-15=100); existing SKUs are left alone",
+         .target = &opts.stock},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_serve(t, &opts.serve);
+    settings_add_relay(t, &opts.relay);
+    settings_add_worker(t, &opts.worker);
+    settings_add_services(t, &opts.services);
+    settings_add(t, broker, TXO_ARRAY_LEN(broker));
+    settings_add_nats(t, &opts.nats);
+    settings_add(t, startup, TXO_ARRAY_LEN(startup));
+}
 
 struct relay_thread {
     struct txo_relay *relay;
@@ -140,7 +157,9 @@ static bool prepare_database(void)
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r = settings_parse(&cmd_up, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_up, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
@@ -158,7 +177,7 @@ static int run(int argc, char **argv)
     if (!prepare_database())
         return 1;
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
@@ -218,7 +237,7 @@ static int run(int argc, char **argv)
         goto out;
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
             opts.broker, opts.worker.saga_threads);
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
     status = 0;
 out:

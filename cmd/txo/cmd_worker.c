@@ -38,24 +38,31 @@ struct worker_cmd_opts {
 
 static struct worker_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    WORKER_SETTINGS(opts.worker),
-    SERVICES_SETTINGS(opts.services),
-    {"broker", "TXO_BROKER", SETTING_STRING, "nats",
-     "where OrderCreated comes from: nats (JetStream durable consumer) or none", false, 0, 0,
-     &opts.broker},
-    NATS_SETTINGS(opts.nats),
-    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
-     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
-     &opts.metrics_listen},
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting broker[] = {
+        {.name = "broker",
+         .env = "TXO_BROKER",
+         .type = SETTING_STRING,
+         .def = "nats",
+         .help = "where OrderCreated comes from: nats (JetStream durable consumer) or none",
+         .target = &opts.broker},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_worker(t, &opts.worker);
+    settings_add_services(t, &opts.services);
+    settings_add(t, broker, TXO_ARRAY_LEN(broker));
+    settings_add_nats(t, &opts.nats);
+    settings_add_metrics_listen(t, &opts.metrics_listen);
+}
 
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_worker, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_worker, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
@@ -68,7 +75,7 @@ static int run(int argc, char **argv)
         return 2;
     }
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
@@ -95,7 +102,7 @@ static int run(int argc, char **argv)
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
             opts.worker.saga_threads, opts.broker);
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
     status = 0;
 out:

@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,33 +56,6 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
     }
     return services == NULL || (url_ok(cmd, "payment-url", services->payment_url) &&
                                 url_ok(cmd, "shipment-url", services->shipment_url));
-}
-
-/* ---- signals ---- */
-
-void daemon_block_signals(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-}
-
-int daemon_wait_signal(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int sig = 0;
-    while (sigwait(&set, &sig) != 0)
-        ;
-    /* A second signal during the graceful stop ends the process at once. */
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-    return sig;
 }
 
 /* ---- metrics ---- */

@@ -1,5 +1,5 @@
 /*
- * The retention cleaner (seed 9.13): without it outbox_events grows by every event ever
+ * The retention cleaner: without it outbox_events grows by every event ever
  * published. txo_outbox_purge_published() deletes PUBLISHED rows older than an age, in small
  * batches, each in a short transaction of its own, so it never holds many locks or a long
  * undo log and can run next to the relay at any time (`txo clean`, the worker).

@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The retention cleaner (seed 9.13): deletes old terminal rows in small batches so the
+ * The retention cleaner: deletes old terminal rows in small batches so the
  * outbox, the inbox and the command queue do not grow forever. One loop serves the three
  * tables, each described by a struct purge_table (its statements in retention_sql.h, which
  * also explains the two-step batch: SELECT keys along an index from a cursor, DELETE them by

@@ -1,5 +1,5 @@
 /*
- * External-service resilience end to end, with real processes: `txo stub-services` stands in
+ * External-service resilience end to end, with real processes: txo-stub-services stands in
  * for the payment and shipment services, `txo up` (API + relay + worker, local broker) or
  * `txo worker --broker none` runs the order saga against it, and the test drives both over
  * HTTP (include/txo/http_client.h) and checks the database, the stub's /stats and /metrics.
@@ -138,7 +138,7 @@ static void dump_log(const char *name, const struct testproc *p)
 
 static void dump_logs(const struct rig *r)
 {
-    dump_log("stub-services", &r->stub);
+    dump_log("txo-stub-services", &r->stub);
     dump_log("up", &r->up);
     dump_log("worker", &r->worker);
 }
@@ -161,17 +161,20 @@ static void start_txo(struct testproc *p, const char *tag, const char *sub, cons
 /* Starts the stub with extra (NULL-terminated) flags and waits until it answers. */
 static void start_stub(struct rig *r, const char *const *extra)
 {
-    const char *args[MAX_ARGS];
+    const char *argv[MAX_ARGS];
     size_t n = 0;
-    args[n++] = "--listen";
-    args[n++] = r->stub_listen;
-    for (size_t i = 0; extra[i] != NULL; i++)
-        args[n++] = extra[i];
-    args[n] = NULL;
-    start_txo(&r->stub, "resil_stub", "stub-services", args);
+    argv[n++] = testproc_stub_bin();
+    argv[n++] = "--listen";
+    argv[n++] = r->stub_listen;
+    for (size_t i = 0; extra[i] != NULL; i++) {
+        assert_true(n + 1 < MAX_ARGS);
+        argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
+    testproc_start(&r->stub, "resil_stub", argv, NULL);
     if (!testproc_wait_http(r->stub_port, "/healthz", START_WAIT_MS)) {
         dump_logs(r);
-        fail_msg("stub-services did not answer on %s", r->stub_listen);
+        fail_msg("txo-stub-services did not answer on %s", r->stub_listen);
     }
 }
 
@@ -584,7 +587,7 @@ static void test_l_hanging_payment_times_out(void **state)
     assert_int_equal(stub_stat(r, "charges"), 3);
     assert_stock(r, STOCK - 3, 3); /* the 3 CONFIRMED orders hold theirs */
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "stub-services");
+    stop_clean(r, &r->stub, "txo-stub-services");
 }
 
 /* Waits until the order's step exists and has left RUNNING/PENDING (its tries are over). */
@@ -641,7 +644,7 @@ static void test_l_slow_payment_charge_is_refunded(void **state)
     assert_step(r, id, "ChargePayment", "COMPENSATED");
     assert_stock(r, STOCK, 0);
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "stub-services");
+    stop_clean(r, &r->stub, "txo-stub-services");
 }
 
 /*
@@ -675,7 +678,7 @@ static void test_l_shipment_timeout_is_cancelled(void **state)
     assert_int_equal(stub_order_stat(r, id, "cancels"), 1);
     assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue"), 0);
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "stub-services");
+    stop_clean(r, &r->stub, "txo-stub-services");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -779,7 +782,7 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
     free(log);
 
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "stub-services");
+    stop_clean(r, &r->stub, "txo-stub-services");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -900,7 +903,7 @@ static void test_j_worker_retries_compensation(void **state)
         assert_int_equal(stub_order_stat(r, o, "charges"), 1);
     }
     assert_stock(r, STOCK, 0);
-    stop_clean(r, &r->stub, "stub-services");
+    stop_clean(r, &r->stub, "txo-stub-services");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -954,7 +957,7 @@ static void test_bad_worker_broker(void **state)
 
 /*
  * Every flag must be parsed as itself. The 5th entry of each settings table (--mysql-password
- * of the daemons, --ship-decline-rate of stub-services) must not be taken for --help: with it,
+ * of the daemons, --ship-decline-rate of txo-stub-services) must not be taken for --help: with it,
  * a bad --broker must still be refused.
  */
 static void test_fifth_setting_is_not_help(void **state)
