@@ -9,6 +9,7 @@
 #include "txo/alloc.h"
 #include "txo/log.h"
 #include "txo/clock.h"
+#include "txo/text.h"
 #include "txo/backoff.h"
 #include "txo/crash.h"
 #include "txo/db.h"

@@ -566,13 +566,7 @@ static char *cut_utf8(const char *s, size_t max, bool *oom)
     *oom = false;
     if (s == NULL)
         return NULL;
-    size_t len = strlen(s);
-    if (len > max) {
-        len = max;
-        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
-            len--;
-    }
-    char *copy = txo_strndup(s, len);
+    char *copy = txo_strndup(s, txo_utf8_cut(s, strlen(s), max));
     *oom = copy == NULL;
     return copy;
 }

@@ -38,6 +38,7 @@
 
 #include <uuid/uuid.h>
 
+#include "core/text.h"
 #include "relay/relay_sql.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
@@ -56,7 +57,6 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atom
 #define MARK_ATTEMPTS     3    /* mark transactions tried on a transient error */
 #define CLAIM_RESCAN_MS   1000 /* a claim without cursor at least this often */
 #define CURSOR_AT_MAX     32   /* "YYYY-MM-DD HH:MM:SS.ffffff" */
-#define CREATED_AT_MAX    32   /* "YYYY-MM-DDTHH:MM:SS.ffffffZ" */
 
 /* Columns of the claim queries. */
 enum claim_col {
@@ -129,7 +129,7 @@ struct txo_relay {
     struct txo_rows *rows; /* claim result; msgs[] point into it */
     size_t n;
     struct txo_outbox_message *msgs;
-    char (*created_at)[CREATED_AT_MAX]; /* msgs[i].created_at points at created_at[i] */
+    char (*created_at)[TXO_RFC3339_LEN]; /* msgs[i].created_at points at created_at[i] */
     int *results;
     struct txo_error *errors;
 
@@ -507,29 +507,6 @@ static void advance_cursor(struct txo_relay *r, size_t n)
     r->cursor_set = true;
 }
 
-/*
- * A DATETIME(6) as the client library prints it, "YYYY-MM-DD HH:MM:SS[.ffffff]" (UTC: the
- * session time zone), in RFC 3339: "YYYY-MM-DDTHH:MM:SS.ffffffZ", written to out. Returns out.
- */
-static const char *rfc3339(const char *dt, char *out)
-{
-    size_t len = dt != NULL ? strlen(dt) : 0;
-    if (len < 19 || len > 26 || dt[10] != ' ') {
-        /* Not a DATETIME: cannot happen for a NOT NULL DATETIME(6) column; pass it on. */
-        snprintf(out, CREATED_AT_MAX, "%s", dt != NULL ? dt : "");
-        return out;
-    }
-    memcpy(out, dt, len);
-    out[10] = 'T';
-    if (len == 19) {
-        memcpy(out + len, ".000000", 7);
-        len += 7;
-    }
-    out[len] = 'Z';
-    out[len + 1] = '\0';
-    return out;
-}
-
 /* Claims a batch into r->msgs[0..r->n). */
 static int claim(struct txo_relay *r, struct txo_error *err)
 {
@@ -561,7 +538,8 @@ static int claim(struct txo_relay *r, struct txo_error *err)
         m->event_type = txo_rows_str(rows, i, COL_EVENT_TYPE, NULL);
         m->payload = txo_rows_str(rows, i, COL_PAYLOAD, &m->payload_len);
         m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);
-        m->created_at = rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
+        m->created_at =
+            txo__text_rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
     }
@@ -631,13 +609,7 @@ static size_t group_failures(struct txo_relay *r, size_t *n_failed)
 static void format_last_error(const struct txo_error *e, int code, char *out, size_t cap)
 {
     snprintf(out, cap, "%s: %s", txo_err_name(code), e->msg);
-    size_t len = strlen(out);
-    if (len > LAST_ERROR_MAX) {
-        len = LAST_ERROR_MAX;
-        while (len > 0 && ((unsigned char)out[len] & 0xC0) == 0x80)
-            len--;
-        out[len] = '\0';
-    }
+    out[txo_utf8_cut(out, strlen(out), LAST_ERROR_MAX)] = '\0';
 }
 
 static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
