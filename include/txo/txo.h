@@ -10,6 +10,7 @@
 #include "txo/log.h"
 #include "txo/clock.h"
 #include "txo/text.h"
+#include "txo/owner.h"
 #include "txo/backoff.h"
 #include "txo/crash.h"
 #include "txo/db.h"

@@ -34,7 +34,6 @@
  */
 
 #include <stdatomic.h>
-#include <unistd.h>
 
 #include <uuid/uuid.h>
 
@@ -228,12 +227,9 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
 
 static char *default_relay_id(void)
 {
-    char host[256];
-    if (gethostname(host, sizeof(host)) != 0)
-        snprintf(host, sizeof(host), "localhost");
-    host[sizeof(host) - 1] = '\0';
-    char id[300];
-    snprintf(id, sizeof(id), "%s:%ld", host, (long)getpid());
+    char id[TOKEN_MAX + 1];
+    if (txo_owner_name(id, sizeof(id), NULL) < 0)
+        snprintf(id, sizeof(id), "localhost"); /* a host name too long for locked_by */
     return txo_strdup(id);
 }
 
