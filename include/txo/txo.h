@@ -16,6 +16,7 @@
 #include "txo/db.h"
 #include "txo/outbox.h"
 #include "txo/publisher.h"
+#include "txo/claim.h"
 #include "txo/relay.h"
 #include "txo/saga.h"
 #include "txo/idempotency.h"
