@@ -47,9 +47,10 @@ static const char *const status_names[] = {
 };
 
 /*
- * The command state machine of include/txo/cmdq.h, and the only place it is written down in
- * code: moves[from][to] is true when the move is allowed. PROCESSING -> PROCESSING is a claim
- * taking over an expired lease.
+ * The command state machine of include/txo/cmdq.h: moves[from][to] is true when the move is
+ * allowed. PROCESSING -> PROCESSING is a claim taking over an expired lease. The statements
+ * that make the moves are listed in cmdq_sql.h (CMDQ_MOVES); tests/unit/test_sql_moves.c
+ * checks their SQL against this table, both ways.
  */
 static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_CMDQ_PENDING] = {[TXO_CMDQ_PROCESSING] = true},
