@@ -1,5 +1,5 @@
 /*
- * The command queue (seed 9.12): work accepted now and run later by a worker, such as the
+ * The command queue: work accepted now and run later by a worker, such as the
  * StartOrderSaga command behind a "202 Accepted" answer. A command is a row of command_queue
  * that commits with the request's own rows (txo_cmdq_enqueue() takes the caller's
  * transaction); workers claim due commands with a lease, run them and record the outcome.

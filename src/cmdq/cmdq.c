@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The command queue (seed 9.12): commands appended in the caller's transaction, claimed by
+ * The command queue: commands appended in the caller's transaction, claimed by
  * workers with a lease and a per-claim lock token, finished (DONE, retried with backoff, or
  * FAILED) by statements fenced by that token. include/txo/cmdq.h has the contract and the
  * state machine; cmdq_sql.h has every statement with its index and locks.

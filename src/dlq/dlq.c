@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * Dead letters (seed 9.7): listing, counting and replaying the rows the relay writes into
+ * Dead letters: listing, counting and replaying the rows the relay writes into
  * dead_letter_events when an outbox event used up its publish attempts. include/txo/dlq.h has
  * the contract; dlq_sql.h every statement with its index and locks.
  *

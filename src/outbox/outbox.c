@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The transactional outbox (seed section 3): txo_outbox_append() writes an event row into
+ * The transactional outbox: txo_outbox_append() writes an event row into
  * outbox_events inside the caller's transaction, so the event commits or rolls back together
  * with the business rows it describes. The relay (src/relay/relay.c) publishes committed rows.
  *

@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The outbox relay (seed sections 4 and 8): moves committed events from outbox_events to a
+ * The outbox relay: moves committed events from outbox_events to a
  * publisher, at least once.
  *
  * One cycle, txo_relay_run_once():
