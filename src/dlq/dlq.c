@@ -7,7 +7,8 @@
  *
  * A replay is one READ COMMITTED transaction that locks the dead letter, then its source outbox
  * row, checks that the row is FAILED (the only state a replay may leave; the outbox state
- * machine allows FAILED -> PENDING, txo_outbox_can_move), moves it back to PENDING and records
+ * machine allows FAILED -> PENDING, and tests/unit/test_sql_moves.c checks that
+ * DLQ_SQL_REQUEUE_SOURCE makes exactly that move), moves it back to PENDING and records
  * the replay on the dead letter. Anything unexpected rolls the whole replay back.
  *
  * Memory: a list is returned as one array whose strings are separate allocations, all freed by
@@ -181,7 +182,6 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                            r->dead_letter_id, r->event_id, status != NULL ? status : "NULL");
         goto out;
     }
-    TXO_ASSERT(txo_outbox_can_move(TXO_OUTBOX_FAILED, TXO_OUTBOX_PENDING));
 
     struct txo_exec_result res;
     rc = txo_tx_exec(tx, DLQ_SQL_REQUEUE_SOURCE, &ev, 1, &res, err);
