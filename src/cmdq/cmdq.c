@@ -177,6 +177,27 @@ static int check_claim_opts(const struct txo_cmdq_claim_opts *o, struct txo_erro
     return 0;
 }
 
+/*
+ * The claim's lease passes (src/queue/lease.c), run in this order: PROCESSING commands whose
+ * lease expired, taken over, then due PENDING commands. Both mark under the claim's token and
+ * have no select_by_token: the update-limit claim reads all its rows back once at the end.
+ */
+static const struct txo__lease_pass pass_expired = {
+    .select_locked = CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED,
+    .mark_by_id_in = CMDQ_SQL_CLAIM_BY_ID_IN,
+    .update_limit = CMDQ_SQL_RECLAIM_UPDATE_LIMIT,
+    .select_by_token = NULL,
+    .id_col = COL_ID,
+};
+
+static const struct txo__lease_pass pass_due = {
+    .select_locked = CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED,
+    .mark_by_id_in = CMDQ_SQL_CLAIM_BY_ID_IN,
+    .update_limit = CMDQ_SQL_CLAIM_UPDATE_LIMIT,
+    .select_by_token = NULL,
+    .id_col = COL_ID,
+};
+
 struct claim_ctx {
     const struct txo_cmdq_claim_opts *o;
     enum txo_claim_strategy strategy;
@@ -189,11 +210,9 @@ struct claim_ctx {
     uint64_t reclaimed;       /* of which expired leases taken over */
     uint64_t poisoned;        /* expired leases made FAILED */
 
-    /* The claim passes: expired leases first, then due PENDING commands. */
+    /* The IN lists built for this claim's statements by id. */
     struct txo__lease_in claim_by_id;
     struct txo__lease_in expire_by_id;
-    struct txo__lease_pass expired_pass;
-    struct txo__lease_pass due_pass;
 
     /* Scratch, sized for opts->max. */
     int64_t *claim_ids;
@@ -234,6 +253,7 @@ static struct txo__lease_claim lease_claim(struct claim_ctx *c, const struct txo
         .set = set,
         .n_set = n_set,
         .limit = limit,
+        .mark_in = &c->claim_by_id,
         .ids = c->claim_ids,
         .params = c->params,
         .params_cap = c->params_cap,
@@ -258,7 +278,7 @@ static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *
     lc.skip = skip_poison; /* made FAILED below instead of claimed again */
     lc.skip_arg = c;
     uint64_t marked = 0;
-    int rc = txo__lease_claim(tx, &c->expired_pass, &lc, &c->expired, &marked, err);
+    int rc = txo__lease_claim(tx, &pass_expired, &lc, &c->expired, &marked, err);
     if (rc < 0)
         return rc;
     size_t n_poison = 0;
@@ -281,7 +301,7 @@ static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *
     }
     if (c->n_claimed < o->max) {
         lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max - c->n_claimed);
-        rc = txo__lease_claim(tx, &c->due_pass, &lc, &c->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass_due, &lc, &c->rows, &marked, err);
         if (rc < 0)
             return rc;
         size_t n = txo_rows_count(c->rows);
@@ -319,14 +339,14 @@ static int claim_update_limit_tx(struct txo_tx *tx, void *arg, struct txo_error 
     struct txo_rows *none = NULL; /* the passes have no select_by_token */
     if (expired) {
         struct txo__lease_claim lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max);
-        rc = txo__lease_claim(tx, &c->expired_pass, &lc, &none, &c->reclaimed, err);
+        rc = txo__lease_claim(tx, &pass_expired, &lc, &none, &c->reclaimed, err);
         if (rc < 0)
             return rc;
     }
     if (c->reclaimed < o->max) {
         struct txo__lease_claim lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max - c->reclaimed);
         uint64_t marked = 0;
-        rc = txo__lease_claim(tx, &c->due_pass, &lc, &none, &marked, err);
+        rc = txo__lease_claim(tx, &pass_due, &lc, &none, &marked, err);
         if (rc < 0)
             return rc;
     }
@@ -399,20 +419,6 @@ int txo_cmdq_claim_ex(struct txo_db *db, const struct txo_cmdq_claim_opts *opts,
     txo__lease_token(c.token, sizeof(c.token), NULL);
     txo__lease_in_init(&c.claim_by_id, CMDQ_SQL_CLAIM_BY_ID_IN);
     txo__lease_in_init(&c.expire_by_id, CMDQ_SQL_EXPIRE_BY_ID_IN);
-    c.expired_pass = (struct txo__lease_pass){
-        .select_locked = CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED,
-        .mark_by_id = &c.claim_by_id,
-        .update_limit = CMDQ_SQL_RECLAIM_UPDATE_LIMIT,
-        .select_by_token = NULL,
-        .id_col = COL_ID,
-    };
-    c.due_pass = (struct txo__lease_pass){
-        .select_locked = CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED,
-        .mark_by_id = &c.claim_by_id,
-        .update_limit = CMDQ_SQL_CLAIM_UPDATE_LIMIT,
-        .select_by_token = NULL,
-        .id_col = COL_ID,
-    };
 
     size_t in_max = txo_sql_in_list_size(opts->max);
     c.claim_ids = txo_calloc(opts->max, sizeof(*c.claim_ids));

@@ -169,9 +169,9 @@ static int claim_skip_locked(struct txo_tx *tx, const struct txo__lease_pass *p,
     }
     if (n == 0)
         return 0;
+    TXO_ASSERT(c->mark_in != NULL && strcmp(c->mark_in->prefix, p->mark_by_id_in) == 0);
     np = put_params(c->params, c->params_cap, c->set, c->n_set, NULL, 0);
-    return txo__lease_exec_in(tx, p->mark_by_id, c->params, c->params_cap, np, c->ids, n, marked,
-                              err);
+    return txo__lease_exec_in(tx, c->mark_in, c->params, c->params_cap, np, c->ids, n, marked, err);
 }
 
 static int claim_update_limit(struct txo_tx *tx, const struct txo__lease_pass *p,

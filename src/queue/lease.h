@@ -60,9 +60,10 @@ TXO_MUST_CHECK int txo__lease_exec_in(struct txo_tx *tx, struct txo__lease_in *i
 
 /*
  * One claim pass over one range of a work table (the due PENDING rows, the expired leases,
- * ...), written as the statements of both strategies. Parameters are bound in this order:
+ * ...), written as the statements of both strategies: constant data, one per range, next to
+ * the module's statements. Parameters are bound in this order:
  *   select_locked    where[], limit            SELECT <columns> ... FOR UPDATE SKIP LOCKED
- *   mark_by_id       set[], ids...             UPDATE ... SET <claim> WHERE id IN (...)
+ *   mark_by_id_in    set[], ids...             UPDATE ... SET <claim> WHERE id IN (...)
  *   update_limit     set[], where[], limit     UPDATE ... SET <claim> ... LIMIT ?
  *   select_by_token  where[], token            SELECT <columns> ... locked by the token
  * set[] holds what the claim writes (token, lease, owner), where[] what narrows the range
@@ -71,7 +72,7 @@ TXO_MUST_CHECK int txo__lease_exec_in(struct txo_tx *tx, struct txo__lease_in *i
  */
 struct txo__lease_pass {
     const char *select_locked;
-    struct txo__lease_in *mark_by_id;
+    const char *mark_by_id_in;
     const char *update_limit;
     const char *select_by_token;
     size_t id_col; /* column of the id in the SELECTs */
@@ -92,6 +93,8 @@ struct txo__lease_claim {
      */
     bool (*skip)(const struct txo_rows *rows, size_t i, void *arg);
     void *skip_arg;
+    /* skip-locked: the IN lists built for the pass's mark_by_id_in, kept by the caller. */
+    struct txo__lease_in *mark_in;
     /* Scratch sized by the caller: ids for limit rows, params for cap values. */
     int64_t *ids;
     struct txo_param *params;

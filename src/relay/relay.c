@@ -85,6 +85,26 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_UNLOCK_FAILED] = RELAY_SQL_UNLOCK_FAILED_IN,
 };
 
+/*
+ * The claim's lease passes (src/queue/lease.c): from the start of the due PENDING range of
+ * idx_outbox_due, and from the relay's claim cursor on.
+ */
+static const struct txo__lease_pass pass_from_start = {
+    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
+    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
+    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
+    .id_col = COL_ID,
+};
+
+static const struct txo__lease_pass pass_after_cursor = {
+    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
+    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
+    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
+    .id_col = COL_ID,
+};
+
 struct relay_counters {
     _Atomic uint64_t claimed;
     _Atomic uint64_t published;
@@ -344,6 +364,7 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         .set = set,
         .n_set = TXO_ARRAY_LEN(set),
         .limit = r->opts.batch_size,
+        .mark_in = &r->in[IN_CLAIM_BY_ID],
         .ids = r->ids,
         .params = r->params,
         .params_cap = r->params_cap,
@@ -351,16 +372,9 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     uint64_t marked = 0;
     int rc = 0;
     if (r->claim_after_cursor) {
-        const struct txo__lease_pass after = {
-            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
-            .mark_by_id = &r->in[IN_CLAIM_BY_ID],
-            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
-            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
-            .id_col = COL_ID,
-        };
         c.where = cursor;
         c.n_where = TXO_ARRAY_LEN(cursor);
-        rc = txo__lease_claim(tx, &after, &c, &r->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass_after_cursor, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
         r->claimed_after_cursor = marked > 0 || txo_rows_count(r->rows) > 0;
@@ -369,16 +383,9 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         /* No cursor, or nothing after it: from the start of the range. */
         txo_rows_free(r->rows);
         r->rows = NULL;
-        const struct txo__lease_pass start = {
-            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
-            .mark_by_id = &r->in[IN_CLAIM_BY_ID],
-            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
-            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
-            .id_col = COL_ID,
-        };
         c.where = NULL;
         c.n_where = 0;
-        rc = txo__lease_claim(tx, &start, &c, &r->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass_from_start, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
     }
