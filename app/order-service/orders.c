@@ -20,51 +20,9 @@
 #include "txo/log.h"
 #include "txo/cmdq.h"
 #include "txo/outbox.h"
+#include "txo/text.h"
 #include "orders.h"
 #include "orders_sql.h"
-
-/* True when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
-static bool utf8_valid(const unsigned char *s, size_t len)
-{
-    size_t i = 0;
-
-    while (i < len) {
-        unsigned c = s[i];
-        size_t need;
-        uint32_t cp;
-        uint32_t min;
-
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            need = 1;
-            cp = c & 0x1F;
-            min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            need = 2;
-            cp = c & 0x0F;
-            min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            need = 3;
-            cp = c & 0x07;
-            min = 0x10000;
-        } else {
-            return false;
-        }
-        if (len - i <= need)
-            return false;
-        for (size_t k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += need + 1;
-    }
-    return true;
-}
 
 static const char *const status_names[ORDER_STATUS_COUNT] = {
     [ORDER_CREATED] = "CREATED",
@@ -118,7 +76,7 @@ int orders_validate(int64_t customer_id, const struct order_item *items, size_t 
         if (sku_len == 0 || sku_len > ORDER_SKU_MAX)
             return txo_error_set(err, TXO_EINVAL, "items[%zu].sku must be 1..%d bytes, got %s", i,
                                  ORDER_SKU_MAX, sku_len == 0 ? "an empty one" : "a longer one");
-        if (!utf8_valid((const unsigned char *)it->sku, sku_len))
+        if (!txo_utf8_valid(it->sku, sku_len))
             return txo_error_set(err, TXO_EINVAL, "items[%zu].sku is not valid UTF-8", i);
         if (it->qty < 1 || it->qty > ORDER_MAX_QTY)
             return txo_error_set(err, TXO_EINVAL, "items[%zu].qty must be 1..%d, got %" PRId32, i,
