@@ -48,6 +48,7 @@
 #include <uuid/uuid.h>
 
 #include "saga/saga_internal.h"
+#include "txo/owner.h"
 #include "saga/saga_sql.h"
 
 #define OWNER_MAX         128 /* saga_instances.owner VARCHAR(128) */
@@ -112,12 +113,10 @@ static const char *default_owner(void)
 {
     pid_t pid = getpid();
     if (thread_owner[0] == '\0' || thread_owner_pid != pid) {
-        char host[64];
-        if (gethostname(host, sizeof(host)) != 0)
-            snprintf(host, sizeof(host), "unknown");
-        host[sizeof(host) - 1] = '\0';
-        unsigned n = atomic_fetch_add(&owner_seq, 1) + 1;
-        snprintf(thread_owner, sizeof(thread_owner), "%s:%ld:%u", host, (long)pid, n);
+        char n[16];
+        snprintf(n, sizeof(n), "%u", atomic_fetch_add(&owner_seq, 1) + 1);
+        if (txo_owner_name(thread_owner, sizeof(thread_owner), n) != 0)
+            snprintf(thread_owner, sizeof(thread_owner), "saga:%ld:%s", (long)pid, n);
         thread_owner_pid = pid;
     }
     return thread_owner;

@@ -23,6 +23,7 @@
 
 #include "txo/inbox.h"
 #include "txo/metrics.h"
+#include "txo/owner.h"
 #include "txo/worker.h"
 
 #define QUEUE_CAP       256
@@ -585,9 +586,8 @@ static void *scheduler_main(void *arg)
     struct txo_worker *w = arg;
     struct txo_db *db = NULL;
     char owner[TXO_CMDQ_OWNER_MAX + 1];
-    char host[64] = "localhost";
-    gethostname(host, sizeof(host) - 1);
-    snprintf(owner, sizeof(owner), "%s:%ld:commands", host, (long)getpid());
+    if (txo_owner_name(owner, sizeof(owner), "commands") != 0)
+        snprintf(owner, sizeof(owner), "worker:%ld:commands", (long)getpid());
     int64_t next_retry_check = 0;
     while (!stopping(w)) {
         if (!ensure_db(w, &db, "scheduler")) {
