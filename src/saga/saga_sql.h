@@ -217,20 +217,22 @@
 
 /*
  * Every statement that moves a status, with the moves it makes: X(statement, machine, from,
- * to). `?` means the state is a bound value, checked against the transition table before the
- * statement runs (saga_move, step_write, the step_* helpers of saga.c). A test walks this list
- * against the transition tables of saga_state.c.
+ * to), machine saga (saga_instances) or step (saga_steps). BOUND means the state is a bound
+ * value, checked against the transition table of saga_state.c by the function that runs the
+ * statement (saga_move, step_move, call_tx_fn, step_done, record_tx_fn) before it runs. A test
+ * walks this list: literal states must be what the SQL says and a legal move; BOUND ones must
+ * be bound in the SQL.
  */
 #define SAGA_MOVES(X)                                                                              \
     X(SAGA_SQL_ACQUIRE_FOR_RETRY, saga, COMPENSATION_FAILED, COMPENSATING)                         \
-    X(SAGA_SQL_MOVE, saga, ?, ?)                                                                   \
-    X(SAGA_SQL_MOVE_RELEASE, saga, ?, ?)                                                           \
     X(SAGA_SQL_COMPENSATION_FAILED, saga, COMPENSATING, COMPENSATION_FAILED)                       \
-    X(SAGA_SQL_STEP_DONE_FINISH, saga, ?, ?)                                                       \
-    X(SAGA_SQL_STEP_MOVE, step, ?, ?)                                                              \
-    X(SAGA_SQL_STEP_BEGIN_CALL, step, ?, ?)                                                        \
-    X(SAGA_SQL_STEP_DONE, step, ?, ?)                                                              \
-    X(SAGA_SQL_STEP_DONE_FINISH, step, ?, ?)                                                       \
-    X(SAGA_SQL_STEP_TRY_FAILED, step, ?, ?)
+    X(SAGA_SQL_MOVE, saga, BOUND, BOUND)                                                           \
+    X(SAGA_SQL_MOVE_RELEASE, saga, BOUND, BOUND)                                                   \
+    X(SAGA_SQL_STEP_DONE_FINISH, saga, BOUND, BOUND)                                               \
+    X(SAGA_SQL_STEP_MOVE, step, BOUND, BOUND)                                                      \
+    X(SAGA_SQL_STEP_BEGIN_CALL, step, BOUND, BOUND)                                                \
+    X(SAGA_SQL_STEP_DONE, step, BOUND, BOUND)                                                      \
+    X(SAGA_SQL_STEP_DONE_FINISH, step, BOUND, BOUND)                                               \
+    X(SAGA_SQL_STEP_TRY_FAILED, step, BOUND, BOUND)
 
 #endif

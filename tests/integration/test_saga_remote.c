@@ -41,11 +41,11 @@ struct probe {
     char last_undo_key[N_STEPS + 1][96];
     int action_calls[N_STEPS + 1];
     int comp_calls[N_STEPS + 1];
-    int action_fail[N_STEPS + 1];     /* the local part fails with this code (0: no) */
-    int deadlock_once[N_STEPS + 1];   /* the local part returns TXO_EDEADLOCK the first time */
-    bool probe_locks;                 /* Charge's call checks that nothing is locked */
+    int action_fail[N_STEPS + 1];   /* the local part fails with this code (0: no) */
+    int deadlock_once[N_STEPS + 1]; /* the local part returns TXO_EDEADLOCK the first time */
+    bool probe_locks;               /* Charge's call checks that nothing is locked */
     const struct testdb *t;
-    int lock_probe_ok;                /* updates done by another connection during the call */
+    int lock_probe_ok; /* updates done by another connection during the call */
     /* What on_aborted was told. */
     int aborted_calls;
     int failed_step, failed_code;
@@ -122,8 +122,8 @@ static void probe_no_locks(struct probe *p)
                            "UPDATE saga_steps SET updated_at = NOW(6) + INTERVAL 1 SECOND "
                            "WHERE saga_id = ?",
                            id, 1, NULL, &err) == 0;
-    ok = ok && txo_db_exec(other, "UPDATE effects SET n = n WHERE saga_id = ?", id, 1, NULL,
-                           &err) == 0;
+    ok = ok &&
+         txo_db_exec(other, "UPDATE effects SET n = n WHERE saga_id = ?", id, 1, NULL, &err) == 0;
     if (!ok)
         print_error("lock probe: %s\n", err.msg);
     p->lock_probe_ok = ok;
@@ -139,8 +139,9 @@ static int remote(const struct txo_saga_ctx *ctx, struct txo_error *err)
     if (p->probe_locks && step == 2)
         probe_no_locks(p);
     int rc = n < MAX_CALLS ? p->remote_rc[step][n] : 0;
-    return rc == 0 ? 0 : txo_error_set(err, rc, "%s call %d: %s", ctx->step_name, n + 1,
-                                       txo_err_name(rc));
+    return rc == 0
+               ? 0
+               : txo_error_set(err, rc, "%s call %d: %s", ctx->step_name, n + 1, txo_err_name(rc));
 }
 
 static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
@@ -153,11 +154,11 @@ static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return rc == 0 ? 0 : txo_error_set(err, rc, "undo of %s refused", ctx->step_name);
 }
 
-static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                      enum txo_saga_status final, struct txo_error *err)
+static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx, enum txo_saga_status final,
+                      struct txo_error *err)
 {
     (void)tx;
-    (void)final;
+    (void) final;
     (void)err;
     struct probe *p = ctx->user;
     p->aborted_calls++;
@@ -468,8 +469,7 @@ static void test_given_up_sagas_never_starve_a_new_failure(void **state)
     f->p.undo_rc[3] = 0;
     enum txo_saga_status final;
     txo_error_init(&err);
-    assert_int_equal(txo_saga_retry(f->t.db, &def, f->p.saga_id, &f->opts, &f->p, &final, &err),
-                     0);
+    assert_int_equal(txo_saga_retry(f->t.db, &def, f->p.saga_id, &f->opts, &f->p, &final, &err), 0);
     assert_int_equal(final, TXO_SAGA_COMPENSATED);
     assert_int_equal(txo_saga_list_due(f->t.db, TXO_SAGA_COMPENSATION_FAILED, 32, refs, &n, &err),
                      0);
@@ -510,8 +510,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unknown_outcome_is_compensated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_then_refused_stays_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_call_is_not_compensated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_done_call_with_failed_local_part_is_compensated,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_done_call_with_failed_local_part_is_compensated, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_call_in_flight_at_a_crash_counts_as_unknown, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_given_up_sagas_never_starve_a_new_failure, setup,

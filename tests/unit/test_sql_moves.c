@@ -22,14 +22,16 @@
 #include <cmocka.h>
 
 #include "cmdq/cmdq_sql.h"
+#include "orders.h"
+#include "orders_sql.h"
 #include "outbox/outbox_moves.h"
+#include "saga/saga_sql.h"
 #include "txo/txo.h"
-
-#define N_STATES 4 /* both machines have four states */
 
 /* One state machine, seen through int states. */
 struct machine {
     const char *table;
+    int n_states;
     int (*parse)(const char *name, int *out);
     const char *(*name)(int s);
     bool (*can_move)(int from, int to);
@@ -83,8 +85,51 @@ static bool cmdq_can_move(int from, int to)
     return txo_cmdq_can_move((enum txo_cmdq_status)from, (enum txo_cmdq_status)to);
 }
 
-static const struct machine outbox = {"outbox_events", outbox_parse, outbox_name, outbox_can_move};
-static const struct machine cmdq = {"command_queue", cmdq_parse, cmdq_name, cmdq_can_move};
+static int order_parse(const char *name, int *out)
+{
+    enum order_status s;
+    int rc = order_status_parse(name, &s);
+    if (rc == 0)
+        *out = (int)s;
+    return rc;
+}
+
+static const char *order_name(int s)
+{
+    return order_status_name((enum order_status)s);
+}
+
+static bool order_can_move(int from, int to)
+{
+    return order_status_can_move((enum order_status)from, (enum order_status)to);
+}
+
+static int saga_parse(const char *name, int *out)
+{
+    enum txo_saga_status s;
+    int rc = txo_saga_status_parse(name, &s);
+    if (rc == 0)
+        *out = (int)s;
+    return rc;
+}
+
+static const char *saga_name(int s)
+{
+    return txo_saga_status_name((enum txo_saga_status)s);
+}
+
+static bool saga_can_move(int from, int to)
+{
+    return txo_saga_can_move((enum txo_saga_status)from, (enum txo_saga_status)to);
+}
+
+static const struct machine outbox = {"outbox_events", 4, outbox_parse, outbox_name,
+                                      outbox_can_move};
+static const struct machine orders = {"orders", ORDER_STATUS_COUNT, order_parse, order_name,
+                                      order_can_move};
+static const struct machine sagas = {"saga_instances", TXO_SAGA_STATUS_COUNT, saga_parse, saga_name,
+                                     saga_can_move};
+static const struct machine cmdq = {"command_queue", 4, cmdq_parse, cmdq_name, cmdq_can_move};
 
 #define OUTBOX_ENTRY(STMT, PICKED, FROM, TO)                                                       \
     {#STMT, STMT, #PICKED, PICKED, TXO_OUTBOX_##FROM, TXO_OUTBOX_##TO},
@@ -93,6 +138,26 @@ static const struct machine cmdq = {"command_queue", cmdq_parse, cmdq_name, cmdq
 
 static const struct move outbox_moves[] = {OUTBOX_MOVES(OUTBOX_ENTRY)};
 static const struct move cmdq_moves[] = {CMDQ_MOVES(CMDQ_ENTRY)};
+
+#define ORDER_ENTRY(STMT, FROM, TO) {#STMT, STMT, #STMT, STMT, ORDER_##FROM, ORDER_##TO},
+static const struct move order_moves[] = {ORDERS_MOVES(ORDER_ENTRY)};
+
+/* The saga engine's list: literal moves of saga_instances are checked like the others; the
+ * statements whose states are bound values are checked to bind them. */
+#define TXO_SAGA_BOUND (-1)
+struct saga_move {
+    const char *stmt_name;
+    const char *stmt;
+    const char *machine;
+    int from, to;
+};
+#define SAGA_STATE(NAME)               SAGA_STATE_##NAME
+#define SAGA_STATE_BOUND               TXO_SAGA_BOUND
+#define SAGA_STATE_COMPENSATION_FAILED TXO_SAGA_COMPENSATION_FAILED
+#define SAGA_STATE_COMPENSATING        TXO_SAGA_COMPENSATING
+#define SAGA_ENTRY(STMT, MACHINE, FROM, TO)                                                        \
+    {#STMT, STMT, #MACHINE, SAGA_STATE(FROM), SAGA_STATE(TO)},
+static const struct saga_move saga_moves[] = {SAGA_MOVES(SAGA_ENTRY)};
 
 /* ---- reading the SQL ---- */
 
@@ -273,8 +338,8 @@ static int check_moves(const struct machine *m, const struct move *moves, size_t
                         m->name(mv->from), m->name(mv->to));
             problems++;
         }
-        for (int f = 0; f < N_STATES; f++) {
-            for (int t = 0; t < N_STATES; t++) {
+        for (int f = 0; f < m->n_states; f++) {
+            for (int t = 0; t < m->n_states; t++) {
                 if ((from & (1u << f)) && (to & (1u << t)) && !declared(moves, n, mv, f, t)) {
                     print_error("%s: its SQL moves %s -> %s, which the list does not declare\n",
                                 mv->stmt_name, m->name(f), m->name(t));
@@ -283,8 +348,8 @@ static int check_moves(const struct machine *m, const struct move *moves, size_t
             }
         }
     }
-    for (int f = 0; whole_table && f < N_STATES; f++) {
-        for (int t = 0; t < N_STATES; t++) {
+    for (int f = 0; whole_table && f < m->n_states; f++) {
+        for (int t = 0; t < m->n_states; t++) {
             bool used = false;
             for (size_t i = 0; i < n; i++)
                 used = used || (moves[i].from == f && moves[i].to == t);
@@ -310,6 +375,43 @@ static void test_cmdq_statements_match_the_state_machine(void **state)
 {
     (void)state;
     assert_int_equal(check_moves(&cmdq, cmdq_moves, TXO_ARRAY_LEN(cmdq_moves), true), 0);
+}
+
+static void test_order_statements_match_the_state_machine(void **state)
+{
+    (void)state;
+    assert_int_equal(check_moves(&orders, order_moves, TXO_ARRAY_LEN(order_moves), true), 0);
+}
+
+/* True when sql says `<name> = ?` for the status column (a bound state). */
+static bool binds_status(const char *begin, const char *end)
+{
+    for (const char *p = begin; p != NULL && p < end; p = strstr(p + 1, "status = ?"))
+        if (p >= begin && strncmp(p, "status = ?", 10) == 0 && p < end)
+            return true;
+    return false;
+}
+
+static void test_saga_statements_match_the_state_machine(void **state)
+{
+    (void)state;
+    struct move literal[TXO_ARRAY_LEN(saga_moves)];
+    size_t n = 0;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(saga_moves); i++) {
+        const struct saga_move *m = &saga_moves[i];
+        if (m->from != TXO_SAGA_BOUND) {
+            assert_string_equal(m->machine, "saga");
+            literal[n++] =
+                (struct move){m->stmt_name, m->stmt, m->stmt_name, m->stmt, m->from, m->to};
+            continue;
+        }
+        const char *set, *set_end, *where;
+        clauses(m->stmt, &set, &set_end, &where);
+        if (!binds_status(set, set_end) || !binds_status(where, m->stmt + strlen(m->stmt)))
+            fail_msg("%s: its states are declared BOUND but its SQL does not bind them",
+                     m->stmt_name);
+    }
+    assert_int_equal(check_moves(&sagas, literal, n, false), 0);
 }
 
 /* ---- the checker fails on wrong lists and wrong SQL ---- */
@@ -370,6 +472,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_outbox_statements_match_the_state_machine),
         cmocka_unit_test(test_cmdq_statements_match_the_state_machine),
+        cmocka_unit_test(test_order_statements_match_the_state_machine),
+        cmocka_unit_test(test_saga_statements_match_the_state_machine),
         cmocka_unit_test(test_checker_catches_illegal_and_undeclared_moves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
