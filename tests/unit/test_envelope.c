@@ -1,7 +1,8 @@
 /*
  * The published envelope (txo_envelope_encode): exact text, key order, the payload embedded as
  * compact JSON with its numbers and UTF-8 untouched, and rejection of a payload that is not
- * JSON.
+ * JSON. And its inverse (txo_envelope_decode): every field back, the payload's exact text,
+ * envelopes from other producers (another key order, a string aggregate id), bad input.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -122,6 +123,80 @@ static void test_invalid_header_string(void **state)
     assert_int_equal(err.code, TXO_EINVAL);
 }
 
+/* encode -> decode gives every field back, and the payload as the encoder wrote it. */
+static void test_round_trip(void **state)
+{
+    (void)state;
+    const char *payload = "{ \"order_id\": 7, \"big\": 9007199254740993, \"price\": 0.1,"
+                          " \"name\": \"J\\u00fcrgen \\u2603\", \"items\": [1, 2.50, null] }";
+    struct txo_outbox_message m = sample(payload);
+    struct txo_error err;
+    txo_error_init(&err);
+    size_t len = 0;
+    char *env = txo_envelope_encode(&m, &len, &err);
+    assert_non_null(env);
+    struct txo_event ev;
+    assert_int_equal(txo_envelope_decode(env, len, &ev, &err), 0);
+    assert_int_equal(ev.id, 42);
+    assert_string_equal(ev.type, "OrderCreated");
+    assert_string_equal(ev.aggregate_type, "order");
+    assert_string_equal(ev.aggregate_id, "7");
+    assert_string_equal(ev.idempotency_key, "order:7:created");
+    assert_string_equal(ev.created_at, "2026-11-30T15:37:00.123456Z");
+    assert_int_equal(ev.attempt, 1);
+    /* The exact text: 2.50 stays 2.50, the escapes stay escapes. */
+    assert_string_equal(ev.payload, "{\"order_id\":7,\"big\":9007199254740993,\"price\":0.1,"
+                                    "\"name\":\"J\\u00fcrgen \\u2603\",\"items\":[1,2.50,null]}");
+    assert_int_equal(ev.payload_len, strlen(ev.payload));
+    txo_event_release(&ev);
+    txo_free(env);
+}
+
+/* An envelope written by another producer: other key order, a string aggregate id, no id. */
+static void test_decode_foreign_envelope(void **state)
+{
+    (void)state;
+    const char *env = "{\"payload\":{\"a\":1},\"type\":\"UserSignedUp\","
+                      "\"aggregate_id\":\"c-123\",\"idempotency_key\":\"user:c-123:signup\"}";
+    struct txo_event ev;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_string_equal(ev.type, "UserSignedUp");
+    assert_string_equal(ev.aggregate_id, "c-123");
+    assert_null(ev.aggregate_type);
+    assert_null(ev.created_at);
+    assert_int_equal(ev.id, 0);
+    assert_string_equal(ev.payload, "{\"a\":1}");
+    txo_event_release(&ev);
+    txo_event_release(NULL);
+}
+
+static void test_decode_refuses_bad_envelopes(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "not json",
+        "[1,2]",
+        "{\"type\":\"T\",\"payload\":{}}",                            /* no key */
+        "{\"idempotency_key\":\"k\",\"payload\":{}}",                 /* no type */
+        "{\"type\":\"T\",\"idempotency_key\":\"k\"}",                 /* no payload */
+        "{\"type\":\"T\",\"idempotency_key\":\"k\",\"payload\":\"x\"}", /* not an object */
+        "{\"type\":7,\"idempotency_key\":\"k\",\"payload\":{}}",
+        "{\"type\":\"T\",\"idempotency_key\":\"k\\u0000b\",\"payload\":{}}", /* NUL */
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        struct txo_event ev;
+        memset(&ev, 0x5a, sizeof(ev));
+        struct txo_error err;
+        txo_error_init(&err);
+        assert_int_equal(txo_envelope_decode(bad[i], strlen(bad[i]), &ev, &err), TXO_EINVAL);
+        assert_int_equal(err.code, TXO_EINVAL);
+        assert_true(err.msg[0] != '\0');
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -130,6 +205,9 @@ int main(void)
         cmocka_unit_test(test_scalar_payload),
         cmocka_unit_test(test_invalid_payload),
         cmocka_unit_test(test_invalid_header_string),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_decode_foreign_envelope),
+        cmocka_unit_test(test_decode_refuses_bad_envelopes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
