@@ -681,6 +681,82 @@ static void test_l_shipment_timeout_is_cancelled(void **state)
     stop_clean(r, &r->stub, "txo-stub-services");
 }
 
+/*
+ * The customer cancels while CreateShipment's call is in flight (the service is slow: it
+ * creates the shipment after --latency-ms). The call holds no lock, so the cancel (If-Match
+ * on the order's version) succeeds at once; the shipment is then created at the service, the
+ * step's local part finds the order CANCELLED and fails: its call took effect, so it is undone
+ * (CancelShipment), then the charge is refunded. No live shipment, no kept charge.
+ */
+static void test_customer_cancel_during_shipment_call(void **state)
+{
+    struct rig *r = *state;
+    const char *stub_args[] = {"--latency-ms", "1500", NULL};
+    start_stub(r, stub_args);
+    const char *up_args[] = {r->payment_flag, r->shipment_flag, "--service-timeout=5000",
+                             "--service-retries=1", NULL};
+    start_up(r, up_args);
+
+    int64_t id = place_order(r, "cancel-race-1");
+    /* Wait until the shipment call is in flight. */
+    int64_t deadline = txo_monotonic_ms() + 15000;
+    char remote[32] = "";
+    while (txo_monotonic_ms() < deadline) {
+        keep_txo(remote, sizeof(remote), step_col(r, id, "CreateShipment", "remote_state"));
+        if (strcmp(remote, "CALLING") == 0)
+            break;
+        txo_sleep_ms(10);
+    }
+    assert_string_equal(remote, "CALLING");
+
+    char url[128];
+    snprintf(url, sizeof(url), "%s/orders/%lld", r->api_url, (long long)id);
+    json_t *order = get_json(r, url);
+    json_t *version = json_object_get(order, "version");
+    assert_true(json_is_integer(version));
+    char if_match[64];
+    snprintf(if_match, sizeof(if_match), "If-Match: \"%lld\"",
+             (long long)json_integer_value(version));
+    json_decref(order);
+    const char *const headers[] = {if_match, NULL};
+    snprintf(url, sizeof(url), "%s/orders/%lld/cancel", r->api_url, (long long)id);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t t0 = txo_monotonic_ms();
+    int rc = txo_http_post_json(r->http, url, NULL, headers, "{}", 2, &resp, &err);
+    int64_t took = txo_monotonic_ms() - t0;
+    long status = resp.status;
+    txo_http_client_response_release(&resp);
+    if (rc != 0 || status != 200)
+        fail_msg("cancel: rc=%d status=%ld %s", rc, status, err.msg);
+    print_message("cancel answered 200 in %lld ms while the shipment call was in flight\n",
+                  (long long)took);
+    assert_true(took < 1000); /* nothing waited for the call's locks: there are none */
+
+    char st[32];
+    wait_saga_status(r, id, "COMPENSATED", 20000);
+    order_status(r, id, st, sizeof(st));
+    assert_string_equal(st, "CANCELLED");
+    assert_step(r, id, "CreateShipment", "COMPENSATED");
+    keep_txo(remote, sizeof(remote), step_col(r, id, "CreateShipment", "remote_state"));
+    assert_string_equal(remote, "DONE");
+    assert_int_equal(stub_order_stat(r, id, "shipments"), 1);
+    assert_int_equal(stub_order_stat(r, id, "cancels"), 1);
+    assert_int_equal(stub_order_stat(r, id, "charges"), 1);
+    assert_int_equal(stub_order_stat(r, id, "refunds"), 1);
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"), 0);
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"), 0);
+    /* One OrderCancelled: the customer's; the saga's end wrote none. */
+    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
+                                 "'OrderCancelled'"),
+                     1);
+    assert_stock(r, STOCK, 0);
+    stop_clean(r, &r->up, "txo up");
+    stop_clean(r, &r->stub, "txo-stub-services");
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Scenario M: the payment service is down; the circuit breaker */
 
@@ -974,6 +1050,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_l_shipment_timeout_is_cancelled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_m_breaker_opens_fails_fast_and_closes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_j_worker_retries_compensation, setup, teardown),
