@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "orders.h"
 
 /* Statements of the set-up, kept together. None takes input except the status read. */
 
@@ -170,7 +171,7 @@ int bench_env_setup(struct bench_env *env)
         goto out;
     unsigned applied = 0;
     unsigned total = 0;
-    rc = txo_migrate(env->db, &applied, &total, &err);
+    rc = orders_migrate(env->db, &applied, &total, &err);
     if (rc < 0) {
         bench_fail(rc, &err, "migrating the bench database");
         goto out;

@@ -899,7 +899,7 @@ static int fresh_database(struct http_run *h)
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;
-    rc = txo_migrate(h->db, &applied, &total, &err);
+    rc = orders_migrate(h->db, &applied, &total, &err);
     if (rc < 0)
         return bench_fail(rc, &err, "migrating the http bench database");
     for (unsigned i = 0; i < HTTP_NUM_SKUS; i++) {

@@ -24,6 +24,29 @@
 #include "orders.h"
 #include "orders_sql.h"
 
+/* Generated from app/order-service/migrations by cmake/embed_migrations.cmake. */
+extern const struct txo_migration_set orders__migrations;
+
+const struct txo_migration_set *orders_migrations(void)
+{
+    return &orders__migrations;
+}
+
+int orders_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct txo_error *err)
+{
+    unsigned a1 = 0, t1 = 0, a2 = 0, t2 = 0;
+    int rc = txo_migrate_set(db, txo_core_migrations(), &a1, &t1, err);
+    if (rc == 0)
+        rc = txo_migrate_set(db, orders_migrations(), &a2, &t2, err);
+    if (rc != 0)
+        return rc;
+    if (applied != NULL)
+        *applied = a1 + a2;
+    if (total != NULL)
+        *total = t1 + t2;
+    return 0;
+}
+
 static const char *const status_names[ORDER_STATUS_COUNT] = {
     [ORDER_CREATED] = "CREATED",
     [ORDER_CONFIRMED] = "CONFIRMED",

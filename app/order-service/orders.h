@@ -63,6 +63,17 @@ int order_status_parse(const char *name, enum order_status *out);
 /* True when the state machine above allows from -> to. */
 bool order_status_can_move(enum order_status from, enum order_status to);
 
+/*
+ * The order service's schema (app/order-service/migrations: orders, order_items, inventory,
+ * inventory_reservations, payments, shipments), a migration set of its own next to the
+ * library's (txo/db.h). orders_migrate() applies the library's set, then this one: what
+ * `txo migrate` does for the reference service. Same errors as txo_migrate_set(); *applied and
+ * *total (may be NULL) count both sets.
+ */
+const struct txo_migration_set *orders_migrations(void);
+TXO_MUST_CHECK int orders_migrate(struct txo_db *db, unsigned *applied, unsigned *total,
+                                  struct txo_error *err);
+
 /* Limits enforced by orders_validate(). */
 #define ORDER_MAX_ITEMS       100
 #define ORDER_SKU_MAX         64 /* bytes, as inventory.sku VARCHAR(64) */

@@ -689,7 +689,7 @@ static int run(int argc, char **argv)
     printf("txo demo: the order saga on database %s\n", o.common.db.database);
     if (o.migrate) {
         unsigned applied = 0, total = 0;
-        rc = txo_migrate(db, &applied, &total, &err);
+        rc = orders_migrate(db, &applied, &total, &err);
         if (rc < 0) {
             cmd_report("demo", "migration failed", &err);
             goto out;

@@ -3,6 +3,7 @@
  */
 #include <stdio.h>
 
+#include "orders.h"
 #include "settings.h"
 
 static int run(int argc, char **argv);
@@ -12,10 +13,12 @@ const struct command cmd_migrate = {
     .summary = "create or upgrade the database schema (idempotent)",
     .usage = "txo migrate [options]",
     .description =
-        "Applies every schema migration of this txo build (sql/migrations/NNNN_*.sql) that\n"
-        "the database has not recorded yet in txo_schema_migrations, in order, under a\n"
-        "server-side lock so concurrent runs cannot interleave. Running it again is a no-op.\n"
-        "A recorded migration whose text changed since is refused.",
+        "Applies every schema migration of this txo build that the database has not recorded\n"
+        "yet in txo_schema_migrations, in order, under a server-side lock so concurrent runs\n"
+        "cannot interleave: first the library's own set (sql/migrations: outbox, dead\n"
+        "letters, inbox, idempotency keys, sagas, command queue), then the order service's\n"
+        "(app/order-service/migrations). Running it again is a no-op. A recorded migration\n"
+        "whose text changed since is refused.",
     .run = run,
 };
 
@@ -36,7 +39,7 @@ static int run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;
-    int rc = txo_migrate(db, &applied, &total, &err);
+    int rc = orders_migrate(db, &applied, &total, &err);
     txo_db_close(db);
     if (rc < 0) {
         cmd_report("migrate", "migration failed", &err);

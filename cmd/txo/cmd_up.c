@@ -141,7 +141,7 @@ static bool prepare_database(void)
     bool ok = true;
     if (opts.migrate) {
         unsigned applied = 0, total = 0;
-        if (txo_migrate(db, &applied, &total, &err) != 0) {
+        if (orders_migrate(db, &applied, &total, &err) != 0) {
             cmd_report("up", "migrating the schema", &err);
             ok = false;
         } else {

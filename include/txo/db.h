@@ -244,11 +244,38 @@ struct txo_db_stats {
 TXO_API void txo_db_get_stats(struct txo_db_stats *out);
 
 /*
- * Applies the schema migrations compiled into the library (sql/migrations/NNNN_*.sql) that are
- * not yet recorded in `txo_schema_migrations`, in order, under a server-side named lock so two
- * `txo migrate` runs cannot interleave. Idempotent. *applied (may be NULL) receives how many
- * were applied now, *total how many exist.
+ * Schema migrations come in sets: the library's own (txo_core_migrations(): the outbox, dead
+ * letters, inbox, idempotency keys, sagas and the command queue) and each application's (the
+ * order service's tables, say), each a list of numbered SQL files compiled into the code that
+ * owns the tables. Applied migrations are recorded by file name in txo_schema_migrations with
+ * a SHA-256 of their text, so names must be unique across the sets a database uses.
  */
+struct txo_migration {
+    const char *name; /* "0001_outbox.sql" */
+    const char *sql;  /* the file's text */
+};
+
+struct txo_migration_set {
+    const char *name; /* "core", "orders" */
+    const struct txo_migration *migrations;
+    size_t count;
+};
+
+/* The library's own set. Static; never NULL. */
+TXO_API const struct txo_migration_set *txo_core_migrations(void);
+
+/*
+ * Applies the migrations of set that are not yet recorded in `txo_schema_migrations`, in
+ * order, under a server-side named lock so two runs cannot interleave. Idempotent. *applied
+ * (may be NULL) receives how many were applied now, *total how many the set has.
+ * Errors: TXO_EMIGRATION (a recorded migration whose text changed since), TXO_ETIMEOUT
+ * (another run held the lock for 60 s), DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_migrate_set(struct txo_db *db, const struct txo_migration_set *set,
+                                           unsigned *applied, unsigned *total,
+                                           struct txo_error *err);
+
+/* txo_migrate_set() with the library's own set. */
 TXO_API TXO_MUST_CHECK int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total,
                                        struct txo_error *err);
 

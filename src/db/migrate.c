@@ -1,8 +1,9 @@
 /*
  * Schema migrations (`txo migrate`).
  *
- * The numbered files of sql/migrations/ are compiled into the library (see
- * cmake/embed_migrations.cmake), so the binary always carries the schema it was built for.
+ * Migrations come in sets (include/txo/db.h): the library's own, from sql/migrations/, and
+ * each application's, each compiled into the code that owns its tables (see
+ * cmake/embed_migrations.cmake), so a binary always carries the schema it was built for.
  * Applied migrations are recorded in txo_schema_migrations with the SHA-256 of their text; a
  * recorded file whose text changed since is refused (migrations are never edited after they
  * are merged: add a new file instead).
@@ -95,7 +96,7 @@ static int run_script(struct txo_db *db, const char *name, const char *text, str
     return rc;
 }
 
-static int apply_one(struct txo_db *db, const struct txo__migration *m, bool *applied,
+static int apply_one(struct txo_db *db, const struct txo_migration *m, bool *applied,
                      struct txo_error *err)
 {
     char sum[65];
@@ -134,8 +135,21 @@ static int apply_one(struct txo_db *db, const struct txo__migration *m, bool *ap
     return 0;
 }
 
+const struct txo_migration_set *txo_core_migrations(void)
+{
+    return &txo__core_migrations;
+}
+
 int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct txo_error *err)
 {
+    return txo_migrate_set(db, &txo__core_migrations, applied, total, err);
+}
+
+int txo_migrate_set(struct txo_db *db, const struct txo_migration_set *set, unsigned *applied,
+                    unsigned *total, struct txo_error *err)
+{
+    if (db == NULL || set == NULL || (set->count > 0 && set->migrations == NULL))
+        return txo_error_set(err, TXO_EINVAL, "migrate: missing database or migration set");
     unsigned n_applied = 0;
     int rc = txo_db_exec_raw(db, SQL_CREATE_MIGRATIONS_TABLE, err);
     if (rc < 0) {
@@ -153,9 +167,9 @@ int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct tx
     if (!locked)
         return txo_error_set(err, TXO_ETIMEOUT,
                              "another `txo migrate` held the migration lock for 60 s");
-    for (size_t i = 0; i < txo__migrations_count && rc == 0; i++) {
+    for (size_t i = 0; i < set->count && rc == 0; i++) {
         bool done = false;
-        rc = apply_one(db, &txo__migrations[i], &done, err);
+        rc = apply_one(db, &set->migrations[i], &done, err);
         if (done)
             n_applied++;
     }
@@ -170,6 +184,6 @@ int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct tx
     if (applied)
         *applied = n_applied;
     if (total)
-        *total = (unsigned)txo__migrations_count;
+        *total = (unsigned)set->count;
     return 0;
 }

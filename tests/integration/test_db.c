@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "orders.h"
 #include "testdb.h"
 
 static int setup(void **state)
@@ -284,12 +285,12 @@ static void test_migrate_is_idempotent(void **state)
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 99, total = 0;
-    assert_int_equal(txo_migrate(t->db, &applied, &total, &err), 0);
+    assert_int_equal(orders_migrate(t->db, &applied, &total, &err), 0);
     assert_int_equal(applied, 0);
-    assert_true(total >= 5);
+    assert_int_equal(total, txo_core_migrations()->count + orders_migrations()->count);
     assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM txo_schema_migrations", NULL, 0),
                      total);
-    /* The seed's 13 tables are there. */
+    /* The 13 tables of the library and the order service are there. */
     assert_int_equal(testdb_i64(t->db,
                                 "SELECT COUNT(*) FROM information_schema.tables WHERE "
                                 "table_schema = DATABASE() AND table_name IN ('orders',"
@@ -304,6 +305,43 @@ static void test_migrate_is_idempotent(void **state)
                        "WHERE version = '0001_outbox.sql'");
     assert_int_equal(txo_migrate(t->db, NULL, NULL, &err), TXO_EMIGRATION);
     assert_non_null(strstr(err.msg, "0001_outbox.sql"));
+}
+
+/* The library's own set creates only the library's tables: no order service table. */
+static void test_core_migrations_alone(void **state)
+{
+    struct testdb *t = *state;
+    char name[96], sql[160];
+    snprintf(name, sizeof(name), "%s_core", t->name);
+    snprintf(sql, sizeof(sql), "CREATE DATABASE `%s`", name);
+    testdb_exec(t->db, sql);
+    struct txo_db_opts opts = t->opts;
+    opts.database = name;
+    struct txo_db *db = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_open(&opts, &db, &err), 0);
+    unsigned applied = 0, total = 0;
+    assert_int_equal(txo_migrate(db, &applied, &total, &err), 0);
+    assert_int_equal(applied, txo_core_migrations()->count);
+    assert_int_equal(total, applied);
+    assert_int_equal(testdb_i64(db,
+                                "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                "table_schema = DATABASE() AND table_name IN ('outbox_events',"
+                                "'dead_letter_events','saga_instances','saga_steps',"
+                                "'idempotency_keys','inbox_events','command_queue')",
+                                NULL, 0),
+                     7);
+    assert_int_equal(testdb_i64(db,
+                                "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                                "table_schema = DATABASE() AND table_name IN ('orders',"
+                                "'order_items','inventory','inventory_reservations',"
+                                "'payments','shipments')",
+                                NULL, 0),
+                     0);
+    txo_db_close(db);
+    snprintf(sql, sizeof(sql), "DROP DATABASE `%s`", name);
+    testdb_exec(t->db, sql);
 }
 
 static void test_in_list(void **state)
@@ -349,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_in_list),
         cmocka_unit_test(test_connect_failure_is_clear),
         cmocka_unit_test(test_migrate_is_idempotent),
+        cmocka_unit_test(test_core_migrations_alone),
     };
     txo_log_set_level(TXO_LOG_ERROR);
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "orders.h"
 
 static unsigned long parse_port(const char *s)
 {
@@ -77,7 +78,7 @@ void testdb_setup(struct testdb *t, const char *tag)
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;
-    if (txo_migrate(t->db, &applied, &total, &err) < 0)
+    if (orders_migrate(t->db, &applied, &total, &err) < 0)
         fail_msg("migrating %s: %s", t->name, err.msg);
     if (applied != total || total == 0)
         fail_msg("migrating %s applied %u of %u", t->name, applied, total);
