@@ -250,7 +250,8 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .env = "TXO_COMPENSATION_RETRY",
          .type = SETTING_UINT,
          .def = "5",
-         .help = "seconds before the first retry of a COMPENSATION_FAILED saga (doubles each time)",
+         .help = "seconds before the first automatic retry of a COMPENSATION_FAILED saga "
+                 "(doubles each time, jitter 50%)",
          .min = 1,
          .max = 86400,
          .target = &o->comp_retry_base_s},
@@ -266,7 +267,8 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .env = "TXO_COMPENSATION_MAX_TRIES",
          .type = SETTING_UINT,
          .def = "10",
-         .help = "tries of a failing step after which its saga is left to an operator (error log)",
+         .help = "times a saga may end COMPENSATION_FAILED before automatic retries stop and it "
+                 "is left to an operator (one error line; txo saga retry)",
          .min = 1,
          .max = 1000,
          .target = &o->comp_max_retries},
