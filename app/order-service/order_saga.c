@@ -370,9 +370,9 @@ static int release_stock(struct txo_tx *tx, const struct txo_saga_ctx *ctx, stru
     if (rc < 0)
         goto out;
     for (size_t r = 0; r < txo_rows_count(rows); r++) {
-        const char *sku = txo_rows_str(rows, r, 0, NULL);
-        int64_t qty = txo_rows_i64(rows, r, 1);
-        const char *status = txo_rows_str(rows, r, 2, NULL);
+        const char *sku = txo_rows_str(rows, r, RESERVATIONS_COL_SKU, NULL);
+        int64_t qty = txo_rows_i64(rows, r, RESERVATIONS_COL_QTY);
+        const char *status = txo_rows_str(rows, r, RESERVATIONS_COL_STATUS, NULL);
 
         if (sku == NULL || status == NULL || strcmp(status, "RESERVED") != 0)
             continue; /* released by an earlier run */
@@ -425,8 +425,7 @@ static int call_service(const struct txo_saga_ctx *ctx, enum order_service_kind 
                  st->order_id, amount_cents);
     else
         snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 "}", st->order_id);
-    return order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body,
-                              err);
+    return order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body, err);
 }
 
 static int remote_charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
@@ -591,8 +590,7 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
         return TXO_EINVAL;
     if (ctx->failed_step >= 0)
         snprintf(reason, sizeof(reason), "%s failed: %s%s", ctx->failed_step_name,
-                 ctx->failed_message != NULL ? ctx->failed_message
-                                             : txo_err_name(ctx->failed_code),
+                 ctx->failed_message != NULL ? ctx->failed_message : txo_err_name(ctx->failed_code),
                  ctx->failed_remote_maybe ? " (its remote call was undone)" : "");
     else
         snprintf(reason, sizeof(reason), "saga %s", txo_saga_status_name(final_status));

@@ -437,12 +437,12 @@ static int start_saga_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
-        items[i].sku = txo_rows_str(rows, i, 2, NULL);
-        items[i].qty = (int32_t)txo_rows_i64(rows, i, 3);
-        items[i].price_cents = txo_rows_i64(rows, i, 4);
+        items[i].sku = txo_rows_str(rows, i, ORDER_ITEMS_COL_SKU, NULL);
+        items[i].qty = (int32_t)txo_rows_i64(rows, i, ORDER_ITEMS_COL_QTY);
+        items[i].price_cents = txo_rows_i64(rows, i, ORDER_ITEMS_COL_PRICE);
     }
-    rc = create_saga(tx, a->order_id, txo_rows_i64(rows, 0, 0), items, n, txo_rows_i64(rows, 0, 1),
-                     a->saga_id, &a->created, err);
+    rc = create_saga(tx, a->order_id, txo_rows_i64(rows, 0, ORDER_ITEMS_COL_CUSTOMER), items, n,
+                     txo_rows_i64(rows, 0, ORDER_ITEMS_COL_TOTAL), a->saga_id, &a->created, err);
 out:
     txo_free(items);
     txo_rows_free(rows);
@@ -510,17 +510,18 @@ int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_versi
             return rc;
         if (txo_rows_count(rows) == 0)
             rc = txo_error_set(err, TXO_ENOTFOUND, "order %" PRId64 " not found", order_id);
-        else if (txo_rows_i64(rows, 0, 1) != expected_version)
+        else if (txo_rows_i64(rows, 0, ORDER_VERSION_COL_VERSION) != expected_version)
             rc = txo_error_set(err, TXO_ECONFLICT,
                                "order %" PRId64 " is at version %" PRId64 ", not %" PRId64
                                " (status %s): read it again",
-                               order_id, txo_rows_i64(rows, 0, 1), expected_version,
-                               txo_rows_str(rows, 0, 0, NULL));
+                               order_id, txo_rows_i64(rows, 0, ORDER_VERSION_COL_VERSION),
+                               expected_version,
+                               txo_rows_str(rows, 0, ORDER_VERSION_COL_STATUS, NULL));
         else
             rc = txo_error_set(err, TXO_ESTATE,
                                "order %" PRId64 " is %s: only CREATED orders "
                                "can be cancelled",
-                               order_id, txo_rows_str(rows, 0, 0, NULL));
+                               order_id, txo_rows_str(rows, 0, ORDER_VERSION_COL_STATUS, NULL));
         txo_rows_free(rows);
         return rc;
     }

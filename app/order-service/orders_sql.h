@@ -69,6 +69,13 @@
 #define ORDERS_SQL_SELECT_ORDER_ITEMS                                                              \
     "SELECT o.customer_id, o.total_cents, i.sku, i.qty, i.price_cents "                            \
     "FROM orders o JOIN order_items i ON i.order_id = o.id WHERE o.id = ? ORDER BY i.id"
+enum order_items_col {
+    ORDER_ITEMS_COL_CUSTOMER,
+    ORDER_ITEMS_COL_TOTAL,
+    ORDER_ITEMS_COL_SKU,
+    ORDER_ITEMS_COL_QTY,
+    ORDER_ITEMS_COL_PRICE,
+};
 
 /* inventory PRIMARY (sku). Locks that row (X). Demo/tests only: resets reserved to 0. */
 #define ORDERS_SQL_SEED_INVENTORY                                                                  \
@@ -114,6 +121,7 @@
 #define ORDERS_SQL_RESERVATIONS_LOCK                                                               \
     "SELECT sku, qty, status FROM inventory_reservations WHERE saga_id = ? "                       \
     "ORDER BY sku FOR UPDATE"
+enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS_COL_STATUS };
 
 /* inventory PRIMARY. Locks the SKU's row (X). `reserved >= ?` keeps reserved non-negative;
  * the caller requires affected_rows == 1. Also undoes, in the same transaction, a RESERVE that
@@ -213,6 +221,7 @@ enum get_items_col {
 
 /* orders PRIMARY. The order's current status and version (consistent read). */
 #define ORDERS_SQL_ORDER_VERSION "SELECT status, version FROM orders WHERE id = ?"
+enum order_version_col { ORDER_VERSION_COL_STATUS, ORDER_VERSION_COL_VERSION };
 
 /*
  * Every statement that moves an order's status, with its move: X(statement, from, to). A test

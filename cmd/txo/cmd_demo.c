@@ -53,6 +53,7 @@
 #define DEMO_SQL_PAYMENT_STATUS  "SELECT status FROM payments WHERE order_id = ?"
 #define DEMO_SQL_SHIPMENT_STATUS "SELECT status FROM shipments WHERE order_id = ?"
 #define DEMO_SQL_STOCK           "SELECT available, reserved FROM inventory WHERE sku = ?"
+enum demo_stock_col { DEMO_STOCK_AVAILABLE, DEMO_STOCK_RESERVED };
 
 static int run(int argc, char **argv);
 
@@ -443,8 +444,8 @@ static void table_print(const struct table *t, const char *title)
 static int print_sagas(struct txo_db *db, struct txo_error *err)
 {
     const char *shead[] = {"scenario", "saga_id", "status"};
-    const char *thead[] = {"scenario", "order_id", "#", "step", "status", "attempts", "remote",
-                           "error"};
+    const char *thead[] = {"scenario", "order_id", "#",      "step",
+                           "status",   "attempts", "remote", "error"};
     struct table sagas, steps;
     table_init(&sagas, TXO_ARRAY_LEN(shead), shead);
     table_init(&steps, TXO_ARRAY_LEN(thead), thead);
@@ -574,8 +575,8 @@ static int check_stock(struct txo_db *db, char *problems, size_t cap, struct txo
         int rc = txo_db_query(db, DEMO_SQL_STOCK, &p, 1, &rows, err);
         if (rc < 0)
             return rc;
-        int64_t avail = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 0) : -1;
-        int64_t res = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 1) : -1;
+        int64_t avail = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, DEMO_STOCK_AVAILABLE) : -1;
+        int64_t res = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, DEMO_STOCK_RESERVED) : -1;
         txo_rows_free(rows);
         if (avail != catalogue[k].stock - reserved || res != reserved) {
             size_t len = strlen(problems);

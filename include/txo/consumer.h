@@ -134,8 +134,8 @@ struct txo_event {
  * Errors: TXO_EINVAL (not JSON, not an object, a member missing or of the wrong type: the
  * message names it), TXO_ENOMEM.
  */
-TXO_API TXO_MUST_CHECK int txo_envelope_decode(const char *data, size_t len,
-                                               struct txo_event *out, struct txo_error *err);
+TXO_API TXO_MUST_CHECK int txo_envelope_decode(const char *data, size_t len, struct txo_event *out,
+                                               struct txo_error *err);
 
 /* Frees the strings of ev and zeroes it. NULL is a no-op. */
 TXO_API void txo_event_release(struct txo_event *ev);

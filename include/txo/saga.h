@@ -135,8 +135,8 @@ struct txo_saga_ctx {
     void *user;          /* the `user` pointer given to txo_saga_run() */
     unsigned step_index; /* 0-based index of the step being run or compensated */
     const char *step_name;
-    unsigned attempt;    /* 1 for the first try of this step in this run */
-    bool compensating;   /* the compensation is running, not the action */
+    unsigned attempt;  /* 1 for the first try of this step in this run */
+    bool compensating; /* the compensation is running, not the action */
     /* For a remote part: the key to send as the call's idempotency key, the same on every try
      * and in every worker ("<saga_id>:<step>:do" or ":undo"). NULL for local parts. */
     const char *idempotency_key;
@@ -170,10 +170,10 @@ typedef int (*txo_saga_finish_fn)(struct txo_tx *tx, const struct txo_saga_ctx *
                                   enum txo_saga_status final_status, struct txo_error *err);
 
 struct txo_saga_step_def {
-    const char *name;            /* "ReserveStock"; stored in saga_steps.step_name */
-    txo_saga_step_fn action;     /* the local part (required) */
-    txo_saga_step_fn compensate; /* its undo; NULL: nothing local to undo */
-    txo_saga_remote_fn remote;   /* NULL: the step is local only */
+    const char *name;                     /* "ReserveStock"; stored in saga_steps.step_name */
+    txo_saga_step_fn action;              /* the local part (required) */
+    txo_saga_step_fn compensate;          /* its undo; NULL: nothing local to undo */
+    txo_saga_remote_fn remote;            /* NULL: the step is local only */
     txo_saga_remote_fn remote_compensate; /* NULL: nothing remote to undo */
 };
 
@@ -242,9 +242,9 @@ struct txo_saga_step_info {
     unsigned step_order; /* 1-based, as stored */
     char *name;
     enum txo_step_status status;
-    char *error;       /* NULL when none */
-    int error_code;    /* the txo code of that error; 0 when none */
-    unsigned attempts; /* tries of the action and compensation so far */
+    char *error;                  /* NULL when none */
+    int error_code;               /* the txo code of that error; 0 when none */
+    unsigned attempts;            /* tries of the action and compensation so far */
     enum txo_remote_state remote; /* what the action's remote part is known to have done */
 };
 struct txo_saga_info {
@@ -253,8 +253,8 @@ struct txo_saga_info {
     char *correlation_id;
     enum txo_saga_status status;
     char *payload;
-    char *owner;    /* NULL when unowned */
-    int64_t idle_s; /* seconds since the instance last changed */
+    char *owner;                 /* NULL when unowned */
+    int64_t idle_s;              /* seconds since the instance last changed */
     unsigned compensation_tries; /* times it ended COMPENSATION_FAILED */
     bool retry_scheduled;        /* COMPENSATION_FAILED with an automatic retry due */
     struct txo_saga_step_info *steps;
@@ -269,8 +269,8 @@ TXO_API void txo_saga_info_release(struct txo_saga_info *info);
 /*
  * The saga as compact JSON: {"saga_id","saga_type","correlation_id","status","owner",
  * "compensation_tries","retry_scheduled","payload":{...},"steps":[{"step":1,"name","status",
- * "attempts","error","error_code","remote"}]} (owner, error and error_code are null when unset). Returns a string to free with txo_free(), or NULL with err set
- * (TXO_ENOMEM).
+ * "attempts","error","error_code","remote"}]} (owner, error and error_code are null when unset).
+ * Returns a string to free with txo_free(), or NULL with err set (TXO_ENOMEM).
  */
 TXO_API char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err);
 

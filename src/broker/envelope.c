@@ -210,8 +210,7 @@ static char *payload_text(const char *data, size_t len, json_t *payload, size_t 
     return copy;
 }
 
-int txo_envelope_decode(const char *data, size_t len, struct txo_event *out,
-                        struct txo_error *err)
+int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, struct txo_error *err)
 {
     struct txo_event ev;
     memset(&ev, 0, sizeof(ev));

@@ -276,13 +276,13 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     int rc = txo_outbox_purge_published(db, opts->outbox_s, opts->batch, opts->max_batches,
                                         &c.outbox, err);
     if (rc == 0)
-        rc = txo_idem_purge(db, opts->idempotency_s, opts->batch, opts->max_batches,
-                            &c.idempotency, err);
+        rc = txo_idem_purge(db, opts->idempotency_s, opts->batch, opts->max_batches, &c.idempotency,
+                            err);
     if (rc == 0)
         rc = txo_inbox_purge(db, opts->inbox_s, opts->batch, opts->max_batches, &c.inbox, err);
     if (rc == 0)
-        rc = txo_cmdq_purge_done(db, opts->commands_s, opts->batch, opts->max_batches,
-                                 &c.commands, err);
+        rc = txo_cmdq_purge_done(db, opts->commands_s, opts->batch, opts->max_batches, &c.commands,
+                                 err);
     if (out != NULL)
         *out = c;
     return rc;

@@ -346,8 +346,8 @@ static int lock_step(struct txo_tx *tx, const struct run *r, size_t i, struct st
     const char *remote = txo_rows_str(rows, 0, 1, NULL);
     if (txo_step_status_parse(st, &out->status) != 0 ||
         txo__remote_state_parse(remote, &out->remote) != 0)
-        rc = txo_error_set(err, TXO_EDB, "saga %s step %zu: unknown status '%s'/'%s'", r->id,
-                           i + 1, st != NULL ? st : "NULL", remote != NULL ? remote : "NULL");
+        rc = txo_error_set(err, TXO_EDB, "saga %s step %zu: unknown status '%s'/'%s'", r->id, i + 1,
+                           st != NULL ? st : "NULL", remote != NULL ? remote : "NULL");
 out:
     txo_rows_free(rows);
     return rc;
@@ -416,8 +416,8 @@ static int finish_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         return abort_saga(tx, r, &a->after, err);
     int rc = saga_move(tx, r, r->status, a->to, err);
     if (rc == 0)
-        rc = call_hook(tx, r, a->to == TXO_SAGA_COMPLETED ? r->def->on_completed
-                                                          : r->def->on_aborted,
+        rc = call_hook(tx, r,
+                       a->to == TXO_SAGA_COMPLETED ? r->def->on_completed : r->def->on_aborted,
                        a->to, err);
     if (rc == 0)
         a->after = a->to;
@@ -752,10 +752,11 @@ static int settle_failed_try(struct run *r, size_t i, bool compensate, unsigned 
                         "attempts=%u tries=%u error=\"%s\"",
                         r->id, r->def->type, name, attempt, r->compensation_tries, error);
         } else {
-            TXO_LOG(TXO_LOG_INFO, "saga",
-                    "saga step failed saga_id=%s step=%s attempts=%u remote=%s next=%s error=\"%s\"",
-                    r->id, name, attempt, txo_remote_state_name(remote),
-                    txo_saga_status_name(r->status), error);
+            TXO_LOG(
+                TXO_LOG_INFO, "saga",
+                "saga step failed saga_id=%s step=%s attempts=%u remote=%s next=%s error=\"%s\"",
+                r->id, name, attempt, txo_remote_state_name(remote),
+                txo_saga_status_name(r->status), error);
         }
         return 0;
     }

@@ -277,8 +277,7 @@ int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def
         return txo_error_set(err, TXO_EINVAL, "saga type %s is not registered with the worker",
                              def != NULL && def->type != NULL ? def->type : "NULL");
     if (hc->n_started == STARTED_MAX)
-        return txo_error_set(err, TXO_EINVAL, "a handler may start at most %d sagas",
-                             STARTED_MAX);
+        return txo_error_set(err, TXO_EINVAL, "a handler may start at most %d sagas", STARTED_MAX);
     struct txo_saga_ref *ref = &hc->started[hc->n_started];
     bool made = false;
     int rc = txo_saga_create(hc->tx, def, correlation_id, payload_json, ref->id, &made, err);
@@ -634,8 +633,8 @@ static void clean_once(struct txo_worker *w, struct txo_db **db)
     uint64_t total = c.outbox + c.idempotency + c.inbox + c.commands;
     if (total > 0)
         TXO_LOG(TXO_LOG_INFO, "worker",
-                "retention cleaner deleted rows=%" PRIu64 " outbox=%" PRIu64
-                " idempotency=%" PRIu64 " inbox=%" PRIu64 " commands=%" PRIu64,
+                "retention cleaner deleted rows=%" PRIu64 " outbox=%" PRIu64 " idempotency=%" PRIu64
+                " inbox=%" PRIu64 " commands=%" PRIu64,
                 total, c.outbox, c.idempotency, c.inbox, c.commands);
 }
 
@@ -688,8 +687,8 @@ static int check_opts(const struct txo_worker_opts *o, struct txo_error *err)
                                  i);
     for (size_t i = 0; i < o->n_commands; i++)
         if (o->commands[i].command_type == NULL || o->commands[i].fn == NULL)
-            return txo_error_set(err, TXO_EINVAL,
-                                 "command handler %zu needs a type and a function", i);
+            return txo_error_set(err, TXO_EINVAL, "command handler %zu needs a type and a function",
+                                 i);
     for (size_t i = 0; i < o->n_sagas; i++) {
         if (o->sagas[i] == NULL || o->sagas[i]->type == NULL)
             return txo_error_set(err, TXO_EINVAL, "saga definition %zu has no type", i);

@@ -517,10 +517,14 @@ static void test_l_hanging_payment_times_out(void **state)
     struct rig *r = *state;
     const char *stub_args[] = {"--hang", NULL};
     start_stub(r, stub_args);
-    const char *up_args[] = {r->payment_flag,         "--service-timeout=500",
-                             "--service-retries=1",   "--step-attempts=2",
-                             "--saga-threads=2",      "--compensation-retry=1",
-                             "--compensation-retry-max=1", NULL};
+    const char *up_args[] = {r->payment_flag,
+                             "--service-timeout=500",
+                             "--service-retries=1",
+                             "--step-attempts=2",
+                             "--saga-threads=2",
+                             "--compensation-retry=1",
+                             "--compensation-retry-max=1",
+                             NULL};
     start_up(r, up_args);
 
     /*
@@ -618,11 +622,9 @@ static void test_l_slow_payment_charge_is_refunded(void **state)
     struct rig *r = *state;
     const char *stub_args[] = {"--latency-ms", "800", NULL};
     start_stub(r, stub_args);
-    const char *up_args[] = {r->payment_flag,       "--service-timeout=500",
-                             "--service-retries=1", "--step-attempts=2",
-                             "--saga-threads=2",    "--breaker-failures=1",
-                             "--breaker-open=800",  "--compensation-retry=1",
-                             NULL};
+    const char *up_args[] = {r->payment_flag,      "--service-timeout=500",  "--service-retries=1",
+                             "--step-attempts=2",  "--saga-threads=2",       "--breaker-failures=1",
+                             "--breaker-open=800", "--compensation-retry=1", NULL};
     start_up(r, up_args);
 
     int64_t t0 = txo_monotonic_ms();
@@ -928,7 +930,7 @@ static void test_j_worker_retries_compensation(void **state)
     saga_status(r, id, st, sizeof(st));
     assert_string_equal(st, "COMPENSATION_FAILED");
     order_status(r, id, st, sizeof(st));
-    assert_string_equal(st, "CREATED"); /* not cancelled while the refund is owed */
+    assert_string_equal(st, "CREATED");             /* not cancelled while the refund is owed */
     assert_step(r, id, "CreateShipment", "FAILED"); /* refused: nothing to undo there */
     assert_step(r, id, "ChargePayment", "COMPENSATION_FAILED");
     assert_step(r, id, "ReserveStock", "COMPLETED"); /* not undone yet: in order */
@@ -1050,8 +1052,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_l_shipment_timeout_is_cancelled, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_m_breaker_opens_fails_fast_and_closes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_j_worker_retries_compensation, setup, teardown),

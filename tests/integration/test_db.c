@@ -114,9 +114,8 @@ static void test_error_mapping(void **state)
     /* A syntax error is permanent. */
     assert_int_equal(txo_db_exec(t->db, "INSERT INTO nope VALUES (?)", p, 1, NULL, &err), TXO_EDB);
     assert_false(txo_err_is_transient(TXO_EDB));
-    assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM kv WHERE k IN ('badjson','nullv')",
-                                NULL, 0),
-                     0);
+    assert_int_equal(
+        testdb_i64(t->db, "SELECT COUNT(*) FROM kv WHERE k IN ('badjson','nullv')", NULL, 0), 0);
 }
 
 static void test_commit_and_rollback(void **state)

@@ -179,9 +179,9 @@ static void test_decode_refuses_bad_envelopes(void **state)
         "",
         "not json",
         "[1,2]",
-        "{\"type\":\"T\",\"payload\":{}}",                            /* no key */
-        "{\"idempotency_key\":\"k\",\"payload\":{}}",                 /* no type */
-        "{\"type\":\"T\",\"idempotency_key\":\"k\"}",                 /* no payload */
+        "{\"type\":\"T\",\"payload\":{}}",                              /* no key */
+        "{\"idempotency_key\":\"k\",\"payload\":{}}",                   /* no type */
+        "{\"type\":\"T\",\"idempotency_key\":\"k\"}",                   /* no payload */
         "{\"type\":\"T\",\"idempotency_key\":\"k\",\"payload\":\"x\"}", /* not an object */
         "{\"type\":7,\"idempotency_key\":\"k\",\"payload\":{}}",
         "{\"type\":\"T\",\"idempotency_key\":\"k\\u0000b\",\"payload\":{}}", /* NUL */
