@@ -1,5 +1,5 @@
 /*
- * The CreateOrderSaga (seed section 6): ReserveStock -> ChargePayment -> CreateShipment, each
+ * The CreateOrderSaga: ReserveStock -> ChargePayment -> CreateShipment, each
  * with its compensation (ReleaseStock, RefundPayment, CancelShipment).
  *
  * The saga engine (txo/saga.h) opens one transaction per step and commits the step's state
@@ -22,7 +22,7 @@
  *
  * Lock order: every transaction that touches several inventory rows locks them in ascending
  * SKU order (decode sorts and merges the items once), so concurrent reservations serialise on
- * the first common SKU instead of deadlocking (seed 9.9). A deadlock that still happens (with
+ * the first common SKU instead of deadlocking. A deadlock that still happens (with
  * other writers) is retried whole by txo_db_transact().
  *
  * Errors: business refusals (no stock, card declined, injected faults) are TXO_EBUSINESS and

@@ -1,5 +1,5 @@
 /*
- * The order saga's external services, payment and shipment (seed 9.2-9.5, 9.10, 9.11), called
+ * The order saga's external services, payment and shipment, called
  * over HTTP when a URL is configured; without one the saga's steps use their in-process
  * stand-ins (the local payments/shipments tables only).
  *

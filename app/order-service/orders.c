@@ -1,5 +1,6 @@
 /*
- * Creating orders (seed section 3: the transactional outbox) and recording their sagas.
+ * Creating orders (the transactional outbox: the order and its event in one transaction) and
+ * recording their sagas.
  *
  * orders_create_tx() is the heart of the outbox pattern: the order, its items and the
  * OrderCreated event are written by one function into one transaction that the caller owns,
@@ -468,7 +469,7 @@ int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA
     return 0;
 }
 
-/* Writes the stock of a SKU with sql (seed or ensure), after checking the arguments. */
+/* Writes the stock of a SKU with sql (set or ensure), after checking the arguments. */
 static int write_stock(struct txo_db *db, const char *sql, const char *sku, int32_t available,
                        struct txo_error *err)
 {

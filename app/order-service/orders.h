@@ -1,5 +1,5 @@
 /*
- * The reference order service (seed sections 3, 6, 7), built only on the public txo API.
+ * The reference order service, built only on the public txo API.
  *
  * What it does:
  *   - orders_create_tx() writes an order, its items and the OrderCreated outbox event in the
@@ -14,14 +14,14 @@
  *   - orders_run_saga() / orders_retry_saga() drive a saga with explicit failure injection
  *     (struct order_faults), for the demo, the tests and the worker.
  *
- * Invariants kept (SPEC "Invariants"):
+ * Invariants kept:
  *   - every order status change has its outbox event in the same transaction
  *     (OrderCreated, ShipmentCreated with CONFIRMED, OrderCancelled with CANCELLED);
  *   - available + reserved of a SKU is only moved between the two columns, never created or
  *     lost, and never goes negative (the schema's CHECKs enforce it too);
  *   - at most one payment and one shipment per order (unique keys, steps re-run safely);
  *   - inventory rows are locked in ascending SKU order, in every transaction, so concurrent
- *     reservations cannot deadlock on each other (seed 9.9).
+ *     reservations cannot deadlock on each other.
  *
  * Order states (orders.status, enum order_status below): CREATED -> CONFIRMED (CreateShipment)
  * | CANCELLED (the saga failed or was compensated, or the customer cancelled). Both targets are
@@ -102,7 +102,7 @@ TXO_MUST_CHECK int orders_validate(int64_t customer_id, const struct order_item 
                                    int64_t *total_cents, struct txo_error *err);
 
 /*
- * Creates an order inside the caller's transaction tx (seed create_order_tx): validates it,
+ * Creates an order inside the caller's transaction tx: validates it,
  * checks that every sku exists in `inventory`, inserts the `orders` row (CREATED, total),
  * one `order_items` row per item and the OrderCreated outbox event (aggregate "order", key
  * "order:<id>:created", payload {"order_id","customer_id","items":[{"sku","qty",
@@ -185,7 +185,7 @@ TXO_MUST_CHECK int orders_create_async_tx(struct txo_tx *tx, int64_t customer_id
 /*
  * The customer cancels order_id, which they read at expected_version (GET /orders/{id}), in
  * the caller's transaction: CREATED -> CANCELLED, version + 1, and an OrderCancelled event
- * (key "order:<id>:cancelled"). Optimistic locking (seed 9.8): the change applies only if
+ * (key "order:<id>:cancelled"). Optimistic locking: the change applies only if
  * nobody changed the order since that read; the order's saga, if it is running, then finds
  * the order CANCELLED when it tries to confirm it, fails CreateShipment and compensates the
  * steps it did (its own final hook writes no second OrderCancelled).

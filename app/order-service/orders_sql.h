@@ -95,7 +95,7 @@ enum order_items_col {
  * enough is available: `available >= ?` makes the statement alone unable to oversell, and 0
  * affected rows means "not enough, or no such SKU, or reserved already" (the caller then looks
  * why, on that path only). Params: qty, qty, sku, qty. Callers go in ascending SKU order so
- * two reservations cannot deadlock (seed 9.9).
+ * two reservations cannot deadlock.
  */
 #define ORDERS_SQL_INVENTORY_RESERVE                                                               \
     "UPDATE inventory SET available = available - ?, reserved = reserved + ? "                     \
@@ -210,7 +210,7 @@ enum get_items_col {
     GET_ITEMS_COL_PRICE_CENTS,
 };
 
-/* ---- orders.c: cancel by the customer (optimistic locking, seed 9.8) ---- */
+/* ---- orders.c: cancel by the customer (optimistic locking on orders.version) ---- */
 
 /* orders PRIMARY. Locks the order row (X) only when it is still CREATED at the version the
  * client saw: 0 rows means another writer (the saga confirming it, another cancel) got there

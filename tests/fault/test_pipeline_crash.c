@@ -2,7 +2,7 @@
  * End-to-end fault tests of the whole order pipeline with real processes and the local broker
  * (`txo up`, whose relay hands each event to the in-process consumer): orders come in through
  * the HTTP API of `txo serve`, then `txo up` is started with a crash point, dies of SIGKILL,
- * and is started again without it. Afterwards every invariant of SPEC.md must hold, checked
+ * and is started again without it. Afterwards every invariant of the order service must hold, checked
  * by SQL on the test database (testpipeline_check_invariants()).
  *
  *   E+F   crash point relay.after_publish: the relay dispatched the batch of OrderCreated (the
@@ -17,7 +17,7 @@
  * Stock conservation, stated exactly as order_saga.c implements it: ReserveStock moves qty
  * from `available` to `reserved` (and records a RESERVED inventory_reservations row);
  * ReleaseStock moves it back (RELEASED); nothing else touches stock, and a CONFIRMED order keeps
- * its units in `reserved` (shipping them is outside the seed). So, per SKU, at the end:
+ * its units in `reserved` (shipping them is outside the order service). So, per SKU, at the end:
  *   available + reserved = seeded stock
  *   reserved  = units of that SKU in CONFIRMED orders = qty of its RESERVED reservations
  *   available = seeded stock - units in CONFIRMED orders, and both are >= 0.

@@ -15,7 +15,7 @@
  *         --drain` exits 0 and the stream holds each event once, Nats-Msg-Id = its
  *         idempotency_key, the envelope as documented (read back with the library's consumer).
  *
- * After the pipeline scenarios every invariant of SPEC.md is checked by SQL
+ * After the pipeline scenarios every invariant of the order service is checked by SQL
  * (testpipeline_check_invariants in tests/support/testpipeline.h, shared with
  * test_pipeline_crash.c, where stock conservation is stated). Each test uses its own stream,
  * subject prefix and durable.

@@ -1,5 +1,5 @@
 /*
- * Optimistic locking on orders.version (seed 9.8): the customer's cancel
+ * Optimistic locking on orders.version: the customer's cancel
  * (orders_cancel_tx) against the order saga, the two writers of an order's status.
  *   - a cancel at the version the customer read applies once: CREATED -> CANCELLED,
  *     version + 1, one OrderCancelled event; a stale version is TXO_ECONFLICT, a cancel of an

@@ -121,7 +121,7 @@ static void assert_stock(struct fixture *f, const char *sku, int64_t available, 
                  (long long)r, (long long)available, (long long)reserved);
 }
 
-/* The invariants of SPEC "Invariants" that hold after every test. */
+/* The order service's invariants, which hold after every test. */
 static void assert_invariants(struct fixture *f)
 {
     for (size_t i = 0; i < TXO_ARRAY_LEN(seed_stock); i++) {

@@ -1,5 +1,5 @@
 /*
- * Creating orders against a real MariaDB (seed section 3): the order, its items and the
+ * Creating orders against a real MariaDB (the transactional outbox): the order, its items and the
  * OrderCreated event commit together or not at all; invalid orders are refused before anything
  * is written; the saga of an order is created once.
  */
@@ -75,7 +75,7 @@ static void test_create_commits_order_items_and_event(void **state)
                                 &p, 1),
                      3 * 1000000 + 1500);
 
-    /* Exactly one event, PENDING, with the seed's key and payload. */
+    /* Exactly one event, PENDING, with its documented key and payload. */
     assert_int_equal(count(t->db, "outbox_events"), 1);
 #define EV(expr)                                                                                   \
     "SELECT " expr " FROM outbox_events WHERE aggregate_type = 'order' AND aggregate_id = ? "      \
