@@ -1,0 +1,233 @@
+/*
+ * The library's worker runtime (txo/worker.h) with the order service's tables (worker.h),
+ * in-process against a real MariaDB: messages handed to txo_worker_handle_message as a
+ * transport would, the inbox, the one path that starts an order's saga in each mode, the
+ * runners and the command scheduler driving sagas to their end, and the worker's own metrics.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "orders.h"
+#include "testdb.h"
+#include "txo/metrics.h"
+#include "worker.h"
+
+struct fixture {
+    struct testdb t;
+    struct txo_metrics *metrics;
+    struct order_worker_config config;
+    struct txo_worker *w;
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = txo_calloc(1, sizeof(*f));
+    testdb_setup(&f->t, "oworker");
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(orders_seed_inventory(f->t.db, "iphone-15", 10, &err), 0);
+    assert_int_equal(txo_metrics_new(&f->metrics, &err), 0);
+    struct txo_worker_opts wo;
+    txo_worker_opts_init(&wo);
+    wo.saga_threads = 2;
+    wo.poll_ms = 20;
+    wo.retention.interval_s = 0;
+    wo.metrics = f->metrics;
+    order_worker_setup(&f->config, NULL, NULL, &wo);
+    if (txo_worker_new(&f->t.opts, &wo, &f->w, &err) != 0)
+        fail_msg("txo_worker_new: %s", err.msg);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    txo_worker_free(f->w);
+    txo_metrics_free(f->metrics);
+    testdb_teardown(&f->t);
+    txo_free(f);
+    return 0;
+}
+
+/* An order created in the database (its OrderCreated is in the outbox); returns its id and the
+ * envelope the relay would publish for it. */
+static int64_t create_order(struct fixture *f, char **envelope)
+{
+    struct order_item item = {.sku = "iphone-15", .qty = 1, .price_cents = 1000};
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t id = 0;
+    assert_int_equal(orders_create(f->t.db, 7, &item, 1, &id, &err), 0);
+    struct txo_param p[] = {txo_p_i64(id)};
+    char *payload = testdb_str(f->t.db,
+                               "SELECT CAST(payload AS CHAR) FROM outbox_events WHERE "
+                               "aggregate_id = ? AND event_type = 'OrderCreated'",
+                               p, 1);
+    assert_non_null(payload);
+    char key[64];
+    snprintf(key, sizeof(key), "order:%lld:created", (long long)id);
+    struct txo_outbox_message m = {.id = 1,
+                                   .aggregate_type = "order",
+                                   .aggregate_id = id,
+                                   .event_type = "OrderCreated",
+                                   .payload = payload,
+                                   .idempotency_key = key,
+                                   .created_at = "2026-12-01T00:00:00.000000Z",
+                                   .attempt = 1};
+    *envelope = txo_envelope_encode(&m, NULL, &err);
+    assert_non_null(*envelope);
+    txo_free(payload);
+    return id;
+}
+
+static int deliver(struct fixture *f, const char *envelope, const char *msg_id,
+                   struct txo_error *err)
+{
+    struct txo_inbound_message msg = {
+        .data = envelope, .len = strlen(envelope), .msg_id = msg_id, .delivery = 1};
+    txo_error_init(err);
+    return txo_worker_handle_message(f->w, &msg, err);
+}
+
+static int64_t count(struct fixture *f, const char *sql)
+{
+    return testdb_i64(f->t.db, sql, NULL, 0);
+}
+
+/* Polls until every saga is COMPLETED, at most 10 s. */
+static void wait_completed(struct fixture *f, int64_t want)
+{
+    for (int i = 0; i < 500; i++) {
+        if (count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'") == want)
+            return;
+        txo_sleep_ms(20);
+    }
+    fail_msg("%lld sagas COMPLETED, want %lld",
+             (long long)count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
+             (long long)want);
+}
+
+/* OrderCreated starts the order's saga from the event's payload, once; a second delivery is
+ * dropped by the inbox; the runners take it to COMPLETED. */
+static void test_order_created_starts_the_saga_once(void **state)
+{
+    struct fixture *f = *state;
+    char *env = NULL;
+    int64_t id = create_order(f, &env);
+    struct txo_error err;
+    assert_int_equal(txo_worker_start(f->w, &err), 0);
+    char key[64];
+    snprintf(key, sizeof(key), "order:%lld:created", (long long)id);
+    assert_int_equal(deliver(f, env, key, &err), 0);
+    assert_int_equal(deliver(f, env, key, &err), 0); /* redelivered */
+    wait_completed(f, 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), 1);
+    struct txo_worker_stats st;
+    txo_worker_get_stats(f->w, &st);
+    assert_int_equal(st.consumed, 1);
+    assert_int_equal(st.duplicates, 1);
+    assert_int_equal(st.sagas_completed, 1);
+    /* The worker counted into its own metric families. */
+    assert_true(txo_metric_value(txo_metrics_register(f->metrics, TXO_METRIC_COUNTER,
+                                                      "txo_inbox_duplicates_total", "x", 0, NULL,
+                                                      NULL, 0, &err),
+                                 NULL) == 1);
+    txo_free(env);
+}
+
+struct async_create {
+    int64_t id;
+};
+
+static int async_create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct async_create *a = arg;
+    struct order_item item = {.sku = "iphone-15", .qty = 2, .price_cents = 500};
+    return orders_create_async_tx(tx, 8, &item, 1, &a->id, err);
+}
+
+/* --async: the OrderCreated event says its saga starts by command, so consuming it starts
+ * nothing; the StartOrderSaga command, run by the scheduler, starts it. */
+static void test_async_order_starts_from_the_command_only(void **state)
+{
+    struct fixture *f = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct async_create a = {0};
+    assert_int_equal(txo_db_transact(f->t.db, TXO_ISO_READ_COMMITTED, async_create_fn, &a, &err),
+                     0);
+    struct txo_param p[] = {txo_p_i64(a.id)};
+    char *payload = testdb_str(f->t.db,
+                               "SELECT CAST(payload AS CHAR) FROM outbox_events WHERE "
+                               "aggregate_id = ? AND event_type = 'OrderCreated'",
+                               p, 1);
+    assert_non_null(strstr(payload, "\"saga_start\":\"command\""));
+    char key[64];
+    snprintf(key, sizeof(key), "order:%lld:created", (long long)a.id);
+    struct txo_outbox_message m = {.id = 1,
+                                   .aggregate_type = "order",
+                                   .aggregate_id = a.id,
+                                   .event_type = "OrderCreated",
+                                   .payload = payload,
+                                   .idempotency_key = key,
+                                   .created_at = "2026-12-01T00:00:00.000000Z",
+                                   .attempt = 1};
+    char *env = txo_envelope_encode(&m, NULL, &err);
+    assert_non_null(env);
+    /* Consumed before any worker thread runs: recorded, but no saga. */
+    assert_int_equal(deliver(f, env, key, &err), 0);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 0);
+    /* The command starts it. */
+    assert_int_equal(txo_worker_start(f->w, &err), 0);
+    wait_completed(f, 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"), 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), 1);
+    struct txo_worker_stats st;
+    txo_worker_get_stats(f->w, &st);
+    assert_int_equal(st.commands_done, 1);
+    txo_free(env);
+    txo_free(payload);
+}
+
+/* Events nobody handles are acknowledged without an inbox row; bad envelopes are refused for
+ * good (TXO_EINVAL: the transport terminates them). */
+static void test_unhandled_and_bad_messages(void **state)
+{
+    struct fixture *f = *state;
+    struct txo_error err;
+    const char *other = "{\"id\":1,\"type\":\"StockReserved\",\"idempotency_key\":\"k1\","
+                        "\"payload\":{\"order_id\":1}}";
+    assert_int_equal(deliver(f, other, "k1", &err), 0);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(deliver(f, "{not json", NULL, &err), TXO_EINVAL);
+    const char *no_order = "{\"type\":\"OrderCreated\",\"idempotency_key\":\"k2\","
+                           "\"payload\":{\"customer_id\":1}}";
+    assert_int_equal(deliver(f, no_order, "k2", &err), TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "order_id"));
+    /* The refused event left nothing: its inbox row rolled back with it. */
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 0);
+    const char *mismatch = "{\"type\":\"OrderCreated\",\"idempotency_key\":\"k3\","
+                           "\"payload\":{\"order_id\":1}}";
+    assert_int_equal(deliver(f, mismatch, "other-id", &err), TXO_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_order_created_starts_the_saga_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_async_order_starts_from_the_command_only, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_unhandled_and_bad_messages, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
