@@ -441,6 +441,13 @@ static void args_nats(struct soak *s, struct testpipeline_args *a)
     testpipeline_args_addf(a, "--nats-durable=%s", s->durable);
 }
 
+/* Remembers the log of an instance that ended, to remove it when the soak passes. */
+static void keep_old_log(struct soak *s, const struct testproc *p)
+{
+    if (s->n_old_logs < TXO_ARRAY_LEN(s->old_logs))
+        snprintf(s->old_logs[s->n_old_logs++], sizeof(s->old_logs[0]), "%s", p->log_path);
+}
+
 /* Starts d (again) on its port and waits until it answers /healthz. */
 static void daemon_start(struct soak *s, struct daemon *d)
 {
@@ -483,11 +490,31 @@ static void daemon_start(struct soak *s, struct daemon *d)
         fail_msg("daemon kind %d", (int)d->kind);
     }
     a.v[a.n] = NULL;
-    char tag[48];
-    snprintf(tag, sizeof(tag), "soak_%s%u_%u", kind_names[d->kind], d->n, d->starts);
-    testproc_start(d->p, tag, a.v, NULL);
-    d->starts++;
-    testpipeline_wait_ready(&s->tp, d->p, d->port);
+    /* The port was free when it was chosen, but while a killed daemon is down an outgoing
+     * connection may borrow it as its local port for a moment: a start that exits at once
+     * is tried again. Five in a row, or one that neither answers nor exits, fail the test. */
+    for (unsigned attempt = 1;; attempt++) {
+        char tag[48];
+        snprintf(tag, sizeof(tag), "soak_%s%u_%u", kind_names[d->kind], d->n, d->starts++);
+        testproc_start(d->p, tag, a.v, NULL);
+        int64_t deadline = txo_monotonic_ms() + 30000;
+        bool exited = false;
+        while (!exited && txo_monotonic_ms() < deadline) {
+            if (testproc_wait_http(d->port, "/healthz", 200))
+                return;
+            exited = testproc_wait(d->p, 0);
+        }
+        if (!exited)
+            TESTPIPELINE_FAIL(&s->tp, "%s did not answer /healthz on port %u within 30 s",
+                              d->p->log_path, d->port);
+        if (attempt == 5)
+            TESTPIPELINE_FAIL(&s->tp, "%s exited at start (wait status 0x%x), 5 times in a row",
+                              d->p->log_path, d->p->status);
+        print_message("%s exited at start (wait status 0x%x); starting it again\n", d->p->log_path,
+                      d->p->status);
+        keep_old_log(s, d->p);
+        sleep_ms(500);
+    }
 }
 
 /* SIGKILL, then a start on the same port after a pause (the other one of its kind carries on). */
@@ -497,8 +524,7 @@ static void daemon_kill_restart(struct soak *s, struct daemon *d, unsigned pause
     if (!testproc_wait(d->p, 10000))
         TESTPIPELINE_FAIL(&s->tp, "%s did not die of SIGKILL", d->p->log_path);
     s->kills[d->kind]++;
-    if (s->n_old_logs < TXO_ARRAY_LEN(s->old_logs))
-        snprintf(s->old_logs[s->n_old_logs++], sizeof(s->old_logs[0]), "%s", d->p->log_path);
+    keep_old_log(s, d->p);
     sleep_ms(pause_ms);
     daemon_start(s, d);
 }
@@ -754,6 +780,38 @@ static void check_clients(struct soak *s, struct client *cl, unsigned n_clients)
     }
 }
 
+/* Prints the error lines of one daemon log (at most *budget of them), returns their count. */
+static unsigned log_errors(const char *path, unsigned *budget)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    unsigned n = 0;
+    char line[1024];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strstr(line, "level=error") == NULL)
+            continue;
+        n++;
+        if (*budget > 0) {
+            (*budget)--;
+            print_message("%s: %s", path, line);
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+/* Error lines in every daemon's logs, killed instances included: a human should look. */
+static void report_log_errors(struct soak *s)
+{
+    unsigned budget = 10, n = 0;
+    for (size_t i = 0; i < s->tp.n_procs; i++)
+        n += log_errors(s->tp.procs[i].log_path, &budget);
+    for (size_t i = 0; i < s->n_old_logs; i++)
+        n += log_errors(s->old_logs[i], &budget);
+    print_message("logs                 %u lines at level=error in the daemons' logs\n", n);
+}
+
 /* What happened, for a human: the clients' counts, the database's, the services'. */
 static void print_summary(struct soak *s, const struct client *cl, unsigned n_clients)
 {
@@ -806,6 +864,7 @@ static void print_summary(struct soak *s, const struct client *cl, unsigned n_cl
         q(s, "SELECT COUNT(*) FROM outbox_events"), testnats_stream_msgs(&s->nats, s->stream),
         q(s, "SELECT COUNT(*) FROM inbox_events"), r->status == 200 ? r->body : "(no answer)");
     txo_free(r);
+    report_log_errors(s);
 }
 
 /* ---- the test ---- */
@@ -819,8 +878,8 @@ static void test_soak(void **state)
     unsigned seed = env_unsigned("SOAK_SEED", (unsigned)time(NULL) ^ (unsigned)getpid());
     if (n_clients == 0 || n_clients > MAX_CLIENTS || seconds < 10)
         fail_msg("SOAK_CLIENTS must be 1..%d and SOAK_SECONDS at least 10", MAX_CLIENTS);
-    print_message("soak: %u s, %u clients, seed %u (SOAK_SEED=%u repeats the choices)\n", seconds,
-                  n_clients, seed, seed);
+    print_message("soak: %u s, %u clients, seed %u (SOAK_SEED=%u makes the same random choices)\n",
+                  seconds, n_clients, seed, seed);
 
     testpipeline_seed_stock(&s->tp, stock, TXO_ARRAY_LEN(stock));
     s->stub_port = testproc_free_port();
