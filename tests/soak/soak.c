@@ -651,6 +651,11 @@ static bool wait_settled(struct soak *s, unsigned settle_s, char *msg, size_t ca
 struct effects {
     int64_t charges, refunds, shipments, cancels;
     int64_t undone_without_local; /* charges or shipments undone whose local part never ran */
+    /* Orders the customer cancelled that the services charged or shipped anyway (all undone),
+     * and how many of those calls began after the cancel had committed: the cancel is older
+     * than the event of the step before the call (StockReserved, PaymentCharged). */
+    int64_t customer_charged, customer_shipped;
+    int64_t charged_after_cancel, shipped_after_cancel;
 };
 
 /*
@@ -665,7 +670,17 @@ static void check_stub_effects(struct soak *s, struct effects *fx)
     if (txo_db_query(s->t.db,
                      "SELECT o.id, o.status, o.total_cents, "
                      "(SELECT COUNT(*) FROM payments p WHERE p.order_id = o.id), "
-                     "(SELECT COUNT(*) FROM shipments h WHERE h.order_id = o.id) "
+                     "(SELECT COUNT(*) FROM shipments h WHERE h.order_id = o.id), "
+                     "(SELECT COUNT(*) FROM outbox_events c WHERE c.idempotency_key = "
+                     "CONCAT('order:', o.id, ':cancelled')), "
+                     "(SELECT COUNT(*) FROM outbox_events c JOIN outbox_events p ON "
+                     "p.aggregate_type = 'order' AND p.aggregate_id = o.id AND p.event_type = "
+                     "'PaymentCharged' WHERE c.idempotency_key = CONCAT('order:', o.id, "
+                     "':cancelled') AND c.created_at < p.created_at), "
+                     "(SELECT COUNT(*) FROM outbox_events c JOIN outbox_events p ON "
+                     "p.aggregate_type = 'order' AND p.aggregate_id = o.id AND p.event_type = "
+                     "'StockReserved' WHERE c.idempotency_key = CONCAT('order:', o.id, "
+                     "':cancelled') AND c.created_at < p.created_at) "
                      "FROM orders o ORDER BY o.id",
                      NULL, 0, &rows, &err) != 0)
         fail_msg("orders: %s", err.msg);
@@ -696,6 +711,12 @@ static void check_stub_effects(struct soak *s, struct effects *fx)
         fx->cancels += cancels;
         if ((charges > 0 && !local_payment) || (shipments > 0 && !local_shipment))
             fx->undone_without_local++;
+        if (txo_rows_i64(rows, i, 5) > 0) {
+            fx->customer_charged += charges > 0;
+            fx->customer_shipped += shipments > 0;
+            fx->shipped_after_cancel += shipments > 0 && txo_rows_i64(rows, i, 6) > 0;
+            fx->charged_after_cancel += charges > 0 && txo_rows_i64(rows, i, 7) > 0;
+        }
         char problem[256] = "";
         if (charges > 1 || shipments > 1)
             snprintf(problem, sizeof(problem),
@@ -982,9 +1003,13 @@ static void test_soak(void **state)
     check_stub_effects(s, &fx);
     print_message("effects per order    charges %" PRId64 ", refunds %" PRId64
                   ", shipments %" PRId64 ", cancels %" PRId64 "; %" PRId64
-                  " orders had a call undone whose step's "
-                  "local part never committed\n",
-                  fx.charges, fx.refunds, fx.shipments, fx.cancels, fx.undone_without_local);
+                  " orders had a call undone whose step's local part never committed\n"
+                  "customer cancels     the services charged %" PRId64 " of those orders (%" PRId64
+                  " calls begun after the cancel had committed) and shipped %" PRId64 " (%" PRId64
+                  " after the cancel), all undone\n",
+                  fx.charges, fx.refunds, fx.shipments, fx.cancels, fx.undone_without_local,
+                  fx.customer_charged, fx.charged_after_cancel, fx.customer_shipped,
+                  fx.shipped_after_cancel);
     check_keys(s);
     check_clients(s, cl, n_clients);
     testpipeline_check_invariants_flags(&s->tp, stock, TXO_ARRAY_LEN(stock),
