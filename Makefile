@@ -19,6 +19,9 @@ CMAKE_ARGS  ?=
 CTEST_ARGS  ?=
 CTEST_JOBS  ?= 2
 BENCH_ARGS  ?=
+SOAK_SECONDS ?= 300
+SOAK_CLIENTS ?= 4
+SOAK_SEED    ?=
 CLANG_FORMAT ?= clang-format
 TXO_DB_PORT ?= 3307
 
@@ -56,7 +59,7 @@ define cmake_configure
 endef
 
 .PHONY: help deps build build-asan build-tsan build-clang db db-stop migrate run demo test test-asan \
-        test-tsan valgrind \
+        test-tsan valgrind soak \
         bench format format-check clean distclean
 
 help:
@@ -77,6 +80,8 @@ help:
 	@echo '  test-asan     run the test suite built with ASan+UBSan'
 	@echo '  test-tsan     run the test suite built with ThreadSanitizer'
 	@echo '  valgrind      run the demo and the relay daemon under valgrind memcheck (fails on leaks)'
+	@echo '  soak          every daemon as its own process under load and faults for SOAK_SECONDS ($(SOAK_SECONDS)),'
+	@echo '                then check that no charge or shipment leaked (tests/soak/README.md)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
 	@echo '  format        clang-format -i the C sources'
@@ -85,6 +90,7 @@ help:
 	@echo '  distclean     clean, stop the database and remove .txo/ (the database files)'
 	@echo
 	@echo 'Variables: BUILD=$(BUILD) JOBS=$(JOBS) TXO_DB_PORT=$(TXO_DB_PORT) CMAKE_ARGS= CTEST_ARGS= BENCH_ARGS='
+	@echo '           SOAK_SECONDS=$(SOAK_SECONDS) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_SEED= (soak)'
 	@echo 'Database:  $(if $(DB_PRIVATE),private server (set MYSQL_HOST to use your own),MYSQL_HOST=$(MYSQL_HOST) (your own server))'
 
 deps:
@@ -141,6 +147,11 @@ test-tsan: build-tsan db
 valgrind: build db
 	scripts/deps.sh valgrind
 	$(DB_ENV) scripts/valgrind.sh $(BUILD)/txo
+
+soak: build db
+	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_STUB_BIN='$(abspath $(BUILD))/txo-stub-services' \
+	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SEED='$(SOAK_SEED)' \
+	  $(BUILD)/tests/txo_soak
 
 bench: build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
