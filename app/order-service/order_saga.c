@@ -428,6 +428,31 @@ static int call_service(const struct txo_saga_ctx *ctx, enum order_service_kind 
     return order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body, err);
 }
 
+/*
+ * The guard of ChargePayment and CreateShipment, in the engine's transaction before the call:
+ * an order the customer cancelled is not charged or shipped (TXO_EBUSINESS: the saga undoes
+ * what it did). A cancel that commits after this read is caught by the step's local part.
+ */
+static int order_still_open(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
+                            struct txo_error *err)
+{
+    const struct order_saga_state *st = state_of(ctx, err);
+    if (st == NULL)
+        return TXO_EINVAL;
+    char status[32];
+    bool found;
+    struct txo_param p[] = {txo_p_i64(st->order_id)};
+    int rc = query_str(tx, ORDERS_SQL_ORDER_STATUS, p, 1, status, sizeof(status), &found, err);
+    if (rc < 0)
+        return rc;
+    if (!found || strcmp(status, order_status_name(ORDER_CREATED)) != 0)
+        return txo_error_set(err, TXO_EBUSINESS,
+                             "order is no longer open: order_id=%" PRId64 " status=%s (%s not "
+                             "called)",
+                             st->order_id, found ? status : "missing", ctx->step_name);
+    return 0;
+}
+
 static int remote_charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     const struct order_saga_state *st = state_of(ctx, err);
@@ -636,12 +661,14 @@ static const struct txo_saga_step_def remote_steps[] = {
      .action = charge_payment,
      .compensate = refund_payment,
      .remote = remote_charge,
-     .remote_compensate = remote_refund},
+     .remote_compensate = remote_refund,
+     .guard = order_still_open},
     {.name = "CreateShipment",
      .action = create_shipment,
      .compensate = cancel_shipment,
      .remote = remote_create_shipment,
-     .remote_compensate = remote_cancel_shipment},
+     .remote_compensate = remote_cancel_shipment,
+     .guard = order_still_open},
 };
 
 static const struct txo_saga_def order_def = {

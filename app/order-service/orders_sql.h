@@ -180,6 +180,10 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "UPDATE orders SET status = 'CANCELLED', version = version + 1 "                               \
     "WHERE id = ? AND status = 'CREATED'"
 
+/* orders PRIMARY. The order's status, consistent read, no lock: the guard of a remote step
+ * (is the order still CREATED before we charge or ship?). */
+#define ORDERS_SQL_ORDER_STATUS "SELECT status FROM orders WHERE id = ?"
+
 /* orders PRIMARY. Locks the order row (X) to read its latest committed status after an
  * UPDATE above changed nothing. */
 #define ORDERS_SQL_ORDER_STATUS_LOCK "SELECT status FROM orders WHERE id = ? FOR UPDATE"

@@ -175,6 +175,14 @@ struct txo_saga_step_def {
     txo_saga_step_fn compensate;          /* its undo; NULL: nothing local to undo */
     txo_saga_remote_fn remote;            /* NULL: the step is local only */
     txo_saga_remote_fn remote_compensate; /* NULL: nothing remote to undo */
+    /*
+     * Optional, for a step with a remote part: runs inside phase (a), before the call is
+     * recorded and made, and may refuse it (a permanent code fails the step: nothing was
+     * called). The order service checks here that the order is still CREATED, so a customer's
+     * cancel stops the saga before it charges. A cancel that commits after the guard is still
+     * caught by the local part, and the call is undone.
+     */
+    txo_saga_step_fn guard;
 };
 
 struct txo_saga_def {

@@ -442,7 +442,9 @@ struct call_tx {
     size_t i;
     bool compensate;
     const char *key;
+    unsigned attempt;
     enum txo_remote_state remote; /* what the step's row says once this commits */
+    bool guard_failed;            /* the step's guard refused the call (its code returned) */
 };
 
 /* The remote state a new call starts from: a call found in flight was cut short by a dead
@@ -465,6 +467,21 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     const struct run *r = a->r;
     const struct step_row *s = &r->steps[a->i];
     enum txo_step_status busy = busy_status(a->compensate);
+    txo_saga_step_fn guard = a->compensate ? NULL : r->def->steps[a->i].guard;
+    a->guard_failed = false;
+    if (guard != NULL) {
+        struct txo_saga_ctx ctx;
+        make_ctx(r, a->i, a->attempt, false, a->key, &ctx);
+        txo_error_init(err);
+        int rc = guard(tx, &ctx, err);
+        if (rc != 0) {
+            if (rc > 0)
+                rc = txo_error_set(err, TXO_EINVAL, "%s: guard returned %d (not a TXO_E* code)",
+                                   ctx.step_name, rc);
+            a->guard_failed = true;
+            return rc;
+        }
+    }
     if (s->status != busy) {
         int rc = txo__step_check_move(r->id, (unsigned)a->i + 1, s->status, busy, err);
         if (rc != 0)
@@ -490,11 +507,14 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     return rc != 0 ? rc : step_not_in(r, a->i, s->status, err);
 }
 
-static int begin_call(struct run *r, size_t i, bool compensate, const char *key,
-                      struct txo_error *err)
+/* Phase (a). *guard_failed: the step's guard refused the call (rc is its code, err its
+ * reason); nothing was written. */
+static int begin_call(struct run *r, size_t i, bool compensate, const char *key, unsigned attempt,
+                      bool *guard_failed, struct txo_error *err)
 {
-    struct call_tx a = {.r = r, .i = i, .compensate = compensate, .key = key};
+    struct call_tx a = {.r = r, .i = i, .compensate = compensate, .key = key, .attempt = attempt};
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, call_tx_fn, &a, err);
+    *guard_failed = rc != 0 && a.guard_failed;
     if (rc == 0) {
         r->steps[i].status = busy_status(compensate);
         r->steps[i].remote = a.remote;
@@ -791,9 +811,20 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
         /* The action's remote state as this try leaves it (compensations keep it as it is). */
         enum txo_remote_state state = r->steps[i].remote;
         if (remote != NULL && (compensate || state != TXO_REMOTE_DONE)) {
-            rc = begin_call(r, i, compensate, key, err);
-            if (rc != 0)
+            bool refused = false;
+            rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);
+            if (rc != 0 && refused) {
+                rc = settle_failed_try(r, i, compensate, attempt, false, state, true, rc, &terr,
+                                       &stop, err);
+                if (rc != 0 || stop)
+                    return rc;
+                continue;
+            }
+            if (rc != 0) {
+                if (err != NULL)
+                    *err = terr;
                 return rc;
+            }
             counted = true;
             state = r->steps[i].remote;
             struct txo_saga_ctx ctx;

@@ -36,7 +36,9 @@ struct probe {
     int remote_rc[N_STEPS + 1][MAX_CALLS];
     int remote_calls[N_STEPS + 1];
     int undo_calls[N_STEPS + 1];
-    int undo_rc[N_STEPS + 1]; /* the remote undo's result */
+    int undo_rc[N_STEPS + 1];  /* the remote undo's result */
+    int guard_rc[N_STEPS + 1]; /* the guard refuses with this code (0: lets the call go) */
+    int guard_calls[N_STEPS + 1];
     char last_key[N_STEPS + 1][96];
     char last_undo_key[N_STEPS + 1][96];
     int action_calls[N_STEPS + 1];
@@ -154,6 +156,16 @@ static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return rc == 0 ? 0 : txo_error_set(err, rc, "undo of %s refused", ctx->step_name);
 }
 
+static int guard(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+{
+    struct probe *p = ctx->user;
+    int step = (int)ctx->step_index + 1;
+    p->guard_calls[step]++;
+    if (p->guard_rc[step] != 0)
+        return txo_error_set(err, p->guard_rc[step], "%s: order no longer open", ctx->step_name);
+    return effect(tx, ctx, "guard", err); /* written in phase (a)'s transaction */
+}
+
 static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx, enum txo_saga_status final,
                       struct txo_error *err)
 {
@@ -176,7 +188,8 @@ static const struct txo_saga_step_def steps[N_STEPS] = {
      .action = action,
      .compensate = compensate,
      .remote = remote,
-     .remote_compensate = remote_undo},
+     .remote_compensate = remote_undo,
+     .guard = guard},
     {.name = "Ship",
      .action = action,
      .compensate = compensate,
@@ -378,6 +391,26 @@ static void test_unknown_then_refused_stays_unknown(void **state)
     assert_true(f->p.failed_remote_maybe);
 }
 
+/* The guard refuses (the order was cancelled): the call is never made nor recorded, the step
+ * fails with nothing to undo, and what came before is undone. */
+static void test_guard_refuses_before_the_call(void **state)
+{
+    struct fixture *f = *state;
+    create_saga(f, "r:1", f->p.saga_id);
+    f->p.guard_rc[2] = TXO_EBUSINESS;
+    assert_int_equal(run(f), TXO_SAGA_COMPENSATED);
+    assert_int_equal(f->p.guard_calls[2], 1);
+    assert_int_equal(f->p.remote_calls[2], 0);
+    assert_int_equal(f->p.undo_calls[2], 0);
+    assert_step(f, 2, "FAILED", "NONE");
+    char *key = step_str(f, 2, "remote_key");
+    assert_null(key); /* phase (a) rolled back with the guard */
+    assert_int_equal(effects(f, "Charge", "guard"), 0);
+    assert_int_equal(f->p.comp_calls[1], 1);
+    assert_int_equal(f->p.failed_code, TXO_EBUSINESS);
+    assert_false(f->p.failed_remote_maybe);
+}
+
 /* A definite "no": nothing happened, so nothing is undone for that step. */
 static void test_refused_call_is_not_compensated(void **state)
 {
@@ -510,6 +543,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unknown_outcome_is_compensated, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_then_refused_stays_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_call_is_not_compensated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guard_refuses_before_the_call, setup, teardown),
         cmocka_unit_test_setup_teardown(test_done_call_with_failed_local_part_is_compensated, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_call_in_flight_at_a_crash_counts_as_unknown, setup,
