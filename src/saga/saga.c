@@ -644,6 +644,20 @@ struct record_tx {
     enum txo_saga_status saga_after;
 };
 
+/* The saga's persisted status (consistent read); false when it cannot be read. */
+static bool read_status(struct txo_tx *tx, const struct run *r, enum txo_saga_status *out)
+{
+    struct txo_param p[] = {txo_p_str(r->id)};
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    bool ok = txo_tx_query(tx, SAGA_SQL_STATUS, p, TXO_ARRAY_LEN(p), &rows, &err) == 0 &&
+              txo_rows_count(rows) == 1 &&
+              txo_saga_status_parse(txo_rows_str(rows, 0, 0, NULL), out) == 0;
+    txo_rows_free(rows);
+    return ok;
+}
+
 static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct record_tx *a = arg;
@@ -655,6 +669,17 @@ static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     a->step_after = r->steps[a->i].status;
     a->saga_after = r->status;
     int rc = fence(tx, r, driving, err);
+    if (rc == TXO_ELEASELOST && !a->compensate && only_step_left(r, a->i)) {
+        /* A try that completes the saga also releases the lease: if its COMMIT (whose outcome
+         * was unknown) went through after all, the saga is COMPLETED and unowned. */
+        enum txo_saga_status now = TXO_SAGA_RUNNING;
+        if (read_status(tx, r, &now) && now == TXO_SAGA_COMPLETED) {
+            a->already_done = true;
+            a->step_after = TXO_STEP_COMPLETED;
+            a->saga_after = TXO_SAGA_COMPLETED;
+            return 0;
+        }
+    }
     if (rc != 0)
         return rc;
     struct step_row cur = {0};

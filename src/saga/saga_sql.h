@@ -112,6 +112,10 @@
     "compensation_tries = compensation_tries + 1 "                                                 \
     "WHERE id = ? AND owner = ? AND status = 'COMPENSATING'"
 
+/* The saga's status, when a try that would have completed it lost the lease: had its COMMIT
+ * gone through after all? Index: PRIMARY. Locks: none (consistent read). */
+#define SAGA_SQL_STATUS "SELECT status FROM saga_instances WHERE id = ?"
+
 /* The persisted status of one step, locked, to settle a failed attempt (whose commit outcome
  * may be unknown). Index: uq_saga_step. Locks: that step row (exclusive). */
 #define SAGA_SQL_LOCK_STEP                                                                         \
