@@ -24,6 +24,7 @@ SOAK_CLIENTS ?= 4
 SOAK_SEED    ?=
 CLANG_FORMAT ?= clang-format
 TXO_DB_PORT ?= 3307
+PREFIX      ?= /usr/local
 
 CMAKE_ARGS_RELEASE := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
 CMAKE_ARGS_ASAN    := -DTXO_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DTXO_BUILD_BENCH=OFF $(CMAKE_ARGS)
@@ -58,7 +59,7 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: help deps build build-asan build-tsan build-clang db db-stop migrate run demo test test-asan \
+.PHONY: install help deps build build-asan build-tsan build-clang db db-stop migrate run demo test test-asan \
         test-tsan valgrind soak \
         bench format format-check clean distclean
 
@@ -84,6 +85,8 @@ help:
 	@echo '                then check that no charge or shipment leaked (tests/soak/README.md)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
+	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, migrations, docs'
+	@echo '                into $$(PREFIX) ($(PREFIX)); DESTDIR=... stages it (packaging)'
 	@echo '  format        clang-format -i the C sources'
 	@echo '  format-check  check the formatting without changing files'
 	@echo '  clean         remove the build directories (keeps the database)'
@@ -152,6 +155,9 @@ soak: build db
 	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_STUB_BIN='$(abspath $(BUILD))/txo-stub-services' \
 	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SEED='$(SOAK_SEED)' \
 	  $(BUILD)/tests/txo_soak
+
+install: build
+	DESTDIR='$(DESTDIR)' $(CMAKE) --install $(BUILD) --prefix '$(PREFIX)'
 
 bench: build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
