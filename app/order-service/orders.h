@@ -280,6 +280,36 @@ TXO_MUST_CHECK int orders_ensure_inventory(struct txo_db *db, const char *sku, i
                                            struct txo_error *err);
 
 /*
+ * The order service's invariants on a live database (`txo audit`): for the orders created in
+ * the last window_s seconds (at most max_orders, newest first), every order has its
+ * OrderCreated event; once older than settle_s, a CREATED one has a saga (a worker consumes),
+ * a CONFIRMED one has a COMPLETED saga, exactly one CHARGED payment and one CREATED shipment and
+ * its ShipmentCreated event, a CANCELLED one whose saga ended has no CHARGED payment nor
+ * CREATED shipment left and an OrderCancelled event; per SKU, reserved equals what the
+ * RESERVED reservations hold and nothing is negative; no saga has gone settle_s without a live
+ * owner, and none was given up (COMPENSATION_FAILED with no retry). Each violation is passed to
+ * report(report_arg, check, order_id or 0, detail). Consistent reads only: it runs beside the
+ * daemons. Choose window_s below the outbox retention (PUBLISHED events are purged after it).
+ * Errors: TXO_EINVAL, DB errors (the report so far stays in *out).
+ */
+struct orders_audit_opts {
+    unsigned window_s;   /* default 1 day */
+    unsigned settle_s;   /* default 60 */
+    unsigned max_orders; /* default 10000 */
+    void (*report)(void *arg, const char *check, int64_t order_id, const char *detail);
+    void *report_arg;
+};
+
+struct orders_audit_report {
+    uint64_t orders;     /* orders checked */
+    uint64_t violations; /* violations reported */
+};
+
+void orders_audit_opts_init(struct orders_audit_opts *opts);
+TXO_MUST_CHECK int orders_audit(struct txo_db *db, const struct orders_audit_opts *opts,
+                                struct orders_audit_report *out, struct txo_error *err);
+
+/*
  * Internal to the service (order_json.c), shared by orders.c and order_saga.c; not for
  * callers. Both return a compact JSON document to free with txo_free(), or NULL with err set
  * (TXO_ENOMEM, TXO_EINVAL).

@@ -227,6 +227,39 @@ enum get_items_col {
 #define ORDERS_SQL_ORDER_VERSION "SELECT status, version FROM orders WHERE id = ?"
 enum order_version_col { ORDER_VERSION_COL_STATUS, ORDER_VERSION_COL_VERSION };
 
+/* ---- order_audit.c: checking the invariants on a live database (all consistent reads) ---- */
+
+/* Orders created in the last ? seconds, newest first, at most ?. orders PRIMARY walked
+ * backwards; created_at checked on the row (a bounded window: the audit's cost is its limit). */
+#define ORDERS_SQL_AUDIT_ORDERS                                                                    \
+    "SELECT id, status, TIMESTAMPDIFF(SECOND, created_at, NOW(6)) FROM orders "                    \
+    "WHERE created_at >= NOW(6) - INTERVAL ? SECOND ORDER BY id DESC LIMIT ?"
+enum audit_orders_col { AUDIT_ORDER_ID, AUDIT_ORDER_STATUS, AUDIT_ORDER_AGE };
+
+/* Does the outbox hold the event with this idempotency key? uq_outbox_idempotency_key. */
+#define ORDERS_SQL_AUDIT_EVENT "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?"
+
+/* An order's payments and shipments by status: uq_payment_order, uq_shipment_order. */
+#define ORDERS_SQL_AUDIT_EFFECTS                                                                   \
+    "SELECT (SELECT COUNT(*) FROM payments WHERE order_id = ? AND status = 'CHARGED'), "           \
+    "(SELECT COUNT(*) FROM shipments WHERE order_id = ? AND status = 'CREATED')"
+enum audit_effects_col { AUDIT_EFFECTS_CHARGED, AUDIT_EFFECTS_SHIPPED };
+
+/* SKUs whose reserved count differs from their RESERVED reservations, or negative stock. A
+ * scan of inventory with a per-SKU aggregate of inventory_reservations (no index on sku there
+ * but its FK's: idx on sku). */
+#define ORDERS_SQL_AUDIT_STOCK                                                                     \
+    "SELECT i.sku, i.available, i.reserved, COALESCE(SUM(r.qty), 0) FROM inventory i "             \
+    "LEFT JOIN inventory_reservations r ON r.sku = i.sku AND r.status = 'RESERVED' "               \
+    "GROUP BY i.sku, i.available, i.reserved "                                                     \
+    "HAVING i.reserved <> COALESCE(SUM(r.qty), 0) OR i.available < 0 OR i.reserved < 0"
+enum audit_stock_col {
+    AUDIT_STOCK_SKU,
+    AUDIT_STOCK_AVAILABLE,
+    AUDIT_STOCK_RESERVED,
+    AUDIT_STOCK_HELD
+};
+
 /*
  * Every statement that moves an order's status, with its move: X(statement, from, to). A test
  * walks this list: each statement's SET and WHERE must say exactly these states, and each move

@@ -74,8 +74,7 @@ static int stats_run(int argc, char **argv)
     struct txo_saga_counts sagas;
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
-    if (txo_outbox_get_stats(db, &os, &err) != 0 ||
-        txo_saga_count(db, &sagas, &err) != 0 ||
+    if (txo_outbox_get_stats(db, &os, &err) != 0 || txo_saga_count(db, &sagas, &err) != 0 ||
         txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
         txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
@@ -267,19 +266,25 @@ static int saga_run(int argc, char **argv);
 
 const struct command cmd_saga = {
     .name = "saga",
-    .summary = "show a saga and its steps, or retry a COMPENSATION_FAILED one",
-    .usage = "txo saga show [options] ID | txo saga show --order N | txo saga retry [options] ID",
+    .summary = "show a saga and its steps, list the stuck ones, or retry a COMPENSATION_FAILED one",
+    .usage = "txo saga show [options] ID | txo saga show --order N | txo saga list --stuck "
+             "[--idle S] | txo saga retry [options] ID",
     .description =
         "show: prints the saga (status, owner, payload) and each step (status, attempts, last\n"
-        "error) as JSON; --order N finds the saga of order N. retry: moves a\n"
-        "COMPENSATION_FAILED saga back to COMPENSATING and runs its compensations now, calling\n"
-        "the external services configured here (the worker also retries them by itself).",
+        "error) as JSON; --order N finds the saga of order N. list --stuck: the sagas that need\n"
+        "an operator: RUNNING or COMPENSATING with no live owner for --idle seconds (no worker\n"
+        "runs them), and COMPENSATION_FAILED ones the engine gave up retrying; one line each,\n"
+        "exit status 1 when there is any. retry: moves a COMPENSATION_FAILED saga back to\n"
+        "COMPENSATING and runs its compensations now, calling the external services configured\n"
+        "here (the worker also retries them by itself while their retry is scheduled).",
     .run = saga_run,
 };
 
 static struct {
     struct common_opts common;
     unsigned order_id;
+    bool stuck;
+    unsigned idle_s;
     struct services_settings services;
 } saga_opts;
 
@@ -293,6 +298,18 @@ static void add_saga_settings(struct settings_table *t)
          .help = "show: the saga of this order id",
          .max = 4294967295UL,
          .target = &saga_opts.order_id},
+        {.name = "stuck",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "list: the stuck sagas (the only list there is)",
+         .target = &saga_opts.stuck},
+        {.name = "idle",
+         .type = SETTING_UINT,
+         .def = "60",
+         .help = "list --stuck: seconds without a live owner before a running saga counts",
+         .min = 1,
+         .max = 31536000,
+         .target = &saga_opts.idle_s},
     };
     settings_add_common(t, &saga_opts.common);
     settings_add(t, own, TXO_ARRAY_LEN(own));
@@ -347,6 +364,26 @@ static int saga_retry(struct txo_db *db, const char *id)
     return final == TXO_SAGA_COMPENSATED ? 0 : 1;
 }
 
+/* txo saga list --stuck: one line per stuck saga; 1 when there is any. */
+static int saga_list_stuck(struct txo_db *db)
+{
+    struct txo_saga_ref refs[1000];
+    size_t n = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_saga_list_stuck(db, saga_opts.idle_s, TXO_ARRAY_LEN(refs), refs, &n, &err) != 0) {
+        cmd_report("saga", "listing the stuck sagas", &err);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++)
+        printf("%s  %-20s %-19s idle %" PRId64 " s%s\n", refs[i].id, refs[i].type,
+               txo_saga_status_name(refs[i].status), refs[i].idle_s,
+               refs[i].status == TXO_SAGA_COMPENSATION_FAILED ? "  given up: txo saga retry ID"
+                                                              : "  no live owner");
+    fprintf(stderr, "txo saga: %zu stuck saga(s)\n", n);
+    return n == 0 ? 0 : 1;
+}
+
 static int saga_run(int argc, char **argv)
 {
     txo_db_opts_init(&saga_opts.common.db);
@@ -365,14 +402,15 @@ static int saga_run(int argc, char **argv)
     bool show = action != NULL && strcmp(action, "show") == 0 && !extra &&
                 ((id != NULL) != (saga_opts.order_id != 0));
     bool retry = action != NULL && strcmp(action, "retry") == 0 && id != NULL && !extra;
-    if (!show && !retry) {
+    bool list = action != NULL && strcmp(action, "list") == 0 && id == NULL && saga_opts.stuck;
+    if (!show && !retry && !list) {
         fprintf(stderr, "usage: %s\n", cmd_saga.usage);
         return 2;
     }
     struct txo_db *db = common_connect(&saga_opts.common);
     if (db == NULL)
         return 1;
-    int status = show ? saga_show(db, id) : saga_retry(db, id);
+    int status = list ? saga_list_stuck(db) : show ? saga_show(db, id) : saga_retry(db, id);
     txo_db_close(db);
     return status;
 }

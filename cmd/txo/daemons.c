@@ -73,7 +73,7 @@ struct daemon_metrics {
     struct txo_db *db;
     struct txo_relay *relay;
 
-    struct txo_metric *pending, *failed, *oldest, *dead, *sagas, *abandoned;
+    struct txo_metric *pending, *failed, *oldest, *dead, *sagas, *abandoned, *stuck;
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
     struct txo_metric *attempts, *published, *publish_failures, *dead_lettered;
@@ -105,6 +105,9 @@ static void counter_to(struct txo_metric *m, const char *const *labels, uint64_t
         *last = value;
     }
 }
+
+/* A running saga with no live owner for this long counts as stuck (txo_sagas_stuck). */
+#define STUCK_IDLE_S 60
 
 static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
 {
@@ -150,6 +153,12 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         }
         txo_metric_set(d->abandoned, NULL, (double)sc.abandoned);
     }
+    struct txo_saga_ref stuck[100];
+    size_t n_stuck = 0;
+    if (rc == 0)
+        rc = txo_saga_list_stuck(d->db, STUCK_IDLE_S, TXO_ARRAY_LEN(stuck), stuck, &n_stuck, err);
+    if (rc == 0)
+        txo_metric_set(d->stuck, NULL, (double)n_stuck);
     if (rc != 0 && d->db != NULL) {
         txo_db_close(d->db); /* reopened at the next scrape */
         d->db = NULL;
@@ -191,6 +200,11 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
                           "COMPENSATION_FAILED sagas the engine gave up retrying automatically: "
                           "an operator must look (txo saga show / retry).",
                           0, NULL, &ok);
+    d->stuck = family(r, TXO_METRIC_GAUGE, "txo_sagas_stuck",
+                      "Sagas no worker has run for 60 s (RUNNING/COMPENSATING with no live "
+                      "owner) plus the given-up COMPENSATION_FAILED ones, up to 100 "
+                      "(txo saga list --stuck).",
+                      0, NULL, &ok);
     d->deadlocks = family(r, TXO_METRIC_COUNTER, "txo_mysql_deadlocks_total",
                           "Deadlocks (MySQL 1213) this process met; the transaction was retried.",
                           0, NULL, &ok);
@@ -393,8 +407,8 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
             return NULL;
         }
         no.filter_subject = subject;
-        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer,
-                                  &err) != 0) {
+        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer, &err) !=
+            0) {
             cmd_report(cmd, "creating the NATS consumer", &err);
             daemon_worker_free(d);
             return NULL;

@@ -119,5 +119,6 @@ extern const struct command cmd_up;
 extern const struct command cmd_stats;
 extern const struct command cmd_dlq;
 extern const struct command cmd_saga;
+extern const struct command cmd_audit;
 
 #endif

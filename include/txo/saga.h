@@ -287,11 +287,14 @@ TXO_API TXO_MUST_CHECK int txo_saga_find(struct txo_db *db, const char *type,
                                          const char *correlation_id, char saga_id[TXO_SAGA_ID_LEN],
                                          struct txo_error *err);
 
-/* A saga found by txo_saga_list_due(): its id and type (which definition runs it). */
+/* A saga found by txo_saga_list_due() or txo_saga_list_stuck(): its id and type (which
+ * definition runs it); the stuck list also fills status and idle_s. */
 #define TXO_SAGA_TYPE_MAX 128
 struct txo_saga_ref {
     char id[TXO_SAGA_ID_LEN];
     char type[TXO_SAGA_TYPE_MAX + 1];
+    enum txo_saga_status status;
+    int64_t idle_s; /* seconds since it last changed */
 };
 
 /*
@@ -306,6 +309,15 @@ struct txo_saga_ref {
 TXO_API TXO_MUST_CHECK int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status,
                                              size_t max, struct txo_saga_ref *out, size_t *n,
                                              struct txo_error *err);
+
+/*
+ * Sagas that need an operator's eye: RUNNING or COMPENSATING with no live owner that have not
+ * moved for idle_s seconds (no worker runs them: are the workers down?), and COMPENSATION_FAILED
+ * ones the engine gave up on. At most max, the longest idle first. Errors: TXO_EINVAL, DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_list_stuck(struct txo_db *db, unsigned idle_s, size_t max,
+                                               struct txo_saga_ref *out, size_t *n,
+                                               struct txo_error *err);
 
 /* How many sagas there are per status, and how many COMPENSATION_FAILED ones the engine gave
  * up on (no retry scheduled: an operator must look). */

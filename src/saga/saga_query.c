@@ -33,6 +33,7 @@ enum step_col {
 /* Columns of SAGA_SQL_LIST_* and SAGA_SQL_COUNT_BY_STATUS. */
 enum due_col { DUE_ID, DUE_TYPE };
 enum count_col { COUNT_STATUS, COUNT_N, COUNT_ABANDONED };
+enum stuck_col { STUCK_ID, STUCK_TYPE, STUCK_STATUS, STUCK_IDLE };
 
 static int parse_saga_status(const char *id, const char *name, enum txo_saga_status *out,
                              struct txo_error *err)
@@ -229,6 +230,39 @@ int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status, size_t max
             continue;
         snprintf(out[k].id, sizeof(out[k].id), "%s", id);
         snprintf(out[k].type, sizeof(out[k].type), "%s", type);
+        out[k].status = status;
+        out[k].idle_s = 0;
+        k++;
+    }
+    *n = k;
+    txo_rows_free(rows);
+    return 0;
+}
+
+int txo_saga_list_stuck(struct txo_db *db, unsigned idle_s, size_t max, struct txo_saga_ref *out,
+                        size_t *n, struct txo_error *err)
+{
+    if (db == NULL || n == NULL || (out == NULL && max > 0) || max > INT32_MAX)
+        return txo_error_set(err, TXO_EINVAL, "saga list stuck: bad argument");
+    *n = 0;
+    if (max == 0)
+        return 0;
+    struct txo_param p[] = {txo_p_i64(idle_s), txo_p_i64((int64_t)max)};
+    struct txo_rows *rows = NULL;
+    int rc = txo_db_query(db, SAGA_SQL_LIST_STUCK, p, TXO_ARRAY_LEN(p), &rows, err);
+    if (rc != 0)
+        return rc;
+    size_t k = 0;
+    for (size_t i = 0; i < txo_rows_count(rows) && k < max; i++) {
+        const char *id = txo_rows_str(rows, i, STUCK_ID, NULL);
+        const char *type = txo_rows_str(rows, i, STUCK_TYPE, NULL);
+        if (id == NULL || type == NULL || strlen(id) >= TXO_SAGA_ID_LEN ||
+            strlen(type) > TXO_SAGA_TYPE_MAX ||
+            txo_saga_status_parse(txo_rows_str(rows, i, STUCK_STATUS, NULL), &out[k].status) != 0)
+            continue;
+        snprintf(out[k].id, sizeof(out[k].id), "%s", id);
+        snprintf(out[k].type, sizeof(out[k].type), "%s", type);
+        out[k].idle_s = txo_rows_i64(rows, i, STUCK_IDLE);
         k++;
     }
     *n = k;

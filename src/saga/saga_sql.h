@@ -213,6 +213,19 @@
     "SELECT id, saga_type FROM saga_instances WHERE status = 'COMPENSATION_FAILED' "               \
     "AND retry_at <= NOW(6) ORDER BY retry_at LIMIT ?"
 
+/*
+ * Stuck sagas (txo_saga_list_stuck): unowned RUNNING/COMPENSATING ones idle for ? seconds
+ * (idx_saga_resume range per status, updated_at checked on the row) and given-up
+ * COMPENSATION_FAILED ones (idx_saga_retry, retry_at NULL). Params: idle_s, limit. Locks: none.
+ * Columns: enum stuck_col in saga_query.c.
+ */
+#define SAGA_SQL_LIST_STUCK                                                                        \
+    "SELECT id, saga_type, status, TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS idle "             \
+    "FROM saga_instances WHERE (status IN ('RUNNING', 'COMPENSATING') "                            \
+    "AND (lease_until IS NULL OR lease_until < NOW(6)) "                                           \
+    "AND updated_at < NOW(6) - INTERVAL ? SECOND) "                                                \
+    "OR (status = 'COMPENSATION_FAILED' AND retry_at IS NULL) ORDER BY idle DESC LIMIT ?"
+
 /* Number of sagas per status, and the given-up ones (metrics, `txo stats`). Index:
  * idx_saga_retry (status prefix, index-only scan). Locks: none. */
 #define SAGA_SQL_COUNT_BY_STATUS                                                                   \
