@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -1014,6 +1015,13 @@ static void test_soak(void **state)
     check_clients(s, cl, n_clients);
     testpipeline_check_invariants_flags(&s->tp, stock, TXO_ARRAY_LEN(stock),
                                         TESTPIPELINE_CHECK_UNDO_MAYBE);
+    /* The operator's own check must agree: `txo audit` finds nothing. */
+    char audit[512];
+    snprintf(audit, sizeof(audit), "'%s' audit --settle 1 --window 86400 --log-level error",
+             testproc_txo_bin());
+    int audit_status = system(audit);
+    if (!WIFEXITED(audit_status) || WEXITSTATUS(audit_status) != 0)
+        TESTPIPELINE_FAIL(&s->tp, "txo audit reported violations (status 0x%x)", audit_status);
     print_message("soak passed in %" PRId64 " s (checks %" PRId64
                   " ms): no leaked charge or shipment, every invariant holds\n",
                   (txo_monotonic_ms() - t0) / 1000, txo_monotonic_ms() - checks_t0);
