@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "saga/saga_sql.h"
 #include "testdb.h"
 #include "txo/txo.h"
 
@@ -534,6 +535,38 @@ static void test_last_try_gives_up(void **state)
     assert_int_equal(n, 0);
 }
 
+/* The load of every run reads the instance by PRIMARY and its steps by uq_saga_step, with no
+ * temporary table and no filesort (the payload is a JSON column: a temporary table with it
+ * would go to disk on every run). */
+static void test_load_uses_no_temporary_table(void **state)
+{
+    struct fixture *f = *state;
+    create_saga(f, "r:1", f->p.saga_id);
+    const char *load = SAGA_SQL_LOAD;
+    const char *q = strchr(load, '?');
+    assert_non_null(q);
+    char sql[1024];
+    snprintf(sql, sizeof(sql), "EXPLAIN %.*s'%s'%s", (int)(q - load), load, f->p.saga_id, q + 1);
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_query(f->t.db, sql, NULL, 0, &rows, &err), 0);
+    assert_int_equal(txo_rows_count(rows), 2);
+    for (size_t i = 0; i < txo_rows_count(rows); i++) {
+        /* EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref,
+         * rows, Extra. */
+        const char *key = txo_rows_str(rows, i, 5, NULL);
+        const char *extra = txo_rows_str(rows, i, 9, NULL);
+        print_message("load: table %s key %s extra %s\n", txo_rows_str(rows, i, 2, NULL),
+                      key != NULL ? key : "NULL", extra != NULL ? extra : "");
+        assert_non_null(key);
+        assert_true(strcmp(key, i == 0 ? "PRIMARY" : "uq_saga_step") == 0);
+        assert_true(extra == NULL ||
+                    (strstr(extra, "temporary") == NULL && strstr(extra, "filesort") == NULL));
+    }
+    txo_rows_free(rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +584,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_given_up_sagas_never_starve_a_new_failure, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_last_try_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_uses_no_temporary_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
