@@ -15,6 +15,7 @@
  * Crash points (tests): "api.before_commit" fires inside the transaction after every row is
  * written; "api.after_commit" after COMMIT, before the response is sent.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -58,10 +59,17 @@ void order_api_free(struct order_api *api)
 
 /* ---- responses ---- */
 
-/* Answers a JSON document (stolen reference). */
+/* Answers a JSON document (stolen reference). doc is NULL when json_pack refused its input,
+ * which is a bug here, not an allocation failure: only a failed allocation says so. */
 static void reply_json(struct txo_http_response *resp, int status, json_t *doc)
 {
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (doc == NULL) {
+        TXO_LOG(TXO_LOG_ERROR, "api", "could not build the JSON response status=%d", status);
+        (void)txo_http_response_set(
+            resp, 500, "{\"error\":\"internal\",\"message\":\"could not build the response\"}");
+        return;
+    }
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(doc);
     if (text == NULL || txo_http_response_set(resp, status, text) != 0)
         (void)txo_http_response_set(resp, 500,
@@ -69,10 +77,63 @@ static void reply_json(struct txo_http_response *resp, int status, json_t *doc)
     free(text); /* jansson allocates with malloc */
 }
 
+/*
+ * Copies text into out (cap bytes, NUL-terminated) with every byte that is not part of a
+ * well-formed UTF-8 character (RFC 3629: no overlong forms, no surrogates, nothing above
+ * U+10FFFF) replaced by '?', so that it can go into a JSON string. Messages can quote the
+ * client's bytes (jansson's error text does, and may cut a character in half).
+ */
+static void utf8_sanitize(const char *text, char *out, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t o = 0;
+    while (*p != '\0' && o + 1 < cap) {
+        size_t n = 0;
+        unsigned min = 0;
+        unsigned cp = 0;
+        if (p[0] < 0x80) {
+            n = 1;
+            cp = p[0];
+        } else if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+            n = 2;
+            cp = p[0] & 0x1fu;
+            min = 0x80;
+        } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+            n = 3;
+            cp = p[0] & 0x0fu;
+            min = 0x800;
+        } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+            n = 4;
+            cp = p[0] & 0x07u;
+            min = 0x10000;
+        }
+        bool ok = n > 0;
+        for (size_t i = 1; ok && i < n; i++) {
+            if ((p[i] & 0xc0u) != 0x80)
+                ok = false;
+            else
+                cp = (cp << 6) | (p[i] & 0x3fu);
+        }
+        if (ok && n > 1 && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
+            ok = false;
+        if (!ok || o + n >= cap) {
+            out[o++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(out + o, p, n);
+        o += n;
+        p += n;
+    }
+    out[o] = '\0';
+}
+
 static void reply_error(struct txo_http_response *resp, int status, const char *code,
                         const char *message)
 {
-    reply_json(resp, status, json_pack("{s:s,s:s}", "error", code, "message", message));
+    char clean[512];
+    utf8_sanitize(message, clean, sizeof(clean));
+    reply_json(resp, status, json_pack("{s:s,s:s}", "error", code, "message", clean));
 }
 
 /* Maps a library error to an HTTP answer: what a client can do about it decides the status. */
@@ -224,6 +285,11 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
     struct txo_error err;
     txo_error_init(&err);
     const char *key = txo_http_request_header(req, "Idempotency-Key");
+    if (txo_http_request_header_count(req, "Idempotency-Key") > 1) {
+        reply_error(resp, 400, "invalid_idempotency_key",
+                    "send one Idempotency-Key header, not several");
+        return;
+    }
     if (key == NULL) {
         reply_error(resp, 400, "missing_idempotency_key",
                     "POST /orders needs an Idempotency-Key header (e.g. a UUID)");
@@ -496,6 +562,19 @@ static void outbox_stats(struct order_api *api, struct txo_db *db, const struct 
                          st.oldest_pending_age_s));
 }
 
+/* A decimal integer in lo..hi and nothing else; out of range (even past int64) is refused,
+ * never clamped. */
+static bool parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
 static void list_dlq(struct order_api *api, struct txo_db *db, const struct route_match *m,
                      const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -505,14 +584,18 @@ static void list_dlq(struct order_api *api, struct txo_db *db, const struct rout
     txo_error_init(&err);
     const char *after = txo_http_request_arg(req, "after_id");
     const char *limit = txo_http_request_arg(req, "limit");
-    char *end = NULL;
-    long long after_id = after != NULL ? strtoll(after, &end, 10) : 0;
-    if (after != NULL && (end == after || *end != '\0' || after_id < 0)) {
-        reply_error(resp, 400, "invalid_request", "after_id must be an integer >= 0");
+    if (txo_http_request_arg_count(req, "after_id") > 1 ||
+        txo_http_request_arg_count(req, "limit") > 1) {
+        reply_error(resp, 400, "invalid_request", "after_id and limit may be given once each");
         return;
     }
-    long long max = limit != NULL ? strtoll(limit, &end, 10) : 50;
-    if (limit != NULL && (end == limit || *end != '\0' || max < 1 || max > 1000)) {
+    int64_t after_id = 0;
+    if (after != NULL && !parse_int64(after, 0, INT64_MAX, &after_id)) {
+        reply_error(resp, 400, "invalid_request", "after_id must be an integer 0..2^63-1");
+        return;
+    }
+    int64_t max = 50;
+    if (limit != NULL && !parse_int64(limit, 1, 1000, &max)) {
         reply_error(resp, 400, "invalid_request", "limit must be 1..1000");
         return;
     }
@@ -533,7 +616,7 @@ static void list_dlq(struct order_api *api, struct txo_db *db, const struct rout
                             "error", dl[i].error, "created_at", dl[i].created_at, "replayed_at",
                             dl[i].replayed_at, "replay_count", (json_int_t)dl[i].replay_count));
     }
-    int64_t next = n > 0 ? dl[n - 1].id : (int64_t)after_id;
+    int64_t next = n > 0 ? dl[n - 1].id : after_id;
     txo_dead_letters_free(dl, n);
     reply_json(resp, 200,
                json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
@@ -555,26 +638,32 @@ static void replay_dlq(struct order_api *api, struct txo_db *db, const struct ro
     reply_json(resp, 200, json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", "REPLAYED"));
 }
 
-/* Constant-time comparison of the bearer token. */
+/*
+ * Compares the bearer token in constant time: the loop runs over the whole configured token
+ * whatever the client sent, so the time taken says nothing about how many bytes matched.
+ */
 static bool admin_allowed(const struct order_api *api, const struct txo_http_request *req)
 {
     const char *token = api->opts.admin_token;
     if (token == NULL || token[0] == '\0')
         return true;
+    if (txo_http_request_header_count(req, "Authorization") != 1)
+        return false;
     const char *auth = txo_http_request_header(req, "Authorization");
-    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+    if (strncmp(auth, "Bearer ", 7) != 0)
         return false;
     const char *given = auth + 7;
     size_t n = strlen(token);
-    if (strlen(given) != n)
-        return false;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(given[i] ^ token[i]);
+    size_t g = strlen(given);
+    volatile unsigned char diff = g != n;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = i < g ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(c ^ (unsigned char)token[i]);
+    }
     return diff == 0;
 }
 
-/* HEAD is answered as GET (libmicrohttpd leaves the body out). */
+/* HEAD is answered as GET (the server leaves the body out). */
 static bool is(const struct txo_http_request *req, const char *method)
 {
     return strcmp(req->method, method) == 0 ||
