@@ -26,6 +26,11 @@ struct serve_settings {
     unsigned max_body;
     unsigned http_timeout_s;
     unsigned max_connections;
+    unsigned http_header_timeout_s;
+    unsigned http_body_timeout_s;
+    unsigned max_connections_per_client;
+    const char *tls_cert;
+    const char *tls_key;
     bool async;
     unsigned idem_stale_s;
     unsigned idem_wait_s;
@@ -39,10 +44,26 @@ struct serve_settings {
     {"max-body", "TXO_MAX_BODY_BYTES", SETTING_UINT, "65536",                                  \
      "largest request body accepted, bytes (larger: 413)", false, 64, 16777216, &(o).max_body}, \
     {"http-timeout", "TXO_HTTP_TIMEOUT", SETTING_UINT, "30",                                   \
-     "an idle or slow HTTP connection is closed after this many seconds", false, 1, 3600,      \
-     &(o).http_timeout_s},                                                                     \
+     "an idle keep-alive connection, or one that does not read its response, is closed "      \
+     "after this many seconds",                                                                \
+     false, 1, 3600, &(o).http_timeout_s},                                                     \
     {"max-connections", "TXO_MAX_CONNECTIONS", SETTING_UINT, "512",                            \
-     "concurrent HTTP connections (one thread each)", false, 1, 10000, &(o).max_connections},  \
+     "concurrent HTTP connections (more are answered 503 and closed)", false, 1, 10000,        \
+     &(o).max_connections},                                                                    \
+    {"http-header-timeout", "TXO_HTTP_HEADER_TIMEOUT", SETTING_UINT, "10",                     \
+     "seconds for a whole request head, however slowly it trickles in (then 408, closed)",     \
+     false, 1, 3600, &(o).http_header_timeout_s},                                              \
+    {"http-body-timeout", "TXO_HTTP_BODY_TIMEOUT", SETTING_UINT, "30",                         \
+     "seconds for a whole request body after its head (then 408, closed)", false, 1, 3600,     \
+     &(o).http_body_timeout_s},                                                                \
+    {"max-connections-per-client", "TXO_MAX_CONNECTIONS_PER_CLIENT", SETTING_UINT, "64",       \
+     "concurrent HTTP connections from one client IP address (more: 503); 0: no limit", false, \
+     0, 10000, &(o).max_connections_per_client},                                               \
+    {"tls-cert", "TXO_TLS_CERT", SETTING_STRING, NULL,                                         \
+     "PEM certificate chain: the API speaks HTTPS only (with --tls-key)", false, 0, 0,         \
+     &(o).tls_cert},                                                                           \
+    {"tls-key", "TXO_TLS_KEY", SETTING_STRING, NULL, "PEM private key of --tls-cert", false,   \
+     0, 0, &(o).tls_key},                                                                      \
     {"async", "TXO_ASYNC", SETTING_BOOL, "false",                                              \
      "POST /orders answers 202 and queues a StartOrderSaga command (seed 9.12)", false, 0, 0,  \
      &(o).async},                                                                              \
