@@ -307,6 +307,11 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
 
     struct place_args a = {.api = api, .key = key};
     struct parsed_order order = {0};
+    /* JSON has no place for a raw NUL, and jansson reads a document cut at one as whole. */
+    if (memchr(req->body, '\0', req->body_len) != NULL) {
+        reply_error(resp, 400, "malformed_json", "NUL byte in the request body");
+        return;
+    }
     json_error_t jerr;
     json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
     if (doc == NULL) {
