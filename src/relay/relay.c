@@ -353,8 +353,14 @@ static void new_token(struct txo_relay *r)
     char text[UUID_TEXT_LEN + 1];
     uuid_generate_random(uu);
     uuid_unparse_lower(uu, text);
-    int id_max = TOKEN_MAX - UUID_TEXT_LEN - 1;
-    snprintf(r->token, sizeof(r->token), "%.*s:%s", id_max, r->relay_id, text);
+    /* Cut on a character boundary: half a UTF-8 character is refused by the column (1366). */
+    size_t id_len = strlen(r->relay_id);
+    if (id_len > TOKEN_MAX - UUID_TEXT_LEN - 1) {
+        id_len = TOKEN_MAX - UUID_TEXT_LEN - 1;
+        while (id_len > 0 && ((unsigned char)r->relay_id[id_len] & 0xc0u) == 0x80)
+            id_len--;
+    }
+    snprintf(r->token, sizeof(r->token), "%.*s:%s", (int)id_len, r->relay_id, text);
 }
 
 /*
