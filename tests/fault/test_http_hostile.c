@@ -21,6 +21,7 @@
  *               that differ in length or content.
  *   pipelining  requests written at once are answered in order; a refused one ends the
  *               connection after the answers before it.
+ *   SKUs        another case or a trailing space is another SKU (binary collation).
  *
  * Runs under ASan/UBSan in `make test-asan` (TXO_BIN is then the sanitized build), and the
  * server must exit 0 on SIGTERM, so a leak or a sanitizer report fails the test.
@@ -767,6 +768,47 @@ static void test_pipelined_requests(void **state)
     stop(c);
 }
 
+/* ---- SKUs ---- */
+
+/* SKUs are matched byte for byte: another case or a trailing space is another (unknown) SKU. */
+static void test_sku_match_is_exact(void **state)
+{
+    struct ctx *c = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (orders_seed_inventory(c->t.db, "fuzz-sku", 5, &err) != 0)
+        fail_msg("seeding: %s", err.msg);
+    start(c, NULL);
+    int fd = dial(c->port);
+    static const char *const others[] = {"FUZZ-SKU", "fuzz-sku ", "Fuzz-Sku"};
+    struct reply r;
+    char body[256];
+    char req[1024];
+    for (size_t i = 0; i < TXO_ARRAY_LEN(others); i++) {
+        int bl = snprintf(body, sizeof(body),
+                          "{\"customer_id\":7,\"items\":[{\"sku\":\"%s\",\"qty\":1,"
+                          "\"price_cents\":1}]}",
+                          others[i]);
+        char key[16];
+        snprintf(key, sizeof(key), "sku-%zu", i);
+        size_t n = order_request(req, sizeof(req), key, body, (size_t)bl);
+        exchange(fd, req, n, &r, others[i]);
+        if (r.status != 422)
+            fail_msg("SKU \"%s\" matched fuzz-sku: %d %s", others[i], r.status, r.body);
+        expect_json_error(&r, 422, NULL, others[i]);
+    }
+    expect_rows(c, 0, "after the other SKUs");
+    int bl = snprintf(body, sizeof(body),
+                      "{\"customer_id\":7,\"items\":[{\"sku\":\"fuzz-sku\",\"qty\":1,"
+                      "\"price_cents\":1}]}");
+    size_t n = order_request(req, sizeof(req), "sku-ok", body, (size_t)bl);
+    exchange(fd, req, n, &r, "fuzz-sku itself");
+    assert_int_equal(r.status, 201);
+    close(fd);
+    expect_rows(c, 1, "after fuzz-sku");
+    stop(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -777,6 +819,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_limits_answer_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_api_refuses_ambiguous_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sku_match_is_exact, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
