@@ -278,6 +278,89 @@ static bool is_json_media_type(const char *ctype)
     return next == '\0' || next == ';' || next == ' ' || next == '\t';
 }
 
+/* What the checks of POST /orders that need no database produced; order_post_release(). */
+struct order_post {
+    json_t *doc;
+    struct parsed_order order;
+    char hash[TXO_IDEM_HASH_LEN];
+};
+
+static void order_post_release(struct order_post *p)
+{
+    txo_free(p->order.items);
+    json_decref(p->doc);
+    memset(p, 0, sizeof(*p));
+}
+
+/*
+ * Step 1 of POST /orders: the Idempotency-Key (n_keys headers, the first is key), the
+ * Content-Type, the JSON body, its shape and its values, and the request hash. Returns true
+ * with *p filled in (release it), or false with resp answered (400, 415, 422; 500 only when an
+ * allocation failed) and *p empty.
+ */
+static bool check_post(const char *key, size_t n_keys, const char *ctype, const char *body,
+                       size_t len, struct order_post *p, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    memset(p, 0, sizeof(*p));
+    if (n_keys > 1) {
+        reply_error(resp, 400, "invalid_idempotency_key",
+                    "send one Idempotency-Key header, not several");
+        return false;
+    }
+    if (key == NULL) {
+        reply_error(resp, 400, "missing_idempotency_key",
+                    "POST /orders needs an Idempotency-Key header (e.g. a UUID)");
+        return false;
+    }
+    if (txo_idem_key_check(key, &err) != 0) {
+        reply_error(resp, 400, "invalid_idempotency_key", err.msg);
+        return false;
+    }
+    if (ctype != NULL && !is_json_media_type(ctype)) {
+        reply_error(resp, 415, "unsupported_media_type", "Content-Type must be application/json");
+        return false;
+    }
+    /* JSON has no place for a raw NUL, and jansson reads a document cut at one as whole. */
+    if (memchr(body, '\0', len) != NULL) {
+        reply_error(resp, 400, "malformed_json", "NUL byte in the request body");
+        return false;
+    }
+    json_error_t jerr;
+    p->doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (p->doc == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s", jerr.line,
+                 jerr.column, jerr.text);
+        reply_error(resp, 400, "malformed_json", msg);
+        return false;
+    }
+    int rc = parse_order(p->doc, &p->order, &err);
+    if (rc == TXO_EBUSINESS)
+        reply_error(resp, 422, "validation_failed", err.msg);
+    else if (rc != 0)
+        reply_error(resp, rc == TXO_ENOMEM ? 500 : 400, "invalid_request", err.msg);
+    else if (orders_validate(p->order.customer_id, p->order.items, p->order.n, NULL, &err) != 0)
+        reply_error(resp, 422, "validation_failed", err.msg);
+    else if ((rc = txo_idem_hash_doc("POST", "/orders", p->doc, p->hash, &err)) != 0)
+        reply_txo_error(resp, rc, &err);
+    else
+        return true;
+    order_post_release(p);
+    return false;
+}
+
+bool order_api_check_post(const char *key, size_t n_keys, const char *content_type,
+                          const char *body, size_t len, struct txo_http_response *resp)
+{
+    struct order_post p;
+    bool ok = check_post(key, n_keys, content_type, body, len, &p, resp);
+    if (ok)
+        order_post_release(&p);
+    return ok;
+}
+
 static void post_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
                        const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -285,60 +368,15 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
     struct txo_error err;
     txo_error_init(&err);
     const char *key = txo_http_request_header(req, "Idempotency-Key");
-    if (txo_http_request_header_count(req, "Idempotency-Key") > 1) {
-        reply_error(resp, 400, "invalid_idempotency_key",
-                    "send one Idempotency-Key header, not several");
+    struct order_post post;
+    if (!check_post(key, txo_http_request_header_count(req, "Idempotency-Key"),
+                    txo_http_request_header(req, "Content-Type"), req->body, req->body_len, &post,
+                    resp))
         return;
-    }
-    if (key == NULL) {
-        reply_error(resp, 400, "missing_idempotency_key",
-                    "POST /orders needs an Idempotency-Key header (e.g. a UUID)");
-        return;
-    }
-    if (txo_idem_key_check(key, &err) != 0) {
-        reply_error(resp, 400, "invalid_idempotency_key", err.msg);
-        return;
-    }
-    const char *ctype = txo_http_request_header(req, "Content-Type");
-    if (ctype != NULL && !is_json_media_type(ctype)) {
-        reply_error(resp, 415, "unsupported_media_type", "Content-Type must be application/json");
-        return;
-    }
-
     struct place_args a = {.api = api, .key = key};
-    struct parsed_order order = {0};
-    /* JSON has no place for a raw NUL, and jansson reads a document cut at one as whole. */
-    if (memchr(req->body, '\0', req->body_len) != NULL) {
-        reply_error(resp, 400, "malformed_json", "NUL byte in the request body");
-        return;
-    }
-    json_error_t jerr;
-    json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-    if (doc == NULL) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s", jerr.line,
-                 jerr.column, jerr.text);
-        reply_error(resp, 400, "malformed_json", msg);
-        return;
-    }
-    int rc = parse_order(doc, &order, &err);
-    if (rc == TXO_EBUSINESS) {
-        reply_error(resp, 422, "validation_failed", err.msg);
-        goto out;
-    }
-    if (rc != 0) {
-        reply_error(resp, rc == TXO_ENOMEM ? 500 : 400, "invalid_request", err.msg);
-        goto out;
-    }
-    if (orders_validate(order.customer_id, order.items, order.n, NULL, &err) != 0) {
-        reply_error(resp, 422, "validation_failed", err.msg);
-        goto out;
-    }
-    rc = txo_idem_hash_doc(req->method, "/orders", doc, a.hash, &err);
-    if (rc != 0) {
-        reply_txo_error(resp, rc, &err);
-        goto out;
-    }
+    memcpy(a.hash, post.hash, sizeof(a.hash));
+    int rc;
+    struct parsed_order order = post.order;
     a.order = &order;
     rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, place_order_tx, &a, &err);
     if (rc != 0) {
@@ -369,8 +407,7 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
 out:
     txo_idem_claim_release(&a.claim);
     txo_free(a.response);
-    txo_free(order.items);
-    json_decref(doc);
+    order_post_release(&post);
 }
 
 /* ---- the other routes ---- */
