@@ -89,6 +89,7 @@ struct conn {
     size_t out_len, out_off;
     char *resp; /* HANDLING -> WRITING: the serialized response from the handler thread */
     size_t resp_len;
+    size_t resp_off; /* bytes of resp the handler thread already wrote */
     bool resp_close;
 
     bool write_blocked;    /* the last write would block: wait for EPOLLOUT */
@@ -812,7 +813,9 @@ static void handled(struct conn *c)
     c->state = CONN_WRITING;
     c->deadline_ms = txo_monotonic_ms() + (int64_t)srv->opts.timeout_s * 1000;
     c->close_after = c->close_after || c->resp_close;
-    bool ok = c->resp != NULL && out_append(c, c->resp, c->resp_len);
+    bool ok = c->resp != NULL &&
+              (c->resp_off == c->resp_len || out_append(c, c->resp + c->resp_off,
+                                                        c->resp_len - c->resp_off));
     txo_free(c->resp);
     c->resp = NULL;
     if (!ok) {
@@ -1160,6 +1163,17 @@ static void handle(struct txo_http_server *srv, struct conn *c)
     bool head_only = req.method != NULL && strcmp(req.method, "HEAD") == 0;
     c->resp = serialize(&resp, head_only, close, h->version_minor == 0 && !close, &c->resp_len);
     c->resp_close = close;
+    c->resp_off = 0;
+    /*
+     * The connection is this thread's until it is handed back: write what the socket takes at
+     * once, so the answer does not wait for the I/O thread to be scheduled. The rest (and any
+     * TLS record: SSL objects stay on the I/O thread) is written by the I/O thread.
+     */
+    if (c->resp != NULL && c->ssl == NULL && c->out_off == c->out_len) {
+        ssize_t put = send(c->fd, c->resp, c->resp_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (put > 0)
+            c->resp_off = (size_t)put;
+    }
     txo_free(resp.body);
     txo_free(view);
 }
