@@ -23,7 +23,7 @@ static struct {
     struct serve_settings serve;
 } opts;
 
-static struct setting table[] = {COMMON_SETTINGS(opts.common), SERVE_SETTINGS(opts.serve)};
+static struct settings_table table;
 
 static int run(int argc, char **argv)
 {
@@ -32,7 +32,11 @@ static int run(int argc, char **argv)
     return 0;
 }
 
-static const struct command cmd = {"serve", "fuzzed", "txo serve [options]", "", run};
+static const struct command cmd = {.name = "serve",
+                                   .summary = "fuzzed",
+                                   .usage = "txo serve [options]",
+                                   .description = "",
+                                   .run = run};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -55,7 +59,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     argv[argc] = NULL;
     optind = 0; /* getopt_long keeps state between calls: start over */
     memset(&opts, 0, sizeof(opts));
-    enum settings_result r = settings_parse(&cmd, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    if (table.n == 0) {
+        settings_add_common(&table, &opts.common);
+        settings_add_serve(&table, &opts.serve);
+    }
+    enum settings_result r = settings_parse(&cmd, table.items, table.n, argc, argv, NULL);
     check(r == SETTINGS_OK || r == SETTINGS_EXIT_OK || r == SETTINGS_EXIT_USAGE);
     if (r == SETTINGS_OK) {
         check(opts.serve.max_body >= 64 && opts.serve.max_body <= 16777216);

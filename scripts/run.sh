@@ -4,9 +4,12 @@
 #
 #   scripts/run.sh              local dispatch: MariaDB is the only other process
 #   NATS=1 scripts/run.sh       also starts a private nats-server (JetStream) and uses it
+#   STUBS=1 scripts/run.sh      also starts txo-stub-services and calls it over HTTP for the
+#                               payments and shipments (default: the in-process stand-ins)
 #
-# Environment: TXO_BIN (default build/txo), TXO_LISTEN (default 127.0.0.1:8080),
-# TXO_NATS_PORT (default 4223), any other TXO_* / MYSQL_* setting of `txo up --help`.
+# Environment: TXO_BIN (default build/txo), TXO_STUB_BIN (default: txo-stub-services next to
+# TXO_BIN), TXO_LISTEN (default 127.0.0.1:8080), TXO_NATS_PORT (default 4223),
+# TXO_STUB_PORT (default 8090), any other TXO_* / MYSQL_* setting of `txo up --help`.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,15 +18,32 @@ LISTEN="${TXO_LISTEN:-127.0.0.1:8080}"
 NATS_PORT="${TXO_NATS_PORT:-4223}"
 NATS_DIR="$ROOT/.txo/nats"
 NATS_PID=""
+TXO_STUB_BIN="${TXO_STUB_BIN:-$(dirname "$TXO_BIN")/txo-stub-services}"
+STUB_PORT="${TXO_STUB_PORT:-8090}"
+STUB_PID=""
 
 log() { printf 'run.sh: %s\n' "$*" >&2; }
 
-cleanup() {
-    if [ -n "$NATS_PID" ] && kill -0 "$NATS_PID" 2>/dev/null; then
-        kill -TERM "$NATS_PID" 2>/dev/null || true
-        wait "$NATS_PID" 2>/dev/null || true
-        log "nats-server stopped"
+# stop NAME PID: SIGTERM to a helper this script started, if it still runs.
+stop() {
+    if [ -n "$2" ] && kill -0 "$2" 2>/dev/null; then
+        kill -TERM "$2" 2>/dev/null || true
+        wait "$2" 2>/dev/null || true
+        log "$1 stopped"
     fi
+}
+
+# wait_port PORT: up to 5 s until something accepts TCP connections on 127.0.0.1:PORT.
+wait_port() {
+    for _ in $(seq 50); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return
+        sleep 0.1
+    done
+}
+
+cleanup() {
+    stop txo-stub-services "$STUB_PID"
+    stop nats-server "$NATS_PID"
 }
 trap cleanup EXIT
 
@@ -33,12 +53,17 @@ if [ "${NATS:-0}" = "1" ]; then
     mkdir -p "$NATS_DIR"
     nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$NATS_DIR" >"$NATS_DIR/nats.log" 2>&1 &
     NATS_PID=$!
-    for _ in $(seq 50); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$NATS_PORT") 2>/dev/null && break
-        sleep 0.1
-    done
+    wait_port "$NATS_PORT"
     log "nats-server on 127.0.0.1:$NATS_PORT (log: $NATS_DIR/nats.log)"
     ARGS+=(--broker nats --nats-url "nats://127.0.0.1:$NATS_PORT")
+fi
+if [ "${STUBS:-0}" = "1" ]; then
+    mkdir -p "$ROOT/.txo"
+    "$TXO_STUB_BIN" --listen "127.0.0.1:$STUB_PORT" >"$ROOT/.txo/stub-services.log" 2>&1 &
+    STUB_PID=$!
+    wait_port "$STUB_PORT"
+    log "txo-stub-services on 127.0.0.1:$STUB_PORT (log: .txo/stub-services.log)"
+    ARGS+=(--payment-url "http://127.0.0.1:$STUB_PORT" --shipment-url "http://127.0.0.1:$STUB_PORT")
 fi
 
 URL="http://$LISTEN"
@@ -54,7 +79,7 @@ cat <<BANNER
   Outbox at a glance:                curl -s $URL/outbox/stats
 
 BANNER
-# Not exec: the trap must stop nats-server after `txo up` exits. SIGINT reaches both.
+# Not exec: the trap must stop nats-server and the stub after `txo up` exits. SIGINT reaches all.
 set +e
 "$TXO_BIN" "${ARGS[@]}" "$@"
 status=$?

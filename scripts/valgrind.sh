@@ -4,9 +4,12 @@
 # Fails when valgrind reports any memory error or any definite, indirect or possible leak.
 #
 #   scripts/valgrind.sh [path/to/txo]      (default: build/txo)
+#
+# The stand-in payment/shipment service is $TXO_STUB_BIN (default: txo-stub-services next to txo).
 set -euo pipefail
 
 bin=${1:-build/txo}
+stub_bin=${TXO_STUB_BIN:-$(dirname "$bin")/txo-stub-services}
 command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind is not installed" >&2; exit 1; }
 vg=(valgrind --quiet --error-exitcode=99 --leak-check=full
     --show-leak-kinds=definite,indirect,possible
@@ -46,8 +49,8 @@ port_free() {
 }
 api_port=$(port_free)
 stub_port=$(port_free)
-say "txo stub-services + txo up serving orders, stopped with SIGTERM"
-"${vg[@]}" "$bin" stub-services --listen "127.0.0.1:$stub_port" --log-level warn &
+say "txo-stub-services + txo up serving orders, stopped with SIGTERM"
+"${vg[@]}" "$stub_bin" --listen "127.0.0.1:$stub_port" --log-level warn &
 stub=$!
 "${vg[@]}" "$bin" up --listen "127.0.0.1:$api_port" --stock vg-sku=1000 --log-level warn \
     --payment-url "http://127.0.0.1:$stub_port" --shipment-url "http://127.0.0.1:$stub_port" \
@@ -77,7 +80,7 @@ stop_checked() {
     fi
 }
 stop_checked "txo up" "$up"
-stop_checked "txo stub-services" "$stub"
+stop_checked "txo-stub-services" "$stub"
 
 say "txo worker --broker none, stopped with SIGTERM"
 "${vg[@]}" "$bin" worker --broker none --poll 50 --clean-interval 1 --log-level warn &

@@ -246,19 +246,17 @@ static int place_order_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = txo_idem_begin(tx, a->key, a->hash, a->api->opts.idempotency_stale_s, &a->claim, err);
     if (rc != 0 || a->claim.outcome != TXO_IDEM_NEW)
         return rc;
-    rc = orders_create_tx(tx, a->order->customer_id, a->order->items, a->order->n, &a->order_id,
-                          err);
+    rc = a->api->opts.async ? orders_create_async_tx(tx, a->order->customer_id, a->order->items,
+                                                     a->order->n, &a->order_id, err)
+                            : orders_create_tx(tx, a->order->customer_id, a->order->items,
+                                               a->order->n, &a->order_id, err);
     if (rc != 0)
         return rc;
     char body[96];
     snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"status\":\"CREATED\"}", a->order_id);
     a->status = 201;
-    if (a->api->opts.async) {
-        rc = orders_enqueue_start_saga_tx(tx, a->order_id, err);
-        if (rc != 0)
-            return rc;
+    if (a->api->opts.async)
         a->status = 202;
-    }
     a->response = txo_strdup(body);
     if (a->response == NULL)
         return txo_error_set(err, TXO_ENOMEM, "response");

@@ -67,7 +67,7 @@ static json_t *items_json(const struct order_item *items, size_t n)
 }
 
 char *orders__json_order(int64_t order_id, int64_t customer_id, const struct order_item *items,
-                         size_t n, int64_t total_cents, const char *created_at,
+                         size_t n, int64_t total_cents, const char *created_at, bool by_command,
                          struct txo_error *err)
 {
     json_t *arr = items_json(items, n);
@@ -81,6 +81,11 @@ char *orders__json_order(int64_t order_id, int64_t customer_id, const struct ord
     }
     if (doc != NULL && created_at != NULL &&
         json_object_set_new(doc, "created_at", json_string(created_at)) != 0) {
+        json_decref(doc);
+        doc = NULL;
+    }
+    if (doc != NULL && by_command &&
+        json_object_set_new(doc, "saga_start", json_string("command")) != 0) {
         json_decref(doc);
         doc = NULL;
     }

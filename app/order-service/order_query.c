@@ -34,23 +34,25 @@ static int read_order(struct txo_tx *tx, void *arg, struct txo_error *err)
         rc = txo_error_set(err, TXO_ENOTFOUND, "order %" PRId64 " not found", a->order_id);
         goto out;
     }
-    a->version = txo_rows_i64(order, 0, 3);
+    a->version = txo_rows_i64(order, 0, GET_ORDER_COL_VERSION);
     rc = txo_tx_query(tx, ORDERS_SQL_GET_ITEMS, p, 1, &items, err);
     if (rc != 0)
         goto out;
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < txo_rows_count(items); i++)
-        json_array_append_new(list,
-                              json_pack("{s:s,s:I,s:I}", "sku", txo_rows_str(items, i, 0, NULL),
-                                        "qty", (json_int_t)txo_rows_i64(items, i, 1), "price_cents",
-                                        (json_int_t)txo_rows_i64(items, i, 2)));
+        json_array_append_new(
+            list,
+            json_pack("{s:s,s:I,s:I}", "sku", txo_rows_str(items, i, GET_ITEMS_COL_SKU, NULL),
+                      "qty", (json_int_t)txo_rows_i64(items, i, GET_ITEMS_COL_QTY), "price_cents",
+                      (json_int_t)txo_rows_i64(items, i, GET_ITEMS_COL_PRICE_CENTS)));
     json_decref(a->doc);
-    a->doc = json_pack(
-        "{s:I,s:I,s:s,s:I,s:I,s:s,s:s,s:o}", "order_id", (json_int_t)a->order_id, "customer_id",
-        (json_int_t)txo_rows_i64(order, 0, 0), "status", txo_rows_str(order, 0, 1, NULL),
-        "total_cents", (json_int_t)txo_rows_i64(order, 0, 2), "version",
-        (json_int_t)txo_rows_i64(order, 0, 3), "created_at", txo_rows_str(order, 0, 4, NULL),
-        "updated_at", txo_rows_str(order, 0, 5, NULL), "items", list);
+    a->doc = json_pack("{s:I,s:I,s:s,s:I,s:I,s:s,s:s,s:o}", "order_id", (json_int_t)a->order_id,
+                       "customer_id", (json_int_t)txo_rows_i64(order, 0, GET_ORDER_COL_CUSTOMER_ID),
+                       "status", txo_rows_str(order, 0, GET_ORDER_COL_STATUS, NULL), "total_cents",
+                       (json_int_t)txo_rows_i64(order, 0, GET_ORDER_COL_TOTAL_CENTS), "version",
+                       (json_int_t)a->version, "created_at",
+                       txo_rows_str(order, 0, GET_ORDER_COL_CREATED_AT, NULL), "updated_at",
+                       txo_rows_str(order, 0, GET_ORDER_COL_UPDATED_AT, NULL), "items", list);
     if (a->doc == NULL)
         rc = txo_error_set(err, TXO_ENOMEM, "JSON of order %" PRId64, a->order_id);
 out:

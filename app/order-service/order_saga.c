@@ -3,9 +3,14 @@
  * with its compensation (ReleaseStock, RefundPayment, CancelShipment).
  *
  * The saga engine (txo/saga.h) opens one transaction per step and commits the step's state
- * change in it; the functions here only write business rows and the step's outbox event into
- * that transaction. Because a worker can die after a step ran but before the engine saw it
- * finish, every action and compensation is written to be run again safely:
+ * change in it; the local parts here only write business rows and the step's outbox event
+ * into that transaction. ChargePayment and CreateShipment (and their compensations) also have
+ * a remote part, the call to the payment or shipment service, which the engine makes with no
+ * transaction open and records as done, refused or unknown; a charge or shipment that may
+ * have happened is undone even when its local part never committed (the undo calls are
+ * idempotent at the services, so undoing a call that never took effect is harmless).
+ * Because a worker can die after a step ran but before the engine saw it finish, every part
+ * is written to be run again safely:
  *   ReserveStock    a reservation row per (saga_id, sku) says "already reserved": skip it;
  *   ReleaseStock    only RESERVED rows are released, then marked RELEASED;
  *   ChargePayment   one payment per order (unique key), inserted with ON DUPLICATE KEY;
@@ -22,7 +27,8 @@
  *
  * Errors: business refusals (no stock, card declined, injected faults) are TXO_EBUSINESS and
  * make the engine compensate; the injected "payment service unavailable" is TXO_EUNAVAILABLE,
- * which the engine retries with backoff.
+ * which the engine retries with backoff. A service call that timed out is TXO_EUNKNOWN
+ * (order_services.h).
  *
  * Thread-safety: the definition is immutable; a decoded state belongs to one run; the
  * struct order_saga_env given as `user` belongs to one run (one thread).
@@ -396,29 +402,55 @@ out:
 /* ---- ChargePayment / RefundPayment ---- */
 
 /*
- * Calls the external service of a step over HTTP when one is configured, before the step
- * writes its local rows (the stand-in otherwise: returns 0 at once). The key
- * "order:<id>:<operation>" is the same on every re-run, so the service applies the call once.
- * Transient failures (timeout, service down, breaker open) come back transient and the engine
- * retries the step; a refusal is TXO_EBUSINESS and fails it.
+ * The remote part of a step: POSTs {"order_id"[,"amount_cents"]} to the service with the
+ * engine's idempotency key (the same on every try and in every worker, so the service applies
+ * the call once). Returns order_service_call()'s result: 0, TXO_EBUSINESS (refused),
+ * TXO_EUNKNOWN (may have taken effect) or another transient code (did not).
  */
 static int call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
-                        const char *operation, const char *path, const struct order_saga_state *st,
-                        int64_t amount_cents, struct txo_error *err)
+                        const char *operation, const char *path, int64_t amount_cents,
+                        struct txo_error *err)
 {
+    const struct order_saga_state *st = state_of(ctx, err);
     struct order_saga_env *env = ctx->user;
-    if (env == NULL || env->session == NULL ||
-        !order_services_remote(order_service_session_services(env->session), kind))
-        return 0;
-    char key[96];
-    snprintf(key, sizeof(key), "order:%" PRId64 ":%s", st->order_id, operation);
+    if (st == NULL)
+        return TXO_EINVAL;
+    if (env == NULL || env->session == NULL)
+        return txo_error_set(err, TXO_ECONFIG, "%s: no external service session", operation);
+    if (!order_services_remote(order_service_session_services(env->session), kind))
+        return 0; /* this service is the in-process stand-in: nothing to call */
     char body[128];
     if (amount_cents >= 0)
         snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}",
                  st->order_id, amount_cents);
     else
         snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 "}", st->order_id);
-    return order_service_call(env->session, kind, operation, path, key, body, err);
+    return order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body,
+                              err);
+}
+
+static int remote_charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
+{
+    const struct order_saga_state *st = state_of(ctx, err);
+    if (st == NULL)
+        return TXO_EINVAL;
+    return call_service(ctx, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", st->total_cents,
+                        err);
+}
+
+static int remote_refund(const struct txo_saga_ctx *ctx, struct txo_error *err)
+{
+    return call_service(ctx, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund", -1, err);
+}
+
+static int remote_create_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err)
+{
+    return call_service(ctx, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create", -1, err);
+}
+
+static int remote_cancel_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err)
+{
+    return call_service(ctx, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel", -1, err);
 }
 
 static int charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
@@ -442,11 +474,6 @@ static int charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, str
         return txo_error_set(err, TXO_EBUSINESS,
                              "card declined: order_id=%" PRId64 " amount_cents=%" PRId64,
                              st->order_id, st->total_cents);
-    int crc = call_service(ctx, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", st,
-                           st->total_cents, err);
-    if (crc < 0)
-        return crc;
-
     struct txo_param ip[] = {txo_p_i64(st->order_id), txo_p_i64(st->total_cents)};
     struct txo_exec_result res;
     int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_INSERT, ip, TXO_ARRAY_LEN(ip), &res, err);
@@ -478,11 +505,8 @@ static int refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, str
     if (faults_of(ctx)->fail_refund)
         return txo_error_set(err, TXO_EBUSINESS, "refund failed (injected): order_id=%" PRId64,
                              st->order_id);
-    int rc = call_service(ctx, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund", st, -1, err);
-    if (rc < 0)
-        return rc;
     struct txo_param p[] = {txo_p_i64(st->order_id)};
-    rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_REFUND, p, 1, NULL, err);
+    int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_REFUND, p, 1, NULL, err);
     if (rc < 0)
         return rc;
     return emit(tx, ctx, st, "PaymentRefunded", "payment-refunded", false, st->total_cents, NULL,
@@ -500,15 +524,11 @@ static int create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
     if (faults_of(ctx)->fail_shipment)
         return txo_error_set(err, TXO_EBUSINESS, "carrier rejected shipment: order_id=%" PRId64,
                              st->order_id);
-    int rc = call_service(ctx, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create", st, -1, err);
-    if (rc < 0)
-        return rc;
-
     struct txo_param p[] = {txo_p_i64(st->order_id)};
     struct txo_exec_result res;
     char status[32];
     bool found;
-    rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, &res, err);
+    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, &res, err);
     if (rc < 0)
         return rc;
     if (res.affected_rows != 1) {
@@ -529,7 +549,7 @@ static int create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
         rc = query_str(tx, ORDERS_SQL_ORDER_STATUS_LOCK, p, 1, status, sizeof(status), &found, err);
         if (rc < 0)
             return rc;
-        if (!found || strcmp(status, "CONFIRMED") != 0)
+        if (!found || strcmp(status, order_status_name(ORDER_CONFIRMED)) != 0)
             return txo_error_set(err, TXO_EBUSINESS,
                                  "order cannot be confirmed: order_id=%" PRId64 " status=%s",
                                  st->order_id, found ? status : "missing");
@@ -546,11 +566,8 @@ static int cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
     if (faults_of(ctx)->fail_cancel_shipment)
         return txo_error_set(err, TXO_EBUSINESS, "cancel failed (injected): order_id=%" PRId64,
                              st->order_id);
-    int rc = call_service(ctx, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel", st, -1, err);
-    if (rc < 0)
-        return rc;
     struct txo_param p[] = {txo_p_i64(st->order_id)};
-    rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_CANCEL, p, 1, NULL, err);
+    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_CANCEL, p, 1, NULL, err);
     if (rc < 0)
         return rc;
     return emit(tx, ctx, st, "ShipmentCancelled", "shipment-cancelled", false, -1, NULL, err);
@@ -560,64 +577,38 @@ static int cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
 
 /*
  * FAILED or COMPENSATED: the order is cancelled, with OrderCancelled, in the engine's final
- * transaction. The reason is the failed step's stored error when there is one.
+ * transaction. The reason names the step that failed, from the facts the engine hands over
+ * (ctx->failed_*): its stored message, or its error code.
  */
 static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                       enum txo_saga_status final_status, struct txo_error *err)
 {
     const struct order_saga_state *st = state_of(ctx, err);
-    struct txo_rows *rows = NULL;
     char reason[TXO_ERROR_MSG_MAX + 160];
     int rc;
 
     if (st == NULL)
         return TXO_EINVAL;
-    struct txo_param sp[] = {txo_p_str(ctx->saga_id)};
-    rc = txo_tx_query(tx, ORDERS_SQL_FAILED_STEP, sp, 1, &rows, err);
-    if (rc < 0)
-        goto out;
-    bool failed_step = txo_rows_count(rows) > 0;
-    if (failed_step && !txo_rows_is_null(rows, 0, 1))
-        snprintf(reason, sizeof(reason), "%s failed: %s", txo_rows_str(rows, 0, 0, NULL),
-                 txo_rows_str(rows, 0, 1, NULL));
+    if (ctx->failed_step >= 0)
+        snprintf(reason, sizeof(reason), "%s failed: %s%s", ctx->failed_step_name,
+                 ctx->failed_message != NULL ? ctx->failed_message
+                                             : txo_err_name(ctx->failed_code),
+                 ctx->failed_remote_maybe ? " (its remote call was undone)" : "");
     else
         snprintf(reason, sizeof(reason), "saga %s", txo_saga_status_name(final_status));
-
-    /*
-     * A remote call that timed out may still have taken effect, and a FAILED step is not
-     * compensated. Queue its undo in this same transaction: the worker sends it with the
-     * compensation's idempotency key until the service answers (undoing a call that never
-     * took effect changes nothing there). Only a timeout leaves the outcome unknown: a
-     * refusal, a 5xx answer, a refused connection and an open breaker all mean no effect.
-     * The engine stores step errors as "<code name>: <message>".
-     */
-    struct order_saga_env *env = ctx->user;
-    const char *failed_name = failed_step ? txo_rows_str(rows, 0, 0, NULL) : "";
-    const char *failed_error = failed_step ? txo_rows_str(rows, 0, 1, NULL) : NULL;
-    bool timed_out = failed_error != NULL && strncmp(failed_error, "TXO_ETIMEOUT:", 13) == 0;
-    const struct order_services *svc =
-        env != NULL && env->session != NULL ? order_service_session_services(env->session) : NULL;
-    if (timed_out && strcmp(failed_name, "ChargePayment") == 0 &&
-        order_services_remote(svc, ORDER_SERVICE_PAYMENT))
-        rc = orders_enqueue_refund_tx(tx, st->order_id, st->total_cents, err);
-    else if (timed_out && strcmp(failed_name, "CreateShipment") == 0 &&
-             order_services_remote(svc, ORDER_SERVICE_SHIPMENT))
-        rc = orders_enqueue_cancel_shipment_tx(tx, st->order_id, err);
-    if (rc < 0)
-        goto out;
 
     struct txo_param p[] = {txo_p_i64(st->order_id)};
     struct txo_exec_result res;
     rc = txo_tx_exec(tx, ORDERS_SQL_ORDER_CANCEL, p, 1, &res, err);
     if (rc < 0)
-        goto out;
+        return rc;
     if (res.affected_rows == 0) {
         char status[32];
         bool found;
         rc = query_str(tx, ORDERS_SQL_ORDER_STATUS_LOCK, p, 1, status, sizeof(status), &found, err);
         if (rc < 0)
-            goto out;
-        if (!found || strcmp(status, "CANCELLED") != 0) {
+            return rc;
+        if (!found || strcmp(status, order_status_name(ORDER_CANCELLED)) != 0) {
             /* Cannot happen with this step list (the last step confirms the order and
              * completes the saga); a human must look at it. The saga still ends. */
             TXO_LOG(TXO_LOG_ERROR, "orders",
@@ -628,34 +619,63 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
         /* CANCELLED already: the customer cancelled it (orders_cancel_tx), and that change
          * wrote its own OrderCancelled. This hook runs once (it commits with the saga's final
          * status), so nothing else can have cancelled it: no second event. */
-        rc = 0;
-        goto out;
+        return 0;
     }
-    rc = emit(tx, ctx, st, "OrderCancelled", "order-cancelled", false, -1, reason, err);
-out:
-    txo_rows_free(rows);
-    return rc;
+    return emit(tx, ctx, st, "OrderCancelled", "order-cancelled", false, -1, reason, err);
 }
 
-static const struct txo_saga_step_def order_steps[] = {
-    {"ReserveStock", reserve_stock, release_stock},
-    {"ChargePayment", charge_payment, refund_payment},
-    {"CreateShipment", create_shipment, cancel_shipment},
+/* With the payment and shipment services in-process (no URL configured): local steps. */
+static const struct txo_saga_step_def local_steps[] = {
+    {.name = "ReserveStock", .action = reserve_stock, .compensate = release_stock},
+    {.name = "ChargePayment", .action = charge_payment, .compensate = refund_payment},
+    {.name = "CreateShipment", .action = create_shipment, .compensate = cancel_shipment},
+};
+
+/* With the services called over HTTP: the same steps with their remote parts. */
+static const struct txo_saga_step_def remote_steps[] = {
+    {.name = "ReserveStock", .action = reserve_stock, .compensate = release_stock},
+    {.name = "ChargePayment",
+     .action = charge_payment,
+     .compensate = refund_payment,
+     .remote = remote_charge,
+     .remote_compensate = remote_refund},
+    {.name = "CreateShipment",
+     .action = create_shipment,
+     .compensate = cancel_shipment,
+     .remote = remote_create_shipment,
+     .remote_compensate = remote_cancel_shipment},
 };
 
 static const struct txo_saga_def order_def = {
     .type = ORDER_SAGA_TYPE,
-    .steps = order_steps,
-    .n_steps = TXO_ARRAY_LEN(order_steps),
+    .steps = local_steps,
+    .n_steps = TXO_ARRAY_LEN(local_steps),
     .decode = decode,
     .free_state = free_state,
     .on_completed = NULL, /* CreateShipment confirms the order in its own step */
     .on_aborted = on_aborted,
 };
 
+static const struct txo_saga_def order_def_remote = {
+    .type = ORDER_SAGA_TYPE,
+    .steps = remote_steps,
+    .n_steps = TXO_ARRAY_LEN(remote_steps),
+    .decode = decode,
+    .free_state = free_state,
+    .on_completed = NULL,
+    .on_aborted = on_aborted,
+};
+
 const struct txo_saga_def *order_saga_def(void)
 {
     return &order_def;
+}
+
+const struct txo_saga_def *order_saga_def_for(const struct order_services *services)
+{
+    bool remote = order_services_remote(services, ORDER_SERVICE_PAYMENT) ||
+                  order_services_remote(services, ORDER_SERVICE_SHIPMENT);
+    return remote ? &order_def_remote : &order_def;
 }
 
 int orders_run_saga(struct txo_db *db, const char *saga_id, const struct order_faults *faults,
@@ -699,7 +719,7 @@ int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
         if (rc < 0)
             return rc;
     }
-    int rc = txo_saga_retry(db, &order_def, saga_id, opts, &env, final, err);
+    int rc = txo_saga_retry(db, order_saga_def_for(services), saga_id, opts, &env, final, err);
     order_service_session_free(env.session);
     return rc;
 }

@@ -230,6 +230,7 @@ struct call {
     const char *url;
     const char *key;
     const char *body;
+    bool maybe; /* an attempt may have taken effect (it timed out) */
 };
 
 static void count_rejected(const struct order_services *s, enum order_service_kind kind,
@@ -273,6 +274,8 @@ static int attempt(void *arg, unsigned n, struct txo_error *err)
     /* A refusal is the service working; only transient failures count against it. */
     txo_breaker_record(sv->breaker, rc == 0 || !txo_err_is_transient(rc));
     txo_bulkhead_release(sv->bulkhead);
+    if (rc == TXO_ETIMEOUT)
+        c->maybe = true;
     if (s->m_duration != NULL) {
         const char *labels[] = {service_names[c->kind], c->operation};
         txo_metric_observe(s->m_duration, labels, resp.total_s);
@@ -317,6 +320,14 @@ int order_service_call(struct order_service_session *s, enum order_service_kind 
     policy.clock = svc->opts.clock;
     unsigned attempts = 0;
     int rc = txo_retry_run(&policy, attempt, &c, &attempts, err);
+    if (rc != 0 && c.maybe && txo_err_is_transient(rc)) {
+        /* No attempt got a definite answer, and one of them may have been applied: the last
+         * error (an open breaker, say) must not hide that. */
+        txo_error_wrap(err, "outcome unknown (an attempt timed out)");
+        rc = TXO_EUNKNOWN;
+        if (err != NULL)
+            err->code = rc;
+    }
     if (rc != 0)
         TXO_LOG(TXO_LOG_DEBUG, "services",
                 "call failed service=%s operation=%s attempts=%u "

@@ -85,8 +85,13 @@ const struct order_services *order_service_session_services(const struct order_s
 /*
  * POSTs body_json to <base url of kind><path> with idempotency_key, through the guards above.
  * operation names the call in metrics and messages ("charge"). Returns 0 (2xx), TXO_EBUSINESS
- * (the service refused: final), or a transient code once the retries are spent:
- * TXO_EUNAVAILABLE (down, 5xx, breaker open, bulkhead full, rate limited), TXO_ETIMEOUT.
+ * (the service refused: final), or, once the retries are spent:
+ *   TXO_EUNKNOWN      an attempt timed out and none got a definite answer after it: the call
+ *                     may have taken effect;
+ *   TXO_EUNAVAILABLE  it did not take effect (down, 5xx, breaker open, bulkhead full, rate
+ *                     limited). A 5xx counts as "nothing happened": that is the contract of
+ *                     the services we call (the stand-in's 503 has no effect); a service
+ *                     without that promise should map 5xx to TXO_EUNKNOWN here.
  * TXO_EINVAL when kind has no URL.
  */
 TXO_MUST_CHECK int order_service_call(struct order_service_session *s, enum order_service_kind kind,

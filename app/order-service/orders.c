@@ -20,50 +20,40 @@
 #include "txo/log.h"
 #include "txo/cmdq.h"
 #include "txo/outbox.h"
+#include "txo/text.h"
 #include "orders.h"
 #include "orders_sql.h"
 
-/* True when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
-static bool utf8_valid(const unsigned char *s, size_t len)
+static const char *const status_names[ORDER_STATUS_COUNT] = {
+    [ORDER_CREATED] = "CREATED",
+    [ORDER_CONFIRMED] = "CONFIRMED",
+    [ORDER_CANCELLED] = "CANCELLED",
+};
+
+/* status_moves[from][to]: the whole order state machine. */
+static const bool status_moves[ORDER_STATUS_COUNT][ORDER_STATUS_COUNT] = {
+    [ORDER_CREATED] = {[ORDER_CONFIRMED] = true, [ORDER_CANCELLED] = true},
+};
+
+const char *order_status_name(enum order_status s)
 {
-    size_t i = 0;
+    return (unsigned)s < ORDER_STATUS_COUNT ? status_names[s] : "UNKNOWN";
+}
 
-    while (i < len) {
-        unsigned c = s[i];
-        size_t need;
-        uint32_t cp;
-        uint32_t min;
+int order_status_parse(const char *name, enum order_status *out)
+{
+    for (int i = 0; name != NULL && i < ORDER_STATUS_COUNT; i++)
+        if (strcmp(status_names[i], name) == 0) {
+            *out = (enum order_status)i;
+            return 0;
+        }
+    return TXO_EINVAL;
+}
 
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            need = 1;
-            cp = c & 0x1F;
-            min = 0x80;
-        } else if ((c & 0xF0) == 0xE0) {
-            need = 2;
-            cp = c & 0x0F;
-            min = 0x800;
-        } else if ((c & 0xF8) == 0xF0) {
-            need = 3;
-            cp = c & 0x07;
-            min = 0x10000;
-        } else {
-            return false;
-        }
-        if (len - i <= need)
-            return false;
-        for (size_t k = 1; k <= need; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += need + 1;
-    }
-    return true;
+bool order_status_can_move(enum order_status from, enum order_status to)
+{
+    return (unsigned)from < ORDER_STATUS_COUNT && (unsigned)to < ORDER_STATUS_COUNT &&
+           status_moves[from][to];
 }
 
 int orders_validate(int64_t customer_id, const struct order_item *items, size_t n,
@@ -86,7 +76,7 @@ int orders_validate(int64_t customer_id, const struct order_item *items, size_t 
         if (sku_len == 0 || sku_len > ORDER_SKU_MAX)
             return txo_error_set(err, TXO_EINVAL, "items[%zu].sku must be 1..%d bytes, got %s", i,
                                  ORDER_SKU_MAX, sku_len == 0 ? "an empty one" : "a longer one");
-        if (!utf8_valid((const unsigned char *)it->sku, sku_len))
+        if (!txo_utf8_valid(it->sku, sku_len))
             return txo_error_set(err, TXO_EINVAL, "items[%zu].sku is not valid UTF-8", i);
         if (it->qty < 1 || it->qty > ORDER_MAX_QTY)
             return txo_error_set(err, TXO_EINVAL, "items[%zu].qty must be 1..%d, got %" PRId32, i,
@@ -220,9 +210,13 @@ out:
     return rc;
 }
 
-/* orders_create_tx(); *total_cents receives the order's total. */
+/*
+ * orders_create_tx(); *total_cents receives the order's total. With by_command the event
+ * says its saga starts from a StartOrderSaga command, which is queued with the same payload.
+ */
 static int create_order(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
-                        size_t n, int64_t *order_id, int64_t *total_cents, struct txo_error *err)
+                        size_t n, bool by_command, int64_t *order_id, int64_t *total_cents,
+                        struct txo_error *err)
 {
     int64_t total = 0;
     int64_t id = 0;
@@ -237,7 +231,7 @@ static int create_order(struct txo_tx *tx, int64_t customer_id, const struct ord
 
     char created_at[TXO_RFC3339_LEN];
     txo_format_rfc3339(txo_realtime_us(), created_at);
-    payload = orders__json_order(id, customer_id, items, n, total, created_at, err);
+    payload = orders__json_order(id, customer_id, items, n, total, created_at, by_command, err);
     if (payload == NULL) {
         rc = err != NULL ? err->code : TXO_ENOMEM;
         goto out;
@@ -266,6 +260,8 @@ static int create_order(struct txo_tx *tx, int64_t customer_id, const struct ord
         .idempotency_key = key,
     };
     rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+    if (rc == 0 && by_command)
+        rc = txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payload, NULL, err);
     if (rc < 0)
         goto out;
 
@@ -285,7 +281,15 @@ int orders_create_tx(struct txo_tx *tx, int64_t customer_id, const struct order_
 {
     int64_t total;
 
-    return create_order(tx, customer_id, items, n, order_id, &total, err);
+    return create_order(tx, customer_id, items, n, false, order_id, &total, err);
+}
+
+int orders_create_async_tx(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
+                           size_t n, int64_t *order_id, struct txo_error *err)
+{
+    int64_t total;
+
+    return create_order(tx, customer_id, items, n, true, order_id, &total, err);
 }
 
 /* txo_saga_create() of the order's CreateOrderSaga, from data the caller has in hand. */
@@ -294,7 +298,8 @@ static int create_saga(struct txo_tx *tx, int64_t order_id, int64_t customer_id,
                        char saga_id[TXO_SAGA_ID_LEN], bool *created, struct txo_error *err)
 {
     char correlation[64];
-    char *payload = orders__json_order(order_id, customer_id, items, n, total_cents, NULL, err);
+    char *payload =
+        orders__json_order(order_id, customer_id, items, n, total_cents, NULL, false, err);
 
     if (payload == NULL)
         return err != NULL ? err->code : TXO_ENOMEM;
@@ -311,7 +316,7 @@ int orders_create_with_saga_tx(struct txo_tx *tx, int64_t customer_id,
     int64_t id = 0;
     int64_t total = 0;
     char sid[TXO_SAGA_ID_LEN];
-    int rc = create_order(tx, customer_id, items, n, &id, &total, err);
+    int rc = create_order(tx, customer_id, items, n, false, &id, &total, err);
 
     if (rc < 0)
         return rc;
@@ -421,22 +426,6 @@ out:
     return rc;
 }
 
-int orders_start_saga_tx(struct txo_tx *tx, int64_t order_id, char saga_id[TXO_SAGA_ID_LEN],
-                         bool *created, struct txo_error *err)
-{
-    struct start_arg a;
-
-    memset(&a, 0, sizeof(a));
-    a.order_id = order_id;
-    int rc = start_saga_fn(tx, &a, err);
-    if (rc < 0)
-        return rc;
-    memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
-    if (created != NULL)
-        *created = a.created;
-    return 0;
-}
-
 int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA_ID_LEN],
                       bool *created, struct txo_error *err)
 {
@@ -477,33 +466,10 @@ int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
     return write_stock(db, ORDERS_SQL_SEED_INVENTORY, sku, available, err);
 }
 
-int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id, int64_t amount_cents,
-                             struct txo_error *err)
-{
-    char payload[96];
-    snprintf(payload, sizeof(payload), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}",
-             order_id, amount_cents);
-    return txo_cmdq_enqueue(tx, ORDERS_REFUND_COMMAND, payload, NULL, err);
-}
-
-int orders_enqueue_cancel_shipment_tx(struct txo_tx *tx, int64_t order_id, struct txo_error *err)
-{
-    char payload[64];
-    snprintf(payload, sizeof(payload), "{\"order_id\":%" PRId64 "}", order_id);
-    return txo_cmdq_enqueue(tx, ORDERS_CANCEL_SHIPMENT_COMMAND, payload, NULL, err);
-}
-
 int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
                             struct txo_error *err)
 {
     return write_stock(db, ORDERS_SQL_ENSURE_INVENTORY, sku, available, err);
-}
-
-int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id, struct txo_error *err)
-{
-    char payload[64];
-    snprintf(payload, sizeof(payload), "{\"order_id\":%" PRId64 "}", order_id);
-    return txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payload, NULL, err);
 }
 
 int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_version,

@@ -4,7 +4,8 @@
  * What it does:
  *   - orders_create_tx() writes an order, its items and the OrderCreated outbox event in the
  *     caller's transaction: the three commit together or not at all (transactional outbox).
- *   - orders_start_saga() records the CreateOrderSaga of an order (one per order, idempotent);
+ *   - orders_start_saga() records the CreateOrderSaga of an existing order (one per order,
+ *     idempotent; tests and the demo);
  *     orders_create_with_saga_tx() writes the order and its saga in one transaction.
  *   - order_saga_def() is that saga: ReserveStock/ReleaseStock, ChargePayment/RefundPayment,
  *     CreateShipment/CancelShipment. Each step is one local transaction that writes its
@@ -22,8 +23,16 @@
  *   - inventory rows are locked in ascending SKU order, in every transaction, so concurrent
  *     reservations cannot deadlock on each other (seed 9.9).
  *
- * Order states (orders.status): CREATED -> CONFIRMED (CreateShipment) | CANCELLED (the saga
- * failed or was compensated). Both targets are terminal.
+ * Order states (orders.status, enum order_status below): CREATED -> CONFIRMED (CreateShipment)
+ * | CANCELLED (the saga failed or was compensated, or the customer cancelled). Both targets are
+ * terminal; every statement that moves an order is listed in ORDERS_MOVES (orders_sql.h), and
+ * a test checks that list against order_status_can_move().
+ *
+ * Who uses what: the HTTP API calls orders_create_tx() (orders_create_async_tx() with --async)
+ * and orders_cancel_tx(); the worker registers order_worker_events/commands (worker.h), which
+ * start the saga from the OrderCreated event's payload (or, with --async, from the
+ * StartOrderSaga command's); tests, benchmarks and the demo also use orders_create(),
+ * orders_create_with_saga() and orders_run_saga().
  *
  * Thread-safety: every function uses only the db/tx it is given (one thread per db). The saga
  * definition is immutable and shared. Faults are read-only; a struct order_saga_env is per run.
@@ -38,6 +47,21 @@
 #include "txo/db.h"
 #include "txo/err.h"
 #include "txo/saga.h"
+
+/* The order state machine (orders.status). */
+enum order_status {
+    ORDER_CREATED = 0, /* accepted, its saga running      -> CONFIRMED, CANCELLED */
+    ORDER_CONFIRMED,   /* stock, payment and shipment done (terminal) */
+    ORDER_CANCELLED,   /* the saga aborted or the customer cancelled (terminal) */
+};
+#define ORDER_STATUS_COUNT 3
+
+/* "CREATED", "CONFIRMED", "CANCELLED" (the column values). */
+const char *order_status_name(enum order_status s);
+/* Parses a column value. Returns 0 or TXO_EINVAL. */
+int order_status_parse(const char *name, enum order_status *out);
+/* True when the state machine above allows from -> to. */
+bool order_status_can_move(enum order_status from, enum order_status to);
 
 /* Limits enforced by orders_validate(). */
 #define ORDER_MAX_ITEMS       100
@@ -96,7 +120,7 @@ TXO_MUST_CHECK int orders_create(struct txo_db *db, int64_t customer_id,
  * orders_create_tx() and the order's CreateOrderSaga (txo_saga_create(), correlation id
  * "order:<id>", the SagaPayload built from the items given: nothing is read back), all in the
  * caller's transaction tx, so the order, its OrderCreated event and its saga commit together.
- * This is what the HTTP API uses; orders_start_saga() stays for orders created without one.
+ * For tests and benchmarks that drive sagas without a worker.
  * saga_id receives the new saga's id, *order_id the order's. Same errors as orders_create_tx.
  */
 TXO_MUST_CHECK int orders_create_with_saga_tx(struct txo_tx *tx, int64_t customer_id,
@@ -131,35 +155,21 @@ TXO_MUST_CHECK int orders_start_saga(struct txo_db *db, int64_t order_id,
 TXO_MUST_CHECK int orders_get_json(struct txo_db *db, int64_t order_id, char **out,
                                    int64_t *version, struct txo_error *err);
 
-/* orders_start_saga() inside the caller's transaction tx (the consumer of OrderCreated records
- * the inbox row and the saga together; the command runner completes its command with it). */
-TXO_MUST_CHECK int orders_start_saga_tx(struct txo_tx *tx, int64_t order_id,
-                                        char saga_id[TXO_SAGA_ID_LEN], bool *created,
-                                        struct txo_error *err);
-
-/* The command_queue type the async API enqueues and the worker runs: {"order_id":N}. */
+/*
+ * The command_queue type the async API enqueues and the worker runs; its payload is the
+ * order's saga payload (the OrderCreated payload).
+ */
 #define ORDERS_START_SAGA_COMMAND "StartOrderSaga"
 
-/* The command_queue type of a refund owed to the payment service: {"order_id","amount_cents"}.
- * Queued by the saga when ChargePayment failed with an outcome that may have been a charge
- * (a timed-out call); the worker sends it with the key "order:<id>:refund" until it lands. */
-#define ORDERS_REFUND_COMMAND "RefundPayment"
-
-/* Queues RefundPayment in the caller's transaction. Errors: DB errors. */
-TXO_MUST_CHECK int orders_enqueue_refund_tx(struct txo_tx *tx, int64_t order_id,
-                                            int64_t amount_cents, struct txo_error *err);
-
-/* The same for a CreateShipment call that timed out: {"order_id"}, sent as
- * /shipments/cancel with the key "order:<id>:cancel". */
-#define ORDERS_CANCEL_SHIPMENT_COMMAND "CancelShipment"
-
-TXO_MUST_CHECK int orders_enqueue_cancel_shipment_tx(struct txo_tx *tx, int64_t order_id,
-                                                     struct txo_error *err);
-
-/* Queues StartOrderSaga for order_id in the caller's transaction (seed 9.12: the API answers
- * 202 and a worker creates and runs the saga). Errors: DB errors. */
-TXO_MUST_CHECK int orders_enqueue_start_saga_tx(struct txo_tx *tx, int64_t order_id,
-                                                struct txo_error *err);
+/*
+ * The async API's order: orders_create_tx() whose OrderCreated payload also says
+ * "saga_start":"command", and a StartOrderSaga command carrying the saga payload, both in tx.
+ * The worker then starts the saga from the command only (the event does not start one).
+ * Same errors as orders_create_tx().
+ */
+TXO_MUST_CHECK int orders_create_async_tx(struct txo_tx *tx, int64_t customer_id,
+                                          const struct order_item *items, size_t n,
+                                          int64_t *order_id, struct txo_error *err);
 
 /*
  * The customer cancels order_id, which they read at expected_version (GET /orders/{id}), in
@@ -176,9 +186,10 @@ TXO_MUST_CHECK int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t
                                     int64_t *new_version, struct txo_error *err);
 
 /*
- * Failure injection, as explicit configuration handed to one saga run (never a global).
- * All-zero (or a NULL pointer) means "no faults". Injected failures are raised before the
- * step writes anything, exactly as a real remote service refusing the call would be.
+ * Failure injection into the in-process stand-ins of the payment and shipment services, as
+ * explicit configuration handed to one saga run (never a global). All-zero (or a NULL
+ * pointer) means "no faults". Injected failures are raised before the step writes anything,
+ * exactly as a real remote service refusing the call would be.
  */
 struct order_faults {
     bool decline_payment;      /* ChargePayment: TXO_EBUSINESS "card declined" */
@@ -212,8 +223,14 @@ void order_saga_env_init(struct order_saga_env *env, const struct order_faults *
  * SKU for lock ordering); on_aborted cancels the order (CREATED -> CANCELLED, version+1) and
  * writes OrderCancelled (key "saga:<id>:order-cancelled") in the engine's final transaction.
  * ctx->user must be NULL or a struct order_saga_env. Static, immutable, never freed.
+ * order_saga_def() has local steps only (the in-process stand-ins of payment and shipment);
+ * order_saga_def_for(services) adds the remote parts (the calls to the services, made with no
+ * transaction open) when services call at least one of them over HTTP. Both have the same
+ * type and steps, so a saga created under one may be run under the other.
  */
 const struct txo_saga_def *order_saga_def(void);
+struct order_services;
+const struct txo_saga_def *order_saga_def_for(const struct order_services *services);
 
 /*
  * Drives the saga saga_id to a terminal state with txo_saga_run() (see txo/saga.h), with
@@ -232,7 +249,6 @@ TXO_MUST_CHECK int orders_retry_saga(struct txo_db *db, const char *saga_id,
                                      struct txo_error *err);
 
 /* orders_retry_saga() calling the external services (may be NULL: stand-ins) over HTTP. */
-struct order_services;
 TXO_MUST_CHECK int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
                                           const struct order_services *services,
                                           const struct order_faults *faults,
@@ -258,10 +274,11 @@ TXO_MUST_CHECK int orders_ensure_inventory(struct txo_db *db, const char *sku, i
  * (TXO_ENOMEM, TXO_EINVAL).
  */
 
-/* {"order_id","customer_id","items":[...],"total_cents"[,"created_at"]}; created_at may be
- * NULL to leave it out (the SagaPayload). */
+/* {"order_id","customer_id","items":[...],"total_cents"[,"created_at"][,"saga_start":
+ * "command"]}; created_at may be NULL to leave it out (the SagaPayload); by_command adds
+ * "saga_start" (the async API's OrderCreated). */
 char *orders__json_order(int64_t order_id, int64_t customer_id, const struct order_item *items,
-                         size_t n, int64_t total_cents, const char *created_at,
+                         size_t n, int64_t total_cents, const char *created_at, bool by_command,
                          struct txo_error *err);
 
 /* {"saga_id","order_id"[,"items":[{"sku","qty"}...]][,"amount_cents"][,"reason"]}: items is

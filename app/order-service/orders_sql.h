@@ -176,23 +176,31 @@
  * UPDATE above changed nothing. */
 #define ORDERS_SQL_ORDER_STATUS_LOCK "SELECT status FROM orders WHERE id = ? FOR UPDATE"
 
-/* saga_steps uq_saga_step (saga_id, step_order) prefix. Non-locking read of the engine's
- * table, to put the failed step's error into OrderCancelled.reason. */
-#define ORDERS_SQL_FAILED_STEP                                                                     \
-    "SELECT step_name, error FROM saga_steps WHERE saga_id = ? AND status = 'FAILED' "             \
-    "ORDER BY step_order LIMIT 1"
-
 /* ---- order_query.c: reading an order back (GET /orders/{id}) ---- */
 
-/* orders PRIMARY. Consistent read, no lock. */
+/* orders PRIMARY. Consistent read, no lock. Columns: enum get_order_col. */
 #define ORDERS_SQL_GET_ORDER                                                                       \
     "SELECT customer_id, status, total_cents, version, "                                           \
     "DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ'), "                                           \
     "DATE_FORMAT(updated_at, '%Y-%m-%dT%H:%i:%s.%fZ') FROM orders WHERE id = ?"
+enum get_order_col {
+    GET_ORDER_COL_CUSTOMER_ID = 0,
+    GET_ORDER_COL_STATUS,
+    GET_ORDER_COL_TOTAL_CENTS,
+    GET_ORDER_COL_VERSION,
+    GET_ORDER_COL_CREATED_AT, /* RFC 3339, UTC */
+    GET_ORDER_COL_UPDATED_AT, /* RFC 3339, UTC */
+};
 
-/* order_items idx_order_items_order (order_id). Consistent read, no lock. */
+/* order_items idx_order_items_order (order_id). Consistent read, no lock. Columns: enum
+ * get_items_col. */
 #define ORDERS_SQL_GET_ITEMS                                                                       \
     "SELECT sku, qty, price_cents FROM order_items WHERE order_id = ? ORDER BY id"
+enum get_items_col {
+    GET_ITEMS_COL_SKU = 0,
+    GET_ITEMS_COL_QTY,
+    GET_ITEMS_COL_PRICE_CENTS,
+};
 
 /* ---- orders.c: cancel by the customer (optimistic locking, seed 9.8) ---- */
 
@@ -205,5 +213,15 @@
 
 /* orders PRIMARY. The order's current status and version (consistent read). */
 #define ORDERS_SQL_ORDER_VERSION "SELECT status, version FROM orders WHERE id = ?"
+
+/*
+ * Every statement that moves an order's status, with its move: X(statement, from, to). A test
+ * walks this list: each statement's SET and WHERE must say exactly these states, and each move
+ * must be allowed by order_status_can_move().
+ */
+#define ORDERS_MOVES(X)                                                                            \
+    X(ORDERS_SQL_ORDER_CONFIRM, CREATED, CONFIRMED)                                                \
+    X(ORDERS_SQL_ORDER_CANCEL, CREATED, CANCELLED)                                                 \
+    X(ORDERS_SQL_ORDER_CANCEL_AT_VERSION, CREATED, CANCELLED)
 
 #endif

@@ -619,18 +619,30 @@ static int run(int argc, char **argv)
     struct demo_opts o;
     memset(&o, 0, sizeof(o));
     txo_db_opts_init(&o.common.db);
-    struct setting table[] = {
-        COMMON_SETTINGS(o.common),
-        {"migrate", "TXO_DEMO_MIGRATE", SETTING_BOOL, "true",
-         "apply the schema migrations first (idempotent)", false, 0, 0, &o.migrate},
-        {"publish", "TXO_DEMO_PUBLISH", SETTING_BOOL, "true",
-         "drain the outbox through the relay with the log publisher (prints envelopes)", false, 0,
-         0, &o.publish},
-        {"relay-claim", "TXO_RELAY_CLAIM", SETTING_STRING, "auto",
-         "relay claim strategy: auto, skip-locked or update-limit", false, 0, 0, &o.relay_claim},
+    const struct setting own[] = {
+        {.name = "migrate",
+         .env = "TXO_DEMO_MIGRATE",
+         .type = SETTING_BOOL,
+         .def = "true",
+         .help = "apply the schema migrations first (idempotent)",
+         .target = &o.migrate},
+        {.name = "publish",
+         .env = "TXO_DEMO_PUBLISH",
+         .type = SETTING_BOOL,
+         .def = "true",
+         .help = "drain the outbox through the relay with the log publisher (prints envelopes)",
+         .target = &o.publish},
+        {.name = "relay-claim",
+         .env = "TXO_RELAY_CLAIM",
+         .type = SETTING_STRING,
+         .def = "auto",
+         .help = "relay claim strategy: auto, skip-locked or update-limit",
+         .target = &o.relay_claim},
     };
-    enum settings_result r =
-        settings_parse(&cmd_demo, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table t = {.n = 0};
+    settings_add_common(&t, &o.common);
+    settings_add(&t, own, TXO_ARRAY_LEN(own));
+    enum settings_result r = settings_parse(&cmd_demo, t.items, t.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&o.common))

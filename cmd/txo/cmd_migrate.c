@@ -23,9 +23,9 @@ static int run(int argc, char **argv)
 {
     struct common_opts o;
     txo_db_opts_init(&o.db);
-    struct setting table[] = {COMMON_SETTINGS(o)};
-    enum settings_result r =
-        settings_parse(&cmd_migrate, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table t = {.n = 0};
+    settings_add_common(&t, &o);
+    enum settings_result r = settings_parse(&cmd_migrate, t.items, t.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&o))
@@ -42,7 +42,8 @@ static int run(int argc, char **argv)
         cmd_report("migrate", "migration failed", &err);
         return 1;
     }
-    fprintf(stderr, "txo migrate: database %s is up to date: %u migration(s) applied now, %u in all\n",
+    fprintf(stderr,
+            "txo migrate: database %s is up to date: %u migration(s) applied now, %u in all\n",
             o.db.database, applied, total);
     return 0;
 }

@@ -39,16 +39,28 @@ static struct {
     bool json;
 } stats_opts;
 
-static struct setting stats_table[] = {
-    COMMON_SETTINGS(stats_opts.common),
-    {"json", "TXO_JSON", SETTING_BOOL, "false", "print JSON", false, 0, 0, &stats_opts.json},
-};
+/* The settings of this command, in --help order. */
+static void add_stats_settings(struct settings_table *t)
+{
+    const struct setting own[] = {
+        {.name = "json",
+         .env = "TXO_JSON",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "print JSON",
+         .target = &stats_opts.json},
+    };
+    settings_add_common(t, &stats_opts.common);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
+}
 
 static int stats_run(int argc, char **argv)
 {
     txo_db_opts_init(&stats_opts.common.db);
+    struct settings_table stats_table = {.n = 0};
+    add_stats_settings(&stats_table);
     enum settings_result r =
-        settings_parse(&cmd_stats, stats_table, TXO_ARRAY_LEN(stats_table), argc, argv, NULL);
+        settings_parse(&cmd_stats, stats_table.items, stats_table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&stats_opts.common))
@@ -59,11 +71,11 @@ static int stats_run(int argc, char **argv)
     struct txo_error err;
     txo_error_init(&err);
     struct txo_outbox_stats os;
-    uint64_t sagas[6] = {0};
+    struct txo_saga_counts sagas;
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
     if (txo_outbox_get_stats(db, &os, &err) != 0 ||
-        txo_saga_count_by_status(db, sagas, &err) != 0 ||
+        txo_saga_count(db, &sagas, &err) != 0 ||
         txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
         txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
@@ -74,10 +86,11 @@ static int stats_run(int argc, char **argv)
                ",\"published\":%" PRIu64 ",\"failed\":%" PRIu64
                ",\"oldest_pending_age_seconds\":%.3f},\"sagas\":{",
                os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
-        for (int s = 0; s < 6; s++)
+        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
             printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "",
-                   txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
-        printf("},\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
+                   txo_saga_status_name((enum txo_saga_status)s), sagas.by_status[s]);
+        printf("},\"saga_compensation_abandoned\":%" PRIu64, sagas.abandoned);
+        printf(",\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
                ",\"failed\":%" PRIu64 "},\"dead_letters\":{\"total\":%" PRIu64
                ",\"unreplayed\":%" PRIu64 "}}\n",
                cpending, cprocessing, cfailed, dl_total, dl_unreplayed);
@@ -86,8 +99,10 @@ static int stats_run(int argc, char **argv)
                "  failed %" PRIu64 "  oldest pending %.1f s\n",
                os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
         printf("sagas      ");
-        for (int s = 0; s < 6; s++)
-            printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s), sagas[s]);
+        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
+            printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s),
+                   sagas.by_status[s]);
+        printf("  (compensation given up: %" PRIu64 ")", sagas.abandoned);
         printf("\ncommands    pending %" PRIu64 "  processing %" PRIu64 "  failed %" PRIu64 "\n",
                cpending, cprocessing, cfailed);
         printf("dead letters %" PRIu64 " (%" PRIu64 " never replayed)\n", dl_total, dl_unreplayed);
@@ -121,15 +136,33 @@ static struct {
     bool json;
 } dlq_opts;
 
-static struct setting dlq_table[] = {
-    COMMON_SETTINGS(dlq_opts.common),
-    {"after-id", NULL, SETTING_UINT, "0", "list: start after this dead letter id", false, 0,
-     4294967295UL, &dlq_opts.after_id},
-    {"limit", NULL, SETTING_UINT, "50", "list: at most this many", false, 1, 10000,
-     &dlq_opts.limit},
-    {"json", "TXO_JSON", SETTING_BOOL, "false", "list: one JSON object per line", false, 0, 0,
-     &dlq_opts.json},
-};
+/* The settings of this command, in --help order. */
+static void add_dlq_settings(struct settings_table *t)
+{
+    const struct setting own[] = {
+        {.name = "after-id",
+         .type = SETTING_UINT,
+         .def = "0",
+         .help = "list: start after this dead letter id",
+         .max = 4294967295UL,
+         .target = &dlq_opts.after_id},
+        {.name = "limit",
+         .type = SETTING_UINT,
+         .def = "50",
+         .help = "list: at most this many",
+         .min = 1,
+         .max = 10000,
+         .target = &dlq_opts.limit},
+        {.name = "json",
+         .env = "TXO_JSON",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "list: one JSON object per line",
+         .target = &dlq_opts.json},
+    };
+    settings_add_common(t, &dlq_opts.common);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
+}
 
 static void print_json_string(const char *s)
 {
@@ -205,8 +238,10 @@ static int dlq_run(int argc, char **argv)
 {
     txo_db_opts_init(&dlq_opts.common.db);
     int first = argc;
+    struct settings_table dlq_table = {.n = 0};
+    add_dlq_settings(&dlq_table);
     enum settings_result r =
-        settings_parse(&cmd_dlq, dlq_table, TXO_ARRAY_LEN(dlq_table), argc, argv, &first);
+        settings_parse(&cmd_dlq, dlq_table.items, dlq_table.n, argc, argv, &first);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&dlq_opts.common))
@@ -248,12 +283,21 @@ static struct {
     struct services_settings services;
 } saga_opts;
 
-static struct setting saga_table[] = {
-    COMMON_SETTINGS(saga_opts.common),
-    {"order", NULL, SETTING_UINT, "0", "show: the saga of this order id", false, 0, 4294967295UL,
-     &saga_opts.order_id},
-    SERVICES_SETTINGS(saga_opts.services),
-};
+/* The settings of this command, in --help order. */
+static void add_saga_settings(struct settings_table *t)
+{
+    const struct setting own[] = {
+        {.name = "order",
+         .type = SETTING_UINT,
+         .def = "0",
+         .help = "show: the saga of this order id",
+         .max = 4294967295UL,
+         .target = &saga_opts.order_id},
+    };
+    settings_add_common(t, &saga_opts.common);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
+    settings_add_services(t, &saga_opts.services);
+}
 
 static int saga_show(struct txo_db *db, const char *id)
 {
@@ -307,8 +351,10 @@ static int saga_run(int argc, char **argv)
 {
     txo_db_opts_init(&saga_opts.common.db);
     int first = argc;
+    struct settings_table saga_table = {.n = 0};
+    add_saga_settings(&saga_table);
     enum settings_result r =
-        settings_parse(&cmd_saga, saga_table, TXO_ARRAY_LEN(saga_table), argc, argv, &first);
+        settings_parse(&cmd_saga, saga_table.items, saga_table.n, argc, argv, &first);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&saga_opts.common))

@@ -3,14 +3,20 @@
  * outbox_events (the library does the work: include/txo/relay.h); this file only turns
  * settings into a struct txo_relay_opts, picks the publisher and handles signals.
  *
+ * The relay loop runs on a thread of its own while the main thread waits for a signal
+ * (signals.h), as in every daemon: a signal stops the relay, and a relay that ends by itself
+ * (--drain, or an error) ends the wait.
+ *
  * stdout belongs to the log publisher (one envelope per line); everything else, including
  * the final stats line, goes to stderr through the log sink.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "daemons.h"
+#include "signals.h"
 #include "txo/webhook.h"
 
 static int run(int argc, char **argv);
@@ -47,32 +53,68 @@ struct relay_cmd_opts {
 
 static struct relay_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    {"publisher", "TXO_PUBLISHER", SETTING_STRING, "log",
-     "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
-     "webhook (HTTP POST)",
-     false, 0, 0, &opts.publisher},
-    RELAY_SETTINGS(opts.relay),
-    {"drain", "TXO_DRAIN", SETTING_BOOL, "false", "publish until nothing is due, then exit 0",
-     false, 0, 0, &opts.drain},
-    NATS_SETTINGS(opts.nats),
-    {"webhook-url", "TXO_WEBHOOK_URL", SETTING_STRING, NULL,
-     "endpoint the webhook publisher POSTs each event to", false, 0, 0, &opts.webhook_url},
-    {"webhook-timeout", "TXO_WEBHOOK_TIMEOUT_MS", SETTING_MS, "5000",
-     "whole-request timeout of the webhook publisher, milliseconds", false, 1, 600000,
-     &opts.webhook_timeout_ms},
-    {"webhook-token", "TXO_WEBHOOK_TOKEN", SETTING_STRING, NULL,
-     "bearer token the webhook publisher sends (Authorization header)", true, 0, 0,
-     &opts.webhook_token},
-    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
-     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
-     &opts.metrics_listen},
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting publisher[] = {
+        {.name = "publisher",
+         .env = "TXO_PUBLISHER",
+         .type = SETTING_STRING,
+         .def = "log",
+         .help = "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
+                 "webhook (HTTP POST)",
+         .target = &opts.publisher},
+    };
+    const struct setting drain[] = {
+        {.name = "drain",
+         .env = "TXO_DRAIN",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "publish until nothing is due, then exit 0",
+         .target = &opts.drain},
+    };
+    const struct setting webhook[] = {
+        {.name = "webhook-url",
+         .env = "TXO_WEBHOOK_URL",
+         .type = SETTING_STRING,
+         .help = "endpoint the webhook publisher POSTs each event to",
+         .target = &opts.webhook_url},
+        {.name = "webhook-timeout",
+         .env = "TXO_WEBHOOK_TIMEOUT_MS",
+         .type = SETTING_MS,
+         .def = "5000",
+         .help = "whole-request timeout of the webhook publisher, milliseconds",
+         .min = 1,
+         .max = 600000,
+         .target = &opts.webhook_timeout_ms},
+        {.name = "webhook-token",
+         .env = "TXO_WEBHOOK_TOKEN",
+         .type = SETTING_STRING,
+         .help = "bearer token the webhook publisher sends (Authorization header)",
+         .secret = true,
+         .target = &opts.webhook_token},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
+    settings_add_relay(t, &opts.relay);
+    settings_add(t, drain, TXO_ARRAY_LEN(drain));
+    settings_add_nats(t, &opts.nats);
+    settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
+    settings_add_metrics_listen(t, &opts.metrics_listen);
+}
+
+struct relay_thread {
+    struct txo_relay *relay;
+    int rc;
+    struct txo_error err;
 };
 
-static void stop_relay(void *arg)
+static void *relay_main(void *arg)
 {
-    txo_relay_stop(arg);
+    struct relay_thread *t = arg;
+    t->rc = txo_relay_run(t->relay, &t->err);
+    signals_wake(); /* --drain is done, or the relay failed: the main thread stops waiting */
+    return NULL;
 }
 
 static int make_publisher(const char *name, struct txo_publisher **pub, struct txo_error *err)
@@ -100,8 +142,9 @@ static int make_publisher(const char *name, struct txo_publisher **pub, struct t
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_relay, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_relay, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
@@ -129,13 +172,16 @@ static int run(int argc, char **argv)
         return 2;
     ro.drain = opts.drain;
 
+    signals_block(); /* before the first thread: cnats, the metrics server, the relay */
     int status = 1;
     struct txo_publisher *pub = NULL;
-    struct txo_relay *relay = NULL;
+    struct relay_thread rt = {.relay = NULL};
+    pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
     struct txo_error err;
     txo_error_init(&err);
+    txo_error_init(&rt.err);
 
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
@@ -144,7 +190,7 @@ static int run(int argc, char **argv)
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
-    int rc = txo_relay_new(db, pub, &ro, &relay, &err);
+    int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);
         status = rc == TXO_EINVAL ? 2 : 1;
@@ -152,32 +198,37 @@ static int run(int argc, char **argv)
     }
     if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
         metrics = daemon_metrics_new(&opts.common);
-        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, relay) ||
+        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, rt.relay) ||
             !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
             goto out;
     }
-    cmd_on_stop_signal(stop_relay, relay);
-    rc = txo_relay_run(relay, &err);
+    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+        fprintf(stderr, "txo relay: cannot start the relay thread\n");
+        goto out;
+    }
+    int sig = signals_wait();
+    if (sig != 0)
+        TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
+    txo_relay_stop(rt.relay);
+    pthread_join(relay_tid, NULL);
     struct txo_relay_stats st;
-    txo_relay_get_stats(relay, &st);
+    txo_relay_get_stats(rt.relay, &st);
     TXO_LOG(TXO_LOG_INFO, "relay",
             "relay stopped claimed=%" PRIu64 " published=%" PRIu64 " failed_attempts=%" PRIu64
             " dead_lettered=%" PRIu64 " fenced=%" PRIu64 " reclaimed=%" PRIu64 " batches=%" PRIu64,
             st.claimed, st.published, st.failed_attempts, st.dead_lettered, st.fenced, st.reclaimed,
             st.batches);
-    if (rc < 0) {
-        cmd_report("relay", "stopped on an error", &err);
+    if (rt.rc < 0) {
+        cmd_report("relay", "stopped on an error", &rt.err);
         goto out;
     }
     status = 0;
 out:
-    /* Signals may still arrive; they must not reach a freed relay. */
-    cmd_on_stop_signal(NULL, NULL);
     txo_http_server_stop(msrv);
     if (metrics != NULL)
         daemon_metrics_forget(metrics);
     daemon_metrics_free(metrics);
-    txo_relay_free(relay);
+    txo_relay_free(rt.relay);
     txo_publisher_free(pub);
     txo_db_close(db);
     if (strcmp(opts.publisher, "nats") == 0)

@@ -32,17 +32,20 @@ struct serve_cmd_opts {
 
 static struct serve_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    SERVE_SETTINGS(opts.serve),
-    SERVICES_SETTINGS(opts.services),
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    settings_add_common(t, &opts.common);
+    settings_add_serve(t, &opts.serve);
+    settings_add_services(t, &opts.services);
+}
 
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_serve, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_serve, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
@@ -50,7 +53,7 @@ static int run(int argc, char **argv)
     if (!daemon_check_settings("serve", &opts.serve, &opts.services))
         return 2;
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct order_services *services = NULL;
     struct api_daemon *api = NULL;
@@ -66,7 +69,7 @@ static int run(int argc, char **argv)
                            daemon_metrics_registry(metrics), NULL, NULL);
     if (api == NULL)
         goto out;
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "serve", "stopping signal=%d", sig);
     status = 0;
 out:

@@ -48,23 +48,40 @@ struct up_cmd_opts {
 
 static struct up_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    SERVE_SETTINGS(opts.serve),
-    RELAY_SETTINGS(opts.relay),
-    WORKER_SETTINGS(opts.worker),
-    SERVICES_SETTINGS(opts.services),
-    {"broker", "TXO_BROKER", SETTING_STRING, "local",
-     "how events reach the worker: local (in-process dispatch) or nats (JetStream)", false, 0, 0,
-     &opts.broker},
-    NATS_SETTINGS(opts.nats),
-    {"migrate", "TXO_MIGRATE", SETTING_BOOL, "true", "apply the schema migrations at start", false,
-     0, 0, &opts.migrate},
-    {"stock", "TXO_STOCK", SETTING_STRING, NULL,
-     "create these SKUs when missing, as SKU=UNITS[,SKU=UNITS...] (e.g. iphone-15=100); "
-     "existing SKUs are left alone",
-     false, 0, 0, &opts.stock},
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting broker[] = {
+        {.name = "broker",
+         .env = "TXO_BROKER",
+         .type = SETTING_STRING,
+         .def = "local",
+         .help = "how events reach the worker: local (in-process dispatch) or nats (JetStream)",
+         .target = &opts.broker},
+    };
+    const struct setting startup[] = {
+        {.name = "migrate",
+         .env = "TXO_MIGRATE",
+         .type = SETTING_BOOL,
+         .def = "true",
+         .help = "apply the schema migrations at start",
+         .target = &opts.migrate},
+        {.name = "stock",
+         .env = "TXO_STOCK",
+         .type = SETTING_STRING,
+         .help = "create these SKUs when missing, as SKU=UNITS[,SKU=UNITS...] (e.g. "
+                 "iphone-15=100); existing SKUs are left alone",
+         .target = &opts.stock},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_serve(t, &opts.serve);
+    settings_add_relay(t, &opts.relay);
+    settings_add_worker(t, &opts.worker);
+    settings_add_services(t, &opts.services);
+    settings_add(t, broker, TXO_ARRAY_LEN(broker));
+    settings_add_nats(t, &opts.nats);
+    settings_add(t, startup, TXO_ARRAY_LEN(startup));
+}
 
 struct relay_thread {
     struct txo_relay *relay;
@@ -159,7 +176,9 @@ static bool prepare_database(void)
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r = settings_parse(&cmd_up, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_up, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
@@ -179,13 +198,12 @@ static int run(int argc, char **argv)
     if (!prepare_database())
         return 1;
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
     struct order_services *services = NULL;
-    struct order_worker *worker = NULL;
-    struct txo_consumer *consumer = NULL;
+    struct daemon_worker *worker = NULL;
     struct txo_publisher *pub = NULL;
     struct txo_db *relay_db = NULL;
     struct relay_thread rt = {0};
@@ -202,7 +220,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     worker = daemon_worker_new("up", &opts.common, &opts.worker, services,
-                               use_nats ? &opts.nats : NULL, &consumer);
+                               use_nats ? &opts.nats : NULL, reg);
     if (worker == NULL)
         goto out;
     if (use_nats) {
@@ -212,7 +230,8 @@ static int run(int argc, char **argv)
             cmd_report("up", "connecting to NATS", &err);
             goto out;
         }
-    } else if (txo_publisher_local_new(order_worker_handle_message, worker, &pub, &err) != 0) {
+    } else if (txo_publisher_local_new(txo_worker_handle_message, daemon_worker_runtime(worker),
+                                       &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);
         goto out;
     }
@@ -223,10 +242,9 @@ static int run(int argc, char **argv)
         cmd_report("up", "creating the relay", &err);
         goto out;
     }
-    if (!daemon_metrics_watch_relay(metrics, rt.relay) ||
-        !daemon_metrics_watch_worker(metrics, worker))
+    if (!daemon_metrics_watch_relay(metrics, rt.relay))
         goto out;
-    if (order_worker_start(worker, &err) != 0) {
+    if (txo_worker_start(daemon_worker_runtime(worker), &err) != 0) {
         cmd_report("up", "starting the worker", &err);
         goto out;
     }
@@ -240,7 +258,7 @@ static int run(int argc, char **argv)
         goto out;
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
             opts.broker, opts.worker.saga_threads);
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
     status = 0;
 out:
@@ -259,8 +277,7 @@ out:
     txo_relay_free(rt.relay);
     txo_db_close(relay_db);
     txo_publisher_free(pub);
-    order_worker_free(worker);
-    txo_consumer_free(consumer);
+    daemon_worker_free(worker);
     order_services_free(services);
     daemon_metrics_free(metrics);
     if (use_nats)

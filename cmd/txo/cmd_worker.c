@@ -38,24 +38,31 @@ struct worker_cmd_opts {
 
 static struct worker_cmd_opts opts;
 
-static struct setting table[] = {
-    COMMON_SETTINGS(opts.common),
-    WORKER_SETTINGS(opts.worker),
-    SERVICES_SETTINGS(opts.services),
-    {"broker", "TXO_BROKER", SETTING_STRING, "nats",
-     "where OrderCreated comes from: nats (JetStream durable consumer) or none", false, 0, 0,
-     &opts.broker},
-    NATS_SETTINGS(opts.nats),
-    {"metrics-listen", "TXO_METRICS_LISTEN", SETTING_STRING, NULL,
-     "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)", false, 0, 0,
-     &opts.metrics_listen},
-};
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
+{
+    const struct setting broker[] = {
+        {.name = "broker",
+         .env = "TXO_BROKER",
+         .type = SETTING_STRING,
+         .def = "nats",
+         .help = "where OrderCreated comes from: nats (JetStream durable consumer) or none",
+         .target = &opts.broker},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_worker(t, &opts.worker);
+    settings_add_services(t, &opts.services);
+    settings_add(t, broker, TXO_ARRAY_LEN(broker));
+    settings_add_nats(t, &opts.nats);
+    settings_add_metrics_listen(t, &opts.metrics_listen);
+}
 
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
-    enum settings_result r =
-        settings_parse(&cmd_worker, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_worker, table.items, table.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
@@ -68,13 +75,12 @@ static int run(int argc, char **argv)
         return 2;
     }
 
-    daemon_block_signals();
+    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
     struct order_services *services = NULL;
-    struct order_worker *worker = NULL;
-    struct txo_consumer *consumer = NULL;
+    struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
     struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
@@ -85,19 +91,18 @@ static int run(int argc, char **argv)
         goto out;
     }
     worker = daemon_worker_new("worker", &opts.common, &opts.worker, services,
-                               use_nats ? &opts.nats : NULL, &consumer);
+                               use_nats ? &opts.nats : NULL, daemon_metrics_registry(metrics));
     if (worker == NULL)
         goto out;
-    if (!daemon_metrics_watch_worker(metrics, worker) ||
-        !daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
+    if (!daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
         goto out;
-    if (order_worker_start(worker, &err) != 0) {
+    if (txo_worker_start(daemon_worker_runtime(worker), &err) != 0) {
         cmd_report("worker", "starting the worker", &err);
         goto out;
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
             opts.worker.saga_threads, opts.broker);
-    int sig = daemon_wait_signal();
+    int sig = signals_wait();
     TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
     status = 0;
 out:
@@ -105,8 +110,7 @@ out:
     if (metrics != NULL)
         daemon_metrics_forget(metrics);
     daemon_worker_stop("worker", worker);
-    order_worker_free(worker);
-    txo_consumer_free(consumer);
+    daemon_worker_free(worker);
     order_services_free(services);
     daemon_metrics_free(metrics);
     if (use_nats)

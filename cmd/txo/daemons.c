@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,56 +58,27 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
                                 url_ok(cmd, "shipment-url", services->shipment_url));
 }
 
-/* ---- signals ---- */
-
-void daemon_block_signals(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-}
-
-int daemon_wait_signal(void)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    int sig = 0;
-    while (sigwait(&set, &sig) != 0)
-        ;
-    /* A second signal during the graceful stop ends the process at once. */
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-    return sig;
-}
-
 /* ---- metrics ---- */
 
 /*
- * What the registry's collectors read at each scrape: the tables (outbox and saga gauges, on a
- * connection of their own), and the counters the library keeps in atomics (MySQL errors,
- * relay and worker statistics), which are moved up to their current value.
+ * What the registry's collectors read at each scrape: the outbox tables (gauges, on a
+ * connection of their own), and the counters the library keeps in atomics (MySQL errors, relay
+ * statistics), which are moved up to their current value. The worker registers and counts its
+ * own metrics (txo/worker.h).
  */
 struct daemon_metrics {
     struct txo_metrics *reg;
     struct txo_db_opts db_opts;
     pthread_mutex_t mu; /* collectors may run from several scrapes at once */
     struct txo_db *db;
-    struct order_worker *worker;
     struct txo_relay *relay;
 
-    struct txo_metric *pending, *failed, *oldest, *dead, *sagas;
+    struct txo_metric *pending, *failed, *oldest, *dead, *sagas, *abandoned;
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
     struct txo_metric *attempts, *published, *publish_failures, *dead_lettered;
     struct txo_relay_stats last_relay;
     uint64_t last_attempts;
-    struct txo_metric *consumed, *duplicates, *saga_runs, *resumed, *commands, *cleaned;
-    struct order_worker_stats last_worker;
 };
 
 static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
@@ -158,23 +128,6 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         counter_to(d->publish_failures, NULL, rs.failed_attempts, &d->last_relay.failed_attempts);
         counter_to(d->dead_lettered, NULL, rs.dead_lettered, &d->last_relay.dead_lettered);
     }
-    if (d->worker != NULL) {
-        struct order_worker_stats ws;
-        order_worker_get_stats(d->worker, &ws);
-        static const char *const completed[] = {"COMPLETED"};
-        static const char *const aborted[] = {"ABORTED"};
-        static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
-        counter_to(d->consumed, NULL, ws.consumed, &d->last_worker.consumed);
-        counter_to(d->duplicates, NULL, ws.duplicates, &d->last_worker.duplicates);
-        counter_to(d->saga_runs, completed, ws.sagas_completed, &d->last_worker.sagas_completed);
-        counter_to(d->saga_runs, aborted, ws.sagas_aborted, &d->last_worker.sagas_aborted);
-        counter_to(d->saga_runs, comp_failed, ws.sagas_comp_failed,
-                   &d->last_worker.sagas_comp_failed);
-        counter_to(d->resumed, NULL, ws.resumed, &d->last_worker.resumed);
-        counter_to(d->commands, NULL, ws.commands_done, &d->last_worker.commands_done);
-        counter_to(d->cleaned, NULL, ws.cleaned, &d->last_worker.cleaned);
-    }
-
     int rc = 0;
     if (d->db == NULL)
         rc = txo_db_open(&d->db_opts, &d->db, err);
@@ -187,14 +140,16 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         txo_metric_set(d->oldest, NULL, os.oldest_pending_age_s);
         txo_metric_set(d->dead, NULL, (double)os.dead_letters);
     }
-    uint64_t counts[6] = {0};
+    struct txo_saga_counts sc;
     if (rc == 0)
-        rc = txo_saga_count_by_status(d->db, counts, err);
-    if (rc == 0)
-        for (int s = 0; s < 6; s++) {
+        rc = txo_saga_count(d->db, &sc, err);
+    if (rc == 0) {
+        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++) {
             const char *labels[] = {txo_saga_status_name((enum txo_saga_status)s)};
-            txo_metric_set(d->sagas, labels, (double)counts[s]);
+            txo_metric_set(d->sagas, labels, (double)sc.by_status[s]);
         }
+        txo_metric_set(d->abandoned, NULL, (double)sc.abandoned);
+    }
     if (rc != 0 && d->db != NULL) {
         txo_db_close(d->db); /* reopened at the next scrape */
         d->db = NULL;
@@ -217,7 +172,6 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     pthread_mutex_init(&d->mu, NULL);
     bool ok = true;
     struct txo_metrics *r = d->reg;
-    static const char *const status[] = {"status"};
     d->pending =
         family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
                "Outbox events waiting to be published (SPEC outbox_pending_total).", 0, NULL, &ok);
@@ -228,11 +182,15 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
                        "Age of the oldest PENDING outbox event: the relay's lag.", 0, NULL, &ok);
     d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
                      0, NULL, &ok);
+    static const char *const status[] = {"status"};
     d->sagas = family(r, TXO_METRIC_GAUGE, "txo_sagas",
-                      "Sagas per status (SPEC saga_running_total, saga_compensating_total, "
-                      "saga_compensation_failed_total are status=RUNNING, COMPENSATING, "
-                      "COMPENSATION_FAILED).",
+                      "Sagas per status (RUNNING, COMPENSATING and COMPENSATION_FAILED are the "
+                      "ones to watch).",
                       1, status, &ok);
+    d->abandoned = family(r, TXO_METRIC_GAUGE, "txo_saga_compensation_abandoned",
+                          "COMPENSATION_FAILED sagas the engine gave up retrying automatically: "
+                          "an operator must look (txo saga show / retry).",
+                          0, NULL, &ok);
     d->deadlocks = family(r, TXO_METRIC_COUNTER, "txo_mysql_deadlocks_total",
                           "Deadlocks (MySQL 1213) this process met; the transaction was retried.",
                           0, NULL, &ok);
@@ -275,34 +233,10 @@ bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *rela
     return ok;
 }
 
-bool daemon_metrics_watch_worker(struct daemon_metrics *d, struct order_worker *w)
-{
-    bool ok = true;
-    struct txo_metrics *r = d->reg;
-    static const char *const outcome[] = {"outcome"};
-    pthread_mutex_lock(&d->mu);
-    d->consumed = family(r, TXO_METRIC_COUNTER, "txo_inbox_consumed_total",
-                         "OrderCreated events consumed (inbox row + saga).", 0, NULL, &ok);
-    d->duplicates = family(r, TXO_METRIC_COUNTER, "txo_inbox_duplicates_total",
-                           "Deliveries the inbox dropped as duplicates.", 0, NULL, &ok);
-    d->saga_runs = family(r, TXO_METRIC_COUNTER, "txo_saga_runs_total",
-                          "Saga runs by how they ended.", 1, outcome, &ok);
-    d->resumed = family(r, TXO_METRIC_COUNTER, "txo_saga_picked_up_total",
-                        "Sagas picked up without a live owner (new or resumed).", 0, NULL, &ok);
-    d->commands = family(r, TXO_METRIC_COUNTER, "txo_commands_done_total",
-                         "command_queue commands completed.", 0, NULL, &ok);
-    d->cleaned = family(r, TXO_METRIC_COUNTER, "txo_retention_deleted_total",
-                        "Rows the retention cleaner deleted.", 0, NULL, &ok);
-    d->worker = w;
-    pthread_mutex_unlock(&d->mu);
-    return ok;
-}
-
 void daemon_metrics_forget(struct daemon_metrics *d)
 {
     pthread_mutex_lock(&d->mu);
     d->relay = NULL;
-    d->worker = NULL;
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -399,39 +333,53 @@ bool daemon_services_new(const char *cmd, const struct services_settings *s,
     return true;
 }
 
-void daemon_worker_opts(const struct worker_settings *s, struct order_worker_opts *o)
+/* The worker of the order service: the library's runtime with the order tables. */
+struct daemon_worker {
+    struct txo_worker *worker;
+    struct txo_consumer *consumer; /* NULL: fed by local dispatch, or no broker */
+    struct order_worker_config config;
+};
+
+static void worker_opts(const struct worker_settings *s, struct txo_worker_opts *o)
 {
-    order_worker_opts_init(o);
+    txo_worker_opts_init(o);
     o->saga_threads = s->saga_threads;
     o->poll_ms = s->poll_ms;
     o->saga.lease_s = s->saga_lease_s;
     o->saga.step_max_attempts = s->step_attempts;
+    o->saga.compensation_max_tries = s->comp_max_retries;
+    o->saga.compensation_backoff.base_ms = (int64_t)s->comp_retry_base_s * 1000;
+    o->saga.compensation_backoff.max_ms = (int64_t)s->comp_retry_max_s * 1000;
     o->command_lease_s = s->command_lease_s;
     o->command_max_attempts = s->command_attempts;
-    o->compensation_retry_base_s = s->comp_retry_base_s;
-    o->compensation_retry_max_s = s->comp_retry_max_s;
-    o->compensation_max_retries = s->comp_max_retries;
-    o->outbox_retention_s = s->outbox_retention_s;
-    o->idempotency_retention_s = s->idem_retention_s;
-    o->inbox_retention_s = s->inbox_retention_s;
-    o->clean_interval_s = s->clean_interval_s;
-    o->clean_batch = s->clean_batch;
+    o->retention.interval_s = s->clean_interval_s;
+    o->retention.batch = s->clean_batch;
+    o->retention.outbox_s = s->outbox_retention_s;
+    o->retention.idempotency_s = s->idem_retention_s;
+    o->retention.inbox_s = s->inbox_retention_s;
+    o->retention.commands_s = s->inbox_retention_s;
 }
 
-struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
-                                       const struct worker_settings *s,
-                                       const struct order_services *services,
-                                       const struct nats_settings *nats,
-                                       struct txo_consumer **consumer)
+struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
+                                        const struct worker_settings *s,
+                                        const struct order_services *services,
+                                        const struct nats_settings *nats,
+                                        struct txo_metrics *metrics)
 {
     struct txo_error err;
     txo_error_init(&err);
-    struct order_worker_opts wo;
-    daemon_worker_opts(s, &wo);
-    wo.services = services;
-    struct order_worker *w = NULL;
-    if (order_worker_new(&common->db, &wo, &w, &err) != 0) {
+    struct daemon_worker *d = txo_calloc(1, sizeof(*d));
+    if (d == NULL) {
+        fprintf(stderr, "txo %s: out of memory\n", cmd);
+        return NULL;
+    }
+    struct txo_worker_opts wo;
+    worker_opts(s, &wo);
+    wo.metrics = metrics;
+    order_worker_setup(&d->config, services, NULL, &wo);
+    if (txo_worker_new(&common->db, &wo, &d->worker, &err) != 0) {
         cmd_report(cmd, "creating the worker", &err);
+        txo_free(d);
         return NULL;
     }
     if (nats != NULL) {
@@ -442,32 +390,47 @@ struct order_worker *daemon_worker_new(const char *cmd, const struct common_opts
         if (txo_nats_subject(no.subject_prefix, "order", "OrderCreated", subject, sizeof(subject),
                              &err) != 0) {
             cmd_report(cmd, "--nats-subject-prefix", &err);
-            order_worker_free(w);
+            daemon_worker_free(d);
             return NULL;
         }
         no.filter_subject = subject;
-        if (txo_consumer_nats_new(&no, order_worker_handle_message, w, consumer, &err) != 0) {
+        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer,
+                                  &err) != 0) {
             cmd_report(cmd, "creating the NATS consumer", &err);
-            order_worker_free(w);
+            daemon_worker_free(d);
             return NULL;
         }
-        order_worker_attach_consumer(w, *consumer);
+        txo_worker_attach_consumer(d->worker, d->consumer);
     }
-    return w;
+    return d;
 }
 
-void daemon_worker_stop(const char *cmd, struct order_worker *w)
+struct txo_worker *daemon_worker_runtime(struct daemon_worker *d)
 {
-    if (w == NULL)
+    return d->worker;
+}
+
+void daemon_worker_stop(const char *cmd, struct daemon_worker *d)
+{
+    if (d == NULL)
         return;
-    order_worker_stop(w);
-    struct order_worker_stats st;
-    order_worker_get_stats(w, &st);
+    txo_worker_stop(d->worker);
+    struct txo_worker_stats st;
+    txo_worker_get_stats(d->worker, &st);
     TXO_LOG(TXO_LOG_INFO, cmd,
             "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
             " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
             st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted, st.sagas_comp_failed,
             st.commands_done);
+}
+
+void daemon_worker_free(struct daemon_worker *d)
+{
+    if (d == NULL)
+        return;
+    txo_worker_free(d->worker);
+    txo_consumer_free(d->consumer);
+    txo_free(d);
 }
 
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *ro)

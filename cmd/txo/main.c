@@ -11,7 +11,7 @@
 
 static const struct command *const commands[] = {
     &cmd_up,    &cmd_serve, &cmd_relay, &cmd_worker, &cmd_migrate,
-    &cmd_stats, &cmd_dlq,   &cmd_saga,  &cmd_demo,   &cmd_stub,
+    &cmd_stats, &cmd_dlq,   &cmd_saga,  &cmd_demo,
 };
 
 static void usage(FILE *out)
@@ -23,7 +23,7 @@ static void usage(FILE *out)
         fprintf(out, "  %-14s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out, "\nRun `txo <command> --help` for the options of a command. Every option is\n"
                  "also an environment variable; the database is named by MYSQL_HOST, "
-                 "MYSQL_PORT,\nMYSQL_USER, MYSQL_PASSWORD and MYSQL_DATABASE as in the seed.\n");
+                 "MYSQL_PORT,\nMYSQL_USER, MYSQL_PASSWORD and MYSQL_DATABASE.\n");
 }
 
 /* The reference of every command's settings, as docs/config.md holds it (a test compares). */

@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,12 +63,22 @@ static const char *type_hint(const struct setting *s)
     return "VALUE";
 }
 
+/* The name messages start with: "txo relay", or the program's own name ("txo-stub-services"). */
+static const char *who(const struct command *cmd, char *buf, size_t cap)
+{
+    if (cmd->program != NULL)
+        return cmd->program;
+    snprintf(buf, cap, "txo %s", cmd->name);
+    return buf;
+}
+
 /* Stores text into the setting's target. `source` names where it came from for errors. */
 static bool apply(const struct command *cmd, const struct setting *s, const char *text,
                   const char *source)
 {
     unsigned long v;
     bool b;
+    char name[64];
     switch (s->type) {
     case SETTING_STRING:
         *(const char **)s->target = text;
@@ -77,8 +86,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
     case SETTING_UINT:
     case SETTING_MS:
         if (!parse_ulong(text, s->min, s->max, &v)) {
-            fprintf(stderr, "txo %s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"\n",
-                    cmd->name, source, s->name, s->min, s->max, text);
+            fprintf(stderr, "%s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"\n",
+                    who(cmd, name, sizeof(name)), source, s->name, s->min, s->max, text);
             return false;
         }
         if (s->type == SETTING_UINT)
@@ -88,8 +97,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         return true;
     case SETTING_BOOL:
         if (!parse_bool(text, &b)) {
-            fprintf(stderr, "txo %s: %s: --%s must be true or false, got \"%s\"\n", cmd->name,
-                    source, s->name, text);
+            fprintf(stderr, "%s: %s: --%s must be true or false, got \"%s\"\n",
+                    who(cmd, name, sizeof(name)), source, s->name, text);
             return false;
         }
         *(bool *)s->target = b;
@@ -163,6 +172,8 @@ static void print_config(const struct setting *table, size_t n)
 enum settings_result settings_parse(const struct command *cmd, const struct setting *table,
                                     size_t n, int argc, char **argv, int *first_arg)
 {
+    char name[64];
+    const char *me = who(cmd, name, sizeof(name));
     /* Defaults, then the environment. */
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];
@@ -181,7 +192,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
 
     struct option *longopts = calloc(n + 4, sizeof(*longopts));
     if (!longopts) {
-        fprintf(stderr, "txo %s: out of memory\n", cmd->name);
+        fprintf(stderr, "%s: out of memory\n", me);
         return SETTINGS_EXIT_USAGE;
     }
     for (size_t i = 0; i < n; i++) {
@@ -230,16 +241,14 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
             continue;
         }
         if (c == ':' || (c == '?' && optopt >= OPT_FIRST))
-            fprintf(stderr, "txo %s: option %s needs a value\n", cmd->name, argv[optind - 1]);
+            fprintf(stderr, "%s: option %s needs a value\n", me, argv[optind - 1]);
         else
-            fprintf(stderr, "txo %s: unknown option %s (see txo %s --help)\n", cmd->name,
-                    argv[optind - 1], cmd->name);
+            fprintf(stderr, "%s: unknown option %s (see %s --help)\n", me, argv[optind - 1], me);
         result = SETTINGS_EXIT_USAGE;
         goto out;
     }
     if (optind < argc && !first_arg) {
-        fprintf(stderr, "txo %s: unexpected argument \"%s\" (see txo %s --help)\n", cmd->name,
-                argv[optind], cmd->name);
+        fprintf(stderr, "%s: unexpected argument \"%s\" (see %s --help)\n", me, argv[optind], me);
         result = SETTINGS_EXIT_USAGE;
         goto out;
     }
@@ -252,6 +261,114 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
 out:
     free(longopts);
     return result;
+}
+
+void settings_add(struct settings_table *t, const struct setting *s, size_t n)
+{
+    if (n > SETTINGS_MAX - t->n) {
+        fprintf(stderr, "txo: bug: more than %d settings in one command\n", SETTINGS_MAX);
+        abort();
+    }
+    memcpy(&t->items[t->n], s, n * sizeof(*s));
+    t->n += n;
+}
+
+void settings_add_common(struct settings_table *t, struct common_opts *o)
+{
+    const struct setting group[] = {
+        {.name = "mysql-host",
+         .env = "MYSQL_HOST",
+         .type = SETTING_STRING,
+         .def = "127.0.0.1",
+         .help = "database server host",
+         .target = &o->db.host},
+        {.name = "mysql-port",
+         .env = "MYSQL_PORT",
+         .type = SETTING_UINT,
+         .def = "3306",
+         .help = "database server TCP port",
+         .min = 1,
+         .max = 65535,
+         .target = &o->db.port},
+        {.name = "mysql-socket",
+         .env = "MYSQL_SOCKET",
+         .type = SETTING_STRING,
+         .help = "unix socket path, used instead of host:port when set",
+         .target = &o->db.unix_socket},
+        {.name = "mysql-user",
+         .env = "MYSQL_USER",
+         .type = SETTING_STRING,
+         .def = "app",
+         .help = "database user",
+         .target = &o->db.user},
+        {.name = "mysql-password",
+         .env = "MYSQL_PASSWORD",
+         .type = SETTING_STRING,
+         .def = "secret",
+         .help = "database password",
+         .secret = true,
+         .target = &o->db.password},
+        {.name = "mysql-database",
+         .env = "MYSQL_DATABASE",
+         .type = SETTING_STRING,
+         .def = "appdb",
+         .help = "database (schema) name",
+         .target = &o->db.database},
+        {.name = "connect-timeout",
+         .env = "TXO_CONNECT_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "5",
+         .help = "database connect timeout, seconds",
+         .min = 1,
+         .max = 3600,
+         .target = &o->db.connect_timeout_s},
+        {.name = "read-timeout",
+         .env = "TXO_READ_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "30",
+         .help = "database read timeout, seconds",
+         .min = 1,
+         .max = 86400,
+         .target = &o->db.read_timeout_s},
+        {.name = "write-timeout",
+         .env = "TXO_WRITE_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "30",
+         .help = "database write timeout, seconds",
+         .min = 1,
+         .max = 86400,
+         .target = &o->db.write_timeout_s},
+        {.name = "lock-wait-timeout",
+         .env = "TXO_LOCK_WAIT_TIMEOUT",
+         .type = SETTING_UINT,
+         .def = "10",
+         .help = "innodb_lock_wait_timeout of each session, seconds",
+         .min = 1,
+         .max = 3600,
+         .target = &o->db.lock_wait_timeout_s},
+        {.name = "tx-attempts",
+         .env = "TXO_TX_ATTEMPTS",
+         .type = SETTING_UINT,
+         .def = "5",
+         .help =
+             "attempts of a transaction that hits a deadlock, lock wait timeout or lost connection",
+         .min = 1,
+         .max = 100,
+         .target = &o->db.tx_max_attempts},
+        {.name = "log-level",
+         .env = "TXO_LOG_LEVEL",
+         .type = SETTING_STRING,
+         .def = "info",
+         .help = "error, warn, info or debug",
+         .target = &o->log_level},
+        {.name = "crash-point",
+         .env = "TXO_CRASH_POINT",
+         .type = SETTING_STRING,
+         .help = "tests only: SIGKILL this process at the named point (NAME, or NAME:N to pass N "
+                 "times)",
+         .target = &o->crash_point},
+    };
+    settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
 bool common_apply(const struct common_opts *o)
@@ -306,29 +423,4 @@ void cmd_report(const char *cmd, const char *what, const struct txo_error *err)
 {
     fprintf(stderr, "txo %s: %s: %s (%s)\n", cmd, what, err->msg[0] ? err->msg : "failed",
             txo_err_name(err->code));
-}
-
-static void (*stop_fn)(void *);
-static void *stop_arg;
-static volatile sig_atomic_t stop_signals;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (stop_signals++ > 0)
-        _exit(130); /* a second Ctrl-C: the user wants out now */
-    if (stop_fn)
-        stop_fn(stop_arg);
-}
-
-void cmd_on_stop_signal(void (*stop)(void *arg), void *arg)
-{
-    stop_fn = stop;
-    stop_arg = arg;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
 }

@@ -1,5 +1,5 @@
 /*
- * The command queue (seed 9.12): work accepted now and run later by a worker, such as the
+ * The command queue: work accepted now and run later by a worker, such as the
  * StartOrderSaga command behind a "202 Accepted" answer. A command is a row of command_queue
  * that commits with the request's own rows (txo_cmdq_enqueue() takes the caller's
  * transaction); workers claim due commands with a lease, run them and record the outcome.
@@ -39,9 +39,9 @@
 #include <stdint.h>
 
 #include "txo/backoff.h"
+#include "txo/claim.h"
 #include "txo/common.h"
 #include "txo/db.h"
-#include "txo/relay.h"
 
 enum txo_cmdq_status {
     TXO_CMDQ_PENDING = 0,
@@ -101,7 +101,7 @@ struct txo_cmdq_claim_opts {
                                     * (its worker died or hung every time: a poison command)
                                     * becomes FAILED instead of being claimed again; 0 = no
                                     * limit (the default) */
-    enum txo_claim_strategy claim; /* as the relay's (txo/relay.h); default AUTO */
+    enum txo_claim_strategy claim; /* txo/claim.h, as the relay's; default AUTO */
 };
 
 /* Fills opts with the defaults above (owner NULL: the caller must set it). */

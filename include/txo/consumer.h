@@ -112,6 +112,35 @@ TXO_API const char *txo_consumer_name(const struct txo_consumer *c);
 TXO_API void txo_consumer_free(struct txo_consumer *c);
 
 /*
+ * A published event, decoded from its envelope (txo/publisher.h): the inverse of
+ * txo_envelope_encode(). Every string is NUL-terminated and owned by the struct; release it
+ * with txo_event_release().
+ */
+struct txo_event {
+    int64_t id;
+    char *type;
+    char *aggregate_type;
+    char *aggregate_id; /* as text: the envelope may carry it as a number or a string */
+    char *idempotency_key;
+    char *created_at; /* RFC 3339 UTC; NULL when the envelope has none */
+    int attempt;      /* 0 when the envelope has none */
+    char *payload;    /* the payload JSON, compact; the exact text our encoder wrote */
+    size_t payload_len;
+};
+
+/*
+ * Decodes an envelope. Required members: "type" (a string), "idempotency_key" (a string) and
+ * "payload" (an object); the others are filled when present. *out is written only on success.
+ * Errors: TXO_EINVAL (not JSON, not an object, a member missing or of the wrong type: the
+ * message names it), TXO_ENOMEM.
+ */
+TXO_API TXO_MUST_CHECK int txo_envelope_decode(const char *data, size_t len,
+                                               struct txo_event *out, struct txo_error *err);
+
+/* Frees the strings of ev and zeroes it. NULL is a no-op. */
+TXO_API void txo_event_release(struct txo_event *ev);
+
+/*
  * The local dispatch publisher: the embedded default when there is no broker. The relay's
  * publish_batch encodes each event as the published envelope and calls handler(arg, ...)
  * synchronously, in the relay's thread, once per message in batch order, with subject NULL,

@@ -1,5 +1,5 @@
 /*
- * Dead letters (seed 9.7): outbox events the relay gave up on. When an event's publish fails
+ * Dead letters: outbox events the relay gave up on. When an event's publish fails
  * max_attempts times, the relay makes its outbox_events row FAILED and, in the same
  * transaction, copies it into dead_letter_events (source_event_id, event_type, payload, error).
  * Operators list them, fix the cause (the broker, the consumer, the payload's receiver) and

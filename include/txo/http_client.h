@@ -26,7 +26,8 @@
  * as ***. Messages do not depend on timing, so equal failures have equal messages.
  *
  * Timeouts: connect_timeout_ms bounds the TCP (and TLS) connect; timeout_ms bounds the whole
- * call, connect included, so no call ever takes longer than timeout_ms (scenario L).
+ * call, connect included, so no call ever takes longer than timeout_ms: a service that hangs
+ * costs its caller timeout_ms, never more.
  *
  * Keep-alive: a client owns one libcurl easy handle, whose connection cache keeps the
  * connection to each host open between calls; 100 calls to one service open 1 connection

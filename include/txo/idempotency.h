@@ -1,5 +1,5 @@
 /*
- * Idempotency keys of incoming requests (seed 9.1): a client that repeats a request with the
+ * Idempotency keys of incoming requests: a client that repeats a request with the
  * same Idempotency-Key gets the response of the first one, and the effect happens once.
  *
  * How it works, inside the caller's ONE transaction (the one that also writes the effect):

@@ -1,5 +1,5 @@
 /*
- * The transactional inbox (seed 9.6): how a consumer applies each message's effect once,
+ * The transactional inbox: how a consumer applies each message's effect once,
  * although delivery is at least once.
  *
  * The consumer records the message's id in inbox_events inside the SAME transaction that

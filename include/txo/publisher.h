@@ -2,8 +2,14 @@
  * Publishers: where the relay sends outbox events. One small interface (an ops table) with one
  * implementation per transport; the relay knows nothing else about them.
  *
- *   log   one JSON envelope per line on a FILE (stdout for `txo relay --publisher log`)
- *   null  accepts and discards everything (benchmarks)
+ *   log      one JSON envelope per line on a FILE (stdout for `txo relay --publisher log`);
+ *            txo_publisher_log_new(), below
+ *   null     accepts and discards everything (benchmarks); txo_publisher_null_new(), below
+ *   local    hands each event to a handler in the same process, for a consumer without a
+ *            broker (`txo up`); txo_publisher_local_new() in txo/consumer.h
+ *   nats     NATS JetStream, one subject per aggregate and event type; txo/nats.h
+ *   webhook  one HTTP POST per event to a URL; txo/webhook.h
+ * txo_publisher_new() wraps an ops table of the application's own.
  *
  * The published envelope (a public contract, see README "Published envelope"):
  *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
@@ -45,8 +51,8 @@ struct txo_publisher_ops {
      * 0, or a negative code when the publisher could not run at all (then every message
      * counts as failed with that error).
      */
-    int (*publish_batch)(void *self, const struct txo_outbox_message *msgs, size_t n,
-                         int *results, struct txo_error *errors);
+    int (*publish_batch)(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
+                         struct txo_error *errors);
     /* Frees self. */
     void (*destroy)(void *self);
 };

@@ -29,19 +29,10 @@
 #include <stdint.h>
 
 #include "txo/backoff.h"
+#include "txo/claim.h" /* enum txo_claim_strategy */
 #include "txo/common.h"
 #include "txo/db.h"
 #include "txo/publisher.h"
-
-enum txo_claim_strategy {
-    TXO_CLAIM_AUTO = 0, /* skip-locked when the server supports it, else update-limit */
-    TXO_CLAIM_SKIP_LOCKED,
-    TXO_CLAIM_UPDATE_LIMIT,
-};
-
-/* "auto", "skip-locked", "update-limit". */
-TXO_API const char *txo_claim_strategy_name(enum txo_claim_strategy s);
-TXO_API int txo_claim_strategy_parse(const char *name, enum txo_claim_strategy *out);
 
 struct txo_relay_opts {
     const char *relay_id;          /* prefix of lock tokens; default "<hostname>:<pid>" */

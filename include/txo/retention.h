@@ -1,5 +1,5 @@
 /*
- * The retention cleaner (seed 9.13): without it outbox_events grows by every event ever
+ * The retention cleaner: without it outbox_events grows by every event ever
  * published. txo_outbox_purge_published() deletes PUBLISHED rows older than an age, in small
  * batches, each in a short transaction of its own, so it never holds many locks or a long
  * undo log and can run next to the relay at any time (`txo clean`, the worker).
@@ -37,5 +37,38 @@
 TXO_API TXO_MUST_CHECK int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s,
                                                       unsigned batch_size, unsigned max_batches,
                                                       uint64_t *deleted, struct txo_error *err);
+
+/*
+ * One retention pass over every table the library keeps rows of, each with its own age:
+ * PUBLISHED outbox events, completed idempotency keys, inbox rows and DONE commands. Used by
+ * the worker's cleaner (every interval_s) and `txo clean`.
+ */
+struct txo_retention_opts {
+    unsigned interval_s;          /* the worker's cleaner period; 0 = no cleaner (default 60) */
+    unsigned batch;               /* rows per delete, 1..TXO_PURGE_BATCH_MAX; default 1000 */
+    unsigned max_batches;         /* per table and pass, 0 = no limit; default 100 */
+    unsigned outbox_s;            /* PUBLISHED outbox rows kept; default 7 days */
+    unsigned idempotency_s;       /* COMPLETED idempotency keys kept; default 1 day */
+    unsigned inbox_s;             /* inbox rows kept; default 7 days */
+    unsigned commands_s;          /* DONE commands kept; default 7 days */
+};
+
+/* Fills opts with the defaults above. Never fails. */
+TXO_API void txo_retention_opts_init(struct txo_retention_opts *opts);
+
+/* Rows a pass deleted, per table. */
+struct txo_retention_counts {
+    uint64_t outbox, idempotency, inbox, commands;
+};
+
+/*
+ * Runs one pass: each table in turn, in short batches of its own transactions. *out (may be
+ * NULL) receives what was deleted, also when a later table failed. Errors: TXO_EINVAL, DB
+ * errors (the first one; the tables after it are not visited).
+ */
+TXO_API TXO_MUST_CHECK int txo_retention_run(struct txo_db *db,
+                                             const struct txo_retention_opts *opts,
+                                             struct txo_retention_counts *out,
+                                             struct txo_error *err);
 
 #endif

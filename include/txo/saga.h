@@ -1,37 +1,60 @@
 /*
- * The saga engine: a long business operation as a sequence of local transactions, each with a
+ * The saga engine: a long business operation as a sequence of steps, each with a
  * compensation, persisted in saga_instances / saga_steps so that any worker can resume it.
  *
- * A saga type is a struct txo_saga_def: an ordered list of steps, each an action and a
- * compensation. txo_saga_create() records an instance (RUNNING) and its steps (PENDING) inside
- * the caller's transaction; txo_saga_run() takes the instance's owner lease and drives it to a
- * terminal state from whatever was persisted, so a saga whose worker died is resumed by the
- * next one (every action and compensation must therefore be idempotent).
+ * A saga type is a struct txo_saga_def: an ordered list of steps. txo_saga_create() records an
+ * instance (RUNNING) and its steps (PENDING) inside the caller's transaction; txo_saga_run()
+ * takes the instance's owner lease and drives it to a terminal state from whatever was
+ * persisted, so a saga whose worker died is resumed by the next one (every part of a step must
+ * therefore be idempotent).
  *
- * A step is local: its action runs inside a transaction opened by the engine, and the step's
- * state change (RUNNING -> COMPLETED) commits in that same transaction, with whatever the
- * action wrote (business rows, outbox events). Either both are there or neither is.
+ * A step has a local part and, optionally, a remote part (a call to another service):
+ *   local   `action` runs inside a transaction opened by the engine, and the step's state
+ *           change commits in that same transaction with whatever the action wrote (business
+ *           rows, outbox events): either both are there or neither is;
+ *   remote  `remote` runs with NO transaction open and no row locked, in three phases:
+ *             (a) a short transaction records the step RUNNING, its attempt and the
+ *                 idempotency key the call uses (ctx->idempotency_key, the same on every try
+ *                 and in every worker);
+ *             (b) the call;
+ *             (c) a short fenced transaction records the outcome: the local action, the
+ *                 step's COMPLETED and its outbox event. A deadlock in (c) re-runs (c), never
+ *                 the call.
+ * The remote part's result tells the engine what happened:
+ *   0                           done: it took effect;
+ *   TXO_EUNKNOWN, TXO_ETIMEOUT  unknown: it may have taken effect. Remembered by the step for
+ *                               good: tries after it that are refused do not erase it;
+ *   another transient code      it did not take effect (service down, breaker open): tried
+ *                               again after a backoff, with the same key;
+ *   a permanent code            refused: a definite "no", nothing happened; the step fails.
+ * A step whose remote part may have happened (unknown at any try, or done while its local
+ * part could not commit, e.g. the order was cancelled meanwhile) is compensated like a
+ * completed one, so its compensation must be a no-op when the call never took effect.
+ * A compensation may have a remote part too (`remote_compensate`), run the same way.
  *
- * Errors returned by an action or compensation are classified with txo_err_is_transient():
+ * Errors returned by a step's parts are classified with txo_err_is_transient():
  *   transient (deadlock, timeout, service unavailable): the step runs again after a backoff,
  *     up to opts.step_max_attempts times; then it counts as failed;
  *   anything else (TXO_EBUSINESS: no stock, card declined): the step FAILS at once and the
- *     completed steps are compensated in reverse order.
+ *     steps that need undoing are compensated in reverse order.
  *
  * Saga states (saga_instances.status):
  *   RUNNING        steps are being executed            -> COMPLETED, FAILED, COMPENSATING
  *   COMPLETED      every step completed (terminal)
- *   FAILED         the first step failed, so nothing needed compensating (terminal); the
- *                  definition's on_aborted hook ran (the order service cancels the order)
- *   COMPENSATING   a step failed; completed steps are being undone, last first
+ *   FAILED         a step failed and nothing needed compensating (terminal); on_aborted ran
+ *   COMPENSATING   a step failed; the steps that need undoing are undone, last first
  *                                                      -> COMPENSATED, COMPENSATION_FAILED
- *   COMPENSATED    every completed step was undone and on_aborted ran (terminal)
- *   COMPENSATION_FAILED  a compensation kept failing; needs txo_saga_retry() (the worker
- *                  retries it with backoff)                  -> COMPENSATING
+ *   COMPENSATED    every step that needed it was undone and on_aborted ran (terminal)
+ *   COMPENSATION_FAILED  a compensation kept failing. The engine schedules an automatic
+ *                  retry (saga_instances.retry_at, exponential backoff from
+ *                  opts.compensation_backoff) up to opts.compensation_max_tries times, then
+ *                  gives up (retry_at NULL, one error log line) and leaves it to an operator
+ *                  (`txo saga retry`)                       -> COMPENSATING (txo_saga_retry)
  *
  * Step states (saga_steps.status):
  *   PENDING -> RUNNING -> COMPLETED | FAILED
  *   COMPLETED -> COMPENSATING -> COMPENSATED | COMPENSATION_FAILED
+ *   FAILED -> COMPENSATING (only when its remote part may have taken effect)
  *   COMPENSATION_FAILED -> COMPENSATING (retry)
  * All changes go through one transition check; an illegal one is a bug (TXO_ESTATE).
  *
@@ -39,9 +62,9 @@
  * fenced by it (UPDATE ... WHERE owner = me): a worker that lost its lease stops with
  * TXO_ELEASELOST instead of racing the new owner.
  *
- * Cost: the lease is taken in the transaction of the first step a run executes and released in
- * that of the last, so a successful run of a fresh n-step saga commits n transactions; each
- * step costs its action's statements plus one statement and the COMMIT (docs/saga.md).
+ * Cost: a run takes the lease in a transaction of its own, then one transaction per local
+ * step (the last one also completes the saga and releases the lease) and two per remote step
+ * (docs/saga.md).
  *
  * Thread-safety: a definition is immutable and may be shared; txo_saga_run uses only the db
  * it is given (one thread at a time per db).
@@ -66,6 +89,7 @@ enum txo_saga_status {
     TXO_SAGA_COMPENSATED,
     TXO_SAGA_COMPENSATION_FAILED,
 };
+#define TXO_SAGA_STATUS_COUNT 6
 
 enum txo_step_status {
     TXO_STEP_PENDING = 0,
@@ -89,7 +113,18 @@ TXO_API bool txo_step_can_move(enum txo_step_status from, enum txo_step_status t
 
 #define TXO_SAGA_ID_LEN 37 /* a UUID in text form plus NUL */
 
-/* What an action, compensation or hook is told. All pointers are valid during the call. */
+/* What the remote part of a step's action is known to have done (saga_steps.remote_state). */
+enum txo_remote_state {
+    TXO_REMOTE_NONE = 0, /* not called, or it did not take effect */
+    TXO_REMOTE_CALLING,  /* a call is in flight (or was, when its worker died) */
+    TXO_REMOTE_UNKNOWN,  /* a call may have taken effect */
+    TXO_REMOTE_DONE,     /* a call took effect */
+};
+
+/* "NONE", "CALLING", "UNKNOWN", "DONE". */
+TXO_API const char *txo_remote_state_name(enum txo_remote_state s);
+
+/* What a step's parts or a hook are told. All pointers are valid during the call. */
 struct txo_saga_ctx {
     const char *saga_id;
     const char *saga_type;
@@ -100,25 +135,46 @@ struct txo_saga_ctx {
     void *user;          /* the `user` pointer given to txo_saga_run() */
     unsigned step_index; /* 0-based index of the step being run or compensated */
     const char *step_name;
-    unsigned attempt; /* 1 for the first try of this step in this run */
+    unsigned attempt;    /* 1 for the first try of this step in this run */
+    bool compensating;   /* the compensation is running, not the action */
+    /* For a remote part: the key to send as the call's idempotency key, the same on every try
+     * and in every worker ("<saga_id>:<step>:do" or ":undo"). NULL for local parts. */
+    const char *idempotency_key;
+    /* For on_aborted: the step whose failure aborted the saga (-1 when none), its txo error
+     * code (saga_steps.error_code), its stored message (may be NULL), and whether its remote
+     * part may have taken effect (and was therefore compensated). Zero for everything else. */
+    int failed_step;
+    const char *failed_step_name;
+    int failed_code;
+    const char *failed_message;
+    bool failed_remote_maybe;
 };
 
 /*
- * A step action or compensation, run inside tx. Returns 0, TXO_EBUSINESS (or another
- * permanent code) to fail the step, or a transient code to have it retried. Describe the
- * failure in err: it is stored in saga_steps.error.
+ * A step's local part, run inside tx. Returns 0, TXO_EBUSINESS (or another permanent code) to
+ * fail the step, or a transient code to have it retried. Describe the failure in err: it is
+ * stored in saga_steps.error, the code in saga_steps.error_code.
  */
 typedef int (*txo_saga_step_fn)(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                                 struct txo_error *err);
+
+/*
+ * A step's remote part, run with no transaction open. Returns 0 (done), TXO_EUNKNOWN or
+ * TXO_ETIMEOUT (may have taken effect), another transient code (did not take effect, retry) or
+ * a permanent code (refused). It must send ctx->idempotency_key with the call.
+ */
+typedef int (*txo_saga_remote_fn)(const struct txo_saga_ctx *ctx, struct txo_error *err);
 
 /* Runs in the same transaction as the saga's final status change. */
 typedef int (*txo_saga_finish_fn)(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                                   enum txo_saga_status final_status, struct txo_error *err);
 
 struct txo_saga_step_def {
-    const char *name; /* "ReserveStock"; stored in saga_steps.step_name */
-    txo_saga_step_fn action;
-    txo_saga_step_fn compensate; /* NULL: nothing to undo */
+    const char *name;            /* "ReserveStock"; stored in saga_steps.step_name */
+    txo_saga_step_fn action;     /* the local part (required) */
+    txo_saga_step_fn compensate; /* its undo; NULL: nothing local to undo */
+    txo_saga_remote_fn remote;   /* NULL: the step is local only */
+    txo_saga_remote_fn remote_compensate; /* NULL: nothing remote to undo */
 };
 
 struct txo_saga_def {
@@ -139,7 +195,11 @@ struct txo_saga_opts {
     unsigned lease_s;                /* owner lease, renewed at every step; default 30 */
     unsigned step_max_attempts;      /* tries of one step on transient errors; default 5 */
     struct txo_backoff step_backoff; /* between tries; default 50 ms .. 2 s, jitter 0.5 */
-    const struct txo_clock *clock;   /* for the backoff sleeps; NULL = the system clock */
+    /* COMPENSATION_FAILED: automatic retries before giving up (default 10), and the delay
+     * before retry n (default 5 s doubling up to 300 s, jitter 0.5). */
+    unsigned compensation_max_tries;
+    struct txo_backoff compensation_backoff;
+    const struct txo_clock *clock; /* for the backoff sleeps; NULL = the system clock */
 };
 
 TXO_API void txo_saga_opts_init(struct txo_saga_opts *opts);
@@ -183,7 +243,9 @@ struct txo_saga_step_info {
     char *name;
     enum txo_step_status status;
     char *error;       /* NULL when none */
+    int error_code;    /* the txo code of that error; 0 when none */
     unsigned attempts; /* tries of the action and compensation so far */
+    enum txo_remote_state remote; /* what the action's remote part is known to have done */
 };
 struct txo_saga_info {
     char id[TXO_SAGA_ID_LEN];
@@ -192,7 +254,9 @@ struct txo_saga_info {
     enum txo_saga_status status;
     char *payload;
     char *owner;    /* NULL when unowned */
-    int64_t idle_s; /* seconds since the instance last changed (workers space retries by it) */
+    int64_t idle_s; /* seconds since the instance last changed */
+    unsigned compensation_tries; /* times it ended COMPENSATION_FAILED */
+    bool retry_scheduled;        /* COMPENSATION_FAILED with an automatic retry due */
     struct txo_saga_step_info *steps;
     size_t n_steps;
 };
@@ -204,8 +268,8 @@ TXO_API void txo_saga_info_release(struct txo_saga_info *info);
 
 /*
  * The saga as compact JSON: {"saga_id","saga_type","correlation_id","status","owner",
- * "payload":{...},"steps":[{"step":1,"name","status","attempts","error"}]} (owner and error
- * are null when unset). Returns a string to free with txo_free(), or NULL with err set
+ * "compensation_tries","retry_scheduled","payload":{...},"steps":[{"step":1,"name","status",
+ * "attempts","error","error_code","remote"}]} (owner, error and error_code are null when unset). Returns a string to free with txo_free(), or NULL with err set
  * (TXO_ENOMEM).
  */
 TXO_API char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err);
@@ -215,20 +279,34 @@ TXO_API TXO_MUST_CHECK int txo_saga_find(struct txo_db *db, const char *type,
                                          const char *correlation_id, char saga_id[TXO_SAGA_ID_LEN],
                                          struct txo_error *err);
 
+/* A saga found by txo_saga_list_due(): its id and type (which definition runs it). */
+#define TXO_SAGA_TYPE_MAX 128
+struct txo_saga_ref {
+    char id[TXO_SAGA_ID_LEN];
+    char type[TXO_SAGA_TYPE_MAX + 1];
+};
+
 /*
- * For workers: ids of sagas in `status` that nobody holds (no owner, or the owner's lease
- * expired) and that did not change in the last min_age_s seconds, at most `max` of them.
- * RUNNING / COMPENSATING ones are to be resumed with txo_saga_run(), COMPENSATION_FAILED ones
- * retried with txo_saga_retry() (min_age_s then spaces the retries out). ids must have room
- * for max entries; *n receives how many were written. Errors: TXO_EINVAL, DB errors.
+ * For workers: sagas in `status` that are due, at most `max` of them:
+ *   RUNNING / COMPENSATING   nobody holds them (no owner, or the owner's lease expired):
+ *                            resume them with txo_saga_run();
+ *   COMPENSATION_FAILED      their retry_at has passed, oldest first (given-up sagas have no
+ *                            retry_at and are never listed): retry them with txo_saga_retry().
+ * out must have room for max entries; *n receives how many were written.
+ * Errors: TXO_EINVAL (another status), DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status,
-                                             unsigned min_age_s, size_t max,
-                                             char (*ids)[TXO_SAGA_ID_LEN], size_t *n,
+                                             size_t max, struct txo_saga_ref *out, size_t *n,
                                              struct txo_error *err);
 
-/* Number of sagas per status, indexed by enum txo_saga_status. */
-TXO_API TXO_MUST_CHECK int txo_saga_count_by_status(struct txo_db *db, uint64_t counts[6],
-                                                    struct txo_error *err);
+/* How many sagas there are per status, and how many COMPENSATION_FAILED ones the engine gave
+ * up on (no retry scheduled: an operator must look). */
+struct txo_saga_counts {
+    uint64_t by_status[TXO_SAGA_STATUS_COUNT]; /* indexed by enum txo_saga_status */
+    uint64_t abandoned;
+};
+
+TXO_API TXO_MUST_CHECK int txo_saga_count(struct txo_db *db, struct txo_saga_counts *out,
+                                          struct txo_error *err);
 
 #endif

@@ -19,6 +19,8 @@
 
 #include <jansson.h>
 
+#include "txo/consumer.h"
+
 #define PAYLOAD_KEY ",\"payload\":"
 
 /*
@@ -158,4 +160,131 @@ char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, str
 out:
     json_decref(head);
     return out;
+}
+
+/* ---- decoding ---- */
+
+static int take_str(json_t *env, const char *key, bool required, char **out, struct txo_error *err)
+{
+    json_t *v = json_object_get(env, key);
+    if (v == NULL || json_is_null(v)) {
+        if (required)
+            return txo_error_set(err, TXO_EINVAL, "envelope: \"%s\" is missing", key);
+        return 0;
+    }
+    if (!json_is_string(v))
+        return txo_error_set(err, TXO_EINVAL, "envelope: \"%s\" must be a string", key);
+    size_t n = json_string_length(v);
+    if (strlen(json_string_value(v)) != n)
+        return txo_error_set(err, TXO_EINVAL, "envelope: \"%s\" contains a NUL byte", key);
+    *out = txo_strndup(json_string_value(v), n);
+    return *out != NULL ? 0 : txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
+}
+
+/*
+ * The payload's text: our encoder writes it last, as `,"payload":<text>}`, so when the
+ * envelope ends that way (and that text is the same JSON) it is taken as it is, keeping its
+ * exact digits; any other envelope gets the payload re-serialised, compact.
+ */
+static char *payload_text(const char *data, size_t len, json_t *payload, size_t *out_len)
+{
+    const char *key = PAYLOAD_KEY;
+    size_t klen = sizeof(PAYLOAD_KEY) - 1;
+    for (size_t i = len; i-- > klen;) {
+        if (memcmp(data + i - klen, key, klen) != 0)
+            continue;
+        size_t start = i, end = len;
+        while (end > start && (data[end - 1] == ' ' || data[end - 1] == '\n' ||
+                               data[end - 1] == '\r' || data[end - 1] == '\t'))
+            end--;
+        if (end <= start || data[end - 1] != '}')
+            break;
+        end--; /* the envelope's closing brace */
+        json_t *doc = json_loadb(data + start, end - start, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        bool same = doc != NULL && json_equal(doc, payload);
+        json_decref(doc);
+        if (!same)
+            break;
+        *out_len = end - start;
+        return txo_strndup(data + start, end - start);
+    }
+    char *dumped = json_dumps(payload, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+    if (dumped == NULL)
+        return NULL;
+    char *copy = txo_strdup(dumped);
+    free(dumped); /* jansson allocates with malloc */
+    *out_len = copy != NULL ? strlen(copy) : 0;
+    return copy;
+}
+
+int txo_envelope_decode(const char *data, size_t len, struct txo_event *out,
+                        struct txo_error *err)
+{
+    struct txo_event ev;
+    memset(&ev, 0, sizeof(ev));
+    json_error_t jerr;
+    json_t *env = data != NULL ? json_loadb(data, len, 0, &jerr) : NULL;
+    int rc = 0;
+    if (env == NULL || !json_is_object(env)) {
+        rc = txo_error_set(err, TXO_EINVAL, "envelope is not a JSON object%s%s",
+                           env == NULL && data != NULL ? ": " : "",
+                           env == NULL && data != NULL ? jerr.text : "");
+        goto out;
+    }
+    rc = take_str(env, "type", true, &ev.type, err);
+    if (rc == 0)
+        rc = take_str(env, "idempotency_key", true, &ev.idempotency_key, err);
+    if (rc == 0)
+        rc = take_str(env, "aggregate_type", false, &ev.aggregate_type, err);
+    if (rc == 0)
+        rc = take_str(env, "created_at", false, &ev.created_at, err);
+    if (rc != 0)
+        goto out;
+    json_t *agg = json_object_get(env, "aggregate_id");
+    if (json_is_integer(agg)) {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(agg));
+        ev.aggregate_id = txo_strdup(buf);
+        if (ev.aggregate_id == NULL) {
+            rc = txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
+            goto out;
+        }
+    } else {
+        rc = take_str(env, "aggregate_id", false, &ev.aggregate_id, err);
+        if (rc != 0)
+            goto out;
+    }
+    json_t *id = json_object_get(env, "id");
+    json_t *attempt = json_object_get(env, "attempt");
+    ev.id = json_is_integer(id) ? (int64_t)json_integer_value(id) : 0;
+    json_int_t a = json_is_integer(attempt) ? json_integer_value(attempt) : 0;
+    ev.attempt = a > 0 && a < INT32_MAX ? (int)a : 0;
+    json_t *payload = json_object_get(env, "payload");
+    if (!json_is_object(payload)) {
+        rc = txo_error_set(err, TXO_EINVAL, "envelope: \"payload\" must be an object");
+        goto out;
+    }
+    ev.payload = payload_text(data, len, payload, &ev.payload_len);
+    if (ev.payload == NULL)
+        rc = txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
+out:
+    json_decref(env);
+    if (rc == 0)
+        *out = ev;
+    else
+        txo_event_release(&ev);
+    return rc;
+}
+
+void txo_event_release(struct txo_event *ev)
+{
+    if (ev == NULL)
+        return;
+    txo_free(ev->type);
+    txo_free(ev->aggregate_type);
+    txo_free(ev->aggregate_id);
+    txo_free(ev->idempotency_key);
+    txo_free(ev->created_at);
+    txo_free(ev->payload);
+    memset(ev, 0, sizeof(*ev));
 }

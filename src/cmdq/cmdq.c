@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The command queue (seed 9.12): commands appended in the caller's transaction, claimed by
+ * The command queue: commands appended in the caller's transaction, claimed by
  * workers with a lease and a per-claim lock token, finished (DONE, retried with backoff, or
  * FAILED) by statements fenced by that token. include/txo/cmdq.h has the contract and the
  * state machine; cmdq_sql.h has every statement with its index and locks.
@@ -9,7 +9,8 @@
  * A claim is one short READ COMMITTED transaction and returns copies of the rows, so no lock
  * is held while a command runs. Expired leases are taken over by the claim itself (there is no
  * separate reclaim pass as in the relay): a claim first looks at the short PROCESSING range of
- * idx_cmdq_due for expired leases, then at the due PENDING range.
+ * idx_cmdq_due for expired leases, then at the due PENDING range: two lease passes of
+ * src/queue/lease.c, the same claim code the relay runs, over the statements of cmdq_sql.h.
  *
  * Invariants: only a claim changes attempts, and every claim sets a new token, so under the
  * fence (id + token + PROCESSING) the row's attempts is the attempts the claim returned; that
@@ -21,12 +22,10 @@
  */
 
 #include <jansson.h>
-#include <uuid/uuid.h>
 
 #include "cmdq/cmdq_sql.h"
+#include "queue/lease.h"
 #include "txo/cmdq.h"
-
-#define LAST_ERROR_MAX 2000 /* bytes of command_queue.last_error we write */
 
 /* Default backoff of txo_cmdq_fail() when none is given. */
 static const struct txo_backoff default_backoff = {1000, 300000, 0.5};
@@ -48,9 +47,10 @@ static const char *const status_names[] = {
 };
 
 /*
- * The command state machine of include/txo/cmdq.h, and the only place it is written down in
- * code: moves[from][to] is true when the move is allowed. PROCESSING -> PROCESSING is a claim
- * taking over an expired lease.
+ * The command state machine of include/txo/cmdq.h: moves[from][to] is true when the move is
+ * allowed. PROCESSING -> PROCESSING is a claim taking over an expired lease. The statements
+ * that make the moves are listed in cmdq_sql.h (CMDQ_MOVES); tests/unit/test_sql_moves.c
+ * checks their SQL against this table, both ways.
  */
 static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_CMDQ_PENDING] = {[TXO_CMDQ_PROCESSING] = true},
@@ -177,6 +177,27 @@ static int check_claim_opts(const struct txo_cmdq_claim_opts *o, struct txo_erro
     return 0;
 }
 
+/*
+ * The claim's lease passes (src/queue/lease.c), run in this order: PROCESSING commands whose
+ * lease expired, taken over, then due PENDING commands. Both mark under the claim's token and
+ * have no select_by_token: the update-limit claim reads all its rows back once at the end.
+ */
+static const struct txo__lease_pass pass_expired = {
+    .select_locked = CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED,
+    .mark_by_id_in = CMDQ_SQL_CLAIM_BY_ID_IN,
+    .update_limit = CMDQ_SQL_RECLAIM_UPDATE_LIMIT,
+    .select_by_token = NULL,
+    .id_col = COL_ID,
+};
+
+static const struct txo__lease_pass pass_due = {
+    .select_locked = CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED,
+    .mark_by_id_in = CMDQ_SQL_CLAIM_BY_ID_IN,
+    .update_limit = CMDQ_SQL_CLAIM_UPDATE_LIMIT,
+    .select_by_token = NULL,
+    .id_col = COL_ID,
+};
+
 struct claim_ctx {
     const struct txo_cmdq_claim_opts *o;
     enum txo_claim_strategy strategy;
@@ -189,38 +210,21 @@ struct claim_ctx {
     uint64_t reclaimed;       /* of which expired leases taken over */
     uint64_t poisoned;        /* expired leases made FAILED */
 
+    /* The IN lists built for this claim's statements by id. */
+    struct txo__lease_in claim_by_id;
+    struct txo__lease_in expire_by_id;
+
     /* Scratch, sized for opts->max. */
     int64_t *claim_ids;
     int64_t *poison_ids;
     struct txo_param *params;
+    size_t params_cap;
 };
 
 static bool is_poison(const struct claim_ctx *c, const struct txo_rows *rows, size_t i)
 {
     return c->o->max_attempts > 0 &&
            txo_rows_i64(rows, i, COL_ATTEMPTS) >= (int64_t)c->o->max_attempts;
-}
-
-/*
- * Runs `prefix` + an IN list of ids[0..n) with params c->params[0..fixed) in front, the list
- * padded to a power of two by repeating the last id. *affected (may be NULL) gets the count.
- */
-static int exec_in(struct txo_tx *tx, struct claim_ctx *c, const char *prefix, size_t fixed,
-                   const int64_t *ids, size_t n, uint64_t *affected, struct txo_error *err)
-{
-    TXO_ASSERT(n > 0);
-    size_t m = txo_sql_in_list_size(n);
-    char *sql = txo_sql_in_list(prefix, m, "");
-    if (sql == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "command queue: out of memory for an IN list");
-    for (size_t i = 0; i < m; i++)
-        c->params[fixed + i] = txo_p_i64(ids[i < n ? i : n - 1]);
-    struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, sql, c->params, fixed + m, &res, err);
-    if (rc == 0 && affected != NULL)
-        *affected = res.affected_rows;
-    txo_free(sql);
-    return rc;
 }
 
 static void reset_attempt(struct claim_ctx *c)
@@ -234,14 +238,47 @@ static void reset_attempt(struct claim_ctx *c)
     c->poisoned = 0;
 }
 
+static bool skip_poison(const struct txo_rows *rows, size_t i, void *arg)
+{
+    return is_poison(arg, rows, i);
+}
+
+/* What every pass of this claim writes and where it keeps its scratch. */
+static struct txo__lease_claim lease_claim(struct claim_ctx *c, const struct txo_param *set,
+                                           size_t n_set, size_t limit)
+{
+    return (struct txo__lease_claim){
+        .strategy = c->strategy,
+        .token = c->token,
+        .set = set,
+        .n_set = n_set,
+        .limit = limit,
+        .mark_in = &c->claim_by_id,
+        .ids = c->claim_ids,
+        .params = c->params,
+        .params_cap = c->params_cap,
+    };
+}
+
+/* Cannot happen: the rows are locked by this transaction since the SELECT. */
+static int lost_rows(size_t locked, uint64_t marked, struct txo_error *err)
+{
+    return txo_error_set(err, TXO_EDB, "command queue: claim locked %zu rows, marked %" PRIu64,
+                         locked, marked);
+}
+
 static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct claim_ctx *c = arg;
     const struct txo_cmdq_claim_opts *o = c->o;
     reset_attempt(c);
 
-    struct txo_param limit = txo_p_i64((int64_t)o->max);
-    int rc = txo_tx_query(tx, CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED, &limit, 1, &c->expired, err);
+    struct txo_param set[] = {txo_p_str(o->owner), txo_p_str(c->token), txo_p_i64(o->lease_s)};
+    struct txo__lease_claim lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max);
+    lc.skip = skip_poison; /* made FAILED below instead of claimed again */
+    lc.skip_arg = c;
+    uint64_t marked = 0;
+    int rc = txo__lease_claim(tx, &pass_expired, &lc, &c->expired, &marked, err);
     if (rc < 0)
         return rc;
     size_t n_poison = 0;
@@ -249,39 +286,28 @@ static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *
         if (is_poison(c, c->expired, i))
             c->poison_ids[n_poison++] = txo_rows_i64(c->expired, i, COL_ID);
         else
-            c->claim_ids[c->n_claimed++] = txo_rows_i64(c->expired, i, COL_ID);
+            c->n_claimed++;
     }
+    if (marked != c->n_claimed)
+        return lost_rows(c->n_claimed, marked, err);
     c->reclaimed = c->n_claimed;
-
-    if (c->n_claimed < o->max) {
-        limit = txo_p_i64((int64_t)(o->max - c->n_claimed));
-        rc = txo_tx_query(tx, CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED, &limit, 1, &c->rows, err);
-        if (rc < 0)
-            return rc;
-        for (size_t i = 0; i < txo_rows_count(c->rows); i++)
-            c->claim_ids[c->n_claimed++] = txo_rows_i64(c->rows, i, COL_ID);
-    }
 
     if (n_poison > 0) {
         c->params[0] = txo_p_i64(o->max_attempts);
-        rc =
-            exec_in(tx, c, CMDQ_SQL_EXPIRE_BY_ID_IN, 1, c->poison_ids, n_poison, &c->poisoned, err);
+        rc = txo__lease_exec_in(tx, &c->expire_by_id, c->params, c->params_cap, 1, c->poison_ids,
+                                n_poison, &c->poisoned, err);
         if (rc < 0)
             return rc;
     }
-    if (c->n_claimed > 0) {
-        uint64_t affected = 0;
-        c->params[0] = txo_p_str(o->owner);
-        c->params[1] = txo_p_str(c->token);
-        c->params[2] = txo_p_i64(o->lease_s);
-        rc = exec_in(tx, c, CMDQ_SQL_CLAIM_BY_ID_IN, 3, c->claim_ids, c->n_claimed, &affected, err);
+    if (c->n_claimed < o->max) {
+        lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max - c->n_claimed);
+        rc = txo__lease_claim(tx, &pass_due, &lc, &c->rows, &marked, err);
         if (rc < 0)
             return rc;
-        if (affected != c->n_claimed)
-            /* Cannot happen: the rows are locked by this transaction since the SELECT. */
-            return txo_error_set(err, TXO_EDB,
-                                 "command queue: claim locked %zu rows, marked %" PRIu64,
-                                 c->n_claimed, affected);
+        size_t n = txo_rows_count(c->rows);
+        if (marked != n)
+            return lost_rows(n, marked, err);
+        c->n_claimed += n;
     }
     return 0;
 }
@@ -308,17 +334,19 @@ static int claim_update_limit_tx(struct txo_tx *tx, void *arg, struct txo_error 
             return rc;
         c->poisoned = res.affected_rows;
     }
-    struct txo_param p[] = {txo_p_str(o->owner), txo_p_str(c->token), txo_p_i64(o->lease_s),
-                            txo_p_i64((int64_t)o->max)};
+    /* Both passes mark under one token; the claimed rows are read back once, below. */
+    struct txo_param set[] = {txo_p_str(o->owner), txo_p_str(c->token), txo_p_i64(o->lease_s)};
+    struct txo_rows *none = NULL; /* the passes have no select_by_token */
     if (expired) {
-        rc = txo_tx_exec(tx, CMDQ_SQL_RECLAIM_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
+        struct txo__lease_claim lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max);
+        rc = txo__lease_claim(tx, &pass_expired, &lc, &none, &c->reclaimed, err);
         if (rc < 0)
             return rc;
-        c->reclaimed = res.affected_rows;
     }
     if (c->reclaimed < o->max) {
-        p[3] = txo_p_i64((int64_t)(o->max - c->reclaimed));
-        rc = txo_tx_exec(tx, CMDQ_SQL_CLAIM_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
+        struct txo__lease_claim lc = lease_claim(c, set, TXO_ARRAY_LEN(set), o->max - c->reclaimed);
+        uint64_t marked = 0;
+        rc = txo__lease_claim(tx, &pass_due, &lc, &none, &marked, err);
         if (rc < 0)
             return rc;
     }
@@ -377,13 +405,6 @@ oom:
                          c->n_claimed);
 }
 
-static void new_token(char token[TXO_CMDQ_TOKEN_LEN + 1])
-{
-    uuid_t uu;
-    uuid_generate_random(uu);
-    uuid_unparse_lower(uu, token);
-}
-
 int txo_cmdq_claim_ex(struct txo_db *db, const struct txo_cmdq_claim_opts *opts,
                       struct txo_command **cmds, size_t *n, struct txo_error *err)
 {
@@ -391,20 +412,19 @@ int txo_cmdq_claim_ex(struct txo_db *db, const struct txo_cmdq_claim_opts *opts,
     int rc = check_claim_opts(opts, err);
     if (rc < 0)
         return rc;
-    struct claim_ctx c = {.o = opts, .strategy = opts->claim};
-    bool has_skip_locked = txo_db_has_skip_locked(db);
-    if (c.strategy == TXO_CLAIM_AUTO)
-        c.strategy = has_skip_locked ? TXO_CLAIM_SKIP_LOCKED : TXO_CLAIM_UPDATE_LIMIT;
-    if (c.strategy == TXO_CLAIM_SKIP_LOCKED && !has_skip_locked)
-        return txo_error_set(err, TXO_EUNSUPPORTED,
-                             "command queue: claim strategy skip-locked needs MySQL 8.0.1+ or "
-                             "MariaDB 10.6+; use update-limit");
-    new_token(c.token);
+    struct claim_ctx c = {.o = opts};
+    rc = txo__lease_strategy(db, opts->claim, "command queue", &c.strategy, err);
+    if (rc < 0)
+        return rc;
+    txo__lease_token(c.token, sizeof(c.token), NULL);
+    txo__lease_in_init(&c.claim_by_id, CMDQ_SQL_CLAIM_BY_ID_IN);
+    txo__lease_in_init(&c.expire_by_id, CMDQ_SQL_EXPIRE_BY_ID_IN);
 
     size_t in_max = txo_sql_in_list_size(opts->max);
     c.claim_ids = txo_calloc(opts->max, sizeof(*c.claim_ids));
     c.poison_ids = txo_calloc(opts->max, sizeof(*c.poison_ids));
-    c.params = txo_calloc(3 + in_max, sizeof(*c.params));
+    c.params_cap = 3 + in_max;
+    c.params = txo_calloc(c.params_cap, sizeof(*c.params));
     if (c.claim_ids == NULL || c.poison_ids == NULL || c.params == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "command queue: out of memory for a claim of %zu",
                            opts->max);
@@ -437,6 +457,8 @@ int txo_cmdq_claim_ex(struct txo_db *db, const struct txo_cmdq_claim_opts *opts,
                 opts->owner, c.token, c.n_claimed, (*cmds)[0].id);
 out:
     reset_attempt(&c);
+    txo__lease_in_release(&c.claim_by_id);
+    txo__lease_in_release(&c.expire_by_id);
     txo_free(c.claim_ids);
     txo_free(c.poison_ids);
     txo_free(c.params);
@@ -566,13 +588,7 @@ static char *cut_utf8(const char *s, size_t max, bool *oom)
     *oom = false;
     if (s == NULL)
         return NULL;
-    size_t len = strlen(s);
-    if (len > max) {
-        len = max;
-        while (len > 0 && ((unsigned char)s[len] & 0xC0) == 0x80)
-            len--;
-    }
-    char *copy = txo_strndup(s, len);
+    char *copy = txo_strndup(s, txo_utf8_cut(s, strlen(s), max));
     *oom = copy == NULL;
     return copy;
 }
@@ -597,7 +613,7 @@ int txo_cmdq_fail(struct txo_db *db, const struct txo_command *cmd, const char *
     /* Drawn once, so a transaction that is run again stores the same delay. */
     f.delay_ms = txo_backoff_delay_ms(b, cmd->attempts > 0 ? cmd->attempts : 1, txo_rand01());
     bool oom;
-    char *last_error = cut_utf8(error, LAST_ERROR_MAX, &oom);
+    char *last_error = cut_utf8(error, TXO__LEASE_LAST_ERROR_MAX, &oom);
     if (oom)
         return txo_error_set(err, TXO_ENOMEM, "command queue: out of memory");
     f.last_error = last_error;

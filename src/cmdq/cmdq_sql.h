@@ -182,4 +182,31 @@
  */
 #define CMDQ_SQL_COUNT_BY_STATUS "SELECT status, COUNT(*) FROM command_queue GROUP BY status"
 
+/*
+ * Every statement above that changes command_queue.status, with the moves it makes: the
+ * state machine of include/txo/cmdq.h (txo_cmdq_can_move(), cmdq.c) as the SQL runs it.
+ * tests/unit/test_sql_moves.c checks each statement's SQL text (the status it sets and the
+ * status its WHERE picks) against this list and the list against txo_cmdq_can_move(). A new
+ * statement that changes the status belongs here.
+ *
+ * X(STMT, PICKED_BY, FROM, TO): STMT moves rows from FROM to TO. PICKED_BY is the statement
+ * whose WHERE selects the rows: STMT itself, or, for an UPDATE by id list, the locking SELECT
+ * that returned those ids in the same transaction (a lease pass of src/queue/lease.c). A
+ * statement without `status =` in its SET list leaves the rows in their state (FROM = TO).
+ * FROM and TO are enum txo_cmdq_status names without the TXO_CMDQ_ prefix.
+ */
+#define CMDQ_MOVES(X)                                                                              \
+    /* Claim, skip-locked: due commands, and expired leases taken over. */                         \
+    X(CMDQ_SQL_CLAIM_BY_ID_IN, CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED, PENDING, PROCESSING)                \
+    X(CMDQ_SQL_CLAIM_BY_ID_IN, CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED, PROCESSING, PROCESSING)         \
+    X(CMDQ_SQL_EXPIRE_BY_ID_IN, CMDQ_SQL_EXPIRE_BY_ID_IN, PROCESSING, FAILED)                      \
+    /* Claim, update-limit. */                                                                     \
+    X(CMDQ_SQL_EXPIRE_UPDATE_LIMIT, CMDQ_SQL_EXPIRE_UPDATE_LIMIT, PROCESSING, FAILED)              \
+    X(CMDQ_SQL_RECLAIM_UPDATE_LIMIT, CMDQ_SQL_RECLAIM_UPDATE_LIMIT, PROCESSING, PROCESSING)        \
+    X(CMDQ_SQL_CLAIM_UPDATE_LIMIT, CMDQ_SQL_CLAIM_UPDATE_LIMIT, PENDING, PROCESSING)               \
+    /* Finishing a claimed command, fenced by its token. */                                        \
+    X(CMDQ_SQL_COMPLETE, CMDQ_SQL_COMPLETE, PROCESSING, DONE)                                      \
+    X(CMDQ_SQL_RETRY, CMDQ_SQL_RETRY, PROCESSING, PENDING)                                         \
+    X(CMDQ_SQL_FAIL, CMDQ_SQL_FAIL, PROCESSING, FAILED)
+
 #endif

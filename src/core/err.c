@@ -17,41 +17,6 @@
  */
 #include "core/common.h"
 
-/*
- * Shortens the string in buf (of length len) so that it does not end in the middle of a UTF-8
- * sequence. Used only after a cut, so a complete trailing character is never removed.
- */
-static void trim_partial_utf8(char *buf, size_t len)
-{
-    size_t start = len;
-    size_t cont = 0;
-
-    /* Step back over continuation bytes (10xxxxxx) to the lead byte of the last character. */
-    while (start > 0 && ((unsigned char)buf[start - 1] & 0xC0) == 0x80 && cont < 3) {
-        start--;
-        cont++;
-    }
-    if (start == 0) {
-        return;
-    }
-    unsigned char lead = (unsigned char)buf[start - 1];
-    size_t need;
-    if (lead < 0x80) {
-        return; /* ASCII: the stray continuation bytes, if any, are left as they are */
-    } else if ((lead & 0xE0) == 0xC0) {
-        need = 1;
-    } else if ((lead & 0xF0) == 0xE0) {
-        need = 2;
-    } else if ((lead & 0xF8) == 0xF0) {
-        need = 3;
-    } else {
-        return; /* not a lead byte: invalid input, nothing sensible to trim */
-    }
-    if (cont < need) {
-        buf[start - 1] = '\0';
-    }
-}
-
 /* Formats into msg (TXO_ERROR_MSG_MAX bytes), cutting on a character boundary. */
 static void format_msg(char *msg, const char *fmt, va_list ap) TXO_PRINTF(2, 0);
 
@@ -61,7 +26,7 @@ static void format_msg(char *msg, const char *fmt, va_list ap)
     if (n < 0) {
         msg[0] = '\0';
     } else if ((size_t)n >= TXO_ERROR_MSG_MAX) {
-        trim_partial_utf8(msg, TXO_ERROR_MSG_MAX - 1);
+        msg[txo_utf8_cut(msg, (size_t)n, TXO_ERROR_MSG_MAX - 1)] = '\0';
     }
 }
 
@@ -125,7 +90,7 @@ int txo_error_wrap(struct txo_error *err, const char *fmt, ...)
         return err->code;
     }
     if ((size_t)n >= sizeof(joined)) {
-        trim_partial_utf8(joined, sizeof(joined) - 1);
+        joined[txo_utf8_cut(joined, (size_t)n, sizeof(joined) - 1)] = '\0';
     }
     memcpy(err->msg, joined, sizeof(err->msg));
     return err->code;

@@ -1,13 +1,14 @@
 #include "core/common.h"
 
 /*
- * Dead letters (seed 9.7): listing, counting and replaying the rows the relay writes into
+ * Dead letters: listing, counting and replaying the rows the relay writes into
  * dead_letter_events when an outbox event used up its publish attempts. include/txo/dlq.h has
  * the contract; dlq_sql.h every statement with its index and locks.
  *
  * A replay is one READ COMMITTED transaction that locks the dead letter, then its source outbox
  * row, checks that the row is FAILED (the only state a replay may leave; the outbox state
- * machine allows FAILED -> PENDING, txo_outbox_can_move), moves it back to PENDING and records
+ * machine allows FAILED -> PENDING, and tests/unit/test_sql_moves.c checks that
+ * DLQ_SQL_REQUEUE_SOURCE makes exactly that move), moves it back to PENDING and records
  * the replay on the dead letter. Anything unexpected rolls the whole replay back.
  *
  * Memory: a list is returned as one array whose strings are separate allocations, all freed by
@@ -16,6 +17,7 @@
  * Thread-safety: no shared state; each call uses only the db it is given.
  */
 
+#include "core/text.h"
 #include "dlq/dlq_sql.h"
 #include "txo/dlq.h"
 
@@ -30,30 +32,6 @@ enum list_col {
     COL_REPLAYED_AT,
     COL_REPLAY_COUNT,
 };
-
-#define RFC3339_MAX 32 /* "YYYY-MM-DDTHH:MM:SS.ffffffZ" and its NUL */
-
-/*
- * A DATETIME(6) as the client library prints it, "YYYY-MM-DD HH:MM:SS[.ffffff]" (UTC: the
- * session time zone), written to out as RFC 3339 "YYYY-MM-DDTHH:MM:SS.ffffffZ".
- */
-static void rfc3339(const char *dt, char out[RFC3339_MAX])
-{
-    size_t len = dt != NULL ? strlen(dt) : 0;
-    if (len < 19 || len > 26 || dt[10] != ' ') {
-        /* Not a DATETIME: cannot happen for a DATETIME(6) column; pass it on as it is. */
-        snprintf(out, RFC3339_MAX, "%s", dt != NULL ? dt : "");
-        return;
-    }
-    memcpy(out, dt, len);
-    out[10] = 'T';
-    if (len == 19) {
-        memcpy(out + len, ".000000", 7);
-        len += 7;
-    }
-    out[len] = 'Z';
-    out[len + 1] = '\0';
-}
 
 void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n)
 {
@@ -81,15 +59,15 @@ static int copy_dead_letter(const struct txo_rows *rows, size_t i, struct txo_de
     d->event_type = dup_or_empty(txo_rows_str(rows, i, COL_EVENT_TYPE, NULL));
     d->payload = dup_or_empty(txo_rows_str(rows, i, COL_PAYLOAD, NULL));
     d->error = dup_or_empty(txo_rows_str(rows, i, COL_ERROR, NULL));
-    rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), d->created_at);
+    txo__text_rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), d->created_at);
     int64_t count = txo_rows_i64(rows, i, COL_REPLAY_COUNT);
     d->replay_count = count > 0 && count <= INT32_MAX ? (unsigned)count : 0;
     if (d->event_type == NULL || d->payload == NULL || d->error == NULL)
         return TXO_ENOMEM;
     if (!txo_rows_is_null(rows, i, COL_REPLAYED_AT)) {
-        char at[RFC3339_MAX];
-        rfc3339(txo_rows_str(rows, i, COL_REPLAYED_AT, NULL), at);
-        d->replayed_at = txo_strdup(at);
+        char at[TXO_RFC3339_LEN];
+        d->replayed_at =
+            txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_REPLAYED_AT, NULL), at));
         if (d->replayed_at == NULL)
             return TXO_ENOMEM;
     }
@@ -204,7 +182,6 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                            r->dead_letter_id, r->event_id, status != NULL ? status : "NULL");
         goto out;
     }
-    TXO_ASSERT(txo_outbox_can_move(TXO_OUTBOX_FAILED, TXO_OUTBOX_PENDING));
 
     struct txo_exec_result res;
     rc = txo_tx_exec(tx, DLQ_SQL_REQUEUE_SOURCE, &ev, 1, &res, err);

@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The transactional inbox (seed 9.6): txo_inbox_record() inserts a consumed message's id into
+ * The transactional inbox: txo_inbox_record() inserts a consumed message's id into
  * inbox_events inside the consumer's transaction, the one that also applies the message's
  * effect. The primary key on event_id makes the row the proof that the effect committed: a
  * second delivery finds the row and is skipped, a concurrent one waits on the row lock and then

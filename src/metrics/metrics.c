@@ -153,43 +153,6 @@ static bool valid_label_name(const char *s)
     return true;
 }
 
-/* Length of the valid UTF-8 sequence starting at s (1 to 4), or 0 when it is invalid. The
- * string is NUL-terminated and && stops at the NUL, so nothing past it is read. */
-static size_t utf8_seq_len(const unsigned char *s)
-{
-    unsigned char c = s[0];
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xC2 && c <= 0xDF)
-        return (s[1] & 0xC0) == 0x80 ? 2 : 0;
-    if (c >= 0xE0 && c <= 0xEF) {
-        /* No overlong forms (E0 80..9F) and no surrogates (ED A0..BF). */
-        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80;
-        unsigned char hi = c == 0xED ? 0x9F : 0xBF;
-        return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
-    }
-    if (c >= 0xF0 && c <= 0xF4) {
-        /* No overlong forms (F0 80..8F) and nothing above U+10FFFF (F4 90..). */
-        unsigned char lo = c == 0xF0 ? 0x90 : 0x80;
-        unsigned char hi = c == 0xF4 ? 0x8F : 0xBF;
-        return s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 && (s[3] & 0xC0) == 0x80 ? 4 : 0;
-    }
-    return 0;
-}
-
-static bool valid_utf8(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p != '\0') {
-        size_t n = utf8_seq_len(p);
-        if (n == 0)
-            return false;
-        p += n;
-    }
-    return true;
-}
-
 /* Checks the bounds and drops a last +Inf. NULL means the defaults. */
 static int normalize_buckets(const char *name, const double *buckets, size_t n, const double **out,
                              size_t *n_out, struct txo_error *err)
@@ -518,7 +481,7 @@ struct txo_metric *txo_metrics_register(struct txo_metrics *reg, enum txo_metric
                       name != NULL ? name : "(null)");
         return NULL;
     }
-    if (help == NULL || help[0] == '\0' || !valid_utf8(help)) {
+    if (help == NULL || help[0] == '\0' || !txo_utf8_valid(help, strlen(help))) {
         txo_error_set(err, TXO_EINVAL, "metric %s: help must be non-empty UTF-8 text", name);
         return NULL;
     }
@@ -805,7 +768,7 @@ static void out_escaped(struct out *o, const char *s, bool quoted)
             out_write(o, "\\\"", 2);
             p++;
         } else {
-            size_t n = utf8_seq_len(p);
+            size_t n = txo_utf8_char_len((const char *)p, strnlen((const char *)p, 4));
             if (n == 0) {
                 out_write(o, "\xEF\xBF\xBD", 3);
                 p++;

@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The transactional outbox (seed section 3): txo_outbox_append() writes an event row into
+ * The transactional outbox: txo_outbox_append() writes an event row into
  * outbox_events inside the caller's transaction, so the event commits or rolls back together
  * with the business rows it describes. The relay (src/relay/relay.c) publishes committed rows.
  *
@@ -33,8 +33,9 @@ static const char *const status_names[] = {
 };
 
 /*
- * The outbox state machine of include/txo/outbox.h, and the only place it is written down in
- * code: moves[from][to] is true when the move is allowed.
+ * The outbox state machine of include/txo/outbox.h: moves[from][to] is true when the move is
+ * allowed. The statements that make the moves are listed in outbox_moves.h (OUTBOX_MOVES);
+ * tests/unit/test_sql_moves.c checks their SQL against this table, both ways.
  */
 static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_OUTBOX_PENDING] = {[TXO_OUTBOX_PROCESSING] = true},

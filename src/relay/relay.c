@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The outbox relay (seed sections 4 and 8): moves committed events from outbox_events to a
+ * The outbox relay: moves committed events from outbox_events to a
  * publisher, at least once.
  *
  * One cycle, txo_relay_run_once():
@@ -9,7 +9,8 @@
  *            the monotonic clock, and always on the first cycle);
  *   claim    one short READ COMMITTED transaction marks up to batch_size due rows PROCESSING
  *            under a fresh lock token "<relay_id>:<uuid v4>" with a lease (skip-locked or
- *            update-limit, see relay_sql.h). It starts at the relay's claim cursor, just after
+ *            update-limit: the lease passes of src/queue/lease.c over the statements of
+ *            relay_sql.h). It starts at the relay's claim cursor, just after
  *            the last row of its previous full batch, so it does not step over the
  *            delete-marked index entries that earlier claims left at the start of the PENDING
  *            range; it scans from the start when the cursor finds nothing, after a short
@@ -34,20 +35,16 @@
  */
 
 #include <stdatomic.h>
-#include <unistd.h>
 
-#include <uuid/uuid.h>
-
+#include "core/text.h"
+#include "queue/lease.h"
 #include "relay/relay_sql.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
 
 #define BATCH_SIZE_MAX    10000u
 #define TOKEN_MAX         128 /* outbox_events.locked_by VARCHAR(128) */
-#define UUID_TEXT_LEN     36
-#define LAST_ERROR_MAX    2000 /* bytes of outbox_events.last_error we write */
 #define RECLAIM_LIMIT     10000
-#define IN_LIST_LEVELS    16 /* power-of-two IN-list sizes 1 .. 2^15 */
 #define IDLE_SLICE_MS     50
 #define WAKE_SLICE_MS     2 /* how soon an idle relay notices txo_relay_wake() */
 #define RETRY_MIN_MS      250
@@ -56,7 +53,6 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atom
 #define MARK_ATTEMPTS     3    /* mark transactions tried on a transient error */
 #define CLAIM_RESCAN_MS   1000 /* a claim without cursor at least this often */
 #define CURSOR_AT_MAX     32   /* "YYYY-MM-DD HH:MM:SS.ffffff" */
-#define CREATED_AT_MAX    32   /* "YYYY-MM-DDTHH:MM:SS.ffffffZ" */
 
 /* Columns of the claim queries. */
 enum claim_col {
@@ -89,6 +85,26 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_UNLOCK_FAILED] = RELAY_SQL_UNLOCK_FAILED_IN,
 };
 
+/*
+ * The claim's lease passes (src/queue/lease.c): from the start of the due PENDING range of
+ * idx_outbox_due, and from the relay's claim cursor on.
+ */
+static const struct txo__lease_pass pass_from_start = {
+    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
+    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
+    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
+    .id_col = COL_ID,
+};
+
+static const struct txo__lease_pass pass_after_cursor = {
+    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
+    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
+    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
+    .id_col = COL_ID,
+};
+
 struct relay_counters {
     _Atomic uint64_t claimed;
     _Atomic uint64_t published;
@@ -109,8 +125,7 @@ struct txo_relay {
     atomic_int stop;
     atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
     struct relay_counters stats;
-    bool reclaimed_once;
-    int64_t last_reclaim_ms;
+    struct txo__lease_reclaimer reclaimer;
 
     /*
      * The claim cursor (relay_sql.h, RELAY_SQL__AFTER_CURSOR): (next_attempt_at, id) of the
@@ -129,7 +144,7 @@ struct txo_relay {
     struct txo_rows *rows; /* claim result; msgs[] point into it */
     size_t n;
     struct txo_outbox_message *msgs;
-    char (*created_at)[CREATED_AT_MAX]; /* msgs[i].created_at points at created_at[i] */
+    char (*created_at)[TXO_RFC3339_LEN]; /* msgs[i].created_at points at created_at[i] */
     int *results;
     struct txo_error *errors;
 
@@ -141,7 +156,7 @@ struct txo_relay {
     struct txo_param *params;
     size_t params_cap;
 
-    char *in_sql[IN_STMT_COUNT][IN_LIST_LEVELS];
+    struct txo__lease_in in[IN_STMT_COUNT];
 };
 
 /* Results of one mark transaction attempt (reset at the start of each attempt). */
@@ -159,32 +174,6 @@ struct mark_ctx {
     size_t n_failed;
     struct mark_result res;
 };
-
-static const char *const strategy_names[] = {
-    [TXO_CLAIM_AUTO] = "auto",
-    [TXO_CLAIM_SKIP_LOCKED] = "skip-locked",
-    [TXO_CLAIM_UPDATE_LIMIT] = "update-limit",
-};
-
-const char *txo_claim_strategy_name(enum txo_claim_strategy s)
-{
-    if ((unsigned)s >= TXO_ARRAY_LEN(strategy_names))
-        TXO_BUG("unknown claim strategy %d", (int)s);
-    return strategy_names[s];
-}
-
-int txo_claim_strategy_parse(const char *name, enum txo_claim_strategy *out)
-{
-    if (name == NULL)
-        return TXO_EINVAL;
-    for (size_t i = 0; i < TXO_ARRAY_LEN(strategy_names); i++) {
-        if (strcmp(name, strategy_names[i]) == 0) {
-            *out = (enum txo_claim_strategy)i;
-            return 0;
-        }
-    }
-    return TXO_EINVAL;
-}
 
 void txo_relay_opts_init(struct txo_relay_opts *opts)
 {
@@ -219,7 +208,7 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
     if (!(o->backoff.jitter >= 0.0 && o->backoff.jitter <= 1.0))
         return txo_error_set(err, TXO_EINVAL, "relay: backoff jitter must be 0..1, got %g",
                              o->backoff.jitter);
-    if ((unsigned)o->claim >= TXO_ARRAY_LEN(strategy_names))
+    if ((unsigned)o->claim > TXO_CLAIM_UPDATE_LIMIT)
         return txo_error_set(err, TXO_EINVAL, "relay: unknown claim strategy %d", (int)o->claim);
     if (o->relay_id != NULL && o->relay_id[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "relay: relay_id is empty");
@@ -228,12 +217,9 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
 
 static char *default_relay_id(void)
 {
-    char host[256];
-    if (gethostname(host, sizeof(host)) != 0)
-        snprintf(host, sizeof(host), "localhost");
-    host[sizeof(host) - 1] = '\0';
-    char id[300];
-    snprintf(id, sizeof(id), "%s:%ld", host, (long)getpid());
+    char id[TOKEN_MAX + 1];
+    if (txo_owner_name(id, sizeof(id), NULL) < 0)
+        snprintf(id, sizeof(id), "localhost"); /* a host name too long for locked_by */
     return txo_strdup(id);
 }
 
@@ -242,10 +228,8 @@ void txo_relay_free(struct txo_relay *relay)
     if (relay == NULL)
         return;
     txo_rows_free(relay->rows);
-    for (size_t s = 0; s < IN_STMT_COUNT; s++) {
-        for (size_t l = 0; l < IN_LIST_LEVELS; l++)
-            txo_free(relay->in_sql[s][l]);
-    }
+    for (size_t s = 0; s < IN_STMT_COUNT; s++)
+        txo__lease_in_release(&relay->in[s]);
     txo_free(relay->msgs);
     txo_free(relay->created_at);
     txo_free(relay->results);
@@ -268,17 +252,10 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     if (rc < 0)
         return rc;
 
-    enum txo_claim_strategy claim = opts->claim;
-    bool has_skip_locked = txo_db_has_skip_locked(db);
-    if (claim == TXO_CLAIM_AUTO)
-        claim = has_skip_locked ? TXO_CLAIM_SKIP_LOCKED : TXO_CLAIM_UPDATE_LIMIT;
-    if (claim == TXO_CLAIM_SKIP_LOCKED && !has_skip_locked) {
-        unsigned long v = txo_db_server_version(db, NULL);
-        return txo_error_set(err, TXO_EUNSUPPORTED,
-                             "relay: claim strategy skip-locked needs MySQL 8.0.1+ or MariaDB "
-                             "10.6+, server is %lu.%lu.%lu; use update-limit",
-                             v / 10000, v / 100 % 100, v % 100);
-    }
+    enum txo_claim_strategy claim;
+    rc = txo__lease_strategy(db, opts->claim, "relay", &claim, err);
+    if (rc < 0)
+        return rc;
 
     struct txo_relay *r = txo_calloc(1, sizeof(*r));
     if (r == NULL)
@@ -287,6 +264,8 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->pub = pub;
     r->opts = *opts;
     r->claim = claim;
+    for (size_t s = 0; s < IN_STMT_COUNT; s++)
+        txo__lease_in_init(&r->in[s], in_stmt_prefix[s]);
     atomic_init(&r->stop, 0);
     atomic_init(&r->wake, 0);
     r->relay_id = opts->relay_id != NULL ? txo_strdup(opts->relay_id) : default_relay_id();
@@ -346,60 +325,15 @@ static void count(_Atomic uint64_t *counter, uint64_t n)
     atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
 }
 
-/* A new lock token "<relay_id>:<uuid v4>", the relay id cut so the token fits locked_by. */
-static void new_token(struct txo_relay *r)
-{
-    uuid_t uu;
-    char text[UUID_TEXT_LEN + 1];
-    uuid_generate_random(uu);
-    uuid_unparse_lower(uu, text);
-    /* Cut on a character boundary: half a UTF-8 character is refused by the column (1366). */
-    size_t id_len = strlen(r->relay_id);
-    if (id_len > TOKEN_MAX - UUID_TEXT_LEN - 1) {
-        id_len = TOKEN_MAX - UUID_TEXT_LEN - 1;
-        while (id_len > 0 && ((unsigned char)r->relay_id[id_len] & 0xc0u) == 0x80)
-            id_len--;
-    }
-    snprintf(r->token, sizeof(r->token), "%.*s:%s", (int)id_len, r->relay_id, text);
-}
-
-/*
- * The SQL of statement s with an IN list for n ids; the list size is n rounded up to a power
- * of two, written to *m. Built once per size and kept. NULL when out of memory.
- */
-static const char *in_sql(struct txo_relay *r, enum in_stmt s, size_t n, size_t *m)
-{
-    size_t size = txo_sql_in_list_size(n);
-    size_t level = 0;
-    while (((size_t)1 << level) < size)
-        level++;
-    TXO_ASSERT(level < IN_LIST_LEVELS);
-    if (r->in_sql[s][level] == NULL)
-        r->in_sql[s][level] = txo_sql_in_list(in_stmt_prefix[s], size, "");
-    *m = size;
-    return r->in_sql[s][level];
-}
-
 /*
  * Runs statement s with the `fixed` parameters already in r->params[0..fixed) followed by the
- * ids, padded to the IN-list size by repeating the last id.
+ * ids (txo__lease_exec_in()).
  */
 static int exec_in(struct txo_tx *tx, struct txo_relay *r, enum in_stmt s, size_t fixed,
                    const int64_t *ids, size_t n, uint64_t *affected, struct txo_error *err)
 {
-    TXO_ASSERT(n > 0);
-    size_t m;
-    const char *sql = in_sql(r, s, n, &m);
-    if (sql == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory building an IN list of %zu", n);
-    TXO_ASSERT(fixed + m <= r->params_cap);
-    for (size_t i = 0; i < m; i++)
-        r->params[fixed + i] = txo_p_i64(ids[i < n ? i : n - 1]);
-    struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, sql, r->params, fixed + m, &res, err);
-    if (rc == 0 && affected != NULL)
-        *affected = res.affected_rows;
-    return rc;
+    return txo__lease_exec_in(tx, &r->in[s], r->params, r->params_cap, fixed, ids, n, affected,
+                              err);
 }
 
 /* The cursor parameters of RELAY_SQL__AFTER_CURSOR into p[0..3). */
@@ -410,89 +344,57 @@ static void cursor_params(const struct txo_relay *r, struct txo_param *p)
     p[2] = txo_p_i64(r->cursor_id);
 }
 
-static int claim_skip_locked_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+/*
+ * The claim transaction: a lease pass from the relay's cursor when the claim starts there,
+ * and one from the start of the PENDING range when it does not or the first found nothing.
+ */
+static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct txo_relay *r = arg;
     txo_rows_free(r->rows); /* a previous attempt of this transaction */
     r->rows = NULL;
     r->claimed_after_cursor = false;
 
+    struct txo_param set[] = {txo_p_str(r->token), txo_p_i64(r->opts.lease_s)};
+    struct txo_param cursor[3];
+    cursor_params(r, cursor);
+    struct txo__lease_claim c = {
+        .strategy = r->claim,
+        .token = r->token,
+        .set = set,
+        .n_set = TXO_ARRAY_LEN(set),
+        .limit = r->opts.batch_size,
+        .mark_in = &r->in[IN_CLAIM_BY_ID],
+        .ids = r->ids,
+        .params = r->params,
+        .params_cap = r->params_cap,
+    };
+    uint64_t marked = 0;
     int rc = 0;
     if (r->claim_after_cursor) {
-        struct txo_param p[4];
-        cursor_params(r, p);
-        p[3] = txo_p_i64(r->opts.batch_size);
-        rc = txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, p, TXO_ARRAY_LEN(p),
-                          &r->rows, err);
+        c.where = cursor;
+        c.n_where = TXO_ARRAY_LEN(cursor);
+        rc = txo__lease_claim(tx, &pass_after_cursor, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
-        r->claimed_after_cursor = txo_rows_count(r->rows) > 0;
+        r->claimed_after_cursor = marked > 0 || txo_rows_count(r->rows) > 0;
     }
     if (!r->claimed_after_cursor) {
         /* No cursor, or nothing after it: from the start of the range. */
         txo_rows_free(r->rows);
         r->rows = NULL;
-        struct txo_param limit = txo_p_i64(r->opts.batch_size);
-        rc = txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1, &r->rows, err);
+        c.where = NULL;
+        c.n_where = 0;
+        rc = txo__lease_claim(tx, &pass_from_start, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
     }
     size_t n = txo_rows_count(r->rows);
-    if (n == 0)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        r->ids[i] = txo_rows_i64(r->rows, i, COL_ID);
-    r->params[0] = txo_p_str(r->token);
-    r->params[1] = txo_p_i64(r->opts.lease_s);
-    uint64_t affected = 0;
-    rc = exec_in(tx, r, IN_CLAIM_BY_ID, 2, r->ids, n, &affected, err);
-    if (rc == 0 && affected != n)
+    if (r->claim == TXO_CLAIM_SKIP_LOCKED && marked != n)
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "claim marked fewer rows than it locked relay_id=%s locked=%zu marked=%" PRIu64,
-                r->relay_id, n, affected);
-    return rc;
-}
-
-static int claim_update_limit_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct txo_relay *r = arg;
-    txo_rows_free(r->rows); /* a previous attempt of this transaction */
-    r->rows = NULL;
-    r->claimed_after_cursor = false;
-
-    struct txo_exec_result res = {0};
-    int rc = 0;
-    if (r->claim_after_cursor) {
-        struct txo_param p[6] = {txo_p_str(r->token), txo_p_i64(r->opts.lease_s)};
-        cursor_params(r, &p[2]);
-        p[5] = txo_p_i64(r->opts.batch_size);
-        rc = txo_tx_exec(tx, RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, p, TXO_ARRAY_LEN(p), &res, err);
-        if (rc < 0)
-            return rc;
-        r->claimed_after_cursor = res.affected_rows > 0;
-    }
-    if (!r->claimed_after_cursor) {
-        /* No cursor, or nothing after it: from the start of the range. */
-        struct txo_param p[] = {
-            txo_p_str(r->token),
-            txo_p_i64(r->opts.lease_s),
-            txo_p_i64(r->opts.batch_size),
-        };
-        rc = txo_tx_exec(tx, RELAY_SQL_CLAIM_UPDATE_LIMIT, p, TXO_ARRAY_LEN(p), &res, err);
-        if (rc < 0)
-            return rc;
-    }
-    if (res.affected_rows == 0)
-        return 0;
-    if (r->claimed_after_cursor) {
-        struct txo_param p[4];
-        cursor_params(r, p);
-        p[3] = txo_p_str(r->token);
-        return txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER, p, TXO_ARRAY_LEN(p),
-                            &r->rows, err);
-    }
-    struct txo_param token = txo_p_str(r->token);
-    return txo_tx_query(tx, RELAY_SQL_CLAIM_SELECT_BY_TOKEN, &token, 1, &r->rows, err);
+                r->relay_id, n, marked);
+    return 0;
 }
 
 /*
@@ -513,38 +415,14 @@ static void advance_cursor(struct txo_relay *r, size_t n)
     r->cursor_set = true;
 }
 
-/*
- * A DATETIME(6) as the client library prints it, "YYYY-MM-DD HH:MM:SS[.ffffff]" (UTC: the
- * session time zone), in RFC 3339: "YYYY-MM-DDTHH:MM:SS.ffffffZ", written to out. Returns out.
- */
-static const char *rfc3339(const char *dt, char *out)
-{
-    size_t len = dt != NULL ? strlen(dt) : 0;
-    if (len < 19 || len > 26 || dt[10] != ' ') {
-        /* Not a DATETIME: cannot happen for a NOT NULL DATETIME(6) column; pass it on. */
-        snprintf(out, CREATED_AT_MAX, "%s", dt != NULL ? dt : "");
-        return out;
-    }
-    memcpy(out, dt, len);
-    out[10] = 'T';
-    if (len == 19) {
-        memcpy(out + len, ".000000", 7);
-        len += 7;
-    }
-    out[len] = 'Z';
-    out[len + 1] = '\0';
-    return out;
-}
-
 /* Claims a batch into r->msgs[0..r->n). */
 static int claim(struct txo_relay *r, struct txo_error *err)
 {
     r->n = 0;
-    new_token(r);
+    txo__lease_token(r->token, sizeof(r->token), r->relay_id);
     int64_t now = txo_monotonic_ms();
     r->claim_after_cursor = r->cursor_set && now - r->last_full_scan_ms < CLAIM_RESCAN_MS;
-    txo_tx_fn fn = r->claim == TXO_CLAIM_SKIP_LOCKED ? claim_skip_locked_tx : claim_update_limit_tx;
-    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, fn, r, err);
+    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, claim_tx, r, err);
     if (rc < 0) {
         txo_error_wrap(err, "relay %s: claim (%s)", r->relay_id, txo_claim_strategy_name(r->claim));
         return rc;
@@ -567,7 +445,8 @@ static int claim(struct txo_relay *r, struct txo_error *err)
         m->event_type = txo_rows_str(rows, i, COL_EVENT_TYPE, NULL);
         m->payload = txo_rows_str(rows, i, COL_PAYLOAD, &m->payload_len);
         m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);
-        m->created_at = rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
+        m->created_at =
+            txo__text_rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
     }
@@ -633,17 +512,11 @@ static size_t group_failures(struct txo_relay *r, size_t *n_failed)
     return groups;
 }
 
-/* "TXO_EPUBLISH: <message>", cut to LAST_ERROR_MAX bytes on a UTF-8 character boundary. */
+/* "TXO_EPUBLISH: <message>", cut to TXO__LEASE_LAST_ERROR_MAX bytes on a character boundary. */
 static void format_last_error(const struct txo_error *e, int code, char *out, size_t cap)
 {
     snprintf(out, cap, "%s: %s", txo_err_name(code), e->msg);
-    size_t len = strlen(out);
-    if (len > LAST_ERROR_MAX) {
-        len = LAST_ERROR_MAX;
-        while (len > 0 && ((unsigned char)out[len] & 0xC0) == 0x80)
-            len--;
-        out[len] = '\0';
-    }
+    out[txo_utf8_cut(out, strlen(out), TXO__LEASE_LAST_ERROR_MAX)] = '\0';
 }
 
 static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -761,26 +634,20 @@ static int mark(struct txo_relay *r, struct txo_error *err)
 
 static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
 {
-    int64_t now = txo_monotonic_ms();
-    int64_t every_ms = (int64_t)(r->opts.lease_s / 4 > 1 ? r->opts.lease_s / 4 : 1) * 1000;
-    if (r->reclaimed_once && now - r->last_reclaim_ms < every_ms)
-        return 0;
-    struct txo_param limit = txo_p_i64(RECLAIM_LIMIT);
-    struct txo_exec_result res;
-    int rc = txo_db_exec(r->db, RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, &res, err);
+    uint64_t reclaimed = 0;
+    int rc = txo__lease_reclaim(r->db, &r->reclaimer, r->opts.lease_s, RELAY_SQL_RECLAIM_EXPIRED,
+                                RECLAIM_LIMIT, &reclaimed, err);
     if (rc < 0) {
         txo_error_wrap(err, "relay %s: reclaiming expired leases", r->relay_id);
         return rc;
     }
-    r->reclaimed_once = true;
-    r->last_reclaim_ms = now;
-    if (res.affected_rows > 0) {
+    if (reclaimed > 0) {
         r->cursor_set = false; /* the reclaimed rows lie behind the cursor: scan from the start */
-        count(&r->stats.reclaimed, res.affected_rows);
+        count(&r->stats.reclaimed, reclaimed);
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "reclaimed events whose lease expired; they are published again relay_id=%s "
                 "count=%" PRIu64,
-                r->relay_id, res.affected_rows);
+                r->relay_id, reclaimed);
     }
     return 0;
 }

@@ -1,7 +1,7 @@
 #include "core/common.h"
 
 /*
- * The retention cleaner (seed 9.13): deletes old terminal rows in small batches so the
+ * The retention cleaner: deletes old terminal rows in small batches so the
  * outbox, the inbox and the command queue do not grow forever. One loop serves the three
  * tables, each described by a struct purge_table (its statements in retention_sql.h, which
  * also explains the two-step batch: SELECT keys along an index from a cursor, DELETE them by
@@ -20,6 +20,7 @@
 #include "retention/retention_sql.h"
 #include "txo/cmdq.h"
 #include "txo/inbox.h"
+#include "txo/idempotency.h"
 #include "txo/retention.h"
 
 #define CURSOR_AT_MAX  32  /* "YYYY-MM-DD HH:MM:SS.ffffff" */
@@ -253,4 +254,36 @@ int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch
                         unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
     return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, deleted, err);
+}
+
+void txo_retention_opts_init(struct txo_retention_opts *opts)
+{
+    opts->interval_s = 60;
+    opts->batch = 1000;
+    opts->max_batches = 100;
+    opts->outbox_s = 7 * 86400;
+    opts->idempotency_s = 86400;
+    opts->inbox_s = 7 * 86400;
+    opts->commands_s = 7 * 86400;
+}
+
+int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
+                      struct txo_retention_counts *out, struct txo_error *err)
+{
+    struct txo_retention_counts c = {0};
+    if (db == NULL || opts == NULL)
+        return txo_error_set(err, TXO_EINVAL, "retention: missing argument");
+    int rc = txo_outbox_purge_published(db, opts->outbox_s, opts->batch, opts->max_batches,
+                                        &c.outbox, err);
+    if (rc == 0)
+        rc = txo_idem_purge(db, opts->idempotency_s, opts->batch, opts->max_batches,
+                            &c.idempotency, err);
+    if (rc == 0)
+        rc = txo_inbox_purge(db, opts->inbox_s, opts->batch, opts->max_batches, &c.inbox, err);
+    if (rc == 0)
+        rc = txo_cmdq_purge_done(db, opts->commands_s, opts->batch, opts->max_batches,
+                                 &c.commands, err);
+    if (out != NULL)
+        *out = c;
+    return rc;
 }

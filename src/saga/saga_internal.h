@@ -17,4 +17,7 @@ int txo__saga_check_move(const char *saga_id, enum txo_saga_status from, enum tx
 int txo__step_check_move(const char *saga_id, unsigned step_order, enum txo_step_status from,
                          enum txo_step_status to, struct txo_error *err);
 
+/* Parses a saga_steps.remote_state value. Returns 0 or TXO_EINVAL. */
+int txo__remote_state_parse(const char *name, enum txo_remote_state *out);
+
 #endif

@@ -20,10 +20,12 @@ char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err
         goto out;
     for (size_t i = 0; i < info->n_steps; i++) {
         const struct txo_saga_step_info *st = &info->steps[i];
-        json_t *step =
-            json_pack("{s:I,s:s,s:s,s:I,s:o}", "step", (json_int_t)st->step_order, "name", st->name,
-                      "status", txo_step_status_name(st->status), "attempts",
-                      (json_int_t)st->attempts, "error", str_or_null(st->error));
+        json_t *step = json_pack(
+            "{s:I,s:s,s:s,s:I,s:o,s:o,s:s}", "step", (json_int_t)st->step_order, "name", st->name,
+            "status", txo_step_status_name(st->status), "attempts", (json_int_t)st->attempts,
+            "error", str_or_null(st->error), "error_code",
+            st->error_code != 0 ? json_integer(st->error_code) : json_null(), "remote",
+            txo_remote_state_name(st->remote));
         if (step == NULL || json_array_append_new(steps, step) != 0)
             goto out;
     }
@@ -34,6 +36,9 @@ char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err
         json_object_set_new(doc, "correlation_id", str_or_null(info->correlation_id)) != 0 ||
         json_object_set_new(doc, "status", json_string(txo_saga_status_name(info->status))) != 0 ||
         json_object_set_new(doc, "owner", str_or_null(info->owner)) != 0 ||
+        json_object_set_new(doc, "compensation_tries",
+                            json_integer((json_int_t)info->compensation_tries)) != 0 ||
+        json_object_set_new(doc, "retry_scheduled", json_boolean(info->retry_scheduled)) != 0 ||
         json_object_set_new(doc, "payload", payload != NULL ? payload : json_null()) != 0 ||
         json_object_set(doc, "steps", steps) != 0)
         goto out;

@@ -1,16 +1,18 @@
 /*
- * Every SQL statement of the saga engine (src/saga/saga.c), one macro each. Values are always
- * bound (`?`); the only SQL assembled at run time is the placeholder list of the multi-row
- * step insert (txo_sql_values_rows), so the engine also runs on MySQL 5.7.
+ * Every SQL statement of the saga engine (src/saga/saga.c, saga_query.c), one macro each.
+ * Values are always bound (`?`); the only SQL assembled at run time is the placeholder list of
+ * the multi-row step insert (txo_sql_values_rows).
  *
  * All statements run at READ COMMITTED. Fencing: every write to a saga that is being driven
  * carries `owner = ?` and the expected current `status = ?` in its WHERE clause and is judged
- * by its affected-row count (0 = the lease was lost or the row moved under us). A step's
- * completion is ONE statement (SAGA_SQL_STEP_DONE*) that fences, renews the lease and moves the
- * step, at the end of the step transaction: if it matches nothing the transaction rolls back,
- * the action's writes with it. It row-locks the instance until commit, so two workers can
- * never COMMIT a step of the same saga at the same time (retries and compensations also fence
- * first, SAGA_SQL_FENCE, and then hold that lock for the whole transaction).
+ * by its affected-row count (0 = the lease was lost or the row moved under us). The statements
+ * that change a step (SAGA_SQL_STEP_*) are joins with the instance row, so the fence, the lease
+ * renewal and the step change are ONE statement; it row-locks the instance until commit, so two
+ * workers can never commit a change to the same saga at the same time.
+ *
+ * Every statement that moves a status is listed with its from/to states in SAGA_MOVES below
+ * (parameterised statements take the states as bound values, checked against the transition
+ * table of saga_state.c before they run).
  */
 #ifndef TXO_SAGA_SQL_H
 #define TXO_SAGA_SQL_H
@@ -50,56 +52,36 @@
     "WHERE id = ? AND status IN ('RUNNING', 'COMPENSATING') "                                      \
     "AND (owner IS NULL OR owner = ? OR lease_until < NOW(6))"
 
-/* Same for txo_saga_retry(): only a COMPENSATION_FAILED saga. Params and locks as above. */
+/*
+ * txo_saga_retry(): takes the lease of a COMPENSATION_FAILED saga and moves it back to
+ * COMPENSATING in one statement (its retry is no longer scheduled). Params: owner, lease_s,
+ * id, owner. Index: PRIMARY. Locks: the instance row.
+ */
 #define SAGA_SQL_ACQUIRE_FOR_RETRY                                                                 \
-    "UPDATE saga_instances SET owner = ?, lease_until = NOW(6) + INTERVAL ? SECOND "               \
+    "UPDATE saga_instances SET status = 'COMPENSATING', retry_at = NULL, owner = ?, "              \
+    "lease_until = NOW(6) + INTERVAL ? SECOND "                                                    \
     "WHERE id = ? AND status = 'COMPENSATION_FAILED' "                                             \
     "AND (owner IS NULL OR owner = ? OR lease_until < NOW(6))"
 
-/* One instance (txo_saga_load; and the status of a saga whose last try had an unknown
- * outcome). Index: PRIMARY. Locks: none (consistent read). */
-#define SAGA_SQL_SELECT_INSTANCE                                                                   \
-    "SELECT id, saga_type, correlation_id, status, payload, owner, "                               \
-    "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) FROM saga_instances WHERE id = ?"
-
 /*
- * A saga and its steps in one round trip, for txo_saga_run: one row per step in order (the
- * instance columns repeated), or one row with NULL step columns when no step is stored.
- * Index: PRIMARY of saga_instances, uq_saga_step (saga_id, step_order) for the join. Locks:
- * none (consistent read; it follows SAGA_SQL_ACQUIRE in the same transaction, so the instance
- * row is locked by us and its steps only change under that lock).
+ * A saga and its steps in one round trip, after SAGA_SQL_ACQUIRE* in the same transaction:
+ * one row per step in order (the instance columns repeated), or one row with NULL step
+ * columns when no step is stored. Index: PRIMARY of saga_instances, uq_saga_step (saga_id,
+ * step_order) for the join. Locks: none (consistent read; the instance row is locked by the
+ * acquire, and its steps only change under that lock). Columns: enum load_col in saga.c.
  */
 #define SAGA_SQL_LOAD                                                                              \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "s.step_order, s.step_name, s.status "                                                         \
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code, "    \
+    "s.error "                                                                                     \
     "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id "                            \
     "WHERE i.id = ? ORDER BY s.step_order"
 
 /*
- * The same, locking, for txo_saga_run: the instance row and its step rows (X) until the
- * transaction ends, plus whether the lease may be taken (free, ours, or expired: the condition
- * of SAGA_SQL_ACQUIRE). Params: owner, id. The lease itself is then written by the first
- * statement that changes the instance in this transaction (SAGA_SQL_STEP_DONE* with take = 1,
- * or SAGA_SQL_ACQUIRE), so taking it costs no statement of its own.
- */
-#define SAGA_SQL_LOAD_FOR_UPDATE                                                                   \
-    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "s.step_order, s.step_name, s.status, "                                                        \
-    "(i.owner IS NULL OR i.owner = ? OR i.lease_until < NOW(6)) AS takeable "                      \
-    "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id "                            \
-    "WHERE i.id = ? ORDER BY s.step_order FOR UPDATE"
-
-/* The steps of one saga in order. Index: uq_saga_step (saga_id, step_order). Locks: none. */
-#define SAGA_SQL_SELECT_STEPS                                                                      \
-    "SELECT step_order, step_name, status, error, attempts "                                       \
-    "FROM saga_steps WHERE saga_id = ? ORDER BY step_order"
-
-/*
  * Fence + lease renewal: still ours and still in the status we think. Used first in the
- * transactions that must not run anything unfenced (a retried try after its backoff, a
- * compensation, the record of a failed try), and to tell why a SAGA_SQL_STEP_DONE matched
- * nothing. Params: lease_s, id, owner, status. Index: PRIMARY. Locks: the instance row until
- * the transaction ends (serialises everything done to this saga).
+ * transaction that records a failed try, and to tell why a SAGA_SQL_STEP_* matched nothing.
+ * Params: lease_s, id, owner, status. Index: PRIMARY. Locks: the instance row until the
+ * transaction ends (serialises everything done to this saga).
  */
 #define SAGA_SQL_FENCE                                                                             \
     "UPDATE saga_instances SET lease_until = NOW(6) + INTERVAL ? SECOND "                          \
@@ -111,73 +93,144 @@
     "UPDATE saga_instances SET status = ?, lease_until = NOW(6) + INTERVAL ? SECOND "              \
     "WHERE id = ? AND owner = ? AND status = ?"
 
-/* A fenced change to a terminal status, releasing the lease in the same statement. Params:
- * new status, id, owner, expected status. Index: PRIMARY. Locks: the instance row. */
+/* A fenced change to a terminal status (COMPLETED, FAILED, COMPENSATED), releasing the lease in
+ * the same statement. Params: new status, id, owner, expected status. Index: PRIMARY. Locks:
+ * the instance row. */
 #define SAGA_SQL_MOVE_RELEASE                                                                      \
     "UPDATE saga_instances SET status = ?, owner = NULL, lease_until = NULL "                      \
     "WHERE id = ? AND owner = ? AND status = ?"
 
+/*
+ * COMPENSATING -> COMPENSATION_FAILED, releasing the lease, counting the failure and
+ * scheduling the next automatic retry (NULL once the tries are used up: given up). The
+ * assignments run left to right, so retry_at reads the count before it is incremented.
+ * Params: max tries, delay in microseconds, id, owner. Index: PRIMARY. Locks: the instance row.
+ */
+#define SAGA_SQL_COMPENSATION_FAILED                                                               \
+    "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', owner = NULL, lease_until = NULL, " \
+    "retry_at = IF(compensation_tries + 1 >= ?, NULL, NOW(6) + INTERVAL ? MICROSECOND), "          \
+    "compensation_tries = compensation_tries + 1 "                                                 \
+    "WHERE id = ? AND owner = ? AND status = 'COMPENSATING'"
+
 /* The persisted status of one step, locked, to settle a failed attempt (whose commit outcome
  * may be unknown). Index: uq_saga_step. Locks: that step row (exclusive). */
 #define SAGA_SQL_LOCK_STEP                                                                         \
-    "SELECT status FROM saga_steps WHERE saga_id = ? AND step_order = ? FOR UPDATE"
+    "SELECT status, remote_state FROM saga_steps WHERE saga_id = ? AND step_order = ? FOR UPDATE"
 
-/* A step status change. Params: new status, saga_id, step_order, expected status.
- * Index: uq_saga_step. Locks: that step row. */
+/* A step status change under the instance lock taken earlier in the transaction. Params: new
+ * status, saga_id, step_order, expected status. Index: uq_saga_step. Locks: that step row. */
 #define SAGA_SQL_STEP_MOVE                                                                         \
     "UPDATE saga_steps SET status = ? WHERE saga_id = ? AND step_order = ? AND status = ?"
 
 /*
+ * Phase (a) of a remote part: fence + lease renewal of the instance, and the step moved to
+ * its busy status (RUNNING or COMPENSATING) with one more attempt, the idempotency key and the
+ * remote state the call starts from, in one statement. Params: busy status, remote key,
+ * remote_state, lease_s, id, saga status, owner, step_order, expected step status.
+ * Index: PRIMARY of saga_instances and uq_saga_step, point lookups. Locks: both rows until
+ * commit.
+ */
+#define SAGA_SQL_STEP_BEGIN_CALL                                                                   \
+    "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
+    "SET s.status = ?, s.attempts = s.attempts + 1, s.remote_key = ?, s.remote_state = ?, "        \
+    "i.lease_until = NOW(6) + INTERVAL ? SECOND "                                                  \
+    "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
+
+/*
  * The end of a successful try, last statement of the step transaction: fence + lease renewal
- * of the instance and the step's move to its done status with one more attempt, in one
- * statement. Matches (affected rows > 0: the step row always changes) only when the saga is
- * in the driving status and ours (or, with take = 1, free or expired: the lease is taken
- * here, by the first try of a run, which locked the row with SAGA_SQL_LOAD_FOR_UPDATE), and
- * the step still in the status we loaded. Params: new step status, owner, lease_s, id,
- * expected saga status, owner, take (0/1), step_order, expected step status.
+ * of the instance and the step's move to its done status (attempts + 1 when the try had no
+ * phase (a) to count it) with its remote state, in one statement. Matches (affected rows > 0:
+ * the step row always changes) only when the saga is in the driving status and ours, and the
+ * step still in the status we loaded. Params: new step status, attempts increment (0/1),
+ * remote_state, lease_s, id, expected saga status, owner, step_order, expected step status.
  * Index: PRIMARY of saga_instances and uq_saga_step, both point lookups. Locks: the instance
  * row and the step row (X) until commit.
  */
 #define SAGA_SQL_STEP_DONE                                                                         \
     "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
-    "SET s.status = ?, s.attempts = s.attempts + 1, "                                              \
-    "i.owner = ?, i.lease_until = NOW(6) + INTERVAL ? SECOND "                                     \
-    "WHERE i.id = ? AND i.status = ? "                                                             \
-    "AND (i.owner = ? OR (? = 1 AND (i.owner IS NULL OR i.lease_until < NOW(6)))) "                \
-    "AND s.step_order = ? AND s.status = ?"
+    "SET s.status = ?, s.attempts = s.attempts + ?, s.remote_state = ?, "                          \
+    "i.lease_until = NOW(6) + INTERVAL ? SECOND "                                                  \
+    "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
 
 /*
- * The same for the last step of a saga: the saga moves to its terminal status and the lease
- * is released in the same statement. Params: new step status, new saga status, id, expected
- * saga status, owner, take (0/1), step_order, expected step status. Index and locks as above.
+ * The same for the last step of a saga: the saga moves to COMPLETED and the lease is released
+ * in the same statement. Params: new step status, attempts increment, remote_state, new saga
+ * status, id, expected saga status, owner, step_order, expected step status. Index and locks
+ * as above.
  */
 #define SAGA_SQL_STEP_DONE_FINISH                                                                  \
     "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
-    "SET s.status = ?, s.attempts = s.attempts + 1, "                                              \
+    "SET s.status = ?, s.attempts = s.attempts + ?, s.remote_state = ?, "                          \
     "i.status = ?, i.owner = NULL, i.lease_until = NULL "                                          \
-    "WHERE i.id = ? AND i.status = ? "                                                             \
-    "AND (i.owner = ? OR (? = 1 AND (i.owner IS NULL OR i.lease_until < NOW(6)))) "                \
-    "AND s.step_order = ? AND s.status = ?"
-
-/* A failed try, recorded after its transaction rolled back: status, one more attempt, error.
- * Params: new status, error, saga_id, step_order, expected status. Index/locks as above. */
-#define SAGA_SQL_STEP_TRY_FAILED                                                                   \
-    "UPDATE saga_steps SET status = ?, attempts = attempts + 1, error = ? "                        \
-    "WHERE saga_id = ? AND step_order = ? AND status = ?"
+    "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
 
 /*
- * Sagas in one status that nobody holds and that have rested min_age seconds (workers poll
- * this). Params: status, min_age_s, limit. Index: idx_saga_resume (status, lease_until):
- * lease_until NULL or in the past is a range of it. Locks: none (consistent read; the lease is
- * taken afterwards by SAGA_SQL_ACQUIRE, which re-checks).
+ * A failed try, recorded after its transaction rolled back (or after its call): status, one
+ * more attempt when the try had no phase (a), its error text and code, and the remote state.
+ * Params: new status, attempts increment, error, error_code, remote_state, saga_id,
+ * step_order, expected status. Index/locks: uq_saga_step, under the instance lock of
+ * SAGA_SQL_FENCE.
  */
-#define SAGA_SQL_LIST_DUE                                                                          \
-    "SELECT id FROM saga_instances WHERE status = ? "                                              \
-    "AND (lease_until IS NULL OR lease_until < NOW(6)) "                                           \
-    "AND updated_at <= NOW(6) - INTERVAL ? SECOND ORDER BY lease_until, id LIMIT ?"
+#define SAGA_SQL_STEP_TRY_FAILED                                                                   \
+    "UPDATE saga_steps SET status = ?, attempts = attempts + ?, error = ?, error_code = ?, "       \
+    "remote_state = ? WHERE saga_id = ? AND step_order = ? AND status = ?"
 
-/* Number of sagas per status (metrics, `txo stats`). Index: idx_saga_resume (status prefix,
- * index-only scan). Locks: none. */
-#define SAGA_SQL_COUNT_BY_STATUS "SELECT status, COUNT(*) FROM saga_instances GROUP BY status"
+/* ---- saga_query.c: inspection and the workers' polls ---- */
+
+/* One instance (txo_saga_load). Index: PRIMARY. Locks: none (consistent read). Columns: enum
+ * inst_col in saga_query.c. */
+#define SAGA_SQL_SELECT_INSTANCE                                                                   \
+    "SELECT id, saga_type, correlation_id, status, payload, owner, "                               \
+    "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)), compensation_tries, retry_at IS NOT NULL "         \
+    "FROM saga_instances WHERE id = ?"
+
+/* The steps of one saga in order. Index: uq_saga_step (saga_id, step_order). Locks: none.
+ * Columns: enum step_col in saga_query.c. */
+#define SAGA_SQL_SELECT_STEPS                                                                      \
+    "SELECT step_order, step_name, status, error, attempts, error_code, remote_state "             \
+    "FROM saga_steps WHERE saga_id = ? ORDER BY step_order"
+
+/*
+ * RUNNING / COMPENSATING sagas nobody holds, for the workers' resume poll. Params: status,
+ * limit. Index: idx_saga_resume (status, lease_until): lease_until NULL or in the past is a
+ * range of it. Locks: none (consistent read; the lease is taken afterwards by
+ * SAGA_SQL_ACQUIRE, which re-checks).
+ */
+#define SAGA_SQL_LIST_UNOWNED                                                                      \
+    "SELECT id, saga_type FROM saga_instances WHERE status = ? "                                   \
+    "AND (lease_until IS NULL OR lease_until < NOW(6)) ORDER BY lease_until LIMIT ?"
+
+/*
+ * COMPENSATION_FAILED sagas whose retry is due, oldest due first; given-up ones (retry_at
+ * NULL) are outside the range. Params: limit. Index: idx_saga_retry (status, retry_at), a
+ * range scan in index order. Locks: none (SAGA_SQL_ACQUIRE_FOR_RETRY re-checks).
+ */
+#define SAGA_SQL_LIST_RETRY_DUE                                                                    \
+    "SELECT id, saga_type FROM saga_instances WHERE status = 'COMPENSATION_FAILED' "               \
+    "AND retry_at <= NOW(6) ORDER BY retry_at LIMIT ?"
+
+/* Number of sagas per status, and the given-up ones (metrics, `txo stats`). Index:
+ * idx_saga_retry (status prefix, index-only scan). Locks: none. */
+#define SAGA_SQL_COUNT_BY_STATUS                                                                   \
+    "SELECT status, COUNT(*), SUM(status = 'COMPENSATION_FAILED' AND retry_at IS NULL) "           \
+    "FROM saga_instances GROUP BY status"
+
+/*
+ * Every statement that moves a status, with the moves it makes: X(statement, machine, from,
+ * to). `?` means the state is a bound value, checked against the transition table before the
+ * statement runs (saga_move, step_write, the step_* helpers of saga.c). A test walks this list
+ * against the transition tables of saga_state.c.
+ */
+#define SAGA_MOVES(X)                                                                              \
+    X(SAGA_SQL_ACQUIRE_FOR_RETRY, saga, COMPENSATION_FAILED, COMPENSATING)                         \
+    X(SAGA_SQL_MOVE, saga, ?, ?)                                                                   \
+    X(SAGA_SQL_MOVE_RELEASE, saga, ?, ?)                                                           \
+    X(SAGA_SQL_COMPENSATION_FAILED, saga, COMPENSATING, COMPENSATION_FAILED)                       \
+    X(SAGA_SQL_STEP_DONE_FINISH, saga, ?, ?)                                                       \
+    X(SAGA_SQL_STEP_MOVE, step, ?, ?)                                                              \
+    X(SAGA_SQL_STEP_BEGIN_CALL, step, ?, ?)                                                        \
+    X(SAGA_SQL_STEP_DONE, step, ?, ?)                                                              \
+    X(SAGA_SQL_STEP_DONE_FINISH, step, ?, ?)                                                       \
+    X(SAGA_SQL_STEP_TRY_FAILED, step, ?, ?)
 
 #endif

@@ -14,7 +14,7 @@
 
 #include "saga/saga_internal.h"
 
-#define N_SAGA_STATUS 6
+#define N_SAGA_STATUS TXO_SAGA_STATUS_COUNT
 #define N_STEP_STATUS 7
 
 static const char *const saga_names[N_SAGA_STATUS] = {
@@ -74,6 +74,11 @@ static const bool step_moves[N_STEP_STATUS][N_STEP_STATUS] = {
         {
             [TXO_STEP_COMPENSATING] = true,
         },
+    /* Only when its remote part may have taken effect (remote_state is not NONE). */
+    [TXO_STEP_FAILED] =
+        {
+            [TXO_STEP_COMPENSATING] = true,
+        },
     [TXO_STEP_COMPENSATING] =
         {
             [TXO_STEP_COMPENSATED] = true,
@@ -84,6 +89,27 @@ static const bool step_moves[N_STEP_STATUS][N_STEP_STATUS] = {
             [TXO_STEP_COMPENSATING] = true,
         },
 };
+
+static const char *const remote_names[] = {
+    [TXO_REMOTE_NONE] = "NONE",
+    [TXO_REMOTE_CALLING] = "CALLING",
+    [TXO_REMOTE_UNKNOWN] = "UNKNOWN",
+    [TXO_REMOTE_DONE] = "DONE",
+};
+
+const char *txo_remote_state_name(enum txo_remote_state s)
+{
+    return (unsigned)s < TXO_ARRAY_LEN(remote_names) ? remote_names[s] : "UNKNOWN";
+}
+
+int txo__remote_state_parse(const char *name, enum txo_remote_state *out)
+{
+    long i = txo__name_index(remote_names, TXO_ARRAY_LEN(remote_names), name);
+    if (i < 0)
+        return TXO_EINVAL;
+    *out = (enum txo_remote_state)i;
+    return 0;
+}
 
 static bool saga_valid(enum txo_saga_status s)
 {

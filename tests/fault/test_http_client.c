@@ -1,8 +1,8 @@
 /*
  * The HTTP client (include/txo/http_client.h) against real servers, and the stand-in payment
- * and shipment service `txo stub-services` it is meant to talk to.
+ * and shipment service txo-stub-services it is meant to talk to.
  *
- * Each stub test starts `$TXO_BIN stub-services --listen 127.0.0.1:0` as a child process,
+ * Each stub test starts `$TXO_STUB_BIN --listen 127.0.0.1:0` as a child process,
  * reads the URL it prints, waits for /healthz, and at the end stops it with SIGTERM and
  * requires exit status 0 (a sanitizer report in the child fails the test that way).
  *
@@ -90,15 +90,15 @@ static struct txo_http_client *new_client(int64_t timeout_ms)
 }
 
 /*
- * Runs `$TXO_BIN stub-services --listen 127.0.0.1:0 args...`, reads its URL from stdout and
+ * Runs `$TXO_STUB_BIN --listen 127.0.0.1:0 args...`, reads its URL from stdout and
  * waits until /healthz answers. Returns the exit status when the process ended instead (with
  * expect_exit), else 0.
  */
 static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect_exit)
 {
-    const char *bin = getenv("TXO_BIN");
+    const char *bin = getenv("TXO_STUB_BIN");
     if (bin == NULL || bin[0] == '\0')
-        fail_msg("TXO_BIN is not set (run through ctest)");
+        fail_msg("TXO_STUB_BIN is not set (run through ctest)");
     memset(sp, 0, sizeof(*sp));
     const char *dir = getenv("TMPDIR");
     static unsigned counter;
@@ -108,7 +108,6 @@ static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect
     char *argv[24];
     size_t n = 0;
     argv[n++] = (char *)bin;
-    argv[n++] = (char *)"stub-services";
     argv[n++] = (char *)"--listen";
     argv[n++] = (char *)"127.0.0.1:0";
     for (size_t i = 0; args != NULL && args[i] != NULL && n < 23; i++)
@@ -157,12 +156,10 @@ static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
         }
-        fail_msg("stub-services printed no URL (is it registered in cmd/txo/main.c?), "
-                 "status 0x%x",
-                 status);
+        fail_msg("txo-stub-services printed no URL, status 0x%x", status);
     }
     if (expect_exit)
-        fail_msg("stub-services started although it should have refused its settings");
+        fail_msg("txo-stub-services started although it should have refused its settings");
 
     struct txo_http_client *c = new_client(1000);
     char health[160];
@@ -177,7 +174,7 @@ static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect
     }
     txo_http_client_free(c);
     if (rc != 0)
-        fail_msg("stub-services at %s never became healthy: %s", sp->url, err.msg);
+        fail_msg("txo-stub-services at %s never became healthy: %s", sp->url, err.msg);
     return 0;
 }
 
@@ -199,7 +196,7 @@ static void stub_stop(struct stub_proc *sp)
     }
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         dump_file(sp->err_path);
-        fail_msg("stub-services did not exit 0 on SIGTERM (status 0x%x)", status);
+        fail_msg("txo-stub-services did not exit 0 on SIGTERM (status 0x%x)", status);
     }
     sp->pid = 0;
     unlink(sp->err_path);
@@ -651,7 +648,7 @@ static void test_sigterm_releases_a_hung_call(void **state)
     int64_t stopped_in = txo_monotonic_ms() - t0;
     assert_int_equal(pthread_join(th, NULL), 0);
     if (stopped_in > 2000)
-        fail_msg("stub-services took %lld ms to stop", (long long)stopped_in);
+        fail_msg("txo-stub-services took %lld ms to stop", (long long)stopped_in);
     /* The client got a 503 or a closed connection, not its 20 s timeout. */
     assert_int_equal(h.rc, TXO_EUNAVAILABLE);
     if (h.ended_ms - t0 > 2000)

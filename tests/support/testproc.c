@@ -34,6 +34,14 @@ const char *testproc_txo_bin(void)
     return bin;
 }
 
+const char *testproc_stub_bin(void)
+{
+    const char *bin = getenv("TXO_STUB_BIN");
+    if (bin == NULL || bin[0] == '\0')
+        fail_msg("TXO_STUB_BIN is not set (run the tests through ctest)");
+    return bin;
+}
+
 unsigned testproc_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -1,9 +1,9 @@
 /*
- * Real processes for fault and end-to-end tests: spawn `txo` subcommands (or nats-server,
- * ...), wait until their HTTP endpoint answers, kill them (SIGKILL at will), read their logs.
- * Children inherit the environment, so call testdb_export_env() first to point them at the
- * test's database. Every function fails the test (cmocka fail_msg) on a setup error, so
- * callers need no error handling.
+ * Real processes for fault and end-to-end tests: spawn `txo` subcommands (or
+ * txo-stub-services, nats-server, ...), wait until their HTTP endpoint answers, kill them (SIGKILL
+ * at will), read their logs. Children inherit the environment, so call testdb_export_env() first to
+ * point them at the test's database. Every function fails the test (cmocka fail_msg) on a setup
+ * error, so callers need no error handling.
  */
 #ifndef TXO_TESTPROC_H
 #define TXO_TESTPROC_H
@@ -20,6 +20,9 @@ struct testproc {
 
 /* The `txo` binary under test ($TXO_BIN, set by CTest). */
 const char *testproc_txo_bin(void);
+
+/* The stand-in payment and shipment service, txo-stub-services ($TXO_STUB_BIN, set by CTest). */
+const char *testproc_stub_bin(void);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 unsigned testproc_free_port(void);

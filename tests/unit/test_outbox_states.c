@@ -1,6 +1,7 @@
 /*
- * The outbox row state machine of include/txo/outbox.h: every (from, to) pair of
- * txo_outbox_can_move() against the documented moves, and the status names round-trip.
+ * The outbox status names round-trip, the claim strategy names, and the relay's default
+ * options. The moves of the state machine are checked against the SQL that makes them in
+ * tests/unit/test_sql_moves.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,41 +17,6 @@
 
 static const enum txo_outbox_status all[N_STATES] = {TXO_OUTBOX_PENDING, TXO_OUTBOX_PROCESSING,
                                                      TXO_OUTBOX_PUBLISHED, TXO_OUTBOX_FAILED};
-
-/* Written from the comment in outbox.h, independently of the table in outbox.c. */
-static bool documented(enum txo_outbox_status from, enum txo_outbox_status to)
-{
-    switch (from) {
-    case TXO_OUTBOX_PENDING:
-        return to == TXO_OUTBOX_PROCESSING;
-    case TXO_OUTBOX_PROCESSING:
-        return to == TXO_OUTBOX_PUBLISHED || to == TXO_OUTBOX_PENDING || to == TXO_OUTBOX_FAILED;
-    case TXO_OUTBOX_PUBLISHED:
-        return false;
-    case TXO_OUTBOX_FAILED:
-        return to == TXO_OUTBOX_PENDING; /* operator replay from the dead-letter table */
-    }
-    return false;
-}
-
-static void test_every_pair(void **state)
-{
-    (void)state;
-    int allowed = 0;
-    for (size_t i = 0; i < N_STATES; i++) {
-        for (size_t j = 0; j < N_STATES; j++) {
-            bool got = txo_outbox_can_move(all[i], all[j]);
-            if (got != documented(all[i], all[j]))
-                fail_msg("can_move(%s, %s) = %d", txo_outbox_status_name(all[i]),
-                         txo_outbox_status_name(all[j]), got);
-            allowed += got;
-        }
-    }
-    assert_int_equal(allowed, 5);
-    /* No state may stay where it is through a "move". */
-    for (size_t i = 0; i < N_STATES; i++)
-        assert_false(txo_outbox_can_move(all[i], all[i]));
-}
 
 static void test_names_round_trip(void **state)
 {
@@ -106,7 +72,6 @@ static void test_relay_opts_defaults(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_pair),
         cmocka_unit_test(test_names_round_trip),
         cmocka_unit_test(test_claim_strategy_names),
         cmocka_unit_test(test_relay_opts_defaults),

@@ -1,6 +1,7 @@
 /*
- * `txo stub-services`: a stand-in for the external payment and shipment services that the
- * order saga calls, for tests, demos and fault drills (docs/external-services.md).
+ * txo-stub-services: a stand-in for the external payment and shipment services that the
+ * order saga calls, for tests, demos and fault drills (docs/external-services.md). It is a
+ * program of its own, not a `txo` subcommand, so test scaffolding never ships in the product.
  *
  * It behaves like a well-made real service: every effectful call needs an Idempotency-Key;
  * a key seen before gets the stored answer again without a second effect (so /stats can prove
@@ -14,14 +15,23 @@
  * 600 s). A failure injected on a call happens before the idempotency lookup, as a crashed or
  * overloaded real service would do, so a retry with the same key later gets the stored answer.
  *
+ * One business call runs in three phases, all under the lock (handle_business):
+ *   1. fail_before_effect(): latency, hang and injected 503s; the call has no effect;
+ *   2. answer_call(): the stored answer for a known key, or the effect applied and stored;
+ *   3. after the effect, before the answer leaves: the place for faults whose call took
+ *      effect although the client sees none (an answer held back until the client gave up).
+ * A new fault is a field of struct behaviour, a key of POST /control, a flag in the table
+ * and a few lines in the phase it belongs to.
+ *
  * The HTTP side is the library's server (include/txo/http_server.h: an I/O thread and a pool of
  * handler threads, so a hung request holds one handler thread). All state is
  * in one struct stub under one mutex: the handler runs on many threads at once. Waits (latency,
  * hang) are condition-variable waits, so shutdown and /control wake them at once.
  *
- * Shutdown: SIGTERM/SIGINT write a byte to a pipe (async-signal-safe); the main thread, blocked
- * reading it, releases every waiting request, stops the server (in-flight requests finish) and
- * exits 0.
+ * Shutdown, as in every txo daemon (cmd/txo/signals.h): SIGTERM/SIGINT are blocked before the
+ * server's threads start and awaited in the main thread, which then releases every waiting
+ * request, stops the server (in-flight requests finish) and exits 0. A second signal ends the
+ * process at once.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,18 +41,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "settings.h"
+#include "signals.h"
 
-static int run(int argc, char **argv);
+#define PROGRAM "txo-stub-services"
 
-const struct command cmd_stub = {
-    .name = "stub-services",
+static const struct command stub_command = {
+    .name = PROGRAM,
+    .program = PROGRAM,
     .summary = "stand-in payment and shipment HTTP service with failure injection (tests, demos)",
-    .usage = "txo stub-services [options]",
+    .usage = PROGRAM " [options]",
     .description =
         "Serves a fake payment and shipment API (JSON; every POST needs an Idempotency-Key\n"
         "header, a repeated key gets the stored answer and no second effect):\n"
@@ -58,7 +69,6 @@ const struct command cmd_stub = {
         "  GET  /healthz  200\n"
         "Injected failures (503, hang) have no effect. The URL is printed on stdout once the\n"
         "service listens (port 0 picks a free port). SIGTERM/SIGINT stop it, exit 0.",
-    .run = run,
 };
 
 #define HANG_MAX_MS    600000
@@ -84,34 +94,69 @@ struct stub_cmd_opts {
 static struct stub_cmd_opts opts;
 
 static struct setting table[] = {
-    {"listen", "TXO_STUB_LISTEN", SETTING_STRING, "127.0.0.1:8090",
-     "IPv4 HOST:PORT to serve on (port 0: any free port; the URL is printed on stdout)", false, 0,
-     0, &opts.listen},
-    {"latency-ms", "TXO_STUB_LATENCY_MS", SETTING_MS, "0",
-     "milliseconds added to every payment/shipment call", false, 0, LATENCY_MAX_MS,
-     &opts.latency_ms},
-    {"fail-rate", "TXO_STUB_FAIL_RATE", SETTING_STRING, "0",
-     "share of payment/shipment calls answered 503 with no effect, 0..1", false, 0, 0,
-     &opts.fail_rate},
-    {"decline-rate", "TXO_STUB_DECLINE_RATE", SETTING_STRING, "0",
-     "share of new charges declined with 402 (a business refusal), 0..1", false, 0, 0,
-     &opts.decline_rate},
-    {"ship-decline-rate", "TXO_STUB_SHIP_DECLINE_RATE", SETTING_STRING, "0",
-     "share of new shipments refused with 422 (a business refusal), 0..1", false, 0, 0,
-     &opts.ship_decline_rate},
-    {"fail-path", "TXO_STUB_FAIL_PATH", SETTING_STRING, NULL,
-     "limit --fail-rate and --hang to this endpoint, e.g. /payments/refund (default: all)", false,
-     0, 0, &opts.fail_path},
-    {"hang", "TXO_STUB_HANG", SETTING_BOOL, "false",
-     "hold every payment/shipment call unanswered until the client gives up (max 600 s)", false, 0,
-     0, &opts.hang},
-    {"seed", "TXO_STUB_SEED", SETTING_UINT, "1", "seed of the failure/decline random draws", false,
-     0, 4294967295UL, &opts.seed},
-    {"max-connections", "TXO_STUB_MAX_CONNECTIONS", SETTING_UINT, "512",
-     "concurrent connections (each held by a hanging call counts)", false, 1, 10000,
-     &opts.max_connections},
-    {"log-level", "TXO_LOG_LEVEL", SETTING_STRING, "info",
-     "error, warn, info or debug (debug: one line per request)", false, 0, 0, &opts.log_level},
+    {.name = "listen",
+     .env = "TXO_STUB_LISTEN",
+     .type = SETTING_STRING,
+     .def = "127.0.0.1:8090",
+     .help = "IPv4 HOST:PORT to serve on (port 0: any free port; the URL is printed on stdout)",
+     .target = &opts.listen},
+    {.name = "latency-ms",
+     .env = "TXO_STUB_LATENCY_MS",
+     .type = SETTING_MS,
+     .def = "0",
+     .help = "milliseconds added to every payment/shipment call",
+     .max = LATENCY_MAX_MS,
+     .target = &opts.latency_ms},
+    {.name = "fail-rate",
+     .env = "TXO_STUB_FAIL_RATE",
+     .type = SETTING_STRING,
+     .def = "0",
+     .help = "share of payment/shipment calls answered 503 with no effect, 0..1",
+     .target = &opts.fail_rate},
+    {.name = "decline-rate",
+     .env = "TXO_STUB_DECLINE_RATE",
+     .type = SETTING_STRING,
+     .def = "0",
+     .help = "share of new charges declined with 402 (a business refusal), 0..1",
+     .target = &opts.decline_rate},
+    {.name = "ship-decline-rate",
+     .env = "TXO_STUB_SHIP_DECLINE_RATE",
+     .type = SETTING_STRING,
+     .def = "0",
+     .help = "share of new shipments refused with 422 (a business refusal), 0..1",
+     .target = &opts.ship_decline_rate},
+    {.name = "fail-path",
+     .env = "TXO_STUB_FAIL_PATH",
+     .type = SETTING_STRING,
+     .help = "limit --fail-rate and --hang to this endpoint, e.g. /payments/refund (default: all)",
+     .target = &opts.fail_path},
+    {.name = "hang",
+     .env = "TXO_STUB_HANG",
+     .type = SETTING_BOOL,
+     .def = "false",
+     .help = "hold every payment/shipment call unanswered until the client gives up (max 600 s)",
+     .target = &opts.hang},
+    {.name = "seed",
+     .env = "TXO_STUB_SEED",
+     .type = SETTING_UINT,
+     .def = "1",
+     .help = "seed of the failure/decline random draws",
+     .max = 4294967295UL,
+     .target = &opts.seed},
+    {.name = "max-connections",
+     .env = "TXO_STUB_MAX_CONNECTIONS",
+     .type = SETTING_UINT,
+     .def = "512",
+     .help = "concurrent connections (each held by a hanging call counts)",
+     .min = 1,
+     .max = 10000,
+     .target = &opts.max_connections},
+    {.name = "log-level",
+     .env = "TXO_LOG_LEVEL",
+     .type = SETTING_STRING,
+     .def = "info",
+     .help = "error, warn, info or debug (debug: one line per request)",
+     .target = &opts.log_level},
 };
 
 /* ---- state ---- */
@@ -613,6 +658,69 @@ static bool store(struct stub *s, const struct call *c, int status, const char *
     return true;
 }
 
+/*
+ * Phase 1 of a business call, with mu held: added latency, then a hang or an injected 503 when
+ * the call is targeted. True when resp was set here, and then the call had no effect.
+ */
+static bool fail_before_effect(struct stub *s, enum endpoint ep, struct txo_http_response *resp)
+{
+    bool targeted = s->b.fail_path[0] == '\0' || strcmp(s->b.fail_path, endpoint_paths[ep]) == 0;
+    if (s->b.latency_ms > 0)
+        wait_locked(s, s->b.latency_ms, NULL);
+    if (targeted && s->b.hang && !s->stopping) {
+        s->st.hangs++;
+        uint64_t epoch = s->hang_epoch;
+        wait_locked(s, HANG_MAX_MS, &epoch);
+        reply_error(resp, 503, "hang released without an answer (no effect)");
+        return true;
+    }
+    if (s->stopping) {
+        reply_error(resp, 503, "shutting down");
+        return true;
+    }
+    if (targeted && s->b.fail_rate > 0.0 && draw(s) < s->b.fail_rate) {
+        s->st.failures_injected++;
+        reply_error(resp, 503, "injected failure (no effect)");
+        return true;
+    }
+    return false;
+}
+
+/*
+ * Phase 2, with mu held: the stored answer when the key was seen before (422 when it came with
+ * a different request), else the effect applied and its answer stored under the key.
+ */
+static void answer_call(struct stub *s, const struct call *c, struct txo_http_response *resp)
+{
+    const struct stored *prev = find_stored(s, c->ep, c->key);
+    if (prev != NULL) {
+        if (prev->order_id != c->order_id || prev->amount_cents != c->amount_cents) {
+            reply_error(resp, 422, "Idempotency-Key reused with a different request");
+            return;
+        }
+        s->st.replays++;
+        (void)txo_http_response_set(resp, prev->status, prev->body);
+        return;
+    }
+    struct order_rec *o = order_rec(s, c->order_id);
+    if (o == NULL) {
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    int status = 500;
+    json_t *out = apply_call(s, c, o, &status);
+    char *text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
+    json_decref(out);
+    if (text == NULL || !store(s, c, status, text)) {
+        /* The effect may have happened; the client retries with the same key. */
+        free(text);
+        reply_error(resp, 500, "out of memory");
+        return;
+    }
+    (void)txo_http_response_set(resp, status, text);
+    free(text);
+}
+
 static void handle_business(struct stub *s, enum endpoint ep, const struct txo_http_request *req,
                             struct txo_http_response *resp)
 {
@@ -637,62 +745,10 @@ static void handle_business(struct stub *s, enum endpoint ep, const struct txo_h
     }
 
     pthread_mutex_lock(&s->mu);
-    bool targeted = s->b.fail_path[0] == '\0' || strcmp(s->b.fail_path, endpoint_paths[ep]) == 0;
-    if (s->b.latency_ms > 0)
-        wait_locked(s, s->b.latency_ms, NULL);
-    if (targeted && s->b.hang && !s->stopping) {
-        s->st.hangs++;
-        uint64_t epoch = s->hang_epoch;
-        wait_locked(s, HANG_MAX_MS, &epoch);
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 503, "hang released without an answer (no effect)");
-        return;
-    }
-    if (s->stopping) {
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 503, "shutting down");
-        return;
-    }
-    if (targeted && s->b.fail_rate > 0.0 && draw(s) < s->b.fail_rate) {
-        s->st.failures_injected++;
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 503, "injected failure (no effect)");
-        return;
-    }
-
-    const struct stored *prev = find_stored(s, ep, c.key);
-    if (prev != NULL) {
-        if (prev->order_id != c.order_id || prev->amount_cents != c.amount_cents) {
-            pthread_mutex_unlock(&s->mu);
-            reply_error(resp, 422, "Idempotency-Key reused with a different request");
-            return;
-        }
-        s->st.replays++;
-        (void)txo_http_response_set(resp, prev->status, prev->body);
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-
-    struct order_rec *o = order_rec(s, c.order_id);
-    if (o == NULL) {
-        pthread_mutex_unlock(&s->mu);
-        reply_error(resp, 500, "out of memory");
-        return;
-    }
-    int status = 500;
-    json_t *out = apply_call(s, &c, o, &status);
-    char *text = out != NULL ? json_dumps(out, JSON_COMPACT) : NULL;
-    json_decref(out);
-    bool stored = text != NULL && store(s, &c, status, text);
+    if (!fail_before_effect(s, ep, resp))
+        answer_call(s, &c, resp);
+    /* Phase 3 (faults after the effect) goes here, before the answer leaves. */
     pthread_mutex_unlock(&s->mu);
-    if (!stored) {
-        /* The effect may have happened; the client retries with the same key. */
-        free(text);
-        reply_error(resp, 500, "out of memory");
-        return;
-    }
-    (void)txo_http_response_set(resp, status, text);
-    free(text);
 }
 
 static void handle(void *arg, const struct txo_http_request *req, struct txo_http_response *resp)
@@ -735,16 +791,6 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
 
 /* ---- lifecycle ---- */
 
-static int stop_pipe[2] = {-1, -1};
-
-static void on_stop(void *arg)
-{
-    (void)arg;
-    char b = 1;
-    ssize_t n = write(stop_pipe[1], &b, 1); /* async-signal-safe */
-    (void)n;
-}
-
 static bool stub_init(struct stub *s)
 {
     memset(s, 0, sizeof(*s));
@@ -774,22 +820,21 @@ static bool rate_setting(const char *name, const char *text, double *out)
 {
     if (parse_rate(text, out))
         return true;
-    fprintf(stderr, "txo stub-services: --%s must be a number from 0 to 1, got \"%s\"\n", name,
+    fprintf(stderr, PROGRAM ": --%s must be a number from 0 to 1, got \"%s\"\n", name,
             text != NULL ? text : "");
     return false;
 }
 
-static int run(int argc, char **argv)
+int main(int argc, char **argv)
 {
     enum settings_result r =
-        settings_parse(&cmd_stub, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+        settings_parse(&stub_command, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
 
     enum txo_log_level level;
     if (txo_log_level_parse(opts.log_level, &level) < 0) {
-        fprintf(stderr,
-                "txo stub-services: --log-level must be error, warn, info or debug, got \"%s\"\n",
+        fprintf(stderr, PROGRAM ": --log-level must be error, warn, info or debug, got \"%s\"\n",
                 opts.log_level);
         return 2;
     }
@@ -803,8 +848,8 @@ static int run(int argc, char **argv)
     const char *fail_path = opts.fail_path != NULL ? opts.fail_path : "";
     if (!valid_fail_path(fail_path)) {
         fprintf(stderr,
-                "txo stub-services: --fail-path must be /payments/charge, /payments/refund, "
-                "/shipments/create or /shipments/cancel, got \"%s\"\n",
+                PROGRAM ": --fail-path must be /payments/charge, /payments/refund, "
+                        "/shipments/create or /shipments/cancel, got \"%s\"\n",
                 fail_path);
         return 2;
     }
@@ -814,14 +859,14 @@ static int run(int argc, char **argv)
     char host[64];
     unsigned port = 0;
     if (!parse_listen(opts.listen, host, sizeof(host), &port)) {
-        fprintf(stderr, "txo stub-services: --listen must be HOST:PORT, got \"%s\"\n", opts.listen);
+        fprintf(stderr, PROGRAM ": --listen must be HOST:PORT, got \"%s\"\n", opts.listen);
         return 2;
     }
 
     struct stub *s = txo_malloc(sizeof(*s));
     if (s == NULL || !stub_init(s)) {
         txo_free(s);
-        fprintf(stderr, "txo stub-services: cannot set up the service state\n");
+        fprintf(stderr, PROGRAM ": cannot set up the service state\n");
         return 1;
     }
     s->b = b;
@@ -830,11 +875,7 @@ static int run(int argc, char **argv)
     struct txo_http_server *srv = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (pipe(stop_pipe) != 0) {
-        fprintf(stderr, "txo stub-services: pipe: %s\n", strerror(errno));
-        goto out;
-    }
-    cmd_on_stop_signal(on_stop, NULL);
+    signals_block(); /* before the server's threads */
 
     struct txo_http_server_opts so;
     txo_http_server_opts_init(&so);
@@ -842,7 +883,8 @@ static int run(int argc, char **argv)
     so.port = port;
     so.max_connections = opts.max_connections;
     if (txo_http_server_start(&so, handle, s, &srv, &err) < 0) {
-        cmd_report("stub-services", "starting the HTTP server", &err);
+        fprintf(stderr, PROGRAM ": starting the HTTP server: %s (%s)\n",
+                err.msg[0] ? err.msg : "failed", txo_err_name(err.code));
         status = err.code == TXO_EINVAL ? 2 : 1;
         goto out;
     }
@@ -855,12 +897,7 @@ static int run(int argc, char **argv)
     printf("http://%s:%u\n", host, bound);
     fflush(stdout);
 
-    for (;;) {
-        char byte;
-        ssize_t n = read(stop_pipe[0], &byte, 1);
-        if (n > 0 || (n < 0 && errno != EINTR))
-            break;
-    }
+    (void)signals_wait();
     TXO_LOG(TXO_LOG_INFO, "stub", "stopping: releasing waiting requests");
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
@@ -878,14 +915,7 @@ static int run(int argc, char **argv)
     pthread_mutex_unlock(&s->mu);
     status = 0;
 out:
-    /* Signals may still arrive; they must not write to a closed pipe. */
-    cmd_on_stop_signal(NULL, NULL);
     txo_http_server_stop(srv);
-    for (int i = 0; i < 2; i++) {
-        if (stop_pipe[i] >= 0)
-            close(stop_pipe[i]);
-        stop_pipe[i] = -1;
-    }
     stub_release(s);
     txo_free(s);
     return status;

@@ -1,0 +1,132 @@
+#include "core/common.h"
+
+/*
+ * Text helpers shared by every module that stores or prints text it did not write itself
+ * (include/txo/text.h), and the one conversion of a DATETIME column value into RFC 3339
+ * (src/core/text.h).
+ *
+ * Why one place: a cut in the middle of a UTF-8 character makes MariaDB reject the whole
+ * statement when the column is utf8mb4 (last_error), and a JSON encoder reject the whole
+ * document, so every module that cuts text must cut it the same, correct way.
+ *
+ * Thread-safety: pure functions.
+ */
+
+#include "core/text.h"
+#include "txo/text.h"
+
+static bool is_cont(unsigned char c)
+{
+    return (c & 0xC0) == 0x80;
+}
+
+size_t txo_utf8_char_len(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    if (len == 0)
+        return 0;
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        return len >= 2 && is_cont(s[1]) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        /* No overlong forms (E0 80..9F) and no surrogates (ED A0..BF). */
+        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80;
+        unsigned char hi = c == 0xED ? 0x9F : 0xBF;
+        return len >= 3 && s[1] >= lo && s[1] <= hi && is_cont(s[2]) ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        /* No overlong forms (F0 80..8F) and nothing above U+10FFFF (F4 90..). */
+        unsigned char lo = c == 0xF0 ? 0x90 : 0x80;
+        unsigned char hi = c == 0xF4 ? 0x8F : 0xBF;
+        return len >= 4 && s[1] >= lo && s[1] <= hi && is_cont(s[2]) && is_cont(s[3]) ? 4 : 0;
+    }
+    return 0;
+}
+
+bool txo_utf8_valid(const char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        size_t n = txo_utf8_char_len(s + i, len - i);
+        if (n == 0)
+            return false;
+        i += n;
+    }
+    return true;
+}
+
+/* The length of the sequence a lead byte announces (2..4), or 0 for anything else. */
+static size_t lead_len(unsigned char c)
+{
+    if ((c & 0xE0) == 0xC0)
+        return 2;
+    if ((c & 0xF0) == 0xE0)
+        return 3;
+    if ((c & 0xF8) == 0xF0)
+        return 4;
+    return 0;
+}
+
+size_t txo_utf8_cut(const char *str, size_t len, size_t max)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    if (len <= max)
+        return len;
+    /* Step back over the continuation bytes at the end (at most 3) to the last lead byte. */
+    size_t start = max;
+    while (start > 0 && max - start < 3 && is_cont(s[start - 1]))
+        start--;
+    if (start == 0)
+        return max; /* only continuation bytes: invalid text, kept as it is */
+    size_t need = lead_len(s[start - 1]);
+    if (need > 0 && max - (start - 1) < need)
+        return start - 1; /* the last character is incomplete: drop it */
+    return max;
+}
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* True for "YYYY-MM-DD HH:MM:SS" followed by nothing or by "." and 1 to 6 digits. */
+static bool is_datetime(const char *dt, size_t len)
+{
+    static const char shape[] = "dddd-dd-dd dd:dd:dd";
+    if (len < 19 || len == 20 || len > 26)
+        return false;
+    for (size_t i = 0; i < 19; i++) {
+        if (shape[i] == 'd' ? !is_digit(dt[i]) : dt[i] != shape[i])
+            return false;
+    }
+    if (len == 19)
+        return true;
+    if (dt[19] != '.')
+        return false;
+    for (size_t i = 20; i < len; i++) {
+        if (!is_digit(dt[i]))
+            return false;
+    }
+    return true;
+}
+
+const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN])
+{
+    size_t len = datetime != NULL ? strlen(datetime) : 0;
+    if (!is_datetime(datetime, len)) {
+        snprintf(out, TXO_RFC3339_LEN, "%s", datetime != NULL ? datetime : "");
+        return out;
+    }
+    /* "YYYY-MM-DDTHH:MM:SS." + 6 digits + "Z": 27 bytes and the NUL, within TXO_RFC3339_LEN. */
+    memcpy(out, datetime, 19);
+    out[10] = 'T';
+    out[19] = '.';
+    size_t digits = len > 19 ? len - 20 : 0;
+    memcpy(out + 20, datetime + 20, digits);
+    memset(out + 20 + digits, '0', 6 - digits);
+    out[26] = 'Z';
+    out[27] = '\0';
+    return out;
+}

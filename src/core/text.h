@@ -1,0 +1,19 @@
+/*
+ * Private text helpers of the library (src/core/text.c); the public ones are in
+ * include/txo/text.h.
+ */
+#ifndef TXO_CORE_TEXT_H
+#define TXO_CORE_TEXT_H
+
+#include "txo/clock.h" /* TXO_RFC3339_LEN */
+
+/*
+ * A DATETIME or DATETIME(n) value as the client library prints it, "YYYY-MM-DD HH:MM:SS" with
+ * an optional ".f" to ".ffffff", read as UTC (the library sets the session time zone to UTC),
+ * written to out as RFC 3339 with microseconds: "YYYY-MM-DDTHH:MM:SS.ffffffZ" (fewer digits
+ * are padded with zeros). Anything else (NULL, another shape) cannot come from a DATETIME
+ * column: it is copied to out as it is, cut to fit (NULL as ""). Returns out.
+ */
+const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN]);
+
+#endif

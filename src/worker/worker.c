@@ -1,0 +1,843 @@
+/*
+ * The worker runtime (include/txo/worker.h). Layout of this file:
+ *   - a small job queue (saga refs to run or retry) shared by the scheduler, the consumer and
+ *     the runners, with an in-flight list so one process never runs a saga twice at once
+ *     (between processes the saga's owner lease does that);
+ *   - the event consumer (txo_worker_handle_message) and the handler context;
+ *   - the runner, scheduler, cleaner and consumer threads;
+ *   - metrics.
+ *
+ * Every thread has its own database connection, opened lazily and reopened after a lost
+ * connection; a thread that cannot reach the database logs, waits poll_ms and tries again, so
+ * the worker rides out a database restart.
+ *
+ * The queue only mirrors what the database says (a RUNNING saga nobody owns is found again by
+ * any scheduler), so it is bounded and may drop work when full: nothing is lost.
+ */
+#include "core/common.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "txo/inbox.h"
+#include "txo/metrics.h"
+#include "txo/worker.h"
+
+#define QUEUE_CAP       256
+#define STARTED_MAX     8 /* sagas one handler call may start */
+#define COMMAND_TYPE_SZ (TXO_CMDQ_TYPE_MAX + 1)
+
+enum job_kind { JOB_RUN, JOB_RETRY };
+
+struct job {
+    struct txo_saga_ref ref;
+    enum job_kind kind;
+};
+
+struct txo_handler_ctx {
+    struct txo_worker *w;
+    struct txo_tx *tx;
+    /* Sagas started in this transaction, queued once it commits (reset per attempt). */
+    struct txo_saga_ref started[STARTED_MAX];
+    size_t n_started;
+};
+
+struct runner {
+    struct txo_worker *w;
+    size_t index;
+};
+
+struct txo_worker {
+    struct txo_db_opts db_opts;
+    struct txo_worker_opts opts;
+
+    pthread_mutex_t mu;
+    pthread_cond_t work_ready; /* runners wait here */
+    pthread_cond_t wake;       /* scheduler, cleaner, consumer wait here (stop, new space) */
+    struct job queue[QUEUE_CAP];
+    size_t head, len, limit;
+    char (*inflight)[TXO_SAGA_ID_LEN];
+    bool stopping;
+    bool running;
+    uint64_t kicks; /* bumped when a runner makes room in a full queue (wakes the scheduler) */
+
+    pthread_t *runners;
+    size_t n_runners;
+    size_t n_runners_started;
+    struct runner *runner_args;
+    pthread_t scheduler, cleaner, consumer_thread;
+    bool has_cleaner, has_consumer, has_scheduler;
+
+    pthread_mutex_t consume_mu; /* txo_worker_handle_message's connection */
+    struct txo_db *consume_db;
+    struct txo_consumer *consumer;
+
+    _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, picked_up, retries,
+        commands_done, commands_failed, cleaned;
+
+    struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries,
+        *m_commands_done, *m_commands_failed, *m_cleaned;
+};
+
+void txo_worker_opts_init(struct txo_worker_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->saga_threads = 4;
+    opts->poll_ms = 200;
+    txo_saga_opts_init(&opts->saga);
+    opts->command_lease_s = 30;
+    opts->command_max_attempts = 10;
+    opts->command_backoff.base_ms = 1000;
+    opts->command_backoff.max_ms = 60000;
+    opts->command_backoff.jitter = 0.5;
+    txo_retention_opts_init(&opts->retention);
+}
+
+/* ---- metrics ---- */
+
+static void count(_Atomic uint64_t *counter, struct txo_metric *m, const char *const *labels,
+                  uint64_t n)
+{
+    atomic_fetch_add(counter, n);
+    if (m != NULL && n > 0)
+        txo_metric_add(m, labels, (double)n);
+}
+
+static int register_metrics(struct txo_worker *w, struct txo_error *err)
+{
+    struct txo_metrics *reg = w->opts.metrics;
+    if (reg == NULL)
+        return 0;
+    static const char *const outcome[] = {"outcome"};
+    static const char *const table[] = {"table"};
+    struct {
+        struct txo_metric **slot;
+        enum txo_metric_type type;
+        const char *name, *help;
+        size_t n_labels;
+        const char *const *labels;
+    } fams[] = {
+        {&w->m_consumed, TXO_METRIC_COUNTER, "txo_inbox_consumed_total",
+         "Events whose handler's effect committed with their inbox row.", 0, NULL},
+        {&w->m_duplicates, TXO_METRIC_COUNTER, "txo_inbox_duplicates_total",
+         "Deliveries the inbox dropped as duplicates.", 0, NULL},
+        {&w->m_runs, TXO_METRIC_COUNTER, "txo_saga_runs_total",
+         "Saga runs by how they ended (COMPLETED, ABORTED, COMPENSATION_FAILED).", 1, outcome},
+        {&w->m_picked_up, TXO_METRIC_COUNTER, "txo_saga_picked_up_total",
+         "Sagas taken up by the scheduler without a live owner (new or resumed).", 0, NULL},
+        {&w->m_retries, TXO_METRIC_COUNTER, "txo_saga_retries_total",
+         "Automatic retries of COMPENSATION_FAILED sagas.", 0, NULL},
+        {&w->m_commands_done, TXO_METRIC_COUNTER, "txo_commands_done_total",
+         "command_queue commands completed.", 0, NULL},
+        {&w->m_commands_failed, TXO_METRIC_COUNTER, "txo_commands_failed_total",
+         "command_queue command attempts that failed.", 0, NULL},
+        {&w->m_cleaned, TXO_METRIC_COUNTER, "txo_retention_deleted_total",
+         "Rows the retention cleaner deleted, by table.", 1, table},
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(fams); i++) {
+        *fams[i].slot = txo_metrics_register(reg, fams[i].type, fams[i].name, fams[i].help,
+                                             fams[i].n_labels, fams[i].labels, NULL, 0, err);
+        if (*fams[i].slot == NULL)
+            return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
+    }
+    return 0;
+}
+
+/* ---- time and waiting ---- */
+
+static struct timespec deadline_in(int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/*
+ * Waits up to ms, or until stop; with `wakeable` also until a runner made room in a full
+ * queue. Spurious wake-ups do not end the wait early. Returns false when stopping.
+ */
+static bool wait_for(struct txo_worker *w, int64_t ms, bool wakeable)
+{
+    struct timespec until = deadline_in(ms);
+    pthread_mutex_lock(&w->mu);
+    uint64_t gen = w->kicks;
+    while (!w->stopping && !(wakeable && w->kicks != gen) &&
+           pthread_cond_timedwait(&w->wake, &w->mu, &until) != ETIMEDOUT)
+        ;
+    bool go_on = !w->stopping;
+    pthread_mutex_unlock(&w->mu);
+    return go_on;
+}
+
+static bool nap(struct txo_worker *w, int64_t ms)
+{
+    return wait_for(w, ms, false);
+}
+
+static bool stopping(struct txo_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    bool s = w->stopping;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+/* Opens *db when it is not open. Logs and returns false on failure. */
+static bool ensure_db(struct txo_worker *w, struct txo_db **db, const char *who)
+{
+    if (*db != NULL)
+        return true;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_open(&w->db_opts, db, &err) != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "cannot connect thread=%s err=\"%s\"", who, err.msg);
+        *db = NULL;
+        return false;
+    }
+    return true;
+}
+
+/* After a failed call on db: a lost or unusable connection is closed, to be reopened. */
+static void drop_db_if_broken(struct txo_db **db, int rc)
+{
+    if (rc == TXO_ECONNLOST || rc == TXO_ECONNECT) {
+        txo_db_close(*db);
+        *db = NULL;
+    }
+}
+
+/* ---- the job queue ---- */
+
+static bool known_locked(struct txo_worker *w, const char *id)
+{
+    for (size_t i = 0; i < w->len; i++)
+        if (strcmp(w->queue[(w->head + i) % QUEUE_CAP].ref.id, id) == 0)
+            return true;
+    for (size_t i = 0; i < w->n_runners; i++)
+        if (strcmp(w->inflight[i], id) == 0)
+            return true;
+    return false;
+}
+
+/* Queues a saga unless it is queued or running here already, or the queue is full (the
+ * scheduler finds it again later). Returns true when queued. */
+static bool enqueue(struct txo_worker *w, const struct txo_saga_ref *ref, enum job_kind kind)
+{
+    bool queued = false;
+    pthread_mutex_lock(&w->mu);
+    if (!w->stopping && w->len < w->limit && !known_locked(w, ref->id)) {
+        struct job *j = &w->queue[(w->head + w->len) % QUEUE_CAP];
+        j->ref = *ref;
+        j->kind = kind;
+        w->len++;
+        queued = true;
+        pthread_cond_signal(&w->work_ready);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return queued;
+}
+
+static size_t queue_space(struct txo_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t space = w->limit - w->len;
+    pthread_mutex_unlock(&w->mu);
+    return space;
+}
+
+static const struct txo_saga_def *find_saga(const struct txo_worker *w, const char *type)
+{
+    for (size_t i = 0; i < w->opts.n_sagas; i++)
+        if (strcmp(w->opts.sagas[i]->type, type) == 0)
+            return w->opts.sagas[i];
+    return NULL;
+}
+
+/* ---- handlers ---- */
+
+void *txo_handler_arg(const struct txo_handler_ctx *hc)
+{
+    return hc->w->opts.handler_arg;
+}
+
+int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def *def,
+                           const char *correlation_id, const char *payload_json, bool *created,
+                           struct txo_error *err)
+{
+    if (def == NULL || find_saga(hc->w, def->type) != def)
+        return txo_error_set(err, TXO_EINVAL, "saga type %s is not registered with the worker",
+                             def != NULL && def->type != NULL ? def->type : "NULL");
+    if (hc->n_started == STARTED_MAX)
+        return txo_error_set(err, TXO_EINVAL, "a handler may start at most %d sagas",
+                             STARTED_MAX);
+    struct txo_saga_ref *ref = &hc->started[hc->n_started];
+    bool made = false;
+    int rc = txo_saga_create(hc->tx, def, correlation_id, payload_json, ref->id, &made, err);
+    if (rc != 0)
+        return rc;
+    snprintf(ref->type, sizeof(ref->type), "%s", def->type);
+    if (made)
+        hc->n_started++;
+    if (created != NULL)
+        *created = made;
+    return 0;
+}
+
+/* Hands the sagas a committed handler started to the runners. */
+static void queue_started(struct txo_worker *w, const struct txo_handler_ctx *hc)
+{
+    for (size_t i = 0; i < hc->n_started; i++)
+        enqueue(w, &hc->started[i], JOB_RUN);
+}
+
+struct consume_args {
+    struct txo_worker *w;
+    const struct txo_event *ev;
+    const struct txo_event_handler *handler;
+    bool duplicate;
+    struct txo_handler_ctx hc;
+};
+
+static int consume_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct consume_args *a = arg;
+    a->hc.tx = tx;
+    a->hc.n_started = 0;
+    int rc = txo_inbox_record(tx, a->ev->idempotency_key, a->ev->type, a->ev->payload,
+                              &a->duplicate, err);
+    if (rc != 0 || a->duplicate)
+        return rc;
+    return a->handler->fn(tx, a->ev, &a->hc, err);
+}
+
+static const struct txo_event_handler *find_event_handler(const struct txo_worker *w,
+                                                          const char *type)
+{
+    for (size_t i = 0; i < w->opts.n_events; i++)
+        if (strcmp(w->opts.events[i].event_type, type) == 0)
+            return &w->opts.events[i];
+    return NULL;
+}
+
+int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
+                              struct txo_error *err)
+{
+    struct txo_worker *w = arg;
+    struct txo_event ev;
+    int rc = txo_envelope_decode(msg->data, msg->len, &ev, err);
+    if (rc != 0) {
+        txo_error_wrap(err, "message %s", msg->msg_id != NULL ? msg->msg_id : "?");
+        return rc;
+    }
+    const struct txo_event_handler *h = find_event_handler(w, ev.type);
+    if (h == NULL)
+        goto out; /* nobody here handles it: acknowledged */
+    if (msg->msg_id != NULL && strcmp(msg->msg_id, ev.idempotency_key) != 0) {
+        /* The transport's dedupe id is the key; a mismatch means someone else published. */
+        rc = txo_error_set(err, TXO_EINVAL, "message id %s differs from the envelope's key %s",
+                           msg->msg_id, ev.idempotency_key);
+        goto out;
+    }
+    struct consume_args a = {.w = w, .ev = &ev, .handler = h, .hc = {.w = w}};
+    pthread_mutex_lock(&w->consume_mu);
+    if (!ensure_db(w, &w->consume_db, "consumer")) {
+        pthread_mutex_unlock(&w->consume_mu);
+        rc = txo_error_set(err, TXO_ECONNECT, "worker database unreachable");
+        goto out;
+    }
+    rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, consume_tx, &a, err);
+    drop_db_if_broken(&w->consume_db, rc);
+    pthread_mutex_unlock(&w->consume_mu);
+    if (rc != 0)
+        goto out;
+    /* Committed but not acknowledged yet: a crash here makes the transport deliver the event
+     * again, and the inbox must drop it. */
+    txo_crash_point("worker.after_consume");
+    if (a.duplicate) {
+        count(&w->duplicates, w->m_duplicates, NULL, 1);
+        TXO_LOG(TXO_LOG_DEBUG, "worker", "duplicate delivery dropped message_id=%s",
+                ev.idempotency_key);
+    } else {
+        count(&w->consumed, w->m_consumed, NULL, 1);
+        queue_started(w, &a.hc);
+    }
+out:
+    txo_event_release(&ev);
+    return rc;
+}
+
+/* ---- runners ---- */
+
+static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const struct job *job)
+{
+    const struct txo_saga_def *def = find_saga(w, job->ref.type);
+    if (def == NULL) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga of an unknown type skipped saga_id=%s type=%s",
+                job->ref.id, job->ref.type);
+        return;
+    }
+    struct txo_error err;
+    txo_error_init(&err);
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    int rc = job->kind == JOB_RUN
+                 ? txo_saga_run(*db, def, job->ref.id, &w->opts.saga, user, &final, &err)
+                 : txo_saga_retry(*db, def, job->ref.id, &w->opts.saga, user, &final, &err);
+    if (rc == TXO_ELEASELOST || rc == TXO_ESTATE) {
+        /* Another worker has it, or it moved on meanwhile: nothing to do here. */
+        TXO_LOG(TXO_LOG_DEBUG, "worker", "saga skipped saga_id=%s err=\"%s\"", job->ref.id,
+                err.msg);
+        return;
+    }
+    if (rc != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga run interrupted saga_id=%s code=%s err=\"%s\"",
+                job->ref.id, txo_err_name(rc), err.msg);
+        drop_db_if_broken(db, rc);
+        return;
+    }
+    static const char *const completed[] = {"COMPLETED"};
+    static const char *const aborted[] = {"ABORTED"};
+    static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
+    switch (final) {
+    case TXO_SAGA_COMPLETED:
+        count(&w->completed, w->m_runs, completed, 1);
+        break;
+    case TXO_SAGA_COMPENSATION_FAILED:
+        count(&w->comp_failed, w->m_runs, comp_failed, 1);
+        break;
+    default:
+        count(&w->aborted, w->m_runs, aborted, 1);
+        break;
+    }
+}
+
+static void *runner_main(void *arg)
+{
+    struct runner *r = arg;
+    struct txo_worker *w = r->w;
+    struct txo_db *db = NULL;
+    void *user = w->opts.runner_user_new != NULL ? w->opts.runner_user_new(w->opts.runner_user_arg)
+                                                 : w->opts.runner_user_arg;
+    for (;;) {
+        struct job job;
+        pthread_mutex_lock(&w->mu);
+        while (!w->stopping && w->len == 0)
+            pthread_cond_wait(&w->work_ready, &w->mu);
+        if (w->stopping) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        job = w->queue[w->head];
+        w->head = (w->head + 1) % QUEUE_CAP;
+        w->len--;
+        snprintf(w->inflight[r->index], TXO_SAGA_ID_LEN, "%s", job.ref.id);
+        if (w->len + 1 == w->limit) { /* it was full: the scheduler may have more for us */
+            w->kicks++;
+            pthread_cond_broadcast(&w->wake);
+        }
+        pthread_mutex_unlock(&w->mu);
+
+        if (ensure_db(w, &db, "runner"))
+            run_job(w, &db, user, &job);
+        else
+            nap(w, w->opts.poll_ms);
+
+        pthread_mutex_lock(&w->mu);
+        w->inflight[r->index][0] = '\0';
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (w->opts.runner_user_new != NULL && w->opts.runner_user_free != NULL)
+        w->opts.runner_user_free(user);
+    txo_db_close(db);
+    return NULL;
+}
+
+/* ---- scheduler ---- */
+
+/* Queues the due sagas in status (see txo_saga_list_due). Returns how many were queued. */
+static size_t schedule_sagas(struct txo_worker *w, struct txo_db **db, enum txo_saga_status status)
+{
+    size_t space = queue_space(w);
+    if (space == 0)
+        return 0;
+    struct txo_saga_ref *refs = txo_calloc(space, sizeof(*refs));
+    if (refs == NULL)
+        return 0;
+    size_t n = 0, queued = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_saga_list_due(*db, status, space, refs, &n, &err);
+    if (rc != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "listing due sagas failed status=%s err=\"%s\"",
+                txo_saga_status_name(status), err.msg);
+        drop_db_if_broken(db, rc);
+    }
+    bool retry = status == TXO_SAGA_COMPENSATION_FAILED;
+    for (size_t i = 0; i < n; i++) {
+        if (!enqueue(w, &refs[i], retry ? JOB_RETRY : JOB_RUN))
+            continue;
+        queued++;
+        if (retry)
+            count(&w->retries, w->m_retries, NULL, 1);
+        else
+            count(&w->picked_up, w->m_picked_up, NULL, 1);
+    }
+    txo_free(refs);
+    return queued;
+}
+
+static const struct txo_command_handler *find_command_handler(const struct txo_worker *w,
+                                                              const char *type)
+{
+    for (size_t i = 0; i < w->opts.n_commands; i++)
+        if (strcmp(w->opts.commands[i].command_type, type) == 0)
+            return &w->opts.commands[i];
+    return NULL;
+}
+
+struct command_args {
+    const struct txo_command *cmd;
+    const struct txo_command_handler *handler;
+    struct txo_handler_ctx hc;
+};
+
+static int command_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct command_args *a = arg;
+    a->hc.tx = tx;
+    a->hc.n_started = 0;
+    int rc = a->handler->fn(tx, a->cmd, &a->hc, err);
+    if (rc != 0)
+        return rc;
+    return txo_cmdq_complete_tx(tx, a->cmd, err);
+}
+
+static int run_command(struct txo_worker *w, struct txo_db *db, const struct txo_command *cmd,
+                       struct txo_error *err)
+{
+    const struct txo_command_handler *h = find_command_handler(w, cmd->type);
+    if (h == NULL)
+        return txo_error_set(err, TXO_EINVAL, "no handler for command type %s", cmd->type);
+    struct command_args a = {.cmd = cmd, .handler = h, .hc = {.w = w}};
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, command_tx, &a, err);
+    if (rc == 0)
+        queue_started(w, &a.hc);
+    return rc;
+}
+
+static size_t schedule_commands(struct txo_worker *w, struct txo_db **db, const char *owner)
+{
+    size_t space = queue_space(w);
+    if (space == 0 || w->opts.n_commands == 0)
+        return 0;
+    struct txo_command *cmds = NULL;
+    size_t n = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_cmdq_claim_opts co;
+    txo_cmdq_claim_opts_init(&co);
+    co.owner = owner;
+    co.lease_s = w->opts.command_lease_s;
+    co.max = space < TXO_CMDQ_CLAIM_MAX ? space : TXO_CMDQ_CLAIM_MAX;
+    co.max_attempts = w->opts.command_max_attempts; /* a command that kills its worker */
+    int rc = txo_cmdq_claim_ex(*db, &co, &cmds, &n, &err);
+    if (rc != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "claiming commands failed err=\"%s\"", err.msg);
+        drop_db_if_broken(db, rc);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        txo_error_init(&err);
+        rc = run_command(w, *db, &cmds[i], &err);
+        if (rc == 0) {
+            count(&w->commands_done, w->m_commands_done, NULL, 1);
+            continue;
+        }
+        count(&w->commands_failed, w->m_commands_failed, NULL, 1);
+        TXO_LOG(TXO_LOG_WARN, "worker", "command failed command_id=%" PRId64 " type=%s err=\"%s\"",
+                cmds[i].id, cmds[i].type, err.msg);
+        struct txo_error ferr;
+        txo_error_init(&ferr);
+        bool failed = false;
+        if (txo_cmdq_fail(*db, &cmds[i], err.msg, !txo_err_is_transient(rc),
+                          w->opts.command_max_attempts, &w->opts.command_backoff, &failed,
+                          &ferr) != 0)
+            TXO_LOG(TXO_LOG_WARN, "worker", "recording command failure failed err=\"%s\"",
+                    ferr.msg);
+        else if (failed)
+            TXO_LOG(TXO_LOG_ERROR, "worker",
+                    "command FAILED for good command_id=%" PRId64 " type=%s err=\"%s\"", cmds[i].id,
+                    cmds[i].type, err.msg);
+    }
+    txo_commands_free(cmds, n);
+    return n;
+}
+
+static void *scheduler_main(void *arg)
+{
+    struct txo_worker *w = arg;
+    struct txo_db *db = NULL;
+    char owner[TXO_CMDQ_OWNER_MAX + 1];
+    char host[64] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(owner, sizeof(owner), "%s:%ld:commands", host, (long)getpid());
+    int64_t next_retry_check = 0;
+    while (!stopping(w)) {
+        if (!ensure_db(w, &db, "scheduler")) {
+            nap(w, 1000);
+            continue;
+        }
+        size_t found = schedule_sagas(w, &db, TXO_SAGA_RUNNING);
+        if (db != NULL)
+            found += schedule_sagas(w, &db, TXO_SAGA_COMPENSATING);
+        if (db != NULL)
+            found += schedule_commands(w, &db, owner);
+        int64_t now = txo_monotonic_ms();
+        if (db != NULL && now >= next_retry_check) {
+            found += schedule_sagas(w, &db, TXO_SAGA_COMPENSATION_FAILED);
+            next_retry_check = now + 1000;
+        }
+        if (found == 0 || queue_space(w) == 0)
+            wait_for(w, w->opts.poll_ms, true);
+    }
+    txo_db_close(db);
+    return NULL;
+}
+
+/* ---- cleaner ---- */
+
+static void clean_once(struct txo_worker *w, struct txo_db **db)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_retention_counts c;
+    int rc = txo_retention_run(*db, &w->opts.retention, &c, &err);
+    if (rc != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "retention cleaner failed err=\"%s\"", err.msg);
+        drop_db_if_broken(db, rc);
+    }
+    static const char *const outbox[] = {"outbox_events"};
+    static const char *const idem[] = {"idempotency_keys"};
+    static const char *const inbox[] = {"inbox_events"};
+    static const char *const commands[] = {"command_queue"};
+    count(&w->cleaned, w->m_cleaned, outbox, c.outbox);
+    count(&w->cleaned, w->m_cleaned, idem, c.idempotency);
+    count(&w->cleaned, w->m_cleaned, inbox, c.inbox);
+    count(&w->cleaned, w->m_cleaned, commands, c.commands);
+    uint64_t total = c.outbox + c.idempotency + c.inbox + c.commands;
+    if (total > 0)
+        TXO_LOG(TXO_LOG_INFO, "worker",
+                "retention cleaner deleted rows=%" PRIu64 " outbox=%" PRIu64
+                " idempotency=%" PRIu64 " inbox=%" PRIu64 " commands=%" PRIu64,
+                total, c.outbox, c.idempotency, c.inbox, c.commands);
+}
+
+static void *cleaner_main(void *arg)
+{
+    struct txo_worker *w = arg;
+    struct txo_db *db = NULL;
+    while (nap(w, (int64_t)w->opts.retention.interval_s * 1000)) {
+        if (ensure_db(w, &db, "cleaner"))
+            clean_once(w, &db);
+    }
+    txo_db_close(db);
+    return NULL;
+}
+
+/* ---- consumer ---- */
+
+static void *consumer_main(void *arg)
+{
+    struct txo_worker *w = arg;
+    while (!stopping(w)) {
+        struct txo_error err;
+        txo_error_init(&err);
+        size_t handled = 0;
+        int rc = txo_consumer_poll(w->consumer, 64, 500, &handled, &err);
+        if (rc != 0) {
+            TXO_LOG(TXO_LOG_WARN, "worker", "consumer poll failed code=%s err=\"%s\"",
+                    txo_err_name(rc), err.msg);
+            nap(w, 1000);
+        }
+    }
+    return NULL;
+}
+
+/* ---- lifecycle ---- */
+
+static int check_opts(const struct txo_worker_opts *o, struct txo_error *err)
+{
+    if (o->saga_threads == 0 || o->saga_threads > 256)
+        return txo_error_set(err, TXO_EINVAL, "saga threads must be 1..256, got %u",
+                             o->saga_threads);
+    if (o->poll_ms <= 0 || o->retention.batch == 0 || o->retention.batch > TXO_PURGE_BATCH_MAX)
+        return txo_error_set(err, TXO_EINVAL, "poll interval and retention batch out of range");
+    if ((o->n_events > 0 && o->events == NULL) || (o->n_commands > 0 && o->commands == NULL) ||
+        (o->n_sagas > 0 && o->sagas == NULL))
+        return txo_error_set(err, TXO_EINVAL, "worker table given without its entries");
+    for (size_t i = 0; i < o->n_events; i++)
+        if (o->events[i].event_type == NULL || o->events[i].fn == NULL)
+            return txo_error_set(err, TXO_EINVAL, "event handler %zu needs a type and a function",
+                                 i);
+    for (size_t i = 0; i < o->n_commands; i++)
+        if (o->commands[i].command_type == NULL || o->commands[i].fn == NULL)
+            return txo_error_set(err, TXO_EINVAL,
+                                 "command handler %zu needs a type and a function", i);
+    for (size_t i = 0; i < o->n_sagas; i++) {
+        if (o->sagas[i] == NULL || o->sagas[i]->type == NULL)
+            return txo_error_set(err, TXO_EINVAL, "saga definition %zu has no type", i);
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(o->sagas[k]->type, o->sagas[i]->type) == 0)
+                return txo_error_set(err, TXO_EINVAL, "saga type %s registered twice",
+                                     o->sagas[i]->type);
+    }
+    return 0;
+}
+
+void txo_worker_attach_consumer(struct txo_worker *w, struct txo_consumer *consumer)
+{
+    if (!w->running) /* attaching to a running worker would race its threads: ignored */
+        w->consumer = consumer;
+}
+
+int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_opts *opts,
+                   struct txo_worker **out, struct txo_error *err)
+{
+    int rc = check_opts(opts, err);
+    if (rc != 0)
+        return rc;
+    struct txo_worker *w = txo_calloc(1, sizeof(*w));
+    if (w == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "worker");
+    w->db_opts = *db_opts;
+    w->opts = *opts;
+    w->n_runners = opts->saga_threads;
+    w->limit = 2 * w->n_runners < QUEUE_CAP ? 2 * w->n_runners : QUEUE_CAP;
+    w->inflight = txo_calloc(w->n_runners, TXO_SAGA_ID_LEN);
+    w->runners = txo_calloc(w->n_runners, sizeof(*w->runners));
+    if (w->inflight == NULL || w->runners == NULL) {
+        txo_free(w->inflight);
+        txo_free(w->runners);
+        txo_free(w);
+        return txo_error_set(err, TXO_ENOMEM, "worker");
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->consume_mu, NULL);
+    pthread_cond_init(&w->work_ready, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    rc = register_metrics(w, err);
+    if (rc != 0) {
+        txo_worker_free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int txo_worker_start(struct txo_worker *w, struct txo_error *err)
+{
+    if (w->running)
+        return txo_error_set(err, TXO_ESTATE, "worker already started");
+    struct runner *args = txo_calloc(w->n_runners, sizeof(*args));
+    if (args == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "worker threads");
+    w->running = true;
+    w->stopping = false;
+    size_t started = 0;
+    for (; started < w->n_runners; started++) {
+        args[started].w = w;
+        args[started].index = started;
+        if (pthread_create(&w->runners[started], NULL, runner_main, &args[started]) != 0)
+            break;
+    }
+    int rc = 0;
+    if (started < w->n_runners) {
+        rc = txo_error_set(err, TXO_EIO, "cannot start saga runner threads");
+    } else if (pthread_create(&w->scheduler, NULL, scheduler_main, w) != 0) {
+        rc = txo_error_set(err, TXO_EIO, "cannot start the scheduler thread");
+    } else {
+        w->has_scheduler = true;
+        if (w->opts.retention.interval_s > 0) {
+            if (pthread_create(&w->cleaner, NULL, cleaner_main, w) != 0)
+                rc = txo_error_set(err, TXO_EIO, "cannot start the cleaner thread");
+            else
+                w->has_cleaner = true;
+        }
+        if (rc == 0 && w->consumer != NULL) {
+            if (pthread_create(&w->consumer_thread, NULL, consumer_main, w) != 0)
+                rc = txo_error_set(err, TXO_EIO, "cannot start the consumer thread");
+            else
+                w->has_consumer = true;
+        }
+    }
+    w->n_runners_started = started;
+    w->runner_args = args;
+    if (rc != 0)
+        txo_worker_stop(w);
+    return rc;
+}
+
+void txo_worker_stop(struct txo_worker *w)
+{
+    if (w == NULL || !w->running)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    pthread_cond_broadcast(&w->work_ready);
+    pthread_cond_broadcast(&w->wake);
+    pthread_mutex_unlock(&w->mu);
+    for (size_t i = 0; i < w->n_runners_started; i++)
+        pthread_join(w->runners[i], NULL);
+    if (w->has_scheduler)
+        pthread_join(w->scheduler, NULL);
+    if (w->has_cleaner)
+        pthread_join(w->cleaner, NULL);
+    if (w->has_consumer)
+        pthread_join(w->consumer_thread, NULL);
+    w->has_scheduler = w->has_cleaner = w->has_consumer = false;
+    w->n_runners_started = 0;
+    txo_free(w->runner_args);
+    w->runner_args = NULL;
+    w->len = 0;
+    w->running = false;
+}
+
+void txo_worker_free(struct txo_worker *w)
+{
+    if (w == NULL)
+        return;
+    txo_worker_stop(w);
+    txo_db_close(w->consume_db);
+    pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->consume_mu);
+    pthread_cond_destroy(&w->work_ready);
+    pthread_cond_destroy(&w->wake);
+    txo_free(w->inflight);
+    txo_free(w->runners);
+    txo_free(w);
+}
+
+void txo_worker_get_stats(struct txo_worker *w, struct txo_worker_stats *out)
+{
+    out->consumed = atomic_load(&w->consumed);
+    out->duplicates = atomic_load(&w->duplicates);
+    out->sagas_completed = atomic_load(&w->completed);
+    out->sagas_aborted = atomic_load(&w->aborted);
+    out->sagas_comp_failed = atomic_load(&w->comp_failed);
+    out->picked_up = atomic_load(&w->picked_up);
+    out->retries = atomic_load(&w->retries);
+    out->commands_done = atomic_load(&w->commands_done);
+    out->commands_failed = atomic_load(&w->commands_failed);
+    out->cleaned = atomic_load(&w->cleaned);
+}
