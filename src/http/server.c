@@ -443,6 +443,8 @@ static bool update_interest(struct conn *c)
 {
     struct txo_http_server *srv = c->srv;
     if (c->state == CONN_HANDLING) {
+        /* Out of the set while a handler owns it: even with no events asked for, a hang-up
+         * would be reported in a loop until the handler ends. */
         if (c->registered)
             epoll_ctl(srv->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
         c->registered = false;
@@ -799,9 +801,9 @@ static bool after_response(struct conn *c)
     }
     if (!process_input(c))
         return false;
-    /* More input may be buffered (in the kernel or in OpenSSL): read without waiting. */
+    /* OpenSSL may hold decrypted input that epoll cannot see: read it without waiting. */
     if (reading(c))
-        return read_input(c);
+        return c->ssl != NULL ? read_input(c) : keep_interest(c);
     return true;
 }
 
@@ -1198,12 +1200,15 @@ static void *worker_main(void *arg)
         handle(srv, c);
 
         pthread_mutex_lock(&srv->mu);
+        bool wake = srv->done_head == NULL; /* else the I/O thread is woken already */
         c->queue_next = srv->done_head;
         srv->done_head = c;
         pthread_mutex_unlock(&srv->mu);
-        uint64_t one = 1;
-        ssize_t rc = write(srv->wake_fd, &one, sizeof(one));
-        (void)rc;
+        if (wake) {
+            uint64_t one = 1;
+            ssize_t rc = write(srv->wake_fd, &one, sizeof(one));
+            (void)rc;
+        }
     }
 }
 
