@@ -815,9 +815,8 @@ static void handled(struct conn *c)
     c->state = CONN_WRITING;
     c->deadline_ms = txo_monotonic_ms() + (int64_t)srv->opts.timeout_s * 1000;
     c->close_after = c->close_after || c->resp_close;
-    bool ok = c->resp != NULL &&
-              (c->resp_off == c->resp_len || out_append(c, c->resp + c->resp_off,
-                                                        c->resp_len - c->resp_off));
+    bool ok = c->resp != NULL && (c->resp_off == c->resp_len ||
+                                  out_append(c, c->resp + c->resp_off, c->resp_len - c->resp_off));
     txo_free(c->resp);
     c->resp = NULL;
     if (!ok) {
