@@ -986,8 +986,9 @@ static void begin_stop(struct txo_http_server *srv)
         if (c->state == CONN_IDLE || c->state == CONN_HEAD || c->state == CONN_BODY ||
             c->state == CONN_LINGER)
             conn_close(c);
-        else
+        else if (c->state == CONN_WRITING)
             c->close_after = true;
+        /* HANDLING: the handler thread owns it and sees stopping itself. */
     }
 }
 
