@@ -1,8 +1,11 @@
 /*
- * libFuzzer harness of the published envelope (txo_envelope_encode), decoded again the way a
- * consumer does: the input is an event payload. Whenever the payload is accepted, the
- * envelope must be one line of JSON whose "payload" equals the payload (same values; the
- * encoder copies the text without its whitespace, and that must never change the meaning).
+ * libFuzzer harness of the published envelope. The input is used twice:
+ *   - as an envelope a consumer received: txo_envelope_decode() either refuses it or returns
+ *     NUL-terminated strings whose lengths are right;
+ *   - as an event payload: whenever txo_envelope_encode() accepts it, the envelope is one
+ *     line of JSON whose "payload" equals the payload (the encoder copies the text without its
+ *     whitespace, which must never change the meaning), and txo_envelope_decode() gives the
+ *     event back.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -20,6 +23,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    struct txo_error derr;
+    txo_error_init(&derr);
+    struct txo_event ev;
+    if (txo_envelope_decode((const char *)data, size, &ev, &derr) == 0) {
+        check(ev.type != NULL && ev.idempotency_key != NULL && ev.payload != NULL);
+        check(strlen(ev.payload) == ev.payload_len);
+        txo_event_release(&ev);
+    } else {
+        check(derr.code == TXO_EINVAL);
+    }
+
     /* payload_len 0 means NUL-terminated text (publisher.h): give it a terminated copy. */
     char *text = malloc(size + 1);
     check(text != NULL);
@@ -56,6 +70,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *payload = json_loadb(text, plen, flags, &jerr);
     if (payload != NULL)
         check(json_equal(payload, json_object_get(doc, "payload")));
+    /*
+     * Known gap, left to the decoder's owners: txo_envelope_decode() reads integers as
+     * json_int_t, so a payload with an integer beyond int64 (which the encoder passes on with
+     * its exact digits) is refused. The round trip is checked for the other payloads.
+     */
+    json_t *exact = json_loadb(text, plen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (json_is_object(payload) && exact != NULL) {
+        check(txo_envelope_decode(env, len, &ev, &derr) == 0);
+        check(ev.id == 42 && strcmp(ev.type, "OrderCreated") == 0 &&
+              strcmp(ev.idempotency_key, "order:7:created") == 0 && ev.attempt == 1);
+        json_t *back = json_loadb(ev.payload, ev.payload_len, flags, &jerr);
+        check(json_equal(back, payload));
+        json_decref(back);
+        txo_event_release(&ev);
+    }
+    json_decref(exact);
     json_decref(payload);
     json_decref(doc);
     txo_free(env);
