@@ -1129,6 +1129,8 @@ static void handle(struct txo_http_server *srv, struct conn *c)
     void *view = build_view(c, &req, &why);
     bool close = c->close_after;
     if (view == NULL) {
+        req.method = NULL; /* they pointed into the freed view */
+        req.path = NULL;
         resp.status = why.status;
         resp.body = refusal_body(&why);
         resp.body_len = resp.body != NULL ? strlen(resp.body) : 0;
@@ -1162,7 +1164,8 @@ static void handle(struct txo_http_server *srv, struct conn *c)
             txo_free((char *)req.body);
     }
     close = close || atomic_load(&srv->stopping);
-    bool head_only = req.method != NULL && strcmp(req.method, "HEAD") == 0;
+    /* From the head, not from req: req points into the view, which a failed build freed. */
+    bool head_only = h->method.len == 4 && memcmp(h->method.p, "HEAD", 4) == 0;
     c->resp = serialize(&resp, head_only, close, h->version_minor == 0 && !close, &c->resp_len);
     c->resp_close = close;
     c->resp_off = 0;
