@@ -222,6 +222,9 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out,
 {
     struct txo_event ev;
     memset(&ev, 0, sizeof(ev));
+    /* A raw NUL is never JSON; jansson reads past it, and the payload text would carry it. */
+    if (data != NULL && memchr(data, '\0', len) != NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope: NUL byte in the message");
     json_error_t jerr;
     json_t *env = data != NULL ? json_loadb(data, len, 0, &jerr) : NULL;
     int rc = 0;
