@@ -720,6 +720,23 @@ static void healthz(struct order_api *api, struct txo_db *db, const struct route
     (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
 }
 
+extern const char orders__openapi_json[]; /* generated from openapi.json */
+
+const char *order_api_openapi(void)
+{
+    return orders__openapi_json;
+}
+
+static void openapi(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                    const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)db;
+    (void)m;
+    (void)req;
+    (void)txo_http_response_set(resp, 200, orders__openapi_json);
+}
+
 static void readyz(struct order_api *api, struct txo_db *db, const struct route_match *m,
                    const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -753,6 +770,7 @@ struct route {
 
 static const struct route routes[] = {
     {"GET", "/healthz", PARAM_NONE, "", false, false, healthz},
+    {"GET", "/openapi.json", PARAM_NONE, "", false, false, openapi},
     {"GET", "/readyz", PARAM_NONE, "", false, true, readyz},
     {"POST", "/orders", PARAM_NONE, "", false, true, post_order},
     {"GET", "/orders/", PARAM_ID, "", false, true, get_order},
@@ -763,6 +781,17 @@ static const struct route routes[] = {
     {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
     {"GET", "/sagas/", PARAM_SAGA, "", true, true, get_saga},
 };
+
+bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin)
+{
+    if (i >= TXO_ARRAY_LEN(routes))
+        return false;
+    const struct route *r = &routes[i];
+    *method = r->method;
+    *admin = r->admin;
+    snprintf(path, cap, "%s%s%s", r->prefix, r->param != PARAM_NONE ? "{id}" : "", r->suffix);
+    return true;
+}
 
 static bool path_matches(const struct route *r, const char *path, struct route_match *m)
 {

@@ -80,4 +80,14 @@ bool order_api_check_post(const char *key, size_t n_keys, const char *content_ty
 void order_api_handle(void *arg, const struct txo_http_request *req,
                       struct txo_http_response *resp);
 
+/* The OpenAPI 3.1 description the API serves as GET /openapi.json (static, NUL-terminated). */
+const char *order_api_openapi(void);
+
+/*
+ * The routes the API answers, for the test that holds the OpenAPI description to them:
+ * route i's method and its path as an OpenAPI template ("/orders/{id}/cancel"), written into
+ * path (cap bytes), and whether it is an admin endpoint. False past the last route.
+ */
+bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin);
+
 #endif
