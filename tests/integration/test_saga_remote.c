@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "saga/saga_sql.h"
+#include "testclock.h"
 #include "testdb.h"
 #include "txo/txo.h"
 
@@ -59,20 +60,9 @@ struct probe {
 struct fixture {
     struct testdb t;
     struct probe p;
-    int64_t now_ms;
-    struct txo_clock clock;
+    struct testclock clock;
     struct txo_saga_opts opts;
 };
-
-static int64_t fake_now(void *arg)
-{
-    return *(int64_t *)arg;
-}
-
-static void fake_sleep(void *arg, int64_t ms)
-{
-    *(int64_t *)arg += ms;
-}
 
 static int effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
                   struct txo_error *err)
@@ -215,16 +205,14 @@ static int setup(void **state)
                          "  saga_id CHAR(36) NOT NULL, step VARCHAR(32) NOT NULL,"
                          "  kind VARCHAR(32) NOT NULL, n INT NOT NULL DEFAULT 1,"
                          "  PRIMARY KEY (saga_id, step, kind)) ENGINE=InnoDB");
-    f->clock.now_ms = fake_now;
-    f->clock.sleep_ms = fake_sleep;
-    f->clock.arg = &f->now_ms;
+    testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.owner = "worker-1";
     f->opts.step_max_attempts = 3;
     f->opts.step_backoff.base_ms = 10;
     f->opts.step_backoff.max_ms = 10;
     f->opts.step_backoff.jitter = 0;
-    f->opts.clock = &f->clock;
+    f->opts.clock = &f->clock.clock;
     f->p.t = &f->t;
     f->p.failed_step = -2;
     *state = f;
