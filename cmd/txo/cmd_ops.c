@@ -28,7 +28,8 @@ const struct command cmd_stats = {
     .name = "stats",
     .summary = "print outbox, saga, command and dead-letter counts",
     .usage = "txo stats [options]",
-    .description = "Counts outbox events per status (and the age of the oldest PENDING one),\n"
+    .description = "Counts outbox events per status (with the relay's lag, the age of the oldest\n"
+                   "event not yet published, and the age of the oldest FAILED one),\n"
                    "sagas per status, commands per status and dead letters. --json prints one\n"
                    "JSON object instead of the table.",
     .run = stats_run,
@@ -74,8 +75,7 @@ static int stats_run(int argc, char **argv)
     struct txo_saga_counts sagas;
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
-    if (txo_outbox_get_stats(db, &os, &err) != 0 ||
-        txo_saga_count(db, &sagas, &err) != 0 ||
+    if (txo_outbox_get_stats(db, &os, &err) != 0 || txo_saga_count(db, &sagas, &err) != 0 ||
         txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
         txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
@@ -84,8 +84,10 @@ static int stats_run(int argc, char **argv)
     if (stats_opts.json) {
         printf("{\"outbox\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
                ",\"published\":%" PRIu64 ",\"failed\":%" PRIu64
-               ",\"oldest_pending_age_seconds\":%.3f},\"sagas\":{",
-               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
+               ",\"oldest_pending_age_seconds\":%.3f,\"oldest_failed_age_seconds\":%.3f},"
+               "\"sagas\":{",
+               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s,
+               os.oldest_failed_age_s);
         for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
             printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "",
                    txo_saga_status_name((enum txo_saga_status)s), sagas.by_status[s]);
@@ -96,8 +98,9 @@ static int stats_run(int argc, char **argv)
                cpending, cprocessing, cfailed, dl_total, dl_unreplayed);
     } else {
         printf("outbox      pending %" PRIu64 "  processing %" PRIu64 "  published %" PRIu64
-               "  failed %" PRIu64 "  oldest pending %.1f s\n",
-               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
+               "  failed %" PRIu64 "  oldest unpublished %.1f s  oldest failed %.1f s\n",
+               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s,
+               os.oldest_failed_age_s);
         printf("sagas      ");
         for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
             printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s),

@@ -73,7 +73,7 @@ struct daemon_metrics {
     struct txo_db *db;
     struct txo_relay *relay;
 
-    struct txo_metric *pending, *failed, *oldest, *dead, *sagas, *abandoned;
+    struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned;
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
     struct txo_metric *attempts, *published, *publish_failures, *dead_lettered;
@@ -138,6 +138,7 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         txo_metric_set(d->pending, NULL, (double)os.pending);
         txo_metric_set(d->failed, NULL, (double)os.failed);
         txo_metric_set(d->oldest, NULL, os.oldest_pending_age_s);
+        txo_metric_set(d->oldest_failed, NULL, os.oldest_failed_age_s);
         txo_metric_set(d->dead, NULL, (double)os.dead_letters);
     }
     struct txo_saga_counts sc;
@@ -172,14 +173,17 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     pthread_mutex_init(&d->mu, NULL);
     bool ok = true;
     struct txo_metrics *r = d->reg;
-    d->pending =
-        family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
-               "Outbox events waiting to be published (SPEC outbox_pending_total).", 0, NULL, &ok);
+    d->pending = family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
+                        "Outbox events waiting to be published (PENDING).", 0, NULL, &ok);
     d->failed = family(r, TXO_METRIC_GAUGE, "txo_outbox_failed",
-                       "Outbox events FAILED after the attempt limit (SPEC outbox_failed_total).",
-                       0, NULL, &ok);
+                       "Outbox events FAILED after the attempt limit.", 0, NULL, &ok);
     d->oldest = family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_pending_age_seconds",
-                       "Age of the oldest PENDING outbox event: the relay's lag.", 0, NULL, &ok);
+                       "The relay's lag: now minus created_at of the oldest event not yet "
+                       "published (PENDING or PROCESSING, due or backing off); 0 when none.",
+                       0, NULL, &ok);
+    d->oldest_failed =
+        family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_failed_age_seconds",
+               "Now minus created_at of the oldest FAILED event; 0 when none.", 0, NULL, &ok);
     d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
                      0, NULL, &ok);
     static const char *const status[] = {"status"};
@@ -218,9 +222,7 @@ bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *rela
     struct txo_metrics *r = d->reg;
     pthread_mutex_lock(&d->mu);
     d->attempts = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
-                         "Publish attempts of this process's relay (SPEC "
-                         "outbox_publish_attempts_total).",
-                         0, NULL, &ok);
+                         "Publish attempts of this process's relay.", 0, NULL, &ok);
     d->published =
         family(r, TXO_METRIC_COUNTER, "txo_outbox_published_total",
                "Events this process's relay published and marked PUBLISHED.", 0, NULL, &ok);
@@ -393,8 +395,8 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
             return NULL;
         }
         no.filter_subject = subject;
-        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer,
-                                  &err) != 0) {
+        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer, &err) !=
+            0) {
             cmd_report(cmd, "creating the NATS consumer", &err);
             daemon_worker_free(d);
             return NULL;

@@ -153,6 +153,15 @@ struct stats_ctx {
     struct txo_outbox_stats stats;
 };
 
+/* Column col of an age query's row in seconds: 0 when NULL (no such event) or not positive. */
+static double age_s(const struct txo_rows *rows, size_t col)
+{
+    if (txo_rows_is_null(rows, 0, col))
+        return 0.0;
+    int64_t us = txo_rows_i64(rows, 0, col);
+    return us > 0 ? (double)us / 1e6 : 0.0;
+}
+
 static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct stats_ctx *ctx = arg;
@@ -193,12 +202,13 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     txo_rows_free(rows);
     rows = NULL;
 
-    rc = txo_tx_query(tx, OUTBOX_SQL_OLDEST_DUE_AGE_US, NULL, 0, &rows, err);
+    rc = txo_tx_query(tx, OUTBOX_SQL_OLDEST_AGES_US, NULL, 0, &rows, err);
     if (rc < 0)
         goto out;
-    if (txo_rows_count(rows) > 0 && !txo_rows_is_null(rows, 0, 0)) {
-        int64_t age_us = txo_rows_i64(rows, 0, 0);
-        ctx->stats.oldest_pending_age_s = age_us > 0 ? (double)age_us / 1e6 : 0.0;
+    if (txo_rows_count(rows) > 0) {
+        double pending = age_s(rows, 0), processing = age_s(rows, 1);
+        ctx->stats.oldest_pending_age_s = pending > processing ? pending : processing;
+        ctx->stats.oldest_failed_age_s = age_s(rows, 2);
     }
 out:
     txo_rows_free(rows);
