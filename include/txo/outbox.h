@@ -44,8 +44,8 @@ TXO_API bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_st
 
 /* An event to append. All strings are borrowed for the call. */
 struct txo_outbox_event {
-    const char *aggregate_type; /* "order"; at most 64 bytes */
-    int64_t aggregate_id;
+    const char *aggregate_type;  /* "order"; at most 64 bytes */
+    const char *aggregate_id;    /* "42", a UUID: any text of 1..255 characters */
     const char *event_type;      /* "OrderCreated"; at most 128 bytes */
     const char *payload_json;    /* a JSON document */
     size_t payload_len;          /* 0 = strlen(payload_json) */

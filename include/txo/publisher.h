@@ -12,7 +12,7 @@
  * txo_publisher_new() wraps an ops table of the application's own.
  *
  * The published envelope (a public contract, see README "Published envelope"):
- *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
+ *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":"7",
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
  *    "attempt":1,"payload":{...}}
  * The idempotency key is the consumer's de-duplication key: delivery is at least once.
@@ -34,7 +34,7 @@
 struct txo_outbox_message {
     int64_t id;
     const char *aggregate_type;
-    int64_t aggregate_id;
+    const char *aggregate_id; /* text: any application's key, "42" or a UUID */
     const char *event_type;
     const char *payload; /* JSON text */
     size_t payload_len;

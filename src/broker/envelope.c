@@ -4,7 +4,7 @@
  * The published envelope: the JSON object every publisher sends for one outbox event. Its
  * layout is a public contract (include/txo/publisher.h, README "Published envelope"):
  *
- *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
+ *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":"7",
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
  *    "attempt":1,"payload":{...}}
  *
@@ -113,7 +113,7 @@ char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, str
     if (rc == 0)
         rc = set_str(head, "aggregate_type", msg->aggregate_type, msg->id, err);
     if (rc == 0)
-        rc = set_int(head, "aggregate_id", msg->aggregate_id, msg->id, err);
+        rc = set_str(head, "aggregate_id", msg->aggregate_id, msg->id, err);
     if (rc == 0)
         rc = set_str(head, "idempotency_key", msg->idempotency_key, msg->id, err);
     if (rc == 0)

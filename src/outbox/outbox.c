@@ -20,8 +20,9 @@
 
 #include "outbox/outbox_sql.h"
 
-/* Column widths of outbox_events (sql/migrations/0001_outbox.sql). */
+/* Column widths of outbox_events (sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql). */
 #define AGGREGATE_TYPE_MAX  64
+#define AGGREGATE_ID_MAX    255
 #define EVENT_TYPE_MAX      128
 #define IDEMPOTENCY_KEY_MAX 255
 
@@ -112,6 +113,8 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     if (rc == 0)
         rc = check_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, "aggregate_type", key, err);
     if (rc == 0)
+        rc = check_field(ev->aggregate_id, AGGREGATE_ID_MAX, "aggregate_id", key, err);
+    if (rc == 0)
         rc = check_field(ev->event_type, EVENT_TYPE_MAX, "event_type", key, err);
     if (rc < 0)
         return rc;
@@ -126,7 +129,7 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
 
     bool ignore_duplicate = (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0;
     struct txo_param params[] = {
-        txo_p_str(ev->aggregate_type),  txo_p_i64(ev->aggregate_id),
+        txo_p_str(ev->aggregate_type),  txo_p_str(ev->aggregate_id),
         txo_p_str(ev->event_type),      txo_p_strn(ev->payload_json, payload_len),
         txo_p_str(ev->idempotency_key),
     };
@@ -134,8 +137,8 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     rc = txo_tx_exec(tx, ignore_duplicate ? OUTBOX_SQL_INSERT_IGNORE_DUPLICATE : OUTBOX_SQL_INSERT,
                      params, TXO_ARRAY_LEN(params), &res, err);
     if (rc < 0) {
-        txo_error_wrap(err, "outbox append %s (%s %s:%" PRId64 ")", key, ev->event_type,
-                       ev->aggregate_type, ev->aggregate_id);
+        txo_error_wrap(err, "outbox append %s (%s %s:%s)", key, ev->event_type, ev->aggregate_type,
+                       ev->aggregate_id);
         return rc;
     }
 
@@ -144,7 +147,7 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
         *inserted = was_inserted;
     if (id != NULL)
         *id = was_inserted ? (int64_t)res.insert_id : 0;
-    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%" PRId64 " %s", key,
+    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%s %s", key,
             ev->event_type, ev->aggregate_id, was_inserted ? "inserted" : "duplicate ignored");
     return 0;
 }

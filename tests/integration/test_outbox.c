@@ -57,7 +57,7 @@ static struct append_tx event(const char *key, const char *payload)
 {
     struct append_tx a = {
         .ev = {.aggregate_type = "order",
-               .aggregate_id = 7,
+               .aggregate_id = "7",
                .event_type = "OrderCreated",
                .payload_json = payload,
                .idempotency_key = key},
