@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clean.h"
 #include "daemons.h"
 #include "signals.h"
 #include "txo/webhook.h"
@@ -44,6 +45,7 @@ struct relay_cmd_opts {
     const char *publisher;
     struct relay_settings relay;
     bool drain;
+    struct clean_settings clean;
     struct nats_settings nats;
     const char *webhook_url;
     int64_t webhook_timeout_ms;
@@ -98,6 +100,7 @@ static void add_settings(struct settings_table *t)
     settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
     settings_add_relay(t, &opts.relay);
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
+    settings_add_clean(t, &opts.clean, true);
     settings_add_nats(t, &opts.nats);
     settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
     settings_add_metrics_listen(t, &opts.metrics_listen);
@@ -176,6 +179,7 @@ static int run(int argc, char **argv)
     int status = 1;
     struct txo_publisher *pub = NULL;
     struct relay_thread rt = {.relay = NULL};
+    struct clean_thread cleaner = {.running = false};
     pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
@@ -202,6 +206,10 @@ static int run(int argc, char **argv)
             !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
             goto out;
     }
+    if (!clean_thread_start(&cleaner, &opts.clean, &opts.common.db)) {
+        fprintf(stderr, "txo relay: cannot start the cleaner thread\n");
+        goto out;
+    }
     if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
         fprintf(stderr, "txo relay: cannot start the relay thread\n");
         goto out;
@@ -211,6 +219,7 @@ static int run(int argc, char **argv)
         TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
     txo_relay_stop(rt.relay);
     pthread_join(relay_tid, NULL);
+    clean_thread_stop(&cleaner);
     struct txo_relay_stats st;
     txo_relay_get_stats(rt.relay, &st);
     TXO_LOG(TXO_LOG_INFO, "relay",
@@ -224,6 +233,7 @@ static int run(int argc, char **argv)
     }
     status = 0;
 out:
+    clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
     if (metrics != NULL)
         daemon_metrics_forget(metrics);

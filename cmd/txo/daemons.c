@@ -71,6 +71,7 @@ struct daemon_metrics {
     struct txo_db_opts db_opts;
     pthread_mutex_t mu; /* collectors may run from several scrapes at once */
     struct txo_db *db;
+    bool has_sagas; /* read when db was opened: a relay-only schema has no saga tables */
     struct txo_relay *relay;
 
     struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned;
@@ -129,8 +130,11 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         counter_to(d->dead_lettered, NULL, rs.dead_lettered, &d->last_relay.dead_lettered);
     }
     int rc = 0;
-    if (d->db == NULL)
+    if (d->db == NULL) {
         rc = txo_db_open(&d->db_opts, &d->db, err);
+        if (rc == 0)
+            rc = txo_schema_has_table(d->db, "saga_instances", &d->has_sagas, err);
+    }
     struct txo_outbox_stats os;
     if (rc == 0)
         rc = txo_outbox_get_stats(d->db, &os, err);
@@ -142,9 +146,9 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         txo_metric_set(d->dead, NULL, (double)os.dead_letters);
     }
     struct txo_saga_counts sc;
-    if (rc == 0)
+    if (rc == 0 && d->has_sagas)
         rc = txo_saga_count(d->db, &sc, err);
-    if (rc == 0) {
+    if (rc == 0 && d->has_sagas) {
         for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++) {
             const char *labels[] = {txo_saga_status_name((enum txo_saga_status)s)};
             txo_metric_set(d->sagas, labels, (double)sc.by_status[s]);
@@ -272,15 +276,48 @@ void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *res
     resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
+/*
+ * Ready when the database answers and has the outbox table: all a relay needs, so a
+ * relay-only schema (`txo migrate --only outbox`) is ready. Uses the collectors' connection.
+ */
+static bool outbox_ready(struct daemon_metrics *d)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    bool exists = false;
+    pthread_mutex_lock(&d->mu);
+    int rc = 0;
+    if (d->db == NULL) {
+        rc = txo_db_open(&d->db_opts, &d->db, &err);
+        if (rc == 0)
+            rc = txo_schema_has_table(d->db, "saga_instances", &d->has_sagas, &err);
+    }
+    if (rc == 0)
+        rc = txo_schema_has_table(d->db, "outbox_events", &exists, &err);
+    if (rc != 0 && d->db != NULL) {
+        txo_db_close(d->db); /* reopened at the next scrape or probe */
+        d->db = NULL;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (rc != 0)
+        TXO_LOG(TXO_LOG_WARN, "metrics", "readiness check failed: %s", err.msg);
+    return rc == 0 && exists;
+}
+
 static void metrics_only_handler(void *arg, const struct txo_http_request *req,
                                  struct txo_http_response *resp)
 {
-    struct txo_metrics *reg = arg;
+    struct daemon_metrics *d = arg;
     if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/metrics") == 0)
-        daemon_metrics_reply(reg, resp);
+        daemon_metrics_reply(d->reg, resp);
     else if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/healthz") == 0)
         (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
-    else
+    else if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/readyz") == 0) {
+        bool ready = outbox_ready(d);
+        (void)txo_http_response_set(resp, ready ? 200 : 503,
+                                    ready ? "{\"status\":\"ready\"}"
+                                          : "{\"status\":\"not ready\"}");
+    } else
         (void)txo_http_response_set(resp, 404,
                                     "{\"error\":\"not_found\",\"message\":\"no such endpoint\"}");
 }
@@ -300,7 +337,7 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
     so.max_connections = 16;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_http_server_start(&so, metrics_only_handler, d->reg, out, &err) != 0) {
+    if (txo_http_server_start(&so, metrics_only_handler, d, out, &err) != 0) {
         cmd_report(cmd, "starting the metrics server", &err);
         return false;
     }

@@ -15,6 +15,10 @@
 --                  age of the oldest FAILED event. It costs each insert one more index entry,
 --                  and each claim and mark one more moved entry (status is its first column).
 --
+-- idx_dead_letter_replayed  (replayed_at [, id]): the retention cleaner deletes dead letters
+--                  replayed long ago (txo clean), walking this index; letters are rare, so
+--                  it costs nothing that matters.
+--
 -- Each change runs only when it is missing (checked in information_schema, then run through
 -- PREPARE), so an interrupted run can be run again.
 
@@ -55,6 +59,15 @@ SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.columns
     'ALTER TABLE dead_letter_events
         ADD COLUMN replayed_at DATETIME(6) NULL AFTER created_at,
         ADD COLUMN replay_count INT NOT NULL DEFAULT 0 AFTER replayed_at',
+    'DO 0');
+PREPARE txo_ddl FROM @txo_ddl;
+EXECUTE txo_ddl;
+DEALLOCATE PREPARE txo_ddl;
+
+SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.statistics
+        WHERE table_schema = DATABASE() AND table_name = 'dead_letter_events'
+        AND index_name = 'idx_dead_letter_replayed') = 0,
+    'ALTER TABLE dead_letter_events ADD KEY idx_dead_letter_replayed (replayed_at)',
     'DO 0');
 PREPARE txo_ddl FROM @txo_ddl;
 EXECUTE txo_ddl;
