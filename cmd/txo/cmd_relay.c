@@ -43,6 +43,8 @@ const struct command cmd_relay = {
 struct relay_cmd_opts {
     struct common_opts common;
     const char *publisher;
+    const char *envelope;
+    const char *envelope_source;
     struct relay_settings relay;
     bool drain;
     struct clean_settings clean;
@@ -66,6 +68,19 @@ static void add_settings(struct settings_table *t)
          .help = "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
                  "webhook (HTTP POST)",
          .target = &opts.publisher},
+        {.name = "envelope",
+         .env = "TXO_ENVELOPE",
+         .type = SETTING_STRING,
+         .def = "txo",
+         .help = "what each published message is: txo (txo's JSON envelope) or cloudevents "
+                 "(CloudEvents 1.0, structured JSON mode)",
+         .target = &opts.envelope},
+        {.name = "envelope-source",
+         .env = "TXO_ENVELOPE_SOURCE",
+         .type = SETTING_STRING,
+         .def = "/txo/outbox",
+         .help = "the CloudEvents source attribute (a URI reference naming this outbox)",
+         .target = &opts.envelope_source},
     };
     const struct setting drain[] = {
         {.name = "drain",
@@ -168,6 +183,18 @@ static int run(int argc, char **argv)
     if (strcmp(opts.publisher, "webhook") == 0 &&
         (opts.webhook_url == NULL || opts.webhook_url[0] == '\0')) {
         fprintf(stderr, "txo relay: --publisher webhook needs --webhook-url\n");
+        return 2;
+    }
+    enum txo_envelope_format envelope;
+    if (txo_envelope_format_parse(opts.envelope, &envelope) < 0) {
+        fprintf(stderr, "txo relay: --envelope must be txo or cloudevents, got \"%s\"\n",
+                opts.envelope);
+        return 2;
+    }
+    struct txo_error env_err;
+    txo_error_init(&env_err);
+    if (txo_envelope_set_default(envelope, opts.envelope_source, &env_err) < 0) {
+        fprintf(stderr, "txo relay: --envelope-source: %s\n", env_err.msg);
         return 2;
     }
     struct txo_relay_opts ro;

@@ -197,9 +197,43 @@ static void test_decode_refuses_bad_envelopes(void **state)
     }
 }
 
+static void test_cloudevents_exact_text_and_round_trip(void **state)
+{
+    (void)state;
+    struct txo_outbox_message m = sample("{ \"order_id\": 7, \"big\": 9007199254740993 }");
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, "urn:shop", NULL, &err);
+    assert_non_null(env);
+    assert_string_equal(env, "{\"specversion\":\"1.0\",\"id\":\"order:7:created\","
+                             "\"source\":\"urn:shop\",\"type\":\"OrderCreated\","
+                             "\"subject\":\"order/7\",\"time\":\"2026-11-30T15:37:00.123456Z\","
+                             "\"datacontenttype\":\"application/json\",\"txoid\":42,"
+                             "\"txoattempt\":1,\"txoaggregatetype\":\"order\","
+                             "\"txoaggregateid\":\"7\","
+                             "\"data\":{\"order_id\":7,\"big\":9007199254740993}}");
+    struct txo_event ev;
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_string_equal(ev.type, "OrderCreated");
+    assert_string_equal(ev.idempotency_key, "order:7:created");
+    assert_string_equal(ev.aggregate_type, "order");
+    assert_string_equal(ev.aggregate_id, "7");
+    assert_string_equal(ev.created_at, "2026-11-30T15:37:00.123456Z");
+    assert_string_equal(ev.payload, "{\"order_id\":7,\"big\":9007199254740993}");
+    assert_true(ev.id == 42 && ev.attempt == 1);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    enum txo_envelope_format f;
+    assert_int_equal(txo_envelope_format_parse("cloudevents", &f), 0);
+    assert_int_equal(f, TXO_ENVELOPE_CLOUDEVENTS);
+    assert_int_equal(txo_envelope_format_parse("CloudEvents", &f), TXO_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cloudevents_exact_text_and_round_trip),
         cmocka_unit_test(test_exact_text),
         cmocka_unit_test(test_header_fields_escaped_and_ints),
         cmocka_unit_test(test_scalar_payload),
