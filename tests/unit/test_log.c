@@ -4,15 +4,18 @@
  * default sink writes one logfmt line with the free text quoted and key=value pairs kept.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "txo/txo.h"
 
@@ -208,6 +211,95 @@ static void test_default_sink_logfmt(void **state)
                         "err=x\\ny\n");
 }
 
+/* Captures what the default sink writes to stderr while fn runs. */
+static void capture(char *out, size_t out_size, void (*fn)(void))
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fds[1], STDERR_FILENO) >= 0);
+    txo_log_set_sink(NULL, NULL);
+    fn();
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    close(fds[1]);
+    ssize_t n = read(fds[0], out, out_size - 1);
+    close(fds[0]);
+    assert_true(n > 0);
+    out[n] = '\0';
+}
+
+#define NASTY "Duplicate entry 'a\"b' for key \\x=1\nnext line"
+
+static void log_nasty_values(void)
+{
+    TXO_LOG(TXO_LOG_WARN, "worker", "retention cleaner failed err=\"%s\"", NASTY);
+    TXO_LOG(TXO_LOG_INFO, "outbox", "append key=%s event_type=%s n=%d empty=%s", "a b=c",
+            "OrderCreated", -5, "");
+    TXO_LOG(TXO_LOG_INFO, "relay",
+            "relay stopped claimed=%" PRIu64 " rate=%.2f batch=%zu id=%s pct=100%%",
+            (uint64_t)18446744073709551615ULL, 2.5, (size_t)500, "r-1");
+}
+
+static void test_values_are_escaped_where_they_stand(void **state)
+{
+    (void)state;
+    char out[8192];
+    capture(out, sizeof(out), log_nasty_values);
+    char *second = strchr(out, '\n') + 1;
+    char *third = strchr(second, '\n') + 1;
+    assert_memory_equal(skip_timestamp(out),
+                        "level=warn component=worker msg=\"retention cleaner failed\" "
+                        "err=\"Duplicate entry 'a\\\"b' for key \\\\x=1\\nnext line\"\n",
+                        (size_t)(second - skip_timestamp(out)));
+    assert_memory_equal(skip_timestamp(second),
+                        "level=info component=outbox msg=\"append\" key=\"a b=c\" "
+                        "event_type=OrderCreated n=-5 empty=\"\"\n",
+                        (size_t)(third - skip_timestamp(second)));
+    assert_string_equal(skip_timestamp(third),
+                        "level=info component=relay msg=\"relay stopped\" "
+                        "claimed=18446744073709551615 rate=2.50 batch=500 id=r-1 pct=100%\n");
+
+    /* An independent logfmt parser (npm logfmt) reads the values back unchanged. */
+    const char *js_dir = getenv("TXO_JS_DIR");
+    if (js_dir == NULL)
+        fail_msg("TXO_JS_DIR is not set (CTest sets it)");
+    char path[64], cmd[1024];
+    snprintf(path, sizeof(path), "/tmp/txo_logfmt_%ld.log", (long)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "node %s/check_logfmt.mjs %s", js_dir, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char parsed[8192];
+    size_t n = fread(parsed, 1, sizeof(parsed) - 1, p);
+    parsed[n] = '\0';
+    int rc = pclose(p);
+    remove(path);
+    if (rc != 0)
+        fail_msg("%s failed (%d): %s", cmd, rc, parsed);
+    char *line2 = strchr(parsed, '\n');
+    assert_non_null(line2);
+    *line2++ = '\0';
+    json_t *a = json_loads(parsed, 0, NULL);
+    json_t *b = json_loads(line2, JSON_DISABLE_EOF_CHECK, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    /* The quote, the backslash and the '=' come back as they were and the newline stays in
+     * the value; this parser undoes every backslash escape by dropping the backslash, so the
+     * newline, which we write as "\n" like go-logfmt does, reads back as 'n'. */
+    assert_string_equal(json_string_value(json_object_get(a, "err")),
+                        "Duplicate entry 'a\"b' for key \\x=1nnext line");
+    assert_string_equal(json_string_value(json_object_get(a, "msg")), "retention cleaner failed");
+    assert_string_equal(json_string_value(json_object_get(b, "key")), "a b=c");
+    assert_string_equal(json_string_value(json_object_get(b, "event_type")), "OrderCreated");
+    json_decref(a);
+    json_decref(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +309,7 @@ int main(void)
         cmocka_unit_test_teardown(test_logging_preserves_errno, reset_log),
         cmocka_unit_test_teardown(test_long_message_is_cut, reset_log),
         cmocka_unit_test_teardown(test_default_sink_logfmt, reset_log),
+        cmocka_unit_test_teardown(test_values_are_escaped_where_they_stand, reset_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
