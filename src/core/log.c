@@ -177,6 +177,148 @@ static void write_all(int fd, const char *buf, size_t len)
     }
 }
 
+static _Atomic int log_format = TXO_LOG_FORMAT_LOGFMT;
+
+void txo_log_set_format(enum txo_log_format format)
+{
+    atomic_store_explicit(&log_format, (int)format, memory_order_relaxed);
+}
+
+int txo_log_format_parse(const char *name, enum txo_log_format *out)
+{
+    if (name != NULL && strcmp(name, "logfmt") == 0)
+        *out = TXO_LOG_FORMAT_LOGFMT;
+    else if (name != NULL && strcmp(name, "json") == 0)
+        *out = TXO_LOG_FORMAT_JSON;
+    else
+        return TXO_EINVAL;
+    return 0;
+}
+
+/* Appends one byte of a JSON string's content, escaped. */
+static void json_putc(struct line *l, unsigned char c)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (c == '"' || c == '\\') {
+        line_putc(l, '\\');
+        line_putc(l, (char)c);
+    } else if (c == '\n') {
+        line_puts(l, "\\n");
+    } else if (c == '\r') {
+        line_puts(l, "\\r");
+    } else if (c == '\t') {
+        line_puts(l, "\\t");
+    } else if (c < 0x20 || c == 0x7f) {
+        line_puts(l, "\\u00");
+        line_putc(l, hex[c >> 4]);
+        line_putc(l, hex[c & 0xf]);
+    } else {
+        line_putc(l, (char)c);
+    }
+}
+
+static void json_str(struct line *l, const char *s, size_t n)
+{
+    line_putc(l, '"');
+    for (size_t i = 0; i < n; i++)
+        json_putc(l, (unsigned char)s[i]);
+    line_putc(l, '"');
+}
+
+/* The value of a logfmt escape "\\x": the byte it stands for (see out_quoted). */
+static size_t logfmt_unescape(const char *s, size_t n, size_t i, unsigned char *c)
+{
+    static const char hex[] = "0123456789abcdef";
+    char e = i + 1 < n ? s[i + 1] : '\\';
+    if (e == 'n')
+        *c = '\n';
+    else if (e == 'r')
+        *c = '\r';
+    else if (e == 't')
+        *c = '\t';
+    else if (e == 'x' && i + 3 < n && strchr(hex, s[i + 2]) && strchr(hex, s[i + 3])) {
+        *c = (unsigned char)((strchr(hex, s[i + 2]) - hex) << 4 | (strchr(hex, s[i + 3]) - hex));
+        return 4;
+    } else
+        *c = (unsigned char)e;
+    return i + 1 < n ? 2 : 1;
+}
+
+/*
+ * The key=value rest of a message as JSON members: `k=v` and `k="quoted \\"v\\""` become
+ * ,"k":"v"; a word without '=' becomes part of a "rest" member instead of being lost.
+ */
+static void json_pairs(struct line *l, const char *s)
+{
+    size_t n = strlen(s), i = 0;
+    while (i < n) {
+        while (i < n && s[i] == ' ')
+            i++;
+        size_t key = i;
+        while (i < n && s[i] != '=' && s[i] != ' ')
+            i++;
+        if (i >= n || s[i] != '=' || i == key) {
+            size_t start = key;
+            while (i < n && s[i] != ' ')
+                i++;
+            if (i > start) {
+                line_puts(l, ",\"rest\":");
+                json_str(l, s + start, i - start);
+            }
+            continue;
+        }
+        line_putc(l, ',');
+        json_str(l, s + key, i - key);
+        line_putc(l, ':');
+        i++; /* '=' */
+        line_putc(l, '"');
+        if (i < n && s[i] == '"') {
+            for (i++; i < n && s[i] != '"';) {
+                unsigned char c = (unsigned char)s[i];
+                if (c == '\\') {
+                    i += logfmt_unescape(s, n, i, &c);
+                } else {
+                    i++;
+                }
+                json_putc(l, c);
+            }
+            if (i < n)
+                i++; /* closing quote */
+        } else {
+            for (; i < n && s[i] != ' '; i++)
+                json_putc(l, (unsigned char)s[i]);
+        }
+        line_putc(l, '"');
+    }
+}
+
+static void json_sink(const char *ts, enum txo_log_level level, const char *component,
+                      const char *msg)
+{
+    struct line l = {.len = 0};
+    line_puts(&l, "{\"ts\":");
+    json_str(&l, ts, strlen(ts));
+    line_puts(&l, ",\"level\":");
+    json_str(&l, level_names[level], strlen(level_names[level]));
+    line_puts(&l, ",\"component\":");
+    json_str(&l, component, strlen(component));
+    size_t text_len;
+    size_t rest = split_msg(msg, &text_len);
+    line_puts(&l, ",\"msg\":");
+    json_str(&l, msg, text_len);
+    json_pairs(&l, msg + rest);
+    /* A line cut short by LOG_LINE_MAX would not be JSON: end it as a string and an object. */
+    if (l.len + 3 >= sizeof(l.buf)) {
+        l.len = sizeof(l.buf) - 64;
+        while (l.len > 0 && ((unsigned char)l.buf[l.len] & 0xC0) == 0x80)
+            l.len--;
+        line_puts(&l, "\",\"cut\":\"true\"");
+    }
+    line_putc(&l, '}');
+    l.buf[l.len++] = '\n';
+    write_all(STDERR_FILENO, l.buf, l.len);
+}
+
 static void default_sink(enum txo_log_level level, const char *component, const char *msg)
 {
     struct line l = {.len = 0};
@@ -190,6 +332,10 @@ static void default_sink(enum txo_log_level level, const char *component, const 
         dot[5] = '\0';
     }
 
+    if (atomic_load_explicit(&log_format, memory_order_relaxed) == TXO_LOG_FORMAT_JSON) {
+        json_sink(ts, level, component, msg);
+        return;
+    }
     line_puts(&l, "ts=");
     line_puts(&l, ts);
     line_puts(&l, " level=");

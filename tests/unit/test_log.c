@@ -300,6 +300,71 @@ static void test_values_are_escaped_where_they_stand(void **state)
     json_decref(b);
 }
 
+static void test_json_format(void **state)
+{
+    (void)state;
+    char out[8192];
+    txo_log_set_format(TXO_LOG_FORMAT_JSON);
+    capture(out, sizeof(out), log_nasty_values);
+    txo_log_set_format(TXO_LOG_FORMAT_LOGFMT);
+    /* Each line is one JSON object (jansson), with the pairs as members. */
+    char *lines[3];
+    char *p = out;
+    for (int i = 0; i < 3; i++) {
+        lines[i] = p;
+        char *eol = strchr(p, '\n');
+        assert_non_null(eol);
+        *eol = '\0';
+        p = eol + 1;
+    }
+    assert_string_equal(p, "");
+    json_error_t jerr;
+    json_t *a = json_loads(lines[0], 0, &jerr);
+    if (a == NULL)
+        fail_msg("not JSON (%s): %s", jerr.text, lines[0]);
+    assert_string_equal(json_string_value(json_object_get(a, "level")), "warn");
+    assert_string_equal(json_string_value(json_object_get(a, "component")), "worker");
+    assert_string_equal(json_string_value(json_object_get(a, "msg")), "retention cleaner failed");
+    assert_string_equal(json_string_value(json_object_get(a, "err")), NASTY);
+    assert_int_equal(strlen(json_string_value(json_object_get(a, "ts"))), 24);
+    json_decref(a);
+    json_t *b = json_loads(lines[1], 0, &jerr);
+    assert_non_null(b);
+    assert_string_equal(json_string_value(json_object_get(b, "key")), "a b=c");
+    assert_string_equal(json_string_value(json_object_get(b, "n")), "-5");
+    assert_string_equal(json_string_value(json_object_get(b, "empty")), "");
+    json_decref(b);
+    json_t *c = json_loads(lines[2], 0, &jerr);
+    assert_non_null(c);
+    assert_string_equal(json_string_value(json_object_get(c, "claimed")), "18446744073709551615");
+    assert_string_equal(json_string_value(json_object_get(c, "pct")), "100%");
+    json_decref(c);
+
+    /* And jq, another parser, reads the same lines. */
+    char path[64], cmd[256];
+    snprintf(path, sizeof(path), "/tmp/txo_logjson_%ld.log", (long)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 3; i++)
+        fprintf(f, "%s\n", lines[i]);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "jq -r .err %s | head -2", path);
+    FILE *jq = popen(cmd, "r");
+    assert_non_null(jq);
+    char got[512];
+    size_t n = fread(got, 1, sizeof(got) - 1, jq);
+    got[n] = '\0';
+    int rc = pclose(jq);
+    remove(path);
+    assert_int_equal(rc, 0);
+    assert_string_equal(got, NASTY "\n");
+
+    enum txo_log_format fmt;
+    assert_int_equal(txo_log_format_parse("json", &fmt), 0);
+    assert_int_equal(fmt, TXO_LOG_FORMAT_JSON);
+    assert_int_equal(txo_log_format_parse("xml", &fmt), TXO_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +375,7 @@ int main(void)
         cmocka_unit_test_teardown(test_long_message_is_cut, reset_log),
         cmocka_unit_test_teardown(test_default_sink_logfmt, reset_log),
         cmocka_unit_test_teardown(test_values_are_escaped_where_they_stand, reset_log),
+        cmocka_unit_test_teardown(test_json_format, reset_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
