@@ -71,4 +71,16 @@ log "gcc sanitizer runtimes: $(gcc -print-file-name=libasan.so) $(gcc -print-fil
 for b in mariadbd mariadb-install-db mariadb-admin mariadb; do
     command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || die "$b not found after install"
 done
+# The independent implementations some tests check txo's output against (tests/js: the
+# CloudEvents SDK), pinned by tests/js/package-lock.json; installed again only when the lock
+# file is newer than the install.
+js_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/js"
+if [ -f "$js_dir/package-lock.json" ]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    stamp="$js_dir/node_modules/.package-lock.json"
+    if [ ! -f "$stamp" ] || [ "$js_dir/package-lock.json" -nt "$stamp" ]; then
+        log "running: npm ci in $js_dir"
+        (cd "$js_dir" && npm ci --no-audit --no-fund)
+    fi
+fi
 log "ok"

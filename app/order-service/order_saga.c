@@ -232,9 +232,11 @@ static int emit(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
     if (payload == NULL)
         return err != NULL ? err->code : TXO_ENOMEM;
     snprintf(key, sizeof(key), "saga:%s:%s", ctx->saga_id, suffix);
+    char aggregate_id[24];
+    snprintf(aggregate_id, sizeof(aggregate_id), "%" PRId64, st->order_id);
     struct txo_outbox_event ev = {
         .aggregate_type = "order",
-        .aggregate_id = st->order_id,
+        .aggregate_id = aggregate_id,
         .event_type = type,
         .payload_json = payload,
         .payload_len = 0,

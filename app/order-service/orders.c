@@ -275,9 +275,11 @@ static int create_order(struct txo_tx *tx, int64_t customer_id, const struct ord
 
     char key[64];
     snprintf(key, sizeof(key), "order:%" PRId64 ":created", id);
+    char aggregate_id[24];
+    snprintf(aggregate_id, sizeof(aggregate_id), "%" PRId64, id);
     struct txo_outbox_event ev = {
         .aggregate_type = "order",
-        .aggregate_id = id,
+        .aggregate_id = aggregate_id,
         .event_type = "OrderCreated",
         .payload_json = payload,
         .payload_len = 0,
@@ -531,9 +533,11 @@ int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_versi
              "{\"order_id\":%" PRId64 ",\"reason\":\"cancelled by the customer\"}", order_id);
     char key[64];
     snprintf(key, sizeof(key), "order:%" PRId64 ":cancelled", order_id);
+    char aggregate_id[24];
+    snprintf(aggregate_id, sizeof(aggregate_id), "%" PRId64, order_id);
     struct txo_outbox_event ev = {
         .aggregate_type = "order",
-        .aggregate_id = order_id,
+        .aggregate_id = aggregate_id,
         .event_type = "OrderCancelled",
         .payload_json = payload,
         .idempotency_key = key,

@@ -1,7 +1,9 @@
 /*
- * `txo migrate`: applies the schema migrations compiled into txo to the configured database.
+ * `txo migrate`: applies the schema migrations compiled into txo to the configured database:
+ * all of them, or with --only outbox just the tables `txo relay` needs.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "orders.h"
 #include "settings.h"
@@ -17,8 +19,10 @@ const struct command cmd_migrate = {
         "yet in txo_schema_migrations, in order, under a server-side lock so concurrent runs\n"
         "cannot interleave: first the library's own set (sql/migrations: outbox, dead\n"
         "letters, inbox, idempotency keys, sagas, command queue), then the order service's\n"
-        "(app/order-service/migrations). Running it again is a no-op. A recorded migration\n"
-        "whose text changed since is refused.",
+        "(app/order-service/migrations). --only outbox applies only what `txo relay` needs\n"
+        "(outbox_events and dead_letter_events, for an application in another language);\n"
+        "a later run without it adds the rest. Running it again is a no-op. A recorded\n"
+        "migration whose text changed since is refused.",
     .run = run,
 };
 
@@ -26,27 +30,42 @@ static int run(int argc, char **argv)
 {
     struct common_opts o;
     txo_db_opts_init(&o.db);
+    const char *only = NULL;
+    const struct setting own[] = {
+        {.name = "only",
+         .env = "TXO_MIGRATE_ONLY",
+         .type = SETTING_STRING,
+         .help = "outbox: only the relay's tables (outbox_events, dead_letter_events); unset: all",
+         .target = &only},
+    };
     struct settings_table t = {.n = 0};
     settings_add_common(&t, &o);
+    settings_add(&t, own, TXO_ARRAY_LEN(own));
     enum settings_result r = settings_parse(&cmd_migrate, t.items, t.n, argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&o))
         return 2;
+    bool outbox_only = only != NULL && strcmp(only, "outbox") == 0;
+    if (only != NULL && only[0] != '\0' && !outbox_only) {
+        fprintf(stderr, "txo migrate: --only must be outbox, got \"%s\"\n", only);
+        return 2;
+    }
     struct txo_db *db = common_connect(&o);
     if (!db)
         return 1;
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;
-    int rc = orders_migrate(db, &applied, &total, &err);
+    int rc = outbox_only ? txo_migrate_set(db, txo_outbox_migrations(), &applied, &total, &err)
+                         : orders_migrate(db, &applied, &total, &err);
     txo_db_close(db);
     if (rc < 0) {
         cmd_report("migrate", "migration failed", &err);
         return 1;
     }
     fprintf(stderr,
-            "txo migrate: database %s is up to date: %u migration(s) applied now, %u in all\n",
-            o.db.database, applied, total);
+            "txo migrate: database %s is up to date%s: %u migration(s) applied now, %u in all\n",
+            o.db.database, outbox_only ? " (outbox only)" : "", applied, total);
     return 0;
 }

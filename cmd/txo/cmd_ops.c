@@ -28,9 +28,11 @@ const struct command cmd_stats = {
     .name = "stats",
     .summary = "print outbox, saga, command and dead-letter counts",
     .usage = "txo stats [options]",
-    .description = "Counts outbox events per status (and the age of the oldest PENDING one),\n"
+    .description = "Counts outbox events per status (with the relay's lag, the age of the oldest\n"
+                   "event not yet published, and the age of the oldest FAILED one),\n"
                    "sagas per status, commands per status and dead letters. --json prints one\n"
-                   "JSON object instead of the table.",
+                   "JSON object instead of the table. On a database migrated with\n"
+                   "`txo migrate --only outbox` the sagas and commands are null.",
     .run = stats_run,
 };
 
@@ -74,8 +76,13 @@ static int stats_run(int argc, char **argv)
     struct txo_saga_counts sagas;
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
     int status = 1;
-    if (txo_outbox_get_stats(db, &os, &err) != 0 || txo_saga_count(db, &sagas, &err) != 0 ||
-        txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0 ||
+    /* A relay-only database (`txo migrate --only outbox`) has no saga or command tables. */
+    bool has_sagas = false, has_commands = false;
+    if (txo_schema_has_table(db, "saga_instances", &has_sagas, &err) != 0 ||
+        txo_schema_has_table(db, "command_queue", &has_commands, &err) != 0 ||
+        txo_outbox_get_stats(db, &os, &err) != 0 ||
+        (has_sagas && txo_saga_count(db, &sagas, &err) != 0) ||
+        (has_commands && txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0) ||
         txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
         goto out;
@@ -83,27 +90,46 @@ static int stats_run(int argc, char **argv)
     if (stats_opts.json) {
         printf("{\"outbox\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
                ",\"published\":%" PRIu64 ",\"failed\":%" PRIu64
-               ",\"oldest_pending_age_seconds\":%.3f},\"sagas\":{",
-               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
-        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
-            printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "",
-                   txo_saga_status_name((enum txo_saga_status)s), sagas.by_status[s]);
-        printf("},\"saga_compensation_abandoned\":%" PRIu64, sagas.abandoned);
-        printf(",\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
-               ",\"failed\":%" PRIu64 "},\"dead_letters\":{\"total\":%" PRIu64
-               ",\"unreplayed\":%" PRIu64 "}}\n",
-               cpending, cprocessing, cfailed, dl_total, dl_unreplayed);
+               ",\"oldest_pending_age_seconds\":%.3f,\"oldest_failed_age_seconds\":%.3f},"
+               "\"sagas\":",
+               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s,
+               os.oldest_failed_age_s);
+        if (has_sagas) {
+            for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
+                printf("%s\"%s\":%" PRIu64, s > 0 ? "," : "{",
+                       txo_saga_status_name((enum txo_saga_status)s), sagas.by_status[s]);
+            printf("},\"saga_compensation_abandoned\":%" PRIu64, sagas.abandoned);
+        } else {
+            printf("null,\"saga_compensation_abandoned\":null");
+        }
+        if (has_commands)
+            printf(",\"commands\":{\"pending\":%" PRIu64 ",\"processing\":%" PRIu64
+                   ",\"failed\":%" PRIu64 "}",
+                   cpending, cprocessing, cfailed);
+        else
+            printf(",\"commands\":null");
+        printf(",\"dead_letters\":{\"total\":%" PRIu64 ",\"unreplayed\":%" PRIu64 "}}\n", dl_total,
+               dl_unreplayed);
     } else {
         printf("outbox      pending %" PRIu64 "  processing %" PRIu64 "  published %" PRIu64
-               "  failed %" PRIu64 "  oldest pending %.1f s\n",
-               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s);
+               "  failed %" PRIu64 "  oldest unpublished %.1f s  oldest failed %.1f s\n",
+               os.pending, os.processing, os.published, os.failed, os.oldest_pending_age_s,
+               os.oldest_failed_age_s);
         printf("sagas      ");
-        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
-            printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s),
-                   sagas.by_status[s]);
-        printf("  (compensation given up: %" PRIu64 ")", sagas.abandoned);
-        printf("\ncommands    pending %" PRIu64 "  processing %" PRIu64 "  failed %" PRIu64 "\n",
-               cpending, cprocessing, cfailed);
+        if (has_sagas) {
+            for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++)
+                printf(" %s %" PRIu64, txo_saga_status_name((enum txo_saga_status)s),
+                       sagas.by_status[s]);
+            printf("  (compensation given up: %" PRIu64 ")", sagas.abandoned);
+        } else {
+            printf(" (no saga tables: an outbox-only schema)");
+        }
+        if (has_commands)
+            printf("\ncommands    pending %" PRIu64 "  processing %" PRIu64 "  failed %" PRIu64
+                   "\n",
+                   cpending, cprocessing, cfailed);
+        else
+            printf("\ncommands    (no command table: an outbox-only schema)\n");
         printf("dead letters %" PRIu64 " (%" PRIu64 " never replayed)\n", dl_total, dl_unreplayed);
     }
     status = 0;

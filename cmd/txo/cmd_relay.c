@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clean.h"
 #include "daemons.h"
 #include "signals.h"
 #include "txo/webhook.h"
@@ -42,8 +43,11 @@ const struct command cmd_relay = {
 struct relay_cmd_opts {
     struct common_opts common;
     const char *publisher;
+    const char *envelope;
+    const char *envelope_source;
     struct relay_settings relay;
     bool drain;
+    struct clean_settings clean;
     struct nats_settings nats;
     const char *webhook_url;
     int64_t webhook_timeout_ms;
@@ -64,6 +68,19 @@ static void add_settings(struct settings_table *t)
          .help = "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
                  "webhook (HTTP POST)",
          .target = &opts.publisher},
+        {.name = "envelope",
+         .env = "TXO_ENVELOPE",
+         .type = SETTING_STRING,
+         .def = "txo",
+         .help = "what each published message is: txo (txo's JSON envelope) or cloudevents "
+                 "(CloudEvents 1.0, structured JSON mode)",
+         .target = &opts.envelope},
+        {.name = "envelope-source",
+         .env = "TXO_ENVELOPE_SOURCE",
+         .type = SETTING_STRING,
+         .def = "/txo/outbox",
+         .help = "the CloudEvents source attribute (a URI reference naming this outbox)",
+         .target = &opts.envelope_source},
     };
     const struct setting drain[] = {
         {.name = "drain",
@@ -98,6 +115,7 @@ static void add_settings(struct settings_table *t)
     settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
     settings_add_relay(t, &opts.relay);
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
+    settings_add_clean(t, &opts.clean, true);
     settings_add_nats(t, &opts.nats);
     settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
     settings_add_metrics_listen(t, &opts.metrics_listen);
@@ -167,6 +185,18 @@ static int run(int argc, char **argv)
         fprintf(stderr, "txo relay: --publisher webhook needs --webhook-url\n");
         return 2;
     }
+    enum txo_envelope_format envelope;
+    if (txo_envelope_format_parse(opts.envelope, &envelope) < 0) {
+        fprintf(stderr, "txo relay: --envelope must be txo or cloudevents, got \"%s\"\n",
+                opts.envelope);
+        return 2;
+    }
+    struct txo_error env_err;
+    txo_error_init(&env_err);
+    if (txo_envelope_set_default(envelope, opts.envelope_source, &env_err) < 0) {
+        fprintf(stderr, "txo relay: --envelope-source: %s\n", env_err.msg);
+        return 2;
+    }
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("relay", &opts.relay, &ro))
         return 2;
@@ -176,6 +206,7 @@ static int run(int argc, char **argv)
     int status = 1;
     struct txo_publisher *pub = NULL;
     struct relay_thread rt = {.relay = NULL};
+    struct clean_thread cleaner = {.running = false};
     pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
@@ -202,6 +233,10 @@ static int run(int argc, char **argv)
             !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
             goto out;
     }
+    if (!clean_thread_start(&cleaner, &opts.clean, &opts.common.db)) {
+        fprintf(stderr, "txo relay: cannot start the cleaner thread\n");
+        goto out;
+    }
     if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
         fprintf(stderr, "txo relay: cannot start the relay thread\n");
         goto out;
@@ -211,6 +246,7 @@ static int run(int argc, char **argv)
         TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
     txo_relay_stop(rt.relay);
     pthread_join(relay_tid, NULL);
+    clean_thread_stop(&cleaner);
     struct txo_relay_stats st;
     txo_relay_get_stats(rt.relay, &st);
     TXO_LOG(TXO_LOG_INFO, "relay",
@@ -224,6 +260,7 @@ static int run(int argc, char **argv)
     }
     status = 0;
 out:
+    clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
     if (metrics != NULL)
         daemon_metrics_forget(metrics);

@@ -429,7 +429,7 @@ void settings_add_metrics_listen(struct settings_table *t, const char **listen)
         {.name = "metrics-listen",
          .env = "TXO_METRICS_LISTEN",
          .type = SETTING_STRING,
-         .help = "serve /metrics and /healthz on this HOST:PORT (unset: no HTTP)",
+         .help = "serve /metrics, /healthz and /readyz on this HOST:PORT (unset: no HTTP)",
          .target = listen},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));

@@ -71,9 +71,10 @@ struct daemon_metrics {
     struct txo_db_opts db_opts;
     pthread_mutex_t mu; /* collectors may run from several scrapes at once */
     struct txo_db *db;
+    bool has_sagas; /* read when db was opened: a relay-only schema has no saga tables */
     struct txo_relay *relay;
 
-    struct txo_metric *pending, *failed, *oldest, *dead, *sagas, *abandoned, *stuck;
+    struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned, *stuck;
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
     struct txo_metric *attempts, *published, *publish_failures, *dead_lettered;
@@ -132,8 +133,11 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         counter_to(d->dead_lettered, NULL, rs.dead_lettered, &d->last_relay.dead_lettered);
     }
     int rc = 0;
-    if (d->db == NULL)
+    if (d->db == NULL) {
         rc = txo_db_open(&d->db_opts, &d->db, err);
+        if (rc == 0)
+            rc = txo_schema_has_table(d->db, "saga_instances", &d->has_sagas, err);
+    }
     struct txo_outbox_stats os;
     if (rc == 0)
         rc = txo_outbox_get_stats(d->db, &os, err);
@@ -141,12 +145,13 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         txo_metric_set(d->pending, NULL, (double)os.pending);
         txo_metric_set(d->failed, NULL, (double)os.failed);
         txo_metric_set(d->oldest, NULL, os.oldest_pending_age_s);
+        txo_metric_set(d->oldest_failed, NULL, os.oldest_failed_age_s);
         txo_metric_set(d->dead, NULL, (double)os.dead_letters);
     }
     struct txo_saga_counts sc;
-    if (rc == 0)
+    if (rc == 0 && d->has_sagas)
         rc = txo_saga_count(d->db, &sc, err);
-    if (rc == 0) {
+    if (rc == 0 && d->has_sagas) {
         for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++) {
             const char *labels[] = {txo_saga_status_name((enum txo_saga_status)s)};
             txo_metric_set(d->sagas, labels, (double)sc.by_status[s]);
@@ -155,9 +160,9 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
     }
     struct txo_saga_ref stuck[100];
     size_t n_stuck = 0;
-    if (rc == 0)
+    if (rc == 0 && d->has_sagas)
         rc = txo_saga_list_stuck(d->db, STUCK_IDLE_S, TXO_ARRAY_LEN(stuck), stuck, &n_stuck, err);
-    if (rc == 0)
+    if (rc == 0 && d->has_sagas)
         txo_metric_set(d->stuck, NULL, (double)n_stuck);
     if (rc != 0 && d->db != NULL) {
         txo_db_close(d->db); /* reopened at the next scrape */
@@ -181,14 +186,17 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     pthread_mutex_init(&d->mu, NULL);
     bool ok = true;
     struct txo_metrics *r = d->reg;
-    d->pending =
-        family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
-               "Outbox events waiting to be published (SPEC outbox_pending_total).", 0, NULL, &ok);
+    d->pending = family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
+                        "Outbox events waiting to be published (PENDING).", 0, NULL, &ok);
     d->failed = family(r, TXO_METRIC_GAUGE, "txo_outbox_failed",
-                       "Outbox events FAILED after the attempt limit (SPEC outbox_failed_total).",
-                       0, NULL, &ok);
+                       "Outbox events FAILED after the attempt limit.", 0, NULL, &ok);
     d->oldest = family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_pending_age_seconds",
-                       "Age of the oldest PENDING outbox event: the relay's lag.", 0, NULL, &ok);
+                       "The relay's lag: now minus created_at of the oldest event not yet "
+                       "published (PENDING or PROCESSING, due or backing off); 0 when none.",
+                       0, NULL, &ok);
+    d->oldest_failed =
+        family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_failed_age_seconds",
+               "Now minus created_at of the oldest FAILED event; 0 when none.", 0, NULL, &ok);
     d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
                      0, NULL, &ok);
     static const char *const status[] = {"status"};
@@ -232,9 +240,7 @@ bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *rela
     struct txo_metrics *r = d->reg;
     pthread_mutex_lock(&d->mu);
     d->attempts = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
-                         "Publish attempts of this process's relay (SPEC "
-                         "outbox_publish_attempts_total).",
-                         0, NULL, &ok);
+                         "Publish attempts of this process's relay.", 0, NULL, &ok);
     d->published =
         family(r, TXO_METRIC_COUNTER, "txo_outbox_published_total",
                "Events this process's relay published and marked PUBLISHED.", 0, NULL, &ok);
@@ -284,15 +290,48 @@ void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *res
     resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
 }
 
+/*
+ * Ready when the database answers and has the outbox table: all a relay needs, so a
+ * relay-only schema (`txo migrate --only outbox`) is ready. Uses the collectors' connection.
+ */
+static bool outbox_ready(struct daemon_metrics *d)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    bool exists = false;
+    pthread_mutex_lock(&d->mu);
+    int rc = 0;
+    if (d->db == NULL) {
+        rc = txo_db_open(&d->db_opts, &d->db, &err);
+        if (rc == 0)
+            rc = txo_schema_has_table(d->db, "saga_instances", &d->has_sagas, &err);
+    }
+    if (rc == 0)
+        rc = txo_schema_has_table(d->db, "outbox_events", &exists, &err);
+    if (rc != 0 && d->db != NULL) {
+        txo_db_close(d->db); /* reopened at the next scrape or probe */
+        d->db = NULL;
+    }
+    pthread_mutex_unlock(&d->mu);
+    if (rc != 0)
+        TXO_LOG(TXO_LOG_WARN, "metrics", "readiness check failed: %s", err.msg);
+    return rc == 0 && exists;
+}
+
 static void metrics_only_handler(void *arg, const struct txo_http_request *req,
                                  struct txo_http_response *resp)
 {
-    struct txo_metrics *reg = arg;
+    struct daemon_metrics *d = arg;
     if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/metrics") == 0)
-        daemon_metrics_reply(reg, resp);
+        daemon_metrics_reply(d->reg, resp);
     else if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/healthz") == 0)
         (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
-    else
+    else if (strcmp(req->method, "GET") == 0 && strcmp(req->path, "/readyz") == 0) {
+        bool ready = outbox_ready(d);
+        (void)txo_http_response_set(resp, ready ? 200 : 503,
+                                    ready ? "{\"status\":\"ready\"}"
+                                          : "{\"status\":\"not ready\"}");
+    } else
         (void)txo_http_response_set(resp, 404,
                                     "{\"error\":\"not_found\",\"message\":\"no such endpoint\"}");
 }
@@ -313,7 +352,7 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
     so.handler_threads = 2; /* GET /metrics and /healthz only */
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_http_server_start(&so, metrics_only_handler, d->reg, out, &err) != 0) {
+    if (txo_http_server_start(&so, metrics_only_handler, d, out, &err) != 0) {
         cmd_report(cmd, "starting the metrics server", &err);
         return false;
     }

@@ -133,7 +133,8 @@ void daemon_metrics_forget(struct daemon_metrics *d);
 void daemon_metrics_free(struct daemon_metrics *d);
 /* Answers GET /metrics. */
 void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *resp);
-/* A /metrics + /healthz server for the relay and the worker; listen NULL/"": none (*out NULL).
+/* A /metrics + /healthz + /readyz (the database answers and has outbox_events) server for the
+ * relay and the worker; listen NULL/"": none (*out NULL).
  * False (message printed) on failure. */
 bool daemon_metrics_server_start(const char *cmd, const char *listen, struct daemon_metrics *d,
                                  struct txo_http_server **out);

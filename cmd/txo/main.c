@@ -5,13 +5,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clean.h"
 #include "settings.h"
 
 #define TXO_VERSION "0.1.0"
 
 static const struct command *const commands[] = {
     &cmd_up,    &cmd_serve, &cmd_relay, &cmd_worker, &cmd_migrate,
-    &cmd_stats, &cmd_dlq,   &cmd_saga,  &cmd_audit, &cmd_demo,
+    &cmd_stats, &cmd_dlq,   &cmd_clean, &cmd_saga,  &cmd_audit, &cmd_demo,
 };
 
 static void usage(FILE *out)

@@ -361,6 +361,12 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
          .def = "info",
          .help = "error, warn, info or debug",
          .target = &o->log_level},
+        {.name = "log-format",
+         .env = "TXO_LOG_FORMAT",
+         .type = SETTING_STRING,
+         .def = "logfmt",
+         .help = "stderr log lines: logfmt (key=value) or json (one object per line)",
+         .target = &o->log_format},
         {.name = "crash-point",
          .env = "TXO_CRASH_POINT",
          .type = SETTING_STRING,
@@ -380,6 +386,12 @@ bool common_apply(const struct common_opts *o)
         return false;
     }
     txo_log_set_level(level);
+    enum txo_log_format format;
+    if (txo_log_format_parse(o->log_format, &format) < 0) {
+        fprintf(stderr, "txo: --log-format must be logfmt or json, got \"%s\"\n", o->log_format);
+        return false;
+    }
+    txo_log_set_format(format);
     if (o->crash_point && *o->crash_point) {
         /* "name" crashes on the first pass, "name:N" lets N passes through first. */
         char name[128];

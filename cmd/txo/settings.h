@@ -93,6 +93,7 @@ void settings_add(struct settings_table *t, const struct setting *s, size_t n);
 struct common_opts {
     struct txo_db_opts db;
     const char *log_level;
+    const char *log_format;
     const char *crash_point; /* tests only */
 };
 

@@ -265,6 +265,21 @@ struct txo_migration_set {
 TXO_API const struct txo_migration_set *txo_core_migrations(void);
 
 /*
+ * The part of the library's set a relay-only database needs: outbox_events and
+ * dead_letter_events, nothing else (the files named NNNN_outbox*.sql; `txo migrate --only
+ * outbox`). Its migrations have the same names and text as in the core set, so applying the
+ * core set later skips them. Static; never NULL.
+ */
+TXO_API const struct txo_migration_set *txo_outbox_migrations(void);
+
+/*
+ * *exists tells whether the current database has a table of that name, so a tool can skip
+ * what a partial schema (the outbox set alone) does not have. Errors: DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_schema_has_table(struct txo_db *db, const char *table, bool *exists,
+                                                struct txo_error *err);
+
+/*
  * Applies the migrations of set that are not yet recorded in `txo_schema_migrations`, in
  * order, under a server-side named lock so two runs cannot interleave. Idempotent. *applied
  * (may be NULL) receives how many were applied now, *total how many the set has.

@@ -40,6 +40,18 @@ TXO_API enum txo_log_level txo_log_get_level(void);
 /* Parses "error", "warn", "info", "debug". Returns 0 or TXO_EINVAL. */
 TXO_API int txo_log_level_parse(const char *name, enum txo_log_level *out);
 
+/* What the default stderr sink writes: one logfmt line per event (the default), or one JSON
+ * object per line with ts, level, component, msg and then the message's key=value pairs as
+ * string members. */
+enum txo_log_format {
+    TXO_LOG_FORMAT_LOGFMT = 0,
+    TXO_LOG_FORMAT_JSON,
+};
+/* Sets the default sink's format (thread-safe, takes effect at the next line). */
+TXO_API void txo_log_set_format(enum txo_log_format format);
+/* "logfmt" or "json". Returns 0 or TXO_EINVAL. */
+TXO_API int txo_log_format_parse(const char *name, enum txo_log_format *out);
+
 TXO_API void txo_log_write(enum txo_log_level level, const char *component, const char *fmt, ...)
     TXO_PRINTF(3, 4);
 

@@ -45,7 +45,7 @@ TXO_API bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_st
 /* An event to append. All strings are borrowed for the call. */
 struct txo_outbox_event {
     const char *aggregate_type;  /* "order"; at most 64 bytes */
-    int64_t aggregate_id;
+    const char *aggregate_id;    /* "42", a UUID: any text of 1..255 characters */
     const char *event_type;      /* "OrderCreated"; at most 128 bytes */
     const char *payload_json;    /* a JSON document */
     size_t payload_len;          /* 0 = strlen(payload_json) */
@@ -69,7 +69,14 @@ TXO_API TXO_MUST_CHECK int txo_outbox_append(struct txo_tx *tx, const struct txo
                                              unsigned flags, bool *inserted, int64_t *id,
                                              struct txo_error *err);
 
-/* Counts by state plus the age of the oldest due PENDING event (0 when none). */
+/*
+ * Counts by state, and two ages measured from created_at (the insert's time):
+ * oldest_pending_age_s is the relay's lag, the age of the oldest event not yet published
+ * (PENDING or PROCESSING, due or waiting for a retry after a failed publish), 0 when every
+ * event is published or failed; oldest_failed_age_s is the age of the oldest FAILED event, 0
+ * when none. Both come from one index (idx_outbox_age), so reading them costs the same on an
+ * empty table and on a million-row backlog.
+ */
 struct txo_outbox_stats {
     uint64_t pending;
     uint64_t processing;
@@ -77,6 +84,7 @@ struct txo_outbox_stats {
     uint64_t failed;
     uint64_t dead_letters;
     double oldest_pending_age_s;
+    double oldest_failed_age_s;
 };
 TXO_API TXO_MUST_CHECK int txo_outbox_get_stats(struct txo_db *db, struct txo_outbox_stats *out,
                                                 struct txo_error *err);

@@ -12,7 +12,7 @@
  * txo_publisher_new() wraps an ops table of the application's own.
  *
  * The published envelope (a public contract, see README "Published envelope"):
- *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
+ *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":"7",
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
  *    "attempt":1,"payload":{...}}
  * The idempotency key is the consumer's de-duplication key: delivery is at least once.
@@ -34,7 +34,7 @@
 struct txo_outbox_message {
     int64_t id;
     const char *aggregate_type;
-    int64_t aggregate_id;
+    const char *aggregate_id; /* text: any application's key, "42" or a UUID */
     const char *event_type;
     const char *payload; /* JSON text */
     size_t payload_len;
@@ -75,11 +75,46 @@ TXO_API TXO_MUST_CHECK int txo_publisher_new(const struct txo_publisher_ops *ops
 TXO_API void txo_publisher_free(struct txo_publisher *pub);
 
 /*
- * Encodes msg as the published envelope (compact JSON, one line, no trailing newline). Returns
- * a string to free with txo_free(), or NULL with err set (TXO_EINVAL when the payload is not
+ * Envelope formats. Both are one compact JSON object on one line, the payload embedded last
+ * as JSON with its exact text:
+ *   TXO_ENVELOPE_TXO          the envelope above (the default)
+ *   TXO_ENVELOPE_CLOUDEVENTS  CloudEvents 1.0, structured JSON mode:
+ *     {"specversion":"1.0","id":"order:7:created","source":"/txo/outbox",
+ *      "type":"OrderCreated","subject":"order/7","time":"2026-11-30T15:37:00.123456Z",
+ *      "datacontenttype":"application/json","txoid":42,"txoattempt":1,
+ *      "txoaggregatetype":"order","txoaggregateid":"7","data":{...}}
+ *     id is the idempotency key (consumers de-duplicate on source + id); time is created_at,
+ *     the time of the INSERT inside the producer's transaction, not of its commit: events
+ *     are neither published nor delivered in `time` order.
+ */
+enum txo_envelope_format {
+    TXO_ENVELOPE_TXO = 0,
+    TXO_ENVELOPE_CLOUDEVENTS,
+};
+
+/* "txo" or "cloudevents". Returns 0 or TXO_EINVAL. */
+TXO_API int txo_envelope_format_parse(const char *name, enum txo_envelope_format *out);
+
+/*
+ * The format (and CloudEvents source, copied; NULL: "/txo/outbox") txo_envelope_encode()
+ * uses from now on in this process, i.e. what every publisher sends. Not thread-safe: call it
+ * at start-up, before any publisher runs. Errors: TXO_EINVAL (source longer than 255 bytes).
+ */
+TXO_API TXO_MUST_CHECK int txo_envelope_set_default(enum txo_envelope_format format,
+                                                    const char *source, struct txo_error *err);
+
+/*
+ * Encodes msg as the published envelope in the process's format (txo_envelope_set_default;
+ * the txo envelope unless changed): compact JSON, one line, no trailing newline. Returns a
+ * string to free with txo_free(), or NULL with err set (TXO_EINVAL when the payload is not
  * JSON, TXO_ENOMEM).
  */
 TXO_API char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len,
                                   struct txo_error *err);
+
+/* The same in the given format; source as for txo_envelope_set_default (CloudEvents only). */
+TXO_API char *txo_envelope_encode_as(const struct txo_outbox_message *msg,
+                                     enum txo_envelope_format format, const char *source,
+                                     size_t *len, struct txo_error *err);
 
 #endif

@@ -17,6 +17,7 @@
 #ifndef TXO_RETENTION_H
 #define TXO_RETENTION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "txo/common.h"
@@ -39,9 +40,20 @@ TXO_API TXO_MUST_CHECK int txo_outbox_purge_published(struct txo_db *db, unsigne
                                                       uint64_t *deleted, struct txo_error *err);
 
 /*
+ * Deletes dead letters that were replayed (replayed_at set) more than older_than_s seconds
+ * ago, in batches as txo_outbox_purge_published(). Letters never replayed are never deleted:
+ * they wait for an operator. *deleted as there. Errors: TXO_EINVAL (batch_size), DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_dead_letter_purge_replayed(struct txo_db *db, unsigned older_than_s,
+                                                          unsigned batch_size, unsigned max_batches,
+                                                          uint64_t *deleted, struct txo_error *err);
+
+/*
  * One retention pass over every table the library keeps rows of, each with its own age:
- * PUBLISHED outbox events, completed idempotency keys, inbox rows and DONE commands. Used by
- * the worker's cleaner (every interval_s) and `txo clean`.
+ * PUBLISHED outbox events, replayed dead letters, completed idempotency keys, inbox rows and
+ * DONE commands; a table the database does not have (a relay-only schema has only the outbox
+ * and the dead letters) is skipped. Used by the worker's cleaner (every interval_s), the
+ * relay's (`txo relay --clean-interval`) and `txo clean`.
  */
 struct txo_retention_opts {
     unsigned interval_s;    /* the worker's cleaner period; 0 = no cleaner (default 60) */
@@ -51,6 +63,9 @@ struct txo_retention_opts {
     unsigned idempotency_s; /* COMPLETED idempotency keys kept; default 1 day */
     unsigned inbox_s;       /* inbox rows kept; default 7 days */
     unsigned commands_s;    /* DONE commands kept; default 7 days */
+    unsigned dead_letters_s; /* replayed dead letters kept; 0 = never deleted; default 30 days */
+    unsigned pause_ms;       /* sleep between two batches of a table; default 0 */
+    bool relay_tables_only;  /* only the outbox and the dead letters; default false */
 };
 
 /* Fills opts with the defaults above. Never fails. */
@@ -58,7 +73,7 @@ TXO_API void txo_retention_opts_init(struct txo_retention_opts *opts);
 
 /* Rows a pass deleted, per table. */
 struct txo_retention_counts {
-    uint64_t outbox, idempotency, inbox, commands;
+    uint64_t outbox, idempotency, inbox, commands, dead_letters;
 };
 
 /*

@@ -4,7 +4,7 @@
  * The published envelope: the JSON object every publisher sends for one outbox event. Its
  * layout is a public contract (include/txo/publisher.h, README "Published envelope"):
  *
- *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":7,
+ *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":"7",
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
  *    "attempt":1,"payload":{...}}
  *
@@ -14,7 +14,11 @@
  * never re-rounded) and strings keep their bytes; re-serialising a parsed tree would not
  * guarantee either.
  *
- * Thread-safety: pure; allocates only the returned string.
+ * CloudEvents 1.0 in structured JSON mode is the other format (include/txo/publisher.h): the
+ * same fields under the specification's attribute names and txo* extensions, the payload as
+ * "data". The decoder below reads both, so txo's own consumers follow a relay in either.
+ *
+ * Thread-safety: pure, except for the process's default format, written once at start-up.
  */
 
 #include <jansson.h>
@@ -76,7 +80,102 @@ static int set_int(json_t *obj, const char *key, int64_t value, int64_t id, stru
     return 0;
 }
 
+#define CE_DATA_KEY       ",\"data\":"
+#define CE_DEFAULT_SOURCE "/txo/outbox"
+#define CE_SOURCE_MAX     255
+
+/* The process's format: written once at start-up (txo_envelope_set_default), then only read. */
+static enum txo_envelope_format default_format = TXO_ENVELOPE_TXO;
+static char default_source[CE_SOURCE_MAX + 1] = CE_DEFAULT_SOURCE;
+
+int txo_envelope_format_parse(const char *name, enum txo_envelope_format *out)
+{
+    if (name != NULL && strcmp(name, "txo") == 0)
+        *out = TXO_ENVELOPE_TXO;
+    else if (name != NULL && strcmp(name, "cloudevents") == 0)
+        *out = TXO_ENVELOPE_CLOUDEVENTS;
+    else
+        return TXO_EINVAL;
+    return 0;
+}
+
+int txo_envelope_set_default(enum txo_envelope_format format, const char *source,
+                             struct txo_error *err)
+{
+    const char *src = source != NULL && source[0] != '\0' ? source : CE_DEFAULT_SOURCE;
+    size_t n = strlen(src);
+    if (n > CE_SOURCE_MAX)
+        return txo_error_set(err, TXO_EINVAL, "envelope source is %zu bytes, at most %d", n,
+                             CE_SOURCE_MAX);
+    memcpy(default_source, src, n + 1);
+    default_format = format;
+    return 0;
+}
+
+/* The txo envelope's fields before the payload, in the documented order. */
+static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct txo_error *err)
+{
+    int rc = set_int(head, "id", msg->id, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "type", msg->event_type, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "aggregate_type", msg->aggregate_type, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "aggregate_id", msg->aggregate_id, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "idempotency_key", msg->idempotency_key, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "created_at", msg->created_at, msg->id, err);
+    if (rc == 0)
+        rc = set_int(head, "attempt", msg->attempt, msg->id, err);
+    return rc;
+}
+
+/* The CloudEvents attributes before data (include/txo/publisher.h). */
+static int ce_head(json_t *head, const struct txo_outbox_message *msg, const char *source,
+                   struct txo_error *err)
+{
+    if (msg->aggregate_type == NULL || msg->aggregate_id == NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": aggregate missing",
+                             msg->id);
+    size_t subject_len = strlen(msg->aggregate_type) + 1 + strlen(msg->aggregate_id) + 1;
+    char *subject = txo_malloc(subject_len);
+    if (subject == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory",
+                             msg->id);
+    snprintf(subject, subject_len, "%s/%s", msg->aggregate_type, msg->aggregate_id);
+    int rc = set_str(head, "specversion", "1.0", msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "id", msg->idempotency_key, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "source", source != NULL ? source : CE_DEFAULT_SOURCE, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "type", msg->event_type, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "subject", subject, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "time", msg->created_at, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "datacontenttype", "application/json", msg->id, err);
+    if (rc == 0)
+        rc = set_int(head, "txoid", msg->id, msg->id, err);
+    if (rc == 0)
+        rc = set_int(head, "txoattempt", msg->attempt, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "txoaggregatetype", msg->aggregate_type, msg->id, err);
+    if (rc == 0)
+        rc = set_str(head, "txoaggregateid", msg->aggregate_id, msg->id, err);
+    txo_free(subject);
+    return rc;
+}
+
 char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, struct txo_error *err)
+{
+    return txo_envelope_encode_as(msg, default_format, default_source, len, err);
+}
+
+char *txo_envelope_encode_as(const struct txo_outbox_message *msg, enum txo_envelope_format format,
+                             const char *source, size_t *len, struct txo_error *err)
 {
     TXO_ASSERT(msg != NULL);
     char *out = NULL;
@@ -114,30 +213,21 @@ char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, str
             txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
         goto out;
     }
-    rc = set_int(head, "id", msg->id, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "type", msg->event_type, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "aggregate_type", msg->aggregate_type, msg->id, err);
-    if (rc == 0)
-        rc = set_int(head, "aggregate_id", msg->aggregate_id, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "idempotency_key", msg->idempotency_key, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "created_at", msg->created_at, msg->id, err);
-    if (rc == 0)
-        rc = set_int(head, "attempt", msg->attempt, msg->id, err);
+    bool ce = format == TXO_ENVELOPE_CLOUDEVENTS;
+    rc = ce ? ce_head(head, msg, source, err) : txo_head(head, msg, err);
     if (rc < 0)
         goto out;
+    const char *key = ce ? CE_DATA_KEY : PAYLOAD_KEY;
+    size_t key_len = strlen(key);
 
-    /* head is `{...}`; its closing brace becomes `,"payload":<payload>}`. */
+    /* head is `{...}`; its closing brace becomes `,"payload":<payload>}` (or `,"data":`). */
     size_t flags = JSON_COMPACT;
     size_t head_len = json_dumpb(head, NULL, 0, flags);
     if (head_len < 2) {
         txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": encoding failed", msg->id);
         goto out;
     }
-    size_t cap = head_len + sizeof(PAYLOAD_KEY) + payload_len + 2;
+    size_t cap = head_len + key_len + payload_len + 2;
     out = txo_malloc(cap);
     if (out == NULL) {
         txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
@@ -150,8 +240,8 @@ char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, str
         goto out;
     }
     size_t n = head_len - 1; /* drop the closing brace */
-    memcpy(out + n, PAYLOAD_KEY, sizeof(PAYLOAD_KEY) - 1);
-    n += sizeof(PAYLOAD_KEY) - 1;
+    memcpy(out + n, key, key_len);
+    n += key_len;
     n += json_compact_copy(msg->payload, payload_len, out + n);
     out[n++] = '}';
     out[n] = '\0';
@@ -186,10 +276,10 @@ static int take_str(json_t *env, const char *key, bool required, char **out, str
  * envelope ends that way (and that text is the same JSON) it is taken as it is, keeping its
  * exact digits; any other envelope gets the payload re-serialised, compact.
  */
-static char *payload_text(const char *data, size_t len, json_t *payload, size_t *out_len)
+static char *payload_text(const char *data, size_t len, json_t *payload, const char *key,
+                          size_t *out_len)
 {
-    const char *key = PAYLOAD_KEY;
-    size_t klen = sizeof(PAYLOAD_KEY) - 1;
+    size_t klen = strlen(key);
     for (size_t i = len; i-- > klen;) {
         if (memcmp(data + i - klen, key, klen) != 0)
             continue;
@@ -233,16 +323,19 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, str
                            env == NULL && data != NULL ? jerr.text : "");
         goto out;
     }
+    /* A CloudEvent (structured mode) names the same fields differently. */
+    bool ce = json_object_get(env, "specversion") != NULL;
     rc = take_str(env, "type", true, &ev.type, err);
     if (rc == 0)
-        rc = take_str(env, "idempotency_key", true, &ev.idempotency_key, err);
+        rc = take_str(env, ce ? "id" : "idempotency_key", true, &ev.idempotency_key, err);
     if (rc == 0)
-        rc = take_str(env, "aggregate_type", false, &ev.aggregate_type, err);
+        rc = take_str(env, ce ? "txoaggregatetype" : "aggregate_type", false, &ev.aggregate_type,
+                      err);
     if (rc == 0)
-        rc = take_str(env, "created_at", false, &ev.created_at, err);
+        rc = take_str(env, ce ? "time" : "created_at", false, &ev.created_at, err);
     if (rc != 0)
         goto out;
-    json_t *agg = json_object_get(env, "aggregate_id");
+    json_t *agg = json_object_get(env, ce ? "txoaggregateid" : "aggregate_id");
     if (json_is_integer(agg)) {
         char buf[32];
         snprintf(buf, sizeof(buf), "%" JSON_INTEGER_FORMAT, json_integer_value(agg));
@@ -252,21 +345,22 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, str
             goto out;
         }
     } else {
-        rc = take_str(env, "aggregate_id", false, &ev.aggregate_id, err);
+        rc = take_str(env, ce ? "txoaggregateid" : "aggregate_id", false, &ev.aggregate_id, err);
         if (rc != 0)
             goto out;
     }
-    json_t *id = json_object_get(env, "id");
-    json_t *attempt = json_object_get(env, "attempt");
+    json_t *id = json_object_get(env, ce ? "txoid" : "id");
+    json_t *attempt = json_object_get(env, ce ? "txoattempt" : "attempt");
     ev.id = json_is_integer(id) ? (int64_t)json_integer_value(id) : 0;
     json_int_t a = json_is_integer(attempt) ? json_integer_value(attempt) : 0;
     ev.attempt = a > 0 && a < INT32_MAX ? (int)a : 0;
-    json_t *payload = json_object_get(env, "payload");
+    json_t *payload = json_object_get(env, ce ? "data" : "payload");
     if (!json_is_object(payload)) {
-        rc = txo_error_set(err, TXO_EINVAL, "envelope: \"payload\" must be an object");
+        rc = txo_error_set(err, TXO_EINVAL, "envelope: \"%s\" must be an object",
+                           ce ? "data" : "payload");
         goto out;
     }
-    ev.payload = payload_text(data, len, payload, &ev.payload_len);
+    ev.payload = payload_text(data, len, payload, ce ? CE_DATA_KEY : PAYLOAD_KEY, &ev.payload_len);
     if (ev.payload == NULL)
         rc = txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
 out:

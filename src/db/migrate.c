@@ -140,6 +140,29 @@ const struct txo_migration_set *txo_core_migrations(void)
     return &txo__core_migrations;
 }
 
+const struct txo_migration_set *txo_outbox_migrations(void)
+{
+    return &txo__outbox_migrations;
+}
+
+#define SQL_TABLE_EXISTS                                                                           \
+    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND "          \
+    "table_name = ?"
+
+int txo_schema_has_table(struct txo_db *db, const char *table, bool *exists, struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_param p = txo_p_str(table);
+    int rc = txo_db_query(db, SQL_TABLE_EXISTS, &p, 1, &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "looking for table %s", table);
+        return rc;
+    }
+    *exists = txo_rows_count(rows) == 1 && txo_rows_i64(rows, 0, 0) > 0;
+    txo_rows_free(rows);
+    return 0;
+}
+
 int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct txo_error *err)
 {
     return txo_migrate_set(db, &txo__core_migrations, applied, total, err);

@@ -20,8 +20,9 @@
 
 #include "outbox/outbox_sql.h"
 
-/* Column widths of outbox_events (sql/migrations/0001_outbox.sql). */
+/* Column widths of outbox_events (sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql). */
 #define AGGREGATE_TYPE_MAX  64
+#define AGGREGATE_ID_MAX    255
 #define EVENT_TYPE_MAX      128
 #define IDEMPOTENCY_KEY_MAX 255
 
@@ -112,6 +113,8 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     if (rc == 0)
         rc = check_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, "aggregate_type", key, err);
     if (rc == 0)
+        rc = check_field(ev->aggregate_id, AGGREGATE_ID_MAX, "aggregate_id", key, err);
+    if (rc == 0)
         rc = check_field(ev->event_type, EVENT_TYPE_MAX, "event_type", key, err);
     if (rc < 0)
         return rc;
@@ -126,7 +129,7 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
 
     bool ignore_duplicate = (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0;
     struct txo_param params[] = {
-        txo_p_str(ev->aggregate_type),  txo_p_i64(ev->aggregate_id),
+        txo_p_str(ev->aggregate_type),  txo_p_str(ev->aggregate_id),
         txo_p_str(ev->event_type),      txo_p_strn(ev->payload_json, payload_len),
         txo_p_str(ev->idempotency_key),
     };
@@ -134,8 +137,8 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     rc = txo_tx_exec(tx, ignore_duplicate ? OUTBOX_SQL_INSERT_IGNORE_DUPLICATE : OUTBOX_SQL_INSERT,
                      params, TXO_ARRAY_LEN(params), &res, err);
     if (rc < 0) {
-        txo_error_wrap(err, "outbox append %s (%s %s:%" PRId64 ")", key, ev->event_type,
-                       ev->aggregate_type, ev->aggregate_id);
+        txo_error_wrap(err, "outbox append %s (%s %s:%s)", key, ev->event_type, ev->aggregate_type,
+                       ev->aggregate_id);
         return rc;
     }
 
@@ -144,7 +147,7 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
         *inserted = was_inserted;
     if (id != NULL)
         *id = was_inserted ? (int64_t)res.insert_id : 0;
-    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%" PRId64 " %s", key,
+    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%s %s", key,
             ev->event_type, ev->aggregate_id, was_inserted ? "inserted" : "duplicate ignored");
     return 0;
 }
@@ -152,6 +155,15 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
 struct stats_ctx {
     struct txo_outbox_stats stats;
 };
+
+/* Column col of an age query's row in seconds: 0 when NULL (no such event) or not positive. */
+static double age_s(const struct txo_rows *rows, size_t col)
+{
+    if (txo_rows_is_null(rows, 0, col))
+        return 0.0;
+    int64_t us = txo_rows_i64(rows, 0, col);
+    return us > 0 ? (double)us / 1e6 : 0.0;
+}
 
 static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
@@ -193,12 +205,13 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     txo_rows_free(rows);
     rows = NULL;
 
-    rc = txo_tx_query(tx, OUTBOX_SQL_OLDEST_DUE_AGE_US, NULL, 0, &rows, err);
+    rc = txo_tx_query(tx, OUTBOX_SQL_OLDEST_AGES_US, NULL, 0, &rows, err);
     if (rc < 0)
         goto out;
-    if (txo_rows_count(rows) > 0 && !txo_rows_is_null(rows, 0, 0)) {
-        int64_t age_us = txo_rows_i64(rows, 0, 0);
-        ctx->stats.oldest_pending_age_s = age_us > 0 ? (double)age_us / 1e6 : 0.0;
+    if (txo_rows_count(rows) > 0) {
+        double pending = age_s(rows, 0), processing = age_s(rows, 1);
+        ctx->stats.oldest_pending_age_s = pending > processing ? pending : processing;
+        ctx->stats.oldest_failed_age_s = age_s(rows, 2);
     }
 out:
     txo_rows_free(rows);

@@ -441,7 +441,7 @@ static int claim(struct txo_relay *r, struct txo_error *err)
         const struct txo_rows *rows = r->rows;
         m->id = txo_rows_i64(rows, i, COL_ID);
         m->aggregate_type = txo_rows_str(rows, i, COL_AGGREGATE_TYPE, NULL);
-        m->aggregate_id = txo_rows_i64(rows, i, COL_AGGREGATE_ID);
+        m->aggregate_id = txo_rows_str(rows, i, COL_AGGREGATE_ID, NULL);
         m->event_type = txo_rows_str(rows, i, COL_EVENT_TYPE, NULL);
         m->payload = txo_rows_str(rows, i, COL_PAYLOAD, &m->payload_len);
         m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);

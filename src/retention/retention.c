@@ -2,9 +2,9 @@
 
 /*
  * The retention cleaner: deletes old terminal rows in small batches so the
- * outbox, the inbox and the command queue do not grow forever. One loop serves the three
- * tables, each described by a struct purge_table (its statements in retention_sql.h, which
- * also explains the two-step batch: SELECT keys along an index from a cursor, DELETE them by
+ * outbox, the dead letters, the inbox and the command queue do not grow forever. One loop serves
+ * the three tables, each described by a struct purge_table (its statements in retention_sql.h,
+ * which also explains the two-step batch: SELECT keys along an index from a cursor, DELETE them by
  * primary key with the condition re-checked).
  *
  * Invariants: only rows that are terminal and older than the cutoff are deleted (outbox
@@ -16,6 +16,9 @@
  * Thread-safety: no shared state; each call uses only the db it is given. Several cleaners
  * may run at once: they may select the same keys, and the loser's DELETE just deletes fewer.
  */
+
+#include <errno.h>
+#include <time.h>
 
 #include "retention/retention_sql.h"
 #include "txo/cmdq.h"
@@ -51,6 +54,15 @@ static const struct purge_table inbox_table = {
     .delete_in = RETENTION_SQL_INBOX_DELETE_IN,
     .n_cutoff = 1,
     .text_key = true,
+};
+
+static const struct purge_table dlq_table = {
+    .name = "dead_letter_events",
+    .select_first = RETENTION_SQL_DLQ_FIRST,
+    .select_after = RETENTION_SQL_DLQ_AFTER,
+    .delete_in = RETENTION_SQL_DLQ_DELETE_IN,
+    .n_cutoff = 1,
+    .text_key = false,
 };
 
 static const struct purge_table cmdq_table = {
@@ -186,8 +198,15 @@ static int read_cutoff(struct txo_db *db, unsigned older_than_s, char out[CURSOR
     return rc;
 }
 
+static void pause_ms(unsigned ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned older_than_s,
-                     unsigned batch_size, unsigned max_batches, uint64_t *deleted,
+                     unsigned batch_size, unsigned max_batches, unsigned pause, uint64_t *deleted,
                      struct txo_error *err)
 {
     TXO_ASSERT(db != NULL);
@@ -214,6 +233,8 @@ static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned ol
         goto out;
 
     while (max_batches == 0 || batches < max_batches) {
+        if (batches > 0 && pause > 0)
+            pause_ms(pause);
         rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, batch_tx, &p, err);
         if (rc < 0)
             goto out;
@@ -241,19 +262,25 @@ out:
 int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                                unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, deleted, err);
+    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, 0, deleted, err);
+}
+
+int txo_dead_letter_purge_replayed(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
+                                   unsigned max_batches, uint64_t *deleted, struct txo_error *err)
+{
+    return purge_run(db, &dlq_table, older_than_s, batch_size, max_batches, 0, deleted, err);
 }
 
 int txo_inbox_purge(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                     unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, deleted, err);
+    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, 0, deleted, err);
 }
 
 int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                         unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, deleted, err);
+    return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, 0, deleted, err);
 }
 
 void txo_retention_opts_init(struct txo_retention_opts *opts)
@@ -265,6 +292,15 @@ void txo_retention_opts_init(struct txo_retention_opts *opts)
     opts->idempotency_s = 86400;
     opts->inbox_s = 7 * 86400;
     opts->commands_s = 7 * 86400;
+    opts->dead_letters_s = 30 * 86400;
+}
+
+/* True in *exists when the table is there (a relay-only schema has only the outbox and the
+ * dead letters). */
+static int table_there(struct txo_db *db, const char *table, bool *exists, struct txo_error *err)
+{
+    *exists = false;
+    return txo_schema_has_table(db, table, exists, err);
 }
 
 int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
@@ -273,16 +309,28 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     struct txo_retention_counts c = {0};
     if (db == NULL || opts == NULL)
         return txo_error_set(err, TXO_EINVAL, "retention: missing argument");
-    int rc = txo_outbox_purge_published(db, opts->outbox_s, opts->batch, opts->max_batches,
-                                        &c.outbox, err);
-    if (rc == 0)
+    unsigned pause = opts->pause_ms;
+    int rc = purge_run(db, &outbox_table, opts->outbox_s, opts->batch, opts->max_batches, pause,
+                       &c.outbox, err);
+    if (rc == 0 && opts->dead_letters_s > 0)
+        rc = purge_run(db, &dlq_table, opts->dead_letters_s, opts->batch, opts->max_batches, pause,
+                       &c.dead_letters, err);
+    bool idem = false, inbox = false, cmdq = false;
+    if (rc == 0 && !opts->relay_tables_only)
+        rc = table_there(db, "idempotency_keys", &idem, err);
+    if (rc == 0 && idem)
         rc = txo_idem_purge(db, opts->idempotency_s, opts->batch, opts->max_batches, &c.idempotency,
                             err);
-    if (rc == 0)
-        rc = txo_inbox_purge(db, opts->inbox_s, opts->batch, opts->max_batches, &c.inbox, err);
-    if (rc == 0)
-        rc = txo_cmdq_purge_done(db, opts->commands_s, opts->batch, opts->max_batches, &c.commands,
-                                 err);
+    if (rc == 0 && !opts->relay_tables_only)
+        rc = table_there(db, inbox_table.name, &inbox, err);
+    if (rc == 0 && inbox)
+        rc = purge_run(db, &inbox_table, opts->inbox_s, opts->batch, opts->max_batches, pause,
+                       &c.inbox, err);
+    if (rc == 0 && !opts->relay_tables_only)
+        rc = table_there(db, cmdq_table.name, &cmdq, err);
+    if (rc == 0 && cmdq)
+        rc = purge_run(db, &cmdq_table, opts->commands_s, opts->batch, opts->max_batches, pause,
+                       &c.commands, err);
     if (out != NULL)
         *out = c;
     return rc;

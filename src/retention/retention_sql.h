@@ -110,4 +110,29 @@
 #define RETENTION_SQL_CMDQ_DELETE_IN                                                               \
     "DELETE FROM command_queue WHERE status = 'DONE' AND updated_at < ? AND id IN "
 
+/*
+ * Dead letters, step 1: letters replayed before the cutoff (their event went back to the
+ * outbox; the letter is only history now). Letters never replayed are kept: they are what an
+ * operator has to look at. Index: idx_dead_letter_replayed (replayed_at [, id], migration
+ * 0012), the range before the cutoff, in order (NULL, never replayed, is outside it).
+ * Locks: none (consistent read). Params: cutoff, [cursor (3)], limit. Columns: id, replayed_at.
+ */
+#define RETENTION_SQL__DLQ_SELECT                                                                  \
+    "SELECT id, replayed_at FROM dead_letter_events FORCE INDEX (idx_dead_letter_replayed) "       \
+    "WHERE replayed_at < ? "
+#define RETENTION_SQL__ORDER_BY_REPLAYED "ORDER BY replayed_at, id LIMIT ?"
+#define RETENTION_SQL__AFTER_REPLAYED    "AND (replayed_at > ? OR (replayed_at = ? AND id > ?)) "
+
+#define RETENTION_SQL_DLQ_FIRST RETENTION_SQL__DLQ_SELECT RETENTION_SQL__ORDER_BY_REPLAYED
+#define RETENTION_SQL_DLQ_AFTER                                                                    \
+    RETENTION_SQL__DLQ_SELECT RETENTION_SQL__AFTER_REPLAYED RETENTION_SQL__ORDER_BY_REPLAYED
+
+/*
+ * Dead letters, step 2. Index: PRIMARY (id list). Locks: the deleted rows until the batch
+ * commits (a replay of one of them at that moment waits, then finds no letter).
+ * Isolation: READ COMMITTED. Params: cutoff, ids...
+ */
+#define RETENTION_SQL_DLQ_DELETE_IN                                                                \
+    "DELETE FROM dead_letter_events WHERE replayed_at < ? AND id IN "
+
 #endif

@@ -69,9 +69,11 @@ static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
         char key[32], payload[64];
         snprintf(key, sizeof(key), "order:%u:created", i);
         snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
+        char agg[16];
+        snprintf(agg, sizeof(agg), "%u", i);
         struct txo_outbox_event ev = {
             .aggregate_type = "order",
-            .aggregate_id = i,
+            .aggregate_id = agg,
             .event_type = "OrderCreated",
             .payload_json = payload,
             .idempotency_key = key,

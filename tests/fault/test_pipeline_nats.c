@@ -454,8 +454,9 @@ static void test_relay_only_foreign_rows_nats(void **state)
         assert_string_equal(json_string_value(json_object_get(env, "type")), foreign[i].event_type);
         assert_string_equal(json_string_value(json_object_get(env, "aggregate_type")),
                             foreign[i].aggregate_type);
-        assert_int_equal(json_integer_value(json_object_get(env, "aggregate_id")),
-                         foreign[i].aggregate_id);
+        char agg[24];
+        snprintf(agg, sizeof(agg), "%" PRId64, foreign[i].aggregate_id);
+        assert_string_equal(json_string_value(json_object_get(env, "aggregate_id")), agg);
         assert_string_equal(json_string_value(json_object_get(env, "idempotency_key")),
                             foreign[i].key);
         assert_int_equal(json_integer_value(json_object_get(env, "attempt")), 1);

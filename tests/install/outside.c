@@ -24,7 +24,7 @@ static int append(struct txo_tx *tx, void *arg, struct txo_error *err)
     (void)arg;
     struct txo_outbox_event ev = {
         .aggregate_type = "thing",
-        .aggregate_id = 1,
+        .aggregate_id = "1",
         .event_type = "ThingHappened",
         .payload_json = "{\"n\":1}",
         .idempotency_key = "thing:1:happened",

@@ -96,9 +96,11 @@ static int append_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     unsigned n = *(unsigned *)arg;
     for (unsigned i = 1; i <= n; i++) {
         char key[32], payload[32];
+        char agg[16];
+        snprintf(agg, sizeof(agg), "%u", i);
         snprintf(key, sizeof(key), "order:%u:created", i);
         snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        struct txo_outbox_event ev = {"order", i, "OrderCreated", payload, 0, key};
+        struct txo_outbox_event ev = {"order", agg, "OrderCreated", payload, 0, key};
         int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
         if (rc < 0)
             return rc;

@@ -88,8 +88,10 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
     assert_int_equal(json_integer_value(json_object_get(env, "attempt")), msg->delivery);
     json_t *payload = json_object_get(env, "payload");
     assert_true(json_is_object(payload));
-    assert_int_equal(json_integer_value(json_object_get(payload, "order_id")),
-                     json_integer_value(json_object_get(env, "aggregate_id")));
+    char agg[24];
+    snprintf(agg, sizeof(agg), "%" JSON_INTEGER_FORMAT,
+             json_integer_value(json_object_get(payload, "order_id")));
+    assert_string_equal(json_string_value(json_object_get(env, "aggregate_id")), agg);
 
     int rc = 0;
     if (c->fail_code != 0) {
@@ -118,9 +120,11 @@ static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
         char key[32], payload[64];
         snprintf(key, sizeof(key), "order:%u:created", i);
         snprintf(payload, sizeof(payload), "{\"order_id\": %u}", i);
+        char agg[16];
+        snprintf(agg, sizeof(agg), "%u", i);
         struct txo_outbox_event ev = {
             .aggregate_type = "order",
-            .aggregate_id = i,
+            .aggregate_id = agg,
             .event_type = "OrderCreated",
             .payload_json = payload,
             .idempotency_key = key,

@@ -91,7 +91,7 @@ static void batch_init(struct batch *b, size_t n, int64_t first_id, const char *
         struct txo_outbox_message *m = &b->msgs[i];
         m->id = id;
         m->aggregate_type = id % 2 ? "order" : "pay.ment v2";
-        m->aggregate_id = id;
+        m->aggregate_id = b->keys[i] + strlen(prefix) + 1; /* the id, as text */
         m->event_type = id % 2 ? "OrderCreated" : "Payment*Charged>";
         m->payload = b->payloads[i];
         m->payload_len = strlen(b->payloads[i]);
@@ -704,9 +704,11 @@ static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
         char key[32], payload[64];
         snprintf(key, sizeof(key), "order:%u:created", i);
         snprintf(payload, sizeof(payload), "{\"order_id\":%u,\"total_cents\":%u}", i, i * 100);
+        char agg[16];
+        snprintf(agg, sizeof(agg), "%u", i);
         struct txo_outbox_event ev = {
             .aggregate_type = "order",
-            .aggregate_id = i,
+            .aggregate_id = agg,
             .event_type = "OrderCreated",
             .payload_json = payload,
             .idempotency_key = key,

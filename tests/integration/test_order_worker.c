@@ -71,11 +71,12 @@ static int64_t create_order(struct fixture *f, char **envelope)
                                "aggregate_id = ? AND event_type = 'OrderCreated'",
                                p, 1);
     assert_non_null(payload);
-    char key[64];
+    char key[64], agg[24];
     snprintf(key, sizeof(key), "order:%lld:created", (long long)id);
+    snprintf(agg, sizeof(agg), "%lld", (long long)id);
     struct txo_outbox_message m = {.id = 1,
                                    .aggregate_type = "order",
-                                   .aggregate_id = id,
+                                   .aggregate_id = agg,
                                    .event_type = "OrderCreated",
                                    .payload = payload,
                                    .idempotency_key = key,
@@ -171,11 +172,12 @@ static void test_async_order_starts_from_the_command_only(void **state)
                                "aggregate_id = ? AND event_type = 'OrderCreated'",
                                p, 1);
     assert_non_null(strstr(payload, "\"saga_start\":\"command\""));
-    char key[64];
+    char key[64], agg[24];
     snprintf(key, sizeof(key), "order:%lld:created", (long long)a.id);
+    snprintf(agg, sizeof(agg), "%lld", (long long)a.id);
     struct txo_outbox_message m = {.id = 1,
                                    .aggregate_type = "order",
-                                   .aggregate_id = a.id,
+                                   .aggregate_id = agg,
                                    .event_type = "OrderCreated",
                                    .payload = payload,
                                    .idempotency_key = key,

@@ -57,7 +57,7 @@ static struct append_tx event(const char *key, const char *payload)
 {
     struct append_tx a = {
         .ev = {.aggregate_type = "order",
-               .aggregate_id = 7,
+               .aggregate_id = "7",
                .event_type = "OrderCreated",
                .payload_json = payload,
                .idempotency_key = key},
@@ -225,13 +225,20 @@ static void test_stats(void **state)
                 "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
                 " SELECT id, event_type, payload, 'boom' FROM outbox_events"
                 " WHERE idempotency_key = 'k:3'");
-    /* Three PENDING: one overdue by 5 s (the oldest due), one due now, one not due yet. */
+    /*
+     * Three PENDING: one created 40 s ago and backing off for another hour (the oldest not yet
+     * published: it counts although it is not due), one overdue, one due now; the PUBLISHED
+     * row created a day ago does not count, the FAILED one has an age of its own.
+     */
     testdb_exec(t->db, "UPDATE outbox_events SET next_attempt_at = NOW(6) - INTERVAL 5 SECOND "
                        "WHERE idempotency_key = 'k:4'");
-    testdb_exec(t->db, "UPDATE outbox_events SET next_attempt_at = NOW(6) - INTERVAL 1 HOUR, "
+    testdb_exec(t->db, "UPDATE outbox_events SET created_at = NOW(6) - INTERVAL 1 DAY, "
                        "status = 'PUBLISHED' WHERE idempotency_key = 'k:2'");
-    testdb_exec(t->db, "UPDATE outbox_events SET next_attempt_at = NOW(6) + INTERVAL 1 HOUR "
+    testdb_exec(t->db, "UPDATE outbox_events SET next_attempt_at = NOW(6) + INTERVAL 1 HOUR, "
+                       "created_at = NOW(6) - INTERVAL 40 SECOND, attempts = 3 "
                        "WHERE idempotency_key = 'k:6'");
+    testdb_exec(t->db, "UPDATE outbox_events SET created_at = NOW(6) - INTERVAL 2 HOUR "
+                       "WHERE idempotency_key = 'k:3'");
 
     assert_int_equal(txo_outbox_get_stats(t->db, &st, &err), 0);
     assert_int_equal(st.pending, 3);
@@ -239,8 +246,17 @@ static void test_stats(void **state)
     assert_int_equal(st.published, 2);
     assert_int_equal(st.failed, 1);
     assert_int_equal(st.dead_letters, 1);
-    if (!(st.oldest_pending_age_s >= 5.0 && st.oldest_pending_age_s < 60.0))
-        fail_msg("oldest_pending_age_s = %f, want 5..60", st.oldest_pending_age_s);
+    if (!(st.oldest_pending_age_s >= 40.0 && st.oldest_pending_age_s < 100.0))
+        fail_msg("oldest_pending_age_s = %f, want 40..100", st.oldest_pending_age_s);
+    if (!(st.oldest_failed_age_s >= 7200.0 && st.oldest_failed_age_s < 7300.0))
+        fail_msg("oldest_failed_age_s = %f, want 7200..7300", st.oldest_failed_age_s);
+
+    /* A PROCESSING row created earlier still is the lag (claimed, not yet published). */
+    testdb_exec(t->db, "UPDATE outbox_events SET created_at = NOW(6) - INTERVAL 10 MINUTE "
+                       "WHERE idempotency_key = 'k:0'");
+    assert_int_equal(txo_outbox_get_stats(t->db, &st, &err), 0);
+    if (!(st.oldest_pending_age_s >= 600.0 && st.oldest_pending_age_s < 660.0))
+        fail_msg("oldest_pending_age_s = %f, want 600..660", st.oldest_pending_age_s);
 }
 
 int main(void)

@@ -99,7 +99,7 @@ static int write_event(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const 
     snprintf(type, sizeof(type), "%s%s", ctx->step_name, kind);
     struct txo_outbox_event ev = {
         .aggregate_type = "saga-test",
-        .aggregate_id = 1,
+        .aggregate_id = "1",
         .event_type = type,
         .payload_json = "{}",
         .idempotency_key = key,

@@ -298,7 +298,9 @@ static void test_delivers_every_event_with_headers(void **state)
         if (sscanf(key, "k:%u", &k) != 1 || k < 1 || k > n)
             fail_msg("unexpected key %s", key);
         count[k]++;
-        assert_int_equal(json_integer_value(json_object_get(env, "aggregate_id")), k);
+        char agg[16];
+        snprintf(agg, sizeof(agg), "%u", k);
+        assert_string_equal(json_string_value(json_object_get(env, "aggregate_id")), agg);
         assert_int_equal(json_integer_value(json_object_get(json_object_get(env, "payload"), "n")),
                          k);
         assert_int_equal(json_integer_value(json_object_get(env, "attempt")), 1);

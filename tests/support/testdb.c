@@ -57,7 +57,7 @@ void testdb_exec(struct txo_db *db, const char *sql)
         fail_msg("%s: %s", sql, err.msg);
 }
 
-void testdb_setup(struct testdb *t, const char *tag)
+void testdb_setup_empty(struct testdb *t, const char *tag)
 {
     static unsigned counter;
     memset(t, 0, sizeof(*t));
@@ -75,6 +75,11 @@ void testdb_setup(struct testdb *t, const char *tag)
     t->opts = opts;
     t->opts.database = t->name;
     t->db = connect_or_fail(&t->opts);
+}
+
+void testdb_setup(struct testdb *t, const char *tag)
+{
+    testdb_setup_empty(t, tag);
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;

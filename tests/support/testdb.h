@@ -25,6 +25,8 @@ struct testdb {
 /* Reads MYSQL_HOST/PORT/USER/PASSWORD/DATABASE into opts (defaults of txo_db_opts_init). */
 void testdb_opts_from_env(struct txo_db_opts *opts);
 
+/* Creates a fresh database with no tables and connects to it. */
+void testdb_setup_empty(struct testdb *t, const char *tag);
 /* Creates and migrates a fresh database and connects to it. */
 void testdb_setup(struct testdb *t, const char *tag);
 

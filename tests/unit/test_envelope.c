@@ -19,7 +19,7 @@ static struct txo_outbox_message sample(const char *payload)
     struct txo_outbox_message m = {
         .id = 42,
         .aggregate_type = "order",
-        .aggregate_id = 7,
+        .aggregate_id = "7",
         .event_type = "OrderCreated",
         .payload = payload,
         .payload_len = 0,
@@ -45,7 +45,7 @@ static void test_exact_text(void **state)
     char *env = txo_envelope_encode(&m, &len, &err);
     assert_non_null(env);
     const char *expected =
-        "{\"id\":42,\"type\":\"OrderCreated\",\"aggregate_type\":\"order\",\"aggregate_id\":7,"
+        "{\"id\":42,\"type\":\"OrderCreated\",\"aggregate_type\":\"order\",\"aggregate_id\":\"7\","
         "\"idempotency_key\":\"order:7:created\",\"created_at\":\"2026-11-30T15:37:00.123456Z\","
         "\"attempt\":1,\"payload\":{\"order_id\":7,\"customer\":\"Jürgen Müller – «VIP» ☃\","
         "\"big\":9007199254740993,\"price\":0.1,\"neg\":-1.5e-7,"
@@ -62,7 +62,7 @@ static void test_header_fields_escaped_and_ints(void **state)
     (void)state;
     struct txo_outbox_message m = sample("[1,2]");
     m.id = INT64_MAX;
-    m.aggregate_id = -3;
+    m.aggregate_id = "c-\"3\"";
     m.event_type = "Order\"Odd\"\n";
     m.idempotency_key = "key:ключ";
     m.attempt = 10;
@@ -76,7 +76,7 @@ static void test_header_fields_escaped_and_ints(void **state)
     char *env = txo_envelope_encode(&m, NULL, &err);
     assert_non_null(env);
     assert_string_equal(env, "{\"id\":9223372036854775807,\"type\":\"Order\\\"Odd\\\"\\n\","
-                             "\"aggregate_type\":\"order\",\"aggregate_id\":-3,"
+                             "\"aggregate_type\":\"order\",\"aggregate_id\":\"c-\\\"3\\\"\","
                              "\"idempotency_key\":\"key:ключ\","
                              "\"created_at\":\"2026-11-30T15:37:00.123456Z\",\"attempt\":10,"
                              "\"payload\":[1,2]}");
@@ -197,9 +197,43 @@ static void test_decode_refuses_bad_envelopes(void **state)
     }
 }
 
+static void test_cloudevents_exact_text_and_round_trip(void **state)
+{
+    (void)state;
+    struct txo_outbox_message m = sample("{ \"order_id\": 7, \"big\": 9007199254740993 }");
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, "urn:shop", NULL, &err);
+    assert_non_null(env);
+    assert_string_equal(env, "{\"specversion\":\"1.0\",\"id\":\"order:7:created\","
+                             "\"source\":\"urn:shop\",\"type\":\"OrderCreated\","
+                             "\"subject\":\"order/7\",\"time\":\"2026-11-30T15:37:00.123456Z\","
+                             "\"datacontenttype\":\"application/json\",\"txoid\":42,"
+                             "\"txoattempt\":1,\"txoaggregatetype\":\"order\","
+                             "\"txoaggregateid\":\"7\","
+                             "\"data\":{\"order_id\":7,\"big\":9007199254740993}}");
+    struct txo_event ev;
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_string_equal(ev.type, "OrderCreated");
+    assert_string_equal(ev.idempotency_key, "order:7:created");
+    assert_string_equal(ev.aggregate_type, "order");
+    assert_string_equal(ev.aggregate_id, "7");
+    assert_string_equal(ev.created_at, "2026-11-30T15:37:00.123456Z");
+    assert_string_equal(ev.payload, "{\"order_id\":7,\"big\":9007199254740993}");
+    assert_true(ev.id == 42 && ev.attempt == 1);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    enum txo_envelope_format f;
+    assert_int_equal(txo_envelope_format_parse("cloudevents", &f), 0);
+    assert_int_equal(f, TXO_ENVELOPE_CLOUDEVENTS);
+    assert_int_equal(txo_envelope_format_parse("CloudEvents", &f), TXO_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cloudevents_exact_text_and_round_trip),
         cmocka_unit_test(test_exact_text),
         cmocka_unit_test(test_header_fields_escaped_and_ints),
         cmocka_unit_test(test_scalar_payload),

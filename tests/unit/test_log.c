@@ -4,15 +4,18 @@
  * default sink writes one logfmt line with the free text quoted and key=value pairs kept.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "txo/txo.h"
 
@@ -208,6 +211,160 @@ static void test_default_sink_logfmt(void **state)
                         "err=x\\ny\n");
 }
 
+/* Captures what the default sink writes to stderr while fn runs. */
+static void capture(char *out, size_t out_size, void (*fn)(void))
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fds[1], STDERR_FILENO) >= 0);
+    txo_log_set_sink(NULL, NULL);
+    fn();
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    close(fds[1]);
+    ssize_t n = read(fds[0], out, out_size - 1);
+    close(fds[0]);
+    assert_true(n > 0);
+    out[n] = '\0';
+}
+
+#define NASTY "Duplicate entry 'a\"b' for key \\x=1\nnext line"
+
+static void log_nasty_values(void)
+{
+    TXO_LOG(TXO_LOG_WARN, "worker", "retention cleaner failed err=\"%s\"", NASTY);
+    TXO_LOG(TXO_LOG_INFO, "outbox", "append key=%s event_type=%s n=%d empty=%s", "a b=c",
+            "OrderCreated", -5, "");
+    TXO_LOG(TXO_LOG_INFO, "relay",
+            "relay stopped claimed=%" PRIu64 " rate=%.2f batch=%zu id=%s pct=100%%",
+            (uint64_t)18446744073709551615ULL, 2.5, (size_t)500, "r-1");
+}
+
+static void test_values_are_escaped_where_they_stand(void **state)
+{
+    (void)state;
+    char out[8192];
+    capture(out, sizeof(out), log_nasty_values);
+    char *second = strchr(out, '\n') + 1;
+    char *third = strchr(second, '\n') + 1;
+    assert_memory_equal(skip_timestamp(out),
+                        "level=warn component=worker msg=\"retention cleaner failed\" "
+                        "err=\"Duplicate entry 'a\\\"b' for key \\\\x=1\\nnext line\"\n",
+                        (size_t)(second - skip_timestamp(out)));
+    assert_memory_equal(skip_timestamp(second),
+                        "level=info component=outbox msg=\"append\" key=\"a b=c\" "
+                        "event_type=OrderCreated n=-5 empty=\"\"\n",
+                        (size_t)(third - skip_timestamp(second)));
+    assert_string_equal(skip_timestamp(third),
+                        "level=info component=relay msg=\"relay stopped\" "
+                        "claimed=18446744073709551615 rate=2.50 batch=500 id=r-1 pct=100%\n");
+
+    /* An independent logfmt parser (npm logfmt) reads the values back unchanged. */
+    const char *js_dir = getenv("TXO_JS_DIR");
+    if (js_dir == NULL)
+        fail_msg("TXO_JS_DIR is not set (CTest sets it)");
+    char path[64], cmd[1024];
+    snprintf(path, sizeof(path), "/tmp/txo_logfmt_%ld.log", (long)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "node %s/check_logfmt.mjs %s", js_dir, path);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char parsed[8192];
+    size_t n = fread(parsed, 1, sizeof(parsed) - 1, p);
+    parsed[n] = '\0';
+    int rc = pclose(p);
+    remove(path);
+    if (rc != 0)
+        fail_msg("%s failed (%d): %s", cmd, rc, parsed);
+    char *line2 = strchr(parsed, '\n');
+    assert_non_null(line2);
+    *line2++ = '\0';
+    json_t *a = json_loads(parsed, 0, NULL);
+    json_t *b = json_loads(line2, JSON_DISABLE_EOF_CHECK, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    /* The quote, the backslash and the '=' come back as they were and the newline stays in
+     * the value; this parser undoes every backslash escape by dropping the backslash, so the
+     * newline, which we write as "\n" like go-logfmt does, reads back as 'n'. */
+    assert_string_equal(json_string_value(json_object_get(a, "err")),
+                        "Duplicate entry 'a\"b' for key \\x=1nnext line");
+    assert_string_equal(json_string_value(json_object_get(a, "msg")), "retention cleaner failed");
+    assert_string_equal(json_string_value(json_object_get(b, "key")), "a b=c");
+    assert_string_equal(json_string_value(json_object_get(b, "event_type")), "OrderCreated");
+    json_decref(a);
+    json_decref(b);
+}
+
+static void test_json_format(void **state)
+{
+    (void)state;
+    char out[8192];
+    txo_log_set_format(TXO_LOG_FORMAT_JSON);
+    capture(out, sizeof(out), log_nasty_values);
+    txo_log_set_format(TXO_LOG_FORMAT_LOGFMT);
+    /* Each line is one JSON object (jansson), with the pairs as members. */
+    char *lines[3];
+    char *p = out;
+    for (int i = 0; i < 3; i++) {
+        lines[i] = p;
+        char *eol = strchr(p, '\n');
+        assert_non_null(eol);
+        *eol = '\0';
+        p = eol + 1;
+    }
+    assert_string_equal(p, "");
+    json_error_t jerr;
+    json_t *a = json_loads(lines[0], 0, &jerr);
+    if (a == NULL)
+        fail_msg("not JSON (%s): %s", jerr.text, lines[0]);
+    assert_string_equal(json_string_value(json_object_get(a, "level")), "warn");
+    assert_string_equal(json_string_value(json_object_get(a, "component")), "worker");
+    assert_string_equal(json_string_value(json_object_get(a, "msg")), "retention cleaner failed");
+    assert_string_equal(json_string_value(json_object_get(a, "err")), NASTY);
+    assert_int_equal(strlen(json_string_value(json_object_get(a, "ts"))), 24);
+    json_decref(a);
+    json_t *b = json_loads(lines[1], 0, &jerr);
+    assert_non_null(b);
+    assert_string_equal(json_string_value(json_object_get(b, "key")), "a b=c");
+    assert_string_equal(json_string_value(json_object_get(b, "n")), "-5");
+    assert_string_equal(json_string_value(json_object_get(b, "empty")), "");
+    json_decref(b);
+    json_t *c = json_loads(lines[2], 0, &jerr);
+    assert_non_null(c);
+    assert_string_equal(json_string_value(json_object_get(c, "claimed")), "18446744073709551615");
+    assert_string_equal(json_string_value(json_object_get(c, "pct")), "100%");
+    json_decref(c);
+
+    /* And jq, another parser, reads the same lines. */
+    char path[64], cmd[256];
+    snprintf(path, sizeof(path), "/tmp/txo_logjson_%ld.log", (long)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 3; i++)
+        fprintf(f, "%s\n", lines[i]);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "jq -r .err %s | head -2", path);
+    FILE *jq = popen(cmd, "r");
+    assert_non_null(jq);
+    char got[512];
+    size_t n = fread(got, 1, sizeof(got) - 1, jq);
+    got[n] = '\0';
+    int rc = pclose(jq);
+    remove(path);
+    assert_int_equal(rc, 0);
+    assert_string_equal(got, NASTY "\n");
+
+    enum txo_log_format fmt;
+    assert_int_equal(txo_log_format_parse("json", &fmt), 0);
+    assert_int_equal(fmt, TXO_LOG_FORMAT_JSON);
+    assert_int_equal(txo_log_format_parse("xml", &fmt), TXO_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -217,6 +374,8 @@ int main(void)
         cmocka_unit_test_teardown(test_logging_preserves_errno, reset_log),
         cmocka_unit_test_teardown(test_long_message_is_cut, reset_log),
         cmocka_unit_test_teardown(test_default_sink_logfmt, reset_log),
+        cmocka_unit_test_teardown(test_values_are_escaped_where_they_stand, reset_log),
+        cmocka_unit_test_teardown(test_json_format, reset_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,67 @@
+/*
+ * The retention cleaner as the `txo` commands run it: `txo clean` (one pass, then exit) and
+ * `txo relay --clean-interval N` (a pass every N seconds on a thread and a connection of its
+ * own, next to the relay). Both purge with the library's cleaner (txo/retention.h): old
+ * PUBLISHED outbox rows and replayed dead letters, in short batches, each its own transaction;
+ * `txo clean` also the worker's tables when the database has them.
+ *
+ * Thread-safety: a struct clean_thread is started and stopped by one thread.
+ */
+#ifndef TXO_CMD_CLEAN_H
+#define TXO_CMD_CLEAN_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "settings.h"
+#include "txo/retention.h"
+
+struct clean_settings {
+    unsigned interval_s; /* relay only: seconds between passes, 0 = no cleaner */
+    unsigned outbox_s;
+    unsigned dead_letters_s;
+    unsigned batch;
+    unsigned max_batches;
+    unsigned pause_ms; /* between two batches, so that the relay keeps its pace */
+};
+
+/* Appends the cleaner's settings; with_interval adds --clean-interval (default 0). */
+void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval);
+
+/* Rows one pass deleted, per table. */
+struct clean_counts {
+    uint64_t outbox, dead_letters, idempotency, inbox, commands;
+};
+
+/*
+ * One pass over the outbox and the dead letters (and, with worker_tables, the idempotency
+ * keys, the inbox and the command queue when the database has them), one batch at a time with
+ * s->pause_ms between batches. ages: idempotency and inbox/commands retention (worker_tables
+ * only). *out receives what was deleted, also on failure. Errors: the first DB error.
+ */
+int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_tables,
+               unsigned idempotency_s, unsigned inbox_s, struct clean_counts *out,
+               struct txo_error *err);
+
+/* The relay's cleaner thread. */
+struct clean_thread {
+    struct clean_settings settings;
+    struct txo_db_opts db_opts;
+    pthread_t tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    bool running;
+    unsigned long long passes;
+    unsigned long long deleted;
+};
+
+/* Starts the thread when settings->interval_s > 0 (else does nothing). False on failure. */
+bool clean_thread_start(struct clean_thread *c, const struct clean_settings *settings,
+                        const struct txo_db_opts *db_opts);
+/* Stops and joins the thread (the pass in progress finishes its batch). Safe when not started. */
+void clean_thread_stop(struct clean_thread *c);
+
+extern const struct command cmd_clean;
+
+#endif

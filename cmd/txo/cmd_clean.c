@@ -1,0 +1,272 @@
+/*
+ * `txo clean`: one retention pass, then exit (from cron, or a Kubernetes CronJob), and the
+ * relay's in-process cleaner (`txo relay --clean-interval N`): see clean.h.
+ *
+ * Each batch is one short transaction that deletes at most --clean-batch rows found along an
+ * index (txo/retention.h), so a pass never holds many locks or a long undo log; the rows it
+ * deletes are PUBLISHED or replayed dead letters, which the relay never locks. Batches are
+ * --clean-pause apart: deleting competes with the relay for the server's CPU and redo log,
+ * and bench/clean_next_to_relay.sh measures what a pass costs the relay.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "clean.h"
+
+static int run(int argc, char **argv);
+
+const struct command cmd_clean = {
+    .name = "clean",
+    .summary = "delete old PUBLISHED outbox rows and replayed dead letters (one pass)",
+    .usage = "txo clean [options]",
+    .description =
+        "Runs one retention pass and exits: PUBLISHED outbox events older than\n"
+        "--outbox-retention and dead letters replayed more than --dead-letter-retention ago\n"
+        "are deleted, at most --clean-batch per short transaction, oldest first; when the\n"
+        "database also has the worker's tables, completed idempotency keys, inbox rows and DONE\n"
+        "commands older than --idempotency-retention and --inbox-retention too. Safe next to\n"
+        "running relays and workers, and idempotent. PENDING, PROCESSING and FAILED events and\n"
+        "dead letters never replayed are never deleted. `txo relay --clean-interval N` runs the\n"
+        "same outbox and dead-letter purge every N seconds inside the relay.",
+    .run = run,
+};
+
+void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval)
+{
+    const struct setting interval[] = {
+        {.name = "clean-interval",
+         .env = "TXO_CLEAN_INTERVAL",
+         .type = SETTING_UINT,
+         .def = "0",
+         .help = "seconds between retention passes in this process (PUBLISHED outbox rows and "
+                 "replayed dead letters; 0: none, run `txo clean` instead)",
+         .max = 86400,
+         .target = &o->interval_s},
+    };
+    const struct setting group[] = {
+        {.name = "outbox-retention",
+         .env = "TXO_OUTBOX_RETENTION",
+         .type = SETTING_UINT,
+         .def = "604800",
+         .help = "PUBLISHED outbox rows older than this many seconds are deleted",
+         .min = 60,
+         .max = 315360000,
+         .target = &o->outbox_s},
+        {.name = "dead-letter-retention",
+         .env = "TXO_DEAD_LETTER_RETENTION",
+         .type = SETTING_UINT,
+         .def = "2592000",
+         .help = "dead letters replayed more than this many seconds ago are deleted (never "
+                 "replayed ones are kept)",
+         .min = 60,
+         .max = 315360000,
+         .target = &o->dead_letters_s},
+        {.name = "clean-batch",
+         .env = "TXO_CLEAN_BATCH",
+         .type = SETTING_UINT,
+         .def = "500",
+         .help = "rows deleted per transaction",
+         .min = 1,
+         .max = TXO_PURGE_BATCH_MAX,
+         .target = &o->batch},
+        {.name = "clean-pause",
+         .env = "TXO_CLEAN_PAUSE_MS",
+         .type = SETTING_UINT,
+         .def = "20",
+         .help = "milliseconds between two batches, so that the relay keeps its pace",
+         .max = 60000,
+         .target = &o->pause_ms},
+        {.name = "clean-max-batches",
+         .env = "TXO_CLEAN_MAX_BATCHES",
+         .type = SETTING_UINT,
+         .def = "0",
+         .help = "batches per table and pass (0: until nothing old is left)",
+         .max = 1000000,
+         .target = &o->max_batches},
+    };
+    if (with_interval)
+        settings_add(t, interval, TXO_ARRAY_LEN(interval));
+    settings_add(t, group, TXO_ARRAY_LEN(group));
+}
+
+int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_tables,
+               unsigned idempotency_s, unsigned inbox_s, struct clean_counts *out,
+               struct txo_error *err)
+{
+    struct txo_retention_opts ro;
+    txo_retention_opts_init(&ro);
+    ro.batch = s->batch;
+    ro.max_batches = s->max_batches;
+    ro.pause_ms = s->pause_ms;
+    ro.outbox_s = s->outbox_s;
+    ro.dead_letters_s = s->dead_letters_s;
+    ro.idempotency_s = idempotency_s;
+    ro.inbox_s = inbox_s;
+    ro.commands_s = inbox_s;
+    ro.relay_tables_only = !worker_tables;
+    struct txo_retention_counts c = {0};
+    int rc = txo_retention_run(db, &ro, &c, err);
+    out->outbox = c.outbox;
+    out->dead_letters = c.dead_letters;
+    out->idempotency = c.idempotency;
+    out->inbox = c.inbox;
+    out->commands = c.commands;
+    return rc;
+}
+
+/* ---- the relay's cleaner thread ---- */
+
+#define SLICE_BATCHES 10
+
+static void *clean_main(void *arg)
+{
+    struct clean_thread *c = arg;
+    struct txo_db *db = NULL;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        pthread_mutex_unlock(&c->mu);
+        struct txo_error err;
+        txo_error_init(&err);
+        int rc = db == NULL ? txo_db_open(&c->db_opts, &db, &err) : 0;
+        struct clean_counts n = {0};
+        if (rc == 0)
+            rc = clean_pass(db, &c->settings, false, 0, 0, &n, &err);
+        uint64_t deleted = n.outbox + n.dead_letters;
+        if (rc != 0) {
+            TXO_LOG(TXO_LOG_WARN, "clean", "retention pass failed err=\"%s\"", err.msg);
+            txo_db_close(db); /* reopened at the next pass */
+            db = NULL;
+        }
+        pthread_mutex_lock(&c->mu);
+        c->passes++;
+        c->deleted += deleted;
+        /* A slice that ran all its batches left more behind: go on after one pause. */
+        bool more = rc == 0 && n.outbox + n.dead_letters >=
+                                   (uint64_t)c->settings.batch * c->settings.max_batches;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        if (more) {
+            until.tv_nsec += (long)c->settings.pause_ms * 1000000L;
+            until.tv_sec += until.tv_nsec / 1000000000L;
+            until.tv_nsec %= 1000000000L;
+        } else {
+            until.tv_sec += (time_t)c->settings.interval_s;
+        }
+        while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &until) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    txo_db_close(db);
+    return NULL;
+}
+
+bool clean_thread_start(struct clean_thread *c, const struct clean_settings *settings,
+                        const struct txo_db_opts *db_opts)
+{
+    c->settings = *settings;
+    /* Passes in slices of a few batches, so that a stop waits for at most one slice. */
+    if (c->settings.max_batches == 0 || c->settings.max_batches > SLICE_BATCHES)
+        c->settings.max_batches = SLICE_BATCHES;
+    c->db_opts = *db_opts;
+    c->stop = false;
+    c->running = false;
+    c->passes = 0;
+    c->deleted = 0;
+    if (settings->interval_s == 0)
+        return true;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    if (pthread_create(&c->tid, NULL, clean_main, c) != 0) {
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        return false;
+    }
+    c->running = true;
+    TXO_LOG(TXO_LOG_INFO, "clean",
+            "cleaner started interval_s=%u outbox_retention_s=%u dead_letter_retention_s=%u "
+            "batch=%u",
+            settings->interval_s, settings->outbox_s, settings->dead_letters_s, settings->batch);
+    return true;
+}
+
+void clean_thread_stop(struct clean_thread *c)
+{
+    if (!c->running)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->tid, NULL);
+    TXO_LOG(TXO_LOG_INFO, "clean", "cleaner stopped passes=%llu deleted=%llu", c->passes,
+            c->deleted);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    c->running = false;
+}
+
+/* ---- txo clean ---- */
+
+static struct {
+    struct common_opts common;
+    struct clean_settings clean;
+    unsigned idempotency_s;
+    unsigned inbox_s;
+} opts;
+
+static void add_settings(struct settings_table *t)
+{
+    const struct setting worker_tables[] = {
+        {.name = "idempotency-retention",
+         .env = "TXO_IDEMPOTENCY_RETENTION",
+         .type = SETTING_UINT,
+         .def = "86400",
+         .help = "completed idempotency keys older than this many seconds are deleted (when the "
+                 "table exists)",
+         .min = 60,
+         .max = 315360000,
+         .target = &opts.idempotency_s},
+        {.name = "inbox-retention",
+         .env = "TXO_INBOX_RETENTION",
+         .type = SETTING_UINT,
+         .def = "604800",
+         .help = "inbox rows and DONE commands older than this many seconds are deleted (when "
+                 "the tables exist)",
+         .min = 60,
+         .max = 315360000,
+         .target = &opts.inbox_s},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_clean(t, &opts.clean, false);
+    settings_add(t, worker_tables, TXO_ARRAY_LEN(worker_tables));
+}
+
+static int run(int argc, char **argv)
+{
+    txo_db_opts_init(&opts.common.db);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_clean, table.items, table.n, argc, argv, NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&opts.common))
+        return 2;
+    struct txo_db *db = common_connect(&opts.common);
+    if (db == NULL)
+        return 1;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct clean_counts c;
+    int rc = clean_pass(db, &opts.clean, true, opts.idempotency_s, opts.inbox_s, &c, &err);
+    txo_db_close(db);
+    printf("deleted outbox=%" PRIu64 " dead_letters=%" PRIu64 " idempotency=%" PRIu64
+           " inbox=%" PRIu64 " commands=%" PRIu64 "\n",
+           c.outbox, c.dead_letters, c.idempotency, c.inbox, c.commands);
+    if (rc != 0) {
+        cmd_report("clean", "retention pass", &err);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,190 @@
+/*
+ * CloudEvents output (`txo relay --envelope cloudevents`), checked by an implementation that
+ * is not ours: the CloudEvents JavaScript SDK (tests/js/check_cloudevents.mjs, installed by
+ * scripts/deps.sh) parses and validates every event the log publisher prints.
+ *
+ * Asserted: each event is a valid CloudEvents 1.0 structured-mode event with id = the
+ * idempotency key, type = event_type, subject = aggregate_type/aggregate_id, time =
+ * created_at, data = the payload with its exact values; txo's own decoder reads it back to the
+ * same fields; a bad --envelope is refused.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "testproc.h"
+#include "txo/consumer.h"
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup(t, "ce");
+    testdb_export_env(t);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct testdb *t = *state;
+    testdb_teardown(t);
+    txo_free(t);
+    return 0;
+}
+
+/* Runs argv to completion; returns its exit status and (malloc'd) output. */
+static int run(const char *const *argv, char **out)
+{
+    struct testproc p;
+    testproc_start(&p, "ce", argv, NULL);
+    if (!testproc_wait(&p, 60000)) {
+        testproc_stop_hard(&p);
+        fail_msg("%s did not finish within 60 s", argv[0]);
+    }
+    *out = testproc_log(&p);
+    testproc_remove_log(&p);
+    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+}
+
+static void test_sdk_parses_what_the_relay_publishes(void **state)
+{
+    struct testdb *t = *state;
+    const char *js_dir = getenv("TXO_JS_DIR");
+    if (js_dir == NULL)
+        fail_msg("TXO_JS_DIR is not set (CTest sets it)");
+    char check[512], modules[512];
+    snprintf(check, sizeof(check), "%s/check_cloudevents.mjs", js_dir);
+    snprintf(modules, sizeof(modules), "%s/node_modules/cloudevents/package.json", js_dir);
+    FILE *f = fopen(modules, "r");
+    if (f == NULL)
+        fail_msg("%s is missing: run scripts/deps.sh (npm ci in tests/js)", modules);
+    fclose(f);
+
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES "
+                       "('customer', '7f9c2e1a-55b0-4c1e-9d7a-0b6f3c2d1e00', 'CustomerSignedUp', "
+                       "'{\"email\":\"zo\xc3\xab@example.com\",\"big\":9007199254740993}', "
+                       "'customer:7f9c:signup'), "
+                       "('invoice', 42, 'InvoiceIssued', '{\"invoice_id\":42,\"lines\":[1,2]}', "
+                       "'invoice:42:issued')");
+
+    char *out = NULL;
+    const char *relay[] = {
+        testproc_txo_bin(), "relay",       "--drain",           "--publisher",      "log",
+        "--envelope",       "cloudevents", "--envelope-source", "urn:example:shop", NULL};
+    int rc = run(relay, &out);
+    if (rc != 0)
+        fail_msg("txo relay exited %d:\n%s", rc, out);
+
+    /* txo's own decoder reads the CloudEvents back. */
+    char path[128];
+    snprintf(path, sizeof(path), "/tmp/txo_ce_%ld.out", (long)getpid());
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(out, f);
+    fclose(f);
+    size_t decoded = 0;
+    for (char *line = out; line != NULL && *line != '\0';) {
+        char *eol = strchr(line, '\n');
+        size_t len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        if (len > 0 && line[0] == '{') {
+            struct txo_event ev;
+            struct txo_error err;
+            txo_error_init(&err);
+            if (txo_envelope_decode(line, len, &ev, &err) != 0)
+                fail_msg("txo_envelope_decode: %s: %.*s", err.msg, (int)len, line);
+            assert_true(strstr(ev.idempotency_key, ":") != NULL);
+            assert_non_null(ev.aggregate_id);
+            assert_true(ev.attempt == 1 && ev.id > 0);
+            struct txo_param key = txo_p_str(ev.idempotency_key);
+            char *db_time = testdb_str(t->db,
+                                       "SELECT DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ') "
+                                       "FROM outbox_events WHERE idempotency_key = ?",
+                                       &key, 1);
+            assert_string_equal(ev.created_at, db_time);
+            txo_free(db_time);
+            txo_event_release(&ev);
+            decoded++;
+        }
+        line = eol != NULL ? eol + 1 : NULL;
+    }
+    free(out);
+    assert_int_equal(decoded, 2);
+
+    const char *node[] = {"/usr/bin/env", "node", check, path, NULL};
+    rc = run(node, &out);
+    remove(path);
+    if (rc != 0)
+        fail_msg("the CloudEvents SDK rejected our output (exit %d):\n%s", rc, out);
+    print_message("%s", out);
+    size_t seen = 0;
+    for (char *line = out; line != NULL && *line != '\0';) {
+        char *eol = strchr(line, '\n');
+        size_t len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        json_t *ev = len > 0 && line[0] == '{' ? json_loadb(line, len, 0, NULL) : NULL;
+        line = eol != NULL ? eol + 1 : NULL;
+        if (ev == NULL)
+            continue;
+        seen++;
+        assert_string_equal(json_string_value(json_object_get(ev, "specversion")), "1.0");
+        assert_string_equal(json_string_value(json_object_get(ev, "source")), "urn:example:shop");
+        assert_string_equal(json_string_value(json_object_get(ev, "datacontenttype")),
+                            "application/json");
+        const char *id = json_string_value(json_object_get(ev, "id"));
+        json_t *data = json_object_get(ev, "data");
+        if (strcmp(id, "customer:7f9c:signup") == 0) {
+            assert_string_equal(json_string_value(json_object_get(ev, "type")), "CustomerSignedUp");
+            assert_string_equal(json_string_value(json_object_get(ev, "subject")),
+                                "customer/7f9c2e1a-55b0-4c1e-9d7a-0b6f3c2d1e00");
+            assert_string_equal(json_string_value(json_object_get(data, "email")),
+                                "zo\xc3\xab@example.com");
+        } else {
+            assert_string_equal(id, "invoice:42:issued");
+            assert_string_equal(json_string_value(json_object_get(ev, "subject")), "invoice/42");
+            assert_int_equal(json_integer_value(json_object_get(data, "invoice_id")), 42);
+        }
+        struct txo_param key = txo_p_str(id);
+        char *db_time = testdb_str(t->db,
+                                   "SELECT DATE_FORMAT(created_at, '%Y-%m-%dT%H:%i:%s.%fZ') "
+                                   "FROM outbox_events WHERE idempotency_key = ?",
+                                   &key, 1);
+        /* The SDK keeps time as a JavaScript Date: milliseconds. */
+        char want[32];
+        snprintf(want, sizeof(want), "%.23sZ", db_time);
+        assert_string_equal(json_string_value(json_object_get(ev, "time")), want);
+        txo_free(db_time);
+        json_decref(ev);
+    }
+    free(out);
+    assert_int_equal(seen, 2);
+}
+
+static void test_bad_envelope_is_refused(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    const char *relay[] = {testproc_txo_bin(), "relay", "--drain", "--envelope", "avro", NULL};
+    assert_int_equal(run(relay, &out), 2);
+    assert_non_null(strstr(out, "--envelope must be txo or cloudevents"));
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sdk_parses_what_the_relay_publishes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_envelope_is_refused, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,303 @@
+/*
+ * The outbox on its own, as a team in another language adopts it: a database that only ever
+ * saw `txo migrate --only outbox`, rows inserted with plain SQL, and the `txo` binary.
+ *
+ * Asserted: --only outbox creates outbox_events and dead_letter_events and nothing else;
+ * text and integer aggregate ids both go in and come out of `txo relay --publisher log` as
+ * JSON strings; `txo stats`, `txo dlq list`, `txo dlq replay`, the relay's /metrics and
+ * /readyz work without the saga and command tables; `txo clean` deletes old PUBLISHED rows
+ * and old replayed dead letters and nothing else; `txo relay --clean-interval` does the same
+ * in-process; a later full `txo migrate` adds the rest of the schema.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <inttypes.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "testhttp.h"
+#include "testproc.h"
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup_empty(t, "relayonly");
+    testdb_export_env(t);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct testdb *t = *state;
+    testdb_teardown(t);
+    txo_free(t);
+    return 0;
+}
+
+static int64_t q(struct testdb *t, const char *sql)
+{
+    return testdb_i64(t->db, sql, NULL, 0);
+}
+
+/* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
+static int run_txo(const char *const *args, char **out)
+{
+    const char *argv[24] = {testproc_txo_bin()};
+    size_t n = 1;
+    while (args[n - 1] != NULL && n < 23) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    struct testproc p;
+    testproc_start(&p, "relayonly-cli", argv, NULL);
+    if (!testproc_wait(&p, 60000)) {
+        testproc_stop_hard(&p);
+        fail_msg("txo %s did not finish within 60 s", args[0]);
+    }
+    *out = testproc_log(&p);
+    testproc_remove_log(&p);
+    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+}
+
+/* run_txo that must exit 0; returns the output (free()). */
+static char *txo_ok(const char *const *args)
+{
+    char *out = NULL;
+    int rc = run_txo(args, &out);
+    if (rc != 0)
+        fail_msg("txo %s exited %d:\n%s", args[0], rc, out);
+    return out;
+}
+
+static void migrate_outbox_only(struct testdb *t)
+{
+    const char *args[] = {"migrate", "--only", "outbox", NULL};
+    free(txo_ok(args));
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                          "DATABASE() AND table_name NOT IN ('outbox_events', "
+                          "'dead_letter_events', 'txo_schema_migrations')"),
+                     0);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                          "DATABASE()"),
+                     3);
+}
+
+/* What another application's code does, each INSERT in its own transaction. */
+static void insert_foreign_rows(struct testdb *t)
+{
+    testdb_exec(t->db, "START TRANSACTION");
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES ('customer', "
+                       "'7f9c2e1a-55b0-4c1e-9d7a-0b6f3c2d1e00', 'CustomerSignedUp', "
+                       "'{\"email\":\"zoe@example.com\"}', 'customer:7f9c:signup')");
+    testdb_exec(t->db, "COMMIT");
+    testdb_exec(t->db, "START TRANSACTION");
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES ('invoice', 42, 'InvoiceIssued', "
+                       "'{\"invoice_id\":42}', 'invoice:42:issued')");
+    testdb_exec(t->db, "COMMIT");
+}
+
+/* The envelopes a log relay printed (lines starting with '{'), in order. */
+static json_t *envelopes(const char *out)
+{
+    json_t *all = json_array();
+    for (const char *line = out; line != NULL && *line != '\0';) {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        if (len > 0 && line[0] == '{') {
+            json_error_t jerr;
+            json_t *env = json_loadb(line, len, 0, &jerr);
+            if (env == NULL)
+                fail_msg("not JSON (%s): %.*s", jerr.text, (int)len, line);
+            json_array_append_new(all, env);
+        }
+        line = eol != NULL ? eol + 1 : NULL;
+    }
+    return all;
+}
+
+static const char *str_of(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_string(v))
+        fail_msg("\"%s\" is not a string", key);
+    return json_string_value(v);
+}
+
+static void test_relay_only_database_end_to_end(void **state)
+{
+    struct testdb *t = *state;
+    migrate_outbox_only(t);
+    insert_foreign_rows(t);
+
+    const char *drain[] = {"relay", "--drain", "--publisher", "log", NULL};
+    char *out = txo_ok(drain);
+    json_t *envs = envelopes(out);
+    free(out);
+    assert_int_equal(json_array_size(envs), 2);
+    assert_string_equal(str_of(json_array_get(envs, 0), "aggregate_id"),
+                        "7f9c2e1a-55b0-4c1e-9d7a-0b6f3c2d1e00");
+    assert_string_equal(str_of(json_array_get(envs, 1), "aggregate_id"), "42");
+    assert_string_equal(str_of(json_array_get(envs, 1), "type"), "InvoiceIssued");
+    json_decref(envs);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
+
+    /* A poison event: one attempt against a receiver that is not there. */
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES ('invoice', 'inv-43', 'InvoiceIssued', "
+                       "'{\"invoice_id\":43}', 'invoice:43:issued')");
+    char url[64], port[16];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hooks", testproc_free_port());
+    const char *fail_once[] = {"relay", "--drain",        "--publisher", "webhook", "--webhook-url",
+                               url,     "--max-attempts", "1",           NULL};
+    free(txo_ok(fail_once));
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+
+    const char *stats[] = {"stats", "--json", NULL};
+    out = txo_ok(stats);
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("txo stats --json printed no JSON (%s): %s", jerr.text, out);
+    free(out);
+    json_t *outbox = json_object_get(doc, "outbox");
+    assert_int_equal(json_integer_value(json_object_get(outbox, "published")), 2);
+    assert_int_equal(json_integer_value(json_object_get(outbox, "failed")), 1);
+    assert_true(json_is_null(json_object_get(doc, "sagas")));
+    assert_true(json_is_null(json_object_get(doc, "commands")));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(doc, "dead_letters"), "total")), 1);
+    json_decref(doc);
+    const char *stats_table[] = {"stats", NULL};
+    out = txo_ok(stats_table);
+    assert_non_null(strstr(out, "outbox-only schema"));
+    free(out);
+
+    const char *list[] = {"dlq", "list", "--json", NULL};
+    out = txo_ok(list);
+    assert_non_null(strstr(out, "\"event_type\":\"InvoiceIssued\""));
+    free(out);
+    int64_t letter = q(t, "SELECT MIN(id) FROM dead_letter_events");
+    snprintf(port, sizeof(port), "%" PRId64, letter);
+    const char *replay[] = {"dlq", "replay", port, NULL};
+    free(txo_ok(replay));
+    out = txo_ok(drain);
+    envs = envelopes(out);
+    free(out);
+    assert_int_equal(json_array_size(envs), 1);
+    assert_string_equal(str_of(json_array_get(envs, 0), "aggregate_id"), "inv-43");
+    json_decref(envs);
+
+    /* The relay's /metrics and /readyz on this schema. */
+    unsigned mport = testproc_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mport);
+    const char *argv[] = {testproc_txo_bin(), "relay", "--publisher", "null",
+                          "--metrics-listen", listen,  NULL};
+    struct testproc relay;
+    testproc_start(&relay, "relayonly-relay", argv, NULL);
+    if (!testproc_wait_http(mport, "/healthz", 10000)) {
+        testproc_print_log(&relay, "txo relay");
+        fail_msg("no /healthz");
+    }
+    CURL *h = curl_easy_init();
+    struct testhttp_reply r = {0};
+    testhttp_get(h, mport, "/readyz", &r);
+    testhttp_expect_status(&r, 200, "GET /readyz");
+    testhttp_get(h, mport, "/metrics", &r);
+    testhttp_expect_status(&r, 200, "GET /metrics");
+    assert_true(testhttp_metric_value(r.body, "txo_outbox_pending") == 0.0);
+    assert_true(testhttp_metric_value(r.body, "txo_outbox_oldest_pending_age_seconds") == 0.0);
+    assert_true(testhttp_metric_value(r.body, "txo_metrics_collector_errors_total") <= 0.0);
+    testhttp_reply_release(&r);
+    curl_easy_cleanup(h);
+    if (!testproc_stop(&relay, 10000)) {
+        testproc_print_log(&relay, "txo relay");
+        fail_msg("the relay did not stop cleanly");
+    }
+    testproc_remove_log(&relay);
+
+    /* Retention: rows published two hours ago and the letter replayed two hours ago go. */
+    testdb_exec(t->db, "UPDATE outbox_events SET published_at = NOW(6) - INTERVAL 2 HOUR, "
+                       "next_attempt_at = NOW(6) - INTERVAL 2 HOUR "
+                       "WHERE idempotency_key LIKE 'customer:%'");
+    testdb_exec(t->db, "UPDATE dead_letter_events SET replayed_at = NOW(6) - INTERVAL 2 HOUR");
+    const char *clean[] = {"clean", "--outbox-retention", "3600", "--dead-letter-retention", "3600",
+                           NULL};
+    out = txo_ok(clean);
+    assert_non_null(strstr(out, "deleted outbox=1 dead_letters=1"));
+    free(out);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events"), 2);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+
+    /* The same, in the relay. */
+    testdb_exec(t->db, "UPDATE outbox_events SET published_at = NOW(6) - INTERVAL 2 HOUR, "
+                       "next_attempt_at = NOW(6) - INTERVAL 2 HOUR "
+                       "WHERE idempotency_key = 'invoice:42:issued'");
+    const char *in_relay[] = {
+        testproc_txo_bin(),   "relay", "--publisher", "null", "--clean-interval", "1",
+        "--outbox-retention", "3600",  NULL};
+    testproc_start(&relay, "relayonly-clean", in_relay, NULL);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) {
+        gone = q(t, "SELECT COUNT(*) FROM outbox_events") == 1;
+        if (!gone)
+            nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    }
+    if (!testproc_stop(&relay, 10000) || !gone) {
+        testproc_print_log(&relay, "txo relay --clean-interval 1");
+        fail_msg("the relay's cleaner did not delete the old PUBLISHED row");
+    }
+    testproc_remove_log(&relay);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
+                          "'invoice:43:issued'"),
+                     1);
+
+    /* A later full migrate adds the rest of the schema. */
+    const char *full[] = {"migrate", NULL};
+    free(txo_ok(full));
+    assert_true(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                     "DATABASE() AND table_name = 'saga_instances'") == 1);
+    out = txo_ok(stats);
+    doc = json_loads(out, 0, &jerr);
+    assert_non_null(doc);
+    free(out);
+    assert_true(json_is_object(json_object_get(doc, "sagas")));
+    json_decref(doc);
+}
+
+static void test_only_takes_outbox(void **state)
+{
+    (void)state;
+    char *out = NULL;
+    const char *args[] = {"migrate", "--only", "sagas", NULL};
+    assert_int_equal(run_txo(args, &out), 2);
+    assert_non_null(strstr(out, "--only must be outbox"));
+    free(out);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_relay_only_database_end_to_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_only_takes_outbox, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
