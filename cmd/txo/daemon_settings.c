@@ -89,6 +89,14 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "claim strategy: auto, skip-locked (MySQL 8.0.1+, MariaDB 10.6+) or update-limit "
                  "(MySQL 5.7)",
          .target = &o->claim},
+        {.name = "ordering",
+         .env = "TXO_ORDERING",
+         .type = SETTING_STRING,
+         .def = "aggregate",
+         .help = "aggregate: each aggregate's events published in outbox order, one at a time, "
+                 "a failing one holding back only its aggregate; none: any due event (faster, "
+                 "no order)",
+         .target = &o->ordering},
         {.name = "batch-size",
          .env = "TXO_BATCH_SIZE",
          .type = SETTING_UINT,

@@ -393,8 +393,8 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
             return NULL;
         }
         no.filter_subject = subject;
-        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer,
-                                  &err) != 0) {
+        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer, &err) !=
+            0) {
             cmd_report(cmd, "creating the NATS consumer", &err);
             daemon_worker_free(d);
             return NULL;
@@ -438,6 +438,11 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     if (txo_claim_strategy_parse(s->claim, &ro->claim) < 0) {
         fprintf(stderr, "txo %s: --claim must be auto, skip-locked or update-limit, got \"%s\"\n",
                 cmd, s->claim);
+        return false;
+    }
+    if (txo_relay_ordering_parse(s->ordering, &ro->ordering) < 0) {
+        fprintf(stderr, "txo %s: --ordering must be aggregate or none, got \"%s\"\n", cmd,
+                s->ordering);
         return false;
     }
     if (s->backoff_max_ms < s->backoff_base_ms) {

@@ -39,6 +39,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o);
 /* ---- relay ---- */
 struct relay_settings {
     const char *claim;
+    const char *ordering;
     unsigned batch_size;
     unsigned lease_s;
     unsigned max_attempts;

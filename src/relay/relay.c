@@ -87,23 +87,64 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
 
 /*
  * The claim's lease passes (src/queue/lease.c): from the start of the due PENDING range of
- * idx_outbox_due, and from the relay's claim cursor on.
+ * idx_outbox_due, and from the relay's claim cursor on; each unordered and ordered by
+ * aggregate (passes[ordered][after_cursor]).
  */
-static const struct txo__lease_pass pass_from_start = {
-    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
-    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
-    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
-    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
-    .id_col = COL_ID,
+static const struct txo__lease_pass passes[2][2] = {
+    [0][0] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
+            .id_col = COL_ID,
+        },
+    [0][1] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
+            .id_col = COL_ID,
+        },
+    [1][0] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
+            .id_col = COL_ID,
+        },
+    [1][1] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
+            .id_col = COL_ID,
+        },
 };
 
-static const struct txo__lease_pass pass_after_cursor = {
-    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
-    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
-    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
-    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
-    .id_col = COL_ID,
+static const char *const ordering_names[] = {
+    [TXO_RELAY_ORDER_AGGREGATE] = "aggregate",
+    [TXO_RELAY_ORDER_NONE] = "none",
 };
+
+const char *txo_relay_ordering_name(enum txo_relay_ordering o)
+{
+    if ((unsigned)o >= TXO_ARRAY_LEN(ordering_names))
+        TXO_BUG("unknown relay ordering %d", (int)o);
+    return ordering_names[o];
+}
+
+int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *out)
+{
+    long i = txo__name_index(ordering_names, TXO_ARRAY_LEN(ordering_names), name);
+    if (i < 0)
+        return TXO_EINVAL;
+    *out = (enum txo_relay_ordering)i;
+    return 0;
+}
 
 struct relay_counters {
     _Atomic uint64_t claimed;
@@ -180,6 +221,7 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
     memset(opts, 0, sizeof(*opts));
     opts->relay_id = NULL; /* txo_relay_new() uses "<hostname>:<pid>" */
     opts->claim = TXO_CLAIM_AUTO;
+    opts->ordering = TXO_RELAY_ORDER_AGGREGATE;
     opts->batch_size = 500;
     opts->lease_s = 30;
     opts->max_attempts = 10;
@@ -210,6 +252,8 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
                              o->backoff.jitter);
     if ((unsigned)o->claim > TXO_CLAIM_UPDATE_LIMIT)
         return txo_error_set(err, TXO_EINVAL, "relay: unknown claim strategy %d", (int)o->claim);
+    if ((unsigned)o->ordering >= TXO_ARRAY_LEN(ordering_names))
+        return txo_error_set(err, TXO_EINVAL, "relay: unknown ordering %d", (int)o->ordering);
     if (o->relay_id != NULL && o->relay_id[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "relay: relay_id is empty");
     return 0;
@@ -371,10 +415,11 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     };
     uint64_t marked = 0;
     int rc = 0;
+    const struct txo__lease_pass *pass = passes[r->opts.ordering == TXO_RELAY_ORDER_AGGREGATE];
     if (r->claim_after_cursor) {
         c.where = cursor;
         c.n_where = TXO_ARRAY_LEN(cursor);
-        rc = txo__lease_claim(tx, &pass_after_cursor, &c, &r->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass[1], &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
         r->claimed_after_cursor = marked > 0 || txo_rows_count(r->rows) > 0;
@@ -385,7 +430,7 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         r->rows = NULL;
         c.where = NULL;
         c.n_where = 0;
-        rc = txo__lease_claim(tx, &pass_from_start, &c, &r->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass[0], &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
     }
@@ -692,6 +737,67 @@ out:
     return rc;
 }
 
+/* Columns of RELAY_SQL_LIST_PARKED. */
+enum parked_col {
+    PCOL_AGGREGATE_TYPE = 0,
+    PCOL_AGGREGATE_ID,
+    PCOL_ID,
+    PCOL_STATUS,
+    PCOL_ATTEMPTS,
+    PCOL_LAST_ERROR,
+    PCOL_WAITING,
+};
+
+/* src into a fixed buffer, cut on a character boundary. */
+static void copy_cut(char *dst, size_t cap, const char *src)
+{
+    size_t len = src != NULL ? strlen(src) : 0;
+    len = txo_utf8_cut(src != NULL ? src : "", len, cap - 1);
+    if (len > 0)
+        memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+int txo_relay_list_parked(struct txo_db *db, struct txo_relay_parked *out, size_t cap, size_t *n,
+                          struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && out != NULL && n != NULL);
+    if (cap == 0)
+        return txo_error_set(err, TXO_EINVAL, "relay: list of parked aggregates with no room");
+    struct txo_rows *rows = NULL;
+    struct txo_param limit = txo_p_i64((int64_t)cap);
+    int rc = txo_db_query(db, RELAY_SQL_LIST_PARKED, &limit, 1, &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "relay: listing parked aggregates");
+        return rc;
+    }
+    size_t count = txo_rows_count(rows);
+    if (count > cap)
+        count = cap;
+    for (size_t i = 0; i < count; i++) {
+        struct txo_relay_parked *p = &out[i];
+        memset(p, 0, sizeof(*p));
+        copy_cut(p->aggregate_type, sizeof(p->aggregate_type),
+                 txo_rows_str(rows, i, PCOL_AGGREGATE_TYPE, NULL));
+        copy_cut(p->aggregate_id, sizeof(p->aggregate_id),
+                 txo_rows_str(rows, i, PCOL_AGGREGATE_ID, NULL));
+        p->event_id = txo_rows_i64(rows, i, PCOL_ID);
+        enum txo_outbox_status st = TXO_OUTBOX_PENDING;
+        if (txo_outbox_status_parse(txo_rows_str(rows, i, PCOL_STATUS, NULL), &st) < 0)
+            st = TXO_OUTBOX_PENDING; /* the query picks PENDING and FAILED rows only */
+        p->status = st;
+        int64_t attempts = txo_rows_i64(rows, i, PCOL_ATTEMPTS);
+        p->attempts = attempts > 0 && attempts <= INT32_MAX ? (unsigned)attempts : 0;
+        copy_cut(p->last_error, sizeof(p->last_error),
+                 txo_rows_str(rows, i, PCOL_LAST_ERROR, NULL));
+        int64_t waiting = txo_rows_i64(rows, i, PCOL_WAITING);
+        p->waiting = waiting > 0 ? (uint64_t)waiting : 0;
+    }
+    txo_rows_free(rows);
+    *n = count;
+    return 0;
+}
+
 static bool stopping(struct txo_relay *r)
 {
     return atomic_load(&r->stop) != 0;
@@ -726,9 +832,11 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
     unsigned failures = 0;
 
     TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay started relay_id=%s strategy=%s batch_size=%u lease_s=%u max_attempts=%u "
+            "relay started relay_id=%s strategy=%s ordering=%s batch_size=%u lease_s=%u "
+            "max_attempts=%u "
             "publisher=%s drain=%s",
-            r->relay_id, txo_claim_strategy_name(r->claim), r->opts.batch_size, r->opts.lease_s,
+            r->relay_id, txo_claim_strategy_name(r->claim),
+            txo_relay_ordering_name(r->opts.ordering), r->opts.batch_size, r->opts.lease_s,
             r->opts.max_attempts, r->pub->ops->name, r->opts.drain ? "true" : "false");
     while (!stopping(r)) {
         size_t claimed = 0;
