@@ -455,6 +455,7 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     ro->batch_size = s->batch_size;
     ro->lease_s = s->lease_s;
     ro->max_attempts = s->max_attempts;
+    ro->max_lease_expiries = s->max_lease_expiries;
     ro->backoff.base_ms = s->backoff_base_ms;
     ro->backoff.max_ms = s->backoff_max_ms;
     ro->idle_sleep_ms = s->idle_sleep_ms;

@@ -43,6 +43,7 @@ struct relay_settings {
     unsigned batch_size;
     unsigned lease_s;
     unsigned max_attempts;
+    unsigned max_lease_expiries;
     int64_t backoff_base_ms;
     int64_t backoff_max_ms;
     unsigned idle_sleep_ms;

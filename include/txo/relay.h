@@ -24,6 +24,13 @@
  *   the later events of that aggregate wait; every other aggregate keeps flowing.
  *   TXO_RELAY_ORDER_NONE claims any due event (faster when consumers do not care about order;
  *   needed on MySQL 5.7 with update-limit, see relay_sql.h).
+ *   Failures: a publisher's transient error (txo/publisher.h) sends the event back to PENDING
+ *   with backoff, up to max_attempts; a permanent one (the broker refused this very message)
+ *   dead-letters it at once with the broker's reason.
+ *   Poison events: every lease expiry of an event is counted (outbox_events.lease_expiries);
+ *   an event whose lease expired before is published in a batch of its own, so that if it
+ *   kills its relay again only its own lease expires; at max_lease_expiries it becomes
+ *   FAILED with a dead letter saying "lease expired N times".
  *   Expired leases (a relay died mid-batch) are returned to PENDING by every relay, at most
  *   once per lease_s/4, so their events are published again: delivery is at least once.
  *
@@ -67,6 +74,7 @@ struct txo_relay_opts {
     unsigned batch_size;              /* events per claim, default 500, max 10000 */
     unsigned lease_s;                 /* claim lease, default 30 */
     unsigned max_attempts;            /* publish attempts before FAILED, default 10 */
+    unsigned max_lease_expiries;      /* lease expiries before FAILED (poison), default 3 */
     struct txo_backoff backoff;       /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
     unsigned idle_sleep_ms;           /* pause when nothing is due, default 200 */
     bool drain;                       /* txo_relay_run returns when nothing is due */
@@ -81,6 +89,7 @@ struct txo_relay_stats {
     uint64_t dead_lettered;   /* events that became FAILED */
     uint64_t fenced;          /* marks that changed no row because the lease was lost */
     uint64_t reclaimed;       /* expired leases returned to PENDING */
+    uint64_t poisoned;        /* events dead-lettered for max_lease_expiries expired leases */
     uint64_t batches;
 };
 

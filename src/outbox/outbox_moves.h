@@ -39,6 +39,8 @@
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, FAILED)                      \
     /* Expired leases back to PENDING. */                                                          \
     X(RELAY_SQL_RECLAIM_EXPIRED, RELAY_SQL_RECLAIM_EXPIRED, PROCESSING, PENDING)                   \
+    /* Expired leases at the lease-expiry limit: poison events, dead-lettered. */                  \
+    X(RELAY_SQL_RECLAIM_POISON_IN, RELAY_SQL_RECLAIM_SELECT_POISON, PROCESSING, FAILED)            \
     /* An operator's replay of a dead letter. */                                                   \
     X(DLQ_SQL_REQUEUE_SOURCE, DLQ_SQL_REQUEUE_SOURCE, FAILED, PENDING)                             \
     /* An operator's skip of a dead letter: its aggregate goes on without it. */                   \

@@ -65,6 +65,7 @@ enum claim_col {
     COL_CREATED_AT,
     COL_ATTEMPTS,
     COL_NEXT_ATTEMPT_AT,
+    COL_LEASE_EXPIRIES,
 };
 
 /* The statements that end in an IN list. */
@@ -74,6 +75,7 @@ enum in_stmt {
     IN_MARK_FAILED,
     IN_DEAD_LETTER,
     IN_UNLOCK_FAILED,
+    IN_RECLAIM_POISON,
     IN_STMT_COUNT,
 };
 
@@ -83,6 +85,7 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_MARK_FAILED] = RELAY_SQL_MARK_FAILED_IN,
     [IN_DEAD_LETTER] = RELAY_SQL_DEAD_LETTER_IN,
     [IN_UNLOCK_FAILED] = RELAY_SQL_UNLOCK_FAILED_IN,
+    [IN_RECLAIM_POISON] = RELAY_SQL_RECLAIM_POISON_IN,
 };
 
 /*
@@ -153,6 +156,7 @@ struct relay_counters {
     _Atomic uint64_t dead_lettered;
     _Atomic uint64_t fenced;
     _Atomic uint64_t reclaimed;
+    _Atomic uint64_t poisoned;
     _Atomic uint64_t batches;
 };
 
@@ -186,6 +190,7 @@ struct txo_relay {
     size_t n;
     struct txo_outbox_message *msgs;
     char (*created_at)[TXO_RFC3339_LEN]; /* msgs[i].created_at points at created_at[i] */
+    int64_t *expiries;                   /* lease_expiries of msgs[i] */
     int *results;
     struct txo_error *errors;
 
@@ -225,6 +230,7 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
     opts->batch_size = 500;
     opts->lease_s = 30;
     opts->max_attempts = 10;
+    opts->max_lease_expiries = 3;
     opts->backoff.base_ms = 500;
     opts->backoff.max_ms = 300000;
     opts->backoff.jitter = 0.5;
@@ -239,6 +245,9 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
                              BATCH_SIZE_MAX, o->batch_size);
     if (o->lease_s < 1)
         return txo_error_set(err, TXO_EINVAL, "relay: lease_s must be >= 1, got %u", o->lease_s);
+    if (o->max_lease_expiries < 1)
+        return txo_error_set(err, TXO_EINVAL, "relay: max_lease_expiries must be >= 1, got %u",
+                             o->max_lease_expiries);
     if (o->max_attempts < 1)
         return txo_error_set(err, TXO_EINVAL, "relay: max_attempts must be >= 1, got %u",
                              o->max_attempts);
@@ -276,6 +285,7 @@ void txo_relay_free(struct txo_relay *relay)
         txo__lease_in_release(&relay->in[s]);
     txo_free(relay->msgs);
     txo_free(relay->created_at);
+    txo_free(relay->expiries);
     txo_free(relay->results);
     txo_free(relay->errors);
     txo_free(relay->ids);
@@ -318,6 +328,7 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->params_cap = MARK_FIXED_PARAMS + txo_sql_in_list_size(batch);
     r->msgs = txo_calloc(batch, sizeof(*r->msgs));
     r->created_at = txo_calloc(batch, sizeof(*r->created_at));
+    r->expiries = txo_calloc(batch, sizeof(*r->expiries));
     r->results = txo_calloc(batch, sizeof(*r->results));
     r->errors = txo_calloc(batch, sizeof(*r->errors));
     r->ids = txo_calloc(batch, sizeof(*r->ids));
@@ -325,9 +336,9 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->group_end = txo_calloc(batch, sizeof(*r->group_end));
     r->fail_ids = txo_calloc(batch, sizeof(*r->fail_ids));
     r->params = txo_calloc(r->params_cap, sizeof(*r->params));
-    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->results == NULL ||
-        r->errors == NULL || r->ids == NULL || r->fail_order == NULL || r->group_end == NULL ||
-        r->fail_ids == NULL || r->params == NULL) {
+    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->expiries == NULL ||
+        r->results == NULL || r->errors == NULL || r->ids == NULL || r->fail_order == NULL ||
+        r->group_end == NULL || r->fail_ids == NULL || r->params == NULL) {
         txo_relay_free(r);
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a batch of %zu", batch);
     }
@@ -361,6 +372,7 @@ void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *
     out->dead_lettered = atomic_load_explicit(&c->dead_lettered, memory_order_relaxed);
     out->fenced = atomic_load_explicit(&c->fenced, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&c->reclaimed, memory_order_relaxed);
+    out->poisoned = atomic_load_explicit(&c->poisoned, memory_order_relaxed);
     out->batches = atomic_load_explicit(&c->batches, memory_order_relaxed);
 }
 
@@ -492,6 +504,8 @@ static int claim(struct txo_relay *r, struct txo_error *err)
         m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);
         m->created_at =
             txo__text_rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
+        int64_t expiries = txo_rows_i64(rows, i, COL_LEASE_EXPIRIES);
+        r->expiries[i] = expiries > 0 ? expiries : 0;
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
     }
@@ -588,7 +602,10 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         size_t leader = r->fail_order[start];
         size_t size = r->group_end[g] - start;
         format_last_error(&r->errors[leader], r->results[leader], last_error, sizeof(last_error));
-        int64_t max_attempts = r->opts.max_attempts;
+        /* A permanent error (txo/publisher.h) is dead-lettered now: with a limit of one
+         * attempt the statement's IF picks FAILED. */
+        int64_t max_attempts =
+            txo_err_is_transient(r->results[leader]) ? (int64_t)r->opts.max_attempts : 1;
         r->params[0] = txo_p_str(last_error);
         r->params[1] = txo_p_i64(max_attempts);
         r->params[2] = txo_p_i64(r->opts.backoff.max_ms);
@@ -667,18 +684,120 @@ static int mark(struct txo_relay *r, struct txo_error *err)
                 r->relay_id, r->token, ctx.res.fenced, r->n);
     if (ctx.res.dead_lettered > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
-                "events dead-lettered after %u attempts relay_id=%s count=%" PRIu64
-                " first_error=\"%s\"",
+                "events dead-lettered (a permanent error, or %u attempts used up) relay_id=%s "
+                "count=%" PRIu64 " first_error=%s first_reason=\"%s\"",
                 r->opts.max_attempts, r->relay_id, ctx.res.dead_lettered,
-                r->errors[r->fail_order[0]].msg);
+                txo_err_name(r->results[r->fail_order[0]]), r->errors[r->fail_order[0]].msg);
     if (ctx.n_failed > 0)
         TXO_LOG(TXO_LOG_DEBUG, "relay", "publish failed relay_id=%s failed=%zu error=\"%s\"",
                 r->relay_id, ctx.n_failed, r->errors[r->fail_order[0]].msg);
     return 0;
 }
 
+struct poison_ctx {
+    struct txo_relay *r;
+    char token[TOKEN_MAX + 1];
+    uint64_t dead_lettered;
+};
+
+/* The reclaim's first transaction: expired leases at the limit become FAILED + dead letter. */
+static int poison_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct poison_ctx *p = arg;
+    struct txo_relay *r = p->r;
+    struct txo_rows *rows = NULL;
+    p->dead_lettered = 0;
+    struct txo_param sel[] = {txo_p_i64(r->opts.max_lease_expiries),
+                              txo_p_i64((int64_t)r->opts.batch_size)};
+    int rc = txo_tx_query(tx, RELAY_SQL_RECLAIM_SELECT_POISON, sel, TXO_ARRAY_LEN(sel), &rows, err);
+    size_t n = rc == 0 ? txo_rows_count(rows) : 0;
+    if (n > r->opts.batch_size)
+        n = r->opts.batch_size;
+    for (size_t i = 0; i < n; i++)
+        r->fail_ids[i] = txo_rows_i64(rows, i, 0);
+    txo_rows_free(rows);
+    if (rc < 0 || n == 0)
+        return rc;
+    uint64_t affected = 0;
+    r->params[0] = txo_p_str(p->token);
+    rc = exec_in(tx, r, IN_RECLAIM_POISON, 1, r->fail_ids, n, &affected, err);
+    if (rc < 0 || affected == 0)
+        return rc;
+    r->params[0] = txo_p_str(p->token);
+    rc = exec_in(tx, r, IN_DEAD_LETTER, 1, r->fail_ids, n, &p->dead_lettered, err);
+    if (rc < 0)
+        return rc;
+    r->params[0] = txo_p_str(p->token);
+    return exec_in(tx, r, IN_UNLOCK_FAILED, 1, r->fail_ids, n, NULL, err);
+}
+
+/* Swaps batch entries i and j (message and lease-expiry count). */
+static void swap_entries(struct txo_relay *r, size_t i, size_t j)
+{
+    struct txo_outbox_message m = r->msgs[i];
+    r->msgs[i] = r->msgs[j];
+    r->msgs[j] = m;
+    int64_t e = r->expiries[i];
+    r->expiries[i] = r->expiries[j];
+    r->expiries[j] = e;
+}
+
+/* True when suspect a is published after suspect b (see order_suspects). */
+static bool suspect_after(const struct txo_relay *r, size_t a, size_t b)
+{
+    if (r->expiries[a] != r->expiries[b])
+        return r->expiries[a] > r->expiries[b];
+    bool ascending = r->expiries[a] % 2 == 1;
+    return ascending ? r->msgs[a].id > r->msgs[b].id : r->msgs[a].id < r->msgs[b].id;
+}
+
+/*
+ * Orders the batch for publishing: events whose lease never expired first, in claim order,
+ * then the suspects (an earlier lease of theirs expired: maybe a poison event that kills its
+ * relay), each to be published and marked alone, fewest expiries first. Among suspects with
+ * the same count the direction alternates with the count (odd: ascending id, even:
+ * descending): when a poison event killed its relay in the middle of the suspects, the ones
+ * after it expire with it, but in the next round it comes after them, so they are published
+ * before it kills the relay again and do not reach the limit with it. Returns the number of
+ * events that are not suspects.
+ */
+static size_t order_suspects(struct txo_relay *r)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->expiries[i] != 0)
+            continue;
+        for (size_t j = i; j > k; j--) /* stable: move it down past the suspects */
+            swap_entries(r, j, j - 1);
+        k++;
+    }
+    for (size_t i = k + 1; i < r->n; i++) {
+        for (size_t j = i; j > k && suspect_after(r, j - 1, j); j--)
+            swap_entries(r, j, j - 1);
+    }
+    return k;
+}
+
 static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
 {
+    if (!txo__lease_reclaim_due(&r->reclaimer, r->opts.lease_s))
+        return 0;
+    struct poison_ctx p = {.r = r};
+    txo__lease_token(p.token, sizeof(p.token), r->relay_id);
+    int prc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, poison_tx, &p, err);
+    if (prc < 0) {
+        txo_error_wrap(err, "relay %s: dead-lettering events whose lease expired %u times",
+                       r->relay_id, r->opts.max_lease_expiries);
+        return prc;
+    }
+    if (p.dead_lettered > 0) {
+        count(&r->stats.poisoned, p.dead_lettered);
+        count(&r->stats.dead_lettered, p.dead_lettered);
+        TXO_LOG(TXO_LOG_ERROR, "relay",
+                "dead-lettered poison events: their lease expired %u times (each time their "
+                "relay died or hung while publishing them) relay_id=%s count=%" PRIu64,
+                r->opts.max_lease_expiries, r->relay_id, p.dead_lettered);
+    }
     uint64_t reclaimed = 0;
     int rc = txo__lease_reclaim(r->db, &r->reclaimer, r->opts.lease_s, RELAY_SQL_RECLAIM_EXPIRED,
                                 RECLAIM_LIMIT, &reclaimed, err);
@@ -694,6 +813,26 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
                 "count=%" PRIu64,
                 r->relay_id, reclaimed);
     }
+    return 0;
+}
+
+/* Publishes r->msgs[0..r->n) and marks the outcome (one batch). */
+static int publish_and_mark(struct txo_relay *r, int64_t t_claim, struct txo_error *err)
+{
+    int64_t t0 = txo_monotonic_us();
+    publish(r);
+    int64_t t1 = txo_monotonic_us();
+    txo_crash_point("relay.after_publish");
+
+    int rc = mark(r, err);
+    if (rc < 0)
+        return rc;
+    count(&r->stats.batches, 1);
+    TXO_LOG(TXO_LOG_DEBUG, "relay",
+            "batch relay_id=%s token=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
+            " publish_us=%" PRId64 " mark_us=%" PRId64,
+            r->relay_id, r->token, r->n, r->msgs[0].id, t0 - t_claim, t1 - t0,
+            txo_monotonic_us() - t1);
     return 0;
 }
 
@@ -716,20 +855,27 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
         *claimed = r->n;
     txo_crash_point("relay.after_claim");
 
-    int64_t t0 = txo_monotonic_us();
-    publish(r);
-    int64_t t1 = txo_monotonic_us();
-    txo_crash_point("relay.after_publish");
-
-    rc = mark(r, err);
-    if (rc < 0)
-        goto out;
-    count(&r->stats.batches, 1);
-    TXO_LOG(TXO_LOG_DEBUG, "relay",
-            "batch relay_id=%s token=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
-            " publish_us=%" PRId64 " mark_us=%" PRId64,
-            r->relay_id, r->token, r->n, r->msgs[0].id, t0 - t_claim, t1 - t0,
-            txo_monotonic_us() - t1);
+    size_t total = r->n;
+    size_t plain = order_suspects(r);
+    if (plain > 0) {
+        r->n = plain;
+        rc = publish_and_mark(r, t_claim, err);
+        if (rc < 0)
+            goto out;
+    }
+    /* Each suspect alone: a poison event that kills this relay takes only its own lease. */
+    for (size_t j = plain; j < total; j++) {
+        if (j != 0)
+            swap_entries(r, 0, j);
+        r->n = 1;
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "publishing an event alone: its lease expired before (its relay died or hung) "
+                "relay_id=%s message_id=%" PRId64 " lease_expiries=%" PRId64,
+                r->relay_id, r->msgs[0].id, r->expiries[0]);
+        rc = publish_and_mark(r, txo_monotonic_us(), err);
+        if (rc < 0)
+            goto out;
+    }
 out:
     txo_rows_free(r->rows);
     r->rows = NULL;
@@ -833,11 +979,11 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
 
     TXO_LOG(TXO_LOG_INFO, "relay",
             "relay started relay_id=%s strategy=%s ordering=%s batch_size=%u lease_s=%u "
-            "max_attempts=%u "
-            "publisher=%s drain=%s",
+            "max_attempts=%u max_lease_expiries=%u publisher=%s drain=%s",
             r->relay_id, txo_claim_strategy_name(r->claim),
             txo_relay_ordering_name(r->opts.ordering), r->opts.batch_size, r->opts.lease_s,
-            r->opts.max_attempts, r->pub->ops->name, r->opts.drain ? "true" : "false");
+            r->opts.max_attempts, r->opts.max_lease_expiries, r->pub->ops->name,
+            r->opts.drain ? "true" : "false");
     while (!stopping(r)) {
         size_t claimed = 0;
         struct txo_error e;

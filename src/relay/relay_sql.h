@@ -74,7 +74,7 @@
  * DATE_FORMAT per row); next_attempt_at is for the cursor. */
 #define RELAY_SQL__CLAIM_COLUMNS                                                                   \
     "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, created_at, "  \
-    "attempts, next_attempt_at "
+    "attempts, next_attempt_at, lease_expiries "
 
 /*
  * Claim, skip-locked strategy, step 1: the due PENDING rows in publish order.
@@ -274,16 +274,44 @@
 
 /*
  * Reclaim: PROCESSING rows whose lease expired (their relay died or hung) go back to PENDING,
- * due at once (next_attempt_at is unchanged by the claim, so already past). Index:
- * idx_outbox_due, the status = 'PROCESSING' range (the rows in flight, a few batches), with
- * locked_until checked on each row. Locks: the expired rows, in its own short transaction (a
- * row of a claim not yet committed is waited for, for as long as that claim takes).
- * Isolation: READ COMMITTED. Params: limit.
+ * due at once (next_attempt_at is unchanged by the claim, so already past), and count the
+ * expiry in lease_expiries. Rows at the lease-expiry limit were taken out just before, in the
+ * same transaction (RELAY_SQL_RECLAIM_SELECT_POISON). Index: idx_outbox_due, the
+ * status = 'PROCESSING' range (the rows in flight, a few batches), with locked_until checked on
+ * each row. Locks: the expired rows, in its own short transaction (a row of a claim not yet
+ * committed is waited for, for as long as that claim takes). Isolation: READ COMMITTED.
+ * Params: limit.
  */
 #define RELAY_SQL_RECLAIM_EXPIRED                                                                  \
     "UPDATE outbox_events FORCE INDEX (idx_outbox_due) SET status = 'PENDING', "                   \
-    "locked_by = NULL, locked_until = NULL "                                                       \
+    "locked_by = NULL, locked_until = NULL, lease_expiries = lease_expiries + 1 "                  \
     "WHERE status = 'PROCESSING' AND locked_until < NOW(6) LIMIT ?"
+
+/*
+ * Reclaim, first step: the expired rows whose lease would now expire for the limit's time:
+ * poison events, which kill or hang every relay that publishes them. Index: idx_outbox_due,
+ * the PROCESSING range, as RELAY_SQL_RECLAIM_EXPIRED. Locks: the returned rows (waits for a
+ * claim not yet committed, like the reclaim). Isolation: READ COMMITTED.
+ * Params: max lease expiries, limit.
+ */
+#define RELAY_SQL_RECLAIM_SELECT_POISON                                                            \
+    "SELECT id FROM outbox_events FORCE INDEX (idx_outbox_due) "                                   \
+    "WHERE status = 'PROCESSING' AND locked_until < NOW(6) AND lease_expiries + 1 >= ? "           \
+    "LIMIT ? FOR UPDATE"
+
+/*
+ * Reclaim, second step, same transaction: the poison rows become FAILED under the reclaim's
+ * own token (so RELAY_SQL_DEAD_LETTER_IN and RELAY_SQL_UNLOCK_FAILED_IN pick exactly them),
+ * with the reason. last_error is assigned before lease_expiries and reads it + 1, which is
+ * right whether the server assigns left to right or simultaneously (see
+ * RELAY_SQL_MARK_FAILED_IN). Index: PRIMARY (id list). Locks: those rows (already locked).
+ * Isolation: READ COMMITTED. Params: token, ids...
+ */
+#define RELAY_SQL_RECLAIM_POISON_IN                                                                \
+    "UPDATE outbox_events SET last_error = CONCAT('TXO_ELEASELOST: lease expired ', "              \
+    "lease_expiries + 1, ' times: the relay publishing it died or hung each time'), "              \
+    "status = 'FAILED', locked_by = ?, lease_expiries = lease_expiries + 1 "                       \
+    "WHERE status = 'PROCESSING' AND locked_until < NOW(6) AND id IN "
 
 /*
  * The parked aggregates (txo_relay_list_parked): heads of their aggregate (as the ordered claim
