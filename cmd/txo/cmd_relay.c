@@ -190,18 +190,21 @@ static int run(int argc, char **argv)
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
+    if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
+        metrics = daemon_metrics_new(&opts.common);
+        if (metrics == NULL)
+            goto out;
+        ro.metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
+    }
     int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);
         status = rc == TXO_EINVAL ? 2 : 1;
         goto out;
     }
-    if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
-        metrics = daemon_metrics_new(&opts.common);
-        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, rt.relay) ||
-            !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
-            goto out;
-    }
+    if (metrics != NULL &&
+        !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
+        goto out;
     if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
         fprintf(stderr, "txo relay: cannot start the relay thread\n");
         goto out;
@@ -225,10 +228,8 @@ static int run(int argc, char **argv)
     status = 0;
 out:
     txo_http_server_stop(msrv);
-    if (metrics != NULL)
-        daemon_metrics_forget(metrics);
+    txo_relay_free(rt.relay); /* before the registry its metrics live in */
     daemon_metrics_free(metrics);
-    txo_relay_free(rt.relay);
     txo_publisher_free(pub);
     txo_db_close(db);
     if (strcmp(opts.publisher, "nats") == 0)

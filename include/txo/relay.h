@@ -45,9 +45,11 @@
 #include <stdint.h>
 
 #include "txo/backoff.h"
+#include "txo/breaker.h"
 #include "txo/claim.h" /* enum txo_claim_strategy */
 #include "txo/common.h"
 #include "txo/db.h"
+#include "txo/metrics.h"
 #include "txo/outbox.h" /* enum txo_outbox_status */
 #include "txo/publisher.h"
 
@@ -76,8 +78,27 @@ struct txo_relay_opts {
     unsigned max_attempts;            /* publish attempts before FAILED, default 10 */
     unsigned max_lease_expiries;      /* lease expiries before FAILED (poison), default 3 */
     struct txo_backoff backoff;       /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
-    unsigned idle_sleep_ms;           /* pause when nothing is due, default 200 */
-    bool drain;                       /* txo_relay_run returns when nothing is due */
+    /*
+     * The circuit breaker around the publisher: after breaker_failures batches in a row whose
+     * every event failed with a transient error (the broker is down), the relay stops claiming
+     * for breaker_open_ms, then claims one probe batch of at most breaker_probe_batch events;
+     * if any of it is acknowledged it resumes, else it waits again. Events are not claimed
+     * while it is open, so they use no attempts. breaker_failures 0: no breaker. Defaults 5,
+     * 5000 ms, 10.
+     */
+    unsigned breaker_failures;
+    int64_t breaker_open_ms;
+    unsigned breaker_probe_batch;
+    const struct txo_clock *clock; /* for the breaker; NULL = the system clock; borrowed */
+    /*
+     * Where the relay registers and counts its metrics (borrowed, may be shared by several
+     * relays; NULL = none): txo_outbox_published_total, txo_outbox_publish_attempts_total,
+     * txo_outbox_publish_failures_total, txo_outbox_dead_lettered_total (counters) and
+     * txo_relay_breaker_state (gauge: 0 closed, 1 open, 2 half-open).
+     */
+    struct txo_metrics *metrics;
+    unsigned idle_sleep_ms; /* pause when nothing is due, default 200 */
+    bool drain;             /* txo_relay_run returns when nothing is due */
 };
 
 TXO_API void txo_relay_opts_init(struct txo_relay_opts *opts);
@@ -104,6 +125,9 @@ TXO_API TXO_MUST_CHECK int txo_relay_new(struct txo_db *db, struct txo_publisher
                                          const struct txo_relay_opts *opts, struct txo_relay **out,
                                          struct txo_error *err);
 TXO_API void txo_relay_free(struct txo_relay *relay);
+
+/* The breaker's state (TXO_BREAKER_CLOSED when there is no breaker). Any thread. */
+TXO_API enum txo_breaker_state txo_relay_breaker_state(const struct txo_relay *relay);
 
 /* The strategy in use after AUTO was resolved. */
 TXO_API enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay);

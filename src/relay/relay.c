@@ -42,17 +42,18 @@
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
 
-#define BATCH_SIZE_MAX    10000u
-#define TOKEN_MAX         128 /* outbox_events.locked_by VARCHAR(128) */
-#define RECLAIM_LIMIT     10000
-#define IDLE_SLICE_MS     50
-#define WAKE_SLICE_MS     2 /* how soon an idle relay notices txo_relay_wake() */
-#define RETRY_MIN_MS      250
-#define RETRY_MAX_MS      5000
-#define MARK_FIXED_PARAMS 9    /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
-#define MARK_ATTEMPTS     3    /* mark transactions tried on a transient error */
-#define CLAIM_RESCAN_MS   1000 /* a claim without cursor at least this often */
-#define CURSOR_AT_MAX     32   /* "YYYY-MM-DD HH:MM:SS.ffffff" */
+#define BATCH_SIZE_MAX     10000u
+#define TOKEN_MAX          128 /* outbox_events.locked_by VARCHAR(128) */
+#define RECLAIM_LIMIT      10000
+#define IDLE_SLICE_MS      50
+#define WAKE_SLICE_MS      2 /* how soon an idle relay notices txo_relay_wake() */
+#define RETRY_MIN_MS       250
+#define RETRY_MAX_MS       5000
+#define MARK_FIXED_PARAMS  9     /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
+#define MARK_ATTEMPTS      3     /* mark transactions tried on a transient error */
+#define CLAIM_RESCAN_MS    1000  /* a claim without cursor at least this often */
+#define CURSOR_AT_MAX      32    /* "YYYY-MM-DD HH:MM:SS.ffffff" */
+#define OUTAGE_REMINDER_MS 60000 /* a database outage is logged again this often */
 
 /* Columns of the claim queries. */
 enum claim_col {
@@ -160,6 +161,15 @@ struct relay_counters {
     _Atomic uint64_t batches;
 };
 
+/* The relay's own metric families (NULL when opts.metrics is NULL). */
+struct relay_metrics {
+    struct txo_metric *published;
+    struct txo_metric *attempts;
+    struct txo_metric *failures;
+    struct txo_metric *dead_lettered;
+    struct txo_metric *breaker_state;
+};
+
 struct txo_relay {
     struct txo_db *db;
     struct txo_publisher *pub;
@@ -171,6 +181,14 @@ struct txo_relay {
     atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
     struct relay_counters stats;
     struct txo__lease_reclaimer reclaimer;
+    struct relay_metrics metrics;
+    struct txo_breaker *breaker; /* NULL: none */
+    atomic_int breaker_state;    /* enum txo_breaker_state, for other threads */
+    bool breaker_probe;          /* the current batch is the breaker's probe */
+    bool breaker_rejected;       /* the last cycle claimed nothing because it is open */
+    size_t claim_limit;          /* rows the current claim may take */
+    size_t cycle_acked;          /* this cycle's events acknowledged by the publisher */
+    size_t cycle_transient;      /* and those failed with a transient error */
 
     /*
      * The claim cursor (relay_sql.h, RELAY_SQL__AFTER_CURSOR): (next_attempt_at, id) of the
@@ -236,6 +254,11 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
     opts->backoff.jitter = 0.5;
     opts->idle_sleep_ms = 200;
     opts->drain = false;
+    opts->breaker_failures = 5;
+    opts->breaker_open_ms = 5000;
+    opts->breaker_probe_batch = 10;
+    opts->clock = NULL;
+    opts->metrics = NULL;
 }
 
 static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
@@ -261,6 +284,9 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
                              o->backoff.jitter);
     if ((unsigned)o->claim > TXO_CLAIM_UPDATE_LIMIT)
         return txo_error_set(err, TXO_EINVAL, "relay: unknown claim strategy %d", (int)o->claim);
+    if (o->breaker_failures > 0 && (o->breaker_open_ms < 0 || o->breaker_probe_batch < 1))
+        return txo_error_set(err, TXO_EINVAL,
+                             "relay: breaker needs open_ms >= 0 and probe_batch >= 1");
     if ((unsigned)o->ordering >= TXO_ARRAY_LEN(ordering_names))
         return txo_error_set(err, TXO_EINVAL, "relay: unknown ordering %d", (int)o->ordering);
     if (o->relay_id != NULL && o->relay_id[0] == '\0')
@@ -276,11 +302,105 @@ static char *default_relay_id(void)
     return txo_strdup(id);
 }
 
+static void on_breaker_change(void *arg, const struct txo_breaker *b, enum txo_breaker_state from,
+                              enum txo_breaker_state to)
+{
+    (void)b;
+    struct txo_relay *r = arg;
+    atomic_store(&r->breaker_state, (int)to);
+    if (r->metrics.breaker_state != NULL)
+        txo_metric_set(r->metrics.breaker_state, NULL, (double)to);
+    /* One line when the broker outage starts and one when it ends (not one per batch). */
+    if (to == TXO_BREAKER_OPEN && from == TXO_BREAKER_CLOSED)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "publisher failing: stopped claiming, probing every %" PRId64
+                " ms relay_id=%s publisher=%s failed_batches=%u",
+                r->opts.breaker_open_ms, r->relay_id, r->pub->ops->name, r->opts.breaker_failures);
+    else if (to == TXO_BREAKER_CLOSED)
+        TXO_LOG(TXO_LOG_WARN, "relay", "publisher back: claiming again relay_id=%s publisher=%s",
+                r->relay_id, r->pub->ops->name);
+    else
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "breaker %s -> %s relay_id=%s",
+                txo_breaker_state_name(from), txo_breaker_state_name(to), r->relay_id);
+}
+
+static int setup_breaker(struct txo_relay *r, struct txo_error *err)
+{
+    if (r->opts.breaker_failures == 0)
+        return 0;
+    struct txo_breaker_opts bo;
+    txo_breaker_opts_init(&bo);
+    bo.failure_threshold = r->opts.breaker_failures;
+    bo.open_ms = r->opts.breaker_open_ms;
+    bo.half_open_max_calls = 1;
+    bo.close_after_successes = 1;
+    bo.clock = r->opts.clock;
+    bo.on_state_change = on_breaker_change;
+    bo.on_state_change_arg = r;
+    return txo_breaker_new("relay publisher", &bo, &r->breaker, err);
+}
+
+static struct txo_metric *relay_family(struct txo_metrics *reg, enum txo_metric_type type,
+                                       const char *name, const char *help, int *rc,
+                                       struct txo_error *err)
+{
+    if (*rc < 0)
+        return NULL;
+    struct txo_metric *m = txo_metrics_register(reg, type, name, help, 0, NULL, NULL, 0, err);
+    if (m == NULL)
+        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    return m;
+}
+
+/* Registers the relay's families in opts.metrics (the same ones when another relay did). */
+static int register_metrics(struct txo_relay *r, struct txo_error *err)
+{
+    struct txo_metrics *reg = r->opts.metrics;
+    if (reg == NULL)
+        return 0;
+    int rc = 0;
+    struct relay_metrics *m = &r->metrics;
+    m->attempts = relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
+                               "Publish attempts of this process's relays.", &rc, err);
+    m->published =
+        relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_published_total",
+                     "Events this process's relays published and marked PUBLISHED.", &rc, err);
+    m->failures = relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
+                               "Publish attempts that failed and will be retried.", &rc, err);
+    m->dead_lettered = relay_family(
+        reg, TXO_METRIC_COUNTER, "txo_outbox_dead_lettered_total",
+        "Events this process's relays moved to FAILED + dead letter (attempts used up, a "
+        "permanent error, or a poison event).",
+        &rc, err);
+    m->breaker_state =
+        relay_family(reg, TXO_METRIC_GAUGE, "txo_relay_breaker_state",
+                     "The relay's circuit breaker around its publisher: 0 closed, 1 open (not "
+                     "claiming), 2 half-open (probing with one small batch).",
+                     &rc, err);
+    if (rc < 0)
+        txo_error_wrap(err, "relay: registering its metrics");
+    return rc;
+}
+
+/* Adds n to counter c and to its metric m (when there is one). */
+static void count_metric(_Atomic uint64_t *c, struct txo_metric *m, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+    if (m != NULL && n > 0)
+        txo_metric_add(m, NULL, (double)n);
+}
+
+enum txo_breaker_state txo_relay_breaker_state(const struct txo_relay *relay)
+{
+    return (enum txo_breaker_state)atomic_load(&((struct txo_relay *)relay)->breaker_state);
+}
+
 void txo_relay_free(struct txo_relay *relay)
 {
     if (relay == NULL)
         return;
     txo_rows_free(relay->rows);
+    txo_breaker_free(relay->breaker);
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
         txo__lease_in_release(&relay->in[s]);
     txo_free(relay->msgs);
@@ -343,6 +463,15 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a batch of %zu", batch);
     }
     r->opts.relay_id = r->relay_id;
+    r->claim_limit = batch;
+    atomic_init(&r->breaker_state, TXO_BREAKER_CLOSED);
+    rc = setup_breaker(r, err);
+    if (rc == 0)
+        rc = register_metrics(r, err);
+    if (rc < 0) {
+        txo_relay_free(r);
+        return rc;
+    }
     *out = r;
     return 0;
 }
@@ -419,7 +548,7 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         .token = r->token,
         .set = set,
         .n_set = TXO_ARRAY_LEN(set),
-        .limit = r->opts.batch_size,
+        .limit = r->claim_limit,
         .mark_in = &r->in[IN_CLAIM_BY_ID],
         .ids = r->ids,
         .params = r->params,
@@ -524,10 +653,14 @@ static void publish(struct txo_relay *r)
     for (size_t i = 0; i < r->n; i++) {
         if (rc < 0)
             r->results[i] = rc;
-        if (r->results[i] == 0)
+        if (r->results[i] == 0) {
+            r->cycle_acked++;
             continue;
+        }
         if (r->results[i] > 0) /* not a TXO_E* code: count it as a publish failure */
             r->results[i] = TXO_EPUBLISH;
+        if (txo_err_is_transient(r->results[i]))
+            r->cycle_transient++;
         if (r->errors[i].msg[0] == '\0')
             txo_error_set(&r->errors[i], r->results[i], "%s publisher: %s", r->pub->ops->name,
                           txo_strerror(r->results[i]));
@@ -673,9 +806,13 @@ static int mark(struct txo_relay *r, struct txo_error *err)
                        r->relay_id, r->n, r->msgs[0].id, r->msgs[r->n - 1].id);
         return rc;
     }
-    count(&r->stats.published, ctx.res.published);
-    count(&r->stats.failed_attempts, ctx.res.failed_attempts);
-    count(&r->stats.dead_lettered, ctx.res.dead_lettered);
+    count_metric(&r->stats.published, r->metrics.published, ctx.res.published);
+    count_metric(&r->stats.failed_attempts, r->metrics.failures, ctx.res.failed_attempts);
+    count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, ctx.res.dead_lettered);
+    if (r->metrics.attempts != NULL)
+        txo_metric_add(
+            r->metrics.attempts, NULL,
+            (double)(ctx.res.published + ctx.res.failed_attempts + ctx.res.dead_lettered));
     count(&r->stats.fenced, ctx.res.fenced);
     if (ctx.res.fenced > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
@@ -792,7 +929,7 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
     }
     if (p.dead_lettered > 0) {
         count(&r->stats.poisoned, p.dead_lettered);
-        count(&r->stats.dead_lettered, p.dead_lettered);
+        count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, p.dead_lettered);
         TXO_LOG(TXO_LOG_ERROR, "relay",
                 "dead-lettered poison events: their lease expired %u times (each time their "
                 "relay died or hung while publishing them) relay_id=%s count=%" PRIu64,
@@ -842,14 +979,36 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
     struct txo_relay *r = relay;
     if (claimed != NULL)
         *claimed = 0;
+    bool breaker_call = false; /* acquired: record the outcome once */
 
     int rc = reclaim_if_due(r, err);
     if (rc < 0)
         goto out;
+    /* The breaker: while it is open nothing is claimed, so no event uses an attempt. */
+    r->breaker_rejected = false;
+    r->breaker_probe = false;
+    r->claim_limit = r->opts.batch_size;
+    if (r->breaker != NULL) {
+        if (txo_breaker_acquire(r->breaker, NULL) < 0) {
+            r->breaker_rejected = true;
+            goto out;
+        }
+        breaker_call = true;
+        if (txo_breaker_state(r->breaker) == TXO_BREAKER_HALF_OPEN) {
+            r->breaker_probe = true;
+            if (r->claim_limit > r->opts.breaker_probe_batch)
+                r->claim_limit = r->opts.breaker_probe_batch;
+        }
+    }
+    r->cycle_acked = 0;
+    r->cycle_transient = 0;
     int64_t t_claim = txo_monotonic_us();
     rc = claim(r, err);
-    if (rc < 0 || r->n == 0)
+    if (rc < 0 || r->n == 0) {
+        /* Nothing was published: no news about the broker (a probe with nothing to send
+         * closes the breaker; the next failing batches open it again). */
         goto out;
+    }
     count(&r->stats.claimed, r->n);
     if (claimed != NULL)
         *claimed = r->n;
@@ -876,7 +1035,14 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
         if (rc < 0)
             goto out;
     }
+    /* A batch whose every event failed with a transient error: the broker is failing. */
+    if (breaker_call) {
+        txo_breaker_record(r->breaker, !(r->cycle_acked == 0 && r->cycle_transient == total));
+        breaker_call = false;
+    }
 out:
+    if (breaker_call) /* a database error: no news about the broker */
+        txo_breaker_record(r->breaker, true);
     txo_rows_free(r->rows);
     r->rows = NULL;
     r->n = 0;
@@ -976,14 +1142,15 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
     struct txo_relay *r = relay;
     struct txo_backoff retry = {RETRY_MIN_MS, RETRY_MAX_MS, 0.2};
     unsigned failures = 0;
+    int64_t outage_start_ms = 0, outage_logged_ms = 0;
 
     TXO_LOG(TXO_LOG_INFO, "relay",
             "relay started relay_id=%s strategy=%s ordering=%s batch_size=%u lease_s=%u "
-            "max_attempts=%u max_lease_expiries=%u publisher=%s drain=%s",
+            "max_attempts=%u max_lease_expiries=%u breaker_failures=%u publisher=%s drain=%s",
             r->relay_id, txo_claim_strategy_name(r->claim),
             txo_relay_ordering_name(r->opts.ordering), r->opts.batch_size, r->opts.lease_s,
-            r->opts.max_attempts, r->opts.max_lease_expiries, r->pub->ops->name,
-            r->opts.drain ? "true" : "false");
+            r->opts.max_attempts, r->opts.max_lease_expiries, r->opts.breaker_failures,
+            r->pub->ops->name, r->opts.drain ? "true" : "false");
     while (!stopping(r)) {
         size_t claimed = 0;
         struct txo_error e;
@@ -995,18 +1162,35 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
                     *err = e;
                 return rc;
             }
+            /* A database outage: one line when it starts, a reminder now and then, one when
+             * it ends; not one per retry. */
+            int64_t now = txo_monotonic_ms();
             failures++;
-            int64_t delay = txo_backoff_delay_ms(&retry, failures, txo_rand01());
-            TXO_LOG(TXO_LOG_WARN, "relay",
-                    "transient database error, retrying relay_id=%s attempt=%u delay_ms=%" PRId64
-                    " error=%s msg=\"%s\"",
-                    r->relay_id, failures, delay, txo_err_name(rc), e.msg);
-            sleep_unless_stopped(r, delay);
+            if (failures == 1) {
+                outage_start_ms = now;
+                outage_logged_ms = now;
+                TXO_LOG(TXO_LOG_WARN, "relay",
+                        "database unavailable, retrying with backoff relay_id=%s error=%s "
+                        "msg=\"%s\"",
+                        r->relay_id, txo_err_name(rc), e.msg);
+            } else if (now - outage_logged_ms >= OUTAGE_REMINDER_MS) {
+                outage_logged_ms = now;
+                TXO_LOG(TXO_LOG_WARN, "relay",
+                        "database still unavailable relay_id=%s for_s=%" PRId64
+                        " attempts=%u error=%s msg=\"%s\"",
+                        r->relay_id, (now - outage_start_ms) / 1000, failures, txo_err_name(rc),
+                        e.msg);
+            }
+            sleep_unless_stopped(r, txo_backoff_delay_ms(&retry, failures, txo_rand01()));
             continue;
         }
+        if (failures > 0)
+            TXO_LOG(TXO_LOG_WARN, "relay", "database back relay_id=%s after_s=%.1f attempts=%u",
+                    r->relay_id, (double)(txo_monotonic_ms() - outage_start_ms) / 1000.0, failures);
         failures = 0;
         if (claimed == 0) {
-            if (r->opts.drain)
+            /* While the breaker is open, nothing is claimed but events may be due. */
+            if (r->opts.drain && !r->breaker_rejected)
                 return 0;
             idle(r, r->opts.idle_sleep_ms);
         }

@@ -1,12 +1,15 @@
 /*
- * Poison events and permanent failures, against a real MariaDB:
+ * Poison events, permanent failures and the circuit breaker, against a real MariaDB:
  *   - a publisher that abort()s the relay's process on one event: relays in child processes
  *     die on it one after the other until its lease expired max_lease_expiries times; then it
  *     is FAILED with a dead letter saying so and every other event is published; the events
  *     that shared its batches do not reach the limit with it (they are published before it
  *     once their own lease expired: a suspect is published alone);
  *   - a permanent publish error is dead-lettered at once with the broker's reason, a
- *     transient one goes back to PENDING with backoff.
+ *     transient one goes back to PENDING with backoff;
+ *   - the breaker: batches failing entirely open it, nothing is claimed while it is open (no
+ *     attempt is used), one small probe batch half-opens it, success closes it; its state and
+ *     the relay's counters are in the relay's own metrics.
  *
  * The publisher appends "id" lines to a file opened O_APPEND (the consumer's view).
  */
@@ -32,13 +35,20 @@ struct poisoned {
     int64_t abort_id;     /* abort() the process when asked to publish this event */
     int64_t permanent_id; /* fail this one with TXO_EBUSINESS */
     int64_t transient_id; /* and this one with TXO_EUNAVAILABLE */
+    bool down;            /* fail everything with TXO_EUNAVAILABLE */
+    size_t last_batch;    /* size of the last batch handed over */
 };
 
 static int poisoned_publish(void *self, const struct txo_outbox_message *msgs, size_t n,
                             int *results, struct txo_error *errors)
 {
     struct poisoned *p = self;
+    p->last_batch = n;
     for (size_t i = 0; i < n; i++) {
+        if (p->down) {
+            results[i] = txo_error_set(&errors[i], TXO_EUNAVAILABLE, "broker down");
+            continue;
+        }
         if (msgs[i].id == p->abort_id)
             abort();
         if (msgs[i].id == p->permanent_id) {
@@ -248,6 +258,100 @@ static void test_permanent_failure_dead_lettered_at_once(void **state)
     txo_publisher_free(pub);
 }
 
+static double metric(struct txo_metrics *reg, const char *name)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    /* Registering again returns the family the relay registered. */
+    enum txo_metric_type type =
+        strcmp(name, "txo_relay_breaker_state") == 0 ? TXO_METRIC_GAUGE : TXO_METRIC_COUNTER;
+    struct txo_metric *m = txo_metrics_register(reg, type, name, "x", 0, NULL, NULL, 0, &err);
+    if (m == NULL)
+        fail_msg("metric %s: %s", name, err.msg);
+    return txo_metric_value(m, NULL);
+}
+
+static size_t once(struct txo_relay *r)
+{
+    size_t claimed = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_run_once(r, &claimed, &err) < 0)
+        fail_msg("txo_relay_run_once: %s", err.msg);
+    return claimed;
+}
+
+static void test_breaker_open_half_open_closed(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(&c->t, 50);
+    struct txo_metrics *reg = NULL;
+    assert_int_equal(txo_metrics_new(&reg, NULL), 0);
+    struct poisoned *p = NULL;
+    struct txo_publisher *pub = new_poisoned(c->fd, &p);
+    struct txo_relay_opts o = poison_opts();
+    o.drain = false;
+    o.breaker_failures = 2;
+    o.breaker_open_ms = 300;
+    o.breaker_probe_batch = 3;
+    o.backoff.base_ms = 1;
+    o.backoff.max_ms = 1;
+    o.backoff.jitter = 0;
+    o.metrics = reg;
+    struct txo_relay *r = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_relay_new(c->t.db, pub, &o, &r, &err), 0);
+    assert_true(metric(reg, "txo_relay_breaker_state") == 0);
+
+    /* Two batches of 10 fail entirely: open. */
+    p->down = true;
+    assert_int_equal(once(r), 10);
+    assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_CLOSED);
+    txo_sleep_ms(5);
+    assert_int_equal(once(r), 10);
+    assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_OPEN);
+    assert_true(metric(reg, "txo_relay_breaker_state") == 1);
+    assert_int_equal(q(&c->t, "SELECT SUM(attempts) FROM outbox_events"), 20);
+
+    /* Open: nothing is claimed, no attempt is used, though events are due. */
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(once(r), 0);
+    assert_int_equal(q(&c->t, "SELECT SUM(attempts) FROM outbox_events"), 20);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 50);
+
+    /* After open_ms, a probe of 3 while still down: open again. */
+    txo_sleep_ms(350);
+    assert_int_equal(once(r), 3);
+    assert_int_equal(p->last_batch, 3);
+    assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_OPEN);
+    assert_int_equal(once(r), 0);
+    assert_int_equal(q(&c->t, "SELECT SUM(attempts) FROM outbox_events"), 23);
+
+    /* The broker is back: the next probe succeeds, the breaker closes, the rest flows. */
+    p->down = false;
+    txo_sleep_ms(350);
+    assert_int_equal(once(r), 3);
+    assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_CLOSED);
+    assert_true(metric(reg, "txo_relay_breaker_state") == 0);
+    for (int i = 0; i < 20 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
+                                       "'PUBLISHED'") > 0;
+         i++)
+        (void)once(r);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    /* Each event was tried once while the broker was down at most (20 + 3 attempts). */
+    assert_int_equal(q(&c->t, "SELECT MAX(attempts) FROM outbox_events"), 1);
+
+    /* The relay's own counters. */
+    assert_true(metric(reg, "txo_outbox_published_total") == 50);
+    assert_true(metric(reg, "txo_outbox_publish_failures_total") == 23);
+    assert_true(metric(reg, "txo_outbox_publish_attempts_total") == 73);
+    assert_true(metric(reg, "txo_outbox_dead_lettered_total") == 0);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+    txo_metrics_free(reg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +359,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_poison_event_dead_lettered_after_lease_limit, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_breaker_open_half_open_closed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
