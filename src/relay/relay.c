@@ -1023,13 +1023,18 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
             goto out;
     }
     /* Each suspect alone: a poison event that kills this relay takes only its own lease. */
+    if (plain < total)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "publishing events one by one: their lease expired before (their relay died or "
+                "hung) relay_id=%s count=%zu first_id=%" PRId64,
+                r->relay_id, total - plain, r->msgs[plain].id);
     for (size_t j = plain; j < total; j++) {
         if (j != 0)
             swap_entries(r, 0, j);
         r->n = 1;
-        TXO_LOG(TXO_LOG_WARN, "relay",
-                "publishing an event alone: its lease expired before (its relay died or hung) "
-                "relay_id=%s message_id=%" PRId64 " lease_expiries=%" PRId64,
+        TXO_LOG(TXO_LOG_DEBUG, "relay",
+                "publishing an event alone relay_id=%s message_id=%" PRId64
+                " lease_expiries=%" PRId64,
                 r->relay_id, r->msgs[0].id, r->expiries[0]);
         rc = publish_and_mark(r, txo_monotonic_us(), err);
         if (rc < 0)
