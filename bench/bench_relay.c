@@ -82,7 +82,26 @@ struct relay_case {
     unsigned relays;
     unsigned batch;
     bool behind_published; /* drain behind 10 x N PUBLISHED rows */
+    /* The ordering section (zero in the first table: ordering by aggregate, one aggregate per
+     * event, so every event is the head of its aggregate): */
+    enum txo_relay_ordering ordering;
+    unsigned events_per_aggregate; /* 0: one aggregate per event; else N / this aggregates,
+                                      filled round robin */
+    unsigned parked_per_mille;     /* aggregates whose first event is FAILED (dead-lettered) */
 };
+
+/*
+ * The ordering section parks aggregates by making their first event FAILED, as a dead letter
+ * would, before the drain; the events behind it stay PENDING. Index: PRIMARY (range id <=
+ * aggregates: in a round-robin fill the first event of aggregate a has id a). Locks: those
+ * rows. Params: aggregates, per-mille step (every step-th aggregate).
+ */
+#define BENCH_SQL_PARK_AGGREGATES                                                                  \
+    "UPDATE outbox_events SET status = 'FAILED', attempts = 10, last_error = 'bench: parked' "     \
+    "WHERE id <= ? AND aggregate_id % ? = 0"
+
+/* The events the parked aggregates hold back (their first ones included). */
+#define BENCH_SQL_COUNT_PARKED "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id % ? = 0"
 
 /* The figures of one drain. */
 struct drain_result {
@@ -103,6 +122,7 @@ struct drain_point {
 struct drain {
     const struct bench_env *env;
     enum txo_claim_strategy claim;
+    enum txo_relay_ordering ordering;
     unsigned batch;
     uint64_t target;
     pthread_barrier_t start;
@@ -205,6 +225,7 @@ static void *relay_thread_main(void *arg)
     txo_relay_opts_init(&ro);
     ro.relay_id = relay_id;
     ro.claim = d->claim;
+    ro.ordering = d->ordering;
     ro.batch_size = d->batch;
 
     int rc = bench_connect(d->env, &db);
@@ -265,8 +286,9 @@ out:
     return NULL;
 }
 
-/* Fills outbox_events with n PENDING events, keys "<prefix>:<i>". */
-static int fill_pending(struct txo_db *db, size_t n, const char *prefix)
+/* Fills outbox_events with n PENDING events, keys "<prefix>:<i>", event i in aggregate i, or
+ * in aggregate (i - 1) % aggregates + 1 when aggregates > 0. */
+static int fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t aggregates)
 {
     enum { PAYLOAD_MAX = 256, KEY_MAX = 48 };
     int rc = 0;
@@ -320,7 +342,7 @@ static int fill_pending(struct txo_db *db, size_t n, const char *prefix)
             snprintf(key, KEY_MAX, "%s:%zu", prefix, seq);
             struct txo_param *p = params + i * FILL_COLS;
             p[0] = txo_p_str("order");
-            p[1] = txo_p_i64((int64_t)seq);
+            p[1] = txo_p_i64((int64_t)(aggregates > 0 ? (seq - 1) % aggregates + 1 : seq));
             p[2] = txo_p_str("OrderCreated");
             p[3] = txo_p_strn(payload, (size_t)len);
             p[4] = txo_p_str(key);
@@ -343,8 +365,9 @@ out:
     return rc;
 }
 
-/* Every row must be PUBLISHED, there must be `rows` of them and no dead letters. */
-static int verify_drain(struct txo_db *db, uint64_t rows)
+/* Every row but the `parked` ones must be PUBLISHED, there must be `rows` of them and no dead
+ * letters. */
+static int verify_drain(struct txo_db *db, uint64_t rows, uint64_t parked)
 {
     int64_t not_published = 0;
     int64_t all = 0;
@@ -356,7 +379,7 @@ static int verify_drain(struct txo_db *db, uint64_t rows)
         rc = bench_query_i64(db, BENCH_SQL_COUNT_DEAD, NULL, 0, &dead);
     if (rc < 0)
         return rc;
-    if (not_published != 0 || (uint64_t)all != rows || dead != 0) {
+    if ((uint64_t)not_published != parked || (uint64_t)all != rows || dead != 0) {
         fprintf(stderr,
                 "txo_bench: ERROR: relay drain lost events: %lld of %llu rows not PUBLISHED, "
                 "%lld rows in the table, %lld dead letters\n",
@@ -384,6 +407,7 @@ static int drain_once(struct bench_env *env, const struct relay_case *c, uint64_
     memset(&d, 0, sizeof(d));
     d.env = env;
     d.claim = c->claim;
+    d.ordering = c->ordering;
     d.batch = c->batch;
     d.target = n;
     atomic_init(&d.total, 0);
@@ -480,18 +504,35 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
         }
         snprintf(prefix, sizeof(prefix), "bench:%u", r);
         double f0 = bench_now_s();
-        rc = fill_pending(env->db, cfg->events, prefix);
+        size_t aggregates = c->events_per_aggregate > 0 ? cfg->events / c->events_per_aggregate : 0;
+        if (c->events_per_aggregate > 0 && aggregates == 0)
+            aggregates = 1;
+        rc = fill_pending(env->db, cfg->events, prefix, aggregates);
         if (rc < 0)
             goto out;
+        int64_t parked = 0;
+        if (c->parked_per_mille > 0 && aggregates > 0) {
+            struct txo_param pp[] = {txo_p_i64((int64_t)aggregates),
+                                     txo_p_i64(1000 / c->parked_per_mille)};
+            struct txo_error err;
+            txo_error_init(&err);
+            rc = txo_db_exec(env->db, BENCH_SQL_PARK_AGGREGATES, pp, 2, NULL, &err);
+            if (rc == 0)
+                rc = bench_query_i64(env->db, BENCH_SQL_COUNT_PARKED, &pp[1], 1, &parked);
+            if (rc < 0) {
+                bench_fail(rc, &err, "parking aggregates");
+                goto out;
+            }
+        }
         struct drain_result res;
         memset(&res, 0, sizeof(res));
         res.fill_s = bench_now_s() - f0;
-        rc = drain_once(env, c, cfg->events, &res, &unsupported);
+        rc = drain_once(env, c, cfg->events - (uint64_t)parked, &res, &unsupported);
         if (rc < 0 || unsupported)
             goto out;
         uint64_t rows =
             c->behind_published ? background + (uint64_t)(r + 1) * cfg->events : cfg->events;
-        rc = verify_drain(env->db, rows);
+        rc = verify_drain(env->db, rows, (uint64_t)parked);
         if (rc < 0)
             goto out;
         v[0 * runs + r] = res.overall;
@@ -514,6 +555,10 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
     if (c->behind_published)
         snprintf(note, sizeof(note), "behind >= %llu PUBLISHED rows",
                  (unsigned long long)background);
+    else if (c->events_per_aggregate > 0)
+        snprintf(note, sizeof(note), "ordering %s, %u events per aggregate%s",
+                 txo_relay_ordering_name(c->ordering), c->events_per_aggregate,
+                 c->parked_per_mille > 0 ? ", 1% of aggregates parked" : "");
     print_row(c, &m, note[0] ? note : NULL);
 out:
     if (unsupported) {
@@ -528,9 +573,12 @@ out:
 int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
 {
     static const struct relay_case cases[] = {
-        {TXO_CLAIM_SKIP_LOCKED, 1, 500, false},  {TXO_CLAIM_SKIP_LOCKED, 2, 500, false},
-        {TXO_CLAIM_UPDATE_LIMIT, 1, 500, false}, {TXO_CLAIM_UPDATE_LIMIT, 2, 500, false},
-        {TXO_CLAIM_SKIP_LOCKED, 1, 1000, false}, {TXO_CLAIM_SKIP_LOCKED, 1, 200, false},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .batch = 500, .behind_published = false},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 2, .batch = 500, .behind_published = false},
+        {.claim = TXO_CLAIM_UPDATE_LIMIT, .relays = 1, .batch = 500, .behind_published = false},
+        {.claim = TXO_CLAIM_UPDATE_LIMIT, .relays = 2, .batch = 500, .behind_published = false},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .batch = 1000, .behind_published = false},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .batch = 200, .behind_published = false},
     };
     int rc = 0;
 
@@ -557,13 +605,86 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
     if (rc < 0)
         return rc;
     double fill_s = bench_now_s() - t0;
-    static const struct relay_case behind = {TXO_CLAIM_SKIP_LOCKED, 1, 500, true};
+    static const struct relay_case behind = {
+        .claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .batch = 500, .behind_published = true};
     rc = run_case(env, cfg, &behind, background);
     if (rc < 0)
         return rc;
     printf("   (%zu PUBLISHED rows inserted in %.1f s by INSERT ... SELECT FROM seq_1_to_%zu; "
            "the table grows by N PUBLISHED rows per run)\n\n",
            background, fill_s, background);
+    fflush(stdout);
+    rc = bench_exec_raw(env->db, BENCH_SQL_TRUNCATE_OUTBOX);
+    if (rc < 0)
+        return rc;
+
+    /*
+     * Ordering by aggregate: its cost against ordering none on the same events (20 per
+     * aggregate, round robin), 1 and 2 relays, and a drain with 1% of the aggregates parked
+     * (their first event FAILED: the drain publishes everything else, and the claim walks past
+     * the parked aggregates' waiting events on every full scan).
+     */
+    static const struct relay_case ordering[] = {
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .relays = 1,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_NONE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 0},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .relays = 1,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 0},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .relays = 2,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_NONE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 0},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .relays = 2,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 0},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .relays = 1,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 10},
+        {.claim = TXO_CLAIM_UPDATE_LIMIT,
+         .relays = 1,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_NONE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 0},
+        {.claim = TXO_CLAIM_UPDATE_LIMIT,
+         .relays = 1,
+         .batch = 500,
+         .behind_published = false,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 0},
+    };
+    printf("== relay ordering: %zu PENDING events over %zu aggregates, null publisher, medians "
+           "of %u runs ==\n",
+           cfg->events, cfg->events / 20 > 0 ? cfg->events / 20 : 1, cfg->runs);
+    print_table_head();
+    for (size_t i = 0; i < TXO_ARRAY_LEN(ordering); i++) {
+        rc = run_case(env, cfg, &ordering[i], 0);
+        if (rc < 0)
+            return rc;
+    }
+    printf("\n");
     fflush(stdout);
     return bench_exec_raw(env->db, BENCH_SQL_TRUNCATE_OUTBOX);
 }

@@ -4,6 +4,7 @@
  *   txo stats                   outbox, sagas, commands and dead letters at a glance
  *   txo dlq list [--after-id N] [--limit N]
  *   txo dlq replay ID...        dead letters' events back to PENDING for the relay
+ *   txo dlq skip ID...          dead letters' events given up (SKIPPED): their aggregates go on
  *   txo saga show ID            a saga and its steps (JSON)
  *   txo saga show --order N     the saga of an order
  *   txo saga retry ID           retries a COMPENSATION_FAILED saga now
@@ -144,13 +145,17 @@ static int dlq_run(int argc, char **argv);
 
 const struct command cmd_dlq = {
     .name = "dlq",
-    .summary = "list dead letters, or replay them (events back to PENDING)",
-    .usage = "txo dlq list [options] | txo dlq replay [options] ID...",
+    .summary = "list dead letters, replay them (events back to PENDING) or skip them",
+    .usage =
+        "txo dlq list [options] | txo dlq replay [options] ID... | txo dlq skip [options] ID...",
     .description =
         "list: prints dead letters (events the relay gave up on after --max-attempts), oldest\n"
         "first, from --after-id, at most --limit. replay ID...: puts each dead letter's outbox\n"
         "event back to PENDING with attempts 0, in one transaction per letter, so a running\n"
-        "relay publishes it again; the letter records the replay. Fix the cause first.",
+        "relay publishes it again; the letter records the replay. Fix the cause first.\n"
+        "skip ID...: gives up each dead letter's event (SKIPPED, never published); with the\n"
+        "relay's --ordering aggregate the later events of its aggregate, held back while it was\n"
+        "FAILED, are then published.",
     .run = dlq_run,
 };
 
@@ -236,7 +241,7 @@ static int dlq_list(struct txo_db *db)
     return 0;
 }
 
-static int dlq_replay(struct txo_db *db, int n_ids, char **ids)
+static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
 {
     int status = 0;
     for (int i = 0; i < n_ids; i++) {
@@ -249,12 +254,16 @@ static int dlq_replay(struct txo_db *db, int n_ids, char **ids)
         }
         struct txo_error err;
         txo_error_init(&err);
-        if (txo_dlq_replay(db, (int64_t)id, &err) != 0) {
-            cmd_report("dlq", "replaying", &err);
+        int rc = skip ? txo_dlq_skip(db, (int64_t)id, &err) : txo_dlq_replay(db, (int64_t)id, &err);
+        if (rc != 0) {
+            cmd_report("dlq", skip ? "skipping" : "replaying", &err);
             status = status == 0 ? 1 : status;
             continue;
         }
-        printf("replayed dead letter %lld: its event is PENDING again\n", id);
+        if (skip)
+            printf("skipped dead letter %lld: its event is SKIPPED, its aggregate goes on\n", id);
+        else
+            printf("replayed dead letter %lld: its event is PENDING again\n", id);
     }
     return status;
 }
@@ -274,14 +283,15 @@ static int dlq_run(int argc, char **argv)
     const char *action = first < argc ? argv[first] : NULL;
     bool list = action != NULL && strcmp(action, "list") == 0 && first + 1 == argc;
     bool replay = action != NULL && strcmp(action, "replay") == 0 && first + 1 < argc;
-    if (!list && !replay) {
+    bool skip = action != NULL && strcmp(action, "skip") == 0 && first + 1 < argc;
+    if (!list && !replay && !skip) {
         fprintf(stderr, "usage: %s\n", cmd_dlq.usage);
         return 2;
     }
     struct txo_db *db = common_connect(&dlq_opts.common);
     if (db == NULL)
         return 1;
-    int status = list ? dlq_list(db) : dlq_replay(db, argc - first - 1, argv + first + 1);
+    int status = list ? dlq_list(db) : dlq_act(db, skip, argc - first - 1, argv + first + 1);
     txo_db_close(db);
     return status;
 }

@@ -8,12 +8,16 @@
  * (--drain, or an error) ends the wait.
  *
  * stdout belongs to the log publisher (one envelope per line); everything else, including
- * the final stats line, goes to stderr through the log sink.
+ * the final stats line, goes to stderr through the log sink. With --drain and stderr on a
+ * terminal, a progress line (published, remaining, events/s) is redrawn there once a second,
+ * by a thread of its own with a database connection of its own for the remaining count.
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clean.h"
 #include "daemons.h"
@@ -135,6 +139,38 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
+/* The --drain progress line on a terminal. */
+struct progress {
+    struct txo_relay *relay;
+    struct txo_db *db; /* its own connection, for the remaining count */
+    atomic_bool done;
+};
+
+static void *progress_main(void *arg)
+{
+    struct progress *p = arg;
+    int64_t t0 = txo_monotonic_ms();
+    while (!atomic_load(&p->done)) {
+        for (int i = 0; i < 10 && !atomic_load(&p->done); i++)
+            txo_sleep_ms(100);
+        struct txo_relay_stats st;
+        txo_relay_get_stats(p->relay, &st);
+        struct txo_outbox_stats os;
+        struct txo_error err;
+        txo_error_init(&err);
+        bool counted = txo_outbox_get_stats(p->db, &os, &err) == 0;
+        double s = (double)(txo_monotonic_ms() - t0) / 1000.0;
+        char remaining[32] = "?";
+        if (counted)
+            snprintf(remaining, sizeof(remaining), "%" PRIu64, os.pending + os.processing);
+        fprintf(stderr, "\rtxo relay: published %" PRIu64 ", remaining %s, %.0f events/s   ",
+                st.published, remaining, s > 0 ? (double)st.published / s : 0.0);
+        fflush(stderr);
+    }
+    fputc('\n', stderr);
+    return NULL;
+}
+
 static int make_publisher(const char *name, struct txo_publisher **pub, struct txo_error *err)
 {
     if (strcmp(name, "log") == 0)
@@ -221,18 +257,21 @@ static int run(int argc, char **argv)
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
+    if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
+        metrics = daemon_metrics_new(&opts.common);
+        if (metrics == NULL)
+            goto out;
+        ro.metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
+    }
     int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);
         status = rc == TXO_EINVAL ? 2 : 1;
         goto out;
     }
-    if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
-        metrics = daemon_metrics_new(&opts.common);
-        if (metrics == NULL || !daemon_metrics_watch_relay(metrics, rt.relay) ||
-            !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
-            goto out;
-    }
+    if (metrics != NULL &&
+        !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
+        goto out;
     if (!clean_thread_start(&cleaner, &opts.clean, &opts.common.db)) {
         fprintf(stderr, "txo relay: cannot start the cleaner thread\n");
         goto out;
@@ -241,12 +280,25 @@ static int run(int argc, char **argv)
         fprintf(stderr, "txo relay: cannot start the relay thread\n");
         goto out;
     }
+    struct progress prog = {.relay = rt.relay};
+    atomic_init(&prog.done, false);
+    pthread_t prog_tid;
+    bool prog_started = false;
+    if (opts.drain && isatty(STDERR_FILENO)) {
+        prog.db = common_connect(&opts.common);
+        prog_started =
+            prog.db != NULL && pthread_create(&prog_tid, NULL, progress_main, &prog) == 0;
+    }
     int sig = signals_wait();
     if (sig != 0)
         TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
     txo_relay_stop(rt.relay);
     pthread_join(relay_tid, NULL);
     clean_thread_stop(&cleaner);
+    atomic_store(&prog.done, true);
+    if (prog_started)
+        pthread_join(prog_tid, NULL);
+    txo_db_close(prog.db);
     struct txo_relay_stats st;
     txo_relay_get_stats(rt.relay, &st);
     TXO_LOG(TXO_LOG_INFO, "relay",
@@ -262,10 +314,8 @@ static int run(int argc, char **argv)
 out:
     clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
-    if (metrics != NULL)
-        daemon_metrics_forget(metrics);
+    txo_relay_free(rt.relay); /* before the registry its metrics live in */
     daemon_metrics_free(metrics);
-    txo_relay_free(rt.relay);
     txo_publisher_free(pub);
     txo_db_close(db);
     if (strcmp(opts.publisher, "nats") == 0)

@@ -238,12 +238,11 @@ static int run(int argc, char **argv)
     relay_db = common_connect(&opts.common);
     if (relay_db == NULL)
         goto out;
+    ro.metrics = reg;
     if (txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
         cmd_report("up", "creating the relay", &err);
         goto out;
     }
-    if (!daemon_metrics_watch_relay(metrics, rt.relay))
-        goto out;
     if (txo_worker_start(daemon_worker_runtime(worker), &err) != 0) {
         cmd_report("up", "starting the worker", &err);
         goto out;
@@ -271,8 +270,6 @@ out:
             status = 1;
         }
     }
-    if (metrics != NULL)
-        daemon_metrics_forget(metrics);
     daemon_worker_stop("up", worker);
     txo_relay_free(rt.relay);
     txo_db_close(relay_db);

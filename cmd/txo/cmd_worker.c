@@ -107,8 +107,6 @@ static int run(int argc, char **argv)
     status = 0;
 out:
     txo_http_server_stop(msrv);
-    if (metrics != NULL)
-        daemon_metrics_forget(metrics);
     daemon_worker_stop("worker", worker);
     daemon_worker_free(worker);
     order_services_free(services);

@@ -62,9 +62,9 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
 
 /*
  * What the registry's collectors read at each scrape: the outbox tables (gauges, on a
- * connection of their own), and the counters the library keeps in atomics (MySQL errors, relay
- * statistics), which are moved up to their current value. The worker registers and counts its
- * own metrics (txo/worker.h).
+ * connection of their own), and the counters the library keeps in atomics (MySQL errors),
+ * which are moved up to their current value. The worker and the relay register and count their
+ * own metrics (txo/worker.h, txo/relay.h: struct txo_relay_opts.metrics).
  */
 struct daemon_metrics {
     struct txo_metrics *reg;
@@ -72,14 +72,10 @@ struct daemon_metrics {
     pthread_mutex_t mu; /* collectors may run from several scrapes at once */
     struct txo_db *db;
     bool has_sagas; /* read when db was opened: a relay-only schema has no saga tables */
-    struct txo_relay *relay;
 
     struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned, *stuck;
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
-    struct txo_metric *attempts, *published, *publish_failures, *dead_lettered;
-    struct txo_relay_stats last_relay;
-    uint64_t last_attempts;
 };
 
 static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
@@ -123,15 +119,6 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
     counter_to(d->conn_lost, NULL, ds.conn_lost, &d->last_conn_lost);
     counter_to(d->tx_retries, NULL, ds.tx_retries, &d->last_tx_retries);
 
-    if (d->relay != NULL) {
-        struct txo_relay_stats rs;
-        txo_relay_get_stats(d->relay, &rs);
-        counter_to(d->attempts, NULL, rs.published + rs.failed_attempts + rs.dead_lettered,
-                   &d->last_attempts);
-        counter_to(d->published, NULL, rs.published, &d->last_relay.published);
-        counter_to(d->publish_failures, NULL, rs.failed_attempts, &d->last_relay.failed_attempts);
-        counter_to(d->dead_lettered, NULL, rs.dead_lettered, &d->last_relay.dead_lettered);
-    }
     int rc = 0;
     if (d->db == NULL) {
         rc = txo_db_open(&d->db_opts, &d->db, err);
@@ -232,32 +219,6 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
         return NULL;
     }
     return d;
-}
-
-bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *relay)
-{
-    bool ok = true;
-    struct txo_metrics *r = d->reg;
-    pthread_mutex_lock(&d->mu);
-    d->attempts = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
-                         "Publish attempts of this process's relay.", 0, NULL, &ok);
-    d->published =
-        family(r, TXO_METRIC_COUNTER, "txo_outbox_published_total",
-               "Events this process's relay published and marked PUBLISHED.", 0, NULL, &ok);
-    d->publish_failures = family(r, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
-                                 "Publish attempts that failed and will be retried.", 0, NULL, &ok);
-    d->dead_lettered = family(r, TXO_METRIC_COUNTER, "txo_outbox_dead_lettered_total",
-                              "Events this relay moved to FAILED + dead letter.", 0, NULL, &ok);
-    d->relay = relay;
-    pthread_mutex_unlock(&d->mu);
-    return ok;
-}
-
-void daemon_metrics_forget(struct daemon_metrics *d)
-{
-    pthread_mutex_lock(&d->mu);
-    d->relay = NULL;
-    pthread_mutex_unlock(&d->mu);
 }
 
 struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d)
@@ -494,6 +455,11 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
                 cmd, s->claim);
         return false;
     }
+    if (txo_relay_ordering_parse(s->ordering, &ro->ordering) < 0) {
+        fprintf(stderr, "txo %s: --ordering must be aggregate or none, got \"%s\"\n", cmd,
+                s->ordering);
+        return false;
+    }
     if (s->backoff_max_ms < s->backoff_base_ms) {
         fprintf(stderr,
                 "txo %s: --backoff-max (%" PRId64 ") must be >= --backoff-base (%" PRId64 ")\n",
@@ -504,6 +470,9 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     ro->batch_size = s->batch_size;
     ro->lease_s = s->lease_s;
     ro->max_attempts = s->max_attempts;
+    ro->max_lease_expiries = s->max_lease_expiries;
+    ro->breaker_failures = s->breaker_failures;
+    ro->breaker_open_ms = s->breaker_open_ms;
     ro->backoff.base_ms = s->backoff_base_ms;
     ro->backoff.max_ms = s->backoff_max_ms;
     ro->idle_sleep_ms = s->idle_sleep_ms;

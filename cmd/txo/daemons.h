@@ -44,9 +44,13 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o);
 /* ---- relay ---- */
 struct relay_settings {
     const char *claim;
+    const char *ordering;
     unsigned batch_size;
     unsigned lease_s;
     unsigned max_attempts;
+    unsigned max_lease_expiries;
+    unsigned breaker_failures;
+    int64_t breaker_open_ms;
     int64_t backoff_base_ms;
     int64_t backoff_max_ms;
     unsigned idle_sleep_ms;
@@ -120,16 +124,13 @@ bool daemon_parse_listen(const char *cmd, const char *setting, const char *text,
 
 /*
  * The process's metrics: a registry with the database collectors (outbox gauges from the
- * tables, on a connection of their own; MySQL error counters) and, once watched, the counters
- * of this process's relay. The worker registers its own (txo/worker.h). NULL after printing a
+ * tables, on a connection of their own; MySQL error counters). The worker and the relay
+ * register their own in it (txo/worker.h; txo/relay.h, opts.metrics). NULL after printing a
  * message on failure.
  */
 struct daemon_metrics;
 struct daemon_metrics *daemon_metrics_new(const struct common_opts *common);
 struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d);
-bool daemon_metrics_watch_relay(struct daemon_metrics *d, struct txo_relay *relay);
-/* Stops reading the relay (before it is freed). */
-void daemon_metrics_forget(struct daemon_metrics *d);
 void daemon_metrics_free(struct daemon_metrics *d);
 /* Answers GET /metrics. */
 void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *resp);

@@ -3,7 +3,8 @@
  * max_attempts times, the relay makes its outbox_events row FAILED and, in the same
  * transaction, copies it into dead_letter_events (source_event_id, event_type, payload, error).
  * Operators list them, fix the cause (the broker, the consumer, the payload's receiver) and
- * replay them; the relay then publishes the event again like any other.
+ * replay them; the relay then publishes the event again like any other. Or they skip them:
+ * the event is given up (SKIPPED) and, with ordering by aggregate, its aggregate goes on.
  *
  * A replay moves the SOURCE outbox row back to PENDING: the event keeps its id and idempotency
  * key, so consumers that did see an earlier attempt still de-duplicate it. The dead-letter row
@@ -35,6 +36,7 @@ struct txo_dead_letter {
     char created_at[32]; /* RFC 3339 UTC, "2026-11-30T15:37:00.123456Z" */
     char *replayed_at;   /* same format, time of the last replay; NULL when never */
     unsigned replay_count;
+    char *skipped_at; /* same format, when an operator skipped the event; NULL when never */
 };
 
 /*
@@ -51,8 +53,8 @@ TXO_API TXO_MUST_CHECK int txo_dlq_list(struct txo_db *db, int64_t after_id, siz
 TXO_API void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n);
 
 /*
- * Counts dead letters: *total all of them, *unreplayed those never replayed (either may be
- * NULL). Errors: DB errors.
+ * Counts dead letters: *total all of them, *unreplayed those never replayed nor skipped
+ * (either may be NULL). Errors: DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_dlq_count(struct txo_db *db, uint64_t *total, uint64_t *unreplayed,
                                          struct txo_error *err);
@@ -75,5 +77,17 @@ TXO_API TXO_MUST_CHECK int txo_dlq_count(struct txo_db *db, uint64_t *total, uin
  */
 TXO_API TXO_MUST_CHECK int txo_dlq_replay(struct txo_db *db, int64_t dead_letter_id,
                                           struct txo_error *err);
+
+/*
+ * Skips dead letter dead_letter_id: the operator gives up on its event. In one READ COMMITTED
+ * transaction its source outbox row, which must be FAILED, becomes SKIPPED (never published,
+ * lock released, last_error kept) and the dead letter gets skipped_at = now. With the relay's
+ * ordering by aggregate (txo/relay.h), a FAILED event holds back the later events of its
+ * aggregate; after the skip the next one is claimed as usual.
+ * Errors: as txo_dlq_replay() (TXO_ENOTFOUND, TXO_ESTATE, DB errors). Nothing changes on
+ * error.
+ */
+TXO_API TXO_MUST_CHECK int txo_dlq_skip(struct txo_db *db, int64_t dead_letter_id,
+                                        struct txo_error *err);
 
 #endif

@@ -14,7 +14,13 @@
  *               -> FAILED    (publish failed and attempts reached the limit; a copy goes to
  *                             dead_letter_events in the same transaction)
  *   PUBLISHED   terminal (the retention cleaner may delete it)
- *   FAILED      terminal until an operator replays it from the dead-letter table -> PENDING
+ *   FAILED      until an operator acts on its dead letter (txo/dlq.h):
+ *               -> PENDING   (replayed: published again like a new event)
+ *               -> SKIPPED   (skipped: never published; its aggregate goes on without it)
+ *   SKIPPED     terminal (an operator gave up on the event)
+ *
+ * With the relay's ordering by aggregate (txo/relay.h), every state but PUBLISHED and SKIPPED
+ * holds back the later events of the same aggregate.
  *
  * Thread-safety: functions here use only the transaction they are given.
  */
@@ -33,6 +39,7 @@ enum txo_outbox_status {
     TXO_OUTBOX_PROCESSING,
     TXO_OUTBOX_PUBLISHED,
     TXO_OUTBOX_FAILED,
+    TXO_OUTBOX_SKIPPED,
 };
 
 /* "PENDING", ... (the column values). Never NULL. */
@@ -82,6 +89,7 @@ struct txo_outbox_stats {
     uint64_t processing;
     uint64_t published;
     uint64_t failed;
+    uint64_t skipped;
     uint64_t dead_letters;
     double oldest_pending_age_s;
     double oldest_failed_age_s;

@@ -50,6 +50,15 @@ struct txo_publisher_ops {
      * negative TXO_E* code with a reason in errors[i] (errors[i] is pre-initialised). Returns
      * 0, or a negative code when the publisher could not run at all (then every message
      * counts as failed with that error).
+     *
+     * The code says what the relay does next (txo_err_is_transient()):
+     *   transient  (TXO_EPUBLISH, TXO_ETIMEOUT, TXO_EUNAVAILABLE, ...): the broker may take it
+     *              later; back to PENDING with backoff, dead-lettered after max_attempts;
+     *   permanent  (TXO_EINVAL, TXO_EBUSINESS, TXO_ECONFIG, ...): the broker refused this very
+     *              message and would refuse it again (a webhook's 4xx other than 408 and 429,
+     *              a payload over the stream's size limit, a local handler's permanent
+     *              error); FAILED and dead-lettered at once, with errors[i].msg as the reason.
+     * A code that is not a TXO_E* code (> 0) counts as TXO_EPUBLISH.
      */
     int (*publish_batch)(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
                          struct txo_error *errors);

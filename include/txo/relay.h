@@ -15,6 +15,25 @@
  *      lease expired (and whose rows were reclaimed) changes nothing. Failures go back to
  *      PENDING with attempts+1 and next_attempt_at = now + backoff with jitter; at max_attempts
  *      they become FAILED and get a dead_letter_events row in the same transaction.
+ *   Ordering (opts.ordering): with TXO_RELAY_ORDER_AGGREGATE a claim takes only
+ *   the head of each aggregate (the lowest-id event of its (aggregate_type, aggregate_id)
+ *   not yet PUBLISHED or SKIPPED), so across any number of relays at most one event per
+ *   aggregate is in flight and an event is published only after every earlier event of its
+ *   aggregate was. A failing event parks its aggregate alone: while it waits for its retry,
+ *   or sits FAILED in the dead letters until an operator replays or skips it (txo/dlq.h),
+ *   the later events of that aggregate wait; every other aggregate keeps flowing.
+ *   TXO_RELAY_ORDER_NONE, the default, claims any due event. It is the default because the
+ *   ordered claim's cost grows with the backlog waiting behind each head: a drain with about
+ *   100 events waiting per aggregate ran at ~230 events/s (docs/brokers.md), which is what an
+ *   outage leaves behind; turn ordering on where consumers need it (and off on MySQL 5.7 with
+ *   update-limit, see relay_sql.h).
+ *   Failures: a publisher's transient error (txo/publisher.h) sends the event back to PENDING
+ *   with backoff, up to max_attempts; a permanent one (the broker refused this very message)
+ *   dead-letters it at once with the broker's reason.
+ *   Poison events: every lease expiry of an event is counted (outbox_events.lease_expiries);
+ *   an event whose lease expired before is published in a batch of its own, so that if it
+ *   kills its relay again only its own lease expires; at max_lease_expiries it becomes
+ *   FAILED with a dead letter saying "lease expired N times".
  *   Expired leases (a relay died mid-batch) are returned to PENDING by every relay, at most
  *   once per lease_s/4, so their events are published again: delivery is at least once.
  *
@@ -29,20 +48,60 @@
 #include <stdint.h>
 
 #include "txo/backoff.h"
+#include "txo/breaker.h"
 #include "txo/claim.h" /* enum txo_claim_strategy */
 #include "txo/common.h"
 #include "txo/db.h"
+#include "txo/metrics.h"
+#include "txo/outbox.h" /* enum txo_outbox_status */
 #include "txo/publisher.h"
 
+/*
+ * Which events a claim may take. AGGREGATE is the default because consumers of an entity's
+ * events (OrderCreated before OrderCancelled) are written assuming that order, and two relays,
+ * or one retried failure, break it silently otherwise; NONE is for streams whose consumers
+ * do not care (it claims with one index lookup less per event).
+ */
+enum txo_relay_ordering {
+    TXO_RELAY_ORDER_AGGREGATE = 0, /* per (aggregate_type, aggregate_id), in id order */
+    TXO_RELAY_ORDER_NONE,          /* any due event, in due order */
+};
+
+/* "aggregate", "none". Never NULL; an unknown value is a bug. */
+TXO_API const char *txo_relay_ordering_name(enum txo_relay_ordering o);
+/* Parses one of the names above. Returns 0, or TXO_EINVAL (*out untouched). */
+TXO_API int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *out);
+
 struct txo_relay_opts {
-    const char *relay_id;          /* prefix of lock tokens; default "<hostname>:<pid>" */
-    enum txo_claim_strategy claim; /* default AUTO */
-    unsigned batch_size;           /* events per claim, default 500, max 10000 */
-    unsigned lease_s;              /* claim lease, default 30 */
-    unsigned max_attempts;         /* publish attempts before FAILED, default 10 */
-    struct txo_backoff backoff;    /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
-    unsigned idle_sleep_ms;        /* pause when nothing is due, default 200 */
-    bool drain;                    /* txo_relay_run returns when nothing is due */
+    const char *relay_id;             /* prefix of lock tokens; default "<hostname>:<pid>" */
+    enum txo_claim_strategy claim;    /* default AUTO */
+    enum txo_relay_ordering ordering; /* default NONE (see Ordering above) */
+    unsigned batch_size;              /* events per claim, default 500, max 10000 */
+    unsigned lease_s;                 /* claim lease, default 30 */
+    unsigned max_attempts;            /* publish attempts before FAILED, default 10 */
+    unsigned max_lease_expiries;      /* lease expiries before FAILED (poison), default 3 */
+    struct txo_backoff backoff;       /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
+    /*
+     * The circuit breaker around the publisher: after breaker_failures batches in a row whose
+     * every event failed with a transient error (the broker is down), the relay stops claiming
+     * for breaker_open_ms, then claims one probe batch of at most breaker_probe_batch events;
+     * if any of it is acknowledged it resumes, else it waits again. Events are not claimed
+     * while it is open, so they use no attempts. breaker_failures 0: no breaker. Defaults 5,
+     * 5000 ms, 10.
+     */
+    unsigned breaker_failures;
+    int64_t breaker_open_ms;
+    unsigned breaker_probe_batch;
+    const struct txo_clock *clock; /* for the breaker; NULL = the system clock; borrowed */
+    /*
+     * Where the relay registers and counts its metrics (borrowed, may be shared by several
+     * relays; NULL = none): txo_outbox_published_total, txo_outbox_publish_attempts_total,
+     * txo_outbox_publish_failures_total, txo_outbox_dead_lettered_total (counters) and
+     * txo_relay_breaker_state (gauge: 0 closed, 1 open, 2 half-open).
+     */
+    struct txo_metrics *metrics;
+    unsigned idle_sleep_ms; /* pause when nothing is due, default 200 */
+    bool drain;             /* txo_relay_run returns when nothing is due */
 };
 
 TXO_API void txo_relay_opts_init(struct txo_relay_opts *opts);
@@ -54,6 +113,7 @@ struct txo_relay_stats {
     uint64_t dead_lettered;   /* events that became FAILED */
     uint64_t fenced;          /* marks that changed no row because the lease was lost */
     uint64_t reclaimed;       /* expired leases returned to PENDING */
+    uint64_t poisoned;        /* events dead-lettered for max_lease_expiries expired leases */
     uint64_t batches;
 };
 
@@ -68,6 +128,9 @@ TXO_API TXO_MUST_CHECK int txo_relay_new(struct txo_db *db, struct txo_publisher
                                          const struct txo_relay_opts *opts, struct txo_relay **out,
                                          struct txo_error *err);
 TXO_API void txo_relay_free(struct txo_relay *relay);
+
+/* The breaker's state (TXO_BREAKER_CLOSED when there is no breaker). Any thread. */
+TXO_API enum txo_breaker_state txo_relay_breaker_state(const struct txo_relay *relay);
 
 /* The strategy in use after AUTO was resolved. */
 TXO_API enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay);
@@ -97,6 +160,27 @@ TXO_API void txo_relay_wake(struct txo_relay *relay);
 
 /* Asks txo_relay_run to return after the current batch. Async-signal-safe. */
 TXO_API void txo_relay_stop(struct txo_relay *relay);
+
+/* An aggregate whose events are held back by a failed one (txo_relay_list_parked()). */
+struct txo_relay_parked {
+    char aggregate_type[65];
+    char aggregate_id[65];         /* as text, whatever the column's type */
+    int64_t event_id;              /* the event that holds the aggregate back */
+    enum txo_outbox_status status; /* PENDING: waits for its retry; FAILED: dead-lettered */
+    unsigned attempts;             /* failed publish attempts so far */
+    char last_error[256];          /* why (cut on a character boundary) */
+    uint64_t waiting;              /* later events of the aggregate held back */
+};
+
+/*
+ * Lists up to cap parked aggregates into out[0..*n), oldest event first: the aggregates whose
+ * head (the event the ordered claim would take next) failed at least once. Meaningful for
+ * relays that run with TXO_RELAY_ORDER_AGGREGATE (with NONE nothing is held back). For
+ * operators (`txo stats`): it reads every due row once. Uses db only; any thread.
+ * Errors: TXO_EINVAL (cap 0), DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_list_parked(struct txo_db *db, struct txo_relay_parked *out,
+                                                 size_t cap, size_t *n, struct txo_error *err);
 
 TXO_API void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *out);
 

@@ -106,10 +106,10 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
             txo_error_set(&errors[i], rc, "local handler: %s", txo_strerror(rc));
         if (rc < 0)
             TXO_LOG(TXO_LOG_DEBUG, "local",
-                    "handler failed, the relay retries it message_id=%s attempt=%d error=%s "
+                    "handler failed message_id=%s attempt=%d error=%s transient=%s "
                     "reason=\"%s\"",
                     m->idempotency_key != NULL ? m->idempotency_key : "", m->attempt,
-                    txo_err_name(rc), errors[i].msg);
+                    txo_err_name(rc), txo_err_is_transient(rc) ? "true" : "false", errors[i].msg);
         results[i] = rc;
     }
     return 0;

@@ -558,7 +558,12 @@ static void ack_handler(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae,
         } else {
             natsStatus s = pae != NULL ? pae->Err : NATS_ERR;
             jsErrCode jerr = pae != NULL ? pae->ErrCode : 0;
-            r->code = txo__nats_code(s, jerr, TXO_EPUBLISH);
+            /* A message the stream refuses for its size is refused on every retry too: a
+             * permanent error, dead-lettered at once with the server's text. Other JetStream
+             * errors (store failed, not the leader, ...) may pass. */
+            r->code = jerr == JSStreamMessageExceedsMaximumErr
+                          ? TXO_EINVAL
+                          : txo__nats_code(s, jerr, TXO_EPUBLISH);
             snprintf(r->text, sizeof(r->text), "%s",
                      pae != NULL && pae->ErrText != NULL ? pae->ErrText : natsStatus_GetText(s));
             if (s == NATS_NO_RESPONDERS) {

@@ -9,7 +9,10 @@
  * row, checks that the row is FAILED (the only state a replay may leave; the outbox state
  * machine allows FAILED -> PENDING, and tests/unit/test_sql_moves.c checks that
  * DLQ_SQL_REQUEUE_SOURCE makes exactly that move), moves it back to PENDING and records
- * the replay on the dead letter. Anything unexpected rolls the whole replay back.
+ * the replay on the dead letter. Anything unexpected rolls the whole replay back. A skip is the
+ * same transaction with the other move out of FAILED: the row becomes SKIPPED
+ * (DLQ_SQL_SKIP_SOURCE) and the dead letter records the skip, so the relay's ordered claim
+ * takes the next event of the aggregate.
  *
  * Memory: a list is returned as one array whose strings are separate allocations, all freed by
  * txo_dead_letters_free().
@@ -31,6 +34,7 @@ enum list_col {
     COL_CREATED_AT,
     COL_REPLAYED_AT,
     COL_REPLAY_COUNT,
+    COL_SKIPPED_AT,
 };
 
 void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n)
@@ -42,6 +46,7 @@ void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n)
         txo_free(dl[i].payload);
         txo_free(dl[i].error);
         txo_free(dl[i].replayed_at);
+        txo_free(dl[i].skipped_at);
     }
     txo_free(dl);
 }
@@ -69,6 +74,13 @@ static int copy_dead_letter(const struct txo_rows *rows, size_t i, struct txo_de
         d->replayed_at =
             txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_REPLAYED_AT, NULL), at));
         if (d->replayed_at == NULL)
+            return TXO_ENOMEM;
+    }
+    if (!txo_rows_is_null(rows, i, COL_SKIPPED_AT)) {
+        char at[TXO_RFC3339_LEN];
+        d->skipped_at =
+            txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_SKIPPED_AT, NULL), at));
+        if (d->skipped_at == NULL)
             return TXO_ENOMEM;
     }
     return 0;
@@ -133,6 +145,8 @@ int txo_dlq_count(struct txo_db *db, uint64_t *total, uint64_t *unreplayed, stru
 
 struct replay_ctx {
     int64_t dead_letter_id;
+    bool skip;        /* skip the event instead of replaying it */
+    const char *verb; /* "replay" or "skip", for messages */
     int64_t event_id; /* the source outbox row, once found */
 };
 
@@ -168,9 +182,8 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (txo_rows_count(rows) == 0) {
         rc = txo_error_set(err, TXO_ENOTFOUND,
                            "dead letter %" PRId64 ": its outbox event %" PRId64
-                           " no longer exists (deleted by retention or by hand); it is not "
-                           "re-created: publish a new event instead",
-                           r->dead_letter_id, r->event_id);
+                           " no longer exists (deleted by retention or by hand); nothing to %s",
+                           r->dead_letter_id, r->event_id, r->verb);
         goto out;
     }
     const char *status = txo_rows_str(rows, 0, 0, NULL);
@@ -178,24 +191,24 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (txo_outbox_status_parse(status, &s) < 0 || s != TXO_OUTBOX_FAILED) {
         rc = txo_error_set(err, TXO_ESTATE,
                            "dead letter %" PRId64 ": its outbox event %" PRId64
-                           " is %s, not FAILED (replayed already?)",
+                           " is %s, not FAILED (replayed or skipped already?)",
                            r->dead_letter_id, r->event_id, status != NULL ? status : "NULL");
         goto out;
     }
 
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, DLQ_SQL_REQUEUE_SOURCE, &ev, 1, &res, err);
+    rc = txo_tx_exec(tx, r->skip ? DLQ_SQL_SKIP_SOURCE : DLQ_SQL_REQUEUE_SOURCE, &ev, 1, &res, err);
     if (rc < 0)
         goto out;
     if (res.affected_rows != 1) {
         /* Cannot happen: the row is locked and was FAILED just now. */
-        rc = txo_error_set(err, TXO_ESTATE,
-                           "dead letter %" PRId64 ": outbox event %" PRId64
-                           " changed during the replay",
-                           r->dead_letter_id, r->event_id);
+        rc =
+            txo_error_set(err, TXO_ESTATE,
+                          "dead letter %" PRId64 ": outbox event %" PRId64 " changed during the %s",
+                          r->dead_letter_id, r->event_id, r->verb);
         goto out;
     }
-    rc = txo_tx_exec(tx, DLQ_SQL_MARK_REPLAYED, &dl, 1, NULL, err);
+    rc = txo_tx_exec(tx, r->skip ? DLQ_SQL_MARK_SKIPPED : DLQ_SQL_MARK_REPLAYED, &dl, 1, NULL, err);
 out:
     txo_rows_free(rows);
     return rc;
@@ -204,7 +217,7 @@ out:
 int txo_dlq_replay(struct txo_db *db, int64_t dead_letter_id, struct txo_error *err)
 {
     TXO_ASSERT(db != NULL);
-    struct replay_ctx r = {.dead_letter_id = dead_letter_id};
+    struct replay_ctx r = {.dead_letter_id = dead_letter_id, .verb = "replay"};
     int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, replay_tx, &r, err);
     if (rc < 0) {
         txo_error_wrap(err, "dead letters: replay");
@@ -213,6 +226,22 @@ int txo_dlq_replay(struct txo_db *db, int64_t dead_letter_id, struct txo_error *
     TXO_LOG(TXO_LOG_INFO, "dlq",
             "replayed dead letter dead_letter_id=%" PRId64 " event_id=%" PRId64
             ": the event is PENDING again",
+            dead_letter_id, r.event_id);
+    return 0;
+}
+
+int txo_dlq_skip(struct txo_db *db, int64_t dead_letter_id, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL);
+    struct replay_ctx r = {.dead_letter_id = dead_letter_id, .skip = true, .verb = "skip"};
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, replay_tx, &r, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "dead letters: skip");
+        return rc;
+    }
+    TXO_LOG(TXO_LOG_INFO, "dlq",
+            "skipped dead letter dead_letter_id=%" PRId64 " event_id=%" PRId64
+            ": the event is SKIPPED and its aggregate goes on",
             dead_letter_id, r.event_id);
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * Every SQL statement of the dead-letter module (src/dlq/dlq.c). Above each: the index it
  * relies on, the rows it locks and the isolation it assumes. The schema is
- * sql/migrations/0001_outbox.sql plus 0006_worker_queues.sql (replayed_at, replay_count).
+ * sql/migrations/0001_outbox.sql plus 0006_worker_queues.sql (replayed_at, replay_count) and
+ * 0010_outbox_ordering.sql (skipped_at, status SKIPPED).
  *
  * Lock order of a replay: the dead letter, then its source outbox row. Nothing else locks a
  * dead letter, and the relay never locks a FAILED outbox row (it claims PENDING and
@@ -19,7 +20,7 @@
  */
 #define DLQ_SQL_LIST                                                                               \
     "SELECT id, source_event_id, event_type, payload, error, created_at, replayed_at, "            \
-    "replay_count FROM dead_letter_events WHERE id > ? ORDER BY id LIMIT ?"
+    "replay_count, skipped_at FROM dead_letter_events WHERE id > ? ORDER BY id LIMIT ?"
 
 /*
  * Counts all dead letters and those never replayed. Index: PRIMARY (a full scan: the table
@@ -27,7 +28,8 @@
  * hot path). Locks: none (consistent read, READ COMMITTED).
  */
 #define DLQ_SQL_COUNT                                                                              \
-    "SELECT COUNT(*), COALESCE(SUM(replayed_at IS NULL), 0) FROM dead_letter_events"
+    "SELECT COUNT(*), COALESCE(SUM(replayed_at IS NULL AND skipped_at IS NULL), 0) "               \
+    "FROM dead_letter_events"
 
 /*
  * Replay, step 1: the dead letter, locked so two replays of it run one after the other.
@@ -60,5 +62,22 @@
 #define DLQ_SQL_MARK_REPLAYED                                                                      \
     "UPDATE dead_letter_events SET replayed_at = NOW(6), replay_count = replay_count + 1 "         \
     "WHERE id = ?"
+
+/*
+ * Skip, step 3 (steps 1 and 2 as a replay's): FAILED -> SKIPPED, no lock. The event is never
+ * published; with the relay's ordering by aggregate, the next event of its aggregate becomes
+ * the head and is claimed. last_error is kept. Index: PRIMARY; the row moves from the FAILED
+ * to the SKIPPED range of idx_outbox_due. Locks: the row (already locked). Isolation: READ
+ * COMMITTED. Params: outbox event id.
+ */
+#define DLQ_SQL_SKIP_SOURCE                                                                        \
+    "UPDATE outbox_events SET status = 'SKIPPED', locked_by = NULL, locked_until = NULL "          \
+    "WHERE id = ? AND status = 'FAILED'"
+
+/*
+ * Skip, step 4: the dead letter records the skip. Index: PRIMARY. Locks: the row (already
+ * locked). Isolation: READ COMMITTED. Params: dead letter id.
+ */
+#define DLQ_SQL_MARK_SKIPPED "UPDATE dead_letter_events SET skipped_at = NOW(6) WHERE id = ?"
 
 #endif

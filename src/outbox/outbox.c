@@ -27,10 +27,9 @@
 #define IDEMPOTENCY_KEY_MAX 255
 
 static const char *const status_names[] = {
-    [TXO_OUTBOX_PENDING] = "PENDING",
-    [TXO_OUTBOX_PROCESSING] = "PROCESSING",
-    [TXO_OUTBOX_PUBLISHED] = "PUBLISHED",
-    [TXO_OUTBOX_FAILED] = "FAILED",
+    [TXO_OUTBOX_PENDING] = "PENDING",     [TXO_OUTBOX_PROCESSING] = "PROCESSING",
+    [TXO_OUTBOX_PUBLISHED] = "PUBLISHED", [TXO_OUTBOX_FAILED] = "FAILED",
+    [TXO_OUTBOX_SKIPPED] = "SKIPPED",
 };
 
 /*
@@ -43,7 +42,8 @@ static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_OUTBOX_PROCESSING] =
         {[TXO_OUTBOX_PUBLISHED] = true, [TXO_OUTBOX_PENDING] = true, [TXO_OUTBOX_FAILED] = true},
     [TXO_OUTBOX_PUBLISHED] = {false},
-    [TXO_OUTBOX_FAILED] = {[TXO_OUTBOX_PENDING] = true},
+    [TXO_OUTBOX_FAILED] = {[TXO_OUTBOX_PENDING] = true, [TXO_OUTBOX_SKIPPED] = true},
+    [TXO_OUTBOX_SKIPPED] = {false},
 };
 
 static bool status_valid(enum txo_outbox_status s)
@@ -178,7 +178,7 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         enum txo_outbox_status s;
         uint64_t n = (uint64_t)txo_rows_i64(rows, i, 1);
         if (txo_outbox_status_parse(txo_rows_str(rows, i, 0, NULL), &s) < 0)
-            continue; /* the ENUM column admits only our four values (or '' in non-strict mode) */
+            continue; /* the ENUM column admits only our values (or '' in non-strict mode) */
         switch (s) {
         case TXO_OUTBOX_PENDING:
             ctx->stats.pending = n;
@@ -191,6 +191,9 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
             break;
         case TXO_OUTBOX_FAILED:
             ctx->stats.failed = n;
+            break;
+        case TXO_OUTBOX_SKIPPED:
+            ctx->stats.skipped = n;
             break;
         }
     }

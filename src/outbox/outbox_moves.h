@@ -22,16 +22,28 @@
     /* Claim, skip-locked: rows the SELECT ... SKIP LOCKED locked, then marked by id. */           \
     X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, PENDING, PROCESSING)           \
     X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, PENDING, PROCESSING)     \
+    /* Claim, skip-locked, ordered by aggregate. */                                                \
+    X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED, PENDING, PROCESSING)   \
+    X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER, PENDING,         \
+      PROCESSING)                                                                                  \
     /* Claim, update-limit. */                                                                     \
     X(RELAY_SQL_CLAIM_UPDATE_LIMIT, RELAY_SQL_CLAIM_UPDATE_LIMIT, PENDING, PROCESSING)             \
     X(RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, PENDING, PROCESSING) \
+    X(RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED, RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED, PENDING,         \
+      PROCESSING)                                                                                  \
+    X(RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER, RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER,      \
+      PENDING, PROCESSING)                                                                         \
     /* Mark, fenced by the claim's token. */                                                       \
     X(RELAY_SQL_MARK_PUBLISHED_IN, RELAY_SQL_MARK_PUBLISHED_IN, PROCESSING, PUBLISHED)             \
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, PENDING)                     \
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, FAILED)                      \
     /* Expired leases back to PENDING. */                                                          \
     X(RELAY_SQL_RECLAIM_EXPIRED, RELAY_SQL_RECLAIM_EXPIRED, PROCESSING, PENDING)                   \
+    /* Expired leases at the lease-expiry limit: poison events, dead-lettered. */                  \
+    X(RELAY_SQL_RECLAIM_POISON_IN, RELAY_SQL_RECLAIM_SELECT_POISON, PROCESSING, FAILED)            \
     /* An operator's replay of a dead letter. */                                                   \
-    X(DLQ_SQL_REQUEUE_SOURCE, DLQ_SQL_REQUEUE_SOURCE, FAILED, PENDING)
+    X(DLQ_SQL_REQUEUE_SOURCE, DLQ_SQL_REQUEUE_SOURCE, FAILED, PENDING)                             \
+    /* An operator's skip of a dead letter: its aggregate goes on without it. */                   \
+    X(DLQ_SQL_SKIP_SOURCE, DLQ_SQL_SKIP_SOURCE, FAILED, SKIPPED)
 
 #endif

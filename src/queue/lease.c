@@ -218,14 +218,19 @@ int txo__lease_claim(struct txo_tx *tx, const struct txo__lease_pass *p,
     TXO_BUG("claim strategy %d was not resolved", (int)c->strategy);
 }
 
+bool txo__lease_reclaim_due(const struct txo__lease_reclaimer *r, unsigned lease_s)
+{
+    int64_t every_ms = (int64_t)(lease_s / 4 > 1 ? lease_s / 4 : 1) * 1000;
+    return r == NULL || !r->done_once || txo_monotonic_ms() - r->last_ms >= every_ms;
+}
+
 int txo__lease_reclaim(struct txo_db *db, struct txo__lease_reclaimer *r, unsigned lease_s,
                        const char *reclaim_sql, int64_t limit, uint64_t *reclaimed,
                        struct txo_error *err)
 {
     *reclaimed = 0;
     int64_t now = txo_monotonic_ms();
-    int64_t every_ms = (int64_t)(lease_s / 4 > 1 ? lease_s / 4 : 1) * 1000;
-    if (r != NULL && r->done_once && now - r->last_ms < every_ms)
+    if (!txo__lease_reclaim_due(r, lease_s))
         return 0;
     struct txo_param p = txo_p_i64(limit);
     struct txo_exec_result res;

@@ -123,6 +123,9 @@ struct txo__lease_reclaimer {
     int64_t last_ms;
 };
 
+/* True when a reclaim pass is due by r (always when r is NULL or never ran). */
+bool txo__lease_reclaim_due(const struct txo__lease_reclaimer *r, unsigned lease_s);
+
 /*
  * Runs reclaim_sql (an UPDATE of expired leases back to PENDING, params: limit) on db in a
  * transaction of its own when r says it is due (always when r is NULL); *reclaimed gets the

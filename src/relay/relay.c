@@ -42,17 +42,18 @@
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
 
-#define BATCH_SIZE_MAX    10000u
-#define TOKEN_MAX         128 /* outbox_events.locked_by VARCHAR(128) */
-#define RECLAIM_LIMIT     10000
-#define IDLE_SLICE_MS     50
-#define WAKE_SLICE_MS     2 /* how soon an idle relay notices txo_relay_wake() */
-#define RETRY_MIN_MS      250
-#define RETRY_MAX_MS      5000
-#define MARK_FIXED_PARAMS 9    /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
-#define MARK_ATTEMPTS     3    /* mark transactions tried on a transient error */
-#define CLAIM_RESCAN_MS   1000 /* a claim without cursor at least this often */
-#define CURSOR_AT_MAX     32   /* "YYYY-MM-DD HH:MM:SS.ffffff" */
+#define BATCH_SIZE_MAX     10000u
+#define TOKEN_MAX          128 /* outbox_events.locked_by VARCHAR(128) */
+#define RECLAIM_LIMIT      10000
+#define IDLE_SLICE_MS      50
+#define WAKE_SLICE_MS      2 /* how soon an idle relay notices txo_relay_wake() */
+#define RETRY_MIN_MS       250
+#define RETRY_MAX_MS       5000
+#define MARK_FIXED_PARAMS  9     /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
+#define MARK_ATTEMPTS      3     /* mark transactions tried on a transient error */
+#define CLAIM_RESCAN_MS    1000  /* a claim without cursor at least this often */
+#define CURSOR_AT_MAX      32    /* "YYYY-MM-DD HH:MM:SS.ffffff" */
+#define OUTAGE_REMINDER_MS 60000 /* a database outage is logged again this often */
 
 /* Columns of the claim queries. */
 enum claim_col {
@@ -65,6 +66,7 @@ enum claim_col {
     COL_CREATED_AT,
     COL_ATTEMPTS,
     COL_NEXT_ATTEMPT_AT,
+    COL_LEASE_EXPIRIES,
 };
 
 /* The statements that end in an IN list. */
@@ -74,6 +76,7 @@ enum in_stmt {
     IN_MARK_FAILED,
     IN_DEAD_LETTER,
     IN_UNLOCK_FAILED,
+    IN_RECLAIM_POISON,
     IN_STMT_COUNT,
 };
 
@@ -83,27 +86,69 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_MARK_FAILED] = RELAY_SQL_MARK_FAILED_IN,
     [IN_DEAD_LETTER] = RELAY_SQL_DEAD_LETTER_IN,
     [IN_UNLOCK_FAILED] = RELAY_SQL_UNLOCK_FAILED_IN,
+    [IN_RECLAIM_POISON] = RELAY_SQL_RECLAIM_POISON_IN,
 };
 
 /*
  * The claim's lease passes (src/queue/lease.c): from the start of the due PENDING range of
- * idx_outbox_due, and from the relay's claim cursor on.
+ * idx_outbox_due, and from the relay's claim cursor on; each unordered and ordered by
+ * aggregate (passes[ordered][after_cursor]).
  */
-static const struct txo__lease_pass pass_from_start = {
-    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
-    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
-    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
-    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
-    .id_col = COL_ID,
+static const struct txo__lease_pass passes[2][2] = {
+    [0][0] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
+            .id_col = COL_ID,
+        },
+    [0][1] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
+            .id_col = COL_ID,
+        },
+    [1][0] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
+            .id_col = COL_ID,
+        },
+    [1][1] =
+        {
+            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER,
+            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER,
+            .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
+            .id_col = COL_ID,
+        },
 };
 
-static const struct txo__lease_pass pass_after_cursor = {
-    .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER,
-    .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
-    .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER,
-    .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
-    .id_col = COL_ID,
+static const char *const ordering_names[] = {
+    [TXO_RELAY_ORDER_AGGREGATE] = "aggregate",
+    [TXO_RELAY_ORDER_NONE] = "none",
 };
+
+const char *txo_relay_ordering_name(enum txo_relay_ordering o)
+{
+    if ((unsigned)o >= TXO_ARRAY_LEN(ordering_names))
+        TXO_BUG("unknown relay ordering %d", (int)o);
+    return ordering_names[o];
+}
+
+int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *out)
+{
+    long i = txo__name_index(ordering_names, TXO_ARRAY_LEN(ordering_names), name);
+    if (i < 0)
+        return TXO_EINVAL;
+    *out = (enum txo_relay_ordering)i;
+    return 0;
+}
 
 struct relay_counters {
     _Atomic uint64_t claimed;
@@ -112,7 +157,17 @@ struct relay_counters {
     _Atomic uint64_t dead_lettered;
     _Atomic uint64_t fenced;
     _Atomic uint64_t reclaimed;
+    _Atomic uint64_t poisoned;
     _Atomic uint64_t batches;
+};
+
+/* The relay's own metric families (NULL when opts.metrics is NULL). */
+struct relay_metrics {
+    struct txo_metric *published;
+    struct txo_metric *attempts;
+    struct txo_metric *failures;
+    struct txo_metric *dead_lettered;
+    struct txo_metric *breaker_state;
 };
 
 struct txo_relay {
@@ -126,6 +181,14 @@ struct txo_relay {
     atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
     struct relay_counters stats;
     struct txo__lease_reclaimer reclaimer;
+    struct relay_metrics metrics;
+    struct txo_breaker *breaker; /* NULL: none */
+    atomic_int breaker_state;    /* enum txo_breaker_state, for other threads */
+    bool breaker_probe;          /* the current batch is the breaker's probe */
+    bool breaker_rejected;       /* the last cycle claimed nothing because it is open */
+    size_t claim_limit;          /* rows the current claim may take */
+    size_t cycle_acked;          /* this cycle's events acknowledged by the publisher */
+    size_t cycle_transient;      /* and those failed with a transient error */
 
     /*
      * The claim cursor (relay_sql.h, RELAY_SQL__AFTER_CURSOR): (next_attempt_at, id) of the
@@ -145,6 +208,7 @@ struct txo_relay {
     size_t n;
     struct txo_outbox_message *msgs;
     char (*created_at)[TXO_RFC3339_LEN]; /* msgs[i].created_at points at created_at[i] */
+    int64_t *expiries;                   /* lease_expiries of msgs[i] */
     int *results;
     struct txo_error *errors;
 
@@ -180,14 +244,21 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
     memset(opts, 0, sizeof(*opts));
     opts->relay_id = NULL; /* txo_relay_new() uses "<hostname>:<pid>" */
     opts->claim = TXO_CLAIM_AUTO;
+    opts->ordering = TXO_RELAY_ORDER_NONE;
     opts->batch_size = 500;
     opts->lease_s = 30;
     opts->max_attempts = 10;
+    opts->max_lease_expiries = 3;
     opts->backoff.base_ms = 500;
     opts->backoff.max_ms = 300000;
     opts->backoff.jitter = 0.5;
     opts->idle_sleep_ms = 200;
     opts->drain = false;
+    opts->breaker_failures = 5;
+    opts->breaker_open_ms = 5000;
+    opts->breaker_probe_batch = 10;
+    opts->clock = NULL;
+    opts->metrics = NULL;
 }
 
 static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
@@ -197,6 +268,9 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
                              BATCH_SIZE_MAX, o->batch_size);
     if (o->lease_s < 1)
         return txo_error_set(err, TXO_EINVAL, "relay: lease_s must be >= 1, got %u", o->lease_s);
+    if (o->max_lease_expiries < 1)
+        return txo_error_set(err, TXO_EINVAL, "relay: max_lease_expiries must be >= 1, got %u",
+                             o->max_lease_expiries);
     if (o->max_attempts < 1)
         return txo_error_set(err, TXO_EINVAL, "relay: max_attempts must be >= 1, got %u",
                              o->max_attempts);
@@ -210,6 +284,11 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
                              o->backoff.jitter);
     if ((unsigned)o->claim > TXO_CLAIM_UPDATE_LIMIT)
         return txo_error_set(err, TXO_EINVAL, "relay: unknown claim strategy %d", (int)o->claim);
+    if (o->breaker_failures > 0 && (o->breaker_open_ms < 0 || o->breaker_probe_batch < 1))
+        return txo_error_set(err, TXO_EINVAL,
+                             "relay: breaker needs open_ms >= 0 and probe_batch >= 1");
+    if ((unsigned)o->ordering >= TXO_ARRAY_LEN(ordering_names))
+        return txo_error_set(err, TXO_EINVAL, "relay: unknown ordering %d", (int)o->ordering);
     if (o->relay_id != NULL && o->relay_id[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "relay: relay_id is empty");
     return 0;
@@ -223,15 +302,110 @@ static char *default_relay_id(void)
     return txo_strdup(id);
 }
 
+static void on_breaker_change(void *arg, const struct txo_breaker *b, enum txo_breaker_state from,
+                              enum txo_breaker_state to)
+{
+    (void)b;
+    struct txo_relay *r = arg;
+    atomic_store(&r->breaker_state, (int)to);
+    if (r->metrics.breaker_state != NULL)
+        txo_metric_set(r->metrics.breaker_state, NULL, (double)to);
+    /* One line when the broker outage starts and one when it ends (not one per batch). */
+    if (to == TXO_BREAKER_OPEN && from == TXO_BREAKER_CLOSED)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "publisher failing: stopped claiming, probing every %" PRId64
+                " ms relay_id=%s publisher=%s failed_batches=%u",
+                r->opts.breaker_open_ms, r->relay_id, r->pub->ops->name, r->opts.breaker_failures);
+    else if (to == TXO_BREAKER_CLOSED)
+        TXO_LOG(TXO_LOG_WARN, "relay", "publisher back: claiming again relay_id=%s publisher=%s",
+                r->relay_id, r->pub->ops->name);
+    else
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "breaker %s -> %s relay_id=%s",
+                txo_breaker_state_name(from), txo_breaker_state_name(to), r->relay_id);
+}
+
+static int setup_breaker(struct txo_relay *r, struct txo_error *err)
+{
+    if (r->opts.breaker_failures == 0)
+        return 0;
+    struct txo_breaker_opts bo;
+    txo_breaker_opts_init(&bo);
+    bo.failure_threshold = r->opts.breaker_failures;
+    bo.open_ms = r->opts.breaker_open_ms;
+    bo.half_open_max_calls = 1;
+    bo.close_after_successes = 1;
+    bo.clock = r->opts.clock;
+    bo.on_state_change = on_breaker_change;
+    bo.on_state_change_arg = r;
+    return txo_breaker_new("relay publisher", &bo, &r->breaker, err);
+}
+
+static struct txo_metric *relay_family(struct txo_metrics *reg, enum txo_metric_type type,
+                                       const char *name, const char *help, int *rc,
+                                       struct txo_error *err)
+{
+    if (*rc < 0)
+        return NULL;
+    struct txo_metric *m = txo_metrics_register(reg, type, name, help, 0, NULL, NULL, 0, err);
+    if (m == NULL)
+        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    return m;
+}
+
+/* Registers the relay's families in opts.metrics (the same ones when another relay did). */
+static int register_metrics(struct txo_relay *r, struct txo_error *err)
+{
+    struct txo_metrics *reg = r->opts.metrics;
+    if (reg == NULL)
+        return 0;
+    int rc = 0;
+    struct relay_metrics *m = &r->metrics;
+    m->attempts = relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
+                               "Publish attempts of this process's relays.", &rc, err);
+    m->published =
+        relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_published_total",
+                     "Events this process's relays published and marked PUBLISHED.", &rc, err);
+    m->failures = relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
+                               "Publish attempts that failed and will be retried.", &rc, err);
+    m->dead_lettered = relay_family(
+        reg, TXO_METRIC_COUNTER, "txo_outbox_dead_lettered_total",
+        "Events this process's relays moved to FAILED + dead letter (attempts used up, a "
+        "permanent error, or a poison event).",
+        &rc, err);
+    m->breaker_state =
+        relay_family(reg, TXO_METRIC_GAUGE, "txo_relay_breaker_state",
+                     "The relay's circuit breaker around its publisher: 0 closed, 1 open (not "
+                     "claiming), 2 half-open (probing with one small batch).",
+                     &rc, err);
+    if (rc < 0)
+        txo_error_wrap(err, "relay: registering its metrics");
+    return rc;
+}
+
+/* Adds n to counter c and to its metric m (when there is one). */
+static void count_metric(_Atomic uint64_t *c, struct txo_metric *m, uint64_t n)
+{
+    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+    if (m != NULL && n > 0)
+        txo_metric_add(m, NULL, (double)n);
+}
+
+enum txo_breaker_state txo_relay_breaker_state(const struct txo_relay *relay)
+{
+    return (enum txo_breaker_state)atomic_load(&((struct txo_relay *)relay)->breaker_state);
+}
+
 void txo_relay_free(struct txo_relay *relay)
 {
     if (relay == NULL)
         return;
     txo_rows_free(relay->rows);
+    txo_breaker_free(relay->breaker);
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
         txo__lease_in_release(&relay->in[s]);
     txo_free(relay->msgs);
     txo_free(relay->created_at);
+    txo_free(relay->expiries);
     txo_free(relay->results);
     txo_free(relay->errors);
     txo_free(relay->ids);
@@ -274,6 +448,7 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->params_cap = MARK_FIXED_PARAMS + txo_sql_in_list_size(batch);
     r->msgs = txo_calloc(batch, sizeof(*r->msgs));
     r->created_at = txo_calloc(batch, sizeof(*r->created_at));
+    r->expiries = txo_calloc(batch, sizeof(*r->expiries));
     r->results = txo_calloc(batch, sizeof(*r->results));
     r->errors = txo_calloc(batch, sizeof(*r->errors));
     r->ids = txo_calloc(batch, sizeof(*r->ids));
@@ -281,13 +456,22 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->group_end = txo_calloc(batch, sizeof(*r->group_end));
     r->fail_ids = txo_calloc(batch, sizeof(*r->fail_ids));
     r->params = txo_calloc(r->params_cap, sizeof(*r->params));
-    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->results == NULL ||
-        r->errors == NULL || r->ids == NULL || r->fail_order == NULL || r->group_end == NULL ||
-        r->fail_ids == NULL || r->params == NULL) {
+    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->expiries == NULL ||
+        r->results == NULL || r->errors == NULL || r->ids == NULL || r->fail_order == NULL ||
+        r->group_end == NULL || r->fail_ids == NULL || r->params == NULL) {
         txo_relay_free(r);
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a batch of %zu", batch);
     }
     r->opts.relay_id = r->relay_id;
+    r->claim_limit = batch;
+    atomic_init(&r->breaker_state, TXO_BREAKER_CLOSED);
+    rc = setup_breaker(r, err);
+    if (rc == 0)
+        rc = register_metrics(r, err);
+    if (rc < 0) {
+        txo_relay_free(r);
+        return rc;
+    }
     *out = r;
     return 0;
 }
@@ -317,6 +501,7 @@ void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *
     out->dead_lettered = atomic_load_explicit(&c->dead_lettered, memory_order_relaxed);
     out->fenced = atomic_load_explicit(&c->fenced, memory_order_relaxed);
     out->reclaimed = atomic_load_explicit(&c->reclaimed, memory_order_relaxed);
+    out->poisoned = atomic_load_explicit(&c->poisoned, memory_order_relaxed);
     out->batches = atomic_load_explicit(&c->batches, memory_order_relaxed);
 }
 
@@ -363,7 +548,7 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         .token = r->token,
         .set = set,
         .n_set = TXO_ARRAY_LEN(set),
-        .limit = r->opts.batch_size,
+        .limit = r->claim_limit,
         .mark_in = &r->in[IN_CLAIM_BY_ID],
         .ids = r->ids,
         .params = r->params,
@@ -371,10 +556,11 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     };
     uint64_t marked = 0;
     int rc = 0;
+    const struct txo__lease_pass *pass = passes[r->opts.ordering == TXO_RELAY_ORDER_AGGREGATE];
     if (r->claim_after_cursor) {
         c.where = cursor;
         c.n_where = TXO_ARRAY_LEN(cursor);
-        rc = txo__lease_claim(tx, &pass_after_cursor, &c, &r->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass[1], &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
         r->claimed_after_cursor = marked > 0 || txo_rows_count(r->rows) > 0;
@@ -385,7 +571,7 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         r->rows = NULL;
         c.where = NULL;
         c.n_where = 0;
-        rc = txo__lease_claim(tx, &pass_from_start, &c, &r->rows, &marked, err);
+        rc = txo__lease_claim(tx, &pass[0], &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
     }
@@ -447,6 +633,8 @@ static int claim(struct txo_relay *r, struct txo_error *err)
         m->idempotency_key = txo_rows_str(rows, i, COL_IDEMPOTENCY_KEY, NULL);
         m->created_at =
             txo__text_rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
+        int64_t expiries = txo_rows_i64(rows, i, COL_LEASE_EXPIRIES);
+        r->expiries[i] = expiries > 0 ? expiries : 0;
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
     }
@@ -465,10 +653,14 @@ static void publish(struct txo_relay *r)
     for (size_t i = 0; i < r->n; i++) {
         if (rc < 0)
             r->results[i] = rc;
-        if (r->results[i] == 0)
+        if (r->results[i] == 0) {
+            r->cycle_acked++;
             continue;
+        }
         if (r->results[i] > 0) /* not a TXO_E* code: count it as a publish failure */
             r->results[i] = TXO_EPUBLISH;
+        if (txo_err_is_transient(r->results[i]))
+            r->cycle_transient++;
         if (r->errors[i].msg[0] == '\0')
             txo_error_set(&r->errors[i], r->results[i], "%s publisher: %s", r->pub->ops->name,
                           txo_strerror(r->results[i]));
@@ -543,7 +735,10 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         size_t leader = r->fail_order[start];
         size_t size = r->group_end[g] - start;
         format_last_error(&r->errors[leader], r->results[leader], last_error, sizeof(last_error));
-        int64_t max_attempts = r->opts.max_attempts;
+        /* A permanent error (txo/publisher.h) is dead-lettered now: with a limit of one
+         * attempt the statement's IF picks FAILED. */
+        int64_t max_attempts =
+            txo_err_is_transient(r->results[leader]) ? (int64_t)r->opts.max_attempts : 1;
         r->params[0] = txo_p_str(last_error);
         r->params[1] = txo_p_i64(max_attempts);
         r->params[2] = txo_p_i64(r->opts.backoff.max_ms);
@@ -611,9 +806,13 @@ static int mark(struct txo_relay *r, struct txo_error *err)
                        r->relay_id, r->n, r->msgs[0].id, r->msgs[r->n - 1].id);
         return rc;
     }
-    count(&r->stats.published, ctx.res.published);
-    count(&r->stats.failed_attempts, ctx.res.failed_attempts);
-    count(&r->stats.dead_lettered, ctx.res.dead_lettered);
+    count_metric(&r->stats.published, r->metrics.published, ctx.res.published);
+    count_metric(&r->stats.failed_attempts, r->metrics.failures, ctx.res.failed_attempts);
+    count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, ctx.res.dead_lettered);
+    if (r->metrics.attempts != NULL)
+        txo_metric_add(
+            r->metrics.attempts, NULL,
+            (double)(ctx.res.published + ctx.res.failed_attempts + ctx.res.dead_lettered));
     count(&r->stats.fenced, ctx.res.fenced);
     if (ctx.res.fenced > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
@@ -622,18 +821,120 @@ static int mark(struct txo_relay *r, struct txo_error *err)
                 r->relay_id, r->token, ctx.res.fenced, r->n);
     if (ctx.res.dead_lettered > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
-                "events dead-lettered after %u attempts relay_id=%s count=%" PRIu64
-                " first_error=\"%s\"",
+                "events dead-lettered (a permanent error, or %u attempts used up) relay_id=%s "
+                "count=%" PRIu64 " first_error=%s first_reason=\"%s\"",
                 r->opts.max_attempts, r->relay_id, ctx.res.dead_lettered,
-                r->errors[r->fail_order[0]].msg);
+                txo_err_name(r->results[r->fail_order[0]]), r->errors[r->fail_order[0]].msg);
     if (ctx.n_failed > 0)
         TXO_LOG(TXO_LOG_DEBUG, "relay", "publish failed relay_id=%s failed=%zu error=\"%s\"",
                 r->relay_id, ctx.n_failed, r->errors[r->fail_order[0]].msg);
     return 0;
 }
 
+struct poison_ctx {
+    struct txo_relay *r;
+    char token[TOKEN_MAX + 1];
+    uint64_t dead_lettered;
+};
+
+/* The reclaim's first transaction: expired leases at the limit become FAILED + dead letter. */
+static int poison_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct poison_ctx *p = arg;
+    struct txo_relay *r = p->r;
+    struct txo_rows *rows = NULL;
+    p->dead_lettered = 0;
+    struct txo_param sel[] = {txo_p_i64(r->opts.max_lease_expiries),
+                              txo_p_i64((int64_t)r->opts.batch_size)};
+    int rc = txo_tx_query(tx, RELAY_SQL_RECLAIM_SELECT_POISON, sel, TXO_ARRAY_LEN(sel), &rows, err);
+    size_t n = rc == 0 ? txo_rows_count(rows) : 0;
+    if (n > r->opts.batch_size)
+        n = r->opts.batch_size;
+    for (size_t i = 0; i < n; i++)
+        r->fail_ids[i] = txo_rows_i64(rows, i, 0);
+    txo_rows_free(rows);
+    if (rc < 0 || n == 0)
+        return rc;
+    uint64_t affected = 0;
+    r->params[0] = txo_p_str(p->token);
+    rc = exec_in(tx, r, IN_RECLAIM_POISON, 1, r->fail_ids, n, &affected, err);
+    if (rc < 0 || affected == 0)
+        return rc;
+    r->params[0] = txo_p_str(p->token);
+    rc = exec_in(tx, r, IN_DEAD_LETTER, 1, r->fail_ids, n, &p->dead_lettered, err);
+    if (rc < 0)
+        return rc;
+    r->params[0] = txo_p_str(p->token);
+    return exec_in(tx, r, IN_UNLOCK_FAILED, 1, r->fail_ids, n, NULL, err);
+}
+
+/* Swaps batch entries i and j (message and lease-expiry count). */
+static void swap_entries(struct txo_relay *r, size_t i, size_t j)
+{
+    struct txo_outbox_message m = r->msgs[i];
+    r->msgs[i] = r->msgs[j];
+    r->msgs[j] = m;
+    int64_t e = r->expiries[i];
+    r->expiries[i] = r->expiries[j];
+    r->expiries[j] = e;
+}
+
+/* True when suspect a is published after suspect b (see order_suspects). */
+static bool suspect_after(const struct txo_relay *r, size_t a, size_t b)
+{
+    if (r->expiries[a] != r->expiries[b])
+        return r->expiries[a] > r->expiries[b];
+    bool ascending = r->expiries[a] % 2 == 1;
+    return ascending ? r->msgs[a].id > r->msgs[b].id : r->msgs[a].id < r->msgs[b].id;
+}
+
+/*
+ * Orders the batch for publishing: events whose lease never expired first, in claim order,
+ * then the suspects (an earlier lease of theirs expired: maybe a poison event that kills its
+ * relay), each to be published and marked alone, fewest expiries first. Among suspects with
+ * the same count the direction alternates with the count (odd: ascending id, even:
+ * descending): when a poison event killed its relay in the middle of the suspects, the ones
+ * after it expire with it, but in the next round it comes after them, so they are published
+ * before it kills the relay again and do not reach the limit with it. Returns the number of
+ * events that are not suspects.
+ */
+static size_t order_suspects(struct txo_relay *r)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->expiries[i] != 0)
+            continue;
+        for (size_t j = i; j > k; j--) /* stable: move it down past the suspects */
+            swap_entries(r, j, j - 1);
+        k++;
+    }
+    for (size_t i = k + 1; i < r->n; i++) {
+        for (size_t j = i; j > k && suspect_after(r, j - 1, j); j--)
+            swap_entries(r, j, j - 1);
+    }
+    return k;
+}
+
 static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
 {
+    if (!txo__lease_reclaim_due(&r->reclaimer, r->opts.lease_s))
+        return 0;
+    struct poison_ctx p = {.r = r};
+    txo__lease_token(p.token, sizeof(p.token), r->relay_id);
+    int prc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, poison_tx, &p, err);
+    if (prc < 0) {
+        txo_error_wrap(err, "relay %s: dead-lettering events whose lease expired %u times",
+                       r->relay_id, r->opts.max_lease_expiries);
+        return prc;
+    }
+    if (p.dead_lettered > 0) {
+        count(&r->stats.poisoned, p.dead_lettered);
+        count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, p.dead_lettered);
+        TXO_LOG(TXO_LOG_ERROR, "relay",
+                "dead-lettered poison events: their lease expired %u times (each time their "
+                "relay died or hung while publishing them) relay_id=%s count=%" PRIu64,
+                r->opts.max_lease_expiries, r->relay_id, p.dead_lettered);
+    }
     uint64_t reclaimed = 0;
     int rc = txo__lease_reclaim(r->db, &r->reclaimer, r->opts.lease_s, RELAY_SQL_RECLAIM_EXPIRED,
                                 RECLAIM_LIMIT, &reclaimed, err);
@@ -652,44 +953,166 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
     return 0;
 }
 
-int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_error *err)
+/* Publishes r->msgs[0..r->n) and marks the outcome (one batch). */
+static int publish_and_mark(struct txo_relay *r, int64_t t_claim, struct txo_error *err)
 {
-    TXO_ASSERT(relay != NULL);
-    struct txo_relay *r = relay;
-    if (claimed != NULL)
-        *claimed = 0;
-
-    int rc = reclaim_if_due(r, err);
-    if (rc < 0)
-        goto out;
-    int64_t t_claim = txo_monotonic_us();
-    rc = claim(r, err);
-    if (rc < 0 || r->n == 0)
-        goto out;
-    count(&r->stats.claimed, r->n);
-    if (claimed != NULL)
-        *claimed = r->n;
-    txo_crash_point("relay.after_claim");
-
     int64_t t0 = txo_monotonic_us();
     publish(r);
     int64_t t1 = txo_monotonic_us();
     txo_crash_point("relay.after_publish");
 
-    rc = mark(r, err);
+    int rc = mark(r, err);
     if (rc < 0)
-        goto out;
+        return rc;
     count(&r->stats.batches, 1);
     TXO_LOG(TXO_LOG_DEBUG, "relay",
             "batch relay_id=%s token=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
             " publish_us=%" PRId64 " mark_us=%" PRId64,
             r->relay_id, r->token, r->n, r->msgs[0].id, t0 - t_claim, t1 - t0,
             txo_monotonic_us() - t1);
+    return 0;
+}
+
+int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_error *err)
+{
+    TXO_ASSERT(relay != NULL);
+    struct txo_relay *r = relay;
+    if (claimed != NULL)
+        *claimed = 0;
+    bool breaker_call = false; /* acquired: record the outcome once */
+
+    int rc = reclaim_if_due(r, err);
+    if (rc < 0)
+        goto out;
+    /* The breaker: while it is open nothing is claimed, so no event uses an attempt. */
+    r->breaker_rejected = false;
+    r->breaker_probe = false;
+    r->claim_limit = r->opts.batch_size;
+    if (r->breaker != NULL) {
+        if (txo_breaker_acquire(r->breaker, NULL) < 0) {
+            r->breaker_rejected = true;
+            goto out;
+        }
+        breaker_call = true;
+        if (txo_breaker_state(r->breaker) == TXO_BREAKER_HALF_OPEN) {
+            r->breaker_probe = true;
+            if (r->claim_limit > r->opts.breaker_probe_batch)
+                r->claim_limit = r->opts.breaker_probe_batch;
+        }
+    }
+    r->cycle_acked = 0;
+    r->cycle_transient = 0;
+    int64_t t_claim = txo_monotonic_us();
+    rc = claim(r, err);
+    if (rc < 0 || r->n == 0) {
+        /* Nothing was published: no news about the broker (a probe with nothing to send
+         * closes the breaker; the next failing batches open it again). */
+        goto out;
+    }
+    count(&r->stats.claimed, r->n);
+    if (claimed != NULL)
+        *claimed = r->n;
+    txo_crash_point("relay.after_claim");
+
+    size_t total = r->n;
+    size_t plain = order_suspects(r);
+    if (plain > 0) {
+        r->n = plain;
+        rc = publish_and_mark(r, t_claim, err);
+        if (rc < 0)
+            goto out;
+    }
+    /* Each suspect alone: a poison event that kills this relay takes only its own lease. */
+    if (plain < total)
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "publishing events one by one: their lease expired before (their relay died or "
+                "hung) relay_id=%s count=%zu first_id=%" PRId64,
+                r->relay_id, total - plain, r->msgs[plain].id);
+    for (size_t j = plain; j < total; j++) {
+        if (j != 0)
+            swap_entries(r, 0, j);
+        r->n = 1;
+        TXO_LOG(TXO_LOG_DEBUG, "relay",
+                "publishing an event alone relay_id=%s message_id=%" PRId64
+                " lease_expiries=%" PRId64,
+                r->relay_id, r->msgs[0].id, r->expiries[0]);
+        rc = publish_and_mark(r, txo_monotonic_us(), err);
+        if (rc < 0)
+            goto out;
+    }
+    /* A batch whose every event failed with a transient error: the broker is failing. */
+    if (breaker_call) {
+        txo_breaker_record(r->breaker, !(r->cycle_acked == 0 && r->cycle_transient == total));
+        breaker_call = false;
+    }
 out:
+    if (breaker_call) /* a database error: no news about the broker */
+        txo_breaker_record(r->breaker, true);
     txo_rows_free(r->rows);
     r->rows = NULL;
     r->n = 0;
     return rc;
+}
+
+/* Columns of RELAY_SQL_LIST_PARKED. */
+enum parked_col {
+    PCOL_AGGREGATE_TYPE = 0,
+    PCOL_AGGREGATE_ID,
+    PCOL_ID,
+    PCOL_STATUS,
+    PCOL_ATTEMPTS,
+    PCOL_LAST_ERROR,
+    PCOL_WAITING,
+};
+
+/* src into a fixed buffer, cut on a character boundary. */
+static void copy_cut(char *dst, size_t cap, const char *src)
+{
+    size_t len = src != NULL ? strlen(src) : 0;
+    len = txo_utf8_cut(src != NULL ? src : "", len, cap - 1);
+    if (len > 0)
+        memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+int txo_relay_list_parked(struct txo_db *db, struct txo_relay_parked *out, size_t cap, size_t *n,
+                          struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && out != NULL && n != NULL);
+    if (cap == 0)
+        return txo_error_set(err, TXO_EINVAL, "relay: list of parked aggregates with no room");
+    struct txo_rows *rows = NULL;
+    struct txo_param limit = txo_p_i64((int64_t)cap);
+    int rc = txo_db_query(db, RELAY_SQL_LIST_PARKED, &limit, 1, &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "relay: listing parked aggregates");
+        return rc;
+    }
+    size_t count = txo_rows_count(rows);
+    if (count > cap)
+        count = cap;
+    for (size_t i = 0; i < count; i++) {
+        struct txo_relay_parked *p = &out[i];
+        memset(p, 0, sizeof(*p));
+        copy_cut(p->aggregate_type, sizeof(p->aggregate_type),
+                 txo_rows_str(rows, i, PCOL_AGGREGATE_TYPE, NULL));
+        copy_cut(p->aggregate_id, sizeof(p->aggregate_id),
+                 txo_rows_str(rows, i, PCOL_AGGREGATE_ID, NULL));
+        p->event_id = txo_rows_i64(rows, i, PCOL_ID);
+        enum txo_outbox_status st = TXO_OUTBOX_PENDING;
+        if (txo_outbox_status_parse(txo_rows_str(rows, i, PCOL_STATUS, NULL), &st) < 0)
+            st = TXO_OUTBOX_PENDING; /* the query picks PENDING and FAILED rows only */
+        p->status = st;
+        int64_t attempts = txo_rows_i64(rows, i, PCOL_ATTEMPTS);
+        p->attempts = attempts > 0 && attempts <= INT32_MAX ? (unsigned)attempts : 0;
+        copy_cut(p->last_error, sizeof(p->last_error),
+                 txo_rows_str(rows, i, PCOL_LAST_ERROR, NULL));
+        int64_t waiting = txo_rows_i64(rows, i, PCOL_WAITING);
+        p->waiting = waiting > 0 ? (uint64_t)waiting : 0;
+    }
+    txo_rows_free(rows);
+    *n = count;
+    return 0;
 }
 
 static bool stopping(struct txo_relay *r)
@@ -724,12 +1147,15 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
     struct txo_relay *r = relay;
     struct txo_backoff retry = {RETRY_MIN_MS, RETRY_MAX_MS, 0.2};
     unsigned failures = 0;
+    int64_t outage_start_ms = 0, outage_logged_ms = 0;
 
     TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay started relay_id=%s strategy=%s batch_size=%u lease_s=%u max_attempts=%u "
-            "publisher=%s drain=%s",
-            r->relay_id, txo_claim_strategy_name(r->claim), r->opts.batch_size, r->opts.lease_s,
-            r->opts.max_attempts, r->pub->ops->name, r->opts.drain ? "true" : "false");
+            "relay started relay_id=%s strategy=%s ordering=%s batch_size=%u lease_s=%u "
+            "max_attempts=%u max_lease_expiries=%u breaker_failures=%u publisher=%s drain=%s",
+            r->relay_id, txo_claim_strategy_name(r->claim),
+            txo_relay_ordering_name(r->opts.ordering), r->opts.batch_size, r->opts.lease_s,
+            r->opts.max_attempts, r->opts.max_lease_expiries, r->opts.breaker_failures,
+            r->pub->ops->name, r->opts.drain ? "true" : "false");
     while (!stopping(r)) {
         size_t claimed = 0;
         struct txo_error e;
@@ -741,18 +1167,35 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
                     *err = e;
                 return rc;
             }
+            /* A database outage: one line when it starts, a reminder now and then, one when
+             * it ends; not one per retry. */
+            int64_t now = txo_monotonic_ms();
             failures++;
-            int64_t delay = txo_backoff_delay_ms(&retry, failures, txo_rand01());
-            TXO_LOG(TXO_LOG_WARN, "relay",
-                    "transient database error, retrying relay_id=%s attempt=%u delay_ms=%" PRId64
-                    " error=%s msg=\"%s\"",
-                    r->relay_id, failures, delay, txo_err_name(rc), e.msg);
-            sleep_unless_stopped(r, delay);
+            if (failures == 1) {
+                outage_start_ms = now;
+                outage_logged_ms = now;
+                TXO_LOG(TXO_LOG_WARN, "relay",
+                        "database unavailable, retrying with backoff relay_id=%s error=%s "
+                        "msg=\"%s\"",
+                        r->relay_id, txo_err_name(rc), e.msg);
+            } else if (now - outage_logged_ms >= OUTAGE_REMINDER_MS) {
+                outage_logged_ms = now;
+                TXO_LOG(TXO_LOG_WARN, "relay",
+                        "database still unavailable relay_id=%s for_s=%" PRId64
+                        " attempts=%u error=%s msg=\"%s\"",
+                        r->relay_id, (now - outage_start_ms) / 1000, failures, txo_err_name(rc),
+                        e.msg);
+            }
+            sleep_unless_stopped(r, txo_backoff_delay_ms(&retry, failures, txo_rand01()));
             continue;
         }
+        if (failures > 0)
+            TXO_LOG(TXO_LOG_WARN, "relay", "database back relay_id=%s after_s=%.1f attempts=%u",
+                    r->relay_id, (double)(txo_monotonic_ms() - outage_start_ms) / 1000.0, failures);
         failures = 0;
         if (claimed == 0) {
-            if (r->opts.drain)
+            /* While the breaker is open, nothing is claimed but events may be due. */
+            if (r->opts.drain && !r->breaker_rejected)
                 return 0;
             idle(r, r->opts.idle_sleep_ms);
         }

@@ -8,6 +8,12 @@
  * each statement exists in at most ~15 prepared variants per connection. The values are
  * always bound.
  *
+ * The claim statements come in two forms: unordered (any due PENDING row) and ordered by
+ * aggregate (relay ordering "aggregate", the default): a due PENDING row is claimed only when it
+ * is the head of its aggregate, i.e. the event just before it in its aggregate (same
+ * aggregate_type and aggregate_id, next lower id) is PUBLISHED or SKIPPED, or there is none
+ * (RELAY_SQL__HEAD_OF_AGGREGATE). The outer table of an ordered claim is aliased `e`.
+ *
  * Every statement that changes a claimed row is fenced by the claim's lock token
  * (`locked_by = ?`): once a lease expired and another relay reclaimed the row, the first
  * relay's statements match nothing.
@@ -30,12 +36,45 @@
  */
 #define RELAY_SQL__AFTER_CURSOR "AND (next_attempt_at > ? OR (next_attempt_at = ? AND id > ?)) "
 
+/*
+ * The head-of-aggregate condition of the ordered claims. Why the event just before is enough:
+ * every event the ordered claims ever claimed was a head, so an event is PUBLISHED or SKIPPED
+ * only after every earlier event of its aggregate was; "the one before is done" therefore
+ * means "all before are done". A head stays a head until it is itself claimed (PUBLISHED is
+ * terminal, SKIPPED too), so a head seen by one relay's read is still a head when another
+ * relay's claim locks it. And since the one before a PENDING event is never PUBLISHED while
+ * an earlier one is in flight, at most one event per aggregate is PROCESSING, across any
+ * number of relays: the first relay's claim of the head makes every later event of the
+ * aggregate fail the condition until its mark commits PUBLISHED.
+ *
+ * The subquery is a plain (consistent, non-locking) read under READ COMMITTED even inside
+ * SELECT ... FOR UPDATE SKIP LOCKED and UPDATE: it sees the last committed status of the event
+ * before, so another relay's uncommitted claim of it still reads PENDING (blocks) and its
+ * uncommitted PUBLISHED mark still reads PROCESSING (blocks); a locked event before is never
+ * skipped over. (tests/integration/test_relay.c holds the head of an aggregate locked and checks
+ * that its successor is not claimed.)
+ *
+ * Index: idx_outbox_aggregate (aggregate_type, aggregate_id, id), ref on the aggregate read
+ * backwards from its newest event and stopped at the first one before the candidate: the cost
+ * per candidate grows with the candidate's own aggregate's events after it (its backlog), not
+ * with the aggregate's history nor with the table. Columns are compared with columns (no
+ * cast), so it works for aggregate_id of any type. A FAILED event before blocks the aggregate
+ * until an operator replays (-> PENDING, it is the head again) or skips it (-> SKIPPED).
+ * Rows written by writers that do not serialise per aggregate may commit out of id order; the
+ * order kept is the id order of the rows committed when the claim reads them.
+ */
+#define RELAY_SQL__HEAD_OF_AGGREGATE                                                               \
+    "AND COALESCE((SELECT p.status IN ('PUBLISHED', 'SKIPPED') "                                   \
+    "FROM outbox_events p FORCE INDEX (idx_outbox_aggregate) "                                     \
+    "WHERE p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id "               \
+    "AND p.id < e.id ORDER BY p.id DESC LIMIT 1), 1) = 1 "
+
 /* The columns of every claim query: see enum claim_col in relay.c. created_at is turned into
  * RFC 3339 by the relay (the session time zone is UTC; formatting it in C spares the server a
  * DATE_FORMAT per row); next_attempt_at is for the cursor. */
 #define RELAY_SQL__CLAIM_COLUMNS                                                                   \
     "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, created_at, "  \
-    "attempts, next_attempt_at "
+    "attempts, next_attempt_at, lease_expiries "
 
 /*
  * Claim, skip-locked strategy, step 1: the due PENDING rows in publish order.
@@ -60,9 +99,9 @@
  */
 #define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER                                                   \
     RELAY_SQL__CLAIM_COLUMNS                                                                       \
-        "FROM outbox_events FORCE INDEX (idx_outbox_due) "                                         \
-        "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR          \
-        "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+    "FROM outbox_events FORCE INDEX (idx_outbox_due) "                                             \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
+    "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
 
 /*
  * Claim, skip-locked strategy, step 2, same transaction: marks the selected rows PROCESSING
@@ -99,6 +138,55 @@
     "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
     "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
     "ORDER BY next_attempt_at, id LIMIT ?"
+
+/*
+ * Claim, skip-locked, ordered by aggregate: RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED for heads of
+ * their aggregates only (RELAY_SQL__HEAD_OF_AGGREGATE). Index: idx_outbox_due as there, plus
+ * one lookup in idx_outbox_aggregate per candidate row walked. Locks: exclusive locks on the
+ * returned rows (rows locked by another relay are skipped); the rows the condition rejects are
+ * locked and released at once (READ COMMITTED), and the subquery locks nothing. Isolation:
+ * READ COMMITTED. Params: limit. Columns: RELAY_SQL__CLAIM_COLUMNS.
+ */
+#define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED                                                 \
+    RELAY_SQL__CLAIM_COLUMNS                                                                       \
+    "FROM outbox_events e FORCE INDEX (idx_outbox_due) "                                           \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__HEAD_OF_AGGREGATE         \
+    "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+
+/*
+ * The same, starting after the relay's claim cursor. Index, locks and isolation as
+ * RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED. Params: cursor (3), limit.
+ */
+#define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER                                           \
+    RELAY_SQL__CLAIM_COLUMNS                                                                       \
+    "FROM outbox_events e FORCE INDEX (idx_outbox_due) "                                           \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
+        RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+
+/*
+ * Claim, update-limit, ordered by aggregate: RELAY_SQL_CLAIM_UPDATE_LIMIT for heads only. The
+ * subquery reads the table being updated: MariaDB (10.3.2+) allows that, MySQL 5.7 does not
+ * (error 1093), so on MySQL 5.7 run the relay with ordering "none". Rows this statement
+ * already changed are seen by its own subquery as PROCESSING, so it never takes two events of
+ * one aggregate. Index: idx_outbox_due plus one idx_outbox_aggregate lookup per row walked.
+ * Locks: exclusive locks on the rows it scans (non-matching ones released at once, READ
+ * COMMITTED); concurrent claims wait for each other. Params: lock token, lease seconds, limit.
+ */
+#define RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED                                                       \
+    "UPDATE outbox_events e FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "              \
+    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__HEAD_OF_AGGREGATE         \
+    "ORDER BY next_attempt_at, id LIMIT ?"
+
+/*
+ * The same, starting after the relay's claim cursor. Index, locks and isolation as
+ * RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED. Params: lock token, lease seconds, cursor (3), limit.
+ */
+#define RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER                                                 \
+    "UPDATE outbox_events e FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "              \
+    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
+        RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY next_attempt_at, id LIMIT ?"
 
 /*
  * Claim, update-limit strategy, step 2, same transaction: reads back the rows of this token.
@@ -186,15 +274,60 @@
 
 /*
  * Reclaim: PROCESSING rows whose lease expired (their relay died or hung) go back to PENDING,
- * due at once (next_attempt_at is unchanged by the claim, so already past). Index:
- * idx_outbox_due, the status = 'PROCESSING' range (the rows in flight, a few batches), with
- * locked_until checked on each row. Locks: the expired rows, in its own short transaction (a
- * row of a claim not yet committed is waited for, for as long as that claim takes).
- * Isolation: READ COMMITTED. Params: limit.
+ * due at once (next_attempt_at is unchanged by the claim, so already past), and count the
+ * expiry in lease_expiries. Rows at the lease-expiry limit were taken out just before, in the
+ * same transaction (RELAY_SQL_RECLAIM_SELECT_POISON). Index: idx_outbox_due, the
+ * status = 'PROCESSING' range (the rows in flight, a few batches), with locked_until checked on
+ * each row. Locks: the expired rows, in its own short transaction (a row of a claim not yet
+ * committed is waited for, for as long as that claim takes). Isolation: READ COMMITTED.
+ * Params: limit.
  */
 #define RELAY_SQL_RECLAIM_EXPIRED                                                                  \
     "UPDATE outbox_events FORCE INDEX (idx_outbox_due) SET status = 'PENDING', "                   \
-    "locked_by = NULL, locked_until = NULL "                                                       \
+    "locked_by = NULL, locked_until = NULL, lease_expiries = lease_expiries + 1 "                  \
     "WHERE status = 'PROCESSING' AND locked_until < NOW(6) LIMIT ?"
+
+/*
+ * Reclaim, first step: the expired rows whose lease would now expire for the limit's time:
+ * poison events, which kill or hang every relay that publishes them. Index: idx_outbox_due,
+ * the PROCESSING range, as RELAY_SQL_RECLAIM_EXPIRED. Locks: the returned rows (waits for a
+ * claim not yet committed, like the reclaim). Isolation: READ COMMITTED.
+ * Params: max lease expiries, limit.
+ */
+#define RELAY_SQL_RECLAIM_SELECT_POISON                                                            \
+    "SELECT id FROM outbox_events FORCE INDEX (idx_outbox_due) "                                   \
+    "WHERE status = 'PROCESSING' AND locked_until < NOW(6) AND lease_expiries + 1 >= ? "           \
+    "LIMIT ? FOR UPDATE"
+
+/*
+ * Reclaim, second step, same transaction: the poison rows become FAILED under the reclaim's
+ * own token (so RELAY_SQL_DEAD_LETTER_IN and RELAY_SQL_UNLOCK_FAILED_IN pick exactly them),
+ * with the reason. last_error is assigned before lease_expiries and reads it + 1, which is
+ * right whether the server assigns left to right or simultaneously (see
+ * RELAY_SQL_MARK_FAILED_IN). Index: PRIMARY (id list). Locks: those rows (already locked).
+ * Isolation: READ COMMITTED. Params: token, ids...
+ */
+#define RELAY_SQL_RECLAIM_POISON_IN                                                                \
+    "UPDATE outbox_events SET last_error = CONCAT('TXO_ELEASELOST: lease expired ', "              \
+    "lease_expiries + 1, ' times: the relay publishing it died or hung each time'), "              \
+    "status = 'FAILED', locked_by = ?, lease_expiries = lease_expiries + 1 "                       \
+    "WHERE status = 'PROCESSING' AND locked_until < NOW(6) AND id IN "
+
+/*
+ * The parked aggregates (txo_relay_list_parked): heads of their aggregate (as the ordered claim
+ * sees them) that failed, either FAILED (dead-lettered, waiting for an operator) or PENDING
+ * after a failed attempt (waiting for the retry), with the number of later events of the
+ * aggregate they hold back. Index: idx_outbox_due, the PENDING and FAILED ranges (an operator's
+ * query, not a hot path: it reads every due row once), one idx_outbox_aggregate lookup per
+ * candidate and a covering count of the aggregate's later entries. Locks: none (consistent
+ * read, READ COMMITTED). Params: limit.
+ */
+#define RELAY_SQL_LIST_PARKED                                                                      \
+    "SELECT e.aggregate_type, e.aggregate_id, e.id, e.status, e.attempts, e.last_error, "          \
+    "(SELECT COUNT(*) FROM outbox_events w FORCE INDEX (idx_outbox_aggregate) "                    \
+    "WHERE w.aggregate_type = e.aggregate_type AND w.aggregate_id = e.aggregate_id "               \
+    "AND w.id > e.id) FROM outbox_events e FORCE INDEX (idx_outbox_due) "                          \
+    "WHERE e.status IN ('PENDING', 'FAILED') AND (e.status = 'FAILED' OR e.attempts > "            \
+    "0) " RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY e.id LIMIT ?"
 
 #endif

@@ -404,12 +404,23 @@ static void test_relay_only_foreign_rows_nats(void **state)
                           "published_at IS NOT NULL AND attempts = 0 AND last_error IS NULL"),
                      TXO_ARRAY_LEN(foreign));
 
-    /* The stream, in order, with the idempotency keys as message ids. */
+    /* The stream, with the idempotency keys as message ids, each once and each aggregate's
+     * events in outbox order (the relay orders by aggregate: the heads of both aggregates go in
+     * the first batch, invoice 7's second event in the next). */
     char **ids = NULL;
     size_t n = testnats_stream_msg_ids(&c->nats, c->stream, &ids);
     assert_int_equal(n, TXO_ARRAY_LEN(foreign));
-    for (size_t i = 0; i < n; i++)
-        assert_string_equal(ids[i], foreign[i].key);
+    size_t pos[TXO_ARRAY_LEN(foreign)];
+    for (size_t k = 0; k < TXO_ARRAY_LEN(foreign); k++) {
+        pos[k] = n;
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(ids[i], foreign[k].key) == 0)
+                pos[k] = i;
+        }
+        if (pos[k] == n)
+            fail_msg("%s is not in the stream", foreign[k].key);
+    }
+    assert_true(pos[0] < pos[1]); /* invoice:7:issued before invoice:7:paid */
     testnats_free_ids(ids, n);
 
     /* Read back with the library's consumer, as a subscriber would. */
@@ -438,38 +449,43 @@ static void test_relay_only_foreign_rows_nats(void **state)
 
     for (size_t i = 0; i < r.n; i++) {
         struct received *m = &r.got[i];
+        /* The row this message came from, by its key (the order across aggregates is the
+         * relay's, see above). */
+        size_t k = 0;
+        while (k + 1 < TXO_ARRAY_LEN(foreign) && strcmp(m->msg_id, foreign[k].key) != 0)
+            k++;
         char subject[160];
-        snprintf(subject, sizeof(subject), "%s.%s.%s", c->prefix, foreign[i].aggregate_type,
-                 foreign[i].subject_type);
-        assert_string_equal(m->msg_id, foreign[i].key);
+        snprintf(subject, sizeof(subject), "%s.%s.%s", c->prefix, foreign[k].aggregate_type,
+                 foreign[k].subject_type);
+        assert_string_equal(m->msg_id, foreign[k].key);
         assert_string_equal(m->subject, subject);
         json_error_t jerr;
         json_t *env = json_loads(m->data, 0, &jerr);
         if (env == NULL)
             fail_msg("message %zu is not JSON (%s): %s", i, jerr.text, m->data);
-        struct txo_param kp = txo_p_str(foreign[i].key);
+        struct txo_param kp = txo_p_str(foreign[k].key);
         int64_t id =
             testdb_i64(c->t.db, "SELECT id FROM outbox_events WHERE idempotency_key = ?", &kp, 1);
         assert_int_equal(json_integer_value(json_object_get(env, "id")), id);
-        assert_string_equal(json_string_value(json_object_get(env, "type")), foreign[i].event_type);
+        assert_string_equal(json_string_value(json_object_get(env, "type")), foreign[k].event_type);
         assert_string_equal(json_string_value(json_object_get(env, "aggregate_type")),
-                            foreign[i].aggregate_type);
+                            foreign[k].aggregate_type);
         char agg[24];
-        snprintf(agg, sizeof(agg), "%" PRId64, foreign[i].aggregate_id);
+        snprintf(agg, sizeof(agg), "%" PRId64, foreign[k].aggregate_id);
         assert_string_equal(json_string_value(json_object_get(env, "aggregate_id")), agg);
         assert_string_equal(json_string_value(json_object_get(env, "idempotency_key")),
-                            foreign[i].key);
+                            foreign[k].key);
         assert_int_equal(json_integer_value(json_object_get(env, "attempt")), 1);
         const char *created = json_string_value(json_object_get(env, "created_at"));
         assert_non_null(created);
         assert_int_equal(strlen(created), strlen("2026-11-30T15:37:00.123456Z"));
         assert_int_equal(created[strlen(created) - 1], 'Z');
-        json_t *want = json_loads(foreign[i].payload, 0, &jerr);
+        json_t *want = json_loads(foreign[k].payload, 0, &jerr);
         assert_non_null(want);
         if (!json_equal(json_object_get(env, "payload"), want)) {
             char *got = json_dumps(json_object_get(env, "payload"), JSON_COMPACT);
-            fail_msg("payload of %s: got %s, want %s", foreign[i].key, got ? got : "(none)",
-                     foreign[i].payload);
+            fail_msg("payload of %s: got %s, want %s", foreign[k].key, got ? got : "(none)",
+                     foreign[k].payload);
         }
         json_decref(want);
         json_decref(env);

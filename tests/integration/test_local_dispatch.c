@@ -255,14 +255,15 @@ static void test_permanent_failure_dead_letters(void **state)
     append(c, 1);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 2);
+    /* A permanent error is dead-lettered at once, not retried up to max_attempts. */
     c->fail_code = TXO_EBUSINESS;
     assert_int_equal(run_once(r), 1);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
-    assert_int_equal(run_once(r), 1);
-    assert_int_equal(c->calls, 2);
+    assert_int_equal(run_once(r), 0);
+    assert_int_equal(c->calls, 1);
     assert_string_equal(c->last_msg_id, "order:1:created");
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND attempts = 2 AND last_error = 'TXO_EBUSINESS: consumer "
+                          "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
                           "database down'"),
                      1);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);

@@ -167,6 +167,7 @@ static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch)
     o.claim = c->claim;
     o.batch_size = batch;
     o.relay_id = "test-relay";
+    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* opt-in; these tests hold the relay to it */
     o.idle_sleep_ms = 5;
     return o;
 }
@@ -399,6 +400,7 @@ static void test_dead_letter_then_recovery(void **state)
     o.max_attempts = 3;
     o.backoff.base_ms = 1;
     o.backoff.max_ms = 2;
+    o.breaker_failures = 0; /* this test counts attempts; the breaker has its own tests */
     struct txo_relay *r = new_relay(c->t.db, pub, &o);
 
     for (int i = 0; i < 500 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
@@ -624,6 +626,68 @@ static void assert_explain_key(struct testdb *t, const char *sql, const struct t
     txo_rows_free(rows);
 }
 
+/* EXPLAIN sql must show a DEPENDENT SUBQUERY row that reads want_key by ref (the ordered
+ * claims' look at the event before each candidate). */
+static void assert_explain_subquery_key(struct testdb *t, const char *sql,
+                                        const struct txo_param *params, size_t n,
+                                        const char *want_key)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(t->db, sql, params, n, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    bool found = false;
+    for (size_t i = 0; i < txo_rows_count(rows); i++) {
+        const char *select_type = txo_rows_str(rows, i, 1, NULL);
+        const char *type = txo_rows_str(rows, i, 3, NULL);
+        const char *key = txo_rows_str(rows, i, 5, NULL);
+        if (select_type == NULL || strcmp(select_type, "DEPENDENT SUBQUERY") != 0)
+            continue;
+        print_message("  subquery: type=%s key=%s\n", type ? type : "NULL", key ? key : "NULL");
+        if (key == NULL || strcmp(key, want_key) != 0 || type == NULL || strcmp(type, "ref") != 0)
+            fail_msg("%s: its subquery reads %s (%s), want %s by ref", sql, key ? key : "NULL",
+                     type ? type : "NULL", want_key);
+        found = true;
+    }
+    if (!found)
+        fail_msg("%s: EXPLAIN shows no dependent subquery", sql);
+    txo_rows_free(rows);
+}
+
+/* The ordered claims: idx_outbox_due in order for the candidates, like the unordered ones, and
+ * one ref lookup of idx_outbox_aggregate per candidate. */
+static void assert_ordered_claims_plans(struct testdb *t, int64_t max_rows)
+{
+    struct txo_param limit = txo_p_i64(500);
+    struct txo_param ul[] = {txo_p_str("tok"), txo_p_i64(30), txo_p_i64(500)};
+    struct txo_param sl_after[] = {txo_p_str("2026-01-01 00:00:00.000000"),
+                                   txo_p_str("2026-01-01 00:00:00.000000"), txo_p_i64(5),
+                                   txo_p_i64(500)};
+    struct txo_param ul_after[] = {txo_p_str("tok"),
+                                   txo_p_i64(30),
+                                   txo_p_str("2026-01-01 00:00:00.000000"),
+                                   txo_p_str("2026-01-01 00:00:00.000000"),
+                                   txo_p_i64(5),
+                                   txo_p_i64(500)};
+    const struct {
+        const char *sql;
+        const struct txo_param *params;
+        size_t n;
+    } claims[] = {
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED, &limit, 1},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER, sl_after, 4},
+        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED, ul, 3},
+        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER, ul_after, 6},
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(claims); i++) {
+        assert_explain_key(t, claims[i].sql, claims[i].params, claims[i].n, "idx_outbox_due", true,
+                           max_rows);
+        assert_explain_subquery_key(t, claims[i].sql, claims[i].params, claims[i].n,
+                                    "idx_outbox_aggregate");
+    }
+}
+
 static void test_claim_uses_due_index(void **state)
 {
     struct ctx *c = *state;
@@ -665,14 +729,21 @@ static void test_claim_uses_due_index(void **state)
                        "idx_outbox_due", true, 100);
     assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, "idx_outbox_due",
                        true, 100);
+    assert_ordered_claims_plans(&c->t, 100);
 
-    /* The relay's only secondary index besides the idempotency key and idx_outbox_age (status,
-     * created_at), which the lag metric reads: a claim and a mark move two index entries per
-     * row, not four. */
+    /* The table's indexes: the primary key, the idempotency key, idx_outbox_due (the one a claim
+     * and a mark change), idx_outbox_age (status, created_at), which the lag metric reads (a
+     * claim and a mark move its entry too), and idx_outbox_aggregate, whose columns never change
+     * after the insert. */
     assert_int_equal(q(&c->t,
                        "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
                        "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),
-                     4);
+                     5);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM information_schema.statistics "
+                              "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
+                              "AND index_name = 'idx_outbox_aggregate' AND column_name NOT IN "
+                              "('aggregate_type', 'aggregate_id', 'id')"),
+                     0);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM information_schema.statistics "
                               "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
                               "AND column_name IN ('locked_by', 'locked_until')"),
@@ -697,6 +768,7 @@ static void test_claim_uses_due_index(void **state)
                        "idx_outbox_due", true, INT64_MAX);
     assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, ul_after, 6,
                        "idx_outbox_due", true, INT64_MAX);
+    assert_ordered_claims_plans(&c->t, INT64_MAX);
     assert_string_equal(rec->keys[0], "p:1");
     assert_string_equal(rec->keys[9], "p:10");
     txo_relay_free(r);

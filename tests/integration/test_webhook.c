@@ -356,15 +356,23 @@ static void test_refusal_and_overload(void **state)
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
     struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
 
-    /* 422, a permanent refusal of each event: every one is tried, none delivered. */
+    /* 422, a permanent refusal of each event: every one is tried, none delivered, and each is
+     * dead-lettered at once with the endpoint's answer (a retry would be refused again). */
     receiver_answer(&c->rcv, 422);
     assert_int_equal(run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n);
-    assert_last_error(&c->t, n, "TXO_EBUSINESS: POST ", "HTTP 422: ");
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND attempts = 1 AND locked_by IS NULL"),
+                     n);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
+                              "'TXO_EBUSINESS: POST %HTTP 422: %'"),
+                     n);
+    assert_int_equal(run_once(r), 0);
 
     /* 503: the endpoint says it is down; the rest of the batch is not tried. */
     receiver_answer(&c->rcv, 503);
-    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6), attempts = 0");
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING', next_attempt_at = NOW(6), "
+                         "attempts = 0");
     assert_int_equal(run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n + 1);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST ", "HTTP 503: ");

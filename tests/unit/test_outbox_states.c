@@ -13,15 +13,16 @@
 
 #include "txo/txo.h"
 
-#define N_STATES 4
+#define N_STATES 5
 
 static const enum txo_outbox_status all[N_STATES] = {TXO_OUTBOX_PENDING, TXO_OUTBOX_PROCESSING,
-                                                     TXO_OUTBOX_PUBLISHED, TXO_OUTBOX_FAILED};
+                                                     TXO_OUTBOX_PUBLISHED, TXO_OUTBOX_FAILED,
+                                                     TXO_OUTBOX_SKIPPED};
 
 static void test_names_round_trip(void **state)
 {
     (void)state;
-    const char *names[N_STATES] = {"PENDING", "PROCESSING", "PUBLISHED", "FAILED"};
+    const char *names[N_STATES] = {"PENDING", "PROCESSING", "PUBLISHED", "FAILED", "SKIPPED"};
     for (size_t i = 0; i < N_STATES; i++) {
         assert_string_equal(txo_outbox_status_name(all[i]), names[i]);
         enum txo_outbox_status s = TXO_OUTBOX_FAILED;
@@ -67,6 +68,13 @@ static void test_relay_opts_defaults(void **state)
     assert_true(o.backoff.jitter == 0.5);
     assert_int_equal(o.idle_sleep_ms, 200);
     assert_false(o.drain);
+    assert_int_equal(o.ordering, TXO_RELAY_ORDER_NONE); /* ordering is opt-in: it costs */
+    enum txo_relay_ordering ord = TXO_RELAY_ORDER_AGGREGATE;
+    assert_int_equal(txo_relay_ordering_parse("none", &ord), 0);
+    assert_int_equal(ord, TXO_RELAY_ORDER_NONE);
+    assert_string_equal(txo_relay_ordering_name(TXO_RELAY_ORDER_AGGREGATE), "aggregate");
+    assert_int_equal(txo_relay_ordering_parse("Aggregate", &ord), TXO_EINVAL);
+    assert_int_equal(ord, TXO_RELAY_ORDER_NONE);
 }
 
 int main(void)

@@ -1,0 +1,584 @@
+/*
+ * The relay's ordering by aggregate against a real MariaDB, once per claim strategy:
+ *   - 10,000 events over 500 aggregates drained by 2 and by 3 relays at once, with random
+ *     publish failures, one of the relays a child process that SIGKILLs itself in the middle
+ *     of a publish: per aggregate, what the consumer saw is in outbox (id) order, an event
+ *     repeated only by the at-least-once republish of the killed relay's batch;
+ *   - parking: one aggregate whose head keeps failing holds back only its own later events
+ *     (every other event is published while it stays FAILED), txo_relay_list_parked() shows
+ *     it, and `dlq skip` / `dlq replay` let it go on, in order;
+ *   - the predecessor check sees another relay's claim and mark before they commit (the
+ *     head locked, or marked PUBLISHED and rolled back: the next event is not taken).
+ *
+ * The publisher appends "aggregate_id id" lines to a file opened O_APPEND, shared by every
+ * relay, in threads and in the child process: the file is the consumer's view.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+
+/* ---- the appending publisher ---- */
+
+struct appender {
+    int fd;                   /* O_APPEND, shared */
+    unsigned fail_per_mille;  /* random transient failures */
+    int64_t fail_aggregate_a; /* every event of these aggregates fails (0: none) */
+    int64_t fail_aggregate_b;
+    unsigned kill_at_call; /* SIGKILL itself half-way through this call (0: never) */
+    unsigned calls;
+    uint32_t rng;
+};
+
+static uint32_t next_rand(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+static void append_line(int fd, int64_t aggregate_id, int64_t id)
+{
+    char line[64];
+    int len = snprintf(line, sizeof(line), "%lld %lld\n", (long long)aggregate_id, (long long)id);
+    if (write(fd, line, (size_t)len) != len)
+        abort(); /* a short write to a local file: nothing sensible is left to test */
+}
+
+static int app_publish(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
+                       struct txo_error *errors)
+{
+    struct appender *a = self;
+    a->calls++;
+    for (size_t i = 0; i < n; i++) {
+        if (a->kill_at_call != 0 && a->calls == a->kill_at_call && i == n / 2)
+            raise(SIGKILL); /* published half the batch, marked none of it */
+        int64_t agg = strtoll(msgs[i].aggregate_id, NULL, 10); /* the test writes integers */
+        bool fail = (a->fail_aggregate_a != 0 && agg == a->fail_aggregate_a) ||
+                    (a->fail_aggregate_b != 0 && agg == a->fail_aggregate_b) ||
+                    next_rand(&a->rng) % 1000 < a->fail_per_mille;
+        if (fail) {
+            results[i] = txo_error_set(&errors[i], TXO_EPUBLISH, "broker said no");
+            continue;
+        }
+        append_line(a->fd, agg, msgs[i].id);
+        results[i] = 0;
+    }
+    return 0;
+}
+
+static void app_destroy(void *self)
+{
+    txo_free(self);
+}
+
+static const struct txo_publisher_ops app_ops = {
+    .name = "appender",
+    .publish_batch = app_publish,
+    .destroy = app_destroy,
+};
+
+static struct txo_publisher *new_appender(int fd, uint32_t seed, struct appender **out)
+{
+    struct appender *a = txo_calloc(1, sizeof(*a));
+    assert_non_null(a);
+    a->fd = fd;
+    a->rng = seed != 0 ? seed : 1;
+    struct txo_publisher *pub = NULL;
+    assert_int_equal(txo_publisher_new(&app_ops, a, &pub, NULL), 0);
+    *out = a;
+    return pub;
+}
+
+/* ---- fixtures ---- */
+
+struct ctx {
+    struct testdb t;
+    enum txo_claim_strategy claim;
+    char path[64];
+    int fd;
+};
+
+static enum txo_claim_strategy skip_locked = TXO_CLAIM_SKIP_LOCKED;
+static enum txo_claim_strategy update_limit = TXO_CLAIM_UPDATE_LIMIT;
+
+static int setup(void **state)
+{
+    struct ctx *c = txo_calloc(1, sizeof(*c));
+    c->claim = *(enum txo_claim_strategy *)*state;
+    testdb_setup(&c->t, c->claim == TXO_CLAIM_SKIP_LOCKED ? "order_sl" : "order_ul");
+    snprintf(c->path, sizeof(c->path), "/tmp/txo_order_%d.txt", (int)getpid());
+    c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    assert_true(c->fd >= 0);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    close(c->fd);
+    unlink(c->path);
+    testdb_teardown(&c->t);
+    txo_free(c);
+    return 0;
+}
+
+static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch, const char *id)
+{
+    struct txo_relay_opts o;
+    txo_relay_opts_init(&o);
+    o.claim = c->claim;
+    o.batch_size = batch;
+    o.relay_id = id;
+    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* opt-in; these tests hold the relay to it */
+    o.idle_sleep_ms = 2;
+    o.lease_s = 1;
+    o.max_attempts = 1000000;
+    o.backoff.base_ms = 1;
+    o.backoff.max_ms = 20;
+    return o;
+}
+
+static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
+                                   const struct txo_relay_opts *o)
+{
+    struct txo_relay *r = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_new(db, pub, o, &r, &err) < 0)
+        fail_msg("txo_relay_new: %s", err.msg);
+    return r;
+}
+
+static size_t run_once(struct txo_relay *r)
+{
+    size_t claimed = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_run_once(r, &claimed, &err) < 0)
+        fail_msg("txo_relay_run_once: %s", err.msg);
+    return claimed;
+}
+
+static int64_t q(struct testdb *t, const char *sql)
+{
+    return testdb_i64(t->db, sql, NULL, 0);
+}
+
+/* n events; event `seq` belongs to aggregate `agg_sql` (an expression of seq). */
+static void insert_events(struct testdb *t, unsigned n, const char *agg_sql)
+{
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+             "idempotency_key) SELECT 'order', %s, 'OrderChanged', JSON_OBJECT('n', seq), "
+             "CONCAT('k:', seq) FROM seq_1_to_%u ORDER BY seq",
+             agg_sql, n);
+    testdb_exec(t->db, sql);
+}
+
+/* One line of the consumer's view. */
+struct seen {
+    int64_t aggregate_id;
+    int64_t id;
+};
+
+static struct seen *read_seen(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t cap = 1024, k = 0;
+    struct seen *s = txo_malloc(cap * sizeof(*s));
+    long long agg, id;
+    while (fscanf(f, "%lld %lld", &agg, &id) == 2) {
+        if (k == cap) {
+            cap *= 2;
+            s = txo_realloc(s, cap * sizeof(*s));
+        }
+        s[k].aggregate_id = agg;
+        s[k].id = id;
+        k++;
+    }
+    fclose(f);
+    *n = k;
+    return s;
+}
+
+/*
+ * Per aggregate, the ids seen never go down (a repeat of the last one is the at-least-once
+ * republish), and every id 1..n_events was seen. Returns the number of repeats.
+ */
+static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_aggregates)
+{
+    size_t n = 0;
+    struct seen *s = read_seen(path, &n);
+    int64_t *last = txo_calloc(n_aggregates + 1, sizeof(*last));
+    bool *got = txo_calloc(n_events + 1, sizeof(*got));
+    size_t repeats = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t a = s[i].aggregate_id;
+        assert_true(a >= 0 && a <= (int64_t)n_aggregates);
+        assert_true(s[i].id >= 1 && s[i].id <= (int64_t)n_events);
+        if (s[i].id < last[a])
+            fail_msg("aggregate %lld: event %lld seen after event %lld (line %zu)", (long long)a,
+                     (long long)s[i].id, (long long)last[a], i + 1);
+        if (got[s[i].id])
+            repeats++;
+        got[s[i].id] = true;
+        last[a] = s[i].id;
+    }
+    for (unsigned id = 1; id <= n_events; id++) {
+        if (!got[id])
+            fail_msg("event %u was never published", id);
+    }
+    txo_free(got);
+    txo_free(last);
+    txo_free(s);
+    return repeats;
+}
+
+/* ---- many relays, random failures, one killed ---- */
+
+struct runner {
+    struct txo_db *db;
+    struct txo_publisher *pub;
+    struct txo_relay *relay;
+    int rc;
+    char msg[TXO_ERROR_MSG_MAX];
+};
+
+static void *runner_main(void *arg)
+{
+    struct runner *w = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    w->rc = txo_relay_run(w->relay, &err);
+    snprintf(w->msg, sizeof(w->msg), "%s", err.msg);
+    return NULL;
+}
+
+/* A child process running one relay that kills itself mid-publish on its third call. */
+static pid_t spawn_doomed_relay(struct ctx *c)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid != 0)
+        return pid;
+    struct txo_db *db = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_open(&c->t.opts, &db, &err) < 0)
+        _exit(3);
+    struct appender *a = NULL;
+    struct txo_publisher *pub = new_appender(c->fd, 99, &a);
+    a->fail_per_mille = 100;
+    a->kill_at_call = 3;
+    struct txo_relay_opts o = relay_opts(c, 100, "doomed");
+    struct txo_relay *r = NULL;
+    if (txo_relay_new(db, pub, &o, &r, &err) < 0)
+        _exit(4);
+    int rc = txo_relay_run(r, &err);
+    _exit(rc < 0 ? 6 : 5); /* it should have died in publish */
+}
+
+static void drain_with_relays(struct ctx *c, unsigned n_threads)
+{
+    const unsigned n_events = 10000, n_aggregates = 500;
+    insert_events(&c->t, n_events, "CRC32(seq) % 500 + 1");
+
+    pid_t child = spawn_doomed_relay(c);
+    struct runner w[2];
+    pthread_t th[2];
+    assert_true(n_threads <= 2);
+    for (unsigned i = 0; i < n_threads; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].db = testdb_connect(&c->t);
+        struct appender *a = NULL;
+        w[i].pub = new_appender(c->fd, 1234 + i, &a);
+        a->fail_per_mille = 100;
+        struct txo_relay_opts o = relay_opts(c, 100, i == 0 ? "relay-a" : "relay-b");
+        w[i].relay = new_relay(w[i].db, w[i].pub, &o);
+        assert_int_equal(pthread_create(&th[i], NULL, runner_main, &w[i]), 0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+        fail_msg("the doomed relay did not die by SIGKILL (status %d)", status);
+
+    int64_t deadline = txo_monotonic_ms() + 120000;
+    int64_t published = 0;
+    while ((published = q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                 "'PUBLISHED'")) < n_events &&
+           txo_monotonic_ms() < deadline)
+        txo_sleep_ms(50);
+    for (unsigned i = 0; i < n_threads; i++)
+        txo_relay_stop(w[i].relay);
+    uint64_t reclaimed = 0, failed = 0;
+    for (unsigned i = 0; i < n_threads; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].rc != 0)
+            fail_msg("relay %u: %s", i, w[i].msg);
+        struct txo_relay_stats st;
+        txo_relay_get_stats(w[i].relay, &st);
+        reclaimed += st.reclaimed;
+        failed += st.failed_attempts;
+        txo_relay_free(w[i].relay);
+        txo_publisher_free(w[i].pub);
+        txo_db_close(w[i].db);
+    }
+    assert_int_equal(published, n_events);
+    size_t repeats = assert_in_order(c->path, n_events, n_aggregates);
+    print_message("%s, %u relays (one killed): %zu repeats, %llu reclaimed, %llu failed "
+                  "attempts\n",
+                  txo_claim_strategy_name(c->claim), n_threads + 1, repeats,
+                  (unsigned long long)reclaimed, (unsigned long long)failed);
+    assert_true(reclaimed > 0); /* the killed relay's batch came back */
+    assert_true(failed > 0);
+}
+
+static void test_two_relays_in_order(void **state)
+{
+    drain_with_relays(*state, 1);
+}
+
+static void test_three_relays_in_order(void **state)
+{
+    drain_with_relays(*state, 2);
+}
+
+/* ---- parking ---- */
+
+static int64_t dead_letter_of(struct testdb *t, int64_t event_id)
+{
+    struct txo_param p = txo_p_i64(event_id);
+    return testdb_i64(t->db, "SELECT MAX(id) FROM dead_letter_events WHERE source_event_id = ?", &p,
+                      1);
+}
+
+static void test_failing_aggregate_parks_only_itself(void **state)
+{
+    struct ctx *c = *state;
+    /* 50 aggregates x 6 events, round robin: aggregate a has ids a, a + 50, ... (a = 50: 50,
+     * 100, ...). Aggregates 7 and 11 fail until told otherwise. */
+    insert_events(&c->t, 300, "(seq - 1) % 50 + 1");
+    struct appender *a = NULL;
+    struct txo_publisher *pub = new_appender(c->fd, 7, &a);
+    a->fail_aggregate_a = 7;
+    a->fail_aggregate_b = 11;
+    struct txo_relay_opts o = relay_opts(c, 500, "parking");
+    o.max_attempts = 3;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+
+    /* After one failure the head waits for its retry: parked, PENDING. */
+    run_once(r);
+    struct txo_relay_parked parked[8];
+    size_t n = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(parked[0].aggregate_id, "7");
+    assert_int_equal(parked[0].event_id, 7);
+    assert_int_equal(parked[0].status, TXO_OUTBOX_PENDING);
+    assert_int_equal(parked[0].attempts, 1);
+    assert_int_equal(parked[0].waiting, 5);
+    assert_non_null(strstr(parked[0].last_error, "broker said no"));
+
+    /* Everything else flows while 7 and 11 use up their attempts and stay FAILED. */
+    for (int i = 0; i < 200 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status IN "
+                                        "('PENDING', 'PROCESSING') AND id % 50 NOT IN (7, 11)") > 0;
+         i++) {
+        if (run_once(r) == 0)
+            txo_sleep_ms(3);
+    }
+    for (int i = 0; i < 200 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                        "'FAILED'") < 2;
+         i++) {
+        if (run_once(r) == 0)
+            txo_sleep_ms(3);
+    }
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+                     300 - 12);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND attempts = 3 AND id IN (7, 11)"),
+                     2);
+    /* Their later events were never tried. */
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                              "AND attempts = 0 AND id % 50 IN (7, 11) AND id > 11"),
+                     10);
+    assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(parked[1].event_id, 11);
+    assert_int_equal(parked[1].status, TXO_OUTBOX_FAILED);
+    assert_int_equal(parked[1].waiting, 5);
+    assert_int_equal(run_once(r), 0); /* a FAILED head holds its aggregate: nothing to claim */
+
+    /* The operator skips 7 and replays 11 (whose broker is fixed). */
+    a->fail_aggregate_a = 0;
+    a->fail_aggregate_b = 0;
+    assert_int_equal(txo_dlq_skip(c->t.db, dead_letter_of(&c->t, 7), &err), 0);
+    assert_int_equal(txo_dlq_skip(c->t.db, dead_letter_of(&c->t, 7), &err), TXO_ESTATE);
+    assert_int_equal(txo_dlq_replay(c->t.db, dead_letter_of(&c->t, 11), &err), 0);
+    for (int i = 0; i < 50 && run_once(r) > 0; i++)
+        ;
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+                     299);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'SKIPPED' "
+                              "AND id = 7"),
+                     1);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE skipped_at IS NOT "
+                              "NULL"),
+                     1);
+    assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
+    assert_int_equal(n, 0);
+
+    /* The consumer's view: 11 then its later events, 7's later events but never 7 itself. */
+    size_t n_seen = 0;
+    struct seen *s = read_seen(c->path, &n_seen);
+    assert_int_equal(n_seen, 299);
+    int64_t last7 = 0, last11 = 0;
+    for (size_t i = 0; i < n_seen; i++) {
+        if (s[i].aggregate_id == 7) {
+            assert_true(s[i].id > last7 && s[i].id != 7);
+            last7 = s[i].id;
+        } else if (s[i].aggregate_id == 11) {
+            assert_true(s[i].id > last11);
+            if (last11 == 0)
+                assert_int_equal(s[i].id, 11);
+            last11 = s[i].id;
+        }
+    }
+    assert_int_equal(last7, 257);
+    assert_int_equal(last11, 261);
+    txo_free(s);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/* ---- the predecessor check sees uncommitted claims and marks ---- */
+
+struct holder {
+    struct testdb *t;
+    const char *sql;
+    atomic_int held;
+    int64_t hold_ms;
+};
+
+/* Runs h->sql, says so, waits, and rolls back (returns an error on purpose). */
+static int hold_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct holder *h = arg;
+    int rc = txo_tx_exec(tx, h->sql, NULL, 0, NULL, err);
+    if (rc < 0)
+        return rc;
+    atomic_store(&h->held, 1);
+    txo_sleep_ms(h->hold_ms);
+    return txo_error_set(err, TXO_EINVAL, "rolled back on purpose");
+}
+
+static void *holder_main(void *arg)
+{
+    struct holder *h = arg;
+    struct txo_db *db = testdb_connect(h->t);
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, hold_tx, h, &err);
+    if (rc != TXO_EINVAL) /* the rollback on purpose; anything else is a failure to hold */
+        print_error("holder: %s\n", err.msg);
+    txo_db_close(db);
+    return NULL;
+}
+
+static void hold_while(struct ctx *c, const char *sql, struct txo_relay *r, size_t want_claimed)
+{
+    struct holder h = {.t = &c->t, .sql = sql, .hold_ms = 700};
+    atomic_init(&h.held, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, holder_main, &h), 0);
+    while (atomic_load(&h.held) == 0)
+        txo_sleep_ms(1);
+    int64_t t0 = txo_monotonic_ms();
+    size_t claimed = run_once(r);
+    int64_t took_ms = txo_monotonic_ms() - t0;
+    if (took_ms >= h.hold_ms / 2)
+        fail_msg("the claim waited %lld ms for the held row instead of passing it",
+                 (long long)took_ms);
+    if (claimed != want_claimed) {
+        size_t n = 0;
+        struct seen *s = read_seen(c->path, &n);
+        for (size_t i = 0; i < n; i++)
+            print_message("seen %lld %lld\n", (long long)s[i].aggregate_id, (long long)s[i].id);
+        txo_free(s);
+    }
+    assert_int_equal(claimed, want_claimed);
+    pthread_join(th, NULL);
+}
+
+static void test_predecessor_seen_before_commit(void **state)
+{
+    struct ctx *c = *state;
+    if (c->claim != TXO_CLAIM_SKIP_LOCKED)
+        skip(); /* update-limit waits for the locked row instead of passing it */
+    struct appender *a = NULL;
+    struct txo_publisher *pub = new_appender(c->fd, 5, &a);
+    struct txo_relay_opts o = relay_opts(c, 10, "pred");
+    o.lease_s = 60;
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    /* The first cycle's lease reclaim would wait for the held row (it walks the PROCESSING
+     * range); the next is due in lease_s / 4. */
+    assert_int_equal(run_once(r), 0);
+    /* Aggregate 1: ids 1, 2; aggregate 2: ids 3, 4. */
+    insert_events(&c->t, 4, "(seq + 1) DIV 2");
+
+    /* Another relay's claim holds event 1: it is skipped, and 2 must wait for it. */
+    hold_while(c, "UPDATE outbox_events SET status = 'PROCESSING' WHERE id = 1", r, 1);
+    assert_int_equal(q(&c->t, "SELECT status = 'PUBLISHED' FROM outbox_events WHERE id = 3"), 1);
+    assert_int_equal(q(&c->t, "SELECT status = 'PENDING' FROM outbox_events WHERE id = 2"), 1);
+    /* A mark of 1 as PUBLISHED that has not committed (and then rolls back): 2 still waits. */
+    hold_while(c, "UPDATE outbox_events SET status = 'PUBLISHED' WHERE id = 1", r, 1);
+    assert_int_equal(q(&c->t, "SELECT status = 'PUBLISHED' FROM outbox_events WHERE id = 4"), 1);
+    assert_int_equal(q(&c->t, "SELECT status = 'PENDING' FROM outbox_events WHERE id = 2"), 1);
+    /* Nothing holds it now: 1, then 2. */
+    assert_int_equal(run_once(r), 1);
+    assert_int_equal(run_once(r), 1);
+    size_t n = 0;
+    struct seen *s = read_seen(c->path, &n);
+    assert_int_equal(n, 4);
+    assert_int_equal(s[0].id, 3);
+    assert_int_equal(s[1].id, 4);
+    assert_int_equal(s[2].id, 1);
+    assert_int_equal(s[3].id, 2);
+    txo_free(s);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+#define BOTH(fn)                                                                                   \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &skip_locked),                   \
+        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &update_limit)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        BOTH(test_predecessor_seen_before_commit),
+        BOTH(test_failing_aggregate_parks_only_itself),
+        BOTH(test_two_relays_in_order),
+        BOTH(test_three_relays_in_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
