@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "notify.h"
 #include "signals.h"
 #include "txo/webhook.h"
 
@@ -183,9 +184,10 @@ static int run(int argc, char **argv)
     txo_error_init(&err);
     txo_error_init(&rt.err);
 
-    struct txo_db *db = common_connect(&opts.common);
+    int sig = 0;
+    struct txo_db *db = daemon_db_wait("relay", &opts.common, &sig);
     if (db == NULL)
-        return 1;
+        return sig != 0 ? 0 : 1;
     if (make_publisher(opts.publisher, &pub, &err) < 0) {
         cmd_report("relay", "creating the publisher", &err);
         goto out;
@@ -206,7 +208,9 @@ static int run(int argc, char **argv)
         fprintf(stderr, "txo relay: cannot start the relay thread\n");
         goto out;
     }
-    int sig = signals_wait();
+    notify_ready("publishing the outbox");
+    sig = signals_wait();
+    notify_stopping();
     if (sig != 0)
         TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
     txo_relay_stop(rt.relay);

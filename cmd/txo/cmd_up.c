@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "notify.h"
 #include "orders.h"
 
 static int run(int argc, char **argv);
@@ -131,9 +132,9 @@ static bool ensure_stock(struct txo_db *db, const char *spec)
     return ok;
 }
 
-static bool prepare_database(void)
+static bool prepare_database(int *sig)
 {
-    struct txo_db *db = common_connect(&opts.common);
+    struct txo_db *db = daemon_db_wait("up", &opts.common, sig);
     if (db == NULL)
         return false;
     struct txo_error err;
@@ -174,10 +175,11 @@ static int run(int argc, char **argv)
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("up", &opts.relay, &ro))
         return 2;
-    if (!prepare_database())
-        return 1;
+    signals_block(); /* before the database wait, which a signal ends */
+    int sig = 0;
+    if (!prepare_database(&sig))
+        return sig != 0 ? 0 : 1;
 
-    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
@@ -237,7 +239,9 @@ static int run(int argc, char **argv)
         goto out;
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
             opts.broker, opts.worker.saga_threads);
-    int sig = signals_wait();
+    notify_ready("serving the HTTP API, relay and worker");
+    sig = signals_wait();
+    notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
     status = 0;
 out:

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "notify.h"
 #include "settings.h"
 
 #define TXO_VERSION "0.1.0"
@@ -50,6 +51,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *name = argv[1];
+    notify_init();
     if (strcmp(name, "help") == 0 && argc > 2 && strcmp(argv[2], "--markdown") == 0)
         return print_markdown();
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
