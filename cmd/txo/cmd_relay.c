@@ -185,7 +185,9 @@ static int run(int argc, char **argv)
     txo_error_init(&rt.err);
 
     int sig = 0;
-    struct txo_db *db = daemon_db_wait("relay", &opts.common, &sig);
+    /* A daemon waits for the database; a one-shot --drain (cron, scripts) fails at once. */
+    struct txo_db *db =
+        opts.drain ? common_connect(&opts.common) : daemon_db_wait("relay", &opts.common, &sig);
     if (db == NULL)
         return sig != 0 ? 0 : 1;
     if (make_publisher(opts.publisher, &pub, &err) < 0) {

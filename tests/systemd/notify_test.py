@@ -6,7 +6,7 @@ A unix datagram socket stands in for systemd (NOTIFY_SOCKET). Checks:
     WATCHDOG=1 pings when WATCHDOG_USEC is set, and STOPPING=1 on SIGTERM, exiting 0;
   - `txo relay` and `txo serve` against a closed port wait for the database: they keep
     running, report STATUS=waiting for the database and not READY=1, log the wait once, and
-    SIGTERM stops them with exit 0.
+    SIGTERM stops them with exit 0; a one-shot `txo relay --drain` fails at once instead.
 The happy path needs the test server (MYSQL_*); the relay gets a database of its own.
 
     notify_test.py            (TXO_BIN: the txo command)
@@ -122,6 +122,18 @@ def main():
                 fail(d, "logged the wait %d times, want once" % waits)
             d.stop()
             print("notify_test: %s waited for the database, stopped with 0" % name)
+
+        # A one-shot `txo relay --drain` does not wait: it fails at once.
+        env = dict(os.environ, **closed)
+        t0 = time.monotonic()
+        rc = subprocess.run([TXO, "relay", "--publisher", "null", "--drain"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            timeout=30).returncode
+        if rc != 1 or time.monotonic() - t0 > 10:
+            print("notify_test: relay --drain without a database: exit %d after %.1f s, want 1 "
+                  "at once" % (rc, time.monotonic() - t0), file=sys.stderr)
+            sys.exit(1)
+        print("notify_test: relay --drain without a database failed at once")
 
         # The database is up: READY, STATUS, watchdog pings, STOPPING.
         db = "txo_test_notify_%d" % os.getpid()
