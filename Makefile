@@ -5,6 +5,10 @@
 # every target that talks to a database runs its command with
 #   MYSQL_HOST=127.0.0.1 MYSQL_PORT=$(TXO_DB_PORT) MYSQL_USER=app MYSQL_PASSWORD=secret MYSQL_DATABASE=appdb
 # When MYSQL_HOST is set, your own server and your MYSQL_* variables are used as they are.
+#
+# The private server's port is remembered (.txo/mariadb/port): without TXO_DB_PORT every target
+# uses the server that really runs, and a TXO_DB_PORT that does not match it is refused before
+# anything is built (scripts/db.sh check), with the command that works.
 
 SHELL := /bin/bash
 MAKEFLAGS += --no-print-directory
@@ -25,7 +29,11 @@ SOAK_SEED    ?=
 FUZZ_SECONDS ?= 180
 FUZZ_TARGETS := http_head order_post envelope canonical_json settings
 CLANG_FORMAT ?= clang-format
-TXO_DB_PORT ?= 3307
+# Given (command line or environment): that one, checked against the running server by
+# db-check; otherwise the running or last-used port of the private server, else 3307.
+ifeq ($(origin TXO_DB_PORT),undefined)
+  TXO_DB_PORT := $(or $(shell scripts/db.sh port 2>/dev/null),3307)
+endif
 PREFIX      ?= /usr/local
 
 CMAKE_ARGS_RELEASE := -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
@@ -61,7 +69,8 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: install help deps build build-asan build-tsan build-clang db db-stop migrate run demo test test-asan \
+.PHONY: install help deps build build-run build-asan build-tsan build-clang db db-check db-stop migrate run \
+        demo test test-asan \
         test-tsan valgrind soak fuzz \
         bench format format-check clean distclean
 
@@ -71,7 +80,8 @@ help:
 	@echo 'Usage: make TARGET [VAR=value ...]'
 	@echo
 	@echo 'Targets:'
-	@echo '  run           build, start the database, run the API + relay + worker (txo up); NATS=1 adds nats-server'
+	@echo '  run           build txo, start the database, run the API + relay + worker (txo up); NATS=1 adds'
+	@echo '                nats-server; the ports are checked first (TXO_LISTEN, TXO_DB_PORT, TXO_NATS_PORT)'
 	@echo '  demo          build, start the database, migrate, run the saga scenarios and check them'
 	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
 	@echo '  build         configure + build into $$(BUILD) ($(BUILD)), RelWithDebInfo'
@@ -106,6 +116,11 @@ build: deps
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 
+# Only what `make run` needs: the command and the stub services, not the tests.
+build-run: deps
+	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
+	$(CMAKE) --build $(BUILD) -j$(JOBS) --target txo_cmd txo_stub_services
+
 build-asan: deps
 	$(call cmake_configure,$(BUILD_ASAN),$(CMAKE_ARGS_ASAN))
 	$(CMAKE) --build $(BUILD_ASAN) -j$(JOBS)
@@ -139,7 +154,13 @@ fuzz:
 ifeq ($(DB_PRIVATE),1)
 db: deps
 	$(DB_APP_ENV) TXO_DB_PORT=$(TXO_DB_PORT) scripts/db.sh start
+
+# Before building: the port matches the running private server, or is free for it.
+db-check:
+	@TXO_DB_PORT=$(TXO_DB_PORT) TXO_HINT_CMD='make $(or $(firstword $(MAKECMDGOALS)),db)' scripts/db.sh check
 else
+db-check:
+	@:
 db:
 	@echo 'db: MYSQL_HOST is set: using your MariaDB at $(MYSQL_HOST):$(or $(MYSQL_PORT),3306)' \
 	  'as $(or $(MYSQL_USER),<MYSQL_USER unset>), database $(or $(MYSQL_DATABASE),<MYSQL_DATABASE unset>);' \
@@ -149,29 +170,31 @@ endif
 db-stop:
 	TXO_DB_PORT=$(TXO_DB_PORT) scripts/db.sh stop
 
-migrate: build db
+migrate: db-check build db
 	$(DB_ENV) $(BUILD)/txo migrate
 
-run: build db
-	$(DB_ENV) TXO_BIN=$(BUILD)/txo scripts/run.sh
+run: db-check
+	@scripts/run.sh --check
+	@$(MAKE) build-run db
+	$(DB_ENV) TXO_DB_PRIVATE=$(DB_PRIVATE) TXO_BIN=$(BUILD)/txo scripts/run.sh
 
-demo: build db migrate
+demo: db-check build db migrate
 	$(DB_ENV) $(BUILD)/txo demo
 
-test: build db
+test: db-check build db
 	$(DB_ENV) $(CTEST) --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
-test-asan: build-asan db
+test-asan: db-check build-asan db
 	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
-test-tsan: build-tsan db
+test-tsan: db-check build-tsan db
 	$(DB_ENV) TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
-valgrind: build db
+valgrind: db-check build db
 	scripts/deps.sh valgrind
 	$(DB_ENV) scripts/valgrind.sh $(BUILD)/txo
 
-soak: build db
+soak: db-check build db
 	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_STUB_BIN='$(abspath $(BUILD))/txo-stub-services' \
 	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SEED='$(SOAK_SEED)' \
 	  $(BUILD)/tests/txo_soak
@@ -179,7 +202,7 @@ soak: build db
 install: build
 	DESTDIR='$(DESTDIR)' $(CMAKE) --install $(BUILD) --prefix '$(PREFIX)'
 
-bench: build db
+bench: db-check build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
 
 format:

@@ -7,10 +7,18 @@
 #   scripts/db.sh status    print running/stopped; exit 0 when running, 1 when not
 #   scripts/db.sh env       print `export MYSQL_...` lines:  eval "$(scripts/db.sh env)"
 #   scripts/db.sh sql [ARGS...]   mariadb client as the admin user on the private socket
+#   scripts/db.sh port      print the port the server runs on (or will run on)
+#   scripts/db.sh check     before a build: fail at once, with the command to use instead,
+#                           when the port does not match the running server or another
+#                           program holds it
 #
 # Settings (environment):
 #   TXO_DB_DIR      server directory           (default: <repo>/.txo/mariadb)
-#   TXO_DB_PORT     TCP port on 127.0.0.1      (default: 3307)
+#   TXO_DB_PORT     TCP port on 127.0.0.1      (default: the port the server in TXO_DB_DIR
+#                                               runs on or last ran on (TXO_DB_DIR/port),
+#                                               else 3307). A port that differs from the
+#                                               running server's is refused: one datadir,
+#                                               one server, one port.
 #   TXO_DB_SOCKET   unix socket path           (default: $TXO_DB_DIR/mysqld.sock, or a short
 #                                               path under /tmp when that one is too long)
 #   MYSQL_USER      application user           (default: app)
@@ -26,7 +34,8 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(cd "$SCRIPT_DIR/.." && pwd)"
 
 DIR="${TXO_DB_DIR:-$REPO_DIR/.txo/mariadb}"
-PORT="${TXO_DB_PORT:-3307}"
+PORT_GIVEN="${TXO_DB_PORT:-}"
+PORT="" # resolve_port()
 APP_USER="${MYSQL_USER:-app}"
 APP_PASSWORD="${MYSQL_PASSWORD:-secret}"
 APP_DB="${MYSQL_DATABASE:-appdb}"
@@ -35,12 +44,13 @@ APP_DB="${MYSQL_DATABASE:-appdb}"
 # connections over TCP to another server); ours always go through our own socket.
 unset MYSQL_HOST MYSQL_TCP_PORT MYSQL_UNIX_PORT MYSQL_PWD MYSQL_PORT
 
-case "$PORT" in '' | *[!0-9]*) die "TXO_DB_PORT must be a number, got '$PORT'" ;; esac
+case "$PORT_GIVEN" in *[!0-9]*) die "TXO_DB_PORT must be a number, got '$PORT_GIVEN'" ;; esac
 
 # Make DIR absolute (mariadbd is started from another cwd); it may not exist yet.
 case "$DIR" in /*) ;; *) DIR="$PWD/$DIR" ;; esac
 DATADIR="$DIR/data"
 PIDFILE="$DIR/mysqld.pid"
+PORTFILE="$DIR/port" # the port the server last started on
 ERRLOG="$DIR/error.log"
 OUTLOG="$DIR/mysqld.out"
 
@@ -89,6 +99,42 @@ our_pid() {
     alive "$pid" || return 0
     comm="$(cat "/proc/$pid/comm" 2>/dev/null || true)"
     case "$comm" in mariadbd | mysqld) printf '%s' "$pid" ;; *) return 0 ;; esac
+}
+
+# The port the running server listens on, read from its command line; empty when none runs.
+running_port() {
+    local pid
+    pid="$(our_pid)"
+    [ -n "$pid" ] || return 0
+    tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | sed -n 's/^--port=//p' | head -n 1
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# The first port above $1 that nothing listens on.
+free_port_after() {
+    local p=$(($1 + 1))
+    while port_taken "$p"; do p=$((p + 1)); done
+    printf '%s' "$p"
+}
+
+# PORT: the one given when it matches the running server (else die, naming the right one), the
+# running server's, the remembered one, or 3307. strict=0 (stop) takes the running one as is.
+resolve_port() {
+    local strict="$1" running remembered
+    running="$(running_port)"
+    remembered=""
+    [ -f "$PORTFILE" ] && remembered="$(tr -dc '0-9' <"$PORTFILE")"
+    if [ -z "$PORT_GIVEN" ] || [ "$strict" = 0 ]; then
+        PORT="${running:-${PORT_GIVEN:-${remembered:-3307}}}"
+    elif [ -n "$running" ] && [ "$running" != "$PORT_GIVEN" ]; then
+        die "the private server ($DIR) runs on port $running, not $PORT_GIVEN:" \
+            "use TXO_DB_PORT=$running (e.g. ${TXO_HINT_CMD:-make test} TXO_DB_PORT=$running)," \
+            "or move it: make db-stop, then TXO_DB_PORT=$PORT_GIVEN"
+    else
+        PORT="$PORT_GIVEN"
+    fi
 }
 
 pinging() { admin --connect-timeout=2 ping >/dev/null 2>&1; }
@@ -159,6 +205,7 @@ cmd_start() {
             wait_for_ping "$pid" || { show_error_log; die "server pid $pid does not answer ping"; }
         fi
         log "already running (pid $pid, port $PORT, socket $SOCK)"
+        printf '%s\n' "$PORT" >"$PORTFILE"
         ensure_db_and_user
         return 0
     fi
@@ -180,6 +227,10 @@ cmd_start() {
         fi
     fi
 
+    if port_taken "$PORT"; then
+        die "port $PORT is taken by another program: use another one," \
+            "e.g. ${TXO_HINT_CMD:-make db} TXO_DB_PORT=$(free_port_after "$PORT")"
+    fi
     mariadbd="$(find_bin mariadbd)"
     local args=(
         --no-defaults
@@ -221,6 +272,7 @@ cmd_start() {
         die "server did not answer within 30 s (see $ERRLOG)"
     fi
     log "running (pid $(our_pid), port $PORT, socket $SOCK)"
+    printf '%s\n' "$PORT" >"$PORTFILE"
     ensure_db_and_user
 }
 
@@ -278,14 +330,31 @@ cmd_sql() {
     exec mariadb --no-defaults --protocol=socket --socket="$SOCK" --user="$ADMIN_USER" "$@"
 }
 
+# Fails at once (before a build) when start would fail on the port.
+cmd_check() {
+    if [ -n "$(our_pid)" ]; then
+        return 0 # resolve_port checked that it is ours
+    fi
+    if port_taken "$PORT"; then
+        die "port $PORT is taken by another program (not the private server in $DIR):" \
+            "use another one, e.g. ${TXO_HINT_CMD:-make test} TXO_DB_PORT=$(free_port_after "$PORT")"
+    fi
+}
+
 usage() {
-    sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
+    stop) resolve_port 0 ;;
+    start | status | env | sql | port | check) resolve_port 1 ;;
+esac
+case "$cmd" in
     start) cmd_start ;;
+    port) printf '%s\n' "$PORT" ;;
+    check) cmd_check ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     env) cmd_env ;;

@@ -13,11 +13,14 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libnats-dev libcurl4-openssl-dev)
+            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
 # nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
-# scripts/valgrind.sh) and promtool (package prometheus: the metrics tests check /metrics).
-RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus)
+# scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
+# alert rules), systemd-analyze (package systemd: the units are verified) and man (man-db: the
+# man pages are checked for warnings) and python3 (the notify test's stand-in for systemd, the
+# dashboard's JSON check).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -6,10 +6,14 @@
 #   NATS=1 scripts/run.sh       also starts a private nats-server (JetStream) and uses it
 #   STUBS=1 scripts/run.sh      also starts txo-stub-services and calls it over HTTP for the
 #                               payments and shipments (default: the in-process stand-ins)
+#   scripts/run.sh --check      only check that the ports are free (`make run` does, before
+#                               building): when one is taken, say which and print the
+#                               command with free ones
 #
 # Environment: TXO_BIN (default build/txo), TXO_STUB_BIN (default: txo-stub-services next to
 # TXO_BIN), TXO_LISTEN (default 127.0.0.1:8080), TXO_NATS_PORT (default 4223),
 # TXO_STUB_PORT (default 8090), any other TXO_* / MYSQL_* setting of `txo up --help`.
+# TXO_DB_PRIVATE=1 (set by make): the database is the private server of scripts/db.sh.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,10 +45,56 @@ wait_port() {
     done
 }
 
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# The first port above $1 that nothing listens on.
+free_port_after() {
+    local p=$(($1 + 1))
+    while port_taken "$p"; do p=$((p + 1)); done
+    printf '%s' "$p"
+}
+
+# Every port this run listens on must be free; otherwise one message with all of them and the
+# command that uses free ones, before anything is built or started.
+check_ports() {
+    local taken=() fix=() port="${LISTEN##*:}" free
+    if port_taken "$port"; then
+        free="$(free_port_after "$port")"
+        taken+=("$LISTEN (HTTP API)")
+        fix+=("TXO_LISTEN=${LISTEN%:*}:$free")
+    fi
+    if [ "${NATS:-0}" = "1" ] && port_taken "$NATS_PORT"; then
+        taken+=("127.0.0.1:$NATS_PORT (nats-server)")
+        fix+=("TXO_NATS_PORT=$(free_port_after "$NATS_PORT")")
+    fi
+    if [ "${STUBS:-0}" = "1" ] && port_taken "$STUB_PORT"; then
+        taken+=("127.0.0.1:$STUB_PORT (txo-stub-services)")
+        fix+=("TXO_STUB_PORT=$(free_port_after "$STUB_PORT")")
+    fi
+    [ "${#taken[@]}" -eq 0 ] && return 0
+    local flags=""
+    [ "${NATS:-0}" = "1" ] && flags+=" NATS=1"
+    [ "${STUBS:-0}" = "1" ] && flags+=" STUBS=1"
+    log "port taken by another program: ${taken[*]}"
+    log "use free ones:  make run$flags ${fix[*]}${TXO_DB_PORT:+ TXO_DB_PORT=$TXO_DB_PORT}"
+    exit 1
+}
+
+if [ "${1:-}" = "--check" ]; then
+    check_ports
+    exit 0
+fi
+
 cleanup() {
     stop txo-stub-services "$STUB_PID"
     stop nats-server "$NATS_PID"
+    if [ "${TXO_DB_PRIVATE:-0}" = "1" ]; then
+        log "the private MariaDB keeps running (127.0.0.1:${MYSQL_PORT:-?}, .txo/mariadb) for the" \
+            "next run; stop it with: make db-stop"
+    fi
 }
+check_ports
 trap cleanup EXIT
 
 ARGS=(up --listen "$LISTEN" --stock "iphone-15=1000,airpods-pro=1000,usb-c-cable=5000")

@@ -21,6 +21,7 @@
 
 #include "clean.h"
 #include "daemons.h"
+#include "notify.h"
 #include "signals.h"
 #include "txo/webhook.h"
 
@@ -250,9 +251,12 @@ static int run(int argc, char **argv)
     txo_error_init(&err);
     txo_error_init(&rt.err);
 
-    struct txo_db *db = common_connect(&opts.common);
+    int sig = 0;
+    /* A daemon waits for the database; a one-shot --drain (cron, scripts) fails at once. */
+    struct txo_db *db =
+        opts.drain ? common_connect(&opts.common) : daemon_db_wait("relay", &opts.common, &sig);
     if (db == NULL)
-        return 1;
+        return sig != 0 ? 0 : 1;
     if (make_publisher(opts.publisher, &pub, &err) < 0) {
         cmd_report("relay", "creating the publisher", &err);
         goto out;
@@ -289,7 +293,9 @@ static int run(int argc, char **argv)
         prog_started =
             prog.db != NULL && pthread_create(&prog_tid, NULL, progress_main, &prog) == 0;
     }
-    int sig = signals_wait();
+    notify_ready("publishing the outbox");
+    sig = signals_wait();
+    notify_stopping();
     if (sig != 0)
         TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
     txo_relay_stop(rt.relay);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "daemons.h"
+#include "notify.h"
 
 static int run(int argc, char **argv);
 
@@ -57,7 +58,15 @@ static int run(int argc, char **argv)
     int status = 1;
     struct order_services *services = NULL;
     struct api_daemon *api = NULL;
-    struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
+    struct daemon_metrics *metrics = NULL;
+    int sig = 0;
+    struct txo_db *probe = daemon_db_wait("serve", &opts.common, &sig);
+    if (probe == NULL) {
+        status = sig != 0 ? 0 : 1;
+        goto out;
+    }
+    txo_db_close(probe);
+    metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
         goto out;
     if (!daemon_services_new("serve", &opts.services, daemon_metrics_registry(metrics),
@@ -69,7 +78,9 @@ static int run(int argc, char **argv)
                            daemon_metrics_registry(metrics), NULL, NULL);
     if (api == NULL)
         goto out;
-    int sig = signals_wait();
+    notify_ready("serving the HTTP API");
+    sig = signals_wait();
+    notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "serve", "stopping signal=%d", sig);
     status = 0;
 out:

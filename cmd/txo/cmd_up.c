@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "notify.h"
 #include "orders.h"
 
 static int run(int argc, char **argv);
@@ -150,9 +151,9 @@ static bool apply_stock(struct txo_db *db, const char *spec)
     return ok;
 }
 
-static bool prepare_database(void)
+static bool prepare_database(int *sig)
 {
-    struct txo_db *db = common_connect(&opts.common);
+    struct txo_db *db = daemon_db_wait("up", &opts.common, sig);
     if (db == NULL)
         return false;
     struct txo_error err;
@@ -195,10 +196,11 @@ static int run(int argc, char **argv)
         return 2;
     if (opts.stock != NULL && opts.stock[0] != '\0' && !apply_stock(NULL, opts.stock))
         return 2;
-    if (!prepare_database())
-        return 1;
+    signals_block(); /* before the database wait, which a signal ends */
+    int sig = 0;
+    if (!prepare_database(&sig))
+        return sig != 0 ? 0 : 1;
 
-    signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
@@ -257,7 +259,9 @@ static int run(int argc, char **argv)
         goto out;
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
             opts.broker, opts.worker.saga_threads);
-    int sig = signals_wait();
+    notify_ready("serving the HTTP API, relay and worker");
+    sig = signals_wait();
+    notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
     status = 0;
 out:

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "notify.h"
 
 static int run(int argc, char **argv);
 
@@ -82,7 +83,17 @@ static int run(int argc, char **argv)
     struct order_services *services = NULL;
     struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
-    struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
+    struct daemon_metrics *metrics = NULL;
+    int sig = 0;
+    /* The worker's threads ride out a database that goes away; at start-up it waits, like
+     * serve and relay, so that READY=1 means the database answered. */
+    struct txo_db *probe = daemon_db_wait("worker", &opts.common, &sig);
+    if (probe == NULL) {
+        status = sig != 0 ? 0 : 1;
+        goto out;
+    }
+    txo_db_close(probe);
+    metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
         goto out;
     if (!daemon_services_new("worker", &opts.services, daemon_metrics_registry(metrics),
@@ -102,7 +113,9 @@ static int run(int argc, char **argv)
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
             opts.worker.saga_threads, opts.broker);
-    int sig = signals_wait();
+    notify_ready("running sagas");
+    sig = signals_wait();
+    notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
     status = 0;
 out:

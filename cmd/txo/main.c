@@ -6,9 +6,8 @@
 #include <string.h>
 
 #include "clean.h"
+#include "notify.h"
 #include "settings.h"
-
-#define TXO_VERSION "0.1.0"
 
 static const struct command *const commands[] = {
     &cmd_up,    &cmd_serve, &cmd_relay, &cmd_worker, &cmd_migrate,
@@ -44,6 +43,57 @@ static int print_markdown(void)
     return 0;
 }
 
+/* txo(1): the command and its subcommands; each subcommand has a page of its own. */
+static void print_man_txo(void)
+{
+    printf(".TH TXO 1 \"\" \"txo %s\" \"txo manual\"\n"
+           ".SH NAME\ntxo \\- transactional outbox, relay and sagas with compensation for "
+           "MariaDB\n"
+           ".SH SYNOPSIS\n.B txo\n.I command\n[\\fIoptions\\fR]\n"
+           ".SH DESCRIPTION\n"
+           "One binary, one subcommand per daemon or operation. The daemons (serve, relay,\n"
+           "worker, up) stop gracefully on SIGTERM or SIGINT and speak the systemd notify\n"
+           "protocol when NOTIFY_SOCKET is set.\n"
+           ".SH COMMANDS\n",
+           TXO_VERSION);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++) {
+        printf(".TP\n.BR txo\\-");
+        settings_man_text(commands[i]->name, stdout);
+        printf(" (1)\n");
+        settings_man_text(commands[i]->summary, stdout);
+        putchar('\n');
+    }
+    printf(".SH ENVIRONMENT\n"
+           "Every option is also an environment variable (see each command's page). The\n"
+           "database is named by\n.BR MYSQL_HOST ,\n.BR MYSQL_PORT ,\n.BR MYSQL_USER ,\n"
+           ".BR MYSQL_PASSWORD ,\n.B MYSQL_DATABASE\nand\n.BR MYSQL_SOCKET .\n"
+           ".SH FILES\n.TP\n.I /etc/txo/txo.env\n"
+           "the settings the systemd units (txo\\-serve.service, txo\\-relay@.service,\n"
+           "txo\\-worker@.service) read.\n"
+           ".SH EXIT STATUS\n0 on success and after a graceful stop, 1 on a failure, 2 on a bad\n"
+           "setting or usage.\n"
+           ".SH SEE ALSO\n");
+    for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
+        printf(".BR txo\\-%s (1)%s\n", commands[i]->name,
+               i + 1 < TXO_ARRAY_LEN(commands) ? "," : "");
+}
+
+/* `txo help --man [COMMAND]`: txo(1), or txo-COMMAND(1), in roff on stdout. */
+static int print_man(const char *name)
+{
+    if (name == NULL) {
+        print_man_txo();
+        return 0;
+    }
+    for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
+        if (strcmp(commands[i]->name, name) == 0) {
+            char *man_argv[] = {(char *)commands[i]->name, (char *)"--help-man", NULL};
+            return commands[i]->run(2, man_argv);
+        }
+    fprintf(stderr, "txo: unknown command \"%s\"\n", name);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -51,8 +101,16 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *name = argv[1];
+    notify_init();
     if (strcmp(name, "help") == 0 && argc > 2 && strcmp(argv[2], "--markdown") == 0)
         return print_markdown();
+    if (strcmp(name, "help") == 0 && argc > 2 && strcmp(argv[2], "--man") == 0)
+        return print_man(argc > 3 ? argv[3] : NULL);
+    if (strcmp(name, "help") == 0 && argc > 2 && strcmp(argv[2], "--commands") == 0) {
+        for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
+            printf("%s\n", commands[i]->name);
+        return 0;
+    }
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0) {
         if (strcmp(name, "help") == 0 && argc > 2) {
             for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)

@@ -2,6 +2,7 @@
  * The settings tables of the `txo` subcommands: parsing (default < env < flag), --help,
  * --print-config and the Markdown reference, all generated from one table per command.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -16,6 +17,7 @@
 #define OPT_HELP         1
 #define OPT_PRINT_CONFIG 2
 #define OPT_HELP_MD      3   /* --help-markdown: used by `txo help --markdown` for docs/config.md */
+#define OPT_HELP_MAN     4   /* --help-man: used by `txo help --man` for the man pages */
 #define OPT_FIRST        256 /* above every char getopt_long can return (h, ?, :) */
 
 static bool parse_bool(const char *s, bool *out)
@@ -145,6 +147,85 @@ void settings_print_markdown(const struct command *cmd, const struct setting *ta
     fputc('\n', out);
 }
 
+void settings_man_text(const char *text, FILE *out)
+{
+    bool line_start = true;
+    for (const char *p = text; *p != '\0'; p++) {
+        if (line_start && (*p == '.' || *p == '\''))
+            fputs("\\&", out); /* not a request */
+        line_start = *p == '\n';
+        if (*p == '\\')
+            fputs("\\e", out);
+        else if (*p == '-')
+            fputs("\\-", out); /* a minus sign, so options copy and paste */
+        else
+            fputc(*p, out);
+    }
+}
+
+void settings_print_man(const struct command *cmd, const struct setting *table, size_t n,
+                        const char *version, FILE *out)
+{
+    char title[64];
+    size_t t = 0;
+    for (const char *p = cmd->name; *p != '\0' && t + 1 < sizeof(title); p++)
+        title[t++] = (char)toupper((unsigned char)*p);
+    title[t] = '\0';
+    fprintf(out, ".TH TXO\\-%s 1 \"\" \"txo %s\" \"txo manual\"\n.SH NAME\ntxo\\-", title, version);
+    settings_man_text(cmd->name, out);
+    fputs(" \\- ", out);
+    settings_man_text(cmd->summary, out);
+    fputs("\n.SH SYNOPSIS\n", out);
+    /* "txo dlq list [options] | txo dlq replay [options] ID...": one line per form. */
+    const char *form = cmd->usage;
+    for (;;) {
+        const char *bar = strstr(form, " | ");
+        size_t len = bar != NULL ? (size_t)(bar - form) : strlen(form);
+        char line[256];
+        snprintf(line, sizeof(line), "%.*s", (int)len, form);
+        fputs(".br\n", out);
+        settings_man_text(line, out);
+        fputc('\n', out);
+        if (bar == NULL)
+            break;
+        form = bar + 3;
+    }
+    fputs(".SH DESCRIPTION\n", out);
+    settings_man_text(cmd->description, out);
+    fputs("\n.SH OPTIONS\nEach option is also an environment variable (shown after it); a flag "
+          "overrides the variable, which overrides the default.\n",
+          out);
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        const char *hint = type_hint(s);
+        fputs(".TP\n\\fB\\-\\-", out);
+        settings_man_text(s->name, out);
+        fputs("\\fR", out);
+        if (*hint)
+            fprintf(out, " \\fI%s\\fR", hint);
+        fputc('\n', out);
+        settings_man_text(s->help, out);
+        size_t hl = strlen(s->help);
+        if (hl > 0 && s->help[hl - 1] != '.')
+            fputc('.', out);
+        if (s->def != NULL) {
+            fputs(" Default: ", out);
+            settings_man_text(s->secret ? "***" : s->def, out);
+            fputc('.', out);
+        }
+        if (s->env != NULL) {
+            fputs(" Environment: \\fB", out);
+            settings_man_text(s->env, out);
+            fputs("\\fR.", out);
+        }
+        fputc('\n', out);
+    }
+    fputs(".TP\n.B \\-\\-print\\-config\nprint the effective settings (secrets as ***) and "
+          "exit.\n.TP\n.BR \\-h \", \" \\-\\-help\nshow the help and exit.\n",
+          out);
+    fputs(".SH SEE ALSO\n.BR txo (1)\n", out);
+}
+
 static void print_config(const struct setting *table, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -190,7 +271,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
         }
     }
 
-    struct option *longopts = calloc(n + 4, sizeof(*longopts));
+    struct option *longopts = calloc(n + 5, sizeof(*longopts));
     if (!longopts) {
         fprintf(stderr, "%s: out of memory\n", me);
         return SETTINGS_EXIT_USAGE;
@@ -203,6 +284,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
     longopts[n] = (struct option){"help", no_argument, NULL, OPT_HELP};
     longopts[n + 1] = (struct option){"print-config", no_argument, NULL, OPT_PRINT_CONFIG};
     longopts[n + 2] = (struct option){"help-markdown", no_argument, NULL, OPT_HELP_MD};
+    longopts[n + 3] = (struct option){"help-man", no_argument, NULL, OPT_HELP_MAN};
 
     enum settings_result result = SETTINGS_OK;
     bool want_print = false;
@@ -222,6 +304,11 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
         }
         if (c == OPT_HELP_MD) {
             settings_print_markdown(cmd, table, n, stdout);
+            result = SETTINGS_EXIT_OK;
+            goto out;
+        }
+        if (c == OPT_HELP_MAN) {
+            settings_print_man(cmd, table, n, TXO_VERSION, stdout);
             result = SETTINGS_EXIT_OK;
             goto out;
         }

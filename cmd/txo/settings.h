@@ -17,6 +17,9 @@
 
 #include "txo/txo.h"
 
+/* The version `txo --version` and the man pages show. */
+#define TXO_VERSION "0.1.0"
+
 enum setting_type {
     SETTING_STRING, /* target: const char ** */
     SETTING_UINT,   /* target: unsigned *, within [min, max] */
@@ -72,6 +75,16 @@ void settings_print_help(const struct command *cmd, const struct setting *table,
 /* Writes the settings table as a Markdown section (used to generate docs/config.md). */
 void settings_print_markdown(const struct command *cmd, const struct setting *table, size_t n,
                              FILE *out);
+
+/*
+ * Writes the settings table as a man page, txo-<name>(1) in roff (the man pages are generated
+ * by `txo help --man`). version goes into the page's footer.
+ */
+void settings_print_man(const struct command *cmd, const struct setting *table, size_t n,
+                        const char *version, FILE *out);
+
+/* Writes text for roff: backslashes, minus signs and request-like line starts escaped. */
+void settings_man_text(const char *text, FILE *out);
 
 /*
  * A command's table under construction: entries appended in --help order, the shared groups

@@ -16,6 +16,8 @@
 #ifndef TXO_CMD_SIGNALS_H
 #define TXO_CMD_SIGNALS_H
 
+#include <stdint.h>
+
 /* Blocks SIGINT, SIGTERM and SIGUSR1 in this thread and every thread created after. */
 void signals_block(void);
 
@@ -25,6 +27,19 @@ void signals_block(void);
  * terminates the process.
  */
 int signals_wait(void);
+
+/*
+ * Sleeps ms milliseconds, or less when SIGINT or SIGTERM comes (returns its number; 0 when the
+ * time is up). For waits before signals_wait(), such as for the database at start-up; a
+ * signals_wake() meanwhile only ends the sleep. Same thread as signals_block().
+ */
+int signals_sleep(int64_t ms);
+
+/*
+ * Has signals_wait() and signals_sleep() call fn every interval_ms while they wait (fn NULL or
+ * interval_ms <= 0: none). Call before the waits, from the thread that waits.
+ */
+void signals_set_tick(void (*fn)(void), int64_t interval_ms);
 
 /* Makes signals_wait() return 0, from any thread, before or during the wait. */
 void signals_wake(void);
