@@ -37,7 +37,7 @@ struct txo_tx;
 struct txo_rows;
 
 /*
- * How a connection uses TLS, the modes of the MySQL and MariaDB clients' --ssl-mode:
+ * How a connection uses TLS: the modes of the MySQL and MariaDB clients' --ssl-mode.
  */
 enum txo_ssl_mode {
     TXO_SSL_PREFERRED = 0,   /* TLS when the server offers it, else plain; certificate unchecked */
