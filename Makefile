@@ -22,6 +22,8 @@ BENCH_ARGS  ?=
 SOAK_SECONDS ?= 300
 SOAK_CLIENTS ?= 4
 SOAK_SEED    ?=
+FUZZ_SECONDS ?= 180
+FUZZ_TARGETS := http_head order_post envelope canonical_json settings
 CLANG_FORMAT ?= clang-format
 TXO_DB_PORT ?= 3307
 PREFIX      ?= /usr/local
@@ -60,7 +62,7 @@ define cmake_configure
 endef
 
 .PHONY: install help deps build build-asan build-tsan build-clang db db-stop migrate run demo test test-asan \
-        test-tsan valgrind soak \
+        test-tsan valgrind soak fuzz \
         bench format format-check clean distclean
 
 help:
@@ -84,6 +86,7 @@ help:
 	@echo '  soak          every daemon as its own process under load and faults for SOAK_SECONDS ($(SOAK_SECONDS)),'
 	@echo '                then check that no charge or shipment leaked (tests/soak/README.md)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
+	@echo '  fuzz          build the libFuzzer harnesses (build-fuzz) and run each for FUZZ_SECONDS ($(FUZZ_SECONDS))'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
 	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, migrations, docs'
 	@echo '                into $$(PREFIX) ($(PREFIX)); DESTDIR=... stages it (packaging)'
@@ -115,6 +118,23 @@ build-clang:
 	scripts/deps.sh clang
 	$(call cmake_configure,build-clang,-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS))
 	$(CMAKE) --build build-clang -j$(JOBS)
+
+# libFuzzer harnesses (fuzz/): each runs FUZZ_SECONDS on its seed corpus fuzz/corpus/NAME (read
+# first, so an input committed there after a crash is a regression test) plus what it found
+# before (build-fuzz/corpus/NAME). A crash leaves build-fuzz/crash-NAME-* and fails the target.
+fuzz:
+	scripts/deps.sh clang libclang-rt-14-dev
+	$(call cmake_configure,build-fuzz,-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DTXO_BUILD_FUZZ=ON -DTXO_BUILD_TESTS=OFF -DTXO_BUILD_BENCH=OFF $(CMAKE_ARGS))
+	$(CMAKE) --build build-fuzz -j$(JOBS)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus/$$t; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  $(ASAN_ENV) build-fuzz/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=2048 -max_len=16384 -dict=fuzz/dict/$$t.dict -close_fd_mask=3 \
+	    -print_final_stats=1 -artifact_prefix=build-fuzz/crash-$$t- \
+	    build-fuzz/corpus/$$t fuzz/corpus/$$t 2>&1 | grep -v '^#[0-9]' ; \
+	  test "$${PIPESTATUS[0]}" -eq 0; \
+	done
 
 ifeq ($(DB_PRIVATE),1)
 db: deps
@@ -171,7 +191,7 @@ format-check:
 	$(if $(FORMAT_FILES),$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES),@echo 'format-check: no C files found')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) build-clang build-tsan
+	rm -rf $(BUILD) $(BUILD_ASAN) build-clang build-tsan build-fuzz
 
 distclean: clean db-stop
 	rm -rf .txo

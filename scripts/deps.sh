@@ -13,7 +13,7 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libmicrohttpd-dev libnats-dev libcurl4-openssl-dev)
+            libcmocka-dev libnats-dev libcurl4-openssl-dev)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
 # nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
 # scripts/valgrind.sh) and promtool (package prometheus: the metrics tests check /metrics).

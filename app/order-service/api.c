@@ -15,6 +15,7 @@
  * Crash points (tests): "api.before_commit" fires inside the transaction after every row is
  * written; "api.after_commit" after COMMIT, before the response is sent.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -58,10 +59,17 @@ void order_api_free(struct order_api *api)
 
 /* ---- responses ---- */
 
-/* Answers a JSON document (stolen reference). */
+/* Answers a JSON document (stolen reference). doc is NULL when json_pack refused its input,
+ * which is a bug here, not an allocation failure: only a failed allocation says so. */
 static void reply_json(struct txo_http_response *resp, int status, json_t *doc)
 {
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    if (doc == NULL) {
+        TXO_LOG(TXO_LOG_ERROR, "api", "could not build the JSON response status=%d", status);
+        (void)txo_http_response_set(
+            resp, 500, "{\"error\":\"internal\",\"message\":\"could not build the response\"}");
+        return;
+    }
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(doc);
     if (text == NULL || txo_http_response_set(resp, status, text) != 0)
         (void)txo_http_response_set(resp, 500,
@@ -69,10 +77,63 @@ static void reply_json(struct txo_http_response *resp, int status, json_t *doc)
     free(text); /* jansson allocates with malloc */
 }
 
+/*
+ * Copies text into out (cap bytes, NUL-terminated) with every byte that is not part of a
+ * well-formed UTF-8 character (RFC 3629: no overlong forms, no surrogates, nothing above
+ * U+10FFFF) replaced by '?', so that it can go into a JSON string. Messages can quote the
+ * client's bytes (jansson's error text does, and may cut a character in half).
+ */
+static void utf8_sanitize(const char *text, char *out, size_t cap)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    size_t o = 0;
+    while (*p != '\0' && o + 1 < cap) {
+        size_t n = 0;
+        unsigned min = 0;
+        unsigned cp = 0;
+        if (p[0] < 0x80) {
+            n = 1;
+            cp = p[0];
+        } else if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+            n = 2;
+            cp = p[0] & 0x1fu;
+            min = 0x80;
+        } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+            n = 3;
+            cp = p[0] & 0x0fu;
+            min = 0x800;
+        } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+            n = 4;
+            cp = p[0] & 0x07u;
+            min = 0x10000;
+        }
+        bool ok = n > 0;
+        for (size_t i = 1; ok && i < n; i++) {
+            if ((p[i] & 0xc0u) != 0x80)
+                ok = false;
+            else
+                cp = (cp << 6) | (p[i] & 0x3fu);
+        }
+        if (ok && n > 1 && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)))
+            ok = false;
+        if (!ok || o + n >= cap) {
+            out[o++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(out + o, p, n);
+        o += n;
+        p += n;
+    }
+    out[o] = '\0';
+}
+
 static void reply_error(struct txo_http_response *resp, int status, const char *code,
                         const char *message)
 {
-    reply_json(resp, status, json_pack("{s:s,s:s}", "error", code, "message", message));
+    char clean[512];
+    utf8_sanitize(message, clean, sizeof(clean));
+    reply_json(resp, status, json_pack("{s:s,s:s}", "error", code, "message", clean));
 }
 
 /* Maps a library error to an HTTP answer: what a client can do about it decides the status. */
@@ -215,6 +276,89 @@ static bool is_json_media_type(const char *ctype)
     return next == '\0' || next == ';' || next == ' ' || next == '\t';
 }
 
+/* What the checks of POST /orders that need no database produced; order_post_release(). */
+struct order_post {
+    json_t *doc;
+    struct parsed_order order;
+    char hash[TXO_IDEM_HASH_LEN];
+};
+
+static void order_post_release(struct order_post *p)
+{
+    txo_free(p->order.items);
+    json_decref(p->doc);
+    memset(p, 0, sizeof(*p));
+}
+
+/*
+ * Step 1 of POST /orders: the Idempotency-Key (n_keys headers, the first is key), the
+ * Content-Type, the JSON body, its shape and its values, and the request hash. Returns true
+ * with *p filled in (release it), or false with resp answered (400, 415, 422; 500 only when an
+ * allocation failed) and *p empty.
+ */
+static bool check_post(const char *key, size_t n_keys, const char *ctype, const char *body,
+                       size_t len, struct order_post *p, struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    memset(p, 0, sizeof(*p));
+    if (n_keys > 1) {
+        reply_error(resp, 400, "invalid_idempotency_key",
+                    "send one Idempotency-Key header, not several");
+        return false;
+    }
+    if (key == NULL) {
+        reply_error(resp, 400, "missing_idempotency_key",
+                    "POST /orders needs an Idempotency-Key header (e.g. a UUID)");
+        return false;
+    }
+    if (txo_idem_key_check(key, &err) != 0) {
+        reply_error(resp, 400, "invalid_idempotency_key", err.msg);
+        return false;
+    }
+    if (ctype != NULL && !is_json_media_type(ctype)) {
+        reply_error(resp, 415, "unsupported_media_type", "Content-Type must be application/json");
+        return false;
+    }
+    /* JSON has no place for a raw NUL, and jansson reads a document cut at one as whole. */
+    if (memchr(body, '\0', len) != NULL) {
+        reply_error(resp, 400, "malformed_json", "NUL byte in the request body");
+        return false;
+    }
+    json_error_t jerr;
+    p->doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (p->doc == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s", jerr.line,
+                 jerr.column, jerr.text);
+        reply_error(resp, 400, "malformed_json", msg);
+        return false;
+    }
+    int rc = parse_order(p->doc, &p->order, &err);
+    if (rc == TXO_EBUSINESS)
+        reply_error(resp, 422, "validation_failed", err.msg);
+    else if (rc != 0)
+        reply_error(resp, rc == TXO_ENOMEM ? 500 : 400, "invalid_request", err.msg);
+    else if (orders_validate(p->order.customer_id, p->order.items, p->order.n, NULL, &err) != 0)
+        reply_error(resp, 422, "validation_failed", err.msg);
+    else if ((rc = txo_idem_hash_doc("POST", "/orders", p->doc, p->hash, &err)) != 0)
+        reply_txo_error(resp, rc, &err);
+    else
+        return true;
+    order_post_release(p);
+    return false;
+}
+
+bool order_api_check_post(const char *key, size_t n_keys, const char *content_type,
+                          const char *body, size_t len, struct txo_http_response *resp)
+{
+    struct order_post p;
+    bool ok = check_post(key, n_keys, content_type, body, len, &p, resp);
+    if (ok)
+        order_post_release(&p);
+    return ok;
+}
+
 static void post_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
                        const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -222,50 +366,15 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
     struct txo_error err;
     txo_error_init(&err);
     const char *key = txo_http_request_header(req, "Idempotency-Key");
-    if (key == NULL) {
-        reply_error(resp, 400, "missing_idempotency_key",
-                    "POST /orders needs an Idempotency-Key header (e.g. a UUID)");
+    struct order_post post;
+    if (!check_post(key, txo_http_request_header_count(req, "Idempotency-Key"),
+                    txo_http_request_header(req, "Content-Type"), req->body, req->body_len, &post,
+                    resp))
         return;
-    }
-    if (txo_idem_key_check(key, &err) != 0) {
-        reply_error(resp, 400, "invalid_idempotency_key", err.msg);
-        return;
-    }
-    const char *ctype = txo_http_request_header(req, "Content-Type");
-    if (ctype != NULL && !is_json_media_type(ctype)) {
-        reply_error(resp, 415, "unsupported_media_type", "Content-Type must be application/json");
-        return;
-    }
-
     struct place_args a = {.api = api, .key = key};
-    struct parsed_order order = {0};
-    json_error_t jerr;
-    json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-    if (doc == NULL) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "malformed JSON at line %d column %d: %s", jerr.line,
-                 jerr.column, jerr.text);
-        reply_error(resp, 400, "malformed_json", msg);
-        return;
-    }
-    int rc = parse_order(doc, &order, &err);
-    if (rc == TXO_EBUSINESS) {
-        reply_error(resp, 422, "validation_failed", err.msg);
-        goto out;
-    }
-    if (rc != 0) {
-        reply_error(resp, rc == TXO_ENOMEM ? 500 : 400, "invalid_request", err.msg);
-        goto out;
-    }
-    if (orders_validate(order.customer_id, order.items, order.n, NULL, &err) != 0) {
-        reply_error(resp, 422, "validation_failed", err.msg);
-        goto out;
-    }
-    rc = txo_idem_hash_doc(req->method, "/orders", doc, a.hash, &err);
-    if (rc != 0) {
-        reply_txo_error(resp, rc, &err);
-        goto out;
-    }
+    memcpy(a.hash, post.hash, sizeof(a.hash));
+    int rc;
+    struct parsed_order order = post.order;
     a.order = &order;
     rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, place_order_tx, &a, &err);
     if (rc != 0) {
@@ -296,8 +405,7 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
 out:
     txo_idem_claim_release(&a.claim);
     txo_free(a.response);
-    txo_free(order.items);
-    json_decref(doc);
+    order_post_release(&post);
 }
 
 /* ---- the other routes ---- */
@@ -494,6 +602,19 @@ static void outbox_stats(struct order_api *api, struct txo_db *db, const struct 
                          st.oldest_pending_age_s));
 }
 
+/* A decimal integer in lo..hi and nothing else; out of range (even past int64) is refused,
+ * never clamped. */
+static bool parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
 static void list_dlq(struct order_api *api, struct txo_db *db, const struct route_match *m,
                      const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -503,14 +624,18 @@ static void list_dlq(struct order_api *api, struct txo_db *db, const struct rout
     txo_error_init(&err);
     const char *after = txo_http_request_arg(req, "after_id");
     const char *limit = txo_http_request_arg(req, "limit");
-    char *end = NULL;
-    long long after_id = after != NULL ? strtoll(after, &end, 10) : 0;
-    if (after != NULL && (end == after || *end != '\0' || after_id < 0)) {
-        reply_error(resp, 400, "invalid_request", "after_id must be an integer >= 0");
+    if (txo_http_request_arg_count(req, "after_id") > 1 ||
+        txo_http_request_arg_count(req, "limit") > 1) {
+        reply_error(resp, 400, "invalid_request", "after_id and limit may be given once each");
         return;
     }
-    long long max = limit != NULL ? strtoll(limit, &end, 10) : 50;
-    if (limit != NULL && (end == limit || *end != '\0' || max < 1 || max > 1000)) {
+    int64_t after_id = 0;
+    if (after != NULL && !parse_int64(after, 0, INT64_MAX, &after_id)) {
+        reply_error(resp, 400, "invalid_request", "after_id must be an integer 0..2^63-1");
+        return;
+    }
+    int64_t max = 50;
+    if (limit != NULL && !parse_int64(limit, 1, 1000, &max)) {
         reply_error(resp, 400, "invalid_request", "limit must be 1..1000");
         return;
     }
@@ -531,7 +656,7 @@ static void list_dlq(struct order_api *api, struct txo_db *db, const struct rout
                             "error", dl[i].error, "created_at", dl[i].created_at, "replayed_at",
                             dl[i].replayed_at, "replay_count", (json_int_t)dl[i].replay_count));
     }
-    int64_t next = n > 0 ? dl[n - 1].id : (int64_t)after_id;
+    int64_t next = n > 0 ? dl[n - 1].id : after_id;
     txo_dead_letters_free(dl, n);
     reply_json(resp, 200,
                json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
@@ -553,26 +678,32 @@ static void replay_dlq(struct order_api *api, struct txo_db *db, const struct ro
     reply_json(resp, 200, json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", "REPLAYED"));
 }
 
-/* Constant-time comparison of the bearer token. */
+/*
+ * Compares the bearer token in constant time: the loop runs over the whole configured token
+ * whatever the client sent, so the time taken says nothing about how many bytes matched.
+ */
 static bool admin_allowed(const struct order_api *api, const struct txo_http_request *req)
 {
     const char *token = api->opts.admin_token;
     if (token == NULL || token[0] == '\0')
         return true;
+    if (txo_http_request_header_count(req, "Authorization") != 1)
+        return false;
     const char *auth = txo_http_request_header(req, "Authorization");
-    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+    if (strncmp(auth, "Bearer ", 7) != 0)
         return false;
     const char *given = auth + 7;
     size_t n = strlen(token);
-    if (strlen(given) != n)
-        return false;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(given[i] ^ token[i]);
+    size_t g = strlen(given);
+    volatile unsigned char diff = g != n;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = i < g ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(c ^ (unsigned char)token[i]);
+    }
     return diff == 0;
 }
 
-/* HEAD is answered as GET (libmicrohttpd leaves the body out). */
+/* HEAD is answered as GET (the server leaves the body out). */
 static bool is(const struct txo_http_request *req, const char *method)
 {
     return strcmp(req->method, method) == 0 ||
@@ -587,6 +718,23 @@ static void healthz(struct order_api *api, struct txo_db *db, const struct route
     (void)m;
     (void)req;
     (void)txo_http_response_set(resp, 200, "{\"status\":\"ok\"}");
+}
+
+extern const char orders__openapi_json[]; /* generated from openapi.json */
+
+const char *order_api_openapi(void)
+{
+    return orders__openapi_json;
+}
+
+static void openapi(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                    const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)db;
+    (void)m;
+    (void)req;
+    (void)txo_http_response_set(resp, 200, orders__openapi_json);
 }
 
 static void readyz(struct order_api *api, struct txo_db *db, const struct route_match *m,
@@ -622,6 +770,7 @@ struct route {
 
 static const struct route routes[] = {
     {"GET", "/healthz", PARAM_NONE, "", false, false, healthz},
+    {"GET", "/openapi.json", PARAM_NONE, "", false, false, openapi},
     {"GET", "/readyz", PARAM_NONE, "", false, true, readyz},
     {"POST", "/orders", PARAM_NONE, "", false, true, post_order},
     {"GET", "/orders/", PARAM_ID, "", false, true, get_order},
@@ -632,6 +781,17 @@ static const struct route routes[] = {
     {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
     {"GET", "/sagas/", PARAM_SAGA, "", true, true, get_saga},
 };
+
+bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin)
+{
+    if (i >= TXO_ARRAY_LEN(routes))
+        return false;
+    const struct route *r = &routes[i];
+    *method = r->method;
+    *admin = r->admin;
+    snprintf(path, cap, "%s%s%s", r->prefix, r->param != PARAM_NONE ? "{id}" : "", r->suffix);
+    return true;
+}
 
 static bool path_matches(const struct route *r, const char *path, struct route_match *m)
 {

@@ -67,7 +67,27 @@ TXO_MUST_CHECK int order_api_new(const struct order_api_opts *opts, struct txo_d
 void order_api_free(struct order_api *api);
 
 /* The txo_http_handler_fn of the API; arg is the struct order_api. */
+/*
+ * The checks of POST /orders that need no database, on the values of its Idempotency-Key
+ * headers (n_keys of them, key the first or NULL), its Content-Type (NULL: none) and its body:
+ * true when the request would go on to the database, false with resp answered (400, 415, 422,
+ * and 500 only for a failed allocation). The caller frees resp->body (txo_free). Pure and
+ * thread-safe; the fuzzer of the request parsing calls it (fuzz/fuzz_order_post.c).
+ */
+bool order_api_check_post(const char *key, size_t n_keys, const char *content_type,
+                          const char *body, size_t len, struct txo_http_response *resp);
+
 void order_api_handle(void *arg, const struct txo_http_request *req,
                       struct txo_http_response *resp);
+
+/* The OpenAPI 3.1 description the API serves as GET /openapi.json (static, NUL-terminated). */
+const char *order_api_openapi(void);
+
+/*
+ * The routes the API answers, for the test that holds the OpenAPI description to them:
+ * route i's method and its path as an OpenAPI template ("/orders/{id}/cancel"), written into
+ * path (cap bytes), and whether it is an admin endpoint. False past the last route.
+ */
+bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin);
 
 #endif

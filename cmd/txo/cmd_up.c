@@ -7,6 +7,7 @@
  * Stop order on SIGTERM/SIGINT: the API first (no new orders), then the relay (its batch in
  * flight completes), then the worker (its saga steps in flight complete).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -102,27 +103,45 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
-/* --stock: "sku=units,sku=units". */
-static bool ensure_stock(struct txo_db *db, const char *spec)
+/*
+ * --stock: "sku=units,sku=units". The whole list is checked before anything is written, so a
+ * bad item exits 2 without touching the database (no half-applied list).
+ */
+static bool stock_item(char *item, int32_t *units)
+{
+    char *eq = strchr(item, '=');
+    char *end = NULL;
+    errno = 0;
+    long v = eq != NULL ? strtol(eq + 1, &end, 10) : -1;
+    if (eq == NULL || eq == item || end == eq + 1 || *end != '\0' || errno != 0 || v < 0 ||
+        v > INT32_MAX)
+        return false;
+    *eq = '\0';
+    *units = (int32_t)v;
+    return true;
+}
+
+/* Checks (db NULL) or applies the --stock list; false on a malformed item or a DB error. */
+static bool apply_stock(struct txo_db *db, const char *spec)
 {
     char *copy = txo_strdup(spec);
     bool ok = copy != NULL;
     char *save = NULL;
     for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
          item = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(item, '=');
-        char *end = NULL;
-        long units = eq != NULL ? strtol(eq + 1, &end, 10) : -1;
-        if (eq == NULL || eq == item || end == eq + 1 || *end != '\0' || units < 0 ||
-            units > INT32_MAX) {
-            fprintf(stderr, "txo up: --stock wants SKU=UNITS[,SKU=UNITS...], got \"%s\"\n", item);
+        char shown[128];
+        snprintf(shown, sizeof(shown), "%s", item);
+        int32_t units = 0;
+        if (!stock_item(item, &units)) {
+            fprintf(stderr, "txo up: --stock wants SKU=UNITS[,SKU=UNITS...], got \"%s\"\n", shown);
             ok = false;
             break;
         }
-        *eq = '\0';
+        if (db == NULL)
+            continue;
         struct txo_error err;
         txo_error_init(&err);
-        if (orders_ensure_inventory(db, item, (int32_t)units, &err) != 0) {
+        if (orders_ensure_inventory(db, item, units, &err) != 0) {
             cmd_report("up", "creating stock", &err);
             ok = false;
         }
@@ -149,7 +168,7 @@ static bool prepare_database(void)
         }
     }
     if (ok && opts.stock != NULL && opts.stock[0] != '\0')
-        ok = ensure_stock(db, opts.stock);
+        ok = apply_stock(db, opts.stock);
     txo_db_close(db);
     return ok;
 }
@@ -173,6 +192,8 @@ static int run(int argc, char **argv)
     }
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("up", &opts.relay, &ro))
+        return 2;
+    if (opts.stock != NULL && opts.stock[0] != '\0' && !apply_stock(NULL, opts.stock))
         return 2;
     if (!prepare_database())
         return 1;

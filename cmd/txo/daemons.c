@@ -310,6 +310,7 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
         return false;
     so.host = host;
     so.max_connections = 16;
+    so.handler_threads = 2; /* GET /metrics and /healthz only */
     struct txo_error err;
     txo_error_init(&err);
     if (txo_http_server_start(&so, metrics_only_handler, d->reg, out, &err) != 0) {
@@ -519,6 +520,11 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     so.max_body_bytes = s->max_body;
     so.timeout_s = s->http_timeout_s;
     so.max_connections = s->max_connections;
+    so.header_timeout_s = s->http_header_timeout_s;
+    so.body_timeout_s = s->http_body_timeout_s;
+    so.max_connections_per_client = s->max_connections_per_client;
+    so.tls_cert_file = s->tls_cert;
+    so.tls_key_file = s->tls_key;
 
     struct api_daemon *d = txo_calloc(1, sizeof(*d));
     if (d == NULL)
@@ -557,8 +563,9 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
         daemon_api_stop(d);
         return NULL;
     }
-    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening url=http://%s:%u async=%s", host,
-            txo_http_server_port(d->server), s->async ? "true" : "false");
+    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening url=%s://%s:%u async=%s",
+            so.tls_cert_file != NULL ? "https" : "http", host, txo_http_server_port(d->server),
+            s->async ? "true" : "false");
     return d;
 }
 

@@ -26,6 +26,11 @@ struct serve_settings {
     unsigned max_body;
     unsigned http_timeout_s;
     unsigned max_connections;
+    unsigned http_header_timeout_s;
+    unsigned http_body_timeout_s;
+    unsigned max_connections_per_client;
+    const char *tls_cert;
+    const char *tls_key;
     bool async;
     unsigned idem_stale_s;
     unsigned idem_wait_s;

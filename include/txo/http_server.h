@@ -1,14 +1,20 @@
 /*
- * A small HTTP/1.1 server for the txo daemons (the order API, the admin endpoints, /metrics),
- * on libmicrohttpd. It owns the protocol chores and nothing else:
- *   - keep-alive (responses are queued so that the connection stays open),
- *   - a request body limit (413 as soon as Content-Length or the received bytes exceed it),
- *   - an idle/slow-client timeout per connection,
+ * A small HTTP/1.1 server for the txo daemons (the order API, the admin endpoints, /metrics).
+ * It owns the protocol chores and nothing else:
+ *   - a strict request parser: anything two HTTP implementations could frame differently
+ *     (request smuggling), NUL and control bytes, oversized heads are refused with a JSON
+ *     {"error","message"} response and the connection is closed (see docs/service.md),
+ *   - keep-alive and pipelining, chunked request bodies, Expect: 100-continue,
+ *   - limits: body size (413), head size (431/414), a deadline for the whole head and another
+ *     for the whole body (408, however slowly the bytes trickle in), an idle timeout, a total
+ *     and a per-client-address connection limit,
+ *   - TLS (OpenSSL) when a certificate and a key are given,
  *   - graceful shutdown: stop accepting, let requests in flight finish, close.
  * Routing and everything about the content belong to the handler.
  *
- * Threading: one thread per connection (bounded by max_connections), so a handler may block
- * on the database. The handler is called from many threads at once: it must be thread-safe.
+ * Threading: one I/O thread (epoll) for every connection and a fixed pool of handler_threads
+ * that run the handler, so a handler may block on the database. The handler is called from
+ * many threads at once: it must be thread-safe.
  */
 #ifndef TXO_HTTP_SERVER_H
 #define TXO_HTTP_SERVER_H
@@ -20,19 +26,29 @@
 #include "txo/common.h"
 #include "txo/err.h"
 
-/* A complete request (the body has been read), valid during the handler call. */
+/*
+ * A complete request (the body has been read), valid during the handler call. Every string
+ * here and every header or argument value is NUL-terminated and contains no other NUL: the
+ * server refuses a NUL byte in a head and a %00 in the path or the query (400), so strlen()
+ * is the true length and no lookup can be cut short.
+ */
 struct txo_http_request {
     const char *method; /* "GET", "POST", ... */
-    const char *path;   /* the URL path, without the query string */
-    const char *body;   /* NUL-terminated; "" when there is none */
+    const char *path;   /* the URL path, percent-decoded, without the query string */
+    const char *body;   /* NUL-terminated after body_len bytes (it may contain NULs); "" */
     size_t body_len;
     void *conn; /* internal */
 };
 
-/* A header of the request (case-insensitive name), or NULL. */
+/* The first header of the request called name (case-insensitive), or NULL. */
 TXO_API const char *txo_http_request_header(const struct txo_http_request *req, const char *name);
-/* A query-string argument of the request, or NULL. */
+/* How many headers called name (case-insensitive) the request has: a caller that needs one
+ * value refuses more than one instead of picking the first. */
+TXO_API size_t txo_http_request_header_count(const struct txo_http_request *req, const char *name);
+/* The first query-string argument called name (case-sensitive, decoded), or NULL. */
 TXO_API const char *txo_http_request_arg(const struct txo_http_request *req, const char *name);
+/* How many query-string arguments called name the request has. */
+TXO_API size_t txo_http_request_arg_count(const struct txo_http_request *req, const char *name);
 
 /* What the handler answers. The server frees body (txo_free) after sending it. */
 struct txo_http_response {
@@ -56,11 +72,18 @@ typedef void (*txo_http_handler_fn)(void *arg, const struct txo_http_request *re
                                     struct txo_http_response *resp);
 
 struct txo_http_server_opts {
-    const char *host;         /* IPv4 address to bind; default "127.0.0.1" */
-    unsigned port;            /* 0 = any free port (see txo_http_server_port) */
-    size_t max_body_bytes;    /* default 65536 */
-    unsigned timeout_s;       /* idle or slow connection closed after; default 30 */
-    unsigned max_connections; /* default 512 */
+    const char *host;          /* IPv4 address to bind; default "127.0.0.1" */
+    unsigned port;             /* 0 = any free port (see txo_http_server_port) */
+    size_t max_body_bytes;     /* default 65536; larger: 413 */
+    unsigned timeout_s;        /* idle keep-alive, and writing a response; default 30 */
+    unsigned max_connections;  /* default 512; more: 503 and closed */
+    unsigned header_timeout_s; /* the whole head, from accept or its first byte; default 10 */
+    unsigned body_timeout_s;   /* the whole body, from the end of the head; default 30 */
+    unsigned max_connections_per_client; /* per client IPv4 address; default 64; 0 = none */
+    size_t max_header_bytes;             /* request line and headers; default 8192 */
+    unsigned handler_threads;            /* the handler pool; default 32 */
+    const char *tls_cert_file;           /* PEM certificate chain; with tls_key_file: HTTPS only */
+    const char *tls_key_file;            /* PEM private key */
 };
 
 TXO_API void txo_http_server_opts_init(struct txo_http_server_opts *opts);
@@ -69,8 +92,9 @@ struct txo_http_server;
 
 /*
  * Starts serving in background threads. handler(arg, ...) answers every complete request
- * that passed the protocol checks. Errors: TXO_EINVAL (bad host), TXO_EIO (cannot bind: the
- * message names the address and the reason), TXO_ENOMEM.
+ * that passed the protocol checks. Errors: TXO_EINVAL (bad host, or a TLS certificate or key
+ * that cannot be used: the message names the file), TXO_EIO (cannot bind: the message names
+ * the address and the reason), TXO_ENOMEM.
  */
 TXO_API TXO_MUST_CHECK int txo_http_server_start(const struct txo_http_server_opts *opts,
                                                  txo_http_handler_fn handler, void *arg,

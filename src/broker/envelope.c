@@ -89,6 +89,13 @@ char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, str
         goto out;
     }
     size_t payload_len = msg->payload_len != 0 ? msg->payload_len : strlen(msg->payload);
+    /* jansson reads a text cut at a raw NUL as whole; copied on, the NUL would end up in the
+     * envelope (and cut it for every consumer that reads C strings). */
+    if (memchr(msg->payload, '\0', payload_len) != NULL) {
+        txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": NUL byte in the payload",
+                      msg->id);
+        goto out;
+    }
     json_error_t jerr;
     json_t *doc = json_loadb(msg->payload, payload_len,
                              JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
@@ -214,6 +221,9 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, str
 {
     struct txo_event ev;
     memset(&ev, 0, sizeof(ev));
+    /* A raw NUL is never JSON; jansson reads past it, and the payload text would carry it. */
+    if (data != NULL && memchr(data, '\0', len) != NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope: NUL byte in the message");
     json_error_t jerr;
     json_t *env = data != NULL ? json_loadb(data, len, 0, &jerr) : NULL;
     int rc = 0;

@@ -95,10 +95,15 @@ void txo__lease_token(char *buf, size_t cap, const char *prefix)
         memcpy(buf, text, sizeof(text));
         return;
     }
-    int prefix_max = (int)(cap - 1 - TXO__LEASE_UUID_LEN - 1);
-    if (prefix_max < 0)
-        prefix_max = 0;
-    snprintf(buf, cap, "%.*s:%s", prefix_max, prefix, text);
+    /* Cut on a character boundary: half a UTF-8 character is refused by the column (1366). */
+    size_t room = cap > TXO__LEASE_UUID_LEN + 2 ? cap - 1 - TXO__LEASE_UUID_LEN - 1 : 0;
+    size_t len = strlen(prefix);
+    if (len > room) {
+        len = room;
+        while (len > 0 && ((unsigned char)prefix[len] & 0xc0u) == 0x80)
+            len--;
+    }
+    snprintf(buf, cap, "%.*s:%s", (int)len, prefix, text);
 }
 
 void txo__lease_in_init(struct txo__lease_in *in, const char *prefix)

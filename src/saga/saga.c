@@ -71,7 +71,6 @@ enum load_col {
     LOAD_STEP_STATUS,
     LOAD_STEP_REMOTE,
     LOAD_STEP_ERROR_CODE,
-    LOAD_STEP_ERROR,
 };
 
 /* What the engine knows of one step, as of the last commit. */
@@ -356,6 +355,23 @@ out:
 /* ------------------------------------------------------------------------------------------ */
 /* Hooks and the end of a run */
 
+/* The stored message of step i (*out owned by the caller, NULL when none). */
+static int step_error(struct txo_tx *tx, const struct run *r, size_t i, char **out,
+                      struct txo_error *err)
+{
+    struct txo_param p[] = {txo_p_str(r->id), txo_p_i64((int64_t)i + 1)};
+    struct txo_rows *rows = NULL;
+    *out = NULL;
+    int rc = txo_tx_query(tx, SAGA_SQL_STEP_ERROR, p, TXO_ARRAY_LEN(p), &rows, err);
+    if (rc == 0 && txo_rows_count(rows) == 1 && !txo_rows_is_null(rows, 0, 0)) {
+        *out = txo_strdup(txo_rows_str(rows, 0, 0, NULL));
+        if (*out == NULL)
+            rc = txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory", r->id);
+    }
+    txo_rows_free(rows);
+    return rc;
+}
+
 static int call_hook(struct txo_tx *tx, const struct run *r, txo_saga_finish_fn hook,
                      enum txo_saga_status final_status, struct txo_error *err)
 {
@@ -364,15 +380,22 @@ static int call_hook(struct txo_tx *tx, const struct run *r, txo_saga_finish_fn 
     struct txo_saga_ctx ctx;
     int failed = final_status == TXO_SAGA_COMPLETED ? -1 : failed_step(r);
     make_ctx(r, failed >= 0 ? (size_t)failed : r->def->n_steps - 1, 1, false, NULL, &ctx);
+    char *loaded = NULL;
     if (failed >= 0) {
         const struct step_row *s = &r->steps[failed];
+        if (s->error == NULL && s->error_code != 0) {
+            int rc = step_error(tx, r, (size_t)failed, &loaded, err);
+            if (rc != 0)
+                return rc;
+        }
         ctx.failed_step = failed;
         ctx.failed_step_name = r->def->steps[failed].name;
         ctx.failed_code = s->error_code;
-        ctx.failed_message = s->error;
+        ctx.failed_message = s->error != NULL ? s->error : loaded;
         ctx.failed_remote_maybe = remote_maybe(s->remote);
     }
     int rc = hook(tx, &ctx, final_status, err);
+    txo_free(loaded);
     if (rc != 0) {
         txo_error_wrap(err, "saga %s: %s hook", r->id,
                        final_status == TXO_SAGA_COMPLETED ? "on_completed" : "on_aborted");
@@ -968,7 +991,8 @@ struct acquire_tx {
     char *owner; /* the holder, when not acquired */
 };
 
-/* Checks the loaded steps (SAGA_SQL_LOAD rows) against the definition and parses them. */
+/* Checks the loaded steps (SAGA_SQL_LOAD rows, in any order) against the definition and
+ * parses them, each into its place by step_order. */
 static int load_steps(struct run *r, const struct txo_rows *rows, struct txo_error *err)
 {
     const struct txo_saga_def *def = r->def;
@@ -978,30 +1002,42 @@ static int load_steps(struct run *r, const struct txo_rows *rows, struct txo_err
     if (stored != def->n_steps)
         return txo_error_set(err, TXO_EINVAL, "saga %s has %zu steps stored, definition %s has %zu",
                              r->id, stored, def->type, def->n_steps);
-    for (size_t i = 0; i < def->n_steps; i++) {
-        struct step_row *s = &r->steps[i];
-        const char *name = txo_rows_str(rows, i, LOAD_STEP_NAME, NULL);
-        if (txo_rows_i64(rows, i, LOAD_STEP_ORDER) != (int64_t)i + 1 || name == NULL ||
-            strcmp(name, def->steps[i].name) != 0)
-            return txo_error_set(
-                err, TXO_EINVAL, "saga %s: stored step %zu is '%s', definition %s says '%s'", r->id,
-                i + 1, name != NULL ? name : "NULL", def->type, def->steps[i].name);
-        const char *st = txo_rows_str(rows, i, LOAD_STEP_STATUS, NULL);
-        const char *remote = txo_rows_str(rows, i, LOAD_STEP_REMOTE, NULL);
-        if (txo_step_status_parse(st, &s->status) != 0 ||
-            txo__remote_state_parse(remote, &s->remote) != 0)
-            return txo_error_set(err, TXO_EDB, "saga %s step %zu: unknown status '%s'/'%s'", r->id,
-                                 i + 1, st != NULL ? st : "NULL", remote != NULL ? remote : "NULL");
-        s->error_code = (int)txo_rows_i64(rows, i, LOAD_STEP_ERROR_CODE);
-        txo_free(s->error);
-        s->error = NULL;
-        if (!txo_rows_is_null(rows, i, LOAD_STEP_ERROR)) {
-            s->error = txo_strdup(txo_rows_str(rows, i, LOAD_STEP_ERROR, NULL));
-            if (s->error == NULL)
-                return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
+    bool *seen = txo_calloc(def->n_steps, sizeof(*seen));
+    if (seen == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
+    int rc = 0;
+    for (size_t row = 0; row < stored && rc == 0; row++) {
+        int64_t order = txo_rows_i64(rows, row, LOAD_STEP_ORDER);
+        const char *name = txo_rows_str(rows, row, LOAD_STEP_NAME, NULL);
+        if (order < 1 || order > (int64_t)def->n_steps || seen[order - 1]) {
+            rc = txo_error_set(err, TXO_EINVAL,
+                               "saga %s: stored step number %" PRId64 " does not fit definition %s",
+                               r->id, order, def->type);
+            break;
         }
+        size_t i = (size_t)order - 1;
+        seen[i] = true;
+        if (name == NULL || strcmp(name, def->steps[i].name) != 0) {
+            rc = txo_error_set(err, TXO_EINVAL,
+                               "saga %s: stored step %zu is '%s', definition %s says '%s'", r->id,
+                               i + 1, name != NULL ? name : "NULL", def->type, def->steps[i].name);
+            break;
+        }
+        struct step_row *s = &r->steps[i];
+        const char *st = txo_rows_str(rows, row, LOAD_STEP_STATUS, NULL);
+        const char *remote = txo_rows_str(rows, row, LOAD_STEP_REMOTE, NULL);
+        if (txo_step_status_parse(st, &s->status) != 0 ||
+            txo__remote_state_parse(remote, &s->remote) != 0) {
+            rc = txo_error_set(err, TXO_EDB, "saga %s step %zu: unknown status '%s'/'%s'", r->id,
+                               i + 1, st != NULL ? st : "NULL", remote != NULL ? remote : "NULL");
+            break;
+        }
+        s->error_code = (int)txo_rows_i64(rows, row, LOAD_STEP_ERROR_CODE);
+        txo_free(s->error);
+        s->error = NULL; /* read when a hook needs it (step_error) */
     }
-    return 0;
+    txo_free(seen);
+    return rc;
 }
 
 /* Copies the instance's correlation id and payload into r and decodes the payload (again

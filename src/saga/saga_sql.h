@@ -65,17 +65,23 @@
 
 /*
  * A saga and its steps in one round trip, after SAGA_SQL_ACQUIRE* in the same transaction:
- * one row per step in order (the instance columns repeated), or one row with NULL step
- * columns when no step is stored. Index: PRIMARY of saga_instances, uq_saga_step (saga_id,
- * step_order) for the join. Locks: none (consistent read; the instance row is locked by the
- * acquire, and its steps only change under that lock). Columns: enum load_col in saga.c.
+ * one row per step (the instance columns repeated), or one row with NULL step columns when no
+ * step is stored. No ORDER BY, and no TEXT column of the steps: ordering by the joined table
+ * with the payload in the row made MariaDB build an on-disk temporary table per load (and
+ * 10.11 was seen to crash freeing one); the engine places each row by its step_order. Index:
+ * PRIMARY of saga_instances, uq_saga_step (saga_id, step_order) for the join. Locks: none
+ * (consistent read; the instance row is locked by the acquire, and its steps only change under that
+ * lock). Columns: enum load_col in saga.c. No TEXT column: the steps' messages are read only when a
+ * hook needs one (SAGA_SQL_STEP_ERROR).
  */
 #define SAGA_SQL_LOAD                                                                              \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code, "    \
-    "s.error "                                                                                     \
-    "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id "                            \
-    "WHERE i.id = ? ORDER BY s.step_order"
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code "     \
+    "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id WHERE i.id = ?"
+
+/* The stored message of one step, for on_aborted. Index: uq_saga_step. Locks: none
+ * (consistent read). */
+#define SAGA_SQL_STEP_ERROR "SELECT error FROM saga_steps WHERE saga_id = ? AND step_order = ?"
 
 /*
  * Fence + lease renewal: still ours and still in the status we think. Used first in the

@@ -32,6 +32,7 @@
 
 #include "orders.h"
 #include "testdb.h"
+#include "api.h"
 #include "testhttp.h"
 #include "testproc.h"
 
@@ -336,6 +337,10 @@ static void test_probes_and_metrics(void **state)
     json_t *doc = testhttp_json(r);
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "ready");
     json_decref(doc);
+    /* The OpenAPI description, byte for byte what the binary carries. */
+    testhttp_get(c->h, port, "/openapi.json", r);
+    testhttp_expect_status(r, 200, "GET /openapi.json");
+    assert_string_equal(r->body, order_api_openapi());
 
     testhttp_post_order(c->h, port, "metrics-key", ORDER_BODY, r);
     testhttp_expect_created(r, 201, "POST /orders");

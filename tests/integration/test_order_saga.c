@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "orders.h"
+#include "testclock.h"
 #include "testdb.h"
 
 struct stock {
@@ -27,20 +28,9 @@ static const struct stock seed_stock[] = {{"airpods", 20}, {"case", 5}, {"iphone
 
 struct fixture {
     struct testdb t;
-    int64_t fake_ms;
-    struct txo_clock clock;
+    struct testclock clock;
     struct txo_saga_opts opts;
 };
-
-static int64_t fake_now(void *arg)
-{
-    return *(int64_t *)arg;
-}
-
-static void fake_sleep(void *arg, int64_t ms)
-{
-    *(int64_t *)arg += ms;
-}
 
 static int setup(void **state)
 {
@@ -51,9 +41,9 @@ static int setup(void **state)
     for (size_t i = 0; i < TXO_ARRAY_LEN(seed_stock); i++)
         assert_int_equal(orders_seed_inventory(f->t.db, seed_stock[i].sku, seed_stock[i].qty, &err),
                          0);
-    f->clock = (struct txo_clock){fake_now, fake_sleep, &f->fake_ms};
+    testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
-    f->opts.clock = &f->clock;
+    f->opts.clock = &f->clock.clock;
     *state = f;
     return 0;
 }
@@ -457,7 +447,7 @@ static void test_transient_charge_failures_are_retried(void **state)
                                 "AND step_name = ?",
                                 p, 2),
                      3);
-    assert_true(f->fake_ms > 0); /* two backoff waits, on the fake clock */
+    assert_true(f->clock.now_ms > 0); /* two backoff waits, on the fake clock */
     assert_str(f, ORDER_STATUS, txo_p_i64(id), "CONFIRMED");
     assert_int_equal(i64(f, "SELECT COUNT(*) FROM payments WHERE order_id = ?", txo_p_i64(id)), 1);
     assert_int_equal(events(f, id, "PaymentCharged"), 1);

@@ -882,6 +882,21 @@ static void test_lock_token_and_opts(void **state)
     assert_int_equal(run_once(r), 1);
     assert_string_not_equal(first, probe.locked_by); /* a fresh token per claim */
 
+    /* A multibyte relay id is cut between characters, never inside one (MariaDB refuses
+     * half a character with error 1366 and the relay would stop). */
+    char utf8_id[301];
+    for (size_t i = 0; i < 150; i++)
+        memcpy(utf8_id + 2 * i, "\xc3\xa9", 2);
+    utf8_id[300] = '\0';
+    txo_relay_free(r);
+    o.relay_id = utf8_id;
+    r = new_relay(c->t.db, pub, &o);
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING'");
+    assert_int_equal(run_once(r), 1);
+    size_t id_bytes = (size_t)(strrchr(probe.locked_by, ':') - probe.locked_by);
+    assert_true(id_bytes > 0 && id_bytes % 2 == 0);
+    assert_memory_equal(probe.locked_by, utf8_id, id_bytes);
+
     /* Default relay id: hostname:pid. */
     txo_relay_free(r);
     o.relay_id = NULL;

@@ -24,6 +24,8 @@
 
 #include <cmocka.h>
 
+#include "saga/saga_sql.h"
+#include "testclock.h"
 #include "testdb.h"
 #include "txo/txo.h"
 
@@ -58,20 +60,9 @@ struct probe {
 struct fixture {
     struct testdb t;
     struct probe p;
-    int64_t now_ms;
-    struct txo_clock clock;
+    struct testclock clock;
     struct txo_saga_opts opts;
 };
-
-static int64_t fake_now(void *arg)
-{
-    return *(int64_t *)arg;
-}
-
-static void fake_sleep(void *arg, int64_t ms)
-{
-    *(int64_t *)arg += ms;
-}
 
 static int effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
                   struct txo_error *err)
@@ -214,16 +205,14 @@ static int setup(void **state)
                          "  saga_id CHAR(36) NOT NULL, step VARCHAR(32) NOT NULL,"
                          "  kind VARCHAR(32) NOT NULL, n INT NOT NULL DEFAULT 1,"
                          "  PRIMARY KEY (saga_id, step, kind)) ENGINE=InnoDB");
-    f->clock.now_ms = fake_now;
-    f->clock.sleep_ms = fake_sleep;
-    f->clock.arg = &f->now_ms;
+    testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.owner = "worker-1";
     f->opts.step_max_attempts = 3;
     f->opts.step_backoff.base_ms = 10;
     f->opts.step_backoff.max_ms = 10;
     f->opts.step_backoff.jitter = 0;
-    f->opts.clock = &f->clock;
+    f->opts.clock = &f->clock.clock;
     f->p.t = &f->t;
     f->p.failed_step = -2;
     *state = f;
@@ -534,6 +523,38 @@ static void test_last_try_gives_up(void **state)
     assert_int_equal(n, 0);
 }
 
+/* The load of every run reads the instance by PRIMARY and its steps by uq_saga_step, with no
+ * temporary table and no filesort (the payload is a JSON column: a temporary table with it
+ * would go to disk on every run). */
+static void test_load_uses_no_temporary_table(void **state)
+{
+    struct fixture *f = *state;
+    create_saga(f, "r:1", f->p.saga_id);
+    const char *load = SAGA_SQL_LOAD;
+    const char *q = strchr(load, '?');
+    assert_non_null(q);
+    char sql[1024];
+    snprintf(sql, sizeof(sql), "EXPLAIN %.*s'%s'%s", (int)(q - load), load, f->p.saga_id, q + 1);
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_query(f->t.db, sql, NULL, 0, &rows, &err), 0);
+    assert_int_equal(txo_rows_count(rows), 2);
+    for (size_t i = 0; i < txo_rows_count(rows); i++) {
+        /* EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref,
+         * rows, Extra. */
+        const char *key = txo_rows_str(rows, i, 5, NULL);
+        const char *extra = txo_rows_str(rows, i, 9, NULL);
+        print_message("load: table %s key %s extra %s\n", txo_rows_str(rows, i, 2, NULL),
+                      key != NULL ? key : "NULL", extra != NULL ? extra : "");
+        assert_non_null(key);
+        assert_true(strcmp(key, i == 0 ? "PRIMARY" : "uq_saga_step") == 0);
+        assert_true(extra == NULL ||
+                    (strstr(extra, "temporary") == NULL && strstr(extra, "filesort") == NULL));
+    }
+    txo_rows_free(rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -551,6 +572,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_given_up_sagas_never_starve_a_new_failure, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_last_try_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_uses_no_temporary_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -521,12 +521,7 @@ static void test_chunked_body_within_limit(void **state)
     stop(&f);
 }
 
-/*
- * Known bug: the refusal is queued in the middle of the upload, where libmicrohttpd 0.9.75
- * does not accept a response (MHD_queue_response returns MHD_NO), so the handler returns
- * MHD_NO and the connection is dropped without any response ("Application reported internal
- * error, closing connection.").
- */
+/* The refusal comes in the middle of the upload, as soon as the limit is crossed. */
 static void test_chunked_body_over_limit_is_413(void **state)
 {
     (void)state;
@@ -584,6 +579,8 @@ static void test_slow_client_is_disconnected(void **state)
     txo_http_server_opts_init(&opts);
     opts.port = 0;
     opts.timeout_s = 1;
+    opts.header_timeout_s = 1;
+    opts.body_timeout_s = 1;
     start_with(&f, &opts);
 
     /* Half a request line and headers, then silence. */
@@ -642,10 +639,7 @@ static void *slow_client_main(void *arg)
     return NULL;
 }
 
-/*
- * Known bug: MHD_stop_daemon shuts the sockets of every connection down at once, so the
- * response of a handler that is still running is written to a dead socket.
- */
+/* The response of a handler that is still running when stop is called is delivered. */
 static void test_stop_finishes_request_in_flight(void **state)
 {
     (void)state;
@@ -831,11 +825,7 @@ static void capture_sink(enum txo_log_level level, const char *component, const 
     pthread_mutex_unlock(&log_mu);
 }
 
-/*
- * Starting and stopping log nothing at warn: libmicrohttpd complains when
- * MHD_OPTION_EXTERNAL_LOGGER is not its first option (and then some of its messages bypass the
- * txo sink and go to stderr).
- */
+/* Starting and stopping log nothing at warn. */
 static void test_start_and_stop_are_quiet(void **state)
 {
     (void)state;

@@ -23,8 +23,8 @@
  * A new fault is a field of struct behaviour, a key of POST /control, a flag in the table
  * and a few lines in the phase it belongs to.
  *
- * The HTTP side is the library's server (include/txo/http_server.h, libmicrohttpd with a thread
- * per connection, raw bodies, answers queued after the body so keep-alive holds). All state is
+ * The HTTP side is the library's server (include/txo/http_server.h: an I/O thread and a pool of
+ * handler threads, so a hung request holds one handler thread). All state is
  * in one struct stub under one mutex: the handler runs on many threads at once. Waits (latency,
  * hang) are condition-variable waits, so shutdown and /control wake them at once.
  *
