@@ -434,8 +434,10 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
         return code;
     }
     /*
-     * The client library enforces TLS itself in these modes; this check keeps that promise
-     * even with a client library that falls back to plain text silently.
+     * Connector/C 3.3 with MYSQL_OPT_SSL_ENFORCE but without certificate verification goes on
+     * in plain text when the server offers no TLS, so the modes that require TLS check the
+     * session's cipher themselves. The authentication has happened by then (with
+     * mysql_native_password only a challenge response goes out); the session is closed at once.
      */
     if (o->ssl_mode >= TXO_SSL_REQUIRED && !db->unix_socket && !mysql_get_ssl_cipher(conn)) {
         txo_error_set(err, TXO_ECONFIG,
