@@ -401,6 +401,29 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
          .def = "appdb",
          .help = "database (schema) name",
          .target = &o->db.database},
+        {.name = "mysql-ssl-mode",
+         .env = "MYSQL_SSL_MODE",
+         .type = SETTING_STRING,
+         .def = "preferred",
+         .help = "TLS to the database: disabled, preferred (TLS when the server offers it), "
+                 "required, verify-ca or verify-identity (use this one in production)",
+         .target = &o->ssl_mode},
+        {.name = "mysql-ssl-ca",
+         .env = "MYSQL_SSL_CA",
+         .type = SETTING_STRING,
+         .help = "PEM file of the CA that signed the server certificate (verify-ca, "
+                 "verify-identity)",
+         .target = &o->db.ssl_ca},
+        {.name = "mysql-ssl-cert",
+         .env = "MYSQL_SSL_CERT",
+         .type = SETTING_STRING,
+         .help = "PEM file of the client certificate, for users that REQUIRE X509",
+         .target = &o->db.ssl_cert},
+        {.name = "mysql-ssl-key",
+         .env = "MYSQL_SSL_KEY",
+         .type = SETTING_STRING,
+         .help = "PEM file of the client certificate's private key",
+         .target = &o->db.ssl_key},
         {.name = "connect-timeout",
          .env = "TXO_CONNECT_TIMEOUT",
          .type = SETTING_UINT,
@@ -464,7 +487,7 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
-bool common_apply(const struct common_opts *o)
+bool common_apply(struct common_opts *o)
 {
     enum txo_log_level level;
     if (txo_log_level_parse(o->log_level, &level) < 0) {
@@ -479,6 +502,23 @@ bool common_apply(const struct common_opts *o)
         return false;
     }
     txo_log_set_format(format);
+    struct txo_db_opts *db = &o->db;
+    if (txo_db_ssl_mode_parse(o->ssl_mode, &db->ssl_mode) < 0) {
+        fprintf(stderr,
+                "txo: --mysql-ssl-mode must be disabled, preferred, required, verify-ca or "
+                "verify-identity, got \"%s\"\n",
+                o->ssl_mode ? o->ssl_mode : "");
+        return false;
+    }
+    if (db->ssl_mode >= TXO_SSL_VERIFY_CA && !(db->ssl_ca && *db->ssl_ca)) {
+        fprintf(stderr, "txo: --mysql-ssl-mode %s needs --mysql-ssl-ca (MYSQL_SSL_CA)\n",
+                o->ssl_mode);
+        return false;
+    }
+    if (!(db->ssl_cert && *db->ssl_cert) != !(db->ssl_key && *db->ssl_key)) {
+        fprintf(stderr, "txo: --mysql-ssl-cert and --mysql-ssl-key go together\n");
+        return false;
+    }
     if (o->crash_point && *o->crash_point) {
         /* "name" crashes on the first pass, "name:N" lets N passes through first. */
         char name[128];

@@ -105,6 +105,7 @@ void settings_add(struct settings_table *t, const struct setting *s, size_t n);
 /* The settings every command that talks to the database shares. */
 struct common_opts {
     struct txo_db_opts db;
+    const char *ssl_mode; /* parsed into db.ssl_mode by common_apply() */
     const char *log_level;
     const char *log_format;
     const char *crash_point; /* tests only */
@@ -113,9 +114,9 @@ struct common_opts {
 /* Appends the database, log level and crash point settings, with targets in o. */
 void settings_add_common(struct settings_table *t, struct common_opts *o);
 
-/* Applies log level and crash point after parsing. Prints a message and returns false when
- * a value is invalid. */
-bool common_apply(const struct common_opts *o);
+/* Applies log level, TLS mode and crash point after parsing. Prints a message and returns false
+ * when a value is invalid. */
+bool common_apply(struct common_opts *o);
 
 /* Connects with o->db, printing a message naming the server on failure. */
 struct txo_db *common_connect(const struct common_opts *o);

@@ -36,6 +36,26 @@ struct txo_db;
 struct txo_tx;
 struct txo_rows;
 
+/*
+ * How a connection uses TLS: the modes of the MySQL and MariaDB clients' --ssl-mode.
+ */
+enum txo_ssl_mode {
+    TXO_SSL_PREFERRED = 0,   /* TLS when the server offers it, else plain; certificate unchecked */
+    TXO_SSL_DISABLED,        /* never TLS (a server with require_secure_transport refuses it) */
+    TXO_SSL_REQUIRED,        /* TLS or fail; the certificate is not checked (encryption only) */
+    TXO_SSL_VERIFY_CA,       /* TLS, certificate signed by ssl_ca; any host name */
+    TXO_SSL_VERIFY_IDENTITY, /* TLS, certificate signed by ssl_ca and naming host */
+};
+
+/*
+ * Parses "disabled", "preferred", "required", "verify-ca" or "verify-identity" (any case,
+ * '_' for '-' too). Errors: TXO_EINVAL, *out untouched.
+ */
+TXO_API TXO_MUST_CHECK int txo_db_ssl_mode_parse(const char *text, enum txo_ssl_mode *out);
+
+/* The name txo_db_ssl_mode_parse() reads ("verify-identity"); "?" for a bad value. */
+TXO_API const char *txo_db_ssl_mode_name(enum txo_ssl_mode mode);
+
 enum txo_isolation {
     TXO_ISO_DEFAULT = 0, /* the session's level (txo_db_opts.isolation) */
     TXO_ISO_READ_UNCOMMITTED,
@@ -58,6 +78,17 @@ struct txo_db_opts {
     enum txo_isolation isolation;  /* session default, default READ COMMITTED */
     unsigned tx_max_attempts;      /* whole-transaction attempts, default 5 */
     struct txo_backoff tx_backoff; /* between attempts, default 20 ms .. 1 s, jitter 0.5 */
+    /*
+     * TLS (MYSQL_SSL_MODE, default preferred: encrypted when the server offers it, and a
+     * server without TLS still works, as with the mariadb client; production should use
+     * verify-identity, the only mode that stops a man in the middle). verify-ca and
+     * verify-identity need ssl_ca. ssl_cert and ssl_key are the client's certificate, for
+     * servers that authenticate by it (REQUIRE X509); both or neither.
+     */
+    enum txo_ssl_mode ssl_mode;
+    const char *ssl_ca;   /* MYSQL_SSL_CA: PEM file of the CA that signed the server's cert */
+    const char *ssl_cert; /* MYSQL_SSL_CERT: PEM file of the client certificate */
+    const char *ssl_key;  /* MYSQL_SSL_KEY: PEM file of its private key */
 };
 
 /* Fills opts with the defaults above. The strings are static. */
@@ -65,8 +96,10 @@ TXO_API void txo_db_opts_init(struct txo_db_opts *opts);
 
 /*
  * Connects. Copies every string of opts; the password copy is wiped on close.
- * Errors: TXO_ECONNECT (server unreachable: transient), TXO_ECONFIG (bad credentials or
- * unknown database: permanent; err->mysql_errno tells which), TXO_EINVAL, TXO_ENOMEM.
+ * Errors: TXO_ECONNECT (server unreachable: transient), TXO_ECONFIG (bad credentials, unknown
+ * database, TLS required but not offered by the server, a certificate that fails verification,
+ * or a server that requires TLS from a client with ssl_mode disabled: permanent;
+ * err->mysql_errno tells which), TXO_EINVAL (bad TLS settings), TXO_ENOMEM.
  * On success *out must be closed with txo_db_close().
  */
 TXO_API TXO_MUST_CHECK int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out,

@@ -66,6 +66,40 @@ void txo_db_opts_init(struct txo_db_opts *opts)
     opts->tx_backoff.base_ms = 20;
     opts->tx_backoff.max_ms = 1000;
     opts->tx_backoff.jitter = 0.5;
+    opts->ssl_mode = TXO_SSL_PREFERRED;
+}
+
+/* The names of --mysql-ssl-mode, in enum order. */
+static const char *const ssl_mode_names[] = {
+    [TXO_SSL_PREFERRED] = "preferred",
+    [TXO_SSL_DISABLED] = "disabled",
+    [TXO_SSL_REQUIRED] = "required",
+    [TXO_SSL_VERIFY_CA] = "verify-ca",
+    [TXO_SSL_VERIFY_IDENTITY] = "verify-identity",
+};
+
+int txo_db_ssl_mode_parse(const char *text, enum txo_ssl_mode *out)
+{
+    char norm[32];
+    size_t n = text ? strlen(text) : 0;
+    if (n == 0 || n >= sizeof(norm))
+        return TXO_EINVAL;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = text[i] == '_' ? '-' : (char)tolower((unsigned char)text[i]);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(ssl_mode_names); i++) {
+        if (strcmp(norm, ssl_mode_names[i]) == 0) {
+            *out = (enum txo_ssl_mode)i;
+            return 0;
+        }
+    }
+    return TXO_EINVAL;
+}
+
+const char *txo_db_ssl_mode_name(enum txo_ssl_mode mode)
+{
+    if ((size_t)mode >= TXO_ARRAY_LEN(ssl_mode_names))
+        return "?";
+    return ssl_mode_names[mode];
 }
 
 struct txo_param txo_p_str(const char *s)
@@ -317,6 +351,34 @@ static int raw_query(struct txo_db *db, const char *sql, struct txo_error *err)
 static int exec_stmt(struct txo_db *db, const char *sql, const struct txo_param *params,
                      size_t n_params, struct txo_exec_result *res, struct txo_error *err);
 
+/*
+ * TLS options for one connection attempt. disabled sets nothing: the client then never asks
+ * for TLS. The CA goes only to the modes that verify: with a CA the client library checks the
+ * chain, and verify-identity adds the host name check (MYSQL_OPT_SSL_VERIFY_SERVER_CERT).
+ * preferred asks for TLS without enforcing it; Connector/C has no option for that (its
+ * MYSQL_OPT_SSL_ENFORCE sets both), so it sets the options field the option would set.
+ */
+static void set_tls_options(MYSQL *conn, const struct txo_db *db)
+{
+    enum txo_ssl_mode mode = db->opts.ssl_mode;
+    if (mode == TXO_SSL_DISABLED)
+        return;
+    if (db->ssl_cert)
+        mysql_optionsv(conn, MYSQL_OPT_SSL_CERT, db->ssl_cert);
+    if (db->ssl_key)
+        mysql_optionsv(conn, MYSQL_OPT_SSL_KEY, db->ssl_key);
+    if (mode >= TXO_SSL_VERIFY_CA)
+        mysql_optionsv(conn, MYSQL_OPT_SSL_CA, db->ssl_ca);
+    if (mode == TXO_SSL_PREFERRED) {
+        conn->options.use_ssl = 1;
+        return;
+    }
+    my_bool enforce = 1;
+    my_bool verify = mode == TXO_SSL_VERIFY_IDENTITY;
+    mysql_optionsv(conn, MYSQL_OPT_SSL_ENFORCE, &enforce);
+    mysql_optionsv(conn, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+}
+
 static int connect_session(struct txo_db *db, struct txo_error *err)
 {
     const struct txo_db_opts *o = &db->opts;
@@ -332,22 +394,58 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
     mysql_options(conn, MYSQL_OPT_WRITE_TIMEOUT, &write_timeout);
     mysql_options(conn, MYSQL_OPT_RECONNECT, &reconnect);
     mysql_options(conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    set_tls_options(conn, db);
+    if (!db->unix_socket) {
+        /*
+         * host:port means TCP, also for "localhost" (which the client library would otherwise
+         * take as its default unix socket): TLS and its host name check need TCP.
+         */
+        unsigned protocol = MYSQL_PROTOCOL_TCP;
+        mysql_options(conn, MYSQL_OPT_PROTOCOL, &protocol);
+    }
     if (!mysql_real_connect(conn, db->unix_socket ? NULL : db->host, db->user, db->password,
                             db->database, db->unix_socket ? 0 : o->port, db->unix_socket, 0)) {
         unsigned e = mysql_errno(conn);
         int code = txo__db_map_errno(e);
         if (code != TXO_ECONNECT && code != TXO_ECONNLOST && code != TXO_ECONFIG)
             code = TXO_ECONNECT;
+        /* Retrying cannot fix a TLS mismatch or a certificate that does not verify. */
+        if (e == CR_SSL_CONNECTION_ERROR)
+            code = TXO_ECONFIG;
+        /*
+         * A server with require_secure_transport=ON answers a plain connection with "Access
+         * denied" (1045), which reads like a wrong password: say what else it may mean.
+         */
+        const char *hint = "";
+        if (e == ER_ACCESS_DENIED_ERROR && !db->unix_socket && o->ssl_mode == TXO_SSL_DISABLED)
+            hint = " (the connection was not encrypted: a server that requires secure transport "
+                   "refuses it this way; set MYSQL_SSL_MODE=required or stricter)";
         if (db->unix_socket)
             txo_error_set(err, code, "cannot connect to MySQL at %s as %s, database %s: %s",
                           db->unix_socket, db->user, db->database, mysql_error(conn));
         else
-            txo_error_set(err, code, "cannot connect to MySQL at %s:%u as %s, database %s: %s",
-                          db->host, o->port, db->user, db->database, mysql_error(conn));
+            txo_error_set(err, code,
+                          "cannot connect to MySQL at %s:%u as %s, database %s, ssl mode %s: %s%s",
+                          db->host, o->port, db->user, db->database,
+                          txo_db_ssl_mode_name(o->ssl_mode), mysql_error(conn), hint);
         if (err)
             err->mysql_errno = e;
         mysql_close(conn);
         return code;
+    }
+    /*
+     * Connector/C 3.3 with MYSQL_OPT_SSL_ENFORCE but without certificate verification goes on
+     * in plain text when the server offers no TLS, so the modes that require TLS check the
+     * session's cipher themselves. The authentication has happened by then (with
+     * mysql_native_password only a challenge response goes out); the session is closed at once.
+     */
+    if (o->ssl_mode >= TXO_SSL_REQUIRED && !db->unix_socket && !mysql_get_ssl_cipher(conn)) {
+        txo_error_set(err, TXO_ECONFIG,
+                      "cannot connect to MySQL at %s:%u: ssl mode %s but the connection is not "
+                      "encrypted (the server offers no TLS)",
+                      db->host, o->port, txo_db_ssl_mode_name(o->ssl_mode));
+        mysql_close(conn);
+        return TXO_ECONFIG;
     }
     db->conn = conn;
     db->broken = false;
@@ -386,6 +484,19 @@ int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out, struct txo_
         opts->write_timeout_s < 1 || opts->lock_wait_timeout_s < 1)
         return txo_error_set(err, TXO_EINVAL,
                              "txo_db_open: timeouts and tx_max_attempts must be >= 1");
+    if ((size_t)opts->ssl_mode >= TXO_ARRAY_LEN(ssl_mode_names))
+        return txo_error_set(err, TXO_EINVAL, "txo_db_open: unknown ssl mode %d",
+                             (int)opts->ssl_mode);
+    bool has_ca = opts->ssl_ca && *opts->ssl_ca;
+    bool has_cert = opts->ssl_cert && *opts->ssl_cert;
+    bool has_key = opts->ssl_key && *opts->ssl_key;
+    if (opts->ssl_mode >= TXO_SSL_VERIFY_CA && !has_ca)
+        return txo_error_set(err, TXO_EINVAL,
+                             "txo_db_open: ssl mode %s needs the CA certificate (MYSQL_SSL_CA)",
+                             txo_db_ssl_mode_name(opts->ssl_mode));
+    if (has_cert != has_key)
+        return txo_error_set(err, TXO_EINVAL,
+                             "txo_db_open: MYSQL_SSL_CERT and MYSQL_SSL_KEY go together");
     struct txo_db *db = txo_calloc(1, sizeof(*db));
     if (!db)
         return txo_error_set(err, TXO_ENOMEM, "txo_db_open: out of memory");
@@ -396,8 +507,12 @@ int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out, struct txo_
     db->database = txo_strdup(opts->database);
     db->unix_socket =
         opts->unix_socket && *opts->unix_socket ? txo_strdup(opts->unix_socket) : NULL;
+    db->ssl_ca = has_ca ? txo_strdup(opts->ssl_ca) : NULL;
+    db->ssl_cert = has_cert ? txo_strdup(opts->ssl_cert) : NULL;
+    db->ssl_key = has_key ? txo_strdup(opts->ssl_key) : NULL;
     if ((opts->host && !db->host) || !db->user || !db->password || !db->database ||
-        (opts->unix_socket && *opts->unix_socket && !db->unix_socket)) {
+        (opts->unix_socket && *opts->unix_socket && !db->unix_socket) || (has_ca && !db->ssl_ca) ||
+        (has_cert && !db->ssl_cert) || (has_key && !db->ssl_key)) {
         txo_db_close(db);
         return txo_error_set(err, TXO_ENOMEM, "txo_db_open: out of memory");
     }
@@ -407,6 +522,9 @@ int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out, struct txo_
     db->opts.password = NULL;
     db->opts.database = db->database;
     db->opts.unix_socket = db->unix_socket;
+    db->opts.ssl_ca = db->ssl_ca;
+    db->opts.ssl_cert = db->ssl_cert;
+    db->opts.ssl_key = db->ssl_key;
     db->tx.db = db;
     int rc = connect_session(db, err);
     if (rc < 0) {
@@ -427,6 +545,9 @@ void txo_db_close(struct txo_db *db)
     wipe_free(db->password);
     txo_free(db->database);
     txo_free(db->unix_socket);
+    txo_free(db->ssl_ca);
+    txo_free(db->ssl_cert);
+    txo_free(db->ssl_key);
     txo_free(db);
 }
 

@@ -29,6 +29,7 @@ struct txo_db {
     struct txo_db_opts opts;
     /* Owned copies of the strings of opts; the password is wiped on close. */
     char *host, *user, *password, *database, *unix_socket;
+    char *ssl_ca, *ssl_cert, *ssl_key;
     struct stmt_entry *stmts; /* open-addressing table, capacity n_slots (power of two) */
     size_t n_slots, n_stmts;
     struct txo_tx tx;
