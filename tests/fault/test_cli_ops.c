@@ -42,23 +42,7 @@ static int teardown(void **state)
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
 static int run_txo(const char *const *args, char **out)
 {
-    const char *argv[16] = {testproc_txo_bin()};
-    size_t n = 1;
-    while (args[n - 1] != NULL && n < 15) {
-        argv[n] = args[n - 1];
-        n++;
-    }
-    argv[n] = NULL;
-    struct testproc p;
-    testproc_start(&p, "cli", argv, NULL);
-    if (!testproc_wait(&p, 30000)) {
-        testproc_stop_hard(&p);
-        fail_msg("txo %s did not finish within 30 s", args[0]);
-    }
-    *out = testproc_log(&p);
-    testproc_remove_log(&p);
-    assert_true(p.pid == 0);
-    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+    return testproc_run_txo("cli", args, 30000, out);
 }
 
 static int64_t q(struct testdb *t, const char *sql)

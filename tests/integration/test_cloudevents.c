@@ -46,15 +46,7 @@ static int teardown(void **state)
 /* Runs argv to completion; returns its exit status and (malloc'd) output. */
 static int run(const char *const *argv, char **out)
 {
-    struct testproc p;
-    testproc_start(&p, "ce", argv, NULL);
-    if (!testproc_wait(&p, 60000)) {
-        testproc_stop_hard(&p);
-        fail_msg("%s did not finish within 60 s", argv[0]);
-    }
-    *out = testproc_log(&p);
-    testproc_remove_log(&p);
-    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+    return testproc_run("ce", argv, 60000, out);
 }
 
 static void test_sdk_parses_what_the_relay_publishes(void **state)

@@ -41,15 +41,7 @@ static int teardown(void **state)
 /* Runs argv to completion; returns its exit status and (malloc'd) output. */
 static int run(const char *const *argv, char **out)
 {
-    struct testproc p;
-    testproc_start(&p, "contract", argv, NULL);
-    if (!testproc_wait(&p, 60000)) {
-        testproc_stop_hard(&p);
-        fail_msg("%s did not finish within 60 s", argv[0]);
-    }
-    *out = testproc_log(&p);
-    testproc_remove_log(&p);
-    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+    return testproc_run("contract", argv, 60000, out);
 }
 
 static void test_node_example_then_relay(void **state)

@@ -57,22 +57,7 @@ static int64_t q(struct testdb *t, const char *sql)
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
 static int run_txo(const char *const *args, char **out)
 {
-    const char *argv[24] = {testproc_txo_bin()};
-    size_t n = 1;
-    while (args[n - 1] != NULL && n < 23) {
-        argv[n] = args[n - 1];
-        n++;
-    }
-    argv[n] = NULL;
-    struct testproc p;
-    testproc_start(&p, "lag-cli", argv, NULL);
-    if (!testproc_wait(&p, 120000)) {
-        testproc_stop_hard(&p);
-        fail_msg("txo %s did not finish within 120 s", args[0]);
-    }
-    *out = testproc_log(&p);
-    testproc_remove_log(&p);
-    return testproc_exited_with(&p, 0) ? 0 : (WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1);
+    return testproc_run_txo("lag-cli", args, 120000, out);
 }
 
 /* `txo stats --json`, parsed; fails the test when it does not print JSON. */

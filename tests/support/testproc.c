@@ -251,3 +251,32 @@ void testproc_remove_log(const struct testproc *p)
 {
     unlink(p->log_path);
 }
+
+int testproc_run(const char *tag, const char *const *argv, int timeout_ms, char **out)
+{
+    struct testproc p;
+    testproc_start(&p, tag, argv, NULL);
+    if (!testproc_wait(&p, timeout_ms)) {
+        testproc_stop_hard(&p);
+        fail_msg("%s did not finish within %d ms", argv[0], timeout_ms);
+    }
+    *out = testproc_log(&p);
+    testproc_remove_log(&p);
+    if (testproc_exited_with(&p, 0))
+        return 0;
+    return WIFEXITED(p.status) ? WEXITSTATUS(p.status) : -1;
+}
+
+int testproc_run_txo(const char *tag, const char *const *args, int timeout_ms, char **out)
+{
+    const char *argv[32] = {testproc_txo_bin()};
+    size_t n = 1;
+    while (args[n - 1] != NULL) {
+        if (n == sizeof(argv) / sizeof(argv[0]) - 1)
+            fail_msg("testproc_run_txo: more than %zu arguments", n - 1);
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
+    return testproc_run(tag, argv, timeout_ms, out);
+}

@@ -71,4 +71,14 @@ void testproc_print_log(const struct testproc *p, const char *what);
 /* Deletes the child's log file (after a test that passed; a failed one keeps it). Never fails. */
 void testproc_remove_log(const struct testproc *p);
 
+/*
+ * Runs argv (argv[0] the program, NULL-terminated) to completion and returns its exit status (-1
+ * when a signal ended it) and its whole output in *out (malloc'd; free()). Fails the test when it
+ * has not finished within timeout_ms (it is killed then).
+ */
+int testproc_run(const char *tag, const char *const *argv, int timeout_ms, char **out);
+
+/* testproc_run of `$TXO_BIN args...` (args NULL-terminated, without the program). */
+int testproc_run_txo(const char *tag, const char *const *args, int timeout_ms, char **out);
+
 #endif
