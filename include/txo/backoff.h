@@ -17,9 +17,9 @@
 #include "txo/common.h"
 
 struct txo_backoff {
-    int64_t base_ms;  /* delay before the first retry, before jitter */
-    int64_t max_ms;   /* cap before jitter */
-    double jitter;    /* 0 = none, 0.5 = delay * [0.5, 1.5) */
+    int64_t base_ms; /* delay before the first retry, before jitter */
+    int64_t max_ms;  /* cap before jitter */
+    double jitter;   /* 0 = none, 0.5 = delay * [0.5, 1.5) */
 };
 
 /* Delay before retry number `attempt` (>= 1); `rand01` in [0, 1). Never negative. */

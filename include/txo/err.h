@@ -47,7 +47,7 @@
     X(EMIGRATION, -19, false, "schema migration failed")                                           \
     X(EUNAVAILABLE, -20, true, "service unavailable")                                              \
     X(EUNSUPPORTED, -21, false, "not supported by this server")                                    \
-    X(ECONFLICT, -22, false, "changed by another writer (optimistic lock)")                       \
+    X(ECONFLICT, -22, false, "changed by another writer (optimistic lock)")                        \
     X(EUNKNOWN, -23, true, "outcome unknown: the call may have taken effect")
 
 enum txo_err {

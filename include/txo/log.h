@@ -56,10 +56,10 @@ TXO_API void txo_log_write(enum txo_log_level level, const char *component, cons
     TXO_PRINTF(3, 4);
 
 /* Checks the level before evaluating the arguments. */
-#define TXO_LOG(level, component, ...)                                                          \
-    do {                                                                                       \
-        if ((level) <= txo_log_get_level())                                                    \
-            txo_log_write((level), (component), __VA_ARGS__);                                  \
+#define TXO_LOG(level, component, ...)                                                             \
+    do {                                                                                           \
+        if ((level) <= txo_log_get_level())                                                        \
+            txo_log_write((level), (component), __VA_ARGS__);                                      \
     } while (0)
 
 #endif

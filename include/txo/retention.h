@@ -56,13 +56,13 @@ TXO_API TXO_MUST_CHECK int txo_dead_letter_purge_replayed(struct txo_db *db, uns
  * relay's (`txo relay --clean-interval`) and `txo clean`.
  */
 struct txo_retention_opts {
-    unsigned interval_s;    /* the worker's cleaner period; 0 = no cleaner (default 60) */
-    unsigned batch;         /* rows per delete, 1..TXO_PURGE_BATCH_MAX; default 1000 */
-    unsigned max_batches;   /* per table and pass, 0 = no limit; default 100 */
-    unsigned outbox_s;      /* PUBLISHED outbox rows kept; default 7 days */
-    unsigned idempotency_s; /* COMPLETED idempotency keys kept; default 1 day */
-    unsigned inbox_s;       /* inbox rows kept; default 7 days */
-    unsigned commands_s;    /* DONE commands kept; default 7 days */
+    unsigned interval_s;     /* the worker's cleaner period; 0 = no cleaner (default 60) */
+    unsigned batch;          /* rows per delete, 1..TXO_PURGE_BATCH_MAX; default 1000 */
+    unsigned max_batches;    /* per table and pass, 0 = no limit; default 100 */
+    unsigned outbox_s;       /* PUBLISHED outbox rows kept; default 7 days */
+    unsigned idempotency_s;  /* COMPLETED idempotency keys kept; default 1 day */
+    unsigned inbox_s;        /* inbox rows kept; default 7 days */
+    unsigned commands_s;     /* DONE commands kept; default 7 days */
     unsigned dead_letters_s; /* replayed dead letters kept; 0 = never deleted; default 30 days */
     unsigned pause_ms;       /* sleep between two batches of a table; default 0 */
     bool relay_tables_only;  /* only the outbox and the dead letters; default false */

@@ -1,6 +1,6 @@
 /*
- * Included last by src/core/common.h (after the system headers, as Git does). It turns functions that
- * are easy to misuse into compile errors: unbounded copies, non-reentrant parsers and time
+ * Included last by src/core/common.h (after the system headers, as Git does). It turns functions
+ * that are easy to misuse into compile errors: unbounded copies, non-reentrant parsers and time
  * conversions. Use snprintf, strtol/strtoll with end checks, gmtime_r and localtime_r instead.
  */
 #ifndef TXO_BANNED_H

@@ -28,10 +28,10 @@
 #define SQL_SET_SQL_MODE                                                                           \
     "SET SESSION sql_mode = 'STRICT_ALL_TABLES,ERROR_FOR_DIVISION_BY_ZERO,"                        \
     "NO_ZERO_DATE,NO_ZERO_IN_DATE,NO_ENGINE_SUBSTITUTION'"
-#define SQL_SET_TIME_ZONE     "SET SESSION time_zone = '+00:00'"
-#define SQL_SET_LOCK_WAIT     "SET SESSION innodb_lock_wait_timeout = ?"
-#define SQL_COMMIT            "COMMIT"
-#define SQL_ROLLBACK          "ROLLBACK"
+#define SQL_SET_TIME_ZONE "SET SESSION time_zone = '+00:00'"
+#define SQL_SET_LOCK_WAIT "SET SESSION innodb_lock_wait_timeout = ?"
+#define SQL_COMMIT        "COMMIT"
+#define SQL_ROLLBACK      "ROLLBACK"
 
 static _Atomic uint64_t stat_deadlocks;
 static _Atomic uint64_t stat_lock_timeouts;

@@ -22,10 +22,10 @@ struct txo_tx {
 };
 
 struct txo_db {
-    MYSQL *conn;           /* NULL while disconnected */
-    bool broken;           /* the connection was lost: reconnect before the next use */
-    bool in_tx;            /* inside txo_db_transact's callback */
-    bool raw_tx;           /* a START TRANSACTION sent through txo_db_exec_raw is open */
+    MYSQL *conn; /* NULL while disconnected */
+    bool broken; /* the connection was lost: reconnect before the next use */
+    bool in_tx;  /* inside txo_db_transact's callback */
+    bool raw_tx; /* a START TRANSACTION sent through txo_db_exec_raw is open */
     struct txo_db_opts opts;
     /* Owned copies of the strings of opts; the password is wiped on close. */
     char *host, *user, *password, *database, *unix_socket;

@@ -9,10 +9,10 @@
  * What is asserted: a charge is 201 and the same Idempotency-Key gets the same payment_id with
  * one charge for two requests (/stats); an injected failure is TXO_EUNAVAILABLE with status 503
  * and no effect; a decline is TXO_EBUSINESS (and stays the stored answer); a hanging service
- * ends the call at timeout_ms with TXO_ETIMEOUT (the building block of a hanging-service test); a closed port is
- * TXO_EUNAVAILABLE at once; 100 calls use one connection; start-up flags and environment
- * variables; shutdown while a call hangs. An in-process server answering any status checks
- * the whole status-to-code table, the headers sent, the response size limit and that a URL's
+ * ends the call at timeout_ms with TXO_ETIMEOUT (the building block of a hanging-service test); a
+ * closed port is TXO_EUNAVAILABLE at once; 100 calls use one connection; start-up flags and
+ * environment variables; shutdown while a call hangs. An in-process server answering any status
+ * checks the whole status-to-code table, the headers sent, the response size limit and that a URL's
  * password never reaches an error message.
  */
 #include <arpa/inet.h>

@@ -2,8 +2,8 @@
  * End-to-end fault tests of the whole order pipeline with real processes and the local broker
  * (`txo up`, whose relay hands each event to the in-process consumer): orders come in through
  * the HTTP API of `txo serve`, then `txo up` is started with a crash point, dies of SIGKILL,
- * and is started again without it. Afterwards every invariant of the order service must hold, checked
- * by SQL on the test database (testpipeline_check_invariants()).
+ * and is started again without it. Afterwards every invariant of the order service must hold,
+ * checked by SQL on the test database (testpipeline_check_invariants()).
  *
  *   E+F   crash point relay.after_publish: the relay dispatched the batch of OrderCreated (the
  *         consumer committed inbox row + saga for each) and died before marking it PUBLISHED.

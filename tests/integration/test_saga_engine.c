@@ -904,8 +904,7 @@ static void test_list_due(void **state)
     assert_true(has_id(ids, n, expired));
     assert_int_equal(txo_saga_list_due(f->t.db, TXO_SAGA_RUNNING, 1, ids, &n, &err), 0);
     assert_int_equal(n, 1);
-    assert_int_equal(txo_saga_list_due(f->t.db, TXO_SAGA_COMPENSATION_FAILED, 8, ids, &n, &err),
-                     0);
+    assert_int_equal(txo_saga_list_due(f->t.db, TXO_SAGA_COMPENSATION_FAILED, 8, ids, &n, &err), 0);
     assert_int_equal(n, 0);
     assert_int_equal(txo_saga_list_due(f->t.db, TXO_SAGA_COMPLETED, 8, ids, &n, &err), TXO_EINVAL);
 }
