@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct txo_outbox_message msg = {
         .id = 42,
         .aggregate_type = "order",
-        .aggregate_id = 7,
+        .aggregate_id = "7",
         .event_type = "OrderCreated",
         .payload = text,
         .payload_len = size,
