@@ -79,6 +79,7 @@
 /* One configuration of the table. */
 struct relay_case {
     enum txo_claim_strategy claim;
+    bool held; /* claim mode transaction (claim, publish, mark in one transaction); else lease */
     unsigned relays;
     unsigned batch;
     bool behind_published; /* drain behind 10 x N PUBLISHED rows */
@@ -122,6 +123,7 @@ struct drain_point {
 struct drain {
     const struct bench_env *env;
     enum txo_claim_strategy claim;
+    enum txo_relay_claim_mode mode;
     enum txo_relay_ordering ordering;
     unsigned batch;
     uint64_t target;
@@ -225,6 +227,7 @@ static void *relay_thread_main(void *arg)
     txo_relay_opts_init(&ro);
     ro.relay_id = relay_id;
     ro.claim = d->claim;
+    ro.mode = d->mode;
     ro.ordering = d->ordering;
     ro.batch_size = d->batch;
 
@@ -408,6 +411,7 @@ static int drain_once(struct bench_env *env, const struct relay_case *c, uint64_
     d.env = env;
     d.claim = c->claim;
     d.ordering = c->ordering;
+    d.mode = c->held ? TXO_RELAY_CLAIM_TRANSACTION : TXO_RELAY_CLAIM_LEASE;
     d.batch = c->batch;
     d.target = n;
     atomic_init(&d.total, 0);
@@ -469,18 +473,24 @@ out:
 
 static void print_table_head(void)
 {
-    printf("%-13s %6s %6s %12s %12s %12s %10s %12s %8s\n", "claim", "relays", "batch", "events/s",
-           "first10%/s", "last10%/s", "last/first", "syncs/batch", "fill s");
-    printf("%-13s %6s %6s %12s %12s %12s %10s %12s %8s\n", "-------------", "------", "------",
-           "------------", "------------", "------------", "----------", "------------",
-           "--------");
+    printf("%-13s %-11s %6s %6s %12s %12s %12s %10s %12s %8s\n", "claim", "mode", "relays", "batch",
+           "events/s", "first10%/s", "last10%/s", "last/first", "syncs/batch", "fill s");
+    printf("%-13s %-11s %6s %6s %12s %12s %12s %10s %12s %8s\n", "-------------", "-----------",
+           "------", "------", "------------", "------------", "------------", "----------",
+           "------------", "--------");
+}
+
+static const char *mode_name(const struct relay_case *c)
+{
+    return txo_relay_claim_mode_name(c->held ? TXO_RELAY_CLAIM_TRANSACTION : TXO_RELAY_CLAIM_LEASE);
 }
 
 static void print_row(const struct relay_case *c, const struct drain_result *m, const char *note)
 {
-    printf("%-13s %6u %6u %12.0f %12.0f %12.0f %10.2f %12.2f %8.2f%s%s\n",
-           txo_claim_strategy_name(c->claim), c->relays, c->batch, m->overall, m->first10,
-           m->last10, m->ratio, m->syncs_per_batch, m->fill_s, note ? "  " : "", note ? note : "");
+    printf("%-13s %-11s %6u %6u %12.0f %12.0f %12.0f %10.2f %12.2f %8.2f%s%s\n",
+           txo_claim_strategy_name(c->claim), mode_name(c), c->relays, c->batch, m->overall,
+           m->first10, m->last10, m->ratio, m->syncs_per_batch, m->fill_s, note ? "  " : "",
+           note ? note : "");
     fflush(stdout);
 }
 
@@ -562,8 +572,8 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
     print_row(c, &m, note[0] ? note : NULL);
 out:
     if (unsupported) {
-        printf("%-13s %6u %6u  n/a: the server has no SELECT ... FOR UPDATE SKIP LOCKED\n",
-               txo_claim_strategy_name(c->claim), c->relays, c->batch);
+        printf("%-13s %-11s %6u %6u  n/a: the server has no SELECT ... FOR UPDATE SKIP LOCKED\n",
+               txo_claim_strategy_name(c->claim), mode_name(c), c->relays, c->batch);
         rc = 0;
     }
     txo_free(v);
@@ -579,6 +589,9 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
         {.claim = TXO_CLAIM_UPDATE_LIMIT, .relays = 2, .batch = 500, .behind_published = false},
         {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .batch = 1000, .behind_published = false},
         {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .batch = 200, .behind_published = false},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .held = true, .relays = 1, .batch = 500},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .held = true, .relays = 2, .batch = 500},
+        {.claim = TXO_CLAIM_SKIP_LOCKED, .held = true, .relays = 1, .batch = 1000},
     };
     int rc = 0;
 
@@ -674,6 +687,31 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
          .ordering = TXO_RELAY_ORDER_AGGREGATE,
          .events_per_aggregate = 20,
          .parked_per_mille = 0},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .held = true,
+         .relays = 1,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_NONE,
+         .events_per_aggregate = 20},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .held = true,
+         .relays = 1,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .held = true,
+         .relays = 2,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20},
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .held = true,
+         .relays = 1,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 10},
     };
     printf("== relay ordering: %zu PENDING events over %zu aggregates, null publisher, medians "
            "of %u runs ==\n",

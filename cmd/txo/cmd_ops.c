@@ -16,10 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "daemons.h"
 #include "orders.h"
 #include "txo/cmdq.h"
 #include "txo/dlq.h"
+#include "txo/relay.h"
 
 /* ---- txo stats ---- */
 
@@ -57,6 +60,41 @@ static void add_stats_settings(struct settings_table *t)
     settings_add(t, own, TXO_ARRAY_LEN(own));
 }
 
+/* Parked aggregates `txo stats` shows at most. */
+#define STATS_PARKED_MAX 20
+
+/* "parked":[{...},...] after the other members (a leading comma). */
+static void print_parked_json(const struct txo_relay_parked *p, size_t n)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++)
+        json_array_append_new(list,
+                              json_pack("{s:s,s:s,s:I,s:s,s:I,s:s,s:I}", "aggregate_type",
+                                        p[i].aggregate_type, "aggregate_id", p[i].aggregate_id,
+                                        "event_id", (json_int_t)p[i].event_id, "status",
+                                        txo_outbox_status_name(p[i].status), "attempts",
+                                        (json_int_t)p[i].attempts, "last_error", p[i].last_error,
+                                        "waiting", (json_int_t)p[i].waiting));
+    char *text = list != NULL ? json_dumps(list, JSON_COMPACT) : NULL;
+    printf(",\"parked\":%s", text != NULL ? text : "[]");
+    free(text); /* jansson allocates with malloc */
+    json_decref(list);
+}
+
+static void print_parked_text(const struct txo_relay_parked *p, size_t n)
+{
+    if (n == 0)
+        return;
+    printf("parked      %zu%s aggregate%s held back by a failed event (oldest first):\n", n,
+           n == STATS_PARKED_MAX ? "+" : "", n == 1 ? "" : "s");
+    for (size_t i = 0; i < n; i++)
+        printf("  %s/%s  event %" PRId64 " %s after %u attempt%s, %" PRIu64
+               " waiting behind it: %s\n",
+               p[i].aggregate_type, p[i].aggregate_id, p[i].event_id,
+               txo_outbox_status_name(p[i].status), p[i].attempts, p[i].attempts == 1 ? "" : "s",
+               p[i].waiting, p[i].last_error[0] != '\0' ? p[i].last_error : "(no error recorded)");
+}
+
 static int stats_run(int argc, char **argv)
 {
     txo_db_opts_init(&stats_opts.common.db);
@@ -76,6 +114,9 @@ static int stats_run(int argc, char **argv)
     struct txo_outbox_stats os;
     struct txo_saga_counts sagas;
     uint64_t cpending = 0, cprocessing = 0, cfailed = 0, dl_total = 0, dl_unreplayed = 0;
+    /* Aggregates held back by a failed event (relays with --ordering aggregate), oldest first. */
+    struct txo_relay_parked parked[STATS_PARKED_MAX];
+    size_t n_parked = 0;
     int status = 1;
     /* A relay-only database (`txo migrate --only outbox`) has no saga or command tables. */
     bool has_sagas = false, has_commands = false;
@@ -84,7 +125,8 @@ static int stats_run(int argc, char **argv)
         txo_outbox_get_stats(db, &os, &err) != 0 ||
         (has_sagas && txo_saga_count(db, &sagas, &err) != 0) ||
         (has_commands && txo_cmdq_stats(db, &cpending, &cprocessing, &cfailed, &err) != 0) ||
-        txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0) {
+        txo_dlq_count(db, &dl_total, &dl_unreplayed, &err) != 0 ||
+        txo_relay_list_parked(db, parked, TXO_ARRAY_LEN(parked), &n_parked, &err) != 0) {
         cmd_report("stats", "reading the counts", &err);
         goto out;
     }
@@ -109,8 +151,10 @@ static int stats_run(int argc, char **argv)
                    cpending, cprocessing, cfailed);
         else
             printf(",\"commands\":null");
-        printf(",\"dead_letters\":{\"total\":%" PRIu64 ",\"unreplayed\":%" PRIu64 "}}\n", dl_total,
+        printf(",\"dead_letters\":{\"total\":%" PRIu64 ",\"unreplayed\":%" PRIu64 "}", dl_total,
                dl_unreplayed);
+        print_parked_json(parked, n_parked);
+        printf("}\n");
     } else {
         printf("outbox      pending %" PRIu64 "  processing %" PRIu64 "  published %" PRIu64
                "  failed %" PRIu64 "  oldest unpublished %.1f s  oldest failed %.1f s\n",
@@ -132,6 +176,7 @@ static int stats_run(int argc, char **argv)
         else
             printf("\ncommands    (no command table: an outbox-only schema)\n");
         printf("dead letters %" PRIu64 " (%" PRIu64 " never replayed)\n", dl_total, dl_unreplayed);
+        print_parked_text(parked, n_parked);
     }
     status = 0;
 out:

@@ -77,8 +77,10 @@ static void add_settings(struct settings_table *t)
          .env = "TXO_ENVELOPE",
          .type = SETTING_STRING,
          .def = "txo",
-         .help = "what each published message is: txo (txo's JSON envelope) or cloudevents "
-                 "(CloudEvents 1.0, structured JSON mode)",
+         .help = "what each published message is: txo (txo's JSON envelope), cloudevents "
+                 "(CloudEvents 1.0, structured JSON mode) or cloudevents-binary (binary mode: "
+                 "the payload as the body, the attributes as ce-* headers of the webhook's "
+                 "POST or the NATS message; the log publisher writes structured mode)",
          .target = &opts.envelope},
         {.name = "envelope-source",
          .env = "TXO_ENVELOPE_SOURCE",
@@ -224,7 +226,9 @@ static int run(int argc, char **argv)
     }
     enum txo_envelope_format envelope;
     if (txo_envelope_format_parse(opts.envelope, &envelope) < 0) {
-        fprintf(stderr, "txo relay: --envelope must be txo or cloudevents, got \"%s\"\n",
+        fprintf(stderr,
+                "txo relay: --envelope must be txo, cloudevents or cloudevents-binary, got "
+                "\"%s\"\n",
                 opts.envelope);
         return 2;
     }
@@ -266,6 +270,8 @@ static int run(int argc, char **argv)
         if (metrics == NULL)
             goto out;
         ro.metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
+        if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
+            goto out;
     }
     int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
     if (rc < 0) {

@@ -217,6 +217,8 @@ static int run(int argc, char **argv)
     if (metrics == NULL)
         goto out;
     struct txo_metrics *reg = daemon_metrics_registry(metrics);
+    if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
+        goto out;
     if (!daemon_services_new("up", &opts.services, reg, &services)) {
         status = 2;
         goto out;

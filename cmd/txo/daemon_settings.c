@@ -125,6 +125,16 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "claim strategy: auto, skip-locked (MySQL 8.0.1+, MariaDB 10.6+) or update-limit "
                  "(MySQL 5.7)",
          .target = &o->claim},
+        {.name = "claim-mode",
+         .env = "TXO_CLAIM_MODE",
+         .type = SETTING_STRING,
+         .def = "auto",
+         .help = "lease: claim, publish with nothing locked, mark (two updates per event; for "
+                 "slow publishers such as webhooks); transaction: claim, publish and mark in "
+                 "one transaction holding the rows' locks (one update per event, about twice "
+                 "the events/s; for quick publishers, needs SKIP LOCKED); auto: transaction for "
+                 "nats, log and null when the server has SKIP LOCKED, else lease",
+         .target = &o->claim_mode},
         {.name = "ordering",
          .env = "TXO_ORDERING",
          .type = SETTING_STRING,

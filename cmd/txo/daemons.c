@@ -74,6 +74,7 @@ struct daemon_metrics {
     bool has_sagas; /* read when db was opened: a relay-only schema has no saga tables */
 
     struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned, *stuck;
+    struct txo_metric *parked; /* NULL unless a relay here orders by aggregate */
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
 };
@@ -105,6 +106,8 @@ static void counter_to(struct txo_metric *m, const char *const *labels, uint64_t
 
 /* A running saga with no live owner for this long counts as stuck (txo_sagas_stuck). */
 #define STUCK_IDLE_S 60
+/* Parked aggregates counted per scrape at most (the count reads the due rows). */
+#define PARKED_CAP 1000
 
 static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
 {
@@ -151,6 +154,11 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         rc = txo_saga_list_stuck(d->db, STUCK_IDLE_S, TXO_ARRAY_LEN(stuck), stuck, &n_stuck, err);
     if (rc == 0 && d->has_sagas)
         txo_metric_set(d->stuck, NULL, (double)n_stuck);
+    uint64_t parked = 0;
+    if (rc == 0 && d->parked != NULL)
+        rc = txo_relay_count_parked(d->db, PARKED_CAP, &parked, err);
+    if (rc == 0 && d->parked != NULL)
+        txo_metric_set(d->parked, NULL, (double)parked);
     if (rc != 0 && d->db != NULL) {
         txo_db_close(d->db); /* reopened at the next scrape */
         d->db = NULL;
@@ -219,6 +227,21 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
         return NULL;
     }
     return d;
+}
+
+bool daemon_metrics_watch_parked(struct daemon_metrics *d)
+{
+    if (d == NULL || d->parked != NULL)
+        return true;
+    bool ok = true;
+    pthread_mutex_lock(&d->mu);
+    d->parked = family(d->reg, TXO_METRIC_GAUGE, "txo_outbox_parked_aggregates",
+                       "Aggregates held back by a failed event (relay --ordering aggregate): "
+                       "its later events wait until it is published, replayed or skipped "
+                       "(txo stats lists them); counted up to 1000.",
+                       0, NULL, &ok);
+    pthread_mutex_unlock(&d->mu);
+    return ok;
 }
 
 struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d)
@@ -453,6 +476,11 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     if (txo_claim_strategy_parse(s->claim, &ro->claim) < 0) {
         fprintf(stderr, "txo %s: --claim must be auto, skip-locked or update-limit, got \"%s\"\n",
                 cmd, s->claim);
+        return false;
+    }
+    if (txo_relay_claim_mode_parse(s->claim_mode, &ro->mode) < 0) {
+        fprintf(stderr, "txo %s: --claim-mode must be auto, lease or transaction, got \"%s\"\n",
+                cmd, s->claim_mode);
         return false;
     }
     if (txo_relay_ordering_parse(s->ordering, &ro->ordering) < 0) {

@@ -44,6 +44,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o);
 /* ---- relay ---- */
 struct relay_settings {
     const char *claim;
+    const char *claim_mode;
     const char *ordering;
     unsigned batch_size;
     unsigned lease_s;
@@ -131,6 +132,9 @@ bool daemon_parse_listen(const char *cmd, const char *setting, const char *text,
 struct daemon_metrics;
 struct daemon_metrics *daemon_metrics_new(const struct common_opts *common);
 struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d);
+/* Adds txo_outbox_parked_aggregates to the collected gauges (for a relay that orders by
+ * aggregate: without ordering nothing is held back). False (message printed) on failure. */
+bool daemon_metrics_watch_parked(struct daemon_metrics *d);
 void daemon_metrics_free(struct daemon_metrics *d);
 /* Answers GET /metrics. */
 void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *resp);

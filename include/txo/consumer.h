@@ -52,6 +52,10 @@ struct txo_inbound_message {
                           * carries none (published by something other than txo) */
     uint64_t delivery;   /* 1 on the first delivery, 2 on the first redelivery, ...
                           * (local dispatch: the publish attempt of the outbox row) */
+    /* The transport's header of that name (NATS), or NULL; header NULL: the transport has
+     * none. transport is the transport's own message, for header(). */
+    const char *(*header)(const struct txo_inbound_message *msg, const char *name);
+    const void *transport;
 };
 
 /*
@@ -136,6 +140,16 @@ struct txo_event {
  */
 TXO_API TXO_MUST_CHECK int txo_envelope_decode(const char *data, size_t len, struct txo_event *out,
                                                struct txo_error *err);
+
+/*
+ * Decodes what a transport delivered: a CloudEvent in binary mode when the message has a
+ * ce-specversion header (the attributes from the ce-* headers, percent-decoded; the body the
+ * payload, a JSON object), else the envelope in msg->data (txo_envelope_decode()). Required:
+ * ce-type and ce-id. Errors as txo_envelope_decode().
+ */
+TXO_API TXO_MUST_CHECK int txo_envelope_decode_message(const struct txo_inbound_message *msg,
+                                                       struct txo_event *out,
+                                                       struct txo_error *err);
 
 /* Frees the strings of ev and zeroes it. NULL is a no-op. */
 TXO_API void txo_event_release(struct txo_event *ev);

@@ -64,7 +64,17 @@ struct txo_publisher_ops {
                          struct txo_error *errors);
     /* Frees self. */
     void (*destroy)(void *self);
+    /* TXO_PUBLISHER_* bits; 0 for most. */
+    unsigned flags;
 };
+
+/*
+ * The publisher answers a batch in milliseconds and never waits on the database (no broker
+ * round trip per event beyond an async ack, no application handler): the relay may publish
+ * while holding the batch's row locks (claim mode TRANSACTION, txo/relay.h). The null, log and
+ * NATS publishers set it; the webhook and the local dispatch do not.
+ */
+#define TXO_PUBLISHER_QUICK 1u
 
 struct txo_publisher {
     const struct txo_publisher_ops *ops;
@@ -95,13 +105,20 @@ TXO_API void txo_publisher_free(struct txo_publisher *pub);
  *     id is the idempotency key (consumers de-duplicate on source + id); time is created_at,
  *     the time of the INSERT inside the producer's transaction, not of its commit: events
  *     are neither published nor delivered in `time` order.
+ *   TXO_ENVELOPE_CLOUDEVENTS_BINARY  CloudEvents 1.0, binary mode: the message body is the
+ *     payload itself (Content-Type application/json) and the attributes travel as transport
+ *     headers, ce-specversion, ce-id, ce-source, ce-type, ce-subject, ce-time and the
+ *     extensions ce-txoid, ce-txoattempt, ce-txoaggregatetype, ce-txoaggregateid, with the same
+ *     values as above (txo_envelope_binary()). The webhook and NATS publishers send it so;
+ *     the log publisher, which has no headers, writes structured mode instead.
  */
 enum txo_envelope_format {
     TXO_ENVELOPE_TXO = 0,
     TXO_ENVELOPE_CLOUDEVENTS,
+    TXO_ENVELOPE_CLOUDEVENTS_BINARY,
 };
 
-/* "txo" or "cloudevents". Returns 0 or TXO_EINVAL. */
+/* "txo", "cloudevents" or "cloudevents-binary". Returns 0 or TXO_EINVAL. */
 TXO_API int txo_envelope_format_parse(const char *name, enum txo_envelope_format *out);
 
 /*
@@ -121,7 +138,32 @@ TXO_API TXO_MUST_CHECK int txo_envelope_set_default(enum txo_envelope_format for
 TXO_API char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len,
                                   struct txo_error *err);
 
-/* The same in the given format; source as for txo_envelope_set_default (CloudEvents only). */
+/* The process's format (txo_envelope_set_default). */
+TXO_API enum txo_envelope_format txo_envelope_default_format(void);
+
+/* The headers of a CloudEvent in binary mode: names[i] (static) and values[i] (owned). */
+#define TXO_CE_HEADERS_MAX 10
+struct txo_ce_headers {
+    size_t n;
+    const char *names[TXO_CE_HEADERS_MAX];
+    char *values[TXO_CE_HEADERS_MAX];
+};
+
+/*
+ * CloudEvents binary mode for msg with the process's source: fills *headers (release with
+ * txo_ce_headers_release(), also after a failure) and returns the body, the payload as compact
+ * JSON, to free with txo_free(); *len gets its length. Header values are percent-encoded as
+ * the CloudEvents HTTP binding says (space, '"', '%' and every byte outside printable ASCII),
+ * so no value can carry a line break into a transport's headers. NULL with err set:
+ * TXO_EINVAL (the payload is not JSON, an attribute is missing), TXO_ENOMEM.
+ */
+TXO_API char *txo_envelope_binary(const struct txo_outbox_message *msg,
+                                  struct txo_ce_headers *headers, size_t *len,
+                                  struct txo_error *err);
+TXO_API void txo_ce_headers_release(struct txo_ce_headers *headers);
+
+/* The same in the given format; source as for txo_envelope_set_default (CloudEvents only).
+ * CLOUDEVENTS_BINARY encodes as CLOUDEVENTS (structured mode: one self-contained JSON). */
 TXO_API char *txo_envelope_encode_as(const struct txo_outbox_message *msg,
                                      enum txo_envelope_format format, const char *source,
                                      size_t *len, struct txo_error *err);

@@ -57,10 +57,10 @@
 #include "txo/publisher.h"
 
 /*
- * Which events a claim may take. AGGREGATE is the default because consumers of an entity's
- * events (OrderCreated before OrderCancelled) are written assuming that order, and two relays,
- * or one retried failure, break it silently otherwise; NONE is for streams whose consumers
- * do not care (it claims with one index lookup less per event).
+ * Which events a claim may take. AGGREGATE is for consumers of an entity's events written
+ * assuming their order (OrderCreated before OrderCancelled), which two relays, or one retried
+ * failure, break silently otherwise; NONE, the default (see Ordering above), claims with one
+ * index lookup less per event and does not slow down behind a deep backlog.
  */
 enum txo_relay_ordering {
     TXO_RELAY_ORDER_AGGREGATE = 0, /* per (aggregate_type, aggregate_id), in id order */
@@ -72,9 +72,43 @@ TXO_API const char *txo_relay_ordering_name(enum txo_relay_ordering o);
 /* Parses one of the names above. Returns 0, or TXO_EINVAL (*out untouched). */
 TXO_API int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *out);
 
+/*
+ * How a claimed batch is held while it is published:
+ *   LEASE        three short transactions: claim (rows to PROCESSING with a lock token and a
+ *                lease), publish with nothing locked, mark (fenced by the token). Each event
+ *                is updated twice; a publisher may take as long as the lease.
+ *   TRANSACTION  one transaction: SELECT ... FOR UPDATE SKIP LOCKED, publish while the rows'
+ *                locks are held, mark PUBLISHED, commit. Each event is updated once (about
+ *                twice the events/s of LEASE, `make bench`); the locks fence the batch (other
+ *                relays skip locked rows), and a relay that dies rolls back, leaving its rows
+ *                due again at once. For publishers that answer in milliseconds: a slow one
+ *                keeps a transaction open as long as it takes. Needs SKIP LOCKED.
+ *                A poison event that kills its relay leaves no trace in a rolled-back
+ *                transaction, so a relay in this mode claims its first batch after start, and
+ *                every batch after one that met an event whose lease expired before, with a
+ *                lease: a poison event is counted from its second kill on and is
+ *                dead-lettered after max_lease_expiries more, as in LEASE.
+ *   AUTO         the default: TRANSACTION when the publisher declares itself quick
+ *                (TXO_PUBLISHER_QUICK: null, log, nats) and the server has SKIP LOCKED; else
+ *                LEASE (webhooks, the local dispatch, the application's own publishers).
+ * Delivery is at least once and ordering (opts.ordering) is kept in every mode; relays in
+ * different modes may share one table.
+ */
+enum txo_relay_claim_mode {
+    TXO_RELAY_CLAIM_AUTO = 0,
+    TXO_RELAY_CLAIM_LEASE,
+    TXO_RELAY_CLAIM_TRANSACTION,
+};
+
+/* "auto", "lease", "transaction". Never NULL; an unknown value is a bug. */
+TXO_API const char *txo_relay_claim_mode_name(enum txo_relay_claim_mode m);
+/* Parses one of the names above. Returns 0, or TXO_EINVAL (*out untouched). */
+TXO_API int txo_relay_claim_mode_parse(const char *name, enum txo_relay_claim_mode *out);
+
 struct txo_relay_opts {
     const char *relay_id;             /* prefix of lock tokens; default "<hostname>:<pid>" */
     enum txo_claim_strategy claim;    /* default AUTO */
+    enum txo_relay_claim_mode mode;   /* default AUTO (see above) */
     enum txo_relay_ordering ordering; /* default NONE (see Ordering above) */
     unsigned batch_size;              /* events per claim, default 500, max 10000 */
     unsigned lease_s;                 /* claim lease, default 30 */
@@ -122,7 +156,8 @@ struct txo_relay;
 /*
  * Creates a relay on db (borrowed; one connection per relay) publishing through pub
  * (borrowed). Resolves TXO_CLAIM_AUTO from the server version. Errors: TXO_EINVAL,
- * TXO_EUNSUPPORTED (skip-locked requested on a server without it), TXO_ENOMEM.
+ * TXO_EUNSUPPORTED (skip-locked or claim mode TRANSACTION requested on a server without SKIP
+ * LOCKED, or TRANSACTION with the update-limit strategy), TXO_ENOMEM.
  */
 TXO_API TXO_MUST_CHECK int txo_relay_new(struct txo_db *db, struct txo_publisher *pub,
                                          const struct txo_relay_opts *opts, struct txo_relay **out,
@@ -134,6 +169,9 @@ TXO_API enum txo_breaker_state txo_relay_breaker_state(const struct txo_relay *r
 
 /* The strategy in use after AUTO was resolved. */
 TXO_API enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay);
+
+/* The claim mode in use after AUTO was resolved (LEASE or TRANSACTION). */
+TXO_API enum txo_relay_claim_mode txo_relay_claim_mode(const struct txo_relay *relay);
 
 /*
  * One cycle: reclaim expired leases (when due), claim, publish, mark. *claimed (may be NULL)
@@ -181,6 +219,14 @@ struct txo_relay_parked {
  */
 TXO_API TXO_MUST_CHECK int txo_relay_list_parked(struct txo_db *db, struct txo_relay_parked *out,
                                                  size_t cap, size_t *n, struct txo_error *err);
+
+/*
+ * *n = how many aggregates txo_relay_list_parked() would list, counting at most cap (so the
+ * cost of a scrape stays bounded). The same query; any thread. Errors: TXO_EINVAL (cap 0),
+ * DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_count_parked(struct txo_db *db, uint64_t cap, uint64_t *n,
+                                                  struct txo_error *err);
 
 TXO_API void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *out);
 

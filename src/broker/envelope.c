@@ -94,6 +94,8 @@ int txo_envelope_format_parse(const char *name, enum txo_envelope_format *out)
         *out = TXO_ENVELOPE_TXO;
     else if (name != NULL && strcmp(name, "cloudevents") == 0)
         *out = TXO_ENVELOPE_CLOUDEVENTS;
+    else if (name != NULL && strcmp(name, "cloudevents-binary") == 0)
+        *out = TXO_ENVELOPE_CLOUDEVENTS_BINARY;
     else
         return TXO_EINVAL;
     return 0;
@@ -213,7 +215,7 @@ char *txo_envelope_encode_as(const struct txo_outbox_message *msg, enum txo_enve
             txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
         goto out;
     }
-    bool ce = format == TXO_ENVELOPE_CLOUDEVENTS;
+    bool ce = format == TXO_ENVELOPE_CLOUDEVENTS || format == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
     rc = ce ? ce_head(head, msg, source, err) : txo_head(head, msg, err);
     if (rc < 0)
         goto out;
@@ -250,6 +252,112 @@ char *txo_envelope_encode_as(const struct txo_outbox_message *msg, enum txo_enve
 out:
     json_decref(head);
     return out;
+}
+
+enum txo_envelope_format txo_envelope_default_format(void)
+{
+    return default_format;
+}
+
+/* ---- CloudEvents binary mode ---- */
+
+/* True when byte c goes into a binary-mode header value as %XX. */
+static bool ce_escaped(unsigned char c)
+{
+    return c <= 0x20 || c >= 0x7f || c == '"' || c == '%';
+}
+
+/* value, percent-encoded (ce_escaped), into a new string; NULL when out of memory. */
+static char *ce_percent_encode(const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++)
+        n += ce_escaped(*p) ? 3 : 1;
+    char *out = txo_malloc(n + 1);
+    if (out == NULL)
+        return NULL;
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)value; *p != '\0'; p++) {
+        if (ce_escaped(*p)) {
+            out[o++] = '%';
+            out[o++] = hex[*p >> 4];
+            out[o++] = hex[*p & 0xf];
+        } else {
+            out[o++] = (char)*p;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+void txo_ce_headers_release(struct txo_ce_headers *headers)
+{
+    if (headers == NULL)
+        return;
+    for (size_t i = 0; i < headers->n; i++)
+        txo_free(headers->values[i]);
+    memset(headers, 0, sizeof(*headers));
+}
+
+/* Appends header name with value (percent-encoded); false when out of memory. */
+static bool ce_add(struct txo_ce_headers *h, const char *name, const char *value)
+{
+    TXO_ASSERT(h->n < TXO_CE_HEADERS_MAX);
+    h->names[h->n] = name;
+    h->values[h->n] = ce_percent_encode(value);
+    return h->values[h->n++] != NULL;
+}
+
+/*
+ * The headers carry the attributes ce_head() writes before "data" (less datacontenttype,
+ * which is the transport's Content-Type), from the same fields of msg; the body is the
+ * structured envelope's data, so both modes validate and compact the payload alike.
+ */
+char *txo_envelope_binary(const struct txo_outbox_message *msg, struct txo_ce_headers *headers,
+                          size_t *len, struct txo_error *err)
+{
+    TXO_ASSERT(msg != NULL && headers != NULL);
+    memset(headers, 0, sizeof(*headers));
+    size_t env_len = 0;
+    char *env =
+        txo_envelope_encode_as(msg, TXO_ENVELOPE_CLOUDEVENTS, default_source, &env_len, err);
+    if (env == NULL)
+        return NULL; /* a missing attribute or a payload that is not JSON: err says which */
+    char id[24], attempt[16], *subject = NULL, *body = NULL;
+    snprintf(id, sizeof(id), "%" PRId64, msg->id);
+    snprintf(attempt, sizeof(attempt), "%d", msg->attempt);
+    size_t subject_len = strlen(msg->aggregate_type) + 1 + strlen(msg->aggregate_id) + 1;
+    subject = txo_malloc(subject_len);
+    bool ok = subject != NULL;
+    if (ok) {
+        snprintf(subject, subject_len, "%s/%s", msg->aggregate_type, msg->aggregate_id);
+        ok = ce_add(headers, "ce-specversion", "1.0") &&
+             ce_add(headers, "ce-id", msg->idempotency_key) &&
+             ce_add(headers, "ce-source", default_source) &&
+             ce_add(headers, "ce-type", msg->event_type) &&
+             ce_add(headers, "ce-subject", subject) &&
+             ce_add(headers, "ce-time", msg->created_at) && ce_add(headers, "ce-txoid", id) &&
+             ce_add(headers, "ce-txoattempt", attempt) &&
+             ce_add(headers, "ce-txoaggregatetype", msg->aggregate_type) &&
+             ce_add(headers, "ce-txoaggregateid", msg->aggregate_id);
+    }
+    /* The body: the text after the first `,"data":` (the attributes before it are JSON
+     * strings, where a quote is always escaped, so the first one is the key's), less the
+     * closing brace. */
+    const char *data = strstr(env, CE_DATA_KEY);
+    TXO_ASSERT(data != NULL);
+    data += strlen(CE_DATA_KEY);
+    size_t n = env_len - (size_t)(data - env) - 1;
+    if (ok)
+        body = txo_strndup(data, n);
+    if (body == NULL)
+        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
+    else if (len != NULL)
+        *len = n;
+    txo_free(subject);
+    txo_free(env);
+    return body;
 }
 
 /* ---- decoding ---- */
@@ -365,6 +473,113 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, str
         rc = txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
 out:
     json_decref(env);
+    if (rc == 0)
+        *out = ev;
+    else
+        txo_event_release(&ev);
+    return rc;
+}
+
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A percent-encoded header value, decoded into *out (a new string; a '%' not followed by two
+ * hex digits is kept as it is). Errors: TXO_EINVAL (it encodes a NUL byte), TXO_ENOMEM. */
+static int ce_percent_decode(const char *v, char **out)
+{
+    size_t n = strlen(v);
+    char *d = txo_malloc(n + 1);
+    if (d == NULL)
+        return TXO_ENOMEM;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int hi = v[i] == '%' && i + 2 < n + 1 ? hex_digit(v[i + 1]) : -1;
+        int lo = hi >= 0 ? hex_digit(v[i + 2]) : -1;
+        if (lo < 0) {
+            d[o++] = v[i];
+            continue;
+        }
+        if (hi == 0 && lo == 0) {
+            txo_free(d);
+            return TXO_EINVAL;
+        }
+        d[o++] = (char)(hi << 4 | lo);
+        i += 2;
+    }
+    d[o] = '\0';
+    *out = d;
+    return 0;
+}
+
+/* Header name of msg, percent-decoded, into *out (left NULL when absent and not required). */
+static int ce_take(const struct txo_inbound_message *msg, const char *name, bool required,
+                   char **out, struct txo_error *err)
+{
+    const char *v = msg->header(msg, name);
+    if (v == NULL)
+        return required ? txo_error_set(err, TXO_EINVAL, "CloudEvent: header %s is missing", name)
+                        : 0;
+    int rc = ce_percent_decode(v, out);
+    if (rc == TXO_EINVAL)
+        return txo_error_set(err, rc, "CloudEvent: header %s encodes a NUL byte", name);
+    if (rc < 0)
+        return txo_error_set(err, rc, "CloudEvent: out of memory");
+    return 0;
+}
+
+int txo_envelope_decode_message(const struct txo_inbound_message *msg, struct txo_event *out,
+                                struct txo_error *err)
+{
+    if (msg->header == NULL || msg->header(msg, "ce-specversion") == NULL)
+        return txo_envelope_decode(msg->data, msg->len, out, err);
+    struct txo_event ev;
+    memset(&ev, 0, sizeof(ev));
+    char *id = NULL, *attempt = NULL;
+    int rc = ce_take(msg, "ce-type", true, &ev.type, err);
+    if (rc == 0)
+        rc = ce_take(msg, "ce-id", true, &ev.idempotency_key, err);
+    if (rc == 0)
+        rc = ce_take(msg, "ce-txoaggregatetype", false, &ev.aggregate_type, err);
+    if (rc == 0)
+        rc = ce_take(msg, "ce-txoaggregateid", false, &ev.aggregate_id, err);
+    if (rc == 0)
+        rc = ce_take(msg, "ce-time", false, &ev.created_at, err);
+    if (rc == 0)
+        rc = ce_take(msg, "ce-txoid", false, &id, err);
+    if (rc == 0)
+        rc = ce_take(msg, "ce-txoattempt", false, &attempt, err);
+    if (rc != 0)
+        goto out;
+    ev.id = id != NULL ? strtoll(id, NULL, 10) : 0;
+    long a = attempt != NULL ? strtol(attempt, NULL, 10) : 0;
+    ev.attempt = a > 0 && a < INT32_MAX ? (int)a : 0;
+    /* The body is the payload: a JSON object, kept as its exact text. */
+    if (msg->data == NULL || memchr(msg->data, '\0', msg->len) != NULL) {
+        rc = txo_error_set(err, TXO_EINVAL, "CloudEvent: the body is missing or holds a NUL");
+        goto out;
+    }
+    json_t *doc = json_loadb(msg->data, msg->len, JSON_DECODE_INT_AS_REAL, NULL);
+    bool object = json_is_object(doc);
+    json_decref(doc);
+    if (!object) {
+        rc = txo_error_set(err, TXO_EINVAL, "CloudEvent: the body must be a JSON object");
+        goto out;
+    }
+    ev.payload = txo_strndup(msg->data, msg->len);
+    ev.payload_len = msg->len;
+    if (ev.payload == NULL)
+        rc = txo_error_set(err, TXO_ENOMEM, "CloudEvent: out of memory");
+out:
+    txo_free(id);
+    txo_free(attempt);
     if (rc == 0)
         *out = ev;
     else

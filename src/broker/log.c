@@ -66,6 +66,7 @@ static const struct txo_publisher_ops log_ops = {
     .name = "log",
     .publish_batch = log_publish_batch,
     .destroy = log_destroy,
+    .flags = TXO_PUBLISHER_QUICK,
 };
 
 int txo_publisher_log_new(FILE *out, struct txo_publisher **pub, struct txo_error *err)

@@ -78,10 +78,19 @@ static void drop_subscription(struct nats_consumer *nc)
     nc->sub = NULL;
 }
 
+/* txo_inbound_message.header for a NATS message. */
+static const char *nats_header(const struct txo_inbound_message *in, const char *name)
+{
+    const char *v = NULL;
+    return natsMsgHeader_Get((natsMsg *)in->transport, name, &v) == NATS_OK ? v : NULL;
+}
+
 /* Delivery count and id of a fetched message. */
 static void describe_msg(natsMsg *m, struct txo_inbound_message *in)
 {
     memset(in, 0, sizeof(*in));
+    in->header = nats_header;
+    in->transport = m;
     in->subject = natsMsg_GetSubject(m);
     in->data = natsMsg_GetData(m);
     int len = natsMsg_GetDataLength(m);

@@ -636,13 +636,20 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
         return;
     }
     size_t len = 0;
-    char *env = txo_envelope_encode(m, &len, &errors[i]);
+    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
+    struct txo_ce_headers ce;
+    memset(&ce, 0, sizeof(ce));
+    /* Binary mode: the payload is the body, the attributes ce-* headers. */
+    char *env = binary ? txo_envelope_binary(m, &ce, &len, &errors[i])
+                       : txo_envelope_encode(m, &len, &errors[i]);
     if (env == NULL) {
+        txo_ce_headers_release(&ce);
         results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
         return;
     }
     if (len > INT32_MAX) {
         txo_free(env);
+        txo_ce_headers_release(&ce);
         results[i] = txo_error_set(&errors[i], TXO_EINVAL, "nats publisher: envelope too large");
         return;
     }
@@ -651,6 +658,11 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
     txo_free(env);
     if (s == NATS_OK)
         s = natsMsgHeader_Set(nm, TXO__NATS_MSG_ID_HEADER, m->idempotency_key);
+    if (s == NATS_OK && binary)
+        s = natsMsgHeader_Set(nm, "Content-Type", "application/json");
+    for (size_t h = 0; s == NATS_OK && h < ce.n; h++)
+        s = natsMsgHeader_Set(nm, ce.names[h], ce.values[h]);
+    txo_ce_headers_release(&ce);
     uintptr_t addr = (uintptr_t)nm;
     if (s == NATS_OK)
         s = js_PublishMsgAsync(c->js, &nm, NULL);
@@ -805,6 +817,7 @@ static const struct txo_publisher_ops nats_ops = {
     .name = "nats",
     .publish_batch = nats_publish_batch,
     .destroy = nats_publisher_destroy,
+    .flags = TXO_PUBLISHER_QUICK,
 };
 
 int txo_publisher_nats_new(const struct txo_nats_opts *o, struct txo_publisher **out,

@@ -22,6 +22,7 @@ static const struct txo_publisher_ops null_ops = {
     .name = "null",
     .publish_batch = null_publish_batch,
     .destroy = NULL,
+    .flags = TXO_PUBLISHER_QUICK,
 };
 
 int txo_publisher_null_new(struct txo_publisher **pub, struct txo_error *err)

@@ -70,16 +70,41 @@ static bool endpoint_down(int rc, long status)
 }
 
 /* POSTs one message. Returns 0 or its failure code with errors filled. */
+/*
+ * The "name: value" lines of a CloudEvent in binary mode into lines[0..) (each a new string),
+ * after the n lines already there. Returns the new count, or -1 when out of memory.
+ */
+static int ce_lines(const struct txo_ce_headers *ce, char **lines, int n)
+{
+    for (size_t i = 0; i < ce->n; i++) {
+        size_t len = strlen(ce->names[i]) + 2 + strlen(ce->values[i]) + 1;
+        lines[n] = txo_malloc(len);
+        if (lines[n] == NULL)
+            return -1;
+        snprintf(lines[n++], len, "%s: %s", ce->names[i], ce->values[i]);
+    }
+    return n;
+}
+
 static int post_one(struct webhook_publisher *wp, const struct txo_outbox_message *msg,
                     struct txo_error *error)
 {
     size_t len = 0;
-    char *body = txo_envelope_encode(msg, &len, error);
-    if (body == NULL)
+    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
+    struct txo_ce_headers ce;
+    memset(&ce, 0, sizeof(ce));
+    /* Binary mode: the payload is the body, the attributes ce-* headers. */
+    char *body =
+        binary ? txo_envelope_binary(msg, &ce, &len, error) : txo_envelope_encode(msg, &len, error);
+    if (body == NULL) {
+        txo_ce_headers_release(&ce);
         return error->code != 0 ? error->code : TXO_EINVAL;
+    }
 
     char type_header[HEADER_MAX];
     char id_header[64];
+    char *ce_header[TXO_CE_HEADERS_MAX] = {0};
+    int n_ce = 0;
     int n = snprintf(type_header, sizeof(type_header), "X-Txo-Event-Type: %s",
                      msg->event_type != NULL ? msg->event_type : "");
     int rc = 0;
@@ -89,10 +114,24 @@ static int post_one(struct webhook_publisher *wp, const struct txo_outbox_messag
         goto out;
     }
     snprintf(id_header, sizeof(id_header), "X-Txo-Event-Id: %" PRId64, msg->id);
-    const char *headers[] = {type_header, id_header, wp->auth_header, NULL};
+    const char *headers[4 + TXO_CE_HEADERS_MAX] = {type_header, id_header};
+    int nh = 2;
+    n_ce = ce_lines(&ce, ce_header, 0);
+    if (n_ce < 0) {
+        n_ce = TXO_CE_HEADERS_MAX; /* free what was allocated (the rest is NULL) */
+        rc = txo_error_set(error, TXO_ENOMEM, "webhook: out of memory for the ce-* headers");
+        goto out;
+    }
+    for (int i = 0; i < n_ce; i++)
+        headers[nh++] = ce_header[i];
+    headers[nh++] = wp->auth_header; /* NULL ends the list either way */
+    headers[nh] = NULL;
     rc = txo_http_post_json(wp->client, wp->url, msg->idempotency_key, headers, body, len,
                             &wp->resp, error);
 out:
+    for (int i = 0; i < n_ce; i++)
+        txo_free(ce_header[i]);
+    txo_ce_headers_release(&ce);
     txo_free(body);
     return rc;
 }

@@ -20,9 +20,13 @@
  *   mark     one transaction: PUBLISHED for acknowledged rows, PENDING + backoff or FAILED +
  *            dead letter for failed ones. Every statement is fenced by the token, so a relay
  *            whose lease expired meanwhile changes nothing (counted in stats.fenced).
- * A crash between claim and mark leaves rows PROCESSING until their lease expires; any relay
- * then reclaims and publishes them again. That is the at-least-once guarantee: consumers
- * de-duplicate on the idempotency key.
+ * In claim mode TRANSACTION (txo/relay.h) a cycle is one transaction instead: the claim's
+ * skip-locked SELECT alone, publish with the rows locked and still PENDING, mark with the
+ * RELAY_SQL_HELD_* statements, commit (held_tx); a relay in that mode claims its first batch
+ * after start, and the one after meeting a suspect, with a lease, as above.
+ * A crash between claim and mark leaves rows PROCESSING until their lease expires (a held
+ * claim: rolled back, due again at once); any relay then reclaims and publishes them again. That is
+ * the at-least-once guarantee: consumers de-duplicate on the idempotency key.
  *
  * Memory: everything a batch needs is allocated once in txo_relay_new() (messages, results,
  * error slots, ids, bound parameters); the strings of a batch live in the one buffered result
@@ -77,6 +81,9 @@ enum in_stmt {
     IN_DEAD_LETTER,
     IN_UNLOCK_FAILED,
     IN_RECLAIM_POISON,
+    IN_HELD_PUBLISHED,
+    IN_HELD_FAILED,
+    IN_HELD_DEAD_LETTER,
     IN_STMT_COUNT,
 };
 
@@ -87,6 +94,9 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_DEAD_LETTER] = RELAY_SQL_DEAD_LETTER_IN,
     [IN_UNLOCK_FAILED] = RELAY_SQL_UNLOCK_FAILED_IN,
     [IN_RECLAIM_POISON] = RELAY_SQL_RECLAIM_POISON_IN,
+    [IN_HELD_PUBLISHED] = RELAY_SQL_HELD_PUBLISHED_IN,
+    [IN_HELD_FAILED] = RELAY_SQL_HELD_FAILED_IN,
+    [IN_HELD_DEAD_LETTER] = RELAY_SQL_HELD_DEAD_LETTER_IN,
 };
 
 /*
@@ -150,6 +160,28 @@ int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *out)
     return 0;
 }
 
+static const char *const mode_names[] = {
+    [TXO_RELAY_CLAIM_AUTO] = "auto",
+    [TXO_RELAY_CLAIM_LEASE] = "lease",
+    [TXO_RELAY_CLAIM_TRANSACTION] = "transaction",
+};
+
+const char *txo_relay_claim_mode_name(enum txo_relay_claim_mode m)
+{
+    if ((unsigned)m >= TXO_ARRAY_LEN(mode_names))
+        TXO_BUG("unknown relay claim mode %d", (int)m);
+    return mode_names[m];
+}
+
+int txo_relay_claim_mode_parse(const char *name, enum txo_relay_claim_mode *out)
+{
+    long i = txo__name_index(mode_names, TXO_ARRAY_LEN(mode_names), name);
+    if (i < 0)
+        return TXO_EINVAL;
+    *out = (enum txo_relay_claim_mode)i;
+    return 0;
+}
+
 struct relay_counters {
     _Atomic uint64_t claimed;
     _Atomic uint64_t published;
@@ -176,6 +208,10 @@ struct txo_relay {
     struct txo_relay_opts opts; /* opts.relay_id points at relay_id below */
     char *relay_id;
     enum txo_claim_strategy claim;
+    enum txo_relay_claim_mode mode; /* LEASE or TRANSACTION (AUTO resolved) */
+    /* Claim mode TRANSACTION: the next cycle claims with a lease (the first one after start,
+     * and the one after a held claim met suspects; see txo/relay.h). */
+    bool lease_cycle;
 
     atomic_int stop;
     atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
@@ -233,6 +269,7 @@ struct mark_result {
 
 struct mark_ctx {
     struct txo_relay *relay;
+    bool held; /* claim mode TRANSACTION: the RELAY_SQL_HELD_* statements, no token */
     size_t n_published;
     size_t n_groups;
     size_t n_failed;
@@ -244,6 +281,7 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
     memset(opts, 0, sizeof(*opts));
     opts->relay_id = NULL; /* txo_relay_new() uses "<hostname>:<pid>" */
     opts->claim = TXO_CLAIM_AUTO;
+    opts->mode = TXO_RELAY_CLAIM_AUTO;
     opts->ordering = TXO_RELAY_ORDER_NONE;
     opts->batch_size = 500;
     opts->lease_s = 30;
@@ -287,6 +325,8 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
     if (o->breaker_failures > 0 && (o->breaker_open_ms < 0 || o->breaker_probe_batch < 1))
         return txo_error_set(err, TXO_EINVAL,
                              "relay: breaker needs open_ms >= 0 and probe_batch >= 1");
+    if ((unsigned)o->mode >= TXO_ARRAY_LEN(mode_names))
+        return txo_error_set(err, TXO_EINVAL, "relay: unknown claim mode %d", (int)o->mode);
     if ((unsigned)o->ordering >= TXO_ARRAY_LEN(ordering_names))
         return txo_error_set(err, TXO_EINVAL, "relay: unknown ordering %d", (int)o->ordering);
     if (o->relay_id != NULL && o->relay_id[0] == '\0')
@@ -430,6 +470,17 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     rc = txo__lease_strategy(db, opts->claim, "relay", &claim, err);
     if (rc < 0)
         return rc;
+    enum txo_relay_claim_mode mode = opts->mode;
+    if (mode == TXO_RELAY_CLAIM_AUTO)
+        mode = (pub->ops->flags & TXO_PUBLISHER_QUICK) != 0 && claim == TXO_CLAIM_SKIP_LOCKED
+                   ? TXO_RELAY_CLAIM_TRANSACTION
+                   : TXO_RELAY_CLAIM_LEASE;
+    if (mode == TXO_RELAY_CLAIM_TRANSACTION && claim != TXO_CLAIM_SKIP_LOCKED)
+        return txo_error_set(err, TXO_EUNSUPPORTED,
+                             "relay: claim mode transaction needs the skip-locked claim "
+                             "(SELECT ... FOR UPDATE SKIP LOCKED, MariaDB 10.6+ or MySQL "
+                             "8.0.1+), not %s; use claim mode lease",
+                             txo_claim_strategy_name(claim));
 
     struct txo_relay *r = txo_calloc(1, sizeof(*r));
     if (r == NULL)
@@ -438,6 +489,8 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->pub = pub;
     r->opts = *opts;
     r->claim = claim;
+    r->mode = mode;
+    r->lease_cycle = true;
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
         txo__lease_in_init(&r->in[s], in_stmt_prefix[s]);
     atomic_init(&r->stop, 0);
@@ -479,6 +532,11 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
 enum txo_claim_strategy txo_relay_claim_strategy(const struct txo_relay *relay)
 {
     return relay->claim;
+}
+
+enum txo_relay_claim_mode txo_relay_claim_mode(const struct txo_relay *relay)
+{
+    return relay->mode;
 }
 
 void txo_relay_wake(struct txo_relay *relay)
@@ -601,6 +659,8 @@ static void advance_cursor(struct txo_relay *r, size_t n)
     r->cursor_set = true;
 }
 
+static void load_batch(struct txo_relay *r);
+
 /* Claims a batch into r->msgs[0..r->n). */
 static int claim(struct txo_relay *r, struct txo_error *err)
 {
@@ -615,6 +675,13 @@ static int claim(struct txo_relay *r, struct txo_error *err)
     }
     if (!r->claimed_after_cursor)
         r->last_full_scan_ms = now;
+    load_batch(r);
+    return 0;
+}
+
+/* Points r->msgs[0..r->n) into the claim's rows and moves the cursor. */
+static void load_batch(struct txo_relay *r)
+{
     size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
     if (n > r->opts.batch_size) {
         /* Cannot happen unless a token was reused; never publish more than we have room for. */
@@ -640,7 +707,6 @@ static int claim(struct txo_relay *r, struct txo_error *err)
     }
     advance_cursor(r, n);
     r->n = n;
-    return 0;
 }
 
 static void publish(struct txo_relay *r)
@@ -720,9 +786,13 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 
     memset(&ctx->res, 0, sizeof(ctx->res));
 
+    /* Held (claim mode TRANSACTION): the rows are still PENDING and locked by this
+     * transaction, there is no token. Leased: fenced by the token. */
+    size_t tok = ctx->held ? 0 : 1; /* the token parameter, when there is one */
     if (ctx->n_published > 0) {
         r->params[0] = txo_p_str(r->token);
-        rc = exec_in(tx, r, IN_MARK_PUBLISHED, 1, r->ids, ctx->n_published, &affected, err);
+        rc = exec_in(tx, r, ctx->held ? IN_HELD_PUBLISHED : IN_MARK_PUBLISHED, tok, r->ids,
+                     ctx->n_published, &affected, err);
         if (rc < 0)
             return rc;
         ctx->res.published = affected;
@@ -748,8 +818,11 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         r->params[6] = txo_p_i64(max_attempts);
         r->params[7] = txo_p_i64(max_attempts);
         r->params[8] = txo_p_str(r->token);
-        rc = exec_in(tx, r, IN_MARK_FAILED, MARK_FIXED_PARAMS, &r->fail_ids[start], size, &affected,
-                     err);
+        /* RELAY_SQL_HELD_FAILED_IN takes the first six: no lease columns, no token. */
+        rc = ctx->held
+                 ? exec_in(tx, r, IN_HELD_FAILED, 6, &r->fail_ids[start], size, &affected, err)
+                 : exec_in(tx, r, IN_MARK_FAILED, MARK_FIXED_PARAMS, &r->fail_ids[start], size,
+                           &affected, err);
         if (rc < 0)
             return rc;
         failed_updated += affected;
@@ -758,11 +831,12 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 
     if (ctx->n_failed > 0 && failed_updated > 0) {
         r->params[0] = txo_p_str(r->token);
-        rc = exec_in(tx, r, IN_DEAD_LETTER, 1, r->fail_ids, ctx->n_failed, &affected, err);
+        rc = exec_in(tx, r, ctx->held ? IN_HELD_DEAD_LETTER : IN_DEAD_LETTER, tok, r->fail_ids,
+                     ctx->n_failed, &affected, err);
         if (rc < 0)
             return rc;
         ctx->res.dead_lettered = affected;
-        if (affected > 0) {
+        if (affected > 0 && !ctx->held) {
             r->params[0] = txo_p_str(r->token);
             rc = exec_in(tx, r, IN_UNLOCK_FAILED, 1, r->fail_ids, ctx->n_failed, NULL, err);
             if (rc < 0)
@@ -774,14 +848,24 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 }
 
 /* Records the outcome of the published batch on its rows, in one transaction. */
+/* Sorts the published batch's outcome into ctx: the acknowledged ids and the failure groups. */
+static void mark_prepare(struct txo_relay *r, struct mark_ctx *ctx)
+{
+    ctx->relay = r;
+    ctx->n_published = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->results[i] == 0)
+            r->ids[ctx->n_published++] = r->msgs[i].id;
+    }
+    ctx->n_groups = group_failures(r, &ctx->n_failed);
+}
+
+static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx);
+
 static int mark(struct txo_relay *r, struct txo_error *err)
 {
     struct mark_ctx ctx = {.relay = r};
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->results[i] == 0)
-            r->ids[ctx.n_published++] = r->msgs[i].id;
-    }
-    ctx.n_groups = group_failures(r, &ctx.n_failed);
+    mark_prepare(r, &ctx);
 
     /*
      * txo_db_transact() already retries deadlocks, lock wait timeouts and a connection lost
@@ -806,29 +890,35 @@ static int mark(struct txo_relay *r, struct txo_error *err)
                        r->relay_id, r->n, r->msgs[0].id, r->msgs[r->n - 1].id);
         return rc;
     }
-    count_metric(&r->stats.published, r->metrics.published, ctx.res.published);
-    count_metric(&r->stats.failed_attempts, r->metrics.failures, ctx.res.failed_attempts);
-    count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, ctx.res.dead_lettered);
+    mark_account(r, &ctx);
+    return 0;
+}
+
+/* Counts a committed mark in the stats and metrics, and logs what an operator should see. */
+static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx)
+{
+    count_metric(&r->stats.published, r->metrics.published, ctx->res.published);
+    count_metric(&r->stats.failed_attempts, r->metrics.failures, ctx->res.failed_attempts);
+    count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, ctx->res.dead_lettered);
     if (r->metrics.attempts != NULL)
         txo_metric_add(
             r->metrics.attempts, NULL,
-            (double)(ctx.res.published + ctx.res.failed_attempts + ctx.res.dead_lettered));
-    count(&r->stats.fenced, ctx.res.fenced);
-    if (ctx.res.fenced > 0)
+            (double)(ctx->res.published + ctx->res.failed_attempts + ctx->res.dead_lettered));
+    count(&r->stats.fenced, ctx->res.fenced);
+    if (ctx->res.fenced > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "lease lost before marking: rows were reclaimed by another relay and will be "
                 "published again relay_id=%s token=%s fenced=%" PRIu64 " batch=%zu",
-                r->relay_id, r->token, ctx.res.fenced, r->n);
-    if (ctx.res.dead_lettered > 0)
+                r->relay_id, r->token, ctx->res.fenced, r->n);
+    if (ctx->res.dead_lettered > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "events dead-lettered (a permanent error, or %u attempts used up) relay_id=%s "
                 "count=%" PRIu64 " first_error=%s first_reason=\"%s\"",
-                r->opts.max_attempts, r->relay_id, ctx.res.dead_lettered,
+                r->opts.max_attempts, r->relay_id, ctx->res.dead_lettered,
                 txo_err_name(r->results[r->fail_order[0]]), r->errors[r->fail_order[0]].msg);
-    if (ctx.n_failed > 0)
+    if (ctx->n_failed > 0)
         TXO_LOG(TXO_LOG_DEBUG, "relay", "publish failed relay_id=%s failed=%zu error=\"%s\"",
-                r->relay_id, ctx.n_failed, r->errors[r->fail_order[0]].msg);
-    return 0;
+                r->relay_id, ctx->n_failed, r->errors[r->fail_order[0]].msg);
 }
 
 struct poison_ctx {
@@ -973,6 +1063,152 @@ static int publish_and_mark(struct txo_relay *r, int64_t t_claim, struct txo_err
     return 0;
 }
 
+/* ---- claim mode TRANSACTION: claim, publish and mark in one transaction ---- */
+
+struct held_ctx {
+    struct txo_relay *r;
+    bool published;  /* the batch went to the publisher in this cycle */
+    bool retried;    /* and the transaction ran again after that: nothing of it committed */
+    size_t suspects; /* claimed events left for a leased cycle */
+    struct mark_ctx mark;
+    int64_t t_publish_us, t_mark_us;
+};
+
+/*
+ * The held claim: the skip-locked SELECT alone, so the rows stay PENDING, locked by tx; from
+ * the cursor when the claim starts there, then from the start of the range when that found
+ * nothing (as claim_tx).
+ */
+static int held_claim(struct txo_tx *tx, struct txo_relay *r, struct txo_error *err)
+{
+    const struct txo__lease_pass *pass = passes[r->opts.ordering == TXO_RELAY_ORDER_AGGREGATE];
+    struct txo_param p[4];
+    r->claimed_after_cursor = false;
+    if (r->claim_after_cursor) {
+        cursor_params(r, p);
+        p[3] = txo_p_i64((int64_t)r->claim_limit);
+        int rc = txo_tx_query(tx, pass[1].select_locked, p, 4, &r->rows, err);
+        if (rc < 0)
+            return rc;
+        r->claimed_after_cursor = txo_rows_count(r->rows) > 0;
+        if (r->claimed_after_cursor)
+            return 0;
+        txo_rows_free(r->rows);
+        r->rows = NULL;
+    }
+    p[0] = txo_p_i64((int64_t)r->claim_limit);
+    return txo_tx_query(tx, pass[0].select_locked, p, 1, &r->rows, err);
+}
+
+/*
+ * Moves the suspects (an earlier lease of theirs expired) out of r->msgs[0..r->n), keeping
+ * the order of the others, and returns how many there were: they are not published while
+ * their rows are held, but by the leased cycle that follows, each alone (order_suspects).
+ */
+static size_t set_aside_suspects(struct txo_relay *r)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->expiries[i] != 0)
+            continue;
+        if (k != i)
+            swap_entries(r, k, i);
+        k++;
+    }
+    size_t suspects = r->n - k;
+    r->n = k;
+    return suspects;
+}
+
+static int held_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct held_ctx *h = arg;
+    struct txo_relay *r = h->r;
+    if (h->published) {
+        /* txo_db_transact() runs the body again after a deadlock or a connection lost before
+         * COMMIT. The first run's marks were rolled back, so its rows are due again and a later
+         * cycle claims them: one cycle never publishes a batch twice. */
+        h->retried = true;
+        return 0;
+    }
+    txo_rows_free(r->rows);
+    r->rows = NULL;
+    r->n = 0;
+    int rc = held_claim(tx, r, err);
+    if (rc < 0)
+        return rc;
+    load_batch(r);
+    h->suspects = set_aside_suspects(r);
+    if (r->n == 0)
+        return 0;
+    h->published = true;
+    txo_crash_point("relay.after_claim");
+    h->t_publish_us = txo_monotonic_us();
+    publish(r);
+    txo_crash_point("relay.after_publish");
+    h->t_mark_us = txo_monotonic_us();
+    mark_prepare(r, &h->mark);
+    h->mark.held = true;
+    return mark_tx(tx, &h->mark, err);
+}
+
+/*
+ * One cycle in claim mode TRANSACTION. *total receives the events claimed, suspects included
+ * (so that a drain goes on to the leased cycle that publishes them).
+ */
+static int held_cycle(struct txo_relay *r, size_t *total, struct txo_error *err)
+{
+    struct held_ctx h = {.r = r};
+    *total = 0;
+    txo__lease_token(r->token, sizeof(r->token), r->relay_id); /* names the batch in logs */
+    int64_t now = txo_monotonic_ms();
+    r->claim_after_cursor = r->cursor_set && now - r->last_full_scan_ms < CLAIM_RESCAN_MS;
+    int64_t t_claim_us = txo_monotonic_us();
+    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, held_tx, &h, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "relay %s: claim, publish and mark in one transaction%s", r->relay_id,
+                       h.published ? " (rolled back or unknown: the batch is published again)"
+                                   : "");
+        return rc;
+    }
+    if (!r->claimed_after_cursor)
+        r->last_full_scan_ms = now;
+    if (h.suspects > 0) {
+        r->lease_cycle = true;
+        r->cursor_set = false; /* the leased claim scans from the start, where they are */
+        TXO_LOG(TXO_LOG_INFO, "relay",
+                "events whose lease expired before are left to a leased claim relay_id=%s "
+                "count=%zu",
+                r->relay_id, h.suspects);
+    }
+    *total = r->n + h.suspects;
+    if (r->n == 0)
+        return 0;
+    count(&r->stats.claimed, r->n);
+    if (h.retried) {
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "the transaction of a published batch was rolled back; its events are published "
+                "again relay_id=%s batch=%zu",
+                r->relay_id, r->n);
+        return 0;
+    }
+    mark_account(r, &h.mark);
+    count(&r->stats.batches, 1);
+    TXO_LOG(TXO_LOG_DEBUG, "relay",
+            "held batch relay_id=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
+            " publish_us=%" PRId64 " mark_us=%" PRId64,
+            r->relay_id, r->n, r->msgs[0].id, h.t_publish_us - t_claim_us,
+            h.t_mark_us - h.t_publish_us, txo_monotonic_us() - h.t_mark_us);
+    return 0;
+}
+
+/* Tells the breaker how the cycle's publishing went: a batch of total events whose every event
+ * failed with a transient error means the broker is failing. */
+static void record_outcome(struct txo_relay *r, size_t total)
+{
+    txo_breaker_record(r->breaker, !(r->cycle_acked == 0 && r->cycle_transient == total));
+}
+
 int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_error *err)
 {
     TXO_ASSERT(relay != NULL);
@@ -1002,6 +1238,20 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
     }
     r->cycle_acked = 0;
     r->cycle_transient = 0;
+    if (r->mode == TXO_RELAY_CLAIM_TRANSACTION && !r->lease_cycle) {
+        size_t total = 0;
+        rc = held_cycle(r, &total, err);
+        if (rc < 0 || total == 0)
+            goto out;
+        if (claimed != NULL)
+            *claimed = total;
+        if (breaker_call && r->n > 0) {
+            record_outcome(r, r->n);
+            breaker_call = false;
+        }
+        goto out;
+    }
+    r->lease_cycle = false;
     int64_t t_claim = txo_monotonic_us();
     rc = claim(r, err);
     if (rc < 0 || r->n == 0) {
@@ -1042,7 +1292,7 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
     }
     /* A batch whose every event failed with a transient error: the broker is failing. */
     if (breaker_call) {
-        txo_breaker_record(r->breaker, !(r->cycle_acked == 0 && r->cycle_transient == total));
+        record_outcome(r, total);
         breaker_call = false;
     }
 out:
@@ -1115,6 +1365,24 @@ int txo_relay_list_parked(struct txo_db *db, struct txo_relay_parked *out, size_
     return 0;
 }
 
+int txo_relay_count_parked(struct txo_db *db, uint64_t cap, uint64_t *n, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && n != NULL);
+    if (cap == 0 || cap > INT64_MAX)
+        return txo_error_set(err, TXO_EINVAL, "relay: counting parked aggregates needs a cap");
+    struct txo_param limit = txo_p_i64((int64_t)cap);
+    struct txo_rows *rows = NULL;
+    int rc = txo_db_query(db, RELAY_SQL_COUNT_PARKED, &limit, 1, &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "relay: counting parked aggregates");
+        return rc;
+    }
+    int64_t count = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 0) : 0;
+    txo_rows_free(rows);
+    *n = count > 0 ? (uint64_t)count : 0;
+    return 0;
+}
+
 static bool stopping(struct txo_relay *r)
 {
     return atomic_load(&r->stop) != 0;
@@ -1150,9 +1418,9 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
     int64_t outage_start_ms = 0, outage_logged_ms = 0;
 
     TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay started relay_id=%s strategy=%s ordering=%s batch_size=%u lease_s=%u "
+            "relay started relay_id=%s strategy=%s mode=%s ordering=%s batch_size=%u lease_s=%u "
             "max_attempts=%u max_lease_expiries=%u breaker_failures=%u publisher=%s drain=%s",
-            r->relay_id, txo_claim_strategy_name(r->claim),
+            r->relay_id, txo_claim_strategy_name(r->claim), txo_relay_claim_mode_name(r->mode),
             txo_relay_ordering_name(r->opts.ordering), r->opts.batch_size, r->opts.lease_s,
             r->opts.max_attempts, r->opts.max_lease_expiries, r->opts.breaker_failures,
             r->pub->ops->name, r->opts.drain ? "true" : "false");

@@ -273,6 +273,50 @@
     "WHERE locked_by = ? AND status = 'FAILED' AND id IN "
 
 /*
+ * The claim mode "transaction" (relay.c, held_tx): the batch is claimed with the
+ * RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED* statements above, published while their row locks are
+ * held, and marked in the same transaction with the three statements below. The rows stay
+ * PENDING until the mark, so each event's idx_outbox_due entry moves once (PENDING ->
+ * PUBLISHED) instead of twice; the locks are the fence: no other relay can claim or change a
+ * row this transaction holds, and if the relay dies the transaction rolls back and the rows
+ * are due again at once, untouched.
+ */
+
+/*
+ * Held mark: the acknowledged rows become PUBLISHED. Index: PRIMARY (id list). Locks: those
+ * rows, already locked by the claim. Isolation: READ COMMITTED. Params: ids...
+ */
+#define RELAY_SQL_HELD_PUBLISHED_IN                                                                \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6), last_error = NULL "     \
+    "WHERE status = 'PENDING' AND id IN "
+
+/*
+ * Held mark: rows whose publish failed with one same error, as RELAY_SQL_MARK_FAILED_IN (the
+ * same backoff in SQL and the same order of the SET list) without the lease columns, which a
+ * held claim never set. Index: PRIMARY (id list). Locks: those rows (already locked).
+ * Isolation: READ COMMITTED. Params: last_error, max_attempts, max_ms, base_ms, jitter,
+ * jitter, ids...
+ */
+#define RELAY_SQL_HELD_FAILED_IN                                                                   \
+    "UPDATE outbox_events SET last_error = ?, "                                                    \
+    "status = IF(attempts + 1 >= ?, 'FAILED', 'PENDING'), "                                        \
+    "next_attempt_at = NOW(6) + INTERVAL ROUND(LEAST(?, ? * POW(2, LEAST(attempts, 62))) "         \
+    "* (1 - ? + 2 * ? * RAND())) * 1000 MICROSECOND, "                                             \
+    "attempts = attempts + 1 "                                                                     \
+    "WHERE status = 'PENDING' AND id IN "
+
+/*
+ * Held mark, same transaction: a dead-letter copy of every row of the list the previous
+ * statement made FAILED (they were PENDING when claimed and are still locked, so no older
+ * FAILED row is among them). Index: PRIMARY (id list) on outbox_events. Locks: those rows and
+ * the new dead_letter_events rows. Isolation: READ COMMITTED. Params: ids...
+ */
+#define RELAY_SQL_HELD_DEAD_LETTER_IN                                                              \
+    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "                \
+    "SELECT id, event_type, payload, last_error FROM outbox_events "                               \
+    "WHERE status = 'FAILED' AND id IN "
+
+/*
  * Reclaim: PROCESSING rows whose lease expired (their relay died or hung) go back to PENDING,
  * due at once (next_attempt_at is unchanged by the claim, so already past), and count the
  * expiry in lease_expiries. Rows at the lease-expiry limit were taken out just before, in the
@@ -329,5 +373,9 @@
     "AND w.id > e.id) FROM outbox_events e FORCE INDEX (idx_outbox_due) "                          \
     "WHERE e.status IN ('PENDING', 'FAILED') AND (e.status = 'FAILED' OR e.attempts > "            \
     "0) " RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY e.id LIMIT ?"
+
+/* How many aggregates RELAY_SQL_LIST_PARKED finds, up to its limit (txo_relay_count_parked).
+ * Index, locks and isolation as there. Params: limit. */
+#define RELAY_SQL_COUNT_PARKED "SELECT COUNT(*) FROM (" RELAY_SQL_LIST_PARKED ") parked"
 
 #endif

@@ -332,7 +332,7 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
 {
     struct txo_worker *w = arg;
     struct txo_event ev;
-    int rc = txo_envelope_decode(msg->data, msg->len, &ev, err);
+    int rc = txo_envelope_decode_message(msg, &ev, err);
     if (rc != 0) {
         txo_error_wrap(err, "message %s", msg->msg_id != NULL ? msg->msg_id : "?");
         return rc;

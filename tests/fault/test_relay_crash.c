@@ -2,7 +2,10 @@
  * Scenario E with real processes: `txo relay` killed with SIGKILL after publishing a batch and
  * before marking it (crash point relay.after_publish). The lease expires, the next relay
  * publishes that batch again: nothing is lost, the first batch is delivered twice
- * (at-least-once). And SIGTERM mid-drain: the batch in flight is finished (published and
+ * (at-least-once). The same kill in claim mode transaction, in the second batch (the first
+ * after start is leased): that batch's transaction is rolled back, its rows are PENDING and
+ * due at once (no lease to wait for), and the next relay publishes it again. And SIGTERM
+ * mid-drain: the batch in flight is finished (published and
  * marked) before the relay exits 0, so the envelopes printed match the PUBLISHED rows exactly.
  *
  * The relay's stdout (the log publisher's stream) goes to a file that the test parses.
@@ -196,6 +199,54 @@ static void test_crash_after_publish_republishes(void **state)
     unlink(errf);
 }
 
+static void test_crash_in_held_transaction_rolls_back(void **state)
+{
+    struct testdb *t = *state;
+    const unsigned n = 200;
+    insert_events(t, n);
+    char out1[256], out2[256], errf[256];
+    temp_path(out1, sizeof(out1), "held_out1");
+    temp_path(out2, sizeof(out2), "held_out2");
+    temp_path(errf, sizeof(errf), "held_err");
+
+    const char *args[] = {"--drain", "--publisher",  "log",         "--batch-size",
+                          "50",      "--claim-mode", "transaction", NULL};
+    setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1); /* the second batch */
+    int status = wait_for(spawn_relay(out1, errf, args));
+    unsetenv("TXO_CRASH_POINT");
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+        dump_file(errf);
+        fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
+    }
+    unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
+    assert_int_equal(read_envelopes(out1, counts, n), 100);
+    /* The leased first batch is marked; the held second one rolled back, untouched. */
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                          "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
+                     150);
+
+    status = wait_for(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dump_file(errf);
+        fail_msg("second relay run: status 0x%x", status);
+    }
+    assert_int_equal(read_envelopes(out2, counts, n), n - 50);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND locked_by IS NULL"),
+                     n);
+    for (unsigned k = 1; k <= n; k++) {
+        unsigned want = k > 50 && k <= 100 ? 2 : 1; /* the rolled-back batch went out twice */
+        if (counts[k] != want)
+            fail_msg("key k:%u published %u times, want %u", k, counts[k], want);
+    }
+    txo_free(counts);
+    unlink(out1);
+    unlink(out2);
+    unlink(errf);
+}
+
 static off_t file_size(const char *path)
 {
     struct stat st;
@@ -256,6 +307,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_crash_after_publish_republishes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_in_held_transaction_rolls_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_finishes_batch, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -349,6 +349,94 @@ static void test_publish_and_consume_once(void **state)
     txo_publisher_free(pub);
 }
 
+/* ---- (1b) CloudEvents binary mode: attributes in headers, the payload as the body ---- */
+
+struct decoded {
+    size_t n;
+    char types[8][32], keys[8][32], aggregate_ids[8][32], payloads[8][64];
+};
+
+/* A handler that reads each message as txo's worker does (txo_envelope_decode_message). */
+static int decode_collect(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
+{
+    struct decoded *d = arg;
+    struct txo_event ev;
+    int rc = txo_envelope_decode_message(msg, &ev, err);
+    if (rc != 0)
+        return rc;
+    if (d->n < 8) {
+        snprintf(d->types[d->n], sizeof(d->types[0]), "%s", ev.type);
+        snprintf(d->keys[d->n], sizeof(d->keys[0]), "%s", ev.idempotency_key);
+        snprintf(d->aggregate_ids[d->n], sizeof(d->aggregate_ids[0]), "%s", ev.aggregate_id);
+        snprintf(d->payloads[d->n], sizeof(d->payloads[0]), "%s", ev.payload);
+        d->n++;
+    }
+    txo_event_release(&ev);
+    return 0;
+}
+
+static void test_cloudevents_binary_mode(void **state)
+{
+    struct ctx *c = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, "urn:shop", &err),
+                     0);
+    struct txo_publisher *pub = new_publisher(&c->o);
+    struct batch b;
+    batch_init(&b, 2, 1, "k");
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+
+    /* What the broker stored, read with cnats: the body is the payload, compact. */
+    char *v = NULL, *data = NULL;
+    testnats_stream_msg(&c->nats, STREAM, 1, "ce-specversion", &v, &data);
+    assert_string_equal(v, "1.0");
+    assert_string_equal(data, "{\"n\":1,\"big\":9007199254740993}");
+    free(v);
+    free(data);
+    const char *want[][2] = {
+        {"ce-id", "k:2"},
+        {"ce-source", "urn:shop"},
+        {"ce-type", "Payment*Charged>"},
+        {"ce-subject", "pay.ment%20v2/2"}, /* a space is percent-encoded */
+        {"ce-time", "2026-11-30T15:37:00.123456Z"},
+        {"ce-txoid", "2"},
+        {"ce-txoattempt", "1"},
+        {"ce-txoaggregatetype", "pay.ment%20v2"},
+        {"ce-txoaggregateid", "2"},
+        {"Content-Type", "application/json"},
+        {"Nats-Msg-Id", "k:2"},
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(want); i++) {
+        testnats_stream_msg(&c->nats, STREAM, 2, want[i][0], &v, NULL);
+        if (v == NULL || strcmp(v, want[i][1]) != 0)
+            fail_msg("header %s: \"%s\", want \"%s\"", want[i][0], v ? v : "(none)", want[i][1]);
+        free(v);
+    }
+
+    /* txo's consumer reads them back (the worker decodes this way). */
+    struct decoded d;
+    memset(&d, 0, sizeof(d));
+    struct txo_consumer *cons = NULL;
+    if (txo_consumer_nats_new(&c->o, decode_collect, &d, &cons, &err) < 0)
+        fail_msg("txo_consumer_nats_new: %s", err.msg);
+    int64_t deadline = txo_monotonic_ms() + 10000;
+    while (d.n < 2 && txo_monotonic_ms() < deadline)
+        (void)poll_once(cons, 10, 200);
+    assert_int_equal(d.n, 2);
+    assert_string_equal(d.types[0], "OrderCreated");
+    assert_string_equal(d.keys[0], "k:1");
+    assert_string_equal(d.payloads[0], "{\"n\":1,\"big\":9007199254740993}");
+    assert_string_equal(d.types[1], "Payment*Charged>");
+    assert_string_equal(d.aggregate_ids[1], "2");
+    assert_int_equal(testnats_consumer_ack_pending(&c->nats, STREAM, "txo-worker"), 0);
+    txo_consumer_free(cons);
+    batch_free(&b);
+    txo_publisher_free(pub);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, &err), 0);
+}
+
 /* ---- (2) the same idempotency key twice is stored once ---- */
 
 static void test_dedupe_by_msg_id(void **state)
@@ -786,6 +874,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_subject_sanitising),
         cmocka_unit_test_setup_teardown(test_publish_and_consume_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cloudevents_binary_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dedupe_by_msg_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transient_failure_is_redelivered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_permanent_failure_is_terminated, setup, teardown),

@@ -1,10 +1,13 @@
 /*
  * The outbox relay against a real MariaDB, every test once per claim strategy (skip-locked and
- * update-limit): drain exactly once in claim order, scenario D (publish failures: backoff,
- * last_error, FAILED + dead letter, recovery), two relays draining concurrently, lease expiry
- * with a fenced mark (at-least-once), every claim statement using idx_outbox_due (the only
- * secondary index the relay has), a row committed late behind the claim cursor still being
- * published, stop mid-run, and the lock token.
+ * update-limit) with leases, and the ones that do not look at leases once more in claim mode
+ * transaction (claim, publish and mark in one transaction): drain exactly once in claim order,
+ * scenario D (publish failures: backoff, last_error, FAILED + dead letter, recovery), two relays
+ * draining concurrently, lease expiry with a fenced mark (at-least-once), every claim statement
+ * using idx_outbox_due (the only secondary index the relay has), a row committed late behind the
+ * claim cursor still being published, stop mid-run, and the lock token; in claim mode transaction,
+ * a batch being published is PENDING and locked (another relay skips it), and how AUTO picks the
+ * mode.
  *
  * The publisher is an in-test one (txo_publisher_new) that records what it got and can be
  * told to fail: every message, the first N calls, or given ids.
@@ -138,16 +141,27 @@ static struct txo_publisher *new_recorder(struct recorder **rec)
 struct ctx {
     struct testdb t;
     enum txo_claim_strategy claim;
+    enum txo_relay_claim_mode mode;
 };
 
-static enum txo_claim_strategy skip_locked = TXO_CLAIM_SKIP_LOCKED;
-static enum txo_claim_strategy update_limit = TXO_CLAIM_UPDATE_LIMIT;
+/* What a test runs with: the claim strategy, the claim mode, the test database's name. */
+struct variant {
+    enum txo_claim_strategy claim;
+    enum txo_relay_claim_mode mode;
+    const char *db;
+};
+
+static struct variant skip_locked = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_LEASE, "relay_sl"};
+static struct variant update_limit = {TXO_CLAIM_UPDATE_LIMIT, TXO_RELAY_CLAIM_LEASE, "relay_ul"};
+static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION, "relay_tx"};
 
 static int setup(void **state)
 {
     struct ctx *c = txo_calloc(1, sizeof(*c));
-    c->claim = *(enum txo_claim_strategy *)*state;
-    testdb_setup(&c->t, c->claim == TXO_CLAIM_SKIP_LOCKED ? "relay_sl" : "relay_ul");
+    const struct variant *v = *state;
+    c->claim = v->claim;
+    c->mode = v->mode;
+    testdb_setup(&c->t, v->db);
     *state = c;
     return 0;
 }
@@ -165,6 +179,7 @@ static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch)
     struct txo_relay_opts o;
     txo_relay_opts_init(&o);
     o.claim = c->claim;
+    o.mode = c->mode;
     o.batch_size = batch;
     o.relay_id = "test-relay";
     o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* opt-in; these tests hold the relay to it */
@@ -269,6 +284,7 @@ static void test_drain_exactly_once_in_order(void **state)
     o.drain = true;
     struct txo_relay *r = new_relay(c->t.db, pub, &o);
     assert_int_equal(txo_relay_claim_strategy(r), c->claim);
+    assert_int_equal(txo_relay_claim_mode(r), c->mode);
     drain(r);
 
     assert_each_once(&rec, 1, n);
@@ -987,18 +1003,141 @@ static void test_lock_token_and_opts(void **state)
     txo_publisher_free(pub);
 }
 
-#define BOTH(fn)                                                                                   \
-    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &skip_locked),                   \
-        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &update_limit)
+/* ---- claim mode transaction ---- */
+
+struct held_probe {
+    struct ctx *c;
+    struct txo_db *conn;     /* another session */
+    struct txo_relay *other; /* another relay, on conn */
+    struct recorder *other_rec;
+    int64_t pending, processing, locked_by, lockable;
+    size_t other_claimed;
+};
+
+/* While the relay publishes its held batch: what another session and another relay see. */
+static void look_from_outside(struct recorder *rec, const struct txo_outbox_message *msgs, size_t n)
+{
+    struct held_probe *p = rec->hook_arg;
+    if (rec->calls != 2) /* the first batch after start is leased */
+        return;
+    struct txo_param first = txo_p_i64(msgs[0].id), last = txo_p_i64(msgs[n - 1].id);
+    struct txo_param range[] = {first, last};
+    p->pending = testdb_i64(p->conn,
+                            "SELECT COUNT(*) FROM outbox_events WHERE id BETWEEN ? AND ? "
+                            "AND status = 'PENDING'",
+                            range, 2);
+    p->locked_by = testdb_i64(p->conn,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id BETWEEN ? AND ? "
+                              "AND locked_by IS NOT NULL",
+                              range, 2);
+    p->processing = testdb_i64(
+        p->conn, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'", NULL, 0);
+    /* Locked: SKIP LOCKED from another session returns none of the batch. */
+    p->lockable = testdb_i64(p->conn,
+                             "SELECT COUNT(*) FROM (SELECT id FROM outbox_events WHERE id "
+                             "BETWEEN ? AND ? FOR UPDATE SKIP LOCKED) t",
+                             range, 2);
+    p->other_claimed = run_once(p->other);
+}
+
+static void test_held_batch_is_locked_and_pending(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(&c->t, 30, "PENDING");
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct held_probe probe = {.c = c, .conn = testdb_connect(&c->t)};
+    struct txo_publisher *other_pub = new_recorder(&probe.other_rec);
+    struct txo_relay_opts o = relay_opts(c, 10);
+    o.relay_id = "other";
+    o.mode = TXO_RELAY_CLAIM_LEASE;
+    probe.other = new_relay(probe.conn, other_pub, &o);
+    rec->hook = look_from_outside;
+    rec->hook_arg = &probe;
+    o = relay_opts(c, 10);
+    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+
+    assert_int_equal(run_once(r), 10); /* leased: ids 1..10 */
+    assert_int_equal(run_once(r), 10); /* held: 11..20, while the other relay takes 21..30 */
+    assert_int_equal(probe.pending, 10);
+    assert_int_equal(probe.locked_by, 0);
+    assert_int_equal(probe.processing, 0);
+    assert_int_equal(probe.lockable, 0);
+    assert_int_equal(probe.other_claimed, 10);
+    assert_int_equal(probe.other_rec->n, 10);
+    for (size_t i = 0; i < probe.other_rec->n; i++)
+        assert_true(probe.other_rec->ids[i] > 20);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND published_at IS NOT NULL AND locked_by IS NULL"),
+                     30);
+    struct recorder *recs[2] = {rec, probe.other_rec};
+    assert_each_once(recs, 2, 30);
+    txo_relay_free(probe.other);
+    txo_relay_free(r);
+    txo_publisher_free(other_pub);
+    txo_publisher_free(pub);
+    txo_db_close(probe.conn);
+}
+
+static const struct txo_publisher_ops quick_ops = {
+    .name = "quick",
+    .publish_batch = rec_publish,
+    .destroy = rec_destroy,
+    .flags = TXO_PUBLISHER_QUICK,
+};
+
+static void test_claim_mode_auto(void **state)
+{
+    struct ctx *c = *state;
+    struct recorder *slow_rec, *quick_rec;
+    struct txo_publisher *slow = new_recorder(&slow_rec);
+    quick_rec = txo_calloc(1, sizeof(*quick_rec));
+    struct txo_publisher *quick = NULL;
+    assert_int_equal(txo_publisher_new(&quick_ops, quick_rec, &quick, NULL), 0);
+    struct txo_relay_opts o = relay_opts(c, 10);
+    o.mode = TXO_RELAY_CLAIM_AUTO;
+    o.claim = TXO_CLAIM_SKIP_LOCKED;
+    struct txo_relay *r = new_relay(c->t.db, slow, &o);
+    assert_int_equal(txo_relay_claim_mode(r), TXO_RELAY_CLAIM_LEASE);
+    txo_relay_free(r);
+    r = new_relay(c->t.db, quick, &o);
+    assert_int_equal(txo_relay_claim_mode(r), TXO_RELAY_CLAIM_TRANSACTION);
+    txo_relay_free(r);
+    o.claim = TXO_CLAIM_UPDATE_LIMIT; /* no held claim without SKIP LOCKED */
+    r = new_relay(c->t.db, quick, &o);
+    assert_int_equal(txo_relay_claim_mode(r), TXO_RELAY_CLAIM_LEASE);
+    txo_relay_free(r);
+    o.mode = TXO_RELAY_CLAIM_TRANSACTION;
+    struct txo_error err;
+    txo_error_init(&err);
+    r = NULL;
+    assert_int_equal(txo_relay_new(c->t.db, quick, &o, &r, &err), TXO_EUNSUPPORTED);
+    assert_null(r);
+    assert_non_null(strstr(err.msg, "claim mode transaction"));
+    o.mode = (enum txo_relay_claim_mode)7;
+    assert_int_equal(txo_relay_new(c->t.db, quick, &o, &r, &err), TXO_EINVAL);
+    enum txo_relay_claim_mode m;
+    assert_int_equal(txo_relay_claim_mode_parse("transaction", &m), 0);
+    assert_int_equal(m, TXO_RELAY_CLAIM_TRANSACTION);
+    assert_int_equal(txo_relay_claim_mode_parse("held", &m), TXO_EINVAL);
+    assert_string_equal(txo_relay_claim_mode_name(TXO_RELAY_CLAIM_LEASE), "lease");
+    txo_publisher_free(quick);
+    txo_publisher_free(slow);
+}
+
+#define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &v)
+#define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
+#define ALL(fn)    BOTH(fn), ONE(fn, held)
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        BOTH(test_drain_exactly_once_in_order), BOTH(test_failure_backoff_and_last_error),
-        BOTH(test_dead_letter_then_recovery),   BOTH(test_two_relays_concurrently),
-        BOTH(test_lease_expiry_fenced_mark),    BOTH(test_claim_uses_due_index),
-        BOTH(test_late_commit_behind_cursor),   BOTH(test_stop_finishes_batch),
-        BOTH(test_lock_token_and_opts),
+        ALL(test_drain_exactly_once_in_order), ALL(test_failure_backoff_and_last_error),
+        ALL(test_dead_letter_then_recovery),   ALL(test_two_relays_concurrently),
+        BOTH(test_lease_expiry_fenced_mark),   BOTH(test_claim_uses_due_index),
+        ALL(test_late_commit_behind_cursor),   ALL(test_stop_finishes_batch),
+        BOTH(test_lock_token_and_opts),        ONE(test_held_batch_is_locked_and_pending, held),
+        ONE(test_claim_mode_auto, held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -146,8 +146,8 @@ static struct txo_relay_opts poison_opts(void)
     return o;
 }
 
-/* One relay in a child process, draining; returns its wait status. */
-static int run_child_relay(struct ctx *c, int64_t abort_id)
+/* One relay in a child process, draining in the given claim mode; returns its wait status. */
+static int run_child_relay(struct ctx *c, int64_t abort_id, enum txo_relay_claim_mode mode)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -163,6 +163,7 @@ static int run_child_relay(struct ctx *c, int64_t abort_id)
         struct txo_publisher *pub = new_poisoned(c->fd, &p);
         p->abort_id = abort_id;
         struct txo_relay_opts o = poison_opts();
+        o.mode = mode;
         struct txo_relay *r = NULL;
         if (txo_relay_new(db, pub, &o, &r, &err) < 0)
             _exit(4);
@@ -174,14 +175,17 @@ static int run_child_relay(struct ctx *c, int64_t abort_id)
     return status;
 }
 
-static void test_poison_event_dead_lettered_after_lease_limit(void **state)
+/*
+ * Relays die on event poison_id one after the other until it is dead-lettered; returns how
+ * many died. Then checks the outcome (see the top of the file).
+ */
+static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
+                              enum txo_relay_claim_mode mode)
 {
-    struct ctx *c = *state;
-    const unsigned n = 20;
     insert_events(&c->t, n);
     unsigned crashes = 0;
     for (int round = 0; round < 8; round++) {
-        int status = run_child_relay(c, 5);
+        int status = run_child_relay(c, poison_id, mode);
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
             break;
         if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGABRT)
@@ -189,12 +193,14 @@ static void test_poison_event_dead_lettered_after_lease_limit(void **state)
         crashes++;
         txo_sleep_ms(1100); /* its lease expires */
     }
-    assert_int_equal(crashes, 3);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 5 AND status = "
-                              "'FAILED' AND lease_expiries = 3 AND locked_by IS NULL"),
+    struct txo_param poison = txo_p_i64(poison_id);
+    assert_int_equal(testdb_i64(c->t.db,
+                                "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = "
+                                "'FAILED' AND lease_expiries = 3 AND locked_by IS NULL",
+                                &poison, 1),
                      1);
     char *error = testdb_str(
-        c->t.db, "SELECT error FROM dead_letter_events WHERE source_event_id = 5", NULL, 0);
+        c->t.db, "SELECT error FROM dead_letter_events WHERE source_event_id = ?", &poison, 1);
     assert_non_null(error);
     if (strstr(error, "lease expired 3 times") == NULL)
         fail_msg("dead letter error \"%s\"", error);
@@ -203,7 +209,8 @@ static void test_poison_event_dead_lettered_after_lease_limit(void **state)
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
                      n - 1);
     /* The events of its batches expired with it at most twice. */
-    assert_int_equal(q(&c->t, "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> 5"), 2);
+    assert_true(testdb_i64(c->t.db, "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
+                           &poison, 1) <= 2);
 
     /* The consumer saw every other event (some twice: published, then the relay died before
      * marking them), and never the poison one. */
@@ -212,12 +219,30 @@ static void test_poison_event_dead_lettered_after_lease_limit(void **state)
     bool seen[21] = {false};
     long long id;
     while (fscanf(f, "%lld", &id) == 1) {
-        assert_true(id >= 1 && id <= (long long)n && id != 5);
+        assert_true(id >= 1 && id <= (long long)n && id != poison_id);
         seen[id] = true;
     }
     fclose(f);
     for (unsigned i = 1; i <= n; i++)
-        assert_true(seen[i] == (i != 5));
+        assert_true(seen[i] == (i != poison_id));
+    return crashes;
+}
+
+static void test_poison_event_dead_lettered_after_lease_limit(void **state)
+{
+    /* Leased claims: every kill counts. */
+    assert_int_equal(poison_rounds(*state, 20, 5, TXO_RELAY_CLAIM_LEASE), 3);
+}
+
+static void test_poison_event_in_claim_mode_transaction(void **state)
+{
+    /*
+     * Held claims: the poison event sits in the second batch (the first after start is
+     * leased). The first kill rolls its transaction back and leaves no trace; the restarted
+     * relay's first batch is leased and holds it, so every kill from the second on counts:
+     * one kill more than with leases.
+     */
+    assert_int_equal(poison_rounds(*state, 20, 15, TXO_RELAY_CLAIM_TRANSACTION), 4);
 }
 
 static void test_permanent_failure_dead_lettered_at_once(void **state)
@@ -356,6 +381,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_permanent_failure_dead_lettered_at_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_poison_event_in_claim_mode_transaction, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_poison_event_dead_lettered_after_lease_limit, setup,
                                         teardown),

@@ -172,6 +172,60 @@ static void test_relay_only_database_end_to_end(void **state)
     assert_non_null(strstr(out, "outbox-only schema"));
     free(out);
 
+    /* A later event of the failed one's aggregate is parked behind it (ordering aggregate):
+     * `txo stats` and the relay's metrics show it, and the relay leaves it alone. */
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES ('invoice', 'inv-43', 'InvoicePaid', "
+                       "'{\"invoice_id\":43}', 'invoice:43:paid')");
+    out = txo_ok(stats);
+    doc = json_loads(out, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("txo stats --json printed no JSON (%s): %s", jerr.text, out);
+    free(out);
+    json_t *parked = json_object_get(doc, "parked");
+    assert_int_equal(json_array_size(parked), 1);
+    json_t *p0 = json_array_get(parked, 0);
+    assert_string_equal(str_of(p0, "aggregate_type"), "invoice");
+    assert_string_equal(str_of(p0, "aggregate_id"), "inv-43");
+    assert_string_equal(str_of(p0, "status"), "FAILED");
+    assert_int_equal(json_integer_value(json_object_get(p0, "waiting")), 1);
+    assert_non_null(strstr(str_of(p0, "last_error"), "TXO_E"));
+    json_decref(doc);
+    out = txo_ok(stats_table);
+    assert_non_null(strstr(out, "parked      1 aggregate held back by a failed event"));
+    assert_non_null(strstr(out, "invoice/inv-43"));
+    free(out);
+    {
+        unsigned pport = testproc_free_port();
+        char plisten[32];
+        snprintf(plisten, sizeof(plisten), "127.0.0.1:%u", pport);
+        const char *pargv[] = {
+            testproc_txo_bin(), "relay", "--publisher", "null", "--ordering", "aggregate",
+            "--metrics-listen", plisten, NULL};
+        struct testproc prelay;
+        testproc_start(&prelay, "relayonly-parked", pargv, NULL);
+        if (!testproc_wait_http(pport, "/healthz", 10000)) {
+            testproc_print_log(&prelay, "txo relay --ordering aggregate");
+            fail_msg("no /healthz");
+        }
+        CURL *ph = curl_easy_init();
+        struct testhttp_reply pr = {0};
+        testhttp_get(ph, pport, "/metrics", &pr);
+        testhttp_expect_status(&pr, 200, "GET /metrics");
+        assert_true(testhttp_metric_value(pr.body, "txo_outbox_parked_aggregates") == 1.0);
+        testhttp_reply_release(&pr);
+        curl_easy_cleanup(ph);
+        if (!testproc_stop(&prelay, 10000)) {
+            testproc_print_log(&prelay, "txo relay --ordering aggregate");
+            fail_msg("the relay did not stop cleanly");
+        }
+        testproc_remove_log(&prelay);
+        assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
+                              "'invoice:43:paid' AND status = 'PENDING'"),
+                         1);
+        testdb_exec(t->db, "DELETE FROM outbox_events WHERE idempotency_key = 'invoice:43:paid'");
+    }
+
     const char *list[] = {"dlq", "list", "--json", NULL};
     out = txo_ok(list);
     assert_non_null(strstr(out, "\"event_type\":\"InvoiceIssued\""));

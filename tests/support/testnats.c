@@ -351,6 +351,30 @@ size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, cha
     return count;
 }
 
+void testnats_stream_msg(const struct testnats *n, const char *stream, uint64_t seq,
+                         const char *name, char **value, char **data)
+{
+    struct js_conn c = js_connect(n);
+    natsMsg *m = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetMsg(&m, c.js, stream, seq, NULL, &jerr);
+    if (s != NATS_OK) {
+        js_close(&c);
+        fail_msg("get message %llu of %s: %s (JetStream error %d)", (unsigned long long)seq, stream,
+                 natsStatus_GetText(s), (int)jerr);
+    }
+    const char *v = NULL;
+    *value = natsMsgHeader_Get(m, name, &v) == NATS_OK && v != NULL ? strdup(v) : NULL;
+    if (data != NULL) {
+        int len = natsMsg_GetDataLength(m);
+        *data = strndup(natsMsg_GetData(m) != NULL ? natsMsg_GetData(m) : "",
+                        len > 0 ? (size_t)len : 0);
+        assert_non_null(*data);
+    }
+    natsMsg_Destroy(m);
+    js_close(&c);
+}
+
 void testnats_free_ids(char **ids, size_t count)
 {
     for (size_t i = 0; i < count; i++)

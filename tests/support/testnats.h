@@ -67,6 +67,14 @@ uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream);
 size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids);
 void testnats_free_ids(char **ids, size_t count);
 
+/*
+ * Message seq of stream, read with cnats directly: the value of header name (strdup'd into
+ * *value, NULL when absent) and, when data is not NULL, its body (strdup'd). Fails the test
+ * when the message cannot be read.
+ */
+void testnats_stream_msg(const struct testnats *n, const char *stream, uint64_t seq,
+                         const char *name, char **value, char **data);
+
 /* Deletes the stream (a missing stream is fine). Purging would keep the duplicate window. */
 void testnats_delete_stream(const struct testnats *n, const char *stream);
 

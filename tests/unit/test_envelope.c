@@ -230,9 +230,93 @@ static void test_cloudevents_exact_text_and_round_trip(void **state)
     assert_int_equal(txo_envelope_format_parse("CloudEvents", &f), TXO_EINVAL);
 }
 
+/* A transport's headers for txo_envelope_decode_message(): the txo_ce_headers themselves. */
+static const char *ce_lookup(const struct txo_inbound_message *msg, const char *name)
+{
+    const struct txo_ce_headers *h = msg->transport;
+    for (size_t i = 0; i < h->n; i++)
+        if (strcmp(h->names[i], name) == 0)
+            return h->values[i];
+    return NULL;
+}
+
+static void test_cloudevents_binary_mode(void **state)
+{
+    (void)state;
+    struct txo_outbox_message m = sample("{ \"data\": 7, \"big\": 9007199254740993 }");
+    m.aggregate_id = "c 7 \"z\xc3\xab\" 100%\r\nX-Evil: 1";
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, "urn:shop", &err),
+                     0);
+    struct txo_ce_headers h;
+    size_t len = 0;
+    char *body = txo_envelope_binary(&m, &h, &len, &err);
+    assert_non_null(body);
+    assert_string_equal(body, "{\"data\":7,\"big\":9007199254740993}"); /* compact, exact */
+    assert_int_equal(len, strlen(body));
+    const char *want[][2] = {
+        {"ce-specversion", "1.0"},
+        {"ce-id", "order:7:created"},
+        {"ce-source", "urn:shop"},
+        {"ce-type", "OrderCreated"},
+        {"ce-subject", "order/c%207%20%22z%C3%AB%22%20100%25%0D%0AX-Evil:%201"},
+        {"ce-time", "2026-11-30T15:37:00.123456Z"},
+        {"ce-txoid", "42"},
+        {"ce-txoattempt", "1"},
+        {"ce-txoaggregatetype", "order"},
+        {"ce-txoaggregateid", "c%207%20%22z%C3%AB%22%20100%25%0D%0AX-Evil:%201"},
+    };
+    assert_int_equal(h.n, TXO_ARRAY_LEN(want));
+    for (size_t i = 0; i < h.n; i++) {
+        assert_string_equal(h.names[i], want[i][0]);
+        assert_string_equal(h.values[i], want[i][1]);
+    }
+    /* Read back from headers and body, as a transport delivers them. */
+    struct txo_inbound_message in = {
+        .data = body, .len = len, .header = ce_lookup, .transport = &h};
+    struct txo_event ev;
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), 0);
+    assert_string_equal(ev.type, "OrderCreated");
+    assert_string_equal(ev.idempotency_key, "order:7:created");
+    assert_string_equal(ev.aggregate_type, "order");
+    assert_string_equal(ev.aggregate_id, m.aggregate_id);
+    assert_string_equal(ev.created_at, "2026-11-30T15:37:00.123456Z");
+    assert_string_equal(ev.payload, body);
+    assert_true(ev.id == 42 && ev.attempt == 1);
+    txo_event_release(&ev);
+    /* A header that encodes a NUL is refused; a missing ce-type too. */
+    txo_free(h.values[1]);
+    h.values[1] = txo_strdup("order%007");
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), TXO_EINVAL);
+    h.names[3] = "ce-other";
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), TXO_EINVAL);
+    txo_ce_headers_release(&h);
+    txo_free(body);
+    /* Without a ce-specversion header the body is the structured envelope, as before. */
+    in.header = NULL;
+    in.data = "{\"type\":\"T\",\"idempotency_key\":\"k\",\"payload\":{}}";
+    in.len = strlen(in.data);
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), 0);
+    assert_string_equal(ev.type, "T");
+    txo_event_release(&ev);
+    /* A payload that is not JSON fails as in structured mode. */
+    m.payload = "{nope";
+    m.payload_len = 0;
+    assert_null(txo_envelope_binary(&m, &h, &len, &err));
+    assert_int_equal(err.code, TXO_EINVAL);
+    txo_ce_headers_release(&h);
+    enum txo_envelope_format f;
+    assert_int_equal(txo_envelope_format_parse("cloudevents-binary", &f), 0);
+    assert_int_equal(f, TXO_ENVELOPE_CLOUDEVENTS_BINARY);
+    assert_int_equal(txo_envelope_default_format(), TXO_ENVELOPE_CLOUDEVENTS_BINARY);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, &err), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cloudevents_binary_mode),
         cmocka_unit_test(test_cloudevents_exact_text_and_round_trip),
         cmocka_unit_test(test_exact_text),
         cmocka_unit_test(test_header_fields_escaped_and_ints),
