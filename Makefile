@@ -116,10 +116,10 @@ build: deps
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 
-# Only what `make run` needs: the command and the stub services, not the tests.
+# Only what `make run` needs: the command and the fake services, not the tests.
 build-run: deps
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
-	$(CMAKE) --build $(BUILD) -j$(JOBS) --target txo_cmd txo_stub_services
+	$(CMAKE) --build $(BUILD) -j$(JOBS) --target txo_cmd txo_fake_services
 
 build-asan: deps
 	$(call cmake_configure,$(BUILD_ASAN),$(CMAKE_ARGS_ASAN))
@@ -195,7 +195,7 @@ valgrind: db-check build db
 	$(DB_ENV) scripts/valgrind.sh $(BUILD)/txo
 
 soak: db-check build db
-	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_STUB_BIN='$(abspath $(BUILD))/txo-stub-services' \
+	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_FAKE_BIN='$(abspath $(BUILD))/txo-fake-services' \
 	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SEED='$(SOAK_SEED)' \
 	  $(BUILD)/tests/txo_soak
 
