@@ -134,7 +134,7 @@ build-clang:
 	$(call cmake_configure,build-clang,-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS))
 	$(CMAKE) --build build-clang -j$(JOBS)
 
-# libFuzzer harnesses (fuzz/): each runs FUZZ_SECONDS on its seed corpus fuzz/corpus/NAME (read
+# libFuzzer harnesses (fuzz/): each runs FUZZ_SECONDS on its starting corpus fuzz/corpus/NAME (read
 # first, so an input committed there after a crash is a regression test) plus what it found
 # before (build-fuzz/corpus/NAME). A crash leaves build-fuzz/crash-NAME-* and fails the target.
 fuzz:
