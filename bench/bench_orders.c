@@ -16,7 +16,7 @@
  * orders, each thread with its own connection. Every run starts from emptied tables and
  * NUM_SKUS SKUs with STOCK_PER_SKU each, so runs are identical. Afterwards (or the bench
  * fails): every order CONFIRMED, every saga COMPLETED, one payment and one shipment per order,
- * available + reserved of every SKU equal to its seeded stock, and reserved equal to the sum
+ * available + reserved of every SKU equal to its initial stock, and reserved equal to the sum
  * of the ordered quantities of that SKU.
  *
  * Threads: workers share only the start barrier and their own struct order_worker (read by
@@ -55,7 +55,7 @@ static const char *const reset_sql[] = {
     "SELECT COUNT(*) FROM saga_instances WHERE status <> 'COMPLETED'"
 #define BENCH_SQL_PAYMENTS_ALL  "SELECT COUNT(*) FROM payments"
 #define BENCH_SQL_SHIPMENTS_ALL "SELECT COUNT(*) FROM shipments"
-/* SKUs whose stock was not conserved (param: the seeded stock). */
+/* SKUs whose stock was not conserved (param: the initial stock). */
 #define BENCH_SQL_STOCK_NOT_CONSERVED                                                              \
     "SELECT COUNT(*) FROM inventory WHERE available + reserved <> ?"
 /* SKUs whose reserved differs from what the orders asked for. */

@@ -18,9 +18,9 @@
  * from `available` to `reserved` (and records a RESERVED inventory_reservations row);
  * ReleaseStock moves it back (RELEASED); nothing else touches stock, and a CONFIRMED order keeps
  * its units in `reserved` (shipping them is outside the order service). So, per SKU, at the end:
- *   available + reserved = seeded stock
+ *   available + reserved = initial stock
  *   reserved  = units of that SKU in CONFIRMED orders = qty of its RESERVED reservations
- *   available = seeded stock - units in CONFIRMED orders, and both are >= 0.
+ *   available = initial stock - units in CONFIRMED orders, and both are >= 0.
  *
  * The process, HTTP and invariant helpers are shared with test_pipeline_nats.c
  * (tests/support/testpipeline.h).
@@ -82,7 +82,7 @@ static void test_relay_crash_after_publish_local(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     /* 1. Orders through the API only: all PENDING in the outbox. */
     unsigned port = testproc_free_port();
@@ -177,7 +177,7 @@ static void test_worker_killed_mid_sagas(void **state)
     /* Every order takes a pen; every third one also a lamp, of which there are only 10: the
      * other lamp orders fail at ReserveStock and are cancelled. */
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"lamp", LAMPS}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port = testproc_free_port();
     struct testpipeline_args a;

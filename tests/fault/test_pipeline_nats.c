@@ -149,7 +149,7 @@ static void test_worker_crash_before_ack_nats(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port = testproc_free_port();
     struct testpipeline_args a;
@@ -252,7 +252,7 @@ static void test_broker_outage_end_to_end_nats(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port = testproc_free_port();
     struct testpipeline_args a;
@@ -536,7 +536,7 @@ static void test_two_of_each_daemon_nats(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     static const char *const none[] = {NULL};
     static const char *const relay[] = {"--publisher=nats", "--batch-size=5", "--idle-sleep=20",

@@ -24,7 +24,7 @@ struct stock {
     const char *sku;
     int32_t qty;
 };
-static const struct stock seed_stock[] = {{"airpods", 20}, {"case", 5}, {"iphone-15", 10}};
+static const struct stock initial_stock[] = {{"airpods", 20}, {"case", 5}, {"iphone-15", 10}};
 
 struct fixture {
     struct testdb t;
@@ -38,9 +38,9 @@ static int setup(void **state)
     testdb_setup(&f->t, "saga");
     struct txo_error err;
     txo_error_init(&err);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(seed_stock); i++)
-        assert_int_equal(orders_seed_inventory(f->t.db, seed_stock[i].sku, seed_stock[i].qty, &err),
-                         0);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(initial_stock); i++)
+        assert_int_equal(
+            orders_seed_inventory(f->t.db, initial_stock[i].sku, initial_stock[i].qty, &err), 0);
     testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.clock = &f->clock.clock;
@@ -114,10 +114,10 @@ static void assert_stock(struct fixture *f, const char *sku, int64_t available, 
 /* The order service's invariants, which hold after every test. */
 static void assert_invariants(struct fixture *f)
 {
-    for (size_t i = 0; i < TXO_ARRAY_LEN(seed_stock); i++) {
-        struct txo_param p = txo_p_str(seed_stock[i].sku);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(initial_stock); i++) {
+        struct txo_param p = txo_p_str(initial_stock[i].sku);
         assert_int_equal(i64(f, "SELECT available + reserved FROM inventory WHERE sku = ?", p),
-                         seed_stock[i].qty);
+                         initial_stock[i].qty);
         assert_true(i64(f, "SELECT available FROM inventory WHERE sku = ?", p) >= 0);
         assert_true(i64(f, "SELECT reserved FROM inventory WHERE sku = ?", p) >= 0);
         /* reserved = what RESERVED reservations hold */

@@ -917,7 +917,7 @@ static void test_soak(void **state)
     print_message("soak: %u s, %u clients, seed %u (SOAK_SEED=%u makes the same random choices)\n",
                   seconds, n_clients, seed, seed);
 
-    testpipeline_seed_stock(&s->tp, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&s->tp, stock, TXO_ARRAY_LEN(stock));
     s->fake_port = testproc_free_port();
     snprintf(s->fake_url, sizeof(s->fake_url), "http://127.0.0.1:%u", s->fake_port);
     start_fake(s);

@@ -194,8 +194,8 @@ void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms)
         TESTPIPELINE_FAIL(tp, "%" PRId64 " outbox events still not PUBLISHED", q(tp, unpublished));
 }
 
-void testpipeline_seed_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
-                             size_t n)
+void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                                    size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct txo_error err;
@@ -377,7 +377,7 @@ void testpipeline_check_invariants_flags(struct testpipeline *tp,
                                   "WHERE sku = ? AND status = 'RESERVED'",
                                   &p, 1);
         if (total != stock[i].units)
-            TESTPIPELINE_FAIL(tp, "sku %s: available + reserved = %" PRId64 ", seeded %d",
+            TESTPIPELINE_FAIL(tp, "sku %s: available + reserved = %" PRId64 ", initial %d",
                               stock[i].sku, total, stock[i].units);
         if (reserved != confirmed_units || reserved != held)
             TESTPIPELINE_FAIL(tp,
