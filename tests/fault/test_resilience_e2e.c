@@ -5,19 +5,21 @@
  * HTTP (include/txo/http_client.h) and checks the database, the fake service's /stats and
  * /metrics.
  *
- *   L  the payment service hangs: ChargePayment ends at its timeout with an unknown outcome,
- *      so the saga compensates it (a refund); the runners are not stuck: once the hang is off,
- *      new orders are CONFIRMED, each charged exactly once, and the owed refund lands. When
- *      the service is slow rather than hung (it charges after the caller gave up), the
- *      cancelled order's charge is refunded, even when the next try met the open breaker.
- *   M  the payment service is down (every call 503): after --breaker-failures calls the
- *      circuit breaker opens, later orders fail fast without a request, and after
- *      --breaker-open the half-open probe succeeds and closes it again.
- *   J  COMPENSATION_FAILED sagas (the refund keeps failing at the service) are retried with
- *      backoff until COMPENSATED, the refund applied once; after --compensation-max-tries
- *      failures they are left alone with one error line until an operator retries them.
- *   bad configuration: the daemons refuse it with exit status 2 and a message naming the
- *      setting, whatever other flags come with it.
+ *   hang                the payment service hangs: ChargePayment ends at its timeout with an
+ *                       unknown outcome, so the saga compensates it (a refund); the runners are not
+ *                       stuck: once the hang is off, new orders are CONFIRMED, each charged exactly
+ *                       once, and the owed refund lands. When the service is slow rather than hung
+ *                       (it charges after the caller gave up), the cancelled order's charge is
+ *                       refunded, even when the next try met the open breaker.
+ *   breaker             the payment service is down (every call 503): after --breaker-failures
+ *                       calls the circuit breaker opens, later orders fail fast without a request,
+ *                       and after --breaker-open the half-open probe succeeds and closes it again.
+ *   retries             COMPENSATION_FAILED sagas (the refund keeps failing at the service) are
+ *                       retried with backoff until COMPENSATED, the refund applied once; after
+ *                       --compensation-max-tries failures they are left alone with one error line
+ *                       until an operator retries them.
+ *   bad configuration:  the daemons refuse it with exit status 2 and a message naming the setting,
+ *                       whatever other flags come with it.
  *
  * Every process gets fast loop settings (--idle-sleep 20 for the relay, --poll 50 for the
  * worker) so that the time from POST /orders to the saga's first step is a few tens of ms and
@@ -511,9 +513,9 @@ static unsigned count_lines(const char *log, const char *const *needles)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scenario L: the payment service hangs */
+/* The payment service hangs */
 
-static void test_l_hanging_payment_times_out(void **state)
+static void test_hanging_payment_times_out(void **state)
 {
     struct rig *r = *state;
     const char *fake_args[] = {"--hang", NULL};
@@ -540,7 +542,7 @@ static void test_l_hanging_payment_times_out(void **state)
     int64_t hung = place_order(r, "l-hung-1");
     wait_saga_status(r, hung, "COMPENSATION_FAILED", 15000);
     int64_t took = txo_monotonic_ms() - t0;
-    print_message("L: hung order's saga COMPENSATION_FAILED after %lld ms\n", (long long)took);
+    print_message("hang: hung order's saga COMPENSATION_FAILED after %lld ms\n", (long long)took);
     if (took < 1900)
         fail_msg("hung order's saga failed after %lld ms: less than its 4 tries x 500 ms",
                  (long long)took);
@@ -559,7 +561,7 @@ static void test_l_hanging_payment_times_out(void **state)
     assert_int_equal(fake_stat(r, "charges"), 0);
     double timeouts =
         metric(r, "txo_external_request_timeouts_total{service=\"payment\",operation=\"charge\"}");
-    print_message("L: txo_external_request_timeouts_total{payment,charge} = %g\n", timeouts);
+    print_message("hang: txo_external_request_timeouts_total{payment,charge} = %g\n", timeouts);
     assert_true(timeouts == 2); /* one per try: --service-retries 1 x --step-attempts 2 */
 
     /* The runners are not stuck, and the owed refund lands at the next automatic retry once
@@ -576,7 +578,7 @@ static void test_l_hanging_payment_times_out(void **state)
         wait_order_final(r, ok[i], t0 + 10000, st, sizeof(st));
         assert_string_equal(st, "CONFIRMED");
     }
-    print_message("L: 3 orders CONFIRMED after %lld ms\n", (long long)(txo_monotonic_ms() - t0));
+    print_message("hang: 3 orders CONFIRMED after %lld ms\n", (long long)(txo_monotonic_ms() - t0));
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fake_order_stat(r, ok[i], "charges"), 1);
         assert_int_equal(fake_order_stat(r, ok[i], "charged_cents"), PRICE_CENTS);
@@ -618,7 +620,7 @@ static void wait_step_settled(struct rig *r, int64_t order_id, const char *step,
  * not erase the unknown outcome of the first try. The saga must not leave the customer charged for
  * a cancelled order: the charge is refunded.
  */
-static void test_l_slow_payment_charge_is_refunded(void **state)
+static void test_slow_payment_charge_is_refunded(void **state)
 {
     struct rig *r = *state;
     const char *fake_args[] = {"--latency-ms", "800", NULL};
@@ -655,7 +657,7 @@ static void test_l_slow_payment_charge_is_refunded(void **state)
  * /shipments/create only). Its outcome is unknown, so it is compensated like a completed step:
  * CancelShipment is called (not hung), then the charge that did happen is refunded.
  */
-static void test_l_shipment_timeout_is_cancelled(void **state)
+static void test_shipment_timeout_is_cancelled(void **state)
 {
     struct rig *r = *state;
     const char *fake_args[] = {"--hang", "--fail-path=/shipments/create", NULL};
@@ -761,12 +763,12 @@ static void test_customer_cancel_during_shipment_call(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scenario M: the payment service is down; the circuit breaker */
+/* The payment service is down; the circuit breaker */
 
 #define BREAKER_STATE    "txo_circuit_breaker_state{service=\"payment\"}"
 #define BREAKER_REJECTED "txo_external_rejected_total{service=\"payment\",guard=\"breaker\"}"
 
-static void test_m_breaker_opens_fails_fast_and_closes(void **state)
+static void test_breaker_opens_fails_fast_and_closes(void **state)
 {
     struct rig *r = *state;
     const char *fake_args[] = {"--fail-rate", "1", NULL};
@@ -808,7 +810,7 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
         ids[i] = place_order(r, key);
         wait_order_final(r, ids[i], t0 + 10000, st, sizeof(st));
         int64_t took = txo_monotonic_ms() - t0;
-        print_message("M: order %d %s %lld ms after its POST (breaker open)\n", i + 1, st,
+        print_message("breaker: order %d %s %lld ms after its POST (breaker open)\n", i + 1, st,
                       (long long)took);
         assert_string_equal(st, "CANCELLED");
         if (took >= 2000)
@@ -822,7 +824,7 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
     }
     assert_true(metric(r, BREAKER_STATE) == 1);
     double rejected = metric(r, BREAKER_REJECTED);
-    print_message("M: %s = %g\n", BREAKER_REJECTED, rejected);
+    print_message("breaker: %s = %g\n", BREAKER_REJECTED, rejected);
     assert_true(rejected >= 3); /* one refused call per order 4..6 */
     for (int i = 0; i < 6; i++) {
         char saga[32];
@@ -865,7 +867,7 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scenario J, worker side: COMPENSATION_FAILED sagas retried by `txo worker` */
+/* A compensation that fails, worker side: COMPENSATION_FAILED sagas retried by `txo worker` */
 
 /* Starts `txo worker --broker none` against the fake service, retrying compensations after 1 s (cap
  * 2 s) and leaving a saga to an operator once its failing step had max_tries tries. */
@@ -899,13 +901,13 @@ static int64_t saga_col_i64(struct rig *r, int64_t order_id, const char *col)
 }
 
 /*
- * J: a compensation keeps failing. Every shipment is refused (422, a business answer: the saga
+ * A compensation keeps failing. Every shipment is refused (422, a business answer: the saga
  * compensates) and every refund fails (503: transient). The saga ends COMPENSATION_FAILED with
  * an automatic retry scheduled (saga_instances.retry_at), retried with backoff; after
  * --compensation-max-tries failures the engine gives up: one error line, no more retries (a
  * later worker does not pick it up either), until an operator runs `txo saga retry`.
  */
-static void test_j_worker_retries_compensation(void **state)
+static void test_worker_retries_compensation(void **state)
 {
     struct rig *r = *state;
     const char *fake_args[] = {"--fail-path", "/payments/refund", "--fail-rate", "1", NULL};
@@ -1050,13 +1052,12 @@ static void test_fifth_setting_is_not_help(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_l_shipment_timeout_is_cancelled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_m_breaker_opens_fails_fast_and_closes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_j_worker_retries_compensation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_breaker_opens_fails_fast_and_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_retries_compensation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_payment_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_listen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_worker_broker, setup, teardown),

@@ -1,6 +1,6 @@
 /*
  * The outbox relay against a real MariaDB, every test once per claim strategy (skip-locked and
- * update-limit): drain exactly once in claim order, scenario D (publish failures: backoff,
+ * update-limit): drain exactly once in claim order, the publisher down (publish failures: backoff,
  * last_error, FAILED + dead letter, recovery), two relays draining concurrently, lease expiry
  * with a fenced mark (at-least-once), every claim statement using idx_outbox_due (the only
  * secondary index the relay has), a row committed late behind the claim cursor still being
@@ -307,7 +307,7 @@ static void test_drain_exactly_once_in_order(void **state)
     txo_publisher_free(pub);
 }
 
-/* ---- (2) scenario D: publisher down ---- */
+/* ---- (2) the publisher is down ---- */
 
 /* Seconds until the next attempt of event id (rounded). */
 static int64_t delay_s(struct testdb *t, int64_t id)

@@ -1,6 +1,6 @@
 /*
- * Test support: real `txo` processes running the order pipeline, and the SPEC.md invariants
- * checked by SQL (see testpipeline.h).
+ * Test support: real `txo` processes running the order pipeline, and the pipeline's
+ * invariants checked by SQL (see testpipeline.h).
  */
 #include <inttypes.h>
 #include <setjmp.h>
@@ -223,8 +223,9 @@ static const char undo_matches_action_sql[] =
     "AND e.aggregate_type = 'order' AND e.event_type = 'ShipmentCancelled'))";
 
 /*
- * Every invariant of SPEC.md over all orders in the database, by SQL. Each query counts the
- * rows that break one rule; all must be 0.
+ * Every invariant of the order pipeline over all orders in the database, by SQL (the list is
+ * in testpipeline.h, testpipeline_check_invariants). Each query counts the rows that break one
+ * rule; all must be 0.
  */
 static const struct {
     const char *what;

@@ -2,7 +2,7 @@
  * Test support: the whole order pipeline with real `txo` processes (test_pipeline_crash.c,
  * test_pipeline_nats.c). A test starts `txo serve`, `txo up`, `txo relay`, `txo worker` with
  * crash points and kills, places orders through the HTTP API, waits for the database to settle
- * and then checks every invariant of SPEC.md by SQL (testpipeline_check_invariants).
+ * and then checks every invariant of the pipeline by SQL (testpipeline_check_invariants).
  *
  * A struct testpipeline is the part of a test's fixture these helpers share: the test database
  * connection (borrowed), an HTTP client (owned) and every child process the test started
