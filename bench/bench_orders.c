@@ -1,6 +1,6 @@
 /*
- * txo_bench orders: the order saga end to end (seed baseline: 178 orders/s sequential, 280/s
- * with 4 processes; target >= 1,000 orders/s with 4 workers).
+ * txo_bench orders: the order saga end to end (a Python reference implementation does
+ * 178 orders/s sequential, 280/s with 4 processes; target >= 1,000 orders/s with 4 workers).
  *
  * One order, in two flows:
  *   separate  orders_create() (1-2 items: orders, order_items, OrderCreated in one
@@ -289,7 +289,7 @@ int bench_orders(struct bench_env *env, const struct bench_cfg *cfg)
     printf("== order saga end to end: create + saga until CONFIRMED, %d orders per worker, "
            "medians of %u runs ==\n",
            ORDERS_PER_WORKER, runs);
-    printf("   (seed Python: 178 orders/s sequential, 280/s with 4 processes; "
+    printf("   (Python reference implementation: 178 orders/s sequential, 280/s with 4 processes; "
            "target >= 1,000/s with 4 workers)\n"
            "   separate = orders_create + orders_start_saga + orders_run_saga; "
            "combined = orders_create_with_saga + orders_run_saga\n");
