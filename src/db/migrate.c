@@ -128,8 +128,7 @@ static int verify_recorded(struct txo_db *db, const struct txo_migration *m, con
         txo_error_wrap(err, "recording the statement checksum of migration %s", m->name);
         return rc;
     }
-    TXO_LOG(TXO_LOG_INFO, "migrate", "migration=%s recorded checksum now covers its statements",
-            m->name);
+    TXO_LOG(TXO_LOG_INFO, "migrate", "recorded the statement checksum migration=%s", m->name);
     return 0;
 }
 
