@@ -116,10 +116,10 @@ build: deps
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 
-# Only what `make run` needs: the command and the stub services, not the tests.
+# Only what `make run` needs: the command and the fake services, not the tests.
 build-run: deps
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
-	$(CMAKE) --build $(BUILD) -j$(JOBS) --target txo_cmd txo_stub_services
+	$(CMAKE) --build $(BUILD) -j$(JOBS) --target txo_cmd txo_fake_services
 
 build-asan: deps
 	$(call cmake_configure,$(BUILD_ASAN),$(CMAKE_ARGS_ASAN))
@@ -134,7 +134,7 @@ build-clang:
 	$(call cmake_configure,build-clang,-DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug $(CMAKE_ARGS))
 	$(CMAKE) --build build-clang -j$(JOBS)
 
-# libFuzzer harnesses (fuzz/): each runs FUZZ_SECONDS on its seed corpus fuzz/corpus/NAME (read
+# libFuzzer harnesses (fuzz/): each runs FUZZ_SECONDS on its starting corpus fuzz/corpus/NAME (read
 # first, so an input committed there after a crash is a regression test) plus what it found
 # before (build-fuzz/corpus/NAME). A crash leaves build-fuzz/crash-NAME-* and fails the target.
 fuzz:
@@ -195,7 +195,7 @@ valgrind: db-check build db
 	$(DB_ENV) scripts/valgrind.sh $(BUILD)/txo
 
 soak: db-check build db
-	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_STUB_BIN='$(abspath $(BUILD))/txo-stub-services' \
+	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_FAKE_BIN='$(abspath $(BUILD))/txo-fake-services' \
 	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SEED='$(SOAK_SEED)' \
 	  $(BUILD)/tests/txo_soak
 

@@ -1,6 +1,6 @@
 /*
- * txo_bench orders: the order saga end to end (seed baseline: 178 orders/s sequential, 280/s
- * with 4 processes; target >= 1,000 orders/s with 4 workers).
+ * txo_bench orders: the order saga end to end (a Python reference implementation does
+ * 178 orders/s sequential, 280/s with 4 processes; target >= 1,000 orders/s with 4 workers).
  *
  * One order, in two flows:
  *   separate  orders_create() (1-2 items: orders, order_items, OrderCreated in one
@@ -16,7 +16,7 @@
  * orders, each thread with its own connection. Every run starts from emptied tables and
  * NUM_SKUS SKUs with STOCK_PER_SKU each, so runs are identical. Afterwards (or the bench
  * fails): every order CONFIRMED, every saga COMPLETED, one payment and one shipment per order,
- * available + reserved of every SKU equal to its seeded stock, and reserved equal to the sum
+ * available + reserved of every SKU equal to its initial stock, and reserved equal to the sum
  * of the ordered quantities of that SKU.
  *
  * Threads: workers share only the start barrier and their own struct order_worker (read by
@@ -55,7 +55,7 @@ static const char *const reset_sql[] = {
     "SELECT COUNT(*) FROM saga_instances WHERE status <> 'COMPLETED'"
 #define BENCH_SQL_PAYMENTS_ALL  "SELECT COUNT(*) FROM payments"
 #define BENCH_SQL_SHIPMENTS_ALL "SELECT COUNT(*) FROM shipments"
-/* SKUs whose stock was not conserved (param: the seeded stock). */
+/* SKUs whose stock was not conserved (param: the initial stock). */
 #define BENCH_SQL_STOCK_NOT_CONSERVED                                                              \
     "SELECT COUNT(*) FROM inventory WHERE available + reserved <> ?"
 /* SKUs whose reserved differs from what the orders asked for. */
@@ -289,7 +289,7 @@ int bench_orders(struct bench_env *env, const struct bench_cfg *cfg)
     printf("== order saga end to end: create + saga until CONFIRMED, %d orders per worker, "
            "medians of %u runs ==\n",
            ORDERS_PER_WORKER, runs);
-    printf("   (seed Python: 178 orders/s sequential, 280/s with 4 processes; "
+    printf("   (Python reference implementation: 178 orders/s sequential, 280/s with 4 processes; "
            "target >= 1,000/s with 4 workers)\n"
            "   separate = orders_create + orders_start_saga + orders_run_saga; "
            "combined = orders_create_with_saga + orders_run_saga\n");

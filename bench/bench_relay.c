@@ -1,7 +1,7 @@
 /*
  * txo_bench relay: how fast the outbox relay drains a backlog, and whether the rate stays flat
- * while the table fills with PUBLISHED rows (seed baseline: the Python relay does 1,442
- * events/s, falling from 2,300 to 1,200; target >= 20,000 events/s and flat).
+ * while the table fills with PUBLISHED rows (a reference Python relay, one row at a time,
+ * does 1,442 events/s, falling from 2,300 to 1,200; target >= 20,000 events/s and flat).
  *
  * One drain:
  *   1. outbox_events is emptied (TRUNCATE) and filled with N PENDING events by multi-row
@@ -597,7 +597,7 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
 
     printf("== relay drain: %zu PENDING events, null publisher, medians of %u runs ==\n",
            cfg->events, cfg->runs);
-    printf("   (seed Python relay: 1,442 events/s, 2,300 -> 1,200 as the table fills; "
+    printf("   (Python reference relay: 1,442 events/s, 2,300 -> 1,200 as the table fills; "
            "target >= 20,000 and flat)\n");
     print_table_head();
     for (size_t i = 0; i < TXO_ARRAY_LEN(cases); i++) {

@@ -4,15 +4,15 @@
 #
 #   scripts/run.sh              local dispatch: MariaDB is the only other process
 #   NATS=1 scripts/run.sh       also starts a private nats-server (JetStream) and uses it
-#   STUBS=1 scripts/run.sh      also starts txo-stub-services and calls it over HTTP for the
+#   FAKES=1 scripts/run.sh      also starts txo-fake-services and calls it over HTTP for the
 #                               payments and shipments (default: the in-process stand-ins)
 #   scripts/run.sh --check      only check that the ports are free (`make run` does, before
 #                               building): when one is taken, say which and print the
 #                               command with free ones
 #
-# Environment: TXO_BIN (default build/txo), TXO_STUB_BIN (default: txo-stub-services next to
+# Environment: TXO_BIN (default build/txo), TXO_FAKE_BIN (default: txo-fake-services next to
 # TXO_BIN), TXO_LISTEN (default 127.0.0.1:8080), TXO_NATS_PORT (default 4223),
-# TXO_STUB_PORT (default 8090), any other TXO_* / MYSQL_* setting of `txo up --help`.
+# TXO_FAKE_PORT (default 8090), any other TXO_* / MYSQL_* setting of `txo up --help`.
 # TXO_DB_PRIVATE=1 (set by make): the database is the private server of scripts/db.sh.
 set -euo pipefail
 
@@ -22,9 +22,9 @@ LISTEN="${TXO_LISTEN:-127.0.0.1:8080}"
 NATS_PORT="${TXO_NATS_PORT:-4223}"
 NATS_DIR="$ROOT/.txo/nats"
 NATS_PID=""
-TXO_STUB_BIN="${TXO_STUB_BIN:-$(dirname "$TXO_BIN")/txo-stub-services}"
-STUB_PORT="${TXO_STUB_PORT:-8090}"
-STUB_PID=""
+TXO_FAKE_BIN="${TXO_FAKE_BIN:-$(dirname "$TXO_BIN")/txo-fake-services}"
+FAKE_PORT="${TXO_FAKE_PORT:-8090}"
+FAKE_PID=""
 
 log() { printf 'run.sh: %s\n' "$*" >&2; }
 
@@ -68,14 +68,14 @@ check_ports() {
         taken+=("127.0.0.1:$NATS_PORT (nats-server)")
         fix+=("TXO_NATS_PORT=$(free_port_after "$NATS_PORT")")
     fi
-    if [ "${STUBS:-0}" = "1" ] && port_taken "$STUB_PORT"; then
-        taken+=("127.0.0.1:$STUB_PORT (txo-stub-services)")
-        fix+=("TXO_STUB_PORT=$(free_port_after "$STUB_PORT")")
+    if [ "${FAKES:-0}" = "1" ] && port_taken "$FAKE_PORT"; then
+        taken+=("127.0.0.1:$FAKE_PORT (txo-fake-services)")
+        fix+=("TXO_FAKE_PORT=$(free_port_after "$FAKE_PORT")")
     fi
     [ "${#taken[@]}" -eq 0 ] && return 0
     local flags=""
     [ "${NATS:-0}" = "1" ] && flags+=" NATS=1"
-    [ "${STUBS:-0}" = "1" ] && flags+=" STUBS=1"
+    [ "${FAKES:-0}" = "1" ] && flags+=" FAKES=1"
     log "port taken by another program: ${taken[*]}"
     log "use free ones:  make run$flags ${fix[*]}${TXO_DB_PORT:+ TXO_DB_PORT=$TXO_DB_PORT}"
     exit 1
@@ -87,7 +87,7 @@ if [ "${1:-}" = "--check" ]; then
 fi
 
 cleanup() {
-    stop txo-stub-services "$STUB_PID"
+    stop txo-fake-services "$FAKE_PID"
     stop nats-server "$NATS_PID"
     if [ "${TXO_DB_PRIVATE:-0}" = "1" ]; then
         log "the private MariaDB keeps running (127.0.0.1:${MYSQL_PORT:-?}, .txo/mariadb) for the" \
@@ -107,13 +107,13 @@ if [ "${NATS:-0}" = "1" ]; then
     log "nats-server on 127.0.0.1:$NATS_PORT (log: $NATS_DIR/nats.log)"
     ARGS+=(--broker nats --nats-url "nats://127.0.0.1:$NATS_PORT")
 fi
-if [ "${STUBS:-0}" = "1" ]; then
+if [ "${FAKES:-0}" = "1" ]; then
     mkdir -p "$ROOT/.txo"
-    "$TXO_STUB_BIN" --listen "127.0.0.1:$STUB_PORT" >"$ROOT/.txo/stub-services.log" 2>&1 &
-    STUB_PID=$!
-    wait_port "$STUB_PORT"
-    log "txo-stub-services on 127.0.0.1:$STUB_PORT (log: .txo/stub-services.log)"
-    ARGS+=(--payment-url "http://127.0.0.1:$STUB_PORT" --shipment-url "http://127.0.0.1:$STUB_PORT")
+    "$TXO_FAKE_BIN" --listen "127.0.0.1:$FAKE_PORT" >"$ROOT/.txo/fake-services.log" 2>&1 &
+    FAKE_PID=$!
+    wait_port "$FAKE_PORT"
+    log "txo-fake-services on 127.0.0.1:$FAKE_PORT (log: .txo/fake-services.log)"
+    ARGS+=(--payment-url "http://127.0.0.1:$FAKE_PORT" --shipment-url "http://127.0.0.1:$FAKE_PORT")
 fi
 
 URL="http://$LISTEN"
@@ -129,7 +129,7 @@ cat <<BANNER
   Outbox at a glance:                curl -s $URL/outbox/stats
 
 BANNER
-# Not exec: the trap must stop nats-server and the stub after `txo up` exits. SIGINT reaches all.
+# Not exec: the trap must stop nats-server and the fake service after `txo up` exits. SIGINT reaches all.
 set +e
 "$TXO_BIN" "${ARGS[@]}" "$@"
 status=$?

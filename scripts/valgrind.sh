@@ -5,11 +5,11 @@
 #
 #   scripts/valgrind.sh [path/to/txo]      (default: build/txo)
 #
-# The stand-in payment/shipment service is $TXO_STUB_BIN (default: txo-stub-services next to txo).
+# The fake payment/shipment service is $TXO_FAKE_BIN (default: txo-fake-services next to txo).
 set -euo pipefail
 
 bin=${1:-build/txo}
-stub_bin=${TXO_STUB_BIN:-$(dirname "$bin")/txo-stub-services}
+fake_bin=${TXO_FAKE_BIN:-$(dirname "$bin")/txo-fake-services}
 command -v valgrind >/dev/null || { echo "valgrind.sh: valgrind is not installed" >&2; exit 1; }
 vg=(valgrind --quiet --error-exitcode=99 --leak-check=full
     --show-leak-kinds=definite,indirect,possible
@@ -35,7 +35,7 @@ if [ "$rc" -ne 0 ]; then
 fi
 
 # The whole service (HTTP API with its threads and pool, relay, worker, metrics) under load,
-# with the stub payment/shipment service so the libcurl paths run too.
+# with the fake payment/shipment service so the libcurl paths run too.
 # A TCP port on 127.0.0.1 nothing listens on (bash's /dev/tcp: a refused connect means free).
 port_free() {
     local p
@@ -48,12 +48,12 @@ port_free() {
     done
 }
 api_port=$(port_free)
-stub_port=$(port_free)
-say "txo-stub-services + txo up serving orders, stopped with SIGTERM"
-"${vg[@]}" "$stub_bin" --listen "127.0.0.1:$stub_port" --log-level warn &
-stub=$!
+fake_port=$(port_free)
+say "txo-fake-services + txo up serving orders, stopped with SIGTERM"
+"${vg[@]}" "$fake_bin" --listen "127.0.0.1:$fake_port" --log-level warn &
+fake=$!
 "${vg[@]}" "$bin" up --listen "127.0.0.1:$api_port" --stock vg-sku=1000 --log-level warn \
-    --payment-url "http://127.0.0.1:$stub_port" --shipment-url "http://127.0.0.1:$stub_port" \
+    --payment-url "http://127.0.0.1:$fake_port" --shipment-url "http://127.0.0.1:$fake_port" \
     --poll 50 --idle-sleep 50 &
 up=$!
 for _ in $(seq 300); do
@@ -80,7 +80,7 @@ stop_checked() {
     fi
 }
 stop_checked "txo up" "$up"
-stop_checked "txo-stub-services" "$stub"
+stop_checked "txo-fake-services" "$fake"
 
 say "txo worker --broker none, stopped with SIGTERM"
 "${vg[@]}" "$bin" worker --broker none --poll 50 --clean-interval 1 --log-level warn &

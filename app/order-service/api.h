@@ -1,5 +1,5 @@
 /*
- * The order service's HTTP API (seed 9.1, 9.12, 10.1), served by txo's HTTP server
+ * The order service's HTTP API, served by txo's HTTP server
  * (include/txo/http_server.h). Routes, with their answers:
  *
  *   POST /orders              Idempotency-Key required. 201 {"order_id","status":"CREATED"}

@@ -2,10 +2,10 @@
  * `txo demo`: a guided tour of the order service and its saga.
  *
  * Against the configured database it (1) applies the migrations (unless --migrate=false),
- * (2) re-seeds the stock of its own SKUs (demo-*; nothing else in the database is touched),
+ * (2) resets the stock of its own SKUs (demo-*; nothing else in the database is touched),
  * (3) runs one order per scenario through the CreateOrderSaga with explicit failure
- * injection: S success, R payment service down twice (retried), G no stock, H card declined,
- * I carrier rejects the shipment (refund then release), J the refund fails too
+ * injection: success, payment service down twice (retried), not enough stock, card
+ * declined, carrier rejects the shipment (refund then release), the refund fails too
  * (COMPENSATION_FAILED, then retried to COMPENSATED), (4) drains the outbox through the
  * relay with the log publisher, printing each published envelope, (5) prints the rows of the
  * orders it created in this run, and (6) checks each scenario's outcome against what the
@@ -59,23 +59,25 @@ static int run(int argc, char **argv);
 
 const struct command cmd_demo = {
     .name = "demo",
-    .summary = "run the order saga scenarios (S, R, G, H, I, J), show the rows, check them",
+    .summary = "run the order saga's failure scenarios, show the rows, check them",
     .usage = "txo demo [options]",
     .description =
         "Creates one order per scenario in the configured database and drives its\n"
         "CreateOrderSaga (ReserveStock -> ChargePayment -> CreateShipment) with explicit\n"
         "failure injection:\n"
-        "  S  success (customer 123, iphone-15 x1 at 100000 cents)\n"
-        "  R  the payment service is unavailable twice: the step is retried, then completes\n"
-        "  G  not enough stock: nothing to compensate, order CANCELLED, saga FAILED\n"
-        "  H  card declined: stock released, order CANCELLED, saga COMPENSATED\n"
-        "  I  carrier rejects the shipment: refund, then release; saga COMPENSATED\n"
-        "  J  ... and the refund fails too: COMPENSATION_FAILED, then a retry COMPENSATED\n"
+        "  success       customer 123, iphone-15 x1 at 100000 cents\n"
+        "  pay-retried   the payment service is unavailable twice: the step is retried,\n"
+        "                then completes\n"
+        "  no-stock      not enough stock: nothing to compensate, order CANCELLED, saga FAILED\n"
+        "  declined      card declined: stock released, order CANCELLED, saga COMPENSATED\n"
+        "  ship-refused  carrier rejects the shipment: refund, then release; saga COMPENSATED\n"
+        "  refund-fails  the carrier rejects the shipment and the refund fails too:\n"
+        "                COMPENSATION_FAILED, then a retry COMPENSATED\n"
         "Then it publishes the outbox through the relay with the log publisher (one JSON\n"
         "envelope per line), prints the rows of this run's orders, sagas, steps, stock,\n"
         "payments, shipments and events, and checks every scenario. Exit status 0 means\n"
-        "every check held. Only the demo's own SKUs (demo-*) are re-seeded; no other row of\n"
-        "the database is changed, though the relay publishes every due event.",
+        "every check held. Only the demo's own SKUs (demo-*) get their stock reset; no other\n"
+        "row of the database is changed, though the relay publishes every due event.",
     .run = run,
 };
 
@@ -86,7 +88,7 @@ struct demo_opts {
     const char *relay_claim;
 };
 
-/* The demo's catalogue: SKU, stock seeded at the start, unit price. */
+/* The demo's catalogue: SKU, its stock at the start, unit price. */
 struct demo_sku {
     const char *sku;
     int32_t stock;
@@ -128,26 +130,26 @@ struct scenario {
 #define EV_OK "OrderCreated StockReserved PaymentCharged ShipmentCreated"
 
 static struct scenario scenarios[] = {
-    {.id = "S",
+    {.id = "success",
      .title = "success",
      .customer_id = 123,
      .items = {{"demo-iphone-15", 1, 100000}},
      .n_items = 1,
      .want = {"CONFIRMED", "COMPLETED", "CHARGED", "CREATED", EV_OK, 1}},
-    {.id = "R",
+    {.id = "pay-retried",
      .title = "payment service down twice, retried",
      .customer_id = 124,
      .items = {{"demo-airpods-pro", 2, 24900}, {"demo-usb-c-cable", 3, 1900}},
      .n_items = 2,
      .faults = {.transient_charge_failures = 2},
      .want = {"CONFIRMED", "COMPLETED", "CHARGED", "CREATED", EV_OK, 3}},
-    {.id = "G",
+    {.id = "no-stock",
      .title = "not enough stock",
      .customer_id = 125,
      .items = {{"demo-macbook-air", 5, 129900}},
      .n_items = 1,
      .want = {"CANCELLED", "FAILED", NULL, NULL, "OrderCreated OrderCancelled", 0}},
-    {.id = "H",
+    {.id = "declined",
      .title = "card declined",
      .customer_id = 126,
      .items = {{"demo-airpods-pro", 1, 24900}},
@@ -155,7 +157,7 @@ static struct scenario scenarios[] = {
      .faults = {.decline_payment = true},
      .want = {"CANCELLED", "COMPENSATED", NULL, NULL,
               "OrderCreated StockReserved StockReleased OrderCancelled", 0}},
-    {.id = "I",
+    {.id = "ship-refused",
      .title = "carrier rejects the shipment",
      .customer_id = 127,
      .items = {{"demo-iphone-15", 1, 100000}, {"demo-usb-c-cable", 1, 1900}},
@@ -165,7 +167,7 @@ static struct scenario scenarios[] = {
               "OrderCreated StockReserved PaymentCharged PaymentRefunded StockReleased "
               "OrderCancelled",
               0}},
-    {.id = "J",
+    {.id = "refund-fails",
      .title = "shipment and refund fail, then retried",
      .customer_id = 128,
      .items = {{"demo-iphone-15", 2, 100000}},
@@ -295,7 +297,7 @@ static int run_scenario(struct txo_db *db, struct scenario *sc, struct txo_error
     rc = orders_run_saga(db, sc->saga_id, &sc->faults, NULL, &final, err);
     if (rc < 0)
         return txo_error_wrap(err, "scenario %s: run saga %s", sc->id, sc->saga_id);
-    printf("  %s  %-40s order %-6" PRId64 " saga %s -> %s\n", sc->id, sc->title, sc->order_id,
+    printf("  %-12s  %-40s order %-6" PRId64 " saga %s -> %s\n", sc->id, sc->title, sc->order_id,
            sc->saga_id, txo_saga_status_name(final));
     if (!sc->retry)
         return check(db, sc, &sc->want, "", err);
@@ -306,8 +308,8 @@ static int run_scenario(struct txo_db *db, struct scenario *sc, struct txo_error
     rc = orders_retry_saga(db, sc->saga_id, NULL, NULL, &final, err);
     if (rc < 0)
         return txo_error_wrap(err, "scenario %s: retry saga %s", sc->id, sc->saga_id);
-    printf("  %s  %-40s order %-6" PRId64 " saga %s -> %s (retried, faults cleared)\n", sc->id, "",
-           sc->order_id, sc->saga_id, txo_saga_status_name(final));
+    printf("  %-12s  %-40s order %-6" PRId64 " saga %s -> %s (retried, faults cleared)\n", sc->id,
+           "", sc->order_id, sc->saga_id, txo_saga_status_name(final));
     return check(db, sc, &sc->want, "", err);
 }
 
@@ -704,7 +706,7 @@ static int run(int argc, char **argv)
             goto out;
         }
     }
-    printf("stock seeded:");
+    printf("initial stock:");
     for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue); i++)
         printf(" %s=%" PRId32, catalogue[i].sku, catalogue[i].stock);
     printf("\n\n== Running the scenarios (one order and one CreateOrderSaga each)\n");
@@ -738,10 +740,10 @@ static int run(int argc, char **argv)
         describe(&sc->want, want, sizeof(want));
         bool ok = sc->problems[0] == '\0';
         all_ok = all_ok && ok;
-        printf("  %s  %s: %s%s -- %s\n", sc->id, sc->title,
+        printf("  %-12s  %s: %s%s -- %s\n", sc->id, sc->title,
                sc->retry ? "COMPENSATION_FAILED, then " : "", want, ok ? "OK" : "FAILED");
         if (!ok)
-            printf("       problems: %s\n", sc->problems);
+            printf("                problems: %s\n", sc->problems);
     }
     char stock_problems[1024];
     rc = check_stock(db, stock_problems, sizeof(stock_problems), &err);
@@ -751,11 +753,11 @@ static int run(int argc, char **argv)
     }
     bool stock_ok = stock_problems[0] == '\0';
     all_ok = all_ok && stock_ok;
-    printf("  *  stock conserved: available + reserved unchanged, reserved = completed orders "
-           "-- %s\n",
-           stock_ok ? "OK" : "FAILED");
+    printf("  %-12s  stock conserved: available + reserved unchanged, reserved = completed "
+           "orders -- %s\n",
+           "*", stock_ok ? "OK" : "FAILED");
     if (!stock_ok)
-        printf("       problems: %s\n", stock_problems);
+        printf("                problems: %s\n", stock_problems);
     printf("\n%s\n", all_ok ? "demo: every scenario held." : "demo: SOME CHECKS FAILED.");
     status = all_ok ? 0 : 1;
 out:

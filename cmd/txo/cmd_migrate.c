@@ -22,7 +22,7 @@ const struct command cmd_migrate = {
         "(app/order-service/migrations). --only outbox applies only what `txo relay` needs\n"
         "(outbox_events and dead_letter_events, for an application in another language);\n"
         "a later run without it adds the rest. Running it again is a no-op. A recorded\n"
-        "migration whose text changed since is refused.",
+        "migration whose statements changed since is refused (comments may be edited).",
     .run = run,
 };
 

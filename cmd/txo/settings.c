@@ -65,7 +65,7 @@ static const char *type_hint(const struct setting *s)
     return "VALUE";
 }
 
-/* The name messages start with: "txo relay", or the program's own name ("txo-stub-services"). */
+/* The name messages start with: "txo relay", or the program's own name ("txo-fake-services"). */
 static const char *who(const struct command *cmd, char *buf, size_t cap)
 {
     if (cmd->program != NULL)

@@ -1,5 +1,5 @@
 /*
- * Settings of the `txo` subcommands (and of txo-stub-services, a program of its own that
+ * Settings of the `txo` subcommands (and of txo-fake-services, a program of its own that
  * shares this code). Each subcommand has ONE table listing every setting it takes: flag,
  * environment variable, type, default, help, whether it is a secret. The table generates `--help`,
  * `--print-config` (secrets shown as ***) and the parsing, so the three cannot drift apart.

@@ -6,7 +6,7 @@
  *
  * The waits can call a tick between signals (signals_set_tick(): the systemd watchdog ping of
  * notify.c), so a stuck main thread stops the pings. The tick is a hook rather than a call so
- * that this file, shared with txo-stub-services, needs no libsystemd.
+ * that this file, shared with txo-fake-services, needs no libsystemd.
  */
 #include <errno.h>
 #include <signal.h>

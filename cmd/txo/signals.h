@@ -1,5 +1,5 @@
 /*
- * How every daemon (txo serve, relay, worker, up, and txo-stub-services) stops: one mechanism,
+ * How every daemon (txo serve, relay, worker, up, and txo-fake-services) stops: one mechanism,
  * used the same way by all of them.
  *
  *   1. signals_block() in the main thread, before the first thread starts (threads inherit

@@ -281,7 +281,7 @@ TXO_API void txo_db_get_stats(struct txo_db_stats *out);
  * letters, inbox, idempotency keys, sagas and the command queue) and each application's (the
  * order service's tables, say), each a list of numbered SQL files compiled into the code that
  * owns the tables. Applied migrations are recorded by file name in txo_schema_migrations with
- * a SHA-256 of their text, so names must be unique across the sets a database uses.
+ * a SHA-256 of their statements, so names must be unique across the sets a database uses.
  */
 struct txo_migration {
     const char *name; /* "0001_outbox.sql" */
@@ -316,7 +316,18 @@ TXO_API TXO_MUST_CHECK int txo_schema_has_table(struct txo_db *db, const char *t
  * Applies the migrations of set that are not yet recorded in `txo_schema_migrations`, in
  * order, under a server-side named lock so two runs cannot interleave. Idempotent. *applied
  * (may be NULL) receives how many were applied now, *total how many the set has.
- * Errors: TXO_EMIGRATION (a recorded migration whose text changed since), TXO_ETIMEOUT
+ *
+ * The comments of an applied migration may be edited, its statements may not. The checksum
+ * recorded for a migration is the SHA-256 of its statements: of its text without comments
+ * ("-- ", "#" and block comments; MariaDB's executable comments count as statements) and with
+ * each run of whitespace outside quotes collapsed to one space. A recorded migration is
+ * accepted when its checksum is that of the current text. Databases migrated by earlier
+ * versions recorded the SHA-256 of the whole text; that is accepted too, of the current text
+ * or of a text whose comments were reworded since (the library keeps those checksums), and
+ * replaced with the statement checksum (so an earlier `txo migrate` then refuses the
+ * database: upgrade, do not go back).
+ *
+ * Errors: TXO_EMIGRATION (a recorded migration whose statements changed since), TXO_ETIMEOUT
  * (another run held the lock for 60 s), DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_migrate_set(struct txo_db *db, const struct txo_migration_set *set,

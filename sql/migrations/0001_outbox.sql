@@ -2,7 +2,7 @@
 -- This layout is a public contract (README, "Outbox table contract"): applications in any
 -- language insert rows here inside their own transactions and `txo relay` publishes them.
 --
--- Beyond the seed:
+-- Design choices:
 --   next_attempt_at  when the row is due; what it means per status:
 --                      PENDING     when it may be claimed (insert: now; after a failed
 --                                  publish: now + exponential backoff with jitter);
@@ -12,8 +12,8 @@
 --                      FAILED      when the next attempt would have been (not used).
 --   idx_outbox_due   (status, next_attempt_at [, id]): the only index the relay uses besides
 --                    the primary key. The claim walks its PENDING range in order and stops
---                    after LIMIT rows, so it never reads PUBLISHED rows (it replaces the
---                    seed's (status, created_at) index). Its PROCESSING range holds only the
+--                    after LIMIT rows, so it never reads PUBLISHED rows (instead of a
+--                    plain (status, created_at) index). Its PROCESSING range holds only the
 --                    rows in flight (a few batches), so the lease reclaim (PROCESSING and
 --                    locked_until in the past) and the update-limit claim's read-back by lock
 --                    token walk that short range instead of having indexes of their own.

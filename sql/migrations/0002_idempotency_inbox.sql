@@ -1,5 +1,5 @@
--- Idempotency keys of incoming requests and the transactional inbox of consumed events
--- (seed 9.1 and 9.6), exactly as in the seed.
+-- Idempotency keys of incoming requests (one row per Idempotency-Key, with the stored
+-- response) and the transactional inbox of consumed events (one row per event id).
 CREATE TABLE IF NOT EXISTS idempotency_keys (
     idempotency_key VARCHAR(255) PRIMARY KEY,
     request_hash CHAR(64) NOT NULL,

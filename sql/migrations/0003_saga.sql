@@ -1,6 +1,6 @@
--- Saga instances and steps (seed 5).
+-- Saga instances and their persisted steps.
 --
--- Beyond the seed:
+-- Design choices:
 --   owner, lease_until  the worker driving the saga and until when; every state change is
 --                       fenced by owner, and a saga RUNNING/COMPENSATING with an expired
 --                       lease is resumed by another worker (idx_saga_resume).

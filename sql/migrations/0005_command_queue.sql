@@ -1,4 +1,5 @@
--- Commands to run asynchronously (seed 9.12: 202 Accepted + StartOrderSaga), as in the seed.
+-- Commands to run asynchronously: the async API answers 202 Accepted and queues a
+-- StartOrderSaga command here.
 CREATE TABLE IF NOT EXISTS command_queue (
     id BIGINT AUTO_INCREMENT PRIMARY KEY,
     command_type VARCHAR(128) NOT NULL,

@@ -1,5 +1,5 @@
--- What the worker needs from the seed's command queue, dead-letter table and inbox
--- (seed 9.6, 9.7, 9.12, 9.13). docs/worker-tables.md describes the contracts.
+-- What the worker needs from the command queue, the dead-letter table and the inbox.
+-- docs/worker-tables.md describes the contracts.
 --
 -- command_queue: a lease-and-retry queue like the outbox relay's.
 --   next_attempt_at  when a PENDING command may be claimed (insert: now; after a transient

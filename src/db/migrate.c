@@ -4,9 +4,12 @@
  * Migrations come in sets (include/txo/db.h): the library's own, from sql/migrations/, and
  * each application's, each compiled into the code that owns its tables (see
  * cmake/embed_migrations.cmake), so a binary always carries the schema it was built for.
- * Applied migrations are recorded in txo_schema_migrations with the SHA-256 of their text; a
- * recorded file whose text changed since is refused (migrations are never edited after they
- * are merged: add a new file instead).
+ * Applied migrations are recorded in txo_schema_migrations with a SHA-256 of their statements:
+ * of the text in the normal form of db/sql_normalize.h (no comments, whitespace collapsed).
+ * The comments of an applied migration may be edited; a recorded file whose statements changed
+ * since is refused (add a new file instead). Databases migrated before the checksum left the
+ * comments out recorded the SHA-256 of the whole text; verify_recorded() accepts those and
+ * records the statement checksum in their place.
  *
  * MySQL DDL commits implicitly, so a migration cannot be atomic. The files therefore use
  * CREATE ... IF NOT EXISTS and similar, and a migration that failed half-way can simply be
@@ -21,6 +24,7 @@
 
 #include "db/db_internal.h"
 #include "db/migrate_data.h"
+#include "db/sql_normalize.h"
 
 #define SQL_CREATE_MIGRATIONS_TABLE                                                                \
     "CREATE TABLE IF NOT EXISTS txo_schema_migrations ("                                           \
@@ -34,6 +38,33 @@
 /* Primary key lookup. */
 #define SQL_MIGRATION_CHECKSUM "SELECT checksum FROM txo_schema_migrations WHERE version = ?"
 #define SQL_MIGRATION_RECORD   "INSERT INTO txo_schema_migrations (version, checksum) VALUES (?, ?)"
+/* Primary key; the old checksum in the WHERE so that only the row just read is replaced. */
+#define SQL_MIGRATION_RECHECKSUM                                                                   \
+    "UPDATE txo_schema_migrations SET checksum = ? WHERE version = ? AND checksum = ?"
+
+/*
+ * Checksums of earlier texts of migrations whose comments were reworded: the SHA-256 of the
+ * whole file before the rewording (`git show 893d3ec:<path> | sha256sum`), which a database
+ * migrated before the checksum left the comments out has recorded. Only comments changed, so
+ * such a database has exactly the statements of the current file. Add a row here when the
+ * comments of a migration that shipped with the whole-text checksum are edited.
+ */
+struct earlier_text_checksum {
+    const char *name;     /* the migration's file name */
+    const char *checksum; /* SHA-256 of its whole earlier text, hex */
+};
+static const struct earlier_text_checksum reworded_comment_earlier_checksums[] = {
+    /* Citations of the design document reworded (sql/migrations, app/order-service). */
+    {"0001_outbox.sql", "8cee2d314ba29f33503b26d397d1ec9178e29c145ee642841700c95b934fa517"},
+    {"0002_idempotency_inbox.sql",
+     "b12e7da6066bc51235c0fc90edcfe051863a47575e0f7e7f2618e2d2fd0ce0bc"},
+    {"0003_saga.sql", "31bbae608f90fd6156f1a6564a19edab9beecff87ed6992decc965c1f0ca3891"},
+    {"0004_orders.sql", "5f5011bd7cd1fb682fbe11de140b1e26fffee0b203f59622fa1b3d1668537b37"},
+    {"0005_command_queue.sql", "2f9472f16e52fdb4cce95f76bd41f838ce6acde4c256dd8b6a3b70ae03eba27b"},
+    {"0006_worker_queues.sql", "11167d3dbf5ac966ae00ce8b3dc05650a17ba79b4c44348dde1a22f40ca71fc5"},
+    {"0007_idempotency_response.sql",
+     "cd77e08203eae6d5183523badec5f3eef81d3154eeebd6d92ef11b2ebf954fa2"},
+};
 
 static int sha256_hex(const char *text, char out[65], struct txo_error *err)
 {
@@ -43,6 +74,61 @@ static int sha256_hex(const char *text, char out[65], struct txo_error *err)
         return txo_error_set(err, TXO_EMIGRATION, "SHA-256 of a migration failed");
     for (unsigned i = 0; i < md_len; i++)
         snprintf(out + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+/* The checksum recorded for a migration: SHA-256 of its statements (sql normalized). */
+static int statement_checksum(const char *name, const char *sql, char out[65],
+                              struct txo_error *err)
+{
+    char *norm = txo__sql_normalize(sql);
+    if (!norm)
+        return txo_error_set(err, TXO_ENOMEM, "migration %s: out of memory", name);
+    int rc = sha256_hex(norm, out, err);
+    txo_free(norm);
+    return rc;
+}
+
+static bool is_reworded_earlier_text(const char *name, const char *checksum)
+{
+    size_t n =
+        sizeof reworded_comment_earlier_checksums / sizeof *reworded_comment_earlier_checksums;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(reworded_comment_earlier_checksums[i].name, name) == 0 &&
+            strcmp(reworded_comment_earlier_checksums[i].checksum, checksum) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Checks the checksum recorded for an applied migration against its current text. Accepted:
+ * the statement checksum sum of the current text; or a checksum of the whole text, as recorded
+ * before the checksum left the comments out: of the current text (its comments never edited)
+ * or of an earlier text whose comments were reworded (reworded_comment_earlier_checksums). An
+ * accepted whole-text checksum is replaced with sum, so the table converges on statement
+ * checksums. Anything else means the statements changed: TXO_EMIGRATION.
+ */
+static int verify_recorded(struct txo_db *db, const struct txo_migration *m, const char *stored,
+                           const char sum[65], struct txo_error *err)
+{
+    if (strcmp(stored, sum) == 0)
+        return 0;
+    char whole[65];
+    int rc = sha256_hex(m->sql, whole, err);
+    if (rc < 0)
+        return rc;
+    if (strcmp(stored, whole) != 0 && !is_reworded_earlier_text(m->name, stored))
+        return txo_error_set(err, TXO_EMIGRATION,
+                             "migration %s was edited after it was applied (the checksum of its "
+                             "statements differs); add a new migration instead",
+                             m->name);
+    struct txo_param p[3] = {txo_p_str(sum), txo_p_str(m->name), txo_p_str(stored)};
+    rc = txo_db_exec(db, SQL_MIGRATION_RECHECKSUM, p, 3, NULL, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "recording the statement checksum of migration %s", m->name);
+        return rc;
+    }
+    TXO_LOG(TXO_LOG_INFO, "migrate", "recorded the statement checksum migration=%s", m->name);
     return 0;
 }
 
@@ -100,7 +186,7 @@ static int apply_one(struct txo_db *db, const struct txo_migration *m, bool *app
                      struct txo_error *err)
 {
     char sum[65];
-    int rc = sha256_hex(m->sql, sum, err);
+    int rc = statement_checksum(m->name, m->sql, sum, err);
     if (rc < 0)
         return rc;
     struct txo_rows *rows = NULL;
@@ -110,15 +196,10 @@ static int apply_one(struct txo_db *db, const struct txo_migration *m, bool *app
         return rc;
     if (txo_rows_count(rows) > 0) {
         const char *stored = txo_rows_str(rows, 0, 0, NULL);
-        bool same = stored && strcmp(stored, sum) == 0;
+        rc = verify_recorded(db, m, stored ? stored : "", sum, err);
         txo_rows_free(rows);
-        if (!same)
-            return txo_error_set(err, TXO_EMIGRATION,
-                                 "migration %s was edited after it was applied (checksum "
-                                 "differs); add a new migration instead",
-                                 m->name);
         *applied = false;
-        return 0;
+        return rc;
     }
     txo_rows_free(rows);
     TXO_LOG(TXO_LOG_INFO, "migrate", "applying migration=%s", m->name);

@@ -174,7 +174,7 @@ static const char ORDER_BODY[] =
     "{\"customer_id\":7,\"items\":[{\"sku\":\"SKU-A\",\"qty\":2,\"price_cents\":1250},"
     "{\"sku\":\"SKU-B\",\"qty\":1,\"price_cents\":99}]}";
 
-/* ---- A: repeats ---- */
+/* ---- idempotency: repeats ---- */
 
 static void test_repeat_gets_stored_response(void **state)
 {
@@ -460,7 +460,7 @@ static void test_stale_key_taken_over(void **state)
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
-/* ---- B, C: crash points ---- */
+/* ---- crash points: before and after COMMIT ---- */
 
 /* POST on a server that dies inside it: no HTTP answer at all, and death by SIGKILL. */
 static void post_into_crash(struct ctx *c, unsigned port, const char *point)

@@ -1,8 +1,8 @@
 /*
- * The HTTP client (include/txo/http_client.h) against real servers, and the stand-in payment
- * and shipment service txo-stub-services it is meant to talk to.
+ * The HTTP client (include/txo/http_client.h) against real servers, and the fake payment
+ * and shipment service txo-fake-services it is meant to talk to.
  *
- * Each stub test starts `$TXO_STUB_BIN --listen 127.0.0.1:0` as a child process,
+ * Each fake-service test starts `$TXO_FAKE_BIN --listen 127.0.0.1:0` as a child process,
  * reads the URL it prints, waits for /healthz, and at the end stops it with SIGTERM and
  * requires exit status 0 (a sanitizer report in the child fails the test that way).
  *
@@ -40,9 +40,9 @@
 #include "txo/http_client.h"
 #include "txo/txo.h"
 
-/* ---- the stub process ---- */
+/* ---- the fake service process ---- */
 
-struct stub_proc {
+struct fake_proc {
     pid_t pid;
     char url[128];
     char err_path[256];
@@ -90,19 +90,19 @@ static struct txo_http_client *new_client(int64_t timeout_ms)
 }
 
 /*
- * Runs `$TXO_STUB_BIN --listen 127.0.0.1:0 args...`, reads its URL from stdout and
+ * Runs `$TXO_FAKE_BIN --listen 127.0.0.1:0 args...`, reads its URL from stdout and
  * waits until /healthz answers. Returns the exit status when the process ended instead (with
  * expect_exit), else 0.
  */
-static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect_exit)
+static int fake_spawn(struct fake_proc *sp, const char *const *args, bool expect_exit)
 {
-    const char *bin = getenv("TXO_STUB_BIN");
+    const char *bin = getenv("TXO_FAKE_BIN");
     if (bin == NULL || bin[0] == '\0')
-        fail_msg("TXO_STUB_BIN is not set (run through ctest)");
+        fail_msg("TXO_FAKE_BIN is not set (run through ctest)");
     memset(sp, 0, sizeof(*sp));
     const char *dir = getenv("TMPDIR");
     static unsigned counter;
-    snprintf(sp->err_path, sizeof(sp->err_path), "%s/txo_stub_%ld_%u.err",
+    snprintf(sp->err_path, sizeof(sp->err_path), "%s/txo_fake_%ld_%u.err",
              dir != NULL && *dir ? dir : "/tmp", (long)getpid(), counter++);
 
     char *argv[24];
@@ -156,10 +156,10 @@ static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
         }
-        fail_msg("txo-stub-services printed no URL, status 0x%x", status);
+        fail_msg("txo-fake-services printed no URL, status 0x%x", status);
     }
     if (expect_exit)
-        fail_msg("txo-stub-services started although it should have refused its settings");
+        fail_msg("txo-fake-services started although it should have refused its settings");
 
     struct txo_http_client *c = new_client(1000);
     char health[160];
@@ -174,17 +174,17 @@ static int stub_spawn(struct stub_proc *sp, const char *const *args, bool expect
     }
     txo_http_client_free(c);
     if (rc != 0)
-        fail_msg("txo-stub-services at %s never became healthy: %s", sp->url, err.msg);
+        fail_msg("txo-fake-services at %s never became healthy: %s", sp->url, err.msg);
     return 0;
 }
 
-static void stub_start(struct stub_proc *sp, const char *const *args)
+static void fake_start(struct fake_proc *sp, const char *const *args)
 {
-    (void)stub_spawn(sp, args, false);
+    (void)fake_spawn(sp, args, false);
 }
 
 /* SIGTERM, then requires a clean exit 0 within 5 s. */
-static void stub_stop(struct stub_proc *sp)
+static void fake_stop(struct fake_proc *sp)
 {
     if (sp->pid <= 0)
         return;
@@ -196,36 +196,36 @@ static void stub_stop(struct stub_proc *sp)
     }
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         dump_file(sp->err_path);
-        fail_msg("txo-stub-services did not exit 0 on SIGTERM (status 0x%x)", status);
+        fail_msg("txo-fake-services did not exit 0 on SIGTERM (status 0x%x)", status);
     }
     sp->pid = 0;
     unlink(sp->err_path);
 }
 
-static int setup_stub(void **state)
+static int setup_fake(void **state)
 {
-    struct stub_proc *sp = txo_calloc(1, sizeof(*sp));
-    stub_start(sp, NULL);
+    struct fake_proc *sp = txo_calloc(1, sizeof(*sp));
+    fake_start(sp, NULL);
     *state = sp;
     return 0;
 }
 
-static int teardown_stub(void **state)
+static int teardown_fake(void **state)
 {
-    struct stub_proc *sp = *state;
-    stub_stop(sp);
+    struct fake_proc *sp = *state;
+    fake_stop(sp);
     txo_free(sp);
     return 0;
 }
 
 /* ---- calls ---- */
 
-static void url_of(const struct stub_proc *sp, const char *path, char *out, size_t cap)
+static void url_of(const struct fake_proc *sp, const char *path, char *out, size_t cap)
 {
     snprintf(out, cap, "%s%s", sp->url, path);
 }
 
-static int post(struct txo_http_client *c, const struct stub_proc *sp, const char *path,
+static int post(struct txo_http_client *c, const struct fake_proc *sp, const char *path,
                 const char *key, const char *body, struct txo_http_client_response *resp,
                 struct txo_error *err)
 {
@@ -253,7 +253,7 @@ static const char *str_field(json_t *obj, const char *key)
     return v;
 }
 
-static void control(const struct stub_proc *sp, const char *json)
+static void control(const struct fake_proc *sp, const char *json)
 {
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
@@ -267,7 +267,7 @@ static void control(const struct stub_proc *sp, const char *json)
 }
 
 /* One counter of GET /stats (with ?order_id=N: of the order when field starts "order."). */
-static int64_t stat_of(const struct stub_proc *sp, const char *field)
+static int64_t stat_of(const struct fake_proc *sp, const char *field)
 {
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
@@ -289,11 +289,11 @@ static int64_t stat_of(const struct stub_proc *sp, const char *field)
     return n;
 }
 
-/* ---- the stub's contract ---- */
+/* ---- the fake service's contract ---- */
 
 static void test_charge_is_idempotent(void **state)
 {
-    struct stub_proc *sp = *state;
+    struct fake_proc *sp = *state;
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -362,7 +362,7 @@ static void test_charge_is_idempotent(void **state)
 
 static void test_refund_and_shipments(void **state)
 {
-    struct stub_proc *sp = *state;
+    struct fake_proc *sp = *state;
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -438,7 +438,7 @@ static void test_refund_and_shipments(void **state)
 
 static void test_failure_is_unavailable_without_effect(void **state)
 {
-    struct stub_proc *sp = *state;
+    struct fake_proc *sp = *state;
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -478,7 +478,7 @@ static void test_failure_is_unavailable_without_effect(void **state)
 
 static void test_decline_is_business_and_final(void **state)
 {
-    struct stub_proc *sp = *state;
+    struct fake_proc *sp = *state;
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -508,7 +508,7 @@ static void test_decline_is_business_and_final(void **state)
 
 static void test_hang_ends_at_the_timeout(void **state)
 {
-    struct stub_proc *sp = *state;
+    struct fake_proc *sp = *state;
     struct txo_http_client *c = new_client(500);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -545,7 +545,7 @@ static void test_hang_ends_at_the_timeout(void **state)
 
 static void test_keepalive_reuses_one_connection(void **state)
 {
-    struct stub_proc *sp = *state;
+    struct fake_proc *sp = *state;
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -568,7 +568,7 @@ static void test_keepalive_reuses_one_connection(void **state)
 static void test_flags_and_environment(void **state)
 {
     (void)state;
-    struct stub_proc sp;
+    struct fake_proc sp;
     struct txo_http_client *c = new_client(5000);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
@@ -576,7 +576,7 @@ static void test_flags_and_environment(void **state)
 
     const char *fail_refunds[] = {"--fail-rate",  "1",   "--fail-path", "/payments/refund",
                                   "--latency-ms", "150", NULL};
-    stub_start(&sp, fail_refunds);
+    fake_start(&sp, fail_refunds);
     assert_int_equal(
         post(c, &sp, "/payments/charge", "k1", "{\"order_id\":1,\"amount_cents\":1}", &resp, &err),
         0);
@@ -584,24 +584,24 @@ static void test_flags_and_environment(void **state)
     assert_int_equal(post(c, &sp, "/payments/refund", "k2", "{\"order_id\":1}", &resp, &err),
                      TXO_EUNAVAILABLE);
     assert_int_equal(resp.status, 503);
-    stub_stop(&sp);
+    fake_stop(&sp);
 
-    setenv("TXO_STUB_DECLINE_RATE", "1", 1);
-    stub_start(&sp, NULL);
-    unsetenv("TXO_STUB_DECLINE_RATE");
+    setenv("TXO_FAKE_DECLINE_RATE", "1", 1);
+    fake_start(&sp, NULL);
+    unsetenv("TXO_FAKE_DECLINE_RATE");
     assert_int_equal(
         post(c, &sp, "/payments/charge", "k1", "{\"order_id\":1,\"amount_cents\":1}", &resp, &err),
         TXO_EBUSINESS);
     assert_int_equal(resp.status, 402);
-    stub_stop(&sp);
+    fake_stop(&sp);
 
     /* Invalid settings are refused at start-up with exit status 2. */
     const char *bad_rate[] = {"--fail-rate", "1.5", NULL};
-    int status = stub_spawn(&sp, bad_rate, true);
+    int status = fake_spawn(&sp, bad_rate, true);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 2);
     const char *bad_path[] = {"--fail-path", "/nope", NULL};
-    status = stub_spawn(&sp, bad_path, true);
+    status = fake_spawn(&sp, bad_path, true);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 2);
 
@@ -610,7 +610,7 @@ static void test_flags_and_environment(void **state)
 }
 
 struct hung_call {
-    const struct stub_proc *sp;
+    const struct fake_proc *sp;
     int rc;
     int64_t ended_ms;
     struct txo_error err;
@@ -633,22 +633,22 @@ static void *hung_call_thread(void *arg)
 static void test_sigterm_releases_a_hung_call(void **state)
 {
     (void)state;
-    struct stub_proc sp;
+    struct fake_proc sp;
     const char *hang[] = {"--hang", NULL};
-    stub_start(&sp, hang);
+    fake_start(&sp, hang);
     struct hung_call h = {.sp = &sp};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, hung_call_thread, &h), 0);
-    /* Wait until the call is held by the stub. */
+    /* Wait until the call is held by the fake service. */
     for (int i = 0; i < 200 && stat_of(&sp, "hangs") == 0; i++)
         txo_sleep_ms(10);
     assert_int_equal(stat_of(&sp, "hangs"), 1);
     int64_t t0 = txo_monotonic_ms();
-    stub_stop(&sp); /* requires exit 0 within 5 s */
+    fake_stop(&sp); /* requires exit 0 within 5 s */
     int64_t stopped_in = txo_monotonic_ms() - t0;
     assert_int_equal(pthread_join(th, NULL), 0);
     if (stopped_in > 2000)
-        fail_msg("txo-stub-services took %lld ms to stop", (long long)stopped_in);
+        fail_msg("txo-fake-services took %lld ms to stop", (long long)stopped_in);
     /* The client got a 503 or a closed connection, not its 20 s timeout. */
     assert_int_equal(h.rc, TXO_EUNAVAILABLE);
     if (h.ended_ms - t0 > 2000)
@@ -947,15 +947,15 @@ static void test_closed_port_is_unavailable_fast(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_charge_is_idempotent, setup_stub, teardown_stub),
-        cmocka_unit_test_setup_teardown(test_refund_and_shipments, setup_stub, teardown_stub),
-        cmocka_unit_test_setup_teardown(test_failure_is_unavailable_without_effect, setup_stub,
-                                        teardown_stub),
-        cmocka_unit_test_setup_teardown(test_decline_is_business_and_final, setup_stub,
-                                        teardown_stub),
-        cmocka_unit_test_setup_teardown(test_hang_ends_at_the_timeout, setup_stub, teardown_stub),
-        cmocka_unit_test_setup_teardown(test_keepalive_reuses_one_connection, setup_stub,
-                                        teardown_stub),
+        cmocka_unit_test_setup_teardown(test_charge_is_idempotent, setup_fake, teardown_fake),
+        cmocka_unit_test_setup_teardown(test_refund_and_shipments, setup_fake, teardown_fake),
+        cmocka_unit_test_setup_teardown(test_failure_is_unavailable_without_effect, setup_fake,
+                                        teardown_fake),
+        cmocka_unit_test_setup_teardown(test_decline_is_business_and_final, setup_fake,
+                                        teardown_fake),
+        cmocka_unit_test_setup_teardown(test_hang_ends_at_the_timeout, setup_fake, teardown_fake),
+        cmocka_unit_test_setup_teardown(test_keepalive_reuses_one_connection, setup_fake,
+                                        teardown_fake),
         cmocka_unit_test(test_flags_and_environment),
         cmocka_unit_test(test_sigterm_releases_a_hung_call),
         cmocka_unit_test_setup_teardown(test_status_mapping, setup_echo, teardown_echo),

@@ -1,6 +1,6 @@
 /*
- * Scenario D with a real broker: MariaDB + a private nats-server + the relay (run_once in this
- * process) publishing through the NATS publisher, N events.
+ * Publishing while the broker is down, then back: MariaDB + a private nats-server + the relay
+ * (run_once in this process) publishing through the NATS publisher, N events.
  *
  *   1. The server is up: the first batch is published.
  *   2. The server goes away (SIGTERM; SIGKILL in the second test; in the third it hangs with

@@ -5,22 +5,22 @@
  * and is started again without it. Afterwards every invariant of the order service must hold,
  * checked by SQL on the test database (testpipeline_check_invariants()).
  *
- *   E+F   crash point relay.after_publish: the relay dispatched the batch of OrderCreated (the
- *         consumer committed inbox row + saga for each) and died before marking it PUBLISHED.
- *         The restarted relay reclaims the expired lease and dispatches the same events
- *         again; the inbox drops every one of them (txo_inbox_duplicates_total counts them).
- *   kill  crash point saga.step_committed:40: the process dies while its four saga runners
- *         own sagas half-way through; the restarted worker resumes them once their owner
- *         lease expired (txo_saga_picked_up_total) and every order ends CONFIRMED or
- *         CANCELLED (some SKUs run out on purpose, so both outcomes occur).
+ *   relay crash  crash point relay.after_publish: the relay dispatched the batch of
+ *                OrderCreated (the consumer committed inbox row + saga for each) and died
+ *                before marking it PUBLISHED. The restarted relay reclaims the expired lease and
+ * dispatches the same events again; the inbox drops every one of them (txo_inbox_duplicates_total
+ * counts them). kill         crash point saga.step_committed:40: the process dies while its four
+ * saga runners own sagas half-way through; the restarted worker resumes them once their owner lease
+ * expired (txo_saga_picked_up_total) and every order ends CONFIRMED or CANCELLED (some SKUs run out
+ * on purpose, so both outcomes occur).
  *
  * Stock conservation, stated exactly as order_saga.c implements it: ReserveStock moves qty
  * from `available` to `reserved` (and records a RESERVED inventory_reservations row);
  * ReleaseStock moves it back (RELEASED); nothing else touches stock, and a CONFIRMED order keeps
  * its units in `reserved` (shipping them is outside the order service). So, per SKU, at the end:
- *   available + reserved = seeded stock
+ *   available + reserved = initial stock
  *   reserved  = units of that SKU in CONFIRMED orders = qty of its RESERVED reservations
- *   available = seeded stock - units in CONFIRMED orders, and both are >= 0.
+ *   available = initial stock - units in CONFIRMED orders, and both are >= 0.
  *
  * The process, HTTP and invariant helpers are shared with test_pipeline_nats.c
  * (tests/support/testpipeline.h).
@@ -74,15 +74,15 @@ static int64_t q(struct ctx *c, const char *sql)
     return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
-/* ---- E + F with local dispatch ---- */
+/* ---- relay crash after publishing, with local dispatch ---- */
 
-#define EF_ORDERS 20
+#define RELAY_CRASH_ORDERS 20
 
 static void test_relay_crash_after_publish_local(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     /* 1. Orders through the API only: all PENDING in the outbox. */
     unsigned port = testproc_free_port();
@@ -91,7 +91,7 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
     struct testproc *serve = testpipeline_start(&c->p, "ef_serve", &a);
     testpipeline_wait_ready(&c->p, serve, port);
-    for (unsigned i = 0; i < EF_ORDERS; i++) {
+    for (unsigned i = 0; i < RELAY_CRASH_ORDERS; i++) {
         char key[64], body[256];
         snprintf(key, sizeof(key), "ef-%u", i);
         snprintf(body, sizeof(body),
@@ -103,7 +103,7 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_stop_clean(&c->p, serve);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                           "AND event_type = 'OrderCreated'"),
-                     EF_ORDERS);
+                     RELAY_CRASH_ORDERS);
 
     /* 2. `txo up` dispatches the batch, then dies before marking it. */
     testpipeline_args_init(&a, "up");
@@ -122,12 +122,13 @@ static void test_relay_crash_after_publish_local(void **state)
     print_message("after the crash: %" PRId64 " OrderCreated PROCESSING, %" PRId64
                   " inbox rows, %" PRId64 " sagas\n",
                   processing, inbox, sagas);
-    if (processing != EF_ORDERS || inbox != EF_ORDERS || sagas != EF_ORDERS)
+    if (processing != RELAY_CRASH_ORDERS || inbox != RELAY_CRASH_ORDERS ||
+        sagas != RELAY_CRASH_ORDERS)
         TESTPIPELINE_FAIL(
             &c->p,
             "crash between publish and mark: want %d PROCESSING events, inbox rows and "
             "sagas, got %" PRId64 ", %" PRId64 ", %" PRId64,
-            EF_ORDERS, processing, inbox, sagas);
+            RELAY_CRASH_ORDERS, processing, inbox, sagas);
 
     /* 3. Restart: the lease expires, the batch is dispatched again, the inbox drops it. */
     testpipeline_args_init(&a, "up");
@@ -137,7 +138,7 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_args_add(&a, "--poll=100");
     struct testproc *up2 = testpipeline_start(&c->p, "ef_up", &a);
     testpipeline_wait_ready(&c->p, up2, port);
-    testpipeline_wait_terminal(&c->p, EF_ORDERS, 30000, "after the restart");
+    testpipeline_wait_terminal(&c->p, RELAY_CRASH_ORDERS, 30000, "after the restart");
     testpipeline_wait_published(&c->p, 30000);
     double dups = testpipeline_metric(&c->p, port, "txo_inbox_duplicates_total");
     double consumed = testpipeline_metric(&c->p, port, "txo_inbox_consumed_total");
@@ -149,16 +150,17 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_stop_clean(&c->p, up2);
 
     /* The same 20 events were delivered again and each was dropped by the inbox. */
-    if (dups < EF_ORDERS)
+    if (dups < RELAY_CRASH_ORDERS)
         TESTPIPELINE_FAIL(&c->p,
                           "txo_inbox_duplicates_total = %.0f, want >= %d (every event redelivered)",
-                          dups, EF_ORDERS);
+                          dups, RELAY_CRASH_ORDERS);
     assert_true(consumed == 0); /* no OrderCreated was new to the second run */
     assert_true(reclaimed);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), EF_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments"), EF_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments"), EF_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), EF_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     RELAY_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments"), RELAY_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments"), RELAY_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), RELAY_CRASH_ORDERS);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                           "AND locked_by IS NULL AND published_at IS NOT NULL"),
                      q(c, "SELECT COUNT(*) FROM outbox_events"));
@@ -177,7 +179,7 @@ static void test_worker_killed_mid_sagas(void **state)
     /* Every order takes a pen; every third one also a lamp, of which there are only 10: the
      * other lamp orders fail at ReserveStock and are cancelled. */
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"lamp", LAMPS}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port = testproc_free_port();
     struct testpipeline_args a;

@@ -2,18 +2,19 @@
  * End-to-end fault tests of the order pipeline through a real NATS JetStream server (a private
  * nats-server per test, tests/support/testnats.h), with real `txo` processes:
  *
- *   F     `txo relay --publisher nats` + `txo worker --broker nats --crash-point
- *         worker.after_consume`: the worker commits the inbox row and the saga of an
- *         OrderCreated, then dies before acknowledging it. The restarted worker gets it again
- *         from NATS once the ack wait (1 s) is over; the inbox drops it: one saga, one charge,
- *         one shipment per order.
- *   D     `txo up --broker nats`; nats-server stops; orders still get 201 (the outbox is in
- *         MariaDB), their OrderCreated stay PENDING with attempts and last_error; the server
- *         comes back on the same port and store; every order ends CONFIRMED.
- *   relay only   rows inserted into outbox_events with plain SQL, as an application in another
- *         language would (README "Outbox table contract"); `txo relay --publisher nats
- *         --drain` exits 0 and the stream holds each event once, Nats-Msg-Id = its
- *         idempotency_key, the envelope as documented (read back with the library's consumer).
+ *   worker crash  `txo relay --publisher nats` + `txo worker --broker nats --crash-point
+ *                 worker.after_consume`: the worker commits the inbox row and the saga of an
+ *                 OrderCreated, then dies before acknowledging it. The restarted worker gets it
+ *                 again from NATS once the ack wait (1 s) is over; the inbox drops it: one saga,
+ *                 one charge, one shipment per order.
+ *   broker down   `txo up --broker nats`; nats-server stops; orders still get 201 (the outbox is in
+ *                 MariaDB), their OrderCreated stay PENDING with attempts and last_error; the
+ *                 server comes back on the same port and store; every order ends CONFIRMED.
+ *   relay only    rows inserted into outbox_events with plain SQL, as an application in another
+ *                 language would (README "Outbox table contract"); `txo relay --publisher nats
+ *                 --drain` exits 0 and the stream holds each event once, Nats-Msg-Id = its
+ *                 idempotency_key, the envelope as documented (read back with the library's
+ *                 consumer).
  *
  * After the pipeline scenarios every invariant of the order service is checked by SQL
  * (testpipeline_check_invariants in tests/support/testpipeline.h, shared with
@@ -141,15 +142,15 @@ static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned
     }
 }
 
-/* ---- F: the worker dies between its commit and the ack ---- */
+/* ---- the worker dies between its commit and the ack ---- */
 
-#define F_ORDERS 10
+#define ACK_CRASH_ORDERS 10
 
 static void test_worker_crash_before_ack_nats(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port = testproc_free_port();
     struct testpipeline_args a;
@@ -157,7 +158,7 @@ static void test_worker_crash_before_ack_nats(void **state)
     testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
     struct testproc *serve = testpipeline_start(&c->p, "f_serve", &a);
     testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, "f", F_ORDERS);
+    place_orders(c, port, "ackcrash", ACK_CRASH_ORDERS);
     testpipeline_stop_clean(&c->p, serve);
 
     /* The relay publishes every OrderCreated to JetStream. */
@@ -168,8 +169,9 @@ static void test_worker_crash_before_ack_nats(void **state)
     struct testproc *relay = testpipeline_start(&c->p, "f_relay", &a);
     if (!testpipeline_wait_count(&c->p,
                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
-                                 F_ORDERS, 30000))
-        TESTPIPELINE_FAIL(&c->p, "the relay did not publish the %d OrderCreated events", F_ORDERS);
+                                 ACK_CRASH_ORDERS, 30000))
+        TESTPIPELINE_FAIL(&c->p, "the relay did not publish the %d OrderCreated events",
+                          ACK_CRASH_ORDERS);
 
     /* The worker commits inbox row + saga of the first OrderCreated, then dies unacked. */
     testpipeline_args_init(&a, "worker");
@@ -205,7 +207,7 @@ static void test_worker_crash_before_ack_nats(void **state)
     testpipeline_args_addf(&a, "--metrics-listen=127.0.0.1:%u", mport);
     struct testproc *w2 = testpipeline_start(&c->p, "f_worker", &a);
     testpipeline_wait_ready(&c->p, w2, mport);
-    testpipeline_wait_terminal(&c->p, F_ORDERS, 30000, "after the worker restart");
+    testpipeline_wait_terminal(&c->p, ACK_CRASH_ORDERS, 30000, "after the worker restart");
     testpipeline_wait_published(&c->p, 30000);
     /* Every message (the saga events too) is acknowledged in the end. */
     int64_t deadline = txo_monotonic_ms() + 20000;
@@ -228,31 +230,34 @@ static void test_worker_crash_before_ack_nats(void **state)
             "txo_inbox_duplicates_total = %.0f: the redelivered OrderCreated was not seen "
             "as a duplicate",
             dups);
-    if (consumed != F_ORDERS - 1)
+    if (consumed != ACK_CRASH_ORDERS - 1)
         TESTPIPELINE_FAIL(
             &c->p,
             "txo_inbox_consumed_total = %.0f, want %d (the first one was consumed before "
             "the crash)",
-            consumed, F_ORDERS - 1);
+            consumed, ACK_CRASH_ORDERS - 1);
 
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), F_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), F_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"), F_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"), F_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     ACK_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), ACK_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
+                     ACK_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
+                     ACK_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     check_stream_matches_outbox(c);
     testpipeline_remove_logs(&c->p);
 }
 
-/* ---- D: the broker is down while orders come in ---- */
+/* ---- the broker is down while orders come in ---- */
 
-#define D_ORDERS 10
+#define OUTAGE_ORDERS 10
 
 static void test_broker_outage_end_to_end_nats(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port = testproc_free_port();
     struct testpipeline_args a;
@@ -277,15 +282,15 @@ static void test_broker_outage_end_to_end_nats(void **state)
 
     /* Broker down: the API still answers 201, the events wait in the outbox. */
     testnats_stop(&c->nats);
-    place_orders(c, port, "d", D_ORDERS);
+    place_orders(c, port, "outage", OUTAGE_ORDERS);
     const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
                           "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
                           "AND published_at IS NULL";
-    if (!testpipeline_wait_count(&c->p, waiting, D_ORDERS, 20000))
+    if (!testpipeline_wait_count(&c->p, waiting, OUTAGE_ORDERS, 20000))
         TESTPIPELINE_FAIL(
             &c->p,
             "want the %d new OrderCreated PENDING with attempts >= 1 and last_error, got %" PRId64,
-            D_ORDERS, q(c, waiting));
+            OUTAGE_ORDERS, q(c, waiting));
     char *last_error = testdb_str(c->t.db,
                                   "SELECT last_error FROM outbox_events WHERE event_type = "
                                   "'OrderCreated' AND status = 'PENDING' LIMIT 1",
@@ -293,20 +298,20 @@ static void test_broker_outage_end_to_end_nats(void **state)
     int64_t max_attempts = q(c, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
     print_message("broker down: %d OrderCreated PENDING, attempts up to %" PRId64
                   ", last_error \"%s\"\n",
-                  D_ORDERS, max_attempts, last_error != NULL ? last_error : "(null)");
+                  OUTAGE_ORDERS, max_attempts, last_error != NULL ? last_error : "(null)");
     txo_free(last_error);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), D_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), OUTAGE_ORDERS);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     /* Back on the same port and store: everything is delivered. */
     testnats_restart(&c->nats);
     int64_t t0 = txo_monotonic_ms();
     if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'",
-                                 D_ORDERS + 1, 30000))
+                                 OUTAGE_ORDERS + 1, 30000))
         TESTPIPELINE_FAIL(
             &c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after the broker came back",
-            q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), D_ORDERS + 1);
+            q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), OUTAGE_ORDERS + 1);
     print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n",
                   txo_monotonic_ms() - t0);
     testpipeline_wait_published(&c->p, 30000);
@@ -536,7 +541,7 @@ static void test_two_of_each_daemon_nats(void **state)
 {
     struct ctx *c = *state;
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
-    testpipeline_seed_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     static const char *const none[] = {NULL};
     static const char *const relay[] = {"--publisher=nats", "--batch-size=5", "--idle-sleep=20",

@@ -1,5 +1,5 @@
 /*
- * Scenario E with real processes: `txo relay` killed with SIGKILL after publishing a batch and
+ * A relay crash with real processes: `txo relay` killed with SIGKILL after publishing a batch and
  * before marking it (crash point relay.after_publish). The lease expires, the next relay
  * publishes that batch again: nothing is lost, the first batch is delivered twice
  * (at-least-once). The same kill in claim mode transaction, in the second batch (the first

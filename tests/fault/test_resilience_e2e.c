@@ -1,22 +1,25 @@
 /*
- * External-service resilience end to end, with real processes: txo-stub-services stands in
- * for the payment and shipment services, `txo up` (API + relay + worker, local broker) or
+ * External-service resilience end to end, with real processes: txo-fake-services plays
+ * the payment and shipment services, `txo up` (API + relay + worker, local broker) or
  * `txo worker --broker none` runs the order saga against it, and the test drives both over
- * HTTP (include/txo/http_client.h) and checks the database, the stub's /stats and /metrics.
+ * HTTP (include/txo/http_client.h) and checks the database, the fake service's /stats and
+ * /metrics.
  *
- *   L  the payment service hangs: ChargePayment ends at its timeout with an unknown outcome,
- *      so the saga compensates it (a refund); the runners are not stuck: once the hang is off,
- *      new orders are CONFIRMED, each charged exactly once, and the owed refund lands. When
- *      the service is slow rather than hung (it charges after the caller gave up), the
- *      cancelled order's charge is refunded, even when the next try met the open breaker.
- *   M  the payment service is down (every call 503): after --breaker-failures calls the
- *      circuit breaker opens, later orders fail fast without a request, and after
- *      --breaker-open the half-open probe succeeds and closes it again.
- *   J  COMPENSATION_FAILED sagas (the refund keeps failing at the service) are retried with
- *      backoff until COMPENSATED, the refund applied once; after --compensation-max-tries
- *      failures they are left alone with one error line until an operator retries them.
- *   bad configuration: the daemons refuse it with exit status 2 and a message naming the
- *      setting, whatever other flags come with it.
+ *   hang                the payment service hangs: ChargePayment ends at its timeout with an
+ *                       unknown outcome, so the saga compensates it (a refund); the runners are not
+ *                       stuck: once the hang is off, new orders are CONFIRMED, each charged exactly
+ *                       once, and the owed refund lands. When the service is slow rather than hung
+ *                       (it charges after the caller gave up), the cancelled order's charge is
+ *                       refunded, even when the next try met the open breaker.
+ *   breaker             the payment service is down (every call 503): after --breaker-failures
+ *                       calls the circuit breaker opens, later orders fail fast without a request,
+ *                       and after --breaker-open the half-open probe succeeds and closes it again.
+ *   retries             COMPENSATION_FAILED sagas (the refund keeps failing at the service) are
+ *                       retried with backoff until COMPENSATED, the refund applied once; after
+ *                       --compensation-max-tries failures they are left alone with one error line
+ *                       until an operator retries them.
+ *   bad configuration:  the daemons refuse it with exit status 2 and a message naming the setting,
+ *                       whatever other flags come with it.
  *
  * Every process gets fast loop settings (--idle-sleep 20 for the relay, --poll 50 for the
  * worker) so that the time from POST /orders to the saga's first step is a few tens of ms and
@@ -54,14 +57,14 @@
 struct rig {
     struct testdb t;
     struct txo_http_client *http;
-    struct testproc stub, up, worker;
-    unsigned stub_port, api_port;
-    char stub_url[64]; /* http://127.0.0.1:<stub_port> */
-    char stub_listen[32];
+    struct testproc fake, up, worker;
+    unsigned fake_port, api_port;
+    char fake_url[64]; /* http://127.0.0.1:<fake_port> */
+    char fake_listen[32];
     char api_url[64]; /* http://127.0.0.1:<api_port> */
     char api_listen[32];
-    char payment_flag[96];  /* --payment-url=<stub_url> */
-    char shipment_flag[96]; /* --shipment-url=<stub_url> */
+    char payment_flag[96];  /* --payment-url=<fake_url> */
+    char shipment_flag[96]; /* --shipment-url=<fake_url> */
 };
 
 static int setup(void **state)
@@ -80,11 +83,11 @@ static int setup(void **state)
     co.user_agent = "test_resilience_e2e";
     if (txo_http_client_new(&co, &r->http, &err) != 0)
         fail_msg("http client: %s", err.msg);
-    r->stub_port = testproc_free_port();
-    snprintf(r->stub_listen, sizeof(r->stub_listen), "127.0.0.1:%u", r->stub_port);
-    snprintf(r->stub_url, sizeof(r->stub_url), "http://127.0.0.1:%u", r->stub_port);
-    snprintf(r->payment_flag, sizeof(r->payment_flag), "--payment-url=%s", r->stub_url);
-    snprintf(r->shipment_flag, sizeof(r->shipment_flag), "--shipment-url=%s", r->stub_url);
+    r->fake_port = testproc_free_port();
+    snprintf(r->fake_listen, sizeof(r->fake_listen), "127.0.0.1:%u", r->fake_port);
+    snprintf(r->fake_url, sizeof(r->fake_url), "http://127.0.0.1:%u", r->fake_port);
+    snprintf(r->payment_flag, sizeof(r->payment_flag), "--payment-url=%s", r->fake_url);
+    snprintf(r->shipment_flag, sizeof(r->shipment_flag), "--shipment-url=%s", r->fake_url);
     r->api_port = testproc_free_port();
     snprintf(r->api_listen, sizeof(r->api_listen), "127.0.0.1:%u", r->api_port);
     snprintf(r->api_url, sizeof(r->api_url), "http://127.0.0.1:%u", r->api_port);
@@ -97,7 +100,7 @@ static int teardown(void **state)
     struct rig *r = *state;
     testproc_stop_hard(&r->up);
     testproc_stop_hard(&r->worker);
-    testproc_stop_hard(&r->stub);
+    testproc_stop_hard(&r->fake);
     txo_http_client_free(r->http);
     testdb_teardown(&r->t);
     txo_free(r);
@@ -138,7 +141,7 @@ static void dump_log(const char *name, const struct testproc *p)
 
 static void dump_logs(const struct rig *r)
 {
-    dump_log("txo-stub-services", &r->stub);
+    dump_log("txo-fake-services", &r->fake);
     dump_log("up", &r->up);
     dump_log("worker", &r->worker);
 }
@@ -158,23 +161,23 @@ static void start_txo(struct testproc *p, const char *tag, const char *sub, cons
     testproc_start(p, tag, argv, NULL);
 }
 
-/* Starts the stub with extra (NULL-terminated) flags and waits until it answers. */
-static void start_stub(struct rig *r, const char *const *extra)
+/* Starts the fake service with extra (NULL-terminated) flags and waits until it answers. */
+static void start_fake(struct rig *r, const char *const *extra)
 {
     const char *argv[MAX_ARGS];
     size_t n = 0;
-    argv[n++] = testproc_stub_bin();
+    argv[n++] = testproc_fake_bin();
     argv[n++] = "--listen";
-    argv[n++] = r->stub_listen;
+    argv[n++] = r->fake_listen;
     for (size_t i = 0; extra[i] != NULL; i++) {
         assert_true(n + 1 < MAX_ARGS);
         argv[n++] = extra[i];
     }
     argv[n] = NULL;
-    testproc_start(&r->stub, "resil_stub", argv, NULL);
-    if (!testproc_wait_http(r->stub_port, "/healthz", START_WAIT_MS)) {
+    testproc_start(&r->fake, "resil_fake", argv, NULL);
+    if (!testproc_wait_http(r->fake_port, "/healthz", START_WAIT_MS)) {
         dump_logs(r);
-        fail_msg("txo-stub-services did not answer on %s", r->stub_listen);
+        fail_msg("txo-fake-services did not answer on %s", r->fake_listen);
     }
 }
 
@@ -251,11 +254,11 @@ static json_t *get_json(struct rig *r, const char *url)
     return v;
 }
 
-/* POSTs a behaviour change to the stub's /control. */
-static void stub_control(struct rig *r, const char *json)
+/* POSTs a behaviour change to the fake service's /control. */
+static void fake_control(struct rig *r, const char *json)
 {
     char url[96];
-    snprintf(url, sizeof(url), "%s/control", r->stub_url);
+    snprintf(url, sizeof(url), "%s/control", r->fake_url);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
     struct txo_error err;
@@ -266,11 +269,11 @@ static void stub_control(struct rig *r, const char *json)
         fail_msg("POST %s %s: %s", url, json, err.msg);
 }
 
-/* A counter of the stub's /stats ("charge_requests", ...). */
-static int64_t stub_stat(struct rig *r, const char *field)
+/* A counter of the fake service's /stats ("charge_requests", ...). */
+static int64_t fake_stat(struct rig *r, const char *field)
 {
     char url[96];
-    snprintf(url, sizeof(url), "%s/stats", r->stub_url);
+    snprintf(url, sizeof(url), "%s/stats", r->fake_url);
     json_t *v = get_json(r, url);
     json_t *f = json_object_get(v, field);
     bool ok = json_is_integer(f);
@@ -281,11 +284,11 @@ static int64_t stub_stat(struct rig *r, const char *field)
     return n;
 }
 
-/* A per-order counter of the stub's /stats?order_id= ("charges", "refunds", ...). */
-static int64_t stub_order_stat(struct rig *r, int64_t order_id, const char *field)
+/* A per-order counter of the fake service's /stats?order_id= ("charges", "refunds", ...). */
+static int64_t fake_order_stat(struct rig *r, int64_t order_id, const char *field)
 {
     char url[128];
-    snprintf(url, sizeof(url), "%s/stats?order_id=%lld", r->stub_url, (long long)order_id);
+    snprintf(url, sizeof(url), "%s/stats?order_id=%lld", r->fake_url, (long long)order_id);
     json_t *v = get_json(r, url);
     json_t *f = json_object_get(json_object_get(v, "order"), field);
     bool ok = json_is_integer(f);
@@ -510,13 +513,13 @@ static unsigned count_lines(const char *log, const char *const *needles)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scenario L: the payment service hangs */
+/* The payment service hangs */
 
-static void test_l_hanging_payment_times_out(void **state)
+static void test_hanging_payment_times_out(void **state)
 {
     struct rig *r = *state;
-    const char *stub_args[] = {"--hang", NULL};
-    start_stub(r, stub_args);
+    const char *fake_args[] = {"--hang", NULL};
+    start_fake(r, fake_args);
     const char *up_args[] = {r->payment_flag,
                              "--service-timeout=500",
                              "--service-retries=1",
@@ -539,7 +542,7 @@ static void test_l_hanging_payment_times_out(void **state)
     int64_t hung = place_order(r, "l-hung-1");
     wait_saga_status(r, hung, "COMPENSATION_FAILED", 15000);
     int64_t took = txo_monotonic_ms() - t0;
-    print_message("L: hung order's saga COMPENSATION_FAILED after %lld ms\n", (long long)took);
+    print_message("hang: hung order's saga COMPENSATION_FAILED after %lld ms\n", (long long)took);
     if (took < 1900)
         fail_msg("hung order's saga failed after %lld ms: less than its 4 tries x 500 ms",
                  (long long)took);
@@ -554,16 +557,16 @@ static void test_l_hanging_payment_times_out(void **state)
     keep_txo(code, sizeof(code), step_col(r, hung, "ChargePayment", "error_code"));
     assert_int_equal(strtol(code, NULL, 10), TXO_EUNKNOWN);
     assert_int_equal(payments_of(r, hung), 0);
-    assert_int_equal(stub_stat(r, "charge_requests"), 2);
-    assert_int_equal(stub_stat(r, "charges"), 0);
+    assert_int_equal(fake_stat(r, "charge_requests"), 2);
+    assert_int_equal(fake_stat(r, "charges"), 0);
     double timeouts =
         metric(r, "txo_external_request_timeouts_total{service=\"payment\",operation=\"charge\"}");
-    print_message("L: txo_external_request_timeouts_total{payment,charge} = %g\n", timeouts);
+    print_message("hang: txo_external_request_timeouts_total{payment,charge} = %g\n", timeouts);
     assert_true(timeouts == 2); /* one per try: --service-retries 1 x --step-attempts 2 */
 
     /* The runners are not stuck, and the owed refund lands at the next automatic retry once
      * the service answers again (a no-op there: nothing was charged). */
-    stub_control(r, "{\"hang\":false}");
+    fake_control(r, "{\"hang\":false}");
     t0 = txo_monotonic_ms();
     int64_t ok[3];
     for (int i = 0; i < 3; i++) {
@@ -575,10 +578,10 @@ static void test_l_hanging_payment_times_out(void **state)
         wait_order_final(r, ok[i], t0 + 10000, st, sizeof(st));
         assert_string_equal(st, "CONFIRMED");
     }
-    print_message("L: 3 orders CONFIRMED after %lld ms\n", (long long)(txo_monotonic_ms() - t0));
+    print_message("hang: 3 orders CONFIRMED after %lld ms\n", (long long)(txo_monotonic_ms() - t0));
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(stub_order_stat(r, ok[i], "charges"), 1);
-        assert_int_equal(stub_order_stat(r, ok[i], "charged_cents"), PRICE_CENTS);
+        assert_int_equal(fake_order_stat(r, ok[i], "charges"), 1);
+        assert_int_equal(fake_order_stat(r, ok[i], "charged_cents"), PRICE_CENTS);
         assert_int_equal(payments_with(r, ok[i], "CHARGED"), 1);
     }
     wait_order_final(r, hung, t0 + 15000, st, sizeof(st));
@@ -586,12 +589,12 @@ static void test_l_hanging_payment_times_out(void **state)
     wait_saga_status(r, hung, "COMPENSATED", 5000);
     assert_step(r, hung, "ChargePayment", "COMPENSATED");
     assert_step(r, hung, "ReserveStock", "COMPENSATED");
-    assert_int_equal(stub_order_stat(r, hung, "refunds"), 1);
-    assert_int_equal(stub_order_stat(r, hung, "charges"), 0);
-    assert_int_equal(stub_stat(r, "charges"), 3);
+    assert_int_equal(fake_order_stat(r, hung, "refunds"), 1);
+    assert_int_equal(fake_order_stat(r, hung, "charges"), 0);
+    assert_int_equal(fake_stat(r, "charges"), 3);
     assert_stock(r, STOCK - 3, 3); /* the 3 CONFIRMED orders hold theirs */
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "txo-stub-services");
+    stop_clean(r, &r->fake, "txo-fake-services");
 }
 
 /* Waits until the order's step exists and has left RUNNING/PENDING (its tries are over). */
@@ -610,18 +613,18 @@ static void wait_step_settled(struct rig *r, int64_t order_id, const char *step,
 }
 
 /*
- * L, the other kind of timeout: the service is slow, not hung. It applies the charge after
- * the caller gave up (the stub sleeps --latency-ms before the effect), so the timed-out call
- * HAD an effect: a timeout's outcome is unknown. Then the breaker opens (--breaker-failures
- * 1), so the step's later try is refused without a request: that refusal must not erase the
- * unknown outcome of the first try. The saga must not leave the customer charged for a
- * cancelled order: the charge is refunded.
+ * The other kind of payment timeout: the service is slow, not hung. It applies the charge
+ * after the caller gave up (the fake service sleeps --latency-ms before the effect), so the
+ * timed-out call HAD an effect: a timeout's outcome is unknown. Then the breaker opens
+ * (--breaker-failures 1), so the step's later try is refused without a request: that refusal must
+ * not erase the unknown outcome of the first try. The saga must not leave the customer charged for
+ * a cancelled order: the charge is refunded.
  */
-static void test_l_slow_payment_charge_is_refunded(void **state)
+static void test_slow_payment_charge_is_refunded(void **state)
 {
     struct rig *r = *state;
-    const char *stub_args[] = {"--latency-ms", "800", NULL};
-    start_stub(r, stub_args);
+    const char *fake_args[] = {"--latency-ms", "800", NULL};
+    start_fake(r, fake_args);
     const char *up_args[] = {r->payment_flag,      "--service-timeout=500",  "--service-retries=1",
                              "--step-attempts=2",  "--saga-threads=2",       "--breaker-failures=1",
                              "--breaker-open=800", "--compensation-retry=1", NULL};
@@ -631,34 +634,34 @@ static void test_l_slow_payment_charge_is_refunded(void **state)
     int64_t id = place_order(r, "l-slow-1");
     wait_step_settled(r, id, "ChargePayment", 15000);
     /* The refund is not slow: the service is back to normal for it. */
-    stub_control(r, "{\"latency_ms\":0}");
+    fake_control(r, "{\"latency_ms\":0}");
     char st[32];
     wait_order_final(r, id, t0 + 15000, st, sizeof(st));
     if (strcmp(st, "CANCELLED") != 0)
         dump_logs(r);
     assert_string_equal(st, "CANCELLED");
-    assert_int_equal(stub_order_stat(r, id, "charges"), 1);
-    assert_int_equal(stub_order_stat(r, id, "refunds"), 1);
-    assert_int_equal(stub_stat(r, "charge_requests"), 1); /* the second try met the breaker */
+    assert_int_equal(fake_order_stat(r, id, "charges"), 1);
+    assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
+    assert_int_equal(fake_stat(r, "charge_requests"), 1); /* the second try met the breaker */
     char remote[32];
     keep_txo(remote, sizeof(remote), step_col(r, id, "ChargePayment", "remote_state"));
     assert_string_equal(remote, "UNKNOWN");
     assert_step(r, id, "ChargePayment", "COMPENSATED");
     assert_stock(r, STOCK, 0);
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "txo-stub-services");
+    stop_clean(r, &r->fake, "txo-fake-services");
 }
 
 /*
- * L for the shipment: CreateShipment times out (the stub hangs on /shipments/create only).
- * Its outcome is unknown, so it is compensated like a completed step: CancelShipment is
- * called (not hung), then the charge that did happen is refunded.
+ * A hang for the shipment: CreateShipment times out (the fake service hangs on
+ * /shipments/create only). Its outcome is unknown, so it is compensated like a completed step:
+ * CancelShipment is called (not hung), then the charge that did happen is refunded.
  */
-static void test_l_shipment_timeout_is_cancelled(void **state)
+static void test_shipment_timeout_is_cancelled(void **state)
 {
     struct rig *r = *state;
-    const char *stub_args[] = {"--hang", "--fail-path=/shipments/create", NULL};
-    start_stub(r, stub_args);
+    const char *fake_args[] = {"--hang", "--fail-path=/shipments/create", NULL};
+    start_fake(r, fake_args);
     const char *up_args[] = {r->payment_flag,
                              r->shipment_flag,
                              "--service-timeout=500",
@@ -675,12 +678,12 @@ static void test_l_shipment_timeout_is_cancelled(void **state)
     assert_string_equal(st, "CANCELLED");
     assert_step(r, id, "CreateShipment", "COMPENSATED");
     assert_step(r, id, "ChargePayment", "COMPENSATED");
-    assert_int_equal(stub_order_stat(r, id, "charges"), 1);
-    assert_int_equal(stub_order_stat(r, id, "refunds"), 1);
-    assert_int_equal(stub_order_stat(r, id, "cancels"), 1);
+    assert_int_equal(fake_order_stat(r, id, "charges"), 1);
+    assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
+    assert_int_equal(fake_order_stat(r, id, "cancels"), 1);
     assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue"), 0);
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "txo-stub-services");
+    stop_clean(r, &r->fake, "txo-fake-services");
 }
 
 /*
@@ -693,8 +696,8 @@ static void test_l_shipment_timeout_is_cancelled(void **state)
 static void test_customer_cancel_during_shipment_call(void **state)
 {
     struct rig *r = *state;
-    const char *stub_args[] = {"--latency-ms", "1500", NULL};
-    start_stub(r, stub_args);
+    const char *fake_args[] = {"--latency-ms", "1500", NULL};
+    start_fake(r, fake_args);
     const char *up_args[] = {r->payment_flag, r->shipment_flag, "--service-timeout=5000",
                              "--service-retries=1", NULL};
     start_up(r, up_args);
@@ -744,10 +747,10 @@ static void test_customer_cancel_during_shipment_call(void **state)
     assert_step(r, id, "CreateShipment", "COMPENSATED");
     keep_txo(remote, sizeof(remote), step_col(r, id, "CreateShipment", "remote_state"));
     assert_string_equal(remote, "DONE");
-    assert_int_equal(stub_order_stat(r, id, "shipments"), 1);
-    assert_int_equal(stub_order_stat(r, id, "cancels"), 1);
-    assert_int_equal(stub_order_stat(r, id, "charges"), 1);
-    assert_int_equal(stub_order_stat(r, id, "refunds"), 1);
+    assert_int_equal(fake_order_stat(r, id, "shipments"), 1);
+    assert_int_equal(fake_order_stat(r, id, "cancels"), 1);
+    assert_int_equal(fake_order_stat(r, id, "charges"), 1);
+    assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
     assert_int_equal(db_count(r, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"), 0);
     assert_int_equal(db_count(r, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"), 0);
     /* One OrderCancelled: the customer's; the saga's end wrote none. */
@@ -756,20 +759,20 @@ static void test_customer_cancel_during_shipment_call(void **state)
                      1);
     assert_stock(r, STOCK, 0);
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "txo-stub-services");
+    stop_clean(r, &r->fake, "txo-fake-services");
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scenario M: the payment service is down; the circuit breaker */
+/* The payment service is down; the circuit breaker */
 
 #define BREAKER_STATE    "txo_circuit_breaker_state{service=\"payment\"}"
 #define BREAKER_REJECTED "txo_external_rejected_total{service=\"payment\",guard=\"breaker\"}"
 
-static void test_m_breaker_opens_fails_fast_and_closes(void **state)
+static void test_breaker_opens_fails_fast_and_closes(void **state)
 {
     struct rig *r = *state;
-    const char *stub_args[] = {"--fail-rate", "1", NULL};
-    start_stub(r, stub_args);
+    const char *fake_args[] = {"--fail-rate", "1", NULL};
+    start_fake(r, fake_args);
     const char *up_args[] = {r->payment_flag,
                              "--breaker-failures=3",
                              "--breaker-open=2000",
@@ -790,7 +793,7 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
         ids[i] = place_order(r, key);
         wait_order_final(r, ids[i], txo_monotonic_ms() + 10000, st, sizeof(st));
         assert_string_equal(st, "CANCELLED");
-        assert_int_equal(stub_stat(r, "charge_requests"), i + 1);
+        assert_int_equal(fake_stat(r, "charge_requests"), i + 1);
         if (i < 2)
             assert_true(metric(r, BREAKER_STATE) == 0);
     }
@@ -800,20 +803,20 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
 
     /* Orders 4..6 are refused by the open breaker without a request, and fail fast. The
      * three must be done within --breaker-open 2000 ms of the opening (else a half-open
-     * probe would reach the stub): each takes ~100 ms here. */
+     * probe would reach the fake service): each takes ~100 ms here. */
     for (int i = 3; i < 6; i++) {
         snprintf(key, sizeof(key), "m-%d", i + 1);
         int64_t t0 = txo_monotonic_ms();
         ids[i] = place_order(r, key);
         wait_order_final(r, ids[i], t0 + 10000, st, sizeof(st));
         int64_t took = txo_monotonic_ms() - t0;
-        print_message("M: order %d %s %lld ms after its POST (breaker open)\n", i + 1, st,
+        print_message("breaker: order %d %s %lld ms after its POST (breaker open)\n", i + 1, st,
                       (long long)took);
         assert_string_equal(st, "CANCELLED");
         if (took >= 2000)
             fail_msg("order %d took %lld ms with the breaker open: not failing fast", i + 1,
                      (long long)took);
-        assert_int_equal(stub_stat(r, "charge_requests"), 3);
+        assert_int_equal(fake_stat(r, "charge_requests"), 3);
         char error[600];
         keep_txo(error, sizeof(error), step_col(r, ids[i], "ChargePayment", "error"));
         if (strstr(error, "circuit payment is open") == NULL)
@@ -821,7 +824,7 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
     }
     assert_true(metric(r, BREAKER_STATE) == 1);
     double rejected = metric(r, BREAKER_REJECTED);
-    print_message("M: %s = %g\n", BREAKER_REJECTED, rejected);
+    print_message("breaker: %s = %g\n", BREAKER_REJECTED, rejected);
     assert_true(rejected >= 3); /* one refused call per order 4..6 */
     for (int i = 0; i < 6; i++) {
         char saga[32];
@@ -829,27 +832,27 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
         assert_string_equal(saga, "COMPENSATED"); /* ReserveStock undone */
         assert_int_equal(payments_of(r, ids[i]), 0);
     }
-    assert_int_equal(stub_stat(r, "charges"), 0);
+    assert_int_equal(fake_stat(r, "charges"), 0);
     assert_stock(r, STOCK, 0);
 
     /* The service recovers; after the open time the next call is the half-open probe. */
-    stub_control(r, "{\"fail_rate\":0}");
+    fake_control(r, "{\"fail_rate\":0}");
     txo_sleep_ms(2200);
     ids[6] = place_order(r, "m-7");
     wait_order_final(r, ids[6], txo_monotonic_ms() + 10000, st, sizeof(st));
     assert_string_equal(st, "CONFIRMED");
-    assert_int_equal(stub_stat(r, "charge_requests"), 4);
+    assert_int_equal(fake_stat(r, "charge_requests"), 4);
     assert_true(metric(r, BREAKER_STATE) == 0);
     ids[7] = place_order(r, "m-8");
     wait_order_final(r, ids[7], txo_monotonic_ms() + 10000, st, sizeof(st));
     assert_string_equal(st, "CONFIRMED");
-    assert_int_equal(stub_stat(r, "charge_requests"), 5);
+    assert_int_equal(fake_stat(r, "charge_requests"), 5);
     assert_true(metric(r, BREAKER_STATE) == 0);
     for (int i = 6; i < 8; i++) {
-        assert_int_equal(stub_order_stat(r, ids[i], "charges"), 1);
+        assert_int_equal(fake_order_stat(r, ids[i], "charges"), 1);
         assert_int_equal(payments_with(r, ids[i], "CHARGED"), 1);
     }
-    assert_int_equal(stub_stat(r, "charges"), 2);
+    assert_int_equal(fake_stat(r, "charges"), 2);
     assert_stock(r, STOCK - 2, 2); /* the 2 CONFIRMED orders hold theirs */
     char *log = testproc_log(&r->up);
     const char *opened[] = {"circuit breaker changed", "service=payment", "to=OPEN", NULL};
@@ -860,13 +863,13 @@ static void test_m_breaker_opens_fails_fast_and_closes(void **state)
     free(log);
 
     stop_clean(r, &r->up, "txo up");
-    stop_clean(r, &r->stub, "txo-stub-services");
+    stop_clean(r, &r->fake, "txo-fake-services");
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Scenario J, worker side: COMPENSATION_FAILED sagas retried by `txo worker` */
+/* A compensation that fails, worker side: COMPENSATION_FAILED sagas retried by `txo worker` */
 
-/* Starts `txo worker --broker none` against the stub, retrying compensations after 1 s (cap
+/* Starts `txo worker --broker none` against the fake service, retrying compensations after 1 s (cap
  * 2 s) and leaving a saga to an operator once its failing step had max_tries tries. */
 /* Waits until the worker's log has `count` lines with all needles, at most timeout_ms. */
 static void wait_log_lines(struct rig *r, const struct testproc *p, const char *const *needles,
@@ -898,18 +901,18 @@ static int64_t saga_col_i64(struct rig *r, int64_t order_id, const char *col)
 }
 
 /*
- * J: a compensation keeps failing. Every shipment is refused (422, a business answer: the saga
+ * A compensation keeps failing. Every shipment is refused (422, a business answer: the saga
  * compensates) and every refund fails (503: transient). The saga ends COMPENSATION_FAILED with
  * an automatic retry scheduled (saga_instances.retry_at), retried with backoff; after
  * --compensation-max-tries failures the engine gives up: one error line, no more retries (a
  * later worker does not pick it up either), until an operator runs `txo saga retry`.
  */
-static void test_j_worker_retries_compensation(void **state)
+static void test_worker_retries_compensation(void **state)
 {
     struct rig *r = *state;
-    const char *stub_args[] = {"--fail-path", "/payments/refund", "--fail-rate", "1", NULL};
-    start_stub(r, stub_args);
-    stub_control(r, "{\"ship_decline_rate\":1}");
+    const char *fake_args[] = {"--fail-path", "/payments/refund", "--fail-rate", "1", NULL};
+    start_fake(r, fake_args);
+    fake_control(r, "{\"ship_decline_rate\":1}");
     const char *up_args[] = {r->payment_flag,
                              r->shipment_flag,
                              "--step-attempts=2",
@@ -937,10 +940,10 @@ static void test_j_worker_retries_compensation(void **state)
     /* Two failures (the first scheduled a retry, the second gave up), 2 refund tries each. */
     assert_int_equal(saga_col_i64(r, id, "compensation_tries"), 2);
     assert_int_equal(saga_col_i64(r, id, "retry_at IS NULL"), 1);
-    assert_int_equal(stub_stat(r, "refund_requests"), 4);
-    assert_int_equal(stub_order_stat(r, id, "charges"), 1);
+    assert_int_equal(fake_stat(r, "refund_requests"), 4);
+    assert_int_equal(fake_order_stat(r, id, "charges"), 1);
     txo_sleep_ms(2500); /* more scheduler passes: nothing is retried, no second line */
-    assert_int_equal(stub_stat(r, "refund_requests"), 4);
+    assert_int_equal(fake_stat(r, "refund_requests"), 4);
     char *log = testproc_log(&r->up);
     const char *mine[] = {"left for an operator", saga, NULL};
     assert_int_equal(count_lines(log, mine), 1);
@@ -951,12 +954,12 @@ static void test_j_worker_retries_compensation(void **state)
      * back, COMPENSATED, although the given-up one sorts first by id or age. */
     int64_t id2 = place_order(r, "j-2");
     wait_saga_status(r, id2, "COMPENSATION_FAILED", 15000);
-    stub_control(r, "{\"fail_rate\":0}");
+    fake_control(r, "{\"fail_rate\":0}");
     int64_t t0 = txo_monotonic_ms();
     wait_order_final(r, id2, t0 + 15000, st, sizeof(st));
     assert_string_equal(st, "CANCELLED");
     wait_saga_status(r, id2, "COMPENSATED", 5000);
-    assert_int_equal(stub_order_stat(r, id2, "refunds"), 1);
+    assert_int_equal(fake_order_stat(r, id2, "refunds"), 1);
     saga_status(r, id, st, sizeof(st));
     assert_string_equal(st, "COMPENSATION_FAILED"); /* still left alone */
     stop_clean(r, &r->up, "txo up");
@@ -977,11 +980,11 @@ static void test_j_worker_retries_compensation(void **state)
         assert_step(r, o, "ChargePayment", "COMPENSATED");
         assert_step(r, o, "ReserveStock", "COMPENSATED");
         assert_int_equal(payments_with(r, o, "REFUNDED"), 1);
-        assert_int_equal(stub_order_stat(r, o, "refunds"), 1);
-        assert_int_equal(stub_order_stat(r, o, "charges"), 1);
+        assert_int_equal(fake_order_stat(r, o, "refunds"), 1);
+        assert_int_equal(fake_order_stat(r, o, "charges"), 1);
     }
     assert_stock(r, STOCK, 0);
-    stop_clean(r, &r->stub, "txo-stub-services");
+    stop_clean(r, &r->fake, "txo-fake-services");
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1035,7 +1038,7 @@ static void test_bad_worker_broker(void **state)
 
 /*
  * Every flag must be parsed as itself. The 5th entry of each settings table (--mysql-password
- * of the daemons, --ship-decline-rate of txo-stub-services) must not be taken for --help: with it,
+ * of the daemons, --ship-decline-rate of txo-fake-services) must not be taken for --help: with it,
  * a bad --broker must still be refused.
  */
 static void test_fifth_setting_is_not_help(void **state)
@@ -1049,13 +1052,12 @@ static void test_fifth_setting_is_not_help(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_l_hanging_payment_times_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_l_slow_payment_charge_is_refunded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_l_shipment_timeout_is_cancelled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_m_breaker_opens_fails_fast_and_closes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_j_worker_retries_compensation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_breaker_opens_fails_fast_and_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_retries_compensation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_payment_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_listen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_worker_broker, setup, teardown),

@@ -1,7 +1,7 @@
 /*
- * The CreateOrderSaga against a real MariaDB: the success path and scenarios G (no stock),
- * H (card declined), I (shipment fails: refund, then release), J (a compensation fails, then a
- * retry completes it), transient payment failures retried, duplicate SKUs merged, and every
+ * The CreateOrderSaga against a real MariaDB: the success path, not enough stock, card
+ * declined, shipment fails (refund, then release), a compensation fails (then a retry
+ * completes it), transient payment failures retried, duplicate SKUs merged, and every
  * step and compensation re-run without a double effect. After each test the invariants hold:
  * available + reserved per SKU conserved, never negative, at most one payment per order.
  *
@@ -24,7 +24,7 @@ struct stock {
     const char *sku;
     int32_t qty;
 };
-static const struct stock seed_stock[] = {{"airpods", 20}, {"case", 5}, {"iphone-15", 10}};
+static const struct stock initial_stock[] = {{"airpods", 20}, {"case", 5}, {"iphone-15", 10}};
 
 struct fixture {
     struct testdb t;
@@ -38,9 +38,9 @@ static int setup(void **state)
     testdb_setup(&f->t, "saga");
     struct txo_error err;
     txo_error_init(&err);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(seed_stock); i++)
-        assert_int_equal(orders_seed_inventory(f->t.db, seed_stock[i].sku, seed_stock[i].qty, &err),
-                         0);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(initial_stock); i++)
+        assert_int_equal(
+            orders_seed_inventory(f->t.db, initial_stock[i].sku, initial_stock[i].qty, &err), 0);
     testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.clock = &f->clock.clock;
@@ -114,10 +114,10 @@ static void assert_stock(struct fixture *f, const char *sku, int64_t available, 
 /* The order service's invariants, which hold after every test. */
 static void assert_invariants(struct fixture *f)
 {
-    for (size_t i = 0; i < TXO_ARRAY_LEN(seed_stock); i++) {
-        struct txo_param p = txo_p_str(seed_stock[i].sku);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(initial_stock); i++) {
+        struct txo_param p = txo_p_str(initial_stock[i].sku);
         assert_int_equal(i64(f, "SELECT available + reserved FROM inventory WHERE sku = ?", p),
-                         seed_stock[i].qty);
+                         initial_stock[i].qty);
         assert_true(i64(f, "SELECT available FROM inventory WHERE sku = ?", p) >= 0);
         assert_true(i64(f, "SELECT reserved FROM inventory WHERE sku = ?", p) >= 0);
         /* reserved = what RESERVED reservations hold */
@@ -260,8 +260,8 @@ static void test_success(void **state)
     assert_invariants(f);
 }
 
-/* G: not enough stock for one SKU; the other (locked first) must not stay reserved. */
-static void test_g_no_stock(void **state)
+/* Not enough stock for one SKU; the other (locked first) must not stay reserved. */
+static void test_no_stock(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 11, 100000}, {"airpods", 1, 24900}};
@@ -299,8 +299,8 @@ static void test_g_no_stock(void **state)
     assert_invariants(f);
 }
 
-/* H: ChargePayment declined: stock released, nothing charged. */
-static void test_h_payment_declined(void **state)
+/* ChargePayment declined: stock released, nothing charged. */
+static void test_payment_declined(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 3, 100000}};
@@ -329,8 +329,8 @@ static void test_h_payment_declined(void **state)
     assert_invariants(f);
 }
 
-/* I: CreateShipment fails: RefundPayment, then ReleaseStock. */
-static void test_i_shipment_fails(void **state)
+/* CreateShipment fails: RefundPayment, then ReleaseStock. */
+static void test_shipment_fails(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 1, 100000}, {"case", 2, 1500}};
@@ -358,8 +358,11 @@ static void test_i_shipment_fails(void **state)
     assert_invariants(f);
 }
 
-/* J: the refund fails too: COMPENSATION_FAILED; a retry without faults finishes the job. */
-static void test_j_compensation_fails_then_retried(void **state)
+/*
+ * The shipment and then the refund fail: COMPENSATION_FAILED; a retry without faults finishes
+ * the job.
+ */
+static void test_compensation_fails_then_retried(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 2, 100000}};
@@ -654,10 +657,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_success, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_g_no_stock, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_h_payment_declined, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_i_shipment_fails, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_j_compensation_fails_then_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_stock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_payment_declined, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shipment_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_compensation_fails_then_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_fails_then_retried, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transient_charge_failures_are_retried, setup,
                                         teardown),

@@ -2,12 +2,12 @@
  * The outbox relay against a real MariaDB, every test once per claim strategy (skip-locked and
  * update-limit) with leases, and the ones that do not look at leases once more in claim mode
  * transaction (claim, publish and mark in one transaction): drain exactly once in claim order,
- * scenario D (publish failures: backoff, last_error, FAILED + dead letter, recovery), two relays
- * draining concurrently, lease expiry with a fenced mark (at-least-once), every claim statement
- * using idx_outbox_due (the only secondary index the relay has), a row committed late behind the
- * claim cursor still being published, stop mid-run, and the lock token; in claim mode transaction,
- * a batch being published is PENDING and locked (another relay skips it), and how AUTO picks the
- * mode.
+ * the publisher down (publish failures: backoff, last_error, FAILED + dead letter, recovery),
+ * two relays draining concurrently, lease expiry with a fenced mark (at-least-once), every claim
+ * statement using idx_outbox_due (the only secondary index the relay has), a row committed late
+ * behind the claim cursor still being published, stop mid-run, and the lock token; in claim
+ * mode transaction, a batch being published is PENDING and locked (another relay skips it), and
+ * how AUTO picks the mode.
  *
  * The publisher is an in-test one (txo_publisher_new) that records what it got and can be
  * told to fail: every message, the first N calls, or given ids.
@@ -323,7 +323,7 @@ static void test_drain_exactly_once_in_order(void **state)
     txo_publisher_free(pub);
 }
 
-/* ---- (2) scenario D: publisher down ---- */
+/* ---- (2) the publisher is down ---- */
 
 /* Seconds until the next attempt of event id (rounded). */
 static int64_t delay_s(struct testdb *t, int64_t id)

@@ -1,5 +1,5 @@
 /*
- * Scenario K: concurrent reservations of the same SKUs. 8 threads, each on its own connection,
+ * Concurrent reservations of the same SKUs. 8 threads, each on its own connection,
  * each create and drive 20 orders of two SKUs "a" and "b" (50 units each), listing them in
  * opposite orders depending on the thread's parity. ReserveStock locks inventory rows in
  * ascending SKU order whatever the item order, and any deadlock or lock wait timeout left is

@@ -3,7 +3,7 @@
  * faults for SOAK_SECONDS, then a check that no external effect leaked.
  *
  *   processes   2 x `txo serve`, 2 x `txo relay --publisher nats`, 2 x `txo worker --broker
- *               nats` calling txo-stub-services for payment and shipment with a short
+ *               nats` calling txo-fake-services for payment and shipment with a short
  *               --service-timeout (500 ms), and a private nats-server between relays and
  *               workers. Leases, ack waits and breaker windows are short so that the work of a
  *               killed process is taken over within seconds.
@@ -13,13 +13,13 @@
  *               read orders back (a terminal status never changes), and cancel some of them
  *               with If-Match while their sagas run (re-reading after a 412); a cancel of an
  *               order already finished must get 409.
- *   faults      all the time: the stub answers a share of calls 503, declines some charges and
- *               refuses some shipments, and one scarce SKU runs out; every few seconds one
- *               daemon is SIGKILLed and restarted on the same port; slow episodes (latency
- *               above the service timeout: the stub charges after the caller gave up) and
- *               hang episodes (calls held until the caller gives up, no effect).
+ *   faults      all the time: the fake service answers a share of calls 503, declines some
+ *               charges and refuses some shipments, and one scarce SKU runs out; every few
+ *               seconds one daemon is SIGKILLed and restarted on the same port; slow episodes
+ *               (latency above the service timeout: the fake service charges after the caller
+ *               gave up) and hang episodes (calls held until the caller gives up, no effect).
  *   afterwards  load stopped, faults off; every order and saga must become terminal within
- *               SOAK_SETTLE_SECONDS. Then, from the stub's own records per order:
+ *               SOAK_SETTLE_SECONDS. Then, from the fake service's own records per order:
  *                 CANCELLED: no charge left unrefunded, no shipment left uncancelled;
  *                 CONFIRMED: one charge of the order's total and one shipment, neither undone;
  *                 and no charge or shipment for an order the database does not have;
@@ -31,7 +31,7 @@
  *
  * A summary of what happened is printed either way; on failure the end of every daemon's log.
  * Environment: SOAK_SECONDS (default 300), SOAK_CLIENTS (4), SOAK_SEED (random),
- * SOAK_SETTLE_SECONDS (90), plus what every fault test needs (MYSQL_*, TXO_BIN, TXO_STUB_BIN). Not
+ * SOAK_SETTLE_SECONDS (90), plus what every fault test needs (MYSQL_*, TXO_BIN, TXO_FAKE_BIN). Not
  * part of `make test`: `make soak` runs it (tests/soak/README.md).
  *
  * Threads: the client threads touch only their own struct client and CURL handle (and read the
@@ -162,7 +162,7 @@ enum daemon_kind { DAEMON_SERVE, DAEMON_RELAY, DAEMON_WORKER, DAEMON_KINDS };
 static const char *const kind_names[DAEMON_KINDS] = {"serve", "relay", "worker"};
 
 #define N_DAEMONS 6 /* two of each kind */
-#define STUB_SLOT N_DAEMONS
+#define FAKE_SLOT N_DAEMONS
 
 struct daemon {
     enum daemon_kind kind;
@@ -196,9 +196,9 @@ struct client {
 struct soak {
     struct testdb t;
     struct testnats nats;
-    struct testpipeline tp; /* the database checks; its procs are the daemons and the stub */
-    unsigned stub_port;
-    char stub_url[64];
+    struct testpipeline tp; /* the database checks; its procs: the daemons, the fake service */
+    unsigned fake_port;
+    char fake_url[64];
     char stream[64], prefix[64], durable[64];
     struct daemon d[N_DAEMONS];
     atomic_bool stop;
@@ -490,8 +490,8 @@ static void daemon_start(struct soak *s, struct daemon *d)
         testpipeline_args_add(&a, "--saga-lease=3");
         testpipeline_args_add(&a, "--poll=100");
         testpipeline_args_add(&a, "--saga-threads=4");
-        testpipeline_args_addf(&a, "--payment-url=%s", s->stub_url);
-        testpipeline_args_addf(&a, "--shipment-url=%s", s->stub_url);
+        testpipeline_args_addf(&a, "--payment-url=%s", s->fake_url);
+        testpipeline_args_addf(&a, "--shipment-url=%s", s->fake_url);
         testpipeline_args_add(&a, "--service-timeout=" SERVICE_TIMEOUT);
         testpipeline_args_add(&a, "--service-retries=2");
         testpipeline_args_add(&a, "--step-attempts=3");
@@ -544,27 +544,27 @@ static void daemon_kill_restart(struct soak *s, struct daemon *d, unsigned pause
     daemon_start(s, d);
 }
 
-/* ---- the stand-in services ---- */
+/* ---- the fake services ---- */
 
-static void stub_control(struct soak *s, const char *json)
+static void fake_control(struct soak *s, const char *json)
 {
     struct reply *r = txo_malloc(sizeof(*r));
     assert_non_null(r);
-    http(s->h, "POST", s->stub_port, "/control", NULL, json, 5000, r);
+    http(s->h, "POST", s->fake_port, "/control", NULL, json, 5000, r);
     if (r->status != 200)
         TESTPIPELINE_FAIL(&s->tp, "POST /control %s: %ld %s", json, r->status, r->body);
     txo_free(r);
 }
 
-static void start_stub(struct soak *s)
+static void start_fake(struct soak *s)
 {
     char listen[48];
-    snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%u", s->stub_port);
-    const char *argv[] = {testproc_stub_bin(),        listen,
+    snprintf(listen, sizeof(listen), "--listen=127.0.0.1:%u", s->fake_port);
+    const char *argv[] = {testproc_fake_bin(),        listen,
                           "--fail-rate=0.05",         "--decline-rate=0.05",
                           "--ship-decline-rate=0.03", NULL};
-    testproc_start(&s->tp.procs[STUB_SLOT], "soak_stub", argv, NULL);
-    testpipeline_wait_ready(&s->tp, &s->tp.procs[STUB_SLOT], s->stub_port);
+    testproc_start(&s->tp.procs[FAKE_SLOT], "soak_fake", argv, NULL);
+    testpipeline_wait_ready(&s->tp, &s->tp.procs[FAKE_SLOT], s->fake_port);
 }
 
 /* ---- setup ---- */
@@ -648,7 +648,7 @@ static bool wait_settled(struct soak *s, unsigned settle_s, char *msg, size_t ca
     return true;
 }
 
-/* Stub effects over all orders, for the summary. */
+/* Fake-service effects over all orders, for the summary. */
 struct effects {
     int64_t charges, refunds, shipments, cancels;
     int64_t undone_without_local; /* charges or shipments undone whose local part never ran */
@@ -660,10 +660,10 @@ struct effects {
 };
 
 /*
- * Every order against the stub's own records of it. Also sums the per-order counts, which
- * must equal the stub's totals: no effect for an order the database does not know.
+ * Every order against the fake service's own records of it. Also sums the per-order counts, which
+ * must equal the fake service's totals: no effect for an order the database does not know.
  */
-static void check_stub_effects(struct soak *s, struct effects *fx)
+static void check_fake_effects(struct soak *s, struct effects *fx)
 {
     struct txo_rows *rows = NULL;
     struct txo_error err;
@@ -698,7 +698,7 @@ static void check_stub_effects(struct soak *s, struct effects *fx)
         bool local_shipment = txo_rows_i64(rows, i, 4) > 0;
         char path[64];
         snprintf(path, sizeof(path), "/stats?order_id=%" PRId64, id);
-        http(s->h, "GET", s->stub_port, path, NULL, NULL, 5000, r);
+        http(s->h, "GET", s->fake_port, path, NULL, NULL, 5000, r);
         if (r->status != 200)
             TESTPIPELINE_FAIL(&s->tp, "GET %s: %ld %s", path, r->status, r->body);
         int64_t charges = reply_int(r, "order", "charges");
@@ -754,7 +754,7 @@ static void check_stub_effects(struct soak *s, struct effects *fx)
         TESTPIPELINE_FAIL(&s->tp, "%" PRId64 " of %zu orders disagree with the services, first %s",
                           bad, txo_rows_count(rows), first);
     txo_rows_free(rows);
-    http(s->h, "GET", s->stub_port, "/stats", NULL, NULL, 5000, r);
+    http(s->h, "GET", s->fake_port, "/stats", NULL, NULL, 5000, r);
     if (r->status != 200)
         TESTPIPELINE_FAIL(&s->tp, "GET /stats: %ld %s", r->status, r->body);
     int64_t all_charges = reply_int(r, NULL, "charges");
@@ -868,7 +868,7 @@ static void print_summary(struct soak *s, const struct client *cl, unsigned n_cl
     }
     struct reply *r = txo_malloc(sizeof(*r));
     assert_non_null(r);
-    http(s->h, "GET", s->stub_port, "/stats", NULL, NULL, 5000, r);
+    http(s->h, "GET", s->fake_port, "/stats", NULL, NULL, 5000, r);
     print_message(
         "---- soak summary ----\n"
         "orders placed        %" PRId64 " (%zu keys tried, %" PRIu64 " without an answer)\n"
@@ -917,10 +917,10 @@ static void test_soak(void **state)
     print_message("soak: %u s, %u clients, seed %u (SOAK_SEED=%u makes the same random choices)\n",
                   seconds, n_clients, seed, seed);
 
-    testpipeline_seed_stock(&s->tp, stock, TXO_ARRAY_LEN(stock));
-    s->stub_port = testproc_free_port();
-    snprintf(s->stub_url, sizeof(s->stub_url), "http://127.0.0.1:%u", s->stub_port);
-    start_stub(s);
+    testpipeline_set_initial_stock(&s->tp, stock, TXO_ARRAY_LEN(stock));
+    s->fake_port = testproc_free_port();
+    snprintf(s->fake_url, sizeof(s->fake_url), "http://127.0.0.1:%u", s->fake_port);
+    start_fake(s);
     for (unsigned i = 0; i < N_DAEMONS; i++) {
         struct daemon *d = &s->d[i];
         d->kind = (enum daemon_kind)(i / 2);
@@ -956,20 +956,20 @@ static void test_soak(void **state)
         if (!slow && now >= slow_at && now < end - SLOW_EPISODE_MS) {
             char json[64];
             snprintf(json, sizeof(json), "{\"latency_ms\":%d}", SLOW_LATENCY_MS);
-            stub_control(s, json);
+            fake_control(s, json);
             slow = true;
             s->slow_episodes++;
         } else if (slow && now >= slow_at + SLOW_EPISODE_MS) {
-            stub_control(s, "{\"latency_ms\":0}");
+            fake_control(s, "{\"latency_ms\":0}");
             slow = false;
             slow_at += EPISODE_PERIOD_S * 1000;
         }
         if (!hang && now >= hang_at && now < end - HANG_EPISODE_MS) {
-            stub_control(s, "{\"hang\":true}");
+            fake_control(s, "{\"hang\":true}");
             hang = true;
             s->hang_episodes++;
         } else if (hang && now >= hang_at + HANG_EPISODE_MS) {
-            stub_control(s, "{\"hang\":false}");
+            fake_control(s, "{\"hang\":false}");
             hang = false;
             hang_at += EPISODE_PERIOD_S * 1000;
         }
@@ -981,7 +981,7 @@ static void test_soak(void **state)
     atomic_store(&s->stop, true);
     for (unsigned i = 0; i < n_clients; i++)
         pthread_join(threads[i], NULL);
-    stub_control(s, "{\"latency_ms\":0,\"hang\":false,\"fail_rate\":0,\"decline_rate\":0,"
+    fake_control(s, "{\"latency_ms\":0,\"hang\":false,\"fail_rate\":0,\"decline_rate\":0,"
                     "\"ship_decline_rate\":0}");
     print_message("load stopped after %" PRId64 " ms\n", s->stop_at_ms - t0);
     char why[512];
@@ -1001,7 +1001,7 @@ static void test_soak(void **state)
                          "aggregate_id, event_type)");
     testdb_exec(s->t.db, "CREATE INDEX soak_saga_correlation ON saga_instances (correlation_id)");
     struct effects fx;
-    check_stub_effects(s, &fx);
+    check_fake_effects(s, &fx);
     print_message("effects per order    charges %" PRId64 ", refunds %" PRId64
                   ", shipments %" PRId64 ", cancels %" PRId64 "; %" PRId64
                   " orders had a call undone whose step's local part never committed\n"

@@ -1,6 +1,6 @@
 /*
- * Test support: real `txo` processes running the order pipeline, and the SPEC.md invariants
- * checked by SQL (see testpipeline.h).
+ * Test support: real `txo` processes running the order pipeline, and the pipeline's
+ * invariants checked by SQL (see testpipeline.h).
  */
 #include <inttypes.h>
 #include <setjmp.h>
@@ -194,8 +194,8 @@ void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms)
         TESTPIPELINE_FAIL(tp, "%" PRId64 " outbox events still not PUBLISHED", q(tp, unpublished));
 }
 
-void testpipeline_seed_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
-                             size_t n)
+void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                                    size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         struct txo_error err;
@@ -223,8 +223,9 @@ static const char undo_matches_action_sql[] =
     "AND e.aggregate_type = 'order' AND e.event_type = 'ShipmentCancelled'))";
 
 /*
- * Every invariant of SPEC.md over all orders in the database, by SQL. Each query counts the
- * rows that break one rule; all must be 0.
+ * Every invariant of the order pipeline over all orders in the database, by SQL (the list is
+ * in testpipeline.h, testpipeline_check_invariants). Each query counts the rows that break one
+ * rule; all must be 0.
  */
 static const struct {
     const char *what;
@@ -377,7 +378,7 @@ void testpipeline_check_invariants_flags(struct testpipeline *tp,
                                   "WHERE sku = ? AND status = 'RESERVED'",
                                   &p, 1);
         if (total != stock[i].units)
-            TESTPIPELINE_FAIL(tp, "sku %s: available + reserved = %" PRId64 ", seeded %d",
+            TESTPIPELINE_FAIL(tp, "sku %s: available + reserved = %" PRId64 ", initial %d",
                               stock[i].sku, total, stock[i].units);
         if (reserved != confirmed_units || reserved != held)
             TESTPIPELINE_FAIL(tp,

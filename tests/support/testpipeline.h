@@ -2,7 +2,7 @@
  * Test support: the whole order pipeline with real `txo` processes (test_pipeline_crash.c,
  * test_pipeline_nats.c). A test starts `txo serve`, `txo up`, `txo relay`, `txo worker` with
  * crash points and kills, places orders through the HTTP API, waits for the database to settle
- * and then checks every invariant of SPEC.md by SQL (testpipeline_check_invariants).
+ * and then checks every invariant of the pipeline by SQL (testpipeline_check_invariants).
  *
  * A struct testpipeline is the part of a test's fixture these helpers share: the test database
  * connection (borrowed), an HTTP client (owned) and every child process the test started
@@ -133,24 +133,25 @@ void testpipeline_wait_terminal(struct testpipeline *tp, int n_orders, int timeo
 /* Waits up to timeout_ms until every outbox event is PUBLISHED; otherwise TESTPIPELINE_FAIL. */
 void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms);
 
-/* Units of one SKU seeded into inventory. */
+/* Initial units of one SKU in inventory. */
 struct testpipeline_stock {
     const char *sku;
     int32_t units;
 };
 
-/* Seeds inventory with n SKUs (orders_seed_inventory). */
-void testpipeline_seed_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
-                             size_t n);
+/* Sets the initial stock of n SKUs (orders_seed_inventory). */
+void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
+                                    size_t n);
 
 /*
- * Every invariant of SPEC.md over all orders in the database, by SQL: orders terminal, one
- * saga per order in the matching final state with its steps completed or compensated, at most
- * one payment and shipment per order and in the matching state, the outbox events of each
- * outcome exactly once, one inbox row per OrderCreated, nothing FAILED or dead-lettered, and,
- * per seeded SKU (stock, n_stock), stock conservation as test_pipeline_crash.c states it:
- * available + reserved = seeded units, and reserved = units in CONFIRMED orders = qty of the
- * RESERVED reservations. TESTPIPELINE_FAIL on the first rule broken, naming it.
+ * Every invariant of the order pipeline over all orders in the database, by SQL: orders
+ * terminal, one saga per order in the matching final state with its steps completed or
+ * compensated, at most one payment and shipment per order and in the matching state, the
+ * outbox events of each outcome exactly once, one inbox row per OrderCreated, nothing FAILED
+ * or dead-lettered, and, per stocked SKU (stock, n_stock), stock conservation as
+ * test_pipeline_crash.c states it: available + reserved = initial units, and reserved = units
+ * in CONFIRMED orders = qty of the RESERVED reservations. TESTPIPELINE_FAIL on the first rule
+ * broken, naming it.
  */
 void testpipeline_check_invariants(struct testpipeline *tp, const struct testpipeline_stock *stock,
                                    size_t n_stock);

@@ -34,11 +34,11 @@ const char *testproc_txo_bin(void)
     return bin;
 }
 
-const char *testproc_stub_bin(void)
+const char *testproc_fake_bin(void)
 {
-    const char *bin = getenv("TXO_STUB_BIN");
+    const char *bin = getenv("TXO_FAKE_BIN");
     if (bin == NULL || bin[0] == '\0')
-        fail_msg("TXO_STUB_BIN is not set (run the tests through ctest)");
+        fail_msg("TXO_FAKE_BIN is not set (run the tests through ctest)");
     return bin;
 }
 

@@ -1,6 +1,6 @@
 /*
  * Real processes for fault and end-to-end tests: spawn `txo` subcommands (or
- * txo-stub-services, nats-server, ...), wait until their HTTP endpoint answers, kill them (SIGKILL
+ * txo-fake-services, nats-server, ...), wait until their HTTP endpoint answers, kill them (SIGKILL
  * at will), read their logs. Children inherit the environment, so call testdb_export_env() first to
  * point them at the test's database. Every function fails the test (cmocka fail_msg) on a setup
  * error, so callers need no error handling.
@@ -21,8 +21,8 @@ struct testproc {
 /* The `txo` binary under test ($TXO_BIN, set by CTest). */
 const char *testproc_txo_bin(void);
 
-/* The stand-in payment and shipment service, txo-stub-services ($TXO_STUB_BIN, set by CTest). */
-const char *testproc_stub_bin(void);
+/* The fake payment and shipment service, txo-fake-services ($TXO_FAKE_BIN, set by CTest). */
+const char *testproc_fake_bin(void);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 unsigned testproc_free_port(void);

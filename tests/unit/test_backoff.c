@@ -43,9 +43,10 @@ static void test_exact_delays_with_jitter(void **state)
     assert_int_equal(txo_backoff_delay_ms(&b, 30, 0.5), 10000);
     assert_int_equal(txo_backoff_delay_ms(&b, 30, 0.9), 14000);
 
-    const struct txo_backoff seed = {.base_ms = 1000, .max_ms = 60000, .jitter = 0.2};
-    assert_int_equal(txo_backoff_delay_ms(&seed, 2, 0.3), 1840);
-    assert_int_equal(txo_backoff_delay_ms(&seed, 7, 0.5), 60000);
+    /* a 1 s base, a 60 s cap and 20 % jitter */
+    const struct txo_backoff slow = {.base_ms = 1000, .max_ms = 60000, .jitter = 0.2};
+    assert_int_equal(txo_backoff_delay_ms(&slow, 2, 0.3), 1840);
+    assert_int_equal(txo_backoff_delay_ms(&slow, 7, 0.5), 60000);
 }
 
 static void test_jitter_stays_in_bounds(void **state)

@@ -1,7 +1,8 @@
--- The reference order service (seed 1, 3, 6).
+-- The reference order service: orders and their items, inventory, payments, shipments.
 --
--- Beyond the seed:
---   orders.version      optimistic locking where two writers can meet (seed 9.8).
+-- Design choices:
+--   orders.version      optimistic locking where two writers can meet (e.g. a cancel racing
+--                       the saga).
 --   inventory CHECKs    stock can never go negative, whatever the code does.
 --   order_items index   the foreign key's index, named.
 CREATE TABLE IF NOT EXISTS orders (

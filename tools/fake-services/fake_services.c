@@ -1,5 +1,5 @@
 /*
- * txo-stub-services: a stand-in for the external payment and shipment services that the
+ * txo-fake-services: a fake of the external payment and shipment services that the
  * order saga calls, for tests, demos and fault drills (docs/external-services.md). It is a
  * program of its own, not a `txo` subcommand, so test scaffolding never ships in the product.
  *
@@ -11,7 +11,7 @@
  * And it misbehaves on demand, at start-up (flags) or at run time (POST /control):
  * added latency, a share of calls answered 503 (with no effect), a share of charges declined
  * (402) and shipments refused (422), or hanging: the request is held until the client gives up
- * (the stub answers 503 with no effect once the hang is switched off, at shutdown, or after
+ * (the fake service answers 503 with no effect once the hang is switched off, at shutdown, or after
  * 600 s). A failure injected on a call happens before the idempotency lookup, as a crashed or
  * overloaded real service would do, so a retry with the same key later gets the stored answer.
  *
@@ -25,7 +25,7 @@
  *
  * The HTTP side is the library's server (include/txo/http_server.h: an I/O thread and a pool of
  * handler threads, so a hung request holds one handler thread). All state is
- * in one struct stub under one mutex: the handler runs on many threads at once. Waits (latency,
+ * in one struct fake under one mutex: the handler runs on many threads at once. Waits (latency,
  * hang) are condition-variable waits, so shutdown and /control wake them at once.
  *
  * Shutdown, as in every txo daemon (cmd/txo/signals.h): SIGTERM/SIGINT are blocked before the
@@ -47,12 +47,12 @@
 #include "settings.h"
 #include "signals.h"
 
-#define PROGRAM "txo-stub-services"
+#define PROGRAM "txo-fake-services"
 
-static const struct command stub_command = {
+static const struct command fake_command = {
     .name = PROGRAM,
     .program = PROGRAM,
-    .summary = "stand-in payment and shipment HTTP service with failure injection (tests, demos)",
+    .summary = "fake payment and shipment HTTP service with failure injection (tests, demos)",
     .usage = PROGRAM " [options]",
     .description =
         "Serves a fake payment and shipment API (JSON; every POST needs an Idempotency-Key\n"
@@ -78,7 +78,7 @@ static const struct command stub_command = {
 #define KEY_BUCKETS    4096
 #define ORDER_BUCKETS  4096
 
-struct stub_cmd_opts {
+struct fake_cmd_opts {
     const char *listen;
     int64_t latency_ms;
     const char *fail_rate;
@@ -91,60 +91,60 @@ struct stub_cmd_opts {
     const char *log_level;
 };
 
-static struct stub_cmd_opts opts;
+static struct fake_cmd_opts opts;
 
 static struct setting table[] = {
     {.name = "listen",
-     .env = "TXO_STUB_LISTEN",
+     .env = "TXO_FAKE_LISTEN",
      .type = SETTING_STRING,
      .def = "127.0.0.1:8090",
      .help = "IPv4 HOST:PORT to serve on (port 0: any free port; the URL is printed on stdout)",
      .target = &opts.listen},
     {.name = "latency-ms",
-     .env = "TXO_STUB_LATENCY_MS",
+     .env = "TXO_FAKE_LATENCY_MS",
      .type = SETTING_MS,
      .def = "0",
      .help = "milliseconds added to every payment/shipment call",
      .max = LATENCY_MAX_MS,
      .target = &opts.latency_ms},
     {.name = "fail-rate",
-     .env = "TXO_STUB_FAIL_RATE",
+     .env = "TXO_FAKE_FAIL_RATE",
      .type = SETTING_STRING,
      .def = "0",
      .help = "share of payment/shipment calls answered 503 with no effect, 0..1",
      .target = &opts.fail_rate},
     {.name = "decline-rate",
-     .env = "TXO_STUB_DECLINE_RATE",
+     .env = "TXO_FAKE_DECLINE_RATE",
      .type = SETTING_STRING,
      .def = "0",
      .help = "share of new charges declined with 402 (a business refusal), 0..1",
      .target = &opts.decline_rate},
     {.name = "ship-decline-rate",
-     .env = "TXO_STUB_SHIP_DECLINE_RATE",
+     .env = "TXO_FAKE_SHIP_DECLINE_RATE",
      .type = SETTING_STRING,
      .def = "0",
      .help = "share of new shipments refused with 422 (a business refusal), 0..1",
      .target = &opts.ship_decline_rate},
     {.name = "fail-path",
-     .env = "TXO_STUB_FAIL_PATH",
+     .env = "TXO_FAKE_FAIL_PATH",
      .type = SETTING_STRING,
      .help = "limit --fail-rate and --hang to this endpoint, e.g. /payments/refund (default: all)",
      .target = &opts.fail_path},
     {.name = "hang",
-     .env = "TXO_STUB_HANG",
+     .env = "TXO_FAKE_HANG",
      .type = SETTING_BOOL,
      .def = "false",
      .help = "hold every payment/shipment call unanswered until the client gives up (max 600 s)",
      .target = &opts.hang},
     {.name = "seed",
-     .env = "TXO_STUB_SEED",
+     .env = "TXO_FAKE_SEED",
      .type = SETTING_UINT,
      .def = "1",
      .help = "seed of the failure/decline random draws",
      .max = 4294967295UL,
      .target = &opts.seed},
     {.name = "max-connections",
-     .env = "TXO_STUB_MAX_CONNECTIONS",
+     .env = "TXO_FAKE_MAX_CONNECTIONS",
      .type = SETTING_UINT,
      .def = "512",
      .help = "concurrent connections (each held by a hanging call counts)",
@@ -220,7 +220,7 @@ struct stats {
     uint64_t hangs;
 };
 
-struct stub {
+struct fake {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast on shutdown and when a hang ends */
     bool stopping;
@@ -235,7 +235,7 @@ struct stub {
 };
 
 /* splitmix64: small, seedable, good enough for failure injection. Called under mu. */
-static double draw(struct stub *s)
+static double draw(struct fake *s)
 {
     uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -254,7 +254,7 @@ static uint64_t hash_str(const char *s)
     return h;
 }
 
-static struct stored *find_stored(struct stub *s, enum endpoint ep, const char *key)
+static struct stored *find_stored(struct fake *s, enum endpoint ep, const char *key)
 {
     for (struct stored *e = s->keys[hash_str(key) % KEY_BUCKETS]; e != NULL; e = e->next) {
         if (e->ep == ep && strcmp(e->key, key) == 0)
@@ -264,7 +264,7 @@ static struct stored *find_stored(struct stub *s, enum endpoint ep, const char *
 }
 
 /* Returns the order's record, created on first use, or NULL when out of memory. */
-static struct order_rec *order_rec(struct stub *s, int64_t order_id)
+static struct order_rec *order_rec(struct fake *s, int64_t order_id)
 {
     size_t b = (size_t)((uint64_t)order_id % ORDER_BUCKETS);
     for (struct order_rec *o = s->orders[b]; o != NULL; o = o->next) {
@@ -280,7 +280,7 @@ static struct order_rec *order_rec(struct stub *s, int64_t order_id)
     return o;
 }
 
-static const struct order_rec *find_order(const struct stub *s, int64_t order_id)
+static const struct order_rec *find_order(const struct fake *s, int64_t order_id)
 {
     const struct order_rec *o = s->orders[(uint64_t)order_id % ORDER_BUCKETS];
     while (o != NULL && o->order_id != order_id)
@@ -288,7 +288,7 @@ static const struct order_rec *find_order(const struct stub *s, int64_t order_id
     return o;
 }
 
-static void clear_state(struct stub *s)
+static void clear_state(struct fake *s)
 {
     for (size_t i = 0; i < KEY_BUCKETS; i++) {
         while (s->keys[i] != NULL) {
@@ -315,7 +315,7 @@ static void clear_state(struct stub *s)
  * Waits up to ms with mu held. Returns early at shutdown, and, when hang_epoch is not NULL,
  * once s->hang_epoch differs from *hang_epoch (the hang was switched off).
  */
-static void wait_locked(struct stub *s, int64_t ms, const uint64_t *hang_epoch)
+static void wait_locked(struct fake *s, int64_t ms, const uint64_t *hang_epoch)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
@@ -417,7 +417,7 @@ static bool parse_listen(const char *text, char *host, size_t cap, unsigned *por
 
 /* ---- endpoints ---- */
 
-static void handle_control(struct stub *s, const struct txo_http_request *req,
+static void handle_control(struct fake *s, const struct txo_http_request *req,
                            struct txo_http_response *resp)
 {
     if (strcmp(req->method, "GET") == 0) {
@@ -495,7 +495,7 @@ static void handle_control(struct stub *s, const struct txo_http_request *req,
     pthread_cond_broadcast(&s->cv);
     json_t *out = behaviour_json(&s->b);
     pthread_mutex_unlock(&s->mu);
-    TXO_LOG(TXO_LOG_INFO, "stub",
+    TXO_LOG(TXO_LOG_INFO, "fake",
             "behaviour changed fail_rate=%g decline_rate=%g ship_decline_rate=%g "
             "latency_ms=%" PRId64 " hang=%s fail_path=%s reset=%s",
             b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
@@ -515,7 +515,7 @@ static json_t *order_json(const struct order_rec *o, int64_t order_id)
                      "cancels", (json_int_t)o->cancels);
 }
 
-static void handle_stats(struct stub *s, const struct txo_http_request *req,
+static void handle_stats(struct fake *s, const struct txo_http_request *req,
                          struct txo_http_response *resp)
 {
     const char *order_arg = txo_http_request_arg(req, "order_id");
@@ -583,7 +583,7 @@ static const char *parse_call(const struct txo_http_request *req, struct call *c
 }
 
 /* Applies a new call's effect with mu held; fills status and the body. */
-static json_t *apply_call(struct stub *s, const struct call *c, struct order_rec *o, int *status)
+static json_t *apply_call(struct fake *s, const struct call *c, struct order_rec *o, int *status)
 {
     char id[32];
     switch (c->ep) {
@@ -635,7 +635,7 @@ static json_t *apply_call(struct stub *s, const struct call *c, struct order_rec
 }
 
 /* Stores the answer under the call's key with mu held. False when out of memory. */
-static bool store(struct stub *s, const struct call *c, int status, const char *body)
+static bool store(struct fake *s, const struct call *c, int status, const char *body)
 {
     struct stored *e = txo_calloc(1, sizeof(*e));
     if (e == NULL)
@@ -662,7 +662,7 @@ static bool store(struct stub *s, const struct call *c, int status, const char *
  * Phase 1 of a business call, with mu held: added latency, then a hang or an injected 503 when
  * the call is targeted. True when resp was set here, and then the call had no effect.
  */
-static bool fail_before_effect(struct stub *s, enum endpoint ep, struct txo_http_response *resp)
+static bool fail_before_effect(struct fake *s, enum endpoint ep, struct txo_http_response *resp)
 {
     bool targeted = s->b.fail_path[0] == '\0' || strcmp(s->b.fail_path, endpoint_paths[ep]) == 0;
     if (s->b.latency_ms > 0)
@@ -690,7 +690,7 @@ static bool fail_before_effect(struct stub *s, enum endpoint ep, struct txo_http
  * Phase 2, with mu held: the stored answer when the key was seen before (422 when it came with
  * a different request), else the effect applied and its answer stored under the key.
  */
-static void answer_call(struct stub *s, const struct call *c, struct txo_http_response *resp)
+static void answer_call(struct fake *s, const struct call *c, struct txo_http_response *resp)
 {
     const struct stored *prev = find_stored(s, c->ep, c->key);
     if (prev != NULL) {
@@ -721,7 +721,7 @@ static void answer_call(struct stub *s, const struct call *c, struct txo_http_re
     free(text);
 }
 
-static void handle_business(struct stub *s, enum endpoint ep, const struct txo_http_request *req,
+static void handle_business(struct fake *s, enum endpoint ep, const struct txo_http_request *req,
                             struct txo_http_response *resp)
 {
     pthread_mutex_lock(&s->mu);
@@ -753,7 +753,7 @@ static void handle_business(struct stub *s, enum endpoint ep, const struct txo_h
 
 static void handle(void *arg, const struct txo_http_request *req, struct txo_http_response *resp)
 {
-    struct stub *s = arg;
+    struct fake *s = arg;
     bool get = strcmp(req->method, "GET") == 0;
     bool post = strcmp(req->method, "POST") == 0;
     if (strcmp(req->path, "/healthz") == 0) {
@@ -782,7 +782,7 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
         else
             handle_business(s, (enum endpoint)ep, req, resp);
     }
-    TXO_LOG(TXO_LOG_DEBUG, "stub", "request method=%s path=%s status=%d key=%s", req->method,
+    TXO_LOG(TXO_LOG_DEBUG, "fake", "request method=%s path=%s status=%d key=%s", req->method,
             req->path, resp->status,
             txo_http_request_header(req, "Idempotency-Key") != NULL
                 ? txo_http_request_header(req, "Idempotency-Key")
@@ -791,7 +791,7 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
 
 /* ---- lifecycle ---- */
 
-static bool stub_init(struct stub *s)
+static bool fake_init(struct fake *s)
 {
     memset(s, 0, sizeof(*s));
     pthread_condattr_t attr;
@@ -809,7 +809,7 @@ static bool stub_init(struct stub *s)
     return true;
 }
 
-static void stub_release(struct stub *s)
+static void fake_release(struct fake *s)
 {
     clear_state(s);
     pthread_mutex_destroy(&s->mu);
@@ -828,7 +828,7 @@ static bool rate_setting(const char *name, const char *text, double *out)
 int main(int argc, char **argv)
 {
     enum settings_result r =
-        settings_parse(&stub_command, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
+        settings_parse(&fake_command, table, TXO_ARRAY_LEN(table), argc, argv, NULL);
     if (r != SETTINGS_OK)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
 
@@ -863,8 +863,8 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    struct stub *s = txo_malloc(sizeof(*s));
-    if (s == NULL || !stub_init(s)) {
+    struct fake *s = txo_malloc(sizeof(*s));
+    if (s == NULL || !fake_init(s)) {
         txo_free(s);
         fprintf(stderr, PROGRAM ": cannot set up the service state\n");
         return 1;
@@ -889,7 +889,7 @@ int main(int argc, char **argv)
         goto out;
     }
     unsigned bound = txo_http_server_port(srv);
-    TXO_LOG(TXO_LOG_INFO, "stub",
+    TXO_LOG(TXO_LOG_INFO, "fake",
             "listening url=http://%s:%u fail_rate=%g decline_rate=%g ship_decline_rate=%g "
             "latency_ms=%" PRId64 " hang=%s fail_path=%s seed=%u",
             host, bound, b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
@@ -898,7 +898,7 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     (void)signals_wait();
-    TXO_LOG(TXO_LOG_INFO, "stub", "stopping: releasing waiting requests");
+    TXO_LOG(TXO_LOG_INFO, "fake", "stopping: releasing waiting requests");
     pthread_mutex_lock(&s->mu);
     s->stopping = true;
     pthread_cond_broadcast(&s->cv);
@@ -906,7 +906,7 @@ int main(int argc, char **argv)
     txo_http_server_stop(srv);
     srv = NULL;
     pthread_mutex_lock(&s->mu);
-    TXO_LOG(TXO_LOG_INFO, "stub",
+    TXO_LOG(TXO_LOG_INFO, "fake",
             "stopped charges=%" PRIu64 " charge_requests=%" PRIu64 " refunds=%" PRIu64
             " shipments=%" PRIu64 " cancels=%" PRIu64 " failures_injected=%" PRIu64
             " hangs=%" PRIu64,
@@ -916,7 +916,7 @@ int main(int argc, char **argv)
     status = 0;
 out:
     txo_http_server_stop(srv);
-    stub_release(s);
+    fake_release(s);
     txo_free(s);
     return status;
 }
