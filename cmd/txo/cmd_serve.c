@@ -59,6 +59,8 @@ static int run(int argc, char **argv)
     struct order_services *services = NULL;
     struct api_daemon *api = NULL;
     struct daemon_metrics *metrics = NULL;
+    struct txo_heartbeat *hb = NULL;
+    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     int sig = 0;
     struct txo_db *probe = daemon_db_wait("serve", &opts.common, &sig);
     if (probe == NULL) {
@@ -78,12 +80,15 @@ static int run(int argc, char **argv)
                            daemon_metrics_registry(metrics), NULL, NULL);
     if (api == NULL)
         goto out;
+    hb_src.services = services;
+    hb = daemon_heartbeat_start("serve", &opts.common, &hb_src);
     notify_ready("serving the HTTP API");
     sig = signals_wait();
     notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "serve", "stopping signal=%d", sig);
     status = 0;
 out:
+    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
     daemon_api_stop(api);
     order_services_free(services);
     daemon_metrics_free(metrics);
