@@ -16,6 +16,8 @@
 //   alive ROLE        a process of ROLE is listed as alive
 //   gone ROLE         no process of ROLE is listed any more
 //   stale ROLE        a process of ROLE is listed as stale (its heartbeat is too old)
+//   screenshot FILE   after WAIT_S seconds (default 60), a PNG of the whole page, 1280 px
+//                     wide (docs/img/dashboard.png: see docs/service.md)
 //
 // Console messages of level error, uncaught exceptions and browser log errors (failed loads,
 // Content-Security-Policy violations) all count as errors.
@@ -157,6 +159,23 @@ case 'gone':
                    (r) => r.children[1].textContent === ${q(arg)})`,
                 'the ' + arg + ' process to leave the list');
   break;
+case 'screenshot': {
+  // For the docs: ARG is the PNG to write; the page runs WAIT_S seconds first (environment,
+  // default 60) so that its chart has a history, at 1280 px wide, the whole page.
+  const waitS = Number(process.env.WAIT_S || 60);
+  await send('Emulation.setDeviceMetricsOverride', {width: 1280, height: 900,
+                                                    deviceScaleFactor: 1, mobile: false});
+  await new Promise((r) => setTimeout(r, waitS * 1000));
+  checkErrors();
+  const height = await evaluate('Math.ceil(document.documentElement.scrollHeight)');
+  await send('Emulation.setDeviceMetricsOverride', {width: 1280, height,
+                                                    deviceScaleFactor: 1, mobile: false});
+  await new Promise((r) => setTimeout(r, 500));
+  const shot = await send('Page.captureScreenshot', {format: 'png'});
+  const {writeFileSync} = await import('node:fs');
+  writeFileSync(arg, Buffer.from(shot.data, 'base64'));
+  break;
+}
 default:
   die('unknown step ' + step);
 }

@@ -14,6 +14,7 @@
 const POLL_MS = 3000;
 const HISTORY_POINTS = 200; // 10 minutes at one sample every 3 s
 const TOKEN_KEY = 'txo.adminToken';
+const DLQ_LIMIT = 100; // dead letters listed, oldest first (the total is in the outbox card)
 
 const history = []; // {t, pending, age}
 let statusHoldUntil = 0; // the outcome of an action stays on screen for a while
@@ -210,6 +211,7 @@ function showDeadLetters(d) {
       el('td', null, confirmButton('Replay', {replay: dl.id},
           () => api('POST', '/dlq/' + encodeURIComponent(dl.id) + '/replay')))));
   fillBody('dlq', rows, 'No dead letters.', 7);
+  setText('dlq-count', rows.length >= DLQ_LIMIT ? '(the oldest ' + DLQ_LIMIT + ')' : '');
 }
 
 function showSagas(s) {
@@ -270,7 +272,7 @@ function showProcesses(p) {
 async function refresh() {
   try {
     const [stats, dlq, sagas, procs] = await Promise.all([
-      api('GET', '/outbox/stats'), api('GET', '/dlq?limit=100'), api('GET', '/sagas'),
+      api('GET', '/outbox/stats'), api('GET', '/dlq?limit=' + DLQ_LIMIT), api('GET', '/sagas'),
       api('GET', '/processes')]);
     showOutbox(stats);
     showDeadLetters(dlq);
