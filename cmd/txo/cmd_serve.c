@@ -18,10 +18,12 @@ const struct command cmd_serve = {
         "Serves the order API over HTTP/1.1 (keep-alive). POST /orders writes the idempotency\n"
         "key, the order, its items, the OrderCreated outbox event and the stored response in\n"
         "one transaction; a repeat with the same Idempotency-Key and body gets the stored\n"
-        "response. Admin endpoints (/outbox/stats, /dlq, /sagas/{id}) need\n"
-        "`Authorization: Bearer <token>` when --admin-token is set. GET /metrics is the\n"
-        "Prometheus text format. SIGTERM/SIGINT: stop accepting, finish the requests in\n"
-        "flight, exit 0. Endpoints and status codes: README.md.",
+        "response. Admin endpoints (/outbox/stats, /dlq, /sagas, /processes) need\n"
+        "`Authorization: Bearer <token>` when --admin-token is set; /ui is the operator's\n"
+        "dashboard, which asks for that token. GET /metrics is the Prometheus text format.\n"
+        "The process registers itself in txo_processes and heartbeats every 5 s.\n"
+        "SIGTERM/SIGINT: stop accepting, finish the requests in flight, exit 0. Endpoints\n"
+        "and status codes: README.md.",
     .run = run,
 };
 
