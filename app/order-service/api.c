@@ -723,10 +723,14 @@ static json_t *saga_entry(struct txo_db *db, const struct txo_saga_ref *ref, boo
     const struct txo_saga_step_info *s = failing_step(&info);
     json_t *step = json_null();
     if (s != NULL) {
+        /* The error may quote another service's answer: made valid UTF-8 (and cut) for JSON. */
+        char error[1024];
+        if (s->error != NULL)
+            utf8_sanitize(s->error, error, sizeof(error));
         step = json_pack("{s:I,s:s,s:s,s:I,s:s?,s:I}", "step", (json_int_t)s->step_order, "name",
                          s->name, "status", txo_step_status_name(s->status), "attempts",
-                         (json_int_t)s->attempts, "error", s->error, "error_code",
-                         (json_int_t)s->error_code);
+                         (json_int_t)s->attempts, "error", s->error != NULL ? error : NULL,
+                         "error_code", (json_int_t)s->error_code);
     }
     json_t *e =
         json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:b,s:o*}", "saga_id", info.id, "saga_type",
