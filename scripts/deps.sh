@@ -18,9 +18,11 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
 # nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
 # scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
 # alert rules), systemd-analyze (package systemd: the units are verified) and man (man-db: the
-# man pages are checked for warnings) and python3 (the notify test's stand-in for systemd, the
-# dashboard's JSON check).
-RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3)
+# man pages are checked for warnings), python3 (the notify test's stand-in for systemd, the
+# dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
+# headless: tests/integration/test_ui_dashboard.c).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
+              chromium)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

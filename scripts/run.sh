@@ -127,6 +127,7 @@ cat <<BANNER
   See it CONFIRMED, with its saga:   curl -s $URL/orders/1
   Metrics:                           curl -s $URL/metrics
   Outbox at a glance:                curl -s $URL/outbox/stats
+  The operator's dashboard:          $URL/ui  (in a browser)
 
 BANNER
 # Not exec: the trap must stop nats-server and the fake service after `txo up` exits. SIGINT reaches all.

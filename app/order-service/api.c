@@ -678,6 +678,221 @@ static void replay_dlq(struct order_api *api, struct txo_db *db, const struct ro
     reply_json(resp, 200, json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", "REPLAYED"));
 }
 
+/* ---- the operator's dashboard: GET /sagas, GET /processes, GET /ui ---- */
+
+/* Sagas listed by GET /sagas: at most this many of each kind. */
+#define DASHBOARD_SAGAS_MAX 50
+/* A RUNNING/COMPENSATING saga that no live owner moved for this long is stuck (the same rule
+ * as the txo_sagas_stuck metric). */
+#define DASHBOARD_STUCK_IDLE_S 60
+/* A process whose last heartbeat (every 5 s) is older than this is not alive. */
+#define DASHBOARD_ALIVE_S 15
+
+/*
+ * The step an operator should look at: the one whose compensation failed, else the one that
+ * failed, else the one in progress (where a stuck saga stopped), else the last with an error.
+ * NULL when none of them.
+ */
+static const struct txo_saga_step_info *failing_step(const struct txo_saga_info *info)
+{
+    static const enum txo_step_status order[] = {TXO_STEP_COMPENSATION_FAILED, TXO_STEP_FAILED,
+                                                 TXO_STEP_COMPENSATING, TXO_STEP_RUNNING};
+    for (size_t k = 0; k < TXO_ARRAY_LEN(order); k++)
+        for (size_t i = 0; i < info->n_steps; i++)
+            if (info->steps[i].status == order[k])
+                return &info->steps[i];
+    for (size_t i = info->n_steps; i > 0; i--)
+        if (info->steps[i - 1].error != NULL)
+            return &info->steps[i - 1];
+    return NULL;
+}
+
+/* One saga of the GET /sagas list, loaded with its steps; NULL when it is gone (rc 0) or on
+ * an error (rc set). */
+static json_t *saga_entry(struct txo_db *db, const struct txo_saga_ref *ref, bool stuck, int *rc,
+                          struct txo_error *err)
+{
+    struct txo_saga_info info;
+    *rc = txo_saga_load(db, ref->id, &info, err);
+    if (*rc == TXO_ENOTFOUND) {
+        *rc = 0; /* deleted between the list and the load */
+        return NULL;
+    }
+    if (*rc != 0)
+        return NULL;
+    const struct txo_saga_step_info *s = failing_step(&info);
+    json_t *step = json_null();
+    if (s != NULL) {
+        /* The error may quote another service's answer: made valid UTF-8 (and cut) for JSON. */
+        char error[1024];
+        if (s->error != NULL)
+            utf8_sanitize(s->error, error, sizeof(error));
+        step = json_pack("{s:I,s:s,s:s,s:I,s:s?,s:I}", "step", (json_int_t)s->step_order, "name",
+                         s->name, "status", txo_step_status_name(s->status), "attempts",
+                         (json_int_t)s->attempts, "error", s->error != NULL ? error : NULL,
+                         "error_code", (json_int_t)s->error_code);
+    }
+    json_t *e =
+        json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:b,s:o*}", "saga_id", info.id, "saga_type",
+                  info.type, "correlation_id", info.correlation_id, "status",
+                  txo_saga_status_name(info.status), "idle_seconds", (json_int_t)info.idle_s,
+                  "stuck", stuck, "compensation_tries", (json_int_t)info.compensation_tries,
+                  "retry_scheduled", info.retry_scheduled, "failing_step", step);
+    txo_saga_info_release(&info);
+    if (e == NULL) {
+        *rc = txo_error_set(err, TXO_ENOMEM, "saga %s: building its entry", ref->id);
+    }
+    return e;
+}
+
+static bool listed(const struct txo_saga_ref *refs, size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(refs[i].id, id) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * GET /sagas: the number of sagas per status (txo_saga_count: an index-only scan of
+ * idx_saga_retry, whose first column is status), the given-up ones, and the sagas that need an
+ * operator: every COMPENSATION_FAILED one and the stuck ones (txo_saga_list_stuck), each with
+ * the step that failed and its error.
+ */
+static void list_sagas(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                       const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)m;
+    (void)req;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_saga_counts counts;
+    struct txo_saga_ref failed[DASHBOARD_SAGAS_MAX], stuck[DASHBOARD_SAGAS_MAX];
+    size_t n_failed = 0, n_stuck = 0;
+    int rc = txo_saga_count(db, &counts, &err);
+    if (rc == 0)
+        rc = txo_saga_list_compensation_failed(db, DASHBOARD_SAGAS_MAX, failed, &n_failed, &err);
+    if (rc == 0)
+        rc = txo_saga_list_stuck(db, DASHBOARD_STUCK_IDLE_S, DASHBOARD_SAGAS_MAX, stuck, &n_stuck,
+                                 &err);
+    if (rc != 0) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    json_t *by_status = json_object();
+    for (int i = 0; by_status != NULL && i < TXO_SAGA_STATUS_COUNT; i++)
+        json_object_set_new(by_status, txo_saga_status_name((enum txo_saga_status)i),
+                            json_integer((json_int_t)counts.by_status[i]));
+    json_t *list = json_array();
+    for (size_t i = 0; rc == 0 && list != NULL && i < n_failed + n_stuck; i++) {
+        const struct txo_saga_ref *ref = i < n_failed ? &failed[i] : &stuck[i - n_failed];
+        if (i >= n_failed && listed(failed, n_failed, ref->id))
+            continue; /* a given-up COMPENSATION_FAILED saga is in both lists */
+        bool is_stuck = i >= n_failed || listed(stuck, n_stuck, ref->id);
+        json_t *e = saga_entry(db, ref, is_stuck, &rc, &err);
+        if (e != NULL)
+            json_array_append_new(list, e);
+    }
+    if (rc != 0) {
+        json_decref(by_status);
+        json_decref(list);
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    reply_json(resp, 200,
+               json_pack("{s:o,s:I,s:I,s:o}", "by_status", by_status, "abandoned",
+                         (json_int_t)counts.abandoned, "stuck_idle_seconds",
+                         (json_int_t)DASHBOARD_STUCK_IDLE_S, "sagas", list));
+}
+
+/* GET /processes: the daemons registered in txo_processes (include/txo/registry.h). A schema
+ * without the table answers an empty list with "available": false. */
+static void list_processes(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                           const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)m;
+    (void)req;
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_process *ps = NULL;
+    size_t n = 0;
+    int rc = txo_registry_list(db, DASHBOARD_ALIVE_S, &ps, &n, &err);
+    if (rc != 0 && rc != TXO_ENOTFOUND) {
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        const struct txo_process *p = &ps[i];
+        json_t *status = json_loads(p->status, 0, NULL);
+        json_array_append_new(
+            list, json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:s,s:f,s:b,s:o}", "owner", p->owner, "role",
+                            p->role, "host", p->host, "pid", (json_int_t)p->pid, "version",
+                            p->version, "started_at", p->started_at, "heartbeat_at",
+                            p->heartbeat_at, "heartbeat_age_seconds", p->heartbeat_age_s, "alive",
+                            p->alive, "status", status != NULL ? status : json_object()));
+    }
+    txo_processes_free(ps, n);
+    reply_json(resp, 200,
+               json_pack("{s:b,s:I,s:o}", "available", rc == 0, "alive_window_seconds",
+                         (json_int_t)DASHBOARD_ALIVE_S, "processes", list));
+}
+
+/* The dashboard's files, generated from ui/ (cmake/embed_text.cmake). */
+extern const char orders__ui_index_html[];
+extern const char orders__ui_app_js[];
+extern const char orders__ui_app_css[];
+
+/*
+ * GET /ui and its two files. They are served without the admin token, because a browser
+ * cannot send an Authorization header when it navigates to a page: the page holds no data,
+ * asks for the token (kept in sessionStorage, so it goes with the tab) and sends it as
+ * `Authorization: Bearer` on every API call it makes. No script or style is inline, so the
+ * policy can forbid everything that does not come from this server (data: images only for
+ * the empty favicon, which keeps the browser from asking for /favicon.ico).
+ */
+static void ui_file(struct txo_http_response *resp, const char *body, const char *type)
+{
+    if (txo_http_response_set(resp, 200, body) != 0)
+        return;
+    resp->content_type = type;
+    snprintf(resp->header_name, sizeof(resp->header_name), "Content-Security-Policy");
+    snprintf(resp->header_value, sizeof(resp->header_value),
+             "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'");
+}
+
+static void ui_index(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                     const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)db;
+    (void)m;
+    (void)req;
+    ui_file(resp, orders__ui_index_html, "text/html; charset=utf-8");
+}
+
+static void ui_js(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                  const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)db;
+    (void)m;
+    (void)req;
+    ui_file(resp, orders__ui_app_js, "text/javascript; charset=utf-8");
+}
+
+static void ui_css(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                   const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)db;
+    (void)m;
+    (void)req;
+    ui_file(resp, orders__ui_app_css, "text/css; charset=utf-8");
+}
+
 /*
  * Compares the bearer token in constant time: the loop runs over the whole configured token
  * whatever the client sent, so the time taken says nothing about how many bytes matched.
@@ -780,6 +995,11 @@ static const struct route routes[] = {
     {"POST", "/dlq/", PARAM_ID, "/replay", true, true, replay_dlq},
     {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
     {"GET", "/sagas/", PARAM_SAGA, "", true, true, get_saga},
+    {"GET", "/sagas", PARAM_NONE, "", true, true, list_sagas},
+    {"GET", "/processes", PARAM_NONE, "", true, true, list_processes},
+    {"GET", "/ui", PARAM_NONE, "", false, false, ui_index},
+    {"GET", "/ui/app.js", PARAM_NONE, "", false, false, ui_js},
+    {"GET", "/ui/app.css", PARAM_NONE, "", false, false, ui_css},
 };
 
 bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin)

@@ -22,6 +22,12 @@
  *   POST /dlq/{id}/replay     the dead letter's event back to PENDING; 404, 409 not FAILED.
  *   GET  /sagas/{id}          the saga and its steps; 404.
  *   POST /sagas/{id}/retry    retries a COMPENSATION_FAILED saga now; 409 other states.
+ *   GET  /sagas               counts per status, and every COMPENSATION_FAILED saga and the
+ *                             stuck ones, each with its failing step and error.
+ *   GET  /processes           the daemons registered in txo_processes (txo/registry.h):
+ *                             alive or stale, with their circuit breaker states.
+ *   the operator's dashboard (no token: the page asks for it, see api.c):
+ *   GET  /ui, /ui/app.js, /ui/app.css
  * Every error body is {"error":"<code>","message":"<what and why>"}.
  *
  * The POST /orders transaction writes, together or not at all: the idempotency key row, the

@@ -251,6 +251,8 @@ static int run(int argc, char **argv)
     pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
+    struct txo_heartbeat *hb = NULL;
+    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     struct txo_error err;
     txo_error_init(&err);
     txo_error_init(&rt.err);
@@ -299,6 +301,11 @@ static int run(int argc, char **argv)
         prog_started =
             prog.db != NULL && pthread_create(&prog_tid, NULL, progress_main, &prog) == 0;
     }
+    /* A one-shot --drain is a job, not a daemon: it does not register. */
+    if (!opts.drain) {
+        hb_src.relay = rt.relay;
+        hb = daemon_heartbeat_start("relay", &opts.common, &hb_src);
+    }
     notify_ready("publishing the outbox");
     sig = signals_wait();
     notify_stopping();
@@ -324,6 +331,7 @@ static int run(int argc, char **argv)
     }
     status = 0;
 out:
+    txo_heartbeat_stop(hb); /* before the relay whose breaker it reads */
     clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
     txo_relay_free(rt.relay); /* before the registry its metrics live in */

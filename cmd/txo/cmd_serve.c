@@ -18,10 +18,12 @@ const struct command cmd_serve = {
         "Serves the order API over HTTP/1.1 (keep-alive). POST /orders writes the idempotency\n"
         "key, the order, its items, the OrderCreated outbox event and the stored response in\n"
         "one transaction; a repeat with the same Idempotency-Key and body gets the stored\n"
-        "response. Admin endpoints (/outbox/stats, /dlq, /sagas/{id}) need\n"
-        "`Authorization: Bearer <token>` when --admin-token is set. GET /metrics is the\n"
-        "Prometheus text format. SIGTERM/SIGINT: stop accepting, finish the requests in\n"
-        "flight, exit 0. Endpoints and status codes: README.md.",
+        "response. Admin endpoints (/outbox/stats, /dlq, /sagas, /processes) need\n"
+        "`Authorization: Bearer <token>` when --admin-token is set; /ui is the operator's\n"
+        "dashboard, which asks for that token. GET /metrics is the Prometheus text format.\n"
+        "The process registers itself in txo_processes and heartbeats every 5 s.\n"
+        "SIGTERM/SIGINT: stop accepting, finish the requests in flight, exit 0. Endpoints\n"
+        "and status codes: README.md.",
     .run = run,
 };
 
@@ -59,6 +61,8 @@ static int run(int argc, char **argv)
     struct order_services *services = NULL;
     struct api_daemon *api = NULL;
     struct daemon_metrics *metrics = NULL;
+    struct txo_heartbeat *hb = NULL;
+    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     int sig = 0;
     struct txo_db *probe = daemon_db_wait("serve", &opts.common, &sig);
     if (probe == NULL) {
@@ -78,12 +82,15 @@ static int run(int argc, char **argv)
                            daemon_metrics_registry(metrics), NULL, NULL);
     if (api == NULL)
         goto out;
+    hb_src.services = services;
+    hb = daemon_heartbeat_start("serve", &opts.common, &hb_src);
     notify_ready("serving the HTTP API");
     sig = signals_wait();
     notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "serve", "stopping signal=%d", sig);
     status = 0;
 out:
+    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
     daemon_api_stop(api);
     order_services_free(services);
     daemon_metrics_free(metrics);

@@ -212,6 +212,8 @@ static int run(int argc, char **argv)
     bool relay_running = false;
     pthread_t relay_tid;
     struct api_daemon *api = NULL;
+    struct txo_heartbeat *hb = NULL;
+    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
 
     struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
@@ -259,6 +261,9 @@ static int run(int argc, char **argv)
     api = daemon_api_start("up", &opts.common, &opts.serve, services, reg, wake_relay, rt.relay);
     if (api == NULL)
         goto out;
+    hb_src.services = services;
+    hb_src.relay = rt.relay;
+    hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
     TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
             opts.broker, opts.worker.saga_threads);
     notify_ready("serving the HTTP API, relay and worker");
@@ -267,6 +272,7 @@ static int run(int argc, char **argv)
     TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
     status = 0;
 out:
+    txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */
     daemon_api_stop(api);
     if (relay_running) {
         txo_relay_stop(rt.relay);

@@ -84,6 +84,8 @@ static int run(int argc, char **argv)
     struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
     struct daemon_metrics *metrics = NULL;
+    struct txo_heartbeat *hb = NULL;
+    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     int sig = 0;
     /* The worker's threads ride out a database that goes away; at start-up it waits, like
      * serve and relay, so that READY=1 means the database answered. */
@@ -113,12 +115,15 @@ static int run(int argc, char **argv)
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
             opts.worker.saga_threads, opts.broker);
+    hb_src.services = services;
+    hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);
     notify_ready("running sagas");
     sig = signals_wait();
     notify_stopping();
     TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
     status = 0;
 out:
+    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
     txo_http_server_stop(msrv);
     daemon_worker_stop("worker", worker);
     daemon_worker_free(worker);

@@ -619,3 +619,44 @@ void daemon_api_stop(struct api_daemon *d)
     txo_db_pool_free(d->pool);
     txo_free(d);
 }
+
+/* ---- the process registry ---- */
+
+static size_t heartbeat_breakers(void *arg, struct txo_heartbeat_breaker *out, size_t cap)
+{
+    const struct daemon_heartbeat_src *src = arg;
+    static const char *const names[ORDER_SERVICE_COUNT] = {"payment", "shipment"};
+    size_t n = 0;
+    if (src->relay != NULL && n < cap)
+        out[n++] = (struct txo_heartbeat_breaker){.name = "publisher",
+                                                  .state = txo_relay_breaker_state(src->relay)};
+    for (int k = 0; src->services != NULL && k < ORDER_SERVICE_COUNT && n < cap; k++) {
+        enum order_service_kind kind = (enum order_service_kind)k;
+        if (order_services_remote(src->services, kind))
+            out[n++] = (struct txo_heartbeat_breaker){
+                .name = names[k], .state = order_services_breaker_state(src->services, kind)};
+    }
+    return n;
+}
+
+struct txo_heartbeat *daemon_heartbeat_start(const char *role, const struct common_opts *common,
+                                             const struct daemon_heartbeat_src *src)
+{
+    struct txo_heartbeat_opts ho;
+    txo_heartbeat_opts_init(&ho);
+    ho.role = role;
+    ho.version = TXO_VERSION;
+    if (src != NULL) {
+        ho.breakers = heartbeat_breakers;
+        ho.breakers_arg = (void *)src;
+    }
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_heartbeat *hb = NULL;
+    if (txo_heartbeat_start(&common->db, &ho, &hb, &err) != 0) {
+        TXO_LOG(TXO_LOG_WARN, role, "running without a heartbeat in txo_processes err=\"%s\"",
+                err.msg);
+        return NULL;
+    }
+    return hb;
+}

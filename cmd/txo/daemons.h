@@ -19,6 +19,7 @@
 #include "worker.h"
 #include "txo/metrics.h"
 #include "txo/nats.h"
+#include "txo/registry.h"
 
 /* ---- HTTP API (`txo serve`) ---- */
 struct serve_settings {
@@ -184,5 +185,24 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
 unsigned daemon_api_port(const struct api_daemon *d);
 /* Graceful: requests in flight finish. NULL is a no-op. */
 void daemon_api_stop(struct api_daemon *d);
+
+/* ---- the process registry (txo/registry.h) ---- */
+
+/* What a daemon's heartbeat reports: the breakers of the external services it calls over
+ * HTTP (services NULL: none) and of its relay's publisher (relay NULL: none). Both borrowed:
+ * they must outlive the heartbeat. */
+struct daemon_heartbeat_src {
+    const struct order_services *services;
+    const struct txo_relay *relay;
+};
+
+/*
+ * Registers the process in txo_processes as `role` and keeps its row fresh every 5 s until
+ * txo_heartbeat_stop() (which deletes the row). src (may be NULL) must outlive it. Never fatal:
+ * NULL after one log line when the heartbeat cannot even start (out of memory), and a database
+ * that is down or lacks the table only costs a log line (txo/registry.h).
+ */
+struct txo_heartbeat *daemon_heartbeat_start(const char *role, const struct common_opts *common,
+                                             const struct daemon_heartbeat_src *src);
 
 #endif

@@ -319,6 +319,16 @@ TXO_API TXO_MUST_CHECK int txo_saga_list_stuck(struct txo_db *db, unsigned idle_
                                                struct txo_saga_ref *out, size_t *n,
                                                struct txo_error *err);
 
+/*
+ * Every COMPENSATION_FAILED saga, whether a retry is scheduled or the engine gave up on it (the
+ * given-up ones first, then by when their retry is due), at most max, with status and idle_s
+ * filled: for the operator's dashboard, which shows them before the engine gives up.
+ * Errors: TXO_EINVAL, DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_list_compensation_failed(struct txo_db *db, size_t max,
+                                                             struct txo_saga_ref *out, size_t *n,
+                                                             struct txo_error *err);
+
 /* How many sagas there are per status, and how many COMPENSATION_FAILED ones the engine gave
  * up on (no retry scheduled: an operator must look). */
 struct txo_saga_counts {

@@ -35,5 +35,6 @@
 #include "txo/cmdq.h"
 #include "txo/dlq.h"
 #include "txo/retention.h"
+#include "txo/registry.h"
 
 #endif

@@ -239,17 +239,12 @@ int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status, size_t max
     return 0;
 }
 
-int txo_saga_list_stuck(struct txo_db *db, unsigned idle_s, size_t max, struct txo_saga_ref *out,
-                        size_t *n, struct txo_error *err)
+/* Runs a query whose columns are enum stuck_col and fills out[0..*n) with its rows. */
+static int list_refs(struct txo_db *db, const char *sql, const struct txo_param *p, size_t n_p,
+                     size_t max, struct txo_saga_ref *out, size_t *n, struct txo_error *err)
 {
-    if (db == NULL || n == NULL || (out == NULL && max > 0) || max > INT32_MAX)
-        return txo_error_set(err, TXO_EINVAL, "saga list stuck: bad argument");
-    *n = 0;
-    if (max == 0)
-        return 0;
-    struct txo_param p[] = {txo_p_i64(idle_s), txo_p_i64((int64_t)max)};
     struct txo_rows *rows = NULL;
-    int rc = txo_db_query(db, SAGA_SQL_LIST_STUCK, p, TXO_ARRAY_LEN(p), &rows, err);
+    int rc = txo_db_query(db, sql, p, n_p, &rows, err);
     if (rc != 0)
         return rc;
     size_t k = 0;
@@ -268,4 +263,28 @@ int txo_saga_list_stuck(struct txo_db *db, unsigned idle_s, size_t max, struct t
     *n = k;
     txo_rows_free(rows);
     return 0;
+}
+
+int txo_saga_list_stuck(struct txo_db *db, unsigned idle_s, size_t max, struct txo_saga_ref *out,
+                        size_t *n, struct txo_error *err)
+{
+    if (db == NULL || n == NULL || (out == NULL && max > 0) || max > INT32_MAX)
+        return txo_error_set(err, TXO_EINVAL, "saga list stuck: bad argument");
+    *n = 0;
+    if (max == 0)
+        return 0;
+    struct txo_param p[] = {txo_p_i64(idle_s), txo_p_i64((int64_t)max)};
+    return list_refs(db, SAGA_SQL_LIST_STUCK, p, TXO_ARRAY_LEN(p), max, out, n, err);
+}
+
+int txo_saga_list_compensation_failed(struct txo_db *db, size_t max, struct txo_saga_ref *out,
+                                      size_t *n, struct txo_error *err)
+{
+    if (db == NULL || n == NULL || (out == NULL && max > 0) || max > INT32_MAX)
+        return txo_error_set(err, TXO_EINVAL, "saga list compensation failed: bad argument");
+    *n = 0;
+    if (max == 0)
+        return 0;
+    struct txo_param p[] = {txo_p_i64((int64_t)max)};
+    return list_refs(db, SAGA_SQL_LIST_COMPENSATION_FAILED, p, TXO_ARRAY_LEN(p), max, out, n, err);
 }

@@ -232,6 +232,16 @@
     "AND updated_at < NOW(6) - INTERVAL ? SECOND) "                                                \
     "OR (status = 'COMPENSATION_FAILED' AND retry_at IS NULL) ORDER BY idle DESC LIMIT ?"
 
+/*
+ * Every COMPENSATION_FAILED saga (txo_saga_list_compensation_failed), given-up ones (retry_at
+ * NULL, which sorts first) first. Index: idx_saga_retry (status, retry_at): one status is a
+ * range of it, already in retry_at order. Params: limit. Locks: none. Columns: enum stuck_col
+ * in saga_query.c.
+ */
+#define SAGA_SQL_LIST_COMPENSATION_FAILED                                                          \
+    "SELECT id, saga_type, status, TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS idle "             \
+    "FROM saga_instances WHERE status = 'COMPENSATION_FAILED' ORDER BY retry_at LIMIT ?"
+
 /* Number of sagas per status, and the given-up ones (metrics, `txo stats`). Index:
  * idx_saga_retry (status prefix, index-only scan). Locks: none. */
 #define SAGA_SQL_COUNT_BY_STATUS                                                                   \

@@ -7,7 +7,8 @@
  * JSON strings; `txo stats`, `txo dlq list`, `txo dlq replay`, the relay's /metrics and
  * /readyz work without the saga and command tables; `txo clean` deletes old PUBLISHED rows
  * and old replayed dead letters and nothing else; `txo relay --clean-interval` does the same
- * in-process; a later full `txo migrate` adds the rest of the schema.
+ * in-process; the relay's heartbeat finds no txo_processes and says so in one log line; a
+ * later full `txo migrate` adds the rest of the schema.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -267,6 +268,20 @@ static void test_relay_only_database_end_to_end(void **state)
     if (!testproc_stop(&relay, 10000)) {
         testproc_print_log(&relay, "txo relay");
         fail_msg("the relay did not stop cleanly");
+    }
+    /* No txo_processes here: the heartbeat said so in one line, and nothing else failed. */
+    char *log = testproc_log(&relay);
+    size_t registry_lines = 0;
+    for (const char *p = log; (p = strstr(p, "component=registry")) != NULL; p++)
+        registry_lines++;
+    bool named = strstr(log, "txo_processes does not exist") != NULL;
+    bool errors = strstr(log, "level=error") != NULL;
+    free(log);
+    if (registry_lines != 1 || !named || errors) {
+        testproc_print_log(&relay, "txo relay");
+        fail_msg("a relay-only database: want one registry line naming txo_processes and no "
+                 "error, got %zu line(s)",
+                 registry_lines);
     }
     testproc_remove_log(&relay);
 

@@ -909,6 +909,51 @@ static void test_list_due(void **state)
     assert_int_equal(txo_saga_list_due(f->t.db, TXO_SAGA_COMPLETED, 8, ids, &n, &err), TXO_EINVAL);
 }
 
+/* The dashboard's list: every COMPENSATION_FAILED saga, the given-up ones first, then by when
+ * their retry is due; nothing in another state. */
+static void test_list_compensation_failed(void **state)
+{
+    struct fixture *f = *state;
+    char later[TXO_SAGA_ID_LEN], soon[TXO_SAGA_ID_LEN], given_up[TXO_SAGA_ID_LEN];
+    char running[TXO_SAGA_ID_LEN];
+    assert_true(create(f, "toy:1", later));
+    assert_true(create(f, "toy:2", soon));
+    assert_true(create(f, "toy:3", given_up));
+    assert_true(create(f, "toy:4", running));
+    snprintf(f->p.saga_id, sizeof(f->p.saga_id), "%s", later);
+    exec_id(f, "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', "
+               "retry_at = NOW(6) + INTERVAL 10 MINUTE WHERE id = ?");
+    snprintf(f->p.saga_id, sizeof(f->p.saga_id), "%s", soon);
+    exec_id(f, "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', "
+               "retry_at = NOW(6) + INTERVAL 1 MINUTE WHERE id = ?");
+    snprintf(f->p.saga_id, sizeof(f->p.saga_id), "%s", given_up);
+    exec_id(f, "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', retry_at = NULL "
+               "WHERE id = ?");
+
+    struct txo_saga_ref refs[8];
+    size_t n = 99;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_saga_list_compensation_failed(f->t.db, 8, refs, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(refs[0].id, given_up);
+    assert_string_equal(refs[1].id, soon);
+    assert_string_equal(refs[2].id, later);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(refs[i].status, TXO_SAGA_COMPENSATION_FAILED);
+        assert_string_equal(refs[i].type, "ToySaga");
+    }
+    /* The stuck list has only the given-up one: the others still have a retry coming. */
+    assert_int_equal(txo_saga_list_stuck(f->t.db, 3600, 8, refs, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(refs[0].id, given_up);
+    assert_int_equal(txo_saga_list_compensation_failed(f->t.db, 1, refs, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(txo_saga_list_compensation_failed(f->t.db, 0, refs, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(txo_saga_list_compensation_failed(NULL, 8, refs, &n, &err), TXO_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +978,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrong_definition_and_unknown_saga, setup, teardown),
         cmocka_unit_test_setup_teardown(test_step_without_compensation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_due, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_compensation_failed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

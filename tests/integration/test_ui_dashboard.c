@@ -1,0 +1,327 @@
+/*
+ * The operator's dashboard (GET /ui of `txo serve`) in a real browser: Debian's chromium,
+ * headless, driven over the DevTools protocol by tests/js/dashboard_driver.mjs, one step per
+ * run, each in a fresh tab that must log no error and throw nothing.
+ *
+ * The database gets a backlog of PENDING outbox events, a FAILED event with its dead letter
+ * (whose error text is HTML: it must show as text), and a CreateOrderSaga whose shipment and
+ * refund failed, left COMPENSATION_FAILED with no automatic retry. Then, through the page:
+ *   - it shows the backlog's size (the token given in the URL fragment, which the page
+ *     removes from the address bar);
+ *   - Replay on the dead letter puts its event back to PENDING in the database;
+ *   - Retry on the saga runs its compensations again (this time they work): COMPENSATED;
+ *   - a `txo relay` and a `txo worker` started by the test are listed as alive; the relay
+ *     disappears once stopped; the worker, SIGKILLed and its heartbeat aged, shows as stale.
+ * Also: /ui answers without the token, the admin API still 401s, and GET /sagas lists the
+ * saga with its failing step (ChargePayment, whose refund failed) and that step's error.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "orders.h"
+#include "testdb.h"
+#include "testhttp.h"
+#include "testproc.h"
+
+enum { P_SERVE, P_CHROMIUM, P_RELAY, P_WORKER, N_PROCS };
+static const char *const proc_names[N_PROCS] = {"txo serve", "chromium", "txo relay", "txo worker"};
+
+#define TOKEN "dash-s3cret"
+
+struct ctx {
+    struct testdb t;
+    struct testproc procs[N_PROCS];
+    char profile[64]; /* chromium's --user-data-dir */
+    unsigned api_port;
+    unsigned cdp_port;
+    CURL *h;
+    struct testhttp_reply r;
+};
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "ui");
+    testdb_export_env(&c->t);
+    c->h = curl_easy_init();
+    assert_non_null(c->h);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    for (int i = 0; i < N_PROCS; i++)
+        testproc_stop_hard(&c->procs[i]);
+    if (c->profile[0] != '\0') {
+        const char *rm[] = {"/bin/rm", "-rf", c->profile, NULL};
+        char *out = NULL;
+        (void)testproc_run("ui_rm", rm, 30000, &out);
+        free(out);
+    }
+    testhttp_reply_release(&c->r);
+    curl_easy_cleanup(c->h);
+    testdb_teardown(&c->t);
+    free(c);
+    return 0;
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+static void fail_with_logs(struct ctx *c, const char *what)
+{
+    for (int i = 0; i < N_PROCS; i++)
+        if (c->procs[i].pid != 0 || c->procs[i].log_path[0] != '\0')
+            testproc_print_log(&c->procs[i], proc_names[i]);
+    fail_msg("%s", what);
+}
+
+/* ---- the data the page shows ---- */
+
+/* A CreateOrderSaga whose shipment is refused and whose refund then fails: COMPENSATION_FAILED,
+ * given up at once (one try), so no worker retries it behind the test's back. */
+static void compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    if (orders_seed_inventory(c->t.db, "pen", 100, &err) != 0)
+        fail_msg("seeding: %s", err.msg);
+    struct order_item item = {"pen", 1, 250};
+    int64_t order = 0;
+    if (orders_create_with_saga(c->t.db, 3, &item, 1, &order, saga_id, &err) != 0)
+        fail_msg("creating the order: %s", err.msg);
+    struct txo_saga_opts opts;
+    txo_saga_opts_init(&opts);
+    opts.step_backoff.base_ms = 1;
+    opts.step_backoff.max_ms = 1;
+    opts.compensation_max_tries = 1;
+    struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    if (orders_run_saga(c->t.db, saga_id, &faults, &opts, &final, &err) != 0)
+        fail_msg("running the saga: %s", err.msg);
+    assert_int_equal(final, TXO_SAGA_COMPENSATION_FAILED);
+}
+
+/* A FAILED event and its dead letter, as the relay writes them; the error is HTML, which the
+ * page must show as text. Returns the dead letter's id, *event_id the event's. */
+static int64_t dead_letter(struct ctx *c, int64_t *event_id)
+{
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                         " payload, idempotency_key, status, attempts, last_error)"
+                         " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
+                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable')");
+    *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
+    assert_true(*event_id > 0);
+    struct txo_param p[] = {txo_p_i64(*event_id)};
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_exec_result res = {0, 0};
+    if (txo_db_exec(c->t.db,
+                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
+                    " VALUES (?, 'OrderCreated', '{\"order_id\":4242}',"
+                    " '<b id=\"injected\">broker unavailable</b>')",
+                    p, 1, &res, &err) != 0)
+        fail_msg("inserting the dead letter: %s", err.msg);
+    return (int64_t)res.insert_id;
+}
+
+/* Five events waiting since a minute and a half ago. */
+static void backlog(struct ctx *c)
+{
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                         " payload, idempotency_key, created_at) VALUES"
+                         " ('cart', 1, 'CartCheckedOut', '{}', 'ui-backlog-1',"
+                         "  NOW(6) - INTERVAL 90 SECOND),"
+                         " ('cart', 2, 'CartCheckedOut', '{}', 'ui-backlog-2', NOW(6)),"
+                         " ('cart', 3, 'CartCheckedOut', '{}', 'ui-backlog-3', NOW(6)),"
+                         " ('cart', 4, 'CartCheckedOut', '{}', 'ui-backlog-4', NOW(6)),"
+                         " ('cart', 5, 'CartCheckedOut', '{}', 'ui-backlog-5', NOW(6))");
+}
+
+/* ---- the browser ---- */
+
+static void start_chromium(struct ctx *c)
+{
+    if (access("/usr/bin/chromium", X_OK) != 0)
+        fail_msg("/usr/bin/chromium is missing: run scripts/deps.sh (Debian package chromium)");
+    const char *js_dir = getenv("TXO_JS_DIR");
+    if (js_dir == NULL)
+        fail_msg("TXO_JS_DIR is not set (CTest sets it)");
+    char ws[512];
+    snprintf(ws, sizeof(ws), "%s/node_modules/ws/package.json", js_dir);
+    if (access(ws, R_OK) != 0)
+        fail_msg("%s is missing: run scripts/deps.sh (npm ci in tests/js)", ws);
+    snprintf(c->profile, sizeof(c->profile), "/tmp/txo-ui-chromium-%ld", (long)getpid());
+    c->cdp_port = testproc_free_port();
+    char port_arg[64], profile_arg[128];
+    snprintf(port_arg, sizeof(port_arg), "--remote-debugging-port=%u", c->cdp_port);
+    snprintf(profile_arg, sizeof(profile_arg), "--user-data-dir=%s", c->profile);
+    const char *argv[] = {"/usr/bin/chromium",
+                          "--headless",
+                          "--no-sandbox",
+                          "--disable-gpu",
+                          "--disable-dev-shm-usage",
+                          "--no-first-run",
+                          "--remote-debugging-address=127.0.0.1",
+                          port_arg,
+                          profile_arg,
+                          "about:blank",
+                          NULL};
+    testproc_start(&c->procs[P_CHROMIUM], "ui_chromium", argv, NULL);
+    if (!testproc_wait_http(c->cdp_port, "/json/version", 30000))
+        fail_with_logs(c, "chromium's DevTools endpoint did not answer in 30 s");
+}
+
+/* Runs one step of the driver against the page; fails the test with its output and the logs
+ * when the step fails. */
+static void step(struct ctx *c, const char *name, const char *arg)
+{
+    char driver[512], port[16], url[128];
+    snprintf(driver, sizeof(driver), "%s/dashboard_driver.mjs", getenv("TXO_JS_DIR"));
+    snprintf(port, sizeof(port), "%u", c->cdp_port);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/ui#token=%s", c->api_port, TOKEN);
+    const char *argv[] = {"/usr/bin/env", "node", driver, port, url, name, arg, NULL};
+    char *out = NULL;
+    int rc = testproc_run("ui_driver", argv, 60000, &out);
+    if (rc != 0) {
+        print_message("---- dashboard_driver %s %s ----\n%s---- end ----\n", name,
+                      arg != NULL ? arg : "", out);
+        free(out);
+        char what[128];
+        snprintf(what, sizeof(what), "the dashboard step \"%s %s\" failed", name,
+                 arg != NULL ? arg : "");
+        fail_with_logs(c, what);
+    }
+    free(out);
+}
+
+static void start_daemon(struct ctx *c, int which, const char *tag, const char *const *args)
+{
+    const char *argv[8] = {testproc_txo_bin()};
+    size_t n = 1;
+    for (; args[n - 1] != NULL && n + 1 < TXO_ARRAY_LEN(argv); n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    testproc_start(&c->procs[which], tag, argv, NULL);
+}
+
+static void test_dashboard_in_chromium(void **state)
+{
+    struct ctx *c = *state;
+    char saga_id[TXO_SAGA_ID_LEN];
+    compensation_failed_saga(c, saga_id);
+    int64_t event_id = 0;
+    int64_t letter = dead_letter(c, &event_id);
+    backlog(c);
+    int64_t pending = q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    assert_true(pending >= 5);
+
+    static const char *const serve_args[] = {"--admin-token", TOKEN, NULL};
+    c->api_port = testhttp_txo_start(&c->procs[P_SERVE], "ui_serve", "serve", serve_args);
+
+    /* The page needs no token; the data does. */
+    testhttp_get(c->h, c->api_port, "/ui", &c->r);
+    testhttp_expect_status(&c->r, 200, "GET /ui without a token");
+    if (strstr(c->r.body, "/ui/app.js") == NULL)
+        fail_msg("GET /ui is not the dashboard: %s", c->r.body);
+    testhttp_get(c->h, c->api_port, "/processes", &c->r);
+    testhttp_expect_status(&c->r, 401, "GET /processes without a token");
+
+    /* What the page will show about the saga: the step whose compensation failed, and why. */
+    const char *auth[] = {"Authorization: Bearer " TOKEN, NULL};
+    testhttp_do(c->h, "GET", c->api_port, "/sagas", auth, NULL, 0, &c->r);
+    testhttp_expect_status(&c->r, 200, "GET /sagas");
+    json_t *doc = testhttp_json(&c->r);
+    assert_int_equal(json_integer_value(
+                         json_object_get(json_object_get(doc, "by_status"), "COMPENSATION_FAILED")),
+                     1);
+    assert_int_equal(json_integer_value(json_object_get(doc, "abandoned")), 1);
+    json_t *saga = json_array_get(json_object_get(doc, "sagas"), 0);
+    json_t *failing = json_object_get(saga, "failing_step");
+    if (saga == NULL || strcmp(json_string_value(json_object_get(saga, "saga_id")), saga_id) != 0 ||
+        json_object_get(failing, "name") == NULL ||
+        strcmp(json_string_value(json_object_get(failing, "name")), "ChargePayment") != 0 ||
+        strcmp(json_string_value(json_object_get(failing, "status")), "COMPENSATION_FAILED") != 0 ||
+        strstr(json_string_value(json_object_get(failing, "error")), "refund failed") == NULL)
+        fail_msg("GET /sagas does not list the saga with its failing ChargePayment: %s", c->r.body);
+    json_decref(doc);
+
+    start_chromium(c);
+    char n[32];
+    snprintf(n, sizeof(n), "%lld", (long long)pending);
+    step(c, "load", n);
+
+    snprintf(n, sizeof(n), "%lld", (long long)letter);
+    step(c, "replay", n);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT status = 'PENDING' AND attempts = 0 FROM outbox_events WHERE id = %lld",
+             (long long)event_id);
+    if (q(c, sql) != 1)
+        fail_with_logs(c, "after Replay on the page, the dead letter's event is not PENDING");
+    snprintf(sql, sizeof(sql), "SELECT replay_count FROM dead_letter_events WHERE id = %lld",
+             (long long)letter);
+    assert_int_equal(q(c, sql), 1);
+
+    step(c, "retry", saga_id);
+    struct txo_param p[] = {txo_p_str(saga_id)};
+    char *status = testdb_str(c->t.db, "SELECT status FROM saga_instances WHERE id = ?", p, 1);
+    assert_non_null(status);
+    if (strcmp(status, "COMPENSATED") != 0) {
+        print_message("saga %s is %s\n", saga_id, status);
+        txo_free(status);
+        fail_with_logs(c, "after Retry on the page, the saga is not COMPENSATED");
+    }
+    txo_free(status);
+
+    /* The processes: serve itself, then a relay and a worker. */
+    step(c, "alive", "serve");
+    static const char *const relay[] = {"relay", "--publisher", "null", NULL};
+    static const char *const worker[] = {"worker", "--broker", "none", NULL};
+    start_daemon(c, P_RELAY, "ui_relay", relay);
+    start_daemon(c, P_WORKER, "ui_worker", worker);
+    step(c, "alive", "relay");
+    step(c, "alive", "worker");
+    if (!testproc_stop(&c->procs[P_RELAY], 10000))
+        fail_with_logs(c, "txo relay did not stop cleanly");
+    step(c, "gone", "relay");
+    /* A worker that dies keeps its row; once its heartbeat is old it is shown as stale. */
+    testproc_signal(&c->procs[P_WORKER], SIGKILL);
+    assert_true(testproc_wait(&c->procs[P_WORKER], 10000));
+    testdb_exec(c->t.db, "UPDATE txo_processes SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND "
+                         "WHERE role = 'worker'");
+    step(c, "stale", "worker");
+    /* The API stops cleanly (under a sanitizer: no leak in the routes the page used). */
+    if (!testproc_stop(&c->procs[P_SERVE], 10000))
+        fail_with_logs(c, "txo serve did not stop cleanly");
+
+    for (int i = 0; i < N_PROCS; i++)
+        testproc_remove_log(&c->procs[i]);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_dashboard_in_chromium, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
+}
