@@ -754,6 +754,32 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/*
+ * Puts a cached statement whose result could not be read back to its state after prepare.
+ *
+ * Why: an error can arrive in the middle of a result set, after the column definitions that
+ * mysql_stmt_execute() reads: a SELECT ... FOR UPDATE that waits for a row lock and becomes a
+ * deadlock victim (1213) or times out (1205), a server that kills the query, and so on. Then
+ * mysql_stmt_store_result() fails, and Connector/C (3.3) marks the connection ready but
+ * leaves the statement waiting for its result; mysql_stmt_free_result() then moves it to
+ * "fetching". The next mysql_stmt_execute() of that same handle (the retry of the
+ * transaction runs the same SQL, so the cache hands out the same handle) first drains the
+ * rest of that unbuffered result: it waits for packets the server never sends, before it
+ * even sends the execute, until read_timeout (the relay's reclaim hung there). Errors in the
+ * reply to the execute itself need nothing: the library puts the handle back to "prepared".
+ *
+ * mysql_stmt_reset() returns the handle to "prepared" (one COM_STMT_RESET round trip, only on
+ * this error path). When that fails too, the session cannot be trusted: it is marked broken,
+ * so the next transaction attempt reconnects (which drops every cached statement).
+ */
+static void forget_failed_result(struct txo_db *db, MYSQL_STMT *stmt)
+{
+    if (db->broken)
+        return; /* reconnecting closes the handle anyway */
+    if (mysql_stmt_reset(stmt) != 0)
+        db->broken = true;
+}
+
 static int fetch_rows(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, struct txo_rows **out,
                       struct txo_error *err)
 {
@@ -841,6 +867,8 @@ static int fetch_rows(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, stru
     rows = NULL;
 out:
     mysql_stmt_free_result(stmt);
+    if (rc < 0)
+        forget_failed_result(db, stmt);
     mysql_free_result(meta);
     if (bufs)
         for (size_t c = 0; c < n_cols; c++)

@@ -1,7 +1,8 @@
 /*
  * The database layer against a real MariaDB: bound parameters, buffered rows, error mapping,
- * transactions that commit or roll back, whole-transaction retry on deadlock, lock wait
- * timeout and a killed connection, and idempotent migrations.
+ * transactions that commit or roll back, whole-transaction retry on deadlock (also one that
+ * comes in the middle of a result set), lock wait timeout and a killed connection, and
+ * idempotent migrations.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -195,6 +196,110 @@ static void test_deadlock_is_retried(void **state)
     txo_db_close(b.db);
 }
 
+/*
+ * A deadlock that the server reports in the middle of a result set (after the column
+ * definitions, while the SELECT ... FOR UPDATE waits for a row lock), not in the reply to the
+ * execute: the retry runs the same cached statement again at once, and must not wait for the
+ * rest of the failed result. The relay's reclaim hung this way (read_timeout 600 s).
+ */
+#define DL_SELECT "SELECT k FROM kv WHERE k IN ('dl1', 'dl2') ORDER BY k DESC FOR UPDATE"
+
+struct dl_victim {
+    struct txo_db *db;
+    unsigned calls;
+    int rc;
+    int64_t elapsed_ms;
+    size_t n_rows;
+};
+
+static int dl_victim_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct dl_victim *v = arg;
+    v->calls++;
+    struct txo_rows *rows = NULL;
+    /* Locks dl2, then waits for dl1, which the holder has: the first statement, as in the relay. */
+    int rc = txo_tx_query(tx, DL_SELECT, NULL, 0, &rows, err);
+    v->n_rows = txo_rows_count(rows);
+    txo_rows_free(rows);
+    return rc;
+}
+
+static void *dl_victim_thread(void *arg)
+{
+    struct dl_victim *v = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t t0 = txo_monotonic_ms();
+    v->rc = txo_db_transact(v->db, TXO_ISO_READ_COMMITTED, dl_victim_fn, v, &err);
+    v->elapsed_ms = txo_monotonic_ms() - t0;
+    if (v->rc < 0)
+        print_error("victim: %s\n", err.msg);
+    return NULL;
+}
+
+static void test_deadlock_in_result_set_then_retry(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT INTO kv (k, v) VALUES ('dl1', 0), ('dl2', 0)");
+    /* The victim waits 3 s at most for a reply: a desynchronised protocol shows as a timeout. */
+    struct txo_db_opts opts = t->opts;
+    opts.read_timeout_s = 3;
+    struct dl_victim v = {.rc = -1};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_open(&opts, &v.db, &err), 0);
+
+    /*
+     * The holder locks dl1 and writes some rows first, so that InnoDB picks the victim (the
+     * lighter transaction) to roll back, not the holder.
+     */
+    struct txo_db *holder = testdb_connect(t);
+    testdb_exec(holder, "START TRANSACTION");
+    for (int i = 0; i < 20; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "dl-fill-%d", i);
+        struct txo_param p[] = {txo_p_str(key), txo_p_i64(i)};
+        assert_int_equal(
+            txo_db_exec(holder, "INSERT INTO kv (k, v) VALUES (?, ?)", p, 2, NULL, &err), 0);
+    }
+    testdb_exec(holder, "UPDATE kv SET v = v + 1 WHERE k = 'dl1'");
+
+    struct txo_db_stats before, after;
+    txo_db_get_stats(&before);
+    pthread_t th;
+    pthread_create(&th, NULL, dl_victim_thread, &v);
+    /* Until the victim's SELECT holds dl2 and waits for dl1. */
+    for (int i = 0; i < 200; i++) {
+        if (testdb_i64(t->db,
+                       "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE "
+                       "COMMAND = 'Execute' AND INFO LIKE 'SELECT k FROM kv WHERE k IN%'",
+                       NULL, 0) > 0)
+            break;
+        txo_sleep_ms(10);
+    }
+    txo_sleep_ms(200);
+    /* The holder now wants dl2: a cycle, and the victim's SELECT gets error 1213. */
+    testdb_exec(holder, "UPDATE kv SET v = v + 1 WHERE k = 'dl2'");
+    testdb_exec(holder, "COMMIT");
+    pthread_join(th, NULL);
+    txo_db_get_stats(&after);
+
+    assert_int_equal(v.rc, 0);
+    assert_true(after.deadlocks > before.deadlocks);
+    /* One retry on the same connection, no lost connection, no read timeout. */
+    assert_int_equal(v.calls, 2);
+    assert_int_equal(after.conn_lost, before.conn_lost);
+    assert_true(v.elapsed_ms < 2500);
+    assert_int_equal(v.n_rows, 2);
+    /* The connection is in step: the next statements on it work. */
+    assert_int_equal(txo_db_transact(v.db, TXO_ISO_READ_COMMITTED, dl_victim_fn, &v, &err), 0);
+    assert_int_equal(v.n_rows, 2);
+    assert_int_equal(testdb_i64(v.db, "SELECT SUM(v) FROM kv WHERE k IN ('dl1', 'dl2')", NULL, 0),
+                     2);
+    txo_db_close(holder);
+    txo_db_close(v.db);
+}
+
 static int lock_row_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     (void)arg;
@@ -381,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_error_mapping),
         cmocka_unit_test(test_commit_and_rollback),
         cmocka_unit_test(test_deadlock_is_retried),
+        cmocka_unit_test(test_deadlock_in_result_set_then_retry),
         cmocka_unit_test(test_lock_wait_timeout),
         cmocka_unit_test(test_lost_connection_reconnects_and_retries),
         cmocka_unit_test(test_in_list),
