@@ -662,6 +662,53 @@ static void list_dlq(struct order_api *api, struct txo_db *db, const struct rout
                json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
 }
 
+static void list_parked(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                        const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)api;
+    (void)m;
+    const char *limit = txo_http_request_arg(req, "limit");
+    if (txo_http_request_arg_count(req, "limit") > 1) {
+        reply_error(resp, 400, "invalid_request", "limit may be given once");
+        return;
+    }
+    int64_t max = 50;
+    if (limit != NULL && !parse_int64(limit, 1, 1000, &max)) {
+        reply_error(resp, 400, "invalid_request", "limit must be 1..1000");
+        return;
+    }
+    struct txo_relay_parked *p = txo_calloc((size_t)max, sizeof(*p));
+    if (p == NULL) {
+        reply_error(resp, 500, "internal", "out of memory for the parked aggregates");
+        return;
+    }
+    struct txo_error err;
+    txo_error_init(&err);
+    size_t n = 0;
+    int rc = txo_relay_list_parked(db, p, (size_t)max, &n, &err);
+    if (rc != 0) {
+        txo_free(p);
+        reply_txo_error(resp, rc, &err);
+        return;
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        /* A broker's reason may hold bytes that are not UTF-8, and an aggregate id too:
+         * json_string() refuses those, so they go out as null. */
+        json_t *error = p[i].last_error[0] != '\0' ? json_string(p[i].last_error) : NULL;
+        json_t *agg_id = json_string(p[i].aggregate_id);
+        json_array_append_new(
+            list,
+            json_pack("{s:s,s:o,s:I,s:s,s:I,s:o,s:I}", "aggregate_type", p[i].aggregate_type,
+                      "aggregate_id", agg_id != NULL ? agg_id : json_null(), "event_id",
+                      (json_int_t)p[i].event_id, "status", txo_outbox_status_name(p[i].status),
+                      "attempts", (json_int_t)p[i].attempts, "last_error",
+                      error != NULL ? error : json_null(), "waiting", (json_int_t)p[i].waiting));
+    }
+    txo_free(p);
+    reply_json(resp, 200, json_pack("{s:o,s:I}", "parked", list, "limit", (json_int_t)max));
+}
+
 static void replay_dlq(struct order_api *api, struct txo_db *db, const struct route_match *m,
                        const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -992,6 +1039,7 @@ static const struct route routes[] = {
     {"POST", "/orders/", PARAM_ID, "/cancel", false, true, cancel_order},
     {"GET", "/outbox/stats", PARAM_NONE, "", true, true, outbox_stats},
     {"GET", "/dlq", PARAM_NONE, "", true, true, list_dlq},
+    {"GET", "/outbox/parked", PARAM_NONE, "", true, true, list_parked},
     {"POST", "/dlq/", PARAM_ID, "/replay", true, true, replay_dlq},
     {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
     {"GET", "/sagas/", PARAM_SAGA, "", true, true, get_saga},

@@ -18,6 +18,8 @@
  *   GET  /metrics             Prometheus text format (when a registry is given).
  *   admin (Authorization: Bearer <token> when a token is configured, else 401):
  *   GET  /outbox/stats        counts per status and the oldest pending age.
+ *   GET  /outbox/parked       aggregates held back by a failed event (relay --ordering
+ *                             aggregate), oldest first (?limit= 1..1000, default 50).
  *   GET  /dlq                 dead letters (?after_id=&limit=).
  *   POST /dlq/{id}/replay     the dead letter's event back to PENDING; 404, 409 not FAILED.
  *   GET  /sagas/{id}          the saga and its steps; 404.

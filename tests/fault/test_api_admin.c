@@ -258,6 +258,21 @@ static void test_admin_endpoints(void **state)
     assert_int_equal(json_integer_value(json_object_get(doc, "next_after_id")), dl_id);
     json_decref(doc);
 
+    /* The FAILED event holds its aggregate back (relay --ordering aggregate): parked. */
+    admin(c->h, "GET", port, "/outbox/parked?limit=10", r);
+    testhttp_expect_status(r, 200, "GET /outbox/parked");
+    doc = testhttp_json(r);
+    json_t *parked = json_object_get(doc, "parked");
+    if (json_array_size(parked) != 1)
+        fail_msg("GET /outbox/parked should list the one FAILED head: %s", r->body);
+    json_t *pk = json_array_get(parked, 0);
+    assert_string_equal(json_string_value(json_object_get(pk, "aggregate_id")), "4242");
+    assert_int_equal(json_integer_value(json_object_get(pk, "event_id")), event_id);
+    assert_string_equal(json_string_value(json_object_get(pk, "status")), "FAILED");
+    assert_string_equal(json_string_value(json_object_get(pk, "last_error")), "broker unavailable");
+    assert_int_equal(json_integer_value(json_object_get(doc, "limit")), 10);
+    json_decref(doc);
+
     snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
     admin(c->h, "POST", port, path, r);
     testhttp_expect_status(r, 200, "POST /dlq/{id}/replay");

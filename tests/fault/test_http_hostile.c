@@ -714,6 +714,11 @@ static void test_api_refuses_ambiguous_input(void **state)
         {"GET /dlq HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer \r\n\r\n", 401},
         {"GET /dlq HTTP/1.1\r\nHost: t\r\n" AUTH AUTH "\r\n", 401},
         {"GET /dlq HTTP/1.1\r\nHost: t\r\n" AUTH "\r\n", 200},
+        {"GET /outbox/parked?limit=0 HTTP/1.1\r\nHost: t\r\n" AUTH "\r\n", 400},
+        {"GET /outbox/parked?limit=1001 HTTP/1.1\r\nHost: t\r\n" AUTH "\r\n", 400},
+        {"GET /outbox/parked?limit=1&limit=2 HTTP/1.1\r\nHost: t\r\n" AUTH "\r\n", 400},
+        {"GET /outbox/parked HTTP/1.1\r\nHost: t\r\n\r\n", 401},
+        {"GET /outbox/parked?limit=1000 HTTP/1.1\r\nHost: t\r\n" AUTH "\r\n", 200},
     };
 #undef AUTH
     for (size_t i = 0; i < TXO_ARRAY_LEN(cases); i++) {

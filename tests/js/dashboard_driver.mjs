@@ -129,6 +129,9 @@ case 'load':
   if (!(await evaluate('document.querySelector("#dlq td.error").textContent.includes("<b")')))
     die('the dead letter\'s error text is not shown as it is');
   await waitFor('document.querySelector("#attention tr[data-saga]")', 'a saga row');
+  // The FAILED event holds its aggregate back (GET /outbox/parked).
+  await waitFor('Array.from(document.querySelectorAll("#parked tr[data-parked] td.mono"))' +
+                '.some((td) => td.textContent === "order/4242")', 'the parked aggregate order/4242');
   break;
 case 'replay':
 case 'retry': {

@@ -15,6 +15,10 @@ const POLL_MS = 3000;
 const HISTORY_POINTS = 200; // 10 minutes at one sample every 3 s
 const TOKEN_KEY = 'txo.adminToken';
 const DLQ_LIMIT = 100; // dead letters listed, oldest first (the total is in the outbox card)
+// Parked aggregates are read every PARKED_EVERY polls: the query reads every due row.
+const PARKED_EVERY = 5;
+const PARKED_LIMIT = 50;
+let polls = 0;
 
 const history = []; // {t, pending, age}
 let statusHoldUntil = 0; // the outcome of an action stays on screen for a while
@@ -269,6 +273,18 @@ function showProcesses(p) {
   fillBody('breakers', breakers, 'No breakers reported.', 3);
 }
 
+function showParked(p) {
+  const rows = p.parked.map((a) => el('tr', {data: {parked: a.event_id}},
+      el('td', {cls: 'mono'}, a.aggregate_type + '/' + (a.aggregate_id === null ? '?' : a.aggregate_id)),
+      el('td', null, a.event_id),
+      el('td', {cls: a.status === 'FAILED' ? 'bad' : 'warn'}, a.status),
+      el('td', null, a.attempts),
+      el('td', {cls: 'error', title: a.last_error || ''}, a.last_error || ''),
+      el('td', {cls: 'count'}, a.waiting)));
+  fillBody('parked', rows, 'No aggregate is held back.', 6);
+  setText('parked-count', rows.length >= PARKED_LIMIT ? '(the oldest ' + PARKED_LIMIT + ')' : '');
+}
+
 async function refresh() {
   try {
     const [stats, dlq, sagas, procs] = await Promise.all([
@@ -278,6 +294,8 @@ async function refresh() {
     showDeadLetters(dlq);
     showSagas(sagas);
     showProcesses(procs);
+    if (polls++ % PARKED_EVERY === 0)
+      showParked(await api('GET', '/outbox/parked?limit=' + PARKED_LIMIT));
     document.body.dataset.loaded = 'true';
     if (Date.now() > statusHoldUntil)
       setStatus('updated ' + new Date().toLocaleTimeString(), false);
