@@ -5,7 +5,11 @@
  *   - as an event payload: whenever txo_envelope_encode() accepts it, the envelope is one
  *     line of JSON whose "payload" equals the payload (the encoder copies the text without its
  *     whitespace, which must never change the meaning), and txo_envelope_decode() gives the
- *     event back.
+ *     event back;
+ *   - as a CloudEvents attribute in binary mode: as the aggregate id it goes out in ce-*
+ *     headers percent-encoded to printable ASCII (nothing a transport's header could break on)
+ *     and txo_envelope_decode_message() gives it back unchanged; as a raw ce-id header a
+ *     consumer received, the decoder refuses it or returns it decoded.
  */
 #include <jansson.h>
 #include <stdlib.h>
@@ -20,6 +24,66 @@ static void check(bool ok)
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* txo_inbound_message.header over a txo_ce_headers (msg->transport). */
+static const char *lookup(const struct txo_inbound_message *msg, const char *name)
+{
+    const struct txo_ce_headers *h = msg->transport;
+    for (size_t i = 0; i < h->n; i++)
+        if (strcmp(h->names[i], name) == 0)
+            return h->values[i];
+    return NULL;
+}
+
+static void binary_mode(const char *text, size_t size)
+{
+    if (strlen(text) != size)
+        return; /* a C string cannot carry a NUL: the outbox's columns never hand one over */
+    struct txo_outbox_message msg = {
+        .id = 42,
+        .aggregate_type = "order",
+        .aggregate_id = text,
+        .event_type = "OrderCreated",
+        .payload = "{\"a\": 1}",
+        .idempotency_key = "order:7:created",
+        .created_at = "2026-11-30T15:37:00.123456Z",
+        .attempt = 1,
+    };
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_ce_headers h;
+    size_t len = 0;
+    char *body = txo_envelope_binary(&msg, &h, &len, &err);
+    if (body == NULL) {
+        check(err.code == TXO_EINVAL); /* not UTF-8 */
+    } else {
+        check(strcmp(body, "{\"a\":1}") == 0 && len == strlen(body));
+        for (size_t i = 0; i < h.n; i++)
+            for (const char *p = h.values[i]; *p != '\0'; p++)
+                check(*p > 0x20 && *p < 0x7f && *p != '"');
+        struct txo_inbound_message in = {.data = body, .len = len, .header = lookup,
+                                         .transport = &h};
+        struct txo_event ev;
+        check(txo_envelope_decode_message(&in, &ev, &err) == 0);
+        check(strcmp(ev.aggregate_id, text) == 0);
+        txo_event_release(&ev);
+    }
+    txo_ce_headers_release(&h);
+    txo_free(body);
+
+    /* The input as the raw ce-id header of a received message. */
+    struct txo_ce_headers raw = {.n = 3,
+                                 .names = {"ce-specversion", "ce-type", "ce-id"},
+                                 .values = {(char *)"1.0", (char *)"T", (char *)text}};
+    struct txo_inbound_message in = {.data = "{}", .len = 2, .header = lookup, .transport = &raw};
+    struct txo_event ev;
+    if (txo_envelope_decode_message(&in, &ev, &err) == 0) {
+        check(ev.idempotency_key != NULL && strlen(ev.idempotency_key) <= size);
+        txo_event_release(&ev);
+    } else {
+        check(err.code == TXO_EINVAL);
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -39,6 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check(text != NULL);
     memcpy(text, data, size);
     text[size] = '\0';
+    binary_mode(text, size);
     struct txo_outbox_message msg = {
         .id = 42,
         .aggregate_type = "order",
