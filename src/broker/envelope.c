@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "core/text.h"
 #include "txo/consumer.h"
 
 #define PAYLOAD_KEY ",\"payload\":"
@@ -480,17 +481,6 @@ out:
     return rc;
 }
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* A percent-encoded header value, decoded into *out (a new string; a '%' not followed by two
  * hex digits is kept as it is). Errors: TXO_EINVAL (it encodes a NUL byte), TXO_ENOMEM. */
 static int ce_percent_decode(const char *v, char **out)
@@ -501,8 +491,8 @@ static int ce_percent_decode(const char *v, char **out)
         return TXO_ENOMEM;
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        int hi = v[i] == '%' && i + 2 < n + 1 ? hex_digit(v[i + 1]) : -1;
-        int lo = hi >= 0 ? hex_digit(v[i + 2]) : -1;
+        int hi = v[i] == '%' && i + 2 < n + 1 ? txo__hex_digit(v[i + 1]) : -1;
+        int lo = hi >= 0 ? txo__hex_digit(v[i + 2]) : -1;
         if (lo < 0) {
             d[o++] = v[i];
             continue;

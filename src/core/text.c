@@ -130,3 +130,14 @@ const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN])
     out[27] = '\0';
     return out;
 }
+
+int txo__hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

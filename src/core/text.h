@@ -16,4 +16,7 @@
  */
 const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN]);
 
+/* The value of hex digit c (0-9, a-f, A-F), or -1 when c is not one. */
+int txo__hex_digit(char c);
+
 #endif

@@ -7,6 +7,7 @@
  */
 #include "core/common.h"
 
+#include "core/text.h"
 #include "http/parse.h"
 
 #include <strings.h>
@@ -285,17 +286,6 @@ enum chunk_state {
 /* Limits for the lines of a chunked body: a size with its extensions, all trailers. */
 enum { CHUNK_LINE_MAX = 256, CHUNK_TRAILERS_MAX = 4096, CHUNK_DIGITS_MAX = 15 };
 
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static int bad_chunk(struct txo__http_refusal *why, const char *message)
 {
     return refuse(why, 400, "bad_request", message);
@@ -310,7 +300,7 @@ int txo__http_chunked_feed(struct txo__http_chunked *c, const char *in, size_t l
         char ch = in[i];
         switch ((enum chunk_state)c->state) {
         case CHUNK_SIZE: {
-            int d = hex_value(ch);
+            int d = txo__hex_digit(ch);
             if (d >= 0) {
                 if (++c->digits > CHUNK_DIGITS_MAX)
                     return bad_chunk(why, "chunk size too long");
@@ -415,8 +405,8 @@ long txo__http_pct_decode(const char *in, size_t len, bool plus_is_space, char *
         if (ch == '%') {
             if (i + 2 >= len)
                 return -1;
-            int hi = hex_value(in[i + 1]);
-            int lo = hex_value(in[i + 2]);
+            int hi = txo__hex_digit(in[i + 1]);
+            int lo = txo__hex_digit(in[i + 2]);
             if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
                 return -1;
             out[o++] = (char)(hi * 16 + lo);
