@@ -556,8 +556,19 @@ static int ensure_connected(struct txo_db *db, struct txo_error *err)
     if (db->conn && !db->broken)
         return 0;
     disconnect(db);
-    TXO_LOG(TXO_LOG_WARN, "db", "reconnecting database=%s", db->database);
-    return connect_session(db, err);
+    TXO_LOG(db->unreachable ? TXO_LOG_DEBUG : TXO_LOG_WARN, "db", "reconnecting database=%s",
+            db->database);
+    int rc = connect_session(db, err);
+    if (rc < 0 && !db->unreachable) {
+        db->unreachable = true;
+        TXO_LOG(TXO_LOG_WARN, "db",
+                "database unreachable; retrying, quietly until it answers database=%s error=%s",
+                db->database, txo_err_name(rc));
+    } else if (rc == 0 && db->unreachable) {
+        db->unreachable = false;
+        TXO_LOG(TXO_LOG_WARN, "db", "reconnected database=%s", db->database);
+    }
+    return rc;
 }
 
 int txo_db_ping(struct txo_db *db, struct txo_error *err)
@@ -1057,8 +1068,9 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
             return rc;
         atomic_fetch_add(&stat_tx_retries, 1);
         int64_t delay = txo_backoff_delay_ms(&db->opts.tx_backoff, attempt, txo_rand01());
-        TXO_LOG(TXO_LOG_WARN, "db", "transaction retry attempt=%u delay_ms=%" PRId64 " error=%s",
-                attempt, delay, txo_err_name(rc));
+        TXO_LOG(db->unreachable ? TXO_LOG_DEBUG : TXO_LOG_WARN, "db",
+                "transaction retry attempt=%u delay_ms=%" PRId64 " error=%s", attempt, delay,
+                txo_err_name(rc));
         txo_sleep_ms(delay);
     }
 }

@@ -24,6 +24,10 @@ struct txo_tx {
 struct txo_db {
     MYSQL *conn; /* NULL while disconnected */
     bool broken; /* the connection was lost: reconnect before the next use */
+    /* The last reconnect failed: the server is down. Further attempts and the retries they
+     * cause are logged at debug level until one succeeds, so an outage is one warning and one
+     * "reconnected" line, not one line per retry of every transaction. */
+    bool unreachable;
     bool in_tx;  /* inside txo_db_transact's callback */
     bool raw_tx; /* a START TRANSACTION sent through txo_db_exec_raw is open */
     struct txo_db_opts opts;

@@ -1444,13 +1444,13 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
                 outage_logged_ms = now;
                 TXO_LOG(TXO_LOG_WARN, "relay",
                         "database unavailable, retrying with backoff relay_id=%s error=%s "
-                        "msg=\"%s\"",
+                        "reason=\"%s\"",
                         r->relay_id, txo_err_name(rc), e.msg);
             } else if (now - outage_logged_ms >= OUTAGE_REMINDER_MS) {
                 outage_logged_ms = now;
                 TXO_LOG(TXO_LOG_WARN, "relay",
                         "database still unavailable relay_id=%s for_s=%" PRId64
-                        " attempts=%u error=%s msg=\"%s\"",
+                        " attempts=%u error=%s reason=\"%s\"",
                         r->relay_id, (now - outage_start_ms) / 1000, failures, txo_err_name(rc),
                         e.msg);
             }
