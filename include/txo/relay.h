@@ -78,8 +78,8 @@ TXO_API int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *
  *                lease), publish with nothing locked, mark (fenced by the token). Each event
  *                is updated twice; a publisher may take as long as the lease.
  *   TRANSACTION  one transaction: SELECT ... FOR UPDATE SKIP LOCKED, publish while the rows'
- *                locks are held, mark PUBLISHED, commit. Each event is updated once (about
- *                twice the events/s of LEASE, `make bench`); the locks fence the batch (other
+ *                locks are held, mark PUBLISHED, commit. Each event is updated once (1.6-1.7x
+ *                the events/s of LEASE in `make bench`); the locks fence the batch (other
  *                relays skip locked rows), and a relay that dies rolls back, leaving its rows
  *                due again at once. For publishers that answer in milliseconds: a slow one
  *                keeps a transaction open as long as it takes. Needs SKIP LOCKED.
