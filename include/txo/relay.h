@@ -212,7 +212,8 @@ struct txo_relay_parked {
 
 /*
  * Lists up to cap parked aggregates into out[0..*n), oldest event first: the aggregates whose
- * head (the event the ordered claim would take next) failed at least once. Meaningful for
+ * head (the event the ordered claim would take next) failed at least once and that have later
+ * events waiting behind it (waiting >= 1). Meaningful for
  * relays that run with TXO_RELAY_ORDER_AGGREGATE (with NONE nothing is held back). For
  * operators (`txo stats`): it reads every due row once. Uses db only; any thread.
  * Errors: TXO_EINVAL (cap 0), DB errors.

@@ -360,8 +360,9 @@
 /*
  * The parked aggregates (txo_relay_list_parked): heads of their aggregate (as the ordered claim
  * sees them) that failed, either FAILED (dead-lettered, waiting for an operator) or PENDING
- * after a failed attempt (waiting for the retry), with the number of later events of the
- * aggregate they hold back. Index: idx_outbox_due, the PENDING and FAILED ranges (an operator's
+ * after a failed attempt (waiting for the retry), and that hold back at least one later event
+ * of their aggregate (`waiting`: how many). A failed event with nothing behind it parks
+ * nothing: it is a retry or a dead letter, counted as such. Index: idx_outbox_due, the PENDING and FAILED ranges (an operator's
  * query, not a hot path: it reads every due row once), one idx_outbox_aggregate lookup per
  * candidate and a covering count of the aggregate's later entries. Locks: none (consistent
  * read, READ COMMITTED). Params: limit.
@@ -370,9 +371,9 @@
     "SELECT e.aggregate_type, e.aggregate_id, e.id, e.status, e.attempts, e.last_error, "          \
     "(SELECT COUNT(*) FROM outbox_events w FORCE INDEX (idx_outbox_aggregate) "                    \
     "WHERE w.aggregate_type = e.aggregate_type AND w.aggregate_id = e.aggregate_id "               \
-    "AND w.id > e.id) FROM outbox_events e FORCE INDEX (idx_outbox_due) "                          \
+    "AND w.id > e.id) AS waiting FROM outbox_events e FORCE INDEX (idx_outbox_due) "               \
     "WHERE e.status IN ('PENDING', 'FAILED') AND (e.status = 'FAILED' OR e.attempts > "            \
-    "0) " RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY e.id LIMIT ?"
+    "0) " RELAY_SQL__HEAD_OF_AGGREGATE "HAVING waiting > 0 ORDER BY e.id LIMIT ?"
 
 /* How many aggregates RELAY_SQL_LIST_PARKED finds, up to its limit (txo_relay_count_parked).
  * Index, locks and isolation as there. Params: limit. */

@@ -258,7 +258,16 @@ static void test_admin_endpoints(void **state)
     assert_int_equal(json_integer_value(json_object_get(doc, "next_after_id")), dl_id);
     json_decref(doc);
 
-    /* The FAILED event holds its aggregate back (relay --ordering aggregate): parked. */
+    /* A FAILED event alone parks nothing; with a later event of its aggregate behind it (relay
+     * --ordering aggregate) the aggregate is parked. */
+    admin(c->h, "GET", port, "/outbox/parked", r);
+    testhttp_expect_status(r, 200, "GET /outbox/parked");
+    doc = testhttp_json(r);
+    assert_int_equal(json_array_size(json_object_get(doc, "parked")), 0);
+    json_decref(doc);
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key) VALUES ('order', 4242, 'OrderConfirmed', "
+                         "'{\"order_id\":4242}', 'order:4242:confirmed')");
     admin(c->h, "GET", port, "/outbox/parked?limit=10", r);
     testhttp_expect_status(r, 200, "GET /outbox/parked");
     doc = testhttp_json(r);
@@ -270,6 +279,7 @@ static void test_admin_endpoints(void **state)
     assert_int_equal(json_integer_value(json_object_get(pk, "event_id")), event_id);
     assert_string_equal(json_string_value(json_object_get(pk, "status")), "FAILED");
     assert_string_equal(json_string_value(json_object_get(pk, "last_error")), "broker unavailable");
+    assert_int_equal(json_integer_value(json_object_get(pk, "waiting")), 1);
     assert_int_equal(json_integer_value(json_object_get(doc, "limit")), 10);
     json_decref(doc);
 

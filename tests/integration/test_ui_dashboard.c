@@ -118,14 +118,17 @@ static void compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN
     assert_int_equal(final, TXO_SAGA_COMPENSATION_FAILED);
 }
 
-/* A FAILED event and its dead letter, as the relay writes them; the error is HTML, which the
- * page must show as text. Returns the dead letter's id, *event_id the event's. */
+/* A FAILED event and its dead letter, as the relay writes them, and a later event of its
+ * aggregate that it holds back (parked); the error is HTML, which the page must show as text.
+ * Returns the dead letter's id, *event_id the event's. */
 static int64_t dead_letter(struct ctx *c, int64_t *event_id)
 {
     testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
                          " payload, idempotency_key, status, attempts, last_error)"
                          " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
-                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable')");
+                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable'),"
+                         " ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
+                         " 'order:4242:confirmed', 'PENDING', 0, NULL)");
     *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
     assert_true(*event_id > 0);
     struct txo_param p[] = {txo_p_i64(*event_id)};
