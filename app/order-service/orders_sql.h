@@ -88,6 +88,52 @@ enum order_items_col {
     "INSERT INTO inventory (sku, available, reserved) VALUES (?, ?, 0) "                           \
     "ON DUPLICATE KEY UPDATE sku = sku"
 
+/* ---- orders.c: a group of orders in one transaction (the API's order writer) ---- */
+
+/*
+ * The known SKUs among those of a group: BEFORE + "(?,?,...)" (txo_sql_in_list(), the last SKU
+ * repeated), with the session's auto-increment step on every row (the ids of a multi-row
+ * INSERT are first + i * step). inventory PRIMARY (sku), point lookups; consistent read at READ
+ * COMMITTED, no lock (as the SKU check of ORDERS_SQL_INSERT_ORDER_*).
+ */
+#define ORDERS_SQL_GROUP_KNOWN_SKUS_BEFORE                                                         \
+    "SELECT sku, @@session.auto_increment_increment FROM inventory WHERE sku IN "
+
+/*
+ * n order rows: ORDERS_SQL_GROUP_INSERT_ORDERS + n x ORDERS_SQL_GROUP_ORDER_ROW
+ * (txo_sql_values_rows). Params per row: customer_id, total_cents. A "simple insert": InnoDB
+ * allocates its n ids at once, consecutive by the auto-increment step. orders PRIMARY; locks
+ * the new rows only.
+ */
+#define ORDERS_SQL_GROUP_INSERT_ORDERS                                                             \
+    "INSERT INTO orders (customer_id, status, total_cents) VALUES "
+#define ORDERS_SQL_GROUP_ORDER_ROW "(?, 'CREATED', ?)"
+
+/*
+ * Every item of the group's orders in one statement. Param: a JSON array of the orders'
+ * OrderCreated payloads ([{"order_id","items":[{"sku","qty","price_cents"}...]}...]); rows in
+ * payload order, items in their order (ids ascending, as ORDERS_SQL_INSERT_ITEMS). order_items
+ * PRIMARY (auto increment); the FK check takes a shared lock on each order row this
+ * transaction just inserted. Any isolation.
+ */
+#define ORDERS_SQL_GROUP_INSERT_ITEMS                                                              \
+    "INSERT INTO order_items (order_id, sku, qty, price_cents) "                                   \
+    "SELECT j.order_id, j.sku, j.qty, j.price_cents FROM JSON_TABLE(?, '$[*]' COLUMNS ("           \
+    "o FOR ORDINALITY, order_id BIGINT PATH '$.order_id', NESTED PATH '$.items[*]' COLUMNS ("      \
+    "ord FOR ORDINALITY, sku VARCHAR(64) PATH '$.sku', qty INT PATH '$.qty', "                     \
+    "price_cents BIGINT PATH '$.price_cents'))) AS j ORDER BY j.o, j.ord"
+
+/*
+ * The group's OrderCreated events: ORDERS_SQL_GROUP_INSERT_EVENTS + n x
+ * ORDERS_SQL_GROUP_EVENT_ROW. Params per row: aggregate_id, payload, idempotency_key (the
+ * columns txo_outbox_append() writes; the others keep their defaults: PENDING, due now).
+ * uq_outbox_idempotency_key: a duplicate is 1062 and fails the group. Locks the new rows.
+ */
+#define ORDERS_SQL_GROUP_INSERT_EVENTS                                                             \
+    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
+    "idempotency_key) VALUES "
+#define ORDERS_SQL_GROUP_EVENT_ROW "('order', ?, 'OrderCreated', ?, ?)"
+
 /* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
 
 /*
