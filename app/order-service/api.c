@@ -10,7 +10,8 @@
  *      command, and txo_idem_complete() with the response; COMMIT;
  *   3. the answer: the new response, the stored one (a repeat), 409 or 422.
  * A failure anywhere in 2 rolls everything back, including the key row, so a corrected
- * retry with the same key is a new request.
+ * retry with the same key is a new request. With order_batch > 1, step 2 is the order
+ * writer's group transaction (order_writer.h), and this one only when a group failed.
  *
  * Crash points (tests): "api.before_commit" fires inside the transaction after every row is
  * written; "api.after_commit" after COMMIT, before the response is sent.

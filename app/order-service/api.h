@@ -65,7 +65,8 @@ struct order_api_opts {
     struct txo_metrics *metrics;           /* NULL: /metrics answers 404 */
     const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
     /* Called after an order (and its OrderCreated) committed, from the request's thread (the
-     * order writer's, once per group, with order_batch > 1); must be quick and thread-safe. `txo up` wakes its relay with it. NULL: none. */
+     * order writer's, once per group, with order_batch > 1); must be quick and thread-safe. `txo
+     * up` wakes its relay with it. NULL: none. */
     void (*on_commit)(void *arg);
     void *on_commit_arg;
     /* POST /orders per group transaction (order_writer.h): 1 (the default) runs each request

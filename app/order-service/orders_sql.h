@@ -2,9 +2,10 @@
  * Every SQL statement of the order service, one named macro each, so a reader sees all the
  * queries the service runs in one place. Each is a prepared statement with bound parameters
  * (txo_tx_exec/txo_tx_query); none is ever built from values. The only SQL assembled at run
- * time is the IN list of ORDERS_SQL_KNOWN_SKUS_* and ORDERS_SQL_INSERT_ORDER_*, whose
- * placeholder count comes from txo_sql_in_list(). Lists of rows travel as one bound JSON
- * document unpacked by JSON_TABLE (MySQL 8.0.4+, MariaDB 10.6+).
+ * time is the IN list of ORDERS_SQL_KNOWN_SKUS_*, ORDERS_SQL_INSERT_ORDER_* and
+ * ORDERS_SQL_GROUP_KNOWN_SKUS_*, whose placeholder count comes from txo_sql_in_list(), and the
+ * VALUES lists of the ORDERS_SQL_GROUP_* inserts (txo_sql_values_rows()). Lists of rows travel as
+ * one bound JSON document unpacked by JSON_TABLE (MySQL 8.0.4+, MariaDB 10.6+).
  *
  * Above each: the index it uses, the rows it locks, the isolation it assumes. Service
  * transactions run at READ COMMITTED (orders_create, orders_start_saga; the saga engine's step
