@@ -20,7 +20,6 @@
 #include <time.h>
 
 #include "order_writer.h"
-#include "order_writer_sql.h"
 #include "txo/txo.h"
 
 struct order_writer {
@@ -62,91 +61,63 @@ static void req_reset(struct order_writer_req *r)
     r->outcome = ORDER_WRITER_SINGLE;
 }
 
-/* Step 1: the stored rows of the group's keys. Answers the replays and conflicts, sends
- * PROCESSING rows to the single path; the others stay SINGLE with dup_of set to "new". */
+/* Step 1: the stored rows of the group's keys (txo_idem_lookup_many). Answers the replays and
+ * conflicts, sends PROCESSING rows to the single path; the others stay SINGLE with dup_of set
+ * to "new". */
 static int read_keys(struct txo_tx *tx, struct group *g, bool *fresh, struct txo_error *err)
 {
-    size_t slots = txo_sql_in_list_size(g->n);
-    struct txo_param *params = txo_calloc(slots, sizeof(*params));
-    char *sql = txo_sql_in_list(ORDER_WRITER_SQL_KEYS_BEFORE, slots, "");
-    struct txo_rows *rows = NULL;
+    const char **keys = txo_calloc(g->n, sizeof(*keys));
+    struct txo_idem_stored *stored = txo_calloc(g->n, sizeof(*stored));
     int rc;
-    if (params == NULL || sql == NULL) {
+    if (keys == NULL || stored == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "key lookup of a group of %zu orders", g->n);
         goto out;
     }
-    for (size_t i = 0; i < slots; i++)
-        params[i] = txo_p_str(g->reqs[i < g->n ? i : g->n - 1]->key);
-    rc = txo_tx_query(tx, sql, params, slots, &rows, err);
-    if (rc < 0)
+    for (size_t i = 0; i < g->n; i++)
+        keys[i] = g->reqs[i]->key;
+    rc = txo_idem_lookup_many(tx, keys, g->n, stored, err);
+    if (rc != 0)
         goto out;
-    rc = 0;
     for (size_t i = 0; i < g->n; i++) {
         struct order_writer_req *r = g->reqs[i];
-        fresh[i] = true;
-        for (size_t k = 0; k < txo_rows_count(rows); k++) {
-            const char *key = txo_rows_str(rows, k, 0, NULL);
-            if (key == NULL || strcmp(key, r->key) != 0)
-                continue;
-            fresh[i] = false;
-            const char *hash = txo_rows_str(rows, k, 1, NULL);
-            const char *status = txo_rows_str(rows, k, 2, NULL);
-            /* The same decisions as txo_idem_begin()'s, from the same columns. */
-            if (hash == NULL || strcmp(hash, r->hash) != 0) {
-                r->outcome = ORDER_WRITER_CONFLICT;
-            } else if (status != NULL && strcmp(status, "COMPLETED") == 0) {
-                const char *body = txo_rows_str(rows, k, 4, NULL);
-                r->outcome = ORDER_WRITER_REPLAY;
-                r->status = txo_rows_is_null(rows, k, 3) ? 200 : (int)txo_rows_i64(rows, k, 3);
-                r->body = txo_strdup(body != NULL ? body : "null");
-                if (r->body == NULL) {
-                    rc = txo_error_set(err, TXO_ENOMEM, "stored response of key %s", r->key);
-                    goto out;
-                }
-            } else {
-                r->outcome = ORDER_WRITER_SINGLE; /* PROCESSING: wait for it or take it over */
-            }
-            break;
+        struct txo_idem_stored *s = &stored[i];
+        fresh[i] = s->row == TXO_IDEM_ROW_ABSENT;
+        if (fresh[i])
+            continue;
+        /* The same decisions as txo_idem_begin()'s, from the same columns. */
+        if (strcmp(s->hash, r->hash) != 0) {
+            r->outcome = ORDER_WRITER_CONFLICT;
+        } else if (s->row == TXO_IDEM_ROW_COMPLETED) {
+            r->outcome = ORDER_WRITER_REPLAY;
+            r->status = s->status;
+            r->body = s->response; /* ours now */
+            s->response = NULL;
+        } else {
+            r->outcome = ORDER_WRITER_SINGLE; /* PROCESSING: wait for it or take it over */
         }
     }
 out:
-    txo_rows_free(rows);
-    txo_free(params);
-    txo_free(sql);
+    txo_idem_stored_release(stored, keys != NULL && stored != NULL ? g->n : 0);
+    txo_free(stored);
+    txo_free(keys);
     return rc;
 }
 
 /* Step 4: the keys of the new orders, COMPLETED with their responses. */
 static int insert_keys(struct txo_tx *tx, struct group *g, struct txo_error *err)
 {
-    struct txo_param *params = txo_calloc(4 * g->n_new, sizeof(*params));
-    char *sql =
-        txo_sql_values_rows(ORDER_WRITER_SQL_INSERT_KEYS, g->n_new, ORDER_WRITER_SQL_KEY_ROW);
-    int rc;
-    if (params == NULL || sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "key insert of a group of %zu orders", g->n_new);
-        goto out;
-    }
+    struct txo_idem_done *rows = txo_calloc(g->n_new, sizeof(*rows));
+    if (rows == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "key insert of a group of %zu orders", g->n_new);
     for (size_t k = 0; k < g->n_new; k++) {
         struct order_writer_req *r = g->reqs[g->order_of[k]];
-        params[4 * k] = txo_p_str(r->key);
-        params[4 * k + 1] = txo_p_str(r->hash);
-        params[4 * k + 2] = txo_p_i64(r->status);
-        params[4 * k + 3] = txo_p_str(r->body);
+        rows[k] = (struct txo_idem_done){
+            .key = r->key, .hash = r->hash, .status = r->status, .response_json = r->body};
     }
-    struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, params, 4 * g->n_new, &res, err);
-    if (rc < 0) {
+    int rc = txo_idem_store_completed_many(tx, rows, g->n_new, err);
+    if (rc != 0)
         txo_error_wrap(err, "idempotency keys of a group of %zu orders", g->n_new);
-        goto out;
-    }
-    rc = 0;
-    if (res.affected_rows != g->n_new)
-        rc = txo_error_set(err, TXO_EDB, "group: %llu of %zu idempotency keys inserted",
-                           (unsigned long long)res.affected_rows, g->n_new);
-out:
-    txo_free(params);
-    txo_free(sql);
+    txo_free(rows);
     return rc;
 }
 

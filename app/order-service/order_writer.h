@@ -5,16 +5,18 @@
  * One writer thread takes everything queued (at most `cap` requests; no timer: a group forms
  * while the previous one commits, so at low load a group is one request) and runs ONE READ
  * COMMITTED transaction for it, on a connection borrowed from the API's pool for the group:
- *   1. one SELECT of the group's existing idempotency keys (order_writer_sql.h): a COMPLETED key
- *      with the same hash is answered with its stored response, another hash with 422; a
+ *   1. one SELECT of the group's existing idempotency keys (txo_idem_lookup_many): a COMPLETED
+ *      key with the same hash is answered with its stored response, another hash with 422; a
  *      PROCESSING row (a stale or foreign writer) sends that request to the single path;
  *   2. one SELECT of the SKUs of the remaining orders (orders_check_skus_group_tx): an order
  *      naming an unknown SKU is refused (422) before anything is written;
  *   3. inside the group, a second request with a key the group already takes is the same
  *      request (answered with the first one's response) or, with another body, 422;
- *   4. multi-row INSERTs of the orders, their items, their OrderCreated events (in async mode
- *      one StartOrderSaga command each; orders_create_group_tx) and the keys, COMPLETED with
- *      their stored responses; crash point "api.before_commit"; COMMIT; "api.after_commit".
+ *   4. multi-row INSERTs of the orders, their items, their OrderCreated events
+ *      (txo_outbox_append_many; in async mode one StartOrderSaga command each;
+ *      orders_create_group_tx) and the keys, COMPLETED with their stored responses
+ *      (txo_idem_store_completed_many); the tables of the library's modules are written only
+ *      through their APIs; crash point "api.before_commit"; COMMIT; "api.after_commit".
  * Then every handler is answered. When the group's transaction fails for any reason (1062: a
  * key raced by another instance, a deadlock, a lost connection, ...), it is rolled back and each
  * of its requests goes through the single-request path (txo_idem_begin and friends), in its

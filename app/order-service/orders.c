@@ -407,7 +407,9 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
     int64_t *totals = txo_calloc(n + 1, sizeof(*totals));
     char **payloads = txo_calloc(n + 1, sizeof(*payloads));
     char(*keys)[64] = txo_calloc(n + 1, sizeof(*keys));
-    struct txo_param *params = txo_calloc(3 * n + 1, sizeof(*params));
+    char(*agg_ids)[24] = txo_calloc(n + 1, sizeof(*agg_ids));
+    struct txo_outbox_event *events = txo_calloc(n + 1, sizeof(*events));
+    struct txo_param *params = txo_calloc(2 * n + 1, sizeof(*params));
     char *sql = NULL;
     char *all = NULL;
     size_t all_len = 0, all_cap = 0, n_items = 0;
@@ -417,7 +419,8 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
         rc = 0;
         goto out;
     }
-    if (totals == NULL || payloads == NULL || keys == NULL || params == NULL)
+    if (totals == NULL || payloads == NULL || keys == NULL || agg_ids == NULL || events == NULL ||
+        params == NULL)
         goto nomem;
     if (autoinc_step < 1)
         autoinc_step = 1;
@@ -472,24 +475,21 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
         goto out;
     }
 
-    txo_free(sql);
-    sql = txo_sql_values_rows(ORDERS_SQL_GROUP_INSERT_EVENTS, n, ORDERS_SQL_GROUP_EVENT_ROW);
-    if (sql == NULL)
-        goto nomem;
     for (size_t i = 0; i < n; i++) {
         snprintf(keys[i], sizeof(keys[i]), "order:%" PRId64 ":created", orders[i].order_id);
-        params[3 * i] = txo_p_i64(orders[i].order_id);
-        params[3 * i + 1] = txo_p_str(payloads[i]);
-        params[3 * i + 2] = txo_p_str(keys[i]);
+        snprintf(agg_ids[i], sizeof(agg_ids[i]), "%" PRId64, orders[i].order_id);
+        events[i] = (struct txo_outbox_event){
+            .aggregate_type = "order",
+            .aggregate_id = agg_ids[i],
+            .event_type = "OrderCreated",
+            .payload_json = payloads[i],
+            .payload_len = 0,
+            .idempotency_key = keys[i],
+        };
     }
-    rc = txo_tx_exec(tx, sql, params, 3 * n, &res, err);
+    rc = txo_outbox_append_many(tx, events, n, err);
     if (rc < 0) {
         txo_error_wrap(err, "OrderCreated events of a group of %zu orders", n);
-        goto out;
-    }
-    if (res.affected_rows != n) {
-        rc = txo_error_set(err, TXO_EDB, "group of %zu orders: %llu OrderCreated events inserted",
-                           n, (unsigned long long)res.affected_rows);
         goto out;
     }
     for (size_t i = 0; by_command && i < n; i++) {
@@ -510,6 +510,8 @@ out:
     txo_free(payloads);
     txo_free(totals);
     txo_free(keys);
+    txo_free(agg_ids);
+    txo_free(events);
     txo_free(params);
     txo_free(sql);
     txo_free(all);

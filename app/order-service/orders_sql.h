@@ -124,16 +124,9 @@ enum order_items_col {
     "ord FOR ORDINALITY, sku VARCHAR(64) PATH '$.sku', qty INT PATH '$.qty', "                     \
     "price_cents BIGINT PATH '$.price_cents'))) AS j ORDER BY j.o, j.ord"
 
-/*
- * The group's OrderCreated events: ORDERS_SQL_GROUP_INSERT_EVENTS + n x
- * ORDERS_SQL_GROUP_EVENT_ROW. Params per row: aggregate_id, payload, idempotency_key (the
- * columns txo_outbox_append() writes; the others keep their defaults: PENDING, due now).
- * uq_outbox_idempotency_key: a duplicate is 1062 and fails the group. Locks the new rows.
- */
-#define ORDERS_SQL_GROUP_INSERT_EVENTS                                                             \
-    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
-    "idempotency_key) VALUES "
-#define ORDERS_SQL_GROUP_EVENT_ROW "('order', ?, 'OrderCreated', ?, ?)"
+/* The group's OrderCreated events go through txo_outbox_append_many() and its idempotency keys
+ * through txo_idem_lookup_many()/txo_idem_store_completed_many(): those tables belong to the
+ * library's modules, this file holds the SQL of the service's own tables only. */
 
 /* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
 
