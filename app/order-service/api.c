@@ -10,7 +10,8 @@
  *      command, and txo_idem_complete() with the response; COMMIT;
  *   3. the answer: the new response, the stored one (a repeat), 409 or 422.
  * A failure anywhere in 2 rolls everything back, including the key row, so a corrected
- * retry with the same key is a new request.
+ * retry with the same key is a new request. With order_batch > 1, step 2 is the order
+ * writer's group transaction (order_writer.h), and this one only when a group failed.
  *
  * Crash points (tests): "api.before_commit" fires inside the transaction after every row is
  * written; "api.after_commit" after COMMIT, before the response is sent.
@@ -24,6 +25,7 @@
 #include <strings.h>
 
 #include "api.h"
+#include "order_writer.h"
 #include "orders.h"
 #include "txo/dlq.h"
 #include "txo/txo.h"
@@ -31,6 +33,7 @@
 struct order_api {
     struct order_api_opts opts;
     struct txo_db_pool *pool;
+    struct order_writer *writer; /* NULL: order_batch 1, every POST /orders on its own */
 };
 
 void order_api_opts_init(struct order_api_opts *opts)
@@ -38,6 +41,7 @@ void order_api_opts_init(struct order_api_opts *opts)
     memset(opts, 0, sizeof(*opts));
     opts->idempotency_stale_s = 60;
     opts->db_wait_ms = 5000;
+    opts->order_batch = 1;
 }
 
 int order_api_new(const struct order_api_opts *opts, struct txo_db_pool *pool,
@@ -48,12 +52,30 @@ int order_api_new(const struct order_api_opts *opts, struct txo_db_pool *pool,
         return txo_error_set(err, TXO_ENOMEM, "order API");
     api->opts = *opts;
     api->pool = pool;
+    if (opts->order_batch > 1) {
+        struct order_writer_opts wo = {
+            .cap = opts->order_batch,
+            .async = opts->async,
+            .db_wait_ms = opts->db_wait_ms,
+            .metrics = opts->metrics,
+            .on_commit = opts->on_commit,
+            .on_commit_arg = opts->on_commit_arg,
+        };
+        int rc = order_writer_new(&wo, pool, &api->writer, err);
+        if (rc != 0) {
+            txo_free(api);
+            return rc;
+        }
+    }
     *out = api;
     return 0;
 }
 
 void order_api_free(struct order_api *api)
 {
+    if (api == NULL)
+        return;
+    order_writer_free(api->writer);
     txo_free(api);
 }
 
@@ -253,7 +275,7 @@ static int place_order_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (rc != 0)
         return rc;
     char body[96];
-    snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"status\":\"CREATED\"}", a->order_id);
+    order_writer_created_body(a->order_id, body, sizeof(body));
     a->status = 201;
     if (a->api->opts.async)
         a->status = 202;
@@ -359,22 +381,38 @@ bool order_api_check_post(const char *key, size_t n_keys, const char *content_ty
     return ok;
 }
 
-static void post_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
-                       const struct txo_http_request *req, struct txo_http_response *resp)
+static void reply_in_progress(struct txo_http_response *resp)
 {
-    (void)m;
+    resp->retry_after_s = 1;
+    reply_error(resp, 409, "request_in_progress",
+                "a request with this Idempotency-Key is still being processed; retry later");
+}
+
+static void reply_key_reused(struct txo_http_response *resp)
+{
+    reply_error(resp, 422, "idempotency_key_reused",
+                "this Idempotency-Key was used with a different request body");
+}
+
+/* Step 2 and 3 of POST /orders for one request, on db (NULL: borrow one from the pool). */
+static void post_order_single(struct order_api *api, struct txo_db *db, const char *key,
+                              const struct order_post *post, struct txo_http_response *resp)
+{
     struct txo_error err;
     txo_error_init(&err);
-    const char *key = txo_http_request_header(req, "Idempotency-Key");
-    struct order_post post;
-    if (!check_post(key, txo_http_request_header_count(req, "Idempotency-Key"),
-                    txo_http_request_header(req, "Content-Type"), req->body, req->body_len, &post,
-                    resp))
-        return;
+    bool borrowed = false;
+    if (db == NULL) {
+        if (txo_db_pool_get(api->pool, api->opts.db_wait_ms, &db, &err) != 0) {
+            resp->retry_after_s = 1;
+            reply_error(resp, 503, "database_unavailable", err.msg);
+            return;
+        }
+        borrowed = true;
+    }
     struct place_args a = {.api = api, .key = key};
-    memcpy(a.hash, post.hash, sizeof(a.hash));
+    memcpy(a.hash, post->hash, sizeof(a.hash));
     int rc;
-    struct parsed_order order = post.order;
+    struct parsed_order order = post->order;
     a.order = &order;
     rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, place_order_tx, &a, &err);
     if (rc != 0) {
@@ -393,18 +431,73 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
         (void)txo_http_response_set(resp, a.claim.status, a.claim.response);
         break;
     case TXO_IDEM_CONFLICT:
-        reply_error(resp, 422, "idempotency_key_reused",
-                    "this Idempotency-Key was used with a different request body");
+        reply_key_reused(resp);
         break;
     case TXO_IDEM_IN_PROGRESS:
-        resp->retry_after_s = 1;
-        reply_error(resp, 409, "request_in_progress",
-                    "a request with this Idempotency-Key is still being processed; retry later");
+        reply_in_progress(resp);
         break;
     }
 out:
     txo_idem_claim_release(&a.claim);
     txo_free(a.response);
+    if (borrowed)
+        txo_db_pool_put(api->pool, db, false);
+}
+
+/* Steps 2 and 3 through the order writer (order_writer.h); db is NULL. */
+static void post_order_grouped(struct order_api *api, const char *key,
+                               const struct order_post *post, struct txo_http_response *resp)
+{
+    struct order_writer_req r = {
+        .key = key,
+        .hash = post->hash,
+        .customer_id = post->order.customer_id,
+        .items = post->order.items,
+        .n = post->order.n,
+    };
+    order_writer_submit(api->writer, &r);
+    switch (r.outcome) {
+    case ORDER_WRITER_CREATED:
+        TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", r.order_id, key);
+        /* fall through */
+    case ORDER_WRITER_REPLAY:
+        txo_http_response_take(resp, r.status, r.body, strlen(r.body));
+        r.body = NULL;
+        break;
+    case ORDER_WRITER_CONFLICT:
+        reply_key_reused(resp);
+        break;
+    case ORDER_WRITER_REFUSED:
+        reply_error(resp, 422, "validation_failed", r.why);
+        break;
+    case ORDER_WRITER_IN_PROGRESS:
+        reply_in_progress(resp);
+        break;
+    case ORDER_WRITER_SINGLE:
+        post_order_single(api, NULL, key, post, resp);
+        break;
+    case ORDER_WRITER_UNAVAILABLE:
+        resp->retry_after_s = 1;
+        reply_error(resp, 503, "database_unavailable", r.why);
+        break;
+    }
+    txo_free(r.body);
+}
+
+static void post_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
+                       const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)m;
+    const char *key = txo_http_request_header(req, "Idempotency-Key");
+    struct order_post post;
+    if (!check_post(key, txo_http_request_header_count(req, "Idempotency-Key"),
+                    txo_http_request_header(req, "Content-Type"), req->body, req->body_len, &post,
+                    resp))
+        return;
+    if (api->writer != NULL)
+        post_order_grouped(api, key, &post, resp);
+    else
+        post_order_single(api, db, key, &post, resp);
     order_post_release(&post);
 }
 
@@ -1101,7 +1194,8 @@ void order_api_handle(void *arg, const struct txo_http_request *req, struct txo_
         return;
     }
     struct txo_db *db = NULL;
-    if (found->needs_db) {
+    /* With the order writer, POST /orders holds no connection while it waits for its group. */
+    if (found->needs_db && !(found->fn == post_order && api->writer != NULL)) {
         struct txo_error err;
         txo_error_init(&err);
         if (txo_db_pool_get(api->pool, api->opts.db_wait_ms, &db, &err) != 0) {

@@ -36,8 +36,13 @@
  * order, its items, the OrderCreated outbox event, in async mode the StartOrderSaga command,
  * and the stored response.
  *
+ * With order_batch > 1 the order writer (order_writer.h) commits the POST /orders requests
+ * queued meanwhile in one transaction with the same rows and the same answers; a group that
+ * fails is rolled back and its requests run one by one as above.
+ *
  * Thread-safety: order_api_handle() is called from many server threads at once; each request
- * borrows its own connection from the pool.
+ * borrows its own connection from the pool (POST /orders with the writer: only when it falls
+ * back to the single path; the writer borrows one per group).
  */
 #ifndef TXO_ORDER_API_H
 #define TXO_ORDER_API_H
@@ -59,10 +64,15 @@ struct order_api_opts {
     int64_t db_wait_ms;                    /* wait for a pooled connection; then 503 */
     struct txo_metrics *metrics;           /* NULL: /metrics answers 404 */
     const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
-    /* Called after an order (and its OrderCreated) committed, from the request's thread; must
-     * be quick and thread-safe. `txo up` wakes its relay with it. NULL: none. */
+    /* Called after an order (and its OrderCreated) committed, from the request's thread (the
+     * order writer's, once per group, with order_batch > 1); must be quick and thread-safe. `txo
+     * up` wakes its relay with it. NULL: none. */
     void (*on_commit)(void *arg);
     void *on_commit_arg;
+    /* POST /orders per group transaction (order_writer.h): 1 (the default) runs each request
+     * in its own transaction as described above; more starts the order writer, one thread
+     * that commits whatever is queued, up to this many, in one transaction (no timer). */
+    unsigned order_batch;
 };
 
 void order_api_opts_init(struct order_api_opts *opts);

@@ -318,6 +318,206 @@ int orders_create_async_tx(struct txo_tx *tx, int64_t customer_id, const struct 
     return create_order(tx, customer_id, items, n, true, order_id, &total, err);
 }
 
+/* ---- a group of orders in one transaction ---- */
+
+int orders_check_skus_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n,
+                               int64_t *autoinc_step, struct txo_error *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += orders[i].n;
+    *autoinc_step = 0;
+    if (total == 0)
+        return 0;
+    size_t slots = txo_sql_in_list_size(total);
+    struct txo_param *params = txo_calloc(slots, sizeof(*params));
+    char *sql = NULL;
+    struct txo_rows *rows = NULL;
+    int rc;
+    if (params == NULL)
+        goto nomem;
+    size_t k = 0;
+    const char *last = NULL;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < orders[i].n; j++) {
+            last = orders[i].items[j].sku;
+            params[k++] = txo_p_str(last);
+        }
+    while (k < slots)
+        params[k++] = txo_p_str(last);
+    sql = txo_sql_in_list(ORDERS_SQL_GROUP_KNOWN_SKUS_BEFORE, slots, "");
+    if (sql == NULL)
+        goto nomem;
+    rc = txo_tx_query(tx, sql, params, slots, &rows, err);
+    if (rc < 0)
+        goto out;
+    size_t n_rows = txo_rows_count(rows);
+    if (n_rows > 0)
+        *autoinc_step = txo_rows_i64(rows, 0, 1);
+    for (size_t i = 0; i < n; i++) {
+        orders[i].unknown_sku = false;
+        orders[i].why[0] = '\0';
+        for (size_t j = 0; j < orders[i].n && !orders[i].unknown_sku; j++) {
+            bool found = false;
+            for (size_t r = 0; r < n_rows && !found; r++) {
+                const char *sku = txo_rows_str(rows, r, 0, NULL);
+                found = sku != NULL && strcmp(sku, orders[i].items[j].sku) == 0;
+            }
+            if (!found) {
+                orders[i].unknown_sku = true;
+                snprintf(orders[i].why, sizeof(orders[i].why), "unknown sku items[%zu].sku=%s", j,
+                         orders[i].items[j].sku);
+            }
+        }
+    }
+    rc = 0;
+    goto out;
+nomem:
+    rc = txo_error_set(err, TXO_ENOMEM, "cannot build the sku check of %zu orders", n);
+out:
+    txo_rows_free(rows);
+    txo_free(params);
+    txo_free(sql);
+    return rc;
+}
+
+/* Appends text to the growing buffer *buf (*len used, *cap allocated). False when out of
+ * memory. */
+static bool buf_append(char **buf, size_t *len, size_t *cap, const char *text)
+{
+    size_t add = strlen(text);
+    if (*len + add + 1 > *cap) {
+        size_t want = (*cap == 0 ? 4096 : *cap);
+        while (want < *len + add + 1)
+            want *= 2;
+        char *p = txo_realloc(*buf, want);
+        if (p == NULL)
+            return false;
+        *buf = p;
+        *cap = want;
+    }
+    memcpy(*buf + *len, text, add + 1);
+    *len += add;
+    return true;
+}
+
+int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n, bool by_command,
+                           int64_t autoinc_step, struct txo_error *err)
+{
+    int64_t *totals = txo_calloc(n + 1, sizeof(*totals));
+    char **payloads = txo_calloc(n + 1, sizeof(*payloads));
+    char(*keys)[64] = txo_calloc(n + 1, sizeof(*keys));
+    char(*agg_ids)[24] = txo_calloc(n + 1, sizeof(*agg_ids));
+    struct txo_outbox_event *events = txo_calloc(n + 1, sizeof(*events));
+    struct txo_param *params = txo_calloc(2 * n + 1, sizeof(*params));
+    char *sql = NULL;
+    char *all = NULL;
+    size_t all_len = 0, all_cap = 0, n_items = 0;
+    int rc;
+
+    if (n == 0) {
+        rc = 0;
+        goto out;
+    }
+    if (totals == NULL || payloads == NULL || keys == NULL || agg_ids == NULL || events == NULL ||
+        params == NULL)
+        goto nomem;
+    if (autoinc_step < 1)
+        autoinc_step = 1;
+    for (size_t i = 0; i < n; i++) {
+        rc = orders_validate(orders[i].customer_id, orders[i].items, orders[i].n, &totals[i], err);
+        if (rc < 0)
+            goto out;
+        params[2 * i] = txo_p_i64(orders[i].customer_id);
+        params[2 * i + 1] = txo_p_i64(totals[i]);
+        n_items += orders[i].n;
+    }
+    sql = txo_sql_values_rows(ORDERS_SQL_GROUP_INSERT_ORDERS, n, ORDERS_SQL_GROUP_ORDER_ROW);
+    if (sql == NULL)
+        goto nomem;
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, params, 2 * n, &res, err);
+    if (rc < 0)
+        goto out;
+    if (res.affected_rows != n || res.insert_id == 0) {
+        rc =
+            txo_error_set(err, TXO_EDB, "group of %zu orders: %llu inserted (first id %llu)", n,
+                          (unsigned long long)res.affected_rows, (unsigned long long)res.insert_id);
+        goto out;
+    }
+
+    char created_at[TXO_RFC3339_LEN];
+    txo_format_rfc3339(txo_realtime_us(), created_at);
+    if (!buf_append(&all, &all_len, &all_cap, "["))
+        goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        orders[i].order_id = (int64_t)res.insert_id + (int64_t)i * autoinc_step;
+        payloads[i] = orders__json_order(orders[i].order_id, orders[i].customer_id, orders[i].items,
+                                         orders[i].n, totals[i], created_at, by_command, err);
+        if (payloads[i] == NULL) {
+            rc = err != NULL ? err->code : TXO_ENOMEM;
+            goto out;
+        }
+        if ((i > 0 && !buf_append(&all, &all_len, &all_cap, ",")) ||
+            !buf_append(&all, &all_len, &all_cap, payloads[i]))
+            goto nomem;
+    }
+    if (!buf_append(&all, &all_len, &all_cap, "]"))
+        goto nomem;
+
+    struct txo_param ip[] = {txo_p_strn(all, all_len)};
+    rc = txo_tx_exec(tx, ORDERS_SQL_GROUP_INSERT_ITEMS, ip, 1, &res, err);
+    if (rc < 0)
+        goto out;
+    if (res.affected_rows != n_items) {
+        rc = txo_error_set(err, TXO_EDB, "group of %zu orders: %llu of %zu items inserted", n,
+                           (unsigned long long)res.affected_rows, n_items);
+        goto out;
+    }
+
+    for (size_t i = 0; i < n; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "order:%" PRId64 ":created", orders[i].order_id);
+        snprintf(agg_ids[i], sizeof(agg_ids[i]), "%" PRId64, orders[i].order_id);
+        events[i] = (struct txo_outbox_event){
+            .aggregate_type = "order",
+            .aggregate_id = agg_ids[i],
+            .event_type = "OrderCreated",
+            .payload_json = payloads[i],
+            .payload_len = 0,
+            .idempotency_key = keys[i],
+        };
+    }
+    rc = txo_outbox_append_many(tx, events, n, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "OrderCreated events of a group of %zu orders", n);
+        goto out;
+    }
+    for (size_t i = 0; by_command && i < n; i++) {
+        rc = txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payloads[i], NULL, err);
+        if (rc < 0)
+            goto out;
+    }
+    TXO_LOG(TXO_LOG_DEBUG, "orders",
+            "group of orders created n=%zu first_order_id=%" PRId64 " items=%zu", n,
+            orders[0].order_id, n_items);
+    rc = 0;
+    goto out;
+nomem:
+    rc = txo_error_set(err, TXO_ENOMEM, "cannot build the writes of a group of %zu orders", n);
+out:
+    for (size_t i = 0; payloads != NULL && i < n; i++)
+        txo_free(payloads[i]);
+    txo_free(payloads);
+    txo_free(totals);
+    txo_free(keys);
+    txo_free(agg_ids);
+    txo_free(events);
+    txo_free(params);
+    txo_free(sql);
+    txo_free(all);
+    return rc;
+}
+
 /* txo_saga_create() of the order's CreateOrderSaga, from data the caller has in hand. */
 static int create_saga(struct txo_tx *tx, int64_t order_id, int64_t customer_id,
                        const struct order_item *items, size_t n, int64_t total_cents,

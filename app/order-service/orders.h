@@ -183,6 +183,43 @@ TXO_MUST_CHECK int orders_create_async_tx(struct txo_tx *tx, int64_t customer_id
                                           int64_t *order_id, struct txo_error *err);
 
 /*
+ * Creating several orders in one transaction (the API's group commit, order_writer.h). The
+ * caller fills customer_id, items and n of each (already orders_validate()d); the functions
+ * fill the rest.
+ */
+struct order_new {
+    int64_t customer_id;
+    const struct order_item *items; /* borrowed */
+    size_t n;
+    int64_t order_id; /* orders_create_group_tx(): the new id */
+    bool unknown_sku; /* orders_check_skus_group_tx(): a SKU is not in inventory */
+    char why[160];    /* then: "unknown sku items[<i>].sku=<sku>" as orders_create_tx says */
+};
+
+/*
+ * One SELECT over every SKU of the n orders: sets unknown_sku (and why) of each order naming a
+ * SKU that inventory does not have, as orders_create_tx() would refuse it. Writes nothing.
+ * *autoinc_step receives the session's @@auto_increment_increment (read by the same statement),
+ * which orders_create_group_tx() needs; 0 when no SKU is known at all.
+ * Errors: TXO_ENOMEM, DB errors. READ COMMITTED (a consistent read, no lock).
+ */
+TXO_MUST_CHECK int orders_check_skus_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n,
+                                              int64_t *autoinc_step, struct txo_error *err);
+
+/*
+ * orders_create_tx() (orders_create_async_tx() with by_command) for n orders whose SKUs
+ * orders_check_skus_group_tx() found, in 3 statements whatever n (4 with by_command: one
+ * txo_cmdq_enqueue() per order): one multi-row INSERT of the orders, one of all their items,
+ * one of their OrderCreated events, each payload byte-for-byte what orders_create_tx() writes.
+ * The ids of one multi-row INSERT are consecutive by autoinc_step (InnoDB allocates a "simple
+ * insert"'s ids in one go, in every innodb_autoinc_lock_mode); affected rows are checked.
+ * Errors: TXO_EINVAL (validation), TXO_ENOMEM, TXO_EDB (row counts), DB errors (1062 ...).
+ */
+TXO_MUST_CHECK int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n,
+                                          bool by_command, int64_t autoinc_step,
+                                          struct txo_error *err);
+
+/*
  * The customer cancels order_id, which they read at expected_version (GET /orders/{id}), in
  * the caller's transaction: CREATED -> CANCELLED, version + 1, and an OrderCancelled event
  * (key "order:<id>:cancelled"). Optimistic locking: the change applies only if

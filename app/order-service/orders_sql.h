@@ -2,9 +2,10 @@
  * Every SQL statement of the order service, one named macro each, so a reader sees all the
  * queries the service runs in one place. Each is a prepared statement with bound parameters
  * (txo_tx_exec/txo_tx_query); none is ever built from values. The only SQL assembled at run
- * time is the IN list of ORDERS_SQL_KNOWN_SKUS_* and ORDERS_SQL_INSERT_ORDER_*, whose
- * placeholder count comes from txo_sql_in_list(). Lists of rows travel as one bound JSON
- * document unpacked by JSON_TABLE (MySQL 8.0.4+, MariaDB 10.6+).
+ * time is the IN list of ORDERS_SQL_KNOWN_SKUS_*, ORDERS_SQL_INSERT_ORDER_* and
+ * ORDERS_SQL_GROUP_KNOWN_SKUS_*, whose placeholder count comes from txo_sql_in_list(), and the
+ * VALUES lists of the ORDERS_SQL_GROUP_* inserts (txo_sql_values_rows()). Lists of rows travel as
+ * one bound JSON document unpacked by JSON_TABLE (MySQL 8.0.4+, MariaDB 10.6+).
  *
  * Above each: the index it uses, the rows it locks, the isolation it assumes. Service
  * transactions run at READ COMMITTED (orders_create, orders_start_saga; the saga engine's step
@@ -87,6 +88,45 @@ enum order_items_col {
 #define ORDERS_SQL_ENSURE_INVENTORY                                                                \
     "INSERT INTO inventory (sku, available, reserved) VALUES (?, ?, 0) "                           \
     "ON DUPLICATE KEY UPDATE sku = sku"
+
+/* ---- orders.c: a group of orders in one transaction (the API's order writer) ---- */
+
+/*
+ * The known SKUs among those of a group: BEFORE + "(?,?,...)" (txo_sql_in_list(), the last SKU
+ * repeated), with the session's auto-increment step on every row (the ids of a multi-row
+ * INSERT are first + i * step). inventory PRIMARY (sku), point lookups; consistent read at READ
+ * COMMITTED, no lock (as the SKU check of ORDERS_SQL_INSERT_ORDER_*).
+ */
+#define ORDERS_SQL_GROUP_KNOWN_SKUS_BEFORE                                                         \
+    "SELECT sku, @@session.auto_increment_increment FROM inventory WHERE sku IN "
+
+/*
+ * n order rows: ORDERS_SQL_GROUP_INSERT_ORDERS + n x ORDERS_SQL_GROUP_ORDER_ROW
+ * (txo_sql_values_rows). Params per row: customer_id, total_cents. A "simple insert": InnoDB
+ * allocates its n ids at once, consecutive by the auto-increment step. orders PRIMARY; locks
+ * the new rows only.
+ */
+#define ORDERS_SQL_GROUP_INSERT_ORDERS                                                             \
+    "INSERT INTO orders (customer_id, status, total_cents) VALUES "
+#define ORDERS_SQL_GROUP_ORDER_ROW "(?, 'CREATED', ?)"
+
+/*
+ * Every item of the group's orders in one statement. Param: a JSON array of the orders'
+ * OrderCreated payloads ([{"order_id","items":[{"sku","qty","price_cents"}...]}...]); rows in
+ * payload order, items in their order (ids ascending, as ORDERS_SQL_INSERT_ITEMS). order_items
+ * PRIMARY (auto increment); the FK check takes a shared lock on each order row this
+ * transaction just inserted. Any isolation.
+ */
+#define ORDERS_SQL_GROUP_INSERT_ITEMS                                                              \
+    "INSERT INTO order_items (order_id, sku, qty, price_cents) "                                   \
+    "SELECT j.order_id, j.sku, j.qty, j.price_cents FROM JSON_TABLE(?, '$[*]' COLUMNS ("           \
+    "o FOR ORDINALITY, order_id BIGINT PATH '$.order_id', NESTED PATH '$.items[*]' COLUMNS ("      \
+    "ord FOR ORDINALITY, sku VARCHAR(64) PATH '$.sku', qty INT PATH '$.qty', "                     \
+    "price_cents BIGINT PATH '$.price_cents'))) AS j ORDER BY j.o, j.ord"
+
+/* The group's OrderCreated events go through txo_outbox_append_many() and its idempotency keys
+ * through txo_idem_lookup_many()/txo_idem_store_completed_many(): those tables belong to the
+ * library's modules, this file holds the SQL of the service's own tables only. */
 
 /* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
 

@@ -111,6 +111,15 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .min = 1,
          .max = 1000,
          .target = &o->db_pool},
+        {.name = "order-batch",
+         .env = "TXO_ORDER_BATCH",
+         .type = SETTING_UINT,
+         .def = "50",
+         .help = "POST /orders committed together at most, by one writer thread (groups form "
+                 "while the previous one commits; no timer); 1: each in its own transaction",
+         .min = 1,
+         .max = 1000,
+         .target = &o->order_batch},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }

@@ -580,6 +580,8 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     ao.services = services;
     ao.on_commit = on_commit;
     ao.on_commit_arg = on_commit_arg;
+    ao.order_batch = s->order_batch;
+    ao.metrics = metrics; /* txo_order_batch_size; GET /metrics is answered by api_handler */
     if (txo_db_pool_new(&d->db_opts, s->db_pool, &d->pool, &err) != 0 ||
         order_api_new(&ao, d->pool, &d->api, &err) != 0) {
         cmd_report(cmd, "starting the API", &err);

@@ -37,6 +37,7 @@ struct serve_settings {
     unsigned idem_wait_s;
     const char *admin_token;
     unsigned db_pool;
+    unsigned order_batch;
 };
 
 /* Appends the HTTP API settings, with targets in o. */

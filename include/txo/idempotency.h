@@ -103,6 +103,67 @@ TXO_API TXO_MUST_CHECK int txo_idem_complete(struct txo_tx *tx, const char *key,
                                              const char *response_json, struct txo_error *err);
 
 /*
+ * Batches, for a caller that commits a group of requests in one transaction (the order
+ * service's order writer) and decides itself what each request gets from what is stored.
+ */
+
+/* What txo_idem_lookup_many() found for one key. */
+enum txo_idem_row {
+    TXO_IDEM_ROW_ABSENT,     /* no row (or one another transaction has not committed yet) */
+    TXO_IDEM_ROW_PROCESSING, /* a row not COMPLETED (PROCESSING; FAILED, never written by txo) */
+    TXO_IDEM_ROW_COMPLETED,  /* a COMPLETED row: status and response hold its stored response */
+};
+
+struct txo_idem_stored {
+    enum txo_idem_row row;
+    char hash[TXO_IDEM_HASH_LEN]; /* the stored request hash ("" when absent or NULL) */
+    int status;                   /* COMPLETED: the stored HTTP status (200 when NULL) */
+    char *response;               /* COMPLETED: the stored JSON body, "null" when NULL (owned) */
+};
+
+/* Frees the responses of out[0..n) and resets them to ABSENT. out may be NULL when n is 0. */
+TXO_API void txo_idem_stored_release(struct txo_idem_stored *out, size_t n);
+
+/*
+ * The stored rows of keys[0..n) in one statement, in tx: out[i] is what is stored for keys[i]
+ * (a key given twice gets the same answer twice). A consistent read that locks nothing (see
+ * IDEM_SQL_LOOKUP_MANY_BEFORE for why that is enough): a key another transaction holds
+ * uncommitted is reported ABSENT, and the caller's later insert of it waits for that
+ * transaction and fails with TXO_EDUPLICATE when it commits (txo_idem_store_completed_many).
+ * Keys are compared byte for byte. On error nothing is left to release in out.
+ * Errors: TXO_EINVAL (a bad key, see txo_idem_key_check()), TXO_ENOMEM, DB errors.
+ * Thread-safety: uses only tx; out belongs to the caller.
+ */
+TXO_API TXO_MUST_CHECK int txo_idem_lookup_many(struct txo_tx *tx, const char *const *keys,
+                                                size_t n, struct txo_idem_stored *out,
+                                                struct txo_error *err);
+
+/* A key to store COMPLETED at once. All strings are borrowed for the call. */
+struct txo_idem_done {
+    const char *key;
+    const char *hash;          /* txo_idem_hash()'s output for the request */
+    int status;                /* the response's HTTP status */
+    const char *response_json; /* the response's JSON body */
+};
+
+/*
+ * Inserts rows[0..n) as COMPLETED keys with their responses, in one statement in tx: for a
+ * transaction that writes the requests' effects and their keys together, so no PROCESSING
+ * state is ever visible (what txo_idem_begin() + txo_idem_complete() do for one request). Each
+ * key and response is checked first, as txo_idem_begin() and txo_idem_complete() check them:
+ * nothing is written when one is refused. A key that exists already, or that another
+ * transaction inserted meanwhile (the insert waits for that transaction's lock while it is
+ * open), fails the whole call with TXO_EDUPLICATE (1062); the statement is rolled back, the
+ * caller should roll back tx. Locks the new rows.
+ * Errors: TXO_EINVAL (bad key, hash missing, response not JSON), TXO_EDUPLICATE,
+ * TXO_ELOCKTIMEOUT (the wait for another transaction's key ran out), TXO_ENOMEM, DB errors.
+ * Thread-safety: uses only tx.
+ */
+TXO_API TXO_MUST_CHECK int txo_idem_store_completed_many(struct txo_tx *tx,
+                                                         const struct txo_idem_done *rows, size_t n,
+                                                         struct txo_error *err);
+
+/*
  * Retention: deletes COMPLETED keys created more than older_than_s seconds ago, batch_size
  * rows per short transaction, until none is left or max_batches ran (0 = no limit). A client
  * repeating a request after that age creates a new order: keep the age well above any

@@ -77,6 +77,19 @@ TXO_API TXO_MUST_CHECK int txo_outbox_append(struct txo_tx *tx, const struct txo
                                              struct txo_error *err);
 
 /*
+ * Appends evs[0..n) to the outbox inside tx in one multi-row INSERT: the same rows, columns and
+ * defaults as n calls of txo_outbox_append() without flags, in one round trip. Every event is
+ * checked as txo_outbox_append() checks it before anything is written. All or nothing: an
+ * idempotency key that is already there (or given twice in evs) fails the whole statement,
+ * and no row of evs is written. n = 0 writes nothing and succeeds.
+ * Errors: TXO_EINVAL (missing or oversized field), TXO_ECONSTRAINT (a payload is not valid
+ * JSON), TXO_EDUPLICATE (an idempotency key exists), TXO_ENOMEM, DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_outbox_append_many(struct txo_tx *tx,
+                                                  const struct txo_outbox_event *evs, size_t n,
+                                                  struct txo_error *err);
+
+/*
  * Counts by state, and two ages measured from created_at (the insert's time):
  * oldest_pending_age_s is the relay's lag, the age of the oldest event not yet published
  * (PENDING or PROCESSING, due or waiting for a retry after a failed publish), 0 when every

@@ -180,6 +180,134 @@ int txo_idem_complete(struct txo_tx *tx, const char *key, int status, const char
     return 0;
 }
 
+void txo_idem_stored_release(struct txo_idem_stored *out, size_t n)
+{
+    for (size_t i = 0; out != NULL && i < n; i++) {
+        txo_free(out[i].response);
+        memset(&out[i], 0, sizeof(out[i]));
+    }
+}
+
+/* out[i] from row k of IDEM_SQL_LOOKUP_MANY_BEFORE: the same columns and decisions as
+ * examine_existing()'s. */
+static int stored_from_row(const struct txo_rows *rows, size_t k, const char *key,
+                           struct txo_idem_stored *out, struct txo_error *err)
+{
+    const char *hash = txo_rows_str(rows, k, 1, NULL);
+    const char *status = txo_rows_str(rows, k, 2, NULL);
+    snprintf(out->hash, sizeof(out->hash), "%s", hash != NULL ? hash : "");
+    if (status == NULL || strcmp(status, "COMPLETED") != 0) {
+        out->row = TXO_IDEM_ROW_PROCESSING;
+        return 0;
+    }
+    const char *body = txo_rows_str(rows, k, 4, NULL);
+    out->row = TXO_IDEM_ROW_COMPLETED;
+    out->status = txo_rows_is_null(rows, k, 3) ? 200 : (int)txo_rows_i64(rows, k, 3);
+    out->response = txo_strdup(body != NULL ? body : "null");
+    if (out->response == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "stored response of key %s", key);
+    return 0;
+}
+
+int txo_idem_lookup_many(struct txo_tx *tx, const char *const *keys, size_t n,
+                         struct txo_idem_stored *out, struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL && (n == 0 || (keys != NULL && out != NULL)));
+    for (size_t i = 0; i < n; i++)
+        memset(&out[i], 0, sizeof(out[i]));
+    for (size_t i = 0; i < n; i++) {
+        int rc = txo_idem_key_check(keys[i], err);
+        if (rc != 0)
+            return rc;
+    }
+    if (n == 0)
+        return 0;
+    size_t slots = txo_sql_in_list_size(n);
+    struct txo_param *params = txo_calloc(slots, sizeof(*params));
+    char *sql = txo_sql_in_list(IDEM_SQL_LOOKUP_MANY_BEFORE, slots, "");
+    struct txo_rows *rows = NULL;
+    int rc;
+    if (params == NULL || sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "lookup of %zu idempotency keys", n);
+        goto out;
+    }
+    for (size_t i = 0; i < slots; i++)
+        params[i] = txo_p_str(keys[i < n ? i : n - 1]);
+    rc = txo_tx_query(tx, sql, params, slots, &rows, err);
+    if (rc < 0)
+        goto out;
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        for (size_t k = 0; k < txo_rows_count(rows); k++) {
+            const char *key = txo_rows_str(rows, k, 0, NULL);
+            if (key == NULL || strcmp(key, keys[i]) != 0)
+                continue;
+            rc = stored_from_row(rows, k, keys[i], &out[i], err);
+            break;
+        }
+    if (rc != 0)
+        txo_idem_stored_release(out, n);
+out:
+    txo_rows_free(rows);
+    txo_free(params);
+    txo_free(sql);
+    return rc;
+}
+
+int txo_idem_store_completed_many(struct txo_tx *tx, const struct txo_idem_done *rows, size_t n,
+                                  struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL && (n == 0 || rows != NULL));
+    for (size_t i = 0; i < n; i++) {
+        int rc = txo_idem_key_check(rows[i].key, err);
+        if (rc != 0)
+            return rc;
+        if (rows[i].hash == NULL || rows[i].hash[0] == '\0')
+            return txo_error_set(err, TXO_EINVAL, "idempotency key %s: request hash is missing",
+                                 rows[i].key);
+        json_error_t jerr;
+        json_t *doc = rows[i].response_json != NULL
+                          ? json_loads(rows[i].response_json, JSON_DECODE_ANY, &jerr)
+                          : NULL;
+        if (doc == NULL)
+            return txo_error_set(err, TXO_EINVAL,
+                                 "idempotency key %s: stored response is not JSON%s%s", rows[i].key,
+                                 rows[i].response_json != NULL ? ": " : "",
+                                 rows[i].response_json != NULL ? jerr.text : "");
+        json_decref(doc);
+    }
+    if (n == 0)
+        return 0;
+    struct txo_param *params = txo_calloc(4 * n, sizeof(*params));
+    char *sql =
+        txo_sql_values_rows(IDEM_SQL_INSERT_COMPLETED_BEFORE, n, IDEM_SQL_INSERT_COMPLETED_ROW);
+    int rc;
+    if (params == NULL || sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "insert of %zu idempotency keys", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        params[4 * i] = txo_p_str(rows[i].key);
+        params[4 * i + 1] = txo_p_str(rows[i].hash);
+        params[4 * i + 2] = txo_p_i64(rows[i].status);
+        params[4 * i + 3] = txo_p_str(rows[i].response_json);
+    }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, params, 4 * n, &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "%zu completed idempotency keys", n);
+        goto out;
+    }
+    rc = 0;
+    if (res.affected_rows != n)
+        rc = txo_error_set(err, TXO_EDB, "%llu of %zu idempotency keys inserted",
+                           (unsigned long long)res.affected_rows, n);
+out:
+    txo_free(params);
+    txo_free(sql);
+    return rc;
+}
+
 int txo_idem_purge(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                    unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {

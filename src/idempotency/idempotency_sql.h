@@ -34,6 +34,31 @@
     " response_body = ? WHERE idempotency_key = ? AND status = 'PROCESSING'"
 
 /*
+ * The existing rows of a batch of keys (txo_idem_lookup_many): BEFORE + "(?,?,...)"
+ * (txo_sql_in_list(), the last key repeated). PRIMARY KEY (idempotency_key), point lookups. A
+ * consistent read, no lock: a COMPLETED row never changes (only the retention purge deletes
+ * it, which at worst turns a replay into the 1062 of IDEM_SQL_INSERT_COMPLETED_BEFORE), and a
+ * key another transaction holds uncommitted is invisible here, so the caller's insert of it
+ * waits for that transaction and fails with 1062 when it commits: the order writer then falls
+ * back to the single path, which waits for or replays it.
+ */
+#define IDEM_SQL_LOOKUP_MANY_BEFORE                                                                \
+    "SELECT idempotency_key, request_hash, status, response_status, response_body"                 \
+    " FROM idempotency_keys WHERE idempotency_key IN "
+
+/*
+ * A batch of keys COMPLETED with their responses at once (txo_idem_store_completed_many): the
+ * batch commits with its effects, so no PROCESSING state is ever visible. BEFORE + n x ROW
+ * (txo_sql_values_rows). Params per row: key, request hash, response status, response body.
+ * PRIMARY KEY: a key inserted meanwhile by another transaction is 1062 (-> TXO_EDUPLICATE)
+ * after waiting for its lock while it is open (1205 when the wait runs out). Locks the new rows.
+ */
+#define IDEM_SQL_INSERT_COMPLETED_BEFORE                                                           \
+    "INSERT INTO idempotency_keys (idempotency_key, request_hash, status, response_status,"        \
+    " response_body) VALUES "
+#define IDEM_SQL_INSERT_COMPLETED_ROW "(?, ?, 'COMPLETED', ?, ?)"
+
+/*
  * Retention, one batch per autocommitted transaction: idx_idempotency_created finds the oldest
  * rows; only COMPLETED ones go (a PROCESSING row belongs to a live or stale writer, FAILED is
  * never written by txo). Locks the deleted rows only.

@@ -104,10 +104,11 @@ static int check_payload(const char *payload, size_t len, const char *key, struc
     return 0;
 }
 
-int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsigned flags,
-                      bool *inserted, int64_t *id, struct txo_error *err)
+/* Every check txo_outbox_append() and txo_outbox_append_many() make on one event before any
+ * SQL runs. *payload_len gets the payload's length. */
+static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
+                       struct txo_error *err)
 {
-    TXO_ASSERT(tx != NULL && ev != NULL);
     const char *key = ev->idempotency_key != NULL ? ev->idempotency_key : "(null)";
     int rc = check_field(ev->idempotency_key, IDEMPOTENCY_KEY_MAX, "idempotency_key", key, err);
     if (rc == 0)
@@ -120,10 +121,19 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
         return rc;
     if (ev->payload_json == NULL)
         return txo_error_set(err, TXO_EINVAL, "outbox event %s: payload is missing", key);
-    size_t payload_len = ev->payload_len != 0 ? ev->payload_len : strlen(ev->payload_json);
-    if (payload_len == 0)
+    *payload_len = ev->payload_len != 0 ? ev->payload_len : strlen(ev->payload_json);
+    if (*payload_len == 0)
         return txo_error_set(err, TXO_EINVAL, "outbox event %s: payload is empty", key);
-    rc = check_payload(ev->payload_json, payload_len, key, err);
+    return check_payload(ev->payload_json, *payload_len, key, err);
+}
+
+int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsigned flags,
+                      bool *inserted, int64_t *id, struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL && ev != NULL);
+    const char *key = ev->idempotency_key != NULL ? ev->idempotency_key : "(null)";
+    size_t payload_len = 0;
+    int rc = check_event(ev, &payload_len, err);
     if (rc < 0)
         return rc;
 
@@ -150,6 +160,51 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%s %s", key,
             ev->event_type, ev->aggregate_id, was_inserted ? "inserted" : "duplicate ignored");
     return 0;
+}
+
+int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs, size_t n,
+                           struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL && (n == 0 || evs != NULL));
+    if (n == 0)
+        return 0;
+    size_t *lens = txo_calloc(n, sizeof(*lens));
+    struct txo_param *params = txo_calloc(5 * n, sizeof(*params));
+    char *sql = txo_sql_values_rows(OUTBOX_SQL_INSERT_MANY_BEFORE, n, OUTBOX_SQL_INSERT_MANY_ROW);
+    int rc = 0;
+    if (lens == NULL || params == NULL || sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = check_event(&evs[i], &lens[i], err);
+    if (rc < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        params[5 * i] = txo_p_str(evs[i].aggregate_type);
+        params[5 * i + 1] = txo_p_str(evs[i].aggregate_id);
+        params[5 * i + 2] = txo_p_str(evs[i].event_type);
+        params[5 * i + 3] = txo_p_strn(evs[i].payload_json, lens[i]);
+        params[5 * i + 4] = txo_p_str(evs[i].idempotency_key);
+    }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, params, 5 * n, &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "outbox append of %zu events (first %s)", n, evs[0].idempotency_key);
+        goto out;
+    }
+    rc = 0;
+    if (res.affected_rows != n) {
+        rc = txo_error_set(err, TXO_EDB, "outbox append: %llu of %zu events inserted",
+                           (unsigned long long)res.affected_rows, n);
+        goto out;
+    }
+    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append n=%zu first_key=%s", n, evs[0].idempotency_key);
+out:
+    txo_free(lens);
+    txo_free(params);
+    txo_free(sql);
+    return rc;
 }
 
 struct stats_ctx {

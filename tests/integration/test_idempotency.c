@@ -3,7 +3,9 @@
  * key rules, the NEW -> COMPLETED -> REPLAY life of a key row inside the caller's transaction,
  * CONFLICT on another body, no trace after a rollback, a second connection that sees
  * IN_PROGRESS while the first transaction is open and REPLAY once it committed, take-over of
- * an abandoned PROCESSING row, the errors of txo_idem_complete, and batched retention.
+ * an abandoned PROCESSING row, the errors of txo_idem_complete, the batch lookup and the batch
+ * store of COMPLETED keys (and its 1062 on a key another transaction inserted), and batched
+ * retention.
  *
  * Each test gets a fresh migrated database (tests/support/testdb.h). Rows are inspected with
  * plain SQL, never through the module under test.
@@ -791,6 +793,276 @@ static void test_complete_errors(void **state)
     }
 }
 
+/* ---- batches: txo_idem_lookup_many, txo_idem_store_completed_many ---- */
+
+struct batch_call {
+    const char *const *keys; /* lookup: n keys (NULL = no lookup) */
+    size_t n;
+    struct txo_idem_stored *out;
+    const struct txo_idem_done *rows; /* store: n_rows rows (NULL = no store) */
+    size_t n_rows;
+    bool commit_after_store_error; /* commit even when the store failed (to see what it left) */
+    int lookup_rc;
+    int store_rc;
+    struct txo_error call_err;
+};
+
+static int batch_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct batch_call *c = arg;
+    c->lookup_rc = c->store_rc = 1; /* "not called" */
+    txo_error_init(&c->call_err);
+    if (c->rows != NULL) {
+        c->store_rc = txo_idem_store_completed_many(tx, c->rows, c->n_rows, &c->call_err);
+        if (c->store_rc != 0 && !c->commit_after_store_error) {
+            *err = c->call_err;
+            return c->store_rc;
+        }
+    }
+    if (c->keys != NULL) {
+        txo_idem_stored_release(c->out, c->n); /* from an earlier attempt */
+        c->lookup_rc = txo_idem_lookup_many(tx, c->keys, c->n, c->out, &c->call_err);
+        if (c->lookup_rc != 0) {
+            *err = c->call_err;
+            return c->lookup_rc;
+        }
+    }
+    return 0;
+}
+
+static int run_batch(struct txo_db *db, struct batch_call *c)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    return txo_db_transact(db, TXO_ISO_READ_COMMITTED, batch_fn, c, &err);
+}
+
+static void test_lookup_many(void **state)
+{
+    struct testdb *t = *state;
+    char h1[TXO_IDEM_HASH_LEN], h2[TXO_IDEM_HASH_LEN];
+    hash_of("POST", "/orders", "{\"sku\":\"L1\"}", h1);
+    hash_of("POST", "/orders", "{\"sku\":\"L2\"}", h2);
+    /* One COMPLETED key (through the single path), one PROCESSING, one legacy row without a
+     * response status. */
+    struct idem_call done = {.key = "lk-done",
+                             .hash = h1,
+                             .stale_s = 3600,
+                             .complete_status = 201,
+                             .complete_body = "{\"order_id\": 7}"};
+    assert_int_equal(run_call(t->db, &done), 0);
+    txo_idem_claim_release(&done.claim);
+    insert_processing(t->db, "lk-proc", h2);
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status, response_body)"
+             " VALUES ('lk-legacy', '%s', 'COMPLETED', '{\"id\":1}')",
+             h2);
+    testdb_exec(t->db, sql);
+
+    /* Present, absent, a key twice; 5 keys (the IN list rounds up to 8, last key repeated). */
+    const char *keys[] = {"lk-done", "lk-absent", "lk-proc", "lk-done", "lk-legacy"};
+    struct txo_idem_stored out[TXO_ARRAY_LEN(keys)];
+    memset(out, 0, sizeof(out));
+    struct batch_call c = {.keys = keys, .n = TXO_ARRAY_LEN(keys), .out = out};
+    assert_int_equal(run_batch(t->db, &c), 0);
+    assert_int_equal(c.lookup_rc, 0);
+    for (size_t i = 0; i < 4; i += 3) {
+        assert_int_equal(out[i].row, TXO_IDEM_ROW_COMPLETED);
+        assert_string_equal(out[i].hash, h1);
+        assert_int_equal(out[i].status, 201);
+        assert_string_equal(out[i].response, "{\"order_id\": 7}");
+    }
+    assert_ptr_not_equal(out[0].response, out[3].response); /* each its own copy */
+    assert_int_equal(out[1].row, TXO_IDEM_ROW_ABSENT);
+    assert_string_equal(out[1].hash, "");
+    assert_null(out[1].response);
+    assert_int_equal(out[2].row, TXO_IDEM_ROW_PROCESSING);
+    assert_string_equal(out[2].hash, h2);
+    assert_null(out[2].response);
+    assert_int_equal(out[4].row, TXO_IDEM_ROW_COMPLETED);
+    assert_int_equal(out[4].status, 200); /* no response_status: 200, as txo_idem_begin */
+    assert_string_equal(out[4].response, "{\"id\":1}");
+    txo_idem_stored_release(out, TXO_ARRAY_LEN(keys));
+    for (size_t i = 0; i < TXO_ARRAY_LEN(keys); i++) {
+        assert_int_equal(out[i].row, TXO_IDEM_ROW_ABSENT);
+        assert_null(out[i].response);
+    }
+
+    /* Keys are compared byte for byte: another case is another key. */
+    const char *upper[] = {"LK-DONE"};
+    struct txo_idem_stored one[1];
+    memset(one, 0, sizeof(one));
+    struct batch_call u = {.keys = upper, .n = 1, .out = one};
+    assert_int_equal(run_batch(t->db, &u), 0);
+    assert_int_equal(one[0].row, TXO_IDEM_ROW_ABSENT);
+    txo_idem_stored_release(one, 1);
+
+    /* A bad key fails before any SQL; n = 0 is nothing to do. */
+    const char *bad[] = {"lk-done", "bad key"};
+    struct txo_idem_stored two[2];
+    memset(two, 0, sizeof(two));
+    struct batch_call b = {.keys = bad, .n = 2, .out = two};
+    assert_int_equal(run_batch(t->db, &b), TXO_EINVAL);
+    assert_null(two[0].response);
+    struct batch_call z = {.keys = keys, .n = 0, .out = NULL};
+    assert_int_equal(run_batch(t->db, &z), 0);
+    assert_int_equal(z.lookup_rc, 0);
+}
+
+static void test_store_completed_many(void **state)
+{
+    struct testdb *t = *state;
+    char h[3][TXO_IDEM_HASH_LEN];
+    hash_of("POST", "/orders", "{\"n\":0}", h[0]);
+    hash_of("POST", "/orders", "{\"n\":1}", h[1]);
+    hash_of("POST", "/orders", "{\"n\":2}", h[2]);
+    const struct txo_idem_done rows[] = {
+        {.key = "st-0", .hash = h[0], .status = 201, .response_json = "{\"order_id\":1}"},
+        {.key = "st-1", .hash = h[1], .status = 202, .response_json = "{\"note\": \"Jürgen\"}"},
+        {.key = "st-2", .hash = h[2], .status = 201, .response_json = "[1, 2]"},
+    };
+    const char *keys[] = {"st-0", "st-1", "st-2"};
+    struct txo_idem_stored out[3];
+    memset(out, 0, sizeof(out));
+    struct batch_call c = {.rows = rows, .n_rows = 3, .keys = keys, .n = 3, .out = out};
+    assert_int_equal(run_batch(t->db, &c), 0);
+    assert_int_equal(c.store_rc, 0);
+    /* Seen in the same transaction, and stored byte for byte. */
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(out[i].row, TXO_IDEM_ROW_COMPLETED);
+        assert_string_equal(out[i].hash, h[i]);
+        assert_int_equal(out[i].status, rows[i].status);
+        assert_string_equal(out[i].response, rows[i].response_json);
+    }
+    txo_idem_stored_release(out, 3);
+    assert_int_equal(key_rows(t->db), 3);
+    char *row = row_of(t->db, "st-1");
+    char expect[128];
+    snprintf(expect, sizeof(expect), "COMPLETED|202|%s|", h[1]);
+    assert_memory_equal(row, expect, strlen(expect));
+    txo_free(row);
+
+    /* The single path replays a stored key, and refuses another body with it. */
+    struct idem_call r = {.key = "st-2", .hash = h[2], .stale_s = 3600};
+    assert_int_equal(run_call(t->db, &r), 0);
+    assert_int_equal(r.claim.outcome, TXO_IDEM_REPLAY);
+    assert_int_equal(r.claim.status, 201);
+    assert_string_equal(r.claim.response, "[1, 2]");
+    txo_idem_claim_release(&r.claim);
+    struct idem_call x = {.key = "st-2", .hash = h[0], .stale_s = 3600};
+    assert_int_equal(run_call(t->db, &x), 0);
+    assert_int_equal(x.claim.outcome, TXO_IDEM_CONFLICT);
+    txo_idem_claim_release(&x.claim);
+
+    /* One key of the batch exists already: 1062, TXO_EDUPLICATE, and none of the batch is
+     * written even when the transaction commits. */
+    const struct txo_idem_done dup[] = {
+        {.key = "st-new", .hash = h[0], .status = 201, .response_json = "{}"},
+        {.key = "st-1", .hash = h[1], .status = 201, .response_json = "{}"},
+    };
+    struct batch_call d = {.rows = dup, .n_rows = 2, .commit_after_store_error = true};
+    assert_int_equal(run_batch(t->db, &d), 0);
+    assert_int_equal(d.store_rc, TXO_EDUPLICATE);
+    assert_int_equal(d.call_err.code, TXO_EDUPLICATE);
+    assert_int_equal(key_rows(t->db), 3);
+    assert_null(row_of(t->db, "st-new"));
+    /* The same key twice in one batch is the same error. */
+    const struct txo_idem_done twice[] = {
+        {.key = "st-twice", .hash = h[0], .status = 201, .response_json = "{}"},
+        {.key = "st-twice", .hash = h[0], .status = 201, .response_json = "{}"},
+    };
+    struct batch_call tw = {.rows = twice, .n_rows = 2};
+    assert_int_equal(run_batch(t->db, &tw), TXO_EDUPLICATE);
+    assert_int_equal(key_rows(t->db), 3);
+
+    /* A response that is not JSON, a bad key, a missing hash: refused before any write (the
+     * transaction commits, and nothing of the batch is there). */
+    const char *bad_json[] = {"{\"a\":", "", "not json", "{\"a\":1} trailing", NULL};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad_json); i++) {
+        const struct txo_idem_done b[] = {
+            {.key = "st-b0", .hash = h[0], .status = 201, .response_json = "{}"},
+            {.key = "st-b1", .hash = h[1], .status = 201, .response_json = bad_json[i]},
+        };
+        struct batch_call bc = {.rows = b, .n_rows = 2, .commit_after_store_error = true};
+        assert_int_equal(run_batch(t->db, &bc), 0);
+        if (bc.store_rc != TXO_EINVAL)
+            fail_msg("response %s: rc %d", bad_json[i] != NULL ? bad_json[i] : "NULL", bc.store_rc);
+        assert_non_null(strstr(bc.call_err.msg, "st-b1"));
+        assert_int_equal(key_rows(t->db), 3);
+    }
+    const struct txo_idem_done bad_key[] = {
+        {.key = "st-ok", .hash = h[0], .status = 201, .response_json = "{}"},
+        {.key = "bad key", .hash = h[0], .status = 201, .response_json = "{}"},
+    };
+    struct batch_call bk = {.rows = bad_key, .n_rows = 2, .commit_after_store_error = true};
+    assert_int_equal(run_batch(t->db, &bk), 0);
+    assert_int_equal(bk.store_rc, TXO_EINVAL);
+    const struct txo_idem_done no_hash[] = {
+        {.key = "st-nh", .hash = NULL, .status = 201, .response_json = "{}"}};
+    struct batch_call nh = {.rows = no_hash, .n_rows = 1, .commit_after_store_error = true};
+    assert_int_equal(run_batch(t->db, &nh), 0);
+    assert_int_equal(nh.store_rc, TXO_EINVAL);
+    assert_int_equal(key_rows(t->db), 3);
+
+    /* n = 0 writes nothing. */
+    struct batch_call e = {.rows = rows, .n_rows = 0};
+    assert_int_equal(run_batch(t->db, &e), 0);
+    assert_int_equal(e.store_rc, 0);
+    assert_int_equal(key_rows(t->db), 3);
+}
+
+/* A key another transaction inserted and holds uncommitted: the lookup does not see it (and
+ * does not wait), the batch insert waits for it and fails with 1062 once it commits. */
+struct racer {
+    struct txo_db *db;
+    struct txo_idem_stored out[2];
+    struct batch_call call;
+    int rc;
+};
+
+static void *racer_main(void *arg)
+{
+    struct racer *r = arg;
+    r->rc = run_batch(r->db, &r->call);
+    return NULL;
+}
+
+static void test_store_completed_many_waits_then_1062(void **state)
+{
+    struct testdb *t = *state;
+    char hash[TXO_IDEM_HASH_LEN];
+    hash_of("POST", "/orders", "{\"race\":1}", hash);
+    struct holder h = {.db = t->db, .key = "race-key", .hash = hash};
+    pthread_t th;
+    holder_start(&h, &th);
+
+    struct txo_db *db2 = connect_with_lock_wait(t, 30);
+    const char *keys[] = {"race-key", "race-other"};
+    const struct txo_idem_done rows[] = {
+        {.key = "race-other", .hash = hash, .status = 201, .response_json = "{}"},
+        {.key = "race-key", .hash = hash, .status = 201, .response_json = "{}"},
+    };
+    struct racer r = {.db = db2};
+    memset(r.out, 0, sizeof(r.out));
+    r.call = (struct batch_call){.keys = keys, .n = 2, .out = r.out};
+    assert_int_equal(run_batch(db2, &r.call), 0);
+    assert_int_equal(r.out[0].row, TXO_IDEM_ROW_ABSENT); /* invisible, and no wait */
+    txo_idem_stored_release(r.out, 2);
+
+    r.call = (struct batch_call){.rows = rows, .n_rows = 2};
+    pthread_t rt;
+    assert_int_equal(pthread_create(&rt, NULL, racer_main, &r), 0);
+    txo_sleep_ms(300); /* the insert waits for the holder's row lock (or comes after: 1062 too) */
+    holder_release(&h);
+    holder_join(&h, th);
+    assert_int_equal(pthread_join(rt, NULL), 0);
+    assert_int_equal(r.rc, TXO_EDUPLICATE);
+    assert_int_equal(r.call.store_rc, TXO_EDUPLICATE);
+    assert_null(row_of(t->db, "race-other"));
+    txo_db_close(db2);
+}
+
 /* ---- retention ---- */
 
 static void insert_aged(struct txo_db *db, const char *key, const char *status, const char *age_sql)
@@ -891,6 +1163,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stale_processing_is_taken_over, setup, teardown),
         cmocka_unit_test_setup_teardown(test_complete_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lookup_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_completed_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_completed_many_waits_then_1062, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
     };
     txo_log_set_level(TXO_LOG_ERROR);

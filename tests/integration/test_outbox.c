@@ -1,7 +1,8 @@
 /*
  * The transactional outbox against a real MariaDB: an appended event commits or rolls back
  * with the caller's transaction, duplicate idempotency keys, field and payload validation,
- * and the counts behind the outbox metrics.
+ * txo_outbox_append_many (the same rows as single appends, all or nothing), and the counts
+ * behind the outbox metrics.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -199,6 +200,163 @@ static void test_invalid_payload_and_fields(void **state)
     assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
 }
 
+/* ---- txo_outbox_append_many ---- */
+
+struct many_tx {
+    const struct txo_outbox_event *evs;
+    size_t n;
+    int fail_with;
+    int rc; /* of txo_outbox_append_many */
+};
+
+static int many_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct many_tx *m = arg;
+    struct txo_param p = txo_p_str("many");
+    int rc = txo_tx_exec(tx, "INSERT INTO biz (note) VALUES (?)", &p, 1, NULL, err);
+    if (rc < 0)
+        return rc;
+    m->rc = txo_outbox_append_many(tx, m->evs, m->n, err);
+    if (m->rc != 0)
+        return m->rc;
+    if (m->fail_with != 0)
+        return txo_error_set(err, m->fail_with, "business rule says no");
+    return 0;
+}
+
+static int append_many(struct testdb *t, struct many_tx *m, struct txo_error *err)
+{
+    txo_error_init(err);
+    m->rc = 1; /* "not called" */
+    return txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, many_fn, m, err);
+}
+
+/* Every column but id, idempotency_key and the timestamps (those compared with NOW(6)) of the
+ * events whose key starts with prefix, in id order. */
+static char *rows_like(struct testdb *t, const char *prefix)
+{
+    struct txo_param p = txo_p_str(prefix);
+    return testdb_str(t->db,
+                      "SELECT GROUP_CONCAT(CONCAT_WS('|', status, aggregate_type, aggregate_id,"
+                      " event_type, payload, attempts, lease_expiries, IFNULL(locked_by, 'n'),"
+                      " IFNULL(locked_until, 'n'), IFNULL(last_error, 'n'),"
+                      " IFNULL(published_at, 'n'),"
+                      " next_attempt_at <= NOW(6),"
+                      " created_at <= NOW(6), next_attempt_at >= created_at,"
+                      " SUBSTRING(idempotency_key, LENGTH(?) + 1)) ORDER BY id SEPARATOR '\\n')"
+                      " FROM outbox_events WHERE LEFT(idempotency_key, LENGTH(?)) = ?",
+                      (struct txo_param[]){p, p, p}, 3);
+}
+
+static void test_append_many_equals_single_appends(void **state)
+{
+    struct testdb *t = *state;
+    make_biz_table(t);
+    struct txo_error err;
+    const char *payloads[] = {"{\"order_id\": 1, \"name\": \"Ärger ☃\"}", "[1, 2, 3]",
+                              "{\"big\": 9007199254740993}"};
+    const char *agg[] = {"1", "a-uuid", "3"};
+    char keys[2][3][32];
+    struct txo_outbox_event evs[3];
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < 3; i++) {
+            snprintf(keys[pass][i], sizeof(keys[pass][i]), "%s:%zu", pass ? "many" : "single", i);
+            evs[i] = (struct txo_outbox_event){.aggregate_type = i == 1 ? "customer" : "order",
+                                               .aggregate_id = agg[i],
+                                               .event_type = "OrderCreated",
+                                               .payload_json = payloads[i],
+                                               .payload_len = i == 0 ? strlen(payloads[i]) : 0,
+                                               .idempotency_key = keys[pass][i]};
+            if (pass == 0) {
+                struct append_tx a = {.ev = evs[i]};
+                assert_int_equal(append(t, &a, &err), 0);
+            }
+        }
+    struct many_tx m = {.evs = evs, .n = 3};
+    assert_int_equal(append_many(t, &m, &err), 0);
+    assert_int_equal(m.rc, 0);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 6);
+
+    char *single = rows_like(t, "single:");
+    char *many = rows_like(t, "many:");
+    assert_non_null(single);
+    assert_non_null(many);
+    assert_string_equal(many, single);
+    assert_non_null(strstr(many, "PENDING|order|1|OrderCreated|"));
+    txo_free(single);
+    txo_free(many);
+    /* In evs order, ids ascending. */
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events a JOIN outbox_events b"
+                                   " ON a.idempotency_key = 'many:0' AND"
+                                   " b.idempotency_key = 'many:2' AND a.id < b.id"),
+                     1);
+
+    /* Rolled back with the caller's transaction. */
+    for (size_t i = 0; i < 3; i++)
+        evs[i].idempotency_key = keys[0][i] + 1; /* "ingle:0", ...: new keys */
+    m = (struct many_tx){.evs = evs, .n = 3, .fail_with = TXO_EBUSINESS};
+    assert_int_equal(append_many(t, &m, &err), TXO_EBUSINESS);
+    assert_int_equal(m.rc, 0);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 6);
+
+    /* n = 0 writes nothing. */
+    m = (struct many_tx){.evs = evs, .n = 0};
+    assert_int_equal(append_many(t, &m, &err), 0);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 6);
+}
+
+static void test_append_many_duplicate_and_invalid(void **state)
+{
+    struct testdb *t = *state;
+    make_biz_table(t);
+    struct txo_error err;
+    struct append_tx a = event("order:20:created", "{\"v\": 1}");
+    assert_int_equal(append(t, &a, &err), 0);
+
+    /* One key of the batch exists: TXO_EDUPLICATE, none of the batch is written. */
+    struct txo_outbox_event evs[3];
+    for (size_t i = 0; i < 3; i++)
+        evs[i] = event("", "{\"v\": 2}").ev;
+    evs[0].idempotency_key = "order:21:created";
+    evs[1].idempotency_key = "order:20:created";
+    evs[2].idempotency_key = "order:22:created";
+    struct many_tx m = {.evs = evs, .n = 3};
+    assert_int_equal(append_many(t, &m, &err), TXO_EDUPLICATE);
+    assert_int_equal(m.rc, TXO_EDUPLICATE);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(count_rows(t, "SELECT JSON_VALUE(payload, '$.v') FROM outbox_events"), 1);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 1); /* rolled back */
+
+    /* The same key twice in one batch. */
+    evs[1].idempotency_key = "order:21:created";
+    m = (struct many_tx){.evs = evs, .n = 3};
+    assert_int_equal(append_many(t, &m, &err), TXO_EDUPLICATE);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
+
+    /* Each event is checked as txo_outbox_append checks it, before any write. */
+    evs[1].idempotency_key = "order:23:created";
+    struct txo_outbox_event ok1 = evs[1];
+    evs[1].payload_json = "{\"a\": ";
+    m = (struct many_tx){.evs = evs, .n = 3};
+    assert_int_equal(append_many(t, &m, &err), TXO_ECONSTRAINT);
+    assert_non_null(strstr(err.msg, "order:23:created"));
+    evs[1] = ok1;
+    evs[2].aggregate_id = "";
+    assert_int_equal(append_many(t, &m, &err), TXO_EINVAL);
+    evs[2].aggregate_id = "7";
+    evs[2].event_type = NULL;
+    assert_int_equal(append_many(t, &m, &err), TXO_EINVAL);
+    evs[2].event_type = "OrderCreated";
+    evs[2].payload_json = "";
+    assert_int_equal(append_many(t, &m, &err), TXO_EINVAL);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 1);
+
+    evs[2].payload_json = "{}";
+    assert_int_equal(append_many(t, &m, &err), 0);
+    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 4);
+}
+
 static void test_stats(void **state)
 {
     struct testdb *t = *state;
@@ -266,6 +424,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_payload_and_fields, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_many_equals_single_appends, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_many_duplicate_and_invalid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
