@@ -25,7 +25,7 @@ CTEST_JOBS  ?= 2
 BENCH_ARGS  ?=
 SOAK_SECONDS ?= 300
 SOAK_CLIENTS ?= 4
-SOAK_SEED    ?=
+SOAK_RANDOM_STATE    ?=
 FUZZ_SECONDS ?= 180
 FUZZ_TARGETS := http_head order_post envelope canonical_json settings
 CLANG_FORMAT ?= clang-format
@@ -106,7 +106,7 @@ help:
 	@echo '  distclean     clean, stop the database and remove .txo/ (the database files)'
 	@echo
 	@echo 'Variables: BUILD=$(BUILD) JOBS=$(JOBS) TXO_DB_PORT=$(TXO_DB_PORT) CMAKE_ARGS= CTEST_ARGS= BENCH_ARGS='
-	@echo '           SOAK_SECONDS=$(SOAK_SECONDS) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_SEED= (soak)'
+	@echo '           SOAK_SECONDS=$(SOAK_SECONDS) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_RANDOM_STATE= (soak)'
 	@echo 'Database:  $(if $(DB_PRIVATE),private server (set MYSQL_HOST to use your own),MYSQL_HOST=$(MYSQL_HOST) (your own server))'
 
 deps:
@@ -196,7 +196,7 @@ valgrind: db-check build db
 
 soak: db-check build db
 	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_FAKE_BIN='$(abspath $(BUILD))/txo-fake-services' \
-	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SEED='$(SOAK_SEED)' \
+	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_RANDOM_STATE='$(SOAK_RANDOM_STATE)' \
 	  $(BUILD)/tests/txo_soak
 
 install: build

@@ -878,7 +878,7 @@ struct http_run {
     double fig[F_N];
 };
 
-/* Drops and creates db_name, connects, migrates and seeds the stock. */
+/* Drops and creates db_name, connects, migrates and sets the stock. */
 static int fresh_database(struct http_run *h)
 {
     char sql[160];
@@ -905,9 +905,9 @@ static int fresh_database(struct http_run *h)
     for (unsigned i = 0; i < HTTP_NUM_SKUS; i++) {
         char sku[24];
         sku_name(sku, sizeof(sku), i);
-        rc = orders_seed_inventory(h->db, sku, HTTP_STOCK_PER_SKU, &err);
+        rc = orders_set_inventory(h->db, sku, HTTP_STOCK_PER_SKU, &err);
         if (rc < 0)
-            return bench_fail(rc, &err, "seeding inventory");
+            return bench_fail(rc, &err, "setting the inventory");
     }
     return 0;
 }

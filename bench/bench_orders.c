@@ -173,9 +173,9 @@ static int reset_tables(struct txo_db *db)
         struct txo_error err;
         txo_error_init(&err);
         sku_name(sku, sizeof(sku), i);
-        rc = orders_seed_inventory(db, sku, STOCK_PER_SKU, &err);
+        rc = orders_set_inventory(db, sku, STOCK_PER_SKU, &err);
         if (rc < 0)
-            return bench_fail(rc, &err, "seeding inventory");
+            return bench_fail(rc, &err, "setting the inventory");
     }
     return 0;
 }

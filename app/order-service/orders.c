@@ -686,10 +686,10 @@ static int write_stock(struct txo_db *db, const char *sql, const char *sku, int3
     return txo_db_exec(db, sql, p, TXO_ARRAY_LEN(p), NULL, err);
 }
 
-int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
-                          struct txo_error *err)
+int orders_set_inventory(struct txo_db *db, const char *sku, int32_t available,
+                         struct txo_error *err)
 {
-    return write_stock(db, ORDERS_SQL_SEED_INVENTORY, sku, available, err);
+    return write_stock(db, ORDERS_SQL_SET_INVENTORY, sku, available, err);
 }
 
 int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,

@@ -308,8 +308,8 @@ TXO_MUST_CHECK int orders_retry_saga_with(struct txo_db *db, const char *saga_id
  * demo, tests and benchmarks only: it ignores reservations that may still exist.
  * Errors: TXO_EINVAL (sku length, available < 0), DB errors.
  */
-TXO_MUST_CHECK int orders_seed_inventory(struct txo_db *db, const char *sku, int32_t available,
-                                         struct txo_error *err);
+TXO_MUST_CHECK int orders_set_inventory(struct txo_db *db, const char *sku, int32_t available,
+                                        struct txo_error *err);
 
 /* Creates the SKU with `available` units unless it exists (then nothing changes): safe on a
  * live database. For `txo up --stock`. Errors: TXO_EINVAL, DB errors. */

@@ -79,7 +79,7 @@ enum order_items_col {
 };
 
 /* inventory PRIMARY (sku). Locks that row (X). Demo/tests only: resets reserved to 0. */
-#define ORDERS_SQL_SEED_INVENTORY                                                                  \
+#define ORDERS_SQL_SET_INVENTORY                                                                   \
     "INSERT INTO inventory (sku, available, reserved) VALUES (?, ?, 0) "                           \
     "ON DUPLICATE KEY UPDATE available = VALUES(available), reserved = 0"
 

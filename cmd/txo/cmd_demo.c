@@ -700,9 +700,9 @@ static int run(int argc, char **argv)
         printf("schema: %u migration(s) applied now, %u in all\n", applied, total);
     }
     for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue); i++) {
-        rc = orders_seed_inventory(db, catalogue[i].sku, catalogue[i].stock, &err);
+        rc = orders_set_inventory(db, catalogue[i].sku, catalogue[i].stock, &err);
         if (rc < 0) {
-            cmd_report("demo", "seeding inventory failed", &err);
+            cmd_report("demo", "setting the inventory failed", &err);
             goto out;
         }
     }

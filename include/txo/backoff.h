@@ -25,7 +25,7 @@ struct txo_backoff {
 /* Delay before retry number `attempt` (>= 1); `rand01` in [0, 1). Never negative. */
 TXO_API int64_t txo_backoff_delay_ms(const struct txo_backoff *b, unsigned attempt, double rand01);
 
-/* A uniform number in [0, 1) from a per-thread generator seeded from the OS. */
+/* A uniform number in [0, 1) from a per-thread generator started from the OS's randomness. */
 TXO_API double txo_rand01(void);
 
 #endif

@@ -13,7 +13,7 @@
  * never more than INT64_MAX.
  *
  * Thread-safety: txo_backoff_delay_ms() is pure. txo_rand01() keeps one xorshift64* state per
- * thread, seeded from getrandom() (or the clocks and the state's own address when that fails),
+ * thread, started from getrandom() (or the clocks and the state's own address when that fails),
  * so threads neither share nor lock anything. Not for cryptography.
  */
 #include "core/common.h"
@@ -62,19 +62,19 @@ int64_t txo_backoff_delay_ms(const struct txo_backoff *b, unsigned attempt, doub
 /* xorshift64* (Vigna 2016): small, fast, and good enough for spreading out retries. */
 static _Thread_local uint64_t rand_state;
 
-static uint64_t seed_state(void)
+static uint64_t initial_state(void)
 {
-    uint64_t seed = 0;
+    uint64_t state = 0;
 
-    if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != (ssize_t)sizeof(seed)) {
+    if (getrandom(&state, sizeof(state), GRND_NONBLOCK) != (ssize_t)sizeof(state)) {
         /* No entropy yet (early boot) or no getrandom: mix what differs between threads and
          * processes. The address of the thread-local state is unique per live thread. */
-        seed = (uint64_t)txo_realtime_us() * 0x9E3779B97F4A7C15u;
-        seed ^= (uint64_t)txo_monotonic_us() << 17;
-        seed ^= (uint64_t)(uintptr_t)&rand_state;
-        seed ^= (uint64_t)getpid() << 40;
+        state = (uint64_t)txo_realtime_us() * 0x9E3779B97F4A7C15u;
+        state ^= (uint64_t)txo_monotonic_us() << 17;
+        state ^= (uint64_t)(uintptr_t)&rand_state;
+        state ^= (uint64_t)getpid() << 40;
     }
-    return seed != 0 ? seed : 0x2545F4914F6CDD1Du; /* xorshift state must not be 0 */
+    return state != 0 ? state : 0x2545F4914F6CDD1Du; /* xorshift state must not be 0 */
 }
 
 double txo_rand01(void)
@@ -82,7 +82,7 @@ double txo_rand01(void)
     uint64_t x = rand_state;
 
     if (x == 0) {
-        x = seed_state();
+        x = initial_state();
     }
     x ^= x >> 12;
     x ^= x << 25;

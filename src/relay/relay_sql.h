@@ -362,10 +362,10 @@
  * sees them) that failed, either FAILED (dead-lettered, waiting for an operator) or PENDING
  * after a failed attempt (waiting for the retry), and that hold back at least one later event
  * of their aggregate (`waiting`: how many). A failed event with nothing behind it parks
- * nothing: it is a retry or a dead letter, counted as such. Index: idx_outbox_due, the PENDING and FAILED ranges (an operator's
- * query, not a hot path: it reads every due row once), one idx_outbox_aggregate lookup per
- * candidate and a covering count of the aggregate's later entries. Locks: none (consistent
- * read, READ COMMITTED). Params: limit.
+ * nothing: it is a retry or a dead letter, counted as such. Index: idx_outbox_due, the PENDING and
+ * FAILED ranges (an operator's query, not a hot path: it reads every due row once), one
+ * idx_outbox_aggregate lookup per candidate and a covering count of the aggregate's later entries.
+ * Locks: none (consistent read, READ COMMITTED). Params: limit.
  */
 #define RELAY_SQL_LIST_PARKED                                                                      \
     "SELECT e.aggregate_type, e.aggregate_id, e.id, e.status, e.attempts, e.last_error, "          \

@@ -72,8 +72,8 @@ static int setup(void **state)
     txo_error_init(&err);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        if (orders_seed_inventory(c->t.db, skus[i], 1000, &err) != 0)
-            fail_msg("seeding %s: %s", skus[i], err.msg);
+        if (orders_set_inventory(c->t.db, skus[i], 1000, &err) != 0)
+            fail_msg("setting the stock of %s: %s", skus[i], err.msg);
     *state = c;
     return 0;
 }

@@ -26,7 +26,7 @@ static int setup(void **state)
     testdb_export_env(t);
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(orders_seed_inventory(t->db, "pen", 100, &err), 0);
+    assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
     *state = t;
     return 0;
 }

@@ -68,8 +68,8 @@ static int setup(void **state)
     testdb_export_env(&c->t);
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_seed_inventory(c->t.db, "SKU-A", 1000, &err) != 0)
-        fail_msg("seeding: %s", err.msg);
+    if (orders_set_inventory(c->t.db, "SKU-A", 1000, &err) != 0)
+        fail_msg("setting the stock: %s", err.msg);
     *state = c;
     return 0;
 }
@@ -781,8 +781,8 @@ static void test_sku_match_is_exact(void **state)
     struct ctx *c = *state;
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_seed_inventory(c->t.db, "fuzz-sku", 5, &err) != 0)
-        fail_msg("seeding: %s", err.msg);
+    if (orders_set_inventory(c->t.db, "fuzz-sku", 5, &err) != 0)
+        fail_msg("setting the stock: %s", err.msg);
     start(c, NULL);
     int fd = dial(c->port);
     static const char *const others[] = {"FUZZ-SKU", "fuzz-sku ", "Fuzz-Sku"};

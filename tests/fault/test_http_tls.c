@@ -45,8 +45,8 @@ static int setup(void **state)
     testdb_export_env(&c->t);
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_seed_inventory(c->t.db, "SKU-A", 100, &err) != 0)
-        fail_msg("seeding: %s", err.msg);
+    if (orders_set_inventory(c->t.db, "SKU-A", 100, &err) != 0)
+        fail_msg("setting the stock: %s", err.msg);
     snprintf(c->dir, sizeof(c->dir), "/tmp/txo-tls-XXXXXX");
     assert_non_null(mkdtemp(c->dir));
     snprintf(c->cert, sizeof(c->cert), "%s/cert.pem", c->dir);

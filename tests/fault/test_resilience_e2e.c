@@ -75,8 +75,8 @@ static int setup(void **state)
     testdb_export_env(&r->t);
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_seed_inventory(r->t.db, SKU, STOCK, &err) != 0)
-        fail_msg("seeding inventory: %s", err.msg);
+    if (orders_set_inventory(r->t.db, SKU, STOCK, &err) != 0)
+        fail_msg("setting the inventory: %s", err.msg);
     struct txo_http_client_opts co;
     txo_http_client_opts_init(&co);
     co.timeout_ms = 10000;

@@ -50,7 +50,7 @@ static int setup(void **state)
     testdb_setup(t, "audit");
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(orders_seed_inventory(t->db, "iphone-15", 10, &err), 0);
+    assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
     *state = t;
     return 0;
 }

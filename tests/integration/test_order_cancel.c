@@ -34,7 +34,7 @@ static int setup(void **state)
     testdb_setup(&f->t, "cancel");
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(orders_seed_inventory(f->t.db, "iphone-15", 10, &err), 0);
+    assert_int_equal(orders_set_inventory(f->t.db, "iphone-15", 10, &err), 0);
     txo_saga_opts_init(&f->opts);
     *state = f;
     return 0;

@@ -40,7 +40,7 @@ static int setup(void **state)
     txo_error_init(&err);
     for (size_t i = 0; i < TXO_ARRAY_LEN(initial_stock); i++)
         assert_int_equal(
-            orders_seed_inventory(f->t.db, initial_stock[i].sku, initial_stock[i].qty, &err), 0);
+            orders_set_inventory(f->t.db, initial_stock[i].sku, initial_stock[i].qty, &err), 0);
     testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.clock = &f->clock.clock;

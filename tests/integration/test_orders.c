@@ -21,8 +21,8 @@ static int setup(void **state)
     testdb_setup(t, "orders");
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(orders_seed_inventory(t->db, "iphone-15", 10, &err), 0);
-    assert_int_equal(orders_seed_inventory(t->db, "case", 10, &err), 0);
+    assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
+    assert_int_equal(orders_set_inventory(t->db, "case", 10, &err), 0);
     *state = t;
     return 0;
 }
@@ -272,7 +272,7 @@ static void test_create_with_saga_commits_all_together(void **state)
     struct txo_error err;
     txo_error_init(&err);
     const char *utf8_sku = "\xd1\x87\xd0\xb5\xd1\x85\xd0\xbe\xd0\xbb-\xc3\x9f\"q"; /* чехол-ß"q */
-    assert_int_equal(orders_seed_inventory(t->db, utf8_sku, 5, &err), 0);
+    assert_int_equal(orders_set_inventory(t->db, utf8_sku, 5, &err), 0);
     struct order_item items[] = {{"case", 1, 1500}, {utf8_sku, 2, 700}, {"case", 3, 1500}};
     int64_t id = 0;
     char saga[TXO_SAGA_ID_LEN];

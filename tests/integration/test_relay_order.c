@@ -93,12 +93,12 @@ static const struct txo_publisher_ops app_ops = {
     .destroy = app_destroy,
 };
 
-static struct txo_publisher *new_appender(int fd, uint32_t seed, struct appender **out)
+static struct txo_publisher *new_appender(int fd, uint32_t rng_start, struct appender **out)
 {
     struct appender *a = txo_calloc(1, sizeof(*a));
     assert_non_null(a);
     a->fd = fd;
-    a->rng = seed != 0 ? seed : 1;
+    a->rng = rng_start != 0 ? rng_start : 1;
     struct txo_publisher *pub = NULL;
     assert_int_equal(txo_publisher_new(&app_ops, a, &pub, NULL), 0);
     *out = a;

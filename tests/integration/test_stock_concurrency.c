@@ -86,8 +86,8 @@ static void test_concurrent_reservations(void **state)
     struct txo_error err;
     txo_error_init(&err);
     testdb_setup(&t, "stock");
-    assert_int_equal(orders_seed_inventory(t.db, "a", STOCK, &err), 0);
-    assert_int_equal(orders_seed_inventory(t.db, "b", STOCK, &err), 0);
+    assert_int_equal(orders_set_inventory(t.db, "a", STOCK, &err), 0);
+    assert_int_equal(orders_set_inventory(t.db, "b", STOCK, &err), 0);
 
     struct txo_db_stats before;
     txo_db_get_stats(&before);

@@ -100,8 +100,8 @@ static void compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN
 {
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_seed_inventory(c->t.db, "pen", 100, &err) != 0)
-        fail_msg("seeding: %s", err.msg);
+    if (orders_set_inventory(c->t.db, "pen", 100, &err) != 0)
+        fail_msg("setting the stock: %s", err.msg);
     struct order_item item = {"pen", 1, 250};
     int64_t order = 0;
     if (orders_create_with_saga(c->t.db, 3, &item, 1, &order, saga_id, &err) != 0)

@@ -30,7 +30,7 @@
  *               ends CANCELLED, a seen terminal status is the final one).
  *
  * A summary of what happened is printed either way; on failure the end of every daemon's log.
- * Environment: SOAK_SECONDS (default 300), SOAK_CLIENTS (4), SOAK_SEED (random),
+ * Environment: SOAK_SECONDS (default 300), SOAK_CLIENTS (4), SOAK_RANDOM_STATE (random),
  * SOAK_SETTLE_SECONDS (90), plus what every fault test needs (MYSQL_*, TXO_BIN, TXO_FAKE_BIN). Not
  * part of `make test`: `make soak` runs it (tests/soak/README.md).
  *
@@ -182,7 +182,7 @@ struct key_rec {
 struct client {
     struct soak *soak;
     unsigned id;
-    unsigned seed;
+    unsigned rng; /* rand_r state of this client */
     struct key_rec *keys;
     size_t n_keys, cap_keys;
     /* what happened */
@@ -228,7 +228,7 @@ static void client_error(struct client *c, const char *fmt, ...)
 
 static unsigned serve_port(struct client *c)
 {
-    return c->soak->d[rand_r(&c->seed) % 2].port; /* d[0], d[1] are the two `txo serve` */
+    return c->soak->d[rand_r(&c->rng) % 2].port; /* d[0], d[1] are the two `txo serve` */
 }
 
 static bool give_up(struct client *c)
@@ -307,7 +307,7 @@ static void cancel_order(struct client *c, CURL *h, struct key_rec *rec)
         /* Finished already: nothing to cancel, but one time in two the cancel is sent anyway,
          * with the current version, and must be refused with 409. */
         bool finished = rec->seen != 0;
-        if (finished && (tries > 0 || rand_r(&c->seed) % 2 == 0))
+        if (finished && (tries > 0 || rand_r(&c->rng) % 2 == 0))
             break;
         snprintf(if_match, sizeof(if_match), "If-Match: \"%" PRId64 "\"", version);
         const char *headers[] = {if_match, NULL};
@@ -366,7 +366,7 @@ static int64_t post_order(struct client *c, CURL *h, const char *key, const char
         if (give_up(c) || tries > 200)
             return 0;
         c->post_retries++;
-        sleep_ms(20 + rand_r(&c->seed) % 100);
+        sleep_ms(20 + rand_r(&c->rng) % 100);
     }
 }
 
@@ -391,19 +391,18 @@ static void one_order(struct client *c, CURL *h, struct reply *r)
 
     char key[64], body[512];
     snprintf(key, sizeof(key), "soak-%u-%zu", c->id, idx);
-    int n = snprintf(body, sizeof(body), "{\"customer_id\":%u,\"items\":[",
-                     1 + rand_r(&c->seed) % 1000);
-    unsigned items = 1 + rand_r(&c->seed) % 3;
-    unsigned first = rand_r(&c->seed) % 3;
+    int n =
+        snprintf(body, sizeof(body), "{\"customer_id\":%u,\"items\":[", 1 + rand_r(&c->rng) % 1000);
+    unsigned items = 1 + rand_r(&c->rng) % 3;
+    unsigned first = rand_r(&c->rng) % 3;
     for (unsigned i = 0; i < items; i++)
         n += snprintf(body + n, sizeof(body) - (size_t)n,
                       "%s{\"sku\":\"%s\",\"qty\":%u,\"price_cents\":%u}", i > 0 ? "," : "",
-                      skus[(first + i) % 3], 1 + rand_r(&c->seed) % 3,
-                      100 + rand_r(&c->seed) % 2000);
-    if (rand_r(&c->seed) % 8 == 0) /* the scarce one: it runs out, sagas then fail at once */
+                      skus[(first + i) % 3], 1 + rand_r(&c->rng) % 3, 100 + rand_r(&c->rng) % 2000);
+    if (rand_r(&c->rng) % 8 == 0) /* the scarce one: it runs out, sagas then fail at once */
         n += snprintf(body + n, sizeof(body) - (size_t)n,
                       ",{\"sku\":\"rare\",\"qty\":%u,\"price_cents\":5000}",
-                      1 + rand_r(&c->seed) % 2);
+                      1 + rand_r(&c->rng) % 2);
     snprintf(body + n, sizeof(body) - (size_t)n, "]}");
 
     rec->order_id = post_order(c, h, key, body, r);
@@ -411,20 +410,20 @@ static void one_order(struct client *c, CURL *h, struct reply *r)
         c->unanswered++;
         return;
     }
-    if (rand_r(&c->seed) % 5 == 0) { /* a retry after a success: the same order again */
+    if (rand_r(&c->rng) % 5 == 0) { /* a retry after a success: the same order again */
         int64_t again = post_order(c, h, key, body, r);
         c->replays++;
         if (again != 0 && again != rec->order_id)
             client_error(c, "key %s: order %" PRId64 " first, order %" PRId64 " on the replay", key,
                          rec->order_id, again);
     }
-    unsigned roll = rand_r(&c->seed) % 10;
+    unsigned roll = rand_r(&c->rng) % 10;
     if (roll < 3) {
-        sleep_ms(rand_r(&c->seed) % 400); /* while the saga runs, or not yet started */
+        sleep_ms(rand_r(&c->rng) % 400); /* while the saga runs, or not yet started */
         cancel_order(c, h, rec);
     } else if (roll < 6) {
         int64_t version;
-        sleep_ms(rand_r(&c->seed) % 200);
+        sleep_ms(rand_r(&c->rng) % 200);
         (void)read_order(c, h, rec, &version, r);
     }
 }
@@ -911,11 +910,12 @@ static void test_soak(void **state)
     unsigned seconds = env_unsigned("SOAK_SECONDS", 300);
     unsigned n_clients = env_unsigned("SOAK_CLIENTS", 4);
     unsigned settle_s = env_unsigned("SOAK_SETTLE_SECONDS", 90);
-    unsigned seed = env_unsigned("SOAK_SEED", (unsigned)time(NULL) ^ (unsigned)getpid());
+    unsigned start = env_unsigned("SOAK_RANDOM_STATE", (unsigned)time(NULL) ^ (unsigned)getpid());
     if (n_clients == 0 || n_clients > MAX_CLIENTS || seconds < 10)
         fail_msg("SOAK_CLIENTS must be 1..%d and SOAK_SECONDS at least 10", MAX_CLIENTS);
-    print_message("soak: %u s, %u clients, seed %u (SOAK_SEED=%u makes the same random choices)\n",
-                  seconds, n_clients, seed, seed);
+    print_message("soak: %u s, %u clients, random state %u (SOAK_RANDOM_STATE=%u makes the same "
+                  "random choices)\n",
+                  seconds, n_clients, start, start);
 
     testpipeline_set_initial_stock(&s->tp, stock, TXO_ARRAY_LEN(stock));
     s->fake_port = testproc_free_port();
@@ -936,12 +936,12 @@ static void test_soak(void **state)
     for (unsigned i = 0; i < n_clients; i++) {
         cl[i].soak = s;
         cl[i].id = i;
-        cl[i].seed = seed + 7919 * (i + 1);
+        cl[i].rng = start + 7919 * (i + 1);
         assert_int_equal(pthread_create(&threads[i], NULL, client_main, &cl[i]), 0);
     }
 
     /* Faults, on this thread, until the time is up. */
-    unsigned rng = seed;
+    unsigned rng = start;
     int64_t t0 = txo_monotonic_ms();
     int64_t end = t0 + (int64_t)seconds * 1000;
     int64_t next_kill = t0 + 2000 + rand_r(&rng) % 2000;

@@ -200,8 +200,8 @@ void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpi
     for (size_t i = 0; i < n; i++) {
         struct txo_error err;
         txo_error_init(&err);
-        if (orders_seed_inventory(tp->db, stock[i].sku, stock[i].units, &err) != 0)
-            fail_msg("seeding %s: %s", stock[i].sku, err.msg);
+        if (orders_set_inventory(tp->db, stock[i].sku, stock[i].units, &err) != 0)
+            fail_msg("setting the stock of %s: %s", stock[i].sku, err.msg);
     }
 }
 

@@ -139,7 +139,7 @@ struct testpipeline_stock {
     int32_t units;
 };
 
-/* Sets the initial stock of n SKUs (orders_seed_inventory). */
+/* Sets the initial stock of n SKUs (orders_set_inventory). */
 void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
                                     size_t n);
 

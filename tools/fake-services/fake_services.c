@@ -86,7 +86,7 @@ struct fake_cmd_opts {
     const char *ship_decline_rate;
     const char *fail_path;
     bool hang;
-    unsigned seed;
+    unsigned random_state;
     unsigned max_connections;
     const char *log_level;
 };
@@ -136,13 +136,13 @@ static struct setting table[] = {
      .def = "false",
      .help = "hold every payment/shipment call unanswered until the client gives up (max 600 s)",
      .target = &opts.hang},
-    {.name = "seed",
-     .env = "TXO_FAKE_SEED",
+    {.name = "random-state",
+     .env = "TXO_FAKE_RANDOM_STATE",
      .type = SETTING_UINT,
      .def = "1",
-     .help = "seed of the failure/decline random draws",
+     .help = "initial state of the failure and decline random draws",
      .max = 4294967295UL,
-     .target = &opts.seed},
+     .target = &opts.random_state},
     {.name = "max-connections",
      .env = "TXO_FAKE_MAX_CONNECTIONS",
      .type = SETTING_UINT,
@@ -234,7 +234,7 @@ struct fake {
     struct order_rec *orders[ORDER_BUCKETS];
 };
 
-/* splitmix64: small, seedable, good enough for failure injection. Called under mu. */
+/* splitmix64: small, restartable from a given state, good enough for failure injection. Called under mu. */
 static double draw(struct fake *s)
 {
     uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
@@ -870,7 +870,7 @@ int main(int argc, char **argv)
         return 1;
     }
     s->b = b;
-    s->rng = opts.seed;
+    s->rng = opts.random_state;
     int status = 1;
     struct txo_http_server *srv = NULL;
     struct txo_error err;
@@ -891,9 +891,9 @@ int main(int argc, char **argv)
     unsigned bound = txo_http_server_port(srv);
     TXO_LOG(TXO_LOG_INFO, "fake",
             "listening url=http://%s:%u fail_rate=%g decline_rate=%g ship_decline_rate=%g "
-            "latency_ms=%" PRId64 " hang=%s fail_path=%s seed=%u",
+            "latency_ms=%" PRId64 " hang=%s fail_path=%s random_state=%u",
             host, bound, b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
-            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*", opts.seed);
+            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*", opts.random_state);
     printf("http://%s:%u\n", host, bound);
     fflush(stdout);
 
