@@ -631,88 +631,32 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
     if (rc < 0)
         return rc;
 
-    /*
-     * Ordering by aggregate: its cost against ordering none on the same events (20 per
-     * aggregate, round robin), 1 and 2 relays, and a drain with 1% of the aggregates parked
-     * (their first event FAILED: the drain publishes everything else, and the claim walks past
-     * the parked aggregates' waiting events on every full scan).
-     */
+        /*
+         * Ordering by aggregate: its cost against ordering none on the same events (20 per
+         * aggregate, round robin), 1 and 2 relays, and a drain with 1% of the aggregates parked
+         * (their first event FAILED: the drain publishes everything else, and the claim walks past
+         * the parked aggregates' waiting events on every full scan).
+         */
+        /* claim, held, relays, ordering, parked per mille: batch 500, 20 events per aggregate. */
+#define ORDERING_CASE(claim_, held_, relays_, ordering_, parked_)                                  \
+    {                                                                                              \
+        .claim = (claim_), .held = (held_), .relays = (relays_), .batch = 500,                     \
+        .ordering = (ordering_), .events_per_aggregate = 20, .parked_per_mille = (parked_)         \
+    }
     static const struct relay_case ordering[] = {
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .relays = 1,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_NONE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 0},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .relays = 1,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 0},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .relays = 2,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_NONE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 0},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .relays = 2,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 0},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .relays = 1,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 10},
-        {.claim = TXO_CLAIM_UPDATE_LIMIT,
-         .relays = 1,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_NONE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 0},
-        {.claim = TXO_CLAIM_UPDATE_LIMIT,
-         .relays = 1,
-         .batch = 500,
-         .behind_published = false,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 0},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .held = true,
-         .relays = 1,
-         .batch = 500,
-         .ordering = TXO_RELAY_ORDER_NONE,
-         .events_per_aggregate = 20},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .held = true,
-         .relays = 1,
-         .batch = 500,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .held = true,
-         .relays = 2,
-         .batch = 500,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20},
-        {.claim = TXO_CLAIM_SKIP_LOCKED,
-         .held = true,
-         .relays = 1,
-         .batch = 500,
-         .ordering = TXO_RELAY_ORDER_AGGREGATE,
-         .events_per_aggregate = 20,
-         .parked_per_mille = 10},
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 1, TXO_RELAY_ORDER_NONE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 1, TXO_RELAY_ORDER_AGGREGATE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 2, TXO_RELAY_ORDER_NONE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 2, TXO_RELAY_ORDER_AGGREGATE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 1, TXO_RELAY_ORDER_AGGREGATE, 10),
+        ORDERING_CASE(TXO_CLAIM_UPDATE_LIMIT, false, 1, TXO_RELAY_ORDER_NONE, 0),
+        ORDERING_CASE(TXO_CLAIM_UPDATE_LIMIT, false, 1, TXO_RELAY_ORDER_AGGREGATE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 1, TXO_RELAY_ORDER_NONE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 1, TXO_RELAY_ORDER_AGGREGATE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 2, TXO_RELAY_ORDER_AGGREGATE, 0),
+        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 1, TXO_RELAY_ORDER_AGGREGATE, 10),
     };
+#undef ORDERING_CASE
     printf("== relay ordering: %zu PENDING events over %zu aggregates, null publisher, medians "
            "of %u runs ==\n",
            cfg->events, cfg->events / 20 > 0 ? cfg->events / 20 : 1, cfg->runs);
