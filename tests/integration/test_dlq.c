@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "testrelay.h"
 #include "txo/dlq.h"
 
 /* ---- a publisher that fails on demand and records what it acknowledged ---- */
@@ -135,23 +136,13 @@ static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub)
     return r;
 }
 
-static size_t run_once(struct txo_relay *r)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("relay: %s", err.msg);
-    return claimed;
-}
-
 /* Runs the relay until want rows are FAILED (the publisher fails every time). */
 static void run_until_failed(struct testdb *t, struct txo_relay *r, int64_t want)
 {
     for (int i = 0; i < 1000; i++) {
         if (q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'") >= want)
             return;
-        (void)run_once(r);
+        (void)testrelay_run_once(r);
         txo_sleep_ms(3);
     }
     fail_msg("the relay did not dead-letter %lld events", (long long)want);
@@ -284,14 +275,14 @@ static void test_replay_end_to_end(void **state)
 
     /* The broker is back: the relay publishes exactly the replayed event, as attempt 1. */
     rec->fail = false;
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->n, 1);
     assert_int_equal(rec->ids[0], 2);
     assert_int_equal(rec->attempts[0], 1);
     assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
                               "'PUBLISHED' AND published_at IS NOT NULL AND last_error IS NULL"),
                      1);
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 2);
 
     /* Published: a replay is refused. */
@@ -315,7 +306,7 @@ static void test_replay_end_to_end(void **state)
     rec->fail = false;
     assert_int_equal(replay(t, dl1, &err), 0);
     assert_int_equal(q1(t->db, "SELECT replay_count FROM dead_letter_events WHERE id = ?", dl1), 2);
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->n, 2);
     assert_int_equal(rec->ids[1], 1);
     assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testrelay.h"
 #include "txo/consumer.h"
 
 struct ctx {
@@ -168,16 +169,6 @@ static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, uns
     return r;
 }
 
-static size_t run_once(struct txo_relay *r)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("txo_relay_run_once: %s", err.msg);
-    return claimed;
-}
-
 static struct txo_publisher *new_local(struct ctx *c)
 {
     struct txo_publisher *pub = NULL;
@@ -198,7 +189,7 @@ static void test_each_event_reaches_the_handler(void **state)
     append(c, n);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 10);
-    while (run_once(r) > 0) {
+    while (testrelay_run_once(r) > 0) {
     }
     assert_int_equal(c->calls, n);
     assert_int_equal(c->last_delivery, 1);
@@ -223,7 +214,7 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
 
     /* The consumer's database is down: nothing is applied, every row stays PENDING. */
     c->fail_code = TXO_EUNAVAILABLE;
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, n);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
@@ -232,13 +223,13 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
                           "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
                      n);
     /* Backing off: not offered again before it is due. */
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(c->calls, n);
 
     /* Recovered: once due, each event is delivered again, now as delivery 2. */
     c->fail_code = 0;
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, 2 * n);
     assert_int_equal(c->last_delivery, 2);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
@@ -257,9 +248,9 @@ static void test_permanent_failure_dead_letters(void **state)
     struct txo_relay *r = new_relay(c, pub, 2);
     /* A permanent error is dead-lettered at once, not retried up to max_attempts. */
     c->fail_code = TXO_EBUSINESS;
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(c->calls, 1);
     assert_string_equal(c->last_msg_id, "order:1:created");
     assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "

@@ -26,6 +26,7 @@
 
 #include "relay/relay_sql.h"
 #include "testdb.h"
+#include "testrelay.h"
 
 /* ---- the recording publisher ---- */
 
@@ -187,35 +188,6 @@ static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch)
     return o;
 }
 
-static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
-                                   const struct txo_relay_opts *o)
-{
-    struct txo_relay *r = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_new(db, pub, o, &r, &err) < 0)
-        fail_msg("txo_relay_new: %s", err.msg);
-    return r;
-}
-
-static size_t run_once(struct txo_relay *r)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("txo_relay_run_once: %s", err.msg);
-    return claimed;
-}
-
-static void drain(struct txo_relay *r)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run(r, &err) < 0)
-        fail_msg("txo_relay_run: %s", err.msg);
-}
-
 /* Inserts n events (aggregate_id = 1..n, key "<prefix>:<n>") with the given status, in one
  * statement. */
 static void insert_events_as(struct testdb *t, unsigned n, const char *status, const char *prefix)
@@ -282,10 +254,10 @@ static void test_drain_exactly_once_in_order(void **state)
     struct txo_publisher *pub = new_recorder(&rec);
     struct txo_relay_opts o = relay_opts(c, 100);
     o.drain = true;
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
     assert_int_equal(txo_relay_claim_strategy(r), c->claim);
     assert_int_equal(txo_relay_claim_mode(r), c->mode);
-    drain(r);
+    testrelay_drain(r);
 
     assert_each_once(&rec, 1, n);
     for (size_t i = 0; i < n; i++) {
@@ -318,7 +290,7 @@ static void test_drain_exactly_once_in_order(void **state)
     assert_int_equal(st.fenced + st.failed_attempts + st.dead_lettered + st.reclaimed, 0);
 
     /* Nothing left: another cycle claims nothing. */
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
     txo_relay_free(r);
     txo_publisher_free(pub);
 }
@@ -348,9 +320,9 @@ static void test_failure_backoff_and_last_error(void **state)
     o.backoff.base_ms = 60000; /* exact delays: 60 s, then 120 s, capped at 200 s */
     o.backoff.max_ms = 200000;
     o.backoff.jitter = 0.0;
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
-    assert_int_equal(run_once(r), 4);
+    assert_int_equal(testrelay_run_once(r), 4);
     assert_int_equal(rec->n, 3);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 3);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 "
@@ -366,14 +338,14 @@ static void test_failure_backoff_and_last_error(void **state)
     txo_free(last_error);
 
     /* Not due yet: the next cycle leaves it alone (no hot loop). */
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
 
     /* Due again, fails again: twice the delay. Then three times more would hit the cap. */
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 2");
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(delay_s(&c->t, 2), 120);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 2");
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(delay_s(&c->t, 2), 200);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
@@ -384,10 +356,10 @@ static void test_failure_backoff_and_last_error(void **state)
     txo_relay_free(r);
     o.backoff.jitter = 0.5;
     o.backoff.base_ms = 60000;
-    r = new_relay(c->t.db, pub, &o);
+    r = testrelay_new(c->t.db, pub, &o);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6), attempts = 0 "
                          "WHERE id = 2");
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     int64_t d = delay_s(&c->t, 2);
     if (d < 30 || d > 90)
         fail_msg("jittered delay %lld s, want 30..90", (long long)d);
@@ -395,7 +367,7 @@ static void test_failure_backoff_and_last_error(void **state)
     /* Once due and the publisher is back, it is delivered with its attempt number. */
     rec->n_fail_ids = 0;
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 2");
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->ids[3], 2);
     assert_int_equal(rec->attempts[3], 2);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
@@ -417,12 +389,12 @@ static void test_dead_letter_then_recovery(void **state)
     o.backoff.base_ms = 1;
     o.backoff.max_ms = 2;
     o.breaker_failures = 0; /* this test counts attempts; the breaker has its own tests */
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
     for (int i = 0; i < 500 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
                                         "'FAILED'") < 5;
          i++) {
-        (void)run_once(r);
+        (void)testrelay_run_once(r);
         txo_sleep_ms(2);
     }
     assert_int_equal(rec->seen, 15); /* 5 events x 3 attempts, not one more */
@@ -450,8 +422,8 @@ static void test_dead_letter_then_recovery(void **state)
                          "'k:6'), ('order', 7, 'OrderCreated', '{}', 'k:7')");
     struct txo_relay_opts od = o;
     od.drain = true;
-    struct txo_relay *rd = new_relay(c->t.db, pub, &od);
-    drain(rd);
+    struct txo_relay *rd = testrelay_new(c->t.db, pub, &od);
+    testrelay_drain(rd);
     assert_int_equal(rec->n, 2);
     assert_string_equal(rec->keys[0], "k:6");
     assert_string_equal(rec->keys[1], "k:7");
@@ -464,10 +436,10 @@ static void test_dead_letter_then_recovery(void **state)
                          "payload, idempotency_key) VALUES ('order', 8, 'OrderCreated', '{}', "
                          "'k:8')");
     rec->fail_first_calls = rec->calls + 1;
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->n, 2);
     txo_sleep_ms(5);
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->n, 3);
     assert_string_equal(rec->keys[2], "k:8");
     assert_int_equal(rec->attempts[2], 2);
@@ -512,7 +484,7 @@ static void test_two_relays_concurrently(void **state)
         struct txo_relay_opts o = relay_opts(c, 50);
         o.relay_id = i == 0 ? "relay-a" : "relay-b";
         o.drain = true;
-        w[i].relay = new_relay(w[i].db, w[i].pub, &o);
+        w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
     }
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
@@ -523,7 +495,7 @@ static void test_two_relays_concurrently(void **state)
             fail_msg("relay %d: %s", i, w[i].msg);
     }
     /* A relay that found everything claimed by the other may stop early; drain the rest. */
-    drain(w[0].relay);
+    testrelay_drain(w[0].relay);
 
     struct recorder *recs[2] = {w[0].rec, w[1].rec};
     assert_each_once(recs, 2, n);
@@ -560,7 +532,7 @@ static void expire_and_steal(struct recorder *rec, const struct txo_outbox_messa
         return;
     testdb_exec(lt->other_conn, "UPDATE outbox_events SET locked_until = NOW(6) - INTERVAL 1 "
                                 "SECOND WHERE status = 'PROCESSING'");
-    lt->b_claimed = run_once(lt->relay_b);
+    lt->b_claimed = testrelay_run_once(lt->relay_b);
 }
 
 static void test_lease_expiry_fenced_mark(void **state)
@@ -579,12 +551,12 @@ static void test_lease_expiry_fenced_mark(void **state)
     oa.relay_id = "relay-a";
     struct txo_relay_opts ob = relay_opts(c, n);
     ob.relay_id = "relay-b";
-    struct txo_relay *a = new_relay(c->t.db, pub_a, &oa);
-    lt.relay_b = new_relay(db_b, pub_b, &ob);
+    struct txo_relay *a = testrelay_new(c->t.db, pub_a, &oa);
+    lt.relay_b = testrelay_new(db_b, pub_b, &ob);
     rec_a->hook = expire_and_steal;
     rec_a->hook_arg = &lt;
 
-    assert_int_equal(run_once(a), n);
+    assert_int_equal(testrelay_run_once(a), n);
     assert_int_equal(lt.b_claimed, n);
 
     struct txo_relay_stats sa, sb;
@@ -603,7 +575,7 @@ static void test_lease_expiry_fenced_mark(void **state)
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND locked_by IS NULL AND published_at IS NOT NULL"),
                      n);
-    assert_int_equal(run_once(a), 0);
+    assert_int_equal(testrelay_run_once(a), 0);
 
     txo_relay_free(a);
     txo_relay_free(lt.relay_b);
@@ -769,8 +741,8 @@ static void test_claim_uses_due_index(void **state)
     struct txo_publisher *pub = new_recorder(&rec);
     struct txo_relay_opts o = relay_opts(c, 500);
     o.drain = true;
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
-    drain(r);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    testrelay_drain(r);
     assert_int_equal(rec->n, 10);
 
     /* A large backlog: the claims must still walk the index in order, not sort the backlog. */
@@ -829,7 +801,7 @@ static void test_late_commit_behind_cursor(void **state)
     w.db = testdb_connect(&c->t);
     w.pub = new_recorder(&w.rec);
     struct txo_relay_opts o = relay_opts(c, 5);
-    w.relay = new_relay(w.db, w.pub, &o);
+    w.relay = testrelay_new(w.db, w.pub, &o);
     assert_int_equal(pthread_create(&th, NULL, worker_main, &w), 0);
 
     /* The relay is running and its cursor is past where the late row will sit. */
@@ -895,10 +867,10 @@ static void test_stop_finishes_batch(void **state)
     struct recorder *rec;
     struct txo_publisher *pub = new_recorder(&rec);
     struct txo_relay_opts o = relay_opts(c, 10);
-    struct txo_relay *r = new_relay(c->t.db, pub, &o); /* not drain: only stop ends it */
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o); /* not drain: only stop ends it */
     rec->hook = stop_on_second_call;
     rec->hook_arg = r;
-    drain(r);
+    testrelay_drain(r);
     assert_int_equal(rec->n, 20);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND id <= 20"),
@@ -961,14 +933,14 @@ static void test_lock_token_and_opts(void **state)
     struct token_probe probe = {.conn = testdb_connect(&c->t)};
     rec->hook = read_token;
     rec->hook_arg = &probe;
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
-    assert_int_equal(run_once(r), 1);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_non_null(probe.locked_by);
     char *first = txo_strdup(probe.locked_by);
     assert_true(strlen(first) <= 128);
     assert_int_equal(strncmp(first, "xxxxxxxx", 8), 0);
     assert_int_equal(strlen(strrchr(first, ':') + 1), 36); /* the uuid */
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     assert_string_not_equal(first, probe.locked_by); /* a fresh token per claim */
 
     /* A multibyte relay id is cut between characters, never inside one (MariaDB refuses
@@ -979,9 +951,9 @@ static void test_lock_token_and_opts(void **state)
     utf8_id[300] = '\0';
     txo_relay_free(r);
     o.relay_id = utf8_id;
-    r = new_relay(c->t.db, pub, &o);
+    r = testrelay_new(c->t.db, pub, &o);
     testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING'");
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     size_t id_bytes = (size_t)(strrchr(probe.locked_by, ':') - probe.locked_by);
     assert_true(id_bytes > 0 && id_bytes % 2 == 0);
     assert_memory_equal(probe.locked_by, utf8_id, id_bytes);
@@ -989,9 +961,9 @@ static void test_lock_token_and_opts(void **state)
     /* Default relay id: hostname:pid. */
     txo_relay_free(r);
     o.relay_id = NULL;
-    r = new_relay(c->t.db, pub, &o);
+    r = testrelay_new(c->t.db, pub, &o);
     testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING'");
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     char pid[32];
     snprintf(pid, sizeof(pid), ":%ld:", (long)getpid());
     assert_non_null(strstr(probe.locked_by, pid));
@@ -1037,7 +1009,7 @@ static void look_from_outside(struct recorder *rec, const struct txo_outbox_mess
                              "SELECT COUNT(*) FROM (SELECT id FROM outbox_events WHERE id "
                              "BETWEEN ? AND ? FOR UPDATE SKIP LOCKED) t",
                              range, 2);
-    p->other_claimed = run_once(p->other);
+    p->other_claimed = testrelay_run_once(p->other);
 }
 
 static void test_held_batch_is_locked_and_pending(void **state)
@@ -1051,14 +1023,15 @@ static void test_held_batch_is_locked_and_pending(void **state)
     struct txo_relay_opts o = relay_opts(c, 10);
     o.relay_id = "other";
     o.mode = TXO_RELAY_CLAIM_LEASE;
-    probe.other = new_relay(probe.conn, other_pub, &o);
+    probe.other = testrelay_new(probe.conn, other_pub, &o);
     rec->hook = look_from_outside;
     rec->hook_arg = &probe;
     o = relay_opts(c, 10);
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
-    assert_int_equal(run_once(r), 10); /* leased: ids 1..10 */
-    assert_int_equal(run_once(r), 10); /* held: 11..20, while the other relay takes 21..30 */
+    assert_int_equal(testrelay_run_once(r), 10); /* leased: ids 1..10 */
+    assert_int_equal(testrelay_run_once(r),
+                     10); /* held: 11..20, while the other relay takes 21..30 */
     assert_int_equal(probe.pending, 10);
     assert_int_equal(probe.locked_by, 0);
     assert_int_equal(probe.processing, 0);
@@ -1097,14 +1070,14 @@ static void test_claim_mode_auto(void **state)
     struct txo_relay_opts o = relay_opts(c, 10);
     o.mode = TXO_RELAY_CLAIM_AUTO;
     o.claim = TXO_CLAIM_SKIP_LOCKED;
-    struct txo_relay *r = new_relay(c->t.db, slow, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, slow, &o);
     assert_int_equal(txo_relay_claim_mode(r), TXO_RELAY_CLAIM_LEASE);
     txo_relay_free(r);
-    r = new_relay(c->t.db, quick, &o);
+    r = testrelay_new(c->t.db, quick, &o);
     assert_int_equal(txo_relay_claim_mode(r), TXO_RELAY_CLAIM_TRANSACTION);
     txo_relay_free(r);
     o.claim = TXO_CLAIM_UPDATE_LIMIT; /* no held claim without SKIP LOCKED */
-    r = new_relay(c->t.db, quick, &o);
+    r = testrelay_new(c->t.db, quick, &o);
     assert_int_equal(txo_relay_claim_mode(r), TXO_RELAY_CLAIM_LEASE);
     txo_relay_free(r);
     o.mode = TXO_RELAY_CLAIM_TRANSACTION;

@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "testrelay.h"
 
 /* ---- the appending publisher ---- */
 
@@ -165,27 +166,6 @@ static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch, con
     o.backoff.base_ms = 1;
     o.backoff.max_ms = 20;
     return o;
-}
-
-static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
-                                   const struct txo_relay_opts *o)
-{
-    struct txo_relay *r = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_new(db, pub, o, &r, &err) < 0)
-        fail_msg("txo_relay_new: %s", err.msg);
-    return r;
-}
-
-static size_t run_once(struct txo_relay *r)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("txo_relay_run_once: %s", err.msg);
-    return claimed;
 }
 
 static int64_t q(struct testdb *t, const char *sql)
@@ -325,7 +305,7 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
         w[i].pub = new_appender(c->fd, 1234 + i, &a);
         a->fail_per_mille = 100;
         struct txo_relay_opts o = relay_opts(c, 100, i == 0 ? "relay-a" : "relay-b");
-        w[i].relay = new_relay(w[i].db, w[i].pub, &o);
+        w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
         assert_int_equal(pthread_create(&th[i], NULL, runner_main, &w[i]), 0);
     }
     int status = 0;
@@ -399,10 +379,10 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     a->fail_aggregate_b = 11;
     struct txo_relay_opts o = relay_opts(c, 500, "parking");
     o.max_attempts = 3;
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
     /* After one failure the head waits for its retry: parked, PENDING. */
-    run_once(r);
+    testrelay_run_once(r);
     struct txo_relay_parked parked[8];
     size_t n = 0;
     struct txo_error err;
@@ -420,13 +400,13 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     for (int i = 0; i < 200 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status IN "
                                         "('PENDING', 'PROCESSING') AND id % 50 NOT IN (7, 11)") > 0;
          i++) {
-        if (run_once(r) == 0)
+        if (testrelay_run_once(r) == 0)
             txo_sleep_ms(3);
     }
     for (int i = 0; i < 200 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
                                         "'FAILED'") < 2;
          i++) {
-        if (run_once(r) == 0)
+        if (testrelay_run_once(r) == 0)
             txo_sleep_ms(3);
     }
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
@@ -443,7 +423,8 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_int_equal(parked[1].event_id, 11);
     assert_int_equal(parked[1].status, TXO_OUTBOX_FAILED);
     assert_int_equal(parked[1].waiting, 5);
-    assert_int_equal(run_once(r), 0); /* a FAILED head holds its aggregate: nothing to claim */
+    assert_int_equal(testrelay_run_once(r),
+                     0); /* a FAILED head holds its aggregate: nothing to claim */
 
     /* The operator skips 7 and replays 11 (whose broker is fixed). */
     a->fail_aggregate_a = 0;
@@ -451,7 +432,7 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_int_equal(txo_dlq_skip(c->t.db, dead_letter_of(&c->t, 7), &err), 0);
     assert_int_equal(txo_dlq_skip(c->t.db, dead_letter_of(&c->t, 7), &err), TXO_ESTATE);
     assert_int_equal(txo_dlq_replay(c->t.db, dead_letter_of(&c->t, 11), &err), 0);
-    for (int i = 0; i < 50 && run_once(r) > 0; i++)
+    for (int i = 0; i < 50 && testrelay_run_once(r) > 0; i++)
         ;
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
                      299);
@@ -530,7 +511,7 @@ static void hold_while(struct ctx *c, const char *sql, struct txo_relay *r, size
     while (atomic_load(&h.held) == 0)
         txo_sleep_ms(1);
     int64_t t0 = txo_monotonic_ms();
-    size_t claimed = run_once(r);
+    size_t claimed = testrelay_run_once(r);
     int64_t took_ms = txo_monotonic_ms() - t0;
     if (took_ms >= h.hold_ms / 2)
         fail_msg("the claim waited %lld ms for the held row instead of passing it",
@@ -555,10 +536,10 @@ static void test_predecessor_seen_before_commit(void **state)
     struct txo_publisher *pub = new_appender(c->fd, 5, &a);
     struct txo_relay_opts o = relay_opts(c, 10, "pred");
     o.lease_s = 60;
-    struct txo_relay *r = new_relay(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
     /* The first cycle's lease reclaim would wait for the held row (it walks the PROCESSING
      * range); the next is due in lease_s / 4. */
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
     /* Aggregate 1: ids 1, 2; aggregate 2: ids 3, 4. */
     insert_events(&c->t, 4, "(seq + 1) DIV 2");
 
@@ -571,8 +552,8 @@ static void test_predecessor_seen_before_commit(void **state)
     assert_int_equal(q(&c->t, "SELECT status = 'PUBLISHED' FROM outbox_events WHERE id = 4"), 1);
     assert_int_equal(q(&c->t, "SELECT status = 'PENDING' FROM outbox_events WHERE id = 2"), 1);
     /* Nothing holds it now: 1, then 2. */
-    assert_int_equal(run_once(r), 1);
-    assert_int_equal(run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
+    assert_int_equal(testrelay_run_once(r), 1);
     size_t n = 0;
     struct seen *s = read_seen(c->path, &n);
     assert_int_equal(n, 4);

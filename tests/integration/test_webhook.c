@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testrelay.h"
 #include "txo/webhook.h"
 
 /* ---- the receiver ---- */
@@ -228,16 +229,6 @@ static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
     return r;
 }
 
-static size_t run_once(struct txo_relay *r)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("txo_relay_run_once: %s", err.msg);
-    return claimed;
-}
-
 /* Asserts that last_error is the same text on all n rows and contains want; returns nothing. */
 static void assert_last_error(struct testdb *t, unsigned n, const char *prefix, const char *want)
 {
@@ -323,7 +314,7 @@ static void test_error_status_leaves_rows_pending(void **state)
 
     /* 500: every event is tried (the next one may succeed), none counts as delivered. */
     receiver_answer(&c->rcv, 500);
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST http://127.0.0.1:",
                       "/hooks/orders: HTTP 500: {\"error\":\"receiver says 500\"}");
@@ -332,7 +323,7 @@ static void test_error_status_leaves_rows_pending(void **state)
     /* The receiver recovers: the retry delivers the same keys with attempt 2. */
     receiver_answer(&c->rcv, 201);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), 2 * n);
     for (size_t i = n; i < 2 * n; i++) {
         assert_string_equal(c->rcv.seen[i].key, c->rcv.seen[i - n].key);
@@ -359,7 +350,7 @@ static void test_refusal_and_overload(void **state)
     /* 422, a permanent refusal of each event: every one is tried, none delivered, and each is
      * dead-lettered at once with the endpoint's answer (a retry would be refused again). */
     receiver_answer(&c->rcv, 422);
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
                               "AND attempts = 1 AND locked_by IS NULL"),
@@ -367,13 +358,13 @@ static void test_refusal_and_overload(void **state)
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
                               "'TXO_EBUSINESS: POST %HTTP 422: %'"),
                      n);
-    assert_int_equal(run_once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
 
     /* 503: the endpoint says it is down; the rest of the batch is not tried. */
     receiver_answer(&c->rcv, 503);
     testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING', next_attempt_at = NOW(6), "
                          "attempts = 0");
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n + 1);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST ", "HTTP 503: ");
     txo_relay_free(r);
@@ -406,7 +397,7 @@ static void test_receiver_down_fails_fast(void **state)
     struct txo_publisher *pub = new_webhook(url, 0, "tok");
     struct txo_relay *r = new_relay(c->t.db, pub, n, false);
     int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     int64_t elapsed = txo_monotonic_ms() - t0;
     if (elapsed > 1000)
         fail_msg("a batch to a closed port took %lld ms", (long long)elapsed);
@@ -430,7 +421,7 @@ static void test_hanging_receiver_costs_one_timeout(void **state)
     struct txo_publisher *pub = new_webhook(c->rcv.url, 300, NULL);
     struct txo_relay *r = new_relay(c->t.db, pub, n, false);
     int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(run_once(r), n);
+    assert_int_equal(testrelay_run_once(r), n);
     int64_t elapsed = txo_monotonic_ms() - t0;
     /* One 300 ms timeout, not ten. */
     if (elapsed < 290 || elapsed > 1500)
