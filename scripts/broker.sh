@@ -11,7 +11,7 @@
 #                                             SIGKILL after 15 s); a no-op when nothing runs
 #   scripts/broker.sh names                   the brokers this script can start
 #
-# Brokers: nats (nats-server with JetStream).
+# Brokers: nats (nats-server with JetStream; $TXO_NATS_SERVER names another binary).
 # The output of the broker goes to DIR/server.log.
 set -euo pipefail
 
@@ -52,7 +52,8 @@ find_bin() {
 
 start_nats() {
     local dir=$1 port=$2 bin
-    bin="$(find_bin nats-server)" || die "nats-server not installed: make deps"
+    bin="${TXO_NATS_SERVER:-}"
+    [ -n "$bin" ] || bin="$(find_bin nats-server)" || die "nats-server not installed: make deps"
     mkdir -p "$dir/store"
     "$bin" -js -a 127.0.0.1 -p "$port" -sd "$dir/store" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/pid"
