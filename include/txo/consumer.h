@@ -66,6 +66,15 @@ struct txo_inbound_message {
 typedef int (*txo_message_handler_fn)(void *arg, const struct txo_inbound_message *msg,
                                       struct txo_error *err);
 
+/*
+ * Processes the n messages of one delivery together (a relay's batch with local dispatch):
+ * results[i] gets msgs[i]'s verdict as a txo_message_handler_fn would return it, with the
+ * reason in errors[i] (pre-initialised). Returns 0, or a negative code when it could not run
+ * at all (then every message counts as failed with it). txo_worker_handle_batch() is one.
+ */
+typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                                    int *results, struct txo_error *errors);
+
 /* The transport behind a consumer handle. */
 struct txo_consumer_ops {
     const char *name;
@@ -173,5 +182,14 @@ TXO_API void txo_event_release(struct txo_event *ev);
 TXO_API TXO_MUST_CHECK int txo_publisher_local_new(txo_message_handler_fn handler, void *arg,
                                                    struct txo_publisher **out,
                                                    struct txo_error *err);
+
+/*
+ * The same, handing the handler the relay's whole batch at once (one call per batch, in the
+ * batch's order), so it can apply many messages in one transaction; each message's result is
+ * what that call says of it.
+ */
+TXO_API TXO_MUST_CHECK int txo_publisher_local_batch_new(txo_batch_handler_fn handler, void *arg,
+                                                         struct txo_publisher **out,
+                                                         struct txo_error *err);
 
 #endif

@@ -242,6 +242,25 @@ TXO_API TXO_MUST_CHECK int txo_saga_create(struct txo_tx *tx, const struct txo_s
                                            char saga_id[TXO_SAGA_ID_LEN], bool *created,
                                            struct txo_error *err);
 
+/* One saga for txo_saga_create_many(): what to create, and what happened. */
+struct txo_saga_new {
+    const char *correlation_id;    /* borrowed */
+    const char *payload_json;      /* borrowed */
+    char saga_id[TXO_SAGA_ID_LEN]; /* out: the new or the existing saga's id */
+    bool created;                  /* out: false when it existed (or came twice in the list) */
+};
+
+/*
+ * txo_saga_create() for n sagas of def inside tx, in three statements whatever n: one SELECT
+ * of the correlation ids that exist, one multi-row INSERT of the new instances, one of all
+ * their steps. Errors: those of txo_saga_create() (checked before anything is written), and
+ * TXO_EDUPLICATE when another transaction created one of them between the SELECT and the
+ * INSERT (roll back and create them one by one). n = 0 writes nothing and succeeds.
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
+                                                struct txo_saga_new *sagas, size_t n,
+                                                struct txo_error *err);
+
 /*
  * Takes the saga's owner lease and drives it from its persisted state to a terminal state:
  * RUNNING runs the remaining steps, COMPENSATING undoes the completed ones. A saga already

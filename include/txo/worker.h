@@ -52,8 +52,9 @@
  * (The gauges read from the tables, such as sagas per status, belong to whoever scrapes the
  * database: txo_saga_count().)
  *
- * Batches: handlers take one event today; the table entries leave room for a batch form
- * that takes every event of a delivery at once (one transaction for many inbox rows).
+ * Batches: a transport that delivers many messages at once (the local dispatch of a relay
+ * batch) hands them to txo_worker_handle_batch(): one transaction for the delivery's inbox
+ * rows, handlers and new sagas. Handlers are the same per-event functions either way.
  *
  * Thread-safety: txo_worker_handle_message may be called from any thread (calls are
  * serialised on the worker's consumer connection). new/attach/start/stop/free from one thread.
@@ -186,6 +187,19 @@ TXO_API void txo_worker_free(struct txo_worker *w);
  */
 TXO_API int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                                       struct txo_error *err);
+
+/*
+ * txo_worker_handle_message() for a whole delivery at once, a txo_batch_handler_fn (arg =
+ * the worker): the messages the worker handles are recorded in the inbox with one statement
+ * (duplicates dropped), their handlers run in that same transaction, and the sagas they start
+ * are created with one statement per saga type at its end. results[i] / errors[i] get each
+ * message's verdict, as txo_worker_handle_message() would give it. Whatever the batch cannot
+ * do in one transaction (a handler error, an id raced by another consumer, a handler asking
+ * txo_handler_start_saga() whether the saga was new) rolls it back and runs its messages one
+ * by one through txo_worker_handle_message(). Returns 0.
+ */
+TXO_API int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                                    int *results, struct txo_error *errors);
 
 /* What the worker did so far (also in the metrics). */
 struct txo_worker_stats {

@@ -1720,3 +1720,113 @@ int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const cha
     txo_rows_free(rows);
     return rc;
 }
+
+/* The steps of the sagas made[0..m) (indexes into sagas), in one statement. */
+static int insert_steps_many(struct txo_tx *tx, const struct txo_saga_def *def,
+                             const struct txo_saga_new *sagas, const size_t *made, size_t m,
+                             struct txo_error *err)
+{
+    size_t rows = m * def->n_steps;
+    char *sql = txo_sql_values_rows(SAGA_SQL_INSERT_STEPS, rows, SAGA_SQL_INSERT_STEPS_ROW);
+    struct txo_param *ps = txo_calloc(3 * rows, sizeof(*ps));
+    int rc = 0;
+    if (sql == NULL || ps == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "creating the steps of %zu sagas: out of memory", m);
+        goto out;
+    }
+    size_t np = 0;
+    for (size_t k = 0; k < m; k++)
+        for (size_t i = 0; i < def->n_steps; i++) {
+            ps[np++] = txo_p_str(sagas[made[k]].saga_id);
+            ps[np++] = txo_p_i64((int64_t)i + 1);
+            ps[np++] = txo_p_str(def->steps[i].name);
+        }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, ps, np, &res, err);
+    if (rc == 0 && res.affected_rows != rows)
+        rc = txo_error_set(err, TXO_EDB, "%llu of %zu saga steps created",
+                           (unsigned long long)res.affected_rows, rows);
+out:
+    txo_free(sql);
+    txo_free(ps);
+    return rc;
+}
+
+int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
+                         struct txo_saga_new *sagas, size_t n, struct txo_error *err)
+{
+    int rc = check_def(def, err);
+    if (rc != 0 || n == 0)
+        return rc;
+    for (size_t k = 0; k < n; k++) {
+        const char *c = sagas[k].correlation_id;
+        if (c == NULL || c[0] == '\0' || strlen(c) > CORRELATION_MAX)
+            return txo_error_set(err, TXO_EINVAL, "saga %s: correlation id must be 1..%d bytes",
+                                 def->type, CORRELATION_MAX);
+        if (sagas[k].payload_json == NULL)
+            return txo_error_set(err, TXO_EINVAL, "saga %s %s: payload is required", def->type, c);
+        sagas[k].saga_id[0] = '\0';
+        sagas[k].created = false;
+    }
+    size_t padded = txo_sql_in_list_size(n);
+    char *find = txo_sql_in_list(SAGA_SQL_FIND_MANY, padded, "");
+    char *insert = txo_sql_values_rows(SAGA_SQL_INSERT_INSTANCES, n, SAGA_SQL_INSERT_INSTANCES_ROW);
+    struct txo_param *p = txo_calloc(4 * n + padded + 1, sizeof(*p));
+    size_t *made = txo_calloc(n, sizeof(*made));
+    struct txo_rows *rows = NULL;
+    if (find == NULL || insert == NULL || p == NULL || made == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "creating %zu sagas %s: out of memory", n, def->type);
+        goto out;
+    }
+    p[0] = txo_p_str(def->type);
+    for (size_t k = 0; k < padded; k++)
+        p[1 + k] = txo_p_str(sagas[k < n ? k : n - 1].correlation_id);
+    rc = txo_tx_query(tx, find, p, 1 + padded, &rows, err);
+    if (rc != 0)
+        goto out;
+    for (size_t r = 0; r < txo_rows_count(rows); r++) {
+        const char *c = txo_rows_str(rows, r, 0, NULL);
+        const char *id = txo_rows_str(rows, r, 1, NULL);
+        for (size_t k = 0; c != NULL && id != NULL && k < n; k++)
+            if (strcmp(sagas[k].correlation_id, c) == 0)
+                snprintf(sagas[k].saga_id, TXO_SAGA_ID_LEN, "%s", id);
+    }
+    size_t m = 0, np = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (sagas[k].saga_id[0] != '\0')
+            continue; /* exists (or given earlier in this list) */
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, sagas[k].saga_id);
+        sagas[k].created = true;
+        made[m++] = k;
+        p[np++] = txo_p_str(sagas[k].saga_id);
+        p[np++] = txo_p_str(def->type);
+        p[np++] = txo_p_str(sagas[k].correlation_id);
+        p[np++] = txo_p_str(sagas[k].payload_json);
+        for (size_t j = k + 1; j < n; j++)
+            if (strcmp(sagas[j].correlation_id, sagas[k].correlation_id) == 0)
+                memcpy(sagas[j].saga_id, sagas[k].saga_id, TXO_SAGA_ID_LEN);
+    }
+    if (m == 0)
+        goto out;
+    txo_free(insert);
+    insert = txo_sql_values_rows(SAGA_SQL_INSERT_INSTANCES, m, SAGA_SQL_INSERT_INSTANCES_ROW);
+    struct txo_exec_result res;
+    rc = insert != NULL ? txo_tx_exec(tx, insert, p, np, &res, err)
+                        : txo_error_set(err, TXO_ENOMEM, "creating sagas: out of memory");
+    if (rc == 0 && res.affected_rows != m)
+        rc = txo_error_set(err, TXO_EDB, "%llu of %zu sagas %s created",
+                           (unsigned long long)res.affected_rows, m, def->type);
+    if (rc == 0)
+        rc = insert_steps_many(tx, def, sagas, made, m, err);
+    if (rc != 0)
+        txo_error_wrap(err, "creating %zu sagas %s", m, def->type);
+out:
+    txo_rows_free(rows);
+    txo_free(find);
+    txo_free(insert);
+    txo_free(p);
+    txo_free(made);
+    return rc;
+}

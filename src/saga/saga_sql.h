@@ -39,6 +39,21 @@
     "INSERT INTO saga_steps (saga_id, step_order, step_name, status) VALUES "
 #define SAGA_SQL_INSERT_STEPS_ROW "(?, ?, ?, 'PENDING')"
 
+/*
+ * txo_saga_create_many: which of these correlation ids have a saga of this type already, then
+ * the new instances in one statement (a plain INSERT: one created meanwhile by another
+ * transaction fails it with a duplicate key, and the caller creates them one by one).
+ * FIND_MANY params: type, correlation ids (IN list). Index: uq_saga_correlation. Locks: none
+ * (consistent read). INSERT_INSTANCES + n x INSERT_INSTANCES_ROW, params per row: id, type,
+ * correlation id, payload. Locks: the new rows.
+ */
+#define SAGA_SQL_FIND_MANY                                                                         \
+    "SELECT correlation_id, id FROM saga_instances FORCE INDEX (uq_saga_correlation) "             \
+    "WHERE saga_type = ? AND correlation_id IN "
+#define SAGA_SQL_INSERT_INSTANCES                                                                  \
+    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload) VALUES "
+#define SAGA_SQL_INSERT_INSTANCES_ROW "(?, ?, ?, 'RUNNING', ?)"
+
 /* The id of a saga by its idempotency key. Index: uq_saga_correlation. Locks: none
  * (consistent read). */
 #define SAGA_SQL_FIND_ID "SELECT id FROM saga_instances WHERE saga_type = ? AND correlation_id = ?"
