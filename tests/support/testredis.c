@@ -186,6 +186,7 @@ static void end(struct testredis *r, int sig)
     if (r->pid <= 0)
         return;
     kill(r->pid, sig);
+    kill(r->pid, SIGCONT); /* a paused server must run to handle SIGTERM */
     long deadline = now_ms() + STOP_TIMEOUT_MS;
     for (;;) {
         pid_t w = waitpid(r->pid, NULL, WNOHANG);
@@ -208,6 +209,18 @@ void testredis_stop(struct testredis *r)
 void testredis_kill(struct testredis *r)
 {
     end(r, SIGKILL);
+}
+
+void testredis_pause(struct testredis *r)
+{
+    if (r->pid <= 0 || kill(r->pid, SIGSTOP) != 0)
+        fail_msg("testredis_pause: the server is not running");
+}
+
+void testredis_resume(struct testredis *r)
+{
+    if (r->pid <= 0 || kill(r->pid, SIGCONT) != 0)
+        fail_msg("testredis_resume: the server is not running");
 }
 
 void testredis_restart(struct testredis *r)

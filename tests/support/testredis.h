@@ -45,6 +45,13 @@ void testredis_stop(struct testredis *r);
 /* SIGKILL and waitpid. No-op when not running. */
 void testredis_kill(struct testredis *r);
 
+/*
+ * SIGSTOP / SIGCONT: the server hangs with its connections open (commands are neither answered
+ * nor refused), then carries on with what it had received meanwhile.
+ */
+void testredis_pause(struct testredis *r);
+void testredis_resume(struct testredis *r);
+
 /* Starts the server again on the same port and directory; it must not be running. */
 void testredis_restart(struct testredis *r);
 
