@@ -17,7 +17,9 @@
  *   - redis-server SIGKILLed and restarted (AOF replayed) while a consumer polls: every
  *     published entry is handled, nothing lost, nothing left pending;
  *   - a server that is down: creation works, publishing and polling fail fast with
- *     TXO_EUNAVAILABLE and work again once it is back.
+ *     TXO_EUNAVAILABLE and work again once it is back;
+ *   - a %-encoded password and a database number from the URL (a wrong password: transient,
+ *     never echoed).
  * What Redis stored is read with Debian's redis-cli, not through the code under test.
  */
 #include <setjmp.h>
@@ -596,6 +598,7 @@ static void test_dead_consumer_entries_claimed(void **state)
     struct txo_redis_opts o;
     opts_for(&o, "t6.events.order");
     o.stream_template = "t6.events.{aggregate_type}";
+    o.claim_idle_ms = 1500; /* longer than the redis-cli calls below take on a busy machine */
     struct txo_publisher *pub = new_publisher(&o, NULL);
     struct collector col = {0};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
@@ -605,12 +608,12 @@ static void test_dead_consumer_entries_claimed(void **state)
     publish(pub, &b);
     assert_all_published(&b);
     /* Another consumer reads four entries and dies without acknowledging them. */
+    int64_t t_read = txo_monotonic_ms(); /* before that delivery */
     json_t *j = testredis_cli(&server, (const char *const[]){"XREADGROUP", "GROUP", "txo-worker",
                                                              "doomed", "COUNT", "4", "STREAMS",
                                                              "t6.events.order", ">", NULL});
     json_decref(j);
     assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 4);
-    int64_t t_read = txo_monotonic_ms();
     /* Ours gets the other two at once, the dead one's four only after claim_idle_ms. */
     assert_int_equal(poll_once(c, 100, 100), 2);
     int64_t deadline = txo_monotonic_ms() + 5000;
@@ -786,6 +789,52 @@ static void test_server_down_at_creation(void **state)
     txo_publisher_free(pub);
 }
 
+/* ---- (6) credentials and database from the URL ---- */
+
+static void test_password_and_database_from_the_url(void **state)
+{
+    (void)state;
+    /* A password with ':' and '@', %-encoded in the URL. */
+    json_decref(testredis_cli(
+        &server, (const char *const[]){"CONFIG", "SET", "requirepass", "s3cr:t@x", NULL}));
+    char url[128];
+    snprintf(url, sizeof(url), "redis://:s3cr%%3At%%40x@127.0.0.1:%u/3", server.port);
+    struct txo_redis_opts o;
+    opts_for(&o, "t10.events.order");
+    o.url = url;
+    o.stream_template = "t10.events.{aggregate_type}";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 2, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    json_t *len =
+        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "-n",
+                                                     "3", "XLEN", "t10.events.order", NULL});
+    assert_int_equal(json_integer_value(len), 2);
+    json_decref(len);
+    len = testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
+                                                       "XLEN", "t10.events.order", NULL});
+    assert_int_equal(json_integer_value(len), 0); /* not in database 0 */
+    json_decref(len);
+    txo_publisher_free(pub);
+
+    /* A wrong password: the rows wait (transient), the password is never in the message. */
+    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%u/3", server.port);
+    pub = new_publisher(&o, NULL);
+    publish(pub, &b);
+    for (size_t i = 0; i < b.n; i++) {
+        assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
+        assert_non_null(strstr(b.errors[i].msg, "AUTH refused"));
+        assert_null(strstr(b.errors[i].msg, "wrong-pw"));
+    }
+    txo_publisher_free(pub);
+    batch_free(&b);
+    json_decref(
+        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
+                                                     "CONFIG", "SET", "requirepass", "", NULL}));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -799,6 +848,7 @@ int main(void)
         cmocka_unit_test(test_other_event_types_skipped),
         cmocka_unit_test(test_duplicates_and_server_killed_while_consuming),
         cmocka_unit_test(test_server_down_at_creation),
+        cmocka_unit_test(test_password_and_database_from_the_url),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
