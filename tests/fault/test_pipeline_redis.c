@@ -239,6 +239,8 @@ static void test_worker_crash_before_ack_redis(void **state)
     wait_group_settled(c);
     double dups = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
     double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
+    double acked = testpipeline_metric(&c->p, mport, "txo_redis_consumed_total{outcome=\"ack\"}");
+    double claimed = testpipeline_metric(&c->p, mport, "txo_redis_claimed_total");
     print_message("restarted worker: txo_inbox_duplicates_total %.0f, txo_inbox_consumed_total "
                   "%.0f\n",
                   dups, consumed);
@@ -246,6 +248,12 @@ static void test_worker_crash_before_ack_redis(void **state)
     testpipeline_stop_clean(&c->p, relay);
     if (dups < 1)
         TESTPIPELINE_FAIL(&c->p, "the claimed OrderCreated was not seen as a duplicate");
+    /* The 8 entries the dead worker read (1 handled) are claimed: 8 OrderCreated acked. */
+    if (acked != ACK_CRASH_ORDERS || claimed < ACK_CRASH_ORDERS)
+        TESTPIPELINE_FAIL(&c->p,
+                          "txo_redis_consumed_total{outcome=\"ack\"} = %.0f (want %d), "
+                          "txo_redis_claimed_total = %.0f (want >= %d)",
+                          acked, ACK_CRASH_ORDERS, claimed, ACK_CRASH_ORDERS);
     if (consumed != ACK_CRASH_ORDERS - 1)
         TESTPIPELINE_FAIL(&c->p, "txo_inbox_consumed_total = %.0f, want %d", consumed,
                           ACK_CRASH_ORDERS - 1);

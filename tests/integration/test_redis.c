@@ -18,6 +18,7 @@
  *     published entry is handled, nothing lost, nothing left pending;
  *   - a server that is down: creation works, publishing and polling fail fast with
  *     TXO_EUNAVAILABLE and work again once it is back;
+ *   - MAXLEN ~ keeps about maxlen entries, the newest;
  *   - a %-encoded password and a database number from the URL (a wrong password: transient,
  *     never echoed).
  * What Redis stored is read with Debian's redis-cli, not through the code under test.
@@ -835,6 +836,32 @@ static void test_password_and_database_from_the_url(void **state)
                                                      "CONFIG", "SET", "requirepass", "", NULL}));
 }
 
+/* ---- (7) trimming ---- */
+
+static void test_maxlen_trims_the_stream(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t11.events.order");
+    o.stream_template = "t11.events.{aggregate_type}";
+    o.maxlen = 100;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 1000, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    /* MAXLEN ~ trims whole macro nodes (100 entries each by default): at least 100 stay. */
+    int64_t len = testredis_xlen(&server, "t11.events.order");
+    print_message("1000 XADDs with MAXLEN ~ 100: %lld entries kept\n", (long long)len);
+    assert_true(len >= 100 && len < 300);
+    json_t *entries = testredis_xrange(&server, "t11.events.order");
+    json_t *last = json_array_get(entries, json_array_size(entries) - 1);
+    assert_string_equal(testredis_field(last, "idempotency_key"), "order:1000"); /* the newest */
+    json_decref(entries);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -849,6 +876,7 @@ int main(void)
         cmocka_unit_test(test_duplicates_and_server_killed_while_consuming),
         cmocka_unit_test(test_server_down_at_creation),
         cmocka_unit_test(test_password_and_database_from_the_url),
+        cmocka_unit_test(test_maxlen_trims_the_stream),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
