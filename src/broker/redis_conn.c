@@ -212,6 +212,11 @@ static int parse_url(struct txo__redis_conn *c, const char *url, struct txo_erro
 {
     static const char scheme[] = "redis://";
     const char *role = c->role;
+    if (strncmp(url, "rediss://", 9) == 0)
+        return txo_error_set(err, TXO_EINVAL,
+                             "redis %s: TLS (rediss://) is not supported: this hiredis has no TLS; "
+                             "reach the server over a trusted network or a tunnel",
+                             role);
     if (strncmp(url, scheme, sizeof(scheme) - 1) != 0)
         return txo_error_set(err, TXO_EINVAL,
                              "redis %s: url must start with redis:// "

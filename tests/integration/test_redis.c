@@ -254,8 +254,8 @@ static void test_stream_names_and_options(void **state)
     struct txo_redis_opts o;
     struct txo_publisher *pub = NULL;
     struct txo_consumer *c = NULL;
-    const char *bad_urls[] = {"http://x",     "redis://",    "redis://h:0",    "redis://h:99999",
-                              "redis://pw@h", "redis://h/x", "redis://:p%zz@h"};
+    const char *bad_urls[] = {"http://x",        "rediss://h",   "redis://",    "redis://h:0",
+                              "redis://h:99999", "redis://pw@h", "redis://h/x", "redis://:p%zz@h"};
     for (size_t i = 0; i < sizeof(bad_urls) / sizeof(bad_urls[0]); i++) {
         txo_redis_opts_init(&o);
         o.url = bad_urls[i];
