@@ -111,8 +111,8 @@ TXO_API TXO_MUST_CHECK int txo_redis_stream_name(const char *stream_template,
  *   TXO_EUNAVAILABLE  not connected (every message, at once), the connection broke, or the
  *                     server answered with a passing condition: OOM (maxmemory reached),
  *                     LOADING, BUSY, READONLY (a replica after a failover), MASTERDOWN,
- *                     TRYAGAIN, CLUSTERDOWN, NOAUTH/WRONGPASS/NOPERM (fix the credentials: the
- *                     rows wait);
+ *                     TRYAGAIN, CLUSTERDOWN, MISCONF (the server cannot persist),
+ *                     NOAUTH/WRONGPASS/NOPERM (fix the credentials: the rows wait);
  *   TXO_ETIMEOUT      no reply within timeout_ms: maybe stored (published again: a duplicate);
  *   TXO_ECONFIG       WRONGTYPE: the stream's key holds another type; every retry would fail,
  *                     so the event is dead-lettered at once (permanent) with the server's text;

@@ -389,19 +389,19 @@ int txo__redis_command(struct txo__redis_conn *c, int argc, const char **argv, c
                        redisReply **reply, struct txo_error *err)
 {
     *reply = NULL;
-    if (c->ctx == NULL)
-        return txo_error_set(err, TXO_EUNAVAILABLE, "redis %s: not connected to %s", c->role,
-                             c->where);
+    if (c->ctx == NULL) {
+        txo_error_set(err, TXO_EUNAVAILABLE, "redis %s: not connected to %s", c->role, c->where);
+        return TXO_EUNAVAILABLE;
+    }
     errno = 0;
     redisReply *r = redisCommandArgv(c->ctx, argc, argv, lens);
     int saved = errno;
     if (r == NULL) {
         int code = txo__redis_io_code(c->ctx, saved);
-        int rc =
-            txo_error_set(err, code, "redis %s: %s on %s: %s", c->role, argv[0], c->where,
-                          code == TXO_ETIMEOUT ? "no reply within the timeout" : c->ctx->errstr);
+        txo_error_set(err, code, "redis %s: %s on %s: %s", c->role, argv[0], c->where,
+                      code == TXO_ETIMEOUT ? "no reply within the timeout" : c->ctx->errstr);
         txo__redis_drop(c);
-        return rc;
+        return code; /* always < 0: the caller gets a reply exactly when this returns 0 */
     }
     *reply = r;
     return 0;

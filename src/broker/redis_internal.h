@@ -86,7 +86,7 @@ int txo__redis_io_code(const redisContext *ctx, int saved_errno);
 /*
  * The code for an error reply (its text starts with the error's name): TXO_ECONFIG for
  * WRONGTYPE, TXO_EUNAVAILABLE for conditions that pass (OOM, LOADING, BUSY, READONLY,
- * MASTERDOWN, TRYAGAIN, CLUSTERDOWN, NOAUTH, WRONGPASS, NOPERM), otherwise fallback.
+ * MASTERDOWN, TRYAGAIN, CLUSTERDOWN, MISCONF, NOAUTH, WRONGPASS, NOPERM), otherwise fallback.
  */
 int txo__redis_reply_code(const char *text, int fallback);
 
