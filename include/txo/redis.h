@@ -154,8 +154,9 @@ TXO_API TXO_MUST_CHECK int txo_publisher_redis_new(const struct txo_redis_opts *
  * A consumer that died leaves its entries pending; any consumer of the group claims them
  * after claim_idle_ms. Idle time counts from the delivery, so claim_idle_ms must exceed the
  * time to handle one poll's batch, or another consumer may claim entries still waiting in it
- * (both then handle them; the inbox keeps one effect). When the connection breaks mid-batch the rest of the batch is left
- * pending. An entry trimmed (MAXLEN) while pending is dropped from the group with a warning.
+ * (both then handle them; the inbox keeps one effect). When the connection breaks mid-batch
+ * the rest of the batch is left pending. An entry trimmed (MAXLEN) while pending is dropped
+ * from the group with a warning.
  *
  * metrics (may be NULL) gets txo_redis_consumed_total{outcome="ack|retry|dead|skipped"} and
  * txo_redis_claimed_total.
