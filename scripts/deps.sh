@@ -13,16 +13,17 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev)
+            libcmocka-dev libnats-dev libhiredis-dev libcurl4-openssl-dev libsystemd-dev)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
-# nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
-# scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
-# alert rules), systemd-analyze (package systemd: the units are verified) and man (man-db: the
-# man pages are checked for warnings), python3 (the notify test's stand-in for systemd, the
-# dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
-# headless: tests/integration/test_ui_dashboard.c).
-RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium)
+# nats-server (JetStream tests and `make run NATS=1`), redis-server and redis-tools (the Redis
+# Streams tests run a private redis-server and read what it stored with redis-cli), curl (the
+# README's examples and scripts/valgrind.sh), promtool (package prometheus: the metrics tests
+# check /metrics and the alert rules), systemd-analyze (package systemd: the units are verified)
+# and man (man-db: the man pages are checked for warnings), python3 (the notify test's stand-in
+# for systemd, the dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is
+# tested in it, headless: tests/integration/test_ui_dashboard.c).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server redis-server redis-tools curl prometheus
+              systemd man-db python3 chromium)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
