@@ -64,7 +64,8 @@
 struct txo_rabbitmq_opts {
     /* Connection (both sides). */
     const char *url;            /* "amqp://guest:guest@127.0.0.1:5672/" (user:password@host:
-                                 * port/vhost, vhost percent-encoded: "%2F" is "/"); a secret */
+                                 * port/vhost, vhost percent-encoded; an empty vhost, as in
+                                 * this default, is the default vhost "/"); a secret */
     int64_t connect_timeout_ms; /* TCP connect, AMQP handshake and every RPC; default 2000 */
     bool connect_required;      /* default false: creation succeeds while the server is down;
                                  * true: it connects at once and fails with TXO_EUNAVAILABLE */

@@ -35,7 +35,8 @@ struct txo__rmq_conn {
     const char *role; /* "publisher", "consumer", "consumer retry" (static) */
     char *url_buf;
     size_t url_len;
-    struct amqp_connection_info info; /* points into url_buf */
+    struct amqp_connection_info info; /* points into url_buf (vhost maybe default_vhost) */
+    char default_vhost[2];            /* "/" */
     char *exchange;
     struct txo_rabbitmq_opts opts; /* strings NULL or pointing at copies */
     bool confirm;                  /* put the channel in confirm mode */

@@ -308,6 +308,10 @@ int txo__rmq_conn_init(struct txo__rmq_conn *c, const struct txo_rabbitmq_opts *
         return txo_error_set(err, TXO_EINVAL,
                              "rabbitmq %s: url is not amqp://user:password@host:port/vhost", role);
     }
+    /* "amqp://host:5672/" names the empty vhost in the AMQP URI spec, which no broker has:
+     * take it (and a URL without a path) as the default vhost "/", as other clients do. */
+    if (c->info.vhost == NULL || c->info.vhost[0] == '\0')
+        c->info.vhost = memcpy(c->default_vhost, "/", 2);
     if (c->info.ssl) {
         txo__rmq_conn_release(c);
         return txo_error_set(err, TXO_EINVAL,
@@ -695,6 +699,15 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
     if (rc == 0)
         rc = txo__rmq_conn_open(c, &why);
     if (rc < 0) {
+        /*
+         * Not about these messages (login refused, exchange declared differently, server
+         * down): they stay PENDING, never dead-lettered for it. A refusal needs a human.
+         */
+        if (!txo_err_is_transient(rc)) {
+            TXO_LOG(TXO_LOG_ERROR, "rabbitmq", "publisher cannot run error=%s reason=\"%s\"",
+                    txo_err_name(rc), why.msg);
+            why.code = TXO_EUNAVAILABLE;
+        }
         fail_all(n, results, errors, &why);
         count(p->metrics.failures, (double)n);
         return 0;
