@@ -14,6 +14,7 @@ static struct {
     unsigned prefetch;
     int64_t confirm_timeout_ms;
     int64_t retry_delay_ms;
+    bool mandatory;
 } settings;
 
 static void add_settings(struct settings_table *t)
@@ -63,6 +64,13 @@ static void add_settings(struct settings_table *t)
          .min = 0,
          .max = 86400000,
          .target = &settings.retry_delay_ms},
+        {.name = "rabbitmq-mandatory",
+         .env = "TXO_RABBITMQ_MANDATORY",
+         .type = SETTING_BOOL,
+         .def = "true",
+         .help = "an event no queue is bound for fails at once (dead-lettered); false: "
+                 "RabbitMQ drops it",
+         .target = &settings.mandatory},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
@@ -76,6 +84,7 @@ static void rabbitmq_opts(struct txo_rabbitmq_opts *o)
     o->prefetch = (int)settings.prefetch;
     o->confirm_timeout_ms = settings.confirm_timeout_ms;
     o->retry_delay_ms = settings.retry_delay_ms;
+    o->mandatory = settings.mandatory;
 }
 
 static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out,

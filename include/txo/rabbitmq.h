@@ -17,10 +17,12 @@
  *                naming: '_' after "ce", values as txo_envelope_binary() encodes them)
  *   body         the published envelope JSON (txo/publisher.h), or in CloudEvents binary
  *                mode the payload itself
- * Every message is published with mandatory set: a message that no queue is bound to take
- * comes back (basic.return) and fails permanently (TXO_ECONFIG, "no queue bound for routing
- * key ..."): the relay marks it FAILED and dead-letters it at once instead of letting the
- * broker drop it silently. Bind the consumers' queues before the relay publishes.
+ * Every message is published with mandatory set (opts.mandatory): a message that no queue is
+ * bound to take comes back (basic.return) and fails permanently (TXO_ECONFIG, "no queue bound
+ * for its routing key"): the relay marks it FAILED and dead-letters it at once instead of
+ * letting the broker drop it silently. Bind the consumers' queues before the relay publishes,
+ * and give events that nobody consumes yet a queue of their own (or turn mandatory off and
+ * accept that RabbitMQ drops them).
  *
  * The consumer's topology (declared by the consumer, all durable, names from opts.queue):
  *   <queue>        bound to the exchange with opts.binding_key; x-dead-letter-exchange
@@ -77,6 +79,9 @@ struct txo_rabbitmq_opts {
 
     /* Publisher. */
     int64_t confirm_timeout_ms; /* publisher confirms awaited up to this per batch, 5000 */
+    bool mandatory;             /* default true: an unroutable message fails permanently;
+                                 * false: RabbitMQ drops it and confirms (it is "delivered"
+                                 * to nobody) */
 
     /* Consumer. */
     const char *queue;       /* "txo-worker" (also names .dlx, .dlq and .retry) */

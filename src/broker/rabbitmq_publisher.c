@@ -52,6 +52,7 @@ void txo_rabbitmq_opts_init(struct txo_rabbitmq_opts *o)
     o->declare = true;
     o->exchange = "txo.events";
     o->confirm_timeout_ms = 5000;
+    o->mandatory = true;
     o->queue = "txo-worker";
     o->binding_key = "#";
     o->prefetch = 100;
@@ -550,7 +551,7 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
     b.len = len;
     b.bytes = body;
     int s = amqp_basic_publish(c->st, TXO__RMQ_CHANNEL, txo__rmq_bytes(c->exchange),
-                               txo__rmq_bytes(key), 1, 0, &props, b);
+                               txo__rmq_bytes(key), c->opts.mandatory ? 1 : 0, 0, &props, b);
     txo_free(body);
     txo_ce_headers_release(&ce);
     if (s != AMQP_STATUS_OK) {

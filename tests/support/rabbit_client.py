@@ -3,8 +3,10 @@
 RabbitMQ tests (tests/support/testrabbit.h): what really reached the queues, and messages put
 there without our publisher.
 
-    rabbit_client.py declare URL QUEUE EXCHANGE BINDING_KEY   durable queue bound to a durable
-                                                              topic exchange (both declared)
+    rabbit_client.py declare URL QUEUE EXCHANGE BINDING_KEY [MAX_LENGTH]   durable queue bound
+                                                              to a durable topic exchange (both
+                                                              declared), holding at most
+                                                              MAX_LENGTH messages (oldest dropped)
     rabbit_client.py drain URL QUEUE IDLE_SECONDS             every message of QUEUE, acked
                                                               (removed), one JSON line each, until
                                                               IDLE_SECONDS pass with nothing new
@@ -49,7 +51,8 @@ def main(argv):
     if cmd == "declare":
         queue, exchange, key = argv[3], argv[4], argv[5]
         ch.exchange_declare(exchange, exchange_type="topic", durable=True)
-        ch.queue_declare(queue, durable=True)
+        args = {"x-max-length": int(argv[6])} if len(argv) > 6 else None
+        ch.queue_declare(queue, durable=True, arguments=args)
         ch.queue_bind(queue, exchange, routing_key=key)
     elif cmd == "drain":
         queue, idle = argv[3], float(argv[4])
