@@ -437,14 +437,16 @@ static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struc
                 "delivery=%" PRIu64 " error=%s reason=\"%s\"",
                 rc->dlq, id, d.subject, d.in.delivery, txo_err_name(hrc), reason);
     }
-    delivery_release(&d);
-    if (s == AMQP_STATUS_OK)
+    if (s == AMQP_STATUS_OK) {
+        delivery_release(&d);
         return 0;
+    }
     txo__rmq_conn_drop(c);
     rc->consuming = false;
     TXO_LOG(TXO_LOG_WARN, "rabbitmq",
             "%s not sent, the message will be redelivered message_id=%s error=\"%s\"", verb, id,
             amqp_error_string2(s));
+    delivery_release(&d);
     return txo_error_set(err, TXO_EUNAVAILABLE, "rabbitmq consumer: %s of a message not sent: %s",
                          verb, amqp_error_string2(s));
 }

@@ -230,6 +230,7 @@ static void end(pid_t *pidp, int sig)
     if (pid <= 0)
         return;
     kill(pid, sig);
+    kill(pid, SIGCONT); /* a paused broker must run to handle SIGTERM */
     long deadline = now_ms() + STOP_TIMEOUT_MS;
     for (;;) {
         pid_t w = waitpid(pid, NULL, WNOHANG);
@@ -252,6 +253,18 @@ void testrabbit_stop(struct testrabbit *r)
 void testrabbit_kill(struct testrabbit *r)
 {
     end(&r->pid, SIGKILL);
+}
+
+void testrabbit_pause(struct testrabbit *r)
+{
+    if (r->pid <= 0 || kill(r->pid, SIGSTOP) != 0)
+        fail_msg("testrabbit_pause: the broker is not running");
+}
+
+void testrabbit_resume(struct testrabbit *r)
+{
+    if (r->pid <= 0 || kill(r->pid, SIGCONT) != 0)
+        fail_msg("testrabbit_resume: the broker is not running");
 }
 
 void testrabbit_restart(struct testrabbit *r)

@@ -51,6 +51,13 @@ void testrabbit_stop(struct testrabbit *r);
 /* SIGKILL and waitpid. No-op when not running. */
 void testrabbit_kill(struct testrabbit *r);
 
+/*
+ * SIGSTOP / SIGCONT: the broker hangs with its connections open (the kernel still takes the
+ * bytes sent to it, nothing is answered or confirmed), then carries on with what it got.
+ */
+void testrabbit_pause(struct testrabbit *r);
+void testrabbit_resume(struct testrabbit *r);
+
 /* Boots the broker again on the same ports and directory; it must not be running. */
 void testrabbit_restart(struct testrabbit *r);
 
