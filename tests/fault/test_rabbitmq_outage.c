@@ -19,6 +19,11 @@
  *               received, so the retries of the timed-out batch are duplicates in the queue:
  *               counted, and at most that batch.
  *
+ *   relay crash `txo relay --publisher rabbitmq` SIGKILLed at crash point relay.after_publish:1
+ *               (the second batch published, not marked): the next relay publishes that batch
+ *               again, the queue holds it twice, and the consumer's inbox makes it one effect
+ *               per event.
+ *
  * What reached the queues is read with pika (rabbit_client.py), not our code.
  */
 #include <setjmp.h>
@@ -33,6 +38,7 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testproc.h"
 #include "testrabbit.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
@@ -428,12 +434,72 @@ static void test_broker_hangs_then_resumes(void **state)
     testdb_teardown(&t);
 }
 
+/* ---- the relay process killed between publish and mark ---- */
+
+static void test_relay_crash_after_publish(void **state)
+{
+    (void)state;
+    const unsigned n = 150, batch = 50;
+    char *o = testrabbit_client(&broker, "declare", "crash.audit", EXCHANGE, "crash.#", NULL);
+    free(o);
+    struct testdb t;
+    testdb_setup(&t, "rabbit_relay_crash");
+    testdb_export_env(&t);
+    struct append_ctx a = {"crash", n, 0};
+    append(&t, &a);
+    struct worker w = {.db = t.db};
+    struct txo_rabbitmq_opts co;
+    opts(&co);
+    co.queue = "crash.worker";
+    co.binding_key = "crash.OrderCreated";
+    struct txo_consumer *cons = NULL;
+    assert_int_equal(txo_consumer_rabbitmq_new(&co, handle, &w, NULL, &cons, NULL), 0);
+    int prc = 0;
+    (void)poll_once(cons, 50, &prc);
+    assert_int_equal(prc, 0);
+
+    const char *args[] = {"relay",    "--drain",      "--publisher", "rabbitmq", "--rabbitmq-url",
+                          broker.url, "--batch-size", "50",          NULL};
+    char *out = NULL;
+    setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1);
+    int status = testproc_run_txo("rabbit_relay_crash", args, 60000, &out);
+    unsetenv("TXO_CRASH_POINT");
+    if (status != -1)
+        fail_msg("the relay should have died at the crash point, status %d; output:\n%s", status,
+                 out);
+    free(out);
+    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), batch);
+
+    status = testproc_run_txo("rabbit_relay_crash2", args, 60000, &out);
+    if (status != 0)
+        fail_msg("the second relay run failed, status %d; output:\n%s", status, out);
+    free(out);
+    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+
+    int64_t deadline = txo_monotonic_ms() + 30000;
+    while (w.calls < n + batch && txo_monotonic_ms() < deadline)
+        (void)poll_once(cons, 200, &prc);
+    print_message("relay crash: %u deliveries, %u effects, %u inbox duplicates\n", w.calls,
+                  w.effects, w.duplicates);
+    assert_int_equal(w.calls, n + batch); /* the crashed batch twice */
+    assert_int_equal(w.effects, n);
+    assert_int_equal(w.duplicates, batch);
+    assert_int_equal(q(&t, "SELECT COUNT(*) FROM inbox_events"), n);
+
+    size_t total = 0, dups = 0;
+    assert_int_equal(drain_distinct("crash.audit", &total, &dups), n);
+    assert_int_equal(dups, batch);
+    txo_consumer_free(cons);
+    testdb_teardown(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unroutable_dead_lettered_at_once),
         cmocka_unit_test(test_broker_hangs_then_resumes),
         cmocka_unit_test(test_broker_killed_mid_drain),
+        cmocka_unit_test(test_relay_crash_after_publish),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
