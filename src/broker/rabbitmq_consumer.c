@@ -336,6 +336,7 @@ static int republish_for_retry(struct rmq_consumer *rc, const struct delivery *d
     int r = txo__rmq_conn_open(c, err);
     if (r < 0)
         return r;
+    amqp_maybe_release_buffers(c->st); /* the frames of the last confirm */
     const amqp_envelope_t *env = d->env;
     amqp_basic_properties_t props = env->message.properties;
     const amqp_table_t *h = headers_of(env);

@@ -714,6 +714,8 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
         return 0;
     }
 
+    /* The frames read for the last batch live in rabbitmq-c's pools until released. */
+    amqp_maybe_release_buffers(c->st);
     int64_t t0 = txo_monotonic_us();
     uint64_t first_tag = c->next_tag;
     size_t n_sent = 0;

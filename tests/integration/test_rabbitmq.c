@@ -314,6 +314,17 @@ static void test_unroutable_is_permanent(void **state)
     assert_int_equal(publish(pub, &b), 0);
     assert_all_published(&b);
     assert_int_equal(testrabbit_count(&broker, "routed"), 10);
+    txo_publisher_free(pub);
+
+    /* mandatory off: RabbitMQ confirms and drops what no queue takes. */
+    struct txo_rabbitmq_opts o2;
+    opts(&o2);
+    o2.mandatory = false;
+    assert_int_equal(txo_publisher_rabbitmq_new(&o2, NULL, &pub, NULL), 0);
+    b.msgs[2].aggregate_type = "nobody";
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+    assert_int_equal(testrabbit_count(&broker, "routed"), 15);
     batch_free(&b);
     txo_publisher_free(pub);
 }
