@@ -80,7 +80,7 @@ static struct txo_publisher *new_publisher(void)
 /* Every message of queue, drained with pika: a JSON array of objects (json_decref). */
 static json_t *drain(const char *queue)
 {
-    char *out = testrabbit_client(&broker, "drain", queue, "1.5", NULL);
+    char *out = testrabbit_client(&broker, "drain", queue, "0.7", NULL);
     json_t *all = json_array();
     char *save = NULL;
     for (char *line = strtok_r(out, "\n", &save); line != NULL;
