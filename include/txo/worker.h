@@ -29,7 +29,8 @@
  * thread that cannot reach the database waits and tries again):
  *   - the transport's polling thread (when a consumer is attached), calling the event
  *     handlers through txo_worker_handle_message;
- *   - saga runners (saga_threads): drive sagas to a terminal state with txo_saga_run();
+ *   - saga runners (saga_threads): drive sagas to a terminal state with txo_saga_run(), or
+ *     several at once with txo_saga_run_batch() (saga_batch);
  *   - the scheduler: finds the work no live process holds: RUNNING / COMPENSATING sagas with
  *     no owner or an expired owner lease (new sagas, and those whose worker died) are resumed;
  *     COMPENSATION_FAILED sagas whose retry is due (saga_instances.retry_at, oldest first)
@@ -125,7 +126,11 @@ struct txo_worker_opts {
     size_t n_sagas;
     void *handler_arg; /* txo_handler_arg() */
 
-    unsigned saga_threads;     /* saga runners; default 4, max 256 */
+    unsigned saga_threads; /* saga runners; default 4, max 256 */
+    /* The most sagas a runner takes at once (1..1000, default 50). A runner takes what is
+     * queued when it asks, never waiting for more, so at low load a batch is one saga; under
+     * load the sagas of a type whose steps have batch forms run as txo_saga_run_batch(). */
+    unsigned saga_batch;
     int64_t poll_ms;           /* scheduler period when idle; default 200 */
     struct txo_saga_opts saga; /* lease, step tries, compensation retry policy (owner: per
                                 * runner thread) */

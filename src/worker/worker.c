@@ -26,7 +26,7 @@
 #include "txo/owner.h"
 #include "txo/worker.h"
 
-#define QUEUE_CAP       256
+#define QUEUE_CAP       1024
 #define STARTED_MAX     8 /* sagas one handler call may start */
 #define COMMAND_TYPE_SZ (TXO_CMDQ_TYPE_MAX + 1)
 
@@ -59,7 +59,8 @@ struct txo_worker {
     pthread_cond_t wake;       /* scheduler, cleaner, consumer wait here (stop, new space) */
     struct job queue[QUEUE_CAP];
     size_t head, len, limit;
-    char (*inflight)[TXO_SAGA_ID_LEN];
+    char (*inflight)[TXO_SAGA_ID_LEN]; /* n_runners x batch: what each runner holds */
+    size_t batch;                      /* opts.saga_batch */
     bool stopping;
     bool running;
     uint64_t kicks; /* bumped when a runner makes room in a full queue (wakes the scheduler) */
@@ -86,6 +87,7 @@ void txo_worker_opts_init(struct txo_worker_opts *opts)
 {
     memset(opts, 0, sizeof(*opts));
     opts->saga_threads = 4;
+    opts->saga_batch = 50;
     opts->poll_ms = 200;
     txo_saga_opts_init(&opts->saga);
     opts->command_lease_s = 30;
@@ -222,7 +224,7 @@ static bool known_locked(struct txo_worker *w, const char *id)
     for (size_t i = 0; i < w->len; i++)
         if (strcmp(w->queue[(w->head + i) % QUEUE_CAP].ref.id, id) == 0)
             return true;
-    for (size_t i = 0; i < w->n_runners; i++)
+    for (size_t i = 0; i < w->n_runners * w->batch; i++)
         if (strcmp(w->inflight[i], id) == 0)
             return true;
     return false;
@@ -376,6 +378,25 @@ out:
 
 /* ---- runners ---- */
 
+/* Counts a run that ended in final. */
+static void count_final(struct txo_worker *w, enum txo_saga_status final)
+{
+    static const char *const completed[] = {"COMPLETED"};
+    static const char *const aborted[] = {"ABORTED"};
+    static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
+    switch (final) {
+    case TXO_SAGA_COMPLETED:
+        count(&w->completed, w->m_runs, completed, 1);
+        break;
+    case TXO_SAGA_COMPENSATION_FAILED:
+        count(&w->comp_failed, w->m_runs, comp_failed, 1);
+        break;
+    default:
+        count(&w->aborted, w->m_runs, aborted, 1);
+        break;
+    }
+}
+
 static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const struct job *job)
 {
     const struct txo_saga_def *def = find_saga(w, job->ref.type);
@@ -402,20 +423,46 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
         drop_db_if_broken(db, rc);
         return;
     }
-    static const char *const completed[] = {"COMPLETED"};
-    static const char *const aborted[] = {"ABORTED"};
-    static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
-    switch (final) {
-    case TXO_SAGA_COMPLETED:
-        count(&w->completed, w->m_runs, completed, 1);
-        break;
-    case TXO_SAGA_COMPENSATION_FAILED:
-        count(&w->comp_failed, w->m_runs, comp_failed, 1);
-        break;
-    default:
-        count(&w->aborted, w->m_runs, aborted, 1);
-        break;
+    count_final(w, final);
+}
+
+/* Runs n JOB_RUN jobs of one saga type that batches (txo_saga_run_batch). */
+static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const struct job *jobs,
+                     size_t n)
+{
+    const struct txo_saga_def *def = find_saga(w, jobs[0].ref.type);
+    const char **ids = txo_calloc(n, sizeof(*ids));
+    int *rcs = txo_calloc(n, sizeof(*rcs));
+    enum txo_saga_status *finals = txo_calloc(n, sizeof(*finals));
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = TXO_ENOMEM;
+    if (ids != NULL && rcs != NULL && finals != NULL) {
+        for (size_t k = 0; k < n; k++)
+            ids[k] = jobs[k].ref.id;
+        rc = txo_saga_run_batch(*db, def, ids, n, &w->opts.saga, user, rcs, finals, &err);
     }
+    if (rc != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch not run sagas=%zu code=%s err=\"%s\"", n,
+                txo_err_name(rc), err.msg);
+        goto out;
+    }
+    int broken = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (rcs[k] == 0)
+            count_final(w, finals[k]);
+        else if (rcs[k] != TXO_ELEASELOST && rcs[k] != TXO_ESTATE)
+            broken = rcs[k];
+    }
+    if (broken != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch interrupted sagas=%zu code=%s", n,
+                txo_err_name(broken));
+        drop_db_if_broken(db, broken);
+    }
+out:
+    txo_free(ids);
+    txo_free(rcs);
+    txo_free(finals);
 }
 
 static void *runner_main(void *arg)
@@ -425,8 +472,9 @@ static void *runner_main(void *arg)
     struct txo_db *db = NULL;
     void *user = w->opts.runner_user_new != NULL ? w->opts.runner_user_new(w->opts.runner_user_arg)
                                                  : w->opts.runner_user_arg;
-    for (;;) {
-        struct job job;
+    struct job *jobs = txo_calloc(w->batch, sizeof(*jobs));
+    char(*held)[TXO_SAGA_ID_LEN] = &w->inflight[r->index * w->batch];
+    while (jobs != NULL) {
         pthread_mutex_lock(&w->mu);
         while (!w->stopping && w->len == 0)
             pthread_cond_wait(&w->work_ready, &w->mu);
@@ -434,25 +482,39 @@ static void *runner_main(void *arg)
             pthread_mutex_unlock(&w->mu);
             break;
         }
-        job = w->queue[w->head];
-        w->head = (w->head + 1) % QUEUE_CAP;
-        w->len--;
-        snprintf(w->inflight[r->index], TXO_SAGA_ID_LEN, "%s", job.ref.id);
-        if (w->len + 1 == w->limit) { /* it was full: the scheduler may have more for us */
+        /* Natural batching: what is queued now of the first job's type (no waiting for more),
+         * up to the cap; one job at low load. */
+        bool full = w->len == w->limit;
+        size_t n = 0;
+        do {
+            jobs[n] = w->queue[w->head];
+            w->head = (w->head + 1) % QUEUE_CAP;
+            w->len--;
+            snprintf(held[n], TXO_SAGA_ID_LEN, "%s", jobs[n].ref.id);
+            n++;
+        } while (n < w->batch && w->len > 0 && jobs[0].kind == JOB_RUN &&
+                 w->queue[w->head].kind == JOB_RUN &&
+                 strcmp(w->queue[w->head].ref.type, jobs[0].ref.type) == 0 &&
+                 txo_saga_def_batches(find_saga(w, jobs[0].ref.type)));
+        if (full) { /* it was full: the scheduler may have more for us */
             w->kicks++;
             pthread_cond_broadcast(&w->wake);
         }
         pthread_mutex_unlock(&w->mu);
 
-        if (ensure_db(w, &db, "runner"))
-            run_job(w, &db, user, &job);
-        else
+        if (!ensure_db(w, &db, "runner"))
             nap(w, w->opts.poll_ms);
+        else if (n > 1)
+            run_jobs(w, &db, user, jobs, n);
+        else
+            run_job(w, &db, user, &jobs[0]);
 
         pthread_mutex_lock(&w->mu);
-        w->inflight[r->index][0] = '\0';
+        for (size_t k = 0; k < n; k++)
+            held[k][0] = '\0';
         pthread_mutex_unlock(&w->mu);
     }
+    txo_free(jobs);
     if (w->opts.runner_user_new != NULL && w->opts.runner_user_free != NULL)
         w->opts.runner_user_free(user);
     txo_db_close(db);
@@ -676,6 +738,8 @@ static int check_opts(const struct txo_worker_opts *o, struct txo_error *err)
     if (o->saga_threads == 0 || o->saga_threads > 256)
         return txo_error_set(err, TXO_EINVAL, "saga threads must be 1..256, got %u",
                              o->saga_threads);
+    if (o->saga_batch == 0 || o->saga_batch > 1000)
+        return txo_error_set(err, TXO_EINVAL, "saga batch must be 1..1000, got %u", o->saga_batch);
     if (o->poll_ms <= 0 || o->retention.batch == 0 || o->retention.batch > TXO_PURGE_BATCH_MAX)
         return txo_error_set(err, TXO_EINVAL, "poll interval and retention batch out of range");
     if ((o->n_events > 0 && o->events == NULL) || (o->n_commands > 0 && o->commands == NULL) ||
@@ -718,8 +782,10 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     w->db_opts = *db_opts;
     w->opts = *opts;
     w->n_runners = opts->saga_threads;
-    w->limit = 2 * w->n_runners < QUEUE_CAP ? 2 * w->n_runners : QUEUE_CAP;
-    w->inflight = txo_calloc(w->n_runners, TXO_SAGA_ID_LEN);
+    w->batch = opts->saga_batch;
+    /* Room for two batches per runner: the next ones form while these run. */
+    w->limit = 2 * w->n_runners * w->batch < QUEUE_CAP ? 2 * w->n_runners * w->batch : QUEUE_CAP;
+    w->inflight = txo_calloc(w->n_runners * w->batch, TXO_SAGA_ID_LEN);
     w->runners = txo_calloc(w->n_runners, sizeof(*w->runners));
     if (w->inflight == NULL || w->runners == NULL) {
         txo_free(w->inflight);
