@@ -309,7 +309,7 @@ int txo__rmq_conn_init(struct txo__rmq_conn *c, const struct txo_rabbitmq_opts *
         return txo_error_set(err, TXO_EINVAL,
                              "rabbitmq %s: url is not amqp://user:password@host:port/vhost", role);
     }
-    /* "amqp://host:5672/" names the empty vhost in the AMQP URI spec, which no broker has:
+    /* "amqp://host:5672/" names the empty vhost in RabbitMQ's AMQP URI scheme, which no broker has:
      * take it (and a URL without a path) as the default vhost "/", as other clients do. */
     if (c->info.vhost == NULL || c->info.vhost[0] == '\0')
         c->info.vhost = memcpy(c->default_vhost, "/", 2);
