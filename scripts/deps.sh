@@ -13,17 +13,26 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libnats-dev libhiredis-dev libcurl4-openssl-dev libsystemd-dev)
+            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
+            # hiredis: the Redis Streams publisher and consumer (src/broker/redis_*.c)
+            libhiredis-dev
+            # rabbitmq-c: the RabbitMQ publisher and consumer (src/broker/rabbitmq_*.c)
+            librabbitmq-dev)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
-# nats-server (JetStream tests and `make run NATS=1`), redis-server and redis-tools (the Redis
-# Streams tests run a private redis-server and read what it stored with redis-cli), curl (the
-# README's examples and scripts/valgrind.sh), promtool (package prometheus: the metrics tests
-# check /metrics and the alert rules), systemd-analyze (package systemd: the units are verified)
-# and man (man-db: the man pages are checked for warnings), python3 (the notify test's stand-in
-# for systemd, the dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is
-# tested in it, headless: tests/integration/test_ui_dashboard.c).
-RUNTIME_PKGS=(mariadb-server mariadb-client nats-server redis-server redis-tools curl prometheus
-              systemd man-db python3 chromium)
+# nats-server (JetStream tests and `make run BROKER=nats`), curl (the README's examples and
+# scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
+# alert rules), systemd-analyze (package systemd: the units are verified) and man (man-db: the
+# man pages are checked for warnings), python3 (the notify test's stand-in for systemd, the
+# dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
+# headless: tests/integration/test_ui_dashboard.c).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
+              chromium
+              # the Redis Streams tests and `make run BROKER=redis`: a private redis-server, and
+              # redis-cli, the independent client that reads back what the streams hold
+              redis-server redis-tools
+              # the RabbitMQ tests and `make run BROKER=rabbitmq`: a private broker, and pika,
+              # the independent AMQP client that reads back what reached the queues
+              rabbitmq-server python3-pika)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
