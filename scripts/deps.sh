@@ -13,7 +13,10 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev)
+            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
+            libgrpc-dev libprotobuf-c-dev protobuf-c-compiler)
+# (libgrpc-dev: gRPC's C core for the gRPC publisher; protobuf-c-compiler generates the C of
+# proto/txo/v1/event_sink.proto at build time, libprotobuf-c-dev is its runtime.)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
 # nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
 # scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
@@ -22,7 +25,9 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
 # dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
 # headless: tests/integration/test_ui_dashboard.c).
 RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium)
+              chromium python3-grpcio python3-protobuf protobuf-compiler)
+# (python3-grpcio, python3-protobuf and protoc (protobuf-compiler) run the independent EventSink
+# server the gRPC tests deliver to: tests/grpc/event_sink_server.py.)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
