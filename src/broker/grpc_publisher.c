@@ -40,13 +40,16 @@
 
 #include "txo/v1/event_sink.pb-c.h"
 
-#define METHOD           "/txo.v1.EventSink/Publish"
-#define WAIT_MARGIN_MS   2000 /* after the deadline, before the call is cancelled */
-#define MIN_BATCH_BYTES  1024
-#define REASON_MAX       200 /* of a server's reason, kept in errors[i] */
-#define RECONNECT_MIN_MS 100
-#define RESULT_PENDING   1  /* results[i] while no outcome is known (codes are <= 0) */
-#define REQUEST_OVERHEAD 16 /* tag + length prefix of one event inside a request, at most */
+#define METHOD             "/txo.v1.EventSink/Publish"
+#define WAIT_MARGIN_MS     2000 /* after the deadline, before the call is cancelled */
+#define MIN_BATCH_BYTES    1024
+#define REASON_MAX         200  /* of a server's reason, kept in errors[i] */
+#define RECONNECT_FIRST_MS 100  /* wait before the first reconnect attempt */
+#define CONNECT_MIN_MS     1000 /* bounds of one connection attempt */
+#define CONNECT_MAX_MS     20000
+#define FAILURE_POLL_MS    50 /* see settle_channel() */
+#define RESULT_PENDING     1  /* results[i] while no outcome is known (codes are <= 0) */
+#define REQUEST_OVERHEAD   16 /* tag + length prefix of one event inside a request, at most */
 
 /* ---- options ---- */
 
@@ -288,6 +291,55 @@ static Txo__V1__PublishResponse *read_response(grpc_byte_buffer *bb)
     return resp;
 }
 
+static const char *state_name(grpc_connectivity_state st)
+{
+    switch (st) {
+    case GRPC_CHANNEL_IDLE:
+        return "idle";
+    case GRPC_CHANNEL_CONNECTING:
+        return "connecting";
+    case GRPC_CHANNEL_READY:
+        return "ready";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+        return "transient failure";
+    case GRPC_CHANNEL_SHUTDOWN:
+        return "shut down";
+    }
+    return "unknown";
+}
+
+/*
+ * Lets the channel settle before a call, until deadline at the latest, and returns its state.
+ * gRPC's C core makes progress on a connection attempt only while some thread polls (a
+ * completion queue, or its backup poller every 5 s), and a fail-fast call on a channel in
+ * transient failure returns at once without polling: without this, a server that came back
+ * would be noticed by the backup poller only. So an idle or connecting channel is waited for
+ * (while the server is down the attempt is refused within milliseconds; a server that does not
+ * answer at all costs the deadline), and a channel in transient failure is polled for up to
+ * FAILURE_POLL_MS, which completes a reconnect attempt gRPC started since the last batch.
+ */
+static grpc_connectivity_state settle_channel(struct grpc_publisher *p, gpr_timespec deadline)
+{
+    grpc_connectivity_state st = grpc_channel_check_connectivity_state(p->channel, 1);
+    while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_SHUTDOWN) {
+        gpr_timespec until = deadline;
+        if (st == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+            gpr_timespec soon = ms_from_now(FAILURE_POLL_MS);
+            if (gpr_time_cmp(soon, deadline) < 0)
+                until = soon;
+        }
+        void *tag = &p->cq;
+        grpc_channel_watch_connectivity_state(p->channel, st, until, p->cq, tag);
+        grpc_event ev =
+            grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        TXO_ASSERT(ev.type == GRPC_OP_COMPLETE && ev.tag == tag);
+        st = grpc_channel_check_connectivity_state(p->channel, 0);
+        if (!ev.success)
+            break; /* no change until then */
+    }
+    return st;
+}
+
 /*
  * Makes one Publish call with the request req (size bytes encoded) and fills *co. Returns 0,
  * or a negative code when the call could not be started (then *co is not filled).
@@ -301,9 +353,20 @@ static int call_publish(struct grpc_publisher *p, const Txo__V1__PublishRequest 
     grpc_byte_buffer *send_bb = grpc_raw_byte_buffer_create(&body, 1);
     grpc_slice_unref(body);
 
+    gpr_timespec deadline = ms_from_now(p->deadline_ms);
+    grpc_connectivity_state st = settle_channel(p, deadline);
+    if (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_TRANSIENT_FAILURE) {
+        /* Still connecting at the deadline: nothing was sent. */
+        grpc_byte_buffer_destroy(send_bb);
+        return txo_error_set(why, TXO_EUNAVAILABLE,
+                             "grpc publisher: %s: UNAVAILABLE: not connected within %" PRId64
+                             " ms (channel %s)",
+                             p->target, p->deadline_ms, state_name(st));
+    }
+    /* In transient failure the call fails at once with gRPC's reason (UNAVAILABLE). */
     grpc_slice method = grpc_slice_from_static_string(METHOD);
     grpc_call *call = grpc_channel_create_call(p->channel, NULL, GRPC_PROPAGATE_DEFAULTS, p->cq,
-                                               method, NULL, ms_from_now(p->deadline_ms), NULL);
+                                               method, NULL, deadline, NULL);
     if (call == NULL) {
         grpc_byte_buffer_destroy(send_bb);
         return txo_error_set(why, TXO_EPUBLISH, "grpc publisher: %s: cannot create a call",
@@ -603,14 +666,19 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
     if (rc < 0)
         goto fail;
 
-    int64_t reconnect_min =
-        o->reconnect_max_ms < RECONNECT_MIN_MS ? o->reconnect_max_ms : RECONNECT_MIN_MS;
+    int64_t reconnect_first =
+        o->reconnect_max_ms < RECONNECT_FIRST_MS ? o->reconnect_max_ms : RECONNECT_FIRST_MS;
+    /* gRPC gives each connection attempt at least this long (its "min reconnect backoff"):
+     * about a call's deadline, so a slow handshake is not cut short and retried forever. */
+    int64_t connect_ms = o->deadline_ms < CONNECT_MIN_MS   ? CONNECT_MIN_MS
+                         : o->deadline_ms > CONNECT_MAX_MS ? CONNECT_MAX_MS
+                                                           : o->deadline_ms;
     grpc_arg args[] = {
         int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, o->keepalive_ms),
         int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o->keepalive_timeout_ms),
         int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0),
-        int_arg(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, reconnect_min),
-        int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, reconnect_min),
+        int_arg(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, reconnect_first),
+        int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, connect_ms),
         int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, o->reconnect_max_ms),
         int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int64_t)o->max_batch_bytes + 1024),
         /* The relay retries by itself, with its own backoff and attempt count. */
