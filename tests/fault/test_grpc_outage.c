@@ -17,8 +17,14 @@
  *      rows PENDING and publishes them again. The server then holds those events twice, with
  *      attempts 1 and 2, and nothing else twice: at least once, and exactly the duplicates the
  *      consumer de-duplicates on the idempotency key.
+ *   4. `txo relay --publisher grpc` SIGKILLed at crash point relay.after_publish:1 (the second
+ *      batch was taken by the server, not marked): the next relay, once the lease expired,
+ *      publishes that batch again and drains the rest. The server holds every event, the
+ *      crashed batch twice and nothing else twice. And `txo worker --broker grpc` refuses to
+ *      start (exit 2): gRPC has no consuming side.
  */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +36,7 @@
 
 #include "testdb.h"
 #include "testgrpc.h"
+#include "testproc.h"
 #include "testrelay.h"
 #include "txo/grpc.h"
 
@@ -324,6 +331,89 @@ static void test_deadline_after_processing_republished(void **state)
     txo_publisher_free(pub);
 }
 
+static void run_relay(struct ctx *c, const char *tag, const char *crash_point, bool crash)
+{
+    const char *argv[] = {testproc_txo_bin(),
+                          "relay",
+                          "--publisher",
+                          "grpc",
+                          "--grpc-target",
+                          c->g.target,
+                          "--drain",
+                          "--batch-size",
+                          "50",
+                          "--lease",
+                          "1",
+                          NULL};
+    char crash_env[64];
+    snprintf(crash_env, sizeof(crash_env), "TXO_CRASH_POINT=%s", crash_point);
+    const char *env[] = {crash_env, NULL};
+    struct testproc p;
+    testproc_start(&p, tag, argv, crash ? env : NULL);
+    if (!testproc_wait(&p, 30000)) {
+        testproc_print_log(&p, tag);
+        testproc_stop_hard(&p);
+        fail_msg("%s did not finish within 30 s", tag);
+    }
+    bool as_expected = crash ? testproc_killed(&p) : testproc_exited_with(&p, 0);
+    if (!as_expected) {
+        testproc_print_log(&p, tag);
+        fail_msg("%s: %s, status 0x%x", tag,
+                 crash ? "should have died of SIGKILL at the crash point" : "should exit 0",
+                 p.status);
+    }
+    testproc_remove_log(&p);
+}
+
+static void test_relay_killed_after_publish_republishes(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 200;
+    append(c, n);
+    testdb_export_env(&c->t);
+
+    run_relay(c, "grpc_relay_crash", "relay.after_publish:1", true);
+    struct testgrpc_event *ev = NULL;
+    size_t got = recorded(c, &ev);
+    assert_int_equal(got, 100); /* two batches reached the server */
+    testgrpc_free_events(ev, got);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
+
+    txo_sleep_ms(1500); /* past the 1 s lease */
+    run_relay(c, "grpc_relay_after_crash", "", false);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND locked_by IS NULL"),
+                     n);
+    got = recorded(c, &ev);
+    assert_int_equal(got, n + 50);
+    assert_int_equal(count_duplicates(ev, got), 50);
+    /* The duplicates are exactly the crashed batch: the 50 rows that were PROCESSING. */
+    for (size_t k = 1; k < got; k++) {
+        if (strcmp(ev[k - 1].idempotency_key, ev[k].idempotency_key) != 0)
+            continue;
+        struct txo_param p = txo_p_str(ev[k].idempotency_key);
+        assert_int_equal(testdb_i64(c->t.db,
+                                    "SELECT lease_expiries FROM outbox_events WHERE "
+                                    "idempotency_key = ?",
+                                    &p, 1),
+                         1);
+    }
+    testgrpc_free_events(ev, got);
+}
+
+static void test_worker_refuses_grpc(void **state)
+{
+    (void)state;
+    const char *argv[] = {testproc_txo_bin(), "worker", "--broker", "grpc", NULL};
+    char *out = NULL;
+    int rc = testproc_run("grpc_worker", argv, 10000, &out);
+    assert_int_equal(rc, 2);
+    if (strstr(out, "\"grpc\"") == NULL || strstr(out, "without a consuming side") == NULL)
+        fail_msg("txo worker --broker grpc said: %s", out);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,6 +421,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rejections_and_retries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deadline_after_processing_republished, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_relay_killed_after_publish_republishes, setup,
+                                        teardown),
+        cmocka_unit_test(test_worker_refuses_grpc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
