@@ -15,6 +15,7 @@
  *   - Batches larger than max_batch_bytes go as several calls; an event larger than that alone
  *     fails permanently while the others are delivered.
  *   - The metrics families count what happened.
+ *   - Freeing the last publisher shuts gRPC down: none of its threads is left.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <dirent.h>
 
 #include <cmocka.h>
 
@@ -347,6 +350,37 @@ static void test_bad_options(void **state)
     assert_null(pub);
 }
 
+static size_t thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void test_no_thread_left_after_free(void **state)
+{
+    (void)state;
+    size_t before = thread_count();
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 2, 401, 50);
+    publish(pub, &b);
+    assert_int_equal(b.results[0], 0);
+    assert_true(thread_count() > before); /* gRPC runs its own threads meanwhile */
+    txo_publisher_free(pub);
+    size_t after = thread_count();
+    if (after != before)
+        fail_msg("%zu threads before the publisher, %zu after it was freed", before, after);
+    batch_free(&b);
+}
+
 /* ---- the relay end to end: MariaDB -> relay -> gRPC ---- */
 
 #define N_EVENTS      10000
@@ -491,6 +525,7 @@ int main(void)
         cmocka_unit_test_setup(test_per_event_outcomes, setup),
         cmocka_unit_test_setup(test_deadline_exceeded, setup),
         cmocka_unit_test_setup(test_split_by_max_batch_bytes, setup),
+        cmocka_unit_test_setup(test_no_thread_left_after_free, setup),
         cmocka_unit_test_setup(test_relay_delivers_10000_in_order, setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
