@@ -269,13 +269,35 @@ static gpr_timespec ms_from_now(int64_t ms)
     return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
+/*
+ * Copies len bytes of text from the server into out (cap bytes, NUL-terminated): cut on a
+ * character boundary, every byte that is not valid UTF-8 (or is a control character) as '?'.
+ * The text ends up in last_error and dead letters, utf8mb4 columns that refuse broken UTF-8.
+ */
+static void copy_server_text(char *out, size_t cap, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n = txo_utf8_char_len(s + i, len - i);
+        if (n == 0 || (n == 1 && ((unsigned char)s[i] < 0x20 || s[i] == 0x7f))) {
+            n = 1;
+            if (o + 1 >= cap)
+                break;
+            out[o++] = '?';
+        } else {
+            if (o + n >= cap)
+                break;
+            memcpy(out + o, s + i, n);
+            o += n;
+        }
+        i += n;
+    }
+    out[o] = '\0';
+}
+
 static void copy_slice(char *out, size_t cap, grpc_slice s)
 {
-    size_t len = GRPC_SLICE_LENGTH(s);
-    if (len >= cap)
-        len = cap - 1;
-    memcpy(out, GRPC_SLICE_START_PTR(s), len);
-    out[len] = '\0';
+    copy_server_text(out, cap, (const char *)GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
 }
 
 static Txo__V1__PublishResponse *read_response(grpc_byte_buffer *bb)
@@ -348,21 +370,20 @@ static int call_publish(struct grpc_publisher *p, const Txo__V1__PublishRequest 
                         struct call_outcome *co, struct txo_error *why)
 {
     memset(co, 0, sizeof(*co));
-    grpc_slice body = grpc_slice_malloc(size);
-    txo__v1__publish_request__pack(req, GRPC_SLICE_START_PTR(body));
-    grpc_byte_buffer *send_bb = grpc_raw_byte_buffer_create(&body, 1);
-    grpc_slice_unref(body);
-
     gpr_timespec deadline = ms_from_now(p->deadline_ms);
     grpc_connectivity_state st = settle_channel(p, deadline);
     if (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_TRANSIENT_FAILURE) {
         /* Still connecting at the deadline: nothing was sent. */
-        grpc_byte_buffer_destroy(send_bb);
         return txo_error_set(why, TXO_EUNAVAILABLE,
                              "grpc publisher: %s: UNAVAILABLE: not connected within %" PRId64
                              " ms (channel %s)",
                              p->target, p->deadline_ms, state_name(st));
     }
+    grpc_slice body = grpc_slice_malloc(size);
+    txo__v1__publish_request__pack(req, GRPC_SLICE_START_PTR(body));
+    grpc_byte_buffer *send_bb = grpc_raw_byte_buffer_create(&body, 1);
+    grpc_slice_unref(body);
+
     /* In transient failure the call fails at once with gRPC's reason (UNAVAILABLE). */
     grpc_slice method = grpc_slice_from_static_string(METHOD);
     grpc_call *call = grpc_channel_create_call(p->channel, NULL, GRPC_PROPAGATE_DEFAULTS, p->cq,
@@ -414,7 +435,7 @@ static int call_publish(struct grpc_publisher *p, const Txo__V1__PublishRequest 
     TXO_ASSERT(ev.type == GRPC_OP_COMPLETE && ev.tag == tag);
     copy_slice(co->details, sizeof(co->details), details);
     if (co->details[0] == '\0' && error_string != NULL)
-        snprintf(co->details, sizeof(co->details), "%s", error_string);
+        copy_server_text(co->details, sizeof(co->details), error_string, strlen(error_string));
     if (co->status == GRPC_STATUS_OK) {
         co->response = recv_bb != NULL ? read_response(recv_bb) : NULL;
         co->body_unreadable = co->response == NULL;
@@ -461,20 +482,22 @@ static void apply_response(const struct grpc_publisher *p, const Txo__V1__Publis
     for (size_t k = 0; k < n; k++) {
         const Txo__V1__Result *r = resp->results[k];
         size_t i = from + k;
-        const char *reason = r->reason != NULL && r->reason[0] != '\0' ? r->reason : "no reason";
+        char reason[REASON_MAX + 1];
+        copy_server_text(reason, sizeof(reason), r->reason != NULL ? r->reason : "",
+                         r->reason != NULL ? strlen(r->reason) : 0);
+        if (reason[0] == '\0')
+            snprintf(reason, sizeof(reason), "no reason");
         switch (r->outcome) {
         case TXO__V1__RESULT__OUTCOME__ACCEPTED:
             results[i] = 0;
             break;
         case TXO__V1__RESULT__OUTCOME__REJECTED_PERMANENT:
-            results[i] =
-                txo_error_set(&errors[i], TXO_EBUSINESS,
-                              "grpc publisher: rejected permanently: %.*s", REASON_MAX, reason);
+            results[i] = txo_error_set(&errors[i], TXO_EBUSINESS,
+                                       "grpc publisher: rejected permanently: %s", reason);
             break;
         case TXO__V1__RESULT__OUTCOME__REJECTED_TRANSIENT:
-            results[i] =
-                txo_error_set(&errors[i], TXO_EPUBLISH, "grpc publisher: rejected for now: %.*s",
-                              REASON_MAX, reason);
+            results[i] = txo_error_set(&errors[i], TXO_EPUBLISH,
+                                       "grpc publisher: rejected for now: %s", reason);
             break;
         default:
             results[i] = txo_error_set(&errors[i], TXO_EPUBLISH,

@@ -21,6 +21,7 @@ records is what really arrived over gRPC.
                                                             after the work was done
              "reject_permanent": ["key", ...],              per-event outcomes by
              "reject_transient": ["key", ...],              idempotency key
+             "reason_suffix": "...",                        appended to permanent reasons
              "wrong_count_calls": 1}                        answer one result too few
 The server de-duplicates nothing: every delivery is recorded, so the tests can count them.
 It runs until killed (SIGTERM or SIGKILL).
@@ -100,6 +101,7 @@ def main():
             sleep_ms = r.get("sleep_ms", 0) if take(r, "sleep") else 0
             wrong_count = take(r, "wrong_count")
             perm = set(r.get("reject_permanent", []))
+            suffix = r.get("reason_suffix", "")
             trans = set(r.get("reject_transient", []))
         if status:
             with lock:
@@ -110,7 +112,7 @@ def main():
         for e in request.events:
             if e.idempotency_key in perm:
                 results.append(pb.Result(outcome=pb.Result.REJECTED_PERMANENT, event_id=e.id,
-                                         reason="unknown product in " + e.idempotency_key))
+                                         reason="unknown product in " + e.idempotency_key + suffix))
             elif e.idempotency_key in trans:
                 results.append(pb.Result(outcome=pb.Result.REJECTED_TRANSIENT, event_id=e.id,
                                          reason="inventory busy"))

@@ -216,12 +216,22 @@ static void test_per_event_outcomes(void **state)
     struct txo_publisher *pub = new_publisher(&o, reg);
     struct batch b;
     batch_init(&b, 5, 101, 80);
-    testgrpc_control(&server,
-                     "\"reject_permanent\": [\"k:102\"], \"reject_transient\": [\"k:104\"]");
+    /* The permanent reason ends in a line break and 150 two-byte characters: it must come back
+     * cut on a character boundary, the control character replaced (it goes to utf8mb4). */
+    char rules[1024];
+    int used = snprintf(rules, sizeof(rules),
+                        "\"reject_permanent\": [\"k:102\"], \"reject_transient\": [\"k:104\"], "
+                        "\"reason_suffix\": \"\\n");
+    for (int k = 0; k < 150; k++)
+        used += snprintf(rules + used, sizeof(rules) - (size_t)used, "\xc3\xa9");
+    snprintf(rules + used, sizeof(rules) - (size_t)used, "\"");
+    testgrpc_control(&server, rules);
     publish(pub, &b);
     assert_int_equal(b.results[0], 0);
     assert_int_equal(b.results[1], TXO_EBUSINESS);
-    assert_non_null(strstr(b.errors[1].msg, "unknown product in k:102"));
+    assert_non_null(strstr(b.errors[1].msg, "unknown product in k:102?\xc3\xa9\xc3\xa9"));
+    assert_true(txo_utf8_valid(b.errors[1].msg, strlen(b.errors[1].msg)));
+    assert_in_range(strlen(strstr(b.errors[1].msg, "unknown product")), 190, 200);
     assert_int_equal(b.results[2], 0);
     assert_int_equal(b.results[3], TXO_EPUBLISH);
     assert_non_null(strstr(b.errors[3].msg, "inventory busy"));
