@@ -23,13 +23,19 @@
  *
  * gRPC's process-wide state: grpc_init() at creation, grpc_shutdown() at destruction, after
  * the channel and the queue are gone. gRPC counts the references, so publishers may come and
- * go; the last grpc_shutdown() from an application thread (not a gRPC one, as here) cleans up
- * synchronously and leaves no gRPC thread behind.
+ * go. The channel holds a reference of its own, which gRPC may drop a moment later on one of
+ * its threads; the last grpc_shutdown() then cleans up on a detached thread of gRPC's. So the
+ * destruction of the last publisher of the process (live_publishers, under live_mu) waits,
+ * up to SHUTDOWN_WAIT_MS, until gRPC reports itself shut down: afterwards no gRPC thread runs
+ * (what valgrind and the thread test check). An application that uses gRPC itself keeps it
+ * initialised; that wait then ends after SHUTDOWN_WAIT_MS.
  *
  * Ownership: the publisher owns its channel, queue, the copy of the target and the per-batch
  * arrays (grown to the largest batch seen). Thread-safety: one relay thread at a time; the
  * metrics families are thread-safe by themselves.
  */
+
+#include <pthread.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -47,9 +53,10 @@
 #define RECONNECT_FIRST_MS 100  /* wait before the first reconnect attempt */
 #define CONNECT_MIN_MS     1000 /* bounds of one connection attempt */
 #define CONNECT_MAX_MS     20000
-#define FAILURE_POLL_MS    50 /* see settle_channel() */
-#define RESULT_PENDING     1  /* results[i] while no outcome is known (codes are <= 0) */
-#define REQUEST_OVERHEAD   16 /* tag + length prefix of one event inside a request, at most */
+#define SHUTDOWN_WAIT_MS   2000 /* see the top of the file */
+#define FAILURE_POLL_MS    50   /* see settle_channel() */
+#define RESULT_PENDING     1    /* results[i] while no outcome is known (codes are <= 0) */
+#define REQUEST_OVERHEAD   16   /* tag + length prefix of one event inside a request, at most */
 
 /* ---- options ---- */
 
@@ -627,6 +634,33 @@ static int grpc_publish_batch(void *self, const struct txo_outbox_message *msgs,
     return 0;
 }
 
+/* Publishers alive in the process: the last one gone waits for gRPC's shutdown. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static unsigned live_publishers;
+
+static void take_grpc(void)
+{
+    pthread_mutex_lock(&live_mu);
+    live_publishers++;
+    grpc_init();
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void release_grpc(void)
+{
+    pthread_mutex_lock(&live_mu);
+    grpc_shutdown();
+    bool last = --live_publishers == 0;
+    if (last) {
+        /* Under live_mu, so that no publisher is created meanwhile (its grpc_init() would keep
+         * gRPC up and this wait would last in vain). */
+        int64_t until = txo_monotonic_ms() + SHUTDOWN_WAIT_MS;
+        while (grpc_is_initialized() && txo_monotonic_ms() < until)
+            txo_sleep_ms(1);
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
 static void grpc_publisher_destroy(void *self)
 {
     struct grpc_publisher *p = self;
@@ -646,7 +680,7 @@ static void grpc_publisher_destroy(void *self)
     txo_free(p->event_ptrs);
     txo_free(p->sizes);
     txo_free(p);
-    grpc_shutdown();
+    release_grpc();
 }
 
 static const struct txo_publisher_ops grpc_ops = {
@@ -677,7 +711,7 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
     struct grpc_publisher *p = txo_calloc(1, sizeof(*p));
     if (p == NULL)
         return txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
-    grpc_init(); /* released by grpc_publisher_destroy() from here on */
+    take_grpc(); /* released by grpc_publisher_destroy() from here on */
     p->target = txo_strdup(o->target);
     p->deadline_ms = o->deadline_ms;
     p->max_batch_bytes = o->max_batch_bytes;
