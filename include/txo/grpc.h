@@ -56,9 +56,11 @@
  *
  * Thread-safety: a publisher is used by one relay (one thread) at a time. gRPC runs its own
  * threads, which touch no state of this module. gRPC's process-wide state is reference
- * counted: each publisher takes a reference at creation and releases it when freed; freeing
- * the last one shuts gRPC down (its threads end before txo_publisher_free() returns when it
- * is called from an application thread).
+ * counted: each publisher takes a reference at creation and releases it when freed. Freeing
+ * the last publisher of the process shuts gRPC down and waits (2 s at most) until it is: no
+ * gRPC thread runs afterwards, unless the application holds a gRPC reference of its own (then
+ * that free returns after the 2 s). Creating and freeing publishers from several threads is
+ * safe.
  */
 #ifndef TXO_GRPC_H
 #define TXO_GRPC_H
