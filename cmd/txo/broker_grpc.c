@@ -12,6 +12,9 @@ static struct {
     int64_t deadline_ms;
     int64_t keepalive_ms;
     unsigned max_batch_bytes;
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
 } settings;
 
 static void add_settings(struct settings_table *t)
@@ -22,7 +25,7 @@ static void add_settings(struct settings_table *t)
          .type = SETTING_STRING,
          .def = "127.0.0.1:50051",
          .help = "the EventSink service (proto/txo/v1/event_sink.proto), host:port or a gRPC "
-                 "target such as dns:///sink.internal:50051; plaintext",
+                 "target such as dns:///sink.internal:50051; plaintext unless --grpc-ca-file",
          .target = &settings.target},
         {.name = "grpc-deadline",
          .env = "TXO_GRPC_DEADLINE_MS",
@@ -51,8 +54,34 @@ static void add_settings(struct settings_table *t)
          .min = 1024,
          .max = 1073741824,
          .target = &settings.max_batch_bytes},
+        {.name = "grpc-ca-file",
+         .env = "TXO_GRPC_CA_FILE",
+         .type = SETTING_STRING,
+         .def = NULL,
+         .help = "TLS: PEM certificates the server's certificate is verified against (unset: "
+                 "plaintext)",
+         .target = &settings.ca_file},
+        {.name = "grpc-cert-file",
+         .env = "TXO_GRPC_CERT_FILE",
+         .type = SETTING_STRING,
+         .def = NULL,
+         .help = "TLS: client certificate (PEM) for a server that requires one; with "
+                 "--grpc-key-file",
+         .target = &settings.cert_file},
+        {.name = "grpc-key-file",
+         .env = "TXO_GRPC_KEY_FILE",
+         .type = SETTING_STRING,
+         .def = NULL,
+         .help = "TLS: the client certificate's private key (PEM)",
+         .target = &settings.key_file},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
+}
+
+/* TXO_GRPC_CA_FILE= (empty) means unset, as in an environment file. */
+static const char *unset_if_empty(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? s : NULL;
 }
 
 static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out,
@@ -64,6 +93,9 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
     o.deadline_ms = settings.deadline_ms;
     o.keepalive_ms = settings.keepalive_ms;
     o.max_batch_bytes = settings.max_batch_bytes;
+    o.ca_file = unset_if_empty(settings.ca_file);
+    o.cert_file = unset_if_empty(settings.cert_file);
+    o.key_file = unset_if_empty(settings.key_file);
     return txo_publisher_grpc_new(&o, metrics, out, err);
 }
 

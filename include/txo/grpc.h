@@ -38,7 +38,8 @@
  * A call-level status applies to every event of that call: a server that refuses some events
  * of a batch answers OK with per-event outcomes.
  *
- * Connection: one channel per publisher, opened at creation and kept (gRPC reconnects by
+ * Connection: one channel per publisher (plaintext, or TLS with opts.ca_file), opened at
+ * creation and kept (gRPC reconnects by
  * itself, with a backoff between min and reconnect_max_ms). Calls do not wait for a channel
  * that is down ("fail fast"): while the server is unreachable every call fails at once with
  * UNAVAILABLE, so a relay cycle costs little and the rows go back to PENDING with backoff. A
@@ -85,6 +86,15 @@ struct txo_grpc_opts {
     size_t max_batch_bytes;       /* largest encoded request; a bigger batch is split into several
                                    * calls, one event bigger than this fails (TXO_EINVAL,
                                    * permanent). Default 4000000, under gRPC's 4 MiB receive limit */
+
+    /* TLS. NULL ca_file (the default): plaintext. Set: TLS, the server's certificate verified
+     * against the PEM certificates in ca_file and its name against the target's host (a
+     * certificate for 127.0.0.1 needs an IP subjectAltName). cert_file and key_file (PEM, both
+     * or neither): a client certificate for servers that require one (mutual TLS). The files
+     * are read once, at creation; the key's copy is wiped right after gRPC took it. */
+    const char *ca_file;
+    const char *cert_file;
+    const char *key_file;
 };
 
 /* Fills o with the defaults above (static strings). Never fails. */
@@ -99,8 +109,11 @@ TXO_API void txo_grpc_opts_init(struct txo_grpc_opts *o);
  * above. When a call fails as a whole, the calls of the batch after it are not made and their
  * events fail with the same code. A batch never blocks longer than about deadline_ms per call.
  *
- * Errors: TXO_EINVAL (bad opts: empty target, a duration < 1, max_batch_bytes < 1024),
- * TXO_ECONFIG (gRPC refused the target), TXO_ENOMEM. Free with txo_publisher_free().
+ * Errors: TXO_EINVAL (bad opts: empty target, a duration < 1, max_batch_bytes < 1024, only
+ * one of cert_file and key_file), TXO_ECONFIG (a TLS file cannot be read or is empty, gRPC
+ * refused the target or the credentials), TXO_ENOMEM. A TLS handshake that fails (wrong CA,
+ * name mismatch, a plaintext server) is no creation error: the calls fail with UNAVAILABLE,
+ * gRPC's reason in the message. Free with txo_publisher_free().
  */
 TXO_API TXO_MUST_CHECK int txo_publisher_grpc_new(const struct txo_grpc_opts *o,
                                                   struct txo_metrics *metrics,

@@ -42,6 +42,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "txo/v1/event_sink.pb-c.h"
@@ -86,6 +87,13 @@ static int check_opts(const struct txo_grpc_opts *o, struct txo_error *err)
         o->keepalive_timeout_ms > INT32_MAX || o->reconnect_max_ms > INT32_MAX)
         return txo_error_set(err, TXO_EINVAL,
                              "grpc publisher: durations must be below 2^31 ms (about 24 days)");
+    if ((o->cert_file == NULL) != (o->key_file == NULL))
+        return txo_error_set(err, TXO_EINVAL,
+                             "grpc publisher: a client certificate needs both cert_file and "
+                             "key_file");
+    if (o->cert_file != NULL && o->ca_file == NULL)
+        return txo_error_set(err, TXO_EINVAL,
+                             "grpc publisher: a client certificate needs TLS (ca_file)");
     if (o->max_batch_bytes < MIN_BATCH_BYTES || o->max_batch_bytes > INT32_MAX)
         return txo_error_set(err, TXO_EINVAL,
                              "grpc publisher: max_batch_bytes must be between %d and 2^31-1, "
@@ -638,10 +646,26 @@ static int grpc_publish_batch(void *self, const struct txo_outbox_message *msgs,
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned live_publishers;
 
+/*
+ * gRPC's own log lines (gpr_log, on stderr by default) go to txo's log, component "grpc":
+ * library code writes nothing to stderr itself. Its errors are about connections that the
+ * publisher reports anyway (a failed TLS handshake, a refused connect): warn; the rest debug.
+ * Runs on any thread, gRPC's included.
+ */
+static void log_from_grpc(gpr_log_func_args *args)
+{
+    enum txo_log_level level =
+        args->severity == GPR_LOG_SEVERITY_ERROR ? TXO_LOG_WARN : TXO_LOG_DEBUG;
+    TXO_LOG(level, "grpc", "gRPC says message=\"%s\" source=%s:%d",
+            args->message != NULL ? args->message : "", args->file != NULL ? args->file : "",
+            args->line);
+}
+
 static void take_grpc(void)
 {
     pthread_mutex_lock(&live_mu);
-    live_publishers++;
+    if (live_publishers++ == 0)
+        gpr_set_log_function(log_from_grpc);
     grpc_init();
     pthread_mutex_unlock(&live_mu);
 }
@@ -689,6 +713,74 @@ static const struct txo_publisher_ops grpc_ops = {
     .destroy = grpc_publisher_destroy,
     .flags = 0, /* not QUICK: the server's handling runs before it answers */
 };
+
+#define PEM_MAX_BYTES (1024 * 1024)
+
+static void wipe_free(char *s)
+{
+    if (s == NULL)
+        return;
+    volatile char *v = s;
+    while (*v != '\0')
+        *v++ = '\0';
+    txo_free(s);
+}
+
+/* Reads a PEM file whole into *out (NUL-terminated, txo_free()). TXO_ECONFIG when it cannot be
+ * read, is empty or larger than PEM_MAX_BYTES. */
+static int read_pem(const char *what, const char *path, char **out, struct txo_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return txo_error_set(err, TXO_ECONFIG, "grpc publisher: %s %s: %s", what, path,
+                             strerror(errno));
+    char *buf = txo_malloc(PEM_MAX_BYTES + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
+    }
+    size_t n = fread(buf, 1, PEM_MAX_BYTES + 1, f);
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    buf[n <= PEM_MAX_BYTES ? n : PEM_MAX_BYTES] = '\0';
+    if (failed || n == 0 || n > PEM_MAX_BYTES) {
+        wipe_free(buf);
+        return txo_error_set(err, TXO_ECONFIG, "grpc publisher: %s %s: %s", what, path,
+                             failed   ? "read error"
+                             : n == 0 ? "the file is empty"
+                                      : "larger than 1 MiB");
+    }
+    *out = buf;
+    return 0;
+}
+
+/* The channel's credentials: insecure, or TLS from the PEM files of o. */
+static int make_credentials(const struct txo_grpc_opts *o, grpc_channel_credentials **out,
+                            struct txo_error *err)
+{
+    if (o->ca_file == NULL) {
+        *out = grpc_insecure_credentials_create();
+        return 0;
+    }
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    int rc = read_pem("ca_file", o->ca_file, &ca, err);
+    if (rc == 0 && o->cert_file != NULL)
+        rc = read_pem("cert_file", o->cert_file, &cert, err);
+    if (rc == 0 && o->key_file != NULL)
+        rc = read_pem("key_file", o->key_file, &key, err);
+    if (rc == 0) {
+        grpc_ssl_pem_key_cert_pair pair = {key, cert};
+        *out = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL, NULL, NULL);
+        if (*out == NULL)
+            rc = txo_error_set(err, TXO_ECONFIG,
+                               "grpc publisher: gRPC refused the TLS files (ca_file %s)",
+                               o->ca_file);
+    }
+    txo_free(ca);
+    txo_free(cert);
+    wipe_free(key);
+    return rc;
+}
 
 static grpc_arg int_arg(const char *key, int64_t value)
 {
@@ -742,7 +834,10 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
         int_arg(GRPC_ARG_ENABLE_RETRIES, 0),
     };
     grpc_channel_args cargs = {sizeof(args) / sizeof(args[0]), args};
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel_credentials *creds = NULL;
+    rc = make_credentials(o, &creds, err);
+    if (rc < 0)
+        goto fail;
     p->channel = grpc_channel_create(o->target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     p->cq = grpc_completion_queue_create_for_next(NULL);
@@ -759,9 +854,13 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
         return rc;
     }
     TXO_LOG(TXO_LOG_INFO, "grpc",
-            "publisher ready target=%s deadline_ms=%" PRId64 " keepalive_ms=%" PRId64
+            "publisher ready target=%s tls=%s deadline_ms=%" PRId64 " keepalive_ms=%" PRId64
             " max_batch_bytes=%zu",
-            o->target, o->deadline_ms, o->keepalive_ms, o->max_batch_bytes);
+            o->target,
+            o->ca_file == NULL     ? "off"
+            : o->cert_file != NULL ? "mutual"
+                                   : "on",
+            o->deadline_ms, o->keepalive_ms, o->max_batch_bytes);
     return 0;
 
 fail:

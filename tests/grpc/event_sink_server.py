@@ -5,12 +5,15 @@ Written with python3-grpcio and python3-protobuf only, sharing no code with libt
 records is what really arrived over gRPC.
 
     event_sink_server.py --port P --pb2-dir DIR --record FILE [--control FILE] [--calls FILE]
+                         [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
 
 --pb2-dir   where `protoc --python_out` put txo/v1/event_sink_pb2.py (the tests generate it)
 --record    every event the server took (ACCEPTED) is appended as one JSON line:
             {"call": N, "id": .., "type": .., "aggregate_type": .., "aggregate_id": ..,
              "idempotency_key": .., "created_at": .., "attempt": .., "payload_b64": ..}
 --calls     one JSON line per call: {"call": N, "events": K, "answer": "OK"|"<STATUS>"|...}
+--tls-cert, --tls-key    serve TLS with this certificate and key (plaintext without them);
+--tls-client-ca          and require a client certificate signed by this CA (mutual TLS)
 --control   a JSON file re-read whenever its "version" changes, telling the server how to
             answer the next calls (each rule counts its own calls from that version on):
             {"version": 3,
@@ -43,6 +46,9 @@ def main():
     ap.add_argument("--record", required=True)
     ap.add_argument("--calls")
     ap.add_argument("--control")
+    ap.add_argument("--tls-cert")
+    ap.add_argument("--tls-key")
+    ap.add_argument("--tls-client-ca")
     args = ap.parse_args()
 
     sys.path.insert(0, args.pb2_dir)
@@ -155,7 +161,19 @@ def main():
             ("grpc.max_receive_message_length", 8 * 1024 * 1024),
         ])
     server.add_generic_rpc_handlers((handler,))
-    if server.add_insecure_port("127.0.0.1:%d" % args.port) == 0:
+    address = "127.0.0.1:%d" % args.port
+    if args.tls_cert:
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read()
+        client_ca = read(args.tls_client_ca) if args.tls_client_ca else None
+        creds = grpc.ssl_server_credentials(
+            [(read(args.tls_key), read(args.tls_cert))], root_certificates=client_ca,
+            require_client_auth=client_ca is not None)
+        bound = server.add_secure_port(address, creds)
+    else:
+        bound = server.add_insecure_port(address)
+    if bound == 0:
         print("event_sink_server: cannot listen on port %d" % args.port, file=sys.stderr)
         sys.exit(1)
     server.start()

@@ -57,10 +57,24 @@ static void spawn(struct testgrpc *g)
     snprintf(script, sizeof(script), "%s/tests/grpc/event_sink_server.py", TXO_TEST_SOURCE_DIR);
     snprintf(port, sizeof(port), "%u", g->port);
     snprintf(pb2_dir, sizeof(pb2_dir), "%s/py", g->dir);
-    const char *argv[] = {py,          script,        "--port",    port,
-                          "--pb2-dir", pb2_dir,       "--record",  g->events_path,
-                          "--calls",   g->calls_path, "--control", g->control_path,
-                          NULL};
+    char server_cert[320], server_key[320];
+    snprintf(server_cert, sizeof(server_cert), "%s/server.pem", g->dir);
+    snprintf(server_key, sizeof(server_key), "%s/server-key.pem", g->dir);
+    const char *argv[24] = {py,          script,        "--port",    port,
+                            "--pb2-dir", pb2_dir,       "--record",  g->events_path,
+                            "--calls",   g->calls_path, "--control", g->control_path};
+    size_t n = 12;
+    if (g->tls) {
+        argv[n++] = "--tls-cert";
+        argv[n++] = server_cert;
+        argv[n++] = "--tls-key";
+        argv[n++] = server_key;
+    }
+    if (g->tls == 2) {
+        argv[n++] = "--tls-client-ca";
+        argv[n++] = g->ca_path;
+    }
+    argv[n] = NULL;
     pid_t pid = fork();
     if (pid < 0)
         fail_msg("fork: %s", strerror(errno));
@@ -87,9 +101,103 @@ static void spawn(struct testgrpc *g)
     }
 }
 
+static void start(struct testgrpc *g, int tls);
+
 void testgrpc_start(struct testgrpc *g)
 {
+    start(g, 0);
+}
+
+static void openssl(const struct testgrpc *g, const char *const *args)
+{
+    const char *bin = getenv("TXO_OPENSSL");
+    if (bin == NULL || bin[0] == '\0')
+        bin = "openssl";
+    const char *argv[32] = {"/usr/bin/env", bin};
+    size_t n = 2;
+    for (size_t i = 0; args[i] != NULL && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char *out = NULL;
+    int rc = testproc_run("grpc_openssl", argv, 60000, &out);
+    if (rc != 0)
+        fail_msg("openssl %s failed in %s (exit %d): %s", args[0], g->dir, rc,
+                 out != NULL ? out : "");
+    free(out);
+}
+
+/* A CA, a server and a client certificate it signs, and an unrelated CA, in g->dir. */
+static void make_certs(struct testgrpc *g)
+{
+    char p[8][320];
+    const char *names[8] = {"ca-key.pem", "other-ca-key.pem", "server-key.pem", "server.csr",
+                            "server.pem", "client.csr",       "ext.cnf",        "server.ext"};
+    for (int i = 0; i < 8; i++)
+        snprintf(p[i], sizeof(p[i]), "%s/%s", g->dir, names[i]);
+    snprintf(g->ca_path, sizeof(g->ca_path), "%s/ca.pem", g->dir);
+    snprintf(g->other_ca_path, sizeof(g->other_ca_path), "%s/other-ca.pem", g->dir);
+    snprintf(g->client_cert_path, sizeof(g->client_cert_path), "%s/client.pem", g->dir);
+    snprintf(g->client_key_path, sizeof(g->client_key_path), "%s/client-key.pem", g->dir);
+    FILE *f = fopen(p[7], "w");
+    assert_non_null(f);
+    fprintf(f, "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+    fclose(f);
+    const char *ca[] = {"req",      "-x509", "-newkey",         "rsa:2048", "-nodes", "-days",
+                        "2",        "-subj", "/CN=txo test CA", "-keyout",  p[0],     "-out",
+                        g->ca_path, NULL};
+    openssl(g, ca);
+    const char *other[] = {"req",
+                           "-x509",
+                           "-newkey",
+                           "rsa:2048",
+                           "-nodes",
+                           "-days",
+                           "2",
+                           "-subj",
+                           "/CN=txo other CA",
+                           "-keyout",
+                           p[1],
+                           "-out",
+                           g->other_ca_path,
+                           NULL};
+    openssl(g, other);
+    const char *csr[] = {"req",     "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+                         "-keyout", p[2],      "-out",     p[3],     NULL};
+    openssl(g, csr);
+    const char *sign[] = {
+        "x509",  "-req", "-in",      p[3], "-CA",  g->ca_path, "-CAkey", p[0], "-CAcreateserial",
+        "-days", "2",    "-extfile", p[7], "-out", p[4],       NULL};
+    openssl(g, sign);
+    const char *ccsr[] = {
+        "req",     "-newkey",          "rsa:2048", "-nodes", "-subj", "/CN=txo relay",
+        "-keyout", g->client_key_path, "-out",     p[5],     NULL};
+    openssl(g, ccsr);
+    const char *csign[] = {"x509",
+                           "-req",
+                           "-in",
+                           p[5],
+                           "-CA",
+                           g->ca_path,
+                           "-CAkey",
+                           p[0],
+                           "-CAcreateserial",
+                           "-days",
+                           "2",
+                           "-out",
+                           g->client_cert_path,
+                           NULL};
+    openssl(g, csign);
+}
+
+void testgrpc_start_tls(struct testgrpc *g, bool require_client_cert)
+{
+    start(g, require_client_cert ? 2 : 1);
+}
+
+static void start(struct testgrpc *g, int tls)
+{
     memset(g, 0, sizeof(*g));
+    g->tls = tls;
     snprintf(g->dir, sizeof(g->dir), "/tmp/txo_grpc_XXXXXX");
     if (mkdtemp(g->dir) == NULL)
         fail_msg("mkdtemp: %s", strerror(errno));
@@ -118,6 +226,8 @@ void testgrpc_start(struct testgrpc *g)
                  protoc, rc, out != NULL ? out : "");
     free(out);
 
+    if (tls)
+        make_certs(g);
     g->port = testproc_free_port();
     snprintf(g->target, sizeof(g->target), "127.0.0.1:%u", g->port);
     testgrpc_control(g, "");

@@ -24,6 +24,7 @@
 #ifndef TXO_TESTGRPC_H
 #define TXO_TESTGRPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -37,11 +38,24 @@ struct testgrpc {
     char control_path[300]; /* <dir>/control.json */
     char log_path[300];     /* <dir>/server.log */
     unsigned control_version;
+    int tls; /* 0 plaintext, 1 TLS, 2 TLS requiring a client certificate */
+    /* With TLS (testgrpc_start_tls): made with openssl in dir. */
+    char ca_path[300];          /* the CA that signed the server's and the client's certificate */
+    char other_ca_path[300];    /* an unrelated CA */
+    char client_cert_path[300]; /* a client certificate and key signed by ca_path */
+    char client_key_path[300];
     pid_t pid; /* 0 when not running */
 };
 
 /* Starts a fresh server (new port, new directory). */
 void testgrpc_start(struct testgrpc *g);
+
+/*
+ * The same with TLS: a CA and a server certificate for 127.0.0.1 and localhost (subjectAltName
+ * IP and DNS), a client certificate, and an unrelated CA are made with openssl first
+ * ($TXO_OPENSSL, else openssl on PATH). require_client_cert: mutual TLS.
+ */
+void testgrpc_start_tls(struct testgrpc *g, bool require_client_cert);
 
 /* SIGKILL and waitpid. No-op when not running. */
 void testgrpc_kill(struct testgrpc *g);
