@@ -25,9 +25,10 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
 # dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
 # headless: tests/integration/test_ui_dashboard.c).
 RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium python3-grpcio python3-protobuf protobuf-compiler)
+              chromium python3-grpcio python3-protobuf protobuf-compiler openssl)
 # (python3-grpcio, python3-protobuf and protoc (protobuf-compiler) run the independent EventSink
-# server the gRPC tests deliver to: tests/grpc/event_sink_server.py.)
+# server the gRPC tests deliver to: tests/grpc/event_sink_server.py; openssl makes the
+# certificates of the TLS tests.)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -10,7 +10,9 @@
  *   2. The events are cut into requests of at most max_batch_bytes encoded (usually one for
  *      the whole batch); an event that alone is bigger fails permanently.
  *   3. Each request is one unary call on the publisher's channel, with its own deadline, on
- *      the publisher's completion queue: the six ops of a unary call in one
+ *      the publisher's completion queue. settle_channel() first lets a channel that is not
+ *      ready connect (gRPC advances a connection only while someone polls); then the six ops
+ *      of a unary call go in one
  *      grpc_call_start_batch(), then grpc_completion_queue_next() for its single completion.
  *      The deadline makes gRPC complete the call by itself; the wait on the queue allows a
  *      margin after it and cancels the call if even that passes, so a batch cannot hang.
@@ -29,6 +31,9 @@
  * up to SHUTDOWN_WAIT_MS, until gRPC reports itself shut down: afterwards no gRPC thread runs
  * (what valgrind and the thread test check). An application that uses gRPC itself keeps it
  * initialised; that wait then ends after SHUTDOWN_WAIT_MS.
+ *
+ * The channel is plaintext, or TLS with the PEM files of the options (make_credentials());
+ * the private key's copy is wiped as soon as gRPC took it.
  *
  * Ownership: the publisher owns its channel, queue, the copy of the target and the per-batch
  * arrays (grown to the largest batch seen). Thread-safety: one relay thread at a time; the
