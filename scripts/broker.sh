@@ -11,14 +11,15 @@
 #                                             SIGKILL after 15 s); a no-op when nothing runs
 #   scripts/broker.sh names                   the brokers this script can start
 #
-# Brokers: nats (nats-server with JetStream; $TXO_NATS_SERVER names another binary).
+# Brokers: nats (nats-server with JetStream; $TXO_NATS_SERVER names another binary), redis
+# (redis-server with appendonly yes, appendfsync always; $TXO_REDIS_SERVER names another binary).
 # The output of the broker goes to DIR/server.log.
 set -euo pipefail
 
 log() { printf 'broker.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-NAMES="nats"
+NAMES="nats redis"
 
 port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
@@ -61,6 +62,18 @@ start_nats() {
     printf -- '--nats-url\nnats://127.0.0.1:%s\n' "$port"
 }
 default_port_nats=4223
+
+start_redis() {
+    local dir=$1 port=$2 bin
+    bin="${TXO_REDIS_SERVER:-}"
+    [ -n "$bin" ] || bin="$(find_bin redis-server)" || die "redis-server not installed: make deps"
+    "$bin" --port "$port" --bind 127.0.0.1 --dir "$dir" --appendonly yes --appendfsync always \
+        --save '' --daemonize no >"$dir/server.log" 2>&1 &
+    echo $! >"$dir/pid"
+    wait_port "$port" 10 || die "redis-server did not answer on $port (log: $dir/server.log)"
+    printf -- '--redis-url\nredis://127.0.0.1:%s/0\n' "$port"
+}
+default_port_redis=6380
 
 # ---- commands ----
 

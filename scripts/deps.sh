@@ -13,19 +13,21 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
+            libcmocka-dev libnats-dev libhiredis-dev libcurl4-openssl-dev libsystemd-dev
             libgrpc-dev libprotobuf-c-dev protobuf-c-compiler)
 # (libgrpc-dev: gRPC's C core for the gRPC publisher; protobuf-c-compiler generates the C of
 # proto/txo/v1/event_sink.proto at build time, libprotobuf-c-dev is its runtime.)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
-# nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
-# scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
-# alert rules), systemd-analyze (package systemd: the units are verified) and man (man-db: the
-# man pages are checked for warnings), python3 (the notify test's stand-in for systemd, the
-# dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
-# headless: tests/integration/test_ui_dashboard.c).
-RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium python3-grpcio python3-protobuf protobuf-compiler openssl)
+# nats-server (JetStream tests and `make run NATS=1`), redis-server and redis-tools (the Redis
+# Streams tests run a private redis-server and read what it stored with redis-cli), curl (the
+# README's examples and scripts/valgrind.sh), promtool (package prometheus: the metrics tests
+# check /metrics and the alert rules), systemd-analyze (package systemd: the units are verified)
+# and man (man-db: the man pages are checked for warnings), python3 (the notify test's stand-in
+# for systemd, the dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is
+# tested in it, headless: tests/integration/test_ui_dashboard.c).
+RUNTIME_PKGS=(mariadb-server mariadb-client nats-server redis-server redis-tools curl prometheus
+              systemd man-db python3 chromium python3-grpcio python3-protobuf protobuf-compiler
+              openssl)
 # (python3-grpcio, python3-protobuf and protoc (protobuf-compiler) run the independent EventSink
 # server the gRPC tests deliver to: tests/grpc/event_sink_server.py; openssl makes the
 # certificates of the TLS tests.)
