@@ -191,7 +191,7 @@ test-asan: db-check build-asan db
 	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
 test-tsan: db-check build-tsan db
-	$(DB_ENV) TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+	$(DB_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
 valgrind: db-check build db
 	scripts/deps.sh valgrind

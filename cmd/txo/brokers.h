@@ -48,6 +48,7 @@ struct cmd_broker {
 extern const struct cmd_broker cmd_broker_nats;
 extern const struct cmd_broker cmd_broker_redis;
 extern const struct cmd_broker cmd_broker_rabbitmq;
+extern const struct cmd_broker cmd_broker_grpc;
 
 /* The broker called name, or NULL. */
 const struct cmd_broker *cmd_broker_find(const char *name);
