@@ -22,7 +22,10 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
 # dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
 # headless: tests/integration/test_ui_dashboard.c).
 RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium)
+              chromium
+              # The Galera cluster of scripts/cluster.sh (make cluster-test): the wsrep provider
+              # and rsync, its state-transfer method (mariabackup would need mariadb-backup).
+              galera-4 rsync)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
