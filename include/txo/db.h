@@ -27,10 +27,14 @@
  * at COMMIT (TXO_EDEADLOCK; nothing of it was committed) and its transaction runs again,
  * seeing the winner's rows. A transaction on a node that a winner's write set overtakes is
  * aborted with 1213 too, at any statement. A node that leaves the primary component (network
- * partition, peers gone, still joining) refuses statements and COMMIT with 1047
- * (TXO_EUNAVAILABLE, transient; a refused COMMIT was not replicated): the connection is
- * dropped and the retry reconnects, to the next host of a host list. A node that dies fails
- * the session with 2013 (TXO_ECONNLOST), at COMMIT with an unknown outcome as above.
+ * partition, peers gone, still joining) refuses statements with 1047 and a COMMIT with 1047
+ * or, when it left while the transaction ran, 1180 "Not connected to Primary Component" (both
+ * TXO_EUNAVAILABLE, transient; a refused COMMIT was not replicated and was rolled back): the
+ * connection is dropped and the retry reconnects, to the next host of a host list. A node that dies
+ * fails the session with 2013 (TXO_ECONNLOST), at COMMIT with an unknown outcome as above. A
+ * session on a Galera node reads causally (wsrep_sync_wait=1): a read waits until the node applied
+ * what the cluster had committed when it began, so it sees a row committed through another
+ * node (at the cost of one cluster round trip per read statement).
  */
 #ifndef TXO_DB_H
 #define TXO_DB_H
@@ -312,7 +316,7 @@ struct txo_db_stats {
     uint64_t conn_lost;     /* 2006/2013 seen */
     uint64_t tx_retries;    /* transactions run again */
     uint64_t tx_commits;
-    uint64_t not_primary; /* 1047 seen: a Galera node outside the primary component */
+    uint64_t not_primary; /* 1047 or 1180 seen: a Galera node outside the primary component */
 };
 TXO_API void txo_db_get_stats(struct txo_db_stats *out);
 

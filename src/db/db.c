@@ -5,7 +5,7 @@
  * data safe live in one place: bound parameters only, no client auto-reconnect, explicit
  * transactions, and the whole transaction retried on deadlock (1213, also a Galera
  * certification failure at COMMIT), lock wait timeout (1205), lost connection (2006/2013) and a
- * Galera node outside the primary component (1047).
+ * Galera node outside the primary component (1047; 1180 at COMMIT).
  *
  * Several servers (opts.host "a:3321,b:3322,c:3323", the nodes of a Galera cluster): a connect
  * tries them in order from the one used last, so a lost connection or a node that left the
@@ -37,6 +37,7 @@
     "NO_ZERO_DATE,NO_ZERO_IN_DATE,NO_ENGINE_SUBSTITUTION'"
 #define SQL_SET_TIME_ZONE "SET SESSION time_zone = '+00:00'"
 #define SQL_SET_LOCK_WAIT "SET SESSION innodb_lock_wait_timeout = ?"
+#define SQL_SET_SYNC_WAIT "SET SESSION wsrep_sync_wait = 1"
 #define SQL_COMMIT        "COMMIT"
 #define SQL_ROLLBACK      "ROLLBACK"
 
@@ -145,6 +146,17 @@ int txo__db_map_errno(unsigned e)
          * statement that touches a table, COMMIT included; a COMMIT refused so was not
          * replicated, so nothing of the transaction happened. (A plain server sends 1047 only
          * for a protocol command it does not know, which this library never sends.)
+         */
+        atomic_fetch_add(&stat_not_primary, 1);
+        return TXO_EUNAVAILABLE;
+    case ER_ERROR_DURING_COMMIT:
+        /*
+         * 1180 "Got error N during COMMIT": on Galera, a COMMIT on a node that left the primary
+         * component while the transaction ran ("Error while appending streaming replication
+         * fragment (provider status: Not connected to Primary Component)"). The server rolled
+         * the transaction back (its write set did not replicate), so it is run again, after
+         * a reconnect that may pick another node. From InnoDB the same code means a failed
+         * commit too: rolled back, and worth one more try.
          */
         atomic_fetch_add(&stat_not_primary, 1);
         return TXO_EUNAVAILABLE;
@@ -530,6 +542,15 @@ static int connect_endpoint(struct txo_db *db, const struct db_endpoint *ep, str
         if (err)
             err->mysql_errno = ER_UNKNOWN_COM_ERROR;
     }
+    /*
+     * Causal reads on Galera: a node applies the other nodes' write sets a moment after their
+     * COMMIT returned, so a read there could miss a row just committed elsewhere (a worker not
+     * finding the order whose event it consumed, a GET after a POST through another node).
+     * wsrep_sync_wait=1 makes each read wait until the node applied what the cluster had
+     * committed when the read began.
+     */
+    if (rc == 0 && db->is_galera)
+        rc = raw_query(db, SQL_SET_SYNC_WAIT, err);
     if (rc == 0)
         rc = raw_query(db, SQL_SET_SQL_MODE, err);
     if (rc == 0)
