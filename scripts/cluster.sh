@@ -211,8 +211,24 @@ db_start() {
         chown -R "$RUN_USER" "$d"
         args+=(--user="$RUN_USER")
     fi
+    # After a crash (SIGKILL) grastate.dat says seqno -1: the node does not know how far it got,
+    # and without a position it asks for a full state transfer. mysqld_safe recovers the
+    # position from InnoDB first (--wsrep-recover); so does this, so the node rejoins by IST.
+    local start_pos=()
+    if [ -f "$d/data/grastate.dat" ] && grep -q '^seqno: *-1' "$d/data/grastate.dat"; then
+        local pos
+        rm -f "$d/recover.log"
+        "$mariadbd" "${args[@]}" --wsrep-recover --log-error="$d/recover.log" \
+            </dev/null >/dev/null 2>&1 || true
+        pos="$(sed -n 's/.*WSREP: Recovered position: *\([0-9a-f-]*:[0-9-]*\).*/\1/p' \
+            "$d/recover.log" 2>/dev/null | tail -n 1)"
+        if [ -n "$pos" ]; then
+            log "db$n: recovered position $pos after a crash"
+            start_pos=(--wsrep-start-position="$pos")
+        fi
+    fi
     log "db$n: starting on 127.0.0.1:$((SQL_BASE + n)) (galera $((GCOMM_BASE + n)))"
-    (cd / && exec setsid nohup "$mariadbd" "${args[@]}" "${bootstrap[@]}" \
+    (cd / && exec setsid nohup "$mariadbd" "${args[@]}" "${bootstrap[@]}" "${start_pos[@]}" \
         </dev/null >>"$d/mysqld.out" 2>&1) &
     # mariadbd writes its pid file only after a state transfer; ours marks it as started now.
     printf '%s\n' "$!" >"$d/mysqld.pid"
