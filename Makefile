@@ -217,8 +217,8 @@ cluster-down:
 # The clusters are stopped however the tests end. The soak's settle time is bounded so that the
 # whole target stays within a few minutes.
 cluster-test: build
-	scripts/cluster.sh up
-	@set -e; trap 'scripts/cluster.sh down' EXIT; eval "$$(scripts/cluster.sh env)"; \
+	@set -e; trap 'scripts/cluster.sh down' EXIT; scripts/cluster.sh up; \
+	  eval "$$(scripts/cluster.sh env)"; \
 	  export TXO_CLUSTER_SCRIPT='$(abspath scripts/cluster.sh)' \
 	    TXO_BIN='$(abspath $(BUILD))/txo' TXO_FAKE_BIN='$(abspath $(BUILD))/txo-fake-services'; \
 	  $(BUILD)/tests/test_cluster; \

@@ -59,6 +59,12 @@ if [ "$(id -u)" -eq 0 ]; then ADMIN_USER=root; else ADMIN_USER="$(id -un)"; fi
 # root and then switch to nobody by default, which cannot write the joiner's root-owned files.
 RUN_USER=""
 [ "$(id -u)" -eq 0 ] && RUN_USER="${TXO_CLUSTER_USER:-nobody}"
+# That user must reach the directory: a checkout under a private home (mode 700) is out of its
+# reach, and then the nodes live under /tmp instead, one directory per checkout.
+if [ -n "$RUN_USER" ] && [ -z "${TXO_CLUSTER_DIR:-}" ] &&
+    ! runuser -u "$RUN_USER" -- test -x "$(dirname "$DIR")" 2>/dev/null; then
+    DIR="/tmp/txo-cluster-$(printf '%s' "$REPO_DIR" | sha256sum | cut -c1-12)"
+fi
 
 find_bin() {
     local b
