@@ -32,9 +32,9 @@
  * TXO_EUNAVAILABLE, transient; a refused COMMIT was not replicated and was rolled back): the
  * connection is dropped and the retry reconnects, to the next host of a host list. A node that dies
  * fails the session with 2013 (TXO_ECONNLOST), at COMMIT with an unknown outcome as above. A
- * session on a Galera node reads causally (wsrep_sync_wait=1): a read waits until the node applied
- * what the cluster had committed when it began, so it sees a row committed through another
- * node (at the cost of one cluster round trip per read statement).
+ * session on a Galera node is causal (wsrep_sync_wait=7): a transaction waits until the node
+ * applied what the cluster had committed when it began, so it sees a row committed through
+ * another node (at the cost of one cluster round trip per transaction).
  */
 #ifndef TXO_DB_H
 #define TXO_DB_H

@@ -37,7 +37,7 @@
     "NO_ZERO_DATE,NO_ZERO_IN_DATE,NO_ENGINE_SUBSTITUTION'"
 #define SQL_SET_TIME_ZONE "SET SESSION time_zone = '+00:00'"
 #define SQL_SET_LOCK_WAIT "SET SESSION innodb_lock_wait_timeout = ?"
-#define SQL_SET_SYNC_WAIT "SET SESSION wsrep_sync_wait = 1"
+#define SQL_SET_SYNC_WAIT "SET SESSION wsrep_sync_wait = 7"
 #define SQL_COMMIT        "COMMIT"
 #define SQL_ROLLBACK      "ROLLBACK"
 
@@ -545,9 +545,11 @@ static int connect_endpoint(struct txo_db *db, const struct db_endpoint *ep, str
     /*
      * Causal reads on Galera: a node applies the other nodes' write sets a moment after their
      * COMMIT returned, so a read there could miss a row just committed elsewhere (a worker not
-     * finding the order whose event it consumed, a GET after a POST through another node).
-     * wsrep_sync_wait=1 makes each read wait until the node applied what the cluster had
-     * committed when the read began.
+     * finding the order whose event it consumed, a cancel after a POST through another node).
+     * wsrep_sync_wait=7 (reads, UPDATE/DELETE, INSERT/REPLACE) makes a statement wait until
+     * the node applied what the cluster had committed when it began. Reads alone (1) are not
+     * enough: a transaction that starts with an UPDATE (a customer's cancel) then misses the
+     * row, and the check is made once per transaction, at its first statement.
      */
     if (rc == 0 && db->is_galera)
         rc = raw_query(db, SQL_SET_SYNC_WAIT, err);
