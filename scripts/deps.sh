@@ -13,7 +13,10 @@ die() { log "error: $*"; exit 1; }
 # Build packages. gcc's ASan/UBSan runtimes (libasan8, libubsan1) come in through
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
-            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev)
+            libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
+            librdkafka-dev)
+# librdkafka-dev: the Kafka publisher and consumer (src/broker/kafka_*.c); its mock cluster
+# (rdkafka_mock.h) is the Kafka the tests run against, as Debian has no Kafka server.
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
 # nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
 # scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
@@ -22,7 +25,8 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
 # dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
 # headless: tests/integration/test_ui_dashboard.c).
 RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium)
+              chromium kcat)
+# kcat: the Kafka tests read what reached the (mock) cluster with it, a client that is not ours.
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
