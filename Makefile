@@ -23,6 +23,8 @@ CMAKE_ARGS  ?=
 CTEST_ARGS  ?=
 CTEST_JOBS  ?= 2
 BENCH_ARGS  ?=
+# bench/broker_drain.sh: e.g. "--events 20000 --runs 1 nats"
+BENCH_BROKER_ARGS ?=
 SOAK_SECONDS ?= 300
 SOAK_CLIENTS ?= 4
 SOAK_RANDOM_STATE    ?=
@@ -80,8 +82,8 @@ help:
 	@echo 'Usage: make TARGET [VAR=value ...]'
 	@echo
 	@echo 'Targets:'
-	@echo '  run           build txo, start the database, run the API + relay + worker (txo up); NATS=1 adds'
-	@echo '                nats-server; the ports are checked first (TXO_LISTEN, TXO_DB_PORT, TXO_NATS_PORT)'
+	@echo '  run           build txo, start the database, run the API + relay + worker (txo up); BROKER=X adds'
+	@echo '                a private broker X (scripts/broker.sh names); the ports are checked first'
 	@echo '  demo          build, start the database, migrate, run the saga scenarios and check them'
 	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
 	@echo '  build         configure + build into $$(BUILD) ($(BUILD)), RelWithDebInfo'
@@ -97,7 +99,8 @@ help:
 	@echo '                then check that no charge or shipment leaked (tests/soak/README.md)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  fuzz          build the libFuzzer harnesses (build-fuzz) and run each for FUZZ_SECONDS ($(FUZZ_SECONDS))'
-	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS))'
+	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS), then the relay drain'
+	@echo '                per broker, bench/broker_drain.sh $$(BENCH_BROKER_ARGS))'
 	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, migrations, docs'
 	@echo '                into $$(PREFIX) ($(PREFIX)); DESTDIR=... stages it (packaging)'
 	@echo '  format        clang-format -i the C sources'
@@ -204,6 +207,7 @@ install: build
 
 bench: db-check build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
+	$(DB_ENV) TXO_BIN=$(BUILD)/txo bench/broker_drain.sh $(BENCH_BROKER_ARGS)
 
 format:
 	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || scripts/deps.sh clang-format

@@ -90,14 +90,14 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
 
 /*
- * The order service through its HTTP API (bench_http.c): spawns `txo up` (and, when nats, a
- * private nats-server) per run against a fresh database env->name + "_http", loads it with
- * POST /orders and waits for every order to be CONFIRMED. The main thread must be the only
- * thread (it forks).
+ * The order service through its HTTP API (bench_http.c): spawns `txo up --broker broker`
+ * (broker NULL: local dispatch; else also a private broker of scripts/broker.sh) per run
+ * against a fresh database env->name + "_http", loads it with POST /orders and waits for every
+ * order to be CONFIRMED. The main thread must be the only thread (it forks).
  */
-int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats);
+int bench_http(struct bench_env *env, const struct bench_cfg *cfg, const char *broker);
 
-/* Finds nats-server ($TXO_NATS_SERVER, PATH, /usr/sbin, /usr/bin) into buf; false when none. */
-bool bench_http_find_nats_server(char *buf, size_t size);
+/* The brokers `txo_bench all` runs the HTTP benchmark through besides local dispatch. */
+#define BENCH_HTTP_BROKERS "nats"
 
 #endif

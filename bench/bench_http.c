@@ -6,9 +6,9 @@
  * What one run does:
  *   1. a fresh database txo_bench_<pid>_http (dropped and created again each run), migrated,
  *      with HTTP_NUM_SKUS SKUs of HTTP_STOCK_PER_SKU units;
- *   2. `txo up` as a child process against it (--log-level warn, a free port; with --broker
- *      nats also a private `nats-server -js` on a free port with a fresh store, and a stream,
- *      subject prefix and durable unique to the run), ready when GET /healthz answers 200;
+ *   2. `txo up` as a child process against it (--log-level warn, a free port; with --broker X
+ *      also a private broker X, started fresh for the run by scripts/broker.sh, whose flags
+ *      it is given), ready when GET /healthz answers 200;
  *   3. load: `connections` threads, each with its own kept-alive txo_http_client, POST
  *      /orders with a unique Idempotency-Key as fast as they can until `orders` were accepted
  *      (201), each POST's latency recorded (retries of transient failures included);
@@ -21,7 +21,7 @@
  *      (the worker's inbox_events.processed_at - outbox created_at; with the local broker the
  *      relay marks a row PUBLISHED only after its whole batch was dispatched, so this is when
  *      the event really arrived) and POST->CONFIRMED (orders updated_at - created_at); and
- *      where the time went: CPU of txo, mariadbd, nats-server and this bench (/proc), the rest
+ *      where the time went: CPU of txo, mariadbd, the broker and this bench (/proc), the rest
  *      of the machine's busy time ("other": the kernel, other processes), and the server's
  *      statement and commit counters (information_schema.GLOBAL_STATUS), per order. One idle
  *      second before the load measures the statements/s the server sees without it (txo up's
@@ -32,7 +32,7 @@
  *      time), then the same latencies of those orders only;
  *   7. checks (or the bench fails): every order CONFIRMED and its saga COMPLETED, one
  *      OrderCreated per order, all PUBLISHED; then SIGTERM to `txo up`, which must exit 0,
- *      and to nats-server.
+ *      and the broker is stopped.
  * Medians over the runs are printed per broker.
  *
  * Times: the POST phase and latencies use CLOCK_MONOTONIC; the end-to-end window starts at
@@ -176,7 +176,7 @@ enum fig {
     F_HALF_LATE, /* paced POSTs that started > HTTP_LATE_S after their due time, % */
     F_CPU_TXO,   /* CPU ms per order during the load phase */
     F_CPU_DB,
-    F_CPU_NATS,
+    F_CPU_BROKER,
     F_CPU_BENCH,
     F_CPU_OTHER, /* machine CPU busy minus the four above: other processes, the kernel */
     F_BUSY,      /* machine CPU busy, % of all cores */
@@ -334,18 +334,6 @@ static unsigned free_port(void)
     return port;
 }
 
-static bool port_answers(unsigned port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-    close(fd);
-    return ok;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -406,25 +394,6 @@ static bool default_txo_path(char *buf, size_t size)
     *slash = '\0';
     int len = snprintf(buf, size, "%s/../txo", self);
     return len > 0 && (size_t)len < size;
-}
-
-bool bench_http_find_nats_server(char *buf, size_t size)
-{
-    const char *env = getenv("TXO_NATS_SERVER");
-    if (env != NULL && env[0] != '\0') {
-        snprintf(buf, size, "%s", env);
-        return executable(buf);
-    }
-    const char *path = getenv("PATH");
-    char dirs[4096];
-    snprintf(dirs, sizeof(dirs), "%s:/usr/sbin:/usr/bin:/usr/local/bin", path ? path : "");
-    char *save = NULL;
-    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
-        int len = snprintf(buf, size, "%s/nats-server", d);
-        if (len > 0 && (size_t)len < size && executable(buf))
-            return true;
-    }
-    return false;
 }
 
 /* ---- CPU accounting (/proc) ---- */
@@ -508,7 +477,7 @@ static pid_t server_pid(struct txo_db *db)
 
 struct usage_snap {
     double t;
-    double txo_s, db_s, nats_s, self_s;
+    double txo_s, db_s, broker_s, self_s;
     uint64_t busy, total;
     int64_t status[SV_N];
     int64_t syncs;
@@ -534,12 +503,12 @@ static int read_status(struct txo_db *db, int64_t out[SV_N])
     return 0;
 }
 
-static int take_snap(struct txo_db *db, pid_t txo, pid_t dbd, pid_t nats, struct usage_snap *s)
+static int take_snap(struct txo_db *db, pid_t txo, pid_t dbd, pid_t broker, struct usage_snap *s)
 {
     s->t = bench_now_s();
     s->txo_s = proc_cpu_s(txo);
     s->db_s = proc_cpu_s(dbd);
-    s->nats_s = proc_cpu_s(nats);
+    s->broker_s = proc_cpu_s(broker);
     s->self_s = proc_cpu_s(getpid());
     machine_ticks(&s->busy, &s->total);
     s->syncs = bench_log_syncs(db);
@@ -865,16 +834,17 @@ static int verify_run(struct txo_db *db, int64_t orders)
 struct http_run {
     struct bench_env *env;
     const struct bench_cfg *cfg;
-    bool nats;
+    const char *broker; /* NULL: local dispatch */
     unsigned run;
     const char *txo_path;
-    const char *nats_path;
     pid_t db_pid;
     char db_name[80];   /* env->name + "_http" */
-    char dir[PATH_MAX]; /* temporary directory: logs, the nats store */
+    char dir[PATH_MAX]; /* temporary directory: logs, the broker's data */
     struct txo_db *db;  /* connection to db_name */
     struct child txo;
-    struct child natsd;
+    bool broker_up;
+    pid_t broker_pid;
+    struct strv broker_flags; /* the txo flags that reach it */
     double fig[F_N];
 };
 
@@ -912,50 +882,71 @@ static int fresh_database(struct http_run *h)
     return 0;
 }
 
-static int start_nats(struct http_run *h, char *url, size_t url_size)
+/* Runs `scripts/broker.sh CMD NAME <dir>/broker` to its end (up to 180 s: a broker may take a
+ * while to start). */
+static int broker_script(struct http_run *h, const char *cmd)
 {
-    unsigned port = free_port();
-    if (port == 0)
-        return bench_fail(TXO_EIO, NULL, "finding a free port for nats-server");
     struct strv argv = {.n = 0};
-    char log[PATH_MAX + 16];
-    snprintf(log, sizeof(log), "%s/nats.log", h->dir);
-    int rc = strv_add(&argv, "%s", h->nats_path);
+    char log[PATH_MAX + 32];
+    snprintf(log, sizeof(log), "%s/broker-%s.log", h->dir, cmd);
+    int rc = strv_add(&argv, "%s/scripts/broker.sh", TXO_BENCH_SOURCE_DIR);
     if (rc == 0)
-        rc = strv_add(&argv, "-js");
+        rc = strv_add(&argv, "%s", cmd);
     if (rc == 0)
-        rc = strv_add(&argv, "-a");
+        rc = strv_add(&argv, "%s", h->broker);
     if (rc == 0)
-        rc = strv_add(&argv, "127.0.0.1");
+        rc = strv_add(&argv, "%s/broker", h->dir);
+    struct child c;
     if (rc == 0)
-        rc = strv_add(&argv, "-p");
-    if (rc == 0)
-        rc = strv_add(&argv, "%u", port);
-    if (rc == 0)
-        rc = strv_add(&argv, "-sd");
-    if (rc == 0)
-        rc = strv_add(&argv, "%s/store", h->dir);
-    if (rc == 0)
-        rc = child_start(&h->natsd, log, argv.v, environ);
+        rc = child_start(&c, log, argv.v, environ);
     strv_release(&argv);
     if (rc < 0)
         return rc;
-    double deadline = bench_now_s() + 10.0;
-    while (!port_answers(port)) {
-        if (!child_alive(&h->natsd) || bench_now_s() > deadline) {
-            fprintf(stderr, "txo_bench: ERROR: nats-server did not start on port %u\n", port);
-            child_print_log(&h->natsd, "nats-server");
-            return TXO_EUNAVAILABLE;
-        }
-        sleep_ms(20);
+    double deadline = bench_now_s() + 180.0;
+    while (child_alive(&c) && bench_now_s() < deadline)
+        sleep_ms(50);
+    if (c.pid > 0 || !WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+        if (c.pid > 0)
+            (void)child_stop(&c, SIGKILL, 1000);
+        fprintf(stderr, "txo_bench: ERROR: scripts/broker.sh %s %s failed\n", cmd, h->broker);
+        child_print_log(&c, "broker.sh");
+        return TXO_EUNAVAILABLE;
     }
-    snprintf(url, url_size, "nats://127.0.0.1:%u", port);
     return 0;
 }
 
+/* Starts the run's private broker; its flags into h->broker_flags, its pid into h->broker_pid. */
+static int start_broker(struct http_run *h)
+{
+    int rc = broker_script(h, "start");
+    if (rc < 0)
+        return rc;
+    h->broker_up = true;
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/broker/pid", h->dir);
+    FILE *f = fopen(path, "r");
+    long pid = 0;
+    if (f == NULL || fscanf(f, "%ld", &pid) != 1)
+        pid = 0;
+    if (f != NULL)
+        fclose(f);
+    h->broker_pid = (pid_t)pid;
+    snprintf(path, sizeof(path), "%s/broker/flags", h->dir);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return bench_fail(TXO_EIO, NULL, "reading the broker's flags");
+    char line[PATH_MAX];
+    while (rc == 0 && fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] != '\0')
+            rc = strv_add(&h->broker_flags, "%s", line);
+    }
+    fclose(f);
+    return rc;
+}
+
 /* argv and envp of `txo up` for this run. */
-static int txo_command(struct http_run *h, unsigned port, const char *nats_url, struct strv *argv,
-                       struct strv *envp)
+static int txo_command(struct http_run *h, unsigned port, struct strv *argv, struct strv *envp)
 {
     const struct txo_db_opts *o = &h->env->opts;
     int rc = strv_add(argv, "%s", h->txo_path);
@@ -975,17 +966,10 @@ static int txo_command(struct http_run *h, unsigned port, const char *nats_url, 
         rc = strv_add(argv, "--mysql-user=%s", o->user ? o->user : "");
     if (rc == 0)
         rc = strv_add(argv, "--mysql-database=%s", h->db_name);
-    if (rc == 0 && h->nats) {
-        unsigned id = (unsigned)getpid();
-        rc = strv_add(argv, "--broker=nats");
-        if (rc == 0)
-            rc = strv_add(argv, "--nats-url=%s", nats_url);
-        if (rc == 0)
-            rc = strv_add(argv, "--nats-stream=TXOBENCH_%u_%u", id, h->run);
-        if (rc == 0)
-            rc = strv_add(argv, "--nats-subject-prefix=txobench.%u.%u", id, h->run);
-        if (rc == 0)
-            rc = strv_add(argv, "--nats-durable=txobench-%u-%u", id, h->run);
+    if (rc == 0 && h->broker != NULL) {
+        rc = strv_add(argv, "--broker=%s", h->broker);
+        for (size_t i = 0; rc == 0 && i < h->broker_flags.n; i++)
+            rc = strv_add(argv, "%s", h->broker_flags.v[i]);
     }
     /* --up-args last: later flags win. */
     if (rc == 0 && h->cfg->up_args != NULL) {
@@ -1008,13 +992,13 @@ static int txo_command(struct http_run *h, unsigned port, const char *nats_url, 
     return rc;
 }
 
-static int start_txo(struct http_run *h, unsigned port, const char *nats_url)
+static int start_txo(struct http_run *h, unsigned port)
 {
     struct strv argv = {.n = 0};
     struct strv envp = {.n = 0};
     char log[PATH_MAX + 16];
     snprintf(log, sizeof(log), "%s/txo.log", h->dir);
-    int rc = txo_command(h, port, nats_url, &argv, &envp);
+    int rc = txo_command(h, port, &argv, &envp);
     if (rc == 0)
         rc = child_start(&h->txo, log, argv.v, envp.v);
     strv_release(&argv);
@@ -1107,7 +1091,7 @@ static int phase_load(struct http_run *h, unsigned port, size_t n)
     if (rc < 0)
         goto out;
     h->fig[F_IDLE_QPS] = (double)(idle1[SV_QUESTIONS] - idle0[SV_QUESTIONS]) / (bench_now_s() - ti);
-    rc = take_snap(h->db, h->txo.pid, h->db_pid, h->natsd.pid, &s0);
+    rc = take_snap(h->db, h->txo.pid, h->db_pid, h->broker_pid, &s0);
     if (rc < 0)
         goto out;
     double t_last = 0.0;
@@ -1120,7 +1104,7 @@ static int phase_load(struct http_run *h, unsigned port, size_t n)
     if (rc < 0)
         goto out;
     int64_t drained_us = wall_us();
-    rc = take_snap(h->db, h->txo.pid, h->db_pid, h->natsd.pid, &s1);
+    rc = take_snap(h->db, h->txo.pid, h->db_pid, h->broker_pid, &s1);
     if (rc < 0)
         goto out;
 
@@ -1150,7 +1134,7 @@ static int phase_load(struct http_run *h, unsigned port, size_t n)
 
     f[F_CPU_TXO] = cpu_ms_per(s0.txo_s, s1.txo_s, n);
     f[F_CPU_DB] = cpu_ms_per(s0.db_s, s1.db_s, n);
-    f[F_CPU_NATS] = cpu_ms_per(s0.nats_s, s1.nats_s, n);
+    f[F_CPU_BROKER] = cpu_ms_per(s0.broker_s, s1.broker_s, n);
     f[F_CPU_BENCH] = cpu_ms_per(s0.self_s, s1.self_s, n);
     long hz = sysconf(_SC_CLK_TCK);
     double machine_ms = (double)(s1.busy - s0.busy) * 1000.0 / (double)(hz > 0 ? hz : 100);
@@ -1235,7 +1219,6 @@ out:
 
 static int run_once(struct http_run *h)
 {
-    char nats_url[64] = "";
     int rc = 0;
     snprintf(h->dir, sizeof(h->dir), "/tmp/txo_bench_http_XXXXXX");
     if (mkdtemp(h->dir) == NULL) {
@@ -1246,8 +1229,8 @@ static int run_once(struct http_run *h)
     rc = fresh_database(h);
     if (rc < 0)
         goto out;
-    if (h->nats) {
-        rc = start_nats(h, nats_url, sizeof(nats_url));
+    if (h->broker != NULL) {
+        rc = start_broker(h);
         if (rc < 0)
             goto out;
     }
@@ -1256,7 +1239,7 @@ static int run_once(struct http_run *h)
         rc = bench_fail(TXO_EIO, NULL, "finding a free port for txo up");
         goto out;
     }
-    rc = start_txo(h, port, nats_url);
+    rc = start_txo(h, port);
     if (rc < 0)
         goto out;
     rc = phase_load(h, port, h->cfg->http_orders);
@@ -1268,8 +1251,9 @@ static int run_once(struct http_run *h)
     fprintf(stderr,
             "  run %u (%s): accepted %.0f/s, end to end %.0f/s, commit->publish p99 %.1f ms; "
             "half load %.0f/s: commit->publish p99 %.1f ms, POST->CONFIRMED p99 %.1f ms\n",
-            h->run + 1, h->nats ? "nats" : "local", h->fig[F_HTTP_RATE], h->fig[F_E2E_RATE],
-            h->fig[F_CP_P99], h->fig[F_HALF_RATE], h->fig[F_HALF_CP_P99], h->fig[F_HALF_PC_P99]);
+            h->run + 1, h->broker != NULL ? h->broker : "local", h->fig[F_HTTP_RATE],
+            h->fig[F_E2E_RATE], h->fig[F_CP_P99], h->fig[F_HALF_RATE], h->fig[F_HALF_CP_P99],
+            h->fig[F_HALF_PC_P99]);
 out:
     if (h->txo.pid > 0) {
         bool clean = child_stop(&h->txo, SIGTERM, HTTP_STOP_MS);
@@ -1283,8 +1267,9 @@ out:
     }
     if (h->txo.log_path[0] != '\0')
         report_log_levels(&h->txo);
-    if (h->natsd.pid > 0)
-        (void)child_stop(&h->natsd, SIGTERM, 10000);
+    if (h->broker_up)
+        (void)broker_script(h, "stop");
+    strv_release(&h->broker_flags);
     txo_db_close(h->db);
     h->db = NULL;
     if (!h->cfg->keep) {
@@ -1311,10 +1296,10 @@ static const char *num(char *buf, size_t size, double v, int decimals)
     return buf;
 }
 
-int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats)
+int bench_http(struct bench_env *env, const struct bench_cfg *cfg, const char *broker)
 {
     char txo_path[PATH_MAX];
-    char nats_path[PATH_MAX] = "";
+    const char *label = broker != NULL ? broker : "local";
     if (cfg->txo_path != NULL)
         snprintf(txo_path, sizeof(txo_path), "%s", cfg->txo_path);
     else if (!default_txo_path(txo_path, sizeof(txo_path)))
@@ -1322,10 +1307,6 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats)
     if (!executable(txo_path)) {
         fprintf(stderr, "txo_bench: no txo binary at '%s' (build it, or pass --txo PATH)\n",
                 txo_path);
-        return TXO_ECONFIG;
-    }
-    if (nats && !bench_http_find_nats_server(nats_path, sizeof(nats_path))) {
-        fprintf(stderr, "txo_bench: nats-server not found (set TXO_NATS_SERVER)\n");
         return TXO_ECONFIG;
     }
     unsigned runs = cfg->runs;
@@ -1336,7 +1317,7 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats)
 
     printf("== HTTP API end to end: txo up --broker %s, %u connections, %zu orders, medians of "
            "%u runs ==\n",
-           nats ? "nats" : "local", cfg->http_connections, cfg->http_orders, runs);
+           label, cfg->http_connections, cfg->http_orders, runs);
     printf("   (target: >= 1,000 orders/s end to end; commit->publish p99 <= 50 ms at half that "
            "load)\n");
     printf("   txo: %s%s%s\n", txo_path, cfg->up_args ? "  up args: " : "",
@@ -1347,10 +1328,9 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats)
     for (unsigned r = 0; r < runs; r++) {
         struct http_run h = {.env = env,
                              .cfg = cfg,
-                             .nats = nats,
+                             .broker = broker,
                              .run = r,
                              .txo_path = txo_path,
-                             .nats_path = nats_path,
                              .db_pid = db_pid};
         rc = run_once(&h);
         if (rc < 0)
@@ -1367,27 +1347,27 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, bool nats)
     printf("load    %5s %7s %8s %6s %8s %8s %8s %8s %8s %8s %8s %8s\n", "conns", "orders",
            "accept/s", "e2e/s", "POST p50", "POST p99", "c->p p50", "c->p p99", "c->c p50",
            "c->c p99", "P->C p50", "P->C p99");
-    printf("%-7s %5u %7zu %8.0f %6.0f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n",
-           nats ? "nats" : "local", cfg->http_connections, cfg->http_orders, m[F_HTTP_RATE],
-           m[F_E2E_RATE], m[F_POST_P50], m[F_POST_P99], m[F_CP_P50], m[F_CP_P99], m[F_CC_P50],
-           m[F_CC_P99], m[F_PC_P50], m[F_PC_P99]);
+    printf("%-7s %5u %7zu %8.0f %6.0f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", label,
+           cfg->http_connections, cfg->http_orders, m[F_HTTP_RATE], m[F_E2E_RATE], m[F_POST_P50],
+           m[F_POST_P99], m[F_CP_P50], m[F_CP_P99], m[F_CC_P50], m[F_CC_P99], m[F_PC_P50],
+           m[F_PC_P99]);
     printf("half    %5s %7s %8s %6s %8s %8s %8s %8s %8s %8s %8s %8s\n", "late%", "", "offer/s",
            "done/s", "", "POST p99", "c->p p50", "c->p p99", "c->c p50", "c->c p99", "P->C p50",
            "P->C p99");
-    printf("%-7s %5.1f %7s %8.0f %6.0f %8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n",
-           nats ? "nats" : "local", m[F_HALF_LATE], "", m[F_HALF_RATE], m[F_HALF_DONE], "",
-           m[F_HALF_POST_P99], m[F_HALF_CP_P50], m[F_HALF_CP_P99], m[F_HALF_CC_P50],
-           m[F_HALF_CC_P99], m[F_HALF_PC_P50], m[F_HALF_PC_P99]);
+    printf("%-7s %5.1f %7s %8.0f %6.0f %8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", label,
+           m[F_HALF_LATE], "", m[F_HALF_RATE], m[F_HALF_DONE], "", m[F_HALF_POST_P99],
+           m[F_HALF_CP_P50], m[F_HALF_CP_P99], m[F_HALF_CC_P50], m[F_HALF_CC_P99], m[F_HALF_PC_P50],
+           m[F_HALF_PC_P99]);
     printf("   POST retries %.0f; the relay finished %.1f s after the last confirmation (the "
            "later saga events)\n",
            m[F_RETRIES], m[F_TAIL_S]);
     printf("   where the time goes in the load phase, per order (server counters are "
            "server-wide):\n");
-    printf("   CPU ms: %8s %8s %8s %8s %8s %6s\n", "txo", "mariadbd", "nats", "bench", "other",
+    printf("   CPU ms: %8s %8s %8s %8s %8s %6s\n", "txo", "mariadbd", "broker", "bench", "other",
            "busy%");
     char b[14][24];
     printf("           %8s %8s %8s %8s %8s %6s\n", num(b[0], sizeof(b[0]), m[F_CPU_TXO], 2),
-           num(b[1], sizeof(b[1]), m[F_CPU_DB], 2), num(b[2], sizeof(b[2]), m[F_CPU_NATS], 2),
+           num(b[1], sizeof(b[1]), m[F_CPU_DB], 2), num(b[2], sizeof(b[2]), m[F_CPU_BROKER], 2),
            num(b[3], sizeof(b[3]), m[F_CPU_BENCH], 2), num(b[4], sizeof(b[4]), m[F_CPU_OTHER], 2),
            num(b[5], sizeof(b[5]), m[F_BUSY], 0));
     printf("   server: %10s %9s %9s %8s %9s %7s %7s %9s\n", "statements", "executes", "prepares",

@@ -2,7 +2,7 @@
  * txo_bench: the speed figures of txo (`make bench`). See docs/benchmarks.md.
  *
  *   txo_bench [relay|orders|http|all] [--events N] [--runs R] [--keep] [--log-level L]
- *             [--orders N] [--connections N] [--broker local|nats] [--txo PATH] [--up-args A]
+ *             [--orders N] [--connections N] [--broker local|NAME] [--txo PATH] [--up-args A]
  *
  * Prints aligned plain-text tables on stdout (medians over R runs). Exits 1 when set-up fails
  * or a correctness check after a run fails (lost events, unconfirmed orders, stock not
@@ -20,7 +20,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: txo_bench [relay|orders|http|all] [--events N] [--runs R] [--keep]\n"
             "                 [--log-level L] [--orders N] [--connections N]\n"
-            "                 [--broker local|nats] [--txo PATH] [--up-args \"FLAGS\"]\n"
+            "                 [--broker local|NAME] [--txo PATH] [--up-args \"FLAGS\"]\n"
             "\n"
             "  relay         outbox relay drain: null publisher, skip-locked and update-limit\n"
             "                with leases and skip-locked in one transaction (claim mode\n"
@@ -31,8 +31,8 @@ static void usage(FILE *out)
             "                1 thread x 2,000 orders and 4 threads x 2,000 orders\n"
             "  http          the order service through its HTTP API: spawns `txo up`, POSTs\n"
             "                orders until every one is CONFIRMED, then paced at half that rate\n"
-            "  all           all of them (default); http with --broker local, and with\n"
-            "                --broker nats too when nats-server is installed\n"
+            "  all           all of them (default); http with --broker local, then through\n"
+            "                each of: " BENCH_HTTP_BROKERS "\n"
             "  --events N    events per relay drain (default 100000)\n"
             "  --runs R      runs per configuration; medians are printed (default 3)\n"
             "  --keep        keep the database txo_bench_<pid> (and the http logs) afterwards\n"
@@ -40,7 +40,8 @@ static void usage(FILE *out)
             "                (debug prints one line per relay batch with its publish/mark times)\n"
             "  --orders N    http: orders of the load phase (default 5000)\n"
             "  --connections N  http: client connections, one thread each (default 16)\n"
-            "  --broker B    http: local (default) or nats (a private nats-server per run);\n"
+            "  --broker B    http: local (default) or a broker, started privately per run by\n"
+            "                scripts/broker.sh (`scripts/broker.sh names` lists them);\n"
             "                given with `all`, only that broker is run\n"
             "  --txo PATH    http: the txo binary (default: ../txo next to txo_bench)\n"
             "  --up-args A   http: more flags for `txo up`, split on blanks, e.g.\n"
@@ -112,8 +113,10 @@ int main(int argc, char **argv)
             cfg.http_connections = (unsigned)v;
         } else if (strcmp(a, "--broker") == 0) {
             broker = i + 1 < argc ? argv[++i] : "";
-            if (strcmp(broker, "local") != 0 && strcmp(broker, "nats") != 0) {
-                fprintf(stderr, "txo_bench: --broker needs local|nats, got '%s'\n", broker);
+            if (broker[0] == '\0' ||
+                strspn(broker, "abcdefghijklmnopqrstuvwxyz") != strlen(broker)) {
+                fprintf(stderr, "txo_bench: --broker needs local or a broker name, got '%s'\n",
+                        broker);
                 return 2;
             }
         } else if (strcmp(a, "--txo") == 0) {
@@ -156,21 +159,18 @@ int main(int argc, char **argv)
     if (rc == 0 && run_orders)
         rc = bench_orders(&env, &cfg);
     if (rc == 0 && run_http) {
-        /* `http` alone runs one broker; `all` runs local and, when it is installed, nats. */
-        bool all = run_relay && run_orders;
+        /* `http` alone runs one broker; `all` runs local and BENCH_HTTP_BROKERS. */
+        bool all = run_relay && run_orders && broker == NULL;
         bool local = broker == NULL || strcmp(broker, "local") == 0;
-        bool nats = broker != NULL && strcmp(broker, "nats") == 0;
-        char nats_path[4096];
-        if (all && broker == NULL) {
-            nats = bench_http_find_nats_server(nats_path, sizeof(nats_path));
-            if (!nats)
-                printf("== HTTP API end to end, --broker nats: skipped (nats-server not found; "
-                       "set TXO_NATS_SERVER) ==\n\n");
-        }
         if (local)
-            rc = bench_http(&env, &cfg, false);
-        if (rc == 0 && nats)
-            rc = bench_http(&env, &cfg, true);
+            rc = bench_http(&env, &cfg, NULL);
+        else
+            rc = bench_http(&env, &cfg, broker);
+        char list[] = BENCH_HTTP_BROKERS;
+        char *save = NULL;
+        for (char *b = strtok_r(list, " ", &save); all && rc == 0 && b != NULL;
+             b = strtok_r(NULL, " ", &save))
+            rc = bench_http(&env, &cfg, b);
     }
     bench_env_teardown(&env, cfg.keep);
     if (rc < 0) {

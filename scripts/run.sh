@@ -3,7 +3,8 @@
 # on the private MariaDB, and prints how to use it. Called by `make run`; Ctrl-C stops it.
 #
 #   scripts/run.sh              local dispatch: MariaDB is the only other process
-#   NATS=1 scripts/run.sh       also starts a private nats-server (JetStream) and uses it
+#   BROKER=nats scripts/run.sh  also starts a private broker (scripts/broker.sh names lists
+#                               them; NATS=1 is BROKER=nats) and runs `txo up --broker` on it
 #   FAKES=1 scripts/run.sh      also starts txo-fake-services and calls it over HTTP for the
 #                               payments and shipments (default: the in-process stand-ins)
 #   scripts/run.sh --check      only check that the ports are free (`make run` does, before
@@ -13,6 +14,7 @@
 # Environment: TXO_BIN (default build/txo), TXO_FAKE_BIN (default: txo-fake-services next to
 # TXO_BIN), TXO_LISTEN (default 127.0.0.1:8080), TXO_NATS_PORT (default 4223),
 # TXO_FAKE_PORT (default 8090), any other TXO_* / MYSQL_* setting of `txo up --help`.
+# The broker's data and log are in .txo/<broker>/; it is stopped when `txo up` exits.
 # TXO_DB_PRIVATE=1 (set by make): the database is the private server of scripts/db.sh.
 set -euo pipefail
 
@@ -20,8 +22,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TXO_BIN="${TXO_BIN:-$ROOT/build/txo}"
 LISTEN="${TXO_LISTEN:-127.0.0.1:8080}"
 NATS_PORT="${TXO_NATS_PORT:-4223}"
-NATS_DIR="$ROOT/.txo/nats"
-NATS_PID=""
+BROKER="${BROKER:-}"
+[ "${NATS:-0}" = "1" ] && BROKER=nats
+[ "$BROKER" = "local" ] && BROKER=""
+BROKER_DIR="$ROOT/.txo/$BROKER"
+BROKER_UP=0
 TXO_FAKE_BIN="${TXO_FAKE_BIN:-$(dirname "$TXO_BIN")/txo-fake-services}"
 FAKE_PORT="${TXO_FAKE_PORT:-8090}"
 FAKE_PID=""
@@ -64,7 +69,7 @@ check_ports() {
         taken+=("$LISTEN (HTTP API)")
         fix+=("TXO_LISTEN=${LISTEN%:*}:$free")
     fi
-    if [ "${NATS:-0}" = "1" ] && port_taken "$NATS_PORT"; then
+    if [ "$BROKER" = "nats" ] && port_taken "$NATS_PORT"; then
         taken+=("127.0.0.1:$NATS_PORT (nats-server)")
         fix+=("TXO_NATS_PORT=$(free_port_after "$NATS_PORT")")
     fi
@@ -74,7 +79,7 @@ check_ports() {
     fi
     [ "${#taken[@]}" -eq 0 ] && return 0
     local flags=""
-    [ "${NATS:-0}" = "1" ] && flags+=" NATS=1"
+    [ -n "$BROKER" ] && flags+=" BROKER=$BROKER"
     [ "${FAKES:-0}" = "1" ] && flags+=" FAKES=1"
     log "port taken by another program: ${taken[*]}"
     log "use free ones:  make run$flags ${fix[*]}${TXO_DB_PORT:+ TXO_DB_PORT=$TXO_DB_PORT}"
@@ -88,7 +93,7 @@ fi
 
 cleanup() {
     stop txo-fake-services "$FAKE_PID"
-    stop nats-server "$NATS_PID"
+    [ "$BROKER_UP" = "1" ] && "$ROOT/scripts/broker.sh" stop "$BROKER" "$BROKER_DIR"
     if [ "${TXO_DB_PRIVATE:-0}" = "1" ]; then
         log "the private MariaDB keeps running (127.0.0.1:${MYSQL_PORT:-?}, .txo/mariadb) for the" \
             "next run; stop it with: make db-stop"
@@ -98,14 +103,13 @@ check_ports
 trap cleanup EXIT
 
 ARGS=(up --listen "$LISTEN" --stock "iphone-15=1000,airpods-pro=1000,usb-c-cable=5000")
-if [ "${NATS:-0}" = "1" ]; then
-    command -v nats-server >/dev/null || { log "nats-server not installed: make deps"; exit 1; }
-    mkdir -p "$NATS_DIR"
-    nats-server -js -a 127.0.0.1 -p "$NATS_PORT" -sd "$NATS_DIR" >"$NATS_DIR/nats.log" 2>&1 &
-    NATS_PID=$!
-    wait_port "$NATS_PORT"
-    log "nats-server on 127.0.0.1:$NATS_PORT (log: $NATS_DIR/nats.log)"
-    ARGS+=(--broker nats --nats-url "nats://127.0.0.1:$NATS_PORT")
+if [ -n "$BROKER" ]; then
+    port=""
+    [ "$BROKER" = "nats" ] && port="$NATS_PORT"
+    flags="$("$ROOT/scripts/broker.sh" start "$BROKER" "$BROKER_DIR" $port)" || exit 1
+    BROKER_UP=1
+    mapfile -t broker_flags <<<"$flags"
+    ARGS+=(--broker "$BROKER" "${broker_flags[@]}")
 fi
 if [ "${FAKES:-0}" = "1" ]; then
     mkdir -p "$ROOT/.txo"
@@ -130,7 +134,7 @@ cat <<BANNER
   The operator's dashboard:          $URL/ui  (in a browser)
 
 BANNER
-# Not exec: the trap must stop nats-server and the fake service after `txo up` exits. SIGINT reaches all.
+# Not exec: the trap must stop the broker and the fake service after `txo up` exits. SIGINT reaches all.
 set +e
 "$TXO_BIN" "${ARGS[@]}" "$@"
 status=$?

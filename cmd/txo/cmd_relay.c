@@ -39,8 +39,9 @@ const struct command cmd_relay = {
         "publishes retry with backoff and after --max-attempts become FAILED with a row in\n"
         "dead_letter_events. Delivery is at least once: consumers de-duplicate on the\n"
         "idempotency_key of the envelope. Publishers: log (one JSON envelope per line on\n"
-        "stdout), null (discard; benchmarks), nats (JetStream, Nats-Msg-Id = idempotency key)\n"
-        "and webhook (HTTP POST per event, Idempotency-Key header, 2xx only counts).\n"
+        "stdout), null (discard; benchmarks), webhook (HTTP POST per event, Idempotency-Key\n"
+        "header, 2xx only counts) and the brokers of --publisher, each with its --<broker>-*\n"
+        "settings (docs/brokers.md: what each sends and guarantees).\n"
         "SIGTERM/SIGINT finish the current batch and exit 0.",
     .run = run,
 };
@@ -53,7 +54,6 @@ struct relay_cmd_opts {
     struct relay_settings relay;
     bool drain;
     struct clean_settings clean;
-    struct nats_settings nats;
     const char *webhook_url;
     int64_t webhook_timeout_ms;
     const char *webhook_token;
@@ -70,8 +70,7 @@ static void add_settings(struct settings_table *t)
          .env = "TXO_PUBLISHER",
          .type = SETTING_STRING,
          .def = "log",
-         .help = "where events go: log (JSON lines on stdout), null (discard), nats (JetStream) or "
-                 "webhook (HTTP POST)",
+         .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_RELAY),
          .target = &opts.publisher},
         {.name = "envelope",
          .env = "TXO_ENVELOPE",
@@ -123,7 +122,7 @@ static void add_settings(struct settings_table *t)
     settings_add_relay(t, &opts.relay);
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
     settings_add_clean(t, &opts.clean, true);
-    settings_add_nats(t, &opts.nats);
+    cmd_brokers_add_settings(t);
     settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
@@ -174,17 +173,16 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-static int make_publisher(const char *name, struct txo_publisher **pub, struct txo_error *err)
+static int make_publisher(const char *name, struct txo_metrics *metrics, struct txo_publisher **pub,
+                          struct txo_error *err)
 {
+    const struct cmd_broker *broker = cmd_broker_find(name);
+    if (broker != NULL)
+        return broker->publisher_new(metrics, pub, err);
     if (strcmp(name, "log") == 0)
         return txo_publisher_log_new(stdout, pub, err);
     if (strcmp(name, "null") == 0)
         return txo_publisher_null_new(pub, err);
-    if (strcmp(name, "nats") == 0) {
-        struct txo_nats_opts no;
-        daemon_nats_opts(&opts.nats, &no);
-        return txo_publisher_nats_new(&no, pub, err);
-    }
     if (strcmp(name, "webhook") == 0) {
         struct txo_webhook_opts wo;
         txo_webhook_opts_init(&wo);
@@ -207,13 +205,13 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
 
-    static const char *const publishers[] = {"log", "null", "nats", "webhook"};
-    bool known = false;
+    static const char *const publishers[] = {"log", "null", "webhook"};
+    bool known = cmd_broker_find(opts.publisher) != NULL;
     for (size_t i = 0; i < TXO_ARRAY_LEN(publishers); i++)
         known = known || strcmp(opts.publisher, publishers[i]) == 0;
     if (!known) {
-        fprintf(stderr, "txo relay: --publisher must be log, null, nats or webhook, got \"%s\"%s\n",
-                opts.publisher,
+        fprintf(stderr, "txo relay: --publisher must be log, null, webhook, %s, got \"%s\"%s\n",
+                cmd_broker_names(false), opts.publisher,
                 strcmp(opts.publisher, "local") == 0
                     ? " (local dispatch needs the consumer in the same process: use `txo up`)"
                     : "");
@@ -243,7 +241,7 @@ static int run(int argc, char **argv)
         return 2;
     ro.drain = opts.drain;
 
-    signals_block(); /* before the first thread: cnats, the metrics server, the relay */
+    signals_block(); /* before the first thread: the broker's, the metrics server, the relay */
     int status = 1;
     struct txo_publisher *pub = NULL;
     struct relay_thread rt = {.relay = NULL};
@@ -263,10 +261,6 @@ static int run(int argc, char **argv)
         opts.drain ? common_connect(&opts.common) : daemon_db_wait("relay", &opts.common, &sig);
     if (db == NULL)
         return sig != 0 ? 0 : 1;
-    if (make_publisher(opts.publisher, &pub, &err) < 0) {
-        cmd_report("relay", "creating the publisher", &err);
-        goto out;
-    }
     if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
         metrics = daemon_metrics_new(&opts.common);
         if (metrics == NULL)
@@ -274,6 +268,10 @@ static int run(int argc, char **argv)
         ro.metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
         if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
             goto out;
+    }
+    if (make_publisher(opts.publisher, ro.metrics, &pub, &err) < 0) {
+        cmd_report("relay", "creating the publisher", &err);
+        goto out;
     }
     int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
     if (rc < 0) {
@@ -338,8 +336,7 @@ out:
     daemon_metrics_free(metrics);
     txo_publisher_free(pub);
     txo_db_close(db);
-    if (strcmp(opts.publisher, "nats") == 0)
-        txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
+    cmd_broker_shutdown(cmd_broker_find(opts.publisher)); /* the SDK's threads, for valgrind */
     fflush(stdout);
     return status;
 }

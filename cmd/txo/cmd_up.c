@@ -2,7 +2,8 @@
  * `txo up`: the whole order service in one process: the HTTP API, the relay and the worker,
  * with the flags of `txo serve`, `txo relay` and `txo worker`. With the default --broker local
  * the relay hands each committed event straight to the worker's consumer (no broker needed:
- * MariaDB is the only dependency); with --broker nats events go through JetStream.
+ * MariaDB is the only dependency); with --broker nats (or another broker of brokers.h) events
+ * go through that broker.
  *
  * Stop order on SIGTERM/SIGINT: the API first (no new orders), then the relay (its batch in
  * flight completes), then the worker (its saga steps in flight complete).
@@ -29,8 +30,9 @@ const struct command cmd_up = {
         "Applies the migrations (and creates --stock), then runs `txo serve`, `txo relay` and `txo "
         "worker` together,\n"
         "with their options. --broker local (the default) delivers each published event to\n"
-        "the in-process consumer, so nothing but MariaDB is needed; --broker nats publishes\n"
-        "to and consumes from NATS JetStream. Several processes may run against one database.\n"
+        "the in-process consumer, so nothing but MariaDB is needed; --broker nats (or another\n"
+        "broker) publishes to and consumes from that broker. Several processes may run against\n"
+        "one database.\n"
         "SIGTERM/SIGINT: stop the API, then the relay, then the worker; exit 0.",
     .run = run,
 };
@@ -42,7 +44,6 @@ struct up_cmd_opts {
     struct worker_settings worker;
     struct services_settings services;
     const char *broker;
-    struct nats_settings nats;
     bool migrate;
     const char *stock;
 };
@@ -57,7 +58,7 @@ static void add_settings(struct settings_table *t)
          .env = "TXO_BROKER",
          .type = SETTING_STRING,
          .def = "local",
-         .help = "how events reach the worker: local (in-process dispatch) or nats (JetStream)",
+         .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_UP),
          .target = &opts.broker},
     };
     const struct setting startup[] = {
@@ -80,7 +81,7 @@ static void add_settings(struct settings_table *t)
     settings_add_worker(t, &opts.worker);
     settings_add_services(t, &opts.services);
     settings_add(t, broker, TXO_ARRAY_LEN(broker));
-    settings_add_nats(t, &opts.nats);
+    cmd_brokers_add_settings(t);
     settings_add(t, startup, TXO_ARRAY_LEN(startup));
 }
 
@@ -186,9 +187,11 @@ static int run(int argc, char **argv)
         return 2;
     if (!daemon_check_settings("up", &opts.serve, &opts.services))
         return 2;
-    bool use_nats = strcmp(opts.broker, "nats") == 0;
-    if (!use_nats && strcmp(opts.broker, "local") != 0) {
-        fprintf(stderr, "txo up: --broker must be local or nats, got \"%s\"\n", opts.broker);
+    const struct cmd_broker *broker = cmd_broker_find(opts.broker);
+    if (strcmp(opts.broker, "local") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
+        fprintf(stderr, "txo up: --broker must be local, %s, got \"%s\"%s\n",
+                cmd_broker_names(true), opts.broker,
+                broker != NULL ? " (a broker without a consuming side)" : "");
         return 2;
     }
     struct txo_relay_opts ro;
@@ -225,15 +228,12 @@ static int run(int argc, char **argv)
         status = 2;
         goto out;
     }
-    worker = daemon_worker_new("up", &opts.common, &opts.worker, services,
-                               use_nats ? &opts.nats : NULL, reg);
+    worker = daemon_worker_new("up", &opts.common, &opts.worker, services, broker, reg);
     if (worker == NULL)
         goto out;
-    if (use_nats) {
-        struct txo_nats_opts no;
-        daemon_nats_opts(&opts.nats, &no);
-        if (txo_publisher_nats_new(&no, &pub, &err) != 0) {
-            cmd_report("up", "connecting to NATS", &err);
+    if (broker != NULL) {
+        if (broker->publisher_new(reg, &pub, &err) != 0) {
+            cmd_report("up", "creating the publisher", &err);
             goto out;
         }
     } else if (txo_publisher_local_new(txo_worker_handle_message, daemon_worker_runtime(worker),
@@ -289,7 +289,6 @@ out:
     daemon_worker_free(worker);
     order_services_free(services);
     daemon_metrics_free(metrics);
-    if (use_nats)
-        txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
+    cmd_broker_shutdown(broker); /* the SDK's own threads, so nothing is left for valgrind */
     return status;
 }

@@ -17,7 +17,8 @@ const struct command cmd_worker = {
     .summary = "consume OrderCreated, run sagas, commands, compensation retries and cleanup",
     .usage = "txo worker [options]",
     .description =
-        "Consumes OrderCreated events from the NATS JetStream durable consumer (--broker nats)\n"
+        "Consumes OrderCreated events from a broker (--broker nats: the JetStream durable "
+        "consumer)\n"
         "and records each in inbox_events in the same transaction as the saga it starts (a\n"
         "duplicate delivery is dropped). Runs sagas to a terminal state, resumes the sagas of\n"
         "workers that died (expired owner lease), runs StartOrderSaga commands of the async\n"
@@ -33,7 +34,6 @@ struct worker_cmd_opts {
     struct worker_settings worker;
     struct services_settings services;
     const char *broker;
-    struct nats_settings nats;
     const char *metrics_listen;
 };
 
@@ -47,14 +47,14 @@ static void add_settings(struct settings_table *t)
          .env = "TXO_BROKER",
          .type = SETTING_STRING,
          .def = "nats",
-         .help = "where OrderCreated comes from: nats (JetStream durable consumer) or none",
+         .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_WORKER),
          .target = &opts.broker},
     };
     settings_add_common(t, &opts.common);
     settings_add_worker(t, &opts.worker);
     settings_add_services(t, &opts.services);
     settings_add(t, broker, TXO_ARRAY_LEN(broker));
-    settings_add_nats(t, &opts.nats);
+    cmd_brokers_add_settings(t);
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
@@ -70,9 +70,11 @@ static int run(int argc, char **argv)
         return 2;
     if (!daemon_check_settings("worker", NULL, &opts.services))
         return 2;
-    bool use_nats = strcmp(opts.broker, "nats") == 0;
-    if (!use_nats && strcmp(opts.broker, "none") != 0) {
-        fprintf(stderr, "txo worker: --broker must be nats or none, got \"%s\"\n", opts.broker);
+    const struct cmd_broker *broker = cmd_broker_find(opts.broker);
+    if (strcmp(opts.broker, "none") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
+        fprintf(stderr, "txo worker: --broker must be none, %s, got \"%s\"%s\n",
+                cmd_broker_names(true), opts.broker,
+                broker != NULL ? " (a broker without a consuming side)" : "");
         return 2;
     }
 
@@ -103,8 +105,8 @@ static int run(int argc, char **argv)
         status = 2;
         goto out;
     }
-    worker = daemon_worker_new("worker", &opts.common, &opts.worker, services,
-                               use_nats ? &opts.nats : NULL, daemon_metrics_registry(metrics));
+    worker = daemon_worker_new("worker", &opts.common, &opts.worker, services, broker,
+                               daemon_metrics_registry(metrics));
     if (worker == NULL)
         goto out;
     if (!daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
@@ -129,7 +131,6 @@ out:
     daemon_worker_free(worker);
     order_services_free(services);
     daemon_metrics_free(metrics);
-    if (use_nats)
-        txo_nats_shutdown(); /* cnats's own threads, so nothing is left for valgrind */
+    cmd_broker_shutdown(broker); /* the SDK's own threads, so nothing is left for valgrind */
     return status;
 }

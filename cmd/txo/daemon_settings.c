@@ -237,53 +237,6 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
-void settings_add_nats(struct settings_table *t, struct nats_settings *o)
-{
-    const struct setting group[] = {
-        {.name = "nats-url",
-         .env = "TXO_NATS_URL",
-         .type = SETTING_STRING,
-         .def = "nats://127.0.0.1:4222",
-         .help = "NATS server(s), comma-separated",
-         .target = &o->url},
-        {.name = "nats-stream",
-         .env = "TXO_NATS_STREAM",
-         .type = SETTING_STRING,
-         .def = "TXO_EVENTS",
-         .help = "JetStream stream (created when missing)",
-         .target = &o->stream},
-        {.name = "nats-subject-prefix",
-         .env = "TXO_NATS_SUBJECT_PREFIX",
-         .type = SETTING_STRING,
-         .def = "txo.events",
-         .help = "subjects are <prefix>.<aggregate_type>.<event_type>",
-         .target = &o->subject_prefix},
-        {.name = "nats-durable",
-         .env = "TXO_NATS_DURABLE",
-         .type = SETTING_STRING,
-         .def = "txo-worker",
-         .help = "durable pull consumer the workers share",
-         .target = &o->durable},
-        {.name = "nats-ack-timeout",
-         .env = "TXO_NATS_ACK_TIMEOUT_MS",
-         .type = SETTING_MS,
-         .def = "5000",
-         .help = "publish acknowledgements awaited up to, milliseconds",
-         .min = 1,
-         .max = 600000,
-         .target = &o->ack_timeout_ms},
-        {.name = "nats-ack-wait",
-         .env = "TXO_NATS_ACK_WAIT_MS",
-         .type = SETTING_MS,
-         .def = "30000",
-         .help = "a consumed message not acknowledged within this is delivered again, milliseconds",
-         .min = 100,
-         .max = 86400000,
-         .target = &o->ack_wait_ms},
-    };
-    settings_add(t, group, TXO_ARRAY_LEN(group));
-}
-
 void settings_add_worker(struct settings_table *t, struct worker_settings *o)
 {
     const struct setting group[] = {

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "daemons.h"
-#include "txo/nats.h"
 
 bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
                          size_t host_size, unsigned *port)
@@ -400,7 +399,7 @@ static void worker_opts(const struct worker_settings *s, struct txo_worker_opts 
 struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
                                         const struct worker_settings *s,
                                         const struct order_services *services,
-                                        const struct nats_settings *nats,
+                                        const struct cmd_broker *broker,
                                         struct txo_metrics *metrics)
 {
     struct txo_error err;
@@ -419,21 +418,12 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
         txo_free(d);
         return NULL;
     }
-    if (nats != NULL) {
-        struct txo_nats_opts no;
-        daemon_nats_opts(nats, &no);
-        /* The worker acts on OrderCreated only: the other events are not even fetched. */
-        char subject[512];
-        if (txo_nats_subject(no.subject_prefix, "order", "OrderCreated", subject, sizeof(subject),
-                             &err) != 0) {
-            cmd_report(cmd, "--nats-subject-prefix", &err);
-            daemon_worker_free(d);
-            return NULL;
-        }
-        no.filter_subject = subject;
-        if (txo_consumer_nats_new(&no, txo_worker_handle_message, d->worker, &d->consumer, &err) !=
-            0) {
-            cmd_report(cmd, "creating the NATS consumer", &err);
+    if (broker != NULL) {
+        if (broker->consumer_new("order", "OrderCreated", txo_worker_handle_message, d->worker,
+                                 metrics, &d->consumer, &err) != 0) {
+            char what[96];
+            snprintf(what, sizeof(what), "creating the %s consumer", broker->name);
+            cmd_report(cmd, what, &err);
             daemon_worker_free(d);
             return NULL;
         }
@@ -505,17 +495,6 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     ro->backoff.max_ms = s->backoff_max_ms;
     ro->idle_sleep_ms = s->idle_sleep_ms;
     return true;
-}
-
-void daemon_nats_opts(const struct nats_settings *s, struct txo_nats_opts *o)
-{
-    txo_nats_opts_init(o);
-    o->url = s->url;
-    o->stream = s->stream;
-    o->subject_prefix = s->subject_prefix;
-    o->durable = s->durable;
-    o->ack_timeout_ms = s->ack_timeout_ms;
-    o->ack_wait_ms = s->ack_wait_ms;
 }
 
 /* ---- the HTTP API ---- */

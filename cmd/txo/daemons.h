@@ -18,7 +18,7 @@
 #include "order_services.h"
 #include "worker.h"
 #include "txo/metrics.h"
-#include "txo/nats.h"
+#include "brokers.h"
 #include "txo/registry.h"
 
 /* ---- HTTP API (`txo serve`) ---- */
@@ -62,19 +62,6 @@ struct relay_settings {
 
 /* Appends the relay settings, with targets in o. */
 void settings_add_relay(struct settings_table *t, struct relay_settings *o);
-
-/* ---- broker (NATS JetStream) ---- */
-struct nats_settings {
-    const char *url;
-    const char *stream;
-    const char *subject_prefix;
-    const char *durable;
-    int64_t ack_timeout_ms;
-    int64_t ack_wait_ms;
-};
-
-/* Appends the NATS JetStream settings, with targets in o. */
-void settings_add_nats(struct settings_table *t, struct nats_settings *o);
 
 /* ---- worker ---- */
 struct worker_settings {
@@ -153,14 +140,15 @@ bool daemon_services_new(const char *cmd, const struct services_settings *s,
 /*
  * The order service's worker from settings (txo/worker.h runtime + the order tables of
  * worker.h), with services (may be NULL) and metrics (may be NULL: it registers its own
- * families there), and, when nats is not NULL, a NATS durable consumer attached. Not started.
+ * families there), and, when broker is not NULL, that broker's consumer of OrderCreated attached.
+ * Not started.
  * NULL after printing a message. The registry must not be rendered after daemon_worker_free.
  */
 struct daemon_worker;
 struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
                                         const struct worker_settings *s,
                                         const struct order_services *services,
-                                        const struct nats_settings *nats,
+                                        const struct cmd_broker *broker,
                                         struct txo_metrics *metrics);
 /* The runtime, to start it or to hand txo_worker_handle_message to local dispatch. */
 struct txo_worker *daemon_worker_runtime(struct daemon_worker *d);
@@ -171,9 +159,6 @@ void daemon_worker_free(struct daemon_worker *d);
 
 /* Relay options from settings. False (message printed) on bad values. */
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *out);
-
-/* NATS options from settings (strings borrowed). */
-void daemon_nats_opts(const struct nats_settings *s, struct txo_nats_opts *out);
 
 /* The HTTP API: connection pool + order API + HTTP server (+ /metrics when metrics given).
  * NULL after printing a message on failure. */

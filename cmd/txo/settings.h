@@ -92,7 +92,7 @@ void settings_man_text(const char *text, FILE *out);
  * groups are functions rather than macros so that each entry is a designated initializer in
  * a plain array, where every field is named.
  */
-#define SETTINGS_MAX 128
+#define SETTINGS_MAX 256
 
 struct settings_table {
     struct setting items[SETTINGS_MAX];

@@ -1,0 +1,69 @@
+/*
+ * The brokers the daemons publish to and consume from, by name: `txo relay --publisher NAME`,
+ * `txo worker --broker NAME` and `txo up --broker NAME`. Each broker is one file,
+ * broker_<name>.c, that defines a struct cmd_broker: its own settings (--<name>-* flags,
+ * TXO_<NAME>_* variables, kept in that file) and how to make its publisher and consumer from
+ * them. Adding a broker is that file plus one line in the table of brokers.c; the commands
+ * know nothing else about it.
+ *
+ * The settings of every broker are in every daemon's table (and so in its --help and
+ * docs/config.md); only the chosen broker's are used.
+ */
+#ifndef TXO_CMD_BROKERS_H
+#define TXO_CMD_BROKERS_H
+
+#include <stdbool.h>
+
+#include "settings.h"
+#include "txo/consumer.h"
+#include "txo/metrics.h"
+#include "txo/publisher.h"
+
+struct cmd_broker {
+    const char *name;    /* "nats" */
+    const char *summary; /* "NATS JetStream": what --help says next to the name */
+    /* Appends the broker's settings to t (targets in the broker's file). */
+    void (*add_settings)(struct settings_table *t);
+    /* The relay's publisher from those settings; metrics (may be NULL) gets its families. */
+    int (*publisher_new)(struct txo_metrics *metrics, struct txo_publisher **out,
+                         struct txo_error *err);
+    /*
+     * A consumer of the events of aggregate_type and event_type ("order", "OrderCreated")
+     * running fn(arg, ...) per message; metrics as above. NULL when the broker has no
+     * consuming side (the worker refuses it).
+     */
+    int (*consumer_new)(const char *aggregate_type, const char *event_type,
+                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err);
+    /* Releases the SDK's process-wide state (its threads) once every publisher and consumer of
+     * the broker is freed, so that nothing is left for valgrind. NULL: nothing to do. */
+    void (*shutdown)(void);
+};
+
+extern const struct cmd_broker cmd_broker_nats;
+
+/* The broker called name, or NULL. */
+const struct cmd_broker *cmd_broker_find(const char *name);
+
+/* Appends every broker's settings. */
+void cmd_brokers_add_settings(struct settings_table *t);
+
+/* Calls b->shutdown when there is one. NULL is a no-op. */
+void cmd_broker_shutdown(const struct cmd_broker *b);
+
+/*
+ * The help of a daemon's broker choice, listing the brokers: for `txo relay --publisher`
+ * (the relay's other publishers first), `txo worker --broker` (only brokers with a consumer)
+ * and `txo up --broker` (local dispatch first). Built once; never NULL.
+ */
+enum cmd_broker_choice {
+    CMD_BROKER_CHOICE_RELAY,
+    CMD_BROKER_CHOICE_WORKER,
+    CMD_BROKER_CHOICE_UP,
+};
+const char *cmd_broker_choice_help(enum cmd_broker_choice choice);
+
+/* "nats, kafka or redis": the brokers (with a consumer only, when consumers) for messages. */
+const char *cmd_broker_names(bool consumers);
+
+#endif
