@@ -8,6 +8,7 @@
 /* One line per broker, in the order --help lists them. */
 static const struct cmd_broker *const brokers[] = {
     &cmd_broker_nats,
+    &cmd_broker_kafka,
 };
 
 const struct cmd_broker *cmd_broker_find(const char *name)

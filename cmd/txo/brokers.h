@@ -41,6 +41,7 @@ struct cmd_broker {
 };
 
 extern const struct cmd_broker cmd_broker_nats;
+extern const struct cmd_broker cmd_broker_kafka;
 
 /* The broker called name, or NULL. */
 const struct cmd_broker *cmd_broker_find(const char *name);
