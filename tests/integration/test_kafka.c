@@ -535,7 +535,7 @@ static int cmp_record(const void *x, const void *y)
 static void test_relay_10000_in_aggregate_order(void **state)
 {
     (void)state;
-    const unsigned n = 10000, n_aggs = 200;
+    const unsigned n = 10000, n_aggs = 500;
     char prefix[32], template[64], topic[64];
     fresh(prefix, sizeof(prefix), "relay");
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
@@ -578,6 +578,10 @@ static void test_relay_10000_in_aggregate_order(void **state)
     assert_int_equal(txo_metrics_render(reg, &text, &len, &err), 0);
     assert_non_null(strstr(text, "txo_kafka_messages_published_total 10000"));
     assert_non_null(strstr(text, "txo_kafka_delivery_seconds_count 10000"));
+    const char *sum = strstr(text, "txo_kafka_delivery_seconds_sum ");
+    assert_non_null(sum);
+    print_message("publisher: mean delivery report latency %.1f ms\n",
+                  strtod(sum + strlen("txo_kafka_delivery_seconds_sum "), NULL) / n * 1000.0);
     txo_free(text);
 
     struct testkafka_record *r = NULL;
