@@ -1052,6 +1052,65 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     batch_free(&b);
 }
 
+static void test_consumer_through_an_outage(void **state)
+{
+    (void)state;
+    char prefix[32], topic[64], group[32];
+    fresh(prefix, sizeof(prefix), "outage");
+    fresh(group, sizeof(group), "g");
+    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    struct batch b;
+    publish_events(prefix, 10, 2, 2, &b);
+    struct txo_kafka_opts o;
+    consumer_opts(&o, topic, group);
+    struct collector col;
+    memset(&col, 0, sizeof(col));
+    struct txo_consumer *c = new_consumer(&o, &col);
+    poll_until(c, &col, 10, 20000);
+
+    /* Every broker down: polls report TXO_EUNAVAILABLE (quickly) instead of waiting silently. */
+    set_brokers(false);
+    int rc = 0;
+    int64_t deadline = txo_monotonic_ms() + 15000;
+    while (rc == 0 && txo_monotonic_ms() < deadline) {
+        size_t handled = 0;
+        struct txo_error err;
+        txo_error_init(&err);
+        rc = txo_consumer_poll(c, 10, 200, &handled, &err);
+    }
+    assert_int_equal(rc, TXO_EUNAVAILABLE);
+    set_brokers(true);
+
+    /* Back: the consumer picks up where its committed offsets are, nothing handled twice. */
+    struct txo_kafka_opts po;
+    char template[64];
+    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
+    opts_for(&po, template);
+    struct txo_publisher *pub = new_publisher(&po);
+    struct batch more;
+    batch_init(&more, 10, 2, "more");
+    publish(pub, &more);
+    assert_all_published(&more);
+    txo_publisher_free(pub);
+    deadline = txo_monotonic_ms() + 20000;
+    while (col.n < 20 && txo_monotonic_ms() < deadline) {
+        size_t handled = 0;
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_consumer_poll(c, 100, 200, &handled, &err) < 0)
+            print_message("poll after the outage: %s\n", err.msg); /* until reconnected */
+    }
+    assert_int_equal(col.n, 20);
+    for (size_t i = 0; i < more.n; i++)
+        assert_int_equal(count_id(&col, more.keys[i]), 1);
+    for (size_t i = 0; i < b.n; i++)
+        assert_int_equal(count_id(&col, b.keys[i]), 1);
+    txo_consumer_free(c);
+    collector_release(&col);
+    batch_free(&more);
+    batch_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1066,6 +1125,7 @@ int main(void)
         cmocka_unit_test(test_consumer_permanent_and_filter),
         cmocka_unit_test(test_consumer_duplicate_applied_once),
         cmocka_unit_test(test_consumer_rebalance_loses_nothing),
+        cmocka_unit_test(test_consumer_through_an_outage),
     };
     /* librdkafka's connection chatter (info, warn) only with TXO_TEST_LOG set. */
     if (getenv("TXO_TEST_LOG") == NULL)
