@@ -196,8 +196,10 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
     rd_kafka_resp_err_t code = (rd_kafka_resp_err_t)e;
     if (code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN)
         c->down = true;
-    TXO_LOG(TXO_LOG_WARN, "kafka", "consumer error group=%s error=%s reason=\"%s\"", c->o.group,
-            rd_kafka_err2name(code), reason);
+    /* Connection failures are in librdkafka's own log lines already: only the summary here. */
+    TXO_LOG(code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ? TXO_LOG_WARN : TXO_LOG_DEBUG, "kafka",
+            "consumer error group=%s error=%s reason=\"%s\"", c->o.group, rd_kafka_err2name(code),
+            reason);
 }
 
 /* ---- one record ---- */

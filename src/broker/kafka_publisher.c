@@ -368,8 +368,9 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
                 rd_kafka_err2name(orig), why);
         return;
     }
-    TXO_LOG(TXO_LOG_WARN, "kafka", "producer error error=%s reason=\"%s\"", rd_kafka_err2name(code),
-            reason);
+    /* Connection failures are in librdkafka's own log lines already: only the summary here. */
+    TXO_LOG(code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ? TXO_LOG_WARN : TXO_LOG_DEBUG, "kafka",
+            "producer error error=%s reason=\"%s\"", rd_kafka_err2name(code), reason);
 }
 
 static int producer_start(struct kafka_publisher *p, struct txo_error *err)
@@ -533,8 +534,11 @@ static int kafka_publish_batch(void *self, const struct txo_outbox_message *msgs
     int rc = 0;
     if (n > index_mask)
         rc = txo_error_set(&why, TXO_EINVAL, "kafka publisher: batch of %zu is too large", n);
-    if (rc == 0 && p->rk == NULL)
-        rc = producer_start(p, &why);
+    if (rc == 0 && p->rk == NULL && producer_start(p, &why) < 0) {
+        /* The configuration worked at creation: whatever failed now may pass later. */
+        why.code = TXO_EPUBLISH;
+        rc = TXO_EPUBLISH;
+    }
     if (rc == 0 && grow(p, n) < 0)
         rc =
             txo_error_set(&why, TXO_ENOMEM, "kafka publisher: out of memory for a batch of %zu", n);
@@ -579,8 +583,8 @@ static int kafka_publish_batch(void *self, const struct txo_outbox_message *msgs
     char fatal[ERRSTR_MAX];
     if (rd_kafka_fatal_error(p->rk, fatal, sizeof(fatal)) != RD_KAFKA_RESP_ERR_NO_ERROR) {
         for (size_t i = 0; i < n; i++) {
-            if (results[i] == 0)
-                continue;
+            if (results[i] == 0 || !txo_err_is_transient(results[i]))
+                continue; /* delivered, or refused for good whatever the producer */
             results[i] = txo_error_set(&errors[i], TXO_EPUBLISH,
                                        "kafka publisher: fatal producer error: %s", fatal);
         }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <stdatomic.h>
 
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -171,4 +172,101 @@ void testkafka_produce(const struct testkafka *k, const char *topic, const char 
     int st = pclose(p);
     if (st != 0)
         fail_msg("%s exited with status %d", cmd, st);
+}
+
+void testkafka_set_brokers(const struct testkafka *k, bool up)
+{
+    for (int32_t id = 1; id <= BROKERS; id++) {
+        rd_kafka_resp_err_t e = up ? rd_kafka_mock_broker_set_up(k->mock, id)
+                                   : rd_kafka_mock_broker_set_down(k->mock, id);
+        if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
+            fail_msg("mock broker %d: %s", (int)id, rd_kafka_err2str(e));
+    }
+}
+
+void testkafka_fresh(char *out, size_t size, const char *what)
+{
+    static atomic_uint next_id;
+    snprintf(out, size, "%s%u", what, atomic_fetch_add(&next_id, 1));
+}
+
+void testkafka_opts(const struct testkafka *k, struct txo_kafka_opts *o, const char *template)
+{
+    txo_kafka_opts_init(o);
+    o->brokers = k->bootstraps;
+    o->topic_template = template;
+    o->delivery_timeout_ms = 5000;
+}
+
+struct txo_publisher *testkafka_publisher(const struct txo_kafka_opts *o)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_kafka_new(o, NULL, &pub, &err) < 0)
+        fail_msg("txo_publisher_kafka_new: %s", err.msg);
+    return pub;
+}
+
+void testkafka_batch_init(struct testkafka_batch *b, size_t n, size_t n_aggs, const char *prefix)
+{
+    memset(b, 0, sizeof(*b));
+    b->n = n;
+    b->msgs = calloc(n, sizeof(*b->msgs));
+    b->keys = calloc(n, sizeof(*b->keys));
+    b->aggs = calloc(n, sizeof(*b->aggs));
+    b->payloads = calloc(n, sizeof(*b->payloads));
+    b->results = calloc(n, sizeof(*b->results));
+    b->errors = calloc(n, sizeof(*b->errors));
+    assert_true(b->msgs && b->keys && b->aggs && b->payloads && b->results && b->errors);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%zu", prefix, i);
+        snprintf(b->aggs[i], sizeof(b->aggs[i]), "%zu", i % n_aggs);
+        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\":%zu,\"big\":9007199254740993}", i);
+        struct txo_outbox_message *m = &b->msgs[i];
+        m->id = (int64_t)i + 1;
+        m->aggregate_type = "order";
+        m->aggregate_id = b->aggs[i];
+        m->event_type = "OrderCreated";
+        m->payload = b->payloads[i];
+        m->payload_len = strlen(b->payloads[i]);
+        m->idempotency_key = b->keys[i];
+        m->created_at = "2026-11-30T15:37:00.123456Z";
+        m->attempt = 1;
+    }
+}
+
+void testkafka_batch_free(struct testkafka_batch *b)
+{
+    free(b->msgs);
+    free(b->keys);
+    free(b->aggs);
+    free(b->payloads);
+    free(b->results);
+    free(b->errors);
+    memset(b, 0, sizeof(*b));
+}
+
+void testkafka_publish(struct txo_publisher *pub, struct testkafka_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        b->results[i] = 99;
+        txo_error_init(&b->errors[i]);
+    }
+    assert_int_equal(pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors), 0);
+}
+
+void testkafka_assert_published(const struct testkafka_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->results[i] != 0)
+            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
+                     b->errors[i].msg);
+    }
+}
+
+long testkafka_key_index(const char *key)
+{
+    const char *colon = key != NULL ? strrchr(key, ':') : NULL;
+    return colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
 }

@@ -19,8 +19,12 @@
 #ifndef TXO_TESTKAFKA_H
 #define TXO_TESTKAFKA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "txo/kafka.h"
+#include "txo/publisher.h"
 
 struct testkafka {
     char bootstraps[256]; /* "127.0.0.1:port,127.0.0.1:port,127.0.0.1:port" */
@@ -60,5 +64,42 @@ char *testkafka_header(const struct testkafka_record *r, const char *name);
 /* Writes one record to topic with kcat -P (key, value, and headers "n=v" NULL-terminated). */
 void testkafka_produce(const struct testkafka *k, const char *topic, const char *key,
                        const char *value, const char *const *headers);
+
+/* Every broker of the cluster down (refusing connections) or up again. */
+void testkafka_set_brokers(const struct testkafka *k, bool up);
+
+/* A fresh name "<what><n>" (n counts up in this process), for a test's topics and groups. */
+void testkafka_fresh(char *out, size_t size, const char *what);
+
+/* txo_kafka_opts_init() aimed at k with topic template (borrowed), delivery timeout 5 s. */
+void testkafka_opts(const struct testkafka *k, struct txo_kafka_opts *o, const char *template);
+
+/* txo_publisher_kafka_new(o, no metrics), or the test fails. */
+struct txo_publisher *testkafka_publisher(const struct txo_kafka_opts *o);
+
+/*
+ * n outbox messages for a publisher's publish_batch: message i is OrderCreated of aggregate
+ * "order" / "<i % n_aggs>", idempotency key "<prefix>:<i>", payload {"n":i,"big":2^53+1}.
+ */
+struct testkafka_batch {
+    struct txo_outbox_message *msgs;
+    char (*keys)[48];
+    char (*aggs)[24];
+    char (*payloads)[64];
+    int *results;
+    struct txo_error *errors;
+    size_t n;
+};
+void testkafka_batch_init(struct testkafka_batch *b, size_t n, size_t n_aggs, const char *prefix);
+void testkafka_batch_free(struct testkafka_batch *b);
+
+/* Runs pub's publish_batch on b (results and errors reset first); it must return 0. */
+void testkafka_publish(struct txo_publisher *pub, struct testkafka_batch *b);
+
+/* Every message of b was acknowledged, or the test fails naming the first that was not. */
+void testkafka_assert_published(const struct testkafka_batch *b);
+
+/* i of an idempotency key "<prefix>:<i>", or -1. */
+long testkafka_key_index(const char *key);
 
 #endif
