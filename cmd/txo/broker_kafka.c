@@ -75,8 +75,8 @@ static void add_settings(struct settings_table *t)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
-/* The options from the settings; props (owned, free with txo_free) holds the property list
- * that o->properties points into. */
+/* The options from the settings; props (owned, free with txo_free, also after a failure)
+ * holds the property list that o->properties points into. */
 struct kafka_cli_opts {
     struct txo_kafka_opts o;
     char *props;
@@ -94,6 +94,12 @@ static int kafka_opts(struct kafka_cli_opts *k, struct txo_error *err)
     k->o.retry_delay_ms = settings.retry_delay_ms;
     if (settings.dead_letter_topic != NULL && settings.dead_letter_topic[0] != '\0')
         k->o.dead_letter_topic = settings.dead_letter_topic;
+    char topic[256];
+    struct txo_error terr;
+    txo_error_init(&terr);
+    if (txo_kafka_topic(k->o.topic_template, "order", "OrderCreated", topic, sizeof(topic), &terr) <
+        0)
+        return txo_error_set(err, TXO_EINVAL, "--kafka-topic-template: %s", terr.msg);
     if (settings.properties == NULL || settings.properties[0] == '\0')
         return 0;
     k->props = txo_strdup(settings.properties);
@@ -105,12 +111,13 @@ static int kafka_opts(struct kafka_cli_opts *k, struct txo_error *err)
         bool last = s[len] == '\0';
         s[len] = '\0';
         if (len > 0) {
-            if (n == PROPERTIES_MAX) {
-                txo_free(k->props);
-                k->props = NULL;
+            /* The caller frees k->props; the text may hold a secret, so it is not echoed. */
+            if (n == PROPERTIES_MAX)
                 return txo_error_set(err, TXO_EINVAL, "--kafka-property: more than %d properties",
                                      PROPERTIES_MAX);
-            }
+            if (strchr(s, '=') == NULL || s[0] == '=')
+                return txo_error_set(err, TXO_EINVAL,
+                                     "--kafka-property: entry %zu is not key=value", n + 1);
             k->list[n++] = s;
         }
         s += len + (last ? 0 : 1);
