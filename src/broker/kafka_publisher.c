@@ -694,3 +694,74 @@ out:
         kafka_publisher_destroy(p);
     return rc;
 }
+
+#ifdef __SANITIZE_THREAD__
+/*
+ * ThreadSanitizer builds only. librdkafka starts and joins its threads with C11 thrd_create()
+ * and thrd_join(), which glibc implements without going through pthread_create() and
+ * pthread_join(): ThreadSanitizer never learns of those threads and crashes in its allocator
+ * on their first malloc. Defined here (so in every program that uses the Kafka transport),
+ * these take precedence over glibc's for librdkafka's calls and go through the intercepted
+ * pthread functions; thrd_t is pthread_t in glibc, and glibc's own thrd_join() reads the
+ * thread's exit value as its int result, which the trampoline returns.
+ *
+ * librdkafka itself is not instrumented and locks with C11 mtx_lock(), which ThreadSanitizer
+ * does not see either, so the memory functions it calls would be reported as races that are
+ * none: the default suppressions ignore the interceptors called from librdkafka (our code is
+ * still checked).
+ */
+#include <pthread.h>
+#include <threads.h>
+
+struct thrd_start {
+    thrd_start_t fn;
+    void *arg;
+};
+
+static void *thrd_trampoline(void *p)
+{
+    struct thrd_start s = *(struct thrd_start *)p;
+    free(p);
+    return (void *)(intptr_t)s.fn(s.arg);
+}
+
+__attribute__((visibility("default"))) int thrd_create(thrd_t *thr, thrd_start_t fn, void *arg);
+__attribute__((visibility("default"))) int thrd_join(thrd_t thr, int *res);
+__attribute__((visibility("default"))) int thrd_detach(thrd_t thr);
+__attribute__((visibility("default"))) const char *__tsan_default_suppressions(void);
+
+int thrd_create(thrd_t *thr, thrd_start_t fn, void *arg)
+{
+    struct thrd_start *s = malloc(sizeof(*s)); /* not txo_malloc: librdkafka's, not ours */
+    if (s == NULL)
+        return thrd_nomem;
+    s->fn = fn;
+    s->arg = arg;
+    int rc = pthread_create(thr, NULL, thrd_trampoline, s);
+    if (rc != 0) {
+        free(s);
+        return rc == ENOMEM || rc == EAGAIN ? thrd_nomem : thrd_error;
+    }
+    return thrd_success;
+}
+
+int thrd_join(thrd_t thr, int *res)
+{
+    void *ret = NULL;
+    if (pthread_join(thr, &ret) != 0)
+        return thrd_error;
+    if (res != NULL)
+        *res = (int)(intptr_t)ret;
+    return thrd_success;
+}
+
+int thrd_detach(thrd_t thr)
+{
+    return pthread_detach(thr) == 0 ? thrd_success : thrd_error;
+}
+
+const char *__tsan_default_suppressions(void)
+{
+    return "called_from_lib:librdkafka.so.1\n";
+}
+#endif
