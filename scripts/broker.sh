@@ -11,14 +11,19 @@
 #                                             SIGKILL after 15 s); a no-op when nothing runs
 #   scripts/broker.sh names                   the brokers this script can start
 #
-# Brokers: nats (nats-server with JetStream; $TXO_NATS_SERVER names another binary).
+# Brokers:
+#   nats      nats-server with JetStream ($TXO_NATS_SERVER names another binary)
+#   redis     redis-server with appendonly yes, appendfsync always ($TXO_REDIS_SERVER)
+#   rabbitmq  rabbitmq-server with its own node name, epmd, ports and files under DIR, no
+#             plugins, and a queue txo.events.all bound to every event ($TXO_RABBITMQ_SERVER
+#             names another start script)
 # The output of the broker goes to DIR/server.log.
 set -euo pipefail
 
 log() { printf 'broker.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-NAMES="nats"
+NAMES="nats redis rabbitmq"
 
 port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
@@ -62,6 +67,60 @@ start_nats() {
 }
 default_port_nats=4223
 
+start_redis() {
+    local dir=$1 port=$2 bin
+    bin="${TXO_REDIS_SERVER:-}"
+    [ -n "$bin" ] || bin="$(find_bin redis-server)" || die "redis-server not installed: make deps"
+    "$bin" --port "$port" --bind 127.0.0.1 --dir "$dir" --appendonly yes --appendfsync always \
+        --save '' --daemonize no >"$dir/server.log" 2>&1 &
+    echo $! >"$dir/pid"
+    wait_port "$port" 10 || die "redis-server did not answer on $port (log: $dir/server.log)"
+    printf -- '--redis-url\nredis://127.0.0.1:%s/0\n' "$port"
+}
+default_port_redis=6380
+
+# RabbitMQ: epmd (the Erlang port mapper) and the node get their own ports, so nothing is
+# shared with a broker the machine may run; the start script execs the VM (the pid is the
+# broker), and SIGTERM is its clean shutdown. Boots in several seconds.
+start_rabbitmq() {
+    local dir=$1 port=$2 bin epmd dist epmd_port
+    bin="${TXO_RABBITMQ_SERVER:-/usr/lib/rabbitmq/bin/rabbitmq-server}"
+    [ -x "$bin" ] || die "rabbitmq-server not installed: make deps"
+    epmd="$(find_bin epmd || true)"
+    [ -n "$epmd" ] || epmd=/usr/lib/erlang/bin/epmd
+    [ -x "$epmd" ] || die "epmd not found (erlang-base)"
+    dist="$(free_port_from $((port + 20000)))"
+    epmd_port="$(free_port_from $((port + 19000)))"
+    mkdir -p "$dir/mnesia" "$dir/log"
+    printf 'listeners.tcp.default = 127.0.0.1:%s\n' "$port" >"$dir/rabbitmq.conf"
+    printf '[].\n' >"$dir/enabled_plugins"
+    "$epmd" -port "$epmd_port" -address 127.0.0.1 >>"$dir/server.log" 2>&1 &
+    echo $! >"$dir/epmd.pid"
+    env HOME="$dir" RABBITMQ_NODENAME="txo-run-$port@localhost" RABBITMQ_NODE_PORT="$port" \
+        RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT="$dist" ERL_EPMD_PORT="$epmd_port" \
+        RABBITMQ_MNESIA_BASE="$dir/mnesia" RABBITMQ_LOG_BASE="$dir/log" \
+        RABBITMQ_CONFIG_FILE="$dir/rabbitmq.conf" RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins" \
+        RUNNING_UNDER_SYSTEMD=1 NOTIFY_SOCKET= "$bin" >>"$dir/server.log" 2>&1 </dev/null &
+    echo $! >"$dir/pid"
+    wait_port "$port" 120 || die "rabbitmq-server did not answer on $port (log: $dir/server.log)"
+    # Every event is kept in one queue (as a NATS stream keeps them): published with mandatory
+    # on, an event no queue is bound for would otherwise fail (txo/rabbitmq.h).
+    local url="amqp://guest:guest@127.0.0.1:$port/"
+    /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/support/rabbit_client.py" \
+        declare "$url" txo.events.all txo.events '#' 1000000 >>"$dir/server.log" 2>&1 ||
+        die "declaring the queue txo.events.all failed (python3-pika: make deps; log: $dir/server.log)"
+    printf -- '--rabbitmq-url\n%s\n' "$url"
+}
+default_port_rabbitmq=5673
+# After the broker: its epmd.
+stop_rabbitmq() {
+    local pid
+    [ -f "$1/epmd.pid" ] || return 0
+    pid="$(cat "$1/epmd.pid")"
+    kill -TERM "$pid" 2>/dev/null || true
+    rm -f "$1/epmd.pid"
+}
+
 # ---- commands ----
 
 cmd_start() {
@@ -91,6 +150,7 @@ cmd_stop() {
         log "$name stopped (pid $pid)"
     fi
     rm -f "$dir/pid"
+    if declare -F "stop_$name" >/dev/null; then "stop_$name" "$dir"; fi
 }
 
 case "${1:-}" in

@@ -14,19 +14,31 @@ die() { log "error: $*"; exit 1; }
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
             libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
-            librdkafka-dev)
-# librdkafka-dev: the Kafka publisher and consumer (src/broker/kafka_*.c); its mock cluster
-# (rdkafka_mock.h) is the Kafka the tests run against, as Debian has no Kafka server.
+            # librdkafka: the Kafka publisher and consumer (src/broker/kafka_*.c); its mock
+            # cluster (rdkafka_mock.h) is the Kafka the tests run against (Debian has no Kafka)
+            librdkafka-dev
+            # hiredis: the Redis Streams publisher and consumer (src/broker/redis_*.c)
+            libhiredis-dev
+            # rabbitmq-c: the RabbitMQ publisher and consumer (src/broker/rabbitmq_*.c)
+            librabbitmq-dev)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
-# nats-server (JetStream tests and `make run NATS=1`), curl (the README's examples and
+# nats-server (JetStream tests and `make run BROKER=nats`), curl (the README's examples and
 # scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
 # alert rules), systemd-analyze (package systemd: the units are verified) and man (man-db: the
 # man pages are checked for warnings), python3 (the notify test's stand-in for systemd, the
 # dashboard's JSON check) and chromium (the operator's dashboard, GET /ui, is tested in it,
 # headless: tests/integration/test_ui_dashboard.c).
 RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
-              chromium kcat)
-# kcat: the Kafka tests read what reached the (mock) cluster with it, a client that is not ours.
+              chromium
+              # the Kafka tests: kcat, the independent client that reads back what reached the
+              # (mock) cluster
+              kcat
+              # the Redis Streams tests and `make run BROKER=redis`: a private redis-server, and
+              # redis-cli, the independent client that reads back what the streams hold
+              redis-server redis-tools
+              # the RabbitMQ tests and `make run BROKER=rabbitmq`: a private broker, and pika,
+              # the independent AMQP client that reads back what reached the queues
+              rabbitmq-server python3-pika)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -649,16 +649,471 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
     return emit(tx, ctx, st, "OrderCancelled", "order-cancelled", false, -1, reason, err);
 }
 
+/* ---- the batch forms of the local steps (txo_saga_step_batch_fn) ----
+ *
+ * Each covers the common first run of its step for many sagas with a few set-based
+ * statements; a saga with anything unusual (a re-run that finds rows already there, not
+ * enough stock, an injected fault, an order no longer CREATED) gets a non-zero outcome and
+ * nothing written, and the engine runs it through the single-saga function above, which knows
+ * every unusual case. So the batch forms stay short and the single path stays the reference.
+ */
+
+/* What a batch of n sagas' states look like; NULL states are refused one by one. */
+static const struct order_saga_state *batch_state(const struct txo_saga_ctx *ctx, int *outcome)
+{
+    const struct order_saga_state *st = ctx->state;
+    if (st == NULL)
+        *outcome = TXO_EINVAL;
+    return st;
+}
+
+/* True when the run's injected faults could touch this step: it then goes the single way. */
+static bool batch_faulty(const struct txo_saga_ctx *ctx)
+{
+    const struct order_faults *f = faults_of(ctx);
+    return f->decline_payment || f->fail_shipment || f->transient_charge_failures > 0;
+}
+
+/* Runs before + IN list of n params (padded by repeating the last) + after. */
+static int batch_query(struct txo_tx *tx, const char *before, const char *after,
+                       const struct txo_param *in, size_t n, struct txo_rows **rows,
+                       struct txo_error *err)
+{
+    size_t padded = txo_sql_in_list_size(n);
+    char *sql = txo_sql_in_list(before, padded, after);
+    struct txo_param *p = txo_calloc(padded, sizeof(*p));
+    int rc;
+    if (sql == NULL || p == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "batch of %zu: out of memory", n);
+    } else {
+        for (size_t k = 0; k < padded; k++)
+            p[k] = in[k < n ? k : n - 1];
+        rc = rows != NULL ? txo_tx_query(tx, sql, p, padded, rows, err)
+                          : txo_tx_exec(tx, sql, p, padded, NULL, err);
+    }
+    txo_free(sql);
+    txo_free(p);
+    return rc;
+}
+
+/* Runs before + n_rows x row (VALUES) with p (n_rows x per_row params); *affected may be NULL. */
+static int batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
+                        const struct txo_param *p, size_t per_row, uint64_t *affected,
+                        struct txo_error *err)
+{
+    char *sql = txo_sql_values_rows(before, n_rows, row);
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "batch insert of %zu rows: out of memory", n_rows);
+    struct txo_exec_result res;
+    int rc = txo_tx_exec(tx, sql, p, n_rows * per_row, &res, err);
+    if (rc == 0 && affected != NULL)
+        *affected = res.affected_rows;
+    txo_free(sql);
+    return rc;
+}
+
+/* One event per saga k with outcome[k] == 0, in one statement (see emit()). */
+static int batch_emit(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                      const int *outcome, const char *type, const char *suffix, bool with_items,
+                      bool with_amount, struct txo_error *err)
+{
+    struct txo_outbox_event *evs = txo_calloc(n, sizeof(*evs));
+    char **payloads = txo_calloc(n, sizeof(*payloads));
+    char(*keys)[128] = txo_calloc(n, sizeof(*keys));
+    char(*aggs)[24] = txo_calloc(n, sizeof(*aggs));
+    size_t m = 0;
+    int rc = 0;
+    if (evs == NULL || payloads == NULL || keys == NULL || aggs == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "batch of %zu %s events: out of memory", n, type);
+        goto out;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (outcome[k] != 0)
+            continue;
+        const struct order_saga_state *st = ctx[k]->state;
+        payloads[m] =
+            orders__json_saga_event(ctx[k]->saga_id, st->order_id, with_items ? st->items : NULL,
+                                    st->n_items, with_amount ? st->total_cents : -1, NULL, err);
+        if (payloads[m] == NULL) {
+            rc = err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
+            goto out;
+        }
+        snprintf(keys[m], sizeof(keys[m]), "saga:%s:%s", ctx[k]->saga_id, suffix);
+        snprintf(aggs[m], sizeof(aggs[m]), "%" PRId64, st->order_id);
+        evs[m] = (struct txo_outbox_event){.aggregate_type = "order",
+                                           .aggregate_id = aggs[m],
+                                           .event_type = type,
+                                           .payload_json = payloads[m],
+                                           .idempotency_key = keys[m]};
+        m++;
+    }
+    rc = txo_outbox_append_many(tx, evs, m, err);
+out:
+    for (size_t k = 0; payloads != NULL && k < n; k++)
+        txo_free(payloads[k]);
+    txo_free(payloads);
+    txo_free(evs);
+    txo_free(keys);
+    txo_free(aggs);
+    return rc;
+}
+
+/* Marks outcome[k] = code for every saga whose id (ids[k], as text) is in column 0 of rows. */
+static void batch_exclude(const struct txo_rows *rows, char (*ids)[40], size_t n, int *outcome,
+                          int code)
+{
+    for (size_t row = 0; row < txo_rows_count(rows); row++) {
+        const char *v = txo_rows_str(rows, row, 0, NULL);
+        for (size_t k = 0; v != NULL && k < n; k++)
+            if (outcome[k] == 0 && strcmp(ids[k], v) == 0)
+                outcome[k] = code;
+    }
+}
+
+/* One SKU of a ReserveStock batch. */
+struct batch_sku {
+    const char *sku;
+    int64_t available; /* -1: not in inventory */
+    int64_t take;      /* what the batch reserves of it */
+};
+
+static int cmp_batch_sku(const void *a, const void *b)
+{
+    return strcmp(((const struct batch_sku *)a)->sku, ((const struct batch_sku *)b)->sku);
+}
+
+static struct batch_sku *find_sku(struct batch_sku *skus, size_t n, const char *sku)
+{
+    struct batch_sku key = {.sku = sku};
+    return bsearch(&key, skus, n, sizeof(*skus), cmp_batch_sku);
+}
+
+/*
+ * ReserveStock for many sagas: lock every SKU of the batch in one statement (ascending, the
+ * lock order), allocate in the batch's order in code (an order that does not fit goes the
+ * single way, which fails it with the reason), then one UPDATE ... CASE for every SKU, one
+ * multi-row INSERT of the reservations and one of the StockReserved events.
+ */
+static int reserve_stock_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                               int *outcome, struct txo_error *err)
+{
+    size_t lines = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = batch_state(ctx[k], &outcome[k]);
+        lines += st != NULL ? st->n_stock : 0;
+    }
+    struct batch_sku *skus = txo_calloc(lines + 1, sizeof(*skus));
+    /* The most any statement below binds: the UPDATE, 4 per SKU plus the padded IN list. */
+    struct txo_param *p = txo_calloc(6 * lines + 2 * n + 2, sizeof(*p));
+    char(*ids)[40] = txo_calloc(n, sizeof(*ids));
+    struct txo_rows *rows = NULL;
+    char *sql = NULL;
+    int rc = 0;
+    if (skus == NULL || p == NULL || ids == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "ReserveStock batch of %zu: out of memory", n);
+        goto out;
+    }
+    /* The distinct SKUs, sorted. */
+    size_t n_skus = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = ctx[k]->state;
+        snprintf(ids[k], sizeof(ids[k]), "%s", ctx[k]->saga_id);
+        for (size_t i = 0; outcome[k] == 0 && i < st->n_stock; i++)
+            skus[n_skus++] = (struct batch_sku){.sku = st->stock[i].sku, .available = -1};
+    }
+    qsort(skus, n_skus, sizeof(*skus), cmp_batch_sku);
+    size_t u = 0;
+    for (size_t i = 0; i < n_skus; i++)
+        if (u == 0 || strcmp(skus[u - 1].sku, skus[i].sku) != 0)
+            skus[u++] = skus[i];
+    n_skus = u;
+    if (n_skus == 0)
+        goto out;
+
+    for (size_t i = 0; i < n_skus; i++)
+        p[i] = txo_p_str(skus[i].sku);
+    rc = batch_query(tx, ORDERS_SQL_INVENTORY_LOCK_MANY, ORDERS_SQL_INVENTORY_LOCK_MANY_END, p,
+                     n_skus, &rows, err);
+    if (rc < 0)
+        goto out;
+    for (size_t row = 0; row < txo_rows_count(rows); row++) {
+        struct batch_sku *s = find_sku(skus, n_skus, txo_rows_str(rows, row, 0, NULL));
+        if (s != NULL)
+            s->available = txo_rows_i64(rows, row, 1);
+    }
+    txo_rows_free(rows);
+    rows = NULL;
+    for (size_t k = 0; k < n; k++)
+        p[k] = txo_p_str(ids[k]);
+    rc = batch_query(tx, ORDERS_SQL_RESERVED_SAGAS_MANY, "", p, n, &rows, err);
+    if (rc < 0)
+        goto out;
+    batch_exclude(rows, ids, n, outcome, TXO_EDUPLICATE); /* a re-run */
+
+    /* Allocate in the batch's order: a saga takes all its lines or none. */
+    size_t n_res = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = ctx[k]->state;
+        if (outcome[k] != 0)
+            continue;
+        bool fits = true;
+        for (size_t i = 0; fits && i < st->n_stock; i++) {
+            const struct batch_sku *s = find_sku(skus, n_skus, st->stock[i].sku);
+            fits = s != NULL && s->available - s->take >= st->stock[i].qty;
+        }
+        if (!fits) {
+            outcome[k] = TXO_EBUSINESS; /* the single path says which SKU and why */
+            continue;
+        }
+        for (size_t i = 0; i < st->n_stock; i++)
+            find_sku(skus, n_skus, st->stock[i].sku)->take += st->stock[i].qty;
+        n_res += st->n_stock;
+    }
+    if (n_res == 0)
+        goto out;
+
+    /* UPDATE inventory ... CASE sku WHEN ? THEN ? ... for the SKUs taken from. */
+    size_t n_take = 0, np = 0;
+    for (size_t i = 0; i < n_skus; i++)
+        n_take += skus[i].take > 0;
+    size_t padded = txo_sql_in_list_size(n_take);
+    size_t cap = strlen(ORDERS_SQL_INVENTORY_RESERVE_MANY_BEGIN) +
+                 strlen(ORDERS_SQL_INVENTORY_RESERVE_MANY_MIDDLE) +
+                 strlen(ORDERS_SQL_INVENTORY_RESERVE_MANY_END) +
+                 2 * n_take * strlen(ORDERS_SQL_INVENTORY_RESERVE_MANY_CASE) + 1;
+    char *head = txo_malloc(cap);
+    if (head == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "ReserveStock batch: out of memory");
+        goto out;
+    }
+    head[0] = '\0';
+    strcat(head, ORDERS_SQL_INVENTORY_RESERVE_MANY_BEGIN);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            strcat(head, ORDERS_SQL_INVENTORY_RESERVE_MANY_MIDDLE);
+        for (size_t i = 0; i < n_skus; i++) {
+            if (skus[i].take == 0)
+                continue;
+            strcat(head, ORDERS_SQL_INVENTORY_RESERVE_MANY_CASE);
+            p[np++] = txo_p_str(skus[i].sku);
+            p[np++] = txo_p_i64(skus[i].take);
+        }
+    }
+    strcat(head, ORDERS_SQL_INVENTORY_RESERVE_MANY_END);
+    sql = txo_sql_in_list(head, padded, "");
+    txo_free(head);
+    if (sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "ReserveStock batch: out of memory");
+        goto out;
+    }
+    size_t first_in = np;
+    for (size_t i = 0; i < n_skus; i++)
+        if (skus[i].take > 0)
+            p[np++] = txo_p_str(skus[i].sku);
+    while (np - first_in < padded) {
+        p[np] = p[np - 1];
+        np++;
+    }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, p, np, &res, err);
+    if (rc < 0)
+        goto out;
+    if (res.affected_rows != n_take) {
+        rc = txo_error_set(err, TXO_EDB, "ReserveStock batch: %llu of %zu SKUs updated",
+                           (unsigned long long)res.affected_rows, n_take);
+        goto out;
+    }
+
+    /* The reservations, then the events. */
+    np = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = ctx[k]->state;
+        for (size_t i = 0; outcome[k] == 0 && i < st->n_stock; i++) {
+            p[np++] = txo_p_str(ctx[k]->saga_id);
+            p[np++] = txo_p_str(st->stock[i].sku);
+            p[np++] = txo_p_i64(st->stock[i].qty);
+        }
+    }
+    rc = batch_insert(tx, ORDERS_SQL_RESERVATION_INSERT_MANY, ORDERS_SQL_RESERVATION_INSERT_ROW,
+                      n_res, p, 3, NULL, err);
+    if (rc == 0)
+        rc = batch_emit(tx, ctx, n, outcome, "StockReserved", "stock-reserved", true, false, err);
+out:
+    txo_rows_free(rows);
+    txo_free(sql);
+    txo_free(skus);
+    txo_free(p);
+    txo_free(ids);
+    return rc;
+}
+
+/* The order ids of the batch as text (ids[k]) and as IN-list params (p[k]). */
+static void batch_order_ids(const struct txo_saga_ctx *const *ctx, size_t n, char (*ids)[40],
+                            struct txo_param *p)
+{
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = ctx[k]->state;
+        snprintf(ids[k], sizeof(ids[k]), "%" PRId64, st != NULL ? st->order_id : 0);
+        p[k] = txo_p_i64(st != NULL ? st->order_id : 0);
+    }
+}
+
+/* The batch's allocations (ids and params), shared by the two steps below. */
+struct batch_orders {
+    char (*ids)[40];
+    struct txo_param *p;
+};
+
+static int batch_orders_new(const struct txo_saga_ctx *const *ctx, size_t n, int *outcome,
+                            struct batch_orders *o, struct txo_error *err)
+{
+    o->ids = txo_calloc(n, sizeof(*o->ids));
+    o->p = txo_calloc(2 * n + 2, sizeof(*o->p));
+    if (o->ids == NULL || o->p == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "batch of %zu: out of memory", n);
+    for (size_t k = 0; k < n; k++) {
+        (void)batch_state(ctx[k], &outcome[k]);
+        if (outcome[k] == 0 && batch_faulty(ctx[k]))
+            outcome[k] = TXO_EUNSUPPORTED; /* injected faults: the single path plays them */
+    }
+    batch_order_ids(ctx, n, o->ids, o->p);
+    return 0;
+}
+
+static void batch_orders_free(struct batch_orders *o)
+{
+    txo_free(o->ids);
+    txo_free(o->p);
+}
+
+/* Orders whose id is in column 0 of `before` + IN list go the single way (re-runs). */
+static int batch_exclude_existing(struct txo_tx *tx, const char *before, const char *after,
+                                  size_t n, int *outcome, struct batch_orders *o,
+                                  struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    int rc = batch_query(tx, before, after, o->p, n, &rows, err);
+    if (rc == 0)
+        batch_exclude(rows, o->ids, n, outcome, TXO_EDUPLICATE);
+    txo_rows_free(rows);
+    return rc;
+}
+
+/* How many outcomes are 0. */
+static size_t batch_count_done(const int *outcome, size_t n)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        m += outcome[k] == 0;
+    return m;
+}
+
+/* ChargePayment (in-process payments) for many sagas: one multi-row INSERT of the payments
+ * and one of the PaymentCharged events. */
+static int charge_payment_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                int *outcome, struct txo_error *err)
+{
+    struct batch_orders o;
+    int rc = batch_orders_new(ctx, n, outcome, &o, err);
+    if (rc == 0)
+        rc = batch_exclude_existing(tx, ORDERS_SQL_PAYMENT_EXISTS_MANY, "", n, outcome, &o, err);
+    size_t m = rc == 0 ? batch_count_done(outcome, n) : 0;
+    if (m > 0) {
+        size_t np = 0;
+        for (size_t k = 0; k < n; k++) {
+            const struct order_saga_state *st = ctx[k]->state;
+            if (outcome[k] != 0)
+                continue;
+            o.p[np++] = txo_p_i64(st->order_id);
+            o.p[np++] = txo_p_i64(st->total_cents);
+        }
+        rc = batch_insert(tx, ORDERS_SQL_PAYMENT_INSERT_MANY, ORDERS_SQL_PAYMENT_INSERT_ROW, m, o.p,
+                          2, NULL, err);
+        if (rc == 0)
+            rc = batch_emit(tx, ctx, n, outcome, "PaymentCharged", "payment-charged", false, true,
+                            err);
+    }
+    batch_orders_free(&o);
+    return rc;
+}
+
+/* CreateShipment (in-process shipments) for many sagas: lock the orders, one multi-row INSERT
+ * of the shipments, one UPDATE confirming the orders, one multi-row INSERT of the events. */
+static int create_shipment_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                 int *outcome, struct txo_error *err)
+{
+    struct batch_orders o;
+    struct txo_rows *rows = NULL;
+    int rc = batch_orders_new(ctx, n, outcome, &o, err);
+    if (rc == 0)
+        rc = batch_query(tx, ORDERS_SQL_ORDER_LOCK_MANY, ORDERS_SQL_ORDER_LOCK_MANY_END, o.p, n,
+                         &rows, err);
+    /* Only CREATED orders ship here; a cancelled (or missing) one goes the single way. */
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        bool created = false;
+        for (size_t row = 0; row < txo_rows_count(rows); row++) {
+            const char *id = txo_rows_str(rows, row, 0, NULL);
+            const char *status = txo_rows_str(rows, row, 1, NULL);
+            if (id != NULL && strcmp(id, o.ids[k]) == 0)
+                created = status != NULL && strcmp(status, order_status_name(ORDER_CREATED)) == 0;
+        }
+        if (outcome[k] == 0 && !created)
+            outcome[k] = TXO_EBUSINESS;
+    }
+    if (rc == 0)
+        rc = batch_exclude_existing(tx, ORDERS_SQL_SHIPMENT_EXISTS_MANY, "", n, outcome, &o, err);
+    size_t m = rc == 0 ? batch_count_done(outcome, n) : 0;
+    if (m > 0) {
+        size_t np = 0;
+        for (size_t k = 0; k < n; k++)
+            if (outcome[k] == 0)
+                o.p[np++] = txo_p_i64(((const struct order_saga_state *)ctx[k]->state)->order_id);
+        rc = batch_insert(tx, ORDERS_SQL_SHIPMENT_INSERT_MANY, ORDERS_SQL_SHIPMENT_INSERT_ROW, m,
+                          o.p, 1, NULL, err);
+        struct txo_exec_result res = {0};
+        if (rc == 0) {
+            size_t padded = txo_sql_in_list_size(m);
+            char *sql = txo_sql_in_list(ORDERS_SQL_ORDER_CONFIRM_MANY, padded, "");
+            for (size_t k = m; k < padded; k++)
+                o.p[k] = o.p[m - 1];
+            rc = sql != NULL ? txo_tx_exec(tx, sql, o.p, padded, &res, err)
+                             : txo_error_set(err, TXO_ENOMEM, "CreateShipment batch: no memory");
+            txo_free(sql);
+        }
+        if (rc == 0 && res.affected_rows != m)
+            rc = txo_error_set(err, TXO_EDB, "CreateShipment batch: %llu of %zu orders confirmed",
+                               (unsigned long long)res.affected_rows, m);
+        if (rc == 0)
+            rc = batch_emit(tx, ctx, n, outcome, "ShipmentCreated", "shipment-created", false,
+                            false, err);
+    }
+    txo_rows_free(rows);
+    batch_orders_free(&o);
+    return rc;
+}
+
 /* With the payment and shipment services in-process (no URL configured): local steps. */
 static const struct txo_saga_step_def local_steps[] = {
-    {.name = "ReserveStock", .action = reserve_stock, .compensate = release_stock},
-    {.name = "ChargePayment", .action = charge_payment, .compensate = refund_payment},
-    {.name = "CreateShipment", .action = create_shipment, .compensate = cancel_shipment},
+    {.name = "ReserveStock",
+     .action = reserve_stock,
+     .compensate = release_stock,
+     .action_batch = reserve_stock_batch},
+    {.name = "ChargePayment",
+     .action = charge_payment,
+     .compensate = refund_payment,
+     .action_batch = charge_payment_batch},
+    {.name = "CreateShipment",
+     .action = create_shipment,
+     .compensate = cancel_shipment,
+     .action_batch = create_shipment_batch},
 };
 
 /* With the services called over HTTP: the same steps with their remote parts. */
 static const struct txo_saga_step_def remote_steps[] = {
-    {.name = "ReserveStock", .action = reserve_stock, .compensate = release_stock},
+    {.name = "ReserveStock",
+     .action = reserve_stock,
+     .compensate = release_stock,
+     .action_batch = reserve_stock_batch},
     {.name = "ChargePayment",
      .action = charge_payment,
      .compensate = refund_payment,
@@ -719,6 +1174,15 @@ int orders_run_saga(struct txo_db *db, const char *saga_id, const struct order_f
     }
     order_saga_env_init(&env, faults);
     return txo_saga_run(db, &order_def, saga_id, opts, &env, final, err);
+}
+
+int orders_run_saga_batch(struct txo_db *db, const char *const *saga_ids, size_t n,
+                          const struct order_faults *faults, const struct txo_saga_opts *opts,
+                          int *rcs, enum txo_saga_status *finals, struct txo_error *err)
+{
+    struct order_saga_env env;
+    order_saga_env_init(&env, faults);
+    return txo_saga_run_batch(db, &order_def, saga_ids, n, opts, &env, rcs, finals, err);
 }
 
 int orders_retry_saga(struct txo_db *db, const char *saga_id, const struct order_faults *faults,

@@ -207,6 +207,70 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 #define ORDERS_SQL_SHIPMENT_CANCEL                                                                 \
     "UPDATE shipments SET status = 'CANCELLED' WHERE order_id = ? AND status = 'CREATED'"
 
+/* ---- order_saga.c: the batch forms of the local steps ----
+ *
+ * Each is the text before an IN list (txo_sql_in_list) or the VALUES rows
+ * (txo_sql_values_rows). Every locking one names its index (FORCE INDEX) so that it locks the
+ * batch's rows only, and all are single-table statements.
+ */
+
+/* ReserveStock batch: every SKU of the batch, locked (X) in ascending SKU order (the order
+ * every inventory transaction locks in). Index: PRIMARY (sku). */
+#define ORDERS_SQL_INVENTORY_LOCK_MANY                                                             \
+    "SELECT sku, available FROM inventory FORCE INDEX (PRIMARY) WHERE sku IN "
+#define ORDERS_SQL_INVENTORY_LOCK_MANY_END " ORDER BY sku FOR UPDATE"
+
+/* ReserveStock batch: the sagas that reserved something already (a re-run: they go the single
+ * way). Index: PRIMARY (saga_id, sku) prefix. Locks: none (consistent read; the saga leases
+ * keep other workers away from these sagas). */
+#define ORDERS_SQL_RESERVED_SAGAS_MANY                                                             \
+    "SELECT DISTINCT saga_id FROM inventory_reservations FORCE INDEX (PRIMARY) WHERE saga_id IN "
+
+/* ReserveStock batch: the SKUs' new counts in one statement; the rows are locked by
+ * ORDERS_SQL_INVENTORY_LOCK_MANY, so the amounts computed from it hold. Built as
+ * UPDATE_BEGIN + n x CASE_ROW + MIDDLE + n x CASE_ROW + END + IN list; params per CASE_ROW:
+ * sku, qty. Index: PRIMARY. */
+#define ORDERS_SQL_INVENTORY_RESERVE_MANY_BEGIN                                                    \
+    "UPDATE inventory FORCE INDEX (PRIMARY) SET available = available - CASE sku"
+#define ORDERS_SQL_INVENTORY_RESERVE_MANY_CASE   " WHEN ? THEN ?"
+#define ORDERS_SQL_INVENTORY_RESERVE_MANY_MIDDLE " END, reserved = reserved + CASE sku"
+#define ORDERS_SQL_INVENTORY_RESERVE_MANY_END    " END WHERE sku IN "
+
+/* ReserveStock batch: the reservations. Params per row: saga_id, sku, qty. Locks: the new
+ * rows (and a shared lock per inventory row for the FK check, held X already). */
+#define ORDERS_SQL_RESERVATION_INSERT_MANY                                                         \
+    "INSERT INTO inventory_reservations (saga_id, sku, qty, status) VALUES "
+#define ORDERS_SQL_RESERVATION_INSERT_ROW "(?, ?, ?, 'RESERVED')"
+
+/* ChargePayment / CreateShipment batch: the orders that have a payment / shipment already (a
+ * re-run: the single way). Index: uq_payment_order / uq_shipment_order. Locks: none. */
+#define ORDERS_SQL_PAYMENT_EXISTS_MANY                                                             \
+    "SELECT order_id FROM payments FORCE INDEX (uq_payment_order) WHERE order_id IN "
+#define ORDERS_SQL_SHIPMENT_EXISTS_MANY                                                            \
+    "SELECT order_id FROM shipments FORCE INDEX (uq_shipment_order) WHERE order_id IN "
+
+/* ChargePayment batch: one payment per order. Params per row: order_id, amount_cents. A
+ * duplicate (raced) fails the batch with TXO_EDUPLICATE: its sagas then go the single way. */
+#define ORDERS_SQL_PAYMENT_INSERT_MANY                                                             \
+    "INSERT INTO payments (order_id, amount_cents, status) VALUES "
+#define ORDERS_SQL_PAYMENT_INSERT_ROW "(?, ?, 'CHARGED')"
+
+/* CreateShipment batch: the orders, locked (X), to see which are still CREATED. Index:
+ * PRIMARY. */
+#define ORDERS_SQL_ORDER_LOCK_MANY                                                                 \
+    "SELECT id, status FROM orders FORCE INDEX (PRIMARY) WHERE id IN "
+#define ORDERS_SQL_ORDER_LOCK_MANY_END " FOR UPDATE"
+
+/* CreateShipment batch: one shipment per order. Params per row: order_id. */
+#define ORDERS_SQL_SHIPMENT_INSERT_MANY "INSERT INTO shipments (order_id, status) VALUES "
+#define ORDERS_SQL_SHIPMENT_INSERT_ROW  "(?, 'CREATED')"
+
+/* CreateShipment batch: the orders locked above (all CREATED) confirmed. Index: PRIMARY.
+ * affected rows must be the batch's count. */
+#define ORDERS_SQL_ORDER_CONFIRM_MANY                                                              \
+    "UPDATE orders FORCE INDEX (PRIMARY) SET status = 'CONFIRMED', version = version + 1 "         \
+    "WHERE status = 'CREATED' AND id IN "
+
 /* ---- order_saga.c: order status changes ---- */
 
 /* orders PRIMARY. Locks the order row (X). Only CREATED moves: a re-run (already CONFIRMED)
@@ -307,6 +371,7 @@ enum audit_stock_col {
  */
 #define ORDERS_MOVES(X)                                                                            \
     X(ORDERS_SQL_ORDER_CONFIRM, CREATED, CONFIRMED)                                                \
+    X(ORDERS_SQL_ORDER_CONFIRM_MANY, CREATED, CONFIRMED)                                           \
     X(ORDERS_SQL_ORDER_CANCEL, CREATED, CANCELLED)                                                 \
     X(ORDERS_SQL_ORDER_CANCEL_AT_VERSION, CREATED, CANCELLED)
 

@@ -9,6 +9,8 @@
 static const struct cmd_broker *const brokers[] = {
     &cmd_broker_nats,
     &cmd_broker_kafka,
+    &cmd_broker_redis,
+    &cmd_broker_rabbitmq,
 };
 
 const struct cmd_broker *cmd_broker_find(const char *name)

@@ -42,6 +42,8 @@ struct cmd_broker {
 
 extern const struct cmd_broker cmd_broker_nats;
 extern const struct cmd_broker cmd_broker_kafka;
+extern const struct cmd_broker cmd_broker_redis;
+extern const struct cmd_broker cmd_broker_rabbitmq;
 
 /* The broker called name, or NULL. */
 const struct cmd_broker *cmd_broker_find(const char *name);

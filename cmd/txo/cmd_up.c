@@ -236,8 +236,8 @@ static int run(int argc, char **argv)
             cmd_report("up", "creating the publisher", &err);
             goto out;
         }
-    } else if (txo_publisher_local_new(txo_worker_handle_message, daemon_worker_runtime(worker),
-                                       &pub, &err) != 0) {
+    } else if (txo_publisher_local_batch_new(txo_worker_handle_batch, daemon_worker_runtime(worker),
+                                             &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);
         goto out;
     }

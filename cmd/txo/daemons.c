@@ -380,6 +380,7 @@ static void worker_opts(const struct worker_settings *s, struct txo_worker_opts 
 {
     txo_worker_opts_init(o);
     o->saga_threads = s->saga_threads;
+    o->saga_batch = s->saga_batch;
     o->poll_ms = s->poll_ms;
     o->saga.lease_s = s->saga_lease_s;
     o->saga.step_max_attempts = s->step_attempts;

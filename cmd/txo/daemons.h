@@ -66,6 +66,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o);
 /* ---- worker ---- */
 struct worker_settings {
     unsigned saga_threads;
+    unsigned saga_batch;
     unsigned poll_ms;
     unsigned saga_lease_s;
     unsigned step_attempts;

@@ -22,9 +22,12 @@
  * The reason goes into *err (txo_error_set), which is logged and, for local dispatch, stored
  * in outbox_events.last_error.
  *
- * Transports: NATS JetStream (txo/nats.h: txo_consumer_nats_new) and the in-process local
- * dispatch publisher below, which calls the handler from the relay itself. Other transports
- * plug in through struct txo_consumer_ops and txo_consumer_new().
+ * Transports: NATS JetStream (txo/nats.h: txo_consumer_nats_new), Redis Streams (txo/redis.h:
+ * txo_consumer_redis_new: XACK, transient failures claimed again after an idle time,
+ * permanent ones copied to a dead-letter stream), Kafka (txo/kafka.h: txo_consumer_kafka_new:
+ * offsets committed past settled records, transient failures sought back to) and the
+ * in-process local dispatch publisher below, which calls the handler from the relay itself.
+ * Other transports plug in through struct txo_consumer_ops and txo_consumer_new().
  *
  * Thread-safety: a consumer is polled by one thread at a time; distinct consumers (even on the
  * same durable) may be polled from different threads. A handler runs on the polling thread
@@ -65,6 +68,15 @@ struct txo_inbound_message {
  */
 typedef int (*txo_message_handler_fn)(void *arg, const struct txo_inbound_message *msg,
                                       struct txo_error *err);
+
+/*
+ * Processes the n messages of one delivery together (a relay's batch with local dispatch):
+ * results[i] gets msgs[i]'s verdict as a txo_message_handler_fn would return it, with the
+ * reason in errors[i] (pre-initialised). Returns 0, or a negative code when it could not run
+ * at all (then every message counts as failed with it). txo_worker_handle_batch() is one.
+ */
+typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                                    int *results, struct txo_error *errors);
 
 /* The transport behind a consumer handle. */
 struct txo_consumer_ops {
@@ -173,5 +185,14 @@ TXO_API void txo_event_release(struct txo_event *ev);
 TXO_API TXO_MUST_CHECK int txo_publisher_local_new(txo_message_handler_fn handler, void *arg,
                                                    struct txo_publisher **out,
                                                    struct txo_error *err);
+
+/*
+ * The same, handing the handler the relay's whole batch at once (one call per batch, in the
+ * batch's order), so it can apply many messages in one transaction; each message's result is
+ * what that call says of it.
+ */
+TXO_API TXO_MUST_CHECK int txo_publisher_local_batch_new(txo_batch_handler_fn handler, void *arg,
+                                                         struct txo_publisher **out,
+                                                         struct txo_error *err);
 
 #endif

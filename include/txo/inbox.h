@@ -58,6 +58,26 @@ TXO_API TXO_MUST_CHECK int txo_inbox_record(struct txo_tx *tx, const char *event
                                             const char *event_type, const char *payload_json,
                                             bool *duplicate, struct txo_error *err);
 
+/* One message for txo_inbox_record_many(); strings borrowed for the call. */
+struct txo_inbox_entry {
+    const char *event_id;
+    const char *event_type;
+    const char *payload_json;
+};
+
+/*
+ * txo_inbox_record() for n messages in two statements: one SELECT of the ids recorded
+ * already, one multi-row INSERT of the others. duplicate[i] is set as txo_inbox_record()
+ * sets it; an id given twice in entries is a duplicate the second time. Errors: those of
+ * txo_inbox_record() for any entry (checked before anything is written), and TXO_ECONFLICT
+ * when another transaction recorded one of the ids between the two statements (the caller
+ * rolls back and records the messages one by one, where the row lock decides). n = 0 writes
+ * nothing and succeeds.
+ */
+TXO_API TXO_MUST_CHECK int txo_inbox_record_many(struct txo_tx *tx,
+                                                 const struct txo_inbox_entry *entries, size_t n,
+                                                 bool *duplicate, struct txo_error *err);
+
 /*
  * Retention: deletes inbox rows processed more than older_than_s seconds ago (rows with
  * processed_at NULL, which txo never writes, are kept), oldest first, at most batch_size

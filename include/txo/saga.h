@@ -169,6 +169,23 @@ typedef int (*txo_saga_remote_fn)(const struct txo_saga_ctx *ctx, struct txo_err
 typedef int (*txo_saga_finish_fn)(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                                   enum txo_saga_status final_status, struct txo_error *err);
 
+/*
+ * The batch form of a local step (optional): the action of n sagas at this same step in ONE
+ * transaction, written as set-based statements (one statement for many sagas' rows) instead
+ * of n runs of the action. ctx[k] is what the action would get for saga k. For each saga it
+ * sets outcome[k]:
+ *   0          done: what it wrote for saga k commits with the batch, the step COMPLETED;
+ *   non-zero   not done here (any TXO_E* code: not enough stock, a row that says "re-run",
+ *              a fault to inject): it must have written NOTHING for saga k. The engine then
+ *              runs saga k's step on its own through `action`, which records the real outcome
+ *              (failed, retried) the usual way.
+ * Returning non-zero fails the whole batch: the transaction rolls back and every saga of it
+ * runs its step on its own. A batch never holds a saga back: whatever the batch cannot do is
+ * done by the single path, so a step_batch only needs to cover the common first run.
+ */
+typedef int (*txo_saga_step_batch_fn)(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
+                                      size_t n, int *outcome, struct txo_error *err);
+
 struct txo_saga_step_def {
     const char *name;                     /* "ReserveStock"; stored in saga_steps.step_name */
     txo_saga_step_fn action;              /* the local part (required) */
@@ -183,6 +200,9 @@ struct txo_saga_step_def {
      * caught by the local part, and the call is undone.
      */
     txo_saga_step_fn guard;
+    /* Optional batch form of `action` (see txo_saga_step_batch_fn), for txo_saga_run_batch();
+     * only used for a step without a remote part. */
+    txo_saga_step_batch_fn action_batch;
 };
 
 struct txo_saga_def {
@@ -222,6 +242,25 @@ TXO_API TXO_MUST_CHECK int txo_saga_create(struct txo_tx *tx, const struct txo_s
                                            char saga_id[TXO_SAGA_ID_LEN], bool *created,
                                            struct txo_error *err);
 
+/* One saga for txo_saga_create_many(): what to create, and what happened. */
+struct txo_saga_new {
+    const char *correlation_id;    /* borrowed */
+    const char *payload_json;      /* borrowed */
+    char saga_id[TXO_SAGA_ID_LEN]; /* out: the new or the existing saga's id */
+    bool created;                  /* out: false when it existed (or came twice in the list) */
+};
+
+/*
+ * txo_saga_create() for n sagas of def inside tx, in three statements whatever n: one SELECT
+ * of the correlation ids that exist, one multi-row INSERT of the new instances, one of all
+ * their steps. Errors: those of txo_saga_create() (checked before anything is written), and
+ * TXO_EDUPLICATE when another transaction created one of them between the SELECT and the
+ * INSERT (roll back and create them one by one). n = 0 writes nothing and succeeds.
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
+                                                struct txo_saga_new *sagas, size_t n,
+                                                struct txo_error *err);
+
 /*
  * Takes the saga's owner lease and drives it from its persisted state to a terminal state:
  * RUNNING runs the remaining steps, COMPENSATING undoes the completed ones. A saga already
@@ -235,6 +274,28 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
                                         const char *saga_id, const struct txo_saga_opts *opts,
                                         void *user, enum txo_saga_status *final,
                                         struct txo_error *err);
+
+/*
+ * Drives n sagas of def to a terminal state, as txo_saga_run() does each, but a step that
+ * several of them have next and whose definition has an action_batch runs for all of them in
+ * one transaction: the leases are taken with one statement, the sagas loaded with one, and
+ * such a step costs its batch's statements plus two fenced statements (the instances' lease
+ * or completion, the steps' status) for the whole batch, instead of a transaction per saga.
+ * A saga that the batch did not complete, and every step without a batch form, runs the
+ * single way. A crash anywhere inside a batch's transaction commits nothing of it: every saga
+ * is resumed from its persisted state after its lease expires.
+ * rcs[k] (may be NULL) gets what txo_saga_run() would have returned for ids[k], finals[k]
+ * (may be NULL) the state it ended in. Returns 0 when every saga was handled (look at rcs),
+ * or an error that stopped the whole batch (bad arguments, out of memory).
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def,
+                                              const char *const *ids, size_t n,
+                                              const struct txo_saga_opts *opts, void *user,
+                                              int *rcs, enum txo_saga_status *finals,
+                                              struct txo_error *err);
+
+/* True when some step of def has an action_batch: txo_saga_run_batch() can save work. */
+TXO_API bool txo_saga_def_batches(const struct txo_saga_def *def);
 
 /*
  * Retries a COMPENSATION_FAILED saga: moves it (and its COMPENSATION_FAILED steps) back to

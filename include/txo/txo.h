@@ -26,6 +26,7 @@
 #include "txo/webhook.h"
 #include "txo/consumer.h"
 #include "txo/nats.h"
+#include "txo/rabbitmq.h"
 #include "txo/retry.h"
 #include "txo/breaker.h"
 #include "txo/bulkhead.h"

@@ -29,7 +29,8 @@
  * thread that cannot reach the database waits and tries again):
  *   - the transport's polling thread (when a consumer is attached), calling the event
  *     handlers through txo_worker_handle_message;
- *   - saga runners (saga_threads): drive sagas to a terminal state with txo_saga_run();
+ *   - saga runners (saga_threads): drive sagas to a terminal state with txo_saga_run(), or
+ *     several at once with txo_saga_run_batch() (saga_batch);
  *   - the scheduler: finds the work no live process holds: RUNNING / COMPENSATING sagas with
  *     no owner or an expired owner lease (new sagas, and those whose worker died) are resumed;
  *     COMPENSATION_FAILED sagas whose retry is due (saga_instances.retry_at, oldest first)
@@ -51,8 +52,9 @@
  * (The gauges read from the tables, such as sagas per status, belong to whoever scrapes the
  * database: txo_saga_count().)
  *
- * Batches: handlers take one event today; the table entries leave room for a batch form
- * that takes every event of a delivery at once (one transaction for many inbox rows).
+ * Batches: a transport that delivers many messages at once (the local dispatch of a relay
+ * batch) hands them to txo_worker_handle_batch(): one transaction for the delivery's inbox
+ * rows, handlers and new sagas. Handlers are the same per-event functions either way.
  *
  * Thread-safety: txo_worker_handle_message may be called from any thread (calls are
  * serialised on the worker's consumer connection). new/attach/start/stop/free from one thread.
@@ -125,7 +127,11 @@ struct txo_worker_opts {
     size_t n_sagas;
     void *handler_arg; /* txo_handler_arg() */
 
-    unsigned saga_threads;     /* saga runners; default 4, max 256 */
+    unsigned saga_threads; /* saga runners; default 4, max 256 */
+    /* The most sagas a runner takes at once (1..1000, default 50). A runner takes what is
+     * queued when it asks, never waiting for more, so at low load a batch is one saga; under
+     * load the sagas of a type whose steps have batch forms run as txo_saga_run_batch(). */
+    unsigned saga_batch;
     int64_t poll_ms;           /* scheduler period when idle; default 200 */
     struct txo_saga_opts saga; /* lease, step tries, compensation retry policy (owner: per
                                 * runner thread) */
@@ -181,6 +187,19 @@ TXO_API void txo_worker_free(struct txo_worker *w);
  */
 TXO_API int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                                       struct txo_error *err);
+
+/*
+ * txo_worker_handle_message() for a whole delivery at once, a txo_batch_handler_fn (arg =
+ * the worker): the messages the worker handles are recorded in the inbox with one statement
+ * (duplicates dropped), their handlers run in that same transaction, and the sagas they start
+ * are created with one statement per saga type at its end. results[i] / errors[i] get each
+ * message's verdict, as txo_worker_handle_message() would give it. Whatever the batch cannot
+ * do in one transaction (a handler error, an id raced by another consumer, a handler asking
+ * txo_handler_start_saga() whether the saga was new) rolls it back and runs its messages one
+ * by one through txo_worker_handle_message(). Returns 0.
+ */
+TXO_API int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                                    int *results, struct txo_error *errors);
 
 /* What the worker did so far (also in the metrics). */
 struct txo_worker_stats {

@@ -76,3 +76,81 @@ int txo_inbox_record(struct txo_tx *tx, const char *event_id, const char *event_
             *duplicate ? "duplicate skipped" : "recorded");
     return 0;
 }
+
+int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entries, size_t n,
+                          bool *duplicate, struct txo_error *err)
+{
+    TXO_ASSERT(tx != NULL && (n == 0 || (entries != NULL && duplicate != NULL)));
+    for (size_t i = 0; i < n; i++) {
+        int rc =
+            check_args(entries[i].event_id, entries[i].event_type, entries[i].payload_json, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (n == 0)
+        return 0;
+    size_t padded = txo_sql_in_list_size(n);
+    char *known_sql = txo_sql_in_list(INBOX_SQL_KNOWN_MANY, padded, "");
+    struct txo_param *p = txo_calloc(padded > 3 * n ? padded : 3 * n, sizeof(*p));
+    char *insert_sql = NULL;
+    struct txo_rows *rows = NULL;
+    int rc = 0;
+    if (known_sql == NULL || p == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "inbox record of %zu: out of memory", n);
+        goto out;
+    }
+    for (size_t k = 0; k < padded; k++)
+        p[k] = txo_p_str(entries[k < n ? k : n - 1].event_id);
+    rc = txo_tx_query(tx, known_sql, p, padded, &rows, err);
+    if (rc < 0)
+        goto out;
+    size_t fresh = 0;
+    for (size_t i = 0; i < n; i++) {
+        duplicate[i] = false;
+        for (size_t r = 0; !duplicate[i] && r < txo_rows_count(rows); r++) {
+            size_t len = 0;
+            const char *v = txo_rows_str(rows, r, 0, &len);
+            duplicate[i] = v != NULL && len == strlen(entries[i].event_id) &&
+                           memcmp(v, entries[i].event_id, len) == 0;
+        }
+        for (size_t j = 0; !duplicate[i] && j < i; j++)
+            duplicate[i] = strcmp(entries[j].event_id, entries[i].event_id) == 0;
+        if (duplicate[i])
+            continue;
+        p[3 * fresh] = txo_p_str(entries[i].event_id);
+        p[3 * fresh + 1] = txo_p_str(entries[i].event_type);
+        p[3 * fresh + 2] = txo_p_str(entries[i].payload_json);
+        fresh++;
+    }
+    if (fresh == 0)
+        goto out;
+    char *values = txo_sql_values_rows(INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW);
+    if (values != NULL) {
+        size_t len = strlen(values) + strlen(INBOX_SQL_RECORD_MANY_END) + 1;
+        insert_sql = txo_malloc(len);
+        if (insert_sql != NULL)
+            snprintf(insert_sql, len, "%s%s", values, INBOX_SQL_RECORD_MANY_END);
+        txo_free(values);
+    }
+    if (insert_sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "inbox record of %zu: out of memory", n);
+        goto out;
+    }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, insert_sql, p, 3 * fresh, &res, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "inbox record of %zu", fresh);
+        goto out;
+    }
+    if (res.affected_rows != fresh)
+        rc = txo_error_set(err, TXO_ECONFLICT,
+                           "inbox record of %zu: %llu inserted, another consumer recorded the "
+                           "rest meanwhile",
+                           fresh, (unsigned long long)res.affected_rows);
+out:
+    txo_rows_free(rows);
+    txo_free(known_sql);
+    txo_free(insert_sql);
+    txo_free(p);
+    return rc;
+}

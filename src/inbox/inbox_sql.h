@@ -20,4 +20,24 @@
     "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "                      \
     "VALUES (?, ?, ?, NOW(6)) ON DUPLICATE KEY UPDATE event_id = event_id"
 
+/*
+ * txo_inbox_record_many: which of these ids are recorded already (committed). Index: PRIMARY.
+ * Locks: none (consistent read). Followed by an IN list (txo_sql_in_list).
+ */
+#define INBOX_SQL_KNOWN_MANY                                                                       \
+    "SELECT event_id FROM inbox_events FORCE INDEX (PRIMARY) WHERE event_id IN "
+
+/*
+ * txo_inbox_record_many: the new ids in one statement, INBOX_SQL_RECORD_MANY + n x
+ * INBOX_SQL_RECORD_ROW (txo_sql_values_rows) + INBOX_SQL_RECORD_MANY_END. As INBOX_SQL_RECORD,
+ * affected rows counts the rows inserted: fewer than given means another transaction
+ * recorded one of them since INBOX_SQL_KNOWN_MANY looked. Params per row: event_id,
+ * event_type, payload. Locks: the new rows (and waits, as INBOX_SQL_RECORD, for an open
+ * transaction that inserted one of the ids).
+ */
+#define INBOX_SQL_RECORD_MANY                                                                      \
+    "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) VALUES "
+#define INBOX_SQL_RECORD_ROW      "(?, ?, ?, NOW(6))"
+#define INBOX_SQL_RECORD_MANY_END " ON DUPLICATE KEY UPDATE event_id = event_id"
+
 #endif

@@ -71,6 +71,7 @@ enum load_col {
     LOAD_STEP_STATUS,
     LOAD_STEP_REMOTE,
     LOAD_STEP_ERROR_CODE,
+    LOAD_ID, /* SAGA_SQL_LOAD_MANY only */
 };
 
 /* What the engine knows of one step, as of the last commit. */
@@ -991,13 +992,21 @@ struct acquire_tx {
     char *owner; /* the holder, when not acquired */
 };
 
-/* Checks the loaded steps (SAGA_SQL_LOAD rows, in any order) against the definition and
- * parses them, each into its place by step_order. */
-static int load_steps(struct run *r, const struct txo_rows *rows, struct txo_error *err)
+/* The row index of the k-th row of a saga: idx[k], or k when idx is NULL (every row is its). */
+static size_t row_at(const size_t *idx, size_t k)
+{
+    return idx != NULL ? idx[k] : k;
+}
+
+/* Checks the loaded steps (SAGA_SQL_LOAD rows, in any order: the rows idx[0..n_rows) of
+ * rows, or all of them when idx is NULL) against the definition and parses them, each into
+ * its place by step_order. */
+static int load_steps(struct run *r, const struct txo_rows *rows, const size_t *idx, size_t n_rows,
+                      struct txo_error *err)
 {
     const struct txo_saga_def *def = r->def;
-    size_t stored = txo_rows_count(rows);
-    if (stored == 1 && txo_rows_is_null(rows, 0, LOAD_STEP_ORDER))
+    size_t stored = n_rows;
+    if (stored == 1 && txo_rows_is_null(rows, row_at(idx, 0), LOAD_STEP_ORDER))
         stored = 0;
     if (stored != def->n_steps)
         return txo_error_set(err, TXO_EINVAL, "saga %s has %zu steps stored, definition %s has %zu",
@@ -1006,7 +1015,8 @@ static int load_steps(struct run *r, const struct txo_rows *rows, struct txo_err
     if (seen == NULL)
         return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
     int rc = 0;
-    for (size_t row = 0; row < stored && rc == 0; row++) {
+    for (size_t k = 0; k < stored && rc == 0; k++) {
+        size_t row = row_at(idx, k);
         int64_t order = txo_rows_i64(rows, row, LOAD_STEP_ORDER);
         const char *name = txo_rows_str(rows, row, LOAD_STEP_NAME, NULL);
         if (order < 1 || order > (int64_t)def->n_steps || seen[order - 1]) {
@@ -1040,9 +1050,10 @@ static int load_steps(struct run *r, const struct txo_rows *rows, struct txo_err
     return rc;
 }
 
-/* Copies the instance's correlation id and payload into r and decodes the payload (again
- * when a transaction body runs again). */
-static int load_instance(struct run *r, const struct txo_rows *rows, struct txo_error *err)
+/* Copies the instance's correlation id and payload (from row `row` of rows) into r and
+ * decodes the payload (again when a transaction body runs again). */
+static int load_instance(struct run *r, const struct txo_rows *rows, size_t row,
+                         struct txo_error *err)
 {
     txo_free(r->correlation_id);
     txo_free(r->payload);
@@ -1051,11 +1062,11 @@ static int load_instance(struct run *r, const struct txo_rows *rows, struct txo_
     r->state = NULL;
     r->has_state = false;
     size_t len = 0;
-    const char *payload = txo_rows_str(rows, 0, LOAD_PAYLOAD, &len);
-    r->correlation_id = txo_strdup(txo_rows_str(rows, 0, LOAD_CORRELATION, NULL));
+    const char *payload = txo_rows_str(rows, row, LOAD_PAYLOAD, &len);
+    r->correlation_id = txo_strdup(txo_rows_str(rows, row, LOAD_CORRELATION, NULL));
     r->payload = txo_strndup(payload != NULL ? payload : "", payload != NULL ? len : 0);
     r->payload_len = payload != NULL ? len : 0;
-    r->compensation_tries = (unsigned)txo_rows_i64(rows, 0, LOAD_COMPENSATION_TRIES);
+    r->compensation_tries = (unsigned)txo_rows_i64(rows, row, LOAD_COMPENSATION_TRIES);
     if (r->correlation_id == NULL || r->payload == NULL)
         return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
     if (r->def->decode != NULL) {
@@ -1111,9 +1122,9 @@ static int acquire_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
                            type != NULL ? type : "NULL", r->def->type);
         goto out;
     }
-    rc = load_steps(r, rows, err);
+    rc = load_steps(r, rows, NULL, txo_rows_count(rows), err);
     if (rc == 0)
-        rc = load_instance(r, rows, err);
+        rc = load_instance(r, rows, 0, err);
     if (rc != 0)
         goto out;
     r->status = a->status;
@@ -1155,72 +1166,93 @@ out:
     return rc;
 }
 
+/* Fills r for a run of saga_id (nothing taken or loaded yet). Release with run_release(). */
+static int run_setup(struct run *r, struct txo_db *db, const struct txo_saga_def *def,
+                     const char *saga_id, const struct txo_saga_opts *opts, void *user,
+                     struct txo_error *err)
+{
+    memset(r, 0, sizeof(*r));
+    if (db == NULL || saga_id == NULL || strlen(saga_id) >= TXO_SAGA_ID_LEN)
+        return txo_error_set(err, TXO_EINVAL, "saga run: missing db or bad saga id");
+    if (opts != NULL)
+        r->opts = *opts;
+    else
+        txo_saga_opts_init(&r->opts);
+    if (r->opts.lease_s == 0)
+        return txo_error_set(err, TXO_EINVAL, "saga %s: lease_s must be > 0", saga_id);
+    if (r->opts.step_max_attempts == 0)
+        r->opts.step_max_attempts = 1;
+    if (r->opts.compensation_max_tries == 0)
+        r->opts.compensation_max_tries = 1;
+    const char *owner = r->opts.owner != NULL ? r->opts.owner : default_owner();
+    if (owner[0] == '\0' || strlen(owner) > OWNER_MAX)
+        return txo_error_set(err, TXO_EINVAL, "saga owner must be 1..%d bytes", OWNER_MAX);
+    snprintf(r->owner, sizeof(r->owner), "%s", owner);
+    snprintf(r->id, sizeof(r->id), "%s", saga_id);
+    r->db = db;
+    r->def = def;
+    r->user = user;
+    r->clock = r->opts.clock != NULL ? r->opts.clock : txo_clock_system();
+    r->steps = txo_calloc(def->n_steps, sizeof(*r->steps));
+    if (r->steps == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory", saga_id);
+    return 0;
+}
+
+static void run_release(struct run *r)
+{
+    if (r->has_state && r->def->free_state != NULL)
+        r->def->free_state(r->state);
+    for (size_t i = 0; r->steps != NULL && i < r->def->n_steps; i++)
+        txo_free(r->steps[i].error);
+    txo_free(r->steps);
+    txo_free(r->correlation_id);
+    txo_free(r->payload);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Drives a saga whose lease r holds from its loaded state to a terminal state. */
+static int drive_run(struct run *r, struct txo_error *err)
+{
+    while (!txo_saga_is_terminal(r->status)) {
+        enum txo_saga_status before = r->status;
+        int rc = 0;
+        if (r->status == TXO_SAGA_RUNNING)
+            rc = drive_forward(r, err);
+        else if (r->status == TXO_SAGA_COMPENSATING)
+            rc = drive_back(r, err);
+        else
+            TXO_BUG("saga %s: non-terminal status %d", r->id, (int)r->status);
+        if (rc != 0)
+            return rc;
+        TXO_ASSERT(r->status != before);
+    }
+    /* One line per saga is per-request noise when it completes; an abort is worth seeing. */
+    TXO_LOG(r->status == TXO_SAGA_COMPLETED ? TXO_LOG_DEBUG : TXO_LOG_INFO, "saga",
+            "saga finished saga_id=%s type=%s status=%s", r->id, r->def->type,
+            txo_saga_status_name(r->status));
+    return 0;
+}
+
 static int drive(struct txo_db *db, const struct txo_saga_def *def, const char *saga_id,
                  const struct txo_saga_opts *opts, void *user, bool retry,
                  enum txo_saga_status *final, struct txo_error *err)
 {
-    struct run r;
-    memset(&r, 0, sizeof(r));
     int rc = check_def(def, err);
     if (rc != 0)
         return rc;
-    if (db == NULL || saga_id == NULL || strlen(saga_id) >= TXO_SAGA_ID_LEN)
-        return txo_error_set(err, TXO_EINVAL, "saga run: missing db or bad saga id");
-    if (opts != NULL)
-        r.opts = *opts;
-    else
-        txo_saga_opts_init(&r.opts);
-    if (r.opts.lease_s == 0)
-        return txo_error_set(err, TXO_EINVAL, "saga %s: lease_s must be > 0", saga_id);
-    if (r.opts.step_max_attempts == 0)
-        r.opts.step_max_attempts = 1;
-    if (r.opts.compensation_max_tries == 0)
-        r.opts.compensation_max_tries = 1;
-    const char *owner = r.opts.owner != NULL ? r.opts.owner : default_owner();
-    if (owner[0] == '\0' || strlen(owner) > OWNER_MAX)
-        return txo_error_set(err, TXO_EINVAL, "saga owner must be 1..%d bytes", OWNER_MAX);
-    snprintf(r.owner, sizeof(r.owner), "%s", owner);
-    snprintf(r.id, sizeof(r.id), "%s", saga_id);
-    r.db = db;
-    r.def = def;
-    r.user = user;
-    r.clock = r.opts.clock != NULL ? r.opts.clock : txo_clock_system();
-    r.steps = txo_calloc(def->n_steps, sizeof(*r.steps));
-    if (r.steps == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory", saga_id);
+    struct run r;
+    rc = run_setup(&r, db, def, saga_id, opts, user, err);
+    if (rc != 0)
         goto out;
-    }
-
     bool terminal;
     rc = acquire(&r, retry, &terminal, err);
-    if (rc != 0 || terminal)
-        goto out;
-    while (!txo_saga_is_terminal(r.status)) {
-        enum txo_saga_status before = r.status;
-        if (r.status == TXO_SAGA_RUNNING)
-            rc = drive_forward(&r, err);
-        else if (r.status == TXO_SAGA_COMPENSATING)
-            rc = drive_back(&r, err);
-        else
-            TXO_BUG("saga %s: non-terminal status %d", r.id, (int)r.status);
-        if (rc != 0)
-            goto out;
-        TXO_ASSERT(r.status != before);
-    }
-    /* One line per saga is per-request noise when it completes; an abort is worth seeing. */
-    TXO_LOG(r.status == TXO_SAGA_COMPLETED ? TXO_LOG_DEBUG : TXO_LOG_INFO, "saga",
-            "saga finished saga_id=%s type=%s status=%s", r.id, def->type,
-            txo_saga_status_name(r.status));
-out:
+    if (rc == 0 && !terminal)
+        rc = drive_run(&r, err);
     if (rc == 0 && final != NULL)
         *final = r.status;
-    if (r.has_state && def->free_state != NULL)
-        def->free_state(r.state);
-    for (size_t i = 0; r.steps != NULL && i < def->n_steps; i++)
-        txo_free(r.steps[i].error);
-    txo_free(r.steps);
-    txo_free(r.correlation_id);
-    txo_free(r.payload);
+out:
+    run_release(&r);
     return rc;
 }
 
@@ -1236,6 +1268,371 @@ int txo_saga_retry(struct txo_db *db, const struct txo_saga_def *def, const char
                    struct txo_error *err)
 {
     return drive(db, def, saga_id, opts, user, true, final, err);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batches: one step of many sagas in one transaction */
+
+/* One saga of txo_saga_run_batch. */
+struct batch_saga {
+    struct run r;
+    bool set_up;   /* run_setup succeeded */
+    bool acquired; /* its lease was taken by SAGA_SQL_ACQUIRE_MANY and it is loaded */
+    bool single;   /* out of the batches: runs the single way from now on */
+    int rc;
+};
+
+/* The saga ids of b[k] for k in pick[0..m), as IN-list parameters after `lead` leading ones
+ * (already in p), padded to txo_sql_in_list_size(m) by repeating the last id. */
+static void batch_ids(const struct batch_saga *b, const size_t *pick, size_t m, struct txo_param *p,
+                      size_t lead)
+{
+    size_t padded = txo_sql_in_list_size(m);
+    for (size_t k = 0; k < padded; k++)
+        p[lead + k] = txo_p_str(b[pick[k < m ? k : m - 1]].r.id);
+}
+
+/* Runs `before` + IN list of the sagas pick[0..m) with the lead params first; *affected gets
+ * the affected rows. */
+static int batch_exec(struct txo_tx *tx, const char *before, const struct txo_param *lead,
+                      size_t n_lead, const struct batch_saga *b, const size_t *pick, size_t m,
+                      uint64_t *affected, struct txo_error *err)
+{
+    size_t padded = txo_sql_in_list_size(m);
+    char *sql = txo_sql_in_list(before, padded, "");
+    struct txo_param *p = txo_calloc(n_lead + padded, sizeof(*p));
+    int rc = 0;
+    if (sql == NULL || p == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "saga batch of %zu: out of memory", m);
+        goto out;
+    }
+    memcpy(p, lead, n_lead * sizeof(*p));
+    batch_ids(b, pick, m, p, n_lead);
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, p, n_lead + padded, &res, err);
+    if (rc == 0)
+        *affected = res.affected_rows;
+out:
+    txo_free(sql);
+    txo_free(p);
+    return rc;
+}
+
+struct batch_acquire_tx {
+    struct batch_saga *b;
+    size_t *pick; /* every saga that was set up */
+    size_t m;
+};
+
+/* Takes the leases with one statement and loads the sagas taken with another. */
+static int batch_acquire_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct batch_acquire_tx *a = arg;
+    struct batch_saga *b = a->b;
+    const struct run *r0 = &b[a->pick[0]].r;
+    for (size_t k = 0; k < a->m; k++)
+        b[a->pick[k]].acquired = false;
+    struct txo_param lead[] = {txo_p_str(r0->owner), txo_p_i64(r0->opts.lease_s),
+                               txo_p_str(r0->owner)};
+    uint64_t taken = 0;
+    int rc = batch_exec(tx, SAGA_SQL_ACQUIRE_MANY, lead, TXO_ARRAY_LEN(lead), b, a->pick, a->m,
+                        &taken, err);
+    if (rc != 0 || taken == 0)
+        return rc;
+
+    size_t padded = txo_sql_in_list_size(a->m);
+    char *sql = txo_sql_in_list(SAGA_SQL_LOAD_MANY, padded, "");
+    struct txo_param *p = txo_calloc(1 + padded, sizeof(*p));
+    size_t *idx = NULL;
+    struct txo_rows *rows = NULL;
+    if (sql == NULL || p == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "saga batch: out of memory");
+        goto out;
+    }
+    p[0] = txo_p_str(r0->owner);
+    batch_ids(b, a->pick, a->m, p, 1);
+    rc = txo_tx_query(tx, sql, p, 1 + padded, &rows, err);
+    if (rc != 0)
+        goto out;
+    size_t n_rows = txo_rows_count(rows);
+    idx = txo_calloc(n_rows > 0 ? n_rows : 1, sizeof(*idx));
+    if (idx == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "saga batch: out of memory");
+        goto out;
+    }
+    for (size_t k = 0; k < a->m && rc == 0; k++) {
+        struct batch_saga *bs = &b[a->pick[k]];
+        size_t got = 0;
+        for (size_t row = 0; row < n_rows; row++) {
+            const char *id = txo_rows_str(rows, row, LOAD_ID, NULL);
+            if (id != NULL && strcmp(id, bs->r.id) == 0)
+                idx[got++] = row;
+        }
+        if (got == 0)
+            continue; /* not taken: the single path tells why */
+        const char *type = txo_rows_str(rows, idx[0], LOAD_TYPE, NULL);
+        if (type == NULL || strcmp(type, bs->r.def->type) != 0) {
+            bs->single = true; /* the single path refuses it with the reason */
+            continue;
+        }
+        rc = parse_saga_status(bs->r.id, txo_rows_str(rows, idx[0], LOAD_STATUS, NULL),
+                               &bs->r.status, err);
+        if (rc == 0)
+            rc = load_steps(&bs->r, rows, idx, got, err);
+        if (rc == 0)
+            rc = load_instance(&bs->r, rows, idx[0], err);
+        bs->acquired = rc == 0;
+    }
+out:
+    txo_rows_free(rows);
+    txo_free(idx);
+    txo_free(sql);
+    txo_free(p);
+    return rc;
+}
+
+/* The step saga b runs next: the first that is not COMPLETED (n_steps when none). */
+static size_t next_step(const struct run *r)
+{
+    size_t i = 0;
+    while (i < r->def->n_steps && r->steps[i].status == TXO_STEP_COMPLETED)
+        i++;
+    return i;
+}
+
+/* True when saga b can take part in a batch of step i. */
+static bool batchable(const struct batch_saga *b, size_t i)
+{
+    const struct run *r = &b->r;
+    const struct txo_saga_step_def *sd = &r->def->steps[i];
+    return b->acquired && !b->single && r->status == TXO_SAGA_RUNNING && next_step(r) == i &&
+           r->steps[i].status == TXO_STEP_PENDING && sd->action_batch != NULL && sd->remote == NULL;
+}
+
+struct batch_step_tx {
+    struct batch_saga *b;
+    const size_t *pick; /* the batch: indexes into b */
+    size_t m;
+    size_t i;    /* the step */
+    bool finish; /* the sagas' last step: they complete with it */
+    /* out, reset per attempt */
+    int *outcome;
+    size_t *done; /* the sagas whose outcome is 0 */
+    size_t n_done;
+    bool body_failed; /* action_batch itself failed */
+};
+
+static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct batch_step_tx *t = arg;
+    struct batch_saga *b = t->b;
+    const struct run *r0 = &b[t->pick[0]].r;
+    const struct txo_saga_step_def *sd = &r0->def->steps[t->i];
+    unsigned order = (unsigned)t->i + 1;
+    t->n_done = 0;
+    t->body_failed = false;
+
+    struct txo_saga_ctx *ctx = txo_calloc(t->m, sizeof(*ctx));
+    const struct txo_saga_ctx **cp = txo_calloc(t->m, sizeof(*cp));
+    int rc = 0;
+    if (ctx == NULL || cp == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "saga batch of %zu: out of memory", t->m);
+        goto out;
+    }
+    for (size_t k = 0; k < t->m; k++) {
+        const struct run *r = &b[t->pick[k]].r;
+        make_ctx(r, t->i, 1, false, NULL, &ctx[k]);
+        cp[k] = &ctx[k];
+        t->outcome[k] = 0;
+        /* Checked before anything is written: PENDING -> RUNNING -> COMPLETED (and the
+         * saga's COMPLETED) are the single path's moves, made here in one go. */
+        rc = txo__step_check_move(r->id, order, TXO_STEP_PENDING, TXO_STEP_RUNNING, err);
+        if (rc == 0)
+            rc = txo__step_check_move(r->id, order, TXO_STEP_RUNNING, TXO_STEP_COMPLETED, err);
+        if (rc == 0 && t->finish)
+            rc = txo__saga_check_move(r->id, TXO_SAGA_RUNNING, TXO_SAGA_COMPLETED, err);
+        if (rc != 0)
+            goto out;
+    }
+    txo_error_init(err);
+    rc = sd->action_batch(tx, cp, t->m, t->outcome, err);
+    if (rc != 0) {
+        if (rc > 0)
+            rc = txo_error_set(err, TXO_EINVAL, "%s batch returned %d (not a TXO_E* code)",
+                               sd->name, rc);
+        t->body_failed = true;
+        goto out;
+    }
+    for (size_t k = 0; k < t->m; k++)
+        if (t->outcome[k] == 0)
+            t->done[t->n_done++] = t->pick[k];
+    if (t->n_done == 0)
+        goto out;
+    txo_crash_point("saga.batch.before_commit");
+    uint64_t affected = 0;
+    if (t->finish) {
+        struct txo_param lead[] = {txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED)),
+                                   txo_p_str(r0->owner),
+                                   txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING))};
+        rc = batch_exec(tx, SAGA_SQL_FINISH_MANY, lead, TXO_ARRAY_LEN(lead), b, t->done, t->n_done,
+                        &affected, err);
+    } else {
+        struct txo_param lead[] = {txo_p_i64(r0->opts.lease_s), txo_p_str(r0->owner),
+                                   txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING))};
+        rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, t->done, t->n_done,
+                        &affected, err);
+    }
+    if (rc == 0 && affected != t->n_done)
+        rc = txo_error_set(err, TXO_ELEASELOST,
+                           "saga batch of %zu at step %s: %llu still owned by %s", t->n_done,
+                           sd->name, (unsigned long long)affected, r0->owner);
+    if (rc != 0)
+        goto out;
+    struct txo_param steps[] = {txo_p_str(txo_step_status_name(TXO_STEP_COMPLETED)),
+                                txo_p_i64(order),
+                                txo_p_str(txo_step_status_name(TXO_STEP_PENDING))};
+    rc = batch_exec(tx, SAGA_SQL_STEPS_DONE_MANY, steps, TXO_ARRAY_LEN(steps), b, t->done,
+                    t->n_done, &affected, err);
+    if (rc == 0 && affected != t->n_done)
+        rc = txo_error_set(err, TXO_ESTATE, "saga batch at step %s: %llu of %zu steps PENDING",
+                           sd->name, (unsigned long long)affected, t->n_done);
+    for (size_t k = 0; rc == 0 && t->finish && k < t->n_done; k++)
+        rc = call_hook(tx, &b[t->done[k]].r, r0->def->on_completed, TXO_SAGA_COMPLETED, err);
+out:
+    txo_free(ctx);
+    txo_free(cp);
+    return rc;
+}
+
+/* One batch of step i over b[pick[0..m)]: the sagas it completes move on, the others leave the
+ * batches (they run the single way). */
+static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, size_t i)
+{
+    const struct run *r0 = &b[pick[0]].r;
+    struct batch_step_tx t = {.b = b, .pick = pick, .m = m, .i = i};
+    t.finish = i + 1 == r0->def->n_steps;
+    t.outcome = txo_calloc(m, sizeof(*t.outcome));
+    t.done = txo_calloc(m, sizeof(*t.done));
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = t.outcome != NULL && t.done != NULL
+                 ? txo_db_transact(r0->db, TXO_ISO_READ_COMMITTED, batch_step_fn, &t, &err)
+                 : TXO_ENOMEM;
+    if (rc != 0) {
+        TXO_LOG(txo_err_is_transient(rc) || t.body_failed ? TXO_LOG_INFO : TXO_LOG_WARN, "saga",
+                "saga batch rolled back, its sagas run one by one step=%s sagas=%zu code=%s "
+                "error=\"%s\"",
+                r0->def->steps[i].name, m, txo_err_name(rc), err.msg);
+        for (size_t k = 0; k < m; k++)
+            b[pick[k]].single = true;
+    } else {
+        for (size_t k = 0; k < m; k++)
+            b[pick[k]].single = t.outcome[k] != 0;
+        for (size_t k = 0; k < t.n_done; k++) {
+            struct run *r = &b[t.done[k]].r;
+            r->steps[i].status = TXO_STEP_COMPLETED;
+            if (t.finish)
+                r->status = TXO_SAGA_COMPLETED;
+        }
+        TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch committed step=%s sagas=%zu done=%zu",
+                r0->def->steps[i].name, m, t.n_done);
+        txo_crash_point("saga.batch.after_commit");
+    }
+    txo_free(t.outcome);
+    txo_free(t.done);
+}
+
+bool txo_saga_def_batches(const struct txo_saga_def *def)
+{
+    for (size_t i = 0; def != NULL && i < def->n_steps; i++)
+        if (def->steps[i].action_batch != NULL && def->steps[i].remote == NULL)
+            return true;
+    return false;
+}
+
+int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const char *const *ids,
+                       size_t n, const struct txo_saga_opts *opts, void *user, int *rcs,
+                       enum txo_saga_status *finals, struct txo_error *err)
+{
+    int rc = check_def(def, err);
+    if (rc != 0)
+        return rc;
+    if (db == NULL || ids == NULL || n == 0)
+        return txo_error_set(err, TXO_EINVAL, "saga batch: missing db or no saga ids");
+    struct batch_saga *b = txo_calloc(n, sizeof(*b));
+    size_t *pick = txo_calloc(n, sizeof(*pick));
+    if (b == NULL || pick == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "saga batch of %zu: out of memory", n);
+        goto out;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        struct txo_error e;
+        txo_error_init(&e);
+        b[k].rc = run_setup(&b[k].r, db, def, ids[k], opts, user, &e);
+        b[k].set_up = b[k].rc == 0;
+        if (b[k].set_up)
+            pick[m++] = k;
+    }
+    if (m > 0) {
+        struct batch_acquire_tx a = {.b = b, .pick = pick, .m = m};
+        struct txo_error e;
+        txo_error_init(&e);
+        if (txo_db_transact(db, TXO_ISO_READ_COMMITTED, batch_acquire_fn, &a, &e) != 0) {
+            TXO_LOG(TXO_LOG_INFO, "saga",
+                    "saga batch could not take its leases sagas=%zu "
+                    "error=\"%s\"",
+                    m, e.msg);
+            for (size_t k = 0; k < m; k++)
+                b[pick[k]].acquired = false;
+        }
+    }
+    /* Batches, one step at a time, the earliest step first. */
+    for (;;) {
+        size_t step = def->n_steps;
+        for (size_t k = 0; k < n; k++)
+            if (b[k].acquired && !b[k].single && b[k].r.status == TXO_SAGA_RUNNING &&
+                next_step(&b[k].r) < step && batchable(&b[k], next_step(&b[k].r)))
+                step = next_step(&b[k].r);
+        if (step == def->n_steps)
+            break;
+        m = 0;
+        for (size_t k = 0; k < n; k++)
+            if (batchable(&b[k], step))
+                pick[m++] = k;
+        run_batch_step(b, pick, m, step);
+    }
+    /* What is left, the single way: sagas out of the batches, steps without a batch form,
+     * compensation, and the sagas whose lease the batch did not take (drive() tells why). */
+    for (size_t k = 0; k < n; k++) {
+        struct batch_saga *bs = &b[k];
+        struct txo_error e;
+        txo_error_init(&e);
+        enum txo_saga_status final = TXO_SAGA_RUNNING;
+        if (!bs->set_up) {
+            /* rc set by run_setup */
+        } else if (bs->acquired) {
+            bs->rc = drive_run(&bs->r, &e);
+            final = bs->r.status;
+        } else {
+            bs->rc = drive(db, def, ids[k], opts, user, false, &final, &e);
+        }
+        if (bs->rc != 0 && txo_err_is_transient(bs->rc) == false && bs->rc != TXO_ELEASELOST)
+            TXO_LOG(TXO_LOG_DEBUG, "saga",
+                    "saga in a batch stopped saga_id=%s code=%s "
+                    "error=\"%s\"",
+                    ids[k], txo_err_name(bs->rc), e.msg);
+        if (rcs != NULL)
+            rcs[k] = bs->rc;
+        if (finals != NULL)
+            finals[k] = final;
+    }
+out:
+    for (size_t k = 0; b != NULL && k < n; k++)
+        run_release(&b[k].r);
+    txo_free(b);
+    txo_free(pick);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1321,5 +1718,115 @@ int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const cha
             *created = false;
     }
     txo_rows_free(rows);
+    return rc;
+}
+
+/* The steps of the sagas made[0..m) (indexes into sagas), in one statement. */
+static int insert_steps_many(struct txo_tx *tx, const struct txo_saga_def *def,
+                             const struct txo_saga_new *sagas, const size_t *made, size_t m,
+                             struct txo_error *err)
+{
+    size_t rows = m * def->n_steps;
+    char *sql = txo_sql_values_rows(SAGA_SQL_INSERT_STEPS, rows, SAGA_SQL_INSERT_STEPS_ROW);
+    struct txo_param *ps = txo_calloc(3 * rows, sizeof(*ps));
+    int rc = 0;
+    if (sql == NULL || ps == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "creating the steps of %zu sagas: out of memory", m);
+        goto out;
+    }
+    size_t np = 0;
+    for (size_t k = 0; k < m; k++)
+        for (size_t i = 0; i < def->n_steps; i++) {
+            ps[np++] = txo_p_str(sagas[made[k]].saga_id);
+            ps[np++] = txo_p_i64((int64_t)i + 1);
+            ps[np++] = txo_p_str(def->steps[i].name);
+        }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, ps, np, &res, err);
+    if (rc == 0 && res.affected_rows != rows)
+        rc = txo_error_set(err, TXO_EDB, "%llu of %zu saga steps created",
+                           (unsigned long long)res.affected_rows, rows);
+out:
+    txo_free(sql);
+    txo_free(ps);
+    return rc;
+}
+
+int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
+                         struct txo_saga_new *sagas, size_t n, struct txo_error *err)
+{
+    int rc = check_def(def, err);
+    if (rc != 0 || n == 0)
+        return rc;
+    for (size_t k = 0; k < n; k++) {
+        const char *c = sagas[k].correlation_id;
+        if (c == NULL || c[0] == '\0' || strlen(c) > CORRELATION_MAX)
+            return txo_error_set(err, TXO_EINVAL, "saga %s: correlation id must be 1..%d bytes",
+                                 def->type, CORRELATION_MAX);
+        if (sagas[k].payload_json == NULL)
+            return txo_error_set(err, TXO_EINVAL, "saga %s %s: payload is required", def->type, c);
+        sagas[k].saga_id[0] = '\0';
+        sagas[k].created = false;
+    }
+    size_t padded = txo_sql_in_list_size(n);
+    char *find = txo_sql_in_list(SAGA_SQL_FIND_MANY, padded, "");
+    char *insert = txo_sql_values_rows(SAGA_SQL_INSERT_INSTANCES, n, SAGA_SQL_INSERT_INSTANCES_ROW);
+    struct txo_param *p = txo_calloc(4 * n + padded + 1, sizeof(*p));
+    size_t *made = txo_calloc(n, sizeof(*made));
+    struct txo_rows *rows = NULL;
+    if (find == NULL || insert == NULL || p == NULL || made == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "creating %zu sagas %s: out of memory", n, def->type);
+        goto out;
+    }
+    p[0] = txo_p_str(def->type);
+    for (size_t k = 0; k < padded; k++)
+        p[1 + k] = txo_p_str(sagas[k < n ? k : n - 1].correlation_id);
+    rc = txo_tx_query(tx, find, p, 1 + padded, &rows, err);
+    if (rc != 0)
+        goto out;
+    for (size_t r = 0; r < txo_rows_count(rows); r++) {
+        const char *c = txo_rows_str(rows, r, 0, NULL);
+        const char *id = txo_rows_str(rows, r, 1, NULL);
+        for (size_t k = 0; c != NULL && id != NULL && k < n; k++)
+            if (strcmp(sagas[k].correlation_id, c) == 0)
+                snprintf(sagas[k].saga_id, TXO_SAGA_ID_LEN, "%s", id);
+    }
+    size_t m = 0, np = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (sagas[k].saga_id[0] != '\0')
+            continue; /* exists (or given earlier in this list) */
+        uuid_t uuid;
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, sagas[k].saga_id);
+        sagas[k].created = true;
+        made[m++] = k;
+        p[np++] = txo_p_str(sagas[k].saga_id);
+        p[np++] = txo_p_str(def->type);
+        p[np++] = txo_p_str(sagas[k].correlation_id);
+        p[np++] = txo_p_str(sagas[k].payload_json);
+        for (size_t j = k + 1; j < n; j++)
+            if (strcmp(sagas[j].correlation_id, sagas[k].correlation_id) == 0)
+                memcpy(sagas[j].saga_id, sagas[k].saga_id, TXO_SAGA_ID_LEN);
+    }
+    if (m == 0)
+        goto out;
+    txo_free(insert);
+    insert = txo_sql_values_rows(SAGA_SQL_INSERT_INSTANCES, m, SAGA_SQL_INSERT_INSTANCES_ROW);
+    struct txo_exec_result res;
+    rc = insert != NULL ? txo_tx_exec(tx, insert, p, np, &res, err)
+                        : txo_error_set(err, TXO_ENOMEM, "creating sagas: out of memory");
+    if (rc == 0 && res.affected_rows != m)
+        rc = txo_error_set(err, TXO_EDB, "%llu of %zu sagas %s created",
+                           (unsigned long long)res.affected_rows, m, def->type);
+    if (rc == 0)
+        rc = insert_steps_many(tx, def, sagas, made, m, err);
+    if (rc != 0)
+        txo_error_wrap(err, "creating %zu sagas %s", m, def->type);
+out:
+    txo_rows_free(rows);
+    txo_free(find);
+    txo_free(insert);
+    txo_free(p);
+    txo_free(made);
     return rc;
 }

@@ -1,7 +1,8 @@
 /*
  * Every SQL statement of the saga engine (src/saga/saga.c, saga_query.c), one macro each.
- * Values are always bound (`?`); the only SQL assembled at run time is the placeholder list of
- * the multi-row step insert (txo_sql_values_rows).
+ * Values are always bound (`?`); the only SQL assembled at run time is the placeholder lists:
+ * of the multi-row step insert (txo_sql_values_rows) and of the batches' IN lists
+ * (txo_sql_in_list).
  *
  * All statements run at READ COMMITTED. Fencing: every write to a saga that is being driven
  * carries `owner = ?` and the expected current `status = ?` in its WHERE clause and is judged
@@ -37,6 +38,21 @@
 #define SAGA_SQL_INSERT_STEPS                                                                      \
     "INSERT INTO saga_steps (saga_id, step_order, step_name, status) VALUES "
 #define SAGA_SQL_INSERT_STEPS_ROW "(?, ?, ?, 'PENDING')"
+
+/*
+ * txo_saga_create_many: which of these correlation ids have a saga of this type already, then
+ * the new instances in one statement (a plain INSERT: one created meanwhile by another
+ * transaction fails it with a duplicate key, and the caller creates them one by one).
+ * FIND_MANY params: type, correlation ids (IN list). Index: uq_saga_correlation. Locks: none
+ * (consistent read). INSERT_INSTANCES + n x INSERT_INSTANCES_ROW, params per row: id, type,
+ * correlation id, payload. Locks: the new rows.
+ */
+#define SAGA_SQL_FIND_MANY                                                                         \
+    "SELECT correlation_id, id FROM saga_instances FORCE INDEX (uq_saga_correlation) "             \
+    "WHERE saga_type = ? AND correlation_id IN "
+#define SAGA_SQL_INSERT_INSTANCES                                                                  \
+    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload) VALUES "
+#define SAGA_SQL_INSERT_INSTANCES_ROW "(?, ?, ?, 'RUNNING', ?)"
 
 /* The id of a saga by its idempotency key. Index: uq_saga_correlation. Locks: none
  * (consistent read). */
@@ -185,6 +201,51 @@
     "UPDATE saga_steps SET status = ?, attempts = attempts + ?, error = ?, error_code = ?, "       \
     "remote_state = ? WHERE saga_id = ? AND step_order = ? AND status = ?"
 
+/* ---- txo_saga_run_batch: one statement for many sagas ----
+ *
+ * Each is the text before an IN list of saga ids built with txo_sql_in_list() (n rounded up,
+ * the last id repeated). Every one names its access path: FORCE INDEX (PRIMARY) on the
+ * instances, (uq_saga_step) on the steps, so that the rows it locks are exactly the batch's
+ * (an index on status would have the server walk, and X-lock, the running sagas of other
+ * batches). Single-table statements only, for the same reason.
+ */
+
+/* The leases of many sagas, as SAGA_SQL_ACQUIRE (RUNNING ones only). Params: owner, lease_s,
+ * owner, ids. Locks: the instance rows taken (X). */
+#define SAGA_SQL_ACQUIRE_MANY                                                                      \
+    "UPDATE saga_instances FORCE INDEX (PRIMARY) "                                                 \
+    "SET owner = ?, lease_until = NOW(6) + INTERVAL ? SECOND "                                     \
+    "WHERE status = 'RUNNING' AND (owner IS NULL OR owner = ? OR lease_until < NOW(6)) "           \
+    "AND id IN "
+
+/* SAGA_SQL_LOAD for the sagas of this owner among ids, with the id as the last column (rows
+ * of different sagas come in any order). Params: owner, ids. Locks: none (consistent read). */
+#define SAGA_SQL_LOAD_MANY                                                                         \
+    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code, "    \
+    "i.id FROM saga_instances i FORCE INDEX (PRIMARY) LEFT JOIN saga_steps s "                     \
+    "ON s.saga_id = i.id WHERE i.owner = ? AND i.id IN "
+
+/* The fence and lease renewal of a batch: affected rows must be the batch's size. Params:
+ * lease_s, owner, expected status, ids. Locks: the instance rows (X) until commit. */
+#define SAGA_SQL_RENEW_MANY                                                                        \
+    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET lease_until = NOW(6) + INTERVAL ? SECOND "    \
+    "WHERE owner = ? AND status = ? AND id IN "
+
+/* The same for a batch whose step was the sagas' last: they complete and the leases are
+ * released. Params: new status, owner, expected status, ids. Locks: the instance rows (X). */
+#define SAGA_SQL_FINISH_MANY                                                                       \
+    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET status = ?, owner = NULL, lease_until = "     \
+    "NULL "                                                                                        \
+    "WHERE owner = ? AND status = ? AND id IN "
+
+/* One step of every saga of a batch to its done status, one attempt more. Params: new status,
+ * step_order, expected status, ids. Locks: those step rows (X), under the instance locks of
+ * SAGA_SQL_RENEW_MANY / SAGA_SQL_FINISH_MANY. */
+#define SAGA_SQL_STEPS_DONE_MANY                                                                   \
+    "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + 1 "        \
+    "WHERE step_order = ? AND status = ? AND saga_id IN "
+
 /* ---- saga_query.c: inspection and the workers' polls ---- */
 
 /* One instance (txo_saga_load). Index: PRIMARY. Locks: none (consistent read). Columns: enum
@@ -261,6 +322,8 @@
     X(SAGA_SQL_COMPENSATION_FAILED, saga, COMPENSATING, COMPENSATION_FAILED)                       \
     X(SAGA_SQL_MOVE, saga, BOUND, BOUND)                                                           \
     X(SAGA_SQL_MOVE_RELEASE, saga, BOUND, BOUND)                                                   \
+    X(SAGA_SQL_FINISH_MANY, saga, BOUND, BOUND)                                                    \
+    X(SAGA_SQL_STEPS_DONE_MANY, step, BOUND, BOUND)                                                \
     X(SAGA_SQL_STEP_DONE_FINISH, saga, BOUND, BOUND)                                               \
     X(SAGA_SQL_STEP_MOVE, step, BOUND, BOUND)                                                      \
     X(SAGA_SQL_STEP_BEGIN_CALL, step, BOUND, BOUND)                                                \

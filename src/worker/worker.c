@@ -26,7 +26,7 @@
 #include "txo/owner.h"
 #include "txo/worker.h"
 
-#define QUEUE_CAP       256
+#define QUEUE_CAP       1024
 #define STARTED_MAX     8 /* sagas one handler call may start */
 #define COMMAND_TYPE_SZ (TXO_CMDQ_TYPE_MAX + 1)
 
@@ -37,12 +37,24 @@ struct job {
     enum job_kind kind;
 };
 
+/* A saga a handler started inside a batch, created with the others at the batch's end. */
+struct pending_saga {
+    const struct txo_saga_def *def;
+    struct txo_saga_new s; /* correlation id and payload: copies, owned */
+};
+
 struct txo_handler_ctx {
     struct txo_worker *w;
     struct txo_tx *tx;
     /* Sagas started in this transaction, queued once it commits (reset per attempt). */
     struct txo_saga_ref started[STARTED_MAX];
     size_t n_started;
+    /* In a batch (txo_worker_handle_batch): the sagas to create with one statement at its
+     * end, and whether a handler asked for something only the single path can answer. */
+    bool batch;
+    struct pending_saga *pending;
+    size_t n_pending, cap_pending;
+    bool needs_single;
 };
 
 struct runner {
@@ -59,7 +71,8 @@ struct txo_worker {
     pthread_cond_t wake;       /* scheduler, cleaner, consumer wait here (stop, new space) */
     struct job queue[QUEUE_CAP];
     size_t head, len, limit;
-    char (*inflight)[TXO_SAGA_ID_LEN];
+    char (*inflight)[TXO_SAGA_ID_LEN]; /* n_runners x batch: what each runner holds */
+    size_t batch;                      /* opts.saga_batch */
     bool stopping;
     bool running;
     uint64_t kicks; /* bumped when a runner makes room in a full queue (wakes the scheduler) */
@@ -86,6 +99,7 @@ void txo_worker_opts_init(struct txo_worker_opts *opts)
 {
     memset(opts, 0, sizeof(*opts));
     opts->saga_threads = 4;
+    opts->saga_batch = 50;
     opts->poll_ms = 200;
     txo_saga_opts_init(&opts->saga);
     opts->command_lease_s = 30;
@@ -222,7 +236,7 @@ static bool known_locked(struct txo_worker *w, const char *id)
     for (size_t i = 0; i < w->len; i++)
         if (strcmp(w->queue[(w->head + i) % QUEUE_CAP].ref.id, id) == 0)
             return true;
-    for (size_t i = 0; i < w->n_runners; i++)
+    for (size_t i = 0; i < w->n_runners * w->batch; i++)
         if (strcmp(w->inflight[i], id) == 0)
             return true;
     return false;
@@ -276,6 +290,32 @@ int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def
     if (def == NULL || find_saga(hc->w, def->type) != def)
         return txo_error_set(err, TXO_EINVAL, "saga type %s is not registered with the worker",
                              def != NULL && def->type != NULL ? def->type : "NULL");
+    if (hc->batch) {
+        if (created != NULL) { /* "was it new?" is known once the batch creates it */
+            hc->needs_single = true;
+            return txo_error_set(err, TXO_EUNSUPPORTED, "start_saga with created in a batch");
+        }
+        if (hc->n_pending == hc->cap_pending) {
+            size_t cap = hc->cap_pending > 0 ? 2 * hc->cap_pending : 16;
+            struct pending_saga *p = txo_realloc(hc->pending, cap * sizeof(*p));
+            if (p == NULL)
+                return txo_error_set(err, TXO_ENOMEM, "starting a saga: out of memory");
+            hc->pending = p;
+            hc->cap_pending = cap;
+        }
+        struct pending_saga *ps = &hc->pending[hc->n_pending];
+        memset(ps, 0, sizeof(*ps));
+        ps->def = def;
+        ps->s.correlation_id = txo_strdup(correlation_id != NULL ? correlation_id : "");
+        ps->s.payload_json = payload_json != NULL ? txo_strdup(payload_json) : NULL;
+        if (ps->s.correlation_id == NULL || (payload_json != NULL && ps->s.payload_json == NULL)) {
+            txo_free((char *)ps->s.correlation_id);
+            txo_free((char *)ps->s.payload_json);
+            return txo_error_set(err, TXO_ENOMEM, "starting a saga: out of memory");
+        }
+        hc->n_pending++;
+        return 0;
+    }
     if (hc->n_started == STARTED_MAX)
         return txo_error_set(err, TXO_EINVAL, "a handler may start at most %d sagas", STARTED_MAX);
     struct txo_saga_ref *ref = &hc->started[hc->n_started];
@@ -374,7 +414,200 @@ out:
     return rc;
 }
 
+/* ---- batches of messages ---- */
+
+static void pending_clear(struct txo_handler_ctx *hc)
+{
+    for (size_t i = 0; i < hc->n_pending; i++) {
+        txo_free((char *)hc->pending[i].s.correlation_id);
+        txo_free((char *)hc->pending[i].s.payload_json);
+    }
+    hc->n_pending = 0;
+}
+
+struct batch_args {
+    struct txo_worker *w;
+    const struct txo_event *evs;
+    const struct txo_event_handler **handlers;
+    const size_t *idx; /* the messages handled here: indexes into evs */
+    size_t m;
+    struct txo_inbox_entry *entries;
+    bool *duplicate;
+    struct txo_handler_ctx hc;
+};
+
+/* Creates the pending sagas, one txo_saga_create_many() per saga type. */
+static int flush_pending(struct batch_args *a, struct txo_error *err)
+{
+    struct txo_handler_ctx *hc = &a->hc;
+    if (hc->n_pending == 0)
+        return 0;
+    struct txo_saga_new *made = txo_calloc(hc->n_pending, sizeof(*made));
+    if (made == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "creating %zu sagas: out of memory", hc->n_pending);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < hc->n_pending; i++) {
+        const struct txo_saga_def *def = hc->pending[i].def;
+        bool first = true;
+        for (size_t j = 0; j < i && first; j++)
+            first = hc->pending[j].def != def;
+        if (!first)
+            continue;
+        size_t k = 0;
+        for (size_t j = i; j < hc->n_pending; j++)
+            if (hc->pending[j].def == def)
+                made[k++] = hc->pending[j].s;
+        rc = txo_saga_create_many(hc->tx, def, made, k, err);
+        k = 0;
+        for (size_t j = i; rc == 0 && j < hc->n_pending; j++)
+            if (hc->pending[j].def == def)
+                hc->pending[j].s = made[k++];
+    }
+    txo_free(made);
+    return rc;
+}
+
+static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct batch_args *a = arg;
+    a->hc.tx = tx;
+    a->hc.n_started = 0;
+    a->hc.needs_single = false;
+    pending_clear(&a->hc);
+    int rc = txo_inbox_record_many(tx, a->entries, a->m, a->duplicate, err);
+    for (size_t k = 0; rc == 0 && k < a->m; k++)
+        if (!a->duplicate[k])
+            rc = a->handlers[a->idx[k]]->fn(tx, &a->evs[a->idx[k]], &a->hc, err);
+    if (rc == 0)
+        rc = flush_pending(a, err);
+    return rc;
+}
+
+int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                            int *results, struct txo_error *errors)
+{
+    struct txo_worker *w = arg;
+    struct txo_event *evs = txo_calloc(n, sizeof(*evs));
+    const struct txo_event_handler **handlers = txo_calloc(n, sizeof(*handlers));
+    size_t *idx = txo_calloc(n, sizeof(*idx));
+    struct txo_inbox_entry *entries = txo_calloc(n, sizeof(*entries));
+    bool *duplicate = txo_calloc(n, sizeof(*duplicate));
+    bool *decoded = txo_calloc(n, sizeof(*decoded));
+    struct batch_args a = {.w = w, .hc = {.w = w, .batch = true}};
+    size_t m = 0;
+    if (evs == NULL || handlers == NULL || idx == NULL || entries == NULL || duplicate == NULL ||
+        decoded == NULL) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = txo_error_set(&errors[i], TXO_ENOMEM, "batch of %zu: out of memory", n);
+        goto out;
+    }
+    /* Each message's own verdict first: not an envelope (permanent), nobody handles it
+     * (acknowledged), its transport id is not its key (permanent). */
+    for (size_t i = 0; i < n; i++) {
+        results[i] = txo_envelope_decode_message(&msgs[i], &evs[i], &errors[i]);
+        decoded[i] = results[i] == 0;
+        if (results[i] != 0) {
+            txo_error_wrap(&errors[i], "message %s", msgs[i].msg_id ? msgs[i].msg_id : "?");
+            continue;
+        }
+        handlers[i] = find_event_handler(w, evs[i].type);
+        if (handlers[i] == NULL)
+            continue;
+        if (msgs[i].msg_id != NULL && strcmp(msgs[i].msg_id, evs[i].idempotency_key) != 0) {
+            results[i] = txo_error_set(&errors[i], TXO_EINVAL,
+                                       "message id %s differs from the envelope's key %s",
+                                       msgs[i].msg_id, evs[i].idempotency_key);
+            continue;
+        }
+        entries[m] = (struct txo_inbox_entry){.event_id = evs[i].idempotency_key,
+                                              .event_type = evs[i].type,
+                                              .payload_json = evs[i].payload};
+        idx[m++] = i;
+    }
+    if (m == 0)
+        goto out;
+    a.evs = evs;
+    a.handlers = handlers;
+    a.idx = idx;
+    a.m = m;
+    a.entries = entries;
+    a.duplicate = duplicate;
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = TXO_EINVAL; /* one message: the single path */
+    if (m > 1) {
+        pthread_mutex_lock(&w->consume_mu);
+        if (ensure_db(w, &w->consume_db, "consumer")) {
+            rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, batch_tx, &a, &err);
+            drop_db_if_broken(&w->consume_db, rc);
+        } else {
+            rc = TXO_ECONNECT;
+        }
+        pthread_mutex_unlock(&w->consume_mu);
+    }
+    if (rc != 0) {
+        /* One by one: each message gets the single path's verdict (and a handler error is
+         * only that message's). */
+        if (m > 1)
+            TXO_LOG(TXO_LOG_DEBUG, "worker",
+                    "message batch runs one by one messages=%zu "
+                    "code=%s err=\"%s\"",
+                    m, txo_err_name(rc), err.msg);
+        for (size_t k = 0; k < m; k++)
+            results[idx[k]] = txo_worker_handle_message(w, &msgs[idx[k]], &errors[idx[k]]);
+        goto out;
+    }
+    txo_crash_point("worker.after_consume");
+    size_t dups = 0;
+    for (size_t k = 0; k < m; k++)
+        dups += duplicate[k];
+    if (dups > 0)
+        count(&w->duplicates, w->m_duplicates, NULL, dups);
+    count(&w->consumed, w->m_consumed, NULL, m - dups);
+    for (size_t i = 0; i < a.hc.n_pending; i++) {
+        const struct pending_saga *ps = &a.hc.pending[i];
+        if (!ps->s.created)
+            continue;
+        struct txo_saga_ref ref = {.status = TXO_SAGA_RUNNING};
+        snprintf(ref.id, sizeof(ref.id), "%s", ps->s.saga_id);
+        snprintf(ref.type, sizeof(ref.type), "%s", ps->def->type);
+        enqueue(w, &ref, JOB_RUN);
+    }
+out:
+    pending_clear(&a.hc);
+    txo_free(a.hc.pending);
+    for (size_t i = 0; evs != NULL && i < n; i++)
+        if (decoded[i])
+            txo_event_release(&evs[i]);
+    txo_free(evs);
+    txo_free(handlers);
+    txo_free(idx);
+    txo_free(entries);
+    txo_free(duplicate);
+    txo_free(decoded);
+    return 0;
+}
+
 /* ---- runners ---- */
+
+/* Counts a run that ended in final. */
+static void count_final(struct txo_worker *w, enum txo_saga_status final)
+{
+    static const char *const completed[] = {"COMPLETED"};
+    static const char *const aborted[] = {"ABORTED"};
+    static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
+    switch (final) {
+    case TXO_SAGA_COMPLETED:
+        count(&w->completed, w->m_runs, completed, 1);
+        break;
+    case TXO_SAGA_COMPENSATION_FAILED:
+        count(&w->comp_failed, w->m_runs, comp_failed, 1);
+        break;
+    default:
+        count(&w->aborted, w->m_runs, aborted, 1);
+        break;
+    }
+}
 
 static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const struct job *job)
 {
@@ -402,20 +635,46 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
         drop_db_if_broken(db, rc);
         return;
     }
-    static const char *const completed[] = {"COMPLETED"};
-    static const char *const aborted[] = {"ABORTED"};
-    static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
-    switch (final) {
-    case TXO_SAGA_COMPLETED:
-        count(&w->completed, w->m_runs, completed, 1);
-        break;
-    case TXO_SAGA_COMPENSATION_FAILED:
-        count(&w->comp_failed, w->m_runs, comp_failed, 1);
-        break;
-    default:
-        count(&w->aborted, w->m_runs, aborted, 1);
-        break;
+    count_final(w, final);
+}
+
+/* Runs n JOB_RUN jobs of one saga type that batches (txo_saga_run_batch). */
+static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const struct job *jobs,
+                     size_t n)
+{
+    const struct txo_saga_def *def = find_saga(w, jobs[0].ref.type);
+    const char **ids = txo_calloc(n, sizeof(*ids));
+    int *rcs = txo_calloc(n, sizeof(*rcs));
+    enum txo_saga_status *finals = txo_calloc(n, sizeof(*finals));
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = TXO_ENOMEM;
+    if (ids != NULL && rcs != NULL && finals != NULL) {
+        for (size_t k = 0; k < n; k++)
+            ids[k] = jobs[k].ref.id;
+        rc = txo_saga_run_batch(*db, def, ids, n, &w->opts.saga, user, rcs, finals, &err);
     }
+    if (rc != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch not run sagas=%zu code=%s err=\"%s\"", n,
+                txo_err_name(rc), err.msg);
+        goto out;
+    }
+    int broken = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (rcs[k] == 0)
+            count_final(w, finals[k]);
+        else if (rcs[k] != TXO_ELEASELOST && rcs[k] != TXO_ESTATE)
+            broken = rcs[k];
+    }
+    if (broken != 0) {
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch interrupted sagas=%zu code=%s", n,
+                txo_err_name(broken));
+        drop_db_if_broken(db, broken);
+    }
+out:
+    txo_free(ids);
+    txo_free(rcs);
+    txo_free(finals);
 }
 
 static void *runner_main(void *arg)
@@ -425,8 +684,9 @@ static void *runner_main(void *arg)
     struct txo_db *db = NULL;
     void *user = w->opts.runner_user_new != NULL ? w->opts.runner_user_new(w->opts.runner_user_arg)
                                                  : w->opts.runner_user_arg;
-    for (;;) {
-        struct job job;
+    struct job *jobs = txo_calloc(w->batch, sizeof(*jobs));
+    char(*held)[TXO_SAGA_ID_LEN] = &w->inflight[r->index * w->batch];
+    while (jobs != NULL) {
         pthread_mutex_lock(&w->mu);
         while (!w->stopping && w->len == 0)
             pthread_cond_wait(&w->work_ready, &w->mu);
@@ -434,25 +694,39 @@ static void *runner_main(void *arg)
             pthread_mutex_unlock(&w->mu);
             break;
         }
-        job = w->queue[w->head];
-        w->head = (w->head + 1) % QUEUE_CAP;
-        w->len--;
-        snprintf(w->inflight[r->index], TXO_SAGA_ID_LEN, "%s", job.ref.id);
-        if (w->len + 1 == w->limit) { /* it was full: the scheduler may have more for us */
+        /* Natural batching: what is queued now of the first job's type (no waiting for more),
+         * up to the cap; one job at low load. */
+        bool full = w->len == w->limit;
+        size_t n = 0;
+        do {
+            jobs[n] = w->queue[w->head];
+            w->head = (w->head + 1) % QUEUE_CAP;
+            w->len--;
+            snprintf(held[n], TXO_SAGA_ID_LEN, "%s", jobs[n].ref.id);
+            n++;
+        } while (n < w->batch && w->len > 0 && jobs[0].kind == JOB_RUN &&
+                 w->queue[w->head].kind == JOB_RUN &&
+                 strcmp(w->queue[w->head].ref.type, jobs[0].ref.type) == 0 &&
+                 txo_saga_def_batches(find_saga(w, jobs[0].ref.type)));
+        if (full) { /* it was full: the scheduler may have more for us */
             w->kicks++;
             pthread_cond_broadcast(&w->wake);
         }
         pthread_mutex_unlock(&w->mu);
 
-        if (ensure_db(w, &db, "runner"))
-            run_job(w, &db, user, &job);
-        else
+        if (!ensure_db(w, &db, "runner"))
             nap(w, w->opts.poll_ms);
+        else if (n > 1)
+            run_jobs(w, &db, user, jobs, n);
+        else
+            run_job(w, &db, user, &jobs[0]);
 
         pthread_mutex_lock(&w->mu);
-        w->inflight[r->index][0] = '\0';
+        for (size_t k = 0; k < n; k++)
+            held[k][0] = '\0';
         pthread_mutex_unlock(&w->mu);
     }
+    txo_free(jobs);
     if (w->opts.runner_user_new != NULL && w->opts.runner_user_free != NULL)
         w->opts.runner_user_free(user);
     txo_db_close(db);
@@ -676,6 +950,8 @@ static int check_opts(const struct txo_worker_opts *o, struct txo_error *err)
     if (o->saga_threads == 0 || o->saga_threads > 256)
         return txo_error_set(err, TXO_EINVAL, "saga threads must be 1..256, got %u",
                              o->saga_threads);
+    if (o->saga_batch == 0 || o->saga_batch > 1000)
+        return txo_error_set(err, TXO_EINVAL, "saga batch must be 1..1000, got %u", o->saga_batch);
     if (o->poll_ms <= 0 || o->retention.batch == 0 || o->retention.batch > TXO_PURGE_BATCH_MAX)
         return txo_error_set(err, TXO_EINVAL, "poll interval and retention batch out of range");
     if ((o->n_events > 0 && o->events == NULL) || (o->n_commands > 0 && o->commands == NULL) ||
@@ -718,8 +994,10 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     w->db_opts = *db_opts;
     w->opts = *opts;
     w->n_runners = opts->saga_threads;
-    w->limit = 2 * w->n_runners < QUEUE_CAP ? 2 * w->n_runners : QUEUE_CAP;
-    w->inflight = txo_calloc(w->n_runners, TXO_SAGA_ID_LEN);
+    w->batch = opts->saga_batch;
+    /* Room for two batches per runner: the next ones form while these run. */
+    w->limit = 2 * w->n_runners * w->batch < QUEUE_CAP ? 2 * w->n_runners * w->batch : QUEUE_CAP;
+    w->inflight = txo_calloc(w->n_runners * w->batch, TXO_SAGA_ID_LEN);
     w->runners = txo_calloc(w->n_runners, sizeof(*w->runners));
     if (w->inflight == NULL || w->runners == NULL) {
         txo_free(w->inflight);

@@ -12,7 +12,9 @@
  * counts them). kill         crash point saga.step_committed:40: the process dies while its four
  * saga runners own sagas half-way through; the restarted worker resumes them once their owner lease
  * expired (txo_saga_picked_up_total) and every order ends CONFIRMED or CANCELLED (some SKUs run out
- * on purpose, so both outcomes occur).
+ * on purpose, so both outcomes occur). kill mid batch: the same with batches of sagas, the
+ * process killed inside a batch's transaction (saga.batch.before_commit): nothing of that
+ * batch commits, and its sagas are resumed after their lease.
  *
  * Stock conservation, stated exactly as order_saga.c implements it: ReserveStock moves qty
  * from `available` to `reserved` (and records a RESERVED inventory_reservations row);
@@ -173,9 +175,16 @@ static void test_relay_crash_after_publish_local(void **state)
 #define KILL_ORDERS 100
 #define LAMPS       10
 
-static void test_worker_killed_mid_sagas(void **state)
+/*
+ * The kill tests below, one body. single: one saga at a time (--saga-batch=1), killed at
+ * saga.step_committed, and the kill must leave a saga half-way (a step COMPLETED, the saga
+ * RUNNING); else batches of up to 50 sagas, killed at saga.batch.before_commit (inside a
+ * batch's transaction, its statements sent, before COMMIT), and the kill must leave sagas
+ * under the dead process's lease: the batch committed nothing, and they are resumed once the
+ * lease expired.
+ */
+static void kill_mid_sagas(struct ctx *c, bool single)
 {
-    struct ctx *c = *state;
     /* Every order takes a pen; every third one also a lamp, of which there are only 10: the
      * other lamp orders fail at ReserveStock and are cancelled. */
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"lamp", LAMPS}};
@@ -211,15 +220,21 @@ static void test_worker_killed_mid_sagas(void **state)
      */
     int64_t completed_steps = 0, unfinished = 0, owned = 0, half_done = 0, terminal = 0;
     unsigned crashes = 0;
-    while (half_done == 0 && crashes < 5) {
+    while ((single ? half_done : owned) == 0 && crashes < 5) {
         testpipeline_args_init(&a, "up");
         testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
         testpipeline_args_add(&a, "--saga-threads=4");
         testpipeline_args_add(&a, "--saga-lease=2");
         testpipeline_args_add(&a, "--lease=2");
         testpipeline_args_add(&a, "--poll=100");
-        testpipeline_args_add(&a, crashes == 0 ? "--crash-point=saga.step_committed:40"
-                                               : "--crash-point=saga.step_committed:5");
+        if (single)
+            testpipeline_args_add(&a, "--saga-batch=1");
+        if (single)
+            testpipeline_args_add(&a, crashes == 0 ? "--crash-point=saga.step_committed:40"
+                                                   : "--crash-point=saga.step_committed:5");
+        else
+            testpipeline_args_add(&a, crashes == 0 ? "--crash-point=saga.batch.before_commit:2"
+                                                   : "--crash-point=saga.batch.before_commit");
         struct testproc *up1 = testpipeline_start(&c->p, "kill_up_crash", &a);
         testpipeline_expect_crash(&c->p, up1, 60000);
         crashes++;
@@ -238,15 +253,18 @@ static void test_worker_killed_mid_sagas(void **state)
                       " sagas unfinished (%" PRId64 " owned by the dead process under lease, "
                       "%" PRId64 " with a step already COMPLETED), %" PRId64 " orders terminal\n",
                       crashes, completed_steps, unfinished, owned, half_done, terminal);
-        if (crashes == 1 && completed_steps < 41)
+        if (single && crashes == 1 && completed_steps < 41)
             TESTPIPELINE_FAIL(&c->p,
                               "the crash point fires after the 41st committed step, found %" PRId64
                               " steps COMPLETED",
                               completed_steps);
     }
-    if (half_done < 1)
+    if (single && half_done < 1)
         TESTPIPELINE_FAIL(&c->p, "%u kills left no saga half-way (RUNNING with a COMPLETED step)",
                           crashes);
+    if (!single && owned < 2)
+        TESTPIPELINE_FAIL(&c->p, "%u kills inside a batch left %" PRId64 " sagas under lease",
+                          crashes, owned);
     assert_true(unfinished >= half_done);
     assert_true(terminal < KILL_ORDERS);
 
@@ -288,11 +306,22 @@ static void test_worker_killed_mid_sagas(void **state)
     testpipeline_remove_logs(&c->p);
 }
 
+static void test_worker_killed_mid_sagas(void **state)
+{
+    kill_mid_sagas(*state, true);
+}
+
+static void test_worker_killed_mid_batch(void **state)
+{
+    kill_mid_sagas(*state, false);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_local, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_killed_mid_sagas, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_killed_mid_batch, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     return rc;

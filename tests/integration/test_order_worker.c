@@ -223,6 +223,109 @@ static void test_unhandled_and_bad_messages(void **state)
     assert_int_equal(deliver(f, mismatch, "other-id", &err), TXO_EINVAL);
 }
 
+/*
+ * A delivery of many messages handled at once (txo_worker_handle_batch, what local dispatch
+ * hands a relay batch to): 6 orders, each OrderCreated once, one of them twice more inside the
+ * batch, one already consumed before, a message that is not an envelope, and an event type
+ * nobody handles. One saga per order, one inbox row per event, each message its own verdict.
+ */
+static void test_a_delivery_is_consumed_in_one_transaction(void **state)
+{
+    struct fixture *f = *state;
+    struct txo_error err;
+    char *env[6];
+    char keys[6][64];
+    for (size_t i = 0; i < 6; i++) {
+        int64_t id = create_order(f, &env[i]);
+        snprintf(keys[i], sizeof(keys[i]), "order:%lld:created", (long long)id);
+    }
+    assert_int_equal(deliver(f, env[5], keys[5], &err), 0); /* consumed before the batch */
+    const char *other = "{\"id\":9,\"type\":\"Unrelated\",\"aggregate_type\":\"x\","
+                        "\"aggregate_id\":\"1\",\"idempotency_key\":\"x:1\",\"payload\":{}}";
+    struct txo_inbound_message msgs[10];
+    const char *data[10] = {env[0], env[1], env[2], env[0], env[3], "not an envelope",
+                            env[4], env[5], env[0], other};
+    const char *ids[10] = {keys[0],  keys[1], keys[2], keys[0], keys[3],
+                           "junk:1", keys[4], keys[5], keys[0], "x:1"};
+    int results[10];
+    struct txo_error errors[10];
+    for (size_t i = 0; i < 10; i++) {
+        msgs[i] = (struct txo_inbound_message){
+            .data = data[i], .len = strlen(data[i]), .msg_id = ids[i], .delivery = 1};
+        txo_error_init(&errors[i]);
+        results[i] = 99;
+    }
+    int64_t before = testdb_i64(f->t.db,
+                                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                                "WHERE VARIABLE_NAME = 'COM_COMMIT'",
+                                NULL, 0);
+    assert_int_equal(txo_worker_handle_batch(f->w, msgs, 10, results, errors), 0);
+    int64_t commits = testdb_i64(f->t.db,
+                                 "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                                 "WHERE VARIABLE_NAME = 'COM_COMMIT'",
+                                 NULL, 0) -
+                      before;
+    for (size_t i = 0; i < 10; i++)
+        if (i == 5)
+            assert_int_equal(results[i], TXO_EINVAL);
+        else if (results[i] != 0)
+            fail_msg("message %zu: %s %s", i, txo_err_name(results[i]), errors[i].msg);
+    /* One transaction for the batch (the server counts other tests' commits too: at most a
+     * few, never one per message). */
+    print_message("the batch of 10 messages: %lld commits on the server\n", (long long)commits);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 6);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 6);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_steps"), 18);
+    struct txo_worker_stats st;
+    txo_worker_get_stats(f->w, &st);
+    assert_int_equal(st.consumed, 6);   /* 1 before + 5 in the batch */
+    assert_int_equal(st.duplicates, 3); /* env[0] twice more, env[5] again */
+    assert_int_equal(txo_worker_start(f->w, &err), 0);
+    wait_completed(f, 6);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), 6);
+    for (size_t i = 0; i < 6; i++)
+        txo_free(env[i]);
+}
+
+/* A handler that fails one message of a batch: the batch rolls back and runs one by one, so
+ * that message alone gets the error and the others are consumed. */
+static void test_a_failing_message_does_not_fail_its_batch(void **state)
+{
+    struct fixture *f = *state;
+    struct txo_error err;
+    char *env[3];
+    char keys[3][64];
+    for (size_t i = 0; i < 3; i++) {
+        int64_t id = create_order(f, &env[i]);
+        snprintf(keys[i], sizeof(keys[i]), "order:%lld:created", (long long)id);
+    }
+    /* An OrderCreated whose payload the handler refuses (no order_id). */
+    const char *bad = "{\"id\":9,\"type\":\"OrderCreated\",\"aggregate_type\":\"order\","
+                      "\"aggregate_id\":\"999\",\"idempotency_key\":\"order:999:created\","
+                      "\"payload\":{\"nothing\":1}}";
+    const char *data[4] = {env[0], bad, env[1], env[2]};
+    const char *ids[4] = {keys[0], "order:999:created", keys[1], keys[2]};
+    struct txo_inbound_message msgs[4];
+    int results[4];
+    struct txo_error errors[4];
+    for (size_t i = 0; i < 4; i++) {
+        msgs[i] = (struct txo_inbound_message){
+            .data = data[i], .len = strlen(data[i]), .msg_id = ids[i], .delivery = 1};
+        txo_error_init(&errors[i]);
+    }
+    assert_int_equal(txo_worker_handle_batch(f->w, msgs, 4, results, errors), 0);
+    assert_int_equal(results[0], 0);
+    assert_true(results[1] < 0 && !txo_err_is_transient(results[1]));
+    assert_int_equal(results[2], 0);
+    assert_int_equal(results[3], 0);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 3);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 3);
+    assert_int_equal(txo_worker_start(f->w, &err), 0);
+    wait_completed(f, 3);
+    for (size_t i = 0; i < 3; i++)
+        txo_free(env[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +333,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_order_starts_from_the_command_only, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unhandled_and_bad_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_delivery_is_consumed_in_one_transaction, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_failing_message_does_not_fail_its_batch, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

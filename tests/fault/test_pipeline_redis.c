@@ -1,0 +1,377 @@
+/*
+ * The order pipeline through Redis Streams with real processes: `txo serve`, `txo relay
+ * --publisher redis`, `txo worker --broker redis` and `txo up --broker redis` against a
+ * private MariaDB database and a private redis-server (AOF, appendfsync always), each test on
+ * streams and a consumer group of its own.
+ *
+ *   - The worker dies between committing an OrderCreated's effect and its XACK (crash point
+ *     worker.after_consume): the entry stays pending; the restarted worker (a new consumer
+ *     name) claims it after --redis-claim-idle, and the inbox drops the duplicate. Every
+ *     order ends CONFIRMED once.
+ *   - redis-server is SIGKILLed under `txo up` while orders come in: the API still answers,
+ *     the events wait PENDING with backoff; restarted on its AOF, everything is delivered.
+ *   - `txo relay` SIGKILLed after publishing its second batch and before committing it
+ *     (relay.after_publish:1): the batch's rows roll back and are published again, so the
+ *     stream holds those events twice (Redis has no producer dedupe); the worker confirms
+ *     each order once and counts the duplicates in txo_inbox_duplicates_total.
+ * What Redis stored is read with redis-cli (XRANGE, XINFO GROUPS).
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "testpipeline.h"
+#include "testproc.h"
+#include "testredis.h"
+
+struct ctx {
+    struct testdb t;
+    struct testredis redis;
+    struct testpipeline p;
+    char tmpl[64];   /* --redis-stream-template */
+    char stream[64]; /* the order stream */
+    char group[64];  /* --redis-group */
+};
+
+static int setup(void **state)
+{
+    static unsigned seq;
+    struct ctx *c = txo_calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "pipeline_redis");
+    testdb_export_env(&c->t);
+    testredis_start(&c->redis);
+    testpipeline_init(&c->p, c->t.db);
+    snprintf(c->tmpl, sizeof(c->tmpl), "pipe%ld_%u.{aggregate_type}", (long)getpid(), seq);
+    snprintf(c->stream, sizeof(c->stream), "pipe%ld_%u.order", (long)getpid(), seq);
+    snprintf(c->group, sizeof(c->group), "pipe-worker-%ld-%u", (long)getpid(), seq);
+    seq++;
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    testpipeline_release(&c->p);
+    testredis_cleanup(&c->redis);
+    testdb_teardown(&c->t);
+    txo_free(c);
+    return 0;
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+static void args_redis(struct ctx *c, struct testpipeline_args *a)
+{
+    testpipeline_args_addf(a, "--redis-url=%s", c->redis.url);
+    testpipeline_args_addf(a, "--redis-stream-template=%s", c->tmpl);
+    testpipeline_args_addf(a, "--redis-group=%s", c->group);
+    testpipeline_args_add(a, "--redis-claim-idle=1000");
+    testpipeline_args_add(a, "--redis-timeout=1000");
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * Every OrderCreated of the outbox is in the order stream, and nothing else than outbox
+ * events; returns how many entries are there a second time.
+ */
+static size_t check_stream_matches_outbox(struct ctx *c)
+{
+    json_t *entries = testredis_xrange(&c->redis, c->stream);
+    size_t n = json_array_size(entries);
+    char **keys = calloc(n + 1, sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = testredis_field(json_array_get(entries, i), "idempotency_key");
+        if (k == NULL)
+            TESTPIPELINE_FAIL(&c->p, "entry %zu of %s has no idempotency_key", i, c->stream);
+        keys[i] = strdup(k);
+    }
+    json_decref(entries);
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    size_t distinct = 0, dups = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(keys[i - 1], keys[i]) == 0) {
+            dups++;
+            continue;
+        }
+        distinct++;
+        struct txo_param p = txo_p_str(keys[i]);
+        if (testdb_i64(c->t.db,
+                       "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ? AND "
+                       "aggregate_type = 'order'",
+                       &p, 1) != 1)
+            TESTPIPELINE_FAIL(&c->p, "stream entry %s is no order event of the outbox", keys[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+    int64_t rows = q(c, "SELECT COUNT(*) FROM outbox_events WHERE aggregate_type = 'order'");
+    if ((int64_t)distinct != rows)
+        TESTPIPELINE_FAIL(&c->p, "stream %s holds %zu distinct events, the outbox %" PRId64,
+                          c->stream, distinct, rows);
+    return dups;
+}
+
+/* Waits until the worker's group has acknowledged everything it was given. */
+static void wait_group_settled(struct ctx *c)
+{
+    int64_t deadline = txo_monotonic_ms() + 20000;
+    while (testredis_group_pending(&c->redis, c->stream, c->group) != 0) {
+        if (txo_monotonic_ms() > deadline)
+            TESTPIPELINE_FAIL(&c->p, "%" PRId64 " entries still pending in group %s",
+                              testredis_group_pending(&c->redis, c->stream, c->group), c->group);
+        txo_sleep_ms(100);
+    }
+}
+
+static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        char key[64], body[256];
+        snprintf(key, sizeof(key), "%s-%u", tag, i);
+        snprintf(body, sizeof(body),
+                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
+                 "250}]}",
+                 700 + i, 1 + i % 2);
+        (void)testpipeline_post_order(&c->p, port, key, body);
+    }
+}
+
+static void serve_orders(struct ctx *c, const char *tag, unsigned n)
+{
+    unsigned port = testproc_free_port();
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "serve");
+    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
+    struct testproc *serve = testpipeline_start(&c->p, "r_serve", &a);
+    testpipeline_wait_ready(&c->p, serve, port);
+    place_orders(c, port, tag, n);
+    testpipeline_stop_clean(&c->p, serve);
+}
+
+static const struct testpipeline_stock stock[] = {{"pen", 1000}};
+
+/* A worker on the test's group; returns its process, metrics on *mport when mport != NULL. */
+static struct testproc *start_worker(struct ctx *c, const char *tag, const char *crash_point,
+                                     unsigned *mport)
+{
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "worker");
+    testpipeline_args_add(&a, "--broker=redis");
+    args_redis(c, &a);
+    testpipeline_args_add(&a, "--saga-lease=2");
+    testpipeline_args_add(&a, "--poll=100");
+    if (crash_point != NULL)
+        testpipeline_args_addf(&a, "--crash-point=%s", crash_point);
+    if (mport != NULL) {
+        *mport = testproc_free_port();
+        testpipeline_args_addf(&a, "--metrics-listen=127.0.0.1:%u", *mport);
+    }
+    struct testproc *w = testpipeline_start(&c->p, tag, &a);
+    if (mport != NULL)
+        testpipeline_wait_ready(&c->p, w, *mport);
+    return w;
+}
+
+static struct testproc *start_relay(struct ctx *c, const char *tag, const char *crash_point)
+{
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "relay");
+    testpipeline_args_add(&a, "--publisher=redis");
+    testpipeline_args_add(&a, "--idle-sleep=50");
+    testpipeline_args_add(&a, "--batch-size=4");
+    args_redis(c, &a);
+    if (crash_point != NULL)
+        testpipeline_args_addf(&a, "--crash-point=%s", crash_point);
+    return testpipeline_start(&c->p, tag, &a);
+}
+
+/* ---- the worker dies between its commit and the XACK ---- */
+
+#define ACK_CRASH_ORDERS 8
+
+static void test_worker_crash_before_ack_redis(void **state)
+{
+    struct ctx *c = *state;
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    serve_orders(c, "ackcrash", ACK_CRASH_ORDERS);
+    struct testproc *relay = start_relay(c, "r_relay", NULL);
+    if (!testpipeline_wait_count(&c->p,
+                                 "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
+                                 ACK_CRASH_ORDERS, 30000))
+        TESTPIPELINE_FAIL(&c->p, "the relay did not publish the %d OrderCreated events",
+                          ACK_CRASH_ORDERS);
+
+    struct testproc *w1 = start_worker(c, "r_worker_crash", "worker.after_consume", NULL);
+    testpipeline_expect_crash(&c->p, w1, 30000);
+    int64_t inbox = q(c, "SELECT COUNT(*) FROM inbox_events");
+    int64_t pending = testredis_group_pending(&c->redis, c->stream, c->group);
+    print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " entries pending\n", inbox,
+                  pending);
+    if (inbox != 1 || pending < 1)
+        TESTPIPELINE_FAIL(&c->p,
+                          "want 1 inbox row and >= 1 pending entry after the crash, got %" PRId64
+                          ", %" PRId64,
+                          inbox, pending);
+
+    unsigned mport = 0;
+    struct testproc *w2 = start_worker(c, "r_worker", NULL, &mport);
+    testpipeline_wait_terminal(&c->p, ACK_CRASH_ORDERS, 30000, "after the worker restart");
+    testpipeline_wait_published(&c->p, 30000);
+    wait_group_settled(c);
+    double dups = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
+    double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
+    double acked = testpipeline_metric(&c->p, mport, "txo_redis_consumed_total{outcome=\"ack\"}");
+    double claimed = testpipeline_metric(&c->p, mport, "txo_redis_claimed_total");
+    print_message("restarted worker: txo_inbox_duplicates_total %.0f, txo_inbox_consumed_total "
+                  "%.0f\n",
+                  dups, consumed);
+    testpipeline_stop_clean(&c->p, w2);
+    testpipeline_stop_clean(&c->p, relay);
+    if (dups < 1)
+        TESTPIPELINE_FAIL(&c->p, "the claimed OrderCreated was not seen as a duplicate");
+    /* The 8 entries the dead worker read (1 handled) are claimed: 8 OrderCreated acked. */
+    if (acked != ACK_CRASH_ORDERS || claimed < ACK_CRASH_ORDERS)
+        TESTPIPELINE_FAIL(&c->p,
+                          "txo_redis_consumed_total{outcome=\"ack\"} = %.0f (want %d), "
+                          "txo_redis_claimed_total = %.0f (want >= %d)",
+                          acked, ACK_CRASH_ORDERS, claimed, ACK_CRASH_ORDERS);
+    if (consumed != ACK_CRASH_ORDERS - 1)
+        TESTPIPELINE_FAIL(&c->p, "txo_inbox_consumed_total = %.0f, want %d", consumed,
+                          ACK_CRASH_ORDERS - 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     ACK_CRASH_ORDERS);
+    testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
+    assert_int_equal(check_stream_matches_outbox(c), 0);
+    testpipeline_remove_logs(&c->p);
+}
+
+/* ---- redis-server SIGKILLed under `txo up` ---- */
+
+#define OUTAGE_ORDERS 8
+
+static void test_broker_killed_end_to_end_redis(void **state)
+{
+    struct ctx *c = *state;
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    unsigned port = testproc_free_port();
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "up");
+    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
+    testpipeline_args_add(&a, "--broker=redis");
+    args_redis(c, &a);
+    testpipeline_args_add(&a, "--backoff-base=100");
+    testpipeline_args_add(&a, "--backoff-max=1000");
+    testpipeline_args_add(&a, "--max-attempts=1000"); /* no dead letter during the outage */
+    testpipeline_args_add(&a, "--saga-lease=2");
+    testpipeline_args_add(&a, "--poll=100");
+    struct testproc *up = testpipeline_start(&c->p, "r_up", &a);
+    testpipeline_wait_ready(&c->p, up, port);
+
+    place_orders(c, port, "warm", 1);
+    if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
+                                 30000))
+        TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through Redis");
+
+    testredis_kill(&c->redis);
+    place_orders(c, port, "outage", OUTAGE_ORDERS);
+    const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
+                          "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
+                          "AND published_at IS NULL";
+    if (!testpipeline_wait_count(&c->p, waiting, OUTAGE_ORDERS, 20000))
+        TESTPIPELINE_FAIL(&c->p,
+                          "want the %d new OrderCreated PENDING with a last_error, got %" PRId64,
+                          OUTAGE_ORDERS, q(c, waiting));
+    char *last_error = testdb_str(c->t.db,
+                                  "SELECT last_error FROM outbox_events WHERE event_type = "
+                                  "'OrderCreated' AND status = 'PENDING' LIMIT 1",
+                                  NULL, 0);
+    print_message("broker down: last_error \"%s\"\n", last_error != NULL ? last_error : "(null)");
+    txo_free(last_error);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), OUTAGE_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+
+    testredis_restart(&c->redis);
+    int64_t t0 = txo_monotonic_ms();
+    if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'",
+                                 OUTAGE_ORDERS + 1, 30000))
+        TESTPIPELINE_FAIL(&c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after Redis came back",
+                          q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                          OUTAGE_ORDERS + 1);
+    print_message("all orders CONFIRMED %" PRId64 " ms after Redis came back\n",
+                  txo_monotonic_ms() - t0);
+    testpipeline_wait_published(&c->p, 30000);
+    wait_group_settled(c);
+    testpipeline_stop_clean(&c->p, up);
+    testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
+    size_t dups = check_stream_matches_outbox(c);
+    print_message("order stream: %zu entries there twice\n", dups);
+    testpipeline_remove_logs(&c->p);
+}
+
+/* ---- `txo relay` SIGKILLed between the publish and the commit ---- */
+
+#define RELAY_CRASH_ORDERS 12
+
+static void test_relay_crash_after_publish_redis(void **state)
+{
+    struct ctx *c = *state;
+    testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
+    serve_orders(c, "relaycrash", RELAY_CRASH_ORDERS);
+
+    struct testproc *r1 = start_relay(c, "r_relay_crash", "relay.after_publish:1");
+    testpipeline_expect_crash(&c->p, r1, 30000);
+    /* The first batch (4) is marked; the second was published, its transaction rolled back. */
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 4);
+    assert_int_equal(testredis_xlen(&c->redis, c->stream), 8);
+
+    struct testproc *r2 = start_relay(c, "r_relay", NULL);
+    unsigned mport = 0;
+    struct testproc *w = start_worker(c, "r_worker", NULL, &mport);
+    testpipeline_wait_terminal(&c->p, RELAY_CRASH_ORDERS, 30000, "after the relay restart");
+    testpipeline_wait_published(&c->p, 30000);
+    wait_group_settled(c);
+    double dups = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
+    testpipeline_stop_clean(&c->p, w);
+    testpipeline_stop_clean(&c->p, r2);
+    size_t stream_dups = check_stream_matches_outbox(c);
+    print_message("relay crash: %zu OrderCreated twice in the stream, "
+                  "txo_inbox_duplicates_total %.0f\n",
+                  stream_dups, dups);
+    assert_int_equal(stream_dups, 4);
+    if (dups != 4)
+        TESTPIPELINE_FAIL(&c->p, "txo_inbox_duplicates_total = %.0f, want 4", dups);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     RELAY_CRASH_ORDERS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), RELAY_CRASH_ORDERS);
+    testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
+    testpipeline_remove_logs(&c->p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_redis, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_killed_end_to_end_redis, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_redis, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

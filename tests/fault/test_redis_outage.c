@@ -1,0 +1,315 @@
+/*
+ * Publishing to Redis Streams while the server is down or hangs, then back: MariaDB + a
+ * private redis-server (AOF, appendfsync always) + the relay (run_once in this process)
+ * publishing through the Redis publisher, N events.
+ *
+ *   1. The server is up: the first batch is published.
+ *   2. The server goes away (SIGKILL; in the second test it hangs with SIGSTOP, connections
+ *      open and nothing answered): every cycle returns within the command timeout (no hang; a
+ *      hanging server costs exactly that timeout), publishes nothing, and the rows it claimed
+ *      go back to PENDING with attempts >= 1, last_error set (TXO_EUNAVAILABLE "connection
+ *      lost" for the batch that found the old connection dead, then "cannot connect"; or
+ *      TXO_ETIMEOUT "no XADD reply") and next_attempt_at in the future (backoff).
+ *   3. The server comes back on the same port and directory (AOF replayed; or SIGCONT): the
+ *      publisher connects again on the next batch and the relay (backoff skipped by moving
+ *      next_attempt_at to now) publishes the rest until every row is PUBLISHED.
+ * Afterwards every event is in the stream. After a kill none is there twice (the server
+ * refused the connection, nothing was sent). After a hang the XADDs that timed out were
+ * applied when the server resumed and were published again by the relay: Redis has no
+ * producer dedupe, so exactly those events are in the stream twice, which the consumer's inbox
+ * absorbs; the test counts them.
+ *
+ * A permanent error: the stream key of one aggregate type holds a string (WRONGTYPE). Its
+ * events are FAILED and dead-lettered at once with the server's reason; the others flow.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "testredis.h"
+#include "testrelay.h"
+#include "txo/redis.h"
+
+#define STREAM     "txo.events.order"
+#define N_EVENTS   120
+#define BATCH      20
+#define TIMEOUT_MS 1000
+
+struct ctx {
+    struct testdb t;
+    struct testredis redis;
+};
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "redis_outage");
+    testredis_start(&c->redis);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    testredis_cleanup(&c->redis);
+    testdb_teardown(&c->t);
+    free(c);
+    return 0;
+}
+
+struct append_ctx {
+    const char *aggregate_type;
+    unsigned from, to;
+};
+
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    const struct append_ctx *a = arg;
+    for (unsigned i = a->from; i <= a->to; i++) {
+        char key[48], payload[64], agg[16];
+        snprintf(key, sizeof(key), "%s:%u:created", a->aggregate_type, i);
+        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
+        snprintf(agg, sizeof(agg), "%u", i);
+        struct txo_outbox_event ev = {
+            .aggregate_type = a->aggregate_type,
+            .aggregate_id = agg,
+            .event_type = "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void append(struct ctx *c, const char *aggregate_type, unsigned from, unsigned to)
+{
+    struct append_ctx a = {aggregate_type, from, to};
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
+        fail_msg("appending events: %s", err.msg);
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+static size_t run_once(struct txo_relay *r, int64_t *ms)
+{
+    int64_t t0 = txo_monotonic_ms();
+    size_t claimed = testrelay_run_once(r);
+    *ms = txo_monotonic_ms() - t0;
+    return claimed;
+}
+
+static struct txo_publisher *new_publisher(struct ctx *c)
+{
+    struct txo_redis_opts o;
+    txo_redis_opts_init(&o);
+    o.url = c->redis.url;
+    o.timeout_ms = TIMEOUT_MS;
+    o.connect_timeout_ms = 500;
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_redis_new(&o, NULL, &pub, &err) < 0)
+        fail_msg("txo_publisher_redis_new: %s", err.msg);
+    return pub;
+}
+
+static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
+{
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "redis-outage-relay";
+    ro.batch_size = BATCH;
+    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL after the recovery */
+    ro.backoff.max_ms = 60000;
+    ro.backoff.jitter = 0.0;
+    ro.max_attempts = 1000;
+    ro.breaker_failures = 0; /* the test looks at every cycle, not at the breaker */
+    return testrelay_new(c->t.db, pub, &ro);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Keys in the stream: checks every event is there; returns how many are there twice. */
+static size_t stream_duplicates(struct ctx *c, const char *stream, size_t n_events)
+{
+    json_t *entries = testredis_xrange(&c->redis, stream);
+    size_t n = json_array_size(entries);
+    char **keys = calloc(n + 1, sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = testredis_field(json_array_get(entries, i), "idempotency_key");
+        assert_non_null(k);
+        keys[i] = strdup(k);
+    }
+    json_decref(entries);
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    size_t distinct = 0, dups = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(keys[i - 1], keys[i]) == 0) {
+            dups++;
+        } else {
+            distinct++;
+            struct txo_param p = txo_p_str(keys[i]);
+            assert_int_equal(testdb_i64(c->t.db,
+                                        "SELECT COUNT(*) FROM outbox_events WHERE "
+                                        "idempotency_key = ? AND status = 'PUBLISHED'",
+                                        &p, 1),
+                             1);
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+    assert_int_equal(distinct, n_events);
+    return dups;
+}
+
+static void outage(struct ctx *c, bool hang)
+{
+    append(c, "order", 1, N_EVENTS);
+    struct txo_publisher *pub = new_publisher(c);
+    struct txo_relay *r = new_relay(c, pub);
+
+    /* 1. Up: one batch goes out. */
+    int64_t ms = 0;
+    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+
+    /* 2. Down or hanging: the rows tried fail without hanging, and back off. */
+    if (hang)
+        testredis_pause(&c->redis);
+    else
+        testredis_kill(&c->redis);
+    size_t tried = 0;
+    int max_cycles = hang ? 2 : 50; /* a hanging server costs the timeout each */
+    for (int cycle = 0; cycle < max_cycles; cycle++) {
+        size_t claimed = run_once(r, &ms);
+        if (ms > TIMEOUT_MS + 1000)
+            fail_msg("a relay cycle took %lld ms while the server was down (timeout %d ms)",
+                     (long long)ms, TIMEOUT_MS);
+        if (hang && ms < TIMEOUT_MS - 50)
+            fail_msg("a cycle against a hanging server ended after %lld ms, before the timeout",
+                     (long long)ms);
+        if (!hang && ms > 500)
+            fail_msg("a cycle against a dead server took %lld ms: not failing fast", (long long)ms);
+        if (claimed == 0)
+            break;
+        tried += claimed;
+    }
+    assert_int_equal(tried, hang ? 2 * BATCH : N_EVENTS - BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    const char *pending_sql =
+        hang ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+               "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
+               "AND last_error LIKE 'TXO_ETIMEOUT: redis publisher: no XADD reply within 1000 ms%' "
+               "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
+             : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+               "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+               "AND (last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: cannot connect%' "
+               "OR last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: connection to % lost%') "
+               "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
+    assert_int_equal(q(c, pending_sql), tried);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.failed_attempts, tried);
+    assert_int_equal(st.dead_lettered, 0);
+    if (!hang)
+        assert_int_equal(run_once(r, &ms), 0); /* nothing due: the relay waits */
+
+    /* 3. Back: the relay drains the rest. */
+    if (hang)
+        testredis_resume(&c->redis);
+    else
+        testredis_restart(&c->redis);
+    int64_t deadline = txo_monotonic_ms() + 30000;
+    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("events still not published 30 s after the server came back");
+        testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
+                             "WHERE status = 'PENDING'");
+        (void)run_once(r, &ms);
+    }
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND last_error IS NULL AND published_at IS NOT NULL"),
+                     N_EVENTS);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+
+    size_t dups = stream_duplicates(c, STREAM, N_EVENTS);
+    print_message("%s: %zu events in the stream twice\n", hang ? "hang" : "kill", dups);
+    /* Killed: nothing reached the server while down. Hung: the XADDs of the first timed-out
+     * batch were applied on resume (the second batch found the connection dropped and went to
+     * a fresh one, which the paused server accepted into its backlog but never read before
+     * the timeout, so it was applied on resume too): both batches are there twice. */
+    assert_int_equal(dups, hang ? 2 * BATCH : 0);
+    assert_int_equal(testredis_xlen(&c->redis, STREAM), N_EVENTS + dups);
+
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_server_killed_then_back(void **state)
+{
+    outage(*state, false);
+}
+
+static void test_server_hangs_then_resumes(void **state)
+{
+    outage(*state, true);
+}
+
+static void test_wrongtype_dead_lettered_at_once(void **state)
+{
+    struct ctx *c = *state;
+    json_decref(
+        testredis_cli(&c->redis, (const char *const[]){"SET", "txo.events.payment", "oops", NULL}));
+    append(c, "order", 1, 10);
+    append(c, "payment", 1, 5);
+    struct txo_publisher *pub = new_publisher(c);
+    struct txo_relay *r = new_relay(c, pub);
+    int64_t ms = 0;
+    assert_int_equal(run_once(r, &ms), 15);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND aggregate_type = 'order'"),
+                     10);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                          "AND aggregate_type = 'payment' AND attempts = 1 "
+                          "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
+                          "WRONGTYPE%'"),
+                     5);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
+                          "'%WRONGTYPE%'"),
+                     5);
+    assert_int_equal(testredis_xlen(&c->redis, STREAM), 10);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_server_killed_then_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_hangs_then_resumes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrongtype_dead_lettered_at_once, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,702 @@
+/*
+ * The RabbitMQ transport against a real broker (tests/support/testrabbit.h, one private
+ * rabbitmq-server for the whole binary, each test on its own queues):
+ *   - routing keys are sanitised;
+ *   - a published batch reaches a bound queue with the documented properties and headers
+ *     (persistent, message_id = idempotency key, type, content_type, txo-* headers, the
+ *     envelope as body), also in CloudEvents binary mode (ce_* headers, the payload as body);
+ *   - a message no queue is bound for comes back (mandatory) and fails permanently, while the
+ *     rest of its batch is confirmed;
+ *   - the relay drains 10,000 events from MariaDB with --ordering aggregate: the queue holds
+ *     each idempotency key once, and per aggregate in outbox order;
+ *   - the consumer acks after the handler (the inbox transaction) committed, delays a
+ *     transient failure through the retry queue, dead-letters a permanent one into
+ *     <queue>.dlq, and a message delivered twice has one effect through the inbox.
+ *
+ * What reached the queues is read with pika (rabbit_client.py), not with our code or
+ * rabbitmq-c; consumer input is published with pika too.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "testproc.h"
+#include "testrabbit.h"
+#include "testrelay.h"
+#include "txo/consumer.h"
+#include "txo/inbox.h"
+#include "txo/outbox.h"
+#include "txo/rabbitmq.h"
+
+#define EXCHANGE "txo.events"
+
+static struct testrabbit broker;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    testrabbit_start(&broker);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    testrabbit_cleanup(&broker);
+    return 0;
+}
+
+static void opts(struct txo_rabbitmq_opts *o)
+{
+    txo_rabbitmq_opts_init(o);
+    o->url = broker.url;
+    o->connect_timeout_ms = 2000;
+    o->confirm_timeout_ms = 5000;
+}
+
+static struct txo_publisher *new_publisher(void)
+{
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_rabbitmq_new(&o, NULL, &pub, &err) < 0)
+        fail_msg("txo_publisher_rabbitmq_new: %s", err.msg);
+    return pub;
+}
+
+/* Every message of queue, drained with pika: a JSON array of objects (json_decref). */
+static json_t *drain(const char *queue)
+{
+    char *out = testrabbit_client(&broker, "drain", queue, "0.7", NULL);
+    json_t *all = json_array();
+    char *save = NULL;
+    for (char *line = strtok_r(out, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_error_t je;
+        json_t *m = json_loads(line, 0, &je);
+        if (m == NULL)
+            fail_msg("drain %s: not JSON (%s): %s", queue, je.text, line);
+        json_array_append_new(all, m);
+    }
+    free(out);
+    return all;
+}
+
+static const char *jstr(json_t *obj, const char *path1, const char *path2)
+{
+    json_t *v = json_object_get(obj, path1);
+    if (path2 != NULL)
+        v = json_object_get(v, path2);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* ---- messages ---- */
+
+struct batch {
+    struct txo_outbox_message *msgs;
+    char (*keys)[32];
+    char (*payloads)[64];
+    char (*agg_ids)[24];
+    int *results;
+    struct txo_error *errors;
+    size_t n;
+};
+
+static void batch_init(struct batch *b, size_t n, const char *prefix, const char *agg_type)
+{
+    memset(b, 0, sizeof(*b));
+    b->n = n;
+    b->msgs = calloc(n, sizeof(*b->msgs));
+    b->keys = calloc(n, sizeof(*b->keys));
+    b->payloads = calloc(n, sizeof(*b->payloads));
+    b->agg_ids = calloc(n, sizeof(*b->agg_ids));
+    b->results = calloc(n, sizeof(*b->results));
+    b->errors = calloc(n, sizeof(*b->errors));
+    assert_true(b->msgs && b->keys && b->payloads && b->agg_ids && b->results && b->errors);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%zu", prefix, i + 1);
+        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\": %zu}", i + 1);
+        snprintf(b->agg_ids[i], sizeof(b->agg_ids[i]), "%zu", i + 1);
+        struct txo_outbox_message *m = &b->msgs[i];
+        m->id = (int64_t)i + 1;
+        m->aggregate_type = agg_type;
+        m->aggregate_id = b->agg_ids[i];
+        m->event_type = "OrderCreated";
+        m->payload = b->payloads[i];
+        m->payload_len = strlen(b->payloads[i]);
+        m->idempotency_key = b->keys[i];
+        m->created_at = "2026-11-30T15:37:00.123456Z";
+        m->attempt = 1;
+    }
+}
+
+static void batch_free(struct batch *b)
+{
+    free(b->msgs);
+    free(b->keys);
+    free(b->payloads);
+    free(b->agg_ids);
+    free(b->results);
+    free(b->errors);
+}
+
+static int publish(struct txo_publisher *pub, struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        b->results[i] = 99;
+        txo_error_init(&b->errors[i]);
+    }
+    return pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors);
+}
+
+static void assert_all_published(const struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->results[i] != 0)
+            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
+                     b->errors[i].msg);
+    }
+}
+
+/* ---- (1) routing keys ---- */
+
+static void test_routing_key_sanitising(void **state)
+{
+    (void)state;
+    char out[300];
+    assert_int_equal(txo_rabbitmq_routing_key("order", "OrderCreated", out, sizeof(out), NULL), 0);
+    assert_string_equal(out, "order.OrderCreated");
+    assert_int_equal(txo_rabbitmq_routing_key("pay.ment v2", "A*B#", out, sizeof(out), NULL), 0);
+    assert_string_equal(out, "pay_ment_v2.A_B_");
+    assert_int_equal(txo_rabbitmq_routing_key("", "", out, sizeof(out), NULL), 0);
+    assert_string_equal(out, "_._");
+    char small[8];
+    assert_int_equal(txo_rabbitmq_routing_key("order", "OrderCreated", small, sizeof(small), NULL),
+                     TXO_EINVAL);
+    assert_string_equal(small, "");
+    char longer[300];
+    memset(longer, 'a', 299);
+    longer[299] = '\0';
+    assert_int_equal(txo_rabbitmq_routing_key(longer, "x", out, sizeof(out), NULL), TXO_EINVAL);
+
+    struct txo_rabbitmq_opts o;
+    txo_rabbitmq_opts_init(&o);
+    o.prefetch = 0;
+    struct txo_consumer *cons = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(
+        txo_consumer_rabbitmq_new(&o, (txo_message_handler_fn)1, NULL, NULL, &cons, &err),
+        TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "prefetch"));
+    txo_rabbitmq_opts_init(&o);
+    o.url = "http://nope";
+    struct txo_publisher *pub = NULL;
+    assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    assert_null(pub);
+}
+
+/* ---- (2) properties and headers ---- */
+
+static void test_published_properties(void **state)
+{
+    (void)state;
+    char *o = testrabbit_client(&broker, "declare", "props", EXCHANGE, "order.#", NULL);
+    free(o);
+    struct txo_publisher *pub = new_publisher();
+    struct batch b;
+    batch_init(&b, 5, "props", "order");
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+
+    json_t *got = drain("props");
+    assert_int_equal(json_array_size(got), 5);
+    for (size_t i = 0; i < 5; i++) {
+        json_t *m = json_array_get(got, i);
+        char key[32];
+        snprintf(key, sizeof(key), "props:%zu", i + 1);
+        assert_string_equal(jstr(m, "message_id", NULL), key);
+        assert_string_equal(jstr(m, "type", NULL), "OrderCreated");
+        assert_string_equal(jstr(m, "content_type", NULL), "application/json");
+        assert_string_equal(jstr(m, "routing_key", NULL), "order.OrderCreated");
+        assert_string_equal(jstr(m, "exchange", NULL), EXCHANGE);
+        assert_string_equal(jstr(m, "app_id", NULL), "txo");
+        assert_int_equal(json_integer_value(json_object_get(m, "delivery_mode")), 2);
+        assert_true(json_integer_value(json_object_get(m, "timestamp")) > 1700000000);
+        assert_string_equal(jstr(m, "headers", "txo-aggregate-type"), "order");
+        assert_string_equal(jstr(m, "headers", "txo-aggregate-id"), b.agg_ids[i]);
+        assert_int_equal(
+            json_integer_value(json_object_get(json_object_get(m, "headers"), "txo-event-id")),
+            (json_int_t)i + 1);
+        struct txo_event ev;
+        struct txo_error err;
+        txo_error_init(&err);
+        const char *body = jstr(m, "body", NULL);
+        if (txo_envelope_decode(body, strlen(body), &ev, &err) < 0)
+            fail_msg("body is not the envelope: %s: %s", err.msg, body);
+        assert_string_equal(ev.idempotency_key, key);
+        assert_string_equal(ev.aggregate_type, "order");
+        txo_event_release(&ev);
+    }
+    json_decref(got);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_cloudevents_binary_mode(void **state)
+{
+    (void)state;
+    char *o = testrabbit_client(&broker, "declare", "ce", EXCHANGE, "ce.#", NULL);
+    free(o);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, "/test", NULL), 0);
+    struct txo_publisher *pub = new_publisher();
+    struct batch b;
+    batch_init(&b, 2, "ce", "ce");
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, NULL), 0);
+
+    json_t *got = drain("ce");
+    assert_int_equal(json_array_size(got), 2);
+    json_t *m = json_array_get(got, 0);
+    assert_string_equal(jstr(m, "headers", "ce_specversion"), "1.0");
+    assert_string_equal(jstr(m, "headers", "ce_id"), "ce:1");
+    assert_string_equal(jstr(m, "headers", "ce_source"), "/test");
+    assert_string_equal(jstr(m, "headers", "ce_type"), "OrderCreated");
+    assert_string_equal(jstr(m, "headers", "ce_subject"), "ce/1");
+    assert_string_equal(jstr(m, "headers", "ce_txoaggregateid"), "1");
+    assert_string_equal(jstr(m, "body", NULL), "{\"n\":1}");
+    assert_string_equal(jstr(m, "message_id", NULL), "ce:1");
+    json_decref(got);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+/* ---- (3) unroutable: returned, permanent ---- */
+
+static void test_unroutable_is_permanent(void **state)
+{
+    (void)state;
+    char *o = testrabbit_client(&broker, "declare", "routed", EXCHANGE, "routed.*", NULL);
+    free(o);
+    struct txo_publisher *pub = new_publisher();
+    struct batch b;
+    batch_init(&b, 6, "route", "routed");
+    b.msgs[2].aggregate_type = "nobody";
+    b.msgs[4].aggregate_type = "nobody";
+    assert_int_equal(publish(pub, &b), 0);
+    for (size_t i = 0; i < b.n; i++) {
+        if (i == 2 || i == 4) {
+            assert_int_equal(b.results[i], TXO_ECONFIG);
+            assert_false(txo_err_is_transient(b.results[i]));
+            assert_non_null(strstr(b.errors[i].msg, "no queue bound"));
+            assert_non_null(strstr(b.errors[i].msg, "NO_ROUTE"));
+        } else if (b.results[i] != 0) {
+            fail_msg("message %zu: %d %s", i, b.results[i], b.errors[i].msg);
+        }
+    }
+    /* The same connection goes on working. */
+    b.msgs[2].aggregate_type = "routed";
+    b.msgs[4].aggregate_type = "routed";
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+    assert_int_equal(testrabbit_count(&broker, "routed"), 10);
+    txo_publisher_free(pub);
+
+    /* mandatory off: RabbitMQ confirms and drops what no queue takes. */
+    struct txo_rabbitmq_opts o2;
+    opts(&o2);
+    o2.mandatory = false;
+    assert_int_equal(txo_publisher_rabbitmq_new(&o2, NULL, &pub, NULL), 0);
+    b.msgs[2].aggregate_type = "nobody";
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+    assert_int_equal(testrabbit_count(&broker, "routed"), 15);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_server_down_fails_fast(void **state)
+{
+    (void)state;
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    char url[96];
+    snprintf(url, sizeof(url), "amqp://guest:guest@127.0.0.1:%u/", testproc_free_port());
+    o.url = url;
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), 0); /* lazy connect */
+    struct batch b;
+    batch_init(&b, 3, "down", "order");
+    int64_t t0 = txo_monotonic_ms();
+    assert_int_equal(publish(pub, &b), 0);
+    assert_true(txo_monotonic_ms() - t0 < 1000);
+    for (size_t i = 0; i < b.n; i++) {
+        assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
+        assert_non_null(strstr(b.errors[i].msg, "cannot connect"));
+        assert_null(strstr(b.errors[i].msg, "guest")); /* never the credentials */
+    }
+    txo_publisher_free(pub);
+    o.connect_required = true;
+    assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), TXO_EUNAVAILABLE);
+    batch_free(&b);
+}
+
+/* ---- (4) the relay: 10,000 events, per-aggregate order ---- */
+
+/*
+ * 4 events per aggregate: the ordered claim's cost grows with the backlog behind each head
+ * (txo/relay.h), and 200 per aggregate made this drain take minutes on a loaded machine. The
+ * order is checked all the same: every aggregate has 4 events that must arrive in id order.
+ */
+#define RELAY_EVENTS     10000
+#define RELAY_AGGREGATES 2500
+
+struct append_ctx {
+    unsigned from, to;
+};
+
+/* Event i belongs to aggregate i % RELAY_AGGREGATES; its payload carries i, its key too. */
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct append_ctx *a = arg;
+    for (unsigned i = a->from; i <= a->to; i++) {
+        char key[32], payload[64], agg[16];
+        snprintf(key, sizeof(key), "order:%u:created", i);
+        snprintf(payload, sizeof(payload), "{\"seq\":%u}", i);
+        snprintf(agg, sizeof(agg), "%u", i % RELAY_AGGREGATES);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = agg,
+            .event_type = "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_relay_10000_once_in_order(void **state)
+{
+    (void)state;
+    char *o = testrabbit_client(&broker, "declare", "relay", EXCHANGE, "order.OrderCreated", NULL);
+    free(o);
+    struct testdb t;
+    testdb_setup(&t, "rabbit_relay");
+    for (unsigned from = 1; from <= RELAY_EVENTS; from += 1000) {
+        struct append_ctx a = {from, from + 999};
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_transact(t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
+            fail_msg("appending events: %s", err.msg);
+    }
+
+    struct txo_publisher *pub = new_publisher();
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "rabbit-relay";
+    ro.batch_size = 500;
+    ro.drain = true;
+    ro.ordering = TXO_RELAY_ORDER_AGGREGATE;
+    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
+    int64_t t0 = txo_monotonic_ms();
+    testrelay_drain(relay);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    print_message("relay: %d events through RabbitMQ in %" PRId64 " ms (%.0f/s)\n", RELAY_EVENTS,
+                  elapsed, RELAY_EVENTS * 1000.0 / (double)(elapsed > 0 ? elapsed : 1));
+    assert_int_equal(
+        testdb_i64(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", NULL, 0),
+        RELAY_EVENTS);
+
+    json_t *got = drain("relay");
+    size_t n = json_array_size(got);
+    print_message("queue relay holds %zu messages\n", n);
+    char **ids = calloc(n > 0 ? n : 1, sizeof(*ids));
+    long last_seq[RELAY_AGGREGATES];
+    for (size_t a = 0; a < RELAY_AGGREGATES; a++)
+        last_seq[a] = -1;
+    size_t out_of_order = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(got, i);
+        ids[i] = (char *)jstr(m, "message_id", NULL);
+        assert_non_null(ids[i]);
+        const char *agg = jstr(m, "headers", "txo-aggregate-id");
+        assert_non_null(agg);
+        long a = strtol(agg, NULL, 10);
+        assert_true(a >= 0 && a < RELAY_AGGREGATES);
+        struct txo_event ev;
+        const char *body = jstr(m, "body", NULL);
+        assert_int_equal(txo_envelope_decode(body, strlen(body), &ev, NULL), 0);
+        json_t *p = json_loads(ev.payload, 0, NULL);
+        long seq = (long)json_integer_value(json_object_get(p, "seq"));
+        json_decref(p);
+        txo_event_release(&ev);
+        if (seq <= last_seq[a])
+            out_of_order++;
+        last_seq[a] = seq;
+    }
+    qsort(ids, n, sizeof(*ids), cmp_str);
+    size_t dups = 0;
+    for (size_t i = 1; i < n; i++)
+        dups += strcmp(ids[i - 1], ids[i]) == 0;
+    print_message("distinct idempotency keys %zu, duplicates %zu, out of per-aggregate order %zu\n",
+                  n - dups, dups, out_of_order);
+    /* No failure happened, so no message was published twice: a duplicate would come from a
+     * retry after an unconfirmed batch, which this run must not have had. */
+    assert_int_equal(n - dups, RELAY_EVENTS);
+    assert_int_equal(dups, 0);
+    assert_int_equal(out_of_order, 0);
+    free(ids);
+    json_decref(got);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
+/* ---- (5) the consumer ---- */
+
+struct handler_ctx {
+    struct txo_db *db;
+    const char *transient_id; /* fails on its first delivery */
+    const char *permanent_id; /* always fails with TXO_EINVAL */
+    int64_t transient_first_ms, transient_second_ms;
+    uint64_t transient_second_delivery;
+    unsigned calls, effects, duplicates;
+    uint64_t last_delivery;
+    char last_ce_type[64];
+};
+
+struct record_ctx {
+    const struct txo_inbound_message *msg;
+    bool duplicate;
+};
+
+static int record(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct record_ctx *r = arg;
+    char *data = strndup(r->msg->data, r->msg->len);
+    assert_non_null(data);
+    int rc = txo_inbox_record(tx, r->msg->msg_id, "OrderCreated", data, &r->duplicate, err);
+    free(data);
+    return rc;
+}
+
+/* Records the message in the inbox (the effect), committing before it returns 0. */
+static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
+{
+    struct handler_ctx *h = arg;
+    h->calls++;
+    h->last_delivery = msg->delivery;
+    if (msg->msg_id == NULL)
+        return txo_error_set(err, TXO_EINVAL, "no message id");
+    if (h->permanent_id != NULL && strcmp(msg->msg_id, h->permanent_id) == 0)
+        return txo_error_set(err, TXO_EINVAL, "payload rejected by the test");
+    if (h->transient_id != NULL && strcmp(msg->msg_id, h->transient_id) == 0) {
+        if (h->transient_first_ms == 0) {
+            h->transient_first_ms = txo_monotonic_ms();
+            return txo_error_set(err, TXO_EUNAVAILABLE, "downstream away (test)");
+        }
+        h->transient_second_ms = txo_monotonic_ms();
+        h->transient_second_delivery = msg->delivery;
+    }
+    struct record_ctx r = {msg, false};
+    int rc = txo_db_transact(h->db, TXO_ISO_READ_COMMITTED, record, &r, err);
+    if (rc < 0)
+        return rc;
+    if (r.duplicate)
+        h->duplicates++;
+    else
+        h->effects++;
+    return 0;
+}
+
+static void pika_publish(const char *key, const char *id, const char *body)
+{
+    char *o = testrabbit_client(&broker, "publish", EXCHANGE, key, id, body, NULL);
+    free(o);
+}
+
+static void poll_until(struct txo_consumer *cons, unsigned *counter, unsigned want,
+                       int64_t within_ms)
+{
+    int64_t deadline = txo_monotonic_ms() + within_ms;
+    while (*counter < want && txo_monotonic_ms() < deadline) {
+        size_t handled = 0;
+        struct txo_error err;
+        txo_error_init(&err);
+        int rc = txo_consumer_poll(cons, 10, 200, &handled, &err);
+        if (rc < 0)
+            fail_msg("poll: %s (%s)", err.msg, txo_err_name(rc));
+    }
+    if (*counter < want)
+        fail_msg("only %u of %u within %" PRId64 " ms", *counter, want, within_ms);
+}
+
+static void test_consumer_ack_retry_dead_letter(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "rabbit_consumer");
+    struct handler_ctx h = {.db = t.db, .transient_id = "c:2", .permanent_id = "c:3"};
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    o.queue = "cons";
+    o.binding_key = "order.OrderCreated";
+    o.prefetch = 5;
+    o.retry_delay_ms = 700;
+    struct txo_metrics *metrics = NULL;
+    assert_int_equal(txo_metrics_new(&metrics, NULL), 0);
+    struct txo_consumer *cons = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_consumer_rabbitmq_new(&o, handle, &h, metrics, &cons, &err) < 0)
+        fail_msg("txo_consumer_rabbitmq_new: %s", err.msg);
+    assert_string_equal(txo_consumer_name(cons), "rabbitmq");
+    size_t handled = 0;
+    assert_int_equal(txo_consumer_poll(cons, 10, 50, &handled, NULL), 0); /* declares */
+
+    pika_publish("order.OrderCreated", "c:1", "{\"id\":1,\"type\":\"OrderCreated\"}");
+    pika_publish("order.OrderCreated", "c:2", "{\"id\":2,\"type\":\"OrderCreated\"}");
+    pika_publish("order.OrderCreated", "c:3", "{\"id\":3,\"type\":\"OrderCreated\"}");
+    pika_publish("order.OrderCreated", "c:1", "{\"id\":1,\"type\":\"OrderCreated\"}"); /* dup */
+
+    /* c:1 twice (one effect), c:2 failed then redelivered after the delay, c:3 rejected. */
+    poll_until(cons, &h.calls, 5, 15000);
+    assert_int_equal(h.effects, 2); /* c:1 and c:2 */
+    assert_int_equal(h.duplicates, 1);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 2);
+    assert_true(h.transient_second_ms - h.transient_first_ms >= 700);
+    assert_int_equal(h.transient_second_delivery, 2);
+    print_message("transient failure redelivered after %" PRId64 " ms (delay 700 ms)\n",
+                  h.transient_second_ms - h.transient_first_ms);
+
+    /* Nothing left anywhere but the permanent failure in the dead-letter queue. */
+    txo_sleep_ms(300);
+    assert_int_equal(txo_consumer_poll(cons, 10, 300, &handled, NULL), 0);
+    assert_int_equal(handled, 0);
+    assert_int_equal(testrabbit_count(&broker, "cons"), 0);
+    assert_int_equal(testrabbit_count(&broker, "cons.retry"), 0);
+    json_t *dead = drain("cons.dlq");
+    assert_int_equal(json_array_size(dead), 1);
+    json_t *d0 = json_array_get(dead, 0);
+    assert_string_equal(jstr(d0, "message_id", NULL), "c:3");
+    json_t *xdeath = json_object_get(json_object_get(d0, "headers"), "x-death");
+    assert_true(json_is_array(xdeath));
+    assert_string_equal(jstr(json_array_get(xdeath, 0), "reason", NULL), "rejected");
+    assert_string_equal(jstr(json_array_get(xdeath, 0), "queue", NULL), "cons");
+    json_decref(dead);
+
+    /* The metrics counted each outcome. */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(txo_metrics_render(metrics, &text, &len, NULL), 0);
+    assert_non_null(strstr(text, "txo_rabbitmq_consumed_total{outcome=\"ack\"} 3"));
+    assert_non_null(strstr(text, "txo_rabbitmq_consumed_total{outcome=\"retry\"} 1"));
+    assert_non_null(strstr(text, "txo_rabbitmq_consumed_total{outcome=\"dead_letter\"} 1"));
+    txo_free(text);
+
+    txo_consumer_free(cons);
+    txo_metrics_free(metrics);
+    testdb_teardown(&t);
+}
+
+/* Commits the effect through handle(), then dies before the consumer can ack. */
+static int handle_then_crash(void *arg, const struct txo_inbound_message *msg,
+                             struct txo_error *err)
+{
+    int rc = handle(arg, msg, err);
+    _exit(rc == 0 ? 42 : 43);
+}
+
+/*
+ * The ack comes only after the commit: a worker killed between its commit and its ack leaves
+ * the message unacknowledged; RabbitMQ redelivers it (redelivered, delivery 2) to the next
+ * consumer, and the inbox turns the second delivery into no effect.
+ */
+static void test_crash_between_commit_and_ack(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "rabbit_crash");
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    o.queue = "crash";
+    o.binding_key = "crash.*";
+    struct handler_ctx h = {.db = t.db};
+    struct txo_consumer *cons = NULL;
+    assert_int_equal(txo_consumer_rabbitmq_new(&o, handle, &h, NULL, &cons, NULL), 0);
+    size_t handled = 0;
+    assert_int_equal(txo_consumer_poll(cons, 10, 50, &handled, NULL), 0); /* declares */
+    txo_consumer_free(cons);
+    pika_publish("crash.X", "x:1", "{\"id\":1}");
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct handler_ctx ch = {.db = testdb_connect(&t)};
+        struct txo_consumer *cc = NULL;
+        if (txo_consumer_rabbitmq_new(&o, handle_then_crash, &ch, NULL, &cc, NULL) < 0)
+            _exit(2);
+        for (int i = 0; i < 50; i++) {
+            size_t n = 0;
+            if (txo_consumer_poll(cc, 10, 200, &n, NULL) < 0)
+                txo_sleep_ms(50);
+        }
+        _exit(3); /* the message never came */
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 42); /* committed, then died before the ack */
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 1);
+
+    unsigned calls_before = h.calls;
+    assert_int_equal(txo_consumer_rabbitmq_new(&o, handle, &h, NULL, &cons, NULL), 0);
+    poll_until(cons, &h.calls, (unsigned)calls_before + 1, 10000);
+    assert_int_equal(h.duplicates, 1);
+    assert_int_equal(h.effects, 0);
+    assert_int_equal(h.last_delivery, 2); /* redelivered by RabbitMQ */
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 1);
+    txo_consumer_free(cons);
+    assert_int_equal(testrabbit_count(&broker, "crash"), 0);
+    assert_int_equal(testrabbit_count(&broker, "crash.dlq"), 0);
+    testdb_teardown(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routing_key_sanitising),
+        cmocka_unit_test(test_published_properties),
+        cmocka_unit_test(test_cloudevents_binary_mode),
+        cmocka_unit_test(test_unroutable_is_permanent),
+        cmocka_unit_test(test_server_down_fails_fast),
+        cmocka_unit_test(test_relay_10000_once_in_order),
+        cmocka_unit_test(test_consumer_ack_retry_dead_letter),
+        cmocka_unit_test(test_crash_between_commit_and_ack),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,882 @@
+/*
+ * The Redis Streams transport against a real redis-server (tests/support/testredis.h: one
+ * private server for this binary, AOF with appendfsync always; each test uses streams of its
+ * own):
+ *   - stream names from the template, bad options refused;
+ *   - published entries carry the documented fields, in the txo format and in CloudEvents
+ *     binary mode (read back with redis-cli, and decoded by a consumer);
+ *   - the relay drains 10,000 events from MariaDB (ordering none, and again with ordering
+ *     aggregate): every event in the stream exactly once with its fields, and with ordering
+ *     aggregate each aggregate's events in id order in the stream;
+ *   - the consumer: XACK only after the handler succeeded (pending count 0 after, 1 while a
+ *     transient failure waits), a transient failure redelivered only after claim_idle_ms with
+ *     delivery 2, a permanent one copied to <stream>.dead and acknowledged, the entries of a
+ *     consumer that died (read with redis-cli as another consumer, never acknowledged) claimed
+ *     by ours, other event types acknowledged without the handler;
+ *   - duplicate delivery (the same event published twice) has one effect through the inbox;
+ *   - redis-server SIGKILLed and restarted (AOF replayed) while a consumer polls: every
+ *     published entry is handled, nothing lost, nothing left pending;
+ *   - a server that is down: creation works, publishing and polling fail fast with
+ *     TXO_EUNAVAILABLE and work again once it is back;
+ *   - MAXLEN ~ keeps about maxlen entries, the newest;
+ *   - a %-encoded password and a database number from the URL (a wrong password: transient,
+ *     never echoed).
+ * What Redis stored is read with Debian's redis-cli, not through the code under test.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "testproc.h"
+#include "testredis.h"
+#include "testrelay.h"
+#include "txo/consumer.h"
+#include "txo/inbox.h"
+#include "txo/redis.h"
+
+static struct testredis server;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    testredis_start(&server);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    testredis_cleanup(&server);
+    return 0;
+}
+
+static void opts_for(struct txo_redis_opts *o, const char *stream)
+{
+    txo_redis_opts_init(o);
+    o->url = server.url;
+    o->connect_timeout_ms = 1000;
+    o->timeout_ms = 2000;
+    o->stream = stream;
+    o->claim_idle_ms = 400;
+}
+
+/* ---- messages ---- */
+
+struct batch {
+    struct txo_outbox_message *msgs;
+    char (*keys)[48];
+    char (*payloads)[64];
+    int *results;
+    struct txo_error *errors;
+    size_t n;
+};
+
+/* Messages with ids first_id.., key "<prefix>:<id>", aggregate type agg, type OrderCreated. */
+static void batch_init(struct batch *b, size_t n, int64_t first_id, const char *prefix,
+                       const char *agg)
+{
+    memset(b, 0, sizeof(*b));
+    b->n = n;
+    b->msgs = calloc(n, sizeof(*b->msgs));
+    b->keys = calloc(n, sizeof(*b->keys));
+    b->payloads = calloc(n, sizeof(*b->payloads));
+    b->results = calloc(n, sizeof(*b->results));
+    b->errors = calloc(n, sizeof(*b->errors));
+    assert_true(b->msgs && b->keys && b->payloads && b->results && b->errors);
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = first_id + (int64_t)i;
+        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%lld", prefix, (long long)id);
+        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\":%lld}", (long long)id);
+        struct txo_outbox_message *m = &b->msgs[i];
+        m->id = id;
+        m->aggregate_type = agg;
+        m->aggregate_id = b->keys[i] + strlen(prefix) + 1;
+        m->event_type = "OrderCreated";
+        m->payload = b->payloads[i];
+        m->payload_len = strlen(b->payloads[i]);
+        m->idempotency_key = b->keys[i];
+        m->created_at = "2026-11-30T15:37:00.123456Z";
+        m->attempt = 1;
+    }
+}
+
+static void batch_free(struct batch *b)
+{
+    free(b->msgs);
+    free(b->keys);
+    free(b->payloads);
+    free(b->results);
+    free(b->errors);
+}
+
+static void publish(struct txo_publisher *pub, struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        b->results[i] = 99;
+        txo_error_init(&b->errors[i]);
+    }
+    assert_int_equal(pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors), 0);
+}
+
+static void assert_all_published(const struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->results[i] != 0)
+            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
+                     b->errors[i].msg);
+}
+
+static struct txo_publisher *new_publisher(const struct txo_redis_opts *o,
+                                           struct txo_metrics *metrics)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_redis_new(o, metrics, &pub, &err) < 0)
+        fail_msg("txo_publisher_redis_new: %s", err.msg);
+    return pub;
+}
+
+/* ---- the recording handler ---- */
+
+struct received {
+    char msg_id[64];
+    char subject[128];
+    char *data;
+    uint64_t delivery;
+};
+
+struct collector {
+    struct received *got;
+    size_t n, cap;
+    const char *transient_id; /* fails with TXO_EUNAVAILABLE on its first delivery */
+    const char *permanent_id; /* always fails with TXO_EINVAL */
+    bool decode;              /* check txo_envelope_decode_message on every message */
+};
+
+static void collector_release(struct collector *col)
+{
+    for (size_t i = 0; i < col->n; i++)
+        free(col->got[i].data);
+    free(col->got);
+    memset(col, 0, sizeof(*col));
+}
+
+static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
+{
+    struct collector *col = arg;
+    if (col->n == col->cap) {
+        col->cap = col->cap ? col->cap * 2 : 64;
+        col->got = realloc(col->got, col->cap * sizeof(*col->got));
+        assert_non_null(col->got);
+    }
+    struct received *r = &col->got[col->n++];
+    snprintf(r->msg_id, sizeof(r->msg_id), "%s", msg->msg_id ? msg->msg_id : "(null)");
+    snprintf(r->subject, sizeof(r->subject), "%s", msg->subject ? msg->subject : "(null)");
+    r->data = strndup(msg->data, msg->len);
+    r->delivery = msg->delivery;
+    if (col->decode) {
+        struct txo_event ev;
+        struct txo_error derr;
+        txo_error_init(&derr);
+        if (txo_envelope_decode_message(msg, &ev, &derr) < 0)
+            fail_msg("decoding %s: %s", r->msg_id, derr.msg);
+        assert_string_equal(ev.idempotency_key, r->msg_id);
+        assert_string_equal(ev.type, "OrderCreated");
+        txo_event_release(&ev);
+    }
+    if (col->permanent_id != NULL && strcmp(r->msg_id, col->permanent_id) == 0)
+        return txo_error_set(err, TXO_EINVAL, "payload rejected by the test");
+    if (col->transient_id != NULL && strcmp(r->msg_id, col->transient_id) == 0 &&
+        msg->delivery == 1)
+        return txo_error_set(err, TXO_EUNAVAILABLE, "downstream busy (test)");
+    return 0;
+}
+
+static size_t count_id(const struct collector *col, const char *id)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < col->n; i++)
+        k += strcmp(col->got[i].msg_id, id) == 0;
+    return k;
+}
+
+static struct txo_consumer *new_consumer(const struct txo_redis_opts *o, txo_message_handler_fn fn,
+                                         void *arg)
+{
+    struct txo_consumer *c = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_consumer_redis_new(o, fn, arg, NULL, &c, &err) < 0)
+        fail_msg("txo_consumer_redis_new: %s", err.msg);
+    return c;
+}
+
+static size_t poll_once(struct txo_consumer *c, size_t max, int64_t timeout_ms)
+{
+    size_t handled = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_consumer_poll(c, max, timeout_ms, &handled, &err) < 0)
+        fail_msg("txo_consumer_poll: %s", err.msg);
+    return handled;
+}
+
+/* ---- (1) names and options ---- */
+
+static void test_stream_names_and_options(void **state)
+{
+    (void)state;
+    char out[64];
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_redis_stream_name("txo.events.{aggregate_type}", "order", "OrderCreated",
+                                           out, sizeof(out), &err),
+                     0);
+    assert_string_equal(out, "txo.events.order");
+    assert_int_equal(txo_redis_stream_name("e:{aggregate_type}:{event_type}", "pay ment", "", out,
+                                           sizeof(out), &err),
+                     0);
+    assert_string_equal(out, "e:pay_ment:_");
+    assert_int_equal(txo_redis_stream_name("e:{aggregate}", "a", "b", out, sizeof(out), &err),
+                     TXO_EINVAL);
+    assert_string_equal(out, "");
+    assert_int_equal(txo_redis_stream_name("{aggregate_type}", "0123456789", "b", out, 8, &err),
+                     TXO_EINVAL);
+
+    struct txo_redis_opts o;
+    struct txo_publisher *pub = NULL;
+    struct txo_consumer *c = NULL;
+    const char *bad_urls[] = {"http://x",        "rediss://h",   "redis://",    "redis://h:0",
+                              "redis://h:99999", "redis://pw@h", "redis://h/x", "redis://:p%zz@h"};
+    for (size_t i = 0; i < sizeof(bad_urls) / sizeof(bad_urls[0]); i++) {
+        txo_redis_opts_init(&o);
+        o.url = bad_urls[i];
+        txo_error_init(&err);
+        if (txo_publisher_redis_new(&o, NULL, &pub, &err) != TXO_EINVAL)
+            fail_msg("url %s accepted", bad_urls[i]);
+        assert_null(strstr(err.msg, "%zz")); /* credentials never echoed */
+    }
+    txo_redis_opts_init(&o);
+    o.maxlen = -1;
+    assert_int_equal(txo_publisher_redis_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    txo_redis_opts_init(&o);
+    assert_int_equal(txo_consumer_redis_new(&o, collect, NULL, NULL, &c, &err), TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "stream is required"));
+}
+
+/* ---- (2) the published fields ---- */
+
+static void test_fields_as_documented(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t2.events.order");
+    o.stream_template = "t2.events.{aggregate_type}";
+    o.maxlen = 1000;
+    struct txo_metrics *reg = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_new(&reg, &err), 0);
+    struct txo_publisher *pub = new_publisher(&o, reg);
+    struct batch b;
+    batch_init(&b, 3, 41, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+
+    json_t *entries = testredis_xrange(&server, "t2.events.order");
+    assert_int_equal(json_array_size(entries), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = json_array_get(entries, i);
+        assert_string_equal(testredis_field(e, "idempotency_key"), b.keys[i]);
+        assert_string_equal(testredis_field(e, "event_type"), "OrderCreated");
+        assert_string_equal(testredis_field(e, "aggregate_type"), "order");
+        assert_string_equal(testredis_field(e, "aggregate_id"), b.msgs[i].aggregate_id);
+        char id[24];
+        snprintf(id, sizeof(id), "%lld", (long long)b.msgs[i].id);
+        assert_string_equal(testredis_field(e, "outbox_id"), id);
+        const char *env = testredis_field(e, "envelope");
+        assert_non_null(env);
+        json_t *j = json_loads(env, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "idempotency_key")), b.keys[i]);
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "payload"), "n")),
+                         b.msgs[i].id);
+        json_decref(j);
+        assert_null(testredis_field(e, "ce_specversion"));
+    }
+    json_decref(entries);
+    assert_int_equal(
+        txo_metric_value(txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_redis_published_total",
+                                              "x", 0, NULL, NULL, 0, &err),
+                         NULL),
+        3);
+
+    /* CloudEvents binary mode: the payload is the data field, the attributes ce_* fields. */
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, NULL, &err), 0);
+    struct batch b2;
+    batch_init(&b2, 2, 51, "order", "order");
+    publish(pub, &b2);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, &err), 0);
+    assert_all_published(&b2);
+    entries = testredis_xrange(&server, "t2.events.order");
+    assert_int_equal(json_array_size(entries), 5);
+    json_t *e = json_array_get(entries, 3);
+    assert_null(testredis_field(e, "envelope"));
+    assert_string_equal(testredis_field(e, "data"), "{\"n\":51}");
+    assert_string_equal(testredis_field(e, "content_type"), "application/json");
+    assert_string_equal(testredis_field(e, "ce_specversion"), "1.0");
+    assert_string_equal(testredis_field(e, "ce_id"), "order:51");
+    assert_string_equal(testredis_field(e, "ce_type"), "OrderCreated");
+    assert_string_equal(testredis_field(e, "ce_source"), "/txo/outbox");
+    assert_string_equal(testredis_field(e, "ce_txoaggregateid"), "51");
+    assert_string_equal(testredis_field(e, "idempotency_key"), "order:51");
+    json_decref(entries);
+
+    /* A consumer decodes both kinds (txo_envelope_decode_message reads ce-* from the fields). */
+    struct collector col = {.decode = true};
+    struct txo_consumer *c = new_consumer(&o, collect, &col);
+    assert_int_equal(poll_once(c, 100, 200), 5);
+    assert_string_equal(col.got[0].subject, "t2.events.order");
+    assert_string_equal(col.got[4].msg_id, "order:52");
+    assert_int_equal(testredis_group_pending(&server, "t2.events.order", "txo-worker"), 0);
+    txo_consumer_free(c);
+    collector_release(&col);
+    batch_free(&b);
+    batch_free(&b2);
+    txo_publisher_free(pub);
+    txo_metrics_free(reg);
+}
+
+/* ---- (3) the relay: 10,000 events, per-aggregate order ---- */
+
+#define RELAY_AGGREGATES_MAX 1000
+
+struct append_round {
+    unsigned round;
+    unsigned aggregates;
+};
+
+static int append_many(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    const struct append_round *ar = arg;
+    unsigned round = ar->round;
+    for (unsigned a = 1; a <= ar->aggregates; a++) {
+        char key[48], payload[64], agg[16];
+        snprintf(key, sizeof(key), "order:%u:%u", a, round);
+        snprintf(payload, sizeof(payload), "{\"aggregate\":%u,\"seq\":%u}", a, round);
+        snprintf(agg, sizeof(agg), "%u", a);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = agg,
+            .event_type = "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * aggregates x per_agg events drained by one relay into stream (template prefix.{...}); then
+ * read back with redis-cli: every event once with its fields, and, when ordered, each
+ * aggregate's events in the order of their outbox ids.
+ */
+static void relay_drain(const char *prefix, unsigned aggregates, unsigned per_agg,
+                        enum txo_relay_ordering ordering)
+{
+    const size_t n = (size_t)aggregates * per_agg;
+    assert_true(aggregates <= RELAY_AGGREGATES_MAX);
+    struct testdb t;
+    testdb_setup(&t, "redis_relay");
+    /* Rounds interleave the aggregates, so ids of one aggregate are spread over the table. */
+    for (unsigned round = 1; round <= per_agg; round++) {
+        struct append_round ar = {round, aggregates};
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_transact(t.db, TXO_ISO_READ_COMMITTED, append_many, &ar, &err) < 0)
+            fail_msg("appending events: %s", err.msg);
+    }
+
+    char tmpl[64], stream[64];
+    snprintf(tmpl, sizeof(tmpl), "%s.{aggregate_type}", prefix);
+    snprintf(stream, sizeof(stream), "%s.order", prefix);
+    struct txo_redis_opts o;
+    opts_for(&o, NULL);
+    o.stream_template = tmpl;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "redis-relay";
+    ro.batch_size = 500;
+    ro.ordering = ordering;
+    ro.drain = true;
+    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
+    int64_t t0 = txo_monotonic_ms();
+    testrelay_drain(relay);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    print_message("relay drained %zu events into Redis in %lld ms (ordering %s)\n", n,
+                  (long long)elapsed, txo_relay_ordering_name(ordering));
+
+    assert_int_equal(testdb_i64(t.db,
+                                "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                                "AND attempts = 0 AND last_error IS NULL",
+                                NULL, 0),
+                     n);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(relay, &st);
+    assert_int_equal(st.published, n);
+    assert_int_equal(st.failed_attempts, 0);
+
+    /* Read back with redis-cli: every key once, its fields, each aggregate's seq increasing. */
+    assert_int_equal(testredis_xlen(&server, stream), n);
+    json_t *entries = testredis_xrange(&server, stream);
+    assert_int_equal(json_array_size(entries), n);
+    char **keys = calloc(n, sizeof(*keys));
+    assert_non_null(keys);
+    unsigned last_seq[RELAY_AGGREGATES_MAX + 1] = {0};
+    size_t out_of_order = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(entries, i);
+        const char *key = testredis_field(e, "idempotency_key");
+        assert_non_null(key);
+        keys[i] = strdup(key);
+        unsigned a = 0, seq = 0;
+        if (sscanf(key, "order:%u:%u", &a, &seq) != 2 || a < 1 || a > aggregates)
+            fail_msg("unexpected key %s", key);
+        char agg[16];
+        snprintf(agg, sizeof(agg), "%u", a);
+        assert_string_equal(testredis_field(e, "aggregate_id"), agg);
+        assert_string_equal(testredis_field(e, "aggregate_type"), "order");
+        assert_string_equal(testredis_field(e, "event_type"), "OrderCreated");
+        const char *env = testredis_field(e, "envelope");
+        json_t *j = env != NULL ? json_loads(env, 0, NULL) : NULL;
+        if (j == NULL)
+            fail_msg("entry %zu (%s): no envelope JSON", i, key);
+        assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "payload"), "seq")),
+                         seq);
+        char id[24];
+        snprintf(id, sizeof(id), "%lld", (long long)json_integer_value(json_object_get(j, "id")));
+        assert_string_equal(testredis_field(e, "outbox_id"), id);
+        json_decref(j);
+        if (seq != last_seq[a] + 1) {
+            if (ordering == TXO_RELAY_ORDER_AGGREGATE)
+                fail_msg("aggregate %u: event %u follows event %u in the stream", a, seq,
+                         last_seq[a]);
+            out_of_order++;
+        }
+        last_seq[a] = seq > last_seq[a] ? seq : last_seq[a];
+    }
+    json_decref(entries);
+    if (ordering != TXO_RELAY_ORDER_AGGREGATE)
+        print_message("without ordering: %zu events behind a later one of their aggregate\n",
+                      out_of_order);
+    /* Duplicates: none expected, since no batch failed (a retried batch would be the only
+     * source: Redis has no producer dedupe). */
+    qsort(keys, n, sizeof(*keys), cmp_str);
+    size_t duplicates = 0;
+    for (size_t i = 1; i < n; i++)
+        duplicates += strcmp(keys[i - 1], keys[i]) == 0;
+    assert_int_equal(duplicates, 0);
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
+static void test_relay_10000_events(void **state)
+{
+    (void)state;
+    relay_drain("t3.events", 100, 100, TXO_RELAY_ORDER_NONE);
+}
+
+/*
+ * The ordered claim costs more per event the deeper each aggregate's backlog (txo/relay.h):
+ * 1000 aggregates of 10 events drain in seconds, 100 of 100 would take minutes.
+ */
+static void test_relay_keeps_aggregate_order(void **state)
+{
+    (void)state;
+    relay_drain("t3o.events", 1000, 10, TXO_RELAY_ORDER_AGGREGATE);
+}
+
+/* ---- (4) the consumer ---- */
+
+static void test_ack_after_success_and_transient_redelivery(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t4.events.order");
+    o.stream_template = "t4.events.{aggregate_type}";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 5, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+
+    struct collector col = {.transient_id = "order:3"};
+    struct txo_consumer *c = new_consumer(&o, collect, &col);
+    int64_t t_fail = txo_monotonic_ms(); /* before the first delivery */
+    assert_int_equal(poll_once(c, 100, 200), 5);
+    /* Four acknowledged, the failed one pending (unacked). */
+    assert_int_equal(testredis_group_pending(&server, "t4.events.order", "txo-worker"), 1);
+    /* Not redelivered before claim_idle_ms. */
+    while (txo_monotonic_ms() - t_fail < o.claim_idle_ms - 100)
+        poll_once(c, 100, 50);
+    assert_int_equal(count_id(&col, "order:3"), 1);
+    /* Then claimed again, delivery 2, acknowledged. */
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    while (count_id(&col, "order:3") < 2 && txo_monotonic_ms() < deadline)
+        poll_once(c, 100, 50);
+    assert_int_equal(count_id(&col, "order:3"), 2);
+    assert_true(txo_monotonic_ms() - t_fail >= o.claim_idle_ms);
+    assert_int_equal(col.got[col.n - 1].delivery, 2);
+    assert_int_equal(testredis_group_pending(&server, "t4.events.order", "txo-worker"), 0);
+    assert_int_equal(col.n, 6);
+    txo_consumer_free(c);
+    collector_release(&col);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_permanent_error_dead_lettered(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t5.events.order");
+    o.stream_template = "t5.events.{aggregate_type}";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 3, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    struct collector col = {.permanent_id = "order:2"};
+    struct txo_consumer *c = new_consumer(&o, collect, &col);
+    assert_int_equal(poll_once(c, 100, 200), 3);
+    assert_int_equal(testredis_group_pending(&server, "t5.events.order", "txo-worker"), 0);
+    json_t *dead = testredis_xrange(&server, "t5.events.order.dead");
+    assert_int_equal(json_array_size(dead), 1);
+    json_t *e = json_array_get(dead, 0);
+    assert_string_equal(testredis_field(e, "idempotency_key"), "order:2");
+    assert_string_equal(testredis_field(e, "dead_reason"), "payload rejected by the test");
+    assert_string_equal(testredis_field(e, "dead_error"), "TXO_EINVAL");
+    assert_string_equal(testredis_field(e, "dead_group"), "txo-worker");
+    assert_string_equal(testredis_field(e, "dead_delivery"), "1");
+    assert_non_null(testredis_field(e, "envelope"));
+    json_decref(dead);
+    /* Never redelivered. */
+    txo_sleep_ms(o.claim_idle_ms + 100);
+    poll_once(c, 100, 50);
+    poll_once(c, 100, 50);
+    assert_int_equal(count_id(&col, "order:2"), 1);
+    txo_consumer_free(c);
+    collector_release(&col);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_dead_consumer_entries_claimed(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t6.events.order");
+    o.stream_template = "t6.events.{aggregate_type}";
+    o.claim_idle_ms = 1500; /* longer than the redis-cli calls below take on a busy machine */
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct collector col = {0};
+    struct txo_consumer *c = new_consumer(&o, collect, &col);
+    assert_int_equal(poll_once(c, 10, 10), 0); /* creates the group */
+    struct batch b;
+    batch_init(&b, 6, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    /* Another consumer reads four entries and dies without acknowledging them. */
+    int64_t t_read = txo_monotonic_ms(); /* before that delivery */
+    json_t *j = testredis_cli(&server, (const char *const[]){"XREADGROUP", "GROUP", "txo-worker",
+                                                             "doomed", "COUNT", "4", "STREAMS",
+                                                             "t6.events.order", ">", NULL});
+    json_decref(j);
+    assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 4);
+    /* Ours gets the other two at once, the dead one's four only after claim_idle_ms. */
+    assert_int_equal(poll_once(c, 100, 100), 2);
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    while (col.n < 6 && txo_monotonic_ms() < deadline)
+        poll_once(c, 100, 50);
+    assert_int_equal(col.n, 6);
+    assert_true(txo_monotonic_ms() - t_read >= o.claim_idle_ms);
+    for (size_t i = 0; i < 6; i++)
+        assert_int_equal(count_id(&col, b.keys[i]), 1);
+    for (size_t i = 2; i < 6; i++)
+        assert_int_equal(col.got[i].delivery, 2); /* read once by the dead consumer */
+    assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 0);
+    txo_consumer_free(c);
+    collector_release(&col);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_other_event_types_skipped(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t7.events.order");
+    o.stream_template = "t7.events.{aggregate_type}";
+    o.event_type = "OrderCreated";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 4, 1, "order", "order");
+    b.msgs[1].event_type = "OrderCancelled";
+    b.msgs[3].event_type = "OrderShipped";
+    publish(pub, &b);
+    assert_all_published(&b);
+    struct collector col = {0};
+    struct txo_consumer *c = new_consumer(&o, collect, &col);
+    assert_int_equal(poll_once(c, 100, 100), 2);
+    assert_string_equal(col.got[0].msg_id, "order:1");
+    assert_string_equal(col.got[1].msg_id, "order:3");
+    assert_int_equal(testredis_group_pending(&server, "t7.events.order", "txo-worker"), 0);
+    txo_consumer_free(c);
+    collector_release(&col);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+/* ---- (5) duplicates through the inbox; a server SIGKILLed while consuming ---- */
+
+struct inbox_ctx {
+    struct txo_db *db;
+    const struct txo_inbound_message *msg;
+    size_t handled;
+};
+
+static int apply_once(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct inbox_ctx *ic = arg;
+    bool dup = false;
+    struct txo_event ev;
+    int rc = txo_envelope_decode_message(ic->msg, &ev, err);
+    if (rc < 0)
+        return rc;
+    rc = txo_inbox_record(tx, ic->msg->msg_id, ev.type, ev.payload, &dup, err);
+    if (rc == 0 && !dup) {
+        struct txo_param p = txo_p_str(ic->msg->msg_id);
+        rc = txo_tx_exec(tx, "INSERT INTO redis_effects (k) VALUES (?)", &p, 1, NULL, err);
+    }
+    txo_event_release(&ev);
+    return rc;
+}
+
+static int inbox_handler(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
+{
+    struct inbox_ctx *ic = arg;
+    ic->msg = msg;
+    ic->handled++;
+    return txo_db_transact(ic->db, TXO_ISO_READ_COMMITTED, apply_once, ic, err);
+}
+
+static void test_duplicates_and_server_killed_while_consuming(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "redis_inbox");
+    testdb_exec(t.db, "CREATE TABLE redis_effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
+                      "k VARCHAR(255) NOT NULL)");
+    struct txo_redis_opts o;
+    opts_for(&o, "t8.events.order");
+    o.stream_template = "t8.events.{aggregate_type}";
+    o.timeout_ms = 500;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct inbox_ctx ic = {.db = t.db};
+    struct txo_consumer *c = new_consumer(&o, inbox_handler, &ic);
+
+    /* Every event published twice (a relay retry): one effect each. */
+    const size_t n = 200;
+    struct batch b;
+    batch_init(&b, n, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    publish(pub, &b);
+    assert_all_published(&b);
+    assert_int_equal(testredis_xlen(&server, "t8.events.order"), 2 * n);
+
+    /* Consume part, SIGKILL the server, restart it on its AOF, consume the rest. */
+    size_t got = poll_once(c, 150, 200);
+    assert_int_equal(got, 150);
+    testredis_kill(&server);
+    size_t handled = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t t0 = txo_monotonic_ms();
+    assert_int_equal(txo_consumer_poll(c, 100, 200, &handled, &err), TXO_EUNAVAILABLE);
+    assert_true(txo_monotonic_ms() - t0 < 1000);
+    b.results[0] = 99;
+    assert_int_equal(pub->ops->publish_batch(pub->self, b.msgs, 1, b.results, b.errors), 0);
+    assert_int_equal(b.results[0], TXO_EUNAVAILABLE);
+    testredis_restart(&server);
+    /* Everything acknowledged before the kill is still acknowledged (AOF, fsync always). */
+    assert_int_equal(testredis_xlen(&server, "t8.events.order"), 2 * n);
+    assert_true(testredis_group_pending(&server, "t8.events.order", "txo-worker") == 0);
+    int64_t deadline = txo_monotonic_ms() + 10000;
+    while (txo_monotonic_ms() < deadline) {
+        handled = 0;
+        txo_error_init(&err);
+        if (txo_consumer_poll(c, 100, 100, &handled, &err) < 0)
+            fail_msg("poll after the restart: %s", err.msg);
+        if (handled == 0 && ic.handled >= 2 * n)
+            break;
+    }
+    assert_int_equal(ic.handled, 2 * n);
+    assert_int_equal(testredis_group_pending(&server, "t8.events.order", "txo-worker"), 0);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM redis_effects", NULL, 0), n);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(DISTINCT k) FROM redis_effects", NULL, 0), n);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), n);
+
+    /* The publisher reconnects by itself on the next batch. */
+    b.results[0] = 99;
+    assert_int_equal(pub->ops->publish_batch(pub->self, b.msgs, 1, b.results, b.errors), 0);
+    assert_int_equal(b.results[0], 0);
+
+    txo_consumer_free(c);
+    batch_free(&b);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
+static void test_server_down_at_creation(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t9.events.order");
+    char url[64];
+    snprintf(url, sizeof(url), "redis://127.0.0.1:%u/0", testproc_free_port());
+    o.url = url;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 3, 1, "order", "order");
+    int64_t t0 = txo_monotonic_ms();
+    publish(pub, &b);
+    assert_true(txo_monotonic_ms() - t0 < 500);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
+        assert_non_null(strstr(b.errors[i].msg, "cannot connect"));
+    }
+    struct collector col = {0};
+    struct txo_consumer *c = new_consumer(&o, collect, &col);
+    size_t handled = 9;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_consumer_poll(c, 10, 100, &handled, &err), TXO_EUNAVAILABLE);
+    assert_int_equal(handled, 0);
+    txo_consumer_free(c);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+/* ---- (6) credentials and database from the URL ---- */
+
+static void test_password_and_database_from_the_url(void **state)
+{
+    (void)state;
+    /* A password with ':' and '@', %-encoded in the URL. */
+    json_decref(testredis_cli(
+        &server, (const char *const[]){"CONFIG", "SET", "requirepass", "s3cr:t@x", NULL}));
+    char url[128];
+    snprintf(url, sizeof(url), "redis://:s3cr%%3At%%40x@127.0.0.1:%u/3", server.port);
+    struct txo_redis_opts o;
+    opts_for(&o, "t10.events.order");
+    o.url = url;
+    o.stream_template = "t10.events.{aggregate_type}";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 2, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    json_t *len =
+        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "-n",
+                                                     "3", "XLEN", "t10.events.order", NULL});
+    assert_int_equal(json_integer_value(len), 2);
+    json_decref(len);
+    len = testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
+                                                       "XLEN", "t10.events.order", NULL});
+    assert_int_equal(json_integer_value(len), 0); /* not in database 0 */
+    json_decref(len);
+    txo_publisher_free(pub);
+
+    /* A wrong password: the rows wait (transient), the password is never in the message. */
+    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%u/3", server.port);
+    pub = new_publisher(&o, NULL);
+    publish(pub, &b);
+    for (size_t i = 0; i < b.n; i++) {
+        assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
+        assert_non_null(strstr(b.errors[i].msg, "AUTH refused"));
+        assert_null(strstr(b.errors[i].msg, "wrong-pw"));
+    }
+    txo_publisher_free(pub);
+    batch_free(&b);
+    json_decref(
+        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
+                                                     "CONFIG", "SET", "requirepass", "", NULL}));
+}
+
+/* ---- (7) trimming ---- */
+
+static void test_maxlen_trims_the_stream(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t11.events.order");
+    o.stream_template = "t11.events.{aggregate_type}";
+    o.maxlen = 100;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 1000, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    /* MAXLEN ~ trims whole macro nodes (100 entries each by default): at least 100 stay. */
+    int64_t len = testredis_xlen(&server, "t11.events.order");
+    print_message("1000 XADDs with MAXLEN ~ 100: %lld entries kept\n", (long long)len);
+    assert_true(len >= 100 && len < 300);
+    json_t *entries = testredis_xrange(&server, "t11.events.order");
+    json_t *last = json_array_get(entries, json_array_size(entries) - 1);
+    assert_string_equal(testredis_field(last, "idempotency_key"), "order:1000"); /* the newest */
+    json_decref(entries);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_names_and_options),
+        cmocka_unit_test(test_fields_as_documented),
+        cmocka_unit_test(test_relay_10000_events),
+        cmocka_unit_test(test_relay_keeps_aggregate_order),
+        cmocka_unit_test(test_ack_after_success_and_transient_redelivery),
+        cmocka_unit_test(test_permanent_error_dead_lettered),
+        cmocka_unit_test(test_dead_consumer_entries_claimed),
+        cmocka_unit_test(test_other_event_types_skipped),
+        cmocka_unit_test(test_duplicates_and_server_killed_while_consuming),
+        cmocka_unit_test(test_server_down_at_creation),
+        cmocka_unit_test(test_password_and_database_from_the_url),
+        cmocka_unit_test(test_maxlen_trims_the_stream),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,399 @@
+/*
+ * Test support: a private RabbitMQ broker per test binary (see testrabbit.h).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testproc.h"
+#include "testrabbit.h"
+
+#define READY_TIMEOUT_MS 120000 /* a cold boot on a busy 2-core machine takes 20 s and more */
+#define STOP_TIMEOUT_MS  30000
+#define CLIENT_MAX_ARGS  16
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *find_in(const char *const *candidates)
+{
+    for (size_t i = 0; candidates[i] != NULL; i++) {
+        if (access(candidates[i], X_OK) == 0)
+            return candidates[i];
+    }
+    return NULL;
+}
+
+static const char *server_bin(void)
+{
+    const char *env = getenv("TXO_RABBITMQ_SERVER");
+    if (env != NULL && env[0] != '\0')
+        return access(env, X_OK) == 0 ? env : NULL;
+    static const char *const c[] = {"/usr/lib/rabbitmq/bin/rabbitmq-server", NULL};
+    return find_in(c);
+}
+
+static const char *epmd_bin(void)
+{
+    static const char *const c[] = {"/usr/bin/epmd", "/usr/lib/erlang/bin/epmd",
+                                    "/usr/local/bin/epmd", NULL};
+    return find_in(c);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0)
+        fail_msg("writing %s: %s", path, strerror(errno));
+}
+
+static void log_tail(const struct testrabbit *r, char *out, size_t cap)
+{
+    out[0] = '\0';
+    FILE *f = fopen(r->log_path, "r");
+    if (f == NULL)
+        return;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        long from = size > (long)cap - 1 ? size - ((long)cap - 1) : 0;
+        if (fseek(f, from, SEEK_SET) == 0) {
+            size_t got = fread(out, 1, cap - 1, f);
+            out[got] = '\0';
+        }
+    }
+    fclose(f);
+}
+
+/* In the child: output to the log, stdin from /dev/null, dies with the test. */
+static void child_io(const struct testrabbit *r)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int log = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (log >= 0) {
+        dup2(log, STDOUT_FILENO);
+        dup2(log, STDERR_FILENO);
+    }
+    if (devnull >= 0)
+        dup2(devnull, STDIN_FILENO);
+}
+
+static void set_env(const struct testrabbit *r)
+{
+    char v[512];
+    setenv("HOME", r->dir, 1);
+    setenv("RABBITMQ_NODENAME", r->node, 1);
+    snprintf(v, sizeof(v), "%u", r->port);
+    setenv("RABBITMQ_NODE_PORT", v, 1);
+    setenv("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1", 1);
+    snprintf(v, sizeof(v), "%u", r->dist_port);
+    setenv("RABBITMQ_DIST_PORT", v, 1);
+    snprintf(v, sizeof(v), "%u", r->epmd_port);
+    setenv("ERL_EPMD_PORT", v, 1);
+    snprintf(v, sizeof(v), "%s/mnesia", r->dir);
+    setenv("RABBITMQ_MNESIA_BASE", v, 1);
+    snprintf(v, sizeof(v), "%s/log", r->dir);
+    setenv("RABBITMQ_LOG_BASE", v, 1);
+    snprintf(v, sizeof(v), "%s/rabbitmq.conf", r->dir);
+    setenv("RABBITMQ_CONFIG_FILE", v, 1);
+    snprintf(v, sizeof(v), "%s/enabled_plugins", r->dir);
+    setenv("RABBITMQ_ENABLED_PLUGINS_FILE", v, 1);
+    /* The script then execs the VM itself (no signal-forwarding shell in between), so our
+     * child pid is the broker and SIGTERM is its clean shutdown. */
+    setenv("RUNNING_UNDER_SYSTEMD", "1", 1);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("RABBITMQ_ALLOW_INPUT");
+}
+
+static void spawn_epmd(struct testrabbit *r)
+{
+    const char *bin = epmd_bin();
+    if (bin == NULL)
+        fail_msg("epmd not found (package erlang-base, pulled in by rabbitmq-server)");
+    char port[16];
+    snprintf(port, sizeof(port), "%u", r->epmd_port);
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        child_io(r);
+        char *argv[] = {(char *)bin,        (char *)"-port",     port,
+                        (char *)"-address", (char *)"127.0.0.1", NULL};
+        execv(bin, argv);
+        _exit(127);
+    }
+    r->epmd_pid = pid;
+    if (!testproc_wait_port(r->epmd_port, 10000))
+        fail_msg("epmd did not listen on port %u", r->epmd_port);
+}
+
+static void spawn(struct testrabbit *r)
+{
+    const char *bin = server_bin();
+    if (bin == NULL)
+        fail_msg("rabbitmq-server not found (install the rabbitmq-server package, or set "
+                 "TXO_RABBITMQ_SERVER to its path); the RabbitMQ tests need a real broker");
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        child_io(r);
+        set_env(r);
+        char *argv[] = {(char *)bin, NULL};
+        execv(bin, argv);
+        _exit(127);
+    }
+    r->pid = pid;
+    long deadline = now_ms() + READY_TIMEOUT_MS;
+    for (;;) {
+        int status = 0;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            r->pid = 0;
+            char tail[4096];
+            log_tail(r, tail, sizeof(tail));
+            fail_msg("rabbitmq-server (%s) exited at start-up with status %d; log:\n%s", bin,
+                     WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), tail);
+        }
+        if (testproc_wait_port(r->port, 100))
+            return;
+        if (now_ms() > deadline) {
+            testrabbit_kill(r);
+            char tail[4096];
+            log_tail(r, tail, sizeof(tail));
+            fail_msg("rabbitmq-server did not accept AMQP on port %u within %d ms; log:\n%s",
+                     r->port, READY_TIMEOUT_MS, tail);
+        }
+        sleep_ms(100);
+    }
+}
+
+void testrabbit_start(struct testrabbit *r)
+{
+    memset(r, 0, sizeof(*r));
+    const char *tmp = getenv("TMPDIR");
+    snprintf(r->dir, sizeof(r->dir), "%s/txo-rabbit-XXXXXX",
+             tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+    if (mkdtemp(r->dir) == NULL)
+        fail_msg("mkdtemp %s: %s", r->dir, strerror(errno));
+    snprintf(r->log_path, sizeof(r->log_path), "%s/server.log", r->dir);
+    snprintf(r->node, sizeof(r->node), "txo-test-%d@localhost", (int)getpid());
+    r->port = testproc_free_port();
+    do {
+        r->dist_port = testproc_free_port();
+    } while (r->dist_port == r->port);
+    do {
+        r->epmd_port = testproc_free_port();
+    } while (r->epmd_port == r->port || r->epmd_port == r->dist_port);
+    snprintf(r->url, sizeof(r->url), "amqp://guest:guest@127.0.0.1:%u/", r->port);
+    char path[400], conf[256];
+    snprintf(path, sizeof(path), "%s/rabbitmq.conf", r->dir);
+    snprintf(conf, sizeof(conf),
+             "listeners.tcp.default = 127.0.0.1:%u\n"
+             "log.console = true\n"
+             "log.console.level = warning\n",
+             r->port);
+    write_file(path, conf);
+    snprintf(path, sizeof(path), "%s/enabled_plugins", r->dir);
+    write_file(path, "[].\n");
+    spawn_epmd(r);
+    spawn(r);
+}
+
+static void end(pid_t *pidp, int sig)
+{
+    pid_t pid = *pidp;
+    if (pid <= 0)
+        return;
+    kill(pid, sig);
+    kill(pid, SIGCONT); /* a paused broker must run to handle SIGTERM */
+    long deadline = now_ms() + STOP_TIMEOUT_MS;
+    for (;;) {
+        pid_t w = waitpid(pid, NULL, WNOHANG);
+        if (w == pid || (w < 0 && errno == ECHILD))
+            break;
+        if (now_ms() > deadline && sig != SIGKILL) {
+            kill(pid, SIGKILL);
+            sig = SIGKILL;
+        }
+        sleep_ms(20);
+    }
+    *pidp = 0;
+}
+
+void testrabbit_stop(struct testrabbit *r)
+{
+    end(&r->pid, SIGTERM);
+}
+
+void testrabbit_kill(struct testrabbit *r)
+{
+    end(&r->pid, SIGKILL);
+}
+
+void testrabbit_pause(struct testrabbit *r)
+{
+    if (r->pid <= 0 || kill(r->pid, SIGSTOP) != 0)
+        fail_msg("testrabbit_pause: the broker is not running");
+}
+
+void testrabbit_resume(struct testrabbit *r)
+{
+    if (r->pid <= 0 || kill(r->pid, SIGCONT) != 0)
+        fail_msg("testrabbit_resume: the broker is not running");
+}
+
+void testrabbit_restart(struct testrabbit *r)
+{
+    if (r->pid > 0)
+        fail_msg("testrabbit_restart: the broker is still running (pid %d)", (int)r->pid);
+    spawn(r);
+}
+
+static void remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (d != NULL) {
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                    continue;
+                char child[1024];
+                snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
+                remove_tree(child);
+            }
+            closedir(d);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+void testrabbit_cleanup(struct testrabbit *r)
+{
+    testrabbit_stop(r);
+    end(&r->epmd_pid, SIGTERM);
+    if (r->dir[0] != '\0' && getenv("TXO_TEST_KEEP_RABBIT") == NULL)
+        remove_tree(r->dir);
+    r->dir[0] = '\0';
+}
+
+/* ---- the independent client ---- */
+
+static char *read_all(int fd)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
+{
+    const char *python = getenv("TXO_PYTHON");
+    if (python == NULL || python[0] == '\0')
+        python = "/usr/bin/python3";
+    char script[512];
+    snprintf(script, sizeof(script), "%s/tests/support/rabbit_client.py", TXO_TEST_SOURCE_DIR);
+    const char *argv[CLIENT_MAX_ARGS + 5] = {python, script, cmd, r->url};
+    size_t n = 4;
+    va_list ap;
+    va_start(ap, cmd);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) {
+        if (n >= CLIENT_MAX_ARGS + 4)
+            fail_msg("testrabbit_client: too many arguments");
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+
+    char err_path[400];
+    snprintf(err_path, sizeof(err_path), "%s/client.err", r->dir);
+    int out[2];
+    if (pipe(out) != 0)
+        fail_msg("pipe: %s", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        fail_msg("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(out[1], STDOUT_FILENO);
+        int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (e >= 0)
+            dup2(e, STDERR_FILENO);
+        close(out[0]);
+        close(out[1]);
+        execv(python, (char *const *)argv);
+        _exit(127);
+    }
+    close(out[1]);
+    char *text = read_all(out[0]);
+    close(out[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        char why[4096] = "";
+        FILE *f = fopen(err_path, "r");
+        if (f != NULL) {
+            size_t got = fread(why, 1, sizeof(why) - 1, f);
+            why[got] = '\0';
+            fclose(f);
+        }
+        fail_msg("%s %s %s failed (status %d; python3-pika installed?): %s", python, script, cmd,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, why);
+    }
+    return text;
+}
+
+long testrabbit_count(const struct testrabbit *r, const char *queue)
+{
+    char *out = testrabbit_client(r, "count", queue, NULL);
+    long v = strtol(out, NULL, 10);
+    free(out);
+    return v;
+}

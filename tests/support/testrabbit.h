@@ -1,0 +1,77 @@
+/*
+ * Test support: a private RabbitMQ broker for one test binary, run as child processes:
+ *
+ *   epmd -port <free port> -address 127.0.0.1       the Erlang port mapper, ours alone
+ *   rabbitmq-server                                  node txo-test-<pid>@localhost
+ *
+ * with its own AMQP port (RABBITMQ_NODE_PORT), distribution port (RABBITMQ_DIST_PORT), epmd
+ * port (ERL_EPMD_PORT), no plugins (management off), and every file under one temporary
+ * directory: RABBITMQ_MNESIA_BASE (the message store), RABBITMQ_LOG_BASE,
+ * RABBITMQ_CONFIG_FILE, RABBITMQ_ENABLED_PLUGINS_FILE and HOME (the Erlang cookie). So it
+ * never touches a system broker or another test's. RabbitMQ takes several seconds to boot:
+ * start one per test binary and give each test its own queue names.
+ *
+ * testrabbit_start() waits (up to 120 s) until the AMQP port accepts connections.
+ * testrabbit_stop() (SIGTERM: a clean shutdown) and testrabbit_kill() (SIGKILL) end the
+ * broker; testrabbit_restart() boots it again on the SAME ports and directory, so durable
+ * queues and persistent messages survive (outage tests). testrabbit_cleanup() stops
+ * everything and removes the directory (kept when TXO_TEST_KEEP_RABBIT is set).
+ *
+ * The binaries: $TXO_RABBITMQ_SERVER, else /usr/lib/rabbitmq/bin/rabbitmq-server (Debian's
+ * rabbitmq-server package); epmd from PATH, /usr/bin or /usr/lib/erlang/bin. When they cannot
+ * be found or the broker does not start, the test FAILS (it is not skipped). The broker's
+ * output goes to <dir>/server.log, printed when it fails to start.
+ *
+ * testrabbit_client() runs tests/support/rabbit_client.py (python3-pika, an AMQP client that
+ * is not ours and not rabbitmq-c) to see what really reached the queues. $TXO_PYTHON names the
+ * interpreter, default /usr/bin/python3 (Debian's, where python3-pika is installed).
+ */
+#ifndef TXO_TESTRABBIT_H
+#define TXO_TESTRABBIT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct testrabbit {
+    char url[96]; /* "amqp://guest:guest@127.0.0.1:<port>/" */
+    unsigned port, dist_port, epmd_port;
+    char node[64];
+    char dir[256];
+    char log_path[300];
+    pid_t pid;      /* the broker (beam), 0 when not running */
+    pid_t epmd_pid; /* 0 when not running */
+};
+
+/* Starts a fresh broker (new ports, new directory). */
+void testrabbit_start(struct testrabbit *r);
+
+/* SIGTERM and waitpid (SIGKILL after 30 s). No-op when not running. */
+void testrabbit_stop(struct testrabbit *r);
+
+/* SIGKILL and waitpid. No-op when not running. */
+void testrabbit_kill(struct testrabbit *r);
+
+/*
+ * SIGSTOP / SIGCONT: the broker hangs with its connections open (the kernel still takes the
+ * bytes sent to it, nothing is answered or confirmed), then carries on with what it got.
+ */
+void testrabbit_pause(struct testrabbit *r);
+void testrabbit_resume(struct testrabbit *r);
+
+/* Boots the broker again on the same ports and directory; it must not be running. */
+void testrabbit_restart(struct testrabbit *r);
+
+/* Stops the broker and epmd and removes the directory. Safe on a zeroed struct. */
+void testrabbit_cleanup(struct testrabbit *r);
+
+/*
+ * Runs rabbit_client.py with the broker's URL: "<cmd> <url> args..." (see that file) and
+ * returns its standard output (malloc'd, free it), or fails the test with its stderr when it
+ * exits non-zero. args is a NULL-terminated list.
+ */
+char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...);
+
+/* The ready messages of queue (rabbit_client.py count). */
+long testrabbit_count(const struct testrabbit *r, const char *queue);
+
+#endif
