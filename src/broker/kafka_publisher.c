@@ -695,7 +695,16 @@ out:
     return rc;
 }
 
-#ifdef __SANITIZE_THREAD__
+/* GCC says __SANITIZE_THREAD__, clang __has_feature(thread_sanitizer). */
+#if defined(__SANITIZE_THREAD__)
+#define KAFKA_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KAFKA_TSAN 1
+#endif
+#endif
+
+#ifdef KAFKA_TSAN
 /*
  * ThreadSanitizer builds only. librdkafka starts and joins its threads with C11 thrd_create()
  * and thrd_join(), which glibc implements without going through pthread_create() and
