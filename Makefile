@@ -25,6 +25,8 @@ CTEST_JOBS  ?= 2
 BENCH_ARGS  ?=
 # bench/broker_drain.sh: e.g. "--events 20000 --runs 1 nats"
 BENCH_BROKER_ARGS ?=
+# bench/batch_sweep.sh: e.g. "--orders 2000 --runs 1 1 50"
+BENCH_SWEEP_ARGS ?=
 SOAK_SECONDS ?= 300
 SOAK_CLIENTS ?= 4
 SOAK_RANDOM_STATE    ?=
@@ -100,7 +102,8 @@ help:
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  fuzz          build the libFuzzer harnesses (build-fuzz) and run each for FUZZ_SECONDS ($(FUZZ_SECONDS))'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS), then the relay drain'
-	@echo '                per broker, bench/broker_drain.sh $$(BENCH_BROKER_ARGS))'
+	@echo '                per broker, bench/broker_drain.sh $$(BENCH_BROKER_ARGS), and the saga batch'
+	@echo '                cap sweep, bench/batch_sweep.sh $$(BENCH_SWEEP_ARGS))'
 	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, migrations, docs'
 	@echo '                into $$(PREFIX) ($(PREFIX)); DESTDIR=... stages it (packaging)'
 	@echo '  format        clang-format -i the C sources'
@@ -191,7 +194,7 @@ test-asan: db-check build-asan db
 	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
 test-tsan: db-check build-tsan db
-	$(DB_ENV) TSAN_OPTIONS=halt_on_error=1 $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+	$(DB_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
 
 valgrind: db-check build db
 	scripts/deps.sh valgrind
@@ -208,6 +211,7 @@ install: build
 bench: db-check build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
 	$(DB_ENV) TXO_BIN=$(BUILD)/txo bench/broker_drain.sh $(BENCH_BROKER_ARGS)
+	$(DB_ENV) TXO_BENCH=$(BUILD)/bench/txo_bench bench/batch_sweep.sh $(BENCH_SWEEP_ARGS)
 
 format:
 	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || scripts/deps.sh clang-format

@@ -20,7 +20,10 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
             # hiredis: the Redis Streams publisher and consumer (src/broker/redis_*.c)
             libhiredis-dev
             # rabbitmq-c: the RabbitMQ publisher and consumer (src/broker/rabbitmq_*.c)
-            librabbitmq-dev)
+            librabbitmq-dev
+            # gRPC's C core for the gRPC publisher; protobuf-c-compiler generates the C of
+            # proto/txo/v1/event_sink.proto at build time, libprotobuf-c-dev is its runtime
+            libgrpc-dev libprotobuf-c-dev protobuf-c-compiler)
 # Runtime/test packages: a private mariadbd (scripts/db.sh) and the mariadb client tools,
 # nats-server (JetStream tests and `make run BROKER=nats`), curl (the README's examples and
 # scripts/valgrind.sh), promtool (package prometheus: the metrics tests check /metrics and the
@@ -38,7 +41,11 @@ RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd 
               redis-server redis-tools
               # the RabbitMQ tests and `make run BROKER=rabbitmq`: a private broker, and pika,
               # the independent AMQP client that reads back what reached the queues
-              rabbitmq-server python3-pika)
+              rabbitmq-server python3-pika
+              # the gRPC tests: the independent EventSink server they deliver to
+              # (tests/grpc/event_sink_server.py, python3-grpcio, python3-protobuf and protoc)
+              # and openssl for the certificates of the TLS tests
+              python3-grpcio python3-protobuf protobuf-compiler openssl)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -79,11 +79,11 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
     return txo_publisher_nats_new(&o, out, err);
 }
 
-static int consumer_new(const char *aggregate_type, const char *event_type,
-                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                        struct txo_consumer **out, struct txo_error *err)
+/* One of fn or batch_fn. */
+static int make_consumer(const char *aggregate_type, const char *event_type,
+                         txo_message_handler_fn fn, txo_batch_handler_fn batch_fn, void *arg,
+                         struct txo_consumer **out, struct txo_error *err)
 {
-    (void)metrics;
     struct txo_nats_opts o;
     nats_opts(&o);
     /* The consumer takes its events only: the others are not even fetched. */
@@ -93,7 +93,24 @@ static int consumer_new(const char *aggregate_type, const char *event_type,
     if (rc != 0)
         return rc;
     o.filter_subject = subject;
-    return txo_consumer_nats_new(&o, fn, arg, out, err);
+    return fn != NULL ? txo_consumer_nats_new(&o, fn, arg, out, err)
+                      : txo_consumer_nats_batch_new(&o, batch_fn, arg, out, err);
+}
+
+static int consumer_new(const char *aggregate_type, const char *event_type,
+                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err)
+{
+    (void)metrics;
+    return make_consumer(aggregate_type, event_type, fn, NULL, arg, out, err);
+}
+
+static int consumer_batch_new(const char *aggregate_type, const char *event_type,
+                              txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
+                              struct txo_consumer **out, struct txo_error *err)
+{
+    (void)metrics;
+    return make_consumer(aggregate_type, event_type, NULL, fn, arg, out, err);
 }
 
 const struct cmd_broker cmd_broker_nats = {
@@ -102,5 +119,6 @@ const struct cmd_broker cmd_broker_nats = {
     .add_settings = add_settings,
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
+    .consumer_batch_new = consumer_batch_new,
     .shutdown = txo_nats_shutdown,
 };

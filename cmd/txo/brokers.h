@@ -35,6 +35,11 @@ struct cmd_broker {
     int (*consumer_new)(const char *aggregate_type, const char *event_type,
                         txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
                         struct txo_consumer **out, struct txo_error *err);
+    /* Optional: the same with a batch handler, for a transport that delivers many messages
+     * at once (the worker then consumes each delivery in one transaction). */
+    int (*consumer_batch_new)(const char *aggregate_type, const char *event_type,
+                              txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
+                              struct txo_consumer **out, struct txo_error *err);
     /* Releases the SDK's process-wide state (its threads) once every publisher and consumer of
      * the broker is freed, so that nothing is left for valgrind. NULL: nothing to do. */
     void (*shutdown)(void);
@@ -44,6 +49,7 @@ extern const struct cmd_broker cmd_broker_nats;
 extern const struct cmd_broker cmd_broker_kafka;
 extern const struct cmd_broker cmd_broker_redis;
 extern const struct cmd_broker cmd_broker_rabbitmq;
+extern const struct cmd_broker cmd_broker_grpc;
 
 /* The broker called name, or NULL. */
 const struct cmd_broker *cmd_broker_find(const char *name);

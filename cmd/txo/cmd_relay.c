@@ -78,8 +78,9 @@ static void add_settings(struct settings_table *t)
          .def = "txo",
          .help = "what each published message is: txo (txo's JSON envelope), cloudevents "
                  "(CloudEvents 1.0, structured JSON mode) or cloudevents-binary (binary mode: "
-                 "the payload as the body, the attributes as ce-* headers of the webhook's "
-                 "POST or the NATS message; the log publisher writes structured mode)",
+                 "the payload as the body, the attributes as the transport's headers: ce-* of "
+                 "a webhook POST or a NATS message, ce_* of a Kafka or AMQP message or a Redis "
+                 "entry (docs/brokers.md); the log publisher writes structured mode)",
          .target = &opts.envelope},
         {.name = "envelope-source",
          .env = "TXO_ENVELOPE_SOURCE",

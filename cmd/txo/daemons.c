@@ -420,8 +420,12 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
         return NULL;
     }
     if (broker != NULL) {
-        if (broker->consumer_new("order", "OrderCreated", txo_worker_handle_message, d->worker,
-                                 metrics, &d->consumer, &err) != 0) {
+        int rc = broker->consumer_batch_new != NULL
+                     ? broker->consumer_batch_new("order", "OrderCreated", txo_worker_handle_batch,
+                                                  d->worker, metrics, &d->consumer, &err)
+                     : broker->consumer_new("order", "OrderCreated", txo_worker_handle_message,
+                                            d->worker, metrics, &d->consumer, &err);
+        if (rc != 0) {
             char what[96];
             snprintf(what, sizeof(what), "creating the %s consumer", broker->name);
             cmd_report(cmd, what, &err);

@@ -122,6 +122,16 @@ TXO_API TXO_MUST_CHECK int txo_consumer_nats_new(const struct txo_nats_opts *o,
                                                  struct txo_consumer **out, struct txo_error *err);
 
 /*
+ * The same with a batch handler: every message of a fetch goes to it in one call (for
+ * txo_worker_handle_batch: one database transaction per fetch), then each is settled by its
+ * result as above.
+ */
+TXO_API TXO_MUST_CHECK int txo_consumer_nats_batch_new(const struct txo_nats_opts *o,
+                                                       txo_batch_handler_fn handler, void *arg,
+                                                       struct txo_consumer **out,
+                                                       struct txo_error *err);
+
+/*
  * Releases cnats's process-wide resources (its internal threads and buffers), waiting up to
  * 2 s for them to end. Call it once at process exit, after every NATS publisher and consumer
  * was freed (and any other cnats object of the process destroyed), so that memory checkers

@@ -27,6 +27,7 @@
 #include "txo/consumer.h"
 #include "txo/nats.h"
 #include "txo/rabbitmq.h"
+#include "txo/grpc.h"
 #include "txo/retry.h"
 #include "txo/breaker.h"
 #include "txo/bulkhead.h"

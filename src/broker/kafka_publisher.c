@@ -716,8 +716,8 @@ out:
  *
  * librdkafka itself is not instrumented and locks with C11 mtx_lock(), which ThreadSanitizer
  * does not see either, so the memory functions it calls would be reported as races that are
- * none: the default suppressions ignore the interceptors called from librdkafka (our code is
- * still checked).
+ * none: tests/tsan.supp ignores the interceptors called from librdkafka (our code is still
+ * checked).
  */
 #include <pthread.h>
 #include <threads.h>
@@ -737,7 +737,6 @@ static void *thrd_trampoline(void *p)
 __attribute__((visibility("default"))) int thrd_create(thrd_t *thr, thrd_start_t fn, void *arg);
 __attribute__((visibility("default"))) int thrd_join(thrd_t thr, int *res);
 __attribute__((visibility("default"))) int thrd_detach(thrd_t thr);
-__attribute__((visibility("default"))) const char *__tsan_default_suppressions(void);
 
 int thrd_create(thrd_t *thr, thrd_start_t fn, void *arg)
 {
@@ -767,10 +766,5 @@ int thrd_join(thrd_t thr, int *res)
 int thrd_detach(thrd_t thr)
 {
     return pthread_detach(thr) == 0 ? thrd_success : thrd_error;
-}
-
-const char *__tsan_default_suppressions(void)
-{
-    return "called_from_lib:librdkafka.so.1\n";
 }
 #endif

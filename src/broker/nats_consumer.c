@@ -9,7 +9,8 @@
  *      durable the first time the server is reachable.
  *   2. natsSubscription_Fetch up to max_msgs within timeout_ms; a timeout with nothing is an
  *      empty poll, not an error.
- *   3. Each message goes to the handler; the outcome is settled right after it returns:
+ *   3. Each message goes to the handler (or, with a batch handler, the whole fetch goes to it
+ *      in one call); each outcome is settled right after the handler returns:
  *        0          AckSync: the server confirmed the ack, the message is done;
  *        transient  NAK with nak_delay_ms: redelivered after the delay (delivery + 1);
  *        permanent  TERM: never redelivered; logged at error level with the reason.
@@ -34,7 +35,8 @@ struct nats_consumer {
     char *durable;
     char *filter; /* opts.filter_subject or "<prefix>.>" */
     natsSubscription *sub;
-    txo_message_handler_fn handler;
+    txo_message_handler_fn handler;     /* one message at a time, or */
+    txo_batch_handler_fn batch_handler; /* every message of a fetch at once */
     void *arg;
 };
 
@@ -108,20 +110,16 @@ static void describe_msg(natsMsg *m, struct txo_inbound_message *in)
 }
 
 /*
- * Runs the handler on m and settles it. Returns 0, or TXO_EUNAVAILABLE with err set when the
- * ack/nak/term did not reach the server (the message then comes back after ack_wait_ms).
+ * Settles m (described by in) by its handler's verdict rc (reason in herr). Returns 0, or
+ * TXO_EUNAVAILABLE with err set when the ack/nak/term did not reach the server (the message
+ * then comes back after ack_wait_ms).
  */
-static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *err)
+static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound_message *in,
+                  int rc, const struct txo_error *herr, struct txo_error *err)
 {
     struct txo__nats_conn *c = &nc->conn;
-    struct txo_inbound_message in;
-    describe_msg(m, &in);
-    const char *id = in.msg_id != NULL ? in.msg_id : "";
-
-    struct txo_error herr;
-    txo_error_init(&herr);
-    int rc = nc->handler(nc->arg, &in, &herr);
-    const char *reason = herr.msg[0] != '\0' ? herr.msg : txo_strerror(rc);
+    const char *id = in->msg_id != NULL ? in->msg_id : "";
+    const char *reason = herr->msg[0] != '\0' ? herr->msg : txo_strerror(rc);
 
     jsErrCode jerr = 0;
     natsStatus s;
@@ -130,14 +128,14 @@ static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *er
         verb = "ack";
         s = natsMsg_AckSync(m, &c->jo, &jerr);
         TXO_LOG(TXO_LOG_DEBUG, "nats", "message handled message_id=%s subject=%s delivery=%" PRIu64,
-                id, in.subject != NULL ? in.subject : "", in.delivery);
+                id, in->subject != NULL ? in->subject : "", in->delivery);
     } else if (txo_err_is_transient(rc)) {
         verb = "nak";
         s = natsMsg_NakWithDelay(m, c->opts.nak_delay_ms, &c->jo);
         TXO_LOG(TXO_LOG_WARN, "nats",
                 "handler failed, message redelivered later message_id=%s subject=%s "
                 "delivery=%" PRIu64 " delay_ms=%" PRId64 " error=%s reason=\"%s\"",
-                id, in.subject != NULL ? in.subject : "", in.delivery, c->opts.nak_delay_ms,
+                id, in->subject != NULL ? in->subject : "", in->delivery, c->opts.nak_delay_ms,
                 txo_err_name(rc), reason);
     } else {
         verb = "term";
@@ -145,7 +143,7 @@ static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *er
         TXO_LOG(TXO_LOG_ERROR, "nats",
                 "handler rejected the message, terminated (never redelivered) message_id=%s "
                 "subject=%s delivery=%" PRIu64 " error=%s reason=\"%s\"",
-                id, in.subject != NULL ? in.subject : "", in.delivery, txo_err_name(rc), reason);
+                id, in->subject != NULL ? in->subject : "", in->delivery, txo_err_name(rc), reason);
     }
     if (s == NATS_OK)
         return 0;
@@ -156,6 +154,63 @@ static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *er
             id, why);
     return txo_error_set(err, TXO_EUNAVAILABLE, "nats consumer: %s of message %s not confirmed: %s",
                          verb, id, why);
+}
+
+/* Runs the handler on m and settles it (see settle). */
+static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *err)
+{
+    struct txo_inbound_message in;
+    describe_msg(m, &in);
+    struct txo_error herr;
+    txo_error_init(&herr);
+    int rc = nc->handler(nc->arg, &in, &herr);
+    return settle(nc, m, &in, rc, &herr, err);
+}
+
+/* Runs the batch handler on msgs[0..n) at once, then settles each by its verdict. Returns as
+ * nats_poll does; *done gets the messages settled (or left to redelivery). */
+static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t *done,
+                      struct txo_error *err)
+{
+    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
+    int *results = txo_calloc(n, sizeof(*results));
+    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    int rc = 0;
+    *done = 0;
+    if (in == NULL || results == NULL || errors == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: batch of %zu: out of memory", n);
+        goto out; /* unsettled: redelivered after ack_wait */
+    }
+    for (size_t i = 0; i < n; i++) {
+        describe_msg(msgs[i], &in[i]);
+        txo_error_init(&errors[i]);
+    }
+    int brc = nc->batch_handler(nc->arg, in, n, results, errors);
+    for (size_t i = 0; i < n; i++) {
+        if (brc != 0) {
+            results[i] = brc;
+            txo_error_set(&errors[i], brc, "batch handler: %s", txo_strerror(brc));
+        }
+        if (!txo__nats_connected(&nc->conn)) {
+            if (rc == 0)
+                rc = txo__nats_require_connected(&nc->conn, err);
+            break; /* the rest is redelivered after ack_wait */
+        }
+        struct txo_error e;
+        txo_error_init(&e);
+        int arc = settle(nc, msgs[i], &in[i], results[i], &errors[i], &e);
+        (*done)++;
+        if (arc < 0 && rc == 0) {
+            rc = arc;
+            if (err != NULL)
+                *err = e;
+        }
+    }
+out:
+    txo_free(in);
+    txo_free(results);
+    txo_free(errors);
+    return rc;
 }
 
 static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *handled,
@@ -191,6 +246,12 @@ static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *ha
     }
 
     size_t done = 0;
+    if (nc->batch_handler != NULL && list.Count > 0) {
+        rc = handle_all(nc, list.Msgs, (size_t)list.Count, &done, err);
+        natsMsgList_Destroy(&list);
+        *handled = done;
+        return rc;
+    }
     for (int i = 0; i < list.Count; i++) {
         if (!txo__nats_connected(c)) {
             /* Acks would only time out: leave the rest to be redelivered after ack_wait. */
@@ -232,10 +293,11 @@ static const struct txo_consumer_ops nats_consumer_ops = {
     .destroy = nats_consumer_destroy,
 };
 
-int txo_consumer_nats_new(const struct txo_nats_opts *o, txo_message_handler_fn handler, void *arg,
-                          struct txo_consumer **out, struct txo_error *err)
+static int consumer_new(const struct txo_nats_opts *o, txo_message_handler_fn handler,
+                        txo_batch_handler_fn batch_handler, void *arg, struct txo_consumer **out,
+                        struct txo_error *err)
 {
-    if (handler == NULL || out == NULL)
+    if ((handler == NULL && batch_handler == NULL) || out == NULL)
         return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
     int rc = txo__nats_check_opts(o, "consumer", err);
     if (rc < 0)
@@ -244,6 +306,7 @@ int txo_consumer_nats_new(const struct txo_nats_opts *o, txo_message_handler_fn 
     if (nc == NULL)
         return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
     nc->handler = handler;
+    nc->batch_handler = batch_handler;
     nc->arg = arg;
     nc->durable = txo_strdup(o->durable);
     if (o->filter_subject != NULL) {
@@ -268,4 +331,20 @@ out:
     if (rc < 0)
         nats_consumer_destroy(nc);
     return rc;
+}
+
+int txo_consumer_nats_new(const struct txo_nats_opts *o, txo_message_handler_fn handler, void *arg,
+                          struct txo_consumer **out, struct txo_error *err)
+{
+    if (handler == NULL)
+        return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
+    return consumer_new(o, handler, NULL, arg, out, err);
+}
+
+int txo_consumer_nats_batch_new(const struct txo_nats_opts *o, txo_batch_handler_fn handler,
+                                void *arg, struct txo_consumer **out, struct txo_error *err)
+{
+    if (handler == NULL)
+        return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
+    return consumer_new(o, NULL, handler, arg, out, err);
 }

@@ -1,0 +1,429 @@
+/*
+ * Publishing to an EventSink server that fails, through the relay (run_once in this process),
+ * MariaDB and the independent Python server (tests/support/testgrpc.h). What the server took is
+ * read from its own records.
+ *
+ *   1. Server killed (SIGKILL) after the first batch: every later cycle fails fast
+ *      (UNAVAILABLE, no hang), its rows go back to PENDING with attempts >= 1, the gRPC error in
+ *      last_error and next_attempt_at in the future; restarted on the same port, the channel
+ *      reconnects by itself and every row is delivered. The server took each key exactly once:
+ *      a call to a dead server never reached it.
+ *   2. Per-event and per-call failures in one run: a permanent rejection of one event makes it
+ *      FAILED with a dead letter carrying the server's reason at once, while the rest of its
+ *      batch is PUBLISHED; an UNAVAILABLE answer and a deadline that passes before the server
+ *      did anything send their batches back to PENDING, and the retries deliver them
+ *      (attempt 2 as the server saw it), each once.
+ *   3. A deadline that passes AFTER the server took the batch: the relay cannot know, keeps the
+ *      rows PENDING and publishes them again. The server then holds those events twice, with
+ *      attempts 1 and 2, and nothing else twice: at least once, and exactly the duplicates the
+ *      consumer de-duplicates on the idempotency key.
+ *   4. `txo relay --publisher grpc` SIGKILLed at crash point relay.after_publish:1 (the second
+ *      batch was taken by the server, not marked): the next relay, once the lease expired,
+ *      publishes that batch again and drains the rest. The server holds every event, the
+ *      crashed batch twice and nothing else twice. And `txo worker --broker grpc` refuses to
+ *      start (exit 2): gRPC has no consuming side.
+ */
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "testgrpc.h"
+#include "testproc.h"
+#include "testrelay.h"
+#include "txo/grpc.h"
+
+#define BATCH       20
+#define DEADLINE_MS 500
+
+struct ctx {
+    struct testdb t;
+    struct testgrpc g;
+};
+
+static int setup(void **state)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup(&c->t, "grpc_outage");
+    testgrpc_start(&c->g);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    testgrpc_cleanup(&c->g);
+    testdb_teardown(&c->t);
+    free(c);
+    return 0;
+}
+
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    unsigned n = *(const unsigned *)arg;
+    for (unsigned i = 1; i <= n; i++) {
+        char key[32], payload[64], agg[16];
+        snprintf(key, sizeof(key), "order:%u:created", i);
+        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
+        snprintf(agg, sizeof(agg), "%u", i);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = agg,
+            .event_type = "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void append(struct ctx *c, unsigned n)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &n, &err) < 0)
+        fail_msg("appending events: %s", err.msg);
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->t.db, sql, NULL, 0);
+}
+
+static struct txo_publisher *new_publisher(struct ctx *c)
+{
+    struct txo_grpc_opts o;
+    txo_grpc_opts_init(&o);
+    o.target = c->g.target;
+    o.deadline_ms = DEADLINE_MS;
+    o.reconnect_max_ms = 200;
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_grpc_new(&o, NULL, &pub, &err) < 0)
+        fail_msg("txo_publisher_grpc_new: %s", err.msg);
+    return pub;
+}
+
+static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
+{
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "grpc-outage";
+    ro.batch_size = BATCH;
+    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL when retrying */
+    ro.backoff.max_ms = 60000;
+    ro.backoff.jitter = 0.0;
+    ro.max_attempts = 1000;   /* the recovery loop retries often while the channel reconnects */
+    ro.breaker_open_ms = 200; /* the breaker opens during the outage: probe soon after */
+    return testrelay_new(c->t.db, pub, &ro);
+}
+
+/* Retries until nothing is PENDING any more (at most 30 s). */
+static void retry_until_settled(struct ctx *c, struct txo_relay *r)
+{
+    int64_t deadline = txo_monotonic_ms() + 30000;
+    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("%lld events still PENDING after 30 s",
+                     (long long)q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                     "'PENDING'"));
+        testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
+                             "WHERE status = 'PENDING'");
+        (void)testrelay_run_once(r);
+        txo_sleep_ms(20);
+    }
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    const struct testgrpc_event *x = a, *y = b;
+    int d = strcmp(x->idempotency_key, y->idempotency_key);
+    return d != 0 ? d : (x->attempt > y->attempt) - (x->attempt < y->attempt);
+}
+
+/* The server's records sorted by key; fails unless every key is one of rows 1..n_rows. */
+static size_t recorded(struct ctx *c, struct testgrpc_event **ev)
+{
+    size_t n = testgrpc_events(&c->g, ev);
+    qsort(*ev, n, sizeof(**ev), cmp_key);
+    for (size_t k = 0; k < n; k++) {
+        struct txo_param p = txo_p_str((*ev)[k].idempotency_key);
+        assert_int_equal(testdb_i64(c->t.db,
+                                    "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?",
+                                    &p, 1),
+                         1);
+    }
+    return n;
+}
+
+static size_t count_duplicates(const struct testgrpc_event *ev, size_t n)
+{
+    size_t d = 0;
+    for (size_t k = 1; k < n; k++)
+        d += strcmp(ev[k - 1].idempotency_key, ev[k].idempotency_key) == 0;
+    return d;
+}
+
+static void test_server_killed_then_back(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 120;
+    append(c, n);
+    struct txo_publisher *pub = new_publisher(c);
+    struct txo_relay *r = new_relay(c, pub);
+
+    assert_int_equal(testrelay_run_once(r), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+
+    testgrpc_kill(&c->g);
+    size_t tried = 0;
+    for (int cycle = 0; cycle < 50; cycle++) {
+        int64_t t0 = txo_monotonic_ms();
+        size_t claimed = testrelay_run_once(r);
+        int64_t ms = txo_monotonic_ms() - t0;
+        if (ms > DEADLINE_MS + 1000)
+            fail_msg("a relay cycle took %lld ms with the server down (deadline %d ms)",
+                     (long long)ms, DEADLINE_MS);
+        if (claimed == 0)
+            break;
+        tried += claimed;
+    }
+    assert_int_equal(tried, n - BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                          "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+                          "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
+                          "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+                     n - BATCH);
+    assert_int_equal(testrelay_run_once(r), 0); /* nothing is due: no hammering */
+
+    int64_t t_restart = txo_monotonic_ms();
+    testgrpc_restart(&c->g);
+    int64_t t_up = txo_monotonic_ms();
+    retry_until_settled(c, r);
+    print_message("server restarted in %lld ms; every event delivered %lld ms later\n",
+                  (long long)(t_up - t_restart), (long long)(txo_monotonic_ms() - t_up));
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND last_error IS NULL"),
+                     n);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+
+    struct testgrpc_event *ev = NULL;
+    size_t got = recorded(c, &ev);
+    assert_int_equal(got, n);
+    assert_int_equal(count_duplicates(ev, got), 0);
+    testgrpc_free_events(ev, got);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_rejections_and_retries(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 3 * BATCH;
+    append(c, n);
+    struct txo_publisher *pub = new_publisher(c);
+    struct txo_relay *r = new_relay(c, pub);
+
+    /* Batch 1: one event refused for good, dead-lettered at once with the reason. */
+    testgrpc_control(&c->g, "\"reject_permanent\": [\"order:7:created\"]");
+    assert_int_equal(testrelay_run_once(r), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+                     BATCH - 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                          "AND idempotency_key = 'order:7:created' AND last_error = "
+                          "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
+                          "product in order:7:created'"),
+                     1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
+                          "ON o.id = d.source_event_id WHERE o.idempotency_key = 'order:7:created' "
+                          "AND d.error LIKE '%unknown product in order:7:created%'"),
+                     1);
+
+    /* Batch 2: UNAVAILABLE; batch 3: the deadline passes before the server does anything. */
+    testgrpc_control(&c->g, "\"status\": \"UNAVAILABLE\", \"status_calls\": 1");
+    assert_int_equal(testrelay_run_once(r), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                          "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
+                          "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
+                          "NOW(6) + INTERVAL 20 SECOND"),
+                     BATCH);
+    testgrpc_control(&c->g, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
+    assert_int_equal(testrelay_run_once(r), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                          "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
+                          "%DEADLINE_EXCEEDED%'"),
+                     BATCH);
+    txo_sleep_ms(1200); /* the sleeping handler finds the call gone and records nothing */
+
+    testgrpc_control(&c->g, "");
+    retry_until_settled(c, r);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+                          "attempts = 1"),
+                     2 * BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+
+    struct testgrpc_event *ev = NULL;
+    size_t got = recorded(c, &ev);
+    assert_int_equal(got, n - 1);
+    assert_int_equal(count_duplicates(ev, got), 0);
+    size_t second_attempts = 0;
+    for (size_t k = 0; k < got; k++) {
+        assert_string_not_equal(ev[k].idempotency_key, "order:7:created");
+        second_attempts += ev[k].attempt == 2;
+    }
+    assert_int_equal(second_attempts, 2 * BATCH);
+    assert_int_equal(testgrpc_count_calls(&c->g, "CLIENT_GONE"), 1);
+    testgrpc_free_events(ev, got);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void test_deadline_after_processing_republished(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 2 * BATCH;
+    append(c, n);
+    struct txo_publisher *pub = new_publisher(c);
+    struct txo_relay *r = new_relay(c, pub);
+
+    testgrpc_control(&c->g,
+                     "\"sleep_ms\": 1500, \"sleep_calls\": 1, \"process_before_sleep\": true");
+    assert_int_equal(testrelay_run_once(r), BATCH);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                          "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
+                          "%DEADLINE_EXCEEDED%'"),
+                     BATCH);
+    testgrpc_control(&c->g, "");
+    retry_until_settled(c, r);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+
+    /* The timed-out batch is there twice (attempt 1, taken before the deadline passed, and
+     * attempt 2, the relay's retry), everything else once. */
+    struct testgrpc_event *ev = NULL;
+    size_t got = recorded(c, &ev);
+    assert_int_equal(got, n + BATCH);
+    assert_int_equal(count_duplicates(ev, got), BATCH);
+    for (size_t k = 1; k < got; k++) {
+        if (strcmp(ev[k - 1].idempotency_key, ev[k].idempotency_key) == 0) {
+            assert_int_equal(ev[k - 1].attempt, 1);
+            assert_int_equal(ev[k].attempt, 2);
+            assert_int_equal(ev[k - 1].id, ev[k].id);
+            assert_int_equal(ev[k - 1].payload_len, ev[k].payload_len);
+            assert_memory_equal(ev[k - 1].payload, ev[k].payload, ev[k].payload_len);
+        }
+    }
+    testgrpc_free_events(ev, got);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+static void run_relay(struct ctx *c, const char *tag, const char *crash_point, bool crash)
+{
+    const char *argv[] = {testproc_txo_bin(),
+                          "relay",
+                          "--publisher",
+                          "grpc",
+                          "--grpc-target",
+                          c->g.target,
+                          "--drain",
+                          "--batch-size",
+                          "50",
+                          "--lease",
+                          "1",
+                          NULL};
+    char crash_env[64];
+    snprintf(crash_env, sizeof(crash_env), "TXO_CRASH_POINT=%s", crash_point);
+    const char *env[] = {crash_env, NULL};
+    struct testproc p;
+    testproc_start(&p, tag, argv, crash ? env : NULL);
+    if (!testproc_wait(&p, 30000)) {
+        testproc_print_log(&p, tag);
+        testproc_stop_hard(&p);
+        fail_msg("%s did not finish within 30 s", tag);
+    }
+    bool as_expected = crash ? testproc_killed(&p) : testproc_exited_with(&p, 0);
+    if (!as_expected) {
+        testproc_print_log(&p, tag);
+        fail_msg("%s: %s, status 0x%x", tag,
+                 crash ? "should have died of SIGKILL at the crash point" : "should exit 0",
+                 p.status);
+    }
+    testproc_remove_log(&p);
+}
+
+static void test_relay_killed_after_publish_republishes(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 200;
+    append(c, n);
+    testdb_export_env(&c->t);
+
+    run_relay(c, "grpc_relay_crash", "relay.after_publish:1", true);
+    struct testgrpc_event *ev = NULL;
+    size_t got = recorded(c, &ev);
+    assert_int_equal(got, 100); /* two batches reached the server */
+    testgrpc_free_events(ev, got);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
+
+    txo_sleep_ms(1500); /* past the 1 s lease */
+    run_relay(c, "grpc_relay_after_crash", "", false);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                          "AND locked_by IS NULL"),
+                     n);
+    got = recorded(c, &ev);
+    assert_int_equal(got, n + 50);
+    assert_int_equal(count_duplicates(ev, got), 50);
+    /* The duplicates are exactly the crashed batch: the 50 rows that were PROCESSING. */
+    for (size_t k = 1; k < got; k++) {
+        if (strcmp(ev[k - 1].idempotency_key, ev[k].idempotency_key) != 0)
+            continue;
+        struct txo_param p = txo_p_str(ev[k].idempotency_key);
+        assert_int_equal(testdb_i64(c->t.db,
+                                    "SELECT lease_expiries FROM outbox_events WHERE "
+                                    "idempotency_key = ?",
+                                    &p, 1),
+                         1);
+    }
+    testgrpc_free_events(ev, got);
+}
+
+static void test_worker_refuses_grpc(void **state)
+{
+    (void)state;
+    const char *argv[] = {testproc_txo_bin(), "worker", "--broker", "grpc", NULL};
+    char *out = NULL;
+    int rc = testproc_run("grpc_worker", argv, 10000, &out);
+    assert_int_equal(rc, 2);
+    if (strstr(out, "\"grpc\"") == NULL || strstr(out, "without a consuming side") == NULL)
+        fail_msg("txo worker --broker grpc said: %s", out);
+    free(out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_server_killed_then_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rejections_and_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_after_processing_republished, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_relay_killed_after_publish_republishes, setup,
+                                        teardown),
+        cmocka_unit_test(test_worker_refuses_grpc),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

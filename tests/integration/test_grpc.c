@@ -1,0 +1,542 @@
+/*
+ * The gRPC publisher against a real EventSink server: the independent Python implementation
+ * (tests/support/testgrpc.h, python3-grpcio), one server for the whole binary, told before each
+ * case how to answer. What arrived is read from the server's own records, not through the code
+ * under test.
+ *
+ *   - 10,000 events written to MariaDB and drained by the relay with aggregate ordering: the
+ *     server took each idempotency key exactly once, every field and payload byte intact, and
+ *     the events of each aggregate in the order they were written; every row PUBLISHED.
+ *   - Every gRPC status the server may answer maps to the documented code, transient or
+ *     permanent (the table in txo/grpc.h).
+ *   - Per-event outcomes: accepted, rejected for now, rejected for good, each with the server's
+ *     reason; a response with the wrong number of results delivers nothing.
+ *   - A server slower than the deadline: TXO_ETIMEOUT within about the deadline.
+ *   - Batches larger than max_batch_bytes go as several calls; an event larger than that alone
+ *     fails permanently while the others are delivered.
+ *   - The metrics families count what happened.
+ *   - Freeing the last publisher shuts gRPC down: none of its threads is left.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dirent.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "testgrpc.h"
+#include "testrelay.h"
+#include "txo/grpc.h"
+
+static struct testgrpc server;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    testgrpc_start(&server);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    testgrpc_cleanup(&server);
+    return 0;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    testgrpc_control(&server, "");
+    testgrpc_reset_records(&server);
+    return 0;
+}
+
+static struct txo_publisher *new_publisher(const struct txo_grpc_opts *o, struct txo_metrics *m)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_grpc_new(o, m, &pub, &err) < 0)
+        fail_msg("txo_publisher_grpc_new: %s", err.msg);
+    return pub;
+}
+
+static void default_opts(struct txo_grpc_opts *o)
+{
+    txo_grpc_opts_init(o);
+    o->target = server.target;
+    o->deadline_ms = 3000;
+}
+
+/* ---- direct batches ---- */
+
+struct batch {
+    struct txo_outbox_message *msgs;
+    char (*keys)[32];
+    char (*aggs)[16];
+    char **payloads;
+    int *results;
+    struct txo_error *errors;
+    size_t n;
+};
+
+/* Messages with ids first_id.., key "k:<id>", payload_bytes of JSON each (at least ~40). */
+static void batch_init(struct batch *b, size_t n, int64_t first_id, size_t payload_bytes)
+{
+    memset(b, 0, sizeof(*b));
+    b->n = n;
+    b->msgs = calloc(n, sizeof(*b->msgs));
+    b->keys = calloc(n, sizeof(*b->keys));
+    b->aggs = calloc(n, sizeof(*b->aggs));
+    b->payloads = calloc(n, sizeof(*b->payloads));
+    b->results = calloc(n, sizeof(*b->results));
+    b->errors = calloc(n, sizeof(*b->errors));
+    assert_true(b->msgs && b->keys && b->aggs && b->payloads && b->results && b->errors);
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = first_id + (int64_t)i;
+        snprintf(b->keys[i], sizeof(b->keys[i]), "k:%lld", (long long)id);
+        snprintf(b->aggs[i], sizeof(b->aggs[i]), "%lld", (long long)id);
+        size_t len = payload_bytes < 40 ? 40 : payload_bytes;
+        b->payloads[i] = malloc(len + 1);
+        assert_non_null(b->payloads[i]);
+        int head = snprintf(b->payloads[i], len + 1, "{\"n\":%lld,\"pad\":\"", (long long)id);
+        memset(b->payloads[i] + head, 'x', len - (size_t)head - 2);
+        memcpy(b->payloads[i] + len - 2, "\"}", 3);
+        struct txo_outbox_message *m = &b->msgs[i];
+        m->id = id;
+        m->aggregate_type = "order";
+        m->aggregate_id = b->aggs[i];
+        m->event_type = "OrderCreated";
+        m->payload = b->payloads[i];
+        m->payload_len = len;
+        m->idempotency_key = b->keys[i];
+        m->created_at = "2026-11-30T15:37:00.123456Z";
+        m->attempt = 1;
+    }
+}
+
+static void batch_free(struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        free(b->payloads[i]);
+    free(b->msgs);
+    free(b->keys);
+    free(b->aggs);
+    free(b->payloads);
+    free(b->results);
+    free(b->errors);
+}
+
+static void publish(struct txo_publisher *pub, struct batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        b->results[i] = 99;
+        txo_error_init(&b->errors[i]);
+    }
+    assert_int_equal(pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors), 0);
+}
+
+struct status_case {
+    const char *name;
+    int code;
+};
+
+static void test_status_codes_mapped(void **state)
+{
+    (void)state;
+    static const struct status_case cases[] = {
+        {"UNAVAILABLE", TXO_EUNAVAILABLE},
+        {"DEADLINE_EXCEEDED", TXO_ETIMEOUT},
+        {"RESOURCE_EXHAUSTED", TXO_EUNAVAILABLE},
+        {"ABORTED", TXO_EPUBLISH},
+        {"CANCELLED", TXO_EPUBLISH},
+        {"INTERNAL", TXO_EPUBLISH},
+        {"UNKNOWN", TXO_EPUBLISH},
+        {"DATA_LOSS", TXO_EPUBLISH},
+        {"ALREADY_EXISTS", TXO_EPUBLISH},
+        {"INVALID_ARGUMENT", TXO_EINVAL},
+        {"FAILED_PRECONDITION", TXO_EINVAL},
+        {"OUT_OF_RANGE", TXO_EINVAL},
+        {"NOT_FOUND", TXO_ECONFIG},
+        {"UNIMPLEMENTED", TXO_ECONFIG},
+        {"PERMISSION_DENIED", TXO_ECONFIG},
+        {"UNAUTHENTICATED", TXO_ECONFIG},
+    };
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 3, 1, 60);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char rules[128];
+        snprintf(rules, sizeof(rules), "\"status\": \"%s\", \"status_calls\": 1", cases[c].name);
+        testgrpc_control(&server, rules);
+        publish(pub, &b);
+        for (size_t i = 0; i < b.n; i++) {
+            if (b.results[i] != cases[c].code)
+                fail_msg("status %s: event %zu got %s (%s), expected %s", cases[c].name, i,
+                         txo_err_name(b.results[i]), b.errors[i].msg, txo_err_name(cases[c].code));
+            if (strstr(b.errors[i].msg, cases[c].name) == NULL)
+                fail_msg("status %s: the reason does not name it: %s", cases[c].name,
+                         b.errors[i].msg);
+        }
+    }
+    assert_int_equal(testgrpc_count_calls(&server, "OK"), 0);
+    struct testgrpc_event *ev = NULL;
+    assert_int_equal(testgrpc_events(&server, &ev), 0);
+    testgrpc_free_events(ev, 0);
+
+    /* Transient ones are retried, permanent ones dead-lettered (txo_err_is_transient). */
+    assert_true(txo_err_is_transient(txo_grpc_status_code(14)));  /* UNAVAILABLE */
+    assert_true(txo_err_is_transient(txo_grpc_status_code(4)));   /* DEADLINE_EXCEEDED */
+    assert_false(txo_err_is_transient(txo_grpc_status_code(3)));  /* INVALID_ARGUMENT */
+    assert_false(txo_err_is_transient(txo_grpc_status_code(12))); /* UNIMPLEMENTED */
+    assert_int_equal(txo_grpc_status_code(0), 0);
+    assert_int_equal(txo_grpc_status_code(100), TXO_EPUBLISH); /* a code of a later gRPC */
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_per_event_outcomes(void **state)
+{
+    (void)state;
+    struct txo_metrics *reg = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_new(&reg, &err), 0);
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    struct txo_publisher *pub = new_publisher(&o, reg);
+    struct batch b;
+    batch_init(&b, 5, 101, 80);
+    /* The permanent reason ends in a line break and 150 two-byte characters: it must come back
+     * cut on a character boundary, the control character replaced (it goes to utf8mb4). */
+    char rules[1024];
+    int used = snprintf(rules, sizeof(rules),
+                        "\"reject_permanent\": [\"k:102\"], \"reject_transient\": [\"k:104\"], "
+                        "\"reason_suffix\": \"\\n");
+    for (int k = 0; k < 150; k++)
+        used += snprintf(rules + used, sizeof(rules) - (size_t)used, "\xc3\xa9");
+    snprintf(rules + used, sizeof(rules) - (size_t)used, "\"");
+    testgrpc_control(&server, rules);
+    publish(pub, &b);
+    assert_int_equal(b.results[0], 0);
+    assert_int_equal(b.results[1], TXO_EBUSINESS);
+    assert_non_null(strstr(b.errors[1].msg, "unknown product in k:102?\xc3\xa9\xc3\xa9"));
+    assert_true(txo_utf8_valid(b.errors[1].msg, strlen(b.errors[1].msg)));
+    assert_in_range(strlen(strstr(b.errors[1].msg, "unknown product")), 190, 200);
+    assert_int_equal(b.results[2], 0);
+    assert_int_equal(b.results[3], TXO_EPUBLISH);
+    assert_non_null(strstr(b.errors[3].msg, "inventory busy"));
+    assert_int_equal(b.results[4], 0);
+
+    struct testgrpc_event *ev = NULL;
+    size_t n = testgrpc_events(&server, &ev);
+    assert_int_equal(n, 3);
+    assert_string_equal(ev[0].idempotency_key, "k:101");
+    assert_string_equal(ev[1].idempotency_key, "k:103");
+    assert_string_equal(ev[2].idempotency_key, "k:105");
+    testgrpc_free_events(ev, n);
+
+    /* A response with one result too few: nothing counts as delivered. */
+    testgrpc_control(&server, "\"wrong_count_calls\": 1");
+    publish(pub, &b);
+    for (size_t i = 0; i < b.n; i++) {
+        assert_int_equal(b.results[i], TXO_EPUBLISH);
+        assert_non_null(strstr(b.errors[i].msg, "answered 4 results for 5 events"));
+    }
+
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(txo_metrics_render(reg, &text, &len, &err), 0);
+    assert_non_null(strstr(text, "txo_grpc_events_published_total 3\n"));
+    assert_non_null(strstr(text, "txo_grpc_events_failed_total{kind=\"permanent\"} 1\n"));
+    assert_non_null(strstr(text, "txo_grpc_events_failed_total{kind=\"transient\"} 6\n"));
+    assert_non_null(strstr(text, "txo_grpc_calls_total{status=\"OK\"} 2\n"));
+    assert_non_null(strstr(text, "txo_grpc_calls_in_flight 0\n"));
+    assert_non_null(strstr(text, "txo_grpc_call_duration_seconds_count 2\n"));
+    txo_free(text);
+    batch_free(&b);
+    txo_publisher_free(pub);
+    txo_metrics_free(reg);
+}
+
+static void test_deadline_exceeded(void **state)
+{
+    (void)state;
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    o.deadline_ms = 400;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 4, 201, 60);
+    testgrpc_control(&server, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
+    int64_t t0 = txo_monotonic_ms();
+    publish(pub, &b);
+    int64_t ms = txo_monotonic_ms() - t0;
+    for (size_t i = 0; i < b.n; i++) {
+        assert_int_equal(b.results[i], TXO_ETIMEOUT);
+        assert_non_null(strstr(b.errors[i].msg, "DEADLINE_EXCEEDED"));
+    }
+    if (ms < 350 || ms > 1400)
+        fail_msg("a call with a 400 ms deadline came back after %lld ms", (long long)ms);
+    /* The next call is answered normally. */
+    publish(pub, &b);
+    for (size_t i = 0; i < b.n; i++)
+        assert_int_equal(b.results[i], 0);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_split_by_max_batch_bytes(void **state)
+{
+    (void)state;
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    o.max_batch_bytes = 2048;
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 10, 301, 600);
+    /* Event 306 is bigger than a whole request may be. */
+    free(b.payloads[5]);
+    b.payloads[5] = malloc(3001);
+    assert_non_null(b.payloads[5]);
+    memset(b.payloads[5], ' ', 3000);
+    memcpy(b.payloads[5], "{}", 2);
+    b.payloads[5][3000] = '\0';
+    b.msgs[5].payload = b.payloads[5];
+    b.msgs[5].payload_len = 3000;
+    publish(pub, &b);
+    for (size_t i = 0; i < b.n; i++) {
+        if (i == 5) {
+            assert_int_equal(b.results[i], TXO_EINVAL);
+            assert_non_null(strstr(b.errors[i].msg, "larger than max_batch_bytes"));
+        } else {
+            assert_int_equal(b.results[i], 0);
+        }
+    }
+    /* About 680 bytes an event: three a call at most, in order. */
+    size_t calls = testgrpc_count_calls(&server, "OK");
+    assert_in_range(calls, 4, 6);
+    struct testgrpc_event *ev = NULL;
+    size_t n = testgrpc_events(&server, &ev);
+    assert_int_equal(n, 9);
+    for (size_t k = 0, i = 0; k < n; k++, i++) {
+        if (i == 5)
+            i++;
+        assert_int_equal(ev[k].id, b.msgs[i].id);
+        assert_int_equal(ev[k].payload_len, b.msgs[i].payload_len);
+        assert_memory_equal(ev[k].payload, b.msgs[i].payload, b.msgs[i].payload_len);
+    }
+    testgrpc_free_events(ev, n);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    struct txo_grpc_opts o;
+    txo_grpc_opts_init(&o);
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    o.target = "";
+    assert_int_equal(txo_publisher_grpc_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "target"));
+    txo_grpc_opts_init(&o);
+    o.deadline_ms = 0;
+    assert_int_equal(txo_publisher_grpc_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    txo_grpc_opts_init(&o);
+    o.max_batch_bytes = 10;
+    assert_int_equal(txo_publisher_grpc_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    assert_null(pub);
+}
+
+static size_t thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void test_no_thread_left_after_free(void **state)
+{
+    (void)state;
+    size_t before = thread_count();
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 2, 401, 50);
+    publish(pub, &b);
+    assert_int_equal(b.results[0], 0);
+    assert_true(thread_count() > before); /* gRPC runs its own threads meanwhile */
+    txo_publisher_free(pub);
+    size_t after = thread_count();
+    if (after != before)
+        fail_msg("%zu threads before the publisher, %zu after it was freed", before, after);
+    batch_free(&b);
+}
+
+/* ---- the relay end to end: MariaDB -> relay -> gRPC ---- */
+
+#define N_EVENTS      10000
+#define N_AGGREGATES  1000
+#define APPEND_PER_TX 500
+
+/* Event i (1-based) belongs to aggregate i % N_AGGREGATES; its payload has escapes, non-ASCII
+ * text and a number beyond 2^53, which must arrive byte for byte. */
+static void event_payload(unsigned i, char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "{\"order_id\":%u,\"note\":\"caf\xc3\xa9 \\\"%u\\\" \\u00e9\\n\",\"big\":"
+             "9007199254740993,\"items\":[%u,%u]}",
+             i, i, i % 7, i % 11);
+}
+
+struct append_ctx {
+    unsigned from, to;
+};
+
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct append_ctx *a = arg;
+    for (unsigned i = a->from; i <= a->to; i++) {
+        char key[48], payload[160], agg[16];
+        snprintf(key, sizeof(key), "order:%u:event:%u", i % N_AGGREGATES, i);
+        snprintf(agg, sizeof(agg), "%u", i % N_AGGREGATES);
+        event_payload(i, payload, sizeof(payload));
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = agg,
+            .event_type = i % 3 == 0 ? "OrderPaid" : "OrderCreated",
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    const struct testgrpc_event *x = a, *y = b;
+    return strcmp(x->idempotency_key, y->idempotency_key);
+}
+
+static void test_relay_delivers_10000_in_order(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "grpc_relay");
+    for (unsigned from = 1; from <= N_EVENTS; from += APPEND_PER_TX) {
+        struct append_ctx a = {from, from + APPEND_PER_TX - 1};
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_transact(t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
+            fail_msg("appending events: %s", err.msg);
+    }
+
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "grpc-relay";
+    ro.batch_size = 500;
+    ro.ordering = TXO_RELAY_ORDER_AGGREGATE;
+    ro.drain = true;
+    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
+    int64_t t0 = txo_monotonic_ms();
+    testrelay_drain(relay);
+    int64_t ms = txo_monotonic_ms() - t0;
+    print_message("relay -> gRPC: %d events in %lld ms (%.0f events/s), %zu calls\n", N_EVENTS,
+                  (long long)ms, ms > 0 ? N_EVENTS * 1000.0 / (double)ms : 0.0,
+                  testgrpc_count_calls(&server, NULL));
+
+    assert_int_equal(testdb_i64(t.db,
+                                "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                                "AND attempts = 0 AND last_error IS NULL",
+                                NULL, 0),
+                     N_EVENTS);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(relay, &st);
+    assert_int_equal(st.published, N_EVENTS);
+    assert_int_equal(st.failed_attempts, 0);
+
+    struct testgrpc_event *ev = NULL;
+    size_t n = testgrpc_events(&server, &ev);
+    /* Nothing failed, so nothing was sent twice: the server took exactly one copy of each. */
+    assert_int_equal(n, N_EVENTS);
+
+    /* Per aggregate, the server saw the events in the order they were written. */
+    int64_t *last_id = calloc(N_AGGREGATES, sizeof(*last_id));
+    assert_non_null(last_id);
+    for (size_t k = 0; k < n; k++) {
+        unsigned agg = (unsigned)strtoul(ev[k].aggregate_id, NULL, 10);
+        assert_in_range(agg, 0, N_AGGREGATES - 1);
+        if (ev[k].id <= last_id[agg])
+            fail_msg("aggregate %u: event %lld arrived after event %lld", agg, (long long)ev[k].id,
+                     (long long)last_id[agg]);
+        last_id[agg] = ev[k].id;
+    }
+    free(last_id);
+
+    /* Each idempotency key once, every field as written, payload bytes equal. */
+    qsort(ev, n, sizeof(*ev), cmp_key);
+    for (size_t k = 0; k < n; k++) {
+        if (k > 0 && strcmp(ev[k - 1].idempotency_key, ev[k].idempotency_key) == 0)
+            fail_msg("event %s delivered twice", ev[k].idempotency_key);
+        unsigned agg = 0, i = 0;
+        if (sscanf(ev[k].idempotency_key, "order:%u:event:%u", &agg, &i) != 2)
+            fail_msg("unexpected key %s", ev[k].idempotency_key);
+        struct txo_param p = txo_p_str(ev[k].idempotency_key);
+        assert_int_equal(
+            testdb_i64(t.db, "SELECT id FROM outbox_events WHERE idempotency_key = ?", &p, 1),
+            ev[k].id);
+        char payload[160], agg_s[16];
+        event_payload(i, payload, sizeof(payload));
+        snprintf(agg_s, sizeof(agg_s), "%u", i % N_AGGREGATES);
+        assert_int_equal(ev[k].payload_len, strlen(payload));
+        assert_memory_equal(ev[k].payload, payload, strlen(payload));
+        assert_string_equal(ev[k].aggregate_type, "order");
+        assert_string_equal(ev[k].aggregate_id, agg_s);
+        assert_string_equal(ev[k].type, i % 3 == 0 ? "OrderPaid" : "OrderCreated");
+        assert_int_equal(ev[k].attempt, 1);
+        assert_int_equal(strlen(ev[k].created_at), strlen("2026-11-30T15:37:00.123456Z"));
+        assert_int_equal(ev[k].created_at[strlen(ev[k].created_at) - 1], 'Z');
+    }
+    testgrpc_free_events(ev, n);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test_setup(test_status_codes_mapped, setup),
+        cmocka_unit_test_setup(test_per_event_outcomes, setup),
+        cmocka_unit_test_setup(test_deadline_exceeded, setup),
+        cmocka_unit_test_setup(test_split_by_max_batch_bytes, setup),
+        cmocka_unit_test_setup(test_no_thread_left_after_free, setup),
+        cmocka_unit_test_setup(test_relay_delivers_10000_in_order, setup),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
