@@ -30,6 +30,7 @@ BENCH_SWEEP_ARGS ?=
 SOAK_SECONDS ?= 300
 SOAK_CLIENTS ?= 4
 SOAK_RANDOM_STATE    ?=
+CLUSTER_SOAK_SECONDS ?= 60
 FUZZ_SECONDS ?= 180
 FUZZ_TARGETS := http_head order_post envelope canonical_json settings
 CLANG_FORMAT ?= clang-format
@@ -75,7 +76,7 @@ endef
 
 .PHONY: install help deps build build-run build-asan build-tsan build-clang db db-check db-stop migrate run \
         demo test test-asan \
-        test-tsan valgrind soak fuzz \
+        test-tsan valgrind soak fuzz cluster-up cluster-down cluster-test \
         bench format format-check clean distclean
 
 help:
@@ -99,6 +100,10 @@ help:
 	@echo '  valgrind      run the demo and the relay daemon under valgrind memcheck (fails on leaks)'
 	@echo '  soak          every daemon as its own process under load and faults for SOAK_SECONDS ($(SOAK_SECONDS)),'
 	@echo '                then check that no charge or shipment leaked (tests/soak/README.md)'
+	@echo '  cluster-up    start a 3-node MariaDB Galera cluster and a 3-node JetStream cluster (scripts/cluster.sh)'
+	@echo '  cluster-down  stop them'
+	@echo '  cluster-test  cluster-up, the cluster tests and a CLUSTER_SOAK_SECONDS ($(CLUSTER_SOAK_SECONDS)) soak on the'
+	@echo '                clusters with a DB node and a NATS node killed, then cluster-down (tests/cluster/)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
 	@echo '  fuzz          build the libFuzzer harnesses (build-fuzz) and run each for FUZZ_SECONDS ($(FUZZ_SECONDS))'
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS), then the relay drain'
@@ -204,6 +209,26 @@ soak: db-check build db
 	$(DB_ENV) TXO_BIN='$(abspath $(BUILD))/txo' TXO_FAKE_BIN='$(abspath $(BUILD))/txo-fake-services' \
 	  SOAK_SECONDS='$(SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_RANDOM_STATE='$(SOAK_RANDOM_STATE)' \
 	  $(BUILD)/tests/txo_soak
+
+cluster-up:
+	scripts/deps.sh
+	scripts/cluster.sh up
+
+cluster-down:
+	scripts/cluster.sh down
+
+# The clusters are stopped however the tests end. The soak's settle time is bounded so that the
+# whole target stays within a few minutes.
+cluster-test: build
+	@set -e; trap 'scripts/cluster.sh down' EXIT; scripts/cluster.sh up; \
+	  eval "$$(scripts/cluster.sh env)"; \
+	  export TXO_CLUSTER_SCRIPT='$(abspath scripts/cluster.sh)' \
+	    TXO_BIN='$(abspath $(BUILD))/txo' TXO_FAKE_BIN='$(abspath $(BUILD))/txo-fake-services'; \
+	  $(BUILD)/tests/test_cluster; \
+	  MYSQL_HOST="$$TXO_CLUSTER_DB_HOSTS" SOAK_DB_HOSTS="$$TXO_CLUSTER_DB_HOSTS" \
+	    SOAK_NATS_URLS="$$TXO_CLUSTER_NATS_URLS" SOAK_CLUSTER_SCRIPT="$$TXO_CLUSTER_SCRIPT" \
+	    SOAK_SECONDS='$(CLUSTER_SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SETTLE_SECONDS=60 \
+	    SOAK_RANDOM_STATE='$(SOAK_RANDOM_STATE)' $(BUILD)/tests/txo_soak
 
 install: build
 	DESTDIR='$(DESTDIR)' $(CMAKE) --install $(BUILD) --prefix '$(PREFIX)'

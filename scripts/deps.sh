@@ -45,7 +45,10 @@ RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd 
               # the gRPC tests: the independent EventSink server they deliver to
               # (tests/grpc/event_sink_server.py, python3-grpcio, python3-protobuf and protoc)
               # and openssl for the certificates of the TLS tests
-              python3-grpcio python3-protobuf protobuf-compiler openssl)
+              python3-grpcio python3-protobuf protobuf-compiler openssl
+              # The Galera cluster of scripts/cluster.sh (make cluster-test): the wsrep provider
+              # and rsync, its state-transfer method (mariabackup would need mariadb-backup).
+              galera-4 rsync)
 
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]

@@ -1100,7 +1100,8 @@ static void readyz(struct order_api *api, struct txo_db *db, const struct route_
     (void)req;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_ping(db, &err) == 0) {
+    /* A Galera node outside the primary component answers pings but refuses queries. */
+    if (txo_db_check_ready(db, &err) == 0) {
         (void)txo_http_response_set(resp, 200, "{\"status\":\"ready\"}");
     } else {
         resp->retry_after_s = 1;

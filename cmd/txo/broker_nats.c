@@ -10,6 +10,7 @@ static struct {
     const char *durable;
     int64_t ack_timeout_ms;
     int64_t ack_wait_ms;
+    unsigned replicas;
 } settings;
 
 static void add_settings(struct settings_table *t)
@@ -55,6 +56,15 @@ static void add_settings(struct settings_table *t)
          .min = 100,
          .max = 86400000,
          .target = &settings.ack_wait_ms},
+        {.name = "nats-replicas",
+         .env = "TXO_NATS_REPLICAS",
+         .type = SETTING_UINT,
+         .def = "1",
+         .help = "copies of the stream a created or updated stream keeps (3 on a JetStream cluster "
+                 "of 3: a publish is acknowledged once a majority stored it)",
+         .min = 1,
+         .max = 5,
+         .target = &settings.replicas},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
@@ -68,6 +78,7 @@ static void nats_opts(struct txo_nats_opts *o)
     o->durable = settings.durable;
     o->ack_timeout_ms = settings.ack_timeout_ms;
     o->ack_wait_ms = settings.ack_wait_ms;
+    o->replicas = (int)settings.replicas;
 }
 
 static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out,

@@ -274,8 +274,9 @@ void daemon_metrics_reply(struct txo_metrics *reg, struct txo_http_response *res
 }
 
 /*
- * Ready when the database answers and has the outbox table: all a relay needs, so a
- * relay-only schema (`txo migrate --only outbox`) is ready. Uses the collectors' connection.
+ * Ready when the database answers, takes queries (a Galera node in the primary component,
+ * txo_db_check_ready) and has the outbox table: all a relay needs, so a relay-only schema
+ * (`txo migrate --only outbox`) is ready. Uses the collectors' connection.
  */
 static bool outbox_ready(struct daemon_metrics *d)
 {
@@ -289,6 +290,8 @@ static bool outbox_ready(struct daemon_metrics *d)
         if (rc == 0)
             rc = txo_schema_has_table(d->db, "saga_instances", &d->has_sagas, &err);
     }
+    if (rc == 0)
+        rc = txo_db_check_ready(d->db, &err);
     if (rc == 0)
         rc = txo_schema_has_table(d->db, "outbox_events", &exists, &err);
     if (rc != 0 && d->db != NULL) {

@@ -367,7 +367,9 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
          .env = "MYSQL_HOST",
          .type = SETTING_STRING,
          .def = "127.0.0.1",
-         .help = "database server host",
+         .help = "database server host, or a comma-separated list HOST[:PORT],... (the nodes of "
+                 "a Galera cluster) tried in order on connect, skipping nodes that are down or "
+                 "outside the primary component",
          .target = &o->db.host},
         {.name = "mysql-port",
          .env = "MYSQL_PORT",

@@ -15,11 +15,26 @@
  *
  * Transactions: txo_db_transact(db, isolation, fn, arg, err) runs fn inside
  * START TRANSACTION ... COMMIT. If fn (or COMMIT) fails with a deadlock (1213), a lock wait
- * timeout (1205) or a lost connection (2006/2013), the transaction is rolled back and the whole
- * of fn runs again after a backoff with jitter, up to tx_max_attempts times. So fn must only
- * touch the database through its tx and keep no state across attempts other than what it
- * resets at its start. A COMMIT that loses the connection has an unknown outcome: it is not
- * retried and fails with TXO_ECONNLOST ("commit outcome unknown").
+ * timeout (1205), a lost connection (2006/2013) or a Galera node outside the primary component
+ * (1047), the transaction is rolled back and the whole of fn runs again after a backoff with
+ * jitter, up to tx_max_attempts times. So fn must only touch the database through its tx and
+ * keep no state across attempts other than what it resets at its start. A COMMIT that loses the
+ * connection has an unknown outcome: it is not retried and fails with TXO_ECONNLOST ("commit
+ * outcome unknown").
+ *
+ * MariaDB Galera: row locks (FOR UPDATE, SKIP LOCKED) are local to a node, so two sessions on
+ * two nodes can take the same rows; the one that commits second fails certification with 1213
+ * at COMMIT (TXO_EDEADLOCK; nothing of it was committed) and its transaction runs again,
+ * seeing the winner's rows. A transaction on a node that a winner's write set overtakes is
+ * aborted with 1213 too, at any statement. A node that leaves the primary component (network
+ * partition, peers gone, still joining) refuses statements with 1047 and a COMMIT with 1047
+ * or, when it left while the transaction ran, 1180 "Not connected to Primary Component" (both
+ * TXO_EUNAVAILABLE, transient; a refused COMMIT was not replicated and was rolled back): the
+ * connection is dropped and the retry reconnects, to the next host of a host list. A node that dies
+ * fails the session with 2013 (TXO_ECONNLOST), at COMMIT with an unknown outcome as above. A
+ * session on a Galera node is causal (wsrep_sync_wait=7): a transaction waits until the node
+ * applied what the cluster had committed when it began, so it sees a row committed through
+ * another node (at the cost of one cluster round trip per transaction).
  */
 #ifndef TXO_DB_H
 #define TXO_DB_H
@@ -65,7 +80,14 @@ enum txo_isolation {
 };
 
 struct txo_db_opts {
-    const char *host;              /* MYSQL_HOST, default "127.0.0.1" */
+    /*
+     * MYSQL_HOST, default "127.0.0.1". Also a comma-separated list "HOST[:PORT],..." (IPv6 as
+     * [addr]:port; an entry without a port takes `port`), such as the nodes of a Galera cluster:
+     * a connect tries them in order, starting from the one that worked last, and skips a server
+     * that refuses the connection, loses it during set-up, or is a Galera node outside the
+     * primary component. A session stays on its server until that fails.
+     */
+    const char *host;
     unsigned port;                 /* MYSQL_PORT, default 3306 */
     const char *user;              /* MYSQL_USER, default "app" */
     const char *password;          /* MYSQL_PASSWORD, default "secret"; never logged */
@@ -96,11 +118,14 @@ TXO_API void txo_db_opts_init(struct txo_db_opts *opts);
 
 /*
  * Connects. Copies every string of opts; the password copy is wiped on close.
- * Errors: TXO_ECONNECT (server unreachable: transient), TXO_ECONFIG (bad credentials, unknown
- * database, TLS required but not offered by the server, a certificate that fails verification,
- * or a server that requires TLS from a client with ssl_mode disabled: permanent;
- * err->mysql_errno tells which), TXO_EINVAL (bad TLS settings), TXO_ENOMEM.
- * On success *out must be closed with txo_db_close().
+ * With a host list, the error is the last server's when none of them is usable (a permanent
+ * one stops at once: the nodes of one cluster share credentials and TLS settings).
+ * Errors: TXO_ECONNECT (server unreachable, or a Galera node outside the primary component,
+ * err->mysql_errno 1047: transient), TXO_EINVAL (a malformed host list), TXO_ECONFIG (bad
+ * credentials, unknown database, TLS required but not offered by the server, a certificate that
+ * fails verification, or a server that requires TLS from a client with ssl_mode disabled:
+ * permanent; err->mysql_errno tells which), TXO_EINVAL (bad TLS settings), TXO_ENOMEM. On success
+ * *out must be closed with txo_db_close().
  */
 TXO_API TXO_MUST_CHECK int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out,
                                        struct txo_error *err);
@@ -110,6 +135,24 @@ TXO_API void txo_db_close(struct txo_db *db);
 
 /* Round trip to the server, reconnecting when the connection was lost. */
 TXO_API TXO_MUST_CHECK int txo_db_ping(struct txo_db *db, struct txo_error *err);
+
+/*
+ * Readiness: txo_db_ping(), and on a Galera node also that the node takes queries
+ * (wsrep_ready ON and wsrep_cluster_status Primary). A node that does not is not ready: the
+ * connection is dropped so that the next use reconnects (to the next host of a host list).
+ * Errors: TXO_EUNAVAILABLE (a Galera node outside the primary component, err->mysql_errno
+ * 1047), the errors of txo_db_ping().
+ */
+TXO_API TXO_MUST_CHECK int txo_db_check_ready(struct txo_db *db, struct txo_error *err);
+
+/* True when the server the connection last reached is a Galera node. */
+TXO_API bool txo_db_is_galera(struct txo_db *db);
+
+/*
+ * The server of the host list the connection uses now (or tries first on its next
+ * reconnect) and its port; NULL (port 0) for a unix socket. The string lives as long as db.
+ */
+TXO_API const char *txo_db_current_host(struct txo_db *db, unsigned *port);
 
 /*
  * Server version as major*10000 + minor*100 + patch (10.11.19 -> 101119) and whether it is
@@ -273,6 +316,7 @@ struct txo_db_stats {
     uint64_t conn_lost;     /* 2006/2013 seen */
     uint64_t tx_retries;    /* transactions run again */
     uint64_t tx_commits;
+    uint64_t not_primary; /* 1047 or 1180 seen: a Galera node outside the primary component */
 };
 TXO_API void txo_db_get_stats(struct txo_db_stats *out);
 

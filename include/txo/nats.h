@@ -53,6 +53,14 @@ struct txo_nats_opts {
     bool create_stream;          /* default true: create the stream (subjects <prefix>.>, file
                                   * storage) or update it to these settings if it exists */
     int64_t duplicate_window_ms; /* dedupe window of a created stream, default 120000 */
+    /*
+     * Copies of a created (or updated) stream, 1..5, default 1. On a JetStream cluster, 3 keeps
+     * the stream through the loss of one server: a PubAck then means a majority of the
+     * replicas stored the message, and a publish in flight while the stream's leader changes
+     * gets no ack (TXO_ETIMEOUT) or an error, so the relay publishes it again under the same
+     * Nats-Msg-Id, which the new leader de-duplicates.
+     */
+    int replicas;
 
     /* Publisher. */
     int64_t ack_timeout_ms; /* publish acks (PubAck) awaited up to this per batch, default 5000;

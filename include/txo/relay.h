@@ -88,10 +88,18 @@ TXO_API int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *
  *                every batch after one that met an event whose lease expired before, with a
  *                lease: a poison event is counted from its second kill on and is
  *                dead-lettered after max_lease_expiries more, as in LEASE.
+ *                On a Galera cluster with relays writing through different nodes, row locks
+ *                do not fence across nodes: both relays take the same rows and publish them,
+ *                the COMMIT of one fails certification (1213), and its publish was a
+ *                duplicate of the other's (at least once: up to one batch per conflict,
+ *                dropped by the broker's dedupe or the inbox). LEASE meets the conflict at
+ *                the claim, before publishing: use it there (docs/deploy.md).
  *   AUTO         the default: TRANSACTION when the publisher declares itself quick
  *                (TXO_PUBLISHER_QUICK: null, log, nats) and the server has SKIP LOCKED; else
  *                LEASE (webhooks, the local dispatch, the application's own publishers).
- * Delivery is at least once and ordering (opts.ordering) is kept in every mode; relays in
+ * Delivery is at least once and ordering (opts.ordering) is kept in every mode (on a Galera
+ * cluster as long as the events of an aggregate are written through one node: ids from
+ * different nodes do not follow commit order, docs/deploy.md); relays in
  * different modes may share one table.
  */
 enum txo_relay_claim_mode {

@@ -62,6 +62,7 @@ void txo_nats_opts_init(struct txo_nats_opts *o)
     o->subject_prefix = "txo.events";
     o->create_stream = true;
     o->duplicate_window_ms = 120000;
+    o->replicas = 1;
     o->ack_timeout_ms = 5000;
     o->durable = "txo-worker";
     o->filter_subject = NULL;
@@ -143,6 +144,9 @@ int txo__nats_check_opts(const struct txo_nats_opts *o, const char *role, struct
                              role);
     if (o->create_stream && o->duplicate_window_ms < 1)
         return txo_error_set(err, TXO_EINVAL, "nats %s: duplicate_window_ms must be >= 1", role);
+    if (o->create_stream && (o->replicas < 1 || o->replicas > 5))
+        return txo_error_set(err, TXO_EINVAL, "nats %s: replicas must be 1..5, got %d", role,
+                             o->replicas);
     if (strcmp(role, "consumer") != 0)
         return 0;
     if (!valid_name(o->durable))
@@ -322,6 +326,47 @@ void txo__nats_conn_close(struct txo__nats_conn *c)
     c->url = c->stream = c->prefix = c->stream_subject = NULL;
 }
 
+#define MAX_SERVERS 16
+
+/*
+ * Gives cnats the servers of url, a comma-separated list ("nats://a:4222,nats://b:4222", the
+ * nodes of a cluster). Each one goes in its own array entry: cnats 3.4 takes a list in
+ * natsOptions_SetURL() as one URL and then finds no server to connect to. More than
+ * MAX_SERVERS entries are an error (NATS_INVALID_ARG), so is an empty one.
+ */
+static natsStatus set_servers(natsOptions *nopts, const char *url)
+{
+    char *copy = txo_strdup(url);
+    if (copy == NULL)
+        return NATS_NO_MEMORY;
+    const char *servers[MAX_SERVERS];
+    int n = 0;
+    natsStatus s = NATS_OK;
+    char *p = copy;
+    for (;;) {
+        char *end = strchr(p, ',');
+        if (end != NULL)
+            *end = '\0';
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t len = strlen(p);
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            p[--len] = '\0';
+        if (len == 0 || n == MAX_SERVERS) {
+            s = NATS_INVALID_ARG;
+            break;
+        }
+        servers[n++] = p;
+        if (end == NULL)
+            break;
+        p = end + 1;
+    }
+    if (s == NATS_OK)
+        s = natsOptions_SetServers(nopts, servers, n);
+    txo_free(copy);
+    return s;
+}
+
 static natsStatus set_nats_options(struct txo__nats_conn *c)
 {
     void *role = (void *)(uintptr_t)c->role; /* a static string, only ever read */
@@ -329,7 +374,7 @@ static natsStatus set_nats_options(struct txo__nats_conn *c)
     snprintf(name, sizeof(name), "txo-%s", c->role);
     natsStatus s = natsOptions_Create(&c->nopts);
     if (s == NATS_OK)
-        s = natsOptions_SetURL(c->nopts, c->url);
+        s = set_servers(c->nopts, c->url);
     if (s == NATS_OK)
         s = natsOptions_SetName(c->nopts, name);
     if (s == NATS_OK)
@@ -459,6 +504,7 @@ int txo__nats_ensure_stream(struct txo__nats_conn *c, struct txo_error *err)
     cfg.SubjectsLen = 1;
     cfg.Storage = js_FileStorage;
     cfg.Duplicates = c->opts.duplicate_window_ms * 1000000; /* nanoseconds */
+    cfg.Replicas = c->opts.replicas;
 
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
@@ -495,8 +541,9 @@ int txo__nats_ensure_stream(struct txo__nats_conn *c, struct txo_error *err)
     }
     c->stream_ready = true;
     TXO_LOG(TXO_LOG_INFO, "nats",
-            "stream %s role=%s stream=%s subjects=%s duplicate_window_ms=%" PRId64, action, c->role,
-            c->stream, c->stream_subject, c->opts.duplicate_window_ms);
+            "stream %s role=%s stream=%s subjects=%s duplicate_window_ms=%" PRId64 " replicas=%d",
+            action, c->role, c->stream, c->stream_subject, c->opts.duplicate_window_ms,
+            c->opts.replicas);
     return 0;
 }
 

@@ -3,8 +3,15 @@
  *
  * Why it exists: every other module reaches MySQL only through here, so the rules that keep
  * data safe live in one place: bound parameters only, no client auto-reconnect, explicit
- * transactions, and the whole transaction retried on deadlock (1213), lock wait timeout
- * (1205) and lost connection (2006/2013).
+ * transactions, and the whole transaction retried on deadlock (1213, also a Galera
+ * certification failure at COMMIT), lock wait timeout (1205), lost connection (2006/2013) and a
+ * Galera node outside the primary component (1047; 1180 at COMMIT).
+ *
+ * Several servers (opts.host "a:3321,b:3322,c:3323", the nodes of a Galera cluster): a connect
+ * tries them in order from the one used last, so a lost connection or a node that left the
+ * primary component moves the session to the next node at the following reconnect. A Galera
+ * node is used only while it is in the primary component (wsrep_ready ON,
+ * wsrep_cluster_status Primary), checked at every connect and by txo_db_check_ready().
  *
  * Data: a struct txo_db owns one MYSQL connection and a cache of prepared statements keyed
  * by SQL text (open addressing, FNV-1a hash). Statements are prepared on first use and live
@@ -30,6 +37,7 @@
     "NO_ZERO_DATE,NO_ZERO_IN_DATE,NO_ENGINE_SUBSTITUTION'"
 #define SQL_SET_TIME_ZONE "SET SESSION time_zone = '+00:00'"
 #define SQL_SET_LOCK_WAIT "SET SESSION innodb_lock_wait_timeout = ?"
+#define SQL_SET_SYNC_WAIT "SET SESSION wsrep_sync_wait = 7"
 #define SQL_COMMIT        "COMMIT"
 #define SQL_ROLLBACK      "ROLLBACK"
 
@@ -38,6 +46,7 @@ static _Atomic uint64_t stat_lock_timeouts;
 static _Atomic uint64_t stat_conn_lost;
 static _Atomic uint64_t stat_tx_retries;
 static _Atomic uint64_t stat_tx_commits;
+static _Atomic uint64_t stat_not_primary;
 
 void txo_db_get_stats(struct txo_db_stats *out)
 {
@@ -46,6 +55,7 @@ void txo_db_get_stats(struct txo_db_stats *out)
     out->conn_lost = atomic_load(&stat_conn_lost);
     out->tx_retries = atomic_load(&stat_tx_retries);
     out->tx_commits = atomic_load(&stat_tx_commits);
+    out->not_primary = atomic_load(&stat_not_primary);
 }
 
 void txo_db_opts_init(struct txo_db_opts *opts)
@@ -129,6 +139,27 @@ int txo__db_map_errno(unsigned e)
     case CR_CONN_HOST_ERROR:
     case CR_UNKNOWN_HOST:
         return TXO_ECONNECT;
+    case ER_UNKNOWN_COM_ERROR:
+        /*
+         * 1047: "WSREP has not yet prepared node for application use": a Galera node outside
+         * the primary component (partitioned, joining, or its peers gone) refuses every
+         * statement that touches a table, COMMIT included; a COMMIT refused so was not
+         * replicated, so nothing of the transaction happened. (A plain server sends 1047 only
+         * for a protocol command it does not know, which this library never sends.)
+         */
+        atomic_fetch_add(&stat_not_primary, 1);
+        return TXO_EUNAVAILABLE;
+    case ER_ERROR_DURING_COMMIT:
+        /*
+         * 1180 "Got error N during COMMIT": on Galera, a COMMIT on a node that left the primary
+         * component while the transaction ran ("Error while appending streaming replication
+         * fragment (provider status: Not connected to Primary Component)"). The server rolled
+         * the transaction back (its write set did not replicate), so it is run again, after
+         * a reconnect that may pick another node. From InnoDB the same code means a failed
+         * commit too: rolled back, and worth one more try.
+         */
+        atomic_fetch_add(&stat_not_primary, 1);
+        return TXO_EUNAVAILABLE;
     case ER_ACCESS_DENIED_ERROR:
     case ER_DBACCESS_DENIED_ERROR:
     case ER_BAD_DB_ERROR:
@@ -158,7 +189,8 @@ int txo__db_map_errno(unsigned e)
 static int set_server_error(struct txo_db *db, int code, unsigned e, const char *state,
                             const char *msg, const char *what, struct txo_error *err)
 {
-    if (code == TXO_ECONNLOST)
+    /* A node outside the primary component stays so for a while: reconnect, maybe elsewhere. */
+    if (code == TXO_ECONNLOST || code == TXO_EUNAVAILABLE)
         db->broken = true;
     if (err) {
         txo_error_set(err, code, "%s: %s (MySQL %u)", what, msg, e);
@@ -379,7 +411,48 @@ static void set_tls_options(MYSQL *conn, const struct txo_db *db)
     mysql_optionsv(conn, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
 }
 
-static int connect_session(struct txo_db *db, struct txo_error *err)
+/* The wsrep status variables of a Galera node; empty on any other server. */
+#define SQL_WSREP_STATUS                                                                           \
+    "SHOW GLOBAL STATUS WHERE Variable_name IN ('wsrep_provider_name', 'wsrep_ready', "            \
+    "'wsrep_cluster_status', 'wsrep_local_state_comment')"
+
+/*
+ * Reads whether the server is a Galera node and, if so, whether it takes queries: wsrep_ready
+ * ON and wsrep_cluster_status Primary. A plain MariaDB has the variables with an empty
+ * provider name, MySQL has none. *why (when not ready) names the state for the message.
+ */
+static int wsrep_state(struct txo_db *db, bool *galera, bool *ready, char *why, size_t why_len,
+                       struct txo_error *err)
+{
+    if (mysql_real_query(db->conn, SQL_WSREP_STATUS, (unsigned long)strlen(SQL_WSREP_STATUS)) != 0)
+        return txo__db_conn_error(db, "reading the wsrep status", err);
+    MYSQL_RES *res = mysql_store_result(db->conn);
+    if (!res)
+        return txo__db_conn_error(db, "reading the wsrep status", err);
+    char provider[64] = "", ready_s[16] = "", status[32] = "", state[32] = "";
+    MYSQL_ROW row;
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        if (!row[0] || !row[1])
+            continue;
+        if (strcasecmp(row[0], "wsrep_provider_name") == 0)
+            snprintf(provider, sizeof(provider), "%s", row[1]);
+        else if (strcasecmp(row[0], "wsrep_ready") == 0)
+            snprintf(ready_s, sizeof(ready_s), "%s", row[1]);
+        else if (strcasecmp(row[0], "wsrep_cluster_status") == 0)
+            snprintf(status, sizeof(status), "%s", row[1]);
+        else if (strcasecmp(row[0], "wsrep_local_state_comment") == 0)
+            snprintf(state, sizeof(state), "%s", row[1]);
+    }
+    mysql_free_result(res);
+    *galera = provider[0] != '\0';
+    *ready = !*galera || (strcasecmp(ready_s, "ON") == 0 && strcmp(status, "Primary") == 0);
+    snprintf(why, why_len, "wsrep_cluster_status=%s wsrep_ready=%s wsrep_local_state=%s",
+             status[0] ? status : "?", ready_s[0] ? ready_s : "?", state[0] ? state : "?");
+    return 0;
+}
+
+/* Connects to one server and sets the session up; on failure db->conn stays NULL. */
+static int connect_endpoint(struct txo_db *db, const struct db_endpoint *ep, struct txo_error *err)
 {
     const struct txo_db_opts *o = &db->opts;
     MYSQL *conn = mysql_init(NULL);
@@ -403,8 +476,10 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
         unsigned protocol = MYSQL_PROTOCOL_TCP;
         mysql_options(conn, MYSQL_OPT_PROTOCOL, &protocol);
     }
-    if (!mysql_real_connect(conn, db->unix_socket ? NULL : db->host, db->user, db->password,
-                            db->database, db->unix_socket ? 0 : o->port, db->unix_socket, 0)) {
+    const char *host = db->unix_socket ? NULL : ep->host;
+    unsigned port = db->unix_socket ? 0 : ep->port;
+    if (!mysql_real_connect(conn, host, db->user, db->password, db->database, port, db->unix_socket,
+                            0)) {
         unsigned e = mysql_errno(conn);
         int code = txo__db_map_errno(e);
         if (code != TXO_ECONNECT && code != TXO_ECONNLOST && code != TXO_ECONFIG)
@@ -426,7 +501,7 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
         else
             txo_error_set(err, code,
                           "cannot connect to MySQL at %s:%u as %s, database %s, ssl mode %s: %s%s",
-                          db->host, o->port, db->user, db->database,
+                          ep->host, ep->port, db->user, db->database,
                           txo_db_ssl_mode_name(o->ssl_mode), mysql_error(conn), hint);
         if (err)
             err->mysql_errno = e;
@@ -443,7 +518,7 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
         txo_error_set(err, TXO_ECONFIG,
                       "cannot connect to MySQL at %s:%u: ssl mode %s but the connection is not "
                       "encrypted (the server offers no TLS)",
-                      db->host, o->port, txo_db_ssl_mode_name(o->ssl_mode));
+                      ep->host, ep->port, txo_db_ssl_mode_name(o->ssl_mode));
         mysql_close(conn);
         return TXO_ECONFIG;
     }
@@ -452,7 +527,34 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
     db->server_version = mysql_get_server_version(conn);
     db->is_mariadb = strstr(mysql_get_server_info(conn), "MariaDB") != NULL;
 
-    int rc = raw_query(db, SQL_SET_SQL_MODE, err);
+    /*
+     * A Galera node outside the primary component accepts connections but refuses statements
+     * on tables (1047): it counts as unreachable, so that a host list moves on to the next.
+     */
+    bool ready = true;
+    char why[160];
+    int rc = wsrep_state(db, &db->is_galera, &ready, why, sizeof(why), err);
+    if (rc == 0 && !ready) {
+        rc = txo_error_set(err, TXO_ECONNECT,
+                           "cannot use MySQL at %s:%u: a Galera node outside the primary "
+                           "component (%s)",
+                           db->unix_socket ? db->unix_socket : ep->host, ep->port, why);
+        if (err)
+            err->mysql_errno = ER_UNKNOWN_COM_ERROR;
+    }
+    /*
+     * Causal reads on Galera: a node applies the other nodes' write sets a moment after their
+     * COMMIT returned, so a read there could miss a row just committed elsewhere (a worker not
+     * finding the order whose event it consumed, a cancel after a POST through another node).
+     * wsrep_sync_wait=7 (reads, UPDATE/DELETE, INSERT/REPLACE) makes a statement wait until
+     * the node applied what the cluster had committed when it began. Reads alone (1) are not
+     * enough: a transaction that starts with an UPDATE (a customer's cancel) then misses the
+     * row, and the check is made once per transaction, at its first statement.
+     */
+    if (rc == 0 && db->is_galera)
+        rc = raw_query(db, SQL_SET_SYNC_WAIT, err);
+    if (rc == 0)
+        rc = raw_query(db, SQL_SET_SQL_MODE, err);
     if (rc == 0)
         rc = raw_query(db, SQL_SET_TIME_ZONE, err);
     if (rc == 0 && session_isolation_sql(o->isolation))
@@ -472,8 +574,118 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
     if (rc < 0) {
         txo_error_wrap(err, "setting up the database session");
         disconnect(db);
+        /* Whatever failed after the handshake, this server is not usable now: try another. */
+        if (rc != TXO_ENOMEM && rc != TXO_ECONFIG && rc != TXO_EINVAL)
+            rc = TXO_ECONNECT;
     }
     return rc;
+}
+
+/*
+ * Connects to the first usable server of the list, starting from the one used last. Stops at
+ * a permanent error (credentials, TLS: the nodes of one cluster share them), else returns the
+ * last server's error when none answers.
+ */
+static int connect_session(struct txo_db *db, struct txo_error *err)
+{
+    size_t n = db->unix_socket ? 1 : db->n_endpoints;
+    size_t first = db->cur_endpoint;
+    int rc = TXO_ECONNECT;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = (first + i) % n;
+        if (i > 0)
+            txo_error_init(err); /* report the last server's failure, not a mix */
+        rc = connect_endpoint(db, &db->endpoints[k], err);
+        if (rc == 0) {
+            if (k != first)
+                TXO_LOG(TXO_LOG_WARN, "db", "failed over host=%s:%u from=%s:%u database=%s",
+                        db->endpoints[k].host, db->endpoints[k].port, db->endpoints[first].host,
+                        db->endpoints[first].port, db->database);
+            db->cur_endpoint = k;
+            return 0;
+        }
+        if (rc != TXO_ECONNECT && rc != TXO_ECONNLOST)
+            return rc;
+    }
+    return rc;
+}
+
+/*
+ * Splits host ("a", "a:3321", "a:3321,b:3322", "[::1]:3321") into db->endpoints; an entry
+ * without a port takes default_port. Errors: TXO_EINVAL (empty entry, bad port, too many),
+ * TXO_ENOMEM.
+ */
+static int parse_endpoints(struct txo_db *db, const char *host, unsigned default_port,
+                           struct txo_error *err)
+{
+    const char *p = host;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && (*p == ' ' || *p == '\t')) {
+            p++;
+            len--;
+        }
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (len == 0)
+            return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": an empty entry",
+                                 host);
+        if (db->n_endpoints == DB_MAX_ENDPOINTS)
+            return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": more than %d hosts",
+                                 host, DB_MAX_ENDPOINTS);
+        const char *name = p;
+        size_t name_len = len;
+        unsigned port = default_port;
+        const char *colon = NULL;
+        if (p[0] == '[') { /* [IPv6]:port */
+            const char *close = memchr(p, ']', len);
+            if (!close)
+                return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": no ']'", host);
+            name = p + 1;
+            name_len = (size_t)(close - p) - 1;
+            if (close + 1 < p + len) {
+                if (close[1] != ':')
+                    return txo_error_set(err, TXO_EINVAL,
+                                         "database host list \"%s\": ':' expected after ']'", host);
+                colon = close + 1;
+            }
+        } else {
+            const char *c = memchr(p, ':', len);
+            /* One colon is host:port; more is a bare IPv6 address. */
+            if (c && !memchr(c + 1, ':', (size_t)(p + len - c - 1))) {
+                colon = c;
+                name_len = (size_t)(c - p);
+            }
+        }
+        if (colon) {
+            unsigned long v = 0;
+            const char *d = colon + 1;
+            if (d == p + len)
+                return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": empty port",
+                                     host);
+            for (; d < p + len; d++) {
+                if (*d < '0' || *d > '9' || v > 65535)
+                    return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": bad port",
+                                         host);
+                v = v * 10 + (unsigned long)(*d - '0');
+            }
+            if (v < 1 || v > 65535)
+                return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": bad port", host);
+            port = (unsigned)v;
+        }
+        if (name_len == 0)
+            return txo_error_set(err, TXO_EINVAL, "database host list \"%s\": an empty host", host);
+        struct db_endpoint *ep = &db->endpoints[db->n_endpoints];
+        ep->host = txo_strndup(name, name_len);
+        if (!ep->host)
+            return txo_error_set(err, TXO_ENOMEM, "txo_db_open: out of memory");
+        ep->port = port;
+        db->n_endpoints++;
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
 }
 
 int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out, struct txo_error *err)
@@ -526,7 +738,14 @@ int txo_db_open(const struct txo_db_opts *opts, struct txo_db **out, struct txo_
     db->opts.ssl_cert = db->ssl_cert;
     db->opts.ssl_key = db->ssl_key;
     db->tx.db = db;
-    int rc = connect_session(db, err);
+    int rc = 0;
+    if (db->host)
+        rc = parse_endpoints(db, db->host, opts->port, err);
+    if (rc < 0) {
+        txo_db_close(db);
+        return rc;
+    }
+    rc = connect_session(db, err);
     if (rc < 0) {
         txo_db_close(db);
         return rc;
@@ -540,6 +759,8 @@ void txo_db_close(struct txo_db *db)
     if (!db)
         return;
     disconnect(db);
+    for (size_t i = 0; i < db->n_endpoints; i++)
+        txo_free(db->endpoints[i].host);
     txo_free(db->host);
     txo_free(db->user);
     wipe_free(db->password);
@@ -584,6 +805,48 @@ int txo_db_ping(struct txo_db *db, struct txo_error *err)
         }
     }
     return rc;
+}
+
+int txo_db_check_ready(struct txo_db *db, struct txo_error *err)
+{
+    int rc = txo_db_ping(db, err);
+    if (rc < 0 || !db->is_galera)
+        return rc;
+    bool galera = false, ready = false;
+    char why[160];
+    rc = wsrep_state(db, &galera, &ready, why, sizeof(why), err);
+    if (rc < 0)
+        return rc;
+    if (!ready) {
+        db->broken = true; /* the next use reconnects, to another node of a host list */
+        unsigned port = 0;
+        const char *host = txo_db_current_host(db, &port);
+        rc = txo_error_set(err, TXO_EUNAVAILABLE,
+                           "the database server %s:%u is a Galera node outside the primary "
+                           "component (%s): it refuses queries",
+                           host ? host : db->unix_socket, port, why);
+        if (err)
+            err->mysql_errno = ER_UNKNOWN_COM_ERROR;
+    }
+    return rc;
+}
+
+bool txo_db_is_galera(struct txo_db *db)
+{
+    return db->is_galera;
+}
+
+const char *txo_db_current_host(struct txo_db *db, unsigned *port)
+{
+    if (db->unix_socket || db->n_endpoints == 0) {
+        if (port)
+            *port = 0;
+        return NULL;
+    }
+    const struct db_endpoint *ep = &db->endpoints[db->cur_endpoint];
+    if (port)
+        *port = ep->port;
+    return ep->host;
 }
 
 unsigned long txo_db_server_version(struct txo_db *db, bool *is_mariadb)
@@ -1027,7 +1290,7 @@ struct txo_db *txo_tx_db(struct txo_tx *tx)
 static bool retryable(int rc)
 {
     return rc == TXO_EDEADLOCK || rc == TXO_ELOCKTIMEOUT || rc == TXO_ECONNLOST ||
-           rc == TXO_ECONNECT;
+           rc == TXO_ECONNECT || rc == TXO_EUNAVAILABLE;
 }
 
 static int begin(struct txo_db *db, enum txo_isolation iso, struct txo_error *err)

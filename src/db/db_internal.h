@@ -21,6 +21,14 @@ struct txo_tx {
     struct txo_db *db;
 };
 
+/* One server of opts.host's list ("a:3321,b:3322"), tried in order on connect. */
+struct db_endpoint {
+    char *host;
+    unsigned port;
+};
+
+#define DB_MAX_ENDPOINTS 16
+
 struct txo_db {
     MYSQL *conn; /* NULL while disconnected */
     bool broken; /* the connection was lost: reconnect before the next use */
@@ -34,6 +42,12 @@ struct txo_db {
     /* Owned copies of the strings of opts; the password is wiped on close. */
     char *host, *user, *password, *database, *unix_socket;
     char *ssl_ca, *ssl_cert, *ssl_key;
+    struct db_endpoint endpoints[DB_MAX_ENDPOINTS]; /* parsed from host; [0..n_endpoints) */
+    size_t n_endpoints;
+    size_t cur_endpoint; /* the one connected to, or tried first on the next connect */
+    /* The server is a Galera node (wsrep_provider_name set): a connect and
+     * txo_db_check_ready() also check it is in the primary component. */
+    bool is_galera;
     struct stmt_entry *stmts; /* open-addressing table, capacity n_slots (power of two) */
     size_t n_slots, n_stmts;
     struct txo_tx tx;

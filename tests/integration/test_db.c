@@ -479,6 +479,49 @@ static void test_connect_failure_is_clear(void **state)
     assert_true(txo_db_server_version(t->db, &maria) > 50000);
 }
 
+/*
+ * A host list: a connect skips a server that refuses it and uses the next one, and stays
+ * there; a malformed list is refused before any connect; a plain server is not a Galera node
+ * and is ready.
+ */
+static void test_host_list_fails_over(void **state)
+{
+    struct testdb *t = *state;
+    if (t->opts.unix_socket != NULL && t->opts.unix_socket[0] != '\0')
+        skip(); /* a unix socket replaces host:port */
+    char list[256];
+    /* Port 1 on loopback: nothing listens there, the connect is refused at once. */
+    snprintf(list, sizeof(list), "127.0.0.1:1, %s:%u", t->opts.host, t->opts.port);
+    struct txo_db_opts opts = t->opts;
+    opts.host = list;
+    opts.port = 9; /* taken by entries without a port only */
+    struct txo_db *db = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_open(&opts, &db, &err), 0);
+    unsigned port = 0;
+    assert_string_equal(txo_db_current_host(db, &port), t->opts.host);
+    assert_int_equal(port, t->opts.port);
+    assert_int_equal(testdb_i64(db, "SELECT 41 + 1", NULL, 0), 42);
+    assert_false(txo_db_is_galera(db));
+    assert_int_equal(txo_db_check_ready(db, &err), 0);
+    txo_db_close(db);
+
+    /* Only servers that refuse: the last one's error, transient. */
+    opts.host = "127.0.0.1:1,127.0.0.1:2";
+    txo_error_init(&err);
+    assert_int_equal(txo_db_open(&opts, &db, &err), TXO_ECONNECT);
+    assert_non_null(strstr(err.msg, "127.0.0.1:2"));
+
+    static const char *const bad[] = {"a,,b", "a:", "a:x", "a:70000", "[::1", "[::1]x", ","};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        opts.host = bad[i];
+        txo_error_init(&err);
+        assert_int_equal(txo_db_open(&opts, &db, &err), TXO_EINVAL);
+        assert_non_null(strstr(err.msg, "database host list"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -491,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_lost_connection_reconnects_and_retries),
         cmocka_unit_test(test_in_list),
         cmocka_unit_test(test_connect_failure_is_clear),
+        cmocka_unit_test(test_host_list_fails_over),
         cmocka_unit_test(test_migrate_is_idempotent),
         cmocka_unit_test(test_core_migrations_alone),
     };

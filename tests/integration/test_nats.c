@@ -483,6 +483,35 @@ static void test_dedupe_by_msg_id(void **state)
     txo_publisher_free(pub);
 }
 
+/*
+ * --nats-url listing several servers (the nodes of a cluster): the publisher connects to one
+ * that answers. cnats 3.4 takes such a list in natsOptions_SetURL as one URL and never
+ * connects, so the publisher hands it to cnats as an array.
+ */
+static void test_url_list(void **state)
+{
+    struct ctx *c = *state;
+    char list[300];
+    snprintf(list, sizeof(list), "nats://127.0.0.1:1, %s", c->nats.url);
+    c->o.url = list;
+    c->o.connect_required = true;
+    struct txo_publisher *pub = new_publisher(&c->o);
+    struct batch b;
+    batch_init(&b, 3, 1, "list");
+    assert_int_equal(publish(pub, &b), 0);
+    assert_all_published(&b);
+    assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 3);
+    batch_free(&b);
+    txo_publisher_free(pub);
+
+    struct txo_publisher *none = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    c->o.url = "nats://127.0.0.1:1,,nats://127.0.0.1:2";
+    assert_int_not_equal(txo_publisher_nats_new(&c->o, &none, &err), 0);
+    assert_null(none);
+}
+
 /* ---- (3) ack only after success: transient -> redelivered, permanent -> terminated ---- */
 
 static void test_transient_failure_is_redelivered(void **state)
@@ -882,6 +911,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_server_down_at_creation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_survives_a_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_drains_into_the_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_url_list, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */

@@ -3,7 +3,8 @@
  * MariaDB: a batch of 50 orders completes with a few statements per step for the whole batch;
  * with scarce stock the orders that do not fit fail alone and the rest commit; orders that
  * need the single path inside a batch (cancelled meanwhile, injected faults) get exactly the
- * single path's outcome; and on a server of the test's own (where the app user may read
+ * single path's outcome; a poison saga whose rows fail a batch statement sends its batch one by
+ * one, and the others still commit; and on a server of the test's own (where the app user may read
  * information_schema.INNODB_TRX) a batch of 50 locks its own rows only: not the running sagas
  * of another batch, not the SKUs it does not touch.
  *
@@ -263,6 +264,39 @@ static void test_faults_take_the_single_path(void **state)
     assert_invariants(f->t.db, initial_stock);
 }
 
+/* A poison saga whose rows make a batch statement fail (here its PaymentCharged event is in
+ * the outbox already, so the batch's multi-row INSERT of the events hits the unique key): the
+ * batch rolls back and its sagas run one by one, where the single path ignores the duplicate
+ * event. Every saga completes, with one payment each and that event once. */
+static void test_a_poison_saga_fails_its_batch_not_the_others(void **state)
+{
+    struct fixture *f = *state;
+    for (size_t k = 0; k < 5; k++)
+        create(f, f->t.db, k, "iphone-15", false);
+    char key[128];
+    snprintf(key, sizeof(key), "saga:%s:payment-charged", f->saga_ids[2]);
+    struct txo_param p[] = {txo_p_str(key)};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_exec(f->t.db,
+                                 "INSERT INTO outbox_events (aggregate_type, aggregate_id, "
+                                 "event_type, payload, idempotency_key) "
+                                 "VALUES ('order', '0', 'PaymentCharged', '{}', ?)",
+                                 p, 1, NULL, &err),
+                     0);
+    run_batch(f, f->t.db, 0, 5, NULL);
+    for (size_t k = 0; k < 5; k++)
+        assert_int_equal(f->finals[k], TXO_SAGA_COMPLETED);
+    assert_int_equal(count(f->t.db, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"), 5);
+    assert_int_equal(
+        testdb_i64(f->t.db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?", p, 1),
+        1);
+    assert_int_equal(count(f->t.db, "SELECT COUNT(*) FROM outbox_events "
+                                    "WHERE event_type = 'PaymentCharged'"),
+                     5);
+    assert_invariants(f->t.db, initial_stock);
+}
+
 /* A saga another live worker holds is left to it; the rest of the batch runs. */
 static void test_a_saga_held_elsewhere_is_skipped(void **state)
 {
@@ -484,6 +518,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancelled_order_in_a_batch_is_compensated, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_faults_take_the_single_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_poison_saga_fails_its_batch_not_the_others, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_a_saga_held_elsewhere_is_skipped, setup, teardown),
     };
     const struct CMUnitTest own_server[] = {

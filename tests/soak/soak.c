@@ -34,6 +34,14 @@
  * SOAK_SETTLE_SECONDS (90), plus what every fault test needs (MYSQL_*, TXO_BIN, TXO_FAKE_BIN). Not
  * part of `make test`: `make soak` runs it (tests/soak/README.md).
  *
+ * On clusters (`make cluster-test`, scripts/cluster.sh): SOAK_DB_HOSTS lists the Galera nodes
+ * ("h:p,h:p,h:p"; each daemon gets the list starting at another node, so the daemons write
+ * through every node and fail over), SOAK_NATS_URLS the JetStream nodes (used instead of a
+ * private nats-server, the stream with SOAK_NATS_REPLICAS replicas, default 3 then), and
+ * SOAK_CLUSTER_SCRIPT the path of scripts/cluster.sh: then one DB node is SIGKILLed at 30 % of
+ * the run and restarted (it rejoins by IST) and one NATS node at 60 %, and at the end every
+ * outbox event must be in the stream exactly once (read back with cnats).
+ *
  * Threads: the client threads touch only their own struct client and CURL handle (and read the
  * immutable ports and the stop flag); everything that can fail the test (cmocka) runs on the
  * main thread, which also injects the faults.
@@ -205,6 +213,15 @@ struct soak {
     int64_t stop_at_ms; /* when the load was stopped; clients give up retrying 15 s later */
     unsigned kills[DAEMON_KINDS];
     unsigned slow_episodes, hang_episodes;
+    /* The clusters (SOAK_DB_HOSTS, SOAK_NATS_URLS, SOAK_CLUSTER_SCRIPT); empty: one server. */
+    char db_hosts[256];
+    char db_node[3][64];
+    unsigned n_db_nodes;
+    char nats_node[3][80];
+    unsigned n_nats_nodes;
+    unsigned nats_replicas;
+    char cluster_script[512];
+    unsigned db_node_kills, nats_node_kills;
     char old_logs[512][256]; /* logs of killed instances: kept on failure, removed on pass */
     size_t n_old_logs;
     CURL *h; /* the main thread's */
@@ -447,9 +464,25 @@ static void *client_main(void *arg)
 
 /* ---- daemons ---- */
 
-static void args_nats(struct soak *s, struct testpipeline_args *a)
+/* "a,b,c" starting at entry first: "b,c,a" for first 1. */
+static void rotated_list(char (*items)[80], unsigned n, unsigned first, char *out, size_t cap)
 {
-    testpipeline_args_addf(a, "--nats-url=%s", s->nats.url);
+    size_t len = 0;
+    out[0] = '\0';
+    for (unsigned i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? "," : "", items[(first + i) % n]);
+}
+
+static void args_nats(struct soak *s, struct testpipeline_args *a, unsigned first)
+{
+    if (s->n_nats_nodes > 0) {
+        char list[256];
+        rotated_list(s->nats_node, s->n_nats_nodes, first, list, sizeof(list));
+        testpipeline_args_addf(a, "--nats-url=%s", list);
+        testpipeline_args_addf(a, "--nats-replicas=%u", s->nats_replicas);
+    } else {
+        testpipeline_args_addf(a, "--nats-url=%s", s->nats.url);
+    }
     testpipeline_args_addf(a, "--nats-stream=%s", s->stream);
     testpipeline_args_addf(a, "--nats-subject-prefix=%s", s->prefix);
     testpipeline_args_addf(a, "--nats-durable=%s", s->durable);
@@ -467,13 +500,23 @@ static void daemon_start(struct soak *s, struct daemon *d)
 {
     struct testpipeline_args a;
     testpipeline_args_init(&a, kind_names[d->kind]);
+    /* On a cluster the six daemons start their host lists at different nodes. */
+    unsigned first = (unsigned)(d - s->d);
+    if (s->n_db_nodes > 0) {
+        char list[256];
+        char nodes[3][80];
+        for (unsigned i = 0; i < s->n_db_nodes; i++)
+            snprintf(nodes[i], sizeof(nodes[i]), "%s", s->db_node[i]);
+        rotated_list(nodes, s->n_db_nodes, first, list, sizeof(list));
+        testpipeline_args_addf(&a, "--mysql-host=%s", list);
+    }
     switch (d->kind) {
     case DAEMON_SERVE:
         testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", d->port);
         break;
     case DAEMON_RELAY:
         testpipeline_args_add(&a, "--publisher=nats");
-        args_nats(s, &a);
+        args_nats(s, &a, first);
         testpipeline_args_add(&a, "--lease=3"); /* a killed relay's batch is taken over soon */
         testpipeline_args_add(&a, "--idle-sleep=50");
         testpipeline_args_add(&a, "--batch-size=50");
@@ -484,7 +527,7 @@ static void daemon_start(struct soak *s, struct daemon *d)
         break;
     case DAEMON_WORKER:
         testpipeline_args_add(&a, "--broker=nats");
-        args_nats(s, &a);
+        args_nats(s, &a, first);
         testpipeline_args_add(&a, "--nats-ack-wait=2000");
         testpipeline_args_add(&a, "--saga-lease=3");
         testpipeline_args_add(&a, "--poll=100");
@@ -580,13 +623,63 @@ static unsigned env_unsigned(const char *name, unsigned def)
     return (unsigned)x;
 }
 
+/* Splits a comma-separated list into at most 3 entries of cap bytes; returns the count. */
+static unsigned split3(const char *list, char *out, size_t cap, const char *name)
+{
+    char copy[256];
+    snprintf(copy, sizeof(copy), "%s", list);
+    unsigned n = 0;
+    char *save = NULL;
+    for (char *e = strtok_r(copy, ",", &save); e != NULL; e = strtok_r(NULL, ",", &save)) {
+        if (n == 3)
+            fail_msg("%s lists more than 3 nodes", name);
+        snprintf(out + n * cap, cap, "%s", e);
+        n++;
+    }
+    return n;
+}
+
+static void cluster_settings(struct soak *s)
+{
+    const char *v = getenv("SOAK_DB_HOSTS");
+    if (v != NULL && v[0] != '\0') {
+        snprintf(s->db_hosts, sizeof(s->db_hosts), "%s", v);
+        s->n_db_nodes = split3(v, s->db_node[0], sizeof(s->db_node[0]), "SOAK_DB_HOSTS");
+        setenv("MYSQL_HOST", v, 1); /* the soak's own checks and `txo audit` */
+    }
+    v = getenv("SOAK_NATS_URLS");
+    if (v != NULL && v[0] != '\0') {
+        s->n_nats_nodes = split3(v, s->nats_node[0], sizeof(s->nats_node[0]), "SOAK_NATS_URLS");
+        snprintf(s->nats.url, sizeof(s->nats.url), "%s", v); /* the inspection's connection */
+    }
+    s->nats_replicas = env_unsigned("SOAK_NATS_REPLICAS", s->n_nats_nodes > 0 ? 3 : 1);
+    v = getenv("SOAK_CLUSTER_SCRIPT");
+    if (v != NULL && v[0] != '\0') {
+        if (s->n_db_nodes < 2 || s->n_nats_nodes < 2)
+            fail_msg("SOAK_CLUSTER_SCRIPT needs SOAK_DB_HOSTS and SOAK_NATS_URLS");
+        snprintf(s->cluster_script, sizeof(s->cluster_script), "%s", v);
+    }
+}
+
+/* scripts/cluster.sh with args (kill-db 2, start-db 2, ...); fails the soak unless it exits 0. */
+static void cluster_sh(struct soak *s, const char *args)
+{
+    char cmd[640];
+    snprintf(cmd, sizeof(cmd), "'%s' %s", s->cluster_script, args);
+    int st = system(cmd);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        TESTPIPELINE_FAIL(&s->tp, "%s failed (status 0x%x)", cmd, st);
+}
+
 static int setup(void **state)
 {
     struct soak *s = txo_calloc(1, sizeof(*s));
     assert_non_null(s);
+    cluster_settings(s);
     testdb_setup(&s->t, "soak");
     testdb_export_env(&s->t);
-    testnats_start(&s->nats);
+    if (s->n_nats_nodes == 0)
+        testnats_start(&s->nats);
     testpipeline_init(&s->tp, s->t.db);
     s->tp.n_procs = N_DAEMONS + 1;
     snprintf(s->stream, sizeof(s->stream), "SOAK_%ld", (long)getpid());
@@ -768,6 +861,54 @@ static void check_fake_effects(struct soak *s, struct effects *fx)
 }
 
 /* One order per Idempotency-Key, each key's stored answer naming its own order. */
+/* For qsort of strings: NULL (a message without an id) sorts first. */
+static int cmp_str(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    if (x == NULL || y == NULL)
+        return (x != NULL) - (y != NULL);
+    return strcmp(x, y);
+}
+
+/* Every outbox event is in the stream exactly once (Nats-Msg-Id, read with cnats). */
+static void check_stream(struct soak *s)
+{
+    char **ids = NULL;
+    size_t n_ids = testnats_stream_msg_ids(&s->nats, s->stream, &ids);
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(s->t.db, "SELECT idempotency_key FROM outbox_events", NULL, 0, &rows, &err) !=
+        0)
+        TESTPIPELINE_FAIL(&s->tp, "reading the outbox keys: %s", err.msg);
+    size_t n_rows = txo_rows_count(rows);
+    const char **keys = txo_calloc(n_rows + 1, sizeof(*keys));
+    assert_non_null(keys);
+    for (size_t i = 0; i < n_rows; i++)
+        keys[i] = txo_rows_str(rows, i, 0, NULL);
+    /* Both sides in strcmp order (the column's collation may order them otherwise). */
+    qsort(keys, n_rows, sizeof(*keys), cmp_str);
+    qsort(ids, n_ids, sizeof(*ids), cmp_str);
+    for (size_t i = 1; i < n_ids; i++)
+        if (ids[i - 1] != NULL && ids[i] != NULL && strcmp(ids[i - 1], ids[i]) == 0)
+            TESTPIPELINE_FAIL(&s->tp, "stream %s stores %s twice", s->stream, ids[i]);
+    size_t j = 0;
+    for (size_t i = 0; i < n_rows; i++) {
+        while (j < n_ids && (ids[j] == NULL || strcmp(ids[j], keys[i]) < 0))
+            j++;
+        if (j == n_ids || strcmp(ids[j], keys[i]) != 0)
+            TESTPIPELINE_FAIL(&s->tp, "outbox event %s is not in stream %s", keys[i], s->stream);
+    }
+    if (n_ids != n_rows)
+        TESTPIPELINE_FAIL(&s->tp, "stream %s holds %zu messages for %zu outbox events", s->stream,
+                          n_ids, n_rows);
+    txo_free(keys);
+    print_message("stream               %zu messages, one per outbox event (read with cnats)\n",
+                  n_ids);
+    txo_rows_free(rows);
+    testnats_free_ids(ids, n_ids);
+}
+
 static void check_keys(struct soak *s)
 {
     int64_t orders = q(s, "SELECT COUNT(*) FROM orders");
@@ -879,7 +1020,8 @@ static void print_summary(struct soak *s, const struct client *cl, unsigned n_cl
         "; %" PRId64 " steps whose call's outcome was unknown (timeout, hang, worker killed)\n"
         "POST /orders         %" PRIu64 " sent, %" PRIu64 " retries after errors, %" PRIu64
         " replays after a 201; %" PRIu64 " GET /orders/{id}\n"
-        "kills                serve %u, relay %u, worker %u; slow episodes %u, hang episodes %u\n"
+        "kills                serve %u, relay %u, worker %u; slow episodes %u, hang episodes %u; "
+        "cluster nodes SIGKILLed: DB %u, NATS %u\n"
         "events               %" PRId64 " in the outbox, %" PRIu64 " in the stream, %" PRId64
         " OrderCreated consumed (inbox rows)\n"
         "services /stats      %s\n",
@@ -895,9 +1037,10 @@ static void print_summary(struct soak *s, const struct client *cl, unsigned n_cl
         q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATED'"),
         q(s, "SELECT COUNT(*) FROM saga_steps WHERE remote_state = 'UNKNOWN'"), sum.posts,
         sum.post_retries, sum.replays, sum.reads, s->kills[DAEMON_SERVE], s->kills[DAEMON_RELAY],
-        s->kills[DAEMON_WORKER], s->slow_episodes, s->hang_episodes,
-        q(s, "SELECT COUNT(*) FROM outbox_events"), testnats_stream_msgs(&s->nats, s->stream),
-        q(s, "SELECT COUNT(*) FROM inbox_events"), r->status == 200 ? r->body : "(no answer)");
+        s->kills[DAEMON_WORKER], s->slow_episodes, s->hang_episodes, s->db_node_kills,
+        s->nats_node_kills, q(s, "SELECT COUNT(*) FROM outbox_events"),
+        testnats_stream_msgs(&s->nats, s->stream), q(s, "SELECT COUNT(*) FROM inbox_events"),
+        r->status == 200 ? r->body : "(no answer)");
     txo_free(r);
     report_log_errors(s);
 }
@@ -946,8 +1089,27 @@ static void test_soak(void **state)
     int64_t end = t0 + (int64_t)seconds * 1000;
     int64_t next_kill = t0 + 2000 + rand_r(&rng) % 2000;
     int64_t slow_at = t0 + (int64_t)seconds * 300, hang_at = t0 + (int64_t)seconds * 650;
+    int64_t db_kill_at = t0 + (int64_t)seconds * 400, nats_kill_at = t0 + (int64_t)seconds * 800;
     bool slow = false, hang = false;
     for (int64_t now = t0; now < end; now = txo_monotonic_ms()) {
+        if (s->cluster_script[0] != '\0' && s->db_node_kills == 0 && now >= db_kill_at) {
+            /* A crash of the node that the second daemon of each pair writes through first:
+             * its sessions fail (2013) and reconnect to the next node of their lists. */
+            print_message("soak: SIGKILL of DB node 2 at %" PRId64 " ms\n", now - t0);
+            cluster_sh(s, "kill-db 2");
+            sleep_ms(3000);
+            cluster_sh(s, "start-db 2"); /* waits until it rejoined (IST) and is Synced */
+            s->db_node_kills++;
+            print_message("soak: DB node 2 rejoined at %" PRId64 " ms\n", txo_monotonic_ms() - t0);
+        }
+        if (s->cluster_script[0] != '\0' && s->nats_node_kills == 0 && now >= nats_kill_at &&
+            now < end - 3000) {
+            print_message("soak: SIGKILL of NATS node 3 at %" PRId64 " ms\n", now - t0);
+            cluster_sh(s, "kill-nats 3");
+            sleep_ms(2000);
+            cluster_sh(s, "start-nats 3");
+            s->nats_node_kills++;
+        }
         if (now >= next_kill && now < end - 2000) {
             struct daemon *d = &s->d[rand_r(&rng) % N_DAEMONS];
             daemon_kill_restart(s, d, rand_r(&rng) % 1000);
@@ -1015,6 +1177,8 @@ static void test_soak(void **state)
     check_clients(s, cl, n_clients);
     testpipeline_check_invariants_flags(&s->tp, stock, TXO_ARRAY_LEN(stock),
                                         TESTPIPELINE_CHECK_UNDO_MAYBE);
+    if (s->n_nats_nodes > 0)
+        check_stream(s);
     /* The operator's own check must agree: `txo audit` finds nothing. */
     char audit[512];
     snprintf(audit, sizeof(audit), "'%s' audit --settle 1 --window 86400 --log-level error",

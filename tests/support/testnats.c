@@ -280,7 +280,23 @@ struct js_conn {
 static struct js_conn js_connect(const struct testnats *n)
 {
     struct js_conn c = {NULL, NULL};
-    natsStatus s = natsConnection_ConnectTo(&c.nc, n->url);
+    /* A cluster's comma-separated list goes to cnats as an array: cnats 3.4 cannot connect to
+     * a list given as one string. */
+    char copy[sizeof(n->url)];
+    snprintf(copy, sizeof(copy), "%s", n->url);
+    const char *servers[8];
+    int n_servers = 0;
+    char *save = NULL;
+    for (char *u = strtok_r(copy, ",", &save); u != NULL && n_servers < 8;
+         u = strtok_r(NULL, ",", &save))
+        servers[n_servers++] = u;
+    natsOptions *opts = NULL;
+    natsStatus s = natsOptions_Create(&opts);
+    if (s == NATS_OK)
+        s = natsOptions_SetServers(opts, servers, n_servers);
+    if (s == NATS_OK)
+        s = natsConnection_Connect(&c.nc, opts);
+    natsOptions_Destroy(opts);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&c.js, c.nc, NULL);
     if (s != NATS_OK)

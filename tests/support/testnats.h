@@ -27,7 +27,7 @@
 #include <sys/types.h>
 
 struct testnats {
-    char url[64]; /* "nats://127.0.0.1:<port>" */
+    char url[256]; /* "nats://127.0.0.1:<port>", or a cluster's comma-separated list */
     unsigned port;
     char dir[256];       /* the temporary directory (store + log) */
     char store_dir[300]; /* <dir>/store, the JetStream store (-sd) */
