@@ -14,6 +14,9 @@ die() { log "error: $*"; exit 1; }
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
             libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
+            # librdkafka: the Kafka publisher and consumer (src/broker/kafka_*.c); its mock
+            # cluster (rdkafka_mock.h) is the Kafka the tests run against (Debian has no Kafka)
+            librdkafka-dev
             # hiredis: the Redis Streams publisher and consumer (src/broker/redis_*.c)
             libhiredis-dev
             # rabbitmq-c: the RabbitMQ publisher and consumer (src/broker/rabbitmq_*.c)
@@ -30,6 +33,9 @@ BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-
 # headless: tests/integration/test_ui_dashboard.c).
 RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd man-db python3
               chromium
+              # the Kafka tests: kcat, the independent client that reads back what reached the
+              # (mock) cluster
+              kcat
               # the Redis Streams tests and `make run BROKER=redis`: a private redis-server, and
               # redis-cli, the independent client that reads back what the streams hold
               redis-server redis-tools

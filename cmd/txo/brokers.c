@@ -8,6 +8,7 @@
 /* One line per broker, in the order --help lists them. */
 static const struct cmd_broker *const brokers[] = {
     &cmd_broker_nats,
+    &cmd_broker_kafka,
     &cmd_broker_redis,
     &cmd_broker_rabbitmq,
     &cmd_broker_grpc,

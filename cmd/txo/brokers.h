@@ -46,6 +46,7 @@ struct cmd_broker {
 };
 
 extern const struct cmd_broker cmd_broker_nats;
+extern const struct cmd_broker cmd_broker_kafka;
 extern const struct cmd_broker cmd_broker_redis;
 extern const struct cmd_broker cmd_broker_rabbitmq;
 extern const struct cmd_broker cmd_broker_grpc;

@@ -24,9 +24,10 @@
  *
  * Transports: NATS JetStream (txo/nats.h: txo_consumer_nats_new), Redis Streams (txo/redis.h:
  * txo_consumer_redis_new: XACK, transient failures claimed again after an idle time,
- * permanent ones copied to a dead-letter stream) and the in-process local dispatch publisher
- * below, which calls the handler from the relay itself. Other transports plug in through
- * struct txo_consumer_ops and txo_consumer_new().
+ * permanent ones copied to a dead-letter stream), Kafka (txo/kafka.h: txo_consumer_kafka_new:
+ * offsets committed past settled records, transient failures sought back to) and the
+ * in-process local dispatch publisher below, which calls the handler from the relay itself.
+ * Other transports plug in through struct txo_consumer_ops and txo_consumer_new().
  *
  * Thread-safety: a consumer is polled by one thread at a time; distinct consumers (even on the
  * same durable) may be polled from different threads. A handler runs on the polling thread

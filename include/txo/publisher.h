@@ -9,6 +9,8 @@
  *            broker (`txo up`); txo_publisher_local_new() in txo/consumer.h
  *   nats     NATS JetStream, one subject per aggregate and event type; txo/nats.h
  *   redis    Redis Streams, one pipelined XADD per event, a stream per aggregate type; txo/redis.h
+ *   kafka    Apache Kafka, an idempotent producer, a topic per aggregate type keyed by aggregate
+ *            id; txo/kafka.h
  *   webhook  one HTTP POST per event to a URL; txo/webhook.h
  * txo_publisher_new() wraps an ops table of the application's own.
  *

@@ -1,0 +1,507 @@
+/*
+ * The Kafka transport against librdkafka's mock cluster (3 brokers, replication factor 3,
+ * tests/support/testkafka.h; one cluster for the whole binary, each test on topics and groups
+ * of its own). What reached the cluster is read back with kcat, not with our code.
+ *
+ *   - topic names from the template;
+ *   - the record contract: topic, key = aggregate id, value = envelope, the two headers;
+ *   - 10,000 events through the relay with --ordering aggregate: none lost, every idempotency
+ *     key once, each aggregate on one partition in its order;
+ *   - brokers down: the relay keeps the events PENDING with backoff, dead-letters them at the
+ *     attempt limit, and delivers the rest once the brokers are back; a leader change and
+ *     NOT_LEADER errors are absorbed by the idempotent producer without duplicates; a record
+ *     too large and a topic authorisation failure are permanent (dead-lettered at once).
+ * The consumer side is in test_kafka_consumer.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include "testdb.h"
+#include "testkafka.h"
+#include "testrelay.h"
+#include "txo/consumer.h"
+#include "txo/inbox.h"
+#include "txo/kafka.h"
+
+#define PRODUCE_REQUEST 0 /* Kafka protocol ApiKey of ProduceRequest */
+
+static struct testkafka cluster;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    testkafka_start(&cluster);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    testkafka_stop(&cluster);
+    return 0;
+}
+
+/* ---- topics and the record contract ---- */
+
+static void test_topic_names(void **state)
+{
+    (void)state;
+    char t[300];
+    assert_int_equal(
+        txo_kafka_topic("txo.events.{aggregate_type}", "order", "OrderCreated", t, sizeof(t), NULL),
+        0);
+    assert_string_equal(t, "txo.events.order");
+    assert_int_equal(txo_kafka_topic("app-{aggregate_type}.{event_type}", "pay ment/v2", "Charged*",
+                                     t, sizeof(t), NULL),
+                     0);
+    assert_string_equal(t, "app-pay_ment_v2.Charged_");
+    assert_int_equal(txo_kafka_topic("x.{aggregate_type}", "", "E", t, sizeof(t), NULL), 0);
+    assert_string_equal(t, "x._");
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_kafka_topic("x.{aggregate}", "a", "b", t, sizeof(t), &err), TXO_EINVAL);
+    assert_string_equal(t, "");
+    char long_type[300];
+    memset(long_type, 'a', sizeof(long_type) - 1);
+    long_type[sizeof(long_type) - 1] = '\0';
+    assert_int_equal(txo_kafka_topic("{aggregate_type}", long_type, "b", t, sizeof(t), NULL),
+                     TXO_EINVAL);
+    /* A property txo sets for its guarantees cannot be overridden. */
+    struct txo_kafka_opts o;
+    testkafka_opts(&cluster, &o, "t.{aggregate_type}");
+    const char *props[] = {"enable.idempotence=false"};
+    o.properties = props;
+    o.n_properties = 1;
+    struct txo_publisher *pub = NULL;
+    assert_int_equal(txo_publisher_kafka_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "enable.idempotence"));
+    assert_null(pub);
+}
+
+/* Parses a record's value and checks it is the envelope of b's message i. */
+static void assert_envelope(const char *value, const struct testkafka_batch *b, size_t i)
+{
+    json_error_t jerr;
+    json_t *doc = json_loads(value, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("record value is not JSON (%s): %s", jerr.text, value);
+    assert_string_equal(json_string_value(json_object_get(doc, "idempotency_key")), b->keys[i]);
+    assert_string_equal(json_string_value(json_object_get(doc, "type")), "OrderCreated");
+    assert_string_equal(json_string_value(json_object_get(doc, "aggregate_id")), b->aggs[i]);
+    assert_non_null(json_object_get(json_object_get(doc, "payload"), "n"));
+    json_decref(doc);
+    /* The exact digits of the payload survive (no double rounding). */
+    assert_non_null(strstr(value, "9007199254740993"));
+}
+
+static void test_record_contract(void **state)
+{
+    (void)state;
+    char prefix[32], template[64], topic[64];
+    testkafka_fresh(prefix, sizeof(prefix), "contract");
+    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
+    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    testkafka_create_topic(&cluster, topic, 4);
+    struct txo_kafka_opts o;
+    testkafka_opts(&cluster, &o, template);
+    struct txo_publisher *pub = testkafka_publisher(&o);
+    struct testkafka_batch b;
+    testkafka_batch_init(&b, 40, 7, prefix);
+    int64_t t0 = txo_monotonic_ms();
+    testkafka_publish(pub, &b);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    testkafka_assert_published(&b);
+    print_message("40 records delivered (acks=all, 3 replicas) in %lld ms\n", (long long)elapsed);
+
+    struct testkafka_record *r = NULL;
+    size_t n = testkafka_read(&cluster, topic, &r);
+    assert_int_equal(n, b.n);
+    int32_t part_of_agg[7];
+    for (size_t a = 0; a < 7; a++)
+        part_of_agg[a] = -1;
+    for (size_t k = 0; k < n; k++) {
+        char *id = testkafka_header(&r[k], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
+        char *type = testkafka_header(&r[k], TXO_KAFKA_HEADER_EVENT_TYPE);
+        assert_non_null(id);
+        assert_non_null(type);
+        assert_string_equal(type, "OrderCreated");
+        long i = testkafka_key_index(id);
+        assert_true(i >= 0 && (size_t)i < b.n);
+        assert_string_equal(r[k].key, b.aggs[i]);
+        assert_envelope(r[k].value, &b, (size_t)i);
+        /* One aggregate, one partition. */
+        size_t agg = (size_t)i % 7;
+        if (part_of_agg[agg] < 0)
+            part_of_agg[agg] = r[k].partition;
+        assert_int_equal(r[k].partition, part_of_agg[agg]);
+        free(id);
+        free(type);
+    }
+    testkafka_records_free(r, n);
+    txo_publisher_free(pub);
+    testkafka_batch_free(&b);
+}
+
+/* ---- the relay end to end ---- */
+
+struct append_ctx {
+    unsigned from, to, n_aggs;
+    const char *prefix;
+    const char *event_type;
+    size_t payload_bytes; /* 0: a small payload */
+};
+
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct append_ctx *a = arg;
+    char *big = NULL;
+    if (a->payload_bytes > 0) {
+        big = malloc(a->payload_bytes + 32);
+        assert_non_null(big);
+        int n = snprintf(big, a->payload_bytes + 32, "{\"pad\":\"");
+        memset(big + n, 'x', a->payload_bytes);
+        strcpy(big + n + a->payload_bytes, "\"}");
+    }
+    int rc = 0;
+    for (unsigned i = a->from; rc == 0 && i <= a->to; i++) {
+        char key[64], payload[96], agg[16];
+        unsigned aggregate = i % a->n_aggs;
+        /* seq: the event's place in its aggregate, in append (= id) order. */
+        snprintf(key, sizeof(key), "%s:%u", a->prefix, i);
+        snprintf(payload, sizeof(payload), "{\"aggregate\":%u,\"seq\":%u}", aggregate,
+                 i / a->n_aggs);
+        snprintf(agg, sizeof(agg), "%u", aggregate);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = agg,
+            .event_type = a->event_type != NULL ? a->event_type : "OrderCreated",
+            .payload_json = big != NULL ? big : payload,
+            .idempotency_key = key,
+        };
+        rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+    }
+    free(big);
+    return rc;
+}
+
+static void append(struct testdb *t, struct append_ctx a, unsigned per_tx)
+{
+    unsigned last = a.to;
+    for (unsigned from = a.from; from <= last; from += per_tx) {
+        a.from = from;
+        a.to = from + per_tx - 1 < last ? from + per_tx - 1 : last;
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
+            fail_msg("appending events: %s", err.msg);
+    }
+}
+
+static int64_t count_status(struct testdb *t, const char *status)
+{
+    struct txo_param p = txo_p_str(status);
+    return testdb_i64(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = ?", &p, 1);
+}
+
+static int cmp_record(const void *x, const void *y)
+{
+    const struct testkafka_record *a = x, *b = y;
+    if (a->partition != b->partition)
+        return a->partition < b->partition ? -1 : 1;
+    return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+static void test_relay_10000_in_aggregate_order(void **state)
+{
+    (void)state;
+    const unsigned n = 10000, n_aggs = 500;
+    char prefix[32], template[64], topic[64];
+    testkafka_fresh(prefix, sizeof(prefix), "relay");
+    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
+    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    testkafka_create_topic(&cluster, topic, 6);
+    struct testdb t;
+    testdb_setup(&t, "kafka_relay");
+    append(&t, (struct append_ctx){1, n, n_aggs, prefix, NULL, 0}, 1000);
+
+    struct txo_kafka_opts o;
+    testkafka_opts(&cluster, &o, template);
+    struct txo_metrics *reg = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_new(&reg, &err), 0);
+    struct txo_publisher *pub = NULL;
+    if (txo_publisher_kafka_new(&o, reg, &pub, &err) < 0)
+        fail_msg("txo_publisher_kafka_new: %s", err.msg);
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "kafka-relay";
+    ro.batch_size = 500;
+    ro.ordering = TXO_RELAY_ORDER_AGGREGATE;
+    ro.drain = true;
+    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
+    int64_t t0 = txo_monotonic_ms();
+    testrelay_drain(relay);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    assert_int_equal(count_status(&t, "PUBLISHED"), n);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(relay, &st);
+    assert_int_equal(st.published, n);
+    assert_int_equal(st.failed_attempts, 0);
+    print_message("relay: %u events to Kafka in %lld ms (%u batches, ordering aggregate)\n", n,
+                  (long long)elapsed, (unsigned)st.batches);
+
+    /* The metrics saw every delivery. */
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(txo_metrics_render(reg, &text, &len, &err), 0);
+    assert_non_null(strstr(text, "txo_kafka_messages_published_total 10000"));
+    assert_non_null(strstr(text, "txo_kafka_delivery_seconds_count 10000"));
+    const char *sum = strstr(text, "txo_kafka_delivery_seconds_sum ");
+    assert_non_null(sum);
+    print_message("publisher: mean delivery report latency %.1f ms\n",
+                  strtod(sum + strlen("txo_kafka_delivery_seconds_sum "), NULL) / n * 1000.0);
+    txo_free(text);
+
+    struct testkafka_record *r = NULL;
+    size_t got = testkafka_read(&cluster, topic, &r);
+    qsort(r, got, sizeof(*r), cmp_record);
+    unsigned char *seen = calloc(n + 1, 1);
+    int32_t *part_of = malloc(n_aggs * sizeof(*part_of));
+    long *last_seq = malloc(n_aggs * sizeof(*last_seq));
+    assert_true(seen && part_of && last_seq);
+    for (unsigned a = 0; a < n_aggs; a++) {
+        part_of[a] = -1;
+        last_seq[a] = -1;
+    }
+    size_t dups = 0;
+    for (size_t k = 0; k < got; k++) {
+        char *id = testkafka_header(&r[k], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
+        long i = testkafka_key_index(id);
+        assert_true(i >= 1 && i <= (long)n);
+        dups += seen[i]++ > 0;
+        json_t *doc = json_loads(r[k].value, 0, NULL);
+        assert_non_null(doc);
+        json_t *payload = json_object_get(doc, "payload");
+        unsigned agg = (unsigned)json_integer_value(json_object_get(payload, "aggregate"));
+        long seq = (long)json_integer_value(json_object_get(payload, "seq"));
+        json_decref(doc);
+        assert_true(agg < n_aggs);
+        char agg_key[16];
+        snprintf(agg_key, sizeof(agg_key), "%u", agg);
+        assert_string_equal(r[k].key, agg_key);
+        if (part_of[agg] < 0)
+            part_of[agg] = r[k].partition;
+        assert_int_equal(r[k].partition, part_of[agg]);
+        if (seq <= last_seq[agg])
+            fail_msg("aggregate %u: seq %ld after %ld on partition %d (offset %lld)", agg, seq,
+                     last_seq[agg], r[k].partition, (long long)r[k].offset);
+        last_seq[agg] = seq;
+        free(id);
+    }
+    /* No retry happened (failed_attempts 0), so a duplicate would be a bug: none expected. */
+    assert_int_equal(dups, 0);
+    assert_int_equal(got, n);
+    for (unsigned i = 1; i <= n; i++)
+        assert_int_equal(seen[i], 1);
+    free(seen);
+    free(part_of);
+    free(last_seq);
+    testkafka_records_free(r, got);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    txo_metrics_free(reg);
+    testdb_teardown(&t);
+}
+
+/* Ids (their key index) of the records of topic; counts duplicates into *dups. */
+static size_t read_ids(const char *topic, unsigned n, size_t *dups)
+{
+    struct testkafka_record *r = NULL;
+    size_t got = testkafka_read(&cluster, topic, &r);
+    unsigned char *seen = calloc(n + 1, 1);
+    assert_non_null(seen);
+    size_t distinct = 0;
+    *dups = 0;
+    for (size_t k = 0; k < got; k++) {
+        char *id = testkafka_header(&r[k], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
+        long i = testkafka_key_index(id);
+        assert_true(i >= 1 && i <= (long)n);
+        if (seen[i]++ == 0)
+            distinct++;
+        else
+            (*dups)++;
+        free(id);
+    }
+    free(seen);
+    testkafka_records_free(r, got);
+    return distinct;
+}
+
+static void test_brokers_down_then_back(void **state)
+{
+    (void)state;
+    const unsigned n = 30;
+    char prefix[32], template[64], topic[64];
+    testkafka_fresh(prefix, sizeof(prefix), "down");
+    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
+    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    testkafka_create_topic(&cluster, topic, 3);
+    struct testdb t;
+    testdb_setup(&t, "kafka_down");
+    append(&t, (struct append_ctx){1, n, 5, prefix, NULL, 0}, n);
+
+    struct txo_kafka_opts o;
+    testkafka_opts(&cluster, &o, template);
+    o.delivery_timeout_ms = 1000;
+    const char *props[] = {"reconnect.backoff.ms=50", "reconnect.backoff.max.ms=200"};
+    o.properties = props;
+    o.n_properties = 2;
+    struct txo_publisher *pub = testkafka_publisher(&o);
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "kafka-down";
+    ro.ordering = TXO_RELAY_ORDER_AGGREGATE;
+    ro.backoff = (struct txo_backoff){.base_ms = 200, .max_ms = 400, .jitter = 0};
+    ro.breaker_failures = 0;
+    ro.max_attempts = 10;
+    ro.drain = true;
+    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
+
+    testkafka_set_brokers(&cluster, false);
+    int64_t t0 = txo_monotonic_ms();
+    size_t claimed = testrelay_run_once(relay);
+    int64_t waited = txo_monotonic_ms() - t0;
+    assert_true(claimed > 0);
+    /* Every claimed event failed transiently: PENDING again, attempt counted, backoff set. */
+    assert_int_equal(count_status(&t, "PUBLISHED"), 0);
+    assert_int_equal(count_status(&t, "PENDING"), n);
+    struct txo_param none = txo_p_str("%delivery%");
+    assert_int_equal(testdb_i64(t.db,
+                                "SELECT COUNT(*) FROM outbox_events WHERE attempts = 1 AND "
+                                "last_error LIKE ? AND next_attempt_at > NOW(6) - INTERVAL 1 "
+                                "SECOND",
+                                &none, 1),
+                     (int64_t)claimed);
+    print_message("brokers down: a batch of %zu failed after %lld ms (delivery timeout 1000)\n",
+                  claimed, (long long)waited);
+
+    testkafka_set_brokers(&cluster, true);
+    txo_sleep_ms(500); /* the backoff */
+    testrelay_drain(relay);
+    assert_int_equal(count_status(&t, "PUBLISHED"), n);
+    size_t dups = 0;
+    assert_int_equal(read_ids(topic, n, &dups), n);
+    /* While every broker refused connections nothing was written, so no duplicate either. */
+    assert_int_equal(dups, 0);
+
+    /* A leader change and NOT_LEADER answers: librdkafka retries inside one idempotent
+     * session, so everything is written exactly once. */
+    append(&t, (struct append_ctx){n + 1, 2 * n, 5, prefix, NULL, 0}, n);
+    assert_int_equal(rd_kafka_mock_partition_set_leader(testkafka_mock(&cluster), topic, 0, 2), 0);
+    assert_int_equal(rd_kafka_mock_partition_set_leader(testkafka_mock(&cluster), topic, 1, 3), 0);
+    rd_kafka_mock_push_request_errors(
+        testkafka_mock(&cluster), PRODUCE_REQUEST, 3, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
+    testrelay_drain(relay);
+    assert_int_equal(count_status(&t, "PUBLISHED"), 2 * n);
+    assert_int_equal(read_ids(topic, 2 * n, &dups), 2 * n);
+    assert_int_equal(dups, 0);
+    rd_kafka_mock_clear_request_errors(testkafka_mock(&cluster), PRODUCE_REQUEST);
+
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
+static void test_dead_letters(void **state)
+{
+    (void)state;
+    char prefix[32], template[64], topic[64];
+    testkafka_fresh(prefix, sizeof(prefix), "dead");
+    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
+    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    testkafka_create_topic(&cluster, topic, 1);
+    struct testdb t;
+    testdb_setup(&t, "kafka_dead");
+
+    struct txo_kafka_opts o;
+    testkafka_opts(&cluster, &o, template);
+    o.delivery_timeout_ms = 3000;
+    /* Reconnect quickly once the brokers are back (librdkafka backs off up to 10 s). */
+    const char *props[] = {"message.max.bytes=10000", "reconnect.backoff.ms=50",
+                           "reconnect.backoff.max.ms=200"};
+    o.properties = props;
+    o.n_properties = 3;
+    struct txo_publisher *pub = testkafka_publisher(&o);
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "kafka-dead";
+    ro.backoff = (struct txo_backoff){.base_ms = 1, .max_ms = 1, .jitter = 0};
+    ro.breaker_failures = 0;
+    ro.max_attempts = 2;
+    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
+
+    /* (1) A record larger than the cluster takes: permanent, dead-lettered at once. */
+    append(&t, (struct append_ctx){1, 1, 1, prefix, NULL, 20000}, 1);
+    assert_int_equal(testrelay_run_once(relay), 1);
+    assert_int_equal(count_status(&t, "FAILED"), 1);
+    assert_int_equal(testdb_i64(t.db, "SELECT attempts FROM outbox_events", NULL, 0), 1);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM dead_letter_events", NULL, 0), 1);
+    char *why = testdb_str(t.db, "SELECT last_error FROM outbox_events", NULL, 0);
+    assert_non_null(strstr(why, "MSG_SIZE_TOO_LARGE"));
+    txo_free(why);
+
+    /* (2) Transient until the attempt limit: brokers down for two attempts. */
+    append(&t, (struct append_ctx){2, 2, 1, prefix, NULL, 0}, 1);
+    testkafka_set_brokers(&cluster, false);
+    assert_int_equal(testrelay_run_once(relay), 1);
+    assert_int_equal(count_status(&t, "PENDING"), 1);
+    txo_sleep_ms(5);
+    assert_int_equal(testrelay_run_once(relay), 1);
+    testkafka_set_brokers(&cluster, true);
+    assert_int_equal(count_status(&t, "FAILED"), 2);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM dead_letter_events", NULL, 0), 2);
+
+    /* (3) Not authorised to write the topic: permanent too (last: librdkafka then fails
+     * the topic at once until its metadata is refreshed). */
+    append(&t, (struct append_ctx){3, 3, 1, prefix, NULL, 0}, 1);
+    rd_kafka_mock_push_request_errors(testkafka_mock(&cluster), PRODUCE_REQUEST, 1,
+                                      RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+    assert_int_equal(testrelay_run_once(relay), 1);
+    assert_int_equal(count_status(&t, "FAILED"), 3);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM dead_letter_events", NULL, 0), 3);
+    rd_kafka_mock_clear_request_errors(testkafka_mock(&cluster), PRODUCE_REQUEST);
+
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topic_names),
+        cmocka_unit_test(test_record_contract),
+        cmocka_unit_test(test_relay_10000_in_aggregate_order),
+        cmocka_unit_test(test_brokers_down_then_back),
+        cmocka_unit_test(test_dead_letters),
+    };
+    /* librdkafka's connection chatter (info, warn) only with TXO_TEST_LOG set. */
+    if (getenv("TXO_TEST_LOG") == NULL)
+        txo_log_set_level(TXO_LOG_ERROR);
+    if (getenv("TXO_TEST_FILTER") != NULL)
+        cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
