@@ -98,6 +98,6 @@ int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_http(struct bench_env *env, const struct bench_cfg *cfg, const char *broker);
 
 /* The brokers `txo_bench all` runs the HTTP benchmark through besides local dispatch. */
-#define BENCH_HTTP_BROKERS "nats"
+#define BENCH_HTTP_BROKERS "nats kafka rabbitmq"
 
 #endif

@@ -13,6 +13,9 @@
 #
 # Brokers:
 #   nats      nats-server with JetStream ($TXO_NATS_SERVER names another binary)
+#   kafka     txo-kafka-mock, librdkafka's mock cluster in a process (Debian has no Kafka
+#             server; in memory, random ports: PORT does not apply): $TXO_KAFKA_MOCK, else
+#             txo-kafka-mock next to $TXO_BIN (default build/)
 #   redis     redis-server with appendonly yes, appendfsync always ($TXO_REDIS_SERVER)
 #   rabbitmq  rabbitmq-server with its own node name, epmd, ports and files under DIR, no
 #             plugins, and a queue txo.events.all bound to every event ($TXO_RABBITMQ_SERVER
@@ -23,7 +26,7 @@ set -euo pipefail
 log() { printf 'broker.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-NAMES="nats redis rabbitmq"
+NAMES="nats kafka redis rabbitmq"
 
 port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
@@ -121,6 +124,22 @@ stop_rabbitmq() {
     rm -f "$1/epmd.pid"
 }
 
+# Kafka: the mock cluster prints its bootstrap servers on its first line of output.
+start_kafka() {
+    local dir=$1 bin i
+    bin="${TXO_KAFKA_MOCK:-$(dirname "${TXO_BIN:-$(dirname "${BASH_SOURCE[0]}")/../build/txo}")/txo-kafka-mock}"
+    [ -x "$bin" ] || die "no txo-kafka-mock at $bin (make build)"
+    "$bin" --brokers 3 >"$dir/bootstrap" 2>"$dir/server.log" </dev/null &
+    echo $! >"$dir/pid"
+    for i in $(seq 100); do
+        [ -s "$dir/bootstrap" ] && break
+        sleep 0.1
+    done
+    [ -s "$dir/bootstrap" ] || die "txo-kafka-mock printed no bootstrap servers (log: $dir/server.log)"
+    printf -- '--kafka-brokers\n%s\n' "$(head -1 "$dir/bootstrap")"
+}
+default_port_kafka=9092
+
 # ---- commands ----
 
 cmd_start() {
@@ -135,7 +154,7 @@ cmd_start() {
     local def="default_port_$name"
     [ -n "$port" ] || port="$(free_port_from "${!def}")"
     "start_$name" "$dir" "$port" >"$dir/flags"
-    log "$name on 127.0.0.1:$port, pid $(cat "$dir/pid") (log: $dir/server.log)"
+    log "$name started, pid $(cat "$dir/pid") (log: $dir/server.log)"
     cat "$dir/flags"
 }
 

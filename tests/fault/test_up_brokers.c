@@ -73,7 +73,7 @@ static int teardown(void **state)
     testpipeline_release(&c->p);
     if (c->started)
         (void)broker_sh(c, "stop", NULL, 0);
-    char cmd[128];
+    char cmd[160];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", c->dir);
     if (system(cmd) != 0)
         print_message("could not remove %s\n", c->dir);
@@ -89,7 +89,7 @@ static void order_pipeline_through(struct ctx *c, const char *broker)
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
     char flags[1024];
     if (broker_sh(c, "start", flags, sizeof(flags)) != 0) {
-        char log[128];
+        char log[256];
         snprintf(log, sizeof(log), "tail -30 %s/broker.log %s/server.log 1>&2", c->dir, c->dir);
         if (system(log) != 0)
             print_message("no broker log in %s\n", c->dir);
@@ -144,12 +144,18 @@ static void test_up_through_redis(void **state)
     order_pipeline_through(*state, "redis");
 }
 
+static void test_up_through_kafka(void **state)
+{
+    order_pipeline_through(*state, "kafka");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_up_through_nats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_up_through_rabbitmq, setup, teardown),
         cmocka_unit_test_setup_teardown(test_up_through_redis, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_up_through_kafka, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
