@@ -20,13 +20,16 @@
 #   rabbitmq  rabbitmq-server with its own node name, epmd, ports and files under DIR, no
 #             plugins, and a queue txo.events.all bound to every event ($TXO_RABBITMQ_SERVER
 #             names another start script)
+#   grpc      the EventSink server of the tests (tests/grpc/event_sink_server.py, python3-grpcio),
+#             recording what it receives in DIR/record.jsonl: a stand-in for a team's own
+#             service, for the relay benchmarks (gRPC has no consuming side: no `txo up`)
 # The output of the broker goes to DIR/server.log.
 set -euo pipefail
 
 log() { printf 'broker.sh: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-NAMES="nats kafka redis rabbitmq"
+NAMES="nats kafka redis rabbitmq grpc"
 
 port_taken() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
@@ -139,6 +142,22 @@ start_kafka() {
     printf -- '--kafka-brokers\n%s\n' "$(head -1 "$dir/bootstrap")"
 }
 default_port_kafka=9092
+
+# gRPC: the Python classes of the contract generated with protoc, then the recording server.
+start_grpc() {
+    local dir=$1 port=$2 root
+    root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+    command -v protoc >/dev/null || die "protoc not installed (protobuf-compiler): make deps"
+    mkdir -p "$dir/pb2"
+    protoc --proto_path="$root/proto" --python_out="$dir/pb2" txo/v1/event_sink.proto \
+        >>"$dir/server.log" 2>&1 || die "protoc failed (log: $dir/server.log)"
+    /usr/bin/python3 "$root/tests/grpc/event_sink_server.py" --port "$port" --pb2-dir "$dir/pb2" \
+        --record "$dir/record.jsonl" >>"$dir/server.log" 2>&1 </dev/null &
+    echo $! >"$dir/pid"
+    wait_port "$port" 20 || die "the EventSink server did not answer on $port (log: $dir/server.log)"
+    printf -- '--grpc-target\n127.0.0.1:%s\n' "$port"
+}
+default_port_grpc=50061
 
 # ---- commands ----
 
