@@ -7,11 +7,7 @@
 
 /* One line per broker, in the order --help lists them. */
 static const struct cmd_broker *const brokers[] = {
-    &cmd_broker_nats,
-    &cmd_broker_kafka,
-    &cmd_broker_redis,
-    &cmd_broker_rabbitmq,
-    &cmd_broker_grpc,
+    &cmd_broker_nats, &cmd_broker_kafka, &cmd_broker_redis, &cmd_broker_rabbitmq, &cmd_broker_grpc,
 };
 
 const struct cmd_broker *cmd_broker_find(const char *name)

@@ -88,6 +88,17 @@ txo_metrics_register(struct txo_metrics *reg, enum txo_metric_type type, const c
                      const double *buckets, size_t n_buckets, struct txo_error *err);
 
 /*
+ * txo_metrics_register() for a module registering its families one after another: does
+ * nothing and returns NULL when reg is NULL or *rc < 0 already, and on failure sets *rc to the
+ * error's code (err says why), so the caller checks *rc once after the last one.
+ */
+TXO_API struct txo_metric *txo_metrics_register_chained(struct txo_metrics *reg,
+                                                        enum txo_metric_type type, const char *name,
+                                                        const char *help, size_t n_labels,
+                                                        const char *const *label_names, int *rc,
+                                                        struct txo_error *err);
+
+/*
  * Updates the child for label_values: n_labels non-NULL strings (UTF-8, copied when the
  * child is made), in the order of the label names; ignored (may be NULL) when the family has
  * no labels. A child that cannot be made for lack of memory loses the update, with a

@@ -621,36 +621,24 @@ static const struct txo_publisher_ops kafka_ops = {
     .flags = 0, /* not QUICK: an outage makes a batch wait for delivery_timeout_ms */
 };
 
-static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
-                                 const char *name, const char *help, size_t n_labels,
-                                 const char *const *labels, int *rc, struct txo_error *err)
-{
-    if (*rc < 0 || reg == NULL)
-        return NULL;
-    struct txo_metric *m =
-        txo_metrics_register(reg, type, name, help, n_labels, labels, NULL, 0, err);
-    if (m == NULL)
-        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    return m;
-}
-
 static int register_metrics(struct kafka_publisher *p, struct txo_metrics *reg,
                             struct txo_error *err)
 {
     int rc = 0;
-    p->m_published = family(reg, TXO_METRIC_COUNTER, "txo_kafka_messages_published_total",
-                            "Records the Kafka cluster confirmed (delivery report without error).",
-                            0, NULL, &rc, err);
-    p->m_errors = family(reg, TXO_METRIC_COUNTER, "txo_kafka_publish_errors_total",
-                         "Records the Kafka publisher failed, by kind (transient: retried by "
-                         "the relay; permanent: dead-lettered).",
-                         1, (const char *const[]){"kind"}, &rc, err);
-    p->m_in_flight =
-        family(reg, TXO_METRIC_GAUGE, "txo_kafka_messages_in_flight",
-               "Records handed to librdkafka and not yet reported on.", 0, NULL, &rc, err);
-    p->m_delivery = family(reg, TXO_METRIC_HISTOGRAM, "txo_kafka_delivery_seconds",
-                           "Time from handing a record to librdkafka to its delivery report.", 0,
-                           NULL, &rc, err);
+    p->m_published = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_kafka_messages_published_total",
+        "Records the Kafka cluster confirmed (delivery report without error).", 0, NULL, &rc, err);
+    p->m_errors = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_kafka_publish_errors_total",
+        "Records the Kafka publisher failed, by kind (transient: retried by "
+        "the relay; permanent: dead-lettered).",
+        1, (const char *const[]){"kind"}, &rc, err);
+    p->m_in_flight = txo_metrics_register_chained(
+        reg, TXO_METRIC_GAUGE, "txo_kafka_messages_in_flight",
+        "Records handed to librdkafka and not yet reported on.", 0, NULL, &rc, err);
+    p->m_delivery = txo_metrics_register_chained(
+        reg, TXO_METRIC_HISTOGRAM, "txo_kafka_delivery_seconds",
+        "Time from handing a record to librdkafka to its delivery report.", 0, NULL, &rc, err);
     if (rc == 0 && p->m_errors != NULL) {
         txo_metric_add(p->m_errors, (const char *const[]){"transient"}, 0);
         txo_metric_add(p->m_errors, (const char *const[]){"permanent"}, 0);

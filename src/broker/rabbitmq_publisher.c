@@ -802,34 +802,25 @@ static const struct txo_publisher_ops rmq_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
-static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
-                                 const char *name, const char *help, int *rc, struct txo_error *err)
-{
-    if (*rc < 0)
-        return NULL;
-    struct txo_metric *m = txo_metrics_register(reg, type, name, help, 0, NULL, NULL, 0, err);
-    if (m == NULL)
-        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    return m;
-}
-
 static int register_metrics(struct rmq_publisher *p, struct txo_metrics *reg, struct txo_error *err)
 {
     if (reg == NULL)
         return 0;
     int rc = 0;
-    p->metrics.published =
-        family(reg, TXO_METRIC_COUNTER, "txo_rabbitmq_published_total",
-               "Messages the RabbitMQ broker confirmed (publisher confirms).", &rc, err);
-    p->metrics.failures = family(reg, TXO_METRIC_COUNTER, "txo_rabbitmq_publish_failures_total",
-                                 "Messages not confirmed: connection down, nack, returned "
-                                 "unroutable, confirm timeout or bad event.",
-                                 &rc, err);
-    p->metrics.in_flight = family(reg, TXO_METRIC_GAUGE, "txo_rabbitmq_in_flight",
-                                  "Messages published and awaiting their confirm.", &rc, err);
-    p->metrics.confirm_latency =
-        family(reg, TXO_METRIC_HISTOGRAM, "txo_rabbitmq_confirm_latency_seconds",
-               "Time from the first publish of a batch to its last confirm.", &rc, err);
+    p->metrics.published = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_rabbitmq_published_total",
+        "Messages the RabbitMQ broker confirmed (publisher confirms).", 0, NULL, &rc, err);
+    p->metrics.failures =
+        txo_metrics_register_chained(reg, TXO_METRIC_COUNTER, "txo_rabbitmq_publish_failures_total",
+                                     "Messages not confirmed: connection down, nack, returned "
+                                     "unroutable, confirm timeout or bad event.",
+                                     0, NULL, &rc, err);
+    p->metrics.in_flight = txo_metrics_register_chained(
+        reg, TXO_METRIC_GAUGE, "txo_rabbitmq_in_flight",
+        "Messages published and awaiting their confirm.", 0, NULL, &rc, err);
+    p->metrics.confirm_latency = txo_metrics_register_chained(
+        reg, TXO_METRIC_HISTOGRAM, "txo_rabbitmq_confirm_latency_seconds",
+        "Time from the first publish of a batch to its last confirm.", 0, NULL, &rc, err);
     return rc;
 }
 

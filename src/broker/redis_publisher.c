@@ -313,32 +313,23 @@ static const struct txo_publisher_ops redis_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
-static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
-                                 const char *name, const char *help, int *rc, struct txo_error *err)
-{
-    if (*rc < 0)
-        return NULL;
-    struct txo_metric *m = txo_metrics_register(reg, type, name, help, 0, NULL, NULL, 0, err);
-    if (m == NULL)
-        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    return m;
-}
-
 static int register_metrics(struct redis_metrics *m, struct txo_metrics *reg, struct txo_error *err)
 {
     int rc = 0;
     if (reg == NULL)
         return 0;
-    m->published =
-        family(reg, TXO_METRIC_COUNTER, "txo_redis_published_total",
-               "Events the Redis server acknowledged (XADD answered with an id).", &rc, err);
-    m->failed = family(reg, TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
-                       "Events whose XADD failed, was refused or got no reply in time.", &rc, err);
-    m->in_flight = family(reg, TXO_METRIC_GAUGE, "txo_redis_in_flight",
-                          "XADDs sent to the Redis server and not answered yet.", &rc, err);
-    m->reply_seconds =
-        family(reg, TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
-               "Time from sending a pipelined batch of XADDs to its last reply.", &rc, err);
+    m->published = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_redis_published_total",
+        "Events the Redis server acknowledged (XADD answered with an id).", 0, NULL, &rc, err);
+    m->failed = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
+        "Events whose XADD failed, was refused or got no reply in time.", 0, NULL, &rc, err);
+    m->in_flight = txo_metrics_register_chained(
+        reg, TXO_METRIC_GAUGE, "txo_redis_in_flight",
+        "XADDs sent to the Redis server and not answered yet.", 0, NULL, &rc, err);
+    m->reply_seconds = txo_metrics_register_chained(
+        reg, TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
+        "Time from sending a pipelined batch of XADDs to its last reply.", 0, NULL, &rc, err);
     if (rc < 0)
         txo_error_wrap(err, "redis publisher: registering its metrics");
     return rc;

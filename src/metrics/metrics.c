@@ -944,3 +944,17 @@ out:
         *len = o.len;
     return 0;
 }
+
+struct txo_metric *txo_metrics_register_chained(struct txo_metrics *reg, enum txo_metric_type type,
+                                                const char *name, const char *help, size_t n_labels,
+                                                const char *const *label_names, int *rc,
+                                                struct txo_error *err)
+{
+    if (reg == NULL || *rc < 0)
+        return NULL;
+    struct txo_metric *m =
+        txo_metrics_register(reg, type, name, help, n_labels, label_names, NULL, 0, err);
+    if (m == NULL)
+        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    return m;
+}

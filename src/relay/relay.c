@@ -380,18 +380,6 @@ static int setup_breaker(struct txo_relay *r, struct txo_error *err)
     return txo_breaker_new("relay publisher", &bo, &r->breaker, err);
 }
 
-static struct txo_metric *relay_family(struct txo_metrics *reg, enum txo_metric_type type,
-                                       const char *name, const char *help, int *rc,
-                                       struct txo_error *err)
-{
-    if (*rc < 0)
-        return NULL;
-    struct txo_metric *m = txo_metrics_register(reg, type, name, help, 0, NULL, NULL, 0, err);
-    if (m == NULL)
-        *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    return m;
-}
-
 /* Registers the relay's families in opts.metrics (the same ones when another relay did). */
 static int register_metrics(struct txo_relay *r, struct txo_error *err)
 {
@@ -400,23 +388,25 @@ static int register_metrics(struct txo_relay *r, struct txo_error *err)
         return 0;
     int rc = 0;
     struct relay_metrics *m = &r->metrics;
-    m->attempts = relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
-                               "Publish attempts of this process's relays.", &rc, err);
-    m->published =
-        relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_published_total",
-                     "Events this process's relays published and marked PUBLISHED.", &rc, err);
-    m->failures = relay_family(reg, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
-                               "Publish attempts that failed and will be retried.", &rc, err);
-    m->dead_lettered = relay_family(
+    m->attempts = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_outbox_publish_attempts_total",
+        "Publish attempts of this process's relays.", 0, NULL, &rc, err);
+    m->published = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_outbox_published_total",
+        "Events this process's relays published and marked PUBLISHED.", 0, NULL, &rc, err);
+    m->failures = txo_metrics_register_chained(
+        reg, TXO_METRIC_COUNTER, "txo_outbox_publish_failures_total",
+        "Publish attempts that failed and will be retried.", 0, NULL, &rc, err);
+    m->dead_lettered = txo_metrics_register_chained(
         reg, TXO_METRIC_COUNTER, "txo_outbox_dead_lettered_total",
         "Events this process's relays moved to FAILED + dead letter (attempts used up, a "
         "permanent error, or a poison event).",
-        &rc, err);
-    m->breaker_state =
-        relay_family(reg, TXO_METRIC_GAUGE, "txo_relay_breaker_state",
-                     "The relay's circuit breaker around its publisher: 0 closed, 1 open (not "
-                     "claiming), 2 half-open (probing with one small batch).",
-                     &rc, err);
+        0, NULL, &rc, err);
+    m->breaker_state = txo_metrics_register_chained(
+        reg, TXO_METRIC_GAUGE, "txo_relay_breaker_state",
+        "The relay's circuit breaker around its publisher: 0 closed, 1 open (not "
+        "claiming), 2 half-open (probing with one small batch).",
+        0, NULL, &rc, err);
     if (rc < 0)
         txo_error_wrap(err, "relay: registering its metrics");
     return rc;

@@ -122,9 +122,9 @@ static void order_pipeline_through(struct ctx *c, const char *broker)
     print_message("%s: %d orders CONFIRMED %lld ms after the first POST\n", broker, ORDERS,
                   (long long)(txo_monotonic_ms() - t0));
     testpipeline_stop_clean(&c->p, up);
-    assert_int_equal(testdb_i64(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'",
-                                NULL, 0),
-                     ORDERS);
+    assert_int_equal(
+        testdb_i64(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", NULL, 0),
+        ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
 }
