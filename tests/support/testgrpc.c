@@ -1,8 +1,8 @@
 /*
- * Test support: a private EventSink server per test binary (see testgrpc.h).
+ * Test support: a private EventSink server per test binary (see testgrpc.h); the process
+ * mechanics are testchild's.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -10,14 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testchild.h"
 #include "testgrpc.h"
 #include "testproc.h"
 
@@ -26,6 +25,7 @@
 #endif
 
 #define READY_TIMEOUT_MS 10000
+#define READY_POLL_MS    20
 
 static const char *python_bin(void)
 {
@@ -36,18 +36,6 @@ static const char *python_bin(void)
                  "python3-protobuf (or set TXO_PYTHON)",
                  bin);
     return bin;
-}
-
-static void print_server_log(const struct testgrpc *g)
-{
-    FILE *f = fopen(g->log_path, "r");
-    if (f == NULL)
-        return;
-    char buf[4096];
-    size_t got = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[got] = '\0';
-    fclose(f);
-    print_message("---- %s ----\n%s---- end ----\n", g->log_path, buf);
 }
 
 static void spawn(struct testgrpc *g)
@@ -75,30 +63,9 @@ static void spawn(struct testgrpc *g)
         argv[n++] = g->ca_path;
     }
     argv[n] = NULL;
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        /* The server dies with the test, even when the test crashes. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int log = open(g->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (log >= 0) {
-            dup2(log, STDOUT_FILENO);
-            dup2(log, STDERR_FILENO);
-        }
-        if (devnull >= 0)
-            dup2(devnull, STDIN_FILENO);
-        execv(py, (char *const *)(uintptr_t)argv);
-        _exit(127);
-    }
-    g->pid = pid;
-    if (!testproc_wait_port(g->port, READY_TIMEOUT_MS)) {
-        print_server_log(g);
-        testgrpc_kill(g);
-        fail_msg("the EventSink server did not listen on port %u within %d ms", g->port,
-                 READY_TIMEOUT_MS);
-    }
+    g->pid = testchild_spawn(argv, g->log_path, NULL, NULL);
+    testchild_await(&g->pid, "the EventSink server", g->log_path, testchild_port_answers, &g->port,
+                    READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
 static void start(struct testgrpc *g, int tls);
@@ -198,9 +165,7 @@ static void start(struct testgrpc *g, int tls)
 {
     memset(g, 0, sizeof(*g));
     g->tls = tls;
-    snprintf(g->dir, sizeof(g->dir), "/tmp/txo_grpc_XXXXXX");
-    if (mkdtemp(g->dir) == NULL)
-        fail_msg("mkdtemp: %s", strerror(errno));
+    testchild_make_dir(g->dir, sizeof(g->dir), "txo-grpc");
     snprintf(g->events_path, sizeof(g->events_path), "%s/events.jsonl", g->dir);
     snprintf(g->calls_path, sizeof(g->calls_path), "%s/calls.jsonl", g->dir);
     snprintf(g->control_path, sizeof(g->control_path), "%s/control.json", g->dir);
@@ -236,18 +201,12 @@ static void start(struct testgrpc *g, int tls)
 
 void testgrpc_kill(struct testgrpc *g)
 {
-    if (g->pid <= 0)
-        return;
-    kill(g->pid, SIGKILL);
-    int status = 0;
-    while (waitpid(g->pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    g->pid = 0;
+    testchild_end(&g->pid, SIGKILL, 0);
 }
 
 void testgrpc_restart(struct testgrpc *g)
 {
-    assert_int_equal(g->pid, 0);
+    testchild_assert_stopped(g->pid, __func__);
     spawn(g);
 }
 
@@ -256,10 +215,7 @@ void testgrpc_cleanup(struct testgrpc *g)
     testgrpc_kill(g);
     if (g->dir[0] == '\0')
         return;
-    const char *rm[] = {"/bin/rm", "-rf", g->dir, NULL};
-    char *out = NULL;
-    (void)testproc_run("grpc_rm", rm, 10000, &out);
-    free(out);
+    testchild_remove_dir(g->dir);
     g->dir[0] = '\0';
 }
 

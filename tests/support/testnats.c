@@ -1,11 +1,8 @@
 /*
- * Test support: a private nats-server per test (see testnats.h).
+ * Test support: a private nats-server per test (see testnats.h); the process mechanics are
+ * testchild's.
  */
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,260 +10,79 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include <sys/types.h>
 
 #include <cmocka.h>
 #include <nats/nats.h>
 
+#include "testchild.h"
 #include "testnats.h"
+#include "testproc.h"
 
 #define READY_TIMEOUT_MS 5000
+#define READY_POLL_MS    10
 #define STOP_TIMEOUT_MS  10000
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The nats-server binary, or NULL. */
-static const char *find_server(char *buf, size_t cap)
-{
-    const char *env = getenv("TXO_NATS_SERVER");
-    if (env != NULL && env[0] != '\0')
-        return access(env, X_OK) == 0 ? env : NULL;
-    const char *path = getenv("PATH");
-    char dirs[4096];
-    snprintf(dirs, sizeof(dirs), "%s:/usr/sbin:/usr/bin:/usr/local/bin:/usr/local/sbin",
-             path != NULL ? path : "");
-    char *save = NULL;
-    for (char *d = strtok_r(dirs, ":", &save); d != NULL; d = strtok_r(NULL, ":", &save)) {
-        if (d[0] == '\0')
-            continue;
-        snprintf(buf, cap, "%s/nats-server", d);
-        if (access(buf, X_OK) == 0)
-            return buf;
-    }
-    return NULL;
-}
-
-/* A port that was free a moment ago (the kernel picks it). */
-static unsigned free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        fail_msg("socket: %s", strerror(errno));
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof(a);
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        int e = errno;
-        close(fd);
-        fail_msg("finding a free port: %s", strerror(e));
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static bool port_answers(unsigned port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return false;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons((uint16_t)port);
-    bool ok = connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-    close(fd);
-    return ok;
-}
-
-/* The last bytes of the server log, for failure messages. */
-static void log_tail(const struct testnats *n, char *out, size_t cap)
-{
-    out[0] = '\0';
-    FILE *f = fopen(n->log_path, "r");
-    if (f == NULL)
-        return;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        long from = size > (long)cap - 1 ? size - ((long)cap - 1) : 0;
-        if (fseek(f, from, SEEK_SET) == 0) {
-            size_t got = fread(out, 1, cap - 1, f);
-            out[got] = '\0';
-        }
-    }
-    fclose(f);
-}
 
 static void spawn(struct testnats *n)
 {
     char found[512];
-    const char *bin = find_server(found, sizeof(found));
+    const char *bin = testchild_find_bin("TXO_NATS_SERVER", "nats-server", found, sizeof(found));
     if (bin == NULL)
         fail_msg("nats-server not found (install the nats-server package, or set "
                  "TXO_NATS_SERVER to its path); the NATS tests need a real server");
     char port[16];
     snprintf(port, sizeof(port), "%u", n->port);
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        /* The child: the server dies with the test, even when the test crashes. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int log = open(n->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (log >= 0) {
-            dup2(log, STDOUT_FILENO);
-            dup2(log, STDERR_FILENO);
-        }
-        if (devnull >= 0)
-            dup2(devnull, STDIN_FILENO);
-        char *argv[] = {(char *)bin,         (char *)"-js", (char *)"-a",
-                        (char *)"127.0.0.1", (char *)"-p",  port,
-                        (char *)"-sd",       n->store_dir,  NULL};
-        execv(bin, argv);
-        _exit(127);
-    }
-    n->pid = pid;
-
-    long deadline = now_ms() + READY_TIMEOUT_MS;
-    for (;;) {
-        int status = 0;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            n->pid = 0;
-            char tail[2048];
-            log_tail(n, tail, sizeof(tail));
-            fail_msg("nats-server (%s) exited at start-up with status %d; log:\n%s", bin,
-                     WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), tail);
-        }
-        if (port_answers(n->port))
-            return;
-        if (now_ms() > deadline) {
-            testnats_kill(n);
-            char tail[2048];
-            log_tail(n, tail, sizeof(tail));
-            fail_msg("nats-server did not answer on port %u within %d ms; log:\n%s", n->port,
-                     READY_TIMEOUT_MS, tail);
-        }
-        sleep_ms(10);
-    }
+    const char *argv[] = {bin, "-js", "-a", "127.0.0.1", "-p", port, "-sd", n->store_dir, NULL};
+    n->pid = testchild_spawn(argv, n->log_path, NULL, NULL);
+    testchild_await(&n->pid, "nats-server", n->log_path, testchild_port_answers, &n->port,
+                    READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
 void testnats_start(struct testnats *n)
 {
     memset(n, 0, sizeof(*n));
-    const char *tmp = getenv("TMPDIR");
-    snprintf(n->dir, sizeof(n->dir), "%s/txo-nats-XXXXXX",
-             tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
-    if (mkdtemp(n->dir) == NULL)
-        fail_msg("mkdtemp %s: %s", n->dir, strerror(errno));
+    testchild_make_dir(n->dir, sizeof(n->dir), "txo-nats");
     snprintf(n->store_dir, sizeof(n->store_dir), "%s/store", n->dir);
     snprintf(n->log_path, sizeof(n->log_path), "%s/server.log", n->dir);
     if (mkdir(n->store_dir, 0755) != 0)
         fail_msg("mkdir %s: %s", n->store_dir, strerror(errno));
-    n->port = free_port();
+    n->port = testproc_free_port();
     snprintf(n->url, sizeof(n->url), "nats://127.0.0.1:%u", n->port);
     spawn(n);
 }
 
-static void end(struct testnats *n, int sig)
-{
-    if (n->pid <= 0)
-        return;
-    kill(n->pid, sig);
-    kill(n->pid, SIGCONT); /* a paused server must run to handle SIGTERM */
-    long deadline = now_ms() + STOP_TIMEOUT_MS;
-    for (;;) {
-        pid_t r = waitpid(n->pid, NULL, WNOHANG);
-        if (r == n->pid || (r < 0 && errno == ECHILD))
-            break;
-        if (now_ms() > deadline && sig != SIGKILL) {
-            kill(n->pid, SIGKILL);
-            sig = SIGKILL;
-        }
-        sleep_ms(5);
-    }
-    n->pid = 0;
-}
-
 void testnats_stop(struct testnats *n)
 {
-    end(n, SIGTERM);
+    testchild_end(&n->pid, SIGTERM, STOP_TIMEOUT_MS);
 }
 
 void testnats_kill(struct testnats *n)
 {
-    end(n, SIGKILL);
+    testchild_end(&n->pid, SIGKILL, STOP_TIMEOUT_MS);
 }
 
 void testnats_pause(struct testnats *n)
 {
-    if (n->pid <= 0 || kill(n->pid, SIGSTOP) != 0)
-        fail_msg("testnats_pause: the server is not running");
+    testchild_pause(n->pid, __func__);
 }
 
 void testnats_resume(struct testnats *n)
 {
-    if (n->pid <= 0 || kill(n->pid, SIGCONT) != 0)
-        fail_msg("testnats_resume: the server is not running");
+    testchild_resume(n->pid, __func__);
 }
 
 void testnats_restart(struct testnats *n)
 {
-    if (n->pid > 0)
-        fail_msg("testnats_restart: the server is still running (pid %d)", (int)n->pid);
+    testchild_assert_stopped(n->pid, __func__);
     spawn(n);
-}
-
-static void remove_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d != NULL) {
-            struct dirent *e;
-            while ((e = readdir(d)) != NULL) {
-                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                    continue;
-                char child[1024];
-                snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-                remove_tree(child);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 void testnats_cleanup(struct testnats *n)
 {
     testnats_stop(n);
     if (n->dir[0] != '\0' && getenv("TXO_TEST_KEEP_NATS") == NULL)
-        remove_tree(n->dir);
+        testchild_remove_dir(n->dir);
     n->dir[0] = '\0';
 }
 

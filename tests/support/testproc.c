@@ -123,15 +123,21 @@ static int connect_port(unsigned port)
     return fd;
 }
 
+bool testproc_port_answers(unsigned port)
+{
+    int fd = connect_port(port);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
 bool testproc_wait_port(unsigned port, int timeout_ms)
 {
     int64_t deadline = now_ms() + timeout_ms;
     do {
-        int fd = connect_port(port);
-        if (fd >= 0) {
-            close(fd);
+        if (testproc_port_answers(port))
             return true;
-        }
         usleep(20000);
     } while (now_ms() < deadline);
     return false;

@@ -37,6 +37,9 @@ void testproc_start(struct testproc *p, const char *tag, const char *const *argv
 /* Polls GET http://127.0.0.1:port<path> until it answers 200; false after timeout_ms. */
 bool testproc_wait_http(unsigned port, const char *path, int timeout_ms);
 
+/* True when something accepts a TCP connection on 127.0.0.1:port now (one try). */
+bool testproc_port_answers(unsigned port);
+
 /* Polls until something accepts TCP connections on 127.0.0.1:port; false after timeout_ms. */
 bool testproc_wait_port(unsigned port, int timeout_ms);
 

@@ -1,7 +1,7 @@
 /*
- * Test support: a private RabbitMQ broker per test binary (see testrabbit.h).
+ * Test support: a private RabbitMQ broker per test binary (see testrabbit.h); the process
+ * mechanics are testchild's.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -12,33 +12,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "testchild.h"
 #include "testproc.h"
 #include "testrabbit.h"
 
 #define READY_TIMEOUT_MS 120000 /* a cold boot on a busy 2-core machine takes 20 s and more */
+#define READY_POLL_MS    100
 #define STOP_TIMEOUT_MS  30000
+#define EPMD_TIMEOUT_MS  10000
+#define EPMD_POLL_MS     20
 #define CLIENT_MAX_ARGS  16
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static const char *find_in(const char *const *candidates)
 {
@@ -72,39 +60,10 @@ static void write_file(const char *path, const char *text)
         fail_msg("writing %s: %s", path, strerror(errno));
 }
 
-static void log_tail(const struct testrabbit *r, char *out, size_t cap)
+/* A testchild_setup_fn on the struct testrabbit: the broker's environment, set in its child. */
+static void set_env(const void *arg)
 {
-    out[0] = '\0';
-    FILE *f = fopen(r->log_path, "r");
-    if (f == NULL)
-        return;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long size = ftell(f);
-        long from = size > (long)cap - 1 ? size - ((long)cap - 1) : 0;
-        if (fseek(f, from, SEEK_SET) == 0) {
-            size_t got = fread(out, 1, cap - 1, f);
-            out[got] = '\0';
-        }
-    }
-    fclose(f);
-}
-
-/* In the child: output to the log, stdin from /dev/null, dies with the test. */
-static void child_io(const struct testrabbit *r)
-{
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int log = open(r->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (log >= 0) {
-        dup2(log, STDOUT_FILENO);
-        dup2(log, STDERR_FILENO);
-    }
-    if (devnull >= 0)
-        dup2(devnull, STDIN_FILENO);
-}
-
-static void set_env(const struct testrabbit *r)
-{
+    const struct testrabbit *r = arg;
     char v[512];
     setenv("HOME", r->dir, 1);
     setenv("RABBITMQ_NODENAME", r->node, 1);
@@ -137,19 +96,10 @@ static void spawn_epmd(struct testrabbit *r)
         fail_msg("epmd not found (package erlang-base, pulled in by rabbitmq-server)");
     char port[16];
     snprintf(port, sizeof(port), "%u", r->epmd_port);
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        child_io(r);
-        char *argv[] = {(char *)bin,        (char *)"-port",     port,
-                        (char *)"-address", (char *)"127.0.0.1", NULL};
-        execv(bin, argv);
-        _exit(127);
-    }
-    r->epmd_pid = pid;
-    if (!testproc_wait_port(r->epmd_port, 10000))
-        fail_msg("epmd did not listen on port %u", r->epmd_port);
+    const char *argv[] = {bin, "-port", port, "-address", "127.0.0.1", NULL};
+    r->epmd_pid = testchild_spawn(argv, r->log_path, NULL, NULL);
+    testchild_await(&r->epmd_pid, "epmd", r->log_path, testchild_port_answers, &r->epmd_port,
+                    EPMD_TIMEOUT_MS, EPMD_POLL_MS);
 }
 
 static void spawn(struct testrabbit *r)
@@ -158,48 +108,16 @@ static void spawn(struct testrabbit *r)
     if (bin == NULL)
         fail_msg("rabbitmq-server not found (install the rabbitmq-server package, or set "
                  "TXO_RABBITMQ_SERVER to its path); the RabbitMQ tests need a real broker");
-    pid_t pid = fork();
-    if (pid < 0)
-        fail_msg("fork: %s", strerror(errno));
-    if (pid == 0) {
-        child_io(r);
-        set_env(r);
-        char *argv[] = {(char *)bin, NULL};
-        execv(bin, argv);
-        _exit(127);
-    }
-    r->pid = pid;
-    long deadline = now_ms() + READY_TIMEOUT_MS;
-    for (;;) {
-        int status = 0;
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            r->pid = 0;
-            char tail[4096];
-            log_tail(r, tail, sizeof(tail));
-            fail_msg("rabbitmq-server (%s) exited at start-up with status %d; log:\n%s", bin,
-                     WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), tail);
-        }
-        if (testproc_wait_port(r->port, 100))
-            return;
-        if (now_ms() > deadline) {
-            testrabbit_kill(r);
-            char tail[4096];
-            log_tail(r, tail, sizeof(tail));
-            fail_msg("rabbitmq-server did not accept AMQP on port %u within %d ms; log:\n%s",
-                     r->port, READY_TIMEOUT_MS, tail);
-        }
-        sleep_ms(100);
-    }
+    const char *argv[] = {bin, NULL};
+    r->pid = testchild_spawn(argv, r->log_path, set_env, r);
+    testchild_await(&r->pid, "rabbitmq-server", r->log_path, testchild_port_answers, &r->port,
+                    READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
 void testrabbit_start(struct testrabbit *r)
 {
     memset(r, 0, sizeof(*r));
-    const char *tmp = getenv("TMPDIR");
-    snprintf(r->dir, sizeof(r->dir), "%s/txo-rabbit-XXXXXX",
-             tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
-    if (mkdtemp(r->dir) == NULL)
-        fail_msg("mkdtemp %s: %s", r->dir, strerror(errno));
+    testchild_make_dir(r->dir, sizeof(r->dir), "txo-rabbit");
     snprintf(r->log_path, sizeof(r->log_path), "%s/server.log", r->dir);
     snprintf(r->node, sizeof(r->node), "txo-test-%d@localhost", (int)getpid());
     r->port = testproc_free_port();
@@ -224,86 +142,38 @@ void testrabbit_start(struct testrabbit *r)
     spawn(r);
 }
 
-static void end(pid_t *pidp, int sig)
-{
-    pid_t pid = *pidp;
-    if (pid <= 0)
-        return;
-    kill(pid, sig);
-    kill(pid, SIGCONT); /* a paused broker must run to handle SIGTERM */
-    long deadline = now_ms() + STOP_TIMEOUT_MS;
-    for (;;) {
-        pid_t w = waitpid(pid, NULL, WNOHANG);
-        if (w == pid || (w < 0 && errno == ECHILD))
-            break;
-        if (now_ms() > deadline && sig != SIGKILL) {
-            kill(pid, SIGKILL);
-            sig = SIGKILL;
-        }
-        sleep_ms(20);
-    }
-    *pidp = 0;
-}
-
 void testrabbit_stop(struct testrabbit *r)
 {
-    end(&r->pid, SIGTERM);
+    testchild_end(&r->pid, SIGTERM, STOP_TIMEOUT_MS);
 }
 
 void testrabbit_kill(struct testrabbit *r)
 {
-    end(&r->pid, SIGKILL);
+    testchild_end(&r->pid, SIGKILL, STOP_TIMEOUT_MS);
 }
 
 void testrabbit_pause(struct testrabbit *r)
 {
-    if (r->pid <= 0 || kill(r->pid, SIGSTOP) != 0)
-        fail_msg("testrabbit_pause: the broker is not running");
+    testchild_pause(r->pid, __func__);
 }
 
 void testrabbit_resume(struct testrabbit *r)
 {
-    if (r->pid <= 0 || kill(r->pid, SIGCONT) != 0)
-        fail_msg("testrabbit_resume: the broker is not running");
+    testchild_resume(r->pid, __func__);
 }
 
 void testrabbit_restart(struct testrabbit *r)
 {
-    if (r->pid > 0)
-        fail_msg("testrabbit_restart: the broker is still running (pid %d)", (int)r->pid);
+    testchild_assert_stopped(r->pid, __func__);
     spawn(r);
-}
-
-static void remove_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d != NULL) {
-            struct dirent *e;
-            while ((e = readdir(d)) != NULL) {
-                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                    continue;
-                char child[1024];
-                snprintf(child, sizeof(child), "%s/%s", path, e->d_name);
-                remove_tree(child);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 void testrabbit_cleanup(struct testrabbit *r)
 {
     testrabbit_stop(r);
-    end(&r->epmd_pid, SIGTERM);
+    testchild_end(&r->epmd_pid, SIGTERM, STOP_TIMEOUT_MS);
     if (r->dir[0] != '\0' && getenv("TXO_TEST_KEEP_RABBIT") == NULL)
-        remove_tree(r->dir);
+        testchild_remove_dir(r->dir);
     r->dir[0] = '\0';
 }
 
