@@ -27,7 +27,8 @@
 #include "txo/worker.h"
 
 #define QUEUE_CAP       1024
-#define STARTED_MAX     8 /* sagas one handler call may start */
+#define QUEUE_MIN       512 /* the least room of the queue, whatever saga_threads and saga_batch */
+#define STARTED_MAX     8   /* sagas one handler call may start */
 #define COMMAND_TYPE_SZ (TXO_CMDQ_TYPE_MAX + 1)
 
 enum job_kind { JOB_RUN, JOB_RETRY };
@@ -995,8 +996,13 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     w->opts = *opts;
     w->n_runners = opts->saga_threads;
     w->batch = opts->saga_batch;
-    /* Room for two batches per runner: the next ones form while these run. */
-    w->limit = 2 * w->n_runners * w->batch < QUEUE_CAP ? 2 * w->n_runners * w->batch : QUEUE_CAP;
+    /* Room for two batches per runner (the next ones form while these run), and at least for
+     * the sagas of one delivery (a relay batch consumed at once), which would otherwise wait
+     * for the scheduler's next look. */
+    size_t room = 2 * w->n_runners * w->batch;
+    if (room < QUEUE_MIN)
+        room = QUEUE_MIN;
+    w->limit = room < QUEUE_CAP ? room : QUEUE_CAP;
     w->inflight = txo_calloc(w->n_runners * w->batch, TXO_SAGA_ID_LEN);
     w->runners = txo_calloc(w->n_runners, sizeof(*w->runners));
     if (w->inflight == NULL || w->runners == NULL) {
