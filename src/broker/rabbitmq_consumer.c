@@ -607,8 +607,19 @@ int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, txo_message_han
         if (rc->consumed == NULL)
             r = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
     }
-    if (r == 0 && o->connect_required)
+    /* Declared now when the server is up, so that a relay started after this consumer (`txo
+     * up`) never publishes before the queue is bound: such messages would reach the exchange's
+     * other queues, or come back unroutable, but never this one. Down: the first poll does it. */
+    if (r == 0 && o->connect_required) {
         r = start(rc, err);
+    } else if (r == 0) {
+        struct txo_error e;
+        txo_error_init(&e);
+        if (start(rc, &e) != 0)
+            TXO_LOG(TXO_LOG_WARN, "rabbitmq",
+                    "consumer not started yet, retried at the first poll queue=%s error=\"%s\"",
+                    rc->queue, e.msg);
+    }
     if (r == 0)
         r = txo_consumer_new(&rmq_consumer_ops, rc, out, err);
     if (r < 0)

@@ -192,6 +192,8 @@ static int set_server_error(struct txo_db *db, int code, unsigned e, const char 
     /* A node outside the primary component stays so for a while: reconnect, maybe elsewhere. */
     if (code == TXO_ECONNLOST || code == TXO_EUNAVAILABLE)
         db->broken = true;
+    if (code == TXO_EUNAVAILABLE)
+        db->server_unavailable = true;
     if (err) {
         txo_error_set(err, code, "%s: %s (MySQL %u)", what, msg, e);
         err->mysql_errno = e;
@@ -1287,10 +1289,12 @@ struct txo_db *txo_tx_db(struct txo_tx *tx)
     return tx->db;
 }
 
-static bool retryable(int rc)
+/* Errors a new attempt of the whole transaction may not meet. TXO_EUNAVAILABLE only when the
+ * server said it (db->server_unavailable), not when the body returned it. */
+static bool retryable(const struct txo_db *db, int rc)
 {
     return rc == TXO_EDEADLOCK || rc == TXO_ELOCKTIMEOUT || rc == TXO_ECONNLOST ||
-           rc == TXO_ECONNECT || rc == TXO_EUNAVAILABLE;
+           rc == TXO_ECONNECT || (rc == TXO_EUNAVAILABLE && db->server_unavailable);
 }
 
 static int begin(struct txo_db *db, enum txo_isolation iso, struct txo_error *err)
@@ -1306,6 +1310,7 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
     TXO_ASSERT(!db->in_tx); /* transactions do not nest */
     int rc = 0;
     for (unsigned attempt = 1;; attempt++) {
+        db->server_unavailable = false;
         rc = ensure_connected(db, err);
         if (rc == 0)
             rc = begin(db, iso, err);
@@ -1327,7 +1332,7 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
             if (!db->broken && db->conn && mysql_rollback(db->conn) != 0)
                 db->broken = true; /* cannot trust the session any more: start afresh */
         }
-        if (!retryable(rc) || attempt >= db->opts.tx_max_attempts)
+        if (!retryable(db, rc) || attempt >= db->opts.tx_max_attempts)
             return rc;
         atomic_fetch_add(&stat_tx_retries, 1);
         int64_t delay = txo_backoff_delay_ms(&db->opts.tx_backoff, attempt, txo_rand01());

@@ -37,6 +37,10 @@ struct txo_db {
      * "reconnected" line, not one line per retry of every transaction. */
     bool unreachable;
     bool in_tx;  /* inside txo_db_transact's callback */
+    /* The server answered TXO_EUNAVAILABLE (a Galera node outside the primary component) in
+     * this attempt: txo_db_transact retries it, unlike a TXO_EUNAVAILABLE the transaction's
+     * body returns for a service of its own, which is the caller's to handle. */
+    bool server_unavailable;
     bool raw_tx; /* a START TRANSACTION sent through txo_db_exec_raw is open */
     struct txo_db_opts opts;
     /* Owned copies of the strings of opts; the password is wiped on close. */

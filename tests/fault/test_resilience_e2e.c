@@ -1031,8 +1031,8 @@ static void test_bad_listen(void **state)
 static void test_bad_worker_broker(void **state)
 {
     (void)state;
-    const char *args[] = {"--broker", "kafka", NULL};
-    const char *needles[] = {"--broker", "kafka", NULL};
+    const char *args[] = {"--broker", "pigeon", NULL};
+    const char *needles[] = {"--broker", "pigeon", NULL};
     expect_refused("resil_badbroker", "worker", args, needles);
 }
 
@@ -1044,8 +1044,8 @@ static void test_bad_worker_broker(void **state)
 static void test_fifth_setting_is_not_help(void **state)
 {
     (void)state;
-    const char *args[] = {"--mysql-password", "secret", "--broker", "kafka", NULL};
-    const char *needles[] = {"--broker", "kafka", NULL};
+    const char *args[] = {"--mysql-password", "secret", "--broker", "pigeon", NULL};
+    const char *needles[] = {"--broker", "pigeon", NULL};
     expect_refused("resil_password", "worker", args, needles);
 }
 
