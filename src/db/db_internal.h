@@ -36,7 +36,7 @@ struct txo_db {
      * cause are logged at debug level until one succeeds, so an outage is one warning and one
      * "reconnected" line, not one line per retry of every transaction. */
     bool unreachable;
-    bool in_tx;  /* inside txo_db_transact's callback */
+    bool in_tx; /* inside txo_db_transact's callback */
     /* The server answered TXO_EUNAVAILABLE (a Galera node outside the primary component) in
      * this attempt: txo_db_transact retries it, unlike a TXO_EUNAVAILABLE the transaction's
      * body returns for a service of its own, which is the caller's to handle. */

@@ -18,6 +18,7 @@
 
 #include "testchild.h"
 #include "testnats.h"
+#include "txo/clock.h"
 #include "testproc.h"
 
 #define READY_TIMEOUT_MS 5000
@@ -143,7 +144,9 @@ uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream)
     return msgs;
 }
 
-size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids)
+/* One pass over the stream: the ids of the messages it could read, *want = the stream's count. */
+static size_t read_msg_ids(const struct testnats *n, const char *stream, char ***ids,
+                           uint64_t *want)
 {
     struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
@@ -156,6 +159,7 @@ size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, cha
     }
     uint64_t first = si->State.FirstSeq, last = si->State.LastSeq, msgs = si->State.Msgs;
     jsStreamInfo_Destroy(si);
+    *want = msgs;
     char **out = calloc(msgs > 0 ? msgs : 1, sizeof(*out));
     assert_non_null(out);
     size_t count = 0;
@@ -181,6 +185,22 @@ size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, cha
     js_close(&c);
     *ids = out;
     return count;
+}
+
+size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids)
+{
+    /* In a cluster, a get can answer "not found" for a message that is there while the
+     * stream's leader moves (a node rejoining): read again until every message the stream
+     * counts was read. A message really missing stays missing, and the caller sees it. */
+    for (int attempt = 1;; attempt++) {
+        uint64_t want = 0;
+        size_t count = read_msg_ids(n, stream, ids, &want);
+        if (count == want || attempt == 10)
+            return count;
+        testnats_free_ids(*ids, count);
+        *ids = NULL;
+        txo_sleep_ms(500);
+    }
 }
 
 void testnats_stream_msg(const struct testnats *n, const char *stream, uint64_t seq,
