@@ -34,6 +34,11 @@
 #include "txo/kafka.h"
 
 #define PRODUCE_REQUEST 0 /* Kafka protocol ApiKey of ProduceRequest */
+/*
+ * How long records may take to arrive: a group join on the mock waits 3 s before it assigns,
+ * and a loaded sanitizer run has taken over 20 s. Waits end as soon as the records are there.
+ */
+#define ARRIVAL_MS 60000
 
 static struct testkafka cluster;
 
@@ -236,7 +241,7 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     struct collector col;
     memset(&col, 0, sizeof(col));
     struct txo_consumer *c = new_consumer(&everything, &col);
-    poll_until(c, &col, n_aggs, 20000);
+    poll_until(c, &col, n_aggs, ARRIVAL_MS);
     (void)poll_for(c, 300);
     txo_consumer_free(c);
     for (size_t i = 0; i < col.n; i++) {
@@ -288,7 +293,7 @@ static void test_binary_cloudevents(void **state)
     struct collector col;
     memset(&col, 0, sizeof(col));
     struct txo_consumer *c = new_consumer(&o, &col);
-    poll_until(c, &col, 3, 20000);
+    poll_until(c, &col, 3, ARRIVAL_MS);
     txo_consumer_free(c);
     assert_string_equal(col.got[0].msg_id, b.keys[0]);
     assert_string_equal(col.got[0].data, b.payloads[0]);
@@ -316,7 +321,7 @@ static void test_consumer_commits_after_success(void **state)
     col.transient_id = b.keys[13];
     col.transient_times = 2;
     struct txo_consumer *c = new_consumer(&o, &col);
-    poll_until(c, &col, 62, 20000);
+    poll_until(c, &col, 62, ARRIVAL_MS);
     assert_int_equal(count_id(&col, b.keys[13]), 3);
     /* It came back with delivery 2, then 3, and nothing of its partition passed it. */
     size_t pos[3], k = 0;
@@ -360,7 +365,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     col.transient_id = b.keys[5];
     col.transient_times = 100;
     struct txo_consumer *c = new_consumer(&o, &col);
-    poll_until(c, &col, 6, 20000);
+    poll_until(c, &col, 6, ARRIVAL_MS);
     assert_int_equal(poll_for(c, 1000), 0); /* blocked behind record 5 */
     assert_int_equal(col.n, 6);
     txo_consumer_free(c); /* commits 0..4 on the way out, and nothing past 5 */
@@ -369,7 +374,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     struct collector next;
     memset(&next, 0, sizeof(next));
     c = new_consumer(&o, &next);
-    poll_until(c, &next, 15, 20000);
+    poll_until(c, &next, 15, ARRIVAL_MS);
     assert_string_equal(next.got[0].msg_id, b.keys[5]);
     assert_int_equal(next.got[0].delivery, 1); /* Kafka keeps no count across members */
     for (size_t i = 0; i < next.n; i++)
@@ -404,7 +409,7 @@ static void test_consumer_permanent_and_filter(void **state)
     memset(&col, 0, sizeof(col));
     col.permanent_id = b.keys[3];
     struct txo_consumer *c = new_consumer(&o, &col);
-    poll_until(c, &col, 10, 20000);
+    poll_until(c, &col, 10, ARRIVAL_MS);
     assert_int_equal(poll_for(c, 1000), 0);
     assert_int_equal(count_id(&col, "other:1"), 0); /* never handed to the handler */
     assert_int_equal(count_id(&col, b.keys[3]), 1); /* rejected once, not redelivered */
@@ -465,7 +470,7 @@ static void test_consumer_duplicate_applied_once(void **state)
     memset(&col, 0, sizeof(col));
     col.db = t.db;
     struct txo_consumer *c = new_consumer(&o, &col);
-    poll_until(c, &col, 16, 20000);
+    poll_until(c, &col, 16, ARRIVAL_MS);
     txo_consumer_free(c);
     assert_int_equal(col.effects, 8);
     assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 8);
@@ -491,7 +496,7 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     memset(&cb, 0, sizeof(cb));
     ca.sleep_ms = 15; /* a is slow: the rebalance happens while it still has work */
     struct txo_consumer *a = new_consumer(&o, &ca);
-    poll_until(a, &ca, 20, 20000); /* a owns every partition and has started */
+    poll_until(a, &ca, 20, ARRIVAL_MS); /* a owns every partition and has started */
     struct txo_consumer *c2 = new_consumer(&o, &cb);
     /* Both poll (rebalances are served inside poll) until every event was handled. */
     int64_t deadline = txo_monotonic_ms() + 30000;
@@ -547,7 +552,7 @@ static void test_consumer_through_an_outage(void **state)
     struct collector col;
     memset(&col, 0, sizeof(col));
     struct txo_consumer *c = new_consumer(&o, &col);
-    poll_until(c, &col, 10, 20000);
+    poll_until(c, &col, 10, ARRIVAL_MS);
 
     /* Every broker down: polls report TXO_EUNAVAILABLE (quickly) instead of waiting silently. */
     testkafka_set_brokers(&cluster, false);
@@ -573,7 +578,7 @@ static void test_consumer_through_an_outage(void **state)
     testkafka_publish(pub, &more);
     testkafka_assert_published(&more);
     txo_publisher_free(pub);
-    deadline = txo_monotonic_ms() + 20000;
+    deadline = txo_monotonic_ms() + ARRIVAL_MS;
     while (col.n < 20 && txo_monotonic_ms() < deadline) {
         size_t handled = 0;
         struct txo_error err;
