@@ -186,6 +186,17 @@ typedef int (*txo_saga_finish_fn)(struct txo_tx *tx, const struct txo_saga_ctx *
 typedef int (*txo_saga_step_batch_fn)(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
                                       size_t n, int *outcome, struct txo_error *err);
 
+/*
+ * The batch form of a step's remote part (optional): the calls of n sagas at this step, made
+ * concurrently (a multi-request HTTP client, say) with no transaction open. ctx[k] is what
+ * `remote` would get for saga k, its idempotency key included; rcs[k] and errs[k] receive
+ * what `remote` would have returned for it, with the same meaning (0 done, unknown, transient,
+ * refused). Make one try per call: a saga whose call failed leaves the batch and the engine
+ * records and retries it on its own, the single way.
+ */
+typedef void (*txo_saga_remote_batch_fn)(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                         struct txo_error *errs);
+
 struct txo_saga_step_def {
     const char *name;                     /* "ReserveStock"; stored in saga_steps.step_name */
     txo_saga_step_fn action;              /* the local part (required) */
@@ -200,9 +211,16 @@ struct txo_saga_step_def {
      * caught by the local part, and the call is undone.
      */
     txo_saga_step_fn guard;
-    /* Optional batch form of `action` (see txo_saga_step_batch_fn), for txo_saga_run_batch();
-     * only used for a step without a remote part. */
+    /* Optional batch form of `action` (see txo_saga_step_batch_fn), for txo_saga_run_batch().
+     * A step with a remote part is batched only when it has remote_batch too. */
     txo_saga_step_batch_fn action_batch;
+    /* Optional batch form of `remote` (see txo_saga_remote_batch_fn). */
+    txo_saga_remote_batch_fn remote_batch;
+    /* Optional batch form of `guard`, with txo_saga_step_batch_fn's contract: outcome[k] != 0
+     * leaves saga k out of the batch before anything is recorded for it (its own run then
+     * meets `guard`, which records the refusal). It must write nothing. Without it a batched
+     * step runs `guard` for each saga, in the batch's transaction. */
+    txo_saga_step_batch_fn guard_batch;
 };
 
 struct txo_saga_def {
@@ -281,9 +299,15 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
  * one transaction: the leases are taken with one statement, the sagas loaded with one, and
  * such a step costs its batch's statements plus two fenced statements (the instances' lease
  * or completion, the steps' status) for the whole batch, instead of a transaction per saga.
+ * A step with a remote part (and remote_batch) runs its three phases for the whole batch:
+ * one transaction runs the guards and records every call (RUNNING, CALLING, its key), the
+ * calls are made together through remote_batch with nothing locked, and one transaction runs
+ * action_batch for the sagas whose call was done. A saga whose call failed, was refused or
+ * may have happened leaves the batch: its outcome is recorded and it goes on the single way.
  * A saga that the batch did not complete, and every step without a batch form, runs the
- * single way. A crash anywhere inside a batch's transaction commits nothing of it: every saga
- * is resumed from its persisted state after its lease expires.
+ * single way. A crash anywhere inside a batch's transaction commits nothing of it, and a crash
+ * after its calls leaves them CALLING, i.e. maybe done: every saga is resumed from its
+ * persisted state after its lease expires.
  * rcs[k] (may be NULL) gets what txo_saga_run() would have returned for ids[k], finals[k]
  * (may be NULL) the state it ended in. Returns 0 when every saga was handled (look at rcs),
  * or an error that stopped the whole batch (bad arguments, out of memory).
@@ -294,7 +318,8 @@ TXO_API TXO_MUST_CHECK int txo_saga_run_batch(struct txo_db *db, const struct tx
                                               int *rcs, enum txo_saga_status *finals,
                                               struct txo_error *err);
 
-/* True when some step of def has an action_batch: txo_saga_run_batch() can save work. */
+/* True when some step of def can run in batches (an action_batch, and a remote_batch when it
+ * has a remote part): txo_saga_run_batch() can save work. */
 TXO_API bool txo_saga_def_batches(const struct txo_saga_def *def);
 
 /*

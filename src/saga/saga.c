@@ -79,7 +79,8 @@ struct step_row {
     enum txo_step_status status;
     enum txo_remote_state remote;
     int error_code;
-    char *error; /* owned; NULL when none */
+    char *error;          /* owned; NULL when none */
+    unsigned batch_tries; /* tries of the action a batch made (and recorded) in this run */
 };
 
 /* One txo_saga_run / txo_saga_retry call. */
@@ -223,6 +224,20 @@ static bool only_step_left(const struct run *r, size_t i)
         if (k != i && r->steps[k].status != TXO_STEP_COMPLETED)
             return false;
     return true;
+}
+
+/* The idempotency key of step i's call (or of its undo's) is the saga id + this suffix, the
+ * same in every worker and on every try. */
+static void key_suffix(size_t i, bool compensate, char *out, size_t cap)
+{
+    snprintf(out, cap, ":%zu:%s", i + 1, compensate ? "undo" : "do");
+}
+
+static void call_key(const struct run *r, size_t i, bool compensate, char out[KEY_MAX])
+{
+    char suffix[32];
+    key_suffix(i, compensate, suffix, sizeof(suffix));
+    snprintf(out, KEY_MAX, "%s%s", r->id, suffix);
 }
 
 static void make_ctx(const struct run *r, size_t i, unsigned attempt, bool compensate,
@@ -769,14 +784,17 @@ static void remember_error(struct step_row *s, int code, const char *msg)
 /*
  * A try of step i failed with rc (terr describes it). When that is the step's own outcome
  * (its part failed, or a transient error), records it in a new transaction and, when the step
- * may be tried again, sleeps the backoff; *stop is set when the step is settled instead (done
+ * may be tried again and `wait` is set, sleeps the backoff (a batch's failed call does not:
+ * the call's own retries had none, its next try is the first of its single run); *stop is
+ * set when the step is settled instead (done
  * after all, or failed for good: r->status then changed). Anything else (lease lost, illegal
  * state, database error, on_completed failing) is not the step's outcome and is returned as
  * it is.
  */
 static int settle_failed_try(struct run *r, size_t i, bool compensate, unsigned attempt,
                              bool counted, enum txo_remote_state remote, bool own_failure, int rc,
-                             const struct txo_error *terr, bool *stop, struct txo_error *err)
+                             const struct txo_error *terr, bool wait, bool *stop,
+                             struct txo_error *err)
 {
     const char *name = r->def->steps[i].name;
     bool transient = txo_err_is_transient(rc);
@@ -830,6 +848,13 @@ static int settle_failed_try(struct run *r, size_t i, bool compensate, unsigned 
         return 0;
     }
     *stop = false;
+    if (!wait) {
+        TXO_LOG(TXO_LOG_INFO, "saga",
+                "saga step call failed in a batch, tried again on its own saga_id=%s step=%s "
+                "attempt=%u remote=%s error=\"%s\"",
+                r->id, name, attempt, txo_remote_state_name(remote), error);
+        return 0;
+    }
     int64_t delay_ms = txo_backoff_delay_ms(&r->opts.step_backoff, attempt, txo_rand01());
     TXO_LOG(TXO_LOG_WARN, "saga",
             "saga step retry saga_id=%s step=%s phase=%s attempt=%u delay_ms=%" PRId64
@@ -837,6 +862,17 @@ static int settle_failed_try(struct run *r, size_t i, bool compensate, unsigned 
             r->id, name, compensate ? "compensate" : "action", attempt, delay_ms, error);
     r->clock->sleep_ms(r->clock->arg, delay_ms);
     return 0;
+}
+
+/* What an action's remote part is known to have done after a call that returned rc, from
+ * `before` (CALLING while it was made). */
+static enum txo_remote_state after_call(enum txo_remote_state before, int rc)
+{
+    if (rc == 0)
+        return TXO_REMOTE_DONE;
+    if (rc == TXO_EUNKNOWN || rc == TXO_ETIMEOUT)
+        return TXO_REMOTE_UNKNOWN;
+    return before == TXO_REMOTE_CALLING ? TXO_REMOTE_NONE : before; /* a definite "not done" */
 }
 
 /*
@@ -849,9 +885,9 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
     const struct txo_saga_step_def *sd = &r->def->steps[i];
     txo_saga_remote_fn remote = compensate ? sd->remote_compensate : sd->remote;
     char key[KEY_MAX];
-    snprintf(key, sizeof(key), "%s:%zu:%s", r->id, i + 1, compensate ? "undo" : "do");
+    call_key(r, i, compensate, key);
 
-    for (unsigned attempt = 1;; attempt++) {
+    for (unsigned attempt = compensate ? 1 : 1 + r->steps[i].batch_tries;; attempt++) {
         struct txo_error terr;
         txo_error_init(&terr);
         bool counted = false;
@@ -864,7 +900,7 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
             rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);
             if (rc != 0 && refused) {
                 rc = settle_failed_try(r, i, compensate, attempt, false, state, true, rc, &terr,
-                                       &stop, err);
+                                       true, &stop, err);
                 if (rc != 0 || stop)
                     return rc;
                 continue;
@@ -882,17 +918,11 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
             txo_crash_point(compensate ? "saga.compensation.after_call" : "saga.step.after_call");
             if (rc > 0)
                 rc = txo_error_set(&terr, TXO_EINVAL, "%s: remote part returned %d", sd->name, rc);
-            if (!compensate) {
-                if (rc == 0)
-                    state = TXO_REMOTE_DONE;
-                else if (rc == TXO_EUNKNOWN || rc == TXO_ETIMEOUT)
-                    state = TXO_REMOTE_UNKNOWN;
-                else if (state == TXO_REMOTE_CALLING)
-                    state = TXO_REMOTE_NONE; /* a definite "not done" */
-            }
+            if (!compensate)
+                state = after_call(state, rc);
             if (rc != 0) {
                 rc = settle_failed_try(r, i, compensate, attempt, counted, state, true, rc, &terr,
-                                       &stop, err);
+                                       true, &stop, err);
                 if (rc != 0 || stop)
                     return rc;
                 continue;
@@ -917,8 +947,8 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
             return 0;
         }
         bool own = (t.fn_failed && rc == t.fn_rc) || (txo_err_is_transient(rc) && !t.hook_failed);
-        rc = settle_failed_try(r, i, compensate, attempt, counted, state, own, rc, &terr, &stop,
-                               err);
+        rc = settle_failed_try(r, i, compensate, attempt, counted, state, own, rc, &terr, true,
+                               &stop, err);
         if (rc != 0 || stop)
             return rc;
     }
@@ -1280,6 +1310,7 @@ struct batch_saga {
     bool acquired; /* its lease was taken by SAGA_SQL_ACQUIRE_MANY and it is loaded */
     bool single;   /* out of the batches: runs the single way from now on */
     int rc;
+    char key[KEY_MAX]; /* the idempotency key of its call, in a batch of a remote step */
 };
 
 /* The saga ids of b[k] for k in pick[0..m), as IN-list parameters after `lead` leading ones
@@ -1400,21 +1431,29 @@ static size_t next_step(const struct run *r)
     return i;
 }
 
-/* True when saga b can take part in a batch of step i. */
+/* True when step sd has a batch form: its action's, and its remote part's when it has one. */
+static bool step_batches(const struct txo_saga_step_def *sd)
+{
+    return sd->action_batch != NULL && (sd->remote == NULL || sd->remote_batch != NULL);
+}
+
+/* True when saga b can take part in a batch of step i: its first try, never called. */
 static bool batchable(const struct batch_saga *b, size_t i)
 {
     const struct run *r = &b->r;
-    const struct txo_saga_step_def *sd = &r->def->steps[i];
     return b->acquired && !b->single && r->status == TXO_SAGA_RUNNING && next_step(r) == i &&
-           r->steps[i].status == TXO_STEP_PENDING && sd->action_batch != NULL && sd->remote == NULL;
+           r->steps[i].status == TXO_STEP_PENDING && r->steps[i].remote == TXO_REMOTE_NONE &&
+           step_batches(&r->def->steps[i]);
 }
 
 struct batch_step_tx {
     struct batch_saga *b;
     const size_t *pick; /* the batch: indexes into b */
     size_t m;
-    size_t i;    /* the step */
-    bool finish; /* the sagas' last step: they complete with it */
+    size_t i;                     /* the step */
+    bool finish;                  /* the sagas' last step: they complete with it */
+    enum txo_step_status from;    /* PENDING, or RUNNING when the batch's calls recorded it */
+    enum txo_remote_state remote; /* the remote state recorded with COMPLETED */
     /* out, reset per attempt */
     int *outcome;
     size_t *done; /* the sagas whose outcome is 0 */
@@ -1444,9 +1483,10 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         make_ctx(r, t->i, 1, false, NULL, &ctx[k]);
         cp[k] = &ctx[k];
         t->outcome[k] = 0;
-        /* Checked before anything is written: PENDING -> RUNNING -> COMPLETED (and the
+        /* Checked before anything is written: (PENDING ->) RUNNING -> COMPLETED (and the
          * saga's COMPLETED) are the single path's moves, made here in one go. */
-        rc = txo__step_check_move(r->id, order, TXO_STEP_PENDING, TXO_STEP_RUNNING, err);
+        if (t->from != TXO_STEP_RUNNING)
+            rc = txo__step_check_move(r->id, order, t->from, TXO_STEP_RUNNING, err);
         if (rc == 0)
             rc = txo__step_check_move(r->id, order, TXO_STEP_RUNNING, TXO_STEP_COMPLETED, err);
         if (rc == 0 && t->finish)
@@ -1488,14 +1528,16 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
                            sd->name, (unsigned long long)affected, r0->owner);
     if (rc != 0)
         goto out;
+    /* The try is counted here unless the batch's call counted it. */
     struct txo_param steps[] = {txo_p_str(txo_step_status_name(TXO_STEP_COMPLETED)),
-                                txo_p_i64(order),
-                                txo_p_str(txo_step_status_name(TXO_STEP_PENDING))};
+                                txo_p_i64(t->from == TXO_STEP_PENDING ? 1 : 0),
+                                txo_p_str(txo_remote_state_name(t->remote)), txo_p_i64(order),
+                                txo_p_str(txo_step_status_name(t->from))};
     rc = batch_exec(tx, SAGA_SQL_STEPS_DONE_MANY, steps, TXO_ARRAY_LEN(steps), b, t->done,
                     t->n_done, &affected, err);
     if (rc == 0 && affected != t->n_done)
-        rc = txo_error_set(err, TXO_ESTATE, "saga batch at step %s: %llu of %zu steps PENDING",
-                           sd->name, (unsigned long long)affected, t->n_done);
+        rc = txo_error_set(err, TXO_ESTATE, "saga batch at step %s: %llu of %zu steps %s", sd->name,
+                           (unsigned long long)affected, t->n_done, txo_step_status_name(t->from));
     for (size_t k = 0; rc == 0 && t->finish && k < t->n_done; k++)
         rc = call_hook(tx, &b[t->done[k]].r, r0->def->on_completed, TXO_SAGA_COMPLETED, err);
 out:
@@ -1504,12 +1546,14 @@ out:
     return rc;
 }
 
-/* One batch of step i over b[pick[0..m)]: the sagas it completes move on, the others leave the
- * batches (they run the single way). */
-static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, size_t i)
+/* The local part of a batch of step i over b[pick[0..m)], whose steps are in `from` (and
+ * whose calls, when the step has a remote part, were done): the sagas it completes move on,
+ * the others leave the batches (they run the single way). */
+static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, size_t i,
+                           enum txo_step_status from, enum txo_remote_state remote)
 {
     const struct run *r0 = &b[pick[0]].r;
-    struct batch_step_tx t = {.b = b, .pick = pick, .m = m, .i = i};
+    struct batch_step_tx t = {.b = b, .pick = pick, .m = m, .i = i, .from = from, .remote = remote};
     t.finish = i + 1 == r0->def->n_steps;
     t.outcome = txo_calloc(m, sizeof(*t.outcome));
     t.done = txo_calloc(m, sizeof(*t.done));
@@ -1531,6 +1575,7 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
         for (size_t k = 0; k < t.n_done; k++) {
             struct run *r = &b[t.done[k]].r;
             r->steps[i].status = TXO_STEP_COMPLETED;
+            r->steps[i].remote = remote;
             if (t.finish)
                 r->status = TXO_SAGA_COMPLETED;
         }
@@ -1542,10 +1587,192 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
     txo_free(t.done);
 }
 
+/* Phase (a) of a batch's remote step: the guards, then every call that may go ahead recorded
+ * (RUNNING, CALLING, its key), fenced by the leases. */
+struct batch_call_tx {
+    struct batch_saga *b;
+    const size_t *pick; /* the batch: indexes into b */
+    size_t m;
+    size_t i;
+    const struct txo_saga_ctx *const *ctx; /* per pick, with the calls' keys */
+    /* out, reset per attempt */
+    int *refused; /* per pick: the guard's code, 0 when the call may be made */
+    size_t *in;   /* the sagas whose call is recorded (indexes into b) */
+    size_t n_in;
+};
+
+static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct batch_call_tx *t = arg;
+    struct batch_saga *b = t->b;
+    const struct run *r0 = &b[t->pick[0]].r;
+    const struct txo_saga_step_def *sd = &r0->def->steps[t->i];
+    unsigned order = (unsigned)t->i + 1;
+    int rc = 0;
+    t->n_in = 0;
+    memset(t->refused, 0, t->m * sizeof(*t->refused));
+    if (sd->guard_batch != NULL) {
+        txo_error_init(err);
+        rc = sd->guard_batch(tx, t->ctx, t->m, t->refused, err);
+        if (rc > 0)
+            rc = txo_error_set(err, TXO_EINVAL, "%s: batch guard returned %d (not a TXO_E* code)",
+                               sd->name, rc);
+        if (rc != 0)
+            return rc;
+    } else if (sd->guard != NULL) {
+        for (size_t k = 0; k < t->m; k++) {
+            struct txo_error gerr;
+            txo_error_init(&gerr);
+            int g = sd->guard(tx, t->ctx[k], &gerr);
+            if (g != 0 && (g > 0 || txo_err_is_transient(g))) {
+                /* Not the guard's verdict (a deadlock, the server gone): the whole batch
+                 * runs the single way, which meets it again. */
+                if (err != NULL)
+                    *err = gerr;
+                return g > 0 ? txo_error_set(err, TXO_EINVAL, "%s: guard returned %d", sd->name, g)
+                             : g;
+            }
+            t->refused[k] = g;
+        }
+    }
+    for (size_t k = 0; k < t->m; k++) {
+        if (t->refused[k] != 0)
+            continue;
+        rc = txo__step_check_move(b[t->pick[k]].r.id, order, TXO_STEP_PENDING, TXO_STEP_RUNNING,
+                                  err);
+        if (rc != 0)
+            return rc;
+        t->in[t->n_in++] = t->pick[k];
+    }
+    if (t->n_in == 0)
+        return 0;
+    uint64_t affected = 0;
+    struct txo_param lead[] = {txo_p_i64(r0->opts.lease_s), txo_p_str(r0->owner),
+                               txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING))};
+    rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, t->in, t->n_in,
+                    &affected, err);
+    if (rc == 0 && affected != t->n_in)
+        rc = txo_error_set(err, TXO_ELEASELOST,
+                           "saga batch of %zu calling %s: %llu still owned by %s", t->n_in,
+                           sd->name, (unsigned long long)affected, r0->owner);
+    if (rc != 0)
+        return rc;
+    char suffix[32];
+    key_suffix(t->i, false, suffix, sizeof(suffix));
+    struct txo_param steps[] = {txo_p_str(txo_step_status_name(TXO_STEP_RUNNING)),
+                                txo_p_str(txo_remote_state_name(TXO_REMOTE_CALLING)),
+                                txo_p_str(suffix), txo_p_i64(order),
+                                txo_p_str(txo_step_status_name(TXO_STEP_PENDING))};
+    rc = batch_exec(tx, SAGA_SQL_STEPS_CALL_MANY, steps, TXO_ARRAY_LEN(steps), b, t->in, t->n_in,
+                    &affected, err);
+    if (rc == 0 && affected != t->n_in)
+        rc = txo_error_set(err, TXO_ESTATE, "saga batch calling %s: %llu of %zu steps PENDING",
+                           sd->name, (unsigned long long)affected, t->n_in);
+    return rc;
+}
+
+/*
+ * A batch of step i (with a remote part) over b[pick[0..m)]: phase (a) for all of them in one
+ * transaction, the calls made together with nothing locked, then the local part of the sagas
+ * whose call was done in one transaction (run_batch_step). A saga whose guard refused, or
+ * whose call did not return "done", leaves the batches: a failed call is recorded the single
+ * path's way (tried again on its own, failed, or maybe done and then compensated).
+ */
+static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size_t m, size_t i)
+{
+    const struct run *r0 = &b[pick[0]].r;
+    const struct txo_saga_step_def *sd = &r0->def->steps[i];
+    struct txo_saga_ctx *ctx = txo_calloc(m, sizeof(*ctx));
+    const struct txo_saga_ctx **cp = txo_calloc(m, sizeof(*cp));
+    int *refused = txo_calloc(m, sizeof(*refused));
+    size_t *in = txo_calloc(m, sizeof(*in));
+    size_t *done = txo_calloc(m, sizeof(*done));
+    int *rcs = txo_calloc(m, sizeof(*rcs));
+    struct txo_error *errs = txo_calloc(m, sizeof(*errs));
+    struct txo_error err;
+    txo_error_init(&err);
+    size_t n_in = 0, n_done = 0;
+    int rc = 0;
+    if (ctx == NULL || cp == NULL || refused == NULL || in == NULL || done == NULL || rcs == NULL ||
+        errs == NULL) {
+        rc = txo_error_set(&err, TXO_ENOMEM, "saga batch of %zu: out of memory", m);
+    } else {
+        for (size_t k = 0; k < m; k++) {
+            struct batch_saga *bs = &b[pick[k]];
+            call_key(&bs->r, i, false, bs->key);
+            make_ctx(&bs->r, i, 1, false, bs->key, &ctx[k]);
+            cp[k] = &ctx[k];
+        }
+        struct batch_call_tx t = {
+            .b = b, .pick = pick, .m = m, .i = i, .ctx = cp, .refused = refused, .in = in};
+        rc = txo_db_transact(r0->db, TXO_ISO_READ_COMMITTED, batch_call_fn, &t, &err);
+        n_in = t.n_in;
+    }
+    if (rc != 0) {
+        TXO_LOG(txo_err_is_transient(rc) ? TXO_LOG_INFO : TXO_LOG_WARN, "saga",
+                "saga batch could not record its calls, its sagas run one by one step=%s "
+                "sagas=%zu code=%s error=\"%s\"",
+                sd->name, m, txo_err_name(rc), err.msg);
+        for (size_t k = 0; k < m; k++)
+            b[pick[k]].single = true;
+        goto out;
+    }
+    for (size_t k = 0; k < m; k++)
+        if (refused[k] != 0)
+            b[pick[k]].single = true; /* its own run meets the guard and records why */
+    for (size_t k = 0; k < n_in; k++) {
+        struct batch_saga *bs = &b[in[k]];
+        bs->r.steps[i].status = TXO_STEP_RUNNING;
+        bs->r.steps[i].remote = TXO_REMOTE_CALLING;
+        make_ctx(&bs->r, i, 1, false, bs->key, &ctx[k]);
+        cp[k] = &ctx[k];
+        txo_error_init(&errs[k]);
+    }
+    if (n_in > 0) {
+        sd->remote_batch(cp, n_in, rcs, errs);
+        txo_crash_point("saga.batch.after_call");
+    }
+    for (size_t k = 0; k < n_in; k++) {
+        struct batch_saga *bs = &b[in[k]];
+        struct run *r = &bs->r;
+        int crc = rcs[k];
+        if (crc > 0)
+            crc = txo_error_set(&errs[k], TXO_EINVAL, "%s: remote part returned %d", sd->name, crc);
+        r->steps[i].remote = after_call(TXO_REMOTE_CALLING, crc);
+        if (crc == 0) {
+            done[n_done++] = in[k];
+            continue;
+        }
+        bs->single = true;
+        r->steps[i].batch_tries = 1;
+        bool stop = false;
+        struct txo_error e;
+        txo_error_init(&e);
+        if (settle_failed_try(r, i, false, 1, true, r->steps[i].remote, true, crc, &errs[k], false,
+                              &stop, &e) != 0)
+            TXO_LOG(TXO_LOG_INFO, "saga",
+                    "saga batch could not record a failed call, its own run does saga_id=%s "
+                    "step=%s error=\"%s\"",
+                    r->id, sd->name, e.msg);
+    }
+    TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch calls made step=%s sagas=%zu called=%zu done=%zu",
+            sd->name, m, n_in, n_done);
+    if (n_done > 0)
+        run_batch_step(b, done, n_done, i, TXO_STEP_RUNNING, TXO_REMOTE_DONE);
+out:
+    txo_free(ctx);
+    txo_free(cp);
+    txo_free(refused);
+    txo_free(in);
+    txo_free(done);
+    txo_free(rcs);
+    txo_free(errs);
+}
+
 bool txo_saga_def_batches(const struct txo_saga_def *def)
 {
     for (size_t i = 0; def != NULL && i < def->n_steps; i++)
-        if (def->steps[i].action_batch != NULL && def->steps[i].remote == NULL)
+        if (step_batches(&def->steps[i]))
             return true;
     return false;
 }
@@ -1600,7 +1827,10 @@ int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const 
         for (size_t k = 0; k < n; k++)
             if (batchable(&b[k], step))
                 pick[m++] = k;
-        run_batch_step(b, pick, m, step);
+        if (def->steps[step].remote != NULL)
+            run_remote_batch_step(b, pick, m, step);
+        else
+            run_batch_step(b, pick, m, step, TXO_STEP_PENDING, TXO_REMOTE_NONE);
     }
     /* What is left, the single way: sagas out of the batches, steps without a batch form,
      * compensation, and the sagas whose lease the batch did not take (drive() tells why). */

@@ -239,11 +239,22 @@
     "NULL "                                                                                        \
     "WHERE owner = ? AND status = ? AND id IN "
 
-/* One step of every saga of a batch to its done status, one attempt more. Params: new status,
- * step_order, expected status, ids. Locks: those step rows (X), under the instance locks of
- * SAGA_SQL_RENEW_MANY / SAGA_SQL_FINISH_MANY. */
+/* One step of every saga of a batch to its done status with its remote state, attempts + the
+ * increment (1, or 0 when the batch's call counted the try). Params: new status, increment,
+ * remote_state, step_order, expected status, ids. Index: uq_saga_step (saga_id, step_order),
+ * point lookups. Locks: those step rows (X), under the instance locks of SAGA_SQL_RENEW_MANY /
+ * SAGA_SQL_FINISH_MANY. */
 #define SAGA_SQL_STEPS_DONE_MANY                                                                   \
-    "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + 1 "        \
+    "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + ?, "       \
+    "remote_state = ? WHERE step_order = ? AND status = ? AND saga_id IN "
+
+/* Phase (a) of a batch's remote step: every call recorded as made (SAGA_SQL_STEP_BEGIN_CALL
+ * for the batch), its idempotency key being the saga id + a suffix common to the batch.
+ * Params: new status, remote_state, key suffix, step_order, expected status, ids. Index and
+ * locks: as SAGA_SQL_STEPS_DONE_MANY, under SAGA_SQL_RENEW_MANY's fence. */
+#define SAGA_SQL_STEPS_CALL_MANY                                                                   \
+    "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + 1, "       \
+    "remote_state = ?, remote_key = CONCAT(saga_id, ?) "                                           \
     "WHERE step_order = ? AND status = ? AND saga_id IN "
 
 /* ---- saga_query.c: inspection and the workers' polls ---- */
@@ -324,6 +335,7 @@
     X(SAGA_SQL_MOVE_RELEASE, saga, BOUND, BOUND)                                                   \
     X(SAGA_SQL_FINISH_MANY, saga, BOUND, BOUND)                                                    \
     X(SAGA_SQL_STEPS_DONE_MANY, step, BOUND, BOUND)                                                \
+    X(SAGA_SQL_STEPS_CALL_MANY, step, BOUND, BOUND)                                                \
     X(SAGA_SQL_STEP_DONE_FINISH, saga, BOUND, BOUND)                                               \
     X(SAGA_SQL_STEP_MOVE, step, BOUND, BOUND)                                                      \
     X(SAGA_SQL_STEP_BEGIN_CALL, step, BOUND, BOUND)                                                \
