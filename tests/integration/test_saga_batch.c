@@ -14,19 +14,18 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdlib.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include <cmocka.h>
 
 #include "orders.h"
 #include "testclock.h"
 #include "testdb.h"
+#include "testsagabatch.h"
 #include "testserver.h"
 
 #define BATCH 50
@@ -42,21 +41,13 @@ struct fixture {
     enum txo_saga_status finals[2 * BATCH];
 };
 
-static void set_stock(struct txo_db *db, const char *sku, int32_t qty)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(db, sku, qty, &err) != 0)
-        fail_msg("orders_set_inventory %s: %s", sku, err.msg);
-}
-
 static int setup(void **state)
 {
     struct fixture *f = txo_calloc(1, sizeof(*f));
     testdb_setup(&f->t, "sagabatch");
-    set_stock(f->t.db, "iphone-15", 1000);
-    set_stock(f->t.db, "airpods", 1000);
-    set_stock(f->t.db, "case", 5);
+    testsagabatch_set_stock(f->t.db, "iphone-15", 1000);
+    testsagabatch_set_stock(f->t.db, "airpods", 1000);
+    testsagabatch_set_stock(f->t.db, "case", 5);
     testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.clock = &f->clock.clock;
@@ -83,17 +74,7 @@ static int64_t count(struct txo_db *db, const char *sql)
 static void create(struct fixture *f, struct txo_db *db, size_t k, const char *sku,
                    bool with_airpods)
 {
-    struct order_item items[2] = {{.sku = sku, .qty = 1, .price_cents = 1000},
-                                  {.sku = "airpods", .qty = 2, .price_cents = 500}};
-    struct txo_error err;
-    txo_error_init(&err);
-    bool created = false;
-    if (orders_create(db, 100 + (int64_t)k, items, with_airpods ? 2 : 1, &f->order_ids[k], &err) !=
-        0)
-        fail_msg("orders_create: %s", err.msg);
-    if (orders_start_saga(db, f->order_ids[k], f->saga_ids[k], &created, &err) != 0)
-        fail_msg("orders_start_saga: %s", err.msg);
-    assert_true(created);
+    testsagabatch_create(db, 100 + (int64_t)k, sku, with_airpods, &f->order_ids[k], f->saga_ids[k]);
     f->ids[k] = f->saga_ids[k];
 }
 
@@ -101,59 +82,17 @@ static void create(struct fixture *f, struct txo_db *db, size_t k, const char *s
 static void run_batch(struct fixture *f, struct txo_db *db, size_t first, size_t n,
                       const struct order_faults *faults)
 {
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_run_saga_batch(db, &f->ids[first], n, faults, &f->opts, &f->rcs[first],
-                              &f->finals[first], &err) != 0)
-        fail_msg("orders_run_saga_batch: %s", err.msg);
-    for (size_t k = first; k < first + n; k++)
-        if (f->rcs[k] != 0)
-            fail_msg("saga %s of the batch: %s", f->ids[k], txo_err_name(f->rcs[k]));
-}
-
-/* The statements this connection has sent so far (Questions counts every one, prepared
- * executions included). */
-static int64_t statements(struct txo_db *db)
-{
-    return testdb_i64(db,
-                      "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
-                      "WHERE VARIABLE_NAME = 'QUESTIONS'",
-                      NULL, 0);
+    testsagabatch_run(db, &f->ids[first], n, faults, &f->opts, &f->rcs[first], &f->finals[first]);
 }
 
 static const char *const skus[] = {"iphone-15", "airpods", "case"};
 
-static void assert_invariants(struct txo_db *db, const int32_t *initial)
-{
-    for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++) {
-        struct txo_param p = txo_p_str(skus[i]);
-        int64_t available = testdb_i64(db, "SELECT available FROM inventory WHERE sku = ?", &p, 1);
-        int64_t reserved = testdb_i64(db, "SELECT reserved FROM inventory WHERE sku = ?", &p, 1);
-        int64_t held = testdb_i64(db,
-                                  "SELECT COALESCE(SUM(qty), 0) FROM inventory_reservations "
-                                  "WHERE sku = ? AND status = 'RESERVED'",
-                                  &p, 1);
-        int64_t confirmed = testdb_i64(db,
-                                       "SELECT COALESCE(SUM(i.qty), 0) FROM order_items i "
-                                       "JOIN orders o ON o.id = i.order_id "
-                                       "WHERE i.sku = ? AND o.status = 'CONFIRMED'",
-                                       &p, 1);
-        if (available + reserved != initial[i] || available < 0 || reserved != held ||
-            reserved != confirmed)
-            fail_msg("sku %s: available %lld reserved %lld (reservations %lld, confirmed %lld), "
-                     "started with %d",
-                     skus[i], (long long)available, (long long)reserved, (long long)held,
-                     (long long)confirmed, initial[i]);
-    }
-    assert_int_equal(count(db, "SELECT COUNT(*) FROM (SELECT order_id FROM payments "
-                               "GROUP BY order_id HAVING COUNT(*) > 1) x"),
-                     0);
-    assert_int_equal(count(db, "SELECT COUNT(*) FROM (SELECT order_id FROM shipments "
-                               "GROUP BY order_id HAVING COUNT(*) > 1) x"),
-                     0);
-}
-
 static const int32_t initial_stock[] = {1000, 1000, 5};
+
+static void assert_invariants(struct txo_db *db)
+{
+    testsagabatch_assert_invariants(db, skus, initial_stock, TXO_ARRAY_LEN(skus));
+}
 
 /* ---- tests ---- */
 
@@ -165,9 +104,10 @@ static void test_batch_of_50_completes(void **state)
     struct fixture *f = *state;
     for (size_t k = 0; k < BATCH; k++)
         create(f, f->t.db, k, "iphone-15", k % 2 == 0);
-    int64_t before = statements(f->t.db);
+    int64_t before = testsagabatch_statements(f->t.db);
     run_batch(f, f->t.db, 0, BATCH, NULL);
-    int64_t used = statements(f->t.db) - before - 1; /* minus the counting query itself */
+    /* Minus the counting query itself. */
+    int64_t used = testsagabatch_statements(f->t.db) - before - 1;
     for (size_t k = 0; k < BATCH; k++)
         assert_int_equal(f->finals[k], TXO_SAGA_COMPLETED);
     assert_int_equal(count(f->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
@@ -193,7 +133,7 @@ static void test_batch_of_50_completes(void **state)
      * it is ~13 per saga (650 here). */
     print_message("a batch of %d sagas took %lld statements\n", BATCH, (long long)used);
     assert_true(used <= 40);
-    assert_invariants(f->t.db, initial_stock);
+    assert_invariants(f->t.db);
 }
 
 /* Scarce stock: 12 orders for the 5 cases there are. The first five in batch order commit;
@@ -214,7 +154,7 @@ static void test_scarce_stock_fails_only_the_orders_that_do_not_fit(void **state
                      7);
     assert_int_equal(count(f->t.db, "SELECT available FROM inventory WHERE sku = 'case'"), 0);
     assert_int_equal(count(f->t.db, "SELECT COUNT(*) FROM payments"), 5);
-    assert_invariants(f->t.db, initial_stock);
+    assert_invariants(f->t.db);
 }
 
 /* An order cancelled by its customer while its saga waits in the batch: the batch reserves
@@ -239,7 +179,7 @@ static void test_cancelled_order_in_a_batch_is_compensated(void **state)
                      1);
     assert_int_equal(
         testdb_i64(f->t.db, "SELECT COUNT(*) FROM shipments WHERE order_id = ?", &p, 1), 0);
-    assert_invariants(f->t.db, initial_stock);
+    assert_invariants(f->t.db);
 }
 
 /* Injected faults are the single path's business: with a declined card every saga of the
@@ -261,7 +201,7 @@ static void test_faults_take_the_single_path(void **state)
     assert_int_equal(count(f->t.db, "SELECT COUNT(*) FROM inventory_reservations "
                                     "WHERE status = 'RELEASED'"),
                      6);
-    assert_invariants(f->t.db, initial_stock);
+    assert_invariants(f->t.db);
 }
 
 /* A poison saga whose rows make a batch statement fail (here its PaymentCharged event is in
@@ -294,7 +234,7 @@ static void test_a_poison_saga_fails_its_batch_not_the_others(void **state)
     assert_int_equal(count(f->t.db, "SELECT COUNT(*) FROM outbox_events "
                                     "WHERE event_type = 'PaymentCharged'"),
                      5);
-    assert_invariants(f->t.db, initial_stock);
+    assert_invariants(f->t.db);
 }
 
 /* A saga another live worker holds is left to it; the rest of the batch runs. */
@@ -415,17 +355,12 @@ static void test_a_batch_locks_only_its_rows(void **state)
     (void)state;
     struct fixture *f = txo_calloc(1, sizeof(*f));
     struct txo_db_opts o;
-    testserver_opts(&server, &o);
+    struct txo_db *db = testsagabatch_open(&server, "sagabatch_locks", &o);
     struct txo_error err;
     txo_error_init(&err);
-    struct txo_db *db = NULL;
-    assert_int_equal(txo_db_open(&o, &db, &err), 0);
-    unsigned applied = 0, total = 0;
-    if (orders_migrate(db, &applied, &total, &err) != 0)
-        fail_msg("orders_migrate: %s", err.msg);
-    set_stock(db, "iphone-15", 1000);
-    set_stock(db, "airpods", 1000);
-    set_stock(db, "case", 1000);
+    testsagabatch_set_stock(db, "iphone-15", 1000);
+    testsagabatch_set_stock(db, "airpods", 1000);
+    testsagabatch_set_stock(db, "case", 1000);
     txo_saga_opts_init(&f->opts);
     for (size_t k = 0; k < BATCH + 10; k++)
         create(f, db, k, k < BATCH ? "iphone-15" : "case", k < BATCH);
@@ -445,16 +380,15 @@ static void test_a_batch_locks_only_its_rows(void **state)
     struct txo_db *probe = NULL, *batch_db = NULL;
     /* The step rows are locked in saga id order (uq_saga_step): hold the last one, so the
      * batch has locked every other row it needs when it waits. */
-    size_t last = 0;
-    for (size_t k = 1; k < BATCH; k++)
-        if (strcmp(f->saga_ids[k], f->saga_ids[last]) > 0)
-            last = k;
+    size_t last = testsagabatch_last_saga(f->ids, BATCH);
     struct holder h = {.saga_id = f->saga_ids[last]};
     atomic_init(&h.locked, false);
     atomic_init(&h.release, false);
     assert_int_equal(txo_db_open(&o, &h.db, &err), 0);
     assert_int_equal(txo_db_open(&o, &probe, &err), 0);
     assert_int_equal(txo_db_open(&o, &batch_db, &err), 0);
+    int64_t holder_conn = testsagabatch_connection_id(h.db);
+    int64_t batch_conn = testsagabatch_connection_id(batch_db);
     pthread_t holder_tid, tid;
     assert_int_equal(pthread_create(&holder_tid, NULL, holder_main, &h), 0);
     while (!atomic_load(&h.locked))
@@ -463,19 +397,13 @@ static void test_a_batch_locks_only_its_rows(void **state)
     struct batch_thread bt = {.f = f, .db = batch_db};
     assert_int_equal(pthread_create(&tid, NULL, batch_main, &bt), 0);
     /* Wait until the batch's transaction waits for the holder's lock. */
-    int64_t locked = -1;
-    for (int i = 0; i < 200 && locked < 0; i++) {
-        txo_sleep_ms(50);
-        char *v = testdb_str(probe,
-                             "SELECT trx_rows_locked FROM information_schema.INNODB_TRX "
-                             "WHERE trx_state = 'LOCK WAIT'",
-                             NULL, 0);
-        if (v != NULL)
-            locked = strtoll(v, NULL, 10);
-        txo_free(v);
-    }
-    if (locked < 0)
+    int64_t locked = testsagabatch_wait_lock(probe, batch_conn, holder_conn, 10000, NULL, 0);
+    if (locked < 0) {
+        atomic_store(&h.release, true);
+        pthread_join(holder_tid, NULL);
+        pthread_join(tid, NULL);
         fail_msg("the batch never waited for the held step row");
+    }
     print_message("the ReserveStock batch of %d sagas locks %lld rows\n", BATCH, (long long)locked);
     /* Its 50 instances (lease renewal), 49 steps (the 50th is the one it waits for), its 2
      * SKUs and the 50 reservations it inserted: 151. Never the other batch's 10 sagas on top
