@@ -11,6 +11,8 @@
  *     a deadlock that happens anyway must have been retried).
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,6 +140,89 @@ static void assert_each_once(struct txo_db *db, int64_t n, const char *const *sk
 
 /* ---- a batch as the victim of a deadlock ---- */
 
+/*
+ * The second transaction, on its own connection and thread, one step at a time as the test
+ * says (phase): it must stay open between the steps, so it runs in txo_db_transact.
+ */
+enum opponent_phase {
+    OPP_START,
+    OPP_HOLDING,  /* heavy, and holding the step row */
+    OPP_LOCK_SKU, /* told to ask for the SKU row */
+    OPP_SKU_DONE, /* that lock returned (lock_rc) */
+    OPP_FINISH,   /* told to commit (or roll back after a failed lock) */
+};
+
+struct opponent {
+    struct txo_db *db;
+    const char *step_saga; /* the saga whose step 1 row it holds */
+    const char *sku;       /* the SKU row it asks for */
+    atomic_int phase;
+    bool tried; /* run once: a retry by txo_db_transact would only blur the test */
+    int lock_rc;
+    struct txo_error lock_err;
+    int rc; /* the transaction's */
+};
+
+/* Waits until the test moved the phase to at least `phase`. */
+static void opponent_wait(struct opponent *o, int phase)
+{
+    while (atomic_load(&o->phase) < phase)
+        txo_sleep_ms(5);
+}
+
+static int opponent_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct opponent *o = arg;
+    if (o->tried)
+        return txo_error_set(err, TXO_ECANCELED, "the second transaction runs once");
+    o->tried = true;
+    int rc = txo_tx_exec(tx, "UPDATE weight SET n = n + 1", NULL, 0, NULL, err);
+    struct txo_param step[] = {txo_p_str(o->step_saga)};
+    struct txo_rows *rows = NULL;
+    if (rc == 0)
+        rc = txo_tx_query(tx,
+                          "SELECT status FROM saga_steps WHERE saga_id = ? AND step_order = 1 "
+                          "FOR UPDATE",
+                          step, 1, &rows, err);
+    txo_rows_free(rows);
+    rows = NULL;
+    if (rc != 0)
+        return rc;
+    atomic_store(&o->phase, OPP_HOLDING);
+    opponent_wait(o, OPP_LOCK_SKU);
+    if (atomic_load(&o->phase) == OPP_LOCK_SKU) {
+        struct txo_param sku[] = {txo_p_str(o->sku)};
+        txo_error_init(&o->lock_err);
+        o->lock_rc =
+            txo_tx_query(tx, "SELECT sku, available FROM inventory WHERE sku = ? FOR UPDATE", sku,
+                         1, &rows, &o->lock_err);
+        txo_rows_free(rows);
+        atomic_store(&o->phase, OPP_SKU_DONE);
+    }
+    opponent_wait(o, OPP_FINISH);
+    return o->lock_rc == 0 ? 0 : txo_error_set(err, TXO_ECANCELED, "roll back");
+}
+
+static void *opponent_main(void *arg)
+{
+    struct opponent *o = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    o->rc = txo_db_transact(o->db, TXO_ISO_READ_COMMITTED, opponent_fn, o, &err);
+    if (atomic_load(&o->phase) < OPP_HOLDING)
+        atomic_store(&o->phase, OPP_FINISH); /* failed before holding: do not keep the test */
+    return NULL;
+}
+
+/* Waits (30 s at most) until the second transaction reached `phase`. */
+static bool opponent_reached(struct opponent *o, int phase)
+{
+    int64_t deadline = txo_monotonic_ms() + 30000;
+    while (atomic_load(&o->phase) < phase && txo_monotonic_ms() < deadline)
+        txo_sleep_ms(5);
+    return atomic_load(&o->phase) >= phase && (phase != OPP_HOLDING || o->tried);
+}
+
 #define VICTIM 20
 
 static const char *const victim_skus[] = {"airpods", "iphone-15"};
@@ -176,18 +261,15 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
     char sql[256];
     snprintf(sql, sizeof(sql), "INSERT INTO weight SELECT seq, 0 FROM seq_1_to_%d", WEIGHT_ROWS);
     testdb_exec(db, sql);
-    /* The step row the batch locks last; the id is a UUID, safe to put in the text. */
+    /* The step row the batch locks last. */
     const char *last = ids[testsagabatch_last_saga(ids, VICTIM)];
-    assert_int_equal(strspn(last, "0123456789abcdef-"), strlen(last));
-    char lock_step[160];
-    snprintf(lock_step, sizeof(lock_step),
-             "SELECT status FROM saga_steps WHERE saga_id = '%s' AND step_order = 1 FOR UPDATE",
-             last);
 
     struct txo_error err;
     txo_error_init(&err);
-    struct txo_db *other = NULL, *probe = NULL, *batch_db = NULL;
-    assert_int_equal(txo_db_open(&o, &other, &err), 0);
+    struct txo_db *probe = NULL, *batch_db = NULL;
+    struct opponent opp = {.step_saga = last, .sku = "airpods"};
+    atomic_init(&opp.phase, OPP_START);
+    assert_int_equal(txo_db_open(&o, &opp.db, &err), 0);
     assert_int_equal(txo_db_open(&o, &probe, &err), 0);
     /* The batch waits while the test takes its steps: under a slow sanitizer run that may
      * outlast InnoDB's default 10 s, and a lock wait timeout (retried too) would blur what the
@@ -195,13 +277,15 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
     struct txo_db_opts bo = o;
     bo.lock_wait_timeout_s = 60;
     assert_int_equal(txo_db_open(&bo, &batch_db, &err), 0);
-    int64_t other_conn = testsagabatch_connection_id(other);
+    int64_t other_conn = testsagabatch_connection_id(opp.db);
     int64_t batch_conn = testsagabatch_connection_id(batch_db);
 
     /* 1. The second transaction: heavy, and holding the last step row. */
-    assert_int_equal(txo_db_exec_raw(other, "START TRANSACTION", &err), 0);
-    assert_int_equal(txo_db_exec_raw(other, "UPDATE weight SET n = n + 1", &err), 0);
-    assert_int_equal(txo_db_exec_raw(other, lock_step, &err), 0);
+    pthread_t opp_tid;
+    assert_int_equal(pthread_create(&opp_tid, NULL, opponent_main, &opp), 0);
+    const char *failure = NULL;
+    if (!opponent_reached(&opp, OPP_HOLDING))
+        failure = "the second transaction could not lock the step row";
 
     struct txo_db_stats before;
     txo_db_get_stats(&before);
@@ -217,24 +301,23 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
 
     /* 2. The batch waits for the step row in its last statement. */
     char waiting[256] = "";
-    int64_t locked =
-        testsagabatch_wait_lock(probe, batch_conn, other_conn, 30000, waiting, sizeof(waiting));
-    const char *failure = NULL;
-    int lock_rc = 0, commit_rc = 0;
     char retry_waiting[256] = "";
-    if (locked < 0) {
+    int64_t locked = -1;
+    if (failure == NULL)
+        locked =
+            testsagabatch_wait_lock(probe, batch_conn, other_conn, 30000, waiting, sizeof(waiting));
+    if (failure == NULL && locked < 0) {
         failure = "the batch never waited for the held step row";
-    } else {
+    } else if (failure == NULL) {
         print_message("the ReserveStock batch waits holding %lld row locks: %.60s\n",
                       (long long)locked, waiting);
         /* 3. The opposite order: a SKU the batch holds. The batch is the victim, so this
          * returns as soon as the batch's try is rolled back. */
-        struct txo_error lerr;
-        txo_error_init(&lerr);
-        lock_rc = txo_db_exec_raw(
-            other, "SELECT sku, available FROM inventory WHERE sku = 'airpods' FOR UPDATE", &lerr);
-        if (lock_rc != 0) {
-            print_message("the second transaction's lock: %s\n", lerr.msg);
+        atomic_store(&opp.phase, OPP_LOCK_SKU);
+        if (!opponent_reached(&opp, OPP_SKU_DONE)) {
+            failure = "the second transaction's SKU lock never returned";
+        } else if (opp.lock_rc != 0) {
+            print_message("the second transaction's lock: %s\n", opp.lock_err.msg);
             failure = "the second transaction was the deadlock's victim, not the batch";
         } else if (testsagabatch_wait_lock(probe, batch_conn, other_conn, 30000, retry_waiting,
                                            sizeof(retry_waiting)) < 0) {
@@ -242,8 +325,11 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
             failure = "the batch's transaction was not run again after the deadlock";
         }
     }
-    /* Before any assertion: the batch's thread must end. */
-    commit_rc = txo_db_exec_raw(other, lock_rc == 0 ? "COMMIT" : "ROLLBACK", &err);
+    /* Before any assertion: both threads must end (the second transaction commits when its
+     * SKU lock succeeded, and rolls back otherwise). */
+    atomic_store(&opp.phase, OPP_FINISH);
+    pthread_join(opp_tid, NULL);
+    int commit_rc = opp.rc;
     pthread_join(tid, NULL);
     if (failure != NULL)
         fail_msg("%s", failure);
@@ -278,7 +364,7 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
                      VICTIM / 2);
     txo_db_close(batch_db);
     txo_db_close(probe);
-    txo_db_close(other);
+    txo_db_close(opp.db);
     txo_db_close(db);
 }
 
