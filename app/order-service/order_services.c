@@ -4,8 +4,10 @@
  * One struct order_services holds, per service, the immutable base URL and the shared guards
  * (breaker, bulkhead, token bucket) and metric families. A session adds the per-thread HTTP
  * client. A call is one txo_retry_run() over attempt(), which passes the guards in the order
- * rate limit -> bulkhead -> breaker, so a rejected call never holds a bulkhead slot, and the
- * breaker only sees calls that really went out.
+ * rate limit -> bulkhead -> breaker (guards_enter), so a rejected call never holds a bulkhead
+ * slot, and the breaker only sees calls that really went out (guards_leave). A batch
+ * (order_service_call_many) passes the same two functions per call around one
+ * txo_http_post_json_many(), so single and batched calls are guarded and counted alike.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -242,56 +244,90 @@ static void count_rejected(const struct order_services *s, enum order_service_ki
     }
 }
 
+/*
+ * Passes the guards of kind in order, rate limit -> bulkhead -> breaker, waiting up to wait_ms
+ * for a token and for a slot. Returns 0 holding a bulkhead slot and a breaker permit, which
+ * guards_leave() gives back, or the refusal of the first guard that said no, holding nothing.
+ */
+static int guards_enter(const struct order_services *s, enum order_service_kind kind,
+                        int64_t wait_ms, struct txo_error *err)
+{
+    const struct service *sv = &s->svc[kind];
+    int rc;
+    if (sv->ratelimit != NULL) {
+        rc = txo_ratelimit_acquire(sv->ratelimit, wait_ms, err);
+        if (rc != 0) {
+            count_rejected(s, kind, "ratelimit");
+            return rc;
+        }
+    }
+    rc = txo_bulkhead_acquire(sv->bulkhead, wait_ms, err);
+    if (rc != 0) {
+        count_rejected(s, kind, "bulkhead");
+        return rc;
+    }
+    rc = txo_breaker_acquire(sv->breaker, err);
+    if (rc != 0) {
+        count_rejected(s, kind, "breaker");
+        txo_bulkhead_release(sv->bulkhead);
+        return rc;
+    }
+    return 0;
+}
+
+/* Records the outcome rc of a call that passed guards_enter() (it took total_s seconds) with
+ * the breaker and the metrics, and gives back its bulkhead slot. */
+static void guards_leave(const struct order_services *s, enum order_service_kind kind,
+                         const char *operation, int rc, double total_s)
+{
+    const struct service *sv = &s->svc[kind];
+    /* A refusal is the service working; only transient failures count against it. */
+    txo_breaker_record(sv->breaker, rc == 0 || !txo_err_is_transient(rc));
+    txo_bulkhead_release(sv->bulkhead);
+    if (s->m_duration != NULL) {
+        const char *labels[] = {service_names[kind], operation};
+        txo_metric_observe(s->m_duration, labels, total_s);
+        if (rc == TXO_ETIMEOUT)
+            txo_metric_add(s->m_timeouts, labels, 1);
+        if (rc != 0) {
+            const char *what = rc == TXO_EBUSINESS      ? "business"
+                               : rc == TXO_EUNAVAILABLE ? "unavailable"
+                               : rc == TXO_ETIMEOUT     ? "timeout"
+                                                        : "other";
+            const char *elabels[] = {service_names[kind], operation, what};
+            txo_metric_add(s->m_errors, elabels, 1);
+        }
+    }
+}
+
 static int attempt(void *arg, unsigned n, struct txo_error *err)
 {
     (void)n;
     struct call *c = arg;
     const struct order_services *s = c->session->services;
-    const struct service *sv = &s->svc[c->kind];
-    int rc;
-    if (sv->ratelimit != NULL) {
-        rc = txo_ratelimit_acquire(sv->ratelimit, s->opts.bulkhead_wait_ms, err);
-        if (rc != 0) {
-            count_rejected(s, c->kind, "ratelimit");
-            return rc;
-        }
-    }
-    rc = txo_bulkhead_acquire(sv->bulkhead, s->opts.bulkhead_wait_ms, err);
-    if (rc != 0) {
-        count_rejected(s, c->kind, "bulkhead");
+    int rc = guards_enter(s, c->kind, s->opts.bulkhead_wait_ms, err);
+    if (rc != 0)
         return rc;
-    }
-    rc = txo_breaker_acquire(sv->breaker, err);
-    if (rc != 0) {
-        count_rejected(s, c->kind, "breaker");
-        txo_bulkhead_release(sv->bulkhead);
-        return rc;
-    }
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
     rc = txo_http_post_json(c->session->client, c->url, c->key, NULL, c->body, strlen(c->body),
                             &resp, err);
-    /* A refusal is the service working; only transient failures count against it. */
-    txo_breaker_record(sv->breaker, rc == 0 || !txo_err_is_transient(rc));
-    txo_bulkhead_release(sv->bulkhead);
     if (rc == TXO_ETIMEOUT)
         c->maybe = true;
-    if (s->m_duration != NULL) {
-        const char *labels[] = {service_names[c->kind], c->operation};
-        txo_metric_observe(s->m_duration, labels, resp.total_s);
-        if (rc == TXO_ETIMEOUT)
-            txo_metric_add(s->m_timeouts, labels, 1);
-        if (rc != 0) {
-            const char *kind = rc == TXO_EBUSINESS      ? "business"
-                               : rc == TXO_EUNAVAILABLE ? "unavailable"
-                               : rc == TXO_ETIMEOUT     ? "timeout"
-                                                        : "other";
-            const char *elabels[] = {service_names[c->kind], c->operation, kind};
-            txo_metric_add(s->m_errors, elabels, 1);
-        }
-    }
+    guards_leave(s, c->kind, c->operation, rc, resp.total_s);
     txo_http_client_response_release(&resp);
     return rc;
+}
+
+/* <base URL of kind><path>, malloc'd; NULL when out of memory. */
+static char *service_url(const struct order_services *svc, enum order_service_kind kind,
+                         const char *path)
+{
+    size_t n = strlen(svc->svc[kind].base_url) + strlen(path) + 1;
+    char *url = txo_malloc(n);
+    if (url != NULL)
+        snprintf(url, n, "%s%s", svc->svc[kind].base_url, path);
+    return url;
 }
 
 int order_service_call(struct order_service_session *s, enum order_service_kind kind,
@@ -302,11 +338,9 @@ int order_service_call(struct order_service_session *s, enum order_service_kind 
     if (!order_services_remote(svc, kind))
         return txo_error_set(err, TXO_EINVAL, "no URL configured for the %s service",
                              service_names[kind]);
-    size_t n = strlen(svc->svc[kind].base_url) + strlen(path) + 1;
-    char *url = txo_malloc(n);
+    char *url = service_url(svc, kind, path);
     if (url == NULL)
         return txo_error_set(err, TXO_ENOMEM, "service URL");
-    snprintf(url, n, "%s%s", svc->svc[kind].base_url, path);
     struct call c = {.session = s,
                      .kind = kind,
                      .operation = operation,
@@ -336,4 +370,87 @@ int order_service_call(struct order_service_session *s, enum order_service_kind 
                 idempotency_key != NULL ? idempotency_key : "", txo_err_name(rc));
     txo_free(url);
     return rc;
+}
+
+/* Gives every call of reqs[0..n) the same failure (nothing was sent). */
+static void fail_all(struct order_service_req *reqs, size_t n, int code, const char *what)
+{
+    for (size_t k = 0; k < n; k++)
+        reqs[k].rc = txo_error_set(&reqs[k].err, code, "%s", what);
+}
+
+void order_service_call_many(struct order_service_session *s, enum order_service_kind kind,
+                             const char *operation, const char *path,
+                             struct order_service_req *reqs, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        reqs[k].rc = 0;
+        txo_error_init(&reqs[k].err);
+    }
+    if (n == 0)
+        return;
+    const struct order_services *svc = s->services;
+    if (!order_services_remote(svc, kind)) {
+        char what[64];
+        snprintf(what, sizeof(what), "no URL configured for the %s service", service_names[kind]);
+        fail_all(reqs, n, TXO_EINVAL, what);
+        return;
+    }
+    char *url = service_url(svc, kind, path);
+    struct txo_http_client_request *hreqs = txo_calloc(n, sizeof(*hreqs));
+    size_t *of = txo_calloc(n, sizeof(*of)); /* hreqs[j] is the call reqs[of[j]] */
+    if (url == NULL || hreqs == NULL || of == NULL) {
+        fail_all(reqs, n, TXO_ENOMEM, "external service calls: out of memory");
+        goto out;
+    }
+
+    /*
+     * Only the first call may wait for a token and a slot, as a single call does: a later one
+     * would wait holding the slots the batch already took, which is how batches deadlock on
+     * a shared bulkhead. The others take what is free now or are refused at once.
+     */
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        int64_t wait_ms = k == 0 ? svc->opts.bulkhead_wait_ms : 0;
+        reqs[k].rc = guards_enter(svc, kind, wait_ms, &reqs[k].err);
+        if (reqs[k].rc != 0)
+            continue;
+        struct txo_http_client_request *h = &hreqs[m];
+        h->url = url;
+        h->idempotency_key = reqs[k].idempotency_key;
+        h->body = reqs[k].body_json;
+        h->len = strlen(reqs[k].body_json);
+        txo_http_client_response_init(&h->resp);
+        of[m++] = k;
+    }
+
+    /* The bulkhead bounds the calls in flight, so all that passed the guards go at once. Every
+     * rc is set whatever this returns (a failed batch says so in each). */
+    struct txo_error batch_err;
+    txo_error_init(&batch_err);
+    if (m > 0 && txo_http_post_json_many(s->client, hreqs, m, NULL, 0, &batch_err) == TXO_EINVAL) {
+        /* Only for NULL arguments, never passed here; it leaves the rcs alone, and a call
+         * whose rc stayed 0 would read as done. */
+        for (size_t j = 0; j < m; j++)
+            hreqs[j].rc = txo_error_set(&hreqs[j].err, TXO_EINVAL, "%s", batch_err.msg);
+    }
+    for (size_t j = 0; j < m; j++) {
+        struct order_service_req *r = &reqs[of[j]];
+        r->rc = hreqs[j].rc;
+        if (r->rc != 0)
+            r->err = hreqs[j].err;
+        guards_leave(svc, kind, operation, r->rc, hreqs[j].resp.total_s);
+        txo_http_client_response_release(&hreqs[j].resp);
+    }
+    for (size_t k = 0; k < n; k++)
+        if (reqs[k].rc != 0)
+            TXO_LOG(TXO_LOG_DEBUG, "services",
+                    "batched call failed service=%s operation=%s key=%s code=%s",
+                    service_names[kind], operation,
+                    reqs[k].idempotency_key != NULL ? reqs[k].idempotency_key : "",
+                    txo_err_name(reqs[k].rc));
+out:
+    txo_free(of);
+    txo_free(hreqs);
+    txo_free(url);
 }

@@ -27,6 +27,7 @@
 #define TXO_ORDER_SERVICES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "txo/backoff.h"
@@ -98,5 +99,35 @@ TXO_MUST_CHECK int order_service_call(struct order_service_session *s, enum orde
                                       const char *operation, const char *path,
                                       const char *idempotency_key, const char *body_json,
                                       struct txo_error *err);
+
+/* One call of order_service_call_many(). */
+struct order_service_req {
+    const char *idempotency_key;
+    const char *body_json;
+    int rc;               /* out: as order_service_call() would return for ONE try */
+    struct txo_error err; /* out */
+};
+
+/*
+ * One try of each of n calls of the same kind and operation (all to <base url of kind><path>),
+ * made concurrently on the session's HTTP client, through the same guards as
+ * order_service_call() per call, in the same order: the rate limit, a bulkhead slot, the
+ * breaker. Only the first call waits (up to bulkhead_wait_ms, for a token and a slot) as a
+ * single call does; the others take a free token and slot or fail at once with
+ * TXO_EUNAVAILABLE ("rate limit ... exceeded", "bulkhead ... is full"), so a batch never waits
+ * holding slots. An open breaker refuses each call with TXO_EUNAVAILABLE without a request.
+ * The calls that passed are POSTed together, all in flight at once (the bulkhead bounds them).
+ *
+ * No retries: a call that failed is retried by the caller on its own (order_service_call).
+ * reqs[k].rc is 0 (2xx), TXO_EBUSINESS (refused: final), TXO_EUNAVAILABLE (did not take
+ * effect: down, 5xx, refused by a guard), TXO_ETIMEOUT (this try timed out: it may have taken
+ * effect, unlike order_service_call's TXO_EUNKNOWN this is one try's answer), or what the HTTP
+ * client returned (txo_http_post_json_many); err has the detail when rc != 0. Every rc is set
+ * on return. The breaker and the metrics see each call as for single calls. TXO_EINVAL in every
+ * rc when kind has no URL, TXO_ENOMEM in every rc when the batch cannot be set up.
+ */
+void order_service_call_many(struct order_service_session *s, enum order_service_kind kind,
+                             const char *operation, const char *path,
+                             struct order_service_req *reqs, size_t n);
 
 #endif

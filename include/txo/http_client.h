@@ -4,7 +4,7 @@
  * timeouts on every call, one kept-alive connection reused across calls, and one mapping from
  * "what went wrong" to a txo error code that says whether a retry can help.
  *
- * Error mapping (txo_http_post_json, txo_http_get):
+ * Error mapping (txo_http_post_json, txo_http_get, each request of txo_http_post_json_many):
  *
  *   outcome                                            code               resp filled
  *   2xx                                                0                  yes
@@ -27,17 +27,21 @@
  *
  * Timeouts: connect_timeout_ms bounds the TCP (and TLS) connect; timeout_ms bounds the whole
  * call, connect included, so no call ever takes longer than timeout_ms: a service that hangs
- * costs its caller timeout_ms, never more.
+ * costs its caller timeout_ms, never more. In txo_http_post_json_many the limits apply to each
+ * request from the moment it starts, so a batch with every request in flight at once ends
+ * within timeout_ms too.
  *
- * Keep-alive: a client owns one libcurl easy handle, whose connection cache keeps the
- * connection to each host open between calls; 100 calls to one service open 1 connection
- * (txo_http_client_connections counts them). A connection the server closed while idle is
+ * Keep-alive: a client owns one connection cache (a libcurl multi handle) that keeps the
+ * connections to each host open between calls, shared by single and batched calls: 100 calls
+ * to one service open 1 connection, a batch of 20 opens 20 and the next batch of 20 reuses
+ * them (txo_http_client_connections counts them). A connection the server closed while idle is
  * detected and replaced by libcurl.
  *
  * Thread-safety: a client is NOT thread-safe: use one per thread (a client may move between
  * threads when the caller synchronises). Clients in different threads are independent; the
- * process-wide libcurl initialisation runs once, on the first txo_http_client_new.
- * Signals are never used (CURLOPT_NOSIGNAL), so timeouts work in threaded programs.
+ * process-wide libcurl initialisation runs once, on the first txo_http_client_new. A batch
+ * runs in the calling thread (no thread is started). Signals are never used
+ * (CURLOPT_NOSIGNAL), so timeouts work in threaded programs.
  */
 #ifndef TXO_HTTP_CLIENT_H
 #define TXO_HTTP_CLIENT_H
@@ -105,6 +109,46 @@ TXO_API TXO_MUST_CHECK int txo_http_post_json(struct txo_http_client *c, const c
                                               const char *const *extra_headers, const char *body,
                                               size_t len, struct txo_http_client_response *resp,
                                               struct txo_error *err);
+
+/* One request of txo_http_post_json_many(): what to send, and (out) what happened. */
+struct txo_http_client_request {
+    const char *url;
+    const char *idempotency_key; /* NULL: none */
+    const char *body;
+    size_t len;
+    /* out */
+    int rc;                               /* what txo_http_post_json() would have returned */
+    struct txo_error err;                 /* its detail when rc != 0 (reset by the call) */
+    struct txo_http_client_response resp; /* initialise it like any response; may be reused */
+};
+
+/*
+ * POSTs every request of reqs[0..n), at most max_parallel (0 = all) in flight at once, on the
+ * client's own connections (kept alive between calls, as for single calls). Each request gets
+ * the same headers (extra_headers as for txo_http_post_json, sent with every request),
+ * timeouts and error mapping as txo_http_post_json() (the table at the top), in reqs[k].rc /
+ * err / resp: bad input in one request (a key with CR or LF, a bad URL, body NULL with len > 0)
+ * fails that request alone with TXO_EINVAL, and the others are still sent. Requests are
+ * started in the order of reqs; each one that ends hands its place to the next.
+ *
+ * With max_parallel >= n the whole call takes at most about timeout_ms; with fewer, up to
+ * ceil(n / max_parallel) times that. The client keeps one libcurl handle per request in
+ * flight, as many as the widest call so far, and one connection each to reuse.
+ *
+ * Returns:
+ *   0                every request has its own outcome in rc (look at each one);
+ *   TXO_EINVAL       c or reqs is NULL (n > 0): nothing sent, reqs untouched;
+ *   TXO_ENOMEM       the handles could not be made: nothing sent, every rc is TXO_ENOMEM;
+ *   TXO_EIO          libcurl's multi interface failed: every rc is set, the requests in
+ *                    flight at that moment with TXO_EUNKNOWN (they may have reached the
+ *                    service), those not started yet with TXO_EIO (not sent); when it failed
+ *                    before the first request started, nothing was sent.
+ * n == 0 returns 0 at once. err (may be NULL) has the detail of a non-zero return.
+ */
+TXO_API TXO_MUST_CHECK int txo_http_post_json_many(struct txo_http_client *c,
+                                                   struct txo_http_client_request *reqs, size_t n,
+                                                   const char *const *extra_headers,
+                                                   unsigned max_parallel, struct txo_error *err);
 
 /* GETs url (for admin calls and tests). Same results and errors as txo_http_post_json. */
 TXO_API TXO_MUST_CHECK int txo_http_get(struct txo_http_client *c, const char *url,

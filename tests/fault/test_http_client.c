@@ -14,6 +14,12 @@
  * environment variables; shutdown while a call hangs. An in-process server answering any status
  * checks the whole status-to-code table, the headers sent, the response size limit and that a URL's
  * password never reaches an error message.
+ *
+ * Batches (txo_http_post_json_many): 20 POSTs to a service that takes 300 ms each end in well
+ * under 20 x 300 ms, each key charged once, and a second batch reuses the 20 connections; one
+ * batch with a 2xx, a 402, a 422, a 503, a hang, a closed port and bad input maps each request
+ * as a single call would, sends only the valid ones and ends at timeout_ms; max_parallel 2 never
+ * has more than 2 requests at the server at once.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -563,6 +569,99 @@ static void test_keepalive_reuses_one_connection(void **state)
     txo_http_client_free(c);
 }
 
+/* ---- batches ---- */
+
+#define BATCH 20
+
+struct batch {
+    char urls[BATCH][160];
+    char keys[BATCH][32];
+    char bodies[BATCH][64];
+    struct txo_http_client_request reqs[BATCH];
+};
+
+/* n charges of orders first..first+n-1, each with its own key. */
+static void batch_of_charges(struct batch *b, const struct fake_proc *sp, int first, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        int order = first + (int)k;
+        url_of(sp, "/payments/charge", b->urls[k], sizeof(b->urls[k]));
+        snprintf(b->keys[k], sizeof(b->keys[k]), "order:%d:charge", order);
+        snprintf(b->bodies[k], sizeof(b->bodies[k]), "{\"order_id\":%d,\"amount_cents\":%d}", order,
+                 100 + order);
+        struct txo_http_client_request *r = &b->reqs[k];
+        r->url = b->urls[k];
+        r->idempotency_key = b->keys[k];
+        r->body = b->bodies[k];
+        r->len = strlen(b->bodies[k]);
+    }
+}
+
+static void batch_release(struct batch *b)
+{
+    for (size_t k = 0; k < BATCH; k++)
+        txo_http_client_response_release(&b->reqs[k].resp);
+}
+
+static void test_many_runs_concurrently_once_per_key(void **state)
+{
+    struct fake_proc *sp = *state;
+    struct txo_http_client *c = new_client(5000);
+    struct batch *b = txo_calloc(1, sizeof(*b));
+    assert_non_null(b);
+    struct txo_error err;
+    txo_error_init(&err);
+    control(sp, "{\"latency_ms\":300}");
+
+    batch_of_charges(b, sp, 2000, BATCH);
+    int64_t t0 = txo_monotonic_ms();
+    assert_int_equal(txo_http_post_json_many(c, b->reqs, BATCH, NULL, 0, &err), 0);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    for (size_t k = 0; k < BATCH; k++) {
+        if (b->reqs[k].rc != 0)
+            fail_msg("request %zu: %s", k, b->reqs[k].err.msg);
+        assert_int_equal(b->reqs[k].resp.status, 201);
+        assert_true(b->reqs[k].resp.total_s >= 0.29);
+        json_t *v = body_json(&b->reqs[k].resp);
+        assert_string_equal(str_field(v, "status"), "CHARGED");
+        json_decref(v);
+    }
+    /* One after the other they would take 6 s; at once, 300 ms and the overhead. */
+    if (elapsed >= 2000)
+        fail_msg("20 requests of 300 ms each took %lld ms", (long long)elapsed);
+    /* Each key reached the service once and was charged once. */
+    assert_int_equal(stat_of(sp, "charges"), BATCH);
+    assert_int_equal(stat_of(sp, "charge_requests"), BATCH);
+    assert_int_equal(stat_of(sp, "replays"), 0);
+    uint64_t opened = txo_http_client_connections(c);
+    assert_int_equal(opened, BATCH);
+
+    /* A second batch of the same size reuses those connections, and so does a single call. */
+    batch_of_charges(b, sp, 3000, BATCH);
+    assert_int_equal(txo_http_post_json_many(c, b->reqs, BATCH, NULL, 0, &err), 0);
+    for (size_t k = 0; k < BATCH; k++)
+        if (b->reqs[k].rc != 0)
+            fail_msg("second batch, request %zu: %s", k, b->reqs[k].err.msg);
+    assert_int_equal(txo_http_client_connections(c), opened);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    assert_int_equal(post(c, sp, "/payments/charge", "order:2000:charge",
+                          "{\"order_id\":2000,\"amount_cents\":2100}", &resp, &err),
+                     0);
+    assert_int_equal(txo_http_client_connections(c), opened);
+    assert_int_equal(stat_of(sp, "charges"), 2 * BATCH);
+    assert_int_equal(stat_of(sp, "replays"), 1);
+
+    /* Nothing to do is done at once; no client is refused. */
+    assert_int_equal(txo_http_post_json_many(c, b->reqs, 0, NULL, 0, &err), 0);
+    assert_int_equal(txo_http_post_json_many(NULL, b->reqs, 1, NULL, 0, &err), TXO_EINVAL);
+
+    txo_http_client_response_release(&resp);
+    batch_release(b);
+    txo_free(b);
+    txo_http_client_free(c);
+}
+
 /* ---- start-up flags, environment, shutdown ---- */
 
 static void test_flags_and_environment(void **state)
@@ -667,6 +766,8 @@ struct echo_server {
     char last_extra[128];
     char last_agent[128];
     char last_body[256];
+    unsigned in_flight;     /* /slow requests being answered now */
+    unsigned max_in_flight; /* the most at once */
 };
 
 static void copy_header(const struct txo_http_request *req, const char *name, char *out, size_t cap)
@@ -675,7 +776,8 @@ static void copy_header(const struct txo_http_request *req, const char *name, ch
     snprintf(out, cap, "%s", v != NULL ? v : "");
 }
 
-/* /status/NNN answers NNN with {"status":NNN,"note":"line1\nline2"}; /big answers 4000 bytes. */
+/* /status/NNN answers NNN with {"status":NNN,"note":"line1\nline2"}; /big answers 4000 bytes;
+ * /slow answers 200 after 200 ms, counting how many it answers at once. */
 static void echo_handler(void *arg, const struct txo_http_request *req,
                          struct txo_http_response *resp)
 {
@@ -702,6 +804,18 @@ static void echo_handler(void *arg, const struct txo_http_request *req,
         memset(big, 'x', 4000);
         big[4000] = '\0';
         txo_http_response_take(resp, 200, big, 4000);
+        return;
+    }
+    if (strcmp(req->path, "/slow") == 0) {
+        pthread_mutex_lock(&es->mu);
+        if (++es->in_flight > es->max_in_flight)
+            es->max_in_flight = es->in_flight;
+        pthread_mutex_unlock(&es->mu);
+        txo_sleep_ms(200);
+        pthread_mutex_lock(&es->mu);
+        es->in_flight--;
+        pthread_mutex_unlock(&es->mu);
+        (void)txo_http_response_set(resp, 200, "{\"slow\":true}");
         return;
     }
     (void)txo_http_response_set(resp, 404, "{\"error\":\"no\"}");
@@ -944,6 +1058,167 @@ static void test_closed_port_is_unavailable_fast(void **state)
     txo_http_client_free(c);
 }
 
+/* A port that accepts connections (the kernel's backlog) and never answers. Close the fd. */
+static int hanging_port(unsigned *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    socklen_t len = sizeof(a);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static unsigned echo_requests(struct echo_server *es)
+{
+    pthread_mutex_lock(&es->mu);
+    unsigned n = es->requests;
+    pthread_mutex_unlock(&es->mu);
+    return n;
+}
+
+static void test_many_maps_each_request(void **state)
+{
+    struct echo_server *es = *state;
+    struct txo_http_client *c = new_client(1000);
+    unsigned hang_port = 0;
+    int hang_fd = hanging_port(&hang_port);
+    unsigned dead_port = closed_port();
+    enum { OK, DECLINED, REFUSED, DOWN, HANG, CLOSED, BAD_KEY, BAD_URL, NO_BODY, N };
+    char urls[N][128];
+    snprintf(urls[OK], sizeof(urls[OK]), "%s/status/201", es->base);
+    snprintf(urls[DECLINED], sizeof(urls[DECLINED]), "%s/status/402", es->base);
+    snprintf(urls[REFUSED], sizeof(urls[REFUSED]), "%s/status/422", es->base);
+    snprintf(urls[DOWN], sizeof(urls[DOWN]), "%s/status/503", es->base);
+    snprintf(urls[HANG], sizeof(urls[HANG]), "http://127.0.0.1:%u/payments/charge", hang_port);
+    snprintf(urls[CLOSED], sizeof(urls[CLOSED]), "http://127.0.0.1:%u/payments/charge", dead_port);
+    snprintf(urls[BAD_KEY], sizeof(urls[BAD_KEY]), "%s/status/200", es->base);
+    snprintf(urls[BAD_URL], sizeof(urls[BAD_URL]), "ftp://127.0.0.1:%u/x", dead_port);
+    snprintf(urls[NO_BODY], sizeof(urls[NO_BODY]), "%s/status/200", es->base);
+    struct txo_http_client_request reqs[N];
+    memset(reqs, 0, sizeof(reqs));
+    for (size_t k = 0; k < N; k++) {
+        reqs[k].url = urls[k];
+        reqs[k].idempotency_key = "key-1";
+        reqs[k].body = "{}";
+        reqs[k].len = 2;
+        txo_http_client_response_init(&reqs[k].resp);
+    }
+    reqs[BAD_KEY].idempotency_key = "k\r\nX-Evil: 1";
+    reqs[NO_BODY].body = NULL;
+    unsigned before = echo_requests(es);
+
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t t0 = txo_monotonic_ms();
+    assert_int_equal(txo_http_post_json_many(c, reqs, N, NULL, 0, &err), 0);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    /* The hang costs the batch its timeout, once, not one per request. */
+    if (elapsed < 950 || elapsed >= 1800)
+        fail_msg("a batch with a 1000 ms timeout took %lld ms", (long long)elapsed);
+
+    static const struct {
+        int code;
+        long status;
+        const char *text;
+    } want[N] = {
+        [OK] = {0, 201, NULL},
+        [DECLINED] = {TXO_EBUSINESS, 402, "/status/402: HTTP 402: {\"status\":402"},
+        [REFUSED] = {TXO_EBUSINESS, 422, "/status/422: HTTP 422: {\"status\":422"},
+        [DOWN] = {TXO_EUNAVAILABLE, 503, "/status/503: HTTP 503: {\"status\":503"},
+        [HANG] = {TXO_ETIMEOUT, 0, "/payments/charge: timed out after 1000 ms"},
+        [CLOSED] = {TXO_EUNAVAILABLE, 0, "/payments/charge: cannot connect"},
+        [BAD_KEY] = {TXO_EINVAL, 0, "the Idempotency-Key contains CR or LF"},
+        [BAD_URL] = {TXO_EINVAL, 0, "POST ftp://127.0.0.1:"},
+        [NO_BODY] = {TXO_EINVAL, 0, "the body is NULL"},
+    };
+    for (size_t k = 0; k < N; k++) {
+        const struct txo_http_client_request *r = &reqs[k];
+        if (r->rc != want[k].code)
+            fail_msg("request %zu: got %s, want %s (%s)", k, txo_err_name(r->rc),
+                     txo_err_name(want[k].code), r->err.msg);
+        assert_int_equal(r->resp.status, want[k].status);
+        if (r->rc == 0) {
+            assert_int_equal(r->err.code, 0);
+            assert_non_null(r->resp.body);
+            assert_non_null(strstr(r->resp.body, "\"status\":201"));
+        } else {
+            assert_int_equal(r->err.code, r->rc);
+            if (strstr(r->err.msg, want[k].text) == NULL)
+                fail_msg("request %zu: message \"%s\" lacks \"%s\"", k, r->err.msg, want[k].text);
+        }
+    }
+    assert_int_equal(reqs[DOWN].resp.body_len, strlen(reqs[DOWN].resp.body));
+    /* Only the four valid requests to the echo server reached it. */
+    assert_int_equal(echo_requests(es) - before, 4);
+
+    /* The same requests again (responses reused), with one bad extra header for all: every
+     * request is refused alike and none is sent. */
+    const char *evil[] = {"X-Extra: a\r\nX-Evil: 1", NULL};
+    before = echo_requests(es);
+    assert_int_equal(txo_http_post_json_many(c, reqs, N, evil, 0, &err), 0);
+    for (size_t k = 0; k < N; k++) {
+        assert_int_equal(reqs[k].rc, TXO_EINVAL);
+        assert_int_equal(reqs[k].resp.status, 0);
+        assert_null(reqs[k].resp.body);
+    }
+    assert_int_equal(echo_requests(es), before);
+
+    for (size_t k = 0; k < N; k++)
+        txo_http_client_response_release(&reqs[k].resp);
+    close(hang_fd);
+    txo_http_client_free(c);
+}
+
+static void test_many_bounds_requests_in_flight(void **state)
+{
+    struct echo_server *es = *state;
+    struct txo_http_client *c = new_client(5000);
+    char url[128];
+    snprintf(url, sizeof(url), "%s/slow", es->base);
+    enum { N = 6 };
+    struct txo_http_client_request reqs[N];
+    memset(reqs, 0, sizeof(reqs));
+    char keys[N][16];
+    for (size_t k = 0; k < N; k++) {
+        snprintf(keys[k], sizeof(keys[k]), "slow-%zu", k);
+        reqs[k].url = url;
+        reqs[k].idempotency_key = keys[k];
+        reqs[k].body = "{}";
+        reqs[k].len = 2;
+    }
+    struct txo_error err;
+    txo_error_init(&err);
+    for (int round = 0; round < 2; round++) {
+        int64_t t0 = txo_monotonic_ms();
+        assert_int_equal(txo_http_post_json_many(c, reqs, N, NULL, 2, &err), 0);
+        int64_t elapsed = txo_monotonic_ms() - t0;
+        for (size_t k = 0; k < N; k++) {
+            if (reqs[k].rc != 0)
+                fail_msg("round %d, request %zu: %s", round, k, reqs[k].err.msg);
+            assert_int_equal(reqs[k].resp.status, 200);
+        }
+        /* 6 requests of 200 ms, 2 at a time: 3 rounds. */
+        if (elapsed < 580)
+            fail_msg("6 requests of 200 ms, 2 at a time, took %lld ms", (long long)elapsed);
+        pthread_mutex_lock(&es->mu);
+        unsigned most = es->max_in_flight;
+        pthread_mutex_unlock(&es->mu);
+        assert_int_equal(most, 2);
+        /* Two handles, two connections, kept for the next batch. */
+        assert_int_equal(txo_http_client_connections(c), 2);
+    }
+    for (size_t k = 0; k < N; k++)
+        txo_http_client_response_release(&reqs[k].resp);
+    txo_http_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -956,6 +1231,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hang_ends_at_the_timeout, setup_fake, teardown_fake),
         cmocka_unit_test_setup_teardown(test_keepalive_reuses_one_connection, setup_fake,
                                         teardown_fake),
+        cmocka_unit_test_setup_teardown(test_many_runs_concurrently_once_per_key, setup_fake,
+                                        teardown_fake),
         cmocka_unit_test(test_flags_and_environment),
         cmocka_unit_test(test_sigterm_releases_a_hung_call),
         cmocka_unit_test_setup_teardown(test_status_mapping, setup_echo, teardown_echo),
@@ -964,6 +1241,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_connection_closed_by_the_server,
                                         setup_echo_short_idle, teardown_echo),
         cmocka_unit_test(test_closed_port_is_unavailable_fast),
+        cmocka_unit_test_setup_teardown(test_many_maps_each_request, setup_echo, teardown_echo),
+        cmocka_unit_test_setup_teardown(test_many_bounds_requests_in_flight, setup_echo,
+                                        teardown_echo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,324 @@
+/*
+ * The order saga's external services (app/order-service/order_services.h) against a real
+ * txo-fake-services process: the batched form, order_service_call_many(), one try of n calls
+ * made at once through the same guards as single calls.
+ *
+ * What is asserted: 10 charges at once (300 ms each at the service) end in well under 10 x
+ * 300 ms, each applied once (/stats), each timed in the duration histogram; with a bulkhead of 3,
+ * exactly 3 of 10 calls reach the service and 7 fail at once with TXO_EUNAVAILABLE naming the
+ * bulkhead, and the slots are given back (the next batch gets 3 again); failures of a batch open
+ * the breaker, which then refuses every call of the next batch without a request; declines are
+ * each call's TXO_EBUSINESS and leave the breaker closed; a single retry after a batch gets the
+ * stored answer; a service without a URL is TXO_EINVAL in every rc.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "order_services.h"
+#include "testhttp.h"
+#include "testproc.h"
+#include "txo/txo.h"
+
+#define N_CALLS 10
+
+struct rig {
+    struct testproc fake;
+    unsigned port;
+    char url[64];
+};
+
+static int setup(void **state)
+{
+    struct rig *r = txo_calloc(1, sizeof(*r));
+    assert_non_null(r);
+    r->port = testproc_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", r->port);
+    snprintf(r->url, sizeof(r->url), "http://127.0.0.1:%u", r->port);
+    const char *argv[] = {testproc_fake_bin(), "--listen", listen, NULL};
+    testproc_start(&r->fake, "order_services_fake", argv, NULL);
+    if (!testproc_wait_http(r->port, "/healthz", 15000)) {
+        testproc_print_log(&r->fake, "txo-fake-services");
+        fail_msg("txo-fake-services did not answer on %s", listen);
+    }
+    *state = r;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct rig *r = *state;
+    bool clean = testproc_stop(&r->fake, 5000);
+    if (!clean)
+        testproc_print_log(&r->fake, "txo-fake-services");
+    else
+        testproc_remove_log(&r->fake);
+    txo_free(r);
+    assert_true(clean);
+    return 0;
+}
+
+/* POST /control or GET /stats on the fake service; returns the parsed body of GET. */
+static json_t *fake_call(const struct rig *r, const char *path, const char *control)
+{
+    struct txo_http_client *c = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_http_client_new(NULL, &c, &err), 0);
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    char url[128];
+    snprintf(url, sizeof(url), "%s%s", r->url, path);
+    int rc = control != NULL
+                 ? txo_http_post_json(c, url, NULL, NULL, control, strlen(control), &resp, &err)
+                 : txo_http_get(c, url, NULL, &resp, &err);
+    if (rc != 0)
+        fail_msg("%s %s: %s", control != NULL ? "POST" : "GET", path, err.msg);
+    json_error_t jerr;
+    json_t *v = json_loadb(resp.body != NULL ? resp.body : "", resp.body_len, 0, &jerr);
+    assert_true(json_is_object(v));
+    txo_http_client_response_release(&resp);
+    txo_http_client_free(c);
+    return v;
+}
+
+static void control(const struct rig *r, const char *json)
+{
+    json_decref(fake_call(r, "/control", json));
+}
+
+static int64_t stat_of(const struct rig *r, const char *field)
+{
+    json_t *v = fake_call(r, "/stats", NULL);
+    json_t *f = json_object_get(v, field);
+    if (!json_is_integer(f))
+        fail_msg("/stats has no \"%s\"", field);
+    int64_t n = json_integer_value(f);
+    json_decref(v);
+    return n;
+}
+
+static struct order_services *services(const struct rig *r, unsigned max_concurrent,
+                                       unsigned breaker_failures, struct txo_metrics *metrics)
+{
+    struct order_services_opts o;
+    order_services_opts_init(&o);
+    o.payment_url = r->url;
+    o.max_concurrent = max_concurrent;
+    o.breaker_failures = breaker_failures;
+    o.metrics = metrics;
+    struct order_services *svc = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (order_services_new(&o, &svc, &err) != 0)
+        fail_msg("order_services_new: %s", err.msg);
+    return svc;
+}
+
+static struct order_service_session *session(const struct order_services *svc)
+{
+    struct order_service_session *s = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (order_service_session_new(svc, &s, &err) != 0)
+        fail_msg("order_service_session_new: %s", err.msg);
+    return s;
+}
+
+struct charges {
+    char keys[N_CALLS][32];
+    char bodies[N_CALLS][64];
+    struct order_service_req reqs[N_CALLS];
+};
+
+/* Charges of orders first..first+N_CALLS-1, each with its own key. */
+static void charges_of(struct charges *c, int first)
+{
+    memset(c, 0, sizeof(*c));
+    for (size_t k = 0; k < N_CALLS; k++) {
+        int order = first + (int)k;
+        snprintf(c->keys[k], sizeof(c->keys[k]), "order:%d:charge", order);
+        snprintf(c->bodies[k], sizeof(c->bodies[k]), "{\"order_id\":%d,\"amount_cents\":%d}", order,
+                 500 + order);
+        c->reqs[k].idempotency_key = c->keys[k];
+        c->reqs[k].body_json = c->bodies[k];
+    }
+}
+
+static double metric(struct txo_metrics *m, const char *series)
+{
+    char *text = NULL;
+    size_t len = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_render(m, &text, &len, &err), 0);
+    double v = testhttp_metric_value(text, series);
+    txo_free(text);
+    return v;
+}
+
+static void test_batch_is_concurrent_and_applied_once(void **state)
+{
+    struct rig *r = *state;
+    struct txo_metrics *m = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_new(&m, &err), 0);
+    struct order_services *svc = services(r, 16, 5, m);
+    struct order_service_session *s = session(svc);
+    struct charges c;
+    charges_of(&c, 100);
+    control(r, "{\"latency_ms\":300}");
+
+    int64_t t0 = txo_monotonic_ms();
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
+                            N_CALLS);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    for (size_t k = 0; k < N_CALLS; k++)
+        if (c.reqs[k].rc != 0)
+            fail_msg("call %zu: %s", k, c.reqs[k].err.msg);
+    if (elapsed >= 2000)
+        fail_msg("10 calls of 300 ms each took %lld ms", (long long)elapsed);
+    assert_int_equal(stat_of(r, "charges"), N_CALLS);
+    assert_int_equal(stat_of(r, "charge_requests"), N_CALLS);
+    assert_int_equal(stat_of(r, "replays"), 0);
+    assert_true(metric(m, "txo_external_request_duration_seconds_count{service=\"payment\","
+                          "operation=\"charge\"}") == N_CALLS);
+    assert_int_equal(order_services_breaker_state(svc, ORDER_SERVICE_PAYMENT), TXO_BREAKER_CLOSED);
+
+    /* A single call (a retry of one of them) gets the stored answer: no second charge. */
+    control(r, "{\"latency_ms\":0}");
+    assert_int_equal(order_service_call(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
+                                        c.keys[3], c.bodies[3], &err),
+                     0);
+    assert_int_equal(stat_of(r, "charges"), N_CALLS);
+    assert_int_equal(stat_of(r, "replays"), 1);
+
+    /* Declines are each call's final answer and do not count against the breaker. */
+    control(r, "{\"decline_rate\":1}");
+    charges_of(&c, 200);
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
+                            N_CALLS);
+    for (size_t k = 0; k < N_CALLS; k++) {
+        assert_int_equal(c.reqs[k].rc, TXO_EBUSINESS);
+        assert_non_null(strstr(c.reqs[k].err.msg, "HTTP 402"));
+    }
+    assert_int_equal(order_services_breaker_state(svc, ORDER_SERVICE_PAYMENT), TXO_BREAKER_CLOSED);
+    assert_true(metric(m, "txo_external_request_errors_total{service=\"payment\","
+                          "operation=\"charge\",kind=\"business\"}") == N_CALLS);
+
+    /* No URL for shipments: every call is refused as a single call would be. */
+    order_service_call_many(s, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create", c.reqs,
+                            N_CALLS);
+    for (size_t k = 0; k < N_CALLS; k++) {
+        assert_int_equal(c.reqs[k].rc, TXO_EINVAL);
+        assert_non_null(strstr(c.reqs[k].err.msg, "no URL configured for the shipment service"));
+    }
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs, 0);
+
+    order_service_session_free(s);
+    order_services_free(svc);
+    txo_metrics_free(m);
+}
+
+static void test_bulkhead_admits_what_is_free(void **state)
+{
+    struct rig *r = *state;
+    struct txo_metrics *m = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_new(&m, &err), 0);
+    struct order_services *svc = services(r, 3, 5, m);
+    struct order_service_session *s = session(svc);
+    struct charges c;
+
+    for (int round = 0; round < 2; round++) {
+        charges_of(&c, 300 + round * 100);
+        int64_t before = stat_of(r, "charge_requests");
+        int64_t t0 = txo_monotonic_ms();
+        order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
+                                N_CALLS);
+        int64_t elapsed = txo_monotonic_ms() - t0;
+        size_t ok = 0, full = 0;
+        for (size_t k = 0; k < N_CALLS; k++) {
+            if (c.reqs[k].rc == 0) {
+                ok++;
+                continue;
+            }
+            if (c.reqs[k].rc != TXO_EUNAVAILABLE ||
+                strstr(c.reqs[k].err.msg, "bulkhead payment is full") == NULL)
+                fail_msg("round %d, call %zu: %s", round, k, c.reqs[k].err.msg);
+            full++;
+        }
+        /* The first three took the three slots; the others did not wait for one. */
+        assert_int_equal(ok, 3);
+        assert_int_equal(full, 7);
+        for (size_t k = 0; k < 3; k++)
+            assert_int_equal(c.reqs[k].rc, 0);
+        assert_int_equal(stat_of(r, "charge_requests") - before, 3);
+        if (elapsed >= 900)
+            fail_msg("a batch refused by the bulkhead took %lld ms (it must not wait)",
+                     (long long)elapsed);
+        /* Slots were given back: the next round gets three again. */
+    }
+    assert_true(metric(m, "txo_external_rejected_total{service=\"payment\",guard=\"bulkhead\"}") ==
+                14);
+    assert_int_equal(stat_of(r, "charges"), 6);
+
+    order_service_session_free(s);
+    order_services_free(svc);
+    txo_metrics_free(m);
+}
+
+static void test_open_breaker_refuses_without_a_request(void **state)
+{
+    struct rig *r = *state;
+    struct order_services *svc = services(r, 16, 3, NULL);
+    struct order_service_session *s = session(svc);
+    struct charges c;
+
+    /* The batch's own failures open the breaker: three 503s in one batch. */
+    control(r, "{\"fail_rate\":1}");
+    charges_of(&c, 500);
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs, 3);
+    for (size_t k = 0; k < 3; k++) {
+        assert_int_equal(c.reqs[k].rc, TXO_EUNAVAILABLE);
+        assert_non_null(strstr(c.reqs[k].err.msg, "HTTP 503"));
+    }
+    assert_int_equal(order_services_breaker_state(svc, ORDER_SERVICE_PAYMENT), TXO_BREAKER_OPEN);
+
+    control(r, "{\"fail_rate\":0}");
+    int64_t before = stat_of(r, "charge_requests");
+    charges_of(&c, 600);
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
+                            N_CALLS);
+    for (size_t k = 0; k < N_CALLS; k++) {
+        assert_int_equal(c.reqs[k].rc, TXO_EUNAVAILABLE);
+        if (strstr(c.reqs[k].err.msg, "circuit payment is open") == NULL)
+            fail_msg("call %zu: %s", k, c.reqs[k].err.msg);
+    }
+    assert_int_equal(stat_of(r, "charge_requests"), before);
+    assert_int_equal(stat_of(r, "charges"), 0);
+
+    order_service_session_free(s);
+    order_services_free(svc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_batch_is_concurrent_and_applied_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bulkhead_admits_what_is_free, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_breaker_refuses_without_a_request, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
