@@ -403,6 +403,19 @@ out:
 
 /* ---- ChargePayment / RefundPayment ---- */
 
+#define SERVICE_BODY_MAX 128
+
+/* The body of a call: {"order_id"[,"amount_cents"]} (amount_cents < 0: none). */
+static void service_body(const struct order_saga_state *st, int64_t amount_cents, char *out,
+                         size_t cap)
+{
+    if (amount_cents >= 0)
+        snprintf(out, cap, "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}", st->order_id,
+                 amount_cents);
+    else
+        snprintf(out, cap, "{\"order_id\":%" PRId64 "}", st->order_id);
+}
+
 /*
  * The remote part of a step: POSTs {"order_id"[,"amount_cents"]} to the service with the
  * engine's idempotency key (the same on every try and in every worker, so the service applies
@@ -421,12 +434,8 @@ static int call_service(const struct txo_saga_ctx *ctx, enum order_service_kind 
         return txo_error_set(err, TXO_ECONFIG, "%s: no external service session", operation);
     if (!order_services_remote(order_service_session_services(env->session), kind))
         return 0; /* this service is the in-process stand-in: nothing to call */
-    char body[128];
-    if (amount_cents >= 0)
-        snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}",
-                 st->order_id, amount_cents);
-    else
-        snprintf(body, sizeof(body), "{\"order_id\":%" PRId64 "}", st->order_id);
+    char body[SERVICE_BODY_MAX];
+    service_body(st, amount_cents, body, sizeof(body));
     return order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body, err);
 }
 
@@ -1092,6 +1101,103 @@ static int create_shipment_batch(struct txo_tx *tx, const struct txo_saga_ctx *c
     return rc;
 }
 
+/* ---- the batch forms of the remote parts (txo_saga_remote_batch_fn) and their guard ---- */
+
+/*
+ * order_still_open for many sagas with one read: an order that is no longer CREATED (or
+ * missing) is left out of the batch (its own run meets the single guard, which records why),
+ * and so is one with injected faults. Writes nothing.
+ */
+static int order_still_open_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
+                                  size_t n, int *outcome, struct txo_error *err)
+{
+    struct batch_orders o;
+    struct txo_rows *rows = NULL;
+    int rc = batch_orders_new(ctx, n, outcome, &o, err);
+    if (rc == 0)
+        rc = batch_query(tx, ORDERS_SQL_ORDER_STATUS_MANY, "", o.p, n, &rows, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        if (outcome[k] != 0)
+            continue;
+        bool open = false;
+        for (size_t row = 0; row < txo_rows_count(rows); row++) {
+            const char *id = txo_rows_str(rows, row, 0, NULL);
+            const char *status = txo_rows_str(rows, row, 1, NULL);
+            if (id != NULL && strcmp(id, o.ids[k]) == 0)
+                open = status != NULL && strcmp(status, order_status_name(ORDER_CREATED)) == 0;
+        }
+        if (!open)
+            outcome[k] = TXO_EBUSINESS;
+    }
+    txo_rows_free(rows);
+    batch_orders_free(&o);
+    return rc;
+}
+
+/*
+ * call_service for many sagas: one try of each call, all made together through the service's
+ * guards (order_service_call_many). A saga whose state is missing fails alone.
+ */
+static void call_service_batch(const struct txo_saga_ctx *const *ctx, size_t n,
+                               enum order_service_kind kind, const char *operation,
+                               const char *path, bool with_amount, int *rcs, struct txo_error *errs)
+{
+    struct order_saga_env *env = ctx[0]->user;
+    if (env == NULL || env->session == NULL) {
+        for (size_t k = 0; k < n; k++)
+            rcs[k] =
+                txo_error_set(&errs[k], TXO_ECONFIG, "%s: no external service session", operation);
+        return;
+    }
+    if (!order_services_remote(order_service_session_services(env->session), kind)) {
+        memset(rcs, 0, n * sizeof(*rcs)); /* the in-process stand-in: nothing to call */
+        return;
+    }
+    struct order_service_req *reqs = txo_calloc(n, sizeof(*reqs));
+    char(*bodies)[SERVICE_BODY_MAX] = txo_calloc(n, sizeof(*bodies));
+    size_t *of = txo_calloc(n, sizeof(*of)); /* reqs[j] is the call of ctx[of[j]] */
+    if (reqs == NULL || bodies == NULL || of == NULL) {
+        for (size_t k = 0; k < n; k++)
+            rcs[k] =
+                txo_error_set(&errs[k], TXO_ENOMEM, "%s batch of %zu: out of memory", operation, n);
+        goto out;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = state_of(ctx[k], &errs[k]);
+        rcs[k] = st != NULL ? 0 : TXO_EINVAL;
+        if (st == NULL)
+            continue;
+        service_body(st, with_amount ? st->total_cents : -1, bodies[m], sizeof(bodies[m]));
+        reqs[m].idempotency_key = ctx[k]->idempotency_key;
+        reqs[m].body_json = bodies[m];
+        of[m++] = k;
+    }
+    order_service_call_many(env->session, kind, operation, path, reqs, m);
+    for (size_t j = 0; j < m; j++) {
+        rcs[of[j]] = reqs[j].rc;
+        errs[of[j]] = reqs[j].err;
+    }
+out:
+    txo_free(reqs);
+    txo_free(bodies);
+    txo_free(of);
+}
+
+static void remote_charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                struct txo_error *errs)
+{
+    call_service_batch(ctx, n, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", true, rcs,
+                       errs);
+}
+
+static void remote_create_shipment_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                         struct txo_error *errs)
+{
+    call_service_batch(ctx, n, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create", false, rcs,
+                       errs);
+}
+
 /* With the payment and shipment services in-process (no URL configured): local steps. */
 static const struct txo_saga_step_def local_steps[] = {
     {.name = "ReserveStock",
@@ -1119,13 +1225,19 @@ static const struct txo_saga_step_def remote_steps[] = {
      .compensate = refund_payment,
      .remote = remote_charge,
      .remote_compensate = remote_refund,
-     .guard = order_still_open},
+     .guard = order_still_open,
+     .action_batch = charge_payment_batch,
+     .remote_batch = remote_charge_batch,
+     .guard_batch = order_still_open_batch},
     {.name = "CreateShipment",
      .action = create_shipment,
      .compensate = cancel_shipment,
      .remote = remote_create_shipment,
      .remote_compensate = remote_cancel_shipment,
-     .guard = order_still_open},
+     .guard = order_still_open,
+     .action_batch = create_shipment_batch,
+     .remote_batch = remote_create_shipment_batch,
+     .guard_batch = order_still_open_batch},
 };
 
 static const struct txo_saga_def order_def = {

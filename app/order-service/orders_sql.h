@@ -255,6 +255,12 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "INSERT INTO payments (order_id, amount_cents, status) VALUES "
 #define ORDERS_SQL_PAYMENT_INSERT_ROW "(?, ?, 'CHARGED')"
 
+/* The batch guard of ChargePayment / CreateShipment with remote services: which orders are
+ * still CREATED before they are charged or shipped. Index: PRIMARY. Locks: none (consistent
+ * read, like the single guard's ORDERS_SQL_ORDER_STATUS). */
+#define ORDERS_SQL_ORDER_STATUS_MANY                                                               \
+    "SELECT id, status FROM orders FORCE INDEX (PRIMARY) WHERE id IN "
+
 /* CreateShipment batch: the orders, locked (X), to see which are still CREATED. Index:
  * PRIMARY. */
 #define ORDERS_SQL_ORDER_LOCK_MANY                                                                 \
