@@ -386,7 +386,11 @@ static void test_a_batch_locks_only_its_rows(void **state)
     atomic_init(&h.release, false);
     assert_int_equal(txo_db_open(&o, &h.db, &err), 0);
     assert_int_equal(txo_db_open(&o, &probe, &err), 0);
-    assert_int_equal(txo_db_open(&o, &batch_db, &err), 0);
+    /* The batch waits while the test reads what it locks: a loaded sanitizer run can outlast
+     * the default 10 s lock wait, and a retried try would be read half-way. */
+    struct txo_db_opts bo = o;
+    bo.lock_wait_timeout_s = 60;
+    assert_int_equal(txo_db_open(&bo, &batch_db, &err), 0);
     int64_t holder_conn = testsagabatch_connection_id(h.db);
     int64_t batch_conn = testsagabatch_connection_id(batch_db);
     pthread_t holder_tid, tid;
