@@ -1446,6 +1446,36 @@ static bool batchable(const struct batch_saga *b, size_t i)
            step_batches(&r->def->steps[i]);
 }
 
+/*
+ * The fence of a batch's transaction: the sagas pick[0..m) are RUNNING and ours, and their
+ * leases are renewed, or, when `finish`, they complete and their leases are released. A count
+ * that does not match is TXO_ELEASELOST (the transaction rolls back).
+ */
+static int batch_fence(struct txo_tx *tx, const struct batch_saga *b, const size_t *pick, size_t m,
+                       bool finish, const char *step, struct txo_error *err)
+{
+    const struct run *r0 = &b[pick[0]].r;
+    const char *running = txo_saga_status_name(TXO_SAGA_RUNNING);
+    uint64_t affected = 0;
+    int rc;
+    if (finish) {
+        struct txo_param lead[] = {txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED)),
+                                   txo_p_str(r0->owner), txo_p_str(running)};
+        rc = batch_exec(tx, SAGA_SQL_FINISH_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
+                        err);
+    } else {
+        struct txo_param lead[] = {txo_p_i64(r0->opts.lease_s), txo_p_str(r0->owner),
+                                   txo_p_str(running)};
+        rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
+                        err);
+    }
+    if (rc == 0 && affected != m)
+        rc = txo_error_set(err, TXO_ELEASELOST,
+                           "saga batch of %zu at step %s: %llu still owned by %s", m, step,
+                           (unsigned long long)affected, r0->owner);
+    return rc;
+}
+
 struct batch_step_tx {
     struct batch_saga *b;
     const size_t *pick; /* the batch: indexes into b */
@@ -1509,25 +1539,10 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (t->n_done == 0)
         goto out;
     txo_crash_point("saga.batch.before_commit");
-    uint64_t affected = 0;
-    if (t->finish) {
-        struct txo_param lead[] = {txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED)),
-                                   txo_p_str(r0->owner),
-                                   txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING))};
-        rc = batch_exec(tx, SAGA_SQL_FINISH_MANY, lead, TXO_ARRAY_LEN(lead), b, t->done, t->n_done,
-                        &affected, err);
-    } else {
-        struct txo_param lead[] = {txo_p_i64(r0->opts.lease_s), txo_p_str(r0->owner),
-                                   txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING))};
-        rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, t->done, t->n_done,
-                        &affected, err);
-    }
-    if (rc == 0 && affected != t->n_done)
-        rc = txo_error_set(err, TXO_ELEASELOST,
-                           "saga batch of %zu at step %s: %llu still owned by %s", t->n_done,
-                           sd->name, (unsigned long long)affected, r0->owner);
+    rc = batch_fence(tx, b, t->done, t->n_done, t->finish, sd->name, err);
     if (rc != 0)
         goto out;
+    uint64_t affected = 0;
     /* The try is counted here unless the batch's call counted it. */
     struct txo_param steps[] = {txo_p_str(txo_step_status_name(TXO_STEP_COMPLETED)),
                                 txo_p_i64(t->from == TXO_STEP_PENDING ? 1 : 0),
@@ -1646,17 +1661,10 @@ static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     }
     if (t->n_in == 0)
         return 0;
-    uint64_t affected = 0;
-    struct txo_param lead[] = {txo_p_i64(r0->opts.lease_s), txo_p_str(r0->owner),
-                               txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING))};
-    rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, t->in, t->n_in,
-                    &affected, err);
-    if (rc == 0 && affected != t->n_in)
-        rc = txo_error_set(err, TXO_ELEASELOST,
-                           "saga batch of %zu calling %s: %llu still owned by %s", t->n_in,
-                           sd->name, (unsigned long long)affected, r0->owner);
+    rc = batch_fence(tx, b, t->in, t->n_in, false, sd->name, err);
     if (rc != 0)
         return rc;
+    uint64_t affected = 0;
     char suffix[32];
     key_suffix(t->i, false, suffix, sizeof(suffix));
     struct txo_param steps[] = {txo_p_str(txo_step_status_name(TXO_STEP_RUNNING)),
