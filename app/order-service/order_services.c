@@ -6,8 +6,10 @@
  * client. A call is one txo_retry_run() over attempt(), which passes the guards in the order
  * rate limit -> bulkhead -> breaker (guards_enter), so a rejected call never holds a bulkhead
  * slot, and the breaker only sees calls that really went out (guards_leave). A batch
- * (order_service_call_many) passes the same two functions per call around one
- * txo_http_post_json_many(), so single and batched calls are guarded and counted alike.
+ * (order_service_call_many) takes the bulkhead slots that are free (one per call at most),
+ * passes the rate limit and the breaker per call, and runs its calls through those slots with
+ * one txo_http_post_json_many(); the same guard functions count single and batched calls
+ * alike.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -244,6 +246,37 @@ static void count_rejected(const struct order_services *s, enum order_service_ki
     }
 }
 
+/* A token of kind's rate limit (waiting up to wait_ms), counted when refused. */
+static int guard_ratelimit(const struct order_services *s, enum order_service_kind kind,
+                           int64_t wait_ms, struct txo_error *err)
+{
+    const struct service *sv = &s->svc[kind];
+    int rc = sv->ratelimit != NULL ? txo_ratelimit_acquire(sv->ratelimit, wait_ms, err) : 0;
+    if (rc != 0)
+        count_rejected(s, kind, "ratelimit");
+    return rc;
+}
+
+/* A slot of kind's bulkhead (waiting up to wait_ms), counted when refused. */
+static int guard_bulkhead(const struct order_services *s, enum order_service_kind kind,
+                          int64_t wait_ms, struct txo_error *err)
+{
+    int rc = txo_bulkhead_acquire(s->svc[kind].bulkhead, wait_ms, err);
+    if (rc != 0)
+        count_rejected(s, kind, "bulkhead");
+    return rc;
+}
+
+/* A permit of kind's breaker, counted when refused. */
+static int guard_breaker(const struct order_services *s, enum order_service_kind kind,
+                         struct txo_error *err)
+{
+    int rc = txo_breaker_acquire(s->svc[kind].breaker, err);
+    if (rc != 0)
+        count_rejected(s, kind, "breaker");
+    return rc;
+}
+
 /*
  * Passes the guards of kind in order, rate limit -> bulkhead -> breaker, waiting up to wait_ms
  * for a token and for a slot. Returns 0 holding a bulkhead slot and a breaker permit, which
@@ -252,38 +285,25 @@ static void count_rejected(const struct order_services *s, enum order_service_ki
 static int guards_enter(const struct order_services *s, enum order_service_kind kind,
                         int64_t wait_ms, struct txo_error *err)
 {
-    const struct service *sv = &s->svc[kind];
-    int rc;
-    if (sv->ratelimit != NULL) {
-        rc = txo_ratelimit_acquire(sv->ratelimit, wait_ms, err);
-        if (rc != 0) {
-            count_rejected(s, kind, "ratelimit");
-            return rc;
-        }
-    }
-    rc = txo_bulkhead_acquire(sv->bulkhead, wait_ms, err);
-    if (rc != 0) {
-        count_rejected(s, kind, "bulkhead");
+    int rc = guard_ratelimit(s, kind, wait_ms, err);
+    if (rc == 0)
+        rc = guard_bulkhead(s, kind, wait_ms, err);
+    if (rc != 0)
         return rc;
-    }
-    rc = txo_breaker_acquire(sv->breaker, err);
-    if (rc != 0) {
-        count_rejected(s, kind, "breaker");
-        txo_bulkhead_release(sv->bulkhead);
-        return rc;
-    }
-    return 0;
+    rc = guard_breaker(s, kind, err);
+    if (rc != 0)
+        txo_bulkhead_release(s->svc[kind].bulkhead);
+    return rc;
 }
 
-/* Records the outcome rc of a call that passed guards_enter() (it took total_s seconds) with
- * the breaker and the metrics, and gives back its bulkhead slot. */
-static void guards_leave(const struct order_services *s, enum order_service_kind kind,
-                         const char *operation, int rc, double total_s)
+/* Records the outcome rc of a call that passed the breaker (it took total_s seconds) with the
+ * breaker and the metrics. */
+static void call_done(const struct order_services *s, enum order_service_kind kind,
+                      const char *operation, int rc, double total_s)
 {
     const struct service *sv = &s->svc[kind];
     /* A refusal is the service working; only transient failures count against it. */
     txo_breaker_record(sv->breaker, rc == 0 || !txo_err_is_transient(rc));
-    txo_bulkhead_release(sv->bulkhead);
     if (s->m_duration != NULL) {
         const char *labels[] = {service_names[kind], operation};
         txo_metric_observe(s->m_duration, labels, total_s);
@@ -298,6 +318,14 @@ static void guards_leave(const struct order_services *s, enum order_service_kind
             txo_metric_add(s->m_errors, elabels, 1);
         }
     }
+}
+
+/* call_done() for a call that passed guards_enter(), and its bulkhead slot given back. */
+static void guards_leave(const struct order_services *s, enum order_service_kind kind,
+                         const char *operation, int rc, double total_s)
+{
+    call_done(s, kind, operation, rc, total_s);
+    txo_bulkhead_release(s->svc[kind].bulkhead);
 }
 
 static int attempt(void *arg, unsigned n, struct txo_error *err)
@@ -405,14 +433,32 @@ void order_service_call_many(struct order_service_session *s, enum order_service
     }
 
     /*
-     * Only the first call may wait for a token and a slot, as a single call does: a later one
-     * would wait holding the slots the batch already took, which is how batches deadlock on
-     * a shared bulkhead. The others take what is free now or are refused at once.
+     * The batch's bulkhead slots: one per call, as many as are free, the first waiting as a
+     * single call does. Waiting for more while holding some is how batches deadlock on a
+     * shared bulkhead, so the others are taken only when free. The calls then run through
+     * the slots held (max_parallel), so the bulkhead's bound holds and no call is refused for
+     * want of a slot while the batch has one.
      */
+    size_t slots = 0;
+    int64_t wait_ms = svc->opts.bulkhead_wait_ms;
+    struct txo_error slot_err;
+    txo_error_init(&slot_err);
+    if (guard_bulkhead(svc, kind, wait_ms, &slot_err) == 0)
+        slots = 1;
+    /* More slots only make the batch faster: not finding one is no refusal (not counted). */
+    while (slots > 0 && slots < n && txo_bulkhead_acquire(svc->svc[kind].bulkhead, 0, NULL) == 0)
+        slots++;
+    if (slots == 0) {
+        fail_all(reqs, n, slot_err.code != 0 ? slot_err.code : TXO_EUNAVAILABLE, slot_err.msg);
+        goto out;
+    }
+    /* Per call, the rate limit (only the first waits for a token, for the same reason) and the
+     * breaker, in the single call's order. */
     size_t m = 0;
     for (size_t k = 0; k < n; k++) {
-        int64_t wait_ms = k == 0 ? svc->opts.bulkhead_wait_ms : 0;
-        reqs[k].rc = guards_enter(svc, kind, wait_ms, &reqs[k].err);
+        reqs[k].rc = guard_ratelimit(svc, kind, k == 0 ? wait_ms : 0, &reqs[k].err);
+        if (reqs[k].rc == 0)
+            reqs[k].rc = guard_breaker(svc, kind, &reqs[k].err);
         if (reqs[k].rc != 0)
             continue;
         struct txo_http_client_request *h = &hreqs[m];
@@ -424,11 +470,11 @@ void order_service_call_many(struct order_service_session *s, enum order_service
         of[m++] = k;
     }
 
-    /* The bulkhead bounds the calls in flight, so all that passed the guards go at once. Every
-     * rc is set whatever this returns (a failed batch says so in each). */
+    /* Every rc is set whatever this returns (a failed batch says so in each). */
     struct txo_error batch_err;
     txo_error_init(&batch_err);
-    if (m > 0 && txo_http_post_json_many(s->client, hreqs, m, NULL, 0, &batch_err) == TXO_EINVAL) {
+    if (m > 0 && txo_http_post_json_many(s->client, hreqs, m, NULL, (unsigned)slots, &batch_err) ==
+                     TXO_EINVAL) {
         /* Only for NULL arguments, never passed here; it leaves the rcs alone, and a call
          * whose rc stayed 0 would read as done. */
         for (size_t j = 0; j < m; j++)
@@ -439,9 +485,11 @@ void order_service_call_many(struct order_service_session *s, enum order_service
         r->rc = hreqs[j].rc;
         if (r->rc != 0)
             r->err = hreqs[j].err;
-        guards_leave(svc, kind, operation, r->rc, hreqs[j].resp.total_s);
+        call_done(svc, kind, operation, r->rc, hreqs[j].resp.total_s);
         txo_http_client_response_release(&hreqs[j].resp);
     }
+    for (size_t k = 0; k < slots; k++)
+        txo_bulkhead_release(svc->svc[kind].bulkhead);
     for (size_t k = 0; k < n; k++)
         if (reqs[k].rc != 0)
             TXO_LOG(TXO_LOG_DEBUG, "services",

@@ -111,12 +111,14 @@ struct order_service_req {
 /*
  * One try of each of n calls of the same kind and operation (all to <base url of kind><path>),
  * made concurrently on the session's HTTP client, through the same guards as
- * order_service_call() per call, in the same order: the rate limit, a bulkhead slot, the
- * breaker. Only the first call waits (up to bulkhead_wait_ms, for a token and a slot) as a
- * single call does; the others take a free token and slot or fail at once with
- * TXO_EUNAVAILABLE ("rate limit ... exceeded", "bulkhead ... is full"), so a batch never waits
- * holding slots. An open breaker refuses each call with TXO_EUNAVAILABLE without a request.
- * The calls that passed are POSTed together, all in flight at once (the bulkhead bounds them).
+ * order_service_call(). The batch takes the bulkhead slots that are free, one per call at
+ * most: the first waits up to bulkhead_wait_ms as a single call does, the others are taken
+ * only if free, so a batch never waits holding slots (none free: every call fails with
+ * TXO_EUNAVAILABLE "bulkhead ... is full"). Each call then passes the rate limit (only the
+ * first waits for a token; the others take a free one or fail at once, "rate limit ...
+ * exceeded") and the breaker (open: TXO_EUNAVAILABLE without a request). The calls that
+ * passed are POSTed together through the slots held: never more in flight than those, each
+ * one that ends handing its slot to the next.
  *
  * No retries: a call that failed is retried by the caller on its own (order_service_call).
  * reqs[k].rc is 0 (2xx), TXO_EBUSINESS (refused: final), TXO_EUNAVAILABLE (did not take

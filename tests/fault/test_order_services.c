@@ -5,8 +5,9 @@
  *
  * What is asserted: 10 charges at once (300 ms each at the service) end in well under 10 x
  * 300 ms, each applied once (/stats), each timed in the duration histogram; with a bulkhead of 3,
- * exactly 3 of 10 calls reach the service and 7 fail at once with TXO_EUNAVAILABLE naming the
- * bulkhead, and the slots are given back (the next batch gets 3 again); failures of a batch open
+ * a batch of 10 runs through 3 slots (every call made, never more than 3 at once), and a batch
+ * that finds every slot held waits for the first as a single call does, then fails every call
+ * naming the bulkhead; failures of a batch open
  * the breaker, which then refuses every call of the next batch without a request; declines are
  * each call's TXO_EBUSINESS and leave the breaker closed; a single retry after a batch gets the
  * stored answer; a service without a URL is TXO_EINVAL in every rc.
@@ -16,6 +17,7 @@
  * the 8 s of one call after another), and confirm; an order cancelled before its batch is
  * never charged; orders whose charge the service declines are compensated.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -237,50 +239,89 @@ static void test_batch_is_concurrent_and_applied_once(void **state)
     txo_metrics_free(m);
 }
 
-static void test_bulkhead_admits_what_is_free(void **state)
+/* Another session's batch on its own thread, holding the bulkhead's slots while it runs. */
+struct holder {
+    struct order_service_session *s;
+    struct charges c;
+};
+
+static void *holder_main(void *arg)
+{
+    struct holder *h = arg;
+    order_service_call_many(h->s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", h->c.reqs,
+                            3);
+    return NULL;
+}
+
+/*
+ * With a bulkhead of 3, a batch of 10 runs through its 3 slots: every call is made, never
+ * more than 3 at once (so at least 4 rounds of the service's 300 ms), and the slots are given
+ * back. A batch that finds no slot free while another holds them all waits bulkhead_wait_ms
+ * for the first, as a single call does, then fails every call at once.
+ */
+static void test_bulkhead_bounds_a_batch(void **state)
 {
     struct rig *r = *state;
     struct txo_metrics *m = NULL;
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(txo_metrics_new(&m, &err), 0);
-    struct order_services *svc = services(r, 3, 5, m);
+    struct order_services_opts o;
+    order_services_opts_init(&o);
+    o.payment_url = r->url;
+    o.max_concurrent = 3;
+    o.bulkhead_wait_ms = 200;
+    o.metrics = m;
+    struct order_services *svc = NULL;
+    assert_int_equal(order_services_new(&o, &svc, &err), 0);
     struct order_service_session *s = session(svc);
+    control(r, "{\"latency_ms\":300}");
+
     struct charges c;
+    charges_of(&c, 300);
+    int64_t t0 = txo_monotonic_ms();
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
+                            N_CALLS);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    for (size_t k = 0; k < N_CALLS; k++)
+        if (c.reqs[k].rc != 0)
+            fail_msg("call %zu: %s", k, c.reqs[k].err.msg);
+    print_message("10 calls of 300 ms through 3 slots: %lld ms\n", (long long)elapsed);
+    if (elapsed < 4 * 300 - 50 || elapsed >= N_CALLS * 300)
+        fail_msg("10 calls through 3 slots took %lld ms: not 4 rounds of 300 ms",
+                 (long long)elapsed);
+    assert_int_equal(stat_of(r, "charges"), N_CALLS);
+    assert_int_equal(stat_of(r, "charge_requests"), N_CALLS);
+    /* Nothing refused by the bulkhead: no such sample at all (-1) or 0. */
+    assert_true(metric(m, "txo_external_rejected_total{service=\"payment\",guard=\"bulkhead\"}") <=
+                0);
 
-    for (int round = 0; round < 2; round++) {
-        charges_of(&c, 300 + round * 100);
-        int64_t before = stat_of(r, "charge_requests");
-        int64_t t0 = txo_monotonic_ms();
-        order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
-                                N_CALLS);
-        int64_t elapsed = txo_monotonic_ms() - t0;
-        size_t ok = 0, full = 0;
-        for (size_t k = 0; k < N_CALLS; k++) {
-            if (c.reqs[k].rc == 0) {
-                ok++;
-                continue;
-            }
-            if (c.reqs[k].rc != TXO_EUNAVAILABLE ||
-                strstr(c.reqs[k].err.msg, "bulkhead payment is full") == NULL)
-                fail_msg("round %d, call %zu: %s", round, k, c.reqs[k].err.msg);
-            full++;
-        }
-        /* The first three took the three slots; the others did not wait for one. */
-        assert_int_equal(ok, 3);
-        assert_int_equal(full, 7);
-        for (size_t k = 0; k < 3; k++)
-            assert_int_equal(c.reqs[k].rc, 0);
-        assert_int_equal(stat_of(r, "charge_requests") - before, 3);
-        if (elapsed >= 900)
-            fail_msg("a batch refused by the bulkhead took %lld ms (it must not wait)",
-                     (long long)elapsed);
-        /* Slots were given back: the next round gets three again. */
+    /* Every slot held by another batch: this one waits 200 ms for its first, then gives up. */
+    struct holder h = {.s = session(svc)};
+    charges_of(&h.c, 500);
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, holder_main, &h), 0);
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    while (stat_of(r, "charge_requests") < N_CALLS + 3 && txo_monotonic_ms() < deadline)
+        txo_sleep_ms(10);
+    charges_of(&c, 600);
+    t0 = txo_monotonic_ms();
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
+                            N_CALLS);
+    elapsed = txo_monotonic_ms() - t0;
+    pthread_join(tid, NULL);
+    for (size_t k = 0; k < N_CALLS; k++) {
+        assert_int_equal(c.reqs[k].rc, TXO_EUNAVAILABLE);
+        assert_non_null(strstr(c.reqs[k].err.msg, "bulkhead payment is full"));
     }
-    assert_true(metric(m, "txo_external_rejected_total{service=\"payment\",guard=\"bulkhead\"}") ==
-                14);
-    assert_int_equal(stat_of(r, "charges"), 6);
+    if (elapsed < 150 || elapsed >= 290)
+        fail_msg("a batch with no slot free took %lld ms (want the 200 ms wait)",
+                 (long long)elapsed);
+    for (size_t k = 0; k < 3; k++)
+        assert_int_equal(h.c.reqs[k].rc, 0);
+    assert_int_equal(stat_of(r, "charges"), N_CALLS + 3);
 
+    order_service_session_free(h.s);
     order_service_session_free(s);
     order_services_free(svc);
     txo_metrics_free(m);
@@ -431,7 +472,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_batch_is_concurrent_and_applied_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bulkhead_admits_what_is_free, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bulkhead_bounds_a_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_batch_calls_the_services_together, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_open_breaker_refuses_without_a_request, setup,
