@@ -135,7 +135,8 @@
 #define HTTP_SQL_STATUS                                                                            \
     "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE "            \
     "VARIABLE_NAME IN ('QUESTIONS', 'COM_STMT_EXECUTE', 'COM_COMMIT', 'HANDLER_COMMIT', "          \
-    "'COM_STMT_PREPARE')"
+    "'COM_STMT_PREPARE', 'HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE', "                    \
+    "'HANDLER_READ_KEY', 'HANDLER_READ_NEXT', 'INNODB_OS_LOG_WRITTEN')"
 #define HTTP_SQL_PID_FILE "SELECT @@pid_file"
 
 /* The server counters read before and after the load phase. */
@@ -145,10 +146,18 @@ enum status_var {
     SV_COM_COMMIT,
     SV_HANDLER_COMMIT,
     SV_PREPARE,
+    SV_WRITE,     /* rows inserted */
+    SV_UPDATE,    /* rows updated */
+    SV_DELETE,    /* rows deleted */
+    SV_READ_KEY,  /* index lookups */
+    SV_READ_NEXT, /* index rows read in order after a lookup */
+    SV_REDO,      /* redo log bytes written */
     SV_N
 };
-static const char *const status_names[SV_N] = {"QUESTIONS", "COM_STMT_EXECUTE", "COM_COMMIT",
-                                               "HANDLER_COMMIT", "COM_STMT_PREPARE"};
+static const char *const status_names[SV_N] = {
+    "QUESTIONS",        "COM_STMT_EXECUTE",  "COM_COMMIT",           "HANDLER_COMMIT",
+    "COM_STMT_PREPARE", "HANDLER_WRITE",     "HANDLER_UPDATE",       "HANDLER_DELETE",
+    "HANDLER_READ_KEY", "HANDLER_READ_NEXT", "INNODB_OS_LOG_WRITTEN"};
 
 /* The figures of one run; medians are taken per index. */
 enum fig {
@@ -188,6 +197,13 @@ enum fig {
     F_HCOMMITS, /* Handler_commit per order */
     F_SYNCS,    /* redo-log syncs per order */
     F_EVENTS,   /* outbox rows per order */
+    /* The server's row work per order: what is left when statements cover many rows. */
+    F_ROWS_WRITTEN,
+    F_ROWS_UPDATED,
+    F_ROWS_DELETED,
+    F_KEY_READS,
+    F_NEXT_READS,
+    F_REDO_KB,
     F_N
 };
 
@@ -1152,6 +1168,12 @@ static int phase_load(struct http_run *h, unsigned port, size_t n)
     f[F_HCOMMITS] = count_per(s0.status[SV_HANDLER_COMMIT], s1.status[SV_HANDLER_COMMIT], n);
     f[F_SYNCS] = count_per(s0.syncs, s1.syncs, n);
     f[F_EVENTS] = (double)events / (double)n;
+    f[F_ROWS_WRITTEN] = count_per(s0.status[SV_WRITE], s1.status[SV_WRITE], n);
+    f[F_ROWS_UPDATED] = count_per(s0.status[SV_UPDATE], s1.status[SV_UPDATE], n);
+    f[F_ROWS_DELETED] = count_per(s0.status[SV_DELETE], s1.status[SV_DELETE], n);
+    f[F_KEY_READS] = count_per(s0.status[SV_READ_KEY], s1.status[SV_READ_KEY], n);
+    f[F_NEXT_READS] = count_per(s0.status[SV_READ_NEXT], s1.status[SV_READ_NEXT], n);
+    f[F_REDO_KB] = count_per(s0.status[SV_REDO], s1.status[SV_REDO], n) / 1024.0;
 out:
     txo_free(lat);
     txo_free(l);
@@ -1377,6 +1399,13 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, const char *b
            num(b[8], sizeof(b[8]), m[F_PREPARES], 2), num(b[9], sizeof(b[9]), m[F_COMMITS], 1),
            num(b[10], sizeof(b[10]), m[F_HCOMMITS], 1), num(b[11], sizeof(b[11]), m[F_SYNCS], 2),
            num(b[12], sizeof(b[12]), m[F_EVENTS], 1), num(b[13], sizeof(b[13]), m[F_IDLE_QPS], 0));
+    printf("   rows:   %10s %9s %9s %8s %9s %7s\n", "written", "updated", "deleted", "key rd",
+           "next rd", "redo KB");
+    printf("           %10s %9s %9s %8s %9s %7s\n", num(b[0], sizeof(b[0]), m[F_ROWS_WRITTEN], 1),
+           num(b[1], sizeof(b[1]), m[F_ROWS_UPDATED], 1),
+           num(b[2], sizeof(b[2]), m[F_ROWS_DELETED], 1),
+           num(b[3], sizeof(b[3]), m[F_KEY_READS], 1), num(b[4], sizeof(b[4]), m[F_NEXT_READS], 1),
+           num(b[5], sizeof(b[5]), m[F_REDO_KB], 1));
     printf("\n");
     fflush(stdout);
 out:
