@@ -784,8 +784,9 @@ static void remember_error(struct step_row *s, int code, const char *msg)
 /*
  * A try of step i failed with rc (terr describes it). When that is the step's own outcome
  * (its part failed, or a transient error), records it in a new transaction and, when the step
- * may be tried again and `wait` is set, sleeps the backoff (a batch's failed call does not:
- * the call's own retries had none, its next try is the first of its single run); *stop is
+ * may be tried again and `wait` is set, sleeps the backoff (not for a batch's failed call: it
+ * was one try, and its single run tries again at once through a call with retries and a
+ * backoff of its own); *stop is
  * set when the step is settled instead (done
  * after all, or failed for good: r->status then changed). Anything else (lease lost, illegal
  * state, database error, on_completed failing) is not the step's outcome and is returned as
