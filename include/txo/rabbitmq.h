@@ -162,4 +162,21 @@ TXO_API TXO_MUST_CHECK int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_o
                                                      struct txo_consumer **out,
                                                      struct txo_error *err);
 
+/*
+ * The same with a batch handler: a poll takes the first delivery within timeout_ms, then every
+ * delivery already received without waiting, up to max_msgs and opts.prefetch, and hands them
+ * to the handler in one call (for txo_worker_handle_batch: one database transaction per poll);
+ * then each is settled by its result as above, in delivery order. A handler that returns
+ * non-zero fails every message with that code. A delivery that cannot be copied for the
+ * handler (out of memory) is NACKed with requeue=true without reaching it. When the
+ * connection drops before the handler ran, nothing is handed to it; when it drops while the
+ * batch is settled, the messages not yet settled are redelivered and the inbox drops the
+ * effects already committed.
+ */
+TXO_API TXO_MUST_CHECK int txo_consumer_rabbitmq_batch_new(const struct txo_rabbitmq_opts *o,
+                                                           txo_batch_handler_fn handler, void *arg,
+                                                           struct txo_metrics *metrics,
+                                                           struct txo_consumer **out,
+                                                           struct txo_error *err);
+
 #endif

@@ -9,7 +9,8 @@
  *      that, return TXO_EUNAVAILABLE (or TXO_ECONFIG for a refused declaration) at once.
  *   2. amqp_consume_message waits up to timeout_ms for the first delivery, then takes what is
  *      already buffered without waiting, up to max_msgs.
- *   3. Each delivery goes to the handler and is settled right after it returns:
+ *   3. Each delivery goes to the handler (or, with a batch handler, every delivery of the poll
+ *      goes to it in one call) and is settled right after the handler returns:
  *        0          basic.ack;
  *        transient  republished to <queue>.retry with expiration = retry_delay_ms on the
  *                   retry connection (confirm mode, waited for), then basic.ack; RabbitMQ
@@ -52,8 +53,9 @@ struct rmq_consumer {
     char *dlx;
     char *dlq;
     char *binding_key;
-    bool consuming; /* basic.consume done on the current connection */
-    txo_message_handler_fn handler;
+    bool consuming;                     /* basic.consume done on the current connection */
+    txo_message_handler_fn handler;     /* one message at a time, or */
+    txo_batch_handler_fn batch_handler; /* every delivery of a poll at once */
     void *arg;
     struct txo_metric *consumed; /* txo_rabbitmq_consumed_total{outcome}, or NULL */
 };
@@ -385,21 +387,25 @@ static void count_outcome(struct rmq_consumer *rc, enum outcome o)
         txo_metric_inc(rc->consumed, (const char *const[]){outcome_names[o]});
 }
 
-/* Runs the handler and settles; returns TXO_EUNAVAILABLE when the settling write failed. */
-static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struct txo_error *err)
+/* A delivery that cannot be copied for the handler goes back to the queue for a later try. */
+static int not_handled(struct rmq_consumer *rc, const amqp_envelope_t *env, struct txo_error *err)
+{
+    (void)amqp_basic_nack(rc->conn.st, TXO__RMQ_CHANNEL, env->delivery_tag, 0, 1);
+    return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
+}
+
+/*
+ * Settles d by its handler's verdict hrc (reason in herr). Returns 0, or TXO_EUNAVAILABLE with
+ * err set when the settling write failed: the connection is then dropped, so the server takes
+ * back every delivery of it not yet settled.
+ */
+static int settle(struct rmq_consumer *rc, const struct delivery *d, int hrc,
+                  const struct txo_error *herr, struct txo_error *err)
 {
     struct txo__rmq_conn *c = &rc->conn;
-    struct delivery d;
-    if (delivery_init(&d, env) < 0) {
-        /* Not handled: back to the queue for a later try. */
-        (void)amqp_basic_nack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0, 1);
-        return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
-    }
-    const char *id = d.msg_id != NULL ? d.msg_id : "";
-    struct txo_error herr;
-    txo_error_init(&herr);
-    int hrc = rc->handler(rc->arg, &d.in, &herr);
-    const char *reason = herr.msg[0] != '\0' ? herr.msg : txo_strerror(hrc);
+    const amqp_envelope_t *env = d->env;
+    const char *id = d->msg_id != NULL ? d->msg_id : "";
+    const char *reason = herr->msg[0] != '\0' ? herr->msg : txo_strerror(hrc);
     int s;
     const char *verb;
     if (hrc == 0) {
@@ -407,18 +413,18 @@ static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struc
         s = amqp_basic_ack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0);
         count_outcome(rc, OUTCOME_ACK);
         TXO_LOG(TXO_LOG_DEBUG, "rabbitmq",
-                "message handled message_id=%s routing_key=%s delivery=%" PRIu64, id, d.subject,
-                d.in.delivery);
+                "message handled message_id=%s routing_key=%s delivery=%" PRIu64, id, d->subject,
+                d->in.delivery);
     } else if (txo_err_is_transient(hrc)) {
         struct txo_error rerr;
         txo_error_init(&rerr);
-        if (republish_for_retry(rc, &d, &rerr) == 0) {
+        if (republish_for_retry(rc, d, &rerr) == 0) {
             verb = "ack";
             s = amqp_basic_ack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0);
             TXO_LOG(TXO_LOG_WARN, "rabbitmq",
                     "handler failed, message redelivered later message_id=%s routing_key=%s "
                     "delivery=%" PRIu64 " delay_ms=%" PRId64 " error=%s reason=\"%s\"",
-                    id, d.subject, d.in.delivery, c->opts.retry_delay_ms, txo_err_name(hrc),
+                    id, d->subject, d->in.delivery, c->opts.retry_delay_ms, txo_err_name(hrc),
                     reason);
         } else {
             verb = "nack";
@@ -426,7 +432,7 @@ static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struc
             TXO_LOG(TXO_LOG_WARN, "rabbitmq",
                     "handler failed and the retry queue did not confirm, requeued at once "
                     "message_id=%s delivery=%" PRIu64 " error=%s reason=\"%s\" retry_error=\"%s\"",
-                    id, d.in.delivery, txo_err_name(hrc), reason, rerr.msg);
+                    id, d->in.delivery, txo_err_name(hrc), reason, rerr.msg);
         }
         count_outcome(rc, OUTCOME_RETRY);
     } else {
@@ -436,20 +442,102 @@ static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struc
         TXO_LOG(TXO_LOG_ERROR, "rabbitmq",
                 "handler rejected the message, dead-lettered to %s message_id=%s routing_key=%s "
                 "delivery=%" PRIu64 " error=%s reason=\"%s\"",
-                rc->dlq, id, d.subject, d.in.delivery, txo_err_name(hrc), reason);
+                rc->dlq, id, d->subject, d->in.delivery, txo_err_name(hrc), reason);
     }
-    if (s == AMQP_STATUS_OK) {
-        delivery_release(&d);
+    if (s == AMQP_STATUS_OK)
         return 0;
-    }
     txo__rmq_conn_drop(c);
     rc->consuming = false;
     TXO_LOG(TXO_LOG_WARN, "rabbitmq",
             "%s not sent, the message will be redelivered message_id=%s error=\"%s\"", verb, id,
             amqp_error_string2(s));
-    delivery_release(&d);
     return txo_error_set(err, TXO_EUNAVAILABLE, "rabbitmq consumer: %s of a message not sent: %s",
                          verb, amqp_error_string2(s));
+}
+
+/* Runs the handler and settles; returns TXO_EUNAVAILABLE when the settling write failed. */
+static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struct txo_error *err)
+{
+    struct delivery d;
+    if (delivery_init(&d, env) < 0)
+        return not_handled(rc, env, err);
+    struct txo_error herr;
+    txo_error_init(&herr);
+    int hrc = rc->handler(rc->arg, &d.in, &herr);
+    int r = settle(rc, &d, hrc, &herr, err);
+    delivery_release(&d);
+    return r;
+}
+
+/*
+ * Runs the batch handler once on the n deliveries envs[0..n), then settles each by its verdict
+ * in order (a failing handler: each fails with its code). A delivery that cannot be copied is
+ * requeued without reaching the handler, as handle_one does. Returns as rmq_poll does;
+ * *handled gets the messages handed to the handler.
+ */
+static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size_t n,
+                      size_t *handled, struct txo_error *err)
+{
+    struct delivery *ds = txo_calloc(n, sizeof(*ds));
+    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
+    size_t *of = txo_calloc(n, sizeof(*of)); /* in[j] is the message of ds[of[j]] */
+    int *results = txo_calloc(n, sizeof(*results));
+    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    int r = 0;
+    size_t m = 0;
+    if (ds == NULL || in == NULL || of == NULL || results == NULL || errors == NULL) {
+        for (size_t i = 0; i < n; i++)
+            (void)not_handled(rc, &envs[i], NULL);
+        r = txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: batch of %zu: out of memory", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (delivery_init(&ds[i], &envs[i]) < 0) {
+            memset(&ds[i], 0, sizeof(ds[i])); /* released by delivery_init */
+            struct txo_error e;
+            txo_error_init(&e);
+            int nr = not_handled(rc, &envs[i], &e);
+            if (r == 0) {
+                r = nr;
+                if (err != NULL)
+                    *err = e;
+            }
+            continue;
+        }
+        in[m] = ds[i].in;
+        of[m] = i;
+        txo_error_init(&errors[m]);
+        m++;
+    }
+    if (m == 0)
+        goto out;
+    int brc = rc->batch_handler(rc->arg, in, m, results, errors);
+    for (size_t j = 0; j < m; j++) {
+        if (brc != 0) {
+            results[j] = brc;
+            txo_error_set(&errors[j], brc, "batch handler: %s", txo_strerror(brc));
+        }
+        if (rc->conn.st == NULL)
+            break; /* a settling write failed: the server redelivers the rest */
+        struct txo_error e;
+        txo_error_init(&e);
+        int sr = settle(rc, &ds[of[j]], results[j], &errors[j], &e);
+        if (sr < 0 && r == 0) {
+            r = sr;
+            if (err != NULL)
+                *err = e;
+        }
+    }
+out:
+    for (size_t i = 0; ds != NULL && i < n; i++)
+        delivery_release(&ds[i]);
+    *handled = m;
+    txo_free(ds);
+    txo_free(in);
+    txo_free(of);
+    txo_free(results);
+    txo_free(errors);
+    return r;
 }
 
 /* A frame that is not a delivery arrived: a close or a cancel ends the connection. */
@@ -478,6 +566,81 @@ static int other_frame(struct rmq_consumer *rc, struct txo_error *err)
     return txo_error_set(err, TXO_EUNAVAILABLE, "rabbitmq consumer: queue %s: %s", rc->queue, why);
 }
 
+/*
+ * Takes the next delivery into env (amqp_destroy_envelope it), waiting until deadline (a past
+ * one: only what is already buffered). Returns 1 (a delivery), 0 (none by the deadline) or
+ * TXO_EUNAVAILABLE with err set (the channel or connection is gone: reconnect and retry).
+ */
+static int receive(struct rmq_consumer *rc, int64_t deadline, amqp_envelope_t *env,
+                   struct txo_error *err)
+{
+    struct txo__rmq_conn *c = &rc->conn;
+    for (;;) {
+        int64_t remaining = deadline - txo_monotonic_ms();
+        if (remaining < 0)
+            remaining = 0;
+        struct timeval tv = tv_of_ms(remaining);
+        amqp_rpc_reply_t rep = amqp_consume_message(c->st, env, &tv, 0);
+        if (rep.reply_type == AMQP_RESPONSE_NORMAL)
+            return 1;
+        if (rep.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            rep.library_error == AMQP_STATUS_TIMEOUT) {
+            if (txo_monotonic_ms() >= deadline)
+                return 0;
+            continue;
+        }
+        if (rep.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            rep.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
+            int r = other_frame(rc, err);
+            if (r < 0)
+                return r;
+            continue;
+        }
+        char what[300];
+        snprintf(what, sizeof(what), "consuming queue %s", rc->queue);
+        rc->consuming = false;
+        int r = txo__rmq_reply_error(c, rep, what, err);
+        if (r != TXO_EUNAVAILABLE) {
+            r = TXO_EUNAVAILABLE; /* a consumer that lost its channel: reconnect and retry */
+            if (err != NULL)
+                err->code = r;
+        }
+        return r;
+    }
+}
+
+/*
+ * The batch handler's poll: the first delivery within the wait, then whatever is already
+ * buffered, up to max_msgs and the prefetch (no more can be in flight), all handed over at once.
+ */
+static int poll_batch(struct rmq_consumer *rc, size_t max_msgs, int64_t deadline, size_t *handled,
+                      struct txo_error *err)
+{
+    struct txo__rmq_conn *c = &rc->conn;
+    size_t cap = max_msgs < (size_t)c->opts.prefetch ? max_msgs : (size_t)c->opts.prefetch;
+    amqp_envelope_t *envs = txo_calloc(cap, sizeof(*envs));
+    if (envs == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: batch of %zu: out of memory",
+                             cap);
+    int r = 0;
+    size_t n = 0;
+    while (n < cap) {
+        amqp_maybe_release_buffers(c->st); /* envelopes own copies of what they hold */
+        r = receive(rc, n == 0 ? deadline : 0, &envs[n], err);
+        if (r <= 0)
+            break;
+        r = 0;
+        n++;
+    }
+    /* A lost connection takes back what it delivered: redelivered, so not handled here. */
+    if (r == 0 && n > 0)
+        r = handle_all(rc, envs, n, handled, err);
+    for (size_t i = 0; i < n; i++)
+        amqp_destroy_envelope(&envs[i]);
+    txo_free(envs);
+    return r;
+}
+
 static int rmq_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *handled,
                     struct txo_error *err)
 {
@@ -488,50 +651,25 @@ static int rmq_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *han
     if (r < 0)
         return r;
     int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    if (rc->batch_handler != NULL)
+        return poll_batch(rc, max_msgs, deadline, handled, err);
     size_t done = 0;
     while (done < max_msgs) {
         amqp_maybe_release_buffers(c->st);
-        int64_t remaining = done == 0 ? deadline - txo_monotonic_ms() : 0;
-        if (remaining < 0)
-            remaining = 0;
-        struct timeval tv = tv_of_ms(remaining);
         amqp_envelope_t env;
-        amqp_rpc_reply_t rep = amqp_consume_message(c->st, &env, &tv, 0);
-        if (rep.reply_type == AMQP_RESPONSE_NORMAL) {
-            struct txo_error e;
-            txo_error_init(&e);
-            int hr = handle_one(rc, &env, &e);
-            amqp_destroy_envelope(&env);
-            done++;
-            if (hr < 0) {
-                r = txo_error_set(err, e.code, "%s", e.msg);
-                break;
-            }
-            continue;
+        r = receive(rc, done == 0 ? deadline : 0, &env, err);
+        if (r <= 0)
+            break;
+        r = 0;
+        struct txo_error e;
+        txo_error_init(&e);
+        int hr = handle_one(rc, &env, &e);
+        amqp_destroy_envelope(&env);
+        done++;
+        if (hr < 0) {
+            r = txo_error_set(err, e.code, "%s", e.msg);
+            break;
         }
-        if (rep.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-            rep.library_error == AMQP_STATUS_TIMEOUT) {
-            if (done > 0 || txo_monotonic_ms() >= deadline)
-                break;
-            continue;
-        }
-        if (rep.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-            rep.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-            r = other_frame(rc, err);
-            if (r < 0)
-                break;
-            continue;
-        }
-        char what[300];
-        snprintf(what, sizeof(what), "consuming queue %s", rc->queue);
-        rc->consuming = false;
-        r = txo__rmq_reply_error(c, rep, what, err);
-        if (r != TXO_EUNAVAILABLE) {
-            r = TXO_EUNAVAILABLE; /* a consumer that lost its channel: reconnect and retry */
-            if (err != NULL)
-                err->code = r;
-        }
-        break;
     }
     *handled = done;
     return r;
@@ -569,11 +707,12 @@ static char *suffixed(const char *name, const char *suffix)
     return s;
 }
 
-int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, txo_message_handler_fn handler,
-                              void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
-                              struct txo_error *err)
+/* One of handler or batch_handler. */
+static int consumer_new(const struct txo_rabbitmq_opts *o, txo_message_handler_fn handler,
+                        txo_batch_handler_fn batch_handler, void *arg, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err)
 {
-    if (handler == NULL || out == NULL)
+    if ((handler == NULL && batch_handler == NULL) || out == NULL)
         return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: handler and out are required");
     int r = txo__rmq_check_opts(o, true, err);
     if (r < 0)
@@ -582,6 +721,7 @@ int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, txo_message_han
     if (rc == NULL)
         return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
     rc->handler = handler;
+    rc->batch_handler = batch_handler;
     rc->arg = arg;
     rc->queue = txo_strdup(o->queue);
     rc->retry_queue = suffixed(o->queue, ".retry");
@@ -625,4 +765,22 @@ int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, txo_message_han
     if (r < 0)
         rmq_consumer_destroy(rc);
     return r;
+}
+
+int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, txo_message_handler_fn handler,
+                              void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
+                              struct txo_error *err)
+{
+    if (handler == NULL)
+        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: handler and out are required");
+    return consumer_new(o, handler, NULL, arg, metrics, out, err);
+}
+
+int txo_consumer_rabbitmq_batch_new(const struct txo_rabbitmq_opts *o, txo_batch_handler_fn handler,
+                                    void *arg, struct txo_metrics *metrics,
+                                    struct txo_consumer **out, struct txo_error *err)
+{
+    if (handler == NULL)
+        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: handler and out are required");
+    return consumer_new(o, NULL, handler, arg, metrics, out, err);
 }

@@ -11,7 +11,9 @@
  *     each idempotency key once, and per aggregate in outbox order;
  *   - the consumer acks after the handler (the inbox transaction) committed, delays a
  *     transient failure through the retry queue, dead-letters a permanent one into
- *     <queue>.dlq, and a message delivered twice has one effect through the inbox.
+ *     <queue>.dlq, and a message delivered twice has one effect through the inbox;
+ *   - the batch consumer hands what is waiting to its handler in few calls, each message once,
+ *     and settles a delivery of mixed verdicts message by message (ack, retry, dead letter).
  *
  * What reached the queues is read with pika (rabbit_client.py), not with our code or
  * rabbitmq-c; consumer input is published with pika too.
@@ -686,6 +688,141 @@ static void test_crash_between_commit_and_ack(void **state)
     testdb_teardown(&t);
 }
 
+/* ---- (6) the batch consumer ---- */
+
+struct batch_ctx {
+    struct handler_ctx h; /* each message's verdict and effect, as handle() */
+    unsigned batch_calls;
+    size_t first_batch, largest; /* messages of the first call, of the largest */
+};
+
+/* Handles the delivery as handle() would each message, counting the calls. */
+static int handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n, int *results,
+                        struct txo_error *errors)
+{
+    struct batch_ctx *b = arg;
+    if (b->batch_calls++ == 0)
+        b->first_batch = n;
+    if (n > b->largest)
+        b->largest = n;
+    for (size_t i = 0; i < n; i++)
+        results[i] = handle(&b->h, &msgs[i], &errors[i]);
+    return 0;
+}
+
+static struct txo_consumer *new_batch_consumer(struct txo_rabbitmq_opts *o, struct batch_ctx *b)
+{
+    struct txo_consumer *cons = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_consumer_rabbitmq_batch_new(o, handle_batch, b, NULL, &cons, &err) < 0)
+        fail_msg("txo_consumer_rabbitmq_batch_new: %s", err.msg);
+    return cons;
+}
+
+/*
+ * Twenty messages waiting in the queue reach the batch handler in fewer calls than messages,
+ * each once, and are all acknowledged: nothing comes back once the consumer is gone.
+ */
+static void test_batch_consumer_takes_what_is_waiting(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "rabbit_batch");
+    struct batch_ctx b = {.h = {.db = t.db}};
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    o.queue = "batch";
+    o.binding_key = "batch.*";
+    struct txo_consumer *cons = new_batch_consumer(&o, &b); /* declares: the server is up */
+    struct txo_consumer *none = NULL;
+    assert_int_equal(txo_consumer_rabbitmq_batch_new(&o, NULL, &b, NULL, &none, NULL), TXO_EINVAL);
+    assert_null(none);
+    enum { N = 20 };
+    for (int i = 1; i <= N; i++) {
+        char id[16], body[48];
+        snprintf(id, sizeof(id), "b:%d", i);
+        snprintf(body, sizeof(body), "{\"id\":%d,\"type\":\"OrderCreated\"}", i);
+        pika_publish("batch.OrderCreated", id, body);
+    }
+    poll_until(cons, &b.h.calls, N, 15000);
+    print_message("%d messages in %u batch handler calls (largest %zu)\n", N, b.batch_calls,
+                  b.largest);
+    assert_true(b.batch_calls < N);
+    assert_true(b.largest > 1);
+    assert_int_equal(b.h.calls, N);
+    assert_int_equal(b.h.effects, N);
+    assert_int_equal(b.h.duplicates, 0);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(DISTINCT event_id) FROM inbox_events", NULL, 0),
+                     N);
+    size_t handled = 0;
+    assert_int_equal(txo_consumer_poll(cons, 100, 300, &handled, NULL), 0);
+    assert_int_equal(handled, 0);
+    /* Unacknowledged deliveries would go back to the queue when the connection closes. */
+    txo_consumer_free(cons);
+    assert_int_equal(testrabbit_count(&broker, "batch"), 0);
+    assert_int_equal(testrabbit_count(&broker, "batch.retry"), 0);
+    assert_int_equal(testrabbit_count(&broker, "batch.dlq"), 0);
+    testdb_teardown(&t);
+}
+
+/*
+ * One delivery with every verdict: the transient failure waits in <queue>.retry and comes back
+ * after the delay, the permanent one lands in <queue>.dlq, the rest are acknowledged.
+ */
+static void test_batch_consumer_mixed_verdicts(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "rabbit_batch_mixed");
+    struct batch_ctx b = {.h = {.db = t.db, .transient_id = "m:2", .permanent_id = "m:4"}};
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    o.queue = "bmix";
+    o.binding_key = "bmix.*";
+    o.retry_delay_ms = 2000;
+    struct txo_consumer *cons = new_batch_consumer(&o, &b);
+    for (int i = 1; i <= 5; i++) {
+        char id[16], body[48];
+        snprintf(id, sizeof(id), "m:%d", i);
+        snprintf(body, sizeof(body), "{\"id\":%d,\"type\":\"OrderCreated\"}", i);
+        pika_publish("bmix.OrderCreated", id, body);
+    }
+    size_t handled = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_consumer_poll(cons, 100, 2000, &handled, &err) < 0)
+        fail_msg("poll: %s", err.msg);
+    assert_int_equal(handled, 5);
+    assert_int_equal(b.batch_calls, 1);
+    assert_int_equal(b.first_batch, 5);
+    assert_int_equal(b.h.effects, 3); /* m:1, m:3, m:5 */
+    /* Seen by pika while the delay runs: the retry waits, the main queue has nothing ready. */
+    assert_int_equal(testrabbit_count(&broker, "bmix.retry"), 1);
+    assert_int_equal(testrabbit_count(&broker, "bmix"), 0);
+
+    poll_until(cons, &b.h.calls, 6, 15000);
+    assert_true(b.h.transient_second_ms - b.h.transient_first_ms >= 2000);
+    assert_int_equal(b.h.transient_second_delivery, 2);
+    assert_int_equal(b.h.effects, 4);
+    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 4);
+    print_message("transient failure of a batch redelivered after %" PRId64 " ms (delay 2000)\n",
+                  b.h.transient_second_ms - b.h.transient_first_ms);
+
+    txo_consumer_free(cons); /* anything unacknowledged would now be ready again */
+    assert_int_equal(testrabbit_count(&broker, "bmix"), 0);
+    assert_int_equal(testrabbit_count(&broker, "bmix.retry"), 0);
+    json_t *dead = drain("bmix.dlq");
+    assert_int_equal(json_array_size(dead), 1);
+    json_t *d0 = json_array_get(dead, 0);
+    assert_string_equal(jstr(d0, "message_id", NULL), "m:4");
+    json_t *xdeath = json_object_get(json_object_get(d0, "headers"), "x-death");
+    assert_string_equal(jstr(json_array_get(xdeath, 0), "reason", NULL), "rejected");
+    assert_string_equal(jstr(json_array_get(xdeath, 0), "queue", NULL), "bmix");
+    json_decref(dead);
+    testdb_teardown(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -697,6 +834,8 @@ int main(void)
         cmocka_unit_test(test_relay_10000_once_in_order),
         cmocka_unit_test(test_consumer_ack_retry_dead_letter),
         cmocka_unit_test(test_crash_between_commit_and_ack),
+        cmocka_unit_test(test_batch_consumer_takes_what_is_waiting),
+        cmocka_unit_test(test_batch_consumer_mixed_verdicts),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
