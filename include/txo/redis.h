@@ -170,4 +170,18 @@ TXO_API TXO_MUST_CHECK int txo_consumer_redis_new(const struct txo_redis_opts *o
                                                   struct txo_metrics *metrics,
                                                   struct txo_consumer **out, struct txo_error *err);
 
+/*
+ * The same with a batch handler: the entries of each read (XREADGROUP) or claim (XAUTOCLAIM)
+ * go to it in one call (for txo_worker_handle_batch: one database transaction per poll), then
+ * each is settled by its result as above, and all those acknowledged go in one XACK. Entries
+ * of another event type than opts.event_type and entries trimmed while pending are not passed
+ * to it, only acknowledged (with the others). A batch handler that returns non-zero fails
+ * every entry of the call with that code.
+ */
+TXO_API TXO_MUST_CHECK int txo_consumer_redis_batch_new(const struct txo_redis_opts *o,
+                                                        txo_batch_handler_fn handler, void *arg,
+                                                        struct txo_metrics *metrics,
+                                                        struct txo_consumer **out,
+                                                        struct txo_error *err);
+
 #endif

@@ -17,10 +17,12 @@
  *   3. Otherwise read new entries: XREADGROUP GROUP <group> <me> COUNT max_msgs BLOCK
  *      timeout_ms STREAMS <stream> > (the socket timeout is timeout_ms + the command timeout
  *      meanwhile, so the blocking read is not taken for a dead server).
- *   4. Each entry goes to the handler; then XACK (0), nothing (transient: it stays pending and
- *      is claimed again after claim_idle_ms), or dead letter + XACK (permanent). XACK comes
- *      only after the handler's effect was committed, so a crash in between means a
- *      redelivery (at least once), never a loss.
+ *   4. Each entry goes to the handler (or, with a batch handler, every entry of the read or
+ *      claim goes to it in one call); then XACK (0), nothing (transient: it stays pending and
+ *      is claimed again after claim_idle_ms), or dead letter + XACK (permanent), settle()
+ *      either way. A batch acknowledges all its entries in one XACK. XACK comes only after
+ *      the handler's effect was committed, so a crash in between means a redelivery (at least
+ *      once), never a loss.
  *
  * The group and its pending entries live on the server: freeing the consumer changes nothing
  * there, and its entries are claimed by another consumer after claim_idle_ms.
@@ -56,7 +58,8 @@ struct redis_consumer {
     bool group_ready;
     char claim_cursor[ID_MAX];
     int64_t next_claim_ms;
-    txo_message_handler_fn handler;
+    txo_message_handler_fn handler;     /* one entry at a time, or */
+    txo_batch_handler_fn batch_handler; /* every entry of a read or claim at once */
     void *arg;
     struct txo_metric *consumed; /* label outcome */
     struct txo_metric *claimed;
@@ -135,22 +138,41 @@ static int ensure_group(struct redis_consumer *rc, struct txo_error *err)
     return code;
 }
 
-/* XACK of one entry. Returns 0 or TXO_EUNAVAILABLE (then it comes back after claim_idle_ms). */
-static int ack(struct redis_consumer *rc, const char *id, struct txo_error *err)
+/*
+ * One XACK of the n (>= 1) entries ids. Returns 0 or TXO_EUNAVAILABLE (then they come back
+ * after claim_idle_ms).
+ */
+static int ack(struct redis_consumer *rc, const char *const *ids, size_t n, struct txo_error *err)
 {
-    const char *argv[] = {"XACK", rc->stream, rc->group, id};
+    const char **argv = txo_calloc(3 + n, sizeof(*argv));
+    if (argv == NULL)
+        return txo_error_set(err, TXO_ENOMEM,
+                             "redis consumer: XACK of %zu entries: out of memory (they come "
+                             "back and the inbox drops them)",
+                             n);
+    argv[0] = "XACK";
+    argv[1] = rc->stream;
+    argv[2] = rc->group;
+    memcpy(argv + 3, ids, n * sizeof(*ids));
+    /* The messages name the first id only: a batch can hold thousands. */
+    char what[ID_MAX + 48];
+    if (n == 1)
+        snprintf(what, sizeof(what), "entry %s", ids[0]);
+    else
+        snprintf(what, sizeof(what), "%zu entries from %s", n, ids[0]);
     redisReply *r = NULL;
     struct txo_error why;
     txo_error_init(&why);
-    int code = txo__redis_command(&rc->conn, 4, argv, NULL, &r, &why);
+    int code = txo__redis_command(&rc->conn, (int)(3 + n), argv, NULL, &r, &why);
+    txo_free(argv);
     if (code < 0)
         return txo_error_set(err, TXO_EUNAVAILABLE,
-                             "redis consumer: XACK of entry %s not confirmed (it comes back and "
-                             "the inbox drops it): %s",
-                             id, why.msg);
+                             "redis consumer: XACK of %s not confirmed (it comes back and the "
+                             "inbox drops it): %s",
+                             what, why.msg);
     if (r->type == REDIS_REPLY_ERROR)
-        code = txo_error_set(err, TXO_EUNAVAILABLE, "redis consumer: XACK of entry %s refused: %s",
-                             id, r->str);
+        code = txo_error_set(err, TXO_EUNAVAILABLE, "redis consumer: XACK of %s refused: %s", what,
+                             r->str);
     freeReplyObject(r);
     return code;
 }
@@ -229,67 +251,100 @@ static uint64_t delivery_count(struct redis_consumer *rc, const char *id)
 
 /* ---- handling ---- */
 
+/* What entries->element[i] of a read or claim reply ([id, [fields]] each) is. */
+enum entry_kind {
+    ENTRY_LIVE,      /* e filled: to be handled */
+    ENTRY_MALFORMED, /* not an entry: left alone */
+    ENTRY_GONE,      /* e.id filled: trimmed or deleted while pending, only to be acknowledged */
+};
+
+static enum entry_kind entry_at(struct redis_consumer *rc, const redisReply *entries, size_t i,
+                                struct entry *e)
+{
+    const redisReply *er = entries->element[i];
+    if (er->type != REDIS_REPLY_ARRAY || er->elements != 2 ||
+        er->element[0]->type != REDIS_REPLY_STRING)
+        return ENTRY_MALFORMED;
+    e->id = er->element[0]->str;
+    e->fields = er->element[1];
+    if (e->fields->type == REDIS_REPLY_ARRAY)
+        return ENTRY_LIVE;
+    /* Trimmed or deleted while pending (older servers answer a nil): nothing to run. */
+    TXO_LOG(TXO_LOG_WARN, "redis",
+            "pending entry no longer in the stream (trimmed?), acknowledged stream=%s "
+            "entry_id=%s",
+            rc->stream, e->id);
+    return ENTRY_GONE;
+}
+
 /*
- * Runs the handler on one entry and settles it. Returns 0, or TXO_EUNAVAILABLE with err set
- * when the settlement did not reach the server (the entry then comes back later).
+ * Fills in with entry e as the handler sees it. Returns false when e is of another event type
+ * than opts.event_type: it is then only to be acknowledged (counted as skipped).
  */
-static int handle_entry(struct redis_consumer *rc, const struct entry *e, uint64_t delivery,
-                        size_t *handled, struct txo_error *err)
+static bool describe_entry(struct redis_consumer *rc, const struct entry *e, uint64_t delivery,
+                           struct txo_inbound_message *in)
 {
     size_t len = 0;
     const char *key = entry_field(e, TXO__REDIS_F_KEY, NULL);
     const char *type = entry_field(e, TXO__REDIS_F_TYPE, NULL);
-    const char *id = key != NULL ? key : "";
+    memset(in, 0, sizeof(*in));
     if (rc->event_type != NULL && (type == NULL || strcmp(type, rc->event_type) != 0)) {
         TXO_LOG(TXO_LOG_DEBUG, "redis",
                 "entry of another event type acknowledged unhandled message_id=%s type=%s "
                 "entry_id=%s",
-                id, type != NULL ? type : "", e->id);
+                key != NULL ? key : "", type != NULL ? type : "", e->id);
         count_outcome(rc, OUT_SKIPPED);
-        return ack(rc, e->id, err);
+        return false;
     }
-
-    struct txo_inbound_message in;
-    memset(&in, 0, sizeof(in));
-    in.subject = rc->stream;
-    in.data = entry_field(e, TXO__REDIS_F_ENVELOPE, &len);
-    if (in.data == NULL)
-        in.data = entry_field(e, TXO__REDIS_F_DATA, &len);
-    if (in.data == NULL) {
-        in.data = "";
+    in->subject = rc->stream;
+    in->data = entry_field(e, TXO__REDIS_F_ENVELOPE, &len);
+    if (in->data == NULL)
+        in->data = entry_field(e, TXO__REDIS_F_DATA, &len);
+    if (in->data == NULL) {
+        in->data = "";
         len = 0;
     }
-    in.len = len;
-    in.msg_id = key;
-    in.delivery = delivery;
-    in.header = redis_header;
-    in.transport = e;
+    in->len = len;
+    in->msg_id = key;
+    in->delivery = delivery;
+    in->header = redis_header;
+    in->transport = e;
+    return true;
+}
 
-    struct txo_error herr;
-    txo_error_init(&herr);
-    int code = rc->handler(rc->arg, &in, &herr);
-    (*handled)++;
-    const char *reason = herr.msg[0] != '\0' ? herr.msg : txo_strerror(code);
+/*
+ * Settles entry e (described by in) by its handler's verdict code (reason in herr): logs and
+ * counts it and, when permanent, copies it to the dead-letter stream. The caller sends the
+ * XACK, so that a batch acknowledges all its entries in one command. Returns 1 when e is to
+ * be acknowledged, 0 when it stays pending (transient), or TXO_EUNAVAILABLE with err set when
+ * the dead-letter copy failed (it stays pending too and comes back later).
+ */
+static int settle(struct redis_consumer *rc, const struct entry *e,
+                  const struct txo_inbound_message *in, int code, const struct txo_error *herr,
+                  struct txo_error *err)
+{
+    const char *id = in->msg_id != NULL ? in->msg_id : "";
+    const char *reason = herr->msg[0] != '\0' ? herr->msg : txo_strerror(code);
     if (code == 0) {
         TXO_LOG(TXO_LOG_DEBUG, "redis",
                 "entry handled message_id=%s stream=%s entry_id=%s delivery=%" PRIu64, id,
-                rc->stream, e->id, delivery);
+                rc->stream, e->id, in->delivery);
         count_outcome(rc, OUT_ACK);
-        return ack(rc, e->id, err);
+        return 1;
     }
     if (txo_err_is_transient(code)) {
         TXO_LOG(TXO_LOG_WARN, "redis",
                 "handler failed, entry left pending and claimed again later message_id=%s "
                 "stream=%s entry_id=%s delivery=%" PRIu64 " claim_idle_ms=%" PRId64
                 " error=%s reason=\"%s\"",
-                id, rc->stream, e->id, delivery, rc->claim_idle_ms, txo_err_name(code), reason);
+                id, rc->stream, e->id, in->delivery, rc->claim_idle_ms, txo_err_name(code), reason);
         count_outcome(rc, OUT_RETRY);
         return 0;
     }
     if (rc->dead_letter) {
         struct txo_error why;
         txo_error_init(&why);
-        if (dead_letter(rc, e, delivery, code, reason, &why) < 0)
+        if (dead_letter(rc, e, in->delivery, code, reason, &why) < 0)
             return txo_error_set(err, TXO_EUNAVAILABLE,
                                  "redis consumer: entry %s left pending, dead-lettering it "
                                  "failed: %s",
@@ -300,42 +355,59 @@ static int handle_entry(struct redis_consumer *rc, const struct entry *e, uint64
             " error=%s reason=\"%s\"",
             rc->dead_letter ? ", copied to the dead-letter stream and acknowledged"
                             : ", acknowledged (dropped)",
-            id, rc->stream, e->id, delivery, txo_err_name(code), reason);
+            id, rc->stream, e->id, in->delivery, txo_err_name(code), reason);
     count_outcome(rc, OUT_DEAD);
-    return ack(rc, e->id, err);
+    return 1;
 }
 
 /*
- * Handles the entries of an array reply ([id, [fields]] each); claimed: delivery counts from
- * XPENDING. Stops when the connection is gone. Returns the first settlement failure.
+ * Runs the handler on one entry and settles it. Returns 0, or TXO_EUNAVAILABLE with err set
+ * when the settlement did not reach the server (the entry then comes back later).
  */
-static int handle_entries(struct redis_consumer *rc, const redisReply *entries, bool claimed,
-                          size_t *handled, struct txo_error *err)
+static int handle_entry(struct redis_consumer *rc, const struct entry *e, uint64_t delivery,
+                        size_t *handled, struct txo_error *err)
+{
+    struct txo_inbound_message in;
+    if (!describe_entry(rc, e, delivery, &in))
+        return ack(rc, &e->id, 1, err);
+    struct txo_error herr;
+    txo_error_init(&herr);
+    int code = rc->handler(rc->arg, &in, &herr);
+    (*handled)++;
+    code = settle(rc, e, &in, code, &herr, err);
+    return code > 0 ? ack(rc, &e->id, 1, err) : code;
+}
+
+static int lost_mid_batch(struct redis_consumer *rc, struct txo_error *err)
+{
+    return txo_error_set(err, TXO_EUNAVAILABLE,
+                         "redis consumer: connection to %s lost mid-batch; the rest stays pending",
+                         rc->conn.where);
+}
+
+/*
+ * Handles the entries of an array reply ([id, [fields]] each) one at a time; claimed:
+ * delivery counts from XPENDING. Stops when the connection is gone. Returns the first
+ * settlement failure.
+ */
+static int handle_each(struct redis_consumer *rc, const redisReply *entries, bool claimed,
+                       size_t *handled, struct txo_error *err)
 {
     int first = 0;
     for (size_t i = 0; i < entries->elements; i++) {
         if (rc->conn.ctx == NULL) {
             if (first == 0)
-                first = txo_error_set(err, TXO_EUNAVAILABLE,
-                                      "redis consumer: connection to %s lost mid-batch; the rest "
-                                      "stays pending",
-                                      rc->conn.where);
+                first = lost_mid_batch(rc, err);
             break;
         }
-        const redisReply *er = entries->element[i];
-        if (er->type != REDIS_REPLY_ARRAY || er->elements != 2 ||
-            er->element[0]->type != REDIS_REPLY_STRING)
+        struct entry e;
+        enum entry_kind kind = entry_at(rc, entries, i, &e);
+        if (kind == ENTRY_MALFORMED)
             continue;
-        struct entry e = {er->element[0]->str, er->element[1]};
-        if (e.fields->type != REDIS_REPLY_ARRAY) {
-            /* Trimmed or deleted while pending (older servers answer a nil): nothing to run. */
-            TXO_LOG(TXO_LOG_WARN, "redis",
-                    "pending entry no longer in the stream (trimmed?), acknowledged stream=%s "
-                    "entry_id=%s",
-                    rc->stream, e.id);
+        if (kind == ENTRY_GONE) {
             struct txo_error ignored;
             txo_error_init(&ignored);
-            (void)ack(rc, e.id, &ignored);
+            (void)ack(rc, &e.id, 1, &ignored);
             continue;
         }
         uint64_t delivery = claimed ? delivery_count(rc, e.id) : 1;
@@ -349,6 +421,96 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
         }
     }
     return first;
+}
+
+/*
+ * The same with the batch handler: every entry for it goes to it in one call, then each is
+ * settled by its result and all those to acknowledge (also the skipped and trimmed ones) go in
+ * one XACK. A batch handler that fails as a whole fails every entry with its code.
+ */
+static int handle_batch(struct redis_consumer *rc, const redisReply *entries, bool claimed,
+                        size_t *handled, struct txo_error *err)
+{
+    size_t n = entries->elements;
+    if (n == 0)
+        return 0;
+    struct entry *es = txo_calloc(n, sizeof(*es));
+    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
+    int *results = txo_calloc(n, sizeof(*results));
+    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    const char **ack_ids = txo_calloc(n, sizeof(*ack_ids));
+    size_t m = 0, n_ack = 0;
+    int first = 0;
+    if (es == NULL || in == NULL || results == NULL || errors == NULL || ack_ids == NULL) {
+        first = txo_error_set(err, TXO_ENOMEM, "redis consumer: batch of %zu: out of memory", n);
+        goto out; /* unsettled: claimed again after claim_idle_ms */
+    }
+    for (size_t i = 0; i < n; i++) {
+        enum entry_kind kind = entry_at(rc, entries, i, &es[m]);
+        if (kind == ENTRY_MALFORMED)
+            continue;
+        if (kind == ENTRY_GONE) {
+            ack_ids[n_ack++] = es[m].id;
+            continue;
+        }
+        uint64_t delivery = claimed ? delivery_count(rc, es[m].id) : 1;
+        if (!describe_entry(rc, &es[m], delivery, &in[m])) {
+            ack_ids[n_ack++] = es[m].id;
+            continue;
+        }
+        txo_error_init(&errors[m]);
+        m++;
+    }
+    if (m > 0) {
+        int brc = rc->batch_handler(rc->arg, in, m, results, errors);
+        *handled += m;
+        for (size_t i = 0; i < m; i++) {
+            if (brc != 0) {
+                results[i] = brc;
+                txo_error_set(&errors[i], brc, "batch handler: %s", txo_strerror(brc));
+            }
+            if (rc->conn.ctx == NULL) {
+                first = lost_mid_batch(rc, err);
+                goto out; /* nothing more reaches the server: the rest stays pending */
+            }
+            struct txo_error e_err;
+            txo_error_init(&e_err);
+            int code = settle(rc, &es[i], &in[i], results[i], &errors[i], &e_err);
+            if (code > 0) {
+                ack_ids[n_ack++] = es[i].id;
+            } else if (code < 0 && first == 0) {
+                first = code;
+                if (err != NULL)
+                    *err = e_err;
+            }
+        }
+    }
+    if (n_ack > 0) {
+        struct txo_error e_err;
+        txo_error_init(&e_err);
+        int code =
+            rc->conn.ctx != NULL ? ack(rc, ack_ids, n_ack, &e_err) : lost_mid_batch(rc, &e_err);
+        if (code < 0 && first == 0) {
+            first = code;
+            if (err != NULL)
+                *err = e_err;
+        }
+    }
+out:
+    txo_free(es);
+    txo_free(in);
+    txo_free(results);
+    txo_free(errors);
+    txo_free(ack_ids);
+    return first;
+}
+
+/* Handles the entries of a read or claim reply with whichever handler the consumer has. */
+static int handle_entries(struct redis_consumer *rc, const redisReply *entries, bool claimed,
+                          size_t *handled, struct txo_error *err)
+{
+    return rc->batch_handler != NULL ? handle_batch(rc, entries, claimed, handled, err)
+                                     : handle_each(rc, entries, claimed, handled, err);
 }
 
 /* XAUTOCLAIM when due. *n_claimed gets the entries taken over. */
@@ -516,11 +678,12 @@ static int register_metrics(struct redis_consumer *rc, struct txo_metrics *reg,
     return 0;
 }
 
-int txo_consumer_redis_new(const struct txo_redis_opts *o, txo_message_handler_fn handler,
-                           void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
-                           struct txo_error *err)
+/* One of handler or batch_handler. */
+static int consumer_new(const struct txo_redis_opts *o, txo_message_handler_fn handler,
+                        txo_batch_handler_fn batch_handler, void *arg, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err)
 {
-    if (handler == NULL || out == NULL)
+    if ((handler == NULL && batch_handler == NULL) || out == NULL)
         return txo_error_set(err, TXO_EINVAL, "redis consumer: handler and out are required");
     int code = txo__redis_check_opts(o, "consumer", err);
     if (code < 0)
@@ -529,6 +692,7 @@ int txo_consumer_redis_new(const struct txo_redis_opts *o, txo_message_handler_f
     if (rc == NULL)
         return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
     rc->handler = handler;
+    rc->batch_handler = batch_handler;
     rc->arg = arg;
     rc->claim_idle_ms = o->claim_idle_ms;
     rc->dead_letter = o->dead_letter;
@@ -557,4 +721,22 @@ out:
     if (code < 0)
         redis_consumer_destroy(rc);
     return code;
+}
+
+int txo_consumer_redis_new(const struct txo_redis_opts *o, txo_message_handler_fn handler,
+                           void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
+                           struct txo_error *err)
+{
+    if (handler == NULL)
+        return txo_error_set(err, TXO_EINVAL, "redis consumer: handler and out are required");
+    return consumer_new(o, handler, NULL, arg, metrics, out, err);
+}
+
+int txo_consumer_redis_batch_new(const struct txo_redis_opts *o, txo_batch_handler_fn handler,
+                                 void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
+                                 struct txo_error *err)
+{
+    if (handler == NULL)
+        return txo_error_set(err, TXO_EINVAL, "redis consumer: handler and out are required");
+    return consumer_new(o, NULL, handler, arg, metrics, out, err);
 }

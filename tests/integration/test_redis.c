@@ -13,6 +13,11 @@
  *     delivery 2, a permanent one copied to <stream>.dead and acknowledged, the entries of a
  *     consumer that died (read with redis-cli as another consumer, never acknowledged) claimed
  *     by ours, other event types acknowledged without the handler;
+ *   - the batch consumer: 20 entries in fewer handler calls than entries, each once (other
+ *     event types acknowledged without reaching it); one call with a transient, a permanent
+ *     and successful verdicts settles each by its own (XPENDING shows the transient one alone,
+ *     redelivered later with delivery 2; the permanent one in <stream>.dead); a call failing
+ *     as a whole leaves every entry pending (claimed again in one call) or dead-letters all;
  *   - duplicate delivery (the same event published twice) has one effect through the inbox;
  *   - redis-server SIGKILLed and restarted (AOF replayed) while a consumer polls: every
  *     published entry is handled, nothing lost, nothing left pending;
@@ -659,6 +664,210 @@ static void test_other_event_types_skipped(void **state)
     txo_publisher_free(pub);
 }
 
+/* ---- (4b) the batch consumer ---- */
+
+/* A batch handler: each message through collect(), the calls counted. */
+struct batch_collector {
+    struct collector col;
+    size_t calls;
+    size_t largest;  /* messages in the largest call */
+    int fail_first;  /* non-zero: the first call fails as a whole with this code */
+    size_t failed_n; /* messages of that call */
+};
+
+static int collect_batch(void *arg, const struct txo_inbound_message *msgs, size_t n, int *results,
+                         struct txo_error *errors)
+{
+    struct batch_collector *bc = arg;
+    bc->calls++;
+    if (n > bc->largest)
+        bc->largest = n;
+    if (bc->calls == 1 && bc->fail_first != 0) {
+        bc->failed_n = n;
+        return bc->fail_first;
+    }
+    for (size_t i = 0; i < n; i++)
+        results[i] = collect(&bc->col, &msgs[i], &errors[i]);
+    return 0;
+}
+
+static struct txo_consumer *new_batch_consumer(const struct txo_redis_opts *o,
+                                               struct batch_collector *bc)
+{
+    struct txo_consumer *c = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_consumer_redis_batch_new(o, collect_batch, bc, NULL, &c, &err) < 0)
+        fail_msg("txo_consumer_redis_batch_new: %s", err.msg);
+    return c;
+}
+
+/* The stream entry id of the entry whose idempotency_key is key (redis-cli XRANGE). */
+static void entry_id_of(const char *stream, const char *key, char *out, size_t out_size)
+{
+    json_t *all = testredis_xrange(&server, stream);
+    out[0] = '\0';
+    for (size_t i = 0; i < json_array_size(all); i++) {
+        json_t *e = json_array_get(all, i);
+        const char *k = testredis_field(e, "idempotency_key");
+        if (k != NULL && strcmp(k, key) == 0)
+            snprintf(out, out_size, "%s", json_string_value(json_array_get(e, 0)));
+    }
+    json_decref(all);
+    assert_true(out[0] != '\0');
+}
+
+static void test_batch_consumer_reads_in_few_calls(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t13.events.order");
+    o.stream_template = "t13.events.{aggregate_type}";
+    o.event_type = "OrderCreated";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 22, 1, "order", "order");
+    b.msgs[4].event_type = "OrderCancelled";
+    b.msgs[17].event_type = "OrderShipped";
+    publish(pub, &b);
+    assert_all_published(&b);
+    struct batch_collector bc = {.col = {.decode = true}};
+    struct txo_consumer *c = new_batch_consumer(&o, &bc);
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    size_t handled = 0;
+    while (bc.col.n < 20 && txo_monotonic_ms() < deadline)
+        handled += poll_once(c, 100, 100);
+    /* The 20 OrderCreated entries, each once, in fewer calls than entries; the other two
+     * types acknowledged without reaching the handler. */
+    assert_int_equal(bc.col.n, 20);
+    assert_int_equal(handled, 20);
+    assert_true(bc.calls < 20);
+    assert_true(bc.largest > 1);
+    for (size_t i = 0; i < b.n; i++)
+        assert_int_equal(count_id(&bc.col, b.keys[i]), i == 4 || i == 17 ? 0 : 1);
+    for (size_t i = 0; i < bc.col.n; i++) {
+        assert_string_equal(bc.col.got[i].subject, "t13.events.order");
+        assert_int_equal(bc.col.got[i].delivery, 1);
+    }
+    assert_int_equal(testredis_group_pending(&server, "t13.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_xlen(&server, "t13.events.order.dead"), 0);
+    txo_consumer_free(c);
+    collector_release(&bc.col);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_batch_consumer_mixed_verdicts(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t14.events.order");
+    o.stream_template = "t14.events.{aggregate_type}";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 6, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    char transient_entry[64];
+    entry_id_of("t14.events.order", "order:3", transient_entry, sizeof(transient_entry));
+
+    struct batch_collector bc = {.col = {.transient_id = "order:3", .permanent_id = "order:5"}};
+    struct txo_consumer *c = new_batch_consumer(&o, &bc);
+    int64_t t_fail = txo_monotonic_ms(); /* before the first delivery */
+    assert_int_equal(poll_once(c, 100, 200), 6);
+    assert_int_equal(bc.calls, 1);
+    /* The transient one alone pending (XPENDING by redis-cli), the permanent one in the dead
+     * stream and acknowledged, the other four acknowledged. */
+    json_t *p = testredis_cli(&server, (const char *const[]){"XPENDING", "t14.events.order",
+                                                             "txo-worker", "-", "+", "10", NULL});
+    assert_int_equal(json_array_size(p), 1);
+    assert_string_equal(json_string_value(json_array_get(json_array_get(p, 0), 0)),
+                        transient_entry);
+    json_decref(p);
+    assert_int_equal(testredis_xlen(&server, "t14.events.order.dead"), 1);
+    json_t *dead = testredis_xrange(&server, "t14.events.order.dead");
+    json_t *e = json_array_get(dead, 0);
+    assert_string_equal(testredis_field(e, "idempotency_key"), "order:5");
+    assert_string_equal(testredis_field(e, "dead_reason"), "payload rejected by the test");
+    assert_string_equal(testredis_field(e, "dead_error"), "TXO_EINVAL");
+    assert_string_equal(testredis_field(e, "dead_delivery"), "1");
+    json_decref(dead);
+
+    /* The transient one comes back after claim_idle_ms, delivery 2, and is acknowledged. */
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    while (count_id(&bc.col, "order:3") < 2 && txo_monotonic_ms() < deadline)
+        poll_once(c, 100, 50);
+    assert_int_equal(count_id(&bc.col, "order:3"), 2);
+    assert_true(txo_monotonic_ms() - t_fail >= o.claim_idle_ms);
+    assert_int_equal(bc.col.got[bc.col.n - 1].delivery, 2);
+    assert_int_equal(testredis_group_pending(&server, "t14.events.order", "txo-worker"), 0);
+    /* The rest never again. */
+    txo_sleep_ms(o.claim_idle_ms + 100);
+    poll_once(c, 100, 50);
+    poll_once(c, 100, 50);
+    assert_int_equal(bc.col.n, 7);
+    for (size_t i = 0; i < b.n; i++)
+        assert_int_equal(count_id(&bc.col, b.keys[i]), i == 2 ? 2 : 1);
+    assert_int_equal(testredis_xlen(&server, "t14.events.order.dead"), 1);
+    txo_consumer_free(c);
+    collector_release(&bc.col);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
+static void test_batch_handler_failing_as_a_whole(void **state)
+{
+    (void)state;
+    struct txo_redis_opts o;
+    opts_for(&o, "t15.events.order");
+    o.stream_template = "t15.events.{aggregate_type}";
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 5, 1, "order", "order");
+    publish(pub, &b);
+    assert_all_published(&b);
+    /* A transient failure of the call leaves every entry pending; the claim after
+     * claim_idle_ms hands them all to the handler again, in one call, delivery 2. */
+    struct batch_collector bc = {.fail_first = TXO_EDEADLOCK};
+    struct txo_consumer *c = new_batch_consumer(&o, &bc);
+    assert_int_equal(poll_once(c, 100, 200), 5);
+    assert_int_equal(bc.failed_n, 5);
+    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 5);
+    int64_t deadline = txo_monotonic_ms() + 5000;
+    while (bc.col.n < 5 && txo_monotonic_ms() < deadline)
+        poll_once(c, 100, 50);
+    assert_int_equal(bc.col.n, 5);
+    assert_int_equal(bc.calls, 2);
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(bc.col.got[i].delivery, 2);
+    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 0);
+    txo_consumer_free(c);
+    collector_release(&bc.col);
+
+    /* A permanent failure of the call dead-letters every entry. */
+    struct batch b2;
+    batch_init(&b2, 3, 100, "order", "order");
+    publish(pub, &b2);
+    assert_all_published(&b2);
+    struct batch_collector bc2 = {.fail_first = TXO_EINVAL};
+    c = new_batch_consumer(&o, &bc2);
+    assert_int_equal(poll_once(c, 100, 200), 3);
+    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 0);
+    json_t *dead = testredis_xrange(&server, "t15.events.order.dead");
+    assert_int_equal(json_array_size(dead), 3);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = json_array_get(dead, i);
+        assert_string_equal(testredis_field(e, "idempotency_key"), b2.keys[i]);
+        assert_string_equal(testredis_field(e, "dead_error"), "TXO_EINVAL");
+    }
+    json_decref(dead);
+    txo_consumer_free(c);
+    collector_release(&bc2.col);
+    batch_free(&b2);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
 /* ---- (5) duplicates through the inbox; a server SIGKILLed while consuming ---- */
 
 struct inbox_ctx {
@@ -873,6 +1082,9 @@ int main(void)
         cmocka_unit_test(test_permanent_error_dead_lettered),
         cmocka_unit_test(test_dead_consumer_entries_claimed),
         cmocka_unit_test(test_other_event_types_skipped),
+        cmocka_unit_test(test_batch_consumer_reads_in_few_calls),
+        cmocka_unit_test(test_batch_consumer_mixed_verdicts),
+        cmocka_unit_test(test_batch_handler_failing_as_a_whole),
         cmocka_unit_test(test_duplicates_and_server_killed_while_consuming),
         cmocka_unit_test(test_server_down_at_creation),
         cmocka_unit_test(test_password_and_database_from_the_url),
