@@ -267,7 +267,8 @@ static void expect_stream_holds_each_once(const struct cluster *c, const char *s
     }
     for (unsigned k = 1; k <= n; k++)
         if (!seen[k])
-            fail_msg("stream %s: %s:%u never reached the stream", stream, prefix, k);
+            fail_msg("stream %s: %s:%u never reached the stream (%zu messages read)", stream,
+                     prefix, k, count);
     assert_int_equal(count, n);
     free(seen);
     testnats_free_ids(ids, count);
