@@ -42,20 +42,35 @@ const char *testproc_fake_bin(void)
     return bin;
 }
 
+/*
+ * Ports for the servers tests start are taken below the kernel's ephemeral range (32768 and
+ * up by default): a port that bind(0) handed out there is free a moment, then the kernel may
+ * give it to any outgoing connection (a test's MariaDB session, say), and the server started
+ * on it fails with EADDRINUSE. Each process starts at its own point of the range (tests run in
+ * parallel), and a port is handed out only when a bind to it succeeds.
+ */
+#define PORT_FIRST 20000
+#define PORT_COUNT 12000
+
 unsigned testproc_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        fail_msg("socket: %s", strerror(errno));
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&addr, &len) != 0)
-        fail_msg("bind: %s", strerror(errno));
-    unsigned port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
+    static unsigned next;
+    if (next == 0)
+        next = (unsigned)(getpid() * 7919u + (unsigned)time(NULL)) % PORT_COUNT + 1;
+    for (unsigned tries = 0; tries < PORT_COUNT; tries++) {
+        unsigned port = PORT_FIRST + (next++ % PORT_COUNT);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            fail_msg("socket: %s", strerror(errno));
+        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        int ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    fail_msg("no free TCP port in %d..%d", PORT_FIRST, PORT_FIRST + PORT_COUNT - 1);
+    return 0;
 }
 
 void testproc_start(struct testproc *p, const char *tag, const char *const *argv,

@@ -24,7 +24,8 @@ const char *testproc_txo_bin(void);
 /* The fake payment and shipment service, txo-fake-services ($TXO_FAKE_BIN, set by CTest). */
 const char *testproc_fake_bin(void);
 
-/* A TCP port on 127.0.0.1 that was free a moment ago. */
+/* A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range (so no
+ * outgoing connection takes it meanwhile). */
 unsigned testproc_free_port(void);
 
 /*
