@@ -220,9 +220,10 @@ static int ensure_pool(struct txo_http_client *c, size_t n, struct txo_error *er
     /*
      * libcurl's default cache limit is four connections per easy handle attached right now, so
      * as a batch's handles are detached one by one the last ones would close the connections the
-     * first ones left idle. A fixed limit keeps one connection per handle of the pool, and some.
+     * first ones left idle. A fixed limit keeps one connection per handle of the pool (at least
+     * libcurl's own 5).
      */
-    size_t keep = 4 * c->n_slots;
+    size_t keep = c->n_slots; /* one idle connection per handle: what the next batch reuses */
     if (keep < MIN_KEPT_CONNECTIONS)
         keep = MIN_KEPT_CONNECTIONS;
     if (curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, (long)keep) != CURLM_OK)

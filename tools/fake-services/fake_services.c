@@ -882,6 +882,11 @@ int main(int argc, char **argv)
     so.host = host;
     so.port = port;
     so.max_connections = opts.max_connections;
+    /* Every caller of a test comes from 127.0.0.1, so a per-address cap would be a cap on all
+     * of them; and a held (--hang) call keeps a handler thread, so there are enough threads
+     * for many held calls while /control and /stats still get answered. */
+    so.max_connections_per_client = 0;
+    so.handler_threads = opts.max_connections / 4 > 32 ? opts.max_connections / 4 : 32;
     if (txo_http_server_start(&so, handle, s, &srv, &err) < 0) {
         fprintf(stderr, PROGRAM ": starting the HTTP server: %s (%s)\n",
                 err.msg[0] ? err.msg : "failed", txo_err_name(err.code));
