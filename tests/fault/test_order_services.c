@@ -116,6 +116,16 @@ static int64_t stat_of(const struct rig *r, const char *field)
     return n;
 }
 
+static struct order_services *services_of(const struct order_services_opts *o)
+{
+    struct order_services *svc = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (order_services_new(o, &svc, &err) != 0)
+        fail_msg("order_services_new: %s", err.msg);
+    return svc;
+}
+
 static struct order_services *services(const struct rig *r, unsigned max_concurrent,
                                        unsigned breaker_failures, struct txo_metrics *metrics)
 {
@@ -125,12 +135,7 @@ static struct order_services *services(const struct rig *r, unsigned max_concurr
     o.max_concurrent = max_concurrent;
     o.breaker_failures = breaker_failures;
     o.metrics = metrics;
-    struct order_services *svc = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (order_services_new(&o, &svc, &err) != 0)
-        fail_msg("order_services_new: %s", err.msg);
-    return svc;
+    return services_of(&o);
 }
 
 static struct order_service_session *session(const struct order_services *svc)
@@ -272,8 +277,7 @@ static void test_bulkhead_bounds_a_batch(void **state)
     o.max_concurrent = 3;
     o.bulkhead_wait_ms = 200;
     o.metrics = m;
-    struct order_services *svc = NULL;
-    assert_int_equal(order_services_new(&o, &svc, &err), 0);
+    struct order_services *svc = services_of(&o);
     struct order_service_session *s = session(svc);
     control(r, "{\"latency_ms\":300}");
 
@@ -401,8 +405,7 @@ static void test_saga_batch_calls_the_services_together(void **state)
     o.payment_url = r->url;
     o.shipment_url = r->url;
     o.max_concurrent = 32;
-    struct order_services *svc = NULL;
-    assert_int_equal(order_services_new(&o, &svc, &err), 0);
+    struct order_services *svc = services_of(&o);
     struct order_saga_env env;
     order_saga_env_init(&env, NULL);
     env.session = session(svc);
