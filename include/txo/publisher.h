@@ -81,6 +81,16 @@ struct txo_publisher_ops {
  */
 #define TXO_PUBLISHER_QUICK 1u
 
+/*
+ * The publisher keeps an aggregate's order across failures within one call: once an event
+ * fails, it sends no later event of the same (aggregate_type, aggregate_id) in that call (it
+ * reports them failed too). A relay that orders by aggregate then hands it a batch holding
+ * several events of one aggregate in one call; without the flag it sends such a batch in waves
+ * of one event per aggregate, each after the previous one was answered (txo/relay.h). The null
+ * publisher sets it.
+ */
+#define TXO_PUBLISHER_IN_ORDER 2u
+
 struct txo_publisher {
     const struct txo_publisher_ops *ops;
     void *self;

@@ -15,18 +15,23 @@
  *      lease expired (and whose rows were reclaimed) changes nothing. Failures go back to
  *      PENDING with attempts+1 and next_attempt_at = now + backoff with jitter; at max_attempts
  *      they become FAILED and get a dead_letter_events row in the same transaction.
- *   Ordering (opts.ordering): with TXO_RELAY_ORDER_AGGREGATE a claim takes only
- *   the head of each aggregate (the lowest-id event of its (aggregate_type, aggregate_id)
- *   not yet PUBLISHED or SKIPPED), so across any number of relays at most one event per
- *   aggregate is in flight and an event is published only after every earlier event of its
- *   aggregate was. A failing event parks its aggregate alone: while it waits for its retry,
- *   or sits FAILED in the dead letters until an operator replays or skips it (txo/dlq.h),
- *   the later events of that aggregate wait; every other aggregate keeps flowing.
- *   TXO_RELAY_ORDER_NONE, the default, claims any due event. It is the default because the
- *   ordered claim's cost grows with the backlog waiting behind each head: a drain with about
- *   100 events waiting per aggregate ran at ~230 events/s (docs/brokers.md), which is what an
- *   outage leaves behind; turn ordering on where consumers need it (and off on MySQL 5.7 with
- *   update-limit, see relay_sql.h).
+ *   Ordering (opts.ordering): with TXO_RELAY_ORDER_AGGREGATE, the default, an aggregate's
+ *   events reach the publisher in the order of their ids, whatever fails, across any number of
+ *   relays. Each aggregate maps to one of 64 shards (outbox_events.shard, computed by the
+ *   server from aggregate_type and aggregate_id, so rows of any writer have it); relays share
+ *   the shards like a consumer group shares partitions (a fair share each, rebalanced within a
+ *   few shard_lease_ms / 4 ticks when relays join or leave, taken over within shard_lease_ms
+ *   when one dies or hangs), and a relay claims only rows of the shards it holds, several events
+ *   of an aggregate per batch, in due order. A failing event parks its aggregate alone
+ *   (outbox_parked): while it waits for its retry, or sits FAILED in the dead letters until an
+ *   operator replays or skips it (txo/dlq.h), the later events of that aggregate wait; every
+ *   other aggregate keeps flowing. Within a batch an aggregate's events are handed to the
+ *   publisher in order and the aggregate stops at its first failure: in waves of one event per
+ *   aggregate unless the publisher keeps order across failures itself
+ *   (TXO_PUBLISHER_IN_ORDER). The claim's cost per event does not grow with the backlog
+ *   behind an aggregate. TXO_RELAY_ORDER_NONE claims any due event and publishes a batch in
+ *   one call: for consumers that do not care about order. Every relay of one outbox table must
+ *   use the same ordering: an unordered relay ignores shards and parked aggregates.
  *   Failures: a publisher's transient error (txo/publisher.h) sends the event back to PENDING
  *   with backoff, up to max_attempts; a permanent one (the broker refused this very message)
  *   dead-letters it at once with the broker's reason.
@@ -57,10 +62,10 @@
 #include "txo/publisher.h"
 
 /*
- * Which events a claim may take. AGGREGATE is for consumers of an entity's events written
- * assuming their order (OrderCreated before OrderCancelled), which two relays, or one retried
- * failure, break silently otherwise; NONE, the default (see Ordering above), claims with one
- * index lookup less per event and does not slow down behind a deep backlog.
+ * Which events a claim may take (see Ordering above). AGGREGATE, the default, keeps each
+ * entity's events in order (OrderCreated before OrderCancelled), which consumers assume and
+ * which two relays, or one retried failure, would otherwise break silently. NONE is an
+ * explicit opt-out for consumers that do not care.
  */
 enum txo_relay_ordering {
     TXO_RELAY_ORDER_AGGREGATE = 0, /* per (aggregate_type, aggregate_id), in id order */
@@ -117,12 +122,18 @@ struct txo_relay_opts {
     const char *relay_id;             /* prefix of lock tokens; default "<hostname>:<pid>" */
     enum txo_claim_strategy claim;    /* default AUTO */
     enum txo_relay_claim_mode mode;   /* default AUTO (see above) */
-    enum txo_relay_ordering ordering; /* default NONE (see Ordering above) */
-    unsigned batch_size;              /* events per claim, default 500, max 10000 */
-    unsigned lease_s;                 /* claim lease, default 30 */
-    unsigned max_attempts;            /* publish attempts before FAILED, default 10 */
-    unsigned max_lease_expiries;      /* lease expiries before FAILED (poison), default 3 */
-    struct txo_backoff backoff;       /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
+    enum txo_relay_ordering ordering; /* default AGGREGATE (see Ordering above) */
+    /*
+     * Ordered relays: how long a relay's hold on its shards lasts without renewal (renewed
+     * every quarter of it). A relay that dies or hangs loses its shards to the others after
+     * this long; one that stops gives them back at once. Default 10000.
+     */
+    int64_t shard_lease_ms;
+    unsigned batch_size;         /* events per claim, default 500, max 10000 */
+    unsigned lease_s;            /* claim lease, default 30 */
+    unsigned max_attempts;       /* publish attempts before FAILED, default 10 */
+    unsigned max_lease_expiries; /* lease expiries before FAILED (poison), default 3 */
+    struct txo_backoff backoff;  /* failed-publish delay: 500 ms .. 300 s, jitter 0.5 */
     /*
      * The circuit breaker around the publisher: after breaker_failures batches in a row whose
      * every event failed with a transient error (the broker is down), the relay stops claiming
@@ -157,6 +168,8 @@ struct txo_relay_stats {
     uint64_t reclaimed;       /* expired leases returned to PENDING */
     uint64_t poisoned;        /* events dead-lettered for max_lease_expiries expired leases */
     uint64_t batches;
+    unsigned shards;       /* ordered: shards held now (of 64) */
+    uint64_t shards_taken; /* ordered: shards taken over (free or from a lapsed hold) */
 };
 
 struct txo_relay;
@@ -203,6 +216,14 @@ TXO_API TXO_MUST_CHECK int txo_relay_run(struct txo_relay *relay, struct txo_err
  * Async-signal-safe; any thread.
  */
 TXO_API void txo_relay_wake(struct txo_relay *relay);
+
+/*
+ * Ordered relays: runs the shard membership now instead of at its next tick (joins, renews,
+ * gives back or takes shards to the fair share). For tests and benchmarks that start several
+ * relays and want them balanced before a measurement; the cycle does it by itself. A no-op
+ * for unordered relays. Errors: DB errors, TXO_ECONFIG (outbox_shards missing: migrate).
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_rebalance(struct txo_relay *relay, struct txo_error *err);
 
 /* Asks txo_relay_run to return after the current batch. Async-signal-safe. */
 TXO_API void txo_relay_stop(struct txo_relay *relay);

@@ -22,7 +22,7 @@ static const struct txo_publisher_ops null_ops = {
     .name = "null",
     .publish_batch = null_publish_batch,
     .destroy = NULL,
-    .flags = TXO_PUBLISHER_QUICK,
+    .flags = TXO_PUBLISHER_QUICK | TXO_PUBLISHER_IN_ORDER,
 };
 
 int txo_publisher_null_new(struct txo_publisher **pub, struct txo_error *err)

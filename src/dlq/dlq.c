@@ -11,8 +11,10 @@
  * DLQ_SQL_REQUEUE_SOURCE makes exactly that move), moves it back to PENDING and records
  * the replay on the dead letter. Anything unexpected rolls the whole replay back. A skip is the
  * same transaction with the other move out of FAILED: the row becomes SKIPPED
- * (DLQ_SQL_SKIP_SOURCE) and the dead letter records the skip, so the relay's ordered claim
- * takes the next event of the aggregate.
+ * (DLQ_SQL_SKIP_SOURCE), the aggregate it parked is freed (DLQ_SQL_UNPARK_SOURCE) and the
+ * dead letter records the skip, so the relay's ordered claim takes the next event of the
+ * aggregate. A replay leaves the aggregate parked by the event: it is claimed again, and its
+ * publish frees the aggregate.
  *
  * Memory: a list is returned as one array whose strings are separate allocations, all freed by
  * txo_dead_letters_free().
@@ -207,6 +209,11 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                           "dead letter %" PRId64 ": outbox event %" PRId64 " changed during the %s",
                           r->dead_letter_id, r->event_id, r->verb);
         goto out;
+    }
+    if (r->skip) {
+        rc = txo_tx_exec(tx, DLQ_SQL_UNPARK_SOURCE, &ev, 1, NULL, err);
+        if (rc < 0)
+            goto out;
     }
     rc = txo_tx_exec(tx, r->skip ? DLQ_SQL_MARK_SKIPPED : DLQ_SQL_MARK_REPLAYED, &dl, 1, NULL, err);
 out:

@@ -65,14 +65,22 @@
 
 /*
  * Skip, step 3 (steps 1 and 2 as a replay's): FAILED -> SKIPPED, no lock. The event is never
- * published; with the relay's ordering by aggregate, the next event of its aggregate becomes
- * the head and is claimed. last_error is kept. Index: PRIMARY; the row moves from the FAILED
- * to the SKIPPED range of idx_outbox_due. Locks: the row (already locked). Isolation: READ
- * COMMITTED. Params: outbox event id.
+ * published; with the relay's ordering by aggregate, the next event of its aggregate is
+ * claimed once DLQ_SQL_UNPARK_SOURCE has freed the aggregate. last_error is kept. Index: PRIMARY;
+ * the row moves from the FAILED to the SKIPPED range of idx_outbox_due. Locks: the row (already
+ * locked). Isolation: READ COMMITTED. Params: outbox event id.
  */
 #define DLQ_SQL_SKIP_SOURCE                                                                        \
     "UPDATE outbox_events SET status = 'SKIPPED', locked_by = NULL, locked_until = NULL "          \
     "WHERE id = ? AND status = 'FAILED'"
+
+/*
+ * Skip, same transaction: the aggregate the event parked (outbox_parked, written by the
+ * relay's mark when it failed) is free again, so the relay claims its next event. A no-op when
+ * it parked nothing. Index: uq_parked_event. Locks: that row. Isolation: READ COMMITTED.
+ * Params: outbox event id.
+ */
+#define DLQ_SQL_UNPARK_SOURCE "DELETE FROM outbox_parked WHERE event_id = ?"
 
 /*
  * Skip, step 4: the dead letter records the skip. Index: PRIMARY. Locks: the row (already

@@ -17,15 +17,15 @@
 
 #include "dlq/dlq_sql.h"
 #include "relay/relay_sql.h"
+#include "relay/shard_sql.h"
 
 #define OUTBOX_MOVES(X)                                                                            \
     /* Claim, skip-locked: rows the SELECT ... SKIP LOCKED locked, then marked by id. */           \
     X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, PENDING, PROCESSING)           \
     X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, PENDING, PROCESSING)     \
-    /* Claim, skip-locked, ordered by aggregate. */                                                \
-    X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED, PENDING, PROCESSING)   \
-    X(RELAY_SQL_CLAIM_BY_ID_IN, RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER, PENDING,         \
-      PROCESSING)                                                                                  \
+    /* Claim, skip-locked, ordered by aggregate: rows of a snapshot read, marked by id if they     \
+     * are still PENDING. */                                                                       \
+    X(RELAY_SQL_ORDERED_CLAIM_BY_ID_IN, RELAY_SQL_ORDERED_CLAIM_BY_ID_IN, PENDING, PROCESSING)     \
     /* Claim, update-limit. */                                                                     \
     X(RELAY_SQL_CLAIM_UPDATE_LIMIT, RELAY_SQL_CLAIM_UPDATE_LIMIT, PENDING, PROCESSING)             \
     X(RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, PENDING, PROCESSING) \
@@ -37,8 +37,12 @@
     X(RELAY_SQL_MARK_PUBLISHED_IN, RELAY_SQL_MARK_PUBLISHED_IN, PROCESSING, PUBLISHED)             \
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, PENDING)                     \
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, FAILED)                      \
+    /* Claimed, held back unpublished behind an earlier event of the aggregate: unchanged. */      \
+    X(RELAY_SQL_RELEASE_IN, RELAY_SQL_RELEASE_IN, PROCESSING, PENDING)                             \
     /* Expired leases back to PENDING. */                                                          \
     X(RELAY_SQL_RECLAIM_EXPIRED, RELAY_SQL_RECLAIM_EXPIRED, PROCESSING, PENDING)                   \
+    /* In flight in a shard another relay took over: back to PENDING. */                           \
+    X(RELAY_SHARD_SQL_RECLAIM_IN, RELAY_SHARD_SQL_RECLAIM_IN, PROCESSING, PENDING)                 \
     /* Expired leases at the lease-expiry limit: poison events, dead-lettered. */                  \
     X(RELAY_SQL_RECLAIM_POISON_IN, RELAY_SQL_RECLAIM_SELECT_POISON, PROCESSING, FAILED)            \
     /* An operator's replay of a dead letter. */                                                   \

@@ -38,57 +38,15 @@
  * so another thread may read them while the relay runs.
  */
 
-#include <stdatomic.h>
-
-#include "core/text.h"
-#include "queue/lease.h"
+#include "relay/relay_internal.h"
 #include "relay/relay_sql.h"
+#include "relay/shard_sql.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
 
-#define BATCH_SIZE_MAX     10000u
-#define TOKEN_MAX          128 /* outbox_events.locked_by VARCHAR(128) */
-#define RECLAIM_LIMIT      10000
-#define IDLE_SLICE_MS      50
-#define WAKE_SLICE_MS      2 /* how soon an idle relay notices txo_relay_wake() */
-#define RETRY_MIN_MS       250
-#define RETRY_MAX_MS       5000
-#define MARK_FIXED_PARAMS  9     /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
-#define MARK_ATTEMPTS      3     /* mark transactions tried on a transient error */
-#define CLAIM_RESCAN_MS    1000  /* a claim without cursor at least this often */
-#define CURSOR_AT_MAX      32    /* "YYYY-MM-DD HH:MM:SS.ffffff" */
-#define OUTAGE_REMINDER_MS 60000 /* a database outage is logged again this often */
-
-/* Columns of the claim queries. */
-enum claim_col {
-    COL_ID = 0,
-    COL_AGGREGATE_TYPE,
-    COL_AGGREGATE_ID,
-    COL_EVENT_TYPE,
-    COL_PAYLOAD,
-    COL_IDEMPOTENCY_KEY,
-    COL_CREATED_AT,
-    COL_ATTEMPTS,
-    COL_NEXT_ATTEMPT_AT,
-    COL_LEASE_EXPIRIES,
-};
-
-/* The statements that end in an IN list. */
-enum in_stmt {
-    IN_CLAIM_BY_ID,
-    IN_MARK_PUBLISHED,
-    IN_MARK_FAILED,
-    IN_DEAD_LETTER,
-    IN_UNLOCK_FAILED,
-    IN_RECLAIM_POISON,
-    IN_HELD_PUBLISHED,
-    IN_HELD_FAILED,
-    IN_HELD_DEAD_LETTER,
-    IN_STMT_COUNT,
-};
-
 static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_CLAIM_BY_ID] = RELAY_SQL_CLAIM_BY_ID_IN,
+    [IN_ORDERED_CLAIM_BY_ID] = RELAY_SQL_ORDERED_CLAIM_BY_ID_IN,
     [IN_MARK_PUBLISHED] = RELAY_SQL_MARK_PUBLISHED_IN,
     [IN_MARK_FAILED] = RELAY_SQL_MARK_FAILED_IN,
     [IN_DEAD_LETTER] = RELAY_SQL_DEAD_LETTER_IN,
@@ -97,12 +55,16 @@ static const char *const in_stmt_prefix[IN_STMT_COUNT] = {
     [IN_HELD_PUBLISHED] = RELAY_SQL_HELD_PUBLISHED_IN,
     [IN_HELD_FAILED] = RELAY_SQL_HELD_FAILED_IN,
     [IN_HELD_DEAD_LETTER] = RELAY_SQL_HELD_DEAD_LETTER_IN,
+    [IN_RELEASE] = RELAY_SQL_RELEASE_IN,
+    [IN_PARK] = RELAY_SQL_PARK_IN,
+    [IN_UNPARK] = RELAY_SQL_UNPARK_IN,
 };
 
 /*
  * The claim's lease passes (src/queue/lease.c): from the start of the due PENDING range of
  * idx_outbox_due, and from the relay's claim cursor on; each unordered and ordered by
- * aggregate (passes[ordered][after_cursor]).
+ * aggregate over every shard (passes[ordered][after_cursor]). An ordered relay that holds only
+ * some shards uses the passes shard_pass() builds from the same statements with its shards.
  */
 static const struct txo__lease_pass passes[2][2] = {
     [0][0] =
@@ -123,16 +85,16 @@ static const struct txo__lease_pass passes[2][2] = {
         },
     [1][0] =
         {
-            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED,
-            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .select_locked = RELAY_SQL_CLAIM_SELECT_ORDERED,
+            .mark_by_id_in = RELAY_SQL_ORDERED_CLAIM_BY_ID_IN,
             .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED,
             .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN,
             .id_col = COL_ID,
         },
     [1][1] =
         {
-            .select_locked = RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER,
-            .mark_by_id_in = RELAY_SQL_CLAIM_BY_ID_IN,
+            .select_locked = RELAY_SQL_CLAIM_SELECT_ORDERED_AFTER,
+            .mark_by_id_in = RELAY_SQL_ORDERED_CLAIM_BY_ID_IN,
             .update_limit = RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER,
             .select_by_token = RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER,
             .id_col = COL_ID,
@@ -182,83 +144,6 @@ int txo_relay_claim_mode_parse(const char *name, enum txo_relay_claim_mode *out)
     return 0;
 }
 
-struct relay_counters {
-    _Atomic uint64_t claimed;
-    _Atomic uint64_t published;
-    _Atomic uint64_t failed_attempts;
-    _Atomic uint64_t dead_lettered;
-    _Atomic uint64_t fenced;
-    _Atomic uint64_t reclaimed;
-    _Atomic uint64_t poisoned;
-    _Atomic uint64_t batches;
-};
-
-/* The relay's own metric families (NULL when opts.metrics is NULL). */
-struct relay_metrics {
-    struct txo_metric *published;
-    struct txo_metric *attempts;
-    struct txo_metric *failures;
-    struct txo_metric *dead_lettered;
-    struct txo_metric *breaker_state;
-};
-
-struct txo_relay {
-    struct txo_db *db;
-    struct txo_publisher *pub;
-    struct txo_relay_opts opts; /* opts.relay_id points at relay_id below */
-    char *relay_id;
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode; /* LEASE or TRANSACTION (AUTO resolved) */
-    /* Claim mode TRANSACTION: the next cycle claims with a lease (the first one after start,
-     * and the one after a held claim met suspects; see txo/relay.h). */
-    bool lease_cycle;
-
-    atomic_int stop;
-    atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
-    struct relay_counters stats;
-    struct txo__lease_reclaimer reclaimer;
-    struct relay_metrics metrics;
-    struct txo_breaker *breaker; /* NULL: none */
-    atomic_int breaker_state;    /* enum txo_breaker_state, for other threads */
-    bool breaker_probe;          /* the current batch is the breaker's probe */
-    bool breaker_rejected;       /* the last cycle claimed nothing because it is open */
-    size_t claim_limit;          /* rows the current claim may take */
-    size_t cycle_acked;          /* this cycle's events acknowledged by the publisher */
-    size_t cycle_transient;      /* and those failed with a transient error */
-
-    /*
-     * The claim cursor (relay_sql.h, RELAY_SQL__AFTER_CURSOR): (next_attempt_at, id) of the
-     * last row of the last full batch. cursor_set is false until a full batch was claimed and
-     * after a short one; the claim then scans from the start of the PENDING range.
-     */
-    bool cursor_set;
-    char cursor_at[CURSOR_AT_MAX];
-    int64_t cursor_id;
-    int64_t last_full_scan_ms;
-    bool claim_after_cursor;   /* this claim starts at the cursor (decided before it runs) */
-    bool claimed_after_cursor; /* and it did (false when it fell back to a full scan) */
-
-    /* The current batch. */
-    char token[TOKEN_MAX + 1];
-    struct txo_rows *rows; /* claim result; msgs[] point into it */
-    size_t n;
-    struct txo_outbox_message *msgs;
-    char (*created_at)[TXO_RFC3339_LEN]; /* msgs[i].created_at points at created_at[i] */
-    int64_t *expiries;                   /* lease_expiries of msgs[i] */
-    int *results;
-    struct txo_error *errors;
-
-    /* Scratch for marking, sized for batch_size. */
-    int64_t *ids;       /* ids of one statement's IN list */
-    size_t *fail_order; /* indices of failed messages, grouped by error */
-    size_t *group_end;  /* end (exclusive) of each group in fail_order */
-    int64_t *fail_ids;  /* ids of fail_order, same order */
-    struct txo_param *params;
-    size_t params_cap;
-
-    struct txo__lease_in in[IN_STMT_COUNT];
-};
-
 /* Results of one mark transaction attempt (reset at the start of each attempt). */
 struct mark_result {
     uint64_t published;
@@ -273,6 +158,8 @@ struct mark_ctx {
     size_t n_published;
     size_t n_groups;
     size_t n_failed;
+    size_t n_deferred; /* r->defer_ids: held back, back to PENDING unchanged */
+    size_t n_unpark;   /* r->unpark_ids: published after an earlier failure */
     struct mark_result res;
 };
 
@@ -282,7 +169,8 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
     opts->relay_id = NULL; /* txo_relay_new() uses "<hostname>:<pid>" */
     opts->claim = TXO_CLAIM_AUTO;
     opts->mode = TXO_RELAY_CLAIM_AUTO;
-    opts->ordering = TXO_RELAY_ORDER_NONE;
+    opts->ordering = TXO_RELAY_ORDER_AGGREGATE;
+    opts->shard_lease_ms = 10000;
     opts->batch_size = 500;
     opts->lease_s = 30;
     opts->max_attempts = 10;
@@ -329,6 +217,9 @@ static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
         return txo_error_set(err, TXO_EINVAL, "relay: unknown claim mode %d", (int)o->mode);
     if ((unsigned)o->ordering >= TXO_ARRAY_LEN(ordering_names))
         return txo_error_set(err, TXO_EINVAL, "relay: unknown ordering %d", (int)o->ordering);
+    if (o->ordering == TXO_RELAY_ORDER_AGGREGATE && o->shard_lease_ms < 4)
+        return txo_error_set(err, TXO_EINVAL, "relay: shard_lease_ms must be >= 4, got %" PRId64,
+                             o->shard_lease_ms);
     if (o->relay_id != NULL && o->relay_id[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "relay: relay_id is empty");
     return 0;
@@ -429,13 +320,26 @@ void txo_relay_free(struct txo_relay *relay)
 {
     if (relay == NULL)
         return;
+    if (relay->ordered) {
+        txo__shards_leave(relay->db, &relay->shards);
+        txo__shards_release(&relay->shards);
+    }
+    txo__relay_publish_release(relay);
+    for (size_t l = 0; l < SHARD_LEVELS; l++)
+        for (size_t a = 0; a < 2; a++)
+            for (size_t k = 0; k < 3; k++)
+                txo_free(relay->shard_passes[l][a].sql[k]);
+    for (size_t l = 0; l < TXO__LEASE_IN_LEVELS; l++)
+        txo_free(relay->held_lock_sql[l]);
     txo_rows_free(relay->rows);
     txo_breaker_free(relay->breaker);
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
         txo__lease_in_release(&relay->in[s]);
     txo_free(relay->msgs);
     txo_free(relay->created_at);
-    txo_free(relay->expiries);
+    txo_free(relay->entries);
+    txo_free(relay->defer_ids);
+    txo_free(relay->unpark_ids);
     txo_free(relay->results);
     txo_free(relay->errors);
     txo_free(relay->ids);
@@ -488,10 +392,13 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->relay_id = opts->relay_id != NULL ? txo_strdup(opts->relay_id) : default_relay_id();
 
     size_t batch = opts->batch_size;
-    r->params_cap = MARK_FIXED_PARAMS + txo_sql_in_list_size(batch);
+    /* The larger of a mark (fixed + ids) and an ordered claim (set, shards, cursor, limit). */
+    r->params_cap = MARK_FIXED_PARAMS + txo_sql_in_list_size(batch) + RANGE_PARAMS_MAX + 3;
     r->msgs = txo_calloc(batch, sizeof(*r->msgs));
     r->created_at = txo_calloc(batch, sizeof(*r->created_at));
-    r->expiries = txo_calloc(batch, sizeof(*r->expiries));
+    r->entries = txo_calloc(batch, sizeof(*r->entries));
+    r->defer_ids = txo_calloc(batch, sizeof(*r->defer_ids));
+    r->unpark_ids = txo_calloc(batch, sizeof(*r->unpark_ids));
     r->results = txo_calloc(batch, sizeof(*r->results));
     r->errors = txo_calloc(batch, sizeof(*r->errors));
     r->ids = txo_calloc(batch, sizeof(*r->ids));
@@ -499,14 +406,18 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->group_end = txo_calloc(batch, sizeof(*r->group_end));
     r->fail_ids = txo_calloc(batch, sizeof(*r->fail_ids));
     r->params = txo_calloc(r->params_cap, sizeof(*r->params));
-    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->expiries == NULL ||
+    r->ordered = opts->ordering == TXO_RELAY_ORDER_AGGREGATE;
+    if (r->relay_id == NULL || r->msgs == NULL || r->created_at == NULL || r->entries == NULL ||
         r->results == NULL || r->errors == NULL || r->ids == NULL || r->fail_order == NULL ||
-        r->group_end == NULL || r->fail_ids == NULL || r->params == NULL) {
+        r->group_end == NULL || r->fail_ids == NULL || r->defer_ids == NULL ||
+        r->unpark_ids == NULL || r->params == NULL || txo__relay_publish_init(r, batch) < 0) {
         txo_relay_free(r);
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a batch of %zu", batch);
     }
     r->opts.relay_id = r->relay_id;
     r->claim_limit = batch;
+    if (r->ordered)
+        txo__shards_init(&r->shards, r->relay_id, opts->shard_lease_ms);
     atomic_init(&r->breaker_state, TXO_BREAKER_CLOSED);
     rc = setup_breaker(r, err);
     if (rc == 0)
@@ -551,11 +462,36 @@ void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *
     out->reclaimed = atomic_load_explicit(&c->reclaimed, memory_order_relaxed);
     out->poisoned = atomic_load_explicit(&c->poisoned, memory_order_relaxed);
     out->batches = atomic_load_explicit(&c->batches, memory_order_relaxed);
+    out->shards = (unsigned)atomic_load_explicit(&c->shards, memory_order_relaxed);
+    out->shards_taken = atomic_load_explicit(&c->shards_taken, memory_order_relaxed);
 }
 
 static void count(_Atomic uint64_t *counter, uint64_t n)
 {
     atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+/* Runs a membership tick (forced or when due) and publishes its outcome to the stats. */
+static int tick_shards(struct txo_relay *r, bool force, struct txo_error *err)
+{
+    bool changed = false;
+    uint64_t reclaimed_before = r->shards.reclaimed_events;
+    int rc = txo__shards_tick(r->db, &r->shards, force, &changed, err);
+    if (rc < 0)
+        return rc;
+    count(&r->stats.reclaimed, r->shards.reclaimed_events - reclaimed_before);
+    if (changed)
+        r->cursor_set = false; /* rows of new shards may lie behind the cursor */
+    atomic_store_explicit(&r->stats.shards, r->shards.owned, memory_order_relaxed);
+    atomic_store_explicit(&r->stats.shards_taken, r->shards.taken, memory_order_relaxed);
+    return 0;
+}
+
+int txo_relay_rebalance(struct txo_relay *relay, struct txo_error *err)
+{
+    if (!relay->ordered)
+        return 0;
+    return tick_shards(relay, true, err);
 }
 
 /*
@@ -569,12 +505,101 @@ static int exec_in(struct txo_tx *tx, struct txo_relay *r, enum in_stmt s, size_
                               err);
 }
 
-/* The cursor parameters of RELAY_SQL__AFTER_CURSOR into p[0..3). */
-static void cursor_params(const struct txo_relay *r, struct txo_param *p)
+/*
+ * The parameters that narrow a claim pass into p: the held shards when the relay holds only
+ * some (padded like any IN list, the last repeated), then the cursor of RELAY_SQL__AFTER_CURSOR
+ * when after_cursor. Returns how many (at most RANGE_PARAMS_MAX).
+ */
+static size_t range_params(const struct txo_relay *r, bool after_cursor, struct txo_param *p)
 {
-    p[0] = txo_p_str(r->cursor_at);
-    p[1] = txo_p_str(r->cursor_at);
-    p[2] = txo_p_i64(r->cursor_id);
+    size_t n = 0;
+    if (r->ordered && r->n_held < r->shards.total) {
+        size_t padded = txo_sql_in_list_size(r->n_held);
+        for (size_t i = 0; i < padded; i++)
+            p[n++] = txo_p_i64(r->held[i < r->n_held ? i : r->n_held - 1]);
+    }
+    if (after_cursor) {
+        p[n++] = txo_p_str(r->cursor_at);
+        p[n++] = txo_p_str(r->cursor_at);
+        p[n++] = txo_p_i64(r->cursor_id);
+    }
+    return n;
+}
+
+static size_t shard_level(size_t padded)
+{
+    size_t level = 0;
+    while (((size_t)1 << level) < padded)
+        level++;
+    return level;
+}
+
+/*
+ * The claim pass for this claim: the static ones, or for an ordered relay that holds only some
+ * shards, the ordered statements with a shard list of its padded size (built on first use,
+ * kept until the relay is freed). NULL when out of memory.
+ */
+static const struct txo__lease_pass *claim_pass(struct txo_relay *r, bool after_cursor)
+{
+    if (!r->ordered || r->n_held >= r->shards.total)
+        return &passes[r->ordered][after_cursor];
+    size_t padded = txo_sql_in_list_size(r->n_held);
+    struct shard_pass *sp = &r->shard_passes[shard_level(padded)][after_cursor];
+    if (sp->sql[0] == NULL) {
+        sp->sql[0] =
+            txo_sql_in_list(RELAY_SQL_ORDERED_SELECT_HEAD RELAY_SQL_ORDERED_SHARD_IN, padded,
+                            after_cursor ? " " RELAY_SQL_ORDERED_SELECT_TAIL_AFTER
+                                         : " " RELAY_SQL_ORDERED_SELECT_TAIL);
+        sp->sql[1] =
+            txo_sql_in_list(RELAY_SQL_ORDERED_UPDATE_HEAD RELAY_SQL_ORDERED_SHARD_IN, padded,
+                            after_cursor ? " " RELAY_SQL_ORDERED_UPDATE_TAIL_AFTER
+                                         : " " RELAY_SQL_ORDERED_UPDATE_TAIL);
+        sp->sql[2] =
+            txo_sql_in_list(RELAY_SQL_ORDERED_BY_TOKEN_HEAD RELAY_SQL_ORDERED_SHARD_IN, padded,
+                            after_cursor ? " " RELAY_SQL_ORDERED_BY_TOKEN_TAIL_AFTER
+                                         : " " RELAY_SQL_ORDERED_BY_TOKEN_TAIL);
+        if (sp->sql[0] == NULL || sp->sql[1] == NULL || sp->sql[2] == NULL) {
+            for (size_t k = 0; k < 3; k++) {
+                txo_free(sp->sql[k]);
+                sp->sql[k] = NULL;
+            }
+            return NULL;
+        }
+        sp->pass = (struct txo__lease_pass){
+            .select_locked = sp->sql[0],
+            .mark_by_id_in = RELAY_SQL_ORDERED_CLAIM_BY_ID_IN,
+            .update_limit = sp->sql[1],
+            .select_by_token = sp->sql[2],
+            .id_col = COL_ID,
+        };
+    }
+    return &sp->pass;
+}
+
+/*
+ * Ordered relays: share-locks this relay's valid shard holding for the rest of the claim
+ * transaction (RELAY_SHARD_SQL_HOLD) into r->held[0..r->n_held); *held is false when it holds
+ * none (the claim then takes nothing). Always true for unordered relays.
+ */
+static int hold_shards(struct txo_tx *tx, struct txo_relay *r, bool *held, struct txo_error *err)
+{
+    *held = true;
+    if (!r->ordered)
+        return 0;
+    struct txo_rows *rows = NULL;
+    struct txo_param m = txo_p_str(r->shards.member);
+    int rc = txo_tx_query(tx, RELAY_SHARD_SQL_HOLD, &m, 1, &rows, err);
+    if (rc < 0)
+        return rc;
+    size_t n = txo_rows_count(rows);
+    if (n > TXO__SHARDS_MAX)
+        n = TXO__SHARDS_MAX;
+    for (size_t i = 0; i < n; i++)
+        r->held[i] = txo_rows_i64(rows, i, 0);
+    txo_rows_free(rows);
+    r->n_held = n;
+    *held = n > 0;
+    return 0;
 }
 
 /*
@@ -588,27 +613,31 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     r->rows = NULL;
     r->claimed_after_cursor = false;
 
+    bool held = false;
+    int rc = hold_shards(tx, r, &held, err);
+    if (rc < 0 || !held)
+        return rc;
     struct txo_param set[] = {txo_p_str(r->token), txo_p_i64(r->opts.lease_s)};
-    struct txo_param cursor[3];
-    cursor_params(r, cursor);
+    struct txo_param range[RANGE_PARAMS_MAX];
     struct txo__lease_claim c = {
         .strategy = r->claim,
         .token = r->token,
         .set = set,
         .n_set = TXO_ARRAY_LEN(set),
         .limit = r->claim_limit,
-        .mark_in = &r->in[IN_CLAIM_BY_ID],
+        .mark_in = &r->in[r->ordered ? IN_ORDERED_CLAIM_BY_ID : IN_CLAIM_BY_ID],
         .ids = r->ids,
         .params = r->params,
         .params_cap = r->params_cap,
     };
     uint64_t marked = 0;
-    int rc = 0;
-    const struct txo__lease_pass *pass = passes[r->opts.ordering == TXO_RELAY_ORDER_AGGREGATE];
     if (r->claim_after_cursor) {
-        c.where = cursor;
-        c.n_where = TXO_ARRAY_LEN(cursor);
-        rc = txo__lease_claim(tx, &pass[1], &c, &r->rows, &marked, err);
+        const struct txo__lease_pass *pass = claim_pass(r, true);
+        if (pass == NULL)
+            return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
+        c.where = range;
+        c.n_where = range_params(r, true, range);
+        rc = txo__lease_claim(tx, pass, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
         r->claimed_after_cursor = marked > 0 || txo_rows_count(r->rows) > 0;
@@ -617,13 +646,24 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         /* No cursor, or nothing after it: from the start of the range. */
         txo_rows_free(r->rows);
         r->rows = NULL;
-        c.where = NULL;
-        c.n_where = 0;
-        rc = txo__lease_claim(tx, &pass[0], &c, &r->rows, &marked, err);
+        const struct txo__lease_pass *pass = claim_pass(r, false);
+        if (pass == NULL)
+            return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
+        c.where = range;
+        c.n_where = range_params(r, false, range);
+        rc = txo__lease_claim(tx, pass, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
     }
     size_t n = txo_rows_count(r->rows);
+    if (r->ordered && r->claim == TXO_CLAIM_SKIP_LOCKED && marked != n) {
+        /* A row changed between the snapshot and the mark: claim nothing this cycle rather
+         * than a batch with a hole in an aggregate. */
+        r->claim_raced = true;
+        return txo_error_set(err, TXO_ECONFLICT,
+                             "relay %s: %zu rows read, %" PRIu64 " still PENDING when marked",
+                             r->relay_id, n, marked);
+    }
     if (r->claim == TXO_CLAIM_SKIP_LOCKED && marked != n)
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "claim marked fewer rows than it locked relay_id=%s locked=%zu marked=%" PRIu64,
@@ -638,7 +678,12 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 static void advance_cursor(struct txo_relay *r, size_t n)
 {
     r->cursor_set = false;
-    if (n == 0 || n < r->opts.batch_size)
+    /*
+     * Ordered relays scan from the start every time: rows behind a cursor (committed late,
+     * held back unpublished, released) could be earlier events of an aggregate whose later
+     * events lie after it, and a claim from the cursor would take those first.
+     */
+    if (r->ordered || n == 0 || n < r->opts.batch_size)
         return;
     size_t len = 0;
     const char *at = txo_rows_str(r->rows, n - 1, COL_NEXT_ATTEMPT_AT, &len);
@@ -658,7 +703,16 @@ static int claim(struct txo_relay *r, struct txo_error *err)
     txo__lease_token(r->token, sizeof(r->token), r->relay_id);
     int64_t now = txo_monotonic_ms();
     r->claim_after_cursor = r->cursor_set && now - r->last_full_scan_ms < CLAIM_RESCAN_MS;
+    r->claim_raced = false;
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, claim_tx, r, err);
+    if (rc < 0 && r->claim_raced) {
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "claim rolled back, trying again next cycle: %s",
+                err != NULL ? err->msg : "");
+        txo_rows_free(r->rows);
+        r->rows = NULL;
+        r->cursor_set = false;
+        return 0;
+    }
     if (rc < 0) {
         txo_error_wrap(err, "relay %s: claim (%s)", r->relay_id, txo_claim_strategy_name(r->claim));
         return rc;
@@ -691,36 +745,16 @@ static void load_batch(struct txo_relay *r)
         m->created_at =
             txo__text_rfc3339(txo_rows_str(rows, i, COL_CREATED_AT, NULL), r->created_at[i]);
         int64_t expiries = txo_rows_i64(rows, i, COL_LEASE_EXPIRIES);
-        r->expiries[i] = expiries > 0 ? expiries : 0;
+        r->entries[i].expiries = expiries > 0 ? expiries : 0;
+        r->entries[i].had_error = txo_rows_i64(rows, i, COL_HAD_ERROR) != 0;
+        r->entries[i].agg = 0;
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
     }
     advance_cursor(r, n);
     r->n = n;
-}
-
-static void publish(struct txo_relay *r)
-{
-    for (size_t i = 0; i < r->n; i++) {
-        r->results[i] = 0;
-        txo_error_init(&r->errors[i]);
-    }
-    int rc = r->pub->ops->publish_batch(r->pub->self, r->msgs, r->n, r->results, r->errors);
-    for (size_t i = 0; i < r->n; i++) {
-        if (rc < 0)
-            r->results[i] = rc;
-        if (r->results[i] == 0) {
-            r->cycle_acked++;
-            continue;
-        }
-        if (r->results[i] > 0) /* not a TXO_E* code: count it as a publish failure */
-            r->results[i] = TXO_EPUBLISH;
-        if (txo_err_is_transient(r->results[i]))
-            r->cycle_transient++;
-        if (r->errors[i].msg[0] == '\0')
-            txo_error_set(&r->errors[i], r->results[i], "%s publisher: %s", r->pub->ops->name,
-                          txo_strerror(r->results[i]));
-    }
+    if (r->ordered)
+        txo__relay_group(r);
 }
 
 static bool same_failure(const struct txo_relay *r, size_t a, size_t b)
@@ -736,7 +770,7 @@ static size_t group_failures(struct txo_relay *r, size_t *n_failed)
 {
     size_t nf = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (r->results[i] != 0)
+        if (r->results[i] < 0)
             r->fail_order[nf++] = i;
     }
     size_t groups = 0;
@@ -788,6 +822,17 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         ctx->res.published = affected;
         ctx->res.fenced += ctx->n_published - affected;
     }
+    if (ctx->n_unpark > 0) {
+        rc = exec_in(tx, r, IN_UNPARK, 0, r->unpark_ids, ctx->n_unpark, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    if (ctx->n_deferred > 0 && !ctx->held) {
+        r->params[0] = txo_p_str(r->token);
+        rc = exec_in(tx, r, IN_RELEASE, 1, r->defer_ids, ctx->n_deferred, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
 
     uint64_t failed_updated = 0;
     char last_error[TXO_ERROR_MSG_MAX + 64];
@@ -834,6 +879,11 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         }
     }
     ctx->res.failed_attempts = failed_updated - ctx->res.dead_lettered;
+    if (r->ordered && failed_updated > 0) {
+        rc = exec_in(tx, r, IN_PARK, 0, r->fail_ids, ctx->n_failed, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -843,9 +893,16 @@ static void mark_prepare(struct txo_relay *r, struct mark_ctx *ctx)
 {
     ctx->relay = r;
     ctx->n_published = 0;
+    ctx->n_deferred = 0;
+    ctx->n_unpark = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (r->results[i] == 0)
+        if (r->results[i] == 0) {
             r->ids[ctx->n_published++] = r->msgs[i].id;
+            if (r->entries[i].had_error)
+                r->unpark_ids[ctx->n_unpark++] = r->msgs[i].id;
+        } else if (r->results[i] == RESULT_DEFERRED) {
+            r->defer_ids[ctx->n_deferred++] = r->msgs[i].id;
+        }
     }
     ctx->n_groups = group_failures(r, &ctx->n_failed);
 }
@@ -945,7 +1002,10 @@ static int poison_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (rc < 0)
         return rc;
     r->params[0] = txo_p_str(p->token);
-    return exec_in(tx, r, IN_UNLOCK_FAILED, 1, r->fail_ids, n, NULL, err);
+    rc = exec_in(tx, r, IN_UNLOCK_FAILED, 1, r->fail_ids, n, NULL, err);
+    if (rc < 0 || !r->ordered)
+        return rc;
+    return exec_in(tx, r, IN_PARK, 0, r->fail_ids, n, NULL, err);
 }
 
 /* Swaps batch entries i and j (message and lease-expiry count). */
@@ -954,17 +1014,70 @@ static void swap_entries(struct txo_relay *r, size_t i, size_t j)
     struct txo_outbox_message m = r->msgs[i];
     r->msgs[i] = r->msgs[j];
     r->msgs[j] = m;
-    int64_t e = r->expiries[i];
-    r->expiries[i] = r->expiries[j];
-    r->expiries[j] = e;
+    struct batch_entry e = r->entries[i];
+    r->entries[i] = r->entries[j];
+    r->entries[j] = e;
+}
+
+/*
+ * Ordered relays: takes out of the batch every event that follows a suspect of its own
+ * aggregate in claim order, keeping the order of the rest, so that nothing of an aggregate is
+ * published ahead of its suspect, which goes out alone at the end of the cycle (claim mode
+ * TRANSACTION: in the leased cycle after). Their ids go to r->defer_ids[0..returned); they
+ * go back to PENDING unchanged (a leased claim releases them, a held one leaves them alone).
+ */
+static size_t take_out_behind_suspects(struct txo_relay *r)
+{
+    if (!r->ordered)
+        return 0;
+    size_t kept = 0, out = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        uint32_t a = r->entries[i].agg;
+        if (r->agg_blocked[a]) {
+            r->defer_ids[out++] = r->msgs[i].id;
+            continue;
+        }
+        if (r->entries[i].expiries != 0)
+            r->agg_blocked[a] = true; /* "has a suspect" while this runs */
+        if (kept != i)
+            swap_entries(r, kept, i);
+        kept++;
+    }
+    for (size_t a = 0; a < r->n_aggs; a++)
+        r->agg_blocked[a] = false;
+    r->n = kept;
+    return out;
+}
+
+struct release_ctx {
+    struct txo_relay *r;
+    size_t n;
+};
+
+static int release_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct release_ctx *c = arg;
+    c->r->params[0] = txo_p_str(c->r->token);
+    return exec_in(tx, c->r, IN_RELEASE, 1, c->r->defer_ids, c->n, NULL, err);
+}
+
+/* Leased claims: r->defer_ids[0..n) back to PENDING unchanged, in a transaction of its own. */
+static int release_taken_out(struct txo_relay *r, size_t n, struct txo_error *err)
+{
+    struct release_ctx c = {r, n};
+    int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, release_tx, &c, err);
+    if (rc < 0)
+        txo_error_wrap(err, "relay %s: releasing %zu events held back behind a suspect",
+                       r->relay_id, n);
+    return rc;
 }
 
 /* True when suspect a is published after suspect b (see order_suspects). */
 static bool suspect_after(const struct txo_relay *r, size_t a, size_t b)
 {
-    if (r->expiries[a] != r->expiries[b])
-        return r->expiries[a] > r->expiries[b];
-    bool ascending = r->expiries[a] % 2 == 1;
+    if (r->entries[a].expiries != r->entries[b].expiries)
+        return r->entries[a].expiries > r->entries[b].expiries;
+    bool ascending = r->entries[a].expiries % 2 == 1;
     return ascending ? r->msgs[a].id > r->msgs[b].id : r->msgs[a].id < r->msgs[b].id;
 }
 
@@ -982,7 +1095,7 @@ static size_t order_suspects(struct txo_relay *r)
 {
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (r->expiries[i] != 0)
+        if (r->entries[i].expiries != 0)
             continue;
         for (size_t j = i; j > k; j--) /* stable: move it down past the suspects */
             swap_entries(r, j, j - 1);
@@ -1037,7 +1150,7 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
 static int publish_and_mark(struct txo_relay *r, int64_t t_claim, struct txo_error *err)
 {
     int64_t t0 = txo_monotonic_us();
-    publish(r);
+    txo__relay_publish(r);
     int64_t t1 = txo_monotonic_us();
     txo_crash_point("relay.after_publish");
 
@@ -1059,10 +1172,45 @@ struct held_ctx {
     struct txo_relay *r;
     bool published;  /* the batch went to the publisher in this cycle */
     bool retried;    /* and the transaction ran again after that: nothing of it committed */
-    size_t suspects; /* claimed events left for a leased cycle */
+    size_t suspects; /* claimed events left for a leased cycle (and those behind them) */
     struct mark_ctx mark;
     int64_t t_publish_us, t_mark_us;
 };
+
+/*
+ * Ordered relays, held claim: locks the rows the snapshot read returned (RELAY_SQL_ORDERED_HOLD_*)
+ * for the rest of the transaction. A row no longer PENDING rolls the claim back (claim_raced).
+ */
+static int lock_held(struct txo_tx *tx, struct txo_relay *r, struct txo_error *err)
+{
+    size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
+    if (!r->ordered || n == 0)
+        return 0;
+    if (n > r->opts.batch_size)
+        n = r->opts.batch_size;
+    size_t padded = txo_sql_in_list_size(n);
+    size_t level = shard_level(padded);
+    if (r->held_lock_sql[level] == NULL)
+        r->held_lock_sql[level] =
+            txo_sql_in_list(RELAY_SQL_ORDERED_HOLD_HEAD, padded, RELAY_SQL_ORDERED_HOLD_TAIL);
+    if (r->held_lock_sql[level] == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
+    for (size_t i = 0; i < padded; i++)
+        r->params[i] = txo_p_i64(txo_rows_i64(r->rows, i < n ? i : n - 1, COL_ID));
+    struct txo_rows *count = NULL;
+    int rc = txo_tx_query(tx, r->held_lock_sql[level], r->params, padded, &count, err);
+    if (rc < 0)
+        return rc;
+    int64_t locked = txo_rows_count(count) == 1 ? txo_rows_i64(count, 0, 0) : -1;
+    txo_rows_free(count);
+    if (locked != (int64_t)n) {
+        r->claim_raced = true;
+        return txo_error_set(err, TXO_ECONFLICT,
+                             "relay %s: %zu rows read, %" PRId64 " still PENDING when locked",
+                             r->relay_id, n, locked);
+    }
+    return 0;
+}
 
 /*
  * The held claim: the skip-locked SELECT alone, so the rows stay PENDING, locked by tx; from
@@ -1071,23 +1219,33 @@ struct held_ctx {
  */
 static int held_claim(struct txo_tx *tx, struct txo_relay *r, struct txo_error *err)
 {
-    const struct txo__lease_pass *pass = passes[r->opts.ordering == TXO_RELAY_ORDER_AGGREGATE];
-    struct txo_param p[4];
+    struct txo_param p[RANGE_PARAMS_MAX + 1];
     r->claimed_after_cursor = false;
+    bool held = false;
+    int rc = hold_shards(tx, r, &held, err);
+    if (rc < 0 || !held)
+        return rc;
+    const struct txo__lease_pass *pass[2] = {claim_pass(r, false), claim_pass(r, true)};
+    if (pass[0] == NULL || pass[1] == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
     if (r->claim_after_cursor) {
-        cursor_params(r, p);
-        p[3] = txo_p_i64((int64_t)r->claim_limit);
-        int rc = txo_tx_query(tx, pass[1].select_locked, p, 4, &r->rows, err);
+        size_t np = range_params(r, true, p);
+        p[np++] = txo_p_i64((int64_t)r->claim_limit);
+        rc = txo_tx_query(tx, pass[1]->select_locked, p, np, &r->rows, err);
         if (rc < 0)
             return rc;
         r->claimed_after_cursor = txo_rows_count(r->rows) > 0;
         if (r->claimed_after_cursor)
-            return 0;
+            return lock_held(tx, r, err);
         txo_rows_free(r->rows);
         r->rows = NULL;
     }
-    p[0] = txo_p_i64((int64_t)r->claim_limit);
-    return txo_tx_query(tx, pass[0].select_locked, p, 1, &r->rows, err);
+    size_t np = range_params(r, false, p);
+    p[np++] = txo_p_i64((int64_t)r->claim_limit);
+    rc = txo_tx_query(tx, pass[0]->select_locked, p, np, &r->rows, err);
+    if (rc < 0)
+        return rc;
+    return lock_held(tx, r, err);
 }
 
 /*
@@ -1099,7 +1257,7 @@ static size_t set_aside_suspects(struct txo_relay *r)
 {
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (r->expiries[i] != 0)
+        if (r->entries[i].expiries != 0)
             continue;
         if (k != i)
             swap_entries(r, k, i);
@@ -1128,13 +1286,14 @@ static int held_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (rc < 0)
         return rc;
     load_batch(r);
-    h->suspects = set_aside_suspects(r);
+    h->suspects = take_out_behind_suspects(r);
+    h->suspects += set_aside_suspects(r);
     if (r->n == 0)
         return 0;
     h->published = true;
     txo_crash_point("relay.after_claim");
     h->t_publish_us = txo_monotonic_us();
-    publish(r);
+    txo__relay_publish(r);
     txo_crash_point("relay.after_publish");
     h->t_mark_us = txo_monotonic_us();
     mark_prepare(r, &h->mark);
@@ -1154,7 +1313,15 @@ static int held_cycle(struct txo_relay *r, size_t *total, struct txo_error *err)
     int64_t now = txo_monotonic_ms();
     r->claim_after_cursor = r->cursor_set && now - r->last_full_scan_ms < CLAIM_RESCAN_MS;
     int64_t t_claim_us = txo_monotonic_us();
+    r->claim_raced = false;
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, held_tx, &h, err);
+    if (rc < 0 && r->claim_raced && !h.published) {
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "held claim rolled back, trying again next cycle: %s",
+                err != NULL ? err->msg : "");
+        r->n = 0;
+        r->cursor_set = false;
+        return 0;
+    }
     if (rc < 0) {
         txo_error_wrap(err, "relay %s: claim, publish and mark in one transaction%s", r->relay_id,
                        h.published ? " (rolled back or unknown: the batch is published again)"
@@ -1210,6 +1377,11 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
     int rc = reclaim_if_due(r, err);
     if (rc < 0)
         goto out;
+    if (r->ordered) {
+        rc = tick_shards(r, false, err);
+        if (rc < 0 || r->shards.owned == 0)
+            goto out;
+    }
     /* The breaker: while it is open nothing is claimed, so no event uses an attempt. */
     r->breaker_rejected = false;
     r->breaker_probe = false;
@@ -1254,6 +1426,12 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
         *claimed = r->n;
     txo_crash_point("relay.after_claim");
 
+    size_t taken_out = take_out_behind_suspects(r);
+    if (taken_out > 0) {
+        rc = release_taken_out(r, taken_out, err);
+        if (rc < 0)
+            goto out;
+    }
     size_t total = r->n;
     size_t plain = order_suspects(r);
     if (plain > 0) {
@@ -1275,7 +1453,7 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
         TXO_LOG(TXO_LOG_DEBUG, "relay",
                 "publishing an event alone relay_id=%s message_id=%" PRId64
                 " lease_expiries=%" PRId64,
-                r->relay_id, r->msgs[0].id, r->expiries[0]);
+                r->relay_id, r->msgs[0].id, r->entries[0].expiries);
         rc = publish_and_mark(r, txo_monotonic_us(), err);
         if (rc < 0)
             goto out;

@@ -9,10 +9,10 @@
  * always bound.
  *
  * The claim statements come in two forms: unordered (any due PENDING row) and ordered by
- * aggregate (relay ordering "aggregate", the default): a due PENDING row is claimed only when it
- * is the head of its aggregate, i.e. the event just before it in its aggregate (same
- * aggregate_type and aggregate_id, next lower id) is PUBLISHED or SKIPPED, or there is none
- * (RELAY_SQL__HEAD_OF_AGGREGATE). The outer table of an ordered claim is aliased `e`.
+ * aggregate (relay ordering "aggregate", the default): a due PENDING row is claimed only when
+ * its shard is held by this relay (outbox_shards, src/relay/shard_sql.h) and its aggregate is
+ * not parked behind another event (outbox_parked), RELAY_SQL__OWNED_UNPARKED. The outer table
+ * of an ordered claim is aliased `e`.
  *
  * Every statement that changes a claimed row is fenced by the claim's lock token
  * (`locked_by = ?`): once a lease expired and another relay reclaimed the row, the first
@@ -37,44 +37,50 @@
 #define RELAY_SQL__AFTER_CURSOR "AND (next_attempt_at > ? OR (next_attempt_at = ? AND id > ?)) "
 
 /*
- * The head-of-aggregate condition of the ordered claims. Why the event just before is enough:
- * every event the ordered claims ever claimed was a head, so an event is PUBLISHED or SKIPPED
- * only after every earlier event of its aggregate was; "the one before is done" therefore
- * means "all before are done". A head stays a head until it is itself claimed (PUBLISHED is
- * terminal, SKIPPED too), so a head seen by one relay's read is still a head when another
- * relay's claim locks it. And since the one before a PENDING event is never PUBLISHED while
- * an earlier one is in flight, at most one event per aggregate is PROCESSING, across any
- * number of relays: the first relay's claim of the head makes every later event of the
- * aggregate fail the condition until its mark commits PUBLISHED.
+ * The conditions of the ordered claims: the row's shard is held by this relay, and its
+ * aggregate is not parked, or parked by this very event (the one that failed and waits for its
+ * retry, or was replayed from the dead letters).
  *
- * The subquery is a plain (consistent, non-locking) read under READ COMMITTED even inside
- * SELECT ... FOR UPDATE SKIP LOCKED and UPDATE: it sees the last committed status of the event
- * before, so another relay's uncommitted claim of it still reads PENDING (blocks) and its
- * uncommitted PUBLISHED mark still reads PROCESSING (blocks); a locked event before is never
- * skipped over. (tests/integration/test_relay.c holds the head of an aggregate locked and checks
- * that its successor is not claimed.)
+ * The shard condition is `AND e.shard IN (?, ...)` with the shards the claim's first statement
+ * found held and share-locked (RELAY_SHARD_SQL_HOLD), bound as values between the _HEAD and
+ * the _TAIL of each ordered statement below (relay.c builds one statement per power-of-two
+ * count, the last shard repeated); a relay that holds every shard runs the statement without
+ * it. The shards are values, not a subquery: a join with outbox_shards inside a claim that
+ * locks with SKIP LOCKED would lock shard rows too, and pass over the events of a shard whose
+ * row another relay's statement touched for an instant: a later event of an aggregate could
+ * be claimed while an earlier one was passed over.
  *
- * Index: idx_outbox_aggregate (aggregate_type, aggregate_id, id), ref on the aggregate read
- * backwards from its newest event and stopped at the first one before the candidate: the cost
- * per candidate grows with the candidate's own aggregate's events after it (its backlog), not
- * with the aggregate's history nor with the table. Columns are compared with columns (no
- * cast), so it works for aggregate_id of any type. A FAILED event before blocks the aggregate
- * until an operator replays (-> PENDING, it is the head again) or skips it (-> SKIPPED).
- * Rows written by writers that do not serialise per aggregate may commit out of id order; the
- * order kept is the id order of the rows committed when the claim reads them.
+ * Why this keeps per-aggregate order. One relay at a time holds a shard, so one relay at a
+ * time claims an aggregate's events, and it claims them in due order (next_attempt_at, id).
+ * An event's due time only moves when it fails (backoff), and then its aggregate is parked in
+ * the same transaction (RELAY_SQL_PARK_IN): its later events, whose due times are earlier now,
+ * are not claimed until it is published or skipped. Within a batch the relay hands an
+ * aggregate's events to the publisher in claim order and stops the aggregate at its first
+ * failure (relay_publish.c). So an aggregate's events are published in id order.
+ *
+ * Index: idx_outbox_due as the unordered claims, walked in order; per row read, the shard
+ * compared with the bound list and one primary key probe of outbox_parked in a dependent
+ * subquery (a consistent read: no lock; the table is empty or tiny while brokers are healthy).
+ * The cost per claimed event is flat: it does not depend on how many events wait behind each
+ * aggregate, and the claim takes as many events of one aggregate as are due. Rows of other
+ * relays' shards are read and passed over: with k relays each claim reads about k times its
+ * batch.
  */
-#define RELAY_SQL__HEAD_OF_AGGREGATE                                                               \
-    "AND COALESCE((SELECT p.status IN ('PUBLISHED', 'SKIPPED') "                                   \
-    "FROM outbox_events p FORCE INDEX (idx_outbox_aggregate) "                                     \
-    "WHERE p.aggregate_type = e.aggregate_type AND p.aggregate_id = e.aggregate_id "               \
-    "AND p.id < e.id ORDER BY p.id DESC LIMIT 1), 1) = 1 "
+#define RELAY_SQL__UNPARKED                                                                        \
+    "AND NOT EXISTS (SELECT 1 FROM outbox_parked p WHERE p.aggregate_type = e.aggregate_type "     \
+    "AND p.aggregate_id = e.aggregate_id AND p.event_id <> e.id) "
+
+/* Put between the _HEAD and the _TAIL of an ordered statement, followed by the shard list. */
+#define RELAY_SQL_ORDERED_SHARD_IN "AND e.shard IN "
 
 /* The columns of every claim query: see enum claim_col in relay.c. created_at is turned into
  * RFC 3339 by the relay (the session time zone is UTC; formatting it in C spares the server a
- * DATE_FORMAT per row); next_attempt_at is for the cursor. */
+ * DATE_FORMAT per row); next_attempt_at is for the cursor; `last_error IS NOT NULL` (a bit of
+ * the row's null map, the TEXT itself is not read) says an earlier attempt failed, so its
+ * publish may unpark its aggregate. */
 #define RELAY_SQL__CLAIM_COLUMNS                                                                   \
     "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, created_at, "  \
-    "attempts, next_attempt_at, lease_expiries "
+    "attempts, next_attempt_at, lease_expiries, last_error IS NOT NULL "
 
 /*
  * Claim, skip-locked strategy, step 1: the due PENDING rows in publish order.
@@ -140,53 +146,84 @@
     "ORDER BY next_attempt_at, id LIMIT ?"
 
 /*
- * Claim, skip-locked, ordered by aggregate: RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED for heads of
- * their aggregates only (RELAY_SQL__HEAD_OF_AGGREGATE). Index: idx_outbox_due as there, plus
- * one lookup in idx_outbox_aggregate per candidate row walked. Locks: exclusive locks on the
- * returned rows (rows locked by another relay are skipped); the rows the condition rejects are
- * locked and released at once (READ COMMITTED), and the subquery locks nothing. Isolation:
- * READ COMMITTED. Params: limit. Columns: RELAY_SQL__CLAIM_COLUMNS.
+ * Claim, skip-locked strategy, ordered by aggregate, step 1: the due rows of this relay's
+ * shards whose aggregate is not parked, in due order, read from one snapshot without locking
+ * them. HEAD [SHARD_IN list] TAIL; the _AFTER tail starts at the relay's claim cursor.
+ *
+ * Why a snapshot and not FOR UPDATE SKIP LOCKED: the rows of one transaction become visible to
+ * a locking read one by one while that transaction commits, so a locking scan can pass over an
+ * early row (still locked by the committing writer) and take a later row of the same
+ * aggregate from the same transaction a moment after. A non-locking read under READ
+ * COMMITTED sees a transaction's rows all or none. The shard holder is the only relay that
+ * claims these rows, so there is no other claim to skip.
+ *
+ * Index: idx_outbox_due as RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED (rows of other shards are read
+ * and passed over). Locks: none (the next step locks the rows it marks).
+ * Params: [shards...,] [cursor (3),] limit. Columns: RELAY_SQL__CLAIM_COLUMNS.
  */
-#define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED                                                 \
-    RELAY_SQL__CLAIM_COLUMNS                                                                       \
-    "FROM outbox_events e FORCE INDEX (idx_outbox_due) "                                           \
-    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__HEAD_OF_AGGREGATE         \
-    "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+#define RELAY_SQL_ORDERED_SELECT_HEAD                                                              \
+    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events e FORCE INDEX (idx_outbox_due) "                  \
+                             "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) "
+#define RELAY_SQL_ORDERED_SELECT_TAIL RELAY_SQL__UNPARKED "ORDER BY next_attempt_at, id LIMIT ?"
+#define RELAY_SQL_ORDERED_SELECT_TAIL_AFTER                                                        \
+    RELAY_SQL__UNPARKED RELAY_SQL__AFTER_CURSOR "ORDER BY next_attempt_at, id LIMIT ?"
+#define RELAY_SQL_CLAIM_SELECT_ORDERED RELAY_SQL_ORDERED_SELECT_HEAD RELAY_SQL_ORDERED_SELECT_TAIL
+#define RELAY_SQL_CLAIM_SELECT_ORDERED_AFTER                                                       \
+    RELAY_SQL_ORDERED_SELECT_HEAD RELAY_SQL_ORDERED_SELECT_TAIL_AFTER
 
 /*
- * The same, starting after the relay's claim cursor. Index, locks and isolation as
- * RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED. Params: cursor (3), limit.
+ * Step 2, leased claims: marks the rows step 1 read PROCESSING under the claim's token, if
+ * they are still PENDING (a row changed in between makes the counts differ, and the relay
+ * rolls the claim back and tries again next cycle). It waits for a row another session holds
+ * (a dead-letter replay, briefly); nothing else locks a held shard's PENDING rows.
+ * Index: PRIMARY (id list, forced: on idx_outbox_due the status condition alone would make it
+ * lock every PENDING row it walks). Locks: those rows. Params: lock token, lease seconds, ids...
  */
-#define RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER                                           \
-    RELAY_SQL__CLAIM_COLUMNS                                                                       \
-    "FROM outbox_events e FORCE INDEX (idx_outbox_due) "                                           \
-    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
-        RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
+#define RELAY_SQL_ORDERED_CLAIM_BY_ID_IN                                                           \
+    "UPDATE outbox_events FORCE INDEX (PRIMARY) SET status = 'PROCESSING', locked_by = ?, "        \
+    "locked_until = NOW(6) + INTERVAL ? SECOND WHERE status = 'PENDING' AND id IN "
 
 /*
- * Claim, update-limit, ordered by aggregate: RELAY_SQL_CLAIM_UPDATE_LIMIT for heads only. The
- * subquery reads the table being updated: MariaDB (10.3.2+) allows that, MySQL 5.7 does not
- * (error 1093), so on MySQL 5.7 run the relay with ordering "none". Rows this statement
- * already changed are seen by its own subquery as PROCESSING, so it never takes two events of
- * one aggregate. Index: idx_outbox_due plus one idx_outbox_aggregate lookup per row walked.
- * Locks: exclusive locks on the rows it scans (non-matching ones released at once, READ
- * COMMITTED); concurrent claims wait for each other. Params: lock token, lease seconds, limit.
+ * Step 2, held claims (claim mode TRANSACTION): locks the rows step 1 read, still PENDING,
+ * for the rest of the transaction. Built with txo_sql_in_list() around the id list.
+ * Index: PRIMARY (id list, forced as above). Locks: those rows. Params: ids...
  */
+#define RELAY_SQL_ORDERED_HOLD_HEAD                                                                \
+    "SELECT COUNT(*) FROM (SELECT id FROM outbox_events FORCE INDEX (PRIMARY) "                    \
+    "WHERE status = 'PENDING' AND id IN "
+#define RELAY_SQL_ORDERED_HOLD_TAIL " FOR UPDATE) held"
+
+/*
+ * Claim, update-limit, ordered by aggregate: RELAY_SQL_CLAIM_UPDATE_LIMIT for the rows of this
+ * relay's shards whose aggregate is not parked, built as above. The subquery reads another
+ * table, which MySQL 5.7 allows in an UPDATE. Index, locks and isolation as
+ * RELAY_SQL_CLAIM_UPDATE_LIMIT. Params: lock token, lease seconds, [shards...,]
+ * [cursor (3),] limit.
+ */
+#define RELAY_SQL_ORDERED_UPDATE_HEAD                                                              \
+    "UPDATE outbox_events e FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "              \
+    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) "
+#define RELAY_SQL_ORDERED_UPDATE_TAIL RELAY_SQL__UNPARKED "ORDER BY next_attempt_at, id LIMIT ?"
+#define RELAY_SQL_ORDERED_UPDATE_TAIL_AFTER                                                        \
+    RELAY_SQL__UNPARKED RELAY_SQL__AFTER_CURSOR "ORDER BY next_attempt_at, id LIMIT ?"
 #define RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED                                                       \
-    "UPDATE outbox_events e FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "              \
-    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
-    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__HEAD_OF_AGGREGATE         \
-    "ORDER BY next_attempt_at, id LIMIT ?"
+    RELAY_SQL_ORDERED_UPDATE_HEAD RELAY_SQL_ORDERED_UPDATE_TAIL
+#define RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER                                                 \
+    RELAY_SQL_ORDERED_UPDATE_HEAD RELAY_SQL_ORDERED_UPDATE_TAIL_AFTER
 
 /*
- * The same, starting after the relay's claim cursor. Index, locks and isolation as
- * RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED. Params: lock token, lease seconds, cursor (3), limit.
+ * Update-limit, ordered, step 2: RELAY_SQL_CLAIM_SELECT_BY_TOKEN(_AFTER) with the shards bound
+ * as in step 1 (the lease pass binds the same range parameters to both steps); the shard
+ * condition holds for every row step 1 claimed. Index, locks and isolation as there.
+ * Params: [shards...,] [cursor (3),] lock token.
  */
-#define RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER                                                 \
-    "UPDATE outbox_events e FORCE INDEX (idx_outbox_due) SET status = 'PROCESSING', "              \
-    "locked_by = ?, locked_until = NOW(6) + INTERVAL ? SECOND "                                    \
-    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__AFTER_CURSOR              \
-        RELAY_SQL__HEAD_OF_AGGREGATE "ORDER BY next_attempt_at, id LIMIT ?"
+#define RELAY_SQL_ORDERED_BY_TOKEN_HEAD                                                            \
+    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events e FORCE INDEX (idx_outbox_due) "                  \
+                             "WHERE status = 'PROCESSING' "
+#define RELAY_SQL_ORDERED_BY_TOKEN_TAIL "AND locked_by = ? ORDER BY next_attempt_at, id"
+#define RELAY_SQL_ORDERED_BY_TOKEN_TAIL_AFTER                                                      \
+    RELAY_SQL__AFTER_CURSOR "AND locked_by = ? ORDER BY next_attempt_at, id"
 
 /*
  * Claim, update-limit strategy, step 2, same transaction: reads back the rows of this token.
@@ -358,22 +395,53 @@
     "WHERE status = 'PROCESSING' AND locked_until < NOW(6) AND id IN "
 
 /*
- * The parked aggregates (txo_relay_list_parked): heads of their aggregate (as the ordered claim
- * sees them) that failed, either FAILED (dead-lettered, waiting for an operator) or PENDING
- * after a failed attempt (waiting for the retry), and that hold back at least one later event
- * of their aggregate (`waiting`: how many). A failed event with nothing behind it parks
- * nothing: it is a retry or a dead letter, counted as such. Index: idx_outbox_due, the PENDING and
- * FAILED ranges (an operator's query, not a hot path: it reads every due row once), one
- * idx_outbox_aggregate lookup per candidate and a covering count of the aggregate's later entries.
- * Locks: none (consistent read, READ COMMITTED). Params: limit.
+ * Mark, same transaction, ordered relays: the events that failed park their aggregate (its
+ * later events are not claimed until this one is published or skipped). An aggregate already
+ * parked keeps its event (IGNORE): it can only be this one again (nothing else of a parked
+ * aggregate is claimed), and a batch hands the publisher no event of an aggregate after one
+ * that failed. Only rows whose failure this mark recorded qualify (PENDING or FAILED with a
+ * last_error): an event whose mark was fenced (its shard was taken over) and that another relay
+ * holds is PROCESSING or PUBLISHED, and one back in PENDING carries a last_error, so its
+ * publish unparks (RELAY_SQL_UNPARK_IN) whatever it parked. Index: PRIMARY of outbox_events (id
+ * list); PRIMARY and uq_parked_event of outbox_parked. Locks: the new or changed outbox_parked
+ * rows. Params: ids...
+ */
+#define RELAY_SQL_PARK_IN                                                                          \
+    "INSERT IGNORE INTO outbox_parked (aggregate_type, aggregate_id, event_id) "                   \
+    "SELECT aggregate_type, aggregate_id, id FROM outbox_events "                                  \
+    "WHERE last_error IS NOT NULL AND status IN ('PENDING', 'FAILED') AND id IN "
+
+/*
+ * Mark, same transaction: published events that had failed before unpark their aggregate
+ * (a no-op for an event that parked nothing). Index: uq_parked_event. Locks: those rows.
+ * Params: ids...
+ */
+#define RELAY_SQL_UNPARK_IN "DELETE FROM outbox_parked WHERE event_id IN "
+
+/*
+ * Events claimed but held back unpublished (their aggregate failed or waits earlier in the
+ * cycle) go back to PENDING unchanged: no attempt used, due as before. Fenced by the token.
+ * Index: PRIMARY (id list). Locks: those rows. Params: lock token, ids...
+ */
+#define RELAY_SQL_RELEASE_IN                                                                       \
+    "UPDATE outbox_events SET status = 'PENDING', locked_by = NULL, locked_until = NULL "          \
+    "WHERE locked_by = ? AND status = 'PROCESSING' AND id IN "
+
+/*
+ * The parked aggregates (txo_relay_list_parked): each outbox_parked row with the event that
+ * holds its aggregate back (PENDING and waiting for its retry, or FAILED in the dead letters)
+ * and how many later events of the aggregate wait behind it. A failed event with nothing behind
+ * it parks nothing worth listing: it is a retry or a dead letter, counted as such. Index:
+ * PRIMARY of outbox_parked (small), PRIMARY of outbox_events per row, and a covering count of
+ * the aggregate's later entries in idx_outbox_aggregate. Locks: none (consistent read, READ
+ * COMMITTED). Params: limit.
  */
 #define RELAY_SQL_LIST_PARKED                                                                      \
-    "SELECT e.aggregate_type, e.aggregate_id, e.id, e.status, e.attempts, e.last_error, "          \
+    "SELECT p.aggregate_type, p.aggregate_id, e.id, e.status, e.attempts, e.last_error, "          \
     "(SELECT COUNT(*) FROM outbox_events w FORCE INDEX (idx_outbox_aggregate) "                    \
-    "WHERE w.aggregate_type = e.aggregate_type AND w.aggregate_id = e.aggregate_id "               \
-    "AND w.id > e.id) AS waiting FROM outbox_events e FORCE INDEX (idx_outbox_due) "               \
-    "WHERE e.status IN ('PENDING', 'FAILED') AND (e.status = 'FAILED' OR e.attempts > "            \
-    "0) " RELAY_SQL__HEAD_OF_AGGREGATE "HAVING waiting > 0 ORDER BY e.id LIMIT ?"
+    "WHERE w.aggregate_type = p.aggregate_type AND w.aggregate_id = p.aggregate_id "               \
+    "AND w.id > p.event_id) AS waiting FROM outbox_parked p JOIN outbox_events e "                 \
+    "ON e.id = p.event_id HAVING waiting > 0 ORDER BY e.id LIMIT ?"
 
 /* How many aggregates RELAY_SQL_LIST_PARKED finds, up to its limit (txo_relay_count_parked).
  * Index, locks and isolation as there. Params: limit. */

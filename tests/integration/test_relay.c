@@ -422,6 +422,7 @@ static void test_dead_letter_then_recovery(void **state)
                          "'k:6'), ('order', 7, 'OrderCreated', '{}', 'k:7')");
     struct txo_relay_opts od = o;
     od.drain = true;
+    txo_relay_free(r); /* it gives its shards back, so the draining relay takes them all */
     struct txo_relay *rd = testrelay_new(c->t.db, pub, &od);
     testrelay_drain(rd);
     assert_int_equal(rec->n, 2);
@@ -430,6 +431,7 @@ static void test_dead_letter_then_recovery(void **state)
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 5);
     assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 5);
     txo_relay_free(rd);
+    r = testrelay_new(c->t.db, pub, &o);
 
     /* A publisher that fails its first call only: the events are delivered on the next. */
     testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
@@ -530,8 +532,18 @@ static void expire_and_steal(struct recorder *rec, const struct txo_outbox_messa
     struct lease_test *lt = rec->hook_arg;
     if (rec->calls != 1)
         return;
+    /* A hangs past its hold on the shards (and its event leases): B takes the shards over,
+     * returns A's batch to PENDING and publishes it. */
     testdb_exec(lt->other_conn, "UPDATE outbox_events SET locked_until = NOW(6) - INTERVAL 1 "
                                 "SECOND WHERE status = 'PROCESSING'");
+    testdb_exec(lt->other_conn, "UPDATE outbox_shards SET lease_until = NOW(6) - INTERVAL 1 "
+                                "SECOND WHERE owner LIKE 'relay-a:%'");
+    testdb_exec(lt->other_conn, "UPDATE outbox_relays SET seen_until = NOW(6) - INTERVAL 1 "
+                                "SECOND WHERE member LIKE 'relay-a:%'");
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_relay_rebalance(lt->relay_b, &err) < 0)
+        fail_msg("rebalance: %s", err.msg);
     lt->b_claimed = testrelay_run_once(lt->relay_b);
 }
 
@@ -614,11 +626,11 @@ static void assert_explain_key(struct testdb *t, const char *sql, const struct t
     txo_rows_free(rows);
 }
 
-/* EXPLAIN sql must show a DEPENDENT SUBQUERY row that reads want_key by ref (the ordered
- * claims' look at the event before each candidate). */
+/* EXPLAIN sql must show a DEPENDENT SUBQUERY row that reads want_key by want_type (the ordered
+ * claims' probe of outbox_parked for each candidate's aggregate). */
 static void assert_explain_subquery_key(struct testdb *t, const char *sql,
                                         const struct txo_param *params, size_t n,
-                                        const char *want_key)
+                                        const char *want_key, const char *want_type)
 {
     struct txo_rows *rows = NULL;
     struct txo_error err;
@@ -633,9 +645,10 @@ static void assert_explain_subquery_key(struct testdb *t, const char *sql,
         if (select_type == NULL || strcmp(select_type, "DEPENDENT SUBQUERY") != 0)
             continue;
         print_message("  subquery: type=%s key=%s\n", type ? type : "NULL", key ? key : "NULL");
-        if (key == NULL || strcmp(key, want_key) != 0 || type == NULL || strcmp(type, "ref") != 0)
-            fail_msg("%s: its subquery reads %s (%s), want %s by ref", sql, key ? key : "NULL",
-                     type ? type : "NULL", want_key);
+        if (key == NULL || strcmp(key, want_key) != 0 || type == NULL ||
+            strcmp(type, want_type) != 0)
+            fail_msg("%s: its subquery reads %s (%s), want %s by %s", sql, key ? key : "NULL",
+                     type ? type : "NULL", want_key, want_type);
         found = true;
     }
     if (!found)
@@ -644,7 +657,7 @@ static void assert_explain_subquery_key(struct testdb *t, const char *sql,
 }
 
 /* The ordered claims: idx_outbox_due in order for the candidates, like the unordered ones, and
- * one ref lookup of idx_outbox_aggregate per candidate. */
+ * one primary key probe of outbox_parked per candidate. */
 static void assert_ordered_claims_plans(struct testdb *t, int64_t max_rows)
 {
     struct txo_param limit = txo_p_i64(500);
@@ -663,16 +676,16 @@ static void assert_ordered_claims_plans(struct testdb *t, int64_t max_rows)
         const struct txo_param *params;
         size_t n;
     } claims[] = {
-        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED, &limit, 1},
-        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_ORDERED_AFTER, sl_after, 4},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_ORDERED, &limit, 1},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_ORDERED_AFTER, sl_after, 4},
         {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED, ul, 3},
         {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER, ul_after, 6},
     };
     for (size_t i = 0; i < TXO_ARRAY_LEN(claims); i++) {
         assert_explain_key(t, claims[i].sql, claims[i].params, claims[i].n, "idx_outbox_due", true,
                            max_rows);
-        assert_explain_subquery_key(t, claims[i].sql, claims[i].params, claims[i].n,
-                                    "idx_outbox_aggregate");
+        assert_explain_subquery_key(t, claims[i].sql, claims[i].params, claims[i].n, "PRIMARY",
+                                    "eq_ref");
     }
 }
 
@@ -1023,6 +1036,7 @@ static void test_held_batch_is_locked_and_pending(void **state)
     struct txo_relay_opts o = relay_opts(c, 10);
     o.relay_id = "other";
     o.mode = TXO_RELAY_CLAIM_LEASE;
+    o.ordering = TXO_RELAY_ORDER_NONE; /* claims what is not locked, whatever the shards */
     probe.other = testrelay_new(probe.conn, other_pub, &o);
     rec->hook = look_from_outside;
     rec->hook_arg = &probe;

@@ -1,0 +1,222 @@
+#include "core/common.h"
+
+/*
+ * Handing a claimed batch to the publisher without letting an aggregate's later event reach
+ * the broker before an earlier one.
+ *
+ * A batch of a relay that orders by aggregate may hold several events of one aggregate, in
+ * claim order (which is their order). Two things could still invert them:
+ *   - a failure inside the batch: the first event fails (it goes back to PENDING for a retry)
+ *     while the next one is acknowledged. Most brokers accept pipelined messages
+ *     independently (NATS, RabbitMQ confirms, Redis pipelines, a gRPC service, a local
+ *     handler), so this publishes in waves: wave k holds the k-th event of every aggregate in
+ *     the batch, and goes out only after wave k-1 was answered, without the aggregates that
+ *     failed in it. A batch of distinct aggregates is one wave, one call, as before; only
+ *     aggregates with several events in one batch cost a round trip more per event after the
+ *     first. A publisher that keeps order across failures within one call on its own (it never
+ *     sends an event of an aggregate after one of that aggregate failed: the null publisher)
+ *     sets TXO_PUBLISHER_IN_ORDER and gets the whole batch in one call.
+ *   - an event held back in this cycle: a suspect (published alone, later in the cycle) or
+ *     one that failed in an earlier wave or batch of the cycle. Its aggregate is blocked for
+ *     the rest of the cycle; its later events are not sent (RESULT_DEFERRED) and go back to
+ *     PENDING unchanged, to be claimed again behind it.
+ *
+ * Aggregates are told apart by (aggregate_type, aggregate_id) in an open-addressing table
+ * sized for the batch (FNV-1a over both strings), built once per cycle.
+ */
+
+#include "relay/relay_internal.h"
+
+int txo__relay_publish_init(struct txo_relay *r, size_t batch)
+{
+    size_t slots = 4;
+    while (slots < 2 * batch)
+        slots *= 2;
+    r->agg_slot_mask = slots - 1;
+    r->agg_slots = txo_calloc(slots, sizeof(*r->agg_slots));
+    r->agg_type = txo_calloc(batch, sizeof(*r->agg_type));
+    r->agg_id = txo_calloc(batch, sizeof(*r->agg_id));
+    r->agg_rank = txo_calloc(batch, sizeof(*r->agg_rank));
+    r->agg_blocked = txo_calloc(batch, sizeof(*r->agg_blocked));
+    r->wave_msgs = txo_calloc(batch, sizeof(*r->wave_msgs));
+    r->wave_results = txo_calloc(batch, sizeof(*r->wave_results));
+    r->wave_errors = txo_calloc(batch, sizeof(*r->wave_errors));
+    r->wave_idx = txo_calloc(batch, sizeof(*r->wave_idx));
+    if (r->agg_slots == NULL || r->agg_type == NULL || r->agg_id == NULL || r->agg_rank == NULL ||
+        r->agg_blocked == NULL || r->wave_msgs == NULL || r->wave_results == NULL ||
+        r->wave_errors == NULL || r->wave_idx == NULL)
+        return TXO_ENOMEM;
+    return 0;
+}
+
+void txo__relay_publish_release(struct txo_relay *r)
+{
+    txo_free(r->agg_slots);
+    txo_free(r->agg_type);
+    txo_free(r->agg_id);
+    txo_free(r->agg_rank);
+    txo_free(r->agg_blocked);
+    txo_free(r->wave_msgs);
+    txo_free(r->wave_results);
+    txo_free(r->wave_errors);
+    txo_free(r->wave_idx);
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        h ^= *p;
+        h *= 1099511628211u;
+    }
+    return h;
+}
+
+void txo__relay_group(struct txo_relay *r)
+{
+    memset(r->agg_slots, 0, (r->agg_slot_mask + 1) * sizeof(*r->agg_slots));
+    r->n_aggs = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const char *type = r->msgs[i].aggregate_type != NULL ? r->msgs[i].aggregate_type : "";
+        const char *id = r->msgs[i].aggregate_id != NULL ? r->msgs[i].aggregate_id : "";
+        uint64_t h = fnv1a(fnv1a(14695981039346656037u, type) ^ 0xff, id);
+        size_t slot = (size_t)h & r->agg_slot_mask;
+        for (;;) {
+            uint32_t a = r->agg_slots[slot];
+            if (a == 0) {
+                a = (uint32_t)++r->n_aggs;
+                r->agg_slots[slot] = a;
+                r->agg_type[a - 1] = type;
+                r->agg_id[a - 1] = id;
+                r->agg_blocked[a - 1] = false;
+            }
+            if (strcmp(r->agg_type[a - 1], type) == 0 && strcmp(r->agg_id[a - 1], id) == 0) {
+                r->entries[i].agg = a - 1;
+                break;
+            }
+            slot = (slot + 1) & r->agg_slot_mask;
+        }
+    }
+}
+
+/* Turns what the publisher said about msgs[i] into the relay's result, and counts it. */
+static void settle(struct txo_relay *r, size_t i, int call_rc)
+{
+    if (call_rc < 0)
+        r->results[i] = call_rc;
+    if (r->results[i] == 0) {
+        r->cycle_acked++;
+        return;
+    }
+    if (r->results[i] > 0) /* not a TXO_E* code: count it as a publish failure */
+        r->results[i] = TXO_EPUBLISH;
+    if (txo_err_is_transient(r->results[i]))
+        r->cycle_transient++;
+    if (r->errors[i].msg[0] == '\0')
+        txo_error_set(&r->errors[i], r->results[i], "%s publisher: %s", r->pub->ops->name,
+                      txo_strerror(r->results[i]));
+    if (r->ordered)
+        r->agg_blocked[r->entries[i].agg] = true;
+}
+
+/* The whole batch in one call (unordered relays, batches of distinct aggregates, publishers
+ * that keep order on their own). */
+static void publish_once(struct txo_relay *r)
+{
+    int rc = r->pub->ops->publish_batch(r->pub->self, r->msgs, r->n, r->results, r->errors);
+    for (size_t i = 0; i < r->n; i++) {
+        bool after_failure = r->ordered && r->agg_blocked[r->entries[i].agg];
+        settle(r, i, rc);
+        if (after_failure && r->results[i] == 0)
+            TXO_LOG(TXO_LOG_ERROR, "relay",
+                    "the %s publisher acknowledged an event after an earlier event of its "
+                    "aggregate failed in the same call: it does not keep order as it declares "
+                    "relay_id=%s message_id=%" PRId64,
+                    r->pub->ops->name, r->relay_id, r->msgs[i].id);
+    }
+}
+
+/* Wave by wave: the k-th event of each aggregate not blocked goes in wave k. */
+static void publish_waves(struct txo_relay *r, uint32_t waves)
+{
+    for (uint32_t w = 0; w < waves; w++) {
+        size_t m = 0;
+        for (size_t i = 0; i < r->n; i++) {
+            if (r->agg_rank[i] != w)
+                continue;
+            if (r->agg_blocked[r->entries[i].agg]) {
+                r->results[i] = RESULT_DEFERRED;
+                continue;
+            }
+            r->wave_idx[m] = i;
+            r->wave_msgs[m] = r->msgs[i];
+            r->wave_results[m] = 0;
+            txo_error_init(&r->wave_errors[m]);
+            m++;
+        }
+        if (m == 0)
+            continue;
+        int rc = r->pub->ops->publish_batch(r->pub->self, r->wave_msgs, m, r->wave_results,
+                                            r->wave_errors);
+        for (size_t k = 0; k < m; k++) {
+            size_t i = r->wave_idx[k];
+            r->results[i] = r->wave_results[k];
+            r->errors[i] = r->wave_errors[k];
+            settle(r, i, rc);
+        }
+    }
+}
+
+void txo__relay_publish(struct txo_relay *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        r->results[i] = 0;
+        txo_error_init(&r->errors[i]);
+    }
+    if (!r->ordered) {
+        publish_once(r);
+        return;
+    }
+    /*
+     * agg_rank is reused twice: first as each aggregate's running count, then (in place, per
+     * event) as the event's rank within its aggregate in this batch. Events of aggregates
+     * blocked earlier in the cycle are deferred before anything is sent.
+     */
+    uint32_t *count = r->agg_rank;
+    for (size_t a = 0; a < r->n_aggs; a++)
+        count[a] = 0;
+    uint32_t waves = 0;
+    bool deferred = false;
+    for (size_t i = 0; i < r->n; i++) {
+        uint32_t a = r->entries[i].agg;
+        if (r->agg_blocked[a]) {
+            r->results[i] = RESULT_DEFERRED;
+            deferred = true;
+            continue;
+        }
+        uint32_t rank = count[a]++;
+        if (rank + 1 > waves)
+            waves = rank + 1;
+    }
+    if (waves <= 1 && !deferred) {
+        publish_once(r);
+        return;
+    }
+    if ((r->pub->ops->flags & TXO_PUBLISHER_IN_ORDER) != 0 && !deferred) {
+        publish_once(r);
+        return;
+    }
+    /* Ranks per event, in batch order (count[] is rebuilt as it goes). */
+    for (size_t a = 0; a < r->n_aggs; a++)
+        count[a] = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->results[i] == RESULT_DEFERRED) {
+            r->wave_idx[i] = SIZE_MAX;
+            continue;
+        }
+        r->wave_idx[i] = count[r->entries[i].agg]++;
+    }
+    /* publish_waves needs agg_rank per event: move the ranks there (wave_idx is its scratch). */
+    for (size_t i = 0; i < r->n; i++)
+        r->agg_rank[i] = r->wave_idx[i] == SIZE_MAX ? UINT32_MAX : (uint32_t)r->wave_idx[i];
+    publish_waves(r, waves);
+}
