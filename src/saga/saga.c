@@ -35,7 +35,10 @@
  *     write their results into their own argument struct, reset at their start);
  *   - a failed try is settled from the step's persisted status (read under lock), so a COMMIT
  *     whose outcome was unknown is never counted twice nor lost;
- *   - a remote state that may have taken effect (UNKNOWN, DONE) is never written back to NONE.
+ *   - a remote state that may have taken effect (UNKNOWN, DONE) is never written back to NONE,
+ *     and CALLING is held only while the step is RUNNING: a call found CALLING by a later try
+ *     was cut short, so whatever that try records (a refusal, the local part without a call,
+ *     a compensation) says UNKNOWN.
  *
  * Thread-safety: a run uses only the db it is given and its own memory. The default owner
  * name is per thread (thread-local).
@@ -486,18 +489,17 @@ struct call_tx {
     bool guard_failed;            /* the step's guard refused the call (its code returned) */
 };
 
-/* The remote state a new call starts from: a call found in flight was cut short by a dead
- * worker, so it may have taken effect. */
+/* The remote state a try starts from. A call found in flight (CALLING) was cut short, by a
+ * dead worker or one that lost its lease during the call: it may have taken effect. */
+static enum txo_remote_state found_remote(enum txo_remote_state now)
+{
+    return now == TXO_REMOTE_CALLING ? TXO_REMOTE_UNKNOWN : now;
+}
+
+/* The remote state phase (a) records for a new call of the action. */
 static enum txo_remote_state starting_remote(enum txo_remote_state now)
 {
-    switch (now) {
-    case TXO_REMOTE_NONE:
-        return TXO_REMOTE_CALLING;
-    case TXO_REMOTE_CALLING:
-        return TXO_REMOTE_UNKNOWN;
-    default:
-        return now;
-    }
+    return now == TXO_REMOTE_NONE ? TXO_REMOTE_CALLING : found_remote(now);
 }
 
 static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -526,7 +528,9 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         if (rc != 0)
             return rc;
     }
-    a->remote = a->compensate ? s->remote : starting_remote(s->remote);
+    /* A compensation's call is not recorded in remote_state (the action's call is): it only
+     * settles a CALLING it finds. */
+    a->remote = a->compensate ? found_remote(s->remote) : starting_remote(s->remote);
     struct txo_param p[] = {txo_p_str(txo_step_status_name(busy)),
                             txo_p_str(a->key),
                             txo_p_str(txo_remote_state_name(a->remote)),
@@ -894,8 +898,9 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
         bool counted = false;
         bool stop = false;
         int rc = 0;
-        /* The action's remote state as this try leaves it (compensations keep it as it is). */
-        enum txo_remote_state state = r->steps[i].remote;
+        /* The action's remote state as this try leaves it (compensations keep it as it is,
+         * but for a CALLING they find, which becomes UNKNOWN whatever the try records). */
+        enum txo_remote_state state = found_remote(r->steps[i].remote);
         if (remote != NULL && (compensate || state != TXO_REMOTE_DONE)) {
             bool refused = false;
             rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);
