@@ -699,16 +699,65 @@ static void load_batch(struct txo_relay *r)
     r->n = n;
 }
 
+/* The text columns of a claimed row, as the message carries them. */
+static const struct {
+    enum claim_col col;
+    const char *name;
+} text_cols[] = {
+    {COL_AGGREGATE_TYPE, "aggregate_type"},   {COL_AGGREGATE_ID, "aggregate_id"},
+    {COL_EVENT_TYPE, "event_type"},           {COL_PAYLOAD, "payload"},
+    {COL_IDEMPOTENCY_KEY, "idempotency_key"},
+};
+
+/*
+ * 0 when event i of the batch can be handed to a publisher as it is stored. A message's
+ * strings end at their first NUL byte (txo/publisher.h), so a column holding one (written by
+ * another application with raw SQL: the server stores it) would be published cut there, as
+ * another value; such an event is refused instead: TXO_EINVAL, a permanent error, with the
+ * column named in r->errors[i], so it is dead-lettered and never published.
+ */
+static int check_text(struct txo_relay *r, size_t i)
+{
+    for (size_t k = 0; k < TXO_ARRAY_LEN(text_cols); k++) {
+        size_t len = 0;
+        const char *v = txo_rows_str(r->rows, i, text_cols[k].col, &len);
+        const char *nul = v != NULL ? memchr(v, '\0', len) : NULL;
+        if (nul != NULL)
+            return txo_error_set(&r->errors[i], TXO_EINVAL,
+                                 "outbox event %" PRId64
+                                 ": column %s holds a NUL byte (byte %zu of %zu), "
+                                 "which a published string cannot carry; refused rather than cut",
+                                 r->msgs[i].id, text_cols[k].name, (size_t)(nul - v), len);
+    }
+    return 0;
+}
+
+/*
+ * Hands the batch to the publisher: the events check_text() refuses keep their error, the
+ * others go out in runs of consecutive events (one call when none is refused, which keeps the
+ * claim order within each call).
+ */
 static void publish(struct txo_relay *r)
 {
     for (size_t i = 0; i < r->n; i++) {
-        r->results[i] = 0;
         txo_error_init(&r->errors[i]);
+        r->results[i] = check_text(r, i);
     }
-    int rc = r->pub->ops->publish_batch(r->pub->self, r->msgs, r->n, r->results, r->errors);
-    for (size_t i = 0; i < r->n; i++) {
-        if (rc < 0)
+    for (size_t start = 0; start < r->n;) {
+        if (r->results[start] != 0) {
+            start++;
+            continue;
+        }
+        size_t end = start + 1;
+        while (end < r->n && r->results[end] == 0)
+            end++;
+        int rc = r->pub->ops->publish_batch(r->pub->self, r->msgs + start, end - start,
+                                            r->results + start, r->errors + start);
+        for (size_t i = start; rc < 0 && i < end; i++)
             r->results[i] = rc;
+        start = end;
+    }
+    for (size_t i = 0; i < r->n; i++) {
         if (r->results[i] == 0) {
             r->cycle_acked++;
             continue;

@@ -3,6 +3,7 @@
  * update-limit) with leases, and the ones that do not look at leases once more in claim mode
  * transaction (claim, publish and mark in one transaction): drain exactly once in claim order,
  * the publisher down (publish failures: backoff, last_error, FAILED + dead letter, recovery),
+ * a foreign row whose text column holds a NUL byte (dead-lettered, never published cut),
  * two relays draining concurrently, lease expiry with a fenced mark (at-least-once), every claim
  * statement using idx_outbox_due (the only secondary index the relay has), a row committed late
  * behind the claim cursor still being published, stop mid-run, and the lock token; in claim
@@ -443,6 +444,79 @@ static void test_dead_letter_then_recovery(void **state)
     assert_int_equal(rec->n, 3);
     assert_string_equal(rec->keys[2], "k:8");
     assert_int_equal(rec->attempts[2], 2);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/*
+ * A foreign application's raw SQL can store a NUL byte in a text column, which a published
+ * string cannot carry: such an event is dead-lettered with the column named, never handed to
+ * the publisher (which would see it cut at the NUL, as another value), and the events around
+ * it are published as usual.
+ */
+static void test_nul_in_a_text_column_is_dead_lettered(void **state)
+{
+    struct ctx *c = *state;
+    testdb_exec(c->t.db,
+                "INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, "
+                "idempotency_key) VALUES "
+                "(1, 'order', '1', 'OrderCreated', '{}', 'good:1'), "
+                "(2, 'ord\\0er', '2', 'OrderCreated', '{}', 'bad:aggregate_type'), "
+                "(3, 'order', '3', 'OrderCreated', '{}', 'good:3'), "
+                "(4, 'order', '4\\0x', 'OrderCreated', '{}', 'bad:aggregate_id'), "
+                "(5, 'order', '5', 'Ev\\0x', '{}', 'bad:event_type'), "
+                "(6, 'order', '6', 'OrderCreated', '{}', 'good:6'), "
+                "(7, 'order', '7', 'OrderCreated', '{}', 'bad:\\0idempotency_key')");
+    /* The server stored every byte: the NUL is inside the values, not the end of them. */
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE INSTR(CONCAT("
+                              "aggregate_type, aggregate_id, event_type, idempotency_key), "
+                              "CHAR(0)) > 0"),
+                     4);
+
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 10);
+    o.drain = true;
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    testrelay_drain(r);
+
+    /* Only the good events reached the publisher, each once. */
+    assert_int_equal(rec->seen, 3);
+    assert_int_equal(rec->n, 3);
+    static const char *const good[] = {"good:1", "good:3", "good:6"};
+    for (size_t i = 0; i < rec->n; i++)
+        assert_string_equal(rec->keys[i], good[i]);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND idempotency_key LIKE 'good:%'"),
+                     3);
+
+    /* Each bad one: FAILED at its first attempt, unlocked, dead-lettered with its column. */
+    static const struct {
+        int64_t id;
+        const char *column;
+    } bad[] = {
+        {2, "aggregate_type"}, {4, "aggregate_id"}, {5, "event_type"}, {7, "idempotency_key"}};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "%%TXO_EINVAL%%column %s holds a NUL byte%%", bad[i].column);
+        struct txo_param p[] = {txo_p_i64(bad[i].id), txo_p_str(want)};
+        if (testdb_i64(c->t.db,
+                       "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = 'FAILED' "
+                       "AND attempts = 1 AND locked_by IS NULL AND last_error LIKE ?",
+                       p, 2) != 1)
+            fail_msg("event %lld: not FAILED with a reason naming %s", (long long)bad[i].id,
+                     bad[i].column);
+        if (testdb_i64(c->t.db,
+                       "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = ? "
+                       "AND error LIKE ?",
+                       p, 2) != 1)
+            fail_msg("event %lld: no dead letter naming %s", (long long)bad[i].id, bad[i].column);
+    }
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 4);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.published, 3);
+    assert_int_equal(st.dead_lettered, 4);
     txo_relay_free(r);
     txo_publisher_free(pub);
 }
@@ -1105,11 +1179,17 @@ static void test_claim_mode_auto(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        ALL(test_drain_exactly_once_in_order), ALL(test_failure_backoff_and_last_error),
-        ALL(test_dead_letter_then_recovery),   ALL(test_two_relays_concurrently),
-        BOTH(test_lease_expiry_fenced_mark),   BOTH(test_claim_uses_due_index),
-        ALL(test_late_commit_behind_cursor),   ALL(test_stop_finishes_batch),
-        BOTH(test_lock_token_and_opts),        ONE(test_held_batch_is_locked_and_pending, held),
+        ALL(test_drain_exactly_once_in_order),
+        ALL(test_failure_backoff_and_last_error),
+        ALL(test_dead_letter_then_recovery),
+        ALL(test_nul_in_a_text_column_is_dead_lettered),
+        ALL(test_two_relays_concurrently),
+        BOTH(test_lease_expiry_fenced_mark),
+        BOTH(test_claim_uses_due_index),
+        ALL(test_late_commit_behind_cursor),
+        ALL(test_stop_finishes_batch),
+        BOTH(test_lock_token_and_opts),
+        ONE(test_held_batch_is_locked_and_pending, held),
         ONE(test_claim_mode_auto, held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
