@@ -201,14 +201,16 @@ run: db-check
 demo: db-check build db migrate
 	$(DB_ENV) $(BUILD)/txo demo
 
+# ctest reads its stdin from /dev/null: a test that reads stdin by mistake (curl's default read
+# callback, say) gets end-of-file at once instead of waiting on the keyboard of a terminal.
 test: db-check build db
-	$(DB_ENV) $(CTEST) --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+	$(DB_ENV) $(CTEST) --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null
 
 test-asan: db-check build-asan db
-	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null
 
 test-tsan: db-check build-tsan db
-	$(DB_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS)
+	$(DB_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null
 
 valgrind: db-check build db
 	scripts/deps.sh valgrind
