@@ -671,17 +671,72 @@ int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA
     return 0;
 }
 
+int orders_stock_check(const struct order_stock *s, struct txo_error *err)
+{
+    size_t len = s->sku != NULL ? strnlen(s->sku, ORDER_SKU_MAX + 1) : 0;
+
+    if (len == 0)
+        return txo_error_set(err, TXO_EINVAL, "sku must be 1..%d bytes, got an empty one",
+                             ORDER_SKU_MAX);
+    if (len > ORDER_SKU_MAX)
+        return txo_error_set(err, TXO_EINVAL, "sku must be 1..%d bytes, got %zu", ORDER_SKU_MAX,
+                             strlen(s->sku));
+    if (!txo_utf8_valid(s->sku, len))
+        return txo_error_set(err, TXO_EINVAL, "sku is not valid UTF-8");
+    if (s->available < 0)
+        return txo_error_set(err, TXO_EINVAL, "available must be 0..%" PRId32 ", got %" PRId32,
+                             INT32_MAX, s->available);
+    return 0;
+}
+
+/* The entry's SKU for a message: its first 40 bytes or so, with '?' for each byte that is not
+ * part of a printable UTF-8 character, and "..." when cut. */
+static void shown_sku(const char *sku, char out[48])
+{
+    size_t len = sku != NULL ? strlen(sku) : 0;
+    size_t o = 0;
+    size_t i = 0;
+    while (i < len && o < 40) {
+        size_t c = txo_utf8_char_len(sku + i, len - i);
+        if (c == 0 || (c == 1 && ((unsigned char)sku[i] < 0x20 || sku[i] == 0x7f))) {
+            out[o++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(out + o, sku + i, c);
+        o += c;
+        i += c;
+    }
+    snprintf(out + o, 48 - o, "%s", i < len ? "..." : "");
+}
+
+int orders_stock_check_list(const struct order_stock *list, size_t n, struct txo_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        char shown[48];
+        shown_sku(list[i].sku, shown);
+        int rc = orders_stock_check(&list[i], err);
+        if (rc != 0) {
+            txo_error_wrap(err, "stock entry %zu (sku \"%s\")", i + 1, shown);
+            return rc;
+        }
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(list[k].sku, list[i].sku) == 0)
+                return txo_error_set(err, TXO_EINVAL,
+                                     "stock entry %zu (sku \"%s\"): the sku of entry %zu again",
+                                     i + 1, shown, k + 1);
+    }
+    return 0;
+}
+
 /* Writes the stock of a SKU with sql (set or ensure), after checking the arguments. */
 static int write_stock(struct txo_db *db, const char *sql, const char *sku, int32_t available,
                        struct txo_error *err)
 {
-    size_t len = sku != NULL ? strnlen(sku, ORDER_SKU_MAX + 1) : 0;
-
-    if (len == 0 || len > ORDER_SKU_MAX)
-        return txo_error_set(err, TXO_EINVAL, "sku must be 1..%d bytes", ORDER_SKU_MAX);
-    if (available < 0)
-        return txo_error_set(err, TXO_EINVAL, "available must be >= 0 for sku=%s, got %" PRId32,
-                             sku, available);
+    struct order_stock s = {.sku = sku, .available = available};
+    int rc = orders_stock_check(&s, err);
+    if (rc != 0)
+        return rc;
     struct txo_param p[] = {txo_p_str(sku), txo_p_i64(available)};
     return txo_db_exec(db, sql, p, TXO_ARRAY_LEN(p), NULL, err);
 }
@@ -696,6 +751,47 @@ int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t availabl
                             struct txo_error *err)
 {
     return write_stock(db, ORDERS_SQL_ENSURE_INVENTORY, sku, available, err);
+}
+
+struct ensure_list_arg {
+    const struct order_stock *list;
+    const size_t *order; /* indexes into list, ascending SKU */
+    size_t n;
+};
+
+static int ensure_list_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    const struct ensure_list_arg *a = arg;
+    for (size_t k = 0; k < a->n; k++) {
+        const struct order_stock *s = &a->list[a->order[k]];
+        struct txo_param p[] = {txo_p_str(s->sku), txo_p_i64(s->available)};
+        int rc = txo_tx_exec(tx, ORDERS_SQL_ENSURE_INVENTORY, p, TXO_ARRAY_LEN(p), NULL, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int orders_ensure_inventory_list(struct txo_db *db, const struct order_stock *list, size_t n,
+                                 struct txo_error *err)
+{
+    int rc = orders_stock_check_list(list, n, err);
+    if (rc != 0 || n == 0)
+        return rc;
+    size_t *order = txo_calloc(n, sizeof(*order));
+    if (order == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "out of memory writing %zu SKUs", n);
+    /* Ascending SKU, the lock order of every inventory transaction (n is a command line's). */
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i;
+        for (; k > 0 && strcmp(list[order[k - 1]].sku, list[i].sku) > 0; k--)
+            order[k] = order[k - 1];
+        order[k] = i;
+    }
+    struct ensure_list_arg a = {.list = list, .order = order, .n = n};
+    rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, ensure_list_fn, &a, err);
+    txo_free(order);
+    return rc;
 }
 
 int orders_cancel_tx(struct txo_tx *tx, int64_t order_id, int64_t expected_version,

@@ -310,18 +310,49 @@ TXO_MUST_CHECK int orders_retry_saga_with(struct txo_db *db, const char *saga_id
                                           const struct txo_saga_opts *opts,
                                           enum txo_saga_status *final, struct txo_error *err);
 
+/* The stock of one SKU, as `txo up --stock` and the demo write it. The sku is borrowed. */
+struct order_stock {
+    const char *sku;   /* 1..ORDER_SKU_MAX bytes of UTF-8 (inventory.sku, utf8mb4) */
+    int32_t available; /* 0..INT32_MAX (inventory.available INT, CHECK >= 0) */
+};
+
+/*
+ * Checks s against the limits of the inventory table, so that nothing the database would
+ * refuse is ever sent to it. Errors: TXO_EINVAL with a message naming the limit ("sku must be
+ * 1..64 bytes, got 65"). Pure; never touches the database.
+ */
+TXO_MUST_CHECK int orders_stock_check(const struct order_stock *s, struct txo_error *err);
+
+/*
+ * orders_stock_check() for each entry of list[0..n), and no SKU twice. Errors: TXO_EINVAL with
+ * a message naming the entry (1-based) and its SKU ("stock entry 2 (sku "..."): sku must
+ * be 1..64 bytes, got 65"). Pure.
+ */
+TXO_MUST_CHECK int orders_stock_check_list(const struct order_stock *list, size_t n,
+                                           struct txo_error *err);
+
 /*
  * Sets the stock of a SKU (creating the row): available = `available`, reserved = 0. For the
  * demo, tests and benchmarks only: it ignores reservations that may still exist.
- * Errors: TXO_EINVAL (sku length, available < 0), DB errors.
+ * Errors: TXO_EINVAL (orders_stock_check()), DB errors.
  */
 TXO_MUST_CHECK int orders_set_inventory(struct txo_db *db, const char *sku, int32_t available,
                                         struct txo_error *err);
 
 /* Creates the SKU with `available` units unless it exists (then nothing changes): safe on a
- * live database. For `txo up --stock`. Errors: TXO_EINVAL, DB errors. */
+ * live database. Errors: TXO_EINVAL (orders_stock_check()), DB errors. */
 TXO_MUST_CHECK int orders_ensure_inventory(struct txo_db *db, const char *sku, int32_t available,
                                            struct txo_error *err);
+
+/*
+ * orders_ensure_inventory() for every entry of list[0..n) in one READ COMMITTED transaction
+ * (retried whole on deadlock, lock wait timeout or lost connection), the rows written in
+ * ascending SKU order: either every missing SKU is created or none is. The list is checked
+ * first (orders_stock_check_list()), and nothing is sent to the database when it fails. For
+ * `txo up --stock`. Errors: TXO_EINVAL, TXO_ENOMEM, DB errors.
+ */
+TXO_MUST_CHECK int orders_ensure_inventory_list(struct txo_db *db, const struct order_stock *list,
+                                                size_t n, struct txo_error *err);
 
 /*
  * The order service's invariants on a live database (`txo audit`): for the orders created in

@@ -106,10 +106,26 @@ static void *relay_main(void *arg)
 }
 
 /*
- * --stock: "sku=units,sku=units". The whole list is checked before anything is written, so a
- * bad item exits 2 without touching the database (no half-applied list).
+ * --stock: "sku=units,sku=units", parsed into one list. The whole list is checked against the
+ * inventory table's limits before anything is written (orders_stock_check_list()), so a bad
+ * entry exits 2 without touching the database, and the list is then written in one
+ * transaction: no half-applied list.
  */
-static bool stock_item(char *item, int32_t *units)
+struct stock_list {
+    char *buf; /* the flag's copy; the entries' SKUs point into it */
+    struct order_stock *items;
+    size_t n;
+};
+
+static void stock_list_release(struct stock_list *l)
+{
+    txo_free(l->buf);
+    txo_free(l->items);
+    memset(l, 0, sizeof(*l));
+}
+
+/* One "sku=units" entry; false when it is not that shape or units is not 0..INT32_MAX. */
+static bool stock_item(char *item, struct order_stock *out)
 {
     char *eq = strchr(item, '=');
     char *end = NULL;
@@ -119,40 +135,48 @@ static bool stock_item(char *item, int32_t *units)
         v > INT32_MAX)
         return false;
     *eq = '\0';
-    *units = (int32_t)v;
+    out->sku = item;
+    out->available = (int32_t)v;
     return true;
 }
 
-/* Checks (db NULL) or applies the --stock list; false on a malformed item or a DB error. */
-static bool apply_stock(struct txo_db *db, const char *spec)
+/* Parses and checks spec into *out; prints why and returns false when it is not usable. */
+static bool parse_stock(const char *spec, struct stock_list *out)
 {
-    char *copy = txo_strdup(spec);
-    bool ok = copy != NULL;
+    memset(out, 0, sizeof(*out));
+    size_t cap = 1;
+    for (const char *p = spec; *p != '\0'; p++)
+        cap += *p == ',';
+    out->buf = txo_strdup(spec);
+    out->items = txo_calloc(cap, sizeof(*out->items));
+    if (out->buf == NULL || out->items == NULL) {
+        fprintf(stderr, "txo up: --stock: out of memory\n");
+        stock_list_release(out);
+        return false;
+    }
     char *save = NULL;
-    for (char *item = ok ? strtok_r(copy, ",", &save) : NULL; ok && item != NULL;
+    for (char *item = strtok_r(out->buf, ",", &save); item != NULL;
          item = strtok_r(NULL, ",", &save)) {
         char shown[128];
         snprintf(shown, sizeof(shown), "%s", item);
-        int32_t units = 0;
-        if (!stock_item(item, &units)) {
+        if (!stock_item(item, &out->items[out->n])) {
             fprintf(stderr, "txo up: --stock wants SKU=UNITS[,SKU=UNITS...], got \"%s\"\n", shown);
-            ok = false;
-            break;
+            stock_list_release(out);
+            return false;
         }
-        if (db == NULL)
-            continue;
-        struct txo_error err;
-        txo_error_init(&err);
-        if (orders_ensure_inventory(db, item, units, &err) != 0) {
-            cmd_report("up", "creating stock", &err);
-            ok = false;
-        }
+        out->n++;
     }
-    txo_free(copy);
-    return ok;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (orders_stock_check_list(out->items, out->n, &err) != 0) {
+        fprintf(stderr, "txo up: --stock: %s\n", err.msg);
+        stock_list_release(out);
+        return false;
+    }
+    return true;
 }
 
-static bool prepare_database(int *sig)
+static bool prepare_database(const struct stock_list *stock, int *sig)
 {
     struct txo_db *db = daemon_db_wait("up", &opts.common, sig);
     if (db == NULL)
@@ -169,8 +193,10 @@ static bool prepare_database(int *sig)
             TXO_LOG(TXO_LOG_INFO, "up", "schema ready applied=%u total=%u", applied, total);
         }
     }
-    if (ok && opts.stock != NULL && opts.stock[0] != '\0')
-        ok = apply_stock(db, opts.stock);
+    if (ok && stock->n > 0 && orders_ensure_inventory_list(db, stock->items, stock->n, &err) != 0) {
+        cmd_report("up", "creating stock", &err);
+        ok = false;
+    }
     txo_db_close(db);
     return ok;
 }
@@ -197,11 +223,14 @@ static int run(int argc, char **argv)
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("up", &opts.relay, &ro))
         return 2;
-    if (opts.stock != NULL && opts.stock[0] != '\0' && !apply_stock(NULL, opts.stock))
+    struct stock_list stock = {.n = 0};
+    if (opts.stock != NULL && opts.stock[0] != '\0' && !parse_stock(opts.stock, &stock))
         return 2;
     signals_block(); /* before the database wait, which a signal ends */
     int sig = 0;
-    if (!prepare_database(&sig))
+    bool prepared = prepare_database(&stock, &sig);
+    stock_list_release(&stock);
+    if (!prepared)
         return sig != 0 ? 0 : 1;
 
     int status = 1;

@@ -32,8 +32,9 @@
 #include "txo/common.h"
 #include "txo/err.h"
 
-/* One claimed outbox event, as handed to a publisher. Strings are NUL-terminated and borrowed
- * for the duration of the publish call. */
+/* One claimed outbox event, as handed to a publisher. Strings are NUL-terminated, hold no
+ * other NUL byte (the relay dead-letters an event whose column holds one, TXO_EINVAL, rather
+ * than hand it over cut) and are borrowed for the duration of the publish call. */
 struct txo_outbox_message {
     int64_t id;
     const char *aggregate_type;

@@ -113,12 +113,17 @@ TXO_API bool txo_step_can_move(enum txo_step_status from, enum txo_step_status t
 
 #define TXO_SAGA_ID_LEN 37 /* a UUID in text form plus NUL */
 
-/* What the remote part of a step's action is known to have done (saga_steps.remote_state). */
+/*
+ * What the remote part of a step's action is known to have done (saga_steps.remote_state).
+ * CALLING is held only while the step is RUNNING; a state that may have taken effect (UNKNOWN,
+ * DONE) never goes back to NONE.
+ */
 enum txo_remote_state {
-    TXO_REMOTE_NONE = 0, /* not called, or it did not take effect */
-    TXO_REMOTE_CALLING,  /* a call is in flight (or was, when its worker died) */
-    TXO_REMOTE_UNKNOWN,  /* a call may have taken effect */
-    TXO_REMOTE_DONE,     /* a call took effect */
+    TXO_REMOTE_NONE = 0, /* not called, or it did not take effect; -> CALLING */
+    TXO_REMOTE_CALLING,  /* a call is in flight (or was, when its worker died);
+                          * -> DONE, UNKNOWN (no answer, or found cut short), NONE (refused) */
+    TXO_REMOTE_UNKNOWN,  /* a call may have taken effect; -> DONE */
+    TXO_REMOTE_DONE,     /* a call took effect; final */
 };
 
 /* "NONE", "CALLING", "UNKNOWN", "DONE". */

@@ -723,6 +723,36 @@ static int claim(struct txo_relay *r, struct txo_error *err)
     return 0;
 }
 
+/* The text columns of a claimed row, as a message carries them. */
+static const struct {
+    enum claim_col col;
+    const char *name;
+} text_cols[] = {
+    {COL_AGGREGATE_TYPE, "aggregate_type"},   {COL_AGGREGATE_ID, "aggregate_id"},
+    {COL_EVENT_TYPE, "event_type"},           {COL_PAYLOAD, "payload"},
+    {COL_IDEMPOTENCY_KEY, "idempotency_key"},
+};
+
+/*
+ * The name of the first text column of row i that holds a NUL byte (*at: its offset), or
+ * NULL. A message's strings end at their first NUL (txo/publisher.h), so such a column, which
+ * another application can store with raw SQL, would be published cut, as another value; the
+ * relay refuses the event instead (relay_publish.c: TXO_EINVAL, dead-lettered, never sent).
+ */
+static const char *first_nul_column(const struct txo_rows *rows, size_t i, size_t *at)
+{
+    for (size_t k = 0; k < TXO_ARRAY_LEN(text_cols); k++) {
+        size_t len = 0;
+        const char *v = txo_rows_str(rows, i, text_cols[k].col, &len);
+        const char *nul = v != NULL ? memchr(v, '\0', len) : NULL;
+        if (nul != NULL) {
+            *at = (size_t)(nul - v);
+            return text_cols[k].name;
+        }
+    }
+    return NULL;
+}
+
 /* Points r->msgs[0..r->n) into the claim's rows and moves the cursor. */
 static void load_batch(struct txo_relay *r)
 {
@@ -750,6 +780,7 @@ static void load_batch(struct txo_relay *r)
         r->entries[i].agg = 0;
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
+        r->entries[i].nul_col = first_nul_column(rows, i, &r->entries[i].nul_at);
     }
     advance_cursor(r, n);
     r->n = n;

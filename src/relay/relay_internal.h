@@ -74,6 +74,8 @@ struct batch_entry {
     int64_t expiries; /* lease_expiries: > 0 makes it a suspect (maybe a poison event) */
     uint32_t agg;     /* its aggregate's number in this cycle (ordered only) */
     bool had_error;   /* last_error was set: an earlier attempt failed, it may park its aggregate */
+    const char *nul_col; /* a text column holding a NUL byte (the event is refused), or NULL */
+    size_t nul_at;       /* and the byte where */
 };
 
 struct relay_counters {

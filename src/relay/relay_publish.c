@@ -135,15 +135,16 @@ static void publish_once(struct txo_relay *r)
     }
 }
 
-/* Wave by wave: the k-th event of each aggregate not blocked goes in wave k. */
+/* Wave by wave: the k-th event of each aggregate not blocked goes in wave k (agg_rank[i] == k;
+ * events already refused are not sent). */
 static void publish_waves(struct txo_relay *r, uint32_t waves)
 {
     for (uint32_t w = 0; w < waves; w++) {
         size_t m = 0;
         for (size_t i = 0; i < r->n; i++) {
-            if (r->agg_rank[i] != w)
+            if (r->agg_rank[i] != w || r->results[i] != 0)
                 continue;
-            if (r->agg_blocked[r->entries[i].agg]) {
+            if (r->ordered && r->agg_blocked[r->entries[i].agg]) {
                 r->results[i] = RESULT_DEFERRED;
                 continue;
             }
@@ -166,14 +167,42 @@ static void publish_waves(struct txo_relay *r, uint32_t waves)
     }
 }
 
+/*
+ * Refuses the events whose text holds a NUL byte (TXO_EINVAL: dead-lettered, never sent; for
+ * an ordered relay it blocks the aggregate like any failure). Returns how many.
+ */
+static size_t refuse_unrepresentable(struct txo_relay *r)
+{
+    size_t refused = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->entries[i].nul_col == NULL)
+            continue;
+        r->results[i] =
+            txo_error_set(&r->errors[i], TXO_EINVAL,
+                          "outbox event %" PRId64 ": column %s holds a NUL byte (at byte %zu), "
+                          "which a published string cannot carry; refused rather than cut",
+                          r->msgs[i].id, r->entries[i].nul_col, r->entries[i].nul_at);
+        settle(r, i, 0);
+        refused++;
+    }
+    return refused;
+}
+
 void txo__relay_publish(struct txo_relay *r)
 {
     for (size_t i = 0; i < r->n; i++) {
         r->results[i] = 0;
         txo_error_init(&r->errors[i]);
     }
+    size_t refused = refuse_unrepresentable(r);
     if (!r->ordered) {
-        publish_once(r);
+        if (refused == 0) {
+            publish_once(r);
+            return;
+        }
+        for (size_t i = 0; i < r->n; i++) /* the others in one call, in claim order */
+            r->agg_rank[i] = 0;
+        publish_waves(r, 1);
         return;
     }
     /*
@@ -188,6 +217,8 @@ void txo__relay_publish(struct txo_relay *r)
     bool deferred = false;
     for (size_t i = 0; i < r->n; i++) {
         uint32_t a = r->entries[i].agg;
+        if (r->results[i] != 0)
+            continue; /* refused above */
         if (r->agg_blocked[a]) {
             r->results[i] = RESULT_DEFERRED;
             deferred = true;
@@ -197,6 +228,7 @@ void txo__relay_publish(struct txo_relay *r)
         if (rank + 1 > waves)
             waves = rank + 1;
     }
+    deferred = deferred || refused > 0;
     if (waves <= 1 && !deferred) {
         publish_once(r);
         return;
@@ -209,7 +241,7 @@ void txo__relay_publish(struct txo_relay *r)
     for (size_t a = 0; a < r->n_aggs; a++)
         count[a] = 0;
     for (size_t i = 0; i < r->n; i++) {
-        if (r->results[i] == RESULT_DEFERRED) {
+        if (r->results[i] != 0) { /* deferred or refused */
             r->wave_idx[i] = SIZE_MAX;
             continue;
         }

@@ -35,7 +35,11 @@
  *     write their results into their own argument struct, reset at their start);
  *   - a failed try is settled from the step's persisted status (read under lock), so a COMMIT
  *     whose outcome was unknown is never counted twice nor lost;
- *   - a remote state that may have taken effect (UNKNOWN, DONE) is never written back to NONE.
+ *   - a remote state that may have taken effect (UNKNOWN, DONE) is never written back to NONE,
+ *     and CALLING is held only while the step is RUNNING: a call found CALLING by a later try
+ *     was cut short, so whatever that try records (a refusal, the local part without a call,
+ *     a compensation) says UNKNOWN. Every write of a remote state is checked against the
+ *     table of saga_state.c (txo__remote_check_move) first.
  *
  * Thread-safety: a run uses only the db it is given and its own memory. The default owner
  * name is per thread (thread-local).
@@ -486,18 +490,17 @@ struct call_tx {
     bool guard_failed;            /* the step's guard refused the call (its code returned) */
 };
 
-/* The remote state a new call starts from: a call found in flight was cut short by a dead
- * worker, so it may have taken effect. */
+/* The remote state a try starts from. A call found in flight (CALLING) was cut short, by a
+ * dead worker or one that lost its lease during the call: it may have taken effect. */
+static enum txo_remote_state found_remote(enum txo_remote_state now)
+{
+    return now == TXO_REMOTE_CALLING ? TXO_REMOTE_UNKNOWN : now;
+}
+
+/* The remote state phase (a) records for a new call of the action. */
 static enum txo_remote_state starting_remote(enum txo_remote_state now)
 {
-    switch (now) {
-    case TXO_REMOTE_NONE:
-        return TXO_REMOTE_CALLING;
-    case TXO_REMOTE_CALLING:
-        return TXO_REMOTE_UNKNOWN;
-    default:
-        return now;
-    }
+    return now == TXO_REMOTE_NONE ? TXO_REMOTE_CALLING : found_remote(now);
 }
 
 static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -526,7 +529,12 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         if (rc != 0)
             return rc;
     }
-    a->remote = a->compensate ? s->remote : starting_remote(s->remote);
+    /* A compensation's call is not recorded in remote_state (the action's call is): it only
+     * settles a CALLING it finds. */
+    a->remote = a->compensate ? found_remote(s->remote) : starting_remote(s->remote);
+    int mrc = txo__remote_check_move(r->id, (unsigned)a->i + 1, busy, s->remote, a->remote, err);
+    if (mrc != 0)
+        return mrc;
     struct txo_param p[] = {txo_p_str(txo_step_status_name(busy)),
                             txo_p_str(a->key),
                             txo_p_str(txo_remote_state_name(a->remote)),
@@ -592,6 +600,8 @@ static int step_done(struct txo_tx *tx, const struct local_tx *t, struct txo_err
         rc = txo__step_check_move(r->id, order, from, busy, err);
     if (rc == 0)
         rc = txo__step_check_move(r->id, order, busy, done, err);
+    if (rc == 0)
+        rc = txo__remote_check_move(r->id, order, done, r->steps[t->i].remote, t->remote, err);
     if (rc == 0 && t->finish)
         rc = txo__saga_check_move(r->id, driving, TXO_SAGA_COMPLETED, err);
     if (rc != 0)
@@ -737,6 +747,8 @@ static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         rc = txo__step_check_move(r->id, (unsigned)a->i + 1, cur.status, busy, err);
     if (rc == 0 && to != busy)
         rc = txo__step_check_move(r->id, (unsigned)a->i + 1, busy, to, err);
+    if (rc == 0)
+        rc = txo__remote_check_move(r->id, (unsigned)a->i + 1, to, cur.remote, a->remote, err);
     if (rc != 0)
         return rc;
     struct txo_param p[] = {txo_p_str(txo_step_status_name(to)),
@@ -894,8 +906,9 @@ static int run_step(struct run *r, size_t i, bool compensate, struct txo_error *
         bool counted = false;
         bool stop = false;
         int rc = 0;
-        /* The action's remote state as this try leaves it (compensations keep it as it is). */
-        enum txo_remote_state state = r->steps[i].remote;
+        /* The action's remote state as this try leaves it (compensations keep it as it is,
+         * but for a CALLING they find, which becomes UNKNOWN whatever the try records). */
+        enum txo_remote_state state = found_remote(r->steps[i].remote);
         if (remote != NULL && (compensate || state != TXO_REMOTE_DONE)) {
             bool refused = false;
             rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);
@@ -1481,10 +1494,11 @@ struct batch_step_tx {
     struct batch_saga *b;
     const size_t *pick; /* the batch: indexes into b */
     size_t m;
-    size_t i;                     /* the step */
-    bool finish;                  /* the sagas' last step: they complete with it */
-    enum txo_step_status from;    /* PENDING, or RUNNING when the batch's calls recorded it */
-    enum txo_remote_state remote; /* the remote state recorded with COMPLETED */
+    size_t i;                          /* the step */
+    bool finish;                       /* the sagas' last step: they complete with it */
+    enum txo_step_status from;         /* PENDING, or RUNNING when the batch's calls recorded it */
+    enum txo_remote_state remote_from; /* NONE, or CALLING when the batch's calls recorded it */
+    enum txo_remote_state remote;      /* the remote state recorded with COMPLETED */
     /* out, reset per attempt */
     int *outcome;
     size_t *done; /* the sagas whose outcome is 0 */
@@ -1520,6 +1534,9 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
             rc = txo__step_check_move(r->id, order, t->from, TXO_STEP_RUNNING, err);
         if (rc == 0)
             rc = txo__step_check_move(r->id, order, TXO_STEP_RUNNING, TXO_STEP_COMPLETED, err);
+        if (rc == 0)
+            rc = txo__remote_check_move(r->id, order, TXO_STEP_COMPLETED, t->remote_from, t->remote,
+                                        err);
         if (rc == 0 && t->finish)
             rc = txo__saga_check_move(r->id, TXO_SAGA_RUNNING, TXO_SAGA_COMPLETED, err);
         if (rc != 0)
@@ -1562,14 +1579,22 @@ out:
     return rc;
 }
 
-/* The local part of a batch of step i over b[pick[0..m)], whose steps are in `from` (and
- * whose calls, when the step has a remote part, were done): the sagas it completes move on,
- * the others leave the batches (they run the single way). */
+/* The local part of a batch of step i over b[pick[0..m)], whose steps are in `from` with
+ * remote state `remote_from` (and whose calls, when the step has a remote part, were done):
+ * the sagas it completes move on, recorded with `remote`; the others leave the batches (they
+ * run the single way). */
 static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, size_t i,
-                           enum txo_step_status from, enum txo_remote_state remote)
+                           enum txo_step_status from, enum txo_remote_state remote_from,
+                           enum txo_remote_state remote)
 {
     const struct run *r0 = &b[pick[0]].r;
-    struct batch_step_tx t = {.b = b, .pick = pick, .m = m, .i = i, .from = from, .remote = remote};
+    struct batch_step_tx t = {.b = b,
+                              .pick = pick,
+                              .m = m,
+                              .i = i,
+                              .from = from,
+                              .remote_from = remote_from,
+                              .remote = remote};
     t.finish = i + 1 == r0->def->n_steps;
     t.outcome = txo_calloc(m, sizeof(*t.outcome));
     t.done = txo_calloc(m, sizeof(*t.done));
@@ -1654,8 +1679,11 @@ static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     for (size_t k = 0; k < t->m; k++) {
         if (t->refused[k] != 0)
             continue;
-        rc = txo__step_check_move(b[t->pick[k]].r.id, order, TXO_STEP_PENDING, TXO_STEP_RUNNING,
-                                  err);
+        const struct run *r = &b[t->pick[k]].r;
+        rc = txo__step_check_move(r->id, order, TXO_STEP_PENDING, TXO_STEP_RUNNING, err);
+        if (rc == 0)
+            rc = txo__remote_check_move(r->id, order, TXO_STEP_RUNNING, r->steps[t->i].remote,
+                                        TXO_REMOTE_CALLING, err);
         if (rc != 0)
             return rc;
         t->in[t->n_in++] = t->pick[k];
@@ -1767,7 +1795,7 @@ static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size
     TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch calls made step=%s sagas=%zu called=%zu done=%zu",
             sd->name, m, n_in, n_done);
     if (n_done > 0)
-        run_batch_step(b, done, n_done, i, TXO_STEP_RUNNING, TXO_REMOTE_DONE);
+        run_batch_step(b, done, n_done, i, TXO_STEP_RUNNING, TXO_REMOTE_CALLING, TXO_REMOTE_DONE);
 out:
     txo_free(ctx);
     txo_free(cp);
@@ -1839,7 +1867,7 @@ int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const 
         if (def->steps[step].remote != NULL)
             run_remote_batch_step(b, pick, m, step);
         else
-            run_batch_step(b, pick, m, step, TXO_STEP_PENDING, TXO_REMOTE_NONE);
+            run_batch_step(b, pick, m, step, TXO_STEP_PENDING, TXO_REMOTE_NONE, TXO_REMOTE_NONE);
     }
     /* What is left, the single way: sagas out of the batches, steps without a batch form,
      * compensation, and the sagas whose lease the batch did not take (drive() tells why). */

@@ -322,11 +322,15 @@
 
 /*
  * Every statement that moves a status, with the moves it makes: X(statement, machine, from,
- * to), machine saga (saga_instances) or step (saga_steps). BOUND means the state is a bound
- * value, checked against the transition table of saga_state.c by the function that runs the
- * statement (saga_move, step_move, call_tx_fn, step_done, record_tx_fn) before it runs. A test
- * walks this list: literal states must be what the SQL says and a legal move; BOUND ones must
- * be bound in the SQL.
+ * to), machine saga (saga_instances.status), step (saga_steps.status) or remote
+ * (saga_steps.remote_state, what the action's call is known to have done). BOUND means the
+ * state is a bound value, checked against the transition table of saga_state.c by the function
+ * that runs the statement (saga_move, step_move, call_tx_fn, step_done, record_tx_fn,
+ * batch_call_fn, batch_step_fn) before it runs; a remote state's `from` is the one the engine
+ * knows under the instance lock (a step's remote state is only written under it), so only its
+ * `to` is in the SQL. A test walks this list: literal states must be what the SQL says and a
+ * legal move; BOUND ones must be bound in the SQL; a statement that writes remote_state must be
+ * listed for the remote machine.
  */
 #define SAGA_MOVES(X)                                                                              \
     X(SAGA_SQL_ACQUIRE_FOR_RETRY, saga, COMPENSATION_FAILED, COMPENSATING)                         \
@@ -341,6 +345,12 @@
     X(SAGA_SQL_STEP_BEGIN_CALL, step, BOUND, BOUND)                                                \
     X(SAGA_SQL_STEP_DONE, step, BOUND, BOUND)                                                      \
     X(SAGA_SQL_STEP_DONE_FINISH, step, BOUND, BOUND)                                               \
-    X(SAGA_SQL_STEP_TRY_FAILED, step, BOUND, BOUND)
+    X(SAGA_SQL_STEP_TRY_FAILED, step, BOUND, BOUND)                                                \
+    X(SAGA_SQL_STEPS_DONE_MANY, remote, BOUND, BOUND)                                              \
+    X(SAGA_SQL_STEPS_CALL_MANY, remote, BOUND, BOUND)                                              \
+    X(SAGA_SQL_STEP_BEGIN_CALL, remote, BOUND, BOUND)                                              \
+    X(SAGA_SQL_STEP_DONE, remote, BOUND, BOUND)                                                    \
+    X(SAGA_SQL_STEP_DONE_FINISH, remote, BOUND, BOUND)                                             \
+    X(SAGA_SQL_STEP_TRY_FAILED, remote, BOUND, BOUND)
 
 #endif

@@ -1,12 +1,13 @@
 /*
- * The saga and saga-step state machines: names as stored in the status columns, parsing, and
- * the one transition table of each. Every status change the engine writes is checked against
- * these tables first (txo__saga_check_move / txo__step_check_move), so the tables below are
- * the whole truth about which moves exist; include/txo/saga.h describes them in prose.
+ * The saga and saga-step state machines, and the one of a step's record of its remote call:
+ * names as stored in the status columns, parsing, and the one transition table of each. Every
+ * status change the engine writes is checked against these tables first
+ * (txo__saga_check_move / txo__step_check_move / txo__remote_check_move), so the tables below
+ * are the whole truth about which moves exist; include/txo/saga.h describes them in prose.
  *
  * A step may also be updated without changing its status (a retry of a RUNNING or
- * COMPENSATING step records attempts and the error): that is not a move and is not in the
- * tables.
+ * COMPENSATING step records attempts and the error), and a remote state may be written again
+ * as it was: neither is a move, and neither is in the tables.
  *
  * Thread-safety: constant tables and pure functions.
  */
@@ -90,21 +91,49 @@ static const bool step_moves[N_STEP_STATUS][N_STEP_STATUS] = {
         },
 };
 
-static const char *const remote_names[] = {
+#define N_REMOTE_STATE 4
+
+static const char *const remote_names[N_REMOTE_STATE] = {
     [TXO_REMOTE_NONE] = "NONE",
     [TXO_REMOTE_CALLING] = "CALLING",
     [TXO_REMOTE_UNKNOWN] = "UNKNOWN",
     [TXO_REMOTE_DONE] = "DONE",
 };
 
+/*
+ * remote_moves[from][to] (saga_steps.remote_state: what the action's call is known to have
+ * done). Phase (a) records a call about to be made (NONE -> CALLING); its answer says what
+ * happened (CALLING -> DONE, UNKNOWN, or NONE for a definite "not done"); a call found CALLING
+ * by anyone but the try that made it was cut short and may have happened (CALLING ->
+ * UNKNOWN); a later call with the same key may settle an unknown one (UNKNOWN -> DONE).
+ * Nothing that may have happened goes back to NONE. CALLING is held only while the step is
+ * RUNNING: a step in any other status has an answer or has lost its call (remote_fits).
+ */
+static const bool remote_moves[N_REMOTE_STATE][N_REMOTE_STATE] = {
+    [TXO_REMOTE_NONE] =
+        {
+            [TXO_REMOTE_CALLING] = true,
+        },
+    [TXO_REMOTE_CALLING] =
+        {
+            [TXO_REMOTE_NONE] = true,
+            [TXO_REMOTE_UNKNOWN] = true,
+            [TXO_REMOTE_DONE] = true,
+        },
+    [TXO_REMOTE_UNKNOWN] =
+        {
+            [TXO_REMOTE_DONE] = true,
+        },
+};
+
 const char *txo_remote_state_name(enum txo_remote_state s)
 {
-    return (unsigned)s < TXO_ARRAY_LEN(remote_names) ? remote_names[s] : "UNKNOWN";
+    return (unsigned)s < N_REMOTE_STATE ? remote_names[s] : "UNKNOWN";
 }
 
 int txo__remote_state_parse(const char *name, enum txo_remote_state *out)
 {
-    long i = txo__name_index(remote_names, TXO_ARRAY_LEN(remote_names), name);
+    long i = txo__name_index(remote_names, N_REMOTE_STATE, name);
     if (i < 0)
         return TXO_EINVAL;
     *out = (enum txo_remote_state)i;
@@ -190,4 +219,39 @@ int txo__step_check_move(const char *saga_id, unsigned step_order, enum txo_step
     return txo_error_set(err, TXO_ESTATE, "saga %s step %u: illegal transition %s -> %s",
                          saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(from),
                          txo_step_status_name(to));
+}
+
+static bool remote_valid(enum txo_remote_state s)
+{
+    return (unsigned)s < N_REMOTE_STATE;
+}
+
+/* A step in status `step` may hold remote state `r`: CALLING only while RUNNING. */
+static bool remote_fits(enum txo_step_status step, enum txo_remote_state r)
+{
+    return r != TXO_REMOTE_CALLING || step == TXO_STEP_RUNNING;
+}
+
+bool txo__remote_can_move(enum txo_step_status step, enum txo_remote_state from,
+                          enum txo_remote_state to)
+{
+    return step_valid(step) && remote_valid(from) && remote_valid(to) &&
+           (from == to || remote_moves[from][to]) && remote_fits(step, to);
+}
+
+int txo__remote_check_move(const char *saga_id, unsigned step_order, enum txo_step_status step,
+                           enum txo_remote_state from, enum txo_remote_state to,
+                           struct txo_error *err)
+{
+    if (txo__remote_can_move(step, from, to)) {
+        return 0;
+    }
+    TXO_LOG(TXO_LOG_ERROR, "saga",
+            "illegal remote state transition saga_id=%s step=%u step_status=%s from=%s to=%s",
+            saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(step),
+            txo_remote_state_name(from), txo_remote_state_name(to));
+    return txo_error_set(err, TXO_ESTATE,
+                         "saga %s step %u: illegal remote state transition %s -> %s (step %s)",
+                         saga_id != NULL ? saga_id : "-", step_order, txo_remote_state_name(from),
+                         txo_remote_state_name(to), txo_step_status_name(step));
 }

@@ -3,6 +3,8 @@
  * update-limit) with leases, and the ones that do not look at leases once more in claim mode
  * transaction (claim, publish and mark in one transaction): drain exactly once in claim order,
  * the publisher down (publish failures: backoff, last_error, FAILED + dead letter, recovery),
+ * a foreign row whose text column holds a NUL byte (dead-lettered, never published cut), a
+ * batch marked with as many statements whatever its size,
  * two relays draining concurrently, lease expiry with a fenced mark (at-least-once), every claim
  * statement using idx_outbox_due (the only secondary index the relay has), a row committed late
  * behind the claim cursor still being published, stop mid-run, and the lock token; in claim
@@ -446,6 +448,153 @@ static void test_dead_letter_then_recovery(void **state)
     assert_string_equal(rec->keys[2], "k:8");
     assert_int_equal(rec->attempts[2], 2);
     txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/*
+ * A foreign application's raw SQL can store a NUL byte in a text column, which a published
+ * string cannot carry: such an event is dead-lettered with the column named, never handed to
+ * the publisher (which would see it cut at the NUL, as another value), and the events around
+ * it are published as usual.
+ */
+static void test_nul_in_a_text_column_is_dead_lettered(void **state)
+{
+    struct ctx *c = *state;
+    testdb_exec(c->t.db,
+                "INSERT INTO outbox_events (id, aggregate_type, aggregate_id, event_type, payload, "
+                "idempotency_key) VALUES "
+                "(1, 'order', '1', 'OrderCreated', '{}', 'good:1'), "
+                "(2, 'ord\\0er', '2', 'OrderCreated', '{}', 'bad:aggregate_type'), "
+                "(3, 'order', '3', 'OrderCreated', '{}', 'good:3'), "
+                "(4, 'order', '4\\0x', 'OrderCreated', '{}', 'bad:aggregate_id'), "
+                "(5, 'order', '5', 'Ev\\0x', '{}', 'bad:event_type'), "
+                "(6, 'order', '6', 'OrderCreated', '{}', 'good:6'), "
+                "(7, 'order', '7', 'OrderCreated', '{}', 'bad:\\0idempotency_key')");
+    /* The server stored every byte: the NUL is inside the values, not the end of them. */
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE INSTR(CONCAT("
+                              "aggregate_type, aggregate_id, event_type, idempotency_key), "
+                              "CHAR(0)) > 0"),
+                     4);
+
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 10);
+    o.drain = true;
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    testrelay_drain(r);
+
+    /* Only the good events reached the publisher, each once. */
+    assert_int_equal(rec->seen, 3);
+    assert_int_equal(rec->n, 3);
+    static const char *const good[] = {"good:1", "good:3", "good:6"};
+    for (size_t i = 0; i < rec->n; i++)
+        assert_string_equal(rec->keys[i], good[i]);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND idempotency_key LIKE 'good:%'"),
+                     3);
+
+    /* Each bad one: FAILED at its first attempt, unlocked, dead-lettered with its column. */
+    static const struct {
+        int64_t id;
+        const char *column;
+    } bad[] = {
+        {2, "aggregate_type"}, {4, "aggregate_id"}, {5, "event_type"}, {7, "idempotency_key"}};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "%%TXO_EINVAL%%column %s holds a NUL byte%%", bad[i].column);
+        struct txo_param p[] = {txo_p_i64(bad[i].id), txo_p_str(want)};
+        if (testdb_i64(c->t.db,
+                       "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = 'FAILED' "
+                       "AND attempts = 1 AND locked_by IS NULL AND last_error LIKE ?",
+                       p, 2) != 1)
+            fail_msg("event %lld: not FAILED with a reason naming %s", (long long)bad[i].id,
+                     bad[i].column);
+        if (testdb_i64(c->t.db,
+                       "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = ? "
+                       "AND error LIKE ?",
+                       p, 2) != 1)
+            fail_msg("event %lld: no dead letter naming %s", (long long)bad[i].id, bad[i].column);
+    }
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 4);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(r, &st);
+    assert_int_equal(st.published, 3);
+    assert_int_equal(st.dead_lettered, 4);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/* ---- marking a batch costs a few statements, whatever its size ---- */
+
+/* A status counter of the session of db (SHOW SESSION STATUS), such as COM_UPDATE. */
+static int64_t session_counter(struct txo_db *db, const char *name)
+{
+    struct txo_param p[] = {txo_p_str(name)};
+    return testdb_i64(db,
+                      "SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS "
+                      "WHERE VARIABLE_NAME = ?",
+                      p, 1);
+}
+
+/* What one cycle of relay r cost its own connection rdb. */
+struct cycle_cost {
+    size_t claimed;
+    int64_t updates;        /* UPDATE statements: claim and mark */
+    int64_t insert_selects; /* INSERT ... SELECT statements: the dead letters */
+};
+
+static struct cycle_cost one_cycle(struct txo_relay *r, struct txo_db *rdb)
+{
+    int64_t u0 = session_counter(rdb, "COM_UPDATE");
+    int64_t i0 = session_counter(rdb, "COM_INSERT_SELECT");
+    struct cycle_cost cost = {.claimed = testrelay_run_once(r)};
+    cost.updates = session_counter(rdb, "COM_UPDATE") - u0;
+    cost.insert_selects = session_counter(rdb, "COM_INSERT_SELECT") - i0;
+    return cost;
+}
+
+/*
+ * The relay marks a batch with one statement per outcome, not one per event: a cycle of 64
+ * events runs as many UPDATEs (and dead-letter INSERTs) on the relay's own connection as a
+ * cycle of one, counted by the server (its session's Com_update and Com_insert_select).
+ * Published, failed and dead-lettered batches alike.
+ */
+static void test_batch_is_marked_with_a_few_statements(void **state)
+{
+    struct ctx *c = *state;
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 64);
+    o.lease_s = 600;                   /* one reclaim pass only, in the first cycle */
+    o.max_attempts = 1;                /* a failed publish is dead-lettered at once */
+    o.breaker_failures = 0;            /* failed batches keep being published */
+    o.ordering = TXO_RELAY_ORDER_NONE; /* the batches reuse aggregate ids */
+    struct txo_db *rdb = testdb_connect(&c->t);
+    struct txo_relay *r = testrelay_new(rdb, pub, &o);
+    assert_int_equal(one_cycle(r, rdb).claimed, 0); /* the reclaim pass, out of the way */
+
+    for (int failing = 0; failing <= 1; failing++) {
+        rec->fail_all = failing;
+        insert_events_as(&c->t, 1, "PENDING", failing ? "f1" : "p1");
+        struct cycle_cost one = one_cycle(r, rdb);
+        insert_events_as(&c->t, 64, "PENDING", failing ? "f64" : "p64");
+        struct cycle_cost many = one_cycle(r, rdb);
+        print_message("%s: a batch of 1 took %lld UPDATE + %lld INSERT ... SELECT, of 64 took "
+                      "%lld + %lld\n",
+                      failing ? "dead-lettered" : "published", (long long)one.updates,
+                      (long long)one.insert_selects, (long long)many.updates,
+                      (long long)many.insert_selects);
+        assert_int_equal(one.claimed, 1);
+        assert_int_equal(many.claimed, 64);
+        assert_int_equal(many.updates, one.updates);
+        assert_int_equal(many.insert_selects, one.insert_selects);
+        assert_true(many.updates <= 3); /* claim, mark, unlock the dead-lettered */
+        assert_int_equal(many.insert_selects, failing);
+    }
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 65);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 65);
+    txo_relay_free(r);
+    txo_db_close(rdb);
     txo_publisher_free(pub);
 }
 
@@ -1119,11 +1268,18 @@ static void test_claim_mode_auto(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        ALL(test_drain_exactly_once_in_order), ALL(test_failure_backoff_and_last_error),
-        ALL(test_dead_letter_then_recovery),   ALL(test_two_relays_concurrently),
-        BOTH(test_lease_expiry_fenced_mark),   BOTH(test_claim_uses_due_index),
-        ALL(test_late_commit_behind_cursor),   ALL(test_stop_finishes_batch),
-        BOTH(test_lock_token_and_opts),        ONE(test_held_batch_is_locked_and_pending, held),
+        ALL(test_drain_exactly_once_in_order),
+        ALL(test_failure_backoff_and_last_error),
+        ALL(test_dead_letter_then_recovery),
+        ALL(test_nul_in_a_text_column_is_dead_lettered),
+        ALL(test_batch_is_marked_with_a_few_statements),
+        ALL(test_two_relays_concurrently),
+        BOTH(test_lease_expiry_fenced_mark),
+        BOTH(test_claim_uses_due_index),
+        ALL(test_late_commit_behind_cursor),
+        ALL(test_stop_finishes_batch),
+        BOTH(test_lock_token_and_opts),
+        ONE(test_held_batch_is_locked_and_pending, held),
         ONE(test_claim_mode_auto, held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,18 +9,23 @@
  *   - a deadlock in the local part after a successful call re-runs the local part, not the call;
  *   - a call that may have taken effect (timed out at any try, or done while the local part
  *     failed) is compensated, also when later tries were refused; a refused call is not;
- *   - a call found in flight after a crash counts as "may have taken effect";
+ *   - a call found in flight after a crash counts as "may have taken effect", and the step
+ *     ends with remote state UNKNOWN, never CALLING, whatever ends it: the call refused, its
+ *     guard refusing the next try, a definition without the remote part, a compensation;
  *   - COMPENSATION_FAILED sagas the engine gave up on never stand in front of a new failure.
  *
  * Backoff sleeps go through a fake clock.
  */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -195,6 +200,20 @@ static const struct txo_saga_def def = {
     .on_aborted = on_aborted,
 };
 
+/* The same saga as run by a worker without the services configured: no remote parts. */
+static const struct txo_saga_step_def local_steps[N_STEPS] = {
+    {.name = "Reserve", .action = action, .compensate = compensate},
+    {.name = "Charge", .action = action, .compensate = compensate},
+    {.name = "Ship", .action = action, .compensate = compensate},
+};
+
+static const struct txo_saga_def local_def = {
+    .type = "RemoteSaga",
+    .steps = local_steps,
+    .n_steps = N_STEPS,
+    .on_aborted = on_aborted,
+};
+
 /* ---- fixture and helpers ---- */
 
 static int setup(void **state)
@@ -247,15 +266,20 @@ static void create_saga(struct fixture *f, const char *correlation, char id[TXO_
         fail_msg("create: %s", err.msg);
 }
 
-static enum txo_saga_status run(struct fixture *f)
+static enum txo_saga_status run_def(struct fixture *f, const struct txo_saga_def *d)
 {
     struct txo_error err;
     txo_error_init(&err);
     enum txo_saga_status final = TXO_SAGA_RUNNING;
-    int rc = txo_saga_run(f->t.db, &def, f->p.saga_id, &f->opts, &f->p, &final, &err);
+    int rc = txo_saga_run(f->t.db, d, f->p.saga_id, &f->opts, &f->p, &final, &err);
     if (rc != 0)
         fail_msg("txo_saga_run: %s (%s)", txo_err_name(rc), err.msg);
     return final;
+}
+
+static enum txo_saga_status run(struct fixture *f)
+{
+    return run_def(f, &def);
 }
 
 static char *step_str(struct fixture *f, int step, const char *col)
@@ -450,6 +474,90 @@ static void test_call_in_flight_at_a_crash_counts_as_unknown(void **state)
     assert_int_equal(f->p.undo_calls[2], 1);
 }
 
+/* Runs the saga in a child killed right after Charge's call (crash point), then expires its
+ * lease: Charge is left RUNNING with its call CALLING. */
+static void crash_in_charge_call(struct fixture *f)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct txo_db *db = testdb_connect(&f->t);
+        txo_crash_point_set("saga.step.after_call", 0);
+        enum txo_saga_status final = TXO_SAGA_RUNNING;
+        struct txo_error err;
+        txo_error_init(&err);
+        int rc = txo_saga_run(db, &def, f->p.saga_id, &f->opts, &f->p, &final, &err);
+        _exit(rc == 0 ? 3 : 4); /* not reached when the crash point fires */
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    assert_step(f, 1, "COMPLETED", "NONE");
+    assert_step(f, 2, "RUNNING", "CALLING");
+    exec_id(f, "UPDATE saga_instances SET lease_until = NOW(6) - INTERVAL 1 SECOND WHERE id = ?");
+}
+
+/* A worker died during Charge's call, and the next try is refused by the guard (the customer
+ * cancelled meanwhile): never called again, but the first call may have happened, so the step
+ * is undone remotely and ends UNKNOWN. */
+static void test_crash_in_a_call_then_guard_refuses_ends_unknown(void **state)
+{
+    struct fixture *f = *state;
+    create_saga(f, "r:1", f->p.saga_id);
+    crash_in_charge_call(f);
+    f->p.guard_rc[2] = TXO_EBUSINESS;
+    assert_int_equal(run(f), TXO_SAGA_COMPENSATED);
+    assert_int_equal(f->p.remote_calls[2], 0);
+    assert_int_equal(f->p.guard_calls[2], 1);
+    assert_step(f, 2, "COMPENSATED", "UNKNOWN");
+    assert_int_equal(f->p.undo_calls[2], 1);
+    assert_step(f, 1, "COMPENSATED", "NONE");
+    assert_int_equal(f->p.failed_step, 1);
+    assert_int_equal(f->p.failed_code, TXO_EBUSINESS);
+    assert_true(f->p.failed_remote_maybe);
+}
+
+/* The same crash, resumed by a worker whose definition has no remote part (its services are
+ * not configured): the step is finished locally, and its record still says the call may have
+ * happened, whether the local part completes or is refused. */
+static void test_crash_in_a_call_then_no_remote_part_ends_unknown(void **state)
+{
+    struct fixture *f = *state;
+    create_saga(f, "r:1", f->p.saga_id);
+    crash_in_charge_call(f);
+    f->p.action_fail[2] = TXO_EBUSINESS;
+    assert_int_equal(run_def(f, &local_def), TXO_SAGA_COMPENSATED);
+    assert_step(f, 2, "COMPENSATED", "UNKNOWN");
+    assert_true(f->p.failed_remote_maybe);
+
+    create_saga(f, "r:2", f->p.saga_id);
+    crash_in_charge_call(f);
+    f->p.action_fail[2] = 0;
+    assert_int_equal(run_def(f, &local_def), TXO_SAGA_COMPLETED);
+    assert_step(f, 2, "COMPLETED", "UNKNOWN");
+    assert_int_equal(testdb_i64(f->t.db,
+                                "SELECT COUNT(*) FROM saga_steps WHERE remote_state = 'CALLING'",
+                                NULL, 0),
+                     0);
+}
+
+/* A step left FAILED with its call CALLING (as an earlier version of the engine recorded a
+ * refused retry): its compensation records UNKNOWN. */
+static void test_failed_step_found_calling_is_compensated_unknown(void **state)
+{
+    struct fixture *f = *state;
+    create_saga(f, "r:1", f->p.saga_id);
+    exec_id(f, "UPDATE saga_steps SET status = IF(step_order = 1, 'COMPLETED', 'FAILED'), "
+               "attempts = 1, remote_state = IF(step_order = 1, 'NONE', 'CALLING') "
+               "WHERE saga_id = ? AND step_order <= 2");
+    exec_id(f, "UPDATE saga_instances SET status = 'COMPENSATING', owner = 'dead-worker', "
+               "lease_until = NOW(6) - INTERVAL 1 SECOND WHERE id = ?");
+    assert_int_equal(run(f), TXO_SAGA_COMPENSATED);
+    assert_step(f, 2, "COMPENSATED", "UNKNOWN");
+    assert_int_equal(f->p.undo_calls[2], 1);
+    assert_step(f, 1, "COMPENSATED", "NONE");
+}
+
 /* Fifty sagas the engine gave up on, older than anything else, and one new failure: the new
  * one is listed (and retried), however many given-up ones there are. */
 static void test_given_up_sagas_never_starve_a_new_failure(void **state)
@@ -569,6 +677,12 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_call_in_flight_at_a_crash_counts_as_unknown, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_crash_in_a_call_then_guard_refuses_ends_unknown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_crash_in_a_call_then_no_remote_part_ends_unknown,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_step_found_calling_is_compensated_unknown,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_given_up_sagas_never_starve_a_new_failure, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_last_try_gives_up, setup, teardown),

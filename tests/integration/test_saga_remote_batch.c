@@ -14,7 +14,8 @@
  *     done is compensated; the others commit as a batch;
  *   - a crash right after the calls commits nothing of the local part and leaves every call
  *     CALLING: the next run counts them as maybe done, calls again with the same key, and
- *     completes.
+ *     completes; a saga whose next try is refused by its guard (the customer cancelled
+ *     meanwhile) is compensated and its step ends with remote state UNKNOWN, never CALLING.
  *
  * Backoff sleeps go through a fake clock.
  */
@@ -445,9 +446,10 @@ static void test_mixed_outcomes_in_one_batch(void **state)
     assert_int_equal(f->p.single_calls[3][7], 1);
 }
 
-static void test_crash_after_the_calls_counts_them_as_maybe_done(void **state)
+/* Runs the batch in a child killed right after Charge's calls (crash point), then expires the
+ * leases: every saga is left with Charge RUNNING and CALLING. */
+static void crash_after_the_calls(struct fixture *f)
 {
-    struct fixture *f = *state;
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
@@ -470,6 +472,12 @@ static void test_crash_after_the_calls_counts_them_as_maybe_done(void **state)
         assert_int_equal(effects(f, k, "Charge", "do"), 0);
     }
     testdb_exec(f->t.db, "UPDATE saga_instances SET lease_until = NOW(6) - INTERVAL 1 SECOND");
+}
+
+static void test_crash_after_the_calls_counts_them_as_maybe_done(void **state)
+{
+    struct fixture *f = *state;
+    crash_after_the_calls(f);
     enum txo_saga_status finals[N_SAGAS];
     run_batch(f, f->t.db, finals);
     for (int k = 0; k < N_SAGAS; k++) {
@@ -488,12 +496,48 @@ static void test_crash_after_the_calls_counts_them_as_maybe_done(void **state)
     assert_int_equal(f->p.batch_calls[3], 0);
 }
 
+/*
+ * The calls were made, the worker died before recording what they returned, and by the next
+ * try the customer has cancelled: the guard refuses it. The first call may have taken effect,
+ * so the step is undone (remotely too), and its remote state says so: UNKNOWN, not CALLING.
+ */
+static void test_crash_after_the_calls_then_refused_ends_unknown(void **state)
+{
+    struct fixture *f = *state;
+    crash_after_the_calls(f);
+    f->p.guard_rc[2][4] = TXO_EBUSINESS;
+    f->p.guard_rc[2][12] = TXO_EBUSINESS;
+    enum txo_saga_status finals[N_SAGAS];
+    run_batch(f, f->t.db, finals);
+    for (int k = 0; k < N_SAGAS; k++) {
+        if (k == 4 || k == 12) {
+            assert_int_equal(finals[k], TXO_SAGA_COMPENSATED);
+            assert_int_equal(f->p.single_calls[2][k], 0); /* refused before calling again */
+            assert_step(f, k, 2, "COMPENSATED", "UNKNOWN", NULL);
+            assert_int_equal(f->p.undo_calls[2][k], 1);
+            assert_step(f, k, 1, "COMPENSATED", "NONE", NULL);
+            assert_step(f, k, 3, "PENDING", "NONE", "0");
+            continue;
+        }
+        assert_int_equal(finals[k], TXO_SAGA_COMPLETED);
+        assert_step(f, k, 2, "COMPLETED", "DONE", "2");
+        assert_int_equal(f->p.undo_calls[2][k], 0);
+    }
+    /* Whatever the path, no step of a finished saga is left CALLING. */
+    assert_int_equal(testdb_i64(f->t.db,
+                                "SELECT COUNT(*) FROM saga_steps WHERE remote_state = 'CALLING'",
+                                NULL, 0),
+                     0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_batch_of_calls_completes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_outcomes_in_one_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_after_the_calls_counts_them_as_maybe_done, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_crash_after_the_calls_then_refused_ends_unknown, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -107,7 +107,7 @@ size_t testkafka_read(const struct testkafka *k, const char *topic, struct testk
     while ((len = getline(&line, &lcap, p)) > 0) {
         if (line[len - 1] == '\n')
             line[--len] = '\0';
-        char *f[5];
+        char *f[5] = {NULL}; /* split_tabs() sets only as many as it found */
         if (split_tabs(line, f, 5) != 5)
             fail_msg("kcat printed an unexpected line: %s", line);
         if (n == cap) {

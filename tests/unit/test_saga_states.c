@@ -1,6 +1,7 @@
 /*
- * The saga and step state machines (src/saga/saga_state.c): names, parsing, and the exact set
- * of legal transitions, checked exhaustively against the lists in include/txo/saga.h.
+ * The saga and step state machines, and the remote state of a step (src/saga/saga_state.c):
+ * names, parsing, and the exact set of legal transitions, checked exhaustively against the
+ * lists in include/txo/saga.h.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,6 +40,17 @@ static const struct move step_legal[] = {
     {TXO_STEP_COMPENSATING, TXO_STEP_COMPENSATED},
     {TXO_STEP_COMPENSATING, TXO_STEP_COMPENSATION_FAILED},
     {TXO_STEP_COMPENSATION_FAILED, TXO_STEP_COMPENSATING},
+};
+
+/* The remote state of a step (what its action's call is known to have done). */
+#define N_REMOTE 4
+
+static const struct move remote_legal[] = {
+    {TXO_REMOTE_NONE, TXO_REMOTE_CALLING},    /* phase (a): a call about to be made */
+    {TXO_REMOTE_CALLING, TXO_REMOTE_DONE},    /* it answered "done" */
+    {TXO_REMOTE_CALLING, TXO_REMOTE_UNKNOWN}, /* no answer, or cut short by a crash */
+    {TXO_REMOTE_CALLING, TXO_REMOTE_NONE},    /* a definite "not done" */
+    {TXO_REMOTE_UNKNOWN, TXO_REMOTE_DONE},    /* a later call with the same key answered */
 };
 
 static bool listed(const struct move *moves, size_t n, int from, int to)
@@ -125,6 +137,39 @@ static void test_step_transition_table(void **state)
     assert_false(txo_step_can_move(TXO_STEP_PENDING, (enum txo_step_status)7));
 }
 
+/* Every remote state pair for every step status: a listed move or no change, and CALLING only
+ * while the step is RUNNING, so no finished or compensating step can be left CALLING. */
+static void test_remote_transition_table(void **state)
+{
+    (void)state;
+    for (int step = 0; step < N_STEP; step++) {
+        for (int from = 0; from < N_REMOTE; from++) {
+            for (int to = 0; to < N_REMOTE; to++) {
+                bool want =
+                    (from == to || listed(remote_legal, TXO_ARRAY_LEN(remote_legal), from, to)) &&
+                    (to != TXO_REMOTE_CALLING || step == TXO_STEP_RUNNING);
+                bool got =
+                    txo__remote_can_move((enum txo_step_status)step, (enum txo_remote_state)from,
+                                         (enum txo_remote_state)to);
+                if (want != got)
+                    fail_msg("step %s, remote %s -> %s: want %d got %d",
+                             txo_step_status_name((enum txo_step_status)step),
+                             txo_remote_state_name((enum txo_remote_state)from),
+                             txo_remote_state_name((enum txo_remote_state)to), want, got);
+            }
+        }
+    }
+    /* A call that may have happened is never forgotten. */
+    for (int step = 0; step < N_STEP; step++) {
+        assert_false(
+            txo__remote_can_move((enum txo_step_status)step, TXO_REMOTE_UNKNOWN, TXO_REMOTE_NONE));
+        assert_false(
+            txo__remote_can_move((enum txo_step_status)step, TXO_REMOTE_DONE, TXO_REMOTE_NONE));
+    }
+    assert_false(txo__remote_can_move(TXO_STEP_RUNNING, TXO_REMOTE_NONE, (enum txo_remote_state)4));
+    assert_false(txo__remote_can_move((enum txo_step_status)7, TXO_REMOTE_NONE, TXO_REMOTE_NONE));
+}
+
 static void test_terminal(void **state)
 {
     (void)state;
@@ -180,8 +225,23 @@ static void test_check_move_rejects_illegal(void **state)
                      TXO_ESTATE);
     assert_int_equal(txo__step_check_move("s-2", 1, TXO_STEP_RUNNING, TXO_STEP_RUNNING, NULL),
                      TXO_ESTATE);
+
+    /* A step that ends (here refused, FAILED) with its call still CALLING: the call was cut
+     * short, so it must say UNKNOWN. */
+    txo_error_init(&err);
+    assert_int_equal(txo__remote_check_move("s-3", 2, TXO_STEP_FAILED, TXO_REMOTE_CALLING,
+                                            TXO_REMOTE_CALLING, &err),
+                     TXO_ESTATE);
+    assert_non_null(strstr(err.msg, "step 2"));
+    assert_non_null(strstr(err.msg, "CALLING -> CALLING"));
+    assert_int_equal(txo__remote_check_move("s-3", 2, TXO_STEP_FAILED, TXO_REMOTE_CALLING,
+                                            TXO_REMOTE_UNKNOWN, NULL),
+                     0);
+    assert_int_equal(txo__remote_check_move("s-3", 2, TXO_STEP_COMPENSATED, TXO_REMOTE_UNKNOWN,
+                                            TXO_REMOTE_NONE, NULL),
+                     TXO_ESTATE);
     txo_log_set_sink(NULL, NULL);
-    assert_int_equal(errors, 5); /* each illegal move is logged as the bug it is */
+    assert_int_equal(errors, 7); /* each illegal move is logged as the bug it is */
 }
 
 int main(void)
@@ -191,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_step_names_round_trip),
         cmocka_unit_test(test_saga_transition_table),
         cmocka_unit_test(test_step_transition_table),
+        cmocka_unit_test(test_remote_transition_table),
         cmocka_unit_test(test_terminal),
         cmocka_unit_test(test_check_move_rejects_illegal),
     };

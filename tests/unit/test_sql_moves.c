@@ -8,7 +8,9 @@
  *     or `status IN ('X', ...)` in the WHERE of the statement, or of the locking SELECT that
  *     picked the ids of an UPDATE by id list), and fails when the SQL makes a move the list
  *     does not declare or the list declares one the SQL cannot make;
- * and checks that every move the transition table allows is made by some statement. So a
+ * and checks that every move the transition table allows is made by some statement. The saga
+ * engine's list (SAGA_MOVES) mostly binds its states: those statements must bind them, and
+ * each statement that writes a step's remote_state must be listed for that machine too. So a
  * statement edited to an illegal move, a table entry nobody uses and a list that lies about
  * its SQL all fail here. The checker is run on wrong lists too, to show that it can fail.
  */
@@ -421,26 +423,75 @@ static bool binds_status(const char *begin, const char *end)
     return false;
 }
 
+/* True when [begin, end) says `remote_state = ?` (a bound remote state). */
+static bool binds_remote(const char *begin, const char *end)
+{
+    const char *p = strstr(begin, "remote_state = ?");
+    return p != NULL && p < end;
+}
+
+/* True when [begin, end) writes the column remote_state at all. */
+static bool writes_remote(const char *begin, const char *end)
+{
+    const char *p = strstr(begin, "remote_state");
+    return p != NULL && p < end;
+}
+
+/* True when the list has an entry for stmt_name and machine. */
+static bool saga_listed(const struct saga_move *moves, size_t n, const char *stmt_name,
+                        const char *machine)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(moves[i].stmt_name, stmt_name) == 0 && strcmp(moves[i].machine, machine) == 0)
+            return true;
+    return false;
+}
+
+/* Every disagreement between a saga moves list and its SQL; 0 when none. */
+static int check_saga_moves(const struct saga_move *moves, size_t n)
+{
+    int problems = 0;
+    struct move literal[32];
+    size_t n_literal = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct saga_move *m = &moves[i];
+        const char *set, *set_end, *where;
+        clauses(m->stmt, &set, &set_end, &where);
+        if (m->from != TXO_SAGA_BOUND) {
+            if (strcmp(m->machine, "saga") != 0 || n_literal == TXO_ARRAY_LEN(literal)) {
+                print_error("%s: literal moves are checked for saga_instances only\n",
+                            m->stmt_name);
+                problems++;
+                continue;
+            }
+            literal[n_literal++] =
+                (struct move){m->stmt_name, m->stmt, m->stmt_name, m->stmt, m->from, m->to};
+        } else if (strcmp(m->machine, "remote") == 0) {
+            if (!binds_remote(set, set_end)) {
+                print_error("%s: listed for the remote state, but its SET does not bind "
+                            "remote_state\n",
+                            m->stmt_name);
+                problems++;
+            }
+        } else if (!binds_status(set, set_end) || !binds_status(where, m->stmt + strlen(m->stmt))) {
+            print_error("%s: its states are declared BOUND but its SQL does not bind them\n",
+                        m->stmt_name);
+            problems++;
+        }
+        /* A statement that writes remote_state is a move of the remote machine, too. */
+        if (writes_remote(set, set_end) && !saga_listed(moves, n, m->stmt_name, "remote")) {
+            print_error("%s: writes remote_state but is not listed for the remote machine\n",
+                        m->stmt_name);
+            problems++;
+        }
+    }
+    return problems + check_moves(&sagas, literal, n_literal, false);
+}
+
 static void test_saga_statements_match_the_state_machine(void **state)
 {
     (void)state;
-    struct move literal[TXO_ARRAY_LEN(saga_moves)];
-    size_t n = 0;
-    for (size_t i = 0; i < TXO_ARRAY_LEN(saga_moves); i++) {
-        const struct saga_move *m = &saga_moves[i];
-        if (m->from != TXO_SAGA_BOUND) {
-            assert_string_equal(m->machine, "saga");
-            literal[n++] =
-                (struct move){m->stmt_name, m->stmt, m->stmt_name, m->stmt, m->from, m->to};
-            continue;
-        }
-        const char *set, *set_end, *where;
-        clauses(m->stmt, &set, &set_end, &where);
-        if (!binds_status(set, set_end) || !binds_status(where, m->stmt + strlen(m->stmt)))
-            fail_msg("%s: its states are declared BOUND but its SQL does not bind them",
-                     m->stmt_name);
-    }
-    assert_int_equal(check_moves(&sagas, literal, n, false), 0);
+    assert_int_equal(check_saga_moves(saga_moves, TXO_ARRAY_LEN(saga_moves)), 0);
 }
 
 /* ---- the checker fails on wrong lists and wrong SQL ---- */
@@ -494,6 +545,15 @@ static void test_checker_catches_illegal_and_undeclared_moves(void **state)
 
     /* A move the table allows that no statement makes. */
     assert_true(check_moves(&outbox, outbox_moves, TXO_ARRAY_LEN(outbox_moves) - 1, true) >= 1);
+
+    /* A saga statement that writes remote_state without being listed for it, and one listed
+     * for it that does not bind it. */
+    const char *writes = "UPDATE saga_steps SET status = ?, remote_state = ? WHERE status = ?";
+    const struct saga_move unlisted[] = {{"fake", writes, "step", TXO_SAGA_BOUND, TXO_SAGA_BOUND}};
+    assert_int_equal(check_saga_moves(unlisted, 1), 1);
+    const char *no_remote = "UPDATE saga_steps SET status = ? WHERE status = ?";
+    const struct saga_move lies[] = {{"fake", no_remote, "remote", TXO_SAGA_BOUND, TXO_SAGA_BOUND}};
+    assert_int_equal(check_saga_moves(lies, 1), 1);
 }
 
 int main(void)
