@@ -86,6 +86,8 @@ uint64_t bench_rand(uint64_t *state);
 int bench_fail(int rc, const struct txo_error *err, const char *what);
 
 /* The benchmarks; each returns 0, or < 0 after printing why (lost events, DB failure). */
+/* txo_bench ordering (bench_relay.c): ordering by aggregate against none, per backlog shape. */
+int bench_ordering(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_relay(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
 

@@ -1,7 +1,7 @@
 /*
  * txo_bench: the speed figures of txo (`make bench`). See docs/benchmarks.md.
  *
- *   txo_bench [relay|orders|http|all] [--events N] [--runs R] [--keep] [--log-level L]
+ *   txo_bench [relay|ordering|orders|http|all] [--events N] [--runs R] [--keep] [--log-level L]
  *             [--orders N] [--connections N] [--broker local|NAME] [--txo PATH] [--up-args A]
  *
  * Prints aligned plain-text tables on stdout (medians over R runs). Exits 1 when set-up fails
@@ -18,15 +18,17 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: txo_bench [relay|orders|http|all] [--events N] [--runs R] [--keep]\n"
+            "usage: txo_bench [relay|ordering|orders|http|all] [--events N] [--runs R] [--keep]\n"
             "                 [--log-level L] [--orders N] [--connections N]\n"
             "                 [--broker local|NAME] [--txo PATH] [--up-args \"FLAGS\"]\n"
             "\n"
             "  relay         outbox relay drain: null publisher, skip-locked and update-limit\n"
             "                with leases and skip-locked in one transaction (claim mode\n"
             "                transaction), 1 and 2 relays, batch 500 (plus 1000 and 200), a\n"
-            "                drain behind 1,000,000 PUBLISHED rows, and ordering by aggregate\n"
-            "                on and off with 1%% of the aggregates parked\n"
+            "                drain behind 1,000,000 PUBLISHED rows, then the ordering table\n"
+            "  ordering      ordering by aggregate against none on five backlog shapes (x 1,\n"
+            "                x 10, 300 x ~333, one hot aggregate, 3 deep ones), 1 and 2 relays,\n"
+            "                leased and held claims, and a drain with 1%% of aggregates parked\n"
             "  orders        order saga end to end: create + start + run until CONFIRMED,\n"
             "                1 thread x 2,000 orders and 4 threads x 2,000 orders\n"
             "  http          the order service through its HTTP API: spawns `txo up`, POSTs\n"
@@ -76,6 +78,7 @@ int main(int argc, char **argv)
                             .txo_path = NULL,
                             .up_args = NULL};
     bool run_relay = true;
+    bool only_ordering = false;
     bool run_orders = true;
     bool run_http = true;
     const char *broker = NULL; /* --broker; NULL: local (plus nats in `all`) */
@@ -129,6 +132,11 @@ int main(int argc, char **argv)
             run_relay = true;
             run_orders = false;
             run_http = false;
+        } else if (strcmp(a, "ordering") == 0) {
+            run_relay = true;
+            only_ordering = true;
+            run_orders = false;
+            run_http = false;
         } else if (strcmp(a, "orders") == 0) {
             run_relay = false;
             run_orders = true;
@@ -155,7 +163,7 @@ int main(int argc, char **argv)
     if (rc == 0)
         rc = bench_print_header(&env, &cfg);
     if (rc == 0 && run_relay)
-        rc = bench_relay(&env, &cfg);
+        rc = only_ordering ? bench_ordering(&env, &cfg) : bench_relay(&env, &cfg);
     if (rc == 0 && run_orders)
         rc = bench_orders(&env, &cfg);
     if (rc == 0 && run_http) {

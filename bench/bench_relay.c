@@ -88,7 +88,10 @@ struct relay_case {
     enum txo_relay_ordering ordering;
     unsigned events_per_aggregate; /* 0: one aggregate per event; else N / this aggregates,
                                       filled round robin */
+    unsigned aggregates;           /* instead of events_per_aggregate: this many, round robin */
+    bool hot;                      /* every 5th event in one hot aggregate, the rest alone */
     unsigned parked_per_mille;     /* aggregates whose first event is FAILED (dead-lettered) */
+    const char *shape;             /* the ordering table's label of the backlog */
 };
 
 /*
@@ -100,6 +103,17 @@ struct relay_case {
 #define BENCH_SQL_PARK_AGGREGATES                                                                  \
     "UPDATE outbox_events SET status = 'FAILED', attempts = 10, last_error = 'bench: parked' "     \
     "WHERE id <= ? AND aggregate_id % ? = 0"
+
+/* ... and parks their aggregates as the relay's mark would (outbox_parked). Index: the FAILED
+ * range of idx_outbox_due. Locks: the new outbox_parked rows. */
+#define BENCH_SQL_PARK_ROWS                                                                        \
+    "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "                          \
+    "SELECT aggregate_type, aggregate_id, id FROM outbox_events WHERE status = 'FAILED'"
+
+/* Between drains: no parked aggregates, no shard holders, no members. */
+#define BENCH_SQL_CLEAR_PARKED  "DELETE FROM outbox_parked"
+#define BENCH_SQL_CLEAR_SHARDS  "UPDATE outbox_shards SET owner = NULL, lease_until = NULL"
+#define BENCH_SQL_CLEAR_MEMBERS "DELETE FROM outbox_relays"
 
 /* The events the parked aggregates hold back (their first ones included). */
 #define BENCH_SQL_COUNT_PARKED "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id % ? = 0"
@@ -242,6 +256,16 @@ static void *relay_thread_main(void *arg)
         fail_drain(d, rc, &err, "starting a relay");
     ready = rc == 0;
 
+    /* Ordered relays share the shards: three membership rounds (join; give back above the
+     * share; take up to it), each after every relay finished the one before, so the drain
+     * starts balanced as a long-running group would be. */
+    for (int round = 0; round < 3; round++) {
+        pthread_barrier_wait(&d->start);
+        if (ready && d->ordering == TXO_RELAY_ORDER_AGGREGATE &&
+            txo_relay_rebalance(relay, &err) < 0)
+            fail_drain(d, TXO_EDB, &err, "balancing the relays' shards");
+    }
+
     /* Everybody (ready or not) meets here, so the clock starts once all are connected. */
     if (pthread_barrier_wait(&d->start) == PTHREAD_BARRIER_SERIAL_THREAD)
         d->t0 = bench_now_s();
@@ -290,8 +314,10 @@ out:
 }
 
 /* Fills outbox_events with n PENDING events, keys "<prefix>:<i>", event i in aggregate i, or
- * in aggregate (i - 1) % aggregates + 1 when aggregates > 0. */
-static int fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t aggregates)
+ * in aggregate (i - 1) % aggregates + 1 when aggregates > 0; with hot, every 5th event in
+ * aggregate 0 and the others each in its own. */
+static int fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t aggregates,
+                        bool hot)
 {
     enum { PAYLOAD_MAX = 256, KEY_MAX = 48 };
     int rc = 0;
@@ -345,7 +371,10 @@ static int fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t 
             snprintf(key, KEY_MAX, "%s:%zu", prefix, seq);
             struct txo_param *p = params + i * FILL_COLS;
             p[0] = txo_p_str("order");
-            p[1] = txo_p_i64((int64_t)(aggregates > 0 ? (seq - 1) % aggregates + 1 : seq));
+            int64_t agg = (int64_t)(aggregates > 0 ? (seq - 1) % aggregates + 1 : seq);
+            if (hot && seq % 5 == 0)
+                agg = 0;
+            p[1] = txo_p_i64(agg);
             p[2] = txo_p_str("OrderCreated");
             p[3] = txo_p_strn(payload, (size_t)len);
             p[4] = txo_p_str(key);
@@ -509,15 +538,24 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
         char prefix[32];
         if (!c->behind_published) {
             rc = bench_exec_raw(env->db, BENCH_SQL_TRUNCATE_OUTBOX);
+            if (rc == 0)
+                rc = bench_exec_raw(env->db, BENCH_SQL_CLEAR_PARKED);
             if (rc < 0)
                 goto out;
         }
+        rc = bench_exec_raw(env->db, BENCH_SQL_CLEAR_SHARDS);
+        if (rc == 0)
+            rc = bench_exec_raw(env->db, BENCH_SQL_CLEAR_MEMBERS);
+        if (rc < 0)
+            goto out;
         snprintf(prefix, sizeof(prefix), "bench:%u", r);
         double f0 = bench_now_s();
         size_t aggregates = c->events_per_aggregate > 0 ? cfg->events / c->events_per_aggregate : 0;
         if (c->events_per_aggregate > 0 && aggregates == 0)
             aggregates = 1;
-        rc = fill_pending(env->db, cfg->events, prefix, aggregates);
+        if (c->aggregates > 0)
+            aggregates = c->aggregates;
+        rc = fill_pending(env->db, cfg->events, prefix, aggregates, c->hot);
         if (rc < 0)
             goto out;
         int64_t parked = 0;
@@ -527,6 +565,8 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
             struct txo_error err;
             txo_error_init(&err);
             rc = txo_db_exec(env->db, BENCH_SQL_PARK_AGGREGATES, pp, 2, NULL, &err);
+            if (rc == 0)
+                rc = txo_db_exec(env->db, BENCH_SQL_PARK_ROWS, NULL, 0, NULL, &err);
             if (rc == 0)
                 rc = bench_query_i64(env->db, BENCH_SQL_COUNT_PARKED, &pp[1], 1, &parked);
             if (rc < 0) {
@@ -565,6 +605,9 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
     if (c->behind_published)
         snprintf(note, sizeof(note), "behind >= %llu PUBLISHED rows",
                  (unsigned long long)background);
+    else if (c->shape != NULL)
+        snprintf(note, sizeof(note), "%-8s %s%s", txo_relay_ordering_name(c->ordering), c->shape,
+                 c->parked_per_mille > 0 ? ", 1% of aggregates parked" : "");
     else if (c->events_per_aggregate > 0)
         snprintf(note, sizeof(note), "ordering %s, %u events per aggregate%s",
                  txo_relay_ordering_name(c->ordering), c->events_per_aggregate,
@@ -631,38 +674,90 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg)
     if (rc < 0)
         return rc;
 
-        /*
-         * Ordering by aggregate: its cost against ordering none on the same events (20 per
-         * aggregate, round robin), 1 and 2 relays, and a drain with 1% of the aggregates parked
-         * (their first event FAILED: the drain publishes everything else, and the claim walks past
-         * the parked aggregates' waiting events on every full scan).
-         */
-        /* claim, held, relays, ordering, parked per mille: batch 500, 20 events per aggregate. */
-#define ORDERING_CASE(claim_, held_, relays_, ordering_, parked_)                                  \
-    {                                                                                              \
-        .claim = (claim_), .held = (held_), .relays = (relays_), .batch = 500,                     \
-        .ordering = (ordering_), .events_per_aggregate = 20, .parked_per_mille = (parked_)         \
-    }
-    static const struct relay_case ordering[] = {
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 1, TXO_RELAY_ORDER_NONE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 1, TXO_RELAY_ORDER_AGGREGATE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 2, TXO_RELAY_ORDER_NONE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 2, TXO_RELAY_ORDER_AGGREGATE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, false, 1, TXO_RELAY_ORDER_AGGREGATE, 10),
-        ORDERING_CASE(TXO_CLAIM_UPDATE_LIMIT, false, 1, TXO_RELAY_ORDER_NONE, 0),
-        ORDERING_CASE(TXO_CLAIM_UPDATE_LIMIT, false, 1, TXO_RELAY_ORDER_AGGREGATE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 1, TXO_RELAY_ORDER_NONE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 1, TXO_RELAY_ORDER_AGGREGATE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 2, TXO_RELAY_ORDER_AGGREGATE, 0),
-        ORDERING_CASE(TXO_CLAIM_SKIP_LOCKED, true, 1, TXO_RELAY_ORDER_AGGREGATE, 10),
+    return bench_ordering(env, cfg);
+}
+
+/*
+ * Ordering by aggregate against ordering none on the same backlogs, in one run: the shapes a
+ * busy system leaves (one event per aggregate; 10 each; ~333 each over 300 aggregates, what an
+ * outage leaves on busy aggregates; one hot aggregate with a fifth of the events among cold
+ * ones; three very deep ones), one and two relays, leased and held claims, and a drain with 1%
+ * of the aggregates parked by a dead letter. Every backlog is filled round robin, so a batch
+ * holds events of many aggregates, several of each on the deep shapes.
+ */
+int bench_ordering(struct bench_env *env, const struct bench_cfg *cfg)
+{
+    struct shape {
+        const char *label;
+        unsigned per_aggregate, aggregates;
+        bool hot;
     };
-#undef ORDERING_CASE
-    printf("== relay ordering: %zu PENDING events over %zu aggregates, null publisher, medians "
+    char label[4][48];
+    snprintf(label[0], sizeof(label[0]), "%zu aggregates x 1", cfg->events);
+    snprintf(label[1], sizeof(label[1]), "%zu aggregates x 10", cfg->events / 10);
+    snprintf(label[2], sizeof(label[2]), "300 aggregates x %zu", cfg->events / 300);
+    snprintf(label[3], sizeof(label[3]), "3 aggregates x %zu", cfg->events / 3);
+    const struct shape shapes[] = {
+        {label[0], 0, 0, false},   {label[1], 10, 0, false},
+        {label[2], 0, 300, false}, {"1 hot aggregate (20%) + cold x 1", 0, 0, true},
+        {label[3], 0, 3, false},
+    };
+    int rc = 0;
+    printf("== relay ordering: %zu PENDING events per drain, null publisher, batch 500, medians "
            "of %u runs ==\n",
-           cfg->events, cfg->events / 20 > 0 ? cfg->events / 20 : 1, cfg->runs);
+           cfg->events, cfg->runs);
     print_table_head();
-    for (size_t i = 0; i < TXO_ARRAY_LEN(ordering); i++) {
-        rc = run_case(env, cfg, &ordering[i], 0);
+    for (size_t k = 0; k < TXO_ARRAY_LEN(shapes); k++) {
+        const struct shape *sh = &shapes[k];
+        const struct relay_case cases[] = {
+            {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .ordering = TXO_RELAY_ORDER_NONE},
+            {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 1, .ordering = TXO_RELAY_ORDER_AGGREGATE},
+            {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 2, .ordering = TXO_RELAY_ORDER_NONE},
+            {.claim = TXO_CLAIM_SKIP_LOCKED, .relays = 2, .ordering = TXO_RELAY_ORDER_AGGREGATE},
+            {.claim = TXO_CLAIM_SKIP_LOCKED,
+             .held = true,
+             .relays = 1,
+             .ordering = TXO_RELAY_ORDER_NONE},
+            {.claim = TXO_CLAIM_SKIP_LOCKED,
+             .held = true,
+             .relays = 1,
+             .ordering = TXO_RELAY_ORDER_AGGREGATE},
+        };
+        for (size_t i = 0; i < TXO_ARRAY_LEN(cases); i++) {
+            struct relay_case c = cases[i];
+            c.batch = 500;
+            c.events_per_aggregate = sh->per_aggregate;
+            c.aggregates = sh->aggregates;
+            c.hot = sh->hot;
+            c.shape = sh->label;
+            rc = run_case(env, cfg, &c, 0);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    const struct relay_case parked[] = {
+        {.claim = TXO_CLAIM_SKIP_LOCKED,
+         .relays = 1,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .parked_per_mille = 10,
+         .shape = "20 per aggregate"},
+        {.claim = TXO_CLAIM_UPDATE_LIMIT,
+         .relays = 1,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_NONE,
+         .events_per_aggregate = 20,
+         .shape = "20 per aggregate"},
+        {.claim = TXO_CLAIM_UPDATE_LIMIT,
+         .relays = 1,
+         .batch = 500,
+         .ordering = TXO_RELAY_ORDER_AGGREGATE,
+         .events_per_aggregate = 20,
+         .shape = "20 per aggregate"},
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(parked); i++) {
+        rc = run_case(env, cfg, &parked[i], 0);
         if (rc < 0)
             return rc;
     }

@@ -147,11 +147,22 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
         {.name = "ordering",
          .env = "TXO_ORDERING",
          .type = SETTING_STRING,
-         .def = "none",
-         .help = "none: any due event; aggregate: each aggregate's events published in outbox "
-                 "order, one at a time, a failing one holding back only its aggregate (slower "
-                 "when many events wait per aggregate, see docs/brokers.md)",
+         .def = "aggregate",
+         .help = "aggregate: each aggregate's events published in outbox order, whatever fails, "
+                 "by any number of relays sharing 64 shards; a failing event holds back only its "
+                 "aggregate; none: any due event, for consumers that do not care about order "
+                 "(every relay of one outbox table must use the same)",
          .target = &o->ordering},
+        {.name = "shard-lease",
+         .env = "TXO_SHARD_LEASE_MS",
+         .type = SETTING_MS,
+         .def = "10000",
+         .help = "with --ordering aggregate: how long a relay's hold on its shards lasts without "
+                 "renewal, milliseconds; a relay that dies or hangs loses its shards to the "
+                 "others after this long (one that stops gives them back at once)",
+         .min = 4,
+         .max = 86400000,
+         .target = &o->shard_lease_ms},
         {.name = "batch-size",
          .env = "TXO_BATCH_SIZE",
          .type = SETTING_UINT,

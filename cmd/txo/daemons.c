@@ -235,7 +235,7 @@ bool daemon_metrics_watch_parked(struct daemon_metrics *d)
     bool ok = true;
     pthread_mutex_lock(&d->mu);
     d->parked = family(d->reg, TXO_METRIC_GAUGE, "txo_outbox_parked_aggregates",
-                       "Aggregates held back by a failed event (relay --ordering aggregate): "
+                       "Aggregates held back by a failed event (relays with --ordering aggregate): "
                        "its later events wait until it is published, replayed or skipped "
                        "(txo stats lists them); counted up to 1000.",
                        0, NULL, &ok);
@@ -495,6 +495,7 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     ro->relay_id = s->relay_id != NULL && s->relay_id[0] != '\0' ? s->relay_id : NULL;
     ro->batch_size = s->batch_size;
     ro->lease_s = s->lease_s;
+    ro->shard_lease_ms = s->shard_lease_ms;
     ro->max_attempts = s->max_attempts;
     ro->max_lease_expiries = s->max_lease_expiries;
     ro->breaker_failures = s->breaker_failures;

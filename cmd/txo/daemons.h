@@ -48,6 +48,7 @@ struct relay_settings {
     const char *claim;
     const char *claim_mode;
     const char *ordering;
+    int64_t shard_lease_ms;
     unsigned batch_size;
     unsigned lease_s;
     unsigned max_attempts;

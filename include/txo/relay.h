@@ -240,11 +240,11 @@ struct txo_relay_parked {
 };
 
 /*
- * Lists up to cap parked aggregates into out[0..*n), oldest event first: the aggregates whose
- * head (the event the ordered claim would take next) failed at least once and that have later
- * events waiting behind it (waiting >= 1). Meaningful for
- * relays that run with TXO_RELAY_ORDER_AGGREGATE (with NONE nothing is held back). For
- * operators (`txo stats`): it reads every due row once. Uses db only; any thread.
+ * Lists up to cap parked aggregates into out[0..*n), oldest event first: the aggregates an
+ * ordered relay parked behind a failed event (outbox_parked) that have later events waiting
+ * behind it (waiting >= 1). Meaningful for relays that run with TXO_RELAY_ORDER_AGGREGATE (with
+ * NONE nothing is held back). For operators (`txo stats`): it reads the parked aggregates and
+ * counts each one's waiting events. Uses db only; any thread.
  * Errors: TXO_EINVAL (cap 0), DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_relay_list_parked(struct txo_db *db, struct txo_relay_parked *out,

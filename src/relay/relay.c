@@ -293,6 +293,12 @@ static int register_metrics(struct txo_relay *r, struct txo_error *err)
         "Events this process's relays moved to FAILED + dead letter (attempts used up, a "
         "permanent error, or a poison event).",
         0, NULL, &rc, err);
+    if (r->opts.ordering == TXO_RELAY_ORDER_AGGREGATE)
+        m->shards = txo_metrics_register_chained(
+            reg, TXO_METRIC_GAUGE, "txo_relay_shards_held",
+            "Shards (of 64) this process's ordered relay holds: the aggregates it publishes. 0 "
+            "on a relay that waits for others to give some back, or that lost its hold.",
+            0, NULL, &rc, err);
     m->breaker_state = txo_metrics_register_chained(
         reg, TXO_METRIC_GAUGE, "txo_relay_breaker_state",
         "The relay's circuit breaker around its publisher: 0 closed, 1 open (not "
@@ -483,6 +489,8 @@ static int tick_shards(struct txo_relay *r, bool force, struct txo_error *err)
     if (changed)
         r->cursor_set = false; /* rows of new shards may lie behind the cursor */
     atomic_store_explicit(&r->stats.shards, r->shards.owned, memory_order_relaxed);
+    if (r->metrics.shards != NULL)
+        txo_metric_set(r->metrics.shards, NULL, (double)r->shards.owned);
     atomic_store_explicit(&r->stats.shards_taken, r->shards.taken, memory_order_relaxed);
     return 0;
 }
@@ -1617,12 +1625,22 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
     int64_t outage_start_ms = 0, outage_logged_ms = 0;
 
     TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay started relay_id=%s strategy=%s mode=%s ordering=%s batch_size=%u lease_s=%u "
-            "max_attempts=%u max_lease_expiries=%u breaker_failures=%u publisher=%s drain=%s",
+            "relay started relay_id=%s strategy=%s mode=%s ordering=%s shard_lease_ms=%" PRId64
+            " batch_size=%u lease_s=%u max_attempts=%u max_lease_expiries=%u breaker_failures=%u "
+            "publisher=%s in_order=%s drain=%s",
             r->relay_id, txo_claim_strategy_name(r->claim), txo_relay_claim_mode_name(r->mode),
-            txo_relay_ordering_name(r->opts.ordering), r->opts.batch_size, r->opts.lease_s,
-            r->opts.max_attempts, r->opts.max_lease_expiries, r->opts.breaker_failures,
-            r->pub->ops->name, r->opts.drain ? "true" : "false");
+            txo_relay_ordering_name(r->opts.ordering), r->ordered ? r->opts.shard_lease_ms : 0,
+            r->opts.batch_size, r->opts.lease_s, r->opts.max_attempts, r->opts.max_lease_expiries,
+            r->opts.breaker_failures, r->pub->ops->name,
+            !r->ordered                                          ? "none"
+            : (r->pub->ops->flags & TXO_PUBLISHER_IN_ORDER) != 0 ? "publisher"
+                                                                 : "waves",
+            r->opts.drain ? "true" : "false");
+    if (r->ordered && r->claim == TXO_CLAIM_UPDATE_LIMIT)
+        TXO_LOG(TXO_LOG_INFO, "relay",
+                "ordering by aggregate with the update-limit claim: a claim waits for an "
+                "uncommitted insert in its range instead of passing it relay_id=%s",
+                r->relay_id);
     while (!stopping(r)) {
         size_t claimed = 0;
         struct txo_error e;

@@ -98,6 +98,7 @@ struct relay_metrics {
     struct txo_metric *failures;
     struct txo_metric *dead_lettered;
     struct txo_metric *breaker_state;
+    struct txo_metric *shards; /* ordered relays only */
 };
 
 struct txo_relay {

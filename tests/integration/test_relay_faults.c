@@ -140,6 +140,7 @@ static struct txo_relay_opts poison_opts(void)
     o.relay_id = "poisoned";
     o.batch_size = 10;
     o.lease_s = 1;
+    o.shard_lease_ms = 1000; /* the next relay takes a dead one's shards over after 1 s */
     o.max_lease_expiries = 3;
     o.idle_sleep_ms = 5;
     o.drain = true;

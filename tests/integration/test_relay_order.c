@@ -9,8 +9,10 @@
  *   - parking: one aggregate whose head keeps failing holds back only its own later events
  *     (every other event is published while it stays FAILED), txo_relay_list_parked() shows
  *     it, and `dlq skip` / `dlq replay` let it go on, in order;
- *   - a parked aggregate stays parked while another session's unpark has not committed, and
- *     while its failed event is locked by another session (skipped, not waited for).
+ *   - a parked aggregate stays parked while another session's unpark has not committed;
+ *   - commit order: of two transactions appending to one aggregate, the one that commits while
+ *     the other is still open is published first (skip-locked; the update-limit claim waits for
+ *     the open one instead).
  *
  * The publisher appends "aggregate_id id" lines to a file opened O_APPEND, shared by every
  * relay, in threads and in the child process: the file is the consumer's view.
@@ -588,6 +590,106 @@ static void test_unpark_seen_after_commit(void **state)
     txo_publisher_free(pub);
 }
 
+/* ---- commit order: a transaction still open is not published around ---- */
+
+struct appender_tx {
+    struct testdb *t;
+    const char *key;
+    atomic_int inserted; /* the row is in, uncommitted */
+    atomic_int commit;   /* the test says: commit now */
+    int64_t id;
+};
+
+static int append_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct appender_tx *a = arg;
+    struct txo_param p = txo_p_str(a->key);
+    struct txo_exec_result res = {0};
+    int rc = txo_tx_exec(tx,
+                         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key) VALUES ('order', '9', 'OrderChanged', '{}', ?)",
+                         &p, 1, &res, err);
+    if (rc < 0)
+        return rc;
+    a->id = (int64_t)res.insert_id;
+    atomic_store(&a->inserted, 1);
+    while (atomic_load(&a->commit) == 0)
+        txo_sleep_ms(1);
+    return 0;
+}
+
+static void *append_main(void *arg)
+{
+    struct appender_tx *a = arg;
+    struct txo_db *db = testdb_connect(a->t);
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(db, TXO_ISO_READ_COMMITTED, append_tx, a, &err) < 0)
+        print_error("appender %s: %s\n", a->key, err.msg);
+    txo_db_close(db);
+    return NULL;
+}
+
+/* Starts an appending transaction of aggregate 9 and waits until its row is in. */
+static void begin_append(struct appender_tx *a, pthread_t *th)
+{
+    atomic_init(&a->inserted, 0);
+    atomic_init(&a->commit, 0);
+    assert_int_equal(pthread_create(th, NULL, append_main, a), 0);
+    while (atomic_load(&a->inserted) == 0)
+        txo_sleep_ms(1);
+}
+
+static void commit_append(struct appender_tx *a, pthread_t th)
+{
+    atomic_store(&a->commit, 1);
+    pthread_join(th, NULL);
+}
+
+static void test_commit_order(void **state)
+{
+    struct ctx *c = *state;
+    if (c->claim != TXO_CLAIM_SKIP_LOCKED)
+        skip(); /* update-limit waits for the open transaction's row: it cannot pass it */
+    struct appender *ap = NULL;
+    struct txo_publisher *pub = new_appender(c->fd, 5, &ap);
+    struct txo_relay_opts o = relay_opts(c, 10, "commit-order");
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    assert_int_equal(testrelay_run_once(r), 0);
+
+    /* The lower id stays open while the higher one commits: the relay publishes what
+     * committed, then the other once it commits. */
+    struct appender_tx lo = {.t = &c->t, .key = "lo"}, hi = {.t = &c->t, .key = "hi"};
+    pthread_t th_lo, th_hi;
+    begin_append(&lo, &th_lo);
+    begin_append(&hi, &th_hi);
+    assert_true(lo.id < hi.id);
+    commit_append(&hi, th_hi);
+    assert_int_equal(testrelay_run_once(r), 1);
+    commit_append(&lo, th_lo);
+    while (testrelay_run_once(r) > 0)
+        ;
+    /* The reverse: the higher id stays open while the lower one commits. */
+    struct appender_tx lo2 = {.t = &c->t, .key = "lo2"}, hi2 = {.t = &c->t, .key = "hi2"};
+    begin_append(&lo2, &th_lo);
+    begin_append(&hi2, &th_hi);
+    commit_append(&lo2, th_lo);
+    assert_int_equal(testrelay_run_once(r), 1);
+    commit_append(&hi2, th_hi);
+    assert_int_equal(testrelay_run_once(r), 1);
+
+    size_t n = 0;
+    struct seen *s = read_seen(c->path, &n);
+    assert_int_equal(n, 4);
+    assert_int_equal(s[0].id, hi.id); /* committed first */
+    assert_int_equal(s[1].id, lo.id);
+    assert_int_equal(s[2].id, lo2.id);
+    assert_int_equal(s[3].id, hi2.id);
+    txo_free(s);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
 #define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &v)
 #define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
 #define ALL(fn)    BOTH(fn), ONE(fn, held)
@@ -596,6 +698,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         BOTH(test_unpark_seen_after_commit),
+        ALL(test_commit_order),
         ALL(test_failing_aggregate_parks_only_itself),
         ALL(test_two_relays_in_order),
         ALL(test_three_relays_in_order),

@@ -131,6 +131,10 @@ static int64_t dead_letter(struct ctx *c, int64_t *event_id)
                          " 'order:4242:confirmed', 'PENDING', 0, NULL)");
     *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
     assert_true(*event_id > 0);
+    /* The relay's mark parks the aggregate of an event it dead-letters. */
+    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
+                         "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
+                         "WHERE idempotency_key = 'order:4242:created'");
     struct txo_param p[] = {txo_p_i64(*event_id)};
     struct txo_error err;
     txo_error_init(&err);

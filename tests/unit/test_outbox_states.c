@@ -68,7 +68,8 @@ static void test_relay_opts_defaults(void **state)
     assert_true(o.backoff.jitter == 0.5);
     assert_int_equal(o.idle_sleep_ms, 200);
     assert_false(o.drain);
-    assert_int_equal(o.ordering, TXO_RELAY_ORDER_NONE); /* ordering is opt-in: it costs */
+    assert_int_equal(o.ordering, TXO_RELAY_ORDER_AGGREGATE); /* order is the default contract */
+    assert_int_equal(o.shard_lease_ms, 10000);
     enum txo_relay_ordering ord = TXO_RELAY_ORDER_AGGREGATE;
     assert_int_equal(txo_relay_ordering_parse("none", &ord), 0);
     assert_int_equal(ord, TXO_RELAY_ORDER_NONE);
