@@ -335,8 +335,6 @@ void txo_relay_free(struct txo_relay *relay)
         for (size_t a = 0; a < 2; a++)
             for (size_t k = 0; k < 3; k++)
                 txo_free(relay->shard_passes[l][a].sql[k]);
-    for (size_t l = 0; l < TXO__LEASE_IN_LEVELS; l++)
-        txo_free(relay->held_lock_sql[l]);
     txo_rows_free(relay->rows);
     txo_breaker_free(relay->breaker);
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
@@ -1217,41 +1215,6 @@ struct held_ctx {
 };
 
 /*
- * Ordered relays, held claim: locks the rows the snapshot read returned (RELAY_SQL_ORDERED_HOLD_*)
- * for the rest of the transaction. A row no longer PENDING rolls the claim back (claim_raced).
- */
-static int lock_held(struct txo_tx *tx, struct txo_relay *r, struct txo_error *err)
-{
-    size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
-    if (!r->ordered || n == 0)
-        return 0;
-    if (n > r->opts.batch_size)
-        n = r->opts.batch_size;
-    size_t padded = txo_sql_in_list_size(n);
-    size_t level = shard_level(padded);
-    if (r->held_lock_sql[level] == NULL)
-        r->held_lock_sql[level] =
-            txo_sql_in_list(RELAY_SQL_ORDERED_HOLD_HEAD, padded, RELAY_SQL_ORDERED_HOLD_TAIL);
-    if (r->held_lock_sql[level] == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
-    for (size_t i = 0; i < padded; i++)
-        r->params[i] = txo_p_i64(txo_rows_i64(r->rows, i < n ? i : n - 1, COL_ID));
-    struct txo_rows *count = NULL;
-    int rc = txo_tx_query(tx, r->held_lock_sql[level], r->params, padded, &count, err);
-    if (rc < 0)
-        return rc;
-    int64_t locked = txo_rows_count(count) == 1 ? txo_rows_i64(count, 0, 0) : -1;
-    txo_rows_free(count);
-    if (locked != (int64_t)n) {
-        r->claim_raced = true;
-        return txo_error_set(err, TXO_ECONFLICT,
-                             "relay %s: %zu rows read, %" PRId64 " still PENDING when locked",
-                             r->relay_id, n, locked);
-    }
-    return 0;
-}
-
-/*
  * The held claim: the skip-locked SELECT alone, so the rows stay PENDING, locked by tx; from
  * the cursor when the claim starts there, then from the start of the range when that found
  * nothing (as claim_tx).
@@ -1275,16 +1238,13 @@ static int held_claim(struct txo_tx *tx, struct txo_relay *r, struct txo_error *
             return rc;
         r->claimed_after_cursor = txo_rows_count(r->rows) > 0;
         if (r->claimed_after_cursor)
-            return lock_held(tx, r, err);
+            return 0;
         txo_rows_free(r->rows);
         r->rows = NULL;
     }
     size_t np = range_params(r, false, p);
     p[np++] = txo_p_i64((int64_t)r->claim_limit);
-    rc = txo_tx_query(tx, pass[0]->select_locked, p, np, &r->rows, err);
-    if (rc < 0)
-        return rc;
-    return lock_held(tx, r, err);
+    return txo_tx_query(tx, pass[0]->select_locked, p, np, &r->rows, err);
 }
 
 /*
@@ -1352,15 +1312,7 @@ static int held_cycle(struct txo_relay *r, size_t *total, struct txo_error *err)
     int64_t now = txo_monotonic_ms();
     r->claim_after_cursor = r->cursor_set && now - r->last_full_scan_ms < CLAIM_RESCAN_MS;
     int64_t t_claim_us = txo_monotonic_us();
-    r->claim_raced = false;
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, held_tx, &h, err);
-    if (rc < 0 && r->claim_raced && !h.published) {
-        TXO_LOG(TXO_LOG_DEBUG, "relay", "held claim rolled back, trying again next cycle: %s",
-                err != NULL ? err->msg : "");
-        r->n = 0;
-        r->cursor_set = false;
-        return 0;
-    }
     if (rc < 0) {
         txo_error_wrap(err, "relay %s: claim, publish and mark in one transaction%s", r->relay_id,
                        h.published ? " (rolled back or unknown: the batch is published again)"

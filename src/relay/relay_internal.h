@@ -136,7 +136,6 @@ struct txo_relay {
     int64_t last_full_scan_ms;
     bool claim_after_cursor; /* this claim starts at the cursor (decided before it runs) */
     bool claim_raced;        /* ordered: a row changed between the claim's read and its mark */
-    char *held_lock_sql[TXO__LEASE_IN_LEVELS]; /* RELAY_SQL_ORDERED_HOLD_* per list size */
     bool claimed_after_cursor; /* and it did (false when it fell back to a full scan) */
 
     /* The current batch. */

@@ -184,14 +184,13 @@
     "locked_until = NOW(6) + INTERVAL ? SECOND WHERE status = 'PENDING' AND id IN "
 
 /*
- * Step 2, held claims (claim mode TRANSACTION): locks the rows step 1 read, still PENDING,
- * for the rest of the transaction. Built with txo_sql_in_list() around the id list.
- * Index: PRIMARY (id list, forced as above). Locks: those rows. Params: ids...
+ * Held claims (claim mode TRANSACTION) of an ordered relay lock nothing more: the rows stay
+ * PENDING and unlocked while the batch is published, the held mark statements below take
+ * their locks, and the shard holding that the claim share-locked for the whole transaction is
+ * the fence (no other relay claims these rows, and a takeover waits for the commit). A row
+ * that changed in between is not matched by the mark (`status = 'PENDING'`) and counted as
+ * fenced.
  */
-#define RELAY_SQL_ORDERED_HOLD_HEAD                                                                \
-    "SELECT COUNT(*) FROM (SELECT id FROM outbox_events FORCE INDEX (PRIMARY) "                    \
-    "WHERE status = 'PENDING' AND id IN "
-#define RELAY_SQL_ORDERED_HOLD_TAIL " FOR UPDATE) held"
 
 /*
  * Claim, update-limit, ordered by aggregate: RELAY_SQL_CLAIM_UPDATE_LIMIT for the rows of this

@@ -111,6 +111,7 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_args_init(&a, "up");
     testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
     testpipeline_args_add(&a, "--lease=2");
+    testpipeline_args_add(&a, "--shard-lease=2000");
     testpipeline_args_add(&a, "--saga-lease=2");
     testpipeline_args_add(&a, "--poll=100");
     testpipeline_args_add(&a, "--crash-point=relay.after_publish");
@@ -136,6 +137,7 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_args_init(&a, "up");
     testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
     testpipeline_args_add(&a, "--lease=2");
+    testpipeline_args_add(&a, "--shard-lease=2000");
     testpipeline_args_add(&a, "--saga-lease=2");
     testpipeline_args_add(&a, "--poll=100");
     struct testproc *up2 = testpipeline_start(&c->p, "ef_up", &a);
@@ -226,6 +228,8 @@ static void kill_mid_sagas(struct ctx *c, bool single)
         testpipeline_args_add(&a, "--saga-threads=4");
         testpipeline_args_add(&a, "--saga-lease=2");
         testpipeline_args_add(&a, "--lease=2");
+        testpipeline_args_add(&a, "--shard-lease=2000");
+    testpipeline_args_add(&a, "--shard-lease=2000");
         testpipeline_args_add(&a, "--poll=100");
         if (single)
             testpipeline_args_add(&a, "--saga-batch=1");
@@ -274,6 +278,7 @@ static void kill_mid_sagas(struct ctx *c, bool single)
     testpipeline_args_add(&a, "--saga-threads=4");
     testpipeline_args_add(&a, "--saga-lease=2");
     testpipeline_args_add(&a, "--lease=2");
+    testpipeline_args_add(&a, "--shard-lease=2000");
     testpipeline_args_add(&a, "--poll=100");
     struct testproc *up2 = testpipeline_start(&c->p, "kill_up", &a);
     testpipeline_wait_ready(&c->p, up2, port);

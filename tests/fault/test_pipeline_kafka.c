@@ -190,6 +190,7 @@ static struct testproc *start_relay(struct ctx *c, const char *tag, const char *
     args_kafka(c, &a);
     testpipeline_args_add(&a, "--batch-size=5");
     testpipeline_args_add(&a, "--lease=1");
+    testpipeline_args_add(&a, "--shard-lease=1000");
     testpipeline_args_add(&a, "--idle-sleep=50");
     if (crash != NULL)
         testpipeline_args_addf(&a, "--crash-point=%s", crash);

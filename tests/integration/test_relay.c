@@ -1190,6 +1190,9 @@ static void test_held_batch_is_locked_and_pending(void **state)
     rec->hook = look_from_outside;
     rec->hook_arg = &probe;
     o = relay_opts(c, 10);
+    /* The row locks of a held batch are what fence unordered relays from each other (an
+     * ordered relay's fence is its shards: tests/integration/test_relay_order.c). */
+    o.ordering = TXO_RELAY_ORDER_NONE;
     struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
     assert_int_equal(testrelay_run_once(r), 10); /* leased: ids 1..10 */

@@ -27,7 +27,8 @@
  *               matching their orders, one payment / shipment row per order in the right state,
  *               events of every status change, one inbox row per OrderCreated, stock
  *               conserved), one order per Idempotency-Key, and what the clients saw (a 200 cancel
- *               ends CANCELLED, a seen terminal status is the final one).
+ *               ends CANCELLED, a seen terminal status is the final one); and, read from the
+ *               stream with cnats, every aggregate's events in outbox order (first copies).
  *
  * A summary of what happened is printed either way; on failure the end of every daemon's log.
  * Environment: SOAK_SECONDS (default 300), SOAK_CLIENTS (4), SOAK_RANDOM_STATE (random),
@@ -518,6 +519,7 @@ static void daemon_start(struct soak *s, struct daemon *d)
         testpipeline_args_add(&a, "--publisher=nats");
         args_nats(s, &a, first);
         testpipeline_args_add(&a, "--lease=3"); /* a killed relay's batch is taken over soon */
+        testpipeline_args_add(&a, "--shard-lease=3000"); /* and its shards */
         testpipeline_args_add(&a, "--idle-sleep=50");
         testpipeline_args_add(&a, "--batch-size=50");
         testpipeline_args_add(&a, "--backoff-base=100");
@@ -909,6 +911,100 @@ static void check_stream(struct soak *s)
     testnats_free_ids(ids, n_ids);
 }
 
+/* An outbox event as the order check looks it up by its key. */
+struct ordered_event {
+    const char *key;
+    const char *aggregate; /* "<type>/<id>" */
+    int64_t id;
+    size_t agg;            /* index of its aggregate */
+    bool seen;
+};
+
+static int cmp_event_key(const void *a, const void *b)
+{
+    return strcmp(((const struct ordered_event *)a)->key, ((const struct ordered_event *)b)->key);
+}
+
+static int cmp_event_agg(const void *a, const void *b)
+{
+    const struct ordered_event *const *x = a, *const *y = b;
+    return strcmp((*x)->aggregate, (*y)->aggregate);
+}
+
+/*
+ * Every aggregate's events are in the stream in outbox (id) order, first copies taken: a copy
+ * of an event stored again after its dedupe window is a duplicate for the inbox, not an
+ * inversion. The relays run with the default ordering, under SIGKILLs and broker restarts, so
+ * this is the order contract seen by a consumer that is not txo (cnats reads the stream).
+ */
+static void check_stream_order(struct soak *s)
+{
+    char **ids = NULL;
+    size_t n_ids = testnats_stream_msg_ids(&s->nats, s->stream, &ids);
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(s->t.db,
+                     "SELECT idempotency_key, CONCAT(aggregate_type, '/', aggregate_id), id "
+                     "FROM outbox_events",
+                     NULL, 0, &rows, &err) != 0)
+        TESTPIPELINE_FAIL(&s->tp, "reading the outbox: %s", err.msg);
+    size_t n = txo_rows_count(rows);
+    struct ordered_event *ev = txo_calloc(n + 1, sizeof(*ev));
+    struct ordered_event **by_agg = txo_calloc(n + 1, sizeof(*by_agg));
+    int64_t *last = txo_calloc(n + 1, sizeof(*last));
+    assert_true(ev != NULL && by_agg != NULL && last != NULL);
+    for (size_t i = 0; i < n; i++) {
+        ev[i].key = txo_rows_str(rows, i, 0, NULL);
+        ev[i].aggregate = txo_rows_str(rows, i, 1, NULL);
+        ev[i].id = txo_rows_i64(rows, i, 2);
+    }
+    qsort(ev, n, sizeof(*ev), cmp_event_key);
+    for (size_t i = 0; i < n; i++)
+        by_agg[i] = &ev[i];
+    qsort(by_agg, n, sizeof(*by_agg), cmp_event_agg);
+    size_t n_aggs = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(by_agg[i]->aggregate, by_agg[i - 1]->aggregate) != 0)
+            n_aggs++;
+        by_agg[i]->agg = n_aggs;
+    }
+    size_t checked = 0, repeats = 0, inversions = 0;
+    for (size_t k = 0; k < n_ids; k++) {
+        if (ids[k] == NULL)
+            continue;
+        struct ordered_event probe = {.key = ids[k]};
+        struct ordered_event *e = bsearch(&probe, ev, n, sizeof(*ev), cmp_event_key);
+        if (e == NULL)
+            continue; /* deleted by retention since: its order was checked by nothing */
+        if (e->seen) {
+            repeats++;
+            continue;
+        }
+        e->seen = true;
+        checked++;
+        if (e->id < last[e->agg]) {
+            if (inversions < 10)
+                print_error("stream %s: %s event %" PRId64 " (%s) after event %" PRId64 "\n",
+                            s->stream, e->aggregate, e->id, e->key, last[e->agg]);
+            inversions++;
+            continue;
+        }
+        last[e->agg] = e->id;
+    }
+    if (inversions > 0)
+        TESTPIPELINE_FAIL(&s->tp, "stream %s: %zu events after a later event of their aggregate",
+                          s->stream, inversions);
+    print_message("stream order         %zu events over %zu aggregates in outbox order per "
+                  "aggregate (first copies; %zu later copies)\n",
+                  checked, n > 0 ? n_aggs + 1 : 0, repeats);
+    txo_free(last);
+    txo_free(by_agg);
+    txo_free(ev);
+    txo_rows_free(rows);
+    testnats_free_ids(ids, n_ids);
+}
+
 static void check_keys(struct soak *s)
 {
     int64_t orders = q(s, "SELECT COUNT(*) FROM orders");
@@ -1179,6 +1275,7 @@ static void test_soak(void **state)
                                         TESTPIPELINE_CHECK_UNDO_MAYBE);
     if (s->n_nats_nodes > 0)
         check_stream(s);
+    check_stream_order(s);
     /* The operator's own check must agree: `txo audit` finds nothing. */
     char audit[512];
     snprintf(audit, sizeof(audit), "'%s' audit --settle 1 --window 86400 --log-level error",
