@@ -40,7 +40,6 @@
 
 #include "relay/relay_internal.h"
 #include "relay/relay_sql.h"
-#include "relay/shard_sql.h"
 
 _Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
 
@@ -592,20 +591,9 @@ static int hold_shards(struct txo_tx *tx, struct txo_relay *r, bool *held, struc
     *held = true;
     if (!r->ordered)
         return 0;
-    struct txo_rows *rows = NULL;
-    struct txo_param m = txo_p_str(r->shards.member);
-    int rc = txo_tx_query(tx, RELAY_SHARD_SQL_HOLD, &m, 1, &rows, err);
-    if (rc < 0)
-        return rc;
-    size_t n = txo_rows_count(rows);
-    if (n > TXO__SHARDS_MAX)
-        n = TXO__SHARDS_MAX;
-    for (size_t i = 0; i < n; i++)
-        r->held[i] = txo_rows_i64(rows, i, 0);
-    txo_rows_free(rows);
-    r->n_held = n;
-    *held = n > 0;
-    return 0;
+    int rc = txo__shards_hold(tx, &r->shards, r->held, &r->n_held, err);
+    *held = rc == 0 && r->n_held > 0;
+    return rc;
 }
 
 /*
@@ -637,29 +625,22 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         .params_cap = r->params_cap,
     };
     uint64_t marked = 0;
-    if (r->claim_after_cursor) {
-        const struct txo__lease_pass *pass = claim_pass(r, true);
-        if (pass == NULL)
-            return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
-        c.where = range;
-        c.n_where = range_params(r, true, range);
-        rc = txo__lease_claim(tx, pass, &c, &r->rows, &marked, err);
-        if (rc < 0)
-            return rc;
-        r->claimed_after_cursor = marked > 0 || txo_rows_count(r->rows) > 0;
-    }
-    if (!r->claimed_after_cursor) {
-        /* No cursor, or nothing after it: from the start of the range. */
+    /* From the cursor when the claim starts there; from the start of the range when it does
+     * not, or when the cursor found nothing. */
+    for (int after = r->claim_after_cursor; after >= 0; after--) {
         txo_rows_free(r->rows);
         r->rows = NULL;
-        const struct txo__lease_pass *pass = claim_pass(r, false);
+        const struct txo__lease_pass *pass = claim_pass(r, after != 0);
         if (pass == NULL)
             return txo_error_set(err, TXO_ENOMEM, "relay: out of memory for a claim statement");
         c.where = range;
-        c.n_where = range_params(r, false, range);
+        c.n_where = range_params(r, after != 0, range);
         rc = txo__lease_claim(tx, pass, &c, &r->rows, &marked, err);
         if (rc < 0)
             return rc;
+        r->claimed_after_cursor = after != 0 && (marked > 0 || txo_rows_count(r->rows) > 0);
+        if (after == 0 || r->claimed_after_cursor)
+            break;
     }
     size_t n = txo_rows_count(r->rows);
     if (r->ordered && r->claim == TXO_CLAIM_SKIP_LOCKED && marked != n) {

@@ -59,23 +59,39 @@ struct tick {
     uint64_t taken, reclaimed;
 };
 
+/* Runs sql (one parameter p) whose rows are shard numbers, into out[0..*n). */
+static int read_shards(struct txo_tx *tx, const char *sql, struct txo_param p, int64_t *out,
+                       size_t *n, struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    *n = 0;
+    int rc = txo_tx_query(tx, sql, &p, 1, &rows, err);
+    if (rc < 0)
+        return rc;
+    size_t count = txo_rows_count(rows);
+    if (count > TXO__SHARDS_MAX)
+        count = TXO__SHARDS_MAX; /* outbox_shards has at most that many rows */
+    for (size_t i = 0; i < count; i++)
+        out[i] = txo_rows_i64(rows, i, 0);
+    txo_rows_free(rows);
+    *n = count;
+    return 0;
+}
+
+int txo__shards_hold(struct txo_tx *tx, const struct txo__shards *s, int64_t *held, size_t *n,
+                     struct txo_error *err)
+{
+    return read_shards(tx, RELAY_SHARD_SQL_HOLD, txo_p_str(s->member), held, n, err);
+}
+
 /* Takes up to want free shards and reclaims what earlier holders left in flight in them. */
 static int take_free(struct txo_tx *tx, struct tick *t, unsigned want, struct txo_error *err)
 {
     struct txo__shards *s = t->s;
-    struct txo_rows *rows = NULL;
-    struct txo_param limit = txo_p_i64(want);
-    int rc = txo_tx_query(tx, RELAY_SHARD_SQL_FREE, &limit, 1, &rows, err);
-    if (rc < 0)
+    size_t n = 0;
+    int rc = read_shards(tx, RELAY_SHARD_SQL_FREE, txo_p_i64(want), s->ids, &n, err);
+    if (rc < 0 || n == 0)
         return rc;
-    size_t n = txo_rows_count(rows);
-    if (n > TXO__SHARDS_MAX)
-        n = TXO__SHARDS_MAX;
-    for (size_t i = 0; i < n; i++)
-        s->ids[i] = txo_rows_i64(rows, i, 0);
-    txo_rows_free(rows);
-    if (n == 0)
-        return 0;
     uint64_t taken = 0;
     s->params[0] = txo_p_str(s->member);
     s->params[1] = txo_p_i64(s->lease_ms * 1000);

@@ -50,6 +50,14 @@ void txo__shards_init(struct txo__shards *s, const char *relay_id, int64_t lease
 TXO_MUST_CHECK int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force,
                                     bool *changed, struct txo_error *err);
 
+/*
+ * The claim's fence, first statement of an ordered claim transaction: share-locks the shards
+ * the member holds with a valid lease until tx ends and returns them in held[0..*n) (room for
+ * TXO__SHARDS_MAX), in shard order. Errors: DB errors.
+ */
+TXO_MUST_CHECK int txo__shards_hold(struct txo_tx *tx, const struct txo__shards *s, int64_t *held,
+                                    size_t *n, struct txo_error *err);
+
 /* Frees the member's shards and forgets it, so others take them at their next tick. Best
  * effort (a failure is logged: the hold then lapses after lease_ms). */
 void txo__shards_leave(struct txo_db *db, struct txo__shards *s);
