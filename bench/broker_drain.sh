@@ -4,7 +4,12 @@
 # outbox_events.published_at: events/s over the whole drain, over its first 10 % and over its
 # last 10 % (a broker or a table that slows down as it fills shows here). Medians of the runs.
 #
-#   bench/broker_drain.sh [--events N] [--runs R] [--relay-args "FLAGS"] [BROKER...]
+#   bench/broker_drain.sh [--events N] [--runs R] [--relay-args "FLAGS"]
+#                         [--shape contiguous|interleaved] [BROKER...]
+#
+# The backlog has N/10 aggregates of 10 events each: written one aggregate after the other
+# (contiguous, the default: a batch of 500 holds 50 aggregates x 10 events, so an ordered relay
+# sends it in 10 waves) or round robin (interleaved: a batch holds one event of 500 aggregates).
 #
 # BROKER defaults to every broker scripts/broker.sh can start. Needs TXO_BIN (default
 # build/txo) and the MYSQL_* of the private MariaDB (`make bench` gives both). Each run uses
@@ -17,6 +22,7 @@ TXO_BIN="${TXO_BIN:-$ROOT/build/txo}"
 EVENTS=100000
 RUNS=3
 RELAY_ARGS=""
+SHAPE=contiguous
 BROKERS=()
 
 die() { printf 'broker_drain.sh: %s\n' "$*" >&2; exit 2; }
@@ -26,13 +32,19 @@ while [ $# -gt 0 ]; do
     --events) EVENTS="${2:-}"; shift 2 ;;
     --runs) RUNS="${2:-}"; shift 2 ;;
     --relay-args) RELAY_ARGS="${2:-}"; shift 2 ;;
-    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --shape) SHAPE="${2:-}"; shift 2 ;;
+    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) BROKERS+=("$1"); shift ;;
     esac
 done
 [[ "$EVENTS" =~ ^[0-9]+$ ]] && [ "$EVENTS" -ge 100 ] || die "--events needs a number >= 100"
 [[ "$RUNS" =~ ^[0-9]+$ ]] && [ "$RUNS" -ge 1 ] || die "--runs needs a number >= 1"
+case "$SHAPE" in
+contiguous) AGG_SQL="seq DIV 10" ;;
+interleaved) AGG_SQL="seq MOD $((EVENTS / 10))" ;;
+*) die "--shape needs contiguous or interleaved, got '$SHAPE'" ;;
+esac
 [ -x "$TXO_BIN" ] || die "no txo at $TXO_BIN (make build)"
 [ "${#BROKERS[@]}" -gt 0 ] || read -r -a BROKERS <<<"$("$ROOT/scripts/broker.sh" names)"
 
@@ -48,7 +60,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# fill: a fresh database with EVENTS PENDING events over EVENTS/10 aggregates (one INSERT).
+# fill: a fresh database with EVENTS PENDING events over EVENTS/10 aggregates (one INSERT),
+# aggregate AGG_SQL of seq.
 fill() {
     "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS $DBNAME; CREATE DATABASE $DBNAME"
     MYSQL_DATABASE=$DBNAME "$TXO_BIN" migrate --log-level warn >"$WORK/migrate.log" 2>&1 ||
@@ -56,8 +69,8 @@ fill() {
     "${MYSQL[@]}" "$DBNAME" -e "
         INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
                                    idempotency_key)
-        SELECT 'order', seq DIV 10, 'OrderCreated',
-               JSON_OBJECT('order_id', seq DIV 10, 'n', seq, 'note', REPEAT('x', 100)),
+        SELECT 'order', $AGG_SQL, 'OrderCreated',
+               JSON_OBJECT('order_id', $AGG_SQL, 'n', seq, 'note', REPEAT('x', 100)),
                CONCAT('bench:', seq)
         FROM seq_1_to_$EVENTS"
 }
@@ -80,7 +93,7 @@ rates() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2)}'; }
 
-printf '== relay drain per broker: %s events, one relay, medians of %s runs ==\n' "$EVENTS" "$RUNS"
+printf '== relay drain per broker: %s events (%s), one relay %s, medians of %s runs ==\n' "$EVENTS" "$SHAPE" "${RELAY_ARGS:-(defaults)}" "$RUNS"
 printf '%-10s %12s %12s %12s %10s\n' broker 'events/s' 'first 10%' 'last 10%' wall_s
 for b in "${BROKERS[@]}"; do
     CURRENT="$b"
