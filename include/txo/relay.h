@@ -154,7 +154,7 @@ struct txo_relay_opts {
      */
     struct txo_metrics *metrics;
     unsigned idle_sleep_ms; /* pause when nothing is due, default 200 */
-    bool drain;             /* txo_relay_run returns when nothing is due */
+    bool drain;             /* txo_relay_run returns when nothing is due (ordered: in any shard) */
 };
 
 TXO_API void txo_relay_opts_init(struct txo_relay_opts *opts);

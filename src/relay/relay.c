@@ -1549,6 +1549,27 @@ static void idle(struct txo_relay *r, int64_t ms)
     }
 }
 
+/*
+ * A draining relay found nothing to claim: done, unless it is ordered, does not hold every
+ * shard, and events it cannot claim are due elsewhere (in shards of a relay that died and
+ * whose hold has not lapsed yet, or of another relay): then it waits for them to be published
+ * or for their shards to come its way. A database error counts as not drained (the loop
+ * retries).
+ */
+static bool drained(struct txo_relay *r)
+{
+    if (!r->ordered || r->shards.owned >= r->shards.total)
+        return true;
+    struct txo_error e;
+    txo_error_init(&e);
+    struct txo_rows *rows = NULL;
+    if (txo_db_query(r->db, RELAY_SQL_ANY_DUE, NULL, 0, &rows, &e) < 0)
+        return false;
+    bool any = txo_rows_count(rows) == 1 && txo_rows_i64(rows, 0, 0) != 0;
+    txo_rows_free(rows);
+    return !any;
+}
+
 int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
 {
     TXO_ASSERT(relay != NULL);
@@ -1613,7 +1634,7 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
         failures = 0;
         if (claimed == 0) {
             /* While the breaker is open, nothing is claimed but events may be due. */
-            if (r->opts.drain && !r->breaker_rejected)
+            if (r->opts.drain && !r->breaker_rejected && drained(r))
                 return 0;
             idle(r, r->opts.idle_sleep_ms);
         }

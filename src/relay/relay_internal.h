@@ -134,8 +134,8 @@ struct txo_relay {
     char cursor_at[CURSOR_AT_MAX];
     int64_t cursor_id;
     int64_t last_full_scan_ms;
-    bool claim_after_cursor; /* this claim starts at the cursor (decided before it runs) */
-    bool claim_raced;        /* ordered: a row changed between the claim's read and its mark */
+    bool claim_after_cursor;   /* this claim starts at the cursor (decided before it runs) */
+    bool claim_raced;          /* ordered: a row changed between the claim's read and its mark */
     bool claimed_after_cursor; /* and it did (false when it fell back to a full scan) */
 
     /* The current batch. */

@@ -427,6 +427,16 @@
     "WHERE locked_by = ? AND status = 'PROCESSING' AND id IN "
 
 /*
+ * Is any event due that an ordered relay could claim, in any shard: a draining relay that does
+ * not hold every shard (the others are held by a relay that died, or is draining too) waits
+ * while this holds rather than stop with events left. Index: idx_outbox_due, the due PENDING
+ * range, stopped at the first row whose aggregate is not parked. Locks: none (consistent read).
+ */
+#define RELAY_SQL_ANY_DUE                                                                          \
+    "SELECT EXISTS (SELECT 1 FROM outbox_events e FORCE INDEX (idx_outbox_due) "                   \
+    "WHERE status = 'PENDING' AND next_attempt_at <= NOW(6) " RELAY_SQL__UNPARKED ")"
+
+/*
  * The parked aggregates (txo_relay_list_parked): each outbox_parked row with the event that
  * holds its aggregate back (PENDING and waiting for its retry, or FAILED in the dead letters)
  * and how many later events of the aggregate wait behind it. A failed event with nothing behind

@@ -333,18 +333,9 @@ static void test_deadline_after_processing_republished(void **state)
 
 static void run_relay(struct ctx *c, const char *tag, const char *crash_point, bool crash)
 {
-    const char *argv[] = {testproc_txo_bin(),
-                          "relay",
-                          "--publisher",
-                          "grpc",
-                          "--grpc-target",
-                          c->g.target,
-                          "--drain",
-                          "--batch-size",
-                          "50",
-                          "--lease",
-                          "1",
-                          NULL};
+    const char *argv[] = {
+        testproc_txo_bin(), "relay", "--publisher", "grpc", "--grpc-target", c->g.target, "--drain",
+        "--batch-size",     "50",    "--lease",     "1",    "--shard-lease", "1000",      NULL};
     char crash_env[64];
     snprintf(crash_env, sizeof(crash_env), "TXO_CRASH_POINT=%s", crash_point);
     const char *env[] = {crash_env, NULL};

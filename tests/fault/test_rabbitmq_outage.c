@@ -458,8 +458,10 @@ static void test_relay_crash_after_publish(void **state)
     (void)poll_once(cons, 50, &prc);
     assert_int_equal(prc, 0);
 
-    const char *args[] = {"relay",    "--drain",      "--publisher", "rabbitmq", "--rabbitmq-url",
-                          broker.url, "--batch-size", "50",          NULL};
+    const char *args[] = {
+        "relay",    "--drain",      "--publisher", "rabbitmq",      "--rabbitmq-url",
+        broker.url, "--batch-size", "50",          "--shard-lease", "1000",
+        NULL};
     char *out = NULL;
     setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1);
     int status = testproc_run_txo("rabbit_relay_crash", args, 60000, &out);

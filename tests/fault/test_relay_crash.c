@@ -159,8 +159,8 @@ static void test_crash_after_publish_republishes(void **state)
     temp_path(out2, sizeof(out2), "out2");
     temp_path(errf, sizeof(errf), "err");
 
-    const char *args[] = {"--drain", "--publisher", "log", "--batch-size",
-                          "50",      "--lease",     "1",   NULL};
+    const char *args[] = {"--drain", "--publisher", "log",           "--batch-size", "50",
+                          "--lease", "1",           "--shard-lease", "1000",         NULL};
     setenv("TXO_CRASH_POINT", "relay.after_publish", 1);
     int status = wait_for(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
@@ -209,8 +209,8 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     temp_path(out2, sizeof(out2), "held_out2");
     temp_path(errf, sizeof(errf), "held_err");
 
-    const char *args[] = {"--drain", "--publisher",  "log",         "--batch-size",
-                          "50",      "--claim-mode", "transaction", NULL};
+    const char *args[] = {"--drain",      "--publisher", "log",           "--batch-size", "50",
+                          "--claim-mode", "transaction", "--shard-lease", "1000",         NULL};
     setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1); /* the second batch */
     int status = wait_for(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");

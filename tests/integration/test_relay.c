@@ -229,7 +229,8 @@ static void assert_each_once(struct recorder **recs, size_t n_recs, size_t n)
     int64_t *all = txo_malloc(n * sizeof(*all));
     size_t k = 0;
     for (size_t r = 0; r < n_recs; r++) {
-        memcpy(all + k, recs[r]->ids, recs[r]->n * sizeof(*all));
+        if (recs[r]->n > 0)
+            memcpy(all + k, recs[r]->ids, recs[r]->n * sizeof(*all));
         k += recs[r]->n;
     }
     qsort(all, n, sizeof(*all), cmp_i64);

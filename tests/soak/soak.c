@@ -916,7 +916,7 @@ struct ordered_event {
     const char *key;
     const char *aggregate; /* "<type>/<id>" */
     int64_t id;
-    size_t agg;            /* index of its aggregate */
+    size_t agg; /* index of its aggregate */
     bool seen;
 };
 
