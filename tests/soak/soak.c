@@ -27,8 +27,9 @@
  *               matching their orders, one payment / shipment row per order in the right state,
  *               events of every status change, one inbox row per OrderCreated, stock
  *               conserved), one order per Idempotency-Key, and what the clients saw (a 200 cancel
- *               ends CANCELLED, a seen terminal status is the final one); and, read from the
- *               stream with cnats, every aggregate's events in outbox order (first copies).
+ *               ends CANCELLED, a seen terminal status is the final one); and, on one database
+ *               server, read from the stream with cnats, every aggregate's events in outbox
+ *               order (first copies).
  *
  * A summary of what happened is printed either way; on failure the end of every daemon's log.
  * Environment: SOAK_SECONDS (default 300), SOAK_CLIENTS (4), SOAK_RANDOM_STATE (random),
@@ -1275,7 +1276,10 @@ static void test_soak(void **state)
                                         TESTPIPELINE_CHECK_UNDO_MAYBE);
     if (s->n_nats_nodes > 0)
         check_stream(s);
-    check_stream_order(s);
+    /* Writing through every Galera node, ids come from each node's own auto-increment slice
+     * and do not follow commit order (docs/deploy.md): outbox order is defined on one writer. */
+    if (s->n_db_nodes == 0)
+        check_stream_order(s);
     /* The operator's own check must agree: `txo audit` finds nothing. */
     char audit[512];
     snprintf(audit, sizeof(audit), "'%s' audit --settle 1 --window 86400 --log-level error",
