@@ -1,7 +1,7 @@
 /*
  * The relay's private parts shared by its files: src/relay/relay.c (claim, mark, the cycle),
- * src/relay/relay_publish.c (handing a batch to the publisher in per-aggregate order). Never
- * installed.
+ * relay_setup.c (options, new/free, stats, the shard tick's bookkeeping), relay_publish.c
+ * (handing a batch to the publisher in per-aggregate order). Never installed.
  */
 #ifndef TXO_RELAY_INTERNAL_H
 #define TXO_RELAY_INTERNAL_H
@@ -201,6 +201,10 @@ void txo__relay_group(struct txo_relay *r);
  * wave after the previous one was answered. Counts cycle_acked and cycle_transient.
  */
 void txo__relay_publish(struct txo_relay *r);
+
+/* Ordered relays: runs a shard membership tick (forced, or when due) and publishes its outcome
+ * to the stats and the txo_relay_shards_held gauge (relay_setup.c). */
+int txo__relay_tick_shards(struct txo_relay *r, bool force, struct txo_error *err);
 
 /* Allocates the ordered scratch for batches of up to batch events. Returns 0 or TXO_ENOMEM. */
 int txo__relay_publish_init(struct txo_relay *r, size_t batch);

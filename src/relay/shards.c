@@ -158,11 +158,8 @@ static int tick_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return 0;
 }
 
-int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force, bool *changed,
-                     struct txo_error *err)
+int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force, struct txo_error *err)
 {
-    if (changed != NULL)
-        *changed = false;
     int64_t now = txo_monotonic_ms();
     if (!force && s->joined && now < s->next_tick_ms)
         return 0;
@@ -194,8 +191,6 @@ int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force, bool 
         if (txo_db_exec(db, RELAY_SHARD_SQL_FORGET, NULL, 0, NULL, &e) < 0)
             TXO_LOG(TXO_LOG_DEBUG, "relay", "forgetting members gone for an hour: %s", e.msg);
     }
-    if (changed != NULL)
-        *changed = moved;
     return 0;
 }
 

@@ -44,11 +44,11 @@ void txo__shards_init(struct txo__shards *s, const char *relay_id, int64_t lease
  * When a tick is due (or force): in one transaction, says the member is alive, renews its
  * shards, gives back those above its fair share (shards / live members, rounded up) or takes
  * free ones up to it, returning to PENDING the events a previous holder left in flight in the
- * shards it takes. *changed (may be NULL) is set when the shards held changed. Errors: DB
- * errors; TXO_ECONFIG when outbox_shards is empty (the migration is missing).
+ * shards it takes. Errors: DB errors; TXO_ECONFIG when outbox_shards is empty (the
+ * migration is missing).
  */
 TXO_MUST_CHECK int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force,
-                                    bool *changed, struct txo_error *err);
+                                    struct txo_error *err);
 
 /*
  * The claim's fence, first statement of an ordered claim transaction: share-locks the shards
