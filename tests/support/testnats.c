@@ -144,9 +144,32 @@ uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream)
     return msgs;
 }
 
-/* One pass over the stream: the ids of the messages it could read, *want = the stream's count. */
+/*
+ * Whether a clustered stream's answer can be trusted: it has a leader and every replica is
+ * online and caught up. While a stream has no leader (one was just killed), a replica that is
+ * still catching up may answer info and get requests with its own, older state.
+ */
+static bool stream_settled(const jsStreamInfo *si)
+{
+    const jsClusterInfo *ci = si->Cluster;
+    if (ci == NULL)
+        return true; /* one server */
+    if (ci->Leader == NULL || ci->Leader[0] == '\0')
+        return false;
+    for (int i = 0; i < ci->ReplicasLen; i++) {
+        const jsPeerInfo *p = ci->Replicas[i];
+        if (p != NULL && (!p->Current || p->Offline || p->Lag > 0))
+            return false;
+    }
+    return true;
+}
+
+/*
+ * One pass over the stream: the ids of the messages it could read, *want = the stream's count,
+ * *settled = whether the stream had a leader and every replica was current (stream_settled).
+ */
 static size_t read_msg_ids(const struct testnats *n, const char *stream, char ***ids,
-                           uint64_t *want)
+                           uint64_t *want, bool *settled)
 {
     struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
@@ -158,6 +181,7 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
                  (int)jerr);
     }
     uint64_t first = si->State.FirstSeq, last = si->State.LastSeq, msgs = si->State.Msgs;
+    *settled = stream_settled(si);
     jsStreamInfo_Destroy(si);
     *want = msgs;
     char **out = calloc(msgs > 0 ? msgs : 1, sizeof(*out));
@@ -189,17 +213,21 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
 
 size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids)
 {
-    /* In a cluster, a get can answer "not found" for a message that is there while the
-     * stream's leader moves (a node rejoining): read again until every message the stream
-     * counts was read. A message really missing stays missing, and the caller sees it. */
+    /* In a cluster, while the stream's leader moves (a node killed or rejoining), a replica
+     * still catching up may answer with its older state, and a get can answer "not found" for
+     * a message that is there: read again, for up to 30 s, until the stream has a leader, every
+     * replica is current and every message it counts was read. A message really missing stays
+     * missing, and the caller sees it. */
     for (int attempt = 1;; attempt++) {
         uint64_t want = 0;
-        size_t count = read_msg_ids(n, stream, ids, &want);
-        if (count == want)
+        bool settled = false;
+        size_t count = read_msg_ids(n, stream, ids, &want, &settled);
+        if (settled && count == want)
             return count;
-        if (attempt == 10) {
-            print_message("stream %s counts %llu messages, %zu of them could be read\n", stream,
-                          (unsigned long long)want, count);
+        if (attempt == 60) {
+            print_message("stream %s counts %llu messages, %zu of them could be read%s\n", stream,
+                          (unsigned long long)want, count,
+                          settled ? "" : "; it never had a leader with every replica current");
             return count;
         }
         testnats_free_ids(*ids, count);
