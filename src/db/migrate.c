@@ -21,6 +21,7 @@
 #include "core/common.h"
 
 #include <openssl/evp.h>
+#include <strings.h>
 
 #include "db/db_internal.h"
 #include "db/migrate_data.h"
@@ -133,8 +134,10 @@ static int verify_recorded(struct txo_db *db, const struct txo_migration *m, con
 }
 
 /*
- * Runs the statements of one migration file. Statements end with ';' at the end of a line;
- * lines starting with "--" are comments. The files are ours, so this simple rule suffices.
+ * Runs the statements of one migration file, read the way the mariadb client reads a script:
+ * a statement ends with the delimiter (';' unless changed) at the end of a line; a line
+ * "DELIMITER x" changes it, so a trigger's body can hold ';' (the same file runs through
+ * `mariadb < file`); lines starting with "--" are comments.
  */
 static int run_script(struct txo_db *db, const char *name, const char *text, struct txo_error *err)
 {
@@ -142,6 +145,7 @@ static int run_script(struct txo_db *db, const char *name, const char *text, str
     char *stmt = txo_malloc(cap);
     if (!stmt)
         return txo_error_set(err, TXO_ENOMEM, "migration %s: out of memory", name);
+    char delim[16] = ";";
     size_t len = 0;
     int rc = 0;
     unsigned n = 0;
@@ -152,8 +156,20 @@ static int run_script(struct txo_db *db, const char *name, const char *text, str
         const char *p = line;
         while (p < line + line_len && (*p == ' ' || *p == '\t'))
             p++;
-        bool comment = (size_t)(line + line_len - p) >= 2 && p[0] == '-' && p[1] == '-';
-        if (!comment && p < line + line_len) {
+        size_t rest = (size_t)(line + line_len - p);
+        bool comment = rest >= 2 && p[0] == '-' && p[1] == '-';
+        if (!comment && len == 0 && rest > 10 && strncasecmp(p, "DELIMITER ", 10) == 0) {
+            const char *d = p + 10;
+            size_t d_len = (size_t)(line + line_len - d);
+            while (d_len > 0 && (d[d_len - 1] == ' ' || d[d_len - 1] == '\t' || d[d_len - 1] == '\r'))
+                d_len--;
+            if (d_len == 0 || d_len >= sizeof(delim)) {
+                rc = txo_error_set(err, TXO_EMIGRATION, "migration %s: bad DELIMITER line", name);
+                break;
+            }
+            memcpy(delim, d, d_len);
+            delim[d_len] = '\0';
+        } else if (!comment && p < line + line_len) {
             memcpy(stmt + len, line, line_len);
             len += line_len;
             stmt[len++] = '\n';
@@ -161,8 +177,9 @@ static int run_script(struct txo_db *db, const char *name, const char *text, str
             while (end > 0 &&
                    (stmt[end - 1] == ' ' || stmt[end - 1] == '\t' || stmt[end - 1] == '\r'))
                 end--;
-            if (end > 0 && stmt[end - 1] == ';') {
-                stmt[end - 1] = '\0';
+            size_t d_len = strlen(delim);
+            if (end >= d_len && memcmp(stmt + end - d_len, delim, d_len) == 0) {
+                stmt[end - d_len] = '\0';
                 n++;
                 rc = txo_db_exec_raw(db, stmt, err);
                 if (rc < 0)
