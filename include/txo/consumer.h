@@ -142,6 +142,8 @@ struct txo_event {
     int attempt;      /* 0 when the envelope has none */
     char *payload;    /* the payload JSON, compact; the exact text our encoder wrote */
     size_t payload_len;
+    uint64_t sequence;      /* position in its aggregate (txo/publisher.h); 0: none */
+    uint64_t prev_sequence; /* the aggregate's sequence published just before it; 0: first */
 };
 
 /*

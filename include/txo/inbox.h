@@ -79,6 +79,45 @@ TXO_API TXO_MUST_CHECK int txo_inbox_record_many(struct txo_tx *tx,
                                                  bool *duplicate, struct txo_error *err);
 
 /*
+ * Order. Every event txo publishes carries its sequence in its aggregate and the sequence it
+ * follows (txo/publisher.h, txo_event.sequence and prev_sequence). The inbox keeps the last
+ * sequence handled per aggregate (inbox_aggregates) and judges each event against it:
+ */
+enum txo_inbox_order {
+    TXO_INBOX_UNCHECKED = 0, /* the event has no sequence (or no aggregate): not judged */
+    TXO_INBOX_IN_ORDER,      /* it follows the last event handled (prev_sequence <= last) */
+    TXO_INBOX_GAP,           /* events between the last handled and this one were not handled
+                              * (prev_sequence > last); nothing handled yet counts as last 0 */
+    TXO_INBOX_OLDER,         /* sequence <= last: an older event after a newer one */
+};
+
+/* "unchecked", "in_order", "gap", "older" (metric label values). Never NULL. */
+TXO_API const char *txo_inbox_order_name(enum txo_inbox_order o);
+
+/* One event to judge; strings borrowed for the call. */
+struct txo_inbox_position {
+    const char *aggregate_type;
+    const char *aggregate_id;
+    uint64_t sequence; /* 0: the event has none, order[i] = TXO_INBOX_UNCHECKED */
+    uint64_t prev_sequence;
+};
+
+/*
+ * Judges pos[0..n) in that order (several events of one aggregate each against the one before)
+ * into order[i], and moves each aggregate's last sequence to the highest one seen, inside tx:
+ * call it in the transaction that handles the events, for the ones that are not duplicates,
+ * so the last sequence moves exactly when the effects commit. To hold an event back until its
+ * predecessor was handled, roll tx back when it is TXO_INBOX_GAP. Two statements whatever n
+ * (one when no event has a sequence); the aggregates' rows stay locked until tx ends.
+ * Errors: TXO_EINVAL (an aggregate string empty or too long with a sequence), TXO_ENOMEM,
+ * DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_inbox_check_order(struct txo_tx *tx,
+                                                 const struct txo_inbox_position *pos, size_t n,
+                                                 enum txo_inbox_order *order,
+                                                 struct txo_error *err);
+
+/*
  * Retention: deletes inbox rows processed more than older_than_s seconds ago (rows with
  * processed_at NULL, which txo never writes, are kept), oldest first, at most batch_size
  * (1..10000) rows per short transaction of its own, until none is left or max_batches batches

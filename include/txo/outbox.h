@@ -20,7 +20,8 @@
  *   SKIPPED     terminal (an operator gave up on the event)
  *
  * With the relay's ordering by aggregate (txo/relay.h), every state but PUBLISHED and SKIPPED
- * holds back the later events of the same aggregate.
+ * holds back the later events of the same aggregate. A skipped event's successor is linked to
+ * what the skipped one followed (its prev_sequence, txo/publisher.h), so consumers see no gap.
  *
  * Thread-safety: functions here use only the transaction they are given.
  */
@@ -69,6 +70,13 @@ enum txo_outbox_append_flags {
  * Appends ev to the outbox inside tx (no commit: it commits with the caller's transaction).
  * *inserted (may be NULL) tells whether a row was written. *id (may be NULL) receives the new
  * row id (0 when a duplicate was ignored).
+ *
+ * The database numbers the event in its aggregate (outbox_events.sequence, 1, 2, 3, ...; a
+ * trigger, so rows other applications insert are numbered too) and keeps the aggregate's
+ * counter row locked until tx ends: another transaction appending to the same aggregate waits
+ * for this one to commit or roll back, which makes sequence order, and so publish order,
+ * commit order. Keep transactions that append short, and append to several aggregates in one
+ * order (a lock order, as for any rows) to avoid deadlocks, which txo_db_transact() retries.
  * Errors: TXO_EINVAL (missing or oversized field), TXO_EDUPLICATE (same idempotency key, without
  * TXO_OUTBOX_IGNORE_DUPLICATE), TXO_ECONSTRAINT (payload is not valid JSON), DB errors.
  */

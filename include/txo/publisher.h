@@ -17,8 +17,13 @@
  * The published envelope (a public contract, see README "Published envelope"):
  *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":"7",
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
- *    "attempt":1,"payload":{...}}
+ *    "attempt":1,"sequence":3,"prev_sequence":2,"payload":{...}}
  * The idempotency key is the consumer's de-duplication key: delivery is at least once.
+ * sequence is the event's position in its aggregate (1, 2, 3, ... in commit order) and
+ * prev_sequence the sequence of the aggregate's event published just before it (0 for the
+ * first; sequence - 1 unless an operator skipped the event in between), so a consumer tells a
+ * gap from a skip. Both are left out for an event that has no sequence (appended before the
+ * database had sequences).
  *
  * Thread-safety: a publisher is used by one relay (one thread) at a time.
  */
@@ -45,6 +50,8 @@ struct txo_outbox_message {
     const char *idempotency_key;
     const char *created_at; /* RFC 3339 UTC */
     int attempt;            /* 1 for the first publish attempt */
+    uint64_t sequence;      /* position in its aggregate, 1, 2, ...; 0: none (see above) */
+    uint64_t prev_sequence; /* the sequence published just before it in its aggregate; 0: first */
 };
 
 struct txo_publisher_ops {
@@ -117,15 +124,19 @@ TXO_API void txo_publisher_free(struct txo_publisher *pub);
  *     {"specversion":"1.0","id":"order:7:created","source":"/txo/outbox",
  *      "type":"OrderCreated","subject":"order/7","time":"2026-11-30T15:37:00.123456Z",
  *      "datacontenttype":"application/json","txoid":42,"txoattempt":1,
- *      "txoaggregatetype":"order","txoaggregateid":"7","data":{...}}
+ *      "txoaggregatetype":"order","txoaggregateid":"7","sequence":"00000000000000000003",
+ *      "txoprevsequence":"00000000000000000002","data":{...}}
  *     id is the idempotency key (consumers de-duplicate on source + id); time is created_at,
  *     the time of the INSERT inside the producer's transaction, not of its commit: events
- *     are neither published nor delivered in `time` order.
+ *     are neither published nor delivered in `time` order. sequence is the CloudEvents
+ *     sequence extension, meaningful per subject (one aggregate): the event's sequence as a
+ *     20-digit zero-padded decimal, so that it also sorts as text; txoprevsequence is its
+ *     prev_sequence, written alike. Both are left out when the event has no sequence.
  *   TXO_ENVELOPE_CLOUDEVENTS_BINARY  CloudEvents 1.0, binary mode: the message body is the
  *     payload itself (Content-Type application/json) and the attributes travel as transport
  *     headers, ce-specversion, ce-id, ce-source, ce-type, ce-subject, ce-time and the
- *     extensions ce-txoid, ce-txoattempt, ce-txoaggregatetype, ce-txoaggregateid, with the same
- *     values as above (txo_envelope_binary()). The webhook and NATS publishers send it so;
+ *     extensions ce-txoid, ce-txoattempt, ce-txoaggregatetype, ce-txoaggregateid, ce-sequence,
+ *     ce-txoprevsequence, with the same values as above (txo_envelope_binary()). The webhook and NATS publishers send it so;
  *     the log publisher, which has no headers, writes structured mode instead.
  */
 enum txo_envelope_format {
@@ -158,7 +169,7 @@ TXO_API char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *
 TXO_API enum txo_envelope_format txo_envelope_default_format(void);
 
 /* The headers of a CloudEvent in binary mode: names[i] (static) and values[i] (owned). */
-#define TXO_CE_HEADERS_MAX 10
+#define TXO_CE_HEADERS_MAX 12
 struct txo_ce_headers {
     size_t n;
     const char *names[TXO_CE_HEADERS_MAX];

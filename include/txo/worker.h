@@ -106,6 +106,16 @@ typedef int (*txo_event_handler_fn)(struct txo_tx *tx, const struct txo_event *e
 struct txo_event_handler {
     const char *event_type; /* "OrderCreated" */
     txo_event_handler_fn fn;
+    /*
+     * Order (txo/inbox.h): every event is judged against the last one handled of its
+     * aggregate; gaps and older-after-newer events are counted in
+     * txo_inbox_out_of_order_total{aggregate_type,kind} and logged once per aggregate, and
+     * handled. With hold_out_of_order_ms > 0 an event found after a gap is not handled: it is
+     * refused as transient (delivered again) until its predecessor was handled, for at most
+     * that long from its first hold in this process, then refused for good (TXO_EBUSINESS,
+     * the reason in the error: TERM on NATS, dead-lettered with local dispatch). 0: never held.
+     */
+    unsigned hold_out_of_order_ms;
 };
 
 /* A command handler: applies cmd's effect with tx, the transaction that marks it DONE.

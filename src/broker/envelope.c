@@ -6,9 +6,9 @@
  *
  *   {"id":42,"type":"OrderCreated","aggregate_type":"order","aggregate_id":"7",
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
- *    "attempt":1,"payload":{...}}
+ *    "attempt":1,"sequence":3,"prev_sequence":2,"payload":{...}}
  *
- * Keys come in exactly that order, compact, on one line. The payload is embedded as JSON, not
+ * Keys come in exactly that order (sequence and prev_sequence only when the event has one), compact, on one line. The payload is embedded as JSON, not
  * as a string. It is checked with jansson and then copied as text with the whitespace between
  * tokens removed, so numbers keep their exact digits (9007199254740993 stays that, a float is
  * never re-rounded) and strings keep their bytes; re-serialising a parsed tree would not
@@ -82,6 +82,10 @@ static int set_int(json_t *obj, const char *key, int64_t value, int64_t id, stru
 }
 
 #define CE_DATA_KEY       ",\"data\":"
+/* The CloudEvents sequence extension: a decimal zero-padded to the 20 digits of UINT64_MAX,
+ * so that text order is number order. */
+#define CE_SEQUENCE_LEN 21
+#define CE_SEQUENCE_FMT "%020" PRIu64
 #define CE_DEFAULT_SOURCE "/txo/outbox"
 #define CE_SOURCE_MAX     255
 
@@ -131,6 +135,11 @@ static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct t
         rc = set_str(head, "created_at", msg->created_at, msg->id, err);
     if (rc == 0)
         rc = set_int(head, "attempt", msg->attempt, msg->id, err);
+    if (rc == 0 && msg->sequence != 0) {
+        rc = set_int(head, "sequence", (int64_t)msg->sequence, msg->id, err);
+        if (rc == 0)
+            rc = set_int(head, "prev_sequence", (int64_t)msg->prev_sequence, msg->id, err);
+    }
     return rc;
 }
 
@@ -168,6 +177,14 @@ static int ce_head(json_t *head, const struct txo_outbox_message *msg, const cha
         rc = set_str(head, "txoaggregatetype", msg->aggregate_type, msg->id, err);
     if (rc == 0)
         rc = set_str(head, "txoaggregateid", msg->aggregate_id, msg->id, err);
+    if (rc == 0 && msg->sequence != 0) {
+        char seq[CE_SEQUENCE_LEN], prev[CE_SEQUENCE_LEN];
+        snprintf(seq, sizeof(seq), CE_SEQUENCE_FMT, msg->sequence);
+        snprintf(prev, sizeof(prev), CE_SEQUENCE_FMT, msg->prev_sequence);
+        rc = set_str(head, "sequence", seq, msg->id, err);
+        if (rc == 0)
+            rc = set_str(head, "txoprevsequence", prev, msg->id, err);
+    }
     txo_free(subject);
     return rc;
 }
@@ -325,9 +342,12 @@ char *txo_envelope_binary(const struct txo_outbox_message *msg, struct txo_ce_he
         txo_envelope_encode_as(msg, TXO_ENVELOPE_CLOUDEVENTS, default_source, &env_len, err);
     if (env == NULL)
         return NULL; /* a missing attribute or a payload that is not JSON: err says which */
-    char id[24], attempt[16], *subject = NULL, *body = NULL;
+    char id[24], attempt[16], seq[CE_SEQUENCE_LEN], prev[CE_SEQUENCE_LEN];
+    char *subject = NULL, *body = NULL;
     snprintf(id, sizeof(id), "%" PRId64, msg->id);
     snprintf(attempt, sizeof(attempt), "%d", msg->attempt);
+    snprintf(seq, sizeof(seq), CE_SEQUENCE_FMT, msg->sequence);
+    snprintf(prev, sizeof(prev), CE_SEQUENCE_FMT, msg->prev_sequence);
     size_t subject_len = strlen(msg->aggregate_type) + 1 + strlen(msg->aggregate_id) + 1;
     subject = txo_malloc(subject_len);
     bool ok = subject != NULL;
@@ -342,6 +362,8 @@ char *txo_envelope_binary(const struct txo_outbox_message *msg, struct txo_ce_he
              ce_add(headers, "ce-txoattempt", attempt) &&
              ce_add(headers, "ce-txoaggregatetype", msg->aggregate_type) &&
              ce_add(headers, "ce-txoaggregateid", msg->aggregate_id);
+        if (ok && msg->sequence != 0)
+            ok = ce_add(headers, "ce-sequence", seq) && ce_add(headers, "ce-txoprevsequence", prev);
     }
     /* The body: the text after the first `,"data":` (the attributes before it are JSON
      * strings, where a quote is always escaped, so the first one is the key's), less the
@@ -362,6 +384,51 @@ char *txo_envelope_binary(const struct txo_outbox_message *msg, struct txo_ce_he
 }
 
 /* ---- decoding ---- */
+
+/*
+ * A sequence as the envelopes carry it, into *out: a JSON integer (txo) or a decimal string
+ * (CloudEvents, zero-padded or not). False for anything else, such as a sequence another
+ * producer wrote in its own form.
+ */
+static bool sequence_text(const char *v, uint64_t *out)
+{
+    size_t len = v != NULL ? strlen(v) : 0;
+    if (len == 0 || len > CE_SEQUENCE_LEN - 1)
+        return false;
+    uint64_t n = 0;
+    for (const char *p = v; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        unsigned d = (unsigned)(*p - '0');
+        if (n > (UINT64_MAX - d) / 10)
+            return false;
+        n = n * 10 + d;
+    }
+    *out = n;
+    return true;
+}
+
+static bool sequence_json(const json_t *v, uint64_t *out)
+{
+    if (json_is_integer(v) && json_integer_value(v) >= 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return true;
+    }
+    return json_is_string(v) && sequence_text(json_string_value(v), out);
+}
+
+/*
+ * Sets ev's sequence and prev_sequence when both were read and make sense (prev < sequence);
+ * otherwise the event has no sequence: it is still delivered, only not checked for order.
+ */
+static void take_sequence(struct txo_event *ev, bool seq_ok, uint64_t seq, bool prev_ok,
+                          uint64_t prev)
+{
+    if (!seq_ok || !prev_ok || seq == 0 || prev >= seq)
+        return;
+    ev->sequence = seq;
+    ev->prev_sequence = prev;
+}
 
 static int take_str(json_t *env, const char *key, bool required, char **out, struct txo_error *err)
 {
@@ -463,6 +530,11 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, str
     ev.id = json_is_integer(id) ? (int64_t)json_integer_value(id) : 0;
     json_int_t a = json_is_integer(attempt) ? json_integer_value(attempt) : 0;
     ev.attempt = a > 0 && a < INT32_MAX ? (int)a : 0;
+    uint64_t seq = 0, prev = 0;
+    bool seq_ok = sequence_json(json_object_get(env, "sequence"), &seq);
+    bool prev_ok =
+        sequence_json(json_object_get(env, ce ? "txoprevsequence" : "prev_sequence"), &prev);
+    take_sequence(&ev, seq_ok, seq, prev_ok, prev);
     json_t *payload = json_object_get(env, ce ? "data" : "payload");
     if (!json_is_object(payload)) {
         rc = txo_error_set(err, TXO_EINVAL, "envelope: \"%s\" must be an object",
@@ -551,6 +623,10 @@ int txo_envelope_decode_message(const struct txo_inbound_message *msg, struct tx
     ev.id = id != NULL ? strtoll(id, NULL, 10) : 0;
     long a = attempt != NULL ? strtol(attempt, NULL, 10) : 0;
     ev.attempt = a > 0 && a < INT32_MAX ? (int)a : 0;
+    uint64_t seq = 0, prev = 0;
+    bool seq_ok = sequence_text(msg->header(msg, "ce-sequence"), &seq);
+    bool prev_ok = sequence_text(msg->header(msg, "ce-txoprevsequence"), &prev);
+    take_sequence(&ev, seq_ok, seq, prev_ok, prev);
     /* The body is the payload: a JSON object, kept as its exact text. */
     if (msg->data == NULL || memchr(msg->data, '\0', msg->len) != NULL) {
         rc = txo_error_set(err, TXO_EINVAL, "CloudEvent: the body is missing or holds a NUL");

@@ -261,6 +261,8 @@ static void fill_event(Txo__V1__Event *e, const struct txo_outbox_message *m)
     e->idempotency_key = field(m->idempotency_key);
     e->created_at = field(m->created_at);
     e->attempt = m->attempt;
+    e->sequence = m->sequence;
+    e->prev_sequence = m->prev_sequence;
     e->payload.data = (uint8_t *)(uintptr_t)(m->payload != NULL ? m->payload : "");
     e->payload.len = m->payload != NULL ? m->payload_len : 0;
 }

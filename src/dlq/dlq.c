@@ -11,8 +11,9 @@
  * DLQ_SQL_REQUEUE_SOURCE makes exactly that move), moves it back to PENDING and records
  * the replay on the dead letter. Anything unexpected rolls the whole replay back. A skip is the
  * same transaction with the other move out of FAILED: the row becomes SKIPPED
- * (DLQ_SQL_SKIP_SOURCE), the aggregate it parked is freed (DLQ_SQL_UNPARK_SOURCE) and the
- * dead letter records the skip, so the relay's ordered claim takes the next event of the
+ * (DLQ_SQL_SKIP_SOURCE), the aggregate it parked is freed (DLQ_SQL_UNPARK_SOURCE), the
+ * aggregate's next event is linked past it (unlink_skipped) and the dead letter records the
+ * skip, so the relay's ordered claim takes the next event of the
  * aggregate. A replay leaves the aggregate parked by the event: it is claimed again, and its
  * publish frees the aggregate.
  *
@@ -145,6 +146,44 @@ int txo_dlq_count(struct txo_db *db, uint64_t *total, uint64_t *unreplayed, stru
     return 0;
 }
 
+/* Columns of DLQ_SQL_LOCK_SOURCE. */
+enum source_col {
+    SRC_STATUS = 0,
+    SRC_AGGREGATE_TYPE,
+    SRC_AGGREGATE_ID,
+    SRC_SEQUENCE,
+    SRC_PREV_SEQUENCE,
+};
+
+/*
+ * A skipped event is never published, so what followed it now follows what it followed: the
+ * aggregate's next event (already appended, or the next one appended) carries the skipped
+ * event's prev_sequence, and a consumer sees a skip, not a gap. src is the locked source row.
+ */
+static int unlink_skipped(struct txo_tx *tx, const struct txo_rows *src, struct txo_error *err)
+{
+    int64_t seq = txo_rows_i64(src, 0, SRC_SEQUENCE);
+    int64_t prev = txo_rows_is_null(src, 0, SRC_PREV_SEQUENCE)
+                       ? 0
+                       : txo_rows_i64(src, 0, SRC_PREV_SEQUENCE);
+    struct txo_param agg[] = {
+        txo_p_str(txo_rows_str(src, 0, SRC_AGGREGATE_TYPE, NULL)),
+        txo_p_str(txo_rows_str(src, 0, SRC_AGGREGATE_ID, NULL)),
+    };
+    struct txo_rows *counter = NULL;
+    int rc = txo_tx_query(tx, DLQ_SQL_LOCK_AGGREGATE, agg, 2, &counter, err);
+    if (rc < 0)
+        return rc;
+    bool last = txo_rows_count(counter) > 0 && txo_rows_i64(counter, 0, 0) == seq;
+    txo_rows_free(counter);
+    if (last) {
+        struct txo_param p[] = {txo_p_i64(prev), agg[0], agg[1]};
+        return txo_tx_exec(tx, DLQ_SQL_UNLINK_LAST, p, TXO_ARRAY_LEN(p), NULL, err);
+    }
+    struct txo_param p[] = {txo_p_i64(prev), agg[0], agg[1], txo_p_i64(seq)};
+    return txo_tx_exec(tx, DLQ_SQL_UNLINK_BEFORE_NEXT, p, TXO_ARRAY_LEN(p), NULL, err);
+}
+
 struct replay_ctx {
     int64_t dead_letter_id;
     bool skip;        /* skip the event instead of replaying it */
@@ -188,7 +227,7 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                            r->dead_letter_id, r->event_id, r->verb);
         goto out;
     }
-    const char *status = txo_rows_str(rows, 0, 0, NULL);
+    const char *status = txo_rows_str(rows, 0, SRC_STATUS, NULL);
     enum txo_outbox_status s;
     if (txo_outbox_status_parse(status, &s) < 0 || s != TXO_OUTBOX_FAILED) {
         rc = txo_error_set(err, TXO_ESTATE,
@@ -212,6 +251,8 @@ static int replay_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     }
     if (r->skip) {
         rc = txo_tx_exec(tx, DLQ_SQL_UNPARK_SOURCE, &ev, 1, NULL, err);
+        if (rc == 0 && !txo_rows_is_null(rows, 0, SRC_SEQUENCE))
+            rc = unlink_skipped(tx, rows, err);
         if (rc < 0)
             goto out;
     }

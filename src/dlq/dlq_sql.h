@@ -1,13 +1,16 @@
 /*
  * Every SQL statement of the dead-letter module (src/dlq/dlq.c). Above each: the index it
  * relies on, the rows it locks and the isolation it assumes. The schema is
- * sql/migrations/0001_outbox.sql plus 0006_worker_queues.sql (replayed_at, replay_count) and
- * 0010_outbox_ordering.sql (skipped_at, status SKIPPED).
+ * sql/migrations/0001_outbox.sql plus 0006_worker_queues.sql (replayed_at, replay_count),
+ * 0010_outbox_ordering.sql (skipped_at, status SKIPPED) and 0015_outbox_sequence.sql
+ * (sequence, prev_sequence, outbox_aggregates).
  *
  * Lock order of a replay: the dead letter, then its source outbox row. Nothing else locks a
  * dead letter, and the relay never locks a FAILED outbox row (it claims PENDING and
  * expired PROCESSING rows only; the mark that made the row FAILED committed before the dead
- * letter became visible), so a replay cannot deadlock with the relay.
+ * letter became visible), so a replay cannot deadlock with the relay. A skip then locks the
+ * aggregate's counter row, as an append does first: an append waits for the skip (or the skip
+ * for the append), and only the skip goes on to lock outbox rows of the aggregate.
  */
 #ifndef TXO_DLQ_SQL_H
 #define TXO_DLQ_SQL_H
@@ -40,10 +43,14 @@
     "SELECT source_event_id FROM dead_letter_events WHERE id = ? FOR UPDATE"
 
 /*
- * Replay, step 2: the source outbox row and its state, locked. Index: PRIMARY. Locks: that row
- * (exclusive) until the replay commits. Isolation: READ COMMITTED. Params: outbox event id.
+ * Replay, step 2: the source outbox row, its state and its place in its aggregate, locked.
+ * Index: PRIMARY. Locks: that row (exclusive) until the replay commits. Isolation: READ
+ * COMMITTED. Params: outbox event id. Columns: status, aggregate_type, aggregate_id, sequence,
+ * prev_sequence.
  */
-#define DLQ_SQL_LOCK_SOURCE "SELECT status FROM outbox_events WHERE id = ? FOR UPDATE"
+#define DLQ_SQL_LOCK_SOURCE                                                                        \
+    "SELECT status, aggregate_type, aggregate_id, sequence, prev_sequence FROM outbox_events "     \
+    "WHERE id = ? FOR UPDATE"
 
 /*
  * Replay, step 3: FAILED -> PENDING, due now, attempts from zero, no lock. last_error is kept
@@ -81,6 +88,37 @@
  * Params: outbox event id.
  */
 #define DLQ_SQL_UNPARK_SOURCE "DELETE FROM outbox_parked WHERE event_id = ?"
+
+/*
+ * Skip, same transaction, for an event with a sequence: its aggregate's counter row, locked, so
+ * no event of the aggregate is appended until the skip commits. last_kept is the sequence the
+ * next appended event will follow. Index: PRIMARY of outbox_aggregates. Locks: that row
+ * (exclusive). Isolation: READ COMMITTED. Params: aggregate_type, aggregate_id.
+ */
+#define DLQ_SQL_LOCK_AGGREGATE                                                                     \
+    "SELECT last_kept FROM outbox_aggregates WHERE aggregate_type = ? AND aggregate_id = ? "       \
+    "FOR UPDATE"
+
+/*
+ * Skip, when the skipped event is the aggregate's last: the next event appended follows what
+ * the skipped one followed, so consumers see no gap. Index: PRIMARY of outbox_aggregates.
+ * Locks: that row (already locked). Params: prev_sequence of the skipped event,
+ * aggregate_type, aggregate_id.
+ */
+#define DLQ_SQL_UNLINK_LAST                                                                        \
+    "UPDATE outbox_aggregates SET last_kept = ? WHERE aggregate_type = ? AND aggregate_id = ?"
+
+/*
+ * Skip, when a later event of the aggregate exists: the one that followed the skipped event
+ * follows what the skipped one followed. Index: idx_outbox_aggregate (aggregate_type,
+ * aggregate_id, id), the aggregate's rows (those retention has not purged). Locks: the
+ * aggregate's rows it reads, until commit (READ COMMITTED releases those that do not match
+ * at once). Params: prev_sequence of the skipped event, aggregate_type, aggregate_id, sequence
+ * of the skipped event.
+ */
+#define DLQ_SQL_UNLINK_BEFORE_NEXT                                                                 \
+    "UPDATE outbox_events FORCE INDEX (idx_outbox_aggregate) SET prev_sequence = ? "              \
+    "WHERE aggregate_type = ? AND aggregate_id = ? AND prev_sequence = ?"
 
 /*
  * Skip, step 4: the dead letter records the skip. Index: PRIMARY. Locks: the row (already

@@ -1,7 +1,8 @@
 /*
  * Every SQL statement of the transactional inbox (src/inbox/inbox.c). Above each: the index it
  * relies on, the rows it locks and the isolation it assumes. The schema is
- * sql/migrations/0002_idempotency_inbox.sql and 0006_worker_queues.sql (event_id VARBINARY).
+ * sql/migrations/0002_idempotency_inbox.sql, 0006_worker_queues.sql (event_id VARBINARY) and
+ * 0016_inbox_sequence.sql (inbox_aggregates).
  * The inbox's retention statements are in src/retention/retention_sql.h.
  */
 #ifndef TXO_INBOX_SQL_H
@@ -39,5 +40,33 @@
     "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) VALUES "
 #define INBOX_SQL_RECORD_ROW      "(?, ?, ?, NOW(6))"
 #define INBOX_SQL_RECORD_MANY_END " ON DUPLICATE KEY UPDATE event_id = event_id"
+
+/*
+ * txo_inbox_check_order, step 1: the last sequence handled of each aggregate of the call,
+ * locked, so consumers of one aggregate check it one after the other. INBOX_SQL_ORDER_LAST +
+ * n x INBOX_SQL_ORDER_LAST_ROW (txo_sql_values_rows) + INBOX_SQL_ORDER_LAST_END.
+ * Index: PRIMARY (aggregate_type, aggregate_id), one lookup per pair. Locks: the rows found
+ * (exclusive, until the caller's transaction ends); none for an aggregate without a row (READ
+ * COMMITTED: no gap lock), whose first two events, checked at the same moment by two
+ * consumers, may both be judged against "nothing handled yet". Params per row: aggregate_type,
+ * aggregate_id. Columns: aggregate_type, aggregate_id, last_sequence.
+ */
+#define INBOX_SQL_ORDER_LAST                                                                       \
+    "SELECT aggregate_type, aggregate_id, last_sequence FROM inbox_aggregates "                    \
+    "WHERE (aggregate_type, aggregate_id) IN ("
+#define INBOX_SQL_ORDER_LAST_ROW "(?, ?)"
+#define INBOX_SQL_ORDER_LAST_END ") FOR UPDATE"
+
+/*
+ * txo_inbox_check_order, step 2: the new last sequence of each aggregate that moved, one row
+ * each; GREATEST keeps a higher one another consumer wrote meanwhile. INBOX_SQL_ORDER_MOVE +
+ * n x INBOX_SQL_ORDER_MOVE_ROW + INBOX_SQL_ORDER_MOVE_END. Index: PRIMARY. Locks: those rows.
+ * Params per row: aggregate_type, aggregate_id, last_sequence.
+ */
+#define INBOX_SQL_ORDER_MOVE                                                                       \
+    "INSERT INTO inbox_aggregates (aggregate_type, aggregate_id, last_sequence) VALUES "
+#define INBOX_SQL_ORDER_MOVE_ROW "(?, ?, ?)"
+#define INBOX_SQL_ORDER_MOVE_END                                                                   \
+    " ON DUPLICATE KEY UPDATE last_sequence = GREATEST(last_sequence, VALUES(last_sequence))"
 
 #endif

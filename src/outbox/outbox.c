@@ -143,16 +143,21 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
         txo_p_str(ev->event_type),      txo_p_strn(ev->payload_json, payload_len),
         txo_p_str(ev->idempotency_key),
     };
-    struct txo_exec_result res;
-    rc = txo_tx_exec(tx, ignore_duplicate ? OUTBOX_SQL_INSERT_IGNORE_DUPLICATE : OUTBOX_SQL_INSERT,
-                     params, TXO_ARRAY_LEN(params), &res, err);
+    struct txo_exec_result res = {0};
+    rc = txo_tx_exec(tx, OUTBOX_SQL_INSERT, params, TXO_ARRAY_LEN(params), &res, err);
+    bool was_inserted = rc == 0 && res.affected_rows == 1;
+    if (rc == TXO_EDUPLICATE && ignore_duplicate) {
+        /* The failed statement is undone, the aggregate's counter included; the transaction
+         * goes on. */
+        txo_error_init(err);
+        rc = 0;
+    }
     if (rc < 0) {
         txo_error_wrap(err, "outbox append %s (%s %s:%s)", key, ev->event_type, ev->aggregate_type,
                        ev->aggregate_id);
         return rc;
     }
 
-    bool was_inserted = res.affected_rows == 1;
     if (inserted != NULL)
         *inserted = was_inserted;
     if (id != NULL)

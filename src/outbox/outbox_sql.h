@@ -1,15 +1,25 @@
 /*
  * Every SQL statement of the outbox module (src/outbox/outbox.c), one named macro each.
  * Above each: the index it relies on, the rows it locks and the isolation it assumes.
- * The schema is sql/migrations/0001_outbox.sql and 0012_outbox_contract.sql.
+ * The schema is sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql and
+ * 0015_outbox_sequence.sql.
  */
 #ifndef TXO_OUTBOX_SQL_H
 #define TXO_OUTBOX_SQL_H
 
 /*
  * Appends one event. Runs inside the caller's transaction (any isolation).
- * Index: uq_outbox_idempotency_key (duplicate detection, 1062 -> TXO_EDUPLICATE).
- * Locks: the new row (and an insert-intention/gap lock on the unique index).
+ * Index: uq_outbox_idempotency_key (duplicate detection, 1062 -> TXO_EDUPLICATE; the failed
+ * statement is undone, the transaction goes on, which is how TXO_OUTBOX_IGNORE_DUPLICATE
+ * ignores it: an INSERT ... ON DUPLICATE KEY UPDATE would run the sequence trigger first and
+ * could use up a number for nothing when another transaction appends the same key at the same
+ * moment).
+ * The trigger outbox_events_sequence (sql/migrations/0015_outbox_sequence.sql) gives the row
+ * its sequence and prev_sequence from outbox_aggregates.
+ * Locks: the new row (and an insert-intention/gap lock on the unique index); the aggregate's
+ * row of outbox_aggregates, exclusively, until the caller's transaction ends (so appends to
+ * one aggregate commit one after the other, in sequence order); on a duplicate, the existing
+ * index record (shared).
  * Params: aggregate_type, aggregate_id, event_type, payload, idempotency_key.
  */
 #define OUTBOX_SQL_INSERT                                                                          \
@@ -17,20 +27,13 @@
     "idempotency_key) VALUES (?, ?, ?, ?, ?)"
 
 /*
- * Same, but an existing row with the same idempotency key is left as it is: `id = id` changes
- * nothing, so affected_rows is 1 for a new row and 0 for a duplicate (the connection does not
- * set CLIENT_FOUND_ROWS). Index and locks as OUTBOX_SQL_INSERT; on a duplicate the existing
- * index record is locked (shared next-key lock) until the caller's transaction ends.
- */
-#define OUTBOX_SQL_INSERT_IGNORE_DUPLICATE OUTBOX_SQL_INSERT " ON DUPLICATE KEY UPDATE id = id"
-
-/*
  * Appends n events in one statement (txo_outbox_append_many): BEFORE + n x ROW
  * (txo_sql_values_rows). The columns of OUTBOX_SQL_INSERT, params per row: aggregate_type,
  * aggregate_id, event_type, payload, idempotency_key; the others keep their defaults (PENDING,
  * next_attempt_at now, attempts 0). Inside the caller's transaction (any isolation).
  * Index: uq_outbox_idempotency_key: one duplicate key is 1062 (-> TXO_EDUPLICATE) and fails the
- * whole statement. Locks: the new rows (and insert-intention/gap locks on the unique index).
+ * whole statement. The trigger numbers each row as in OUTBOX_SQL_INSERT. Locks: the new rows
+ * (and insert-intention/gap locks on the unique index), the counter row of each aggregate.
  */
 #define OUTBOX_SQL_INSERT_MANY_BEFORE                                                              \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \

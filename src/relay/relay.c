@@ -388,6 +388,12 @@ static void load_batch(struct txo_relay *r)
         r->entries[i].agg = 0;
         int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS);
         m->attempt = attempts >= 0 && attempts < INT32_MAX ? (int)attempts + 1 : 1;
+        bool has_sequence = !txo_rows_is_null(rows, i, COL_SEQUENCE) &&
+                            !txo_rows_is_null(rows, i, COL_PREV_SEQUENCE);
+        int64_t seq = has_sequence ? txo_rows_i64(rows, i, COL_SEQUENCE) : 0;
+        int64_t prev = has_sequence ? txo_rows_i64(rows, i, COL_PREV_SEQUENCE) : 0;
+        m->sequence = seq > 0 ? (uint64_t)seq : 0;
+        m->prev_sequence = seq > 0 && prev > 0 ? (uint64_t)prev : 0;
         r->entries[i].nul_col = first_nul_column(rows, i, &r->entries[i].nul_at);
     }
     advance_cursor(r, n);

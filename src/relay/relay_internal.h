@@ -49,6 +49,8 @@ enum claim_col {
     COL_NEXT_ATTEMPT_AT,
     COL_LEASE_EXPIRIES,
     COL_HAD_ERROR,
+    COL_SEQUENCE,
+    COL_PREV_SEQUENCE,
 };
 
 /* The statements that end in an IN list. */

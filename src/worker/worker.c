@@ -25,6 +25,7 @@
 #include "txo/metrics.h"
 #include "txo/owner.h"
 #include "txo/worker.h"
+#include "worker/order_watch.h"
 
 #define QUEUE_CAP       1024
 #define QUEUE_MIN       512 /* the least room of the queue, whatever saga_threads and saga_batch */
@@ -94,6 +95,7 @@ struct txo_worker {
 
     struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries,
         *m_commands_done, *m_commands_failed, *m_cleaned;
+    struct txo__order_watch *order; /* the inbox's order verdicts: counted, logged, held */
 };
 
 void txo_worker_opts_init(struct txo_worker_opts *opts)
@@ -344,6 +346,7 @@ struct consume_args {
     const struct txo_event *ev;
     const struct txo_event_handler *handler;
     bool duplicate;
+    enum txo_inbox_order order;
     struct txo_handler_ctx hc;
 };
 
@@ -356,6 +359,12 @@ static int consume_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                               &a->duplicate, err);
     if (rc != 0 || a->duplicate)
         return rc;
+    struct txo_inbox_position pos = txo__order_position(a->ev);
+    rc = txo_inbox_check_order(tx, &pos, 1, &a->order, err);
+    if (rc == 0)
+        rc = txo__order_hold(a->w->order, a->ev, a->order, a->handler->hold_out_of_order_ms, err);
+    if (rc != 0)
+        return rc; /* held: rolled back, delivered again; or parked for good */
     return a->handler->fn(tx, a->ev, &a->hc, err);
 }
 
@@ -397,6 +406,8 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
     rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, consume_tx, &a, err);
     drop_db_if_broken(&w->consume_db, rc);
     pthread_mutex_unlock(&w->consume_mu);
+    if (rc == TXO_EBUSINESS && a.order == TXO_INBOX_GAP)
+        txo__order_seen(w->order, &ev, a.order); /* parked after its hold */
     if (rc != 0)
         goto out;
     /* Committed but not acknowledged yet: a crash here makes the transport deliver the event
@@ -408,6 +419,7 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                 ev.idempotency_key);
     } else {
         count(&w->consumed, w->m_consumed, NULL, 1);
+        txo__order_seen(w->order, &ev, a.order);
         queue_started(w, &a.hc);
     }
 out:
@@ -434,6 +446,8 @@ struct batch_args {
     size_t m;
     struct txo_inbox_entry *entries;
     bool *duplicate;
+    struct txo_inbox_position *pos; /* of the messages that are not duplicates */
+    enum txo_inbox_order *order;    /* order[k] for message k */
     struct txo_handler_ctx hc;
 };
 
@@ -468,6 +482,31 @@ static int flush_pending(struct batch_args *a, struct txo_error *err)
     return rc;
 }
 
+/*
+ * The order verdicts of the batch's messages that are not duplicates, in one
+ * txo_inbox_check_order(). An event after a gap for a handler that holds such events sends
+ * the batch down the single path, which holds that one event alone.
+ */
+static int check_batch_order(struct txo_tx *tx, struct batch_args *a, struct txo_error *err)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < a->m; k++) {
+        a->order[k] = TXO_INBOX_UNCHECKED;
+        if (!a->duplicate[k])
+            a->pos[n++] = txo__order_position(&a->evs[a->idx[k]]);
+    }
+    enum txo_inbox_order *got = a->order + a->m; /* n verdicts, then spread to order[] */
+    int rc = txo_inbox_check_order(tx, a->pos, n, got, err);
+    for (size_t k = 0, j = 0; rc == 0 && k < a->m; k++) {
+        if (a->duplicate[k])
+            continue;
+        a->order[k] = got[j++];
+        if (a->order[k] == TXO_INBOX_GAP && a->handlers[a->idx[k]]->hold_out_of_order_ms > 0)
+            rc = txo_error_set(err, TXO_EUNSUPPORTED, "an event to hold in a batch");
+    }
+    return rc;
+}
+
 static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct batch_args *a = arg;
@@ -476,6 +515,8 @@ static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     a->hc.needs_single = false;
     pending_clear(&a->hc);
     int rc = txo_inbox_record_many(tx, a->entries, a->m, a->duplicate, err);
+    if (rc == 0)
+        rc = check_batch_order(tx, a, err);
     for (size_t k = 0; rc == 0 && k < a->m; k++)
         if (!a->duplicate[k])
             rc = a->handlers[a->idx[k]]->fn(tx, &a->evs[a->idx[k]], &a->hc, err);
@@ -494,10 +535,12 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     struct txo_inbox_entry *entries = txo_calloc(n, sizeof(*entries));
     bool *duplicate = txo_calloc(n, sizeof(*duplicate));
     bool *decoded = txo_calloc(n, sizeof(*decoded));
+    struct txo_inbox_position *pos = txo_calloc(n, sizeof(*pos));
+    enum txo_inbox_order *order = txo_calloc(2 * n, sizeof(*order));
     struct batch_args a = {.w = w, .hc = {.w = w, .batch = true}};
     size_t m = 0;
     if (evs == NULL || handlers == NULL || idx == NULL || entries == NULL || duplicate == NULL ||
-        decoded == NULL) {
+        decoded == NULL || pos == NULL || order == NULL) {
         for (size_t i = 0; i < n; i++)
             results[i] = txo_error_set(&errors[i], TXO_ENOMEM, "batch of %zu: out of memory", n);
         goto out;
@@ -533,6 +576,8 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     a.m = m;
     a.entries = entries;
     a.duplicate = duplicate;
+    a.pos = pos;
+    a.order = order;
     struct txo_error err;
     txo_error_init(&err);
     int rc = TXO_EINVAL; /* one message: the single path */
@@ -565,6 +610,8 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     if (dups > 0)
         count(&w->duplicates, w->m_duplicates, NULL, dups);
     count(&w->consumed, w->m_consumed, NULL, m - dups);
+    for (size_t k = 0; k < m; k++)
+        txo__order_seen(w->order, &evs[idx[k]], order[k]);
     for (size_t i = 0; i < a.hc.n_pending; i++) {
         const struct pending_saga *ps = &a.hc.pending[i];
         if (!ps->s.created)
@@ -586,6 +633,8 @@ out:
     txo_free(entries);
     txo_free(duplicate);
     txo_free(decoded);
+    txo_free(pos);
+    txo_free(order);
     return 0;
 }
 
@@ -1020,6 +1069,11 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     pthread_cond_init(&w->wake, &attr);
     pthread_condattr_destroy(&attr);
     rc = register_metrics(w, err);
+    if (rc == 0) {
+        w->order = txo__order_watch_new(opts->metrics, err);
+        if (w->order == NULL)
+            rc = err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
+    }
     if (rc != 0) {
         txo_worker_free(w);
         return rc;
@@ -1108,6 +1162,7 @@ void txo_worker_free(struct txo_worker *w)
     pthread_cond_destroy(&w->wake);
     txo_free(w->inflight);
     txo_free(w->runners);
+    txo__order_watch_free(w->order);
     txo_free(w);
 }
 

@@ -3,7 +3,8 @@
  * to end with a real relay (a publisher that fails until the relay dead-letters the events,
  * the replay, then a publisher that succeeds and the event is PUBLISHED); replaying twice,
  * replaying a published event, a dead letter without source or whose source row was deleted,
- * an unknown id, and two concurrent replays of one dead letter (one wins).
+ * an unknown id, and two concurrent replays of one dead letter (one wins); a skip links the
+ * aggregate's next event (appended already or later) past the skipped one's sequence.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -414,6 +415,87 @@ static void test_concurrent_replays_one_wins(void **state)
     }
 }
 
+/* ---- (5) a skip is not a gap ---- */
+
+static int64_t seq_of(struct testdb *t, const char *key, const char *col)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT %s FROM outbox_events WHERE idempotency_key = '%s'", col,
+             key);
+    return q(t->db, sql);
+}
+
+/* Makes event `key` FAILED with a dead letter; returns the dead letter's id. */
+static int64_t kill_event(struct testdb *t, const char *key)
+{
+    char sql[400];
+    snprintf(sql, sizeof(sql),
+             "UPDATE outbox_events SET status = 'FAILED', attempts = 10, last_error = 'e' "
+             "WHERE idempotency_key = '%s'",
+             key);
+    testdb_exec(t->db, sql);
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "
+             "SELECT id, event_type, payload, last_error FROM outbox_events "
+             "WHERE idempotency_key = '%s'",
+             key);
+    testdb_exec(t->db, sql);
+    return q(t->db, "SELECT MAX(id) FROM dead_letter_events");
+}
+
+static void append(struct testdb *t, const char *agg, const char *key)
+{
+    char sql[300];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+             "idempotency_key) VALUES ('order', '%s', 'OrderChanged', '{}', '%s')",
+             agg, key);
+    testdb_exec(t->db, sql);
+}
+
+/*
+ * Aggregate 5 has events a, b, c (sequences 1, 2, 3). Skipping b makes c follow a (1); then
+ * skipping c, the aggregate's last, makes the next event appended, d (4), follow a too.
+ * A replay changes nothing of the sequence. Another aggregate is not touched.
+ */
+static void test_skip_links_the_next_event_past_it(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    append(t, "5", "a");
+    append(t, "5", "b");
+    append(t, "6", "other");
+    append(t, "5", "c");
+    assert_int_equal(seq_of(t, "c", "sequence"), 3);
+    assert_int_equal(seq_of(t, "c", "prev_sequence"), 2);
+    assert_int_equal(seq_of(t, "other", "sequence"), 1);
+
+    int64_t dl_b = kill_event(t, "b");
+    assert_int_equal(txo_dlq_skip(t->db, dl_b, &err), 0);
+    assert_int_equal(seq_of(t, "c", "sequence"), 3);
+    assert_int_equal(seq_of(t, "c", "prev_sequence"), 1);
+
+    int64_t dl_c = kill_event(t, "c");
+    assert_int_equal(txo_dlq_replay(t->db, dl_c, &err), 0); /* the sequence stays */
+    assert_int_equal(seq_of(t, "c", "prev_sequence"), 1);
+    testdb_exec(t->db, "UPDATE outbox_events SET status = 'FAILED' WHERE idempotency_key = 'c'");
+    assert_int_equal(txo_dlq_skip(t->db, dl_c, &err), 0);
+    append(t, "5", "d");
+    assert_int_equal(seq_of(t, "d", "sequence"), 4);
+    assert_int_equal(seq_of(t, "d", "prev_sequence"), 1);
+    append(t, "6", "other2");
+    assert_int_equal(seq_of(t, "other2", "prev_sequence"), 1);
+
+    /* An event from before the database numbered events (no sequence) is skipped as before. */
+    testdb_exec(t->db, "UPDATE outbox_events SET sequence = NULL, prev_sequence = NULL WHERE "
+                       "idempotency_key = 'd'");
+    int64_t dl_d = kill_event(t, "d");
+    assert_int_equal(txo_dlq_skip(t->db, dl_d, &err), 0);
+    assert_int_equal(q(t->db, "SELECT last_kept FROM outbox_aggregates WHERE aggregate_id = '5'"),
+                     4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -421,6 +503,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_replay_end_to_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_refusals_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_replays_one_wins, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_skip_links_the_next_event_past_it, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,8 @@
  * transaction, a duplicate skipped, a rolled-back record forgotten, ids compared byte for byte,
  * argument checks that write nothing, two concurrent transactions with the same id (the second
  * waits for the first, then sees the duplicate; or records it itself when the first rolls
- * back), and the inbox retention purge (old rows only, in batches, along its index).
+ * back), the inbox retention purge (old rows only, in batches, along its index), and the
+ * order check: in order, gap, older, skip, several events of one aggregate in one call.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -404,6 +405,117 @@ static void test_purge_walks_its_index(void **state)
     }
 }
 
+/* ---- order: the last sequence handled per aggregate ---- */
+
+struct order_call {
+    const struct txo_inbox_position *pos;
+    size_t n;
+    enum txo_inbox_order *order;
+    bool roll_back;
+};
+
+static int order_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct order_call *c = arg;
+    int rc = txo_inbox_check_order(tx, c->pos, c->n, c->order, err);
+    if (rc == 0 && c->roll_back)
+        rc = txo_error_set(err, TXO_EBUSINESS, "rolled back by the test");
+    return rc;
+}
+
+static void check_order(struct testdb *t, const struct txo_inbox_position *pos, size_t n,
+                        const enum txo_inbox_order *want, bool roll_back)
+{
+    enum txo_inbox_order got[16];
+    assert_true(n <= 16);
+    struct order_call c = {pos, n, got, roll_back};
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, order_fn, &c, &err);
+    assert_int_equal(rc, roll_back ? TXO_EBUSINESS : 0);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("event %zu (%s/%s sequence %llu after %llu): %s, want %s", i,
+                     pos[i].aggregate_type, pos[i].aggregate_id,
+                     (unsigned long long)pos[i].sequence, (unsigned long long)pos[i].prev_sequence,
+                     txo_inbox_order_name(got[i]), txo_inbox_order_name(want[i]));
+}
+
+static int64_t last_of(struct testdb *t, const char *id)
+{
+    struct txo_param p = txo_p_str(id);
+    return testdb_i64(t->db,
+                      "SELECT COALESCE((SELECT last_sequence FROM inbox_aggregates WHERE "
+                      "aggregate_type = 'order' AND aggregate_id = ?), -1)",
+                      &p, 1);
+}
+
+#define POS(id, seq, prev) {"order", id, seq, prev}
+
+/*
+ * In order, a gap, an older event after a newer one, a skip (prev_sequence below sequence - 1,
+ * not a gap), several events of one aggregate in one call each against the one before, events
+ * without a sequence not judged, and a rolled-back call that moves nothing.
+ */
+static void test_order_verdicts(void **state)
+{
+    struct testdb *t = *state;
+    const struct txo_inbox_position a[] = {POS("1", 1, 0), POS("1", 2, 1), POS("2", 1, 0)};
+    const enum txo_inbox_order a_want[] = {TXO_INBOX_IN_ORDER, TXO_INBOX_IN_ORDER,
+                                           TXO_INBOX_IN_ORDER};
+    check_order(t, a, 3, a_want, false);
+    assert_int_equal(last_of(t, "1"), 2);
+    assert_int_equal(last_of(t, "2"), 1);
+
+    /* 1: 3 is missing when 4 comes (gap), then 3 comes late (older); 2: 2 and 3 were skipped
+     * by an operator, 4 follows 1 (in order); "x" has no sequence. */
+    const struct txo_inbox_position b[] = {POS("1", 4, 3), POS("1", 3, 2), POS("2", 4, 1),
+                                           {"order", "x", 0, 0}, POS("1", 5, 4)};
+    const enum txo_inbox_order b_want[] = {TXO_INBOX_GAP, TXO_INBOX_OLDER, TXO_INBOX_IN_ORDER,
+                                           TXO_INBOX_UNCHECKED, TXO_INBOX_IN_ORDER};
+    check_order(t, b, 5, b_want, false);
+    assert_int_equal(last_of(t, "1"), 5);
+    assert_int_equal(last_of(t, "2"), 4);
+    assert_int_equal(last_of(t, "x"), -1);
+
+    /* Rolled back: judged, but the last sequence stays. */
+    const struct txo_inbox_position c[] = {POS("1", 6, 5), POS("3", 2, 1)};
+    const enum txo_inbox_order c_want[] = {TXO_INBOX_IN_ORDER, TXO_INBOX_GAP};
+    check_order(t, c, 2, c_want, true);
+    assert_int_equal(last_of(t, "1"), 5);
+    assert_int_equal(last_of(t, "3"), -1);
+
+    /* A copy of an event handled already is older, and moves nothing. */
+    const struct txo_inbox_position d[] = {POS("1", 5, 4)};
+    const enum txo_inbox_order d_want[] = {TXO_INBOX_OLDER};
+    check_order(t, d, 1, d_want, false);
+    assert_int_equal(last_of(t, "1"), 5);
+
+    /* Many aggregates in one call: the padded statements still judge each one. */
+    struct txo_inbox_position e[11];
+    enum txo_inbox_order e_want[11];
+    char ids[11][8];
+    for (int i = 0; i < 11; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "m%d", i);
+        e[i] = (struct txo_inbox_position)POS(ids[i], (uint64_t)(i % 3 + 1), (uint64_t)(i % 3));
+        e_want[i] = i % 3 == 0 ? TXO_INBOX_IN_ORDER : TXO_INBOX_GAP;
+    }
+    check_order(t, e, 11, e_want, false);
+    assert_int_equal(last_of(t, "m10"), 2);
+
+    /* An over-long aggregate id with a sequence is refused before any statement. */
+    char long_id[300];
+    memset(long_id, 'z', sizeof(long_id) - 1);
+    long_id[sizeof(long_id) - 1] = '\0';
+    const struct txo_inbox_position f[] = {{"order", long_id, 1, 0}};
+    enum txo_inbox_order got[1];
+    struct order_call call = {f, 1, got, false};
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, order_fn, &call, &err),
+                     TXO_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -417,6 +529,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_purge_old_rows_in_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_purge_walks_its_index, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_order_verdicts, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -280,7 +280,8 @@ static void test_relay_10000_in_aggregate_order(void **state)
     unsigned char *seen = calloc(n + 1, 1);
     int32_t *part_of = malloc(n_aggs * sizeof(*part_of));
     long *last_seq = malloc(n_aggs * sizeof(*last_seq));
-    assert_true(seen && part_of && last_seq);
+    json_int_t *last_sequence = calloc(n_aggs, sizeof(*last_sequence));
+    assert_true(seen && part_of && last_seq && last_sequence);
     for (unsigned a = 0; a < n_aggs; a++) {
         part_of[a] = -1;
         last_seq[a] = -1;
@@ -296,8 +297,15 @@ static void test_relay_10000_in_aggregate_order(void **state)
         json_t *payload = json_object_get(doc, "payload");
         unsigned agg = (unsigned)json_integer_value(json_object_get(payload, "aggregate"));
         long seq = (long)json_integer_value(json_object_get(payload, "seq"));
+        json_int_t sequence = json_integer_value(json_object_get(doc, "sequence"));
+        json_int_t prev = json_integer_value(json_object_get(doc, "prev_sequence"));
         json_decref(doc);
         assert_true(agg < n_aggs);
+        /* The envelope's own numbering: 1, 2, 3, ... per aggregate, each after the last. */
+        if (sequence != last_sequence[agg] + 1 || prev != last_sequence[agg])
+            fail_msg("aggregate %u: sequence %lld after %lld, the last seen %lld", agg,
+                     (long long)sequence, (long long)prev, (long long)last_sequence[agg]);
+        last_sequence[agg] = sequence;
         char agg_key[16];
         snprintf(agg_key, sizeof(agg_key), "%u", agg);
         assert_string_equal(r[k].key, agg_key);
@@ -318,6 +326,7 @@ static void test_relay_10000_in_aggregate_order(void **state)
     free(seen);
     free(part_of);
     free(last_seq);
+    free(last_sequence);
     testkafka_records_free(r, got);
     txo_relay_free(relay);
     txo_publisher_free(pub);

@@ -2,9 +2,10 @@
  * The outbox on its own, as a team in another language adopts it: a database that only ever
  * saw `txo migrate --only outbox`, rows inserted with plain SQL, and the `txo` binary.
  *
- * Asserted: --only outbox creates outbox_events and dead_letter_events and nothing else;
- * text and integer aggregate ids both go in and come out of `txo relay --publisher log` as
- * JSON strings; `txo stats`, `txo dlq list`, `txo dlq replay`, the relay's /metrics and
+ * Asserted: --only outbox creates outbox_events and dead_letter_events (and the relay's own
+ * tables) and nothing else; text and integer aggregate ids both go in and come out of
+ * `txo relay --publisher log` as JSON strings, numbered in their aggregate (sequence 1,
+ * prev_sequence 0); `txo stats`, `txo dlq list`, `txo dlq replay`, the relay's /metrics and
  * /readyz work without the saga and command tables; `txo clean` deletes old PUBLISHED rows
  * and old replayed dead letters and nothing else; `txo relay --clean-interval` does the same
  * in-process; the relay's heartbeat finds no txo_processes and says so in one log line; a
@@ -74,11 +75,11 @@ static void migrate_outbox_only(struct testdb *t)
     assert_int_equal(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
                           "DATABASE() AND table_name NOT IN ('outbox_events', "
                           "'dead_letter_events', 'outbox_shards', 'outbox_relays', "
-                          "'outbox_parked', 'txo_schema_migrations')"),
+                          "'outbox_parked', 'outbox_aggregates', 'txo_schema_migrations')"),
                      0);
     assert_int_equal(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
                           "DATABASE()"),
-                     6);
+                     7);
 }
 
 /* What another application's code does, each INSERT in its own transaction. */
@@ -139,6 +140,12 @@ static void test_relay_only_database_end_to_end(void **state)
                         "7f9c2e1a-55b0-4c1e-9d7a-0b6f3c2d1e00");
     assert_string_equal(str_of(json_array_get(envs, 1), "aggregate_id"), "42");
     assert_string_equal(str_of(json_array_get(envs, 1), "type"), "InvoiceIssued");
+    /* Rows that name only the contract's columns are numbered in their aggregate too. */
+    for (size_t i = 0; i < 2; i++) {
+        json_t *e = json_array_get(envs, i);
+        assert_int_equal(json_integer_value(json_object_get(e, "sequence")), 1);
+        assert_int_equal(json_integer_value(json_object_get(e, "prev_sequence")), 0);
+    }
     json_decref(envs);
     assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
 

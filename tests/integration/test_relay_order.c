@@ -10,11 +10,13 @@
  *     (every other event is published while it stays FAILED), txo_relay_list_parked() shows
  *     it, and `dlq skip` / `dlq replay` let it go on, in order;
  *   - a parked aggregate stays parked while another session's unpark has not committed;
- *   - commit order: of two transactions appending to one aggregate, the one that commits while
- *     the other is still open is published first (skip-locked; the update-limit claim waits for
- *     the open one instead).
+ *   - commit order: a second append to an aggregate waits for the first transaction to end,
+ *     a rolled-back append gives its sequence back, and a multi-row INSERT whose ids come
+ *     before a later commit's is published after it: sequences 1, 2, 3, ... in commit order,
+ *     each following the last (skip-locked; the update-limit claim waits for open
+ *     transactions instead).
  *
- * The publisher appends "aggregate_id id" lines to a file opened O_APPEND, shared by every
+ * The publisher appends "aggregate_id id pid call sequence prev_sequence" lines to a file opened O_APPEND, shared by every
  * relay, in threads and in the child process: the file is the consumer's view.
  */
 #include <fcntl.h>
@@ -56,11 +58,13 @@ static uint32_t next_rand(uint32_t *s)
     return *s;
 }
 
-static void append_line(int fd, int64_t aggregate_id, int64_t id, unsigned call)
+static void append_line(int fd, int64_t aggregate_id, const struct txo_outbox_message *m,
+                        unsigned call)
 {
-    char line[96];
-    int len = snprintf(line, sizeof(line), "%lld %lld %d %u\n", (long long)aggregate_id,
-                       (long long)id, (int)getpid(), call);
+    char line[160];
+    int len = snprintf(line, sizeof(line), "%lld %lld %d %u %llu %llu\n", (long long)aggregate_id,
+                       (long long)m->id, (int)getpid(), call, (unsigned long long)m->sequence,
+                       (unsigned long long)m->prev_sequence);
     if (write(fd, line, (size_t)len) != len)
         abort(); /* a short write to a local file: nothing sensible is left to test */
 }
@@ -81,7 +85,7 @@ static int app_publish(void *self, const struct txo_outbox_message *msgs, size_t
             results[i] = txo_error_set(&errors[i], TXO_EPUBLISH, "broker said no");
             continue;
         }
-        append_line(a->fd, agg, msgs[i].id, a->calls);
+        append_line(a->fd, agg, &msgs[i], a->calls);
         results[i] = 0;
     }
     return 0;
@@ -163,7 +167,7 @@ static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch, con
     o.mode = c->mode;
     o.batch_size = batch;
     o.relay_id = id;
-    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* opt-in; these tests hold the relay to it */
+    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* the default, named: these tests hold it */
     o.idle_sleep_ms = 2;
     o.lease_s = 1;
     o.max_attempts = 1000000;
@@ -194,6 +198,7 @@ static void insert_events(struct testdb *t, unsigned n, const char *agg_sql)
 struct seen {
     int64_t aggregate_id;
     int64_t id;
+    uint64_t sequence, prev_sequence;
 };
 
 static struct seen *read_seen(const char *path, size_t *n)
@@ -203,15 +208,18 @@ static struct seen *read_seen(const char *path, size_t *n)
     size_t cap = 1024, k = 0;
     struct seen *s = txo_malloc(cap * sizeof(*s));
     long long agg, id;
+    unsigned long long seq, prev;
     int pid;
     unsigned call;
-    while (fscanf(f, "%lld %lld %d %u", &agg, &id, &pid, &call) == 4) {
+    while (fscanf(f, "%lld %lld %d %u %llu %llu", &agg, &id, &pid, &call, &seq, &prev) == 6) {
         if (k == cap) {
             cap *= 2;
             s = txo_realloc(s, cap * sizeof(*s));
         }
         s[k].aggregate_id = agg;
         s[k].id = id;
+        s[k].sequence = seq;
+        s[k].prev_sequence = prev;
         k++;
     }
     fclose(f);
@@ -220,8 +228,9 @@ static struct seen *read_seen(const char *path, size_t *n)
 }
 
 /*
- * Per aggregate, the first copies of its events come in id order, and every id 1..n_events
- * was seen. A copy of an event seen before is the at-least-once republish of a batch whose
+ * Per aggregate, the first copies of its events come in id order (the tests insert in id
+ * order), each one's prev_sequence the sequence of the one before (no gap, a skip included),
+ * and every id 1..n_events was seen. A copy of an event seen before is the at-least-once republish of a batch whose
  * relay died (a duplicate for the consumer's inbox, not an inversion): counted, not checked.
  * Returns the number of repeats.
  */
@@ -230,6 +239,7 @@ static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_ag
     size_t n = 0;
     struct seen *s = read_seen(path, &n);
     int64_t *last = txo_calloc(n_aggregates + 1, sizeof(*last));
+    uint64_t *last_seq = txo_calloc(n_aggregates + 1, sizeof(*last_seq));
     bool *got = txo_calloc(n_events + 1, sizeof(*got));
     size_t repeats = 0;
     for (size_t i = 0; i < n; i++) {
@@ -240,16 +250,23 @@ static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_ag
             repeats++;
             continue;
         }
-        if (s[i].id < last[a]) {
+        /* The events were inserted in id order, one statement: their sequences follow it, and
+         * each first copy follows the one before it without a gap. */
+        if (s[i].id < last[a] || s[i].prev_sequence != last_seq[a] ||
+            s[i].sequence != s[i].prev_sequence + 1) {
             char cmd[160];
             snprintf(cmd, sizeof(cmd), "grep -n '^%lld ' %s >&2", (long long)a, path);
             if (system(cmd) != 0)
                 print_error("could not list the aggregate's lines\n");
-            fail_msg("aggregate %lld: event %lld seen after event %lld (line %zu)", (long long)a,
-                     (long long)s[i].id, (long long)last[a], i + 1);
+            fail_msg("aggregate %lld: event %lld (sequence %llu after %llu) seen after event %lld "
+                     "(sequence %llu) (line %zu)",
+                     (long long)a, (long long)s[i].id, (unsigned long long)s[i].sequence,
+                     (unsigned long long)s[i].prev_sequence, (long long)last[a],
+                     (unsigned long long)last_seq[a], i + 1);
         }
         got[s[i].id] = true;
         last[a] = s[i].id;
+        last_seq[a] = s[i].sequence;
     }
     for (unsigned id = 1; id <= n_events; id++) {
         if (!got[id])
@@ -257,6 +274,7 @@ static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_ag
     }
     txo_free(got);
     txo_free(last);
+    txo_free(last_seq);
     txo_free(s);
     return repeats;
 }
@@ -590,32 +608,29 @@ static void test_unpark_seen_after_commit(void **state)
     txo_publisher_free(pub);
 }
 
-/* ---- commit order: a transaction still open is not published around ---- */
+/* ---- commit order: appends to one aggregate commit one after the other ---- */
 
 struct appender_tx {
     struct testdb *t;
-    const char *key;
-    atomic_int inserted; /* the row is in, uncommitted */
-    atomic_int commit;   /* the test says: commit now */
-    int64_t id;
+    const char *sql;     /* the INSERT, as it is */
+    bool rollback;       /* end the transaction by rolling it back */
+    atomic_int inserted; /* the INSERT returned: the rows are in, uncommitted */
+    atomic_int end;      /* the test says: commit (or roll back) now */
+    int64_t id;          /* the first row's id */
 };
 
 static int append_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct appender_tx *a = arg;
-    struct txo_param p = txo_p_str(a->key);
     struct txo_exec_result res = {0};
-    int rc = txo_tx_exec(tx,
-                         "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
-                         "payload, idempotency_key) VALUES ('order', '9', 'OrderChanged', '{}', ?)",
-                         &p, 1, &res, err);
+    int rc = txo_tx_exec(tx, a->sql, NULL, 0, &res, err);
     if (rc < 0)
         return rc;
     a->id = (int64_t)res.insert_id;
     atomic_store(&a->inserted, 1);
-    while (atomic_load(&a->commit) == 0)
+    while (atomic_load(&a->end) == 0)
         txo_sleep_ms(1);
-    return 0;
+    return a->rollback ? txo_error_set(err, TXO_EBUSINESS, "rolled back by the test") : 0;
 }
 
 static void *append_main(void *arg)
@@ -624,67 +639,139 @@ static void *append_main(void *arg)
     struct txo_db *db = testdb_connect(a->t);
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_transact(db, TXO_ISO_READ_COMMITTED, append_tx, a, &err) < 0)
-        print_error("appender %s: %s\n", a->key, err.msg);
+    if (txo_db_transact(db, TXO_ISO_READ_COMMITTED, append_tx, a, &err) < 0 && !a->rollback)
+        print_error("appender %s: %s\n", a->sql, err.msg);
     txo_db_close(db);
     return NULL;
 }
 
-/* Starts an appending transaction of aggregate 9 and waits until its row is in. */
-static void begin_append(struct appender_tx *a, pthread_t *th)
+/* Starts an appending transaction; does not wait for its INSERT. */
+static void start_append(struct appender_tx *a, pthread_t *th)
 {
     atomic_init(&a->inserted, 0);
-    atomic_init(&a->commit, 0);
+    atomic_init(&a->end, 0);
     assert_int_equal(pthread_create(th, NULL, append_main, a), 0);
-    while (atomic_load(&a->inserted) == 0)
-        txo_sleep_ms(1);
 }
 
-static void commit_append(struct appender_tx *a, pthread_t th)
+static void wait_inserted(struct appender_tx *a)
 {
-    atomic_store(&a->commit, 1);
+    int64_t deadline = txo_monotonic_ms() + 10000;
+    while (atomic_load(&a->inserted) == 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("%s did not return within 10 s", a->sql);
+        txo_sleep_ms(1);
+    }
+}
+
+/* The INSERT is still waiting (for the aggregate's counter another transaction holds). */
+static void assert_waiting(struct appender_tx *a)
+{
+    txo_sleep_ms(300);
+    if (atomic_load(&a->inserted) != 0)
+        fail_msg("%s went through while another transaction held its aggregate", a->sql);
+}
+
+static void end_append(struct appender_tx *a, pthread_t th)
+{
+    atomic_store(&a->end, 1);
     pthread_join(th, NULL);
 }
 
+#define APPEND_SQL(rows)                                                                           \
+    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
+    "idempotency_key) VALUES " rows
+#define APPEND_ONE(agg, key) APPEND_SQL("('order', '" agg "', 'OrderChanged', '{}', '" key "')")
+
+/*
+ * Commit order is sequence order is publish order, for aggregate 9:
+ *   a, b   b's INSERT waits while a is open; a commits and is published alone, then b;
+ *   c, d   c rolls back: d, which waited, takes the number c gave back (no gap);
+ *   e, f, g  ids out of commit order: f is one multi-row INSERT (x, y, 9) that takes its ids
+ *          at its first row, then waits for y's counter (held by e); meanwhile g appends to
+ *          9 with a later id and holds it; f's row of 9 waits for g. g commits first, so g
+ *          comes before f although f's id is lower.
+ * The consumer sees 9's events a, b, d, g, f with sequences 1..5, each following the last.
+ */
 static void test_commit_order(void **state)
 {
     struct ctx *c = *state;
     if (c->claim != TXO_CLAIM_SKIP_LOCKED)
-        skip(); /* update-limit waits for the open transaction's row: it cannot pass it */
+        skip(); /* update-limit waits for the open transaction's rows: it cannot pass them */
     struct appender *ap = NULL;
     struct txo_publisher *pub = new_appender(c->fd, 5, &ap);
     struct txo_relay_opts o = relay_opts(c, 10, "commit-order");
     struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
     assert_int_equal(testrelay_run_once(r), 0);
+    pthread_t ta, tb;
 
-    /* The lower id stays open while the higher one commits: the relay publishes what
-     * committed, then the other once it commits. */
-    struct appender_tx lo = {.t = &c->t, .key = "lo"}, hi = {.t = &c->t, .key = "hi"};
-    pthread_t th_lo, th_hi;
-    begin_append(&lo, &th_lo);
-    begin_append(&hi, &th_hi);
-    assert_true(lo.id < hi.id);
-    commit_append(&hi, th_hi);
+    struct appender_tx a = {.t = &c->t, .sql = APPEND_ONE("9", "a")};
+    struct appender_tx b = {.t = &c->t, .sql = APPEND_ONE("9", "b")};
+    start_append(&a, &ta);
+    wait_inserted(&a);
+    start_append(&b, &tb);
+    assert_waiting(&b);
+    assert_int_equal(testrelay_run_once(r), 0); /* nothing committed */
+    end_append(&a, ta);
+    wait_inserted(&b);
+    assert_true(a.id < b.id);
+    assert_int_equal(testrelay_run_once(r), 1); /* a; b is not committed */
+    end_append(&b, tb);
     assert_int_equal(testrelay_run_once(r), 1);
-    commit_append(&lo, th_lo);
+
+    struct appender_tx cc = {.t = &c->t, .sql = APPEND_ONE("9", "c"), .rollback = true};
+    struct appender_tx d = {.t = &c->t, .sql = APPEND_ONE("9", "d")};
+    start_append(&cc, &ta);
+    wait_inserted(&cc);
+    start_append(&d, &tb);
+    assert_waiting(&d);
+    end_append(&cc, ta);
+    wait_inserted(&d);
+    end_append(&d, tb);
+    assert_int_equal(testrelay_run_once(r), 1);
+
+    pthread_t tc;
+    struct appender_tx e = {.t = &c->t, .sql = APPEND_ONE("10", "e")};
+    struct appender_tx f = {.t = &c->t,
+                            .sql = APPEND_SQL("('order', '11', 'OrderChanged', '{}', 'f1'), "
+                                              "('order', '10', 'OrderChanged', '{}', 'f2'), "
+                                              "('order', '9', 'OrderChanged', '{}', 'f3')")};
+    struct appender_tx g = {.t = &c->t, .sql = APPEND_ONE("9", "g")};
+    start_append(&e, &ta);
+    wait_inserted(&e);
+    start_append(&f, &tb);
+    assert_waiting(&f); /* its row of 11 is in, with the statement's ids; it waits for 10 */
+    start_append(&g, &tc);
+    wait_inserted(&g);
+    end_append(&e, ta);
+    assert_waiting(&f); /* now for 9, which g holds */
+    end_append(&g, tc);
+    wait_inserted(&f);
+    end_append(&f, tb);
+    int64_t f3 = q(&c->t, "SELECT id FROM outbox_events WHERE idempotency_key = 'f3'");
+    if (f3 > g.id)
+        fail_msg("f's row of 9 has id %lld, g's %lld: the ids came in commit order, so this "
+                 "does not test what it says (innodb_autoinc_lock_mode = 2?)",
+                 (long long)f3, (long long)g.id);
     while (testrelay_run_once(r) > 0)
         ;
-    /* The reverse: the higher id stays open while the lower one commits. */
-    struct appender_tx lo2 = {.t = &c->t, .key = "lo2"}, hi2 = {.t = &c->t, .key = "hi2"};
-    begin_append(&lo2, &th_lo);
-    begin_append(&hi2, &th_hi);
-    commit_append(&lo2, th_lo);
-    assert_int_equal(testrelay_run_once(r), 1);
-    commit_append(&hi2, th_hi);
-    assert_int_equal(testrelay_run_once(r), 1);
 
     size_t n = 0;
     struct seen *s = read_seen(c->path, &n);
-    assert_int_equal(n, 4);
-    assert_int_equal(s[0].id, hi.id); /* committed first */
-    assert_int_equal(s[1].id, lo.id);
-    assert_int_equal(s[2].id, lo2.id);
-    assert_int_equal(s[3].id, hi2.id);
+    const int64_t want[] = {a.id, b.id, d.id, g.id, f3};
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].aggregate_id != 9)
+            continue;
+        assert_true(k < TXO_ARRAY_LEN(want));
+        if (s[i].id != want[k] || s[i].sequence != k + 1 || s[i].prev_sequence != k)
+            fail_msg("aggregate 9, event %zu seen: id %lld sequence %llu after %llu; want id "
+                     "%lld sequence %zu after %zu",
+                     k + 1, (long long)s[i].id, (unsigned long long)s[i].sequence,
+                     (unsigned long long)s[i].prev_sequence, (long long)want[k], k + 1, k);
+        k++;
+    }
+    assert_int_equal(k, TXO_ARRAY_LEN(want));
+    assert_int_equal(n, TXO_ARRAY_LEN(want) + 3); /* and e, f1, f2 */
     txo_free(s);
     txo_relay_free(r);
     txo_publisher_free(pub);

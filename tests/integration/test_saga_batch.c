@@ -410,9 +410,11 @@ static void test_a_batch_locks_only_its_rows(void **state)
     }
     print_message("the ReserveStock batch of %d sagas locks %lld rows\n", BATCH, (long long)locked);
     /* Its 50 instances (lease renewal), 49 steps (the 50th is the one it waits for), its 2
-     * SKUs and the 50 reservations it inserted: 151. Never the other batch's 10 sagas on top
-     * (a statement walking idx_saga_resume would add them), nor the case SKU. */
-    bool probes_ok = locked == 2 * BATCH - 1 + 2 + BATCH;
+     * SKUs, the 50 reservations it inserted and the event counters of the 50 orders
+     * (outbox_aggregates: each step appends its order's StockReserved): 201. Never the other
+     * batch's 10 sagas on top (a statement walking idx_saga_resume would add them), nor the
+     * case SKU. */
+    bool probes_ok = locked == 2 * BATCH - 1 + 2 + BATCH + BATCH;
     static const char lock_saga[] = "SELECT id FROM saga_instances WHERE id = ? FOR UPDATE NOWAIT";
     for (size_t k = 0; k < 10; k++)
         if (!can_lock(probe, lock_saga, f->saga_ids[BATCH + k])) {

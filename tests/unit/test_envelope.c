@@ -313,6 +313,92 @@ static void test_cloudevents_binary_mode(void **state)
     assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, &err), 0);
 }
 
+/*
+ * The sequence in every form: the txo envelope's integers, the CloudEvents sequence extension
+ * as a 20-digit string (structured and binary), read back by both decoders; no sequence, no
+ * keys; a foreign or inconsistent sequence reads as none rather than failing the event.
+ */
+static void test_sequence(void **state)
+{
+    (void)state;
+    struct txo_outbox_message m = sample("{}");
+    m.sequence = 12;
+    m.prev_sequence = 9; /* 10 and 11 were skipped */
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
+    assert_non_null(env);
+    assert_non_null(strstr(env, "\"attempt\":1,\"sequence\":12,\"prev_sequence\":9,\"payload\":{}}"));
+    struct txo_event ev;
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_true(ev.sequence == 12 && ev.prev_sequence == 9);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, NULL, NULL, &err);
+    assert_non_null(env);
+    assert_non_null(strstr(env, "\"txoaggregateid\":\"7\",\"sequence\":\"00000000000000000012\","
+                                "\"txoprevsequence\":\"00000000000000000009\",\"data\":{}}"));
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_true(ev.sequence == 12 && ev.prev_sequence == 9);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    struct txo_ce_headers h;
+    size_t len = 0;
+    char *body = txo_envelope_binary(&m, &h, &len, &err);
+    assert_non_null(body);
+    struct txo_inbound_message in = {.data = body, .len = len, .header = ce_lookup, .transport = &h};
+    assert_string_equal(ce_lookup(&in, "ce-sequence"), "00000000000000000012");
+    assert_string_equal(ce_lookup(&in, "ce-txoprevsequence"), "00000000000000000009");
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), 0);
+    assert_true(ev.sequence == 12 && ev.prev_sequence == 9);
+    txo_event_release(&ev);
+    txo_ce_headers_release(&h);
+    txo_free(body);
+
+    /* The first event of an aggregate follows 0, which is written too. */
+    m.sequence = 1;
+    m.prev_sequence = 0;
+    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, NULL, NULL, &err);
+    assert_non_null(strstr(env, "\"txoprevsequence\":\"00000000000000000000\""));
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_true(ev.sequence == 1 && ev.prev_sequence == 0);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    /* No sequence: no keys, no headers. */
+    m.sequence = 0;
+    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
+    assert_null(strstr(env, "sequence"));
+    txo_free(env);
+    body = txo_envelope_binary(&m, &h, &len, &err);
+    in.data = body;
+    in.len = len;
+    assert_null(ce_lookup(&in, "ce-sequence"));
+    txo_ce_headers_release(&h);
+    txo_free(body);
+
+    /* Another producer's sequence, a prev_sequence that is not before it, or half of the pair:
+     * delivered, without a sequence. */
+    const char *odd[] = {
+        "{\"specversion\":\"1.0\",\"id\":\"k\",\"type\":\"T\",\"sequence\":\"abc\","
+        "\"txoprevsequence\":\"1\",\"data\":{}}",
+        "{\"specversion\":\"1.0\",\"id\":\"k\",\"type\":\"T\",\"sequence\":\"5\","
+        "\"txoprevsequence\":\"5\",\"data\":{}}",
+        "{\"specversion\":\"1.0\",\"id\":\"k\",\"type\":\"T\",\"sequence\":\"5\",\"data\":{}}",
+        "{\"type\":\"T\",\"idempotency_key\":\"k\",\"sequence\":-3,\"prev_sequence\":0,"
+        "\"payload\":{}}",
+        "{\"type\":\"T\",\"idempotency_key\":\"k\",\"sequence\":\"99999999999999999999999\","
+        "\"prev_sequence\":1,\"payload\":{}}",
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(odd); i++) {
+        assert_int_equal(txo_envelope_decode(odd[i], strlen(odd[i]), &ev, &err), 0);
+        assert_true(ev.sequence == 0 && ev.prev_sequence == 0);
+        txo_event_release(&ev);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -326,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_decode_foreign_envelope),
         cmocka_unit_test(test_decode_refuses_bad_envelopes),
+        cmocka_unit_test(test_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
