@@ -89,6 +89,8 @@ int bench_fail(int rc, const struct txo_error *err, const char *what);
 /* txo_bench ordering (bench_relay.c): ordering by aggregate against none, per backlog shape. */
 int bench_ordering(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_relay(struct bench_env *env, const struct bench_cfg *cfg);
+/* txo_bench append (bench_append.c): appends with the sequence trigger against without it. */
+int bench_append(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
 
 /*
