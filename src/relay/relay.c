@@ -671,6 +671,11 @@ static void swap_entries(struct txo_relay *r, size_t i, size_t j)
  * TRANSACTION: in the leased cycle after). Their ids go to r->defer_ids[0..returned); they
  * go back to PENDING unchanged (a leased claim releases them, a held one leaves them alone).
  */
+static bool stopping(struct txo_relay *r)
+{
+    return atomic_load(&r->stop) != 0;
+}
+
 static size_t take_out_behind_suspects(struct txo_relay *r)
 {
     if (!r->ordered)
@@ -706,14 +711,14 @@ static int release_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return exec_in(tx, c->r, IN_RELEASE, 1, c->r->defer_ids, c->n, NULL, err);
 }
 
-/* Leased claims: r->defer_ids[0..n) back to PENDING unchanged, in a transaction of its own. */
+/* Leased claims: r->defer_ids[0..n) back to PENDING unchanged, in a transaction of its own
+ * (events held back behind a suspect, or suspects a stopping relay did not publish). */
 static int release_taken_out(struct txo_relay *r, size_t n, struct txo_error *err)
 {
     struct release_ctx c = {r, n};
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, release_tx, &c, err);
     if (rc < 0)
-        txo_error_wrap(err, "relay %s: releasing %zu events held back behind a suspect",
-                       r->relay_id, n);
+        txo_error_wrap(err, "relay %s: handing back %zu events not published", r->relay_id, n);
     return rc;
 }
 
@@ -1046,6 +1051,14 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
                 "hung) relay_id=%s count=%zu first_id=%" PRId64,
                 r->relay_id, total - plain, r->msgs[plain].id);
     for (size_t j = plain; j < total; j++) {
+        if (stopping(r)) {
+            /* Each one alone can take a publish timeout: a stopping relay hands the rest back
+             * (unchanged, no attempt used) rather than keep its shards that long. */
+            for (size_t k = j; k < total; k++)
+                r->defer_ids[k - j] = r->msgs[k].id;
+            rc = release_taken_out(r, total - j, err);
+            goto out;
+        }
         if (j != 0)
             swap_entries(r, 0, j);
         r->n = 1;
@@ -1071,10 +1084,6 @@ out:
     return rc;
 }
 
-static bool stopping(struct txo_relay *r)
-{
-    return atomic_load(&r->stop) != 0;
-}
 
 /* Sleeps ms in slices of at most IDLE_SLICE_MS, returning early when asked to stop. */
 static void sleep_unless_stopped(struct txo_relay *r, int64_t ms)
