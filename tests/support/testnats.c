@@ -169,7 +169,7 @@ static bool stream_settled(const jsStreamInfo *si)
  * *settled = whether the stream had a leader and every replica was current (stream_settled).
  */
 static size_t read_msg_ids(const struct testnats *n, const char *stream, char ***ids,
-                           uint64_t *want, bool *settled)
+                           char ***data, uint64_t *want, bool *settled)
 {
     struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
@@ -185,7 +185,9 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
     jsStreamInfo_Destroy(si);
     *want = msgs;
     char **out = calloc(msgs > 0 ? msgs : 1, sizeof(*out));
+    char **bodies = data != NULL ? calloc(msgs > 0 ? msgs : 1, sizeof(*bodies)) : NULL;
     assert_non_null(out);
+    assert_true(data == NULL || bodies != NULL);
     size_t count = 0;
     for (uint64_t seq = first; msgs > 0 && seq <= last && count < msgs; seq++) {
         natsMsg *m = NULL;
@@ -203,15 +205,24 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
             out[count] = strdup(id);
             assert_non_null(out[count]);
         }
+        if (bodies != NULL) {
+            int len = natsMsg_GetDataLength(m);
+            bodies[count] = strndup(natsMsg_GetData(m) != NULL ? natsMsg_GetData(m) : "",
+                                    len > 0 ? (size_t)len : 0);
+            assert_non_null(bodies[count]);
+        }
         count++;
         natsMsg_Destroy(m);
     }
     js_close(&c);
     *ids = out;
+    if (data != NULL)
+        *data = bodies;
     return count;
 }
 
-size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids)
+size_t testnats_stream_read(const struct testnats *n, const char *stream, char ***ids,
+                            char ***data)
 {
     /* In a cluster, while the stream's leader moves (a node killed or rejoining), a replica
      * still catching up may answer with its older state, and a get can answer "not found" for
@@ -221,7 +232,7 @@ size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, cha
     for (int attempt = 1;; attempt++) {
         uint64_t want = 0;
         bool settled = false;
-        size_t count = read_msg_ids(n, stream, ids, &want, &settled);
+        size_t count = read_msg_ids(n, stream, ids, data, &want, &settled);
         if (settled && count == want)
             return count;
         if (attempt == 60) {
@@ -232,8 +243,17 @@ size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, cha
         }
         testnats_free_ids(*ids, count);
         *ids = NULL;
+        if (data != NULL) {
+            testnats_free_ids(*data, count);
+            *data = NULL;
+        }
         txo_sleep_ms(500);
     }
+}
+
+size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids)
+{
+    return testnats_stream_read(n, stream, ids, NULL);
 }
 
 void testnats_stream_msg(const struct testnats *n, const char *stream, uint64_t seq,

@@ -65,6 +65,9 @@ uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream);
  * message without one). Returns the count; free with testnats_free_ids().
  */
 size_t testnats_stream_msg_ids(const struct testnats *n, const char *stream, char ***ids);
+/* The same, and each message's body into (*data)[i] (free both with testnats_free_ids()). */
+size_t testnats_stream_read(const struct testnats *n, const char *stream, char ***ids,
+                            char ***data);
 void testnats_free_ids(char **ids, size_t count);
 
 /*
