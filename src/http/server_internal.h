@@ -1,0 +1,144 @@
+/*
+ * Private to the HTTP server (src/http/server*.c): the connection and server structs and the
+ * functions the server's files share. The server is split by job:
+ *
+ *   server.c          start and stop, the I/O thread's event loop
+ *   server_conn.c     one connection's state machine: read, parse, hand over, write, linger
+ *   server_slots.c    which connections get a slot: accept, limits, deadlines
+ *   server_handler.c  the handler threads: the request view, the response and its bytes
+ *
+ * Every connection belongs to the I/O thread, except while it is HANDLING: then the handler
+ * thread that took it from the work queue owns it until it pushes it on the done queue. So the
+ * fields of struct conn need no lock; the queues of struct txo_http_server do (mu).
+ */
+#ifndef TXO_HTTP_SERVER_INTERNAL_H
+#define TXO_HTTP_SERVER_INTERNAL_H
+
+#include "txo/http_server.h"
+
+#include "http/parse.h"
+
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/*
+ * Where a connection is. All transitions are made by the I/O thread, except HANDLING, which a
+ * handler thread leaves by pushing the connection on the done queue.
+ */
+enum conn_state {
+    CONN_IDLE,     /* keep-alive, no byte of the next request yet; -> HEAD, closed */
+    CONN_HEAD,     /* reading a request head; -> BODY, HANDLING, WRITING (refused), closed */
+    CONN_BODY,     /* reading the body; -> HANDLING, WRITING (refused), closed */
+    CONN_HANDLING, /* queued for or run by a handler thread; -> WRITING */
+    CONN_WRITING,  /* writing the response; -> IDLE, HEAD (pipelined), LINGER, closed */
+    CONN_LINGER,   /* write side shut, discarding input until EOF or the deadline; -> closed */
+};
+
+struct conn {
+    struct conn *prev, *next; /* srv->conns: every open connection */
+    struct conn *queue_next;  /* the work queue or the done queue */
+    struct txo_http_server *srv;
+    int fd;
+    SSL *ssl;
+    uint32_t peer; /* IPv4 address, network order */
+    enum conn_state state;
+    bool registered; /* in the epoll set */
+    uint32_t events; /* registered for */
+    int64_t deadline_ms;
+
+    char *in; /* received bytes: the request being read, then what follows it */
+    size_t in_len, in_cap;
+    struct txo__http_head head; /* valid from BODY to WRITING; spans point into in */
+    size_t req_end;             /* bytes of in that belong to the current request */
+    struct txo__http_chunked chunked;
+    size_t feed_off;  /* chunked: bytes of in decoded so far */
+    char *body;       /* chunked: the decoded body (max_body_bytes + 1) */
+    size_t body_len;  /* chunked: decoded so far */
+    bool close_after; /* close once the response is written */
+
+    char *out; /* bytes to write: an interim 100 Continue, then the response */
+    size_t out_len, out_off;
+    char *resp; /* HANDLING -> WRITING: the serialized response from the handler thread */
+    size_t resp_len;
+    size_t resp_off; /* bytes of resp the handler thread already wrote */
+    bool resp_close;
+
+    bool write_blocked;    /* the last write would block: wait for EPOLLOUT */
+    bool read_wants_write; /* TLS: SSL_read needs the socket writable */
+    bool write_wants_read; /* TLS: SSL_write needs the socket readable */
+};
+
+struct txo_http_server {
+    struct txo_http_server_opts opts; /* host is not kept */
+    txo_http_handler_fn handler;
+    void *arg;
+    unsigned port;
+    SSL_CTX *tls;
+
+    int listen_fd;
+    int epoll_fd;
+    int wake_fd;  /* eventfd: the done queue or stop */
+    char tags[2]; /* epoll data for listen_fd and wake_fd */
+    pthread_t io_thread;
+    struct conn *conns; /* I/O thread only */
+    unsigned n_conns;
+    unsigned n_handling;
+    atomic_bool stopping;
+
+    pthread_mutex_t mu; /* the two queues and quit */
+    pthread_cond_t work_cv;
+    struct conn *work_head, *work_tail;
+    struct conn *done_head;
+    bool quit;
+    pthread_t *workers;
+    unsigned n_workers;
+};
+
+/* ---- server_conn.c: one connection, on the I/O thread ---- */
+
+/* Unlinks c from the server, closes its socket and frees it. */
+void txo__http_conn_close(struct conn *c);
+
+/* Starts reading a request head: the head deadline runs from now. */
+void txo__http_conn_start_request(struct conn *c, int64_t now);
+
+/* Registers the events c's state needs. False when epoll failed (the caller closes c). */
+bool txo__http_conn_watch(struct conn *c);
+
+/*
+ * Answers c with a refusal (a JSON {"error","message"}, Connection: close), then lingers and
+ * closes. message is copied. Returns whether c is still open; after false c is freed.
+ */
+bool txo__http_conn_refuse(struct conn *c, int status, const char *error, const char *message);
+
+/* Handles the epoll events of c. c may be freed when this returns. */
+void txo__http_conn_event(struct conn *c, uint32_t events);
+
+/* Takes the connections the handler threads are done with and writes their responses. */
+void txo__http_take_done(struct txo_http_server *srv);
+
+/* ---- server_slots.c: which connections get a slot, on the I/O thread ---- */
+
+/* Accepts every pending connection, or turns it away (503) when it is over a limit. */
+void txo__http_accept_all(struct txo_http_server *srv);
+
+/* Enforces the deadlines (server.c's comment) of every connection at time now. */
+void txo__http_sweep(struct txo_http_server *srv, int64_t now);
+
+/* ---- server_handler.c: the handler threads ---- */
+
+/* The body of a handler thread: runs requests from the work queue until srv->quit. */
+void *txo__http_worker_main(void *arg);
+
+/*
+ * Serializes a response into one buffer (head and body: one write, no Nagle delay). Returns
+ * the buffer (txo_free) and its length, or NULL when out of memory.
+ */
+char *txo__http_serialize(const struct txo_http_response *r, bool head_only, bool close,
+                          bool http10_keep_alive, size_t *len);
+
+/* A refusal's body, {"error":code,"message":text} (txo_free); NULL when out of memory. */
+char *txo__http_refusal_body(const struct txo__http_refusal *why);
+
+#endif
