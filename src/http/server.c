@@ -8,6 +8,8 @@
  * block on the database; while a handler owns a connection the I/O thread does not touch it
  * (it is not even in the epoll set), and the handler gives it back through the done queue
  * with the serialized response. Nothing but the parser decides how a byte stream is framed.
+ * Which connections hold the max_connections slots, and which one gives its slot up to a new
+ * client, is the policy of server_slots.c.
  *
  * The files of the server, one job each, are listed in server_internal.h.
  *
@@ -97,15 +99,17 @@ static void *io_main(void *arg)
     int64_t stop_deadline = 0;
     for (;;) {
         int n = epoll_wait(srv->epoll_fd, evs, MAX_EVENTS, TICK_MS);
+        bool listen_ready = false;
         for (int i = 0; i < n; i++) {
             void *tag = evs[i].data.ptr;
             if (tag == &srv->tags[0])
-                txo__http_accept_all(srv);
+                listen_ready = true;
             else if (tag == &srv->tags[1])
                 txo__http_take_done(srv);
             else
                 txo__http_conn_event(tag, evs[i].events);
         }
+        txo__http_admit(srv, listen_ready);
         int64_t now = txo_monotonic_ms();
         if (now >= next_sweep) {
             txo__http_sweep(srv, now);
@@ -218,6 +222,7 @@ int txo_http_server_start(const struct txo_http_server_opts *opts, txo_http_hand
         srv->opts.body_timeout_s = 30;
     if (srv->opts.timeout_s == 0)
         srv->opts.timeout_s = 30;
+    srv->max_reading = srv->opts.max_connections / 4 > 0 ? srv->opts.max_connections / 4 : 1;
     srv->handler = handler;
     srv->arg = arg;
     srv->listen_fd = -1;

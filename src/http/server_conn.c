@@ -96,6 +96,7 @@ static long conn_send(struct conn *c, const char *buf, size_t n)
 void txo__http_conn_close(struct conn *c)
 {
     struct txo_http_server *srv = c->srv;
+    txo__http_slot_leave(c);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -121,10 +122,10 @@ static bool reading(const struct conn *c)
            c->state == CONN_LINGER;
 }
 
-/* Registers the events the state needs. False when epoll failed (the caller closes). */
 bool txo__http_conn_watch(struct conn *c)
 {
     struct txo_http_server *srv = c->srv;
+    txo__http_slot_file(c);
     if (c->state == CONN_HANDLING) {
         /* Out of the set while a handler owns it: even with no events asked for, a hang-up
          * would be reported in a loop until the handler ends. */

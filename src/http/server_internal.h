@@ -35,9 +35,28 @@ enum conn_state {
     CONN_LINGER,   /* write side shut, discarding input until EOF or the deadline; -> closed */
 };
 
+/*
+ * What a connection's slot is to the slot policy (server_slots.c), derived from its state by
+ * txo__http_slot_file() whenever the state may have changed.
+ */
+enum conn_slot {
+    SLOT_BUSY,        /* a request in hand (handled, or its response written): never taken */
+    SLOT_RECLAIMABLE, /* nothing of a request in hand: idle keep-alive, silent since accept, or
+                       * lingering after a refusal; closed to admit a new connection */
+    SLOT_READING,     /* a request partly read (head or body): at most max_reading of them */
+};
+
+/* A list of connections, the first in line at head. */
+struct conn_list {
+    struct conn *head, *tail;
+    unsigned n;
+};
+
 struct conn {
-    struct conn *prev, *next; /* srv->conns: every open connection */
-    struct conn *queue_next;  /* the work queue or the done queue */
+    struct conn *prev, *next;           /* srv->conns: every open connection */
+    struct conn *queue_next;            /* the work queue or the done queue */
+    struct conn *slot_prev, *slot_next; /* srv->reclaimable or srv->reading, after slot */
+    enum conn_slot slot;
     struct txo_http_server *srv;
     int fd;
     SSL *ssl;
@@ -81,9 +100,12 @@ struct txo_http_server {
     int wake_fd;  /* eventfd: the done queue or stop */
     char tags[2]; /* epoll data for listen_fd and wake_fd */
     pthread_t io_thread;
-    struct conn *conns; /* I/O thread only */
+    struct conn *conns; /* I/O thread only, like the slot lists and counts below */
     unsigned n_conns;
     unsigned n_handling;
+    struct conn_list reclaimable; /* SLOT_RECLAIMABLE: lingering first, then idle, oldest first */
+    struct conn_list reading;     /* SLOT_READING, oldest request first */
+    unsigned max_reading;         /* a quarter of max_connections, at least 1 */
     atomic_bool stopping;
 
     pthread_mutex_t mu; /* the two queues and quit */
@@ -103,7 +125,10 @@ void txo__http_conn_close(struct conn *c);
 /* Starts reading a request head: the head deadline runs from now. */
 void txo__http_conn_start_request(struct conn *c, int64_t now);
 
-/* Registers the events c's state needs. False when epoll failed (the caller closes c). */
+/*
+ * Brings c's epoll registration and its slot list (txo__http_slot_file) in line with its
+ * state. False when epoll failed (the caller closes c).
+ */
 bool txo__http_conn_watch(struct conn *c);
 
 /*
@@ -120,8 +145,19 @@ void txo__http_take_done(struct txo_http_server *srv);
 
 /* ---- server_slots.c: which connections get a slot, on the I/O thread ---- */
 
-/* Accepts every pending connection, or turns it away (503) when it is over a limit. */
-void txo__http_accept_all(struct txo_http_server *srv);
+/* Moves c to the slot list of its state; it keeps its place when its slot is unchanged. */
+void txo__http_slot_file(struct conn *c);
+
+/* Takes c off its slot list (it is being closed). */
+void txo__http_slot_leave(struct conn *c);
+
+/*
+ * Runs between two batches of epoll events, because it closes connections other than the one
+ * an event is for, and a later event of the same batch could name one of them: refuses the
+ * oldest requests still being read beyond max_reading, then, when listen_ready, accepts every
+ * pending connection, taking reclaimable slots when all are in use, or turns it away (503).
+ */
+void txo__http_admit(struct txo_http_server *srv, bool listen_ready);
 
 /* Enforces the deadlines (server.c's comment) of every connection at time now. */
 void txo__http_sweep(struct txo_http_server *srv, int64_t now);
