@@ -188,6 +188,9 @@ static bool flush_out(struct conn *c)
         }
         c->out_off += (size_t)n;
     }
+    /* Nothing is kept between writes: most responses never need this buffer. */
+    txo_free(c->out);
+    c->out = NULL;
     c->out_off = 0;
     c->out_len = 0;
     return true;
@@ -417,6 +420,20 @@ static bool grow_input(struct conn *c, size_t want)
     return true;
 }
 
+/*
+ * Frees the input buffer of a connection with nothing of a request in hand, as nginx does: an
+ * idle or silent connection then costs its struct alone, and the buffer comes back with the
+ * next bytes (grow_input).
+ */
+static void release_empty_input(struct conn *c)
+{
+    if (c->in_len > 0 || (c->state != CONN_IDLE && c->state != CONN_HEAD))
+        return;
+    txo_free(c->in);
+    c->in = NULL;
+    c->in_cap = 0;
+}
+
 static bool read_input(struct conn *c)
 {
     if (c->state == CONN_LINGER) {
@@ -457,6 +474,7 @@ static bool read_input(struct conn *c)
     }
     if (c->state == CONN_HANDLING)
         return true;
+    release_empty_input(c);
     return keep_interest(c);
 }
 
@@ -482,6 +500,7 @@ static bool after_response(struct conn *c)
     } else {
         c->state = CONN_IDLE;
         c->deadline_ms = now + (int64_t)c->srv->opts.timeout_s * 1000;
+        release_empty_input(c);
     }
     if (!process_input(c))
         return false;

@@ -66,7 +66,7 @@ struct conn {
     uint32_t events; /* registered for */
     int64_t deadline_ms;
 
-    char *in; /* received bytes: the request being read, then what follows it */
+    char *in; /* received bytes: the request being read, then what follows it; NULL when none */
     size_t in_len, in_cap;
     struct txo__http_head head; /* valid from BODY to WRITING; spans point into in */
     size_t req_end;             /* bytes of in that belong to the current request */
@@ -76,7 +76,7 @@ struct conn {
     size_t body_len;  /* chunked: decoded so far */
     bool close_after; /* close once the response is written */
 
-    char *out; /* bytes to write: an interim 100 Continue, then the response */
+    char *out; /* bytes to write: an interim 100 Continue, then the response; NULL when none */
     size_t out_len, out_off;
     char *resp; /* HANDLING -> WRITING: the serialized response from the handler thread */
     size_t resp_len;
@@ -106,6 +106,7 @@ struct txo_http_server {
     struct conn_list reclaimable; /* SLOT_RECLAIMABLE: lingering first, then idle, oldest first */
     struct conn_list reading;     /* SLOT_READING, oldest request first */
     unsigned max_reading;         /* a quarter of max_connections, at least 1 */
+    unsigned peak_conns;          /* the most connections open since memory was last trimmed */
     atomic_bool stopping;
 
     pthread_mutex_t mu; /* the two queues and quit */
@@ -159,7 +160,10 @@ void txo__http_slot_leave(struct conn *c);
  */
 void txo__http_admit(struct txo_http_server *srv, bool listen_ready);
 
-/* Enforces the deadlines (server.c's comment) of every connection at time now. */
+/*
+ * Enforces the deadlines (server.c's comment) of every connection at time now, and returns
+ * free memory to the kernel once the open connections have fallen well below their peak.
+ */
 void txo__http_sweep(struct txo_http_server *srv, int64_t now);
 
 /* ---- server_handler.c: the handler threads ---- */

@@ -22,6 +22,15 @@
  * The deadlines hold for every state (server.c): a head must be complete header_timeout_s
  * after accept or its first byte, whatever the slots.
  *
+ * Memory. An open connection keeps its struct (about 2.4 KB, mostly the parsed head's field
+ * table); its input buffer only while it holds unprocessed bytes and its output buffer only
+ * while a write is pending (server_conn.c), so idle and silent connections cost the struct
+ * alone. glibc gives freed memory back to the kernel only from the top of a heap, and one chunk
+ * still in use above the buffers of closed connections keeps all of them resident. So when the
+ * open connections have fallen to half their peak, and by at least TRIM_DROP, the sweep has
+ * malloc_trim release the free pages of every arena (txo__alloc_trim). Between two trims the
+ * free memory kept is bounded by what the connections open at the peak used; a trim follows at
+ * least TRIM_DROP closes, so its cost (a walk of the free lists) stays small per connection.
  */
 #include "core/common.h"
 
@@ -33,6 +42,10 @@
 #include <openssl/err.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+enum {
+    TRIM_DROP = 256, /* fewer open connections than the peak before memory is trimmed */
+};
 
 /* ---- the slot lists ---- */
 
@@ -215,6 +228,8 @@ static void accept_all(struct txo_http_server *srv)
             srv->conns->prev = c;
         srv->conns = c;
         srv->n_conns++;
+        if (srv->n_conns > srv->peak_conns)
+            srv->peak_conns = srv->n_conns;
         txo__http_conn_start_request(c, txo_monotonic_ms());
         if (!txo__http_conn_watch(c))
             txo__http_conn_close(c);
@@ -228,7 +243,18 @@ void txo__http_admit(struct txo_http_server *srv, bool listen_ready)
         accept_all(srv);
 }
 
-/* ---- deadlines ---- */
+/* ---- deadlines and memory ---- */
+
+/* Returns free memory to the kernel once the connections have fallen well below their peak. */
+static void trim_after_drop(struct txo_http_server *srv)
+{
+    if (srv->peak_conns < srv->n_conns + TRIM_DROP || srv->n_conns > srv->peak_conns / 2)
+        return;
+    TXO_LOG(TXO_LOG_DEBUG, "http", "returning free memory: %u connections open, %u at the peak",
+            srv->n_conns, srv->peak_conns);
+    txo__alloc_trim();
+    srv->peak_conns = srv->n_conns;
+}
 
 void txo__http_sweep(struct txo_http_server *srv, int64_t now)
 {
@@ -249,4 +275,5 @@ void txo__http_sweep(struct txo_http_server *srv, int64_t now)
             txo__http_conn_close(c);
         }
     }
+    trim_after_drop(srv);
 }
