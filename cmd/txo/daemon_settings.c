@@ -35,7 +35,8 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .env = "TXO_MAX_CONNECTIONS",
          .type = SETTING_UINT,
          .def = "512",
-         .help = "concurrent HTTP connections (more are answered 503 and closed)",
+         .help = "concurrent HTTP connections; when all are in use, the longest-idle one is closed "
+                 "to admit a new one (503 when none is idle)",
          .min = 1,
          .max = 10000,
          .target = &o->max_connections},

@@ -7,7 +7,9 @@
  *   - keep-alive and pipelining, chunked request bodies, Expect: 100-continue,
  *   - limits: body size (413), head size (431/414), a deadline for the whole head and another
  *     for the whole body (408, however slowly the bytes trickle in), an idle timeout, a total
- *     and a per-client-address connection limit,
+ *     and a per-client-address connection limit; when every connection slot is in use, the
+ *     longest-idle keep-alive connection is closed to admit a new one, and at most a quarter
+ *     of the slots may hold a request that is still being read (docs/service.md),
  *   - TLS (OpenSSL) when a certificate and a key are given,
  *   - graceful shutdown: stop accepting, let requests in flight finish, close.
  * Routing and everything about the content belong to the handler.
@@ -76,7 +78,7 @@ struct txo_http_server_opts {
     unsigned port;             /* 0 = any free port (see txo_http_server_port) */
     size_t max_body_bytes;     /* default 65536; larger: 413 */
     unsigned timeout_s;        /* idle keep-alive, and writing a response; default 30 */
-    unsigned max_connections;  /* default 512; more: 503 and closed */
+    unsigned max_connections;  /* default 512; more: an idle one is closed, else 503 */
     unsigned header_timeout_s; /* the whole head, from accept or its first byte; default 10 */
     unsigned body_timeout_s;   /* the whole body, from the end of the head; default 30 */
     unsigned max_connections_per_client; /* per client IPv4 address; default 64; 0 = none */

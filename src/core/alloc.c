@@ -10,10 +10,17 @@
  *
  * Thread-safety: the countdown is one atomic; with several threads allocating, which thread
  * sees the first failure is not defined, but exactly n allocations succeed before it.
+ *
+ * txo__alloc_trim() (core/common.h) hands free memory back to the kernel, for code that knows
+ * when much was just freed (the HTTP server after connections close, src/http/server_slots.c).
  */
 #include "core/common.h"
 
 #include <stdatomic.h>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 /* Allocations left before injected failures start; negative = injection off. */
 static _Atomic long fail_countdown = -1;
@@ -95,4 +102,11 @@ char *txo_strndup(const char *s, size_t n)
     memcpy(copy, s, len);
     copy[len] = '\0';
     return copy;
+}
+
+void txo__alloc_trim(void)
+{
+#ifdef __GLIBC__
+    (void)malloc_trim(0);
+#endif
 }

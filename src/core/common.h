@@ -37,6 +37,13 @@ _Noreturn void txo__bug(const char *file, int line, const char *fmt, ...) TXO_PR
  */
 long txo__name_index(const char *const *names, size_t n, const char *name);
 
+/*
+ * Returns the free memory of every malloc arena to the kernel (glibc's malloc_trim); a no-op
+ * with another C library. It walks the free lists with each arena locked in turn: call it at a
+ * quiet point after much was freed, never per request. Thread-safe.
+ */
+void txo__alloc_trim(void);
+
 #include "banned.h"
 
 #endif

@@ -11,8 +11,9 @@
  *               repeated Host, other HTTP versions: 400/501/505, closed, one response.
  *   NUL         in an Idempotency-Key, an Authorization header, the path (%00) and the query.
  *   slow        one byte at a time: the head and the body have deadlines (408, closed); a
- *               client address past its connection limit gets 503 while other addresses are
- *               served; the total limit is freed when the deadlines pass.
+ *               client address past its connection limit gets 503; on a full server a new
+ *               connection takes the slot of the oldest silent one; the deadlines close the
+ *               rest (test_http_slots.c has the connection policy at full scale).
  *   JSON        a body whose parse error quotes half a UTF-8 character, bad UTF-8, overlong
  *               encodings, encoded surrogates, deep nesting: 400 malformed_json, never 500.
  *   limits      huge heads (431), long request lines (414), many headers (431), bodies over
@@ -26,10 +27,6 @@
  * Runs under ASan/UBSan in `make test-asan` (TXO_BIN is then the sanitized build), and the
  * server must exit 0 on SIGTERM, so a leak or a sanitizer report fails the test.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,9 +36,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -51,6 +45,7 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
+#include "testraw.h"
 
 #define TOKEN "s3cret-token"
 
@@ -99,135 +94,16 @@ static void stop(struct ctx *c)
     testhttp_txo_stop(&c->srv, "txo serve");
 }
 
-/* ---- raw client ---- */
-
-/* Connects to 127.0.0.1:port from the loopback address from (NULL: any). */
-static int dial_from(unsigned port, const char *from)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    if (from != NULL) {
-        inet_pton(AF_INET, from, &sa.sin_addr);
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-            fail_msg("bind %s: %s", from, strerror(errno));
-    }
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-        fail_msg("connect to port %u: %s", port, strerror(errno));
-    return fd;
-}
+/* ---- raw client (testraw.h) ---- */
 
 static int dial(unsigned port)
 {
-    return dial_from(port, NULL);
-}
-
-/* Writes all n bytes; false when the server has gone (it may close after a refusal). */
-static bool send_bytes(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t put = send(fd, p, n, MSG_NOSIGNAL);
-        if (put < 0 && errno == EINTR)
-            continue;
-        if (put <= 0)
-            return false;
-        p += put;
-        n -= (size_t)put;
-    }
-    return true;
-}
-
-static bool send_str(int fd, const char *s)
-{
-    return send_bytes(fd, s, strlen(s));
-}
-
-struct reply {
-    int status;
-    char head[8192];
-    char content_type[128];
-    bool conn_close;
-    char body[8192];
-    size_t len;
-};
-
-static bool recv_exact(int fd, char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t got = recv(fd, p, n, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return false;
-        p += got;
-        n -= (size_t)got;
-    }
-    return true;
-}
-
-/* Reads one response; false when none (EOF, reset, timeout). Interim 1xx are skipped. */
-static bool read_reply(int fd, struct reply *r)
-{
-    for (;;) {
-        memset(r, 0, sizeof(*r));
-        size_t len = 0;
-        while (len < 4 || memcmp(r->head + len - 4, "\r\n\r\n", 4) != 0) {
-            if (len + 1 >= sizeof(r->head) || !recv_exact(fd, r->head + len, 1))
-                return false;
-            len++;
-        }
-        if (sscanf(r->head, "HTTP/1.1 %d ", &r->status) != 1)
-            fail_msg("not an HTTP/1.1 status line: %.80s", r->head);
-        if (r->status >= 200)
-            break;
-    }
-    size_t cl = 0;
-    for (char *line = strstr(r->head, "\r\n") + 2; *line != '\r';) {
-        char *eol = strstr(line, "\r\n");
-        *eol = '\0';
-        if (strncasecmp(line, "Content-Length: ", 16) == 0)
-            cl = strtoul(line + 16, NULL, 10);
-        else if (strncasecmp(line, "Content-Type: ", 14) == 0)
-            snprintf(r->content_type, sizeof(r->content_type), "%s", line + 14);
-        else if (strcasecmp(line, "Connection: close") == 0)
-            r->conn_close = true;
-        *eol = '\r';
-        line = eol + 2;
-    }
-    if (cl >= sizeof(r->body))
-        fail_msg("response body of %zu bytes is larger than the test expects", cl);
-    if (!recv_exact(fd, r->body, cl))
-        return false;
-    r->body[cl] = '\0';
-    r->len = cl;
-    return true;
-}
-
-/* True when the server closed fd (EOF or reset) within ms without sending anything more. */
-static bool closed_within(int fd, int ms, char *extra, size_t cap)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    if (poll(&p, 1, ms) <= 0)
-        return false;
-    ssize_t got = recv(fd, extra, cap - 1, 0);
-    if (got > 0) {
-        extra[got] = '\0';
-        return false;
-    }
-    return true;
+    return testraw_dial_from(port, NULL);
 }
 
 /* r is {"error": code (NULL: any), "message": non-empty}, as JSON. */
-static void expect_json_error(const struct reply *r, int status, const char *code, const char *what)
+static void expect_json_error(const struct testraw_reply *r, int status, const char *code,
+                              const char *what)
 {
     if (r->status != status)
         fail_msg("%s: want %d, got %d: %s", what, status, r->status, r->body);
@@ -273,15 +149,15 @@ static void expect_refused(struct ctx *c, const char *bytes, size_t n, int statu
                            const char *what)
 {
     int fd = dial(c->port);
-    (void)send_bytes(fd, bytes, n);
-    struct reply r;
-    if (!read_reply(fd, &r))
+    (void)testraw_send(fd, bytes, n);
+    struct testraw_reply r;
+    if (!testraw_read_reply(fd, &r))
         fail_msg("%s: no response", what);
     expect_json_error(&r, status, code, what);
     if (!r.conn_close)
         fail_msg("%s: %d without Connection: close", what, status);
     char extra[512];
-    if (!closed_within(fd, 3000, extra, sizeof(extra)))
+    if (!testraw_closed_within(fd, 3000, extra, sizeof(extra)))
         fail_msg("%s: the connection stayed open (or more came: %.80s)", what, extra);
     close(fd);
 }
@@ -306,13 +182,13 @@ static size_t order_request(char *buf, size_t cap, const char *key, const char *
 }
 
 /* One request on fd, kept alive; returns the reply. */
-static void exchange(int fd, const char *bytes, size_t n, struct reply *r, const char *what)
+static void exchange(int fd, const char *bytes, size_t n, struct testraw_reply *r, const char *what)
 {
-    if (!send_bytes(fd, bytes, n) || !read_reply(fd, r))
+    if (!testraw_send(fd, bytes, n) || !testraw_read_reply(fd, r))
         fail_msg("%s: no response", what);
 }
 
-static void exchange_str(int fd, const char *request, struct reply *r, const char *what)
+static void exchange_str(int fd, const char *request, struct testraw_reply *r, const char *what)
 {
     exchange(fd, request, strlen(request), r, what);
 }
@@ -436,7 +312,7 @@ static void test_nul_bytes_are_refused(void **state)
     char req[1024];
     size_t n = order_request(req, sizeof(req), "first", ORDER, strlen(ORDER));
     int fd = dial(c->port);
-    struct reply r;
+    struct testraw_reply r;
     exchange(fd, req, n, &r, "the first order");
     assert_int_equal(r.status, 201);
     close(fd);
@@ -477,8 +353,8 @@ static void test_nul_bytes_are_refused(void **state)
 /* ---- slow clients ---- */
 
 /* Sends head one byte every 100 ms until a response arrives; returns it, or fails. */
-static void trickle_until_answer(int fd, const char *bytes, struct reply *r, int64_t *took_ms,
-                                 const char *what)
+static void trickle_until_answer(int fd, const char *bytes, struct testraw_reply *r,
+                                 int64_t *took_ms, const char *what)
 {
     int64_t t0 = txo_monotonic_ms();
     for (size_t i = 0;; i++) {
@@ -486,12 +362,12 @@ static void trickle_until_answer(int fd, const char *bytes, struct reply *r, int
         if (poll(&p, 1, 100) > 0)
             break;
         if (bytes[i % strlen(bytes)] != '\0')
-            (void)send_bytes(fd, &bytes[i % strlen(bytes)], 1);
+            (void)testraw_send(fd, &bytes[i % strlen(bytes)], 1);
         if (txo_monotonic_ms() - t0 > 8000)
             fail_msg("%s: still no answer after 8 s of trickling", what);
     }
     *took_ms = txo_monotonic_ms() - t0;
-    if (!read_reply(fd, r))
+    if (!testraw_read_reply(fd, r))
         fail_msg("%s: the connection was closed without a 408", what);
 }
 
@@ -511,54 +387,59 @@ static void test_slow_clients_are_closed(void **state)
 
     /* A head trickling in, one byte per 100 ms, never ends (the header repeats). */
     int fd = dial(c->port);
-    assert_true(send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n"));
-    struct reply r;
+    assert_true(testraw_send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n"));
+    struct testraw_reply r;
     int64_t ms = 0;
     trickle_until_answer(fd, "X-Slow: aaaaaaaaaaaaaaaa\r\n", &r, &ms, "slow head");
     expect_json_error(&r, 408, "request_timeout", "slow head");
     assert_true(ms < 3000);
     char extra[256];
-    assert_true(closed_within(fd, 3000, extra, sizeof(extra)));
+    assert_true(testraw_closed_within(fd, 3000, extra, sizeof(extra)));
     close(fd);
 
     /* A body of 1000 bytes trickling in. */
     fd = dial(c->port);
-    assert_true(send_str(fd, POST_ORDERS "Idempotency-Key: slow\r\nContent-Length: 1000\r\n\r\n"));
+    assert_true(
+        testraw_send_str(fd, POST_ORDERS "Idempotency-Key: slow\r\nContent-Length: 1000\r\n\r\n"));
     trickle_until_answer(fd, "{", &r, &ms, "slow body");
     expect_json_error(&r, 408, "request_timeout", "slow body");
     assert_true(ms < 3000);
-    assert_true(closed_within(fd, 3000, extra, sizeof(extra)));
+    assert_true(testraw_closed_within(fd, 3000, extra, sizeof(extra)));
     close(fd);
 
-    /* 8 silent connections from 127.0.0.1 are its limit: a 9th is turned away, another
-     * address is served, and 8 more from 127.0.0.2 fill the server. */
+    /* 8 silent connections from 127.0.0.1 are its limit: a 9th is turned away, and 8 more
+     * from 127.0.0.2 fill the server. */
     txo_sleep_ms(200); /* the server has seen the two closes */
     int held[16];
     for (int i = 0; i < 8; i++)
-        held[i] = dial_from(c->port, "127.0.0.1");
+        held[i] = testraw_dial_from(c->port, "127.0.0.1");
     for (int i = 8; i < 16; i++)
-        held[i] = dial_from(c->port, "127.0.0.2");
+        held[i] = testraw_dial_from(c->port, "127.0.0.2");
     txo_sleep_ms(100);
-    fd = dial_from(c->port, "127.0.0.1");
-    (void)send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-    if (read_reply(fd, &r))
+    fd = testraw_dial_from(c->port, "127.0.0.1");
+    (void)testraw_send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    if (testraw_read_reply(fd, &r))
         expect_json_error(&r, 503, "too_many_connections", "9th connection of one address");
-    assert_true(closed_within(fd, 3000, extra, sizeof(extra)));
+    assert_true(testraw_closed_within(fd, 3000, extra, sizeof(extra)));
     close(fd);
-    fd = dial_from(c->port, "127.0.0.3");
-    (void)send_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
-    if (read_reply(fd, &r))
-        expect_json_error(&r, 503, "too_many_connections", "17th connection");
-    assert_true(closed_within(fd, 3000, extra, sizeof(extra)));
+    /* A 17th takes the slot of the oldest silent connection, long before its deadline. */
+    fd = testraw_dial_from(c->port, "127.0.0.3");
+    exchange_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n", &r, "17th connection");
+    assert_int_equal(r.status, 200);
     close(fd);
+    if (!testraw_closed_within(held[0], 300, extra, sizeof(extra)))
+        fail_msg("the oldest silent connection kept its slot");
+    struct pollfd second = {.fd = held[1], .events = POLLIN};
+    if (poll(&second, 1, 0) != 0)
+        fail_msg("the second silent connection was closed too, before its deadline");
 
     /* The head deadline frees them all. */
     for (int i = 0; i < 16; i++) {
-        if (!closed_within(held[i], 3000, extra, sizeof(extra)))
+        if (!testraw_closed_within(held[i], 3000, extra, sizeof(extra)))
             fail_msg("silent connection %d was not closed by the head deadline", i);
         close(held[i]);
     }
-    fd = dial_from(c->port, "127.0.0.3");
+    fd = testraw_dial_from(c->port, "127.0.0.3");
     exchange_str(fd, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n", &r, "after the deadline");
     assert_int_equal(r.status, 200);
     close(fd);
@@ -607,7 +488,7 @@ static void test_malformed_bodies_are_400(void **state)
         char key[32];
         snprintf(key, sizeof(key), "bad-%zu", i);
         size_t n = order_request(req, bodies[i].len + 512, key, bodies[i].bytes, bodies[i].len);
-        struct reply r;
+        struct testraw_reply r;
         exchange(fd, req, n, &r, bodies[i].what);
         free(req);
         expect_json_error(&r, 400, "malformed_json", bodies[i].what);
@@ -661,11 +542,11 @@ static void test_limits_answer_json(void **state)
 
     /* HTTP/1.0 is served and closed; 1.0 keep-alive is kept. */
     int fd = dial(c->port);
-    struct reply r;
+    struct testraw_reply r;
     exchange_str(fd, "GET /healthz HTTP/1.0\r\n\r\n", &r, "HTTP/1.0");
     assert_int_equal(r.status, 200);
     char extra[256];
-    assert_true(closed_within(fd, 3000, extra, sizeof(extra)));
+    assert_true(testraw_closed_within(fd, 3000, extra, sizeof(extra)));
     close(fd);
     fd = dial(c->port);
     exchange_str(fd, "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r,
@@ -686,7 +567,7 @@ static void test_api_refuses_ambiguous_input(void **state)
     struct ctx *c = *state;
     start(c, NULL);
     int fd = dial(c->port);
-    struct reply r;
+    struct testraw_reply r;
     char req[1024];
     int n = snprintf(req, sizeof(req),
                      POST_ORDERS "Idempotency-Key: one\r\nIdempotency-Key: two\r\n"
@@ -752,21 +633,21 @@ static void test_pipelined_requests(void **state)
                           "GET /healthz HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n"
                           "Content-Length: 2\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     int fd = dial(c->port);
-    assert_true(send_bytes(fd, req, n));
-    struct reply r;
-    assert_true(read_reply(fd, &r));
+    assert_true(testraw_send(fd, req, n));
+    struct testraw_reply r;
+    assert_true(testraw_read_reply(fd, &r));
     assert_int_equal(r.status, 200);
-    assert_true(read_reply(fd, &r));
+    assert_true(testraw_read_reply(fd, &r));
     assert_int_equal(r.status, 201);
     char first[sizeof(r.body)];
     memcpy(first, r.body, sizeof(first));
-    assert_true(read_reply(fd, &r)); /* the same order again, chunked: the stored answer */
+    assert_true(testraw_read_reply(fd, &r)); /* the same order again, chunked: the stored answer */
     assert_int_equal(r.status, 201);
     assert_string_equal(r.body, first);
-    assert_true(read_reply(fd, &r));
+    assert_true(testraw_read_reply(fd, &r));
     expect_json_error(&r, 400, "bad_request", "the smuggling request after three good ones");
     char extra[256];
-    if (!closed_within(fd, 3000, extra, sizeof(extra)))
+    if (!testraw_closed_within(fd, 3000, extra, sizeof(extra)))
         fail_msg("the request hidden after the refused one was answered: %.80s", extra);
     close(fd);
     expect_rows(c, 1, "after the pipeline");
@@ -786,7 +667,7 @@ static void test_sku_match_is_exact(void **state)
     start(c, NULL);
     int fd = dial(c->port);
     static const char *const others[] = {"FUZZ-SKU", "fuzz-sku ", "Fuzz-Sku"};
-    struct reply r;
+    struct testraw_reply r;
     char body[256];
     char req[1024];
     for (size_t i = 0; i < TXO_ARRAY_LEN(others); i++) {
