@@ -41,7 +41,7 @@ const struct command cmd_audit = {
         "stored in the window has an outbox row; and no event anywhere waits to be published\n"
         "longer than --pending-older-than. The broker's history is read without consuming it,\n"
         "with the relay's own --nats-*, --kafka-* or --redis-* settings: a JetStream stream\n"
-        "through an ordered consumer that acks nothing, Kafka partitions from offsets without a\n"
+        "through an ephemeral consumer that acks nothing, Kafka partitions from offsets without a\n"
         "consumer group, Redis streams with XRANGE. RabbitMQ cannot be audited (reading a\n"
         "queue consumes it), nor webhooks or gRPC (the receiver keeps no history to read back).\n"
         "The window must lie inside both retentions: an event the broker may have dropped is\n"

@@ -3,7 +3,7 @@
  * (txo/audit.h) compares it with the outbox. One small interface (an ops table) with one
  * implementation per broker whose history can be read that way:
  *
- *   nats   the JetStream stream, through an ephemeral ordered consumer that acknowledges
+ *   nats   the JetStream stream, through an ephemeral pull consumer that acknowledges
  *          nothing and is gone when the read ends (txo_history_nats_new(), txo/nats.h)
  *   kafka  every partition of the topics the topic template names, from offsets, by a
  *          consumer that belongs to no group and commits nothing (txo_history_kafka_new(),
@@ -68,7 +68,7 @@ struct txo_history_ops {
      * Calls fn(arg, ...) for every message held that was stored in [from_us, to_us], and maybe
      * a few outside it (the caller filters by time), in the order of each stream or partition,
      * then fills *span. Reads only: nothing is acknowledged, committed, created or changed at
-     * the broker (a NATS ordered consumer is ephemeral server state, deleted when the read
+     * the broker (a NATS reader's consumer is ephemeral server state, deleted when the read
      * ends). Returns 0, fn's code, or TXO_EUNAVAILABLE / TXO_ETIMEOUT (broker unreachable or
      * silent), TXO_ENOTFOUND (the NATS stream does not exist), TXO_ECONFIG (refused: not
      * authorised), TXO_ENOMEM, with err set (not for fn's code).

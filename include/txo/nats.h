@@ -142,12 +142,12 @@ TXO_API TXO_MUST_CHECK int txo_consumer_nats_batch_new(const struct txo_nats_opt
 
 /*
  * Creates a reader of the stream's history (txo/history.h) for the outbox auditor: it reads
- * the messages of "<subject_prefix>.>" in opts.stream through an ephemeral ordered consumer
+ * the messages of "<subject_prefix>.>" in opts.stream through an ephemeral pull consumer
  * that acknowledges nothing, by their Nats-Msg-Id header, and tells from the stream's first
  * sequence whether the stream dropped its oldest messages. It never creates or changes the
  * stream (create_stream is ignored) and connects at once (connect_required is implied).
- * ack_timeout_ms bounds every request and the wait for each message of a read. The durable,
- * filter and ack settings are not used.
+ * ack_timeout_ms bounds every request and each fetch of a read. The durable, filter and ack
+ * settings are not used.
  * Errors: TXO_EINVAL (bad opts), TXO_EUNAVAILABLE (server unreachable), TXO_ENOMEM. Free with
  * txo_history_free().
  */
