@@ -41,8 +41,8 @@ void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_set
          .env = "TXO_AUDIT_SINCE",
          .type = SETTING_STRING,
          .help = "--outbox: the window starts at this created_at: a UTC time "
-                 "(2026-12-01T10:00:00Z) or an age (90s, 15m, 2h, 7d ago); 1h when no id range is "
-                 "given",
+                 "(2026-12-01T10:00:00Z, or a date: its midnight) or an age (90s, 15m, 2h, 7d "
+                 "ago); 1h when no id range is given",
          .target = &s->since},
         {.name = "until",
          .env = "TXO_AUDIT_UNTIL",
@@ -121,7 +121,7 @@ static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
     return era * 146097 + (int64_t)doe - 719468;
 }
 
-/* n digits at *p (advanced), or -1. */
+/* n digits at *p, advancing past them, or -1 (and *p where the digits stopped). */
 static long digits(const char **p, int n)
 {
     long v = 0;
@@ -133,22 +133,30 @@ static long digits(const char **p, int n)
     return v;
 }
 
-/* "2026-12-01T10:00:00[.ffffff][Z|+00:00]" or with a space for the T; UTC only. */
+/* Whether *p is one of chars (not the NUL), advancing past it. */
+static bool take(const char **p, const char *chars)
+{
+    if (**p == '\0' || strchr(chars, **p) == NULL)
+        return false;
+    (*p)++;
+    return true;
+}
+
+/* "2026-12-01[T10:00[:00[.ffffff]]][Z|+00:00]", or with a space for the T; UTC only. */
 static bool parse_utc(const char *s, int64_t *out)
 {
     const char *p = s;
     long y = digits(&p, 4);
-    long mo = *p++ == '-' ? digits(&p, 2) : -1;
-    long d = *p++ == '-' ? digits(&p, 2) : -1;
-    char sep = *p++;
-    long h = sep == 'T' || sep == 't' || sep == ' ' ? digits(&p, 2) : -1;
-    long mi = *p++ == ':' ? digits(&p, 2) : -1;
-    long sec = 0, us = 0;
-    if (*p == ':') {
-        p++;
+    long mo = y >= 0 && take(&p, "-") ? digits(&p, 2) : -1;
+    long d = mo >= 0 && take(&p, "-") ? digits(&p, 2) : -1;
+    long h = 0, mi = 0, sec = 0, us = 0; /* a date alone is its midnight */
+    if (d >= 0 && *p != '\0') {
+        h = take(&p, "Tt ") ? digits(&p, 2) : -1;
+        mi = h >= 0 && take(&p, ":") ? digits(&p, 2) : -1;
+    }
+    if (mi >= 0 && take(&p, ":")) {
         sec = digits(&p, 2);
-        if (*p == '.') {
-            p++;
+        if (sec >= 0 && take(&p, ".")) {
             long scale = 100000;
             int n = 0;
             for (; *p >= '0' && *p <= '9'; p++, n++)
@@ -160,10 +168,15 @@ static bool parse_utc(const char *s, int64_t *out)
                 return false;
         }
     }
-    if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 || mi < 0 || mi > 59 ||
-        sec < 0 || sec > 60)
+    if (y < 0 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 ||
+        sec > 60)
         return false;
-    if (strcmp(p, "Z") != 0 && strcmp(p, "z") != 0 && strcmp(p, "+00:00") != 0 && *p != '\0')
+    int64_t month_days =
+        mo == 12 ? 31
+                 : days_from_civil(y, (unsigned)mo + 1, 1) - days_from_civil(y, (unsigned)mo, 1);
+    if (d > month_days)
+        return false;
+    if (*p != '\0' && strcmp(p, "Z") != 0 && strcmp(p, "z") != 0 && strcmp(p, "+00:00") != 0)
         return false;
     *out = days_from_civil(y, (unsigned)mo, (unsigned)d) * US_PER_DAY +
            ((int64_t)h * 3600 + mi * 60 + sec) * US_PER_S + us;
