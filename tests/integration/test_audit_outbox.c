@@ -263,6 +263,20 @@ static void test_nats_clean_both_envelopes_and_windows(void **state)
     assert_int_equal(summary(out, "duplicates"), 0);
     free(out);
 
+    /* The other forms of a time window: an age, and a date alone (its midnight). */
+    const char *age[] = {"--since=1d", "--until=now", NULL};
+    rc = audit(c, age, &out);
+    assert_clean(out, rc, 10);
+    free(out);
+    char *day = testdb_str(c->db.db, "SELECT DATE(MIN(created_at)) FROM outbox_events", NULL, 0);
+    char since[64];
+    snprintf(since, sizeof(since), "--since=%s", day);
+    txo_free(day);
+    const char *date[] = {since, NULL};
+    rc = audit(c, date, &out);
+    assert_clean(out, rc, 10);
+    free(out);
+
     /* An id window: the customers only. Their messages are found, the orders' lie in the
      * window's time span but have rows: nothing to report. */
     const char *ids[] = {"--from-id=7", "--to-id=10", NULL};
@@ -553,6 +567,11 @@ static void test_bad_flags_exit_2(void **state)
         {{"--publisher=grpc", NULL}, "keeps no history"},
         {{"--publisher=nats", "--since=yesterday", NULL}, "--since"},
         {{"--publisher=nats", "--since=2026-13-01T00:00:00Z", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-02-30", NULL}, "--since"},
+        {{"--publisher=nats", "--since=12", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-12", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-12-01T10:00:00+02:00", NULL}, "--since"},
+        {{"--publisher=nats", "--until=soon", NULL}, "--until"},
         {{"--publisher=nats", "--since=1h", "--until=2h", NULL}, "after it starts"},
         {{"--publisher=nats", "--since=1h", "--from-id=1", "--to-id=2", NULL}, "give one"},
         {{"--publisher=nats", "--from-id=5", "--to-id=2", NULL}, "--from-id"},
