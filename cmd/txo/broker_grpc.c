@@ -105,5 +105,6 @@ const struct cmd_broker cmd_broker_grpc = {
     .add_settings = add_settings,
     .publisher_new = publisher_new,
     .consumer_new = NULL, /* the service consumes: nothing to poll */
-    .shutdown = NULL,     /* gRPC shuts down with its last publisher (txo/grpc.h) */
+    .no_history = "the receiving service keeps no history the relay could read back",
+    .shutdown = NULL, /* gRPC shuts down with its last publisher (txo/grpc.h) */
 };

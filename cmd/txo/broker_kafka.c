@@ -161,11 +161,22 @@ static int consumer_new(const char *aggregate_type, const char *event_type,
     return rc;
 }
 
+static int history_new(struct txo_history **out, struct txo_error *err)
+{
+    struct kafka_cli_opts k;
+    int rc = kafka_opts(&k, err);
+    if (rc == 0)
+        rc = txo_history_kafka_new(&k.o, out, err);
+    txo_free(k.props);
+    return rc;
+}
+
 const struct cmd_broker cmd_broker_kafka = {
     .name = "kafka",
     .summary = "Apache Kafka",
     .add_settings = add_settings,
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
+    .history_new = history_new,
     .shutdown = NULL,
 };

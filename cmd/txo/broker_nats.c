@@ -124,6 +124,13 @@ static int consumer_batch_new(const char *aggregate_type, const char *event_type
     return make_consumer(aggregate_type, event_type, NULL, fn, arg, out, err);
 }
 
+static int history_new(struct txo_history **out, struct txo_error *err)
+{
+    struct txo_nats_opts o;
+    nats_opts(&o);
+    return txo_history_nats_new(&o, out, err);
+}
+
 const struct cmd_broker cmd_broker_nats = {
     .name = "nats",
     .summary = "NATS JetStream",
@@ -131,5 +138,6 @@ const struct cmd_broker cmd_broker_nats = {
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
     .consumer_batch_new = consumer_batch_new,
+    .history_new = history_new,
     .shutdown = txo_nats_shutdown,
 };

@@ -133,5 +133,7 @@ const struct cmd_broker cmd_broker_rabbitmq = {
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
     .consumer_batch_new = consumer_batch_new,
+    .no_history = "reading a queue consumes it: the messages would be gone for the application's "
+                  "consumers",
     .shutdown = NULL, /* rabbitmq-c keeps no process-wide state */
 };

@@ -123,6 +123,13 @@ static int consumer_batch_new(const char *aggregate_type, const char *event_type
     return make_consumer(aggregate_type, event_type, NULL, fn, arg, metrics, out, err);
 }
 
+static int history_new(struct txo_history **out, struct txo_error *err)
+{
+    struct txo_redis_opts o;
+    redis_opts(&o);
+    return txo_history_redis_new(&o, out, err);
+}
+
 const struct cmd_broker cmd_broker_redis = {
     .name = "redis",
     .summary = "Redis Streams",
@@ -130,5 +137,6 @@ const struct cmd_broker cmd_broker_redis = {
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
     .consumer_batch_new = consumer_batch_new,
+    .history_new = history_new,
     .shutdown = NULL,
 };

@@ -16,6 +16,7 @@
 
 #include "settings.h"
 #include "txo/consumer.h"
+#include "txo/history.h"
 #include "txo/metrics.h"
 #include "txo/publisher.h"
 
@@ -40,8 +41,16 @@ struct cmd_broker {
     int (*consumer_batch_new)(const char *aggregate_type, const char *event_type,
                               txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
                               struct txo_consumer **out, struct txo_error *err);
-    /* Releases the SDK's process-wide state (its threads) once every publisher and consumer of
-     * the broker is freed, so that nothing is left for valgrind. NULL: nothing to do. */
+    /*
+     * A reader of what the broker stored (txo/history.h), for `txo audit --outbox`, from the
+     * same settings as the publisher. NULL when the broker keeps no history that can be read
+     * without consuming it; no_history then says why, for --help and the error message.
+     */
+    int (*history_new)(struct txo_history **out, struct txo_error *err);
+    const char *no_history;
+    /* Releases the SDK's process-wide state (its threads) once every publisher, consumer and
+     * reader of the broker is freed, so that nothing is left for valgrind. NULL: nothing to
+     * do. */
     void (*shutdown)(void);
 };
 
@@ -56,6 +65,9 @@ const struct cmd_broker *cmd_broker_find(const char *name);
 
 /* Appends every broker's settings. */
 void cmd_brokers_add_settings(struct settings_table *t);
+
+/* Appends the settings of the brokers with a history reader (`txo audit --outbox`). */
+void cmd_brokers_add_history_settings(struct settings_table *t);
 
 /* Calls b->shutdown when there is one. NULL is a no-op. */
 void cmd_broker_shutdown(const struct cmd_broker *b);
@@ -74,5 +86,8 @@ const char *cmd_broker_choice_help(enum cmd_broker_choice choice);
 
 /* "nats, kafka or redis": the brokers (with a consumer only, when consumers) for messages. */
 const char *cmd_broker_names(bool consumers);
+
+/* "nats, kafka or redis": the brokers with a history reader. Never NULL. */
+const char *cmd_broker_history_names(void);
 
 #endif

@@ -1,11 +1,17 @@
 /*
  * `txo audit`: checks the order service's invariants on a live database and prints each
- * violation with the rows involved (orders.h: orders_audit). Exit status 0 when everything
- * holds, 1 when anything does not (or the database cannot be read), 2 for bad flags.
+ * violation with the rows involved (orders.h: orders_audit). `txo audit --outbox` checks the
+ * outbox against the broker instead, on any database with the outbox tables
+ * (audit_outbox.h). Exit status 0 when everything holds, 1 when anything does not (or the
+ * database cannot be read), 2 for bad flags.
+ *
+ * One settings table for both, as every command has one: the order audit's settings, then the
+ * outbox audit's (named "--outbox: ..." in their help); each audit ignores the other's.
  */
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "audit_outbox.h"
 #include "orders.h"
 #include "settings.h"
 
@@ -13,8 +19,9 @@ static int run(int argc, char **argv);
 
 const struct command cmd_audit = {
     .name = "audit",
-    .summary = "check the order service's invariants on a live database; exit 1 on a violation",
-    .usage = "txo audit [options]",
+    .summary = "check the order service's invariants, or (--outbox) the broker against the "
+               "outbox; exit 1 on a finding",
+    .usage = "txo audit [options] | txo audit --outbox --publisher nats|kafka|redis [options]",
     .description =
         "Reads (consistent reads, no locks: safe beside the daemons) the orders created in the\n"
         "last --window seconds and checks: every order has its OrderCreated event; once older\n"
@@ -26,7 +33,22 @@ const struct command cmd_audit = {
         "none was given up by the engine (COMPENSATION_FAILED with no retry scheduled).\n"
         "Prints one line per violation, then a summary. Exit status: 0 all held, 1 a violation\n"
         "(or a database error), 2 bad options. Keep --window below the outbox retention:\n"
-        "PUBLISHED events older than it are purged.",
+        "PUBLISHED events older than it are purged.\n"
+        "\n"
+        "With --outbox, for any database with the outbox tables (a relay-only one too): over a\n"
+        "window of created_at (--since, --until) or of ids (--from-id, --to-id), every PUBLISHED\n"
+        "event is at the broker (matched by its idempotency key) and every message the broker\n"
+        "stored in the window has an outbox row; and no event anywhere waits to be published\n"
+        "longer than --pending-older-than. The broker's history is read without consuming it,\n"
+        "with the relay's own --nats-*, --kafka-* or --redis-* settings: a JetStream stream\n"
+        "through an ephemeral consumer that acks nothing, Kafka partitions from offsets without a\n"
+        "consumer group, Redis streams with XRANGE. RabbitMQ cannot be audited (reading a\n"
+        "queue consumes it), nor webhooks or gRPC (the receiver keeps no history to read back).\n"
+        "The window must lie inside both retentions: an event the broker may have dropped is\n"
+        "reported as broker_trimmed, a message whose row the outbox may have deleted as\n"
+        "outbox_trimmed, never as missing or extra. Prints one logfmt line per finding (at most\n"
+        "--max-listed of each kind), then a summary line of fixed keys (audit=outbox result=...\n"
+        "missing= extra= pending= ...). Reads only: SELECT on outbox_events.",
     .run = run,
 };
 
@@ -35,6 +57,7 @@ struct audit_cmd_opts {
     unsigned window_s;
     unsigned settle_s;
     unsigned max_orders;
+    struct audit_outbox_settings outbox;
 };
 
 static struct audit_cmd_opts opts;
@@ -69,6 +92,7 @@ static void add_settings(struct settings_table *t)
     };
     settings_add_common(t, &opts.common);
     settings_add(t, own, TXO_ARRAY_LEN(own));
+    audit_outbox_add_settings(t, &opts.outbox);
 }
 
 static void print_violation(void *arg, const char *check, int64_t order_id, const char *detail)
@@ -90,6 +114,8 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
+    if (opts.outbox.outbox)
+        return audit_outbox_run(&opts.outbox, &opts.common);
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;

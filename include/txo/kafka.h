@@ -43,6 +43,7 @@
 #include "txo/common.h"
 #include "txo/consumer.h"
 #include "txo/err.h"
+#include "txo/history.h"
 #include "txo/metrics.h"
 #include "txo/publisher.h"
 
@@ -163,6 +164,23 @@ TXO_API TXO_MUST_CHECK int txo_consumer_kafka_new(const struct txo_kafka_opts *o
                                                   txo_message_handler_fn handler, void *arg,
                                                   struct txo_metrics *metrics,
                                                   struct txo_consumer **out, struct txo_error *err);
+
+/*
+ * Creates a reader of the topics' history (txo/history.h) for the outbox auditor: every
+ * partition of the topics topic_template names (found in the cluster's metadata: each
+ * placeholder stands for one or more topic characters; internal topics and
+ * dead_letter_topic left out), read from the offset of the start time (ListOffsets by
+ * timestamp; from the low watermark on a cluster that cannot look up by time) by librdkafka's
+ * simple consumer: no group.id, no group joined, nothing committed. Each record is known by its
+ * txo-idempotency-key header and its timestamp. A partition whose low watermark is above 0
+ * holds from its oldest record's timestamp on; one emptied by retention is taken to hold
+ * nothing. delivery_timeout_ms bounds each request and the wait for the next record. The
+ * properties apply (security settings); group, topics and retry_delay_ms are not used.
+ * Errors: TXO_EINVAL (bad opts or property), TXO_ECONFIG (librdkafka refused a property),
+ * TXO_ENOMEM. Free with txo_history_free().
+ */
+TXO_API TXO_MUST_CHECK int txo_history_kafka_new(const struct txo_kafka_opts *o,
+                                                 struct txo_history **out, struct txo_error *err);
 
 /* The header names of the record contract above. */
 #define TXO_KAFKA_HEADER_IDEMPOTENCY_KEY "txo-idempotency-key"

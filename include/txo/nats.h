@@ -36,6 +36,7 @@
 #include "txo/common.h"
 #include "txo/consumer.h"
 #include "txo/err.h"
+#include "txo/history.h"
 #include "txo/publisher.h"
 
 /* Every setting of both sides. Strings are borrowed for the creating call (copied). */
@@ -138,6 +139,20 @@ TXO_API TXO_MUST_CHECK int txo_consumer_nats_batch_new(const struct txo_nats_opt
                                                        txo_batch_handler_fn handler, void *arg,
                                                        struct txo_consumer **out,
                                                        struct txo_error *err);
+
+/*
+ * Creates a reader of the stream's history (txo/history.h) for the outbox auditor: it reads
+ * the messages of "<subject_prefix>.>" in opts.stream through an ephemeral pull consumer
+ * that acknowledges nothing, by their Nats-Msg-Id header, and tells from the stream's first
+ * sequence whether the stream dropped its oldest messages. It never creates or changes the
+ * stream (create_stream is ignored) and connects at once (connect_required is implied).
+ * ack_timeout_ms bounds every request and each fetch of a read. The durable, filter and ack
+ * settings are not used.
+ * Errors: TXO_EINVAL (bad opts), TXO_EUNAVAILABLE (server unreachable), TXO_ENOMEM. Free with
+ * txo_history_free().
+ */
+TXO_API TXO_MUST_CHECK int txo_history_nats_new(const struct txo_nats_opts *o,
+                                                struct txo_history **out, struct txo_error *err);
 
 /*
  * Releases cnats's process-wide resources (its internal threads and buffers), waiting up to

@@ -57,6 +57,7 @@
 #include "txo/common.h"
 #include "txo/consumer.h"
 #include "txo/err.h"
+#include "txo/history.h"
 #include "txo/metrics.h"
 #include "txo/publisher.h"
 
@@ -183,5 +184,20 @@ TXO_API TXO_MUST_CHECK int txo_consumer_redis_batch_new(const struct txo_redis_o
                                                         struct txo_metrics *metrics,
                                                         struct txo_consumer **out,
                                                         struct txo_error *err);
+
+/*
+ * Creates a reader of the streams' history (txo/history.h) for the outbox auditor: XRANGE over
+ * every stream stream_template names (the template itself, or the keys of type stream its glob
+ * matches with SCAN, each placeholder a '*', leaving out a worker's "<stream>.dead" beside a
+ * matched stream), each entry known by its idempotency_key field. Nothing is consumed or
+ * acknowledged; consumer groups are not touched. A stream that lost entries (MAXLEN trimming
+ * or XDEL: entries-added above the length, or any stream before Redis 7, which does not tell)
+ * is taken to hold only from its first entry on. Needs Redis 6.2 (SCAN TYPE, exclusive XRANGE
+ * ids). The connection opens on the first read; timeout_ms bounds each command. The group,
+ * consumer and maxlen settings are not used.
+ * Errors: TXO_EINVAL (bad opts), TXO_ENOMEM. Free with txo_history_free().
+ */
+TXO_API TXO_MUST_CHECK int txo_history_redis_new(const struct txo_redis_opts *o,
+                                                 struct txo_history **out, struct txo_error *err);
 
 #endif

@@ -37,6 +37,8 @@
 #include "txo/cmdq.h"
 #include "txo/dlq.h"
 #include "txo/retention.h"
+#include "txo/history.h"
+#include "txo/audit.h"
 #include "txo/registry.h"
 
 #endif

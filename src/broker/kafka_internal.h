@@ -1,7 +1,7 @@
 /*
- * Private to the Kafka transport (kafka_publisher.c, kafka_consumer.c): option checks, the
- * librdkafka configuration both sides build, the log bridge and the mapping of librdkafka
- * errors to TXO_E* codes. The helpers are defined in kafka_publisher.c.
+ * Private to the Kafka transport (kafka_publisher.c, kafka_consumer.c, kafka_history.c): option
+ * checks, the librdkafka configuration each side builds, the log bridge and the mapping of
+ * librdkafka errors to TXO_E* codes. The helpers are defined in kafka_publisher.c.
  *
  * Only src/broker/kafka_*.c include <librdkafka/rdkafka.h>. This header is marked as a system
  * header so that -Wpedantic judges our code, not librdkafka's declarations.
@@ -27,7 +27,8 @@
 /* Longest topic Kafka accepts. */
 #define TXO__KAFKA_TOPIC_MAX 249
 
-/* Checks every setting used by role ("publisher" or "consumer"). Returns 0 or TXO_EINVAL. */
+/* Checks every setting used by role ("publisher", "consumer" or "history"). Returns 0 or
+ * TXO_EINVAL. */
 int txo__kafka_check_opts(const struct txo_kafka_opts *o, const char *role, struct txo_error *err);
 
 /*

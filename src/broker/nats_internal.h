@@ -1,7 +1,7 @@
 /*
- * Private to the NATS transport (nats_publisher.c, nats_consumer.c): the connection both sides
- * share the shape of, option checks, the stream set-up and the mapping of cnats statuses to
- * TXO_E* codes. The helpers are defined in nats_publisher.c.
+ * Private to the NATS transport (nats_publisher.c, nats_consumer.c, nats_history.c): the
+ * connection each side owns one of, option checks, the stream set-up and the mapping of cnats
+ * statuses to TXO_E* codes. The helpers are defined in nats_publisher.c.
  *
  * Only src/broker includes <nats/nats.h>. This header is marked as a system header so that
  * -Wpedantic judges our code, not cnats's declarations.
@@ -29,7 +29,7 @@
  * they are safe even when cnats runs them after the connection was destroyed.
  */
 struct txo__nats_conn {
-    const char *role; /* "publisher" or "consumer" (static) */
+    const char *role; /* "publisher", "consumer" or "history" (static) */
     char *url;
     char *stream;
     char *prefix;
@@ -42,7 +42,8 @@ struct txo__nats_conn {
     bool stream_ready;
 };
 
-/* Checks every setting used by role ("publisher" or "consumer"). Returns 0 or TXO_EINVAL. */
+/* Checks every setting used by role ("publisher", "consumer" or "history"). Returns 0 or
+ * TXO_EINVAL. */
 int txo__nats_check_opts(const struct txo_nats_opts *o, const char *role, struct txo_error *err);
 
 /*

@@ -113,11 +113,11 @@ int txo__redis_check_opts(const struct txo_redis_opts *o, const char *role, stru
     if (o->connect_timeout_ms < 1 || o->timeout_ms < 1)
         return txo_error_set(err, TXO_EINVAL,
                              "redis %s: connect_timeout_ms and timeout_ms must be >= 1", role);
-    if (strcmp(role, "publisher") == 0) {
+    if (strcmp(role, "publisher") == 0 || strcmp(role, "history") == 0) {
         char probe[TXO__REDIS_STREAM_MAX];
         if (txo_redis_stream_name(o->stream_template, "a", "b", probe, sizeof(probe), err) < 0)
-            return txo_error_wrap(err, "redis publisher: stream_template");
-        if (o->maxlen < 0)
+            return txo_error_wrap(err, "redis %s: stream_template", role);
+        if (strcmp(role, "publisher") == 0 && o->maxlen < 0)
             return txo_error_set(err, TXO_EINVAL,
                                  "redis publisher: maxlen must be >= 0 (0: no trimming), got "
                                  "%" PRId64,

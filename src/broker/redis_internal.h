@@ -1,5 +1,6 @@
 /*
- * Private to the Redis Streams transport (redis_conn.c, redis_publisher.c, redis_consumer.c):
+ * Private to the Redis Streams transport (redis_conn.c, redis_publisher.c, redis_consumer.c,
+ * redis_history.c):
  * the connection both sides own one of, option checks, and the mapping of hiredis failures
  * and error replies to TXO_E* codes. Defined in redis_conn.c.
  *
@@ -47,7 +48,8 @@ struct txo__redis_conn {
     redisContext *ctx;
 };
 
-/* Checks the settings used by role ("publisher" or "consumer"). Returns 0 or TXO_EINVAL. */
+/* Checks the settings used by role ("publisher", "consumer" or "history"). Returns 0 or
+ * TXO_EINVAL. */
 int txo__redis_check_opts(const struct txo_redis_opts *o, const char *role, struct txo_error *err);
 
 /* Parses opts.url and copies what the connection needs. Release with txo__redis_conn_release. */

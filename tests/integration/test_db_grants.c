@@ -2,10 +2,12 @@
  * The grants of docs/database.md are enough, and every one of them is needed by something
  * this test runs: on a MariaDB server of its own (testserver.h) it runs the SQL between the
  * doc's markers as root, migrates as txo_migrate, then runs `txo serve --async` as txo_api,
- * `txo worker --broker none` as txo_worker and `txo relay --publisher null` as txo_relay,
- * places an order and waits until it is CONFIRMED with every outbox event PUBLISHED, scrapes
- * every daemon's /metrics, and fails on any "command denied" in their logs. A missing grant
- * shows up as a daemon that cannot do its job or logs the denial.
+ * `txo worker --broker none` as txo_worker and `txo relay --publisher nats` (a private
+ * nats-server) as txo_relay, places an order and waits until it is CONFIRMED with every outbox
+ * event PUBLISHED, scrapes every daemon's /metrics, fails on any "command denied" in their logs,
+ * and last runs `txo audit --outbox` as txo_audit, which must find the outbox and the stream
+ * in agreement. A missing grant shows up as a daemon that cannot do its job or logs the
+ * denial.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 
 #include "testdb.h"
 #include "testhttp.h"
+#include "testnats.h"
 #include "testproc.h"
 #include "testserver.h"
 
@@ -27,6 +30,8 @@ static const char *const proc_names[N_PROCS] = {"txo serve", "txo worker", "txo 
 
 struct ctx {
     struct testserver server;
+    struct testnats nats;
+    char nats_url[300]; /* "--nats-url=..." */
     struct testproc procs[N_PROCS];
     struct txo_db *root_view; /* app (ALL on *.*) on appdb: checks only */
     CURL *h;
@@ -88,6 +93,8 @@ static int setup(void **state)
     struct ctx *c = calloc(1, sizeof(*c));
     assert_non_null(c);
     testserver_start(&c->server, false);
+    testnats_start(&c->nats);
+    snprintf(c->nats_url, sizeof(c->nats_url), "--nats-url=%s", c->nats.url);
     struct txo_db_opts opts;
     testserver_opts(&c->server, &opts);
     struct txo_error err;
@@ -115,6 +122,7 @@ static int teardown(void **state)
     curl_easy_cleanup(c->h);
     txo_db_close(c->root_view);
     testserver_stop(&c->server);
+    testnats_cleanup(&c->nats);
     free(c);
     return 0;
 }
@@ -186,7 +194,7 @@ static void test_documented_grants_run_the_pipeline(void **state)
     char relay_listen[64];
     snprintf(relay_listen, sizeof(relay_listen), "127.0.0.1:%u", relay_port);
     set_account("txo_relay", "relay-secret");
-    const char *rargv[] = {testproc_txo_bin(), "relay",      "--publisher", "null",
+    const char *rargv[] = {testproc_txo_bin(), "relay",      "--publisher", "nats", c->nats_url,
                            "--metrics-listen", relay_listen, NULL};
     testproc_start(&c->procs[P_RELAY], "grants_relay", rargv, NULL);
     set_account("app", "secret");
@@ -238,6 +246,16 @@ static void test_documented_grants_run_the_pipeline(void **state)
             fail_with_logs(c, what);
         }
     }
+    /* The outbox auditor reads outbox_events and nothing else. */
+    set_account("txo_audit", "audit-secret");
+    const char *aargs[] = {"audit", "--outbox", "--publisher", "nats", c->nats_url, NULL};
+    char *out = NULL;
+    int rc = testproc_run_txo("grants_audit", aargs, 60000, &out);
+    set_account("app", "secret");
+    if (rc != 0 || strstr(out, "denied") != NULL || strstr(out, "result=clean") == NULL)
+        fail_msg("txo audit --outbox as txo_audit exited %d:\n%s", rc, out);
+    free(out);
+
     for (int i = 0; i < N_PROCS; i++) {
         if (!testproc_stop(&c->procs[i], 10000))
             fail_with_logs(c, "a daemon did not stop cleanly");

@@ -3,6 +3,7 @@
  * testchild's.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -127,7 +128,7 @@ static void js_close(struct js_conn *c)
     natsConnection_Destroy(c->nc);
 }
 
-uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream)
+static jsStreamState stream_state(const struct testnats *n, const char *stream)
 {
     struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
@@ -138,10 +139,54 @@ uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream)
         fail_msg("stream info %s: %s (JetStream error %d)", stream, natsStatus_GetText(s),
                  (int)jerr);
     }
-    uint64_t msgs = si->State.Msgs;
+    jsStreamState st = si->State;
+    st.Subjects = NULL; /* freed with si */
+    st.Deleted = NULL;
+    st.Lost = NULL;
     jsStreamInfo_Destroy(si);
     js_close(&c);
-    return msgs;
+    return st;
+}
+
+uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream)
+{
+    return stream_state(n, stream).Msgs;
+}
+
+int64_t testnats_stream_consumers(const struct testnats *n, const char *stream)
+{
+    return stream_state(n, stream).Consumers;
+}
+
+void testnats_delete_msg(const struct testnats *n, const char *stream, uint64_t seq)
+{
+    struct js_conn c = js_connect(n);
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteMsg(c.js, stream, seq, NULL, &jerr);
+    js_close(&c);
+    if (s != NATS_OK)
+        fail_msg("deleting message %" PRIu64 " of %s: %s (JetStream error %d)", seq, stream,
+                 natsStatus_GetText(s), (int)jerr);
+}
+
+void testnats_publish(const struct testnats *n, const char *subject, const char *msg_id,
+                      const char *data)
+{
+    struct js_conn c = js_connect(n);
+    natsMsg *m = NULL;
+    natsStatus s = natsMsg_Create(&m, subject, NULL, data, (int)strlen(data));
+    if (s == NATS_OK && msg_id != NULL)
+        s = natsMsgHeader_Set(m, "Nats-Msg-Id", msg_id);
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    if (s == NATS_OK)
+        s = js_PublishMsg(&pa, c.js, m, NULL, &jerr);
+    jsPubAck_Destroy(pa);
+    natsMsg_Destroy(m);
+    js_close(&c);
+    if (s != NATS_OK)
+        fail_msg("publishing to %s: %s (JetStream error %d)", subject, natsStatus_GetText(s),
+                 (int)jerr);
 }
 
 /*

@@ -78,6 +78,19 @@ void testnats_free_ids(char **ids, size_t count);
 void testnats_stream_msg(const struct testnats *n, const char *stream, uint64_t seq,
                          const char *name, char **value, char **data);
 
+/* Consumers the stream has (stream info State.Consumers), durable and ephemeral. */
+int64_t testnats_stream_consumers(const struct testnats *n, const char *stream);
+
+/* Deletes message seq of stream (JetStream's delete: the stream's first sequence moves when it
+ * was the first message, otherwise it leaves a hole). */
+void testnats_delete_msg(const struct testnats *n, const char *stream, uint64_t seq);
+
+/* Publishes data to subject through JetStream with cnats directly, with the Nats-Msg-Id header
+ * when msg_id is not NULL, and waits for the PubAck: a message from an application of its
+ * own, not the relay. */
+void testnats_publish(const struct testnats *n, const char *subject, const char *msg_id,
+                      const char *data);
+
 /* Deletes the stream (a missing stream is fine). Purging would keep the duplicate window. */
 void testnats_delete_stream(const struct testnats *n, const char *stream);
 

@@ -1,0 +1,469 @@
+/*
+ * `txo audit --outbox` (audit_outbox.h): settings, their checks, the run and the output. The
+ * library does the audit (txo/audit.h); the broker's reader comes from the same settings and
+ * the same code as the relay's publisher (brokers.h).
+ */
+#include "audit_outbox.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "brokers.h"
+#include "txo/audit.h"
+
+#define US_PER_S   INT64_C(1000000)
+#define US_PER_DAY (86400 * US_PER_S)
+
+void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_settings *s)
+{
+    const struct setting group[] = {
+        {.name = "outbox",
+         .env = "TXO_AUDIT_OUTBOX",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "audit the outbox against the broker instead of the order service: every "
+                 "PUBLISHED event of the window is at the broker, nothing at the broker in the "
+                 "window is missing from the outbox, no event waits longer than "
+                 "--pending-older-than (any database with the outbox tables)",
+         .target = &s->outbox},
+        {.name = "publisher",
+         .env = "TXO_PUBLISHER",
+         .type = SETTING_STRING,
+         .help = "--outbox: the broker the relay publishes to, as for `txo relay`, whose history "
+                 "is read back without consuming it: nats, kafka or redis (not rabbitmq: reading "
+                 "a queue consumes it; not webhook or grpc: the receiver keeps no history to read "
+                 "back)",
+         .target = &s->publisher},
+        {.name = "since",
+         .env = "TXO_AUDIT_SINCE",
+         .type = SETTING_STRING,
+         .help = "--outbox: the window starts at this created_at: a UTC time "
+                 "(2026-12-01T10:00:00Z, or a date: its midnight) or an age (90s, 15m, 2h, 7d "
+                 "ago); 1h when no id range is given",
+         .target = &s->since},
+        {.name = "until",
+         .env = "TXO_AUDIT_UNTIL",
+         .type = SETTING_STRING,
+         .help = "--outbox: the window ends before this created_at (same forms, or now); "
+                 "default now",
+         .target = &s->until},
+        {.name = "from-id",
+         .env = "TXO_AUDIT_FROM_ID",
+         .type = SETTING_STRING,
+         .help = "--outbox: the window is the events with ids from this one (with --to-id, "
+                 "instead of --since/--until)",
+         .target = &s->from_id},
+        {.name = "to-id",
+         .env = "TXO_AUDIT_TO_ID",
+         .type = SETTING_STRING,
+         .help = "--outbox: ... up to this one, included",
+         .target = &s->to_id},
+        {.name = "pending-older-than",
+         .env = "TXO_AUDIT_PENDING_OLDER_THAN",
+         .type = SETTING_UINT,
+         .def = "300",
+         .help = "--outbox: an event not yet published after this many seconds is a finding, in "
+                 "or out of the window (counted from its due time when inserted to be due "
+                 "later); 0 = no such check",
+         .min = 0,
+         .max = 31536000,
+         .target = &s->pending_older_than_s},
+        {.name = "clock-skew",
+         .env = "TXO_AUDIT_CLOCK_SKEW_MS",
+         .type = SETTING_MS,
+         .def = "30000",
+         .help = "--outbox: how far the broker's clock (Kafka: the relay's) and the database's may "
+                 "differ, plus the time between the broker's ack and the row's mark; the broker "
+                 "is read this much beyond the window, milliseconds",
+         .min = 0,
+         .max = 3600000,
+         .target = &s->clock_skew_ms},
+        {.name = "max-listed",
+         .env = "TXO_AUDIT_MAX_LISTED",
+         .type = SETTING_UINT,
+         .def = "20",
+         .help = "--outbox: findings of each kind printed; the rest are counted",
+         .min = 0,
+         .max = 1000000,
+         .target = &s->max_listed},
+        {.name = "max-events",
+         .env = "TXO_AUDIT_MAX_EVENTS",
+         .type = SETTING_UINT,
+         .def = "1000000",
+         .help = "--outbox: most PUBLISHED events in the window (and unmatched broker messages) "
+                 "held in memory; a larger window fails: narrow it",
+         .min = 1,
+         .max = 100000000,
+         .target = &s->max_events},
+    };
+    settings_add(t, group, TXO_ARRAY_LEN(group));
+    cmd_brokers_add_history_settings(t);
+}
+
+/* ---- settings ---- */
+
+static bool set(const char *s)
+{
+    return s != NULL && s[0] != '\0';
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+/* n digits at *p, advancing past them, or -1 (and *p where the digits stopped). */
+static long digits(const char **p, int n)
+{
+    long v = 0;
+    for (int i = 0; i < n; i++, (*p)++) {
+        if (**p < '0' || **p > '9')
+            return -1;
+        v = v * 10 + (**p - '0');
+    }
+    return v;
+}
+
+/* Whether *p is one of chars (not the NUL), advancing past it. */
+static bool take(const char **p, const char *chars)
+{
+    if (**p == '\0' || strchr(chars, **p) == NULL)
+        return false;
+    (*p)++;
+    return true;
+}
+
+/* "2026-12-01[T10:00[:00[.ffffff]]][Z|+00:00]", or with a space for the T; UTC only. */
+static bool parse_utc(const char *s, int64_t *out)
+{
+    const char *p = s;
+    long y = digits(&p, 4);
+    long mo = y >= 0 && take(&p, "-") ? digits(&p, 2) : -1;
+    long d = mo >= 0 && take(&p, "-") ? digits(&p, 2) : -1;
+    long h = 0, mi = 0, sec = 0, us = 0; /* a date alone is its midnight */
+    if (d >= 0 && *p != '\0') {
+        h = take(&p, "Tt ") ? digits(&p, 2) : -1;
+        mi = h >= 0 && take(&p, ":") ? digits(&p, 2) : -1;
+    }
+    if (mi >= 0 && take(&p, ":")) {
+        sec = digits(&p, 2);
+        if (sec >= 0 && take(&p, ".")) {
+            long scale = 100000;
+            int n = 0;
+            for (; *p >= '0' && *p <= '9'; p++, n++)
+                if (n < 6) {
+                    us += (*p - '0') * scale;
+                    scale /= 10;
+                }
+            if (n == 0)
+                return false;
+        }
+    }
+    if (y < 0 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 ||
+        sec > 60)
+        return false;
+    int64_t month_days =
+        mo == 12 ? 31
+                 : days_from_civil(y, (unsigned)mo + 1, 1) - days_from_civil(y, (unsigned)mo, 1);
+    if (d > month_days)
+        return false;
+    if (*p != '\0' && strcmp(p, "Z") != 0 && strcmp(p, "z") != 0 && strcmp(p, "+00:00") != 0)
+        return false;
+    *out = days_from_civil(y, (unsigned)mo, (unsigned)d) * US_PER_DAY +
+           ((int64_t)h * 3600 + mi * 60 + sec) * US_PER_S + us;
+    return true;
+}
+
+/* An age "90s", "15m", "2h", "7d": now minus it. */
+static bool parse_age(const char *s, int64_t now_us, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || n < 0 || s[0] == '-' || s[0] == '+' || end[0] == '\0' ||
+        end[1] != '\0')
+        return false;
+    int64_t unit = end[0] == 's'   ? 1
+                   : end[0] == 'm' ? 60
+                   : end[0] == 'h' ? 3600
+                   : end[0] == 'd' ? 86400
+                                   : 0;
+    if (unit == 0 || n > 100LL * 365 * 86400 / unit)
+        return false;
+    *out = now_us - (int64_t)n * unit * US_PER_S;
+    return true;
+}
+
+static bool parse_when(const char *s, int64_t now_us, int64_t *out)
+{
+    if (strcmp(s, "now") == 0) {
+        *out = now_us;
+        return true;
+    }
+    return parse_age(s, now_us, out) || parse_utc(s, out);
+}
+
+static bool parse_id(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < 1 || s[0] == '+')
+        return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+/* The window and the thresholds into o; false (after a message) when a setting is bad. */
+static bool audit_opts(const struct audit_outbox_settings *s, struct txo_audit_opts *o)
+{
+    txo_audit_opts_init(o);
+    o->pending_older_than_s = s->pending_older_than_s;
+    o->clock_skew_ms = s->clock_skew_ms;
+    o->max_events = s->max_events;
+    bool by_id = set(s->from_id) || set(s->to_id);
+    if (by_id) {
+        if (set(s->since) || set(s->until)) {
+            fprintf(stderr, "txo audit: --from-id/--to-id and --since/--until are two kinds of "
+                            "window: give one\n");
+            return false;
+        }
+        if (!set(s->from_id) || !set(s->to_id) || !parse_id(s->from_id, &o->from_id) ||
+            !parse_id(s->to_id, &o->to_id) || o->from_id > o->to_id) {
+            fprintf(stderr, "txo audit: --from-id and --to-id must both be ids (>= 1), "
+                            "from-id <= to-id\n");
+            return false;
+        }
+        return true;
+    }
+    int64_t now = txo_realtime_us();
+    const char *since = set(s->since) ? s->since : "1h";
+    if (!parse_when(since, now, &o->since_us)) {
+        fprintf(stderr,
+                "txo audit: --since must be a UTC time (2026-12-01T10:00:00Z) or an age (90s, "
+                "15m, 2h, 7d), got \"%s\"\n",
+                since);
+        return false;
+    }
+    if (!parse_when(set(s->until) ? s->until : "now", now, &o->until_us)) {
+        fprintf(stderr,
+                "txo audit: --until must be now, a UTC time (2026-12-01T10:00:00Z) or an age "
+                "(90s, 15m, 2h, 7d), got \"%s\"\n",
+                s->until);
+        return false;
+    }
+    if (o->since_us >= o->until_us) {
+        fprintf(stderr, "txo audit: the window must end (--until) after it starts (--since)\n");
+        return false;
+    }
+    return true;
+}
+
+/* The broker named by --publisher, or NULL after a message saying why it cannot be audited. */
+static const struct cmd_broker *audited_broker(const char *name)
+{
+    if (!set(name)) {
+        fprintf(stderr,
+                "txo audit --outbox: --publisher is required: %s (the brokers whose "
+                "history can be read back)\n",
+                cmd_broker_history_names());
+        return NULL;
+    }
+    const struct cmd_broker *b = cmd_broker_find(name);
+    if (b != NULL && b->history_new != NULL)
+        return b;
+    const char *why = b != NULL ? b->no_history : NULL;
+    if (strcmp(name, "webhook") == 0)
+        why = "the receiver keeps no history the relay could read back";
+    else if (strcmp(name, "log") == 0 || strcmp(name, "null") == 0)
+        why = "it keeps nothing to compare with";
+    if (why != NULL)
+        fprintf(stderr,
+                "txo audit --outbox: --publisher %s cannot be audited: %s; the outbox "
+                "can be audited against %s\n",
+                name, why, cmd_broker_history_names());
+    else
+        fprintf(stderr, "txo audit --outbox: --publisher must be %s, got \"%s\"\n",
+                cmd_broker_history_names(), name);
+    return NULL;
+}
+
+/* ---- output ---- */
+
+/* Writes " name=value" in logfmt: the value quoted when it has to be. */
+static void field(const char *name, const char *value)
+{
+    if (value == NULL)
+        return;
+    bool quote = value[0] == '\0' || strpbrk(value, " =\"\\") != NULL;
+    for (const char *p = value; !quote && *p != '\0'; p++)
+        quote = (unsigned char)*p < 0x20 || *p == 0x7f;
+    printf(" %s=", name);
+    if (!quote) {
+        fputs(value, stdout);
+        return;
+    }
+    putchar('"');
+    for (const char *p = value; *p != '\0'; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", stdout);
+        else if (ch < 0x20 || ch == 0x7f)
+            printf("\\x%02x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void field_time(const char *name, int64_t us)
+{
+    char t[TXO_RFC3339_LEN];
+    txo_format_rfc3339(us, t);
+    field(name, t);
+}
+
+static void field_i64(const char *name, int64_t v)
+{
+    printf(" %s=%" PRId64, name, v);
+}
+
+struct printer {
+    unsigned max_listed;
+    const struct txo_audit_result *result; /* its now_us: the database's clock */
+    uint64_t seen[TXO_AUDIT_KIND_COUNT];
+};
+
+static void print_finding(void *arg, const struct txo_audit_finding *f)
+{
+    struct printer *p = arg;
+    if (p->seen[f->kind]++ >= p->max_listed)
+        return;
+    printf("finding=%s", txo_audit_kind_name(f->kind));
+    switch (f->kind) {
+    case TXO_AUDIT_MISSING:
+    case TXO_AUDIT_BROKER_TRIMMED:
+        field_i64("event_id", f->event_id);
+        field("key", f->key);
+        field_time("created_at", f->created_at_us);
+        field_time("published_at", f->published_at_us);
+        break;
+    case TXO_AUDIT_EXTRA:
+    case TXO_AUDIT_OUTBOX_TRIMMED:
+        field("key", f->key != NULL ? f->key : "(none)");
+        field_time("broker_time", f->broker_time_us);
+        field("position", f->position);
+        break;
+    case TXO_AUDIT_PENDING:
+        field_i64("event_id", f->event_id);
+        field("key", f->key);
+        field("status", f->status);
+        field_i64("attempts", f->attempts);
+        field_time("created_at", f->created_at_us);
+        field_i64("age_s", (p->result->now_us - f->created_at_us) / US_PER_S);
+        field("last_error", f->detail);
+        break;
+    case TXO_AUDIT_KIND_COUNT:
+        break;
+    }
+    putchar('\n');
+}
+
+/* The lines after the findings: what was not listed, and why a window was trimmed. */
+static void print_notes(const struct printer *p, const struct txo_audit_result *r)
+{
+    for (int k = 0; k < TXO_AUDIT_KIND_COUNT; k++)
+        if (p->seen[k] > p->max_listed)
+            printf("finding=%s more=%" PRIu64 " (not listed: --max-listed %u)\n",
+                   txo_audit_kind_name((enum txo_audit_kind)k), p->seen[k] - p->max_listed,
+                   p->max_listed);
+    char t[TXO_RFC3339_LEN];
+    if (r->found[TXO_AUDIT_BROKER_TRIMMED] > 0) {
+        txo_format_rfc3339(r->broker_held_from_us, t);
+        printf("note: the broker no longer holds what it stored before %s (%s): the events of "
+               "the window it lacks that may be older are broker_trimmed, not missing; start "
+               "the window later\n",
+               t, r->broker_held_from_where);
+    }
+    if (r->found[TXO_AUDIT_OUTBOX_TRIMMED] > 0) {
+        txo_format_rfc3339(r->outbox_held_from_us, t);
+        printf("note: the oldest PUBLISHED event the outbox has left was published at %s (txo "
+               "clean's retention, or the outbox's beginning): broker messages of unknown keys "
+               "stored before then are outbox_trimmed, not extra; start the window later\n",
+               t);
+    }
+}
+
+static void print_summary(const char *result, const char *publisher, const struct txo_audit_opts *o,
+                          const struct txo_audit_result *r, int64_t elapsed_ms)
+{
+    printf("audit=outbox result=%s publisher=%s", result, publisher);
+    if (o->to_id > 0) {
+        printf(" window=id");
+        field_i64("from", o->from_id);
+        field_i64("to", o->to_id);
+    } else {
+        printf(" window=created_at");
+        field_time("from", o->since_us);
+        field_time("to", o->until_us);
+    }
+    printf(" events=%" PRIu64 " messages=%" PRIu64, r->events, r->messages);
+    for (int k = 0; k < TXO_AUDIT_KIND_COUNT; k++)
+        printf(" %s=%" PRIu64, txo_audit_kind_name((enum txo_audit_kind)k), r->found[k]);
+    printf(" duplicates=%" PRIu64 " elapsed_ms=%" PRId64 "\n", r->duplicates, elapsed_ms);
+}
+
+/* ---- the run ---- */
+
+int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common)
+{
+    const struct cmd_broker *broker = audited_broker(s->publisher);
+    struct txo_audit_opts o;
+    if (broker == NULL || !audit_opts(s, &o))
+        return 2;
+    int64_t t0 = txo_monotonic_ms();
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_history *history = NULL;
+    int rc = broker->history_new(&history, &err);
+    if (rc < 0) {
+        cmd_report("audit", "reading the broker", &err);
+        cmd_broker_shutdown(broker);
+        return rc == TXO_EINVAL ? 2 : 1;
+    }
+    int status = 1;
+    struct txo_audit_result r;
+    memset(&r, 0, sizeof(r));
+    struct txo_db *db = common_connect(common);
+    if (db != NULL) {
+        struct printer p = {.max_listed = s->max_listed, .result = &r};
+        o.report = print_finding;
+        o.report_arg = &p;
+        rc = txo_audit_outbox(db, history, &o, &r, &err);
+        print_notes(&p, &r);
+        if (rc < 0)
+            cmd_report("audit", "auditing the outbox", &err);
+        else
+            status = txo_audit_clean(&r) ? 0 : 1;
+    }
+    print_summary(db == NULL || rc < 0 ? "error"
+                  : status == 0        ? "clean"
+                                       : "findings",
+                  broker->name, &o, &r, txo_monotonic_ms() - t0);
+    fflush(stdout);
+    txo_db_close(db);
+    txo_history_free(history);
+    cmd_broker_shutdown(broker);
+    return status;
+}

@@ -1,0 +1,39 @@
+/*
+ * `txo audit --outbox`: the outbox auditor (txo/audit.h) as a command, for any database with the
+ * outbox tables and a broker whose history can be read back (nats, kafka, redis). cmd_audit.c
+ * owns the command and its one settings table; this file adds the outbox audit's settings to
+ * it, checks them, runs the audit and prints what it found.
+ *
+ * Output (stdout): one line per finding, logfmt, the first --max-listed of each kind; then a
+ * line per kind with more, the notes that explain a trimmed window, and last a summary line of
+ * fixed keys for monitoring. Exit status: 0 clean, 1 findings (or the audit could not run),
+ * 2 bad settings, found before anything is connected to.
+ */
+#ifndef TXO_CMD_AUDIT_OUTBOX_H
+#define TXO_CMD_AUDIT_OUTBOX_H
+
+#include <stdbool.h>
+
+#include "settings.h"
+
+struct audit_outbox_settings {
+    bool outbox;
+    const char *publisher;
+    const char *since;
+    const char *until;
+    const char *from_id;
+    const char *to_id;
+    unsigned pending_older_than_s;
+    int64_t clock_skew_ms;
+    unsigned max_listed;
+    unsigned max_events;
+};
+
+/* Appends --outbox, the window, the thresholds and the settings of every broker with a
+ * history reader (the relay's own --nats-*, --kafka-*, --redis-* settings). */
+void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_settings *s);
+
+/* Runs the outbox audit with the parsed settings; returns the exit status. */
+int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common);
+
+#endif

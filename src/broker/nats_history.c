@@ -1,0 +1,241 @@
+#include "core/common.h"
+
+/*
+ * The NATS JetStream history reader (txo/history.h; txo_history_nats_new() in txo/nats.h): what
+ * the stream holds of the relay's subjects, read without consuming anything.
+ *
+ * One read, nats_read():
+ *   1. Stream info (js_GetStreamInfo). Its LastSeq, the last message stored when the read
+ *      starts, is where the read ends at the latest. FirstSeq > 1 means the stream dropped its
+ *      oldest messages (max age, max messages or bytes, a purge): it holds from FirstTime on.
+ *      Messages deleted one by one (interior deletes) do not move FirstSeq: they are what the
+ *      auditor reports as missing.
+ *   2. An ephemeral pull consumer on "<prefix>.>": no durable name, AckNone, headers only
+ *      (the idempotency key is the Nats-Msg-Id header, whatever the envelope format: the
+ *      bodies are not needed), delivering from from_us on (DeliverByStartTime). Nothing is
+ *      acknowledged; durable consumers and their positions are not touched. A pull consumer
+ *      rather than an ordered (push) one: before its first fetch, its info counts exactly the
+ *      messages it will deliver, so a read knows where it ends without waiting on a timeout
+ *      (and cnats 3.4 slows an ordered consumer to a crawl once its info was asked for).
+ *   3. Fetches of at most FETCH_MAX messages, never more than are still to come; each message
+ *      goes to fn with its header, until that many came, the message at LastSeq came, or one
+ *      is past to_us.
+ *   4. Unsubscribe: the server deletes the consumer at once (and after INACTIVE_MS of silence
+ *      if the reader died first).
+ * The stream is never created or updated (create_stream is ignored): a missing stream is
+ * TXO_ENOTFOUND.
+ *
+ * Ownership: the reader owns its connection. Thread-safety: one thread at a time; cnats runs
+ * its own threads, which touch nothing of ours.
+ */
+
+#include "broker/nats_internal.h"
+
+#define POSITION_MAX 600
+#define FETCH_MAX    1000           /* messages per pull request */
+#define INACTIVE_MS  INT64_C(60000) /* the server drops the consumer of a reader that died */
+
+struct nats_history {
+    struct txo__nats_conn conn;
+    char *filter; /* "<prefix>.>" */
+};
+
+static int64_t ns_to_us(int64_t ns)
+{
+    return ns / 1000;
+}
+
+/* The stream's state; TXO_ENOTFOUND when it does not exist. */
+static int stream_state(struct nats_history *nh, jsStreamInfo **si, struct txo_error *err)
+{
+    struct txo__nats_conn *c = &nh->conn;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetStreamInfo(si, c->js, c->stream, &c->jo, &jerr);
+    if (s == NATS_OK)
+        return 0;
+    *si = NULL;
+    char why[256];
+    txo__nats_describe(s, jerr, why, sizeof(why));
+    if (jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)
+        return txo_error_set(err, TXO_ENOTFOUND, "nats history: stream %s does not exist",
+                             c->stream);
+    int code = txo__nats_code(s, jerr, TXO_EUNAVAILABLE);
+    return txo_error_set(err, code == TXO_EINVAL ? TXO_EUNAVAILABLE : code,
+                         "nats history: stream %s info: %s", c->stream, why);
+}
+
+/* The reading consumer from from_us on, and how many messages it has to deliver. */
+static int subscribe(struct nats_history *nh, int64_t from_us, natsSubscription **sub,
+                     uint64_t *pending, struct txo_error *err)
+{
+    struct txo__nats_conn *c = &nh->conn;
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = c->stream;
+    so.Config.AckPolicy = js_AckNone;
+    if (from_us > 0) {
+        so.Config.DeliverPolicy = js_DeliverByStartTime;
+        so.Config.OptStartTime = from_us * 1000;
+    } else {
+        so.Config.DeliverPolicy = js_DeliverAll;
+    }
+    so.Config.HeadersOnly = true;
+    so.Config.FilterSubject = nh->filter;
+    so.Config.InactiveThreshold = INACTIVE_MS * 1000000; /* nanoseconds */
+    jsErrCode jerr = 0;
+    natsStatus s = js_PullSubscribe(sub, c->js, nh->filter, NULL, &c->jo, &so, &jerr);
+    jsConsumerInfo *ci = NULL;
+    if (s == NATS_OK)
+        s = natsSubscription_GetConsumerInfo(&ci, *sub, &c->jo, &jerr);
+    if (s != NATS_OK) {
+        char why[256];
+        txo__nats_describe(s, jerr, why, sizeof(why));
+        if (*sub != NULL) {
+            (void)natsSubscription_Unsubscribe(*sub);
+            natsSubscription_Destroy(*sub);
+            *sub = NULL;
+        }
+        int code = jerr != 0 ? TXO_ECONFIG : txo__nats_code(s, jerr, TXO_EUNAVAILABLE);
+        return txo_error_set(err, code, "nats history: a consumer on %s (%s): %s", c->stream,
+                             nh->filter, why);
+    }
+    /* A pull consumer has delivered nothing yet: this is every message from from_us on. */
+    *pending = ci->NumPending;
+    jsConsumerInfo_Destroy(ci);
+    return 0;
+}
+
+/* One message to fn; *last when it is the last one to read. */
+static int deliver_one(struct nats_history *nh, natsMsg *m, uint64_t last_seq, int64_t to_us,
+                       txo_history_fn fn, void *arg, struct txo_history_span *span, bool *last)
+{
+    jsMsgMetaData *meta = NULL;
+    if (natsMsg_GetMetaData(&meta, m) != NATS_OK)
+        return 0; /* not a stream message */
+    uint64_t seq = meta->Sequence.Stream;
+    int64_t t = ns_to_us(meta->Timestamp);
+    *last = seq >= last_seq || t > to_us;
+    jsMsgMetaData_Destroy(meta);
+    if (t > to_us)
+        return 0;
+    const char *key = NULL;
+    if (natsMsgHeader_Get(m, TXO__NATS_MSG_ID_HEADER, &key) != NATS_OK)
+        key = NULL;
+    char position[POSITION_MAX];
+    snprintf(position, sizeof(position), "stream %s seq %" PRIu64 ", subject %s", nh->conn.stream,
+             seq, natsMsg_GetSubject(m));
+    struct txo_history_msg hm = {.key = key, .position = position, .time_us = t};
+    span->messages++;
+    return fn(arg, &hm);
+}
+
+/* Fetches the pending messages in batches, each to fn, up to last_seq or past to_us. */
+static int deliver(struct nats_history *nh, natsSubscription *sub, uint64_t pending,
+                   uint64_t last_seq, int64_t to_us, txo_history_fn fn, void *arg,
+                   struct txo_history_span *span, struct txo_error *err)
+{
+    struct txo__nats_conn *c = &nh->conn;
+    int rc = 0;
+    bool last = false;
+    for (uint64_t got = 0; got < pending && rc == 0 && !last;) {
+        /* Never more than it has: a fetch of more would wait for its timeout. */
+        int want = pending - got < FETCH_MAX ? (int)(pending - got) : FETCH_MAX;
+        natsMsgList list = {NULL, 0};
+        jsErrCode jerr = 0;
+        natsStatus s = natsSubscription_Fetch(&list, sub, want, c->opts.ack_timeout_ms, &jerr);
+        if (s != NATS_OK) {
+            char why[256];
+            txo__nats_describe(s, jerr, why, sizeof(why));
+            return txo_error_set(err, txo__nats_code(s, jerr, TXO_EUNAVAILABLE),
+                                 "nats history: reading %s after %" PRIu64 " of %" PRIu64
+                                 " message(s): %s",
+                                 c->stream, got, pending, why);
+        }
+        for (int i = 0; i < list.Count && rc == 0 && !last; i++)
+            rc = deliver_one(nh, list.Msgs[i], last_seq, to_us, fn, arg, span, &last);
+        got += (uint64_t)list.Count;
+        natsMsgList_Destroy(&list);
+    }
+    return rc;
+}
+
+static int nats_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn fn, void *arg,
+                     struct txo_history_span *span, struct txo_error *err)
+{
+    struct nats_history *nh = self;
+    struct txo__nats_conn *c = &nh->conn;
+    int rc = txo__nats_require_connected(c, err);
+    if (rc != 0)
+        return rc;
+    jsStreamInfo *si = NULL;
+    rc = stream_state(nh, &si, err);
+    if (rc != 0)
+        return rc;
+    jsStreamState st = si->State;
+    jsStreamInfo_Destroy(si);
+
+    char where[300];
+    snprintf(where, sizeof(where), "stream %s, first seq %" PRIu64, c->stream, st.FirstSeq);
+    if (st.FirstSeq > 1)
+        txo_history_span_hold(span, where,
+                              st.Msgs > 0 ? ns_to_us(st.FirstTime) : ns_to_us(st.LastTime) + 1);
+    span->sources = 1;
+    if (st.Msgs == 0 || ns_to_us(st.LastTime) < from_us)
+        return 0;
+
+    natsSubscription *sub = NULL;
+    uint64_t pending = 0;
+    rc = subscribe(nh, from_us, &sub, &pending, err);
+    if (rc != 0)
+        return rc;
+    rc = deliver(nh, sub, pending, st.LastSeq, to_us, fn, arg, span, err);
+    /* Unsubscribe deletes the consumer now rather than after its inactivity threshold. */
+    (void)natsSubscription_Unsubscribe(sub);
+    natsSubscription_Destroy(sub);
+    TXO_LOG(TXO_LOG_DEBUG, "nats", "history read stream=%s filter=%s messages=%" PRIu64 " rc=%d",
+            c->stream, nh->filter, span->messages, rc);
+    return rc;
+}
+
+static void nats_history_destroy(void *self)
+{
+    struct nats_history *nh = self;
+    if (nh == NULL)
+        return;
+    txo__nats_conn_close(&nh->conn);
+    txo_free(nh->filter);
+    txo_free(nh);
+}
+
+static const struct txo_history_ops nats_history_ops = {
+    .name = "nats",
+    .read = nats_read,
+    .destroy = nats_history_destroy,
+};
+
+int txo_history_nats_new(const struct txo_nats_opts *o, struct txo_history **out,
+                         struct txo_error *err)
+{
+    if (out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "nats history: out is required");
+    struct nats_history *nh = txo_calloc(1, sizeof(*nh));
+    if (nh == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "nats history: out of memory");
+    struct txo_nats_opts ro;
+    if (o != NULL) {
+        ro = *o;
+        ro.create_stream = false; /* a reader changes nothing at the broker */
+        ro.connect_required = true;
+    }
+    int rc = txo__nats_conn_open(&nh->conn, o != NULL ? &ro : NULL, "history", NULL, NULL, err);
+    if (rc < 0) {
+        txo_free(nh);
+        return rc;
+    }
+    nh->filter = txo_strdup(nh->conn.stream_subject);
+    if (nh->filter == NULL) {
+        nats_history_destroy(nh);
+        return txo_error_set(err, TXO_ENOMEM, "nats history: out of memory");
+    }
+    return txo_history_new(&nats_history_ops, nh, out, err);
+}

@@ -1,0 +1,621 @@
+/*
+ * `txo audit --outbox` against a real MariaDB and real brokers (a private nats-server and
+ * redis-server per test, as the broker tests start them; for Kafka librdkafka's mock cluster,
+ * the one the Kafka tests use), on a relay-only database (only
+ * `txo migrate --only outbox`, rows inserted with plain SQL as another application would):
+ * events are published by `txo relay --drain`, then the broker or the outbox is damaged
+ * the way an incident would, and the `txo` binary runs as a child process for its exit status
+ * and its output.
+ *
+ * Asserted: a clean run exits 0 (both envelope formats, a window whose edges cut through the
+ * publishing, an id window) and leaves the outbox, the stream and its consumers as they were;
+ * a PUBLISHED event the broker lacks (a message deleted at the broker, a row marked PUBLISHED
+ * that never went out) is listed as missing, exit 1; a message at the broker the outbox does not
+ * have (published by another client, with or without a key) is listed as extra; an old PENDING
+ * event is listed, an event due later on purpose is not; a broker that dropped the start of the
+ * window, and an outbox that deleted rows, give broker_trimmed and outbox_trimmed instead of
+ * false findings; bad flags exit 2 before anything is connected to. The summary is the last
+ * line of stdout, with the same keys every time.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "testkafka.h"
+#include "testnats.h"
+#include "testproc.h"
+#include "testredis.h"
+
+#define STREAM "TXO_EVENTS"
+/* The tests' brokers and database run on this host: their clocks are one. A small skew keeps
+ * the sleeps that separate "before" from "after" short. */
+#define SKEW_MS   "200"
+#define SKEW_WAIT 400 /* ms: longer than the skew */
+
+struct ctx {
+    struct testdb db;
+    struct testnats nats;
+    struct testredis redis;
+    struct testkafka kafka;
+    char broker_url[300]; /* "--nats-url=...", "--redis-url=..." or "--kafka-brokers=..." */
+    const char *publisher;
+};
+
+static void migrate_outbox_only(struct testdb *t)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    unsigned applied = 0, total = 0;
+    if (txo_migrate_set(t->db, txo_outbox_migrations(), &applied, &total, &err) < 0)
+        fail_msg("migrating the outbox: %s", err.msg);
+}
+
+static struct ctx *ctx_new(void)
+{
+    struct ctx *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    testdb_setup_empty(&c->db, "auditob");
+    testdb_export_env(&c->db);
+    migrate_outbox_only(&c->db);
+    return c;
+}
+
+static int setup_nats(void **state)
+{
+    struct ctx *c = ctx_new();
+    testnats_start(&c->nats);
+    snprintf(c->broker_url, sizeof(c->broker_url), "--nats-url=%s", c->nats.url);
+    c->publisher = "nats";
+    *state = c;
+    return 0;
+}
+
+static int setup_redis(void **state)
+{
+    struct ctx *c = ctx_new();
+    testredis_start(&c->redis);
+    snprintf(c->broker_url, sizeof(c->broker_url), "--redis-url=%s", c->redis.url);
+    c->publisher = "redis";
+    *state = c;
+    return 0;
+}
+
+/* Kafka: librdkafka's mock cluster in this process (Debian has no Kafka server), reached by
+ * the txo processes over TCP; it cannot look offsets up by time, so the reader's fallback (the
+ * partitions from their low watermark) is what runs here. */
+static int setup_kafka(void **state)
+{
+    struct ctx *c = ctx_new();
+    testkafka_start(&c->kafka);
+    testkafka_create_topic(&c->kafka, "txo.events.order", 2);
+    testkafka_create_topic(&c->kafka, "txo.events.customer", 1);
+    snprintf(c->broker_url, sizeof(c->broker_url), "--kafka-brokers=%s", c->kafka.bootstraps);
+    c->publisher = "kafka";
+    *state = c;
+    return 0;
+}
+
+static int setup_db_only(void **state)
+{
+    *state = ctx_new();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    testnats_cleanup(&c->nats);
+    testredis_cleanup(&c->redis);
+    testkafka_stop(&c->kafka);
+    testdb_teardown(&c->db);
+    free(c);
+    return 0;
+}
+
+static int64_t q(struct ctx *c, const char *sql)
+{
+    return testdb_i64(c->db.db, sql, NULL, 0);
+}
+
+/* n events of aggregate type agg, keys "<prefix>:<i>", each INSERT its own transaction. */
+static void insert_events(struct ctx *c, const char *agg, const char *prefix, int n)
+{
+    for (int i = 1; i <= n; i++) {
+        char key[64], id[16];
+        snprintf(key, sizeof(key), "%s:%d", prefix, i);
+        snprintf(id, sizeof(id), "%d", i);
+        struct txo_param p[] = {txo_p_str(agg), txo_p_str(id), txo_p_str(key)};
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_db_exec(c->db.db,
+                        "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                        "payload, idempotency_key) VALUES (?, ?, 'Happened', '{\"n\": 1}', ?)",
+                        p, 3, NULL, &err) < 0)
+            fail_msg("insert %s: %s", key, err.msg);
+    }
+}
+
+/* `txo relay --drain` to the test's broker, with extra flags (NULL-terminated). */
+static void relay_drain(struct ctx *c, const char *const *extra)
+{
+    const char *args[16] = {"relay", "--drain", "--publisher", c->publisher, c->broker_url};
+    size_t n = 5;
+    for (; extra != NULL && *extra != NULL; extra++)
+        args[n++] = *extra;
+    args[n] = NULL;
+    char *out = NULL;
+    int rc = testproc_run_txo("auditob-relay", args, 60000, &out);
+    if (rc != 0)
+        fail_msg("txo relay exited %d:\n%s", rc, out);
+    free(out);
+}
+
+/*
+ * Runs `txo audit --outbox` on the test's broker with args (NULL-terminated) and returns its
+ * exit status; *out gets its stdout alone (stderr is the log: the summary must be the last
+ * line of stdout).
+ */
+static int audit(struct ctx *c, const char *const *args, char **out)
+{
+    const char *argv[40] = {"/bin/sh",          "-c",    "exec \"$0\" \"$@\" 2>/dev/null",
+                            testproc_txo_bin(), "audit", "--outbox"};
+    size_t n = 6;
+    if (c->publisher != NULL) {
+        argv[n++] = "--publisher";
+        argv[n++] = c->publisher;
+        argv[n++] = c->broker_url;
+        argv[n++] = "--clock-skew=" SKEW_MS;
+    }
+    for (; *args != NULL; args++)
+        argv[n++] = *args;
+    argv[n] = NULL;
+    int rc = testproc_run("auditob", argv, 120000, out);
+    print_message("txo audit --outbox exited %d:\n%s", rc, *out);
+    return rc;
+}
+
+/* The last line of out, which must be the summary; its value of key (-1 when absent). */
+static int64_t summary(const char *out, const char *key)
+{
+    size_t len = strlen(out);
+    while (len > 0 && out[len - 1] == '\n')
+        len--;
+    const char *line = out + len;
+    while (line > out && line[-1] != '\n')
+        line--;
+    if (strncmp(line, "audit=outbox ", 13) != 0)
+        fail_msg("the last line is not the summary: %.*s", (int)(out + len - line), line);
+    char pat[64];
+    snprintf(pat, sizeof(pat), " %s=", key);
+    const char *v = strstr(line, pat);
+    return v != NULL ? strtoll(v + strlen(pat), NULL, 10) : -1;
+}
+
+static bool summary_says(const char *out, const char *key_value)
+{
+    summary(out, "events");
+    const char *line = strstr(out, "audit=outbox ");
+    char pat[96];
+    snprintf(pat, sizeof(pat), " %s ", key_value);
+    return line != NULL && strstr(line, pat) != NULL;
+}
+
+/* Whether out lists a finding of kind with this key. */
+static bool listed(const char *out, const char *kind, const char *key)
+{
+    char want[160];
+    snprintf(want, sizeof(want), "finding=%s ", kind);
+    for (const char *p = strstr(out, want); p != NULL; p = strstr(p + 1, want)) {
+        const char *eol = strchr(p, '\n');
+        size_t n = eol != NULL ? (size_t)(eol - p) : strlen(p);
+        char k[128];
+        snprintf(k, sizeof(k), " key=%s", key);
+        const char *hit = strstr(p, k);
+        if (hit != NULL && hit < p + n && (hit[strlen(k)] == ' ' || hit[strlen(k)] == '\n'))
+            return true;
+    }
+    return false;
+}
+
+static void assert_clean(const char *out, int rc, int64_t events)
+{
+    assert_int_equal(rc, 0);
+    assert_true(summary_says(out, "result=clean"));
+    assert_int_equal(summary(out, "events"), events);
+    static const char *const kinds[] = {"missing", "extra", "pending", "broker_trimmed",
+                                        "outbox_trimmed"};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        assert_int_equal(summary(out, kinds[i]), 0);
+    assert_null(strstr(out, "finding="));
+}
+
+/* ---- NATS ---- */
+
+static void test_nats_clean_both_envelopes_and_windows(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 6);
+    relay_drain(c, NULL);
+    /* The other envelope format: the key travels in Nats-Msg-Id either way. */
+    insert_events(c, "customer", "customer", 4);
+    const char *binary[] = {"--envelope", "cloudevents-binary", NULL};
+    relay_drain(c, binary);
+    assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 10);
+
+    const char *checksum = "SELECT CRC32(GROUP_CONCAT(CONCAT_WS('|', id, status, attempts, "
+                           "published_at, updated_at) ORDER BY id)) FROM outbox_events";
+    int64_t before = q(c, checksum);
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_clean(out, rc, 10);
+    assert_int_equal(summary(out, "messages"), 10);
+    assert_int_equal(summary(out, "duplicates"), 0);
+    free(out);
+
+    /* The other forms of a time window: an age, and a date alone (its midnight). */
+    const char *age[] = {"--since=1d", "--until=now", NULL};
+    rc = audit(c, age, &out);
+    assert_clean(out, rc, 10);
+    free(out);
+    char *day = testdb_str(c->db.db, "SELECT DATE(MIN(created_at)) FROM outbox_events", NULL, 0);
+    char since[64];
+    snprintf(since, sizeof(since), "--since=%s", day);
+    txo_free(day);
+    const char *date[] = {since, NULL};
+    rc = audit(c, date, &out);
+    assert_clean(out, rc, 10);
+    free(out);
+
+    /* An id window: the customers only. Their messages are found, the orders' lie in the
+     * window's time span but have rows: nothing to report. */
+    const char *ids[] = {"--from-id=7", "--to-id=10", NULL};
+    rc = audit(c, ids, &out);
+    assert_clean(out, rc, 4);
+    assert_true(summary_says(out, "window=id"));
+    free(out);
+
+    /* Reads only: the rows, the stream and its consumers are as they were. */
+    assert_int_equal(q(c, checksum), before);
+    assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 10);
+    assert_int_equal(testnats_stream_consumers(&c->nats, STREAM), 0);
+}
+
+/*
+ * The window's edges: events created before --since but published inside the window are at
+ * the broker in it; they have rows, so they are not extra (and, out of the window, not checked
+ * for missing). Events created after --until are left out the same way.
+ */
+static void test_nats_window_edges(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "before", 3);
+    txo_sleep_ms(1200);
+    char since[TXO_RFC3339_LEN];
+    txo_format_rfc3339(txo_realtime_us(), since);
+    relay_drain(c, NULL); /* the events of before the window, published inside it */
+    insert_events(c, "order", "inside", 3);
+    relay_drain(c, NULL);
+    txo_sleep_ms(1200);
+    char until[TXO_RFC3339_LEN];
+    txo_format_rfc3339(txo_realtime_us(), until);
+    insert_events(c, "order", "after", 3);
+    relay_drain(c, NULL);
+
+    char a1[64], a2[64];
+    snprintf(a1, sizeof(a1), "--since=%s", since);
+    snprintf(a2, sizeof(a2), "--until=%s", until);
+    const char *args[] = {a1, a2, NULL};
+    char *out = NULL;
+    int rc = audit(c, args, &out);
+    assert_clean(out, rc, 3);
+    assert_true(summary(out, "messages") >= 6);
+    free(out);
+}
+
+static void test_nats_missing(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 5);
+    relay_drain(c, NULL);
+    /* Lost at the broker: message 3 deleted (the stream keeps its start). */
+    testnats_delete_msg(&c->nats, STREAM, 3);
+    /* Marked PUBLISHED but never sent. */
+    insert_events(c, "invoice", "invoice", 1);
+    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                          "WHERE idempotency_key = 'invoice:1'");
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_true(summary_says(out, "result=findings"));
+    assert_int_equal(summary(out, "missing"), 2);
+    assert_int_equal(summary(out, "extra"), 0);
+    assert_int_equal(summary(out, "broker_trimmed"), 0);
+    assert_true(listed(out, "missing", "order:3"));
+    assert_true(listed(out, "missing", "invoice:1"));
+    assert_false(listed(out, "missing", "order:2"));
+    free(out);
+}
+
+static void test_nats_extra(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 3);
+    relay_drain(c, NULL);
+    txo_sleep_ms(SKEW_WAIT);
+    /* Another application publishes into the relay's stream: with a key no row has, and
+     * without a key at all. */
+    testnats_publish(&c->nats, "txo.events.order.Happened", "forged:1", "{\"n\":1}");
+    testnats_publish(&c->nats, "txo.events.order.Happened", NULL, "{\"n\":2}");
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "extra"), 2);
+    assert_int_equal(summary(out, "missing"), 0);
+    assert_int_equal(summary(out, "outbox_trimmed"), 0);
+    assert_true(listed(out, "extra", "forged:1"));
+    assert_true(listed(out, "extra", "(none)"));
+    assert_non_null(strstr(out, "position=\"stream TXO_EVENTS seq 4, subject "
+                                "txo.events.order.Happened\""));
+    free(out);
+}
+
+static void test_nats_pending(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 2);
+    relay_drain(c, NULL);
+    /* Stuck for ten minutes after failed attempts, and one inserted to be due in an hour (on
+     * purpose: not stuck). */
+    testdb_exec(c->db.db,
+                "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                "idempotency_key, attempts, last_error, created_at, next_attempt_at) VALUES "
+                "('order', '9', 'Happened', '{}', 'stuck:1', 3, 'TXO_EUNAVAILABLE: broker down', "
+                "NOW(6) - INTERVAL 10 MINUTE, NOW(6) + INTERVAL 1 MINUTE)");
+    testdb_exec(c->db.db,
+                "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                "idempotency_key, created_at, next_attempt_at) VALUES ('order', '8', 'Happened', "
+                "'{}', 'later:1', NOW(6) - INTERVAL 10 MINUTE, NOW(6) + INTERVAL 1 HOUR)");
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "pending"), 1);
+    assert_true(listed(out, "pending", "stuck:1"));
+    assert_false(listed(out, "pending", "later:1"));
+    assert_non_null(strstr(out, "status=PENDING attempts=3"));
+    assert_non_null(strstr(out, "last_error=\"TXO_EUNAVAILABLE: broker down\""));
+    free(out);
+
+    /* Under a longer threshold, or with the check off, it is clean. */
+    const char *longer[] = {"--pending-older-than=3600", NULL};
+    rc = audit(c, longer, &out);
+    assert_clean(out, rc, 2);
+    free(out);
+    const char *off[] = {"--pending-older-than=0", NULL};
+    rc = audit(c, off, &out);
+    assert_clean(out, rc, 2);
+    free(out);
+}
+
+/*
+ * Retention on either side gives no false finding: the broker dropped the start of the window
+ * (the stream's first message deleted, as max-age would), the outbox deleted PUBLISHED rows
+ * (as txo clean does). What cannot be judged is reported as such, with a note.
+ */
+static void test_nats_trimmed_windows(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "old", 3);
+    relay_drain(c, NULL);
+    txo_sleep_ms(SKEW_WAIT);
+    insert_events(c, "order", "new", 3);
+    relay_drain(c, NULL);
+
+    testnats_delete_msg(&c->nats, STREAM, 1);
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "missing"), 0);
+    assert_int_equal(summary(out, "broker_trimmed"), 1);
+    assert_true(listed(out, "broker_trimmed", "old:1"));
+    assert_non_null(strstr(out, "note: the broker no longer holds"));
+    free(out);
+
+    /* The outbox deleted the old rows (published first, so purged first). */
+    testdb_exec(c->db.db, "DELETE FROM outbox_events WHERE idempotency_key LIKE 'old:%'");
+    rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "extra"), 0);
+    assert_int_equal(summary(out, "missing"), 0);
+    assert_int_equal(summary(out, "outbox_trimmed"), 2); /* old:2 and old:3 */
+    assert_true(listed(out, "outbox_trimmed", "old:2"));
+    assert_non_null(strstr(out, "note: the oldest PUBLISHED event"));
+    free(out);
+
+    /* A window after both horizons is clean. */
+    const char *ids[] = {"--from-id=4", "--to-id=6", NULL};
+    rc = audit(c, ids, &out);
+    assert_clean(out, rc, 3);
+    free(out);
+}
+
+/* ---- Redis ---- */
+
+static void test_redis_clean_missing_extra(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 4);
+    insert_events(c, "customer", "customer", 2);
+    relay_drain(c, NULL);
+    const char *binary[] = {"--envelope", "cloudevents-binary", NULL};
+    insert_events(c, "invoice", "invoice", 2);
+    relay_drain(c, binary);
+    assert_int_equal(testredis_xlen(&c->redis, "txo.events.order"), 4);
+
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_clean(out, rc, 8);
+    assert_int_equal(summary(out, "messages"), 8);
+    free(out);
+
+    /* A row marked PUBLISHED that never went out, and an entry another client added. */
+    insert_events(c, "order", "ghost", 1);
+    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                          "WHERE idempotency_key = 'ghost:1'");
+    txo_sleep_ms(SKEW_WAIT);
+    const char *xadd[] = {"XADD",     "txo.events.customer", "*",        "idempotency_key",
+                          "forged:7", "event_type",          "Happened", NULL};
+    json_decref(testredis_cli(&c->redis, xadd));
+    /* A worker's dead-letter stream beside it is not the relay's: not read. */
+    const char *dead[] = {"XADD", "txo.events.customer.dead", "*", "idempotency_key", "forged:8",
+                          NULL};
+    json_decref(testredis_cli(&c->redis, dead));
+    rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "missing"), 1);
+    assert_int_equal(summary(out, "extra"), 1);
+    assert_true(listed(out, "missing", "ghost:1"));
+    assert_true(listed(out, "extra", "forged:7"));
+    assert_false(listed(out, "extra", "forged:8"));
+    assert_non_null(strstr(out, "position=\"stream txo.events.customer id "));
+    free(out);
+}
+
+/* Redis cannot tell a trimmed head from an entry deleted in the middle: once a stream lost an
+ * entry, what is not found before its first entry is broker_trimmed, not missing. */
+static void test_redis_trimmed(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 3);
+    relay_drain(c, NULL);
+    json_t *entries = testredis_xrange(&c->redis, "txo.events.order");
+    const char *first = json_string_value(json_array_get(json_array_get(entries, 0), 0));
+    assert_non_null(first);
+    const char *xdel[] = {"XDEL", "txo.events.order", first, NULL};
+    json_decref(testredis_cli(&c->redis, xdel));
+    json_decref(entries);
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "missing"), 0);
+    assert_int_equal(summary(out, "broker_trimmed"), 1);
+    assert_true(listed(out, "broker_trimmed", "order:1"));
+    free(out);
+}
+
+/* ---- Kafka ---- */
+
+static void test_kafka_clean_missing_extra(void **state)
+{
+    struct ctx *c = *state;
+    insert_events(c, "order", "order", 5);
+    insert_events(c, "customer", "customer", 2);
+    relay_drain(c, NULL);
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_clean(out, rc, 7);
+    assert_int_equal(summary(out, "messages"), 7);
+    free(out);
+
+    insert_events(c, "order", "ghost", 1);
+    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                          "WHERE idempotency_key = 'ghost:1'");
+    txo_sleep_ms(SKEW_WAIT);
+    const char *headers[] = {"txo-idempotency-key=forged:3", "txo-event-type=Happened", NULL};
+    testkafka_produce(&c->kafka, "txo.events.customer", "3", "{}", headers);
+    rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "missing"), 1);
+    assert_int_equal(summary(out, "extra"), 1);
+    assert_true(listed(out, "missing", "ghost:1"));
+    assert_true(listed(out, "extra", "forged:3"));
+    assert_non_null(strstr(out, "position=\"topic txo.events.customer partition 0 offset 2\""));
+    free(out);
+}
+
+/* ---- flags ---- */
+
+/* Bad flags exit 2 before anything is connected to: the database and the broker named here
+ * do not exist, and the message says what is wrong. */
+static void test_bad_flags_exit_2(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *args[6];
+        const char *says;
+    } cases[] = {
+        {{NULL}, "--publisher"},
+        {{"--publisher=rabbitmq", NULL}, "reading a queue consumes it"},
+        {{"--publisher=webhook", NULL}, "keeps no history"},
+        {{"--publisher=grpc", NULL}, "keeps no history"},
+        {{"--publisher=nats", "--since=yesterday", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-13-01T00:00:00Z", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-02-30", NULL}, "--since"},
+        {{"--publisher=nats", "--since=12", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-12", NULL}, "--since"},
+        {{"--publisher=nats", "--since=2026-12-01T10:00:00+02:00", NULL}, "--since"},
+        {{"--publisher=nats", "--until=soon", NULL}, "--until"},
+        {{"--publisher=nats", "--since=1h", "--until=2h", NULL}, "after it starts"},
+        {{"--publisher=nats", "--since=1h", "--from-id=1", "--to-id=2", NULL}, "give one"},
+        {{"--publisher=nats", "--from-id=5", "--to-id=2", NULL}, "--from-id"},
+        {{"--publisher=nats", "--from-id=5", NULL}, "--to-id"},
+        {{"--publisher=nats", "--clock-skew=-1", NULL}, "--clock-skew"},
+        {{"--publisher=nats", "--no-such-flag", NULL}, "unknown option"},
+        {{"--publisher=kafka", "--kafka-property=acks=0", NULL}, "acks"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *argv[16] = {testproc_txo_bin(),
+                                "audit",
+                                "--outbox",
+                                "--mysql-host=127.0.0.1",
+                                "--mysql-port=1",
+                                "--mysql-socket=",
+                                "--nats-url=nats://127.0.0.1:1",
+                                "--kafka-brokers=127.0.0.1:1"};
+        size_t n = 8;
+        for (const char *const *a = cases[i].args; *a != NULL; a++)
+            argv[n++] = *a;
+        argv[n] = NULL;
+        char *out = NULL;
+        int rc = testproc_run("auditob-flags", argv, 30000, &out);
+        if (rc != 2 || strstr(out, cases[i].says) == NULL)
+            fail_msg("case %zu: exit %d, want 2 and \"%s\" in:\n%s", i, rc, cases[i].says, out);
+        assert_null(strstr(out, "audit=outbox")); /* it did not run */
+        free(out);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_nats_clean_both_envelopes_and_windows, setup_nats,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_nats_window_edges, setup_nats, teardown),
+        cmocka_unit_test_setup_teardown(test_nats_missing, setup_nats, teardown),
+        cmocka_unit_test_setup_teardown(test_nats_extra, setup_nats, teardown),
+        cmocka_unit_test_setup_teardown(test_nats_pending, setup_nats, teardown),
+        cmocka_unit_test_setup_teardown(test_nats_trimmed_windows, setup_nats, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_clean_missing_extra, setup_redis, teardown),
+        cmocka_unit_test_setup_teardown(test_redis_trimmed, setup_redis, teardown),
+        cmocka_unit_test_setup_teardown(test_kafka_clean_missing_extra, setup_kafka, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup_db_only, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
