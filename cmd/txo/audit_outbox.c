@@ -374,6 +374,13 @@ static void print_finding(void *arg, const struct txo_audit_finding *f)
         field_i64("age_s", (p->result->now_us - f->created_at_us) / US_PER_S);
         field("last_error", f->detail);
         break;
+    case TXO_AUDIT_SEQUENCE_GAP:
+        field_i64("event_id", f->event_id);
+        field("key", f->key);
+        field_time("published_at", f->published_at_us);
+        field("follows_status", f->status);
+        field("detail", f->detail);
+        break;
     case TXO_AUDIT_KIND_COUNT:
         break;
     }

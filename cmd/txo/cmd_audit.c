@@ -38,8 +38,9 @@ const struct command cmd_audit = {
         "With --outbox, for any database with the outbox tables (a relay-only one too): over a\n"
         "window of created_at (--since, --until) or of ids (--from-id, --to-id), every PUBLISHED\n"
         "event is at the broker (matched by its idempotency key) and every message the broker\n"
-        "stored in the window has an outbox row; and no event anywhere waits to be published\n"
-        "longer than --pending-older-than. The broker's history is read without consuming it,\n"
+        "stored in the window has an outbox row; every PUBLISHED event was published after the\n"
+        "event it follows in its aggregate (prev_sequence; else a sequence_gap); and no event\n"
+        "anywhere waits to be published longer than --pending-older-than. The broker's history is read without consuming it,\n"
         "with the relay's own --nats-*, --kafka-* or --redis-* settings: a JetStream stream\n"
         "through an ephemeral consumer that acks nothing, Kafka partitions from offsets without a\n"
         "consumer group, Redis streams with XRANGE. RabbitMQ cannot be audited (reading a\n"
@@ -48,7 +49,7 @@ const struct command cmd_audit = {
         "reported as broker_trimmed, a message whose row the outbox may have deleted as\n"
         "outbox_trimmed, never as missing or extra. Prints one logfmt line per finding (at most\n"
         "--max-listed of each kind), then a summary line of fixed keys (audit=outbox result=...\n"
-        "missing= extra= pending= ...). Reads only: SELECT on outbox_events.",
+        "missing= extra= pending= ... sequence_gap=). Reads only: SELECT on outbox_events.",
     .run = run,
 };
 

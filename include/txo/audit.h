@@ -49,10 +49,13 @@ enum txo_audit_kind {
     TXO_AUDIT_PENDING,        /* an event not published for longer than the threshold */
     TXO_AUDIT_BROKER_TRIMMED, /* not found, but maybe from before the broker's horizon */
     TXO_AUDIT_OUTBOX_TRIMMED, /* not in the outbox, but maybe from before its horizon */
+    TXO_AUDIT_SEQUENCE_GAP,   /* published before the event it follows in its aggregate
+                               * (prev_sequence): that one is not published, or came later */
     TXO_AUDIT_KIND_COUNT
 };
 
-/* "missing", "extra", "pending", "broker_trimmed", "outbox_trimmed"; "?" otherwise. */
+/* "missing", "extra", "pending", "broker_trimmed", "outbox_trimmed", "sequence_gap"; "?"
+ * otherwise. */
 TXO_API const char *txo_audit_kind_name(enum txo_audit_kind kind);
 
 /* One finding. Strings are borrowed for the report call; fields that do not apply are 0/NULL. */
@@ -60,13 +63,15 @@ struct txo_audit_finding {
     enum txo_audit_kind kind;
     int64_t event_id;        /* the outbox row (not for extra and outbox_trimmed) */
     const char *key;         /* idempotency key; NULL for a broker message without one */
-    const char *status;      /* pending: "PENDING" or "PROCESSING" */
+    const char *status;      /* pending: "PENDING" or "PROCESSING"; sequence_gap: the state of
+                              * the event it follows */
     int attempts;            /* pending: publish attempts so far */
     int64_t created_at_us;   /* the row's created_at */
-    int64_t published_at_us; /* missing, broker_trimmed: the row's published_at */
+    int64_t published_at_us; /* missing, broker_trimmed, sequence_gap: the row's published_at */
     int64_t broker_time_us;  /* extra, outbox_trimmed: the message's time at the broker */
     const char *position;    /* extra, outbox_trimmed: where the broker keeps the message */
-    const char *detail;      /* pending: the last publish error (may be NULL) */
+    const char *detail;      /* pending: the last publish error (may be NULL); sequence_gap:
+                              * the aggregate, the two sequences and what is wrong */
 };
 
 typedef void (*txo_audit_report_fn)(void *arg, const struct txo_audit_finding *f);

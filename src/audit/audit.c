@@ -11,8 +11,7 @@
  * them to the caller's callback; it returns non-zero only when it could not run (a DB or
  * broker error), and the audit stops there. Adding a check is a function of the check_fn shape,
  * one line in the table `checks`, and a finding kind at the end of enum txo_audit_kind when it
- * reports something new. The per-aggregate sequence check has its place already:
- * check_sequence_gaps() below.
+ * reports something new.
  *
  * Everything is read with plain SELECTs (audit_sql.h); nothing is written.
  */
@@ -28,6 +27,7 @@ static const char *const kind_names[TXO_AUDIT_KIND_COUNT] = {
     [TXO_AUDIT_PENDING] = "pending",
     [TXO_AUDIT_BROKER_TRIMMED] = "broker_trimmed",
     [TXO_AUDIT_OUTBOX_TRIMMED] = "outbox_trimmed",
+    [TXO_AUDIT_SEQUENCE_GAP] = "sequence_gap",
 };
 
 const char *txo_audit_kind_name(enum txo_audit_kind kind)
@@ -116,19 +116,51 @@ static int check_pending(struct audit *a, struct txo_error *err)
 /* ---- per-aggregate sequence gaps ---- */
 
 /*
- * The hook for the per-aggregate sequence check, which needs outbox_events.sequence (a counter
- * per aggregate_type + aggregate_id that the writer fills); until the column exists there is
- * nothing to check. The check, when it comes: read the window's events in (aggregate_type,
- * aggregate_id, sequence) order through an index on those columns, start each aggregate from
- * the sequence of its last event before the window (one index dive), and report every
- * sequence skipped or repeated as a finding of a new kind added at the end of enum
- * txo_audit_kind, with its statements in audit_sql.h. A gap can be an event deleted by the
- * retention cleaner, so the same horizon as in audit_broker.c applies to it.
+ * Every PUBLISHED event of the window was published after the event it follows in its
+ * aggregate (prev_sequence, numbered by the database's trigger): the order a consumer checks.
+ * A finding names the event, its predecessor's state and why (AUDIT_SQL_GAPS_*). At most
+ * max_events findings are read.
  */
 static int check_sequence_gaps(struct audit *a, struct txo_error *err)
 {
-    (void)a;
-    (void)err;
+    const struct txo_audit_opts *o = a->opts;
+    struct txo_rows *rows = NULL;
+    int rc;
+    if (o->to_id > 0) {
+        struct txo_param p[] = {txo_p_i64(o->from_id), txo_p_i64(o->to_id),
+                                txo_p_i64((int64_t)o->max_events)};
+        rc = txo_db_query(a->db, AUDIT_SQL_GAPS_IDS, p, TXO_ARRAY_LEN(p), &rows, err);
+    } else {
+        struct txo_param p[] = {txo_p_i64(o->since_us), txo_p_i64(o->until_us),
+                                txo_p_i64((int64_t)o->max_events)};
+        rc = txo_db_query(a->db, AUDIT_SQL_GAPS_TIME, p, TXO_ARRAY_LEN(p), &rows, err);
+    }
+    if (rc < 0) {
+        txo_error_wrap(err, "audit: reading the sequence of the window's events");
+        return rc;
+    }
+    for (size_t r = 0; r < txo_rows_count(rows); r++) {
+        const char *prev_status = txo_rows_str(rows, r, AUDIT_GAP_PREV_STATUS, NULL);
+        char detail[512];
+        snprintf(detail, sizeof(detail), "%s/%s: sequence %" PRId64 " follows %" PRId64 ", %s",
+                 txo_rows_str(rows, r, AUDIT_GAP_AGGREGATE_TYPE, NULL),
+                 txo_rows_str(rows, r, AUDIT_GAP_AGGREGATE_ID, NULL),
+                 txo_rows_i64(rows, r, AUDIT_GAP_SEQUENCE),
+                 txo_rows_i64(rows, r, AUDIT_GAP_PREV_SEQUENCE),
+                 prev_status != NULL && strcmp(prev_status, "PUBLISHED") == 0
+                     ? "which was published after it"
+                     : "which is not published");
+        struct txo_audit_finding f = {
+            .kind = TXO_AUDIT_SEQUENCE_GAP,
+            .event_id = txo_rows_i64(rows, r, AUDIT_GAP_ID),
+            .key = txo_rows_str(rows, r, AUDIT_GAP_KEY, NULL),
+            .status = prev_status,
+            .published_at_us = txo_rows_i64(rows, r, AUDIT_GAP_PUBLISHED_US),
+            .detail = detail,
+        };
+        txo__audit_report(a, &f);
+    }
+    txo_rows_free(rows);
     return 0;
 }
 

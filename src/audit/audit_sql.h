@@ -107,6 +107,45 @@ enum audit_window_col {
     AUDIT_SQL__PENDING "AND (created_at > " AUDIT_SQL__AT " OR (created_at = " AUDIT_SQL__AT       \
                        " AND id > ?)) " AUDIT_SQL__ORDER_TIME
 
+/*
+ * Sequence gaps: the PUBLISHED events of the window published before the event they follow in
+ * their aggregate (prev_sequence): that one is not PUBLISHED, or was published later. An event
+ * whose predecessor is gone (purged by retention) is not judged. The window as above:
+ * _TIME on created_at through idx_outbox_age, _IDS on PRIMARY. Each candidate's predecessor is
+ * found through idx_outbox_aggregate (aggregate_type, aggregate_id, id): the aggregate's rows
+ * are walked and sequence checked on each, so the cost per event grows with the rows its
+ * aggregate still has (an index with sequence would make it one dive, and cost every INSERT).
+ * Locks: none. Params: since, until (or first id, last id), limit. Columns: see
+ * enum audit_gap_col.
+ */
+#define AUDIT_SQL__GAP_COLS                                                                        \
+    "SELECT e.id, e.idempotency_key, e.aggregate_type, e.aggregate_id, e.sequence, "              \
+    "e.prev_sequence, p.status, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', e.published_at) "        \
+    "FROM outbox_events e "
+#define AUDIT_SQL__GAP_JOIN                                                                        \
+    "JOIN outbox_events p FORCE INDEX (idx_outbox_aggregate) ON p.aggregate_type = "              \
+    "e.aggregate_type AND p.aggregate_id = e.aggregate_id AND p.sequence = e.prev_sequence "
+#define AUDIT_SQL__GAP_WHERE                                                                       \
+    "AND e.status = 'PUBLISHED' AND e.prev_sequence > 0 AND (p.status <> 'PUBLISHED' OR "          \
+    "p.published_at > e.published_at) ORDER BY e.id LIMIT ?"
+#define AUDIT_SQL_GAPS_TIME                                                                        \
+    AUDIT_SQL__GAP_COLS "FORCE INDEX (idx_outbox_age) " AUDIT_SQL__GAP_JOIN                        \
+                        "WHERE e.created_at >= " AUDIT_SQL__AT " AND e.created_at < " AUDIT_SQL__AT \
+                        " " AUDIT_SQL__GAP_WHERE
+#define AUDIT_SQL_GAPS_IDS                                                                         \
+    AUDIT_SQL__GAP_COLS AUDIT_SQL__GAP_JOIN "WHERE e.id >= ? AND e.id <= ? " AUDIT_SQL__GAP_WHERE
+
+enum audit_gap_col {
+    AUDIT_GAP_ID = 0,
+    AUDIT_GAP_KEY,
+    AUDIT_GAP_AGGREGATE_TYPE,
+    AUDIT_GAP_AGGREGATE_ID,
+    AUDIT_GAP_SEQUENCE,
+    AUDIT_GAP_PREV_SEQUENCE,
+    AUDIT_GAP_PREV_STATUS,
+    AUDIT_GAP_PUBLISHED_US,
+};
+
 /* Columns of the pending statements. */
 enum audit_pending_col {
     AUDIT_PENDING_ID = 0,

@@ -232,8 +232,8 @@ static void assert_clean(const char *out, int rc, int64_t events)
     assert_int_equal(rc, 0);
     assert_true(summary_says(out, "result=clean"));
     assert_int_equal(summary(out, "events"), events);
-    static const char *const kinds[] = {"missing", "extra", "pending", "broker_trimmed",
-                                        "outbox_trimmed"};
+    static const char *const kinds[] = {"missing", "extra",          "pending",
+                                        "broker_trimmed", "outbox_trimmed", "sequence_gap"};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
         assert_int_equal(summary(out, kinds[i]), 0);
     assert_null(strstr(out, "finding="));
@@ -415,6 +415,50 @@ static void test_nats_pending(void **state)
  * (the stream's first message deleted, as max-age would), the outbox deleted PUBLISHED rows
  * (as txo clean does). What cannot be judged is reported as such, with a note.
  */
+/*
+ * A sequence gap: a relay with --ordering none publishes event 2 of an aggregate while event 1
+ * waits for a retry; consumers saw 2 follow 1 without 1. Skipping 1 (txo dlq skip) links 2
+ * past it: no gap any more.
+ */
+static void test_nats_sequence_gap(void **state)
+{
+    struct ctx *c = *state;
+    testdb_exec(c->db.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                          "payload, idempotency_key) VALUES ('ledger', 'L1', 'Moved', '{}', "
+                          "'ledger:1'), ('ledger', 'L1', 'Moved', '{}', 'ledger:2')");
+    /* 1 waits for a retry (as after a failed publish); an unordered relay does not wait. */
+    testdb_exec(c->db.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) + INTERVAL 1 HOUR "
+                          "WHERE idempotency_key = 'ledger:1'");
+    const char *unordered[] = {"--ordering", "none", NULL};
+    relay_drain(c, unordered);
+    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 1);
+    char *out = NULL;
+    const char *none[] = {NULL};
+    int rc = audit(c, none, &out);
+    assert_int_equal(rc, 1);
+    assert_int_equal(summary(out, "sequence_gap"), 1);
+    assert_int_equal(summary(out, "missing"), 0);
+    assert_true(listed(out, "sequence_gap", "ledger:2"));
+    assert_non_null(strstr(out, "ledger/L1: sequence 2 follows 1, which is not published"));
+    free(out);
+
+    /* Given up on: 2 now follows what 1 followed. */
+    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'FAILED', last_error = 'e' WHERE "
+                          "idempotency_key = 'ledger:1'");
+    testdb_exec(c->db.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
+                          "error) SELECT id, event_type, payload, 'e' FROM outbox_events WHERE "
+                          "idempotency_key = 'ledger:1'");
+    char id[24];
+    snprintf(id, sizeof(id), "%lld", (long long)q(c, "SELECT MAX(id) FROM dead_letter_events"));
+    const char *skip[] = {"dlq", "skip", id, NULL};
+    char *skipped = NULL;
+    assert_int_equal(testproc_run_txo("auditob-skip", skip, 60000, &skipped), 0);
+    free(skipped);
+    rc = audit(c, none, &out);
+    assert_clean(out, rc, 1);
+    free(out);
+}
+
 static void test_nats_trimmed_windows(void **state)
 {
     struct ctx *c = *state;
@@ -612,6 +656,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nats_extra, setup_nats, teardown),
         cmocka_unit_test_setup_teardown(test_nats_pending, setup_nats, teardown),
         cmocka_unit_test_setup_teardown(test_nats_trimmed_windows, setup_nats, teardown),
+        cmocka_unit_test_setup_teardown(test_nats_sequence_gap, setup_nats, teardown),
         cmocka_unit_test_setup_teardown(test_redis_clean_missing_extra, setup_redis, teardown),
         cmocka_unit_test_setup_teardown(test_redis_trimmed, setup_redis, teardown),
         cmocka_unit_test_setup_teardown(test_kafka_clean_missing_extra, setup_kafka, teardown),
