@@ -55,6 +55,8 @@ struct ctx {
     struct testkafka kafka;
     char flags[6][300]; /* the relay's broker flags */
     size_t n_flags;
+    struct testproc relay[4]; /* A, B, C, D; pid 0 when not running */
+    bool broker_up;
 };
 
 /* ---- the writers ---- */
@@ -249,6 +251,8 @@ static json_t *broker_read(struct ctx *c)
 /* ---- the relays ---- */
 
 enum { RELAY_A, RELAY_B, RELAY_C, RELAY_D, N_RELAYS };
+_Static_assert(N_RELAYS == sizeof(((struct ctx *)0)->relay) / sizeof(struct testproc),
+               "one testproc per relay");
 
 static void relay_start(struct ctx *c, struct testproc *p, const char *tag, bool crash)
 {
@@ -321,96 +325,96 @@ static void check_order(struct ctx *c, json_t *bodies)
 
 /* ---- the test ---- */
 
-static void run(enum broker b)
+static int setup(void **state)
 {
-    struct ctx c = {.broker = b};
-    testdb_setup(&c.t, broker_names[b]);
-    testdb_export_env(&c.t);
-    broker_start(&c);
+    struct ctx *c = txo_calloc(1, sizeof(*c));
+    assert_non_null(c);
+    c->broker = *(const enum broker *)*state;
+    testdb_setup(&c->t, broker_names[c->broker]);
+    testdb_export_env(&c->t);
+    broker_start(c);
+    c->broker_up = true;
+    *state = c;
+    return 0;
+}
 
-    struct testproc relay[N_RELAYS];
-    relay_start(&c, &relay[RELAY_A], "order-a", true);
-    relay_start(&c, &relay[RELAY_B], "order-b", false);
-    relay_start(&c, &relay[RELAY_C], "order-c", false);
+/* Also after a failed assertion: no relay, broker or database outlives its test. */
+static int teardown(void **state)
+{
+    struct ctx *c = *state;
+    for (size_t i = 0; i < N_RELAYS; i++) {
+        testproc_stop_hard(&c->relay[i]);
+        if (c->relay[i].log_path[0] != '\0')
+            testproc_remove_log(&c->relay[i]);
+    }
+    if (c->broker_up)
+        broker_stop(c);
+    testdb_teardown(&c->t);
+    txo_free(c);
+    return 0;
+}
+
+static void test_order(void **state)
+{
+    struct ctx *c = *state;
+    const char *name = broker_names[c->broker];
+    struct testproc *relay = c->relay;
+    relay_start(c, &relay[RELAY_A], "order-a", true);
+    relay_start(c, &relay[RELAY_B], "order-b", false);
+    relay_start(c, &relay[RELAY_C], "order-c", false);
     struct writer w[N_WRITERS];
     pthread_t th[N_WRITERS];
     for (unsigned i = 0; i < N_WRITERS; i++) {
-        w[i] = (struct writer){.c = &c, .id = i};
+        w[i] = (struct writer){.c = c, .id = i};
         assert_int_equal(pthread_create(&th[i], NULL, writer_main, &w[i]), 0);
     }
     txo_sleep_ms(1000);
-    relay_start(&c, &relay[RELAY_D], "order-d", false);
+    relay_start(c, &relay[RELAY_D], "order-d", false);
     txo_sleep_ms(1000);
-    broker_bounce(&c);
+    broker_bounce(c);
     txo_sleep_ms((unsigned)(200 + rand() % 1500));
     testproc_signal(&relay[RELAY_B], SIGKILL);
     txo_sleep_ms(1000);
-    if (!testproc_stop(&relay[RELAY_C], 20000)) {
+    bool c_stopped = testproc_stop(&relay[RELAY_C], 20000);
+    for (unsigned i = 0; i < N_WRITERS; i++)
+        pthread_join(th[i], NULL);
+    if (!c_stopped) {
         testproc_print_log(&relay[RELAY_C], "relay C");
         fail_msg("relay C did not stop cleanly");
     }
-    for (unsigned i = 0; i < N_WRITERS; i++) {
-        pthread_join(th[i], NULL);
+    for (unsigned i = 0; i < N_WRITERS; i++)
         if (w[i].rc != 0)
             fail_msg("writer %u: %s", i, w[i].msg);
-    }
     int64_t deadline = txo_monotonic_ms() + DRAIN_MS;
-    while (published(&c) < N_EVENTS && txo_monotonic_ms() < deadline)
+    while (published(c) < N_EVENTS && txo_monotonic_ms() < deadline)
         txo_sleep_ms(200);
-    if (published(&c) < N_EVENTS) {
+    if (published(c) < N_EVENTS) {
         testproc_print_log(&relay[RELAY_D], "relay D");
-        fail_msg("%s: %lld of %d events PUBLISHED after %d s", broker_names[b],
-                 (long long)published(&c), N_EVENTS, DRAIN_MS / 1000);
+        fail_msg("%s: %lld of %d events PUBLISHED after %d s", name, (long long)published(c),
+                 N_EVENTS, DRAIN_MS / 1000);
     }
     if (!testproc_wait(&relay[RELAY_A], 1000) || !testproc_killed(&relay[RELAY_A])) {
         testproc_print_log(&relay[RELAY_A], "relay A");
         fail_msg("relay A did not die at its crash point");
     }
-    testproc_stop_hard(&relay[RELAY_B]);
     if (!testproc_stop(&relay[RELAY_D], 20000))
         fail_msg("relay D did not stop cleanly");
 
-    json_t *bodies = broker_read(&c);
-    check_order(&c, bodies);
+    json_t *bodies = broker_read(c);
+    check_order(c, bodies);
     json_decref(bodies);
-    for (size_t i = 0; i < N_RELAYS; i++)
-        testproc_remove_log(&relay[i]);
-    broker_stop(&c);
-    testdb_teardown(&c.t);
 }
 
-static void test_nats(void **state)
-{
-    (void)state;
-    run(NATS);
-}
-
-static void test_redis(void **state)
-{
-    (void)state;
-    run(REDIS);
-}
-
-static void test_rabbitmq(void **state)
-{
-    (void)state;
-    run(RABBITMQ);
-}
-
-static void test_kafka(void **state)
-{
-    (void)state;
-    run(KAFKA);
-}
+static enum broker nats = NATS, redis = REDIS, rabbitmq = RABBITMQ, kafka = KAFKA;
 
 int main(void)
 {
     srand((unsigned)txo_monotonic_ms());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nats),
-        cmocka_unit_test(test_redis),
-        cmocka_unit_test(test_rabbitmq),
-        cmocka_unit_test(test_kafka),
+        {"order_through_nats", test_order, setup, teardown, &nats},
+        {"order_through_redis", test_order, setup, teardown, &redis},
+        {"order_through_rabbitmq", test_order, setup, teardown, &rabbitmq},
+        {"order_through_kafka", test_order, setup, teardown, &kafka},
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
