@@ -198,6 +198,9 @@ db_start() {
         --innodb-log-file-size=48M
         --innodb_flush_log_at_trx_commit=1
         --binlog-format=ROW
+        # A Galera node logs as if binary logging were on: creating the outbox's sequence
+        # trigger (txo migrate) then needs SUPER or this (docs/database.md).
+        --log-bin-trust-function-creators=1
         --innodb-autoinc-lock-mode=2
         --default-storage-engine=InnoDB
         --performance-schema=OFF
