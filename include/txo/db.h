@@ -308,6 +308,10 @@ TXO_API size_t txo_sql_in_list_size(size_t n);
  * string to free with txo_free(), or NULL when out of memory or n_rows is 0.
  */
 TXO_API char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row);
+/* The same, followed by `after` (an ON DUPLICATE KEY UPDATE clause, the `)` closing a row-value
+ * IN list, ...). */
+TXO_API char *txo_sql_values_rows_then(const char *before, size_t n_rows, const char *row,
+                                       const char *after);
 
 /* Process-wide counters of the database layer (atomic; for metrics). */
 struct txo_db_stats {

@@ -1261,12 +1261,13 @@ char *txo_sql_in_list(const char *before, size_t n, const char *after)
     return s;
 }
 
-char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row)
+char *txo_sql_values_rows_then(const char *before, size_t n_rows, const char *row,
+                               const char *after)
 {
     if (n_rows == 0)
         return NULL;
-    size_t lb = strlen(before), lr = strlen(row);
-    char *s = txo_malloc(lb + n_rows * (lr + 1) + 1);
+    size_t lb = strlen(before), lr = strlen(row), la = strlen(after);
+    char *s = txo_malloc(lb + n_rows * (lr + 1) + la + 1);
     if (!s)
         return NULL;
     char *p = s;
@@ -1278,8 +1279,13 @@ char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row)
         memcpy(p, row, lr);
         p += lr;
     }
-    *p = '\0';
+    memcpy(p, after, la + 1);
     return s;
+}
+
+char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row)
+{
+    return txo_sql_values_rows_then(before, n_rows, row, "");
 }
 
 /* ---- transactions ---- */

@@ -124,14 +124,8 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
     }
     if (fresh == 0)
         goto out;
-    char *values = txo_sql_values_rows(INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW);
-    if (values != NULL) {
-        size_t len = strlen(values) + strlen(INBOX_SQL_RECORD_MANY_END) + 1;
-        insert_sql = txo_malloc(len);
-        if (insert_sql != NULL)
-            snprintf(insert_sql, len, "%s%s", values, INBOX_SQL_RECORD_MANY_END);
-        txo_free(values);
-    }
+    insert_sql = txo_sql_values_rows_then(INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW,
+                                          INBOX_SQL_RECORD_MANY_END);
     if (insert_sql == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "inbox record of %zu: out of memory", n);
         goto out;

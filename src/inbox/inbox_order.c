@@ -92,15 +92,10 @@ static int read_last(struct txo_tx *tx, struct agg *aggs, size_t k, struct txo_p
                      struct txo_error *err)
 {
     size_t padded = txo_sql_in_list_size(k);
-    char *rows_sql = txo_sql_values_rows(INBOX_SQL_ORDER_LAST, padded, INBOX_SQL_ORDER_LAST_ROW);
-    size_t len = rows_sql != NULL ? strlen(rows_sql) + strlen(INBOX_SQL_ORDER_LAST_END) + 1 : 0;
-    char *sql = rows_sql != NULL ? txo_malloc(len) : NULL;
-    if (sql == NULL) {
-        txo_free(rows_sql);
+    char *sql = txo_sql_values_rows_then(INBOX_SQL_ORDER_LAST, padded, INBOX_SQL_ORDER_LAST_ROW,
+                                         INBOX_SQL_ORDER_LAST_END);
+    if (sql == NULL)
         return txo_error_set(err, TXO_ENOMEM, "inbox order of %zu aggregates: out of memory", k);
-    }
-    snprintf(sql, len, "%s%s", rows_sql, INBOX_SQL_ORDER_LAST_END);
-    txo_free(rows_sql);
     for (size_t j = 0; j < padded; j++) {
         p[2 * j] = txo_p_str(aggs[j < k ? j : k - 1].type);
         p[2 * j + 1] = txo_p_str(aggs[j < k ? j : k - 1].id);
@@ -144,16 +139,11 @@ static int write_last(struct txo_tx *tx, const struct agg *aggs, size_t k, struc
         p[3 * r + 1] = p[3 * (moved - 1) + 1];
         p[3 * r + 2] = p[3 * (moved - 1) + 2];
     }
-    char *rows_sql = txo_sql_values_rows(INBOX_SQL_ORDER_MOVE, padded, INBOX_SQL_ORDER_MOVE_ROW);
-    size_t len = rows_sql != NULL ? strlen(rows_sql) + strlen(INBOX_SQL_ORDER_MOVE_END) + 1 : 0;
-    char *sql = rows_sql != NULL ? txo_malloc(len) : NULL;
-    if (sql == NULL) {
-        txo_free(rows_sql);
+    char *sql = txo_sql_values_rows_then(INBOX_SQL_ORDER_MOVE, padded, INBOX_SQL_ORDER_MOVE_ROW,
+                                         INBOX_SQL_ORDER_MOVE_END);
+    if (sql == NULL)
         return txo_error_set(err, TXO_ENOMEM, "inbox order of %zu aggregates: out of memory",
                              padded);
-    }
-    snprintf(sql, len, "%s%s", rows_sql, INBOX_SQL_ORDER_MOVE_END);
-    txo_free(rows_sql);
     int rc = txo_tx_exec(tx, sql, p, 3 * padded, NULL, err);
     txo_free(sql);
     return rc;
