@@ -4,12 +4,18 @@
 # outbox_events.published_at: events/s over the whole drain, over its first 10 % and over its
 # last 10 % (a broker or a table that slows down as it fills shows here). Medians of the runs.
 #
-#   bench/broker_drain.sh [--events N] [--runs R] [--relay-args "FLAGS"]
+#   bench/broker_drain.sh [--events N] [--runs R] [--relay-args "FLAGS"] [--against "FLAGS"]
 #                         [--shape contiguous|interleaved] [BROKER...]
 #
 # The backlog has N/10 aggregates of 10 events each: written one aggregate after the other
 # (contiguous, the default: a batch of 500 holds 50 aggregates x 10 events, so an ordered relay
 # sends it in 10 waves) or round robin (interleaved: a batch holds one event of 500 aggregates).
+# Every run's events have idempotency keys of their own, so no broker de-duplicates them
+# against an earlier run's.
+#
+# --against "FLAGS" compares two relay configurations in the same session: each run drains
+# the backlog with --relay-args, then a fresh one with --against, and a last line per broker
+# gives the first's median events/s as a percentage of the second's.
 #
 # BROKER defaults to every broker scripts/broker.sh can start. Needs TXO_BIN (default
 # build/txo) and the MYSQL_* of the private MariaDB (`make bench` gives both). Each run uses
@@ -22,6 +28,8 @@ TXO_BIN="${TXO_BIN:-$ROOT/build/txo}"
 EVENTS=100000
 RUNS=3
 RELAY_ARGS=""
+AGAINST=""
+COMPARE=0
 SHAPE=contiguous
 BROKERS=()
 
@@ -32,8 +40,9 @@ while [ $# -gt 0 ]; do
     --events) EVENTS="${2:-}"; shift 2 ;;
     --runs) RUNS="${2:-}"; shift 2 ;;
     --relay-args) RELAY_ARGS="${2:-}"; shift 2 ;;
+    --against) AGAINST="${2:-}"; COMPARE=1; shift 2 ;;
     --shape) SHAPE="${2:-}"; shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) BROKERS+=("$1"); shift ;;
     esac
@@ -60,19 +69,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# fill: a fresh database with EVENTS PENDING events over EVENTS/10 aggregates (one INSERT),
-# aggregate AGG_SQL of seq.
+# fill RUN: a fresh database with EVENTS PENDING events over EVENTS/10 aggregates (one INSERT),
+# aggregate AGG_SQL of seq, due one microsecond apart in seq order, keys unique to RUN.
 fill() {
     "${MYSQL[@]}" -e "DROP DATABASE IF EXISTS $DBNAME; CREATE DATABASE $DBNAME"
     MYSQL_DATABASE=$DBNAME "$TXO_BIN" migrate --log-level warn >"$WORK/migrate.log" 2>&1 ||
         { cat "$WORK/migrate.log" >&2; die "txo migrate failed"; }
     "${MYSQL[@]}" "$DBNAME" -e "
         INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
-                                   idempotency_key)
+                                   idempotency_key, next_attempt_at)
         SELECT 'order', $AGG_SQL, 'OrderCreated',
                JSON_OBJECT('order_id', $AGG_SQL, 'n', seq, 'note', REPEAT('x', 100)),
-               CONCAT('bench:', seq)
-        FROM seq_1_to_$EVENTS"
+               CONCAT('bench:$$:', '$1', ':', seq), t.t0 + INTERVAL seq MICROSECOND
+        FROM seq_1_to_$EVENTS, (SELECT NOW(6) - INTERVAL 1 HOUR AS t0) t"
 }
 
 # rates: "all first last" events/s from published_at (the first and last tenth by time).
@@ -93,30 +102,48 @@ rates() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2)}'; }
 
-printf '== relay drain per broker: %s events (%s), one relay %s, medians of %s runs ==\n' "$EVENTS" "$SHAPE" "${RELAY_ARGS:-(defaults)}" "$RUNS"
-printf '%-10s %12s %12s %12s %10s\n' broker 'events/s' 'first 10%' 'last 10%' wall_s
+# drain BROKER RUN FLAGS: one run; prints "events/s first10% last10% wall_ms".
+drain() {
+    local b="$1" r="$2" extra="$3"
+    fill "$r"
+    local t0 t1 a f l c
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    MYSQL_DATABASE=$DBNAME "$TXO_BIN" relay --publisher "$b" --drain --log-level warn \
+        "${flags[@]}" $extra >"$WORK/$b.relay.log" 2>&1 ||
+        { tail -20 "$WORK/$b.relay.log" >&2; die "the relay failed on $b (run $r)"; }
+    t1=$(date +%s.%N)
+    read -r a f l c <<<"$(rates)"
+    [ "$c" = "$EVENTS" ] || die "$b: $c of $EVENTS events PUBLISHED after the drain"
+    printf '%s %s %s %s\n' "$a" "$f" "$l" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", (b - a) * 1000}')"
+}
+
+# row LABEL FILE: the medians of the runs in FILE; sets MEDIAN to the events/s one.
+row() {
+    local col
+    MEDIAN=$(cut -d' ' -f1 "$2" | median)
+    printf '%-28s %12s' "$1" "$MEDIAN"
+    for col in 2 3; do printf ' %12s' "$(cut -d' ' -f$col "$2" | median)"; done
+    printf ' %10.1f\n' "$(cut -d' ' -f4 "$2" | median | awk '{print $1 / 1000}')"
+}
+
+printf '== relay drain per broker: %s events (%s), one relay, medians of %s runs ==\n' "$EVENTS" "$SHAPE" "$RUNS"
+printf '%-28s %12s %12s %12s %10s\n' 'broker, relay flags' 'events/s' 'first 10%' 'last 10%' wall_s
 for b in "${BROKERS[@]}"; do
     CURRENT="$b"
     mapfile -t flags < <("$ROOT/scripts/broker.sh" start "$b" "$WORK/$b" 2>"$WORK/$b.start.log") ||
         { cat "$WORK/$b.start.log" >&2; die "could not start $b"; }
-    all=() first=() last=() wall=()
+    : >"$WORK/one" && : >"$WORK/two"
     for r in $(seq "$RUNS"); do
-        fill
-        t0=$(date +%s.%N)
-        # shellcheck disable=SC2086
-        MYSQL_DATABASE=$DBNAME "$TXO_BIN" relay --publisher "$b" --drain --log-level warn \
-            "${flags[@]}" $RELAY_ARGS >"$WORK/$b.relay.log" 2>&1 ||
-            { tail -20 "$WORK/$b.relay.log" >&2; die "the relay failed on $b (run $r)"; }
-        t1=$(date +%s.%N)
-        read -r a f l c <<<"$(rates)"
-        [ "$c" = "$EVENTS" ] || die "$b: $c of $EVENTS events PUBLISHED after the drain"
-        all+=("$a"); first+=("$f"); last+=("$l")
-        wall+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f", (b - a) * 1000}')")
+        drain "$b" "$r" "$RELAY_ARGS" >>"$WORK/one"
+        if [ "$COMPARE" = 1 ]; then drain "$b" "$r.against" "$AGAINST" >>"$WORK/two"; fi
     done
-    printf '%-10s %12s %12s %12s %10.1f\n' "$b" \
-        "$(printf '%s\n' "${all[@]}" | median)" "$(printf '%s\n' "${first[@]}" | median)" \
-        "$(printf '%s\n' "${last[@]}" | median)" \
-        "$(printf '%s\n' "${wall[@]}" | median | awk '{print $1 / 1000}')"
+    row "$b ${RELAY_ARGS:-(defaults)}" "$WORK/one"
+    if [ "$COMPARE" = 1 ]; then
+        first=$MEDIAN
+        row "$b ${AGAINST:-(defaults)}" "$WORK/two"
+        printf '%-28s %11s%%\n' "$b ratio" "$(awk -v a="$first" -v b="$MEDIAN" 'BEGIN {printf "%.0f", 100 * a / b}')"
+    fi
     "$ROOT/scripts/broker.sh" stop "$b" "$WORK/$b" 2>/dev/null
     CURRENT=""
 done

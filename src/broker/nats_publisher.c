@@ -11,7 +11,8 @@
  *      which is what a publish to a subject no stream listens on gets).
  *   3. Publish every message with js_PublishMsgAsync (header Nats-Msg-Id = idempotency key),
  *      keeping the natsMsg pointer of message i in sent[i].
- *   4. js_PublishAsyncComplete waits for all PubAcks up to ack_timeout_ms. On timeout,
+ *   4. natsConnection_FlushTimeout writes the messages out at once (flush_sent), then
+ *      js_PublishAsyncComplete waits for all PubAcks, ack_timeout_ms in all. On timeout,
  *      js_PublishAsyncGetPendingList takes the unacknowledged messages back from cnats, so no
  *      callback can arrive for them any more; they fail with TXO_ETIMEOUT. If the server did
  *      store one of them, the relay's retry gets a duplicate ack: still one message.
@@ -725,15 +726,29 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
     p->sent[i] = addr;
 }
 
-/* Waits for the acks; takes back what is still pending on timeout. */
-static void wait_acks(struct nats_publisher *p, size_t n_sent, size_t *n_timed_out)
+/*
+ * Writes out what the publishes buffered. cnats's flusher thread gives a buffer a millisecond to
+ * fill before it writes it, and no ack can come before the server has the messages: a relay that
+ * publishes an aggregate's events in waves would pay that millisecond once per wave. The PING
+ * this sends is answered while the acks are on their way; a failure shows in the acks.
+ */
+static void flush_sent(struct nats_publisher *p, size_t n_sent)
+{
+    if (n_sent > 0)
+        (void)natsConnection_FlushTimeout(p->conn.nc, p->conn.opts.ack_timeout_ms);
+}
+
+/* Waits for the acks until deadline_ms; takes back what is still pending then. */
+static void wait_acks(struct nats_publisher *p, size_t n_sent, int64_t deadline_ms,
+                      size_t *n_timed_out)
 {
     *n_timed_out = 0;
     if (n_sent == 0)
         return;
     jsPubOptions po;
     jsPubOptions_Init(&po);
-    po.MaxWait = p->conn.opts.ack_timeout_ms;
+    int64_t left = deadline_ms - txo_monotonic_ms();
+    po.MaxWait = left > 1 ? left : 1;
     natsStatus s = js_PublishAsyncComplete(p->conn.js, &po);
     if (s == NATS_OK)
         return;
@@ -827,7 +842,8 @@ static int nats_publish_batch(void *self, const struct txo_outbox_message *msgs,
             n_sent++;
     }
     size_t n_timed_out = 0;
-    wait_acks(p, n_sent, &n_timed_out);
+    flush_sent(p, n_sent);
+    wait_acks(p, n_sent, t0 + p->conn.opts.ack_timeout_ms, &n_timed_out);
 
     pthread_mutex_lock(&p->mu);
     p->active = false;
