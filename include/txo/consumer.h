@@ -25,8 +25,10 @@
  * Transports: NATS JetStream (txo/nats.h: txo_consumer_nats_new), Redis Streams (txo/redis.h:
  * txo_consumer_redis_new: XACK, transient failures claimed again after an idle time,
  * permanent ones copied to a dead-letter stream), Kafka (txo/kafka.h: txo_consumer_kafka_new:
- * offsets committed past settled records, transient failures sought back to) and the
- * in-process local dispatch publisher below, which calls the handler from the relay itself.
+ * offsets committed past settled records, transient failures sought back to), RabbitMQ
+ * (txo/rabbitmq.h: txo_consumer_rabbitmq_new: basic.ack, transient failures back through the
+ * retry queue, permanent ones to the dead-letter queue) and the in-process local dispatch
+ * publisher below, which calls the handler from the relay itself.
  * Other transports plug in through struct txo_consumer_ops and txo_consumer_new().
  *
  * Thread-safety: a consumer is polled by one thread at a time; distinct consumers (even on the
@@ -48,15 +50,18 @@
  * keeps).
  */
 struct txo_inbound_message {
-    const char *subject; /* the broker subject (NATS); NULL for local dispatch */
+    const char *subject; /* where it came from: the NATS subject, Kafka topic, RabbitMQ routing
+                          * key or Redis stream; NULL for local dispatch */
     const char *data;    /* the published envelope JSON (txo/publisher.h), NUL-terminated */
     size_t len;          /* bytes of data, without the NUL */
-    const char *msg_id;  /* Nats-Msg-Id = the event's idempotency key; NULL when the message
-                          * carries none (published by something other than txo) */
+    const char *msg_id;  /* the event's idempotency key as the transport carries it (NATS
+                          * Nats-Msg-Id, Kafka and Redis txo header/field, AMQP message-id);
+                          * NULL when the message carries none (published by something else) */
     uint64_t delivery;   /* 1 on the first delivery, 2 on the first redelivery, ...
                           * (local dispatch: the publish attempt of the outbox row) */
-    /* The transport's header of that name (NATS), or NULL; header NULL: the transport has
-     * none. transport is the transport's own message, for header(). */
+    /* The transport's header (NATS, Kafka, AMQP) or field (Redis) of that name, or NULL;
+     * header NULL: the transport has none. transport is the transport's own message, for
+     * header(). */
     const char *(*header)(const struct txo_inbound_message *msg, const char *name);
     const void *transport;
 };
