@@ -50,7 +50,7 @@ enum txo_cmdq_status {
     TXO_CMDQ_FAILED,
 };
 
-/* "PENDING", ... (the column values). Never NULL; an unknown value is a bug. */
+/* "PENDING", ... (the column values); "INVALID" for a value outside the enum. Never NULL. */
 TXO_API const char *txo_cmdq_status_name(enum txo_cmdq_status s);
 /* Parses a column value. Returns 0 or TXO_EINVAL. */
 TXO_API int txo_cmdq_status_parse(const char *name, enum txo_cmdq_status *out);

@@ -43,7 +43,7 @@ enum txo_outbox_status {
     TXO_OUTBOX_SKIPPED,
 };
 
-/* "PENDING", ... (the column values). Never NULL. */
+/* "PENDING", ... (the column values); "INVALID" for a value outside the enum. Never NULL. */
 TXO_API const char *txo_outbox_status_name(enum txo_outbox_status s);
 /* Parses a column value. Returns 0 or TXO_EINVAL. */
 TXO_API int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out);

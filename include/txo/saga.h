@@ -101,6 +101,10 @@ enum txo_step_status {
     TXO_STEP_COMPENSATION_FAILED,
 };
 
+/*
+ * The status names are the column values ("RUNNING", ...); "INVALID" for a value outside the
+ * enum. Never NULL. The parsers return TXO_EINVAL for any other text.
+ */
 TXO_API const char *txo_saga_status_name(enum txo_saga_status s);
 TXO_API int txo_saga_status_parse(const char *name, enum txo_saga_status *out);
 TXO_API bool txo_saga_can_move(enum txo_saga_status from, enum txo_saga_status to);

@@ -69,9 +69,7 @@ static bool status_valid(enum txo_cmdq_status s)
 
 const char *txo_cmdq_status_name(enum txo_cmdq_status s)
 {
-    if (!status_valid(s))
-        TXO_BUG("unknown command status %d", (int)s);
-    return status_names[s];
+    return txo__name_of(status_names, TXO_ARRAY_LEN(status_names), (long)s);
 }
 
 int txo_cmdq_status_parse(const char *name, enum txo_cmdq_status *out)

@@ -38,6 +38,13 @@ _Noreturn void txo__bug(const char *file, int line, const char *fmt, ...) TXO_PR
 long txo__name_index(const char *const *names, size_t n, const char *name);
 
 /*
+ * names[value], or "INVALID" when value is outside names[0..n): the one contract of every
+ * *_status_name() function. "INVALID" is no column value, so the parser refuses it back, and a
+ * log line about a corrupted value still gets written.
+ */
+const char *txo__name_of(const char *const *names, size_t n, long value);
+
+/*
  * Returns the free memory of every malloc arena to the kernel (glibc's malloc_trim); a no-op
  * with another C library. It walks the free lists with each arena locked in turn: call it at a
  * quiet point after much was freed, never per request. Thread-safe.

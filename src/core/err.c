@@ -162,6 +162,13 @@ _Noreturn void txo__bug(const char *file, int line, const char *fmt, ...)
     abort();
 }
 
+const char *txo__name_of(const char *const *names, size_t n, long value)
+{
+    if (value < 0 || (unsigned long)value >= n || names[value] == NULL)
+        return "INVALID";
+    return names[value];
+}
+
 long txo__name_index(const char *const *names, size_t n, const char *name)
 {
     if (name == NULL)

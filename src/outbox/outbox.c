@@ -53,9 +53,7 @@ static bool status_valid(enum txo_outbox_status s)
 
 const char *txo_outbox_status_name(enum txo_outbox_status s)
 {
-    if (!status_valid(s))
-        TXO_BUG("unknown outbox status %d", (int)s);
-    return status_names[s];
+    return txo__name_of(status_names, TXO_ARRAY_LEN(status_names), (long)s);
 }
 
 int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out)

@@ -128,7 +128,7 @@ static const bool remote_moves[N_REMOTE_STATE][N_REMOTE_STATE] = {
 
 const char *txo_remote_state_name(enum txo_remote_state s)
 {
-    return (unsigned)s < N_REMOTE_STATE ? remote_names[s] : "UNKNOWN";
+    return txo__name_of(remote_names, N_REMOTE_STATE, (long)s);
 }
 
 int txo__remote_state_parse(const char *name, enum txo_remote_state *out)
@@ -152,7 +152,7 @@ static bool step_valid(enum txo_step_status s)
 
 const char *txo_saga_status_name(enum txo_saga_status s)
 {
-    return saga_valid(s) ? saga_names[s] : "UNKNOWN";
+    return txo__name_of(saga_names, N_SAGA_STATUS, (long)s);
 }
 
 int txo_saga_status_parse(const char *name, enum txo_saga_status *out)
@@ -177,7 +177,7 @@ bool txo_saga_is_terminal(enum txo_saga_status s)
 
 const char *txo_step_status_name(enum txo_step_status s)
 {
-    return step_valid(s) ? step_names[s] : "UNKNOWN";
+    return txo__name_of(step_names, N_STEP_STATUS, (long)s);
 }
 
 int txo_step_status_parse(const char *name, enum txo_step_status *out)

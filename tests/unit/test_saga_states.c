@@ -79,7 +79,7 @@ static void test_saga_names_round_trip(void **state)
     assert_int_equal(txo_saga_status_parse("", &out), TXO_EINVAL);
     assert_int_equal(txo_saga_status_parse(NULL, &out), TXO_EINVAL);
     assert_int_equal(out, TXO_SAGA_COMPLETED); /* untouched on failure */
-    assert_string_equal(txo_saga_status_name((enum txo_saga_status)99), "UNKNOWN");
+    assert_string_equal(txo_saga_status_name((enum txo_saga_status)99), "INVALID");
 }
 
 static void test_step_names_round_trip(void **state)
@@ -98,7 +98,7 @@ static void test_step_names_round_trip(void **state)
     assert_int_equal(txo_step_status_parse("DONE", &out), TXO_EINVAL);
     assert_int_equal(txo_step_status_parse(NULL, &out), TXO_EINVAL);
     assert_int_equal(out, TXO_STEP_FAILED);
-    assert_string_equal(txo_step_status_name((enum txo_step_status) - 1), "UNKNOWN");
+    assert_string_equal(txo_step_status_name((enum txo_step_status) - 1), "INVALID");
 }
 
 /* Every pair, legal or not: the table allows exactly the listed moves. */
