@@ -35,6 +35,11 @@ static void test_names_round_trip(void **state)
     assert_int_equal(txo_outbox_status_parse("PUBLISHEDX", &s), TXO_EINVAL);
     assert_int_equal(txo_outbox_status_parse(NULL, &s), TXO_EINVAL);
     assert_int_equal(s, TXO_OUTBOX_PENDING); /* untouched on failure */
+    /* Outside the enum: a name no parser takes back, never a crash. */
+    assert_string_equal(txo_outbox_status_name((enum txo_outbox_status)N_STATES), "INVALID");
+    assert_string_equal(txo_outbox_status_name((enum txo_outbox_status) - 1), "INVALID");
+    assert_int_equal(txo_outbox_status_parse("INVALID", &s), TXO_EINVAL);
+    assert_string_equal(txo_cmdq_status_name((enum txo_cmdq_status)99), "INVALID");
 }
 
 static void test_claim_strategy_names(void **state)
