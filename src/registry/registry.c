@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/text.h"
+#include "core/waiter.h"
 #include "registry/registry_sql.h"
 #include "txo/registry.h"
 
@@ -212,9 +213,7 @@ struct txo_heartbeat {
     unsigned beats;    /* since start, for the purge's pace */
     pthread_t thread;
 
-    pthread_mutex_t mu;
-    pthread_cond_t wake; /* CLOCK_MONOTONIC */
-    bool stopping;
+    struct txo__waiter pause; /* between two beats; txo_heartbeat_stop() stops it */
 };
 
 void txo_heartbeat_opts_init(struct txo_heartbeat_opts *opts)
@@ -289,25 +288,6 @@ static int beat(struct txo_heartbeat *hb, struct txo_error *err)
     return rc;
 }
 
-/* Waits up to ms or until stopping. Returns false when stopping. */
-static bool wait_beat(struct txo_heartbeat *hb, int64_t ms)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    pthread_mutex_lock(&hb->mu);
-    while (!hb->stopping && pthread_cond_timedwait(&hb->wake, &hb->mu, &until) != ETIMEDOUT)
-        ;
-    bool go_on = !hb->stopping;
-    pthread_mutex_unlock(&hb->mu);
-    return go_on;
-}
-
 static void *heartbeat_main(void *arg)
 {
     struct txo_heartbeat *hb = arg;
@@ -330,7 +310,7 @@ static void *heartbeat_main(void *arg)
             hb->db = NULL;
             hb->registered = false;
         }
-    } while (wait_beat(hb, hb->interval_ms));
+    } while (txo__waiter_wait(&hb->pause, hb->interval_ms, false));
     return NULL;
 }
 
@@ -359,15 +339,14 @@ int txo_heartbeat_start(const struct txo_db_opts *db_opts, const struct txo_hear
         txo_free(hb);
         return rc;
     }
-    pthread_mutex_init(&hb->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&hb->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    if (txo__waiter_init(&hb->pause) != 0) {
+        rc = txo_error_set(err, TXO_EIO, "heartbeat: cannot make its eventfd: %s",
+                           strerror(errno));
+        txo_free(hb);
+        return rc;
+    }
     if (pthread_create(&hb->thread, NULL, heartbeat_main, hb) != 0) {
-        pthread_cond_destroy(&hb->wake);
-        pthread_mutex_destroy(&hb->mu);
+        txo__waiter_destroy(&hb->pause);
         txo_free(hb);
         return txo_error_set(err, TXO_EIO, "heartbeat: cannot start its thread");
     }
@@ -379,10 +358,7 @@ void txo_heartbeat_stop(struct txo_heartbeat *hb)
 {
     if (hb == NULL)
         return;
-    pthread_mutex_lock(&hb->mu);
-    hb->stopping = true;
-    pthread_cond_signal(&hb->wake);
-    pthread_mutex_unlock(&hb->mu);
+    txo__waiter_stop(&hb->pause);
     pthread_join(hb->thread, NULL);
     if (hb->db != NULL && hb->registered) {
         struct txo_error err;
@@ -393,7 +369,6 @@ void txo_heartbeat_stop(struct txo_heartbeat *hb)
                     hb->owner, err.msg);
     }
     txo_db_close(hb->db);
-    pthread_cond_destroy(&hb->wake);
-    pthread_mutex_destroy(&hb->mu);
+    txo__waiter_destroy(&hb->pause);
     txo_free(hb);
 }

@@ -1085,25 +1085,17 @@ out:
 }
 
 
-/* Sleeps ms in slices of at most IDLE_SLICE_MS, returning early when asked to stop. */
+/* Sleeps ms, returning at once when asked to stop. */
 static void sleep_unless_stopped(struct txo_relay *r, int64_t ms)
 {
-    while (ms > 0 && !stopping(r)) {
-        int64_t slice = ms < IDLE_SLICE_MS ? ms : IDLE_SLICE_MS;
-        txo_sleep_ms(slice);
-        ms -= slice;
-    }
+    (void)txo__waiter_wait(&r->pause, ms, false);
 }
 
-/* The idle pause: like sleep_unless_stopped, in short slices, and it also ends as soon as
- * txo_relay_wake() was called (a flag read: no system call per slice beyond the sleep). */
+/* The idle pause: like sleep_unless_stopped, and it also ends as soon as txo_relay_wake() is
+ * called (or was, since the last idle pause). */
 static void idle(struct txo_relay *r, int64_t ms)
 {
-    while (ms > 0 && !stopping(r) && atomic_exchange(&r->wake, 0) == 0) {
-        int64_t slice = ms < WAKE_SLICE_MS ? ms : WAKE_SLICE_MS;
-        txo_sleep_ms(slice);
-        ms -= slice;
-    }
+    (void)txo__waiter_wait(&r->pause, ms, true);
 }
 
 /*

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 
 #include "core/text.h"
+#include "core/waiter.h"
 #include "queue/lease.h"
 #include "relay/shards.h"
 #include "txo/relay.h"
@@ -16,8 +17,6 @@
 #define BATCH_SIZE_MAX     10000u
 #define TOKEN_MAX          128 /* outbox_events.locked_by VARCHAR(128) */
 #define RECLAIM_LIMIT      10000
-#define IDLE_SLICE_MS      50
-#define WAKE_SLICE_MS      2 /* how soon an idle relay notices txo_relay_wake() */
 #define RETRY_MIN_MS       250
 #define RETRY_MAX_MS       5000
 #define MARK_FIXED_PARAMS  9     /* parameters of RELAY_SQL_MARK_FAILED_IN before the ids */
@@ -115,7 +114,9 @@ struct txo_relay {
     bool lease_cycle;
 
     atomic_int stop;
-    atomic_int wake; /* txo_relay_wake(): something was committed, end the idle sleep */
+    /* The relay's pauses (idle, backoff): txo_relay_wake() kicks it (something was committed,
+     * end the idle sleep), txo_relay_stop() stops it. */
+    struct txo__waiter pause;
     struct relay_counters stats;
     struct txo__lease_reclaimer reclaimer;
     struct relay_metrics metrics;

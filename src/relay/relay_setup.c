@@ -253,6 +253,7 @@ void txo_relay_free(struct txo_relay *relay)
     txo_free(relay->fail_ids);
     txo_free(relay->params);
     txo_free(relay->relay_id);
+    txo__waiter_destroy(&relay->pause);
     txo_free(relay);
 }
 
@@ -284,6 +285,10 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     struct txo_relay *r = txo_calloc(1, sizeof(*r));
     if (r == NULL)
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory");
+    if (txo__waiter_init(&r->pause) != 0) {
+        txo_free(r);
+        return txo_error_set(err, TXO_ENOMEM, "relay: cannot make its eventfd: %s", strerror(errno));
+    }
     r->db = db;
     r->pub = pub;
     r->opts = *opts;
@@ -293,7 +298,6 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
         txo__lease_in_init(&r->in[s], in_stmt_prefix[s]);
     atomic_init(&r->stop, 0);
-    atomic_init(&r->wake, 0);
     r->relay_id = opts->relay_id != NULL ? txo_strdup(opts->relay_id) : default_relay_id();
 
     size_t batch = opts->batch_size;
@@ -347,12 +351,13 @@ enum txo_relay_claim_mode txo_relay_claim_mode(const struct txo_relay *relay)
 
 void txo_relay_wake(struct txo_relay *relay)
 {
-    atomic_store(&relay->wake, 1);
+    txo__waiter_kick(&relay->pause);
 }
 
 void txo_relay_stop(struct txo_relay *relay)
 {
     atomic_store(&relay->stop, 1);
+    txo__waiter_stop(&relay->pause);
 }
 
 void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *out)
