@@ -263,6 +263,62 @@ static int query_str(struct txo_tx *tx, const char *sql, const struct txo_param 
     return 0;
 }
 
+/* ---- the steps' rules: what a row left by an earlier run means ----
+ *
+ * Every step writes a row that says it ran (a reservation, a payment, a shipment, the order's
+ * status), so a re-run finds that row. What the step makes of it is decided here, once per
+ * step, from the row's status (NULL: no row); the per-saga step and its batch form both ask
+ * these functions, so the two paths cannot judge a re-run differently.
+ */
+
+enum step_found {
+    STEP_FRESH,   /* no earlier run: the step writes its row */
+    STEP_REDONE,  /* an earlier run's row that lets the step succeed again, writing nothing */
+    STEP_REFUSED, /* a row that forbids the step: TXO_EBUSINESS */
+};
+
+/* ReserveStock, per SKU: only this saga's RESERVED reservation is the step done already. */
+static enum step_found reservation_found(const char *status)
+{
+    if (status == NULL)
+        return STEP_FRESH;
+    return strcmp(status, "RESERVED") == 0 ? STEP_REDONE : STEP_REFUSED;
+}
+
+/* ChargePayment: only a CHARGED payment lets a re-run succeed (a REFUNDED one does not). */
+static enum step_found payment_found(const char *status)
+{
+    if (status == NULL)
+        return STEP_FRESH;
+    return strcmp(status, "CHARGED") == 0 ? STEP_REDONE : STEP_REFUSED;
+}
+
+/* CreateShipment: only a CREATED shipment lets a re-run succeed (a CANCELLED one does not). */
+static enum step_found shipment_found(const char *status)
+{
+    if (status == NULL)
+        return STEP_FRESH;
+    return strcmp(status, "CREATED") == 0 ? STEP_REDONE : STEP_REFUSED;
+}
+
+/* CreateShipment confirms a CREATED order; a CONFIRMED one is an earlier run's doing; any other
+ * status (CANCELLED by the customer) or a missing order refuses the step. */
+static enum step_found order_found(const char *status)
+{
+    if (status != NULL && strcmp(status, order_status_name(ORDER_CREATED)) == 0)
+        return STEP_FRESH;
+    if (status != NULL && strcmp(status, order_status_name(ORDER_CONFIRMED)) == 0)
+        return STEP_REDONE;
+    return STEP_REFUSED;
+}
+
+/* The guard of ChargePayment and CreateShipment: only an order still to be confirmed is
+ * charged or shipped. */
+static bool order_open(const char *status)
+{
+    return order_found(status) == STEP_FRESH;
+}
+
 /* ---- ReserveStock / ReleaseStock ---- */
 
 /*
@@ -281,9 +337,10 @@ static int reserve_refused(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
 
     if (rc < 0)
         return rc;
-    if (found && strcmp(status, "RESERVED") == 0)
+    enum step_found was = reservation_found(found ? status : NULL);
+    if (was == STEP_REDONE)
         return 0; /* a re-run: this SKU is reserved already */
-    if (found)
+    if (was == STEP_REFUSED)
         return txo_error_set(err, TXO_EBUSINESS,
                              "stock reservation already released: saga_id=%s sku=%s", ctx->saga_id,
                              line->sku);
@@ -456,7 +513,7 @@ static int order_still_open(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
     int rc = query_str(tx, ORDERS_SQL_ORDER_STATUS, p, 1, status, sizeof(status), &found, err);
     if (rc < 0)
         return rc;
-    if (!found || strcmp(status, order_status_name(ORDER_CREATED)) != 0)
+    if (!order_open(found ? status : NULL))
         return txo_error_set(err, TXO_EBUSINESS,
                              "order is no longer open: order_id=%" PRId64 " status=%s (%s not "
                              "called)",
@@ -515,14 +572,14 @@ static int charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, str
     if (rc < 0)
         return rc;
     if (res.affected_rows != 1) {
-        /* A payment existed (a re-run): only a CHARGED one lets the step succeed. */
+        /* A payment existed (a re-run): payment_found() says whether the step succeeds. */
         char status[32];
         bool found;
         struct txo_param lp[] = {txo_p_i64(st->order_id)};
         rc = query_str(tx, ORDERS_SQL_PAYMENT_LOCK, lp, 1, status, sizeof(status), &found, err);
         if (rc < 0)
             return rc;
-        if (!found || strcmp(status, "CHARGED") != 0)
+        if (payment_found(found ? status : NULL) != STEP_REDONE)
             return txo_error_set(err, TXO_EBUSINESS,
                                  "payment is not chargeable: order_id=%" PRId64 " status=%s",
                                  st->order_id, found ? status : "none");
@@ -567,11 +624,11 @@ static int create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
     if (rc < 0)
         return rc;
     if (res.affected_rows != 1) {
-        /* A shipment existed (a re-run): only a CREATED one lets the step succeed. */
+        /* A shipment existed (a re-run): shipment_found() says whether the step succeeds. */
         rc = query_str(tx, ORDERS_SQL_SHIPMENT_LOCK, p, 1, status, sizeof(status), &found, err);
         if (rc < 0)
             return rc;
-        if (!found || strcmp(status, "CREATED") != 0)
+        if (shipment_found(found ? status : NULL) != STEP_REDONE)
             return txo_error_set(err, TXO_EBUSINESS,
                                  "shipment is not creatable: order_id=%" PRId64 " status=%s",
                                  st->order_id, found ? status : "none");
@@ -584,7 +641,7 @@ static int create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx, st
         rc = query_str(tx, ORDERS_SQL_ORDER_STATUS_LOCK, p, 1, status, sizeof(status), &found, err);
         if (rc < 0)
             return rc;
-        if (!found || strcmp(status, order_status_name(ORDER_CONFIRMED)) != 0)
+        if (order_found(found ? status : NULL) != STEP_REDONE)
             return txo_error_set(err, TXO_EBUSINESS,
                                  "order cannot be confirmed: order_id=%" PRId64 " status=%s",
                                  st->order_id, found ? status : "missing");
@@ -767,15 +824,28 @@ out:
     return rc;
 }
 
-/* Marks outcome[k] = code for every saga whose id (ids[k], as text) is in column 0 of rows. */
-static void batch_exclude(const struct txo_rows *rows, char (*ids)[40], size_t n, int *outcome,
-                          int code)
+/*
+ * Judges every saga k still in the batch (outcome[k] == 0) by the step's rule, from its rows
+ * in `rows` (column 0 its id as text, ids[k]; column 1 the row's status) or from "no row".
+ * Only STEP_FRESH stays in the batch: a re-run (STEP_REDONE, TXO_EDUPLICATE) or a refusal
+ * (STEP_REFUSED, TXO_EBUSINESS) goes the single way, which settles it by the same rule.
+ */
+static void batch_judge(const struct txo_rows *rows, char (*ids)[40], size_t n, int *outcome,
+                        enum step_found (*rule)(const char *status))
 {
-    for (size_t row = 0; row < txo_rows_count(rows); row++) {
-        const char *v = txo_rows_str(rows, row, 0, NULL);
-        for (size_t k = 0; v != NULL && k < n; k++)
-            if (outcome[k] == 0 && strcmp(ids[k], v) == 0)
-                outcome[k] = code;
+    static const int outcome_of[] = {
+        [STEP_FRESH] = 0, [STEP_REDONE] = TXO_EDUPLICATE, [STEP_REFUSED] = TXO_EBUSINESS};
+    for (size_t k = 0; k < n; k++) {
+        bool seen = false;
+        for (size_t row = 0; outcome[k] == 0 && row < txo_rows_count(rows); row++) {
+            const char *id = txo_rows_str(rows, row, 0, NULL);
+            if (id == NULL || strcmp(id, ids[k]) != 0)
+                continue;
+            seen = true;
+            outcome[k] = outcome_of[rule(txo_rows_str(rows, row, 1, NULL))];
+        }
+        if (outcome[k] == 0 && !seen)
+            outcome[k] = outcome_of[rule(NULL)];
     }
 }
 
@@ -854,10 +924,10 @@ static int reserve_stock_batch(struct txo_tx *tx, const struct txo_saga_ctx *con
     rows = NULL;
     for (size_t k = 0; k < n; k++)
         p[k] = txo_p_str(ids[k]);
-    rc = batch_query(tx, ORDERS_SQL_RESERVED_SAGAS_MANY, "", p, n, &rows, err);
+    rc = batch_query(tx, ORDERS_SQL_RESERVATIONS_MANY, "", p, n, &rows, err);
     if (rc < 0)
         goto out;
-    batch_exclude(rows, ids, n, outcome, TXO_EDUPLICATE); /* a re-run */
+    batch_judge(rows, ids, n, outcome, reservation_found);
 
     /* Allocate in the batch's order: a saga takes all its lines or none. */
     size_t n_res = 0;
@@ -995,15 +1065,16 @@ static void batch_orders_free(struct batch_orders *o)
     txo_free(o->p);
 }
 
-/* Orders whose id is in column 0 of `before` + IN list go the single way (re-runs). */
-static int batch_exclude_existing(struct txo_tx *tx, const char *before, const char *after,
-                                  size_t n, int *outcome, struct batch_orders *o,
-                                  struct txo_error *err)
+/* Reads (order id, status) rows with `before` + IN list of the batch's orders + `after`, and
+ * judges each saga by `rule` (batch_judge). */
+static int batch_judge_orders(struct txo_tx *tx, const char *before, const char *after, size_t n,
+                              int *outcome, struct batch_orders *o,
+                              enum step_found (*rule)(const char *status), struct txo_error *err)
 {
     struct txo_rows *rows = NULL;
     int rc = batch_query(tx, before, after, o->p, n, &rows, err);
     if (rc == 0)
-        batch_exclude(rows, o->ids, n, outcome, TXO_EDUPLICATE);
+        batch_judge(rows, o->ids, n, outcome, rule);
     txo_rows_free(rows);
     return rc;
 }
@@ -1025,7 +1096,8 @@ static int charge_payment_batch(struct txo_tx *tx, const struct txo_saga_ctx *co
     struct batch_orders o;
     int rc = batch_orders_new(ctx, n, outcome, &o, err);
     if (rc == 0)
-        rc = batch_exclude_existing(tx, ORDERS_SQL_PAYMENT_EXISTS_MANY, "", n, outcome, &o, err);
+        rc = batch_judge_orders(tx, ORDERS_SQL_PAYMENTS_MANY, "", n, outcome, &o, payment_found,
+                                err);
     size_t m = rc == 0 ? batch_count_done(outcome, n) : 0;
     if (m > 0) {
         size_t np = 0;
@@ -1052,25 +1124,14 @@ static int create_shipment_batch(struct txo_tx *tx, const struct txo_saga_ctx *c
                                  int *outcome, struct txo_error *err)
 {
     struct batch_orders o;
-    struct txo_rows *rows = NULL;
     int rc = batch_orders_new(ctx, n, outcome, &o, err);
+    /* The orders are locked first, as the single step's ORDER_CONFIRM does after its insert. */
     if (rc == 0)
-        rc = batch_query(tx, ORDERS_SQL_ORDER_LOCK_MANY, ORDERS_SQL_ORDER_LOCK_MANY_END, o.p, n,
-                         &rows, err);
-    /* Only CREATED orders ship here; a cancelled (or missing) one goes the single way. */
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        bool created = false;
-        for (size_t row = 0; row < txo_rows_count(rows); row++) {
-            const char *id = txo_rows_str(rows, row, 0, NULL);
-            const char *status = txo_rows_str(rows, row, 1, NULL);
-            if (id != NULL && strcmp(id, o.ids[k]) == 0)
-                created = status != NULL && strcmp(status, order_status_name(ORDER_CREATED)) == 0;
-        }
-        if (outcome[k] == 0 && !created)
-            outcome[k] = TXO_EBUSINESS;
-    }
+        rc = batch_judge_orders(tx, ORDERS_SQL_ORDER_LOCK_MANY, ORDERS_SQL_ORDER_LOCK_MANY_END, n,
+                                outcome, &o, order_found, err);
     if (rc == 0)
-        rc = batch_exclude_existing(tx, ORDERS_SQL_SHIPMENT_EXISTS_MANY, "", n, outcome, &o, err);
+        rc = batch_judge_orders(tx, ORDERS_SQL_SHIPMENTS_MANY, "", n, outcome, &o, shipment_found,
+                                err);
     size_t m = rc == 0 ? batch_count_done(outcome, n) : 0;
     if (m > 0) {
         size_t np = 0;
@@ -1096,7 +1157,6 @@ static int create_shipment_batch(struct txo_tx *tx, const struct txo_saga_ctx *c
             rc = batch_emit(tx, ctx, n, outcome, "ShipmentCreated", "shipment-created", false,
                             false, err);
     }
-    txo_rows_free(rows);
     batch_orders_free(&o);
     return rc;
 }
@@ -1112,24 +1172,11 @@ static int order_still_open_batch(struct txo_tx *tx, const struct txo_saga_ctx *
                                   size_t n, int *outcome, struct txo_error *err)
 {
     struct batch_orders o;
-    struct txo_rows *rows = NULL;
     int rc = batch_orders_new(ctx, n, outcome, &o, err);
+    /* order_found() == STEP_FRESH is order_open(): only those stay in the batch. */
     if (rc == 0)
-        rc = batch_query(tx, ORDERS_SQL_ORDER_STATUS_MANY, "", o.p, n, &rows, err);
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        if (outcome[k] != 0)
-            continue;
-        bool open = false;
-        for (size_t row = 0; row < txo_rows_count(rows); row++) {
-            const char *id = txo_rows_str(rows, row, 0, NULL);
-            const char *status = txo_rows_str(rows, row, 1, NULL);
-            if (id != NULL && strcmp(id, o.ids[k]) == 0)
-                open = status != NULL && strcmp(status, order_status_name(ORDER_CREATED)) == 0;
-        }
-        if (!open)
-            outcome[k] = TXO_EBUSINESS;
-    }
-    txo_rows_free(rows);
+        rc = batch_judge_orders(tx, ORDERS_SQL_ORDER_STATUS_MANY, "", n, outcome, &o, order_found,
+                                err);
     batch_orders_free(&o);
     return rc;
 }
@@ -1198,67 +1245,49 @@ static void remote_create_shipment_batch(const struct txo_saga_ctx *const *ctx, 
                        errs);
 }
 
+/*
+ * The saga's steps, each written once: the local part (and its batch form) in both tables
+ * below, the remote part only where the services are called over HTTP.
+ */
+#define RESERVE_STOCK                                                                              \
+    .name = "ReserveStock", .action = reserve_stock, .compensate = release_stock,                  \
+    .action_batch = reserve_stock_batch
+#define CHARGE_PAYMENT                                                                             \
+    .name = "ChargePayment", .action = charge_payment, .compensate = refund_payment,               \
+    .action_batch = charge_payment_batch
+#define CREATE_SHIPMENT                                                                            \
+    .name = "CreateShipment", .action = create_shipment, .compensate = cancel_shipment,            \
+    .action_batch = create_shipment_batch
+
 /* With the payment and shipment services in-process (no URL configured): local steps. */
 static const struct txo_saga_step_def local_steps[] = {
-    {.name = "ReserveStock",
-     .action = reserve_stock,
-     .compensate = release_stock,
-     .action_batch = reserve_stock_batch},
-    {.name = "ChargePayment",
-     .action = charge_payment,
-     .compensate = refund_payment,
-     .action_batch = charge_payment_batch},
-    {.name = "CreateShipment",
-     .action = create_shipment,
-     .compensate = cancel_shipment,
-     .action_batch = create_shipment_batch},
+    {RESERVE_STOCK},
+    {CHARGE_PAYMENT},
+    {CREATE_SHIPMENT},
 };
 
 /* With the services called over HTTP: the same steps with their remote parts. */
 static const struct txo_saga_step_def remote_steps[] = {
-    {.name = "ReserveStock",
-     .action = reserve_stock,
-     .compensate = release_stock,
-     .action_batch = reserve_stock_batch},
-    {.name = "ChargePayment",
-     .action = charge_payment,
-     .compensate = refund_payment,
-     .remote = remote_charge,
-     .remote_compensate = remote_refund,
-     .guard = order_still_open,
-     .action_batch = charge_payment_batch,
-     .remote_batch = remote_charge_batch,
+    {RESERVE_STOCK},
+    {CHARGE_PAYMENT, .remote = remote_charge, .remote_compensate = remote_refund,
+     .guard = order_still_open, .remote_batch = remote_charge_batch,
      .guard_batch = order_still_open_batch},
-    {.name = "CreateShipment",
-     .action = create_shipment,
-     .compensate = cancel_shipment,
-     .remote = remote_create_shipment,
-     .remote_compensate = remote_cancel_shipment,
-     .guard = order_still_open,
-     .action_batch = create_shipment_batch,
-     .remote_batch = remote_create_shipment_batch,
+    {CREATE_SHIPMENT, .remote = remote_create_shipment, .remote_compensate = remote_cancel_shipment,
+     .guard = order_still_open, .remote_batch = remote_create_shipment_batch,
      .guard_batch = order_still_open_batch},
 };
 
-static const struct txo_saga_def order_def = {
-    .type = ORDER_SAGA_TYPE,
-    .steps = local_steps,
-    .n_steps = TXO_ARRAY_LEN(local_steps),
-    .decode = decode,
-    .free_state = free_state,
-    .on_completed = NULL, /* CreateShipment confirms the order in its own step */
-    .on_aborted = on_aborted,
-};
+/* The one CreateOrderSaga, over either step table. CreateShipment confirms the order in its
+ * own step, so there is no on_completed. */
+#define ORDER_SAGA(steps_)                                                                         \
+    {                                                                                              \
+        .type = ORDER_SAGA_TYPE, .steps = steps_, .n_steps = TXO_ARRAY_LEN(steps_),                \
+        .decode = decode, .free_state = free_state, .on_completed = NULL,                          \
+        .on_aborted = on_aborted,                                                                  \
+    }
 
-static const struct txo_saga_def order_def_remote = {
-    .type = ORDER_SAGA_TYPE,
-    .steps = remote_steps,
-    .n_steps = TXO_ARRAY_LEN(remote_steps),
-    .decode = decode,
-    .free_state = free_state,
-    .on_completed = NULL,
-    .on_aborted = on_aborted,
-};
+static const struct txo_saga_def order_def = ORDER_SAGA(local_steps);
+static const struct txo_saga_def order_def_remote = ORDER_SAGA(remote_steps);
 
 const struct txo_saga_def *order_saga_def(void)
 {

@@ -220,11 +220,11 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "SELECT sku, available FROM inventory FORCE INDEX (PRIMARY) WHERE sku IN "
 #define ORDERS_SQL_INVENTORY_LOCK_MANY_END " ORDER BY sku FOR UPDATE"
 
-/* ReserveStock batch: the sagas that reserved something already (a re-run: they go the single
- * way). Index: PRIMARY (saga_id, sku) prefix. Locks: none (consistent read; the saga leases
- * keep other workers away from these sagas). */
-#define ORDERS_SQL_RESERVED_SAGAS_MANY                                                             \
-    "SELECT DISTINCT saga_id FROM inventory_reservations FORCE INDEX (PRIMARY) WHERE saga_id IN "
+/* ReserveStock batch: the reservations the sagas made already, with their status (a re-run,
+ * judged by the step's rule: it goes the single way). Index: PRIMARY (saga_id, sku) prefix.
+ * Locks: none (consistent read; the saga leases keep other workers away from these sagas). */
+#define ORDERS_SQL_RESERVATIONS_MANY                                                               \
+    "SELECT saga_id, status FROM inventory_reservations FORCE INDEX (PRIMARY) WHERE saga_id IN "
 
 /* ReserveStock batch: the SKUs' new counts in one statement; the rows are locked by
  * ORDERS_SQL_INVENTORY_LOCK_MANY, so the amounts computed from it hold. Built as
@@ -242,12 +242,13 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "INSERT INTO inventory_reservations (saga_id, sku, qty, status) VALUES "
 #define ORDERS_SQL_RESERVATION_INSERT_ROW "(?, ?, ?, 'RESERVED')"
 
-/* ChargePayment / CreateShipment batch: the orders that have a payment / shipment already (a
- * re-run: the single way). Index: uq_payment_order / uq_shipment_order. Locks: none. */
-#define ORDERS_SQL_PAYMENT_EXISTS_MANY                                                             \
-    "SELECT order_id FROM payments FORCE INDEX (uq_payment_order) WHERE order_id IN "
-#define ORDERS_SQL_SHIPMENT_EXISTS_MANY                                                            \
-    "SELECT order_id FROM shipments FORCE INDEX (uq_shipment_order) WHERE order_id IN "
+/* ChargePayment / CreateShipment batch: the orders' payments / shipments that exist already,
+ * with their status (a re-run, judged by the step's rule: it goes the single way). Index:
+ * uq_payment_order / uq_shipment_order. Locks: none. */
+#define ORDERS_SQL_PAYMENTS_MANY                                                                   \
+    "SELECT order_id, status FROM payments FORCE INDEX (uq_payment_order) WHERE order_id IN "
+#define ORDERS_SQL_SHIPMENTS_MANY                                                                  \
+    "SELECT order_id, status FROM shipments FORCE INDEX (uq_shipment_order) WHERE order_id IN "
 
 /* ChargePayment batch: one payment per order. Params per row: order_id, amount_cents. A
  * duplicate (raced) fails the batch with TXO_EDUPLICATE: its sagas then go the single way. */
