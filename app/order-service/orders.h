@@ -385,7 +385,7 @@ TXO_MUST_CHECK int orders_audit(struct txo_db *db, const struct orders_audit_opt
                                 struct orders_audit_report *out, struct txo_error *err);
 
 /*
- * Internal to the service (order_json.c), shared by orders.c and order_saga.c; not for
+ * Internal to the service (order_json.c), shared by orders.c and order_saga*.c; not for
  * callers. Both return a compact JSON document to free with txo_free(), or NULL with err set
  * (TXO_ENOMEM, TXO_EINVAL).
  */

@@ -128,7 +128,7 @@ enum order_items_col {
  * through txo_idem_lookup_many()/txo_idem_store_completed_many(): those tables belong to the
  * library's modules, this file holds the SQL of the service's own tables only. */
 
-/* ---- order_saga.c: ReserveStock / ReleaseStock ---- */
+/* ---- order_saga_stock.c: ReserveStock / ReleaseStock ---- */
 
 /*
  * inventory PRIMARY (sku). Takes the SKU's row lock (X) until commit, and reserves only when
@@ -175,7 +175,7 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "UPDATE inventory_reservations SET status = 'RELEASED' "                                       \
     "WHERE saga_id = ? AND sku = ? AND status = 'RESERVED'"
 
-/* ---- order_saga.c: ChargePayment / RefundPayment ---- */
+/* ---- order_saga_payment.c: ChargePayment / RefundPayment ---- */
 
 /* payments uq_payment_order (order_id): one payment per order; a re-run changes nothing.
  * Locks the order's payment row (X). affected_rows: 1 = charged now, 0 = a payment existed
@@ -192,7 +192,7 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 #define ORDERS_SQL_PAYMENT_REFUND                                                                  \
     "UPDATE payments SET status = 'REFUNDED' WHERE order_id = ? AND status = 'CHARGED'"
 
-/* ---- order_saga.c: CreateShipment / CancelShipment ---- */
+/* ---- order_saga_shipment.c: CreateShipment / CancelShipment ---- */
 
 /* shipments uq_shipment_order (order_id): one shipment per order. Locks that row (X).
  * affected_rows: 1 = created now, 0 = one existed (then ORDERS_SQL_SHIPMENT_LOCK). */
@@ -207,7 +207,7 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 #define ORDERS_SQL_SHIPMENT_CANCEL                                                                 \
     "UPDATE shipments SET status = 'CANCELLED' WHERE order_id = ? AND status = 'CREATED'"
 
-/* ---- order_saga.c: the batch forms of the local steps ----
+/* ---- order_saga_*.c: the batch forms of the local steps ----
  *
  * Each is the text before an IN list (txo_sql_in_list) or the VALUES rows
  * (txo_sql_values_rows). Every locking one names its index (FORCE INDEX) so that it locks the
@@ -220,11 +220,11 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "SELECT sku, available FROM inventory FORCE INDEX (PRIMARY) WHERE sku IN "
 #define ORDERS_SQL_INVENTORY_LOCK_MANY_END " ORDER BY sku FOR UPDATE"
 
-/* ReserveStock batch: the sagas that reserved something already (a re-run: they go the single
- * way). Index: PRIMARY (saga_id, sku) prefix. Locks: none (consistent read; the saga leases
- * keep other workers away from these sagas). */
-#define ORDERS_SQL_RESERVED_SAGAS_MANY                                                             \
-    "SELECT DISTINCT saga_id FROM inventory_reservations FORCE INDEX (PRIMARY) WHERE saga_id IN "
+/* ReserveStock batch: the reservations the sagas made already, with their status (a re-run,
+ * judged by the step's rule: it goes the single way). Index: PRIMARY (saga_id, sku) prefix.
+ * Locks: none (consistent read; the saga leases keep other workers away from these sagas). */
+#define ORDERS_SQL_RESERVATIONS_MANY                                                               \
+    "SELECT saga_id, status FROM inventory_reservations FORCE INDEX (PRIMARY) WHERE saga_id IN "
 
 /* ReserveStock batch: the SKUs' new counts in one statement; the rows are locked by
  * ORDERS_SQL_INVENTORY_LOCK_MANY, so the amounts computed from it hold. Built as
@@ -242,12 +242,13 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "INSERT INTO inventory_reservations (saga_id, sku, qty, status) VALUES "
 #define ORDERS_SQL_RESERVATION_INSERT_ROW "(?, ?, ?, 'RESERVED')"
 
-/* ChargePayment / CreateShipment batch: the orders that have a payment / shipment already (a
- * re-run: the single way). Index: uq_payment_order / uq_shipment_order. Locks: none. */
-#define ORDERS_SQL_PAYMENT_EXISTS_MANY                                                             \
-    "SELECT order_id FROM payments FORCE INDEX (uq_payment_order) WHERE order_id IN "
-#define ORDERS_SQL_SHIPMENT_EXISTS_MANY                                                            \
-    "SELECT order_id FROM shipments FORCE INDEX (uq_shipment_order) WHERE order_id IN "
+/* ChargePayment / CreateShipment batch: the orders' payments / shipments that exist already,
+ * with their status (a re-run, judged by the step's rule: it goes the single way). Index:
+ * uq_payment_order / uq_shipment_order. Locks: none. */
+#define ORDERS_SQL_PAYMENTS_MANY                                                                   \
+    "SELECT order_id, status FROM payments FORCE INDEX (uq_payment_order) WHERE order_id IN "
+#define ORDERS_SQL_SHIPMENTS_MANY                                                                  \
+    "SELECT order_id, status FROM shipments FORCE INDEX (uq_shipment_order) WHERE order_id IN "
 
 /* ChargePayment batch: one payment per order. Params per row: order_id, amount_cents. A
  * duplicate (raced) fails the batch with TXO_EDUPLICATE: its sagas then go the single way. */
@@ -277,7 +278,7 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "UPDATE orders FORCE INDEX (PRIMARY) SET status = 'CONFIRMED', version = version + 1 "         \
     "WHERE status = 'CREATED' AND id IN "
 
-/* ---- order_saga.c: order status changes ---- */
+/* ---- order_saga.c, order_saga_shipment.c: order status changes ---- */
 
 /* orders PRIMARY. Locks the order row (X). Only CREATED moves: a re-run (already CONFIRMED)
  * changes no row and the caller checks the status instead. version: optimistic locking. */

@@ -1,5 +1,5 @@
 /*
- * Every SQL statement of the saga engine (src/saga/saga.c, saga_query.c), one macro each.
+ * Every SQL statement of the saga engine (src/saga/saga_*.c), one macro each.
  * Values are always bound (`?`); the only SQL assembled at run time is the placeholder lists:
  * of the multi-row step insert (txo_sql_values_rows) and of the batches' IN lists
  * (txo_sql_in_list).
@@ -87,8 +87,8 @@
  * 10.11 was seen to crash freeing one); the engine places each row by its step_order. Index:
  * PRIMARY of saga_instances, uq_saga_step (saga_id, step_order) for the join. Locks: none
  * (consistent read; the instance row is locked by the acquire, and its steps only change under that
- * lock). Columns: enum load_col in saga.c. No TEXT column: the steps' messages are read only when a
- * hook needs one (SAGA_SQL_STEP_ERROR).
+ * lock). Columns: enum saga_load_col in saga_internal.h. No TEXT column: the steps' messages are
+ * read only when a hook needs one (SAGA_SQL_STEP_ERROR).
  */
 #define SAGA_SQL_LOAD                                                                              \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
