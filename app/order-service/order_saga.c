@@ -43,6 +43,7 @@
 #include "txo/alloc.h"
 #include "txo/log.h"
 #include "txo/outbox.h"
+#include "order_saga.h"
 #include "order_services.h"
 #include "orders.h"
 #include "orders_sql.h"
