@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "order_saga.h"
 #include "orders.h"
 
 #define ORDERS_PER_WORKER 2000

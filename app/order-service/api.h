@@ -16,20 +16,10 @@
  *   GET  /healthz             200 while the process runs.
  *   GET  /readyz              200 when the database answers, else 503.
  *   GET  /metrics             Prometheus text format (when a registry is given).
- *   admin (Authorization: Bearer <token> when a token is configured, else 401):
- *   GET  /outbox/stats        counts per status and the oldest pending age.
- *   GET  /outbox/parked       aggregates held back by a failed event (relay --ordering
- *                             aggregate), oldest first (?limit= 1..1000, default 50).
- *   GET  /dlq                 dead letters (?after_id=&limit=).
- *   POST /dlq/{id}/replay     the dead letter's event back to PENDING; 404, 409 not FAILED.
- *   GET  /sagas/{id}          the saga and its steps; 404.
- *   POST /sagas/{id}/retry    retries a COMPENSATION_FAILED saga now; 409 other states.
- *   GET  /sagas               counts per status, and every COMPENSATION_FAILED saga and the
- *                             stuck ones, each with its failing step and error.
- *   GET  /processes           the daemons registered in txo_processes (txo/registry.h):
- *                             alive or stale, with their circuit breaker states.
- *   the operator's dashboard (no token: the page asks for it, see api.c):
- *   GET  /ui, /ui/app.js, /ui/app.css
+ *   and the library's admin API (txo/admin.h), mounted behind these routes: GET /outbox/stats,
+ *   GET /outbox/parked, GET /dlq, POST /dlq/{id}/replay, GET /sagas/{id}, POST /sagas/{id}/retry
+ *   (through the saga definitions the worker registers, worker.h), GET /sagas, GET /processes
+ *   with the admin token, and the dashboard GET /ui, /ui/app.js, /ui/app.css without it.
  * Every error body is {"error":"<code>","message":"<what and why>"}.
  *
  * The POST /orders transaction writes, together or not at all: the idempotency key row, the
@@ -60,7 +50,7 @@ struct order_services;
 struct order_api_opts {
     bool async;                            /* 202 + StartOrderSaga in command_queue */
     unsigned idempotency_stale_s;          /* PROCESSING keys older than this may be taken over */
-    const char *admin_token;               /* NULL or "": admin endpoints need no token */
+    const char *admin_token;               /* NULL or "": admin endpoints need no token (copied) */
     int64_t db_wait_ms;                    /* wait for a pooled connection; then 503 */
     struct txo_metrics *metrics;           /* NULL: /metrics answers 404 */
     const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
@@ -84,7 +74,6 @@ TXO_MUST_CHECK int order_api_new(const struct order_api_opts *opts, struct txo_d
                                  struct order_api **out, struct txo_error *err);
 void order_api_free(struct order_api *api);
 
-/* The txo_http_handler_fn of the API; arg is the struct order_api. */
 /*
  * The checks of POST /orders that need no database, on the values of its Idempotency-Key
  * headers (n_keys of them, key the first or NULL), its Content-Type (NULL: none) and its body:
@@ -95,6 +84,7 @@ void order_api_free(struct order_api *api);
 bool order_api_check_post(const char *key, size_t n_keys, const char *content_type,
                           const char *body, size_t len, struct txo_http_response *resp);
 
+/* The txo_http_handler_fn of the API; arg is the struct order_api. */
 void order_api_handle(void *arg, const struct txo_http_request *req,
                       struct txo_http_response *resp);
 
@@ -104,7 +94,8 @@ const char *order_api_openapi(void);
 /*
  * The routes the API answers, for the test that holds the OpenAPI description to them:
  * route i's method and its path as an OpenAPI template ("/orders/{id}/cancel"), written into
- * path (cap bytes), and whether it is an admin endpoint. False past the last route.
+ * path (cap bytes), and whether it is an admin endpoint (the admin API's routes come after the
+ * order routes). False past the last route.
  */
 bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin);
 

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "txo/saga.h"
+#include "order_saga.h"
 #include "order_services.h"
 #include "orders.h"
 

@@ -1,6 +1,6 @@
 /*
- * Creating orders (the transactional outbox: the order and its event in one transaction) and
- * recording their sagas.
+ * Creating orders (the transactional outbox: the order and its event in one transaction),
+ * cancelling them, and their stock. Their saga is order_saga.h's.
  *
  * orders_create_tx() is the heart of the outbox pattern: the order, its items and the
  * OrderCreated event are written by one function into one transaction that the caller owns,
@@ -518,58 +518,17 @@ out:
     return rc;
 }
 
-/* txo_saga_create() of the order's CreateOrderSaga, from data the caller has in hand. */
-static int create_saga(struct txo_tx *tx, int64_t order_id, int64_t customer_id,
-                       const struct order_item *items, size_t n, int64_t total_cents,
-                       char saga_id[TXO_SAGA_ID_LEN], bool *created, struct txo_error *err)
-{
-    char correlation[64];
-    char *payload =
-        orders__json_order(order_id, customer_id, items, n, total_cents, NULL, false, err);
-
-    if (payload == NULL)
-        return err != NULL ? err->code : TXO_ENOMEM;
-    snprintf(correlation, sizeof(correlation), "order:%" PRId64, order_id);
-    int rc = txo_saga_create(tx, order_saga_def(), correlation, payload, saga_id, created, err);
-    txo_free(payload);
-    return rc;
-}
-
-int orders_create_with_saga_tx(struct txo_tx *tx, int64_t customer_id,
-                               const struct order_item *items, size_t n, int64_t *order_id,
-                               char saga_id[TXO_SAGA_ID_LEN], struct txo_error *err)
-{
-    int64_t id = 0;
-    int64_t total = 0;
-    char sid[TXO_SAGA_ID_LEN];
-    int rc = create_order(tx, customer_id, items, n, false, &id, &total, err);
-
-    if (rc < 0)
-        return rc;
-    rc = create_saga(tx, id, customer_id, items, n, total, sid, NULL, err);
-    if (rc < 0)
-        return rc;
-    *order_id = id;
-    memcpy(saga_id, sid, TXO_SAGA_ID_LEN);
-    return 0;
-}
-
 struct create_arg {
     int64_t customer_id;
     const struct order_item *items;
     size_t n;
-    bool with_saga;
     int64_t order_id;
-    char saga_id[TXO_SAGA_ID_LEN];
 };
 
 static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct create_arg *a = arg;
 
-    if (a->with_saga)
-        return orders_create_with_saga_tx(tx, a->customer_id, a->items, a->n, &a->order_id,
-                                          a->saga_id, err);
     return orders_create_tx(tx, a->customer_id, a->items, a->n, &a->order_id, err);
 }
 
@@ -586,88 +545,6 @@ int orders_create(struct txo_db *db, int64_t customer_id, const struct order_ite
     if (rc < 0)
         return rc;
     *order_id = a.order_id;
-    return 0;
-}
-
-int orders_create_with_saga(struct txo_db *db, int64_t customer_id, const struct order_item *items,
-                            size_t n, int64_t *order_id, char saga_id[TXO_SAGA_ID_LEN],
-                            struct txo_error *err)
-{
-    struct create_arg a;
-
-    memset(&a, 0, sizeof(a));
-    a.customer_id = customer_id;
-    a.items = items;
-    a.n = n;
-    a.with_saga = true;
-    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, create_fn, &a, err);
-    if (rc < 0)
-        return rc;
-    *order_id = a.order_id;
-    memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
-    TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created saga_id=%s order_id=%" PRId64, a.saga_id,
-            a.order_id);
-    return 0;
-}
-
-struct start_arg {
-    int64_t order_id;
-    char saga_id[TXO_SAGA_ID_LEN];
-    bool created;
-};
-
-static int start_saga_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct start_arg *a = arg;
-    struct txo_rows *rows = NULL;
-    struct order_item *items = NULL;
-    struct txo_param p[] = {txo_p_i64(a->order_id)};
-    int rc;
-
-    a->created = false;
-    rc = txo_tx_query(tx, ORDERS_SQL_SELECT_ORDER_ITEMS, p, 1, &rows, err);
-    if (rc < 0)
-        goto out;
-    size_t n = txo_rows_count(rows);
-    if (n == 0) {
-        rc = txo_error_set(err, TXO_ENOTFOUND, "order not found: order_id=%" PRId64, a->order_id);
-        goto out;
-    }
-    items = txo_calloc(n, sizeof(*items));
-    if (items == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "cannot load %zu items of order_id=%" PRId64, n,
-                           a->order_id);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        items[i].sku = txo_rows_str(rows, i, ORDER_ITEMS_COL_SKU, NULL);
-        items[i].qty = (int32_t)txo_rows_i64(rows, i, ORDER_ITEMS_COL_QTY);
-        items[i].price_cents = txo_rows_i64(rows, i, ORDER_ITEMS_COL_PRICE);
-    }
-    rc = create_saga(tx, a->order_id, txo_rows_i64(rows, 0, ORDER_ITEMS_COL_CUSTOMER), items, n,
-                     txo_rows_i64(rows, 0, ORDER_ITEMS_COL_TOTAL), a->saga_id, &a->created, err);
-out:
-    txo_free(items);
-    txo_rows_free(rows);
-    return rc;
-}
-
-int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA_ID_LEN],
-                      bool *created, struct txo_error *err)
-{
-    struct start_arg a;
-
-    memset(&a, 0, sizeof(a));
-    a.order_id = order_id;
-    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, start_saga_fn, &a, err);
-    if (rc < 0)
-        return rc;
-    memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
-    if (created != NULL)
-        *created = a.created;
-    if (a.created)
-        TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created saga_id=%s order_id=%" PRId64, a.saga_id,
-                order_id);
     return 0;
 }
 

@@ -44,7 +44,8 @@ static int start_saga(struct txo_handler_ctx *hc, int64_t order_id, const char *
     const struct order_worker_config *cfg = txo_handler_arg(hc);
     char correlation[64];
     snprintf(correlation, sizeof(correlation), "order:%" PRId64, order_id);
-    return txo_handler_start_saga(hc, cfg->sagas[0], correlation, payload, NULL, err);
+    return txo_handler_start_saga(hc, cfg->sagas[ORDER_SAGA_CREATE_ORDER], correlation, payload,
+                                  NULL, err);
 }
 
 static int on_order_created(struct txo_tx *tx, const struct txo_event *ev,
@@ -77,6 +78,12 @@ static const struct txo_event_handler events[] = {
 
 static const struct txo_command_handler commands[] = {
     {.command_type = ORDERS_START_SAGA_COMMAND, .fn = on_start_order_saga},
+};
+
+/* The definition of each saga slot (worker.h), with remote parts when services call any. */
+static const struct txo_saga_def *(*const saga_defs[ORDER_SAGA_SLOTS])(
+    const struct order_services *services) = {
+    [ORDER_SAGA_CREATE_ORDER] = order_saga_def_for,
 };
 
 /* One struct order_saga_env per runner thread, with its own HTTP session to the services. */
@@ -112,7 +119,8 @@ void order_worker_setup(struct order_worker_config *cfg, const struct order_serv
 {
     cfg->services = services;
     cfg->faults = faults;
-    cfg->sagas[0] = order_saga_def_for(services);
+    for (size_t i = 0; i < ORDER_SAGA_SLOTS; i++)
+        cfg->sagas[i] = saga_defs[i](services);
     wo->events = events;
     wo->n_events = TXO_ARRAY_LEN(events);
     wo->commands = commands;

@@ -17,15 +17,23 @@
 #ifndef TXO_ORDER_WORKER_H
 #define TXO_ORDER_WORKER_H
 
+#include "order_saga.h"
 #include "orders.h"
 #include "txo/worker.h"
 
 struct order_services;
 
+/* The saga types the order service registers: one slot each in order_worker_config.sagas. A
+ * new saga is a slot here and its definition in worker.c's saga_defs[]. */
+enum order_saga_slot {
+    ORDER_SAGA_CREATE_ORDER, /* CreateOrderSaga (order_saga.h) */
+    ORDER_SAGA_SLOTS,
+};
+
 struct order_worker_config {
     const struct order_services *services; /* NULL: in-process stand-ins */
     const struct order_faults *faults;     /* demo/tests only; NULL = none */
-    const struct txo_saga_def *sagas[1];
+    const struct txo_saga_def *sagas[ORDER_SAGA_SLOTS]; /* what txo_worker_opts.sagas holds */
 };
 
 /*

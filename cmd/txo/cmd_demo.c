@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "settings.h"
 

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "daemons.h"
+#include "order_saga.h"
 #include "orders.h"
 #include "txo/cmdq.h"
 #include "txo/dlq.h"

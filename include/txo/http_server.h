@@ -70,6 +70,44 @@ TXO_API int txo_http_response_set(struct txo_http_response *resp, int status, co
 TXO_API void txo_http_response_take(struct txo_http_response *resp, int status, char *body,
                                     size_t len);
 
+/*
+ * Answers status with the error shape of every txo endpoint, {"error":code,"message":message}.
+ * The message may quote bytes a client or another service sent: every byte that is not part
+ * of a well-formed UTF-8 character becomes '?' and the message is cut to 511 bytes, so the body
+ * is always valid JSON. code is one of the caller's fixed names ("not_found"). Never fails: a
+ * failed allocation leaves a 500 as txo_http_response_set() does.
+ */
+TXO_API void txo_http_response_error(struct txo_http_response *resp, int status, const char *code,
+                                     const char *message);
+
+/*
+ * Answers a library error rc by what a client can do about it: 404 not_found (TXO_ENOTFOUND),
+ * 422 validation_failed (TXO_EINVAL), 409 conflict (TXO_ESTATE), 503 unavailable with
+ * Retry-After: 1 (TXO_ETIMEOUT, TXO_ECONNECT, TXO_ECONNLOST, TXO_EDEADLOCK, TXO_ELOCKTIMEOUT,
+ * TXO_EUNAVAILABLE), anything else 500 internal, logged at error level. The message is err's
+ * (txo_strerror(rc) when err holds none).
+ */
+TXO_API void txo_http_response_fail(struct txo_http_response *resp, int rc,
+                                    const struct txo_error *err);
+
+/* jansson's json_t, declared here so that this header does not include jansson's. */
+struct json_t;
+
+/*
+ * Answers status with the JSON document doc as compact text, keys in insertion order. The
+ * reference to doc is stolen (json_decref'd here). doc NULL means json_pack() refused its
+ * input, a bug of the caller: answered 500 internal and logged, as is a failed allocation.
+ */
+TXO_API void txo_http_response_json(struct txo_http_response *resp, int status, struct json_t *doc);
+
+/*
+ * Reads a route's numeric path parameter: true when path is prefix, a decimal id of
+ * 0..INT64_MAX and then exactly suffix ("/orders/42/cancel" with "/orders/" and "/cancel"),
+ * with the id in *id; false (and *id untouched) for anything else.
+ */
+TXO_API bool txo_http_path_id(const char *path, const char *prefix, const char *suffix,
+                              int64_t *id);
+
 typedef void (*txo_http_handler_fn)(void *arg, const struct txo_http_request *req,
                                     struct txo_http_response *resp);
 

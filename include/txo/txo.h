@@ -40,5 +40,6 @@
 #include "txo/history.h"
 #include "txo/audit.h"
 #include "txo/registry.h"
+#include "txo/admin.h"
 
 #endif

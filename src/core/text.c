@@ -141,3 +141,22 @@ int txo__hex_digit(char c)
         return c - 'A' + 10;
     return -1;
 }
+
+void txo__utf8_sanitize(const char *text, char *out, size_t cap)
+{
+    size_t len = strlen(text);
+    size_t i = 0;
+    size_t o = 0;
+    while (i < len && o + 1 < cap) {
+        size_t n = txo_utf8_char_len(text + i, len - i);
+        if (n == 0 || o + n >= cap) {
+            out[o++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(out + o, text + i, n);
+        o += n;
+        i += n;
+    }
+    out[o] = '\0';
+}

@@ -16,6 +16,14 @@
  */
 const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN]);
 
+/*
+ * Copies text into out (cap bytes, NUL-terminated, cut to fit) with every byte that is not part
+ * of a well-formed UTF-8 character replaced by '?', so that it can go into a JSON string:
+ * messages quote bytes a client or another service sent (jansson's error text does, and may
+ * cut a character in half).
+ */
+void txo__utf8_sanitize(const char *text, char *out, size_t cap);
+
 /* The value of hex digit c (0-9, a-f, A-F), or -1 when c is not one. */
 int txo__hex_digit(char c);
 

@@ -26,6 +26,7 @@
 #include "txo/owner.h"
 #include "txo/worker.h"
 #include "worker/order_watch.h"
+#include "saga/saga_table.h"
 
 #define QUEUE_CAP       1024
 #define QUEUE_MIN       512 /* the least room of the queue, whatever saga_threads and saga_batch */
@@ -273,10 +274,7 @@ static size_t queue_space(struct txo_worker *w)
 
 static const struct txo_saga_def *find_saga(const struct txo_worker *w, const char *type)
 {
-    for (size_t i = 0; i < w->opts.n_sagas; i++)
-        if (strcmp(w->opts.sagas[i]->type, type) == 0)
-            return w->opts.sagas[i];
-    return NULL;
+    return txo__saga_table_find(w->opts.sagas, w->opts.n_sagas, type);
 }
 
 /* ---- handlers ---- */
@@ -1015,15 +1013,7 @@ static int check_opts(const struct txo_worker_opts *o, struct txo_error *err)
         if (o->commands[i].command_type == NULL || o->commands[i].fn == NULL)
             return txo_error_set(err, TXO_EINVAL, "command handler %zu needs a type and a function",
                                  i);
-    for (size_t i = 0; i < o->n_sagas; i++) {
-        if (o->sagas[i] == NULL || o->sagas[i]->type == NULL)
-            return txo_error_set(err, TXO_EINVAL, "saga definition %zu has no type", i);
-        for (size_t k = 0; k < i; k++)
-            if (strcmp(o->sagas[k]->type, o->sagas[i]->type) == 0)
-                return txo_error_set(err, TXO_EINVAL, "saga type %s registered twice",
-                                     o->sagas[i]->type);
-    }
-    return 0;
+    return txo__saga_table_check(o->sagas, o->n_sagas, err);
 }
 
 void txo_worker_attach_consumer(struct txo_worker *w, struct txo_consumer *consumer)

@@ -30,6 +30,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "api.h"

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testproc.h"

@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "order_services.h"
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"

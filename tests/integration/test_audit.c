@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testclock.h"
 #include "testdb.h"

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testsagabatch.h"

@@ -29,6 +29,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"

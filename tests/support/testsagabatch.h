@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "order_saga.h"
 #include "orders.h"
 #include "testserver.h"
 #include "txo/txo.h"
