@@ -27,6 +27,7 @@
 #include "api.h"
 #include "order_writer.h"
 #include "orders.h"
+#include "txo/jansson.h"
 #include "txo/txo.h"
 #include "worker.h"
 

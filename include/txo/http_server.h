@@ -90,15 +90,7 @@ TXO_API void txo_http_response_error(struct txo_http_response *resp, int status,
 TXO_API void txo_http_response_fail(struct txo_http_response *resp, int rc,
                                     const struct txo_error *err);
 
-/* jansson's json_t, declared here so that this header does not include jansson's. */
-struct json_t;
-
-/*
- * Answers status with the JSON document doc as compact text, keys in insertion order. The
- * reference to doc is stolen (json_decref'd here). doc NULL means json_pack() refused its
- * input, a bug of the caller: answered 500 internal and logged, as is a failed allocation.
- */
-TXO_API void txo_http_response_json(struct txo_http_response *resp, int status, struct json_t *doc);
+/* txo_http_response_json(), which answers a jansson document, is in txo/jansson.h. */
 
 /*
  * Reads a route's numeric path parameter: true when path is prefix, a decimal id of

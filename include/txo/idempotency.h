@@ -34,8 +34,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "txo/common.h"
 #include "txo/db.h"
 #include "txo/err.h"
@@ -58,11 +56,7 @@ TXO_API TXO_MUST_CHECK int txo_idem_hash(const char *method, const char *path, c
                                          size_t len, char out[TXO_IDEM_HASH_LEN],
                                          struct txo_error *err);
 
-/* The same for a body the caller has already parsed (the API does, to validate it): no
- * second parse. doc is borrowed. Errors: TXO_ENOMEM. */
-TXO_API TXO_MUST_CHECK int txo_idem_hash_doc(const char *method, const char *path,
-                                             const json_t *doc, char out[TXO_IDEM_HASH_LEN],
-                                             struct txo_error *err);
+/* txo_idem_hash_doc(), the same for a body already parsed with jansson, is in txo/jansson.h. */
 
 enum txo_idem_outcome {
     TXO_IDEM_NEW,         /* the key is ours: write the effect, then txo_idem_complete() */

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "core/text.h"
+#include "txo/jansson.h"
 #include "saga/saga_table.h"
 
 struct txo_admin {

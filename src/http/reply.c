@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "core/text.h"
+#include "txo/jansson.h"
 
 void txo_http_response_json(struct txo_http_response *resp, int status, struct json_t *doc)
 {

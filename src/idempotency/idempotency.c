@@ -11,6 +11,7 @@
 #include <openssl/evp.h>
 
 #include "idempotency/idempotency_sql.h"
+#include "txo/jansson.h"
 
 int txo_idem_key_check(const char *key, struct txo_error *err)
 {
