@@ -1,7 +1,7 @@
 /*
  * The operations commands as an operator runs them, against a real database: `txo stats`,
- * `txo dlq list|replay`, `txo saga show|retry`, and the worker's retention cleaner. Each test
- * builds the state with the library (orders, sagas with injected faults, a dead-lettered
+ * `txo dlq list|replay`, `txo saga show|retry|list --stuck`, and the worker's retention cleaner.
+ * Each test builds the state with the library (orders, sagas with injected faults, a dead-lettered
  * event), runs the `txo` binary and checks its exit status, its output, and the rows.
  */
 #include <setjmp.h>
@@ -178,6 +178,76 @@ static void test_saga_show_and_retry(void **state)
     free(out);
 }
 
+/* Counts the lines of out that name saga_id. */
+static int lines_naming(const char *out, const char *saga_id)
+{
+    int n = 0;
+    for (const char *p = out; (p = strstr(p, saga_id)) != NULL; p += strlen(saga_id))
+        n++;
+    return n;
+}
+
+static void test_saga_list_stuck(void **state)
+{
+    struct testdb *t = *state;
+    const char *list[] = {"saga", "list", "--stuck", "--idle=1", NULL};
+    char *out = NULL;
+    /* Nothing stuck: exit 0, no saga listed. */
+    assert_int_equal(run_txo(list, &out), 0);
+    assert_null(strstr(out, "no live owner"));
+    assert_null(strstr(out, "given up"));
+    free(out);
+
+    /* A saga whose compensation failed, its retries given up (retry_at NULL). */
+    char given_up[TXO_SAGA_ID_LEN];
+    int64_t order;
+    struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
+    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, given_up, &order);
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_param gp = txo_p_str(given_up);
+    assert_int_equal(txo_db_exec(t->db, "UPDATE saga_instances SET retry_at = NULL WHERE id = ?",
+                                 &gp, 1, NULL, &err),
+                     0);
+
+    /* A running saga that no worker runs, unmoved for a minute; and a fresh one, not listed. */
+    struct order_item item = {"pen", 1, 250};
+    char orphan[TXO_SAGA_ID_LEN], fresh[TXO_SAGA_ID_LEN];
+    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, &order, orphan, &err), 0);
+    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, &order, fresh, &err), 0);
+    struct txo_param op = txo_p_str(orphan);
+    assert_int_equal(txo_db_exec(t->db,
+                                 "UPDATE saga_instances SET updated_at = NOW(6) - INTERVAL 60 "
+                                 "SECOND, owner = 'gone:1', lease_until = NOW(6) - INTERVAL 30 "
+                                 "SECOND WHERE id = ?",
+                                 &op, 1, NULL, &err),
+                     0);
+
+    assert_int_equal(run_txo(list, &out), 1); /* something needs an operator */
+    assert_int_equal(lines_naming(out, given_up), 1);
+    assert_int_equal(lines_naming(out, orphan), 1);
+    assert_int_equal(lines_naming(out, fresh), 0);
+    const char *line = strstr(out, orphan);
+    assert_non_null(strstr(line, "RUNNING"));
+    assert_non_null(strstr(line, "no live owner"));
+    line = strstr(out, given_up);
+    assert_non_null(strstr(line, "COMPENSATION_FAILED"));
+    assert_non_null(strstr(line, "given up"));
+    free(out);
+
+    /* The orphan counts only past --idle: with an hour, the given-up saga alone. */
+    const char *patient[] = {"saga", "list", "--stuck", "--idle=3600", NULL};
+    assert_int_equal(run_txo(patient, &out), 1);
+    assert_int_equal(lines_naming(out, orphan), 0);
+    assert_int_equal(lines_naming(out, given_up), 1);
+    free(out);
+
+    /* A list needs --stuck: a usage error before any connection. */
+    const char *bare[] = {"saga", "list", NULL};
+    assert_int_equal(run_txo(bare, &out), 2);
+    free(out);
+}
+
 static void test_worker_cleaner_deletes_old_rows(void **state)
 {
     struct testdb *t = *state;
@@ -231,6 +301,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup, teardown),
     };
     txo_log_set_level(TXO_LOG_ERROR);
