@@ -74,7 +74,7 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: install help deps build build-run build-asan build-tsan build-clang build-release db db-check \
+.PHONY: install help deps deps-run build build-run build-asan build-tsan build-clang build-release db db-check \
         db-stop migrate run \
         demo test test-asan \
         test-tsan valgrind soak fuzz cluster-up cluster-down cluster-test \
@@ -90,6 +90,7 @@ help:
 	@echo '                a private broker X (scripts/broker.sh names); the ports are checked first'
 	@echo '  demo          build, start the database, migrate, run the saga scenarios and check them'
 	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
+	@echo '  deps-run      only those `make run` needs: build packages, MariaDB, curl, BROKER'"'"'s server'
 	@echo '  build         configure + build into $$(BUILD) ($(BUILD)), RelWithDebInfo'
 	@echo '  build-asan    configure + build into $(BUILD_ASAN) with ASan+UBSan, Debug, no bench'
 	@echo '  db            start the private MariaDB on 127.0.0.1:$(TXO_DB_PORT) (skipped when MYSQL_HOST is set)'
@@ -130,8 +131,12 @@ build: deps
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 
-# Only what `make run` needs: the command and the fake services, not the tests.
-build-run: deps
+# Only what `make run` needs: its packages (not the test world), the command and the fake
+# services, not the tests.
+deps-run:
+	scripts/deps.sh --run $(if $(filter 1,$(NATS)),nats,$(BROKER))
+
+build-run: deps-run
 	$(call cmake_configure,$(BUILD),$(CMAKE_ARGS_RELEASE))
 	$(CMAKE) --build $(BUILD) -j$(JOBS) --target txo_cmd txo_fake_services
 
@@ -172,7 +177,7 @@ fuzz:
 	done
 
 ifeq ($(DB_PRIVATE),1)
-db: deps
+db: deps-run
 	$(DB_APP_ENV) TXO_DB_PORT=$(TXO_DB_PORT) scripts/db.sh start
 
 # Before building: the port matches the running private server, or is free for it.

@@ -3,6 +3,9 @@
 #
 #   scripts/deps.sh              # build + runtime/test packages
 #   scripts/deps.sh PKG...       # the same, plus extra packages (e.g. clang-format)
+#   scripts/deps.sh --run [BROKER]
+#                                # only what `make run` needs: the build packages, MariaDB and
+#                                # curl, and the server of BROKER (nats, redis, rabbitmq) if given
 #
 # Fast no-op when everything is already installed. Uses sudo when not run as root.
 set -euo pipefail
@@ -50,6 +53,10 @@ RUNTIME_PKGS=(mariadb-server mariadb-client nats-server curl prometheus systemd 
               # and rsync, its state-transfer method (mariabackup would need mariadb-backup).
               galera-4 rsync)
 
+# What `make run` needs besides the build packages: the private server and its client tools,
+# and curl for the README's examples.
+RUN_PKGS=(mariadb-server mariadb-client curl)
+
 installed() {
     [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" = "install ok installed" ]
 }
@@ -74,6 +81,22 @@ apt_install() {
         apt-get install -y --no-install-recommends "$@"
 }
 
+RUN_ONLY=0
+if [ "${1:-}" = "--run" ]; then
+    RUN_ONLY=1
+    shift
+    case "${1:-}" in
+    "" | local) ;;
+    nats) RUN_PKGS+=(nats-server) ;;
+    redis) RUN_PKGS+=(redis-server) ;;
+    rabbitmq) RUN_PKGS+=(rabbitmq-server) ;;
+    kafka) ;; # the mock cluster is librdkafka's, a build package
+    *) die "--run: no broker named '$1' (nats, redis, rabbitmq, kafka, local)" ;;
+    esac
+    [ $# -gt 0 ] && shift
+    RUNTIME_PKGS=("${RUN_PKGS[@]}")
+fi
+
 missing=()
 for p in "${BUILD_PKGS[@]}" "${RUNTIME_PKGS[@]}" "$@"; do
     installed "$p" || missing+=("$p")
@@ -84,6 +107,15 @@ if [ "${#missing[@]}" -eq 0 ]; then
 else
     log "missing packages: ${missing[*]}"
     apt_install "${missing[@]}"
+fi
+
+# The private server (scripts/db.sh) needs these binaries.
+for b in mariadbd mariadb-install-db mariadb-admin mariadb; do
+    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || die "$b not found after install"
+done
+if [ "$RUN_ONLY" = 1 ]; then
+    log "ok (what running needs; \`make test\` installs the test packages too)"
+    exit 0
 fi
 
 # gcc's sanitizer runtimes: `gcc -print-file-name=X` prints a bare X when X is not found.
@@ -98,10 +130,6 @@ if ! gcc_has libasan.so || ! gcc_has libubsan.so; then
 fi
 log "gcc sanitizer runtimes: $(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 
-# The private server (scripts/db.sh) needs these binaries.
-for b in mariadbd mariadb-install-db mariadb-admin mariadb; do
-    command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] || die "$b not found after install"
-done
 # The independent implementations some tests check txo's output against (tests/js: the
 # CloudEvents SDK), pinned by tests/js/package-lock.json; installed again only when the lock
 # file is newer than the install.
