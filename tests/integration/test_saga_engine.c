@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "testclock.h"
 #include "testdb.h"
 #include "txo/txo.h"
 
@@ -43,39 +44,27 @@ struct probe {
     int bad_ctx; /* a context field was not what it should be */
 };
 
-struct fake_clock {
-    int64_t now_ms;
-    int sleeps;
-    struct txo_db *thief; /* when set, every sleep hands the saga to 'thief' */
-    const char *saga_id;
-};
-
 struct fixture {
     struct testdb t;
     struct probe p;
-    struct fake_clock fc;
+    struct testclock fc;
+    struct txo_db *thief; /* when set, every sleep of fc hands the saga to 'thief' */
     struct txo_clock clock;
     struct txo_saga_opts opts;
 };
 
-static int64_t fake_now(void *arg)
+/* testclock's on_sleep: while f->thief is set, another worker takes the saga at each sleep. */
+static void steal_on_sleep(struct testclock *c)
 {
-    return ((struct fake_clock *)arg)->now_ms;
-}
-
-static void fake_sleep(void *arg, int64_t ms)
-{
-    struct fake_clock *fc = arg;
-    fc->now_ms += ms;
-    fc->sleeps++;
-    if (fc->thief != NULL) {
-        struct txo_param p[] = {txo_p_str(fc->saga_id)};
-        struct txo_error err;
-        txo_error_init(&err);
-        if (txo_db_exec(fc->thief, "UPDATE saga_instances SET owner = 'thief' WHERE id = ?", p, 1,
-                        NULL, &err) < 0)
-            fail_msg("steal: %s", err.msg);
-    }
+    struct fixture *f = c->user;
+    if (f->thief == NULL)
+        return;
+    struct txo_param p[] = {txo_p_str(f->p.saga_id)};
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_exec(f->thief, "UPDATE saga_instances SET owner = 'thief' WHERE id = ?", p, 1, NULL,
+                    &err) < 0)
+        fail_msg("steal: %s", err.msg);
 }
 
 /* ---- the toy saga ------------------------------------------------------------------------ */
@@ -226,9 +215,10 @@ static int setup(void **state)
                          "  kind VARCHAR(32) NOT NULL,"
                          "  n INT NOT NULL DEFAULT 1,"
                          "  UNIQUE KEY uq_effect (saga_id, step, kind)) ENGINE=InnoDB");
-    f->clock.now_ms = fake_now;
-    f->clock.sleep_ms = fake_sleep;
-    f->clock.arg = &f->fc;
+    testclock_init(&f->fc);
+    f->fc.on_sleep = steal_on_sleep;
+    f->fc.user = f;
+    f->clock = f->fc.clock;
     txo_saga_opts_init(&f->opts);
     f->opts.owner = "worker-1";
     f->opts.step_max_attempts = 3;
@@ -276,7 +266,6 @@ static bool create(struct fixture *f, const char *correlation_id, char id[TXO_SA
 static void create_toy(struct fixture *f)
 {
     assert_true(create(f, "toy:1", f->p.saga_id));
-    f->fc.saga_id = f->p.saga_id;
 }
 
 static int run(struct fixture *f, enum txo_saga_status *final, struct txo_error *err)
@@ -793,12 +782,12 @@ static void test_fence_owner_changed_between_tries(void **state)
     create_toy(f);
     f->p.transient_step = 1;
     f->p.transient_times = 1;
-    f->fc.thief = testdb_connect(&f->t);
+    f->thief = testdb_connect(&f->t);
     struct txo_error err;
     enum txo_saga_status final = TXO_SAGA_RUNNING;
     int rc = run(f, &final, &err);
-    txo_db_close(f->fc.thief);
-    f->fc.thief = NULL;
+    txo_db_close(f->thief);
+    f->thief = NULL;
     assert_int_equal(rc, TXO_ELEASELOST);
     assert_int_equal(f->fc.sleeps, 1);
     assert_int_equal(f->p.action_calls[1], 2); /* the retry's action rolled back: */

@@ -1,5 +1,7 @@
 #include "testclock.h"
 
+#include <string.h>
+
 static int64_t now_ms(void *arg)
 {
     return ((struct testclock *)arg)->now_ms;
@@ -8,14 +10,18 @@ static int64_t now_ms(void *arg)
 static void sleep_ms(void *arg, int64_t ms)
 {
     struct testclock *c = arg;
-    c->now_ms += ms;
+    if (c->sleeps < TESTCLOCK_SLEEPS_KEPT)
+        c->slept_ms[c->sleeps] = ms;
     c->sleeps++;
+    if (!c->frozen)
+        c->now_ms += ms;
+    if (c->on_sleep != NULL)
+        c->on_sleep(c);
 }
 
 void testclock_init(struct testclock *c)
 {
-    c->now_ms = 0;
-    c->sleeps = 0;
+    memset(c, 0, sizeof(*c));
     c->clock.now_ms = now_ms;
     c->clock.sleep_ms = sleep_ms;
     c->clock.arg = c;

@@ -20,39 +20,19 @@
 #include "txo/txo.h"
 #include "txo/ratelimit.h"
 
-struct fake_clock {
-    int64_t now_ms;
-    bool sleep_advances; /* false: sleeps are only recorded */
-    int n_sleeps;
-    int64_t slept_ms[8];
-};
-
-static int64_t fake_now(void *arg)
-{
-    return ((struct fake_clock *)arg)->now_ms;
-}
-
-static void fake_sleep(void *arg, int64_t ms)
-{
-    struct fake_clock *fc = arg;
-    if (fc->n_sleeps < (int)TXO_ARRAY_LEN(fc->slept_ms))
-        fc->slept_ms[fc->n_sleeps] = ms;
-    fc->n_sleeps++;
-    if (fc->sleep_advances)
-        fc->now_ms += ms;
-}
+#include "testclock.h"
 
 struct fixture {
-    struct fake_clock fc;
+    struct testclock fc;
     struct txo_clock clock;
 };
 
 static void fixture_init(struct fixture *f)
 {
     memset(f, 0, sizeof(*f));
+    testclock_init(&f->fc);
     f->fc.now_ms = 123456;
-    f->fc.sleep_advances = true;
-    f->clock = (struct txo_clock){.now_ms = fake_now, .sleep_ms = fake_sleep, .arg = &f->fc};
+    f->clock = f->fc.clock;
 }
 
 static struct txo_ratelimit *make(struct fixture *f, double rate, unsigned burst)
@@ -186,15 +166,15 @@ static void test_acquire_sleeps_through_the_clock(void **state)
     int64_t t = f.fc.now_ms;
 
     assert_int_equal(txo_ratelimit_acquire(rl, 0, &err), 0);
-    assert_int_equal(f.fc.n_sleeps, 0);
+    assert_int_equal(f.fc.sleeps, 0);
 
     assert_int_equal(txo_ratelimit_acquire(rl, 0, &err), TXO_EUNAVAILABLE);
     assert_string_equal(err.msg, "rate limit api exceeded (next token in 100 ms)");
     assert_int_equal(txo_ratelimit_acquire(rl, 99, &err), TXO_EUNAVAILABLE);
-    assert_int_equal(f.fc.n_sleeps, 0);
+    assert_int_equal(f.fc.sleeps, 0);
 
     assert_int_equal(txo_ratelimit_acquire(rl, 100, &err), 0);
-    assert_int_equal(f.fc.n_sleeps, 1);
+    assert_int_equal(f.fc.sleeps, 1);
     assert_int_equal(f.fc.slept_ms[0], 100);
     assert_int_equal(f.fc.now_ms, t + 100);
     /* The token it waited for is taken: the next one is 100 ms away again. */
@@ -209,13 +189,13 @@ static void test_waiting_callers_queue(void **state)
     (void)state;
     struct fixture f;
     fixture_init(&f);
-    f.fc.sleep_advances = false; /* as if the callers were different threads */
+    f.fc.frozen = true; /* as if the callers were different threads */
     struct txo_ratelimit *rl = make(&f, 10.0, 1);
 
     assert_int_equal(txo_ratelimit_acquire(rl, 1000, NULL), 0);
     assert_int_equal(txo_ratelimit_acquire(rl, 1000, NULL), 0);
     assert_int_equal(txo_ratelimit_acquire(rl, 1000, NULL), 0);
-    assert_int_equal(f.fc.n_sleeps, 2);
+    assert_int_equal(f.fc.sleeps, 2);
     assert_int_equal(f.fc.slept_ms[0], 100);
     assert_int_equal(f.fc.slept_ms[1], 200); /* behind the first waiter */
 

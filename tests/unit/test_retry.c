@@ -15,25 +15,7 @@
 #include "txo/txo.h"
 #include "txo/retry.h"
 
-struct fake_clock {
-    int64_t now_ms;
-    int n_sleeps;
-    int64_t sleeps[16];
-};
-
-static int64_t fake_now(void *arg)
-{
-    return ((struct fake_clock *)arg)->now_ms;
-}
-
-static void fake_sleep(void *arg, int64_t ms)
-{
-    struct fake_clock *fc = arg;
-    if (fc->n_sleeps < (int)TXO_ARRAY_LEN(fc->sleeps))
-        fc->sleeps[fc->n_sleeps] = ms;
-    fc->n_sleeps++;
-    fc->now_ms += ms;
-}
+#include "testclock.h"
 
 /* Hands out the numbers of `values` in turn, repeating the last one. */
 struct rand_seq {
@@ -72,7 +54,7 @@ static int scripted(void *arg, unsigned attempt, struct txo_error *err)
 }
 
 struct fixture {
-    struct fake_clock fc;
+    struct testclock fc;
     struct txo_clock clock;
     struct rand_seq rs;
     struct txo_retry_policy p;
@@ -83,8 +65,9 @@ static const double fixed_rand[] = {0.25};
 static void fixture_init(struct fixture *f, unsigned max_attempts)
 {
     memset(f, 0, sizeof(*f));
+    testclock_init(&f->fc);
     f->fc.now_ms = 1000;
-    f->clock = (struct txo_clock){.now_ms = fake_now, .sleep_ms = fake_sleep, .arg = &f->fc};
+    f->clock = f->fc.clock;
     f->rs = (struct rand_seq){.values = fixed_rand, .n = 1};
     txo_retry_policy_init(&f->p);
     f->p.max_attempts = max_attempts;
@@ -135,11 +118,11 @@ static void test_transient_then_success(void **state)
     assert_int_equal(s.seen[2], 3);
 
     /* One sleep after each failure, the delay for that failure number and the fixed rand. */
-    assert_int_equal(f.fc.n_sleeps, 2);
-    assert_int_equal(f.fc.sleeps[0], txo_backoff_delay_ms(&f.p.backoff, 1, 0.25));
-    assert_int_equal(f.fc.sleeps[1], txo_backoff_delay_ms(&f.p.backoff, 2, 0.25));
-    assert_int_equal(f.fc.sleeps[0], 75);
-    assert_int_equal(f.fc.sleeps[1], 150);
+    assert_int_equal(f.fc.sleeps, 2);
+    assert_int_equal(f.fc.slept_ms[0], txo_backoff_delay_ms(&f.p.backoff, 1, 0.25));
+    assert_int_equal(f.fc.slept_ms[1], txo_backoff_delay_ms(&f.p.backoff, 2, 0.25));
+    assert_int_equal(f.fc.slept_ms[0], 75);
+    assert_int_equal(f.fc.slept_ms[1], 150);
     assert_int_equal(f.fc.now_ms, 1000 + 75 + 150);
 
     /* A success leaves err as it was, even though two calls failed on the way. */
@@ -161,13 +144,13 @@ static void test_each_retry_draws_a_new_random_number(void **state)
     assert_int_equal(txo_retry_run(&f.p, scripted, &s, &attempts, NULL), 0);
     assert_int_equal(attempts, 4);
     assert_int_equal(f.rs.next, 3);
-    assert_int_equal(f.fc.n_sleeps, 3);
-    assert_int_equal(f.fc.sleeps[0], txo_backoff_delay_ms(&f.p.backoff, 1, 0.0));
-    assert_int_equal(f.fc.sleeps[1], txo_backoff_delay_ms(&f.p.backoff, 2, 0.999));
-    assert_int_equal(f.fc.sleeps[2], txo_backoff_delay_ms(&f.p.backoff, 3, 0.5));
-    assert_int_equal(f.fc.sleeps[0], 50);
-    assert_int_equal(f.fc.sleeps[1], 300);
-    assert_int_equal(f.fc.sleeps[2], 400);
+    assert_int_equal(f.fc.sleeps, 3);
+    assert_int_equal(f.fc.slept_ms[0], txo_backoff_delay_ms(&f.p.backoff, 1, 0.0));
+    assert_int_equal(f.fc.slept_ms[1], txo_backoff_delay_ms(&f.p.backoff, 2, 0.999));
+    assert_int_equal(f.fc.slept_ms[2], txo_backoff_delay_ms(&f.p.backoff, 3, 0.5));
+    assert_int_equal(f.fc.slept_ms[0], 50);
+    assert_int_equal(f.fc.slept_ms[1], 300);
+    assert_int_equal(f.fc.slept_ms[2], 400);
 }
 
 static void test_permanent_error_stops_at_once(void **state)
@@ -184,7 +167,7 @@ static void test_permanent_error_stops_at_once(void **state)
     assert_int_equal(txo_retry_run(&f.p, scripted, &s, &attempts, &err), TXO_EBUSINESS);
     assert_int_equal(attempts, 1);
     assert_int_equal(s.calls, 1);
-    assert_int_equal(f.fc.n_sleeps, 0);
+    assert_int_equal(f.fc.sleeps, 0);
     assert_int_equal(f.rs.next, 0); /* no delay was even computed */
     assert_int_equal(err.code, TXO_EBUSINESS);
     assert_string_equal(err.msg, "TXO_EBUSINESS on attempt 1");
@@ -203,8 +186,8 @@ static void test_transient_then_permanent(void **state)
 
     assert_int_equal(txo_retry_run(&f.p, scripted, &s, &attempts, &err), TXO_ECONSTRAINT);
     assert_int_equal(attempts, 2);
-    assert_int_equal(f.fc.n_sleeps, 1);
-    assert_int_equal(f.fc.sleeps[0], 75);
+    assert_int_equal(f.fc.sleeps, 1);
+    assert_int_equal(f.fc.slept_ms[0], 75);
     assert_string_equal(err.msg, "TXO_ECONSTRAINT on attempt 2");
 }
 
@@ -224,10 +207,10 @@ static void test_exhaustion_returns_last_error(void **state)
     assert_int_equal(attempts, 4);
     assert_int_equal(s.calls, 4);
     /* No sleep after the last attempt; the cap applies to the third delay. */
-    assert_int_equal(f.fc.n_sleeps, 3);
-    assert_int_equal(f.fc.sleeps[0], 100);
-    assert_int_equal(f.fc.sleeps[1], 200);
-    assert_int_equal(f.fc.sleeps[2], 250);
+    assert_int_equal(f.fc.sleeps, 3);
+    assert_int_equal(f.fc.slept_ms[0], 100);
+    assert_int_equal(f.fc.slept_ms[1], 200);
+    assert_int_equal(f.fc.slept_ms[2], 250);
     assert_int_equal(err.code, TXO_ETIMEOUT);
     assert_string_equal(err.msg, "TXO_ETIMEOUT on attempt 4");
 }
@@ -259,7 +242,7 @@ static void test_single_attempt_never_sleeps(void **state)
 
     assert_int_equal(txo_retry_run(&f.p, scripted, &s, &attempts, NULL), TXO_EDEADLOCK);
     assert_int_equal(attempts, 1);
-    assert_int_equal(f.fc.n_sleeps, 0);
+    assert_int_equal(f.fc.sleeps, 0);
 }
 
 static void test_zero_delay_is_not_slept(void **state)
@@ -273,7 +256,7 @@ static void test_zero_delay_is_not_slept(void **state)
 
     assert_int_equal(txo_retry_run(&f.p, scripted, &s, NULL, NULL), 0);
     assert_int_equal(s.calls, 3);
-    assert_int_equal(f.fc.n_sleeps, 0);
+    assert_int_equal(f.fc.sleeps, 0);
 }
 
 static void test_zero_attempts_is_invalid(void **state)
