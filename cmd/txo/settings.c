@@ -253,6 +253,8 @@ static void print_config(const struct setting *table, size_t n)
 enum settings_result settings_parse(const struct command *cmd, const struct setting *table,
                                     size_t n, int argc, char **argv, int *first_arg)
 {
+    if (settings_env_collect(table, n))
+        return SETTINGS_EXIT_OK;
     char name[64];
     const char *me = who(cmd, name, sizeof(name));
     /* Defaults, then the environment. */

@@ -68,6 +68,17 @@ enum settings_result {
 enum settings_result settings_parse(const struct command *cmd, const struct setting *table,
                                     size_t n, int argc, char **argv, int *first_arg);
 
+/*
+ * Warns on stderr ("<me>: warning: TXO_X is not a txo setting (did you mean TXO_Y?)") about each
+ * TXO_* variable of the environment that no command in cmds reads, naming the closest known
+ * one. The project's scripts' and tests' own TXO_* variables are not reported (env_check.c).
+ */
+void settings_warn_unknown_env(const struct command *const *cmds, size_t n, const char *me);
+
+/* While settings_warn_unknown_env() learns the names: takes the table's variable names and
+ * returns true, and settings_parse() returns SETTINGS_EXIT_OK at once. False otherwise. */
+bool settings_env_collect(const struct setting *table, size_t n);
+
 /* Prints the help of cmd generated from its table. */
 void settings_print_help(const struct command *cmd, const struct setting *table, size_t n,
                          FILE *out);

@@ -248,6 +248,32 @@ static void test_saga_list_stuck(void **state)
     free(out);
 }
 
+static void test_unknown_environment_variable_warned(void **state)
+{
+    (void)state;
+    /* A misspelt setting is named with the closest known one; known settings and the test
+     * scripts' own TXO_TEST_* variables are not reported; the command runs as usual. */
+    setenv("TXO_LOG_LEVLE", "debug", 1);
+    setenv("TXO_NO_SUCH_THING_AT_ALL", "1", 1);
+    setenv("TXO_LOG_LEVEL", "info", 1);
+    setenv("TXO_TEST_SOMETHING", "1", 1);
+    const char *stats[] = {"stats", NULL};
+    char *out = NULL;
+    int status = run_txo(stats, &out);
+    unsetenv("TXO_LOG_LEVLE");
+    unsetenv("TXO_NO_SUCH_THING_AT_ALL");
+    unsetenv("TXO_LOG_LEVEL");
+    unsetenv("TXO_TEST_SOMETHING");
+    assert_int_equal(status, 0);
+    assert_non_null(strstr(out, "txo stats: warning: TXO_LOG_LEVLE is not a txo setting (did you "
+                                "mean TXO_LOG_LEVEL?); ignored"));
+    assert_non_null(strstr(out, "txo stats: warning: TXO_NO_SUCH_THING_AT_ALL is not a txo "
+                                "setting; ignored"));
+    assert_null(strstr(out, "TXO_LOG_LEVEL is not"));
+    assert_null(strstr(out, "TXO_TEST_SOMETHING"));
+    free(out);
+}
+
 static void test_worker_cleaner_deletes_old_rows(void **state)
 {
     struct testdb *t = *state;
@@ -302,6 +328,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_environment_variable_warned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup, teardown),
     };
     txo_log_set_level(TXO_LOG_ERROR);
