@@ -9,6 +9,11 @@
  * gone), so only a new run of every statement can succeed. A COMMIT that loses the connection
  * has an unknown outcome: it is reported, never run again.
  *
+ * How many attempts, and which failures of the body end the transaction at once, is the
+ * caller's to say (struct txo_tx_opts), so that a body never changes an error code to steer
+ * the loop. The choice covers only what the body returned: a failure of the COMMIT or before
+ * the body ran is something the body could not have handled.
+ *
  * Thread-safety: a struct txo_db is used by one thread at a time; transactions on it do not
  * nest.
  */
@@ -40,12 +45,27 @@ struct txo_db *txo_tx_db(struct txo_tx *tx)
     return tx->db;
 }
 
-/* Errors a new attempt of the whole transaction may not meet. TXO_EUNAVAILABLE only when the
- * server said it (db->server_unavailable), not when the body returned it. */
-static bool retryable(const struct txo_db *db, int rc)
+#define TX_OUTCOMES_ALL                                                                            \
+    (TXO_TX_DEADLOCK | TXO_TX_LOCK_TIMEOUT | TXO_TX_CONN_LOST | TXO_TX_UNAVAILABLE)
+
+/* The outcome flag of rc when a new attempt of the whole transaction may not meet it, else 0.
+ * TXO_EUNAVAILABLE only when the server said it (db->server_unavailable), not when the body
+ * returned it for a service of its own. */
+static unsigned retry_outcome(const struct txo_db *db, int rc)
 {
-    return rc == TXO_EDEADLOCK || rc == TXO_ELOCKTIMEOUT || rc == TXO_ECONNLOST ||
-           rc == TXO_ECONNECT || (rc == TXO_EUNAVAILABLE && db->server_unavailable);
+    switch (rc) {
+    case TXO_EDEADLOCK:
+        return TXO_TX_DEADLOCK;
+    case TXO_ELOCKTIMEOUT:
+        return TXO_TX_LOCK_TIMEOUT;
+    case TXO_ECONNLOST:
+    case TXO_ECONNECT:
+        return TXO_TX_CONN_LOST;
+    case TXO_EUNAVAILABLE:
+        return db->server_unavailable ? TXO_TX_UNAVAILABLE : 0;
+    default:
+        return 0;
+    }
 }
 
 static int begin(struct txo_db *db, enum txo_isolation iso, struct txo_error *err)
@@ -55,12 +75,23 @@ static int begin(struct txo_db *db, enum txo_isolation iso, struct txo_error *er
     return set ? txo__db_raw_query(db, set, err) : 0;
 }
 
-int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, void *arg,
-                    struct txo_error *err)
+int txo_db_transact_opts(struct txo_db *db, enum txo_isolation iso, const struct txo_tx_opts *opts,
+                         txo_tx_fn fn, void *arg, struct txo_error *err)
 {
     TXO_ASSERT(!db->in_tx); /* transactions do not nest */
+    unsigned max_attempts = db->opts.tx_max_attempts;
+    unsigned no_retry = 0;
+    if (opts) {
+        if (opts->max_attempts > 0)
+            max_attempts = opts->max_attempts;
+        no_retry = opts->no_retry;
+    }
+    if (no_retry & ~(unsigned)TX_OUTCOMES_ALL)
+        return txo_error_set(err, TXO_EINVAL, "txo_db_transact_opts: unknown no_retry flags %#x",
+                             no_retry & ~(unsigned)TX_OUTCOMES_ALL);
     int rc = 0;
     for (unsigned attempt = 1;; attempt++) {
+        bool failed_in_fn = false;
         db->server_unavailable = false;
         rc = txo__db_ensure_connected(db, err);
         if (rc == 0)
@@ -69,6 +100,7 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
             db->in_tx = true;
             rc = fn(&db->tx, arg, err);
             db->in_tx = false;
+            failed_in_fn = rc != 0;
             if (rc == 0) {
                 if (mysql_commit(db->conn) == 0) {
                     atomic_fetch_add(&txo__db_counters.tx_commits, 1);
@@ -83,7 +115,8 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
             if (!db->broken && db->conn && mysql_rollback(db->conn) != 0)
                 db->broken = true; /* cannot trust the session any more: start afresh */
         }
-        if (!retryable(db, rc) || attempt >= db->opts.tx_max_attempts)
+        unsigned outcome = retry_outcome(db, rc);
+        if (outcome == 0 || (failed_in_fn && (no_retry & outcome)) || attempt >= max_attempts)
             return rc;
         atomic_fetch_add(&txo__db_counters.tx_retries, 1);
         int64_t delay = txo_backoff_delay_ms(&db->opts.tx_backoff, attempt, txo_rand01());
@@ -92,6 +125,12 @@ int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, voi
                 txo_err_name(rc));
         txo_sleep_ms(delay);
     }
+}
+
+int txo_db_transact(struct txo_db *db, enum txo_isolation iso, txo_tx_fn fn, void *arg,
+                    struct txo_error *err)
+{
+    return txo_db_transact_opts(db, iso, NULL, fn, arg, err);
 }
 
 struct one_stmt {
