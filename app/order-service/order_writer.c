@@ -206,15 +206,17 @@ static int group_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         txo_crash_point("api.before_commit");
 out:
     txo_free(fresh);
-    if (rc == TXO_EDEADLOCK || rc == TXO_ELOCKTIMEOUT) {
-        /* Not retried as a group (txo_db_transact would): the single path handles each
-         * request's own lock wait (a key held by another transaction is 409 there). */
-        char msg[sizeof(err->msg)];
-        snprintf(msg, sizeof(msg), "%s", err->msg);
-        rc = txo_error_set(err, TXO_ECONFLICT, "group of %zu orders: %s", g->n, msg);
-    }
     return rc;
 }
+
+/*
+ * A deadlock or lock wait timeout in the group is not retried as a group: the single path
+ * handles each request's own lock wait (a key held by another transaction is 409 there). A
+ * lost connection, and a COMMIT that fails Galera certification, still run the group again.
+ */
+static const struct txo_tx_opts group_tx_opts = {
+    .no_retry = TXO_TX_DEADLOCK | TXO_TX_LOCK_TIMEOUT,
+};
 
 /* After COMMIT: the created ones and their duplicates get their answers. */
 static void group_answer(struct group *g)
@@ -252,7 +254,7 @@ static void group_run(struct order_writer *w, struct order_writer_req **reqs, si
         }
         goto out;
     } else {
-        rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, group_tx, &g, &err);
+        rc = txo_db_transact_opts(db, TXO_ISO_READ_COMMITTED, &group_tx_opts, group_tx, &g, &err);
         txo_db_pool_put(w->pool, db, rc == TXO_ECONNLOST);
     }
     if (rc != 0 && g.key_wait_timeout && n == 1) {

@@ -20,7 +20,9 @@
  * jitter, up to tx_max_attempts times. So fn must only touch the database through its tx and
  * keep no state across attempts other than what it resets at its start. A COMMIT that loses the
  * connection has an unknown outcome: it is not retried and fails with TXO_ECONNLOST ("commit
- * outcome unknown").
+ * outcome unknown"). A caller that handles some of those failures of fn itself says so with
+ * txo_db_transact_opts() (struct txo_tx_opts: how many attempts, which outcomes are returned at
+ * once), never by turning one error code into another to steer the loop.
  *
  * MariaDB Galera: row locks (FOR UPDATE, SKIP LOCKED) are local to a node, so two sessions on
  * two nodes can take the same rows; the one that commits second fails certification with 1213
@@ -180,10 +182,48 @@ typedef int (*txo_tx_fn)(struct txo_tx *tx, void *arg, struct txo_error *err);
  * Runs fn in a transaction at the given isolation level, retrying the whole transaction on
  * deadlock, lock wait timeout and lost connection (see the top of this file). Returns fn's
  * result, or the error of BEGIN/COMMIT. fn is never called when the connection cannot be
- * (re-)established.
+ * (re-)established. The same as txo_db_transact_opts() with opts NULL.
  */
 TXO_API TXO_MUST_CHECK int txo_db_transact(struct txo_db *db, enum txo_isolation isolation,
                                            txo_tx_fn fn, void *arg, struct txo_error *err);
+
+/*
+ * The failures of a transaction that txo_db_transact() runs again, as flags for
+ * txo_tx_opts.no_retry. Each one rolled the transaction back or lost its session, so a new
+ * attempt may not meet it.
+ */
+enum txo_tx_outcome_flags {
+    TXO_TX_DEADLOCK = 1 << 0,     /* TXO_EDEADLOCK: 1213, also a Galera certification failure */
+    TXO_TX_LOCK_TIMEOUT = 1 << 1, /* TXO_ELOCKTIMEOUT: 1205 */
+    TXO_TX_CONN_LOST = 1 << 2,    /* TXO_ECONNLOST, TXO_ECONNECT: reconnect and run again */
+    TXO_TX_UNAVAILABLE = 1 << 3,  /* TXO_EUNAVAILABLE from the server: Galera 1047 or 1180 */
+};
+
+/*
+ * How txo_db_transact_opts() retries. The zero value is txo_db_transact()'s behaviour.
+ */
+struct txo_tx_opts {
+    /* Attempts of the whole transaction, the first one included; 0 takes the connection's
+     * txo_db_opts.tx_max_attempts. 1 runs fn once. */
+    unsigned max_attempts;
+    /*
+     * The failures of fn (enum txo_tx_outcome_flags) that end the transaction at once: rolled
+     * back and returned, with err as fn left it, for the caller to handle. 0: every one of them
+     * runs fn again. Only what fn returns counts: a failure before fn (reconnect, setting the
+     * isolation level) or of the COMMIT after it (a Galera certification failure) is retried
+     * whatever no_retry says, since fn had no part in it.
+     */
+    unsigned no_retry;
+};
+
+/*
+ * txo_db_transact() with a retry policy of the caller's. opts may be NULL (the zero value).
+ * Errors: TXO_EINVAL (a no_retry bit outside enum txo_tx_outcome_flags; fn is not called),
+ * those of txo_db_transact().
+ */
+TXO_API TXO_MUST_CHECK int txo_db_transact_opts(struct txo_db *db, enum txo_isolation isolation,
+                                                const struct txo_tx_opts *opts, txo_tx_fn fn,
+                                                void *arg, struct txo_error *err);
 
 /*
  * A bounded pool of connections for threaded servers (the HTTP API): a thread takes one

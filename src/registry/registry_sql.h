@@ -3,7 +3,7 @@
  * sql/migrations/0013_processes.sql. Each statement runs alone in its own READ COMMITTED
  * transaction on the heartbeat's own connection (or the caller's, for list), so it never holds
  * a lock beyond the one row it writes, and nothing else locks these rows. Times are DATETIME(6)
- * in UTC (the session time zone, src/db/db.c).
+ * in UTC (the session time zone, src/db/db_conn.c).
  */
 #ifndef TXO_REGISTRY_SQL_H
 #define TXO_REGISTRY_SQL_H

@@ -1,8 +1,8 @@
 /*
  * The database layer against a real MariaDB: bound parameters, buffered rows, error mapping,
  * transactions that commit or roll back, whole-transaction retry on deadlock (also one that
- * comes in the middle of a result set), lock wait timeout and a killed connection, and
- * idempotent migrations.
+ * comes in the middle of a result set), lock wait timeout and a killed connection, the
+ * caller's retry policy (txo_db_transact_opts), and idempotent migrations.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -306,22 +306,32 @@ static int lock_row_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     return txo_tx_exec(tx, "UPDATE kv SET v = v + 1 WHERE k = 'x'", NULL, 0, NULL, err);
 }
 
-static void test_lock_wait_timeout(void **state)
+/*
+ * Returns a holder that keeps row 'x' locked in an open transaction on its own connection (to
+ * ROLLBACK and close), and opens *waiter with a one-second lock wait and tx_max_attempts.
+ */
+static struct txo_db *hold_row_x(struct testdb *t, unsigned tx_max_attempts, struct txo_db **waiter)
 {
-    struct testdb *t = *state;
     testdb_exec(t->db, "INSERT IGNORE INTO kv (k, v) VALUES ('x', 0)");
-    /* The holder keeps the row locked in an open transaction on its own connection. */
     struct txo_db *holder = testdb_connect(t);
     testdb_exec(holder, "START TRANSACTION");
     testdb_exec(holder, "UPDATE kv SET v = v WHERE k = 'x'");
-
     struct txo_db_opts opts = t->opts;
     opts.lock_wait_timeout_s = 1;
-    opts.tx_max_attempts = 2;
-    struct txo_db *waiter = NULL;
+    opts.tx_max_attempts = tx_max_attempts;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_db_open(&opts, &waiter, &err), 0);
+    assert_int_equal(txo_db_open(&opts, waiter, &err), 0);
+    return holder;
+}
+
+static void test_lock_wait_timeout(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_db *waiter = NULL;
+    struct txo_db *holder = hold_row_x(t, 2, &waiter);
+    struct txo_error err;
+    txo_error_init(&err);
     int64_t t0 = txo_monotonic_ms();
     assert_int_equal(txo_db_transact(waiter, TXO_ISO_DEFAULT, lock_row_fn, NULL, &err),
                      TXO_ELOCKTIMEOUT);
@@ -332,6 +342,70 @@ static void test_lock_wait_timeout(void **state)
     testdb_exec(holder, "ROLLBACK");
     /* Once the lock is gone the same connection works. */
     assert_int_equal(txo_db_transact(waiter, TXO_ISO_DEFAULT, lock_row_fn, NULL, &err), 0);
+    txo_db_close(waiter);
+    txo_db_close(holder);
+}
+
+struct counted {
+    unsigned calls;
+};
+
+static int lock_row_counted_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct counted *c = arg;
+    c->calls++;
+    return lock_row_fn(tx, NULL, err);
+}
+
+/*
+ * txo_db_transact_opts: the caller says how many attempts and which failures of the body come
+ * back at once, instead of the body recoding them. The zero value is txo_db_transact.
+ */
+static void test_transact_opts_choose_the_retries(void **state)
+{
+    struct testdb *t = *state;
+    struct txo_db *waiter = NULL;
+    struct txo_db *holder = hold_row_x(t, 5, &waiter);
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_db_stats before, after;
+
+    /* A lock wait timeout the caller handles itself: one attempt, the real code, no retry. */
+    struct txo_tx_opts no_lock_retry = {.no_retry = TXO_TX_LOCK_TIMEOUT};
+    struct counted c = {0};
+    txo_db_get_stats(&before);
+    assert_int_equal(txo_db_transact_opts(waiter, TXO_ISO_DEFAULT, &no_lock_retry,
+                                          lock_row_counted_fn, &c, &err),
+                     TXO_ELOCKTIMEOUT);
+    txo_db_get_stats(&after);
+    assert_int_equal(c.calls, 1);
+    assert_int_equal(err.mysql_errno, 1205);
+    assert_int_equal(after.tx_retries, before.tx_retries);
+
+    /* Another outcome left out does not stop this one; max_attempts bounds it. */
+    struct txo_tx_opts two = {.max_attempts = 2, .no_retry = TXO_TX_DEADLOCK};
+    c.calls = 0;
+    assert_int_equal(
+        txo_db_transact_opts(waiter, TXO_ISO_DEFAULT, &two, lock_row_counted_fn, &c, &err),
+        TXO_ELOCKTIMEOUT);
+    assert_int_equal(c.calls, 2);
+
+    /* An unknown flag is refused before the body runs. */
+    struct txo_tx_opts bad = {.no_retry = 1u << 20};
+    c.calls = 0;
+    assert_int_equal(
+        txo_db_transact_opts(waiter, TXO_ISO_DEFAULT, &bad, lock_row_counted_fn, &c, &err),
+        TXO_EINVAL);
+    assert_int_equal(c.calls, 0);
+
+    testdb_exec(holder, "ROLLBACK");
+    /* The zero value (and NULL) is txo_db_transact: the same connection commits now. */
+    struct txo_tx_opts zero = {0};
+    assert_int_equal(
+        txo_db_transact_opts(waiter, TXO_ISO_DEFAULT, &zero, lock_row_counted_fn, &c, &err), 0);
+    assert_int_equal(
+        txo_db_transact_opts(waiter, TXO_ISO_DEFAULT, NULL, lock_row_counted_fn, &c, &err), 0);
+    assert_int_equal(c.calls, 2);
     txo_db_close(waiter);
     txo_db_close(holder);
 }
@@ -532,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_deadlock_in_result_set_then_retry),
         cmocka_unit_test(test_lock_wait_timeout),
         cmocka_unit_test(test_lost_connection_reconnects_and_retries),
+        cmocka_unit_test(test_transact_opts_choose_the_retries),
         cmocka_unit_test(test_in_list),
         cmocka_unit_test(test_connect_failure_is_clear),
         cmocka_unit_test(test_host_list_fails_over),

@@ -1,0 +1,238 @@
+/*
+ * Query results: txo_tx_query() runs a statement and buffers its whole result into one
+ * struct txo_rows, which the txo_rows_* calls read.
+ *
+ * Data: a cell table (n_rows * n_cols, each an offset, a length and a NULL flag) plus one text
+ * buffer holding every value in the server's text form, NUL-terminated. The result is read
+ * whole before txo_tx_query() returns, so no statement is left with rows pending and a
+ * struct txo_rows outlives the connection it came from.
+ *
+ * Thread-safety: a struct txo_rows is only read once returned; the struct txo_db that
+ * produced it is used by one thread at a time.
+ */
+#include "core/common.h"
+
+#include "db/db_internal.h"
+
+struct cell {
+    size_t off;
+    size_t len;
+    bool null;
+};
+
+struct txo_rows {
+    size_t n_rows, n_cols;
+    struct cell *cells; /* n_rows * n_cols */
+    char *data;         /* every value, NUL-terminated, at cells[i].off */
+};
+
+static int grow(void **buf, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *p = txo_realloc(*buf, n * elem);
+    if (!p)
+        return TXO_ENOMEM;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/*
+ * Puts a cached statement whose result could not be read back to its state after prepare.
+ *
+ * Why: an error can arrive in the middle of a result set, after the column definitions that
+ * mysql_stmt_execute() reads: a SELECT ... FOR UPDATE that waits for a row lock and becomes a
+ * deadlock victim (1213) or times out (1205), a server that kills the query, and so on. Then
+ * mysql_stmt_store_result() fails, and Connector/C (3.3) marks the connection ready but
+ * leaves the statement waiting for its result; mysql_stmt_free_result() then moves it to
+ * "fetching". The next mysql_stmt_execute() of that same handle (the retry of the
+ * transaction runs the same SQL, so the cache hands out the same handle) first drains the
+ * rest of that unbuffered result: it waits for packets the server never sends, before it
+ * even sends the execute, until read_timeout (the relay's reclaim hung there). Errors in the
+ * reply to the execute itself need nothing: the library puts the handle back to "prepared".
+ *
+ * mysql_stmt_reset() returns the handle to "prepared" (one COM_STMT_RESET round trip, only on
+ * this error path). When that fails too, the session cannot be trusted: it is marked broken,
+ * so the next transaction attempt reconnects (which drops every cached statement).
+ */
+static void forget_failed_result(struct txo_db *db, MYSQL_STMT *stmt)
+{
+    if (db->broken)
+        return; /* reconnecting closes the handle anyway */
+    if (mysql_stmt_reset(stmt) != 0)
+        db->broken = true;
+}
+
+static int fetch_rows(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, struct txo_rows **out,
+                      struct txo_error *err)
+{
+    int rc = 0;
+    MYSQL_RES *meta = mysql_stmt_result_metadata(stmt);
+    MYSQL_BIND *binds = NULL;
+    unsigned long *lengths = NULL;
+    my_bool *nulls = NULL;
+    char **bufs = NULL;
+    struct txo_rows *rows = NULL;
+    size_t cells_cap = 0, data_cap = 0, data_len = 0;
+    if (!meta)
+        return txo_error_set(err, TXO_EINVAL, "statement \"%.80s\" returns no result set", sql);
+    size_t n_cols = mysql_num_fields(meta);
+    MYSQL_FIELD *fields = mysql_fetch_fields(meta);
+    rows = txo_calloc(1, sizeof(*rows));
+    binds = txo_calloc(n_cols, sizeof(*binds));
+    lengths = txo_calloc(n_cols, sizeof(*lengths));
+    nulls = txo_calloc(n_cols, sizeof(*nulls));
+    bufs = txo_calloc(n_cols, sizeof(*bufs));
+    if (!rows || !binds || !lengths || !nulls || !bufs) {
+        rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
+        goto out;
+    }
+    rows->n_cols = n_cols;
+    /* max_length makes store_result compute the longest value of each column. */
+    my_bool update_max = 1;
+    mysql_stmt_attr_set(stmt, STMT_ATTR_UPDATE_MAX_LENGTH, &update_max);
+    if (mysql_stmt_store_result(stmt) != 0) {
+        rc = txo__db_stmt_error(db, stmt, sql, err);
+        goto out;
+    }
+    for (size_t c = 0; c < n_cols; c++) {
+        /* Numbers and dates are converted to text by the client: 64 bytes hold any of them. */
+        size_t cap = fields[c].max_length > 64 ? fields[c].max_length + 1 : 65;
+        bufs[c] = txo_malloc(cap);
+        if (!bufs[c]) {
+            rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
+            goto out;
+        }
+        binds[c].buffer_type = MYSQL_TYPE_STRING;
+        binds[c].buffer = bufs[c];
+        binds[c].buffer_length = (unsigned long)cap;
+        binds[c].length = &lengths[c];
+        binds[c].is_null = &nulls[c];
+    }
+    if (n_cols > 0 && mysql_stmt_bind_result(stmt, binds) != 0) {
+        rc = txo__db_stmt_error(db, stmt, sql, err);
+        goto out;
+    }
+    for (;;) {
+        int f = mysql_stmt_fetch(stmt);
+        if (f == MYSQL_NO_DATA)
+            break;
+        if (f == 1) {
+            rc = txo__db_stmt_error(db, stmt, sql, err);
+            goto out;
+        }
+        if (f == MYSQL_DATA_TRUNCATED) {
+            rc = txo_error_set(err, TXO_EDB, "statement \"%.80s\": a value was truncated", sql);
+            goto out;
+        }
+        size_t need = (rows->n_rows + 1) * n_cols;
+        if (grow((void **)&rows->cells, &cells_cap, need, sizeof(struct cell)) < 0) {
+            rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
+            goto out;
+        }
+        for (size_t c = 0; c < n_cols; c++) {
+            struct cell *cell = &rows->cells[rows->n_rows * n_cols + c];
+            cell->null = nulls[c];
+            cell->len = nulls[c] ? 0 : lengths[c];
+            if (grow((void **)&rows->data, &data_cap, data_len + cell->len + 1, 1) < 0) {
+                rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
+                goto out;
+            }
+            cell->off = data_len;
+            if (cell->len)
+                memcpy(rows->data + data_len, bufs[c], cell->len);
+            rows->data[data_len + cell->len] = '\0';
+            data_len += cell->len + 1;
+        }
+        rows->n_rows++;
+    }
+    *out = rows;
+    rows = NULL;
+out:
+    mysql_stmt_free_result(stmt);
+    if (rc < 0)
+        forget_failed_result(db, stmt);
+    mysql_free_result(meta);
+    if (bufs)
+        for (size_t c = 0; c < n_cols; c++)
+            txo_free(bufs[c]);
+    txo_free(bufs);
+    txo_free(binds);
+    txo_free(lengths);
+    txo_free(nulls);
+    txo_rows_free(rows);
+    return rc;
+}
+
+int txo_tx_query(struct txo_tx *tx, const char *sql, const struct txo_param *params,
+                 size_t n_params, struct txo_rows **out, struct txo_error *err)
+{
+    MYSQL_STMT *stmt = NULL;
+    int rc = txo__db_execute(tx->db, sql, params, n_params, &stmt, err);
+    if (rc < 0)
+        return rc;
+    return fetch_rows(tx->db, stmt, sql, out, err);
+}
+
+size_t txo_rows_count(const struct txo_rows *rows)
+{
+    return rows ? rows->n_rows : 0;
+}
+
+size_t txo_rows_columns(const struct txo_rows *rows)
+{
+    return rows ? rows->n_cols : 0;
+}
+
+static const struct cell *cell_at(const struct txo_rows *rows, size_t row, size_t col)
+{
+    TXO_ASSERT(rows && row < rows->n_rows && col < rows->n_cols);
+    return &rows->cells[row * rows->n_cols + col];
+}
+
+bool txo_rows_is_null(const struct txo_rows *rows, size_t row, size_t col)
+{
+    return cell_at(rows, row, col)->null;
+}
+
+const char *txo_rows_str(const struct txo_rows *rows, size_t row, size_t col, size_t *len)
+{
+    const struct cell *c = cell_at(rows, row, col);
+    if (len)
+        *len = c->len;
+    return c->null ? NULL : rows->data + c->off;
+}
+
+int64_t txo_rows_i64(const struct txo_rows *rows, size_t row, size_t col)
+{
+    const char *s = txo_rows_str(rows, row, col, NULL);
+    if (!s)
+        return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s)
+        return 0;
+    return (int64_t)v;
+}
+
+double txo_rows_f64(const struct txo_rows *rows, size_t row, size_t col)
+{
+    const char *s = txo_rows_str(rows, row, col, NULL);
+    if (!s)
+        return 0.0;
+    return strtod(s, NULL);
+}
+
+void txo_rows_free(struct txo_rows *rows)
+{
+    if (!rows)
+        return;
+    txo_free(rows->cells);
+    txo_free(rows->data);
+    txo_free(rows);
+}

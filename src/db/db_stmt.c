@@ -1,0 +1,216 @@
+/*
+ * Prepared statements: the per-connection statement cache, binding the parameters of a call,
+ * and executing a statement that returns no rows (txo_tx_exec).
+ *
+ * Every statement is a server-side prepared statement with bound parameters. A struct txo_db
+ * keeps the statements it prepared in a cache keyed by SQL text (open addressing, FNV-1a hash):
+ * a statement is prepared on first use and lives until the connection closes or is lost, when
+ * txo__db_stmt_cache_clear() drops them all. Parameters are borrowed for the call; up to
+ * STACK_PARAMS of them bind without an allocation.
+ *
+ * Thread-safety: a struct txo_db, and so its cache, is used by one thread at a time.
+ */
+#include "core/common.h"
+
+#include "db/db_internal.h"
+
+struct txo_param txo_p_str(const char *s)
+{
+    if (!s)
+        return txo_p_null();
+    return txo_p_strn(s, strlen(s));
+}
+
+/* ---- statement cache ---- */
+
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+void txo__db_stmt_cache_clear(struct txo_db *db)
+{
+    for (size_t i = 0; i < db->n_slots; i++) {
+        struct stmt_entry *e = &db->stmts[i];
+        if (!e->sql)
+            continue;
+        if (e->stmt)
+            mysql_stmt_close(e->stmt);
+        txo_free(e->sql);
+    }
+    txo_free(db->stmts);
+    db->stmts = NULL;
+    db->n_slots = 0;
+    db->n_stmts = 0;
+}
+
+static struct stmt_entry *stmt_slot(struct stmt_entry *slots, size_t n_slots, const char *sql,
+                                    size_t len, uint64_t h)
+{
+    size_t mask = n_slots - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+        struct stmt_entry *e = &slots[i];
+        if (!e->sql)
+            return e;
+        if (e->hash == h && e->sql_len == len && memcmp(e->sql, sql, len) == 0)
+            return e;
+    }
+}
+
+static int stmt_cache_grow(struct txo_db *db)
+{
+    size_t n = db->n_slots ? db->n_slots * 2 : 64;
+    struct stmt_entry *slots = txo_calloc(n, sizeof(*slots));
+    if (!slots)
+        return TXO_ENOMEM;
+    for (size_t i = 0; i < db->n_slots; i++) {
+        struct stmt_entry *e = &db->stmts[i];
+        if (e->sql)
+            *stmt_slot(slots, n, e->sql, e->sql_len, e->hash) = *e;
+    }
+    txo_free(db->stmts);
+    db->stmts = slots;
+    db->n_slots = n;
+    return 0;
+}
+
+/* Returns the prepared statement for sql, preparing it on first use on this connection. */
+static int stmt_get(struct txo_db *db, const char *sql, MYSQL_STMT **out, struct txo_error *err)
+{
+    size_t len = strlen(sql);
+    uint64_t h = fnv1a(sql, len);
+    if ((db->n_stmts + 1) * 10 > db->n_slots * 7 && stmt_cache_grow(db) < 0)
+        return txo_error_set(err, TXO_ENOMEM, "statement cache: out of memory");
+    struct stmt_entry *e = stmt_slot(db->stmts, db->n_slots, sql, len, h);
+    if (e->sql) {
+        *out = e->stmt;
+        return 0;
+    }
+    MYSQL_STMT *stmt = mysql_stmt_init(db->conn);
+    if (!stmt)
+        return txo_error_set(err, TXO_ENOMEM, "mysql_stmt_init: out of memory");
+    if (mysql_stmt_prepare(stmt, sql, (unsigned long)len) != 0) {
+        int rc = txo__db_stmt_error(db, stmt, sql, err);
+        mysql_stmt_close(stmt);
+        return rc;
+    }
+    char *copy = txo_strndup(sql, len);
+    if (!copy) {
+        mysql_stmt_close(stmt);
+        return txo_error_set(err, TXO_ENOMEM, "statement cache: out of memory");
+    }
+    e->sql = copy;
+    e->sql_len = len;
+    e->hash = h;
+    e->stmt = stmt;
+    db->n_stmts++;
+    *out = stmt;
+    return 0;
+}
+
+/* ---- statements ---- */
+
+static int bind_params(MYSQL_STMT *stmt, const char *sql, const struct txo_param *params, size_t n,
+                       MYSQL_BIND *binds, unsigned long *lengths, struct txo_error *err)
+{
+    unsigned long expected = mysql_stmt_param_count(stmt);
+    if (expected != n)
+        return txo_error_set(err, TXO_EINVAL, "statement \"%.80s\" takes %lu parameters, got %zu",
+                             sql, expected, n);
+    for (size_t i = 0; i < n; i++) {
+        MYSQL_BIND *b = &binds[i];
+        memset(b, 0, sizeof(*b));
+        switch (params[i].type) {
+        case TXO_PARAM_NULL:
+            b->buffer_type = MYSQL_TYPE_NULL;
+            break;
+        case TXO_PARAM_I64:
+            b->buffer_type = MYSQL_TYPE_LONGLONG;
+            b->buffer = (void *)&params[i].i64;
+            break;
+        case TXO_PARAM_DOUBLE:
+            b->buffer_type = MYSQL_TYPE_DOUBLE;
+            b->buffer = (void *)&params[i].f64;
+            break;
+        case TXO_PARAM_STR:
+            b->buffer_type = MYSQL_TYPE_STRING;
+            b->buffer = (void *)params[i].str;
+            lengths[i] = (unsigned long)params[i].len;
+            b->buffer_length = lengths[i];
+            b->length = &lengths[i];
+            break;
+        }
+    }
+    return 0;
+}
+
+#define STACK_PARAMS 16
+
+int txo__db_execute(struct txo_db *db, const char *sql, const struct txo_param *params,
+                    size_t n_params, MYSQL_STMT **out, struct txo_error *err)
+{
+    if (db->broken || !db->conn)
+        return txo_error_set(err, TXO_ECONNLOST, "connection lost earlier in this transaction");
+    MYSQL_STMT *stmt = NULL;
+    int rc = stmt_get(db, sql, &stmt, err);
+    if (rc < 0)
+        return rc;
+    MYSQL_BIND stack_binds[STACK_PARAMS];
+    unsigned long stack_lengths[STACK_PARAMS];
+    MYSQL_BIND *binds = stack_binds;
+    unsigned long *lengths = stack_lengths;
+    if (n_params > STACK_PARAMS) {
+        binds = txo_calloc(n_params, sizeof(*binds));
+        lengths = txo_calloc(n_params, sizeof(*lengths));
+        if (!binds || !lengths) {
+            rc = txo_error_set(err, TXO_ENOMEM, "binding %zu parameters: out of memory", n_params);
+            goto out;
+        }
+    }
+    rc = bind_params(stmt, sql, params, n_params, binds, lengths, err);
+    if (rc < 0)
+        goto out;
+    if (n_params > 0 && mysql_stmt_bind_param(stmt, binds) != 0) {
+        rc = txo__db_stmt_error(db, stmt, sql, err);
+        goto out;
+    }
+    if (mysql_stmt_execute(stmt) != 0) {
+        rc = txo__db_stmt_error(db, stmt, sql, err);
+        goto out;
+    }
+    *out = stmt;
+out:
+    if (binds != stack_binds) {
+        txo_free(binds);
+        txo_free(lengths);
+    }
+    return rc;
+}
+
+int txo__db_exec(struct txo_db *db, const char *sql, const struct txo_param *params,
+                 size_t n_params, struct txo_exec_result *res, struct txo_error *err)
+{
+    MYSQL_STMT *stmt = NULL;
+    int rc = txo__db_execute(db, sql, params, n_params, &stmt, err);
+    if (rc < 0)
+        return rc;
+    if (res) {
+        my_ulonglong affected = mysql_stmt_affected_rows(stmt);
+        res->affected_rows = affected == (my_ulonglong)-1 ? 0 : (uint64_t)affected;
+        res->insert_id = (uint64_t)mysql_stmt_insert_id(stmt);
+    }
+    /* A statement that unexpectedly returned rows must not leave them pending. */
+    mysql_stmt_free_result(stmt);
+    return 0;
+}
+
+int txo_tx_exec(struct txo_tx *tx, const char *sql, const struct txo_param *params, size_t n_params,
+                struct txo_exec_result *res, struct txo_error *err)
+{
+    return txo__db_exec(tx->db, sql, params, n_params, res, err);
+}
