@@ -1,10 +1,12 @@
 /*
- * Umbrella header: everything public in libtxo.
+ * Umbrella header: everything public in libtxo. The headers of the brokers come in only when
+ * the library was built with them (txo/features.h).
  */
 #ifndef TXO_TXO_H
 #define TXO_TXO_H
 
 #include "txo/common.h"
+#include "txo/features.h"
 #include "txo/err.h"
 #include "txo/alloc.h"
 #include "txo/log.h"
@@ -25,9 +27,15 @@
 #include "txo/http_client.h"
 #include "txo/webhook.h"
 #include "txo/consumer.h"
+#if TXO_WITH_NATS
 #include "txo/nats.h"
+#endif
+#if TXO_WITH_RABBITMQ
 #include "txo/rabbitmq.h"
+#endif
+#if TXO_WITH_GRPC
 #include "txo/grpc.h"
+#endif
 #include "txo/retry.h"
 #include "txo/breaker.h"
 #include "txo/bulkhead.h"
