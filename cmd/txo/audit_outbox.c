@@ -271,6 +271,15 @@ static bool audit_opts(const struct audit_outbox_settings *s, struct txo_audit_o
 /* The broker named by --publisher, or NULL after a message saying why it cannot be audited. */
 static const struct cmd_broker *audited_broker(const char *name)
 {
+    if (cmd_broker_refuse_left_out("audit --outbox", "publisher", name))
+        return NULL;
+    if (cmd_broker_history_names()[0] == '\0') {
+        fprintf(stderr,
+                "txo audit --outbox: this txo has no broker whose history can be read back "
+                "(left out of the build: %s)\n",
+                cmd_brokers_left_out());
+        return NULL;
+    }
     if (!set(name)) {
         fprintf(stderr,
                 "txo audit --outbox: --publisher is required: %s (the brokers whose "

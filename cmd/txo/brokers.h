@@ -6,7 +6,12 @@
  * them. Adding a broker is that file plus one line in the table of brokers.c; the commands
  * know nothing else about it.
  *
- * The settings of every broker are in every daemon's table (and so in its --help and
+ * Each broker is an optional part of the build (-DTXO_WITH_<NAME>=OFF): a broker left out has
+ * its row in that table still, with no struct cmd_broker, so that the commands refuse it by
+ * name (cmd_broker_refuse_left_out) instead of calling it unknown. Everything else here sees
+ * only the brokers built in.
+ *
+ * The settings of every broker built in are in every daemon's table (and so in its --help and
  * docs/config.md); only the chosen broker's are used.
  */
 #ifndef TXO_CMD_BROKERS_H
@@ -60,8 +65,23 @@ extern const struct cmd_broker cmd_broker_redis;
 extern const struct cmd_broker cmd_broker_rabbitmq;
 extern const struct cmd_broker cmd_broker_grpc;
 
-/* The broker called name, or NULL. */
+/* The broker built in called name, or NULL. */
 const struct cmd_broker *cmd_broker_find(const char *name);
+
+/*
+ * When name is a broker this build left out, says so on stderr ("txo relay: --publisher kafka:
+ * txo was built without Kafka (-DTXO_WITH_KAFKA=OFF)", command and flag named by cmd and flag)
+ * and returns true: the command then exits 2. False for any other name.
+ */
+bool cmd_broker_refuse_left_out(const char *cmd, const char *flag, const char *name);
+
+/* "nats, kafka, redis, rabbitmq, grpc": the brokers built in, for --version and --help;
+ * "none" when there is none. Never NULL. */
+const char *cmd_brokers_built(void);
+
+/* "kafka, grpc": the brokers left out (-DTXO_WITH_<NAME>=OFF), or "" when none is. Never
+ * NULL. */
+const char *cmd_brokers_left_out(void);
 
 /* Appends every broker's settings. */
 void cmd_brokers_add_settings(struct settings_table *t);
@@ -84,10 +104,12 @@ enum cmd_broker_choice {
 };
 const char *cmd_broker_choice_help(enum cmd_broker_choice choice);
 
-/* "nats, kafka or redis": the brokers (with a consumer only, when consumers) for messages. */
-const char *cmd_broker_names(bool consumers);
+/* "log, null, webhook, nats or kafka": what the choice takes, for the message that refuses
+ * anything else. Never NULL. */
+const char *cmd_broker_names(enum cmd_broker_choice choice);
 
-/* "nats, kafka or redis": the brokers with a history reader. Never NULL. */
+/* "nats, kafka or redis": the brokers with a history reader; "" when none is built in. Never
+ * NULL. */
 const char *cmd_broker_history_names(void);
 
 #endif

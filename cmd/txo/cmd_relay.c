@@ -206,13 +206,15 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
 
+    if (cmd_broker_refuse_left_out("relay", "publisher", opts.publisher))
+        return 2;
     static const char *const publishers[] = {"log", "null", "webhook"};
     bool known = cmd_broker_find(opts.publisher) != NULL;
     for (size_t i = 0; i < TXO_ARRAY_LEN(publishers); i++)
         known = known || strcmp(opts.publisher, publishers[i]) == 0;
     if (!known) {
-        fprintf(stderr, "txo relay: --publisher must be log, null, webhook, %s, got \"%s\"%s\n",
-                cmd_broker_names(false), opts.publisher,
+        fprintf(stderr, "txo relay: --publisher must be %s, got \"%s\"%s\n",
+                cmd_broker_names(CMD_BROKER_CHOICE_RELAY), opts.publisher,
                 strcmp(opts.publisher, "local") == 0
                     ? " (local dispatch needs the consumer in the same process: use `txo up`)"
                     : "");

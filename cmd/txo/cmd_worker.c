@@ -70,10 +70,12 @@ static int run(int argc, char **argv)
         return 2;
     if (!daemon_check_settings("worker", NULL, &opts.services))
         return 2;
+    if (cmd_broker_refuse_left_out("worker", "broker", opts.broker))
+        return 2;
     const struct cmd_broker *broker = cmd_broker_find(opts.broker);
     if (strcmp(opts.broker, "none") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
-        fprintf(stderr, "txo worker: --broker must be none, %s, got \"%s\"%s\n",
-                cmd_broker_names(true), opts.broker,
+        fprintf(stderr, "txo worker: --broker must be %s, got \"%s\"%s\n",
+                cmd_broker_names(CMD_BROKER_CHOICE_WORKER), opts.broker,
                 broker != NULL ? " (a broker without a consuming side)" : "");
         return 2;
     }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "brokers.h"
 #include "clean.h"
 #include "notify.h"
 #include "settings.h"
@@ -13,6 +14,15 @@ static const struct command *const commands[] = {
     &cmd_up,  &cmd_serve, &cmd_relay, &cmd_worker, &cmd_migrate, &cmd_stats,
     &cmd_dlq, &cmd_clean, &cmd_saga,  &cmd_audit,  &cmd_demo,
 };
+
+/* The brokers this txo was built with (-DTXO_WITH_<NAME>), for --help and --version. */
+static void print_brokers(FILE *out)
+{
+    fprintf(out, "Brokers built in: %s\n", cmd_brokers_built());
+    if (cmd_brokers_left_out()[0] != '\0')
+        fprintf(out, "Left out of this build (-DTXO_WITH_<NAME>=OFF): %s\n",
+                cmd_brokers_left_out());
+}
 
 static void usage(FILE *out)
 {
@@ -23,7 +33,8 @@ static void usage(FILE *out)
         fprintf(out, "  %-14s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(out, "\nRun `txo <command> --help` for the options of a command. Every option is\n"
                  "also an environment variable; the database is named by MYSQL_HOST, "
-                 "MYSQL_PORT,\nMYSQL_USER, MYSQL_PASSWORD and MYSQL_DATABASE.\n");
+                 "MYSQL_PORT,\nMYSQL_USER, MYSQL_PASSWORD and MYSQL_DATABASE.\n\n");
+    print_brokers(out);
 }
 
 /* The reference of every command's settings, as docs/config.md holds it (a test compares). */
@@ -128,6 +139,7 @@ int main(int argc, char **argv)
     }
     if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
         printf("txo %s\n", TXO_VERSION);
+        print_brokers(stdout);
         return 0;
     }
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
