@@ -74,7 +74,8 @@ define cmake_configure
 	fi
 endef
 
-.PHONY: install help deps deps-run build build-run build-asan build-tsan build-clang build-release db db-check \
+.PHONY: install help deps deps-run build build-run build-asan build-tsan build-clang build-release \
+        build-minimal db db-check \
         db-stop migrate run \
         demo test test-asan \
         test-tsan valgrind soak fuzz cluster-up cluster-down cluster-test \
@@ -107,6 +108,8 @@ help:
 	@echo '  cluster-test  cluster-up, the cluster tests and a CLUSTER_SOAK_SECONDS ($(CLUSTER_SOAK_SECONDS)) soak on the'
 	@echo '                clusters with a DB node and a NATS node killed, then cluster-down (tests/cluster/)'
 	@echo '  build-clang   build everything with clang -Werror into build-clang (a second compiler)'
+	@echo '  build-minimal build txo with every broker left out into build-minimal, check that libtxo links'
+	@echo '                no broker library, run its unit tests and MariaDB tests (scripts/check-no-brokers.sh)'
 	@echo '  build-release build everything at -O3 (CMAKE_BUILD_TYPE=Release) -Werror into build-release,'
 	@echo '                whose optimiser finds warnings the RelWithDebInfo build does not'
 	@echo '  fuzz          build the libFuzzer harnesses (build-fuzz) and run each for FUZZ_SECONDS ($(FUZZ_SECONDS))'
@@ -158,6 +161,11 @@ build-clang:
 build-release: deps
 	$(call cmake_configure,build-release,-DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS))
 	$(CMAKE) --build build-release -j$(JOBS)
+
+# txo without any broker (-DTXO_WITH_<BROKER>=OFF, docs/brokers.md): built, its libraries
+# checked with ldd, and its unit tests and the MariaDB tests of a program without a broker run.
+build-minimal: db-check deps db
+	$(DB_ENV) JOBS=$(JOBS) scripts/check-no-brokers.sh build-minimal
 
 # libFuzzer harnesses (fuzz/): each runs FUZZ_SECONDS on its starting corpus fuzz/corpus/NAME (read
 # first, so an input committed there after a crash is a regression test) plus what it found
@@ -263,7 +271,7 @@ format-check:
 	$(if $(FORMAT_FILES),$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES),@echo 'format-check: no C files found')
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) build-clang build-release build-tsan build-fuzz
+	rm -rf $(BUILD) $(BUILD_ASAN) build-clang build-release build-tsan build-fuzz build-minimal
 
 distclean: clean db-stop
 	rm -rf .txo
