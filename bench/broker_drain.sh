@@ -17,7 +17,8 @@
 # the backlog with --relay-args, then a fresh one with --against, and a last line per broker
 # gives the first's median events/s as a percentage of the second's.
 #
-# BROKER defaults to every broker scripts/broker.sh can start. Needs TXO_BIN (default
+# BROKER defaults to every broker scripts/broker.sh can start that TXO_BIN is built with
+# (`txo --version`; -DTXO_WITH_<NAME>=OFF leaves one out). Needs TXO_BIN (default
 # build/txo) and the MYSQL_* of the private MariaDB (`make bench` gives both). Each run uses
 # the database txo_bench_drain, dropped at the end; the broker's data is in a temporary
 # directory, removed at the end.
@@ -55,7 +56,13 @@ interleaved) AGG_SQL="seq MOD $((EVENTS / 10))" ;;
 *) die "--shape needs contiguous or interleaved, got '$SHAPE'" ;;
 esac
 [ -x "$TXO_BIN" ] || die "no txo at $TXO_BIN (make build)"
-[ "${#BROKERS[@]}" -gt 0 ] || read -r -a BROKERS <<<"$("$ROOT/scripts/broker.sh" names)"
+if [ "${#BROKERS[@]}" -eq 0 ]; then
+    built=$("$TXO_BIN" --version | sed -n 's/^Brokers built in: //p')
+    for b in $("$ROOT/scripts/broker.sh" names); do
+        [[ ", $built, " == *", $b, "* ]] && BROKERS+=("$b")
+    done
+    [ "${#BROKERS[@]}" -gt 0 ] || die "$TXO_BIN is built without any broker"
+fi
 
 DBNAME=txo_bench_drain
 MYSQL=(mariadb -h "${MYSQL_HOST:-127.0.0.1}" -P "${MYSQL_PORT:-3306}" -u "${MYSQL_USER:-app}")

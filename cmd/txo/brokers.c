@@ -121,8 +121,10 @@ static void list_brokers(char *buf, size_t size, enum which which, bool with_sum
     }
 }
 
-/* Writes "x, y" or "x or y" (the last of fixed joined with " or " when no broker follows) to
- * buf: the choices of a flag that are not brokers. */
+/*
+ * Writes the choices of a flag that are not brokers to buf: "x, y", or "x or y" when no broker
+ * follows them.
+ */
 static void list_fixed(char *buf, size_t size, const char *const *fixed, size_t n_fixed,
                        enum which which)
 {

@@ -75,12 +75,13 @@ const struct cmd_broker *cmd_broker_find(const char *name);
  */
 bool cmd_broker_refuse_left_out(const char *cmd, const char *flag, const char *name);
 
-/* "nats, kafka, redis, rabbitmq, grpc": the brokers built in, for --version and --help;
- * "none" when there is none. Never NULL. */
+/*
+ * "nats, kafka, redis, rabbitmq, grpc": the brokers built in, for --version and --help; "none"
+ * when there is none. Never NULL.
+ */
 const char *cmd_brokers_built(void);
 
-/* "kafka, grpc": the brokers left out (-DTXO_WITH_<NAME>=OFF), or "" when none is. Never
- * NULL. */
+/* "kafka, grpc": the brokers left out (-DTXO_WITH_<NAME>=OFF), or "". Never NULL. */
 const char *cmd_brokers_left_out(void);
 
 /* Appends every broker's settings. */
@@ -104,12 +105,13 @@ enum cmd_broker_choice {
 };
 const char *cmd_broker_choice_help(enum cmd_broker_choice choice);
 
-/* "log, null, webhook, nats or kafka": what the choice takes, for the message that refuses
- * anything else. Never NULL. */
+/*
+ * "log, null, webhook, nats or kafka": what the choice takes, for the message that refuses
+ * anything else. Never NULL.
+ */
 const char *cmd_broker_names(enum cmd_broker_choice choice);
 
-/* "nats, kafka or redis": the brokers with a history reader; "" when none is built in. Never
- * NULL. */
+/* "nats, kafka or redis": the brokers with a history reader, or "". Never NULL. */
 const char *cmd_broker_history_names(void);
 
 #endif
