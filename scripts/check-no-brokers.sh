@@ -9,7 +9,7 @@
 #    librabbitmq, libhiredis, libgrpc, libprotobuf; 3. runs that build's unit tests (among them
 #    brokers_built_in: txo refuses each broker by name) and the MariaDB tests of what a program
 #    without a broker uses: the relay's log, null and webhook publishers, local dispatch, a
-#    relay-only database, the install and an outside program linked against it. About 3 minutes
+#    relay-only database, the install and an outside program linked against it. Under 2 minutes
 #    on 2 cores. --all builds everything and runs every test the build registers instead (all of
 #    them need MariaDB only; about 9 minutes on 2 cores).
 #
