@@ -30,6 +30,12 @@
 #if TXO_WITH_NATS
 #include "txo/nats.h"
 #endif
+#if TXO_WITH_KAFKA
+#include "txo/kafka.h"
+#endif
+#if TXO_WITH_REDIS
+#include "txo/redis.h"
+#endif
 #if TXO_WITH_RABBITMQ
 #include "txo/rabbitmq.h"
 #endif
