@@ -3,8 +3,9 @@
  * `txo worker --broker NAME` and `txo up --broker NAME`. Each broker is one file,
  * broker_<name>.c, that defines a struct cmd_broker: its own settings (--<name>-* flags,
  * TXO_<NAME>_* variables, kept in that file) and how to make its publisher and consumer from
- * them. Adding a broker is that file plus one line in the table of brokers.c; the commands
- * know nothing else about it.
+ * them. Adding a broker is that file plus one line in the table of brokers.c (and its
+ * TXO_WITH_<NAME> in CMakeLists.txt and cmake/features.h.in); the commands know nothing else
+ * about it.
  *
  * Each broker is an optional part of the build (-DTXO_WITH_<NAME>=OFF): a broker left out has
  * its row in that table still, with no struct cmd_broker, so that the commands refuse it by
