@@ -26,10 +26,10 @@
 
 #include "bench.h"
 
-#define APPEND_THREADS   4
-#define APPEND_EVENTS    20000
-#define EXISTING_AGGS    1000
-#define BATCH_EVENTS     10
+#define APPEND_THREADS 4
+#define APPEND_EVENTS  20000
+#define EXISTING_AGGS  1000
+#define BATCH_EVENTS   10
 
 #define BENCH_SQL_TRIGGER_BODY                                                                     \
     "SELECT ACTION_STATEMENT FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() "  \
@@ -45,9 +45,8 @@
     "COUNT(DISTINCT sequence) <> COUNT(*)) h"
 
 enum shape { SHAPE_NEW, SHAPE_EXISTING, SHAPE_BATCH, SHAPE_N };
-static const char *const shape_names[SHAPE_N] = {"new aggregate per event",
-                                                 "1,000 existing aggregates",
-                                                 "batch x10, one aggregate"};
+static const char *const shape_names[SHAPE_N] = {
+    "new aggregate per event", "1,000 existing aggregates", "batch x10, one aggregate"};
 
 struct appender {
     const struct bench_env *env;

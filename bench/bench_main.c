@@ -1,7 +1,8 @@
 /*
  * txo_bench: the speed figures of txo (`make bench`). See docs/benchmarks.md.
  *
- *   txo_bench [relay|ordering|append|orders|http|all] [--events N] [--runs R] [--keep] [--log-level L]
+ *   txo_bench [relay|ordering|append|orders|http|all] [--events N] [--runs R] [--keep] [--log-level
+ * L]
  *             [--orders N] [--connections N] [--broker local|NAME] [--txo PATH] [--up-args A]
  *
  * Prints aligned plain-text tables on stdout (medians over R runs). Exits 1 when set-up fails

@@ -31,8 +31,8 @@ enum order_saga_slot {
 };
 
 struct order_worker_config {
-    const struct order_services *services; /* NULL: in-process stand-ins */
-    const struct order_faults *faults;     /* demo/tests only; NULL = none */
+    const struct order_services *services;              /* NULL: in-process stand-ins */
+    const struct order_faults *faults;                  /* demo/tests only; NULL = none */
     const struct txo_saga_def *sagas[ORDER_SAGA_SLOTS]; /* what txo_worker_opts.sagas holds */
 };
 

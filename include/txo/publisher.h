@@ -136,8 +136,9 @@ TXO_API void txo_publisher_free(struct txo_publisher *pub);
  *     payload itself (Content-Type application/json) and the attributes travel as transport
  *     headers, ce-specversion, ce-id, ce-source, ce-type, ce-subject, ce-time and the
  *     extensions ce-txoid, ce-txoattempt, ce-txoaggregatetype, ce-txoaggregateid, ce-sequence,
- *     ce-txoprevsequence, with the same values as above (txo_envelope_binary()). The webhook and NATS publishers send it so;
- *     the log publisher, which has no headers, writes structured mode instead.
+ *     ce-txoprevsequence, with the same values as above (txo_envelope_binary()). The webhook and
+ * NATS publishers send it so; the log publisher, which has no headers, writes structured mode
+ * instead.
  */
 enum txo_envelope_format {
     TXO_ENVELOPE_TXO = 0,

@@ -119,19 +119,19 @@ enum audit_window_col {
  * enum audit_gap_col.
  */
 #define AUDIT_SQL__GAP_COLS                                                                        \
-    "SELECT e.id, e.idempotency_key, e.aggregate_type, e.aggregate_id, e.sequence, "              \
-    "e.prev_sequence, p.status, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', e.published_at) "        \
+    "SELECT e.id, e.idempotency_key, e.aggregate_type, e.aggregate_id, e.sequence, "               \
+    "e.prev_sequence, p.status, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', e.published_at) "         \
     "FROM outbox_events e "
 #define AUDIT_SQL__GAP_JOIN                                                                        \
-    "JOIN outbox_events p FORCE INDEX (idx_outbox_aggregate) ON p.aggregate_type = "              \
+    "JOIN outbox_events p FORCE INDEX (idx_outbox_aggregate) ON p.aggregate_type = "               \
     "e.aggregate_type AND p.aggregate_id = e.aggregate_id AND p.sequence = e.prev_sequence "
 #define AUDIT_SQL__GAP_WHERE                                                                       \
     "AND e.status = 'PUBLISHED' AND e.prev_sequence > 0 AND (p.status <> 'PUBLISHED' OR "          \
     "p.published_at > e.published_at) ORDER BY e.id LIMIT ?"
 #define AUDIT_SQL_GAPS_TIME                                                                        \
     AUDIT_SQL__GAP_COLS "FORCE INDEX (idx_outbox_age) " AUDIT_SQL__GAP_JOIN                        \
-                        "WHERE e.created_at >= " AUDIT_SQL__AT " AND e.created_at < " AUDIT_SQL__AT \
-                        " " AUDIT_SQL__GAP_WHERE
+                        "WHERE e.created_at >= " AUDIT_SQL__AT                                     \
+                        " AND e.created_at < " AUDIT_SQL__AT " " AUDIT_SQL__GAP_WHERE
 #define AUDIT_SQL_GAPS_IDS                                                                         \
     AUDIT_SQL__GAP_COLS AUDIT_SQL__GAP_JOIN "WHERE e.id >= ? AND e.id <= ? " AUDIT_SQL__GAP_WHERE
 

@@ -8,11 +8,11 @@
  *    "idempotency_key":"order:7:created","created_at":"2026-11-30T15:37:00.123456Z",
  *    "attempt":1,"sequence":3,"prev_sequence":2,"payload":{...}}
  *
- * Keys come in exactly that order (sequence and prev_sequence only when the event has one), compact, on one line. The payload is embedded as JSON, not
- * as a string. It is checked with jansson and then copied as text with the whitespace between
- * tokens removed, so numbers keep their exact digits (9007199254740993 stays that, a float is
- * never re-rounded) and strings keep their bytes; re-serialising a parsed tree would not
- * guarantee either.
+ * Keys come in exactly that order (sequence and prev_sequence only when the event has one),
+ * compact, on one line. The payload is embedded as JSON, not as a string. It is checked with
+ * jansson and then copied as text with the whitespace between tokens removed, so numbers keep their
+ * exact digits (9007199254740993 stays that, a float is never re-rounded) and strings keep their
+ * bytes; re-serialising a parsed tree would not guarantee either.
  *
  * CloudEvents 1.0 in structured JSON mode is the other format (include/txo/publisher.h): the
  * same fields under the specification's attribute names and txo* extensions, the payload as
@@ -81,11 +81,11 @@ static int set_int(json_t *obj, const char *key, int64_t value, int64_t id, stru
     return 0;
 }
 
-#define CE_DATA_KEY       ",\"data\":"
+#define CE_DATA_KEY ",\"data\":"
 /* The CloudEvents sequence extension: a decimal zero-padded to the 20 digits of UINT64_MAX,
  * so that text order is number order. */
-#define CE_SEQUENCE_LEN 21
-#define CE_SEQUENCE_FMT "%020" PRIu64
+#define CE_SEQUENCE_LEN   21
+#define CE_SEQUENCE_FMT   "%020" PRIu64
 #define CE_DEFAULT_SOURCE "/txo/outbox"
 #define CE_SOURCE_MAX     255
 

@@ -31,10 +31,10 @@
 
 #include "broker/nats_internal.h"
 
-#define POSITION_MAX 600
-#define FETCH_MAX    1000           /* messages per pull request */
-#define INACTIVE_MS  INT64_C(60000) /* the server drops the consumer of a reader that died */
-#define PENDING_WAIT_MS 2000        /* how long a count of 0 is asked again (still_pending) */
+#define POSITION_MAX    600
+#define FETCH_MAX       1000           /* messages per pull request */
+#define INACTIVE_MS     INT64_C(60000) /* the server drops the consumer of a reader that died */
+#define PENDING_WAIT_MS 2000           /* how long a count of 0 is asked again (still_pending) */
 
 struct nats_history {
     struct txo__nats_conn conn;
@@ -252,7 +252,8 @@ static int nats_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn 
 
     natsSubscription *sub = NULL;
     uint64_t pending = 0;
-    uint64_t start = from_us > 0 ? first_seq_from(nh, st.FirstSeq, st.LastSeq, from_us) : st.FirstSeq;
+    uint64_t start =
+        from_us > 0 ? first_seq_from(nh, st.FirstSeq, st.LastSeq, from_us) : st.FirstSeq;
     rc = subscribe(nh, start, &sub, &pending, err);
     if (rc != 0)
         return rc;

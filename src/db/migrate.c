@@ -161,7 +161,8 @@ static int run_script(struct txo_db *db, const char *name, const char *text, str
         if (!comment && len == 0 && rest > 10 && strncasecmp(p, "DELIMITER ", 10) == 0) {
             const char *d = p + 10;
             size_t d_len = (size_t)(line + line_len - d);
-            while (d_len > 0 && (d[d_len - 1] == ' ' || d[d_len - 1] == '\t' || d[d_len - 1] == '\r'))
+            while (d_len > 0 &&
+                   (d[d_len - 1] == ' ' || d[d_len - 1] == '\t' || d[d_len - 1] == '\r'))
                 d_len--;
             if (d_len == 0 || d_len >= sizeof(delim)) {
                 rc = txo_error_set(err, TXO_EMIGRATION, "migration %s: bad DELIMITER line", name);

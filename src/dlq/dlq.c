@@ -163,9 +163,8 @@ enum source_col {
 static int unlink_skipped(struct txo_tx *tx, const struct txo_rows *src, struct txo_error *err)
 {
     int64_t seq = txo_rows_i64(src, 0, SRC_SEQUENCE);
-    int64_t prev = txo_rows_is_null(src, 0, SRC_PREV_SEQUENCE)
-                       ? 0
-                       : txo_rows_i64(src, 0, SRC_PREV_SEQUENCE);
+    int64_t prev =
+        txo_rows_is_null(src, 0, SRC_PREV_SEQUENCE) ? 0 : txo_rows_i64(src, 0, SRC_PREV_SEQUENCE);
     struct txo_param agg[] = {
         txo_p_str(txo_rows_str(src, 0, SRC_AGGREGATE_TYPE, NULL)),
         txo_p_str(txo_rows_str(src, 0, SRC_AGGREGATE_ID, NULL)),

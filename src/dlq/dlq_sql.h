@@ -117,7 +117,7 @@
  * of the skipped event.
  */
 #define DLQ_SQL_UNLINK_BEFORE_NEXT                                                                 \
-    "UPDATE outbox_events FORCE INDEX (idx_outbox_aggregate) SET prev_sequence = ? "              \
+    "UPDATE outbox_events FORCE INDEX (idx_outbox_aggregate) SET prev_sequence = ? "               \
     "WHERE aggregate_type = ? AND aggregate_id = ? AND prev_sequence = ?"
 
 /*

@@ -52,8 +52,7 @@ static bool checked(const struct txo_inbox_position *p)
 }
 
 /* The distinct aggregates of the checked positions into aggs (room for n); returns how many. */
-static size_t distinct(const struct txo_inbox_position *pos, size_t n, struct agg *aggs,
-                       size_t *of)
+static size_t distinct(const struct txo_inbox_position *pos, size_t n, struct agg *aggs, size_t *of)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {

@@ -340,8 +340,7 @@ int txo_heartbeat_start(const struct txo_db_opts *db_opts, const struct txo_hear
         return rc;
     }
     if (txo__waiter_init(&hb->pause) != 0) {
-        rc = txo_error_set(err, TXO_EIO, "heartbeat: cannot make its eventfd: %s",
-                           strerror(errno));
+        rc = txo_error_set(err, TXO_EIO, "heartbeat: cannot make its eventfd: %s", strerror(errno));
         txo_free(hb);
         return rc;
     }

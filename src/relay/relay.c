@@ -1084,7 +1084,6 @@ out:
     return rc;
 }
 
-
 /* Sleeps ms, returning at once when asked to stop. */
 static void sleep_unless_stopped(struct txo_relay *r, int64_t ms)
 {

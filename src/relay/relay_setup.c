@@ -287,7 +287,8 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
         return txo_error_set(err, TXO_ENOMEM, "relay: out of memory");
     if (txo__waiter_init(&r->pause) != 0) {
         txo_free(r);
-        return txo_error_set(err, TXO_ENOMEM, "relay: cannot make its eventfd: %s", strerror(errno));
+        return txo_error_set(err, TXO_ENOMEM, "relay: cannot make its eventfd: %s",
+                             strerror(errno));
     }
     r->db = db;
     r->pub = pub;

@@ -129,8 +129,8 @@ void txo__order_seen(struct txo__order_watch *ow, const struct txo_event *ev,
                 LOGGED_MAX / 4 * 3);
 }
 
-int txo__order_hold(struct txo__order_watch *ow, const struct txo_event *ev,
-                    enum txo_inbox_order o, unsigned hold_ms, struct txo_error *err)
+int txo__order_hold(struct txo__order_watch *ow, const struct txo_event *ev, enum txo_inbox_order o,
+                    unsigned hold_ms, struct txo_error *err)
 {
     if (hold_ms == 0)
         return 0;
@@ -143,7 +143,8 @@ int txo__order_hold(struct txo__order_watch *ow, const struct txo_event *ev,
         struct hold *s = &ow->holds[i];
         if (s->key == key)
             h = s;
-        else if (spare == NULL || (spare->key != 0 && (s->key == 0 || s->since_ms < spare->since_ms)))
+        else if (spare == NULL ||
+                 (spare->key != 0 && (s->key == 0 || s->since_ms < spare->since_ms)))
             spare = s;
     }
     if (o != TXO_INBOX_GAP) { /* its predecessor came: forget the hold */

@@ -36,7 +36,7 @@ void txo__order_seen(struct txo__order_watch *ow, const struct txo_event *ev,
  * set, which the caller returns after rolling back: TXO_EUNAVAILABLE while the hold lasts (the
  * transport delivers it again), TXO_EBUSINESS once it has lasted hold_ms (parked for good).
  */
-int txo__order_hold(struct txo__order_watch *ow, const struct txo_event *ev,
-                    enum txo_inbox_order o, unsigned hold_ms, struct txo_error *err);
+int txo__order_hold(struct txo__order_watch *ow, const struct txo_event *ev, enum txo_inbox_order o,
+                    unsigned hold_ms, struct txo_error *err);
 
 #endif

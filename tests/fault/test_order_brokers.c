@@ -5,13 +5,12 @@
  * about six seconds, while `txo relay` processes with the default ordering drain them:
  *   - relay A dies at its named crash point relay.after_publish (published, not marked);
  *   - relay D joins after a second; the broker is stopped and started again (Kafka, an
- *     in-process cluster: its brokers go down and up) after two; relay B is SIGKILLed at a random moment; relay C stops cleanly (its
- *     shards handed over) after five.
- * Then a client that is not txo reads what reached the broker (cnats, redis-cli, pika, kcat)
- * and finds, per aggregate, the first copy of each event in sequence order, each following
- * the one before it (prev_sequence: no gap), and every event there. A later copy of an earlier
- * event (a batch republished after a relay died) is a duplicate for the inbox, not an
- * inversion: counted, printed.
+ *     in-process cluster: its brokers go down and up) after two; relay B is SIGKILLed at a random
+ * moment; relay C stops cleanly (its shards handed over) after five. Then a client that is not txo
+ * reads what reached the broker (cnats, redis-cli, pika, kcat) and finds, per aggregate, the first
+ * copy of each event in sequence order, each following the one before it (prev_sequence: no gap),
+ * and every event there. A later copy of an earlier event (a batch republished after a relay died)
+ * is a duplicate for the inbox, not an inversion: counted, printed.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -34,14 +33,14 @@
 #include "testrabbit.h"
 #include "testredis.h"
 
-#define N_AGGS       40
-#define PER_TX       10 /* events per append, of different aggregates */
-#define WAVES        150
-#define N_WRITERS    2
-#define N_EVENTS     (N_WRITERS * WAVES * PER_TX)
-#define WAVE_MS      40
-#define PREFIX       "ord"
-#define DRAIN_MS     120000
+#define N_AGGS    40
+#define PER_TX    10 /* events per append, of different aggregates */
+#define WAVES     150
+#define N_WRITERS 2
+#define N_EVENTS  (N_WRITERS * WAVES * PER_TX)
+#define WAVE_MS   40
+#define PREFIX    "ord"
+#define DRAIN_MS  120000
 
 enum broker { NATS, REDIS, RABBITMQ, KAFKA };
 static const char *const broker_names[] = {"nats", "redis", "rabbitmq", "kafka"};
@@ -256,9 +255,9 @@ _Static_assert(N_RELAYS == sizeof(((struct ctx *)0)->relay) / sizeof(struct test
 
 static void relay_start(struct ctx *c, struct testproc *p, const char *tag, bool crash)
 {
-    const char *argv[24] = {testproc_txo_bin(), "relay", "--publisher", broker_names[c->broker],
-                            "--batch-size", "50", "--shard-lease", "1500", "--idle-sleep", "20",
-                            "--log-level", "info"};
+    const char *argv[24] = {testproc_txo_bin(), "relay", "--publisher",   broker_names[c->broker],
+                            "--batch-size",     "50",    "--shard-lease", "1500",
+                            "--idle-sleep",     "20",    "--log-level",   "info"};
     size_t n = 12;
     for (size_t i = 0; i < c->n_flags; i++)
         argv[n++] = c->flags[i];

@@ -232,7 +232,7 @@ static void assert_clean(const char *out, int rc, int64_t events)
     assert_int_equal(rc, 0);
     assert_true(summary_says(out, "result=clean"));
     assert_int_equal(summary(out, "events"), events);
-    static const char *const kinds[] = {"missing", "extra",          "pending",
+    static const char *const kinds[] = {"missing",        "extra",          "pending",
                                         "broker_trimmed", "outbox_trimmed", "sequence_gap"};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
         assert_int_equal(summary(out, kinds[i]), 0);

@@ -450,7 +450,10 @@ static int64_t last_of(struct testdb *t, const char *id)
                       &p, 1);
 }
 
-#define POS(id, seq, prev) {"order", id, seq, prev}
+#define POS(id, seq, prev)                                                                         \
+    {                                                                                              \
+        "order", id, seq, prev                                                                     \
+    }
 
 /*
  * In order, a gap, an older event after a newer one, a skip (prev_sequence below sequence - 1,
@@ -469,8 +472,8 @@ static void test_order_verdicts(void **state)
 
     /* 1: 3 is missing when 4 comes (gap), then 3 comes late (older); 2: 2 and 3 were skipped
      * by an operator, 4 follows 1 (in order); "x" has no sequence. */
-    const struct txo_inbox_position b[] = {POS("1", 4, 3), POS("1", 3, 2), POS("2", 4, 1),
-                                           {"order", "x", 0, 0}, POS("1", 5, 4)};
+    const struct txo_inbox_position b[] = {
+        POS("1", 4, 3), POS("1", 3, 2), POS("2", 4, 1), {"order", "x", 0, 0}, POS("1", 5, 4)};
     const enum txo_inbox_order b_want[] = {TXO_INBOX_GAP, TXO_INBOX_OLDER, TXO_INBOX_IN_ORDER,
                                            TXO_INBOX_UNCHECKED, TXO_INBOX_IN_ORDER};
     check_order(t, b, 5, b_want, false);

@@ -16,8 +16,9 @@
  *     each following the last (skip-locked; the update-limit claim waits for open
  *     transactions instead).
  *
- * The publisher appends "aggregate_id id pid call sequence prev_sequence" lines to a file opened O_APPEND, shared by every
- * relay, in threads and in the child process: the file is the consumer's view.
+ * The publisher appends "aggregate_id id pid call sequence prev_sequence" lines to a file opened
+ * O_APPEND, shared by every relay, in threads and in the child process: the file is the consumer's
+ * view.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -230,9 +231,9 @@ static struct seen *read_seen(const char *path, size_t *n)
 /*
  * Per aggregate, the first copies of its events come in id order (the tests insert in id
  * order), each one's prev_sequence the sequence of the one before (no gap, a skip included),
- * and every id 1..n_events was seen. A copy of an event seen before is the at-least-once republish of a batch whose
- * relay died (a duplicate for the consumer's inbox, not an inversion): counted, not checked.
- * Returns the number of repeats.
+ * and every id 1..n_events was seen. A copy of an event seen before is the at-least-once republish
+ * of a batch whose relay died (a duplicate for the consumer's inbox, not an inversion): counted,
+ * not checked. Returns the number of repeats.
  */
 static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_aggregates)
 {

@@ -231,8 +231,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_counted_and_handled, setup_lenient, teardown),
-        cmocka_unit_test_setup_teardown(test_held_until_the_predecessor_then_parked,
-                                        setup_strict, teardown),
+        cmocka_unit_test_setup_teardown(test_held_until_the_predecessor_then_parked, setup_strict,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -993,8 +993,7 @@ static void check_stream_order(struct soak *s)
         int64_t *l = &last[e->agg];
         if (*l >= 0 && e->sequence <= *l) {
             if (inversions < 10)
-                print_error("stream %s: %s sequence %" PRId64 " (%s) after sequence %" PRId64
-                            "\n",
+                print_error("stream %s: %s sequence %" PRId64 " (%s) after sequence %" PRId64 "\n",
                             s->stream, e->aggregate, e->sequence, e->key, *l);
             inversions++;
             continue;

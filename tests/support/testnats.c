@@ -213,8 +213,8 @@ static bool stream_settled(const jsStreamInfo *si)
  * One pass over the stream: the ids of the messages it could read, *want = the stream's count,
  * *settled = whether the stream had a leader and every replica was current (stream_settled).
  */
-static size_t read_msg_ids(const struct testnats *n, const char *stream, char ***ids,
-                           char ***data, uint64_t *want, bool *settled)
+static size_t read_msg_ids(const struct testnats *n, const char *stream, char ***ids, char ***data,
+                           uint64_t *want, bool *settled)
 {
     struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
@@ -266,8 +266,7 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
     return count;
 }
 
-size_t testnats_stream_read(const struct testnats *n, const char *stream, char ***ids,
-                            char ***data)
+size_t testnats_stream_read(const struct testnats *n, const char *stream, char ***ids, char ***data)
 {
     /* In a cluster, while the stream's leader moves (a node killed or rejoining), a replica
      * still catching up may answer with its older state, and a get can answer "not found" for

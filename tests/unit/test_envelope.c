@@ -328,7 +328,8 @@ static void test_sequence(void **state)
     txo_error_init(&err);
     char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
     assert_non_null(env);
-    assert_non_null(strstr(env, "\"attempt\":1,\"sequence\":12,\"prev_sequence\":9,\"payload\":{}}"));
+    assert_non_null(
+        strstr(env, "\"attempt\":1,\"sequence\":12,\"prev_sequence\":9,\"payload\":{}}"));
     struct txo_event ev;
     assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
     assert_true(ev.sequence == 12 && ev.prev_sequence == 9);
@@ -348,7 +349,8 @@ static void test_sequence(void **state)
     size_t len = 0;
     char *body = txo_envelope_binary(&m, &h, &len, &err);
     assert_non_null(body);
-    struct txo_inbound_message in = {.data = body, .len = len, .header = ce_lookup, .transport = &h};
+    struct txo_inbound_message in = {
+        .data = body, .len = len, .header = ce_lookup, .transport = &h};
     assert_string_equal(ce_lookup(&in, "ce-sequence"), "00000000000000000012");
     assert_string_equal(ce_lookup(&in, "ce-txoprevsequence"), "00000000000000000009");
     assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), 0);
