@@ -648,7 +648,7 @@ out:
  * going to be: its saga stops and compensates (refund, stock back), and the customer is told
  * the order was cancelled rather than left waiting.
  */
-#define ORDER_TRY_TIMEOUT_MS  20000
+#define ORDER_TRY_TIMEOUT_MS   20000
 #define ORDER_STEP_DEADLINE_MS 120000
 #define ORDER_SAGA_DEADLINE_MS 300000
 

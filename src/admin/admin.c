@@ -334,13 +334,12 @@ static json_t *saga_entry(struct txo_db *db, const struct txo_saga_ref *ref, boo
         deadline = json_pack("{s:s,s:s?,s:I}", "kind", txo_saga_deadline_name(ref->deadline),
                              "step", ref->step[0] != '\0' ? ref->step : NULL, "overdue_seconds",
                              (json_int_t)ref->overdue_s);
-    json_t *e =
-        json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:b,s:o*,s:o*}", "saga_id", info.id, "saga_type",
-                  info.type, "correlation_id", info.correlation_id, "status",
-                  txo_saga_status_name(info.status), "idle_seconds", (json_int_t)info.idle_s,
-                  "stuck", stuck, "compensation_tries", (json_int_t)info.compensation_tries,
-                  "retry_scheduled", info.retry_scheduled, "failing_step", step, "deadline",
-                  deadline);
+    json_t *e = json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:b,s:o*,s:o*}", "saga_id", info.id,
+                          "saga_type", info.type, "correlation_id", info.correlation_id, "status",
+                          txo_saga_status_name(info.status), "idle_seconds",
+                          (json_int_t)info.idle_s, "stuck", stuck, "compensation_tries",
+                          (json_int_t)info.compensation_tries, "retry_scheduled",
+                          info.retry_scheduled, "failing_step", step, "deadline", deadline);
     txo_saga_info_release(&info);
     if (e == NULL) {
         *rc = txo_error_set(err, TXO_ENOMEM, "saga %s: building its entry", ref->id);

@@ -162,8 +162,7 @@ static bool batchable(const struct batch_saga *b, size_t i)
     const struct saga_run *r = &b->r;
     return b->acquired && !b->single && r->status == TXO_SAGA_RUNNING && next_step(r) == i &&
            r->steps[i].status == TXO_STEP_PENDING && r->steps[i].remote == TXO_REMOTE_NONE &&
-           step_batches(&r->def->steps[i]) &&
-           txo__saga_deadline_passed(r, i) == TXO_DEADLINE_NONE;
+           step_batches(&r->def->steps[i]) && txo__saga_deadline_passed(r, i) == TXO_DEADLINE_NONE;
 }
 
 /*
@@ -184,8 +183,7 @@ static int batch_fence(struct txo_tx *tx, const struct batch_saga *b, const size
         rc = batch_exec(tx, SAGA_SQL_FINISH_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
                         err);
     } else {
-        struct txo_param lead[] = {txo_p_i64(lease_us), txo_p_str(r0->owner),
-                                   txo_p_str(running)};
+        struct txo_param lead[] = {txo_p_i64(lease_us), txo_p_str(r0->owner), txo_p_str(running)};
         rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
                         err);
     }

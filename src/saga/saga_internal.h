@@ -9,7 +9,8 @@
  *     loads the saga and makes every fenced write of a run (the SQL is in saga_sql.h, with the
  *     index and the locks of each statement); saga_run.c drives one saga a try at a time;
  *     saga_batch.c drives one step of many sagas at once and hands what it cannot batch to
- *     saga_run.c; saga_create.c checks a definition with txo__saga_check_def.
+ *     saga_run.c; saga_deadline.c keeps the run's deadlines, asked by both; saga_create.c
+ *     checks a definition with txo__saga_check_def.
  *
  * A struct saga_run belongs to one thread: it is filled by txo__saga_run_setup(), released
  * by txo__saga_run_release(), and mirrors the persisted statuses as of the last commit.
@@ -64,10 +65,10 @@ enum saga_load_col {
     LOAD_STEP_STATUS,
     LOAD_STEP_REMOTE,
     LOAD_STEP_ERROR_CODE,
-    LOAD_SAGA_LEFT_US,   /* what is left of the saga's deadline; NULL: none */
-    LOAD_STEP_LEFT_US,   /* what is left of the step's deadline; NULL: none or not started */
-    LOAD_TRY_EXPIRED,    /* the step's call is in flight past its try's deadline */
-    LOAD_ID, /* SAGA_SQL_LOAD_MANY only */
+    LOAD_SAGA_LEFT_US, /* what is left of the saga's deadline; NULL: none */
+    LOAD_STEP_LEFT_US, /* what is left of the step's deadline; NULL: none or not started */
+    LOAD_TRY_EXPIRED,  /* the step's call is in flight past its try's deadline */
+    LOAD_ID,           /* SAGA_SQL_LOAD_MANY only */
 };
 
 /* What the engine knows of one step, as of the last commit. */
@@ -215,7 +216,8 @@ void txo__saga_count_deadline(const struct saga_run *r, enum txo_saga_deadline k
 
 /*
  * A try of step i failed with rc (terr describes it). When that is the step's own outcome
- * (its part failed, or a transient error), records it in a new transaction and, when the step
+ * (its part failed, or a transient error), records it in a new transaction (final when rc is
+ * permanent, the tries are used up or, going forward, a deadline passed) and, when the step
  * may be tried again and `wait` is set, sleeps the backoff (not for a batch's failed call: it
  * was one try, and its single run tries again at once through a call with retries and a
  * backoff of its own); *stop is set when the step is settled instead (done after all, or

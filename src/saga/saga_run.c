@@ -23,10 +23,14 @@
  *                  deadlock; it never re-runs (b). When (b) succeeded but (c) failed
  *                  transiently, the next try skips the call (remote state DONE);
  *   failed try     txo__saga_settle_failed_try: a new transaction records it (attempts, error
- *                  text and code, remote state) and, when the error is permanent or the tries
- *                  are used up, fails the step and aborts the saga (txo__saga_abort:
- *                  COMPENSATING when a step needs undoing, else FAILED), or for a compensation
- *                  ends COMPENSATION_FAILED with the next automatic retry scheduled.
+ *                  text and code, remote state) and, when the error is permanent, the tries
+ *                  are used up or a deadline passed, fails the step and aborts the saga
+ *                  (txo__saga_abort: COMPENSATING when a step needs undoing, else FAILED), or
+ *                  for a compensation ends COMPENSATION_FAILED with the next automatic retry
+ *                  scheduled;
+ *   deadlines      before each forward try, past the step's or the saga's deadline no try is
+ *                  made and the step is settled as a final failed try (saga_deadline.c has
+ *                  the design: the columns, the call's lease, the fence of a hung worker).
  *
  * Invariants:
  *   - every write is fenced: the instance by (owner, expected status), a step by (saga_id,
@@ -138,7 +142,8 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     /* The action's call has its deadlines and a lease of its own; a compensation's keeps
      * lease_s and is never cut by a deadline. */
     bool timed = !a->compensate;
-    int64_t lease_us = timed ? txo__saga_call_lease_us(r, a->i) : (int64_t)r->opts.lease_s * 1000000;
+    int64_t lease_us =
+        timed ? txo__saga_call_lease_us(r, a->i) : (int64_t)r->opts.lease_s * 1000000;
     bool try_timeout = timed && r->def->steps[a->i].try_timeout_ms > 0;
     struct txo_param p[] = {txo_p_str(txo_step_status_name(busy)),
                             txo_p_str(a->key),
@@ -403,14 +408,13 @@ static void remember_error(struct saga_step_row *s, int code, const char *msg)
 
 /*
  * A try of step i failed with rc (terr describes it). When that is the step's own outcome
- * (its part failed, or a transient error), records it in a new transaction and, when the step
+ * (its part failed, or a transient error), records it in a new transaction (final when rc is
+ * permanent, the tries are used up or, going forward, a deadline passed) and, when the step
  * may be tried again and `wait` is set, sleeps the backoff (not for a batch's failed call: it
  * was one try, and its single run tries again at once through a call with retries and a
- * backoff of its own); *stop is
- * set when the step is settled instead (done
- * after all, or failed for good: r->status then changed). Anything else (lease lost, illegal
- * state, database error, on_completed failing) is not the step's outcome and is returned as
- * it is.
+ * backoff of its own); *stop is set when the step is settled instead (done after all, or
+ * failed for good: r->status then changed). Anything else (lease lost, illegal state, database
+ * error, on_completed failing) is not the step's outcome and is returned as it is.
  */
 int txo__saga_settle_failed_try(struct saga_run *r, size_t i, bool compensate, unsigned attempt,
                                 bool counted, enum txo_remote_state remote, bool own_failure,

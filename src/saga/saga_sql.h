@@ -21,9 +21,9 @@
 /*
  * txo_saga_create: a new instance, or nothing when (saga_type, correlation_id) exists, with
  * its forward deadline (a NULL interval: none). Params: id, type, correlation id, payload,
- * deadline in microseconds. Index: PRIMARY and uq_saga_correlation (the duplicate check). Locks: the new row, or the
- * existing row (exclusive lock on the duplicate, as ON DUPLICATE KEY UPDATE does). affected_rows: 1
- * = new, 0 = existed (no change made by `id = id`).
+ * deadline in microseconds. Index: PRIMARY and uq_saga_correlation (the duplicate check). Locks:
+ * the new row, or the existing row (exclusive lock on the duplicate, as ON DUPLICATE KEY UPDATE
+ * does). affected_rows: 1 = new, 0 = existed (no change made by `id = id`).
  */
 #define SAGA_SQL_INSERT_INSTANCE                                                                   \
     "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at) "    \
@@ -100,8 +100,8 @@
     "s.status = 'RUNNING' AND s.remote_state = 'CALLING' AND s.try_deadline < NOW(6)"
 #define SAGA_SQL_LOAD                                                                              \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code, "    \
-    SAGA_LOAD_DEADLINES " "                                                                        \
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
+    "s.error_code, " SAGA_LOAD_DEADLINES " "                                                       \
     "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id WHERE i.id = ?"
 
 /* The stored message of one step, for on_aborted. Index: uq_saga_step. Locks: none
@@ -209,8 +209,8 @@
  * more attempt when the try had no phase (a), its error text and code, and the remote state;
  * the step's deadline is set if no try set it yet, and the try's is over. Params: new status,
  * attempts increment, error, error_code, remote_state, step deadline us (what is left of it;
- * NULL: none), saga_id, step_order, expected status. Index/locks: uq_saga_step, under the instance lock of
- * SAGA_SQL_FENCE.
+ * NULL: none), saga_id, step_order, expected status. Index/locks: uq_saga_step, under the instance
+ * lock of SAGA_SQL_FENCE.
  */
 #define SAGA_SQL_STEP_TRY_FAILED                                                                   \
     "UPDATE saga_steps SET status = ?, attempts = attempts + ?, error = ?, error_code = ?, "       \
@@ -238,8 +238,8 @@
  * of different sagas come in any order). Params: owner, ids. Locks: none (consistent read). */
 #define SAGA_SQL_LOAD_MANY                                                                         \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code, "    \
-    SAGA_LOAD_DEADLINES ", "                                                                       \
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
+    "s.error_code, " SAGA_LOAD_DEADLINES ", "                                                      \
     "i.id FROM saga_instances i FORCE INDEX (PRIMARY) LEFT JOIN saga_steps s "                     \
     "ON s.saga_id = i.id WHERE i.owner = ? AND i.id IN "
 

@@ -94,8 +94,8 @@ struct txo_worker {
     _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, picked_up, retries,
         commands_done, commands_failed, cleaned;
 
-    struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries,
-        *m_deadlines, *m_commands_done, *m_commands_failed, *m_cleaned;
+    struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries, *m_deadlines,
+        *m_commands_done, *m_commands_failed, *m_cleaned;
     struct txo__order_watch *order; /* the inbox's order verdicts: counted, logged, held */
 };
 

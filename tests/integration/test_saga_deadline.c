@@ -29,6 +29,7 @@
 
 #include "testclock.h"
 #include "testdb.h"
+#include "testsaga.h"
 #include "txo/txo.h"
 
 #define N_STEPS 3
@@ -37,10 +38,10 @@
 struct probe {
     pthread_mutex_t mu;
     pthread_cond_t cond;
-    bool hang_first;   /* the first Charge call hangs until `release` */
-    bool hanging;      /* it is hanging now */
-    bool release;      /* let it return */
-    int charge_rc;     /* what every Charge call returns once it may */
+    bool hang_first; /* the first Charge call hangs until `release` */
+    bool hanging;    /* it is hanging now */
+    bool release;    /* let it return */
+    int charge_rc;   /* what every Charge call returns once it may */
     int charge_calls;
     char keys[4][96]; /* the idempotency keys of the first Charge calls */
     int undo_calls;
@@ -61,24 +62,14 @@ struct fixture {
     char id[TXO_SAGA_ID_LEN];
 };
 
-static int effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
-                  struct txo_error *err)
-{
-    struct txo_param p[] = {txo_p_str(ctx->saga_id), txo_p_str(ctx->step_name), txo_p_str(kind)};
-    return txo_tx_exec(tx,
-                       "INSERT INTO effects (saga_id, step, kind) VALUES (?, ?, ?) "
-                       "ON DUPLICATE KEY UPDATE n = n + 1",
-                       p, 3, NULL, err);
-}
-
 static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
-    return effect(tx, ctx, "do", err);
+    return testsaga_effect(tx, ctx, "do", err);
 }
 
 static int compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
-    return effect(tx, ctx, "undo", err);
+    return testsaga_effect(tx, ctx, "undo", err);
 }
 
 static int charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
@@ -117,7 +108,7 @@ static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx
     struct probe *p = ctx[0]->user;
     p->action_batch_calls++;
     for (size_t k = 0; k < n; k++) {
-        int rc = effect(tx, ctx[k], "do", err);
+        int rc = testsaga_effect(tx, ctx[k], "do", err);
         if (rc != 0)
             return rc;
         outcome[k] = 0;
@@ -132,10 +123,11 @@ static void charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *r
     p->remote_batch_calls++;
     struct txo_db *other = testdb_connect(p->t);
     struct txo_param id[] = {txo_p_str(ctx[0]->saga_id)};
-    p->batch_lease_us = testdb_i64(
-        other, "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until) FROM saga_instances "
-               "WHERE id = ?",
-        id, 1);
+    p->batch_lease_us =
+        testdb_i64(other,
+                   "SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_until) FROM saga_instances "
+                   "WHERE id = ?",
+                   id, 1);
     txo_db_close(other);
     for (size_t k = 0; k < n; k++) {
         rcs[k] = 0;
@@ -168,8 +160,7 @@ static const struct txo_saga_step_def step_steps[N_STEPS] = {
      .remote_compensate = charge_undo},
     {.name = "Ship", .action = action, .compensate = compensate},
 };
-static const struct txo_saga_def step_def = {
-    .type = "StepSaga", .steps = step_steps, .n_steps = 3};
+static const struct txo_saga_def step_def = {.type = "StepSaga", .steps = step_steps, .n_steps = 3};
 
 /* The saga must be done in 60 s (of the fake clock, past which the test moves it). */
 static const struct txo_saga_step_def saga_steps[N_STEPS] = {
@@ -209,10 +200,7 @@ static int setup(void **state)
 {
     struct fixture *f = txo_calloc(1, sizeof(*f));
     testdb_setup(&f->t, "sagadeadline");
-    testdb_exec(f->t.db, "CREATE TABLE effects ("
-                         "  saga_id CHAR(36) NOT NULL, step VARCHAR(32) NOT NULL,"
-                         "  kind VARCHAR(32) NOT NULL, n INT NOT NULL DEFAULT 1,"
-                         "  PRIMARY KEY (saga_id, step, kind)) ENGINE=InnoDB");
+    testsaga_create_effects(f->t.db);
     pthread_mutex_init(&f->p.mu, NULL);
     pthread_cond_init(&f->p.cond, NULL);
     f->p.t = &f->t;
@@ -228,8 +216,9 @@ static int setup(void **state)
     txo_error_init(&err);
     assert_int_equal(txo_metrics_new(&f->reg, &err), 0);
     static const char *const labels[] = {"kind", "saga_type"};
-    f->deadlines = txo_metrics_register(f->reg, TXO_METRIC_COUNTER, "txo_saga_deadlines_passed_total",
-                                        "Deadlines passed.", 2, labels, NULL, 0, &err);
+    f->deadlines =
+        txo_metrics_register(f->reg, TXO_METRIC_COUNTER, "txo_saga_deadlines_passed_total",
+                             "Deadlines passed.", 2, labels, NULL, 0, &err);
     assert_non_null(f->deadlines);
     f->opts.deadlines = f->deadlines;
     *state = f;
@@ -271,31 +260,17 @@ static void create_saga(struct fixture *f, const struct txo_saga_def *def, const
 
 static char *step_str(struct fixture *f, int step, const char *col)
 {
-    char sql[160];
-    snprintf(sql, sizeof(sql),
-             "SELECT CAST(%s AS CHAR) FROM saga_steps WHERE saga_id = ? AND step_order = ?", col);
-    struct txo_param p[] = {txo_p_str(f->id), txo_p_i64(step)};
-    return testdb_str(f->t.db, sql, p, 2);
+    return testsaga_step_col(f->t.db, f->id, step, col);
 }
 
 static void assert_step(struct fixture *f, int step, const char *status, const char *remote)
 {
-    char *s = step_str(f, step, "status");
-    char *r = step_str(f, step, "remote_state");
-    if (s == NULL || r == NULL || strcmp(s, status) != 0 || strcmp(r, remote) != 0)
-        fail_msg("step %d is %s/%s, want %s/%s", step, s != NULL ? s : "NULL",
-                 r != NULL ? r : "NULL", status, remote);
-    txo_free(s);
-    txo_free(r);
+    testsaga_assert_step(f->t.db, f->id, step, status, remote);
 }
 
 static int64_t effects(struct fixture *f, const char *step, const char *kind)
 {
-    struct txo_param p[] = {txo_p_str(f->id), txo_p_str(step), txo_p_str(kind)};
-    return testdb_i64(f->t.db,
-                      "SELECT COALESCE(SUM(n), 0) FROM effects WHERE saga_id = ? AND step = ? "
-                      "AND kind = ?",
-                      p, 3);
+    return testsaga_effects(f->t.db, f->id, step, kind);
 }
 
 static double counted(struct fixture *f, const char *kind, const char *type)
@@ -534,9 +509,8 @@ static void test_batch_asks_the_same_rule(void **state)
     enum txo_saga_status finals[4];
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_saga_run_batch(f->t.db, &batch_def, ids, 4, &f->opts, &f->p, rcs, finals,
-                                        &err),
-                     0);
+    assert_int_equal(
+        txo_saga_run_batch(f->t.db, &batch_def, ids, 4, &f->opts, &f->p, rcs, finals, &err), 0);
     for (int k = 0; k < 4; k++)
         assert_int_equal(rcs[k], 0);
     assert_int_equal(finals[0], TXO_SAGA_FAILED); /* its first step was never tried */

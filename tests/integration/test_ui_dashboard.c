@@ -271,7 +271,8 @@ static void test_dashboard_in_chromium(void **state)
     assert_int_equal(json_integer_value(json_object_get(doc, "abandoned")), 1);
     json_t *late = json_array_get(json_object_get(doc, "sagas"), 1);
     json_t *passed = json_object_get(late, "deadline");
-    if (late == NULL || strcmp(json_string_value(json_object_get(late, "saga_id")), LATE_SAGA) != 0 ||
+    if (late == NULL ||
+        strcmp(json_string_value(json_object_get(late, "saga_id")), LATE_SAGA) != 0 ||
         json_string_value(json_object_get(passed, "kind")) == NULL ||
         strcmp(json_string_value(json_object_get(passed, "kind")), "saga") != 0 ||
         json_integer_value(json_object_get(passed, "overdue_seconds")) < 30)
