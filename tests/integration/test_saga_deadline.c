@@ -279,8 +279,8 @@ static double counted(struct fixture *f, const char *kind, const char *type)
     return txo_metric_value(f->deadlines, labels);
 }
 
-/* The stuck listing's entry for saga id (fails when it is not listed). */
-static struct txo_saga_ref stuck_entry(struct fixture *f, const char *id)
+/* True when txo_saga_list_stuck lists saga id; *out (may be NULL) receives its entry. */
+static bool find_stuck(struct fixture *f, const char *id, struct txo_saga_ref *out)
 {
     struct txo_saga_ref refs[16];
     size_t n = 0;
@@ -288,25 +288,28 @@ static struct txo_saga_ref stuck_entry(struct fixture *f, const char *id)
     txo_error_init(&err);
     if (txo_saga_list_stuck(f->t.db, 3600, 16, refs, &n, &err) != 0)
         fail_msg("list stuck: %s", err.msg);
-    for (size_t k = 0; k < n; k++)
-        if (strcmp(refs[k].id, id) == 0)
-            return refs[k];
-    fail_msg("saga %s is not listed as stuck", id);
-    struct txo_saga_ref none = {0};
-    return none;
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(refs[k].id, id) != 0)
+            continue;
+        if (out != NULL)
+            *out = refs[k];
+        return true;
+    }
+    return false;
 }
 
 static bool listed_stuck(struct fixture *f, const char *id)
 {
-    struct txo_saga_ref refs[16];
-    size_t n = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_saga_list_stuck(f->t.db, 3600, 16, refs, &n, &err), 0);
-    for (size_t k = 0; k < n; k++)
-        if (strcmp(refs[k].id, id) == 0)
-            return true;
-    return false;
+    return find_stuck(f, id, NULL);
+}
+
+/* The stuck listing's entry for saga id (fails when it is not listed). */
+static struct txo_saga_ref stuck_entry(struct fixture *f, const char *id)
+{
+    struct txo_saga_ref ref;
+    if (!find_stuck(f, id, &ref))
+        fail_msg("saga %s is not listed as stuck", id);
+    return ref;
 }
 
 /* Worker 1: runs the saga on a connection of its own, in a thread, with the system clock. */
