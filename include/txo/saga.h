@@ -358,8 +358,8 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
  * calls are made together through remote_batch with nothing locked, and one transaction runs
  * action_batch for the sagas whose call was done. A saga whose call failed, was refused or
  * may have happened leaves the batch: its outcome is recorded and it goes on the single way.
- * A saga that the batch did not complete, and every step without a batch form, runs the
- * single way. A crash anywhere inside a batch's transaction commits nothing of it, and a crash
+ * A saga that the batch did not complete, a saga past a deadline, and every step without a
+ * batch form, run the single way. A crash anywhere inside a batch's transaction commits nothing of it, and a crash
  * after its calls leaves them CALLING, i.e. maybe done: every saga is resumed from its
  * persisted state after its lease expires.
  * rcs[k] (may be NULL) gets what txo_saga_run() would have returned for ids[k], finals[k]
