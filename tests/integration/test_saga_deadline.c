@@ -135,11 +135,11 @@ static void charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *r
     }
 }
 
-/* Charge: a try may hang 300 ms; the step as a whole may take 60 s. */
+/* Charge: a try may hang 1 s; the step as a whole may take 60 s. */
 static const struct txo_saga_step_def try_steps[N_STEPS] = {
     {.name = "Reserve", .action = action, .compensate = compensate},
     {.name = "Charge",
-     .try_timeout_ms = 300,
+     .try_timeout_ms = 1000,
      .deadline_ms = 60000,
      .action = action,
      .compensate = compensate,
@@ -149,11 +149,11 @@ static const struct txo_saga_step_def try_steps[N_STEPS] = {
 };
 static const struct txo_saga_def try_def = {.type = "TrySaga", .steps = try_steps, .n_steps = 3};
 
-/* Charge: no try timeout, but the step may take 500 ms in all. */
+/* Charge: no try timeout, but the step may take 1 s in all. */
 static const struct txo_saga_step_def step_steps[N_STEPS] = {
     {.name = "Reserve", .action = action, .compensate = compensate},
     {.name = "Charge",
-     .deadline_ms = 500,
+     .deadline_ms = 1000,
      .action = action,
      .compensate = compensate,
      .remote = charge,
@@ -388,7 +388,7 @@ static void test_hung_try_is_taken_over(void **state)
     assert_non_null(try_deadline); /* recorded with phase (a) */
     txo_free(try_deadline);
 
-    txo_sleep_ms(450); /* past the 300 ms try timeout; worker 1 still hangs */
+    txo_sleep_ms(1200); /* past the 1 s try timeout; worker 1 still hangs */
     struct txo_saga_ref ref = stuck_entry(f, f->id);
     assert_int_equal(ref.deadline, TXO_DEADLINE_TRY);
     assert_string_equal(ref.step, "Charge");
@@ -423,7 +423,7 @@ static void test_step_deadline_compensates(void **state)
     start_hung_worker(f, &w, &step_def);
     assert_false(listed_stuck(f, f->id));
 
-    txo_sleep_ms(650); /* past the step's 500 ms */
+    txo_sleep_ms(1200); /* past the step's 1 s */
     struct txo_saga_ref ref = stuck_entry(f, f->id);
     assert_int_equal(ref.deadline, TXO_DEADLINE_STEP);
     assert_string_equal(ref.step, "Charge");
