@@ -641,18 +641,33 @@ out:
 }
 
 /*
+ * Deadlines (include/txo/saga.h). A call to a service may take up to its client's 3 tries of
+ * 5 s with their backoff (order_services_opts_init): about 17 s, so a try is given 20 s, after
+ * which another worker may take the saga over and call again with the same key. A step gets
+ * 2 min: the engine's 5 tries of such a call. An order not confirmed within 5 min is not
+ * going to be: its saga stops and compensates (refund, stock back), and the customer is told
+ * the order was cancelled rather than left waiting.
+ */
+#define ORDER_TRY_TIMEOUT_MS   20000
+#define ORDER_STEP_DEADLINE_MS 120000
+#define ORDER_SAGA_DEADLINE_MS 300000
+
+/*
  * The saga's steps, each written once: the local part (and its batch form) in both tables
  * below, the remote part only where the services are called over HTTP.
  */
 #define RESERVE_STOCK                                                                              \
     .name = "ReserveStock", .action = order_saga__reserve_stock,                                   \
-    .compensate = order_saga__release_stock, .action_batch = order_saga__reserve_stock_batch
+    .compensate = order_saga__release_stock, .action_batch = order_saga__reserve_stock_batch,      \
+    .deadline_ms = ORDER_STEP_DEADLINE_MS
 #define CHARGE_PAYMENT                                                                             \
     .name = "ChargePayment", .action = order_saga__charge_payment,                                 \
-    .compensate = order_saga__refund_payment, .action_batch = order_saga__charge_payment_batch
+    .compensate = order_saga__refund_payment, .action_batch = order_saga__charge_payment_batch,    \
+    .deadline_ms = ORDER_STEP_DEADLINE_MS, .try_timeout_ms = ORDER_TRY_TIMEOUT_MS
 #define CREATE_SHIPMENT                                                                            \
     .name = "CreateShipment", .action = order_saga__create_shipment,                               \
-    .compensate = order_saga__cancel_shipment, .action_batch = order_saga__create_shipment_batch
+    .compensate = order_saga__cancel_shipment, .action_batch = order_saga__create_shipment_batch,  \
+    .deadline_ms = ORDER_STEP_DEADLINE_MS, .try_timeout_ms = ORDER_TRY_TIMEOUT_MS
 
 /* With the payment and shipment services in-process (no URL configured): local steps. */
 static const struct txo_saga_step_def local_steps[] = {
@@ -679,7 +694,7 @@ static const struct txo_saga_step_def remote_steps[] = {
     {                                                                                              \
         .type = ORDER_SAGA_TYPE, .steps = steps_, .n_steps = TXO_ARRAY_LEN(steps_),                \
         .decode = decode, .free_state = free_state, .on_completed = NULL,                          \
-        .on_aborted = on_aborted,                                                                  \
+        .on_aborted = on_aborted, .deadline_ms = ORDER_SAGA_DEADLINE_MS,                           \
     }
 
 static const struct txo_saga_def order_def = ORDER_SAGA(local_steps);

@@ -355,7 +355,9 @@ const struct command cmd_saga = {
         "show: prints the saga (status, owner, payload) and each step (status, attempts, last\n"
         "error) as JSON; --order N finds the saga of order N. list --stuck: the sagas that need\n"
         "an operator: RUNNING or COMPENSATING with no live owner for --idle seconds (no worker\n"
-        "runs them), and COMPENSATION_FAILED ones the engine gave up retrying; one line each,\n"
+        "runs them), RUNNING ones past a deadline even under a live owner (a worker hung in a\n"
+        "step: which deadline, the step, by how long), and COMPENSATION_FAILED ones the engine\n"
+        "gave up retrying; one line each,\n"
         "exit status 1 when there is any. retry: moves a COMPENSATION_FAILED saga back to\n"
         "COMPENSATING and runs its compensations now, calling the external services configured\n"
         "here (the worker also retries them by itself while their retry is scheduled).",
@@ -457,11 +459,19 @@ static int saga_list_stuck(struct txo_db *db)
         cmd_report("saga", "listing the stuck sagas", &err);
         return 1;
     }
-    for (size_t i = 0; i < n; i++)
-        printf("%s  %-20s %-19s idle %" PRId64 " s%s\n", refs[i].id, refs[i].type,
-               txo_saga_status_name(refs[i].status), refs[i].idle_s,
-               refs[i].status == TXO_SAGA_COMPENSATION_FAILED ? "  given up: txo saga retry ID"
-                                                              : "  no live owner");
+    for (size_t i = 0; i < n; i++) {
+        const struct txo_saga_ref *ref = &refs[i];
+        printf("%s  %-20s %-19s idle %" PRId64 " s", ref->id, ref->type,
+               txo_saga_status_name(ref->status), ref->idle_s);
+        if (ref->deadline != TXO_DEADLINE_NONE)
+            printf("  past its %s deadline by %" PRId64 " s at step %s\n",
+                   txo_saga_deadline_name(ref->deadline), ref->overdue_s,
+                   ref->step[0] != '\0' ? ref->step : "-");
+        else
+            printf("%s\n", ref->status == TXO_SAGA_COMPENSATION_FAILED
+                               ? "  given up: txo saga retry ID"
+                               : "  no live owner");
+    }
     fprintf(stderr, "txo saga: %zu stuck saga(s)\n", n);
     return n == 0 ? 0 : 1;
 }

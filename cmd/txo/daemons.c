@@ -204,8 +204,8 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
                           0, NULL, &ok);
     d->stuck = family(r, TXO_METRIC_GAUGE, "txo_sagas_stuck",
                       "Sagas no worker has run for 60 s (RUNNING/COMPENSATING with no live "
-                      "owner) plus the given-up COMPENSATION_FAILED ones, up to 100 "
-                      "(txo saga list --stuck).",
+                      "owner), RUNNING ones past a deadline (even under a live owner) and the "
+                      "given-up COMPENSATION_FAILED ones, up to 100 (txo saga list --stuck).",
                       0, NULL, &ok);
     d->deadlocks = family(r, TXO_METRIC_COUNTER, "txo_mysql_deadlocks_total",
                           "Deadlocks (MySQL 1213) this process met; the transaction was retried.",

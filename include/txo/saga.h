@@ -62,6 +62,28 @@
  * fenced by it (UPDATE ... WHERE owner = me): a worker that lost its lease stops with
  * TXO_ELEASELOST instead of racing the new owner.
  *
+ * Deadlines (all optional, 0 = none, the default: a deadline is a business rule only the
+ * definition knows; without one a call is bounded by its own client timeout and lease_s, as
+ * before):
+ *   step.try_timeout_ms  one try of a remote part. The call's lease (saga_instances.lease_until,
+ *                        recorded with phase (a)) is this timeout, not lease_s, so a worker hung
+ *                        in the call keeps the saga only until then: the resume poll hands it to
+ *                        another worker, which counts the call as maybe done (UNKNOWN) and calls
+ *                        again with the same key under the step's retry policy;
+ *   step.deadline_ms     all the tries of a step, from its first. Past it the step fails as maybe
+ *                        done (UNKNOWN when its remote part may have been called) and the saga
+ *                        compensates;
+ *   def.deadline_ms      the saga's forward progress, from its creation. Past it the next step
+ *                        the saga would try fails and the saga compensates; compensation keeps
+ *                        its own retry policy and is never cut by it.
+ * The lease of a call is also cut to what is left of the step's and the saga's deadlines. A
+ * worker that wakes from its call after the saga was taken over is fenced like any worker that
+ * lost its lease: its late result changes nothing, and its call, if it happened, is covered by
+ * the compensation (the service must refuse a late `do` whose `undo` it has seen). Deadlines
+ * are checked with the run's clock from what was left when the saga was loaded (the database's
+ * time), before every try. txo_saga_list_stuck() shows the sagas past one, even under a live
+ * owner, with the step and by how long.
+ *
  * Cost: a run takes the lease in a transaction of its own, then one transaction per local
  * step (the last one also completes the saga and releases the lease) and two per remote step
  * (docs/saga.md).
@@ -208,6 +230,9 @@ typedef void (*txo_saga_remote_batch_fn)(const struct txo_saga_ctx *const *ctx, 
 
 struct txo_saga_step_def {
     const char *name;                     /* "ReserveStock"; stored in saga_steps.step_name */
+    /* Deadlines (see the top of this file); 0: none. try_timeout_ms applies to a remote part. */
+    unsigned try_timeout_ms;
+    unsigned deadline_ms;
     txo_saga_step_fn action;              /* the local part (required) */
     txo_saga_step_fn compensate;          /* its undo; NULL: nothing local to undo */
     txo_saga_remote_fn remote;            /* NULL: the step is local only */
@@ -243,7 +268,23 @@ struct txo_saga_def {
     txo_saga_finish_fn on_completed;
     /* Optional: with the change to FAILED or COMPENSATED (e.g. cancel the order). */
     txo_saga_finish_fn on_aborted;
+    /* The saga's forward deadline from its creation (saga_instances.deadline_at); 0: none. */
+    unsigned deadline_ms;
 };
+
+/* Which deadline a saga passed (a label of txo_saga_deadlines_passed_total, and what the stuck
+ * listing says). */
+enum txo_saga_deadline {
+    TXO_DEADLINE_NONE = 0,
+    TXO_DEADLINE_TRY,  /* a call did not answer by its step's try_timeout_ms */
+    TXO_DEADLINE_STEP, /* a step's deadline_ms over all its tries */
+    TXO_DEADLINE_SAGA, /* the saga's deadline_ms */
+};
+
+/* "none", "try", "step", "saga"; "invalid" outside the enum. Never NULL. */
+TXO_API const char *txo_saga_deadline_name(enum txo_saga_deadline d);
+
+struct txo_metric;
 
 struct txo_saga_opts {
     const char *owner;               /* lease owner; default "<hostname>:<pid>:<thread>" */
@@ -254,7 +295,11 @@ struct txo_saga_opts {
      * before retry n (default 5 s doubling up to 300 s, jitter 0.5). */
     unsigned compensation_max_tries;
     struct txo_backoff compensation_backoff;
-    const struct txo_clock *clock; /* for the backoff sleeps; NULL = the system clock */
+    const struct txo_clock *clock; /* for the backoff sleeps and the deadlines; NULL = the
+                                    * system clock */
+    /* Optional: a counter labelled (kind, saga_type), incremented once for each deadline the
+     * engine finds passed: txo_saga_deadlines_passed_total of the worker runtime. */
+    struct txo_metric *deadlines;
 };
 
 TXO_API void txo_saga_opts_init(struct txo_saga_opts *opts);
@@ -313,8 +358,8 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
  * calls are made together through remote_batch with nothing locked, and one transaction runs
  * action_batch for the sagas whose call was done. A saga whose call failed, was refused or
  * may have happened leaves the batch: its outcome is recorded and it goes on the single way.
- * A saga that the batch did not complete, and every step without a batch form, runs the
- * single way. A crash anywhere inside a batch's transaction commits nothing of it, and a crash
+ * A saga that the batch did not complete, a saga past a deadline, and every step without a
+ * batch form, run the single way. A crash anywhere inside a batch's transaction commits nothing of it, and a crash
  * after its calls leaves them CALLING, i.e. maybe done: every saga is resumed from its
  * persisted state after its lease expires.
  * rcs[k] (may be NULL) gets what txo_saga_run() would have returned for ids[k], finals[k]
@@ -383,13 +428,19 @@ TXO_API TXO_MUST_CHECK int txo_saga_find(struct txo_db *db, const char *type,
                                          struct txo_error *err);
 
 /* A saga found by txo_saga_list_due() or txo_saga_list_stuck(): its id and type (which
- * definition runs it); the stuck list also fills status and idle_s. */
+ * definition runs it); the stuck list also fills status, idle_s and the deadline fields. */
 #define TXO_SAGA_TYPE_MAX 128
+#define TXO_SAGA_STEP_MAX 128
 struct txo_saga_ref {
     char id[TXO_SAGA_ID_LEN];
     char type[TXO_SAGA_TYPE_MAX + 1];
     enum txo_saga_status status;
     int64_t idle_s; /* seconds since it last changed */
+    /* A RUNNING saga past a deadline: which one, the step being tried ("" between steps) and
+     * how many seconds ago it passed. NONE and 0 otherwise. */
+    enum txo_saga_deadline deadline;
+    char step[TXO_SAGA_STEP_MAX + 1];
+    int64_t overdue_s;
 };
 
 /*
@@ -407,8 +458,10 @@ TXO_API TXO_MUST_CHECK int txo_saga_list_due(struct txo_db *db, enum txo_saga_st
 
 /*
  * Sagas that need an operator's eye: RUNNING or COMPENSATING with no live owner that have not
- * moved for idle_s seconds (no worker runs them: are the workers down?), and COMPENSATION_FAILED
- * ones the engine gave up on. At most max, the longest idle first. Errors: TXO_EINVAL, DB errors.
+ * moved for idle_s seconds (no worker runs them: are the workers down?), RUNNING ones past a
+ * deadline (the saga's, or its running step's or call's), even under a live owner (a worker hung
+ * in a step), with where and how long, and COMPENSATION_FAILED ones the engine gave up on. At
+ * most max, the longest idle first. Errors: TXO_EINVAL, DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_saga_list_stuck(struct txo_db *db, unsigned idle_s, size_t max,
                                                struct txo_saga_ref *out, size_t *n,

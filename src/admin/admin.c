@@ -328,12 +328,18 @@ static json_t *saga_entry(struct txo_db *db, const struct txo_saga_ref *ref, boo
                          (json_int_t)s->attempts, "error", s->error != NULL ? error : NULL,
                          "error_code", (json_int_t)s->error_code);
     }
-    json_t *e =
-        json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:b,s:o*}", "saga_id", info.id, "saga_type",
-                  info.type, "correlation_id", info.correlation_id, "status",
-                  txo_saga_status_name(info.status), "idle_seconds", (json_int_t)info.idle_s,
-                  "stuck", stuck, "compensation_tries", (json_int_t)info.compensation_tries,
-                  "retry_scheduled", info.retry_scheduled, "failing_step", step);
+    /* A running saga past a deadline (a worker hung in a step): which one, where, how long. */
+    json_t *deadline = json_null();
+    if (ref->deadline != TXO_DEADLINE_NONE)
+        deadline = json_pack("{s:s,s:s?,s:I}", "kind", txo_saga_deadline_name(ref->deadline),
+                             "step", ref->step[0] != '\0' ? ref->step : NULL, "overdue_seconds",
+                             (json_int_t)ref->overdue_s);
+    json_t *e = json_pack("{s:s,s:s,s:s,s:s,s:I,s:b,s:I,s:b,s:o*,s:o*}", "saga_id", info.id,
+                          "saga_type", info.type, "correlation_id", info.correlation_id, "status",
+                          txo_saga_status_name(info.status), "idle_seconds",
+                          (json_int_t)info.idle_s, "stuck", stuck, "compensation_tries",
+                          (json_int_t)info.compensation_tries, "retry_scheduled",
+                          info.retry_scheduled, "failing_step", step, "deadline", deadline);
     txo_saga_info_release(&info);
     if (e == NULL) {
         *rc = txo_error_set(err, TXO_ENOMEM, "saga %s: building its entry", ref->id);
@@ -353,7 +359,8 @@ static bool listed(const struct txo_saga_ref *refs, size_t n, const char *id)
  * GET /sagas: the number of sagas per status (txo_saga_count: an index-only scan of
  * idx_saga_retry, whose first column is status), the given-up ones, and the sagas that need an
  * operator: every COMPENSATION_FAILED one and the stuck ones (txo_saga_list_stuck), each with
- * the step that failed and its error.
+ * the step that failed and its error, and for a running saga past a deadline which one, at
+ * which step and for how long ("deadline", null otherwise).
  */
 static void list_sagas(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
                        const struct txo_http_request *req, struct txo_http_response *resp)

@@ -128,6 +128,8 @@ static int batch_acquire_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
             rc = txo__saga_load_steps(&bs->r, rows, idx, got, err);
         if (rc == 0)
             rc = txo__saga_load_instance(&bs->r, rows, idx[0], err);
+        if (rc == 0)
+            txo__saga_load_deadlines(&bs->r, rows, idx, got);
         bs->acquired = rc == 0;
     }
 out:
@@ -153,22 +155,23 @@ static bool step_batches(const struct txo_saga_step_def *sd)
     return sd->action_batch != NULL && (sd->remote == NULL || sd->remote_batch != NULL);
 }
 
-/* True when saga b can take part in a batch of step i: its first try, never called. */
+/* True when saga b can take part in a batch of step i: its first try, never called, and no
+ * deadline passed (the single path fails that step, by the same rule). */
 static bool batchable(const struct batch_saga *b, size_t i)
 {
     const struct saga_run *r = &b->r;
     return b->acquired && !b->single && r->status == TXO_SAGA_RUNNING && next_step(r) == i &&
            r->steps[i].status == TXO_STEP_PENDING && r->steps[i].remote == TXO_REMOTE_NONE &&
-           step_batches(&r->def->steps[i]);
+           step_batches(&r->def->steps[i]) && txo__saga_deadline_passed(r, i) == TXO_DEADLINE_NONE;
 }
 
 /*
  * The fence of a batch's transaction: the sagas pick[0..m) are RUNNING and ours, and their
- * leases are renewed, or, when `finish`, they complete and their leases are released. A count
- * that does not match is TXO_ELEASELOST (the transaction rolls back).
+ * leases are renewed for lease_us, or, when `finish`, they complete and their leases are
+ * released. A count that does not match is TXO_ELEASELOST (the transaction rolls back).
  */
 static int batch_fence(struct txo_tx *tx, const struct batch_saga *b, const size_t *pick, size_t m,
-                       bool finish, const char *step, struct txo_error *err)
+                       bool finish, int64_t lease_us, const char *step, struct txo_error *err)
 {
     const struct saga_run *r0 = &b[pick[0]].r;
     const char *running = txo_saga_status_name(TXO_SAGA_RUNNING);
@@ -180,8 +183,7 @@ static int batch_fence(struct txo_tx *tx, const struct batch_saga *b, const size
         rc = batch_exec(tx, SAGA_SQL_FINISH_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
                         err);
     } else {
-        struct txo_param lead[] = {txo_p_i64(r0->opts.lease_s), txo_p_str(r0->owner),
-                                   txo_p_str(running)};
+        struct txo_param lead[] = {txo_p_i64(lease_us), txo_p_str(r0->owner), txo_p_str(running)};
         rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
                         err);
     }
@@ -259,7 +261,8 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (t->n_done == 0)
         goto out;
     txo_crash_point("saga.batch.before_commit");
-    rc = batch_fence(tx, b, t->done, t->n_done, t->finish, sd->name, err);
+    rc = batch_fence(tx, b, t->done, t->n_done, t->finish, (int64_t)r0->opts.lease_s * 1000000,
+                     sd->name, err);
     if (rc != 0)
         goto out;
     uint64_t affected = 0;
@@ -393,7 +396,17 @@ static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     }
     if (t->n_in == 0)
         return 0;
-    rc = batch_fence(tx, b, t->in, t->n_in, false, sd->name, err);
+    /* The calls' lease: the shortest of theirs (the try timeout, cut to what is left of each
+     * saga's deadline), as a single call's is. */
+    int64_t lease_us = INT64_MAX;
+    for (size_t k = 0; k < t->n_in; k++) {
+        struct saga_run *r = &b[t->in[k]].r;
+        txo__saga_deadline_start(r, t->i);
+        int64_t l = txo__saga_call_lease_us(r, t->i);
+        if (l < lease_us)
+            lease_us = l;
+    }
+    rc = batch_fence(tx, b, t->in, t->n_in, false, lease_us, sd->name, err);
     if (rc != 0)
         return rc;
     uint64_t affected = 0;
@@ -401,7 +414,11 @@ static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     txo__saga_key_suffix(t->i, false, suffix, sizeof(suffix));
     struct txo_param steps[] = {txo_p_str(txo_step_status_name(TXO_STEP_RUNNING)),
                                 txo_p_str(txo_remote_state_name(TXO_REMOTE_CALLING)),
-                                txo_p_str(suffix), txo_p_i64(order),
+                                txo_p_str(suffix),
+                                sd->deadline_ms > 0 ? txo_p_i64((int64_t)sd->deadline_ms * 1000)
+                                                    : txo_p_null(),
+                                sd->try_timeout_ms > 0 ? txo_p_i64(lease_us) : txo_p_null(),
+                                txo_p_i64(order),
                                 txo_p_str(txo_step_status_name(TXO_STEP_PENDING))};
     rc = batch_exec(tx, SAGA_SQL_STEPS_CALL_MANY, steps, TXO_ARRAY_LEN(steps), b, t->in, t->n_in,
                     &affected, err);
@@ -553,6 +570,9 @@ int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const 
             for (size_t k = 0; k < m; k++)
                 b[pick[k]].acquired = false;
         }
+        for (size_t k = 0; k < m; k++)
+            if (b[pick[k]].acquired)
+                txo__saga_count_expired_tries(&b[pick[k]].r);
     }
     /* Batches, one step at a time, the earliest step first. */
     for (;;) {

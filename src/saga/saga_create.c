@@ -16,6 +16,12 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Creating */
 
+/* The saga's forward deadline from now, as a parameter of the instance's insert (NULL: none). */
+static struct txo_param deadline_param(const struct txo_saga_def *def)
+{
+    return def->deadline_ms > 0 ? txo_p_i64((int64_t)def->deadline_ms * 1000) : txo_p_null();
+}
+
 /* Inserts the PENDING rows of every step of a new saga with one statement. */
 static int insert_steps(struct txo_tx *tx, const struct txo_saga_def *def, const char *id,
                         struct txo_error *err)
@@ -63,7 +69,7 @@ int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const cha
     uuid_unparse_lower(uuid, id);
 
     struct txo_param pi[] = {txo_p_str(id), txo_p_str(def->type), txo_p_str(correlation_id),
-                             txo_p_str(payload_json)};
+                             txo_p_str(payload_json), deadline_param(def)};
     struct txo_exec_result res;
     rc = txo_tx_exec(tx, SAGA_SQL_INSERT_INSTANCE, pi, TXO_ARRAY_LEN(pi), &res, err);
     if (rc != 0) {
@@ -149,7 +155,7 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
     size_t padded = txo_sql_in_list_size(n);
     char *find = txo_sql_in_list(SAGA_SQL_FIND_MANY, padded, "");
     char *insert = txo_sql_values_rows(SAGA_SQL_INSERT_INSTANCES, n, SAGA_SQL_INSERT_INSTANCES_ROW);
-    struct txo_param *p = txo_calloc(4 * n + padded + 1, sizeof(*p));
+    struct txo_param *p = txo_calloc(5 * n + padded + 1, sizeof(*p));
     size_t *made = txo_calloc(n, sizeof(*made));
     struct txo_rows *rows = NULL;
     if (find == NULL || insert == NULL || p == NULL || made == NULL) {
@@ -182,6 +188,7 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
         p[np++] = txo_p_str(def->type);
         p[np++] = txo_p_str(sagas[k].correlation_id);
         p[np++] = txo_p_str(sagas[k].payload_json);
+        p[np++] = deadline_param(def);
         for (size_t j = k + 1; j < n; j++)
             if (strcmp(sagas[j].correlation_id, sagas[k].correlation_id) == 0)
                 memcpy(sagas[j].saga_id, sagas[k].saga_id, TXO_SAGA_ID_LEN);

@@ -9,7 +9,8 @@
  *     loads the saga and makes every fenced write of a run (the SQL is in saga_sql.h, with the
  *     index and the locks of each statement); saga_run.c drives one saga a try at a time;
  *     saga_batch.c drives one step of many sagas at once and hands what it cannot batch to
- *     saga_run.c; saga_create.c checks a definition with txo__saga_check_def.
+ *     saga_run.c; saga_deadline.c keeps the run's deadlines, asked by both; saga_create.c
+ *     checks a definition with txo__saga_check_def.
  *
  * A struct saga_run belongs to one thread: it is filled by txo__saga_run_setup(), released
  * by txo__saga_run_release(), and mirrors the persisted statuses as of the last commit.
@@ -64,7 +65,10 @@ enum saga_load_col {
     LOAD_STEP_STATUS,
     LOAD_STEP_REMOTE,
     LOAD_STEP_ERROR_CODE,
-    LOAD_ID, /* SAGA_SQL_LOAD_MANY only */
+    LOAD_SAGA_LEFT_US, /* what is left of the saga's deadline; NULL: none */
+    LOAD_STEP_LEFT_US, /* what is left of the step's deadline; NULL: none or not started */
+    LOAD_TRY_EXPIRED,  /* the step's call is in flight past its try's deadline */
+    LOAD_ID,           /* SAGA_SQL_LOAD_MANY only */
 };
 
 /* What the engine knows of one step, as of the last commit. */
@@ -74,6 +78,8 @@ struct saga_step_row {
     int error_code;
     char *error;          /* owned; NULL when none */
     unsigned batch_tries; /* tries of the action a batch made (and recorded) in this run */
+    int64_t deadline_ms;  /* the step's deadline on the run's clock; INT64_MAX: none yet */
+    bool try_expired;     /* loaded with its call in flight past the try's deadline */
 };
 
 /* One txo_saga_run / txo_saga_retry call, or one saga of txo_saga_run_batch. */
@@ -92,6 +98,7 @@ struct saga_run {
     void *user;
     enum txo_saga_status status; /* persisted saga status, as of the last commit */
     unsigned compensation_tries;
+    int64_t deadline_ms;         /* the saga's deadline on the run's clock; INT64_MAX: none */
     struct saga_step_row *steps; /* def->n_steps of them */
 };
 
@@ -177,11 +184,40 @@ int txo__saga_run_setup(struct saga_run *r, struct txo_db *db, const struct txo_
 /* Frees what r holds and zeroes it; r is not freed. */
 void txo__saga_run_release(struct saga_run *r);
 
+/* ---- saga_deadline.c: the deadlines of a run ---- */
+
+/* The deadline of step i (its own, else the saga's) that has passed on the run's clock, or
+ * NONE. The one rule the single and the batch paths ask before a forward try. */
+enum txo_saga_deadline txo__saga_deadline_passed(const struct saga_run *r, size_t i);
+
+/* Starts step i's deadline at its first try (kept when it has one already). */
+void txo__saga_deadline_start(struct saga_run *r, size_t i);
+
+/* What is left of step i's deadline in microseconds, as a parameter: NULL when it has none. */
+struct txo_param txo__saga_step_left_param(const struct saga_run *r, size_t i);
+
+/* The lease of a call of step i's action in microseconds: its try timeout (lease_s when it has
+ * none), cut to what is left of the step's and the saga's deadlines. */
+int64_t txo__saga_call_lease_us(const struct saga_run *r, size_t i);
+
+/* Reads the loaded deadlines of a saga (row `row` of rows: the instance's; rows idx[..] the
+ * steps', as txo__saga_load_steps) onto the run's clock, and counts the tries that expired. */
+void txo__saga_load_deadlines(struct saga_run *r, const struct txo_rows *rows, const size_t *idx,
+                              size_t n_rows);
+
+/* Logs and counts the calls the load found past their try's deadline (after the lease was
+ * taken: the load's transaction may run more than once). */
+void txo__saga_count_expired_tries(const struct saga_run *r);
+
+/* Counts a deadline that passed in r->opts.deadlines (labels kind, saga_type). */
+void txo__saga_count_deadline(const struct saga_run *r, enum txo_saga_deadline kind);
+
 /* ---- saga_run.c: one saga, a try at a time ---- */
 
 /*
  * A try of step i failed with rc (terr describes it). When that is the step's own outcome
- * (its part failed, or a transient error), records it in a new transaction and, when the step
+ * (its part failed, or a transient error), records it in a new transaction (final when rc is
+ * permanent, the tries are used up or, going forward, a deadline passed) and, when the step
  * may be tried again and `wait` is set, sleeps the backoff (not for a batch's failed call: it
  * was one try, and its single run tries again at once through a call with retries and a
  * backoff of its own); *stop is set when the step is settled instead (done after all, or

@@ -33,7 +33,15 @@ enum step_col {
 /* Columns of SAGA_SQL_LIST_* and SAGA_SQL_COUNT_BY_STATUS. */
 enum due_col { DUE_ID, DUE_TYPE };
 enum count_col { COUNT_STATUS, COUNT_N, COUNT_ABANDONED };
-enum stuck_col { STUCK_ID, STUCK_TYPE, STUCK_STATUS, STUCK_IDLE };
+enum stuck_col {
+    STUCK_ID,
+    STUCK_TYPE,
+    STUCK_STATUS,
+    STUCK_IDLE,
+    STUCK_DEADLINE, /* "try", "step", "saga"; NULL: none passed */
+    STUCK_STEP,     /* the step being tried; NULL between steps */
+    STUCK_OVERDUE,  /* seconds since that deadline passed */
+};
 
 static int parse_saga_status(const char *id, const char *name, enum txo_saga_status *out,
                              struct txo_error *err)
@@ -255,9 +263,21 @@ static int list_refs(struct txo_db *db, const char *sql, const struct txo_param 
             strlen(type) > TXO_SAGA_TYPE_MAX ||
             txo_saga_status_parse(txo_rows_str(rows, i, STUCK_STATUS, NULL), &out[k].status) != 0)
             continue;
+        enum txo_saga_status status = out[k].status;
+        memset(&out[k], 0, sizeof(out[k]));
+        out[k].status = status;
         snprintf(out[k].id, sizeof(out[k].id), "%s", id);
         snprintf(out[k].type, sizeof(out[k].type), "%s", type);
         out[k].idle_s = txo_rows_i64(rows, i, STUCK_IDLE);
+        const char *kind = txo_rows_str(rows, i, STUCK_DEADLINE, NULL);
+        for (int d = TXO_DEADLINE_TRY; kind != NULL && d <= TXO_DEADLINE_SAGA; d++)
+            if (strcmp(kind, txo_saga_deadline_name((enum txo_saga_deadline)d)) == 0)
+                out[k].deadline = (enum txo_saga_deadline)d;
+        if (out[k].deadline != TXO_DEADLINE_NONE) {
+            const char *step = txo_rows_str(rows, i, STUCK_STEP, NULL);
+            snprintf(out[k].step, sizeof(out[k].step), "%s", step != NULL ? step : "");
+            out[k].overdue_s = txo_rows_i64(rows, i, STUCK_OVERDUE);
+        }
         k++;
     }
     *n = k;

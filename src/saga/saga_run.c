@@ -23,10 +23,14 @@
  *                  deadlock; it never re-runs (b). When (b) succeeded but (c) failed
  *                  transiently, the next try skips the call (remote state DONE);
  *   failed try     txo__saga_settle_failed_try: a new transaction records it (attempts, error
- *                  text and code, remote state) and, when the error is permanent or the tries
- *                  are used up, fails the step and aborts the saga (txo__saga_abort:
- *                  COMPENSATING when a step needs undoing, else FAILED), or for a compensation
- *                  ends COMPENSATION_FAILED with the next automatic retry scheduled.
+ *                  text and code, remote state) and, when the error is permanent, the tries
+ *                  are used up or a deadline passed, fails the step and aborts the saga
+ *                  (txo__saga_abort: COMPENSATING when a step needs undoing, else FAILED), or
+ *                  for a compensation ends COMPENSATION_FAILED with the next automatic retry
+ *                  scheduled;
+ *   deadlines      before each forward try, past the step's or the saga's deadline no try is
+ *                  made and the step is settled as a final failed try (saga_deadline.c has
+ *                  the design: the columns, the call's lease, the fence of a hung worker).
  *
  * Invariants:
  *   - every write is fenced: the instance by (owner, expected status), a step by (saga_id,
@@ -135,10 +139,18 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     int mrc = txo__remote_check_move(r->id, (unsigned)a->i + 1, busy, s->remote, a->remote, err);
     if (mrc != 0)
         return mrc;
+    /* The action's call has its deadlines and a lease of its own; a compensation's keeps
+     * lease_s and is never cut by a deadline. */
+    bool timed = !a->compensate;
+    int64_t lease_us =
+        timed ? txo__saga_call_lease_us(r, a->i) : (int64_t)r->opts.lease_s * 1000000;
+    bool try_timeout = timed && r->def->steps[a->i].try_timeout_ms > 0;
     struct txo_param p[] = {txo_p_str(txo_step_status_name(busy)),
                             txo_p_str(a->key),
                             txo_p_str(txo_remote_state_name(a->remote)),
-                            txo_p_i64(r->opts.lease_s),
+                            timed ? txo__saga_step_left_param(r, a->i) : txo_p_null(),
+                            try_timeout ? txo_p_i64(lease_us) : txo_p_null(),
+                            txo_p_i64(lease_us),
                             txo_p_str(r->id),
                             txo_p_str(txo_saga_status_name(driving_status(a->compensate))),
                             txo_p_str(r->owner),
@@ -356,6 +368,7 @@ static int record_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
                             txo_p_str(a->error),
                             txo_p_i64(a->code),
                             txo_p_str(txo_remote_state_name(a->remote)),
+                            a->compensate ? txo_p_null() : txo__saga_step_left_param(r, a->i),
                             txo_p_str(r->id),
                             txo_p_i64((int64_t)a->i + 1),
                             txo_p_str(txo_step_status_name(cur.status))};
@@ -395,14 +408,13 @@ static void remember_error(struct saga_step_row *s, int code, const char *msg)
 
 /*
  * A try of step i failed with rc (terr describes it). When that is the step's own outcome
- * (its part failed, or a transient error), records it in a new transaction and, when the step
+ * (its part failed, or a transient error), records it in a new transaction (final when rc is
+ * permanent, the tries are used up or, going forward, a deadline passed) and, when the step
  * may be tried again and `wait` is set, sleeps the backoff (not for a batch's failed call: it
  * was one try, and its single run tries again at once through a call with retries and a
- * backoff of its own); *stop is
- * set when the step is settled instead (done
- * after all, or failed for good: r->status then changed). Anything else (lease lost, illegal
- * state, database error, on_completed failing) is not the step's outcome and is returned as
- * it is.
+ * backoff of its own); *stop is set when the step is settled instead (done after all, or
+ * failed for good: r->status then changed). Anything else (lease lost, illegal state, database
+ * error, on_completed failing) is not the step's outcome and is returned as it is.
  */
 int txo__saga_settle_failed_try(struct saga_run *r, size_t i, bool compensate, unsigned attempt,
                                 bool counted, enum txo_remote_state remote, bool own_failure,
@@ -417,13 +429,21 @@ int txo__saga_settle_failed_try(struct saga_run *r, size_t i, bool compensate, u
             *err = *terr;
         return rc;
     }
-    char error[TXO_ERROR_MSG_MAX + 32];
-    snprintf(error, sizeof(error), "%s: %s", txo_err_name(rc), terr->msg);
+    /* Past a deadline the step's tries are over, whatever is left of them (never for a
+     * compensation). */
+    enum txo_saga_deadline late = compensate ? TXO_DEADLINE_NONE : txo__saga_deadline_passed(r, i);
+    char error[TXO_ERROR_MSG_MAX + 64];
+    if (late != TXO_DEADLINE_NONE)
+        snprintf(error, sizeof(error), "%s: %s (%s deadline passed)", txo_err_name(rc), terr->msg,
+                 txo_saga_deadline_name(late));
+    else
+        snprintf(error, sizeof(error), "%s: %s", txo_err_name(rc), terr->msg);
     struct record_tx rec = {.r = r,
                             .i = i,
                             .compensate = compensate,
                             .counted = counted,
-                            .final = !transient || attempt >= r->opts.step_max_attempts,
+                            .final = !transient || attempt >= r->opts.step_max_attempts ||
+                                     late != TXO_DEADLINE_NONE,
                             .remote = remote,
                             .code = rc,
                             .error = error};
@@ -452,6 +472,8 @@ int txo__saga_settle_failed_try(struct saga_run *r, size_t i, bool compensate, u
                         "attempts=%u tries=%u error=\"%s\"",
                         r->id, r->def->type, name, attempt, r->compensation_tries, error);
         } else {
+            if (late != TXO_DEADLINE_NONE)
+                txo__saga_count_deadline(r, late);
             TXO_LOG(
                 TXO_LOG_INFO, "saga",
                 "saga step failed saga_id=%s step=%s attempts=%u remote=%s next=%s error=\"%s\"",
@@ -509,6 +531,17 @@ static int run_step(struct saga_run *r, size_t i, bool compensate, struct txo_er
         /* The action's remote state as this try leaves it (compensations keep it as it is,
          * but for a CALLING they find, which becomes UNKNOWN whatever the try records). */
         enum txo_remote_state state = found_remote(r->steps[i].remote);
+        if (!compensate) {
+            /* Past a deadline no try is made: the step fails as it stands (a call in flight
+             * counts as maybe done) and the settling aborts the saga. No attempt is counted. */
+            enum txo_saga_deadline late = txo__saga_deadline_passed(r, i);
+            if (late != TXO_DEADLINE_NONE) {
+                txo_error_set(&terr, TXO_ETIMEOUT, "no further try");
+                return txo__saga_settle_failed_try(r, i, false, attempt, true, state, true,
+                                                   TXO_ETIMEOUT, &terr, true, &stop, err);
+            }
+            txo__saga_deadline_start(r, i);
+        }
         if (remote != NULL && (compensate || state != TXO_REMOTE_DONE)) {
             bool refused = false;
             rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);

@@ -19,14 +19,16 @@
 #define TXO_SAGA_SQL_H
 
 /*
- * txo_saga_create: a new instance, or nothing when (saga_type, correlation_id) exists.
- * Index: PRIMARY and uq_saga_correlation (the duplicate check). Locks: the new row, or the
- * existing row (exclusive lock on the duplicate, as ON DUPLICATE KEY UPDATE does). affected_rows: 1
- * = new, 0 = existed (no change made by `id = id`).
+ * txo_saga_create: a new instance, or nothing when (saga_type, correlation_id) exists, with
+ * its forward deadline (a NULL interval: none). Params: id, type, correlation id, payload,
+ * deadline in microseconds. Index: PRIMARY and uq_saga_correlation (the duplicate check). Locks:
+ * the new row, or the existing row (exclusive lock on the duplicate, as ON DUPLICATE KEY UPDATE
+ * does). affected_rows: 1 = new, 0 = existed (no change made by `id = id`).
  */
 #define SAGA_SQL_INSERT_INSTANCE                                                                   \
-    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload) "                 \
-    "VALUES (?, ?, ?, 'RUNNING', ?) ON DUPLICATE KEY UPDATE id = id"
+    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at) "    \
+    "VALUES (?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND) "                             \
+    "ON DUPLICATE KEY UPDATE id = id"
 
 /*
  * Every PENDING step of a new saga in one statement: SAGA_SQL_INSERT_STEPS followed by one
@@ -45,14 +47,15 @@
  * transaction fails it with a duplicate key, and the caller creates them one by one).
  * FIND_MANY params: type, correlation ids (IN list). Index: uq_saga_correlation. Locks: none
  * (consistent read). INSERT_INSTANCES + n x INSERT_INSTANCES_ROW, params per row: id, type,
- * correlation id, payload. Locks: the new rows.
+ * correlation id, payload, deadline in microseconds (NULL: none). Locks: the new rows.
  */
 #define SAGA_SQL_FIND_MANY                                                                         \
     "SELECT correlation_id, id FROM saga_instances FORCE INDEX (uq_saga_correlation) "             \
     "WHERE saga_type = ? AND correlation_id IN "
 #define SAGA_SQL_INSERT_INSTANCES                                                                  \
-    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload) VALUES "
-#define SAGA_SQL_INSERT_INSTANCES_ROW "(?, ?, ?, 'RUNNING', ?)"
+    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at) "    \
+    "VALUES "
+#define SAGA_SQL_INSERT_INSTANCES_ROW "(?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND)"
 
 /* The id of a saga by its idempotency key. Index: uq_saga_correlation. Locks: none
  * (consistent read). */
@@ -88,11 +91,17 @@
  * PRIMARY of saga_instances, uq_saga_step (saga_id, step_order) for the join. Locks: none
  * (consistent read; the instance row is locked by the acquire, and its steps only change under that
  * lock). Columns: enum saga_load_col in saga_internal.h. No TEXT column: the steps' messages are
- * read only when a hook needs one (SAGA_SQL_STEP_ERROR).
+ * read only when a hook needs one (SAGA_SQL_STEP_ERROR). The deadlines come as what is left of
+ * them in microseconds by the database's clock (NULL: none), and whether a call's try expired.
  */
+#define SAGA_LOAD_DEADLINES                                                                        \
+    "TIMESTAMPDIFF(MICROSECOND, NOW(6), i.deadline_at), "                                          \
+    "TIMESTAMPDIFF(MICROSECOND, NOW(6), s.deadline_at), "                                          \
+    "s.status = 'RUNNING' AND s.remote_state = 'CALLING' AND s.try_deadline < NOW(6)"
 #define SAGA_SQL_LOAD                                                                              \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code "     \
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
+    "s.error_code, " SAGA_LOAD_DEADLINES " "                                                       \
     "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id WHERE i.id = ?"
 
 /* The stored message of one step, for on_aborted. Index: uq_saga_step. Locks: none
@@ -151,15 +160,20 @@
 /*
  * Phase (a) of a remote part: fence + lease renewal of the instance, and the step moved to
  * its busy status (RUNNING or COMPENSATING) with one more attempt, the idempotency key and the
- * remote state the call starts from, in one statement. Params: busy status, remote key,
- * remote_state, lease_s, id, saga status, owner, step_order, expected step status.
+ * remote state the call starts from, in one statement. The step's deadline is set by its first
+ * try (then kept), the try's deadline recorded, and the lease is the call's: the try's deadline,
+ * so a worker hung in the call loses the saga then. Params: busy status, remote key,
+ * remote_state, step deadline us (NULL: none), try deadline us (NULL: none), lease us, id, saga
+ * status, owner, step_order, expected step status.
  * Index: PRIMARY of saga_instances and uq_saga_step, point lookups. Locks: both rows until
  * commit.
  */
 #define SAGA_SQL_STEP_BEGIN_CALL                                                                   \
     "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
     "SET s.status = ?, s.attempts = s.attempts + 1, s.remote_key = ?, s.remote_state = ?, "        \
-    "i.lease_until = NOW(6) + INTERVAL ? SECOND "                                                  \
+    "s.deadline_at = COALESCE(s.deadline_at, NOW(6) + INTERVAL ? MICROSECOND), "                   \
+    "s.try_deadline = NOW(6) + INTERVAL ? MICROSECOND, "                                           \
+    "i.lease_until = NOW(6) + INTERVAL ? MICROSECOND "                                             \
     "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
 
 /*
@@ -192,14 +206,16 @@
 
 /*
  * A failed try, recorded after its transaction rolled back (or after its call): status, one
- * more attempt when the try had no phase (a), its error text and code, and the remote state.
- * Params: new status, attempts increment, error, error_code, remote_state, saga_id,
- * step_order, expected status. Index/locks: uq_saga_step, under the instance lock of
- * SAGA_SQL_FENCE.
+ * more attempt when the try had no phase (a), its error text and code, and the remote state;
+ * the step's deadline is set if no try set it yet, and the try's is over. Params: new status,
+ * attempts increment, error, error_code, remote_state, step deadline us (what is left of it;
+ * NULL: none), saga_id, step_order, expected status. Index/locks: uq_saga_step, under the instance
+ * lock of SAGA_SQL_FENCE.
  */
 #define SAGA_SQL_STEP_TRY_FAILED                                                                   \
     "UPDATE saga_steps SET status = ?, attempts = attempts + ?, error = ?, error_code = ?, "       \
-    "remote_state = ? WHERE saga_id = ? AND step_order = ? AND status = ?"
+    "remote_state = ?, deadline_at = COALESCE(deadline_at, NOW(6) + INTERVAL ? MICROSECOND), "     \
+    "try_deadline = NULL WHERE saga_id = ? AND step_order = ? AND status = ?"
 
 /* ---- txo_saga_run_batch: one statement for many sagas ----
  *
@@ -222,14 +238,17 @@
  * of different sagas come in any order). Params: owner, ids. Locks: none (consistent read). */
 #define SAGA_SQL_LOAD_MANY                                                                         \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
-    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, s.error_code, "    \
+    "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
+    "s.error_code, " SAGA_LOAD_DEADLINES ", "                                                      \
     "i.id FROM saga_instances i FORCE INDEX (PRIMARY) LEFT JOIN saga_steps s "                     \
     "ON s.saga_id = i.id WHERE i.owner = ? AND i.id IN "
 
 /* The fence and lease renewal of a batch: affected rows must be the batch's size. Params:
- * lease_s, owner, expected status, ids. Locks: the instance rows (X) until commit. */
+ * lease in microseconds (lease_s, or the calls' lease), owner, expected status, ids. Locks: the
+ * instance rows (X) until commit. */
 #define SAGA_SQL_RENEW_MANY                                                                        \
-    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET lease_until = NOW(6) + INTERVAL ? SECOND "    \
+    "UPDATE saga_instances FORCE INDEX (PRIMARY) "                                                 \
+    "SET lease_until = NOW(6) + INTERVAL ? MICROSECOND "                                           \
     "WHERE owner = ? AND status = ? AND id IN "
 
 /* The same for a batch whose step was the sagas' last: they complete and the leases are
@@ -249,12 +268,15 @@
     "remote_state = ? WHERE step_order = ? AND status = ? AND saga_id IN "
 
 /* Phase (a) of a batch's remote step: every call recorded as made (SAGA_SQL_STEP_BEGIN_CALL
- * for the batch), its idempotency key being the saga id + a suffix common to the batch.
- * Params: new status, remote_state, key suffix, step_order, expected status, ids. Index and
- * locks: as SAGA_SQL_STEPS_DONE_MANY, under SAGA_SQL_RENEW_MANY's fence. */
+ * for the batch), its idempotency key being the saga id + a suffix common to the batch, with
+ * the step's and the try's deadlines. Params: new status, remote_state, key suffix, step
+ * deadline us, try deadline us (NULL: none), step_order, expected status, ids. Index and locks:
+ * as SAGA_SQL_STEPS_DONE_MANY, under SAGA_SQL_RENEW_MANY's fence. */
 #define SAGA_SQL_STEPS_CALL_MANY                                                                   \
     "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + 1, "       \
-    "remote_state = ?, remote_key = CONCAT(saga_id, ?) "                                           \
+    "remote_state = ?, remote_key = CONCAT(saga_id, ?), "                                          \
+    "deadline_at = COALESCE(deadline_at, NOW(6) + INTERVAL ? MICROSECOND), "                       \
+    "try_deadline = NOW(6) + INTERVAL ? MICROSECOND "                                              \
     "WHERE step_order = ? AND status = ? AND saga_id IN "
 
 /* ---- saga_query.c: inspection and the workers' polls ---- */
@@ -293,16 +315,27 @@
 
 /*
  * Stuck sagas (txo_saga_list_stuck): unowned RUNNING/COMPENSATING ones idle for ? seconds
- * (idx_saga_resume range per status, updated_at checked on the row) and given-up
- * COMPENSATION_FAILED ones (idx_saga_retry, retry_at NULL). Params: idle_s, limit. Locks: none.
- * Columns: enum stuck_col in saga_query.c.
+ * (idx_saga_resume range per status, updated_at checked on the row), RUNNING ones past a
+ * deadline whoever owns them (the saga's, its RUNNING step's or that step's call's: the
+ * RUNNING range of idx_saga_resume, the sagas in flight, joined to their RUNNING step by
+ * uq_saga_step) and given-up COMPENSATION_FAILED ones (idx_saga_retry, retry_at NULL). The
+ * deadline reported is the first that passed in the order try, step, saga, with how long ago.
+ * Params: idle_s, limit. Locks: none. Columns: enum stuck_col in saga_query.c.
  */
 #define SAGA_SQL_LIST_STUCK                                                                        \
-    "SELECT id, saga_type, status, TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS idle "             \
-    "FROM saga_instances WHERE (status IN ('RUNNING', 'COMPENSATING') "                            \
-    "AND (lease_until IS NULL OR lease_until < NOW(6)) "                                           \
-    "AND updated_at < NOW(6) - INTERVAL ? SECOND) "                                                \
-    "OR (status = 'COMPENSATION_FAILED' AND retry_at IS NULL) ORDER BY idle DESC LIMIT ?"
+    "SELECT i.id, i.saga_type, i.status, TIMESTAMPDIFF(SECOND, i.updated_at, NOW(6)) AS idle, "    \
+    "CASE WHEN s.try_deadline < NOW(6) THEN 'try' WHEN s.deadline_at < NOW(6) THEN 'step' "        \
+    "WHEN i.deadline_at < NOW(6) THEN 'saga' END AS kind, s.step_name, "                           \
+    "TIMESTAMPDIFF(SECOND, CASE WHEN s.try_deadline < NOW(6) THEN s.try_deadline "                 \
+    "WHEN s.deadline_at < NOW(6) THEN s.deadline_at ELSE i.deadline_at END, NOW(6)) "              \
+    "FROM saga_instances i LEFT JOIN saga_steps s "                                                \
+    "ON s.saga_id = i.id AND s.status = 'RUNNING' AND i.status = 'RUNNING' "                       \
+    "WHERE (i.status IN ('RUNNING', 'COMPENSATING') "                                              \
+    "AND (i.lease_until IS NULL OR i.lease_until < NOW(6)) "                                       \
+    "AND i.updated_at < NOW(6) - INTERVAL ? SECOND) "                                              \
+    "OR (i.status = 'RUNNING' AND (i.deadline_at < NOW(6) OR s.try_deadline < NOW(6) "             \
+    "OR s.deadline_at < NOW(6))) "                                                                 \
+    "OR (i.status = 'COMPENSATION_FAILED' AND i.retry_at IS NULL) ORDER BY idle DESC LIMIT ?"
 
 /*
  * Every COMPENSATION_FAILED saga (txo_saga_list_compensation_failed), given-up ones (retry_at
@@ -311,7 +344,8 @@
  * in saga_query.c.
  */
 #define SAGA_SQL_LIST_COMPENSATION_FAILED                                                          \
-    "SELECT id, saga_type, status, TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS idle "             \
+    "SELECT id, saga_type, status, TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) AS idle, "            \
+    "NULL, NULL, NULL "                                                                            \
     "FROM saga_instances WHERE status = 'COMPENSATION_FAILED' ORDER BY retry_at LIMIT ?"
 
 /* Number of sagas per status, and the given-up ones (metrics, `txo stats`). Index:

@@ -517,6 +517,7 @@ static int acquire_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         rc = txo__saga_load_instance(r, rows, 0, err);
     if (rc != 0)
         goto out;
+    txo__saga_load_deadlines(r, rows, NULL, txo_rows_count(rows));
     r->status = a->status;
     /* A retry moved the saga back to COMPENSATING; its failed compensations go with it. */
     for (size_t i = 0; a->retry && rc == 0 && i < r->def->n_steps; i++)
@@ -540,6 +541,7 @@ int txo__saga_acquire(struct saga_run *r, bool retry, bool *terminal, struct txo
         goto out;
     if (a.acquired) {
         r->status = retry ? TXO_SAGA_COMPENSATING : a.status;
+        txo__saga_count_expired_tries(r);
         goto out;
     }
     if (retry && a.status != TXO_SAGA_COMPENSATION_FAILED)
@@ -587,6 +589,9 @@ int txo__saga_run_setup(struct saga_run *r, struct txo_db *db, const struct txo_
     r->steps = txo_calloc(def->n_steps, sizeof(*r->steps));
     if (r->steps == NULL)
         return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory", saga_id);
+    r->deadline_ms = INT64_MAX; /* none until the load says otherwise */
+    for (size_t i = 0; i < def->n_steps; i++)
+        r->steps[i].deadline_ms = INT64_MAX;
     return 0;
 }
 

@@ -94,7 +94,7 @@ struct txo_worker {
     _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, picked_up, retries,
         commands_done, commands_failed, cleaned;
 
-    struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries,
+    struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries, *m_deadlines,
         *m_commands_done, *m_commands_failed, *m_cleaned;
     struct txo__order_watch *order; /* the inbox's order verdicts: counted, logged, held */
 };
@@ -131,6 +131,7 @@ static int register_metrics(struct txo_worker *w, struct txo_error *err)
         return 0;
     static const char *const outcome[] = {"outcome"};
     static const char *const table[] = {"table"};
+    static const char *const deadline[] = {"kind", "saga_type"};
     struct {
         struct txo_metric **slot;
         enum txo_metric_type type;
@@ -148,6 +149,10 @@ static int register_metrics(struct txo_worker *w, struct txo_error *err)
          "Sagas taken up by the scheduler without a live owner (new or resumed).", 0, NULL},
         {&w->m_retries, TXO_METRIC_COUNTER, "txo_saga_retries_total",
          "Automatic retries of COMPENSATION_FAILED sagas.", 0, NULL},
+        {&w->m_deadlines, TXO_METRIC_COUNTER, "txo_saga_deadlines_passed_total",
+         "Saga deadlines found passed, by kind (try: a call hung past its try timeout and was "
+         "taken over; step; saga: the saga then compensates) and saga type.",
+         2, deadline},
         {&w->m_commands_done, TXO_METRIC_COUNTER, "txo_commands_done_total",
          "command_queue commands completed.", 0, NULL},
         {&w->m_commands_failed, TXO_METRIC_COUNTER, "txo_commands_failed_total",
@@ -161,6 +166,7 @@ static int register_metrics(struct txo_worker *w, struct txo_error *err)
         if (*fams[i].slot == NULL)
             return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
     }
+    w->opts.saga.deadlines = w->m_deadlines; /* the engine counts them as it finds them */
     return 0;
 }
 

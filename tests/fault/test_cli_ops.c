@@ -187,6 +187,63 @@ static int lines_naming(const char *out, const char *saga_id)
     return n;
 }
 
+/* A running saga past a deadline is listed even under a live owner, with where and how long:
+ * a worker hung in ChargePayment past the step's deadline, and a saga past its own between
+ * steps. Their rows are written as such a worker leaves them. */
+static void test_saga_list_stuck_past_deadline(void **state)
+{
+    struct testdb *t = *state;
+    struct order_item item = {"pen", 1, 250};
+    char hung[TXO_SAGA_ID_LEN], late[TXO_SAGA_ID_LEN], fresh[TXO_SAGA_ID_LEN];
+    int64_t order;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, &order, hung, &err), 0);
+    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, &order, late, &err), 0);
+    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, &order, fresh, &err), 0);
+    assert_int_equal(txo_db_exec(t->db,
+                                 "UPDATE saga_instances SET owner = 'hung:1', "
+                                 "lease_until = NOW(6) + INTERVAL 1 HOUR",
+                                 NULL, 0, NULL, &err),
+                     0);
+    struct txo_param hp = txo_p_str(hung);
+    assert_int_equal(txo_db_exec(t->db,
+                                 "UPDATE saga_steps SET status = IF(step_order = 1, 'COMPLETED', "
+                                 "'RUNNING'), remote_state = 'CALLING', "
+                                 "deadline_at = NOW(6) - INTERVAL 5 SECOND "
+                                 "WHERE saga_id = ? AND step_order IN (1, 2)",
+                                 &hp, 1, NULL, &err),
+                     0);
+    struct txo_param lp = txo_p_str(late);
+    assert_int_equal(txo_db_exec(t->db,
+                                 "UPDATE saga_instances SET deadline_at = NOW(6) - INTERVAL 7 "
+                                 "SECOND WHERE id = ?",
+                                 &lp, 1, NULL, &err),
+                     0);
+
+    const char *list[] = {"saga", "list", "--stuck", "--idle=3600", NULL};
+    char *out = NULL;
+    assert_int_equal(run_txo(list, &out), 1);
+    assert_int_equal(lines_naming(out, hung), 1);
+    assert_int_equal(lines_naming(out, late), 1);
+    assert_int_equal(lines_naming(out, fresh), 0);
+    const char *line = strstr(out, hung);
+    const char *end = strchr(line, '\n');
+    const char *where = strstr(line, "past its step deadline by ");
+    assert_true(where != NULL && where < end);
+    assert_true(atoi(where + strlen("past its step deadline by ")) >= 5);
+    where = strstr(line, " s at step ChargePayment");
+    assert_true(where != NULL && where < end);
+    line = strstr(out, late);
+    end = strchr(line, '\n');
+    where = strstr(line, "past its saga deadline by ");
+    assert_true(where != NULL && where < end);
+    assert_true(atoi(where + strlen("past its saga deadline by ")) >= 7);
+    where = strstr(line, " s at step -");
+    assert_true(where != NULL && where < end);
+    free(out);
+}
+
 static void test_saga_list_stuck(void **state)
 {
     struct testdb *t = *state;
@@ -328,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_saga_list_stuck_past_deadline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_environment_variable_warned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup, teardown),
     };

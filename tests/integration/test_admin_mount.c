@@ -124,6 +124,7 @@ static int setup(void **state)
     struct txo_http_server_opts so;
     txo_http_server_opts_init(&so);
     so.handler_threads = 2;
+    so.port = 0; /* any free port: 8080 may be taken by a service running on this machine */
     if (txo_http_server_start(&so, txo_admin_http_handler, c->admin, &c->srv, &err) != 0)
         fail_msg("server: %s", err.msg);
     c->port = txo_http_server_port(c->srv);

@@ -145,6 +145,38 @@ static void test_order_created_starts_the_saga_once(void **state)
     txo_free(env);
 }
 
+/* A saga found past its deadline stops going forward, and the worker counts it by kind and
+ * saga type. */
+static void test_saga_past_its_deadline_is_counted(void **state)
+{
+    struct fixture *f = *state;
+    struct order_item item = {.sku = "iphone-15", .qty = 1, .price_cents = 1000};
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t order = 0;
+    char saga_id[TXO_SAGA_ID_LEN];
+    assert_int_equal(orders_create_with_saga(f->t.db, 7, &item, 1, &order, saga_id, &err), 0);
+    struct txo_param p[] = {txo_p_str(saga_id)};
+    assert_int_equal(txo_db_exec(f->t.db,
+                                 "UPDATE saga_instances SET deadline_at = NOW(6) - INTERVAL 1 "
+                                 "SECOND WHERE id = ?",
+                                 p, 1, NULL, &err),
+                     0);
+    assert_int_equal(txo_worker_start(f->w, &err), 0);
+    for (int i = 0; i < 500 && count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = "
+                                        "'FAILED'") == 0;
+         i++)
+        txo_sleep_ms(20);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"), 1);
+    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"), 1);
+    static const char *const names[] = {"kind", "saga_type"};
+    const char *labels[] = {"saga", "CreateOrderSaga"};
+    assert_true(txo_metric_value(txo_metrics_register(f->metrics, TXO_METRIC_COUNTER,
+                                                      "txo_saga_deadlines_passed_total", "x", 2,
+                                                      names, NULL, 0, &err),
+                                 labels) == 1);
+}
+
 struct async_create {
     int64_t id;
 };
@@ -332,6 +364,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_order_created_starts_the_saga_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_order_starts_from_the_command_only, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_saga_past_its_deadline_is_counted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unhandled_and_bad_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_delivery_is_consumed_in_one_transaction, setup,
                                         teardown),

@@ -32,6 +32,7 @@
 #include "saga/saga_sql.h"
 #include "testclock.h"
 #include "testdb.h"
+#include "testsaga.h"
 #include "txo/txo.h"
 
 #define N_STEPS   3
@@ -69,22 +70,12 @@ struct fixture {
     struct txo_saga_opts opts;
 };
 
-static int effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
-                  struct txo_error *err)
-{
-    struct txo_param p[] = {txo_p_str(ctx->saga_id), txo_p_str(ctx->step_name), txo_p_str(kind)};
-    return txo_tx_exec(tx,
-                       "INSERT INTO effects (saga_id, step, kind) VALUES (?, ?, ?) "
-                       "ON DUPLICATE KEY UPDATE n = n + 1",
-                       p, 3, NULL, err);
-}
-
 static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
     p->action_calls[step]++;
-    int rc = effect(tx, ctx, "do", err);
+    int rc = testsaga_effect(tx, ctx, "do", err);
     if (rc != 0)
         return rc;
     if (p->deadlock_once[step] > 0) {
@@ -100,7 +91,7 @@ static int compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct 
 {
     struct probe *p = ctx->user;
     p->comp_calls[ctx->step_index + 1]++;
-    return effect(tx, ctx, "undo", err);
+    return testsaga_effect(tx, ctx, "undo", err);
 }
 
 /* Another connection updates the saga's rows and the business row of step 1 while the call
@@ -159,7 +150,7 @@ static int guard(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_e
     p->guard_calls[step]++;
     if (p->guard_rc[step] != 0)
         return txo_error_set(err, p->guard_rc[step], "%s: order no longer open", ctx->step_name);
-    return effect(tx, ctx, "guard", err); /* written in phase (a)'s transaction */
+    return testsaga_effect(tx, ctx, "guard", err); /* written in phase (a)'s transaction */
 }
 
 static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx, enum txo_saga_status final,
@@ -220,10 +211,7 @@ static int setup(void **state)
 {
     struct fixture *f = txo_calloc(1, sizeof(*f));
     testdb_setup(&f->t, "sagaremote");
-    testdb_exec(f->t.db, "CREATE TABLE effects ("
-                         "  saga_id CHAR(36) NOT NULL, step VARCHAR(32) NOT NULL,"
-                         "  kind VARCHAR(32) NOT NULL, n INT NOT NULL DEFAULT 1,"
-                         "  PRIMARY KEY (saga_id, step, kind)) ENGINE=InnoDB");
+    testsaga_create_effects(f->t.db);
     testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.owner = "worker-1";
@@ -284,31 +272,17 @@ static enum txo_saga_status run(struct fixture *f)
 
 static char *step_str(struct fixture *f, int step, const char *col)
 {
-    char sql[160];
-    snprintf(sql, sizeof(sql),
-             "SELECT CAST(%s AS CHAR) FROM saga_steps WHERE saga_id = ? AND step_order = ?", col);
-    struct txo_param p[] = {txo_p_str(f->p.saga_id), txo_p_i64(step)};
-    return testdb_str(f->t.db, sql, p, 2);
+    return testsaga_step_col(f->t.db, f->p.saga_id, step, col);
 }
 
 static void assert_step(struct fixture *f, int step, const char *status, const char *remote)
 {
-    char *s = step_str(f, step, "status");
-    char *r = step_str(f, step, "remote_state");
-    if (s == NULL || r == NULL || strcmp(s, status) != 0 || strcmp(r, remote) != 0)
-        fail_msg("step %d is %s/%s, want %s/%s", step, s != NULL ? s : "NULL",
-                 r != NULL ? r : "NULL", status, remote);
-    txo_free(s);
-    txo_free(r);
+    testsaga_assert_step(f->t.db, f->p.saga_id, step, status, remote);
 }
 
 static int64_t effects(struct fixture *f, const char *step, const char *kind)
 {
-    struct txo_param p[] = {txo_p_str(f->p.saga_id), txo_p_str(step), txo_p_str(kind)};
-    return testdb_i64(f->t.db,
-                      "SELECT COALESCE(SUM(n), 0) FROM effects WHERE saga_id = ? AND step = ? "
-                      "AND kind = ?",
-                      p, 3);
+    return testsaga_effects(f->t.db, f->p.saga_id, step, kind);
 }
 
 /* Runs statement sql with the fixture's saga id bound. */

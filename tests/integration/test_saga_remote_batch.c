@@ -34,6 +34,7 @@
 
 #include "testclock.h"
 #include "testdb.h"
+#include "testsaga.h"
 #include "txo/txo.h"
 
 #define N_STEPS 3
@@ -73,23 +74,13 @@ static int index_of(const struct txo_saga_ctx *ctx)
     return atoi(ctx->correlation_id + 3);
 }
 
-static int effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
-                  struct txo_error *err)
-{
-    struct txo_param p[] = {txo_p_str(ctx->saga_id), txo_p_str(ctx->step_name), txo_p_str(kind)};
-    return txo_tx_exec(tx,
-                       "INSERT INTO effects (saga_id, step, kind) VALUES (?, ?, ?) "
-                       "ON DUPLICATE KEY UPDATE n = n + 1",
-                       p, 3, NULL, err);
-}
-
 static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int code = p->action_fail[ctx->step_index + 1][index_of(ctx)];
     if (code != 0)
         return txo_error_set(err, code, "%s refused locally", ctx->step_name);
-    return effect(tx, ctx, "do", err);
+    return testsaga_effect(tx, ctx, "do", err);
 }
 
 static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
@@ -100,7 +91,7 @@ static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx
         outcome[k] = p->action_fail[ctx[k]->step_index + 1][index_of(ctx[k])];
         if (outcome[k] != 0)
             continue; /* nothing written for it: its own run fails it */
-        int rc = effect(tx, ctx[k], "do", err);
+        int rc = testsaga_effect(tx, ctx[k], "do", err);
         if (rc != 0)
             return rc;
     }
@@ -109,7 +100,7 @@ static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx
 
 static int compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
-    return effect(tx, ctx, "undo", err);
+    return testsaga_effect(tx, ctx, "undo", err);
 }
 
 /* Another connection updates the batch's saga and step rows while the calls run: with a 1 s
@@ -241,10 +232,7 @@ static int setup(void **state)
 {
     struct fixture *f = txo_calloc(1, sizeof(*f));
     testdb_setup(&f->t, "sagarbatch");
-    testdb_exec(f->t.db, "CREATE TABLE effects ("
-                         "  saga_id CHAR(36) NOT NULL, step VARCHAR(32) NOT NULL,"
-                         "  kind VARCHAR(32) NOT NULL, n INT NOT NULL DEFAULT 1,"
-                         "  PRIMARY KEY (saga_id, step, kind)) ENGINE=InnoDB");
+    testsaga_create_effects(f->t.db);
     testclock_init(&f->clock);
     txo_saga_opts_init(&f->opts);
     f->opts.owner = "worker-1";
@@ -286,11 +274,7 @@ static void run_batch(struct fixture *f, struct txo_db *db, enum txo_saga_status
 
 static char *step_col(struct fixture *f, int k, int step, const char *col)
 {
-    char sql[160];
-    snprintf(sql, sizeof(sql),
-             "SELECT CAST(%s AS CHAR) FROM saga_steps WHERE saga_id = ? AND step_order = ?", col);
-    struct txo_param p[] = {txo_p_str(f->ids[k]), txo_p_i64(step)};
-    return testdb_str(f->t.db, sql, p, 2);
+    return testsaga_step_col(f->t.db, f->ids[k], step, col);
 }
 
 static void assert_step(struct fixture *f, int k, int step, const char *status, const char *remote,
@@ -311,11 +295,7 @@ static void assert_step(struct fixture *f, int k, int step, const char *status, 
 
 static int64_t effects(struct fixture *f, int k, const char *step, const char *kind)
 {
-    struct txo_param p[] = {txo_p_str(f->ids[k]), txo_p_str(step), txo_p_str(kind)};
-    return testdb_i64(f->t.db,
-                      "SELECT COALESCE(SUM(n), 0) FROM effects WHERE saga_id = ? AND step = ? "
-                      "AND kind = ?",
-                      p, 3);
+    return testsaga_effects(f->t.db, f->ids[k], step, kind);
 }
 
 static int64_t statements(struct txo_db *db)

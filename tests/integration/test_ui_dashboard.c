@@ -39,6 +39,8 @@ enum { P_SERVE, P_CHROMIUM, P_RELAY, P_WORKER, N_PROCS };
 static const char *const proc_names[N_PROCS] = {"txo serve", "chromium", "txo relay", "txo worker"};
 
 #define TOKEN "dash-s3cret"
+/* A saga the test writes past its deadline, under a live owner. */
+#define LATE_SAGA "00000000-0000-4000-8000-00000000dead"
 
 struct ctx {
     struct testdb t;
@@ -251,6 +253,13 @@ static void test_dashboard_in_chromium(void **state)
     testhttp_get(c->h, c->api_port, "/processes", &c->r);
     testhttp_expect_status(&c->r, 401, "GET /processes without a token");
 
+    /* A saga past its deadline under a live owner (a worker hung between its steps). */
+    testdb_exec(c->t.db,
+                "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, "
+                "owner, lease_until, deadline_at) VALUES ('" LATE_SAGA "', 'CreateOrderSaga', "
+                "'late:1', 'RUNNING', '{}', 'hung:1', NOW(6) + INTERVAL 1 HOUR, "
+                "NOW(6) - INTERVAL 30 SECOND)");
+
     /* What the page will show about the saga: the step whose compensation failed, and why. */
     const char *auth[] = {"Authorization: Bearer " TOKEN, NULL};
     testhttp_do(c->h, "GET", c->api_port, "/sagas", auth, NULL, 0, &c->r);
@@ -260,6 +269,14 @@ static void test_dashboard_in_chromium(void **state)
                          json_object_get(json_object_get(doc, "by_status"), "COMPENSATION_FAILED")),
                      1);
     assert_int_equal(json_integer_value(json_object_get(doc, "abandoned")), 1);
+    json_t *late = json_array_get(json_object_get(doc, "sagas"), 1);
+    json_t *passed = json_object_get(late, "deadline");
+    if (late == NULL ||
+        strcmp(json_string_value(json_object_get(late, "saga_id")), LATE_SAGA) != 0 ||
+        json_string_value(json_object_get(passed, "kind")) == NULL ||
+        strcmp(json_string_value(json_object_get(passed, "kind")), "saga") != 0 ||
+        json_integer_value(json_object_get(passed, "overdue_seconds")) < 30)
+        fail_msg("GET /sagas does not list the saga past its deadline: %s", c->r.body);
     json_t *saga = json_array_get(json_object_get(doc, "sagas"), 0);
     json_t *failing = json_object_get(saga, "failing_step");
     if (saga == NULL || strcmp(json_string_value(json_object_get(saga, "saga_id")), saga_id) != 0 ||

@@ -129,6 +129,10 @@ case 'load':
   if (!(await evaluate('document.querySelector("#dlq td.error").textContent.includes("<b")')))
     die('the dead letter\'s error text is not shown as it is');
   await waitFor('document.querySelector("#attention tr[data-saga]")', 'a saga row');
+  // A running saga past its deadline, under a live owner, says which deadline it passed.
+  await waitFor('Array.from(document.querySelectorAll("#attention tr[data-saga]"))' +
+                '.some((tr) => tr.textContent.includes("past its saga deadline"))',
+                'the saga past its deadline');
   // The FAILED event holds its aggregate back (GET /outbox/parked).
   await waitFor('Array.from(document.querySelectorAll("#parked tr[data-parked] td.mono"))' +
                 '.some((td) => td.textContent === "order/4242")', 'the parked aggregate order/4242');

@@ -218,6 +218,13 @@ function showDeadLetters(d) {
   setText('dlq-count', rows.length >= DLQ_LIMIT ? '(the oldest ' + DLQ_LIMIT + ')' : '');
 }
 
+// A running saga past a deadline (a worker hung in a step): which, where, for how long.
+function deadlineText(d) {
+  if (!d) return '';
+  return 'past its ' + d.kind + ' deadline ' + duration(d.overdue_seconds) + ' ago' +
+         (d.step ? ' at ' + d.step : '');
+}
+
 function showSagas(s) {
   const rows = Object.entries(s.by_status).map(([status, n]) =>
     el('tr', {cls: n > 0 && /FAILED|COMPENSATING/.test(status) ? 'warn' : '',
@@ -236,7 +243,8 @@ function showSagas(s) {
         el('td', {cls: 'mono'}, g.saga_id),
         el('td', null, g.saga_type),
         el('td', {cls: g.status === 'COMPENSATION_FAILED' ? 'bad' : 'warn'}, g.status),
-        el('td', null, step ? step.step + '. ' + step.name + ' (' + step.status + ')' : ''),
+        el('td', null, deadlineText(g.deadline) ||
+           (step ? step.step + '. ' + step.name + ' (' + step.status + ')' : '')),
         el('td', {cls: 'error', title: step && step.error ? step.error : ''},
            step && step.error ? step.error : ''),
         el('td', null, duration(g.idle_seconds)),
