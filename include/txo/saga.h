@@ -229,7 +229,7 @@ typedef void (*txo_saga_remote_batch_fn)(const struct txo_saga_ctx *const *ctx, 
                                          struct txo_error *errs);
 
 struct txo_saga_step_def {
-    const char *name;                     /* "ReserveStock"; stored in saga_steps.step_name */
+    const char *name; /* "ReserveStock"; stored in saga_steps.step_name */
     /* Deadlines (see the top of this file); 0: none. try_timeout_ms applies to a remote part. */
     unsigned try_timeout_ms;
     unsigned deadline_ms;
@@ -359,12 +359,12 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
  * action_batch for the sagas whose call was done. A saga whose call failed, was refused or
  * may have happened leaves the batch: its outcome is recorded and it goes on the single way.
  * A saga that the batch did not complete, a saga past a deadline, and every step without a
- * batch form, run the single way. A crash anywhere inside a batch's transaction commits nothing of it, and a crash
- * after its calls leaves them CALLING, i.e. maybe done: every saga is resumed from its
- * persisted state after its lease expires.
- * rcs[k] (may be NULL) gets what txo_saga_run() would have returned for ids[k], finals[k]
- * (may be NULL) the state it ended in. Returns 0 when every saga was handled (look at rcs),
- * or an error that stopped the whole batch (bad arguments, out of memory).
+ * batch form, run the single way. A crash anywhere inside a batch's transaction commits nothing of
+ * it, and a crash after its calls leaves them CALLING, i.e. maybe done: every saga is resumed from
+ * its persisted state after its lease expires. rcs[k] (may be NULL) gets what txo_saga_run() would
+ * have returned for ids[k], finals[k] (may be NULL) the state it ended in. Returns 0 when every
+ * saga was handled (look at rcs), or an error that stopped the whole batch (bad arguments, out of
+ * memory).
  */
 TXO_API TXO_MUST_CHECK int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def,
                                               const char *const *ids, size_t n,
