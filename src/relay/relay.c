@@ -38,14 +38,13 @@
  * in per-aggregate order; shards.c the shard membership; relay_parked.c the parked list.
  *
  * Thread-safety: a relay is driven by one thread. txo_relay_stop() only stores to a lock-free
- * atomic, so it is safe from any thread and from a signal handler; the stats are atomics too,
+ * atomic and writes to an eventfd (core/waiter.h), so it is safe from any thread and from a
+ * signal handler; the stats are atomics too,
  * so another thread may read them while the relay runs.
  */
 
 #include "relay/relay_internal.h"
 #include "relay/relay_sql.h"
-
-_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "txo_relay_stop needs a lock-free atomic int");
 
 /*
  * The claim's lease passes (src/queue/lease.c): from the start of the due PENDING range of
@@ -673,7 +672,7 @@ static void swap_entries(struct txo_relay *r, size_t i, size_t j)
  */
 static bool stopping(struct txo_relay *r)
 {
-    return atomic_load(&r->stop) != 0;
+    return txo__waiter_stopped(&r->pause);
 }
 
 static size_t take_out_behind_suspects(struct txo_relay *r)

@@ -113,9 +113,8 @@ struct txo_relay {
      * and the one after a held claim met suspects; see txo/relay.h). */
     bool lease_cycle;
 
-    atomic_int stop;
-    /* The relay's pauses (idle, backoff): txo_relay_wake() kicks it (something was committed,
-     * end the idle sleep), txo_relay_stop() stops it. */
+    /* The relay's pauses (idle, backoff), and whether it was asked to stop: txo_relay_wake()
+     * kicks it (something was committed, end the idle sleep), txo_relay_stop() stops it. */
     struct txo__waiter pause;
     struct relay_counters stats;
     struct txo__lease_reclaimer reclaimer;

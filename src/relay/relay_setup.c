@@ -298,7 +298,6 @@ int txo_relay_new(struct txo_db *db, struct txo_publisher *pub, const struct txo
     r->lease_cycle = true;
     for (size_t s = 0; s < IN_STMT_COUNT; s++)
         txo__lease_in_init(&r->in[s], in_stmt_prefix[s]);
-    atomic_init(&r->stop, 0);
     r->relay_id = opts->relay_id != NULL ? txo_strdup(opts->relay_id) : default_relay_id();
 
     size_t batch = opts->batch_size;
@@ -357,7 +356,6 @@ void txo_relay_wake(struct txo_relay *relay)
 
 void txo_relay_stop(struct txo_relay *relay)
 {
-    atomic_store(&relay->stop, 1);
     txo__waiter_stop(&relay->pause);
 }
 
