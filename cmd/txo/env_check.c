@@ -3,7 +3,8 @@
  * setting misspelt or left over from another version, and would otherwise be ignored without
  * a word. The names every command reads are learnt from the commands' own settings tables
  * (each command's run() is called in collect mode, where settings_parse() hands its table here
- * and returns at once), so the check cannot drift from the tables.
+ * and returns at once), so the check cannot drift from the tables; they are learnt only when
+ * the environment holds a TXO_* variable that is not one of the scripts' own.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -112,7 +113,8 @@ static const char *closest(const char *name, size_t len)
     return best;
 }
 
-void settings_warn_unknown_env(const struct command *const *cmds, size_t n, const char *me)
+/* Learns the names every command reads, from their tables (once). */
+static void learn(const struct command *const *cmds, size_t n)
 {
     known.on = true;
     known.n = 0;
@@ -121,11 +123,20 @@ void settings_warn_unknown_env(const struct command *const *cmds, size_t n, cons
         (void)cmds[i]->run(1, argv);
     }
     known.on = false;
+}
+
+void settings_warn_unknown_env(const struct command *const *cmds, size_t n, const char *me)
+{
+    bool learnt = false;
     for (char **e = environ; e != NULL && *e != NULL; e++) {
         if (strncmp(*e, "TXO_", 4) != 0)
             continue;
         const char *eq = strchr(*e, '=');
         size_t len = eq != NULL ? (size_t)(eq - *e) : strlen(*e);
+        if (!learnt && !is_known(*e, len)) { /* the tables only when there is a TXO_* to judge */
+            learn(cmds, n);
+            learnt = true;
+        }
         if (is_known(*e, len))
             continue;
         const char *hint = len <= NAME_MAX_LEN ? closest(*e, len) : NULL;
