@@ -88,7 +88,8 @@ help:
 	@echo
 	@echo 'Targets:'
 	@echo '  run           build txo, start the database, run the API + relay + worker (txo up); BROKER=X adds'
-	@echo '                a private broker X (scripts/broker.sh names); the ports are checked first'
+	@echo '                a private broker X (scripts/broker.sh names); the ports are checked first; the fake'
+	@echo '                payment/shipment service runs too (TXO_PAYMENT_URL/TXO_SHIPMENT_URL: real ones; FAKES=0: none)'
 	@echo '  demo          build, start the database, migrate, run the saga scenarios and check them'
 	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
 	@echo '  deps-run      only those `make run` needs: build packages, MariaDB, curl, BROKER'"'"'s server'

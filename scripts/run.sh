@@ -5,8 +5,13 @@
 #   scripts/run.sh              local dispatch: MariaDB is the only other process
 #   BROKER=nats scripts/run.sh  also starts a private broker (scripts/broker.sh names lists
 #                               them; NATS=1 is BROKER=nats) and runs `txo up --broker` on it
-#   FAKES=1 scripts/run.sh      also starts txo-fake-services and calls it over HTTP for the
-#                               payments and shipments (default: the in-process stand-ins)
+#   scripts/run.sh              also starts txo-fake-services (the payment and shipment
+#                               services, with test values that decline, refuse and slow
+#                               down: see the banner) and calls it over HTTP
+#   TXO_PAYMENT_URL=... TXO_SHIPMENT_URL=... scripts/run.sh
+#                               calls those services instead; no fake service is started
+#   FAKES=0 scripts/run.sh      no services at all: the in-process stand-ins accept every
+#                               charge and shipment
 #   scripts/run.sh --check      only check that the ports are free (`make run` does, before
 #                               building): when one is taken, say which and print the
 #                               command with free ones
@@ -30,6 +35,11 @@ BROKER_UP=0
 TXO_FAKE_BIN="${TXO_FAKE_BIN:-$(dirname "$TXO_BIN")/txo-fake-services}"
 FAKE_PORT="${TXO_FAKE_PORT:-8090}"
 FAKE_PID=""
+# The fake services run unless the real ones are named or FAKES=0 asks for none.
+if [ -n "${TXO_PAYMENT_URL:-}${TXO_SHIPMENT_URL:-}" ]; then
+    FAKES=0
+fi
+FAKES="${FAKES:-1}"
 
 log() { printf 'run.sh: %s\n' "$*" >&2; }
 
@@ -73,14 +83,13 @@ check_ports() {
         taken+=("127.0.0.1:$NATS_PORT (nats-server)")
         fix+=("TXO_NATS_PORT=$(free_port_after "$NATS_PORT")")
     fi
-    if [ "${FAKES:-0}" = "1" ] && port_taken "$FAKE_PORT"; then
+    if [ "$FAKES" = "1" ] && port_taken "$FAKE_PORT"; then
         taken+=("127.0.0.1:$FAKE_PORT (txo-fake-services)")
         fix+=("TXO_FAKE_PORT=$(free_port_after "$FAKE_PORT")")
     fi
     [ "${#taken[@]}" -eq 0 ] && return 0
     local flags=""
     [ -n "$BROKER" ] && flags+=" BROKER=$BROKER"
-    [ "${FAKES:-0}" = "1" ] && flags+=" FAKES=1"
     log "port taken by another program: ${taken[*]}"
     log "use free ones:  make run$flags ${fix[*]}${TXO_DB_PORT:+ TXO_DB_PORT=$TXO_DB_PORT}"
     exit 1
@@ -102,7 +111,8 @@ cleanup() {
 check_ports
 trap cleanup EXIT
 
-ARGS=(up --listen "$LISTEN" --stock "iphone-15=1000,airpods-pro=1000,usb-c-cable=5000")
+ARGS=(up --listen "$LISTEN"
+      --stock "iphone-15=1000,airpods-pro=1000,usb-c-cable=5000,undeliverable=1000")
 if [ -n "$BROKER" ]; then
     port=""
     [ "$BROKER" = "nats" ] && port="$NATS_PORT"
@@ -111,7 +121,7 @@ if [ -n "$BROKER" ]; then
     mapfile -t broker_flags <<<"$flags"
     ARGS+=(--broker "$BROKER" "${broker_flags[@]}")
 fi
-if [ "${FAKES:-0}" = "1" ]; then
+if [ "$FAKES" = "1" ]; then
     mkdir -p "$ROOT/.txo"
     "$TXO_FAKE_BIN" --listen "127.0.0.1:$FAKE_PORT" >"$ROOT/.txo/fake-services.log" 2>&1 &
     FAKE_PID=$!
@@ -132,8 +142,24 @@ cat <<BANNER
   Metrics:                           curl -s $URL/metrics
   Outbox at a glance:                curl -s $URL/outbox/stats
   The operator's dashboard:          $URL/ui  (in a browser)
-
 BANNER
+if [ "$FAKES" = "1" ]; then
+    cat <<BANNER
+  What goes wrong (test values of the fake payment and shipment service, on 127.0.0.1:$FAKE_PORT):
+    customer 402's card is declined:  the saga releases the stock, the order ends CANCELLED
+      curl -s -X POST $URL/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-2' \\
+           -d '{"customer_id":402,"items":[{"sku":"iphone-15","qty":1,"price_cents":100000}]}'
+    the SKU "undeliverable" is refused by the carrier:  payment refunded, stock back, CANCELLED
+      curl -s -X POST $URL/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-3' \\
+           -d '{"customer_id":123,"items":[{"sku":"undeliverable","qty":1,"price_cents":500}]}'
+    customer 408's card takes 4 s to charge: time to cancel (N: the order_id the POST printed)
+      curl -s -X POST $URL/orders -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-4' \\
+           -d '{"customer_id":408,"items":[{"sku":"airpods-pro","qty":1,"price_cents":25000}]}'
+      curl -s -X POST $URL/orders/N/cancel -H 'If-Match: "0"'
+    What the services recorded:       curl -s 127.0.0.1:$FAKE_PORT/stats
+BANNER
+fi
+echo
 # Not exec: the trap must stop the broker and the fake service after `txo up` exits. SIGINT reaches all.
 set +e
 "$TXO_BIN" "${ARGS[@]}" "$@"

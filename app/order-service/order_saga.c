@@ -271,27 +271,45 @@ static bool order_open(const char *status)
 
 /* ---- the remote parts: the calls to the services, and their guard ---- */
 
-#define SERVICE_BODY_MAX 128
-
-/* The body of a call: {"order_id"[,"amount_cents"]} (amount_cents < 0: none). */
-static void service_body(const struct order_saga_state *st, int64_t amount_cents, char *out,
-                         size_t cap)
+/*
+ * The body of a call (enum service_body), allocated: txo_free it; NULL when out of memory. A
+ * service needs no more than this: a payment provider the customer and the amount, a carrier
+ * what goes in the parcel.
+ */
+static char *service_body(const struct order_saga_state *st, enum service_body what)
 {
-    if (amount_cents >= 0)
-        snprintf(out, cap, "{\"order_id\":%" PRId64 ",\"amount_cents\":%" PRId64 "}", st->order_id,
-                 amount_cents);
-    else
-        snprintf(out, cap, "{\"order_id\":%" PRId64 "}", st->order_id);
+    json_t *body = json_pack("{s:I,s:I}", "order_id", (json_int_t)st->order_id, "customer_id",
+                             (json_int_t)st->customer_id);
+    if (body != NULL && what == BODY_CHARGE &&
+        json_object_set_new(body, "amount_cents", json_integer(st->total_cents)) != 0) {
+        json_decref(body);
+        return NULL;
+    }
+    if (body != NULL && what == BODY_PARCEL) {
+        json_t *items = json_array();
+        for (size_t k = 0; items != NULL && k < st->n_items; k++)
+            if (json_array_append_new(items, json_pack("{s:s,s:i}", "sku", st->items[k].sku, "qty",
+                                                       (int)st->items[k].qty)) != 0) {
+                json_decref(items);
+                items = NULL;
+            }
+        if (items == NULL || json_object_set_new(body, "items", items) != 0) {
+            json_decref(body);
+            return NULL;
+        }
+    }
+    char *text = body != NULL ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (text == NULL)
+        return NULL;
+    char *out = txo_strdup(text);
+    free(text);
+    return out;
 }
 
-/*
- * The remote part of a step: POSTs {"order_id"[,"amount_cents"]} to the service with the
- * engine's idempotency key (the same on every try and in every worker, so the service applies
- * the call once). Returns order_service_call()'s result: 0, TXO_EBUSINESS (refused),
- * TXO_EUNKNOWN (may have taken effect) or another transient code (did not).
- */
+/* See order_saga_steps.h. */
 int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
-                             const char *operation, const char *path, int64_t amount_cents,
+                             const char *operation, const char *path, enum service_body what,
                              struct txo_error *err)
 {
     const struct order_saga_state *st = order_saga__state(ctx, err);
@@ -302,9 +320,13 @@ int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_
         return txo_error_set(err, TXO_ECONFIG, "%s: no external service session", operation);
     if (!order_services_remote(order_service_session_services(env->session), kind))
         return 0; /* this service is the in-process stand-in: nothing to call */
-    char body[SERVICE_BODY_MAX];
-    service_body(st, amount_cents, body, sizeof(body));
-    return order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body, err);
+    char *body = service_body(st, what);
+    if (body == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "%s: out of memory for the request body", operation);
+    int rc =
+        order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body, err);
+    txo_free(body);
+    return rc;
 }
 
 /*
@@ -595,7 +617,7 @@ static int order_still_open_batch(struct txo_tx *tx, const struct txo_saga_ctx *
  */
 void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_t n,
                                     enum order_service_kind kind, const char *operation,
-                                    const char *path, bool with_amount, int *rcs,
+                                    const char *path, enum service_body what, int *rcs,
                                     struct txo_error *errs)
 {
     struct order_saga_env *env = ctx[0]->user;
@@ -610,7 +632,7 @@ void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_
         return;
     }
     struct order_service_req *reqs = txo_calloc(n, sizeof(*reqs));
-    char(*bodies)[SERVICE_BODY_MAX] = txo_calloc(n, sizeof(*bodies));
+    char **bodies = txo_calloc(n, sizeof(*bodies));
     size_t *of = txo_calloc(n, sizeof(*of)); /* reqs[j] is the call of ctx[of[j]] */
     if (reqs == NULL || bodies == NULL || of == NULL) {
         for (size_t k = 0; k < n; k++)
@@ -624,7 +646,12 @@ void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_
         rcs[k] = st != NULL ? 0 : TXO_EINVAL;
         if (st == NULL)
             continue;
-        service_body(st, with_amount ? st->total_cents : -1, bodies[m], sizeof(bodies[m]));
+        bodies[m] = service_body(st, what);
+        if (bodies[m] == NULL) {
+            rcs[k] = txo_error_set(&errs[k], TXO_ENOMEM, "%s: out of memory for the request body",
+                                   operation);
+            continue;
+        }
         reqs[m].idempotency_key = ctx[k]->idempotency_key;
         reqs[m].body_json = bodies[m];
         of[m++] = k;
@@ -635,6 +662,8 @@ void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_
         errs[of[j]] = reqs[j].err;
     }
 out:
+    for (size_t j = 0; bodies != NULL && j < n; j++)
+        txo_free(bodies[j]);
     txo_free(reqs);
     txo_free(bodies);
     txo_free(of);

@@ -29,13 +29,13 @@ int order_saga__remote_charge(const struct txo_saga_ctx *ctx, struct txo_error *
     if (st == NULL)
         return TXO_EINVAL;
     return order_saga__call_service(ctx, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
-                                    st->total_cents, err);
+                                    BODY_CHARGE, err);
 }
 
 int order_saga__remote_refund(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
-    return order_saga__call_service(ctx, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund", -1,
-                                    err);
+    return order_saga__call_service(ctx, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund",
+                                    BODY_ORDER, err);
 }
 
 int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
@@ -135,5 +135,5 @@ void order_saga__remote_charge_batch(const struct txo_saga_ctx *const *ctx, size
                                      struct txo_error *errs)
 {
     order_saga__call_service_batch(ctx, n, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
-                                   true, rcs, errs);
+                                   BODY_CHARGE, rcs, errs);
 }

@@ -26,14 +26,14 @@ static enum step_found shipment_found(const char *status)
 
 int order_saga__remote_create_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
-    return order_saga__call_service(ctx, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create", -1,
-                                    err);
+    return order_saga__call_service(ctx, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create",
+                                    BODY_PARCEL, err);
 }
 
 int order_saga__remote_cancel_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
-    return order_saga__call_service(ctx, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel", -1,
-                                    err);
+    return order_saga__call_service(ctx, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel",
+                                    BODY_ORDER, err);
 }
 
 int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
@@ -148,5 +148,5 @@ void order_saga__remote_create_shipment_batch(const struct txo_saga_ctx *const *
                                               int *rcs, struct txo_error *errs)
 {
     order_saga__call_service_batch(ctx, n, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create",
-                                   false, rcs, errs);
+                                   BODY_PARCEL, rcs, errs);
 }

@@ -87,14 +87,21 @@ int order_saga__query_str(struct txo_tx *tx, const char *sql, const struct txo_p
  * status (CANCELLED by the customer) or a missing order refuses the step. */
 enum step_found order_saga__order_found(const char *status);
 
+/* What the body of a call to a service carries besides the order_id and the customer_id. */
+enum service_body {
+    BODY_ORDER,  /* nothing more: refunds and cancellations name the order only */
+    BODY_CHARGE, /* amount_cents: the order's total */
+    BODY_PARCEL, /* items: [{"sku","qty"}], what the carrier ships */
+};
+
 /*
- * The remote part of a step: POSTs {"order_id"[,"amount_cents"]} to the service with the
- * engine's idempotency key (the same on every try and in every worker, so the service applies
- * the call once). Returns order_service_call()'s result: 0, TXO_EBUSINESS (refused),
- * TXO_EUNKNOWN (may have taken effect) or another transient code (did not).
+ * The remote part of a step: POSTs {"order_id","customer_id"[,"amount_cents"|"items"]} to the
+ * service with the engine's idempotency key (the same on every try and in every worker, so
+ * the service applies the call once). Returns order_service_call()'s result: 0, TXO_EBUSINESS
+ * (refused), TXO_EUNKNOWN (may have taken effect) or another transient code (did not).
  */
 int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
-                             const char *operation, const char *path, int64_t amount_cents,
+                             const char *operation, const char *path, enum service_body what,
                              struct txo_error *err);
 
 /* What a batch of n sagas' states look like; NULL states are refused one by one. */
@@ -149,7 +156,7 @@ size_t order_saga__batch_count_done(const int *outcome, size_t n);
  */
 void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_t n,
                                     enum order_service_kind kind, const char *operation,
-                                    const char *path, bool with_amount, int *rcs,
+                                    const char *path, enum service_body what, int *rcs,
                                     struct txo_error *errs);
 
 /* ---- the steps: txo_saga_step_fn, txo_saga_remote_fn and their batch forms ---- */

@@ -57,16 +57,24 @@ static const struct command fake_command = {
     .description =
         "Serves a fake payment and shipment API (JSON; every POST needs an Idempotency-Key\n"
         "header, a repeated key gets the stored answer and no second effect):\n"
-        "  POST /payments/charge   {\"order_id\":N,\"amount_cents\":N} -> 201 CHARGED, 402 "
-        "declined\n"
+        "  POST /payments/charge   {\"order_id\":N,\"customer_id\":N,\"amount_cents\":N} -> 201 "
+        "CHARGED,\n"
+        "                          402 declined (customer_id is optional)\n"
         "  POST /payments/refund   {\"order_id\":N} -> 200 REFUNDED (once per order)\n"
-        "  POST /shipments/create  {\"order_id\":N} -> 201 CREATED, 422 refused\n"
+        "  POST /shipments/create  {\"order_id\":N,\"items\":[{\"sku\":S,\"qty\":N}]} -> 201 "
+        "CREATED,\n"
+        "                          422 refused (items are optional)\n"
         "  POST /shipments/cancel  {\"order_id\":N} -> 200 CANCELLED (once per order)\n"
         "  GET  /stats[?order_id=N]  effects and requests counted so far\n"
         "  POST /control  {\"fail_rate\":x,\"decline_rate\":x,\"ship_decline_rate\":x,\n"
         "                  \"latency_ms\":n,\"hang\":bool,\"fail_path\":\"/payments/refund\",\n"
         "                  \"reset\":bool} changes the behaviour at run time; GET shows it\n"
         "  GET  /healthz  200\n"
+        "Test values, like a card network's test cards: a charge for customer_id 402 is\n"
+        "declined (402), a charge for customer_id 408 answers after 4 s (time to cancel the\n"
+        "order meanwhile), a shipment with the SKU \"undeliverable\" among its items is\n"
+        "refused (422); --declined-customer, --slow-customer, --slow-ms and --refused-sku\n"
+        "change them (0 or \"\" turns one off).\n"
         "Injected failures (503, hang) have no effect. The URL is printed on stdout once the\n"
         "service listens (port 0 picks a free port). SIGTERM/SIGINT stop it, exit 0.",
 };
@@ -86,6 +94,10 @@ struct fake_cmd_opts {
     const char *ship_decline_rate;
     const char *fail_path;
     bool hang;
+    unsigned declined_customer;
+    unsigned slow_customer;
+    int64_t slow_ms;
+    const char *refused_sku;
     unsigned random_state;
     unsigned max_connections;
     const char *log_level;
@@ -136,6 +148,33 @@ static struct setting table[] = {
      .def = "false",
      .help = "hold every payment/shipment call unanswered until the client gives up (max 600 s)",
      .target = &opts.hang},
+    {.name = "declined-customer",
+     .env = "TXO_FAKE_DECLINED_CUSTOMER",
+     .type = SETTING_UINT,
+     .def = "402",
+     .help = "customer_id whose every charge is declined with 402 (0: none)",
+     .max = 4294967295UL,
+     .target = &opts.declined_customer},
+    {.name = "slow-customer",
+     .env = "TXO_FAKE_SLOW_CUSTOMER",
+     .type = SETTING_UINT,
+     .def = "408",
+     .help = "customer_id whose charges answer after --slow-ms (0: none)",
+     .max = 4294967295UL,
+     .target = &opts.slow_customer},
+    {.name = "slow-ms",
+     .env = "TXO_FAKE_SLOW_MS",
+     .type = SETTING_MS,
+     .def = "4000",
+     .help = "how long a charge for --slow-customer takes",
+     .max = LATENCY_MAX_MS,
+     .target = &opts.slow_ms},
+    {.name = "refused-sku",
+     .env = "TXO_FAKE_REFUSED_SKU",
+     .type = SETTING_STRING,
+     .def = "undeliverable",
+     .help = "SKU that no shipment may contain: such a shipment is refused with 422 (\"\": none)",
+     .target = &opts.refused_sku},
     {.name = "random-state",
      .env = "TXO_FAKE_RANDOM_STATE",
      .type = SETTING_UINT,
@@ -220,7 +259,16 @@ struct stats {
     uint64_t hangs;
 };
 
+/* The test values (--declined-customer, ...): set at start, read-only afterwards. */
+struct test_values {
+    int64_t declined_customer; /* 0: none */
+    int64_t slow_customer;     /* 0: none */
+    int64_t slow_ms;
+    const char *refused_sku; /* "": none */
+};
+
 struct fake {
+    struct test_values tv;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast on shutdown and when a hang ends */
     bool stopping;
@@ -234,7 +282,8 @@ struct fake {
     struct order_rec *orders[ORDER_BUCKETS];
 };
 
-/* splitmix64: small, restartable from a given state, good enough for failure injection. Called under mu. */
+/* splitmix64: small, restartable from a given state, good enough for failure injection. Called
+ * under mu. */
 static double draw(struct fake *s)
 {
     uint64_t z = (s->rng += 0x9e3779b97f4a7c15ULL);
@@ -552,12 +601,36 @@ struct call {
     enum endpoint ep;
     const char *key;
     int64_t order_id;
+    int64_t customer_id; /* 0: not sent */
     int64_t amount_cents;
+    bool refused_sku; /* a shipment whose items hold the test value --refused-sku */
 };
 
+/* Checks the optional "items" of a shipment: [{"sku":"...","qty":N}, ...]. Returns NULL or why
+ * not; sets c->refused_sku when one of them is `refused` (non-empty). */
+static const char *parse_items(const json_t *items, const char *refused, struct call *c)
+{
+    if (items == NULL)
+        return NULL;
+    if (!json_is_array(items))
+        return "items must be an array";
+    size_t k;
+    const json_t *item;
+    json_array_foreach(items, k, item)
+    {
+        const json_t *sku = json_object_get(item, "sku");
+        const json_t *qty = json_object_get(item, "qty");
+        if (!json_is_string(sku) || !json_is_integer(qty) || json_integer_value(qty) <= 0)
+            return "each item must be {\"sku\": string, \"qty\": positive integer}";
+        if (refused[0] != '\0' && strcmp(json_string_value(sku), refused) == 0)
+            c->refused_sku = true;
+    }
+    return NULL;
+}
+
 /* Parses and validates the body. Returns NULL or the reason for a 400. */
-static const char *parse_call(const struct txo_http_request *req, struct call *c, char *why,
-                              size_t cap)
+static const char *parse_call(const struct fake *s, const struct txo_http_request *req,
+                              struct call *c, char *why, size_t cap)
 {
     json_error_t jerr;
     json_t *in = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &jerr);
@@ -568,14 +641,20 @@ static const char *parse_call(const struct txo_http_request *req, struct call *c
     const char *reason = NULL;
     json_t *order = json_object_get(in, "order_id");
     json_t *amount = json_object_get(in, "amount_cents");
+    json_t *customer = json_object_get(in, "customer_id");
     if (!json_is_object(in))
         reason = "body must be a JSON object";
     else if (!json_is_integer(order) || json_integer_value(order) <= 0)
         reason = "order_id must be a positive integer";
+    else if (customer != NULL && (!json_is_integer(customer) || json_integer_value(customer) <= 0))
+        reason = "customer_id must be a positive integer";
     else if (c->ep == EP_CHARGE && (!json_is_integer(amount) || json_integer_value(amount) < 0))
         reason = "amount_cents must be an integer >= 0";
+    else if (c->ep == EP_SHIP)
+        reason = parse_items(json_object_get(in, "items"), s->tv.refused_sku, c);
     if (reason == NULL) {
         c->order_id = json_integer_value(order);
+        c->customer_id = customer != NULL ? json_integer_value(customer) : 0;
         c->amount_cents = c->ep == EP_CHARGE ? json_integer_value(amount) : 0;
     }
     json_decref(in);
@@ -588,7 +667,8 @@ static json_t *apply_call(struct fake *s, const struct call *c, struct order_rec
     char id[32];
     switch (c->ep) {
     case EP_CHARGE:
-        if (s->b.decline_rate > 0.0 && draw(s) < s->b.decline_rate) {
+        if ((c->customer_id != 0 && c->customer_id == s->tv.declined_customer) ||
+            (s->b.decline_rate > 0.0 && draw(s) < s->b.decline_rate)) {
             s->st.declines++;
             *status = 402;
             return json_pack("{s:s,s:s,s:I}", "error", "card_declined", "status", "DECLINED",
@@ -609,7 +689,7 @@ static json_t *apply_call(struct fake *s, const struct call *c, struct order_rec
         *status = 200;
         return json_pack("{s:I,s:s}", "order_id", (json_int_t)c->order_id, "status", "REFUNDED");
     case EP_SHIP:
-        if (s->b.ship_decline_rate > 0.0 && draw(s) < s->b.ship_decline_rate) {
+        if (c->refused_sku || (s->b.ship_decline_rate > 0.0 && draw(s) < s->b.ship_decline_rate)) {
             s->st.shipment_declines++;
             *status = 422;
             return json_pack("{s:s,s:s,s:I}", "error", "address_unserviceable", "status",
@@ -738,13 +818,15 @@ static void handle_business(struct fake *s, enum endpoint ep, const struct txo_h
         return;
     }
     char why[256];
-    const char *bad = parse_call(req, &c, why, sizeof(why));
+    const char *bad = parse_call(s, req, &c, why, sizeof(why));
     if (bad != NULL) {
         reply_error(resp, 400, bad);
         return;
     }
 
     pthread_mutex_lock(&s->mu);
+    if (ep == EP_CHARGE && c.customer_id != 0 && c.customer_id == s->tv.slow_customer)
+        wait_locked(s, s->tv.slow_ms, NULL); /* a slow card network: the effect comes later */
     if (!fail_before_effect(s, ep, resp))
         answer_call(s, &c, resp);
     /* Phase 3 (faults after the effect) goes here, before the answer leaves. */
@@ -871,6 +953,10 @@ int main(int argc, char **argv)
     }
     s->b = b;
     s->rng = opts.random_state;
+    s->tv.declined_customer = opts.declined_customer;
+    s->tv.slow_customer = opts.slow_customer;
+    s->tv.slow_ms = opts.slow_ms;
+    s->tv.refused_sku = opts.refused_sku != NULL ? opts.refused_sku : "";
     int status = 1;
     struct txo_http_server *srv = NULL;
     struct txo_error err;
@@ -898,7 +984,8 @@ int main(int argc, char **argv)
             "listening url=http://%s:%u fail_rate=%g decline_rate=%g ship_decline_rate=%g "
             "latency_ms=%" PRId64 " hang=%s fail_path=%s random_state=%u",
             host, bound, b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
-            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*", opts.random_state);
+            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*",
+            opts.random_state);
     printf("http://%s:%u\n", host, bound);
     fflush(stdout);
 
