@@ -26,6 +26,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from txotest import free_port, mysql  # noqa: E402
+
 SRC = sys.argv[1]
 DB = "txo_run_walkthrough"
 STOCK = 1000  # run.sh's --stock for every SKU the orders use
@@ -44,29 +47,9 @@ def fail(msg):
     sys.exit(1)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def listening(port):
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def mysql(sql, db=None):
-    cmd = ["mariadb", "--no-defaults", "--protocol=tcp", "--batch", "--skip-column-names",
-           "--host=" + os.environ.get("MYSQL_HOST", "127.0.0.1"),
-           "--port=" + os.environ.get("MYSQL_PORT", "3306"),
-           "--user=" + os.environ.get("MYSQL_USER", "app"),
-           "--password=" + os.environ.get("MYSQL_PASSWORD", "secret")]
-    if db:
-        cmd.append(db)
-    return subprocess.run(cmd + ["-e", sql], check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def http(method, url, body=None, headers=None):

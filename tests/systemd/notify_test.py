@@ -19,15 +19,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from txotest import free_port, mysql  # noqa: E402
+
 TXO = os.environ["TXO_BIN"]
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Daemon:
@@ -93,15 +88,6 @@ def fail(d, why):
     if d.proc.poll() is None:
         d.proc.kill()
     sys.exit(1)
-
-
-def mysql(sql):
-    cmd = ["mariadb", "--no-defaults", "--protocol=tcp",
-           "--host=" + os.environ.get("MYSQL_HOST", "127.0.0.1"),
-           "--port=" + os.environ.get("MYSQL_PORT", "3306"),
-           "--user=" + os.environ.get("MYSQL_USER", "app"),
-           "--password=" + os.environ.get("MYSQL_PASSWORD", "secret"), "-e", sql]
-    subprocess.run(cmd, check=True)
 
 
 def main():
