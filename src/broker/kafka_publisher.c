@@ -30,6 +30,7 @@
  */
 
 #include "broker/kafka_internal.h"
+#include "broker/wire.h"
 
 #define RESULT_PENDING 1    /* results[i] while no report is known (codes are <= 0) */
 #define DRAIN_GRACE_MS 1000 /* beyond delivery_timeout_ms, see above */
@@ -433,15 +434,16 @@ static int grow(struct kafka_publisher *p, size_t n)
 
 /* The headers of one record: the contract's two, plus CloudEvents' in binary mode. */
 static rd_kafka_headers_t *record_headers(const struct txo_outbox_message *m,
-                                          const struct txo_ce_headers *ce, bool binary)
+                                          const struct txo__wire *w)
 {
+    const struct txo_ce_headers *ce = &w->headers;
     rd_kafka_headers_t *h = rd_kafka_headers_new(3 + ce->n);
     rd_kafka_resp_err_t e =
         rd_kafka_header_add(h, TXO_KAFKA_HEADER_IDEMPOTENCY_KEY, -1, m->idempotency_key, -1);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
         e = rd_kafka_header_add(h, TXO_KAFKA_HEADER_EVENT_TYPE, -1,
                                 m->event_type != NULL ? m->event_type : "", -1);
-    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && binary)
+    if (e == RD_KAFKA_RESP_ERR_NO_ERROR && w->binary)
         e = rd_kafka_header_add(h, "content-type", -1, "application/json", -1);
     for (size_t k = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && k < ce->n; k++) {
         /* The Kafka binding spells the attributes ce_<name>, HTTP's ce-<name>. */
@@ -468,26 +470,15 @@ static void produce_one(struct kafka_publisher *p, const struct txo_outbox_messa
         results[i] = rc;
         return;
     }
-    if (m->idempotency_key == NULL || m->idempotency_key[0] == '\0') {
-        results[i] =
-            txo_error_set(&errors[i], TXO_EINVAL, "kafka publisher: event has no idempotency key");
+    struct txo__wire w;
+    rc = txo__wire_encode("kafka publisher", m, &w, &errors[i]);
+    if (rc < 0) {
+        results[i] = rc;
         return;
     }
-    size_t len = 0;
-    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
-    struct txo_ce_headers ce;
-    memset(&ce, 0, sizeof(ce));
-    char *value = binary ? txo_envelope_binary(m, &ce, &len, &errors[i])
-                         : txo_envelope_encode(m, &len, &errors[i]);
-    if (value == NULL) {
-        txo_ce_headers_release(&ce);
-        results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
-        return;
-    }
-    rd_kafka_headers_t *h = record_headers(m, &ce, binary);
-    txo_ce_headers_release(&ce);
+    rd_kafka_headers_t *h = record_headers(m, &w);
     if (h == NULL) {
-        txo_free(value);
+        txo__wire_release(&w);
         results[i] = txo_error_set(&errors[i], TXO_EINVAL, "kafka publisher: bad header");
         return;
     }
@@ -496,14 +487,14 @@ static void produce_one(struct kafka_publisher *p, const struct txo_outbox_messa
     rd_kafka_resp_err_t e;
     for (;;) {
         e = rd_kafka_producev(p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, strlen(key)),
-                              RD_KAFKA_V_VALUE(value, len),
+                              RD_KAFKA_V_VALUE(w.body, w.len),
                               RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
                               RD_KAFKA_V_OPAQUE((void *)tag_of(p->gen, i)), RD_KAFKA_V_END);
         if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL || txo_monotonic_ms() >= deadline_ms)
             break;
         rd_kafka_poll(p->rk, 10); /* serves reports, which frees room in the queue */
     }
-    txo_free(value);
+    txo__wire_release(&w); /* RD_KAFKA_MSG_F_COPY: the producer has its copy */
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
         p->pending++;
         return;

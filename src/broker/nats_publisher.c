@@ -42,6 +42,7 @@
 #include <pthread.h>
 
 #include "broker/nats_internal.h"
+#include "broker/wire.h"
 
 #define RECONNECT_BUF_BYTES (8 * 1024 * 1024)
 #define ASYNC_MAX_PENDING   65536 /* above the relay's largest batch: publishing never stalls */
@@ -678,39 +679,26 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
         results[i] = rc;
         return;
     }
-    if (m->idempotency_key == NULL || m->idempotency_key[0] == '\0') {
-        results[i] =
-            txo_error_set(&errors[i], TXO_EINVAL, "nats publisher: event has no idempotency key");
+    struct txo__wire w;
+    rc = txo__wire_encode("nats publisher", m, &w, &errors[i]);
+    if (rc < 0) {
+        results[i] = rc;
         return;
     }
-    size_t len = 0;
-    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
-    struct txo_ce_headers ce;
-    memset(&ce, 0, sizeof(ce));
-    /* Binary mode: the payload is the body, the attributes ce-* headers. */
-    char *env = binary ? txo_envelope_binary(m, &ce, &len, &errors[i])
-                       : txo_envelope_encode(m, &len, &errors[i]);
-    if (env == NULL) {
-        txo_ce_headers_release(&ce);
-        results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
-        return;
-    }
-    if (len > INT32_MAX) {
-        txo_free(env);
-        txo_ce_headers_release(&ce);
+    if (w.len > INT32_MAX) {
+        txo__wire_release(&w);
         results[i] = txo_error_set(&errors[i], TXO_EINVAL, "nats publisher: envelope too large");
         return;
     }
     natsMsg *nm = NULL;
-    natsStatus s = natsMsg_Create(&nm, subject, NULL, env, (int)len);
-    txo_free(env);
+    natsStatus s = natsMsg_Create(&nm, subject, NULL, w.body, (int)w.len);
     if (s == NATS_OK)
         s = natsMsgHeader_Set(nm, TXO__NATS_MSG_ID_HEADER, m->idempotency_key);
-    if (s == NATS_OK && binary)
+    if (s == NATS_OK && w.binary)
         s = natsMsgHeader_Set(nm, "Content-Type", "application/json");
-    for (size_t h = 0; s == NATS_OK && h < ce.n; h++)
-        s = natsMsgHeader_Set(nm, ce.names[h], ce.values[h]);
-    txo_ce_headers_release(&ce);
+    for (size_t h = 0; s == NATS_OK && h < w.headers.n; h++)
+        s = natsMsgHeader_Set(nm, w.headers.names[h], w.headers.values[h]);
+    txo__wire_release(&w);
     uintptr_t addr = (uintptr_t)nm;
     if (s == NATS_OK)
         s = js_PublishMsgAsync(c->js, &nm, NULL);

@@ -36,6 +36,7 @@
 #include <sys/time.h>
 
 #include "broker/rabbitmq_internal.h"
+#include "broker/wire.h"
 
 #define RESULT_PENDING 1 /* results[i] while no outcome is known (codes are <= 0) */
 #define FRAME_MAX      131072
@@ -497,22 +498,13 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
         results[i] = rc;
         return 0;
     }
-    if (m->idempotency_key == NULL || m->idempotency_key[0] == '\0') {
-        results[i] = txo_error_set(&errors[i], TXO_EINVAL,
-                                   "rabbitmq publisher: event has no idempotency key");
+    struct txo__wire w;
+    rc = txo__wire_encode("rabbitmq publisher", m, &w, &errors[i]);
+    if (rc < 0) {
+        results[i] = rc;
         return 0;
     }
-    size_t len = 0;
-    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
-    struct txo_ce_headers ce;
-    memset(&ce, 0, sizeof(ce));
-    char *body = binary ? txo_envelope_binary(m, &ce, &len, &errors[i])
-                        : txo_envelope_encode(m, &len, &errors[i]);
-    if (body == NULL) {
-        txo_ce_headers_release(&ce);
-        results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
-        return 0;
-    }
+    const struct txo_ce_headers *ce = &w.headers;
 
     amqp_table_entry_t entries[HEADERS_MAX];
     char ce_names[TXO_CE_HEADERS_MAX][48];
@@ -526,11 +518,11 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
     entries[nh].key = txo__rmq_bytes("txo-event-id");
     entries[nh].value.kind = AMQP_FIELD_KIND_I64;
     entries[nh++].value.value.i64 = m->id;
-    for (size_t h = 0; h < ce.n && nh < HEADERS_MAX; h++) {
-        ce_name(ce.names[h], ce_names[h], sizeof(ce_names[h]));
+    for (size_t h = 0; h < ce->n && nh < HEADERS_MAX; h++) {
+        ce_name(ce->names[h], ce_names[h], sizeof(ce_names[h]));
         entries[nh].key = txo__rmq_bytes(ce_names[h]);
         entries[nh].value.kind = AMQP_FIELD_KIND_UTF8;
-        entries[nh++].value.value.bytes = txo__rmq_bytes(ce.values[h]);
+        entries[nh++].value.value.bytes = txo__rmq_bytes(ce->values[h]);
     }
 
     amqp_basic_properties_t props;
@@ -548,12 +540,11 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
     props.headers.entries = entries;
 
     amqp_bytes_t b;
-    b.len = len;
-    b.bytes = body;
+    b.len = w.len;
+    b.bytes = w.body;
     int s = amqp_basic_publish(c->st, TXO__RMQ_CHANNEL, txo__rmq_bytes(c->exchange),
                                txo__rmq_bytes(key), c->opts.mandatory ? 1 : 0, 0, &props, b);
-    txo_free(body);
-    txo_ce_headers_release(&ce);
+    txo__wire_release(&w);
     if (s != AMQP_STATUS_OK) {
         results[i] = txo_error_set(&errors[i], TXO_EUNAVAILABLE,
                                    "rabbitmq publisher: connection lost while publishing: %s",

@@ -27,6 +27,7 @@
  */
 
 #include "broker/redis_internal.h"
+#include "broker/wire.h"
 
 #define MAX_ARGS      48 /* XADD stream MAXLEN ~ N * + up to 21 field pairs */
 #define OUTBOX_ID_MAX 24
@@ -55,8 +56,7 @@ struct xadd {
     size_t lens[MAX_ARGS];
     char stream[TXO__REDIS_STREAM_MAX];
     char outbox_id[OUTBOX_ID_MAX];
-    char *body; /* owned: the envelope, or the payload in binary mode */
-    struct txo_ce_headers ce;
+    struct txo__wire w;                    /* the body and the headers that become fields */
     char ce_names[TXO_CE_HEADERS_MAX][32]; /* "ce_type" for the header "ce-type" */
 };
 
@@ -81,9 +81,7 @@ static void field(struct xadd *x, const char *name, const char *value)
 
 static void xadd_release(struct xadd *x)
 {
-    txo_free(x->body);
-    x->body = NULL;
-    txo_ce_headers_release(&x->ce);
+    txo__wire_release(&x->w);
 }
 
 /* Builds the XADD of m (see the field list in txo/redis.h). Returns 0 or a TXO_E* code. */
@@ -91,21 +89,15 @@ static int xadd_build(struct redis_publisher *p, const struct txo_outbox_message
                       struct txo_error *err)
 {
     x->argc = 0;
-    x->body = NULL;
-    memset(&x->ce, 0, sizeof(x->ce));
-    if (m->idempotency_key == NULL || m->idempotency_key[0] == '\0')
-        return txo_error_set(err, TXO_EINVAL, "redis publisher: event has no idempotency key");
+    memset(&x->w, 0, sizeof(x->w));
     int rc = txo_redis_stream_name(
         p->stream_template, m->aggregate_type != NULL ? m->aggregate_type : "",
         m->event_type != NULL ? m->event_type : "", x->stream, sizeof(x->stream), err);
     if (rc < 0)
         return rc;
-    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
-    size_t body_len = 0;
-    x->body = binary ? txo_envelope_binary(m, &x->ce, &body_len, err)
-                     : txo_envelope_encode(m, &body_len, err);
-    if (x->body == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    rc = txo__wire_encode("redis publisher", m, &x->w, err);
+    if (rc < 0)
+        return rc;
     snprintf(x->outbox_id, sizeof(x->outbox_id), "%" PRId64, m->id);
 
     arg_str(x, "XADD");
@@ -121,21 +113,22 @@ static int xadd_build(struct redis_publisher *p, const struct txo_outbox_message
     field(x, TXO__REDIS_F_AGG_TYPE, m->aggregate_type);
     field(x, TXO__REDIS_F_AGG_ID, m->aggregate_id);
     field(x, TXO__REDIS_F_ID, x->outbox_id);
-    if (!binary) {
+    if (!x->w.binary) {
         arg_str(x, TXO__REDIS_F_ENVELOPE);
-        arg(x, x->body, body_len);
+        arg(x, x->w.body, x->w.len);
         return 0;
     }
     arg_str(x, TXO__REDIS_F_DATA);
-    arg(x, x->body, body_len);
+    arg(x, x->w.body, x->w.len);
     field(x, TXO__REDIS_F_CTYPE, "application/json");
-    for (size_t h = 0; h < x->ce.n; h++) {
+    const struct txo_ce_headers *hs = &x->w.headers;
+    for (size_t h = 0; h < hs->n; h++) {
         /* "ce-type" -> "ce_type": field names that read the same in every client. */
-        snprintf(x->ce_names[h], sizeof(x->ce_names[h]), "%s", x->ce.names[h]);
+        snprintf(x->ce_names[h], sizeof(x->ce_names[h]), "%s", hs->names[h]);
         for (char *q = x->ce_names[h]; *q != '\0'; q++)
             if (*q == '-')
                 *q = '_';
-        field(x, x->ce_names[h], x->ce.values[h]);
+        field(x, x->ce_names[h], hs->values[h]);
     }
     return 0;
 }

@@ -18,6 +18,7 @@
  * before it is freed) and its HTTP client. Thread-safety: one relay at a time.
  */
 
+#include "broker/wire.h"
 #include "txo/http_client.h"
 #include "txo/webhook.h"
 
@@ -89,17 +90,10 @@ static int ce_lines(const struct txo_ce_headers *ce, char **lines, int n)
 static int post_one(struct webhook_publisher *wp, const struct txo_outbox_message *msg,
                     struct txo_error *error)
 {
-    size_t len = 0;
-    bool binary = txo_envelope_default_format() == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
-    struct txo_ce_headers ce;
-    memset(&ce, 0, sizeof(ce));
-    /* Binary mode: the payload is the body, the attributes ce-* headers. */
-    char *body =
-        binary ? txo_envelope_binary(msg, &ce, &len, error) : txo_envelope_encode(msg, &len, error);
-    if (body == NULL) {
-        txo_ce_headers_release(&ce);
-        return error->code != 0 ? error->code : TXO_EINVAL;
-    }
+    struct txo__wire w;
+    int rc = txo__wire_encode("webhook", msg, &w, error);
+    if (rc < 0)
+        return rc;
 
     char type_header[HEADER_MAX];
     char id_header[64];
@@ -107,7 +101,6 @@ static int post_one(struct webhook_publisher *wp, const struct txo_outbox_messag
     int n_ce = 0;
     int n = snprintf(type_header, sizeof(type_header), "X-Txo-Event-Type: %s",
                      msg->event_type != NULL ? msg->event_type : "");
-    int rc = 0;
     if (n < 0 || (size_t)n >= sizeof(type_header)) {
         rc = txo_error_set(error, TXO_EINVAL, "webhook: event type longer than %d bytes",
                            HEADER_MAX - 20);
@@ -116,7 +109,7 @@ static int post_one(struct webhook_publisher *wp, const struct txo_outbox_messag
     snprintf(id_header, sizeof(id_header), "X-Txo-Event-Id: %" PRId64, msg->id);
     const char *headers[4 + TXO_CE_HEADERS_MAX] = {type_header, id_header};
     int nh = 2;
-    n_ce = ce_lines(&ce, ce_header, 0);
+    n_ce = ce_lines(&w.headers, ce_header, 0);
     if (n_ce < 0) {
         n_ce = TXO_CE_HEADERS_MAX; /* free what was allocated (the rest is NULL) */
         rc = txo_error_set(error, TXO_ENOMEM, "webhook: out of memory for the ce-* headers");
@@ -126,13 +119,12 @@ static int post_one(struct webhook_publisher *wp, const struct txo_outbox_messag
         headers[nh++] = ce_header[i];
     headers[nh++] = wp->auth_header; /* NULL ends the list either way */
     headers[nh] = NULL;
-    rc = txo_http_post_json(wp->client, wp->url, msg->idempotency_key, headers, body, len,
+    rc = txo_http_post_json(wp->client, wp->url, msg->idempotency_key, headers, w.body, w.len,
                             &wp->resp, error);
 out:
     for (int i = 0; i < n_ce; i++)
         txo_free(ce_header[i]);
-    txo_ce_headers_release(&ce);
-    txo_free(body);
+    txo__wire_release(&w);
     return rc;
 }
 
