@@ -34,7 +34,8 @@ multiarch=$(cc -print-multiarch)
 # outside program in $tmp/<name>/outside.
 check_prefix() {
     local prefix=$1 libdir=$2
-    local stage="$tmp/$(basename "$prefix")"
+    local stage
+    stage="$tmp/$(basename "$prefix")"
     DESTDIR="$stage" "$src/scripts/install.sh" "$build" "$prefix" >"$tmp/install.log" ||
         { cat "$tmp/install.log" >&2; fail "scripts/install.sh $build $prefix failed"; }
     local root="$stage$prefix"
@@ -58,6 +59,7 @@ check_prefix() {
     *" -I$root/include "*" -L$stage$libdir "*) ;;
     *) fail "prefix $prefix: the flags do not name $root/include and $stage$libdir" ;;
     esac
+    # shellcheck disable=SC2086 # the flags are words
     cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -o "$stage/outside" \
         "$src/tests/install/outside.c" $flags
     local soname
