@@ -127,6 +127,7 @@ help:
 	@echo
 	@echo 'Variables: BUILD=$(BUILD) JOBS=$(JOBS) TXO_DB_PORT=$(TXO_DB_PORT) CMAKE_ARGS= CTEST_ARGS= BENCH_ARGS='
 	@echo '           SOAK_SECONDS=$(SOAK_SECONDS) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_RANDOM_STATE= (soak)'
+	@echo '           PREFIX=$(PREFIX) DESTDIR= (install; the layout is in docs/deploy.md)'
 	@echo 'Database:  $(if $(DB_PRIVATE),private server (set MYSQL_HOST to use your own),MYSQL_HOST=$(MYSQL_HOST) (your own server))'
 
 deps:
