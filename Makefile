@@ -117,8 +117,10 @@ help:
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS), then the relay drain'
 	@echo '                per broker, bench/broker_drain.sh $$(BENCH_BROKER_ARGS), and the saga batch'
 	@echo '                cap sweep, bench/batch_sweep.sh $$(BENCH_SWEEP_ARGS))'
-	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, migrations, docs'
-	@echo '                into $$(PREFIX) ($(PREFIX)); DESTDIR=... stages it (packaging)'
+	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, man pages, docs, the'
+	@echo '                systemd units and share/txo (migrations, alert rules, dashboard, env example)'
+	@echo '                into $$(PREFIX) ($(PREFIX)); PREFIX=/usr puts the library in Debian'"'"'s multiarch'
+	@echo '                libdir; DESTDIR=... stages it (packaging); layout: docs/deploy.md'
 	@echo '  format        clang-format -i the C sources'
 	@echo '  format-check  check the formatting without changing files'
 	@echo '  clean         remove the build directories (keeps the database)'
@@ -126,6 +128,7 @@ help:
 	@echo
 	@echo 'Variables: BUILD=$(BUILD) JOBS=$(JOBS) TXO_DB_PORT=$(TXO_DB_PORT) CMAKE_ARGS= CTEST_ARGS= BENCH_ARGS='
 	@echo '           SOAK_SECONDS=$(SOAK_SECONDS) SOAK_CLIENTS=$(SOAK_CLIENTS) SOAK_RANDOM_STATE= (soak)'
+	@echo '           PREFIX=$(PREFIX) DESTDIR= (install; the layout is in docs/deploy.md)'
 	@echo 'Database:  $(if $(DB_PRIVATE),private server (set MYSQL_HOST to use your own),MYSQL_HOST=$(MYSQL_HOST) (your own server))'
 
 deps:
@@ -255,8 +258,10 @@ cluster-test: build
 	    SOAK_SECONDS='$(CLUSTER_SOAK_SECONDS)' SOAK_CLIENTS='$(SOAK_CLIENTS)' SOAK_SETTLE_SECONDS=60 \
 	    SOAK_RANDOM_STATE='$(SOAK_RANDOM_STATE)' $(BUILD)/tests/txo_soak
 
+# The build is configured for PREFIX first (scripts/install.sh): GNUInstallDirs picks the
+# directories then, Debian's multiarch libdir for /usr.
 install: build
-	DESTDIR='$(DESTDIR)' $(CMAKE) --install $(BUILD) --prefix '$(PREFIX)'
+	DESTDIR='$(DESTDIR)' scripts/install.sh $(BUILD) '$(PREFIX)'
 
 bench: db-check build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)

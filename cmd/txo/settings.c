@@ -4,6 +4,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -262,6 +263,8 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
         const struct setting *s = &table[i];
         if (s->type == SETTING_STRING)
             *(const char **)s->target = NULL;
+        if (s->given != NULL)
+            *s->given = false;
         if (s->def && !apply(cmd, s, s->def, "default"))
             return SETTINGS_EXIT_USAGE; /* a bug in the table; reported like bad input */
         const char *env = s->env ? getenv(s->env) : NULL;
@@ -270,6 +273,8 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
             snprintf(source, sizeof(source), "environment variable %s", s->env);
             if (!apply(cmd, s, env, source))
                 return SETTINGS_EXIT_USAGE;
+            if (s->given != NULL)
+                *s->given = true;
         }
     }
 
@@ -327,6 +332,8 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
                 result = SETTINGS_EXIT_USAGE;
                 goto out;
             }
+            if (s->given != NULL)
+                *s->given = true;
             continue;
         }
         if (c == ':' || (c == '?' && optopt >= OPT_FIRST))
@@ -398,7 +405,16 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
          .def = "secret",
          .help = "database password",
          .secret = true,
-         .target = &o->db.password},
+         .target = &o->db.password,
+         .given = &o->password_given},
+        {.name = "mysql-password-file",
+         .env = "MYSQL_PASSWORD_FILE",
+         .type = SETTING_STRING,
+         .help = "file whose content is the database password (one trailing newline dropped), "
+                 "instead of --mysql-password: giving both is an error. Neither given: the "
+                 "systemd credential mysql-password ($CREDENTIALS_DIRECTORY/mysql-password) if "
+                 "there is one",
+         .target = &o->password_file},
         {.name = "mysql-database",
          .env = "MYSQL_DATABASE",
          .type = SETTING_STRING,
@@ -491,6 +507,91 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
+static void wipe(char *buf, size_t len)
+{
+    volatile char *p = buf;
+    for (size_t i = 0; i < len; i++)
+        p[i] = '\0';
+}
+
+/*
+ * Reads the password in the file at path into o->password_buf and points o->db.password at
+ * it: the file's content without one trailing newline. what names the source in messages. An
+ * unreadable or empty file, one longer than COMMON_PASSWORD_MAX bytes or one with a NUL byte
+ * is an error, printed; the buffer is wiped then.
+ */
+static bool password_read(struct common_opts *o, const char *path, const char *what)
+{
+    char *buf = o->password_buf;
+    const char *problem = NULL;
+    /* read(2), not stdio: no copy of the password is left behind in a FILE's buffer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(stderr, "txo: %s %s: cannot open it: %s\n", what, path, strerror(errno));
+        return false;
+    }
+    /* One byte more than the longest password tells a longer file apart. */
+    size_t len = 0;
+    int read_errno = 0;
+    while (len < sizeof(o->password_buf)) {
+        ssize_t n = read(fd, buf + len, sizeof(o->password_buf) - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            read_errno = errno;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    if (read_errno != 0) {
+        fprintf(stderr, "txo: %s %s: cannot read it: %s\n", what, path, strerror(read_errno));
+        goto fail;
+    }
+    if (len == sizeof(o->password_buf)) {
+        fprintf(stderr, "txo: %s %s is longer than %d bytes\n", what, path, COMMON_PASSWORD_MAX);
+        goto fail;
+    }
+    if (memchr(buf, '\0', len) != NULL)
+        problem = "holds a NUL byte";
+    if (problem == NULL && len > 0 && buf[len - 1] == '\n')
+        len--;
+    if (problem == NULL && len == 0)
+        problem = "is empty";
+    if (problem != NULL) {
+        fprintf(stderr, "txo: %s %s %s\n", what, path, problem);
+        goto fail;
+    }
+    buf[len] = '\0';
+    o->db.password = buf;
+    return true;
+fail:
+    wipe(buf, sizeof(o->password_buf));
+    return false;
+}
+
+/* --mysql-password-file, else the systemd credential when no password was given. */
+static bool password_load(struct common_opts *o)
+{
+    if (o->password_file != NULL && o->password_file[0] != '\0') {
+        if (o->password_given) {
+            fprintf(stderr, "txo: --mysql-password-file (MYSQL_PASSWORD_FILE) and "
+                            "--mysql-password (MYSQL_PASSWORD) both give the database "
+                            "password: give one\n");
+            return false;
+        }
+        return password_read(o, o->password_file, "--mysql-password-file");
+    }
+    const char *dir = getenv("CREDENTIALS_DIRECTORY");
+    if (o->password_given || dir == NULL || dir[0] == '\0')
+        return true;
+    char path[4096];
+    int n = snprintf(path, sizeof(path), "%s/mysql-password", dir);
+    if (n < 0 || (size_t)n >= sizeof(path) || access(path, F_OK) != 0)
+        return true; /* no such credential: the default password */
+    return password_read(o, path, "systemd credential");
+}
+
 bool common_apply(struct common_opts *o)
 {
     enum txo_log_level level;
@@ -547,7 +648,7 @@ bool common_apply(struct common_opts *o)
         name[len] = '\0';
         txo_crash_point_set(name, after);
     }
-    return true;
+    return password_load(o);
 }
 
 struct txo_db *common_connect(const struct common_opts *o)

@@ -42,6 +42,7 @@ struct setting {
     unsigned long min; /* SETTING_UINT and SETTING_MS: the accepted range */
     unsigned long max;
     void *target; /* where the value goes; its type follows from .type */
+    bool *given;  /* when not NULL: set to whether the environment or a flag gave the value */
 };
 
 struct command {
@@ -113,20 +114,32 @@ struct settings_table {
 /* Appends n entries. More than SETTINGS_MAX in all is a bug in the command: it aborts. */
 void settings_add(struct settings_table *t, const struct setting *s, size_t n);
 
+/* The longest database password common_apply() reads from a file, in bytes. */
+#define COMMON_PASSWORD_MAX 1024
+
 /* The settings every command that talks to the database shares. */
 struct common_opts {
     struct txo_db_opts db;
     const char *ssl_mode; /* parsed into db.ssl_mode by common_apply() */
     const char *log_level;
     const char *log_format;
-    const char *crash_point; /* tests only */
+    const char *crash_point;   /* tests only */
+    const char *password_file; /* --mysql-password-file */
+    bool password_given;       /* --mysql-password or MYSQL_PASSWORD was given */
+    /* The password read from password_file or the systemd credential; db.password points
+     * here then. */
+    char password_buf[COMMON_PASSWORD_MAX + 1];
 };
 
 /* Appends the database, log level and crash point settings, with targets in o. */
 void settings_add_common(struct settings_table *t, struct common_opts *o);
 
-/* Applies log level, TLS mode and crash point after parsing. Prints a message and returns false
- * when a value is invalid. */
+/*
+ * Applies log level, TLS mode and crash point after parsing, and reads the database password
+ * from --mysql-password-file, or else, when no password was given, from the systemd credential
+ * $CREDENTIALS_DIRECTORY/mysql-password if there is one. Prints a message and returns false
+ * when a value is invalid or the password file cannot be used (before any connection).
+ */
 bool common_apply(struct common_opts *o);
 
 /* Connects with o->db, printing a message naming the server on failure. */

@@ -21,7 +21,7 @@ check() { # check NAME COMMAND...: one summary line from the command's exit stat
     if "$@"; then ok "$name"; else fail "$name"; fi
 }
 finish() {
-    for u in $UNITS mariadb.service nats-server.service; do
+    for u in $UNITS txo-migrate.service mariadb.service nats-server.service; do
         journalctl -b --no-pager -o short-precise -u "$u" >"$OUT/journal-$u.txt" 2>&1
     done
     journalctl -b --no-pager -o short-precise >"$OUT/journal-all.txt" 2>&1
@@ -61,15 +61,18 @@ mariadb -e "CREATE DATABASE IF NOT EXISTS appdb;
   GRANT ALL ON appdb.* TO 'app'@'127.0.0.1';"
 check "database appdb and account app created" test $? -eq 0
 
-# Step 5: /etc/txo/txo.env from the installed example, mode 0600, the password filled in.
+# Step 5: /etc/txo/txo.env from the installed example, mode 0600, and the password as the
+# systemd credential (docs/deploy.md, "The database password"): not in txo.env, in
+# /etc/txo/mysql-password, loaded by the drop-in for every txo-* unit.
 install -m 0600 -D /usr/share/txo/txo.env.example /etc/txo/txo.env
-sed -i "s/^MYSQL_PASSWORD=.*/MYSQL_PASSWORD=$PASSWORD/" /etc/txo/txo.env
+sed -i '/^MYSQL_PASSWORD=/d' /etc/txo/txo.env
 check "/etc/txo/txo.env is root:root 0600" test "$(stat -c '%U:%G %a' /etc/txo/txo.env)" = "root:root 600"
+(umask 077; printf '%s\n' "$PASSWORD" >/etc/txo/mysql-password)
+mkdir -p /etc/systemd/system/txo-.service.d
+printf '[Service]\nLoadCredential=mysql-password:/etc/txo/mysql-password\n' \
+    >/etc/systemd/system/txo-.service.d/credential.conf
 
-# Step 6: the schema.
-# shellcheck disable=SC1091
-(set -a; . /etc/txo/txo.env; set +a; txo migrate) >"$OUT/migrate.txt" 2>&1
-check "txo migrate" test $? -eq 0
+# Step 6: the schema: txo-migrate.service, which step 7's units pull in and wait for.
 
 # Step 7: the units (and txo-worker@2, as the Units section has it).
 systemctl daemon-reload
@@ -78,6 +81,13 @@ systemctl enable --now $UNITS >"$OUT/enable.txt" 2>&1
 check "systemctl enable --now $UNITS" test $? -eq 0
 
 # --- The checks. ---------------------------------------------------------------------------
+systemctl show -p Type,ActiveState,SubState,Result,ExecMainStatus txo-migrate.service \
+    >"$OUT/show-txo-migrate.service.txt" 2>&1
+check "txo-migrate.service ran before the daemons: active (exited), success" sh -c \
+    "grep -qx 'SubState=exited' '$OUT/show-txo-migrate.service.txt' &&
+     grep -qx 'Result=success' '$OUT/show-txo-migrate.service.txt'"
+check "txo-migrate.service brought the database up to date" sh -c \
+    'journalctl -b -u txo-migrate.service | grep -q "is up to date"'
 for u in $UNITS; do
     systemctl show -p Type,ActiveState,SubState,StatusText,Result,NRestarts,MainPID,User,WatchdogUSec \
         "$u" >"$OUT/show-$u.txt" 2>&1

@@ -56,7 +56,7 @@ make -C "$SRC" install PREFIX=/usr DESTDIR="$ROOT" ${MAKE_ARGS:-} >"$ROOT.instal
     die "make install failed: see $ROOT.install.log"
 for f in usr/bin/txo usr/lib/systemd/system/txo-serve.service \
          usr/lib/systemd/system/txo-relay@.service usr/lib/systemd/system/txo-worker@.service \
-         usr/share/txo/txo.env.example; do
+         usr/lib/systemd/system/txo-migrate.service usr/share/txo/txo.env.example; do
     [ -e "$ROOT/$f" ] || die "make install did not install /$f"
 done
 missing=$(chroot "$ROOT" ldd /usr/bin/txo | grep 'not found' || true)
