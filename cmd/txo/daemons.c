@@ -178,6 +178,11 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     }
     d->db_opts = common->db;
     pthread_mutex_init(&d->mu, NULL);
+    if (txo_metrics_add_process(d->reg, &err) != 0) {
+        fprintf(stderr, "txo: process metrics: %s\n", err.msg);
+        daemon_metrics_free(d);
+        return NULL;
+    }
     bool ok = true;
     struct txo_metrics *r = d->reg;
     d->pending = family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",

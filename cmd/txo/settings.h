@@ -17,9 +17,6 @@
 
 #include "txo/txo.h"
 
-/* The version `txo --version` and the man pages show. */
-#define TXO_VERSION "0.1.0"
-
 enum setting_type {
     SETTING_STRING, /* target: const char ** */
     SETTING_UINT,   /* target: unsigned *, within [min, max] */

@@ -150,6 +150,17 @@ TXO_API TXO_MUST_CHECK int txo_metrics_add_collector(struct txo_metrics *reg,
                                                      struct txo_error *err);
 
 /*
+ * Adds what every Prometheus client exports about its process, read from procfs at each
+ * render: process_cpu_seconds_total, process_resident_memory_bytes,
+ * process_virtual_memory_bytes, process_open_fds, process_max_fds and
+ * process_start_time_seconds; and txo_build_info{version,revision} (1), the library's version
+ * and the git revision it was built from ("unknown" outside a checkout). Linux only.
+ * Errors: TXO_EIO (procfs unreadable), TXO_EINVAL (one of these names already taken by a
+ * family of another shape), TXO_ENOMEM.
+ */
+TXO_API TXO_MUST_CHECK int txo_metrics_add_process(struct txo_metrics *reg, struct txo_error *err);
+
+/*
  * Runs the collectors, then renders every family in text format 0.0.4: families sorted by
  * name, each with its # HELP and # TYPE lines, then its children sorted by label values.
  * Histograms render cumulative name_bucket{...,le="..."} lines ending with le="+Inf", then

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -682,6 +683,52 @@ static void test_out_of_memory(void **state)
     txo_metrics_free(reg);
 }
 
+/* ---- the process families ---- */
+
+/* The value of the unlabelled series `name` in text, or -1 when it is not there. */
+static double series(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == text || p[-1] == '\n') && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+static void test_process_families(void **state)
+{
+    (void)state;
+    struct txo_metrics *reg = new_registry();
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_metrics_add_process(reg, &err), 0);
+    /* Some CPU time to count. */
+    volatile double x = 0;
+    for (int i = 0; i < 20000000; i++)
+        x += i * 0.5;
+    char *text = render(reg);
+    assert_non_null(strstr(text, "txo_build_info{version=\"" TXO_VERSION "\",revision=\""));
+    assert_non_null(strstr(text, "# TYPE process_cpu_seconds_total counter\n"));
+    double cpu = series(text, "process_cpu_seconds_total");
+    assert_true(cpu > 0 && cpu < 3600);
+    double rss = series(text, "process_resident_memory_bytes");
+    assert_true(rss > 1024 * 1024 && rss <= series(text, "process_virtual_memory_bytes"));
+    double fds = series(text, "process_open_fds");
+    assert_true(fds >= 3 && fds <= series(text, "process_max_fds"));
+    /* Started a moment ago: within the last 10 minutes, not in the future. */
+    double start = series(text, "process_start_time_seconds");
+    double now = (double)time(NULL);
+    assert_true(start > now - 600 && start <= now + 1);
+    txo_free(text);
+    /* The counter only moves up, by the CPU time spent in between. */
+    for (int i = 0; i < 20000000; i++)
+        x += i * 0.5;
+    text = render(reg);
+    assert_true(series(text, "process_cpu_seconds_total") >= cpu);
+    txo_free(text);
+    txo_metrics_free(reg);
+}
+
 /* ---- promtool ---- */
 
 static int collect_ok(void *arg, struct txo_metrics *reg, struct txo_error *err)
@@ -707,6 +754,9 @@ static void test_promtool_accepts_every_type(void **state)
     txo_log_set_level(TXO_LOG_ERROR); /* the broken collector's warning is expected */
 
     struct txo_metrics *reg = new_registry();
+    struct txo_error perr;
+    txo_error_init(&perr);
+    assert_int_equal(txo_metrics_add_process(reg, &perr), 0); /* the process families too */
     struct txo_metric *req =
         reg_or_fail(reg, TXO_METRIC_COUNTER, "txo_http_requests_total", "HTTP requests answered.",
                     2, L("route", "status"), NULL, 0);
@@ -792,6 +842,7 @@ int main(void)
         cmocka_unit_test(test_collectors),
         cmocka_unit_test(test_concurrent_updates_sum_exactly),
         cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_process_families),
         cmocka_unit_test(test_promtool_accepts_every_type),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
