@@ -12,6 +12,8 @@
  * Thread-safety: pure functions.
  */
 
+#include <stdio.h>
+
 #include "core/text.h"
 #include "txo/text.h"
 
@@ -129,6 +131,41 @@ const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN])
     out[26] = 'Z';
     out[27] = '\0';
     return out;
+}
+
+bool txo__text_rfc3339_us(const char *text, int64_t *us)
+{
+    int y, mo, d, h, mi, sec, n = 0;
+    char sep;
+    if (text == NULL ||
+        sscanf(text, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &y, &mo, &d, &sep, &h, &mi, &sec, &n) != 7 ||
+        n != 19 || (sep != 'T' && sep != ' '))
+        return false;
+    int64_t frac = 0;
+    const char *p = text + 19;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            if (digits++ < 6)
+                frac = frac * 10 + (*p - '0');
+        while (digits++ < 6)
+            frac *= 10;
+    }
+    if (*p == 'Z')
+        p++;
+    if (*p != '\0')
+        return false;
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60)
+        return false;
+    /* Days since 1970-01-01 of the civil date (the proleptic Gregorian calendar). */
+    int64_t yy = y - (mo <= 2);
+    int64_t era = (yy >= 0 ? yy : yy - 399) / 400;
+    int64_t yoe = yy - era * 400;
+    int64_t doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    int64_t days = era * 146097 + doe - 719468;
+    *us = ((days * 24 + h) * 60 + mi) * 60 * 1000000 + (int64_t)sec * 1000000 + frac;
+    return true;
 }
 
 int txo__hex_digit(char c)

@@ -5,6 +5,9 @@
 #ifndef TXO_CORE_TEXT_H
 #define TXO_CORE_TEXT_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "txo/clock.h" /* TXO_RFC3339_LEN */
 
 /*
@@ -25,6 +28,13 @@ const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN]);
 void txo__utf8_sanitize(const char *text, char *out, size_t cap);
 
 /* The value of hex digit c (0-9, a-f, A-F), or -1 when c is not one. */
+/*
+ * The microseconds since the epoch of a UTC time written "YYYY-MM-DDTHH:MM:SS[.ffffff][Z]"
+ * (what txo__text_rfc3339() writes; a space instead of 'T', as MariaDB writes a DATETIME, is
+ * accepted too). False when text is not such a time.
+ */
+bool txo__text_rfc3339_us(const char *text, int64_t *us);
+
 int txo__hex_digit(char c);
 
 #endif

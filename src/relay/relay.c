@@ -585,9 +585,29 @@ static int mark(struct txo_relay *r, struct txo_error *err)
     return 0;
 }
 
+/*
+ * Observes the publish delay of the events a committed mark made PUBLISHED: now minus their
+ * insert time (both wall clocks; a database clock ahead of ours counts as 0). Not when a row
+ * was fenced: another relay publishes those again and observes them then.
+ */
+static void observe_delays(struct txo_relay *r, const struct mark_ctx *ctx)
+{
+    if (r->metrics.delay == NULL || ctx->res.fenced > 0)
+        return;
+    int64_t now = txo_realtime_us();
+    for (size_t i = 0; i < r->n; i++) {
+        int64_t at;
+        if (r->results[i] != 0 || !txo__text_rfc3339_us(r->msgs[i].created_at, &at))
+            continue;
+        const char *labels[] = {r->msgs[i].aggregate_type != NULL ? r->msgs[i].aggregate_type : ""};
+        txo_metric_observe(r->metrics.delay, labels, now > at ? (double)(now - at) / 1e6 : 0.0);
+    }
+}
+
 /* Counts a committed mark in the stats and metrics, and logs what an operator should see. */
 static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx)
 {
+    observe_delays(r, ctx);
     count_metric(&r->stats.published, r->metrics.published, ctx->res.published);
     count_metric(&r->stats.failed_attempts, r->metrics.failures, ctx->res.failed_attempts);
     count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, ctx->res.dead_lettered);

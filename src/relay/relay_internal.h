@@ -100,6 +100,7 @@ struct relay_metrics {
     struct txo_metric *dead_lettered;
     struct txo_metric *breaker_state;
     struct txo_metric *shards; /* ordered relays only */
+    struct txo_metric *delay;  /* histogram by aggregate_type: insert -> acknowledged */
 };
 
 struct txo_relay {

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/text.h"
 #include "txo/inbox.h"
 #include "txo/metrics.h"
 #include "txo/owner.h"
@@ -94,6 +95,7 @@ struct txo_worker {
     _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, picked_up, retries,
         commands_done, commands_failed, cleaned;
 
+    struct txo_metric *m_delay; /* histogram by aggregate_type: event insert -> consumed */
     struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries, *m_deadlines,
         *m_commands_done, *m_commands_failed, *m_cleaned;
     struct txo__order_watch *order; /* the inbox's order verdicts: counted, logged, held */
@@ -166,8 +168,30 @@ static int register_metrics(struct txo_worker *w, struct txo_error *err)
         if (*fams[i].slot == NULL)
             return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
     }
+    static const double delay_buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
+                                           .5,   1,     2.5,  5,   10,   30,  60};
+    static const char *const by_type[] = {"aggregate_type"};
+    w->m_delay = txo_metrics_register(
+        reg, TXO_METRIC_HISTOGRAM, "txo_inbox_consume_delay_seconds",
+        "From an event's insert (in its producer's transaction) to the commit of its handler's "
+        "effect with its inbox row, by aggregate type.",
+        1, by_type, delay_buckets, TXO_ARRAY_LEN(delay_buckets), err);
+    if (w->m_delay == NULL)
+        return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
     w->opts.saga.deadlines = w->m_deadlines; /* the engine counts them as it finds them */
     return 0;
+}
+
+/* Observes the consume delay of ev, just committed (both wall clocks; an insert time ahead
+ * of ours counts as 0; an envelope without created_at is not observed). */
+static void observe_delay(struct txo_worker *w, const struct txo_event *ev)
+{
+    int64_t at;
+    if (w->m_delay == NULL || !txo__text_rfc3339_us(ev->created_at, &at))
+        return;
+    int64_t now = txo_realtime_us();
+    const char *labels[] = {ev->aggregate_type != NULL ? ev->aggregate_type : ""};
+    txo_metric_observe(w->m_delay, labels, now > at ? (double)(now - at) / 1e6 : 0.0);
 }
 
 /* ---- time and waiting ---- */
@@ -423,6 +447,7 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                 ev.idempotency_key);
     } else {
         count(&w->consumed, w->m_consumed, NULL, 1);
+        observe_delay(w, &ev);
         txo__order_seen(w->order, &ev, a.order);
         queue_started(w, &a.hc);
     }
@@ -614,8 +639,11 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     if (dups > 0)
         count(&w->duplicates, w->m_duplicates, NULL, dups);
     count(&w->consumed, w->m_consumed, NULL, m - dups);
-    for (size_t k = 0; k < m; k++)
+    for (size_t k = 0; k < m; k++) {
+        if (!duplicate[k])
+            observe_delay(w, &evs[idx[k]]);
         txo__order_seen(w->order, &evs[idx[k]], order[k]);
+    }
     for (size_t i = 0; i < a.hc.n_pending; i++) {
         const struct pending_saga *ps = &a.hc.pending[i];
         if (!ps->s.created)

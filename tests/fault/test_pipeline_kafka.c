@@ -239,12 +239,16 @@ static void test_relay_crash_republished_consumed_once(void **state)
         txo_sleep_ms(100);
     double dup_seen = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
     double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
+    /* Each consumed OrderCreated's delay observed once, the duplicates' not. */
+    double delays = testpipeline_metric(
+        &c->p, mport, "txo_inbox_consume_delay_seconds_count{aggregate_type=\"order\"}");
     print_message("worker: txo_inbox_consumed_total %.0f, txo_inbox_duplicates_total %.0f\n",
                   consumed, dup_seen);
     testpipeline_stop_clean(&c->p, w);
     testpipeline_stop_clean(&c->p, r2);
     assert_true(dup_seen >= 5);
     assert_true(consumed == RELAY_CRASH_ORDERS);
+    assert_true(delays == consumed);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), RELAY_CRASH_ORDERS);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      RELAY_CRASH_ORDERS);

@@ -297,6 +297,24 @@ static double metric(struct txo_metrics *reg, const char *name)
     return txo_metric_value(m, NULL);
 }
 
+/* The sum over every aggregate type of the histogram series `name` (e.g. "..._count{"). */
+static double histogram_total(struct txo_metrics *reg, const char *series)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char *text = NULL;
+    size_t len = 0;
+    if (txo_metrics_render(reg, &text, &len, &err) != 0)
+        fail_msg("render: %s", err.msg);
+    double total = 0;
+    size_t n = strlen(series);
+    for (const char *p = text; (p = strstr(p, series)) != NULL; p += n)
+        if (p == text || p[-1] == '\n')
+            total += strtod(strchr(p, ' ') + 1, NULL);
+    txo_free(text);
+    return total;
+}
+
 static size_t once(struct txo_relay *r)
 {
     size_t claimed = 0;
@@ -373,6 +391,12 @@ static void test_breaker_open_half_open_closed(void **state)
     assert_true(metric(reg, "txo_outbox_publish_failures_total") == 23);
     assert_true(metric(reg, "txo_outbox_publish_attempts_total") == 73);
     assert_true(metric(reg, "txo_outbox_dead_lettered_total") == 0);
+    /* Each published event's delay was observed once; none was published before the broker
+     * came back, 0.7 s after the inserts. */
+    assert_true(histogram_total(reg, "txo_outbox_publish_delay_seconds_count{") == 50);
+    double delay_sum = histogram_total(reg, "txo_outbox_publish_delay_seconds_sum{");
+    if (delay_sum < 50 * 0.6 || delay_sum > 50 * 60)
+        fail_msg("publish delays summing to %g s for 50 events", delay_sum);
     txo_relay_free(r);
     txo_publisher_free(pub);
     txo_metrics_free(reg);

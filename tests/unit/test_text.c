@@ -156,9 +156,29 @@ static void test_rfc3339(void **state)
     assert_int_equal(strlen(txo__text_rfc3339(junk, out)), TXO_RFC3339_LEN - 1);
 }
 
+static void test_rfc3339_us(void **state)
+{
+    (void)state;
+    int64_t us = 0;
+    assert_true(txo__text_rfc3339_us("1970-01-01T00:00:01.000002Z", &us));
+    assert_int_equal(us, 1000002);
+    assert_true(txo__text_rfc3339_us("2026-12-02 13:20:10.5", &us)); /* MariaDB's DATETIME */
+    assert_int_equal(us, 1796217610LL * 1000000 + 500000);
+    assert_true(txo__text_rfc3339_us("2026-12-02T13:20:10Z", &us));
+    assert_int_equal(us, 1796217610LL * 1000000);
+    assert_true(txo__text_rfc3339_us("2026-12-02T13:20:10.1234567Z", &us)); /* cut to us */
+    assert_int_equal(us % 1000000, 123456);
+    assert_false(txo__text_rfc3339_us(NULL, &us));
+    assert_false(txo__text_rfc3339_us("", &us));
+    assert_false(txo__text_rfc3339_us("2026-12-02X13:20:10Z", &us));
+    assert_false(txo__text_rfc3339_us("2026-12-02T13:20:10+01:00", &us));
+    assert_false(txo__text_rfc3339_us("2026-12-2T13:20:10Z", &us));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rfc3339_us),
         cmocka_unit_test(test_char_len),
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_cut_inside_each_sequence_length),
