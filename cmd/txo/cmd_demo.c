@@ -80,6 +80,10 @@ const struct command cmd_demo = {
         "every check held. Only the demo's own SKUs (demo-*) get their stock reset; no other\n"
         "row of the database is changed, though the relay publishes every due event.",
     .run = run,
+    .examples = "# Run every scenario against the private database of `make db`:\n"
+                "eval \"$(scripts/db.sh env)\" && txo demo\n",
+    .exit_status = "0 when every scenario ended as expected, 1 when a check failed or the database "
+                   "could not be used, 2 on a bad option.",
 };
 
 struct demo_opts {
