@@ -50,9 +50,10 @@ const struct command cmd_audit = {
         "queue consumes it), nor webhooks or gRPC (the receiver keeps no history to read back).\n"
         "The window must lie inside both retentions: an event the broker may have dropped is\n"
         "reported as broker_trimmed, a message whose row the outbox may have deleted as\n"
-        "outbox_trimmed, never as missing or extra. Prints one logfmt line per finding (at most\n"
-        "--max-listed of each kind), then a summary line of fixed keys (audit=outbox result=...\n"
-        "missing= extra= pending= ... sequence_gap=). Reads only: SELECT on outbox_events.",
+        "outbox_trimmed, never as missing or extra. Prints a table of the findings (at most\n"
+        "--max-listed of each kind), then a logfmt summary line of fixed keys (audit=outbox\n"
+        "result=... missing= extra= pending= ... sequence_gap=); --json prints one object of\n"
+        "the same instead. Reads only: SELECT on outbox_events.",
     .run = run,
     .examples = "# The orders of the last hour, as a table, then as JSON:\n"
                 "txo audit --window 3600\n"
@@ -106,8 +107,8 @@ static void add_settings(struct settings_table *t)
     settings_add_common(t, &opts.common);
     settings_add(t, own, TXO_ARRAY_LEN(own));
     listing_add_json_setting(t, &opts.json,
-                             "print one JSON object (orders_checked, violations) instead of the "
-                             "table");
+                             "print one JSON object (orders_checked, violations; with --outbox "
+                             "the summary's counts, findings and notes) instead of the tables");
     audit_outbox_add_settings(t, &opts.outbox);
 }
 
@@ -161,7 +162,7 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
     if (opts.outbox.outbox)
-        return audit_outbox_run(&opts.outbox, &opts.common);
+        return audit_outbox_run(&opts.outbox, &opts.common, opts.json);
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;

@@ -112,8 +112,15 @@ void listing_table(FILE *out, const struct listing_column *cols, size_t n_cols, 
         fputs("(out of memory printing the table)\n", out);
         goto out;
     }
-    for (size_t c = 0; c < n_cols; c++)
-        width[c] = text_width(cols[c].header);
+    /* An optional column with no value in any row is left out (width 0 marks it). */
+    for (size_t c = 0; c < n_cols; c++) {
+        bool shown = !cols[c].optional;
+        for (size_t r = 0; !shown && r < n_rows; r++) {
+            const json_t *v = json_object_get(json_array_get(rows, r), cols[c].key);
+            shown = v != NULL && !json_is_null(v);
+        }
+        width[c] = shown ? text_width(cols[c].header) : 0;
+    }
     for (size_t r = 0; r < n_rows; r++) {
         const json_t *row = json_array_get(rows, r);
         for (size_t c = 0; c < n_cols; c++) {
@@ -124,23 +131,25 @@ void listing_table(FILE *out, const struct listing_column *cols, size_t n_cols, 
                 goto out;
             }
             size_t w = text_width(cell->text);
-            width[c] = w > width[c] ? w : width[c];
+            width[c] = width[c] == 0 || w <= width[c] ? width[c] : w;
             right[c] = right[c] || cell->number;
         }
     }
-    for (size_t c = 0; c < n_cols; c++) {
-        if (c > 0)
-            fputs("  ", out);
-        put_field(out, cols[c].header, width[c], right[c], c + 1 == n_cols);
-    }
-    fputc('\n', out);
-    for (size_t r = 0; r < n_rows; r++) {
+    size_t last = 0; /* the last column shown: no padding after it */
+    for (size_t c = 0; c < n_cols; c++)
+        last = width[c] > 0 ? c : last;
+    for (size_t r = 0; r <= n_rows; r++) {
+        bool first = true;
         for (size_t c = 0; c < n_cols; c++) {
-            const struct cell *cell = &cells[r * n_cols + c];
-            if (c > 0)
+            if (width[c] == 0)
+                continue;
+            if (!first)
                 fputs("  ", out);
-            /* A column of numbers aligns its numbers to the right; "-" (null) goes with them. */
-            put_field(out, cell->text, width[c], right[c], c + 1 == n_cols);
+            first = false;
+            /* Row 0 is the header. A column of numbers aligns them to the right; "-" (null)
+             * goes with them. */
+            const char *text = r == 0 ? cols[c].header : cells[(r - 1) * n_cols + c].text;
+            put_field(out, text, width[c], right[c], c == last);
         }
         fputc('\n', out);
     }

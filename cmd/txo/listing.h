@@ -28,6 +28,7 @@ struct listing_column {
     const char *key;    /* the member of each row object it shows */
     const char *header; /* "EVENT_ID" */
     size_t max_width;   /* longer text is cut to this many characters, "…" last; 0: never cut */
+    bool optional;      /* left out of the table when no row has a value (not null) in it */
 };
 
 /* Prints rows, a JSON array of objects, as a table of cols. Members not in cols are not
