@@ -35,6 +35,7 @@ done
 for page in txo.1 txo-relay.1 txo-serve.1 txo-worker.1; do
     [ -s "$root/share/man/man1/$page" ] || { echo "install_test: no man page $page" >&2; exit 1; }
 done
+[ -s "$root/share/man/man5/txo.env.5" ] || { echo "install_test: no man page txo.env.5" >&2; exit 1; }
 [ -s "$root/share/txo/txo.env.example" ] || { echo "install_test: no txo.env.example" >&2; exit 1; }
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/outside" "txo_test_install_$$")
 echo "install_test: $out"
