@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "brokers.h"
+#include "listing.h"
 #include "txo/audit.h"
 
 #define US_PER_S   INT64_C(1000000)
@@ -348,76 +349,180 @@ static void field_i64(const char *name, int64_t v)
     printf(" %s=%" PRId64, name, v);
 }
 
-struct printer {
+/* Collects the findings into the run's document: the first max_listed of each kind. */
+struct collector {
     unsigned max_listed;
     const struct txo_audit_result *result; /* its now_us: the database's clock */
     uint64_t seen[TXO_AUDIT_KIND_COUNT];
+    json_t *findings; /* array; NULL once an append failed (out of memory) */
 };
 
-static void print_finding(void *arg, const struct txo_audit_finding *f)
+static json_t *time_json(int64_t us)
 {
-    struct printer *p = arg;
-    if (p->seen[f->kind]++ >= p->max_listed)
-        return;
-    printf("finding=%s", txo_audit_kind_name(f->kind));
+    char t[TXO_RFC3339_LEN];
+    txo_format_rfc3339(us, t);
+    return json_string(t);
+}
+
+/* One finding as {"kind", then the members of its kind}, named as the summary's logfmt
+ * would: event_id, key, created_at, published_at, broker_time, position, status, attempts,
+ * age_s, last_error, follows_status, detail. */
+static json_t *finding_json(const struct txo_audit_finding *f, int64_t now_us)
+{
+    json_t *o = json_pack("{s:s}", "kind", txo_audit_kind_name(f->kind));
+    bool ok = o != NULL;
     switch (f->kind) {
     case TXO_AUDIT_MISSING:
     case TXO_AUDIT_BROKER_TRIMMED:
-        field_i64("event_id", f->event_id);
-        field("key", f->key);
-        field_time("created_at", f->created_at_us);
-        field_time("published_at", f->published_at_us);
+        ok = ok && json_object_set_new(o, "event_id", json_integer(f->event_id)) == 0 &&
+             json_object_set_new(o, "key", listing_str(f->key)) == 0 &&
+             json_object_set_new(o, "created_at", time_json(f->created_at_us)) == 0 &&
+             json_object_set_new(o, "published_at", time_json(f->published_at_us)) == 0;
         break;
     case TXO_AUDIT_EXTRA:
     case TXO_AUDIT_OUTBOX_TRIMMED:
-        field("key", f->key != NULL ? f->key : "(none)");
-        field_time("broker_time", f->broker_time_us);
-        field("position", f->position);
+        ok = ok && json_object_set_new(o, "key", listing_str(f->key)) == 0 &&
+             json_object_set_new(o, "broker_time", time_json(f->broker_time_us)) == 0 &&
+             json_object_set_new(o, "position", listing_str(f->position)) == 0;
         break;
     case TXO_AUDIT_PENDING:
-        field_i64("event_id", f->event_id);
-        field("key", f->key);
-        field("status", f->status);
-        field_i64("attempts", f->attempts);
-        field_time("created_at", f->created_at_us);
-        field_i64("age_s", (p->result->now_us - f->created_at_us) / US_PER_S);
-        field("last_error", f->detail);
+        ok = ok && json_object_set_new(o, "event_id", json_integer(f->event_id)) == 0 &&
+             json_object_set_new(o, "key", listing_str(f->key)) == 0 &&
+             json_object_set_new(o, "status", listing_str(f->status)) == 0 &&
+             json_object_set_new(o, "attempts", json_integer(f->attempts)) == 0 &&
+             json_object_set_new(o, "created_at", time_json(f->created_at_us)) == 0 &&
+             json_object_set_new(o, "age_s",
+                                 json_integer((now_us - f->created_at_us) / US_PER_S)) == 0 &&
+             json_object_set_new(o, "last_error", listing_str(f->detail)) == 0;
         break;
     case TXO_AUDIT_SEQUENCE_GAP:
-        field_i64("event_id", f->event_id);
-        field("key", f->key);
-        field_time("published_at", f->published_at_us);
-        field("follows_status", f->status);
-        field("detail", f->detail);
+        ok = ok && json_object_set_new(o, "event_id", json_integer(f->event_id)) == 0 &&
+             json_object_set_new(o, "key", listing_str(f->key)) == 0 &&
+             json_object_set_new(o, "published_at", time_json(f->published_at_us)) == 0 &&
+             json_object_set_new(o, "follows_status", listing_str(f->status)) == 0 &&
+             json_object_set_new(o, "detail", listing_str(f->detail)) == 0;
         break;
     case TXO_AUDIT_KIND_COUNT:
         break;
     }
-    putchar('\n');
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
 }
 
-/* The lines after the findings: what was not listed, and why a window was trimmed. */
-static void print_notes(const struct printer *p, const struct txo_audit_result *r)
+static void collect_finding(void *arg, const struct txo_audit_finding *f)
 {
-    for (int k = 0; k < TXO_AUDIT_KIND_COUNT; k++)
-        if (p->seen[k] > p->max_listed)
-            printf("finding=%s more=%" PRIu64 " (not listed: --max-listed %u)\n",
-                   txo_audit_kind_name((enum txo_audit_kind)k), p->seen[k] - p->max_listed,
-                   p->max_listed);
-    char t[TXO_RFC3339_LEN];
-    if (r->found[TXO_AUDIT_BROKER_TRIMMED] > 0) {
-        txo_format_rfc3339(r->broker_held_from_us, t);
-        printf("note: the broker no longer holds what it stored before %s (%s): the events of "
-               "the window it lacks that may be older are broker_trimmed, not missing; start "
-               "the window later\n",
-               t, r->broker_held_from_where);
+    struct collector *c = arg;
+    if (c->seen[f->kind]++ >= c->max_listed || c->findings == NULL)
+        return;
+    if (json_array_append_new(c->findings, finding_json(f, c->result->now_us)) != 0) {
+        json_decref(c->findings);
+        c->findings = NULL;
     }
-    if (r->found[TXO_AUDIT_OUTBOX_TRIMMED] > 0) {
+}
+
+/* The notes that explain a trimmed window, as sentences (NULL when out of memory). */
+static json_t *notes_json(const struct txo_audit_result *r)
+{
+    json_t *notes = json_array();
+    char t[TXO_RFC3339_LEN];
+    char text[512];
+    if (notes != NULL && r->found[TXO_AUDIT_BROKER_TRIMMED] > 0) {
+        txo_format_rfc3339(r->broker_held_from_us, t);
+        snprintf(text, sizeof(text),
+                 "the broker no longer holds what it stored before %s (%s): the events of the "
+                 "window it lacks that may be older are broker_trimmed, not missing; start the "
+                 "window later",
+                 t, r->broker_held_from_where);
+        json_array_append_new(notes, listing_str(text));
+    }
+    if (notes != NULL && r->found[TXO_AUDIT_OUTBOX_TRIMMED] > 0) {
         txo_format_rfc3339(r->outbox_held_from_us, t);
-        printf("note: the oldest PUBLISHED event the outbox has left was published at %s (txo "
-               "clean's retention, or the outbox's beginning): broker messages of unknown keys "
-               "stored before then are outbox_trimmed, not extra; start the window later\n",
-               t);
+        snprintf(text, sizeof(text),
+                 "the oldest PUBLISHED event the outbox has left was published at %s (txo "
+                 "clean's retention, or the outbox's beginning): broker messages of unknown keys "
+                 "stored before then are outbox_trimmed, not extra; start the window later",
+                 t);
+        json_array_append_new(notes, listing_str(text));
+    }
+    return notes;
+}
+
+/*
+ * The document of `txo audit --outbox --json`: the summary's keys in its order (audit, result,
+ * publisher, window, from, to, events, messages, one count per kind, duplicates, elapsed_ms),
+ * then "findings" (the listed ones), "not_listed" ({kind: how many more}) and "notes".
+ * Steals findings. NULL when out of memory.
+ */
+static json_t *audit_json(const char *result, const char *publisher, const struct txo_audit_opts *o,
+                          const struct txo_audit_result *r, int64_t elapsed_ms,
+                          const struct collector *c, json_t *findings)
+{
+    bool by_id = o->to_id > 0;
+    json_t *doc = json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I}", "audit", "outbox", "result",
+                            result, "publisher", publisher, "window", by_id ? "id" : "created_at",
+                            "from", by_id ? json_integer(o->from_id) : time_json(o->since_us), "to",
+                            by_id ? json_integer(o->to_id) : time_json(o->until_us), "events",
+                            (json_int_t)r->events, "messages", (json_int_t)r->messages);
+    json_t *not_listed = json_object();
+    bool ok = doc != NULL && not_listed != NULL && findings != NULL;
+    for (int k = 0; ok && k < TXO_AUDIT_KIND_COUNT; k++) {
+        const char *kind = txo_audit_kind_name((enum txo_audit_kind)k);
+        ok = json_object_set_new(doc, kind, json_integer((json_int_t)r->found[k])) == 0;
+        if (ok && c->seen[k] > c->max_listed)
+            ok = json_object_set_new(not_listed, kind,
+                                     json_integer((json_int_t)(c->seen[k] - c->max_listed))) == 0;
+    }
+    ok = ok &&
+         json_object_set_new(doc, "duplicates", json_integer((json_int_t)r->duplicates)) == 0 &&
+         json_object_set_new(doc, "elapsed_ms", json_integer(elapsed_ms)) == 0 &&
+         json_object_set(doc, "findings", findings) == 0 &&
+         json_object_set(doc, "not_listed", not_listed) == 0 &&
+         json_object_set_new(doc, "notes", notes_json(r)) == 0;
+    json_decref(findings);
+    json_decref(not_listed);
+    if (!ok) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* The findings as a table, the kinds with more than were listed, and the notes. */
+static void print_findings(const json_t *doc, unsigned max_listed)
+{
+    static const struct listing_column cols[] = {
+        {.key = "kind", .header = "KIND"},
+        {.key = "event_id", .header = "EVENT_ID", .optional = true},
+        {.key = "key", .header = "KEY", .max_width = 48},
+        {.key = "status", .header = "STATUS", .optional = true},
+        {.key = "attempts", .header = "ATTEMPTS", .optional = true},
+        {.key = "created_at", .header = "CREATED_AT", .optional = true},
+        {.key = "published_at", .header = "PUBLISHED_AT", .optional = true},
+        {.key = "broker_time", .header = "BROKER_TIME", .optional = true},
+        {.key = "age_s", .header = "AGE_S", .optional = true},
+        {.key = "position", .header = "POSITION", .max_width = 64, .optional = true},
+        {.key = "follows_status", .header = "FOLLOWS", .optional = true},
+        {.key = "last_error", .header = "LAST_ERROR", .max_width = 64, .optional = true},
+        {.key = "detail", .header = "DETAIL", .max_width = 64, .optional = true},
+    };
+    const json_t *findings = json_object_get(doc, "findings");
+    if (json_array_size(findings) > 0)
+        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), findings);
+    const char *kind;
+    json_t *more;
+    json_object_foreach(json_object_get(doc, "not_listed"), kind, more)
+    {
+        printf("%s: %" JSON_INTEGER_FORMAT " more not listed (--max-listed %u)\n", kind,
+               json_integer_value(more), max_listed);
+    }
+    size_t i;
+    json_t *note;
+    json_array_foreach(json_object_get(doc, "notes"), i, note)
+    {
+        printf("note: %s\n", json_string_value(note));
     }
 }
 
@@ -442,7 +547,8 @@ static void print_summary(const char *result, const char *publisher, const struc
 
 /* ---- the run ---- */
 
-int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common)
+int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common,
+                     bool json)
 {
     const struct cmd_broker *broker = audited_broker(s->publisher);
     struct txo_audit_opts o;
@@ -461,22 +567,28 @@ int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_
     int status = 1;
     struct txo_audit_result r;
     memset(&r, 0, sizeof(r));
+    struct collector c = {.max_listed = s->max_listed, .result = &r, .findings = json_array()};
     struct txo_db *db = common_connect(common);
     if (db != NULL) {
-        struct printer p = {.max_listed = s->max_listed, .result = &r};
-        o.report = print_finding;
-        o.report_arg = &p;
+        o.report = collect_finding;
+        o.report_arg = &c;
         rc = txo_audit_outbox(db, history, &o, &r, &err);
-        print_notes(&p, &r);
         if (rc < 0)
             cmd_report("audit", "auditing the outbox", &err);
         else
             status = txo_audit_clean(&r) ? 0 : 1;
     }
-    print_summary(db == NULL || rc < 0 ? "error"
-                  : status == 0        ? "clean"
-                                       : "findings",
-                  broker->name, &o, &r, txo_monotonic_ms() - t0);
+    const char *result = db == NULL || rc < 0 ? "error" : status == 0 ? "clean" : "findings";
+    int64_t elapsed_ms = txo_monotonic_ms() - t0;
+    json_t *doc = audit_json(result, broker->name, &o, &r, elapsed_ms, &c, c.findings);
+    if (json || doc == NULL) {
+        if (listing_json(stdout, "audit", doc) != 0)
+            status = 1;
+    } else {
+        print_findings(doc, s->max_listed);
+        print_summary(result, broker->name, &o, &r, elapsed_ms);
+    }
+    json_decref(doc);
     fflush(stdout);
     txo_db_close(db);
     txo_history_free(history);

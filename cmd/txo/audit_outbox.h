@@ -4,10 +4,11 @@
  * owns the command and its one settings table; this file adds the outbox audit's settings to
  * it, checks them, runs the audit and prints what it found.
  *
- * Output (stdout): one line per finding, logfmt, the first --max-listed of each kind; then a
- * line per kind with more, the notes that explain a trimmed window, and last a summary line of
- * fixed keys for monitoring. Exit status: 0 clean, 1 findings (or the audit could not run),
- * 2 bad settings, found before anything is connected to.
+ * Output (stdout): a table of the findings, the first --max-listed of each kind; then a line
+ * per kind with more, the notes that explain a trimmed window, and last a logfmt summary line
+ * of fixed keys for monitoring. With --json, one JSON document of the same (listing.h). Exit
+ * status: 0 clean, 1 findings (or the audit could not run), 2 bad settings, found before anything
+ * is connected to.
  */
 #ifndef TXO_CMD_AUDIT_OUTBOX_H
 #define TXO_CMD_AUDIT_OUTBOX_H
@@ -33,7 +34,9 @@ struct audit_outbox_settings {
  * history reader (the relay's own --nats-*, --kafka-*, --redis-* settings). */
 void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_settings *s);
 
-/* Runs the outbox audit with the parsed settings; returns the exit status. */
-int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common);
+/* Runs the outbox audit with the parsed settings and prints what it found: a table and the
+ * summary line, or with json one JSON document; returns the exit status. */
+int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common,
+                     bool json);
 
 #endif

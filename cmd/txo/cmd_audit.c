@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "audit_outbox.h"
+#include "listing.h"
 #include "orders.h"
 #include "settings.h"
 
@@ -31,7 +32,8 @@ const struct command cmd_audit = {
         "OrderCancelled event; per SKU, reserved equals what the RESERVED reservations hold\n"
         "and no stock is negative; no saga has gone --settle seconds without a live owner, and\n"
         "none was given up by the engine (COMPENSATION_FAILED with no retry scheduled).\n"
-        "Prints one line per violation, then a summary. Exit status: 0 all held, 1 a violation\n"
+        "Prints a table of the violations (check, order, detail), then a summary line; --json\n"
+        "prints one object instead. Exit status: 0 all held, 1 a violation\n"
         "(or a database error), 2 bad options. Keep --window below the outbox retention:\n"
         "PUBLISHED events older than it are purged.\n"
         "\n"
@@ -48,10 +50,19 @@ const struct command cmd_audit = {
         "queue consumes it), nor webhooks or gRPC (the receiver keeps no history to read back).\n"
         "The window must lie inside both retentions: an event the broker may have dropped is\n"
         "reported as broker_trimmed, a message whose row the outbox may have deleted as\n"
-        "outbox_trimmed, never as missing or extra. Prints one logfmt line per finding (at most\n"
-        "--max-listed of each kind), then a summary line of fixed keys (audit=outbox result=...\n"
-        "missing= extra= pending= ... sequence_gap=). Reads only: SELECT on outbox_events.",
+        "outbox_trimmed, never as missing or extra. Prints a table of the findings (at most\n"
+        "--max-listed of each kind), then a logfmt summary line of fixed keys (audit=outbox\n"
+        "result=... missing= extra= pending= ... sequence_gap=); --json prints one object of\n"
+        "the same instead. Reads only: SELECT on outbox_events.",
     .run = run,
+    .examples = "# The orders of the last hour, as a table, then as JSON:\n"
+                "txo audit --window 3600\n"
+                "txo audit --window 3600 --json\n"
+                "# The outbox of the last day against NATS JetStream:\n"
+                "txo audit --outbox --publisher nats --since 24h\n",
+    .exit_status =
+        "0 when every check held, 1 on a violation or finding (or when the database or "
+        "broker could not be read), 2 on a bad option, found before anything is connected to.",
 };
 
 struct audit_cmd_opts {
@@ -59,6 +70,7 @@ struct audit_cmd_opts {
     unsigned window_s;
     unsigned settle_s;
     unsigned max_orders;
+    bool json;
     struct audit_outbox_settings outbox;
 };
 
@@ -94,16 +106,49 @@ static void add_settings(struct settings_table *t)
     };
     settings_add_common(t, &opts.common);
     settings_add(t, own, TXO_ARRAY_LEN(own));
+    listing_add_json_setting(t, &opts.json,
+                             "print one JSON object (orders_checked, violations; with --outbox "
+                             "the summary's counts, findings and notes) instead of the tables");
     audit_outbox_add_settings(t, &opts.outbox);
 }
 
-static void print_violation(void *arg, const char *check, int64_t order_id, const char *detail)
+/* Appends a violation {"check","order_id","detail"} to the array arg (order_id null when the
+ * violation is not an order's). An append that fails (out of memory) leaves the array a row
+ * short, which run() notices against the report's count. */
+static void add_violation(void *arg, const char *check, int64_t order_id, const char *detail)
 {
-    (void)arg;
-    if (order_id > 0)
-        printf("VIOLATION %-20s order %-8" PRId64 " %s\n", check, order_id, detail);
-    else
-        printf("VIOLATION %-20s %s\n", check, detail);
+    json_t *violations = arg;
+    json_array_append_new(violations,
+                          json_pack("{s:o,s:o,s:o}", "check", listing_str(check), "order_id",
+                                    order_id > 0 ? json_integer(order_id) : json_null(), "detail",
+                                    listing_str(detail)));
+}
+
+/*
+ * Prints the audit's document: with --json {"orders_checked":N,"violations":[{"check",
+ * "order_id","detail"}]}, else a table of the violations and a summary line. 0, or -1 when the
+ * document could not be built or written.
+ */
+static int print_audit(uint64_t orders, json_t *violations)
+{
+    static const struct listing_column cols[] = {
+        {.key = "check", .header = "CHECK"},
+        {.key = "order_id", .header = "ORDER_ID"},
+        {.key = "detail", .header = "DETAIL", .max_width = 100},
+    };
+    json_t *doc =
+        json_pack("{s:I,s:O}", "orders_checked", (json_int_t)orders, "violations", violations);
+    int rc = 0;
+    if (opts.json || doc == NULL) {
+        rc = listing_json(stdout, "audit", doc);
+    } else {
+        if (json_array_size(violations) > 0)
+            listing_table(stdout, cols, TXO_ARRAY_LEN(cols), violations);
+        printf("audit: %" PRIu64 " order(s) checked, %zu violation(s)\n", orders,
+               json_array_size(violations));
+    }
+    json_decref(doc);
+    return rc;
 }
 
 static int run(int argc, char **argv)
@@ -117,7 +162,7 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
     if (opts.outbox.outbox)
-        return audit_outbox_run(&opts.outbox, &opts.common);
+        return audit_outbox_run(&opts.outbox, &opts.common, opts.json);
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
@@ -126,17 +171,27 @@ static int run(int argc, char **argv)
     ao.window_s = opts.window_s;
     ao.settle_s = opts.settle_s;
     ao.max_orders = opts.max_orders;
-    ao.report = print_violation;
+    json_t *violations = json_array();
+    if (violations == NULL) {
+        txo_db_close(db);
+        fputs("txo audit: out of memory\n", stderr);
+        return 1;
+    }
+    ao.report = add_violation;
+    ao.report_arg = violations;
     struct orders_audit_report rep;
     struct txo_error err;
     txo_error_init(&err);
     int rc = orders_audit(db, &ao, &rep, &err);
     txo_db_close(db);
+    int status = 1;
     if (rc != 0) {
         cmd_report("audit", "reading the database", &err);
-        return 1;
+    } else if (json_array_size(violations) != rep.violations) {
+        fputs("txo audit: out of memory listing the violations\n", stderr);
+    } else if (print_audit(rep.orders, violations) == 0) {
+        status = rep.violations == 0 ? 0 : 1;
     }
-    printf("audit: %" PRIu64 " order(s) checked, %" PRIu64 " violation(s)\n", rep.orders,
-           rep.violations);
-    return rep.violations == 0 ? 0 : 1;
+    json_decref(violations);
+    return status;
 }

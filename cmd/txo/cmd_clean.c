@@ -31,6 +31,8 @@ const struct command cmd_clean = {
         "dead letters never replayed are never deleted. `txo relay --clean-interval N` runs the\n"
         "same outbox and dead-letter purge every N seconds inside the relay.",
     .run = run,
+    .examples = "# One retention pass, keeping a week of PUBLISHED events:\n"
+                "txo clean --outbox-retention 604800\n",
 };
 
 void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval)

@@ -20,8 +20,10 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "listing.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "settings.h"
@@ -80,6 +82,10 @@ const struct command cmd_demo = {
         "every check held. Only the demo's own SKUs (demo-*) get their stock reset; no other\n"
         "row of the database is changed, though the relay publishes every due event.",
     .run = run,
+    .examples = "# Run every scenario against the private database of `make db`:\n"
+                "eval \"$(scripts/db.sh env)\" && txo demo\n",
+    .exit_status = "0 when every scenario ended as expected, 1 when a check failed or the database "
+                   "could not be used, 2 on a bad option.",
 };
 
 struct demo_opts {
@@ -314,17 +320,15 @@ static int run_scenario(struct txo_db *db, struct scenario *sc, struct txo_error
     return check(db, sc, &sc->want, "", err);
 }
 
-/* ---- tables in the style of the mysql client ---- */
+/* ---- the report's tables (printed by listing.c, as every listing of txo) ---- */
 
 #define TABLE_MAX_COLS 8
-#define CELL_MAX       64 /* longer cells are cut with "..." */
+#define CELL_MAX       64 /* longer cells are cut with an ellipsis */
 
 struct table {
     size_t ncols;
-    const char *head[TABLE_MAX_COLS];
-    char (*cells)[TABLE_MAX_COLS][CELL_MAX + 1];
-    size_t nrows;
-    size_t cap;
+    struct listing_column cols[TABLE_MAX_COLS]; /* each column's key is its header */
+    json_t *rows;                               /* NULL when out of memory */
 };
 
 static void table_init(struct table *t, size_t ncols, const char *const *head)
@@ -332,35 +336,45 @@ static void table_init(struct table *t, size_t ncols, const char *const *head)
     memset(t, 0, sizeof(*t));
     t->ncols = ncols;
     for (size_t c = 0; c < ncols; c++)
-        t->head[c] = head[c];
+        t->cols[c] =
+            (struct listing_column){.key = head[c], .header = head[c], .max_width = CELL_MAX};
+    t->rows = json_array();
 }
 
 static void table_release(struct table *t)
 {
-    txo_free(t->cells);
-    t->cells = NULL;
+    json_decref(t->rows);
+    t->rows = NULL;
 }
 
-/* Adds one row: vals[0..ncols) (NULL shows as NULL). */
+static bool is_number(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (*s == '\0' || strlen(s) > 18)
+        return false;
+    for (; *s != '\0'; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+/* Adds one row: vals[0..ncols) (NULL shows as "-"; whole numbers are right-aligned). */
 static int table_add(struct table *t, const char *const *vals)
 {
-    if (t->nrows == t->cap) {
-        size_t cap = t->cap > 0 ? t->cap * 2 : 16;
-        void *p = txo_realloc(t->cells, cap * sizeof(*t->cells));
-        if (p == NULL)
-            return TXO_ENOMEM;
-        t->cells = p;
-        t->cap = cap;
+    json_t *row = json_object();
+    for (size_t c = 0; row != NULL && c < t->ncols; c++) {
+        const char *v = vals[c];
+        json_t *cell = v == NULL      ? json_null()
+                       : is_number(v) ? json_integer(strtoll(v, NULL, 10))
+                                      : listing_str(v);
+        if (json_object_set_new(row, t->cols[c].key, cell) != 0) {
+            json_decref(row);
+            row = NULL;
+        }
     }
-    for (size_t c = 0; c < t->ncols; c++) {
-        const char *v = vals[c] != NULL ? vals[c] : "NULL";
-        char *cell = t->cells[t->nrows][c];
-        if (strlen(v) > CELL_MAX)
-            snprintf(cell, CELL_MAX + 1, "%.*s...", CELL_MAX - 3, v);
-        else
-            snprintf(cell, CELL_MAX + 1, "%s", v);
-    }
-    t->nrows++;
+    if (t->rows == NULL || json_array_append_new(t->rows, row) != 0)
+        return TXO_ENOMEM;
     return 0;
 }
 
@@ -387,60 +401,14 @@ static int table_add_query(struct table *t, struct txo_db *db, const char *sql, 
     return rc;
 }
 
-static bool is_number(const char *s)
-{
-    if (*s == '-')
-        s++;
-    if (*s == '\0')
-        return false;
-    for (; *s != '\0'; s++)
-        if (*s < '0' || *s > '9')
-            return false;
-    return true;
-}
-
-static void table_rule(const struct table *t, const size_t *w)
-{
-    for (size_t c = 0; c < t->ncols; c++) {
-        putchar('+');
-        for (size_t k = 0; k < w[c] + 2; k++)
-            putchar('-');
-    }
-    puts("+");
-}
-
 static void table_print(const struct table *t, const char *title)
 {
-    size_t w[TABLE_MAX_COLS];
-    bool right[TABLE_MAX_COLS];
-
     printf("\n%s\n", title);
-    for (size_t c = 0; c < t->ncols; c++) {
-        w[c] = strlen(t->head[c]);
-        right[c] = t->nrows > 0;
-        for (size_t r = 0; r < t->nrows; r++) {
-            size_t len = strlen(t->cells[r][c]);
-            if (len > w[c])
-                w[c] = len;
-            if (!is_number(t->cells[r][c]))
-                right[c] = false;
-        }
-    }
-    table_rule(t, w);
-    for (size_t c = 0; c < t->ncols; c++)
-        printf("| %-*s ", (int)w[c], t->head[c]);
-    puts("|");
-    table_rule(t, w);
-    for (size_t r = 0; r < t->nrows; r++) {
-        for (size_t c = 0; c < t->ncols; c++)
-            printf(right[c] ? "| %*s " : "| %-*s ", (int)w[c], t->cells[r][c]);
-        puts("|");
-    }
-    if (t->nrows == 0) {
+    if (json_array_size(t->rows) == 0) {
         printf("(no rows)\n");
         return;
     }
-    table_rule(t, w);
+    listing_table(stdout, t->cols, t->ncols, t->rows);
 }
 
 /* The sagas and their steps of this run, read with txo_saga_load(). */
@@ -474,7 +442,7 @@ static int print_sagas(struct txo_db *db, struct txo_error *err)
                                  txo_step_status_name(st->status),
                                  attempts,
                                  txo_remote_state_name(st->remote),
-                                 st->error != NULL ? st->error : ""};
+                                 st->error};
             rc = table_add(&steps, row);
         }
         txo_saga_info_release(&info);

@@ -24,6 +24,10 @@ const struct command cmd_migrate = {
         "a later run without it adds the rest. Running it again is a no-op. A recorded\n"
         "migration whose statements changed since is refused (comments may be edited).",
     .run = run,
+    .examples = "# Create or upgrade the whole schema:\n"
+                "txo migrate\n"
+                "# Only the tables `txo relay` needs, for an application in another language:\n"
+                "txo migrate --only outbox\n",
 };
 
 static int run(int argc, char **argv)

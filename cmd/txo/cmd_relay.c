@@ -44,6 +44,14 @@ const struct command cmd_relay = {
         "settings (docs/brokers.md: what each sends and guarantees).\n"
         "SIGTERM/SIGINT finish the current batch and exit 0.",
     .run = run,
+    .examples = "# Publish to NATS JetStream, with metrics on port 9101:\n"
+                "txo relay --publisher nats --nats-url nats://127.0.0.1:4222 --metrics-listen "
+                "127.0.0.1:9101\n"
+                "# Print every due event as a JSON line, then exit when none is left:\n"
+                "txo relay --publisher log --drain\n",
+    .exit_status =
+        "0 after a graceful stop (SIGTERM or SIGINT) or, with --drain, once nothing is due; 1 "
+        "when the relay cannot start or fails; 2 on a bad option or environment variable.",
 };
 
 struct relay_cmd_opts {

@@ -25,6 +25,16 @@ const struct command cmd_serve = {
         "SIGTERM/SIGINT: stop accepting, finish the requests in flight, exit 0. Endpoints\n"
         "and status codes: README.md.",
     .run = run,
+    .examples =
+        "# The API on all interfaces, admin endpoints behind a token:\n"
+        "txo serve --listen 0.0.0.0:8080 --admin-token \"$(cat /etc/txo/admin-token)\"\n"
+        "# Create an order (the API answers 201 with its id):\n"
+        "curl -X POST http://127.0.0.1:8080/orders -H 'Idempotency-Key: k1' -d "
+        "'{\"customer_id\":1,\"items\":[{\"sku\":\"pen\",\"qty\":1,\"price_cents\":250}]}'\n",
+    .exit_status =
+        "0 after a graceful stop (SIGTERM or SIGINT), 1 when the server cannot start (the "
+        "address is taken, the database cannot be reached), 2 on a bad option or environment "
+        "variable.",
 };
 
 struct serve_cmd_opts {

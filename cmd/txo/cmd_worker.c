@@ -27,6 +27,14 @@ const struct command cmd_worker = {
         "--broker none it does all of that except consuming (sagas then come from the async\n"
         "API's commands or from `txo up`). SIGTERM/SIGINT: finish the steps in flight, exit 0.",
     .run = run,
+    .examples = "# Consume OrderCreated from NATS and call the payment and shipment services:\n"
+                "txo worker --broker nats --payment-url http://payments.internal:8081 "
+                "--shipment-url http://shipments.internal:8082\n"
+                "# Only the async API's commands, retries and cleanup (no broker):\n"
+                "txo worker --broker none\n",
+    .exit_status =
+        "0 after a graceful stop (SIGTERM or SIGINT), 1 when the worker cannot start or fails, "
+        "2 on a bad option or environment variable.",
 };
 
 struct worker_cmd_opts {

@@ -87,19 +87,75 @@ static void print_man_txo(void)
            "txo\\-worker@.service) read.\n"
            ".SH EXIT STATUS\n0 on success and after a graceful stop, 1 on a failure, 2 on a bad\n"
            "setting or usage.\n"
-           ".SH SEE ALSO\n");
+           ".SH EXAMPLES\n.PP\nApply the migrations, then run the API, relay and worker in one "
+           "process:\n.RS 4\n.nf\n\\fBtxo migrate\ntxo up\\fR\n.fi\n.RE\n"
+           ".PP\nThe outbox, sagas and dead letters at a glance, as JSON:\n"
+           ".RS 4\n.nf\n\\fBtxo stats \\-\\-json\\fR\n.fi\n.RE\n"
+           ".SH SEE ALSO\n.BR txo.env (5),\n");
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
         printf(".BR txo\\-%s (1)%s\n", commands[i]->name,
                i + 1 < TXO_ARRAY_LEN(commands) ? "," : "");
 }
 
-/* `txo help --man [COMMAND]`: txo(1), or txo-COMMAND(1), in roff on stdout. */
+/*
+ * txo.env(5): the environment file of the systemd units, with every variable of every command,
+ * from the same settings tables as --help (each command's own, after the common ones).
+ */
+static int print_man_env(void)
+{
+    printf(".TH TXO.ENV 5 \"\" \"txo %s\" \"txo manual\"\n"
+           ".SH NAME\ntxo.env \\- the settings of the txo systemd units\n"
+           ".SH SYNOPSIS\n.I /etc/txo/txo.env\n"
+           ".SH DESCRIPTION\n"
+           "The systemd units of\n.BR txo (1)\n(txo\\-serve.service, txo\\-relay@.service and\n"
+           "txo\\-worker@.service) read their settings from this file with\n"
+           ".BR EnvironmentFile= .\n"
+           "Every option of every command is also an environment variable; the file sets\n"
+           "them, and an option on the command line of a unit overrides the file.\n"
+           ".PP\n"
+           "The format is the one\n.BR systemd.exec (5)\ndescribes for\n"
+           ".BR EnvironmentFile= :\n"
+           "one\n.IB NAME = value\nassignment per line. Empty lines and lines that start with\n"
+           ".B #\nor\n.B ;\nare ignored. Whitespace around an unquoted value is dropped; a value\n"
+           "in single or double quotes is taken as written, and a line ending with a backslash\n"
+           "goes on on the next line. The file holds the database password: keep it owned by\n"
+           "root, mode 0600.\n"
+           ".PP\n"
+           "A TXO_* variable that no command reads is reported on standard error when a command\n"
+           "starts, with the closest name a command does read, so a misspelt name is not\n"
+           "ignored silently. The installed example,\n.IR share/txo/txo.env.example ,\n"
+           "shows the usual ones and the settings of each publisher, commented out.\n"
+           ".SH VARIABLES\n"
+           ".SS Every command that uses the database\n",
+           TXO_VERSION);
+    settings_print_common_env_vars(stdout);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++) {
+        char *env_argv[] = {(char *)commands[i]->name, (char *)"--help-env", NULL};
+        int rc = commands[i]->run(2, env_argv);
+        if (rc != 0)
+            return rc;
+    }
+    printf(".SH FILES\n.TP\n.I /etc/txo/txo.env\nthe file itself.\n"
+           ".SH EXAMPLES\nThe database, the relay's publisher, and a setting left commented "
+           "out:\n.PP\n.RS 4\n.nf\n"
+           "MYSQL_HOST=db.internal\nMYSQL_PASSWORD=change\\-me\n"
+           "TXO_PUBLISHER=nats\nTXO_NATS_URL=nats://127.0.0.1:4222\n"
+           "#TXO_ADMIN_TOKEN=a\\-long\\-random\\-token\n"
+           ".fi\n.RE\n"
+           ".SH SEE ALSO\n.BR txo (1),\n.BR systemd.exec (5)\n");
+    return 0;
+}
+
+/* `txo help --man [COMMAND|txo.env]`: txo(1), txo-COMMAND(1) or txo.env(5), in roff on
+ * stdout. */
 static int print_man(const char *name)
 {
     if (name == NULL) {
         print_man_txo();
         return 0;
     }
+    if (strcmp(name, "txo.env") == 0)
+        return print_man_env();
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
         if (strcmp(commands[i]->name, name) == 0) {
             char *man_argv[] = {(char *)commands[i]->name, (char *)"--help-man", NULL};

@@ -19,6 +19,7 @@
 #define OPT_PRINT_CONFIG 2
 #define OPT_HELP_MD      3   /* --help-markdown: used by `txo help --markdown` for docs/config.md */
 #define OPT_HELP_MAN     4   /* --help-man: used by `txo help --man` for the man pages */
+#define OPT_HELP_ENV     5   /* --help-env: used by `txo help --man txo.env` for txo.env(5) */
 #define OPT_FIRST        256 /* above every char getopt_long can return (h, ?, :) */
 
 static bool parse_bool(const char *s, bool *out)
@@ -117,6 +118,8 @@ void settings_print_help(const struct command *cmd, const struct setting *table,
             cmd->usage, cmd->summary, cmd->description);
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];
+        if (s->hidden)
+            continue;
         char flag[64];
         const char *hint = type_hint(s);
         snprintf(flag, sizeof(flag), "--%s%s%s", s->name, *hint ? " " : "", hint);
@@ -140,6 +143,8 @@ void settings_print_markdown(const struct command *cmd, const struct setting *ta
             cmd->usage, cmd->summary);
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];
+        if (s->hidden)
+            continue;
         const char *hint = type_hint(s);
         fprintf(out, "| `--%s%s%s` | %s%s%s | %s | %s |\n", s->name, *hint ? " " : "", hint,
                 s->env ? "`" : "", s->env ? s->env : "-", s->env ? "`" : "",
@@ -162,6 +167,103 @@ void settings_man_text(const char *text, FILE *out)
         else
             fputc(*p, out);
     }
+}
+
+static const char default_exit_status[] =
+    "0 when it did what was asked, 1 when it failed (the reason on standard error), 2 on a bad "
+    "option, environment variable or usage, found before anything is written.";
+
+/* ENVIRONMENT: the variable of each setting, with its flag, and the environment file. */
+static void print_man_environment(const struct setting *table, size_t n, FILE *out)
+{
+    fputs(".SH ENVIRONMENT\nEach variable sets the option named next to it (see OPTIONS); the "
+          "option on the command line wins.\n.PD 0\n",
+          out);
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        if (s->hidden || s->env == NULL)
+            continue;
+        fputs(".TP\n.B ", out);
+        settings_man_text(s->env, out);
+        fputs("\n\\fB\\-\\-", out);
+        settings_man_text(s->name, out);
+        fputs("\\fR\n", out);
+    }
+    fputs(".PD\n.PP\nThe systemd units read them from\n.IR /etc/txo/txo.env ,\nwhose format\n"
+          ".BR txo.env (5)\ndescribes.\n",
+          out);
+}
+
+/* EXAMPLES: "# what it does\ncommand line\n" pairs, each command line set in bold. */
+static void print_man_examples(const char *examples, FILE *out)
+{
+    if (examples == NULL)
+        return;
+    fputs(".SH EXAMPLES\n", out);
+    const char *p = examples;
+    while (*p != '\0') {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl != NULL ? (size_t)(nl - p) : strlen(p);
+        char line[512];
+        snprintf(line, sizeof(line), "%.*s", (int)len, p);
+        if (line[0] == '#') {
+            fputs(".PP\n", out);
+            settings_man_text(line[1] == ' ' ? line + 2 : line + 1, out);
+            fputc('\n', out);
+        } else if (line[0] != '\0') {
+            fputs(".RS 4\n.nf\n\\fB", out);
+            settings_man_text(line, out);
+            fputs("\\fR\n.fi\n.RE\n", out);
+        }
+        p += len + (nl != NULL);
+    }
+}
+
+/* True when env is a variable of settings_add_common(). */
+static bool common_env(const char *env)
+{
+    struct settings_table t = {.n = 0};
+    struct common_opts o;
+    settings_add_common(&t, &o);
+    for (size_t i = 0; i < t.n; i++)
+        if (t.items[i].env != NULL && strcmp(t.items[i].env, env) == 0)
+            return true;
+    return false;
+}
+
+size_t settings_print_env_vars(const struct setting *table, size_t n, bool skip_common, FILE *out)
+{
+    size_t written = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct setting *s = &table[i];
+        if (s->hidden || s->env == NULL || (skip_common && common_env(s->env)))
+            continue;
+        fputs(".TP\n.B ", out);
+        settings_man_text(s->env, out);
+        fputs("\n", out);
+        settings_man_text(s->help, out);
+        size_t hl = strlen(s->help);
+        if (hl > 0 && s->help[hl - 1] != '.')
+            fputc('.', out);
+        if (s->def != NULL) {
+            fputs(" Default: ", out);
+            settings_man_text(s->secret ? "***" : s->def, out);
+            fputc('.', out);
+        }
+        fputs(" Option: \\fB\\-\\-", out);
+        settings_man_text(s->name, out);
+        fputs("\\fR.\n", out);
+        written++;
+    }
+    return written;
+}
+
+void settings_print_common_env_vars(FILE *out)
+{
+    struct settings_table t = {.n = 0};
+    struct common_opts o;
+    settings_add_common(&t, &o);
+    (void)settings_print_env_vars(t.items, t.n, false, out);
 }
 
 void settings_print_man(const struct command *cmd, const struct setting *table, size_t n,
@@ -198,6 +300,8 @@ void settings_print_man(const struct command *cmd, const struct setting *table, 
           out);
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];
+        if (s->hidden)
+            continue;
         const char *hint = type_hint(s);
         fputs(".TP\n\\fB\\-\\-", out);
         settings_man_text(s->name, out);
@@ -224,13 +328,20 @@ void settings_print_man(const struct command *cmd, const struct setting *table, 
     fputs(".TP\n.B \\-\\-print\\-config\nprint the effective settings (secrets as ***) and "
           "exit.\n.TP\n.BR \\-h \", \" \\-\\-help\nshow the help and exit.\n",
           out);
-    fputs(".SH SEE ALSO\n.BR txo (1)\n", out);
+    print_man_environment(table, n, out);
+    fputs(".SH EXIT STATUS\n", out);
+    settings_man_text(cmd->exit_status != NULL ? cmd->exit_status : default_exit_status, out);
+    fputc('\n', out);
+    print_man_examples(cmd->examples, out);
+    fputs(".SH SEE ALSO\n.BR txo (1),\n.BR txo.env (5)\n", out);
 }
 
 static void print_config(const struct setting *table, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const struct setting *s = &table[i];
+        if (s->hidden && s->type == SETTING_STRING && *(const char **)s->target == NULL)
+            continue; /* a test's setting shows only when a test set it */
         printf("%s=", s->name);
         switch (s->type) {
         case SETTING_STRING: {
@@ -278,7 +389,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
         }
     }
 
-    struct option *longopts = calloc(n + 5, sizeof(*longopts));
+    struct option *longopts = calloc(n + 6, sizeof(*longopts));
     if (!longopts) {
         fprintf(stderr, "%s: out of memory\n", me);
         return SETTINGS_EXIT_USAGE;
@@ -292,6 +403,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
     longopts[n + 1] = (struct option){"print-config", no_argument, NULL, OPT_PRINT_CONFIG};
     longopts[n + 2] = (struct option){"help-markdown", no_argument, NULL, OPT_HELP_MD};
     longopts[n + 3] = (struct option){"help-man", no_argument, NULL, OPT_HELP_MAN};
+    longopts[n + 4] = (struct option){"help-env", no_argument, NULL, OPT_HELP_ENV};
 
     enum settings_result result = SETTINGS_OK;
     bool want_print = false;
@@ -316,6 +428,15 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
         }
         if (c == OPT_HELP_MAN) {
             settings_print_man(cmd, table, n, TXO_VERSION, stdout);
+            result = SETTINGS_EXIT_OK;
+            goto out;
+        }
+        if (c == OPT_HELP_ENV) {
+            fputs(".SS txo ", stdout);
+            settings_man_text(cmd->name, stdout);
+            fputc('\n', stdout);
+            if (settings_print_env_vars(table, n, true, stdout) == 0)
+                fputs("Only the variables common to every command.\n", stdout);
             result = SETTINGS_EXIT_OK;
             goto out;
         }
@@ -500,6 +621,7 @@ void settings_add_common(struct settings_table *t, struct common_opts *o)
         {.name = "crash-point",
          .env = "TXO_CRASH_POINT",
          .type = SETTING_STRING,
+         .hidden = true,
          .help = "tests only: SIGKILL this process at the named point (NAME, or NAME:N to pass N "
                  "times)",
          .target = &o->crash_point},

@@ -36,6 +36,7 @@ struct setting {
     const char *def; /* default as text (NULL: unset) */
     const char *help;
     bool secret;       /* shown as *** by --help and --print-config */
+    bool hidden;       /* for tests only: accepted, but not in --help, man pages or docs */
     unsigned long min; /* SETTING_UINT and SETTING_MS: the accepted range */
     unsigned long max;
     void *target; /* where the value goes; its type follows from .type */
@@ -49,6 +50,10 @@ struct command {
     const char *description; /* paragraphs for `txo relay --help` */
     int (*run)(int argc, char **argv);
     const char *program; /* a program of its own: its name for messages; NULL: `txo` */
+    /* The EXAMPLES of its man page: one or more "# what it does\ncommand line\n" pairs. */
+    const char *examples;
+    /* The EXIT STATUS of its man page; NULL: 0 done, 1 failed, 2 bad option or usage. */
+    const char *exit_status;
 };
 
 /* Outcome of settings_parse(). */
@@ -92,6 +97,14 @@ void settings_print_markdown(const struct command *cmd, const struct setting *ta
 void settings_print_man(const struct command *cmd, const struct setting *table, size_t n,
                         const char *version, FILE *out);
 
+/*
+ * Writes the environment variables of the table for txo.env(5), in roff: each with its help,
+ * default and option; skip_common leaves out those of settings_add_common(), which
+ * settings_print_common_env_vars() writes once. Returns how many it wrote.
+ */
+size_t settings_print_env_vars(const struct setting *table, size_t n, bool skip_common, FILE *out);
+void settings_print_common_env_vars(FILE *out);
+
 /* Writes text for roff: backslashes, minus signs and request-like line starts escaped. */
 void settings_man_text(const char *text, FILE *out);
 
@@ -120,7 +133,7 @@ struct common_opts {
     const char *ssl_mode; /* parsed into db.ssl_mode by common_apply() */
     const char *log_level;
     const char *log_format;
-    const char *crash_point;   /* tests only */
+    const char *crash_point;   /* tests only (hidden) */
     const char *password_file; /* --mysql-password-file */
     bool password_given;       /* --mysql-password or MYSQL_PASSWORD was given */
     /* The password read from password_file or the systemd credential; db.password points

@@ -394,6 +394,9 @@ struct txo_saga_step_info {
     int error_code;               /* the txo code of that error; 0 when none */
     unsigned attempts;            /* tries of the action and compensation so far */
     enum txo_remote_state remote; /* what the action's remote part is known to have done */
+    /* RFC 3339 UTC ("2026-12-01T12:00:00.123456Z"): the step's deadline over all its tries,
+     * set by its first recorded try; "" when none. */
+    char deadline_at[TXO_RFC3339_LEN];
 };
 struct txo_saga_info {
     char id[TXO_SAGA_ID_LEN];
@@ -407,6 +410,11 @@ struct txo_saga_info {
     bool retry_scheduled;        /* COMPENSATION_FAILED with an automatic retry due */
     struct txo_saga_step_info *steps;
     size_t n_steps;
+    /* RFC 3339 UTC, as the steps' deadline_at: when the saga must have reached its end ("" when
+     * it has no deadline), when it was created and when it last changed. */
+    char deadline_at[TXO_RFC3339_LEN];
+    char created_at[TXO_RFC3339_LEN];
+    char updated_at[TXO_RFC3339_LEN];
 };
 
 /* Loads a saga and its steps. Release with txo_saga_info_release(). Errors: TXO_ENOTFOUND. */
@@ -416,8 +424,9 @@ TXO_API void txo_saga_info_release(struct txo_saga_info *info);
 
 /*
  * The saga as compact JSON: {"saga_id","saga_type","correlation_id","status","owner",
- * "compensation_tries","retry_scheduled","payload":{...},"steps":[{"step":1,"name","status",
- * "attempts","error","error_code","remote"}]} (owner, error and error_code are null when unset).
+ * "compensation_tries","retry_scheduled","deadline_at","created_at","updated_at","payload":{...},
+ * "steps":[{"step":1,"name","status","attempts","error","error_code","remote","deadline_at"}]}
+ * (owner, error, error_code and deadline_at are null when unset; times are RFC 3339 UTC).
  * Returns a string to free with txo_free(), or NULL with err set (TXO_ENOMEM).
  */
 TXO_API char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err);

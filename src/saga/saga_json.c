@@ -11,6 +11,12 @@ static json_t *str_or_null(const char *s)
     return s != NULL ? json_string(s) : json_null();
 }
 
+/* A time of txo_saga_info ("" when unset) as a string or null. */
+static json_t *time_or_null(const char *t)
+{
+    return t[0] != '\0' ? json_string(t) : json_null();
+}
+
 char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err)
 {
     json_t *steps = json_array();
@@ -20,12 +26,12 @@ char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err
         goto out;
     for (size_t i = 0; i < info->n_steps; i++) {
         const struct txo_saga_step_info *st = &info->steps[i];
-        json_t *step =
-            json_pack("{s:I,s:s,s:s,s:I,s:o,s:o,s:s}", "step", (json_int_t)st->step_order, "name",
-                      st->name, "status", txo_step_status_name(st->status), "attempts",
-                      (json_int_t)st->attempts, "error", str_or_null(st->error), "error_code",
-                      st->error_code != 0 ? json_integer(st->error_code) : json_null(), "remote",
-                      txo_remote_state_name(st->remote));
+        json_t *step = json_pack(
+            "{s:I,s:s,s:s,s:I,s:o,s:o,s:s,s:o}", "step", (json_int_t)st->step_order, "name",
+            st->name, "status", txo_step_status_name(st->status), "attempts",
+            (json_int_t)st->attempts, "error", str_or_null(st->error), "error_code",
+            st->error_code != 0 ? json_integer(st->error_code) : json_null(), "remote",
+            txo_remote_state_name(st->remote), "deadline_at", time_or_null(st->deadline_at));
         if (step == NULL || json_array_append_new(steps, step) != 0)
             goto out;
     }
@@ -39,6 +45,9 @@ char *txo_saga_info_json(const struct txo_saga_info *info, struct txo_error *err
         json_object_set_new(doc, "compensation_tries",
                             json_integer((json_int_t)info->compensation_tries)) != 0 ||
         json_object_set_new(doc, "retry_scheduled", json_boolean(info->retry_scheduled)) != 0 ||
+        json_object_set_new(doc, "deadline_at", time_or_null(info->deadline_at)) != 0 ||
+        json_object_set_new(doc, "created_at", time_or_null(info->created_at)) != 0 ||
+        json_object_set_new(doc, "updated_at", time_or_null(info->updated_at)) != 0 ||
         json_object_set_new(doc, "payload", payload != NULL ? payload : json_null()) != 0 ||
         json_object_set(doc, "steps", steps) != 0)
         goto out;

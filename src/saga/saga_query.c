@@ -5,6 +5,7 @@
  * Thread-safety: every function uses only the db it is given.
  */
 #include "core/common.h"
+#include "core/text.h"
 
 #include "saga/saga_internal.h"
 #include "saga/saga_sql.h"
@@ -20,6 +21,9 @@ enum inst_col {
     INST_IDLE,
     INST_COMPENSATION_TRIES,
     INST_RETRY_SCHEDULED,
+    INST_DEADLINE,
+    INST_CREATED,
+    INST_UPDATED,
 };
 enum step_col {
     STEP_ORDER,
@@ -29,6 +33,7 @@ enum step_col {
     STEP_ATTEMPTS,
     STEP_ERROR_CODE,
     STEP_REMOTE,
+    STEP_DEADLINE,
 };
 /* Columns of SAGA_SQL_LIST_* and SAGA_SQL_COUNT_BY_STATUS. */
 enum due_col { DUE_ID, DUE_TYPE };
@@ -102,6 +107,10 @@ int txo_saga_load(struct txo_db *db, const char *saga_id, struct txo_saga_info *
     info.idle_s = txo_rows_i64(a.inst, 0, INST_IDLE);
     info.compensation_tries = (unsigned)txo_rows_i64(a.inst, 0, INST_COMPENSATION_TRIES);
     info.retry_scheduled = txo_rows_i64(a.inst, 0, INST_RETRY_SCHEDULED) == 1;
+    if (!txo_rows_is_null(a.inst, 0, INST_DEADLINE))
+        txo__text_rfc3339(txo_rows_str(a.inst, 0, INST_DEADLINE, NULL), info.deadline_at);
+    txo__text_rfc3339(txo_rows_str(a.inst, 0, INST_CREATED, NULL), info.created_at);
+    txo__text_rfc3339(txo_rows_str(a.inst, 0, INST_UPDATED, NULL), info.updated_at);
     if (!txo_rows_is_null(a.inst, 0, INST_OWNER)) {
         info.owner = txo_strdup(txo_rows_str(a.inst, 0, INST_OWNER, NULL));
         oom = oom || info.owner == NULL;
@@ -118,6 +127,8 @@ int txo_saga_load(struct txo_db *db, const char *saga_id, struct txo_saga_info *
         s->attempts = (unsigned)txo_rows_i64(a.steps, i, STEP_ATTEMPTS);
         s->error_code = (int)txo_rows_i64(a.steps, i, STEP_ERROR_CODE);
         s->name = txo_strdup(txo_rows_str(a.steps, i, STEP_NAME, NULL));
+        if (!txo_rows_is_null(a.steps, i, STEP_DEADLINE))
+            txo__text_rfc3339(txo_rows_str(a.steps, i, STEP_DEADLINE, NULL), s->deadline_at);
         oom = s->name == NULL;
         if (!txo_rows_is_null(a.steps, i, STEP_ERROR)) {
             s->error = txo_strdup(txo_rows_str(a.steps, i, STEP_ERROR, NULL));

@@ -285,13 +285,14 @@
  * inst_col in saga_query.c. */
 #define SAGA_SQL_SELECT_INSTANCE                                                                   \
     "SELECT id, saga_type, correlation_id, status, payload, owner, "                               \
-    "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)), compensation_tries, retry_at IS NOT NULL "         \
-    "FROM saga_instances WHERE id = ?"
+    "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)), compensation_tries, retry_at IS NOT NULL, "        \
+    "deadline_at, created_at, updated_at FROM saga_instances WHERE id = ?"
 
 /* The steps of one saga in order. Index: uq_saga_step (saga_id, step_order). Locks: none.
  * Columns: enum step_col in saga_query.c. */
 #define SAGA_SQL_SELECT_STEPS                                                                      \
-    "SELECT step_order, step_name, status, error, attempts, error_code, remote_state "             \
+    "SELECT step_order, step_name, status, error, attempts, error_code, remote_state, "            \
+    "deadline_at "                                                                                 \
     "FROM saga_steps WHERE saga_id = ? ORDER BY step_order"
 
 /*

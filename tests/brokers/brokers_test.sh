@@ -3,12 +3,16 @@
 # those built in, libtxo.so links the client library of each of them and of no other, and the
 # command refuses a broker left out by name, with exit status 2, before it reaches the database
 # (MYSQL_* point at a port where nothing listens, so any later refusal would read otherwise).
-#   brokers_test.sh TXO LIBTXO_SO "BUILT..." "LEFT_OUT..."
+# --help offers every publisher and consumer the build has and none it lacks; the README and
+# systemd/txo.env.example of SOURCE_DIR name every publisher, the example with the settings of
+# each one the build has.
+#   brokers_test.sh TXO LIBTXO_SO "BUILT..." "LEFT_OUT..." SOURCE_DIR
 set -euo pipefail
 txo=$1
 lib=$2
 read -r -a built <<<"$3"
 read -r -a left_out <<<"$4"
+src=$5
 fail() { echo "brokers_test: $*" >&2; exit 1; }
 
 # The client library of each broker, as ldd names it.
@@ -45,4 +49,51 @@ for b in "${left_out[@]}"; do
     refused "up --broker" "$b"
     refused "audit --outbox --publisher" "$b"
 done
+# The help of a choice: the help text of the option (its line of `txo CMD --help`).
+choice_help() {
+    local help
+    help=$("$txo" "$1" --help)
+    grep -E "^  --$2 " <<<"$help" || fail "txo $1 --help has no --$2"
+}
+relay=$(choice_help relay publisher)
+worker=$(choice_help worker broker)
+up=$(choice_help up broker)
+for p in log null webhook; do
+    grep -q "\b$p (" <<<"$relay" || fail "txo relay --help does not offer --publisher $p: $relay"
+done
+for b in "${built[@]}"; do
+    grep -q "\b$b (" <<<"$relay" || fail "txo relay --help does not offer --publisher $b: $relay"
+    [ "$b" = grpc ] && continue # publishing only
+    grep -q "\b$b (" <<<"$worker" || fail "txo worker --help does not offer --broker $b: $worker"
+    grep -q "\b$b (" <<<"$up" || fail "txo up --help does not offer --broker $b: $up"
+done
+for b in "${left_out[@]}"; do
+    ! grep -q "\b$b\b" <<<"$relay$worker$up" || fail "--help offers $b, which is left out"
+done
+
+# Every publisher is in the README's table and the example environment file, and the example
+# shows every setting of each publisher built in (commented out or set).
+example="$src/systemd/txo.env.example"
+for p in log null webhook nats kafka redis rabbitmq grpc; do
+    grep -q "^| \`$p\` |" "$src/README.md" || fail "README.md lists no publisher $p"
+    grep -q "\b$p\b" "$example" || fail "txo.env.example does not name the publisher $p"
+done
+relay_help=$("$txo" relay --help)
+for b in webhook "${built[@]}"; do
+    upper=$(tr '[:lower:]' '[:upper:]' <<<"$b")
+    for var in $(grep -o "\[TXO_${upper}_[A-Z0-9_]*\]" <<<"$relay_help" | tr -d '[]'); do
+        grep -Eq "^#?$var=" "$example" || fail "txo.env.example does not show $var ($b)"
+    done
+done
+# And nothing in it that no command reads (but the settings of a broker left out).
+all_help=$(for c in $("$txo" help --commands); do "$txo" "$c" --help; done)
+skip='^$'
+if [ "${#left_out[@]}" -gt 0 ]; then
+    skip="^TXO_($(IFS='|'; tr '[:lower:]' '[:upper:]' <<<"${left_out[*]}"))_"
+fi
+for var in $(grep -Eo '^#?(TXO|MYSQL)_[A-Z0-9_]+=' "$example" | tr -d '#='); do
+    grep -Eq "$skip" <<<"$var" && continue
+    grep -q "\\[$var\\]" <<<"$all_help" || fail "txo.env.example sets $var, which no command reads"
+done
+
 echo "brokers_test: built in: ${built[*]:-none}; left out: ${left_out[*]:-none}"

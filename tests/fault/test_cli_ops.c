@@ -1,6 +1,7 @@
 /*
  * The operations commands as an operator runs them, against a real database: `txo stats`,
- * `txo dlq list|replay`, `txo saga show|retry|list --stuck`, and the worker's retention cleaner.
+ * `txo dlq list|replay`, `txo saga show|retry|list --stuck`, and the worker's retention cleaner
+ * (both output modes of each listing: tests/integration/test_cli_listings.c).
  * Each test builds the state with the library (orders, sagas with injected faults, a dead-lettered
  * event), runs the `txo` binary and checks its exit status, its output, and the rows.
  */
@@ -94,7 +95,8 @@ static void test_stats_json_matches_tables(void **state)
 
     const char *table[] = {"stats", NULL};
     assert_int_equal(run_txo(table, &out), 0);
-    assert_non_null(strstr(out, "COMPENSATED 1"));
+    assert_non_null(strstr(out, "AREA"));
+    assert_non_null(strstr(out, "COMPENSATED"));
     free(out);
 }
 
@@ -149,7 +151,7 @@ static void test_saga_show_and_retry(void **state)
     char *out = NULL;
     char order_arg[32];
     snprintf(order_arg, sizeof(order_arg), "--order=%lld", (long long)order);
-    const char *show[] = {"saga", "show", order_arg, NULL};
+    const char *show[] = {"saga", "show", "--json", order_arg, NULL};
     assert_int_equal(run_txo(show, &out), 0);
     json_t *doc = json_loads(out, 0, NULL);
     if (doc == NULL)
@@ -227,21 +229,33 @@ static void test_saga_list_stuck_past_deadline(void **state)
     assert_int_equal(lines_naming(out, hung), 1);
     assert_int_equal(lines_naming(out, late), 1);
     assert_int_equal(lines_naming(out, fresh), 0);
-    const char *line = strstr(out, hung);
-    const char *end = strchr(line, '\n');
-    const char *where = strstr(line, "past its step deadline by ");
-    assert_true(where != NULL && where < end);
-    assert_true(atoi(where + strlen("past its step deadline by ")) >= 5);
-    where = strstr(line, " s at step ChargePayment");
-    assert_true(where != NULL && where < end);
-    line = strstr(out, late);
-    end = strchr(line, '\n');
-    where = strstr(line, "past its saga deadline by ");
-    assert_true(where != NULL && where < end);
-    assert_true(atoi(where + strlen("past its saga deadline by ")) >= 7);
-    where = strstr(line, " s at step -");
-    assert_true(where != NULL && where < end);
     free(out);
+    /* Which deadline, at which step, by how long: the JSON of the same list. */
+    const char *list_json[] = {
+        "saga", "list", "--stuck", "--idle=3600", "--json", "--log-level=error", NULL};
+    assert_int_equal(run_txo(list_json, &out), 1);
+    json_t *doc = json_loads(out, JSON_DISABLE_EOF_CHECK, NULL);
+    if (doc == NULL)
+        fail_msg("txo saga list --stuck --json printed no JSON: %s", out);
+    free(out);
+    assert_int_equal(json_array_size(doc), 2);
+    for (size_t i = 0; i < json_array_size(doc); i++) {
+        json_t *s = json_array_get(doc, i);
+        const char *id = json_string_value(json_object_get(s, "saga_id"));
+        json_int_t overdue = json_integer_value(json_object_get(s, "overdue_seconds"));
+        assert_string_equal(json_string_value(json_object_get(s, "reason")), "past_deadline");
+        if (strcmp(id, hung) == 0) {
+            assert_string_equal(json_string_value(json_object_get(s, "deadline")), "step");
+            assert_string_equal(json_string_value(json_object_get(s, "step")), "ChargePayment");
+            assert_true(overdue >= 5);
+        } else {
+            assert_string_equal(id, late);
+            assert_string_equal(json_string_value(json_object_get(s, "deadline")), "saga");
+            assert_true(json_is_null(json_object_get(s, "step")));
+            assert_true(overdue >= 7);
+        }
+    }
+    json_decref(doc);
 }
 
 static void test_saga_list_stuck(void **state)
@@ -251,8 +265,8 @@ static void test_saga_list_stuck(void **state)
     char *out = NULL;
     /* Nothing stuck: exit 0, no saga listed. */
     assert_int_equal(run_txo(list, &out), 0);
-    assert_null(strstr(out, "no live owner"));
-    assert_null(strstr(out, "given up"));
+    assert_null(strstr(out, "no_live_owner"));
+    assert_null(strstr(out, "given_up"));
     free(out);
 
     /* A saga whose compensation failed, its retries given up (retry_at NULL). */
@@ -285,11 +299,17 @@ static void test_saga_list_stuck(void **state)
     assert_int_equal(lines_naming(out, orphan), 1);
     assert_int_equal(lines_naming(out, fresh), 0);
     const char *line = strstr(out, orphan);
-    assert_non_null(strstr(line, "RUNNING"));
-    assert_non_null(strstr(line, "no live owner"));
+    const char *end = strchr(line, '\n');
+    const char *where = strstr(line, "RUNNING");
+    assert_true(where != NULL && where < end);
+    where = strstr(line, "no_live_owner");
+    assert_true(where != NULL && where < end);
     line = strstr(out, given_up);
-    assert_non_null(strstr(line, "COMPENSATION_FAILED"));
-    assert_non_null(strstr(line, "given up"));
+    end = strchr(line, '\n');
+    where = strstr(line, "COMPENSATION_FAILED");
+    assert_true(where != NULL && where < end);
+    where = strstr(line, "given_up");
+    assert_true(where != NULL && where < end);
     free(out);
 
     /* The orphan counts only past --idle: with an hour, the given-up saga alone. */

@@ -87,6 +87,7 @@ check_prefix() {
     for page in txo.1 txo-relay.1 txo-serve.1 txo-worker.1; do
         [ -s "$root/share/man/man1/$page" ] || fail "prefix $prefix: no man page $page"
     done
+    [ -s "$root/share/man/man5/txo.env.5" ] || fail "prefix $prefix: no man page txo.env.5"
 }
 
 check_prefix /usr "/usr/lib/$multiarch"

@@ -210,19 +210,24 @@ static bool summary_says(const char *out, const char *key_value)
     return line != NULL && strstr(line, pat) != NULL;
 }
 
-/* Whether out lists a finding of kind with this key. */
+/* Whether out lists a finding of kind with this key: a line of the findings table whose first
+ * cell is kind and another cell is key (cells are set apart by two spaces or more). */
 static bool listed(const char *out, const char *kind, const char *key)
 {
-    char want[160];
-    snprintf(want, sizeof(want), "finding=%s ", kind);
-    for (const char *p = strstr(out, want); p != NULL; p = strstr(p + 1, want)) {
-        const char *eol = strchr(p, '\n');
-        size_t n = eol != NULL ? (size_t)(eol - p) : strlen(p);
-        char k[128];
-        snprintf(k, sizeof(k), " key=%s", key);
-        const char *hit = strstr(p, k);
-        if (hit != NULL && hit < p + n && (hit[strlen(k)] == ' ' || hit[strlen(k)] == '\n'))
-            return true;
+    size_t kind_len = strlen(kind), key_len = strlen(key);
+    for (const char *line = out; *line != '\0';) {
+        const char *eol = strchr(line, '\n');
+        size_t n = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        if (n > kind_len + 2 && strncmp(line, kind, kind_len) == 0 &&
+            strncmp(line + kind_len, "  ", 2) == 0) {
+            for (const char *p = line + kind_len; p + key_len <= line + n; p++) {
+                bool starts = p[-1] == ' ' && p[-2] == ' ';
+                bool ends = p + key_len == line + n || (p[key_len] == ' ' && p[key_len + 1] == ' ');
+                if (starts && ends && strncmp(p, key, key_len) == 0)
+                    return true;
+            }
+        }
+        line = eol != NULL ? eol + 1 : line + n;
     }
     return false;
 }
@@ -236,7 +241,7 @@ static void assert_clean(const char *out, int rc, int64_t events)
                                         "broker_trimmed", "outbox_trimmed", "sequence_gap"};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
         assert_int_equal(summary(out, kinds[i]), 0);
-    assert_null(strstr(out, "finding="));
+    assert_null(strstr(out, "KIND  ")); /* no findings table */
 }
 
 /* ---- NATS ---- */
@@ -366,10 +371,42 @@ static void test_nats_extra(void **state)
     assert_int_equal(summary(out, "missing"), 0);
     assert_int_equal(summary(out, "outbox_trimmed"), 0);
     assert_true(listed(out, "extra", "forged:1"));
-    assert_true(listed(out, "extra", "(none)"));
-    assert_non_null(strstr(out, "position=\"stream TXO_EVENTS seq 4, subject "
-                                "txo.events.order.Happened\""));
+    assert_true(listed(out, "extra", "-")); /* a message without a key */
+    assert_non_null(strstr(out, "  stream TXO_EVENTS seq 4, subject txo.events.order.Happened"));
     free(out);
+
+    /* The same as one JSON document: the summary's counts, then the findings. */
+    const char *json[] = {"--json", NULL};
+    rc = audit(c, json, &out);
+    assert_int_equal(rc, 1);
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (doc == NULL)
+        fail_msg("txo audit --outbox --json printed no single JSON document (%s): %s", jerr.text,
+                 out);
+    free(out);
+    assert_string_equal(json_string_value(json_object_get(doc, "result")), "findings");
+    assert_int_equal(json_integer_value(json_object_get(doc, "extra")), 2);
+    assert_int_equal(json_integer_value(json_object_get(doc, "events")), 3);
+    json_t *findings = json_object_get(doc, "findings");
+    assert_int_equal(json_array_size(findings), 2);
+    bool keyed = false, unkeyed = false;
+    for (size_t i = 0; i < json_array_size(findings); i++) {
+        json_t *f = json_array_get(findings, i);
+        assert_string_equal(json_string_value(json_object_get(f, "kind")), "extra");
+        const char *position = json_string_value(json_object_get(f, "position"));
+        assert_non_null(position);
+        if (json_is_null(json_object_get(f, "key"))) {
+            unkeyed = true;
+        } else {
+            assert_string_equal(json_string_value(json_object_get(f, "key")), "forged:1");
+            assert_string_equal(position, "stream TXO_EVENTS seq 4, subject "
+                                          "txo.events.order.Happened");
+            keyed = true;
+        }
+    }
+    assert_true(keyed && unkeyed);
+    json_decref(doc);
 }
 
 static void test_nats_pending(void **state)
@@ -395,8 +432,9 @@ static void test_nats_pending(void **state)
     assert_int_equal(summary(out, "pending"), 1);
     assert_true(listed(out, "pending", "stuck:1"));
     assert_false(listed(out, "pending", "later:1"));
-    assert_non_null(strstr(out, "status=PENDING attempts=3"));
-    assert_non_null(strstr(out, "last_error=\"TXO_EUNAVAILABLE: broker down\""));
+    assert_true(listed(out, "pending", "PENDING")); /* its status */
+    assert_true(listed(out, "pending", "3"));       /* its attempts */
+    assert_non_null(strstr(out, "  TXO_EUNAVAILABLE: broker down"));
     free(out);
 
     /* Under a longer threshold, or with the check off, it is clean. */
@@ -536,7 +574,7 @@ static void test_redis_clean_missing_extra(void **state)
     assert_true(listed(out, "missing", "ghost:1"));
     assert_true(listed(out, "extra", "forged:7"));
     assert_false(listed(out, "extra", "forged:8"));
-    assert_non_null(strstr(out, "position=\"stream txo.events.customer id "));
+    assert_non_null(strstr(out, "  stream txo.events.customer id "));
     free(out);
 }
 
@@ -590,7 +628,7 @@ static void test_kafka_clean_missing_extra(void **state)
     assert_int_equal(summary(out, "extra"), 1);
     assert_true(listed(out, "missing", "ghost:1"));
     assert_true(listed(out, "extra", "forged:3"));
-    assert_non_null(strstr(out, "position=\"topic txo.events.customer partition 0 offset 2\""));
+    assert_non_null(strstr(out, "  topic txo.events.customer partition 0 offset 2"));
     free(out);
 }
 
