@@ -10,7 +10,8 @@
  *     under the saga id the examples use (SAGA_ID);
  *   - a FAILED outbox event with dead letter 1, and a later event of its aggregate held back
  *     behind it (GET /outbox/parked);
- *   - the SKU "pen" in stock, which the POST /orders examples buy (their order is order 2).
+ *   - the SKU "pen" in stock, which the POST /orders examples buy (their order is order 2);
+ *   - an Idempotency-Key whose request is still being processed (409 request_in_progress).
  * The server runs with an admin token (the examples of 401 need one) and a 1 s head deadline
  * (the examples of 408); a second one with --max-connections-per-client 1 turns the script's
  * second connection away (the examples of 503 tooManyConnections). Then a server without
@@ -38,6 +39,9 @@
 #define TOKEN "openapi-s3cret"
 /* The saga id of the examples of GET /sagas/{id} and POST /sagas/{id}/retry. */
 #define SAGA_ID "7d1f0c3a-5b2e-4a8f-9c6d-1e3b5a7c9f20"
+/* The Idempotency-Key and body of the POST /orders example requestInProgress. */
+#define BUSY_KEY  "0f6b9c2e-7d4a-4e1b-8c3f-5a2d9e8b7c61"
+#define BUSY_BODY "{\"customer_id\":7,\"items\":[{\"sku\":\"pen\",\"qty\":2,\"price_cents\":150}]}"
 
 struct ctx {
     struct testdb t;
@@ -135,6 +139,23 @@ static void dead_letter(struct ctx *c)
     assert_int_equal(testdb_i64(c->t.db, "SELECT MAX(id) FROM dead_letter_events", NULL, 0), 1);
 }
 
+/* BUSY_KEY as a request that is still running leaves it: PROCESSING, fresh, the same body. */
+static void key_in_flight(struct ctx *c)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char hash[TXO_IDEM_HASH_LEN];
+    if (txo_idem_hash("POST", "/orders", BUSY_BODY, strlen(BUSY_BODY), hash, &err) != 0)
+        fail_msg("hashing the request: %s", err.msg);
+    struct txo_param p[] = {txo_p_str(BUSY_KEY), txo_p_str(hash)};
+    struct txo_exec_result res;
+    if (txo_db_exec(c->t.db,
+                    "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
+                    " VALUES (?, ?, 'PROCESSING')",
+                    p, 2, &res, &err) != 0)
+        fail_msg("inserting the key in flight: %s", err.msg);
+}
+
 /* Runs the replay against the server on port, and crowded_port for the examples of a client
  * over its connection limit; fails with its output and the servers' logs. */
 static void replay(struct ctx *c, unsigned port, unsigned crowded_port)
@@ -172,6 +193,7 @@ static void test_every_example_replays(void **state)
     struct ctx *c = *state;
     compensation_failed_saga(c);
     dead_letter(c);
+    key_in_flight(c);
 
     static const char *const args[] = {"--admin-token", TOKEN, "--http-header-timeout", "1", NULL};
     unsigned port = testhttp_txo_start(&c->serve, "openapi_serve", "serve", args);

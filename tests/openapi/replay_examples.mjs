@@ -18,7 +18,7 @@
 // names the bearer scheme. Some answers need no particular request, only a condition the test
 // makes itself (PROVOKED: another method, a body over the limit, a broken head, no token, ...),
 // and a few need a state a test cannot make on demand (NOT_REPLAYED: a database that is down,
-// a key still in flight): those are checked against their schema only, and listed as such.
+// txo serve --async): those are checked against their schema only, and listed as such.
 //
 // Before any request, every example is checked against its own schema, and every request
 // example of a successful exchange against the request's schema. An answer must have its
@@ -52,7 +52,6 @@ const PROVOKED = new Map([
 // Answers that need a state the test does not make: checked against their schema only.
 const NOT_REPLAYED = new Map([
     ["accepted", "needs txo serve --async"],
-    ["requestInProgress", "needs a request with the same key in flight"],
     ["internal", "needs an error the server cannot map"],
     ["databaseUnavailable", "needs the database down"],
 ]);
