@@ -13,8 +13,9 @@
  *   - the SKU "pen" in stock, which the POST /orders examples buy (their order is order 2);
  *   - an Idempotency-Key whose request is still being processed (409 request_in_progress).
  * The server runs with an admin token (the examples of 401 need one) and a 1 s head deadline
- * (the examples of 408); a second one with --max-connections-per-client 1 turns the script's
- * second connection away (the examples of 503 tooManyConnections). Then a server without
+ * (the examples of 408); a second one with --async answers the examples of 202, and with
+ * --max-connections-per-client 1 turns the script's second connection away (the examples of
+ * 503 tooManyConnections). Then a server without
  * --admin-token answers the admin endpoints without a token: the security the description
  * declares optional is.
  */
@@ -46,7 +47,7 @@
 struct ctx {
     struct testdb t;
     struct testproc serve;
-    struct testproc crowded; /* --max-connections-per-client 1 */
+    struct testproc second; /* --async --max-connections-per-client 1 */
     CURL *h;
     struct testhttp_reply r;
 };
@@ -67,7 +68,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testproc_stop_hard(&c->serve);
-    testproc_stop_hard(&c->crowded);
+    testproc_stop_hard(&c->second);
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
     testdb_teardown(&c->t);
@@ -156,21 +157,21 @@ static void key_in_flight(struct ctx *c)
         fail_msg("inserting the key in flight: %s", err.msg);
 }
 
-/* Runs the replay against the server on port, and crowded_port for the examples of a client
- * over its connection limit; fails with its output and the servers' logs. */
-static void replay(struct ctx *c, unsigned port, unsigned crowded_port)
+/* Runs the replay against the server on port, and second_port for the examples of --async and
+ * of a client over its connection limit; fails with its output and the servers' logs. */
+static void replay(struct ctx *c, unsigned port, unsigned second_port)
 {
     const char *dir = getenv("TXO_TEST_OPENAPI_DIR");
     if (dir == NULL)
         fail_msg("TXO_TEST_OPENAPI_DIR is not set (CTest sets it)");
-    char script[512], ajv[512], port_arg[16], crowded_arg[16];
+    char script[512], ajv[512], port_arg[16], second_arg[16];
     snprintf(ajv, sizeof(ajv), "%s/node_modules/ajv/package.json", dir);
     if (access(ajv, R_OK) != 0)
         fail_msg("%s is missing: run scripts/deps.sh (npm ci in tests/openapi)", ajv);
     snprintf(script, sizeof(script), "%s/replay_examples.mjs", dir);
     snprintf(port_arg, sizeof(port_arg), "%u", port);
-    snprintf(crowded_arg, sizeof(crowded_arg), "%u", crowded_port);
-    const char *argv[] = {"/usr/bin/env", "node", script, port_arg, TOKEN, crowded_arg, NULL};
+    snprintf(second_arg, sizeof(second_arg), "%u", second_port);
+    const char *argv[] = {"/usr/bin/env", "node", script, port_arg, TOKEN, second_arg, NULL};
     char *out = NULL;
     int rc = testproc_run("openapi_replay", argv, 120000, &out);
     /* One line at a time: the whole output is longer than one message may be. */
@@ -183,7 +184,7 @@ static void replay(struct ctx *c, unsigned port, unsigned crowded_port)
     free(out);
     if (rc != 0) {
         testproc_print_log(&c->serve, "txo serve");
-        testproc_print_log(&c->crowded, "txo serve (crowded)");
+        testproc_print_log(&c->second, "txo serve --async");
         fail_msg("replay_examples.mjs exited with %d: the server and openapi.json disagree", rc);
     }
 }
@@ -197,14 +198,14 @@ static void test_every_example_replays(void **state)
 
     static const char *const args[] = {"--admin-token", TOKEN, "--http-header-timeout", "1", NULL};
     unsigned port = testhttp_txo_start(&c->serve, "openapi_serve", "serve", args);
-    static const char *const crowded_args[] = {"--max-connections-per-client", "1", NULL};
-    unsigned crowded = testhttp_txo_start(&c->crowded, "openapi_crowded", "serve", crowded_args);
-    replay(c, port, crowded);
-    if (!testproc_stop(&c->crowded, 10000)) {
-        testproc_print_log(&c->crowded, "txo serve (crowded)");
-        fail_msg("txo serve (crowded) did not stop cleanly");
+    static const char *const second_args[] = {"--async", "--max-connections-per-client", "1", NULL};
+    unsigned second = testhttp_txo_start(&c->second, "openapi_second", "serve", second_args);
+    replay(c, port, second);
+    if (!testproc_stop(&c->second, 10000)) {
+        testproc_print_log(&c->second, "txo serve --async");
+        fail_msg("txo serve --async did not stop cleanly");
     }
-    testproc_remove_log(&c->crowded);
+    testproc_remove_log(&c->second);
     /* Under a sanitizer: no leak or race in any route the examples took. */
     if (!testproc_stop(&c->serve, 10000)) {
         testproc_print_log(&c->serve, "txo serve");
