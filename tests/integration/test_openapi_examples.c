@@ -201,16 +201,10 @@ static void test_every_example_replays(void **state)
     static const char *const second_args[] = {"--async", "--max-connections-per-client", "1", NULL};
     unsigned second = testhttp_txo_start(&c->second, "openapi_second", "serve", second_args);
     replay(c, port, second);
-    if (!testproc_stop(&c->second, 10000)) {
-        testproc_print_log(&c->second, "txo serve --async");
-        fail_msg("txo serve --async did not stop cleanly");
-    }
-    testproc_remove_log(&c->second);
     /* Under a sanitizer: no leak or race in any route the examples took. */
-    if (!testproc_stop(&c->serve, 10000)) {
-        testproc_print_log(&c->serve, "txo serve");
-        fail_msg("txo serve did not stop cleanly");
-    }
+    testhttp_txo_stop(&c->second, "txo serve --async");
+    testproc_remove_log(&c->second);
+    testhttp_txo_stop(&c->serve, "txo serve");
     testproc_remove_log(&c->serve);
 
     /* Without --admin-token the admin endpoints need no token. */
@@ -219,10 +213,7 @@ static void test_every_example_replays(void **state)
     testhttp_expect_status(&c->r, 200, "GET /outbox/stats without --admin-token nor a token");
     testhttp_get(c->h, port, "/sagas/" SAGA_ID, &c->r);
     testhttp_expect_status(&c->r, 200, "GET /sagas/{id} without --admin-token nor a token");
-    if (!testproc_stop(&c->serve, 10000)) {
-        testproc_print_log(&c->serve, "txo serve");
-        fail_msg("txo serve did not stop cleanly");
-    }
+    testhttp_txo_stop(&c->serve, "txo serve without --admin-token");
     testproc_remove_log(&c->serve);
 }
 
