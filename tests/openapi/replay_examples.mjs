@@ -19,7 +19,7 @@
 // names the bearer scheme. Some answers need no particular request, only a condition the test
 // makes itself (PROVOKED: another method, a body over the limit, a broken head, no token, ...),
 // and a few need a state a test cannot make on demand (NOT_REPLAYED: a database that is down,
-// an error the server cannot map): those are checked against their schema only, and listed as such.
+// a server that is stopping, an error the server cannot map): those are checked against their schema only, and listed as such.
 //
 // Before any request, every example is checked against its own schema, and every request
 // example of a successful exchange against the request's schema. An answer must have its
@@ -55,6 +55,7 @@ const PROVOKED = new Map([
 const NOT_REPLAYED = new Map([
     ["internal", "needs an error the server cannot map"],
     ["databaseUnavailable", "needs the database down"],
+    ["shuttingDown", "needs the server stopping while it reads the request"],
 ]);
 const METHODS = ["get", "put", "post", "delete", "patch", "head", "options"];
 const BODY_OVER_LIMIT = 70000; // over --max-body's default, 65536
