@@ -131,15 +131,16 @@ fi
 log "gcc sanitizer runtimes: $(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
 
 # The independent implementations some tests check txo's output against (tests/js: the
-# CloudEvents SDK), pinned by tests/js/package-lock.json; installed again only when the lock
-# file is newer than the install.
-js_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/js"
-if [ -f "$js_dir/package-lock.json" ]; then
+# CloudEvents SDK; tests/openapi: the OpenAPI validators), pinned by each directory's
+# package-lock.json; installed again only when the lock file is newer than the install.
+tests_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests"
+for js_dir in "$tests_dir/js" "$tests_dir/openapi"; do
+    [ -f "$js_dir/package-lock.json" ] || continue
     command -v npm >/dev/null 2>&1 || apt_install nodejs npm
     stamp="$js_dir/node_modules/.package-lock.json"
     if [ ! -f "$stamp" ] || [ "$js_dir/package-lock.json" -nt "$stamp" ]; then
         log "running: npm ci in $js_dir"
         (cd "$js_dir" && npm ci --no-audit --no-fund)
     fi
-fi
+done
 log "ok"

@@ -402,6 +402,25 @@ static void post_order_grouped(struct order_api *api, const char *key,
     txo_free(r.body);
 }
 
+/*
+ * The answer of a new order carries Location: /orders/{id}. Only the status and the body of an
+ * answer are stored with its Idempotency-Key, so the header comes from the body's order_id:
+ * every replay of the answer carries it too.
+ */
+static void set_location(struct txo_http_response *resp)
+{
+    if ((resp->status != 201 && resp->status != 202) || resp->body == NULL)
+        return;
+    json_t *doc = json_loadb(resp->body, resp->body_len, 0, NULL);
+    json_t *id = json_object_get(doc, "order_id");
+    if (json_is_integer(id)) {
+        snprintf(resp->header_name, sizeof(resp->header_name), "Location");
+        snprintf(resp->header_value, sizeof(resp->header_value), "/orders/%" JSON_INTEGER_FORMAT,
+                 json_integer_value(id));
+    }
+    json_decref(doc);
+}
+
 static void post_order(struct order_api *api, struct txo_db *db, const struct route_match *m,
                        const struct txo_http_request *req, struct txo_http_response *resp)
 {
@@ -418,6 +437,7 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
     else
         post_order_single(api, key, &post, resp);
     order_post_release(&post);
+    set_location(resp);
 }
 
 /* ---- the other routes ---- */

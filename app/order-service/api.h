@@ -3,11 +3,13 @@
  * (include/txo/http_server.h). Routes, with their answers:
  *
  *   POST /orders              Idempotency-Key required. 201 {"order_id","status":"CREATED"}
- *                             (202 in async mode), a repeat with the same key and body gets
- *                             the stored response again; 400 malformed key/JSON/types,
+ *                             (202 in async mode) with Location: /orders/{id}, a repeat with
+ *                             the same key and body gets the stored response again (and the
+ *                             Location); 400 malformed key/JSON/types,
  *                             422 invalid values, unknown SKU, or the key reused with another
- *                             body; 409 the key is still being processed; 413 body too large;
- *                             415 not JSON; 503 database unavailable.
+ *                             body; 409 the key is still being processed (Retry-After);
+ *                             413 body too large; 415 not JSON; 503 database unavailable
+ *                             (Retry-After).
  *   GET  /orders/{id}         200 the order, its items and its saga with every step (ETag:
  *                             the order's version); 404.
  *   POST /orders/{id}/cancel  If-Match: "<version>" required (428 without): 200 CANCELLED;
@@ -20,7 +22,9 @@
  *   GET /outbox/parked, GET /dlq, POST /dlq/{id}/replay, GET /sagas/{id}, POST /sagas/{id}/retry
  *   (through the saga definitions the worker registers, worker.h), GET /sagas, GET /processes
  *   with the admin token, and the dashboard GET /ui, /ui/app.js, /ui/app.css without it.
- * Every error body is {"error":"<code>","message":"<what and why>"}.
+ * A path above with another method is 405; HEAD is answered as GET. Every error body is
+ * {"error":"<code>","message":"<what and why>"}. openapi.json describes every route, every
+ * status (the HTTP layer's refusals too) and an example of each exchange.
  *
  * The POST /orders transaction writes, together or not at all: the idempotency key row, the
  * order, its items, the OrderCreated outbox event, in async mode the StartOrderSaga command,

@@ -521,17 +521,23 @@ struct api_daemon {
     struct txo_db_opts db_opts;
 };
 
-/* /metrics is answered here; everything else by the order API. */
+/*
+ * /metrics is answered here, as the order API answers its own paths: HEAD as GET, another
+ * method 405. Everything else goes to the order API.
+ */
 static void api_handler(void *arg, const struct txo_http_request *req,
                         struct txo_http_response *resp)
 {
     struct api_daemon *d = arg;
-    if (d->metrics != NULL && strcmp(req->path, "/metrics") == 0 &&
-        strcmp(req->method, "GET") == 0) {
-        daemon_metrics_reply(d->metrics, resp);
+    if (d->metrics == NULL || strcmp(req->path, "/metrics") != 0) {
+        order_api_handle(d->api, req, resp);
         return;
     }
-    order_api_handle(d->api, req, resp);
+    if (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0)
+        daemon_metrics_reply(d->metrics, resp);
+    else
+        txo_http_response_error(resp, 405, "method_not_allowed",
+                                "this method is not allowed on this path");
 }
 
 struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *common,

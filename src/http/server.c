@@ -21,9 +21,10 @@
  *   linger   after a refusal, reading and discarding what the client still sends: LINGER_MS
  *            (server_conn.c)
  *
- * Every refusal (400, 408, 413, 414, 431, 501, 505) is a JSON {"error","message"} with
- * Connection: close, after which the write side is shut down and the connection is closed:
- * the bytes after a refused head could be anything, so they are never read as a request.
+ * Every refusal (400, 408, 413, 414, 431, 501, 505, and 503 to a request cut by a stop) is a
+ * JSON {"error","message"} with Connection: close (and Retry-After: 1 on the 503), after which
+ * the write side is shut down and the connection is closed: the bytes after a refused head
+ * could be anything, so they are never read as a request.
  *
  * TLS (OpenSSL) runs on the same loop with non-blocking SSL objects: SSL_read performs the
  * handshake, which therefore counts against the head deadline.
@@ -65,7 +66,11 @@ void txo_http_server_opts_init(struct txo_http_server_opts *opts)
 
 /* ---- the I/O thread ---- */
 
-/* Stop: no new connections, no new requests; responses in flight are still written. */
+/*
+ * Stop: no new connections, no new requests; responses in flight are still written. A client
+ * that was sending a request gets 503 with Retry-After (it can go to another instance at once),
+ * one between requests only the close it must expect of any keep-alive connection.
+ */
 static void begin_stop(struct txo_http_server *srv)
 {
     if (srv->listen_fd >= 0) {
@@ -76,8 +81,10 @@ static void begin_stop(struct txo_http_server *srv)
     struct conn *next;
     for (struct conn *c = srv->conns; c != NULL; c = next) {
         next = c->next;
-        if (c->state == CONN_IDLE || c->state == CONN_HEAD || c->state == CONN_BODY ||
-            c->state == CONN_LINGER)
+        if ((c->state == CONN_HEAD && c->in_len > 0) || c->state == CONN_BODY)
+            (void)txo__http_conn_refuse(c, 503, "shutting_down",
+                                        "the server is stopping; retry on another instance");
+        else if (c->state == CONN_IDLE || c->state == CONN_HEAD || c->state == CONN_LINGER)
             txo__http_conn_close(c);
         else if (c->state == CONN_WRITING)
             c->close_after = true;

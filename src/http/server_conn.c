@@ -220,8 +220,10 @@ static bool refuse(struct conn *c, const struct txo__http_refusal *why)
     TXO_LOG(TXO_LOG_DEBUG, "http", "refused status=%d error=%s message=\"%s\"", why->status,
             why->error, why->message);
     char *body = txo__http_refusal_body(why);
-    struct txo_http_response r = {
-        .status = why->status, .body = body, .body_len = body != NULL ? strlen(body) : 0};
+    struct txo_http_response r = {.status = why->status,
+                                  .body = body,
+                                  .body_len = body != NULL ? strlen(body) : 0,
+                                  .retry_after_s = why->status == 503 ? 1 : 0};
     size_t len = 0;
     char *buf = body != NULL ? txo__http_serialize(&r, false, true, false, &len) : NULL;
     txo_free(body);

@@ -4,8 +4,8 @@
  * arrives exactly (status, body, Content-Type, Retry-After), request headers, query arguments
  * and bodies reach the handler, a connection stays open between requests, oversized bodies
  * are refused with 413 before the handler runs, a stalled client is disconnected, stopping
- * lets the request in flight finish, bind errors are reported, and 50 connections at once are
- * all served correctly (run it under TSan too).
+ * lets the request in flight finish and answers 503 to one still being read, bind errors are
+ * reported, and 50 connections at once are all served correctly (run it under TSan too).
  *
  * No database. Every server listens on 127.0.0.1 port 0 (a free port chosen by the kernel).
  *
@@ -696,6 +696,30 @@ static void test_stop_when_idle(void **state)
     txo_http_server_stop(NULL); /* no-op */
 }
 
+/* A request still being read when stop is called is answered 503 with Retry-After, not cut:
+ * its client can send it to another instance at once. */
+static void test_stop_answers_request_being_read(void **state)
+{
+    (void)state;
+    struct fixture f;
+    start_default(&f);
+    int fd = connect_or_fail(f.port);
+    assert_true(send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\n")); /* half a head */
+    txo_sleep_ms(500); /* the I/O thread reads it at once; this is ample */
+    int64_t t0 = txo_monotonic_ms();
+    stop(&f); /* the answer waits in the socket; stop lingers for the client at most 2 s */
+    assert_true(txo_monotonic_ms() - t0 < 5000);
+    struct http_resp r;
+    if (read_response(fd, &r) != 0)
+        fail_msg("no answer to a request cut by stop");
+    assert_int_equal(r.status, 503);
+    assert_string_equal(resp_header(&r, "Retry-After"), "1");
+    assert_string_equal(resp_header(&r, "Connection"), "close");
+    assert_non_null(strstr(r.body, "\"error\":\"shutting_down\""));
+    resp_release(&r);
+    close(fd);
+}
+
 static void test_bind_errors(void **state)
 {
     (void)state;
@@ -922,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_slow_client_is_disconnected),
         cmocka_unit_test(test_stop_finishes_request_in_flight),
         cmocka_unit_test(test_stop_when_idle),
+        cmocka_unit_test(test_stop_answers_request_being_read),
         cmocka_unit_test(test_bind_errors),
         cmocka_unit_test(test_port_held_by_another_server),
         cmocka_unit_test(test_restart_on_same_port),
