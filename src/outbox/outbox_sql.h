@@ -63,4 +63,22 @@
     "SELECT " OUTBOX_SQL__AGE_US("PENDING") ", " OUTBOX_SQL__AGE_US(                               \
         "PROCESSING") ", " OUTBOX_SQL__AGE_US("FAILED")
 
+/*
+ * What tells one event backing off from a stalled relay: how many PENDING events wait for a
+ * retry (next_attempt_at in the future), and the age in microseconds by created_at of the
+ * oldest PENDING event that is due (next_attempt_at <= now; NULL when none). A relay that
+ * keeps up leaves no due event behind for long, whatever waits for a retry.
+ * Index: the count is a range of idx_outbox_due (status, next_attempt_at), read from the index
+ * alone, as long as the events backing off. The age walks idx_outbox_age (status, created_at)
+ * from the oldest PENDING event and stops at the first due one, so it reads one entry plus the
+ * older events still backing off; FORCE INDEX keeps the optimizer from reading every due row
+ * of idx_outbox_due for the MIN instead. Locks: none (consistent read, READ COMMITTED).
+ * Columns: waiting, oldest due age.
+ */
+#define OUTBOX_SQL_RETRY_WAIT                                                                      \
+    "SELECT (SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "                         \
+    "AND next_attempt_at > NOW(6)), TIMESTAMPDIFF(MICROSECOND, (SELECT created_at "                \
+    "FROM outbox_events FORCE INDEX (idx_outbox_age) WHERE status = 'PENDING' "                    \
+    "AND next_attempt_at <= NOW(6) ORDER BY created_at LIMIT 1), NOW(6))"
+
 #endif
