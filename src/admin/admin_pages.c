@@ -117,11 +117,14 @@ static bool remote_may_have_run(const struct txo_saga_step_info *st)
  * The compensation plan, last step first, as the engine runs it (txo/saga.h): every step that
  * completed, or whose remote part may have taken effect, is undone in reverse order. Each entry
  * says what its undo is by the definition (def NULL: unknown to this service) and where it
- * stands: "to do", "running", "done" or "failed".
+ * stands: "to do", "running", "done" or "failed". A saga that COMPLETED or FAILED (with nothing
+ * to undo) will compensate nothing: an empty plan.
  */
 static json_t *compensation_plan(const struct txo_saga_info *info, const struct txo_saga_def *def)
 {
     json_t *plan = json_array();
+    if (info->status == TXO_SAGA_COMPLETED || info->status == TXO_SAGA_FAILED)
+        return plan;
     for (size_t i = info->n_steps; plan != NULL && i > 0; i--) {
         const struct txo_saga_step_info *st = &info->steps[i - 1];
         const char *state = NULL;
