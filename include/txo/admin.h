@@ -31,7 +31,7 @@
  *                             (q: 1..200 bytes; 400 otherwise).
  *   without it (a browser cannot send the header when it navigates; the page holds no data,
  *   asks for the token and sends it on every call it makes):
- *   GET  /ui, /ui/app.js, /ui/app.css   the dashboard.
+ *   GET  /ui, /ui/app.js, /ui/chart.js, /ui/pages.js, /ui/app.css   the dashboard.
  * A path above with another method is 405. HEAD is answered as GET. A bad query argument is
  * 400, a database that cannot lend a connection within opts.db_wait_ms 503 with Retry-After.
  *

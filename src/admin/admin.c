@@ -434,10 +434,12 @@ static void list_processes(struct txo_admin *a, struct txo_db *db, const struct 
 /* The dashboard's files, generated from ui/ (cmake/embed_text.cmake). */
 extern const char txo__admin_ui_index_html[];
 extern const char txo__admin_ui_app_js[];
+extern const char txo__admin_ui_chart_js[];
+extern const char txo__admin_ui_pages_js[];
 extern const char txo__admin_ui_app_css[];
 
 /*
- * GET /ui and its two files. They are served without the admin token, because a browser
+ * GET /ui and its files. They are served without the admin token, because a browser
  * cannot send an Authorization header when it navigates to a page: the page holds no data,
  * asks for the token (kept in sessionStorage, so it goes with the tab) and sends it as
  * `Authorization: Bearer` on every API call it makes. No script or style is inline, so the
@@ -464,6 +466,8 @@ static void ui(struct txo_admin *a, struct txo_db *db, const struct route_match 
     } files[] = {
         {"/ui", txo__admin_ui_index_html, "text/html; charset=utf-8"},
         {"/ui/app.js", txo__admin_ui_app_js, "text/javascript; charset=utf-8"},
+        {"/ui/chart.js", txo__admin_ui_chart_js, "text/javascript; charset=utf-8"},
+        {"/ui/pages.js", txo__admin_ui_pages_js, "text/javascript; charset=utf-8"},
         {"/ui/app.css", txo__admin_ui_app_css, "text/css; charset=utf-8"},
     };
     (void)a;
@@ -532,6 +536,8 @@ static const struct route routes[] = {
     {"GET", "/search", PARAM_NONE, "", true, true, txo__admin_search},
     {"GET", "/ui", PARAM_NONE, "", false, false, ui},
     {"GET", "/ui/app.js", PARAM_NONE, "", false, false, ui},
+    {"GET", "/ui/chart.js", PARAM_NONE, "", false, false, ui},
+    {"GET", "/ui/pages.js", PARAM_NONE, "", false, false, ui},
     {"GET", "/ui/app.css", PARAM_NONE, "", false, false, ui},
 };
 
