@@ -199,8 +199,9 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
         "PENDING outbox events waiting for a retry (next_attempt_at in the future).", 0, NULL, &ok);
     d->oldest_due =
         family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_due_age_seconds",
-               "Now minus created_at of the oldest PENDING event whose attempt is due; grows "
-               "when the relay stalls; 0 when none.",
+               "Now minus created_at of the oldest PENDING event a relay could claim (due, "
+               "not held back behind a parked aggregate); grows when the relay stalls; 0 "
+               "when none.",
                0, NULL, &ok);
     d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
                      0, NULL, &ok);

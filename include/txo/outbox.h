@@ -107,8 +107,9 @@ TXO_API TXO_MUST_CHECK int txo_outbox_append_many(struct txo_tx *tx,
  *
  * The lag alone cannot tell one event waiting for its retry (after a failed publish) from a
  * relay that stopped: retry_waiting counts the PENDING events whose next attempt is still
- * ahead, and oldest_due_age_s is the age (from created_at) of the oldest PENDING event whose
- * attempt is due now, 0 when none. A working relay keeps oldest_due_age_s near its poll
+ * ahead, and oldest_due_age_s is the age (from created_at) of the oldest PENDING event a relay
+ * could claim now (due, and not held back behind a parked aggregate: txo_relay_list_parked()
+ * counts those), 0 when none. A working relay keeps oldest_due_age_s near its poll
  * interval; a stalled one lets it grow with the lag.
  */
 struct txo_outbox_stats {

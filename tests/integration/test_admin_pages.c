@@ -2,7 +2,8 @@
  * The admin endpoints behind the dashboard's pages, as JSON over HTTP from a real `txo serve`
  * with --admin-token, against the private MariaDB:
  *   - GET /outbox/stats tells one event waiting for its retry (retry_waiting 1, nothing due,
- *     the lag still counting it) from a stalled backlog (an event due for 100 s);
+ *     the lag still counting it; an event held back behind a parked aggregate is not due
+ *     either) from a stalled backlog (an event due for 100 s);
  *   - GET /dlq/events shows an event replayed once and dead twice as one entry with that
  *     history; POST /dlq/{id}/skip makes it SKIPPED (and the letter skipped), takes it off the
  *     list, and answers 409 a second time, 404 for an unknown letter, 405 for GET;
@@ -122,10 +123,22 @@ static void test_stats_tell_backoff_from_a_stalled_relay(void **state)
                          " payload, idempotency_key, attempts, created_at, next_attempt_at)"
                          " VALUES ('cart', 1, 'CartCheckedOut', '{}', 'pages-backoff', 3,"
                          " NOW(6) - INTERVAL 50 SECOND, NOW(6) + INTERVAL 1 HOUR)");
+    /* An event held back behind its aggregate's FAILED one (parked): due, but not the relay's
+     * to claim, so not a sign of a stalled relay either. */
+    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                         " payload, idempotency_key, status, attempts, created_at) VALUES"
+                         " ('doc', 7, 'DocSigned', '{}', 'pages-head', 'FAILED', 10,"
+                         " NOW(6) - INTERVAL 300 SECOND),"
+                         " ('doc', 7, 'DocFiled', '{}', 'pages-behind', 'PENDING', 0,"
+                         " NOW(6) - INTERVAL 200 SECOND)");
+    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id)"
+                         " SELECT aggregate_type, aggregate_id, id FROM outbox_events"
+                         " WHERE idempotency_key = 'pages-head'");
     json_t *st = call(c, "GET", "/outbox/stats", 200);
     assert_int_equal(i64(st, "retry_waiting"), 1);
-    assert_true(real(st, "oldest_due_age_seconds") == 0.0);
-    if (real(st, "oldest_pending_age_seconds") < 50.0)
+    if (real(st, "oldest_due_age_seconds") != 0.0)
+        fail_msg("an event waiting for its retry or held back counts as due: %s", c->r.body);
+    if (real(st, "oldest_pending_age_seconds") < 200.0)
         fail_msg("the event in backoff is not counted in the lag: %s", c->r.body);
     json_decref(st);
 

@@ -175,9 +175,10 @@ function showOutbox(st) {
                 age: st.oldest_pending_age_seconds, due: st.oldest_due_age_seconds});
   while (history.length > HISTORY_POINTS) history.shift();
   drawCharts(history);
+  const spanS = (history[history.length - 1].t - history[0].t) / 1000;
   if (history.length > 1)
-    setText('chart-span', 'the last ' + duration((history[history.length - 1].t - history[0].t) / 1000) +
-            ', one sample every ' + POLL_MS / 1000 + ' s');
+    setText('chart-span', 'the last ' + duration(spanS) + ', one sample every ' +
+            POLL_MS / 1000 + ' s');
 }
 
 // ---- dead events: one row per event, its history, its payload, replay and skip ----

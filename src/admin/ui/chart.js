@@ -33,7 +33,7 @@ function tickLabel(v, unit) {
   return unit ? v + ' ' + unit : String(v);
 }
 
-// Draws series ({key, color}) of points on canvas with the scale in its ticks; unit names
+// Draws series ({value, color, dashed}) of points on canvas with the scale in its ticks; unit names
 // what the values are counted in ('' for counts).
 function drawSeries(canvas, points, series, scale, unit) {
   const ctx = canvas.getContext('2d');
@@ -66,6 +66,7 @@ function drawSeries(canvas, points, series, scale, unit) {
   for (const s of series) {
     ctx.strokeStyle = s.color;
     ctx.lineWidth = 2;
+    ctx.setLineDash(s.dashed ? [6, 4] : []); // the second line stays visible on the first
     ctx.beginPath();
     points.forEach((p, i) => {
       if (i === 0) ctx.moveTo(x(p.t), y(s.value(p)));
@@ -73,6 +74,7 @@ function drawSeries(canvas, points, series, scale, unit) {
     });
     ctx.stroke();
   }
+  ctx.setLineDash([]);
   ctx.fillStyle = '#667';
   ctx.textAlign = 'left';
   ctx.fillText(new Date(t0).toLocaleTimeString(), pad.l, h - 6);
@@ -85,12 +87,12 @@ function drawCharts(points) {
   const maxCount = Math.max(0, ...points.map((p) => Math.max(p.pending, p.waiting)));
   drawSeries(document.getElementById('backlog-chart'), points,
              [{value: (p) => p.pending, color: '#2b6cb0'},
-              {value: (p) => p.waiting, color: '#805ad5'}],
+              {value: (p) => p.waiting, color: '#805ad5', dashed: true}],
              ticks(maxCount), '');
   const maxAge = Math.max(0, ...points.map((p) => Math.max(p.age, p.due)));
   const unit = ageUnit(maxAge);
   drawSeries(document.getElementById('age-chart'), points,
              [{value: (p) => p.age / unit.div, color: '#dd6b20'},
-              {value: (p) => p.due / unit.div, color: '#c53030'}],
+              {value: (p) => p.due / unit.div, color: '#c53030', dashed: true}],
              ticks(maxAge / unit.div), unit.name);
 }
