@@ -41,6 +41,9 @@ struct order_api {
     struct order_worker_config sagas;
 };
 
+/* The dashboard's search box finds orders by id, on pages of their own. */
+static const struct txo_admin_finder finders[] = {{"order", orders_find_record, NULL}};
+
 /* The admin API over the same pool, retrying sagas as the worker runs them. */
 static int admin_new(struct order_api *api, struct txo_error *err)
 {
@@ -56,6 +59,8 @@ static int admin_new(struct order_api *api, struct txo_error *err)
     ao.saga_user_new = wo.runner_user_new;
     ao.saga_user_free = wo.runner_user_free;
     ao.saga_user_arg = wo.runner_user_arg;
+    ao.finders = finders;
+    ao.n_finders = TXO_ARRAY_LEN(finders);
     return txo_admin_new(&ao, api->pool, &api->admin, err);
 }
 

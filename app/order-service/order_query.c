@@ -3,8 +3,9 @@
  * saga with every step. Consistent reads only (no locks), in one READ COMMITTED transaction
  * for the order and its items; the saga is read after it, so a client may see a saga one step
  * further than the order row (never the reverse: the order's status changes in the saga's
- * own transactions).
+ * own transactions). The same order is also the dashboard's record of it (orders_find_record).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -114,4 +115,61 @@ int orders_get_json(struct txo_db *db, int64_t order_id, char **out, int64_t *ve
     }
     json_decref(a.doc);
     return rc;
+}
+
+/* The fields of the order document that the record shows as they are. */
+static const char *const record_fields[] = {"order_id", "customer_id", "total_cents",
+                                            "version",  "created_at",  "updated_at"};
+
+/* The items of an order document as a record's table. */
+static json_t *items_table(json_t *items)
+{
+    json_t *rows = json_array();
+    for (size_t i = 0; rows != NULL && i < json_array_size(items); i++) {
+        json_t *it = json_array_get(items, i);
+        json_array_append_new(rows, json_pack("[O,O,O]", json_object_get(it, "sku"),
+                                              json_object_get(it, "qty"),
+                                              json_object_get(it, "price_cents")));
+    }
+    return json_pack("{s:s,s:[s,s,s],s:o}", "title", "items", "columns", "sku", "qty",
+                     "price_cents", "rows", rows);
+}
+
+int orders_find_record(void *arg, struct txo_db *db, const char *query, char **json,
+                       struct txo_error *err)
+{
+    (void)arg;
+    char *end = NULL;
+    errno = 0;
+    long long id = strtoll(query, &end, 10);
+    if (end == query || *end != '\0' || errno == ERANGE || id <= 0)
+        return txo_error_set(err, TXO_ENOTFOUND, "%s is not an order id", query);
+    char *text = NULL;
+    int rc = orders_get_json(db, (int64_t)id, &text, NULL, err);
+    if (rc != 0)
+        return rc;
+    json_t *order = json_loads(text, 0, NULL);
+    txo_free(text);
+    json_t *fields = json_object();
+    for (size_t i = 0; order != NULL && fields != NULL && i < TXO_ARRAY_LEN(record_fields); i++)
+        json_object_set(fields, record_fields[i], json_object_get(order, record_fields[i]));
+    json_t *saga_id = json_object_get(json_object_get(order, "saga"), "saga_id");
+    char title[64];
+    snprintf(title, sizeof(title), "Order %lld", id);
+    json_t *record = order == NULL
+                         ? NULL
+                         : json_pack("{s:s,s:O,s:o,s:[o],s:o}", "title", title, "status",
+                                     json_object_get(order, "status"), "fields", fields, "tables",
+                                     items_table(json_object_get(order, "items")), "sagas",
+                                     saga_id != NULL ? json_pack("[O]", saga_id) : json_array());
+    if (order == NULL)
+        json_decref(fields);
+    char *dumped = record != NULL ? json_dumps(record, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(record);
+    json_decref(order);
+    *json = dumped != NULL ? txo_strdup(dumped) : NULL;
+    free(dumped); /* jansson allocates with malloc */
+    if (*json == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "order %lld as a record", id);
+    return 0;
 }

@@ -131,6 +131,16 @@ TXO_MUST_CHECK int orders_get_json(struct txo_db *db, int64_t order_id, char **o
                                    int64_t *version, struct txo_error *err);
 
 /*
+ * The dashboard's search for orders (a struct txo_admin_finder's find, arg unused): query must
+ * be an order id in decimal; the order as a dashboard record (txo/admin.h): its title, status,
+ * fields, its items as a table, and its saga, read as orders_get_json() reads it. *json is
+ * freed with txo_free(). Errors: TXO_ENOTFOUND (not a positive integer, or no such order),
+ * TXO_ENOMEM, DB errors.
+ */
+TXO_MUST_CHECK int orders_find_record(void *arg, struct txo_db *db, const char *query, char **json,
+                                      struct txo_error *err);
+
+/*
  * The command_queue type the async API enqueues and the worker runs; its payload is the
  * order's saga payload (the OrderCreated payload).
  */

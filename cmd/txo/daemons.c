@@ -73,6 +73,7 @@ struct daemon_metrics {
     bool has_sagas; /* read when db was opened: a relay-only schema has no saga tables */
 
     struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned, *stuck;
+    struct txo_metric *retry_waiting, *oldest_due;
     struct txo_metric *parked; /* NULL unless a relay here orders by aggregate */
     struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
     uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
@@ -135,6 +136,8 @@ static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
         txo_metric_set(d->failed, NULL, (double)os.failed);
         txo_metric_set(d->oldest, NULL, os.oldest_pending_age_s);
         txo_metric_set(d->oldest_failed, NULL, os.oldest_failed_age_s);
+        txo_metric_set(d->retry_waiting, NULL, (double)os.retry_waiting);
+        txo_metric_set(d->oldest_due, NULL, os.oldest_due_age_s);
         txo_metric_set(d->dead, NULL, (double)os.dead_letters);
     }
     struct txo_saga_counts sc;
@@ -196,6 +199,15 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     d->oldest_failed =
         family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_failed_age_seconds",
                "Now minus created_at of the oldest FAILED event; 0 when none.", 0, NULL, &ok);
+    d->retry_waiting = family(
+        r, TXO_METRIC_GAUGE, "txo_outbox_retry_waiting",
+        "PENDING outbox events waiting for a retry (next_attempt_at in the future).", 0, NULL, &ok);
+    d->oldest_due =
+        family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_due_age_seconds",
+               "Now minus created_at of the oldest PENDING event a relay could claim (due, "
+               "not held back behind a parked aggregate); grows when the relay stalls; 0 "
+               "when none.",
+               0, NULL, &ok);
     d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
                      0, NULL, &ok);
     static const char *const status[] = {"status"};

@@ -53,6 +53,32 @@ TXO_API TXO_MUST_CHECK int txo_dlq_list(struct txo_db *db, int64_t after_id, siz
 TXO_API void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n);
 
 /*
+ * One dead event: the dead letters of one source outbox event, which gets one more each time
+ * a replay of it fails again. Owned by the array it came in: free with txo_dead_events_free().
+ */
+struct txo_dead_event {
+    struct txo_dead_letter last; /* the newest letter: the one to replay or skip */
+    unsigned letters;            /* dead letters of the event (>= 1) */
+    unsigned replays;            /* replays over all of them */
+    char *last_replayed_at;      /* RFC 3339 UTC, the newest replay; NULL when never */
+    char status[16];             /* the outbox event's status now; "" when the row is gone */
+};
+
+/*
+ * Lists up to limit (1..TXO_DLQ_LIST_MAX) dead events whose newest letter's id is > after_id,
+ * in the order of that id (pass 0 first, then the last one's last.id, to page through). Events
+ * that were skipped or published after a replay are left out. On success *out is an array of
+ * *n entries (NULL when *n is 0), freed with txo_dead_events_free().
+ * Errors: TXO_EINVAL (limit), TXO_ENOMEM, DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_dlq_list_events(struct txo_db *db, int64_t after_id, size_t limit,
+                                               struct txo_dead_event **out, size_t *n,
+                                               struct txo_error *err);
+
+/* Frees the array of n dead events from txo_dlq_list_events(). NULL is a no-op. */
+TXO_API void txo_dead_events_free(struct txo_dead_event *ev, size_t n);
+
+/*
  * Counts dead letters: *total all of them, *unreplayed those never replayed nor skipped
  * (either may be NULL). Errors: DB errors.
  */

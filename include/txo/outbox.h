@@ -104,6 +104,13 @@ TXO_API TXO_MUST_CHECK int txo_outbox_append_many(struct txo_tx *tx,
  * event is published or failed; oldest_failed_age_s is the age of the oldest FAILED event, 0
  * when none. Both come from one index (idx_outbox_age), so reading them costs the same on an
  * empty table and on a million-row backlog.
+ *
+ * The lag alone cannot tell one event waiting for its retry (after a failed publish) from a
+ * relay that stopped: retry_waiting counts the PENDING events whose next attempt is still
+ * ahead, and oldest_due_age_s is the age (from created_at) of the oldest PENDING event a relay
+ * could claim now (due, and not held back behind a parked aggregate: txo_relay_list_parked()
+ * counts those), 0 when none. A working relay keeps oldest_due_age_s near its poll
+ * interval; a stalled one lets it grow with the lag.
  */
 struct txo_outbox_stats {
     uint64_t pending;
@@ -114,6 +121,8 @@ struct txo_outbox_stats {
     uint64_t dead_letters;
     double oldest_pending_age_s;
     double oldest_failed_age_s;
+    uint64_t retry_waiting;
+    double oldest_due_age_s;
 };
 TXO_API TXO_MUST_CHECK int txo_outbox_get_stats(struct txo_db *db, struct txo_outbox_stats *out,
                                                 struct txo_error *err);

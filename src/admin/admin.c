@@ -16,19 +16,8 @@
 
 #include "core/text.h"
 #include "txo/jansson.h"
+#include "admin/admin_internal.h"
 #include "saga/saga_table.h"
-
-struct txo_admin {
-    struct txo_admin_opts opts;
-    char *token; /* opts.token copied; NULL: no token asked */
-    struct txo_db_pool *pool;
-};
-
-/* What a route's path carried: a dead letter's id, or a saga id. */
-struct route_match {
-    int64_t id;
-    char saga_id[TXO_SAGA_ID_LEN];
-};
 
 /* Copies the saga id after prefix ("/sagas/<uuid>" + suffix) into out. */
 static bool path_saga(const char *path, const char *prefix, const char *suffix,
@@ -41,40 +30,24 @@ static bool path_saga(const char *path, const char *prefix, const char *suffix,
         strcmp(path + len - slen, suffix) != 0)
         return false;
     size_t idlen = len - plen - slen;
-    if (idlen == 0 || idlen >= TXO_SAGA_ID_LEN)
+    if (!txo__admin_is_saga_id(path + plen, idlen))
         return false;
-    for (size_t i = 0; i < idlen; i++) {
-        char c = path[plen + i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-              c == '-'))
-            return false;
-    }
     memcpy(out, path + plen, idlen);
     out[idlen] = '\0';
     return true;
 }
 
-static void get_saga(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                     const struct txo_http_request *req, struct txo_http_response *resp)
+bool txo__admin_is_saga_id(const char *text, size_t len)
 {
-    (void)a;
-    (void)req;
-    const char *id = m->saga_id;
-    struct txo_error err;
-    txo_error_init(&err);
-    struct txo_saga_info info;
-    int rc = txo_saga_load(db, id, &info, &err);
-    if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
-        return;
+    if (len == 0 || len >= TXO_SAGA_ID_LEN)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+              c == '-'))
+            return false;
     }
-    char *json = txo_saga_info_json(&info, &err);
-    txo_saga_info_release(&info);
-    if (json == NULL) {
-        txo_http_response_fail(resp, TXO_ENOMEM, &err);
-        return;
-    }
-    txo_http_response_take(resp, 200, json, strlen(json));
+    return true;
 }
 
 /*
@@ -139,17 +112,16 @@ static void outbox_stats(struct txo_admin *a, struct txo_db *db, const struct ro
         txo_http_response_fail(resp, rc, &err);
         return;
     }
-    txo_http_response_json(resp, 200,
-                           json_pack("{s:I,s:I,s:I,s:I,s:I,s:f}", "pending", (json_int_t)st.pending,
-                                     "processing", (json_int_t)st.processing, "published",
-                                     (json_int_t)st.published, "failed", (json_int_t)st.failed,
-                                     "dead_letters", (json_int_t)st.dead_letters,
-                                     "oldest_pending_age_seconds", st.oldest_pending_age_s));
+    txo_http_response_json(
+        resp, 200,
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f}", "pending", (json_int_t)st.pending,
+                  "processing", (json_int_t)st.processing, "published", (json_int_t)st.published,
+                  "failed", (json_int_t)st.failed, "dead_letters", (json_int_t)st.dead_letters,
+                  "oldest_pending_age_seconds", st.oldest_pending_age_s, "retry_waiting",
+                  (json_int_t)st.retry_waiting, "oldest_due_age_seconds", st.oldest_due_age_s));
 }
 
-/* A decimal integer in lo..hi and nothing else; out of range (even past int64) is refused,
- * never clamped. */
-static bool parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *out)
+bool txo__admin_parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end = NULL;
     errno = 0;
@@ -176,13 +148,13 @@ static void list_dlq(struct txo_admin *a, struct txo_db *db, const struct route_
         return;
     }
     int64_t after_id = 0;
-    if (after != NULL && !parse_int64(after, 0, INT64_MAX, &after_id)) {
+    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, &after_id)) {
         txo_http_response_error(resp, 400, "invalid_request",
                                 "after_id must be an integer 0..2^63-1");
         return;
     }
     int64_t max = 50;
-    if (limit != NULL && !parse_int64(limit, 1, 1000, &max)) {
+    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
         txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
         return;
     }
@@ -220,7 +192,7 @@ static void list_parked(struct txo_admin *a, struct txo_db *db, const struct rou
         return;
     }
     int64_t max = 50;
-    if (limit != NULL && !parse_int64(limit, 1, 1000, &max)) {
+    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
         txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
         return;
     }
@@ -257,21 +229,37 @@ static void list_parked(struct txo_admin *a, struct txo_db *db, const struct rou
                            json_pack("{s:o,s:I}", "parked", list, "limit", (json_int_t)max));
 }
 
+/* POST /dlq/{id}/replay and /skip: the same rules (txo/dlq.h), the same answers. */
+static void act_dlq(const struct route_match *m, struct txo_db *db, bool skip,
+                    struct txo_http_response *resp)
+{
+    int64_t id = m->id;
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = skip ? txo_dlq_skip(db, id, &err) : txo_dlq_replay(db, id, &err);
+    if (rc != 0) {
+        txo_http_response_fail(resp, rc, &err);
+        return;
+    }
+    txo_http_response_json(
+        resp, 200,
+        json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", skip ? "SKIPPED" : "REPLAYED"));
+}
+
 static void replay_dlq(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
                        const struct txo_http_request *req, struct txo_http_response *resp)
 {
     (void)a;
     (void)req;
-    int64_t id = m->id;
-    struct txo_error err;
-    txo_error_init(&err);
-    int rc = txo_dlq_replay(db, id, &err);
-    if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
-        return;
-    }
-    txo_http_response_json(resp, 200,
-                           json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", "REPLAYED"));
+    act_dlq(m, db, false, resp);
+}
+
+static void skip_dlq(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
+                     const struct txo_http_request *req, struct txo_http_response *resp)
+{
+    (void)a;
+    (void)req;
+    act_dlq(m, db, true, resp);
 }
 
 /* ---- the operator's dashboard: GET /sagas, GET /processes, GET /ui ---- */
@@ -446,10 +434,12 @@ static void list_processes(struct txo_admin *a, struct txo_db *db, const struct 
 /* The dashboard's files, generated from ui/ (cmake/embed_text.cmake). */
 extern const char txo__admin_ui_index_html[];
 extern const char txo__admin_ui_app_js[];
+extern const char txo__admin_ui_chart_js[];
+extern const char txo__admin_ui_pages_js[];
 extern const char txo__admin_ui_app_css[];
 
 /*
- * GET /ui and its two files. They are served without the admin token, because a browser
+ * GET /ui and its files. They are served without the admin token, because a browser
  * cannot send an Authorization header when it navigates to a page: the page holds no data,
  * asks for the token (kept in sessionStorage, so it goes with the tab) and sends it as
  * `Authorization: Bearer` on every API call it makes. No script or style is inline, so the
@@ -476,6 +466,8 @@ static void ui(struct txo_admin *a, struct txo_db *db, const struct route_match 
     } files[] = {
         {"/ui", txo__admin_ui_index_html, "text/html; charset=utf-8"},
         {"/ui/app.js", txo__admin_ui_app_js, "text/javascript; charset=utf-8"},
+        {"/ui/chart.js", txo__admin_ui_chart_js, "text/javascript; charset=utf-8"},
+        {"/ui/pages.js", txo__admin_ui_pages_js, "text/javascript; charset=utf-8"},
         {"/ui/app.css", txo__admin_ui_app_css, "text/css; charset=utf-8"},
     };
     (void)a;
@@ -527,21 +519,25 @@ struct route {
     const char *suffix;
     bool token;    /* needs the bearer token when one is configured */
     bool needs_db; /* borrows a pooled connection for the call */
-    void (*fn)(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-               const struct txo_http_request *req, struct txo_http_response *resp);
+    txo__admin_route_fn *fn;
 };
 
 static const struct route routes[] = {
     {"GET", "/outbox/stats", PARAM_NONE, "", true, true, outbox_stats},
     {"GET", "/dlq", PARAM_NONE, "", true, true, list_dlq},
+    {"GET", "/dlq/events", PARAM_NONE, "", true, true, txo__admin_list_dead_events},
     {"GET", "/outbox/parked", PARAM_NONE, "", true, true, list_parked},
     {"POST", "/dlq/", PARAM_ID, "/replay", true, true, replay_dlq},
+    {"POST", "/dlq/", PARAM_ID, "/skip", true, true, skip_dlq},
     {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
-    {"GET", "/sagas/", PARAM_SAGA, "", true, true, get_saga},
+    {"GET", "/sagas/", PARAM_SAGA, "", true, true, txo__admin_get_saga},
     {"GET", "/sagas", PARAM_NONE, "", true, true, list_sagas},
     {"GET", "/processes", PARAM_NONE, "", true, true, list_processes},
+    {"GET", "/search", PARAM_NONE, "", true, true, txo__admin_search},
     {"GET", "/ui", PARAM_NONE, "", false, false, ui},
     {"GET", "/ui/app.js", PARAM_NONE, "", false, false, ui},
+    {"GET", "/ui/chart.js", PARAM_NONE, "", false, false, ui},
+    {"GET", "/ui/pages.js", PARAM_NONE, "", false, false, ui},
     {"GET", "/ui/app.css", PARAM_NONE, "", false, false, ui},
 };
 
@@ -558,6 +554,11 @@ int txo_admin_new(const struct txo_admin_opts *opts, struct txo_db_pool *pool,
     int rc = txo__saga_table_check(opts->sagas, opts->n_sagas, err);
     if (rc != 0)
         return rc;
+    for (size_t i = 0; i < opts->n_finders; i++)
+        if (opts->finders[i].kind == NULL || opts->finders[i].kind[0] == '\0' ||
+            opts->finders[i].find == NULL)
+            return txo_error_set(err, TXO_EINVAL, "admin API: finder %zu needs a kind and a find",
+                                 i);
     struct txo_admin *a = txo_calloc(1, sizeof(*a));
     if (a == NULL)
         return txo_error_set(err, TXO_ENOMEM, "admin API");

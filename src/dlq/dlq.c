@@ -1,9 +1,9 @@
 #include "core/common.h"
 
 /*
- * Dead letters: listing, counting and replaying the rows the relay writes into
- * dead_letter_events when an outbox event used up its publish attempts. include/txo/dlq.h has
- * the contract; dlq_sql.h every statement with its index and locks.
+ * Dead letters: listing (one by one, or grouped by their event), counting and replaying the rows
+ * the relay writes into dead_letter_events when an outbox event used up its publish attempts.
+ * include/txo/dlq.h has the contract; dlq_sql.h every statement with its index and locks.
  *
  * A replay is one READ COMMITTED transaction that locks the dead letter, then its source outbox
  * row, checks that the row is FAILED (the only state a replay may leave; the outbox state
@@ -124,6 +124,94 @@ int txo_dlq_list(struct txo_db *db, int64_t after_id, size_t limit, struct txo_d
     list = NULL;
 out:
     txo_dead_letters_free(list, count);
+    txo_rows_free(rows);
+    return rc;
+}
+
+/* Columns of DLQ_SQL_LIST_EVENTS after those of DLQ_SQL_LIST. */
+enum event_col {
+    COL_LETTERS = COL_SKIPPED_AT + 1,
+    COL_REPLAYS,
+    COL_LAST_REPLAYED_AT,
+    COL_EVENT_STATUS,
+};
+
+void txo_dead_events_free(struct txo_dead_event *ev, size_t n)
+{
+    if (ev == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        txo_free(ev[i].last.event_type);
+        txo_free(ev[i].last.payload);
+        txo_free(ev[i].last.error);
+        txo_free(ev[i].last.replayed_at);
+        txo_free(ev[i].last.skipped_at);
+        txo_free(ev[i].last_replayed_at);
+    }
+    txo_free(ev);
+}
+
+static unsigned count_col(const struct txo_rows *rows, size_t i, size_t col)
+{
+    int64_t v = txo_rows_is_null(rows, i, col) ? 0 : txo_rows_i64(rows, i, col);
+    return v > 0 && v <= INT32_MAX ? (unsigned)v : 0;
+}
+
+/* Copies row i into e. Returns 0 or TXO_ENOMEM (e may be half filled; free it anyway). */
+static int copy_dead_event(const struct txo_rows *rows, size_t i, struct txo_dead_event *e)
+{
+    int rc = copy_dead_letter(rows, i, &e->last);
+    if (rc != 0)
+        return rc;
+    e->letters = count_col(rows, i, COL_LETTERS);
+    e->replays = count_col(rows, i, COL_REPLAYS);
+    if (!txo_rows_is_null(rows, i, COL_EVENT_STATUS))
+        snprintf(e->status, sizeof(e->status), "%s", txo_rows_str(rows, i, COL_EVENT_STATUS, NULL));
+    if (!txo_rows_is_null(rows, i, COL_LAST_REPLAYED_AT)) {
+        char at[TXO_RFC3339_LEN];
+        e->last_replayed_at =
+            txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_LAST_REPLAYED_AT, NULL), at));
+        if (e->last_replayed_at == NULL)
+            return TXO_ENOMEM;
+    }
+    return 0;
+}
+
+int txo_dlq_list_events(struct txo_db *db, int64_t after_id, size_t limit,
+                        struct txo_dead_event **out, size_t *n, struct txo_error *err)
+{
+    TXO_ASSERT(db != NULL && out != NULL && n != NULL);
+    if (limit < 1 || limit > TXO_DLQ_LIST_MAX)
+        return txo_error_set(err, TXO_EINVAL, "dead events: limit must be 1..%d, got %zu",
+                             TXO_DLQ_LIST_MAX, limit);
+    struct txo_rows *rows = NULL;
+    struct txo_dead_event *list = NULL;
+    size_t count = 0;
+    struct txo_param params[] = {txo_p_i64(after_id), txo_p_i64((int64_t)limit)};
+    int rc = txo_db_query(db, DLQ_SQL_LIST_EVENTS, params, TXO_ARRAY_LEN(params), &rows, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "dead events: list after id %" PRId64, after_id);
+        goto out;
+    }
+    count = txo_rows_count(rows);
+    if (count > 0) {
+        list = txo_calloc(count, sizeof(*list));
+        if (list == NULL) {
+            rc = txo_error_set(err, TXO_ENOMEM, "dead events: out of memory");
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (copy_dead_event(rows, i, &list[i]) < 0) {
+            rc = txo_error_set(err, TXO_ENOMEM, "dead events: out of memory");
+            goto out;
+        }
+    }
+    *out = list;
+    *n = count;
+    list = NULL;
+out:
+    txo_dead_events_free(list, count);
     txo_rows_free(rows);
     return rc;
 }

@@ -26,6 +26,28 @@
     "replay_count, skipped_at FROM dead_letter_events WHERE id > ? ORDER BY id LIMIT ?"
 
 /*
+ * One page of dead events: the dead letters grouped by their source outbox event (a replayed
+ * event that fails again gets a letter more), each group as its newest letter (the columns of
+ * DLQ_SQL_LIST) plus the group's letter count, replays, newest replay and the event's status
+ * now (NULL when the row is gone). A letter without a source event is a group of its own.
+ * Groups whose event is SKIPPED or PUBLISHED are left out: nothing is left to do about them.
+ * Pages go by the newest letter's id. Index: PRIMARY of both tables (a scan of
+ * dead_letter_events, which holds only events that failed every attempt, so it stays small,
+ * and one outbox_events lookup per letter: an operator's page, not a hot path). Locks: none
+ * (consistent read, READ COMMITTED). Params: after id, limit.
+ */
+#define DLQ_SQL_LIST_EVENTS                                                                        \
+    "SELECT d.id, d.source_event_id, d.event_type, d.payload, d.error, d.created_at, "             \
+    "d.replayed_at, d.replay_count, d.skipped_at, g.letters, g.replays, g.last_replayed_at, "      \
+    "o.status FROM (SELECT MAX(l.id) AS last_id, COUNT(*) AS letters, "                            \
+    "SUM(l.replay_count) AS replays, MAX(l.replayed_at) AS last_replayed_at "                      \
+    "FROM dead_letter_events l LEFT JOIN outbox_events e ON e.id = l.source_event_id "             \
+    "WHERE e.status IS NULL OR e.status NOT IN ('SKIPPED', 'PUBLISHED') "                          \
+    "GROUP BY COALESCE(l.source_event_id, -l.id) HAVING MAX(l.id) > ? "                            \
+    "ORDER BY last_id LIMIT ?) AS g JOIN dead_letter_events d ON d.id = g.last_id "                \
+    "LEFT JOIN outbox_events o ON o.id = d.source_event_id ORDER BY d.id"
+
+/*
  * Counts all dead letters and those never replayed. Index: PRIMARY (a full scan: the table
  * holds only events that failed every attempt, so it stays small; an operator's list, not a
  * hot path). Locks: none (consistent read, READ COMMITTED).

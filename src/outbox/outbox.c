@@ -274,6 +274,17 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         ctx->stats.oldest_pending_age_s = pending > processing ? pending : processing;
         ctx->stats.oldest_failed_age_s = age_s(rows, 2);
     }
+    txo_rows_free(rows);
+    rows = NULL;
+
+    rc = txo_tx_query(tx, OUTBOX_SQL_RETRY_WAIT, NULL, 0, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) > 0) {
+        int64_t waiting = txo_rows_i64(rows, 0, 0);
+        ctx->stats.retry_waiting = waiting > 0 ? (uint64_t)waiting : 0;
+        ctx->stats.oldest_due_age_s = age_s(rows, 1);
+    }
 out:
     txo_rows_free(rows);
     return rc;

@@ -7,6 +7,8 @@
 #ifndef TXO_OUTBOX_SQL_H
 #define TXO_OUTBOX_SQL_H
 
+#include "relay/relay_sql.h" /* RELAY_SQL__UNPARKED: which due events the relay may claim */
+
 /*
  * Appends one event. Runs inside the caller's transaction (any isolation).
  * Index: uq_outbox_idempotency_key (duplicate detection, 1062 -> TXO_EDUPLICATE; the failed
@@ -62,5 +64,27 @@
 #define OUTBOX_SQL_OLDEST_AGES_US                                                                  \
     "SELECT " OUTBOX_SQL__AGE_US("PENDING") ", " OUTBOX_SQL__AGE_US(                               \
         "PROCESSING") ", " OUTBOX_SQL__AGE_US("FAILED")
+
+/*
+ * What tells one event backing off from a stalled relay: how many PENDING events wait for a
+ * retry (next_attempt_at in the future), and the age in microseconds by created_at of the
+ * oldest PENDING event the relay could claim now: due (next_attempt_at <= now) and not held
+ * back behind a parked aggregate (the relay's own rule, RELAY_SQL__UNPARKED; those events are
+ * counted by the parked aggregates instead). NULL when there is none. A relay that keeps up
+ * leaves no such event behind for long, whatever waits for a retry or behind a parked event.
+ * Index: the count is a range of idx_outbox_due (status, next_attempt_at), read from the index
+ * alone, as long as the events backing off. The age walks idx_outbox_age (status, created_at)
+ * from the oldest PENDING event, with one primary key probe of outbox_parked per row, and
+ * stops at the first claimable one: it reads one entry plus the older events still backing
+ * off or held back. FORCE INDEX keeps the optimizer from reading every due row of
+ * idx_outbox_due for it instead. Locks: none (consistent read, READ COMMITTED).
+ * Columns: waiting, oldest due age.
+ */
+#define OUTBOX_SQL_RETRY_WAIT                                                                      \
+    "SELECT (SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "                         \
+    "AND next_attempt_at > NOW(6)), TIMESTAMPDIFF(MICROSECOND, (SELECT e.created_at "              \
+    "FROM outbox_events e FORCE INDEX (idx_outbox_age) WHERE e.status = 'PENDING' "                \
+    "AND e.next_attempt_at <= NOW(6) " RELAY_SQL__UNPARKED "ORDER BY e.created_at LIMIT 1), "      \
+    "NOW(6))"
 
 #endif

@@ -279,6 +279,20 @@
     "try_deadline = NOW(6) + INTERVAL ? MICROSECOND "                                              \
     "WHERE step_order = ? AND status = ? AND saga_id IN "
 
+/* ---- saga_timeline.c: the times of a saga for the dashboard's saga page ---- */
+
+/*
+ * A saga's times and each step's: when the instance was made and last changed and its
+ * deadline; for each step when it last changed, its deadline and its current try's deadline.
+ * DATETIME(6) in UTC (the session time zone). Index: PRIMARY (the instance), uq_saga_step
+ * (saga_id, step_order) for its steps, in step order. Locks: none (consistent read). Params:
+ * saga id. A saga without steps is one row with NULL step columns.
+ */
+#define SAGA_SQL_TIMELINE                                                                          \
+    "SELECT i.created_at, i.updated_at, i.deadline_at, s.step_order, s.updated_at, "               \
+    "s.deadline_at, s.try_deadline FROM saga_instances i LEFT JOIN saga_steps s "                  \
+    "ON s.saga_id = i.id WHERE i.id = ? ORDER BY s.step_order"
+
 /* ---- saga_query.c: inspection and the workers' polls ---- */
 
 /* One instance (txo_saga_load). Index: PRIMARY. Locks: none (consistent read). Columns: enum

@@ -274,6 +274,38 @@ static void insert_backlog(struct testdb *t)
     txo_free(sql);
 }
 
+/*
+ * Asserts that `EXPLAIN OUTBOX_SQL_RETRY_WAIT` counts the events waiting for a retry on
+ * idx_outbox_due (a range of the index alone) and finds the oldest due one on idx_outbox_age
+ * (walked in created_at order), so neither reads the table from end to end.
+ */
+static void assert_retry_wait_indexes(struct testdb *t)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(t->db, "EXPLAIN " OUTBOX_SQL_RETRY_WAIT, NULL, 0, &rows, &err) < 0)
+        fail_msg("EXPLAIN the retry wait: %s", err.msg);
+    bool due = false, age = false;
+    for (size_t i = 0; i < txo_rows_count(rows); i++) {
+        const char *select_type = txo_rows_str(rows, i, 1, NULL);
+        const char *type = txo_rows_is_null(rows, i, 3) ? "" : txo_rows_str(rows, i, 3, NULL);
+        const char *key = txo_rows_is_null(rows, i, 5) ? "" : txo_rows_str(rows, i, 5, NULL);
+        const char *extra = txo_rows_is_null(rows, i, 9) ? "" : txo_rows_str(rows, i, 9, NULL);
+        print_message("EXPLAIN retry wait %zu: %s type=%s key=%s extra=%s\n", i, select_type, type,
+                      key, extra);
+        if (strcmp(select_type, "PRIMARY") == 0)
+            continue;
+        if (strcmp(type, "ALL") == 0 || strstr(extra, "filesort") != NULL)
+            fail_msg("row %zu of the retry wait scans or sorts: type=%s extra=%s", i, type, extra);
+        due = due || (strcmp(key, "idx_outbox_due") == 0 && strstr(extra, "Using index") != NULL);
+        age = age || strcmp(key, "idx_outbox_age") == 0;
+    }
+    txo_rows_free(rows);
+    if (!due || !age)
+        fail_msg("the retry wait does not use idx_outbox_due (index only) and idx_outbox_age");
+}
+
 static void test_backlog_drains_in_bounded_batches(void **state)
 {
     struct testdb *t = *state;
@@ -283,12 +315,17 @@ static void test_backlog_drains_in_bounded_batches(void **state)
 
     /* The statement txo_outbox_get_stats() runs for the ages, on this backlog. */
     assert_index_dives(t, OUTBOX_SQL_OLDEST_AGES_US);
+    assert_retry_wait_indexes(t);
     struct txo_outbox_stats st;
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(txo_outbox_get_stats(t->db, &st, &err), 0);
     if (!(st.oldest_pending_age_s >= 3600.0 && st.oldest_pending_age_s < 3700.0))
         fail_msg("lag before the drain %.3f s, want 3600..3700", st.oldest_pending_age_s);
+    /* Nothing published, nothing backing off: the whole backlog is due, the oldest an hour. */
+    assert_int_equal(st.retry_waiting, 0);
+    if (!(st.oldest_due_age_s >= 3600.0 && st.oldest_due_age_s < 3700.0))
+        fail_msg("oldest due %.3f s, want 3600..3700", st.oldest_due_age_s);
 
     char *out = NULL;
     const char *args[] = {"relay", "--drain", "--publisher", "null", "--batch-size", "500", NULL};

@@ -7,11 +7,20 @@
  * (whose error text is HTML: it must show as text), and a CreateOrderSaga whose shipment and
  * refund failed, left COMPENSATION_FAILED with no automatic retry. Then, through the page:
  *   - it shows the backlog's size (the token given in the URL fragment, which the page
- *     removes from the address bar);
- *   - Replay on the dead letter puts its event back to PENDING in the database;
+ *     removes from the address bar), says the relay is stalled (the oldest event is due for
+ *     90 s), and draws counts and ages on two scales with distinct, round ticks;
+ *   - the search box finds the saga (its steps, the refund's error, the compensation plan)
+ *     and the order (its items, status, and the link to that saga's page);
+ *   - Replay on the dead letter puts its event back to PENDING in the database; replayed
+ *     twice and dead three times, the event is still one row, with that history; its payload
+ *     view shows the JSON as text; Skip makes it SKIPPED and takes it off the list;
+ *   - two other dead events ticked and replayed at once are both PENDING again;
  *   - Retry on the saga runs its compensations again (this time they work): COMPENSATED;
  *   - a `txo relay` and a `txo worker` started by the test are listed as alive; the relay
  *     disappears once stopped; the worker, SIGKILLed and its heartbeat aged, shows as stale.
+ * At the end, with one event backing off and nothing due, the page says so, and it still
+ * counts the event's age as not published. The overview, the saga's page and the order's
+ * page are kept as ui_dashboard*.png in the test's directory.
  * Also: /ui answers without the token, the admin API still 401s, and GET /sagas lists the
  * saga with its failing step (ChargePayment, whose refund failed) and that step's error.
  */
@@ -99,7 +108,7 @@ static void fail_with_logs(struct ctx *c, const char *what)
 
 /* A CreateOrderSaga whose shipment is refused and whose refund then fails: COMPENSATION_FAILED,
  * given up at once (one try), so no worker retries it behind the test's back. */
-static void compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
+static int64_t compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
 {
     struct txo_error err;
     txo_error_init(&err);
@@ -119,6 +128,7 @@ static void compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN
     if (orders_run_saga(c->t.db, saga_id, &faults, &opts, &final, &err) != 0)
         fail_msg("running the saga: %s", err.msg);
     assert_int_equal(final, TXO_SAGA_COMPENSATION_FAILED);
+    return order;
 }
 
 /* A FAILED event and its dead letter, as the relay writes them, and a later event of its
@@ -149,6 +159,65 @@ static int64_t dead_letter(struct ctx *c, int64_t *event_id)
                     p, 1, &res, &err) != 0)
         fail_msg("inserting the dead letter: %s", err.msg);
     return (int64_t)res.insert_id;
+}
+
+/* The relay's work when a replayed event fails its attempts again: FAILED, and one more dead
+ * letter for it. Returns the new letter's id. */
+static int64_t dies_again(struct ctx *c, int64_t event_id)
+{
+    struct txo_param p[] = {txo_p_i64(event_id)};
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_exec_result res = {0, 0};
+    if (txo_db_exec(c->t.db, "UPDATE outbox_events SET status = 'FAILED' WHERE id = ?", p, 1, NULL,
+                    &err) != 0 ||
+        txo_db_exec(c->t.db,
+                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
+                    " SELECT id, event_type, payload, 'broker unavailable again' FROM outbox_events"
+                    " WHERE id = ?",
+                    p, 1, &res, &err) != 0)
+        fail_msg("the event dying again: %s", err.msg);
+    return (int64_t)res.insert_id;
+}
+
+/* Another FAILED event of its own aggregate and its dead letter; returns the letter's id and
+ * the event's in *event_id. */
+static int64_t other_dead_letter(struct ctx *c, int n, int64_t *event_id)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "ui-dead-%d", n);
+    struct txo_param p[] = {txo_p_i64(n), txo_p_str(key)};
+    struct txo_error err;
+    txo_error_init(&err);
+    struct txo_exec_result res = {0, 0};
+    if (txo_db_exec(c->t.db,
+                    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,"
+                    " idempotency_key, status, attempts, last_error) VALUES ('invoice', ?,"
+                    " 'InvoiceSent', '{}', ?, 'FAILED', 10, 'refused')",
+                    p, 2, &res, &err) != 0)
+        fail_msg("inserting a failed event: %s", err.msg);
+    *event_id = (int64_t)res.insert_id;
+    struct txo_param ev[] = {txo_p_i64(*event_id)};
+    if (txo_db_exec(c->t.db,
+                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
+                    " VALUES (?, 'InvoiceSent', '{}', 'refused')",
+                    ev, 1, &res, &err) != 0)
+        fail_msg("inserting its dead letter: %s", err.msg);
+    return (int64_t)res.insert_id;
+}
+
+/* An outbox event's status. */
+static void expect_status(struct ctx *c, int64_t event_id, const char *want, const char *why)
+{
+    struct txo_param p[] = {txo_p_i64(event_id)};
+    char *status = testdb_str(c->t.db, "SELECT status FROM outbox_events WHERE id = ?", p, 1);
+    bool ok = status != NULL && strcmp(status, want) == 0;
+    if (!ok)
+        print_message("event %lld is %s, want %s\n", (long long)event_id,
+                      status != NULL ? status : "gone", want);
+    txo_free(status);
+    if (!ok)
+        fail_with_logs(c, why);
 }
 
 /* Five events waiting since a minute and a half ago. */
@@ -235,7 +304,7 @@ static void test_dashboard_in_chromium(void **state)
 {
     struct ctx *c = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    compensation_failed_saga(c, saga_id);
+    int64_t order = compensation_failed_saga(c, saga_id);
     int64_t event_id = 0;
     int64_t letter = dead_letter(c, &event_id);
     backlog(c);
@@ -291,6 +360,14 @@ static void test_dashboard_in_chromium(void **state)
     char n[32];
     snprintf(n, sizeof(n), "%lld", (long long)pending);
     step(c, "load", n);
+    step(c, "stalled", NULL);
+    step(c, "charts", NULL);
+
+    /* The search box: the saga's page, and the order's page through the service's finder. */
+    step(c, "saga", saga_id);
+    char arg[128];
+    snprintf(arg, sizeof(arg), "%lld,%s", (long long)order, saga_id);
+    step(c, "order", arg);
 
     snprintf(n, sizeof(n), "%lld", (long long)letter);
     step(c, "replay", n);
@@ -303,6 +380,32 @@ static void test_dashboard_in_chromium(void **state)
     snprintf(sql, sizeof(sql), "SELECT replay_count FROM dead_letter_events WHERE id = %lld",
              (long long)letter);
     assert_int_equal(q(c, sql), 1);
+
+    /* Replayed, it dies again; replayed again, and dies a third time: one row all along. */
+    int64_t second = dies_again(c, event_id);
+    snprintf(n, sizeof(n), "%lld", (long long)second);
+    step(c, "replay", n);
+    expect_status(c, event_id, "PENDING", "after the second Replay the event is not PENDING");
+    int64_t third = dies_again(c, event_id);
+    snprintf(arg, sizeof(arg), "%lld,3,2", (long long)event_id);
+    step(c, "history", arg);
+    snprintf(n, sizeof(n), "%lld", (long long)third);
+    step(c, "payload", n);
+    step(c, "skip", n);
+    expect_status(c, event_id, "SKIPPED", "after Skip on the page the event is not SKIPPED");
+    snprintf(sql, sizeof(sql),
+             "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = %lld",
+             (long long)third);
+    assert_int_equal(q(c, sql), 1);
+
+    /* Two dead events ticked and replayed at once. */
+    int64_t ev_a = 0, ev_b = 0;
+    int64_t dl_a = other_dead_letter(c, 1, &ev_a);
+    int64_t dl_b = other_dead_letter(c, 2, &ev_b);
+    snprintf(arg, sizeof(arg), "%lld,%lld", (long long)dl_a, (long long)dl_b);
+    step(c, "bulk-replay", arg);
+    expect_status(c, ev_a, "PENDING", "after Replay selected the first event is not PENDING");
+    expect_status(c, ev_b, "PENDING", "after Replay selected the second event is not PENDING");
 
     step(c, "retry", saga_id);
     struct txo_param p[] = {txo_p_str(saga_id)};
@@ -332,6 +435,21 @@ static void test_dashboard_in_chromium(void **state)
     testdb_exec(c->t.db, "UPDATE txo_processes SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND "
                          "WHERE role = 'worker'");
     step(c, "stale", "worker");
+
+    /* One event backing off, every other one published (the relay above published some of
+     * them already): nothing is due, one waits. */
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                         "WHERE status = 'PENDING' AND idempotency_key <> 'ui-backlog-1'");
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING', published_at = NULL, "
+                         "next_attempt_at = NOW(6) + INTERVAL 1 HOUR, attempts = 3 "
+                         "WHERE idempotency_key = 'ui-backlog-1'");
+    step(c, "backoff", "90");
+    step(c, "artifact", "ui_dashboard.png");
+    char shot[128];
+    snprintf(shot, sizeof(shot), "ui_dashboard_saga.png,#/saga/%s", saga_id);
+    step(c, "artifact", shot);
+    snprintf(shot, sizeof(shot), "ui_dashboard_order.png,#/record/order/%lld", (long long)order);
+    step(c, "artifact", shot);
     /* The API stops cleanly (under a sanitizer: no leak in the routes the page used). */
     if (!testproc_stop(&c->procs[P_SERVE], 10000))
         fail_with_logs(c, "txo serve did not stop cleanly");

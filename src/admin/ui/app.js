@@ -1,5 +1,8 @@
 // The operator's dashboard (GET /ui): polls the admin endpoints of `txo serve` and draws what
-// they say. Hand-written, no libraries, no build step.
+// they say. Hand-written, no libraries, no build step. This file has the API calls, the DOM
+// helpers, the overview and the routing by the address's fragment: #/ the overview,
+// #/saga/ID a saga's page, #/search/TEXT what the search box found, #/record/KIND/TEXT one of
+// the service's records (pages.js draws those pages, chart.js the outbox charts).
 //
 // The admin token: a browser cannot send an Authorization header when it navigates to a page,
 // so /ui itself is served without one and this script sends `Authorization: Bearer <token>`
@@ -14,13 +17,13 @@
 const POLL_MS = 3000;
 const HISTORY_POINTS = 200; // 10 minutes at one sample every 3 s
 const TOKEN_KEY = 'txo.adminToken';
-const DLQ_LIMIT = 100; // dead letters listed, oldest first (the total is in the outbox card)
+const DLQ_LIMIT = 100; // dead events listed, oldest first (the total is in the outbox card)
 // Parked aggregates are read every PARKED_EVERY polls: the query reads every due row.
 const PARKED_EVERY = 5;
 const PARKED_LIMIT = 50;
 let polls = 0;
 
-const history = []; // {t, pending, age}
+const history = []; // {t, pending, waiting, age, due}
 let statusHoldUntil = 0; // the outcome of an action stays on screen for a while
 
 function token() {
@@ -67,6 +70,7 @@ function el(tag, opts, ...children) {
     if (opts.cls) e.className = opts.cls;
     if (opts.title) e.title = opts.title;
     if (opts.data) for (const [k, v] of Object.entries(opts.data)) e.dataset[k] = v;
+    if (opts.href) e.href = opts.href;
   }
   for (const c of children) {
     if (c === null || c === undefined) continue;
@@ -134,88 +138,146 @@ function confirmButton(label, data, action) {
       setStatus(e.message, true, 8000);
     }
     await refresh();
+    if (!document.getElementById('page').hidden) route(); // a page shows it too
   });
   return b;
 }
 
 // ---- the sections ----
 
-function drawChart() {
-  const canvas = document.getElementById('backlog-chart');
-  const ctx = canvas.getContext('2d');
-  const w = canvas.width;
-  const h = canvas.height;
-  const pad = {l: 56, r: 56, t: 12, b: 24};
-  ctx.clearRect(0, 0, w, h);
-  ctx.font = '12px system-ui, sans-serif';
-  ctx.fillStyle = '#667';
-  ctx.strokeStyle = '#dde';
-  ctx.lineWidth = 1;
-  const maxPending = Math.max(1, ...history.map((p) => p.pending));
-  const maxAge = Math.max(1, ...history.map((p) => p.age));
-  for (let i = 0; i <= 4; i++) {
-    const y = pad.t + ((h - pad.t - pad.b) * i) / 4;
-    ctx.beginPath();
-    ctx.moveTo(pad.l, y);
-    ctx.lineTo(w - pad.r, y);
-    ctx.stroke();
-    ctx.textAlign = 'right';
-    ctx.fillText(String(Math.round((maxPending * (4 - i)) / 4)), pad.l - 6, y + 4);
-    ctx.textAlign = 'left';
-    ctx.fillText(String(Math.round((maxAge * (4 - i)) / 4)) + ' s', w - pad.r + 6, y + 4);
-  }
-  if (history.length < 2) return;
-  const t0 = history[0].t;
-  const span = Math.max(1, history[history.length - 1].t - t0);
-  const x = (t) => pad.l + ((w - pad.l - pad.r) * (t - t0)) / span;
-  const y = (v, max) => h - pad.b - ((h - pad.t - pad.b) * v) / max;
-  const line = (key, max, color) => {
-    ctx.strokeStyle = color;
-    ctx.lineWidth = 2;
-    ctx.beginPath();
-    history.forEach((p, i) => {
-      if (i === 0) ctx.moveTo(x(p.t), y(p[key], max));
-      else ctx.lineTo(x(p.t), y(p[key], max));
-    });
-    ctx.stroke();
-  };
-  line('pending', maxPending, '#2b6cb0');
-  line('age', maxAge, '#dd6b20');
-  ctx.fillStyle = '#667';
-  ctx.textAlign = 'left';
-  ctx.fillText(new Date(t0).toLocaleTimeString(), pad.l, h - 6);
-  ctx.textAlign = 'right';
-  ctx.fillText(new Date(history[history.length - 1].t).toLocaleTimeString(), w - pad.r, h - 6);
-  setText('chart-span', '(last ' + duration(span / 1000) + ')');
-}
+// Which of the two it is: one event (or a few) in backoff, or a relay that publishes nothing.
+const STALLED_DUE_S = 60;
 
 function showOutbox(st) {
   setText('pending', st.pending);
   setText('processing', st.processing);
   setText('oldest', duration(st.oldest_pending_age_seconds));
+  setText('retry-waiting', st.retry_waiting);
+  setText('oldest-due', duration(st.oldest_due_age_seconds));
   setText('failed', st.failed);
   setText('dead', st.dead_letters);
   setText('published', st.published);
   document.getElementById('failed').classList.toggle('bad', st.failed > 0);
   document.getElementById('dead').classList.toggle('bad', st.dead_letters > 0);
-  history.push({t: Date.now(), pending: st.pending + st.processing,
-                age: st.oldest_pending_age_seconds});
+  const stalled = st.oldest_due_age_seconds >= STALLED_DUE_S;
+  document.getElementById('oldest-due').classList.toggle('bad', stalled);
+  const verdict = document.getElementById('relay-verdict');
+  verdict.dataset.verdict = stalled ? 'stalled' : st.retry_waiting > 0 ? 'backoff' : 'ok';
+  verdict.className = 'verdict ' + (stalled ? 'bad' : st.retry_waiting > 0 ? 'warn' : 'ok');
+  verdict.textContent = stalled ?
+    'Stalled: an event has been due for ' + duration(st.oldest_due_age_seconds) +
+      ' and no relay published it. Is a relay running, and can it reach the database?' :
+    st.retry_waiting > 0 ?
+    st.retry_waiting + (st.retry_waiting === 1 ? ' event waits' : ' events wait') +
+      ' for a retry after a failed publish; the relay keeps up with the rest.' :
+    'The relay keeps up: nothing is due for long, nothing waits for a retry.';
+  history.push({t: Date.now(), pending: st.pending + st.processing, waiting: st.retry_waiting,
+                age: st.oldest_pending_age_seconds, due: st.oldest_due_age_seconds});
   while (history.length > HISTORY_POINTS) history.shift();
-  drawChart();
+  drawCharts(history);
+  const spanS = (history[history.length - 1].t - history[0].t) / 1000;
+  if (history.length > 1)
+    setText('chart-span', 'the last ' + duration(spanS) + ', one sample every ' +
+            POLL_MS / 1000 + ' s');
 }
 
-function showDeadLetters(d) {
-  const rows = d.dead_letters.map((dl) => el('tr', {data: {deadLetter: dl.id}},
-      el('td', null, dl.id),
-      el('td', null, dl.source_event_id),
-      el('td', null, dl.event_type),
-      el('td', {cls: 'error', title: dl.error}, dl.error),
-      el('td', null, when(dl.created_at)),
-      el('td', null, dl.replay_count),
-      el('td', null, confirmButton('Replay', {replay: dl.id},
-          () => api('POST', '/dlq/' + encodeURIComponent(dl.id) + '/replay')))));
-  fillBody('dlq', rows, 'No dead letters.', 7);
-  setText('dlq-count', rows.length >= DLQ_LIMIT ? '(the oldest ' + DLQ_LIMIT + ')' : '');
+// ---- dead events: one row per event, its history, its payload, replay and skip ----
+
+const selectedLetters = new Set(); // dead letter ids ticked, kept across refreshes
+const openPayloads = new Set();    // dead letter ids whose payload row is open
+let shownLetters = [];             // the dead letter ids of the rows on screen
+
+function historyText(ev) {
+  const parts = ['died ' + ev.letters + (ev.letters === 1 ? ' time' : ' times')];
+  if (ev.replays > 0)
+    parts.push('replayed ' + ev.replays + (ev.replays === 1 ? ' time' : ' times') +
+               ', last ' + when(ev.last_replayed_at));
+  else
+    parts.push('never replayed');
+  parts.push('now ' + (ev.event_status || 'gone (the outbox row was deleted)'));
+  return parts.join('; ');
+}
+
+function payloadText(payload) {
+  return typeof payload === 'string' ? payload : JSON.stringify(payload, null, 2);
+}
+
+function deadEventRows(ev) {
+  const id = ev.dead_letter_id;
+  const box = el('input', {data: {select: id}});
+  box.type = 'checkbox';
+  box.checked = selectedLetters.has(id);
+  box.setAttribute('aria-label', 'select dead event ' + ev.source_event_id);
+  box.addEventListener('change', () => {
+    if (box.checked) selectedLetters.add(id); else selectedLetters.delete(id);
+    showSelection();
+  });
+  const toggle = el('button', {cls: 'link', data: {payload: id}},
+                    openPayloads.has(id) ? 'Hide payload' : 'Payload');
+  toggle.addEventListener('click', () => {
+    if (openPayloads.has(id)) openPayloads.delete(id); else openPayloads.add(id);
+    refresh();
+  });
+  const failed = ev.event_status === 'FAILED';
+  const row = el('tr', {data: {deadLetter: id, deadEvent: ev.source_event_id}},
+      el('td', null, box),
+      el('td', null, ev.source_event_id),
+      el('td', null, ev.event_type),
+      el('td', {cls: 'error'}, ev.error),
+      el('td', null, when(ev.died_at)),
+      el('td', {cls: 'history', data: {letters: ev.letters, replays: ev.replays}}, historyText(ev)),
+      el('td', {cls: 'actions'}, toggle,
+         failed ? confirmButton('Replay', {replay: id},
+             () => api('POST', '/dlq/' + encodeURIComponent(id) + '/replay')) : null,
+         failed ? confirmButton('Skip', {skip: id},
+             () => api('POST', '/dlq/' + encodeURIComponent(id) + '/skip')) : null));
+  if (!openPayloads.has(id)) return [row];
+  const cell = el('td', null, el('pre', {cls: 'payload', data: {payloadOf: id}},
+                                 payloadText(ev.payload)));
+  cell.colSpan = 7;
+  return [row, el('tr', {cls: 'payload-row'}, cell)];
+}
+
+// Runs action on every selected dead letter, one after the other, and reports how many worked.
+async function bulk(label, path) {
+  const ids = shownLetters.filter((id) => selectedLetters.has(id));
+  let done = 0;
+  const failures = [];
+  for (const id of ids) {
+    try {
+      await api('POST', '/dlq/' + encodeURIComponent(id) + '/' + path);
+      done++;
+      selectedLetters.delete(id);
+    } catch (e) {
+      failures.push(e.message);
+    }
+  }
+  return {[label.toLowerCase()]: done, failed: failures};
+}
+
+function showSelection() {
+  for (const id of [...selectedLetters]) if (!shownLetters.includes(id)) selectedLetters.delete(id);
+  const n = selectedLetters.size;
+  setText('dlq-selected', n === 0 ? 'none selected' : n + ' selected');
+  const all = document.getElementById('dlq-all');
+  all.checked = n > 0 && n === shownLetters.length;
+  const holder = document.getElementById('dlq-bulk');
+  if (n === 0) {
+    holder.replaceChildren();
+    return;
+  }
+  if (holder.childElementCount === 0)
+    holder.replaceChildren(
+        confirmButton('Replay selected', {bulk: 'replay'}, () => bulk('Replayed', 'replay')),
+        confirmButton('Skip selected', {bulk: 'skip'}, () => bulk('Skipped', 'skip')));
+}
+
+function showDeadEvents(d) {
+  const events = d.dead_events;
+  shownLetters = events.map((ev) => ev.dead_letter_id);
+  fillBody('dlq', events.flatMap(deadEventRows), 'No dead events.', 7);
+  setText('dlq-count', events.length >= DLQ_LIMIT ? '(the oldest ' + DLQ_LIMIT + ')' : '');
+  showSelection();
 }
 
 // A running saga past a deadline (a worker hung in a step): which, where, for how long.
@@ -240,13 +302,13 @@ function showSagas(s) {
     const tries = g.status === 'COMPENSATION_FAILED' ?
       g.compensation_tries + (g.retry_scheduled ? ' (retry scheduled)' : ' (given up)') : '';
     return el('tr', {data: {saga: g.saga_id, status: g.status}},
-        el('td', {cls: 'mono'}, g.saga_id),
+        el('td', {cls: 'mono'}, el('a', {href: '#/saga/' + encodeURIComponent(g.saga_id)},
+                                   g.saga_id)),
         el('td', null, g.saga_type),
         el('td', {cls: g.status === 'COMPENSATION_FAILED' ? 'bad' : 'warn'}, g.status),
         el('td', null, deadlineText(g.deadline) ||
            (step ? step.step + '. ' + step.name + ' (' + step.status + ')' : '')),
-        el('td', {cls: 'error', title: step && step.error ? step.error : ''},
-           step && step.error ? step.error : ''),
+        el('td', {cls: 'error'}, step && step.error ? step.error : ''),
         el('td', null, duration(g.idle_seconds)),
         el('td', null, tries),
         el('td', null, g.status === 'COMPENSATION_FAILED' ?
@@ -287,7 +349,7 @@ function showParked(p) {
       el('td', null, a.event_id),
       el('td', {cls: a.status === 'FAILED' ? 'bad' : 'warn'}, a.status),
       el('td', null, a.attempts),
-      el('td', {cls: 'error', title: a.last_error || ''}, a.last_error || ''),
+      el('td', {cls: 'error'}, a.last_error || ''),
       el('td', {cls: 'count'}, a.waiting)));
   fillBody('parked', rows, 'No aggregate is held back.', 6);
   setText('parked-count', rows.length >= PARKED_LIMIT ? '(the oldest ' + PARKED_LIMIT + ')' : '');
@@ -296,10 +358,10 @@ function showParked(p) {
 async function refresh() {
   try {
     const [stats, dlq, sagas, procs] = await Promise.all([
-      api('GET', '/outbox/stats'), api('GET', '/dlq?limit=' + DLQ_LIMIT), api('GET', '/sagas'),
-      api('GET', '/processes')]);
+      api('GET', '/outbox/stats'), api('GET', '/dlq/events?limit=' + DLQ_LIMIT),
+      api('GET', '/sagas'), api('GET', '/processes')]);
     showOutbox(stats);
-    showDeadLetters(dlq);
+    showDeadEvents(dlq);
     showSagas(sagas);
     showProcesses(procs);
     if (polls++ % PARKED_EVERY === 0)
@@ -308,13 +370,31 @@ async function refresh() {
     if (Date.now() > statusHoldUntil)
       setStatus('updated ' + new Date().toLocaleTimeString(), false);
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
-      setStatus('The admin endpoints need the token: enter it above.', true);
-      document.getElementById('token').focus();
-    } else {
-      setStatus(e.message, true);
-    }
+    showError(e);
   }
+}
+
+function showError(e) {
+  if (e instanceof ApiError && e.status === 401) {
+    setStatus('The admin endpoints need the token: enter it above.', true);
+    document.getElementById('token').focus();
+  } else {
+    setStatus(e.message, true);
+  }
+}
+
+// ---- routing: the fragment names the page ----
+
+function route() {
+  const h = window.location.hash;
+  let m;
+  const page = (m = /^#\/saga\/(.+)$/.exec(h)) ? {kind: 'saga', id: decodeURIComponent(m[1])} :
+    (m = /^#\/search\/(.+)$/.exec(h)) ? {kind: 'search', q: decodeURIComponent(m[1])} :
+    (m = /^#\/record\/([a-z0-9_-]+)\/(.+)$/.exec(h)) ?
+      {kind: 'record', recordKind: m[1], q: decodeURIComponent(m[2])} : null;
+  document.getElementById('overview').hidden = page !== null;
+  document.getElementById('page').hidden = page === null;
+  if (page !== null) showPage(page).catch(showError);
 }
 
 function start() {
@@ -330,6 +410,19 @@ function start() {
     sessionStorage.removeItem(TOKEN_KEY);
     refresh();
   });
+  document.getElementById('search-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const q = document.getElementById('search').value.trim();
+    if (q !== '') window.location.hash = '#/search/' + encodeURIComponent(q);
+  });
+  document.getElementById('dlq-all').addEventListener('change', (ev) => {
+    for (const id of shownLetters) {
+      if (ev.target.checked) selectedLetters.add(id); else selectedLetters.delete(id);
+    }
+    refresh();
+  });
+  window.addEventListener('hashchange', route);
+  route();
   refresh();
   setInterval(refresh, POLL_MS);
 }
