@@ -44,6 +44,7 @@
 #include "txo/common.h"
 #include "txo/err.h"
 #include "txo/publisher.h"
+#include "txo/trace.h"
 
 /*
  * One received message, borrowed by the handler for the duration of the call (copy what it
@@ -149,6 +150,10 @@ struct txo_event {
     size_t payload_len;
     uint64_t sequence;      /* position in its aggregate (txo/publisher.h); 0: none */
     uint64_t prev_sequence; /* the aggregate's sequence published just before it; 0: first */
+    /* The trace context it was appended in (the envelope's traceparent and tracestate, or the
+     * transport's headers of those names); has_trace false: none or not valid. */
+    bool has_trace;
+    struct txo_trace_ctx trace;
 };
 
 /*

@@ -34,6 +34,7 @@
 
 #include "txo/common.h"
 #include "txo/db.h"
+#include "txo/trace.h"
 
 enum txo_outbox_status {
     TXO_OUTBOX_PENDING = 0,
@@ -58,6 +59,10 @@ struct txo_outbox_event {
     const char *payload_json;    /* a JSON document */
     size_t payload_len;          /* 0 = strlen(payload_json) */
     const char *idempotency_key; /* unique per event, e.g. "order:42:created"; <= 255 bytes */
+    /* The trace context of the operation that appends it (txo/trace.h: the request's span, or
+     * a child of it); NULL: none. Stored with the event, sent with it by the relay, continued
+     * by its consumers. */
+    const struct txo_trace_ctx *trace;
 };
 
 enum txo_outbox_append_flags {

@@ -52,6 +52,10 @@ struct txo_outbox_message {
     int attempt;            /* 1 for the first publish attempt */
     uint64_t sequence;      /* position in its aggregate, 1, 2, ...; 0: none (see above) */
     uint64_t prev_sequence; /* the sequence published just before it in its aggregate; 0: first */
+    /* The W3C trace context the event was appended in (txo/trace.h), as the traceparent and
+     * tracestate values to send on; NULL: none (or the stored value was not valid). */
+    const char *traceparent;
+    const char *tracestate;
 };
 
 struct txo_publisher_ops {

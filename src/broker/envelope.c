@@ -25,6 +25,7 @@
 
 #include "core/text.h"
 #include "txo/consumer.h"
+#include "txo/trace.h"
 
 #define PAYLOAD_KEY ",\"payload\":"
 
@@ -119,6 +120,18 @@ int txo_envelope_set_default(enum txo_envelope_format format, const char *source
     return 0;
 }
 
+/* traceparent and tracestate, when the event has them: the same members in both formats (in
+ * CloudEvents those of the distributed tracing extension). */
+static int trace_head(json_t *head, const struct txo_outbox_message *msg, struct txo_error *err)
+{
+    int rc = 0;
+    if (msg->traceparent != NULL)
+        rc = set_str(head, "traceparent", msg->traceparent, msg->id, err);
+    if (rc == 0 && msg->traceparent != NULL && msg->tracestate != NULL)
+        rc = set_str(head, "tracestate", msg->tracestate, msg->id, err);
+    return rc;
+}
+
 /* The txo envelope's fields before the payload, in the documented order. */
 static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct txo_error *err)
 {
@@ -140,6 +153,8 @@ static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct t
         if (rc == 0)
             rc = set_int(head, "prev_sequence", (int64_t)msg->prev_sequence, msg->id, err);
     }
+    if (rc == 0)
+        rc = trace_head(head, msg, err);
     return rc;
 }
 
@@ -185,6 +200,8 @@ static int ce_head(json_t *head, const struct txo_outbox_message *msg, const cha
         if (rc == 0)
             rc = set_str(head, "txoprevsequence", prev, msg->id, err);
     }
+    if (rc == 0)
+        rc = trace_head(head, msg, err);
     txo_free(subject);
     return rc;
 }
@@ -535,6 +552,9 @@ int txo_envelope_decode(const char *data, size_t len, struct txo_event *out, str
     bool prev_ok =
         sequence_json(json_object_get(env, ce ? "txoprevsequence" : "prev_sequence"), &prev);
     take_sequence(&ev, seq_ok, seq, prev_ok, prev);
+    ev.has_trace =
+        txo_trace_parse(json_string_value(json_object_get(env, "traceparent")),
+                        json_string_value(json_object_get(env, "tracestate")), &ev.trace);
     json_t *payload = json_object_get(env, ce ? "data" : "payload");
     if (!json_is_object(payload)) {
         rc = txo_error_set(err, TXO_EINVAL, "envelope: \"%s\" must be an object",
@@ -600,8 +620,14 @@ static int ce_take(const struct txo_inbound_message *msg, const char *name, bool
 int txo_envelope_decode_message(const struct txo_inbound_message *msg, struct txo_event *out,
                                 struct txo_error *err)
 {
-    if (msg->header == NULL || msg->header(msg, "ce-specversion") == NULL)
-        return txo_envelope_decode(msg->data, msg->len, out, err);
+    if (msg->header == NULL || msg->header(msg, "ce-specversion") == NULL) {
+        int rc = txo_envelope_decode(msg->data, msg->len, out, err);
+        /* The envelope carries the trace context; a transport header can stand in for it. */
+        if (rc == 0 && !out->has_trace && msg->header != NULL)
+            out->has_trace = txo_trace_parse(msg->header(msg, "traceparent"),
+                                             msg->header(msg, "tracestate"), &out->trace);
+        return rc;
+    }
     struct txo_event ev;
     memset(&ev, 0, sizeof(ev));
     char *id = NULL, *attempt = NULL;
@@ -627,6 +653,8 @@ int txo_envelope_decode_message(const struct txo_inbound_message *msg, struct tx
     bool seq_ok = sequence_text(msg->header(msg, "ce-sequence"), &seq);
     bool prev_ok = sequence_text(msg->header(msg, "ce-txoprevsequence"), &prev);
     take_sequence(&ev, seq_ok, seq, prev_ok, prev);
+    ev.has_trace =
+        txo_trace_parse(msg->header(msg, "traceparent"), msg->header(msg, "tracestate"), &ev.trace);
     /* The body is the payload: a JSON object, kept as its exact text. */
     if (msg->data == NULL || memchr(msg->data, '\0', msg->len) != NULL) {
         rc = txo_error_set(err, TXO_EINVAL, "CloudEvent: the body is missing or holds a NUL");

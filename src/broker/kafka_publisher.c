@@ -437,7 +437,7 @@ static rd_kafka_headers_t *record_headers(const struct txo_outbox_message *m,
                                           const struct txo__wire *w)
 {
     const struct txo_ce_headers *ce = &w->headers;
-    rd_kafka_headers_t *h = rd_kafka_headers_new(3 + ce->n);
+    rd_kafka_headers_t *h = rd_kafka_headers_new(3 + ce->n + w->plain.n);
     rd_kafka_resp_err_t e =
         rd_kafka_header_add(h, TXO_KAFKA_HEADER_IDEMPOTENCY_KEY, -1, m->idempotency_key, -1);
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR)
@@ -451,6 +451,8 @@ static rd_kafka_headers_t *record_headers(const struct txo_outbox_message *m,
         snprintf(name, sizeof(name), "ce_%s", ce->names[k] + 3);
         e = rd_kafka_header_add(h, name, -1, ce->values[k], -1);
     }
+    for (size_t k = 0; e == RD_KAFKA_RESP_ERR_NO_ERROR && k < w->plain.n; k++)
+        e = rd_kafka_header_add(h, w->plain.names[k], -1, w->plain.values[k], -1);
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_headers_destroy(h);
         return NULL;

@@ -698,6 +698,8 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
         s = natsMsgHeader_Set(nm, "Content-Type", "application/json");
     for (size_t h = 0; s == NATS_OK && h < w.headers.n; h++)
         s = natsMsgHeader_Set(nm, w.headers.names[h], w.headers.values[h]);
+    for (size_t h = 0; s == NATS_OK && h < w.plain.n; h++)
+        s = natsMsgHeader_Set(nm, w.plain.names[h], w.plain.values[h]);
     txo__wire_release(&w);
     uintptr_t addr = (uintptr_t)nm;
     if (s == NATS_OK)

@@ -40,7 +40,7 @@
 
 #define RESULT_PENDING 1 /* results[i] while no outcome is known (codes are <= 0) */
 #define FRAME_MAX      131072
-#define HEADERS_MAX    (3 + TXO_CE_HEADERS_MAX)
+#define HEADERS_MAX    (3 + TXO_CE_HEADERS_MAX + 2) /* txo-*, ce-*, trace context */
 
 /* ---- options ---- */
 
@@ -523,6 +523,11 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
         entries[nh].key = txo__rmq_bytes(ce_names[h]);
         entries[nh].value.kind = AMQP_FIELD_KIND_UTF8;
         entries[nh++].value.value.bytes = txo__rmq_bytes(ce->values[h]);
+    }
+    for (size_t h = 0; h < w.plain.n && nh < HEADERS_MAX; h++) {
+        entries[nh].key = txo__rmq_bytes(w.plain.names[h]);
+        entries[nh].value.kind = AMQP_FIELD_KIND_UTF8;
+        entries[nh++].value.value.bytes = txo__rmq_bytes(w.plain.values[h]);
     }
 
     amqp_basic_properties_t props;

@@ -29,7 +29,7 @@
 #include "broker/redis_internal.h"
 #include "broker/wire.h"
 
-#define MAX_ARGS      48 /* XADD stream MAXLEN ~ N * + up to 21 field pairs */
+#define MAX_ARGS      52 /* XADD stream MAXLEN ~ N * + up to 23 field pairs */
 #define OUTBOX_ID_MAX 24
 
 struct redis_metrics {
@@ -113,6 +113,8 @@ static int xadd_build(struct redis_publisher *p, const struct txo_outbox_message
     field(x, TXO__REDIS_F_AGG_TYPE, m->aggregate_type);
     field(x, TXO__REDIS_F_AGG_ID, m->aggregate_id);
     field(x, TXO__REDIS_F_ID, x->outbox_id);
+    for (size_t h = 0; h < x->w.plain.n; h++)
+        field(x, x->w.plain.names[h], x->w.plain.values[h]);
     if (!x->w.binary) {
         arg_str(x, TXO__REDIS_F_ENVELOPE);
         arg(x, x->w.body, x->w.len);

@@ -70,23 +70,24 @@ static bool endpoint_down(int rc, long status)
     return false;
 }
 
-/* POSTs one message. Returns 0 or its failure code with errors filled. */
 /*
- * The "name: value" lines of a CloudEvent in binary mode into lines[0..) (each a new string),
- * after the n lines already there. Returns the new count, or -1 when out of memory.
+ * The "name: value" lines of count headers into lines[n..) (each a new string), after the n
+ * lines already there. Returns the new count, or -1 when out of memory.
  */
-static int ce_lines(const struct txo_ce_headers *ce, char **lines, int n)
+static int header_lines(size_t count, const char *const *names, const char *const *values,
+                        char **lines, int n)
 {
-    for (size_t i = 0; i < ce->n; i++) {
-        size_t len = strlen(ce->names[i]) + 2 + strlen(ce->values[i]) + 1;
+    for (size_t i = 0; i < count; i++) {
+        size_t len = strlen(names[i]) + 2 + strlen(values[i]) + 1;
         lines[n] = txo_malloc(len);
         if (lines[n] == NULL)
             return -1;
-        snprintf(lines[n++], len, "%s: %s", ce->names[i], ce->values[i]);
+        snprintf(lines[n++], len, "%s: %s", names[i], values[i]);
     }
     return n;
 }
 
+/* POSTs one message. Returns 0 or its failure code with errors filled. */
 static int post_one(struct webhook_publisher *wp, const struct txo_outbox_message *msg,
                     struct txo_error *error)
 {
@@ -97,7 +98,7 @@ static int post_one(struct webhook_publisher *wp, const struct txo_outbox_messag
 
     char type_header[HEADER_MAX];
     char id_header[64];
-    char *ce_header[TXO_CE_HEADERS_MAX] = {0};
+    char *ce_header[TXO_CE_HEADERS_MAX + 2] = {0}; /* the ce-* lines, then the trace context's */
     int n_ce = 0;
     int n = snprintf(type_header, sizeof(type_header), "X-Txo-Event-Type: %s",
                      msg->event_type != NULL ? msg->event_type : "");
@@ -107,11 +108,14 @@ static int post_one(struct webhook_publisher *wp, const struct txo_outbox_messag
         goto out;
     }
     snprintf(id_header, sizeof(id_header), "X-Txo-Event-Id: %" PRId64, msg->id);
-    const char *headers[4 + TXO_CE_HEADERS_MAX] = {type_header, id_header};
+    const char *headers[4 + TXO_CE_HEADERS_MAX + 2] = {type_header, id_header};
     int nh = 2;
-    n_ce = ce_lines(&w.headers, ce_header, 0);
+    n_ce = header_lines(w.headers.n, w.headers.names, (const char *const *)w.headers.values,
+                        ce_header, 0);
+    if (n_ce >= 0)
+        n_ce = header_lines(w.plain.n, w.plain.names, w.plain.values, ce_header, n_ce);
     if (n_ce < 0) {
-        n_ce = TXO_CE_HEADERS_MAX; /* free what was allocated (the rest is NULL) */
+        n_ce = (int)TXO_ARRAY_LEN(ce_header); /* free what was allocated (the rest is NULL) */
         rc = txo_error_set(error, TXO_ENOMEM, "webhook: out of memory for the ce-* headers");
         goto out;
     }

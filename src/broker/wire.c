@@ -19,6 +19,14 @@ int txo__wire_encode(const char *who, const struct txo_outbox_message *m, struct
         txo__wire_release(w);
         return rc;
     }
+    if (m->traceparent != NULL) {
+        w->plain.names[w->plain.n] = "traceparent";
+        w->plain.values[w->plain.n++] = m->traceparent;
+        if (m->tracestate != NULL) {
+            w->plain.names[w->plain.n] = "tracestate";
+            w->plain.values[w->plain.n++] = m->tracestate;
+        }
+    }
     return 0;
 }
 

@@ -1,12 +1,14 @@
 /*
  * What an event looks like on the wire, made in one place for every transport's publisher
  * (NATS, Kafka, RabbitMQ, Redis Streams, webhooks): the body in the process's envelope format
- * (include/txo/publisher.h) and the headers that travel with it in every transport, today the
- * CloudEvents attributes of binary mode (ce-id, ce-type, ...). A publisher adds the headers
- * that belong to its transport alone (NATS Nats-Msg-Id, Kafka's txo-* headers, the AMQP
- * properties, the Redis fields), spells the common ones as its binding says (Kafka ce_id,
- * AMQP cloudEvents:id, ...) and sends the body as it is. A header every transport must carry is
- * therefore added here, once.
+ * (include/txo/publisher.h) and the headers that travel with it in every transport:
+ *   headers  the CloudEvents attributes of binary mode (ce-id, ce-type, ...), which each
+ *            transport spells as its binding says (Kafka ce_id, AMQP cloudEvents:id, ...);
+ *   plain    the headers every transport sends under the same name: the W3C trace context
+ *            (traceparent, tracestate), whatever the envelope format.
+ * A publisher adds the headers that belong to its transport alone (NATS Nats-Msg-Id, Kafka's
+ * txo-* headers, the AMQP properties, the Redis fields) and sends the body as it is. A header
+ * every transport must carry is therefore added here, once.
  *
  * Thread-safety: none needed; a wire is owned by the thread that encoded it.
  */
@@ -23,6 +25,11 @@ struct txo__wire {
     size_t len;
     bool binary; /* CloudEvents binary mode: the body is the payload (application/json) */
     struct txo_ce_headers headers; /* names static, values owned */
+    struct {
+        size_t n;
+        const char *names[2];  /* static */
+        const char *values[2]; /* the message's */
+    } plain;
 };
 
 /*

@@ -125,6 +125,31 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
     return check_payload(ev->payload_json, *payload_len, key, err);
 }
 
+/* The columns of an event per row (OUTBOX_SQL_INSERT). */
+#define ROW_PARAMS 7
+
+/*
+ * The params of ev's row into p[0..ROW_PARAMS); its traceparent is written into tp (room for
+ * TXO_TRACEPARENT_LEN + 1), which must outlive the statement.
+ */
+static void row_params(const struct txo_outbox_event *ev, size_t payload_len, char *tp,
+                       struct txo_param *p)
+{
+    p[0] = txo_p_str(ev->aggregate_type);
+    p[1] = txo_p_str(ev->aggregate_id);
+    p[2] = txo_p_str(ev->event_type);
+    p[3] = txo_p_strn(ev->payload_json, payload_len);
+    p[4] = txo_p_str(ev->idempotency_key);
+    p[5] = txo_p_null();
+    p[6] = txo_p_null();
+    if (ev->trace != NULL) {
+        txo_trace_format(ev->trace, tp);
+        p[5] = txo_p_str(tp);
+        if (ev->trace->state[0] != '\0')
+            p[6] = txo_p_str(ev->trace->state);
+    }
+}
+
 int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsigned flags,
                       bool *inserted, int64_t *id, struct txo_error *err)
 {
@@ -136,11 +161,9 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
         return rc;
 
     bool ignore_duplicate = (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0;
-    struct txo_param params[] = {
-        txo_p_str(ev->aggregate_type),  txo_p_str(ev->aggregate_id),
-        txo_p_str(ev->event_type),      txo_p_strn(ev->payload_json, payload_len),
-        txo_p_str(ev->idempotency_key),
-    };
+    struct txo_param params[ROW_PARAMS];
+    char tp[TXO_TRACEPARENT_LEN + 1];
+    row_params(ev, payload_len, tp, params);
     struct txo_exec_result res = {0};
     rc = txo_tx_exec(tx, OUTBOX_SQL_INSERT, params, TXO_ARRAY_LEN(params), &res, err);
     bool was_inserted = rc == 0 && res.affected_rows == 1;
@@ -172,10 +195,11 @@ int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs
     if (n == 0)
         return 0;
     size_t *lens = txo_calloc(n, sizeof(*lens));
-    struct txo_param *params = txo_calloc(5 * n, sizeof(*params));
+    struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
+    char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
     char *sql = txo_sql_values_rows(OUTBOX_SQL_INSERT_MANY_BEFORE, n, OUTBOX_SQL_INSERT_MANY_ROW);
     int rc = 0;
-    if (lens == NULL || params == NULL || sql == NULL) {
+    if (lens == NULL || params == NULL || tps == NULL || sql == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
         goto out;
     }
@@ -183,15 +207,10 @@ int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs
         rc = check_event(&evs[i], &lens[i], err);
     if (rc < 0)
         goto out;
-    for (size_t i = 0; i < n; i++) {
-        params[5 * i] = txo_p_str(evs[i].aggregate_type);
-        params[5 * i + 1] = txo_p_str(evs[i].aggregate_id);
-        params[5 * i + 2] = txo_p_str(evs[i].event_type);
-        params[5 * i + 3] = txo_p_strn(evs[i].payload_json, lens[i]);
-        params[5 * i + 4] = txo_p_str(evs[i].idempotency_key);
-    }
+    for (size_t i = 0; i < n; i++)
+        row_params(&evs[i], lens[i], tps[i], &params[ROW_PARAMS * i]);
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, params, 5 * n, &res, err);
+    rc = txo_tx_exec(tx, sql, params, ROW_PARAMS * n, &res, err);
     if (rc < 0) {
         txo_error_wrap(err, "outbox append of %zu events (first %s)", n, evs[0].idempotency_key);
         goto out;
@@ -206,6 +225,7 @@ int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs
 out:
     txo_free(lens);
     txo_free(params);
+    txo_free(tps);
     txo_free(sql);
     return rc;
 }

@@ -26,12 +26,13 @@
  */
 #define OUTBOX_SQL_INSERT                                                                          \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
-    "idempotency_key) VALUES (?, ?, ?, ?, ?)"
+    "idempotency_key, traceparent, tracestate) VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 /*
  * Appends n events in one statement (txo_outbox_append_many): BEFORE + n x ROW
  * (txo_sql_values_rows). The columns of OUTBOX_SQL_INSERT, params per row: aggregate_type,
- * aggregate_id, event_type, payload, idempotency_key; the others keep their defaults (PENDING,
+ * aggregate_id, event_type, payload, idempotency_key, traceparent, tracestate (NULL: none); the
+ * others keep their defaults (PENDING,
  * next_attempt_at now, attempts 0). Inside the caller's transaction (any isolation).
  * Index: uq_outbox_idempotency_key: one duplicate key is 1062 (-> TXO_EDUPLICATE) and fails the
  * whole statement. The trigger numbers each row as in OUTBOX_SQL_INSERT. Locks: the new rows
@@ -39,8 +40,8 @@
  */
 #define OUTBOX_SQL_INSERT_MANY_BEFORE                                                              \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
-    "idempotency_key) VALUES "
-#define OUTBOX_SQL_INSERT_MANY_ROW "(?, ?, ?, ?, ?)"
+    "idempotency_key, traceparent, tracestate) VALUES "
+#define OUTBOX_SQL_INSERT_MANY_ROW "(?, ?, ?, ?, ?, ?, ?)"
 
 /*
  * Row counts by status. Index: idx_outbox_due (status, next_attempt_at), scanned as a covering

@@ -360,6 +360,30 @@ static const char *first_nul_column(const struct txo_rows *rows, size_t i, size_
     return NULL;
 }
 
+/*
+ * The row's trace context, checked as a receiver of the headers would check it: a traceparent
+ * that is not valid W3C Trace Context is left out (with its tracestate), never an error; the
+ * tracestate alone is left out when it is not valid. Another application may have written
+ * either column.
+ */
+static void load_trace(struct txo_outbox_message *m, const struct txo_rows *rows, size_t i)
+{
+    m->traceparent = NULL;
+    m->tracestate = NULL;
+    if (txo_rows_is_null(rows, i, COL_TRACEPARENT))
+        return;
+    const char *parent = txo_rows_str(rows, i, COL_TRACEPARENT, NULL);
+    const char *state = txo_rows_is_null(rows, i, COL_TRACESTATE)
+                            ? NULL
+                            : txo_rows_str(rows, i, COL_TRACESTATE, NULL);
+    struct txo_trace_ctx ctx;
+    if (!txo_trace_parse(parent, state, &ctx))
+        return;
+    m->traceparent = parent;
+    /* Sent as stored when it is valid as a whole (the parser dropped it otherwise). */
+    m->tracestate = state != NULL && state[0] != '\0' && ctx.state[0] != '\0' ? state : NULL;
+}
+
 /* Points r->msgs[0..r->n) into the claim's rows and moves the cursor. */
 static void load_batch(struct txo_relay *r)
 {
@@ -393,6 +417,7 @@ static void load_batch(struct txo_relay *r)
         int64_t prev = has_sequence ? txo_rows_i64(rows, i, COL_PREV_SEQUENCE) : 0;
         m->sequence = seq > 0 ? (uint64_t)seq : 0;
         m->prev_sequence = seq > 0 && prev > 0 ? (uint64_t)prev : 0;
+        load_trace(m, rows, i);
         r->entries[i].nul_col = first_nul_column(rows, i, &r->entries[i].nul_at);
     }
     advance_cursor(r, n);

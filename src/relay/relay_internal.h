@@ -13,6 +13,7 @@
 #include "queue/lease.h"
 #include "relay/shards.h"
 #include "txo/relay.h"
+#include "txo/trace.h"
 
 #define BATCH_SIZE_MAX     10000u
 #define TOKEN_MAX          128 /* outbox_events.locked_by VARCHAR(128) */
@@ -50,6 +51,8 @@ enum claim_col {
     COL_HAD_ERROR,
     COL_SEQUENCE,
     COL_PREV_SEQUENCE,
+    COL_TRACEPARENT,
+    COL_TRACESTATE,
 };
 
 /* The statements that end in an IN list. */

@@ -78,10 +78,11 @@
  * DATE_FORMAT per row); next_attempt_at is for the cursor; `last_error IS NOT NULL` (a bit of
  * the row's null map, the TEXT itself is not read) says an earlier attempt failed, so its
  * publish may unpark its aggregate; sequence and prev_sequence go into the envelope (NULL for an
- * event appended before the database had sequences). */
+ * event appended before the database had sequences), and so do traceparent and tracestate. */
 #define RELAY_SQL__CLAIM_COLUMNS                                                                   \
     "SELECT id, aggregate_type, aggregate_id, event_type, payload, idempotency_key, created_at, "  \
-    "attempts, next_attempt_at, lease_expiries, last_error IS NOT NULL, sequence, prev_sequence "
+    "attempts, next_attempt_at, lease_expiries, last_error IS NOT NULL, sequence, prev_sequence, " \
+    "traceparent, tracestate "
 
 /*
  * Claim, skip-locked strategy, step 1: the due PENDING rows in publish order.

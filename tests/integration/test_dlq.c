@@ -102,7 +102,11 @@ static int append_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         snprintf(agg, sizeof(agg), "%u", i);
         snprintf(key, sizeof(key), "order:%u:created", i);
         snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        struct txo_outbox_event ev = {"order", agg, "OrderCreated", payload, 0, key};
+        struct txo_outbox_event ev = {.aggregate_type = "order",
+                                      .aggregate_id = agg,
+                                      .event_type = "OrderCreated",
+                                      .payload_json = payload,
+                                      .idempotency_key = key};
         int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
         if (rc < 0)
             return rc;

@@ -39,6 +39,7 @@ struct recorder {
     /* What it acknowledged, in order. */
     int64_t *ids;
     char **keys;
+    char **traces; /* "traceparent|tracestate" as handed over, NULL without a traceparent */
     int *attempts;
     size_t n, cap;
     size_t seen;            /* messages handed to it, acknowledged or not */
@@ -99,6 +100,7 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
             rec->cap = rec->cap ? rec->cap * 2 : 256;
             rec->ids = txo_realloc(rec->ids, rec->cap * sizeof(*rec->ids));
             rec->keys = txo_realloc(rec->keys, rec->cap * sizeof(*rec->keys));
+            rec->traces = txo_realloc(rec->traces, rec->cap * sizeof(*rec->traces));
             rec->attempts = txo_realloc(rec->attempts, rec->cap * sizeof(*rec->attempts));
             assert_non_null(rec->ids);
             assert_non_null(rec->keys);
@@ -106,6 +108,13 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
         }
         rec->ids[rec->n] = msgs[i].id;
         rec->keys[rec->n] = txo_strdup(msgs[i].idempotency_key);
+        rec->traces[rec->n] = NULL;
+        if (msgs[i].traceparent != NULL) {
+            char buf[600];
+            snprintf(buf, sizeof(buf), "%s|%s", msgs[i].traceparent,
+                     msgs[i].tracestate != NULL ? msgs[i].tracestate : "");
+            rec->traces[rec->n] = txo_strdup(buf);
+        }
         rec->attempts[rec->n] = msgs[i].attempt;
         rec->n++;
         results[i] = 0;
@@ -116,10 +125,13 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
 static void rec_destroy(void *self)
 {
     struct recorder *rec = self;
-    for (size_t i = 0; i < rec->n; i++)
+    for (size_t i = 0; i < rec->n; i++) {
         txo_free(rec->keys[i]);
+        txo_free(rec->traces[i]);
+    }
     txo_free(rec->ids);
     txo_free(rec->keys);
+    txo_free(rec->traces);
     txo_free(rec->attempts);
     txo_free(rec);
 }
@@ -294,6 +306,70 @@ static void test_drain_exactly_once_in_order(void **state)
 
     /* Nothing left: another cycle claims nothing. */
     assert_int_equal(testrelay_run_once(r), 0);
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+}
+
+/*
+ * The trace context an event was appended in reaches the publisher: stored by
+ * txo_outbox_append() as version-00 text, handed over as stored. What another application
+ * wrote is checked as a receiver of the headers would check it: an invalid traceparent is left
+ * out (with its tracestate), an invalid tracestate alone is left out; neither fails the event.
+ */
+static int append_traced(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    const struct txo_trace_ctx *ctx = arg;
+    struct txo_outbox_event ev = {.aggregate_type = "order",
+                                  .aggregate_id = "1",
+                                  .event_type = "OrderCreated",
+                                  .payload_json = "{}",
+                                  .idempotency_key = "traced",
+                                  .trace = ctx};
+    return txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+}
+
+static void test_trace_context_reaches_the_publisher(void **state)
+{
+    struct ctx *c = *state;
+    static const char tp[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    struct txo_trace_ctx ctx;
+    assert_true(txo_trace_parse(tp, "rojo=00f067aa0ba902b7", &ctx));
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_traced, &ctx, &err),
+                     0);
+    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE traceparent = "
+                              "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' "
+                              "AND tracestate = 'rojo=00f067aa0ba902b7'"),
+                     1);
+    /* Written by others: a bad traceparent, a bad tracestate, none. */
+    testdb_exec(c->t.db,
+                "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                "idempotency_key, traceparent, tracestate) VALUES "
+                "('order', '2', 'E', '{}', 'bad-parent', '00-zz', 'a=1'), "
+                "('order', '3', 'E', '{}', 'bad-state', "
+                "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00', 'Upper=1'), "
+                "('order', '4', 'E', '{}', 'none', NULL, NULL)");
+
+    struct recorder *rec;
+    struct txo_publisher *pub = new_recorder(&rec);
+    struct txo_relay_opts o = relay_opts(c, 100);
+    o.drain = true;
+    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    testrelay_drain(r);
+    assert_int_equal(rec->n, 4);
+    for (size_t i = 0; i < rec->n; i++) {
+        const char *want = NULL;
+        if (strcmp(rec->keys[i], "traced") == 0)
+            want = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01|rojo=00f067aa0ba902b7";
+        else if (strcmp(rec->keys[i], "bad-state") == 0)
+            want = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00|";
+        if (want == NULL && rec->traces[i] != NULL)
+            fail_msg("%s: handed over with %s", rec->keys[i], rec->traces[i]);
+        if (want != NULL && (rec->traces[i] == NULL || strcmp(rec->traces[i], want) != 0))
+            fail_msg("%s: handed over with %s, want %s", rec->keys[i],
+                     rec->traces[i] ? rec->traces[i] : "none", want);
+    }
     txo_relay_free(r);
     txo_publisher_free(pub);
 }
@@ -1273,6 +1349,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         ALL(test_drain_exactly_once_in_order),
+        ALL(test_trace_context_reaches_the_publisher),
         ALL(test_failure_backoff_and_last_error),
         ALL(test_dead_letter_then_recovery),
         ALL(test_nul_in_a_text_column_is_dead_lettered),

@@ -401,6 +401,89 @@ static void test_sequence(void **state)
     }
 }
 
+/* Headers for txo_envelope_decode_message(): the pairs of a NULL-terminated array. */
+static const char *pair_lookup(const struct txo_inbound_message *msg, const char *name)
+{
+    const char *const *pairs = msg->transport;
+    for (size_t i = 0; pairs[i] != NULL; i += 2)
+        if (strcmp(pairs[i], name) == 0)
+            return pairs[i + 1];
+    return NULL;
+}
+
+/*
+ * The trace context: traceparent and tracestate just before the payload in both structured
+ * formats (CloudEvents: the distributed tracing extension), left out without one, and read
+ * back by the decoder; in binary mode from the transport's headers; an invalid one reads as
+ * none, never as a failure.
+ */
+static void test_trace_context(void **state)
+{
+    (void)state;
+    static const char tp[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    struct txo_outbox_message m = sample("{\"a\":1}");
+    m.traceparent = tp;
+    m.tracestate = "rojo=00f067aa0ba902b7";
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
+    assert_non_null(strstr(env,
+                           ",\"attempt\":1,\"traceparent\":\"00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                           "00f067aa0ba902b7-01\",\"tracestate\":\"rojo=00f067aa0ba902b7\","
+                           "\"payload\":{\"a\":1}}"));
+    struct txo_event ev;
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_true(ev.has_trace);
+    char back[TXO_TRACEPARENT_LEN + 1];
+    txo_trace_format(&ev.trace, back);
+    assert_string_equal(back, tp);
+    assert_string_equal(ev.trace.state, "rojo=00f067aa0ba902b7");
+    txo_event_release(&ev);
+    txo_free(env);
+
+    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, NULL, NULL, &err);
+    assert_non_null(strstr(env, "\"traceparent\":\"00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_true(ev.has_trace);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    /* No trace context: no members, and none decoded. */
+    m.traceparent = NULL;
+    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
+    assert_null(strstr(env, "trace"));
+    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    assert_false(ev.has_trace);
+    txo_event_release(&ev);
+    txo_free(env);
+
+    /* A foreign envelope with an invalid traceparent: decoded, without a trace. */
+    const char *bad = "{\"type\":\"T\",\"idempotency_key\":\"k\",\"traceparent\":\"00-xyz\","
+                      "\"payload\":{}}";
+    assert_int_equal(txo_envelope_decode(bad, strlen(bad), &ev, &err), 0);
+    assert_false(ev.has_trace);
+    txo_event_release(&ev);
+
+    /* Binary mode, or an envelope without one: the transport's traceparent header. */
+    const char *headers[] = {"traceparent", tp, "tracestate", "congo=t61rcWkgMzE", NULL};
+    const char *plain = "{\"type\":\"T\",\"idempotency_key\":\"k\",\"payload\":{}}";
+    struct txo_inbound_message in = {
+        .data = plain, .len = strlen(plain), .header = pair_lookup, .transport = headers};
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), 0);
+    assert_true(ev.has_trace);
+    assert_string_equal(ev.trace.state, "congo=t61rcWkgMzE");
+    txo_event_release(&ev);
+    const char *ce_headers[] = {"ce-specversion", "1.0", "ce-type", "T", "ce-id", "k",
+                                "traceparent",    tp,    NULL};
+    in.data = "{}";
+    in.len = 2;
+    in.transport = ce_headers;
+    assert_int_equal(txo_envelope_decode_message(&in, &ev, &err), 0);
+    assert_true(ev.has_trace);
+    assert_int_equal(ev.trace.trace_id[0], 0x4b);
+    txo_event_release(&ev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -415,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_decode_foreign_envelope),
         cmocka_unit_test(test_decode_refuses_bad_envelopes),
         cmocka_unit_test(test_sequence),
+        cmocka_unit_test(test_trace_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
