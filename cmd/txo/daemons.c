@@ -60,10 +60,11 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
 /* ---- metrics ---- */
 
 /*
- * What the registry's collectors read at each scrape: the outbox tables (gauges, on a
- * connection of their own), and the counters the library keeps in atomics (MySQL errors),
- * which are moved up to their current value. The worker and the relay register and count their
- * own metrics (txo/worker.h, txo/relay.h: struct txo_relay_opts.metrics).
+ * The registry of a daemon and its one scrape-time collector: each module registers and sets
+ * its own families (txo_db_metrics_*, txo_outbox_metrics_*, txo_saga_metrics_*,
+ * txo_relay_metrics_*; the worker and the relay count theirs as they go); what this file
+ * keeps is the connection they read the tables on, opened at the first scrape and again after
+ * a failed one, and which modules' tables this database has.
  */
 struct daemon_metrics {
     struct txo_metrics *reg;
@@ -71,96 +72,25 @@ struct daemon_metrics {
     pthread_mutex_t mu; /* collectors may run from several scrapes at once */
     struct txo_db *db;
     bool has_sagas; /* read when db was opened: a relay-only schema has no saga tables */
-
-    struct txo_metric *pending, *failed, *oldest, *oldest_failed, *dead, *sagas, *abandoned, *stuck;
-    struct txo_metric *retry_waiting, *oldest_due;
-    struct txo_metric *parked; /* NULL unless a relay here orders by aggregate */
-    struct txo_metric *deadlocks, *lock_timeouts, *conn_lost, *tx_retries;
-    uint64_t last_deadlocks, last_lock_timeouts, last_conn_lost, last_tx_retries;
+    bool parked;    /* a relay here orders by aggregate: export its parked aggregates */
 };
-
-static struct txo_metric *family(struct txo_metrics *reg, enum txo_metric_type type,
-                                 const char *name, const char *help, size_t n_labels,
-                                 const char *const *labels, bool *ok)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    struct txo_metric *m =
-        txo_metrics_register(reg, type, name, help, n_labels, labels, NULL, 0, &err);
-    if (m == NULL) {
-        fprintf(stderr, "txo: metric %s: %s\n", name, err.msg);
-        *ok = false;
-    }
-    return m;
-}
-
-/* Adds value - *last to counter m (labels may be NULL) and remembers value. */
-static void counter_to(struct txo_metric *m, const char *const *labels, uint64_t value,
-                       uint64_t *last)
-{
-    if (m != NULL && value > *last) {
-        txo_metric_add(m, labels, (double)(value - *last));
-        *last = value;
-    }
-}
-
-/* A running saga with no live owner for this long counts as stuck (txo_sagas_stuck). */
-#define STUCK_IDLE_S 60
-/* Parked aggregates counted per scrape at most (the count reads the due rows). */
-#define PARKED_CAP 1000
 
 static int collect(void *arg, struct txo_metrics *reg, struct txo_error *err)
 {
-    (void)reg;
     struct daemon_metrics *d = arg;
     pthread_mutex_lock(&d->mu);
-
-    struct txo_db_stats ds;
-    txo_db_get_stats(&ds);
-    counter_to(d->deadlocks, NULL, ds.deadlocks, &d->last_deadlocks);
-    counter_to(d->lock_timeouts, NULL, ds.lock_timeouts, &d->last_lock_timeouts);
-    counter_to(d->conn_lost, NULL, ds.conn_lost, &d->last_conn_lost);
-    counter_to(d->tx_retries, NULL, ds.tx_retries, &d->last_tx_retries);
-
-    int rc = 0;
-    if (d->db == NULL) {
+    int rc = txo_db_metrics_collect(reg, err);
+    if (rc == 0 && d->db == NULL) {
         rc = txo_db_open(&d->db_opts, &d->db, err);
         if (rc == 0)
             rc = txo_schema_has_table(d->db, "saga_instances", &d->has_sagas, err);
     }
-    struct txo_outbox_stats os;
     if (rc == 0)
-        rc = txo_outbox_get_stats(d->db, &os, err);
-    if (rc == 0) {
-        txo_metric_set(d->pending, NULL, (double)os.pending);
-        txo_metric_set(d->failed, NULL, (double)os.failed);
-        txo_metric_set(d->oldest, NULL, os.oldest_pending_age_s);
-        txo_metric_set(d->oldest_failed, NULL, os.oldest_failed_age_s);
-        txo_metric_set(d->retry_waiting, NULL, (double)os.retry_waiting);
-        txo_metric_set(d->oldest_due, NULL, os.oldest_due_age_s);
-        txo_metric_set(d->dead, NULL, (double)os.dead_letters);
-    }
-    struct txo_saga_counts sc;
+        rc = txo_outbox_metrics_collect(reg, d->db, err);
     if (rc == 0 && d->has_sagas)
-        rc = txo_saga_count(d->db, &sc, err);
-    if (rc == 0 && d->has_sagas) {
-        for (int s = 0; s < TXO_SAGA_STATUS_COUNT; s++) {
-            const char *labels[] = {txo_saga_status_name((enum txo_saga_status)s)};
-            txo_metric_set(d->sagas, labels, (double)sc.by_status[s]);
-        }
-        txo_metric_set(d->abandoned, NULL, (double)sc.abandoned);
-    }
-    struct txo_saga_ref stuck[100];
-    size_t n_stuck = 0;
-    if (rc == 0 && d->has_sagas)
-        rc = txo_saga_list_stuck(d->db, STUCK_IDLE_S, TXO_ARRAY_LEN(stuck), stuck, &n_stuck, err);
-    if (rc == 0 && d->has_sagas)
-        txo_metric_set(d->stuck, NULL, (double)n_stuck);
-    uint64_t parked = 0;
-    if (rc == 0 && d->parked != NULL)
-        rc = txo_relay_count_parked(d->db, PARKED_CAP, &parked, err);
-    if (rc == 0 && d->parked != NULL)
-        txo_metric_set(d->parked, NULL, (double)parked);
+        rc = txo_saga_metrics_collect(reg, d->db, err);
+    if (rc == 0 && d->parked)
+        rc = txo_relay_metrics_collect(reg, d->db, err);
     if (rc != 0 && d->db != NULL) {
         txo_db_close(d->db); /* reopened at the next scrape */
         d->db = NULL;
@@ -181,64 +111,18 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     }
     d->db_opts = common->db;
     pthread_mutex_init(&d->mu, NULL);
-    if (txo_metrics_add_process(d->reg, &err) != 0) {
-        fprintf(stderr, "txo: process metrics: %s\n", err.msg);
-        daemon_metrics_free(d);
-        return NULL;
-    }
-    bool ok = true;
-    struct txo_metrics *r = d->reg;
-    d->pending = family(r, TXO_METRIC_GAUGE, "txo_outbox_pending",
-                        "Outbox events waiting to be published (PENDING).", 0, NULL, &ok);
-    d->failed = family(r, TXO_METRIC_GAUGE, "txo_outbox_failed",
-                       "Outbox events FAILED after the attempt limit.", 0, NULL, &ok);
-    d->oldest = family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_pending_age_seconds",
-                       "The relay's lag: now minus created_at of the oldest event not yet "
-                       "published (PENDING or PROCESSING, due or backing off); 0 when none.",
-                       0, NULL, &ok);
-    d->oldest_failed =
-        family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_failed_age_seconds",
-               "Now minus created_at of the oldest FAILED event; 0 when none.", 0, NULL, &ok);
-    d->retry_waiting = family(
-        r, TXO_METRIC_GAUGE, "txo_outbox_retry_waiting",
-        "PENDING outbox events waiting for a retry (next_attempt_at in the future).", 0, NULL, &ok);
-    d->oldest_due =
-        family(r, TXO_METRIC_GAUGE, "txo_outbox_oldest_due_age_seconds",
-               "Now minus created_at of the oldest PENDING event a relay could claim (due, "
-               "not held back behind a parked aggregate); grows when the relay stalls; 0 "
-               "when none.",
-               0, NULL, &ok);
-    d->dead = family(r, TXO_METRIC_GAUGE, "txo_outbox_dead_letters", "Rows in dead_letter_events.",
-                     0, NULL, &ok);
-    static const char *const status[] = {"status"};
-    d->sagas = family(r, TXO_METRIC_GAUGE, "txo_sagas",
-                      "Sagas per status (RUNNING, COMPENSATING and COMPENSATION_FAILED are the "
-                      "ones to watch).",
-                      1, status, &ok);
-    d->abandoned = family(r, TXO_METRIC_GAUGE, "txo_saga_compensation_abandoned",
-                          "COMPENSATION_FAILED sagas the engine gave up retrying automatically: "
-                          "an operator must look (txo saga show / retry).",
-                          0, NULL, &ok);
-    d->stuck = family(r, TXO_METRIC_GAUGE, "txo_sagas_stuck",
-                      "Sagas no worker has run for 60 s (RUNNING/COMPENSATING with no live "
-                      "owner), RUNNING ones past a deadline (even under a live owner) and the "
-                      "given-up COMPENSATION_FAILED ones, up to 100 (txo saga list --stuck).",
-                      0, NULL, &ok);
-    d->deadlocks = family(r, TXO_METRIC_COUNTER, "txo_mysql_deadlocks_total",
-                          "Deadlocks (MySQL 1213) this process met; the transaction was retried.",
-                          0, NULL, &ok);
-    d->lock_timeouts = family(r, TXO_METRIC_COUNTER, "txo_mysql_lock_timeouts_total",
-                              "Lock wait timeouts (MySQL 1205) this process met.", 0, NULL, &ok);
-    d->conn_lost = family(r, TXO_METRIC_COUNTER, "txo_mysql_connections_lost_total",
-                          "Database connections lost (2006/2013) and reopened.", 0, NULL, &ok);
-    d->tx_retries = family(r, TXO_METRIC_COUNTER, "txo_mysql_transaction_retries_total",
-                           "Transactions run again after a transient error.", 0, NULL, &ok);
-    if (!ok) {
-        daemon_metrics_free(d);
-        return NULL;
-    }
-    if (txo_metrics_add_collector(r, collect, d, &err) != 0) {
-        fprintf(stderr, "txo: metrics collector: %s\n", err.msg);
+    /* The families show from the first scrape on, before the tables could be read. */
+    int rc = txo_metrics_add_process(d->reg, &err);
+    if (rc == 0)
+        rc = txo_db_metrics_register(d->reg, &err);
+    if (rc == 0)
+        rc = txo_outbox_metrics_register(d->reg, &err);
+    if (rc == 0)
+        rc = txo_saga_metrics_register(d->reg, &err);
+    if (rc == 0)
+        rc = txo_metrics_add_collector(d->reg, collect, d, &err);
+    if (rc != 0) {
+        fprintf(stderr, "txo: metrics: %s\n", err.msg);
         daemon_metrics_free(d);
         return NULL;
     }
@@ -247,17 +131,17 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
 
 bool daemon_metrics_watch_parked(struct daemon_metrics *d)
 {
-    if (d == NULL || d->parked != NULL)
+    if (d == NULL)
         return true;
-    bool ok = true;
+    struct txo_error err;
+    txo_error_init(&err);
     pthread_mutex_lock(&d->mu);
-    d->parked = family(d->reg, TXO_METRIC_GAUGE, "txo_outbox_parked_aggregates",
-                       "Aggregates held back by a failed event (relays with --ordering aggregate): "
-                       "its later events wait until it is published, replayed or skipped "
-                       "(txo stats lists them); counted up to 1000.",
-                       0, NULL, &ok);
+    int rc = d->parked ? 0 : txo_relay_metrics_register(d->reg, &err);
+    d->parked = rc == 0;
     pthread_mutex_unlock(&d->mu);
-    return ok;
+    if (rc != 0)
+        fprintf(stderr, "txo: metrics: %s\n", err.msg);
+    return rc == 0;
 }
 
 struct txo_metrics *daemon_metrics_registry(struct daemon_metrics *d)

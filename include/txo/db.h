@@ -364,6 +364,16 @@ struct txo_db_stats {
 };
 TXO_API void txo_db_get_stats(struct txo_db_stats *out);
 
+struct txo_metrics;
+
+/* Registers txo_mysql_deadlocks_total, txo_mysql_lock_timeouts_total,
+ * txo_mysql_connections_lost_total and txo_mysql_transaction_retries_total (txo_db_get_stats as
+ * counters) in reg. Errors: those of txo_metrics_register(). */
+TXO_API TXO_MUST_CHECK int txo_db_metrics_register(struct txo_metrics *reg, struct txo_error *err);
+
+/* Moves those counters up to txo_db_get_stats() (a scrape-time collector's work). */
+TXO_API TXO_MUST_CHECK int txo_db_metrics_collect(struct txo_metrics *reg, struct txo_error *err);
+
 /*
  * Schema migrations come in sets: the library's own (txo_core_migrations(): the outbox, dead
  * letters, inbox, idempotency keys, sagas and the command queue) and each application's (the

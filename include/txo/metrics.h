@@ -98,6 +98,26 @@ TXO_API struct txo_metric *txo_metrics_register_chained(struct txo_metrics *reg,
                                                         const char *const *label_names, int *rc,
                                                         struct txo_error *err);
 
+/* A family as a module describes it once, in a table, for registering it and finding it again
+ * (default buckets for a histogram). */
+struct txo_metric_desc {
+    enum txo_metric_type type;
+    const char *name;
+    const char *help;
+    size_t n_labels;
+    const char *const *labels;
+};
+
+/*
+ * Registers the n families of desc (txo_metrics_register(): the one already there when it
+ * matches) and puts them into fam[0..n) (may be NULL). A module's scrape-time collector calls
+ * it to find its families again. Errors as txo_metrics_register(); fam is then undefined.
+ */
+TXO_API TXO_MUST_CHECK int txo_metrics_register_table(struct txo_metrics *reg,
+                                                      const struct txo_metric_desc *desc, size_t n,
+                                                      struct txo_metric **fam,
+                                                      struct txo_error *err);
+
 /*
  * Updates the child for label_values: n_labels non-NULL strings (UTF-8, copied when the
  * child is made), in the order of the label names; ignored (may be NULL) when the family has

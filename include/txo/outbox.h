@@ -132,4 +132,18 @@ struct txo_outbox_stats {
 TXO_API TXO_MUST_CHECK int txo_outbox_get_stats(struct txo_db *db, struct txo_outbox_stats *out,
                                                 struct txo_error *err);
 
+struct txo_metrics;
+
+/*
+ * The outbox's gauges: txo_outbox_pending, _failed, _oldest_pending_age_seconds,
+ * _oldest_failed_age_seconds, _retry_waiting, _oldest_due_age_seconds and _dead_letters.
+ * _register adds them to reg (at start-up, so they show before the first scrape);
+ * _collect sets them from txo_outbox_get_stats() on db (a scrape-time collector's work).
+ * Errors: those of txo_metrics_register() and txo_outbox_get_stats().
+ */
+TXO_API TXO_MUST_CHECK int txo_outbox_metrics_register(struct txo_metrics *reg,
+                                                       struct txo_error *err);
+TXO_API TXO_MUST_CHECK int txo_outbox_metrics_collect(struct txo_metrics *reg, struct txo_db *db,
+                                                      struct txo_error *err);
+
 #endif

@@ -260,4 +260,16 @@ TXO_API TXO_MUST_CHECK int txo_relay_count_parked(struct txo_db *db, uint64_t ca
 
 TXO_API void txo_relay_get_stats(const struct txo_relay *relay, struct txo_relay_stats *out);
 
+/*
+ * The gauge of the aggregates ordered relays hold back, txo_outbox_parked_aggregates (what
+ * txo_relay_count_parked() counts, up to 1000): _register adds it to reg, _collect sets it from
+ * the tables (a scrape-time collector's work). A process whose relays order by aggregate
+ * exports it. Errors: those of txo_metrics_register() and txo_relay_count_parked(). (The
+ * relay's own counters are registered by txo_relay_new(), struct txo_relay_opts.metrics.)
+ */
+TXO_API TXO_MUST_CHECK int txo_relay_metrics_register(struct txo_metrics *reg,
+                                                      struct txo_error *err);
+TXO_API TXO_MUST_CHECK int txo_relay_metrics_collect(struct txo_metrics *reg, struct txo_db *db,
+                                                     struct txo_error *err);
+
 #endif

@@ -496,4 +496,17 @@ struct txo_saga_counts {
 TXO_API TXO_MUST_CHECK int txo_saga_count(struct txo_db *db, struct txo_saga_counts *out,
                                           struct txo_error *err);
 
+struct txo_metrics;
+
+/*
+ * The sagas' gauges: txo_sagas{status}, txo_saga_compensation_abandoned and txo_sagas_stuck
+ * (what txo_saga_list_stuck() finds with 60 s of idleness, up to 100). _register adds them to
+ * reg; _collect sets them from the tables (a scrape-time collector's work).
+ * Errors: those of txo_metrics_register(), txo_saga_count() and txo_saga_list_stuck().
+ */
+TXO_API TXO_MUST_CHECK int txo_saga_metrics_register(struct txo_metrics *reg,
+                                                     struct txo_error *err);
+TXO_API TXO_MUST_CHECK int txo_saga_metrics_collect(struct txo_metrics *reg, struct txo_db *db,
+                                                    struct txo_error *err);
+
 #endif

@@ -958,3 +958,17 @@ struct txo_metric *txo_metrics_register_chained(struct txo_metrics *reg, enum tx
         *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
     return m;
 }
+
+int txo_metrics_register_table(struct txo_metrics *reg, const struct txo_metric_desc *desc,
+                               size_t n, struct txo_metric **fam, struct txo_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct txo_metric *m = txo_metrics_register(reg, desc[i].type, desc[i].name, desc[i].help,
+                                                    desc[i].n_labels, desc[i].labels, NULL, 0, err);
+        if (m == NULL)
+            return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
+        if (fam != NULL)
+            fam[i] = m;
+    }
+    return 0;
+}

@@ -7,6 +7,7 @@
  */
 
 #include "relay/relay_sql.h"
+#include "txo/metrics.h"
 #include "txo/relay.h"
 
 /* Columns of RELAY_SQL_LIST_PARKED. */
@@ -86,4 +87,30 @@ int txo_relay_count_parked(struct txo_db *db, uint64_t cap, uint64_t *n, struct 
     txo_rows_free(rows);
     *n = count > 0 ? (uint64_t)count : 0;
     return 0;
+}
+
+/* Parked aggregates counted per scrape at most (the count reads the due rows). */
+#define PARKED_CAP 1000
+
+static const struct txo_metric_desc parked_family = {
+    TXO_METRIC_GAUGE, "txo_outbox_parked_aggregates",
+    "Aggregates held back by a failed event (relays with --ordering aggregate): its later events "
+    "wait until it is published, replayed or skipped (txo stats lists them); counted up to 1000.",
+    0, NULL};
+
+int txo_relay_metrics_register(struct txo_metrics *reg, struct txo_error *err)
+{
+    return txo_metrics_register_table(reg, &parked_family, 1, NULL, err);
+}
+
+int txo_relay_metrics_collect(struct txo_metrics *reg, struct txo_db *db, struct txo_error *err)
+{
+    struct txo_metric *parked;
+    uint64_t n = 0;
+    int rc = txo_metrics_register_table(reg, &parked_family, 1, &parked, err);
+    if (rc == 0)
+        rc = txo_relay_count_parked(db, PARKED_CAP, &n, err);
+    if (rc == 0)
+        txo_metric_set(parked, NULL, (double)n);
+    return rc;
 }

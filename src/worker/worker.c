@@ -134,40 +134,37 @@ static int register_metrics(struct txo_worker *w, struct txo_error *err)
     static const char *const outcome[] = {"outcome"};
     static const char *const table[] = {"table"};
     static const char *const deadline[] = {"kind", "saga_type"};
-    struct {
-        struct txo_metric **slot;
-        enum txo_metric_type type;
-        const char *name, *help;
-        size_t n_labels;
-        const char *const *labels;
-    } fams[] = {
-        {&w->m_consumed, TXO_METRIC_COUNTER, "txo_inbox_consumed_total",
+    const struct txo_metric_desc fams[] = {
+        {TXO_METRIC_COUNTER, "txo_inbox_consumed_total",
          "Events whose handler's effect committed with their inbox row.", 0, NULL},
-        {&w->m_duplicates, TXO_METRIC_COUNTER, "txo_inbox_duplicates_total",
+        {TXO_METRIC_COUNTER, "txo_inbox_duplicates_total",
          "Deliveries the inbox dropped as duplicates.", 0, NULL},
-        {&w->m_runs, TXO_METRIC_COUNTER, "txo_saga_runs_total",
+        {TXO_METRIC_COUNTER, "txo_saga_runs_total",
          "Saga runs by how they ended (COMPLETED, ABORTED, COMPENSATION_FAILED).", 1, outcome},
-        {&w->m_picked_up, TXO_METRIC_COUNTER, "txo_saga_picked_up_total",
+        {TXO_METRIC_COUNTER, "txo_saga_picked_up_total",
          "Sagas taken up by the scheduler without a live owner (new or resumed).", 0, NULL},
-        {&w->m_retries, TXO_METRIC_COUNTER, "txo_saga_retries_total",
+        {TXO_METRIC_COUNTER, "txo_saga_retries_total",
          "Automatic retries of COMPENSATION_FAILED sagas.", 0, NULL},
-        {&w->m_deadlines, TXO_METRIC_COUNTER, "txo_saga_deadlines_passed_total",
+        {TXO_METRIC_COUNTER, "txo_saga_deadlines_passed_total",
          "Saga deadlines found passed, by kind (try: a call hung past its try timeout and was "
          "taken over; step; saga: the saga then compensates) and saga type.",
          2, deadline},
-        {&w->m_commands_done, TXO_METRIC_COUNTER, "txo_commands_done_total",
-         "command_queue commands completed.", 0, NULL},
-        {&w->m_commands_failed, TXO_METRIC_COUNTER, "txo_commands_failed_total",
+        {TXO_METRIC_COUNTER, "txo_commands_done_total", "command_queue commands completed.", 0,
+         NULL},
+        {TXO_METRIC_COUNTER, "txo_commands_failed_total",
          "command_queue command attempts that failed.", 0, NULL},
-        {&w->m_cleaned, TXO_METRIC_COUNTER, "txo_retention_deleted_total",
+        {TXO_METRIC_COUNTER, "txo_retention_deleted_total",
          "Rows the retention cleaner deleted, by table.", 1, table},
     };
-    for (size_t i = 0; i < TXO_ARRAY_LEN(fams); i++) {
-        *fams[i].slot = txo_metrics_register(reg, fams[i].type, fams[i].name, fams[i].help,
-                                             fams[i].n_labels, fams[i].labels, NULL, 0, err);
-        if (*fams[i].slot == NULL)
-            return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
-    }
+    struct txo_metric **slots[] = {&w->m_consumed,      &w->m_duplicates,      &w->m_runs,
+                                   &w->m_picked_up,     &w->m_retries,         &w->m_deadlines,
+                                   &w->m_commands_done, &w->m_commands_failed, &w->m_cleaned};
+    struct txo_metric *got[TXO_ARRAY_LEN(fams)];
+    int rc = txo_metrics_register_table(reg, fams, TXO_ARRAY_LEN(fams), got, err);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(fams); i++)
+        *slots[i] = got[i];
     static const double delay_buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
                                            .5,   1,     2.5,  5,   10,   30,  60};
     static const char *const by_type[] = {"aggregate_type"};
