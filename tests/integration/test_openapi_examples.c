@@ -7,9 +7,11 @@
  *
  * The examples name rows, so the database is made to hold them before the server starts:
  *   - order 1, whose CreateOrderSaga could not refund its payment: COMPENSATION_FAILED, given up,
- *     under the saga id the examples use (SAGA_ID);
+ *     under the saga id the examples use (SAGA_ID); GET /search finds each by its id;
  *   - a FAILED outbox event with dead letter 1, and a later event of its aggregate held back
- *     behind it (GET /outbox/parked);
+ *     behind it (GET /outbox/parked, POST /dlq/{id}/replay);
+ *   - another aggregate's FAILED event with dead letter 2 (POST /dlq/{id}/skip: skipped, then
+ *     409 as it is no longer FAILED);
  *   - the SKU "pen" in stock, which the POST /orders examples buy (their order is order 2);
  *   - an Idempotency-Key whose request is still being processed (409 request_in_progress).
  * The server runs with an admin token (the examples of 401 need one) and a 1 s head deadline
@@ -122,22 +124,30 @@ static void compensation_failed_saga(struct ctx *c)
 }
 
 /* A FAILED event with dead letter 1, as the relay leaves them, and a later event of the same
- * aggregate parked behind it. */
-static void dead_letter(struct ctx *c)
+ * aggregate parked behind it; then another aggregate's FAILED event with dead letter 2, the one
+ * POST /dlq/{id}/skip gives up (dead letter 1 is POST /dlq/{id}/replay's). */
+static void dead_letters(struct ctx *c)
 {
     testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
                          " payload, idempotency_key, status, attempts, last_error)"
                          " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
                          " 'order:4242:created', 'FAILED', 10, 'broker unavailable'),"
                          " ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
-                         " 'order:4242:confirmed', 'PENDING', 0, NULL)");
+                         " 'order:4242:confirmed', 'PENDING', 0, NULL),"
+                         " ('order', 4343, 'OrderCreated', '{\"order_id\":4343}',"
+                         " 'order:4343:created', 'FAILED', 10, 'message too large')");
     testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
                          "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
                          "WHERE idempotency_key = 'order:4242:created'");
     testdb_exec(c->t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
                          " error) SELECT id, event_type, payload, last_error FROM outbox_events"
-                         " WHERE idempotency_key = 'order:4242:created'");
-    assert_int_equal(testdb_i64(c->t.db, "SELECT MAX(id) FROM dead_letter_events", NULL, 0), 1);
+                         " WHERE status = 'FAILED' ORDER BY id");
+    assert_int_equal(testdb_i64(c->t.db,
+                                "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e"
+                                " ON e.id = d.source_event_id WHERE (d.id, e.idempotency_key)"
+                                " IN ((1, 'order:4242:created'), (2, 'order:4343:created'))",
+                                NULL, 0),
+                     2);
 }
 
 /* BUSY_KEY as a request that is still running leaves it: PROCESSING, fresh, the same body. */
@@ -193,7 +203,7 @@ static void test_every_example_replays(void **state)
 {
     struct ctx *c = *state;
     compensation_failed_saga(c);
-    dead_letter(c);
+    dead_letters(c);
     key_in_flight(c);
 
     static const char *const args[] = {"--admin-token", TOKEN, "--http-header-timeout", "1", NULL};
@@ -213,6 +223,8 @@ static void test_every_example_replays(void **state)
     testhttp_expect_status(&c->r, 200, "GET /outbox/stats without --admin-token nor a token");
     testhttp_get(c->h, port, "/sagas/" SAGA_ID, &c->r);
     testhttp_expect_status(&c->r, 200, "GET /sagas/{id} without --admin-token nor a token");
+    testhttp_get(c->h, port, "/dlq/events", &c->r);
+    testhttp_expect_status(&c->r, 200, "GET /dlq/events without --admin-token nor a token");
     testhttp_txo_stop(&c->serve, "txo serve without --admin-token");
     testproc_remove_log(&c->serve);
 }
