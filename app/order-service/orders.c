@@ -121,201 +121,40 @@ int orders_validate(int64_t customer_id, const struct order_item *items, size_t 
     return 0;
 }
 
-/* Number of distinct SKUs among the items (n <= ORDER_MAX_ITEMS, so quadratic is fine). */
-static size_t distinct_skus(const struct order_item *items, size_t n)
+/* ---- one order: a group of one ---- */
+
+int orders_create_one_tx(struct txo_tx *tx, struct order_new *o, bool by_command,
+                         struct txo_error *err)
 {
-    size_t d = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        size_t k = 0;
-        while (k < i && strcmp(items[k].sku, items[i].sku) != 0)
-            k++;
-        d += k == i;
-    }
-    return d;
-}
-
-/*
- * Binds the SKUs of items into a power-of-two IN list of `slots` (the last SKU repeated), at
- * params[first ..]. Returns the statement BEFORE + "(?,...)" + AFTER, to free with txo_free(),
- * or NULL when out of memory.
- */
-static char *sku_in_list(const char *before, const char *after, const struct order_item *items,
-                         size_t n, struct txo_param *params, size_t first, size_t slots)
-{
-    for (size_t i = 0; i < slots; i++)
-        params[first + i] = txo_p_str(items[i < n ? i : n - 1].sku);
-    return txo_sql_in_list(before, slots, after);
-}
-
-/*
- * Fails with TXO_EINVAL naming the first item whose SKU is not in `inventory`; 0 when all are
- * there. Only called after ORDERS_SQL_INSERT_ORDER_* refused the order.
- */
-static int check_skus_exist(struct txo_tx *tx, const struct order_item *items, size_t n,
-                            struct txo_error *err)
-{
-    size_t slots = txo_sql_in_list_size(n);
-    struct txo_param *params = txo_calloc(slots, sizeof(*params));
-    char *sql = NULL;
-    struct txo_rows *rows = NULL;
-    int rc;
-
-    if (params != NULL)
-        sql = sku_in_list(ORDERS_SQL_KNOWN_SKUS_BEFORE, ORDERS_SQL_KNOWN_SKUS_AFTER, items, n,
-                          params, 0, slots);
-    if (sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "cannot build the sku check of %zu items", n);
-        goto out;
-    }
-    rc = txo_tx_query(tx, sql, params, slots, &rows, err);
-    if (rc < 0)
-        goto out;
-    for (size_t i = 0; i < n; i++) {
-        bool found = false;
-        for (size_t r = 0; r < txo_rows_count(rows) && !found; r++) {
-            const char *sku = txo_rows_str(rows, r, 0, NULL);
-            found = sku != NULL && strcmp(sku, items[i].sku) == 0;
-        }
-        if (!found) {
-            rc = txo_error_set(err, TXO_EINVAL, "unknown sku items[%zu].sku=%s", i, items[i].sku);
-            goto out;
-        }
-    }
-    rc = 0;
-out:
-    txo_rows_free(rows);
-    txo_free(params);
-    txo_free(sql);
-    return rc;
-}
-
-/*
- * Inserts the order row if every SKU exists (one statement: ORDERS_SQL_INSERT_ORDER_*), else
- * fails with TXO_EINVAL naming the unknown SKU, having written nothing.
- */
-static int insert_order(struct txo_tx *tx, int64_t customer_id, int64_t total,
-                        const struct order_item *items, size_t n, int64_t *order_id,
-                        struct txo_error *err)
-{
-    size_t slots = txo_sql_in_list_size(n);
-    struct txo_param *params = txo_calloc(slots + 3, sizeof(*params));
-    char *sql = NULL;
-    int rc;
-
-    if (params != NULL)
-        sql = sku_in_list(ORDERS_SQL_INSERT_ORDER_BEFORE, ORDERS_SQL_INSERT_ORDER_AFTER, items, n,
-                          params, 2, slots);
-    if (sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "cannot build the order insert of %zu items", n);
-        goto out;
-    }
-    params[0] = txo_p_i64(customer_id);
-    params[1] = txo_p_i64(total);
-    params[slots + 2] = txo_p_i64((int64_t)distinct_skus(items, n));
-    /* The second pass only runs when a SKU appeared between the insert and the check. */
-    for (int pass = 0; pass < 2; pass++) {
-        struct txo_exec_result res;
-        rc = txo_tx_exec(tx, sql, params, slots + 3, &res, err);
-        if (rc < 0)
-            goto out;
-        if (res.affected_rows == 1) {
-            *order_id = (int64_t)res.insert_id;
-            goto out;
-        }
-        rc = check_skus_exist(tx, items, n, err);
-        if (rc < 0)
-            goto out;
-    }
-    rc = txo_error_set(err, TXO_EINVAL, "unknown sku: inventory changed while creating the order");
-out:
-    txo_free(params);
-    txo_free(sql);
-    return rc;
-}
-
-/*
- * orders_create_tx(); *total_cents receives the order's total. With by_command the event
- * says its saga starts from a StartOrderSaga command, which is queued with the same payload.
- */
-static int create_order(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
-                        size_t n, bool by_command, int64_t *order_id, int64_t *total_cents,
-                        struct txo_error *err)
-{
-    int64_t total = 0;
-    int64_t id = 0;
-    char *payload = NULL;
-    int rc = orders_validate(customer_id, items, n, &total, err);
-
-    if (rc < 0)
-        goto out;
-    rc = insert_order(tx, customer_id, total, items, n, &id, err);
-    if (rc < 0)
-        goto out;
-
-    char created_at[TXO_RFC3339_LEN];
-    txo_format_rfc3339(txo_realtime_us(), created_at);
-    payload = orders__json_order(id, customer_id, items, n, total, created_at, by_command, err);
-    if (payload == NULL) {
-        rc = err != NULL ? err->code : TXO_ENOMEM;
-        goto out;
-    }
-
-    /* The items, from the event's own payload: one statement for all of them. */
-    struct txo_param ip[] = {txo_p_i64(id), txo_p_str(payload)};
-    struct txo_exec_result res;
-    rc = txo_tx_exec(tx, ORDERS_SQL_INSERT_ITEMS, ip, TXO_ARRAY_LEN(ip), &res, err);
-    if (rc < 0)
-        goto out;
-    if (res.affected_rows != n) {
-        rc = txo_error_set(err, TXO_EDB, "order_id=%" PRId64 ": %llu of %zu items inserted", id,
-                           (unsigned long long)res.affected_rows, n);
-        goto out;
-    }
-
-    char key[64];
-    snprintf(key, sizeof(key), "order:%" PRId64 ":created", id);
-    char aggregate_id[24];
-    snprintf(aggregate_id, sizeof(aggregate_id), "%" PRId64, id);
-    struct txo_outbox_event ev = {
-        .aggregate_type = "order",
-        .aggregate_id = aggregate_id,
-        .event_type = "OrderCreated",
-        .payload_json = payload,
-        .payload_len = 0,
-        .idempotency_key = key,
-    };
-    rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-    if (rc == 0 && by_command)
-        rc = txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payload, NULL, err);
-    if (rc < 0)
-        goto out;
-
-    *order_id = id;
-    *total_cents = total;
-    TXO_LOG(TXO_LOG_DEBUG, "orders",
-            "order created order_id=%" PRId64 " customer_id=%" PRId64
-            " items=%zu total_cents=%" PRId64,
-            id, customer_id, n, total);
-out:
-    txo_free(payload);
+    int64_t total = 0, step = 0;
+    int rc = orders_validate(o->customer_id, o->items, o->n, &total, err);
+    if (rc == 0)
+        rc = orders_check_skus_group_tx(tx, o, 1, &step, err);
+    if (rc == 0 && o->unknown_sku)
+        rc = txo_error_set(err, TXO_EINVAL, "%s", o->why);
+    if (rc == 0)
+        rc = orders_create_group_tx(tx, o, 1, by_command, step, err);
     return rc;
 }
 
 int orders_create_tx(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
                      size_t n, int64_t *order_id, struct txo_error *err)
 {
-    int64_t total;
-
-    return create_order(tx, customer_id, items, n, false, order_id, &total, err);
+    struct order_new o = {.customer_id = customer_id, .items = items, .n = n};
+    int rc = orders_create_one_tx(tx, &o, false, err);
+    if (rc == 0)
+        *order_id = o.order_id;
+    return rc;
 }
 
 int orders_create_async_tx(struct txo_tx *tx, int64_t customer_id, const struct order_item *items,
                            size_t n, int64_t *order_id, struct txo_error *err)
 {
-    int64_t total;
-
-    return create_order(tx, customer_id, items, n, true, order_id, &total, err);
+    struct order_new o = {.customer_id = customer_id, .items = items, .n = n};
+    int rc = orders_create_one_tx(tx, &o, true, err);
+    if (rc == 0)
+        *order_id = o.order_id;
+    return rc;
 }
 
 /* ---- a group of orders in one transaction ---- */
@@ -485,6 +324,7 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
             .payload_json = payloads[i],
             .payload_len = 0,
             .idempotency_key = keys[i],
+            .trace = orders[i].trace,
         };
     }
     rc = txo_outbox_append_many(tx, events, n, err);

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "txo/db.h"
+#include "txo/trace.h"
 #include "txo/err.h"
 #include "txo/saga.h"
 
@@ -103,10 +104,10 @@ TXO_MUST_CHECK int orders_validate(int64_t customer_id, const struct order_item 
  * or rolls back with tx. *order_id receives the new id on success.
  * Errors: TXO_EINVAL (validation, or "unknown sku ..." before anything is written),
  * TXO_ENOMEM, DB errors.
- * tx should be READ COMMITTED (as orders_create's): the SKU check is part of the order's
- * INSERT ... SELECT, a consistent read there; at REPEATABLE READ or above it would hold shared
- * locks on those inventory rows until tx ends (still correct, but reservations wait for it).
- * Cost: 3 statements (order + SKU check, items, event).
+ * tx should be READ COMMITTED (as orders_create's): the SKU check is a consistent read there;
+ * at REPEATABLE READ or above it would hold shared locks on those inventory rows until tx ends
+ * (still correct, but reservations wait for it). orders_create_one_tx() without a trace
+ * context: 4 statements.
  */
 TXO_MUST_CHECK int orders_create_tx(struct txo_tx *tx, int64_t customer_id,
                                     const struct order_item *items, size_t n, int64_t *order_id,
@@ -165,9 +166,10 @@ struct order_new {
     int64_t customer_id;
     const struct order_item *items; /* borrowed */
     size_t n;
-    int64_t order_id; /* orders_create_group_tx(): the new id */
-    bool unknown_sku; /* orders_check_skus_group_tx(): a SKU is not in inventory */
-    char why[160];    /* then: "unknown sku items[<i>].sku=<sku>" as orders_create_tx says */
+    const struct txo_trace_ctx *trace; /* the request's; NULL: none (borrowed) */
+    int64_t order_id;                  /* orders_create_group_tx(): the new id */
+    bool unknown_sku;                  /* orders_check_skus_group_tx(): a SKU is not in inventory */
+    char why[160]; /* then: "unknown sku items[<i>].sku=<sku>" as orders_create_tx says */
 };
 
 /*
@@ -179,6 +181,17 @@ struct order_new {
  */
 TXO_MUST_CHECK int orders_check_skus_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n,
                                               int64_t *autoinc_step, struct txo_error *err);
+
+/*
+ * One order, o, as a group of one (the only builder of an order's rows and event is
+ * orders_create_group_tx()): orders_validate(), then orders_check_skus_group_tx() (an unknown SKU
+ * is TXO_EINVAL with its why, nothing written), then orders_create_group_tx(); o->order_id
+ * receives the new id. orders_create_tx() and orders_create_async_tx() are this without a
+ * trace context. Cost: 4 statements (SKU check, order, items, event; + the command with
+ * by_command).
+ */
+TXO_MUST_CHECK int orders_create_one_tx(struct txo_tx *tx, struct order_new *o, bool by_command,
+                                        struct txo_error *err);
 
 /*
  * orders_create_tx() (orders_create_async_tx() with by_command) for n orders whose SKUs

@@ -2,8 +2,8 @@
  * Every SQL statement of the order service, one named macro each, so a reader sees all the
  * queries the service runs in one place. Each is a prepared statement with bound parameters
  * (txo_tx_exec/txo_tx_query); none is ever built from values. The only SQL assembled at run
- * time is the IN list of ORDERS_SQL_KNOWN_SKUS_*, ORDERS_SQL_INSERT_ORDER_* and
- * ORDERS_SQL_GROUP_KNOWN_SKUS_*, whose placeholder count comes from txo_sql_in_list(), and the
+ * time is the IN list of ORDERS_SQL_GROUP_KNOWN_SKUS_*, whose placeholder count comes from
+ * txo_sql_in_list(), and the
  * VALUES lists of the ORDERS_SQL_GROUP_* inserts (txo_sql_values_rows()). Lists of rows travel as
  * one bound JSON document unpacked by JSON_TABLE (MySQL 8.0.4+, MariaDB 10.6+).
  *
@@ -24,42 +24,6 @@
 #define TXO_ORDERS_SQL_H
 
 /* ---- orders.c: creating an order and its saga ---- */
-
-/*
- * The order row, written only when every SKU of the order exists: BEFORE + "(?,?,...)" + AFTER
- * (txo_sql_in_list(), power-of-two count, the last SKU repeated). Params: customer_id,
- * total_cents, the SKUs, the number of distinct SKUs. 1 row inserted, or 0 when a SKU is
- * unknown (then ORDERS_SQL_KNOWN_SKUS_* names it). Index: inventory PRIMARY (sku), point
- * lookups; orders PRIMARY (auto increment). Locks: the new order row. READ COMMITTED: the
- * SELECT on inventory is a consistent read, no lock (at REPEATABLE READ it would take shared
- * locks on those inventory rows until commit, which ReserveStock would then wait for); a SKU
- * deleted afterwards is caught by ReserveStock.
- */
-#define ORDERS_SQL_INSERT_ORDER_BEFORE                                                             \
-    "INSERT INTO orders (customer_id, status, total_cents) "                                       \
-    "SELECT ?, 'CREATED', ? FROM inventory WHERE sku IN "
-#define ORDERS_SQL_INSERT_ORDER_AFTER " HAVING COUNT(*) = ?"
-
-/*
- * Every item of a new order in one statement, in payload order (ids ascending). Params:
- * order_id, the OrderCreated payload ({"items":[{"sku","qty","price_cents"}...]}). Index:
- * PRIMARY (auto increment); FK check on orders(id) takes a shared lock on the order row this
- * transaction just inserted. Any isolation.
- */
-#define ORDERS_SQL_INSERT_ITEMS                                                                    \
-    "INSERT INTO order_items (order_id, sku, qty, price_cents) "                                   \
-    "SELECT ?, j.sku, j.qty, j.price_cents FROM JSON_TABLE(?, '$.items[*]' COLUMNS ("              \
-    "ord FOR ORDINALITY, sku VARCHAR(64) PATH '$.sku', qty INT PATH '$.qty', "                     \
-    "price_cents BIGINT PATH '$.price_cents')) AS j ORDER BY j.ord"
-
-/*
- * inventory PRIMARY (sku), point lookups; only after ORDERS_SQL_INSERT_ORDER_* inserted
- * nothing, to name the unknown SKU. Non-locking consistent read (READ COMMITTED). The
- * statement is BEFORE + "(?,?,...)" + AFTER, built by txo_sql_in_list() with a power-of-two
- * count.
- */
-#define ORDERS_SQL_KNOWN_SKUS_BEFORE "SELECT sku FROM inventory WHERE sku IN "
-#define ORDERS_SQL_KNOWN_SKUS_AFTER  ""
 
 /*
  * An order and its items in one round trip: one row per item in insertion order (the order's
@@ -92,10 +56,12 @@ enum order_items_col {
 /* ---- orders.c: a group of orders in one transaction (the API's order writer) ---- */
 
 /*
- * The known SKUs among those of a group: BEFORE + "(?,?,...)" (txo_sql_in_list(), the last SKU
- * repeated), with the session's auto-increment step on every row (the ids of a multi-row
- * INSERT are first + i * step). inventory PRIMARY (sku), point lookups; consistent read at READ
- * COMMITTED, no lock (as the SKU check of ORDERS_SQL_INSERT_ORDER_*).
+ * The known SKUs among those of a group (one order is a group of one): BEFORE + "(?,?,...)"
+ * (txo_sql_in_list(), the last SKU repeated), with the session's auto-increment step on every
+ * row (the ids of a multi-row INSERT are first + i * step). inventory PRIMARY (sku), point
+ * lookups; consistent read at READ COMMITTED, no lock (at REPEATABLE READ it would take shared
+ * locks on those inventory rows until commit, which ReserveStock would then wait for); a SKU
+ * deleted afterwards is caught by ReserveStock.
  */
 #define ORDERS_SQL_GROUP_KNOWN_SKUS_BEFORE                                                         \
     "SELECT sku, @@session.auto_increment_increment FROM inventory WHERE sku IN "
@@ -113,7 +79,7 @@ enum order_items_col {
 /*
  * Every item of the group's orders in one statement. Param: a JSON array of the orders'
  * OrderCreated payloads ([{"order_id","items":[{"sku","qty","price_cents"}...]}...]); rows in
- * payload order, items in their order (ids ascending, as ORDERS_SQL_INSERT_ITEMS). order_items
+ * payload order, items in their order (ids ascending). order_items
  * PRIMARY (auto increment); the FK check takes a shared lock on each order row this
  * transaction just inserted. Any isolation.
  */
