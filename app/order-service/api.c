@@ -177,6 +177,7 @@ struct place_args {
     const char *key;
     char hash[TXO_IDEM_HASH_LEN];
     const struct parsed_order *order;
+    const struct txo_trace_ctx *trace;
     struct txo_idem_claim claim;
     int64_t order_id;
     int status;
@@ -193,12 +194,14 @@ static int place_order_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = txo_idem_begin(tx, a->key, a->hash, a->api->opts.idempotency_stale_s, &a->claim, err);
     if (rc != 0 || a->claim.outcome != TXO_IDEM_NEW)
         return rc;
-    rc = a->api->opts.async ? orders_create_async_tx(tx, a->order->customer_id, a->order->items,
-                                                     a->order->n, &a->order_id, err)
-                            : orders_create_tx(tx, a->order->customer_id, a->order->items,
-                                               a->order->n, &a->order_id, err);
+    struct order_new o = {.customer_id = a->order->customer_id,
+                          .items = a->order->items,
+                          .n = a->order->n,
+                          .trace = a->trace};
+    rc = orders_create_one_tx(tx, &o, a->api->opts.async, err);
     if (rc != 0)
         return rc;
+    a->order_id = o.order_id;
     char body[96];
     order_writer_created_body(a->order_id, body, sizeof(body));
     a->status = 201;
@@ -228,6 +231,10 @@ struct order_post {
     json_t *doc;
     struct parsed_order order;
     char hash[TXO_IDEM_HASH_LEN];
+    /* The request's span: a child of the caller's traceparent, or a new trace when it sent
+     * none or one that is not valid W3C Trace Context (never an error). OrderCreated carries
+     * it. */
+    struct txo_trace_ctx trace;
 };
 
 static void order_post_release(struct order_post *p)
@@ -333,7 +340,7 @@ static void post_order_single(struct order_api *api, const char *key, const stru
         txo_http_response_error(resp, 503, "database_unavailable", err.msg);
         return;
     }
-    struct place_args a = {.api = api, .key = key};
+    struct place_args a = {.api = api, .key = key, .trace = &post->trace};
     memcpy(a.hash, post->hash, sizeof(a.hash));
     int rc;
     struct parsed_order order = post->order;
@@ -377,6 +384,7 @@ static void post_order_grouped(struct order_api *api, const char *key,
         .customer_id = post->order.customer_id,
         .items = post->order.items,
         .n = post->order.n,
+        .trace = &post->trace,
     };
     order_writer_submit(api->writer, &r);
     switch (r.outcome) {
@@ -437,6 +445,16 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
                     txo_http_request_header(req, "Content-Type"), req->body, req->body_len, &post,
                     resp))
         return;
+    /* One traceparent header, as the specification allows; tracestate only when it came in
+     * one header too (this server does not join repeated ones). */
+    struct txo_trace_ctx caller;
+    bool one_state = txo_http_request_header_count(req, "tracestate") == 1;
+    if (txo_http_request_header_count(req, "traceparent") == 1 &&
+        txo_trace_parse(txo_http_request_header(req, "traceparent"),
+                        one_state ? txo_http_request_header(req, "tracestate") : NULL, &caller))
+        txo_trace_child(&caller, &post.trace);
+    else
+        txo_trace_new_root(false, &post.trace);
     if (api->writer != NULL)
         post_order_grouped(api, key, &post, resp);
     else

@@ -150,6 +150,7 @@ static int group_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
             o->customer_id = g->reqs[i]->customer_id;
             o->items = g->reqs[i]->items;
             o->n = g->reqs[i]->n;
+            o->trace = g->reqs[i]->trace;
             g->order_of[n_check++] = i;
         }
     int64_t step = 0;

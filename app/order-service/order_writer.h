@@ -58,6 +58,7 @@ struct order_writer_req {
     int64_t customer_id;
     const struct order_item *items;
     size_t n;
+    const struct txo_trace_ctx *trace; /* the request's, for its OrderCreated; NULL: none */
     /* the answer */
     enum order_writer_outcome outcome;
     int status;

@@ -206,6 +206,81 @@ static void test_repeat_gets_stored_response(void **state)
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
+/* POST /orders with key and the given trace headers (NULL: left out); the new order's id. */
+static int64_t post_traced(struct ctx *c, unsigned port, const char *key, const char *parent,
+                           const char *state)
+{
+    char kh[96], ph[160], sh[600];
+    snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
+    snprintf(ph, sizeof(ph), "traceparent: %s", parent != NULL ? parent : "");
+    snprintf(sh, sizeof(sh), "tracestate: %s", state != NULL ? state : "");
+    const char *headers[] = {"Content-Type: application/json", kh, parent != NULL ? ph : NULL,
+                             state != NULL ? sh : NULL, NULL};
+    testhttp_do(c->h, "POST", port, "/orders", headers, ORDER_BODY, strlen(ORDER_BODY), &c->rep[0]);
+    return testhttp_expect_created(&c->rep[0], 201, key);
+}
+
+/* The traceparent and tracestate stored with order id's OrderCreated ("" for NULL). */
+static void created_trace(struct ctx *c, int64_t id, char *parent, size_t pcap, char *state,
+                          size_t scap)
+{
+    char agg[24];
+    snprintf(agg, sizeof(agg), "%lld", (long long)id);
+    char *p =
+        q_key_str(c,
+                  "SELECT COALESCE(traceparent, '') FROM outbox_events WHERE aggregate_id = ? "
+                  "AND event_type = 'OrderCreated'",
+                  agg);
+    char *s = q_key_str(c,
+                        "SELECT COALESCE(tracestate, '') FROM outbox_events WHERE aggregate_id = ? "
+                        "AND event_type = 'OrderCreated'",
+                        agg);
+    snprintf(parent, pcap, "%s", p != NULL ? p : "");
+    snprintf(state, scap, "%s", s != NULL ? s : "");
+    txo_free(p);
+    txo_free(s);
+}
+
+/*
+ * W3C Trace Context on POST /orders: with a valid traceparent, the OrderCreated event carries a
+ * child of it (same trace id and flags, a new span id) and the tracestate; without one, or with
+ * one that is not valid, the order is created as without it, in a new trace.
+ */
+static void test_trace_context_reaches_order_created(void **state)
+{
+    struct ctx *c = *state;
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_trace", "serve", NULL);
+    static const char caller[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    char parent[64], st[600];
+
+    int64_t id = post_traced(c, port, "trace-1", caller, "rojo=00f067aa0ba902b7");
+    created_trace(c, id, parent, sizeof(parent), st, sizeof(st));
+    assert_int_equal(strlen(parent), 55);
+    assert_memory_equal(parent, caller, 36);               /* version and trace id */
+    assert_memory_not_equal(parent + 36, caller + 36, 16); /* the request's own span */
+    assert_string_equal(parent + 53, "01");
+    assert_string_equal(st, "rojo=00f067aa0ba902b7");
+
+    /* None, or not valid: a new trace, the order created all the same. */
+    static const char *const bad[] = {
+        NULL, "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "garbage"};
+    char first_new[64] = "";
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "trace-new-%zu", i);
+        id = post_traced(c, port, key, bad[i], NULL);
+        created_trace(c, id, parent, sizeof(parent), st, sizeof(st));
+        assert_int_equal(strlen(parent), 55);
+        assert_memory_not_equal(parent + 3, caller + 3, 32);
+        assert_string_equal(st, "");
+        if (i == 0)
+            snprintf(first_new, sizeof(first_new), "%s", parent);
+        else
+            assert_memory_not_equal(parent + 3, first_new + 3, 32); /* each a trace of its own */
+    }
+    testhttp_txo_stop(&c->procs[0], "txo serve");
+}
+
 /*
  * The customer's cancel, optimistic locking on orders.version over HTTP: If-Match is required
  * (428), a version nobody read is 412 version_conflict, the right one cancels (200, version + 1,
@@ -845,6 +920,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_repeat_gets_stored_response, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_with_if_match, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace_context_reaches_order_created, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_same_key, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_held_answers_409, setup, teardown),
         cmocka_unit_test_setup_teardown(test_key_reused_with_other_body, setup, teardown),
