@@ -148,7 +148,8 @@ static struct txo_consumer *new_consumer(const struct txo_kafka_opts *o, struct 
     struct txo_consumer *c = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_kafka_new(o, collect, col, NULL, &c, &err) < 0)
+    if (txo_consumer_kafka_new(o, &(struct txo_handler){.one = collect, .arg = col}, NULL, &c,
+                               &err) < 0)
         fail_msg("txo_consumer_kafka_new: %s", err.msg);
     assert_string_equal(txo_consumer_name(c), "kafka");
     return c;

@@ -225,7 +225,8 @@ static struct txo_consumer *new_consumer(const struct txo_nats_opts *o, struct c
     struct txo_consumer *cons = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_nats_new(o, collect, col, &cons, &err) < 0)
+    if (txo_consumer_nats_new(o, &(struct txo_handler){.one = collect, .arg = col}, &cons, &err) <
+        0)
         fail_msg("txo_consumer_nats_new: %s", err.msg);
     assert_string_equal(txo_consumer_name(cons), "nats");
     return cons;
@@ -290,7 +291,9 @@ static void test_subject_sanitising(void **state)
     o.stream = "OK";
     o.durable = "a.b";
     struct txo_consumer *cons = NULL;
-    assert_int_equal(txo_consumer_nats_new(&o, collect, NULL, &cons, NULL), TXO_EINVAL);
+    assert_int_equal(
+        txo_consumer_nats_new(&o, &(struct txo_handler){.one = collect, .arg = NULL}, &cons, NULL),
+        TXO_EINVAL);
     assert_null(pub);
     assert_null(cons);
 }
@@ -419,7 +422,8 @@ static void test_cloudevents_binary_mode(void **state)
     struct decoded d;
     memset(&d, 0, sizeof(d));
     struct txo_consumer *cons = NULL;
-    if (txo_consumer_nats_new(&c->o, decode_collect, &d, &cons, &err) < 0)
+    if (txo_consumer_nats_new(&c->o, &(struct txo_handler){.one = decode_collect, .arg = &d}, &cons,
+                              &err) < 0)
         fail_msg("txo_consumer_nats_new: %s", err.msg);
     int64_t deadline = txo_monotonic_ms() + 10000;
     while (d.n < 2 && txo_monotonic_ms() < deadline)

@@ -200,9 +200,10 @@ static void test_routing_key_sanitising(void **state)
     struct txo_consumer *cons = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(
-        txo_consumer_rabbitmq_new(&o, (txo_message_handler_fn)1, NULL, NULL, &cons, &err),
-        TXO_EINVAL);
+    assert_int_equal(txo_consumer_rabbitmq_new(
+                         &o, &(struct txo_handler){.one = (txo_message_handler_fn)1, .arg = NULL},
+                         NULL, &cons, &err),
+                     TXO_EINVAL);
     assert_non_null(strstr(err.msg, "prefetch"));
     txo_rabbitmq_opts_init(&o);
     o.url = "http://nope";
@@ -574,7 +575,8 @@ static void test_consumer_ack_retry_dead_letter(void **state)
     struct txo_consumer *cons = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_rabbitmq_new(&o, handle, &h, metrics, &cons, &err) < 0)
+    if (txo_consumer_rabbitmq_new(&o, &(struct txo_handler){.one = handle, .arg = &h}, metrics,
+                                  &cons, &err) < 0)
         fail_msg("txo_consumer_rabbitmq_new: %s", err.msg);
     assert_string_equal(txo_consumer_name(cons), "rabbitmq");
     size_t handled = 0;
@@ -649,7 +651,9 @@ static void test_crash_between_commit_and_ack(void **state)
     o.binding_key = "crash.*";
     struct handler_ctx h = {.db = t.db};
     struct txo_consumer *cons = NULL;
-    assert_int_equal(txo_consumer_rabbitmq_new(&o, handle, &h, NULL, &cons, NULL), 0);
+    assert_int_equal(txo_consumer_rabbitmq_new(&o, &(struct txo_handler){.one = handle, .arg = &h},
+                                               NULL, &cons, NULL),
+                     0);
     size_t handled = 0;
     assert_int_equal(txo_consumer_poll(cons, 10, 50, &handled, NULL), 0); /* declares */
     txo_consumer_free(cons);
@@ -660,7 +664,9 @@ static void test_crash_between_commit_and_ack(void **state)
     if (pid == 0) {
         struct handler_ctx ch = {.db = testdb_connect(&t)};
         struct txo_consumer *cc = NULL;
-        if (txo_consumer_rabbitmq_new(&o, handle_then_crash, &ch, NULL, &cc, NULL) < 0)
+        if (txo_consumer_rabbitmq_new(&o,
+                                      &(struct txo_handler){.one = handle_then_crash, .arg = &ch},
+                                      NULL, &cc, NULL) < 0)
             _exit(2);
         for (int i = 0; i < 50; i++) {
             size_t n = 0;
@@ -676,7 +682,9 @@ static void test_crash_between_commit_and_ack(void **state)
     assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 1);
 
     unsigned calls_before = h.calls;
-    assert_int_equal(txo_consumer_rabbitmq_new(&o, handle, &h, NULL, &cons, NULL), 0);
+    assert_int_equal(txo_consumer_rabbitmq_new(&o, &(struct txo_handler){.one = handle, .arg = &h},
+                                               NULL, &cons, NULL),
+                     0);
     poll_until(cons, &h.calls, (unsigned)calls_before + 1, 10000);
     assert_int_equal(h.duplicates, 1);
     assert_int_equal(h.effects, 0);
@@ -715,8 +723,9 @@ static struct txo_consumer *new_batch_consumer(struct txo_rabbitmq_opts *o, stru
     struct txo_consumer *cons = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_rabbitmq_batch_new(o, handle_batch, b, NULL, &cons, &err) < 0)
-        fail_msg("txo_consumer_rabbitmq_batch_new: %s", err.msg);
+    if (txo_consumer_rabbitmq_new(o, &(struct txo_handler){.batch = handle_batch, .arg = b}, NULL,
+                                  &cons, &err) < 0)
+        fail_msg("txo_consumer_rabbitmq_new: %s", err.msg);
     return cons;
 }
 
@@ -736,7 +745,9 @@ static void test_batch_consumer_takes_what_is_waiting(void **state)
     o.binding_key = "batch.*";
     struct txo_consumer *cons = new_batch_consumer(&o, &b); /* declares: the server is up */
     struct txo_consumer *none = NULL;
-    assert_int_equal(txo_consumer_rabbitmq_batch_new(&o, NULL, &b, NULL, &none, NULL), TXO_EINVAL);
+    assert_int_equal(txo_consumer_rabbitmq_new(&o, &(struct txo_handler){.batch = NULL, .arg = &b},
+                                               NULL, &none, NULL),
+                     TXO_EINVAL);
     assert_null(none);
     enum { N = 20 };
     for (int i = 1; i <= N; i++) {

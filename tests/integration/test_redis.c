@@ -219,7 +219,7 @@ static struct txo_consumer *new_consumer(const struct txo_redis_opts *o, txo_mes
     struct txo_consumer *c = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_redis_new(o, fn, arg, NULL, &c, &err) < 0)
+    if (txo_consumer_redis_new(o, &(struct txo_handler){.one = fn, .arg = arg}, NULL, &c, &err) < 0)
         fail_msg("txo_consumer_redis_new: %s", err.msg);
     return c;
 }
@@ -273,7 +273,9 @@ static void test_stream_names_and_options(void **state)
     o.maxlen = -1;
     assert_int_equal(txo_publisher_redis_new(&o, NULL, &pub, &err), TXO_EINVAL);
     txo_redis_opts_init(&o);
-    assert_int_equal(txo_consumer_redis_new(&o, collect, NULL, NULL, &c, &err), TXO_EINVAL);
+    assert_int_equal(txo_consumer_redis_new(&o, &(struct txo_handler){.one = collect, .arg = NULL},
+                                            NULL, &c, &err),
+                     TXO_EINVAL);
     assert_non_null(strstr(err.msg, "stream is required"));
 }
 
@@ -697,8 +699,9 @@ static struct txo_consumer *new_batch_consumer(const struct txo_redis_opts *o,
     struct txo_consumer *c = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_redis_batch_new(o, collect_batch, bc, NULL, &c, &err) < 0)
-        fail_msg("txo_consumer_redis_batch_new: %s", err.msg);
+    if (txo_consumer_redis_new(o, &(struct txo_handler){.batch = collect_batch, .arg = bc}, NULL,
+                               &c, &err) < 0)
+        fail_msg("txo_consumer_redis_new: %s", err.msg);
     return c;
 }
 
