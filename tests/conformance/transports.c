@@ -13,23 +13,8 @@
 
 #include "transports.h"
 #include "txo/webhook.h"
-#if TXO_WITH_NATS
-#include "txo/nats.h"
-#endif
-#if TXO_WITH_KAFKA
-#include "txo/kafka.h"
-#endif
-#if TXO_WITH_REDIS
-#include "txo/redis.h"
-#endif
-#if TXO_WITH_RABBITMQ
-#include "txo/rabbitmq.h"
-#endif
-#if TXO_WITH_GRPC
-#include "txo/grpc.h"
-#endif
 
-#define NAME_MAX_ 128
+#define NAME_CAP 128 /* a stream, topic, queue or group name */
 
 /* ---- read-back normalisation ---- */
 
@@ -51,86 +36,100 @@ static const char *underscored(const char *name, char *buf, size_t cap)
     return buf;
 }
 
+/* A scratch error for the constructors below, reset for each. */
+static struct txo_error scratch;
+
+static struct txo_error *fresh_err(void)
+{
+    txo_error_init(&scratch);
+    return &scratch;
+}
+
+/* Fails the test when constructor what returned rc < 0 (its reason in the scratch error). */
+static void made(int rc, const char *what)
+{
+    if (rc < 0)
+        fail_msg("%s: %s", what, scratch.msg);
+}
+
+/* A row's server lifecycle from its test server's start, cleanup, kill and restart. */
+#define SERVER_OPS(row, field, support)                                                            \
+    static void row##_start(struct env *e)                                                         \
+    {                                                                                              \
+        support##_start(&e->field);                                                                \
+    }                                                                                              \
+    static void row##_cleanup(struct env *e)                                                       \
+    {                                                                                              \
+        support##_cleanup(&e->field);                                                              \
+    }                                                                                              \
+    static void row##_kill(struct env *e)                                                          \
+    {                                                                                              \
+        support##_kill(&e->field);                                                                 \
+    }                                                                                              \
+    static void row##_restart(struct env *e)                                                       \
+    {                                                                                              \
+        support##_restart(&e->field);                                                              \
+    }
+
 /* ---- rows ---- */
 
 #if TXO_WITH_NATS
-static void nats_start(struct env *e)
-{
-    testnats_start(&e->nats);
-}
-
-static void nats_cleanup(struct env *e)
-{
-    testnats_cleanup(&e->nats);
-}
-
-static void nats_kill(struct env *e)
-{
-    testnats_kill(&e->nats);
-}
-
-static void nats_restart(struct env *e)
-{
-    testnats_restart(&e->nats);
-}
+SERVER_OPS(nats, nats, testnats)
 
 /* Stream "NS_<ns>", subjects "<ns>.events.>", durable "<ns>-dur". */
-static void nats_opts(struct env *e, const char *ns, struct txo_nats_opts *o, char *stream,
-                      char *prefix, char *durable)
+struct nats_cfg {
+    struct txo_nats_opts o;
+    char stream[NAME_CAP], prefix[NAME_CAP], durable[NAME_CAP];
+};
+
+static void nats_cfg(struct env *e, const char *ns, struct nats_cfg *c)
 {
-    snprintf(stream, NAME_MAX_, "NS_%s", ns);
-    snprintf(prefix, NAME_MAX_, "%s.events", ns);
-    snprintf(durable, NAME_MAX_, "%s-dur", ns);
-    txo_nats_opts_init(o);
-    o->url = e->nats.url;
-    o->connect_timeout_ms = 1000;
-    o->reconnect_wait_ms = 100;
-    o->stream = stream;
-    o->subject_prefix = prefix;
-    o->durable = durable;
-    o->ack_wait_ms = 1500;
-    o->nak_delay_ms = 200;
+    snprintf(c->stream, sizeof(c->stream), "NS_%s", ns);
+    snprintf(c->prefix, sizeof(c->prefix), "%s.events", ns);
+    snprintf(c->durable, sizeof(c->durable), "%s-dur", ns);
+    txo_nats_opts_init(&c->o);
+    c->o.url = e->nats.url;
+    c->o.connect_timeout_ms = 1000;
+    c->o.reconnect_wait_ms = 100;
+    c->o.stream = c->stream;
+    c->o.subject_prefix = c->prefix;
+    c->o.durable = c->durable;
+    c->o.ack_wait_ms = 1500;
+    c->o.nak_delay_ms = 200;
 }
 
 static struct txo_publisher *nats_publisher(struct env *e, const char *ns)
 {
-    char stream[NAME_MAX_], prefix[NAME_MAX_], durable[NAME_MAX_];
-    struct txo_nats_opts o;
-    nats_opts(e, ns, &o, stream, prefix, durable);
+    struct nats_cfg c;
+    nats_cfg(e, ns, &c);
     struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_nats_new(&o, &pub, &err) < 0)
-        fail_msg("txo_publisher_nats_new: %s", err.msg);
+    made(txo_publisher_nats_new(&c.o, &pub, fresh_err()), "txo_publisher_nats_new");
     return pub;
 }
 
 static struct txo_consumer *nats_consumer(struct env *e, const char *ns,
                                           const struct txo_handler *h)
 {
-    char stream[NAME_MAX_], prefix[NAME_MAX_], durable[NAME_MAX_];
-    struct txo_nats_opts o;
-    nats_opts(e, ns, &o, stream, prefix, durable);
-    struct txo_consumer *c = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_consumer_nats_new(&o, h, &c, &err) < 0)
-        fail_msg("txo_consumer_nats_new: %s", err.msg);
-    return c;
+    struct nats_cfg c;
+    nats_cfg(e, ns, &c);
+    struct txo_consumer *cons = NULL;
+    made(txo_consumer_nats_new(&c.o, h, &cons, fresh_err()), "txo_consumer_nats_new");
+    return cons;
 }
 
+/* cnats directly: the bodies and ids in stream order, each message's headers by sequence. */
 static json_t *nats_read_back(struct env *e, const char *ns)
 {
-    char stream[NAME_MAX_];
-    snprintf(stream, sizeof(stream), "NS_%s", ns);
+    struct nats_cfg c;
+    nats_cfg(e, ns, &c);
     char **ids = NULL, **data = NULL;
-    size_t n = testnats_stream_read(&e->nats, stream, &ids, &data);
+    size_t n = testnats_stream_read(&e->nats, c.stream, &ids, &data);
     json_t *all = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *headers = json_object();
         for (size_t k = 0; k < TXO_ARRAY_LEN(ce_names); k++) {
             char *v = NULL;
-            testnats_stream_msg(&e->nats, stream, i + 1, ce_names[k], &v, NULL);
+            testnats_stream_msg(&e->nats, c.stream, i + 1, ce_names[k], &v, NULL);
             if (v != NULL)
                 json_object_set_new(headers, ce_names[k], json_string(v));
             free(v);
@@ -154,6 +153,7 @@ static void kafka_cleanup(struct env *e)
     testkafka_stop(&e->kafka);
 }
 
+/* The mock cluster cannot die: every broker refuses connections instead. */
 static void kafka_kill(struct env *e)
 {
     testkafka_set_brokers(&e->kafka, false);
@@ -165,57 +165,63 @@ static void kafka_restart(struct env *e)
 }
 
 /* Topic "<ns>.events.order" (3 partitions), group "<ns>-group", dead letters "<ns>.dead". */
-static void kafka_names(const char *ns, char *template, char *topic, char *group, char *dead)
+struct kafka_cfg {
+    struct txo_kafka_opts o;
+    char template[NAME_CAP], topic[NAME_CAP], group[NAME_CAP], dead[NAME_CAP];
+};
+
+static void kafka_cfg(struct env *e, const char *ns, struct kafka_cfg *c)
 {
-    snprintf(template, NAME_MAX_, "%s.events.{aggregate_type}", ns);
-    snprintf(topic, NAME_MAX_, "%s.events.order", ns);
-    snprintf(group, NAME_MAX_, "%s-group", ns);
-    snprintf(dead, NAME_MAX_, "%s.dead", ns);
+    snprintf(c->template, sizeof(c->template), "%s.events.{aggregate_type}", ns);
+    snprintf(c->topic, sizeof(c->topic), "%s.events.order", ns);
+    snprintf(c->group, sizeof(c->group), "%s-group", ns);
+    snprintf(c->dead, sizeof(c->dead), "%s.dead", ns);
+    testkafka_opts(&e->kafka, &c->o, c->template);
+    c->o.delivery_timeout_ms = 2000;
+    c->o.topics = c->topic;
+    c->o.group = c->group;
+    c->o.retry_delay_ms = 200;
+    c->o.dead_letter_topic = c->dead;
 }
 
 static void kafka_prepare(struct env *e, const char *ns)
 {
-    char template[NAME_MAX_], topic[NAME_MAX_], group[NAME_MAX_], dead[NAME_MAX_];
-    kafka_names(ns, template, topic, group, dead);
-    testkafka_create_topic(&e->kafka, topic, 3);
-    testkafka_create_topic(&e->kafka, dead, 1);
+    struct kafka_cfg c;
+    kafka_cfg(e, ns, &c);
+    testkafka_create_topic(&e->kafka, c.topic, 3);
+    testkafka_create_topic(&e->kafka, c.dead, 1);
 }
 
 static struct txo_publisher *kafka_publisher(struct env *e, const char *ns)
 {
-    char template[NAME_MAX_], topic[NAME_MAX_], group[NAME_MAX_], dead[NAME_MAX_];
-    kafka_names(ns, template, topic, group, dead);
-    struct txo_kafka_opts o;
-    testkafka_opts(&e->kafka, &o, template);
-    o.delivery_timeout_ms = 2000;
-    return testkafka_publisher(&o);
+    struct kafka_cfg c;
+    kafka_cfg(e, ns, &c);
+    return testkafka_publisher(&c.o);
 }
 
 static struct txo_consumer *kafka_consumer(struct env *e, const char *ns,
                                            const struct txo_handler *h)
 {
-    char template[NAME_MAX_], topic[NAME_MAX_], group[NAME_MAX_], dead[NAME_MAX_];
-    kafka_names(ns, template, topic, group, dead);
-    struct txo_kafka_opts o;
-    testkafka_opts(&e->kafka, &o, template);
-    o.topics = topic;
-    o.group = group;
-    o.retry_delay_ms = 200;
-    o.dead_letter_topic = dead;
-    struct txo_consumer *c = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_consumer_kafka_new(&o, h, NULL, &c, &err) < 0)
-        fail_msg("txo_consumer_kafka_new: %s", err.msg);
-    return c;
+    struct kafka_cfg c;
+    kafka_cfg(e, ns, &c);
+    /* A member lost while every broker was down is replaced within seconds, not librdkafka's
+     * default 45 s session. */
+    const char *props[] = {"session.timeout.ms=6000", "heartbeat.interval.ms=500",
+                           "reconnect.backoff.ms=50", "reconnect.backoff.max.ms=500"};
+    c.o.properties = props;
+    c.o.n_properties = TXO_ARRAY_LEN(props);
+    struct txo_consumer *cons = NULL;
+    made(txo_consumer_kafka_new(&c.o, h, NULL, &cons, fresh_err()), "txo_consumer_kafka_new");
+    return cons;
 }
 
+/* kcat: each partition's records in offset order, the headers in the ce_ spelling. */
 static json_t *kafka_read_back(struct env *e, const char *ns)
 {
-    char template[NAME_MAX_], topic[NAME_MAX_], group[NAME_MAX_], dead[NAME_MAX_];
-    kafka_names(ns, template, topic, group, dead);
+    struct kafka_cfg c;
+    kafka_cfg(e, ns, &c);
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&e->kafka, topic, &r);
+    size_t n = testkafka_read(&e->kafka, c.topic, &r);
     json_t *all = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *headers = json_object();
@@ -236,84 +242,65 @@ static json_t *kafka_read_back(struct env *e, const char *ns)
 
 static long kafka_dead_letters(struct env *e, const char *ns)
 {
-    char template[NAME_MAX_], topic[NAME_MAX_], group[NAME_MAX_], dead[NAME_MAX_];
-    kafka_names(ns, template, topic, group, dead);
+    struct kafka_cfg c;
+    kafka_cfg(e, ns, &c);
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&e->kafka, dead, &r);
+    size_t n = testkafka_read(&e->kafka, c.dead, &r);
     testkafka_records_free(r, n);
     return (long)n;
 }
 #endif
 
 #if TXO_WITH_REDIS
-static void redis_start(struct env *e)
-{
-    testredis_start(&e->redis);
-}
+SERVER_OPS(redis, redis, testredis)
 
-static void redis_cleanup(struct env *e)
-{
-    testredis_cleanup(&e->redis);
-}
+/* Stream "<ns>.events.order" (and its ".dead"), group "<ns>-group". */
+struct redis_cfg {
+    struct txo_redis_opts o;
+    char template[NAME_CAP], stream[NAME_CAP], group[NAME_CAP], dead[NAME_CAP + 8];
+};
 
-static void redis_kill(struct env *e)
+static void redis_cfg(struct env *e, const char *ns, struct redis_cfg *c)
 {
-    testredis_kill(&e->redis);
-}
-
-static void redis_restart(struct env *e)
-{
-    testredis_restart(&e->redis);
-}
-
-static void redis_opts(struct env *e, const char *ns, struct txo_redis_opts *o, char *template,
-                       char *stream, char *group)
-{
-    snprintf(template, NAME_MAX_, "%s.events.{aggregate_type}", ns);
-    snprintf(stream, NAME_MAX_, "%s.events.order", ns);
-    snprintf(group, NAME_MAX_, "%s-group", ns);
-    txo_redis_opts_init(o);
-    o->url = e->redis.url;
-    o->connect_timeout_ms = 500;
-    o->timeout_ms = 1000;
-    o->stream_template = template;
-    o->stream = stream;
-    o->group = group;
-    o->claim_idle_ms = 300;
+    snprintf(c->template, sizeof(c->template), "%s.events.{aggregate_type}", ns);
+    snprintf(c->stream, sizeof(c->stream), "%s.events.order", ns);
+    snprintf(c->group, sizeof(c->group), "%s-group", ns);
+    snprintf(c->dead, sizeof(c->dead), "%s.dead", c->stream);
+    txo_redis_opts_init(&c->o);
+    c->o.url = e->redis.url;
+    c->o.connect_timeout_ms = 500;
+    c->o.timeout_ms = 1000;
+    c->o.stream_template = c->template;
+    c->o.stream = c->stream;
+    c->o.group = c->group;
+    c->o.claim_idle_ms = 300;
 }
 
 static struct txo_publisher *redis_publisher(struct env *e, const char *ns)
 {
-    char template[NAME_MAX_], stream[NAME_MAX_], group[NAME_MAX_];
-    struct txo_redis_opts o;
-    redis_opts(e, ns, &o, template, stream, group);
+    struct redis_cfg c;
+    redis_cfg(e, ns, &c);
     struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_redis_new(&o, NULL, &pub, &err) < 0)
-        fail_msg("txo_publisher_redis_new: %s", err.msg);
+    made(txo_publisher_redis_new(&c.o, NULL, &pub, fresh_err()), "txo_publisher_redis_new");
     return pub;
 }
 
 static struct txo_consumer *redis_consumer(struct env *e, const char *ns,
                                            const struct txo_handler *h)
 {
-    char template[NAME_MAX_], stream[NAME_MAX_], group[NAME_MAX_];
-    struct txo_redis_opts o;
-    redis_opts(e, ns, &o, template, stream, group);
-    struct txo_consumer *c = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_consumer_redis_new(&o, h, NULL, &c, &err) < 0)
-        fail_msg("txo_consumer_redis_new: %s", err.msg);
-    return c;
+    struct redis_cfg c;
+    redis_cfg(e, ns, &c);
+    struct txo_consumer *cons = NULL;
+    made(txo_consumer_redis_new(&c.o, h, NULL, &cons, fresh_err()), "txo_consumer_redis_new");
+    return cons;
 }
 
+/* redis-cli XRANGE: the entries in stream order, the fields in the ce_ spelling. */
 static json_t *redis_read_back(struct env *e, const char *ns)
 {
-    char stream[NAME_MAX_];
-    snprintf(stream, sizeof(stream), "%s.events.order", ns);
-    json_t *entries = testredis_xrange(&e->redis, stream);
+    struct redis_cfg c;
+    redis_cfg(e, ns, &c);
+    json_t *entries = testredis_xrange(&e->redis, c.stream);
     json_t *all = json_array();
     size_t i;
     json_t *entry;
@@ -336,89 +323,70 @@ static json_t *redis_read_back(struct env *e, const char *ns)
 
 static long redis_dead_letters(struct env *e, const char *ns)
 {
-    char dead[NAME_MAX_];
-    snprintf(dead, sizeof(dead), "%s.events.order.dead", ns);
-    return (long)testredis_xlen(&e->redis, dead);
+    struct redis_cfg c;
+    redis_cfg(e, ns, &c);
+    return (long)testredis_xlen(&e->redis, c.dead);
 }
 #endif
 
 #if TXO_WITH_RABBITMQ
-static void rabbit_start(struct env *e)
+SERVER_OPS(rabbit, rabbit, testrabbit)
+
+/* Exchange "<ns>.x"; the consumer's queue "<ns>-q" (and its .dlq), pika's queue "<ns>-seen". */
+struct rabbit_cfg {
+    struct txo_rabbitmq_opts o;
+    char exchange[NAME_CAP], queue[NAME_CAP], dlq[NAME_CAP + 8], seen[NAME_CAP];
+};
+
+static void rabbit_cfg(struct env *e, const char *ns, struct rabbit_cfg *c)
 {
-    testrabbit_start(&e->rabbit);
+    snprintf(c->exchange, sizeof(c->exchange), "%s.x", ns);
+    snprintf(c->queue, sizeof(c->queue), "%s-q", ns);
+    snprintf(c->dlq, sizeof(c->dlq), "%s.dlq", c->queue);
+    snprintf(c->seen, sizeof(c->seen), "%s-seen", ns);
+    txo_rabbitmq_opts_init(&c->o);
+    c->o.url = e->rabbit.url;
+    c->o.connect_timeout_ms = 1000;
+    c->o.exchange = c->exchange;
+    c->o.queue = c->queue;
+    c->o.binding_key = "#";
+    c->o.prefetch = 20;
+    c->o.retry_delay_ms = 200;
 }
 
-static void rabbit_cleanup(struct env *e)
-{
-    testrabbit_cleanup(&e->rabbit);
-}
-
-static void rabbit_kill(struct env *e)
-{
-    testrabbit_kill(&e->rabbit);
-}
-
-static void rabbit_restart(struct env *e)
-{
-    testrabbit_restart(&e->rabbit);
-}
-
-/* Exchange "<ns>.x"; the consumer's queue "<ns>-q", pika's observer queue "<ns>-seen". */
-static void rabbit_opts(struct env *e, const char *ns, struct txo_rabbitmq_opts *o, char *exchange,
-                        char *queue)
-{
-    snprintf(exchange, NAME_MAX_, "%s.x", ns);
-    snprintf(queue, NAME_MAX_, "%s-q", ns);
-    txo_rabbitmq_opts_init(o);
-    o->url = e->rabbit.url;
-    o->connect_timeout_ms = 1000;
-    o->exchange = exchange;
-    o->queue = queue;
-    o->binding_key = "#";
-    o->prefetch = 20;
-    o->retry_delay_ms = 200;
-}
-
+/* pika's own queue, bound to everything the exchange gets: what the server routed. */
 static void rabbit_prepare(struct env *e, const char *ns)
 {
-    char exchange[NAME_MAX_], seen[NAME_MAX_];
-    snprintf(exchange, sizeof(exchange), "%s.x", ns);
-    snprintf(seen, sizeof(seen), "%s-seen", ns);
-    free(testrabbit_client(&e->rabbit, "declare", seen, exchange, "#", NULL));
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
+    free(testrabbit_client(&e->rabbit, "declare", c.seen, c.exchange, "#", NULL));
 }
 
 static struct txo_publisher *rabbit_publisher(struct env *e, const char *ns)
 {
-    char exchange[NAME_MAX_], queue[NAME_MAX_];
-    struct txo_rabbitmq_opts o;
-    rabbit_opts(e, ns, &o, exchange, queue);
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
     struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_rabbitmq_new(&o, NULL, &pub, &err) < 0)
-        fail_msg("txo_publisher_rabbitmq_new: %s", err.msg);
+    made(txo_publisher_rabbitmq_new(&c.o, NULL, &pub, fresh_err()), "txo_publisher_rabbitmq_new");
     return pub;
 }
 
 static struct txo_consumer *rabbit_consumer(struct env *e, const char *ns,
                                             const struct txo_handler *h)
 {
-    char exchange[NAME_MAX_], queue[NAME_MAX_];
-    struct txo_rabbitmq_opts o;
-    rabbit_opts(e, ns, &o, exchange, queue);
-    struct txo_consumer *c = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_consumer_rabbitmq_new(&o, h, NULL, &c, &err) < 0)
-        fail_msg("txo_consumer_rabbitmq_new: %s", err.msg);
-    return c;
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
+    struct txo_consumer *cons = NULL;
+    made(txo_consumer_rabbitmq_new(&c.o, h, NULL, &cons, fresh_err()), "txo_consumer_rabbitmq_new");
+    return cons;
 }
 
+/* pika drains the observer queue: message_id, body and the headers in the ce_ spelling. */
 static json_t *rabbit_read_back(struct env *e, const char *ns)
 {
-    char seen[NAME_MAX_];
-    snprintf(seen, sizeof(seen), "%s-seen", ns);
-    char *out = testrabbit_client(&e->rabbit, "drain", seen, "1.0", NULL);
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
+    char *out = testrabbit_client(&e->rabbit, "drain", c.seen, "1.0", NULL);
     json_t *all = json_array();
     for (char *line = out; *line != '\0';) {
         char *end = strchr(line, '\n');
@@ -445,32 +413,14 @@ static json_t *rabbit_read_back(struct env *e, const char *ns)
 
 static long rabbit_dead_letters(struct env *e, const char *ns)
 {
-    char dlq[NAME_MAX_];
-    snprintf(dlq, sizeof(dlq), "%s-q.dlq", ns);
-    return testrabbit_count(&e->rabbit, dlq);
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
+    return testrabbit_count(&e->rabbit, c.dlq);
 }
 #endif
 
 #if TXO_WITH_GRPC
-static void grpc_start(struct env *e)
-{
-    testgrpc_start(&e->grpc);
-}
-
-static void grpc_cleanup(struct env *e)
-{
-    testgrpc_cleanup(&e->grpc);
-}
-
-static void grpc_kill(struct env *e)
-{
-    testgrpc_kill(&e->grpc);
-}
-
-static void grpc_restart(struct env *e)
-{
-    testgrpc_restart(&e->grpc);
-}
+SERVER_OPS(grpc, grpc, testgrpc)
 
 /* One server for every namespace: each contract starts from empty records. */
 static void grpc_prepare(struct env *e, const char *ns)
@@ -488,14 +438,11 @@ static struct txo_publisher *grpc_publisher(struct env *e, const char *ns)
     o.deadline_ms = 2000;
     o.reconnect_max_ms = 300;
     struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_grpc_new(&o, NULL, &pub, &err) < 0)
-        fail_msg("txo_publisher_grpc_new: %s", err.msg);
+    made(txo_publisher_grpc_new(&o, NULL, &pub, fresh_err()), "txo_publisher_grpc_new");
     return pub;
 }
 
-/* The EventSink message carries the payload alone: it is the body. */
+/* The EventSink server's records; its message carries the payload alone: it is the body. */
 static json_t *grpc_read_back(struct env *e, const char *ns)
 {
     (void)ns;
@@ -566,10 +513,7 @@ static struct txo_publisher *web_publisher(struct env *e, const char *ns)
     o.connect_timeout_ms = 500;
     o.timeout_ms = 2000;
     struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_webhook_new(&o, &pub, &err) < 0)
-        fail_msg("txo_publisher_webhook_new: %s", err.msg);
+    made(txo_publisher_webhook_new(&o, &pub, fresh_err()), "txo_publisher_webhook_new");
     return pub;
 }
 

@@ -25,18 +25,23 @@
 #include "txo/features.h"
 #if TXO_WITH_NATS
 #include "testnats.h"
+#include "txo/nats.h"
 #endif
 #if TXO_WITH_KAFKA
 #include "testkafka.h"
+#include "txo/kafka.h"
 #endif
 #if TXO_WITH_REDIS
 #include "testredis.h"
+#include "txo/redis.h"
 #endif
 #if TXO_WITH_RABBITMQ
 #include "testrabbit.h"
+#include "txo/rabbitmq.h"
 #endif
 #if TXO_WITH_GRPC
 #include "testgrpc.h"
+#include "txo/grpc.h"
 #endif
 
 /* The servers of every transport; a row uses its own. */
