@@ -156,7 +156,7 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
 }
 
 /* Runs the handler on msgs[0..n), then settles each by its verdict. Returns as nats_poll does;
- * *done gets the messages settled (or left to redelivery). */
+ * *done gets the messages handed to the handler. */
 static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t *done,
                       struct txo_error *err)
 {
@@ -172,6 +172,7 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
     for (size_t i = 0; i < n; i++)
         describe_msg(msgs[i], &in[i]);
     (void)txo__handler_run(&nc->h, in, n, results, errors);
+    *done = n;
     for (size_t i = 0; i < n; i++) {
         if (!txo__nats_connected(&nc->conn)) {
             if (rc == 0)
@@ -181,7 +182,6 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
         struct txo_error e;
         txo_error_init(&e);
         int arc = settle(nc, msgs[i], &in[i], results[i], &errors[i], &e);
-        (*done)++;
         if (arc < 0 && rc == 0) {
             rc = arc;
             if (err != NULL)
