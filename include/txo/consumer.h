@@ -87,15 +87,16 @@ typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message 
                                     int *results, struct txo_error *errors);
 
 /*
- * What a consumer (or local dispatch) runs on the messages it receives: exactly one of one
- * and batch is set. Every transport hands its messages to the handler through this one description,
- * so a per-message handler and a batch handler get the same acknowledgement, retry and dead-letter
- * treatment: one    called once per message, in order; batch  called once per delivery (a fetch, a
- * read, a relay batch) with all its messages, so it can apply them in one database transaction
- * (txo_worker_handle_batch()). Kafka delivers one record at a time (txo/kafka.h): a batch handler
- * gets batches of one. Either way each message is settled by its own verdict once the handler has
- * returned for the delivery. The struct is copied at creation; arg is borrowed and must outlive the
- * consumer. A constructor given neither or both fails with TXO_EINVAL.
+ * What a consumer (or local dispatch) runs on the messages it receives; exactly one of one and
+ * batch is set. Every transport hands its messages to the handler through this one description,
+ * so a per-message and a batch handler get the same acknowledgement, retry and dead letters:
+ *   one    called once per message, in order;
+ *   batch  called once per delivery (a fetch, a read, a relay batch) with all its messages, so
+ *          that it can apply them in one database transaction (txo_worker_handle_batch()).
+ * Kafka delivers one record at a time (txo/kafka.h): a batch handler gets batches of one.
+ * Either way each message is settled by its own verdict once the handler has returned for the
+ * delivery. The struct is copied at creation; arg is borrowed and must outlive the consumer.
+ * A constructor given neither or both fails with TXO_EINVAL.
  */
 struct txo_handler {
     txo_message_handler_fn one;

@@ -130,11 +130,11 @@ TXO_API TXO_MUST_CHECK int txo_publisher_kafka_new(const struct txo_kafka_opts *
  * Creates a consumer in group opts.group subscribed to opts.topics (auto.offset.reset
  * earliest: a new group starts at the beginning), with automatic commits off. Each record goes
  * to the handler h (txo/consumer.h) in partition order, one record per call (h->batch gets
- * batches of one: a record's verdict decides whether the partition moves
- * on, so it is settled before the next record is handled): msg_id = the txo-idempotency-key header
- * (NULL when absent), subject = the topic, data = the record's value (NUL-terminated copy),
- * header() = the record's headers (a "ce-" name is looked up as "ce_", so
- * txo_envelope_decode_message() reads binary CloudEvents).
+ * batches of one: a record's verdict decides whether the partition moves on, so it is settled
+ * before the next record is handled): msg_id = the txo-idempotency-key header (NULL when
+ * absent), subject = the topic, data = the record's value (NUL-terminated copy), header() =
+ * the record's headers (a "ce-" name is looked up as "ce_", so txo_envelope_decode_message()
+ * reads binary CloudEvents).
  *
  * txo_consumer_poll() waits up to timeout_ms for the first record, takes what is ready up to
  * max_msgs, and settles each record after its handler returned:

@@ -161,9 +161,9 @@ TXO_API TXO_MUST_CHECK int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_
  *
  * *h is copied; h->arg is borrowed and must outlive the consumer; metrics (may be NULL)
  * receives txo_rabbitmq_consumed_total{outcome="ack|retry|dead_letter"}.
- * Errors: TXO_EINVAL (bad opts, h NULL or not exactly one of h->one and h->batch), TXO_EUNAVAILABLE
- * (server down and opts.connect_required), TXO_ENOMEM. txo_consumer_free() closes the connections;
- * the queues stay.
+ * Errors: TXO_EINVAL (bad opts, h NULL or not exactly one of h->one and h->batch),
+ * TXO_EUNAVAILABLE (server down and opts.connect_required), TXO_ENOMEM. txo_consumer_free()
+ * closes the connections; the queues stay.
  */
 TXO_API TXO_MUST_CHECK int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o,
                                                      const struct txo_handler *h,

@@ -137,10 +137,11 @@ TXO_API TXO_MUST_CHECK int txo_publisher_redis_new(const struct txo_redis_opts *
  * (txo/consumer.h) on its entries: the entries of each read (XREADGROUP) or claim (XAUTOCLAIM)
  * go to it in order (h->batch: in one call, for txo_worker_handle_batch: one database
  * transaction per poll), then each is settled by its result and all those acknowledged go in
- * one XACK. A batch handler that returns non-zero fails every entry of the call with that code. The
- * inbound message has subject = the stream name, data = the envelope field (data in CloudEvents
- * binary mode, with header("ce-type") etc. reading the ce_* fields), msg_id = the idempotency_key
- * field, delivery = 1 for a new entry or the group's delivery count for a claimed one.
+ * one XACK. A batch handler that returns non-zero fails every entry of the call with that
+ * code. The inbound message has subject = the stream name, data = the envelope field (data in
+ * CloudEvents binary mode, with header("ce-type") etc. reading the ce_* fields), msg_id = the
+ * idempotency_key field, delivery = 1 for a new entry or the group's delivery count for a
+ * claimed one.
  *
  * txo_consumer_poll() first claims up to max_msgs entries idle for claim_idle_ms or longer
  * (XAUTOCLAIM, at most every claim_idle_ms / 4, and at once again while there are more); when
@@ -166,8 +167,8 @@ TXO_API TXO_MUST_CHECK int txo_publisher_redis_new(const struct txo_redis_opts *
  * txo_redis_claimed_total.
  *
  * *h is copied; h->arg is borrowed and must outlive the consumer. Errors: TXO_EINVAL (bad opts,
- * no stream, h NULL or not exactly one of h->one and h->batch), TXO_ENOMEM. txo_consumer_free()
- * leaves the group and its pending entries on the server.
+ * no stream, h NULL or not exactly one of h->one and h->batch), TXO_ENOMEM.
+ * txo_consumer_free() leaves the group and its pending entries on the server.
  */
 TXO_API TXO_MUST_CHECK int txo_consumer_redis_new(const struct txo_redis_opts *o,
                                                   const struct txo_handler *h,

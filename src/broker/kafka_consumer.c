@@ -13,12 +13,12 @@
  *      the next ones, max_msgs at most.
  *   3. Settles each record after its handler returned (txo__handler_run with one record: a
  *      batch handler gets batches of one, since a record's verdict decides whether the
- *      records behind it in its partition may be handled at all). Done (0, permanent, or a type the
- *      consumer does not take): rd_kafka_offset_store(offset + 1), committed at the end of the
- *      poll. Transient: the partition is paused and sought back to the record, and a retry
- *      mark {partition, offset, resume time} is kept. Until the record comes back, records of
- *      that partition that were already fetched are dropped unhandled (they are fetched again
- *      after it), so nothing past the failed record is ever stored or committed.
+ *      records behind it in its partition may be handled at all). Done (0, permanent, or a
+ *      type the consumer does not take): rd_kafka_offset_store(offset + 1), committed at the
+ *      end of the poll. Transient: the partition is paused and sought back to the record, and
+ *      a retry mark {partition, offset, resume time} is kept. Until the record comes back,
+ *      records of that partition that were already fetched are dropped unhandled (they are
+ *      fetched again after it), so nothing past the failed record is ever stored or committed.
  *   4. Commits the stored offsets synchronously (rd_kafka_commit with async = 0).
  * A crash anywhere before 4 finishes leaves handled records uncommitted: they are delivered
  * again (at least once) and the inbox drops them.

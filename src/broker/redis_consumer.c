@@ -21,9 +21,8 @@
  *      in one call, a per-message handler once per entry); then each is settled by its verdict
  *      in settle(): XACK (0), nothing (transient: it stays pending and is claimed again after
  *      claim_idle_ms), or dead letter + XACK (permanent). All the entries to acknowledge go in
- *      one XACK. XACK comes only after
- *      the handler's effect was committed, so a crash in between means a redelivery (at least
- *      once), never a loss.
+ *      one XACK. XACK comes only after the handler's effect was committed, so a crash in
+ *      between means a redelivery (at least once), never a loss.
  *
  * The group and its pending entries live on the server: freeing the consumer changes nothing
  * there, and its entries are claimed by another consumer after claim_idle_ms.
