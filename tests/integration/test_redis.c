@@ -6,9 +6,9 @@
  *   - published entries carry the documented fields, in the txo format and in CloudEvents
  *     binary mode (read back with redis-cli, and decoded by a consumer);
  *   - the consumer: a permanent failure copied to <stream>.dead with its dead_* fields and
- *     acknowledged, the entries of a
- *     consumer that died (read with redis-cli as another consumer, never acknowledged) claimed
- *     by ours, other event types acknowledged without the handler;
+ *     acknowledged; the entries of a consumer that died (read with redis-cli as another
+ *     consumer, never acknowledged) claimed by ours; other event types acknowledged without
+ *     the handler;
  *   - the batch consumer: 20 entries in fewer handler calls than entries, each once (other
  *     event types acknowledged without reaching it); one call with a transient, a permanent
  *     and successful verdicts settles each by its own (XPENDING shows the transient one alone,
@@ -20,8 +20,8 @@
  *   - a %-encoded password and a database number from the URL (a wrong password: transient,
  *     never echoed).
  * The contracts every transport keeps (publish, order, consume, restart, CloudEvents) are in
- * tests/conformance. What Redis stored is read with Debian's redis-cli, not through the code under
- * test.
+ * tests/conformance. What Redis stored is read with Debian's redis-cli, not through the code
+ * under test.
  */
 #include <setjmp.h>
 #include <stdarg.h>
