@@ -29,12 +29,14 @@ static void add_message(json_t *all, const char *key, const char *body, json_t *
     json_array_append_new(all, m);
 }
 
+#if TXO_WITH_KAFKA || TXO_WITH_REDIS || TXO_WITH_RABBITMQ
 /* "ce-id" spelled the transport's way: "ce_id" (Kafka, AMQP and Redis bindings). */
 static const char *underscored(const char *name, char *buf, size_t cap)
 {
     snprintf(buf, cap, "ce_%s", name + 3);
     return buf;
 }
+#endif
 
 /* A scratch error for the constructors below, reset for each. */
 static struct txo_error scratch;
