@@ -139,7 +139,7 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
 }
 
 static int consumer_new(const char *aggregate_type, const char *event_type,
-                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
+                        const struct txo_handler *h, struct txo_metrics *metrics,
                         struct txo_consumer **out, struct txo_error *err)
 {
     struct kafka_cli_opts k;
@@ -155,7 +155,7 @@ static int consumer_new(const char *aggregate_type, const char *event_type,
     if (rc == 0) {
         k.o.topics = topic;
         k.o.event_type = event_type;
-        rc = txo_consumer_kafka_new(&k.o, fn, arg, metrics, out, err);
+        rc = txo_consumer_kafka_new(&k.o, h, metrics, out, err);
     }
     txo_free(k.props);
     return rc;

@@ -90,11 +90,11 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
     return txo_publisher_nats_new(&o, out, err);
 }
 
-/* One of fn or batch_fn. */
-static int make_consumer(const char *aggregate_type, const char *event_type,
-                         txo_message_handler_fn fn, txo_batch_handler_fn batch_fn, void *arg,
-                         struct txo_consumer **out, struct txo_error *err)
+static int consumer_new(const char *aggregate_type, const char *event_type,
+                        const struct txo_handler *h, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err)
 {
+    (void)metrics;
     struct txo_nats_opts o;
     nats_opts(&o);
     /* The consumer takes its events only: the others are not even fetched. */
@@ -104,24 +104,7 @@ static int make_consumer(const char *aggregate_type, const char *event_type,
     if (rc != 0)
         return rc;
     o.filter_subject = subject;
-    return fn != NULL ? txo_consumer_nats_new(&o, fn, arg, out, err)
-                      : txo_consumer_nats_batch_new(&o, batch_fn, arg, out, err);
-}
-
-static int consumer_new(const char *aggregate_type, const char *event_type,
-                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                        struct txo_consumer **out, struct txo_error *err)
-{
-    (void)metrics;
-    return make_consumer(aggregate_type, event_type, fn, NULL, arg, out, err);
-}
-
-static int consumer_batch_new(const char *aggregate_type, const char *event_type,
-                              txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                              struct txo_consumer **out, struct txo_error *err)
-{
-    (void)metrics;
-    return make_consumer(aggregate_type, event_type, NULL, fn, arg, out, err);
+    return txo_consumer_nats_new(&o, h, out, err);
 }
 
 static int history_new(struct txo_history **out, struct txo_error *err)
@@ -137,7 +120,6 @@ const struct cmd_broker cmd_broker_nats = {
     .add_settings = add_settings,
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
-    .consumer_batch_new = consumer_batch_new,
     .history_new = history_new,
     .shutdown = txo_nats_shutdown,
 };

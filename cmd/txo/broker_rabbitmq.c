@@ -95,11 +95,9 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
     return txo_publisher_rabbitmq_new(&o, metrics, out, err);
 }
 
-/* One of fn or batch_fn. */
-static int make_consumer(const char *aggregate_type, const char *event_type,
-                         txo_message_handler_fn fn, txo_batch_handler_fn batch_fn, void *arg,
-                         struct txo_metrics *metrics, struct txo_consumer **out,
-                         struct txo_error *err)
+static int consumer_new(const char *aggregate_type, const char *event_type,
+                        const struct txo_handler *h, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err)
 {
     struct txo_rabbitmq_opts o;
     rabbitmq_opts(&o);
@@ -108,22 +106,7 @@ static int make_consumer(const char *aggregate_type, const char *event_type,
     if (rc != 0)
         return rc;
     o.binding_key = key;
-    return fn != NULL ? txo_consumer_rabbitmq_new(&o, fn, arg, metrics, out, err)
-                      : txo_consumer_rabbitmq_batch_new(&o, batch_fn, arg, metrics, out, err);
-}
-
-static int consumer_new(const char *aggregate_type, const char *event_type,
-                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                        struct txo_consumer **out, struct txo_error *err)
-{
-    return make_consumer(aggregate_type, event_type, fn, NULL, arg, metrics, out, err);
-}
-
-static int consumer_batch_new(const char *aggregate_type, const char *event_type,
-                              txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                              struct txo_consumer **out, struct txo_error *err)
-{
-    return make_consumer(aggregate_type, event_type, NULL, fn, arg, metrics, out, err);
+    return txo_consumer_rabbitmq_new(&o, h, metrics, out, err);
 }
 
 const struct cmd_broker cmd_broker_rabbitmq = {
@@ -132,7 +115,6 @@ const struct cmd_broker cmd_broker_rabbitmq = {
     .add_settings = add_settings,
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
-    .consumer_batch_new = consumer_batch_new,
     .no_history = "reading a queue consumes it: the messages would be gone for the application's "
                   "consumers",
     .shutdown = NULL, /* rabbitmq-c keeps no process-wide state */

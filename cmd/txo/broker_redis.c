@@ -90,11 +90,9 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
     return txo_publisher_redis_new(&o, metrics, out, err);
 }
 
-/* One of fn or batch_fn. */
-static int make_consumer(const char *aggregate_type, const char *event_type,
-                         txo_message_handler_fn fn, txo_batch_handler_fn batch_fn, void *arg,
-                         struct txo_metrics *metrics, struct txo_consumer **out,
-                         struct txo_error *err)
+static int consumer_new(const char *aggregate_type, const char *event_type,
+                        const struct txo_handler *h, struct txo_metrics *metrics,
+                        struct txo_consumer **out, struct txo_error *err)
 {
     struct txo_redis_opts o;
     redis_opts(&o);
@@ -105,22 +103,7 @@ static int make_consumer(const char *aggregate_type, const char *event_type,
         return rc;
     o.stream = stream;
     o.event_type = event_type;
-    return fn != NULL ? txo_consumer_redis_new(&o, fn, arg, metrics, out, err)
-                      : txo_consumer_redis_batch_new(&o, batch_fn, arg, metrics, out, err);
-}
-
-static int consumer_new(const char *aggregate_type, const char *event_type,
-                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                        struct txo_consumer **out, struct txo_error *err)
-{
-    return make_consumer(aggregate_type, event_type, fn, NULL, arg, metrics, out, err);
-}
-
-static int consumer_batch_new(const char *aggregate_type, const char *event_type,
-                              txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                              struct txo_consumer **out, struct txo_error *err)
-{
-    return make_consumer(aggregate_type, event_type, NULL, fn, arg, metrics, out, err);
+    return txo_consumer_redis_new(&o, h, metrics, out, err);
 }
 
 static int history_new(struct txo_history **out, struct txo_error *err)
@@ -136,7 +119,6 @@ const struct cmd_broker cmd_broker_redis = {
     .add_settings = add_settings,
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
-    .consumer_batch_new = consumer_batch_new,
     .history_new = history_new,
     .shutdown = NULL,
 };

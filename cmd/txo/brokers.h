@@ -36,17 +36,12 @@ struct cmd_broker {
                          struct txo_error *err);
     /*
      * A consumer of the events of aggregate_type and event_type ("order", "OrderCreated")
-     * running fn(arg, ...) per message; metrics as above. NULL when the broker has no
-     * consuming side (the worker refuses it).
+     * running the handler h (txo/consumer.h) on what it receives; metrics as above. NULL when
+     * the broker has no consuming side (the worker refuses it).
      */
     int (*consumer_new)(const char *aggregate_type, const char *event_type,
-                        txo_message_handler_fn fn, void *arg, struct txo_metrics *metrics,
+                        const struct txo_handler *h, struct txo_metrics *metrics,
                         struct txo_consumer **out, struct txo_error *err);
-    /* Optional: the same with a batch handler, for a transport that delivers many messages
-     * at once (the worker then consumes each delivery in one transaction). */
-    int (*consumer_batch_new)(const char *aggregate_type, const char *event_type,
-                              txo_batch_handler_fn fn, void *arg, struct txo_metrics *metrics,
-                              struct txo_consumer **out, struct txo_error *err);
     /*
      * A reader of what the broker stored (txo/history.h), for `txo audit --outbox`, from the
      * same settings as the publisher. NULL when the broker keeps no history that can be read

@@ -276,8 +276,9 @@ static int run(int argc, char **argv)
             cmd_report("up", "creating the publisher", &err);
             goto out;
         }
-    } else if (txo_publisher_local_batch_new(txo_worker_handle_batch, daemon_worker_runtime(worker),
-                                             &pub, &err) != 0) {
+    } else if (txo_publisher_local_new(&(struct txo_handler){.batch = txo_worker_handle_batch,
+                                                             .arg = daemon_worker_runtime(worker)},
+                                       &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);
         goto out;
     }

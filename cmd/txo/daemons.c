@@ -324,11 +324,9 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
         return NULL;
     }
     if (broker != NULL) {
-        int rc = broker->consumer_batch_new != NULL
-                     ? broker->consumer_batch_new("order", "OrderCreated", txo_worker_handle_batch,
-                                                  d->worker, metrics, &d->consumer, &err)
-                     : broker->consumer_new("order", "OrderCreated", txo_worker_handle_message,
-                                            d->worker, metrics, &d->consumer, &err);
+        /* Each delivery is applied in one transaction (a single message: the single path). */
+        const struct txo_handler h = {.batch = txo_worker_handle_batch, .arg = d->worker};
+        int rc = broker->consumer_new("order", "OrderCreated", &h, metrics, &d->consumer, &err);
         if (rc != 0) {
             char what[96];
             snprintf(what, sizeof(what), "creating the %s consumer", broker->name);

@@ -22,6 +22,9 @@
  * The reason goes into *err (txo_error_set), which is logged and, for local dispatch, stored
  * in outbox_events.last_error.
  *
+ * Every consumer constructor takes a struct txo_handler (below): a per-message or a batch
+ * handler, never a second constructor.
+ *
  * Transports: NATS JetStream (txo/nats.h: txo_consumer_nats_new), Redis Streams (txo/redis.h:
  * txo_consumer_redis_new: XACK, transient failures claimed again after an idle time,
  * permanent ones copied to a dead-letter stream), Kafka (txo/kafka.h: txo_consumer_kafka_new:
@@ -83,6 +86,24 @@ typedef int (*txo_message_handler_fn)(void *arg, const struct txo_inbound_messag
  */
 typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message *msgs, size_t n,
                                     int *results, struct txo_error *errors);
+
+/*
+ * What a consumer (or local dispatch) runs on the messages it receives; exactly one of one and
+ * batch is set. Every transport hands its messages to the handler through this one description,
+ * so a per-message and a batch handler get the same acknowledgement, retry and dead letters:
+ *   one    called once per message, in order;
+ *   batch  called once per delivery (a fetch, a read, a relay batch) with all its messages, so
+ *          that it can apply them in one database transaction (txo_worker_handle_batch()).
+ * Kafka delivers one record at a time (txo/kafka.h): a batch handler gets batches of one.
+ * Either way each message is settled by its own verdict once the handler has returned for the
+ * delivery. The struct is copied at creation; arg is borrowed and must outlive the consumer.
+ * A constructor given neither or both fails with TXO_EINVAL.
+ */
+struct txo_handler {
+    txo_message_handler_fn one;
+    txo_batch_handler_fn batch;
+    void *arg;
+};
 
 /* The transport behind a consumer handle. */
 struct txo_consumer_ops {
@@ -180,31 +201,24 @@ TXO_API void txo_event_release(struct txo_event *ev);
 
 /*
  * The local dispatch publisher: the embedded default when there is no broker. The relay's
- * publish_batch encodes each event as the published envelope and calls handler(arg, ...)
- * synchronously, in the relay's thread, once per message in batch order, with subject NULL,
- * msg_id = the idempotency key and delivery = the event's publish attempt (1, 2, ...).
- * The handler's code is the message's publish result: 0 marks the row PUBLISHED; a failure
+ * publish_batch encodes each event as the published envelope and hands the batch to the
+ * handler synchronously, in the relay's thread, in batch order (h->one: once per message;
+ * h->batch: one call per relay batch), with subject NULL, msg_id = the idempotency key and
+ * delivery = the event's publish attempt (1, 2, ...).
+ * A message's handler result is its publish result: 0 marks the row PUBLISHED; a failure
  * leaves it PENDING with attempts+1, last_error = the handler's reason and a backoff, so the
  * relay delivers it again later (at least once, end to end); after the relay's max_attempts it
  * becomes FAILED with a dead letter, as for any publisher. A failure does not stop the batch:
  * later messages are still delivered, so per-aggregate order is not kept across a failure.
- * An event whose payload cannot be encoded fails with TXO_EINVAL without calling the handler.
+ * An event whose payload cannot be encoded fails with TXO_EINVAL without reaching the handler.
  *
- * handler and arg are borrowed and must outlive the publisher. Errors: TXO_EINVAL (no
- * handler), TXO_ENOMEM. Free with txo_publisher_free(). Thread-safety: as any publisher (one
- * relay at a time); the handler runs on that relay's thread.
+ * *h is copied; h->arg is borrowed and must outlive the publisher. Errors: TXO_EINVAL (h NULL,
+ * or not exactly one of h->one and h->batch), TXO_ENOMEM. Free with txo_publisher_free().
+ * Thread-safety: as any publisher (one relay at a time); the handler runs on that relay's
+ * thread.
  */
-TXO_API TXO_MUST_CHECK int txo_publisher_local_new(txo_message_handler_fn handler, void *arg,
+TXO_API TXO_MUST_CHECK int txo_publisher_local_new(const struct txo_handler *h,
                                                    struct txo_publisher **out,
                                                    struct txo_error *err);
-
-/*
- * The same, handing the handler the relay's whole batch at once (one call per batch, in the
- * batch's order), so it can apply many messages in one transaction; each message's result is
- * what that call says of it.
- */
-TXO_API TXO_MUST_CHECK int txo_publisher_local_batch_new(txo_batch_handler_fn handler, void *arg,
-                                                         struct txo_publisher **out,
-                                                         struct txo_error *err);
 
 #endif

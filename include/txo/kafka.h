@@ -129,7 +129,9 @@ TXO_API TXO_MUST_CHECK int txo_publisher_kafka_new(const struct txo_kafka_opts *
 /*
  * Creates a consumer in group opts.group subscribed to opts.topics (auto.offset.reset
  * earliest: a new group starts at the beginning), with automatic commits off. Each record goes
- * to handler(arg, ...) in partition order: msg_id = the txo-idempotency-key header (NULL when
+ * to the handler h (txo/consumer.h) in partition order, one record per call (h->batch gets
+ * batches of one: a record's verdict decides whether the partition moves on, so it is settled
+ * before the next record is handled): msg_id = the txo-idempotency-key header (NULL when
  * absent), subject = the topic, data = the record's value (NUL-terminated copy), header() =
  * the record's headers (a "ce-" name is looked up as "ce_", so txo_envelope_decode_message()
  * reads binary CloudEvents).
@@ -155,13 +157,14 @@ TXO_API TXO_MUST_CHECK int txo_publisher_kafka_new(const struct txo_kafka_opts *
  * reachable a poll returns TXO_EUNAVAILABLE.
  *
  * metrics (may be NULL): txo_kafka_messages_consumed_total{outcome="handled"|"retried"|
- * "rejected"|"skipped"} and txo_kafka_commit_errors_total. handler and arg are borrowed and
- * must outlive the consumer. Errors: TXO_EINVAL (no handler, no topics, bad opts),
+ * "rejected"|"skipped"} and txo_kafka_commit_errors_total. *h is copied; h->arg is borrowed
+ * and must outlive the consumer. Errors: TXO_EINVAL (h NULL or not exactly one of h->one and
+ * h->batch, no topics, bad opts),
  * TXO_ECONFIG (librdkafka refused a property), TXO_ENOMEM. txo_consumer_free() commits what
  * was handled and leaves the group (its partitions go to the other members).
  */
 TXO_API TXO_MUST_CHECK int txo_consumer_kafka_new(const struct txo_kafka_opts *o,
-                                                  txo_message_handler_fn handler, void *arg,
+                                                  const struct txo_handler *h,
                                                   struct txo_metrics *metrics,
                                                   struct txo_consumer **out, struct txo_error *err);
 

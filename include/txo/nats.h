@@ -113,32 +113,27 @@ TXO_API TXO_MUST_CHECK int txo_publisher_nats_new(const struct txo_nats_opts *o,
 
 /*
  * Creates a durable pull consumer (opts.durable, AckExplicit, AckWait = ack_wait_ms,
- * MaxDeliver = max_deliver, filter subject) that runs handler(arg, ...) on each message.
+ * MaxDeliver = max_deliver, filter subject) that runs the handler h (txo/consumer.h) on the
+ * messages of each fetch.
  * The durable is created on the first poll that reaches the server, or bound to when it
  * exists; consumers on the same durable share its messages, each delivered to one of them.
  *
- * txo_consumer_poll() fetches up to max_msgs within timeout_ms and handles them in order:
- * handler 0 -> AckSync (the server confirmed the ack); transient -> NAK with nak_delay_ms;
- * permanent -> TERM (error log with the reason). When the connection drops mid-batch the
- * remaining fetched messages are left unhandled: the server redelivers them after ack_wait_ms.
+ * txo_consumer_poll() fetches up to max_msgs within timeout_ms, hands them to the handler in
+ * order (h->batch: in one call, for txo_worker_handle_batch: one database transaction per
+ * fetch), then settles each by its result: 0 -> AckSync (the server confirmed the ack);
+ * transient -> NAK with nak_delay_ms; permanent -> TERM (error log with the reason). When the
+ * connection drops while the fetch is settled, the messages not yet settled are left alone:
+ * the server redelivers them after ack_wait_ms and the inbox drops the effects already
+ * committed.
  *
- * handler and arg are borrowed and must outlive the consumer. Errors: TXO_EINVAL /
+ * *h is copied; h->arg is borrowed and must outlive the consumer. Errors: TXO_EINVAL (h NULL or
+ * not exactly one of h->one and h->batch) /
  * TXO_ECONFIG (bad opts), TXO_EUNAVAILABLE (server down and opts.connect_required),
  * TXO_ENOMEM. txo_consumer_free() keeps the durable on the server.
  */
 TXO_API TXO_MUST_CHECK int txo_consumer_nats_new(const struct txo_nats_opts *o,
-                                                 txo_message_handler_fn handler, void *arg,
+                                                 const struct txo_handler *h,
                                                  struct txo_consumer **out, struct txo_error *err);
-
-/*
- * The same with a batch handler: every message of a fetch goes to it in one call (for
- * txo_worker_handle_batch: one database transaction per fetch), then each is settled by its
- * result as above.
- */
-TXO_API TXO_MUST_CHECK int txo_consumer_nats_batch_new(const struct txo_nats_opts *o,
-                                                       txo_batch_handler_fn handler, void *arg,
-                                                       struct txo_consumer **out,
-                                                       struct txo_error *err);
 
 /*
  * Creates a reader of the stream's history (txo/history.h) for the outbox auditor: it reads

@@ -134,11 +134,13 @@ TXO_API TXO_MUST_CHECK int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_
                                                       struct txo_error *err);
 
 /*
- * Creates a consumer of opts.queue (topology at the top of this file) that runs
- * handler(arg, ...) on each message: basic.qos prefetch, basic.consume with manual acks.
+ * Creates a consumer of opts.queue (topology at the top of this file) that runs the handler h
+ * (txo/consumer.h) on its messages: basic.qos prefetch, basic.consume with manual acks.
  *
- * txo_consumer_poll() takes up to max_msgs deliveries, waiting up to timeout_ms for the first
- * one, and settles each right after its handler returns:
+ * txo_consumer_poll() takes the first delivery within timeout_ms, then every delivery already
+ * received without waiting, up to max_msgs and opts.prefetch, and hands them to the handler in
+ * delivery order (h->batch: in one call, for txo_worker_handle_batch: one database transaction
+ * per poll); then it settles each by its result, in delivery order:
  *   0          basic.ack (only now: the effect is committed, so a crash before it is a
  *              redelivery, never a loss);
  *   transient  republished to <queue>.retry with the delay (confirmed), then acked; when the
@@ -151,32 +153,22 @@ TXO_API TXO_MUST_CHECK int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_
  * CloudEvents binary mode of the publisher. An ack or nack is a write RabbitMQ does not
  * confirm: if the connection breaks, the message is redelivered and the inbox drops it.
  *
- * handler and arg are borrowed and must outlive the consumer; metrics (may be NULL) receives
- * txo_rabbitmq_consumed_total{outcome="ack|retry|dead_letter"}.
- * Errors: TXO_EINVAL (bad opts), TXO_EUNAVAILABLE (server down and opts.connect_required),
- * TXO_ENOMEM. txo_consumer_free() closes the connections; the queues stay.
+ * A batch handler that returns non-zero fails every message with that code. A delivery that
+ * cannot be copied for the handler (out of memory) is NACKed with requeue=true without
+ * reaching it. When the connection drops before the handler ran, nothing is handed to it;
+ * when it drops while the poll is settled, the messages not yet settled are redelivered and
+ * the inbox drops the effects already committed.
+ *
+ * *h is copied; h->arg is borrowed and must outlive the consumer; metrics (may be NULL)
+ * receives txo_rabbitmq_consumed_total{outcome="ack|retry|dead_letter"}.
+ * Errors: TXO_EINVAL (bad opts, h NULL or not exactly one of h->one and h->batch),
+ * TXO_EUNAVAILABLE (server down and opts.connect_required), TXO_ENOMEM. txo_consumer_free()
+ * closes the connections; the queues stay.
  */
 TXO_API TXO_MUST_CHECK int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o,
-                                                     txo_message_handler_fn handler, void *arg,
+                                                     const struct txo_handler *h,
                                                      struct txo_metrics *metrics,
                                                      struct txo_consumer **out,
                                                      struct txo_error *err);
-
-/*
- * The same with a batch handler: a poll takes the first delivery within timeout_ms, then every
- * delivery already received without waiting, up to max_msgs and opts.prefetch, and hands them
- * to the handler in one call (for txo_worker_handle_batch: one database transaction per poll);
- * then each is settled by its result as above, in delivery order. A handler that returns
- * non-zero fails every message with that code. A delivery that cannot be copied for the
- * handler (out of memory) is NACKed with requeue=true without reaching it. When the
- * connection drops before the handler ran, nothing is handed to it; when it drops while the
- * batch is settled, the messages not yet settled are redelivered and the inbox drops the
- * effects already committed.
- */
-TXO_API TXO_MUST_CHECK int txo_consumer_rabbitmq_batch_new(const struct txo_rabbitmq_opts *o,
-                                                           txo_batch_handler_fn handler, void *arg,
-                                                           struct txo_metrics *metrics,
-                                                           struct txo_consumer **out,
-                                                           struct txo_error *err);
 
 #endif

@@ -133,10 +133,14 @@ TXO_API TXO_MUST_CHECK int txo_publisher_redis_new(const struct txo_redis_opts *
                                                    struct txo_error *err);
 
 /*
- * Creates a consumer in group opts.group on opts.stream that runs handler(arg, ...) on each
- * entry. The inbound message has subject = the stream name, data = the envelope field (data
- * in CloudEvents binary mode, with header("ce-type") etc. reading the ce_* fields), msg_id =
- * the idempotency_key field, delivery = 1 for a new entry or the group's delivery count for a
+ * Creates a consumer in group opts.group on opts.stream that runs the handler h
+ * (txo/consumer.h) on its entries: the entries of each read (XREADGROUP) or claim (XAUTOCLAIM)
+ * go to it in order (h->batch: in one call, for txo_worker_handle_batch: one database
+ * transaction per poll), then each is settled by its result and all those acknowledged go in
+ * one XACK. A batch handler that returns non-zero fails every entry of the call with that
+ * code. The inbound message has subject = the stream name, data = the envelope field (data in
+ * CloudEvents binary mode, with header("ce-type") etc. reading the ce_* fields), msg_id = the
+ * idempotency_key field, delivery = 1 for a new entry or the group's delivery count for a
  * claimed one.
  *
  * txo_consumer_poll() first claims up to max_msgs entries idle for claim_idle_ms or longer
@@ -162,28 +166,14 @@ TXO_API TXO_MUST_CHECK int txo_publisher_redis_new(const struct txo_redis_opts *
  * metrics (may be NULL) gets txo_redis_consumed_total{outcome="ack|retry|dead|skipped"} and
  * txo_redis_claimed_total.
  *
- * handler and arg are borrowed and must outlive the consumer. Errors: TXO_EINVAL (bad opts,
- * no stream), TXO_ENOMEM. txo_consumer_free() leaves the group and its pending entries on the
- * server.
+ * *h is copied; h->arg is borrowed and must outlive the consumer. Errors: TXO_EINVAL (bad opts,
+ * no stream, h NULL or not exactly one of h->one and h->batch), TXO_ENOMEM.
+ * txo_consumer_free() leaves the group and its pending entries on the server.
  */
 TXO_API TXO_MUST_CHECK int txo_consumer_redis_new(const struct txo_redis_opts *o,
-                                                  txo_message_handler_fn handler, void *arg,
+                                                  const struct txo_handler *h,
                                                   struct txo_metrics *metrics,
                                                   struct txo_consumer **out, struct txo_error *err);
-
-/*
- * The same with a batch handler: the entries of each read (XREADGROUP) or claim (XAUTOCLAIM)
- * go to it in one call (for txo_worker_handle_batch: one database transaction per poll), then
- * each is settled by its result as above, and all those acknowledged go in one XACK. Entries
- * of another event type than opts.event_type and entries trimmed while pending are not passed
- * to it, only acknowledged (with the others). A batch handler that returns non-zero fails
- * every entry of the call with that code.
- */
-TXO_API TXO_MUST_CHECK int txo_consumer_redis_batch_new(const struct txo_redis_opts *o,
-                                                        txo_batch_handler_fn handler, void *arg,
-                                                        struct txo_metrics *metrics,
-                                                        struct txo_consumer **out,
-                                                        struct txo_error *err);
 
 /*
  * Creates a reader of the streams' history (txo/history.h) for the outbox auditor: XRANGE over

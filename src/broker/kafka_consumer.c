@@ -11,12 +11,14 @@
  *   2. Takes records with rd_kafka_consumer_poll(), one at a time (rebalances are served in
  *      there, between two records), waiting up to timeout_ms for the first and not at all for
  *      the next ones, max_msgs at most.
- *   3. Settles each record after its handler returned. Done (0, permanent, or a type the
- *      consumer does not take): rd_kafka_offset_store(offset + 1), committed at the end of the
- *      poll. Transient: the partition is paused and sought back to the record, and a retry
- *      mark {partition, offset, resume time} is kept. Until the record comes back, records of
- *      that partition that were already fetched are dropped unhandled (they are fetched again
- *      after it), so nothing past the failed record is ever stored or committed.
+ *   3. Settles each record after its handler returned (txo__handler_run with one record: a
+ *      batch handler gets batches of one, since a record's verdict decides whether the
+ *      records behind it in its partition may be handled at all). Done (0, permanent, or a
+ *      type the consumer does not take): rd_kafka_offset_store(offset + 1), committed at the
+ *      end of the poll. Transient: the partition is paused and sought back to the record, and
+ *      a retry mark {partition, offset, resume time} is kept. Until the record comes back,
+ *      records of that partition that were already fetched are dropped unhandled (they are
+ *      fetched again after it), so nothing past the failed record is ever stored or committed.
  *   4. Commits the stored offsets synchronously (rd_kafka_commit with async = 0).
  * A crash anywhere before 4 finishes leaves handled records uncommitted: they are delivered
  * again (at least once) and the inbox drops them.
@@ -36,6 +38,7 @@
  * buffer; the handler and its arg are borrowed. Thread-safety: one polling thread at a time.
  */
 
+#include "broker/consumer_internal.h"
 #include "broker/kafka_internal.h"
 
 #define POLL_MAX         10000 /* records per poll, whatever the caller asks */
@@ -71,8 +74,7 @@ struct kafka_consumer {
     char **properties;
     size_t n_properties;
 
-    txo_message_handler_fn handler;
-    void *arg;
+    struct txo_handler h; /* run on one record at a time: its verdict moves the partition */
 
     struct retry_mark *marks;
     size_t n_marks, cap_marks;
@@ -444,9 +446,9 @@ static int handle_one(struct kafka_consumer *c, const rd_kafka_message_t *m, boo
     }
 
     struct txo_error herr;
-    txo_error_init(&herr);
+    int rc = 0;
     *called = true;
-    int rc = c->handler(c->arg, &in, &herr);
+    (void)txo__handler_run(&c->h, &in, 1, &rc, &herr);
     const char *reason = herr.msg[0] != '\0' ? herr.msg : txo_strerror(rc);
     if (rc == 0) {
         store(c, m);
@@ -679,20 +681,22 @@ static int register_metrics(struct kafka_consumer *c, struct txo_metrics *reg,
     return 0;
 }
 
-int txo_consumer_kafka_new(const struct txo_kafka_opts *o, txo_message_handler_fn handler,
-                           void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
+int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_handler *h,
+                           struct txo_metrics *metrics, struct txo_consumer **out,
                            struct txo_error *err)
 {
-    if (handler == NULL || out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "kafka consumer: handler and out are required");
-    int rc = txo__kafka_check_opts(o, "consumer", err);
+    int rc = txo__handler_check(h, "kafka consumer", err);
+    if (rc < 0)
+        return rc;
+    if (out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "kafka consumer: out is required");
+    rc = txo__kafka_check_opts(o, "consumer", err);
     if (rc < 0)
         return rc;
     struct kafka_consumer *c = txo_calloc(1, sizeof(*c));
     if (c == NULL)
         return txo_error_set(err, TXO_ENOMEM, "kafka consumer: out of memory");
-    c->handler = handler;
-    c->arg = arg;
+    c->h = *h;
     rc = copy_opts(c, o);
     if (rc < 0) {
         rc = txo_error_set(err, rc, "kafka consumer: out of memory");

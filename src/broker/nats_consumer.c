@@ -9,15 +9,15 @@
  *      durable the first time the server is reachable.
  *   2. natsSubscription_Fetch up to max_msgs within timeout_ms; a timeout with nothing is an
  *      empty poll, not an error.
- *   3. Each message goes to the handler (or, with a batch handler, the whole fetch goes to it
- *      in one call); each outcome is settled right after the handler returns:
+ *   3. The fetch goes to the handler (txo__handler_run: a batch handler in one call, a
+ *      per-message handler once per message); then each message is settled by its verdict:
  *        0          AckSync: the server confirmed the ack, the message is done;
  *        transient  NAK with nak_delay_ms: redelivered after the delay (delivery + 1);
  *        permanent  TERM: never redelivered; logged at error level with the reason.
  *      The ack comes only after the handler's effect was committed, so a crash in between
- *      means a redelivery (at least once), never a loss. If the connection drops mid-batch,
- *      the messages not yet handled are left alone: the server redelivers them after
- *      ack_wait_ms.
+ *      means a redelivery (at least once), never a loss. If the connection drops while the
+ *      fetch is settled, the messages not yet settled are left alone: the server redelivers
+ *      them after ack_wait_ms.
  *
  * The durable survives the consumer: free uses natsSubscription_Destroy, never Unsubscribe
  * (which deletes a durable that the library created).
@@ -26,6 +26,7 @@
  * and its arg are borrowed. Thread-safety: one polling thread at a time.
  */
 
+#include "broker/consumer_internal.h"
 #include "broker/nats_internal.h"
 
 #define FETCH_MAX 10000 /* messages per poll, whatever the caller asks */
@@ -35,9 +36,7 @@ struct nats_consumer {
     char *durable;
     char *filter; /* opts.filter_subject or "<prefix>.>" */
     natsSubscription *sub;
-    txo_message_handler_fn handler;     /* one message at a time, or */
-    txo_batch_handler_fn batch_handler; /* every message of a fetch at once */
-    void *arg;
+    struct txo_handler h;
 };
 
 /* Creates (or binds to) the durable pull consumer. */
@@ -156,19 +155,8 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
                          verb, id, why);
 }
 
-/* Runs the handler on m and settles it (see settle). */
-static int handle_one(struct nats_consumer *nc, natsMsg *m, struct txo_error *err)
-{
-    struct txo_inbound_message in;
-    describe_msg(m, &in);
-    struct txo_error herr;
-    txo_error_init(&herr);
-    int rc = nc->handler(nc->arg, &in, &herr);
-    return settle(nc, m, &in, rc, &herr, err);
-}
-
-/* Runs the batch handler on msgs[0..n) at once, then settles each by its verdict. Returns as
- * nats_poll does; *done gets the messages settled (or left to redelivery). */
+/* Runs the handler on msgs[0..n), then settles each by its verdict. Returns as nats_poll does;
+ * *done gets the messages handed to the handler. */
 static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t *done,
                       struct txo_error *err)
 {
@@ -181,16 +169,11 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
         rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: batch of %zu: out of memory", n);
         goto out; /* unsettled: redelivered after ack_wait */
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         describe_msg(msgs[i], &in[i]);
-        txo_error_init(&errors[i]);
-    }
-    int brc = nc->batch_handler(nc->arg, in, n, results, errors);
+    (void)txo__handler_run(&nc->h, in, n, results, errors);
+    *done = n;
     for (size_t i = 0; i < n; i++) {
-        if (brc != 0) {
-            results[i] = brc;
-            txo_error_set(&errors[i], brc, "batch handler: %s", txo_strerror(brc));
-        }
         if (!txo__nats_connected(&nc->conn)) {
             if (rc == 0)
                 rc = txo__nats_require_connected(&nc->conn, err);
@@ -199,7 +182,6 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
         struct txo_error e;
         txo_error_init(&e);
         int arc = settle(nc, msgs[i], &in[i], results[i], &errors[i], &e);
-        (*done)++;
         if (arc < 0 && rc == 0) {
             rc = arc;
             if (err != NULL)
@@ -246,29 +228,8 @@ static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *ha
     }
 
     size_t done = 0;
-    if (nc->batch_handler != NULL && list.Count > 0) {
+    if (list.Count > 0)
         rc = handle_all(nc, list.Msgs, (size_t)list.Count, &done, err);
-        natsMsgList_Destroy(&list);
-        *handled = done;
-        return rc;
-    }
-    for (int i = 0; i < list.Count; i++) {
-        if (!txo__nats_connected(c)) {
-            /* Acks would only time out: leave the rest to be redelivered after ack_wait. */
-            if (rc == 0)
-                rc = txo__nats_require_connected(c, err);
-            break;
-        }
-        struct txo_error e;
-        txo_error_init(&e);
-        int arc = handle_one(nc, list.Msgs[i], &e);
-        done++;
-        if (arc < 0 && rc == 0) {
-            rc = arc;
-            if (err != NULL)
-                *err = e;
-        }
-    }
     natsMsgList_Destroy(&list);
     *handled = done;
     return rc;
@@ -293,21 +254,21 @@ static const struct txo_consumer_ops nats_consumer_ops = {
     .destroy = nats_consumer_destroy,
 };
 
-static int consumer_new(const struct txo_nats_opts *o, txo_message_handler_fn handler,
-                        txo_batch_handler_fn batch_handler, void *arg, struct txo_consumer **out,
-                        struct txo_error *err)
+int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handler *h,
+                          struct txo_consumer **out, struct txo_error *err)
 {
-    if ((handler == NULL && batch_handler == NULL) || out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
-    int rc = txo__nats_check_opts(o, "consumer", err);
+    int rc = txo__handler_check(h, "nats consumer", err);
+    if (rc < 0)
+        return rc;
+    if (out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "nats consumer: out is required");
+    rc = txo__nats_check_opts(o, "consumer", err);
     if (rc < 0)
         return rc;
     struct nats_consumer *nc = txo_calloc(1, sizeof(*nc));
     if (nc == NULL)
         return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
-    nc->handler = handler;
-    nc->batch_handler = batch_handler;
-    nc->arg = arg;
+    nc->h = *h;
     nc->durable = txo_strdup(o->durable);
     if (o->filter_subject != NULL) {
         nc->filter = txo_strdup(o->filter_subject);
@@ -331,20 +292,4 @@ out:
     if (rc < 0)
         nats_consumer_destroy(nc);
     return rc;
-}
-
-int txo_consumer_nats_new(const struct txo_nats_opts *o, txo_message_handler_fn handler, void *arg,
-                          struct txo_consumer **out, struct txo_error *err)
-{
-    if (handler == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
-    return consumer_new(o, handler, NULL, arg, out, err);
-}
-
-int txo_consumer_nats_batch_new(const struct txo_nats_opts *o, txo_batch_handler_fn handler,
-                                void *arg, struct txo_consumer **out, struct txo_error *err)
-{
-    if (handler == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats consumer: handler and out are required");
-    return consumer_new(o, NULL, handler, arg, out, err);
 }

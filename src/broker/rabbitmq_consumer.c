@@ -8,9 +8,10 @@
  *      topology (opts.declare), basic.qos prefetch, basic.consume with manual acks. Failing
  *      that, return TXO_EUNAVAILABLE (or TXO_ECONFIG for a refused declaration) at once.
  *   2. amqp_consume_message waits up to timeout_ms for the first delivery, then takes what is
- *      already buffered without waiting, up to max_msgs.
- *   3. Each delivery goes to the handler (or, with a batch handler, every delivery of the poll
- *      goes to it in one call) and is settled right after the handler returns:
+ *      already buffered without waiting, up to max_msgs and the prefetch (no more can be in
+ *      flight).
+ *   3. The deliveries go to the handler (txo__handler_run: a batch handler in one call, a
+ *      per-message handler once per delivery), then each is settled by its verdict, in order:
  *        0          basic.ack;
  *        transient  republished to <queue>.retry with expiration = retry_delay_ms on the
  *                   retry connection (confirm mode, waited for), then basic.ack; RabbitMQ
@@ -38,6 +39,7 @@
 
 #include <sys/time.h>
 
+#include "broker/consumer_internal.h"
 #include "broker/rabbitmq_internal.h"
 
 #define HEADERS_KEPT 32 /* string headers a handler can read through header() */
@@ -53,10 +55,8 @@ struct rmq_consumer {
     char *dlx;
     char *dlq;
     char *binding_key;
-    bool consuming;                     /* basic.consume done on the current connection */
-    txo_message_handler_fn handler;     /* one message at a time, or */
-    txo_batch_handler_fn batch_handler; /* every delivery of a poll at once */
-    void *arg;
+    bool consuming; /* basic.consume done on the current connection */
+    struct txo_handler h;
     struct txo_metric *consumed; /* txo_rabbitmq_consumed_total{outcome}, or NULL */
 };
 
@@ -455,25 +455,11 @@ static int settle(struct rmq_consumer *rc, const struct delivery *d, int hrc,
                          verb, amqp_error_string2(s));
 }
 
-/* Runs the handler and settles; returns TXO_EUNAVAILABLE when the settling write failed. */
-static int handle_one(struct rmq_consumer *rc, const amqp_envelope_t *env, struct txo_error *err)
-{
-    struct delivery d;
-    if (delivery_init(&d, env) < 0)
-        return not_handled(rc, env, err);
-    struct txo_error herr;
-    txo_error_init(&herr);
-    int hrc = rc->handler(rc->arg, &d.in, &herr);
-    int r = settle(rc, &d, hrc, &herr, err);
-    delivery_release(&d);
-    return r;
-}
-
 /*
- * Runs the batch handler once on the n deliveries envs[0..n), then settles each by its verdict
- * in order (a failing handler: each fails with its code). A delivery that cannot be copied is
- * requeued without reaching the handler, as handle_one does. Returns as rmq_poll does;
- * *handled gets the messages handed to the handler.
+ * Runs the handler on the n deliveries envs[0..n), then settles each by its verdict in order
+ * (a batch handler that fails as a whole: each fails with its code). A delivery that cannot be
+ * copied is requeued without reaching the handler. Returns as rmq_poll does; *handled gets the
+ * messages handed to the handler.
  */
 static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size_t n,
                       size_t *handled, struct txo_error *err)
@@ -506,17 +492,12 @@ static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size
         }
         in[m] = ds[i].in;
         of[m] = i;
-        txo_error_init(&errors[m]);
         m++;
     }
     if (m == 0)
         goto out;
-    int brc = rc->batch_handler(rc->arg, in, m, results, errors);
+    (void)txo__handler_run(&rc->h, in, m, results, errors);
     for (size_t j = 0; j < m; j++) {
-        if (brc != 0) {
-            results[j] = brc;
-            txo_error_set(&errors[j], brc, "batch handler: %s", txo_strerror(brc));
-        }
         if (rc->conn.st == NULL)
             break; /* a settling write failed: the server redelivers the rest */
         struct txo_error e;
@@ -609,20 +590,23 @@ static int receive(struct rmq_consumer *rc, int64_t deadline, amqp_envelope_t *e
     }
 }
 
-/*
- * The batch handler's poll: the first delivery within the wait, then whatever is already
- * buffered, up to max_msgs and the prefetch (no more can be in flight), all handed over at once.
- */
-static int poll_batch(struct rmq_consumer *rc, size_t max_msgs, int64_t deadline, size_t *handled,
-                      struct txo_error *err)
+static int rmq_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *handled,
+                    struct txo_error *err)
 {
+    struct rmq_consumer *rc = self;
     struct txo__rmq_conn *c = &rc->conn;
+    *handled = 0;
+    int r = start(rc, err);
+    if (r < 0)
+        return r;
+    int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    /* The first delivery within the wait, then whatever is already buffered, up to max_msgs
+     * and the prefetch (no more can be in flight), all handed over at once. */
     size_t cap = max_msgs < (size_t)c->opts.prefetch ? max_msgs : (size_t)c->opts.prefetch;
     amqp_envelope_t *envs = txo_calloc(cap, sizeof(*envs));
     if (envs == NULL)
         return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: batch of %zu: out of memory",
                              cap);
-    int r = 0;
     size_t n = 0;
     while (n < cap) {
         amqp_maybe_release_buffers(c->st); /* envelopes own copies of what they hold */
@@ -638,40 +622,6 @@ static int poll_batch(struct rmq_consumer *rc, size_t max_msgs, int64_t deadline
     for (size_t i = 0; i < n; i++)
         amqp_destroy_envelope(&envs[i]);
     txo_free(envs);
-    return r;
-}
-
-static int rmq_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *handled,
-                    struct txo_error *err)
-{
-    struct rmq_consumer *rc = self;
-    struct txo__rmq_conn *c = &rc->conn;
-    *handled = 0;
-    int r = start(rc, err);
-    if (r < 0)
-        return r;
-    int64_t deadline = txo_monotonic_ms() + timeout_ms;
-    if (rc->batch_handler != NULL)
-        return poll_batch(rc, max_msgs, deadline, handled, err);
-    size_t done = 0;
-    while (done < max_msgs) {
-        amqp_maybe_release_buffers(c->st);
-        amqp_envelope_t env;
-        r = receive(rc, done == 0 ? deadline : 0, &env, err);
-        if (r <= 0)
-            break;
-        r = 0;
-        struct txo_error e;
-        txo_error_init(&e);
-        int hr = handle_one(rc, &env, &e);
-        amqp_destroy_envelope(&env);
-        done++;
-        if (hr < 0) {
-            r = txo_error_set(err, e.code, "%s", e.msg);
-            break;
-        }
-    }
-    *handled = done;
     return r;
 }
 
@@ -707,22 +657,22 @@ static char *suffixed(const char *name, const char *suffix)
     return s;
 }
 
-/* One of handler or batch_handler. */
-static int consumer_new(const struct txo_rabbitmq_opts *o, txo_message_handler_fn handler,
-                        txo_batch_handler_fn batch_handler, void *arg, struct txo_metrics *metrics,
-                        struct txo_consumer **out, struct txo_error *err)
+int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, const struct txo_handler *h,
+                              struct txo_metrics *metrics, struct txo_consumer **out,
+                              struct txo_error *err)
 {
-    if ((handler == NULL && batch_handler == NULL) || out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: handler and out are required");
-    int r = txo__rmq_check_opts(o, true, err);
+    int r = txo__handler_check(h, "rabbitmq consumer", err);
+    if (r < 0)
+        return r;
+    if (out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: out is required");
+    r = txo__rmq_check_opts(o, true, err);
     if (r < 0)
         return r;
     struct rmq_consumer *rc = txo_calloc(1, sizeof(*rc));
     if (rc == NULL)
         return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
-    rc->handler = handler;
-    rc->batch_handler = batch_handler;
-    rc->arg = arg;
+    rc->h = *h;
     rc->queue = txo_strdup(o->queue);
     rc->retry_queue = suffixed(o->queue, ".retry");
     rc->dlx = suffixed(o->queue, ".dlx");
@@ -765,22 +715,4 @@ static int consumer_new(const struct txo_rabbitmq_opts *o, txo_message_handler_f
     if (r < 0)
         rmq_consumer_destroy(rc);
     return r;
-}
-
-int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, txo_message_handler_fn handler,
-                              void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
-                              struct txo_error *err)
-{
-    if (handler == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: handler and out are required");
-    return consumer_new(o, handler, NULL, arg, metrics, out, err);
-}
-
-int txo_consumer_rabbitmq_batch_new(const struct txo_rabbitmq_opts *o, txo_batch_handler_fn handler,
-                                    void *arg, struct txo_metrics *metrics,
-                                    struct txo_consumer **out, struct txo_error *err)
-{
-    if (handler == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: handler and out are required");
-    return consumer_new(o, NULL, handler, arg, metrics, out, err);
 }

@@ -17,12 +17,12 @@
  *   3. Otherwise read new entries: XREADGROUP GROUP <group> <me> COUNT max_msgs BLOCK
  *      timeout_ms STREAMS <stream> > (the socket timeout is timeout_ms + the command timeout
  *      meanwhile, so the blocking read is not taken for a dead server).
- *   4. Each entry goes to the handler (or, with a batch handler, every entry of the read or
- *      claim goes to it in one call); then XACK (0), nothing (transient: it stays pending and
- *      is claimed again after claim_idle_ms), or dead letter + XACK (permanent), settle()
- *      either way. A batch acknowledges all its entries in one XACK. XACK comes only after
- *      the handler's effect was committed, so a crash in between means a redelivery (at least
- *      once), never a loss.
+ *   4. The entries of the read or claim go to the handler (txo__handler_run: a batch handler
+ *      in one call, a per-message handler once per entry); then each is settled by its verdict
+ *      in settle(): XACK (0), nothing (transient: it stays pending and is claimed again after
+ *      claim_idle_ms), or dead letter + XACK (permanent). All the entries to acknowledge go in
+ *      one XACK. XACK comes only after the handler's effect was committed, so a crash in
+ *      between means a redelivery (at least once), never a loss.
  *
  * The group and its pending entries live on the server: freeing the consumer changes nothing
  * there, and its entries are claimed by another consumer after claim_idle_ms.
@@ -35,6 +35,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#include "broker/consumer_internal.h"
 #include "broker/redis_internal.h"
 
 #define NAME_MAX_LEN  256
@@ -58,9 +59,7 @@ struct redis_consumer {
     bool group_ready;
     char claim_cursor[ID_MAX];
     int64_t next_claim_ms;
-    txo_message_handler_fn handler;     /* one entry at a time, or */
-    txo_batch_handler_fn batch_handler; /* every entry of a read or claim at once */
-    void *arg;
+    struct txo_handler h;
     struct txo_metric *consumed; /* label outcome */
     struct txo_metric *claimed;
 };
@@ -360,24 +359,6 @@ static int settle(struct redis_consumer *rc, const struct entry *e,
     return 1;
 }
 
-/*
- * Runs the handler on one entry and settles it. Returns 0, or TXO_EUNAVAILABLE with err set
- * when the settlement did not reach the server (the entry then comes back later).
- */
-static int handle_entry(struct redis_consumer *rc, const struct entry *e, uint64_t delivery,
-                        size_t *handled, struct txo_error *err)
-{
-    struct txo_inbound_message in;
-    if (!describe_entry(rc, e, delivery, &in))
-        return ack(rc, &e->id, 1, err);
-    struct txo_error herr;
-    txo_error_init(&herr);
-    int code = rc->handler(rc->arg, &in, &herr);
-    (*handled)++;
-    code = settle(rc, e, &in, code, &herr, err);
-    return code > 0 ? ack(rc, &e->id, 1, err) : code;
-}
-
 static int lost_mid_batch(struct redis_consumer *rc, struct txo_error *err)
 {
     return txo_error_set(err, TXO_EUNAVAILABLE,
@@ -386,50 +367,13 @@ static int lost_mid_batch(struct redis_consumer *rc, struct txo_error *err)
 }
 
 /*
- * Handles the entries of an array reply ([id, [fields]] each) one at a time; claimed:
- * delivery counts from XPENDING. Stops when the connection is gone. Returns the first
- * settlement failure.
+ * Handles the entries of a read or claim reply ([id, [fields]] each; claimed: delivery counts
+ * from XPENDING): the handler runs on every entry for it, then each is settled by its result
+ * and all those to acknowledge (also the skipped and trimmed ones) go in one XACK. Stops
+ * settling when the connection is gone. Returns the first settlement failure.
  */
-static int handle_each(struct redis_consumer *rc, const redisReply *entries, bool claimed,
-                       size_t *handled, struct txo_error *err)
-{
-    int first = 0;
-    for (size_t i = 0; i < entries->elements; i++) {
-        if (rc->conn.ctx == NULL) {
-            if (first == 0)
-                first = lost_mid_batch(rc, err);
-            break;
-        }
-        struct entry e;
-        enum entry_kind kind = entry_at(rc, entries, i, &e);
-        if (kind == ENTRY_MALFORMED)
-            continue;
-        if (kind == ENTRY_GONE) {
-            struct txo_error ignored;
-            txo_error_init(&ignored);
-            (void)ack(rc, &e.id, 1, &ignored);
-            continue;
-        }
-        uint64_t delivery = claimed ? delivery_count(rc, e.id) : 1;
-        struct txo_error e_err;
-        txo_error_init(&e_err);
-        int code = handle_entry(rc, &e, delivery, handled, &e_err);
-        if (code < 0 && first == 0) {
-            first = code;
-            if (err != NULL)
-                *err = e_err;
-        }
-    }
-    return first;
-}
-
-/*
- * The same with the batch handler: every entry for it goes to it in one call, then each is
- * settled by its result and all those to acknowledge (also the skipped and trimmed ones) go in
- * one XACK. A batch handler that fails as a whole fails every entry with its code.
- */
-static int handle_batch(struct redis_consumer *rc, const redisReply *entries, bool claimed,
-                        size_t *handled, struct txo_error *err)
+static int handle_entries(struct redis_consumer *rc, const redisReply *entries, bool claimed,
+                          size_t *handled, struct txo_error *err)
 {
     size_t n = entries->elements;
     if (n == 0)
@@ -458,17 +402,12 @@ static int handle_batch(struct redis_consumer *rc, const redisReply *entries, bo
             ack_ids[n_ack++] = es[m].id;
             continue;
         }
-        txo_error_init(&errors[m]);
         m++;
     }
     if (m > 0) {
-        int brc = rc->batch_handler(rc->arg, in, m, results, errors);
+        (void)txo__handler_run(&rc->h, in, m, results, errors);
         *handled += m;
         for (size_t i = 0; i < m; i++) {
-            if (brc != 0) {
-                results[i] = brc;
-                txo_error_set(&errors[i], brc, "batch handler: %s", txo_strerror(brc));
-            }
             if (rc->conn.ctx == NULL) {
                 first = lost_mid_batch(rc, err);
                 goto out; /* nothing more reaches the server: the rest stays pending */
@@ -503,14 +442,6 @@ out:
     txo_free(errors);
     txo_free(ack_ids);
     return first;
-}
-
-/* Handles the entries of a read or claim reply with whichever handler the consumer has. */
-static int handle_entries(struct redis_consumer *rc, const redisReply *entries, bool claimed,
-                          size_t *handled, struct txo_error *err)
-{
-    return rc->batch_handler != NULL ? handle_batch(rc, entries, claimed, handled, err)
-                                     : handle_each(rc, entries, claimed, handled, err);
 }
 
 /* XAUTOCLAIM when due. *n_claimed gets the entries taken over. */
@@ -678,22 +609,22 @@ static int register_metrics(struct redis_consumer *rc, struct txo_metrics *reg,
     return 0;
 }
 
-/* One of handler or batch_handler. */
-static int consumer_new(const struct txo_redis_opts *o, txo_message_handler_fn handler,
-                        txo_batch_handler_fn batch_handler, void *arg, struct txo_metrics *metrics,
-                        struct txo_consumer **out, struct txo_error *err)
+int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_handler *h,
+                           struct txo_metrics *metrics, struct txo_consumer **out,
+                           struct txo_error *err)
 {
-    if ((handler == NULL && batch_handler == NULL) || out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis consumer: handler and out are required");
-    int code = txo__redis_check_opts(o, "consumer", err);
+    int code = txo__handler_check(h, "redis consumer", err);
+    if (code < 0)
+        return code;
+    if (out == NULL)
+        return txo_error_set(err, TXO_EINVAL, "redis consumer: out is required");
+    code = txo__redis_check_opts(o, "consumer", err);
     if (code < 0)
         return code;
     struct redis_consumer *rc = txo_calloc(1, sizeof(*rc));
     if (rc == NULL)
         return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
-    rc->handler = handler;
-    rc->batch_handler = batch_handler;
-    rc->arg = arg;
+    rc->h = *h;
     rc->claim_idle_ms = o->claim_idle_ms;
     rc->dead_letter = o->dead_letter;
     snprintf(rc->claim_cursor, sizeof(rc->claim_cursor), "0-0");
@@ -721,22 +652,4 @@ out:
     if (code < 0)
         redis_consumer_destroy(rc);
     return code;
-}
-
-int txo_consumer_redis_new(const struct txo_redis_opts *o, txo_message_handler_fn handler,
-                           void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
-                           struct txo_error *err)
-{
-    if (handler == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis consumer: handler and out are required");
-    return consumer_new(o, handler, NULL, arg, metrics, out, err);
-}
-
-int txo_consumer_redis_batch_new(const struct txo_redis_opts *o, txo_batch_handler_fn handler,
-                                 void *arg, struct txo_metrics *metrics, struct txo_consumer **out,
-                                 struct txo_error *err)
-{
-    if (handler == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis consumer: handler and out are required");
-    return consumer_new(o, NULL, handler, arg, metrics, out, err);
 }

@@ -708,7 +708,8 @@ static void test_stream_leader_killed(void **state)
     struct txo_consumer *cons = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_nats_new(&no, on_message, &seen, &cons, &err) != 0)
+    if (txo_consumer_nats_new(&no, &(struct txo_handler){.one = on_message, .arg = &seen}, &cons,
+                              &err) != 0)
         fail_msg("consumer: %s", err.msg);
     unsigned victim2 = victim % N_NODES + 1;
     bool killed = false, restarted = false;

@@ -439,7 +439,8 @@ static void test_relay_only_foreign_rows_nats(void **state)
     memset(&r, 0, sizeof(r));
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_nats_new(&o, record, &r, &cons, &err) != 0)
+    if (txo_consumer_nats_new(&o, &(struct txo_handler){.one = record, .arg = &r}, &cons, &err) !=
+        0)
         fail_msg("txo_consumer_nats_new: %s", err.msg);
     int64_t deadline = txo_monotonic_ms() + 10000;
     while (r.n < TXO_ARRAY_LEN(foreign) && txo_monotonic_ms() < deadline) {

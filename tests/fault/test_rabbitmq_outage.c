@@ -288,7 +288,9 @@ static void test_broker_killed_mid_drain(void **state)
     co.binding_key = "killed.OrderCreated";
     co.prefetch = 10;
     struct txo_consumer *cons = NULL;
-    assert_int_equal(txo_consumer_rabbitmq_new(&co, handle, &w, NULL, &cons, NULL), 0);
+    assert_int_equal(txo_consumer_rabbitmq_new(&co, &(struct txo_handler){.one = handle, .arg = &w},
+                                               NULL, &cons, NULL),
+                     0);
     int prc = 0;
     (void)poll_once(cons, 50, &prc); /* declares and binds before anything is published */
     assert_int_equal(prc, 0);
@@ -453,7 +455,9 @@ static void test_relay_crash_after_publish(void **state)
     co.queue = "crash.worker";
     co.binding_key = "crash.OrderCreated";
     struct txo_consumer *cons = NULL;
-    assert_int_equal(txo_consumer_rabbitmq_new(&co, handle, &w, NULL, &cons, NULL), 0);
+    assert_int_equal(txo_consumer_rabbitmq_new(&co, &(struct txo_handler){.one = handle, .arg = &w},
+                                               NULL, &cons, NULL),
+                     0);
     int prc = 0;
     (void)poll_once(cons, 50, &prc);
     assert_int_equal(prc, 0);

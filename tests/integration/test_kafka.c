@@ -5,13 +5,12 @@
  *
  *   - topic names from the template;
  *   - the record contract: topic, key = aggregate id, value = envelope, the two headers;
- *   - 10,000 events through the relay with --ordering aggregate: none lost, every idempotency
- *     key once, each aggregate on one partition in its order;
  *   - brokers down: the relay keeps the events PENDING with backoff, dead-letters them at the
  *     attempt limit, and delivers the rest once the brokers are back; a leader change and
  *     NOT_LEADER errors are absorbed by the idempotent producer without duplicates; a record
  *     too large and a topic authorisation failure are permanent (dead-lettered at once).
- * The consumer side is in test_kafka_consumer.c.
+ * The consumer side is in test_kafka_consumer.c. The contracts every transport keeps
+ * (publish, per-aggregate order, consume, restart, CloudEvents) are in tests/conformance.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -214,126 +213,6 @@ static int64_t count_status(struct testdb *t, const char *status)
     return testdb_i64(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = ?", &p, 1);
 }
 
-static int cmp_record(const void *x, const void *y)
-{
-    const struct testkafka_record *a = x, *b = y;
-    if (a->partition != b->partition)
-        return a->partition < b->partition ? -1 : 1;
-    return (a->offset > b->offset) - (a->offset < b->offset);
-}
-
-static void test_relay_10000_in_aggregate_order(void **state)
-{
-    (void)state;
-    const unsigned n = 10000, n_aggs = 500;
-    char prefix[32], template[64], topic[64];
-    testkafka_fresh(prefix, sizeof(prefix), "relay");
-    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&cluster, topic, 6);
-    struct testdb t;
-    testdb_setup(&t, "kafka_relay");
-    append(&t, (struct append_ctx){1, n, n_aggs, prefix, NULL, 0}, 1000);
-
-    struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, template);
-    struct txo_metrics *reg = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_metrics_new(&reg, &err), 0);
-    struct txo_publisher *pub = NULL;
-    if (txo_publisher_kafka_new(&o, reg, &pub, &err) < 0)
-        fail_msg("txo_publisher_kafka_new: %s", err.msg);
-    struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "kafka-relay";
-    ro.batch_size = 500;
-    ro.ordering = TXO_RELAY_ORDER_AGGREGATE;
-    ro.drain = true;
-    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
-    int64_t t0 = txo_monotonic_ms();
-    testrelay_drain(relay);
-    int64_t elapsed = txo_monotonic_ms() - t0;
-    assert_int_equal(count_status(&t, "PUBLISHED"), n);
-    struct txo_relay_stats st;
-    txo_relay_get_stats(relay, &st);
-    assert_int_equal(st.published, n);
-    assert_int_equal(st.failed_attempts, 0);
-    print_message("relay: %u events to Kafka in %lld ms (%u batches, ordering aggregate)\n", n,
-                  (long long)elapsed, (unsigned)st.batches);
-
-    /* The metrics saw every delivery. */
-    char *text = NULL;
-    size_t len = 0;
-    assert_int_equal(txo_metrics_render(reg, &text, &len, &err), 0);
-    assert_non_null(strstr(text, "txo_kafka_messages_published_total 10000"));
-    assert_non_null(strstr(text, "txo_kafka_delivery_seconds_count 10000"));
-    const char *sum = strstr(text, "txo_kafka_delivery_seconds_sum ");
-    assert_non_null(sum);
-    print_message("publisher: mean delivery report latency %.1f ms\n",
-                  strtod(sum + strlen("txo_kafka_delivery_seconds_sum "), NULL) / n * 1000.0);
-    txo_free(text);
-
-    struct testkafka_record *r = NULL;
-    size_t got = testkafka_read(&cluster, topic, &r);
-    qsort(r, got, sizeof(*r), cmp_record);
-    unsigned char *seen = calloc(n + 1, 1);
-    int32_t *part_of = malloc(n_aggs * sizeof(*part_of));
-    long *last_seq = malloc(n_aggs * sizeof(*last_seq));
-    json_int_t *last_sequence = calloc(n_aggs, sizeof(*last_sequence));
-    assert_true(seen && part_of && last_seq && last_sequence);
-    for (unsigned a = 0; a < n_aggs; a++) {
-        part_of[a] = -1;
-        last_seq[a] = -1;
-    }
-    size_t dups = 0;
-    for (size_t k = 0; k < got; k++) {
-        char *id = testkafka_header(&r[k], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
-        long i = testkafka_key_index(id);
-        assert_true(i >= 1 && i <= (long)n);
-        dups += seen[i]++ > 0;
-        json_t *doc = json_loads(r[k].value, 0, NULL);
-        assert_non_null(doc);
-        json_t *payload = json_object_get(doc, "payload");
-        unsigned agg = (unsigned)json_integer_value(json_object_get(payload, "aggregate"));
-        long seq = (long)json_integer_value(json_object_get(payload, "seq"));
-        json_int_t sequence = json_integer_value(json_object_get(doc, "sequence"));
-        json_int_t prev = json_integer_value(json_object_get(doc, "prev_sequence"));
-        json_decref(doc);
-        assert_true(agg < n_aggs);
-        /* The envelope's own numbering: 1, 2, 3, ... per aggregate, each after the last. */
-        if (sequence != last_sequence[agg] + 1 || prev != last_sequence[agg])
-            fail_msg("aggregate %u: sequence %lld after %lld, the last seen %lld", agg,
-                     (long long)sequence, (long long)prev, (long long)last_sequence[agg]);
-        last_sequence[agg] = sequence;
-        char agg_key[16];
-        snprintf(agg_key, sizeof(agg_key), "%u", agg);
-        assert_string_equal(r[k].key, agg_key);
-        if (part_of[agg] < 0)
-            part_of[agg] = r[k].partition;
-        assert_int_equal(r[k].partition, part_of[agg]);
-        if (seq <= last_seq[agg])
-            fail_msg("aggregate %u: seq %ld after %ld on partition %d (offset %lld)", agg, seq,
-                     last_seq[agg], r[k].partition, (long long)r[k].offset);
-        last_seq[agg] = seq;
-        free(id);
-    }
-    /* No retry happened (failed_attempts 0), so a duplicate would be a bug: none expected. */
-    assert_int_equal(dups, 0);
-    assert_int_equal(got, n);
-    for (unsigned i = 1; i <= n; i++)
-        assert_int_equal(seen[i], 1);
-    free(seen);
-    free(part_of);
-    free(last_seq);
-    free(last_sequence);
-    testkafka_records_free(r, got);
-    txo_relay_free(relay);
-    txo_publisher_free(pub);
-    txo_metrics_free(reg);
-    testdb_teardown(&t);
-}
-
 /* Ids (their key index) of the records of topic; counts duplicates into *dups. */
 static size_t read_ids(const char *topic, unsigned n, size_t *dups)
 {
@@ -508,7 +387,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topic_names),
         cmocka_unit_test(test_record_contract),
-        cmocka_unit_test(test_relay_10000_in_aggregate_order),
         cmocka_unit_test(test_brokers_down_then_back),
         cmocka_unit_test(test_dead_letters),
     };

@@ -174,7 +174,7 @@ static struct txo_publisher *new_local(struct ctx *c)
     struct txo_publisher *pub = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_publisher_local_new(handler, c, &pub, &err) < 0)
+    if (txo_publisher_local_new(&(struct txo_handler){.one = handler, .arg = c}, &pub, &err) < 0)
         fail_msg("txo_publisher_local_new: %s", err.msg);
     assert_string_equal(pub->ops->name, "local");
     return pub;
@@ -263,13 +263,34 @@ static void test_permanent_failure_dead_letters(void **state)
     txo_publisher_free(pub);
 }
 
+/* A batch handler that must never run: given with a message handler, creation fails. */
+static int batch_never(void *arg, const struct txo_inbound_message *msgs, size_t n, int *results,
+                       struct txo_error *errors)
+{
+    (void)arg;
+    (void)msgs;
+    (void)n;
+    (void)results;
+    (void)errors;
+    fail();
+    return 0;
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
     struct txo_publisher *pub = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_publisher_local_new(NULL, NULL, &pub, &err), TXO_EINVAL);
+    assert_int_equal(txo_publisher_local_new(NULL, &pub, &err), TXO_EINVAL);
+    assert_null(pub);
+    /* A handler description names exactly one of the two forms. */
+    assert_int_equal(txo_publisher_local_new(&(struct txo_handler){.arg = &err}, &pub, &err),
+                     TXO_EINVAL);
+    assert_null(pub);
+    const struct txo_handler both = {.one = handler, .batch = batch_never};
+    assert_int_equal(txo_publisher_local_new(&both, &pub, &err), TXO_EINVAL);
+    assert_non_null(strstr(err.msg, "exactly one"));
     assert_null(pub);
     assert_int_equal(txo_consumer_new(NULL, NULL, NULL, NULL), TXO_EINVAL);
     size_t handled = 7;

@@ -5,28 +5,23 @@
  *   - stream names from the template, bad options refused;
  *   - published entries carry the documented fields, in the txo format and in CloudEvents
  *     binary mode (read back with redis-cli, and decoded by a consumer);
- *   - the relay drains 10,000 events from MariaDB (ordering none, and again with ordering
- *     aggregate): every event in the stream exactly once with its fields, and with ordering
- *     aggregate each aggregate's events in id order in the stream;
- *   - the consumer: XACK only after the handler succeeded (pending count 0 after, 1 while a
- *     transient failure waits), a transient failure redelivered only after claim_idle_ms with
- *     delivery 2, a permanent one copied to <stream>.dead and acknowledged, the entries of a
- *     consumer that died (read with redis-cli as another consumer, never acknowledged) claimed
- *     by ours, other event types acknowledged without the handler;
+ *   - the consumer: a permanent failure copied to <stream>.dead with its dead_* fields and
+ *     acknowledged; the entries of a consumer that died (read with redis-cli as another
+ *     consumer, never acknowledged) claimed by ours; other event types acknowledged without
+ *     the handler;
  *   - the batch consumer: 20 entries in fewer handler calls than entries, each once (other
  *     event types acknowledged without reaching it); one call with a transient, a permanent
  *     and successful verdicts settles each by its own (XPENDING shows the transient one alone,
  *     redelivered later with delivery 2; the permanent one in <stream>.dead); a call failing
  *     as a whole leaves every entry pending (claimed again in one call) or dead-letters all;
- *   - duplicate delivery (the same event published twice) has one effect through the inbox;
- *   - redis-server SIGKILLed and restarted (AOF replayed) while a consumer polls: every
- *     published entry is handled, nothing lost, nothing left pending;
  *   - a server that is down: creation works, publishing and polling fail fast with
  *     TXO_EUNAVAILABLE and work again once it is back;
  *   - MAXLEN ~ keeps about maxlen entries, the newest;
  *   - a %-encoded password and a database number from the URL (a wrong password: transient,
  *     never echoed).
- * What Redis stored is read with Debian's redis-cli, not through the code under test.
+ * The contracts every transport keeps (publish, order, consume, restart, CloudEvents) are in
+ * tests/conformance. What Redis stored is read with Debian's redis-cli, not through the code
+ * under test.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -219,7 +214,7 @@ static struct txo_consumer *new_consumer(const struct txo_redis_opts *o, txo_mes
     struct txo_consumer *c = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_redis_new(o, fn, arg, NULL, &c, &err) < 0)
+    if (txo_consumer_redis_new(o, &(struct txo_handler){.one = fn, .arg = arg}, NULL, &c, &err) < 0)
         fail_msg("txo_consumer_redis_new: %s", err.msg);
     return c;
 }
@@ -273,7 +268,9 @@ static void test_stream_names_and_options(void **state)
     o.maxlen = -1;
     assert_int_equal(txo_publisher_redis_new(&o, NULL, &pub, &err), TXO_EINVAL);
     txo_redis_opts_init(&o);
-    assert_int_equal(txo_consumer_redis_new(&o, collect, NULL, NULL, &c, &err), TXO_EINVAL);
+    assert_int_equal(txo_consumer_redis_new(&o, &(struct txo_handler){.one = collect, .arg = NULL},
+                                            NULL, &c, &err),
+                     TXO_EINVAL);
     assert_non_null(strstr(err.msg, "stream is required"));
 }
 
@@ -364,203 +361,7 @@ static void test_fields_as_documented(void **state)
 
 #define RELAY_AGGREGATES_MAX 1000
 
-struct append_round {
-    unsigned round;
-    unsigned aggregates;
-};
-
-static int append_many(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    const struct append_round *ar = arg;
-    unsigned round = ar->round;
-    for (unsigned a = 1; a <= ar->aggregates; a++) {
-        char key[48], payload[64], agg[16];
-        snprintf(key, sizeof(key), "order:%u:%u", a, round);
-        snprintf(payload, sizeof(payload), "{\"aggregate\":%u,\"seq\":%u}", a, round);
-        snprintf(agg, sizeof(agg), "%u", a);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/*
- * aggregates x per_agg events drained by one relay into stream (template prefix.{...}); then
- * read back with redis-cli: every event once with its fields, and, when ordered, each
- * aggregate's events in the order of their outbox ids.
- */
-static void relay_drain(const char *prefix, unsigned aggregates, unsigned per_agg,
-                        enum txo_relay_ordering ordering)
-{
-    const size_t n = (size_t)aggregates * per_agg;
-    assert_true(aggregates <= RELAY_AGGREGATES_MAX);
-    struct testdb t;
-    testdb_setup(&t, "redis_relay");
-    /* Rounds interleave the aggregates, so ids of one aggregate are spread over the table. */
-    for (unsigned round = 1; round <= per_agg; round++) {
-        struct append_round ar = {round, aggregates};
-        struct txo_error err;
-        txo_error_init(&err);
-        if (txo_db_transact(t.db, TXO_ISO_READ_COMMITTED, append_many, &ar, &err) < 0)
-            fail_msg("appending events: %s", err.msg);
-    }
-
-    char tmpl[64], stream[64];
-    snprintf(tmpl, sizeof(tmpl), "%s.{aggregate_type}", prefix);
-    snprintf(stream, sizeof(stream), "%s.order", prefix);
-    struct txo_redis_opts o;
-    opts_for(&o, NULL);
-    o.stream_template = tmpl;
-    struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "redis-relay";
-    ro.batch_size = 500;
-    ro.ordering = ordering;
-    ro.drain = true;
-    struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
-    int64_t t0 = txo_monotonic_ms();
-    testrelay_drain(relay);
-    int64_t elapsed = txo_monotonic_ms() - t0;
-    print_message("relay drained %zu events into Redis in %lld ms (ordering %s)\n", n,
-                  (long long)elapsed, txo_relay_ordering_name(ordering));
-
-    assert_int_equal(testdb_i64(t.db,
-                                "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                                "AND attempts = 0 AND last_error IS NULL",
-                                NULL, 0),
-                     n);
-    struct txo_relay_stats st;
-    txo_relay_get_stats(relay, &st);
-    assert_int_equal(st.published, n);
-    assert_int_equal(st.failed_attempts, 0);
-
-    /* Read back with redis-cli: every key once, its fields, each aggregate's seq increasing. */
-    assert_int_equal(testredis_xlen(&server, stream), n);
-    json_t *entries = testredis_xrange(&server, stream);
-    assert_int_equal(json_array_size(entries), n);
-    char **keys = calloc(n, sizeof(*keys));
-    assert_non_null(keys);
-    unsigned last_seq[RELAY_AGGREGATES_MAX + 1] = {0};
-    size_t out_of_order = 0;
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(entries, i);
-        const char *key = testredis_field(e, "idempotency_key");
-        assert_non_null(key);
-        keys[i] = strdup(key);
-        unsigned a = 0, seq = 0;
-        if (sscanf(key, "order:%u:%u", &a, &seq) != 2 || a < 1 || a > aggregates)
-            fail_msg("unexpected key %s", key);
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", a);
-        assert_string_equal(testredis_field(e, "aggregate_id"), agg);
-        assert_string_equal(testredis_field(e, "aggregate_type"), "order");
-        assert_string_equal(testredis_field(e, "event_type"), "OrderCreated");
-        const char *env = testredis_field(e, "envelope");
-        json_t *j = env != NULL ? json_loads(env, 0, NULL) : NULL;
-        if (j == NULL)
-            fail_msg("entry %zu (%s): no envelope JSON", i, key);
-        assert_int_equal(json_integer_value(json_object_get(json_object_get(j, "payload"), "seq")),
-                         seq);
-        char id[24];
-        snprintf(id, sizeof(id), "%lld", (long long)json_integer_value(json_object_get(j, "id")));
-        assert_string_equal(testredis_field(e, "outbox_id"), id);
-        json_decref(j);
-        if (seq != last_seq[a] + 1) {
-            if (ordering == TXO_RELAY_ORDER_AGGREGATE)
-                fail_msg("aggregate %u: event %u follows event %u in the stream", a, seq,
-                         last_seq[a]);
-            out_of_order++;
-        }
-        last_seq[a] = seq > last_seq[a] ? seq : last_seq[a];
-    }
-    json_decref(entries);
-    if (ordering != TXO_RELAY_ORDER_AGGREGATE)
-        print_message("without ordering: %zu events behind a later one of their aggregate\n",
-                      out_of_order);
-    /* Duplicates: none expected, since no batch failed (a retried batch would be the only
-     * source: Redis has no producer dedupe). */
-    qsort(keys, n, sizeof(*keys), cmp_str);
-    size_t duplicates = 0;
-    for (size_t i = 1; i < n; i++)
-        duplicates += strcmp(keys[i - 1], keys[i]) == 0;
-    assert_int_equal(duplicates, 0);
-    for (size_t i = 0; i < n; i++)
-        free(keys[i]);
-    free(keys);
-
-    txo_relay_free(relay);
-    txo_publisher_free(pub);
-    testdb_teardown(&t);
-}
-
-static void test_relay_10000_events(void **state)
-{
-    (void)state;
-    relay_drain("t3.events", 100, 100, TXO_RELAY_ORDER_NONE);
-}
-
-/*
- * The ordered claim costs more per event the deeper each aggregate's backlog (txo/relay.h):
- * 1000 aggregates of 10 events drain in seconds, 100 of 100 would take minutes.
- */
-static void test_relay_keeps_aggregate_order(void **state)
-{
-    (void)state;
-    relay_drain("t3o.events", 1000, 10, TXO_RELAY_ORDER_AGGREGATE);
-}
-
 /* ---- (4) the consumer ---- */
-
-static void test_ack_after_success_and_transient_redelivery(void **state)
-{
-    (void)state;
-    struct txo_redis_opts o;
-    opts_for(&o, "t4.events.order");
-    o.stream_template = "t4.events.{aggregate_type}";
-    struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 5, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
-
-    struct collector col = {.transient_id = "order:3"};
-    struct txo_consumer *c = new_consumer(&o, collect, &col);
-    int64_t t_fail = txo_monotonic_ms(); /* before the first delivery */
-    assert_int_equal(poll_once(c, 100, 200), 5);
-    /* Four acknowledged, the failed one pending (unacked). */
-    assert_int_equal(testredis_group_pending(&server, "t4.events.order", "txo-worker"), 1);
-    /* Not redelivered before claim_idle_ms. */
-    while (txo_monotonic_ms() - t_fail < o.claim_idle_ms - 100)
-        poll_once(c, 100, 50);
-    assert_int_equal(count_id(&col, "order:3"), 1);
-    /* Then claimed again, delivery 2, acknowledged. */
-    int64_t deadline = txo_monotonic_ms() + 5000;
-    while (count_id(&col, "order:3") < 2 && txo_monotonic_ms() < deadline)
-        poll_once(c, 100, 50);
-    assert_int_equal(count_id(&col, "order:3"), 2);
-    assert_true(txo_monotonic_ms() - t_fail >= o.claim_idle_ms);
-    assert_int_equal(col.got[col.n - 1].delivery, 2);
-    assert_int_equal(testredis_group_pending(&server, "t4.events.order", "txo-worker"), 0);
-    assert_int_equal(col.n, 6);
-    txo_consumer_free(c);
-    collector_release(&col);
-    batch_free(&b);
-    txo_publisher_free(pub);
-}
 
 static void test_permanent_error_dead_lettered(void **state)
 {
@@ -697,8 +498,9 @@ static struct txo_consumer *new_batch_consumer(const struct txo_redis_opts *o,
     struct txo_consumer *c = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_consumer_redis_batch_new(o, collect_batch, bc, NULL, &c, &err) < 0)
-        fail_msg("txo_consumer_redis_batch_new: %s", err.msg);
+    if (txo_consumer_redis_new(o, &(struct txo_handler){.batch = collect_batch, .arg = bc}, NULL,
+                               &c, &err) < 0)
+        fail_msg("txo_consumer_redis_new: %s", err.msg);
     return c;
 }
 
@@ -870,105 +672,6 @@ static void test_batch_handler_failing_as_a_whole(void **state)
 
 /* ---- (5) duplicates through the inbox; a server SIGKILLed while consuming ---- */
 
-struct inbox_ctx {
-    struct txo_db *db;
-    const struct txo_inbound_message *msg;
-    size_t handled;
-};
-
-static int apply_once(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct inbox_ctx *ic = arg;
-    bool dup = false;
-    struct txo_event ev;
-    int rc = txo_envelope_decode_message(ic->msg, &ev, err);
-    if (rc < 0)
-        return rc;
-    rc = txo_inbox_record(tx, ic->msg->msg_id, ev.type, ev.payload, &dup, err);
-    if (rc == 0 && !dup) {
-        struct txo_param p = txo_p_str(ic->msg->msg_id);
-        rc = txo_tx_exec(tx, "INSERT INTO redis_effects (k) VALUES (?)", &p, 1, NULL, err);
-    }
-    txo_event_release(&ev);
-    return rc;
-}
-
-static int inbox_handler(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
-{
-    struct inbox_ctx *ic = arg;
-    ic->msg = msg;
-    ic->handled++;
-    return txo_db_transact(ic->db, TXO_ISO_READ_COMMITTED, apply_once, ic, err);
-}
-
-static void test_duplicates_and_server_killed_while_consuming(void **state)
-{
-    (void)state;
-    struct testdb t;
-    testdb_setup(&t, "redis_inbox");
-    testdb_exec(t.db, "CREATE TABLE redis_effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
-                      "k VARCHAR(255) NOT NULL)");
-    struct txo_redis_opts o;
-    opts_for(&o, "t8.events.order");
-    o.stream_template = "t8.events.{aggregate_type}";
-    o.timeout_ms = 500;
-    struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct inbox_ctx ic = {.db = t.db};
-    struct txo_consumer *c = new_consumer(&o, inbox_handler, &ic);
-
-    /* Every event published twice (a relay retry): one effect each. */
-    const size_t n = 200;
-    struct batch b;
-    batch_init(&b, n, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
-    publish(pub, &b);
-    assert_all_published(&b);
-    assert_int_equal(testredis_xlen(&server, "t8.events.order"), 2 * n);
-
-    /* Consume part, SIGKILL the server, restart it on its AOF, consume the rest. */
-    size_t got = poll_once(c, 150, 200);
-    assert_int_equal(got, 150);
-    testredis_kill(&server);
-    size_t handled = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(txo_consumer_poll(c, 100, 200, &handled, &err), TXO_EUNAVAILABLE);
-    assert_true(txo_monotonic_ms() - t0 < 1000);
-    b.results[0] = 99;
-    assert_int_equal(pub->ops->publish_batch(pub->self, b.msgs, 1, b.results, b.errors), 0);
-    assert_int_equal(b.results[0], TXO_EUNAVAILABLE);
-    testredis_restart(&server);
-    /* Everything acknowledged before the kill is still acknowledged (AOF, fsync always). */
-    assert_int_equal(testredis_xlen(&server, "t8.events.order"), 2 * n);
-    assert_true(testredis_group_pending(&server, "t8.events.order", "txo-worker") == 0);
-    int64_t deadline = txo_monotonic_ms() + 10000;
-    while (txo_monotonic_ms() < deadline) {
-        handled = 0;
-        txo_error_init(&err);
-        if (txo_consumer_poll(c, 100, 100, &handled, &err) < 0)
-            fail_msg("poll after the restart: %s", err.msg);
-        if (handled == 0 && ic.handled >= 2 * n)
-            break;
-    }
-    assert_int_equal(ic.handled, 2 * n);
-    assert_int_equal(testredis_group_pending(&server, "t8.events.order", "txo-worker"), 0);
-    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM redis_effects", NULL, 0), n);
-    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(DISTINCT k) FROM redis_effects", NULL, 0), n);
-    assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), n);
-
-    /* The publisher reconnects by itself on the next batch. */
-    b.results[0] = 99;
-    assert_int_equal(pub->ops->publish_batch(pub->self, b.msgs, 1, b.results, b.errors), 0);
-    assert_int_equal(b.results[0], 0);
-
-    txo_consumer_free(c);
-    batch_free(&b);
-    txo_publisher_free(pub);
-    testdb_teardown(&t);
-}
-
 static void test_server_down_at_creation(void **state)
 {
     (void)state;
@@ -1076,16 +779,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_names_and_options),
         cmocka_unit_test(test_fields_as_documented),
-        cmocka_unit_test(test_relay_10000_events),
-        cmocka_unit_test(test_relay_keeps_aggregate_order),
-        cmocka_unit_test(test_ack_after_success_and_transient_redelivery),
         cmocka_unit_test(test_permanent_error_dead_lettered),
         cmocka_unit_test(test_dead_consumer_entries_claimed),
         cmocka_unit_test(test_other_event_types_skipped),
         cmocka_unit_test(test_batch_consumer_reads_in_few_calls),
         cmocka_unit_test(test_batch_consumer_mixed_verdicts),
         cmocka_unit_test(test_batch_handler_failing_as_a_whole),
-        cmocka_unit_test(test_duplicates_and_server_killed_while_consuming),
         cmocka_unit_test(test_server_down_at_creation),
         cmocka_unit_test(test_password_and_database_from_the_url),
         cmocka_unit_test(test_maxlen_trims_the_stream),

@@ -1,0 +1,563 @@
+/*
+ * The transport conformance suite: one set of contracts, checked for every transport the build
+ * has, each row of the table in transports.c being one transport. `test_transport <name>` runs
+ * the contracts of one row (CTest: conformance_<name>, one test per transport built in).
+ *
+ * A row says how to start the transport's private server (tests/support/test<name>.c), how to
+ * make its publisher and consumer for a namespace (a fresh set of stream, topic, queue and
+ * group names per contract, so the contracts share one server), and how to read back what
+ * reached the server with a client that is not ours: cnats directly (NATS), kcat (Kafka),
+ * redis-cli (Redis), pika (RabbitMQ, tests/support/rabbit_client.py), the Python EventSink
+ * server's records (gRPC), Python's http.server (webhook, tests/support/http_recorder.py).
+ * A read-back is normalised to one JSON object per message: {"key": the idempotency key as
+ * the transport carries it, "body": what the server stored, "headers": {"ce-id": ...}}.
+ *
+ * The contracts, for every row whose flags name them:
+ *   publish      the relay drains 32 events of 4 aggregates: exactly 32 messages reached the
+ *                server, each key once, each body the event's envelope (or payload), and each
+ *                aggregate's events in their order;
+ *   cloudevents  in CloudEvents binary mode the attributes travel as headers (ce-specversion,
+ *                ce-id = the key, ce-type, ce-source) and the body is the payload; the
+ *                consumer decodes them back;
+ *   consume      through a handler that records each event in the transactional inbox: an
+ *                acknowledged message never comes back (also not to a new consumer on the same
+ *                group), a transient error brings it back (delivery 2), a permanent one never
+ *                (dead-lettered where the transport keeps dead letters), and a delivery whose
+ *                acknowledgement was lost comes again and is dropped by the inbox;
+ *   restart      the server is killed while events are pending and started again: the relay
+ *                publishes every event, none lost, and a consumer made before the kill
+ *                applies each exactly once.
+ * Adding a transport is one row.
+ */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "testrelay.h"
+#include "transports.h"
+#include "txo/inbox.h"
+#include "txo/outbox.h"
+
+#define N_AGGS     4
+#define PER_AGG    8
+#define N_EVENTS   (N_AGGS * PER_AGG)
+#define NS_MAX     32
+#define WAIT_MS    30000
+#define CE_SOURCE  "urn:conformance"
+#define EVENT_TYPE "OrderCreated"
+
+static struct env env;
+static const struct row *row;
+static unsigned ns_seq;
+
+/* ---- the events and the relay ---- */
+
+/* A contract's namespace and database. */
+struct fixture {
+    char ns[NS_MAX];
+    struct testdb t;
+};
+
+static void fixture_init(struct fixture *f, const char *what)
+{
+    snprintf(f->ns, sizeof(f->ns), "%s%u", what, ++ns_seq);
+    char tag[64];
+    snprintf(tag, sizeof(tag), "conf_%s_%s", row->name, what);
+    testdb_setup(&f->t, tag);
+    if (row->prepare != NULL)
+        row->prepare(&env, f->ns);
+}
+
+static void fixture_release(struct fixture *f)
+{
+    testdb_teardown(&f->t);
+}
+
+struct append_args {
+    const char *ns;
+    unsigned from, to;
+};
+
+/* Event i: aggregate "a<i % N_AGGS>", its (i / N_AGGS + 1)th, key "<ns>:<i>". */
+static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    const struct append_args *a = arg;
+    for (unsigned i = a->from; i < a->to; i++) {
+        char key[64], agg[16], payload[96];
+        snprintf(key, sizeof(key), "%s:%u", a->ns, i);
+        snprintf(agg, sizeof(agg), "a%u", i % N_AGGS);
+        snprintf(payload, sizeof(payload), "{\"i\":%u,\"agg\":%u,\"seq\":%u}", i, i % N_AGGS,
+                 i / N_AGGS + 1);
+        struct txo_outbox_event ev = {
+            .aggregate_type = "order",
+            .aggregate_id = agg,
+            .event_type = EVENT_TYPE,
+            .payload_json = payload,
+            .idempotency_key = key,
+        };
+        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void append(struct fixture *f, unsigned from, unsigned to)
+{
+    struct append_args a = {f->ns, from, to};
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(f->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
+        fail_msg("appending events: %s", err.msg);
+}
+
+static int64_t published(struct fixture *f)
+{
+    return testdb_i64(f->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
+                      NULL, 0);
+}
+
+static struct txo_relay *new_relay(struct fixture *f, struct txo_publisher *pub)
+{
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = "conformance";
+    ro.batch_size = 5; /* several batches, each aggregate spread over them */
+    ro.max_attempts = 1000;
+    ro.backoff.base_ms = 50;
+    ro.backoff.max_ms = 200;
+    ro.backoff.jitter = 0.0;
+    return testrelay_new(f->t.db, pub, &ro);
+}
+
+/* Runs the relay until want rows are PUBLISHED. */
+static void relay_until(struct fixture *f, struct txo_relay *relay, int64_t want)
+{
+    int64_t deadline = txo_monotonic_ms() + 2 * WAIT_MS;
+    while (published(f) < want && txo_monotonic_ms() < deadline) {
+        if (testrelay_run_once(relay) == 0)
+            txo_sleep_ms(50);
+    }
+    if (published(f) != want)
+        fail_msg("%s: %lld events published, want %lld", row->name, (long long)published(f),
+                 (long long)want);
+}
+
+/* ---- checks on what the server holds ---- */
+
+/* i of key "<ns>:<i>", or -1. */
+static long key_index(const char *ns, const char *key)
+{
+    size_t len = strlen(ns);
+    if (key == NULL || strncmp(key, ns, len) != 0 || key[len] != ':')
+        return -1;
+    char *end = NULL;
+    long i = strtol(key + len + 1, &end, 10);
+    return *end == '\0' && i >= 0 && i < N_EVENTS ? i : -1;
+}
+
+/* The event's payload in a body: the envelope's "payload", or the body itself. */
+static json_t *body_payload(json_t *body)
+{
+    json_t *p = json_object_get(body, "payload");
+    return json_is_object(p) ? p : body;
+}
+
+/*
+ * Checks the messages the server holds for events [0, n): each key once (exact) or at least
+ * once, each body the event's, and (exact) each aggregate's events in their order.
+ */
+static void check_read_back(const char *ns, json_t *all, unsigned n, bool exact)
+{
+    unsigned count[N_EVENTS] = {0};
+    unsigned last_seq[N_AGGS] = {0};
+    size_t k;
+    json_t *m;
+    json_array_foreach(all, k, m)
+    {
+        const char *key = json_string_value(json_object_get(m, "key"));
+        long i = key_index(ns, key);
+        if (i < 0 || (unsigned)i >= n)
+            fail_msg("%s: message %zu carries key \"%s\", not one of the events", row->name, k,
+                     key != NULL ? key : "(none)");
+        count[i]++;
+        const char *text = json_string_value(json_object_get(m, "body"));
+        json_t *body = json_loads(text, 0, NULL);
+        if (body == NULL)
+            fail_msg("%s: the body of %s is not JSON: %s", row->name, key, text);
+        json_t *env_key = json_object_get(body, "idempotency_key");
+        if (env_key != NULL && !json_equal(env_key, json_object_get(m, "key")))
+            fail_msg("%s: the envelope of %s names key %s", row->name, key,
+                     json_string_value(env_key));
+        json_t *p = body_payload(body);
+        if (json_integer_value(json_object_get(p, "i")) != i)
+            fail_msg("%s: the body of %s is not its event: %s", row->name, key, text);
+        unsigned agg = (unsigned)json_integer_value(json_object_get(p, "agg"));
+        unsigned seq = (unsigned)json_integer_value(json_object_get(p, "seq"));
+        assert_true(agg < N_AGGS);
+        if (exact && seq <= last_seq[agg])
+            fail_msg("%s: aggregate a%u: event %u after event %u", row->name, agg, seq,
+                     last_seq[agg]);
+        last_seq[agg] = seq;
+        json_decref(body);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if (count[i] == 0 || (exact && count[i] != 1))
+            fail_msg("%s: event %s:%u reached the server %u times", row->name, ns, i, count[i]);
+    }
+    if (exact)
+        assert_int_equal(json_array_size(all), n);
+}
+
+/* ---- the consuming handler: the transactional inbox ---- */
+
+struct sink {
+    struct txo_db *db; /* NULL: record deliveries only */
+    const char *ns;
+    long transient, permanent, ack_lost; /* event indexes, -1: none */
+    unsigned deliveries[N_EVENTS];
+    uint64_t last_delivery[N_EVENTS];
+    unsigned applied[N_EVENTS];
+    unsigned duplicates, strangers;
+    unsigned decoded; /* messages txo_envelope_decode_message() read as their event */
+};
+
+static void sink_init(struct sink *s, struct txo_db *db, const char *ns)
+{
+    memset(s, 0, sizeof(*s));
+    s->db = db;
+    s->ns = ns;
+    s->transient = s->permanent = s->ack_lost = -1;
+}
+
+struct inbox_args {
+    const char *key;
+    const char *payload;
+    bool duplicate;
+};
+
+static int record_in_inbox(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct inbox_args *a = arg;
+    return txo_inbox_record(tx, a->key, EVENT_TYPE, a->payload, &a->duplicate, err);
+}
+
+static int handle_one(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
+{
+    struct sink *s = arg;
+    long i = key_index(s->ns, msg->msg_id);
+    if (i < 0) {
+        s->strangers++;
+        return txo_error_set(err, TXO_EINVAL, "not an event of this test");
+    }
+    s->deliveries[i]++;
+    s->last_delivery[i] = msg->delivery;
+    struct txo_event ev;
+    if (txo_envelope_decode_message(msg, &ev, NULL) == 0) {
+        if (ev.type != NULL && strcmp(ev.type, EVENT_TYPE) == 0 &&
+            strcmp(ev.idempotency_key, msg->msg_id) == 0)
+            s->decoded++;
+        txo_event_release(&ev);
+    }
+    if (i == s->permanent)
+        return txo_error_set(err, TXO_EINVAL, "rejected by the test");
+    if (i == s->transient && s->deliveries[i] == 1)
+        return txo_error_set(err, TXO_EUNAVAILABLE, "the test's database is down");
+    if (s->db == NULL)
+        return 0;
+    struct inbox_args a = {msg->msg_id, msg->data, false};
+    int rc = txo_db_transact(s->db, TXO_ISO_READ_COMMITTED, record_in_inbox, &a, err);
+    if (rc < 0)
+        return rc;
+    if (a.duplicate)
+        s->duplicates++;
+    else
+        s->applied[i]++;
+    if (i == s->ack_lost && s->deliveries[i] == 1) /* committed, then the ack never arrives */
+        return txo_error_set(err, TXO_EUNAVAILABLE, "acknowledgement lost");
+    return 0;
+}
+
+static int handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n, int *results,
+                        struct txo_error *errors)
+{
+    for (size_t i = 0; i < n; i++)
+        results[i] = handle_one(arg, &msgs[i], &errors[i]);
+    return 0;
+}
+
+/* Polls until done(s) or WAIT_MS; for_ms > 0: polls exactly that long. */
+static void poll_until(struct txo_consumer *c, struct sink *s, bool (*done)(const struct sink *),
+                       int64_t for_ms)
+{
+    int64_t deadline = txo_monotonic_ms() + (for_ms > 0 ? for_ms : WAIT_MS);
+    while (txo_monotonic_ms() < deadline && (done == NULL || !done(s))) {
+        size_t handled = 0;
+        if (txo_consumer_poll(c, 20, 100, &handled, NULL) < 0)
+            txo_sleep_ms(50);
+    }
+    if (done != NULL && !done(s))
+        fail_msg("%s: the consumer did not get every event within %d ms", row->name, WAIT_MS);
+}
+
+static bool all_applied(const struct sink *s)
+{
+    for (long i = 0; i < N_EVENTS; i++) {
+        if (i != s->permanent && s->applied[i] == 0)
+            return false;
+    }
+    return (s->transient < 0 || s->deliveries[s->transient] >= 2) &&
+           (s->ack_lost < 0 || s->deliveries[s->ack_lost] >= 2) &&
+           (s->permanent < 0 || s->deliveries[s->permanent] >= 1);
+}
+
+static bool all_decoded(const struct sink *s)
+{
+    return s->decoded >= 4;
+}
+
+/* A consumer of ns, polled once so that it exists on the server before anything is sent. */
+static struct txo_consumer *consumer_ready(const char *ns, const struct txo_handler *h)
+{
+    struct txo_consumer *c = row->consumer(&env, ns, h);
+    size_t handled = 0;
+    if (txo_consumer_poll(c, 1, 50, &handled, NULL) < 0)
+        txo_sleep_ms(50); /* not reachable yet: it declares on a later poll */
+    return c;
+}
+
+/* ---- the contracts ---- */
+
+static void test_publish(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_init(&f, "pub");
+    struct txo_publisher *pub = row->publisher(&env, f.ns);
+    struct txo_relay *relay = new_relay(&f, pub);
+    append(&f, 0, N_EVENTS);
+    relay_until(&f, relay, N_EVENTS);
+    json_t *all = row->read_back(&env, f.ns);
+    check_read_back(f.ns, all, N_EVENTS, true);
+    json_decref(all);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    fixture_release(&f);
+}
+
+static void test_cloudevents_binary(void **state)
+{
+    (void)state;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, CE_SOURCE, &err), 0);
+    struct fixture f;
+    fixture_init(&f, "ce");
+    struct sink s;
+    sink_init(&s, NULL, f.ns);
+    struct txo_consumer *c = NULL;
+    if (row->consumer != NULL)
+        c = consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
+    struct txo_publisher *pub = row->publisher(&env, f.ns);
+    struct txo_relay *relay = new_relay(&f, pub);
+    append(&f, 0, 4);
+    relay_until(&f, relay, 4);
+
+    json_t *all = row->read_back(&env, f.ns);
+    check_read_back(f.ns, all, 4, true);
+    size_t k;
+    json_t *m;
+    json_array_foreach(all, k, m)
+    {
+        json_t *h = json_object_get(m, "headers");
+        const char *want[][2] = {
+            {"ce-specversion", "1.0"},
+            {"ce-id", json_string_value(json_object_get(m, "key"))},
+            {"ce-type", EVENT_TYPE},
+            {"ce-source", CE_SOURCE},
+        };
+        for (size_t w = 0; w < TXO_ARRAY_LEN(want); w++) {
+            const char *got = json_string_value(json_object_get(h, want[w][0]));
+            if (got == NULL || strcmp(got, want[w][1]) != 0)
+                fail_msg("%s: header %s is \"%s\", want \"%s\"", row->name, want[w][0],
+                         got != NULL ? got : "(none)", want[w][1]);
+        }
+        /* Binary mode: the body is the payload itself, not an envelope. */
+        json_t *body = json_loads(json_string_value(json_object_get(m, "body")), 0, NULL);
+        assert_non_null(body);
+        assert_null(json_object_get(body, "payload"));
+        json_decref(body);
+    }
+    json_decref(all);
+    if (c != NULL) {
+        poll_until(c, &s, all_decoded, 0);
+        assert_int_equal(s.decoded, 4);
+        txo_consumer_free(c);
+    }
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    fixture_release(&f);
+}
+
+static int reset_envelope(void **state)
+{
+    (void)state;
+    return txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, NULL);
+}
+
+static void test_consume(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_init(&f, "con");
+    struct txo_db *db = testdb_connect(&f.t);
+    struct sink s;
+    sink_init(&s, db, f.ns);
+    s.transient = 5;
+    s.permanent = 6;
+    s.ack_lost = 9;
+    struct txo_consumer *c =
+        consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
+    struct txo_publisher *pub = row->publisher(&env, f.ns);
+    struct txo_relay *relay = new_relay(&f, pub);
+    append(&f, 0, N_EVENTS);
+    relay_until(&f, relay, N_EVENTS);
+
+    poll_until(c, &s, all_applied, 0);
+    poll_until(c, &s, NULL, 2500); /* past every redelivery delay: nothing more comes */
+    for (long i = 0; i < N_EVENTS; i++) {
+        unsigned want_deliveries = i == s.transient || i == s.ack_lost ? 2 : 1;
+        if (s.deliveries[i] != want_deliveries)
+            fail_msg("%s: event %ld delivered %u times, want %u", row->name, i, s.deliveries[i],
+                     want_deliveries);
+        assert_int_equal(s.applied[i], i == s.permanent ? 0 : 1);
+    }
+    assert_int_equal(s.last_delivery[s.transient], 2);
+    assert_int_equal(s.duplicates, 1); /* the delivery whose ack was lost */
+    assert_int_equal(s.strangers, 0);
+    assert_int_equal(testdb_i64(db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), N_EVENTS - 1);
+    if (row->dead_letters != NULL) {
+        int64_t deadline = txo_monotonic_ms() + 5000;
+        while (row->dead_letters(&env, f.ns) < 1 && txo_monotonic_ms() < deadline)
+            txo_sleep_ms(100);
+        assert_int_equal(row->dead_letters(&env, f.ns), 1);
+    }
+
+    /* Everything was settled: a new consumer on the same group gets nothing. */
+    txo_consumer_free(c);
+    struct sink again;
+    sink_init(&again, NULL, f.ns);
+    c = row->consumer(&env, f.ns, &(struct txo_handler){.batch = handle_batch, .arg = &again});
+    poll_until(c, &again, NULL, 2000);
+    for (long i = 0; i < N_EVENTS; i++) {
+        if (again.deliveries[i] != 0)
+            fail_msg("%s: event %ld delivered again after it was settled", row->name, i);
+    }
+    txo_consumer_free(c);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    txo_db_close(db);
+    fixture_release(&f);
+}
+
+static void test_restart(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_init(&f, "rst");
+    struct txo_db *db = testdb_connect(&f.t);
+    struct sink s;
+    sink_init(&s, db, f.ns);
+    struct txo_consumer *c = NULL;
+    if (row->consumer != NULL)
+        c = consumer_ready(f.ns, &(struct txo_handler){.batch = handle_batch, .arg = &s});
+    struct txo_publisher *pub = row->publisher(&env, f.ns);
+    struct txo_relay *relay = new_relay(&f, pub);
+    append(&f, 0, N_EVENTS / 2);
+    relay_until(&f, relay, N_EVENTS / 2);
+
+    /* Down: nothing is published, nothing is lost. */
+    row->kill(&env);
+    append(&f, N_EVENTS / 2, N_EVENTS);
+    (void)testrelay_run_once(relay);
+    assert_int_equal(published(&f), N_EVENTS / 2);
+    size_t handled = 0;
+    if (c != NULL && txo_consumer_poll(c, 20, 100, &handled, NULL) == 0)
+        assert_int_equal(handled, 0);
+
+    row->restart(&env);
+    relay_until(&f, relay, N_EVENTS);
+    json_t *all = row->read_back(&env, f.ns);
+    check_read_back(f.ns, all, N_EVENTS, false);
+    json_decref(all);
+    if (c != NULL) {
+        poll_until(c, &s, all_applied, 2 * WAIT_MS);
+        poll_until(c, &s, NULL, 1000);
+        for (long i = 0; i < N_EVENTS; i++)
+            assert_int_equal(s.applied[i], 1); /* a redelivery is dropped by the inbox */
+        txo_consumer_free(c);
+    }
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    txo_db_close(db);
+    fixture_release(&f);
+}
+
+/* ---- the run ---- */
+
+static int start_server(void **state)
+{
+    (void)state;
+    row->start(&env);
+    return 0;
+}
+
+static int stop_server(void **state)
+{
+    (void)state;
+    row->cleanup(&env);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    for (size_t i = 0; argc == 2 && i < transport_n_rows; i++) {
+        if (strcmp(argv[1], transport_rows[i].name) == 0)
+            row = &transport_rows[i];
+    }
+    if (row == NULL) {
+        fprintf(stderr, "usage: test_transport TRANSPORT (one of:");
+        for (size_t i = 0; i < transport_n_rows; i++)
+            fprintf(stderr, " %s", transport_rows[i].name);
+        fprintf(stderr, ")\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest all[] = {
+        cmocka_unit_test(test_publish),
+        cmocka_unit_test_teardown(test_cloudevents_binary, reset_envelope),
+        cmocka_unit_test(test_consume),
+        cmocka_unit_test(test_restart),
+    };
+    const unsigned flags[] = {C_PUBLISH, C_CLOUDEVENTS, C_CONSUME, C_RESTART};
+    struct CMUnitTest chosen[TXO_ARRAY_LEN(all)];
+    size_t n = 0;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(all); i++) {
+        if ((row->contracts & flags[i]) != 0)
+            chosen[n++] = all[i];
+    }
+    int failed = _cmocka_run_group_tests(row->name, chosen, n, start_server, stop_server);
+    if (row->shutdown != NULL)
+        row->shutdown(); /* the SDK's threads, so leak checkers see a clean exit */
+    return failed;
+}
