@@ -227,6 +227,7 @@ int order_saga__emit(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
         .payload_json = payload,
         .payload_len = 0,
         .idempotency_key = key,
+        .trace = ctx->has_trace ? &ctx->trace : NULL,
     };
     int rc = txo_outbox_append(tx, &ev, TXO_OUTBOX_IGNORE_DUPLICATE, NULL, NULL, err);
     txo_free(payload);
@@ -307,6 +308,31 @@ static char *service_body(const struct order_saga_state *st, enum service_body w
     return out;
 }
 
+/* The W3C trace context lines of a step's call: the step's span as the caller. */
+struct trace_lines {
+    char parent[16 + TXO_TRACEPARENT_LEN];
+    char state[16 + TXO_TRACESTATE_MAX];
+    const char *lines[3];
+};
+
+/* Fills t from ctx; returns its NULL-terminated lines (none without a trace context). */
+static const char *const *trace_lines(const struct txo_saga_ctx *ctx, struct trace_lines *t)
+{
+    size_t n = 0;
+    if (ctx->has_trace) {
+        char tp[TXO_TRACEPARENT_LEN + 1];
+        txo_trace_format(&ctx->trace, tp);
+        snprintf(t->parent, sizeof(t->parent), "traceparent: %s", tp);
+        t->lines[n++] = t->parent;
+        if (ctx->trace.state[0] != '\0') {
+            snprintf(t->state, sizeof(t->state), "tracestate: %s", ctx->trace.state);
+            t->lines[n++] = t->state;
+        }
+    }
+    t->lines[n] = NULL;
+    return t->lines;
+}
+
 /* See order_saga_steps.h. */
 int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
                              const char *operation, const char *path, enum service_body what,
@@ -323,8 +349,9 @@ int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_
     char *body = service_body(st, what);
     if (body == NULL)
         return txo_error_set(err, TXO_ENOMEM, "%s: out of memory for the request body", operation);
-    int rc =
-        order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body, err);
+    struct trace_lines tl;
+    int rc = order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body,
+                                trace_lines(ctx, &tl), err);
     txo_free(body);
     return rc;
 }
@@ -495,7 +522,8 @@ int order_saga__batch_emit(struct txo_tx *tx, const struct txo_saga_ctx *const *
                                            .aggregate_id = aggs[m],
                                            .event_type = type,
                                            .payload_json = payloads[m],
-                                           .idempotency_key = keys[m]};
+                                           .idempotency_key = keys[m],
+                                           .trace = ctx[k]->has_trace ? &ctx[k]->trace : NULL};
         m++;
     }
     rc = txo_outbox_append_many(tx, evs, m, err);
@@ -633,8 +661,9 @@ void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_
     }
     struct order_service_req *reqs = txo_calloc(n, sizeof(*reqs));
     char **bodies = txo_calloc(n, sizeof(*bodies));
+    struct trace_lines *tls = txo_calloc(n, sizeof(*tls));
     size_t *of = txo_calloc(n, sizeof(*of)); /* reqs[j] is the call of ctx[of[j]] */
-    if (reqs == NULL || bodies == NULL || of == NULL) {
+    if (reqs == NULL || bodies == NULL || tls == NULL || of == NULL) {
         for (size_t k = 0; k < n; k++)
             rcs[k] =
                 txo_error_set(&errs[k], TXO_ENOMEM, "%s batch of %zu: out of memory", operation, n);
@@ -653,6 +682,7 @@ void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_
             continue;
         }
         reqs[m].idempotency_key = ctx[k]->idempotency_key;
+        reqs[m].headers = trace_lines(ctx[k], &tls[m]);
         reqs[m].body_json = bodies[m];
         of[m++] = k;
     }
@@ -666,6 +696,7 @@ out:
         txo_free(bodies[j]);
     txo_free(reqs);
     txo_free(bodies);
+    txo_free(tls);
     txo_free(of);
 }
 

@@ -28,7 +28,8 @@ static int create_saga(struct txo_tx *tx, int64_t order_id, int64_t customer_id,
     if (payload == NULL)
         return err != NULL ? err->code : TXO_ENOMEM;
     snprintf(correlation, sizeof(correlation), "order:%" PRId64, order_id);
-    int rc = txo_saga_create(tx, order_saga_def(), correlation, payload, saga_id, created, err);
+    int rc =
+        txo_saga_create(tx, order_saga_def(), correlation, payload, NULL, saga_id, created, err);
     txo_free(payload);
     return rc;
 }

@@ -234,7 +234,8 @@ struct call {
     const char *url;
     const char *key;
     const char *body;
-    bool maybe; /* an attempt may have taken effect (it timed out) */
+    const char *const *headers; /* the call's own lines (traceparent); NULL: none */
+    bool maybe;                 /* an attempt may have taken effect (it timed out) */
 };
 
 static void count_rejected(const struct order_services *s, enum order_service_kind kind,
@@ -338,8 +339,8 @@ static int attempt(void *arg, unsigned n, struct txo_error *err)
         return rc;
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
-    rc = txo_http_post_json(c->session->client, c->url, c->key, NULL, c->body, strlen(c->body),
-                            &resp, err);
+    rc = txo_http_post_json(c->session->client, c->url, c->key, c->headers, c->body,
+                            strlen(c->body), &resp, err);
     if (rc == TXO_ETIMEOUT)
         c->maybe = true;
     guards_leave(s, c->kind, c->operation, rc, resp.total_s);
@@ -360,7 +361,7 @@ static char *service_url(const struct order_services *svc, enum order_service_ki
 
 int order_service_call(struct order_service_session *s, enum order_service_kind kind,
                        const char *operation, const char *path, const char *idempotency_key,
-                       const char *body_json, struct txo_error *err)
+                       const char *body_json, const char *const *headers, struct txo_error *err)
 {
     const struct order_services *svc = s->services;
     if (!order_services_remote(svc, kind))
@@ -374,7 +375,8 @@ int order_service_call(struct order_service_session *s, enum order_service_kind 
                      .operation = operation,
                      .url = url,
                      .key = idempotency_key,
-                     .body = body_json};
+                     .body = body_json,
+                     .headers = headers};
     struct txo_retry_policy policy;
     txo_retry_policy_init(&policy);
     policy.max_attempts = svc->opts.retry_attempts;
@@ -465,6 +467,7 @@ void order_service_call_many(struct order_service_session *s, enum order_service
         h->url = url;
         h->idempotency_key = reqs[k].idempotency_key;
         h->body = reqs[k].body_json;
+        h->headers = reqs[k].headers;
         h->len = strlen(reqs[k].body_json);
         txo_http_client_response_init(&h->resp);
         of[m++] = k;

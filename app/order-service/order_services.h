@@ -98,14 +98,15 @@ const struct order_services *order_service_session_services(const struct order_s
 TXO_MUST_CHECK int order_service_call(struct order_service_session *s, enum order_service_kind kind,
                                       const char *operation, const char *path,
                                       const char *idempotency_key, const char *body_json,
-                                      struct txo_error *err);
+                                      const char *const *headers, struct txo_error *err);
 
 /* One call of order_service_call_many(). */
 struct order_service_req {
     const char *idempotency_key;
     const char *body_json;
-    int rc;               /* out: as order_service_call() would return for ONE try */
-    struct txo_error err; /* out */
+    const char *const *headers; /* this call's own "Name: value" lines (traceparent); NULL */
+    int rc;                     /* out: as order_service_call() would return for ONE try */
+    struct txo_error err;       /* out */
 };
 
 /*

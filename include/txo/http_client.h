@@ -114,6 +114,9 @@ TXO_API TXO_MUST_CHECK int txo_http_post_json(struct txo_http_client *c, const c
 struct txo_http_client_request {
     const char *url;
     const char *idempotency_key; /* NULL: none */
+    /* This request's own "Name: value" lines (its traceparent, say), sent after the call's
+     * extra_headers; NULL-terminated, NULL: none. */
+    const char *const *headers;
     const char *body;
     size_t len;
     /* out */

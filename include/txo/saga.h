@@ -102,6 +102,7 @@
 #include "txo/clock.h"
 #include "txo/common.h"
 #include "txo/db.h"
+#include "txo/trace.h"
 
 enum txo_saga_status {
     TXO_SAGA_RUNNING = 0,
@@ -179,6 +180,10 @@ struct txo_saga_ctx {
     int failed_code;
     const char *failed_message;
     bool failed_remote_maybe;
+    /* The span of this step's run in the trace the saga was created in (txo/trace.h): what
+     * the events it appends and the calls it makes carry. has_trace false: none. */
+    bool has_trace;
+    struct txo_trace_ctx trace;
 };
 
 /*
@@ -307,19 +312,23 @@ TXO_API void txo_saga_opts_init(struct txo_saga_opts *opts);
 /*
  * Records a new saga inside tx: an instance (RUNNING, no owner) and one PENDING row per step.
  * Idempotent on (def->type, correlation_id): when that saga exists already nothing is written,
- * *created is false and saga_id receives the existing id. payload_json is stored as given.
+ * *created is false and saga_id receives the existing id. payload_json is stored as given;
+ * trace (NULL: none) is the trace context of the operation that creates the saga, which its
+ * steps continue (struct txo_saga_ctx.trace).
  */
 TXO_API TXO_MUST_CHECK int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def,
                                            const char *correlation_id, const char *payload_json,
+                                           const struct txo_trace_ctx *trace,
                                            char saga_id[TXO_SAGA_ID_LEN], bool *created,
                                            struct txo_error *err);
 
 /* One saga for txo_saga_create_many(): what to create, and what happened. */
 struct txo_saga_new {
-    const char *correlation_id;    /* borrowed */
-    const char *payload_json;      /* borrowed */
-    char saga_id[TXO_SAGA_ID_LEN]; /* out: the new or the existing saga's id */
-    bool created;                  /* out: false when it existed (or came twice in the list) */
+    const char *correlation_id;        /* borrowed */
+    const char *payload_json;          /* borrowed */
+    const struct txo_trace_ctx *trace; /* the creating operation's; NULL: none (borrowed) */
+    char saga_id[TXO_SAGA_ID_LEN];     /* out: the new or the existing saga's id */
+    bool created;                      /* out: false when it existed (or came twice in the list) */
 };
 
 /*

@@ -43,8 +43,9 @@
 struct transfer {
     const char *method; /* "POST" or "GET" (messages only) */
     const char *url;
-    const char *key;  /* Idempotency-Key; NULL: none */
-    const char *body; /* NULL: a GET */
+    const char *key;                /* Idempotency-Key; NULL: none */
+    const char *const *own_headers; /* this request's own "Name: value" lines; NULL: none */
+    const char *body;               /* NULL: a GET */
     size_t len;
     struct txo_http_client_response *resp; /* NULL: the body is discarded */
     struct txo_error *err;
@@ -410,10 +411,27 @@ static bool add_header(struct curl_slist **list, const char *name, const char *v
     return true;
 }
 
-/* Builds the request headers common to both methods. Returns 0 or a negative code. */
+/* 0 when every line of headers (NULL: none) is one "Name: value" line; else TXO_EINVAL. */
+static int check_lines(const char *url, const char *const *headers, const char *which,
+                       struct txo_error *err)
+{
+    for (size_t i = 0; headers != NULL && headers[i] != NULL; i++) {
+        if (has_crlf(headers[i]) || strchr(headers[i], ':') == NULL) {
+            char url_shown[URL_SHOWN_MAX + 8];
+            shown_url(url, url_shown, sizeof(url_shown));
+            return txo_error_set(err, TXO_EINVAL,
+                                 "%s: %s header %zu is not one \"Name: value\" line", url_shown,
+                                 which, i);
+        }
+    }
+    return 0;
+}
+
+/* Builds the request headers common to both methods: the call's extra_headers, then the
+ * request's own. Returns 0 or a negative code. */
 static int build_headers(const char *url, const char *idempotency_key,
-                         const char *const *extra_headers, bool json_body, struct curl_slist **out,
-                         struct txo_error *err)
+                         const char *const *extra_headers, const char *const *own_headers,
+                         bool json_body, struct curl_slist **out, struct txo_error *err)
 {
     char url_shown[URL_SHOWN_MAX + 8];
     struct curl_slist *list = NULL;
@@ -424,17 +442,11 @@ static int build_headers(const char *url, const char *idempotency_key,
         rc = txo_error_set(err, TXO_EINVAL, "%s: the Idempotency-Key contains CR or LF", url_shown);
         goto out;
     }
-    if (extra_headers != NULL) {
-        for (size_t i = 0; extra_headers[i] != NULL; i++) {
-            if (has_crlf(extra_headers[i]) || strchr(extra_headers[i], ':') == NULL) {
-                shown_url(url, url_shown, sizeof(url_shown));
-                rc = txo_error_set(err, TXO_EINVAL,
-                                   "%s: extra header %zu is not one \"Name: value\" line",
-                                   url_shown, i);
-                goto out;
-            }
-        }
-    }
+    rc = check_lines(url, extra_headers, "extra", err);
+    if (rc == 0)
+        rc = check_lines(url, own_headers, "request", err);
+    if (rc != 0)
+        goto out;
     bool ok = add_header(&list, "Accept", "application/json");
     if (json_body) {
         ok = ok && add_header(&list, "Content-Type", "application/json");
@@ -445,6 +457,8 @@ static int build_headers(const char *url, const char *idempotency_key,
         ok = ok && add_header(&list, "Idempotency-Key", idempotency_key);
     for (size_t i = 0; ok && extra_headers != NULL && extra_headers[i] != NULL; i++)
         ok = add_header(&list, extra_headers[i], NULL);
+    for (size_t i = 0; ok && own_headers != NULL && own_headers[i] != NULL; i++)
+        ok = add_header(&list, own_headers[i], NULL);
     if (!ok) {
         rc = txo_error_set(err, TXO_ENOMEM, "HTTP client: out of memory building headers");
         goto out;
@@ -557,7 +571,8 @@ static bool slot_start(struct slot *s, struct transfer *t, const char *const *ex
     s->buf_nomem = false;
     s->errbuf[0] = '\0';
 
-    t->rc = build_headers(t->url, t->key, extra_headers, t->body != NULL, &s->headers, t->err);
+    t->rc = build_headers(t->url, t->key, extra_headers, t->own_headers, t->body != NULL,
+                          &s->headers, t->err);
     if (t->rc != 0)
         return false;
     bool ok = curl_easy_setopt(s->curl, CURLOPT_URL, t->url) == CURLE_OK &&
@@ -734,6 +749,7 @@ int txo_http_post_json_many(struct txo_http_client *c, struct txo_http_client_re
         ts[k] = (struct transfer){.method = "POST",
                                   .url = r->url,
                                   .key = r->idempotency_key,
+                                  .own_headers = r->headers,
                                   .body = r->body != NULL ? r->body : "",
                                   .len = r->len,
                                   .resp = &r->resp,

@@ -16,6 +16,20 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Creating */
 
+/* The trace context's traceparent (formatted into tp, TXO_TRACEPARENT_LEN + 1 bytes) and
+ * tracestate as parameters of the instance's insert (NULL: none). */
+static void trace_params(const struct txo_trace_ctx *trace, char *tp, struct txo_param *p)
+{
+    p[0] = txo_p_null();
+    p[1] = txo_p_null();
+    if (trace == NULL)
+        return;
+    txo_trace_format(trace, tp);
+    p[0] = txo_p_str(tp);
+    if (trace->state[0] != '\0')
+        p[1] = txo_p_str(trace->state);
+}
+
 /* The saga's forward deadline from now, as a parameter of the instance's insert (NULL: none). */
 static struct txo_param deadline_param(const struct txo_saga_def *def)
 {
@@ -50,8 +64,8 @@ out:
 }
 
 int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const char *correlation_id,
-                    const char *payload_json, char saga_id[TXO_SAGA_ID_LEN], bool *created,
-                    struct txo_error *err)
+                    const char *payload_json, const struct txo_trace_ctx *trace,
+                    char saga_id[TXO_SAGA_ID_LEN], bool *created, struct txo_error *err)
 {
     int rc = txo__saga_check_def(def, err);
     if (rc != 0)
@@ -68,8 +82,10 @@ int txo_saga_create(struct txo_tx *tx, const struct txo_saga_def *def, const cha
     uuid_generate_random(uuid);
     uuid_unparse_lower(uuid, id);
 
-    struct txo_param pi[] = {txo_p_str(id), txo_p_str(def->type), txo_p_str(correlation_id),
-                             txo_p_str(payload_json), deadline_param(def)};
+    char tp[TXO_TRACEPARENT_LEN + 1];
+    struct txo_param pi[7] = {txo_p_str(id), txo_p_str(def->type), txo_p_str(correlation_id),
+                              txo_p_str(payload_json), deadline_param(def)};
+    trace_params(trace, tp, &pi[5]);
     struct txo_exec_result res;
     rc = txo_tx_exec(tx, SAGA_SQL_INSERT_INSTANCE, pi, TXO_ARRAY_LEN(pi), &res, err);
     if (rc != 0) {
@@ -155,10 +171,11 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
     size_t padded = txo_sql_in_list_size(n);
     char *find = txo_sql_in_list(SAGA_SQL_FIND_MANY, padded, "");
     char *insert = txo_sql_values_rows(SAGA_SQL_INSERT_INSTANCES, n, SAGA_SQL_INSERT_INSTANCES_ROW);
-    struct txo_param *p = txo_calloc(5 * n + padded + 1, sizeof(*p));
+    struct txo_param *p = txo_calloc(7 * n + padded + 1, sizeof(*p));
+    char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
     size_t *made = txo_calloc(n, sizeof(*made));
     struct txo_rows *rows = NULL;
-    if (find == NULL || insert == NULL || p == NULL || made == NULL) {
+    if (find == NULL || insert == NULL || p == NULL || tps == NULL || made == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "creating %zu sagas %s: out of memory", n, def->type);
         goto out;
     }
@@ -189,6 +206,8 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
         p[np++] = txo_p_str(sagas[k].correlation_id);
         p[np++] = txo_p_str(sagas[k].payload_json);
         p[np++] = deadline_param(def);
+        trace_params(sagas[k].trace, tps[k], &p[np]);
+        np += 2;
         for (size_t j = k + 1; j < n; j++)
             if (strcmp(sagas[j].correlation_id, sagas[k].correlation_id) == 0)
                 memcpy(sagas[j].saga_id, sagas[k].saga_id, TXO_SAGA_ID_LEN);
@@ -212,6 +231,7 @@ out:
     txo_free(find);
     txo_free(insert);
     txo_free(p);
+    txo_free(tps);
     txo_free(made);
     return rc;
 }

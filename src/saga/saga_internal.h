@@ -68,7 +68,9 @@ enum saga_load_col {
     LOAD_SAGA_LEFT_US, /* what is left of the saga's deadline; NULL: none */
     LOAD_STEP_LEFT_US, /* what is left of the step's deadline; NULL: none or not started */
     LOAD_TRY_EXPIRED,  /* the step's call is in flight past its try's deadline */
-    LOAD_ID,           /* SAGA_SQL_LOAD_MANY only */
+    LOAD_TRACEPARENT,  /* the trace context the saga was created in; NULL: none */
+    LOAD_TRACESTATE,
+    LOAD_ID, /* SAGA_SQL_LOAD_MANY only */
 };
 
 /* What the engine knows of one step, as of the last commit. */
@@ -100,6 +102,8 @@ struct saga_run {
     unsigned compensation_tries;
     int64_t deadline_ms;         /* the saga's deadline on the run's clock; INT64_MAX: none */
     struct saga_step_row *steps; /* def->n_steps of them */
+    bool has_trace;              /* created in a trace context: trace is it */
+    struct txo_trace_ctx trace;
 };
 
 /* ---- saga_store.c: checks, the lease, loading, fenced writes, hooks ---- */

@@ -26,8 +26,9 @@
  * does). affected_rows: 1 = new, 0 = existed (no change made by `id = id`).
  */
 #define SAGA_SQL_INSERT_INSTANCE                                                                   \
-    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at) "    \
-    "VALUES (?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND) "                             \
+    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at, "    \
+    "traceparent, tracestate) "                                                                    \
+    "VALUES (?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?) "                       \
     "ON DUPLICATE KEY UPDATE id = id"
 
 /*
@@ -53,9 +54,10 @@
     "SELECT correlation_id, id FROM saga_instances FORCE INDEX (uq_saga_correlation) "             \
     "WHERE saga_type = ? AND correlation_id IN "
 #define SAGA_SQL_INSERT_INSTANCES                                                                  \
-    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at) "    \
-    "VALUES "
-#define SAGA_SQL_INSERT_INSTANCES_ROW "(?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND)"
+    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at, "    \
+    "traceparent, tracestate) VALUES "
+#define SAGA_SQL_INSERT_INSTANCES_ROW                                                              \
+    "(?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?)"
 
 /* The id of a saga by its idempotency key. Index: uq_saga_correlation. Locks: none
  * (consistent read). */
@@ -101,7 +103,7 @@
 #define SAGA_SQL_LOAD                                                                              \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
     "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
-    "s.error_code, " SAGA_LOAD_DEADLINES " "                                                       \
+    "s.error_code, " SAGA_LOAD_DEADLINES ", i.traceparent, i.tracestate "                          \
     "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id WHERE i.id = ?"
 
 /* The stored message of one step, for on_aborted. Index: uq_saga_step. Locks: none
@@ -239,7 +241,7 @@
 #define SAGA_SQL_LOAD_MANY                                                                         \
     "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
     "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
-    "s.error_code, " SAGA_LOAD_DEADLINES ", "                                                      \
+    "s.error_code, " SAGA_LOAD_DEADLINES ", i.traceparent, i.tracestate, "                         \
     "i.id FROM saga_instances i FORCE INDEX (PRIMARY) LEFT JOIN saga_steps s "                     \
     "ON s.saga_id = i.id WHERE i.owner = ? AND i.id IN "
 

@@ -153,6 +153,10 @@ void txo__saga_make_ctx(const struct saga_run *r, size_t i, unsigned attempt, bo
     ctx->compensating = compensate;
     ctx->idempotency_key = key;
     ctx->failed_step = -1;
+    /* Each step's run is a span of the saga's trace. */
+    ctx->has_trace = r->has_trace;
+    if (r->has_trace)
+        txo_trace_child(&r->trace, &ctx->trace);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -457,6 +461,12 @@ int txo__saga_load_instance(struct saga_run *r, const struct txo_rows *rows, siz
     r->payload = txo_strndup(payload != NULL ? payload : "", payload != NULL ? len : 0);
     r->payload_len = payload != NULL ? len : 0;
     r->compensation_tries = (unsigned)txo_rows_i64(rows, row, LOAD_COMPENSATION_TRIES);
+    r->has_trace = !txo_rows_is_null(rows, row, LOAD_TRACEPARENT) &&
+                   txo_trace_parse(txo_rows_str(rows, row, LOAD_TRACEPARENT, NULL),
+                                   txo_rows_is_null(rows, row, LOAD_TRACESTATE)
+                                       ? NULL
+                                       : txo_rows_str(rows, row, LOAD_TRACESTATE, NULL),
+                                   &r->trace);
     if (r->correlation_id == NULL || r->payload == NULL)
         return txo_error_set(err, TXO_ENOMEM, "saga %s: out of memory loading it", r->id);
     if (r->def->decode != NULL) {

@@ -44,7 +44,9 @@ struct job {
 /* A saga a handler started inside a batch, created with the others at the batch's end. */
 struct pending_saga {
     const struct txo_saga_def *def;
-    struct txo_saga_new s; /* correlation id and payload: copies, owned */
+    struct txo_saga_new s; /* correlation id and payload: copies, owned; trace: set at flush */
+    bool has_trace;        /* the event being handled had a trace context: trace is a copy */
+    struct txo_trace_ctx trace;
 };
 
 struct txo_handler_ctx {
@@ -59,6 +61,9 @@ struct txo_handler_ctx {
     struct pending_saga *pending;
     size_t n_pending, cap_pending;
     bool needs_single;
+    /* The trace context of the event being handled (NULL: none, or a command): the sagas it
+     * starts continue it. */
+    const struct txo_trace_ctx *trace;
 };
 
 struct runner {
@@ -334,6 +339,9 @@ int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def
         struct pending_saga *ps = &hc->pending[hc->n_pending];
         memset(ps, 0, sizeof(*ps));
         ps->def = def;
+        ps->has_trace = hc->trace != NULL;
+        if (hc->trace != NULL)
+            ps->trace = *hc->trace;
         ps->s.correlation_id = txo_strdup(correlation_id != NULL ? correlation_id : "");
         ps->s.payload_json = payload_json != NULL ? txo_strdup(payload_json) : NULL;
         if (ps->s.correlation_id == NULL || (payload_json != NULL && ps->s.payload_json == NULL)) {
@@ -348,7 +356,8 @@ int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def
         return txo_error_set(err, TXO_EINVAL, "a handler may start at most %d sagas", STARTED_MAX);
     struct txo_saga_ref *ref = &hc->started[hc->n_started];
     bool made = false;
-    int rc = txo_saga_create(hc->tx, def, correlation_id, payload_json, ref->id, &made, err);
+    int rc =
+        txo_saga_create(hc->tx, def, correlation_id, payload_json, hc->trace, ref->id, &made, err);
     if (rc != 0)
         return rc;
     snprintf(ref->type, sizeof(ref->type), "%s", def->type);
@@ -390,6 +399,7 @@ static int consume_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         rc = txo__order_hold(a->w->order, a->ev, a->order, a->handler->hold_out_of_order_ms, err);
     if (rc != 0)
         return rc; /* held: rolled back, delivered again; or parked for good */
+    a->hc.trace = a->ev->has_trace ? &a->ev->trace : NULL;
     return a->handler->fn(tx, a->ev, &a->hc, err);
 }
 
@@ -496,8 +506,10 @@ static int flush_pending(struct batch_args *a, struct txo_error *err)
             continue;
         size_t k = 0;
         for (size_t j = i; j < hc->n_pending; j++)
-            if (hc->pending[j].def == def)
-                made[k++] = hc->pending[j].s;
+            if (hc->pending[j].def == def) {
+                made[k] = hc->pending[j].s;
+                made[k++].trace = hc->pending[j].has_trace ? &hc->pending[j].trace : NULL;
+            }
         rc = txo_saga_create_many(hc->tx, def, made, k, err);
         k = 0;
         for (size_t j = i; rc == 0 && j < hc->n_pending; j++)
@@ -543,9 +555,13 @@ static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = txo_inbox_record_many(tx, a->entries, a->m, a->duplicate, err);
     if (rc == 0)
         rc = check_batch_order(tx, a, err);
-    for (size_t k = 0; rc == 0 && k < a->m; k++)
-        if (!a->duplicate[k])
-            rc = a->handlers[a->idx[k]]->fn(tx, &a->evs[a->idx[k]], &a->hc, err);
+    for (size_t k = 0; rc == 0 && k < a->m; k++) {
+        if (a->duplicate[k])
+            continue;
+        const struct txo_event *ev = &a->evs[a->idx[k]];
+        a->hc.trace = ev->has_trace ? &ev->trace : NULL;
+        rc = a->handlers[a->idx[k]]->fn(tx, ev, &a->hc, err);
+    }
     if (rc == 0)
         rc = flush_pending(a, err);
     return rc;

@@ -213,7 +213,7 @@ static void test_batch_is_concurrent_and_applied_once(void **state)
     /* A single call (a retry of one of them) gets the stored answer: no second charge. */
     control(r, "{\"latency_ms\":0}");
     assert_int_equal(order_service_call(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
-                                        c.keys[3], c.bodies[3], &err),
+                                        c.keys[3], c.bodies[3], NULL, &err),
                      0);
     assert_int_equal(stat_of(r, "charges"), N_CALLS);
     assert_int_equal(stat_of(r, "replays"), 1);

@@ -515,6 +515,76 @@ static unsigned count_lines(const char *log, const char *const *needles)
 /* ------------------------------------------------------------------------------------------ */
 /* The payment service hangs */
 
+/*
+ * One trace from the request to CONFIRMED: a POST carrying a traceparent; every outbox event
+ * of that order (OrderCreated from the API, the saga's events from its steps) carries the same
+ * trace id with a span of its own, and the payment and shipment services received that trace
+ * id in the traceparent of their calls (the fake service records them).
+ */
+static void test_trace_reaches_events_and_services(void **state)
+{
+    struct rig *r = *state;
+    const char *fake_args[] = {NULL};
+    start_fake(r, fake_args);
+    const char *up_args[] = {r->payment_flag, r->shipment_flag, NULL};
+    start_up(r, up_args);
+
+    static const char trace_id[] = "4bf92f3577b34da6a3ce929d0e0e4736";
+    char url[96], body[160];
+    snprintf(url, sizeof(url), "%s/orders", r->api_url);
+    snprintf(body, sizeof(body),
+             "{\"customer_id\":7,\"items\":[{\"sku\":\"%s\",\"qty\":1,\"price_cents\":%d}]}", SKU,
+             PRICE_CENTS);
+    const char *headers[] = {"traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                             NULL};
+    struct txo_http_client_response resp;
+    txo_http_client_response_init(&resp);
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(
+        txo_http_post_json(r->http, url, "trace-1", headers, body, strlen(body), &resp, &err), 0);
+    json_t *v = json_loadb(resp.body, resp.body_len, 0, NULL);
+    int64_t id = json_integer_value(json_object_get(v, "order_id"));
+    json_decref(v);
+    txo_http_client_response_release(&resp);
+    assert_true(id > 0);
+    char status[32];
+    wait_order_final(r, id, txo_monotonic_ms() + 15000, status, sizeof(status));
+    assert_string_equal(status, "CONFIRMED");
+
+    /* Every event of the order: the request's trace, a span of its own for each step. */
+    struct txo_param p[] = {txo_p_i64(id)};
+    int64_t events =
+        testdb_i64(r->t.db, "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id = ?", p, 1);
+    int64_t traced =
+        testdb_i64(r->t.db,
+                   "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id = ? AND "
+                   "SUBSTRING(traceparent, 4, 32) = '4bf92f3577b34da6a3ce929d0e0e4736'",
+                   p, 1);
+    int64_t spans =
+        testdb_i64(r->t.db,
+                   "SELECT COUNT(DISTINCT SUBSTRING(traceparent, 37, 16)) FROM outbox_events WHERE "
+                   "aggregate_id = ?",
+                   p, 1);
+    if (events < 3 || traced != events || spans != events)
+        fail_msg("order %lld: %lld events, %lld in the request's trace, %lld distinct spans",
+                 (long long)id, (long long)events, (long long)traced, (long long)spans);
+
+    /* What the services received. */
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/stats?order_id=%lld", r->fake_port,
+             (long long)id);
+    json_t *st = get_json(r, url);
+    json_t *tp = json_object_get(json_object_get(st, "order"), "traceparent");
+    const char *charge = json_string_value(json_object_get(tp, "/payments/charge"));
+    const char *ship = json_string_value(json_object_get(tp, "/shipments/create"));
+    if (charge == NULL || ship == NULL || strncmp(charge + 3, trace_id, 32) != 0 ||
+        strncmp(ship + 3, trace_id, 32) != 0 || strcmp(charge, ship) == 0)
+        fail_msg("services got traceparent %s (charge) and %s (shipment)",
+                 charge != NULL ? charge : "none", ship != NULL ? ship : "none");
+    json_decref(st);
+    stop_clean(r, &r->up, "txo up");
+}
+
 static void test_hanging_payment_times_out(void **state)
 {
     struct rig *r = *state;
@@ -1052,6 +1122,7 @@ static void test_fifth_setting_is_not_help(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_trace_reaches_events_and_services, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),

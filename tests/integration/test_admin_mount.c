@@ -162,7 +162,7 @@ static int append_event(struct txo_tx *tx, void *arg, struct txo_error *err)
 
 static int create_probe(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
-    return txo_saga_create(tx, &probe_def, "probe:1", "{}", arg, NULL, err);
+    return txo_saga_create(tx, &probe_def, "probe:1", "{}", NULL, arg, NULL, err);
 }
 
 static void test_admin_answers_alone(void **state)

@@ -245,7 +245,7 @@ struct create_arg {
 static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct create_arg *a = arg;
-    return txo_saga_create(tx, a->def, a->correlation, "{}", a->id, NULL, err);
+    return txo_saga_create(tx, a->def, a->correlation, "{}", NULL, a->id, NULL, err);
 }
 
 static void create_saga(struct fixture *f, const struct txo_saga_def *def, const char *correlation,

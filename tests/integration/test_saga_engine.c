@@ -248,8 +248,8 @@ struct create_arg {
 static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct create_arg *a = arg;
-    return txo_saga_create(tx, a->def, a->correlation_id, "{\"order_id\": 7}", a->id, &a->created,
-                           err);
+    return txo_saga_create(tx, a->def, a->correlation_id, "{\"order_id\": 7}", NULL, a->id,
+                           &a->created, err);
 }
 
 static bool create(struct fixture *f, const char *correlation_id, char id[TXO_SAGA_ID_LEN])

@@ -221,7 +221,7 @@ static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     for (int k = 0; k < N_SAGAS; k++) {
         char correlation[16];
         snprintf(correlation, sizeof(correlation), "rb:%d", k);
-        int rc = txo_saga_create(tx, &def, correlation, "{}", f->ids[k], NULL, err);
+        int rc = txo_saga_create(tx, &def, correlation, "{}", NULL, f->ids[k], NULL, err);
         if (rc != 0)
             return rc;
     }

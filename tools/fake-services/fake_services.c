@@ -244,6 +244,7 @@ struct order_rec {
     uint64_t shipments;
     uint64_t cancels;
     int64_t charged_cents;
+    char traceparent[EP_COUNT][56]; /* the last traceparent header per endpoint; "": none */
 };
 
 struct stats {
@@ -558,10 +559,19 @@ static json_t *order_json(const struct order_rec *o, int64_t order_id)
     struct order_rec none = {.order_id = order_id};
     if (o == NULL)
         o = &none;
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "order_id", (json_int_t)o->order_id, "charges",
-                     (json_int_t)o->charges, "charged_cents", (json_int_t)o->charged_cents,
-                     "refunds", (json_int_t)o->refunds, "shipments", (json_int_t)o->shipments,
-                     "cancels", (json_int_t)o->cancels);
+    json_t *v = json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "order_id", (json_int_t)o->order_id,
+                          "charges", (json_int_t)o->charges, "charged_cents",
+                          (json_int_t)o->charged_cents, "refunds", (json_int_t)o->refunds,
+                          "shipments", (json_int_t)o->shipments, "cancels", (json_int_t)o->cancels);
+    json_t *tp = json_object();
+    for (int ep = 0; tp != NULL && ep < EP_COUNT; ep++)
+        if (o->traceparent[ep][0] != '\0')
+            json_object_set_new(tp, endpoint_paths[ep], json_string(o->traceparent[ep]));
+    if (v != NULL && tp != NULL)
+        json_object_set_new(v, "traceparent", tp);
+    else
+        json_decref(tp);
+    return v;
 }
 
 static void handle_stats(struct fake *s, const struct txo_http_request *req,
@@ -825,6 +835,11 @@ static void handle_business(struct fake *s, enum endpoint ep, const struct txo_h
     }
 
     pthread_mutex_lock(&s->mu);
+    /* What a tracing caller sent: the last one per endpoint, for tests to read in /stats. */
+    const char *tp = txo_http_request_header(req, "traceparent");
+    struct order_rec *traced = tp != NULL ? order_rec(s, c.order_id) : NULL;
+    if (traced != NULL)
+        snprintf(traced->traceparent[ep], sizeof(traced->traceparent[ep]), "%s", tp);
     if (ep == EP_CHARGE && c.customer_id != 0 && c.customer_id == s->tv.slow_customer)
         wait_locked(s, s->tv.slow_ms, NULL); /* a slow card network: the effect comes later */
     if (!fail_before_effect(s, ep, resp))
