@@ -319,7 +319,7 @@ static int run(int argc, char **argv)
     sig = signals_wait();
     notify_stopping();
     if (sig != 0)
-        TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
+        TXO_LOG(TXO_LOG_INFO, "relay", "stopping", TXO_KV_I64("signal", sig));
     txo_relay_stop(rt.relay);
     pthread_join(relay_tid, NULL);
     clean_thread_stop(&cleaner);
@@ -329,11 +329,11 @@ static int run(int argc, char **argv)
     txo_db_close(prog.db);
     struct txo_relay_stats st;
     txo_relay_get_stats(rt.relay, &st);
-    TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay stopped claimed=%" PRIu64 " published=%" PRIu64 " failed_attempts=%" PRIu64
-            " dead_lettered=%" PRIu64 " fenced=%" PRIu64 " reclaimed=%" PRIu64 " batches=%" PRIu64,
-            st.claimed, st.published, st.failed_attempts, st.dead_lettered, st.fenced, st.reclaimed,
-            st.batches);
+    TXO_LOG(TXO_LOG_INFO, "relay", "relay stopped", TXO_KV_U64("claimed", st.claimed),
+            TXO_KV_U64("published", st.published),
+            TXO_KV_U64("failed_attempts", st.failed_attempts),
+            TXO_KV_U64("dead_lettered", st.dead_lettered), TXO_KV_U64("fenced", st.fenced),
+            TXO_KV_U64("reclaimed", st.reclaimed), TXO_KV_U64("batches", st.batches));
     if (rt.rc < 0) {
         cmd_report("relay", "stopped on an error", &rt.err);
         goto out;

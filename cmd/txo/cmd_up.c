@@ -199,7 +199,8 @@ static bool prepare_database(const struct stock_list *stock, int *sig)
             cmd_report("up", "migrating the schema", &err);
             ok = false;
         } else {
-            TXO_LOG(TXO_LOG_INFO, "up", "schema ready applied=%u total=%u", applied, total);
+            TXO_LOG(TXO_LOG_INFO, "up", "schema ready", TXO_KV_U64("applied", applied),
+                    TXO_KV_U64("total", total));
         }
     }
     if (ok && stock->n > 0 && orders_ensure_inventory_list(db, stock->items, stock->n, &err) != 0) {
@@ -305,12 +306,13 @@ static int run(int argc, char **argv)
     hb_src.services = services;
     hb_src.relay = rt.relay;
     hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
-    TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
-            opts.broker, opts.worker.saga_threads);
+    TXO_LOG(TXO_LOG_INFO, "up", "ready", TXO_KV_STR("listen", opts.serve.listen),
+            TXO_KV_STR("broker", opts.broker),
+            TXO_KV_U64("saga_threads", opts.worker.saga_threads));
     notify_ready("serving the HTTP API, relay and worker");
     sig = signals_wait();
     notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
+    TXO_LOG(TXO_LOG_INFO, "up", "stopping", TXO_KV_I64("signal", sig));
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */

@@ -125,14 +125,15 @@ static int run(int argc, char **argv)
         cmd_report("worker", "starting the worker", &err);
         goto out;
     }
-    TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
-            opts.worker.saga_threads, opts.broker);
+    TXO_LOG(TXO_LOG_INFO, "worker", "worker started",
+            TXO_KV_U64("saga_threads", opts.worker.saga_threads),
+            TXO_KV_STR("broker", opts.broker));
     hb_src.services = services;
     hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);
     notify_ready("running sagas");
     sig = signals_wait();
     notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
+    TXO_LOG(TXO_LOG_INFO, "worker", "stopping", TXO_KV_I64("signal", sig));
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the services' breakers */

@@ -201,7 +201,7 @@ static bool outbox_ready(struct daemon_metrics *d)
     }
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
-        TXO_LOG(TXO_LOG_WARN, "metrics", "readiness check failed: %s", err.msg);
+        TXO_LOG(TXO_LOG_WARN, "metrics", "readiness check failed", TXO_KV_STR("error", err.msg));
     return rc == 0 && exists;
 }
 
@@ -243,7 +243,8 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
         cmd_report(cmd, "starting the metrics server", &err);
         return false;
     }
-    TXO_LOG(TXO_LOG_INFO, cmd, "metrics at http://%s:%u/metrics", host, txo_http_server_port(*out));
+    TXO_LOG(TXO_LOG_INFO, cmd, "metrics listening", TXO_KV_STR("host", host),
+            TXO_KV_U64("port", txo_http_server_port(*out)), TXO_KV_STR("path", "/metrics"));
     return true;
 }
 
@@ -351,11 +352,11 @@ void daemon_worker_stop(const char *cmd, struct daemon_worker *d)
     txo_worker_stop(d->worker);
     struct txo_worker_stats st;
     txo_worker_get_stats(d->worker, &st);
-    TXO_LOG(TXO_LOG_INFO, cmd,
-            "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
-            " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
-            st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted, st.sagas_comp_failed,
-            st.commands_done);
+    TXO_LOG(TXO_LOG_INFO, cmd, "worker stopped", TXO_KV_U64("consumed", st.consumed),
+            TXO_KV_U64("duplicates", st.duplicates), TXO_KV_U64("completed", st.sagas_completed),
+            TXO_KV_U64("aborted", st.sagas_aborted),
+            TXO_KV_U64("compensation_failed", st.sagas_comp_failed),
+            TXO_KV_U64("commands", st.commands_done));
 }
 
 void daemon_worker_free(struct daemon_worker *d)
@@ -494,9 +495,10 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
         daemon_api_stop(d);
         return NULL;
     }
-    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening url=%s://%s:%u async=%s",
-            so.tls_cert_file != NULL ? "https" : "http", host, txo_http_server_port(d->server),
-            s->async ? "true" : "false");
+    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening",
+            TXO_KV_STR("scheme", so.tls_cert_file != NULL ? "https" : "http"),
+            TXO_KV_STR("host", host), TXO_KV_U64("port", txo_http_server_port(d->server)),
+            TXO_KV_BOOL("async", s->async));
     return d;
 }
 
@@ -549,8 +551,8 @@ struct txo_heartbeat *daemon_heartbeat_start(const char *role, const struct comm
     txo_error_init(&err);
     struct txo_heartbeat *hb = NULL;
     if (txo_heartbeat_start(&common->db, &ho, &hb, &err) != 0) {
-        TXO_LOG(TXO_LOG_WARN, role, "running without a heartbeat in txo_processes err=\"%s\"",
-                err.msg);
+        TXO_LOG(TXO_LOG_WARN, role, "running without a heartbeat in txo_processes",
+                TXO_KV_STR("err", err.msg));
         return NULL;
     }
     return hb;

@@ -69,16 +69,16 @@ struct txo_db *daemon_db_wait(const char *cmd, const struct common_opts *common,
         }
         if (!waited) {
             /* Once: a server that stays down must not fill the log. */
-            TXO_LOG(TXO_LOG_WARN, cmd,
-                    "waiting for the database (retrying with backoff up to %d s) err=\"%s\"",
-                    DB_WAIT_MAX_MS / 1000, err.msg);
+            TXO_LOG(TXO_LOG_WARN, cmd, "waiting for the database (retrying with backoff)",
+                    TXO_KV_I64("max_wait_s", DB_WAIT_MAX_MS / 1000), TXO_KV_STR("err", err.msg));
             notify_status("waiting for the database");
             waited = true;
         }
         *sig = signals_sleep(delay_ms);
         if (*sig != 0) {
             notify_stopping();
-            TXO_LOG(TXO_LOG_INFO, cmd, "stopping while waiting for the database signal=%d", *sig);
+            TXO_LOG(TXO_LOG_INFO, cmd, "stopping while waiting for the database",
+                    TXO_KV_I64("signal", *sig));
             return NULL;
         }
         delay_ms = delay_ms * 2 < DB_WAIT_MAX_MS ? delay_ms * 2 : DB_WAIT_MAX_MS;
