@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "cli_errors.h"
 #include "notify.h"
 
 static int run(int argc, char **argv);
@@ -82,9 +83,9 @@ static int run(int argc, char **argv)
         return 2;
     const struct cmd_broker *broker = cmd_broker_find(opts.broker);
     if (strcmp(opts.broker, "none") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
-        fprintf(stderr, "txo worker: --broker must be %s, got \"%s\"%s\n",
-                cmd_broker_names(CMD_BROKER_CHOICE_WORKER), opts.broker,
-                broker != NULL ? " (a broker without a consuming side)" : "");
+        cli_error("txo worker: --broker must be %s, got \"%s\"%s",
+                  cmd_broker_names(CMD_BROKER_CHOICE_WORKER), opts.broker,
+                  broker != NULL ? " (a broker without a consuming side)" : "");
         return 2;
     }
 

@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "notify.h"
+#include "cli_errors.h"
 #include "signals.h"
 
 #define DB_WAIT_FIRST_MS 250
@@ -64,7 +65,7 @@ struct txo_db *daemon_db_wait(const char *cmd, const struct common_opts *common,
             return db;
         }
         if (rc != TXO_ECONNECT) {
-            fprintf(stderr, "txo %s: %s\n", cmd, err.msg);
+            cli_error("txo %s: %s", cmd, err.msg);
             return NULL;
         }
         if (!waited) {
