@@ -664,10 +664,10 @@ static size_t wait_confirms(struct rmq_publisher *p, const struct txo_outbox_mes
                                                           : "connection closed by the server";
             if (mth->id == AMQP_CHANNEL_CLOSE_METHOD) {
                 amqp_channel_close_t *cl = mth->decoded;
-                TXO_LOG(
-                    TXO_LOG_WARN, "rabbitmq", "channel closed by the server",
-                    TXO_KV_U64("code", cl->reply_code),
-                    TXO_KV_STRN("text", (const char *)cl->reply_text.bytes, cl->reply_text.len));
+                TXO_LOG(TXO_LOG_WARN, "rabbitmq", "channel closed by the server",
+                        TXO_KV_U64("reply_code", cl->reply_code),
+                        TXO_KV_STRN("reply_text", (const char *)cl->reply_text.bytes,
+                                    cl->reply_text.len));
             }
             break;
         }

@@ -347,7 +347,7 @@ static int settle(struct redis_consumer *rc, const struct entry *e,
                                  e->id, why.msg);
     }
     TXO_LOG(TXO_LOG_ERROR, "redis", "handler rejected the entry, acknowledged",
-            TXO_KV_BOOL("dead_lettered", rc->dead_letter), TXO_KV_STR("message_id", id),
+            TXO_KV_BOOL("to_dead_letter_stream", rc->dead_letter), TXO_KV_STR("message_id", id),
             TXO_KV_STR("stream", rc->stream), TXO_KV_STR("entry_id", e->id),
             TXO_KV_U64("delivery", in->delivery), TXO_KV_STR("error", txo_err_name(code)),
             TXO_KV_STR("reason", reason));

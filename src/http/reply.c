@@ -17,7 +17,7 @@ void txo_http_response_json(struct txo_http_response *resp, int status, struct j
 {
     if (doc == NULL) {
         TXO_LOG(TXO_LOG_ERROR, "http", "could not build the JSON response",
-                TXO_KV_I64("status", status));
+                TXO_KV_I64("http_status", status));
         (void)txo_http_response_set(
             resp, 500, "{\"error\":\"internal\",\"message\":\"could not build the response\"}");
         return;

@@ -1110,7 +1110,7 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
             swap_entries(r, 0, j);
         r->n = 1;
         TXO_LOG(TXO_LOG_DEBUG, "relay", "publishing an event alone",
-                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_I64("message_id", r->msgs[0].id),
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_I64("event_id", r->msgs[0].id),
                 TXO_KV_I64("lease_expiries", r->entries[0].expiries));
         rc = publish_and_mark(r, txo_monotonic_us(), err);
         if (rc < 0)

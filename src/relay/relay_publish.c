@@ -131,7 +131,7 @@ static void publish_once(struct txo_relay *r)
                     "the publisher acknowledged an event after an earlier event of its aggregate "
                     "failed in the same call: it does not keep order as it declares",
                     TXO_KV_STR("publisher", r->pub->ops->name), TXO_KV_STR("relay_id", r->relay_id),
-                    TXO_KV_I64("message_id", r->msgs[i].id));
+                    TXO_KV_I64("event_id", r->msgs[i].id));
     }
 }
 

@@ -609,7 +609,7 @@ static int run_step(struct saga_run *r, size_t i, bool compensate, struct txo_er
 static int bad_step_state(const struct saga_run *r, size_t i, struct txo_error *err)
 {
     TXO_LOG(TXO_LOG_ERROR, "saga", "inconsistent saga", TXO_KV_STR("saga_id", r->id),
-            TXO_KV_STR("status", txo_saga_status_name(r->status)), TXO_KV_U64("step", i + 1),
+            TXO_KV_STR("status", txo_saga_status_name(r->status)), TXO_KV_U64("step_order", i + 1),
             TXO_KV_STR("step_status", txo_step_status_name(r->steps[i].status)));
     return txo_error_set(err, TXO_ESTATE, "saga %s (%s): step %zu is %s", r->id,
                          txo_saga_status_name(r->status), i + 1,

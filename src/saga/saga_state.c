@@ -216,8 +216,8 @@ int txo__step_check_move(const char *saga_id, unsigned step_order, enum txo_step
         return 0;
     }
     TXO_LOG(TXO_LOG_ERROR, "saga", "illegal step transition",
-            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"), TXO_KV_U64("step", step_order),
-            TXO_KV_STR("from", txo_step_status_name(from)),
+            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"),
+            TXO_KV_U64("step_order", step_order), TXO_KV_STR("from", txo_step_status_name(from)),
             TXO_KV_STR("to", txo_step_status_name(to)));
     return txo_error_set(err, TXO_ESTATE, "saga %s step %u: illegal transition %s -> %s",
                          saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(from),
@@ -250,7 +250,8 @@ int txo__remote_check_move(const char *saga_id, unsigned step_order, enum txo_st
         return 0;
     }
     TXO_LOG(TXO_LOG_ERROR, "saga", "illegal remote state transition",
-            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"), TXO_KV_U64("step", step_order),
+            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"),
+            TXO_KV_U64("step_order", step_order),
             TXO_KV_STR("step_status", txo_step_status_name(step)),
             TXO_KV_STR("from", txo_remote_state_name(from)),
             TXO_KV_STR("to", txo_remote_state_name(to)));

@@ -859,7 +859,7 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
         else
             handle_business(s, (enum endpoint)ep, req, resp);
     }
-    TXO_LOG(TXO_LOG_DEBUG, "fake", "request", TXO_KV_STR("method", req->method), TXO_KV_STR("path", req->path), TXO_KV_I64("status", resp->status), TXO_KV_STR("key", txo_http_request_header(req, "Idempotency-Key") != NULL
+    TXO_LOG(TXO_LOG_DEBUG, "fake", "request", TXO_KV_STR("method", req->method), TXO_KV_STR("path", req->path), TXO_KV_I64("http_status", resp->status), TXO_KV_STR("key", txo_http_request_header(req, "Idempotency-Key") != NULL
                 ? txo_http_request_header(req, "Idempotency-Key")
                 : "-"));
 }
