@@ -478,7 +478,7 @@ static size_t check_fields(const struct txo_log_field *in, size_t n,
     for (size_t i = 0; i < n && kept < LOG_FIELDS_MAX; i++) {
         bool ok = key_valid(in[i].key);
         for (size_t j = 0; ok && j < i; j++) {
-            ok = strcmp(in[i].key, in[j].key) != 0;
+            ok = in[j].key == NULL || strcmp(in[i].key, in[j].key) != 0;
         }
         if (!ok) {
 #ifndef NDEBUG
