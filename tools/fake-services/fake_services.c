@@ -544,7 +544,12 @@ static void handle_control(struct fake *s, const struct txo_http_request *req,
     pthread_cond_broadcast(&s->cv);
     json_t *out = behaviour_json(&s->b);
     pthread_mutex_unlock(&s->mu);
-    TXO_LOG(TXO_LOG_INFO, "fake", "behaviour changed", TXO_KV_F64("fail_rate", b.fail_rate), TXO_KV_F64("decline_rate", b.decline_rate), TXO_KV_F64("ship_decline_rate", b.ship_decline_rate), TXO_KV_I64("latency_ms", b.latency_ms), TXO_KV_BOOL("hang", b.hang), TXO_KV_STR("fail_path", b.fail_path[0] != '\0' ? b.fail_path : "*"), TXO_KV_BOOL("reset", reset));
+    TXO_LOG(TXO_LOG_INFO, "fake", "behaviour changed", TXO_KV_F64("fail_rate", b.fail_rate),
+            TXO_KV_F64("decline_rate", b.decline_rate),
+            TXO_KV_F64("ship_decline_rate", b.ship_decline_rate),
+            TXO_KV_I64("latency_ms", b.latency_ms), TXO_KV_BOOL("hang", b.hang),
+            TXO_KV_STR("fail_path", b.fail_path[0] != '\0' ? b.fail_path : "*"),
+            TXO_KV_BOOL("reset", reset));
     reply_json(resp, 200, out);
 }
 
@@ -859,9 +864,11 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
         else
             handle_business(s, (enum endpoint)ep, req, resp);
     }
-    TXO_LOG(TXO_LOG_DEBUG, "fake", "request", TXO_KV_STR("method", req->method), TXO_KV_STR("path", req->path), TXO_KV_I64("http_status", resp->status), TXO_KV_STR("key", txo_http_request_header(req, "Idempotency-Key") != NULL
-                ? txo_http_request_header(req, "Idempotency-Key")
-                : "-"));
+    TXO_LOG(TXO_LOG_DEBUG, "fake", "request", TXO_KV_STR("method", req->method),
+            TXO_KV_STR("path", req->path), TXO_KV_I64("http_status", resp->status),
+            TXO_KV_STR("key", txo_http_request_header(req, "Idempotency-Key") != NULL
+                                  ? txo_http_request_header(req, "Idempotency-Key")
+                                  : "-"));
 }
 
 /* ---- lifecycle ---- */
@@ -973,7 +980,12 @@ int main(int argc, char **argv)
         goto out;
     }
     unsigned bound = txo_http_server_port(srv);
-    TXO_LOG(TXO_LOG_INFO, "fake", "listening", TXO_KV_STR("host", host), TXO_KV_U64("port", bound), TXO_KV_F64("fail_rate", b.fail_rate), TXO_KV_F64("decline_rate", b.decline_rate), TXO_KV_F64("ship_decline_rate", b.ship_decline_rate), TXO_KV_I64("latency_ms", b.latency_ms), TXO_KV_BOOL("hang", b.hang), TXO_KV_STR("fail_path", b.fail_path[0] != '\0' ? b.fail_path : "*"), TXO_KV_U64("random_state", opts.random_state));
+    TXO_LOG(TXO_LOG_INFO, "fake", "listening", TXO_KV_STR("host", host), TXO_KV_U64("port", bound),
+            TXO_KV_F64("fail_rate", b.fail_rate), TXO_KV_F64("decline_rate", b.decline_rate),
+            TXO_KV_F64("ship_decline_rate", b.ship_decline_rate),
+            TXO_KV_I64("latency_ms", b.latency_ms), TXO_KV_BOOL("hang", b.hang),
+            TXO_KV_STR("fail_path", b.fail_path[0] != '\0' ? b.fail_path : "*"),
+            TXO_KV_U64("random_state", opts.random_state));
     printf("http://%s:%u\n", host, bound);
     fflush(stdout);
 
@@ -986,7 +998,12 @@ int main(int argc, char **argv)
     txo_http_server_stop(srv);
     srv = NULL;
     pthread_mutex_lock(&s->mu);
-    TXO_LOG(TXO_LOG_INFO, "fake", "stopped", TXO_KV_U64("charges", s->st.charges), TXO_KV_U64("charge_requests", s->st.requests[EP_CHARGE]), TXO_KV_U64("refunds", s->st.refunds), TXO_KV_U64("shipments", s->st.shipments), TXO_KV_U64("cancels", s->st.cancels), TXO_KV_U64("failures_injected", s->st.failures_injected), TXO_KV_U64("hangs", s->st.hangs));
+    TXO_LOG(TXO_LOG_INFO, "fake", "stopped", TXO_KV_U64("charges", s->st.charges),
+            TXO_KV_U64("charge_requests", s->st.requests[EP_CHARGE]),
+            TXO_KV_U64("refunds", s->st.refunds), TXO_KV_U64("shipments", s->st.shipments),
+            TXO_KV_U64("cancels", s->st.cancels),
+            TXO_KV_U64("failures_injected", s->st.failures_injected),
+            TXO_KV_U64("hangs", s->st.hangs));
     pthread_mutex_unlock(&s->mu);
     status = 0;
 out:
