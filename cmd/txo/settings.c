@@ -650,7 +650,7 @@ static bool password_read(struct common_opts *o, const char *path, const char *w
     /* read(2), not stdio: no copy of the password is left behind in a FILE's buffer. */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fprintf(stderr, "txo: %s %s: cannot open it: %s\n", what, path, strerror(errno));
+        cli_error("txo: %s %s: cannot open it: %s", what, path, strerror(errno));
         return false;
     }
     /* One byte more than the longest password tells a longer file apart. */
@@ -668,11 +668,11 @@ static bool password_read(struct common_opts *o, const char *path, const char *w
     }
     close(fd);
     if (read_errno != 0) {
-        fprintf(stderr, "txo: %s %s: cannot read it: %s\n", what, path, strerror(read_errno));
+        cli_error("txo: %s %s: cannot read it: %s", what, path, strerror(read_errno));
         goto fail;
     }
     if (len == sizeof(o->password_buf)) {
-        fprintf(stderr, "txo: %s %s is longer than %d bytes\n", what, path, COMMON_PASSWORD_MAX);
+        cli_error("txo: %s %s is longer than %d bytes", what, path, COMMON_PASSWORD_MAX);
         goto fail;
     }
     if (memchr(buf, '\0', len) != NULL)
@@ -682,7 +682,7 @@ static bool password_read(struct common_opts *o, const char *path, const char *w
     if (problem == NULL && len == 0)
         problem = "is empty";
     if (problem != NULL) {
-        fprintf(stderr, "txo: %s %s %s\n", what, path, problem);
+        cli_error("txo: %s %s %s", what, path, problem);
         goto fail;
     }
     buf[len] = '\0';
@@ -698,9 +698,9 @@ static bool password_load(struct common_opts *o)
 {
     if (o->password_file != NULL && o->password_file[0] != '\0') {
         if (o->password_given) {
-            fprintf(stderr, "txo: --mysql-password-file (MYSQL_PASSWORD_FILE) and "
-                            "--mysql-password (MYSQL_PASSWORD) both give the database "
-                            "password: give one\n");
+            cli_error("txo: --mysql-password-file (MYSQL_PASSWORD_FILE) and "
+                      "--mysql-password (MYSQL_PASSWORD) both give the database "
+                      "password: give one");
             return false;
         }
         return password_read(o, o->password_file, "--mysql-password-file");
