@@ -356,7 +356,8 @@ static void post_order_single(struct order_api *api, const char *key, const stru
         if (api->opts.on_commit != NULL)
             api->opts.on_commit(api->opts.on_commit_arg);
         (void)txo_http_response_set(resp, a.status, a.response);
-        TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", a.order_id, key);
+        TXO_LOG(TXO_LOG_DEBUG, "api", "order created", TXO_KV_I64("order_id", a.order_id),
+                TXO_KV_STR("key", key));
         break;
     case TXO_IDEM_REPLAY:
         (void)txo_http_response_set(resp, a.claim.status, a.claim.response);
@@ -389,7 +390,8 @@ static void post_order_grouped(struct order_api *api, const char *key,
     order_writer_submit(api->writer, &r);
     switch (r.outcome) {
     case ORDER_WRITER_CREATED:
-        TXO_LOG(TXO_LOG_DEBUG, "api", "order created order_id=%" PRId64 " key=%s", r.order_id, key);
+        TXO_LOG(TXO_LOG_DEBUG, "api", "order created", TXO_KV_I64("order_id", r.order_id),
+                TXO_KV_STR("key", key));
         /* fall through */
     case ORDER_WRITER_REPLAY:
         txo_http_response_take(resp, r.status, r.body, strlen(r.body));

@@ -420,10 +420,9 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
         if (!found || strcmp(status, order_status_name(ORDER_CANCELLED)) != 0) {
             /* Cannot happen with this step list (the last step confirms the order and
              * completes the saga); a human must look at it. The saga still ends. */
-            TXO_LOG(TXO_LOG_ERROR, "orders",
-                    "aborted saga cannot cancel its order saga_id=%s order_id=%" PRId64
-                    " status=%s",
-                    ctx->saga_id, st->order_id, found ? status : "missing");
+            TXO_LOG(TXO_LOG_ERROR, "orders", "aborted saga cannot cancel its order",
+                    TXO_KV_STR("saga_id", ctx->saga_id), TXO_KV_I64("order_id", st->order_id),
+                    TXO_KV_STR("status", found ? status : "missing"));
         }
         /* CANCELLED already: the customer cancelled it (orders_cancel_tx), and that change
          * wrote its own OrderCancelled. This hook runs once (it commits with the saga's final

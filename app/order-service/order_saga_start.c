@@ -81,8 +81,8 @@ int orders_create_with_saga(struct txo_db *db, int64_t customer_id, const struct
         return rc;
     *order_id = a.order_id;
     memcpy(saga_id, a.saga_id, TXO_SAGA_ID_LEN);
-    TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created saga_id=%s order_id=%" PRId64, a.saga_id,
-            a.order_id);
+    TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created", TXO_KV_STR("saga_id", a.saga_id),
+            TXO_KV_I64("order_id", a.order_id));
     return 0;
 }
 
@@ -142,7 +142,7 @@ int orders_start_saga(struct txo_db *db, int64_t order_id, char saga_id[TXO_SAGA
     if (created != NULL)
         *created = a.created;
     if (a.created)
-        TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created saga_id=%s order_id=%" PRId64, a.saga_id,
-                order_id);
+        TXO_LOG(TXO_LOG_DEBUG, "orders", "saga created", TXO_KV_STR("saga_id", a.saga_id),
+                TXO_KV_I64("order_id", order_id));
     return 0;
 }

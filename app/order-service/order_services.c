@@ -68,8 +68,9 @@ static void breaker_changed(void *arg, const struct txo_breaker *b, enum txo_bre
     struct order_services *s = arg;
     const char *name = txo_breaker_name(b);
     TXO_LOG(to == TXO_BREAKER_OPEN ? TXO_LOG_WARN : TXO_LOG_INFO, "services",
-            "circuit breaker changed service=%s from=%s to=%s", name, txo_breaker_state_name(from),
-            txo_breaker_state_name(to));
+            "circuit breaker changed", TXO_KV_STR("service", name),
+            TXO_KV_STR("from", txo_breaker_state_name(from)),
+            TXO_KV_STR("to", txo_breaker_state_name(to)));
     if (s->m_breaker != NULL) {
         const char *labels[] = {name};
         txo_metric_set(s->m_breaker, labels, (double)to);
@@ -393,11 +394,11 @@ int order_service_call(struct order_service_session *s, enum order_service_kind 
             err->code = rc;
     }
     if (rc != 0)
-        TXO_LOG(TXO_LOG_DEBUG, "services",
-                "call failed service=%s operation=%s attempts=%u "
-                "key=%s code=%s",
-                service_names[kind], operation, attempts,
-                idempotency_key != NULL ? idempotency_key : "", txo_err_name(rc));
+        TXO_LOG(TXO_LOG_DEBUG, "services", "call failed",
+                TXO_KV_STR("service", service_names[kind]), TXO_KV_STR("operation", operation),
+                TXO_KV_U64("attempts", attempts),
+                TXO_KV_STR("key", idempotency_key != NULL ? idempotency_key : ""),
+                TXO_KV_STR("code", txo_err_name(rc)));
     txo_free(url);
     return rc;
 }
@@ -495,11 +496,11 @@ void order_service_call_many(struct order_service_session *s, enum order_service
         txo_bulkhead_release(svc->svc[kind].bulkhead);
     for (size_t k = 0; k < n; k++)
         if (reqs[k].rc != 0)
-            TXO_LOG(TXO_LOG_DEBUG, "services",
-                    "batched call failed service=%s operation=%s key=%s code=%s",
-                    service_names[kind], operation,
-                    reqs[k].idempotency_key != NULL ? reqs[k].idempotency_key : "",
-                    txo_err_name(reqs[k].rc));
+            TXO_LOG(
+                TXO_LOG_DEBUG, "services", "batched call failed",
+                TXO_KV_STR("service", service_names[kind]), TXO_KV_STR("operation", operation),
+                TXO_KV_STR("key", reqs[k].idempotency_key != NULL ? reqs[k].idempotency_key : ""),
+                TXO_KV_STR("code", txo_err_name(reqs[k].rc)));
 out:
     txo_free(of);
     txo_free(hreqs);

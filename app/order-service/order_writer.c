@@ -266,9 +266,9 @@ static void group_run(struct order_writer *w, struct order_writer_req **reqs, si
         goto out;
     }
     if (rc != 0) {
-        TXO_LOG(TXO_LOG_WARN, "api",
-                "order group rolled back, its requests go one by one size=%zu code=%s err=\"%s\"",
-                n, txo_err_name(rc), err.msg);
+        TXO_LOG(TXO_LOG_WARN, "api", "order group rolled back, its requests go one by one",
+                TXO_KV_U64("size", n), TXO_KV_STR("code", txo_err_name(rc)),
+                TXO_KV_STR("err", err.msg));
         for (size_t i = 0; i < n; i++) {
             req_reset(reqs[i]);
             reqs[i]->outcome = ORDER_WRITER_SINGLE;
@@ -283,7 +283,8 @@ static void group_run(struct order_writer *w, struct order_writer_req **reqs, si
     }
     if (w->batch_size != NULL)
         txo_metric_observe(w->batch_size, NULL, (double)n);
-    TXO_LOG(TXO_LOG_DEBUG, "api", "order group committed size=%zu created=%zu", n, g.n_new);
+    TXO_LOG(TXO_LOG_DEBUG, "api", "order group committed", TXO_KV_U64("size", n),
+            TXO_KV_U64("created", g.n_new));
 out:
     txo_free(g.orders);
     txo_free(g.order_of);

@@ -337,9 +337,8 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
         if (rc < 0)
             goto out;
     }
-    TXO_LOG(TXO_LOG_DEBUG, "orders",
-            "group of orders created n=%zu first_order_id=%" PRId64 " items=%zu", n,
-            orders[0].order_id, n_items);
+    TXO_LOG(TXO_LOG_DEBUG, "orders", "group of orders created", TXO_KV_U64("n", n),
+            TXO_KV_I64("first_order_id", orders[0].order_id), TXO_KV_U64("items", n_items));
     rc = 0;
     goto out;
 nomem:

@@ -100,7 +100,8 @@ static void *runner_env_new(void *arg)
         struct txo_error err;
         txo_error_init(&err);
         if (order_service_session_new(cfg->services, &env->session, &err) != 0)
-            TXO_LOG(TXO_LOG_ERROR, "worker", "no external service session err=\"%s\"", err.msg);
+            TXO_LOG(TXO_LOG_ERROR, "worker", "no external service session",
+                    TXO_KV_STR("err", err.msg));
     }
     return env;
 }

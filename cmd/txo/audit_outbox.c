@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "brokers.h"
+#include "cli_errors.h"
 #include "listing.h"
 #include "txo/audit.h"
 
@@ -234,14 +235,14 @@ static bool audit_opts(const struct audit_outbox_settings *s, struct txo_audit_o
     bool by_id = set(s->from_id) || set(s->to_id);
     if (by_id) {
         if (set(s->since) || set(s->until)) {
-            fprintf(stderr, "txo audit: --from-id/--to-id and --since/--until are two kinds of "
-                            "window: give one\n");
+            cli_error("txo audit: --from-id/--to-id and --since/--until are two kinds of "
+                      "window: give one");
             return false;
         }
         if (!set(s->from_id) || !set(s->to_id) || !parse_id(s->from_id, &o->from_id) ||
             !parse_id(s->to_id, &o->to_id) || o->from_id > o->to_id) {
-            fprintf(stderr, "txo audit: --from-id and --to-id must both be ids (>= 1), "
-                            "from-id <= to-id\n");
+            cli_error("txo audit: --from-id and --to-id must both be ids (>= 1), "
+                      "from-id <= to-id");
             return false;
         }
         return true;
@@ -249,21 +250,19 @@ static bool audit_opts(const struct audit_outbox_settings *s, struct txo_audit_o
     int64_t now = txo_realtime_us();
     const char *since = set(s->since) ? s->since : "1h";
     if (!parse_when(since, now, &o->since_us)) {
-        fprintf(stderr,
-                "txo audit: --since must be a UTC time (2026-12-01T10:00:00Z) or an age (90s, "
-                "15m, 2h, 7d), got \"%s\"\n",
-                since);
+        cli_error("txo audit: --since must be a UTC time (2026-12-01T10:00:00Z) or an age (90s, "
+                  "15m, 2h, 7d), got \"%s\"",
+                  since);
         return false;
     }
     if (!parse_when(set(s->until) ? s->until : "now", now, &o->until_us)) {
-        fprintf(stderr,
-                "txo audit: --until must be now, a UTC time (2026-12-01T10:00:00Z) or an age "
-                "(90s, 15m, 2h, 7d), got \"%s\"\n",
-                s->until);
+        cli_error("txo audit: --until must be now, a UTC time (2026-12-01T10:00:00Z) or an age "
+                  "(90s, 15m, 2h, 7d), got \"%s\"",
+                  s->until);
         return false;
     }
     if (o->since_us >= o->until_us) {
-        fprintf(stderr, "txo audit: the window must end (--until) after it starts (--since)\n");
+        cli_error("txo audit: the window must end (--until) after it starts (--since)");
         return false;
     }
     return true;
@@ -275,17 +274,15 @@ static const struct cmd_broker *audited_broker(const char *name)
     if (cmd_broker_refuse_left_out("audit --outbox", "publisher", name))
         return NULL;
     if (cmd_broker_history_names()[0] == '\0') {
-        fprintf(stderr,
-                "txo audit --outbox: this txo has no broker whose history can be read back "
-                "(left out of the build: %s)\n",
-                cmd_brokers_left_out());
+        cli_error("txo audit --outbox: this txo has no broker whose history can be read back "
+                  "(left out of the build: %s)",
+                  cmd_brokers_left_out());
         return NULL;
     }
     if (!set(name)) {
-        fprintf(stderr,
-                "txo audit --outbox: --publisher is required: %s (the brokers whose "
-                "history can be read back)\n",
-                cmd_broker_history_names());
+        cli_error("txo audit --outbox: --publisher is required: %s (the brokers whose "
+                  "history can be read back)",
+                  cmd_broker_history_names());
         return NULL;
     }
     const struct cmd_broker *b = cmd_broker_find(name);
@@ -297,13 +294,12 @@ static const struct cmd_broker *audited_broker(const char *name)
     else if (strcmp(name, "log") == 0 || strcmp(name, "null") == 0)
         why = "it keeps nothing to compare with";
     if (why != NULL)
-        fprintf(stderr,
-                "txo audit --outbox: --publisher %s cannot be audited: %s; the outbox "
-                "can be audited against %s\n",
-                name, why, cmd_broker_history_names());
+        cli_error("txo audit --outbox: --publisher %s cannot be audited: %s; the outbox "
+                  "can be audited against %s",
+                  name, why, cmd_broker_history_names());
     else
-        fprintf(stderr, "txo audit --outbox: --publisher must be %s, got \"%s\"\n",
-                cmd_broker_history_names(), name);
+        cli_error("txo audit --outbox: --publisher must be %s, got \"%s\"",
+                  cmd_broker_history_names(), name);
     return NULL;
 }
 

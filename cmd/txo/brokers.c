@@ -1,5 +1,6 @@
 /* The table of brokers (brokers.h). */
 #include "brokers.h"
+#include "cli_errors.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -39,8 +40,8 @@ bool cmd_broker_refuse_left_out(const char *cmd, const char *flag, const char *n
 {
     for (size_t i = 0; i < TXO_ARRAY_LEN(rows); i++)
         if (name != NULL && strcmp(rows[i].name, name) == 0 && rows[i].built == NULL) {
-            fprintf(stderr, "txo %s: --%s %s: txo was built without %s (-D%s=OFF)\n", cmd, flag,
-                    name, rows[i].title, rows[i].option);
+            cli_error("txo %s: --%s %s: txo was built without %s (-D%s=OFF)", cmd, flag, name,
+                      rows[i].title, rows[i].option);
             return true;
         }
     return false;

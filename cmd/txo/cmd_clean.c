@@ -137,7 +137,7 @@ static void *clean_main(void *arg)
             rc = clean_pass(db, &c->settings, false, 0, 0, &n, &err);
         uint64_t deleted = n.outbox + n.dead_letters;
         if (rc != 0) {
-            TXO_LOG(TXO_LOG_WARN, "clean", "retention pass failed err=\"%s\"", err.msg);
+            TXO_LOG(TXO_LOG_WARN, "clean", "retention pass failed", TXO_KV_STR("err", err.msg));
             txo_db_close(db); /* reopened at the next pass */
             db = NULL;
         }
@@ -186,10 +186,11 @@ bool clean_thread_start(struct clean_thread *c, const struct clean_settings *set
         return false;
     }
     c->running = true;
-    TXO_LOG(TXO_LOG_INFO, "clean",
-            "cleaner started interval_s=%u outbox_retention_s=%u dead_letter_retention_s=%u "
-            "batch=%u",
-            settings->interval_s, settings->outbox_s, settings->dead_letters_s, settings->batch);
+    TXO_LOG(TXO_LOG_INFO, "clean", "cleaner started",
+            TXO_KV_U64("interval_s", settings->interval_s),
+            TXO_KV_U64("outbox_retention_s", settings->outbox_s),
+            TXO_KV_U64("dead_letter_retention_s", settings->dead_letters_s),
+            TXO_KV_U64("batch", settings->batch));
     return true;
 }
 
@@ -202,8 +203,8 @@ void clean_thread_stop(struct clean_thread *c)
     pthread_cond_signal(&c->cv);
     pthread_mutex_unlock(&c->mu);
     pthread_join(c->tid, NULL);
-    TXO_LOG(TXO_LOG_INFO, "clean", "cleaner stopped passes=%llu deleted=%llu", c->passes,
-            c->deleted);
+    TXO_LOG(TXO_LOG_INFO, "clean", "cleaner stopped", TXO_KV_U64("passes", c->passes),
+            TXO_KV_U64("deleted", c->deleted));
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     c->running = false;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_errors.h"
 #include "listing.h"
 #include "order_saga.h"
 #include "orders.h"
@@ -644,10 +645,9 @@ static int run(int argc, char **argv)
         return 2;
     enum txo_claim_strategy claim;
     if (txo_claim_strategy_parse(o.relay_claim, &claim) < 0) {
-        fprintf(stderr,
-                "txo demo: --relay-claim must be auto, skip-locked or update-limit, "
-                "got \"%s\"\n",
-                o.relay_claim);
+        cli_error("txo demo: --relay-claim must be auto, skip-locked or update-limit, "
+                  "got \"%s\"",
+                  o.relay_claim);
         return 2;
     }
     struct txo_db *db = common_connect(&o.common);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_errors.h"
 #include "orders.h"
 #include "settings.h"
 
@@ -52,7 +53,7 @@ static int run(int argc, char **argv)
         return 2;
     bool outbox_only = only != NULL && strcmp(only, "outbox") == 0;
     if (only != NULL && only[0] != '\0' && !outbox_only) {
-        fprintf(stderr, "txo migrate: --only must be outbox, got \"%s\"\n", only);
+        cli_error("txo migrate: --only must be outbox, got \"%s\"", only);
         return 2;
     }
     struct txo_db *db = common_connect(&o);
@@ -68,8 +69,14 @@ static int run(int argc, char **argv)
         cmd_report("migrate", "migration failed", &err);
         return 1;
     }
-    fprintf(stderr,
-            "txo migrate: database %s is up to date%s: %u migration(s) applied now, %u in all\n",
-            o.db.database, outbox_only ? " (outbox only)" : "", applied, total);
+    if (cli_errors_structured())
+        TXO_LOG(TXO_LOG_INFO, "migrate", "database up to date",
+                TXO_KV_STR("database", o.db.database), TXO_KV_BOOL("outbox_only", outbox_only),
+                TXO_KV_U64("applied", applied), TXO_KV_U64("total", total));
+    else
+        fprintf(stderr,
+                "txo migrate: database %s is up to date%s: %u migration(s) applied now, %u in "
+                "all\n",
+                o.db.database, outbox_only ? " (outbox only)" : "", applied, total);
     return 0;
 }

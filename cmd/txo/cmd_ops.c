@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "cli_errors.h"
 #include "daemons.h"
 #include "listing.h"
 #include "order_saga.h"
@@ -371,7 +372,7 @@ static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
         char *end = NULL;
         long long id = strtoll(ids[i], &end, 10);
         if (end == ids[i] || *end != '\0' || id <= 0) {
-            fprintf(stderr, "txo dlq: \"%s\" is not a dead letter id\n", ids[i]);
+            cli_error("txo dlq: \"%s\" is not a dead letter id", ids[i]);
             status = 2;
             continue;
         }
@@ -408,7 +409,7 @@ static int dlq_run(int argc, char **argv)
     bool replay = action != NULL && strcmp(action, "replay") == 0 && first + 1 < argc;
     bool skip = action != NULL && strcmp(action, "skip") == 0 && first + 1 < argc;
     if (!list && !replay && !skip) {
-        fprintf(stderr, "usage: %s\n", cmd_dlq.usage);
+        cli_error("usage: %s", cmd_dlq.usage);
         return 2;
     }
     struct txo_db *db = common_connect(&dlq_opts.common);
@@ -661,7 +662,7 @@ static int saga_run(int argc, char **argv)
     bool retry = action != NULL && strcmp(action, "retry") == 0 && id != NULL && !extra;
     bool list = action != NULL && strcmp(action, "list") == 0 && id == NULL && saga_opts.stuck;
     if (!show && !retry && !list) {
-        fprintf(stderr, "usage: %s\n", cmd_saga.usage);
+        cli_error("usage: %s", cmd_saga.usage);
         return 2;
     }
     struct txo_db *db = common_connect(&saga_opts.common);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "clean.h"
+#include "cli_errors.h"
 #include "daemons.h"
 #include "notify.h"
 #include "signals.h"
@@ -221,30 +222,29 @@ static int run(int argc, char **argv)
     for (size_t i = 0; i < TXO_ARRAY_LEN(publishers); i++)
         known = known || strcmp(opts.publisher, publishers[i]) == 0;
     if (!known) {
-        fprintf(stderr, "txo relay: --publisher must be %s, got \"%s\"%s\n",
-                cmd_broker_names(CMD_BROKER_CHOICE_RELAY), opts.publisher,
-                strcmp(opts.publisher, "local") == 0
-                    ? " (local dispatch needs the consumer in the same process: use `txo up`)"
-                    : "");
+        cli_error("txo relay: --publisher must be %s, got \"%s\"%s",
+                  cmd_broker_names(CMD_BROKER_CHOICE_RELAY), opts.publisher,
+                  strcmp(opts.publisher, "local") == 0
+                      ? " (local dispatch needs the consumer in the same process: use `txo up`)"
+                      : "");
         return 2;
     }
     if (strcmp(opts.publisher, "webhook") == 0 &&
         (opts.webhook_url == NULL || opts.webhook_url[0] == '\0')) {
-        fprintf(stderr, "txo relay: --publisher webhook needs --webhook-url\n");
+        cli_error("txo relay: --publisher webhook needs --webhook-url");
         return 2;
     }
     enum txo_envelope_format envelope;
     if (txo_envelope_format_parse(opts.envelope, &envelope) < 0) {
-        fprintf(stderr,
-                "txo relay: --envelope must be txo, cloudevents or cloudevents-binary, got "
-                "\"%s\"\n",
-                opts.envelope);
+        cli_error("txo relay: --envelope must be txo, cloudevents or cloudevents-binary, got "
+                  "\"%s\"",
+                  opts.envelope);
         return 2;
     }
     struct txo_error env_err;
     txo_error_init(&env_err);
     if (txo_envelope_set_default(envelope, opts.envelope_source, &env_err) < 0) {
-        fprintf(stderr, "txo relay: --envelope-source: %s\n", env_err.msg);
+        cli_error("txo relay: --envelope-source: %s", env_err.msg);
         return 2;
     }
     struct txo_relay_opts ro;
@@ -294,11 +294,11 @@ static int run(int argc, char **argv)
         !daemon_metrics_server_start("relay", opts.metrics_listen, metrics, &msrv))
         goto out;
     if (!clean_thread_start(&cleaner, &opts.clean, &opts.common.db)) {
-        fprintf(stderr, "txo relay: cannot start the cleaner thread\n");
+        cli_error("txo relay: cannot start the cleaner thread");
         goto out;
     }
     if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
-        fprintf(stderr, "txo relay: cannot start the relay thread\n");
+        cli_error("txo relay: cannot start the relay thread");
         goto out;
     }
     struct progress prog = {.relay = rt.relay};
@@ -319,7 +319,7 @@ static int run(int argc, char **argv)
     sig = signals_wait();
     notify_stopping();
     if (sig != 0)
-        TXO_LOG(TXO_LOG_INFO, "relay", "stopping signal=%d", sig);
+        TXO_LOG(TXO_LOG_INFO, "relay", "stopping", TXO_KV_I64("signal", sig));
     txo_relay_stop(rt.relay);
     pthread_join(relay_tid, NULL);
     clean_thread_stop(&cleaner);
@@ -329,11 +329,11 @@ static int run(int argc, char **argv)
     txo_db_close(prog.db);
     struct txo_relay_stats st;
     txo_relay_get_stats(rt.relay, &st);
-    TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay stopped claimed=%" PRIu64 " published=%" PRIu64 " failed_attempts=%" PRIu64
-            " dead_lettered=%" PRIu64 " fenced=%" PRIu64 " reclaimed=%" PRIu64 " batches=%" PRIu64,
-            st.claimed, st.published, st.failed_attempts, st.dead_lettered, st.fenced, st.reclaimed,
-            st.batches);
+    TXO_LOG(TXO_LOG_INFO, "relay", "relay stopped", TXO_KV_U64("claimed", st.claimed),
+            TXO_KV_U64("published", st.published),
+            TXO_KV_U64("failed_attempts", st.failed_attempts),
+            TXO_KV_U64("dead_lettered", st.dead_lettered), TXO_KV_U64("fenced", st.fenced),
+            TXO_KV_U64("reclaimed", st.reclaimed), TXO_KV_U64("batches", st.batches));
     if (rt.rc < 0) {
         cmd_report("relay", "stopped on an error", &rt.err);
         goto out;

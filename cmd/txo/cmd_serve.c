@@ -97,7 +97,7 @@ static int run(int argc, char **argv)
     notify_ready("serving the HTTP API");
     sig = signals_wait();
     notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "serve", "stopping signal=%d", sig);
+    TXO_LOG(TXO_LOG_INFO, "serve", "stopping", TXO_KV_I64("signal", sig));
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the services' breakers */

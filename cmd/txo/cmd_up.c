@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "cli_errors.h"
 #include "notify.h"
 #include "orders.h"
 
@@ -159,7 +160,7 @@ static bool parse_stock(const char *spec, struct stock_list *out)
     out->buf = txo_strdup(spec);
     out->items = txo_calloc(cap, sizeof(*out->items));
     if (out->buf == NULL || out->items == NULL) {
-        fprintf(stderr, "txo up: --stock: out of memory\n");
+        cli_error("txo up: --stock: out of memory");
         stock_list_release(out);
         return false;
     }
@@ -169,7 +170,7 @@ static bool parse_stock(const char *spec, struct stock_list *out)
         char shown[128];
         snprintf(shown, sizeof(shown), "%s", item);
         if (!stock_item(item, &out->items[out->n])) {
-            fprintf(stderr, "txo up: --stock wants SKU=UNITS[,SKU=UNITS...], got \"%s\"\n", shown);
+            cli_error("txo up: --stock wants SKU=UNITS[,SKU=UNITS...], got \"%s\"", shown);
             stock_list_release(out);
             return false;
         }
@@ -178,7 +179,7 @@ static bool parse_stock(const char *spec, struct stock_list *out)
     struct txo_error err;
     txo_error_init(&err);
     if (orders_stock_check_list(out->items, out->n, &err) != 0) {
-        fprintf(stderr, "txo up: --stock: %s\n", err.msg);
+        cli_error("txo up: --stock: %s", err.msg);
         stock_list_release(out);
         return false;
     }
@@ -199,7 +200,8 @@ static bool prepare_database(const struct stock_list *stock, int *sig)
             cmd_report("up", "migrating the schema", &err);
             ok = false;
         } else {
-            TXO_LOG(TXO_LOG_INFO, "up", "schema ready applied=%u total=%u", applied, total);
+            TXO_LOG(TXO_LOG_INFO, "up", "schema ready", TXO_KV_U64("applied", applied),
+                    TXO_KV_U64("total", total));
         }
     }
     if (ok && stock->n > 0 && orders_ensure_inventory_list(db, stock->items, stock->n, &err) != 0) {
@@ -226,9 +228,9 @@ static int run(int argc, char **argv)
         return 2;
     const struct cmd_broker *broker = cmd_broker_find(opts.broker);
     if (strcmp(opts.broker, "local") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
-        fprintf(stderr, "txo up: --broker must be %s, got \"%s\"%s\n",
-                cmd_broker_names(CMD_BROKER_CHOICE_UP), opts.broker,
-                broker != NULL ? " (a broker without a consuming side)" : "");
+        cli_error("txo up: --broker must be %s, got \"%s\"%s",
+                  cmd_broker_names(CMD_BROKER_CHOICE_UP), opts.broker,
+                  broker != NULL ? " (a broker without a consuming side)" : "");
         return 2;
     }
     struct txo_relay_opts ro;
@@ -295,7 +297,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
-        fprintf(stderr, "txo up: cannot start the relay thread\n");
+        cli_error("txo up: cannot start the relay thread");
         goto out;
     }
     relay_running = true;
@@ -305,12 +307,13 @@ static int run(int argc, char **argv)
     hb_src.services = services;
     hb_src.relay = rt.relay;
     hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
-    TXO_LOG(TXO_LOG_INFO, "up", "ready url=http://%s broker=%s saga_threads=%u", opts.serve.listen,
-            opts.broker, opts.worker.saga_threads);
+    TXO_LOG(TXO_LOG_INFO, "up", "ready", TXO_KV_STR("listen", opts.serve.listen),
+            TXO_KV_STR("broker", opts.broker),
+            TXO_KV_U64("saga_threads", opts.worker.saga_threads));
     notify_ready("serving the HTTP API, relay and worker");
     sig = signals_wait();
     notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "up", "stopping signal=%d", sig);
+    TXO_LOG(TXO_LOG_INFO, "up", "stopping", TXO_KV_I64("signal", sig));
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */

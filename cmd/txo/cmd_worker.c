@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "cli_errors.h"
 #include "notify.h"
 
 static int run(int argc, char **argv);
@@ -82,9 +83,9 @@ static int run(int argc, char **argv)
         return 2;
     const struct cmd_broker *broker = cmd_broker_find(opts.broker);
     if (strcmp(opts.broker, "none") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
-        fprintf(stderr, "txo worker: --broker must be %s, got \"%s\"%s\n",
-                cmd_broker_names(CMD_BROKER_CHOICE_WORKER), opts.broker,
-                broker != NULL ? " (a broker without a consuming side)" : "");
+        cli_error("txo worker: --broker must be %s, got \"%s\"%s",
+                  cmd_broker_names(CMD_BROKER_CHOICE_WORKER), opts.broker,
+                  broker != NULL ? " (a broker without a consuming side)" : "");
         return 2;
     }
 
@@ -125,14 +126,15 @@ static int run(int argc, char **argv)
         cmd_report("worker", "starting the worker", &err);
         goto out;
     }
-    TXO_LOG(TXO_LOG_INFO, "worker", "worker started saga_threads=%u broker=%s",
-            opts.worker.saga_threads, opts.broker);
+    TXO_LOG(TXO_LOG_INFO, "worker", "worker started",
+            TXO_KV_U64("saga_threads", opts.worker.saga_threads),
+            TXO_KV_STR("broker", opts.broker));
     hb_src.services = services;
     hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);
     notify_ready("running sagas");
     sig = signals_wait();
     notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "worker", "stopping signal=%d", sig);
+    TXO_LOG(TXO_LOG_INFO, "worker", "stopping", TXO_KV_I64("signal", sig));
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the services' breakers */

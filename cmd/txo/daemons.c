@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "cli_errors.h"
 
 bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
                          size_t host_size, unsigned *port)
@@ -18,8 +19,8 @@ bool daemon_parse_listen(const char *cmd, const char *setting, const char *text,
     unsigned long p = colon != NULL ? strtoul(colon + 1, &end, 10) : 0;
     if (colon == NULL || colon == text || (size_t)(colon - text) >= host_size || colon[1] == '\0' ||
         *end != '\0' || p > 65535) {
-        fprintf(stderr, "txo %s: --%s must be HOST:PORT (e.g. 127.0.0.1:8080), got \"%s\"\n", cmd,
-                setting, text != NULL ? text : "");
+        cli_error("txo %s: --%s must be HOST:PORT (e.g. 127.0.0.1:8080), got \"%s\"", cmd, setting,
+                  text != NULL ? text : "");
         return false;
     }
     memcpy(host, text, (size_t)(colon - text));
@@ -33,8 +34,7 @@ static bool url_ok(const char *cmd, const char *setting, const char *url)
     if (url == NULL || url[0] == '\0' || strncmp(url, "http://", 7) == 0 ||
         strncmp(url, "https://", 8) == 0)
         return true;
-    fprintf(stderr, "txo %s: --%s must start with http:// or https://, got \"%s\"\n", cmd, setting,
-            url);
+    cli_error("txo %s: --%s must start with http:// or https://, got \"%s\"", cmd, setting, url);
     return false;
 }
 
@@ -48,8 +48,7 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
             return false;
         struct in_addr addr;
         if (inet_pton(AF_INET, host, &addr) != 1) {
-            fprintf(stderr, "txo %s: --listen host must be an IPv4 address, got \"%s\"\n", cmd,
-                    host);
+            cli_error("txo %s: --listen host must be an IPv4 address, got \"%s\"", cmd, host);
             return false;
         }
     }
@@ -105,7 +104,7 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     txo_error_init(&err);
     struct daemon_metrics *d = txo_calloc(1, sizeof(*d));
     if (d == NULL || txo_metrics_new(&d->reg, &err) != 0) {
-        fprintf(stderr, "txo: cannot create the metrics registry: %s\n", err.msg);
+        cli_error("txo: cannot create the metrics registry: %s", err.msg);
         txo_free(d);
         return NULL;
     }
@@ -122,7 +121,7 @@ struct daemon_metrics *daemon_metrics_new(const struct common_opts *common)
     if (rc == 0)
         rc = txo_metrics_add_collector(d->reg, collect, d, &err);
     if (rc != 0) {
-        fprintf(stderr, "txo: metrics: %s\n", err.msg);
+        cli_error("txo: metrics: %s", err.msg);
         daemon_metrics_free(d);
         return NULL;
     }
@@ -140,7 +139,7 @@ bool daemon_metrics_watch_parked(struct daemon_metrics *d)
     d->parked = rc == 0;
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
-        fprintf(stderr, "txo: metrics: %s\n", err.msg);
+        cli_error("txo: metrics: %s", err.msg);
     return rc == 0;
 }
 
@@ -201,7 +200,7 @@ static bool outbox_ready(struct daemon_metrics *d)
     }
     pthread_mutex_unlock(&d->mu);
     if (rc != 0)
-        TXO_LOG(TXO_LOG_WARN, "metrics", "readiness check failed: %s", err.msg);
+        TXO_LOG(TXO_LOG_WARN, "metrics", "readiness check failed", TXO_KV_STR("error", err.msg));
     return rc == 0 && exists;
 }
 
@@ -243,7 +242,8 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
         cmd_report(cmd, "starting the metrics server", &err);
         return false;
     }
-    TXO_LOG(TXO_LOG_INFO, cmd, "metrics at http://%s:%u/metrics", host, txo_http_server_port(*out));
+    TXO_LOG(TXO_LOG_INFO, cmd, "metrics listening", TXO_KV_STR("host", host),
+            TXO_KV_U64("port", txo_http_server_port(*out)), TXO_KV_STR("path", "/metrics"));
     return true;
 }
 
@@ -311,7 +311,7 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
     txo_error_init(&err);
     struct daemon_worker *d = txo_calloc(1, sizeof(*d));
     if (d == NULL) {
-        fprintf(stderr, "txo %s: out of memory\n", cmd);
+        cli_error("txo %s: out of memory", cmd);
         return NULL;
     }
     struct txo_worker_opts wo;
@@ -351,11 +351,11 @@ void daemon_worker_stop(const char *cmd, struct daemon_worker *d)
     txo_worker_stop(d->worker);
     struct txo_worker_stats st;
     txo_worker_get_stats(d->worker, &st);
-    TXO_LOG(TXO_LOG_INFO, cmd,
-            "worker stopped consumed=%" PRIu64 " duplicates=%" PRIu64 " completed=%" PRIu64
-            " aborted=%" PRIu64 " compensation_failed=%" PRIu64 " commands=%" PRIu64,
-            st.consumed, st.duplicates, st.sagas_completed, st.sagas_aborted, st.sagas_comp_failed,
-            st.commands_done);
+    TXO_LOG(TXO_LOG_INFO, cmd, "worker stopped", TXO_KV_U64("consumed", st.consumed),
+            TXO_KV_U64("duplicates", st.duplicates), TXO_KV_U64("completed", st.sagas_completed),
+            TXO_KV_U64("aborted", st.sagas_aborted),
+            TXO_KV_U64("compensation_failed", st.sagas_comp_failed),
+            TXO_KV_U64("commands", st.commands_done));
 }
 
 void daemon_worker_free(struct daemon_worker *d)
@@ -371,24 +371,22 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
 {
     txo_relay_opts_init(ro);
     if (txo_claim_strategy_parse(s->claim, &ro->claim) < 0) {
-        fprintf(stderr, "txo %s: --claim must be auto, skip-locked or update-limit, got \"%s\"\n",
-                cmd, s->claim);
+        cli_error("txo %s: --claim must be auto, skip-locked or update-limit, got \"%s\"", cmd,
+                  s->claim);
         return false;
     }
     if (txo_relay_claim_mode_parse(s->claim_mode, &ro->mode) < 0) {
-        fprintf(stderr, "txo %s: --claim-mode must be auto, lease or transaction, got \"%s\"\n",
-                cmd, s->claim_mode);
+        cli_error("txo %s: --claim-mode must be auto, lease or transaction, got \"%s\"", cmd,
+                  s->claim_mode);
         return false;
     }
     if (txo_relay_ordering_parse(s->ordering, &ro->ordering) < 0) {
-        fprintf(stderr, "txo %s: --ordering must be aggregate or none, got \"%s\"\n", cmd,
-                s->ordering);
+        cli_error("txo %s: --ordering must be aggregate or none, got \"%s\"", cmd, s->ordering);
         return false;
     }
     if (s->backoff_max_ms < s->backoff_base_ms) {
-        fprintf(stderr,
-                "txo %s: --backoff-max (%" PRId64 ") must be >= --backoff-base (%" PRId64 ")\n",
-                cmd, s->backoff_max_ms, s->backoff_base_ms);
+        cli_error("txo %s: --backoff-max (%" PRId64 ") must be >= --backoff-base (%" PRId64 ")",
+                  cmd, s->backoff_max_ms, s->backoff_base_ms);
         return false;
     }
     ro->relay_id = s->relay_id != NULL && s->relay_id[0] != '\0' ? s->relay_id : NULL;
@@ -494,9 +492,10 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
         daemon_api_stop(d);
         return NULL;
     }
-    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening url=%s://%s:%u async=%s",
-            so.tls_cert_file != NULL ? "https" : "http", host, txo_http_server_port(d->server),
-            s->async ? "true" : "false");
+    TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening",
+            TXO_KV_STR("scheme", so.tls_cert_file != NULL ? "https" : "http"),
+            TXO_KV_STR("host", host), TXO_KV_U64("port", txo_http_server_port(d->server)),
+            TXO_KV_BOOL("async", s->async));
     return d;
 }
 
@@ -549,8 +548,8 @@ struct txo_heartbeat *daemon_heartbeat_start(const char *role, const struct comm
     txo_error_init(&err);
     struct txo_heartbeat *hb = NULL;
     if (txo_heartbeat_start(&common->db, &ho, &hb, &err) != 0) {
-        TXO_LOG(TXO_LOG_WARN, role, "running without a heartbeat in txo_processes err=\"%s\"",
-                err.msg);
+        TXO_LOG(TXO_LOG_WARN, role, "running without a heartbeat in txo_processes",
+                TXO_KV_STR("err", err.msg));
         return NULL;
     }
     return hb;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "settings.h"
+#include "cli_errors.h"
 
 extern char **environ;
 
@@ -140,10 +141,6 @@ void settings_warn_unknown_env(const struct command *const *cmds, size_t n, cons
         if (is_known(*e, len))
             continue;
         const char *hint = len <= NAME_MAX_LEN ? closest(*e, len) : NULL;
-        if (hint != NULL)
-            fprintf(stderr, "%s: warning: %.*s is not a txo setting (did you mean %s?); ignored\n",
-                    me, (int)len, *e, hint);
-        else
-            fprintf(stderr, "%s: warning: %.*s is not a txo setting; ignored\n", me, (int)len, *e);
+        cli_warn_unknown_env(me, *e, len, hint);
     }
 }

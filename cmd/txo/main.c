@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "brokers.h"
+#include "cli_errors.h"
 #include "clean.h"
 #include "notify.h"
 #include "settings.h"
@@ -161,7 +162,7 @@ static int print_man(const char *name)
             char *man_argv[] = {(char *)commands[i]->name, (char *)"--help-man", NULL};
             return commands[i]->run(2, man_argv);
         }
-    fprintf(stderr, "txo: unknown command \"%s\"\n", name);
+    cli_error("txo: unknown command \"%s\"", name);
     return 2;
 }
 
@@ -172,6 +173,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *name = argv[1];
+    cli_errors_init(argc, argv);
     notify_init();
     if (strcmp(name, "help") == 0 && argc > 2 && strcmp(argv[2], "--markdown") == 0)
         return print_markdown();
@@ -205,6 +207,10 @@ int main(int argc, char **argv)
             settings_warn_unknown_env(commands, TXO_ARRAY_LEN(commands), me);
             return commands[i]->run(argc - 1, argv + 1);
         }
+    if (cli_errors_structured()) {
+        cli_error("txo: unknown command \"%s\" (see txo --help)", name);
+        return 2;
+    }
     fprintf(stderr, "txo: unknown command \"%s\"\n\n", name);
     usage(stderr);
     return 2;

@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "notify.h"
+#include "cli_errors.h"
 #include "signals.h"
 
 #define DB_WAIT_FIRST_MS 250
@@ -64,21 +65,21 @@ struct txo_db *daemon_db_wait(const char *cmd, const struct common_opts *common,
             return db;
         }
         if (rc != TXO_ECONNECT) {
-            fprintf(stderr, "txo %s: %s\n", cmd, err.msg);
+            cli_error("txo %s: %s", cmd, err.msg);
             return NULL;
         }
         if (!waited) {
             /* Once: a server that stays down must not fill the log. */
-            TXO_LOG(TXO_LOG_WARN, cmd,
-                    "waiting for the database (retrying with backoff up to %d s) err=\"%s\"",
-                    DB_WAIT_MAX_MS / 1000, err.msg);
+            TXO_LOG(TXO_LOG_WARN, cmd, "waiting for the database (retrying with backoff)",
+                    TXO_KV_I64("max_wait_s", DB_WAIT_MAX_MS / 1000), TXO_KV_STR("err", err.msg));
             notify_status("waiting for the database");
             waited = true;
         }
         *sig = signals_sleep(delay_ms);
         if (*sig != 0) {
             notify_stopping();
-            TXO_LOG(TXO_LOG_INFO, cmd, "stopping while waiting for the database signal=%d", *sig);
+            TXO_LOG(TXO_LOG_INFO, cmd, "stopping while waiting for the database",
+                    TXO_KV_I64("signal", *sig));
             return NULL;
         }
         delay_ms = delay_ms * 2 < DB_WAIT_MAX_MS ? delay_ms * 2 : DB_WAIT_MAX_MS;

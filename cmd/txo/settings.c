@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "settings.h"
+#include "cli_errors.h"
 
 #define OPT_HELP         1
 #define OPT_PRINT_CONFIG 2
@@ -90,8 +91,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
     case SETTING_UINT:
     case SETTING_MS:
         if (!parse_ulong(text, s->min, s->max, &v)) {
-            fprintf(stderr, "%s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"\n",
-                    who(cmd, name, sizeof(name)), source, s->name, s->min, s->max, text);
+            cli_error("%s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"",
+                      who(cmd, name, sizeof(name)), source, s->name, s->min, s->max, text);
             return false;
         }
         if (s->type == SETTING_UINT)
@@ -101,8 +102,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         return true;
     case SETTING_BOOL:
         if (!parse_bool(text, &b)) {
-            fprintf(stderr, "%s: %s: --%s must be true or false, got \"%s\"\n",
-                    who(cmd, name, sizeof(name)), source, s->name, text);
+            cli_error("%s: %s: --%s must be true or false, got \"%s\"",
+                      who(cmd, name, sizeof(name)), source, s->name, text);
             return false;
         }
         *(bool *)s->target = b;
@@ -391,7 +392,7 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
 
     struct option *longopts = calloc(n + 6, sizeof(*longopts));
     if (!longopts) {
-        fprintf(stderr, "%s: out of memory\n", me);
+        cli_error("%s: out of memory", me);
         return SETTINGS_EXIT_USAGE;
     }
     for (size_t i = 0; i < n; i++) {
@@ -458,14 +459,14 @@ enum settings_result settings_parse(const struct command *cmd, const struct sett
             continue;
         }
         if (c == ':' || (c == '?' && optopt >= OPT_FIRST))
-            fprintf(stderr, "%s: option %s needs a value\n", me, argv[optind - 1]);
+            cli_error("%s: option %s needs a value", me, argv[optind - 1]);
         else
-            fprintf(stderr, "%s: unknown option %s (see %s --help)\n", me, argv[optind - 1], me);
+            cli_error("%s: unknown option %s (see %s --help)", me, argv[optind - 1], me);
         result = SETTINGS_EXIT_USAGE;
         goto out;
     }
     if (optind < argc && !first_arg) {
-        fprintf(stderr, "%s: unexpected argument \"%s\" (see %s --help)\n", me, argv[optind], me);
+        cli_error("%s: unexpected argument \"%s\" (see %s --help)", me, argv[optind], me);
         result = SETTINGS_EXIT_USAGE;
         goto out;
     }
@@ -483,7 +484,7 @@ out:
 void settings_add(struct settings_table *t, const struct setting *s, size_t n)
 {
     if (n > SETTINGS_MAX - t->n) {
-        fprintf(stderr, "txo: bug: more than %d settings in one command\n", SETTINGS_MAX);
+        cli_error("txo: bug: more than %d settings in one command", SETTINGS_MAX);
         abort();
     }
     memcpy(&t->items[t->n], s, n * sizeof(*s));
@@ -649,7 +650,7 @@ static bool password_read(struct common_opts *o, const char *path, const char *w
     /* read(2), not stdio: no copy of the password is left behind in a FILE's buffer. */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fprintf(stderr, "txo: %s %s: cannot open it: %s\n", what, path, strerror(errno));
+        cli_error("txo: %s %s: cannot open it: %s", what, path, strerror(errno));
         return false;
     }
     /* One byte more than the longest password tells a longer file apart. */
@@ -667,11 +668,11 @@ static bool password_read(struct common_opts *o, const char *path, const char *w
     }
     close(fd);
     if (read_errno != 0) {
-        fprintf(stderr, "txo: %s %s: cannot read it: %s\n", what, path, strerror(read_errno));
+        cli_error("txo: %s %s: cannot read it: %s", what, path, strerror(read_errno));
         goto fail;
     }
     if (len == sizeof(o->password_buf)) {
-        fprintf(stderr, "txo: %s %s is longer than %d bytes\n", what, path, COMMON_PASSWORD_MAX);
+        cli_error("txo: %s %s is longer than %d bytes", what, path, COMMON_PASSWORD_MAX);
         goto fail;
     }
     if (memchr(buf, '\0', len) != NULL)
@@ -681,7 +682,7 @@ static bool password_read(struct common_opts *o, const char *path, const char *w
     if (problem == NULL && len == 0)
         problem = "is empty";
     if (problem != NULL) {
-        fprintf(stderr, "txo: %s %s %s\n", what, path, problem);
+        cli_error("txo: %s %s %s", what, path, problem);
         goto fail;
     }
     buf[len] = '\0';
@@ -697,9 +698,9 @@ static bool password_load(struct common_opts *o)
 {
     if (o->password_file != NULL && o->password_file[0] != '\0') {
         if (o->password_given) {
-            fprintf(stderr, "txo: --mysql-password-file (MYSQL_PASSWORD_FILE) and "
-                            "--mysql-password (MYSQL_PASSWORD) both give the database "
-                            "password: give one\n");
+            cli_error("txo: --mysql-password-file (MYSQL_PASSWORD_FILE) and "
+                      "--mysql-password (MYSQL_PASSWORD) both give the database "
+                      "password: give one");
             return false;
         }
         return password_read(o, o->password_file, "--mysql-password-file");
@@ -718,32 +719,29 @@ bool common_apply(struct common_opts *o)
 {
     enum txo_log_level level;
     if (txo_log_level_parse(o->log_level, &level) < 0) {
-        fprintf(stderr, "txo: --log-level must be error, warn, info or debug, got \"%s\"\n",
-                o->log_level);
+        cli_error("txo: --log-level must be error, warn, info or debug, got \"%s\"", o->log_level);
         return false;
     }
     txo_log_set_level(level);
     enum txo_log_format format;
     if (txo_log_format_parse(o->log_format, &format) < 0) {
-        fprintf(stderr, "txo: --log-format must be logfmt or json, got \"%s\"\n", o->log_format);
+        cli_error("txo: --log-format must be logfmt or json, got \"%s\"", o->log_format);
         return false;
     }
     txo_log_set_format(format);
     struct txo_db_opts *db = &o->db;
     if (txo_db_ssl_mode_parse(o->ssl_mode, &db->ssl_mode) < 0) {
-        fprintf(stderr,
-                "txo: --mysql-ssl-mode must be disabled, preferred, required, verify-ca or "
-                "verify-identity, got \"%s\"\n",
-                o->ssl_mode ? o->ssl_mode : "");
+        cli_error("txo: --mysql-ssl-mode must be disabled, preferred, required, verify-ca or "
+                  "verify-identity, got \"%s\"",
+                  o->ssl_mode ? o->ssl_mode : "");
         return false;
     }
     if (db->ssl_mode >= TXO_SSL_VERIFY_CA && !(db->ssl_ca && *db->ssl_ca)) {
-        fprintf(stderr, "txo: --mysql-ssl-mode %s needs --mysql-ssl-ca (MYSQL_SSL_CA)\n",
-                o->ssl_mode);
+        cli_error("txo: --mysql-ssl-mode %s needs --mysql-ssl-ca (MYSQL_SSL_CA)", o->ssl_mode);
         return false;
     }
     if (!(db->ssl_cert && *db->ssl_cert) != !(db->ssl_key && *db->ssl_key)) {
-        fprintf(stderr, "txo: --mysql-ssl-cert and --mysql-ssl-key go together\n");
+        cli_error("txo: --mysql-ssl-cert and --mysql-ssl-key go together");
         return false;
     }
     if (o->crash_point && *o->crash_point) {
@@ -756,14 +754,13 @@ bool common_apply(struct common_opts *o)
         if (colon) {
             unsigned long n = strtoul(colon + 1, &end, 10);
             if (end == colon + 1 || *end != '\0' || n > 1000000) {
-                fprintf(stderr, "txo: --crash-point must be NAME or NAME:N, got \"%s\"\n",
-                        o->crash_point);
+                cli_error("txo: --crash-point must be NAME or NAME:N, got \"%s\"", o->crash_point);
                 return false;
             }
             after = (unsigned)n;
         }
         if (len == 0 || len >= sizeof(name)) {
-            fprintf(stderr, "txo: --crash-point name is empty or too long\n");
+            cli_error("txo: --crash-point name is empty or too long");
             return false;
         }
         memcpy(name, o->crash_point, len);
@@ -779,7 +776,7 @@ struct txo_db *common_connect(const struct common_opts *o)
     struct txo_error err;
     txo_error_init(&err);
     if (txo_db_open(&o->db, &db, &err) < 0) {
-        fprintf(stderr, "txo: %s\n", err.msg);
+        cli_error("txo: %s", err.msg);
         return NULL;
     }
     return db;
@@ -787,6 +784,6 @@ struct txo_db *common_connect(const struct common_opts *o)
 
 void cmd_report(const char *cmd, const char *what, const struct txo_error *err)
 {
-    fprintf(stderr, "txo %s: %s: %s (%s)\n", cmd, what, err->msg[0] ? err->msg : "failed",
-            txo_err_name(err->code));
+    cli_error("txo %s: %s: %s (%s)", cmd, what, err->msg[0] ? err->msg : "failed",
+              txo_err_name(err->code));
 }

@@ -224,8 +224,8 @@ int txo_audit_outbox(struct txo_db *db, struct txo_history *broker,
             continue;
         int64_t t0 = txo_monotonic_ms();
         rc = checks[i].run(&a, err);
-        TXO_LOG(TXO_LOG_DEBUG, "audit", "check done check=%s rc=%d elapsed_ms=%" PRId64,
-                checks[i].name, rc, txo_monotonic_ms() - t0);
+        TXO_LOG(TXO_LOG_DEBUG, "audit", "check done", TXO_KV_STR("check", checks[i].name),
+                TXO_KV_I64("rc", rc), TXO_KV_I64("elapsed_ms", txo_monotonic_ms() - t0));
     }
     return rc;
 }

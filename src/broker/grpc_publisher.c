@@ -575,10 +575,9 @@ static bool send_request(struct grpc_publisher *p, const struct txo_outbox_messa
                       status_name(co.status), co.details[0] != '\0' ? co.details : "no details");
         fail_range(from, to, results, errors, why);
     }
-    TXO_LOG(TXO_LOG_DEBUG, "grpc",
-            "call done target=%s events=%zu bytes=%zu status=%s "
-            "duration_s=%.3f",
-            p->target, to - from, size, status_name(co.status), seconds);
+    TXO_LOG(TXO_LOG_DEBUG, "grpc", "call done", TXO_KV_STR("target", p->target),
+            TXO_KV_U64("events", to - from), TXO_KV_U64("bytes", size),
+            TXO_KV_STR("status", status_name(co.status)), TXO_KV_F64("duration_s", seconds));
     if (co.response != NULL)
         txo__v1__publish_response__free_unpacked(co.response, NULL);
     return ok;
@@ -663,9 +662,9 @@ static void log_from_grpc(gpr_log_func_args *args)
 {
     enum txo_log_level level =
         args->severity == GPR_LOG_SEVERITY_ERROR ? TXO_LOG_WARN : TXO_LOG_DEBUG;
-    TXO_LOG(level, "grpc", "gRPC says message=\"%s\" source=%s:%d",
-            args->message != NULL ? args->message : "", args->file != NULL ? args->file : "",
-            args->line);
+    TXO_LOG(level, "grpc", "gRPC says",
+            TXO_KV_STR("message", args->message != NULL ? args->message : ""),
+            TXO_KV_STR("file", args->file), TXO_KV_I64("line", args->line));
 }
 
 static void take_grpc(void)
@@ -860,14 +859,12 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
         grpc_publisher_destroy(p);
         return rc;
     }
-    TXO_LOG(TXO_LOG_INFO, "grpc",
-            "publisher ready target=%s tls=%s deadline_ms=%" PRId64 " keepalive_ms=%" PRId64
-            " max_batch_bytes=%zu",
-            o->target,
-            o->ca_file == NULL     ? "off"
-            : o->cert_file != NULL ? "mutual"
-                                   : "on",
-            o->deadline_ms, o->keepalive_ms, o->max_batch_bytes);
+    TXO_LOG(TXO_LOG_INFO, "grpc", "publisher ready", TXO_KV_STR("target", o->target),
+            TXO_KV_STR("tls", o->ca_file == NULL     ? "off"
+                              : o->cert_file != NULL ? "mutual"
+                                                     : "on"),
+            TXO_KV_I64("deadline_ms", o->deadline_ms), TXO_KV_I64("keepalive_ms", o->keepalive_ms),
+            TXO_KV_U64("max_batch_bytes", o->max_batch_bytes));
     return 0;
 
 fail:

@@ -141,13 +141,12 @@ static int commit_stored(struct kafka_consumer *c, rd_kafka_t *rk, struct txo_er
     if (e == RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS) {
         /* The group is moving partitions: the offsets stay stored and go with the next
          * commit, the one before the revoke at the latest. Not a failure of this poll. */
-        TXO_LOG(TXO_LOG_INFO, "kafka", "offset commit deferred, group rebalancing group=%s",
-                c->o.group);
+        TXO_LOG(TXO_LOG_INFO, "kafka", "offset commit deferred, group rebalancing",
+                TXO_KV_STR("group", c->o.group));
         return 0;
     }
-    TXO_LOG(TXO_LOG_WARN, "kafka",
-            "offset commit failed, the records are delivered again group=%s error=%s", c->o.group,
-            rd_kafka_err2name(e));
+    TXO_LOG(TXO_LOG_WARN, "kafka", "offset commit failed, the records are delivered again",
+            TXO_KV_STR("group", c->o.group), TXO_KV_STR("error", rd_kafka_err2name(e)));
     return txo_error_set(err, TXO_EUNAVAILABLE,
                          "kafka consumer: committing offsets of group %s failed: %s", c->o.group,
                          rd_kafka_err2str(e));
@@ -161,8 +160,8 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
     rd_kafka_error_t *error = NULL;
     rd_kafka_resp_err_t ae = RD_KAFKA_RESP_ERR_NO_ERROR;
     if (e == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        TXO_LOG(TXO_LOG_INFO, "kafka", "partitions assigned group=%s partitions=%d", c->o.group,
-                parts->cnt);
+        TXO_LOG(TXO_LOG_INFO, "kafka", "partitions assigned", TXO_KV_STR("group", c->o.group),
+                TXO_KV_I64("partitions", parts->cnt));
         drop_marks(c, parts);
         if (cooperative)
             error = rd_kafka_incremental_assign(rk, parts);
@@ -173,8 +172,8 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
         struct txo_error cerr;
         txo_error_init(&cerr);
         (void)commit_stored(c, rk, &cerr);
-        TXO_LOG(TXO_LOG_INFO, "kafka", "partitions revoked group=%s partitions=%d reason=%s",
-                c->o.group, parts->cnt, rd_kafka_err2name(e));
+        TXO_LOG(TXO_LOG_INFO, "kafka", "partitions revoked", TXO_KV_STR("group", c->o.group),
+                TXO_KV_I64("partitions", parts->cnt), TXO_KV_STR("reason", rd_kafka_err2name(e)));
         drop_marks(c, parts);
         if (cooperative)
             error = rd_kafka_incremental_unassign(rk, parts);
@@ -182,12 +181,12 @@ static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t e,
             ae = rd_kafka_assign(rk, NULL);
     }
     if (error != NULL) {
-        TXO_LOG(TXO_LOG_WARN, "kafka", "rebalance assignment failed group=%s error=\"%s\"",
-                c->o.group, rd_kafka_error_string(error));
+        TXO_LOG(TXO_LOG_WARN, "kafka", "rebalance assignment failed",
+                TXO_KV_STR("group", c->o.group), TXO_KV_STR("error", rd_kafka_error_string(error)));
         rd_kafka_error_destroy(error);
     } else if (ae != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        TXO_LOG(TXO_LOG_WARN, "kafka", "rebalance assignment failed group=%s error=%s", c->o.group,
-                rd_kafka_err2name(ae));
+        TXO_LOG(TXO_LOG_WARN, "kafka", "rebalance assignment failed",
+                TXO_KV_STR("group", c->o.group), TXO_KV_STR("error", rd_kafka_err2name(ae)));
     }
 }
 
@@ -200,8 +199,8 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
         c->down = true;
     /* Connection failures are in librdkafka's own log lines already: only the summary here. */
     TXO_LOG(code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ? TXO_LOG_WARN : TXO_LOG_DEBUG, "kafka",
-            "consumer error group=%s error=%s reason=\"%s\"", c->o.group, rd_kafka_err2name(code),
-            reason);
+            "consumer error", TXO_KV_STR("group", c->o.group),
+            TXO_KV_STR("error", rd_kafka_err2name(code)), TXO_KV_STR("reason", reason));
 }
 
 /* ---- one record ---- */
@@ -284,9 +283,9 @@ static void store(struct kafka_consumer *c, const rd_kafka_message_t *m)
         return;
     }
     /* The partition was revoked meanwhile: its next owner handles the record again. */
-    TXO_LOG(TXO_LOG_DEBUG, "kafka",
-            "offset not stored topic=%s partition=%" PRId32 " offset=%" PRId64 " error=%s",
-            rd_kafka_topic_name(m->rkt), m->partition, m->offset, rd_kafka_err2name(e));
+    TXO_LOG(TXO_LOG_DEBUG, "kafka", "offset not stored",
+            TXO_KV_STR("topic", rd_kafka_topic_name(m->rkt)), TXO_KV_I64("partition", m->partition),
+            TXO_KV_I64("offset", m->offset), TXO_KV_STR("error", rd_kafka_err2name(e)));
 }
 
 /* Pauses m's partition and seeks it back to m, to handle m again after retry_delay_ms. */
@@ -453,18 +452,18 @@ static int handle_one(struct kafka_consumer *c, const rd_kafka_message_t *m, boo
     if (rc == 0) {
         store(c, m);
         count(c, "handled");
-        TXO_LOG(TXO_LOG_DEBUG, "kafka",
-                "message handled message_id=%s topic=%s partition=%" PRId32 " offset=%" PRId64
-                " delivery=%" PRIu64,
-                id, topic, m->partition, m->offset, delivery);
+        TXO_LOG(TXO_LOG_DEBUG, "kafka", "message handled", TXO_KV_STR("message_id", id),
+                TXO_KV_STR("topic", topic), TXO_KV_I64("partition", m->partition),
+                TXO_KV_I64("offset", m->offset), TXO_KV_U64("delivery", delivery));
         return 0;
     }
     if (!txo_err_is_transient(rc)) {
-        TXO_LOG(TXO_LOG_ERROR, "kafka",
-                "handler rejected the message, committed past it message_id=%s topic=%s "
-                "partition=%" PRId32 " offset=%" PRId64 " error=%s reason=\"%s\" dead_letter=%s",
-                id, topic, m->partition, m->offset, txo_err_name(rc), reason,
-                c->o.dead_letter_topic != NULL ? c->o.dead_letter_topic : "none");
+        TXO_LOG(TXO_LOG_ERROR, "kafka", "handler rejected the message, committed past it",
+                TXO_KV_STR("message_id", id), TXO_KV_STR("topic", topic),
+                TXO_KV_I64("partition", m->partition), TXO_KV_I64("offset", m->offset),
+                TXO_KV_STR("error", txo_err_name(rc)), TXO_KV_STR("reason", reason),
+                TXO_KV_STR("dead_letter",
+                           c->o.dead_letter_topic != NULL ? c->o.dead_letter_topic : "none"));
         struct txo_error derr;
         txo_error_init(&derr);
         if (c->o.dead_letter_topic == NULL || dead_letter(c, m, reason, &derr) == 0) {
@@ -472,17 +471,14 @@ static int handle_one(struct kafka_consumer *c, const rd_kafka_message_t *m, boo
             count(c, "rejected");
             return 0;
         }
-        TXO_LOG(TXO_LOG_WARN, "kafka",
-                "dead letter not written, retrying the message "
-                "message_id=%s reason=\"%s\"",
-                id, derr.msg);
+        TXO_LOG(TXO_LOG_WARN, "kafka", "dead letter not written, retrying the message",
+                TXO_KV_STR("message_id", id), TXO_KV_STR("reason", derr.msg));
     } else {
-        TXO_LOG(TXO_LOG_WARN, "kafka",
-                "handler failed, message redelivered later message_id=%s topic=%s "
-                "partition=%" PRId32 " offset=%" PRId64 " delivery=%" PRIu64 " delay_ms=%" PRId64
-                " error=%s reason=\"%s\"",
-                id, topic, m->partition, m->offset, delivery, c->o.retry_delay_ms, txo_err_name(rc),
-                reason);
+        TXO_LOG(TXO_LOG_WARN, "kafka", "handler failed, message redelivered later",
+                TXO_KV_STR("message_id", id), TXO_KV_STR("topic", topic),
+                TXO_KV_I64("partition", m->partition), TXO_KV_I64("offset", m->offset),
+                TXO_KV_U64("delivery", delivery), TXO_KV_I64("delay_ms", c->o.retry_delay_ms),
+                TXO_KV_STR("error", txo_err_name(rc)), TXO_KV_STR("reason", reason));
     }
     count(c, "retried");
     return schedule_retry(c, m, delivery, err);
@@ -498,7 +494,7 @@ static int check_down(struct kafka_consumer *c, struct txo_error *err)
     if (e == RD_KAFKA_RESP_ERR_NO_ERROR) {
         rd_kafka_metadata_destroy(md);
         c->down = false;
-        TXO_LOG(TXO_LOG_INFO, "kafka", "cluster reachable again group=%s", c->o.group);
+        TXO_LOG(TXO_LOG_INFO, "kafka", "cluster reachable again", TXO_KV_STR("group", c->o.group));
         return 0;
     }
     return txo_error_set(err, TXO_EUNAVAILABLE, "kafka consumer: no broker of %s reachable: %s",
@@ -530,8 +526,9 @@ static int kafka_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *h
         }
         if (m->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                TXO_LOG(TXO_LOG_WARN, "kafka", "consume error group=%s error=%s reason=\"%s\"",
-                        c->o.group, rd_kafka_err2name(m->err), rd_kafka_message_errstr(m));
+                TXO_LOG(TXO_LOG_WARN, "kafka", "consume error", TXO_KV_STR("group", c->o.group),
+                        TXO_KV_STR("error", rd_kafka_err2name(m->err)),
+                        TXO_KV_STR("reason", rd_kafka_message_errstr(m)));
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -568,8 +565,8 @@ static void kafka_consumer_destroy(void *self)
         /* Serves the final revoke (which commits what was handled) and leaves the group. */
         rd_kafka_resp_err_t e = rd_kafka_consumer_close(c->rk);
         if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
-            TXO_LOG(TXO_LOG_WARN, "kafka", "consumer close failed group=%s error=%s", c->o.group,
-                    rd_kafka_err2name(e));
+            TXO_LOG(TXO_LOG_WARN, "kafka", "consumer close failed", TXO_KV_STR("group", c->o.group),
+                    TXO_KV_STR("error", rd_kafka_err2name(e)));
         rd_kafka_destroy(c->rk);
     }
     if (c->dlq != NULL) {
@@ -653,8 +650,9 @@ static int subscribe(struct kafka_consumer *c, struct txo_error *err)
     if (e != RD_KAFKA_RESP_ERR_NO_ERROR)
         return txo_error_set(err, TXO_ECONFIG, "kafka consumer: subscribing to %s failed: %s",
                              c->o.topics, rd_kafka_err2str(e));
-    TXO_LOG(TXO_LOG_INFO, "kafka", "consumer subscribed group=%s topics=%s event_type=%s",
-            c->o.group, c->o.topics, c->o.event_type != NULL ? c->o.event_type : "*");
+    TXO_LOG(TXO_LOG_INFO, "kafka", "consumer subscribed", TXO_KV_STR("group", c->o.group),
+            TXO_KV_STR("topics", c->o.topics),
+            TXO_KV_STR("event_type", c->o.event_type != NULL ? c->o.event_type : "*"));
     return 0;
 }
 

@@ -155,9 +155,8 @@ static int can_seek_by_time(struct kafka_history *kh, struct part *parts, size_t
         if (rc == 0 && off < 0) {
             *yes = false;
             TXO_LOG(TXO_LOG_WARN, "kafka",
-                    "the cluster does not look offsets up by time: reading every record held "
-                    "topic=%s partition=%" PRId32,
-                    parts[i].topic, parts[i].id);
+                    "the cluster does not look offsets up by time: reading every record held",
+                    TXO_KV_STR("topic", parts[i].topic), TXO_KV_I64("partition", parts[i].id));
         }
         return rc;
     }
@@ -339,9 +338,9 @@ static int kafka_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn
     stop(parts, n);
     if (q != NULL)
         rd_kafka_queue_destroy(q);
-    TXO_LOG(TXO_LOG_DEBUG, "kafka",
-            "history read template=%s partitions=%zu messages=%" PRIu64 " rc=%d",
-            kh->topic_template, n, span->messages, rc);
+    TXO_LOG(TXO_LOG_DEBUG, "kafka", "history read", TXO_KV_STR("template", kh->topic_template),
+            TXO_KV_U64("partitions", n), TXO_KV_U64("messages", span->messages),
+            TXO_KV_I64("rc", rc));
     txo_free(parts);
     rd_kafka_metadata_destroy(md);
     return rc;

@@ -229,8 +229,8 @@ int txo__kafka_code(rd_kafka_resp_err_t e)
 static void log_bridge(const rd_kafka_t *rk, int level, const char *facility, const char *line)
 {
     enum txo_log_level l = level <= 4 ? TXO_LOG_WARN : level <= 6 ? TXO_LOG_INFO : TXO_LOG_DEBUG;
-    TXO_LOG(l, "kafka", "librdkafka client=%s facility=%s message=\"%s\"", rd_kafka_name(rk),
-            facility, line);
+    TXO_LOG(l, "kafka", "librdkafka", TXO_KV_STR("client", rd_kafka_name(rk)),
+            TXO_KV_STR("facility", facility), TXO_KV_STR("message", line));
 }
 
 /* A property whose value must never reach a log line (its error text may quote it). */
@@ -337,8 +337,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
                    p->results[i] == RESULT_PENDING;
     if (!current) {
         /* A record an earlier batch gave up on: the relay already counted it as timed out. */
-        TXO_LOG(TXO_LOG_DEBUG, "kafka", "late delivery report of an earlier batch error=\"%s\"",
-                rd_kafka_err2str(m->err));
+        TXO_LOG(TXO_LOG_DEBUG, "kafka", "late delivery report of an earlier batch",
+                TXO_KV_STR("error", rd_kafka_err2str(m->err)));
         return;
     }
     p->pending--;
@@ -364,14 +364,14 @@ static void on_error(rd_kafka_t *rk, int e, const char *reason, void *opaque)
     if (code == RD_KAFKA_RESP_ERR__FATAL) {
         char why[ERRSTR_MAX];
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, why, sizeof(why));
-        TXO_LOG(TXO_LOG_ERROR, "kafka",
-                "fatal producer error, starting a new producer error=%s reason=\"%s\"",
-                rd_kafka_err2name(orig), why);
+        TXO_LOG(TXO_LOG_ERROR, "kafka", "fatal producer error, starting a new producer",
+                TXO_KV_STR("error", rd_kafka_err2name(orig)), TXO_KV_STR("reason", why));
         return;
     }
     /* Connection failures are in librdkafka's own log lines already: only the summary here. */
     TXO_LOG(code == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN ? TXO_LOG_WARN : TXO_LOG_DEBUG, "kafka",
-            "producer error error=%s reason=\"%s\"", rd_kafka_err2name(code), reason);
+            "producer error", TXO_KV_STR("error", rd_kafka_err2name(code)),
+            TXO_KV_STR("reason", reason));
 }
 
 static int producer_start(struct kafka_publisher *p, struct txo_error *err)
@@ -401,8 +401,8 @@ static int producer_start(struct kafka_publisher *p, struct txo_error *err)
         return txo_error_set(err, TXO_ECONFIG, "kafka publisher: cannot create the producer: %s",
                              errstr);
     }
-    TXO_LOG(TXO_LOG_INFO, "kafka", "producer started brokers=%s delivery_timeout_ms=%" PRId64,
-            p->brokers, p->delivery_timeout_ms);
+    TXO_LOG(TXO_LOG_INFO, "kafka", "producer started", TXO_KV_STR("brokers", p->brokers),
+            TXO_KV_I64("delivery_timeout_ms", p->delivery_timeout_ms));
     return 0;
 }
 
@@ -413,9 +413,8 @@ static void producer_stop(struct kafka_publisher *p)
     p->results = NULL; /* reports served by the flush belong to no batch */
     if (rd_kafka_flush(p->rk, CLOSE_FLUSH_MS) != RD_KAFKA_RESP_ERR_NO_ERROR)
         TXO_LOG(TXO_LOG_WARN, "kafka",
-                "producer closed with records in flight (the relay publishes them again) "
-                "records=%d",
-                rd_kafka_outq_len(p->rk));
+                "producer closed with records in flight (the relay publishes them again)",
+                TXO_KV_I64("records", rd_kafka_outq_len(p->rk)));
     rd_kafka_destroy(p->rk);
     p->rk = NULL;
 }
@@ -586,9 +585,9 @@ static int kafka_publish_batch(void *self, const struct txo_outbox_message *msgs
     size_t n_ok = 0;
     for (size_t i = 0; i < n; i++)
         n_ok += results[i] == 0;
-    TXO_LOG(TXO_LOG_DEBUG, "kafka",
-            "batch published size=%zu delivered=%zu timed_out=%zu elapsed_ms=%" PRId64, n, n_ok,
-            n_timed_out, txo_monotonic_ms() - t0);
+    TXO_LOG(TXO_LOG_DEBUG, "kafka", "batch published", TXO_KV_U64("size", n),
+            TXO_KV_U64("delivered", n_ok), TXO_KV_U64("timed_out", n_timed_out),
+            TXO_KV_I64("elapsed_ms", txo_monotonic_ms() - t0));
     return 0;
 }
 

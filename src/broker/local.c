@@ -23,10 +23,10 @@ struct local_publisher {
 /* Logs a failed message (the reason goes to the outbox row's last_error). */
 static void log_failure(const struct txo_outbox_message *m, int rc, const struct txo_error *e)
 {
-    TXO_LOG(TXO_LOG_DEBUG, "local",
-            "handler failed message_id=%s attempt=%d error=%s transient=%s reason=\"%s\"",
-            m->idempotency_key != NULL ? m->idempotency_key : "", m->attempt, txo_err_name(rc),
-            txo_err_is_transient(rc) ? "true" : "false", e->msg);
+    TXO_LOG(TXO_LOG_DEBUG, "local", "handler failed",
+            TXO_KV_STR("message_id", m->idempotency_key != NULL ? m->idempotency_key : ""),
+            TXO_KV_I64("attempt", m->attempt), TXO_KV_STR("error", txo_err_name(rc)),
+            TXO_KV_BOOL("transient", txo_err_is_transient(rc)), TXO_KV_STR("reason", e->msg));
 }
 
 /* The handler's code as a publish result: a TXO_E* code, with a reason. */

@@ -67,8 +67,8 @@ static int subscribe(struct nats_consumer *nc, struct txo_error *err)
         return txo_error_set(err, code, "nats consumer: subscribing durable %s on %s (%s): %s",
                              nc->durable, c->stream, nc->filter, why);
     }
-    TXO_LOG(TXO_LOG_INFO, "nats", "consumer subscribed stream=%s durable=%s filter=%s", c->stream,
-            nc->durable, nc->filter);
+    TXO_LOG(TXO_LOG_INFO, "nats", "consumer subscribed", TXO_KV_STR("stream", c->stream),
+            TXO_KV_STR("durable", nc->durable), TXO_KV_STR("filter", nc->filter));
     return 0;
 }
 
@@ -126,31 +126,33 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
     if (rc == 0) {
         verb = "ack";
         s = natsMsg_AckSync(m, &c->jo, &jerr);
-        TXO_LOG(TXO_LOG_DEBUG, "nats", "message handled message_id=%s subject=%s delivery=%" PRIu64,
-                id, in->subject != NULL ? in->subject : "", in->delivery);
+        TXO_LOG(TXO_LOG_DEBUG, "nats", "message handled", TXO_KV_STR("message_id", id),
+                TXO_KV_STR("subject", in->subject != NULL ? in->subject : ""),
+                TXO_KV_U64("delivery", in->delivery));
     } else if (txo_err_is_transient(rc)) {
         verb = "nak";
         s = natsMsg_NakWithDelay(m, c->opts.nak_delay_ms, &c->jo);
-        TXO_LOG(TXO_LOG_WARN, "nats",
-                "handler failed, message redelivered later message_id=%s subject=%s "
-                "delivery=%" PRIu64 " delay_ms=%" PRId64 " error=%s reason=\"%s\"",
-                id, in->subject != NULL ? in->subject : "", in->delivery, c->opts.nak_delay_ms,
-                txo_err_name(rc), reason);
+        TXO_LOG(TXO_LOG_WARN, "nats", "handler failed, message redelivered later",
+                TXO_KV_STR("message_id", id),
+                TXO_KV_STR("subject", in->subject != NULL ? in->subject : ""),
+                TXO_KV_U64("delivery", in->delivery), TXO_KV_I64("delay_ms", c->opts.nak_delay_ms),
+                TXO_KV_STR("error", txo_err_name(rc)), TXO_KV_STR("reason", reason));
     } else {
         verb = "term";
         s = natsMsg_Term(m, &c->jo);
         TXO_LOG(TXO_LOG_ERROR, "nats",
-                "handler rejected the message, terminated (never redelivered) message_id=%s "
-                "subject=%s delivery=%" PRIu64 " error=%s reason=\"%s\"",
-                id, in->subject != NULL ? in->subject : "", in->delivery, txo_err_name(rc), reason);
+                "handler rejected the message, terminated (never redelivered)",
+                TXO_KV_STR("message_id", id),
+                TXO_KV_STR("subject", in->subject != NULL ? in->subject : ""),
+                TXO_KV_U64("delivery", in->delivery), TXO_KV_STR("error", txo_err_name(rc)),
+                TXO_KV_STR("reason", reason));
     }
     if (s == NATS_OK)
         return 0;
     char why[256];
     txo__nats_describe(s, jerr, why, sizeof(why));
-    TXO_LOG(TXO_LOG_WARN, "nats",
-            "%s not confirmed, the message will be redelivered message_id=%s error=\"%s\"", verb,
-            id, why);
+    TXO_LOG(TXO_LOG_WARN, "nats", "settlement not confirmed, the message will be redelivered",
+            TXO_KV_STR("action", verb), TXO_KV_STR("message_id", id), TXO_KV_STR("error", why));
     return txo_error_set(err, TXO_EUNAVAILABLE, "nats consumer: %s of message %s not confirmed: %s",
                          verb, id, why);
 }

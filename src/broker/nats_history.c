@@ -261,8 +261,9 @@ static int nats_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn 
     /* Unsubscribe deletes the consumer now rather than after its inactivity threshold. */
     (void)natsSubscription_Unsubscribe(sub);
     natsSubscription_Destroy(sub);
-    TXO_LOG(TXO_LOG_DEBUG, "nats", "history read stream=%s filter=%s messages=%" PRIu64 " rc=%d",
-            c->stream, nh->filter, span->messages, rc);
+    TXO_LOG(TXO_LOG_DEBUG, "nats", "history read", TXO_KV_STR("stream", c->stream),
+            TXO_KV_STR("filter", nh->filter), TXO_KV_U64("messages", span->messages),
+            TXO_KV_I64("rc", rc));
     return rc;
 }
 

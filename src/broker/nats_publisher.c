@@ -285,30 +285,32 @@ static void on_disconnected(natsConnection *nc, void *closure)
     /* cnats also reports the disconnection of a connection we close ourselves. */
     if (natsConnection_IsClosed(nc))
         return;
-    TXO_LOG(TXO_LOG_WARN, "nats", "connection lost, reconnecting in the background role=%s",
-            (const char *)closure);
+    TXO_LOG(TXO_LOG_WARN, "nats", "connection lost, reconnecting in the background",
+            TXO_KV_STR("role", (const char *)closure));
 }
 
 static void on_reconnected(natsConnection *nc, void *closure)
 {
     char url[256] = "";
     (void)natsConnection_GetConnectedUrl(nc, url, sizeof(url));
-    TXO_LOG(TXO_LOG_INFO, "nats", "reconnected role=%s url=%s", (const char *)closure, url);
+    TXO_LOG(TXO_LOG_INFO, "nats", "reconnected", TXO_KV_STR("role", (const char *)closure),
+            TXO_KV_STR("url", url));
 }
 
 static void on_connected(natsConnection *nc, void *closure)
 {
     char url[256] = "";
     (void)natsConnection_GetConnectedUrl(nc, url, sizeof(url));
-    TXO_LOG(TXO_LOG_INFO, "nats", "connected role=%s url=%s", (const char *)closure, url);
+    TXO_LOG(TXO_LOG_INFO, "nats", "connected", TXO_KV_STR("role", (const char *)closure),
+            TXO_KV_STR("url", url));
 }
 
 static void on_async_error(natsConnection *nc, natsSubscription *sub, natsStatus s, void *closure)
 {
     (void)nc;
     (void)sub;
-    TXO_LOG(TXO_LOG_WARN, "nats", "asynchronous error role=%s error=\"%s\"", (const char *)closure,
-            natsStatus_GetText(s));
+    TXO_LOG(TXO_LOG_WARN, "nats", "asynchronous error", TXO_KV_STR("role", (const char *)closure),
+            TXO_KV_STR("error", natsStatus_GetText(s)));
 }
 
 void txo__nats_conn_close(struct txo__nats_conn *c)
@@ -442,8 +444,8 @@ int txo__nats_conn_open(struct txo__nats_conn *c, const struct txo_nats_opts *o,
                                c->url);
             goto out;
         }
-        TXO_LOG(TXO_LOG_WARN, "nats",
-                "server not reachable, connecting in the background role=%s url=%s", role, c->url);
+        TXO_LOG(TXO_LOG_WARN, "nats", "server not reachable, connecting in the background",
+                TXO_KV_STR("role", role), TXO_KV_STR("url", c->url));
         s = NATS_OK;
     }
     if (s != NATS_OK) {
@@ -469,10 +471,10 @@ int txo__nats_conn_open(struct txo__nats_conn *c, const struct txo_nats_opts *o,
         goto out;
     }
     c->stream_ready = !c->opts.create_stream;
-    TXO_LOG(TXO_LOG_INFO, "nats",
-            "%s created url=%s stream=%s subjects=%s connected=%s ack_timeout_ms=%" PRId64, role,
-            c->url, c->stream, c->stream_subject, txo__nats_connected(c) ? "true" : "false",
-            c->opts.ack_timeout_ms);
+    TXO_LOG(TXO_LOG_INFO, "nats", "created", TXO_KV_STR("role", role), TXO_KV_STR("url", c->url),
+            TXO_KV_STR("stream", c->stream), TXO_KV_STR("subjects", c->stream_subject),
+            TXO_KV_BOOL("connected", txo__nats_connected(c)),
+            TXO_KV_I64("ack_timeout_ms", c->opts.ack_timeout_ms));
 out:
     if (rc < 0)
         txo__nats_conn_close(c);
@@ -522,9 +524,9 @@ int txo__nats_ensure_stream(struct txo__nats_conn *c, struct txo_error *err)
         if (s != NATS_OK && jerr != 0) {
             char why[256];
             txo__nats_describe(s, jerr, why, sizeof(why));
-            TXO_LOG(TXO_LOG_WARN, "nats",
-                    "existing stream kept with its own settings role=%s stream=%s error=\"%s\"",
-                    c->role, c->stream, why);
+            TXO_LOG(TXO_LOG_WARN, "nats", "existing stream kept with its own settings",
+                    TXO_KV_STR("role", c->role), TXO_KV_STR("stream", c->stream),
+                    TXO_KV_STR("error", why));
             s = NATS_OK;
             action = "kept";
         }
@@ -542,10 +544,11 @@ int txo__nats_ensure_stream(struct txo__nats_conn *c, struct txo_error *err)
                              c->stream, c->stream_subject, why);
     }
     c->stream_ready = true;
-    TXO_LOG(TXO_LOG_INFO, "nats",
-            "stream %s role=%s stream=%s subjects=%s duplicate_window_ms=%" PRId64 " replicas=%d",
-            action, c->role, c->stream, c->stream_subject, c->opts.duplicate_window_ms,
-            c->opts.replicas);
+    TXO_LOG(TXO_LOG_INFO, "nats", "stream ready", TXO_KV_STR("action", action),
+            TXO_KV_STR("role", c->role), TXO_KV_STR("stream", c->stream),
+            TXO_KV_STR("subjects", c->stream_subject),
+            TXO_KV_I64("duplicate_window_ms", c->opts.duplicate_window_ms),
+            TXO_KV_I64("replicas", c->opts.replicas));
     return 0;
 }
 
@@ -553,8 +556,8 @@ void txo_nats_shutdown(void)
 {
     natsStatus s = nats_CloseAndWait(2000);
     if (s != NATS_OK)
-        TXO_LOG(TXO_LOG_WARN, "nats", "cnats did not shut down within 2 s error=\"%s\"",
-                natsStatus_GetText(s));
+        TXO_LOG(TXO_LOG_WARN, "nats", "cnats did not shut down within 2 s",
+                TXO_KV_STR("error", natsStatus_GetText(s)));
 }
 
 /* ---- the publisher ---- */
@@ -754,7 +757,8 @@ static void wait_acks(struct nats_publisher *p, size_t n_sent, int64_t deadline_
      */
     po.MaxWait = DRAIN_WAIT_MS;
     if (js_PublishAsyncComplete(p->conn.js, &po) != NATS_OK)
-        TXO_LOG(TXO_LOG_WARN, "nats", "an ack handler is still running after %d ms", DRAIN_WAIT_MS);
+        TXO_LOG(TXO_LOG_WARN, "nats", "an ack handler is still running",
+                TXO_KV_I64("waited_ms", DRAIN_WAIT_MS));
 }
 
 /* Matches the ack records to their messages; everything without one timed out. */
@@ -844,9 +848,10 @@ static int nats_publish_batch(void *self, const struct txo_outbox_message *msgs,
     size_t n_ok = 0;
     for (size_t i = 0; i < n; i++)
         n_ok += results[i] == 0;
-    TXO_LOG(TXO_LOG_DEBUG, "nats",
-            "batch published size=%zu acked=%zu duplicates=%zu timed_out=%zu elapsed_ms=%" PRId64,
-            n, n_ok, n_dup, n_timed_out, txo_monotonic_ms() - t0);
+    TXO_LOG(TXO_LOG_DEBUG, "nats", "batch published", TXO_KV_U64("size", n),
+            TXO_KV_U64("acked", n_ok), TXO_KV_U64("duplicates", n_dup),
+            TXO_KV_U64("timed_out", n_timed_out),
+            TXO_KV_I64("elapsed_ms", txo_monotonic_ms() - t0));
     return 0;
 }
 

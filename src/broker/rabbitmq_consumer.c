@@ -165,8 +165,8 @@ static int start(struct rmq_consumer *rc, struct txo_error *err)
         return r;
     }
     rc->consuming = true;
-    TXO_LOG(TXO_LOG_INFO, "rabbitmq", "consumer started queue=%s binding_key=%s prefetch=%d",
-            rc->queue, rc->binding_key, c->opts.prefetch);
+    TXO_LOG(TXO_LOG_INFO, "rabbitmq", "consumer started", TXO_KV_STR("queue", rc->queue),
+            TXO_KV_STR("binding_key", rc->binding_key), TXO_KV_I64("prefetch", c->opts.prefetch));
     return 0;
 }
 
@@ -412,45 +412,45 @@ static int settle(struct rmq_consumer *rc, const struct delivery *d, int hrc,
         verb = "ack";
         s = amqp_basic_ack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0);
         count_outcome(rc, OUTCOME_ACK);
-        TXO_LOG(TXO_LOG_DEBUG, "rabbitmq",
-                "message handled message_id=%s routing_key=%s delivery=%" PRIu64, id, d->subject,
-                d->in.delivery);
+        TXO_LOG(TXO_LOG_DEBUG, "rabbitmq", "message handled", TXO_KV_STR("message_id", id),
+                TXO_KV_STR("routing_key", d->subject), TXO_KV_U64("delivery", d->in.delivery));
     } else if (txo_err_is_transient(hrc)) {
         struct txo_error rerr;
         txo_error_init(&rerr);
         if (republish_for_retry(rc, d, &rerr) == 0) {
             verb = "ack";
             s = amqp_basic_ack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0);
-            TXO_LOG(TXO_LOG_WARN, "rabbitmq",
-                    "handler failed, message redelivered later message_id=%s routing_key=%s "
-                    "delivery=%" PRIu64 " delay_ms=%" PRId64 " error=%s reason=\"%s\"",
-                    id, d->subject, d->in.delivery, c->opts.retry_delay_ms, txo_err_name(hrc),
-                    reason);
+            TXO_LOG(TXO_LOG_WARN, "rabbitmq", "handler failed, message redelivered later",
+                    TXO_KV_STR("message_id", id), TXO_KV_STR("routing_key", d->subject),
+                    TXO_KV_U64("delivery", d->in.delivery),
+                    TXO_KV_I64("delay_ms", c->opts.retry_delay_ms),
+                    TXO_KV_STR("error", txo_err_name(hrc)), TXO_KV_STR("reason", reason));
         } else {
             verb = "nack";
             s = amqp_basic_nack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0, 1);
             TXO_LOG(TXO_LOG_WARN, "rabbitmq",
-                    "handler failed and the retry queue did not confirm, requeued at once "
-                    "message_id=%s delivery=%" PRIu64 " error=%s reason=\"%s\" retry_error=\"%s\"",
-                    id, d->in.delivery, txo_err_name(hrc), reason, rerr.msg);
+                    "handler failed and the retry queue did not confirm, requeued at once",
+                    TXO_KV_STR("message_id", id), TXO_KV_U64("delivery", d->in.delivery),
+                    TXO_KV_STR("error", txo_err_name(hrc)), TXO_KV_STR("reason", reason),
+                    TXO_KV_STR("retry_error", rerr.msg));
         }
         count_outcome(rc, OUTCOME_RETRY);
     } else {
         verb = "nack";
         s = amqp_basic_nack(c->st, TXO__RMQ_CHANNEL, env->delivery_tag, 0, 0);
         count_outcome(rc, OUTCOME_DEAD_LETTER);
-        TXO_LOG(TXO_LOG_ERROR, "rabbitmq",
-                "handler rejected the message, dead-lettered to %s message_id=%s routing_key=%s "
-                "delivery=%" PRIu64 " error=%s reason=\"%s\"",
-                rc->dlq, id, d->subject, d->in.delivery, txo_err_name(hrc), reason);
+        TXO_LOG(TXO_LOG_ERROR, "rabbitmq", "handler rejected the message, dead-lettered",
+                TXO_KV_STR("dead_letter_queue", rc->dlq), TXO_KV_STR("message_id", id),
+                TXO_KV_STR("routing_key", d->subject), TXO_KV_U64("delivery", d->in.delivery),
+                TXO_KV_STR("error", txo_err_name(hrc)), TXO_KV_STR("reason", reason));
     }
     if (s == AMQP_STATUS_OK)
         return 0;
     txo__rmq_conn_drop(c);
     rc->consuming = false;
-    TXO_LOG(TXO_LOG_WARN, "rabbitmq",
-            "%s not sent, the message will be redelivered message_id=%s error=\"%s\"", verb, id,
-            amqp_error_string2(s));
+    TXO_LOG(TXO_LOG_WARN, "rabbitmq", "settlement not sent, the message will be redelivered",
+            TXO_KV_STR("action", verb), TXO_KV_STR("message_id", id),
+            TXO_KV_STR("error", amqp_error_string2(s)));
     return txo_error_set(err, TXO_EUNAVAILABLE, "rabbitmq consumer: %s of a message not sent: %s",
                          verb, amqp_error_string2(s));
 }
@@ -706,9 +706,8 @@ int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, const struct tx
         struct txo_error e;
         txo_error_init(&e);
         if (start(rc, &e) != 0)
-            TXO_LOG(TXO_LOG_WARN, "rabbitmq",
-                    "consumer not started yet, retried at the first poll queue=%s error=\"%s\"",
-                    rc->queue, e.msg);
+            TXO_LOG(TXO_LOG_WARN, "rabbitmq", "consumer not started yet, retried at the first poll",
+                    TXO_KV_STR("queue", rc->queue), TXO_KV_STR("error", e.msg));
     }
     if (r == 0)
         r = txo_consumer_new(&rmq_consumer_ops, rc, out, err);

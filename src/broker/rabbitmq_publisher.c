@@ -347,7 +347,8 @@ static void set_user_timeout(amqp_connection_state_t st, int64_t ms)
     int fd = amqp_get_sockfd(st);
     unsigned int v = (unsigned int)(ms > 600000 ? 600000 : ms);
     if (fd >= 0 && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &v, sizeof(v)) != 0)
-        TXO_LOG(TXO_LOG_WARN, "rabbitmq", "cannot set TCP_USER_TIMEOUT errno=%d", errno);
+        TXO_LOG(TXO_LOG_WARN, "rabbitmq", "cannot set TCP_USER_TIMEOUT",
+                TXO_KV_I64("errno", errno));
 }
 
 static int declare_exchange(struct txo__rmq_conn *c, struct txo_error *err)
@@ -413,8 +414,8 @@ out:
         txo__rmq_conn_drop(c);
         return rc;
     }
-    TXO_LOG(TXO_LOG_INFO, "rabbitmq", "connected role=%s server=%s exchange=%s", c->role, where,
-            c->exchange);
+    TXO_LOG(TXO_LOG_INFO, "rabbitmq", "connected", TXO_KV_STR("role", c->role),
+            TXO_KV_STR("server", where), TXO_KV_STR("exchange", c->exchange));
     return 0;
 }
 
@@ -663,10 +664,10 @@ static size_t wait_confirms(struct rmq_publisher *p, const struct txo_outbox_mes
                                                           : "connection closed by the server";
             if (mth->id == AMQP_CHANNEL_CLOSE_METHOD) {
                 amqp_channel_close_t *cl = mth->decoded;
-                TXO_LOG(TXO_LOG_WARN, "rabbitmq",
-                        "channel closed by the server code=%u text=\"%.*s\"",
-                        (unsigned)cl->reply_code, (int)cl->reply_text.len,
-                        (const char *)cl->reply_text.bytes);
+                TXO_LOG(TXO_LOG_WARN, "rabbitmq", "channel closed by the server",
+                        TXO_KV_U64("reply_code", cl->reply_code),
+                        TXO_KV_STRN("reply_text", (const char *)cl->reply_text.bytes,
+                                    cl->reply_text.len));
             }
             break;
         }
@@ -701,8 +702,8 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
          * down): they stay PENDING, never dead-lettered for it. A refusal needs a human.
          */
         if (!txo_err_is_transient(rc)) {
-            TXO_LOG(TXO_LOG_ERROR, "rabbitmq", "publisher cannot run error=%s reason=\"%s\"",
-                    txo_err_name(rc), why.msg);
+            TXO_LOG(TXO_LOG_ERROR, "rabbitmq", "publisher cannot run",
+                    TXO_KV_STR("error", txo_err_name(rc)), TXO_KV_STR("reason", why.msg));
             why.code = TXO_EUNAVAILABLE;
         }
         fail_all(n, results, errors, &why);
@@ -755,10 +756,10 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
     if (broke != NULL || left > 0) {
         char where[300];
         TXO_LOG(TXO_LOG_WARN, "rabbitmq",
-                "batch not fully confirmed, reconnecting on the next batch server=%s size=%zu "
-                "unconfirmed=%zu reason=\"%s\"",
-                txo__rmq_where(c, where, sizeof(where)), n, left,
-                broke != NULL ? broke : "confirm timeout");
+                "batch not fully confirmed, reconnecting on the next batch",
+                TXO_KV_STR("server", txo__rmq_where(c, where, sizeof(where))),
+                TXO_KV_U64("size", n), TXO_KV_U64("unconfirmed", left),
+                TXO_KV_STR("reason", broke != NULL ? broke : "confirm timeout"));
         txo__rmq_conn_drop(c);
     }
 
@@ -772,9 +773,9 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
     count(p->metrics.failures, (double)(n - n_ok));
     if (p->metrics.confirm_latency != NULL && n_sent > 0 && left == 0 && broke == NULL)
         txo_metric_observe(p->metrics.confirm_latency, NULL, elapsed_s);
-    TXO_LOG(TXO_LOG_DEBUG, "rabbitmq",
-            "batch published size=%zu confirmed=%zu unconfirmed=%zu elapsed_ms=%.1f", n, n_ok, left,
-            elapsed_s * 1000);
+    TXO_LOG(TXO_LOG_DEBUG, "rabbitmq", "batch published", TXO_KV_U64("size", n),
+            TXO_KV_U64("confirmed", n_ok), TXO_KV_U64("unconfirmed", left),
+            TXO_KV_F64("elapsed_ms", elapsed_s * 1000));
     return 0;
 }
 

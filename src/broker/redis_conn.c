@@ -452,17 +452,17 @@ static void check_durability(struct txo__redis_conn *c)
         return;
     c->check_durability = false;
     if (aof[0] == '\0' || fsync[0] == '\0') {
-        TXO_LOG(TXO_LOG_WARN, "redis",
-                "cannot read the server's persistence settings (CONFIG GET refused); an "
-                "acknowledged XADD survives a server crash only with appendonly yes and "
-                "appendfsync always server=%s",
-                c->where);
+        TXO_LOG(
+            TXO_LOG_WARN, "redis",
+            "cannot read the server's persistence settings (CONFIG GET refused); an acknowledged "
+            "XADD survives a server crash only with appendonly yes and appendfsync always",
+            TXO_KV_STR("server", c->where));
     } else if (strcmp(aof, "yes") != 0 || strcmp(fsync, "always") != 0) {
         TXO_LOG(TXO_LOG_WARN, "redis",
                 "the server may lose acknowledged events on a crash (set appendonly yes and "
-                "appendfsync always for the outbox guarantee) server=%s appendonly=%s "
-                "appendfsync=%s",
-                c->where, aof, fsync);
+                "appendfsync always for the outbox guarantee)",
+                TXO_KV_STR("server", c->where), TXO_KV_STR("appendonly", aof),
+                TXO_KV_STR("appendfsync", fsync));
     }
 }
 
@@ -501,6 +501,7 @@ int txo__redis_connect(struct txo__redis_conn *c, struct txo_error *err)
     if (c->ctx == NULL)
         return txo_error_set(err, TXO_EUNAVAILABLE, "redis %s: connection to %s lost", c->role,
                              c->where);
-    TXO_LOG(TXO_LOG_INFO, "redis", "connected role=%s server=%s", c->role, c->where);
+    TXO_LOG(TXO_LOG_INFO, "redis", "connected", TXO_KV_STR("role", c->role),
+            TXO_KV_STR("server", c->where));
     return 0;
 }

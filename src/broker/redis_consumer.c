@@ -130,8 +130,8 @@ static int ensure_group(struct redis_consumer *rc, struct txo_error *err)
                              rc->group, rc->stream, r->str);
     } else {
         rc->group_ready = true;
-        TXO_LOG(TXO_LOG_INFO, "redis", "consumer ready stream=%s group=%s consumer=%s", rc->stream,
-                rc->group, rc->name);
+        TXO_LOG(TXO_LOG_INFO, "redis", "consumer ready", TXO_KV_STR("stream", rc->stream),
+                TXO_KV_STR("group", rc->group), TXO_KV_STR("consumer", rc->name));
     }
     freeReplyObject(r);
     return code;
@@ -269,10 +269,8 @@ static enum entry_kind entry_at(struct redis_consumer *rc, const redisReply *ent
     if (e->fields->type == REDIS_REPLY_ARRAY)
         return ENTRY_LIVE;
     /* Trimmed or deleted while pending (older servers answer a nil): nothing to run. */
-    TXO_LOG(TXO_LOG_WARN, "redis",
-            "pending entry no longer in the stream (trimmed?), acknowledged stream=%s "
-            "entry_id=%s",
-            rc->stream, e->id);
+    TXO_LOG(TXO_LOG_WARN, "redis", "pending entry no longer in the stream (trimmed?), acknowledged",
+            TXO_KV_STR("stream", rc->stream), TXO_KV_STR("entry_id", e->id));
     return ENTRY_GONE;
 }
 
@@ -288,10 +286,9 @@ static bool describe_entry(struct redis_consumer *rc, const struct entry *e, uin
     const char *type = entry_field(e, TXO__REDIS_F_TYPE, NULL);
     memset(in, 0, sizeof(*in));
     if (rc->event_type != NULL && (type == NULL || strcmp(type, rc->event_type) != 0)) {
-        TXO_LOG(TXO_LOG_DEBUG, "redis",
-                "entry of another event type acknowledged unhandled message_id=%s type=%s "
-                "entry_id=%s",
-                key != NULL ? key : "", type != NULL ? type : "", e->id);
+        TXO_LOG(TXO_LOG_DEBUG, "redis", "entry of another event type acknowledged unhandled",
+                TXO_KV_STR("message_id", key != NULL ? key : ""),
+                TXO_KV_STR("type", type != NULL ? type : ""), TXO_KV_STR("entry_id", e->id));
         count_outcome(rc, OUT_SKIPPED);
         return false;
     }
@@ -325,18 +322,18 @@ static int settle(struct redis_consumer *rc, const struct entry *e,
     const char *id = in->msg_id != NULL ? in->msg_id : "";
     const char *reason = herr->msg[0] != '\0' ? herr->msg : txo_strerror(code);
     if (code == 0) {
-        TXO_LOG(TXO_LOG_DEBUG, "redis",
-                "entry handled message_id=%s stream=%s entry_id=%s delivery=%" PRIu64, id,
-                rc->stream, e->id, in->delivery);
+        TXO_LOG(TXO_LOG_DEBUG, "redis", "entry handled", TXO_KV_STR("message_id", id),
+                TXO_KV_STR("stream", rc->stream), TXO_KV_STR("entry_id", e->id),
+                TXO_KV_U64("delivery", in->delivery));
         count_outcome(rc, OUT_ACK);
         return 1;
     }
     if (txo_err_is_transient(code)) {
-        TXO_LOG(TXO_LOG_WARN, "redis",
-                "handler failed, entry left pending and claimed again later message_id=%s "
-                "stream=%s entry_id=%s delivery=%" PRIu64 " claim_idle_ms=%" PRId64
-                " error=%s reason=\"%s\"",
-                id, rc->stream, e->id, in->delivery, rc->claim_idle_ms, txo_err_name(code), reason);
+        TXO_LOG(TXO_LOG_WARN, "redis", "handler failed, entry left pending and claimed again later",
+                TXO_KV_STR("message_id", id), TXO_KV_STR("stream", rc->stream),
+                TXO_KV_STR("entry_id", e->id), TXO_KV_U64("delivery", in->delivery),
+                TXO_KV_I64("claim_idle_ms", rc->claim_idle_ms),
+                TXO_KV_STR("error", txo_err_name(code)), TXO_KV_STR("reason", reason));
         count_outcome(rc, OUT_RETRY);
         return 0;
     }
@@ -349,12 +346,11 @@ static int settle(struct redis_consumer *rc, const struct entry *e,
                                  "failed: %s",
                                  e->id, why.msg);
     }
-    TXO_LOG(TXO_LOG_ERROR, "redis",
-            "handler rejected the entry%s message_id=%s stream=%s entry_id=%s delivery=%" PRIu64
-            " error=%s reason=\"%s\"",
-            rc->dead_letter ? ", copied to the dead-letter stream and acknowledged"
-                            : ", acknowledged (dropped)",
-            id, rc->stream, e->id, in->delivery, txo_err_name(code), reason);
+    TXO_LOG(TXO_LOG_ERROR, "redis", "handler rejected the entry, acknowledged",
+            TXO_KV_BOOL("to_dead_letter_stream", rc->dead_letter), TXO_KV_STR("message_id", id),
+            TXO_KV_STR("stream", rc->stream), TXO_KV_STR("entry_id", e->id),
+            TXO_KV_U64("delivery", in->delivery), TXO_KV_STR("error", txo_err_name(code)),
+            TXO_KV_STR("reason", reason));
     count_outcome(rc, OUT_DEAD);
     return 1;
 }
@@ -480,15 +476,14 @@ static int claim(struct redis_consumer *rc, size_t max_msgs, size_t *handled, si
     rc->next_claim_ms = wrapped && r->element[1]->elements < max_msgs ? now + gap : now;
     if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_ARRAY && r->element[2]->elements > 0)
         TXO_LOG(TXO_LOG_WARN, "redis",
-                "pending entries were trimmed before they were acknowledged (lost for the "
-                "group) stream=%s group=%s count=%zu",
-                rc->stream, rc->group, r->element[2]->elements);
+                "pending entries were trimmed before they were acknowledged (lost for the group)",
+                TXO_KV_STR("stream", rc->stream), TXO_KV_STR("group", rc->group),
+                TXO_KV_U64("count", r->element[2]->elements));
     *n_claimed = r->element[1]->elements;
     if (*n_claimed > 0) {
-        TXO_LOG(TXO_LOG_INFO, "redis",
-                "claimed entries idle longer than claim_idle_ms stream=%s group=%s count=%zu "
-                "claim_idle_ms=%" PRId64,
-                rc->stream, rc->group, *n_claimed, rc->claim_idle_ms);
+        TXO_LOG(TXO_LOG_INFO, "redis", "claimed entries idle longer than claim_idle_ms",
+                TXO_KV_STR("stream", rc->stream), TXO_KV_STR("group", rc->group),
+                TXO_KV_U64("count", *n_claimed), TXO_KV_I64("claim_idle_ms", rc->claim_idle_ms));
         if (rc->claimed != NULL)
             txo_metric_add(rc->claimed, NULL, (double)*n_claimed);
     }

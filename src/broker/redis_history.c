@@ -320,9 +320,9 @@ static int redis_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn
             rc = read_stream(rh, ns.v[i], from_us, to_us, fn, arg, span, err);
         }
     }
-    TXO_LOG(TXO_LOG_DEBUG, "redis",
-            "history read template=%s streams=%zu messages=%" PRIu64 " rc=%d", rh->stream_template,
-            ns.n, span->messages, rc);
+    TXO_LOG(TXO_LOG_DEBUG, "redis", "history read", TXO_KV_STR("template", rh->stream_template),
+            TXO_KV_U64("streams", ns.n), TXO_KV_U64("messages", span->messages),
+            TXO_KV_I64("rc", rc));
     names_release(&ns);
     return rc;
 }

@@ -219,8 +219,8 @@ static void read_replies(struct redis_publisher *p, size_t n_sent, int *results,
             errors[p->sent[k]] = io;
             results[p->sent[k]] = io.code;
         }
-        TXO_LOG(TXO_LOG_WARN, "redis", "batch interrupted, connection dropped error=\"%s\"",
-                io.msg);
+        TXO_LOG(TXO_LOG_WARN, "redis", "batch interrupted, connection dropped",
+                TXO_KV_STR("error", io.msg));
         txo__redis_drop(c);
     } else if (sock_timeout != c->timeout_ms) {
         struct txo_error ignored;
@@ -285,8 +285,8 @@ static int redis_publish_batch(void *self, const struct txo_outbox_message *msgs
         txo_metric_observe(p->m.reply_seconds, NULL, (double)elapsed_ms / 1000.0);
     count(p->m.published, (double)n_ok);
     count(p->m.failed, (double)(n - n_ok));
-    TXO_LOG(TXO_LOG_DEBUG, "redis", "batch published size=%zu acked=%zu elapsed_ms=%" PRId64, n,
-            n_ok, elapsed_ms);
+    TXO_LOG(TXO_LOG_DEBUG, "redis", "batch published", TXO_KV_U64("size", n),
+            TXO_KV_U64("acked", n_ok), TXO_KV_I64("elapsed_ms", elapsed_ms));
     return 0;
 }
 

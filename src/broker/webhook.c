@@ -140,9 +140,9 @@ static int webhook_publish_batch(void *self, const struct txo_outbox_message *ms
         int rc = post_one(wp, &msgs[i], &errors[i]);
         results[i] = rc;
         if (rc == 0) {
-            TXO_LOG(TXO_LOG_DEBUG, "webhook",
-                    "delivered message_id=%" PRId64 " status=%ld duration_s=%.3f", msgs[i].id,
-                    wp->resp.status, wp->resp.total_s);
+            TXO_LOG(TXO_LOG_DEBUG, "webhook", "delivered", TXO_KV_I64("event_id", msgs[i].id),
+                    TXO_KV_I64("http_status", wp->resp.status),
+                    TXO_KV_F64("duration_s", wp->resp.total_s));
             continue;
         }
         if (!endpoint_down(rc, wp->resp.status))

@@ -120,8 +120,8 @@ int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type, const char *pa
     }
     if (id != NULL)
         *id = (int64_t)res.insert_id;
-    TXO_LOG(TXO_LOG_DEBUG, "cmdq", "enqueue command_id=%" PRIu64 " command_type=%s", res.insert_id,
-            command_type);
+    TXO_LOG(TXO_LOG_DEBUG, "cmdq", "enqueue", TXO_KV_U64("command_id", res.insert_id),
+            TXO_KV_STR("command_type", command_type));
     return 0;
 }
 
@@ -442,17 +442,17 @@ int txo_cmdq_claim_ex(struct txo_db *db, const struct txo_cmdq_claim_opts *opts,
         goto out;
     *n = c.n_claimed;
     if (c.reclaimed > 0)
-        TXO_LOG(TXO_LOG_WARN, "cmdq",
-                "claimed commands whose lease expired; they run again owner=%s count=%" PRIu64,
-                opts->owner, c.reclaimed);
+        TXO_LOG(TXO_LOG_WARN, "cmdq", "claimed commands whose lease expired; they run again",
+                TXO_KV_STR("owner", opts->owner), TXO_KV_U64("count", c.reclaimed));
     if (c.poisoned > 0)
         TXO_LOG(TXO_LOG_ERROR, "cmdq",
-                "poison commands FAILED: their lease expired on every allowed attempt "
-                "max_attempts=%u owner=%s count=%" PRIu64,
-                opts->max_attempts, opts->owner, c.poisoned);
+                "poison commands FAILED: their lease expired on every allowed attempt",
+                TXO_KV_U64("max_attempts", opts->max_attempts), TXO_KV_STR("owner", opts->owner),
+                TXO_KV_U64("count", c.poisoned));
     if (c.n_claimed > 0)
-        TXO_LOG(TXO_LOG_DEBUG, "cmdq", "claim owner=%s token=%s count=%zu first_id=%" PRId64,
-                opts->owner, c.token, c.n_claimed, (*cmds)[0].id);
+        TXO_LOG(TXO_LOG_DEBUG, "cmdq", "claim", TXO_KV_STR("owner", opts->owner),
+                TXO_KV_STR("token", c.token), TXO_KV_U64("count", c.n_claimed),
+                TXO_KV_I64("first_id", (*cmds)[0].id));
 out:
     reset_attempt(&c);
     txo__lease_in_release(&c.claim_by_id);
@@ -535,8 +535,9 @@ int txo_cmdq_complete_tx(struct txo_tx *tx, const struct txo_command *cmd, struc
     }
     if (res.affected_rows == 0)
         return fence_error(tx, cmd, "complete", err);
-    TXO_LOG(TXO_LOG_DEBUG, "cmdq", "done command_id=%" PRId64 " command_type=%s attempts=%u",
-            cmd->id, cmd->type != NULL ? cmd->type : "?", cmd->attempts);
+    TXO_LOG(TXO_LOG_DEBUG, "cmdq", "done", TXO_KV_I64("command_id", cmd->id),
+            TXO_KV_STR("command_type", cmd->type != NULL ? cmd->type : "?"),
+            TXO_KV_U64("attempts", cmd->attempts));
     return 0;
 }
 
@@ -622,16 +623,16 @@ int txo_cmdq_fail(struct txo_db *db, const struct txo_command *cmd, const char *
     if (failed != NULL)
         *failed = f.final;
     if (f.final)
-        TXO_LOG(TXO_LOG_WARN, "cmdq",
-                "command FAILED command_id=%" PRId64 " command_type=%s attempts=%u permanent=%s "
-                "error=\"%.200s\"",
-                cmd->id, cmd->type != NULL ? cmd->type : "?", cmd->attempts,
-                permanent ? "true" : "false", error != NULL ? error : "");
+        TXO_LOG(TXO_LOG_WARN, "cmdq", "command FAILED", TXO_KV_I64("command_id", cmd->id),
+                TXO_KV_STR("command_type", cmd->type != NULL ? cmd->type : "?"),
+                TXO_KV_U64("attempts", cmd->attempts), TXO_KV_BOOL("permanent", permanent),
+                TXO_KV_STRN("error", error != NULL ? error : "",
+                            error != NULL ? strnlen(error, 200) : 0));
     else
-        TXO_LOG(TXO_LOG_DEBUG, "cmdq",
-                "command retry command_id=%" PRId64 " attempts=%u delay_ms=%" PRId64
-                " error=\"%.200s\"",
-                cmd->id, cmd->attempts, f.delay_ms, error != NULL ? error : "");
+        TXO_LOG(TXO_LOG_DEBUG, "cmdq", "command retry", TXO_KV_I64("command_id", cmd->id),
+                TXO_KV_U64("attempts", cmd->attempts), TXO_KV_I64("delay_ms", f.delay_ms),
+                TXO_KV_STRN("error", error != NULL ? error : "",
+                            error != NULL ? strnlen(error, 200) : 0));
 out:
     txo_free(last_error);
     return rc;

@@ -70,12 +70,14 @@ void txo_crash_point_set(const char *name, unsigned after)
     const char *copy = intern(name);
     if (copy == NULL) {
         /* A fault test then sees no crash and fails, which is what should happen. */
-        TXO_LOG(TXO_LOG_ERROR, "crash", "cannot arm crash point: out of memory name=%s", name);
+        TXO_LOG(TXO_LOG_ERROR, "crash", "cannot arm crash point: out of memory",
+                TXO_KV_STR("name", name));
         return;
     }
     atomic_store_explicit(&passes_left, after, memory_order_relaxed);
     atomic_store_explicit(&armed, copy, memory_order_release);
-    TXO_LOG(TXO_LOG_INFO, "crash", "crash point armed name=%s after=%u", copy, after);
+    TXO_LOG(TXO_LOG_INFO, "crash", "crash point armed", TXO_KV_STR("name", copy),
+            TXO_KV_U64("after", after));
 }
 
 void txo_crash_point(const char *name)
@@ -95,7 +97,7 @@ void txo_crash_point(const char *name)
         }
     }
 
-    TXO_LOG(TXO_LOG_ERROR, "crash", "crash point hit name=%s", name);
+    TXO_LOG(TXO_LOG_ERROR, "crash", "crash point hit", TXO_KV_STR("name", name));
     kill(getpid(), SIGKILL);
     /* SIGKILL cannot be caught or blocked; never run past the crash point meanwhile. */
     for (;;) {

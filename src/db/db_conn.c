@@ -355,9 +355,12 @@ static int connect_session(struct txo_db *db, struct txo_error *err)
         rc = connect_endpoint(db, &db->endpoints[k], err);
         if (rc == 0) {
             if (k != first)
-                TXO_LOG(TXO_LOG_WARN, "db", "failed over host=%s:%u from=%s:%u database=%s",
-                        db->endpoints[k].host, db->endpoints[k].port, db->endpoints[first].host,
-                        db->endpoints[first].port, db->database);
+                TXO_LOG(TXO_LOG_WARN, "db", "failed over",
+                        TXO_KV_STR("host", db->endpoints[k].host),
+                        TXO_KV_U64("port", db->endpoints[k].port),
+                        TXO_KV_STR("from_host", db->endpoints[first].host),
+                        TXO_KV_U64("from_port", db->endpoints[first].port),
+                        TXO_KV_STR("database", db->database));
             db->cur_endpoint = k;
             return 0;
         }
@@ -534,17 +537,16 @@ int txo__db_ensure_connected(struct txo_db *db, struct txo_error *err)
     if (db->conn && !db->broken)
         return 0;
     disconnect(db);
-    TXO_LOG(db->unreachable ? TXO_LOG_DEBUG : TXO_LOG_WARN, "db", "reconnecting database=%s",
-            db->database);
+    TXO_LOG(db->unreachable ? TXO_LOG_DEBUG : TXO_LOG_WARN, "db", "reconnecting",
+            TXO_KV_STR("database", db->database));
     int rc = connect_session(db, err);
     if (rc < 0 && !db->unreachable) {
         db->unreachable = true;
-        TXO_LOG(TXO_LOG_WARN, "db",
-                "database unreachable; retrying, quietly until it answers database=%s error=%s",
-                db->database, txo_err_name(rc));
+        TXO_LOG(TXO_LOG_WARN, "db", "database unreachable; retrying, quietly until it answers",
+                TXO_KV_STR("database", db->database), TXO_KV_STR("error", txo_err_name(rc)));
     } else if (rc == 0 && db->unreachable) {
         db->unreachable = false;
-        TXO_LOG(TXO_LOG_WARN, "db", "reconnected database=%s", db->database);
+        TXO_LOG(TXO_LOG_WARN, "db", "reconnected", TXO_KV_STR("database", db->database));
     }
     return rc;
 }

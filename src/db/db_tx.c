@@ -120,9 +120,9 @@ int txo_db_transact_opts(struct txo_db *db, enum txo_isolation iso, const struct
             return rc;
         atomic_fetch_add(&txo__db_counters.tx_retries, 1);
         int64_t delay = txo_backoff_delay_ms(&db->opts.tx_backoff, attempt, txo_rand01());
-        TXO_LOG(db->unreachable ? TXO_LOG_DEBUG : TXO_LOG_WARN, "db",
-                "transaction retry attempt=%u delay_ms=%" PRId64 " error=%s", attempt, delay,
-                txo_err_name(rc));
+        TXO_LOG(db->unreachable ? TXO_LOG_DEBUG : TXO_LOG_WARN, "db", "transaction retry",
+                TXO_KV_U64("attempt", attempt), TXO_KV_I64("delay_ms", delay),
+                TXO_KV_STR("error", txo_err_name(rc)));
         txo_sleep_ms(delay);
     }
 }

@@ -129,7 +129,8 @@ static int verify_recorded(struct txo_db *db, const struct txo_migration *m, con
         txo_error_wrap(err, "recording the statement checksum of migration %s", m->name);
         return rc;
     }
-    TXO_LOG(TXO_LOG_INFO, "migrate", "recorded the statement checksum migration=%s", m->name);
+    TXO_LOG(TXO_LOG_INFO, "migrate", "recorded the statement checksum",
+            TXO_KV_STR("migration", m->name));
     return 0;
 }
 
@@ -220,7 +221,7 @@ static int apply_one(struct txo_db *db, const struct txo_migration *m, bool *app
         return rc;
     }
     txo_rows_free(rows);
-    TXO_LOG(TXO_LOG_INFO, "migrate", "applying migration=%s", m->name);
+    TXO_LOG(TXO_LOG_INFO, "migrate", "applying", TXO_KV_STR("migration", m->name));
     rc = run_script(db, m->name, m->sql, err);
     if (rc < 0)
         return rc;
@@ -299,7 +300,8 @@ int txo_migrate_set(struct txo_db *db, const struct txo_migration_set *set, unsi
     txo_error_init(&unlock_err);
     rows = NULL;
     if (txo_db_query(db, SQL_MIGRATE_UNLOCK, NULL, 0, &rows, &unlock_err) < 0)
-        TXO_LOG(TXO_LOG_WARN, "migrate", "releasing the migration lock failed: %s", unlock_err.msg);
+        TXO_LOG(TXO_LOG_WARN, "migrate", "releasing the migration lock failed",
+                TXO_KV_STR("error", unlock_err.msg));
     txo_rows_free(rows);
     if (rc < 0)
         return rc;

@@ -358,10 +358,8 @@ int txo_dlq_replay(struct txo_db *db, int64_t dead_letter_id, struct txo_error *
         txo_error_wrap(err, "dead letters: replay");
         return rc;
     }
-    TXO_LOG(TXO_LOG_INFO, "dlq",
-            "replayed dead letter dead_letter_id=%" PRId64 " event_id=%" PRId64
-            ": the event is PENDING again",
-            dead_letter_id, r.event_id);
+    TXO_LOG(TXO_LOG_INFO, "dlq", "replayed dead letter, its event is PENDING again",
+            TXO_KV_I64("dead_letter_id", dead_letter_id), TXO_KV_I64("event_id", r.event_id));
     return 0;
 }
 
@@ -375,8 +373,7 @@ int txo_dlq_skip(struct txo_db *db, int64_t dead_letter_id, struct txo_error *er
         return rc;
     }
     TXO_LOG(TXO_LOG_INFO, "dlq",
-            "skipped dead letter dead_letter_id=%" PRId64 " event_id=%" PRId64
-            ": the event is SKIPPED and its aggregate goes on",
-            dead_letter_id, r.event_id);
+            "skipped dead letter, its event is SKIPPED and its aggregate goes on",
+            TXO_KV_I64("dead_letter_id", dead_letter_id), TXO_KV_I64("event_id", r.event_id));
     return 0;
 }

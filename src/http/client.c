@@ -515,8 +515,8 @@ static int outcome(struct slot *s, CURLcode cc, double total_s,
         const char *what = transport_what(cc);
         /* libcurl's own text may carry timings ("after 0 ms"), so it stays out of the error
          * (equal failures must have equal messages) and goes to the debug log instead. */
-        TXO_LOG(TXO_LOG_DEBUG, "http", "transfer failed where=\"%s\" curl_code=%d detail=\"%s\"",
-                where, (int)cc, s->errbuf);
+        TXO_LOG(TXO_LOG_DEBUG, "http", "transfer failed", TXO_KV_STR("where", where),
+                TXO_KV_I64("curl_code", (int)cc), TXO_KV_STR("detail", s->errbuf));
         return txo_error_set(err, code, "%s: %s (%s)", where, what, curl_easy_strerror(cc));
     }
 

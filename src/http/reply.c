@@ -16,7 +16,8 @@
 void txo_http_response_json(struct txo_http_response *resp, int status, struct json_t *doc)
 {
     if (doc == NULL) {
-        TXO_LOG(TXO_LOG_ERROR, "http", "could not build the JSON response status=%d", status);
+        TXO_LOG(TXO_LOG_ERROR, "http", "could not build the JSON response",
+                TXO_KV_I64("http_status", status));
         (void)txo_http_response_set(
             resp, 500, "{\"error\":\"internal\",\"message\":\"could not build the response\"}");
         return;
@@ -60,7 +61,8 @@ void txo_http_response_fail(struct txo_http_response *resp, int rc, const struct
         txo_http_response_error(resp, 503, "unavailable", msg);
         break;
     default:
-        TXO_LOG(TXO_LOG_ERROR, "http", "request failed code=%s err=\"%s\"", txo_err_name(rc), msg);
+        TXO_LOG(TXO_LOG_ERROR, "http", "request failed", TXO_KV_STR("code", txo_err_name(rc)),
+                TXO_KV_STR("err", msg));
         txo_http_response_error(resp, 500, "internal", msg);
         break;
     }

@@ -217,8 +217,8 @@ static bool write_and_continue(struct conn *c)
 /* Queues a refusal and closes the connection once it is written. */
 static bool refuse(struct conn *c, const struct txo__http_refusal *why)
 {
-    TXO_LOG(TXO_LOG_DEBUG, "http", "refused status=%d error=%s message=\"%s\"", why->status,
-            why->error, why->message);
+    TXO_LOG(TXO_LOG_DEBUG, "http", "refused", TXO_KV_I64("http_status", why->status),
+            TXO_KV_STR("error", why->error), TXO_KV_STR("message", why->message));
     char *body = txo__http_refusal_body(why);
     struct txo_http_response r = {.status = why->status,
                                   .body = body,

@@ -129,8 +129,8 @@ static bool reclaim_slot(struct txo_http_server *srv)
     struct conn *c = srv->reclaimable.head;
     if (c == NULL)
         return false;
-    TXO_LOG(TXO_LOG_DEBUG, "http", "closing a %s connection to admit another",
-            c->state == CONN_LINGER ? "lingering" : "idle");
+    TXO_LOG(TXO_LOG_DEBUG, "http", "closing a connection to admit another",
+            TXO_KV_STR("state", c->state == CONN_LINGER ? "lingering" : "idle"));
     txo__http_conn_close(c);
     return true;
 }
@@ -140,8 +140,8 @@ static void cap_reading(struct txo_http_server *srv)
 {
     while (srv->reading.n > srv->max_reading) {
         unsigned before = srv->reading.n;
-        TXO_LOG(TXO_LOG_DEBUG, "http", "refusing the oldest of %u requests still being read",
-                before);
+        TXO_LOG(TXO_LOG_DEBUG, "http", "refusing the oldest request still being read",
+                TXO_KV_U64("reading", before));
         /* Either way it leaves the list: refused (WRITING, then LINGER) or closed. */
         (void)txo__http_conn_refuse(srv->reading.head, 408, "request_timeout",
                                     "the server is busy and the request came too slowly");
@@ -152,7 +152,7 @@ static void cap_reading(struct txo_http_server *srv)
 /* Answers a connection over a limit with a 503 if the socket takes it at once, and closes. */
 static void turn_away(struct txo_http_server *srv, int fd, const char *why)
 {
-    TXO_LOG(TXO_LOG_DEBUG, "http", "connection refused: %s", why);
+    TXO_LOG(TXO_LOG_DEBUG, "http", "connection refused", TXO_KV_STR("reason", why));
     if (srv->tls == NULL) {
         char resp[256];
         char body[160];
@@ -183,7 +183,8 @@ static void accept_all(struct txo_http_server *srv)
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                TXO_LOG(TXO_LOG_WARN, "http", "accept: %s", strerror(errno));
+                TXO_LOG(TXO_LOG_WARN, "http", "accept failed",
+                        TXO_KV_STR("error", strerror(errno)));
             return;
         }
         uint32_t peer = sa.sin_addr.s_addr;
@@ -250,8 +251,8 @@ static void trim_after_drop(struct txo_http_server *srv)
 {
     if (srv->peak_conns < srv->n_conns + TRIM_DROP || srv->n_conns > srv->peak_conns / 2)
         return;
-    TXO_LOG(TXO_LOG_DEBUG, "http", "returning free memory: %u connections open, %u at the peak",
-            srv->n_conns, srv->peak_conns);
+    TXO_LOG(TXO_LOG_DEBUG, "http", "returning free memory", TXO_KV_U64("conns", srv->n_conns),
+            TXO_KV_U64("peak_conns", srv->peak_conns));
     txo__alloc_trim();
     srv->peak_conns = srv->n_conns;
 }
@@ -264,8 +265,8 @@ void txo__http_sweep(struct txo_http_server *srv, int64_t now)
         if (c->state == CONN_HANDLING || c->deadline_ms == 0 || now < c->deadline_ms)
             continue;
         if ((c->state == CONN_HEAD && c->in_len > 0) || c->state == CONN_BODY) {
-            TXO_LOG(TXO_LOG_DEBUG, "http", "request too slow state=%s",
-                    c->state == CONN_BODY ? "body" : "head");
+            TXO_LOG(TXO_LOG_DEBUG, "http", "request too slow",
+                    TXO_KV_STR("state", c->state == CONN_BODY ? "body" : "head"));
             (void)txo__http_conn_refuse(c, 408, "request_timeout",
                                         c->state == CONN_BODY ? "the request body took too long"
                                                               : "the request head took too long");

@@ -123,7 +123,8 @@ static int examine_existing(struct txo_tx *tx, const char *key, const char hash[
         rc = txo_tx_exec(tx, IDEM_SQL_TAKE_OVER, p, 1, NULL, err);
         if (rc != 0)
             goto out;
-        TXO_LOG(TXO_LOG_WARN, "idempotency", "took over a stale PROCESSING key key=%s", key);
+        TXO_LOG(TXO_LOG_WARN, "idempotency", "took over a stale PROCESSING key",
+                TXO_KV_STR("key", key));
         claim->outcome = TXO_IDEM_NEW;
         claim->taken_over = true;
     } else {

@@ -72,8 +72,8 @@ int txo_inbox_record(struct txo_tx *tx, const char *event_id, const char *event_
         return rc;
     }
     *duplicate = res.affected_rows == 0;
-    TXO_LOG(TXO_LOG_DEBUG, "inbox", "record message_id=%s event_type=%s %s", event_id, event_type,
-            *duplicate ? "duplicate skipped" : "recorded");
+    TXO_LOG(TXO_LOG_DEBUG, "inbox", "record", TXO_KV_STR("message_id", event_id),
+            TXO_KV_STR("event_type", event_type), TXO_KV_BOOL("duplicate", *duplicate));
     return 0;
 }
 

@@ -299,7 +299,8 @@ static struct child *child_for(struct txo_metric *m, const char *const *values, 
 
 static void warn_dropped(const struct txo_metric *m)
 {
-    TXO_LOG(TXO_LOG_WARN, "metrics", "out of memory, update dropped metric=%s", m->name);
+    TXO_LOG(TXO_LOG_WARN, "metrics", "out of memory, update dropped",
+            TXO_KV_STR("metric", m->name));
 }
 
 /* ---- families ---- */
@@ -897,10 +898,9 @@ static void run_collectors(struct txo_metrics *reg, struct out *o)
         int rc = cs[i].fn(cs[i].arg, reg, &cerr);
         if (rc != 0) {
             txo_metric_inc(reg->collector_errors, NULL);
-            TXO_LOG(TXO_LOG_WARN, "metrics",
-                    "collector failed, its metrics keep older values collector=%zu code=%s "
-                    "err=\"%s\"",
-                    i, txo_err_name(rc), cerr.msg[0] != '\0' ? cerr.msg : txo_strerror(rc));
+            TXO_LOG(TXO_LOG_WARN, "metrics", "collector failed, its metrics keep older values",
+                    TXO_KV_U64("collector", i), TXO_KV_STR("code", txo_err_name(rc)),
+                    TXO_KV_STR("err", cerr.msg[0] != '\0' ? cerr.msg : txo_strerror(rc)));
         }
     }
     txo_free(cs);

@@ -183,8 +183,9 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
         *inserted = was_inserted;
     if (id != NULL)
         *id = was_inserted ? (int64_t)res.insert_id : 0;
-    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append key=%s event_type=%s aggregate_id=%s %s", key,
-            ev->event_type, ev->aggregate_id, was_inserted ? "inserted" : "duplicate ignored");
+    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append", TXO_KV_STR("key", key),
+            TXO_KV_STR("event_type", ev->event_type), TXO_KV_STR("aggregate_id", ev->aggregate_id),
+            TXO_KV_BOOL("duplicate", !was_inserted));
     return 0;
 }
 
@@ -221,7 +222,8 @@ int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs
                            (unsigned long long)res.affected_rows, n);
         goto out;
     }
-    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append n=%zu first_key=%s", n, evs[0].idempotency_key);
+    TXO_LOG(TXO_LOG_DEBUG, "outbox", "append", TXO_KV_U64("n", n),
+            TXO_KV_STR("first_key", evs[0].idempotency_key));
 out:
     txo_free(lens);
     txo_free(params);

@@ -281,8 +281,8 @@ static int beat(struct txo_heartbeat *hb, struct txo_error *err)
         uint64_t deleted = 0;
         rc = txo_registry_purge(hb->db, hb->stale_purge_s, &deleted, err);
         if (rc == 0 && deleted > 0)
-            TXO_LOG(TXO_LOG_INFO, "registry", "purged stale processes count=%" PRIu64 " stale_s=%u",
-                    deleted, hb->stale_purge_s);
+            TXO_LOG(TXO_LOG_INFO, "registry", "purged stale processes",
+                    TXO_KV_U64("count", deleted), TXO_KV_U64("stale_s", hb->stale_purge_s));
     }
     hb->beats++;
     return rc;
@@ -297,12 +297,13 @@ static void *heartbeat_main(void *arg)
         int rc = beat(hb, &err);
         if (rc != 0 && !hb->failing) {
             /* One line per outage, not one per beat. */
-            TXO_LOG(TXO_LOG_WARN, "registry",
-                    "heartbeat failed, retrying every %u ms owner=%s code=%s err=\"%s\"",
-                    hb->interval_ms, hb->owner, txo_err_name(rc), err.msg);
+            TXO_LOG(TXO_LOG_WARN, "registry", "heartbeat failed, retrying",
+                    TXO_KV_U64("retry_ms", hb->interval_ms), TXO_KV_STR("owner", hb->owner),
+                    TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("err", err.msg));
             hb->failing = true;
         } else if (rc == 0 && hb->failing) {
-            TXO_LOG(TXO_LOG_INFO, "registry", "heartbeat works again owner=%s", hb->owner);
+            TXO_LOG(TXO_LOG_INFO, "registry", "heartbeat works again",
+                    TXO_KV_STR("owner", hb->owner));
             hb->failing = false;
         }
         if (rc != 0 && rc != TXO_ENOTFOUND && hb->db != NULL) {
@@ -364,8 +365,8 @@ void txo_heartbeat_stop(struct txo_heartbeat *hb)
         txo_error_init(&err);
         if (txo_registry_unregister(hb->db, hb->owner, &err) != 0)
             TXO_LOG(TXO_LOG_WARN, "registry",
-                    "could not remove this process's row, it will age out owner=%s err=\"%s\"",
-                    hb->owner, err.msg);
+                    "could not remove this process's row, it will age out",
+                    TXO_KV_STR("owner", hb->owner), TXO_KV_STR("err", err.msg));
     }
     txo_db_close(hb->db);
     txo__waiter_destroy(&hb->pause);

@@ -272,9 +272,9 @@ static int claim_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                              r->relay_id, n, marked);
     }
     if (r->claim == TXO_CLAIM_SKIP_LOCKED && marked != n)
-        TXO_LOG(TXO_LOG_WARN, "relay",
-                "claim marked fewer rows than it locked relay_id=%s locked=%zu marked=%" PRIu64,
-                r->relay_id, n, marked);
+        TXO_LOG(TXO_LOG_WARN, "relay", "claim marked fewer rows than it locked",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("locked", n),
+                TXO_KV_U64("marked", marked));
     return 0;
 }
 
@@ -313,8 +313,8 @@ static int claim(struct txo_relay *r, struct txo_error *err)
     r->claim_raced = false;
     int rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, claim_tx, r, err);
     if (rc < 0 && r->claim_raced) {
-        TXO_LOG(TXO_LOG_DEBUG, "relay", "claim rolled back, trying again next cycle: %s",
-                err != NULL ? err->msg : "");
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "claim rolled back, trying again next cycle",
+                TXO_KV_STR("error", err != NULL ? err->msg : ""));
         txo_rows_free(r->rows);
         r->rows = NULL;
         r->cursor_set = false;
@@ -390,8 +390,9 @@ static void load_batch(struct txo_relay *r)
     size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
     if (n > r->opts.batch_size) {
         /* Cannot happen unless a token was reused; never publish more than we have room for. */
-        TXO_LOG(TXO_LOG_ERROR, "relay", "claim returned %zu rows for a batch of %u token=%s", n,
-                r->opts.batch_size, r->token);
+        TXO_LOG(TXO_LOG_ERROR, "relay", "claim returned more rows than the batch holds",
+                TXO_KV_U64("rows", n), TXO_KV_U64("batch_size", r->opts.batch_size),
+                TXO_KV_STR("token", r->token));
         n = r->opts.batch_size;
     }
     for (size_t i = 0; i < n; i++) {
@@ -594,9 +595,9 @@ static int mark(struct txo_relay *r, struct txo_error *err)
         rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, mark_tx, &ctx, err);
         if (rc == 0 || !txo_err_is_transient(rc) || attempt == MARK_ATTEMPTS)
             break;
-        TXO_LOG(TXO_LOG_WARN, "relay",
-                "marking a batch failed, retrying relay_id=%s token=%s attempt=%u error=%s",
-                r->relay_id, r->token, attempt, txo_err_name(rc));
+        TXO_LOG(TXO_LOG_WARN, "relay", "marking a batch failed, retrying",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_STR("token", r->token),
+                TXO_KV_U64("attempt", attempt), TXO_KV_STR("error", txo_err_name(rc)));
         txo_sleep_ms(100 * (int64_t)attempt);
     }
     if (rc < 0) {
@@ -644,17 +645,20 @@ static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx)
     if (ctx->res.fenced > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
                 "lease lost before marking: rows were reclaimed by another relay and will be "
-                "published again relay_id=%s token=%s fenced=%" PRIu64 " batch=%zu",
-                r->relay_id, r->token, ctx->res.fenced, r->n);
+                "published again",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_STR("token", r->token),
+                TXO_KV_U64("fenced", ctx->res.fenced), TXO_KV_U64("batch", r->n));
     if (ctx->res.dead_lettered > 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
-                "events dead-lettered (a permanent error, or %u attempts used up) relay_id=%s "
-                "count=%" PRIu64 " first_error=%s first_reason=\"%s\"",
-                r->opts.max_attempts, r->relay_id, ctx->res.dead_lettered,
-                txo_err_name(r->results[r->fail_order[0]]), r->errors[r->fail_order[0]].msg);
+                "events dead-lettered (a permanent error, or max_attempts used up)",
+                TXO_KV_U64("max_attempts", r->opts.max_attempts),
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("count", ctx->res.dead_lettered),
+                TXO_KV_STR("first_error", txo_err_name(r->results[r->fail_order[0]])),
+                TXO_KV_STR("first_reason", r->errors[r->fail_order[0]].msg));
     if (ctx->n_failed > 0)
-        TXO_LOG(TXO_LOG_DEBUG, "relay", "publish failed relay_id=%s failed=%zu error=\"%s\"",
-                r->relay_id, ctx->n_failed, r->errors[r->fail_order[0]].msg);
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "publish failed", TXO_KV_STR("relay_id", r->relay_id),
+                TXO_KV_U64("failed", ctx->n_failed),
+                TXO_KV_STR("error", r->errors[r->fail_order[0]].msg));
 }
 
 struct poison_ctx {
@@ -818,9 +822,10 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
         count(&r->stats.poisoned, p.dead_lettered);
         count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, p.dead_lettered);
         TXO_LOG(TXO_LOG_ERROR, "relay",
-                "dead-lettered poison events: their lease expired %u times (each time their "
-                "relay died or hung while publishing them) relay_id=%s count=%" PRIu64,
-                r->opts.max_lease_expiries, r->relay_id, p.dead_lettered);
+                "dead-lettered poison events: their lease expired max_lease_expiries times (each "
+                "time their relay died or hung while publishing them)",
+                TXO_KV_U64("max_lease_expiries", r->opts.max_lease_expiries),
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("count", p.dead_lettered));
     }
     uint64_t reclaimed = 0;
     int rc = txo__lease_reclaim(r->db, &r->reclaimer, r->opts.lease_s, RELAY_SQL_RECLAIM_EXPIRED,
@@ -833,9 +838,8 @@ static int reclaim_if_due(struct txo_relay *r, struct txo_error *err)
         r->cursor_set = false; /* the reclaimed rows lie behind the cursor: scan from the start */
         count(&r->stats.reclaimed, reclaimed);
         TXO_LOG(TXO_LOG_WARN, "relay",
-                "reclaimed events whose lease expired; they are published again relay_id=%s "
-                "count=%" PRIu64,
-                r->relay_id, reclaimed);
+                "reclaimed events whose lease expired; they are published again",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("count", reclaimed));
     }
     return 0;
 }
@@ -852,11 +856,10 @@ static int publish_and_mark(struct txo_relay *r, int64_t t_claim, struct txo_err
     if (rc < 0)
         return rc;
     count(&r->stats.batches, 1);
-    TXO_LOG(TXO_LOG_DEBUG, "relay",
-            "batch relay_id=%s token=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
-            " publish_us=%" PRId64 " mark_us=%" PRId64,
-            r->relay_id, r->token, r->n, r->msgs[0].id, t0 - t_claim, t1 - t0,
-            txo_monotonic_us() - t1);
+    TXO_LOG(TXO_LOG_DEBUG, "relay", "batch", TXO_KV_STR("relay_id", r->relay_id),
+            TXO_KV_STR("token", r->token), TXO_KV_U64("size", r->n),
+            TXO_KV_I64("first_id", r->msgs[0].id), TXO_KV_I64("claim_us", t0 - t_claim),
+            TXO_KV_I64("publish_us", t1 - t0), TXO_KV_I64("mark_us", txo_monotonic_us() - t1));
     return 0;
 }
 
@@ -982,28 +985,27 @@ static int held_cycle(struct txo_relay *r, size_t *total, struct txo_error *err)
         r->lease_cycle = true;
         r->cursor_set = false; /* the leased claim scans from the start, where they are */
         TXO_LOG(TXO_LOG_INFO, "relay",
-                "events whose lease expired before are left to a leased claim relay_id=%s "
-                "count=%zu",
-                r->relay_id, h.suspects);
+                "events whose lease expired before are left to a leased claim",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("count", h.suspects));
     }
     *total = r->n + h.suspects;
     if (r->n == 0)
         return 0;
     count(&r->stats.claimed, r->n);
     if (h.retried) {
-        TXO_LOG(TXO_LOG_WARN, "relay",
-                "the transaction of a published batch was rolled back; its events are published "
-                "again relay_id=%s batch=%zu",
-                r->relay_id, r->n);
+        TXO_LOG(
+            TXO_LOG_WARN, "relay",
+            "the transaction of a published batch was rolled back; its events are published again",
+            TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("batch", r->n));
         return 0;
     }
     mark_account(r, &h.mark);
     count(&r->stats.batches, 1);
-    TXO_LOG(TXO_LOG_DEBUG, "relay",
-            "held batch relay_id=%s size=%zu first_id=%" PRId64 " claim_us=%" PRId64
-            " publish_us=%" PRId64 " mark_us=%" PRId64,
-            r->relay_id, r->n, r->msgs[0].id, h.t_publish_us - t_claim_us,
-            h.t_mark_us - h.t_publish_us, txo_monotonic_us() - h.t_mark_us);
+    TXO_LOG(TXO_LOG_DEBUG, "relay", "held batch", TXO_KV_STR("relay_id", r->relay_id),
+            TXO_KV_U64("size", r->n), TXO_KV_I64("first_id", r->msgs[0].id),
+            TXO_KV_I64("claim_us", h.t_publish_us - t_claim_us),
+            TXO_KV_I64("publish_us", h.t_mark_us - h.t_publish_us),
+            TXO_KV_I64("mark_us", txo_monotonic_us() - h.t_mark_us));
     return 0;
 }
 
@@ -1090,10 +1092,11 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
     }
     /* Each suspect alone: a poison event that kills this relay takes only its own lease. */
     if (plain < total)
-        TXO_LOG(TXO_LOG_WARN, "relay",
-                "publishing events one by one: their lease expired before (their relay died or "
-                "hung) relay_id=%s count=%zu first_id=%" PRId64,
-                r->relay_id, total - plain, r->msgs[plain].id);
+        TXO_LOG(
+            TXO_LOG_WARN, "relay",
+            "publishing events one by one: their lease expired before (their relay died or hung)",
+            TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("count", total - plain),
+            TXO_KV_I64("first_id", r->msgs[plain].id));
     for (size_t j = plain; j < total; j++) {
         if (stopping(r)) {
             /* Each one alone can take a publish timeout: a stopping relay hands the rest back
@@ -1106,10 +1109,9 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
         if (j != 0)
             swap_entries(r, 0, j);
         r->n = 1;
-        TXO_LOG(TXO_LOG_DEBUG, "relay",
-                "publishing an event alone relay_id=%s message_id=%" PRId64
-                " lease_expiries=%" PRId64,
-                r->relay_id, r->msgs[0].id, r->entries[0].expiries);
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "publishing an event alone",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_I64("event_id", r->msgs[0].id),
+                TXO_KV_I64("lease_expiries", r->entries[0].expiries));
         rc = publish_and_mark(r, txo_monotonic_us(), err);
         if (rc < 0)
             goto out;
@@ -1170,23 +1172,26 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
     unsigned failures = 0;
     int64_t outage_start_ms = 0, outage_logged_ms = 0;
 
-    TXO_LOG(TXO_LOG_INFO, "relay",
-            "relay started relay_id=%s strategy=%s mode=%s ordering=%s shard_lease_ms=%" PRId64
-            " batch_size=%u lease_s=%u max_attempts=%u max_lease_expiries=%u breaker_failures=%u "
-            "publisher=%s in_order=%s drain=%s",
-            r->relay_id, txo_claim_strategy_name(r->claim), txo_relay_claim_mode_name(r->mode),
-            txo_relay_ordering_name(r->opts.ordering), r->ordered ? r->opts.shard_lease_ms : 0,
-            r->opts.batch_size, r->opts.lease_s, r->opts.max_attempts, r->opts.max_lease_expiries,
-            r->opts.breaker_failures, r->pub->ops->name,
-            !r->ordered                                          ? "none"
-            : (r->pub->ops->flags & TXO_PUBLISHER_IN_ORDER) != 0 ? "publisher"
-                                                                 : "waves",
-            r->opts.drain ? "true" : "false");
+    TXO_LOG(TXO_LOG_INFO, "relay", "relay started", TXO_KV_STR("relay_id", r->relay_id),
+            TXO_KV_STR("strategy", txo_claim_strategy_name(r->claim)),
+            TXO_KV_STR("mode", txo_relay_claim_mode_name(r->mode)),
+            TXO_KV_STR("ordering", txo_relay_ordering_name(r->opts.ordering)),
+            TXO_KV_I64("shard_lease_ms", r->ordered ? r->opts.shard_lease_ms : 0),
+            TXO_KV_U64("batch_size", r->opts.batch_size), TXO_KV_U64("lease_s", r->opts.lease_s),
+            TXO_KV_U64("max_attempts", r->opts.max_attempts),
+            TXO_KV_U64("max_lease_expiries", r->opts.max_lease_expiries),
+            TXO_KV_U64("breaker_failures", r->opts.breaker_failures),
+            TXO_KV_STR("publisher", r->pub->ops->name),
+            TXO_KV_STR("in_order", !r->ordered ? "none"
+                                   : (r->pub->ops->flags & TXO_PUBLISHER_IN_ORDER) != 0
+                                       ? "publisher"
+                                       : "waves"),
+            TXO_KV_BOOL("drain", r->opts.drain));
     if (r->ordered && r->claim == TXO_CLAIM_UPDATE_LIMIT)
         TXO_LOG(TXO_LOG_INFO, "relay",
                 "ordering by aggregate with the update-limit claim: a claim waits for an "
-                "uncommitted insert in its range instead of passing it relay_id=%s",
-                r->relay_id);
+                "uncommitted insert in its range instead of passing it",
+                TXO_KV_STR("relay_id", r->relay_id));
     while (!stopping(r)) {
         size_t claimed = 0;
         struct txo_error e;
@@ -1205,24 +1210,24 @@ int txo_relay_run(struct txo_relay *relay, struct txo_error *err)
             if (failures == 1) {
                 outage_start_ms = now;
                 outage_logged_ms = now;
-                TXO_LOG(TXO_LOG_WARN, "relay",
-                        "database unavailable, retrying with backoff relay_id=%s error=%s "
-                        "reason=\"%s\"",
-                        r->relay_id, txo_err_name(rc), e.msg);
+                TXO_LOG(TXO_LOG_WARN, "relay", "database unavailable, retrying with backoff",
+                        TXO_KV_STR("relay_id", r->relay_id), TXO_KV_STR("error", txo_err_name(rc)),
+                        TXO_KV_STR("reason", e.msg));
             } else if (now - outage_logged_ms >= OUTAGE_REMINDER_MS) {
                 outage_logged_ms = now;
-                TXO_LOG(TXO_LOG_WARN, "relay",
-                        "database still unavailable relay_id=%s for_s=%" PRId64
-                        " attempts=%u error=%s reason=\"%s\"",
-                        r->relay_id, (now - outage_start_ms) / 1000, failures, txo_err_name(rc),
-                        e.msg);
+                TXO_LOG(TXO_LOG_WARN, "relay", "database still unavailable",
+                        TXO_KV_STR("relay_id", r->relay_id),
+                        TXO_KV_I64("for_s", (now - outage_start_ms) / 1000),
+                        TXO_KV_U64("attempts", failures), TXO_KV_STR("error", txo_err_name(rc)),
+                        TXO_KV_STR("reason", e.msg));
             }
             sleep_unless_stopped(r, txo_backoff_delay_ms(&retry, failures, txo_rand01()));
             continue;
         }
         if (failures > 0)
-            TXO_LOG(TXO_LOG_WARN, "relay", "database back relay_id=%s after_s=%.1f attempts=%u",
-                    r->relay_id, (double)(txo_monotonic_ms() - outage_start_ms) / 1000.0, failures);
+            TXO_LOG(TXO_LOG_WARN, "relay", "database back", TXO_KV_STR("relay_id", r->relay_id),
+                    TXO_KV_F64("after_s", (double)(txo_monotonic_ms() - outage_start_ms) / 1000.0),
+                    TXO_KV_U64("attempts", failures));
         failures = 0;
         if (claimed == 0) {
             /* While the breaker is open, nothing is claimed but events may be due. */

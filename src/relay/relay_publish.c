@@ -128,10 +128,10 @@ static void publish_once(struct txo_relay *r)
         settle(r, i, rc);
         if (after_failure && r->results[i] == 0)
             TXO_LOG(TXO_LOG_ERROR, "relay",
-                    "the %s publisher acknowledged an event after an earlier event of its "
-                    "aggregate failed in the same call: it does not keep order as it declares "
-                    "relay_id=%s message_id=%" PRId64,
-                    r->pub->ops->name, r->relay_id, r->msgs[i].id);
+                    "the publisher acknowledged an event after an earlier event of its aggregate "
+                    "failed in the same call: it does not keep order as it declares",
+                    TXO_KV_STR("publisher", r->pub->ops->name), TXO_KV_STR("relay_id", r->relay_id),
+                    TXO_KV_I64("event_id", r->msgs[i].id));
     }
 }
 

@@ -152,16 +152,17 @@ static void on_breaker_change(void *arg, const struct txo_breaker *b, enum txo_b
         txo_metric_set(r->metrics.breaker_state, NULL, (double)to);
     /* One line when the broker outage starts and one when it ends (not one per batch). */
     if (to == TXO_BREAKER_OPEN && from == TXO_BREAKER_CLOSED)
-        TXO_LOG(TXO_LOG_WARN, "relay",
-                "publisher failing: stopped claiming, probing every %" PRId64
-                " ms relay_id=%s publisher=%s failed_batches=%u",
-                r->opts.breaker_open_ms, r->relay_id, r->pub->ops->name, r->opts.breaker_failures);
+        TXO_LOG(TXO_LOG_WARN, "relay", "publisher failing: stopped claiming, probing",
+                TXO_KV_I64("probe_ms", r->opts.breaker_open_ms),
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_STR("publisher", r->pub->ops->name),
+                TXO_KV_U64("failed_batches", r->opts.breaker_failures));
     else if (to == TXO_BREAKER_CLOSED)
-        TXO_LOG(TXO_LOG_WARN, "relay", "publisher back: claiming again relay_id=%s publisher=%s",
-                r->relay_id, r->pub->ops->name);
+        TXO_LOG(TXO_LOG_WARN, "relay", "publisher back: claiming again",
+                TXO_KV_STR("relay_id", r->relay_id), TXO_KV_STR("publisher", r->pub->ops->name));
     else
-        TXO_LOG(TXO_LOG_DEBUG, "relay", "breaker %s -> %s relay_id=%s",
-                txo_breaker_state_name(from), txo_breaker_state_name(to), r->relay_id);
+        TXO_LOG(TXO_LOG_DEBUG, "relay", "breaker changed",
+                TXO_KV_STR("from", txo_breaker_state_name(from)),
+                TXO_KV_STR("to", txo_breaker_state_name(to)), TXO_KV_STR("relay_id", r->relay_id));
 }
 
 static int setup_breaker(struct txo_relay *r, struct txo_error *err)

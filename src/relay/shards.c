@@ -173,10 +173,10 @@ int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force, struc
     }
     bool moved = !s->joined || t.owned != s->owned || t.taken > 0;
     if (moved)
-        TXO_LOG(TXO_LOG_INFO, "relay",
-                "shards rebalanced member=%s shards=%u of=%u members=%u taken=%" PRIu64
-                " reclaimed=%" PRIu64,
-                s->member, t.owned, t.total, t.live, t.taken, t.reclaimed);
+        TXO_LOG(TXO_LOG_INFO, "relay", "shards rebalanced", TXO_KV_STR("member", s->member),
+                TXO_KV_U64("shards", t.owned), TXO_KV_U64("of", t.total),
+                TXO_KV_U64("members", t.live), TXO_KV_U64("taken", t.taken),
+                TXO_KV_U64("reclaimed", t.reclaimed));
     s->joined = true;
     s->owned = t.owned;
     s->live = t.live;
@@ -189,7 +189,8 @@ int txo__shards_tick(struct txo_db *db, struct txo__shards *s, bool force, struc
         struct txo_error e;
         txo_error_init(&e);
         if (txo_db_exec(db, RELAY_SHARD_SQL_FORGET, NULL, 0, NULL, &e) < 0)
-            TXO_LOG(TXO_LOG_DEBUG, "relay", "forgetting members gone for an hour: %s", e.msg);
+            TXO_LOG(TXO_LOG_DEBUG, "relay", "forgetting members gone for an hour failed",
+                    TXO_KV_STR("error", e.msg));
     }
     return 0;
 }
@@ -212,9 +213,8 @@ void txo__shards_leave(struct txo_db *db, struct txo__shards *s)
     txo_error_init(&err);
     if (txo_db_transact(db, TXO_ISO_READ_COMMITTED, leave_tx, s, &err) < 0)
         TXO_LOG(TXO_LOG_WARN, "relay",
-                "could not give back the shards; others take them when the hold expires "
-                "member=%s error=\"%s\"",
-                s->member, err.msg);
+                "could not give back the shards; others take them when the hold expires",
+                TXO_KV_STR("member", s->member), TXO_KV_STR("error", err.msg));
     s->joined = false;
     s->owned = 0;
 }

@@ -66,10 +66,10 @@ int txo_retry_run(const struct txo_retry_policy *p, txo_retry_fn fn, void *arg,
 
         double r = p->rand01 != NULL ? p->rand01(p->rand_arg) : txo_rand01();
         int64_t delay_ms = txo_backoff_delay_ms(&p->backoff, attempt, r);
-        TXO_LOG(TXO_LOG_DEBUG, "retry",
-                "transient failure, retrying attempt=%u max_attempts=%u delay_ms=%" PRId64
-                " code=%s err=\"%s\"",
-                attempt, p->max_attempts, delay_ms, txo_err_name(rc), last.msg);
+        TXO_LOG(TXO_LOG_DEBUG, "retry", "transient failure, retrying",
+                TXO_KV_U64("attempt", attempt), TXO_KV_U64("max_attempts", p->max_attempts),
+                TXO_KV_I64("delay_ms", delay_ms), TXO_KV_STR("code", txo_err_name(rc)),
+                TXO_KV_STR("err", last.msg));
         if (delay_ms > 0)
             clock->sleep_ms(clock->arg, delay_ms);
     }

@@ -245,9 +245,9 @@ static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned ol
             break;
     }
     if (total > 0)
-        TXO_LOG(TXO_LOG_INFO, "retention",
-                "purged table=%s rows=%" PRIu64 " batches=%u older_than_s=%u cutoff=\"%s\"",
-                t->name, total, batches, older_than_s, p.cutoff);
+        TXO_LOG(TXO_LOG_INFO, "retention", "purged", TXO_KV_STR("table", t->name),
+                TXO_KV_U64("rows", total), TXO_KV_U64("batches", batches),
+                TXO_KV_U64("older_than_s", older_than_s), TXO_KV_STR("cutoff", p.cutoff));
 out:
     if (rc < 0)
         txo_error_wrap(err, "purge %s (%" PRIu64 " rows deleted before the failure)", t->name,

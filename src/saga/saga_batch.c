@@ -311,9 +311,9 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
                  : TXO_ENOMEM;
     if (rc != 0) {
         TXO_LOG(txo_err_is_transient(rc) || t.body_failed ? TXO_LOG_INFO : TXO_LOG_WARN, "saga",
-                "saga batch rolled back, its sagas run one by one step=%s sagas=%zu code=%s "
-                "error=\"%s\"",
-                r0->def->steps[i].name, m, txo_err_name(rc), err.msg);
+                "saga batch rolled back, its sagas run one by one",
+                TXO_KV_STR("step", r0->def->steps[i].name), TXO_KV_U64("sagas", m),
+                TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("error", err.msg));
         for (size_t k = 0; k < m; k++)
             b[pick[k]].single = true;
     } else {
@@ -326,8 +326,9 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
             if (t.finish)
                 r->status = TXO_SAGA_COMPLETED;
         }
-        TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch committed step=%s sagas=%zu done=%zu",
-                r0->def->steps[i].name, m, t.n_done);
+        TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch committed",
+                TXO_KV_STR("step", r0->def->steps[i].name), TXO_KV_U64("sagas", m),
+                TXO_KV_U64("done", t.n_done));
         txo_crash_point("saga.batch.after_commit");
     }
     txo_free(t.outcome);
@@ -467,9 +468,9 @@ static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size
     }
     if (rc != 0) {
         TXO_LOG(txo_err_is_transient(rc) ? TXO_LOG_INFO : TXO_LOG_WARN, "saga",
-                "saga batch could not record its calls, its sagas run one by one step=%s "
-                "sagas=%zu code=%s error=\"%s\"",
-                sd->name, m, txo_err_name(rc), err.msg);
+                "saga batch could not record its calls, its sagas run one by one",
+                TXO_KV_STR("step", sd->name), TXO_KV_U64("sagas", m),
+                TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("error", err.msg));
         for (size_t k = 0; k < m; k++)
             b[pick[k]].single = true;
         goto out;
@@ -508,12 +509,12 @@ static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size
         if (txo__saga_settle_failed_try(r, i, false, 1, true, r->steps[i].remote, true, crc,
                                         &errs[k], false, &stop, &e) != 0)
             TXO_LOG(TXO_LOG_INFO, "saga",
-                    "saga batch could not record a failed call, its own run does saga_id=%s "
-                    "step=%s error=\"%s\"",
-                    r->id, sd->name, e.msg);
+                    "saga batch could not record a failed call, its own run does",
+                    TXO_KV_STR("saga_id", r->id), TXO_KV_STR("step", sd->name),
+                    TXO_KV_STR("error", e.msg));
     }
-    TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch calls made step=%s sagas=%zu called=%zu done=%zu",
-            sd->name, m, n_in, n_done);
+    TXO_LOG(TXO_LOG_DEBUG, "saga", "saga batch calls made", TXO_KV_STR("step", sd->name),
+            TXO_KV_U64("sagas", m), TXO_KV_U64("called", n_in), TXO_KV_U64("done", n_done));
     if (n_done > 0)
         run_batch_step(b, done, n_done, i, TXO_STEP_RUNNING, TXO_REMOTE_CALLING, TXO_REMOTE_DONE);
 out:
@@ -563,10 +564,8 @@ int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const 
         struct txo_error e;
         txo_error_init(&e);
         if (txo_db_transact(db, TXO_ISO_READ_COMMITTED, batch_acquire_fn, &a, &e) != 0) {
-            TXO_LOG(TXO_LOG_INFO, "saga",
-                    "saga batch could not take its leases sagas=%zu "
-                    "error=\"%s\"",
-                    m, e.msg);
+            TXO_LOG(TXO_LOG_INFO, "saga", "saga batch could not take its leases",
+                    TXO_KV_U64("sagas", m), TXO_KV_STR("error", e.msg));
             for (size_t k = 0; k < m; k++)
                 b[pick[k]].acquired = false;
         }
@@ -609,10 +608,8 @@ int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const 
             bs->rc = txo__saga_drive(db, def, ids[k], opts, user, false, &final, &e);
         }
         if (bs->rc != 0 && txo_err_is_transient(bs->rc) == false && bs->rc != TXO_ELEASELOST)
-            TXO_LOG(TXO_LOG_DEBUG, "saga",
-                    "saga in a batch stopped saga_id=%s code=%s "
-                    "error=\"%s\"",
-                    ids[k], txo_err_name(bs->rc), e.msg);
+            TXO_LOG(TXO_LOG_DEBUG, "saga", "saga in a batch stopped", TXO_KV_STR("saga_id", ids[k]),
+                    TXO_KV_STR("code", txo_err_name(bs->rc)), TXO_KV_STR("error", e.msg));
         if (rcs != NULL)
             rcs[k] = bs->rc;
         if (finals != NULL)

@@ -136,9 +136,9 @@ void txo__saga_count_expired_tries(const struct saga_run *r)
     for (size_t i = 0; i < r->def->n_steps; i++) {
         if (!r->steps[i].try_expired)
             continue;
-        TXO_LOG(TXO_LOG_WARN, "saga",
-                "saga call past its try deadline, taken over saga_id=%s type=%s step=%s", r->id,
-                r->def->type, r->def->steps[i].name);
+        TXO_LOG(TXO_LOG_WARN, "saga", "saga call past its try deadline, taken over",
+                TXO_KV_STR("saga_id", r->id), TXO_KV_STR("type", r->def->type),
+                TXO_KV_STR("step", r->def->steps[i].name));
         txo__saga_count_deadline(r, TXO_DEADLINE_TRY);
     }
 }

@@ -463,38 +463,40 @@ int txo__saga_settle_failed_try(struct saga_run *r, size_t i, bool compensate, u
             bool gave_up = r->compensation_tries >= r->opts.compensation_max_tries;
             if (gave_up)
                 TXO_LOG(TXO_LOG_ERROR, "saga",
-                        "saga compensation failed, left for an operator (txo saga show / txo "
-                        "saga retry) saga_id=%s type=%s step=%s tries=%u error=\"%s\"",
-                        r->id, r->def->type, name, r->compensation_tries, error);
+                        "saga compensation failed, left for an operator (txo saga show / txo saga "
+                        "retry)",
+                        TXO_KV_STR("saga_id", r->id), TXO_KV_STR("type", r->def->type),
+                        TXO_KV_STR("step", name), TXO_KV_U64("tries", r->compensation_tries),
+                        TXO_KV_STR("error", error));
             else
-                TXO_LOG(TXO_LOG_WARN, "saga",
-                        "saga compensation failed, retry scheduled saga_id=%s type=%s step=%s "
-                        "attempts=%u tries=%u error=\"%s\"",
-                        r->id, r->def->type, name, attempt, r->compensation_tries, error);
+                TXO_LOG(TXO_LOG_WARN, "saga", "saga compensation failed, retry scheduled",
+                        TXO_KV_STR("saga_id", r->id), TXO_KV_STR("type", r->def->type),
+                        TXO_KV_STR("step", name), TXO_KV_U64("attempts", attempt),
+                        TXO_KV_U64("tries", r->compensation_tries), TXO_KV_STR("error", error));
         } else {
             if (late != TXO_DEADLINE_NONE)
                 txo__saga_count_deadline(r, late);
-            TXO_LOG(
-                TXO_LOG_INFO, "saga",
-                "saga step failed saga_id=%s step=%s attempts=%u remote=%s next=%s error=\"%s\"",
-                r->id, name, attempt, txo_remote_state_name(remote),
-                txo_saga_status_name(r->status), error);
+            TXO_LOG(TXO_LOG_INFO, "saga", "saga step failed", TXO_KV_STR("saga_id", r->id),
+                    TXO_KV_STR("step", name), TXO_KV_U64("attempts", attempt),
+                    TXO_KV_STR("remote", txo_remote_state_name(remote)),
+                    TXO_KV_STR("next", txo_saga_status_name(r->status)),
+                    TXO_KV_STR("error", error));
         }
         return 0;
     }
     *stop = false;
     if (!wait) {
-        TXO_LOG(TXO_LOG_INFO, "saga",
-                "saga step call failed in a batch, tried again on its own saga_id=%s step=%s "
-                "attempt=%u remote=%s error=\"%s\"",
-                r->id, name, attempt, txo_remote_state_name(remote), error);
+        TXO_LOG(TXO_LOG_INFO, "saga", "saga step call failed in a batch, tried again on its own",
+                TXO_KV_STR("saga_id", r->id), TXO_KV_STR("step", name),
+                TXO_KV_U64("attempt", attempt), TXO_KV_STR("remote", txo_remote_state_name(remote)),
+                TXO_KV_STR("error", error));
         return 0;
     }
     int64_t delay_ms = txo_backoff_delay_ms(&r->opts.step_backoff, attempt, txo_rand01());
-    TXO_LOG(TXO_LOG_WARN, "saga",
-            "saga step retry saga_id=%s step=%s phase=%s attempt=%u delay_ms=%" PRId64
-            " error=\"%s\"",
-            r->id, name, compensate ? "compensate" : "action", attempt, delay_ms, error);
+    TXO_LOG(TXO_LOG_WARN, "saga", "saga step retry", TXO_KV_STR("saga_id", r->id),
+            TXO_KV_STR("step", name), TXO_KV_STR("phase", compensate ? "compensate" : "action"),
+            TXO_KV_U64("attempt", attempt), TXO_KV_I64("delay_ms", delay_ms),
+            TXO_KV_STR("error", error));
     r->clock->sleep_ms(r->clock->arg, delay_ms);
     return 0;
 }
@@ -606,9 +608,9 @@ static int run_step(struct saga_run *r, size_t i, bool compensate, struct txo_er
 
 static int bad_step_state(const struct saga_run *r, size_t i, struct txo_error *err)
 {
-    TXO_LOG(TXO_LOG_ERROR, "saga", "inconsistent saga saga_id=%s status=%s step=%zu step_status=%s",
-            r->id, txo_saga_status_name(r->status), i + 1,
-            txo_step_status_name(r->steps[i].status));
+    TXO_LOG(TXO_LOG_ERROR, "saga", "inconsistent saga", TXO_KV_STR("saga_id", r->id),
+            TXO_KV_STR("status", txo_saga_status_name(r->status)), TXO_KV_U64("step_order", i + 1),
+            TXO_KV_STR("step_status", txo_step_status_name(r->steps[i].status)));
     return txo_error_set(err, TXO_ESTATE, "saga %s (%s): step %zu is %s", r->id,
                          txo_saga_status_name(r->status), i + 1,
                          txo_step_status_name(r->steps[i].status));
@@ -674,9 +676,9 @@ int txo__saga_drive_run(struct saga_run *r, struct txo_error *err)
         TXO_ASSERT(r->status != before);
     }
     /* One line per saga is per-request noise when it completes; an abort is worth seeing. */
-    TXO_LOG(r->status == TXO_SAGA_COMPLETED ? TXO_LOG_DEBUG : TXO_LOG_INFO, "saga",
-            "saga finished saga_id=%s type=%s status=%s", r->id, r->def->type,
-            txo_saga_status_name(r->status));
+    TXO_LOG(r->status == TXO_SAGA_COMPLETED ? TXO_LOG_DEBUG : TXO_LOG_INFO, "saga", "saga finished",
+            TXO_KV_STR("saga_id", r->id), TXO_KV_STR("type", r->def->type),
+            TXO_KV_STR("status", txo_saga_status_name(r->status)));
     return 0;
 }
 

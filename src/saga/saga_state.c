@@ -200,8 +200,10 @@ int txo__saga_check_move(const char *saga_id, enum txo_saga_status from, enum tx
     if (txo_saga_can_move(from, to)) {
         return 0;
     }
-    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal saga transition saga_id=%s from=%s to=%s",
-            saga_id != NULL ? saga_id : "-", txo_saga_status_name(from), txo_saga_status_name(to));
+    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal saga transition",
+            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"),
+            TXO_KV_STR("from", txo_saga_status_name(from)),
+            TXO_KV_STR("to", txo_saga_status_name(to)));
     return txo_error_set(err, TXO_ESTATE, "saga %s: illegal transition %s -> %s",
                          saga_id != NULL ? saga_id : "-", txo_saga_status_name(from),
                          txo_saga_status_name(to));
@@ -213,9 +215,10 @@ int txo__step_check_move(const char *saga_id, unsigned step_order, enum txo_step
     if (txo_step_can_move(from, to)) {
         return 0;
     }
-    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal step transition saga_id=%s step=%u from=%s to=%s",
-            saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(from),
-            txo_step_status_name(to));
+    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal step transition",
+            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"),
+            TXO_KV_U64("step_order", step_order), TXO_KV_STR("from", txo_step_status_name(from)),
+            TXO_KV_STR("to", txo_step_status_name(to)));
     return txo_error_set(err, TXO_ESTATE, "saga %s step %u: illegal transition %s -> %s",
                          saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(from),
                          txo_step_status_name(to));
@@ -246,10 +249,12 @@ int txo__remote_check_move(const char *saga_id, unsigned step_order, enum txo_st
     if (txo__remote_can_move(step, from, to)) {
         return 0;
     }
-    TXO_LOG(TXO_LOG_ERROR, "saga",
-            "illegal remote state transition saga_id=%s step=%u step_status=%s from=%s to=%s",
-            saga_id != NULL ? saga_id : "-", step_order, txo_step_status_name(step),
-            txo_remote_state_name(from), txo_remote_state_name(to));
+    TXO_LOG(TXO_LOG_ERROR, "saga", "illegal remote state transition",
+            TXO_KV_STR("saga_id", saga_id != NULL ? saga_id : "-"),
+            TXO_KV_U64("step_order", step_order),
+            TXO_KV_STR("step_status", txo_step_status_name(step)),
+            TXO_KV_STR("from", txo_remote_state_name(from)),
+            TXO_KV_STR("to", txo_remote_state_name(to)));
     return txo_error_set(err, TXO_ESTATE,
                          "saga %s step %u: illegal remote state transition %s -> %s (step %s)",
                          saga_id != NULL ? saga_id : "-", step_order, txo_remote_state_name(from),

@@ -223,8 +223,9 @@ int txo__saga_move(struct txo_tx *tx, const struct saga_run *r, enum txo_saga_st
 int txo__saga_step_not_in(const struct saga_run *r, size_t i, enum txo_step_status expected,
                           struct txo_error *err)
 {
-    TXO_LOG(TXO_LOG_ERROR, "saga", "step not in expected status saga_id=%s step=%zu expected=%s",
-            r->id, i + 1, txo_step_status_name(expected));
+    TXO_LOG(TXO_LOG_ERROR, "saga", "step not in expected status", TXO_KV_STR("saga_id", r->id),
+            TXO_KV_U64("step_order", i + 1),
+            TXO_KV_STR("expected", txo_step_status_name(expected)));
     return txo_error_set(err, TXO_ESTATE, "saga %s step %zu: not in status %s", r->id, i + 1,
                          txo_step_status_name(expected));
 }

@@ -178,8 +178,8 @@ static void export_batch(struct txo_tracer *t, struct queued_span *batch, size_t
             txo_metric_add(t->m_exported, NULL, (double)n);
     } else {
         count_dropped(t, "export", &t->dropped_export, n);
-        TXO_LOG(TXO_LOG_DEBUG, "trace", "spans not exported spans=%zu code=%s error=\"%s\"", n,
-                txo_err_name(rc), err.msg);
+        TXO_LOG(TXO_LOG_DEBUG, "trace", "spans not exported", TXO_KV_U64("spans", n),
+                TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("error", err.msg));
     }
     while (batch != NULL) {
         struct queued_span *next = batch->next;

@@ -117,16 +117,16 @@ void txo__order_seen(struct txo__order_watch *ow, const struct txo_event *ev,
     pthread_mutex_unlock(&ow->mu);
     if (log)
         TXO_LOG(TXO_LOG_WARN, "inbox",
-                "event out of its aggregate's order (logged once per aggregate) kind=%s "
-                "aggregate_type=%s aggregate_id=%s sequence=%" PRIu64 " prev_sequence=%" PRIu64
-                " message_id=%s",
-                txo_inbox_order_name(o), type, ev->aggregate_id, ev->sequence, ev->prev_sequence,
-                ev->idempotency_key);
+                "event out of its aggregate's order (logged once per aggregate)",
+                TXO_KV_STR("kind", txo_inbox_order_name(o)), TXO_KV_STR("aggregate_type", type),
+                TXO_KV_STR("aggregate_id", ev->aggregate_id), TXO_KV_U64("sequence", ev->sequence),
+                TXO_KV_U64("prev_sequence", ev->prev_sequence),
+                TXO_KV_STR("message_id", ev->idempotency_key));
     if (now_full)
         TXO_LOG(TXO_LOG_WARN, "inbox",
-                "more than %d aggregates had events out of order: further ones are counted in "
+                "too many aggregates had events out of order: further ones are counted in "
                 "txo_inbox_out_of_order_total, not logged",
-                LOGGED_MAX / 4 * 3);
+                TXO_KV_I64("aggregates", LOGGED_MAX / 4 * 3));
 }
 
 int txo__order_hold(struct txo__order_watch *ow, const struct txo_event *ev, enum txo_inbox_order o,

@@ -249,7 +249,8 @@ static bool ensure_db(struct txo_worker *w, struct txo_db **db, const char *who)
     struct txo_error err;
     txo_error_init(&err);
     if (txo_db_open(&w->db_opts, db, &err) != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "cannot connect thread=%s err=\"%s\"", who, err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "cannot connect", TXO_KV_STR("thread", who),
+                TXO_KV_STR("err", err.msg));
         *db = NULL;
         return false;
     }
@@ -450,8 +451,8 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
     txo_crash_point("worker.after_consume");
     if (a.duplicate) {
         count(&w->duplicates, w->m_duplicates, NULL, 1);
-        TXO_LOG(TXO_LOG_DEBUG, "worker", "duplicate delivery dropped message_id=%s",
-                ev.idempotency_key);
+        TXO_LOG(TXO_LOG_DEBUG, "worker", "duplicate delivery dropped",
+                TXO_KV_STR("message_id", ev.idempotency_key));
     } else {
         count(&w->consumed, w->m_consumed, NULL, 1);
         observe_delay(w, &ev);
@@ -637,10 +638,9 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
         /* One by one: each message gets the single path's verdict (and a handler error is
          * only that message's). */
         if (m > 1)
-            TXO_LOG(TXO_LOG_DEBUG, "worker",
-                    "message batch runs one by one messages=%zu "
-                    "code=%s err=\"%s\"",
-                    m, txo_err_name(rc), err.msg);
+            TXO_LOG(TXO_LOG_DEBUG, "worker", "message batch runs one by one",
+                    TXO_KV_U64("messages", m), TXO_KV_STR("code", txo_err_name(rc)),
+                    TXO_KV_STR("err", err.msg));
         for (size_t k = 0; k < m; k++)
             results[idx[k]] = txo_worker_handle_message(w, &msgs[idx[k]], &errors[idx[k]]);
         goto out;
@@ -708,8 +708,8 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
 {
     const struct txo_saga_def *def = find_saga(w, job->ref.type);
     if (def == NULL) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "saga of an unknown type skipped saga_id=%s type=%s",
-                job->ref.id, job->ref.type);
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga of an unknown type skipped",
+                TXO_KV_STR("saga_id", job->ref.id), TXO_KV_STR("type", job->ref.type));
         return;
     }
     struct txo_error err;
@@ -720,13 +720,13 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
                  : txo_saga_retry(*db, def, job->ref.id, &w->opts.saga, user, &final, &err);
     if (rc == TXO_ELEASELOST || rc == TXO_ESTATE) {
         /* Another worker has it, or it moved on meanwhile: nothing to do here. */
-        TXO_LOG(TXO_LOG_DEBUG, "worker", "saga skipped saga_id=%s err=\"%s\"", job->ref.id,
-                err.msg);
+        TXO_LOG(TXO_LOG_DEBUG, "worker", "saga skipped", TXO_KV_STR("saga_id", job->ref.id),
+                TXO_KV_STR("err", err.msg));
         return;
     }
     if (rc != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "saga run interrupted saga_id=%s code=%s err=\"%s\"",
-                job->ref.id, txo_err_name(rc), err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga run interrupted", TXO_KV_STR("saga_id", job->ref.id),
+                TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("err", err.msg));
         drop_db_if_broken(db, rc);
         return;
     }
@@ -750,8 +750,8 @@ static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const
         rc = txo_saga_run_batch(*db, def, ids, n, &w->opts.saga, user, rcs, finals, &err);
     }
     if (rc != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch not run sagas=%zu code=%s err=\"%s\"", n,
-                txo_err_name(rc), err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch not run", TXO_KV_U64("sagas", n),
+                TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("err", err.msg));
         goto out;
     }
     int broken = 0;
@@ -762,8 +762,8 @@ static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const
             broken = rcs[k];
     }
     if (broken != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch interrupted sagas=%zu code=%s", n,
-                txo_err_name(broken));
+        TXO_LOG(TXO_LOG_WARN, "worker", "saga batch interrupted", TXO_KV_U64("sagas", n),
+                TXO_KV_STR("code", txo_err_name(broken)));
         drop_db_if_broken(db, broken);
     }
 out:
@@ -844,8 +844,8 @@ static size_t schedule_sagas(struct txo_worker *w, struct txo_db **db, enum txo_
     txo_error_init(&err);
     int rc = txo_saga_list_due(*db, status, space, refs, &n, &err);
     if (rc != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "listing due sagas failed status=%s err=\"%s\"",
-                txo_saga_status_name(status), err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "listing due sagas failed",
+                TXO_KV_STR("status", txo_saga_status_name(status)), TXO_KV_STR("err", err.msg));
         drop_db_if_broken(db, rc);
     }
     bool retry = status == TXO_SAGA_COMPENSATION_FAILED;
@@ -918,7 +918,7 @@ static size_t schedule_commands(struct txo_worker *w, struct txo_db **db, const 
     co.max_attempts = w->opts.command_max_attempts; /* a command that kills its worker */
     int rc = txo_cmdq_claim_ex(*db, &co, &cmds, &n, &err);
     if (rc != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "claiming commands failed err=\"%s\"", err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "claiming commands failed", TXO_KV_STR("err", err.msg));
         drop_db_if_broken(db, rc);
         return 0;
     }
@@ -930,20 +930,20 @@ static size_t schedule_commands(struct txo_worker *w, struct txo_db **db, const 
             continue;
         }
         count(&w->commands_failed, w->m_commands_failed, NULL, 1);
-        TXO_LOG(TXO_LOG_WARN, "worker", "command failed command_id=%" PRId64 " type=%s err=\"%s\"",
-                cmds[i].id, cmds[i].type, err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "command failed", TXO_KV_I64("command_id", cmds[i].id),
+                TXO_KV_STR("type", cmds[i].type), TXO_KV_STR("err", err.msg));
         struct txo_error ferr;
         txo_error_init(&ferr);
         bool failed = false;
         if (txo_cmdq_fail(*db, &cmds[i], err.msg, !txo_err_is_transient(rc),
                           w->opts.command_max_attempts, &w->opts.command_backoff, &failed,
                           &ferr) != 0)
-            TXO_LOG(TXO_LOG_WARN, "worker", "recording command failure failed err=\"%s\"",
-                    ferr.msg);
+            TXO_LOG(TXO_LOG_WARN, "worker", "recording command failure failed",
+                    TXO_KV_STR("err", ferr.msg));
         else if (failed)
-            TXO_LOG(TXO_LOG_ERROR, "worker",
-                    "command FAILED for good command_id=%" PRId64 " type=%s err=\"%s\"", cmds[i].id,
-                    cmds[i].type, err.msg);
+            TXO_LOG(TXO_LOG_ERROR, "worker", "command FAILED for good",
+                    TXO_KV_I64("command_id", cmds[i].id), TXO_KV_STR("type", cmds[i].type),
+                    TXO_KV_STR("err", err.msg));
     }
     txo_commands_free(cmds, n);
     return n;
@@ -988,7 +988,7 @@ static void clean_once(struct txo_worker *w, struct txo_db **db)
     struct txo_retention_counts c;
     int rc = txo_retention_run(*db, &w->opts.retention, &c, &err);
     if (rc != 0) {
-        TXO_LOG(TXO_LOG_WARN, "worker", "retention cleaner failed err=\"%s\"", err.msg);
+        TXO_LOG(TXO_LOG_WARN, "worker", "retention cleaner failed", TXO_KV_STR("err", err.msg));
         drop_db_if_broken(db, rc);
     }
     static const char *const outbox[] = {"outbox_events"};
@@ -1001,10 +1001,9 @@ static void clean_once(struct txo_worker *w, struct txo_db **db)
     count(&w->cleaned, w->m_cleaned, commands, c.commands);
     uint64_t total = c.outbox + c.idempotency + c.inbox + c.commands;
     if (total > 0)
-        TXO_LOG(TXO_LOG_INFO, "worker",
-                "retention cleaner deleted rows=%" PRIu64 " outbox=%" PRIu64 " idempotency=%" PRIu64
-                " inbox=%" PRIu64 " commands=%" PRIu64,
-                total, c.outbox, c.idempotency, c.inbox, c.commands);
+        TXO_LOG(TXO_LOG_INFO, "worker", "retention cleaner deleted", TXO_KV_U64("rows", total),
+                TXO_KV_U64("outbox", c.outbox), TXO_KV_U64("idempotency", c.idempotency),
+                TXO_KV_U64("inbox", c.inbox), TXO_KV_U64("commands", c.commands));
 }
 
 static void *cleaner_main(void *arg)
@@ -1030,8 +1029,8 @@ static void *consumer_main(void *arg)
         size_t handled = 0;
         int rc = txo_consumer_poll(w->consumer, 64, 500, &handled, &err);
         if (rc != 0) {
-            TXO_LOG(TXO_LOG_WARN, "worker", "consumer poll failed code=%s err=\"%s\"",
-                    txo_err_name(rc), err.msg);
+            TXO_LOG(TXO_LOG_WARN, "worker", "consumer poll failed",
+                    TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("err", err.msg));
             nap(w, 1000);
         }
     }

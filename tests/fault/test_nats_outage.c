@@ -110,14 +110,18 @@ struct dup_counter {
 };
 
 static void count_duplicates(enum txo_log_level level, const char *component, const char *msg,
-                             void *arg)
+                             const struct txo_log_field *fields, size_t n_fields, void *arg)
 {
     struct dup_counter *dc = arg;
-    const char *d = strstr(msg, "duplicates=");
+    (void)msg;
+    const struct txo_log_field *d = NULL;
+    for (size_t i = 0; i < n_fields; i++)
+        if (strcmp(fields[i].key, "duplicates") == 0 && fields[i].kind == TXO_LOG_KIND_U64)
+            d = &fields[i];
     if (level != TXO_LOG_DEBUG || strcmp(component, "nats") != 0 || d == NULL)
         return;
     pthread_mutex_lock(&dc->mu);
-    dc->duplicates += strtoul(d + strlen("duplicates="), NULL, 10);
+    dc->duplicates += d->v.u64;
     pthread_mutex_unlock(&dc->mu);
 }
 

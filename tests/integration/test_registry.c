@@ -262,15 +262,15 @@ struct log_count {
 };
 
 static void count_registry_lines(enum txo_log_level level, const char *component, const char *msg,
-                                 void *arg)
+                                 const struct txo_log_field *fields, size_t n_fields, void *arg)
 {
-    (void)level;
     struct log_count *c = arg;
     if (strcmp(component, "registry") != 0)
         return;
     pthread_mutex_lock(&c->mu);
     c->registry_lines++;
-    snprintf(c->last, sizeof(c->last), "%s", msg);
+    txo_log_format_line(c->last, sizeof(c->last), TXO_LOG_FORMAT_LOGFMT, "-", level, component, msg,
+                        fields, n_fields);
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -196,6 +196,47 @@ void testproc_signal(struct testproc *p, int sig)
         kill(p->pid, sig);
 }
 
+/* True when some line of text starts like a txo log line, logfmt or JSON. */
+static bool has_log_lines(const char *text)
+{
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        if (strncmp(line, "ts=", 3) == 0 || strncmp(line, "{\"ts\"", 5) == 0)
+            return true;
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    return false;
+}
+
+/*
+ * Every log line a child wrote must read back with parsers that are not txo's (npm logfmt,
+ * node's JSON.parse): tests/js/check_logs.mjs checks it once the child is gone, so each test
+ * that runs `txo` checks what its daemons logged, in whichever format they were told.
+ */
+static void check_log_lines(const struct testproc *p)
+{
+    const char *js_dir = getenv("TXO_JS_DIR");
+    if (js_dir == NULL || p->log_path[0] == '\0')
+        return;
+    char *log = testproc_log(p);
+    bool any = has_log_lines(log);
+    free(log);
+    if (!any)
+        return;
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "node %s/check_logs.mjs %s 2>&1", js_dir, p->log_path);
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        fail_msg("popen %s: %s", cmd, strerror(errno));
+    char out[4096];
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    int rc = pclose(f);
+    if (rc != 0)
+        fail_msg("log lines of %s that a logfmt or JSON parser rejects:\n%s", p->log_path, out);
+}
+
 bool testproc_wait(struct testproc *p, int timeout_ms)
 {
     if (p->pid <= 0)
@@ -205,6 +246,7 @@ bool testproc_wait(struct testproc *p, int timeout_ms)
         pid_t r = waitpid(p->pid, &p->status, WNOHANG);
         if (r == p->pid) {
             p->pid = 0;
+            check_log_lines(p);
             return true;
         }
         if (now_ms() >= deadline)
@@ -230,6 +272,7 @@ void testproc_stop_hard(struct testproc *p)
     kill(p->pid, SIGKILL);
     waitpid(p->pid, &p->status, 0);
     p->pid = 0;
+    check_log_lines(p);
 }
 
 bool testproc_stop(struct testproc *p, int timeout_ms)

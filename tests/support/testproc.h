@@ -47,7 +47,11 @@ bool testproc_wait_port(unsigned port, int timeout_ms);
 /* Sends sig to the child. */
 void testproc_signal(struct testproc *p, int sig);
 
-/* Waits up to timeout_ms for the child to exit; true and p->status set when it did. */
+/*
+ * Waits up to timeout_ms for the child to exit; true and p->status set when it did. Once a child
+ * is gone (here or in testproc_stop_hard), its txo log lines are checked with
+ * tests/js/check_logs.mjs: a line that npm logfmt or JSON.parse rejects fails the test.
+ */
 bool testproc_wait(struct testproc *p, int timeout_ms);
 
 /* True when the child exited by SIGKILL (a crash point fired). */

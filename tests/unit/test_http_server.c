@@ -838,14 +838,15 @@ static unsigned log_warnings;
 static char log_first[256];
 
 static void capture_sink(enum txo_log_level level, const char *component, const char *msg,
-                         void *arg)
+                         const struct txo_log_field *fields, size_t n_fields, void *arg)
 {
     (void)arg;
     if (level > TXO_LOG_WARN)
         return;
     pthread_mutex_lock(&log_mu);
     if (log_warnings++ == 0)
-        snprintf(log_first, sizeof(log_first), "%s: %s", component, msg);
+        txo_log_format_line(log_first, sizeof(log_first), TXO_LOG_FORMAT_LOGFMT, "-", level,
+                            component, msg, fields, n_fields);
     pthread_mutex_unlock(&log_mu);
 }
 

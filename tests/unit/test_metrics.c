@@ -439,12 +439,13 @@ struct captured_log {
 };
 
 static void capture_sink(enum txo_log_level level, const char *component, const char *msg,
-                         void *arg)
+                         const struct txo_log_field *fields, size_t n_fields, void *arg)
 {
     struct captured_log *c = arg;
     if (level == TXO_LOG_WARN && strcmp(component, "metrics") == 0) {
         c->warnings++;
-        snprintf(c->last, sizeof(c->last), "%s", msg);
+        txo_log_format_line(c->last, sizeof(c->last), TXO_LOG_FORMAT_LOGFMT, "-", level, component,
+                            msg, fields, n_fields);
     }
 }
 

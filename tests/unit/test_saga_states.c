@@ -188,9 +188,11 @@ static void test_terminal(void **state)
 }
 
 static void count_errors(enum txo_log_level level, const char *component, const char *msg,
-                         void *arg)
+                         const struct txo_log_field *fields, size_t n_fields, void *arg)
 {
     (void)msg;
+    (void)fields;
+    (void)n_fields;
     if (level == TXO_LOG_ERROR && strcmp(component, "saga") == 0) {
         (*(int *)arg)++;
     }

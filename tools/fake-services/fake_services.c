@@ -545,12 +545,12 @@ static void handle_control(struct fake *s, const struct txo_http_request *req,
     pthread_cond_broadcast(&s->cv);
     json_t *out = behaviour_json(&s->b);
     pthread_mutex_unlock(&s->mu);
-    TXO_LOG(TXO_LOG_INFO, "fake",
-            "behaviour changed fail_rate=%g decline_rate=%g ship_decline_rate=%g "
-            "latency_ms=%" PRId64 " hang=%s fail_path=%s reset=%s",
-            b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
-            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*",
-            reset ? "true" : "false");
+    TXO_LOG(TXO_LOG_INFO, "fake", "behaviour changed", TXO_KV_F64("fail_rate", b.fail_rate),
+            TXO_KV_F64("decline_rate", b.decline_rate),
+            TXO_KV_F64("ship_decline_rate", b.ship_decline_rate),
+            TXO_KV_I64("latency_ms", b.latency_ms), TXO_KV_BOOL("hang", b.hang),
+            TXO_KV_STR("fail_path", b.fail_path[0] != '\0' ? b.fail_path : "*"),
+            TXO_KV_BOOL("reset", reset));
     reply_json(resp, 200, out);
 }
 
@@ -879,11 +879,11 @@ static void handle(void *arg, const struct txo_http_request *req, struct txo_htt
         else
             handle_business(s, (enum endpoint)ep, req, resp);
     }
-    TXO_LOG(TXO_LOG_DEBUG, "fake", "request method=%s path=%s status=%d key=%s", req->method,
-            req->path, resp->status,
-            txo_http_request_header(req, "Idempotency-Key") != NULL
-                ? txo_http_request_header(req, "Idempotency-Key")
-                : "-");
+    TXO_LOG(TXO_LOG_DEBUG, "fake", "request", TXO_KV_STR("method", req->method),
+            TXO_KV_STR("path", req->path), TXO_KV_I64("http_status", resp->status),
+            TXO_KV_STR("key", txo_http_request_header(req, "Idempotency-Key") != NULL
+                                  ? txo_http_request_header(req, "Idempotency-Key")
+                                  : "-"));
 }
 
 /* ---- lifecycle ---- */
@@ -995,12 +995,12 @@ int main(int argc, char **argv)
         goto out;
     }
     unsigned bound = txo_http_server_port(srv);
-    TXO_LOG(TXO_LOG_INFO, "fake",
-            "listening url=http://%s:%u fail_rate=%g decline_rate=%g ship_decline_rate=%g "
-            "latency_ms=%" PRId64 " hang=%s fail_path=%s random_state=%u",
-            host, bound, b.fail_rate, b.decline_rate, b.ship_decline_rate, b.latency_ms,
-            b.hang ? "true" : "false", b.fail_path[0] != '\0' ? b.fail_path : "*",
-            opts.random_state);
+    TXO_LOG(TXO_LOG_INFO, "fake", "listening", TXO_KV_STR("host", host), TXO_KV_U64("port", bound),
+            TXO_KV_F64("fail_rate", b.fail_rate), TXO_KV_F64("decline_rate", b.decline_rate),
+            TXO_KV_F64("ship_decline_rate", b.ship_decline_rate),
+            TXO_KV_I64("latency_ms", b.latency_ms), TXO_KV_BOOL("hang", b.hang),
+            TXO_KV_STR("fail_path", b.fail_path[0] != '\0' ? b.fail_path : "*"),
+            TXO_KV_U64("random_state", opts.random_state));
     printf("http://%s:%u\n", host, bound);
     fflush(stdout);
 
@@ -1013,12 +1013,12 @@ int main(int argc, char **argv)
     txo_http_server_stop(srv);
     srv = NULL;
     pthread_mutex_lock(&s->mu);
-    TXO_LOG(TXO_LOG_INFO, "fake",
-            "stopped charges=%" PRIu64 " charge_requests=%" PRIu64 " refunds=%" PRIu64
-            " shipments=%" PRIu64 " cancels=%" PRIu64 " failures_injected=%" PRIu64
-            " hangs=%" PRIu64,
-            s->st.charges, s->st.requests[EP_CHARGE], s->st.refunds, s->st.shipments, s->st.cancels,
-            s->st.failures_injected, s->st.hangs);
+    TXO_LOG(TXO_LOG_INFO, "fake", "stopped", TXO_KV_U64("charges", s->st.charges),
+            TXO_KV_U64("charge_requests", s->st.requests[EP_CHARGE]),
+            TXO_KV_U64("refunds", s->st.refunds), TXO_KV_U64("shipments", s->st.shipments),
+            TXO_KV_U64("cancels", s->st.cancels),
+            TXO_KV_U64("failures_injected", s->st.failures_injected),
+            TXO_KV_U64("hangs", s->st.hangs));
     pthread_mutex_unlock(&s->mu);
     status = 0;
 out:
