@@ -617,15 +617,16 @@ struct route {
     bool needs_db;
     void (*fn)(struct order_api *api, struct txo_db *db, const struct route_match *m,
                const struct txo_http_request *req, struct txo_http_response *resp);
+    const char *template; /* the path as documented: the request metrics' route label */
 };
 
 static const struct route routes[] = {
-    {"GET", "/healthz", false, "", false, healthz},
-    {"GET", "/openapi.json", false, "", false, openapi},
-    {"GET", "/readyz", false, "", true, readyz},
-    {"POST", "/orders", false, "", false, post_order},
-    {"GET", "/orders/", true, "", true, get_order},
-    {"POST", "/orders/", true, "/cancel", true, cancel_order},
+    {"GET", "/healthz", false, "", false, healthz, "/healthz"},
+    {"GET", "/openapi.json", false, "", false, openapi, "/openapi.json"},
+    {"GET", "/readyz", false, "", true, readyz, "/readyz"},
+    {"POST", "/orders", false, "", false, post_order, "/orders"},
+    {"GET", "/orders/", true, "", true, get_order, "/orders/{id}"},
+    {"POST", "/orders/", true, "/cancel", true, cancel_order, "/orders/{id}/cancel"},
 };
 
 bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool *admin)
@@ -635,7 +636,7 @@ bool order_api_route(size_t i, const char **method, char *path, size_t cap, bool
     const struct route *r = &routes[i];
     *method = r->method;
     *admin = false;
-    snprintf(path, cap, "%s%s%s", r->prefix, r->with_id ? "{id}" : "", r->suffix);
+    snprintf(path, cap, "%s", r->template);
     return true;
 }
 
@@ -657,6 +658,7 @@ void order_api_handle(void *arg, const struct txo_http_request *req, struct txo_
         if (!path_matches(&routes[i], req->path, &m))
             continue;
         path_known = true;
+        resp->route = routes[i].template;
         if (is(req, routes[i].method))
             found = &routes[i];
     }

@@ -425,6 +425,7 @@ static void api_handler(void *arg, const struct txo_http_request *req,
         order_api_handle(d->api, req, resp);
         return;
     }
+    resp->route = "/metrics";
     if (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0)
         daemon_metrics_reply(d->metrics, resp);
     else
@@ -452,6 +453,7 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     so.max_connections_per_client = s->max_connections_per_client;
     so.tls_cert_file = s->tls_cert;
     so.tls_key_file = s->tls_key;
+    so.metrics = metrics; /* txo_http_requests_total, txo_http_request_duration_seconds */
 
     struct api_daemon *d = txo_calloc(1, sizeof(*d));
     if (d == NULL)

@@ -61,6 +61,9 @@ struct txo_http_response {
     unsigned retry_after_s;   /* > 0: a Retry-After header */
     char header_name[32];     /* one more header when not "" (e.g. "ETag") */
     char header_value[96];
+    /* The route template the request matched ("/orders/{id}"), a static string: the route
+     * label of the request metrics (txo_http_server_opts.metrics). NULL: "unmatched". */
+    const char *route;
 };
 
 /* Sets status and a copy of body (a JSON text unless content_type is changed). Returns 0 or
@@ -103,6 +106,8 @@ TXO_API bool txo_http_path_id(const char *path, const char *prefix, const char *
 typedef void (*txo_http_handler_fn)(void *arg, const struct txo_http_request *req,
                                     struct txo_http_response *resp);
 
+struct txo_metrics;
+
 struct txo_http_server_opts {
     const char *host;          /* IPv4 address to bind; default "127.0.0.1" */
     unsigned port;             /* 0 = any free port (see txo_http_server_port) */
@@ -116,6 +121,12 @@ struct txo_http_server_opts {
     unsigned handler_threads;            /* the handler pool; default 32 */
     const char *tls_cert_file;           /* PEM certificate chain; with tls_key_file: HTTPS only */
     const char *tls_key_file;            /* PEM private key */
+    /* NULL: none. Else the server counts every answer in txo_http_requests_total{method,route,
+     * status} and times it in txo_http_request_duration_seconds{method,route} (from the
+     * complete request to the answer ready to send): route is what the handler set in
+     * txo_http_response.route ("unmatched" when none, "refused" for a request the HTTP layer
+     * refused), method one of GET HEAD POST PUT PATCH DELETE OPTIONS or "other". */
+    struct txo_metrics *metrics;
 };
 
 TXO_API void txo_http_server_opts_init(struct txo_http_server_opts *opts);

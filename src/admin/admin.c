@@ -520,25 +520,26 @@ struct route {
     bool token;    /* needs the bearer token when one is configured */
     bool needs_db; /* borrows a pooled connection for the call */
     txo__admin_route_fn *fn;
+    const char *template; /* the path as documented: the request metrics' route label */
 };
 
 static const struct route routes[] = {
-    {"GET", "/outbox/stats", PARAM_NONE, "", true, true, outbox_stats},
-    {"GET", "/dlq", PARAM_NONE, "", true, true, list_dlq},
-    {"GET", "/dlq/events", PARAM_NONE, "", true, true, txo__admin_list_dead_events},
-    {"GET", "/outbox/parked", PARAM_NONE, "", true, true, list_parked},
-    {"POST", "/dlq/", PARAM_ID, "/replay", true, true, replay_dlq},
-    {"POST", "/dlq/", PARAM_ID, "/skip", true, true, skip_dlq},
-    {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga},
-    {"GET", "/sagas/", PARAM_SAGA, "", true, true, txo__admin_get_saga},
-    {"GET", "/sagas", PARAM_NONE, "", true, true, list_sagas},
-    {"GET", "/processes", PARAM_NONE, "", true, true, list_processes},
-    {"GET", "/search", PARAM_NONE, "", true, true, txo__admin_search},
-    {"GET", "/ui", PARAM_NONE, "", false, false, ui},
-    {"GET", "/ui/app.js", PARAM_NONE, "", false, false, ui},
-    {"GET", "/ui/chart.js", PARAM_NONE, "", false, false, ui},
-    {"GET", "/ui/pages.js", PARAM_NONE, "", false, false, ui},
-    {"GET", "/ui/app.css", PARAM_NONE, "", false, false, ui},
+    {"GET", "/outbox/stats", PARAM_NONE, "", true, true, outbox_stats, "/outbox/stats"},
+    {"GET", "/dlq", PARAM_NONE, "", true, true, list_dlq, "/dlq"},
+    {"GET", "/dlq/events", PARAM_NONE, "", true, true, txo__admin_list_dead_events, "/dlq/events"},
+    {"GET", "/outbox/parked", PARAM_NONE, "", true, true, list_parked, "/outbox/parked"},
+    {"POST", "/dlq/", PARAM_ID, "/replay", true, true, replay_dlq, "/dlq/{id}/replay"},
+    {"POST", "/dlq/", PARAM_ID, "/skip", true, true, skip_dlq, "/dlq/{id}/skip"},
+    {"POST", "/sagas/", PARAM_SAGA, "/retry", true, true, retry_saga, "/sagas/{id}/retry"},
+    {"GET", "/sagas/", PARAM_SAGA, "", true, true, txo__admin_get_saga, "/sagas/{id}"},
+    {"GET", "/sagas", PARAM_NONE, "", true, true, list_sagas, "/sagas"},
+    {"GET", "/processes", PARAM_NONE, "", true, true, list_processes, "/processes"},
+    {"GET", "/search", PARAM_NONE, "", true, true, txo__admin_search, "/search"},
+    {"GET", "/ui", PARAM_NONE, "", false, false, ui, "/ui"},
+    {"GET", "/ui/app.js", PARAM_NONE, "", false, false, ui, "/ui/app.js"},
+    {"GET", "/ui/chart.js", PARAM_NONE, "", false, false, ui, "/ui/chart.js"},
+    {"GET", "/ui/pages.js", PARAM_NONE, "", false, false, ui, "/ui/pages.js"},
+    {"GET", "/ui/app.css", PARAM_NONE, "", false, false, ui, "/ui/app.css"},
 };
 
 void txo_admin_opts_init(struct txo_admin_opts *opts)
@@ -596,7 +597,7 @@ bool txo_admin_route(size_t i, const char **method, char *path, size_t cap, bool
     const struct route *r = &routes[i];
     *method = r->method;
     *token = r->token;
-    snprintf(path, cap, "%s%s%s", r->prefix, r->param != PARAM_NONE ? "{id}" : "", r->suffix);
+    snprintf(path, cap, "%s", r->template);
     return true;
 }
 
@@ -624,6 +625,7 @@ bool txo_admin_handle(struct txo_admin *admin, const struct txo_http_request *re
         if (!path_matches(&routes[i], req->path, &m))
             continue;
         path_known = true;
+        resp->route = routes[i].template;
         if (routes[i].token && !admin_allowed(admin, req)) {
             txo_http_response_error(resp, 401, "unauthorized",
                                     "admin endpoints need Authorization: Bearer <token>");

@@ -32,6 +32,7 @@
 #include "core/common.h"
 
 #include "http/server_internal.h"
+#include "txo/metrics.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -203,6 +204,35 @@ static void join_workers(struct txo_http_server *srv)
     srv->n_workers = 0;
 }
 
+/* The request families in opts.metrics (the ones already there when another server made
+ * them). */
+static int register_metrics(struct txo_http_server *srv, struct txo_error *err)
+{
+    struct txo_metrics *reg = srv->opts.metrics;
+    if (reg == NULL)
+        return 0;
+    static const char *const counted[] = {"method", "route", "status"};
+    static const char *const timed[] = {"method", "route"};
+    static const double buckets[] = {.0005, .001, .0025, .005, .01, .025, .05,
+                                     .1,    .25,  .5,    1,    2.5, 5,    10};
+    srv->m_requests = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_http_requests_total",
+                                           "HTTP requests answered, by method, route template "
+                                           "and status.",
+                                           3, counted, NULL, 0, err);
+    srv->m_duration =
+        srv->m_requests == NULL
+            ? NULL
+            : txo_metrics_register(reg, TXO_METRIC_HISTOGRAM, "txo_http_request_duration_seconds",
+                                   "From a complete request to its answer ready "
+                                   "to send, by method and route template.",
+                                   2, timed, buckets, TXO_ARRAY_LEN(buckets), err);
+    if (srv->m_duration == NULL) {
+        srv->m_requests = NULL;
+        return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
+    }
+    return 0;
+}
+
 int txo_http_server_start(const struct txo_http_server_opts *opts, txo_http_handler_fn handler,
                           void *arg, struct txo_http_server **out, struct txo_error *err)
 {
@@ -219,6 +249,11 @@ int txo_http_server_start(const struct txo_http_server_opts *opts, txo_http_hand
         return txo_error_set(err, TXO_ENOMEM, "HTTP server");
     srv->opts = *opts;
     srv->opts.host = NULL;
+    int mrc = register_metrics(srv, err);
+    if (mrc != 0) {
+        txo_free(srv);
+        return mrc;
+    }
     if (srv->opts.max_header_bytes < 256)
         srv->opts.max_header_bytes = 256;
     if (srv->opts.handler_threads == 0)

@@ -10,6 +10,7 @@
 #include "core/common.h"
 
 #include "http/server_internal.h"
+#include "txo/metrics.h"
 
 #include <stdatomic.h>
 #include <strings.h>
@@ -309,8 +310,35 @@ static void *build_view(const struct conn *c, struct txo_http_request *req,
     return v;
 }
 
+/* A method as a bounded label value. */
+static const char *method_label(const struct txo__http_head *h)
+{
+    static const char *const known[] = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(known); i++)
+        if (h->method.len == strlen(known[i]) && memcmp(h->method.p, known[i], h->method.len) == 0)
+            return known[i];
+    return "other";
+}
+
+/* Counts and times one answer (opts.metrics). */
+static void count_request(struct txo_http_server *srv, const struct txo__http_head *h,
+                          const struct txo_http_response *resp, bool refused, int64_t t0_us)
+{
+    if (srv->m_requests == NULL)
+        return;
+    char status[8];
+    snprintf(status, sizeof(status), "%d", resp->status);
+    const char *route = refused ? "refused" : resp->route != NULL ? resp->route : "unmatched";
+    const char *method = refused ? "other" : method_label(h);
+    const char *counted[] = {method, route, status};
+    txo_metric_inc(srv->m_requests, counted);
+    const char *timed[] = {method, route};
+    txo_metric_observe(srv->m_duration, timed, (double)(txo_monotonic_us() - t0_us) / 1e6);
+}
+
 static void handle(struct txo_http_server *srv, struct conn *c)
 {
+    int64_t t0_us = txo_monotonic_us();
     const struct txo__http_head *h = &c->head;
     struct txo_http_request req = {0};
     struct txo_http_response resp = {.status = 500, .content_type = "application/json"};
@@ -357,6 +385,7 @@ static void handle(struct txo_http_server *srv, struct conn *c)
     bool head_only = h->method.len == 4 && memcmp(h->method.p, "HEAD", 4) == 0;
     c->resp =
         txo__http_serialize(&resp, head_only, close, h->version_minor == 0 && !close, &c->resp_len);
+    count_request(srv, h, &resp, view == NULL, t0_us);
     c->resp_close = close;
     c->resp_off = 0;
     /*

@@ -90,6 +90,8 @@ struct conn {
 
 struct txo_http_server {
     struct txo_http_server_opts opts; /* host is not kept */
+    struct txo_metric *m_requests;    /* opts.metrics' families; NULL without */
+    struct txo_metric *m_duration;
     txo_http_handler_fn handler;
     void *arg;
     unsigned port;

@@ -373,7 +373,13 @@ static void test_probes_and_metrics(void **state)
     assert_string_equal(r->body, order_api_openapi());
 
     testhttp_post_order(c->h, port, "metrics-key", ORDER_BODY, r);
-    testhttp_expect_created(r, 201, "POST /orders");
+    int64_t id = testhttp_expect_created(r, 201, "POST /orders");
+    char path[48];
+    snprintf(path, sizeof(path), "/orders/%lld", (long long)id);
+    testhttp_get(c->h, port, path, r);
+    testhttp_expect_status(r, 200, "GET /orders/{id}");
+    testhttp_get(c->h, port, "/no/such/path", r);
+    testhttp_expect_status(r, 404, "GET /no/such/path");
     testhttp_get(c->h, port, "/metrics", r);
     testhttp_expect_status(r, 200, "GET /metrics");
     if (strncmp(r->content_type, "text/plain", 10) != 0)
@@ -390,6 +396,14 @@ static void test_probes_and_metrics(void **state)
         "\ntxo_outbox_pending 1\n",
         "\ntxo_sagas{status=\"RUNNING\"} 0\n",
         "\ntxo_circuit_breaker_state{service=\"payment\"} 0\n",
+        /* The API's own requests, by route template, never by path. */
+        "\ntxo_http_requests_total{method=\"POST\",route=\"/orders\",status=\"201\"} 1\n",
+        "\ntxo_http_requests_total{method=\"GET\",route=\"/orders/{id}\",status=\"200\"} 1\n",
+        "\ntxo_http_requests_total{method=\"GET\",route=\"unmatched\",status=\"404\"} 1\n",
+        "\ntxo_http_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"} ",
+        "\ntxo_http_request_duration_seconds_count{method=\"POST\",route=\"/orders\"} 1\n",
+        "\nprocess_start_time_seconds ",
+        "\ntxo_build_info{version=\"",
     };
     for (size_t i = 0; i < TXO_ARRAY_LEN(families); i++)
         expect_contains(r, families[i]);
