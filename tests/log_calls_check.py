@@ -14,7 +14,7 @@ import sys
 
 DIRS = ("src", "cmd", "app", "tools", "tests", "bench", "fuzz")
 KEY = re.compile(r"^[a-z0-9_.]+$")
-RESERVED = {"ts", "level", "component", "msg", "truncated"}
+RESERVED = {"ts", "level", "component", "msg", "truncated", "trace_id", "span_id"}
 FIELD = re.compile(r'TXO_KV_(?:STR|STRN|I64|U64|F64|BOOL)\(\s*"([^"]*)"')
 # test_log.c logs bad and repeated keys on purpose, to test the checks at run time.
 SKIP = {"tests/unit/test_log.c"}

@@ -15,8 +15,12 @@
  *   {"ts":"2026-11-30T15:37:00.123Z","level":"info","component":"relay","msg":"claimed batch",
  *    "size":10,"token":"ab"}
  *
+ * Inside a traced operation (txo_trace_set_current(), txo/trace.h) every line also carries
+ * trace_id and span_id, the W3C ids of the operation's span.
+ *
  * Fields: key names are [a-z0-9_.]+, unique within an event and never ts, level, component,
- * msg or truncated; breaking that is a programming error (an assertion in debug builds; a
+ * msg, truncated, trace_id or span_id; breaking that is a programming error (an assertion in
+ * debug builds; a
  * release build writes the first of two equal keys and drops the other). A NULL string value
  * leaves its field out. Each string value is cut to 1024 bytes, and a line that would pass
  * 8 KiB loses its last fields and ends with truncated=true; either way it stays valid logfmt

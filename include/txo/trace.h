@@ -70,4 +70,13 @@ TXO_API void txo_trace_format(const struct txo_trace_ctx *ctx, char *out);
 TXO_API void txo_trace_id_hex(const struct txo_trace_ctx *ctx, char *out);
 TXO_API void txo_trace_span_hex(const struct txo_trace_ctx *ctx, char *out);
 
+/*
+ * The span the calling thread works in (NULL: none). While one is set, every log line the
+ * thread writes carries its trace_id and span_id (txo/log.h). Set it at the start of a traced
+ * operation and put the previous one back at its end: txo_trace_set_current() returns it. ctx
+ * is borrowed and must stay valid while it is current.
+ */
+TXO_API const struct txo_trace_ctx *txo_trace_set_current(const struct txo_trace_ctx *ctx);
+TXO_API const struct txo_trace_ctx *txo_trace_current(void);
+
 #endif

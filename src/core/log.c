@@ -22,6 +22,8 @@
  */
 #include "core/common.h"
 
+#include "txo/trace.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -52,7 +54,8 @@ static const char *const level_names[] = {
 };
 
 /* Keys every line starts with (and the truncation marker): no field may use them. */
-static const char *const reserved_keys[] = {"ts", "level", "component", "msg", "truncated"};
+static const char *const reserved_keys[] = {"ts",        "level",    "component", "msg",
+                                            "truncated", "trace_id", "span_id"};
 
 static const char hex[] = "0123456789abcdef";
 
@@ -522,6 +525,18 @@ void txo_log_emit(enum txo_log_level level, const char *component, const char *m
     int saved_errno = errno;
     struct txo_log_field checked[LOG_FIELDS_MAX];
     size_t n = check_fields(fields, fields != NULL ? n_fields : 0, checked);
+    /* Inside a traced operation: its trace and span (a call has at most 20 fields of its own,
+     * so there is room). */
+    char trace_id[33], span_id[17];
+    const struct txo_trace_ctx *tc = txo_trace_current();
+    if (tc != NULL && n + 2 <= LOG_FIELDS_MAX) {
+        txo_trace_id_hex(tc, trace_id);
+        txo_trace_span_hex(tc, span_id);
+        checked[n++] = TXO_KV_STR("trace_id", trace_id);
+        checked[n - 1].v.str.len = 32;
+        checked[n++] = TXO_KV_STR("span_id", span_id);
+        checked[n - 1].v.str.len = 16;
+    }
 
     pthread_mutex_lock(&sink_lock);
     txo_log_sink_fn fn = sink_fn;

@@ -345,3 +345,19 @@ bool txo_trace_parse(const char *traceparent, const char *tracestate, struct txo
     *out = c;
     return true;
 }
+
+/* ---- the current span of each thread ---- */
+
+static _Thread_local const struct txo_trace_ctx *current;
+
+const struct txo_trace_ctx *txo_trace_set_current(const struct txo_trace_ctx *ctx)
+{
+    const struct txo_trace_ctx *prev = current;
+    current = ctx;
+    return prev;
+}
+
+const struct txo_trace_ctx *txo_trace_current(void)
+{
+    return current;
+}

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "txo/trace.h"
 #include <jansson.h>
 
 #include "txo/txo.h"
@@ -102,6 +104,30 @@ static void test_sink_receives_message_and_typed_fields(void **state)
     txo_log_emit(TXO_LOG_ERROR, NULL, "no component", NULL, 0);
     assert_int_equal(c.calls, 3);
     assert_string_equal(c.component, "txo");
+}
+
+/* Inside a traced operation every line carries its trace_id and span_id, after its own fields;
+ * outside, none. */
+static void test_lines_of_a_traced_operation_carry_its_ids(void **state)
+{
+    (void)state;
+    struct captured c = {0};
+    txo_log_set_sink(capture_sink, &c);
+    struct txo_trace_ctx ctx;
+    assert_true(
+        txo_trace_parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", NULL, &ctx));
+    const struct txo_trace_ctx *prev = txo_trace_set_current(&ctx);
+    assert_null(prev);
+    TXO_LOG(TXO_LOG_WARN, "saga", "step failed", TXO_KV_U64("step_order", 2));
+    assert_int_equal(c.n_fields, 3);
+    assert_string_equal(c.fields[0].key, "step_order");
+    assert_string_equal(c.fields[1].key, "trace_id");
+    assert_string_equal(c.fields[1].v.str.ptr, "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_string_equal(c.fields[2].key, "span_id");
+    assert_string_equal(c.fields[2].v.str.ptr, "00f067aa0ba902b7");
+    assert_ptr_equal(txo_trace_set_current(prev), &ctx);
+    TXO_LOG(TXO_LOG_WARN, "saga", "step failed", TXO_KV_U64("step_order", 2));
+    assert_int_equal(c.n_fields, 1);
 }
 
 static int evaluated;
@@ -602,6 +628,7 @@ static void test_twenty_fields(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_lines_of_a_traced_operation_carry_its_ids, reset_log),
         cmocka_unit_test_teardown(test_sink_receives_message_and_typed_fields, reset_log),
         cmocka_unit_test_teardown(test_filtered_levels_do_not_evaluate_arguments, reset_log),
         cmocka_unit_test_teardown(test_level_and_format_parse, reset_log),
