@@ -231,9 +231,8 @@ struct order_post {
     json_t *doc;
     struct parsed_order order;
     char hash[TXO_IDEM_HASH_LEN];
-    /* The request's span: a child of the caller's traceparent, or a new trace when it sent
-     * none or one that is not valid W3C Trace Context (never an error). OrderCreated carries
-     * it. */
+    /* The request's span (the HTTP server's: a child of the caller's traceparent, or a new
+     * trace). OrderCreated carries it. */
     struct txo_trace_ctx trace;
 };
 
@@ -447,14 +446,8 @@ static void post_order(struct order_api *api, struct txo_db *db, const struct ro
                     txo_http_request_header(req, "Content-Type"), req->body, req->body_len, &post,
                     resp))
         return;
-    /* One traceparent header, as the specification allows; tracestate only when it came in
-     * one header too (this server does not join repeated ones). */
-    struct txo_trace_ctx caller;
-    bool one_state = txo_http_request_header_count(req, "tracestate") == 1;
-    if (txo_http_request_header_count(req, "traceparent") == 1 &&
-        txo_trace_parse(txo_http_request_header(req, "traceparent"),
-                        one_state ? txo_http_request_header(req, "tracestate") : NULL, &caller))
-        txo_trace_child(&caller, &post.trace);
+    if (req->trace != NULL)
+        post.trace = *req->trace; /* the request's span (the server's) */
     else
         txo_trace_new_root(false, &post.trace);
     if (api->writer != NULL)

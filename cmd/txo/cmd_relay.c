@@ -22,6 +22,7 @@
 #include "clean.h"
 #include "cli_errors.h"
 #include "daemons.h"
+#include "tracing.h"
 #include "notify.h"
 #include "signals.h"
 #include "txo/webhook.h"
@@ -57,6 +58,7 @@ const struct command cmd_relay = {
 
 struct relay_cmd_opts {
     struct common_opts common;
+    struct tracing_settings tracing;
     const char *publisher;
     const char *envelope;
     const char *envelope_source;
@@ -128,6 +130,7 @@ static void add_settings(struct settings_table *t)
          .target = &opts.webhook_token},
     };
     settings_add_common(t, &opts.common);
+    settings_add_tracing(t, &opts.tracing);
     settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
     settings_add_relay(t, &opts.relay);
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
@@ -280,6 +283,11 @@ static int run(int argc, char **argv)
         if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
             goto out;
     }
+    if (!daemon_tracing_start("relay", &opts.tracing, ro.metrics)) {
+        status = 2;
+        goto out;
+    }
+    ro.tracer = daemon_tracer();
     if (make_publisher(opts.publisher, ro.metrics, &pub, &err) < 0) {
         cmd_report("relay", "creating the publisher", &err);
         goto out;
@@ -344,6 +352,7 @@ out:
     clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
     txo_relay_free(rt.relay); /* before the registry its metrics live in */
+    daemon_tracing_stop();    /* after the relay: its last spans are sent */
     daemon_metrics_free(metrics);
     txo_publisher_free(pub);
     txo_db_close(db);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "daemons.h"
+#include "tracing.h"
 #include "notify.h"
 
 static int run(int argc, char **argv);
@@ -39,6 +40,7 @@ const struct command cmd_serve = {
 
 struct serve_cmd_opts {
     struct common_opts common;
+    struct tracing_settings tracing;
     struct serve_settings serve;
     struct services_settings services;
 };
@@ -49,6 +51,7 @@ static struct serve_cmd_opts opts;
 static void add_settings(struct settings_table *t)
 {
     settings_add_common(t, &opts.common);
+    settings_add_tracing(t, &opts.tracing);
     settings_add_serve(t, &opts.serve);
     settings_add_services(t, &opts.services);
 }
@@ -83,6 +86,10 @@ static int run(int argc, char **argv)
     metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
         goto out;
+    if (!daemon_tracing_start("serve", &opts.tracing, daemon_metrics_registry(metrics))) {
+        status = 2;
+        goto out;
+    }
     if (!daemon_services_new("serve", &opts.services, daemon_metrics_registry(metrics),
                              &services)) {
         status = 2;
@@ -103,6 +110,7 @@ out:
     txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
     daemon_api_stop(api);
     order_services_free(services);
+    daemon_tracing_stop(); /* after the API: its last spans are sent */
     daemon_metrics_free(metrics);
     return status;
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "tracing.h"
 #include "cli_errors.h"
 #include "notify.h"
 #include "orders.h"
@@ -49,6 +50,7 @@ const struct command cmd_up = {
 
 struct up_cmd_opts {
     struct common_opts common;
+    struct tracing_settings tracing;
     struct serve_settings serve;
     struct relay_settings relay;
     struct worker_settings worker;
@@ -86,6 +88,7 @@ static void add_settings(struct settings_table *t)
          .target = &opts.stock},
     };
     settings_add_common(t, &opts.common);
+    settings_add_tracing(t, &opts.tracing);
     settings_add_serve(t, &opts.serve);
     settings_add_relay(t, &opts.relay);
     settings_add_worker(t, &opts.worker);
@@ -266,6 +269,10 @@ static int run(int argc, char **argv)
     struct txo_metrics *reg = daemon_metrics_registry(metrics);
     if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
         goto out;
+    if (!daemon_tracing_start("up", &opts.tracing, reg)) {
+        status = 2;
+        goto out;
+    }
     if (!daemon_services_new("up", &opts.services, reg, &services)) {
         status = 2;
         goto out;
@@ -288,6 +295,7 @@ static int run(int argc, char **argv)
     if (relay_db == NULL)
         goto out;
     ro.metrics = reg;
+    ro.tracer = daemon_tracer();
     if (txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
         cmd_report("up", "creating the relay", &err);
         goto out;
@@ -332,6 +340,7 @@ out:
     txo_publisher_free(pub);
     daemon_worker_free(worker);
     order_services_free(services);
+    daemon_tracing_stop(); /* after the daemons: their last spans are sent */
     daemon_metrics_free(metrics);
     cmd_broker_shutdown(broker); /* the SDK's own threads, so nothing is left for valgrind */
     return status;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "tracing.h"
 #include "cli_errors.h"
 #include "notify.h"
 
@@ -40,6 +41,7 @@ const struct command cmd_worker = {
 
 struct worker_cmd_opts {
     struct common_opts common;
+    struct tracing_settings tracing;
     struct worker_settings worker;
     struct services_settings services;
     const char *broker;
@@ -60,6 +62,7 @@ static void add_settings(struct settings_table *t)
          .target = &opts.broker},
     };
     settings_add_common(t, &opts.common);
+    settings_add_tracing(t, &opts.tracing);
     settings_add_worker(t, &opts.worker);
     settings_add_services(t, &opts.services);
     settings_add(t, broker, TXO_ARRAY_LEN(broker));
@@ -111,6 +114,10 @@ static int run(int argc, char **argv)
     metrics = daemon_metrics_new(&opts.common);
     if (metrics == NULL)
         goto out;
+    if (!daemon_tracing_start("worker", &opts.tracing, daemon_metrics_registry(metrics))) {
+        status = 2;
+        goto out;
+    }
     if (!daemon_services_new("worker", &opts.services, daemon_metrics_registry(metrics),
                              &services)) {
         status = 2;
@@ -142,6 +149,7 @@ out:
     daemon_worker_stop("worker", worker);
     daemon_worker_free(worker);
     order_services_free(services);
+    daemon_tracing_stop(); /* after the worker: its last spans are sent */
     daemon_metrics_free(metrics);
     cmd_broker_shutdown(broker); /* the SDK's own threads, so nothing is left for valgrind */
     return status;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "daemons.h"
+#include "tracing.h"
 #include "cli_errors.h"
 
 bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
@@ -317,6 +318,7 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
     struct txo_worker_opts wo;
     worker_opts(s, &wo);
     wo.metrics = metrics;
+    wo.tracer = daemon_tracer();
     order_worker_setup(&d->config, services, NULL, &wo);
     if (txo_worker_new(&common->db, &wo, &d->worker, &err) != 0) {
         cmd_report(cmd, "creating the worker", &err);
@@ -454,6 +456,7 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     so.tls_cert_file = s->tls_cert;
     so.tls_key_file = s->tls_key;
     so.metrics = metrics; /* txo_http_requests_total, txo_http_request_duration_seconds */
+    so.tracer = daemon_tracer();
 
     struct api_daemon *d = txo_calloc(1, sizeof(*d));
     if (d == NULL)

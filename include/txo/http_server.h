@@ -27,6 +27,7 @@
 
 #include "txo/common.h"
 #include "txo/err.h"
+#include "txo/trace.h"
 
 /*
  * A complete request (the body has been read), valid during the handler call. Every string
@@ -39,6 +40,11 @@ struct txo_http_request {
     const char *path;   /* the URL path, percent-decoded, without the query string */
     const char *body;   /* NUL-terminated after body_len bytes (it may contain NULs); "" */
     size_t body_len;
+    /* The request's span (W3C Trace Context): a child of the traceparent (and tracestate) the
+     * caller sent in one header each, or a new trace when it sent none or one that is not
+     * valid (never an error). It is the thread's current span during the handler call, so
+     * log lines carry its ids; what the handler writes or calls on continues it. */
+    const struct txo_trace_ctx *trace;
     void *conn; /* internal */
 };
 
@@ -107,6 +113,7 @@ typedef void (*txo_http_handler_fn)(void *arg, const struct txo_http_request *re
                                     struct txo_http_response *resp);
 
 struct txo_metrics;
+struct txo_tracer;
 
 struct txo_http_server_opts {
     const char *host;          /* IPv4 address to bind; default "127.0.0.1" */
@@ -127,6 +134,10 @@ struct txo_http_server_opts {
      * txo_http_response.route ("unmatched" when none, "refused" for a request the HTTP layer
      * refused), method one of GET HEAD POST PUT PATCH DELETE OPTIONS or "other". */
     struct txo_metrics *metrics;
+    /* NULL: none. Else every request's span is recorded (txo/tracer.h: SERVER, named
+     * "<method> <route>", with its status) when it is sampled: the caller's decision, or the
+     * tracer's ratio for a new trace. */
+    struct txo_tracer *tracer;
 };
 
 TXO_API void txo_http_server_opts_init(struct txo_http_server_opts *opts);

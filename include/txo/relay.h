@@ -118,6 +118,8 @@ TXO_API const char *txo_relay_claim_mode_name(enum txo_relay_claim_mode m);
 /* Parses one of the names above. Returns 0, or TXO_EINVAL (*out untouched). */
 TXO_API int txo_relay_claim_mode_parse(const char *name, enum txo_relay_claim_mode *out);
 
+struct txo_tracer;
+
 struct txo_relay_opts {
     const char *relay_id;             /* prefix of lock tokens; default "<hostname>:<pid>" */
     enum txo_claim_strategy claim;    /* default AUTO */
@@ -153,6 +155,10 @@ struct txo_relay_opts {
      * txo_relay_breaker_state (gauge: 0 closed, 1 open, 2 half-open).
      */
     struct txo_metrics *metrics;
+    /* NULL: none. Else each published batch is a PRODUCER span ("outbox publish", a trace of its
+     * own linked to each event's context; txo/tracer.h), recorded when one of its events was
+     * appended in a sampled trace. */
+    struct txo_tracer *tracer;
     unsigned idle_sleep_ms; /* pause when nothing is due, default 200 */
     bool drain;             /* txo_relay_run returns when nothing is due (ordered: in any shard) */
 };

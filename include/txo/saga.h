@@ -291,6 +291,8 @@ TXO_API const char *txo_saga_deadline_name(enum txo_saga_deadline d);
 
 struct txo_metric;
 
+struct txo_tracer;
+
 struct txo_saga_opts {
     const char *owner;               /* lease owner; default "<hostname>:<pid>:<thread>" */
     unsigned lease_s;                /* owner lease, renewed at every step; default 30 */
@@ -305,6 +307,10 @@ struct txo_saga_opts {
     /* Optional: a counter labelled (kind, saga_type), incremented once for each deadline the
      * engine finds passed: txo_saga_deadlines_passed_total of the worker runtime. */
     struct txo_metric *deadlines;
+    /* NULL: none. Else each try of a step of a saga created in a sampled trace is a span
+     * (INTERNAL, named after the step) and its remote call a CLIENT span within it, whose
+     * context the call carries (struct txo_saga_ctx.trace); txo/tracer.h. */
+    struct txo_tracer *tracer;
 };
 
 TXO_API void txo_saga_opts_init(struct txo_saga_opts *opts);

@@ -128,6 +128,8 @@ struct txo_command_handler {
     txo_command_handler_fn fn;
 };
 
+struct txo_tracer;
+
 struct txo_worker_opts {
     const struct txo_event_handler *events;
     size_t n_events;
@@ -157,6 +159,10 @@ struct txo_worker_opts {
     struct txo_backoff command_backoff;  /* default 1 s .. 60 s, jitter 0.5 */
     struct txo_retention_opts retention; /* interval_s 0: no cleaner */
     struct txo_metrics *metrics;         /* NULL: none */
+    /* NULL: none. Else every consumed event that carries a sampled trace context is a
+     * CONSUMER span ("<type> process", a child of the producer's span; txo/tracer.h), and so
+     * is every saga step's run (the engine's, struct txo_saga_opts.tracer). */
+    struct txo_tracer *tracer;
 };
 
 /* Fills opts with the defaults above and empty tables. Never fails. */

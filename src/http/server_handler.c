@@ -11,6 +11,7 @@
 
 #include "http/server_internal.h"
 #include "txo/metrics.h"
+#include "txo/tracer.h"
 
 #include <stdatomic.h>
 #include <strings.h>
@@ -336,6 +337,55 @@ static void count_request(struct txo_http_server *srv, const struct txo__http_he
     txo_metric_observe(srv->m_duration, timed, (double)(txo_monotonic_us() - t0_us) / 1e6);
 }
 
+/*
+ * The request's span into *span: a child of the caller's traceparent when it sent one valid
+ * header (and its tracestate when that came in one header), else a new trace, sampled as the
+ * tracer says (not at all without one). *parent gets the caller's span id (zero: none).
+ */
+static void request_trace(const struct txo_http_server *srv, const struct txo_http_request *req,
+                          struct txo_trace_ctx *span, uint8_t parent[8])
+{
+    struct txo_trace_ctx caller;
+    bool one_state = txo_http_request_header_count(req, "tracestate") == 1;
+    memset(parent, 0, 8);
+    if (txo_http_request_header_count(req, "traceparent") == 1 &&
+        txo_trace_parse(txo_http_request_header(req, "traceparent"),
+                        one_state ? txo_http_request_header(req, "tracestate") : NULL, &caller)) {
+        memcpy(parent, caller.span_id, 8);
+        txo_trace_child(&caller, span);
+        return;
+    }
+    txo_trace_new_root(false, span);
+    if (srv->opts.tracer != NULL && txo_tracer_sample(srv->opts.tracer, span->trace_id))
+        span->flags |= TXO_TRACE_SAMPLED;
+}
+
+/* Records the request's SERVER span (opts.tracer; only a sampled one is kept). */
+static void record_span(const struct txo_http_server *srv, const struct txo_http_request *req,
+                        const struct txo_http_response *resp, const struct txo_trace_ctx *span,
+                        const uint8_t parent[8], int64_t start_us)
+{
+    if (srv->opts.tracer == NULL || !(span->flags & TXO_TRACE_SAMPLED))
+        return;
+    const char *route = resp->route != NULL ? resp->route : "unmatched";
+    char name[160];
+    snprintf(name, sizeof(name), "%s %s", req->method, route);
+    struct txo_span_attr attrs[] = {{.key = "http.request.method", .str = req->method},
+                                    {.key = "http.route", .str = route},
+                                    {.key = "url.path", .str = req->path},
+                                    {.key = "http.response.status_code", .num = resp->status}};
+    struct txo_span s = {.ctx = *span,
+                         .name = name,
+                         .kind = TXO_SPAN_SERVER,
+                         .start_us = start_us,
+                         .end_us = txo_realtime_us(),
+                         .status = resp->status >= 500 ? TXO_EUNAVAILABLE : 0,
+                         .attrs = attrs,
+                         .n_attrs = TXO_ARRAY_LEN(attrs)};
+    memcpy(s.parent_span_id, parent, 8);
+    txo_tracer_record(srv->opts.tracer, &s);
+}
+
 static void handle(struct txo_http_server *srv, struct conn *c)
 {
     int64_t t0_us = txo_monotonic_us();
@@ -375,7 +425,15 @@ static void handle(struct txo_http_server *srv, struct conn *c)
                                         "{\"error\":\"out_of_memory\",\"message\":\"out of "
                                         "memory\"}");
         } else {
+            struct txo_trace_ctx span;
+            uint8_t parent[8];
+            request_trace(srv, &req, &span, parent);
+            req.trace = &span;
+            int64_t start_us = txo_realtime_us();
+            const struct txo_trace_ctx *prev = txo_trace_set_current(&span);
             srv->handler(srv->arg, &req, &resp);
+            txo_trace_set_current(prev);
+            record_span(srv, &req, &resp, &span, parent, start_us);
         }
         if (h->body == TXO_HTTP_BODY_LENGTH && h->content_length > 0)
             txo_free((char *)req.body);

@@ -104,6 +104,12 @@ struct saga_run {
     struct saga_step_row *steps; /* def->n_steps of them */
     bool has_trace;              /* created in a trace context: trace is it */
     struct txo_trace_ctx trace;
+    /* The span of the step try in progress (run_step), a child of trace, and of the call it
+     * makes; txo__saga_make_ctx hands the current one to the step's parts. */
+    bool in_try;
+    struct txo_trace_ctx try_span;
+    bool in_call;
+    struct txo_trace_ctx call_span;
 };
 
 /* ---- saga_store.c: checks, the lease, loading, fenced writes, hooks ---- */

@@ -52,6 +52,7 @@
 #include "core/common.h"
 
 #include "saga/saga_internal.h"
+#include "txo/tracer.h"
 #include "saga/saga_sql.h"
 
 /* ------------------------------------------------------------------------------------------ */
@@ -517,90 +518,166 @@ enum txo_remote_state txo__saga_after_call(enum txo_remote_state before, int rc)
  * or the engine cannot go on (lease lost, database down: returned as an error). Returns 0 when
  * the step reached COMPLETED/COMPENSATED or its failure was recorded (r->status then changed).
  */
+/* Records span (a step try, or its call) with parent, when the saga's trace is sampled. */
+static void record_step_span(const struct saga_run *r, const struct txo_trace_ctx *span,
+                             const uint8_t parent[8], const char *name, enum txo_span_kind kind,
+                             int64_t start_us, unsigned attempt, int rc, const char *why)
+{
+    if (r->opts.tracer == NULL || !r->has_trace || !(r->trace.flags & TXO_TRACE_SAMPLED))
+        return;
+    struct txo_span_attr attrs[] = {{.key = "txo.saga_id", .str = r->id},
+                                    {.key = "txo.saga_type", .str = r->def->type},
+                                    {.key = "txo.attempt", .num = attempt}};
+    struct txo_span s = {.ctx = *span,
+                         .name = name,
+                         .kind = kind,
+                         .start_us = start_us,
+                         .end_us = txo_realtime_us(),
+                         .status = rc,
+                         .status_message = rc != 0 ? why : NULL,
+                         .attrs = attrs,
+                         .n_attrs = TXO_ARRAY_LEN(attrs)};
+    memcpy(s.parent_span_id, parent, 8);
+    txo_tracer_record(r->opts.tracer, &s);
+}
+
+static int run_try(struct saga_run *r, size_t i, bool compensate, unsigned attempt, const char *key,
+                   bool *again, int *try_rc, char *why, size_t why_cap, struct txo_error *err);
+
 static int run_step(struct saga_run *r, size_t i, bool compensate, struct txo_error *err)
+{
+    char key[SAGA_KEY_MAX];
+    txo__saga_call_key(r, i, compensate, key);
+    char name[SAGA_STEP_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s%s", r->def->steps[i].name, compensate ? " undo" : "");
+
+    for (unsigned attempt = compensate ? 1 : 1 + r->steps[i].batch_tries;; attempt++) {
+        bool again = false;
+        int try_rc = 0;
+        char why[TXO_ERROR_MSG_MAX] = "";
+        int64_t start_us = txo_realtime_us();
+        r->in_try = r->has_trace;
+        if (r->has_trace)
+            txo_trace_child(&r->trace, &r->try_span);
+        const struct txo_trace_ctx *prev = txo_trace_set_current(r->in_try ? &r->try_span : NULL);
+        int rc = run_try(r, i, compensate, attempt, key, &again, &try_rc, why, sizeof(why), err);
+        txo_trace_set_current(prev);
+        if (r->in_try)
+            record_step_span(r, &r->try_span, r->trace.span_id, name, TXO_SPAN_INTERNAL, start_us,
+                             attempt, try_rc, why);
+        r->in_try = false;
+        if (!again)
+            return rc;
+    }
+}
+
+/* The outcome of a try for its span: rc, and why in why[0..cap). */
+static void try_outcome(int rc, const struct txo_error *terr, int *try_rc, char *why, size_t cap)
+{
+    *try_rc = rc;
+    snprintf(why, cap, "%s", terr->msg);
+}
+
+/*
+ * One try of step i (run_step): the deadline check, the call (recorded before and after,
+ * with its own span), then the local part in its transaction. Returns the step's result with
+ * *again false, or 0 with *again true when the failed try was settled and another is due.
+ * *try_rc and why get this try's own outcome.
+ */
+static int run_try(struct saga_run *r, size_t i, bool compensate, unsigned attempt, const char *key,
+                   bool *again, int *try_rc, char *why, size_t why_cap, struct txo_error *err)
 {
     const struct txo_saga_step_def *sd = &r->def->steps[i];
     txo_saga_remote_fn remote = compensate ? sd->remote_compensate : sd->remote;
-    char key[SAGA_KEY_MAX];
-    txo__saga_call_key(r, i, compensate, key);
-
-    for (unsigned attempt = compensate ? 1 : 1 + r->steps[i].batch_tries;; attempt++) {
-        struct txo_error terr;
-        txo_error_init(&terr);
-        bool counted = false;
-        bool stop = false;
-        int rc = 0;
-        /* The action's remote state as this try leaves it (compensations keep it as it is,
-         * but for a CALLING they find, which becomes UNKNOWN whatever the try records). */
-        enum txo_remote_state state = found_remote(r->steps[i].remote);
-        if (!compensate) {
-            /* Past a deadline no try is made: the step fails as it stands (a call in flight
-             * counts as maybe done) and the settling aborts the saga. No attempt is counted. */
-            enum txo_saga_deadline late = txo__saga_deadline_passed(r, i);
-            if (late != TXO_DEADLINE_NONE) {
-                txo_error_set(&terr, TXO_ETIMEOUT, "no further try");
-                return txo__saga_settle_failed_try(r, i, false, attempt, true, state, true,
-                                                   TXO_ETIMEOUT, &terr, true, &stop, err);
-            }
-            txo__saga_deadline_start(r, i);
+    struct txo_error terr;
+    txo_error_init(&terr);
+    bool counted = false;
+    bool stop = false;
+    int rc = 0;
+    *again = false;
+    /* The action's remote state as this try leaves it (compensations keep it as it is, but
+     * for a CALLING they find, which becomes UNKNOWN whatever the try records). */
+    enum txo_remote_state state = found_remote(r->steps[i].remote);
+    if (!compensate) {
+        /* Past a deadline no try is made: the step fails as it stands (a call in flight
+         * counts as maybe done) and the settling aborts the saga. No attempt is counted. */
+        enum txo_saga_deadline late = txo__saga_deadline_passed(r, i);
+        if (late != TXO_DEADLINE_NONE) {
+            txo_error_set(&terr, TXO_ETIMEOUT, "no further try");
+            try_outcome(TXO_ETIMEOUT, &terr, try_rc, why, why_cap);
+            return txo__saga_settle_failed_try(r, i, false, attempt, true, state, true,
+                                               TXO_ETIMEOUT, &terr, true, &stop, err);
         }
-        if (remote != NULL && (compensate || state != TXO_REMOTE_DONE)) {
-            bool refused = false;
-            rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);
-            if (rc != 0 && refused) {
-                rc = txo__saga_settle_failed_try(r, i, compensate, attempt, false, state, true, rc,
-                                                 &terr, true, &stop, err);
-                if (rc != 0 || stop)
-                    return rc;
-                continue;
-            }
-            if (rc != 0) {
-                if (err != NULL)
-                    *err = terr;
-                return rc;
-            }
-            counted = true;
-            state = r->steps[i].remote;
-            struct txo_saga_ctx ctx;
-            txo__saga_make_ctx(r, i, attempt, compensate, key, &ctx);
-            rc = remote(&ctx, &terr);
-            txo_crash_point(compensate ? "saga.compensation.after_call" : "saga.step.after_call");
-            if (rc > 0)
-                rc = txo_error_set(&terr, TXO_EINVAL, "%s: remote part returned %d", sd->name, rc);
-            if (!compensate)
-                state = txo__saga_after_call(state, rc);
-            if (rc != 0) {
-                rc = txo__saga_settle_failed_try(r, i, compensate, attempt, counted, state, true,
-                                                 rc, &terr, true, &stop, err);
-                if (rc != 0 || stop)
-                    return rc;
-                continue;
-            }
-        }
-        struct local_tx t = {.r = r,
-                             .i = i,
-                             .compensate = compensate,
-                             .attempt = attempt,
-                             .counted = counted,
-                             .remote = state,
-                             .finish = !compensate && only_step_left(r, i)};
-        rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, local_tx_fn, &t, &terr);
-        if (rc == 0) {
-            r->steps[i].status = done_status(compensate);
-            r->steps[i].remote = state;
-            if (t.finish)
-                r->status = TXO_SAGA_COMPLETED;
-            txo_crash_point(compensate ? "saga.compensation.after_commit"
-                                       : "saga.step.after_commit");
-            txo_crash_point("saga.step_committed");
-            return 0;
-        }
-        bool own = (t.fn_failed && rc == t.fn_rc) || (txo_err_is_transient(rc) && !t.hook_failed);
-        rc = txo__saga_settle_failed_try(r, i, compensate, attempt, counted, state, own, rc, &terr,
-                                         true, &stop, err);
-        if (rc != 0 || stop)
-            return rc;
+        txo__saga_deadline_start(r, i);
     }
+    if (remote != NULL && (compensate || state != TXO_REMOTE_DONE)) {
+        bool refused = false;
+        rc = begin_call(r, i, compensate, key, attempt, &refused, &terr);
+        if (rc != 0 && refused) {
+            try_outcome(rc, &terr, try_rc, why, why_cap);
+            rc = txo__saga_settle_failed_try(r, i, compensate, attempt, false, state, true, rc,
+                                             &terr, true, &stop, err);
+            *again = rc == 0 && !stop;
+            return rc;
+        }
+        if (rc != 0) {
+            try_outcome(rc, &terr, try_rc, why, why_cap);
+            if (err != NULL)
+                *err = terr;
+            return rc;
+        }
+        counted = true;
+        state = r->steps[i].remote;
+        int64_t call_start_us = txo_realtime_us();
+        r->in_call = r->in_try;
+        if (r->in_call)
+            txo_trace_child(&r->try_span, &r->call_span);
+        struct txo_saga_ctx ctx;
+        txo__saga_make_ctx(r, i, attempt, compensate, key, &ctx);
+        rc = remote(&ctx, &terr);
+        txo_crash_point(compensate ? "saga.compensation.after_call" : "saga.step.after_call");
+        if (rc > 0)
+            rc = txo_error_set(&terr, TXO_EINVAL, "%s: remote part returned %d", sd->name, rc);
+        if (r->in_call) {
+            char name[SAGA_STEP_NAME_MAX + 16];
+            snprintf(name, sizeof(name), "%s %s", sd->name, compensate ? "undo call" : "call");
+            record_step_span(r, &r->call_span, r->try_span.span_id, name, TXO_SPAN_CLIENT,
+                             call_start_us, attempt, rc, terr.msg);
+        }
+        r->in_call = false;
+        if (!compensate)
+            state = txo__saga_after_call(state, rc);
+        if (rc != 0) {
+            try_outcome(rc, &terr, try_rc, why, why_cap);
+            rc = txo__saga_settle_failed_try(r, i, compensate, attempt, counted, state, true, rc,
+                                             &terr, true, &stop, err);
+            *again = rc == 0 && !stop;
+            return rc;
+        }
+    }
+    struct local_tx t = {.r = r,
+                         .i = i,
+                         .compensate = compensate,
+                         .attempt = attempt,
+                         .counted = counted,
+                         .remote = state,
+                         .finish = !compensate && only_step_left(r, i)};
+    rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, local_tx_fn, &t, &terr);
+    if (rc == 0) {
+        r->steps[i].status = done_status(compensate);
+        r->steps[i].remote = state;
+        if (t.finish)
+            r->status = TXO_SAGA_COMPLETED;
+        txo_crash_point(compensate ? "saga.compensation.after_commit" : "saga.step.after_commit");
+        txo_crash_point("saga.step_committed");
+        return 0;
+    }
+    try_outcome(rc, &terr, try_rc, why, why_cap);
+    bool own = (t.fn_failed && rc == t.fn_rc) || (txo_err_is_transient(rc) && !t.hook_failed);
+    rc = txo__saga_settle_failed_try(r, i, compensate, attempt, counted, state, own, rc, &terr,
+                                     true, &stop, err);
+    *again = rc == 0 && !stop;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------ */

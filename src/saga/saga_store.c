@@ -153,9 +153,13 @@ void txo__saga_make_ctx(const struct saga_run *r, size_t i, unsigned attempt, bo
     ctx->compensating = compensate;
     ctx->idempotency_key = key;
     ctx->failed_step = -1;
-    /* Each step's run is a span of the saga's trace. */
+    /* Each step's try is a span of the saga's trace (its call a child span of it). */
     ctx->has_trace = r->has_trace;
-    if (r->has_trace)
+    if (r->has_trace && r->in_call)
+        ctx->trace = r->call_span;
+    else if (r->has_trace && r->in_try)
+        ctx->trace = r->try_span;
+    else if (r->has_trace)
         txo_trace_child(&r->trace, &ctx->trace);
 }
 

@@ -25,6 +25,7 @@
 #include "txo/inbox.h"
 #include "txo/metrics.h"
 #include "txo/owner.h"
+#include "txo/tracer.h"
 #include "txo/worker.h"
 #include "worker/order_watch.h"
 #include "saga/saga_table.h"
@@ -413,6 +414,46 @@ static const struct txo_event_handler *find_event_handler(const struct txo_worke
     return NULL;
 }
 
+/*
+ * The consume span of an event that has a trace context: its context becomes a child of the
+ * producer's (parent gets the producer's span id), so the sagas it starts and the lines it
+ * logs continue the consume span. False when it has none.
+ */
+static bool consume_span(struct txo_event *ev, uint8_t parent[8])
+{
+    if (!ev->has_trace)
+        return false;
+    memcpy(parent, ev->trace.span_id, 8);
+    txo_trace_child(&ev->trace, &ev->trace);
+    return true;
+}
+
+/* Records the CONSUMER span of ev (opts.tracer; sampled traces only). */
+static void record_consume(const struct txo_worker *w, const struct txo_event *ev,
+                           const uint8_t parent[8], int64_t start_us, int rc)
+{
+    if (w->opts.tracer == NULL || !ev->has_trace || !(ev->trace.flags & TXO_TRACE_SAMPLED))
+        return;
+    char name[160];
+    snprintf(name, sizeof(name), "%s process", ev->type);
+    struct txo_span_attr attrs[] = {
+        {.key = "messaging.operation.type", .str = "process"},
+        {.key = "txo.event_type", .str = ev->type},
+        {.key = "txo.aggregate_type", .str = ev->aggregate_type},
+        {.key = "txo.idempotency_key", .str = ev->idempotency_key},
+    };
+    struct txo_span s = {.ctx = ev->trace,
+                         .name = name,
+                         .kind = TXO_SPAN_CONSUMER,
+                         .start_us = start_us,
+                         .end_us = txo_realtime_us(),
+                         .status = rc,
+                         .attrs = attrs,
+                         .n_attrs = ev->aggregate_type != NULL ? 4 : 2};
+    memcpy(s.parent_span_id, parent, 8);
+    txo_tracer_record(w->opts.tracer, &s);
+}
+
 int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                               struct txo_error *err)
 {
@@ -432,16 +473,24 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                            msg->msg_id, ev.idempotency_key);
         goto out;
     }
+    uint8_t parent[8];
+    bool traced = consume_span(&ev, parent);
+    int64_t start_us = txo_realtime_us();
+    const struct txo_trace_ctx *prev_trace = txo_trace_set_current(traced ? &ev.trace : NULL);
     struct consume_args a = {.w = w, .ev = &ev, .handler = h, .hc = {.w = w}};
     pthread_mutex_lock(&w->consume_mu);
     if (!ensure_db(w, &w->consume_db, "consumer")) {
         pthread_mutex_unlock(&w->consume_mu);
         rc = txo_error_set(err, TXO_ECONNECT, "worker database unreachable");
+        txo_trace_set_current(prev_trace);
         goto out;
     }
     rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, consume_tx, &a, err);
     drop_db_if_broken(&w->consume_db, rc);
     pthread_mutex_unlock(&w->consume_mu);
+    txo_trace_set_current(prev_trace);
+    if (traced && !a.duplicate)
+        record_consume(w, &ev, parent, start_us, rc);
     if (rc == TXO_EBUSINESS && a.order == TXO_INBOX_GAP)
         txo__order_seen(w->order, &ev, a.order); /* parked after its hold */
     if (rc != 0)
@@ -561,7 +610,9 @@ static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
             continue;
         const struct txo_event *ev = &a->evs[a->idx[k]];
         a->hc.trace = ev->has_trace ? &ev->trace : NULL;
+        const struct txo_trace_ctx *prev = txo_trace_set_current(a->hc.trace);
         rc = a->handlers[a->idx[k]]->fn(tx, ev, &a->hc, err);
+        txo_trace_set_current(prev);
     }
     if (rc == 0)
         rc = flush_pending(a, err);
@@ -572,6 +623,7 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
                             int *results, struct txo_error *errors)
 {
     struct txo_worker *w = arg;
+    int64_t start_us = txo_realtime_us();
     struct txo_event *evs = txo_calloc(n, sizeof(*evs));
     const struct txo_event_handler **handlers = txo_calloc(n, sizeof(*handlers));
     size_t *idx = txo_calloc(n, sizeof(*idx));
@@ -580,10 +632,12 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     bool *decoded = txo_calloc(n, sizeof(*decoded));
     struct txo_inbox_position *pos = txo_calloc(n, sizeof(*pos));
     enum txo_inbox_order *order = txo_calloc(2 * n, sizeof(*order));
+    uint8_t(*parents)[8] = txo_calloc(n, sizeof(*parents)); /* of the traced events' spans */
+    bool *traced = txo_calloc(n, sizeof(*traced));
     struct batch_args a = {.w = w, .hc = {.w = w, .batch = true}};
     size_t m = 0;
     if (evs == NULL || handlers == NULL || idx == NULL || entries == NULL || duplicate == NULL ||
-        decoded == NULL || pos == NULL || order == NULL) {
+        decoded == NULL || pos == NULL || order == NULL || parents == NULL || traced == NULL) {
         for (size_t i = 0; i < n; i++)
             results[i] = txo_error_set(&errors[i], TXO_ENOMEM, "batch of %zu: out of memory", n);
         goto out;
@@ -600,6 +654,7 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
         handlers[i] = find_event_handler(w, evs[i].type);
         if (handlers[i] == NULL)
             continue;
+        traced[i] = consume_span(&evs[i], parents[i]);
         if (msgs[i].msg_id != NULL && strcmp(msgs[i].msg_id, evs[i].idempotency_key) != 0) {
             results[i] = txo_error_set(&errors[i], TXO_EINVAL,
                                        "message id %s differs from the envelope's key %s",
@@ -655,6 +710,8 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     for (size_t k = 0; k < m; k++) {
         if (!duplicate[k])
             observe_delay(w, &evs[idx[k]]);
+        if (!duplicate[k] && traced[idx[k]])
+            record_consume(w, &evs[idx[k]], parents[idx[k]], start_us, 0);
         txo__order_seen(w->order, &evs[idx[k]], order[k]);
     }
     for (size_t i = 0; i < a.hc.n_pending; i++) {
@@ -680,6 +737,8 @@ out:
     txo_free(decoded);
     txo_free(pos);
     txo_free(order);
+    txo_free(parents);
+    txo_free(traced);
     return 0;
 }
 
@@ -1079,6 +1138,7 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
         return txo_error_set(err, TXO_ENOMEM, "worker");
     w->db_opts = *db_opts;
     w->opts = *opts;
+    w->opts.saga.tracer = opts->tracer; /* the engine records the steps' spans */
     w->n_runners = opts->saga_threads;
     w->batch = opts->saga_batch;
     /* Room for two batches per runner (the next ones form while these run), and at least for

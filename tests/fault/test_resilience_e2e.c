@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <jansson.h>
@@ -44,6 +45,7 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testproc.h"
+#include "testserver.h"
 #include "txo/http_client.h"
 
 #define SKU           "sku-resil"
@@ -515,18 +517,83 @@ static unsigned count_lines(const char *log, const char *const *needles)
 /* ------------------------------------------------------------------------------------------ */
 /* The payment service hangs */
 
+/* Every span an OTLP receiver recorded in file (one JSON line per request, its body the
+ * ExportTraceServiceRequest): one array of the span objects (new reference). */
+static json_t *exported_spans(const char *file)
+{
+    json_t *all = json_array();
+    FILE *f = fopen(file, "r");
+    if (f == NULL)
+        fail_msg("no OTLP request was recorded in %s", file);
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *rec = json_loads(line, 0, NULL);
+        json_t *body = json_loads(json_string_value(json_object_get(rec, "body")), 0, NULL);
+        size_t i, j;
+        json_t *rs, *ss;
+        json_array_foreach(json_object_get(body, "resourceSpans"), i, rs)
+            json_array_foreach(json_object_get(rs, "scopeSpans"), j, ss)
+                json_array_extend(all, json_object_get(ss, "spans"));
+        json_decref(body);
+        json_decref(rec);
+    }
+    free(line);
+    fclose(f);
+    return all;
+}
+
+/* The exported span named name (and of trace trace_id when not NULL), or NULL. */
+static json_t *span_named(json_t *spans, const char *name, const char *trace_id)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(spans, i, s)
+    {
+        const char *n = json_string_value(json_object_get(s, "name"));
+        const char *t = json_string_value(json_object_get(s, "traceId"));
+        if (n != NULL && strcmp(n, name) == 0 && (trace_id == NULL || strcmp(t, trace_id) == 0))
+            return s;
+    }
+    return NULL;
+}
+
+static const char *span_str(json_t *s, const char *key)
+{
+    const char *v = json_string_value(json_object_get(s, key));
+    return v != NULL ? v : "";
+}
+
 /*
  * One trace from the request to CONFIRMED: a POST carrying a traceparent; every outbox event
  * of that order (OrderCreated from the API, the saga's events from its steps) carries the same
  * trace id with a span of its own, and the payment and shipment services received that trace
- * id in the traceparent of their calls (the fake service records them).
+ * id in the traceparent of their calls (the fake service records them). With
+ * --otlp-endpoint, the spans reach an OTLP receiver that is not ours (Python's http.server)
+ * with their links: the request's SERVER span (a child of the caller's), the relay's PRODUCER
+ * span linked to it, the worker's CONSUMER span (its child), each saga step's span (children
+ * of the consume span) and each call's CLIENT span, whose id the service received.
  */
 static void test_trace_reaches_events_and_services(void **state)
 {
     struct rig *r = *state;
     const char *fake_args[] = {NULL};
     start_fake(r, fake_args);
-    const char *up_args[] = {r->payment_flag, r->shipment_flag, NULL};
+    unsigned otlp_port = testproc_free_port();
+    char otlp_file[96], otlp_port_s[16], otlp_flag[96];
+    snprintf(otlp_file, sizeof(otlp_file), "/tmp/txo_test_otlp_%ld.jsonl", (long)getpid());
+    unlink(otlp_file);
+    snprintf(otlp_port_s, sizeof(otlp_port_s), "%u", otlp_port);
+    snprintf(otlp_flag, sizeof(otlp_flag), "--otlp-endpoint=http://127.0.0.1:%u/v1/traces",
+             otlp_port);
+    struct testproc receiver;
+    const char *rargv[] = {"/usr/bin/python3",
+                           testserver_source_path("tests/support/http_recorder.py"), otlp_port_s,
+                           otlp_file, NULL};
+    testproc_start(&receiver, "otlp_recorder", rargv, NULL);
+    if (!testproc_wait_port(otlp_port, 10000))
+        fail_msg("the OTLP receiver did not listen on %u", otlp_port);
+    const char *up_args[] = {r->payment_flag, r->shipment_flag, otlp_flag, "--saga-batch=1", NULL};
     start_up(r, up_args);
 
     static const char trace_id[] = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -561,14 +628,14 @@ static void test_trace_reaches_events_and_services(void **state)
                    "SELECT COUNT(*) FROM outbox_events WHERE aggregate_id = ? AND "
                    "SUBSTRING(traceparent, 4, 32) = '4bf92f3577b34da6a3ce929d0e0e4736'",
                    p, 1);
-    int64_t spans =
+    int64_t n_spans =
         testdb_i64(r->t.db,
                    "SELECT COUNT(DISTINCT SUBSTRING(traceparent, 37, 16)) FROM outbox_events WHERE "
                    "aggregate_id = ?",
                    p, 1);
-    if (events < 3 || traced != events || spans != events)
+    if (events < 3 || traced != events || n_spans != events)
         fail_msg("order %lld: %lld events, %lld in the request's trace, %lld distinct spans",
-                 (long long)id, (long long)events, (long long)traced, (long long)spans);
+                 (long long)id, (long long)events, (long long)traced, (long long)n_spans);
 
     /* What the services received. */
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/stats?order_id=%lld", r->fake_port,
@@ -581,8 +648,52 @@ static void test_trace_reaches_events_and_services(void **state)
         strncmp(ship + 3, trace_id, 32) != 0 || strcmp(charge, ship) == 0)
         fail_msg("services got traceparent %s (charge) and %s (shipment)",
                  charge != NULL ? charge : "none", ship != NULL ? ship : "none");
+    char charge_span[17], created_span[17];
+    snprintf(charge_span, sizeof(charge_span), "%.16s", charge + 36);
+    char *created = testdb_str(r->t.db,
+                               "SELECT SUBSTRING(traceparent, 37, 16) FROM outbox_events WHERE "
+                               "aggregate_id = ? AND event_type = 'OrderCreated'",
+                               p, 1);
+    snprintf(created_span, sizeof(created_span), "%s", created != NULL ? created : "");
+    txo_free(created);
     json_decref(st);
-    stop_clean(r, &r->up, "txo up");
+    stop_clean(r, &r->up, "txo up"); /* sends the spans still queued */
+    testproc_stop_hard(&receiver);
+
+    json_t *spans = exported_spans(otlp_file);
+    json_t *server = span_named(spans, "POST /orders", trace_id);
+    json_t *consume = span_named(spans, "OrderCreated process", trace_id);
+    json_t *step = span_named(spans, "ChargePayment", trace_id);
+    json_t *call = span_named(spans, "ChargePayment call", trace_id);
+    json_t *publish = NULL;
+    size_t i;
+    json_t *s;
+    json_array_foreach(spans, i, s)
+    { /* the batch that carried OrderCreated */
+        size_t k;
+        json_t *l;
+        json_array_foreach(json_object_get(s, "links"), k,
+                           l) if (strcmp(span_str(l, "spanId"), created_span) == 0) publish = s;
+    }
+    if (server == NULL || consume == NULL || step == NULL || call == NULL || publish == NULL)
+        fail_msg("spans missing (server %d, consume %d, step %d, call %d, publish %d) among %zu",
+                 server != NULL, consume != NULL, step != NULL, call != NULL, publish != NULL,
+                 json_array_size(spans));
+    /* The request is a child of the caller's span, OrderCreated was appended in it, the
+     * consume span is its child, the step the consume span's, the call the step's, and the
+     * payment service received the call's span. */
+    assert_string_equal(span_str(server, "parentSpanId"), "00f067aa0ba902b7");
+    assert_string_equal(span_str(server, "spanId"), created_span);
+    assert_int_equal(json_integer_value(json_object_get(server, "kind")), 2);
+    assert_string_equal(span_str(consume, "parentSpanId"), created_span);
+    assert_int_equal(json_integer_value(json_object_get(consume, "kind")), 5);
+    assert_string_equal(span_str(step, "parentSpanId"), span_str(consume, "spanId"));
+    assert_string_equal(span_str(call, "parentSpanId"), span_str(step, "spanId"));
+    assert_int_equal(json_integer_value(json_object_get(call, "kind")), 3);
+    assert_string_equal(span_str(call, "spanId"), charge_span);
+    assert_int_equal(json_integer_value(json_object_get(publish, "kind")), 4);
+    json_decref(spans);
+    unlink(otlp_file);
 }
 
 static void test_hanging_payment_times_out(void **state)
