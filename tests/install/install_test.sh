@@ -39,7 +39,7 @@ check_prefix() {
     DESTDIR="$stage" "$src/scripts/install.sh" "$build" "$prefix" >"$tmp/install.log" ||
         { cat "$tmp/install.log" >&2; fail "scripts/install.sh $build $prefix failed"; }
     local root="$stage$prefix"
-    for f in "$stage$libdir/libtxo.so.0" "$stage$libdir/libtxo.a" "$root/bin/txo" \
+    for f in "$stage$libdir/libtxo.so.0.2" "$stage$libdir/libtxo.a" "$root/bin/txo" \
              "$root/include/txo/txo.h"; do
         [ -e "$f" ] || fail "prefix $prefix: no ${f#"$stage"}"
     done
@@ -64,7 +64,7 @@ check_prefix() {
         "$src/tests/install/outside.c" $flags
     local soname
     soname=$(objdump -p "$stage$libdir/libtxo.so" | awk '/SONAME/ {print $2}')
-    [ "$soname" = "libtxo.so.0" ] || fail "soname is '$soname'"
+    [ "$soname" = "libtxo.so.0.2" ] || fail "soname is '$soname'"
     # Only the public API is exported: every defined dynamic symbol is txo_*.
     local extra
     extra=$(nm -D --defined-only "$stage$libdir/libtxo.so" | awk '{print $3}' | grep -v '^txo_' ||
