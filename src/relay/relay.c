@@ -360,30 +360,6 @@ static const char *first_nul_column(const struct txo_rows *rows, size_t i, size_
     return NULL;
 }
 
-/*
- * The row's trace context, checked as a receiver of the headers would check it: a traceparent
- * that is not valid W3C Trace Context is left out (with its tracestate), never an error; the
- * tracestate alone is left out when it is not valid. Another application may have written
- * either column.
- */
-static void load_trace(struct txo_outbox_message *m, const struct txo_rows *rows, size_t i)
-{
-    m->traceparent = NULL;
-    m->tracestate = NULL;
-    if (txo_rows_is_null(rows, i, COL_TRACEPARENT))
-        return;
-    const char *parent = txo_rows_str(rows, i, COL_TRACEPARENT, NULL);
-    const char *state = txo_rows_is_null(rows, i, COL_TRACESTATE)
-                            ? NULL
-                            : txo_rows_str(rows, i, COL_TRACESTATE, NULL);
-    struct txo_trace_ctx ctx;
-    if (!txo_trace_parse(parent, state, &ctx))
-        return;
-    m->traceparent = parent;
-    /* Sent as stored when it is valid as a whole (the parser dropped it otherwise). */
-    m->tracestate = state != NULL && state[0] != '\0' && ctx.state[0] != '\0' ? state : NULL;
-}
-
 /* Points r->msgs[0..r->n) into the claim's rows and moves the cursor. */
 static void load_batch(struct txo_relay *r)
 {
@@ -418,7 +394,7 @@ static void load_batch(struct txo_relay *r)
         int64_t prev = has_sequence ? txo_rows_i64(rows, i, COL_PREV_SEQUENCE) : 0;
         m->sequence = seq > 0 ? (uint64_t)seq : 0;
         m->prev_sequence = seq > 0 && prev > 0 ? (uint64_t)prev : 0;
-        load_trace(m, rows, i);
+        txo__relay_load_trace(m, rows, i, COL_TRACEPARENT, COL_TRACESTATE);
         r->entries[i].nul_col = first_nul_column(rows, i, &r->entries[i].nul_at);
     }
     advance_cursor(r, n);
@@ -611,29 +587,11 @@ static int mark(struct txo_relay *r, struct txo_error *err)
     return 0;
 }
 
-/*
- * Observes the publish delay of the events a committed mark made PUBLISHED: now minus their
- * insert time (both wall clocks; a database clock ahead of ours counts as 0). Not when a row
- * was fenced: another relay publishes those again and observes them then.
- */
-static void observe_delays(struct txo_relay *r, const struct mark_ctx *ctx)
-{
-    if (r->metrics.delay == NULL || ctx->res.fenced > 0)
-        return;
-    int64_t now = txo_realtime_us();
-    for (size_t i = 0; i < r->n; i++) {
-        int64_t at;
-        if (r->results[i] != 0 || !txo__text_rfc3339_us(r->msgs[i].created_at, &at))
-            continue;
-        const char *labels[] = {r->msgs[i].aggregate_type != NULL ? r->msgs[i].aggregate_type : ""};
-        txo_metric_observe(r->metrics.delay, labels, now > at ? (double)(now - at) / 1e6 : 0.0);
-    }
-}
-
 /* Counts a committed mark in the stats and metrics, and logs what an operator should see. */
 static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx)
 {
-    observe_delays(r, ctx);
+    if (ctx->res.fenced == 0) /* fenced rows are published again by another relay */
+        txo__relay_observe_delays(r);
     count_metric(&r->stats.published, r->metrics.published, ctx->res.published);
     count_metric(&r->stats.failed_attempts, r->metrics.failures, ctx->res.failed_attempts);
     count_metric(&r->stats.dead_lettered, r->metrics.dead_lettered, ctx->res.dead_lettered);

@@ -216,4 +216,26 @@ int txo__relay_tick_shards(struct txo_relay *r, bool force, struct txo_error *er
 int txo__relay_publish_init(struct txo_relay *r, size_t batch);
 void txo__relay_publish_release(struct txo_relay *r);
 
+/* ---- relay_observe.c: trace context, delays and spans ---- */
+
+/*
+ * The trace context of row i (columns col_parent and col_state) into m, checked as a receiver
+ * of the headers would check it: a traceparent that is not valid W3C Trace Context is left
+ * out (with its tracestate), never an error; the tracestate alone is left out when it is not
+ * valid. Another application may have written either column.
+ */
+void txo__relay_load_trace(struct txo_outbox_message *m, const struct txo_rows *rows, size_t i,
+                           int col_parent, int col_state);
+
+/* Observes the publish delay of the events of the batch marked PUBLISHED (results 0): now
+ * minus their insert time (both wall clocks; a database clock ahead of ours counts as 0). */
+void txo__relay_observe_delays(struct txo_relay *r);
+
+/*
+ * The batch's PRODUCER span (opts.tracer): a trace of its own, as the messaging conventions
+ * have it for a batch, linked to the context of each event it carried that has one; recorded
+ * when one of those is sampled. start_us: when the publish began (wall clock).
+ */
+void txo__relay_record_publish_span(struct txo_relay *r, int64_t start_us);
+
 #endif

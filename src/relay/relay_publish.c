@@ -26,7 +26,6 @@
  */
 
 #include "relay/relay_internal.h"
-#include "txo/tracer.h"
 
 int txo__relay_publish_init(struct txo_relay *r, size_t batch)
 {
@@ -189,63 +188,13 @@ static size_t refuse_unrepresentable(struct txo_relay *r)
     return refused;
 }
 
-/*
- * The batch's PRODUCER span (opts.tracer): a trace of its own, as the messaging conventions
- * have it for a batch, linked to the context of each event it carried that has one; recorded
- * when one of those is sampled, so a sampled request's trace reaches its publish.
- */
-static void record_publish_span(struct txo_relay *r, int64_t start_us)
-{
-    if (r->opts.tracer == NULL || r->n == 0)
-        return;
-    struct txo_span_link *links = txo_calloc(r->n, sizeof(*links));
-    if (links == NULL)
-        return; /* a span is never worth failing a batch */
-    size_t n_links = 0, acked = 0;
-    bool sampled = false;
-    int failure = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->results[i] == 0)
-            acked++;
-        else if (r->results[i] < 0 && failure == 0)
-            failure = r->results[i];
-        struct txo_trace_ctx ctx;
-        if (r->msgs[i].traceparent == NULL || !txo_trace_parse(r->msgs[i].traceparent, NULL, &ctx))
-            continue;
-        memcpy(links[n_links].trace_id, ctx.trace_id, 16);
-        memcpy(links[n_links++].span_id, ctx.span_id, 8);
-        sampled = sampled || (ctx.flags & TXO_TRACE_SAMPLED);
-    }
-    if (sampled) {
-        struct txo_span_attr attrs[] = {
-            {.key = "messaging.system", .str = r->pub->ops->name},
-            {.key = "messaging.operation.type", .str = "send"},
-            {.key = "messaging.batch.message_count", .num = (int64_t)r->n},
-            {.key = "txo.relay_id", .str = r->relay_id},
-            {.key = "txo.acknowledged", .num = (int64_t)acked},
-        };
-        struct txo_span s = {.name = "outbox publish",
-                             .kind = TXO_SPAN_PRODUCER,
-                             .start_us = start_us,
-                             .end_us = txo_realtime_us(),
-                             .status = failure,
-                             .attrs = attrs,
-                             .n_attrs = TXO_ARRAY_LEN(attrs),
-                             .links = links,
-                             .n_links = n_links};
-        txo_trace_new_root(true, &s.ctx);
-        txo_tracer_record(r->opts.tracer, &s);
-    }
-    txo_free(links);
-}
-
 static void publish(struct txo_relay *r);
 
 void txo__relay_publish(struct txo_relay *r)
 {
     int64_t start_us = txo_realtime_us();
     publish(r);
-    record_publish_span(r, start_us);
+    txo__relay_record_publish_span(r, start_us);
 }
 
 static void publish(struct txo_relay *r)

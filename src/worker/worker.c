@@ -28,6 +28,7 @@
 #include "txo/tracer.h"
 #include "txo/worker.h"
 #include "worker/order_watch.h"
+#include "worker/worker_observe.h"
 #include "saga/saga_table.h"
 
 #define QUEUE_CAP       1024
@@ -101,9 +102,7 @@ struct txo_worker {
     _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, picked_up, retries,
         commands_done, commands_failed, cleaned;
 
-    struct txo_metric *m_delay; /* histogram by aggregate_type: event insert -> consumed */
-    struct txo_metric *m_consumed, *m_duplicates, *m_runs, *m_picked_up, *m_retries, *m_deadlines,
-        *m_commands_done, *m_commands_failed, *m_cleaned;
+    struct worker_metrics m;        /* worker_observe.h; NULLs without opts.metrics */
     struct txo__order_watch *order; /* the inbox's order verdicts: counted, logged, held */
 };
 
@@ -130,71 +129,6 @@ static void count(_Atomic uint64_t *counter, struct txo_metric *m, const char *c
     atomic_fetch_add(counter, n);
     if (m != NULL && n > 0)
         txo_metric_add(m, labels, (double)n);
-}
-
-static int register_metrics(struct txo_worker *w, struct txo_error *err)
-{
-    struct txo_metrics *reg = w->opts.metrics;
-    if (reg == NULL)
-        return 0;
-    static const char *const outcome[] = {"outcome"};
-    static const char *const table[] = {"table"};
-    static const char *const deadline[] = {"kind", "saga_type"};
-    const struct txo_metric_desc fams[] = {
-        {TXO_METRIC_COUNTER, "txo_inbox_consumed_total",
-         "Events whose handler's effect committed with their inbox row.", 0, NULL},
-        {TXO_METRIC_COUNTER, "txo_inbox_duplicates_total",
-         "Deliveries the inbox dropped as duplicates.", 0, NULL},
-        {TXO_METRIC_COUNTER, "txo_saga_runs_total",
-         "Saga runs by how they ended (COMPLETED, ABORTED, COMPENSATION_FAILED).", 1, outcome},
-        {TXO_METRIC_COUNTER, "txo_saga_picked_up_total",
-         "Sagas taken up by the scheduler without a live owner (new or resumed).", 0, NULL},
-        {TXO_METRIC_COUNTER, "txo_saga_retries_total",
-         "Automatic retries of COMPENSATION_FAILED sagas.", 0, NULL},
-        {TXO_METRIC_COUNTER, "txo_saga_deadlines_passed_total",
-         "Saga deadlines found passed, by kind (try: a call hung past its try timeout and was "
-         "taken over; step; saga: the saga then compensates) and saga type.",
-         2, deadline},
-        {TXO_METRIC_COUNTER, "txo_commands_done_total", "command_queue commands completed.", 0,
-         NULL},
-        {TXO_METRIC_COUNTER, "txo_commands_failed_total",
-         "command_queue command attempts that failed.", 0, NULL},
-        {TXO_METRIC_COUNTER, "txo_retention_deleted_total",
-         "Rows the retention cleaner deleted, by table.", 1, table},
-    };
-    struct txo_metric **slots[] = {&w->m_consumed,      &w->m_duplicates,      &w->m_runs,
-                                   &w->m_picked_up,     &w->m_retries,         &w->m_deadlines,
-                                   &w->m_commands_done, &w->m_commands_failed, &w->m_cleaned};
-    struct txo_metric *got[TXO_ARRAY_LEN(fams)];
-    int rc = txo_metrics_register_table(reg, fams, TXO_ARRAY_LEN(fams), got, err);
-    if (rc < 0)
-        return rc;
-    for (size_t i = 0; i < TXO_ARRAY_LEN(fams); i++)
-        *slots[i] = got[i];
-    static const double delay_buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
-                                           .5,   1,     2.5,  5,   10,   30,  60};
-    static const char *const by_type[] = {"aggregate_type"};
-    w->m_delay = txo_metrics_register(
-        reg, TXO_METRIC_HISTOGRAM, "txo_inbox_consume_delay_seconds",
-        "From an event's insert (in its producer's transaction) to the commit of its handler's "
-        "effect with its inbox row, by aggregate type.",
-        1, by_type, delay_buckets, TXO_ARRAY_LEN(delay_buckets), err);
-    if (w->m_delay == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
-    w->opts.saga.deadlines = w->m_deadlines; /* the engine counts them as it finds them */
-    return 0;
-}
-
-/* Observes the consume delay of ev, just committed (both wall clocks; an insert time ahead
- * of ours counts as 0; an envelope without created_at is not observed). */
-static void observe_delay(struct txo_worker *w, const struct txo_event *ev)
-{
-    int64_t at;
-    if (w->m_delay == NULL || !txo__text_rfc3339_us(ev->created_at, &at))
-        return;
-    int64_t now = txo_realtime_us();
-    const char *labels[] = {ev->aggregate_type != NULL ? ev->aggregate_type : ""};
-    txo_metric_observe(w->m_delay, labels, now > at ? (double)(now - at) / 1e6 : 0.0);
 }
 
 /* ---- time and waiting ---- */
@@ -414,46 +348,6 @@ static const struct txo_event_handler *find_event_handler(const struct txo_worke
     return NULL;
 }
 
-/*
- * The consume span of an event that has a trace context: its context becomes a child of the
- * producer's (parent gets the producer's span id), so the sagas it starts and the lines it
- * logs continue the consume span. False when it has none.
- */
-static bool consume_span(struct txo_event *ev, uint8_t parent[8])
-{
-    if (!ev->has_trace)
-        return false;
-    memcpy(parent, ev->trace.span_id, 8);
-    txo_trace_child(&ev->trace, &ev->trace);
-    return true;
-}
-
-/* Records the CONSUMER span of ev (opts.tracer; sampled traces only). */
-static void record_consume(const struct txo_worker *w, const struct txo_event *ev,
-                           const uint8_t parent[8], int64_t start_us, int rc)
-{
-    if (w->opts.tracer == NULL || !ev->has_trace || !(ev->trace.flags & TXO_TRACE_SAMPLED))
-        return;
-    char name[160];
-    snprintf(name, sizeof(name), "%s process", ev->type);
-    struct txo_span_attr attrs[] = {
-        {.key = "messaging.operation.type", .str = "process"},
-        {.key = "txo.event_type", .str = ev->type},
-        {.key = "txo.aggregate_type", .str = ev->aggregate_type},
-        {.key = "txo.idempotency_key", .str = ev->idempotency_key},
-    };
-    struct txo_span s = {.ctx = ev->trace,
-                         .name = name,
-                         .kind = TXO_SPAN_CONSUMER,
-                         .start_us = start_us,
-                         .end_us = txo_realtime_us(),
-                         .status = rc,
-                         .attrs = attrs,
-                         .n_attrs = ev->aggregate_type != NULL ? 4 : 2};
-    memcpy(s.parent_span_id, parent, 8);
-    txo_tracer_record(w->opts.tracer, &s);
-}
-
 int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
                               struct txo_error *err)
 {
@@ -474,7 +368,7 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
         goto out;
     }
     uint8_t parent[8];
-    bool traced = consume_span(&ev, parent);
+    bool traced = txo__worker_consume_span(&ev, parent);
     int64_t start_us = txo_realtime_us();
     const struct txo_trace_ctx *prev_trace = txo_trace_set_current(traced ? &ev.trace : NULL);
     struct consume_args a = {.w = w, .ev = &ev, .handler = h, .hc = {.w = w}};
@@ -490,7 +384,7 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
     pthread_mutex_unlock(&w->consume_mu);
     txo_trace_set_current(prev_trace);
     if (traced && !a.duplicate)
-        record_consume(w, &ev, parent, start_us, rc);
+        txo__worker_record_consume(w->opts.tracer, &ev, parent, start_us, rc);
     if (rc == TXO_EBUSINESS && a.order == TXO_INBOX_GAP)
         txo__order_seen(w->order, &ev, a.order); /* parked after its hold */
     if (rc != 0)
@@ -499,12 +393,12 @@ int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
      * again, and the inbox must drop it. */
     txo_crash_point("worker.after_consume");
     if (a.duplicate) {
-        count(&w->duplicates, w->m_duplicates, NULL, 1);
+        count(&w->duplicates, w->m.duplicates, NULL, 1);
         TXO_LOG(TXO_LOG_DEBUG, "worker", "duplicate delivery dropped",
                 TXO_KV_STR("message_id", ev.idempotency_key));
     } else {
-        count(&w->consumed, w->m_consumed, NULL, 1);
-        observe_delay(w, &ev);
+        count(&w->consumed, w->m.consumed, NULL, 1);
+        txo__worker_observe_delay(w->m.delay, &ev);
         txo__order_seen(w->order, &ev, a.order);
         queue_started(w, &a.hc);
     }
@@ -654,7 +548,7 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
         handlers[i] = find_event_handler(w, evs[i].type);
         if (handlers[i] == NULL)
             continue;
-        traced[i] = consume_span(&evs[i], parents[i]);
+        traced[i] = txo__worker_consume_span(&evs[i], parents[i]);
         if (msgs[i].msg_id != NULL && strcmp(msgs[i].msg_id, evs[i].idempotency_key) != 0) {
             results[i] = txo_error_set(&errors[i], TXO_EINVAL,
                                        "message id %s differs from the envelope's key %s",
@@ -705,13 +599,13 @@ int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, s
     for (size_t k = 0; k < m; k++)
         dups += duplicate[k];
     if (dups > 0)
-        count(&w->duplicates, w->m_duplicates, NULL, dups);
-    count(&w->consumed, w->m_consumed, NULL, m - dups);
+        count(&w->duplicates, w->m.duplicates, NULL, dups);
+    count(&w->consumed, w->m.consumed, NULL, m - dups);
     for (size_t k = 0; k < m; k++) {
         if (!duplicate[k])
-            observe_delay(w, &evs[idx[k]]);
+            txo__worker_observe_delay(w->m.delay, &evs[idx[k]]);
         if (!duplicate[k] && traced[idx[k]])
-            record_consume(w, &evs[idx[k]], parents[idx[k]], start_us, 0);
+            txo__worker_record_consume(w->opts.tracer, &evs[idx[k]], parents[idx[k]], start_us, 0);
         txo__order_seen(w->order, &evs[idx[k]], order[k]);
     }
     for (size_t i = 0; i < a.hc.n_pending; i++) {
@@ -752,13 +646,13 @@ static void count_final(struct txo_worker *w, enum txo_saga_status final)
     static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
     switch (final) {
     case TXO_SAGA_COMPLETED:
-        count(&w->completed, w->m_runs, completed, 1);
+        count(&w->completed, w->m.runs, completed, 1);
         break;
     case TXO_SAGA_COMPENSATION_FAILED:
-        count(&w->comp_failed, w->m_runs, comp_failed, 1);
+        count(&w->comp_failed, w->m.runs, comp_failed, 1);
         break;
     default:
-        count(&w->aborted, w->m_runs, aborted, 1);
+        count(&w->aborted, w->m.runs, aborted, 1);
         break;
     }
 }
@@ -913,9 +807,9 @@ static size_t schedule_sagas(struct txo_worker *w, struct txo_db **db, enum txo_
             continue;
         queued++;
         if (retry)
-            count(&w->retries, w->m_retries, NULL, 1);
+            count(&w->retries, w->m.retries, NULL, 1);
         else
-            count(&w->picked_up, w->m_picked_up, NULL, 1);
+            count(&w->picked_up, w->m.picked_up, NULL, 1);
     }
     txo_free(refs);
     return queued;
@@ -985,10 +879,10 @@ static size_t schedule_commands(struct txo_worker *w, struct txo_db **db, const 
         txo_error_init(&err);
         rc = run_command(w, *db, &cmds[i], &err);
         if (rc == 0) {
-            count(&w->commands_done, w->m_commands_done, NULL, 1);
+            count(&w->commands_done, w->m.commands_done, NULL, 1);
             continue;
         }
-        count(&w->commands_failed, w->m_commands_failed, NULL, 1);
+        count(&w->commands_failed, w->m.commands_failed, NULL, 1);
         TXO_LOG(TXO_LOG_WARN, "worker", "command failed", TXO_KV_I64("command_id", cmds[i].id),
                 TXO_KV_STR("type", cmds[i].type), TXO_KV_STR("err", err.msg));
         struct txo_error ferr;
@@ -1054,10 +948,10 @@ static void clean_once(struct txo_worker *w, struct txo_db **db)
     static const char *const idem[] = {"idempotency_keys"};
     static const char *const inbox[] = {"inbox_events"};
     static const char *const commands[] = {"command_queue"};
-    count(&w->cleaned, w->m_cleaned, outbox, c.outbox);
-    count(&w->cleaned, w->m_cleaned, idem, c.idempotency);
-    count(&w->cleaned, w->m_cleaned, inbox, c.inbox);
-    count(&w->cleaned, w->m_cleaned, commands, c.commands);
+    count(&w->cleaned, w->m.cleaned, outbox, c.outbox);
+    count(&w->cleaned, w->m.cleaned, idem, c.idempotency);
+    count(&w->cleaned, w->m.cleaned, inbox, c.inbox);
+    count(&w->cleaned, w->m.cleaned, commands, c.commands);
     uint64_t total = c.outbox + c.idempotency + c.inbox + c.commands;
     if (total > 0)
         TXO_LOG(TXO_LOG_INFO, "worker", "retention cleaner deleted", TXO_KV_U64("rows", total),
@@ -1164,7 +1058,8 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&w->wake, &attr);
     pthread_condattr_destroy(&attr);
-    rc = register_metrics(w, err);
+    rc = txo__worker_metrics_register(w->opts.metrics, &w->m, err);
+    w->opts.saga.deadlines = w->m.deadlines; /* the engine counts them as it finds them */
     if (rc == 0) {
         w->order = txo__order_watch_new(opts->metrics, err);
         if (w->order == NULL)
