@@ -382,15 +382,9 @@ void order_writer_submit(struct order_writer *w, struct order_writer_req *r)
     r->body = NULL;
     r->outcome = ORDER_WRITER_UNAVAILABLE;
     r->why[0] = '\0';
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
     int64_t wait_ms = w->opts.db_wait_ms > 0 ? w->opts.db_wait_ms : 1;
-    until.tv_sec += wait_ms / 1000;
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until;
+    txo_monotonic_deadline(wait_ms, &until);
     pthread_mutex_lock(&w->mu);
     if (w->stopping) {
         pthread_mutex_unlock(&w->mu);

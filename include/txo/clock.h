@@ -28,6 +28,11 @@ TXO_API int64_t txo_monotonic_us(void);
 TXO_API int64_t txo_realtime_us(void);
 TXO_API void txo_sleep_ms(int64_t ms);
 
+struct timespec;
+/* The CLOCK_MONOTONIC time ms milliseconds from now (a negative ms counts as 0) into *out: the
+ * deadline of a pthread_cond_timedwait() on a condition variable set to CLOCK_MONOTONIC. */
+TXO_API void txo_monotonic_deadline(int64_t ms, struct timespec *out);
+
 /* Formats wall-clock microseconds as RFC 3339 UTC ("2026-11-30T15:37:00.123456Z"). */
 #define TXO_RFC3339_LEN 32
 TXO_API void txo_format_rfc3339(int64_t realtime_us, char out[TXO_RFC3339_LEN]);

@@ -24,6 +24,21 @@ static int64_t clock_us(clockid_t id)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+void txo_monotonic_deadline(int64_t ms, struct timespec *out)
+{
+    if (ms < 0)
+        ms = 0;
+    if (clock_gettime(CLOCK_MONOTONIC, out) != 0) {
+        TXO_BUG("clock_gettime(CLOCK_MONOTONIC) failed: errno=%d", errno);
+    }
+    out->tv_sec += (time_t)(ms / 1000);
+    out->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (out->tv_nsec >= 1000000000L) {
+        out->tv_sec++;
+        out->tv_nsec -= 1000000000L;
+    }
+}
+
 int64_t txo_monotonic_us(void)
 {
     return clock_us(CLOCK_MONOTONIC);

@@ -49,16 +49,8 @@ int txo_db_pool_new(const struct txo_db_opts *opts, unsigned max_size, struct tx
 int txo_db_pool_get(struct txo_db_pool *pool, int64_t wait_ms, struct txo_db **db,
                     struct txo_error *err)
 {
-    if (wait_ms < 0)
-        wait_ms = 0; /* a negative tv_nsec would make pthread_cond_timedwait fail with EINVAL */
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += wait_ms / 1000;
-    deadline.tv_nsec += (wait_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    txo_monotonic_deadline(wait_ms, &deadline);
 
     pthread_mutex_lock(&pool->mu);
     for (;;) {

@@ -73,22 +73,6 @@ const char *txo_bulkhead_name(const struct txo_bulkhead *b)
     return b->name;
 }
 
-/* now + ms on CLOCK_MONOTONIC. */
-static struct timespec deadline_after(int64_t ms)
-{
-    struct timespec ts;
-
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
-        TXO_BUG("clock_gettime(CLOCK_MONOTONIC) failed: errno=%d", errno);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Takes a slot. Caller holds b->mu and has checked that one is free. */
 static void take_slot(struct txo_bulkhead *b)
 {
@@ -109,8 +93,8 @@ int txo_bulkhead_acquire(struct txo_bulkhead *b, int64_t max_wait_ms, struct txo
         goto out;
     }
     if (max_wait_ms > 0) {
-        struct timespec deadline =
-            deadline_after(max_wait_ms < MAX_WAIT_MS ? max_wait_ms : MAX_WAIT_MS);
+        struct timespec deadline;
+        txo_monotonic_deadline(max_wait_ms < MAX_WAIT_MS ? max_wait_ms : MAX_WAIT_MS, &deadline);
         bool timed_out = false;
         b->stats.waiting++;
         while (b->stats.in_flight >= b->max_concurrent && !timed_out) {

@@ -188,19 +188,6 @@ static void export_batch(struct txo_tracer *t, struct queued_span *batch, size_t
     }
 }
 
-static struct timespec in_ms(int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 static void *exporter(void *arg)
 {
     struct txo_tracer *t = arg;
@@ -215,7 +202,8 @@ static void *exporter(void *arg)
                     break;
                 wait_ms = due;
             }
-            struct timespec until = in_ms(wait_ms);
+            struct timespec until;
+            txo_monotonic_deadline(wait_ms, &until);
             pthread_cond_timedwait(&t->wake, &t->mu, &until);
         }
         if (t->head == NULL) {
@@ -267,6 +255,18 @@ static int register_metrics(struct txo_tracer *t, struct txo_error *err)
     return rc;
 }
 
+/* Frees what txo_tracer_new() made (the thread is not running). */
+static void tracer_release(struct txo_tracer *t)
+{
+    pthread_cond_destroy(&t->wake);
+    pthread_mutex_destroy(&t->mu);
+    txo_http_client_free(t->http);
+    txo_free(t->endpoint);
+    txo_free(t->service_name);
+    txo_free(t->instance_id);
+    txo_free(t);
+}
+
 int txo_tracer_new(const struct txo_tracer_opts *opts, struct txo_tracer **out,
                    struct txo_error *err)
 {
@@ -285,6 +285,13 @@ int txo_tracer_new(const struct txo_tracer_opts *opts, struct txo_tracer **out,
     if (t == NULL)
         return txo_error_set(err, TXO_ENOMEM, "tracer");
     t->opts = *opts;
+    /* Made before anything can fail: tracer_release() destroys them on every path. */
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->wake, &ca);
+    pthread_condattr_destroy(&ca);
     char host[256] = "localhost", instance[300];
     (void)gethostname(host, sizeof(host) - 1);
     snprintf(instance, sizeof(instance), "%s:%ld", host, (long)getpid());
@@ -304,30 +311,12 @@ int txo_tracer_new(const struct txo_tracer_opts *opts, struct txo_tracer **out,
         ho.user_agent = "txo-otlp";
         rc = txo_http_client_new(&ho, &t->http, err);
     }
+    int e = rc == 0 ? pthread_create(&t->thread, NULL, exporter, t) : 0;
+    if (e != 0)
+        rc = txo_error_set(err, TXO_ENOMEM, "tracer: cannot start its thread: %s", strerror(e));
     if (rc != 0) {
-        txo_http_client_free(t->http);
-        txo_free(t->endpoint);
-        txo_free(t->service_name);
-        txo_free(t->instance_id);
-        txo_free(t);
+        tracer_release(t);
         return rc;
-    }
-    pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->wake, &ca);
-    pthread_condattr_destroy(&ca);
-    int e = pthread_create(&t->thread, NULL, exporter, t);
-    if (e != 0) {
-        pthread_cond_destroy(&t->wake);
-        pthread_mutex_destroy(&t->mu);
-        txo_http_client_free(t->http);
-        txo_free(t->endpoint);
-        txo_free(t->service_name);
-        txo_free(t->instance_id);
-        txo_free(t);
-        return txo_error_set(err, TXO_ENOMEM, "tracer: cannot start its thread: %s", strerror(e));
     }
     *out = t;
     return 0;
@@ -342,13 +331,7 @@ void txo_tracer_free(struct txo_tracer *t)
     pthread_cond_signal(&t->wake);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);
-    pthread_cond_destroy(&t->wake);
-    pthread_mutex_destroy(&t->mu);
-    txo_http_client_free(t->http);
-    txo_free(t->endpoint);
-    txo_free(t->service_name);
-    txo_free(t->instance_id);
-    txo_free(t);
+    tracer_release(t);
 }
 
 void txo_tracer_get_stats(const struct txo_tracer *t, struct txo_tracer_stats *out)

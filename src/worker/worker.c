@@ -133,26 +133,14 @@ static void count(_Atomic uint64_t *counter, struct txo_metric *m, const char *c
 
 /* ---- time and waiting ---- */
 
-static struct timespec deadline_in(int64_t ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /*
  * Waits up to ms, or until stop; with `wakeable` also until a runner made room in a full
  * queue. Spurious wake-ups do not end the wait early. Returns false when stopping.
  */
 static bool wait_for(struct txo_worker *w, int64_t ms, bool wakeable)
 {
-    struct timespec until = deadline_in(ms);
+    struct timespec until;
+    txo_monotonic_deadline(ms, &until);
     pthread_mutex_lock(&w->mu);
     uint64_t gen = w->kicks;
     while (!w->stopping && !(wakeable && w->kicks != gen) &&

@@ -368,13 +368,7 @@ static void clear_state(struct fake *s)
 static void wait_locked(struct fake *s, int64_t ms, const uint64_t *hang_epoch)
 {
     struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)(ms / 1000);
-    deadline.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    txo_monotonic_deadline(ms, &deadline);
     while (!s->stopping && (hang_epoch == NULL || *hang_epoch == s->hang_epoch)) {
         if (pthread_cond_timedwait(&s->cv, &s->mu, &deadline) == ETIMEDOUT)
             break;
