@@ -28,6 +28,14 @@ static const struct row rows[] = {
     {"grpc", "gRPC", "TXO_WITH_GRPC", TXO_WITH_GRPC ? &cmd_broker_grpc : NULL},
 };
 
+const char *cmd_broker_default_consumer(void)
+{
+    for (size_t i = 0; i < TXO_ARRAY_LEN(rows); i++)
+        if (rows[i].built != NULL && rows[i].built->consumer_new != NULL)
+            return rows[i].name;
+    return "none";
+}
+
 const struct cmd_broker *cmd_broker_find(const char *name)
 {
     for (size_t i = 0; i < TXO_ARRAY_LEN(rows); i++)

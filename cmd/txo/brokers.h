@@ -61,6 +61,10 @@ extern const struct cmd_broker cmd_broker_redis;
 extern const struct cmd_broker cmd_broker_rabbitmq;
 extern const struct cmd_broker cmd_broker_grpc;
 
+/* What `txo worker --broker` consumes from by default: the first broker built in with a
+ * consuming side (nats in a full build), or "none" in a build without any. Never NULL. */
+const char *cmd_broker_default_consumer(void);
+
 /* The broker built in called name, or NULL. */
 const struct cmd_broker *cmd_broker_find(const char *name);
 

@@ -57,7 +57,7 @@ static void add_settings(struct settings_table *t)
         {.name = "broker",
          .env = "TXO_BROKER",
          .type = SETTING_STRING,
-         .def = "nats",
+         .def = cmd_broker_default_consumer(),
          .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_WORKER),
          .target = &opts.broker},
     };
