@@ -43,9 +43,9 @@ static int teardown(void **state)
 
 /*
  * Runs `$TXO_BIN args...` with its standard error thrown away (the listings' JSON must be the
- * whole of standard output); returns the exit status and the output in *out (free()).
+ * whole of standard output); returns the output (free()) and the exit status in *rc.
  */
-static int run_stdout(const char *const *args, char **out)
+static char *run_stdout(const char *const *args, int *rc)
 {
     char cmd[2048];
     size_t used = (size_t)snprintf(cmd, sizeof(cmd), "'%s'", getenv("TXO_BIN"));
@@ -69,8 +69,8 @@ static int run_stdout(const char *const *args, char **out)
     }
     buf[len] = '\0';
     int status = pclose(p);
-    *out = buf;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return buf;
 }
 
 /* Runs args with --json added, wants exit status `want` and one JSON document on stdout. */
@@ -82,8 +82,8 @@ static json_t *run_json(const char *const *args, int want)
         with[n] = args[n];
     with[n++] = "--json";
     with[n] = NULL;
-    char *out = NULL;
-    int rc = run_stdout(with, &out);
+    int rc = 0;
+    char *out = run_stdout(with, &rc);
     if (rc != want)
         fail_msg("txo %s --json exited %d, want %d: %s", args[0], rc, want, out);
     json_error_t jerr;
@@ -97,8 +97,8 @@ static json_t *run_json(const char *const *args, int want)
 /* Runs args (table mode), wants exit status want; returns the output (free()). */
 static char *run_table(const char *const *args, int want)
 {
-    char *out = NULL;
-    int rc = run_stdout(args, &out);
+    int rc = 0;
+    char *out = run_stdout(args, &rc);
     if (rc != want)
         fail_msg("txo %s exited %d, want %d: %s", args[0], rc, want, out);
     return out;
@@ -495,8 +495,8 @@ static void test_bad_flags_exit_2(void **state)
         {"audit", "--json", "--window=0", NULL},
     };
     for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
-        char *out = NULL;
-        int rc = run_stdout(bad[i], &out);
+        int rc = 0;
+        char *out = run_stdout(bad[i], &rc);
         if (rc != 2 || out[0] != '\0')
             fail_msg("txo %s %s: exit %d, want 2 with nothing on stdout: %s", bad[i][0], bad[i][1],
                      rc, out);

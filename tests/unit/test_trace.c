@@ -95,7 +95,8 @@ static void expect_state(const char *in, const char *want)
     struct txo_trace_ctx c;
     assert_true(txo_trace_parse(EXAMPLE, in, &c));
     if (strcmp(c.state, want) != 0)
-        fail_msg("tracestate \"%s\": got \"%s\", want \"%s\"", in, c.state, want);
+        fail_msg("tracestate \"%s\": got \"%s\", want \"%s\"", in != NULL ? in : "(none)", c.state,
+                 want);
 }
 
 static void test_tracestate(void **state)
