@@ -164,11 +164,18 @@ static void test_idle_connections_yield_to_new_clients(void **state)
     int first = expect_served(c, "127.0.0.1", "600 idle keep-alive connections held");
     int second = expect_served(c, "127.0.0.10", "600 idle keep-alive connections held");
 
-    /* The two slots came from the two oldest idle connections; the newest one still works. */
+    /*
+     * The two slots came from the oldest idle connections; the newest one still works. "Oldest"
+     * is when the server saw a connection go idle: a handler thread answers before it hands the
+     * connection back, so two connections answered one right after the other may go idle in
+     * either order. Two of the four oldest, then.
+     */
     char extra[256];
-    for (int i = 0; i < 2; i++)
-        if (!testraw_closed_within(held[i], 1000, extra, sizeof(extra)))
-            fail_msg("idle connection %d (among the oldest) is still open", i);
+    int closed = 0;
+    for (int i = 0; i < 4 && closed < 2; i++)
+        closed += testraw_closed_within(held[i], 1000, extra, sizeof(extra));
+    if (closed != 2)
+        fail_msg("%d of the 4 oldest idle connections were closed for the 2 new clients", closed);
     struct testraw_reply r;
     if (!testraw_send_str(held[newest], HEALTHZ) || !testraw_read_reply(held[newest], &r))
         fail_msg("the newest idle connection (%d) was closed", newest);
