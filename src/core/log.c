@@ -226,6 +226,39 @@ static bool logfmt_needs_quotes(const char *s, size_t n)
 }
 
 /*
+ * s[0..len) in double quotes, as both formats quote: '"' and '\\' escaped by a backslash, \n
+ * \r \t, other control characters as ctl (logfmt "\\x", JSON "\\u00") and two hex digits,
+ * "..." before the closing quote when the value was cut.
+ */
+static void put_quoted(struct line *l, const char *s, size_t len, bool cut, const char *ctl)
+{
+    line_putc(l, '"');
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            line_putc(l, '\\');
+            line_putc(l, (char)c);
+        } else if (c == '\n') {
+            line_puts(l, "\\n");
+        } else if (c == '\r') {
+            line_puts(l, "\\r");
+        } else if (c == '\t') {
+            line_puts(l, "\\t");
+        } else if (c < 0x20 || c == 0x7f) {
+            line_puts(l, ctl);
+            line_putc(l, hex[c >> 4]);
+            line_putc(l, hex[c & 0xf]);
+        } else {
+            line_putc(l, (char)c);
+        }
+    }
+    if (cut) {
+        line_puts(l, "...");
+    }
+    line_putc(l, '"');
+}
+
+/*
  * A string value: bare when it can be, otherwise quoted with '"' and '\\' escaped by a
  * backslash and control characters as \n, \r, \t or \xHH (the escapes go-logfmt writes), so
  * one event is always one line.
@@ -240,30 +273,7 @@ static void logfmt_str(struct line *l, const char *s, size_t n)
         }
         return;
     }
-    line_putc(l, '"');
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            line_putc(l, '\\');
-            line_putc(l, (char)c);
-        } else if (c == '\n') {
-            line_puts(l, "\\n");
-        } else if (c == '\r') {
-            line_puts(l, "\\r");
-        } else if (c == '\t') {
-            line_puts(l, "\\t");
-        } else if (c < 0x20 || c == 0x7f) {
-            line_puts(l, "\\x");
-            line_putc(l, hex[c >> 4]);
-            line_putc(l, hex[c & 0xf]);
-        } else {
-            line_putc(l, (char)c);
-        }
-    }
-    if (cut) {
-        line_puts(l, "...");
-    }
-    line_putc(l, '"');
+    put_quoted(l, s, len, cut, "\\x");
 }
 
 static void logfmt_value(struct line *l, const struct txo_log_field *f)
@@ -300,30 +310,7 @@ static void json_str(struct line *l, const char *s, size_t n, size_t max)
 {
     bool cut;
     size_t len = cut_len(s, n, max, &cut);
-    line_putc(l, '"');
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            line_putc(l, '\\');
-            line_putc(l, (char)c);
-        } else if (c == '\n') {
-            line_puts(l, "\\n");
-        } else if (c == '\r') {
-            line_puts(l, "\\r");
-        } else if (c == '\t') {
-            line_puts(l, "\\t");
-        } else if (c < 0x20 || c == 0x7f) {
-            line_puts(l, "\\u00");
-            line_putc(l, hex[c >> 4]);
-            line_putc(l, hex[c & 0xf]);
-        } else {
-            line_putc(l, (char)c);
-        }
-    }
-    if (cut) {
-        line_puts(l, "...");
-    }
-    line_putc(l, '"');
+    put_quoted(l, s, len, cut, "\\u00");
 }
 
 static void json_value(struct line *l, const struct txo_log_field *f)
