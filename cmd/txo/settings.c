@@ -231,6 +231,19 @@ static bool common_env(const char *env)
             return true;
     return false;
 }
+/* A setting's help as a man page sentence, then its default (*** for a secret). */
+static void man_help_and_default(const struct setting *s, FILE *out)
+{
+    settings_man_text(s->help, out);
+    size_t hl = strlen(s->help);
+    if (hl > 0 && s->help[hl - 1] != '.')
+        fputc('.', out);
+    if (s->def != NULL) {
+        fputs(" Default: ", out);
+        settings_man_text(s->secret ? "***" : s->def, out);
+        fputc('.', out);
+    }
+}
 
 size_t settings_print_env_vars(const struct setting *table, size_t n, bool skip_common, FILE *out)
 {
@@ -242,15 +255,7 @@ size_t settings_print_env_vars(const struct setting *table, size_t n, bool skip_
         fputs(".TP\n.B ", out);
         settings_man_text(s->env, out);
         fputs("\n", out);
-        settings_man_text(s->help, out);
-        size_t hl = strlen(s->help);
-        if (hl > 0 && s->help[hl - 1] != '.')
-            fputc('.', out);
-        if (s->def != NULL) {
-            fputs(" Default: ", out);
-            settings_man_text(s->secret ? "***" : s->def, out);
-            fputc('.', out);
-        }
+        man_help_and_default(s, out);
         fputs(" Option: \\fB\\-\\-", out);
         settings_man_text(s->name, out);
         fputs("\\fR.\n", out);
@@ -310,15 +315,7 @@ void settings_print_man(const struct command *cmd, const struct setting *table, 
         if (*hint)
             fprintf(out, " \\fI%s\\fR", hint);
         fputc('\n', out);
-        settings_man_text(s->help, out);
-        size_t hl = strlen(s->help);
-        if (hl > 0 && s->help[hl - 1] != '.')
-            fputc('.', out);
-        if (s->def != NULL) {
-            fputs(" Default: ", out);
-            settings_man_text(s->secret ? "***" : s->def, out);
-            fputc('.', out);
-        }
+        man_help_and_default(s, out);
         if (s->env != NULL) {
             fputs(" Environment: \\fB", out);
             settings_man_text(s->env, out);
