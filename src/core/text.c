@@ -133,13 +133,29 @@ const char *txo__text_rfc3339(const char *datetime, char out[TXO_RFC3339_LEN])
     return out;
 }
 
+/* The n decimal digits at s as a number; -1 at the first byte that is not a digit (a NUL
+ * included, so nothing past the end is read). */
+static int digits_at(const char *s, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
 bool txo__text_rfc3339_us(const char *text, int64_t *us)
 {
-    int y, mo, d, h, mi, sec, n = 0;
-    char sep;
-    if (text == NULL ||
-        sscanf(text, "%4d-%2d-%2d%c%2d:%2d:%2d%n", &y, &mo, &d, &sep, &h, &mi, &sec, &n) != 7 ||
-        n != 19 || (sep != 'T' && sep != ' '))
+    /* Fixed positions, checked left to right (called for every event the relay publishes and
+     * the worker consumes: no sscanf). */
+    const char *t = text;
+    int y, mo = -1, d = -1, h = -1, mi = -1, sec = -1;
+    if (t == NULL || (y = digits_at(t, 4)) < 0 || t[4] != '-' || (mo = digits_at(t + 5, 2)) < 0 ||
+        t[7] != '-' || (d = digits_at(t + 8, 2)) < 0 || (t[10] != 'T' && t[10] != ' ') ||
+        (h = digits_at(t + 11, 2)) < 0 || t[13] != ':' || (mi = digits_at(t + 14, 2)) < 0 ||
+        t[16] != ':' || (sec = digits_at(t + 17, 2)) < 0)
         return false;
     int64_t frac = 0;
     const char *p = text + 19;
