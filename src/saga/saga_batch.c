@@ -27,6 +27,9 @@ struct batch_saga {
     bool single;   /* out of the batches: runs the single way from now on */
     int rc;
     char key[SAGA_KEY_MAX]; /* the idempotency key of its call, in a batch of a remote step */
+    /* Its try in the batch in progress: 0 done, else the code it left the batch with. */
+    int try_rc;
+    char try_why[128];
 };
 
 /* The saga ids of b[k] for k in pick[0..m), as IN-list parameters after `lead` leading ones
@@ -138,6 +141,100 @@ out:
     txo_free(sql);
     txo_free(p);
     return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Spans: a saga's try of a batched step is a span of its own trace, as on the single path
+ * (its call a CLIENT span within it); the batch is one span of a trace of its own, linking
+ * the tries. */
+
+struct batch_trace {
+    bool sampled; /* some saga of the batch is in a sampled trace and a tracer is set */
+    struct txo_trace_ctx ctx;
+    int64_t start_us;
+    const struct txo_trace_ctx *prev; /* the thread's span before the batch */
+};
+
+/* Opens the try span of each saga of the batch pick[0..m) and the batch's own span (the
+ * thread's current span until batch_trace_end, so log lines carry it). */
+static void batch_trace_begin(struct batch_saga *b, const size_t *pick, size_t m,
+                              struct batch_trace *bt)
+{
+    memset(bt, 0, sizeof(*bt));
+    bt->start_us = txo_realtime_us();
+    for (size_t k = 0; k < m; k++) {
+        struct batch_saga *bs = &b[pick[k]];
+        struct saga_run *r = &bs->r;
+        bs->try_rc = 0;
+        bs->try_why[0] = '\0';
+        r->in_try = r->has_trace;
+        if (r->has_trace)
+            txo_trace_child(&r->trace, &r->try_span);
+        bt->sampled = bt->sampled || (r->opts.tracer != NULL && r->has_trace &&
+                                      (r->trace.flags & TXO_TRACE_SAMPLED));
+    }
+    if (bt->sampled) {
+        txo_trace_new_root(true, &bt->ctx);
+        bt->prev = txo_trace_set_current(&bt->ctx);
+    }
+}
+
+/* Notes why saga bs left the batch at its try (code rc, message why). */
+static void batch_left(struct batch_saga *bs, int rc, const char *why)
+{
+    bs->try_rc = rc;
+    size_t len = strnlen(why, sizeof(bs->try_why) - 1);
+    memcpy(bs->try_why, why, len);
+    bs->try_why[len] = '\0';
+}
+
+/* Records the try spans still open (a saga that made no try has none: its own run will) and
+ * the batch's span with a link to each. */
+static void batch_trace_end(struct batch_saga *b, const size_t *pick, size_t m, size_t i,
+                            struct batch_trace *bt)
+{
+    const char *step = b[pick[0]].r.def->steps[i].name;
+    struct txo_span_link *links = bt->sampled ? txo_calloc(m, sizeof(*links)) : NULL;
+    size_t n_links = 0, n_done = 0;
+    int failure = 0;
+    for (size_t k = 0; k < m; k++) {
+        struct batch_saga *bs = &b[pick[k]];
+        struct saga_run *r = &bs->r;
+        if (!r->in_try)
+            continue;
+        r->in_try = false;
+        txo__saga_record_span(r, &r->try_span, r->trace.span_id, step, TXO_SPAN_INTERNAL,
+                              bt->start_us, 1, bs->try_rc, bs->try_why);
+        if (bs->try_rc == 0)
+            n_done++;
+        else if (failure == 0)
+            failure = bs->try_rc;
+        if (links != NULL && (r->trace.flags & TXO_TRACE_SAMPLED)) {
+            memcpy(links[n_links].trace_id, r->try_span.trace_id, 16);
+            memcpy(links[n_links++].span_id, r->try_span.span_id, 8);
+        }
+    }
+    if (!bt->sampled)
+        return;
+    txo_trace_set_current(bt->prev);
+    char name[SAGA_STEP_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s batch", step);
+    struct txo_span_attr attrs[] = {{.key = "txo.saga_type", .str = b[pick[0]].r.def->type},
+                                    {.key = "txo.batch.sagas", .num = (int64_t)m},
+                                    {.key = "txo.batch.done", .num = (int64_t)n_done}};
+    struct txo_span s = {.ctx = bt->ctx,
+                         .name = name,
+                         .kind = TXO_SPAN_INTERNAL,
+                         .start_us = bt->start_us,
+                         .end_us = txo_realtime_us(),
+                         .status = failure,
+                         .status_message = failure != 0 ? "some sagas left the batch" : NULL,
+                         .attrs = attrs,
+                         .n_attrs = TXO_ARRAY_LEN(attrs),
+                         .links = links,
+                         .n_links = n_links};
+    txo_tracer_record(b[pick[0]].r.opts.tracer, &s);
+    txo_free(links);
 }
 
 /* The step saga b runs next: the first that is not COMPLETED (n_steps when none). */
@@ -314,11 +411,16 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
                 "saga batch rolled back, its sagas run one by one",
                 TXO_KV_STR("step", r0->def->steps[i].name), TXO_KV_U64("sagas", m),
                 TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("error", err.msg));
-        for (size_t k = 0; k < m; k++)
+        for (size_t k = 0; k < m; k++) {
             b[pick[k]].single = true;
+            batch_left(&b[pick[k]], rc, err.msg);
+        }
     } else {
-        for (size_t k = 0; k < m; k++)
+        for (size_t k = 0; k < m; k++) {
             b[pick[k]].single = t.outcome[k] != 0;
+            if (t.outcome[k] != 0)
+                batch_left(&b[pick[k]], t.outcome[k], "not done in the batch: runs alone");
+        }
         for (size_t k = 0; k < t.n_done; k++) {
             struct saga_run *r = &b[t.done[k]].r;
             r->steps[i].status = TXO_STEP_COMPLETED;
@@ -471,36 +573,51 @@ static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size
                 "saga batch could not record its calls, its sagas run one by one",
                 TXO_KV_STR("step", sd->name), TXO_KV_U64("sagas", m),
                 TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("error", err.msg));
-        for (size_t k = 0; k < m; k++)
+        for (size_t k = 0; k < m; k++) {
             b[pick[k]].single = true;
+            b[pick[k]].r.in_try = false; /* no try was made: its own run's is its first */
+        }
         goto out;
     }
     for (size_t k = 0; k < m; k++)
-        if (refused[k] != 0)
+        if (refused[k] != 0) {
             b[pick[k]].single = true; /* its own run meets the guard and records why */
+            b[pick[k]].r.in_try = false;
+        }
     for (size_t k = 0; k < n_in; k++) {
-        struct batch_saga *bs = &b[in[k]];
-        bs->r.steps[i].status = TXO_STEP_RUNNING;
-        bs->r.steps[i].remote = TXO_REMOTE_CALLING;
-        txo__saga_make_ctx(&bs->r, i, 1, false, bs->key, &ctx[k]);
+        struct saga_run *r = &b[in[k]].r;
+        r->steps[i].status = TXO_STEP_RUNNING;
+        r->steps[i].remote = TXO_REMOTE_CALLING;
+        r->in_call = r->in_try;
+        if (r->in_call)
+            txo_trace_child(&r->try_span, &r->call_span);
+        txo__saga_make_ctx(r, i, 1, false, b[in[k]].key, &ctx[k]);
         cp[k] = &ctx[k];
         txo_error_init(&errs[k]);
     }
+    int64_t call_start_us = txo_realtime_us();
     if (n_in > 0) {
         sd->remote_batch(cp, n_in, rcs, errs);
         txo_crash_point("saga.batch.after_call");
     }
+    char call_name[SAGA_STEP_NAME_MAX + 16];
+    snprintf(call_name, sizeof(call_name), "%s call", sd->name);
     for (size_t k = 0; k < n_in; k++) {
         struct batch_saga *bs = &b[in[k]];
         struct saga_run *r = &bs->r;
         int crc = rcs[k];
         if (crc > 0)
             crc = txo_error_set(&errs[k], TXO_EINVAL, "%s: remote part returned %d", sd->name, crc);
+        if (r->in_call)
+            txo__saga_record_span(r, &r->call_span, r->try_span.span_id, call_name, TXO_SPAN_CLIENT,
+                                  call_start_us, 1, crc, errs[k].msg);
+        r->in_call = false;
         r->steps[i].remote = txo__saga_after_call(TXO_REMOTE_CALLING, crc);
         if (crc == 0) {
             done[n_done++] = in[k];
             continue;
         }
+        batch_left(bs, crc, errs[k].msg);
         bs->single = true;
         r->steps[i].batch_tries = 1;
         bool stop = false;
@@ -586,10 +703,13 @@ int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const 
         for (size_t k = 0; k < n; k++)
             if (batchable(&b[k], step))
                 pick[m++] = k;
+        struct batch_trace bt;
+        batch_trace_begin(b, pick, m, &bt);
         if (def->steps[step].remote != NULL)
             run_remote_batch_step(b, pick, m, step);
         else
             run_batch_step(b, pick, m, step, TXO_STEP_PENDING, TXO_REMOTE_NONE, TXO_REMOTE_NONE);
+        batch_trace_end(b, pick, m, step, &bt);
     }
     /* What is left, the single way: sagas out of the batches, steps without a batch form,
      * compensation, and the sagas whose lease the batch did not take (txo__saga_drive() tells

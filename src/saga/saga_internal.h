@@ -19,6 +19,7 @@
 #define TXO_SAGA_INTERNAL_H
 
 #include "txo/saga.h"
+#include "txo/tracer.h"
 
 /* 0 when the saga may move from -> to; else logs an error and returns TXO_ESTATE in err. */
 int txo__saga_check_move(const char *saga_id, enum txo_saga_status from, enum txo_saga_status to,
@@ -135,6 +136,12 @@ void txo__saga_call_key(const struct saga_run *r, size_t i, bool compensate,
 /* The context a step function of step i sees; it borrows from r and key. */
 void txo__saga_make_ctx(const struct saga_run *r, size_t i, unsigned attempt, bool compensate,
                         const char *key, struct txo_saga_ctx *ctx);
+
+/* Records span (a step's try, or its call) of the saga's trace, child of parent, when that
+ * trace is sampled and a tracer is set; rc and why are the try's or call's outcome. */
+void txo__saga_record_span(const struct saga_run *r, const struct txo_trace_ctx *span,
+                           const uint8_t parent[8], const char *name, enum txo_span_kind kind,
+                           int64_t start_us, unsigned attempt, int rc, const char *why);
 
 /* Checks that the saga is still ours and in `expected`, and renews the lease. */
 int txo__saga_fence(struct txo_tx *tx, const struct saga_run *r, enum txo_saga_status expected,

@@ -513,37 +513,14 @@ enum txo_remote_state txo__saga_after_call(enum txo_remote_state before, int rc)
     return before == TXO_REMOTE_CALLING ? TXO_REMOTE_NONE : before; /* a definite "not done" */
 }
 
+static int run_try(struct saga_run *r, size_t i, bool compensate, unsigned attempt, const char *key,
+                   bool *again, int *try_rc, char *why, size_t why_cap, struct txo_error *err);
+
 /*
  * Runs step i's action (or compensation) from its first try until it commits, fails for good,
  * or the engine cannot go on (lease lost, database down: returned as an error). Returns 0 when
  * the step reached COMPLETED/COMPENSATED or its failure was recorded (r->status then changed).
  */
-/* Records span (a step try, or its call) with parent, when the saga's trace is sampled. */
-static void record_step_span(const struct saga_run *r, const struct txo_trace_ctx *span,
-                             const uint8_t parent[8], const char *name, enum txo_span_kind kind,
-                             int64_t start_us, unsigned attempt, int rc, const char *why)
-{
-    if (r->opts.tracer == NULL || !r->has_trace || !(r->trace.flags & TXO_TRACE_SAMPLED))
-        return;
-    struct txo_span_attr attrs[] = {{.key = "txo.saga_id", .str = r->id},
-                                    {.key = "txo.saga_type", .str = r->def->type},
-                                    {.key = "txo.attempt", .num = attempt}};
-    struct txo_span s = {.ctx = *span,
-                         .name = name,
-                         .kind = kind,
-                         .start_us = start_us,
-                         .end_us = txo_realtime_us(),
-                         .status = rc,
-                         .status_message = rc != 0 ? why : NULL,
-                         .attrs = attrs,
-                         .n_attrs = TXO_ARRAY_LEN(attrs)};
-    memcpy(s.parent_span_id, parent, 8);
-    txo_tracer_record(r->opts.tracer, &s);
-}
-
-static int run_try(struct saga_run *r, size_t i, bool compensate, unsigned attempt, const char *key,
-                   bool *again, int *try_rc, char *why, size_t why_cap, struct txo_error *err);
-
 static int run_step(struct saga_run *r, size_t i, bool compensate, struct txo_error *err)
 {
     char key[SAGA_KEY_MAX];
@@ -563,8 +540,8 @@ static int run_step(struct saga_run *r, size_t i, bool compensate, struct txo_er
         int rc = run_try(r, i, compensate, attempt, key, &again, &try_rc, why, sizeof(why), err);
         txo_trace_set_current(prev);
         if (r->in_try)
-            record_step_span(r, &r->try_span, r->trace.span_id, name, TXO_SPAN_INTERNAL, start_us,
-                             attempt, try_rc, why);
+            txo__saga_record_span(r, &r->try_span, r->trace.span_id, name, TXO_SPAN_INTERNAL,
+                                  start_us, attempt, try_rc, why);
         r->in_try = false;
         if (!again)
             return rc;
@@ -641,8 +618,8 @@ static int run_try(struct saga_run *r, size_t i, bool compensate, unsigned attem
         if (r->in_call) {
             char name[SAGA_STEP_NAME_MAX + 16];
             snprintf(name, sizeof(name), "%s %s", sd->name, compensate ? "undo call" : "call");
-            record_step_span(r, &r->call_span, r->try_span.span_id, name, TXO_SPAN_CLIENT,
-                             call_start_us, attempt, rc, terr.msg);
+            txo__saga_record_span(r, &r->call_span, r->try_span.span_id, name, TXO_SPAN_CLIENT,
+                                  call_start_us, attempt, rc, terr.msg);
         }
         r->in_call = false;
         if (!compensate)

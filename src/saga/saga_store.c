@@ -163,6 +163,29 @@ void txo__saga_make_ctx(const struct saga_run *r, size_t i, unsigned attempt, bo
         txo_trace_child(&r->trace, &ctx->trace);
 }
 
+/* saga_internal.h. */
+void txo__saga_record_span(const struct saga_run *r, const struct txo_trace_ctx *span,
+                           const uint8_t parent[8], const char *name, enum txo_span_kind kind,
+                           int64_t start_us, unsigned attempt, int rc, const char *why)
+{
+    if (r->opts.tracer == NULL || !r->has_trace || !(r->trace.flags & TXO_TRACE_SAMPLED))
+        return;
+    struct txo_span_attr attrs[] = {{.key = "txo.saga_id", .str = r->id},
+                                    {.key = "txo.saga_type", .str = r->def->type},
+                                    {.key = "txo.attempt", .num = attempt}};
+    struct txo_span s = {.ctx = *span,
+                         .name = name,
+                         .kind = kind,
+                         .start_us = start_us,
+                         .end_us = txo_realtime_us(),
+                         .status = rc,
+                         .status_message = rc != 0 ? why : NULL,
+                         .attrs = attrs,
+                         .n_attrs = TXO_ARRAY_LEN(attrs)};
+    memcpy(s.parent_span_id, parent, 8);
+    txo_tracer_record(r->opts.tracer, &s);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Fenced writes, used inside transactions */
 

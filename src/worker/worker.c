@@ -750,9 +750,12 @@ static void *runner_main(void *arg)
         }
         pthread_mutex_unlock(&w->mu);
 
+        /* A saga type that batches runs its sagas through the batch engine, one saga being a
+         * batch of one; --saga-batch 1 runs each on its own. */
         if (!ensure_db(w, &db, "runner"))
             nap(w, w->opts.poll_ms);
-        else if (n > 1)
+        else if (n > 1 || (w->batch > 1 && jobs[0].kind == JOB_RUN &&
+                           txo_saga_def_batches(find_saga(w, jobs[0].ref.type))))
             run_jobs(w, &db, user, jobs, n);
         else
             run_job(w, &db, user, &jobs[0]);

@@ -344,10 +344,17 @@ static void test_broker_killed_mid_drain(void **state)
     while (q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline)
-            fail_msg("after the restart: %lld events not published, %u of %d consumed",
+            fail_msg("after the restart: %lld events not published, %u of %d consumed "
+                     "(%u calls, %u duplicates, last poll %s); queues: audit %ld, worker %ld, "
+                     "retry %ld, dlq %ld; inbox %lld rows",
                      (long long)q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
                                       "'PUBLISHED'"),
-                     w.effects, N_EVENTS);
+                     w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc),
+                     testrabbit_count(&broker, "killed.audit"),
+                     testrabbit_count(&broker, "killed.worker"),
+                     testrabbit_count(&broker, "killed.worker.retry"),
+                     testrabbit_count(&broker, "killed.worker.dlq"),
+                     (long long)q(&t, "SELECT COUNT(*) FROM inbox_events"));
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);

@@ -574,9 +574,8 @@ static const char *span_str(json_t *s, const char *key)
  * span linked to it, the worker's CONSUMER span (its child), each saga step's span (children
  * of the consume span) and each call's CLIENT span, whose id the service received.
  */
-static void test_trace_reaches_events_and_services(void **state)
+static void check_one_trace(struct rig *r, bool batched)
 {
-    struct rig *r = *state;
     const char *fake_args[] = {NULL};
     start_fake(r, fake_args);
     unsigned otlp_port = testproc_free_port();
@@ -593,7 +592,10 @@ static void test_trace_reaches_events_and_services(void **state)
     testproc_start(&receiver, "otlp_recorder", rargv, NULL);
     if (!testproc_wait_port(otlp_port, 10000))
         fail_msg("the OTLP receiver did not listen on %u", otlp_port);
-    const char *up_args[] = {r->payment_flag, r->shipment_flag, otlp_flag, "--saga-batch=1", NULL};
+    /* --saga-batch 1 runs each saga on its own; the default runs a step of many sagas in one
+     * transaction and their calls together. */
+    const char *up_args[] = {r->payment_flag, r->shipment_flag, otlp_flag,
+                             batched ? "--saga-batch=64" : "--saga-batch=1", NULL};
     start_up(r, up_args);
 
     static const char trace_id[] = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -692,8 +694,40 @@ static void test_trace_reaches_events_and_services(void **state)
     assert_int_equal(json_integer_value(json_object_get(call, "kind")), 3);
     assert_string_equal(span_str(call, "spanId"), charge_span);
     assert_int_equal(json_integer_value(json_object_get(publish, "kind")), 4);
+    if (batched) {
+        /* The batch that ran the step is a span of its own trace linking the saga's try. */
+        json_t *batch = NULL;
+        json_array_foreach(spans, i, s)
+        {
+            size_t k;
+            json_t *l;
+            if (strcmp(span_str(s, "name"), "ChargePayment batch") != 0)
+                continue;
+            json_array_foreach(json_object_get(s, "links"), k, l)
+            {
+                if (strcmp(span_str(l, "spanId"), span_str(step, "spanId")) == 0 &&
+                    strcmp(span_str(l, "traceId"), trace_id) == 0)
+                    batch = s;
+            }
+        }
+        if (batch == NULL)
+            fail_msg("no \"ChargePayment batch\" span links the step's span %s",
+                     span_str(step, "spanId"));
+        assert_string_equal(span_str(batch, "parentSpanId"), "");
+    }
     json_decref(spans);
     unlink(otlp_file);
+}
+
+static void test_trace_reaches_events_and_services(void **state)
+{
+    check_one_trace(*state, false);
+}
+
+/* The same trace when the saga's steps run in batches of many sagas. */
+static void test_trace_through_saga_batches(void **state)
+{
+    check_one_trace(*state, true);
 }
 
 static void test_hanging_payment_times_out(void **state)
@@ -1234,6 +1268,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_trace_reaches_events_and_services, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace_through_saga_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),
