@@ -333,7 +333,8 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
         goto out;
     }
     for (size_t i = 0; by_command && i < n; i++) {
-        rc = txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payloads[i], NULL, err);
+        rc = txo_cmdq_enqueue(tx, ORDERS_START_SAGA_COMMAND, payloads[i], orders[i].trace, NULL,
+                              err);
         if (rc < 0)
             goto out;
     }

@@ -42,6 +42,7 @@
 #include "txo/claim.h"
 #include "txo/common.h"
 #include "txo/db.h"
+#include "txo/trace.h"
 
 enum txo_cmdq_status {
     TXO_CMDQ_PENDING = 0,
@@ -67,13 +68,15 @@ TXO_API bool txo_cmdq_can_move(enum txo_cmdq_status from, enum txo_cmdq_status t
 #define TXO_CMDQ_TOKEN_LEN 36
 
 /*
- * Appends a command inside tx (it commits with the caller's transaction), due at once.
- * *id (may be NULL) receives its id.
+ * Appends a command inside tx (it commits with the caller's transaction), due at once, with
+ * the trace context it was asked for in (txo/trace.h; NULL: none), which its handler
+ * continues. *id (may be NULL) receives its id.
  * Errors: TXO_EINVAL (command_type empty or longer than TXO_CMDQ_TYPE_MAX, payload missing),
  * TXO_ECONSTRAINT (payload is not JSON), DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type,
-                                            const char *payload_json, int64_t *id,
+                                            const char *payload_json,
+                                            const struct txo_trace_ctx *trace, int64_t *id,
                                             struct txo_error *err);
 
 /*
@@ -86,6 +89,8 @@ struct txo_command {
     char *payload;                      /* JSON text */
     unsigned attempts;                  /* 1 on the first claim, counting this one */
     char token[TXO_CMDQ_TOKEN_LEN + 1]; /* the claim's lock token (fences complete/fail) */
+    bool has_trace;                     /* enqueued in a trace context: trace is it */
+    struct txo_trace_ctx trace;
 };
 
 /* Frees the strings of cmd (not cmd itself) and clears it. NULL is a no-op. */

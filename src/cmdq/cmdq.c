@@ -37,6 +37,8 @@ enum claim_col {
     COL_PAYLOAD,
     COL_ATTEMPTS,
     COL_LOCKED_BY,
+    COL_TRACEPARENT,
+    COL_TRACESTATE,
 };
 
 static const char *const status_names[] = {
@@ -91,7 +93,7 @@ bool txo_cmdq_can_move(enum txo_cmdq_status from, enum txo_cmdq_status to)
 /* ---- enqueue ---- */
 
 int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type, const char *payload_json,
-                     int64_t *id, struct txo_error *err)
+                     const struct txo_trace_ctx *trace, int64_t *id, struct txo_error *err)
 {
     TXO_ASSERT(tx != NULL);
     if (command_type == NULL || command_type[0] == '\0')
@@ -111,7 +113,13 @@ int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type, const char *pa
                              command_type, jerr.text, jerr.line, jerr.column);
     json_decref(doc);
 
-    struct txo_param params[] = {txo_p_str(command_type), txo_p_str(payload_json)};
+    char tp[TXO_TRACEPARENT_LEN + 1];
+    if (trace != NULL)
+        txo_trace_format(trace, tp);
+    struct txo_param params[] = {txo_p_str(command_type), txo_p_str(payload_json),
+                                 trace != NULL ? txo_p_str(tp) : txo_p_null(),
+                                 trace != NULL && trace->state[0] != '\0' ? txo_p_str(trace->state)
+                                                                          : txo_p_null()};
     struct txo_exec_result res;
     int rc = txo_tx_exec(tx, CMDQ_SQL_ENQUEUE, params, TXO_ARRAY_LEN(params), &res, err);
     if (rc < 0) {
@@ -367,6 +375,9 @@ static int copy_command(const struct txo_rows *rows, size_t i, bool claimed_now,
     cmd->payload = txo_strdup(payload != NULL ? payload : "null");
     int64_t attempts = txo_rows_i64(rows, i, COL_ATTEMPTS) + (claimed_now ? 1 : 0);
     cmd->attempts = attempts > 0 && attempts <= INT32_MAX ? (unsigned)attempts : 1;
+    /* A value a receiver of the header would drop is dropped here too: no context. */
+    cmd->has_trace = txo_trace_parse(txo_rows_str(rows, i, COL_TRACEPARENT, NULL),
+                                     txo_rows_str(rows, i, COL_TRACESTATE, NULL), &cmd->trace);
     snprintf(cmd->token, sizeof(cmd->token), "%s", token);
     return cmd->type != NULL && cmd->payload != NULL ? 0 : TXO_ENOMEM;
 }

@@ -2,8 +2,8 @@
  * Every SQL statement of the command queue (src/cmdq/cmdq.c), one named macro each. Above
  * each: the index it relies on, the rows it locks and the isolation it assumes. The schema is
  * sql/migrations/0005_command_queue.sql plus 0006_worker_queues.sql (next_attempt_at,
- * last_error, lock_token, idx_cmdq_due). The purge of DONE commands is in
- * src/retention/retention_sql.h.
+ * last_error, lock_token, idx_cmdq_due) and 0020_command_trace.sql (traceparent, tracestate). The
+ * purge of DONE commands is in src/retention/retention_sql.h.
  *
  * Statements whose name ends in _IN end with `id IN `: cmdq.c appends the placeholder list
  * built by txo_sql_in_list() (count rounded up to a power of two, the last id repeated). The
@@ -20,12 +20,15 @@
 /*
  * Appends a command (PENDING, due now: the column defaults). Inside the caller's transaction.
  * Index: PRIMARY (auto-increment), plus one idx_cmdq_due entry. Locks: the new row.
- * Params: command_type, payload.
+ * Params: command_type, payload, traceparent, tracestate (NULL: none; 0020_command_trace.sql).
  */
-#define CMDQ_SQL_ENQUEUE "INSERT INTO command_queue (command_type, payload) VALUES (?, ?)"
+#define CMDQ_SQL_ENQUEUE                                                                           \
+    "INSERT INTO command_queue (command_type, payload, traceparent, tracestate) "                  \
+    "VALUES (?, ?, ?, ?)"
 
 /* The columns of every claim query: see enum claim_col in cmdq.c. */
-#define CMDQ_SQL__CLAIM_COLUMNS "SELECT id, command_type, payload, attempts, locked_by "
+#define CMDQ_SQL__CLAIM_COLUMNS                                                                    \
+    "SELECT id, command_type, payload, attempts, locked_by, traceparent, tracestate "
 
 /*
  * Claim, skip-locked strategy, step 1a: PROCESSING commands whose lease expired, oldest due

@@ -63,8 +63,8 @@ struct txo_handler_ctx {
     struct pending_saga *pending;
     size_t n_pending, cap_pending;
     bool needs_single;
-    /* The trace context of the event being handled (NULL: none, or a command): the sagas it
-     * starts continue it. */
+    /* The span of the event or command being handled (NULL: none): the sagas it starts
+     * continue it. */
     const struct txo_trace_ctx *trace;
 };
 
@@ -839,7 +839,19 @@ static int run_command(struct txo_worker *w, struct txo_db *db, const struct txo
     if (h == NULL)
         return txo_error_set(err, TXO_EINVAL, "no handler for command type %s", cmd->type);
     struct command_args a = {.cmd = cmd, .handler = h, .hc = {.w = w}};
+    /* A command enqueued in a trace is run in a span of it: the sagas it starts and the lines
+     * it logs continue that span. */
+    struct txo_trace_ctx span;
+    if (cmd->has_trace) {
+        txo_trace_child(&cmd->trace, &span);
+        a.hc.trace = &span;
+    }
+    int64_t start_us = txo_realtime_us();
+    const struct txo_trace_ctx *prev = txo_trace_set_current(a.hc.trace);
     int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, command_tx, &a, err);
+    txo_trace_set_current(prev);
+    if (cmd->has_trace)
+        txo__worker_record_command(w->opts.tracer, cmd, &span, start_us, rc);
     if (rc == 0)
         queue_started(w, &a.hc);
     return rc;

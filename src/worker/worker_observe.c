@@ -30,30 +30,55 @@ bool txo__worker_consume_span(struct txo_event *ev, uint8_t parent[8])
     return true;
 }
 
-/* worker_observe.h. */
-void txo__worker_record_consume(struct txo_tracer *tracer, const struct txo_event *ev,
-                                const uint8_t parent[8], int64_t start_us, int rc)
+/* The CONSUMER span "<what> process" of ctx (child of parent) with attrs, when sampled. */
+static void record_process(struct txo_tracer *tracer, const struct txo_trace_ctx *ctx,
+                           const uint8_t parent[8], const char *what,
+                           const struct txo_span_attr *attrs, size_t n_attrs, int64_t start_us,
+                           int rc)
 {
-    if (tracer == NULL || !ev->has_trace || !(ev->trace.flags & TXO_TRACE_SAMPLED))
+    if (tracer == NULL || !(ctx->flags & TXO_TRACE_SAMPLED))
         return;
     char name[160];
-    snprintf(name, sizeof(name), "%s process", ev->type);
-    struct txo_span_attr attrs[] = {
-        {.key = "messaging.operation.type", .str = "process"},
-        {.key = "txo.event_type", .str = ev->type},
-        {.key = "txo.aggregate_type", .str = ev->aggregate_type},
-        {.key = "txo.idempotency_key", .str = ev->idempotency_key},
-    };
-    struct txo_span s = {.ctx = ev->trace,
+    snprintf(name, sizeof(name), "%s process", what);
+    struct txo_span s = {.ctx = *ctx,
                          .name = name,
                          .kind = TXO_SPAN_CONSUMER,
                          .start_us = start_us,
                          .end_us = txo_realtime_us(),
                          .status = rc,
                          .attrs = attrs,
-                         .n_attrs = ev->aggregate_type != NULL ? 4 : 2};
+                         .n_attrs = n_attrs};
     memcpy(s.parent_span_id, parent, 8);
     txo_tracer_record(tracer, &s);
+}
+
+/* worker_observe.h. */
+void txo__worker_record_consume(struct txo_tracer *tracer, const struct txo_event *ev,
+                                const uint8_t parent[8], int64_t start_us, int rc)
+{
+    if (!ev->has_trace)
+        return;
+    struct txo_span_attr attrs[] = {
+        {.key = "messaging.operation.type", .str = "process"},
+        {.key = "txo.event_type", .str = ev->type},
+        {.key = "txo.aggregate_type", .str = ev->aggregate_type},
+        {.key = "txo.idempotency_key", .str = ev->idempotency_key},
+    };
+    record_process(tracer, &ev->trace, parent, ev->type, attrs, ev->aggregate_type != NULL ? 4 : 2,
+                   start_us, rc);
+}
+
+/* worker_observe.h. */
+void txo__worker_record_command(struct txo_tracer *tracer, const struct txo_command *cmd,
+                                const struct txo_trace_ctx *span, int64_t start_us, int rc)
+{
+    struct txo_span_attr attrs[] = {
+        {.key = "messaging.operation.type", .str = "process"},
+        {.key = "txo.command_type", .str = cmd->type},
+        {.key = "txo.command_id", .num = cmd->id},
+    };
+    record_process(tracer, span, cmd->trace.span_id, cmd->type, attrs, TXO_ARRAY_LEN(attrs),
+                   start_us, rc);
 }
 
 /* worker_observe.h. */

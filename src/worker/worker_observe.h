@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "txo/cmdq.h"
 #include "txo/consumer.h"
 
 struct txo_metric;
@@ -47,5 +48,10 @@ bool txo__worker_consume_span(struct txo_event *ev, uint8_t parent[8]);
  * only), begun at start_us (wall clock), with rc its outcome. */
 void txo__worker_record_consume(struct txo_tracer *tracer, const struct txo_event *ev,
                                 const uint8_t parent[8], int64_t start_us, int rc);
+
+/* Records the CONSUMER span of a command run ("<type> process"), span, a child of the context
+ * cmd was enqueued in, begun at start_us, with rc its outcome. */
+void txo__worker_record_command(struct txo_tracer *tracer, const struct txo_command *cmd,
+                                const struct txo_trace_ctx *span, int64_t start_us, int rc);
 
 #endif

@@ -574,7 +574,10 @@ static const char *span_str(json_t *s, const char *key)
  * span linked to it, the worker's CONSUMER span (its child), each saga step's span (children
  * of the consume span) and each call's CLIENT span, whose id the service received.
  */
-static void check_one_trace(struct rig *r, bool batched)
+/* How the order's saga is run: one saga at a time, in batches, or started by a command. */
+enum trace_mode { TRACE_SINGLE, TRACE_BATCHED, TRACE_ASYNC };
+
+static void check_one_trace(struct rig *r, enum trace_mode mode)
 {
     const char *fake_args[] = {NULL};
     start_fake(r, fake_args);
@@ -594,8 +597,12 @@ static void check_one_trace(struct rig *r, bool batched)
         fail_msg("the OTLP receiver did not listen on %u", otlp_port);
     /* --saga-batch 1 runs each saga on its own; the default runs a step of many sagas in one
      * transaction and their calls together. */
-    const char *up_args[] = {r->payment_flag, r->shipment_flag, otlp_flag,
-                             batched ? "--saga-batch=64" : "--saga-batch=1", NULL};
+    const char *up_args[] = {r->payment_flag,
+                             r->shipment_flag,
+                             otlp_flag,
+                             mode == TRACE_SINGLE ? "--saga-batch=1" : "--saga-batch=64",
+                             mode == TRACE_ASYNC ? "--async" : NULL,
+                             NULL};
     start_up(r, up_args);
 
     static const char trace_id[] = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -665,6 +672,9 @@ static void check_one_trace(struct rig *r, bool batched)
     json_t *spans = exported_spans(otlp_file);
     json_t *server = span_named(spans, "POST /orders", trace_id);
     json_t *consume = span_named(spans, "OrderCreated process", trace_id);
+    /* With --async the saga is started by the StartOrderSaga command the request enqueued. */
+    json_t *starter =
+        mode == TRACE_ASYNC ? span_named(spans, "StartOrderSaga process", trace_id) : consume;
     json_t *step = span_named(spans, "ChargePayment", trace_id);
     json_t *call = span_named(spans, "ChargePayment call", trace_id);
     json_t *publish = NULL;
@@ -677,24 +687,29 @@ static void check_one_trace(struct rig *r, bool batched)
         json_array_foreach(json_object_get(s, "links"), k,
                            l) if (strcmp(span_str(l, "spanId"), created_span) == 0) publish = s;
     }
-    if (server == NULL || consume == NULL || step == NULL || call == NULL || publish == NULL)
-        fail_msg("spans missing (server %d, consume %d, step %d, call %d, publish %d) among %zu",
-                 server != NULL, consume != NULL, step != NULL, call != NULL, publish != NULL,
-                 json_array_size(spans));
+    if (server == NULL || consume == NULL || starter == NULL || step == NULL || call == NULL ||
+        publish == NULL)
+        fail_msg("spans missing (server %d, consume %d, saga starter %d, step %d, call %d, "
+                 "publish %d) among %zu",
+                 server != NULL, consume != NULL, starter != NULL, step != NULL, call != NULL,
+                 publish != NULL, json_array_size(spans));
     /* The request is a child of the caller's span, OrderCreated was appended in it, the
-     * consume span is its child, the step the consume span's, the call the step's, and the
-     * payment service received the call's span. */
+     * consume span is its child, the step the span of what started the saga (the consume span,
+     * or with --async the command's), the call the step's, and the payment service received
+     * the call's span. */
     assert_string_equal(span_str(server, "parentSpanId"), "00f067aa0ba902b7");
     assert_string_equal(span_str(server, "spanId"), created_span);
     assert_int_equal(json_integer_value(json_object_get(server, "kind")), 2);
     assert_string_equal(span_str(consume, "parentSpanId"), created_span);
     assert_int_equal(json_integer_value(json_object_get(consume, "kind")), 5);
-    assert_string_equal(span_str(step, "parentSpanId"), span_str(consume, "spanId"));
+    assert_string_equal(span_str(starter, "parentSpanId"), created_span);
+    assert_int_equal(json_integer_value(json_object_get(starter, "kind")), 5);
+    assert_string_equal(span_str(step, "parentSpanId"), span_str(starter, "spanId"));
     assert_string_equal(span_str(call, "parentSpanId"), span_str(step, "spanId"));
     assert_int_equal(json_integer_value(json_object_get(call, "kind")), 3);
     assert_string_equal(span_str(call, "spanId"), charge_span);
     assert_int_equal(json_integer_value(json_object_get(publish, "kind")), 4);
-    if (batched) {
+    if (mode != TRACE_SINGLE) {
         /* The batch that ran the step is a span of its own trace linking the saga's try. */
         json_t *batch = NULL;
         json_array_foreach(spans, i, s)
@@ -721,13 +736,19 @@ static void check_one_trace(struct rig *r, bool batched)
 
 static void test_trace_reaches_events_and_services(void **state)
 {
-    check_one_trace(*state, false);
+    check_one_trace(*state, TRACE_SINGLE);
 }
 
 /* The same trace when the saga's steps run in batches of many sagas. */
 static void test_trace_through_saga_batches(void **state)
 {
-    check_one_trace(*state, true);
+    check_one_trace(*state, TRACE_BATCHED);
+}
+
+/* The same trace when the request queues a StartOrderSaga command that starts the saga. */
+static void test_trace_through_async_command(void **state)
+{
+    check_one_trace(*state, TRACE_ASYNC);
 }
 
 static void test_hanging_payment_times_out(void **state)
@@ -1269,6 +1290,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_trace_reaches_events_and_services, setup, teardown),
         cmocka_unit_test_setup_teardown(test_trace_through_saga_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_trace_through_async_command, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),

@@ -83,7 +83,7 @@ static int enqueue_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     struct enqueue_args *a = arg;
     for (unsigned i = 0; i < a->count; i++) {
         int64_t id = 0;
-        int rc = txo_cmdq_enqueue(tx, a->type, a->payload, &id, err);
+        int rc = txo_cmdq_enqueue(tx, a->type, a->payload, NULL, &id, err);
         if (rc < 0)
             return rc;
         if (i == 0)
