@@ -91,6 +91,7 @@ int order_api_new(const struct order_api_opts *opts, struct txo_db_pool *pool,
             .async = opts->async,
             .db_wait_ms = opts->db_wait_ms,
             .metrics = opts->metrics,
+            .tracer = opts->tracer,
             .on_commit = opts->on_commit,
             .on_commit_arg = opts->on_commit_arg,
         };

@@ -57,6 +57,7 @@ struct order_api_opts {
     const char *admin_token;               /* NULL or "": admin endpoints need no token (copied) */
     int64_t db_wait_ms;                    /* wait for a pooled connection; then 503 */
     struct txo_metrics *metrics;           /* NULL: /metrics answers 404 */
+    struct txo_tracer *tracer;             /* spans of grouped writes; NULL: none */
     const struct order_services *services; /* for POST /sagas/{id}/retry; NULL: local stand-ins */
     /* Called after an order (and its OrderCreated) committed, from the request's thread (the
      * order writer's, once per group, with order_batch > 1); must be quick and thread-safe. `txo

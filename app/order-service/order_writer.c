@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "order_writer.h"
+#include "txo/tracer.h"
 #include "txo/txo.h"
 
 struct order_writer {
@@ -235,8 +236,49 @@ static void group_answer(struct group *g)
     }
 }
 
+/*
+ * The group's span: one transaction carried n requests, so it is a span of a trace of its own
+ * with a link to each request's span (their OrderCreated events carry those), recorded when
+ * one of them is sampled.
+ */
+static void group_span(const struct group *g, int64_t start_us, int rc)
+{
+    if (g->w->opts.tracer == NULL)
+        return;
+    struct txo_span_link *links = txo_calloc(g->n, sizeof(*links));
+    size_t n_links = 0;
+    bool sampled = false;
+    for (size_t i = 0; links != NULL && i < g->n; i++) {
+        const struct txo_trace_ctx *t = g->reqs[i]->trace;
+        if (t == NULL)
+            continue;
+        memcpy(links[n_links].trace_id, t->trace_id, 16);
+        memcpy(links[n_links++].span_id, t->span_id, 8);
+        sampled = sampled || (t->flags & TXO_TRACE_SAMPLED);
+    }
+    if (sampled) {
+        struct txo_span_attr attrs[] = {{.key = "txo.group.requests", .num = (int64_t)g->n},
+                                        {.key = "txo.group.created", .num = (int64_t)g->n_new}};
+        struct txo_span s = {.name = "orders group write",
+                             .kind = TXO_SPAN_INTERNAL,
+                             .start_us = start_us,
+                             .end_us = txo_realtime_us(),
+                             .status = rc,
+                             .status_message =
+                                 rc != 0 ? "rolled back: the requests go one by one" : NULL,
+                             .attrs = attrs,
+                             .n_attrs = TXO_ARRAY_LEN(attrs),
+                             .links = links,
+                             .n_links = n_links};
+        txo_trace_new_root(true, &s.ctx);
+        txo_tracer_record(g->w->opts.tracer, &s);
+    }
+    txo_free(links);
+}
+
 static void group_run(struct order_writer *w, struct order_writer_req **reqs, size_t n)
 {
+    int64_t start_us = txo_realtime_us();
     struct group g = {.w = w, .reqs = reqs, .n = n};
     g.orders = txo_calloc(n, sizeof(*g.orders));
     g.order_of = txo_calloc(n, sizeof(*g.order_of));
@@ -286,6 +328,7 @@ static void group_run(struct order_writer *w, struct order_writer_req **reqs, si
     TXO_LOG(TXO_LOG_DEBUG, "api", "order group committed", TXO_KV_U64("size", n),
             TXO_KV_U64("created", g.n_new));
 out:
+    group_span(&g, start_us, rc);
     txo_free(g.orders);
     txo_free(g.order_of);
     txo_free(g.dup_of);

@@ -77,6 +77,7 @@ struct order_writer_opts {
     int64_t db_wait_ms;           /* for the pooled connection; and how long a request may stay
                                    * queued before it answers 503 */
     struct txo_metrics *metrics;  /* txo_order_batch_size; NULL: none */
+    struct txo_tracer *tracer;    /* a span per group, linking its requests'; NULL: none */
     void (*on_commit)(void *arg); /* after a group that created orders committed */
     void *on_commit_arg;
 };

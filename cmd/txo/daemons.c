@@ -471,6 +471,7 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     struct order_api_opts ao;
     order_api_opts_init(&ao);
     ao.async = s->async;
+    ao.tracer = daemon_tracer();
     ao.idempotency_stale_s = s->idem_stale_s;
     ao.admin_token = s->admin_token;
     ao.services = services;

@@ -709,6 +709,22 @@ static void check_one_trace(struct rig *r, enum trace_mode mode)
     assert_int_equal(json_integer_value(json_object_get(call, "kind")), 3);
     assert_string_equal(span_str(call, "spanId"), charge_span);
     assert_int_equal(json_integer_value(json_object_get(publish, "kind")), 4);
+    /* The POST was committed by the order writer's group (--order-batch): a span of its own
+     * trace linking the request's. */
+    bool grouped = false;
+    json_array_foreach(spans, i, s)
+    {
+        size_t k;
+        json_t *l;
+        if (strcmp(span_str(s, "name"), "orders group write") != 0)
+            continue;
+        json_array_foreach(json_object_get(s, "links"), k, l)
+        {
+            grouped = grouped || strcmp(span_str(l, "spanId"), created_span) == 0;
+        }
+    }
+    if (!grouped)
+        fail_msg("no \"orders group write\" span links the request's span %s", created_span);
     if (mode != TRACE_SINGLE) {
         /* The batch that ran the step is a span of its own trace linking the saga's try. */
         json_t *batch = NULL;
