@@ -125,7 +125,7 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
     return check_payload(ev->payload_json, *payload_len, key, err);
 }
 
-/* The columns of an event per row (OUTBOX_SQL_INSERT). */
+/* The columns of an event per row (OUTBOX_SQL_INSERT_ROW). */
 #define ROW_PARAMS 7
 
 /*
@@ -150,35 +150,59 @@ static void row_params(const struct txo_outbox_event *ev, size_t payload_len, ch
     }
 }
 
+/*
+ * The one way events are appended: evs[0..n) checked, then one multi-row INSERT
+ * (OUTBOX_SQL_INSERT_BEFORE + n rows). *res gets the statement's result. Errors as
+ * txo_outbox_append_many().
+ */
+static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, size_t n,
+                         struct txo_exec_result *res, struct txo_error *err)
+{
+    size_t *lens = txo_calloc(n, sizeof(*lens));
+    struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
+    char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
+    char *sql = txo_sql_values_rows(OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW);
+    int rc = 0;
+    if (lens == NULL || params == NULL || tps == NULL || sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = check_event(&evs[i], &lens[i], err);
+    if (rc < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++)
+        row_params(&evs[i], lens[i], tps[i], &params[ROW_PARAMS * i]);
+    rc = txo_tx_exec(tx, sql, params, ROW_PARAMS * n, res, err);
+    if (rc < 0 && n == 1)
+        txo_error_wrap(err, "outbox append %s (%s %s:%s)", evs[0].idempotency_key,
+                       evs[0].event_type, evs[0].aggregate_type, evs[0].aggregate_id);
+    else if (rc < 0)
+        txo_error_wrap(err, "outbox append of %zu events (first %s)", n, evs[0].idempotency_key);
+out:
+    txo_free(lens);
+    txo_free(params);
+    txo_free(tps);
+    txo_free(sql);
+    return rc;
+}
+
 int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsigned flags,
                       bool *inserted, int64_t *id, struct txo_error *err)
 {
     TXO_ASSERT(tx != NULL && ev != NULL);
     const char *key = ev->idempotency_key != NULL ? ev->idempotency_key : "(null)";
-    size_t payload_len = 0;
-    int rc = check_event(ev, &payload_len, err);
-    if (rc < 0)
-        return rc;
-
-    bool ignore_duplicate = (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0;
-    struct txo_param params[ROW_PARAMS];
-    char tp[TXO_TRACEPARENT_LEN + 1];
-    row_params(ev, payload_len, tp, params);
     struct txo_exec_result res = {0};
-    rc = txo_tx_exec(tx, OUTBOX_SQL_INSERT, params, TXO_ARRAY_LEN(params), &res, err);
+    int rc = insert_events(tx, ev, 1, &res, err);
     bool was_inserted = rc == 0 && res.affected_rows == 1;
-    if (rc == TXO_EDUPLICATE && ignore_duplicate) {
+    if (rc == TXO_EDUPLICATE && (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0) {
         /* The failed statement is undone, the aggregate's counter included; the transaction
          * goes on. */
         txo_error_init(err);
         rc = 0;
     }
-    if (rc < 0) {
-        txo_error_wrap(err, "outbox append %s (%s %s:%s)", key, ev->event_type, ev->aggregate_type,
-                       ev->aggregate_id);
+    if (rc < 0)
         return rc;
-    }
-
     if (inserted != NULL)
         *inserted = was_inserted;
     if (id != NULL)
@@ -195,41 +219,16 @@ int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs
     TXO_ASSERT(tx != NULL && (n == 0 || evs != NULL));
     if (n == 0)
         return 0;
-    size_t *lens = txo_calloc(n, sizeof(*lens));
-    struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
-    char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
-    char *sql = txo_sql_values_rows(OUTBOX_SQL_INSERT_MANY_BEFORE, n, OUTBOX_SQL_INSERT_MANY_ROW);
-    int rc = 0;
-    if (lens == NULL || params == NULL || tps == NULL || sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
-        goto out;
-    }
-    for (size_t i = 0; i < n && rc == 0; i++)
-        rc = check_event(&evs[i], &lens[i], err);
+    struct txo_exec_result res = {0};
+    int rc = insert_events(tx, evs, n, &res, err);
     if (rc < 0)
-        goto out;
-    for (size_t i = 0; i < n; i++)
-        row_params(&evs[i], lens[i], tps[i], &params[ROW_PARAMS * i]);
-    struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, params, ROW_PARAMS * n, &res, err);
-    if (rc < 0) {
-        txo_error_wrap(err, "outbox append of %zu events (first %s)", n, evs[0].idempotency_key);
-        goto out;
-    }
-    rc = 0;
-    if (res.affected_rows != n) {
-        rc = txo_error_set(err, TXO_EDB, "outbox append: %llu of %zu events inserted",
-                           (unsigned long long)res.affected_rows, n);
-        goto out;
-    }
+        return rc;
+    if (res.affected_rows != n)
+        return txo_error_set(err, TXO_EDB, "outbox append: %llu of %zu events inserted",
+                             (unsigned long long)res.affected_rows, n);
     TXO_LOG(TXO_LOG_DEBUG, "outbox", "append", TXO_KV_U64("n", n),
             TXO_KV_STR("first_key", evs[0].idempotency_key));
-out:
-    txo_free(lens);
-    txo_free(params);
-    txo_free(tps);
-    txo_free(sql);
-    return rc;
+    return 0;
 }
 
 struct stats_ctx {

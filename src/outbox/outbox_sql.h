@@ -10,38 +10,27 @@
 #include "relay/relay_sql.h" /* RELAY_SQL__UNPARKED: which due events the relay may claim */
 
 /*
- * Appends one event. Runs inside the caller's transaction (any isolation).
- * Index: uq_outbox_idempotency_key (duplicate detection, 1062 -> TXO_EDUPLICATE; the failed
- * statement is undone, the transaction goes on, which is how TXO_OUTBOX_IGNORE_DUPLICATE
- * ignores it: an INSERT ... ON DUPLICATE KEY UPDATE would run the sequence trigger first and
- * could use up a number for nothing when another transaction appends the same key at the same
- * moment).
- * The trigger outbox_events_sequence (sql/migrations/0015_outbox_sequence.sql) gives the row
+ * Appends n events in one statement (txo_outbox_append and _many, which is n = 1): BEFORE +
+ * n x ROW (txo_sql_values_rows). Params per row: aggregate_type, aggregate_id, event_type,
+ * payload, idempotency_key, traceparent, tracestate (NULL: none); the other columns keep their
+ * defaults (PENDING, next_attempt_at now, attempts 0). Inside the caller's transaction (any
+ * isolation).
+ * Index: uq_outbox_idempotency_key: a duplicate key is 1062 (-> TXO_EDUPLICATE) and fails the
+ * whole statement, which is undone while the transaction goes on; that is how
+ * TXO_OUTBOX_IGNORE_DUPLICATE ignores it (an INSERT ... ON DUPLICATE KEY UPDATE would run the
+ * sequence trigger first and could use up a number for nothing when another transaction
+ * appends the same key at the same moment).
+ * The trigger outbox_events_sequence (sql/migrations/0015_outbox_sequence.sql) gives each row
  * its sequence and prev_sequence from outbox_aggregates.
- * Locks: the new row (and an insert-intention/gap lock on the unique index); the aggregate's
+ * Locks: the new rows (and insert-intention/gap locks on the unique index); each aggregate's
  * row of outbox_aggregates, exclusively, until the caller's transaction ends (so appends to
  * one aggregate commit one after the other, in sequence order); on a duplicate, the existing
  * index record (shared).
- * Params: aggregate_type, aggregate_id, event_type, payload, idempotency_key.
  */
-#define OUTBOX_SQL_INSERT                                                                          \
-    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
-    "idempotency_key, traceparent, tracestate) VALUES (?, ?, ?, ?, ?, ?, ?)"
-
-/*
- * Appends n events in one statement (txo_outbox_append_many): BEFORE + n x ROW
- * (txo_sql_values_rows). The columns of OUTBOX_SQL_INSERT, params per row: aggregate_type,
- * aggregate_id, event_type, payload, idempotency_key, traceparent, tracestate (NULL: none); the
- * others keep their defaults (PENDING,
- * next_attempt_at now, attempts 0). Inside the caller's transaction (any isolation).
- * Index: uq_outbox_idempotency_key: one duplicate key is 1062 (-> TXO_EDUPLICATE) and fails the
- * whole statement. The trigger numbers each row as in OUTBOX_SQL_INSERT. Locks: the new rows
- * (and insert-intention/gap locks on the unique index), the counter row of each aggregate.
- */
-#define OUTBOX_SQL_INSERT_MANY_BEFORE                                                              \
+#define OUTBOX_SQL_INSERT_BEFORE                                                                   \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
     "idempotency_key, traceparent, tracestate) VALUES "
-#define OUTBOX_SQL_INSERT_MANY_ROW "(?, ?, ?, ?, ?, ?, ?)"
+#define OUTBOX_SQL_INSERT_ROW "(?, ?, ?, ?, ?, ?, ?)"
 
 /*
  * Row counts by status. Index: idx_outbox_due (status, next_attempt_at), scanned as a covering
