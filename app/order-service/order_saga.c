@@ -787,13 +787,13 @@ int orders_run_saga(struct txo_db *db, const char *saga_id, const struct order_f
     return txo_saga_run(db, &order_def, saga_id, opts, &env, final, err);
 }
 
-int orders_run_saga_batch(struct txo_db *db, const char *const *saga_ids, size_t n,
-                          const struct order_faults *faults, const struct txo_saga_opts *opts,
-                          int *rcs, enum txo_saga_status *finals, struct txo_error *err)
+int orders_run_saga_many(struct txo_db *db, const char *const *saga_ids, size_t n,
+                         const struct order_faults *faults, const struct txo_saga_opts *opts,
+                         int *rcs, enum txo_saga_status *finals, struct txo_error *err)
 {
     struct order_saga_env env;
     order_saga_env_init(&env, faults);
-    return txo_saga_run_batch(db, &order_def, saga_ids, n, opts, &env, rcs, finals, err);
+    return txo_saga_run_many(db, &order_def, saga_ids, n, opts, &env, rcs, finals, err);
 }
 
 int orders_retry_saga(struct txo_db *db, const char *saga_id, const struct order_faults *faults,

@@ -118,12 +118,12 @@ TXO_MUST_CHECK int orders_run_saga(struct txo_db *db, const char *saga_id,
                                    const struct txo_saga_opts *opts, enum txo_saga_status *final,
                                    struct txo_error *err);
 
-/* orders_run_saga() for n sagas at once with txo_saga_run_batch(): the steps of the sagas
+/* orders_run_saga() for n sagas at once with txo_saga_run_many(): the steps of the sagas
  * that are at the same step run in one transaction each. rcs and finals as there. */
-TXO_MUST_CHECK int orders_run_saga_batch(struct txo_db *db, const char *const *saga_ids, size_t n,
-                                         const struct order_faults *faults,
-                                         const struct txo_saga_opts *opts, int *rcs,
-                                         enum txo_saga_status *finals, struct txo_error *err);
+TXO_MUST_CHECK int orders_run_saga_many(struct txo_db *db, const char *const *saga_ids, size_t n,
+                                        const struct order_faults *faults,
+                                        const struct txo_saga_opts *opts, int *rcs,
+                                        enum txo_saga_status *finals, struct txo_error *err);
 
 /* Same with txo_saga_retry(): for a COMPENSATION_FAILED saga (TXO_ESTATE otherwise). */
 TXO_MUST_CHECK int orders_retry_saga(struct txo_db *db, const char *saga_id,

@@ -285,7 +285,7 @@ static int run(int argc, char **argv)
             cmd_report("up", "creating the publisher", &err);
             goto out;
         }
-    } else if (txo_publisher_local_new(&(struct txo_handler){.batch = txo_worker_handle_batch,
+    } else if (txo_publisher_local_new(&(struct txo_handler){.batch = txo_worker_handle_many,
                                                              .arg = daemon_worker_runtime(worker)},
                                        &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);

@@ -327,7 +327,7 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
     }
     if (broker != NULL) {
         /* Each delivery is applied in one transaction (a single message: the single path). */
-        const struct txo_handler h = {.batch = txo_worker_handle_batch, .arg = d->worker};
+        const struct txo_handler h = {.batch = txo_worker_handle_many, .arg = d->worker};
         int rc = broker->consumer_new("order", "OrderCreated", &h, metrics, &d->consumer, &err);
         if (rc != 0) {
             char what[96];

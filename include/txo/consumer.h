@@ -82,7 +82,7 @@ typedef int (*txo_message_handler_fn)(void *arg, const struct txo_inbound_messag
  * Processes the n messages of one delivery together (a relay's batch with local dispatch):
  * results[i] gets msgs[i]'s verdict as a txo_message_handler_fn would return it, with the
  * reason in errors[i] (pre-initialised). Returns 0, or a negative code when it could not run
- * at all (then every message counts as failed with it). txo_worker_handle_batch() is one.
+ * at all (then every message counts as failed with it). txo_worker_handle_many() is one.
  */
 typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message *msgs, size_t n,
                                     int *results, struct txo_error *errors);
@@ -93,7 +93,7 @@ typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message 
  * so a per-message and a batch handler get the same acknowledgement, retry and dead letters:
  *   one    called once per message, in order;
  *   batch  called once per delivery (a fetch, a read, a relay batch) with all its messages, so
- *          that it can apply them in one database transaction (txo_worker_handle_batch()).
+ *          that it can apply them in one database transaction (txo_worker_handle_many()).
  * Kafka delivers one record at a time (txo/kafka.h): a batch handler gets batches of one.
  * Either way each message is settled by its own verdict once the handler has returned for the
  * delivery. The struct is copied at creation; arg is borrowed and must outlive the consumer.

@@ -119,7 +119,7 @@ TXO_API TXO_MUST_CHECK int txo_publisher_nats_new(const struct txo_nats_opts *o,
  * exists; consumers on the same durable share its messages, each delivered to one of them.
  *
  * txo_consumer_poll() fetches up to max_msgs within timeout_ms, hands them to the handler in
- * order (h->batch: in one call, for txo_worker_handle_batch: one database transaction per
+ * order (h->batch: in one call, for txo_worker_handle_many: one database transaction per
  * fetch), then settles each by its result: 0 -> AckSync (the server confirmed the ack);
  * transient -> NAK with nak_delay_ms; permanent -> TERM (error log with the reason). When the
  * connection drops while the fetch is settled, the messages not yet settled are left alone:

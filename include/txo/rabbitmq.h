@@ -139,7 +139,7 @@ TXO_API TXO_MUST_CHECK int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_
  *
  * txo_consumer_poll() takes the first delivery within timeout_ms, then every delivery already
  * received without waiting, up to max_msgs and opts.prefetch, and hands them to the handler in
- * delivery order (h->batch: in one call, for txo_worker_handle_batch: one database transaction
+ * delivery order (h->batch: in one call, for txo_worker_handle_many: one database transaction
  * per poll); then it settles each by its result, in delivery order:
  *   0          basic.ack (only now: the effect is committed, so a crash before it is a
  *              redelivery, never a loss);

@@ -135,7 +135,7 @@ TXO_API TXO_MUST_CHECK int txo_publisher_redis_new(const struct txo_redis_opts *
 /*
  * Creates a consumer in group opts.group on opts.stream that runs the handler h
  * (txo/consumer.h) on its entries: the entries of each read (XREADGROUP) or claim (XAUTOCLAIM)
- * go to it in order (h->batch: in one call, for txo_worker_handle_batch: one database
+ * go to it in order (h->batch: in one call, for txo_worker_handle_many: one database
  * transaction per poll), then each is settled by its result and all those acknowledged go in
  * one XACK. A batch handler that returns non-zero fails every entry of the call with that
  * code. The inbound message has subject = the stream name, data = the envelope field (data in

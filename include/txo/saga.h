@@ -250,7 +250,7 @@ struct txo_saga_step_def {
      * caught by the local part, and the call is undone.
      */
     txo_saga_step_fn guard;
-    /* Optional batch form of `action` (see txo_saga_step_batch_fn), for txo_saga_run_batch().
+    /* Optional batch form of `action` (see txo_saga_step_batch_fn), for txo_saga_run_many().
      * A step with a remote part is batched only when it has remote_batch too. */
     txo_saga_step_batch_fn action_batch;
     /* Optional batch form of `remote` (see txo_saga_remote_batch_fn). */
@@ -381,14 +381,13 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
  * saga was handled (look at rcs), or an error that stopped the whole batch (bad arguments, out of
  * memory).
  */
-TXO_API TXO_MUST_CHECK int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def,
-                                              const char *const *ids, size_t n,
-                                              const struct txo_saga_opts *opts, void *user,
-                                              int *rcs, enum txo_saga_status *finals,
-                                              struct txo_error *err);
+TXO_API TXO_MUST_CHECK int txo_saga_run_many(struct txo_db *db, const struct txo_saga_def *def,
+                                             const char *const *ids, size_t n,
+                                             const struct txo_saga_opts *opts, void *user, int *rcs,
+                                             enum txo_saga_status *finals, struct txo_error *err);
 
 /* True when some step of def can run in batches (an action_batch, and a remote_batch when it
- * has a remote part): txo_saga_run_batch() can save work. */
+ * has a remote part): txo_saga_run_many() can save work. */
 TXO_API bool txo_saga_def_batches(const struct txo_saga_def *def);
 
 /*

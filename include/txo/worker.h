@@ -30,7 +30,7 @@
  *   - the transport's polling thread (when a consumer is attached), calling the event
  *     handlers through txo_worker_handle_message;
  *   - saga runners (saga_threads): drive sagas to a terminal state with txo_saga_run(), or
- *     several at once with txo_saga_run_batch() (saga_batch);
+ *     several at once with txo_saga_run_many() (saga_batch);
  *   - the scheduler: finds the work no live process holds: RUNNING / COMPENSATING sagas with
  *     no owner or an expired owner lease (new sagas, and those whose worker died) are resumed;
  *     COMPENSATION_FAILED sagas whose retry is due (saga_instances.retry_at, oldest first)
@@ -53,7 +53,7 @@
  * database: txo_saga_count().)
  *
  * Batches: a transport that delivers many messages at once (the local dispatch of a relay
- * batch) hands them to txo_worker_handle_batch(): one transaction for the delivery's inbox
+ * batch) hands them to txo_worker_handle_many(): one transaction for the delivery's inbox
  * rows, handlers and new sagas. Handlers are the same per-event functions either way.
  *
  * Thread-safety: txo_worker_handle_message may be called from any thread (calls are
@@ -142,7 +142,7 @@ struct txo_worker_opts {
     unsigned saga_threads; /* saga runners; default 4, max 256 */
     /* The most sagas a runner takes at once (1..1000, default 50). A runner takes what is
      * queued when it asks, never waiting for more, so at low load a batch is one saga; under
-     * load the sagas of a type whose steps have batch forms run as txo_saga_run_batch(). */
+     * load the sagas of a type whose steps have batch forms run as txo_saga_run_many(). */
     unsigned saga_batch;
     int64_t poll_ms;           /* scheduler period when idle; default 200 */
     struct txo_saga_opts saga; /* lease, step tries, compensation retry policy (owner: per
@@ -214,8 +214,8 @@ TXO_API int txo_worker_handle_message(void *arg, const struct txo_inbound_messag
  * txo_handler_start_saga() whether the saga was new) rolls it back and runs its messages one
  * by one through txo_worker_handle_message(). Returns 0.
  */
-TXO_API int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n,
-                                    int *results, struct txo_error *errors);
+TXO_API int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                                   int *results, struct txo_error *errors);
 
 /* What the worker did so far (also in the metrics). */
 struct txo_worker_stats {

@@ -1,5 +1,5 @@
 /*
- * The batch engine: txo_saga_run_batch() (include/txo/saga.h; design note docs/saga.md) runs
+ * The batch engine: txo_saga_run_many() (include/txo/saga.h; design note docs/saga.md) runs
  * one step of many sagas in one transaction, through the step's batch forms (action_batch,
  * guard_batch, remote_batch). A saga takes part only in its first try of a step that was never
  * called; every other saga (a refused guard, a failed call, an outcome other than done, a
@@ -19,7 +19,7 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Batches: one step of many sagas in one transaction */
 
-/* One saga of txo_saga_run_batch. */
+/* One saga of txo_saga_run_many. */
 struct batch_saga {
     struct saga_run r;
     bool set_up;   /* txo__saga_run_setup succeeded */
@@ -652,9 +652,9 @@ bool txo_saga_def_batches(const struct txo_saga_def *def)
     return false;
 }
 
-int txo_saga_run_batch(struct txo_db *db, const struct txo_saga_def *def, const char *const *ids,
-                       size_t n, const struct txo_saga_opts *opts, void *user, int *rcs,
-                       enum txo_saga_status *finals, struct txo_error *err)
+int txo_saga_run_many(struct txo_db *db, const struct txo_saga_def *def, const char *const *ids,
+                      size_t n, const struct txo_saga_opts *opts, void *user, int *rcs,
+                      enum txo_saga_status *finals, struct txo_error *err)
 {
     int rc = txo__saga_check_def(def, err);
     if (rc != 0)

@@ -85,7 +85,7 @@ struct saga_step_row {
     bool try_expired;     /* loaded with its call in flight past the try's deadline */
 };
 
-/* One txo_saga_run / txo_saga_retry call, or one saga of txo_saga_run_batch. */
+/* One txo_saga_run / txo_saga_retry call, or one saga of txo_saga_run_many. */
 struct saga_run {
     struct txo_db *db;
     const struct txo_saga_def *def;

@@ -1,7 +1,7 @@
 /*
  * One saga's run, a try at a time: txo_saga_run() and txo_saga_retry() (include/txo/saga.h;
  * design note docs/saga.md). The lease, the loading and the fenced writes a run makes are in
- * saga_store.c; txo_saga_run_batch() (saga_batch.c) hands here what it cannot batch.
+ * saga_store.c; txo_saga_run_many() (saga_batch.c) hands here what it cannot batch.
  *
  * A saga is driven from what is persisted, never from memory. txo_saga_run() is a plain loop:
  *

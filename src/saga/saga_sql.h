@@ -219,7 +219,7 @@
     "remote_state = ?, deadline_at = COALESCE(deadline_at, NOW(6) + INTERVAL ? MICROSECOND), "     \
     "try_deadline = NULL WHERE saga_id = ? AND step_order = ? AND status = ?"
 
-/* ---- txo_saga_run_batch: one statement for many sagas ----
+/* ---- txo_saga_run_many: one statement for many sagas ----
  *
  * Each is the text before an IN list of saga ids built with txo_sql_in_list() (n rounded up,
  * the last id repeated). Every one names its access path: FORCE INDEX (PRIMARY) on the

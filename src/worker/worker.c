@@ -57,7 +57,7 @@ struct txo_handler_ctx {
     /* Sagas started in this transaction, queued once it commits (reset per attempt). */
     struct txo_saga_ref started[STARTED_MAX];
     size_t n_started;
-    /* In a batch (txo_worker_handle_batch): the sagas to create with one statement at its
+    /* In a batch (txo_worker_handle_many): the sagas to create with one statement at its
      * end, and whether a handler asked for something only the single path can answer. */
     bool batch;
     struct pending_saga *pending;
@@ -501,8 +501,8 @@ static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return rc;
 }
 
-int txo_worker_handle_batch(void *arg, const struct txo_inbound_message *msgs, size_t n,
-                            int *results, struct txo_error *errors)
+int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                           int *results, struct txo_error *errors)
 {
     struct txo_worker *w = arg;
     int64_t start_us = txo_realtime_us();
@@ -674,7 +674,7 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
     count_final(w, final);
 }
 
-/* Runs n JOB_RUN jobs of one saga type that batches (txo_saga_run_batch). */
+/* Runs n JOB_RUN jobs of one saga type that batches (txo_saga_run_many). */
 static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const struct job *jobs,
                      size_t n)
 {
@@ -688,7 +688,7 @@ static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const
     if (ids != NULL && rcs != NULL && finals != NULL) {
         for (size_t k = 0; k < n; k++)
             ids[k] = jobs[k].ref.id;
-        rc = txo_saga_run_batch(*db, def, ids, n, &w->opts.saga, user, rcs, finals, &err);
+        rc = txo_saga_run_many(*db, def, ids, n, &w->opts.saga, user, rcs, finals, &err);
     }
     if (rc != 0) {
         TXO_LOG(TXO_LOG_WARN, "worker", "saga batch not run", TXO_KV_U64("sagas", n),

@@ -417,8 +417,8 @@ static void test_saga_batch_calls_the_services_together(void **state)
     int rcs[N_ORDERS];
     enum txo_saga_status finals[N_ORDERS];
     int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(txo_saga_run_batch(t.db, order_saga_def_for(svc), ids, N_ORDERS, &so, &env,
-                                        rcs, finals, &err),
+    assert_int_equal(txo_saga_run_many(t.db, order_saga_def_for(svc), ids, N_ORDERS, &so, &env, rcs,
+                                       finals, &err),
                      0);
     int64_t elapsed = txo_monotonic_ms() - t0;
     print_message("%d orders, two calls each of 200 ms, as one batch: %lld ms\n", N_ORDERS,
@@ -457,8 +457,7 @@ static void test_saga_batch_calls_the_services_together(void **state)
         more[k] = more_ids[k];
     }
     assert_int_equal(
-        txo_saga_run_batch(t.db, order_saga_def_for(svc), more, 2, &so, &env, rcs, finals, &err),
-        0);
+        txo_saga_run_many(t.db, order_saga_def_for(svc), more, 2, &so, &env, rcs, finals, &err), 0);
     assert_int_equal(finals[0], TXO_SAGA_COMPENSATED);
     assert_int_equal(finals[1], TXO_SAGA_COMPENSATED);
     assert_int_equal(stat_of(r, "declines"), 2);

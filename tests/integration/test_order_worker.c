@@ -256,7 +256,7 @@ static void test_unhandled_and_bad_messages(void **state)
 }
 
 /*
- * A delivery of many messages handled at once (txo_worker_handle_batch, what local dispatch
+ * A delivery of many messages handled at once (txo_worker_handle_many, what local dispatch
  * hands a relay batch to): 6 orders, each OrderCreated once, one of them twice more inside the
  * batch, one already consumed before, a message that is not an envelope, and an event type
  * nobody handles. One saga per order, one inbox row per event, each message its own verdict.
@@ -291,7 +291,7 @@ static void test_a_delivery_is_consumed_in_one_transaction(void **state)
                                 "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
                                 "WHERE VARIABLE_NAME = 'COM_COMMIT'",
                                 NULL, 0);
-    assert_int_equal(txo_worker_handle_batch(f->w, msgs, 10, results, errors), 0);
+    assert_int_equal(txo_worker_handle_many(f->w, msgs, 10, results, errors), 0);
     int64_t commits = testdb_i64(f->t.db,
                                  "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
                                  "WHERE VARIABLE_NAME = 'COM_COMMIT'",
@@ -345,7 +345,7 @@ static void test_a_failing_message_does_not_fail_its_batch(void **state)
             .data = data[i], .len = strlen(data[i]), .msg_id = ids[i], .delivery = 1};
         txo_error_init(&errors[i]);
     }
-    assert_int_equal(txo_worker_handle_batch(f->w, msgs, 4, results, errors), 0);
+    assert_int_equal(txo_worker_handle_many(f->w, msgs, 4, results, errors), 0);
     assert_int_equal(results[0], 0);
     assert_true(results[1] < 0 && !txo_err_is_transient(results[1]));
     assert_int_equal(results[2], 0);

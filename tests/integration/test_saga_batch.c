@@ -1,5 +1,5 @@
 /*
- * Batched saga steps (txo_saga_run_batch) with the order saga's batch forms, against a real
+ * Batched saga steps (txo_saga_run_many) with the order saga's batch forms, against a real
  * MariaDB: a batch of 50 orders completes with a few statements per step for the whole batch;
  * with scarce stock the orders that do not fit fail alone and the rest commit; orders that
  * need the single path inside a batch (cancelled meanwhile, injected faults) get exactly the
@@ -254,7 +254,7 @@ static void test_a_saga_held_elsewhere_is_skipped(void **state)
                      0);
     txo_error_init(&err);
     assert_int_equal(
-        orders_run_saga_batch(f->t.db, f->ids, 4, NULL, &f->opts, f->rcs, f->finals, &err), 0);
+        orders_run_saga_many(f->t.db, f->ids, 4, NULL, &f->opts, f->rcs, f->finals, &err), 0);
     assert_int_equal(f->rcs[2], TXO_ELEASELOST);
     for (size_t k = 0; k < 4; k++)
         if (k != 2)

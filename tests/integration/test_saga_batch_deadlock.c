@@ -86,8 +86,8 @@ static void *batch_main(void *arg)
     if (bt->start != NULL)
         pthread_barrier_wait(bt->start);
     txo_error_init(&bt->err);
-    bt->rc = orders_run_saga_batch(bt->db, bt->ids, bt->n, NULL, &bt->opts, bt->rcs, bt->finals,
-                                   &bt->err);
+    bt->rc = orders_run_saga_many(bt->db, bt->ids, bt->n, NULL, &bt->opts, bt->rcs, bt->finals,
+                                  &bt->err);
     return NULL;
 }
 
@@ -95,7 +95,7 @@ static void *batch_main(void *arg)
 static void assert_batch_completed(const struct batch_thread *bt)
 {
     if (bt->rc != 0)
-        fail_msg("orders_run_saga_batch: %s", bt->err.msg);
+        fail_msg("orders_run_saga_many: %s", bt->err.msg);
     for (size_t k = 0; k < bt->n; k++)
         if (bt->rcs[k] != 0 || bt->finals[k] != TXO_SAGA_COMPLETED)
             fail_msg("saga %s of the batch: %s, %s", bt->ids[k], txo_err_name(bt->rcs[k]),

@@ -513,7 +513,7 @@ static void test_batch_asks_the_same_rule(void **state)
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(
-        txo_saga_run_batch(f->t.db, &batch_def, ids, 4, &f->opts, &f->p, rcs, finals, &err), 0);
+        txo_saga_run_many(f->t.db, &batch_def, ids, 4, &f->opts, &f->p, rcs, finals, &err), 0);
     for (int k = 0; k < 4; k++)
         assert_int_equal(rcs[k], 0);
     assert_int_equal(finals[0], TXO_SAGA_FAILED); /* its first step was never tried */

@@ -1,5 +1,5 @@
 /*
- * Batched remote steps (txo_saga_run_batch with remote_batch) against a real MariaDB: a saga
+ * Batched remote steps (txo_saga_run_many with remote_batch) against a real MariaDB: a saga
  * Reserve (local) -> Charge (remote, batch guard) -> Ship (remote, per-saga guard), every step
  * with batch forms whose remote parts return scripted results per saga.
  *
@@ -265,8 +265,8 @@ static void run_batch(struct fixture *f, struct txo_db *db, enum txo_saga_status
     int rcs[N_SAGAS];
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_saga_run_batch(db, &def, f->idp, N_SAGAS, &f->opts, &f->p, rcs, finals, &err) != 0)
-        fail_msg("txo_saga_run_batch: %s", err.msg);
+    if (txo_saga_run_many(db, &def, f->idp, N_SAGAS, &f->opts, &f->p, rcs, finals, &err) != 0)
+        fail_msg("txo_saga_run_many: %s", err.msg);
     for (int k = 0; k < N_SAGAS; k++)
         if (rcs[k] != 0)
             fail_msg("saga %d: %s", k, txo_err_name(rcs[k]));
@@ -440,7 +440,7 @@ static void crash_after_the_calls(struct fixture *f)
         int rcs[N_SAGAS];
         struct txo_error err;
         txo_error_init(&err);
-        int rc = txo_saga_run_batch(db, &def, f->idp, N_SAGAS, &f->opts, &f->p, rcs, finals, &err);
+        int rc = txo_saga_run_many(db, &def, f->idp, N_SAGAS, &f->opts, &f->p, rcs, finals, &err);
         _exit(rc == 0 ? 3 : 4); /* not reached when the crash point fires */
     }
     int status = 0;

@@ -1,7 +1,7 @@
 /*
  * The worker's use of the inbox's order check, in-process against a real MariaDB, with
  * envelopes as txo publishes them (sequence, prev_sequence) handed to
- * txo_worker_handle_message and txo_worker_handle_batch as a transport would:
+ * txo_worker_handle_message and txo_worker_handle_many as a transport would:
  *   - events in order, after a gap and older after newer are all handled, the last two
  *     counted in txo_inbox_out_of_order_total by aggregate type and kind;
  *   - a handler that holds out-of-order events refuses one after a gap as transient (no
@@ -172,7 +172,7 @@ static void test_counted_and_handled(void **state)
     struct txo_error errors[3];
     for (int i = 0; i < 3; i++)
         txo_error_init(&errors[i]);
-    assert_int_equal(txo_worker_handle_batch(f->w, msgs, 3, results, errors), 0);
+    assert_int_equal(txo_worker_handle_many(f->w, msgs, 3, results, errors), 0);
     assert_true(results[0] == 0 && results[1] == 0 && results[2] == 0);
     assert_true(out_of_order(f, "gap") == 3.0);
     assert_int_equal(testdb_i64(f->t.db,
@@ -218,7 +218,7 @@ static void test_held_until_the_predecessor_then_parked(void **state)
     struct txo_error errors[3];
     for (int i = 0; i < 3; i++)
         txo_error_init(&errors[i]);
-    assert_int_equal(txo_worker_handle_batch(f->w, msgs, 3, results, errors), 0);
+    assert_int_equal(txo_worker_handle_many(f->w, msgs, 3, results, errors), 0);
     assert_int_equal(results[0], 0);
     assert_int_equal(results[1], TXO_EUNAVAILABLE);
     assert_int_equal(results[2], 0);

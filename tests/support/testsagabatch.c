@@ -61,8 +61,8 @@ void testsagabatch_run(struct txo_db *db, const char *const *ids, size_t n,
 {
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_run_saga_batch(db, ids, n, faults, opts, rcs, finals, &err) != 0)
-        fail_msg("orders_run_saga_batch: %s", err.msg);
+    if (orders_run_saga_many(db, ids, n, faults, opts, rcs, finals, &err) != 0)
+        fail_msg("orders_run_saga_many: %s", err.msg);
     for (size_t k = 0; k < n; k++)
         if (rcs[k] != 0)
             fail_msg("saga %s of the batch: %s", ids[k], txo_err_name(rcs[k]));

@@ -1,5 +1,5 @@
 /*
- * Test support: order sagas run in batches (txo_saga_run_batch through orders_run_saga_batch),
+ * Test support: order sagas run in batches (txo_saga_run_many through orders_run_saga_many),
  * for test_saga_batch.c and test_saga_batch_deadlock.c. Orders, their batches, the order
  * service's invariants afterwards, and the InnoDB lock waits between two connections, read
  * from information_schema on a server of the test's own (testserver.h), where the app user may
