@@ -5,6 +5,7 @@ collector of the tracing tests and bench/tracing.sh: every POST is answered 200 
 to FILE as one JSON line {"path", "headers", "body"}, header names in lower case. The file is
 opened for each request, so a receiver killed and started again on the same FILE keeps what
 the first one recorded. Requests are served one at a time, in the order they arrive.
+GET /stats answers {"posts": N, "bytes": M}: the POSTs received so far and their body bytes.
 
     http_recorder.py [--delay SECONDS] PORT FILE   runs until killed
     http_recorder.py --discard PORT                 reads each body and records nothing
@@ -38,6 +39,7 @@ def parse_args():
 
 
 ARGS = parse_args()
+STATS = {"posts": 0, "bytes": 0}
 
 
 class Recorder(BaseHTTPRequestHandler):
@@ -46,6 +48,8 @@ class Recorder(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length).decode("utf-8", "replace")
+        STATS["posts"] += 1
+        STATS["bytes"] += length
         if not ARGS.discard:
             line = json.dumps({
                 "path": self.path,
@@ -62,6 +66,17 @@ class Recorder(BaseHTTPRequestHandler):
             self.end_headers()
         except (BrokenPipeError, ConnectionResetError, socket.timeout):
             self.close_connection = True
+
+    def do_GET(self):
+        if self.path != "/stats":
+            self.send_error(404)
+            return
+        answer = json.dumps(STATS).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
 
     def log_message(self, fmt, *args):
         pass
