@@ -27,6 +27,8 @@ BENCH_ARGS  ?=
 BENCH_BROKER_ARGS ?=
 # bench/batch_sweep.sh: e.g. "--orders 2000 --runs 1 1 50"
 BENCH_SWEEP_ARGS ?=
+# bench/tracing.sh: e.g. "--orders 2000 --runs 3"
+BENCH_TRACING_ARGS ?=
 SOAK_SECONDS ?= 300
 SOAK_CLIENTS ?= 4
 SOAK_RANDOM_STATE    ?=
@@ -79,7 +81,7 @@ endef
         db-stop migrate run \
         demo test test-asan \
         test-tsan valgrind soak fuzz cluster-up cluster-down cluster-test \
-        bench format format-check clean distclean
+        bench bench-tracing format format-check clean distclean
 
 help:
 	@echo 'txo: transactional outbox, relay and sagas on MariaDB'
@@ -117,6 +119,9 @@ help:
 	@echo '  bench         run the benchmarks ($(BUILD)/bench/txo_bench $$(BENCH_ARGS), then the relay drain'
 	@echo '                per broker, bench/broker_drain.sh $$(BENCH_BROKER_ARGS), and the saga batch'
 	@echo '                cap sweep, bench/batch_sweep.sh $$(BENCH_SWEEP_ARGS))'
+	@echo '  bench-tracing what exporting spans costs: txo_bench http with tracing off, on (a receiver'
+	@echo '                that discards them) and down (port closed), in turn; medians and the difference'
+	@echo '                in % (bench/tracing.sh $$(BENCH_TRACING_ARGS))'
 	@echo '  install       install txo, libtxo (.so and .a), headers, libtxo.pc, man pages, docs, the'
 	@echo '                systemd units and share/txo (migrations, alert rules, dashboard, env example)'
 	@echo '                into $$(PREFIX) ($(PREFIX)); PREFIX=/usr puts the library in Debian'"'"'s multiarch'
@@ -267,6 +272,9 @@ bench: db-check build db
 	$(DB_ENV) $(BUILD)/bench/txo_bench $(BENCH_ARGS)
 	$(DB_ENV) TXO_BIN=$(BUILD)/txo bench/broker_drain.sh $(BENCH_BROKER_ARGS)
 	$(DB_ENV) TXO_BENCH=$(BUILD)/bench/txo_bench bench/batch_sweep.sh $(BENCH_SWEEP_ARGS)
+
+bench-tracing: db-check build db
+	$(DB_ENV) TXO_BENCH=$(BUILD)/bench/txo_bench bench/tracing.sh $(BENCH_TRACING_ARGS)
 
 format:
 	@command -v $(CLANG_FORMAT) >/dev/null 2>&1 || scripts/deps.sh clang-format

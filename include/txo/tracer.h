@@ -96,8 +96,13 @@ TXO_API void txo_tracer_opts_init(struct txo_tracer_opts *opts);
 TXO_API TXO_MUST_CHECK int txo_tracer_new(const struct txo_tracer_opts *opts,
                                           struct txo_tracer **out, struct txo_error *err);
 
-/* Sends what is queued (waiting at most the export timeout), stops the thread, frees the
- * tracer. NULL is a no-op. */
+/*
+ * Sends what is queued, stops the thread, frees the tracer. Batches are sent while the
+ * collector accepts them and the export timeout since this call has not passed; after a
+ * failed request (the one in flight included) the rest is dropped (counted, reason export).
+ * So it waits at most twice the export timeout, and about one timeout when the collector is
+ * slow or away. NULL is a no-op.
+ */
 TXO_API void txo_tracer_free(struct txo_tracer *t);
 
 /* Whether a new trace with this trace id is sampled (sample_ratio of them). */

@@ -9,6 +9,13 @@
  * the collector does not accept (an error, a timeout, a non-2xx answer) loses its spans,
  * counted as dropped: a tracer must not grow without bound while its collector is away.
  *
+ * Stopping sends what is queued, batch after batch, but only while the collector takes it:
+ * when the last request failed (before the stop or since), or the export timeout has passed
+ * since the stop, the rest is dropped and counted. A collector that is slow or away thus holds
+ * a stopping process up for one request, not for one timeout per queued batch; a healthy one
+ * gets what is queued, within twice the timeout (the request in flight at the stop, and the
+ * last one started before the deadline).
+ *
  * Lock order: mu only. The exporter holds it only to take a batch; record() only to append.
  */
 #include "core/common.h"
@@ -34,6 +41,7 @@ struct txo_tracer {
     struct queued_span *head, *tail;
     size_t queued;
     bool stopping;
+    int64_t stop_deadline_ms; /* monotonic, set with stopping: no batch is started after it */
     pthread_t thread;
 
     _Atomic uint64_t recorded, exported, dropped_queue_full, dropped_export;
@@ -162,7 +170,17 @@ bool txo_tracer_sample(const struct txo_tracer *t, const uint8_t trace_id[16])
 
 /* ---- export ---- */
 
-static void export_batch(struct txo_tracer *t, struct queued_span *batch, size_t n)
+static void free_spans(struct queued_span *first)
+{
+    while (first != NULL) {
+        struct queued_span *next = first->next;
+        txo_free(first);
+        first = next;
+    }
+}
+
+/* Sends the n spans of batch and frees them. Returns whether the collector accepted them. */
+static bool export_batch(struct txo_tracer *t, struct queued_span *batch, size_t n)
 {
     struct txo_error err;
     txo_error_init(&err);
@@ -181,16 +199,14 @@ static void export_batch(struct txo_tracer *t, struct queued_span *batch, size_t
         TXO_LOG(TXO_LOG_DEBUG, "trace", "spans not exported", TXO_KV_U64("spans", n),
                 TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("error", err.msg));
     }
-    while (batch != NULL) {
-        struct queued_span *next = batch->next;
-        txo_free(batch);
-        batch = next;
-    }
+    free_spans(batch);
+    return rc == 0;
 }
 
 static void *exporter(void *arg)
 {
     struct txo_tracer *t = arg;
+    bool collector_ok = true; /* the last request was accepted */
     pthread_mutex_lock(&t->mu);
     for (;;) {
         /* Wait for a full batch, the oldest span's flush time, or the stop. */
@@ -211,6 +227,16 @@ static void *exporter(void *arg)
                 break;
             continue;
         }
+        if (t->stopping && (!collector_ok || txo_monotonic_ms() >= t->stop_deadline_ms)) {
+            struct queued_span *rest = t->head;
+            size_t n = t->queued;
+            t->head = t->tail = NULL;
+            t->queued = 0;
+            pthread_mutex_unlock(&t->mu);
+            count_dropped(t, "export", &t->dropped_export, n);
+            free_spans(rest);
+            return NULL;
+        }
         struct queued_span *batch = t->head, *last = t->head;
         size_t n = 1;
         while (n < t->opts.batch_max && last->next != NULL) {
@@ -223,7 +249,7 @@ static void *exporter(void *arg)
         last->next = NULL;
         t->queued -= n;
         pthread_mutex_unlock(&t->mu);
-        export_batch(t, batch, n);
+        collector_ok = export_batch(t, batch, n);
         pthread_mutex_lock(&t->mu);
     }
     pthread_mutex_unlock(&t->mu);
@@ -328,6 +354,7 @@ void txo_tracer_free(struct txo_tracer *t)
         return;
     pthread_mutex_lock(&t->mu);
     t->stopping = true;
+    t->stop_deadline_ms = txo_monotonic_ms() + t->opts.timeout_ms;
     pthread_cond_signal(&t->wake);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);

@@ -119,13 +119,19 @@ void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p)
 int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const char *key,
                                 const char *body)
 {
+    return testpipeline_post_order_headers(tp, port, key, NULL, body);
+}
+
+int64_t testpipeline_post_order_headers(struct testpipeline *tp, unsigned port, const char *key,
+                                        const char *const *headers, const char *body)
+{
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/orders", port);
     struct txo_http_client_response resp;
     txo_http_client_response_init(&resp);
     struct txo_error err;
     txo_error_init(&err);
-    int rc = txo_http_post_json(tp->http, url, key, NULL, body, strlen(body), &resp, &err);
+    int rc = txo_http_post_json(tp->http, url, key, headers, body, strlen(body), &resp, &err);
     if (rc != 0 || resp.status != 201)
         TESTPIPELINE_FAIL(tp, "POST /orders key=%s: rc=%s status=%ld body=%s err=%s", key,
                           txo_err_name(rc), resp.status, resp.body != NULL ? resp.body : "",

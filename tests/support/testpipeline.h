@@ -110,6 +110,11 @@ void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p);
 int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const char *key,
                                 const char *body);
 
+/* testpipeline_post_order() with more request headers (NULL or NULL-terminated "Name: value"
+ * lines, e.g. a traceparent). */
+int64_t testpipeline_post_order_headers(struct testpipeline *tp, unsigned port, const char *key,
+                                        const char *const *headers, const char *body);
+
 /*
  * The value of the sample `series` (testhttp_metric_value) in GET /metrics on port, or -1
  * when it is missing. TESTPIPELINE_FAIL when the GET fails.

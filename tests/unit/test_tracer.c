@@ -9,6 +9,8 @@
  *     dropped (reason export), and free() returns;
  *   - a slow receiver and a small queue: record() never waits, the overflow is counted as
  *     dropped (reason queue_full) in the metrics;
+ *   - a receiver slower than the timeout when the tracer stops: free() gives up on the queue
+ *     after the request in flight fails, instead of waiting out a timeout per batch;
  *   - the sampling ratio: 0, 1, and about half for 0.5, decided from the trace id;
  *   - bad options are refused.
  */
@@ -346,6 +348,34 @@ static void test_slow_receiver_small_queue(void **state)
     txo_metrics_free(reg);
 }
 
+static void test_stop_with_slow_receiver_is_bounded(void **state)
+{
+    (void)state;
+    /* Answers after 3 s; the tracer gives up on a request after 1 s. Ten full batches wait:
+     * the first in flight, nine queued when free() is called. */
+    struct receiver r;
+    receiver_start(&r, 200, 3000);
+    struct txo_tracer *t = tracer(r.url, 0, 60000, NULL);
+    struct txo_span s;
+    struct txo_trace_ctx ctx;
+    for (int i = 0; i < 640; i++) {
+        simple_span(&s, &ctx, "late");
+        txo_tracer_record(t, &s);
+    }
+    struct txo_tracer_stats ts;
+    txo_tracer_get_stats(t, &ts);
+    assert_int_equal(ts.recorded, 640);
+    /* The request in flight times out, and the collector that did not take it is not sent
+     * the other nine: free() returns after one timeout, not ten. */
+    int64_t t0 = txo_monotonic_ms();
+    txo_tracer_free(t);
+    int64_t stop_ms = txo_monotonic_ms() - t0;
+    if (stop_ms >= 3000)
+        fail_msg("txo_tracer_free took %lld ms with a receiver slower than the 1 s timeout",
+                 (long long)stop_ms);
+    receiver_stop(&r);
+}
+
 static void test_sampling_ratio(void **state)
 {
     (void)state;
@@ -406,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_full_batch_goes_at_once),
         cmocka_unit_test(test_receiver_down_or_failing),
         cmocka_unit_test(test_slow_receiver_small_queue),
+        cmocka_unit_test(test_stop_with_slow_receiver_is_bounded),
         cmocka_unit_test(test_sampling_ratio),
         cmocka_unit_test(test_bad_options),
     };
