@@ -338,11 +338,12 @@ struct txo_saga_new {
 };
 
 /*
- * txo_saga_create() for n sagas of def inside tx, in three statements whatever n: one SELECT
- * of the correlation ids that exist, one multi-row INSERT of the new instances, one of all
- * their steps. Errors: those of txo_saga_create() (checked before anything is written), and
- * TXO_EDUPLICATE when another transaction created one of them between the SELECT and the
- * INSERT (roll back and create them one by one). n = 0 writes nothing and succeeds.
+ * txo_saga_create() for n sagas of def inside tx (txo_saga_create() is a batch of one): one
+ * multi-row INSERT of the instances that skips those that exist, one of all the new ones'
+ * steps, and one SELECT only when some existed. A saga another transaction is creating at the
+ * same moment is waited for and then found, never created twice. A correlation id given twice
+ * in sagas gets one saga (created true for the first). Errors: those of txo_saga_create()
+ * (checked before anything is written). n = 0 writes nothing and succeeds.
  */
 TXO_API TXO_MUST_CHECK int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
                                                 struct txo_saga_new *sagas, size_t n,

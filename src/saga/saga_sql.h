@@ -19,19 +19,6 @@
 #define TXO_SAGA_SQL_H
 
 /*
- * txo_saga_create: a new instance, or nothing when (saga_type, correlation_id) exists, with
- * its forward deadline (a NULL interval: none). Params: id, type, correlation id, payload,
- * deadline in microseconds. Index: PRIMARY and uq_saga_correlation (the duplicate check). Locks:
- * the new row, or the existing row (exclusive lock on the duplicate, as ON DUPLICATE KEY UPDATE
- * does). affected_rows: 1 = new, 0 = existed (no change made by `id = id`).
- */
-#define SAGA_SQL_INSERT_INSTANCE                                                                   \
-    "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at, "    \
-    "traceparent, tracestate) "                                                                    \
-    "VALUES (?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?) "                       \
-    "ON DUPLICATE KEY UPDATE id = id"
-
-/*
  * Every PENDING step of a new saga in one statement: SAGA_SQL_INSERT_STEPS followed by one
  * SAGA_SQL_INSERT_STEPS_ROW per step (txo_sql_values_rows; one prepared variant per saga
  * definition, since its step count is fixed). Params per row: saga id, step_order (1-based),
@@ -43,21 +30,27 @@
 #define SAGA_SQL_INSERT_STEPS_ROW "(?, ?, ?, 'PENDING')"
 
 /*
- * txo_saga_create_many: which of these correlation ids have a saga of this type already, then
- * the new instances in one statement (a plain INSERT: one created meanwhile by another
- * transaction fails it with a duplicate key, and the caller creates them one by one).
- * FIND_MANY params: type, correlation ids (IN list). Index: uq_saga_correlation. Locks: none
- * (consistent read). INSERT_INSTANCES + n x INSERT_INSTANCES_ROW, params per row: id, type,
- * correlation id, payload, deadline in microseconds (NULL: none). Locks: the new rows.
+ * txo_saga_create_many (txo_saga_create: a batch of one): the new instances in one statement, each
+ * with its forward deadline (a NULL interval: none), skipping those whose (saga_type,
+ * correlation_id) exists or came earlier in the list. INSERT_INSTANCES + n x
+ * INSERT_INSTANCES_ROW + INSERT_INSTANCES_AFTER, params per row: id, type, correlation id,
+ * payload, deadline in microseconds, traceparent, tracestate. Index: PRIMARY and
+ * uq_saga_correlation (the duplicate check). Locks: the new rows, and each existing row met
+ * (exclusive, as ON DUPLICATE KEY UPDATE does); a saga another transaction is creating is
+ * waited for, then skipped. affected_rows: the number created (`id = id` changes nothing).
+ * When it is less than n, FIND_MANY tells which: params type, correlation ids (IN list).
+ * Index: uq_saga_correlation. Locks: none (consistent read; READ COMMITTED sees the rows the
+ * insert skipped).
  */
-#define SAGA_SQL_FIND_MANY                                                                         \
-    "SELECT correlation_id, id FROM saga_instances FORCE INDEX (uq_saga_correlation) "             \
-    "WHERE saga_type = ? AND correlation_id IN "
 #define SAGA_SQL_INSERT_INSTANCES                                                                  \
     "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, deadline_at, "    \
     "traceparent, tracestate) VALUES "
 #define SAGA_SQL_INSERT_INSTANCES_ROW                                                              \
     "(?, ?, ?, 'RUNNING', ?, NOW(6) + INTERVAL ? MICROSECOND, ?, ?)"
+#define SAGA_SQL_INSERT_INSTANCES_AFTER " ON DUPLICATE KEY UPDATE id = id"
+#define SAGA_SQL_FIND_MANY                                                                         \
+    "SELECT correlation_id, id FROM saga_instances FORCE INDEX (uq_saga_correlation) "             \
+    "WHERE saga_type = ? AND correlation_id IN "
 
 /* The id of a saga by its idempotency key. Index: uq_saga_correlation. Locks: none
  * (consistent read). */
