@@ -6,7 +6,9 @@
  *
  * One batch, grpc_publish_batch():
  *   1. Each event becomes a txo.v1.Event pointing at the borrowed strings of its message (no
- *      copy; the payload goes as bytes, exactly the stored JSON text).
+ *      copy; the payload goes as bytes, exactly the stored JSON text). Its trace context
+ *      travels in the event's own traceparent and tracestate fields: a call carries the
+ *      events of many traces, so its metadata carries none of them.
  *   2. The events are cut into requests of at most max_batch_bytes encoded (usually one for
  *      the whole batch); an event that alone is bigger fails permanently.
  *   3. Each request is one unary call on the publisher's channel, with its own deadline, on
@@ -265,6 +267,8 @@ static void fill_event(Txo__V1__Event *e, const struct txo_outbox_message *m)
     e->prev_sequence = m->prev_sequence;
     e->payload.data = (uint8_t *)(uintptr_t)(m->payload != NULL ? m->payload : "");
     e->payload.len = m->payload != NULL ? m->payload_len : 0;
+    e->traceparent = field(m->traceparent);
+    e->tracestate = field(m->traceparent != NULL ? m->tracestate : NULL);
 }
 
 static void fail_range(size_t from, size_t to, int *results, struct txo_error *errors,

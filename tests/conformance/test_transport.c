@@ -26,7 +26,14 @@
  *                acknowledgement was lost comes again and is dropped by the inbox;
  *   restart      the server is killed while events are pending and started again: the relay
  *                publishes every event, none lost, and a consumer made before the kill
- *                applies each exactly once.
+ *                applies each exactly once;
+ *   trace        events appended with a W3C trace context (traceparent and tracestate, or a
+ *                traceparent alone) and without one: each message carries exactly its
+ *                event's traceparent and tracestate headers (Redis: fields; gRPC: the
+ *                event's fields; the envelope's members too), one without a context none,
+ *                in the txo envelope and in CloudEvents binary mode; the consumer decodes
+ *                the same trace (trace id, parent span id, flags, state) into txo_event.trace
+ *                and no trace for the others.
  * Adding a transport is one row.
  */
 #include <setjmp.h>
@@ -55,6 +62,7 @@
 #define WAIT_MS    30000
 #define CE_SOURCE  "urn:conformance"
 #define EVENT_TYPE "OrderCreated"
+#define N_TRACED   6 /* events of the trace contract: two of each trace_kind() */
 
 static struct env env;
 static const struct row *row;
@@ -86,7 +94,39 @@ static void fixture_release(struct fixture *f)
 struct append_args {
     const char *ns;
     unsigned from, to;
+    bool traced; /* with trace_of(i)'s context */
 };
+
+/* ---- the trace context of event i ---- */
+
+enum trace_kind {
+    TRACE_FULL,   /* a traceparent (sampled) and a tracestate */
+    TRACE_PARENT, /* a traceparent (not sampled), no tracestate */
+    TRACE_NONE,
+};
+
+#define TRACE_STATE "vendor=x"
+
+static enum trace_kind trace_kind(unsigned i)
+{
+    return (enum trace_kind)(i % 3);
+}
+
+/* Event i's traceparent into tp (TXO_TRACEPARENT_LEN + 1 bytes): its own parent span id, so
+ * that a context sent with another event shows; NULL for TRACE_NONE. */
+static const char *trace_parent_of(unsigned i, char *tp)
+{
+    if (trace_kind(i) == TRACE_NONE)
+        return NULL;
+    snprintf(tp, TXO_TRACEPARENT_LEN + 1, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba9%04x-%s",
+             i & 0xffffu, trace_kind(i) == TRACE_FULL ? "01" : "00");
+    return tp;
+}
+
+static const char *trace_state_of(unsigned i)
+{
+    return trace_kind(i) == TRACE_FULL ? TRACE_STATE : NULL;
+}
 
 /* Event i: aggregate "a<i % N_AGGS>", its (i / N_AGGS + 1)th, key "<ns>:<i>". */
 static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -105,6 +145,12 @@ static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
             .payload_json = payload,
             .idempotency_key = key,
         };
+        char tp[TXO_TRACEPARENT_LEN + 1];
+        struct txo_trace_ctx ctx;
+        if (a->traced && trace_parent_of(i, tp) != NULL) {
+            assert_true(txo_trace_parse(tp, trace_state_of(i), &ctx));
+            ev.trace = &ctx;
+        }
         int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
         if (rc < 0)
             return rc;
@@ -112,9 +158,9 @@ static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
     return 0;
 }
 
-static void append(struct fixture *f, unsigned from, unsigned to)
+static void append(struct fixture *f, unsigned from, unsigned to, bool traced)
 {
-    struct append_args a = {f->ns, from, to};
+    struct append_args a = {f->ns, from, to, traced};
     struct txo_error err;
     txo_error_init(&err);
     if (txo_db_transact(f->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
@@ -229,7 +275,9 @@ struct sink {
     uint64_t last_delivery[N_EVENTS];
     unsigned applied[N_EVENTS];
     unsigned duplicates, strangers;
-    unsigned decoded; /* messages txo_envelope_decode_message() read as their event */
+    unsigned decoded;      /* messages txo_envelope_decode_message() read as their event */
+    bool traced[N_EVENTS]; /* the last decoding of event i had a trace context: trace[i] */
+    struct txo_trace_ctx trace[N_EVENTS];
 };
 
 static void sink_init(struct sink *s, struct txo_db *db, const char *ns)
@@ -267,6 +315,9 @@ static int handle_one(void *arg, const struct txo_inbound_message *msg, struct t
         if (ev.type != NULL && strcmp(ev.type, EVENT_TYPE) == 0 &&
             strcmp(ev.idempotency_key, msg->msg_id) == 0)
             s->decoded++;
+        s->traced[i] = ev.has_trace;
+        if (ev.has_trace)
+            s->trace[i] = ev.trace;
         txo_event_release(&ev);
     }
     if (i == s->permanent)
@@ -345,7 +396,7 @@ static void test_publish(void **state)
     fixture_init(&f, "pub");
     struct txo_publisher *pub = row->publisher(&env, f.ns);
     struct txo_relay *relay = new_relay(&f, pub);
-    append(&f, 0, N_EVENTS);
+    append(&f, 0, N_EVENTS, false);
     relay_until(&f, relay, N_EVENTS);
     json_t *all = row->read_back(&env, f.ns);
     check_read_back(f.ns, all, N_EVENTS, true);
@@ -370,7 +421,7 @@ static void test_cloudevents_binary(void **state)
         c = consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
     struct txo_publisher *pub = row->publisher(&env, f.ns);
     struct txo_relay *relay = new_relay(&f, pub);
-    append(&f, 0, 4);
+    append(&f, 0, 4, false);
     relay_until(&f, relay, 4);
 
     json_t *all = row->read_back(&env, f.ns);
@@ -409,6 +460,99 @@ static void test_cloudevents_binary(void **state)
     fixture_release(&f);
 }
 
+/* name of obj (what: "header", "envelope member") is want, or absent when want is NULL. */
+static void check_member(json_t *obj, const char *name, const char *want, const char *key,
+                         const char *what)
+{
+    json_t *v = json_object_get(obj, name);
+    const char *got = json_string_value(v);
+    if (want == NULL && v != NULL)
+        fail_msg("%s: %s carries %s %s \"%s\", want none", row->name, key, what, name,
+                 got != NULL ? got : "(not a string)");
+    if (want != NULL && (got == NULL || strcmp(got, want) != 0))
+        fail_msg("%s: %s carries %s %s \"%s\", want \"%s\"", row->name, key, what, name,
+                 got != NULL ? got : "(none)", want);
+}
+
+static bool trace_decoded(const struct sink *s)
+{
+    return s->decoded >= N_TRACED;
+}
+
+/* The trace contract in envelope format fmt (see the top); what names its namespace. */
+static void check_trace(enum txo_envelope_format fmt, const char *what)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_envelope_set_default(fmt, CE_SOURCE, &err), 0);
+    struct fixture f;
+    fixture_init(&f, what);
+    struct sink s;
+    sink_init(&s, NULL, f.ns);
+    struct txo_consumer *c = NULL;
+    if (row->consumer != NULL)
+        c = consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
+    struct txo_publisher *pub = row->publisher(&env, f.ns);
+    struct txo_relay *relay = new_relay(&f, pub);
+    append(&f, 0, N_TRACED, true);
+    relay_until(&f, relay, N_TRACED);
+
+    json_t *all = row->read_back(&env, f.ns);
+    check_read_back(f.ns, all, N_TRACED, true);
+    size_t k;
+    json_t *m;
+    json_array_foreach(all, k, m)
+    {
+        const char *key = json_string_value(json_object_get(m, "key"));
+        unsigned i = (unsigned)key_index(f.ns, key);
+        char tp[TXO_TRACEPARENT_LEN + 1];
+        const char *want_parent = trace_parent_of(i, tp);
+        json_t *h = json_object_get(m, "headers");
+        check_member(h, "traceparent", want_parent, key, "header");
+        check_member(h, "tracestate", trace_state_of(i), key, "header");
+        json_t *body = json_loads(json_string_value(json_object_get(m, "body")), 0, NULL);
+        if (body_payload(body) != body) { /* an envelope */
+            check_member(body, "traceparent", want_parent, key, "envelope member");
+            check_member(body, "tracestate", trace_state_of(i), key, "envelope member");
+        }
+        json_decref(body);
+    }
+    json_decref(all);
+
+    if (c != NULL) {
+        poll_until(c, &s, trace_decoded, 0);
+        for (unsigned i = 0; i < N_TRACED; i++) {
+            char tp[TXO_TRACEPARENT_LEN + 1], got[TXO_TRACEPARENT_LEN + 1];
+            const char *want_parent = trace_parent_of(i, tp);
+            if (s.traced[i] != (want_parent != NULL))
+                fail_msg("%s: the consumer decoded event %u %s a trace context", row->name, i,
+                         s.traced[i] ? "with" : "without");
+            if (!s.traced[i])
+                continue;
+            txo_trace_format(&s.trace[i], got); /* version, trace id, parent span id, flags */
+            assert_string_equal(got, want_parent);
+            assert_string_equal(s.trace[i].state,
+                                trace_state_of(i) != NULL ? trace_state_of(i) : "");
+        }
+        txo_consumer_free(c);
+    }
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    fixture_release(&f);
+}
+
+static void test_trace(void **state)
+{
+    (void)state;
+    check_trace(TXO_ENVELOPE_TXO, "trc");
+}
+
+static void test_trace_cloudevents_binary(void **state)
+{
+    (void)state;
+    check_trace(TXO_ENVELOPE_CLOUDEVENTS_BINARY, "trcce");
+}
+
 static int reset_envelope(void **state)
 {
     (void)state;
@@ -430,7 +574,7 @@ static void test_consume(void **state)
         consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
     struct txo_publisher *pub = row->publisher(&env, f.ns);
     struct txo_relay *relay = new_relay(&f, pub);
-    append(&f, 0, N_EVENTS);
+    append(&f, 0, N_EVENTS, false);
     relay_until(&f, relay, N_EVENTS);
 
     poll_until(c, &s, all_applied, 0);
@@ -483,12 +627,12 @@ static void test_restart(void **state)
         c = consumer_ready(f.ns, &(struct txo_handler){.batch = handle_batch, .arg = &s});
     struct txo_publisher *pub = row->publisher(&env, f.ns);
     struct txo_relay *relay = new_relay(&f, pub);
-    append(&f, 0, N_EVENTS / 2);
+    append(&f, 0, N_EVENTS / 2, false);
     relay_until(&f, relay, N_EVENTS / 2);
 
     /* Down: nothing is published, nothing is lost. */
     row->kill(&env);
-    append(&f, N_EVENTS / 2, N_EVENTS);
+    append(&f, N_EVENTS / 2, N_EVENTS, false);
     (void)testrelay_run_once(relay);
     assert_int_equal(published(&f), N_EVENTS / 2);
     size_t handled = 0;
@@ -548,12 +692,16 @@ int main(int argc, char **argv)
         cmocka_unit_test_teardown(test_cloudevents_binary, reset_envelope),
         cmocka_unit_test(test_consume),
         cmocka_unit_test(test_restart),
+        cmocka_unit_test_teardown(test_trace, reset_envelope),
+        cmocka_unit_test_teardown(test_trace_cloudevents_binary, reset_envelope),
     };
-    const unsigned flags[] = {C_PUBLISH, C_CLOUDEVENTS, C_CONSUME, C_RESTART};
+    /* A test runs when the row has every contract it names. */
+    const unsigned flags[] = {C_PUBLISH, C_CLOUDEVENTS, C_CONSUME,
+                              C_RESTART, C_TRACE,       C_TRACE | C_CLOUDEVENTS};
     struct CMUnitTest chosen[TXO_ARRAY_LEN(all)];
     size_t n = 0;
     for (size_t i = 0; i < TXO_ARRAY_LEN(all); i++) {
-        if ((row->contracts & flags[i]) != 0)
+        if ((row->contracts & flags[i]) == flags[i])
             chosen[n++] = all[i];
     }
     int failed = _cmocka_run_group_tests(row->name, chosen, n, start_server, stop_server);

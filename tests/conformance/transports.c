@@ -18,8 +18,10 @@
 
 /* ---- read-back normalisation ---- */
 
-/* The CloudEvents attributes the contracts read, in HTTP spelling. */
-static const char *const ce_names[] = {"ce-specversion", "ce-id", "ce-type", "ce-source"};
+/* The headers the contracts read, in HTTP spelling: CloudEvents attributes and the W3C trace
+ * context. */
+static const char *const header_names[] = {"ce-specversion", "ce-id",       "ce-type",
+                                           "ce-source",      "traceparent", "tracestate"};
 
 static void add_message(json_t *all, const char *key, const char *body, json_t *headers)
 {
@@ -30,9 +32,12 @@ static void add_message(json_t *all, const char *key, const char *body, json_t *
 }
 
 #if TXO_WITH_KAFKA || TXO_WITH_REDIS || TXO_WITH_RABBITMQ
-/* "ce-id" spelled the transport's way: "ce_id" (Kafka, AMQP and Redis bindings). */
+/* A header name spelled the transport's way: "ce-id" is "ce_id" (Kafka, AMQP and Redis
+ * bindings); the trace context keeps its own name. */
 static const char *underscored(const char *name, char *buf, size_t cap)
 {
+    if (strncmp(name, "ce-", 3) != 0)
+        return name;
     snprintf(buf, cap, "ce_%s", name + 3);
     return buf;
 }
@@ -129,11 +134,11 @@ static json_t *nats_read_back(struct env *e, const char *ns)
     json_t *all = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *headers = json_object();
-        for (size_t k = 0; k < TXO_ARRAY_LEN(ce_names); k++) {
+        for (size_t k = 0; k < TXO_ARRAY_LEN(header_names); k++) {
             char *v = NULL;
-            testnats_stream_msg(&e->nats, c.stream, i + 1, ce_names[k], &v, NULL);
+            testnats_stream_msg(&e->nats, c.stream, i + 1, header_names[k], &v, NULL);
             if (v != NULL)
-                json_object_set_new(headers, ce_names[k], json_string(v));
+                json_object_set_new(headers, header_names[k], json_string(v));
             free(v);
         }
         add_message(all, ids[i], data[i], headers);
@@ -228,10 +233,10 @@ static json_t *kafka_read_back(struct env *e, const char *ns)
     for (size_t i = 0; i < n; i++) {
         json_t *headers = json_object();
         char buf[64];
-        for (size_t k = 0; k < TXO_ARRAY_LEN(ce_names); k++) {
-            char *v = testkafka_header(&r[i], underscored(ce_names[k], buf, sizeof(buf)));
+        for (size_t k = 0; k < TXO_ARRAY_LEN(header_names); k++) {
+            char *v = testkafka_header(&r[i], underscored(header_names[k], buf, sizeof(buf)));
             if (v != NULL)
-                json_object_set_new(headers, ce_names[k], json_string(v));
+                json_object_set_new(headers, header_names[k], json_string(v));
             free(v);
         }
         char *key = testkafka_header(&r[i], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
@@ -310,10 +315,10 @@ static json_t *redis_read_back(struct env *e, const char *ns)
     {
         json_t *headers = json_object();
         char buf[64];
-        for (size_t k = 0; k < TXO_ARRAY_LEN(ce_names); k++) {
-            const char *v = testredis_field(entry, underscored(ce_names[k], buf, sizeof(buf)));
+        for (size_t k = 0; k < TXO_ARRAY_LEN(header_names); k++) {
+            const char *v = testredis_field(entry, underscored(header_names[k], buf, sizeof(buf)));
             if (v != NULL)
-                json_object_set_new(headers, ce_names[k], json_string(v));
+                json_object_set_new(headers, header_names[k], json_string(v));
         }
         const char *body = testredis_field(entry, "envelope");
         add_message(all, testredis_field(entry, "idempotency_key"),
@@ -399,10 +404,10 @@ static json_t *rabbit_read_back(struct env *e, const char *ns)
         json_t *headers = json_object();
         json_t *amqp = json_object_get(m, "headers");
         char buf[64];
-        for (size_t k = 0; k < TXO_ARRAY_LEN(ce_names); k++) {
-            json_t *v = json_object_get(amqp, underscored(ce_names[k], buf, sizeof(buf)));
+        for (size_t k = 0; k < TXO_ARRAY_LEN(header_names); k++) {
+            json_t *v = json_object_get(amqp, underscored(header_names[k], buf, sizeof(buf)));
             if (json_is_string(v))
-                json_object_set(headers, ce_names[k], v);
+                json_object_set(headers, header_names[k], v);
         }
         add_message(all, json_string_value(json_object_get(m, "message_id")),
                     json_string_value(json_object_get(m, "body")), headers);
@@ -444,15 +449,22 @@ static struct txo_publisher *grpc_publisher(struct env *e, const char *ns)
     return pub;
 }
 
-/* The EventSink server's records; its message carries the payload alone: it is the body. */
+/* The EventSink server's records; its message carries the payload alone: it is the body. The
+ * trace context is a field of each event, empty when it has none. */
 static json_t *grpc_read_back(struct env *e, const char *ns)
 {
     (void)ns;
     struct testgrpc_event *ev = NULL;
     size_t n = testgrpc_events(&e->grpc, &ev);
     json_t *all = json_array();
-    for (size_t i = 0; i < n; i++)
-        add_message(all, ev[i].idempotency_key, (const char *)ev[i].payload, NULL);
+    for (size_t i = 0; i < n; i++) {
+        json_t *headers = json_object();
+        if (ev[i].traceparent[0] != '\0')
+            json_object_set_new(headers, "traceparent", json_string(ev[i].traceparent));
+        if (ev[i].tracestate[0] != '\0')
+            json_object_set_new(headers, "tracestate", json_string(ev[i].tracestate));
+        add_message(all, ev[i].idempotency_key, (const char *)ev[i].payload, headers);
+    }
     testgrpc_free_events(ev, n);
     return all;
 }
@@ -533,10 +545,10 @@ static json_t *web_read_back(struct env *e, const char *ns)
         assert_non_null(m);
         json_t *http = json_object_get(m, "headers");
         json_t *headers = json_object();
-        for (size_t k = 0; k < TXO_ARRAY_LEN(ce_names); k++) {
-            json_t *v = json_object_get(http, ce_names[k]);
+        for (size_t k = 0; k < TXO_ARRAY_LEN(header_names); k++) {
+            json_t *v = json_object_get(http, header_names[k]);
             if (json_is_string(v))
-                json_object_set(headers, ce_names[k], v);
+                json_object_set(headers, header_names[k], v);
         }
         add_message(all, json_string_value(json_object_get(http, "idempotency-key")),
                     json_string_value(json_object_get(m, "body")), headers);
@@ -550,7 +562,7 @@ static json_t *web_read_back(struct env *e, const char *ns)
 const struct row transport_rows[] = {
 #if TXO_WITH_NATS
     {.name = "nats",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
      .start = nats_start,
      .cleanup = nats_cleanup,
      .kill = nats_kill,
@@ -562,7 +574,7 @@ const struct row transport_rows[] = {
 #endif
 #if TXO_WITH_KAFKA
     {.name = "kafka",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
      .start = kafka_start,
      .cleanup = kafka_cleanup,
      .kill = kafka_kill,
@@ -575,7 +587,7 @@ const struct row transport_rows[] = {
 #endif
 #if TXO_WITH_REDIS
     {.name = "redis",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
      .start = redis_start,
      .cleanup = redis_cleanup,
      .kill = redis_kill,
@@ -587,7 +599,7 @@ const struct row transport_rows[] = {
 #endif
 #if TXO_WITH_RABBITMQ
     {.name = "rabbitmq",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
      .start = rabbit_start,
      .cleanup = rabbit_cleanup,
      .kill = rabbit_kill,
@@ -599,9 +611,10 @@ const struct row transport_rows[] = {
      .dead_letters = rabbit_dead_letters},
 #endif
 #if TXO_WITH_GRPC
-    /* The EventSink service is the consumer; its message has no CloudEvents form. */
+    /* The EventSink service is the consumer; its message has no CloudEvents form, and the
+     * trace context is a field of it. */
     {.name = "grpc",
-     .contracts = C_PUBLISH | C_RESTART,
+     .contracts = C_PUBLISH | C_RESTART | C_TRACE,
      .start = grpc_start,
      .cleanup = grpc_cleanup,
      .kill = grpc_kill,
@@ -612,7 +625,7 @@ const struct row transport_rows[] = {
 #endif
     /* The receiving endpoint is the consumer. */
     {.name = "webhook",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_RESTART,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_RESTART | C_TRACE,
      .start = web_start,
      .cleanup = web_cleanup,
      .kill = web_kill,

@@ -9,7 +9,9 @@
  * array with one object per message, in the server's order: {"key": the idempotency key as
  * the transport carries it, or null; "body": what the server stored (the envelope, or in
  * CloudEvents binary mode the payload); "headers": {"ce-specversion", "ce-id", "ce-type",
- * "ce-source"} when present, in HTTP spelling}. Every function fails the current test on error.
+ * "ce-source", "traceparent", "tracestate"} when present, in HTTP spelling (gRPC: its event's
+ * traceparent and tracestate fields when not empty)}. Every function fails the current test on
+ * error.
  */
 #ifndef TXO_TEST_TRANSPORTS_H
 #define TXO_TEST_TRANSPORTS_H
@@ -71,6 +73,7 @@ enum contract {
     C_CLOUDEVENTS = 1 << 1,
     C_CONSUME = 1 << 2,
     C_RESTART = 1 << 3,
+    C_TRACE = 1 << 4,
 };
 
 struct row {

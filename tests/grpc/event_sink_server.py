@@ -10,8 +10,10 @@ records is what really arrived over gRPC.
 --pb2-dir   where `protoc --python_out` put txo/v1/event_sink_pb2.py (the tests generate it)
 --record    every event the server took (ACCEPTED) is appended as one JSON line:
             {"call": N, "id": .., "type": .., "aggregate_type": .., "aggregate_id": ..,
-             "idempotency_key": .., "created_at": .., "attempt": .., "payload_b64": ..}
---calls     one JSON line per call: {"call": N, "events": K, "answer": "OK"|"<STATUS>"|...}
+             "idempotency_key": .., "created_at": .., "attempt": .., "payload_b64": ..,
+             "traceparent": .., "tracestate": ..}, the trace fields "" when the event has none
+--calls     one JSON line per call: {"call": N, "events": K, "answer": "OK"|"<STATUS>"|...,
+            "trace_metadata": [the values of the call's traceparent and tracestate metadata]}
 --tls-cert, --tls-key    serve TLS with this certificate and key (plaintext without them);
 --tls-client-ca          and require a client certificate signed by this CA (mutual TLS)
 --control   a JSON file re-read whenever its "version" changes, telling the server how to
@@ -83,9 +85,12 @@ def main():
         state["used"][name] = state["used"].get(name, 0) + 1
         return True
 
-    def log_call(n, k, answer):
+    def log_call(n, k, answer, context):
         if calls:
-            calls.write(json.dumps({"call": n, "events": k, "answer": answer}) + "\n")
+            trace = [v for name, v in context.invocation_metadata()
+                     if name in ("traceparent", "tracestate")]
+            calls.write(json.dumps({"call": n, "events": k, "answer": answer,
+                                    "trace_metadata": trace}) + "\n")
             calls.flush()
 
     def record_events(n, events):
@@ -95,6 +100,7 @@ def main():
                 "aggregate_id": e.aggregate_id, "idempotency_key": e.idempotency_key,
                 "created_at": e.created_at, "attempt": e.attempt,
                 "payload_b64": base64.b64encode(e.payload).decode("ascii"),
+                "traceparent": e.traceparent, "tracestate": e.tracestate,
             }) + "\n")
         record.flush()
 
@@ -111,7 +117,7 @@ def main():
             trans = set(r.get("reject_transient", []))
         if status:
             with lock:
-                log_call(n, len(request.events), status)
+                log_call(n, len(request.events), status, context)
             context.abort(getattr(grpc.StatusCode, status), "told to answer " + status)
         results = []
         accepted = []
@@ -137,12 +143,13 @@ def main():
             if not process_first:
                 if not context.is_active():
                     with lock:
-                        log_call(n, len(request.events), "CLIENT_GONE")
+                        log_call(n, len(request.events), "CLIENT_GONE", context)
                     return pb.PublishResponse()
                 with lock:
                     record_events(n, accepted)
         with lock:
-            log_call(n, len(request.events), "WRONG_COUNT" if wrong_count else "OK")
+            log_call(n, len(request.events), "WRONG_COUNT" if wrong_count else "OK",
+                     context)
         return pb.PublishResponse(results=results)
 
     handler = grpc.method_handlers_generic_handler("txo.v1.EventSink", {

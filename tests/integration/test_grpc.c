@@ -11,6 +11,8 @@
  *   - A server slower than the deadline: TXO_ETIMEOUT within about the deadline.
  *   - Batches larger than max_batch_bytes go as several calls; an event larger than that alone
  *     fails permanently while the others are delivered.
+ *   - Each event carries its own trace context in its fields, the Publish call none in its
+ *     metadata (also a call of one event).
  *   - The metrics families count what happened.
  *   - Freeing the last publisher shuts gRPC down: none of its threads is left.
  * The contracts every transport keeps (publish, per-aggregate order, restart) are in
@@ -339,6 +341,40 @@ static void test_split_by_max_batch_bytes(void **state)
     txo_publisher_free(pub);
 }
 
+#define TRACEPARENT "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+static void test_trace_per_event(void **state)
+{
+    (void)state;
+    struct txo_grpc_opts o;
+    default_opts(&o);
+    struct txo_publisher *pub = new_publisher(&o, NULL);
+    struct batch b;
+    batch_init(&b, 4, 401, 40);
+    b.msgs[0].traceparent = TRACEPARENT;
+    b.msgs[0].tracestate = "vendor=x";
+    b.msgs[1].traceparent = TRACEPARENT;
+    b.msgs[3].tracestate = "vendor=x"; /* without a traceparent it means nothing */
+    publish(pub, &b);
+    b.n = 1; /* a call of one event */
+    publish(pub, &b);
+    b.n = 4;
+    assert_int_equal(testgrpc_count_calls(&server, "OK"), 2);
+    assert_int_equal(testgrpc_count_traced_calls(&server), 0);
+    struct testgrpc_event *ev = NULL;
+    size_t n = testgrpc_events(&server, &ev);
+    assert_int_equal(n, 5);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = k % 4;
+        assert_int_equal(ev[k].id, b.msgs[i].id);
+        assert_string_equal(ev[k].traceparent, i < 2 ? TRACEPARENT : "");
+        assert_string_equal(ev[k].tracestate, i == 0 ? "vendor=x" : "");
+    }
+    testgrpc_free_events(ev, n);
+    batch_free(&b);
+    txo_publisher_free(pub);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -412,6 +448,7 @@ int main(void)
         cmocka_unit_test_setup(test_per_event_outcomes, setup),
         cmocka_unit_test_setup(test_deadline_exceeded, setup),
         cmocka_unit_test_setup(test_split_by_max_batch_bytes, setup),
+        cmocka_unit_test_setup(test_trace_per_event, setup),
         cmocka_unit_test_setup(test_no_thread_left_after_free, setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -2,7 +2,8 @@
 """An HTTP receiver independent of txo and of libcurl (Python's http.server), for the webhook
 row of the transport conformance suite (tests/conformance/test_transport.c) and as the OTLP
 collector of the tracing tests and bench/tracing.sh: every POST is answered 200 and appended
-to FILE as one JSON line {"path", "headers", "body"}, header names in lower case. The file is
+to FILE as one JSON line {"path", "headers", "body"}, header names in lower case, a header
+sent more than once as its values joined by ", " (as HTTP combines them). The file is
 opened for each request, so a receiver killed and started again on the same FILE keeps what
 the first one recorded. Requests are served one at a time, in the order they arrive.
 GET /stats answers {"posts": N, "bytes": M}: the POSTs received so far and their body bytes.
@@ -53,7 +54,8 @@ class Recorder(BaseHTTPRequestHandler):
         if not ARGS.discard:
             line = json.dumps({
                 "path": self.path,
-                "headers": {k.lower(): v for k, v in self.headers.items()},
+                "headers": {k.lower(): ", ".join(self.headers.get_all(k))
+                            for k in self.headers.keys()},
                 "body": body,
             })
             with open(ARGS.file, "a", encoding="utf-8") as f:

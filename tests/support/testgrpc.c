@@ -320,6 +320,8 @@ size_t testgrpc_events(const struct testgrpc *g, struct testgrpc_event **out)
         e->aggregate_id = dup_field(o, "aggregate_id");
         e->idempotency_key = dup_field(o, "idempotency_key");
         e->created_at = dup_field(o, "created_at");
+        e->traceparent = dup_field(o, "traceparent");
+        e->tracestate = dup_field(o, "tracestate");
         e->payload =
             b64_decode(json_string_value(json_object_get(o, "payload_b64")), &e->payload_len);
         json_decref(o);
@@ -339,11 +341,15 @@ void testgrpc_free_events(struct testgrpc_event *events, size_t n)
         free(events[i].idempotency_key);
         free(events[i].created_at);
         free(events[i].payload);
+        free(events[i].traceparent);
+        free(events[i].tracestate);
     }
     free(events);
 }
 
-size_t testgrpc_count_calls(const struct testgrpc *g, const char *answer)
+/* Calls of calls.jsonl for which match(call, arg) holds. */
+static size_t count_calls(const struct testgrpc *g, bool (*match)(json_t *call, const void *arg),
+                          const void *arg)
 {
     FILE *f = fopen(g->calls_path, "r");
     if (f == NULL)
@@ -355,12 +361,33 @@ size_t testgrpc_count_calls(const struct testgrpc *g, const char *answer)
         json_t *o = json_loads(line, 0, NULL);
         if (o == NULL)
             fail_msg("%s: unreadable line: %s", g->calls_path, line);
-        const char *a = json_string_value(json_object_get(o, "answer"));
-        if (answer == NULL || (a != NULL && strcmp(a, answer) == 0))
+        if (match(o, arg))
             n++;
         json_decref(o);
     }
     free(line);
     fclose(f);
     return n;
+}
+
+static bool answered(json_t *call, const void *answer)
+{
+    const char *a = json_string_value(json_object_get(call, "answer"));
+    return answer == NULL || (a != NULL && strcmp(a, answer) == 0);
+}
+
+size_t testgrpc_count_calls(const struct testgrpc *g, const char *answer)
+{
+    return count_calls(g, answered, answer);
+}
+
+static bool traced(json_t *call, const void *arg)
+{
+    (void)arg;
+    return json_array_size(json_object_get(call, "trace_metadata")) > 0;
+}
+
+size_t testgrpc_count_traced_calls(const struct testgrpc *g)
+{
+    return count_calls(g, traced, NULL);
 }

@@ -88,6 +88,8 @@ struct testgrpc_event {
     int attempt;
     unsigned char *payload; /* decoded from base64, NUL-terminated */
     size_t payload_len;
+    char *traceparent; /* the event's trace fields; "" when it has none */
+    char *tracestate;
 };
 
 /* Every event recorded so far, in the order the server took them. Free with
@@ -98,5 +100,8 @@ void testgrpc_free_events(struct testgrpc_event *events, size_t n);
 /* Calls recorded so far whose answer (OK, WRONG_COUNT, a status name, CLIENT_GONE) is answer;
  * NULL counts every call. */
 size_t testgrpc_count_calls(const struct testgrpc *g, const char *answer);
+
+/* Calls recorded so far that carried traceparent or tracestate metadata. */
+size_t testgrpc_count_traced_calls(const struct testgrpc *g);
 
 #endif
