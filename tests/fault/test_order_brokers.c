@@ -266,6 +266,26 @@ static void relay_start(struct ctx *c, struct testproc *p, const char *tag, bool
     testproc_start(p, tag, argv, crash ? crash_env : NULL);
 }
 
+/* Waits until relay p logged that it took shards (the crash relay must own some before the
+ * others join, or they may publish everything before it gets any). */
+static void wait_for_shards(struct testproc *p, const char *what)
+{
+    int64_t deadline = txo_monotonic_ms() + 15000;
+    while (txo_monotonic_ms() < deadline) {
+        char *log = testproc_log(p);
+        bool took = false;
+        for (const char *at = log; at != NULL && !took && (at = strstr(at, " taken=")) != NULL;
+             at += 7)
+            took = at[7] >= '1' && at[7] <= '9';
+        free(log);
+        if (took)
+            return;
+        txo_sleep_ms(20);
+    }
+    testproc_print_log(p, what);
+    fail_msg("%s took no shards within 15 s", what);
+}
+
 static int64_t published(struct ctx *c)
 {
     return testdb_i64(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
@@ -359,6 +379,7 @@ static void test_order(void **state)
     const char *name = broker_names[c->broker];
     struct testproc *relay = c->relay;
     relay_start(c, &relay[RELAY_A], "order-a", true);
+    wait_for_shards(&relay[RELAY_A], "relay A");
     relay_start(c, &relay[RELAY_B], "order-b", false);
     relay_start(c, &relay[RELAY_C], "order-c", false);
     struct writer w[N_WRITERS];
