@@ -3,41 +3,151 @@
  * JSON mapping says: trace and span ids as lower-case hex (not base64), 64-bit integers
  * (times in nanoseconds, integer attributes) as decimal strings, enums as numbers, field
  * names in lowerCamelCase.
+ *
+ * Written straight into one growing buffer: the exporter encodes every span the process
+ * records (a dozen per order at full sampling), so no document tree is built. Strings are
+ * escaped as RFC 8259 says ('"', '\\' and control characters); a byte that does not belong to
+ * a well-formed UTF-8 character becomes '?', so the body is always valid JSON.
  */
 #include "core/common.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 
-#include <jansson.h>
-
 #include "trace/tracer_internal.h"
 #include "txo/features.h"
+#include "txo/text.h"
 
-static json_t *hex(const uint8_t *b, size_t n)
+struct out {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+};
+
+/* Room for n more bytes (and a NUL). */
+static bool reserve(struct out *o, size_t n)
+{
+    if (o->oom)
+        return false;
+    if (o->len + n + 1 <= o->cap)
+        return true;
+    size_t cap = o->cap > 0 ? o->cap : 4096;
+    while (o->len + n + 1 > cap)
+        cap *= 2;
+    char *buf = txo_realloc(o->buf, cap);
+    if (buf == NULL) {
+        o->oom = true;
+        return false;
+    }
+    o->buf = buf;
+    o->cap = cap;
+    return true;
+}
+
+static void put_n(struct out *o, const char *s, size_t n)
+{
+    if (!reserve(o, n))
+        return;
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
+
+static void put(struct out *o, const char *s)
+{
+    put_n(o, s, strlen(s));
+}
+
+/* s as a JSON string, quotes included. */
+static void put_str(struct out *o, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t len = strlen(s);
+    /* The worst case: every byte a \u00XX escape. */
+    if (!reserve(o, 6 * len + 2))
+        return;
+    char *w = o->buf + o->len;
+    *w++ = '"';
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) {
+            size_t n = txo_utf8_char_len(s + i, len - i);
+            if (n == 0) {
+                *w++ = '?';
+                i++;
+            } else {
+                memcpy(w, s + i, n);
+                w += n;
+                i += n;
+            }
+            continue;
+        }
+        if (c == '"' || c == '\\') {
+            *w++ = '\\';
+            *w++ = (char)c;
+        } else if (c < 0x20) {
+            memcpy(w, "\\u00", 4);
+            w[4] = hex[c >> 4];
+            w[5] = hex[c & 0x0f];
+            w += 6;
+        } else {
+            *w++ = (char)c;
+        }
+        i++;
+    }
+    *w++ = '"';
+    o->len = (size_t)(w - o->buf);
+}
+
+/* "name":"<hex of b[0..n)>" */
+static void put_hex(struct out *o, const char *name, const uint8_t *b, size_t n)
 {
     static const char digits[] = "0123456789abcdef";
-    char out[33];
+    char text[2 * 16 + 1];
     for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[b[i] >> 4];
-        out[2 * i + 1] = digits[b[i] & 0x0f];
+        text[2 * i] = digits[b[i] >> 4];
+        text[2 * i + 1] = digits[b[i] & 0x0f];
     }
-    out[2 * n] = '\0';
-    return json_string(out);
+    text[2 * n] = '\0';
+    put(o, "\"");
+    put(o, name);
+    put(o, "\":\"");
+    put_n(o, text, 2 * n);
+    put(o, "\"");
 }
 
-static json_t *int64_str(int64_t v)
+/* v in decimal. */
+static void put_i64(struct out *o, int64_t v)
 {
-    char buf[24];
-    snprintf(buf, sizeof(buf), "%" PRId64, v);
-    return json_string(buf);
+    char text[24];
+    int n = snprintf(text, sizeof(text), "%" PRId64, v);
+    if (n > 0)
+        put_n(o, text, (size_t)n);
 }
 
-static json_t *kv(const char *key, const char *str, int64_t num)
+/* "name":"v" (a 64-bit integer, which the JSON mapping writes as a string) */
+static void put_i64_str(struct out *o, const char *name, int64_t v)
 {
-    json_t *value = str != NULL ? json_pack("{s:s}", "stringValue", str)
-                                : json_pack("{s:o}", "intValue", int64_str(num));
-    return json_pack("{s:s,s:o}", "key", key, "value", value);
+    put(o, ",\"");
+    put(o, name);
+    put(o, "\":\"");
+    put_i64(o, v);
+    put(o, "\"");
+}
+
+/* {"key":"k","value":{"stringValue":"s"}} or {..."intValue":"n"} */
+static void put_kv(struct out *o, const char *key, const char *str, int64_t num)
+{
+    put(o, "{\"key\":");
+    put_str(o, key);
+    if (str != NULL) {
+        put(o, ",\"value\":{\"stringValue\":");
+        put_str(o, str);
+        put(o, "}}");
+    } else {
+        put(o, ",\"value\":{\"intValue\":\"");
+        put_i64(o, num);
+        put(o, "\"}}");
+    }
 }
 
 static bool all_zero(const uint8_t *b, size_t n)
@@ -48,59 +158,87 @@ static bool all_zero(const uint8_t *b, size_t n)
     return true;
 }
 
-static json_t *span_json(const struct queued_span *q)
+static void put_span(struct out *o, const struct queued_span *q)
 {
     const struct txo_span *s = &q->span;
-    json_t *attrs = json_array(), *links = json_array();
-    for (size_t i = 0; i < s->n_attrs; i++)
-        json_array_append_new(attrs, kv(s->attrs[i].key, s->attrs[i].str, s->attrs[i].num));
-    for (size_t i = 0; i < s->n_links; i++)
-        json_array_append_new(links,
-                              json_pack("{s:o,s:o}", "traceId", hex(s->links[i].trace_id, 16),
-                                        "spanId", hex(s->links[i].span_id, 8)));
-    /* Status: 1 OK, 2 ERROR with the code's name and the message. */
-    json_t *status =
-        s->status == 0
-            ? json_pack("{s:i}", "code", 1)
-            : json_pack("{s:i,s:s}", "code", 2, "message",
-                        s->status_message != NULL ? s->status_message : txo_err_name(s->status));
-    if (s->status != 0)
-        json_array_append_new(attrs, kv("txo.error_code", txo_err_name(s->status), 0));
-    json_t *span =
-        json_pack("{s:o,s:o,s:s,s:i,s:o,s:o,s:o,s:o,s:o,s:I,s:I}", "traceId",
-                  hex(s->ctx.trace_id, 16), "spanId", hex(s->ctx.span_id, 8), "name", s->name,
-                  "kind", (int)s->kind, "startTimeUnixNano", int64_str(s->start_us * 1000),
-                  "endTimeUnixNano", int64_str(s->end_us * 1000), "attributes", attrs, "links",
-                  links, "status", status, "droppedAttributesCount", (json_int_t)q->dropped_attrs,
-                  "droppedLinksCount", (json_int_t)q->dropped_links);
-    if (span != NULL && !all_zero(s->parent_span_id, 8))
-        json_object_set_new(span, "parentSpanId", hex(s->parent_span_id, 8));
-    if (span != NULL && s->ctx.state[0] != '\0')
-        json_object_set_new(span, "traceState", json_string(s->ctx.state));
-    if (span != NULL)
-        json_object_set_new(span, "flags", json_integer(s->ctx.flags));
-    return span;
+    put(o, "{");
+    put_hex(o, "traceId", s->ctx.trace_id, 16);
+    put(o, ",");
+    put_hex(o, "spanId", s->ctx.span_id, 8);
+    if (!all_zero(s->parent_span_id, 8)) {
+        put(o, ",");
+        put_hex(o, "parentSpanId", s->parent_span_id, 8);
+    }
+    if (s->ctx.state[0] != '\0') {
+        put(o, ",\"traceState\":");
+        put_str(o, s->ctx.state);
+    }
+    put(o, ",\"flags\":");
+    put_i64(o, s->ctx.flags);
+    put(o, ",\"name\":");
+    put_str(o, s->name);
+    put(o, ",\"kind\":");
+    put_i64(o, (int64_t)s->kind);
+    put_i64_str(o, "startTimeUnixNano", s->start_us * 1000);
+    put_i64_str(o, "endTimeUnixNano", s->end_us * 1000);
+    put(o, ",\"attributes\":[");
+    for (size_t i = 0; i < s->n_attrs; i++) {
+        if (i > 0)
+            put(o, ",");
+        put_kv(o, s->attrs[i].key, s->attrs[i].str, s->attrs[i].num);
+    }
+    if (s->status != 0) {
+        if (s->n_attrs > 0)
+            put(o, ",");
+        put_kv(o, "txo.error_code", txo_err_name(s->status), 0);
+    }
+    put(o, "],\"droppedAttributesCount\":");
+    put_i64(o, (int64_t)q->dropped_attrs);
+    put(o, ",\"links\":[");
+    for (size_t i = 0; i < s->n_links; i++) {
+        put(o, i > 0 ? ",{" : "{");
+        put_hex(o, "traceId", s->links[i].trace_id, 16);
+        put(o, ",");
+        put_hex(o, "spanId", s->links[i].span_id, 8);
+        put(o, "}");
+    }
+    put(o, "],\"droppedLinksCount\":");
+    put_i64(o, (int64_t)q->dropped_links);
+    /* Status: 1 OK, 2 ERROR with the message (or the code's name). */
+    if (s->status == 0) {
+        put(o, ",\"status\":{\"code\":1}}");
+    } else {
+        put(o, ",\"status\":{\"code\":2,\"message\":");
+        put_str(o, s->status_message != NULL ? s->status_message : txo_err_name(s->status));
+        put(o, "}}");
+    }
 }
 
 char *txo__otlp_json(const struct queued_span *first, size_t n, const char *service_name,
                      const char *instance_id, size_t *len)
 {
-    json_t *spans = json_array();
+    struct out o = {0};
+    put(&o, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+    put_kv(&o, "service.name", service_name, 0);
+    put(&o, ",");
+    put_kv(&o, "service.instance.id", instance_id, 0);
+    put(&o, ",");
+    put_kv(&o, "service.version", TXO_VERSION, 0);
+    put(&o, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"txo\",\"version\":");
+    put_str(&o, TXO_VERSION);
+    put(&o, "},\"spans\":[");
     size_t k = 0;
-    for (const struct queued_span *q = first; q != NULL && k < n; q = q->next, k++)
-        json_array_append_new(spans, span_json(q));
-    json_t *resource =
-        json_pack("{s:[o,o,o]}", "attributes", kv("service.name", service_name, 0),
-                  kv("service.instance.id", instance_id, 0), kv("service.version", TXO_VERSION, 0));
-    json_t *doc =
-        json_pack("{s:[{s:o,s:[{s:{s:s,s:s},s:o}]}]}", "resourceSpans", "resource", resource,
-                  "scopeSpans", "scope", "name", "txo", "version", TXO_VERSION, "spans", spans);
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    if (text == NULL)
+    for (const struct queued_span *q = first; q != NULL && k < n; q = q->next, k++) {
+        if (k > 0)
+            put(&o, ",");
+        put_span(&o, q);
+    }
+    put(&o, "]}]}]}");
+    if (o.oom) {
+        txo_free(o.buf);
         return NULL;
-    *len = strlen(text);
-    char *out = txo_strdup(text);
-    free(text);
-    return out;
+    }
+    o.buf[o.len] = '\0';
+    *len = o.len;
+    return o.buf;
 }

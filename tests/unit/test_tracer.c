@@ -256,6 +256,34 @@ static void test_spans_reach_the_receiver_as_otlp_json(void **state)
     receiver_stop(&r);
 }
 
+/* Names, attributes and messages are any bytes: the body stays valid JSON, escaped as RFC 8259
+ * says, with every byte outside a well-formed UTF-8 character replaced by '?'. */
+static void test_strings_escaped_as_json(void **state)
+{
+    (void)state;
+    struct receiver r;
+    receiver_start(&r, 200, 0);
+    struct txo_tracer *t = tracer(r.url, 0, 50, NULL);
+    struct txo_trace_ctx ctx;
+    struct txo_span s;
+    simple_span(&s, &ctx, "q\" b\\ n\n t\t c\x01 bad\xff cut\xc3 \xc3\xa9 \xe2\x82\xac");
+    struct txo_span_attr attrs[] = {{.key = "k\"ey", .str = "v\x7f\x1f"}};
+    s.attrs = attrs;
+    s.n_attrs = 1;
+    s.status = TXO_EBUSINESS;
+    s.status_message = "declined:\r\n\"card\"";
+    txo_tracer_record(t, &s);
+    assert_int_equal(wait_spans(&r, 1, 3000), 1);
+    txo_tracer_free(t);
+    json_t *spans = received_spans(&r);
+    json_t *a = json_array_get(spans, 0);
+    assert_string_equal(str(a, "name"), "q\" b\\ n\n t\t c\x01 bad? cut? \xc3\xa9 \xe2\x82\xac");
+    assert_string_equal(attr(json_object_get(a, "attributes"), "k\"ey"), "v\x7f\x1f");
+    assert_string_equal(str(json_object_get(a, "status"), "message"), "declined:\r\n\"card\"");
+    json_decref(spans);
+    receiver_stop(&r);
+}
+
 static void test_full_batch_goes_at_once(void **state)
 {
     (void)state;
@@ -433,6 +461,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spans_reach_the_receiver_as_otlp_json),
+        cmocka_unit_test(test_strings_escaped_as_json),
         cmocka_unit_test(test_full_batch_goes_at_once),
         cmocka_unit_test(test_receiver_down_or_failing),
         cmocka_unit_test(test_slow_receiver_small_queue),
