@@ -29,6 +29,8 @@
  */
 #include "core/common.h"
 
+#include "core/buf.h"
+
 #include <math.h>
 #include <pthread.h>
 
@@ -712,69 +714,35 @@ out:
 
 /* ---- rendering ---- */
 
-/* A growing output buffer; after an allocation failure it only records the failure. */
-struct out {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool oom;
-};
-
-static void out_write(struct out *o, const char *s, size_t n)
-{
-    if (o->oom)
-        return;
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap > 0 ? o->cap : 4096;
-        while (o->len + n + 1 > cap)
-            cap *= 2;
-        char *data = txo_realloc(o->data, cap);
-        if (data == NULL) {
-            o->oom = true;
-            return;
-        }
-        o->data = data;
-        o->cap = cap;
-    }
-    memcpy(o->data + o->len, s, n);
-    o->len += n;
-    o->data[o->len] = '\0';
-}
-
-static void out_str(struct out *o, const char *s)
-{
-    out_write(o, s, strlen(s));
-}
-
-static void out_number(struct out *o, double v)
+static void out_number(struct txo__buf *o, double v)
 {
     char num[NUM_MAX];
     format_number(v, num);
-    out_str(o, num);
+    txo__buf_puts(o, num);
 }
 
 /* Writes s escaped: \ and newline always, " too when quoted; invalid UTF-8 as U+FFFD. */
-static void out_escaped(struct out *o, const char *s, bool quoted)
+static void out_escaped(struct txo__buf *o, const char *s, bool quoted)
 {
     const unsigned char *p = (const unsigned char *)s;
 
     while (*p != '\0') {
         if (*p == '\\') {
-            out_write(o, "\\\\", 2);
+            txo__buf_put(o, "\\\\", 2);
             p++;
         } else if (*p == '\n') {
-            out_write(o, "\\n", 2);
+            txo__buf_put(o, "\\n", 2);
             p++;
         } else if (*p == '"' && quoted) {
-            out_write(o, "\\\"", 2);
+            txo__buf_put(o, "\\\"", 2);
             p++;
         } else {
             size_t n = txo_utf8_char_len((const char *)p, strnlen((const char *)p, 4));
             if (n == 0) {
-                out_write(o, "\xEF\xBF\xBD", 3);
+                txo__buf_put(o, "\xEF\xBF\xBD", 3);
                 p++;
             } else {
-                out_write(o, (const char *)p, n);
+                txo__buf_put(o, (const char *)p, n);
                 p += n;
             }
         }
@@ -782,38 +750,38 @@ static void out_escaped(struct out *o, const char *s, bool quoted)
 }
 
 /* {a="x",b="y"} with le="..." appended when le is not NULL; nothing without any label. */
-static void out_labels(struct out *o, const struct txo_metric *m, const struct child *c,
+static void out_labels(struct txo__buf *o, const struct txo_metric *m, const struct child *c,
                        const char *le)
 {
     if (m->n_labels == 0 && le == NULL)
         return;
-    out_write(o, "{", 1);
+    txo__buf_put(o, "{", 1);
     for (size_t i = 0; i < m->n_labels; i++) {
         if (i > 0)
-            out_write(o, ",", 1);
-        out_str(o, m->label_names[i]);
-        out_write(o, "=\"", 2);
+            txo__buf_put(o, ",", 1);
+        txo__buf_puts(o, m->label_names[i]);
+        txo__buf_put(o, "=\"", 2);
         out_escaped(o, c->values[i], true);
-        out_write(o, "\"", 1);
+        txo__buf_put(o, "\"", 1);
     }
     if (le != NULL) {
-        out_str(o, m->n_labels > 0 ? ",le=\"" : "le=\"");
-        out_str(o, le);
-        out_write(o, "\"", 1);
+        txo__buf_puts(o, m->n_labels > 0 ? ",le=\"" : "le=\"");
+        txo__buf_puts(o, le);
+        txo__buf_put(o, "\"", 1);
     }
-    out_write(o, "}", 1);
+    txo__buf_put(o, "}", 1);
 }
 
 /* name<suffix>{labels} value\n */
-static void out_sample(struct out *o, const struct txo_metric *m, const char *suffix,
+static void out_sample(struct txo__buf *o, const struct txo_metric *m, const char *suffix,
                        const struct child *c, const char *le, double v)
 {
-    out_str(o, m->name);
-    out_str(o, suffix);
+    txo__buf_puts(o, m->name);
+    txo__buf_puts(o, suffix);
     out_labels(o, m, c, le);
-    out_write(o, " ", 1);
+    txo__buf_put(o, " ", 1);
     out_number(o, v);
-    out_write(o, "\n", 1);
+    txo__buf_put(o, "\n", 1);
 }
 
 static int cmp_children(const void *a, const void *b)
@@ -829,7 +797,7 @@ static int cmp_children(const void *a, const void *b)
     return 0;
 }
 
-static void render_child(struct out *o, const struct txo_metric *m, const struct child *c)
+static void render_child(struct txo__buf *o, const struct txo_metric *m, const struct child *c)
 {
     if (m->type != TXO_METRIC_HISTOGRAM) {
         out_sample(o, m, "", c, NULL, c->value);
@@ -846,17 +814,17 @@ static void render_child(struct out *o, const struct txo_metric *m, const struct
     out_sample(o, m, "_count", c, NULL, (double)c->count);
 }
 
-static void render_family(struct out *o, struct txo_metric *m)
+static void render_family(struct txo__buf *o, struct txo_metric *m)
 {
-    out_str(o, "# HELP ");
-    out_str(o, m->name);
-    out_write(o, " ", 1);
+    txo__buf_puts(o, "# HELP ");
+    txo__buf_puts(o, m->name);
+    txo__buf_put(o, " ", 1);
     out_escaped(o, m->help, false);
-    out_str(o, "\n# TYPE ");
-    out_str(o, m->name);
-    out_write(o, " ", 1);
-    out_str(o, txo_metric_type_name(m->type));
-    out_write(o, "\n", 1);
+    txo__buf_puts(o, "\n# TYPE ");
+    txo__buf_puts(o, m->name);
+    txo__buf_put(o, " ", 1);
+    txo__buf_puts(o, txo_metric_type_name(m->type));
+    txo__buf_put(o, "\n", 1);
 
     pthread_mutex_lock(&m->mu);
     if (m->n_children > 0) {
@@ -879,7 +847,7 @@ static void render_family(struct out *o, struct txo_metric *m)
 }
 
 /* Calls every collector; a failure is counted and logged, never returned. */
-static void run_collectors(struct txo_metrics *reg, struct out *o)
+static void run_collectors(struct txo_metrics *reg, struct txo__buf *o)
 {
     pthread_mutex_lock(&reg->mu);
     size_t n = reg->n_collectors;
@@ -909,7 +877,7 @@ static void run_collectors(struct txo_metrics *reg, struct out *o)
 int txo_metrics_render(struct txo_metrics *reg, char **out, size_t *len, struct txo_error *err)
 {
     TXO_ASSERT(reg != NULL && out != NULL);
-    struct out o = {0};
+    struct txo__buf o = {0};
     struct txo_metric **fams = NULL;
 
     pthread_mutex_lock(&reg->render_mu);
@@ -934,7 +902,7 @@ out:
     pthread_mutex_unlock(&reg->render_mu);
     txo_free(fams);
     if (!o.oom && o.data == NULL)
-        out_write(&o, "", 0); /* cannot happen (a family is always there), but NUL-terminate */
+        txo__buf_put(&o, "", 0); /* cannot happen (a family is always there), but NUL-terminate */
     if (o.oom) {
         txo_free(o.data);
         return txo_error_set(err, TXO_ENOMEM, "rendering metrics");

@@ -14,58 +14,20 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "core/buf.h"
 #include "trace/tracer_internal.h"
 #include "txo/features.h"
 #include "txo/text.h"
 
-struct out {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-};
-
-/* Room for n more bytes (and a NUL). */
-static bool reserve(struct out *o, size_t n)
-{
-    if (o->oom)
-        return false;
-    if (o->len + n + 1 <= o->cap)
-        return true;
-    size_t cap = o->cap > 0 ? o->cap : 4096;
-    while (o->len + n + 1 > cap)
-        cap *= 2;
-    char *buf = txo_realloc(o->buf, cap);
-    if (buf == NULL) {
-        o->oom = true;
-        return false;
-    }
-    o->buf = buf;
-    o->cap = cap;
-    return true;
-}
-
-static void put_n(struct out *o, const char *s, size_t n)
-{
-    if (!reserve(o, n))
-        return;
-    memcpy(o->buf + o->len, s, n);
-    o->len += n;
-}
-
-static void put(struct out *o, const char *s)
-{
-    put_n(o, s, strlen(s));
-}
-
 /* s as a JSON string, quotes included. */
-static void put_str(struct out *o, const char *s)
+static void put_str(struct txo__buf *o, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
     size_t len = strlen(s);
     /* The worst case: every byte a \u00XX escape. */
-    if (!reserve(o, 6 * len + 2))
+    if (!txo__buf_reserve(o, 6 * len + 2))
         return;
-    char *w = o->buf + o->len;
+    char *w = o->data + o->len;
     *w++ = '"';
     for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)s[i];
@@ -95,11 +57,12 @@ static void put_str(struct out *o, const char *s)
         i++;
     }
     *w++ = '"';
-    o->len = (size_t)(w - o->buf);
+    o->len = (size_t)(w - o->data);
+    *w = '\0';
 }
 
 /* "name":"<hex of b[0..n)>" */
-static void put_hex(struct out *o, const char *name, const uint8_t *b, size_t n)
+static void put_hex(struct txo__buf *o, const char *name, const uint8_t *b, size_t n)
 {
     static const char digits[] = "0123456789abcdef";
     char text[2 * 16 + 1];
@@ -108,45 +71,45 @@ static void put_hex(struct out *o, const char *name, const uint8_t *b, size_t n)
         text[2 * i + 1] = digits[b[i] & 0x0f];
     }
     text[2 * n] = '\0';
-    put(o, "\"");
-    put(o, name);
-    put(o, "\":\"");
-    put_n(o, text, 2 * n);
-    put(o, "\"");
+    txo__buf_puts(o, "\"");
+    txo__buf_puts(o, name);
+    txo__buf_puts(o, "\":\"");
+    txo__buf_put(o, text, 2 * n);
+    txo__buf_puts(o, "\"");
 }
 
 /* v in decimal. */
-static void put_i64(struct out *o, int64_t v)
+static void put_i64(struct txo__buf *o, int64_t v)
 {
     char text[24];
     int n = snprintf(text, sizeof(text), "%" PRId64, v);
     if (n > 0)
-        put_n(o, text, (size_t)n);
+        txo__buf_put(o, text, (size_t)n);
 }
 
 /* "name":"v" (a 64-bit integer, which the JSON mapping writes as a string) */
-static void put_i64_str(struct out *o, const char *name, int64_t v)
+static void put_i64_str(struct txo__buf *o, const char *name, int64_t v)
 {
-    put(o, ",\"");
-    put(o, name);
-    put(o, "\":\"");
+    txo__buf_puts(o, ",\"");
+    txo__buf_puts(o, name);
+    txo__buf_puts(o, "\":\"");
     put_i64(o, v);
-    put(o, "\"");
+    txo__buf_puts(o, "\"");
 }
 
 /* {"key":"k","value":{"stringValue":"s"}} or {..."intValue":"n"} */
-static void put_kv(struct out *o, const char *key, const char *str, int64_t num)
+static void put_kv(struct txo__buf *o, const char *key, const char *str, int64_t num)
 {
-    put(o, "{\"key\":");
+    txo__buf_puts(o, "{\"key\":");
     put_str(o, key);
     if (str != NULL) {
-        put(o, ",\"value\":{\"stringValue\":");
+        txo__buf_puts(o, ",\"value\":{\"stringValue\":");
         put_str(o, str);
-        put(o, "}}");
+        txo__buf_puts(o, "}}");
     } else {
-        put(o, ",\"value\":{\"intValue\":\"");
+        txo__buf_puts(o, ",\"value\":{\"intValue\":\"");
         put_i64(o, num);
-        put(o, "\"}}");
+        txo__buf_puts(o, "\"}}");
     }
 }
 
@@ -158,87 +121,86 @@ static bool all_zero(const uint8_t *b, size_t n)
     return true;
 }
 
-static void put_span(struct out *o, const struct queued_span *q)
+static void put_span(struct txo__buf *o, const struct queued_span *q)
 {
     const struct txo_span *s = &q->span;
-    put(o, "{");
+    txo__buf_puts(o, "{");
     put_hex(o, "traceId", s->ctx.trace_id, 16);
-    put(o, ",");
+    txo__buf_puts(o, ",");
     put_hex(o, "spanId", s->ctx.span_id, 8);
     if (!all_zero(s->parent_span_id, 8)) {
-        put(o, ",");
+        txo__buf_puts(o, ",");
         put_hex(o, "parentSpanId", s->parent_span_id, 8);
     }
     if (s->ctx.state[0] != '\0') {
-        put(o, ",\"traceState\":");
+        txo__buf_puts(o, ",\"traceState\":");
         put_str(o, s->ctx.state);
     }
-    put(o, ",\"flags\":");
+    txo__buf_puts(o, ",\"flags\":");
     put_i64(o, s->ctx.flags);
-    put(o, ",\"name\":");
+    txo__buf_puts(o, ",\"name\":");
     put_str(o, s->name);
-    put(o, ",\"kind\":");
+    txo__buf_puts(o, ",\"kind\":");
     put_i64(o, (int64_t)s->kind);
     put_i64_str(o, "startTimeUnixNano", s->start_us * 1000);
     put_i64_str(o, "endTimeUnixNano", s->end_us * 1000);
-    put(o, ",\"attributes\":[");
+    txo__buf_puts(o, ",\"attributes\":[");
     for (size_t i = 0; i < s->n_attrs; i++) {
         if (i > 0)
-            put(o, ",");
+            txo__buf_puts(o, ",");
         put_kv(o, s->attrs[i].key, s->attrs[i].str, s->attrs[i].num);
     }
     if (s->status != 0) {
         if (s->n_attrs > 0)
-            put(o, ",");
+            txo__buf_puts(o, ",");
         put_kv(o, "txo.error_code", txo_err_name(s->status), 0);
     }
-    put(o, "],\"droppedAttributesCount\":");
+    txo__buf_puts(o, "],\"droppedAttributesCount\":");
     put_i64(o, (int64_t)q->dropped_attrs);
-    put(o, ",\"links\":[");
+    txo__buf_puts(o, ",\"links\":[");
     for (size_t i = 0; i < s->n_links; i++) {
-        put(o, i > 0 ? ",{" : "{");
+        txo__buf_puts(o, i > 0 ? ",{" : "{");
         put_hex(o, "traceId", s->links[i].trace_id, 16);
-        put(o, ",");
+        txo__buf_puts(o, ",");
         put_hex(o, "spanId", s->links[i].span_id, 8);
-        put(o, "}");
+        txo__buf_puts(o, "}");
     }
-    put(o, "],\"droppedLinksCount\":");
+    txo__buf_puts(o, "],\"droppedLinksCount\":");
     put_i64(o, (int64_t)q->dropped_links);
     /* Status: 1 OK, 2 ERROR with the message (or the code's name). */
     if (s->status == 0) {
-        put(o, ",\"status\":{\"code\":1}}");
+        txo__buf_puts(o, ",\"status\":{\"code\":1}}");
     } else {
-        put(o, ",\"status\":{\"code\":2,\"message\":");
+        txo__buf_puts(o, ",\"status\":{\"code\":2,\"message\":");
         put_str(o, s->status_message != NULL ? s->status_message : txo_err_name(s->status));
-        put(o, "}}");
+        txo__buf_puts(o, "}}");
     }
 }
 
 char *txo__otlp_json(const struct queued_span *first, size_t n, const char *service_name,
                      const char *instance_id, size_t *len)
 {
-    struct out o = {0};
-    put(&o, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+    struct txo__buf o = {0};
+    txo__buf_puts(&o, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
     put_kv(&o, "service.name", service_name, 0);
-    put(&o, ",");
+    txo__buf_puts(&o, ",");
     put_kv(&o, "service.instance.id", instance_id, 0);
-    put(&o, ",");
+    txo__buf_puts(&o, ",");
     put_kv(&o, "service.version", TXO_VERSION, 0);
-    put(&o, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"txo\",\"version\":");
+    txo__buf_puts(&o, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"txo\",\"version\":");
     put_str(&o, TXO_VERSION);
-    put(&o, "},\"spans\":[");
+    txo__buf_puts(&o, "},\"spans\":[");
     size_t k = 0;
     for (const struct queued_span *q = first; q != NULL && k < n; q = q->next, k++) {
         if (k > 0)
-            put(&o, ",");
+            txo__buf_puts(&o, ",");
         put_span(&o, q);
     }
-    put(&o, "]}]}]}");
+    txo__buf_puts(&o, "]}]}]}");
     if (o.oom) {
-        txo_free(o.buf);
+        txo_free(o.data);
         return NULL;
     }
-    o.buf[o.len] = '\0';
     *len = o.len;
-    return o.buf;
+    return o.data;
 }

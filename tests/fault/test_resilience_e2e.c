@@ -564,6 +564,24 @@ static const char *span_str(json_t *s, const char *key)
     return v != NULL ? v : "";
 }
 
+/* The exported span named name that has a link to span span_id, or NULL. */
+static json_t *span_linking(json_t *spans, const char *name, const char *span_id)
+{
+    size_t i, k;
+    json_t *s, *l;
+    json_array_foreach(spans, i, s)
+    {
+        if (strcmp(span_str(s, "name"), name) != 0)
+            continue;
+        json_array_foreach(json_object_get(s, "links"), k, l)
+        {
+            if (strcmp(span_str(l, "spanId"), span_id) == 0)
+                return s;
+        }
+    }
+    return NULL;
+}
+
 /*
  * One trace from the request to CONFIRMED: a POST carrying a traceparent; every outbox event
  * of that order (OrderCreated from the API, the saga's events from its steps) carries the same
@@ -677,16 +695,7 @@ static void check_one_trace(struct rig *r, enum trace_mode mode)
         mode == TRACE_ASYNC ? span_named(spans, "StartOrderSaga process", trace_id) : consume;
     json_t *step = span_named(spans, "ChargePayment", trace_id);
     json_t *call = span_named(spans, "ChargePayment call", trace_id);
-    json_t *publish = NULL;
-    size_t i;
-    json_t *s;
-    json_array_foreach(spans, i, s)
-    { /* the batch that carried OrderCreated */
-        size_t k;
-        json_t *l;
-        json_array_foreach(json_object_get(s, "links"), k,
-                           l) if (strcmp(span_str(l, "spanId"), created_span) == 0) publish = s;
-    }
+    json_t *publish = span_linking(spans, "outbox publish", created_span); /* OrderCreated's */
     if (server == NULL || consume == NULL || starter == NULL || step == NULL || call == NULL ||
         publish == NULL)
         fail_msg("spans missing (server %d, consume %d, saga starter %d, step %d, call %d, "
@@ -711,36 +720,12 @@ static void check_one_trace(struct rig *r, enum trace_mode mode)
     assert_int_equal(json_integer_value(json_object_get(publish, "kind")), 4);
     /* The POST was committed by the order writer's group (--order-batch): a span of its own
      * trace linking the request's. */
-    bool grouped = false;
-    json_array_foreach(spans, i, s)
-    {
-        size_t k;
-        json_t *l;
-        if (strcmp(span_str(s, "name"), "orders group write") != 0)
-            continue;
-        json_array_foreach(json_object_get(s, "links"), k, l)
-        {
-            grouped = grouped || strcmp(span_str(l, "spanId"), created_span) == 0;
-        }
-    }
+    bool grouped = span_linking(spans, "orders group write", created_span) != NULL;
     if (!grouped)
         fail_msg("no \"orders group write\" span links the request's span %s", created_span);
     if (mode != TRACE_SINGLE) {
         /* The batch that ran the step is a span of its own trace linking the saga's try. */
-        json_t *batch = NULL;
-        json_array_foreach(spans, i, s)
-        {
-            size_t k;
-            json_t *l;
-            if (strcmp(span_str(s, "name"), "ChargePayment batch") != 0)
-                continue;
-            json_array_foreach(json_object_get(s, "links"), k, l)
-            {
-                if (strcmp(span_str(l, "spanId"), span_str(step, "spanId")) == 0 &&
-                    strcmp(span_str(l, "traceId"), trace_id) == 0)
-                    batch = s;
-            }
-        }
+        json_t *batch = span_linking(spans, "ChargePayment batch", span_str(step, "spanId"));
         if (batch == NULL)
             fail_msg("no \"ChargePayment batch\" span links the step's span %s",
                      span_str(step, "spanId"));
