@@ -618,6 +618,7 @@ static void check_one_trace(struct rig *r, enum trace_mode mode)
     const char *up_args[] = {r->payment_flag,
                              r->shipment_flag,
                              otlp_flag,
+                             "--log-level=debug",
                              mode == TRACE_SINGLE ? "--saga-batch=1" : "--saga-batch=64",
                              mode == TRACE_ASYNC ? "--async" : NULL,
                              NULL};
@@ -684,6 +685,17 @@ static void check_one_trace(struct rig *r, enum trace_mode mode)
     snprintf(created_span, sizeof(created_span), "%s", created != NULL ? created : "");
     txo_free(created);
     json_decref(st);
+    /* The API's line about this order carries the request's trace. */
+    char *log = testproc_log(&r->up);
+    char order_kv[48];
+    snprintf(order_kv, sizeof(order_kv), "order_id=%lld", (long long)id);
+    const char *api_line[] = {"component=api", "msg=\"order created\"", order_kv,
+                              "trace_id=4bf92f3577b34da6a3ce929d0e0e4736", NULL};
+    if (count_lines(log, api_line) != 1) {
+        dump_logs(r);
+        fail_msg("no API line for order %lld with the request's trace_id", (long long)id);
+    }
+    free(log);
     stop_clean(r, &r->up, "txo up"); /* sends the spans still queued */
     testproc_stop_hard(&receiver);
 
