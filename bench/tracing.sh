@@ -47,7 +47,7 @@ free_port() {
     "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-WORK="$(mktemp -d /tmp/txo-bench-tracing.XXXXXX)"
+WORK="$(mktemp -d)"
 RECEIVER_PID=""
 cleanup() {
     if [ -n "$RECEIVER_PID" ]; then

@@ -406,29 +406,56 @@ static void test_publish(void **state)
     fixture_release(&f);
 }
 
+/*
+ * One relayed batch in envelope format fmt: a fixture, a sink fed by the row's consumer (when it
+ * has one), n events appended (traced: with trace_of(i)'s context) and relayed, and in `all`
+ * what reached the server, read with the row's own client.
+ */
+struct relayed {
+    struct fixture f;
+    struct sink s;
+    struct txo_consumer *c;
+    struct txo_publisher *pub;
+    struct txo_relay *relay;
+    json_t *all;
+};
+
+static void relayed_start(struct relayed *r, enum txo_envelope_format fmt, const char *what,
+                          unsigned n, bool traced)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_envelope_set_default(fmt, CE_SOURCE, &err), 0);
+    fixture_init(&r->f, what);
+    sink_init(&r->s, NULL, r->f.ns);
+    r->c = row->consumer != NULL
+               ? consumer_ready(r->f.ns, &(struct txo_handler){.one = handle_one, .arg = &r->s})
+               : NULL;
+    r->pub = row->publisher(&env, r->f.ns);
+    r->relay = new_relay(&r->f, r->pub);
+    append(&r->f, 0, n, traced);
+    relay_until(&r->f, r->relay, n);
+    r->all = row->read_back(&env, r->f.ns);
+    check_read_back(r->f.ns, r->all, n, true);
+}
+
+static void relayed_release(struct relayed *r)
+{
+    json_decref(r->all);
+    txo_consumer_free(r->c);
+    txo_relay_free(r->relay);
+    txo_publisher_free(r->pub);
+    fixture_release(&r->f);
+}
+
 static void test_cloudevents_binary(void **state)
 {
     (void)state;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, CE_SOURCE, &err), 0);
-    struct fixture f;
-    fixture_init(&f, "ce");
-    struct sink s;
-    sink_init(&s, NULL, f.ns);
-    struct txo_consumer *c = NULL;
-    if (row->consumer != NULL)
-        c = consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
-    struct txo_publisher *pub = row->publisher(&env, f.ns);
-    struct txo_relay *relay = new_relay(&f, pub);
-    append(&f, 0, 4, false);
-    relay_until(&f, relay, 4);
-
-    json_t *all = row->read_back(&env, f.ns);
-    check_read_back(f.ns, all, 4, true);
+    struct relayed r;
+    relayed_start(&r, TXO_ENVELOPE_CLOUDEVENTS_BINARY, "ce", 4, false);
     size_t k;
     json_t *m;
-    json_array_foreach(all, k, m)
+    json_array_foreach(r.all, k, m)
     {
         json_t *h = json_object_get(m, "headers");
         const char *want[][2] = {
@@ -449,15 +476,11 @@ static void test_cloudevents_binary(void **state)
         assert_null(json_object_get(body, "payload"));
         json_decref(body);
     }
-    json_decref(all);
-    if (c != NULL) {
-        poll_until(c, &s, all_decoded, 0);
-        assert_int_equal(s.decoded, 4);
-        txo_consumer_free(c);
+    if (r.c != NULL) {
+        poll_until(r.c, &r.s, all_decoded, 0);
+        assert_int_equal(r.s.decoded, 4);
     }
-    txo_relay_free(relay);
-    txo_publisher_free(pub);
-    fixture_release(&f);
+    relayed_release(&r);
 }
 
 /* name of obj (what: "header", "envelope member") is want, or absent when want is NULL. */
@@ -482,29 +505,14 @@ static bool trace_decoded(const struct sink *s)
 /* The trace contract in envelope format fmt (see the top); what names its namespace. */
 static void check_trace(enum txo_envelope_format fmt, const char *what)
 {
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_envelope_set_default(fmt, CE_SOURCE, &err), 0);
-    struct fixture f;
-    fixture_init(&f, what);
-    struct sink s;
-    sink_init(&s, NULL, f.ns);
-    struct txo_consumer *c = NULL;
-    if (row->consumer != NULL)
-        c = consumer_ready(f.ns, &(struct txo_handler){.one = handle_one, .arg = &s});
-    struct txo_publisher *pub = row->publisher(&env, f.ns);
-    struct txo_relay *relay = new_relay(&f, pub);
-    append(&f, 0, N_TRACED, true);
-    relay_until(&f, relay, N_TRACED);
-
-    json_t *all = row->read_back(&env, f.ns);
-    check_read_back(f.ns, all, N_TRACED, true);
+    struct relayed r;
+    relayed_start(&r, fmt, what, N_TRACED, true);
     size_t k;
     json_t *m;
-    json_array_foreach(all, k, m)
+    json_array_foreach(r.all, k, m)
     {
         const char *key = json_string_value(json_object_get(m, "key"));
-        unsigned i = (unsigned)key_index(f.ns, key);
+        unsigned i = (unsigned)key_index(r.f.ns, key);
         char tp[TXO_TRACEPARENT_LEN + 1];
         const char *want_parent = trace_parent_of(i, tp);
         json_t *h = json_object_get(m, "headers");
@@ -517,28 +525,23 @@ static void check_trace(enum txo_envelope_format fmt, const char *what)
         }
         json_decref(body);
     }
-    json_decref(all);
-
-    if (c != NULL) {
-        poll_until(c, &s, trace_decoded, 0);
+    if (r.c != NULL) {
+        poll_until(r.c, &r.s, trace_decoded, 0);
         for (unsigned i = 0; i < N_TRACED; i++) {
             char tp[TXO_TRACEPARENT_LEN + 1], got[TXO_TRACEPARENT_LEN + 1];
             const char *want_parent = trace_parent_of(i, tp);
-            if (s.traced[i] != (want_parent != NULL))
+            if (r.s.traced[i] != (want_parent != NULL))
                 fail_msg("%s: the consumer decoded event %u %s a trace context", row->name, i,
-                         s.traced[i] ? "with" : "without");
-            if (!s.traced[i])
+                         r.s.traced[i] ? "with" : "without");
+            if (!r.s.traced[i])
                 continue;
-            txo_trace_format(&s.trace[i], got); /* version, trace id, parent span id, flags */
+            txo_trace_format(&r.s.trace[i], got); /* version, trace id, parent span id, flags */
             assert_string_equal(got, want_parent);
-            assert_string_equal(s.trace[i].state,
+            assert_string_equal(r.s.trace[i].state,
                                 trace_state_of(i) != NULL ? trace_state_of(i) : "");
         }
-        txo_consumer_free(c);
     }
-    txo_relay_free(relay);
-    txo_publisher_free(pub);
-    fixture_release(&f);
+    relayed_release(&r);
 }
 
 static void test_trace(void **state)
