@@ -25,6 +25,7 @@
 
 #include "cmdq/cmdq_sql.h"
 #include "queue/lease.h"
+#include "trace/trace_params.h"
 #include "txo/cmdq.h"
 
 /* Default backoff of txo_cmdq_fail() when none is given. */
@@ -114,12 +115,8 @@ int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type, const char *pa
     json_decref(doc);
 
     char tp[TXO_TRACEPARENT_LEN + 1];
-    if (trace != NULL)
-        txo_trace_format(trace, tp);
-    struct txo_param params[] = {txo_p_str(command_type), txo_p_str(payload_json),
-                                 trace != NULL ? txo_p_str(tp) : txo_p_null(),
-                                 trace != NULL && trace->state[0] != '\0' ? txo_p_str(trace->state)
-                                                                          : txo_p_null()};
+    struct txo_param params[4] = {txo_p_str(command_type), txo_p_str(payload_json)};
+    txo__trace_params(trace, tp, &params[2]);
     struct txo_exec_result res;
     int rc = txo_tx_exec(tx, CMDQ_SQL_ENQUEUE, params, TXO_ARRAY_LEN(params), &res, err);
     if (rc < 0) {

@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "outbox/outbox_sql.h"
+#include "trace/trace_params.h"
 
 /* Column widths of outbox_events (sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql). */
 #define AGGREGATE_TYPE_MAX  64
@@ -140,14 +141,7 @@ static void row_params(const struct txo_outbox_event *ev, size_t payload_len, ch
     p[2] = txo_p_str(ev->event_type);
     p[3] = txo_p_strn(ev->payload_json, payload_len);
     p[4] = txo_p_str(ev->idempotency_key);
-    p[5] = txo_p_null();
-    p[6] = txo_p_null();
-    if (ev->trace != NULL) {
-        txo_trace_format(ev->trace, tp);
-        p[5] = txo_p_str(tp);
-        if (ev->trace->state[0] != '\0')
-            p[6] = txo_p_str(ev->trace->state);
-    }
+    txo__trace_params(ev->trace, tp, &p[5]);
 }
 
 /*

@@ -12,23 +12,10 @@
 
 #include "saga/saga_internal.h"
 #include "saga/saga_sql.h"
+#include "trace/trace_params.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Creating */
-
-/* The trace context's traceparent (formatted into tp, TXO_TRACEPARENT_LEN + 1 bytes) and
- * tracestate as parameters of the instance's insert (NULL: none). */
-static void trace_params(const struct txo_trace_ctx *trace, char *tp, struct txo_param *p)
-{
-    p[0] = txo_p_null();
-    p[1] = txo_p_null();
-    if (trace == NULL)
-        return;
-    txo_trace_format(trace, tp);
-    p[0] = txo_p_str(tp);
-    if (trace->state[0] != '\0')
-        p[1] = txo_p_str(trace->state);
-}
 
 /* The saga's forward deadline from now, as a parameter of the instance's insert (NULL: none). */
 static struct txo_param deadline_param(const struct txo_saga_def *def)
@@ -154,7 +141,7 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
         p[np++] = txo_p_str(sagas[k].correlation_id);
         p[np++] = txo_p_str(sagas[k].payload_json);
         p[np++] = deadline_param(def);
-        trace_params(sagas[k].trace, tps[k], &p[np]);
+        txo__trace_params(sagas[k].trace, tps[k], &p[np]);
         np += 2;
     }
     struct txo_exec_result res;

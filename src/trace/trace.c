@@ -20,6 +20,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "trace/trace_params.h"
 #include "txo/trace.h"
 
 #define TRACESTATE_MEMBERS_MAX 32
@@ -360,4 +361,18 @@ const struct txo_trace_ctx *txo_trace_set_current(const struct txo_trace_ctx *ct
 const struct txo_trace_ctx *txo_trace_current(void)
 {
     return current;
+}
+
+/* trace_params.h. */
+void txo__trace_params(const struct txo_trace_ctx *trace, char tp[TXO_TRACEPARENT_LEN + 1],
+                       struct txo_param p[2])
+{
+    p[0] = txo_p_null();
+    p[1] = txo_p_null();
+    if (trace == NULL)
+        return;
+    txo_trace_format(trace, tp);
+    p[0] = txo_p_str(tp);
+    if (trace->state[0] != '\0')
+        p[1] = txo_p_str(trace->state);
 }
