@@ -561,8 +561,10 @@ void txo__http_take_done(struct txo_http_server *srv)
     pthread_mutex_lock(&srv->mu);
     struct conn *list = srv->done_head;
     srv->done_head = NULL;
+    srv->done_tail = NULL;
     pthread_mutex_unlock(&srv->mu);
-    /* done_head is LIFO; the order between connections does not matter */
+    /* In the order the handlers answered: an idle connection's place in the reclaimable list
+     * is when it went idle, and the longest idle is closed first to admit a new client. */
     while (list != NULL) {
         struct conn *c = list;
         list = c->queue_next;

@@ -481,8 +481,12 @@ void *txo__http_worker_main(void *arg)
 
         pthread_mutex_lock(&srv->mu);
         bool wake = srv->done_head == NULL; /* else the I/O thread is woken already */
-        c->queue_next = srv->done_head;
-        srv->done_head = c;
+        c->queue_next = NULL;
+        if (srv->done_tail != NULL)
+            srv->done_tail->queue_next = c;
+        else
+            srv->done_head = c;
+        srv->done_tail = c;
         pthread_mutex_unlock(&srv->mu);
         if (wake) {
             uint64_t one = 1;

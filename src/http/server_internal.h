@@ -114,7 +114,7 @@ struct txo_http_server {
     pthread_mutex_t mu; /* the two queues and quit */
     pthread_cond_t work_cv;
     struct conn *work_head, *work_tail;
-    struct conn *done_head;
+    struct conn *done_head, *done_tail; /* FIFO: connections go idle in the order answered */
     bool quit;
     pthread_t *workers;
     unsigned n_workers;

@@ -40,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -123,10 +124,32 @@ void txo__http_slot_file(struct conn *c)
 
 /* ---- admitting connections ---- */
 
-/* Closes the first reclaimable connection to free its slot; false when there is none. */
+/* True when c's peer has sent bytes, or closed, that the I/O loop has not read yet. */
+static bool input_waiting(const struct conn *c)
+{
+    char b;
+    ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/*
+ * Closes the first reclaimable connection to free its slot; false when there is none. Silent or
+ * idle means the client sent nothing: a connection whose bytes (or EOF) arrived but were not
+ * read yet, because the I/O loop was accepting a burst, is read first. That moves it to reading
+ * or busy, or closes it at EOF, which frees the slot.
+ */
 static bool reclaim_slot(struct txo_http_server *srv)
 {
-    struct conn *c = srv->reclaimable.head;
+    struct conn *c;
+    while ((c = srv->reclaimable.head) != NULL && c->state != CONN_LINGER && c->in_len == 0 &&
+           input_waiting(c)) {
+        unsigned open = srv->n_conns;
+        txo__http_conn_event(c, EPOLLIN); /* may free c */
+        if (srv->n_conns < open)
+            return true;
+        if (srv->reclaimable.head == c)
+            break; /* still nothing of a request (a TLS record cut short): it goes */
+    }
     if (c == NULL)
         return false;
     TXO_LOG(TXO_LOG_DEBUG, "http", "closing a connection to admit another",

@@ -203,7 +203,21 @@ static void test_slow_heads_do_not_take_every_slot(void **state)
         if (i % 2 == 0)
             (void)testraw_send_str(held[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n");
     }
-    txo_sleep_ms(200);
+    /*
+     * Wait until the server has read every head: it refuses the oldest beyond the quarter of the
+     * slots at once, so SLOTS / 4 answered heads mean all SLOTS / 2 were read. A head the server
+     * has not read yet is a silent connection to it, and may be closed to admit the new client.
+     */
+    int answered = 0;
+    for (int64_t t0 = txo_monotonic_ms(); txo_monotonic_ms() - t0 < 10000; txo_sleep_ms(20)) {
+        answered = 0;
+        for (int i = 0; i < SLOTS; i += 2)
+            answered += !still_open(held[i]);
+        if (answered >= SLOTS / 4)
+            break;
+    }
+    if (answered != SLOTS / 4)
+        fail_msg("%d slow heads were answered within 10 s, want %d", answered, SLOTS / 4);
     close(expect_served(c, "127.0.0.1", "256 slow heads and 256 silent connections"));
 
     /* Slowloris: every head gets one more header line, then another client comes. */
@@ -226,8 +240,10 @@ static void test_slow_heads_do_not_take_every_slot(void **state)
             continue;
         }
         struct testraw_reply r;
+        errno = 0;
         if (!testraw_read_reply(held[i], &r))
-            fail_msg("slow head %d was closed without an answer", i);
+            fail_msg("slow head %d was closed without an answer (%s)", i,
+                     errno != 0 ? strerror(errno) : "EOF");
         if (r.status != 408 || strstr(r.body, "request_timeout") == NULL)
             fail_msg("slow head %d: %d %s, want 408 request_timeout", i, r.status, r.body);
         refused++;
