@@ -30,14 +30,15 @@
  * which the engine retries with backoff. A service call that timed out is TXO_EUNKNOWN
  * (order_services.h).
  *
- * This file holds the payload, the events, the calls to the services, what the batch forms
- * share, the end of the saga and its definition; each step is a file of its own
- * (order_saga_steps.h).
+ * This file holds the payload, the events, the calls to the services, what the steps share,
+ * the end of the saga and its definition; each step is a file of its own, every part written
+ * once for n sagas (order_saga_steps.h).
  *
  * Thread-safety: the definition is immutable; a decoded state belongs to one run; the
  * struct order_saga_env given as `user` belongs to one run (one thread).
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,13 +264,6 @@ enum step_found order_saga__order_found(const char *status)
     return STEP_REFUSED;
 }
 
-/* The guard of ChargePayment and CreateShipment: only an order still to be confirmed is
- * charged or shipped. */
-static bool order_open(const char *status)
-{
-    return order_saga__order_found(status) == STEP_FRESH;
-}
-
 /* ---- the remote parts: the calls to the services, and their guard ---- */
 
 /*
@@ -333,53 +327,95 @@ static const char *const *trace_lines(const struct txo_saga_ctx *ctx, struct tra
     return t->lines;
 }
 
-/* See order_saga_steps.h. */
-int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
-                             const char *operation, const char *path, enum service_body what,
-                             struct txo_error *err)
+/* A call of ctx[k] that cannot be made: every rcs[k] gets code. */
+static void calls_fail(size_t n, int *rcs, struct txo_error *errs, int code, const char *operation,
+                       const char *why)
 {
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-    struct order_saga_env *env = ctx->user;
-    if (st == NULL)
-        return TXO_EINVAL;
-    if (env == NULL || env->session == NULL)
-        return txo_error_set(err, TXO_ECONFIG, "%s: no external service session", operation);
+    for (size_t k = 0; k < n; k++)
+        rcs[k] = txo_error_set(&errs[k], code, "%s: %s", operation, why);
+}
+
+/* See order_saga_steps.h. */
+void order_saga__call_service(const struct txo_saga_ctx *const *ctx, size_t n,
+                              enum order_service_kind kind, const char *operation, const char *path,
+                              enum service_body what, int *rcs, struct txo_error *errs)
+{
+    struct order_saga_env *env = ctx[0]->user;
+    memset(rcs, 0, n * sizeof(*rcs));
+    if (env == NULL || env->session == NULL) {
+        calls_fail(n, rcs, errs, TXO_ECONFIG, operation, "no external service session");
+        return;
+    }
     if (!order_services_remote(order_service_session_services(env->session), kind))
-        return 0; /* this service is the in-process stand-in: nothing to call */
-    char *body = service_body(st, what);
-    if (body == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "%s: out of memory for the request body", operation);
-    struct trace_lines tl;
-    int rc = order_service_call(env->session, kind, operation, path, ctx->idempotency_key, body,
-                                trace_lines(ctx, &tl), err);
-    txo_free(body);
-    return rc;
+        return; /* the in-process stand-in: nothing to call */
+    struct order_service_req *reqs = txo_calloc(n, sizeof(*reqs));
+    char **bodies = txo_calloc(n, sizeof(*bodies));
+    struct trace_lines *tls = txo_calloc(n, sizeof(*tls));
+    size_t *of = txo_calloc(n, sizeof(*of)); /* reqs[j] is the call of ctx[of[j]] */
+    if (reqs == NULL || bodies == NULL || tls == NULL || of == NULL) {
+        calls_fail(n, rcs, errs, TXO_ENOMEM, operation, "out of memory");
+        goto out;
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = order_saga__state(ctx[k], &errs[k]);
+        if (st == NULL) {
+            rcs[k] = TXO_EINVAL;
+            continue;
+        }
+        bodies[m] = service_body(st, what);
+        if (bodies[m] == NULL) {
+            rcs[k] = txo_error_set(&errs[k], TXO_ENOMEM, "%s: out of memory for the request body",
+                                   operation);
+            continue;
+        }
+        reqs[m].idempotency_key = ctx[k]->idempotency_key;
+        reqs[m].headers = trace_lines(ctx[k], &tls[m]);
+        reqs[m].body_json = bodies[m];
+        of[m++] = k;
+    }
+    if (n == 1 && m == 1) {
+        /* Alone: through the client's retries, as one call. */
+        rcs[0] = order_service_call(env->session, kind, operation, path, reqs[0].idempotency_key,
+                                    reqs[0].body_json, reqs[0].headers, &errs[0]);
+    } else {
+        order_service_call_many(env->session, kind, operation, path, reqs, m);
+        for (size_t j = 0; j < m; j++) {
+            rcs[of[j]] = reqs[j].rc;
+            errs[of[j]] = reqs[j].err;
+        }
+    }
+out:
+    for (size_t j = 0; bodies != NULL && j < n; j++)
+        txo_free(bodies[j]);
+    txo_free(reqs);
+    txo_free(bodies);
+    txo_free(tls);
+    txo_free(of);
 }
 
 /*
- * The guard of ChargePayment and CreateShipment, in the engine's transaction before the call:
+ * The guard of ChargePayment and CreateShipment, in the engine's transaction before the calls:
  * an order the customer cancelled is not charged or shipped (TXO_EBUSINESS: the saga undoes
- * what it did). A cancel that commits after this read is caught by the step's local part.
+ * what it did). One consistent read for the batch; it writes nothing. A cancel that commits
+ * after this read is caught by the step's local part.
  */
-static int order_still_open(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                            struct txo_error *err)
+static int order_still_open(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                            int *rcs, struct txo_error *errs, struct txo_error *err)
 {
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-    if (st == NULL)
-        return TXO_EINVAL;
-    char status[32];
-    bool found;
-    struct txo_param p[] = {txo_p_i64(st->order_id)};
-    int rc = order_saga__query_str(tx, ORDERS_SQL_ORDER_STATUS, p, 1, status, sizeof(status),
-                                   &found, err);
-    if (rc < 0)
-        return rc;
-    if (!order_open(found ? status : NULL))
-        return txo_error_set(err, TXO_EBUSINESS,
-                             "order is no longer open: order_id=%" PRId64 " status=%s (%s not "
-                             "called)",
-                             st->order_id, found ? status : "missing", ctx->step_name);
-    return 0;
+    struct order_saga_batch o;
+    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
+    if (rc == 0)
+        rc = order_saga__batch_judge(tx, ORDERS_SQL_ORDER_STATUS_MANY, "", n, rcs, &o,
+                                     order_saga__order_found, err);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (rcs[k] == 0 && o.was[k] != STEP_FRESH)
+            rcs[k] = txo_error_set(&errs[k], TXO_EBUSINESS,
+                                   "order is no longer open: order_id=%s status=%s (%s not called)",
+                                   o.ids[k], o.status[k][0] != '\0' ? o.status[k] : "missing",
+                                   ctx[k]->step_name);
+    order_saga__batch_free(&o);
+    return rc;
 }
 
 /* ---- the saga's end ---- */
@@ -433,28 +469,57 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                             err);
 }
 
-/* ---- what the batch forms of the steps share (txo_saga_step_batch_fn) ---- */
+/* ---- what the steps share (order_saga_steps.h) ---- */
 
-/* What a batch of n sagas' states look like; NULL states are refused one by one. */
-const struct order_saga_state *order_saga__batch_state(const struct txo_saga_ctx *ctx, int *outcome)
+int order_saga__batch_new(const struct txo_saga_ctx *const *ctx, size_t n, bool by_order, int *rcs,
+                          struct txo_error *errs, struct order_saga_batch *o, struct txo_error *err)
 {
-    const struct order_saga_state *st = ctx->state;
-    if (st == NULL)
-        *outcome = TXO_EINVAL;
-    return st;
+    o->ids = txo_calloc(n, sizeof(*o->ids));
+    o->p = txo_calloc(3 * n + 2, sizeof(*o->p));
+    o->was = txo_calloc(n, sizeof(*o->was));
+    o->status = txo_calloc(n, sizeof(*o->status));
+    if (o->ids == NULL || o->p == NULL || o->was == NULL || o->status == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "batch of %zu sagas: out of memory", n);
+    for (size_t k = 0; k < n; k++) {
+        const struct order_saga_state *st = order_saga__state(ctx[k], &errs[k]);
+        rcs[k] = st != NULL ? 0 : TXO_EINVAL;
+        int64_t order_id = st != NULL ? st->order_id : 0;
+        if (by_order) {
+            snprintf(o->ids[k], sizeof(o->ids[k]), "%" PRId64, order_id);
+            o->p[k] = txo_p_i64(order_id);
+        } else {
+            snprintf(o->ids[k], sizeof(o->ids[k]), "%s", ctx[k]->saga_id);
+            o->p[k] = txo_p_str(ctx[k]->saga_id);
+        }
+    }
+    return 0;
 }
 
-/* True when the run's injected faults could touch this step: it then goes the single way. */
-static bool batch_faulty(const struct txo_saga_ctx *ctx)
+void order_saga__batch_free(struct order_saga_batch *o)
 {
-    const struct order_faults *f = order_saga__faults(ctx);
-    return f->decline_payment || f->fail_shipment || f->transient_charge_failures > 0;
+    txo_free(o->ids);
+    txo_free(o->p);
+    txo_free(o->was);
+    txo_free(o->status);
 }
 
-/* Runs before + IN list of n params (padded by repeating the last) + after. */
+int order_saga__fault(size_t n, bool on, int *rcs, struct txo_error *errs, size_t k, int code,
+                      const char *fmt, ...)
+{
+    if (!on || rcs[k] != 0)
+        return rcs[k];
+    if (n > 1)
+        return rcs[k] = txo_error_set(&errs[k], TXO_EALONE, "an injected fault: runs alone");
+    va_list ap;
+    va_start(ap, fmt);
+    rcs[k] = txo_error_setv(&errs[k], code, fmt, ap);
+    va_end(ap);
+    return rcs[k];
+}
+
 int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *after,
                             const struct txo_param *in, size_t n, struct txo_rows **rows,
-                            struct txo_error *err)
+                            uint64_t *affected, struct txo_error *err)
 {
     size_t padded = txo_sql_in_list_size(n);
     char *sql = txo_sql_in_list(before, padded, after);
@@ -465,15 +530,17 @@ int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *a
     } else {
         for (size_t k = 0; k < padded; k++)
             p[k] = in[k < n ? k : n - 1];
+        struct txo_exec_result res = {0};
         rc = rows != NULL ? txo_tx_query(tx, sql, p, padded, rows, err)
-                          : txo_tx_exec(tx, sql, p, padded, NULL, err);
+                          : txo_tx_exec(tx, sql, p, padded, &res, err);
+        if (affected != NULL)
+            *affected = res.affected_rows;
     }
     txo_free(sql);
     txo_free(p);
     return rc;
 }
 
-/* Runs before + n_rows x row (VALUES) with p (n_rows x per_row params); *affected may be NULL. */
 int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
                              const struct txo_param *p, size_t per_row, uint64_t *affected,
                              struct txo_error *err)
@@ -489,10 +556,41 @@ int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *
     return rc;
 }
 
-/* One event per saga k with outcome[k] == 0, in one statement (see order_saga__emit()). */
+int order_saga__batch_judge(struct txo_tx *tx, const char *before, const char *after, size_t n,
+                            const int *rcs, struct order_saga_batch *o,
+                            enum step_found (*rule)(const char *status), struct txo_error *err)
+{
+    struct txo_rows *rows = NULL;
+    int rc = order_saga__batch_query(tx, before, after, o->p, n, &rows, NULL, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        o->status[k][0] = '\0';
+        for (size_t row = 0; row < txo_rows_count(rows); row++) {
+            const char *id = txo_rows_str(rows, row, 0, NULL);
+            const char *status = txo_rows_str(rows, row, 1, NULL);
+            if (id != NULL && status != NULL && strcmp(id, o->ids[k]) == 0) {
+                snprintf(o->status[k], sizeof(o->status[k]), "%s", status);
+                break;
+            }
+        }
+        o->was[k] =
+            rcs[k] == 0 ? rule(o->status[k][0] != '\0' ? o->status[k] : NULL) : STEP_REFUSED;
+    }
+    txo_rows_free(rows);
+    return rc;
+}
+
+size_t order_saga__batch_fresh(const int *rcs, const struct order_saga_batch *o, size_t n)
+{
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        m += rcs[k] == 0 && o->was[k] == STEP_FRESH;
+    return m;
+}
+
 int order_saga__batch_emit(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
-                           const int *outcome, const char *type, const char *suffix,
-                           bool with_items, bool with_amount, struct txo_error *err)
+                           const int *rcs, const struct order_saga_batch *o, const char *type,
+                           const char *suffix, bool with_items, bool with_amount,
+                           struct txo_error *err)
 {
     struct txo_outbox_event *evs = txo_calloc(n, sizeof(*evs));
     char **payloads = txo_calloc(n, sizeof(*payloads));
@@ -504,13 +602,18 @@ int order_saga__batch_emit(struct txo_tx *tx, const struct txo_saga_ctx *const *
         rc = txo_error_set(err, TXO_ENOMEM, "batch of %zu %s events: out of memory", n, type);
         goto out;
     }
-    for (size_t k = 0; k < n; k++) {
-        if (outcome[k] != 0)
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        if (rcs[k] != 0)
             continue;
         const struct order_saga_state *st = ctx[k]->state;
+        int64_t amount = with_amount ? st->total_cents : -1;
+        if (o->was[k] != STEP_FRESH || n == 1) {
+            rc = order_saga__emit(tx, ctx[k], st, type, suffix, with_items, amount, NULL, err);
+            continue;
+        }
         payloads[m] =
             orders__json_saga_event(ctx[k]->saga_id, st->order_id, with_items ? st->items : NULL,
-                                    st->n_items, with_amount ? st->total_cents : -1, NULL, err);
+                                    st->n_items, amount, NULL, err);
         if (payloads[m] == NULL) {
             rc = err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
             goto out;
@@ -525,7 +628,8 @@ int order_saga__batch_emit(struct txo_tx *tx, const struct txo_saga_ctx *const *
                                            .trace = ctx[k]->has_trace ? &ctx[k]->trace : NULL};
         m++;
     }
-    rc = txo_outbox_append_many(tx, evs, m, err);
+    if (rc == 0)
+        rc = txo_outbox_append_many(tx, evs, m, err);
 out:
     for (size_t k = 0; payloads != NULL && k < n; k++)
         txo_free(payloads[k]);
@@ -534,169 +638,6 @@ out:
     txo_free(keys);
     txo_free(aggs);
     return rc;
-}
-
-/*
- * Judges every saga k still in the batch (outcome[k] == 0) by the step's rule, from its rows
- * in `rows` (column 0 its id as text, ids[k]; column 1 the row's status) or from "no row".
- * Only STEP_FRESH stays in the batch: a re-run (STEP_REDONE, TXO_EDUPLICATE) or a refusal
- * (STEP_REFUSED, TXO_EBUSINESS) goes the single way, which settles it by the same rule.
- */
-void order_saga__batch_judge(const struct txo_rows *rows, char (*ids)[40], size_t n, int *outcome,
-                             enum step_found (*rule)(const char *status))
-{
-    static const int outcome_of[] = {
-        [STEP_FRESH] = 0, [STEP_REDONE] = TXO_EDUPLICATE, [STEP_REFUSED] = TXO_EBUSINESS};
-    for (size_t k = 0; k < n; k++) {
-        bool seen = false;
-        for (size_t row = 0; outcome[k] == 0 && row < txo_rows_count(rows); row++) {
-            const char *id = txo_rows_str(rows, row, 0, NULL);
-            if (id == NULL || strcmp(id, ids[k]) != 0)
-                continue;
-            seen = true;
-            outcome[k] = outcome_of[rule(txo_rows_str(rows, row, 1, NULL))];
-        }
-        if (outcome[k] == 0 && !seen)
-            outcome[k] = outcome_of[rule(NULL)];
-    }
-}
-
-/* The order ids of the batch as text (ids[k]) and as IN-list params (p[k]). */
-static void batch_order_ids(const struct txo_saga_ctx *const *ctx, size_t n, char (*ids)[40],
-                            struct txo_param *p)
-{
-    for (size_t k = 0; k < n; k++) {
-        const struct order_saga_state *st = ctx[k]->state;
-        snprintf(ids[k], sizeof(ids[k]), "%" PRId64, st != NULL ? st->order_id : 0);
-        p[k] = txo_p_i64(st != NULL ? st->order_id : 0);
-    }
-}
-
-int order_saga__batch_orders_new(const struct txo_saga_ctx *const *ctx, size_t n, int *outcome,
-                                 struct order_saga_batch *o, struct txo_error *err)
-{
-    o->ids = txo_calloc(n, sizeof(*o->ids));
-    o->p = txo_calloc(2 * n + 2, sizeof(*o->p));
-    if (o->ids == NULL || o->p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "batch of %zu: out of memory", n);
-    for (size_t k = 0; k < n; k++) {
-        (void)order_saga__batch_state(ctx[k], &outcome[k]);
-        if (outcome[k] == 0 && batch_faulty(ctx[k]))
-            outcome[k] = TXO_EUNSUPPORTED; /* injected faults: the single path plays them */
-    }
-    batch_order_ids(ctx, n, o->ids, o->p);
-    return 0;
-}
-
-void order_saga__batch_orders_free(struct order_saga_batch *o)
-{
-    txo_free(o->ids);
-    txo_free(o->p);
-}
-
-/* Reads (order id, status) rows with `before` + IN list of the batch's orders + `after`, and
- * judges each saga by `rule` (order_saga__batch_judge). */
-int order_saga__batch_judge_orders(struct txo_tx *tx, const char *before, const char *after,
-                                   size_t n, int *outcome, struct order_saga_batch *o,
-                                   enum step_found (*rule)(const char *status),
-                                   struct txo_error *err)
-{
-    struct txo_rows *rows = NULL;
-    int rc = order_saga__batch_query(tx, before, after, o->p, n, &rows, err);
-    if (rc == 0)
-        order_saga__batch_judge(rows, o->ids, n, outcome, rule);
-    txo_rows_free(rows);
-    return rc;
-}
-
-/* How many outcomes are 0. */
-size_t order_saga__batch_count_done(const int *outcome, size_t n)
-{
-    size_t m = 0;
-    for (size_t k = 0; k < n; k++)
-        m += outcome[k] == 0;
-    return m;
-}
-
-/* ---- the batch forms of the calls (txo_saga_remote_batch_fn) and of their guard ---- */
-
-/*
- * order_still_open for many sagas with one read: an order that is no longer CREATED (or
- * missing) is left out of the batch (its own run meets the single guard, which records why),
- * and so is one with injected faults. Writes nothing.
- */
-static int order_still_open_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                  size_t n, int *outcome, struct txo_error *err)
-{
-    struct order_saga_batch o;
-    int rc = order_saga__batch_orders_new(ctx, n, outcome, &o, err);
-    /* order_saga__order_found() == STEP_FRESH is order_open(): only those stay in the batch. */
-    if (rc == 0)
-        rc = order_saga__batch_judge_orders(tx, ORDERS_SQL_ORDER_STATUS_MANY, "", n, outcome, &o,
-                                            order_saga__order_found, err);
-    order_saga__batch_orders_free(&o);
-    return rc;
-}
-
-/*
- * order_saga__call_service for many sagas: one try of each call, all made together through the
- * service's guards (order_service_call_many). A saga whose state is missing fails alone.
- */
-void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_t n,
-                                    enum order_service_kind kind, const char *operation,
-                                    const char *path, enum service_body what, int *rcs,
-                                    struct txo_error *errs)
-{
-    struct order_saga_env *env = ctx[0]->user;
-    if (env == NULL || env->session == NULL) {
-        for (size_t k = 0; k < n; k++)
-            rcs[k] =
-                txo_error_set(&errs[k], TXO_ECONFIG, "%s: no external service session", operation);
-        return;
-    }
-    if (!order_services_remote(order_service_session_services(env->session), kind)) {
-        memset(rcs, 0, n * sizeof(*rcs)); /* the in-process stand-in: nothing to call */
-        return;
-    }
-    struct order_service_req *reqs = txo_calloc(n, sizeof(*reqs));
-    char **bodies = txo_calloc(n, sizeof(*bodies));
-    struct trace_lines *tls = txo_calloc(n, sizeof(*tls));
-    size_t *of = txo_calloc(n, sizeof(*of)); /* reqs[j] is the call of ctx[of[j]] */
-    if (reqs == NULL || bodies == NULL || tls == NULL || of == NULL) {
-        for (size_t k = 0; k < n; k++)
-            rcs[k] =
-                txo_error_set(&errs[k], TXO_ENOMEM, "%s batch of %zu: out of memory", operation, n);
-        goto out;
-    }
-    size_t m = 0;
-    for (size_t k = 0; k < n; k++) {
-        const struct order_saga_state *st = order_saga__state(ctx[k], &errs[k]);
-        rcs[k] = st != NULL ? 0 : TXO_EINVAL;
-        if (st == NULL)
-            continue;
-        bodies[m] = service_body(st, what);
-        if (bodies[m] == NULL) {
-            rcs[k] = txo_error_set(&errs[k], TXO_ENOMEM, "%s: out of memory for the request body",
-                                   operation);
-            continue;
-        }
-        reqs[m].idempotency_key = ctx[k]->idempotency_key;
-        reqs[m].headers = trace_lines(ctx[k], &tls[m]);
-        reqs[m].body_json = bodies[m];
-        of[m++] = k;
-    }
-    order_service_call_many(env->session, kind, operation, path, reqs, m);
-    for (size_t j = 0; j < m; j++) {
-        rcs[of[j]] = reqs[j].rc;
-        errs[of[j]] = reqs[j].err;
-    }
-out:
-    for (size_t j = 0; bodies != NULL && j < n; j++)
-        txo_free(bodies[j]);
-    txo_free(reqs);
-    txo_free(bodies);
-    txo_free(tls);
-    txo_free(of);
 }
 
 /*
@@ -712,21 +653,20 @@ out:
 #define ORDER_SAGA_DEADLINE_MS 300000
 
 /*
- * The saga's steps, each written once: the local part (and its batch form) in both tables
- * below, the remote part only where the services are called over HTTP.
+ * The saga's steps, each written once: the local parts in both tables below, the remote parts
+ * only where the services are called over HTTP.
  */
 #define RESERVE_STOCK                                                                              \
     .name = "ReserveStock", .action = order_saga__reserve_stock,                                   \
-    .compensate = order_saga__release_stock, .action_batch = order_saga__reserve_stock_batch,      \
-    .deadline_ms = ORDER_STEP_DEADLINE_MS
+    .compensate = order_saga__release_stock, .deadline_ms = ORDER_STEP_DEADLINE_MS
 #define CHARGE_PAYMENT                                                                             \
     .name = "ChargePayment", .action = order_saga__charge_payment,                                 \
-    .compensate = order_saga__refund_payment, .action_batch = order_saga__charge_payment_batch,    \
-    .deadline_ms = ORDER_STEP_DEADLINE_MS, .try_timeout_ms = ORDER_TRY_TIMEOUT_MS
+    .compensate = order_saga__refund_payment, .deadline_ms = ORDER_STEP_DEADLINE_MS,               \
+    .try_timeout_ms = ORDER_TRY_TIMEOUT_MS
 #define CREATE_SHIPMENT                                                                            \
     .name = "CreateShipment", .action = order_saga__create_shipment,                               \
-    .compensate = order_saga__cancel_shipment, .action_batch = order_saga__create_shipment_batch,  \
-    .deadline_ms = ORDER_STEP_DEADLINE_MS, .try_timeout_ms = ORDER_TRY_TIMEOUT_MS
+    .compensate = order_saga__cancel_shipment, .deadline_ms = ORDER_STEP_DEADLINE_MS,              \
+    .try_timeout_ms = ORDER_TRY_TIMEOUT_MS
 
 /* With the payment and shipment services in-process (no URL configured): local steps. */
 static const struct txo_saga_step_def local_steps[] = {
@@ -739,12 +679,9 @@ static const struct txo_saga_step_def local_steps[] = {
 static const struct txo_saga_step_def remote_steps[] = {
     {RESERVE_STOCK},
     {CHARGE_PAYMENT, .remote = order_saga__remote_charge,
-     .remote_compensate = order_saga__remote_refund, .guard = order_still_open,
-     .remote_batch = order_saga__remote_charge_batch, .guard_batch = order_still_open_batch},
+     .remote_compensate = order_saga__remote_refund, .guard = order_still_open},
     {CREATE_SHIPMENT, .remote = order_saga__remote_create_shipment,
-     .remote_compensate = order_saga__remote_cancel_shipment, .guard = order_still_open,
-     .remote_batch = order_saga__remote_create_shipment_batch,
-     .guard_batch = order_still_open_batch},
+     .remote_compensate = order_saga__remote_cancel_shipment, .guard = order_still_open},
 };
 
 /* The one CreateOrderSaga, over either step table. CreateShipment confirms the order in its

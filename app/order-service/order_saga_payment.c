@@ -1,9 +1,9 @@
 /*
- * The ChargePayment step of the CreateOrderSaga and its compensation RefundPayment: the
- * per-saga action and undo, the batch form of the action, and the remote parts (the calls to
- * the payment service, order_saga.c). A re-run is judged by payment_found(), on both paths.
+ * The ChargePayment step of the CreateOrderSaga and its compensation RefundPayment, each for n
+ * sagas (order_saga_steps.h), and their remote parts: the calls to the payment service
+ * (order_saga.c). A re-run is judged by payment_found().
  *
- * Thread-safety: as order_saga.c; every function uses only its transaction and its context.
+ * Thread-safety: as order_saga.c; every function uses only its transaction and its contexts.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -23,117 +23,100 @@ static enum step_found payment_found(const char *status)
     return strcmp(status, "CHARGED") == 0 ? STEP_REDONE : STEP_REFUSED;
 }
 
-int order_saga__remote_charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
+void order_saga__remote_charge(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                               struct txo_error *errs)
 {
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-    if (st == NULL)
-        return TXO_EINVAL;
-    return order_saga__call_service(ctx, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
-                                    BODY_CHARGE, err);
+    order_saga__call_service(ctx, n, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
+                             BODY_CHARGE, rcs, errs);
 }
 
-int order_saga__remote_refund(const struct txo_saga_ctx *ctx, struct txo_error *err)
+void order_saga__remote_refund(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                               struct txo_error *errs)
 {
-    return order_saga__call_service(ctx, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund",
-                                    BODY_ORDER, err);
+    order_saga__call_service(ctx, n, ORDER_SERVICE_PAYMENT, "refund", "/payments/refund",
+                             BODY_ORDER, rcs, errs);
 }
 
-int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                               struct txo_error *err)
+/* The injected faults of ChargePayment: the first transient_charge_failures tries of the run
+ * find the service unavailable, then decline_payment declines the card. */
+static void charge_faults(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                          struct txo_error *errs)
 {
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-    const struct order_faults *faults = order_saga__faults(ctx);
-    struct order_saga_env *env = ctx->user;
-
-    if (st == NULL)
-        return TXO_EINVAL;
-    if (env != NULL) {
-        env->charge_calls++;
-        if (env->charge_calls <= faults->transient_charge_failures)
-            return txo_error_set(err, TXO_EUNAVAILABLE,
-                                 "payment service unavailable (injected, call %u of %u): "
-                                 "order_id=%" PRId64,
-                                 env->charge_calls, faults->transient_charge_failures,
-                                 st->order_id);
+    for (size_t k = 0; k < n; k++) {
+        const struct order_faults *faults = order_saga__faults(ctx[k]);
+        struct order_saga_env *env = ctx[k]->user;
+        const struct order_saga_state *st = ctx[k]->state;
+        if (rcs[k] != 0)
+            continue;
+        if (env != NULL && faults->transient_charge_failures > 0 && n == 1)
+            env->charge_calls++;
+        bool unavailable = env != NULL && env->charge_calls <= faults->transient_charge_failures &&
+                           faults->transient_charge_failures > 0;
+        order_saga__fault(
+            n, unavailable, rcs, errs, k, TXO_EUNAVAILABLE,
+            "payment service unavailable (injected, call %u of %u): order_id=%" PRId64,
+            env != NULL ? env->charge_calls : 0, faults->transient_charge_failures, st->order_id);
+        order_saga__fault(n, faults->decline_payment, rcs, errs, k, TXO_EBUSINESS,
+                          "card declined: order_id=%" PRId64 " amount_cents=%" PRId64, st->order_id,
+                          st->total_cents);
     }
-    if (faults->decline_payment)
-        return txo_error_set(err, TXO_EBUSINESS,
-                             "card declined: order_id=%" PRId64 " amount_cents=%" PRId64,
-                             st->order_id, st->total_cents);
-    struct txo_param ip[] = {txo_p_i64(st->order_id), txo_p_i64(st->total_cents)};
-    struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_INSERT, ip, TXO_ARRAY_LEN(ip), &res, err);
-    if (rc < 0)
-        return rc;
-    if (res.affected_rows != 1) {
-        /* A payment existed (a re-run): payment_found() says whether the step succeeds. */
-        char status[32];
-        bool found;
-        struct txo_param lp[] = {txo_p_i64(st->order_id)};
-        rc = order_saga__query_str(tx, ORDERS_SQL_PAYMENT_LOCK, lp, 1, status, sizeof(status),
-                                   &found, err);
-        if (rc < 0)
-            return rc;
-        if (payment_found(found ? status : NULL) != STEP_REDONE)
-            return txo_error_set(err, TXO_EBUSINESS,
-                                 "payment is not chargeable: order_id=%" PRId64 " status=%s",
-                                 st->order_id, found ? status : "none");
-    }
-    return order_saga__emit(tx, ctx, st, "PaymentCharged", "payment-charged", false,
-                            st->total_cents, NULL, err);
 }
 
-int order_saga__refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                               struct txo_error *err)
-{
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-
-    if (st == NULL)
-        return TXO_EINVAL;
-    if (order_saga__faults(ctx)->fail_refund)
-        return txo_error_set(err, TXO_EBUSINESS, "refund failed (injected): order_id=%" PRId64,
-                             st->order_id);
-    struct txo_param p[] = {txo_p_i64(st->order_id)};
-    int rc = txo_tx_exec(tx, ORDERS_SQL_PAYMENT_REFUND, p, 1, NULL, err);
-    if (rc < 0)
-        return rc;
-    return order_saga__emit(tx, ctx, st, "PaymentRefunded", "payment-refunded", false,
-                            st->total_cents, NULL, err);
-}
-
-/* ChargePayment (in-process payments) for many sagas: one multi-row INSERT of the payments
- * and one of the PaymentCharged events. */
-int order_saga__charge_payment_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                     size_t n, int *outcome, struct txo_error *err)
+int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                               int *rcs, struct txo_error *errs, struct txo_error *err)
 {
     struct order_saga_batch o;
-    int rc = order_saga__batch_orders_new(ctx, n, outcome, &o, err);
-    if (rc == 0)
-        rc = order_saga__batch_judge_orders(tx, ORDERS_SQL_PAYMENTS_MANY, "", n, outcome, &o,
-                                            payment_found, err);
-    size_t m = rc == 0 ? order_saga__batch_count_done(outcome, n) : 0;
+    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
+    if (rc == 0) {
+        charge_faults(ctx, n, rcs, errs);
+        rc = order_saga__batch_judge(tx, ORDERS_SQL_PAYMENTS_MANY, "", n, rcs, &o, payment_found,
+                                     err);
+    }
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (rcs[k] == 0 && o.was[k] == STEP_REFUSED)
+            rcs[k] = txo_error_set(&errs[k], TXO_EBUSINESS,
+                                   "payment is not chargeable: order_id=%s status=%s", o.ids[k],
+                                   o.status[k]);
+    size_t m = rc == 0 ? order_saga__batch_fresh(rcs, &o, n) : 0;
     if (m > 0) {
         size_t np = 0;
         for (size_t k = 0; k < n; k++) {
             const struct order_saga_state *st = ctx[k]->state;
-            if (outcome[k] != 0)
+            if (rcs[k] != 0 || o.was[k] != STEP_FRESH)
                 continue;
             o.p[np++] = txo_p_i64(st->order_id);
             o.p[np++] = txo_p_i64(st->total_cents);
         }
         rc = order_saga__batch_insert(tx, ORDERS_SQL_PAYMENT_INSERT_MANY,
                                       ORDERS_SQL_PAYMENT_INSERT_ROW, m, o.p, 2, NULL, err);
-        if (rc == 0)
-            rc = order_saga__batch_emit(tx, ctx, n, outcome, "PaymentCharged", "payment-charged",
-                                        false, true, err);
     }
-    order_saga__batch_orders_free(&o);
+    if (rc == 0)
+        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "PaymentCharged", "payment-charged", false,
+                                    true, err);
+    order_saga__batch_free(&o);
     return rc;
 }
 
-void order_saga__remote_charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                                     struct txo_error *errs)
+int order_saga__refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                               int *rcs, struct txo_error *errs, struct txo_error *err)
 {
-    order_saga__call_service_batch(ctx, n, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
-                                   BODY_CHARGE, rcs, errs);
+    struct order_saga_batch o;
+    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        order_saga__fault(n, order_saga__faults(ctx[k])->fail_refund, rcs, errs, k, TXO_EBUSINESS,
+                          "refund failed (injected): order_id=%s", o.ids[k]);
+        o.was[k] = STEP_REDONE; /* a refund's event may be there from an earlier run */
+    }
+    size_t m = 0;
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (rcs[k] == 0)
+            o.p[m++] = o.p[k];
+    if (m > 0)
+        rc = order_saga__batch_query(tx, ORDERS_SQL_PAYMENT_REFUND_MANY, "", o.p, m, NULL, NULL,
+                                     err);
+    if (rc == 0)
+        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "PaymentRefunded", "payment-refunded",
+                                    false, true, err);
+    order_saga__batch_free(&o);
+    return rc;
 }

@@ -1,10 +1,10 @@
 /*
- * The CreateShipment step of the CreateOrderSaga and its compensation CancelShipment: the
- * per-saga action (which also confirms the order) and undo, the batch form of the action, and
- * the remote parts (the calls to the shipment service, order_saga.c). A re-run is judged by
- * shipment_found() and order_saga__order_found(), on both paths.
+ * The CreateShipment step of the CreateOrderSaga (which also confirms the order) and its
+ * compensation CancelShipment, each for n sagas (order_saga_steps.h), and their remote parts:
+ * the calls to the shipment service (order_saga.c). A re-run is judged by shipment_found() and
+ * order_saga__order_found().
  *
- * Thread-safety: as order_saga.c; every function uses only its transaction and its context.
+ * Thread-safety: as order_saga.c; every function uses only its transaction and its contexts.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,129 +24,110 @@ static enum step_found shipment_found(const char *status)
     return strcmp(status, "CREATED") == 0 ? STEP_REDONE : STEP_REFUSED;
 }
 
-int order_saga__remote_create_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err)
+void order_saga__remote_create_shipment(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                        struct txo_error *errs)
 {
-    return order_saga__call_service(ctx, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create",
-                                    BODY_PARCEL, err);
+    order_saga__call_service(ctx, n, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create",
+                             BODY_PARCEL, rcs, errs);
 }
 
-int order_saga__remote_cancel_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err)
+void order_saga__remote_cancel_shipment(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                        struct txo_error *errs)
 {
-    return order_saga__call_service(ctx, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel",
-                                    BODY_ORDER, err);
+    order_saga__call_service(ctx, n, ORDER_SERVICE_SHIPMENT, "cancel", "/shipments/cancel",
+                             BODY_ORDER, rcs, errs);
 }
 
-int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                                struct txo_error *err)
+/* The orders of the sagas still done whose order is CREATED (order_was FRESH), as params. */
+static size_t orders_to_confirm(const int *rcs, const enum step_found *order_was,
+                                const struct order_saga_batch *o, size_t n, struct txo_param *p)
 {
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-
-    if (st == NULL)
-        return TXO_EINVAL;
-    if (order_saga__faults(ctx)->fail_shipment)
-        return txo_error_set(err, TXO_EBUSINESS, "carrier rejected shipment: order_id=%" PRId64,
-                             st->order_id);
-    struct txo_param p[] = {txo_p_i64(st->order_id)};
-    struct txo_exec_result res;
-    char status[32];
-    bool found;
-    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_INSERT, p, 1, &res, err);
-    if (rc < 0)
-        return rc;
-    if (res.affected_rows != 1) {
-        /* A shipment existed (a re-run): shipment_found() says whether the step succeeds. */
-        rc = order_saga__query_str(tx, ORDERS_SQL_SHIPMENT_LOCK, p, 1, status, sizeof(status),
-                                   &found, err);
-        if (rc < 0)
-            return rc;
-        if (shipment_found(found ? status : NULL) != STEP_REDONE)
-            return txo_error_set(err, TXO_EBUSINESS,
-                                 "shipment is not creatable: order_id=%" PRId64 " status=%s",
-                                 st->order_id, found ? status : "none");
-    }
-
-    rc = txo_tx_exec(tx, ORDERS_SQL_ORDER_CONFIRM, p, 1, &res, err);
-    if (rc < 0)
-        return rc;
-    if (res.affected_rows == 0) {
-        rc = order_saga__query_str(tx, ORDERS_SQL_ORDER_STATUS_LOCK, p, 1, status, sizeof(status),
-                                   &found, err);
-        if (rc < 0)
-            return rc;
-        if (order_saga__order_found(found ? status : NULL) != STEP_REDONE)
-            return txo_error_set(err, TXO_EBUSINESS,
-                                 "order cannot be confirmed: order_id=%" PRId64 " status=%s",
-                                 st->order_id, found ? status : "missing");
-    }
-    return order_saga__emit(tx, ctx, st, "ShipmentCreated", "shipment-created", false, -1, NULL,
-                            err);
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++)
+        if (rcs[k] == 0 && order_was[k] == STEP_FRESH)
+            p[m++] = o->p[k];
+    return m;
 }
 
-int order_saga__cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                                struct txo_error *err)
-{
-    const struct order_saga_state *st = order_saga__state(ctx, err);
-
-    if (st == NULL)
-        return TXO_EINVAL;
-    if (order_saga__faults(ctx)->fail_cancel_shipment)
-        return txo_error_set(err, TXO_EBUSINESS, "cancel failed (injected): order_id=%" PRId64,
-                             st->order_id);
-    struct txo_param p[] = {txo_p_i64(st->order_id)};
-    int rc = txo_tx_exec(tx, ORDERS_SQL_SHIPMENT_CANCEL, p, 1, NULL, err);
-    if (rc < 0)
-        return rc;
-    return order_saga__emit(tx, ctx, st, "ShipmentCancelled", "shipment-cancelled", false, -1, NULL,
-                            err);
-}
-
-/* CreateShipment (in-process shipments) for many sagas: lock the orders, one multi-row INSERT
- * of the shipments, one UPDATE confirming the orders, one multi-row INSERT of the events. */
-int order_saga__create_shipment_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                      size_t n, int *outcome, struct txo_error *err)
+int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                int *rcs, struct txo_error *errs, struct txo_error *err)
 {
     struct order_saga_batch o;
-    int rc = order_saga__batch_orders_new(ctx, n, outcome, &o, err);
-    /* The orders are locked first, as the single step's ORDER_CONFIRM does after its insert. */
+    enum step_found *order_was = txo_calloc(n, sizeof(*order_was));
+    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
+    if (rc == 0 && order_was == NULL)
+        rc = txo_error_set(err, TXO_ENOMEM, "CreateShipment batch of %zu: out of memory", n);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        order_saga__fault(n, order_saga__faults(ctx[k])->fail_shipment, rcs, errs, k, TXO_EBUSINESS,
+                          "carrier rejected shipment: order_id=%s", o.ids[k]);
+    /* The orders first, locked: a customer's cancel waits for this step or is seen by it. */
     if (rc == 0)
-        rc = order_saga__batch_judge_orders(tx, ORDERS_SQL_ORDER_LOCK_MANY,
-                                            ORDERS_SQL_ORDER_LOCK_MANY_END, n, outcome, &o,
-                                            order_saga__order_found, err);
+        rc = order_saga__batch_judge(tx, ORDERS_SQL_ORDER_LOCK_MANY, ORDERS_SQL_ORDER_LOCK_MANY_END,
+                                     n, rcs, &o, order_saga__order_found, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        order_was[k] = o.was[k];
+        if (rcs[k] == 0 && o.was[k] == STEP_REFUSED)
+            rcs[k] = txo_error_set(&errs[k], TXO_EBUSINESS,
+                                   "order cannot be confirmed: order_id=%s status=%s", o.ids[k],
+                                   o.status[k][0] != '\0' ? o.status[k] : "missing");
+    }
     if (rc == 0)
-        rc = order_saga__batch_judge_orders(tx, ORDERS_SQL_SHIPMENTS_MANY, "", n, outcome, &o,
-                                            shipment_found, err);
-    size_t m = rc == 0 ? order_saga__batch_count_done(outcome, n) : 0;
+        rc = order_saga__batch_judge(tx, ORDERS_SQL_SHIPMENTS_MANY, "", n, rcs, &o, shipment_found,
+                                     err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        if (rcs[k] == 0 && o.was[k] == STEP_REFUSED)
+            rcs[k] = txo_error_set(&errs[k], TXO_EBUSINESS,
+                                   "shipment is not creatable: order_id=%s status=%s", o.ids[k],
+                                   o.status[k]);
+        if (order_was[k] == STEP_REDONE)
+            o.was[k] = STEP_REDONE; /* a confirmed order: its event may be there */
+    }
+    size_t m = rc == 0 ? order_saga__batch_fresh(rcs, &o, n) : 0;
     if (m > 0) {
         size_t np = 0;
         for (size_t k = 0; k < n; k++)
-            if (outcome[k] == 0)
-                o.p[np++] = txo_p_i64(((const struct order_saga_state *)ctx[k]->state)->order_id);
+            if (rcs[k] == 0 && o.was[k] == STEP_FRESH)
+                o.p[n + np++] = o.p[k];
         rc = order_saga__batch_insert(tx, ORDERS_SQL_SHIPMENT_INSERT_MANY,
-                                      ORDERS_SQL_SHIPMENT_INSERT_ROW, m, o.p, 1, NULL, err);
-        struct txo_exec_result res = {0};
-        if (rc == 0) {
-            size_t padded = txo_sql_in_list_size(m);
-            char *sql = txo_sql_in_list(ORDERS_SQL_ORDER_CONFIRM_MANY, padded, "");
-            for (size_t k = m; k < padded; k++)
-                o.p[k] = o.p[m - 1];
-            rc = sql != NULL ? txo_tx_exec(tx, sql, o.p, padded, &res, err)
-                             : txo_error_set(err, TXO_ENOMEM, "CreateShipment batch: no memory");
-            txo_free(sql);
-        }
-        if (rc == 0 && res.affected_rows != m)
-            rc = txo_error_set(err, TXO_EDB, "CreateShipment batch: %llu of %zu orders confirmed",
-                               (unsigned long long)res.affected_rows, m);
-        if (rc == 0)
-            rc = order_saga__batch_emit(tx, ctx, n, outcome, "ShipmentCreated", "shipment-created",
-                                        false, false, err);
+                                      ORDERS_SQL_SHIPMENT_INSERT_ROW, m, o.p + n, 1, NULL, err);
     }
-    order_saga__batch_orders_free(&o);
+    size_t c = rc == 0 ? orders_to_confirm(rcs, order_was, &o, n, o.p + n) : 0;
+    if (c > 0) {
+        uint64_t confirmed = 0;
+        rc = order_saga__batch_query(tx, ORDERS_SQL_ORDER_CONFIRM_MANY, "", o.p + n, c, NULL,
+                                     &confirmed, err);
+        if (rc == 0 && confirmed != c)
+            rc = txo_error_set(err, TXO_EDB, "CreateShipment: %llu of %zu orders confirmed",
+                               (unsigned long long)confirmed, c);
+    }
+    if (rc == 0)
+        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "ShipmentCreated", "shipment-created",
+                                    false, false, err);
+    order_saga__batch_free(&o);
+    txo_free(order_was);
     return rc;
 }
 
-void order_saga__remote_create_shipment_batch(const struct txo_saga_ctx *const *ctx, size_t n,
-                                              int *rcs, struct txo_error *errs)
+int order_saga__cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                int *rcs, struct txo_error *errs, struct txo_error *err)
 {
-    order_saga__call_service_batch(ctx, n, ORDER_SERVICE_SHIPMENT, "create", "/shipments/create",
-                                   BODY_PARCEL, rcs, errs);
+    struct order_saga_batch o;
+    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        order_saga__fault(n, order_saga__faults(ctx[k])->fail_cancel_shipment, rcs, errs, k,
+                          TXO_EBUSINESS, "cancel failed (injected): order_id=%s", o.ids[k]);
+        o.was[k] = STEP_REDONE; /* a cancel's event may be there from an earlier run */
+    }
+    size_t m = 0;
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (rcs[k] == 0)
+            o.p[m++] = o.p[k];
+    if (m > 0)
+        rc = order_saga__batch_query(tx, ORDERS_SQL_SHIPMENT_CANCEL_MANY, "", o.p, m, NULL, NULL,
+                                     err);
+    if (rc == 0)
+        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "ShipmentCancelled", "shipment-cancelled",
+                                    false, false, err);
+    order_saga__batch_free(&o);
+    return rc;
 }

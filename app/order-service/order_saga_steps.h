@@ -1,15 +1,17 @@
 /*
  * Private to the order saga's files: the decoded payload, the steps' rule type and what the
  * step files share. order_saga.c holds the payload, the events, the calls to the services,
- * the helpers of the batch forms and the definition; each step is one file with its action,
- * its compensation, its batch form and its remote parts: order_saga_stock.c (ReserveStock),
- * order_saga_payment.c (ChargePayment), order_saga_shipment.c (CreateShipment).
+ * what the steps share and the definition; each step is one file with its action, its
+ * compensation and its remote parts: order_saga_stock.c (ReserveStock), order_saga_payment.c
+ * (ChargePayment), order_saga_shipment.c (CreateShipment).
  *
- * The batch form of a step covers its common first run for many sagas with a few set-based
- * statements; a saga with anything unusual (a re-run that finds rows already there, not
- * enough stock, an injected fault, an order no longer CREATED) gets a non-zero outcome and
- * nothing written, and the engine runs it through the step's single-saga function, which
- * settles every unusual case by the same rule (enum step_found).
+ * Every part takes n sagas (txo_saga_step_fn): the engine hands it one saga when a saga runs
+ * alone and several when it batches a step. An action reads what earlier runs left for all
+ * its sagas with one statement and judges each by the step's rule (enum step_found), then
+ * writes the rows of the fresh ones with a few set-based statements: a re-run writes nothing
+ * but its event (appended with its fixed key, so never twice), a refusal writes nothing and
+ * says why. An injected fault is played only when the saga runs alone (TXO_EALONE in a
+ * batch), so that a test's fault counts stay per try.
  */
 #ifndef TXO_ORDER_SAGA_STEPS_H
 #define TXO_ORDER_SAGA_STEPS_H
@@ -46,19 +48,12 @@ struct order_saga_state {
  * shipment, the order's status), and what that means for the step. One function per step
  * decides it from the row's status (NULL: no row): reservation_found (order_saga_stock.c),
  * payment_found (order_saga_payment.c), shipment_found (order_saga_shipment.c) and
- * order_saga__order_found (order_saga.c). The per-saga step and its batch form both ask it,
- * so the two paths cannot judge a re-run differently.
+ * order_saga__order_found (order_saga.c), once for every saga of a batch.
  */
 enum step_found {
     STEP_FRESH,   /* no earlier run: the step writes its row */
     STEP_REDONE,  /* an earlier run's row that lets the step succeed again, writing nothing */
     STEP_REFUSED, /* a row that forbids the step: TXO_EBUSINESS */
-};
-
-/* A batch's orders: their ids as text (ids[k]) and as IN-list params (p, room for 2n + 2). */
-struct order_saga_batch {
-    char (*ids)[40];
-    struct txo_param *p;
 };
 
 /* ---- order_saga.c ---- */
@@ -94,138 +89,124 @@ enum service_body {
     BODY_PARCEL, /* items: [{"sku","qty"}], what the carrier ships */
 };
 
+/* What the steps of a batch share: their orders or sagas, and what earlier runs left. */
+struct order_saga_batch {
+    char (*ids)[40];      /* the key each saga's rows are found by, as text */
+    struct txo_param *p;  /* the keys as IN-list params first; room for 3n + 2 */
+    enum step_found *was; /* what the step's rule says of the earlier run's row */
+    char (*status)[32];   /* that row's status ("" when there is none) */
+};
+
 /*
- * The remote part of a step: POSTs {"order_id","customer_id"[,"amount_cents"|"items"]} to the
- * service with the engine's idempotency key (the same on every try and in every worker, so
- * the service applies the call once). Returns order_service_call()'s result: 0, TXO_EBUSINESS
- * (refused), TXO_EUNKNOWN (may have taken effect) or another transient code (did not).
+ * Fills o for the sagas ctx[0..n): keyed by order id (by_order) or by saga id. A saga without
+ * a decoded payload gets rcs[k] = TXO_EINVAL (errs[k] says so); every other rcs[k] is 0.
+ * Release o with order_saga__batch_free, also on failure.
  */
-int order_saga__call_service(const struct txo_saga_ctx *ctx, enum order_service_kind kind,
-                             const char *operation, const char *path, enum service_body what,
-                             struct txo_error *err);
+int order_saga__batch_new(const struct txo_saga_ctx *const *ctx, size_t n, bool by_order, int *rcs,
+                          struct txo_error *errs, struct order_saga_batch *o,
+                          struct txo_error *err);
 
-/* What a batch of n sagas' states look like; NULL states are refused one by one. */
-const struct order_saga_state *order_saga__batch_state(const struct txo_saga_ctx *ctx,
-                                                       int *outcome);
+void order_saga__batch_free(struct order_saga_batch *o);
 
-/* Runs before + IN list of n params (padded by repeating the last) + after. */
+/*
+ * An injected fault of saga k's run (on: configured for this step): in a batch of several the
+ * saga runs alone instead (TXO_EALONE), so a fault is played once per try; alone it is `code`
+ * with the message. Returns rcs[k].
+ */
+int order_saga__fault(size_t n, bool on, int *rcs, struct txo_error *errs, size_t k, int code,
+                      const char *fmt, ...) TXO_PRINTF(7, 8);
+
+/*
+ * Judges every saga k with rcs[k] == 0 by the step's rule from the rows `before` + IN list of
+ * the batch's keys + `after` returns (column 0 the key as text, column 1 the row's status), or
+ * from "no row": o->was[k] and o->status[k].
+ */
+int order_saga__batch_judge(struct txo_tx *tx, const char *before, const char *after, size_t n,
+                            const int *rcs, struct order_saga_batch *o,
+                            enum step_found (*rule)(const char *status), struct txo_error *err);
+
+/* Runs before + IN list of n params (padded by repeating the last) + after; rows may be NULL
+ * (then it executes, and *affected, when not NULL, gets the affected rows). */
 int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *after,
                             const struct txo_param *in, size_t n, struct txo_rows **rows,
-                            struct txo_error *err);
+                            uint64_t *affected, struct txo_error *err);
 
 /* Runs before + n_rows x row (VALUES) with p (n_rows x per_row params); *affected may be NULL. */
 int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
                              const struct txo_param *p, size_t per_row, uint64_t *affected,
                              struct txo_error *err);
 
-/* One event per saga k with outcome[k] == 0, in one statement (see order_saga__emit()). */
+/* How many sagas are done so far (rcs[k] == 0) and fresh (o->was[k] == STEP_FRESH). */
+size_t order_saga__batch_fresh(const int *rcs, const struct order_saga_batch *o, size_t n);
+
+/*
+ * The step's event for every saga k with rcs[k] == 0: the fresh ones' in one statement, a
+ * re-run's and a saga alone's with TXO_OUTBOX_IGNORE_DUPLICATE (an earlier run may have written
+ * it; in a batch of several a duplicate fails the statement, and its sagas then run alone).
+ * Payloads as order_saga__emit().
+ */
 int order_saga__batch_emit(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
-                           const int *outcome, const char *type, const char *suffix,
-                           bool with_items, bool with_amount, struct txo_error *err);
+                           const int *rcs, const struct order_saga_batch *o, const char *type,
+                           const char *suffix, bool with_items, bool with_amount,
+                           struct txo_error *err);
 
 /*
- * Judges every saga k still in the batch (outcome[k] == 0) by the step's rule, from its rows
- * in `rows` (column 0 its id as text, ids[k]; column 1 the row's status) or from "no row".
- * Only STEP_FRESH stays in the batch: a re-run (STEP_REDONE, TXO_EDUPLICATE) or a refusal
- * (STEP_REFUSED, TXO_EBUSINESS) goes the single way, which settles it by the same rule.
+ * The remote part of a step for n sagas: POSTs {"order_id","customer_id"[,"amount_cents"|
+ * "items"]} with each saga's idempotency key (the same on every try and in every worker, so
+ * the service applies the call once). Alone (n == 1) through the service client's retries
+ * (order_service_call); several at once with one try each (order_service_call_many), a failed
+ * one being retried by the engine alone. rcs[k]: 0, TXO_EBUSINESS (refused), TXO_EUNKNOWN or
+ * TXO_ETIMEOUT (may have taken effect) or another transient code (did not). Nothing is called
+ * when the service is the in-process stand-in.
  */
-void order_saga__batch_judge(const struct txo_rows *rows, char (*ids)[40], size_t n, int *outcome,
-                             enum step_found (*rule)(const char *status));
+void order_saga__call_service(const struct txo_saga_ctx *const *ctx, size_t n,
+                              enum order_service_kind kind, const char *operation, const char *path,
+                              enum service_body what, int *rcs, struct txo_error *errs);
 
-/* Fills o with the batch's orders; a saga without a state, or with injected faults the
- * single path plays, gets a non-zero outcome. Release o with order_saga__batch_orders_free,
- * also on failure. */
-int order_saga__batch_orders_new(const struct txo_saga_ctx *const *ctx, size_t n, int *outcome,
-                                 struct order_saga_batch *o, struct txo_error *err);
-
-void order_saga__batch_orders_free(struct order_saga_batch *o);
-
-/* Reads (order id, status) rows with `before` + IN list of the batch's orders + `after`, and
- * judges each saga by `rule` (order_saga__batch_judge). */
-int order_saga__batch_judge_orders(struct txo_tx *tx, const char *before, const char *after,
-                                   size_t n, int *outcome, struct order_saga_batch *o,
-                                   enum step_found (*rule)(const char *status),
-                                   struct txo_error *err);
-
-/* How many outcomes are 0. */
-size_t order_saga__batch_count_done(const int *outcome, size_t n);
+/* ---- the steps (txo_saga_step_fn, txo_saga_remote_fn), one file each ---- */
 
 /*
- * order_saga__call_service for many sagas: one try of each call, all made together through the
- * service's guards (order_service_call_many). A saga whose state is missing fails alone.
+ * ReserveStock: every SKU of the sagas locked in one statement (ascending: the lock order),
+ * each saga judged by its reservations, the fresh ones allocated in the batch's order (a saga
+ * takes all its lines or none: not enough stock refuses it with the SKU and the counts), then
+ * one UPDATE ... CASE of the SKUs, one INSERT of the reservations and one of the events.
  */
-void order_saga__call_service_batch(const struct txo_saga_ctx *const *ctx, size_t n,
-                                    enum order_service_kind kind, const char *operation,
-                                    const char *path, enum service_body what, int *rcs,
-                                    struct txo_error *errs);
+int order_saga__reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                              int *rcs, struct txo_error *errs, struct txo_error *err);
 
-/* ---- the steps: txo_saga_step_fn, txo_saga_remote_fn and their batch forms ---- */
+/* ReleaseStock: each saga's RESERVED reservations released, then marked RELEASED. */
+int order_saga__release_stock(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                              int *rcs, struct txo_error *errs, struct txo_error *err);
 
-/*
- * Per SKU, in ascending order (the lock order): reserve with one guarded UPDATE, then record
- * the reservation. Only when something is unusual (the UPDATE changed nothing, or the
- * reservation row exists: a re-run) does it look further, so a first run costs two statements
- * per SKU plus the event.
- */
-int order_saga__reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                              struct txo_error *err);
+/* ChargePayment: one payment per order, judged by payment_found() when one exists; the fresh
+ * ones in one INSERT, then the events. */
+int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                               int *rcs, struct txo_error *errs, struct txo_error *err);
 
-/* Releases the saga's RESERVED reservations, then marks them RELEASED. */
-int order_saga__release_stock(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                              struct txo_error *err);
+/* RefundPayment: only a CHARGED payment becomes REFUNDED. */
+int order_saga__refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                               int *rcs, struct txo_error *errs, struct txo_error *err);
 
-/*
- * ReserveStock for many sagas: lock every SKU of the batch in one statement (ascending, the
- * lock order), allocate in the batch's order in code (an order that does not fit goes the
- * single way, which fails it with the reason), then one UPDATE ... CASE for every SKU, one
- * multi-row INSERT of the reservations and one of the StockReserved events.
- */
-int order_saga__reserve_stock_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                    size_t n, int *outcome, struct txo_error *err);
+/* The calls to the payment service. */
+void order_saga__remote_charge(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                               struct txo_error *errs);
+void order_saga__remote_refund(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                               struct txo_error *errs);
 
-/* The calls to the payment service (none when it is in-process). */
-int order_saga__remote_charge(const struct txo_saga_ctx *ctx, struct txo_error *err);
+/* CreateShipment: the orders locked and judged by order_saga__order_found(), the shipments
+ * judged by shipment_found(); the fresh ones' shipments in one INSERT, their orders confirmed
+ * in one UPDATE, then the events. */
+int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                int *rcs, struct txo_error *errs, struct txo_error *err);
 
-int order_saga__remote_refund(const struct txo_saga_ctx *ctx, struct txo_error *err);
+/* CancelShipment: only a CREATED shipment becomes CANCELLED. */
+int order_saga__cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                int *rcs, struct txo_error *errs, struct txo_error *err);
 
-/* One payment per order; a payment found is judged by payment_found(). */
-int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                               struct txo_error *err);
-
-/* Only a CHARGED payment becomes REFUNDED. */
-int order_saga__refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                               struct txo_error *err);
-
-/* ChargePayment (in-process payments) for many sagas: one multi-row INSERT of the payments
- * and one of the PaymentCharged events. */
-int order_saga__charge_payment_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                     size_t n, int *outcome, struct txo_error *err);
-
-/* order_saga__remote_charge for many sagas (order_saga__call_service_batch). */
-void order_saga__remote_charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                                     struct txo_error *errs);
-
-/* The calls to the shipment service (none when it is in-process). */
-int order_saga__remote_create_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err);
-
-int order_saga__remote_cancel_shipment(const struct txo_saga_ctx *ctx, struct txo_error *err);
-
-/* One shipment per order, judged by shipment_found() when found, and the order confirmed,
- * judged by order_saga__order_found() when it did not move. */
-int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                                struct txo_error *err);
-
-/* Only a CREATED shipment becomes CANCELLED. */
-int order_saga__cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                                struct txo_error *err);
-
-/* CreateShipment (in-process shipments) for many sagas: lock the orders, one multi-row INSERT
- * of the shipments, one UPDATE confirming the orders, one multi-row INSERT of the events. */
-int order_saga__create_shipment_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                      size_t n, int *outcome, struct txo_error *err);
-
-/* order_saga__remote_create_shipment for many sagas (order_saga__call_service_batch). */
-void order_saga__remote_create_shipment_batch(const struct txo_saga_ctx *const *ctx, size_t n,
-                                              int *rcs, struct txo_error *errs);
+/* The calls to the shipment service. */
+void order_saga__remote_create_shipment(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                        struct txo_error *errs);
+void order_saga__remote_cancel_shipment(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                        struct txo_error *errs);
 
 #endif

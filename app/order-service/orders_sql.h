@@ -96,32 +96,6 @@ enum order_items_col {
 
 /* ---- order_saga_stock.c: ReserveStock / ReleaseStock ---- */
 
-/*
- * inventory PRIMARY (sku). Takes the SKU's row lock (X) until commit, and reserves only when
- * enough is available: `available >= ?` makes the statement alone unable to oversell, and 0
- * affected rows means "not enough, or no such SKU, or reserved already" (the caller then looks
- * why, on that path only). Params: qty, qty, sku, qty. Callers go in ascending SKU order so
- * two reservations cannot deadlock.
- */
-#define ORDERS_SQL_INVENTORY_RESERVE                                                               \
-    "UPDATE inventory SET available = available - ?, reserved = reserved + ? "                     \
-    "WHERE sku = ? AND available >= ?"
-
-/* inventory_reservations PRIMARY (saga_id, sku): a second reservation of the same SKU by the
- * same saga is a duplicate key, never a double reservation. FK check: shared lock on the
- * inventory row, which this transaction already holds exclusively (RESERVE came first). */
-#define ORDERS_SQL_RESERVATION_INSERT                                                              \
-    "INSERT INTO inventory_reservations (saga_id, sku, qty, status) VALUES (?, ?, ?, 'RESERVED')"
-
-/* inventory_reservations PRIMARY (saga_id, sku). Locks the saga's row when it exists (X); at
- * READ COMMITTED a missing row locks nothing. Only on the rare paths of ReserveStock (a re-run,
- * or not enough stock): is this SKU reserved by this saga already? */
-#define ORDERS_SQL_RESERVATION_LOCK                                                                \
-    "SELECT status FROM inventory_reservations WHERE saga_id = ? AND sku = ? FOR UPDATE"
-
-/* inventory PRIMARY (sku). Non-locking read, for the message of a refused reservation. */
-#define ORDERS_SQL_INVENTORY_AVAILABLE "SELECT available FROM inventory WHERE sku = ?"
-
 /* inventory_reservations PRIMARY prefix (saga_id). Locks every reservation of the saga (X),
  * returned in ascending SKU order, which is then the order the inventory rows are locked in. */
 #define ORDERS_SQL_RESERVATIONS_LOCK                                                               \
@@ -130,8 +104,7 @@ enum order_items_col {
 enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS_COL_STATUS };
 
 /* inventory PRIMARY. Locks the SKU's row (X). `reserved >= ?` keeps reserved non-negative;
- * the caller requires affected_rows == 1. Also undoes, in the same transaction, a RESERVE that
- * turned out to be a re-run (the reservation row existed). */
+ * the caller requires affected_rows == 1. */
 #define ORDERS_SQL_INVENTORY_RELEASE                                                               \
     "UPDATE inventory SET available = available + ?, reserved = reserved - ? "                     \
     "WHERE sku = ? AND reserved >= ?"
@@ -143,37 +116,21 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 
 /* ---- order_saga_payment.c: ChargePayment / RefundPayment ---- */
 
-/* payments uq_payment_order (order_id): one payment per order; a re-run changes nothing.
- * Locks the order's payment row (X). affected_rows: 1 = charged now, 0 = a payment existed
- * (then ORDERS_SQL_PAYMENT_LOCK tells whether it is CHARGED). */
-#define ORDERS_SQL_PAYMENT_INSERT                                                                  \
-    "INSERT INTO payments (order_id, amount_cents, status) VALUES (?, ?, 'CHARGED') "              \
-    "ON DUPLICATE KEY UPDATE id = id"
-
-/* payments uq_payment_order. Locks the order's payment row (X) to read its current status;
- * only when ORDERS_SQL_PAYMENT_INSERT found one. */
-#define ORDERS_SQL_PAYMENT_LOCK "SELECT status FROM payments WHERE order_id = ? FOR UPDATE"
-
-/* payments uq_payment_order. Locks the row (X). `status = 'CHARGED'` makes a re-run a no-op. */
-#define ORDERS_SQL_PAYMENT_REFUND                                                                  \
-    "UPDATE payments SET status = 'REFUNDED' WHERE order_id = ? AND status = 'CHARGED'"
+/* RefundPayment: payments uq_payment_order. Locks the rows (X). `status = 'CHARGED'` makes a
+ * re-run a no-op. Followed by the IN list of order ids. */
+#define ORDERS_SQL_PAYMENT_REFUND_MANY                                                             \
+    "UPDATE payments FORCE INDEX (uq_payment_order) SET status = 'REFUNDED' "                      \
+    "WHERE status = 'CHARGED' AND order_id IN "
 
 /* ---- order_saga_shipment.c: CreateShipment / CancelShipment ---- */
 
-/* shipments uq_shipment_order (order_id): one shipment per order. Locks that row (X).
- * affected_rows: 1 = created now, 0 = one existed (then ORDERS_SQL_SHIPMENT_LOCK). */
-#define ORDERS_SQL_SHIPMENT_INSERT                                                                 \
-    "INSERT INTO shipments (order_id, status) VALUES (?, 'CREATED') "                              \
-    "ON DUPLICATE KEY UPDATE id = id"
+/* CancelShipment: shipments uq_shipment_order. Locks the rows (X); a re-run changes nothing.
+ * Followed by the IN list of order ids. */
+#define ORDERS_SQL_SHIPMENT_CANCEL_MANY                                                            \
+    "UPDATE shipments FORCE INDEX (uq_shipment_order) SET status = 'CANCELLED' "                   \
+    "WHERE status = 'CREATED' AND order_id IN "
 
-/* shipments uq_shipment_order. Locks the row (X); only when the INSERT found one. */
-#define ORDERS_SQL_SHIPMENT_LOCK "SELECT status FROM shipments WHERE order_id = ? FOR UPDATE"
-
-/* shipments uq_shipment_order. Locks the row (X); a re-run changes nothing. */
-#define ORDERS_SQL_SHIPMENT_CANCEL                                                                 \
-    "UPDATE shipments SET status = 'CANCELLED' WHERE order_id = ? AND status = 'CREATED'"
-
-/* ---- order_saga_*.c: the batch forms of the local steps ----
+/* ---- order_saga_*.c: the set-based statements of the steps ----
  *
  * Each is the text before an IN list (txo_sql_in_list) or the VALUES rows
  * (txo_sql_values_rows). Every locking one names its index (FORCE INDEX) so that it locks the
@@ -187,7 +144,7 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 #define ORDERS_SQL_INVENTORY_LOCK_MANY_END " ORDER BY sku FOR UPDATE"
 
 /* ReserveStock batch: the reservations the sagas made already, with their status (a re-run,
- * judged by the step's rule: it goes the single way). Index: PRIMARY (saga_id, sku) prefix.
+ * judged by the step's rule). Index: PRIMARY (saga_id, sku) prefix.
  * Locks: none (consistent read; the saga leases keep other workers away from these sagas). */
 #define ORDERS_SQL_RESERVATIONS_MANY                                                               \
     "SELECT saga_id, status FROM inventory_reservations FORCE INDEX (PRIMARY) WHERE saga_id IN "
@@ -209,7 +166,7 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 #define ORDERS_SQL_RESERVATION_INSERT_ROW "(?, ?, ?, 'RESERVED')"
 
 /* ChargePayment / CreateShipment batch: the orders' payments / shipments that exist already,
- * with their status (a re-run, judged by the step's rule: it goes the single way). Index:
+ * with their status (a re-run, judged by the step's rule). Index:
  * uq_payment_order / uq_shipment_order. Locks: none. */
 #define ORDERS_SQL_PAYMENTS_MANY                                                                   \
     "SELECT order_id, status FROM payments FORCE INDEX (uq_payment_order) WHERE order_id IN "
@@ -217,14 +174,14 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
     "SELECT order_id, status FROM shipments FORCE INDEX (uq_shipment_order) WHERE order_id IN "
 
 /* ChargePayment batch: one payment per order. Params per row: order_id, amount_cents. A
- * duplicate (raced) fails the batch with TXO_EDUPLICATE: its sagas then go the single way. */
+ * duplicate (raced) fails the batch with TXO_EDUPLICATE: its sagas then run alone. */
 #define ORDERS_SQL_PAYMENT_INSERT_MANY                                                             \
     "INSERT INTO payments (order_id, amount_cents, status) VALUES "
 #define ORDERS_SQL_PAYMENT_INSERT_ROW "(?, ?, 'CHARGED')"
 
-/* The batch guard of ChargePayment / CreateShipment with remote services: which orders are
- * still CREATED before they are charged or shipped. Index: PRIMARY. Locks: none (consistent
- * read, like the single guard's ORDERS_SQL_ORDER_STATUS). */
+/* The guard of ChargePayment / CreateShipment with remote services: which orders are still
+ * CREATED before they are charged or shipped. Index: PRIMARY. Locks: none (consistent read:
+ * a cancel that commits after it is caught by the step's local part). */
 #define ORDERS_SQL_ORDER_STATUS_MANY                                                               \
     "SELECT id, status FROM orders FORCE INDEX (PRIMARY) WHERE id IN "
 
@@ -246,20 +203,10 @@ enum reservations_col { RESERVATIONS_COL_SKU, RESERVATIONS_COL_QTY, RESERVATIONS
 
 /* ---- order_saga.c, order_saga_shipment.c: order status changes ---- */
 
-/* orders PRIMARY. Locks the order row (X). Only CREATED moves: a re-run (already CONFIRMED)
- * changes no row and the caller checks the status instead. version: optimistic locking. */
-#define ORDERS_SQL_ORDER_CONFIRM                                                                   \
-    "UPDATE orders SET status = 'CONFIRMED', version = version + 1 "                               \
-    "WHERE id = ? AND status = 'CREATED'"
-
 /* orders PRIMARY. Locks the order row (X). Only CREATED moves (see ORDERS_SQL_ORDER_CONFIRM). */
 #define ORDERS_SQL_ORDER_CANCEL                                                                    \
     "UPDATE orders SET status = 'CANCELLED', version = version + 1 "                               \
     "WHERE id = ? AND status = 'CREATED'"
-
-/* orders PRIMARY. The order's status, consistent read, no lock: the guard of a remote step
- * (is the order still CREATED before we charge or ship?). */
-#define ORDERS_SQL_ORDER_STATUS "SELECT status FROM orders WHERE id = ?"
 
 /* orders PRIMARY. Locks the order row (X) to read its latest committed status after an
  * UPDATE above changed nothing. */
@@ -343,7 +290,6 @@ enum audit_stock_col {
  * must be allowed by order_status_can_move().
  */
 #define ORDERS_MOVES(X)                                                                            \
-    X(ORDERS_SQL_ORDER_CONFIRM, CREATED, CONFIRMED)                                                \
     X(ORDERS_SQL_ORDER_CONFIRM_MANY, CREATED, CONFIRMED)                                           \
     X(ORDERS_SQL_ORDER_CANCEL, CREATED, CANCELLED)                                                 \
     X(ORDERS_SQL_ORDER_CANCEL_AT_VERSION, CREATED, CANCELLED)

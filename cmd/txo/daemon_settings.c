@@ -265,8 +265,8 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .env = "TXO_SAGA_BATCH",
          .type = SETTING_UINT,
          .def = "50",
-         .help = "the most sagas a runner takes at once; a step with a batch form then runs "
-                 "for all of them in one transaction (1: one saga at a time). A runner never "
+         .help = "the most sagas a runner takes at once; a step then runs for all of them "
+                 "in one transaction (1: one saga at a time). A runner never "
                  "waits for a batch to fill: at low load a batch is one saga",
          .min = 1,
          .max = 1000,

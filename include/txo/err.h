@@ -48,7 +48,8 @@
     X(EUNAVAILABLE, -20, true, "service unavailable")                                              \
     X(EUNSUPPORTED, -21, false, "not supported by this server")                                    \
     X(ECONFLICT, -22, false, "changed by another writer (optimistic lock)")                        \
-    X(EUNKNOWN, -23, true, "outcome unknown: the call may have taken effect")
+    X(EUNKNOWN, -23, true, "outcome unknown: the call may have taken effect")                      \
+    X(EALONE, -24, false, "no verdict in this batch: run it on its own")
 
 enum txo_err {
     TXO_OK = 0,

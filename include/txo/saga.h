@@ -187,51 +187,45 @@ struct txo_saga_ctx {
 };
 
 /*
- * A step's local part, run inside tx. Returns 0, TXO_EBUSINESS (or another permanent code) to
- * fail the step, or a transient code to have it retried. Describe the failure in err: it is
- * stored in saga_steps.error, the code in saga_steps.error_code.
+ * Every part of a step is written once, for n sagas at the same step: the engine hands it one
+ * saga when it runs a saga on its own (txo_saga_run, a retry, a compensation) and several when
+ * txo_saga_run_many() batches a step. A part that has a set-based form (one statement for the
+ * rows of many sagas) writes it once and the single run gets it too; a part that works saga by
+ * saga loops over ctx.
+ *
+ * A step's local part (action, compensation, guard), run inside tx. ctx[k] is saga k's
+ * context; for each saga it sets rcs[k], and errs[k] when rcs[k] is not 0:
+ *   0             done: what it wrote for saga k commits with the transaction;
+ *   TXO_EALONE    no verdict in this batch (say, a rule that needs the saga's rows alone): it
+ *                 wrote nothing for saga k, and the engine runs saga k's step in a batch of its
+ *                 own, where it must give a verdict (TXO_EALONE in a batch of one is a bug);
+ *   another code  the try's result for saga k: TXO_EBUSINESS (or another permanent code) fails
+ *                 the step, a transient code has it retried after a backoff. With n > 1 it
+ *                 must have written nothing for saga k; the engine then runs saga k alone, which
+ *                 evaluates the rule again in the saga's own transaction and records it. With
+ *                 n = 1 whatever it wrote is rolled back.
+ * Describe a failure in errs[k]: it is stored in saga_steps.error, the code in error_code.
+ * Returning non-zero (with err) fails the whole transaction: it rolls back, and with n > 1
+ * every saga of it runs alone. A guard must write nothing: a non-zero rcs[k] refuses saga k's
+ * call before anything is recorded for it.
  */
-typedef int (*txo_saga_step_fn)(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
-                                struct txo_error *err);
+typedef int (*txo_saga_step_fn)(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                                int *rcs, struct txo_error *errs, struct txo_error *err);
 
 /*
- * A step's remote part, run with no transaction open. Returns 0 (done), TXO_EUNKNOWN or
+ * A step's remote part: the calls of n sagas at this step, with no transaction open (n > 1:
+ * made concurrently, a multi-request HTTP client, say). ctx[k] carries saga k's idempotency key,
+ * which the call must send. rcs[k] and errs[k] get saga k's result: 0 (done), TXO_EUNKNOWN or
  * TXO_ETIMEOUT (may have taken effect), another transient code (did not take effect, retry) or
- * a permanent code (refused). It must send ctx->idempotency_key with the call.
+ * a permanent code (refused). Make one try per call: the engine records a failed call and
+ * retries it with its backoff.
  */
-typedef int (*txo_saga_remote_fn)(const struct txo_saga_ctx *ctx, struct txo_error *err);
+typedef void (*txo_saga_remote_fn)(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                                   struct txo_error *errs);
 
 /* Runs in the same transaction as the saga's final status change. */
 typedef int (*txo_saga_finish_fn)(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
                                   enum txo_saga_status final_status, struct txo_error *err);
-
-/*
- * The batch form of a local step (optional): the action of n sagas at this same step in ONE
- * transaction, written as set-based statements (one statement for many sagas' rows) instead
- * of n runs of the action. ctx[k] is what the action would get for saga k. For each saga it
- * sets outcome[k]:
- *   0          done: what it wrote for saga k commits with the batch, the step COMPLETED;
- *   non-zero   not done here (any TXO_E* code: not enough stock, a row that says "re-run",
- *              a fault to inject): it must have written NOTHING for saga k. The engine then
- *              runs saga k's step on its own through `action`, which records the real outcome
- *              (failed, retried) the usual way.
- * Returning non-zero fails the whole batch: the transaction rolls back and every saga of it
- * runs its step on its own. A batch never holds a saga back: whatever the batch cannot do is
- * done by the single path, so a step_batch only needs to cover the common first run.
- */
-typedef int (*txo_saga_step_batch_fn)(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx,
-                                      size_t n, int *outcome, struct txo_error *err);
-
-/*
- * The batch form of a step's remote part (optional): the calls of n sagas at this step, made
- * concurrently (a multi-request HTTP client, say) with no transaction open. ctx[k] is what
- * `remote` would get for saga k, its idempotency key included; rcs[k] and errs[k] receive
- * what `remote` would have returned for it, with the same meaning (0 done, unknown, transient,
- * refused). Make one try per call: a saga whose call failed leaves the batch and the engine
- * records and retries it on its own, the single way.
- */
-typedef void (*txo_saga_remote_batch_fn)(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                                         struct txo_error *errs);
 
 struct txo_saga_step_def {
     const char *name; /* "ReserveStock"; stored in saga_steps.step_name */
@@ -250,16 +244,6 @@ struct txo_saga_step_def {
      * caught by the local part, and the call is undone.
      */
     txo_saga_step_fn guard;
-    /* Optional batch form of `action` (see txo_saga_step_batch_fn), for txo_saga_run_many().
-     * A step with a remote part is batched only when it has remote_batch too. */
-    txo_saga_step_batch_fn action_batch;
-    /* Optional batch form of `remote` (see txo_saga_remote_batch_fn). */
-    txo_saga_remote_batch_fn remote_batch;
-    /* Optional batch form of `guard`, with txo_saga_step_batch_fn's contract: outcome[k] != 0
-     * leaves saga k out of the batch before anything is recorded for it (its own run then
-     * meets `guard`, which records the refusal). It must write nothing. Without it a batched
-     * step runs `guard` for each saga, in the batch's transaction. */
-    txo_saga_step_batch_fn guard_batch;
 };
 
 struct txo_saga_def {
@@ -364,32 +348,27 @@ TXO_API TXO_MUST_CHECK int txo_saga_run(struct txo_db *db, const struct txo_saga
                                         struct txo_error *err);
 
 /*
- * Drives n sagas of def to a terminal state, as txo_saga_run() does each, but a step that
- * several of them have next and whose definition has an action_batch runs for all of them in
- * one transaction: the leases are taken with one statement, the sagas loaded with one, and
- * such a step costs its batch's statements plus two fenced statements (the instances' lease
- * or completion, the steps' status) for the whole batch, instead of a transaction per saga.
- * A step with a remote part (and remote_batch) runs its three phases for the whole batch:
- * one transaction runs the guards and records every call (RUNNING, CALLING, its key), the
- * calls are made together through remote_batch with nothing locked, and one transaction runs
- * action_batch for the sagas whose call was done. A saga whose call failed, was refused or
- * may have happened leaves the batch: its outcome is recorded and it goes on the single way.
- * A saga that the batch did not complete, a saga past a deadline, and every step without a
- * batch form, run the single way. A crash anywhere inside a batch's transaction commits nothing of
- * it, and a crash after its calls leaves them CALLING, i.e. maybe done: every saga is resumed from
- * its persisted state after its lease expires. rcs[k] (may be NULL) gets what txo_saga_run() would
- * have returned for ids[k], finals[k] (may be NULL) the state it ended in. Returns 0 when every
- * saga was handled (look at rcs), or an error that stopped the whole batch (bad arguments, out of
- * memory).
+ * Drives n sagas of def to a terminal state, as txo_saga_run() does each, but the first try of a
+ * step that several of them have next runs for all of them at once: the leases are taken with
+ * one statement, the sagas loaded with one, and a local step runs its action for the whole
+ * batch in one transaction, plus two fenced statements (the instances' lease or completion,
+ * the steps' status) instead of a transaction per saga. A step with a remote part runs its
+ * three phases for the whole batch: one transaction runs the guard and records every call
+ * (RUNNING, CALLING, its key), the calls are made together with nothing locked, and one
+ * transaction runs the action for the sagas whose call was done. A saga whose call failed, was
+ * refused or may have happened leaves the batch: its outcome is recorded and it goes on alone.
+ * A saga the batch did not complete (a non-zero rcs of the action), a saga past a deadline,
+ * retries and compensations run alone (txo_saga_run's way, each part a batch of one). A crash
+ * anywhere inside a batch's transaction commits nothing of it, and a crash after its calls
+ * leaves them CALLING, i.e. maybe done: every saga is resumed from its persisted state after
+ * its lease expires. rcs[k] (may be NULL) gets what txo_saga_run() would have returned for
+ * ids[k], finals[k] (may be NULL) the state it ended in. Returns 0 when every saga was handled
+ * (look at rcs), or an error that stopped the whole batch (bad arguments, out of memory).
  */
 TXO_API TXO_MUST_CHECK int txo_saga_run_many(struct txo_db *db, const struct txo_saga_def *def,
                                              const char *const *ids, size_t n,
                                              const struct txo_saga_opts *opts, void *user, int *rcs,
                                              enum txo_saga_status *finals, struct txo_error *err);
-
-/* True when some step of def can run in batches (an action_batch, and a remote_batch when it
- * has a remote part): txo_saga_run_many() can save work. */
-TXO_API bool txo_saga_def_batches(const struct txo_saga_def *def);
 
 /*
  * Retries a COMPENSATION_FAILED saga: moves it (and its COMPENSATION_FAILED steps) back to

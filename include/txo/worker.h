@@ -141,8 +141,8 @@ struct txo_worker_opts {
 
     unsigned saga_threads; /* saga runners; default 4, max 256 */
     /* The most sagas a runner takes at once (1..1000, default 50). A runner takes what is
-     * queued when it asks, never waiting for more, so at low load a batch is one saga; under
-     * load the sagas of a type whose steps have batch forms run as txo_saga_run_many(). */
+     * queued when it asks, never waiting for more, so at low load a batch is one saga. The
+     * sagas a runner takes run as txo_saga_run_many(); 1 runs each with txo_saga_run(). */
     unsigned saga_batch;
     int64_t poll_ms;           /* scheduler period when idle; default 200 */
     struct txo_saga_opts saga; /* lease, step tries, compensation retry policy (owner: per

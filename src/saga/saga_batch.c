@@ -1,10 +1,10 @@
 /*
  * The batch engine: txo_saga_run_many() (include/txo/saga.h; design note docs/saga.md) runs
- * one step of many sagas in one transaction, through the step's batch forms (action_batch,
- * guard_batch, remote_batch). A saga takes part only in its first try of a step that was never
- * called; every other saga (a refused guard, a failed call, an outcome other than done, a
- * step without batch forms, compensation, a lease not taken) leaves the batches and is driven
- * the single way by saga_run.c, which meets the same rows and tells why.
+ * one step of many sagas in one transaction, each part of the step called once for all of them
+ * (its action, guard and remote part take n sagas). A saga takes part only in its first try of
+ * a step that was never called; every other saga (a refused guard, a failed call, an outcome
+ * other than done, compensation, a lease not taken) leaves the batches and is driven alone by
+ * saga_run.c, which meets the same rows and tells why.
  *
  * Invariants: a batch's transaction fences every saga it writes (owner, RUNNING) and checks
  * each move against the transition tables first; a count that does not match rolls it back.
@@ -24,7 +24,7 @@ struct batch_saga {
     struct saga_run r;
     bool set_up;   /* txo__saga_run_setup succeeded */
     bool acquired; /* its lease was taken by SAGA_SQL_ACQUIRE_MANY and it is loaded */
-    bool single;   /* out of the batches: runs the single way from now on */
+    bool single;   /* out of the batches: runs alone from now on */
     int rc;
     char key[SAGA_KEY_MAX]; /* the idempotency key of its call, in a batch of a remote step */
     /* Its try in the batch in progress: 0 done, else the code it left the batch with. */
@@ -246,12 +246,6 @@ static size_t next_step(const struct saga_run *r)
     return i;
 }
 
-/* True when step sd has a batch form: its action's, and its remote part's when it has one. */
-static bool step_batches(const struct txo_saga_step_def *sd)
-{
-    return sd->action_batch != NULL && (sd->remote == NULL || sd->remote_batch != NULL);
-}
-
 /* True when saga b can take part in a batch of step i: its first try, never called, and no
  * deadline passed (the single path fails that step, by the same rule). */
 static bool batchable(const struct batch_saga *b, size_t i)
@@ -259,7 +253,7 @@ static bool batchable(const struct batch_saga *b, size_t i)
     const struct saga_run *r = &b->r;
     return b->acquired && !b->single && r->status == TXO_SAGA_RUNNING && next_step(r) == i &&
            r->steps[i].status == TXO_STEP_PENDING && r->steps[i].remote == TXO_REMOTE_NONE &&
-           step_batches(&r->def->steps[i]) && txo__saga_deadline_passed(r, i) == TXO_DEADLINE_NONE;
+           txo__saga_deadline_passed(r, i) == TXO_DEADLINE_NONE;
 }
 
 /*
@@ -302,9 +296,10 @@ struct batch_step_tx {
     enum txo_remote_state remote;      /* the remote state recorded with COMPLETED */
     /* out, reset per attempt */
     int *outcome;
-    size_t *done; /* the sagas whose outcome is 0 */
+    struct txo_error *errs; /* per pick: why outcome is not 0 */
+    size_t *done;           /* the sagas whose outcome is 0 */
     size_t n_done;
-    bool body_failed; /* action_batch itself failed */
+    bool body_failed; /* the action itself failed (its own error, not a saga's) */
 };
 
 static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -344,11 +339,12 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
             goto out;
     }
     txo_error_init(err);
-    rc = sd->action_batch(tx, cp, t->m, t->outcome, err);
+    for (size_t k = 0; k < t->m; k++)
+        txo_error_init(&t->errs[k]);
+    rc = sd->action(tx, cp, t->m, t->outcome, t->errs, err);
     if (rc != 0) {
         if (rc > 0)
-            rc = txo_error_set(err, TXO_EINVAL, "%s batch returned %d (not a TXO_E* code)",
-                               sd->name, rc);
+            rc = txo_error_set(err, TXO_EINVAL, "%s returned %d (not a TXO_E* code)", sd->name, rc);
         t->body_failed = true;
         goto out;
     }
@@ -385,7 +381,7 @@ out:
 /* The local part of a batch of step i over b[pick[0..m)], whose steps are in `from` with
  * remote state `remote_from` (and whose calls, when the step has a remote part, were done):
  * the sagas it completes move on, recorded with `remote`; the others leave the batches (they
- * run the single way). */
+ * run alone). */
 static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, size_t i,
                            enum txo_step_status from, enum txo_remote_state remote_from,
                            enum txo_remote_state remote)
@@ -400,10 +396,11 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
                               .remote = remote};
     t.finish = i + 1 == r0->def->n_steps;
     t.outcome = txo_calloc(m, sizeof(*t.outcome));
+    t.errs = txo_calloc(m, sizeof(*t.errs));
     t.done = txo_calloc(m, sizeof(*t.done));
     struct txo_error err;
     txo_error_init(&err);
-    int rc = t.outcome != NULL && t.done != NULL
+    int rc = t.outcome != NULL && t.errs != NULL && t.done != NULL
                  ? txo_db_transact(r0->db, TXO_ISO_READ_COMMITTED, batch_step_fn, &t, &err)
                  : TXO_ENOMEM;
     if (rc != 0) {
@@ -419,7 +416,8 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
         for (size_t k = 0; k < m; k++) {
             b[pick[k]].single = t.outcome[k] != 0;
             if (t.outcome[k] != 0)
-                batch_left(&b[pick[k]], t.outcome[k], "not done in the batch: runs alone");
+                batch_left(&b[pick[k]], t.outcome[k],
+                           t.errs[k].msg[0] != '\0' ? t.errs[k].msg : txo_strerror(t.outcome[k]));
         }
         for (size_t k = 0; k < t.n_done; k++) {
             struct saga_run *r = &b[t.done[k]].r;
@@ -434,6 +432,7 @@ static void run_batch_step(struct batch_saga *b, const size_t *pick, size_t m, s
         txo_crash_point("saga.batch.after_commit");
     }
     txo_free(t.outcome);
+    txo_free(t.errs);
     txo_free(t.done);
 }
 
@@ -446,8 +445,9 @@ struct batch_call_tx {
     size_t i;
     const struct txo_saga_ctx *const *ctx; /* per pick, with the calls' keys */
     /* out, reset per attempt */
-    int *refused; /* per pick: the guard's code, 0 when the call may be made */
-    size_t *in;   /* the sagas whose call is recorded (indexes into b) */
+    int *refused;          /* per pick: the guard's code, 0 when the call may be made */
+    struct txo_error *why; /* per pick: the guard's reason (its own run records it) */
+    size_t *in;            /* the sagas whose call is recorded (indexes into b) */
     size_t n_in;
 };
 
@@ -461,29 +461,16 @@ static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = 0;
     t->n_in = 0;
     memset(t->refused, 0, t->m * sizeof(*t->refused));
-    if (sd->guard_batch != NULL) {
+    if (sd->guard != NULL) {
+        for (size_t k = 0; k < t->m; k++)
+            txo_error_init(&t->why[k]);
         txo_error_init(err);
-        rc = sd->guard_batch(tx, t->ctx, t->m, t->refused, err);
+        rc = sd->guard(tx, t->ctx, t->m, t->refused, t->why, err);
         if (rc > 0)
-            rc = txo_error_set(err, TXO_EINVAL, "%s: batch guard returned %d (not a TXO_E* code)",
+            rc = txo_error_set(err, TXO_EINVAL, "%s: guard returned %d (not a TXO_E* code)",
                                sd->name, rc);
         if (rc != 0)
             return rc;
-    } else if (sd->guard != NULL) {
-        for (size_t k = 0; k < t->m; k++) {
-            struct txo_error gerr;
-            txo_error_init(&gerr);
-            int g = sd->guard(tx, t->ctx[k], &gerr);
-            if (g != 0 && (g > 0 || txo_err_is_transient(g))) {
-                /* Not the guard's verdict (a deadlock, the server gone): the whole batch
-                 * runs the single way, which meets it again. */
-                if (err != NULL)
-                    *err = gerr;
-                return g > 0 ? txo_error_set(err, TXO_EINVAL, "%s: guard returned %d", sd->name, g)
-                             : g;
-            }
-            t->refused[k] = g;
-        }
     }
     for (size_t k = 0; k < t->m; k++) {
         if (t->refused[k] != 0)
@@ -563,8 +550,14 @@ static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size
             txo__saga_make_ctx(&bs->r, i, 1, false, bs->key, &ctx[k]);
             cp[k] = &ctx[k];
         }
-        struct batch_call_tx t = {
-            .b = b, .pick = pick, .m = m, .i = i, .ctx = cp, .refused = refused, .in = in};
+        struct batch_call_tx t = {.b = b,
+                                  .pick = pick,
+                                  .m = m,
+                                  .i = i,
+                                  .ctx = cp,
+                                  .refused = refused,
+                                  .why = errs,
+                                  .in = in};
         rc = txo_db_transact(r0->db, TXO_ISO_READ_COMMITTED, batch_call_fn, &t, &err);
         n_in = t.n_in;
     }
@@ -597,7 +590,7 @@ static void run_remote_batch_step(struct batch_saga *b, const size_t *pick, size
     }
     int64_t call_start_us = txo_realtime_us();
     if (n_in > 0) {
-        sd->remote_batch(cp, n_in, rcs, errs);
+        sd->remote(cp, n_in, rcs, errs);
         txo_crash_point("saga.batch.after_call");
     }
     char call_name[SAGA_STEP_NAME_MAX + 16];
@@ -642,14 +635,6 @@ out:
     txo_free(done);
     txo_free(rcs);
     txo_free(errs);
-}
-
-bool txo_saga_def_batches(const struct txo_saga_def *def)
-{
-    for (size_t i = 0; def != NULL && i < def->n_steps; i++)
-        if (step_batches(&def->steps[i]))
-            return true;
-    return false;
 }
 
 int txo_saga_run_many(struct txo_db *db, const struct txo_saga_def *def, const char *const *ids,
@@ -711,9 +696,8 @@ int txo_saga_run_many(struct txo_db *db, const struct txo_saga_def *def, const c
             run_batch_step(b, pick, m, step, TXO_STEP_PENDING, TXO_REMOTE_NONE, TXO_REMOTE_NONE);
         batch_trace_end(b, pick, m, step, &bt);
     }
-    /* What is left, the single way: sagas out of the batches, steps without a batch form,
-     * compensation, and the sagas whose lease the batch did not take (txo__saga_drive() tells
-     * why). */
+    /* What is left, alone: sagas out of the batches, compensation, and the sagas whose lease
+     * the batch did not take (txo__saga_drive() tells why). */
     for (size_t k = 0; k < n; k++) {
         struct batch_saga *bs = &b[k];
         struct txo_error e;

@@ -82,6 +82,48 @@ static bool only_step_left(const struct saga_run *r, size_t i)
     return true;
 }
 
+/*
+ * A local part (action, compensation, guard) for one saga: a batch of one. Returns the saga's
+ * result, the transaction's own error or the saga's code, with its message in err.
+ */
+static int step_one(txo_saga_step_fn fn, struct txo_tx *tx, const struct txo_saga_ctx *ctx,
+                    const char *what, struct txo_error *err)
+{
+    const struct txo_saga_ctx *cp[1] = {ctx};
+    int one = 0;
+    struct txo_error e;
+    txo_error_init(&e);
+    txo_error_init(err);
+    int rc = fn(tx, cp, 1, &one, &e, err);
+    if (rc == 0 && one != 0) {
+        rc = one;
+        if (err != NULL)
+            *err = e;
+    }
+    if (rc > 0)
+        return txo_error_set(err, TXO_EINVAL, "%s returned %d (not a TXO_E* code)", what, rc);
+    if (rc == TXO_EALONE)
+        return txo_error_set(err, TXO_EINVAL, "%s gave no verdict in a batch of one", what);
+    if (rc != 0 && err != NULL && err->msg[0] == '\0')
+        txo_error_set(err, rc, "%s", txo_strerror(rc));
+    return rc;
+}
+
+/* A remote part for one saga: a batch of one. Returns its result, with its message in err. */
+static int remote_one(txo_saga_remote_fn fn, const struct txo_saga_ctx *ctx, const char *what,
+                      struct txo_error *err)
+{
+    const struct txo_saga_ctx *cp[1] = {ctx};
+    int rc = 0;
+    txo_error_init(err);
+    fn(cp, 1, &rc, err);
+    if (rc > 0)
+        return txo_error_set(err, TXO_EINVAL, "%s: remote part returned %d", what, rc);
+    if (rc != 0 && err != NULL && err->msg[0] == '\0')
+        txo_error_set(err, rc, "%s", txo_strerror(rc));
+    return rc;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Phase (a): the record of a remote call about to be made */
 
@@ -119,12 +161,8 @@ static int call_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (guard != NULL) {
         struct txo_saga_ctx ctx;
         txo__saga_make_ctx(r, a->i, a->attempt, false, a->key, &ctx);
-        txo_error_init(err);
-        int rc = guard(tx, &ctx, err);
+        int rc = step_one(guard, tx, &ctx, "guard", err);
         if (rc != 0) {
-            if (rc > 0)
-                rc = txo_error_set(err, TXO_EINVAL, "%s: guard returned %d (not a TXO_E* code)",
-                                   ctx.step_name, rc);
             a->guard_failed = true;
             return rc;
         }
@@ -269,14 +307,8 @@ static int local_tx_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (fn != NULL) {
         struct txo_saga_ctx ctx;
         txo__saga_make_ctx(r, t->i, t->attempt, t->compensate, NULL, &ctx);
-        txo_error_init(err);
-        int rc = fn(tx, &ctx, err);
+        int rc = step_one(fn, tx, &ctx, sd->name, err);
         if (rc != 0) {
-            if (rc > 0)
-                rc = txo_error_set(err, TXO_EINVAL, "%s returned %d (not a TXO_E* code)", sd->name,
-                                   rc);
-            else if (err != NULL && err->msg[0] == '\0')
-                txo_error_set(err, rc, "%s", txo_strerror(rc));
             t->fn_failed = true;
             t->fn_rc = rc;
             return rc;
@@ -611,10 +643,8 @@ static int run_try(struct saga_run *r, size_t i, bool compensate, unsigned attem
             txo_trace_child(&r->try_span, &r->call_span);
         struct txo_saga_ctx ctx;
         txo__saga_make_ctx(r, i, attempt, compensate, key, &ctx);
-        rc = remote(&ctx, &terr);
+        rc = remote_one(remote, &ctx, sd->name, &terr);
         txo_crash_point(compensate ? "saga.compensation.after_call" : "saga.step.after_call");
-        if (rc > 0)
-            rc = txo_error_set(&terr, TXO_EINVAL, "%s: remote part returned %d", sd->name, rc);
         if (r->in_call) {
             char name[SAGA_STEP_NAME_MAX + 16];
             snprintf(name, sizeof(name), "%s %s", sd->name, compensate ? "undo call" : "call");

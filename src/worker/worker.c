@@ -742,20 +742,18 @@ static void *runner_main(void *arg)
             n++;
         } while (n < w->batch && w->len > 0 && jobs[0].kind == JOB_RUN &&
                  w->queue[w->head].kind == JOB_RUN &&
-                 strcmp(w->queue[w->head].ref.type, jobs[0].ref.type) == 0 &&
-                 txo_saga_def_batches(find_saga(w, jobs[0].ref.type)));
+                 strcmp(w->queue[w->head].ref.type, jobs[0].ref.type) == 0);
         if (full) { /* it was full: the scheduler may have more for us */
             w->kicks++;
             pthread_cond_broadcast(&w->wake);
         }
         pthread_mutex_unlock(&w->mu);
 
-        /* A saga type that batches runs its sagas through the batch engine, one saga being a
-         * batch of one; --saga-batch 1 runs each on its own. */
+        /* Sagas to run go through the batch engine, one saga being a batch of one;
+         * --saga-batch 1 runs each on its own. */
         if (!ensure_db(w, &db, "runner"))
             nap(w, w->opts.poll_ms);
-        else if (n > 1 || (w->batch > 1 && jobs[0].kind == JOB_RUN &&
-                           txo_saga_def_batches(find_saga(w, jobs[0].ref.type))))
+        else if (n > 1 || (w->batch > 1 && jobs[0].kind == JOB_RUN))
             run_jobs(w, &db, user, jobs, n);
         else
             run_job(w, &db, user, &jobs[0]);

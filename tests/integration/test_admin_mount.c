@@ -23,6 +23,7 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testsaga.h"
 #include "testhttp.h"
 #include "txo/txo.h"
 
@@ -39,7 +40,7 @@ struct probe_env {
 static unsigned envs_made;
 static unsigned envs_freed;
 
-static int step_ok(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int step_ok_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     (void)tx;
     (void)ctx;
@@ -47,14 +48,15 @@ static int step_ok(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo
     return 0;
 }
 
-static int step_refused(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int step_refused_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
+                            struct txo_error *err)
 {
     (void)tx;
     (void)ctx;
     return txo_error_set(err, TXO_EBUSINESS, "refused by the test");
 }
 
-static int undo_first(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int undo_first_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     (void)tx;
     const struct probe_env *env = ctx->user;
@@ -62,6 +64,10 @@ static int undo_first(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct 
         return txo_error_set(err, TXO_EBUSINESS, "undo refused by the test");
     return 0;
 }
+
+TESTSAGA_STEP(step_ok, step_ok_one)
+TESTSAGA_STEP(step_refused, step_refused_one)
+TESTSAGA_STEP(undo_first, undo_first_one)
 
 static const struct txo_saga_step_def probe_steps[] = {
     {.name = "First", .action = step_ok, .compensate = undo_first},

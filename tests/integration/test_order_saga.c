@@ -556,10 +556,18 @@ struct step_call {
     struct txo_saga_ctx *ctx;
 };
 
+/* One saga alone, as the engine runs it: the part's own error, or the saga's result. */
 static int step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct step_call *c = arg;
-    return (c->compensate ? c->step->compensate : c->step->action)(tx, c->ctx, err);
+    const struct txo_saga_ctx *cp[1] = {c->ctx};
+    int rc1 = 0;
+    struct txo_error e1;
+    txo_error_init(&e1);
+    int rc = (c->compensate ? c->step->compensate : c->step->action)(tx, cp, 1, &rc1, &e1, err);
+    if (rc == 0 && rc1 != 0 && err != NULL)
+        *err = e1;
+    return rc != 0 ? rc : rc1;
 }
 
 static void test_every_step_is_idempotent(void **state)

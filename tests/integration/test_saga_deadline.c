@@ -46,8 +46,7 @@ struct probe {
     char keys[4][96]; /* the idempotency keys of the first Charge calls */
     int undo_calls;
     char undo_key[96];
-    int action_batch_calls;
-    int remote_batch_calls;
+    int remote_batch_calls; /* calls of several sagas at once */
     int64_t batch_lease_us; /* lease left on the first saga while the batch's calls ran */
     const struct testdb *t;
 };
@@ -62,17 +61,25 @@ struct fixture {
     char id[TXO_SAGA_ID_LEN];
 };
 
-static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int action(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                  struct txo_error *errs, struct txo_error *err)
 {
-    return testsaga_effect(tx, ctx, "do", err);
+    (void)errs;
+    for (size_t k = 0; k < n; k++) {
+        rcs[k] = 0;
+        int rc = testsaga_effect(tx, ctx[k], "do", err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }
 
-static int compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int compensate_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     return testsaga_effect(tx, ctx, "undo", err);
 }
 
-static int charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int charge_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     pthread_mutex_lock(&p->mu);
@@ -91,7 +98,7 @@ static int charge(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return rc == 0 ? 0 : txo_error_set(err, rc, "charge call %d: %s", n + 1, txo_err_name(rc));
 }
 
-static int charge_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int charge_undo_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     (void)err;
     struct probe *p = ctx->user;
@@ -102,22 +109,10 @@ static int charge_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return 0;
 }
 
-static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
-                        int *outcome, struct txo_error *err)
-{
-    struct probe *p = ctx[0]->user;
-    p->action_batch_calls++;
-    for (size_t k = 0; k < n; k++) {
-        int rc = testsaga_effect(tx, ctx[k], "do", err);
-        if (rc != 0)
-            return rc;
-        outcome[k] = 0;
-    }
-    return 0;
-}
-
-static void charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                         struct txo_error *errs)
+/* Several sagas' calls at once (the batch engine's): all done; the lease left on the first
+ * saga is read while they run. */
+static void charge_many(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                        struct txo_error *errs)
 {
     struct probe *p = ctx[0]->user;
     p->remote_batch_calls++;
@@ -134,6 +129,20 @@ static void charge_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *r
         txo_error_init(&errs[k]);
     }
 }
+
+static void charge(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                   struct txo_error *errs)
+{
+    if (n > 1) {
+        charge_many(ctx, n, rcs, errs);
+        return;
+    }
+    txo_error_init(&errs[0]);
+    rcs[0] = charge_one(ctx[0], &errs[0]);
+}
+
+TESTSAGA_STEP(compensate, compensate_one)
+TESTSAGA_REMOTE(charge_undo, charge_undo_one)
 
 /* Charge: a try may hang 1 s; the step as a whole may take 60 s. */
 static const struct txo_saga_step_def try_steps[N_STEPS] = {
@@ -175,18 +184,16 @@ static const struct txo_saga_step_def saga_steps[N_STEPS] = {
 static const struct txo_saga_def saga_def = {
     .type = "SlowSaga", .steps = saga_steps, .n_steps = 3, .deadline_ms = 60000};
 
-/* The batch forms, with a saga deadline of 60 s and a Charge try timeout of 2 s. */
+/* For batches: a saga deadline of 60 s and a Charge try timeout of 2 s. */
 static const struct txo_saga_step_def batch_steps[N_STEPS] = {
-    {.name = "Reserve", .action = action, .compensate = compensate, .action_batch = action_batch},
+    {.name = "Reserve", .action = action, .compensate = compensate},
     {.name = "Charge",
      .try_timeout_ms = 2000,
      .action = action,
      .compensate = compensate,
      .remote = charge,
-     .remote_compensate = charge_undo,
-     .action_batch = action_batch,
-     .remote_batch = charge_batch},
-    {.name = "Ship", .action = action, .compensate = compensate, .action_batch = action_batch},
+     .remote_compensate = charge_undo},
+    {.name = "Ship", .action = action, .compensate = compensate},
 };
 static const struct txo_saga_def batch_def = {
     .type = "BatchSaga", .steps = batch_steps, .n_steps = 3, .deadline_ms = 60000};

@@ -18,6 +18,7 @@
 
 #include "testclock.h"
 #include "testdb.h"
+#include "testsaga.h"
 #include "txo/txo.h"
 
 #define N_STEPS 3
@@ -107,7 +108,7 @@ static void check_ctx(const struct txo_saga_ctx *ctx)
         p->bad_ctx++;
 }
 
-static int toy_action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int toy_action_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
@@ -138,7 +139,8 @@ static int toy_action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct 
     return 0;
 }
 
-static int toy_compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int toy_compensate_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx,
+                              struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
@@ -185,6 +187,9 @@ static void toy_free_state(void *state)
 {
     txo_free(state);
 }
+
+TESTSAGA_STEP(toy_action, toy_action_one)
+TESTSAGA_STEP(toy_compensate, toy_compensate_one)
 
 static const struct txo_saga_step_def toy_steps[N_STEPS] = {
     {.name = "Reserve", .action = toy_action, .compensate = toy_compensate},

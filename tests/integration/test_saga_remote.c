@@ -70,7 +70,7 @@ struct fixture {
     struct txo_saga_opts opts;
 };
 
-static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int action_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
@@ -87,7 +87,7 @@ static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_
     return 0;
 }
 
-static int compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int compensate_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     p->comp_calls[ctx->step_index + 1]++;
@@ -119,7 +119,7 @@ static void probe_no_locks(struct probe *p)
     txo_db_close(other);
 }
 
-static int remote(const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int remote_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
@@ -133,7 +133,7 @@ static int remote(const struct txo_saga_ctx *ctx, struct txo_error *err)
                : txo_error_set(err, rc, "%s call %d: %s", ctx->step_name, n + 1, txo_err_name(rc));
 }
 
-static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int remote_undo_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
@@ -143,7 +143,7 @@ static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return rc == 0 ? 0 : txo_error_set(err, rc, "undo of %s refused", ctx->step_name);
 }
 
-static int guard(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int guard_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     int step = (int)ctx->step_index + 1;
@@ -168,6 +168,12 @@ static int on_aborted(struct txo_tx *tx, const struct txo_saga_ctx *ctx, enum tx
              ctx->failed_step_name != NULL ? ctx->failed_step_name : "");
     return 0;
 }
+
+TESTSAGA_STEP(action, action_one)
+TESTSAGA_STEP(compensate, compensate_one)
+TESTSAGA_STEP(guard, guard_one)
+TESTSAGA_REMOTE(remote, remote_one)
+TESTSAGA_REMOTE(remote_undo, remote_undo_one)
 
 static const struct txo_saga_step_def steps[N_STEPS] = {
     {.name = "Reserve", .action = action, .compensate = compensate},

@@ -1,11 +1,12 @@
 /*
- * Batched remote steps (txo_saga_run_many with remote_batch) against a real MariaDB: a saga
- * Reserve (local) -> Charge (remote, batch guard) -> Ship (remote, per-saga guard), every step
- * with batch forms whose remote parts return scripted results per saga.
+ * Batched remote steps (txo_saga_run_many: a step's remote part called for many sagas at once)
+ * against a real MariaDB: a saga Reserve (local) -> Charge (remote, guarded) -> Ship (remote,
+ * guarded), whose parts return scripted results per saga: a call of several sagas gets the
+ * batch results, a saga called alone the single ones.
  *
  * What must hold:
- *   - a batch of sagas whose calls are all done makes one remote_batch call per step (never
- *     the single `remote`), records each call's key, and completes in a handful of statements
+ *   - a batch of sagas whose calls are all done makes one call of the remote part per step (no
+ *     saga is called alone), records each call's key, and completes in a handful of statements
  *     per step for the whole batch; no row is locked while the calls run;
  *   - in one batch, a refused call fails its saga alone (compensated, not called again); a
  *     call that may have happened (timeout) is compensated also when its retry is refused; a
@@ -47,7 +48,7 @@ struct probe {
     int guard_rc[N_STEPS + 1][N_SAGAS];
     int action_fail[N_STEPS + 1][N_SAGAS]; /* the local part fails with this code */
     /* Counted. */
-    int batch_calls[N_STEPS + 1];  /* remote_batch invocations */
+    int batch_calls[N_STEPS + 1];  /* calls of several sagas at once */
     int batch_called[N_STEPS + 1]; /* sagas called through them */
     int single_calls[N_STEPS + 1][N_SAGAS];
     int undo_calls[N_STEPS + 1][N_SAGAS];
@@ -74,23 +75,17 @@ static int index_of(const struct txo_saga_ctx *ctx)
     return atoi(ctx->correlation_id + 3);
 }
 
-static int action(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
-{
-    struct probe *p = ctx->user;
-    int code = p->action_fail[ctx->step_index + 1][index_of(ctx)];
-    if (code != 0)
-        return txo_error_set(err, code, "%s refused locally", ctx->step_name);
-    return testsaga_effect(tx, ctx, "do", err);
-}
-
-static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
-                        int *outcome, struct txo_error *err)
+/* The local part: saga k's scripted failure (nothing written for it), else its effect. */
+static int action(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                  struct txo_error *errs, struct txo_error *err)
 {
     struct probe *p = ctx[0]->user;
     for (size_t k = 0; k < n; k++) {
-        outcome[k] = p->action_fail[ctx[k]->step_index + 1][index_of(ctx[k])];
-        if (outcome[k] != 0)
-            continue; /* nothing written for it: its own run fails it */
+        rcs[k] = p->action_fail[ctx[k]->step_index + 1][index_of(ctx[k])];
+        if (rcs[k] != 0) {
+            txo_error_set(&errs[k], rcs[k], "%s refused locally", ctx[k]->step_name);
+            continue;
+        }
         int rc = testsaga_effect(tx, ctx[k], "do", err);
         if (rc != 0)
             return rc;
@@ -98,7 +93,7 @@ static int action_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx
     return 0;
 }
 
-static int compensate(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int compensate_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     return testsaga_effect(tx, ctx, "undo", err);
 }
@@ -128,8 +123,9 @@ static void probe_no_locks(struct probe *p, const struct txo_saga_ctx *const *ct
     txo_db_close(other);
 }
 
-static void remote_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                         struct txo_error *errs)
+/* Several sagas' calls at once (the batch engine's first try): the scripted batch results. */
+static void remote_many(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                        struct txo_error *errs)
 {
     struct probe *p = ctx[0]->user;
     unsigned step = ctx[0]->step_index + 1;
@@ -147,7 +143,8 @@ static void remote_batch(const struct txo_saga_ctx *const *ctx, size_t n, int *r
     }
 }
 
-static int remote(const struct txo_saga_ctx *ctx, struct txo_error *err)
+/* One saga's call (a saga alone): the scripted single results. */
+static int remote_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     unsigned step = ctx->step_index + 1;
@@ -158,7 +155,7 @@ static int remote(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return rc == 0 ? 0 : txo_error_set(err, rc, "single call of saga %d", s);
 }
 
-static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
+static int remote_undo_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
     p->undo_calls[ctx->step_index + 1][index_of(ctx)]++;
@@ -166,45 +163,51 @@ static int remote_undo(const struct txo_saga_ctx *ctx, struct txo_error *err)
     return 0;
 }
 
-static int guard(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+static void remote(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                   struct txo_error *errs)
 {
-    (void)tx;
-    struct probe *p = ctx->user;
-    int rc = p->guard_rc[ctx->step_index + 1][index_of(ctx)];
-    return rc == 0 ? 0 : txo_error_set(err, rc, "%s: order no longer open", ctx->step_name);
+    if (n > 1) {
+        remote_many(ctx, n, rcs, errs);
+        return;
+    }
+    txo_error_init(&errs[0]);
+    rcs[0] = remote_one(ctx[0], &errs[0]);
 }
 
-static int guard_batch(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
-                       int *outcome, struct txo_error *err)
+/* The guard: saga k's scripted refusal; one call for a batch of several is counted. */
+static int guard(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                 struct txo_error *errs, struct txo_error *err)
 {
     (void)tx;
     (void)err;
     struct probe *p = ctx[0]->user;
-    p->guard_batch_calls[ctx[0]->step_index + 1]++;
-    for (size_t k = 0; k < n; k++)
-        outcome[k] = p->guard_rc[ctx[k]->step_index + 1][index_of(ctx[k])];
+    if (n > 1)
+        p->guard_batch_calls[ctx[0]->step_index + 1]++;
+    for (size_t k = 0; k < n; k++) {
+        rcs[k] = p->guard_rc[ctx[k]->step_index + 1][index_of(ctx[k])];
+        if (rcs[k] != 0)
+            txo_error_set(&errs[k], rcs[k], "%s: order no longer open", ctx[k]->step_name);
+    }
     return 0;
 }
 
+TESTSAGA_STEP(compensate, compensate_one)
+TESTSAGA_REMOTE(remote_undo, remote_undo_one)
+
 static const struct txo_saga_step_def steps[N_STEPS] = {
-    {.name = "Reserve", .action = action, .compensate = compensate, .action_batch = action_batch},
+    {.name = "Reserve", .action = action, .compensate = compensate},
     {.name = "Charge",
      .action = action,
      .compensate = compensate,
      .remote = remote,
      .remote_compensate = remote_undo,
-     .guard = guard,
-     .action_batch = action_batch,
-     .remote_batch = remote_batch,
-     .guard_batch = guard_batch},
+     .guard = guard},
     {.name = "Ship",
      .action = action,
      .compensate = compensate,
      .remote = remote,
      .remote_compensate = remote_undo,
-     .guard = guard, /* no batch form: run for each saga in the batch's transaction */
-     .action_batch = action_batch,
-     .remote_batch = remote_batch},
+     .guard = guard},
 };
 
 static const struct txo_saga_def def = {
@@ -345,7 +348,7 @@ static void test_batch_of_calls_completes(void **state)
     /*
      * The engine's own statements, for all 20 sagas: the leases (2); Reserve's fence and
      * steps (2); per remote step, recording the calls (2) and the local part's fence and
-     * steps (2); and the transactions' commits (6). The test's action_batch adds one INSERT
+     * steps (2); and the transactions' commits (6). The test's action adds one INSERT
      * per saga and step (not set-based, unlike the order saga's). The single path costs
      * about 9 statements per saga.
      */
@@ -364,7 +367,7 @@ static void test_mixed_outcomes_in_one_batch(void **state)
     f->p.guard_rc[2][9] = TXO_EBUSINESS;     /* cancelled before the call */
     f->p.action_fail[2][11] = TXO_EBUSINESS; /* done, but its local part cannot commit */
     f->p.batch_rc[3][13] = TXO_EUNAVAILABLE; /* Ship retried on its own */
-    f->p.guard_rc[3][15] = TXO_EBUSINESS;    /* refused by Ship's per-saga guard */
+    f->p.guard_rc[3][15] = TXO_EBUSINESS;    /* refused by Ship's guard */
     enum txo_saga_status finals[N_SAGAS];
     run_batch(f, f->t.db, finals);
 
@@ -397,7 +400,7 @@ static void test_mixed_outcomes_in_one_batch(void **state)
     assert_int_equal(f->p.single_calls[2][11], 0);
     assert_int_equal(f->p.undo_calls[2][11], 1);
     assert_int_equal(effects(f, 11, "Charge", "do"), 0);
-    /* Ship: one retried on its own, one refused by the per-saga guard. */
+    /* Ship: one retried on its own, one refused by the guard. */
     assert_int_equal(finals[13], TXO_SAGA_COMPLETED);
     assert_step(f, 13, 3, "COMPLETED", "DONE", "2");
     assert_int_equal(finals[15], TXO_SAGA_COMPENSATED);

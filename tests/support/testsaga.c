@@ -57,3 +57,23 @@ void testsaga_assert_step(struct txo_db *db, const char *saga_id, int step, cons
     txo_free(s);
     txo_free(r);
 }
+
+int testsaga_each(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                  struct txo_error *errs, testsaga_one_fn one)
+{
+    for (size_t k = 0; k < n; k++) {
+        txo_error_init(&errs[k]);
+        rcs[k] = n > 1 ? txo_error_set(&errs[k], TXO_EALONE, "a toy step runs saga by saga")
+                       : one(tx, ctx[k], &errs[k]);
+    }
+    return 0;
+}
+
+void testsaga_each_remote(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
+                          struct txo_error *errs, testsaga_remote_one_fn one)
+{
+    for (size_t k = 0; k < n; k++) {
+        txo_error_init(&errs[k]);
+        rcs[k] = one(ctx[k], &errs[k]);
+    }
+}

@@ -33,7 +33,7 @@ static const struct {
     {-17, "TXO_EIO", false},          {-18, "TXO_ECANCELED", false},
     {-19, "TXO_EMIGRATION", false},   {-20, "TXO_EUNAVAILABLE", true},
     {-21, "TXO_EUNSUPPORTED", false}, {-22, "TXO_ECONFLICT", false},
-    {-23, "TXO_EUNKNOWN", true},
+    {-23, "TXO_EUNKNOWN", true},      {-24, "TXO_EALONE", false},
 };
 
 static void test_codes_are_stable(void **state)
@@ -89,7 +89,7 @@ static void test_ok_and_unknown_codes(void **state)
     assert_string_equal(txo_strerror(TXO_OK), "success");
     assert_false(txo_err_is_transient(TXO_OK));
 
-    const int unknown[] = {1, 42, -24, -1000, INT_MIN, INT_MAX};
+    const int unknown[] = {1, 42, -25, -1000, INT_MIN, INT_MAX};
     for (size_t i = 0; i < TXO_ARRAY_LEN(unknown); i++) {
         assert_string_equal(txo_strerror(unknown[i]), "unknown error");
         assert_string_equal(txo_err_name(unknown[i]), "TXO_E?");
