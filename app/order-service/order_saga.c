@@ -713,15 +713,8 @@ int orders_run_saga(struct txo_db *db, const char *saga_id, const struct order_f
                     struct txo_error *err)
 {
     struct order_saga_env env;
-
-    struct txo_saga_opts defaults;
-
-    if (opts == NULL) {
-        txo_saga_opts_init(&defaults);
-        opts = &defaults;
-    }
     order_saga_env_init(&env, faults);
-    return txo_saga_run(db, &order_def, saga_id, opts, &env, final, err);
+    return txo_saga_run(db, &order_def, saga_id, opts, &env, final, err); /* NULL: defaults */
 }
 
 int orders_run_saga_many(struct txo_db *db, const char *const *saga_ids, size_t n,
@@ -746,12 +739,6 @@ int orders_retry_saga_with(struct txo_db *db, const char *saga_id,
                            struct txo_error *err)
 {
     struct order_saga_env env;
-    struct txo_saga_opts defaults;
-
-    if (opts == NULL) {
-        txo_saga_opts_init(&defaults);
-        opts = &defaults;
-    }
     order_saga_env_init(&env, faults);
     if (services != NULL) {
         int rc = order_service_session_new(services, &env.session, err);

@@ -336,8 +336,9 @@ TXO_API TXO_MUST_CHECK int txo_saga_create_many(struct txo_tx *tx, const struct 
 /*
  * Takes the saga's owner lease and drives it from its persisted state to a terminal state:
  * RUNNING runs the remaining steps, COMPENSATING undoes the completed ones. A saga already
- * terminal is left as it is. *final (may be NULL) receives the state it ended in.
- * Returns 0 when the saga is terminal (whatever the outcome: look at *final).
+ * terminal is left as it is. opts NULL: txo_saga_opts_init()'s defaults. *final (may be NULL)
+ * receives the state it ended in. Returns 0 when the saga is terminal (whatever the outcome:
+ * look at *final).
  * Errors: TXO_ENOTFOUND, TXO_ELEASELOST (another live owner holds it), TXO_EINVAL (the stored
  * type is not def->type or the step list differs), DB errors (the saga stays as persisted and
  * is resumed by whoever runs it after the lease expires).
