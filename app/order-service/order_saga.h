@@ -84,7 +84,8 @@ struct order_faults {
 struct order_service_session;
 struct order_saga_env {
     const struct order_faults *faults; /* NULL: no faults */
-    unsigned charge_calls;             /* ChargePayment calls so far in this run */
+    unsigned charge_calls; /* ChargePayment tries of a saga alone so far in this run (the
+                            * injected transient failures count them) */
     /* NULL: payment and shipment are the in-process stand-ins. Otherwise the steps call the
      * services configured in it over HTTP (order_services.h) before writing their rows. */
     struct order_service_session *session;

@@ -48,7 +48,7 @@ static void charge_faults(const struct txo_saga_ctx *const *ctx, size_t n, int *
         const struct order_saga_state *st = ctx[k]->state;
         if (rcs[k] != 0)
             continue;
-        if (env != NULL && faults->transient_charge_failures > 0 && n == 1)
+        if (env != NULL && n == 1)
             env->charge_calls++;
         bool unavailable = env != NULL && env->charge_calls <= faults->transient_charge_failures &&
                            faults->transient_charge_failures > 0;
