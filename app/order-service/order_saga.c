@@ -640,6 +640,30 @@ out:
     return rc;
 }
 
+int order_saga__undo(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                     const struct order_saga_undo *u, int *rcs, struct txo_error *errs,
+                     struct txo_error *err)
+{
+    struct order_saga_batch o;
+    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
+    for (size_t k = 0; rc == 0 && k < n; k++) {
+        order_saga__fault(n, u->fault(order_saga__faults(ctx[k])), rcs, errs, k, TXO_EBUSINESS,
+                          "%s (injected): order_id=%s", u->fault_says, o.ids[k]);
+        o.was[k] = STEP_REDONE; /* its event may be there from an earlier run */
+    }
+    size_t m = 0;
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        if (rcs[k] == 0)
+            o.p[m++] = o.p[k];
+    if (m > 0)
+        rc = order_saga__batch_query(tx, u->sql, "", o.p, m, NULL, NULL, err);
+    if (rc == 0)
+        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, u->event_type, u->suffix, false,
+                                    u->with_amount, err);
+    order_saga__batch_free(&o);
+    return rc;
+}
+
 /*
  * Deadlines (include/txo/saga.h). A call to a service may take up to its client's 3 tries of
  * 5 s with their backoff (order_services_opts_init): about 17 s, so a try is given 20 s, after

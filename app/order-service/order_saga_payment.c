@@ -97,26 +97,19 @@ int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *con
     return rc;
 }
 
+static bool refund_fails(const struct order_faults *f)
+{
+    return f->fail_refund;
+}
+
 int order_saga__refund_payment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
                                int *rcs, struct txo_error *errs, struct txo_error *err)
 {
-    struct order_saga_batch o;
-    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        order_saga__fault(n, order_saga__faults(ctx[k])->fail_refund, rcs, errs, k, TXO_EBUSINESS,
-                          "refund failed (injected): order_id=%s", o.ids[k]);
-        o.was[k] = STEP_REDONE; /* a refund's event may be there from an earlier run */
-    }
-    size_t m = 0;
-    for (size_t k = 0; rc == 0 && k < n; k++)
-        if (rcs[k] == 0)
-            o.p[m++] = o.p[k];
-    if (m > 0)
-        rc = order_saga__batch_query(tx, ORDERS_SQL_PAYMENT_REFUND_MANY, "", o.p, m, NULL, NULL,
-                                     err);
-    if (rc == 0)
-        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "PaymentRefunded", "payment-refunded",
-                                    false, true, err);
-    order_saga__batch_free(&o);
-    return rc;
+    static const struct order_saga_undo refund = {.sql = ORDERS_SQL_PAYMENT_REFUND_MANY,
+                                                  .event_type = "PaymentRefunded",
+                                                  .suffix = "payment-refunded",
+                                                  .with_amount = true,
+                                                  .fault_says = "refund failed",
+                                                  .fault = refund_fails};
+    return order_saga__undo(tx, ctx, n, &refund, rcs, errs, err);
 }

@@ -108,26 +108,19 @@ int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *co
     return rc;
 }
 
+static bool cancel_fails(const struct order_faults *f)
+{
+    return f->fail_cancel_shipment;
+}
+
 int order_saga__cancel_shipment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
                                 int *rcs, struct txo_error *errs, struct txo_error *err)
 {
-    struct order_saga_batch o;
-    int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
-    for (size_t k = 0; rc == 0 && k < n; k++) {
-        order_saga__fault(n, order_saga__faults(ctx[k])->fail_cancel_shipment, rcs, errs, k,
-                          TXO_EBUSINESS, "cancel failed (injected): order_id=%s", o.ids[k]);
-        o.was[k] = STEP_REDONE; /* a cancel's event may be there from an earlier run */
-    }
-    size_t m = 0;
-    for (size_t k = 0; rc == 0 && k < n; k++)
-        if (rcs[k] == 0)
-            o.p[m++] = o.p[k];
-    if (m > 0)
-        rc = order_saga__batch_query(tx, ORDERS_SQL_SHIPMENT_CANCEL_MANY, "", o.p, m, NULL, NULL,
-                                     err);
-    if (rc == 0)
-        rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "ShipmentCancelled", "shipment-cancelled",
-                                    false, false, err);
-    order_saga__batch_free(&o);
-    return rc;
+    static const struct order_saga_undo cancel = {.sql = ORDERS_SQL_SHIPMENT_CANCEL_MANY,
+                                                  .event_type = "ShipmentCancelled",
+                                                  .suffix = "shipment-cancelled",
+                                                  .with_amount = false,
+                                                  .fault_says = "cancel failed",
+                                                  .fault = cancel_fails};
+    return order_saga__undo(tx, ctx, n, &cancel, rcs, errs, err);
 }

@@ -163,6 +163,24 @@ void order_saga__call_service(const struct txo_saga_ctx *const *ctx, size_t n,
                               enum order_service_kind kind, const char *operation, const char *path,
                               enum service_body what, int *rcs, struct txo_error *errs);
 
+/*
+ * A compensation that moves each order's row back with one UPDATE and appends its event
+ * (RefundPayment, CancelShipment): sql is the UPDATE up to the IN list of order ids, written
+ * so that a re-run changes nothing; the event is appended for every saga, ignored when an
+ * earlier run wrote it. fault tells whether the run injects this compensation's failure.
+ */
+struct order_saga_undo {
+    const char *sql;
+    const char *event_type, *suffix;
+    bool with_amount;
+    const char *fault_says; /* the injected failure's message */
+    bool (*fault)(const struct order_faults *f);
+};
+
+int order_saga__undo(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
+                     const struct order_saga_undo *u, int *rcs, struct txo_error *errs,
+                     struct txo_error *err);
+
 /* ---- the steps (txo_saga_step_fn, txo_saga_remote_fn), one file each ---- */
 
 /*

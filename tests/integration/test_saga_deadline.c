@@ -130,16 +130,7 @@ static void charge_many(const struct txo_saga_ctx *const *ctx, size_t n, int *rc
     }
 }
 
-static void charge(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                   struct txo_error *errs)
-{
-    if (n > 1) {
-        charge_many(ctx, n, rcs, errs);
-        return;
-    }
-    txo_error_init(&errs[0]);
-    rcs[0] = charge_one(ctx[0], &errs[0]);
-}
+TESTSAGA_REMOTE_SPLIT(charge, charge_many, charge_one)
 
 TESTSAGA_STEP(compensate, compensate_one)
 TESTSAGA_REMOTE(charge_undo, charge_undo_one)

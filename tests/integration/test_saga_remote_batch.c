@@ -163,16 +163,7 @@ static int remote_undo_one(const struct txo_saga_ctx *ctx, struct txo_error *err
     return 0;
 }
 
-static void remote(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
-                   struct txo_error *errs)
-{
-    if (n > 1) {
-        remote_many(ctx, n, rcs, errs);
-        return;
-    }
-    txo_error_init(&errs[0]);
-    rcs[0] = remote_one(ctx[0], &errs[0]);
-}
+TESTSAGA_REMOTE_SPLIT(remote, remote_many, remote_one)
 
 /* The guard: saga k's scripted refusal; one call for a batch of several is counted. */
 static int guard(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,

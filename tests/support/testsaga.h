@@ -61,4 +61,16 @@ void testsaga_each_remote(const struct txo_saga_ctx *const *ctx, size_t n, int *
         testsaga_each_remote(ctx, n, rcs, errs, one);                                              \
     }
 
+/* Defines `name`, a txo_saga_remote_fn that hands a batch of several sagas to `many` (a
+ * txo_saga_remote_fn) and a saga alone to the one-saga `one`: for tests that script the two. */
+#define TESTSAGA_REMOTE_SPLIT(name, many, one)                                                     \
+    static void name(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,                    \
+                     struct txo_error *errs)                                                       \
+    {                                                                                              \
+        if (n > 1)                                                                                 \
+            many(ctx, n, rcs, errs);                                                               \
+        else                                                                                       \
+            testsaga_each_remote(ctx, n, rcs, errs, one);                                          \
+    }
+
 #endif
