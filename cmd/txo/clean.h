@@ -22,7 +22,7 @@ struct clean_settings {
     unsigned dead_letters_s;
     unsigned batch;
     unsigned max_batches;
-    unsigned pause_ms; /* between two batches, so that the relay keeps its pace */
+    unsigned pause_ms;       /* between two batches, so that the relay keeps its pace */
     const char *archive_dir; /* `txo clean --archive`: archive before deleting; NULL: none */
 };
 

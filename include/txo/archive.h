@@ -89,20 +89,20 @@ TXO_API TXO_MUST_CHECK int txo_archive_write(const char *dir, const char *table,
  * The newest archive file of table under dir (by modification time, then name), or *path_out
  * NULL when there is none. *path_out is freed with txo_free(). Errors: TXO_EIO, TXO_ENOMEM.
  */
-TXO_API TXO_MUST_CHECK int txo_archive_newest(const char *dir, const char *table,
-                                              char **path_out, struct txo_error *err);
+TXO_API TXO_MUST_CHECK int txo_archive_newest(const char *dir, const char *table, char **path_out,
+                                              struct txo_error *err);
 
 /*
  * A verified archive file in memory: header checked, every row line parsed, ids ascending and
  * within the range of the file's name, the count and the CRC-32 as the header says.
  */
 struct txo_archive_file {
-    char *table;        /* from the header */
-    char *lines;        /* the row lines, each ending in '\n' (the header left out) */
-    size_t lines_len;   /* bytes in lines */
-    int64_t *ids;       /* the id of each row, ascending */
-    size_t n_rows;      /* rows in the file */
-    int64_t first_id;   /* as in the name and the header */
+    char *table;      /* from the header */
+    char *lines;      /* the row lines, each ending in '\n' (the header left out) */
+    size_t lines_len; /* bytes in lines */
+    int64_t *ids;     /* the id of each row, ascending */
+    size_t n_rows;    /* rows in the file */
+    int64_t first_id; /* as in the name and the header */
     int64_t last_id;
 };
 

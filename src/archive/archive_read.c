@@ -135,20 +135,20 @@ static int check_header(const char *path, json_t *h, struct txo_archive_file *f,
     if (end == NULL || *end != '\0')
         return txo_error_set(err, TXO_EINVAL, "%s: header: crc32 is not hex", path);
     char want[NAME_MAX + 1];
-    snprintf(want, sizeof(want), "%s.%" PRId64 "-%" PRId64 SUFFIX, table, f->first_id,
-             f->last_id);
+    snprintf(want, sizeof(want), "%s.%" PRId64 "-%" PRId64 SUFFIX, table, f->first_id, f->last_id);
     if (strcmp(base_name(path), want) != 0)
-        return txo_error_set(err, TXO_EINVAL, "%s: the header says table %s, ids %" PRId64
-                             "-%" PRId64 ": the name should be %s",
+        return txo_error_set(err, TXO_EINVAL,
+                             "%s: the header says table %s, ids %" PRId64 "-%" PRId64
+                             ": the name should be %s",
                              path, table, f->first_id, f->last_id, want);
     f->table = txo_strdup(table);
     return f->table != NULL ? 0 : txo_error_set(err, TXO_ENOMEM, "out of memory");
 }
 
 /* Checks one row line: an object with exactly the header's columns, its id after prev. */
-static int check_row(const char *path, size_t line_no, const char *s, size_t len,
-                     json_t *columns, const char *id_col, bool has_prev, int64_t prev,
-                     int64_t *id, struct txo_error *err)
+static int check_row(const char *path, size_t line_no, const char *s, size_t len, json_t *columns,
+                     const char *id_col, bool has_prev, int64_t prev, int64_t *id,
+                     struct txo_error *err)
 {
     bool as_real = false;
     json_t *row = parse_line(s, len, &as_real);
@@ -180,8 +180,8 @@ static int check_row(const char *path, size_t line_no, const char *s, size_t len
     }
     if (has_prev && *id <= prev)
         rc = txo_error_set(err, TXO_EINVAL,
-                           "%s: line %zu: id %" PRId64 " does not ascend (after %" PRId64 ")",
-                           path, line_no, *id, prev);
+                           "%s: line %zu: id %" PRId64 " does not ascend (after %" PRId64 ")", path,
+                           line_no, *id, prev);
 out:
     json_decref(row);
     return rc;
@@ -220,8 +220,7 @@ static int check_rows(const char *path, struct txo_archive_file *f, size_t n_row
                              n_rows);
     if (f->ids[0] != f->first_id || f->ids[count - 1] != f->last_id)
         return txo_error_set(err, TXO_EINVAL,
-                             "%s: ids %" PRId64 "-%" PRId64 ", the name says %" PRId64
-                             "-%" PRId64,
+                             "%s: ids %" PRId64 "-%" PRId64 ", the name says %" PRId64 "-%" PRId64,
                              path, f->ids[0], f->ids[count - 1], f->first_id, f->last_id);
     f->n_rows = count;
     return 0;

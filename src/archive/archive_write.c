@@ -202,9 +202,8 @@ static int encode_header(struct txo__buf *head, const char *table,
 {
     json_t *columns = json_array();
     for (size_t c = 0; columns != NULL && c < n_cols; c++)
-        json_array_append_new(columns,
-                              json_pack("{s:s, s:s}", "name", cols[c].name, "type",
-                                        txo__archive_type_name(cols[c].type)));
+        json_array_append_new(columns, json_pack("{s:s, s:s}", "name", cols[c].name, "type",
+                                                 txo__archive_type_name(cols[c].type)));
     char crc_hex[9];
     snprintf(crc_hex, sizeof(crc_hex), "%08" PRIx32, crc);
     json_t *h = json_pack("{s:i, s:s, s:o, s:s, s:I, s:I, s:I, s:s}", "txo_archive",
@@ -225,8 +224,7 @@ static int gzip_parts(const struct txo__buf *head, const struct txo__buf *body,
 {
     z_stream z = {0};
     /* 15 + 16: a gzip wrapper around the deflate stream. */
-    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-        Z_OK)
+    if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
         return txo_error_set(err, TXO_ENOMEM, "zlib: cannot start a gzip stream");
     int rc = 0;
     size_t cap = deflateBound(&z, (uLong)(head->len + body->len)) + 64;

@@ -207,8 +207,8 @@ static int archive_batch(struct txo_tx *tx, struct purge *p, size_t n, struct tx
 {
     for (size_t i = 0; i < n; i++)
         p->params[1 + i] = key_param(p, p->rows, i);
-    int rc = run_in_list(tx, p, p->t->rows_in, RETENTION_SQL_ROWS_IN_END, p->cutoff, n, &p->whole,
-                         err);
+    int rc =
+        run_in_list(tx, p, p->t->rows_in, RETENTION_SQL_ROWS_IN_END, p->cutoff, n, &p->whole, err);
     size_t w = rc == 0 ? txo_rows_count(p->whole) : 0;
     if (w == 0)
         return rc;
@@ -381,7 +381,8 @@ out:
 int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                                unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted, err);
+    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+                     err);
 }
 
 int txo_dead_letter_purge_replayed(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
@@ -393,7 +394,8 @@ int txo_dead_letter_purge_replayed(struct txo_db *db, unsigned older_than_s, uns
 int txo_inbox_purge(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                     unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted, err);
+    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+                     err);
 }
 
 int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
@@ -445,8 +447,8 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     if (rc == 0 && !opts->relay_tables_only && archive == NULL)
         rc = table_there(db, inbox_table.name, &inbox, err);
     if (rc == 0 && inbox)
-        rc = purge_run(db, &inbox_table, opts->inbox_s, opts->batch, opts->max_batches, pause,
-                       NULL, &c.inbox, err);
+        rc = purge_run(db, &inbox_table, opts->inbox_s, opts->batch, opts->max_batches, pause, NULL,
+                       &c.inbox, err);
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, cmdq_table.name, &cmdq, err);
     if (rc == 0 && cmdq)

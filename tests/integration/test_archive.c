@@ -119,8 +119,8 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     testdb_exec(f->t.db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
                          "VALUES ('in-1', 'E', '{}', '2020-01-01')");
     int64_t *want_outbox = NULL, *want_dlq = NULL;
-    size_t n_outbox = testarchive_db_ids(f->t.db, "outbox_events",
-                                         "idempotency_key LIKE 'old:%'", &want_outbox);
+    size_t n_outbox =
+        testarchive_db_ids(f->t.db, "outbox_events", "idempotency_key LIKE 'old:%'", &want_outbox);
     size_t n_dlq =
         testarchive_db_ids(f->t.db, "dead_letter_events", "error LIKE 'old:%'", &want_dlq);
     assert_int_equal(n_outbox, 25);

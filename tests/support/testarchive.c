@@ -59,8 +59,8 @@ void testarchive_insert_dead_letters(struct txo_db *db, unsigned n, const char *
         snprintf(payload, sizeof(payload), "{\"d\": %u, \"s\": \"x y\"}", i);
         snprintf(error, sizeof(error), "%s:%u\tfailed", prefix, i);
         snprintf(at, sizeof(at), "2020-02-03 04:05:06.%06u", i);
-        struct txo_param p[] = {i % 2 == 1 ? txo_p_null() : txo_p_i64(1000 + i),
-                                txo_p_str(payload), txo_p_str(error), txo_p_str(at)};
+        struct txo_param p[] = {i % 2 == 1 ? txo_p_null() : txo_p_i64(1000 + i), txo_p_str(payload),
+                                txo_p_str(error), txo_p_str(at)};
         exec(db,
              "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error, "
              "replayed_at, replay_count) VALUES (?, 'Dead', ?, ?, ?, 1)",
@@ -86,8 +86,7 @@ static void expect_str(const json_t *row, const char *name, const char *want)
         return;
     }
     if (!json_is_string(v) || strcmp(json_string_value(v), want) != 0)
-        fail_msg("%s: got %s, want %s", name, json_is_string(v) ? json_string_value(v) : "?",
-                 want);
+        fail_msg("%s: got %s, want %s", name, json_is_string(v) ? json_string_value(v) : "?", want);
 }
 
 static void expect_int(const json_t *row, const char *name, int64_t want)
