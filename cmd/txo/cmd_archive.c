@@ -121,7 +121,8 @@ static int verify(int n, char **args)
         if (!ok)
             status = 1;
     }
-    qsort(files.items, files.n, sizeof(*files.items), compare_paths);
+    if (files.n > 1)
+        qsort(files.items, files.n, sizeof(*files.items), compare_paths);
     size_t bad = 0, rows = 0;
     for (size_t i = 0; i < files.n; i++) {
         struct txo_archive_file f;

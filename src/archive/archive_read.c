@@ -242,7 +242,7 @@ int txo_archive_read(const char *path, struct txo_archive_file *f, struct txo_er
     int rc = gunzip_file(path, &data, err);
     if (rc < 0)
         goto out;
-    char *nl = memchr(data.data, '\n', data.len);
+    char *nl = data.len > 0 ? memchr(data.data, '\n', data.len) : NULL;
     bool as_real = false;
     header = nl != NULL ? parse_line(data.data, (size_t)(nl - data.data), &as_real) : NULL;
     if (!json_is_object(header) || as_real) {
