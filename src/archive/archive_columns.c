@@ -13,13 +13,18 @@
 
 /*
  * Every column of table ? in the current database, in order, with its DATA_TYPE and whether a
- * json_valid() check constrains it (how MariaDB marks a JSON column, which it stores as
- * LONGTEXT). Index: the data dictionary. Locks: none. Params: table name.
+ * json_valid() check of the table constrains it (how MariaDB marks a JSON column, which it
+ * stores as LONGTEXT; MySQL says "json"). The check is found through TABLE_CONSTRAINTS, which
+ * both servers have with the table's name (MySQL's CHECK_CONSTRAINTS lacks it). Index: the
+ * data dictionary. Locks: none. Params: table name.
  */
 #define ARCHIVE_SQL_COLUMNS                                                                        \
     "SELECT c.COLUMN_NAME, c.DATA_TYPE, "                                                          \
-    "(SELECT COUNT(*) FROM information_schema.CHECK_CONSTRAINTS k "                                \
-    " WHERE k.CONSTRAINT_SCHEMA = c.TABLE_SCHEMA AND k.TABLE_NAME = c.TABLE_NAME "                 \
+    "(SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS t "                                \
+    " JOIN information_schema.CHECK_CONSTRAINTS k ON k.CONSTRAINT_SCHEMA = t.CONSTRAINT_SCHEMA "   \
+    " AND k.CONSTRAINT_NAME = t.CONSTRAINT_NAME "                                                  \
+    " WHERE t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "                      \
+    " AND t.CONSTRAINT_TYPE = 'CHECK' "                                                            \
     " AND k.CHECK_CLAUSE = CONCAT('json_valid(`', c.COLUMN_NAME, '`)')) "                          \
     "FROM information_schema.COLUMNS c WHERE c.TABLE_SCHEMA = DATABASE() AND c.TABLE_NAME = ? "    \
     "ORDER BY c.ORDINAL_POSITION"
