@@ -240,6 +240,47 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
     free(data);
 }
 
+/* Each column type as the format says, through the library's writer and reader. */
+static void test_values_of_each_type(void **state)
+{
+    struct fixture *f = *state;
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(f->t.db,
+                     "SELECT 7, X'FF00', 'plain', '2026-12-02 10:00:00.123456', 1.5, NULL, "
+                     "'{\"a\": [1, 2]}', 12.50 UNION ALL SELECT 9, 'abc', 'tab\there', "
+                     "'2026-12-02 10:00:01', -2, 'x', '[]', 0.00",
+                     NULL, 0, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    const struct txo_archive_column cols[] = {
+        {"id", TXO_ARCHIVE_INT},   {"bin", TXO_ARCHIVE_BINARY}, {"txt", TXO_ARCHIVE_TEXT},
+        {"at", TXO_ARCHIVE_TIME},  {"real", TXO_ARCHIVE_REAL},  {"none", TXO_ARCHIVE_TEXT},
+        {"doc", TXO_ARCHIVE_JSON}, {"dec", TXO_ARCHIVE_TEXT},
+    };
+    char *path = NULL;
+    assert_int_equal(
+        txo_archive_write(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, rows, &path, &err), 0);
+    txo_rows_free(rows);
+    struct txo_archive_file file;
+    if (txo_archive_read(path, &file, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_string_equal(file.table, "t");
+    assert_int_equal(file.n_rows, 2);
+    assert_int_equal(file.first_id, 7);
+    assert_int_equal(file.last_id, 9);
+    assert_non_null(strstr(path, "/t/t.7-9.jsonl.gz"));
+    assert_string_equal(file.lines,
+                        "{\"id\":7,\"bin\":{\"base64\":\"/wA=\"},\"txt\":\"plain\","
+                        "\"at\":\"2026-12-02T10:00:00.123456Z\",\"real\":1.5,\"none\":null,"
+                        "\"doc\":{\"a\":[1,2]},\"dec\":\"12.50\"}\n"
+                        "{\"id\":9,\"bin\":\"abc\",\"txt\":\"tab\\there\","
+                        "\"at\":\"2026-12-02T10:00:01Z\",\"real\":-2.0,\"none\":\"x\","
+                        "\"doc\":[],\"dec\":\"0.00\"}\n");
+    txo_archive_file_release(&file);
+    txo_free(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +288,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_verify_catches_a_truncated_and_an_edited_file, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_values_of_each_type, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
