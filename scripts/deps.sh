@@ -17,6 +17,8 @@ die() { log "error: $*"; exit 1; }
 # build-essential -> gcc -> gcc-12 -> libgcc-12-dev; checked below.
 BUILD_PKGS=(build-essential cmake pkg-config libmariadb-dev libjansson-dev uuid-dev libssl-dev
             libcmocka-dev libnats-dev libcurl4-openssl-dev libsystemd-dev
+            # zlib: the gzip files of the retention archive (src/archive, `txo clean --archive`)
+            zlib1g-dev
             # librdkafka: the Kafka publisher and consumer (src/broker/kafka_*.c); its mock
             # cluster (rdkafka_mock.h) is the Kafka the tests run against (Debian has no Kafka)
             librdkafka-dev

@@ -22,7 +22,8 @@ struct clean_settings {
     unsigned dead_letters_s;
     unsigned batch;
     unsigned max_batches;
-    unsigned pause_ms; /* between two batches, so that the relay keeps its pace */
+    unsigned pause_ms;       /* between two batches, so that the relay keeps its pace */
+    const char *archive_dir; /* `txo clean --archive`: archive before deleting; NULL: none */
 };
 
 /* Appends the cleaner's settings; with_interval adds --clean-interval (default 0). */
@@ -63,5 +64,7 @@ bool clean_thread_start(struct clean_thread *c, const struct clean_settings *set
 void clean_thread_stop(struct clean_thread *c);
 
 extern const struct command cmd_clean;
+/* `txo archive cat|verify`: reads the files `txo clean --archive` writes (cmd_archive.c). */
+extern const struct command cmd_archive;
 
 #endif

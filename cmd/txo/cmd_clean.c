@@ -14,6 +14,8 @@
 #include <time.h>
 
 #include "clean.h"
+#include "cli_errors.h"
+#include "txo/archive.h"
 
 static int run(int argc, char **argv);
 
@@ -29,10 +31,24 @@ const struct command cmd_clean = {
         "commands older than --idempotency-retention and --inbox-retention too. Safe next to\n"
         "running relays and workers, and idempotent. PENDING, PROCESSING and FAILED events and\n"
         "dead letters never replayed are never deleted. `txo relay --clean-interval N` runs the\n"
-        "same outbox and dead-letter purge every N seconds inside the relay.",
+        "same outbox and dead-letter purge every N seconds inside the relay.\n\n"
+        "With --archive DIR the outbox rows and dead letters are first written to\n"
+        "DIR/<table>/<table>.<first_id>-<last_id>.jsonl.gz (gzip-compressed JSON lines, a header\n"
+        "line first), made durable before the rows' DELETE commits; the inbox is then left\n"
+        "alone, as it is not archived. A run interrupted between a file and its DELETE is\n"
+        "completed by the next one: it deletes the rows the newest file of a table lists\n"
+        "before it archives anything new, so no row is archived twice. Read the files with\n"
+        "`txo archive cat` and check them with `txo archive verify`. DIR must exist and be\n"
+        "writable; one cleaner per DIR at a time.",
     .run = run,
     .examples = "# One retention pass, keeping a week of PUBLISHED events:\n"
-                "txo clean --outbox-retention 604800\n",
+                "txo clean --outbox-retention 604800\n"
+                "# The same, keeping a copy of every outbox row and dead letter it deletes:\n"
+                "txo clean --outbox-retention 604800 --archive /var/lib/txo/archive\n",
+    .exit_status = "0 when the pass ran to the end, 1 when it failed (the reason on standard "
+                   "error; batches before the failure stay deleted, and archived), 2 on a bad "
+                   "option, including an --archive directory that does not exist or is not "
+                   "writable (then nothing is deleted).",
 };
 
 void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval)
@@ -108,6 +124,7 @@ int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_ta
     ro.inbox_s = inbox_s;
     ro.commands_s = inbox_s;
     ro.relay_tables_only = !worker_tables;
+    ro.archive_dir = s->archive_dir;
     struct txo_retention_counts c = {0};
     int rc = txo_retention_run(db, &ro, &c, err);
     out->outbox = c.outbox;
@@ -240,6 +257,13 @@ static void add_settings(struct settings_table *t)
          .min = 60,
          .max = 315360000,
          .target = &opts.inbox_s},
+        {.name = "archive",
+         .env = "TXO_CLEAN_ARCHIVE_DIR",
+         .type = SETTING_STRING,
+         .def = NULL,
+         .help = "write the outbox rows and dead letters deleted to gzip JSON-lines files under "
+                 "this existing directory first (`txo archive`); the inbox is then not cleaned",
+         .target = &opts.clean.archive_dir},
     };
     settings_add_common(t, &opts.common);
     settings_add_clean(t, &opts.clean, false);
@@ -256,11 +280,15 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (opts.clean.archive_dir != NULL && txo_archive_check_dir(opts.clean.archive_dir, &err) < 0) {
+        cli_error("--archive: %s", err.msg);
+        return 2;
+    }
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
-    struct txo_error err;
-    txo_error_init(&err);
     struct clean_counts c;
     int rc = clean_pass(db, &opts.clean, true, opts.idempotency_s, opts.inbox_s, &c, &err);
     txo_db_close(db);

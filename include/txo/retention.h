@@ -53,7 +53,8 @@ TXO_API TXO_MUST_CHECK int txo_dead_letter_purge_replayed(struct txo_db *db, uns
  * PUBLISHED outbox events, replayed dead letters, completed idempotency keys, inbox rows and
  * DONE commands; a table the database does not have (a relay-only schema has only the outbox
  * and the dead letters) is skipped. Used by the worker's cleaner (every interval_s), the
- * relay's (`txo relay --clean-interval`) and `txo clean`.
+ * relay's (`txo relay --clean-interval`) and `txo clean` (which can archive what it deletes:
+ * archive_dir below).
  */
 struct txo_retention_opts {
     unsigned interval_s;     /* the worker's cleaner period; 0 = no cleaner (default 60) */
@@ -66,6 +67,10 @@ struct txo_retention_opts {
     unsigned dead_letters_s; /* replayed dead letters kept; 0 = never deleted; default 30 days */
     unsigned pause_ms;       /* sleep between two batches of a table; default 0 */
     bool relay_tables_only;  /* only the outbox and the dead letters; default false */
+    /* When set, the outbox and dead-letter rows a pass deletes are first written to archive
+     * files under this existing directory (txo/archive.h), and the inbox is left alone (it is
+     * not archived). Borrowed for the call. Default NULL: no archive. */
+    const char *archive_dir;
 };
 
 /* Fills opts with the defaults above. Never fails. */

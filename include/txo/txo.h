@@ -51,6 +51,7 @@
 #include "txo/cmdq.h"
 #include "txo/dlq.h"
 #include "txo/retention.h"
+#include "txo/archive.h"
 #include "txo/history.h"
 #include "txo/audit.h"
 #include "txo/registry.h"

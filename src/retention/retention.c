@@ -13,14 +13,26 @@
  * retried as a whole by txo_db_transact() on deadlock or lock wait timeout; a batch that
  * failed for good leaves the earlier batches committed.
  *
+ * With an archive directory (txo/archive.h) a batch has three steps: the selected rows are read
+ * whole and locked, written to an archive file, and deleted by the ids the file holds, the
+ * file durable before the DELETE commits. A crash between the two leaves a whole file whose rows
+ * are still in the table: before its first batch a purge reads the newest file of its table and
+ * deletes the rows it lists, in the first batch's transaction; a batch whose transaction is
+ * retried does the same with the file its failed attempt wrote. So every archived row ends up
+ * in exactly one file and out of the table. The inbox is not archived (its key is a string
+ * event id, not the ascending integer the file names are made of): a pass with an archive
+ * leaves the inbox alone.
+ *
  * Thread-safety: no shared state; each call uses only the db it is given. Several cleaners
  * may run at once: they may select the same keys, and the loser's DELETE just deletes fewer.
+ * Cleaners that archive must not share a directory (txo/archive.h).
  */
 
 #include <errno.h>
 #include <time.h>
 
 #include "retention/retention_sql.h"
+#include "txo/archive.h"
 #include "txo/cmdq.h"
 #include "txo/inbox.h"
 #include "txo/idempotency.h"
@@ -34,6 +46,7 @@ struct purge_table {
     const char *select_first; /* step 1 from the start: params cutoff x n_cutoff, limit */
     const char *select_after; /* step 1 after the cursor: cutoff x n_cutoff, cursor (3), limit */
     const char *delete_in;    /* step 2: params cutoff, keys... */
+    const char *rows_in;      /* archiving: every column, params cutoff, ids...; NULL: cannot */
     unsigned n_cutoff;        /* how many times step 1 binds the cutoff */
     bool text_key;            /* the key is a string (inbox event_id), not a BIGINT id */
 };
@@ -43,6 +56,7 @@ static const struct purge_table outbox_table = {
     .select_first = RETENTION_SQL_OUTBOX_FIRST,
     .select_after = RETENTION_SQL_OUTBOX_AFTER,
     .delete_in = RETENTION_SQL_OUTBOX_DELETE_IN,
+    .rows_in = RETENTION_SQL_OUTBOX_ROWS_IN,
     .n_cutoff = 2,
     .text_key = false,
 };
@@ -61,6 +75,7 @@ static const struct purge_table dlq_table = {
     .select_first = RETENTION_SQL_DLQ_FIRST,
     .select_after = RETENTION_SQL_DLQ_AFTER,
     .delete_in = RETENTION_SQL_DLQ_DELETE_IN,
+    .rows_in = RETENTION_SQL_DLQ_ROWS_IN,
     .n_cutoff = 1,
     .text_key = false,
 };
@@ -98,6 +113,15 @@ struct purge {
 
     struct txo_param *params; /* 1 + the largest IN list, or step 1's 7 */
     size_t params_cap;
+
+    /* Archiving (archive_dir set): the table's columns, the batch's whole rows, and the file
+     * whose rows may still be in the table (the newest one at the start, then the one this
+     * batch's transaction wrote), owned here. */
+    const char *archive_dir;
+    struct txo_archive_column *cols;
+    size_t n_cols, id_col;
+    struct txo_rows *whole;
+    char *unfinished;
 };
 
 /* Binds the key of row i (or the cursor's key when rows is NULL) at *p. */
@@ -128,33 +152,104 @@ static int select_batch(struct txo_tx *tx, struct purge *p, struct txo_error *er
     return txo_tx_query(tx, sql, p->params, k, &p->rows, err);
 }
 
+/*
+ * Runs stmt (ending in `IN `) with cutoff and the n keys already in params[1..n], the last one
+ * repeated up to the IN list's size; a DELETE adds its rows to p->deleted, a query (out set)
+ * returns its rows.
+ */
+static int run_in_list(struct txo_tx *tx, struct purge *p, const char *stmt, const char *end,
+                       const char *cutoff, size_t n, struct txo_rows **out, struct txo_error *err)
+{
+    size_t m = txo_sql_in_list_size(n);
+    TXO_ASSERT(n > 0 && 1 + m <= p->params_cap);
+    char *sql = txo_sql_in_list(stmt, m, end);
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "out of memory building an IN list of %zu", m);
+    p->params[0] = txo_p_str(cutoff);
+    for (size_t i = n; i < m; i++)
+        p->params[1 + i] = p->params[n];
+    int rc;
+    if (out != NULL) {
+        rc = txo_tx_query(tx, sql, p->params, 1 + m, out, err);
+    } else {
+        struct txo_exec_result res;
+        rc = txo_tx_exec(tx, sql, p->params, 1 + m, &res, err);
+        if (rc == 0)
+            p->deleted += res.affected_rows;
+    }
+    txo_free(sql);
+    return rc;
+}
+
+/* Deletes the rows of p->unfinished still in the table, batch_size ids per statement. */
+static int finish_file(struct txo_tx *tx, struct purge *p, struct txo_error *err)
+{
+    struct txo_archive_file f;
+    int rc = txo_archive_read(p->unfinished, &f, err);
+    if (rc < 0) {
+        txo_error_wrap(err, "the newest archive file cannot be trusted");
+        return rc;
+    }
+    if (strcmp(f.table, p->t->name) != 0)
+        rc = txo_error_set(err, TXO_EINVAL, "%s holds rows of %s", p->unfinished, f.table);
+    for (size_t i = 0; rc == 0 && i < f.n_rows; i += p->batch_size) {
+        size_t n = f.n_rows - i < p->batch_size ? f.n_rows - i : p->batch_size;
+        for (size_t k = 0; k < n; k++)
+            p->params[1 + k] = txo_p_i64(f.ids[i + k]);
+        rc = run_in_list(tx, p, p->t->delete_in, "", RETENTION_ARCHIVED_CUTOFF, n, NULL, err);
+    }
+    txo_archive_file_release(&f);
+    return rc;
+}
+
+/* Reads the batch's rows whole and locked, writes them to a file, then deletes them. */
+static int archive_batch(struct txo_tx *tx, struct purge *p, size_t n, struct txo_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        p->params[1 + i] = key_param(p, p->rows, i);
+    int rc =
+        run_in_list(tx, p, p->t->rows_in, RETENTION_SQL_ROWS_IN_END, p->cutoff, n, &p->whole, err);
+    size_t w = rc == 0 ? txo_rows_count(p->whole) : 0;
+    if (w == 0)
+        return rc;
+    if (txo_rows_columns(p->whole) != p->n_cols)
+        return txo_error_set(err, TXO_ESTATE, "%s changed its columns during the purge",
+                             p->t->name);
+    char *path = NULL;
+    rc = txo_archive_write(p->archive_dir, p->t->name, p->cols, p->n_cols, p->id_col, p->whole,
+                           &path, err);
+    if (rc < 0)
+        return rc;
+    txo_free(p->unfinished);
+    p->unfinished = path;
+    txo_crash_point("retention.archive.after_rename");
+    for (size_t i = 0; i < w; i++)
+        p->params[1 + i] = txo_p_i64(txo_rows_i64(p->whole, i, p->id_col));
+    return run_in_list(tx, p, p->t->delete_in, "", p->cutoff, w, NULL, err);
+}
+
 static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct purge *p = arg;
     txo_rows_free(p->rows); /* a previous attempt of this transaction */
     p->rows = NULL;
+    txo_rows_free(p->whole);
+    p->whole = NULL;
     p->deleted = 0;
 
-    int rc = select_batch(tx, p, err);
+    int rc = p->unfinished != NULL ? finish_file(tx, p, err) : 0;
+    if (rc == 0)
+        rc = select_batch(tx, p, err);
     if (rc < 0)
         return rc;
     size_t n = txo_rows_count(p->rows);
     if (n == 0)
         return 0;
-    size_t m = txo_sql_in_list_size(n);
-    TXO_ASSERT(1 + m <= p->params_cap);
-    char *sql = txo_sql_in_list(p->t->delete_in, m, "");
-    if (sql == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "out of memory building an IN list of %zu", m);
-    p->params[0] = txo_p_str(p->cutoff);
-    for (size_t i = 0; i < m; i++)
-        p->params[1 + i] = key_param(p, p->rows, i < n ? i : n - 1);
-    struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, p->params, 1 + m, &res, err);
-    txo_free(sql);
-    if (rc == 0)
-        p->deleted = res.affected_rows;
-    return rc;
+    if (p->archive_dir != NULL)
+        return archive_batch(tx, p, n, err);
+    for (size_t i = 0; i < n; i++)
+        p->params[1 + i] = key_param(p, p->rows, i);
+    return run_in_list(tx, p, p->t->delete_in, "", p->cutoff, n, NULL, err);
 }
 
 /* Moves the cursor to the last row of the committed batch. Returns false when it cannot. */
@@ -205,14 +300,31 @@ static void pause_ms(unsigned ms)
     }
 }
 
+/* Reads the table's columns and its newest archive file, whose rows may still be there. */
+static int archive_start(struct txo_db *db, struct purge *p, struct txo_error *err)
+{
+    TXO_ASSERT(p->t->rows_in != NULL);
+    int rc = txo_archive_check_dir(p->archive_dir, err);
+    if (rc == 0)
+        rc = txo_archive_columns(db, p->t->name, &p->cols, &p->n_cols, err);
+    if (rc < 0)
+        return rc;
+    for (p->id_col = 0; p->id_col < p->n_cols; p->id_col++)
+        if (strcmp(p->cols[p->id_col].name, "id") == 0)
+            break;
+    if (p->id_col == p->n_cols || p->cols[p->id_col].type != TXO_ARCHIVE_INT)
+        return txo_error_set(err, TXO_ESTATE, "%s has no integer id column", p->t->name);
+    return txo_archive_newest(p->archive_dir, p->t->name, &p->unfinished, err);
+}
+
 static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned older_than_s,
-                     unsigned batch_size, unsigned max_batches, unsigned pause, uint64_t *deleted,
-                     struct txo_error *err)
+                     unsigned batch_size, unsigned max_batches, unsigned pause,
+                     const char *archive_dir, uint64_t *deleted, struct txo_error *err)
 {
     TXO_ASSERT(db != NULL);
     uint64_t total = 0;
     unsigned batches = 0;
-    struct purge p = {.t = t, .batch_size = batch_size};
+    struct purge p = {.t = t, .batch_size = batch_size, .archive_dir = archive_dir};
     int rc = 0;
     if (batch_size < 1 || batch_size > TXO_PURGE_BATCH_MAX) {
         if (deleted != NULL)
@@ -229,6 +341,8 @@ static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned ol
         goto out;
     }
     rc = read_cutoff(db, older_than_s, p.cutoff, err);
+    if (rc == 0 && archive_dir != NULL)
+        rc = archive_start(db, &p, err);
     if (rc < 0)
         goto out;
 
@@ -240,6 +354,8 @@ static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned ol
             goto out;
         batches++;
         total += p.deleted;
+        txo_free(p.unfinished); /* its rows are gone with this commit */
+        p.unfinished = NULL;
         size_t n = txo_rows_count(p.rows);
         if (n < batch_size || !advance_cursor(&p))
             break;
@@ -255,6 +371,9 @@ out:
     if (deleted != NULL)
         *deleted = total;
     txo_rows_free(p.rows);
+    txo_rows_free(p.whole);
+    txo_archive_columns_free(p.cols, p.n_cols);
+    txo_free(p.unfinished);
     txo_free(p.params);
     return rc;
 }
@@ -262,25 +381,27 @@ out:
 int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                                unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, 0, deleted, err);
+    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+                     err);
 }
 
 int txo_dead_letter_purge_replayed(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                                    unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &dlq_table, older_than_s, batch_size, max_batches, 0, deleted, err);
+    return purge_run(db, &dlq_table, older_than_s, batch_size, max_batches, 0, NULL, deleted, err);
 }
 
 int txo_inbox_purge(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                     unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, 0, deleted, err);
+    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+                     err);
 }
 
 int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                         unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, 0, deleted, err);
+    return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, 0, NULL, deleted, err);
 }
 
 void txo_retention_opts_init(struct txo_retention_opts *opts)
@@ -293,6 +414,7 @@ void txo_retention_opts_init(struct txo_retention_opts *opts)
     opts->inbox_s = 7 * 86400;
     opts->commands_s = 7 * 86400;
     opts->dead_letters_s = 30 * 86400;
+    opts->archive_dir = NULL;
 }
 
 /* True in *exists when the table is there (a relay-only schema has only the outbox and the
@@ -310,27 +432,28 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     if (db == NULL || opts == NULL)
         return txo_error_set(err, TXO_EINVAL, "retention: missing argument");
     unsigned pause = opts->pause_ms;
+    const char *archive = opts->archive_dir;
     int rc = purge_run(db, &outbox_table, opts->outbox_s, opts->batch, opts->max_batches, pause,
-                       &c.outbox, err);
+                       archive, &c.outbox, err);
     if (rc == 0 && opts->dead_letters_s > 0)
         rc = purge_run(db, &dlq_table, opts->dead_letters_s, opts->batch, opts->max_batches, pause,
-                       &c.dead_letters, err);
+                       archive, &c.dead_letters, err);
     bool idem = false, inbox = false, cmdq = false;
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, "idempotency_keys", &idem, err);
     if (rc == 0 && idem)
         rc = txo_idem_purge(db, opts->idempotency_s, opts->batch, opts->max_batches, &c.idempotency,
                             err);
-    if (rc == 0 && !opts->relay_tables_only)
+    if (rc == 0 && !opts->relay_tables_only && archive == NULL)
         rc = table_there(db, inbox_table.name, &inbox, err);
     if (rc == 0 && inbox)
-        rc = purge_run(db, &inbox_table, opts->inbox_s, opts->batch, opts->max_batches, pause,
+        rc = purge_run(db, &inbox_table, opts->inbox_s, opts->batch, opts->max_batches, pause, NULL,
                        &c.inbox, err);
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, cmdq_table.name, &cmdq, err);
     if (rc == 0 && cmdq)
         rc = purge_run(db, &cmdq_table, opts->commands_s, opts->batch, opts->max_batches, pause,
-                       &c.commands, err);
+                       NULL, &c.commands, err);
     if (out != NULL)
         *out = c;
     return rc;

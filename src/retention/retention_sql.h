@@ -61,6 +61,16 @@
     "DELETE FROM outbox_events WHERE status = 'PUBLISHED' AND published_at < ? AND id IN "
 
 /*
+ * Outbox, step 2 of a purge that archives (txo/archive.h): every column of the selected rows
+ * still PUBLISHED before the cutoff, which step 3 (RETENTION_SQL_OUTBOX_DELETE_IN, by the ids
+ * this returns) deletes once the archive file is written. Index: PRIMARY (id list). Locks: the
+ * rows returned, until the batch commits, so none changes between the file and the DELETE.
+ * Isolation: READ COMMITTED. Params: cutoff, ids... Columns: the table's, in order.
+ */
+#define RETENTION_SQL_OUTBOX_ROWS_IN                                                               \
+    "SELECT * FROM outbox_events WHERE status = 'PUBLISHED' AND published_at < ? AND id IN "
+
+/*
  * Inbox, step 1. Index: idx_inbox_processed (processed_at [, event_id]), the range before the
  * cutoff, in order (rows with processed_at NULL are outside the range and kept).
  * Locks: none (consistent read). Params: cutoff, [cursor (3)], limit.
@@ -134,5 +144,23 @@
  */
 #define RETENTION_SQL_DLQ_DELETE_IN                                                                \
     "DELETE FROM dead_letter_events WHERE replayed_at < ? AND id IN "
+
+/*
+ * Dead letters, step 2 of a purge that archives: every column of the selected letters still
+ * replayed before the cutoff, as RETENTION_SQL_OUTBOX_ROWS_IN. Index: PRIMARY (id list).
+ * Locks: the rows returned, until the batch commits. Isolation: READ COMMITTED.
+ * Params: cutoff, ids... Columns: the table's, in order.
+ */
+#define RETENTION_SQL_DLQ_ROWS_IN                                                                  \
+    "SELECT * FROM dead_letter_events WHERE replayed_at < ? AND id IN "
+
+/* Ends a _ROWS_IN statement: ids ascending, as the archive file lists them; locked. */
+#define RETENTION_SQL_ROWS_IN_END " ORDER BY id FOR UPDATE"
+
+/*
+ * The cutoff bound when the rows of an archive file left by an interrupted run are deleted:
+ * those rows were old enough when they were archived, whatever age this run uses.
+ */
+#define RETENTION_ARCHIVED_CUTOFF "9999-12-31 23:59:59.999999"
 
 #endif

@@ -1,0 +1,294 @@
+/*
+ * The retention archive against a real MariaDB and real files: a pass with an archive writes
+ * every expired outbox row and replayed dead letter to exactly one gzip JSON-lines file, each
+ * holding what was inserted, before deleting it; rows that are not expired stay, and so does the
+ * inbox; `txo archive cat` prints the rows and `txo archive verify` passes the files and
+ * fails a file cut short and one with an edited line (the crash and the bad directory:
+ * tests/fault/test_archive_crash.c).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <zlib.h>
+
+#include "testarchive.h"
+#include "testchild.h"
+#include "testdb.h"
+#include "testproc.h"
+#include "txo/archive.h"
+#include "txo/retention.h"
+
+struct fixture {
+    struct testdb t;
+    char dir[256];
+};
+
+static int setup(void **state)
+{
+    struct fixture *f = txo_calloc(1, sizeof(*f));
+    testdb_setup(&f->t, "archive");
+    testdb_export_env(&f->t);
+    testchild_make_dir(f->dir, sizeof(f->dir), "txo-archive");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    testchild_remove_dir(f->dir);
+    testdb_teardown(&f->t);
+    txo_free(f);
+    return 0;
+}
+
+static int64_t q(struct fixture *f, const char *sql)
+{
+    return testdb_i64(f->t.db, sql, NULL, 0);
+}
+
+/* One pass with an archive, 10 rows a batch, a day's age. */
+static void pass(struct fixture *f, struct txo_retention_counts *c)
+{
+    struct txo_retention_opts o;
+    txo_retention_opts_init(&o);
+    o.batch = 10;
+    o.max_batches = 0;
+    o.outbox_s = 86400;
+    o.dead_letters_s = 86400;
+    o.archive_dir = f->dir;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_retention_run(f->t.db, &o, c, &err) < 0)
+        fail_msg("retention: %s", err.msg);
+}
+
+/* `txo archive cat` of every file of table: each line is a row as inserted; returns the count. */
+static size_t cat_and_check(struct fixture *f, const char *table)
+{
+    char glob[300];
+    snprintf(glob, sizeof(glob), "%s/%s", f->dir, table);
+    const char *args[64] = {"archive", "cat"};
+    size_t n_args = 2;
+    char paths[62][600];
+    DIR *d = opendir(glob);
+    assert_non_null(d);
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL && n_args < 62) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(paths[n_args], sizeof(paths[n_args]), "%s/%s", glob, e->d_name);
+        args[n_args] = paths[n_args];
+        n_args++;
+    }
+    closedir(d);
+    args[n_args] = NULL;
+    char *out = NULL;
+    assert_int_equal(testproc_run_txo("archive_cat", args, 30000, &out), 0);
+    size_t rows = 0;
+    for (char *p = out; *p != '\0';) {
+        char *nl = strchr(p, '\n');
+        assert_non_null(nl);
+        testarchive_expect_row(table, p, (size_t)(nl - p));
+        rows++;
+        p = nl + 1;
+    }
+    free(out);
+    return rows;
+}
+
+static void test_pass_archives_each_row_once_then_deletes_it(void **state)
+{
+    struct fixture *f = *state;
+    testarchive_insert_outbox(f->t.db, 25, "old");
+    testarchive_insert_dead_letters(f->t.db, 12, "old");
+    /* Kept: not PUBLISHED, published recently, a letter never replayed, and the inbox. */
+    testdb_exec(f->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key, status, next_attempt_at, published_at) "
+                         "VALUES ('order', 1, 'E', '{}', 'pending', 'PENDING', '2020-01-01', "
+                         "NULL), ('order', 1, 'E', '{}', 'recent', 'PUBLISHED', NOW(6), NOW(6))");
+    testdb_exec(f->t.db, "INSERT INTO dead_letter_events (event_type, payload, error) VALUES "
+                         "('E', '{}', 'never replayed')");
+    testdb_exec(f->t.db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                         "VALUES ('in-1', 'E', '{}', '2020-01-01')");
+    int64_t *want_outbox = NULL, *want_dlq = NULL;
+    size_t n_outbox =
+        testarchive_db_ids(f->t.db, "outbox_events", "idempotency_key LIKE 'old:%'", &want_outbox);
+    size_t n_dlq =
+        testarchive_db_ids(f->t.db, "dead_letter_events", "error LIKE 'old:%'", &want_dlq);
+    assert_int_equal(n_outbox, 25);
+    assert_int_equal(n_dlq, 12);
+
+    struct txo_retention_counts c;
+    pass(f, &c);
+    assert_int_equal(c.outbox, 25);
+    assert_int_equal(c.dead_letters, 12);
+    assert_int_equal(c.inbox, 0);
+
+    /* Gone from the tables, the others kept. */
+    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
+                     0);
+    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events"), 2);
+    assert_int_equal(q(f, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(q(f, "SELECT COUNT(*) FROM inbox_events"), 1);
+
+    /* Every deleted row in exactly one file: batches of 10 make 3 and 2 files. */
+    int64_t *got = NULL;
+    size_t n = testarchive_ids(f->dir, "outbox_events", &got);
+    testarchive_expect_ids(got, n, want_outbox, n_outbox);
+    free(got);
+    n = testarchive_ids(f->dir, "dead_letter_events", &got);
+    testarchive_expect_ids(got, n, want_dlq, n_dlq);
+    free(got);
+
+    /* What `txo archive cat` prints is what was inserted. */
+    assert_int_equal(cat_and_check(f, "outbox_events"), 25);
+    assert_int_equal(cat_and_check(f, "dead_letter_events"), 12);
+
+    /* A second pass finds nothing and writes nothing. */
+    pass(f, &c);
+    assert_int_equal(c.outbox + c.dead_letters, 0);
+    n = testarchive_ids(f->dir, "outbox_events", &got);
+    assert_int_equal(n, 25);
+    free(got);
+    free(want_outbox);
+    free(want_dlq);
+}
+
+/* The decompressed content of path (malloc'd), its length in *len. */
+static char *gunzip(const char *path, size_t *len)
+{
+    gzFile gz = gzopen(path, "rb");
+    assert_non_null(gz);
+    char *buf = malloc(1 << 20);
+    assert_non_null(buf);
+    int n = gzread(gz, buf, 1 << 20);
+    assert_true(n > 0);
+    gzclose(gz);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void write_gzip(const char *path, const char *data, size_t len)
+{
+    gzFile gz = gzopen(path, "wb");
+    assert_non_null(gz);
+    assert_int_equal(gzwrite(gz, data, (unsigned)len), (int)len);
+    assert_int_equal(gzclose(gz), Z_OK);
+}
+
+static int verify(const char *path, char **out)
+{
+    const char *args[] = {"archive", "verify", path, NULL};
+    return testproc_run_txo("archive_verify", args, 30000, out);
+}
+
+static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
+{
+    struct fixture *f = *state;
+    testarchive_insert_outbox(f->t.db, 10, "v");
+    struct txo_retention_counts c;
+    pass(f, &c);
+    assert_int_equal(c.outbox, 10);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/outbox_events/outbox_events.1-10.jsonl.gz", f->dir);
+    char *out = NULL;
+    assert_int_equal(verify(f->dir, &out), 0);
+    assert_non_null(strstr(out, "1 files, 10 rows verified, 0 bad"));
+    free(out);
+
+    /* A line edited, the file gzipped anew (so gzip's own CRC is right). */
+    size_t len = 0;
+    char *data = gunzip(path, &len);
+    char *key = strstr(data, "\"v:3\"");
+    assert_non_null(key);
+    key[3] = '4';
+    write_gzip(path, data, len);
+    assert_int_equal(verify(path, &out), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "CRC-32"));
+    free(out);
+
+    /* Cut short: the original content, half of its gzip bytes. */
+    key[3] = '3';
+    write_gzip(path, data, len);
+    assert_int_equal(verify(path, &out), 0);
+    free(out);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char gz[65536];
+    size_t gz_len = fread(gz, 1, sizeof(gz), fp);
+    fclose(fp);
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(gz, 1, gz_len / 2, fp), gz_len / 2);
+    fclose(fp);
+    assert_int_equal(verify(f->dir, &out), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "0 files, 0 rows verified, 1 bad"));
+    free(out);
+    const char *cat[] = {"archive", "cat", path, NULL};
+    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 1);
+    free(out);
+    free(data);
+}
+
+/* Each column type as the format says, through the library's writer and reader. */
+static void test_values_of_each_type(void **state)
+{
+    struct fixture *f = *state;
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(f->t.db,
+                     "SELECT 7, X'FF00', 'plain', '2026-12-02 10:00:00.123456', 1.5, NULL, "
+                     "'{\"a\": [1, 2]}', 12.50 UNION ALL SELECT 9, 'abc', 'tab\there', "
+                     "'2026-12-02 10:00:01', -2, 'x', '[]', 0.00",
+                     NULL, 0, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    const struct txo_archive_column cols[] = {
+        {"id", TXO_ARCHIVE_INT},   {"bin", TXO_ARCHIVE_BINARY}, {"txt", TXO_ARCHIVE_TEXT},
+        {"at", TXO_ARCHIVE_TIME},  {"real", TXO_ARCHIVE_REAL},  {"none", TXO_ARCHIVE_TEXT},
+        {"doc", TXO_ARCHIVE_JSON}, {"dec", TXO_ARCHIVE_TEXT},
+    };
+    char *path = NULL;
+    assert_int_equal(
+        txo_archive_write(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, rows, &path, &err), 0);
+    txo_rows_free(rows);
+    struct txo_archive_file file;
+    if (txo_archive_read(path, &file, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_string_equal(file.table, "t");
+    assert_int_equal(file.n_rows, 2);
+    assert_int_equal(file.first_id, 7);
+    assert_int_equal(file.last_id, 9);
+    assert_non_null(strstr(path, "/t/t.7-9.jsonl.gz"));
+    assert_string_equal(file.lines,
+                        "{\"id\":7,\"bin\":{\"base64\":\"/wA=\"},\"txt\":\"plain\","
+                        "\"at\":\"2026-12-02T10:00:00.123456Z\",\"real\":1.5,\"none\":null,"
+                        "\"doc\":{\"a\":[1,2]},\"dec\":\"12.50\"}\n"
+                        "{\"id\":9,\"bin\":\"abc\",\"txt\":\"tab\\there\","
+                        "\"at\":\"2026-12-02T10:00:01Z\",\"real\":-2.0,\"none\":\"x\","
+                        "\"doc\":[],\"dec\":\"0.00\"}\n");
+    txo_archive_file_release(&file);
+    txo_free(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_pass_archives_each_row_once_then_deletes_it, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_verify_catches_a_truncated_and_an_edited_file, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_values_of_each_type, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
