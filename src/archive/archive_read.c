@@ -197,6 +197,13 @@ static int check_rows(const char *path, struct txo_archive_file *f, size_t n_row
         return txo_error_set(err, TXO_EINVAL,
                              "%s: rows changed: CRC-32 %08" PRIx32 ", the header says %08" PRIx32,
                              path, got, crc);
+    size_t lines = 0;
+    for (const char *q = f->lines; (q = memchr(q, '\n', (size_t)(f->lines + f->lines_len - q)));
+         q++)
+        lines++;
+    if (lines != n_rows) /* before the header's count sizes anything */
+        return txo_error_set(err, TXO_EINVAL, "%s: %zu rows, the header says %zu", path, lines,
+                             n_rows);
     f->ids = txo_calloc(n_rows, sizeof(*f->ids));
     if (f->ids == NULL)
         return txo_error_set(err, TXO_ENOMEM, "out of memory");
