@@ -179,8 +179,9 @@ ensure_db_and_user() {
             # Escaped underscore: matches txo_test_*, txo_bench_*, not e.g. "txoXfoo".
             # shellcheck disable=SC2016 # literal backticks
             printf 'GRANT ALL PRIVILEGES ON `txo\\_%%`.* TO %s;\n' "$acct"
-            # The relay's binlog source reads the binary log as a replication client.
-            printf 'GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO %s;\n' "$acct"
+            # The relay's binlog source reads the binary log as a replication client; RELOAD
+            # lets its tests rotate the log (FLUSH BINARY LOGS).
+            printf 'GRANT REPLICATION SLAVE, BINLOG MONITOR, RELOAD ON *.* TO %s;\n' "$acct"
         done
         printf 'FLUSH PRIVILEGES;\n'
     } | sql_admin --batch || die "could not create database/user (see $ERRLOG)"

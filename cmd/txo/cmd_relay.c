@@ -78,6 +78,7 @@ struct relay_cmd_opts {
     const char *metrics_listen;
     const char *source;
     const char *source_name;
+    int64_t source_lease_ms;
 };
 
 static struct relay_cmd_opts opts;
@@ -125,9 +126,18 @@ static void add_settings(struct settings_table *t)
          .type = SETTING_STRING,
          .def = "default",
          .help = "with --source binlog: the name of the stored position and of the lease (one "
-                 "active reader per name; others stand by and take over within 10 s), 1..64 "
-                 "bytes",
+                 "active reader per name; others stand by), 1..64 bytes",
          .target = &opts.source_name},
+        {.name = "source-lease",
+         .env = "TXO_RELAY_SOURCE_LEASE_MS",
+         .type = SETTING_MS,
+         .def = "10000",
+         .help = "with --source binlog: how long the reader's hold on its source lasts without "
+                 "renewal (renewed every quarter of it), milliseconds; a standby takes over this "
+                 "long after the reader dies",
+         .min = 30,
+         .max = 3600000,
+         .target = &opts.source_lease_ms},
     };
     const struct setting drain[] = {
         {.name = "drain",
@@ -339,6 +349,7 @@ static int run(int argc, char **argv)
         txo_binlog_opts_init(&bo);
         bo.source_name = opts.source_name;
         bo.drain = opts.drain;
+        bo.lease_ms = opts.source_lease_ms;
         bo.relay = ro;
         rc = txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err);
     } else {

@@ -30,7 +30,7 @@
  * PUBLISHED already: it is not sent twice.
  *
  * One active reader per source name: a lease row (owner, lease_until) taken and renewed every
- * lease_ms / 3. A standby waits; it takes over within lease_ms after the holder dies.
+ * lease_ms / 4. A standby waits; it takes over within lease_ms after the holder dies.
  *
  * Refusals at start (TXO_ECONFIG, the message naming the fix): binary log off,
  * binlog_format not ROW, binlog_row_metadata not FULL, the REPLICATION SLAVE or BINLOG

@@ -325,6 +325,42 @@ malformed:
                          s->schema, s->table);
 }
 
+/* True when p[0..n) looks like a binary log's file name: it ends in "." and six digits. */
+static bool log_name(const unsigned char *p, size_t n)
+{
+    if (n < 8 || p[n - 7] != '.')
+        return false;
+    for (size_t i = n - 6; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+    return true;
+}
+
+/*
+ * A ROTATE event: the file the next events come from, and where in it. Read from the raw
+ * event (header, 8-byte position, file name, the checksum when the log has them):
+ * Connector/C 3.3 parses the first one (the artificial one at the start) right, but not the
+ * ones written to the log.
+ */
+static void rotate(struct txo__binlog_stream *s, const MARIADB_RPL_EVENT *e)
+{
+    const size_t header = 19, post = 8;
+    if (e->raw_data == NULL || e->raw_data_size < e->event_length ||
+        e->event_length < header + post)
+        return;
+    const unsigned char *ev = e->raw_data + (e->raw_data_size - e->event_length);
+    size_t n = e->event_length - header - post;
+    /* With or without a 4-byte checksum after it (the artificial first event comes before the
+     * format description that says): the name is the one that ends in ".NNNNNN". */
+    if (!log_name(ev + header + post, n) && n > 4 && log_name(ev + header + post, n - 4))
+        n -= 4;
+    if (n == 0 || n >= sizeof(s->pos.file) || !log_name(ev + header + post, n))
+        return;
+    memcpy(s->pos.file, ev + header + post, n);
+    s->pos.file[n] = '\0';
+    s->pos.offset = le(ev + header, 8);
+}
+
 int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,
                             struct txo__binlog_pos *pos, struct txo_error *err)
 {
@@ -341,15 +377,9 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
     if (e->event_type != HEARTBEAT_LOG_EVENT)
         ev->timestamp_s = e->timestamp;
     switch (e->event_type) {
-    case ROTATE_EVENT: {
-        size_t n = e->event.rotate.filename.length;
-        if (n >= sizeof(s->pos.file))
-            n = sizeof(s->pos.file) - 1;
-        memcpy(s->pos.file, e->event.rotate.filename.str, n);
-        s->pos.file[n] = '\0';
-        s->pos.offset = e->event.rotate.position;
+    case ROTATE_EVENT:
+        rotate(s, e);
         break;
-    }
     case GTID_EVENT:
         snprintf(s->pos.gtid, sizeof(s->pos.gtid), "%u-%u-%" PRIu64, e->event.gtid.domain_id,
                  e->server_id, e->event.gtid.sequence_nr);

@@ -15,7 +15,7 @@
  *             its commit; the run is published when run_ms passed since its first event, when
  *             it holds batch_size events, or when the log is quiet; the position alone is
  *             stored now and then when the log has no outbox events. The lease is renewed
- *             every lease_ms / 3; a reader that lost it goes back to standby.
+ *             every lease_ms / 4; a reader that lost it goes back to standby.
  * A transient error (server or broker down) closes the stream and starts again from the
  * stored position after a backoff: what was published after it is published again.
  *
@@ -317,8 +317,12 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
             h = (h ^ (unsigned char)*c) * 16777619u;
         server_id = 0x40000000u | (h & 0x3fffffffu);
     }
+    /* The server speaks at least every quarter of the lease, so it is renewed in time. */
+    int64_t heartbeat_ms = b->opts.heartbeat_ms;
+    if (heartbeat_ms > b->opts.lease_ms / 4)
+        heartbeat_ms = b->opts.lease_ms / 4;
     int rc = txo__binlog_stream_open(b->stream, &b->run_pos, server_id, b->database,
-                                     "outbox_events", b->opts.heartbeat_ms, &s, err);
+                                     "outbox_events", heartbeat_ms, &s, err);
     if (rc < 0)
         return rc;
     struct txo__binlog_event *ev = txo_malloc(sizeof(*ev));
@@ -380,7 +384,7 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
             *done = true;
             break;
         }
-        if (now - b->lease_renewed_ms >= b->opts.lease_ms / 3) {
+        if (txo_monotonic_ms() - b->lease_renewed_ms >= b->opts.lease_ms / 4) {
             rc = txo__binlog_lease(b, err);
             if (rc < 0 || !b->active)
                 goto out;

@@ -220,6 +220,14 @@ int txo__binlog_publish_run(struct txo_binlog *b, struct txo_error *err)
     int rc = 0;
     size_t at = 0;
     do {
+        if (txo_monotonic_ms() - b->lease_renewed_ms >= b->opts.lease_ms / 4) {
+            rc = txo__binlog_lease(b, err);
+            if (rc == 0 && !b->active)
+                rc = txo_error_set(err, TXO_ELEASELOST, "binlog source %s: lease lost",
+                                   b->source_name);
+            if (rc < 0)
+                break;
+        }
         size_t n = b->n_run - at < batch ? b->n_run - at : batch;
         bool last = at + n >= b->n_run;
         rc = publish_batch(b, b->run_ids + at, n, last, err);
