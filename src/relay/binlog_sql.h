@@ -1,7 +1,7 @@
 /*
  * Every SQL statement of the relay's binlog source (src/relay/binlog.c, binlog_batch.c), one
  * named macro each, with the index it uses, the rows it locks and the isolation it assumes.
- * The schema is sql/migrations/0021_outbox_binlog.sql (outbox_binlog_sources) and
+ * The schema is sql/migrations/0021_relay_binlog.sql (outbox_binlog_sources) and
  * 0001_outbox.sql (outbox_events).
  */
 #ifndef TXO_RELAY_BINLOG_SQL_H
