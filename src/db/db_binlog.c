@@ -408,15 +408,24 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
         if (same(&e->event.query.statement, "COMMIT"))
             ev->kind = TXO__BINLOG_COMMIT;
         break;
-    default:
-        if ((e->event_type == WRITE_ROWS_EVENT_V1 || e->event_type == WRITE_ROWS_EVENT ||
-             e->event_type == WRITE_ROWS_COMPRESSED_EVENT_V1 ||
-             e->event_type == WRITE_ROWS_COMPRESSED_EVENT) &&
-            s->map != NULL && e->event.rows.table_id == s->map_table_id) {
+    default: {
+        bool write = e->event_type == WRITE_ROWS_EVENT_V1 || e->event_type == WRITE_ROWS_EVENT;
+        bool compressed = e->event_type == WRITE_ROWS_COMPRESSED_EVENT_V1 ||
+                          e->event_type == WRITE_ROWS_COMPRESSED_EVENT;
+        /* The rows member of the event is only filled for row events. */
+        bool ours =
+            (write || compressed) && s->map != NULL && e->event.rows.table_id == s->map_table_id;
+        if (ours && write) {
             ev->kind = TXO__BINLOG_INSERT;
             rc = take_ids(s, e, ev, err);
+        } else if (ours) {
+            rc = txo_error_set(err, TXO_ECONFIG,
+                               "binlog: compressed row events of %s.%s: SET GLOBAL "
+                               "log_bin_compress = OFF (the reader does not read them)",
+                               s->schema, s->table);
         }
         break;
+    }
     }
     /* An artificial event (the first ROTATE, a heartbeat) has no position of its own. */
     if (e->event_type != ROTATE_EVENT && e->next_event_pos != 0 &&
