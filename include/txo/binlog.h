@@ -114,4 +114,26 @@ TXO_API void txo_binlog_stop(struct txo_binlog *b);
 
 TXO_API void txo_binlog_get_stats(const struct txo_binlog *b, struct txo_binlog_stats *out);
 
+/* A binlog source as stored in outbox_binlog_sources (txo_binlog_list_sources()). */
+struct txo_binlog_source_info {
+    char name[65];
+    char owner[129]; /* the lease's holder, "" when none */
+    bool reading;    /* its lease is valid now */
+    char file[256];  /* the stored position: "" before the first */
+    uint64_t offset;
+    char gtid[64];
+    int64_t high_water_id; /* the largest outbox id the source handled */
+    double position_age_s; /* since the position was last stored: the reader stores it after
+                            * each run and every 5 s of a quiet log, so a larger age means the
+                            * reader is behind, stuck or gone */
+};
+
+/*
+ * Lists up to cap sources into out[0..*n), by name; *n is 0 when the table does not exist
+ * (not migrated). For operators (`txo stats`). Uses db only; any thread. Errors: DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_binlog_list_sources(struct txo_db *db,
+                                                   struct txo_binlog_source_info *out, size_t cap,
+                                                   size_t *n, struct txo_error *err);
+
 #endif

@@ -472,6 +472,42 @@ int txo_binlog_run(struct txo_binlog *b, struct txo_error *err)
     return 0;
 }
 
+static void copy_col(char *dst, size_t cap, const struct txo_rows *rows, size_t i, size_t col)
+{
+    const char *v = txo_rows_str(rows, i, col, NULL);
+    snprintf(dst, cap, "%s", v != NULL ? v : "");
+}
+
+int txo_binlog_list_sources(struct txo_db *db, struct txo_binlog_source_info *out, size_t cap,
+                            size_t *n, struct txo_error *err)
+{
+    *n = 0;
+    bool exists = false;
+    int rc = txo_schema_has_table(db, "outbox_binlog_sources", &exists, err);
+    if (rc < 0 || !exists || cap == 0)
+        return rc;
+    struct txo_rows *rows = NULL;
+    struct txo_param p[] = {txo_p_i64((int64_t)cap)};
+    rc = txo_db_query(db, BINLOG_SQL_LIST_SOURCES, p, 1, &rows, err);
+    if (rc < 0)
+        return rc;
+    size_t count = txo_rows_count(rows);
+    for (size_t i = 0; i < count && i < cap; i++) {
+        struct txo_binlog_source_info *s = &out[i];
+        copy_col(s->name, sizeof(s->name), rows, i, 0);
+        copy_col(s->owner, sizeof(s->owner), rows, i, 1);
+        s->reading = txo_rows_i64(rows, i, 2) != 0;
+        copy_col(s->file, sizeof(s->file), rows, i, 3);
+        s->offset = (uint64_t)txo_rows_i64(rows, i, 4);
+        copy_col(s->gtid, sizeof(s->gtid), rows, i, 5);
+        s->high_water_id = txo_rows_i64(rows, i, 6);
+        s->position_age_s = txo_rows_f64(rows, i, 7);
+        *n = i + 1;
+    }
+    txo_rows_free(rows);
+    return 0;
+}
+
 static int register_metrics(struct txo_binlog *b, struct txo_error *err)
 {
     struct txo_metrics *reg = b->opts.relay.metrics;

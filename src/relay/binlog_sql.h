@@ -77,6 +77,16 @@
 /* The GTID of the last transaction written to the log. Locks: none. */
 #define BINLOG_SQL_GTID_POS "SELECT @@global.gtid_binlog_pos"
 
+/*
+ * The sources for operators (txo_binlog_list_sources). Index: PRIMARY, walked in order.
+ * Locks: none (consistent read). Params: limit.
+ */
+#define BINLOG_SQL_LIST_SOURCES                                                                    \
+    "SELECT name, COALESCE(owner, ''), COALESCE(lease_until >= NOW(6), 0), "                       \
+    "COALESCE(binlog_file, ''), COALESCE(binlog_offset, 0), COALESCE(gtid, ''), high_water_id, "   \
+    "TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) / 1e6 FROM outbox_binlog_sources "             \
+    "ORDER BY name LIMIT ?"
+
 /* The largest outbox id now: the high-water mark of the first position. Index: PRIMARY. */
 #define BINLOG_SQL_MAX_ID "SELECT COALESCE(MAX(id), 0) FROM outbox_events"
 
