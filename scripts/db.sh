@@ -26,7 +26,8 @@
 #   MYSQL_DATABASE  application database       (default: appdb)
 # The application user also gets ALL on `txo\_%`.* (test databases txo_test_*, bench txo_bench_*),
 # and REPLICATION SLAVE, BINLOG MONITOR to read the binary log (the server writes one, in ROW
-# format with full row metadata, for the relay's binlog source).
+# format with full row metadata, for the relay's binlog source). User txo_norepl (same password,
+# ALL on `txo\_%`.* only) is the tests' user without those grants.
 set -euo pipefail
 
 log() { printf 'db.sh: %s\n' "$*" >&2; }
@@ -182,6 +183,12 @@ ensure_db_and_user() {
             # The relay's binlog source reads the binary log as a replication client; RELOAD
             # lets its tests rotate the log (FLUSH BINARY LOGS).
             printf 'GRANT REPLICATION SLAVE, BINLOG MONITOR, RELOAD ON *.* TO %s;\n' "$acct"
+        done
+        # A user without the replication grants, for the tests of the binlog source's refusal.
+        for host in localhost 127.0.0.1; do
+            printf "CREATE USER IF NOT EXISTS 'txo_norepl'@'%s' IDENTIFIED BY %s;\n" "$host" "$p"
+            # shellcheck disable=SC2016 # literal backticks
+            printf "GRANT ALL PRIVILEGES ON \`txo\\\\_%%\`.* TO 'txo_norepl'@'%s';\n" "$host"
         done
         printf 'FLUSH PRIVILEGES;\n'
     } | sql_admin --batch || die "could not create database/user (see $ERRLOG)"

@@ -96,11 +96,11 @@ int txo__binlog_lease(struct txo_binlog *b, struct txo_error *err)
     return 0;
 }
 
-/* True when one of the grant lines gives priv on *.* (or ALL PRIVILEGES / SUPER there). */
-static bool granted(const struct txo_rows *rows, const char *priv, const char *alias)
+/* True when one of grants[0..n) gives priv on *.* (or ALL PRIVILEGES there). */
+static bool granted(const char *const *grants, size_t n, const char *priv, const char *alias)
 {
-    for (size_t i = 0; i < txo_rows_count(rows); i++) {
-        const char *g = txo_rows_str(rows, i, 0, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const char *g = grants[i];
         if (g == NULL || strstr(g, " ON *.* ") == NULL)
             continue;
         if (strstr(g, "ALL PRIVILEGES") != NULL || strstr(g, priv) != NULL ||
@@ -110,31 +110,50 @@ static bool granted(const struct txo_rows *rows, const char *priv, const char *a
     return false;
 }
 
+int txo__binlog_check_settings(int64_t log_bin, const char *format, const char *meta,
+                               struct txo_error *err)
+{
+    if (log_bin != 1)
+        return txo_error_set(err, TXO_ECONFIG,
+                             "binlog source: the server's binary log is off: start it with "
+                             "log_bin, binlog_format=ROW, binlog_row_metadata=FULL and a "
+                             "server_id (docs/binlog.md), or use --source polling");
+    if (format == NULL || strcmp(format, "ROW") != 0)
+        return txo_error_set(err, TXO_ECONFIG,
+                             "binlog source: binlog_format is %s, not ROW: SET GLOBAL "
+                             "binlog_format = 'ROW' (and in the server's configuration)",
+                             format != NULL ? format : "NULL");
+    if (meta == NULL || strcmp(meta, "FULL") != 0)
+        return txo_error_set(err, TXO_ECONFIG,
+                             "binlog source: binlog_row_metadata is %s, not FULL (the source "
+                             "finds the columns by name): SET GLOBAL binlog_row_metadata = "
+                             "'FULL' (and in the server's configuration)",
+                             meta != NULL ? meta : "NULL");
+    return 0;
+}
+
+int txo__binlog_check_grants(const char *const *grants, size_t n, struct txo_error *err)
+{
+    bool slave = granted(grants, n, "REPLICATION SLAVE", NULL);
+    bool monitor = granted(grants, n, "BINLOG MONITOR", "REPLICATION CLIENT");
+    if (slave && monitor)
+        return 0;
+    return txo_error_set(err, TXO_ECONFIG,
+                         "binlog source: the database user lacks %s%s%s: GRANT REPLICATION "
+                         "SLAVE, BINLOG MONITOR ON *.* TO <user> (MySQL and MariaDB before "
+                         "10.5.2: REPLICATION CLIENT instead of BINLOG MONITOR)",
+                         slave ? "" : "REPLICATION SLAVE", !slave && !monitor ? " and " : "",
+                         monitor ? "" : "BINLOG MONITOR (REPLICATION CLIENT)");
+}
+
 int txo_binlog_check_server(struct txo_db *db, struct txo_error *err)
 {
     struct txo_rows *rows = NULL;
     int rc = txo_db_query(db, BINLOG_SQL_SERVER_SETTINGS, NULL, 0, &rows, err);
     if (rc < 0)
         return rc;
-    int64_t log_bin = txo_rows_i64(rows, 0, 0);
-    const char *format = txo_rows_str(rows, 0, 1, NULL);
-    const char *meta = txo_rows_str(rows, 0, 2, NULL);
-    if (log_bin != 1)
-        rc = txo_error_set(err, TXO_ECONFIG,
-                           "binlog source: the server's binary log is off: start it with "
-                           "log_bin, binlog_format=ROW, binlog_row_metadata=FULL and a "
-                           "server_id (docs/binlog.md), or use --source polling");
-    else if (format == NULL || strcmp(format, "ROW") != 0)
-        rc = txo_error_set(err, TXO_ECONFIG,
-                           "binlog source: binlog_format is %s, not ROW: SET GLOBAL "
-                           "binlog_format = 'ROW' (and in the server's configuration)",
-                           format != NULL ? format : "NULL");
-    else if (meta == NULL || strcmp(meta, "FULL") != 0)
-        rc = txo_error_set(err, TXO_ECONFIG,
-                           "binlog source: binlog_row_metadata is %s, not FULL (the source finds "
-                           "the columns by name): SET GLOBAL binlog_row_metadata = 'FULL' (and in "
-                           "the server's configuration)",
-                           meta != NULL ? meta : "NULL");
+    rc = txo__binlog_check_settings(txo_rows_i64(rows, 0, 0), txo_rows_str(rows, 0, 1, NULL),
+                                    txo_rows_str(rows, 0, 2, NULL), err);
     txo_rows_free(rows);
     if (rc < 0)
         return rc;
@@ -142,15 +161,11 @@ int txo_binlog_check_server(struct txo_db *db, struct txo_error *err)
     rc = txo_db_query(db, BINLOG_SQL_GRANTS, NULL, 0, &rows, err);
     if (rc < 0)
         return rc;
-    bool slave = granted(rows, "REPLICATION SLAVE", NULL);
-    bool monitor = granted(rows, "BINLOG MONITOR", "REPLICATION CLIENT");
-    if (!slave || !monitor)
-        rc = txo_error_set(err, TXO_ECONFIG,
-                           "binlog source: the database user lacks %s%s%s: GRANT REPLICATION "
-                           "SLAVE, BINLOG MONITOR ON *.* TO <user> (MySQL and MariaDB before "
-                           "10.5.2: REPLICATION CLIENT instead of BINLOG MONITOR)",
-                           slave ? "" : "REPLICATION SLAVE", !slave && !monitor ? " and " : "",
-                           monitor ? "" : "BINLOG MONITOR (REPLICATION CLIENT)");
+    const char *grants[64];
+    size_t n = 0;
+    for (size_t i = 0; i < txo_rows_count(rows) && n < TXO_ARRAY_LEN(grants); i++)
+        grants[n++] = txo_rows_str(rows, i, 0, NULL);
+    rc = txo__binlog_check_grants(grants, n, err);
     txo_rows_free(rows);
     return rc;
 }

@@ -53,4 +53,11 @@ int txo__binlog_publish_run(struct txo_binlog *b, struct txo_error *err);
 
 bool txo__binlog_stopping(struct txo_binlog *b);
 
+/* The server-settings refusals of txo_binlog_check_server(): 0 or TXO_ECONFIG naming the fix. */
+int txo__binlog_check_settings(int64_t log_bin, const char *format, const char *meta,
+                               struct txo_error *err);
+
+/* The grant refusal of txo_binlog_check_server(), over the lines of SHOW GRANTS. */
+int txo__binlog_check_grants(const char *const *grants, size_t n, struct txo_error *err);
+
 #endif

@@ -10,8 +10,8 @@
  *   - SIGKILL mid-stream, again and again: nothing lost (at least once), every row PUBLISHED;
  *   - two readers of one source: one publishes, the other stands by; killed, the standby
  *     takes over within the lease;
- *   - a stored position purged from the server: refused, exit 1, naming the fix; a bad
- *     --source: exit 2 before any write.
+ *   - a stored position purged from the server, and a user without the replication grants:
+ *     refused, exit 1, naming the fix; a bad --source-name: exit 2 before any write.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -397,6 +397,23 @@ static void test_refusals(void **state)
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "purged") == NULL ||
         strstr(text, "DELETE FROM outbox_binlog_sources") == NULL)
         fail_msg("want exit 1 naming the purge and its fix, status 0x%x: %s", status, text);
+
+    /* A user without REPLICATION SLAVE and BINLOG MONITOR (scripts/db.sh: txo_norepl). */
+    unlink(errf);
+    const char *user = getenv("MYSQL_USER");
+    char *saved = txo_strdup(user != NULL ? user : "app");
+    setenv("MYSQL_USER", "txo_norepl", 1);
+    status = wait_for(spawn_relay(out, errf, args));
+    setenv("MYSQL_USER", saved, 1);
+    txo_free(saved);
+    f = fopen(errf, "r");
+    assert_non_null(f);
+    len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 ||
+        strstr(text, "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO") == NULL)
+        fail_msg("want exit 1 printing the GRANT, status 0x%x: %s", status, text);
     unlink(out);
     unlink(errf);
 }
