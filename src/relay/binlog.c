@@ -253,7 +253,6 @@ static int first_position(struct txo_binlog *b, struct txo_error *err)
             TXO_KV_U64("offset", b->run_pos.offset));
     struct txo_relay_opts ro = b->opts.relay;
     ro.drain = true;
-    ro.metrics = NULL; /* the source's relay registered them already */
     ro.relay_id = b->owner;
     struct txo_relay *poll = NULL;
     rc = txo_relay_new(b->db, b->pub, &ro, &poll, err);

@@ -30,6 +30,8 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testhttp.h"
+#include "testproc.h"
 
 static int setup(void **state)
 {
@@ -232,7 +234,10 @@ static void test_stream_each_once_in_order(void **state)
     unlink(errf);
     /* An event committed before the first start: published by the polling path. */
     insert_range(t, 0, 1, 1, 7);
-    const char *args[] = {"--batch-size", "50", NULL};
+    unsigned port = testproc_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    const char *args[] = {"--batch-size", "50", "--metrics-listen", listen, NULL};
     pid_t pid = spawn_relay(out, errf, args);
     assert_true(wait_rows(t,
                           "SELECT COUNT(*) FROM outbox_binlog_sources WHERE binlog_file "
@@ -257,6 +262,14 @@ static void test_stream_each_once_in_order(void **state)
 
     bool all =
         wait_rows(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", n, 60000);
+    /* The lag gauges: caught up, and an event published moments ago. */
+    CURL *h = curl_easy_init();
+    struct testhttp_reply r = {.body = NULL};
+    testhttp_get(h, port, "/metrics", &r);
+    double behind = testhttp_metric_value(r.body, "txo_relay_binlog_seconds_behind");
+    double age = testhttp_metric_value(r.body, "txo_relay_binlog_last_publish_age_seconds");
+    testhttp_reply_release(&r);
+    curl_easy_cleanup(h);
     kill(pid, SIGTERM);
     int status = wait_for(pid);
     if (!all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
@@ -273,6 +286,8 @@ static void test_stream_each_once_in_order(void **state)
         if (s.count[k] != 1)
             fail_msg("k:%u published %u times", k, s.count[k]);
     assert_true(s.in_order);
+    if (!(behind >= 0 && behind <= 2 && age >= 0 && age < 30))
+        fail_msg("lag gauges: seconds_behind %g, last_publish_age %g", behind, age);
     assert_int_equal(testdb_i64(other.db,
                                 "SELECT COUNT(*) FROM outbox_events WHERE status = "
                                 "'PENDING'",
