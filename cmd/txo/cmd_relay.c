@@ -144,7 +144,8 @@ static void add_settings(struct settings_table *t)
          .env = "TXO_DRAIN",
          .type = SETTING_BOOL,
          .def = "false",
-         .help = "publish until nothing is due, then exit 0",
+         .help = "publish until nothing is due (--source binlog: until the log read reaches "
+                 "the server's position at start), then exit 0",
          .target = &opts.drain},
     };
     const struct setting webhook[] = {
