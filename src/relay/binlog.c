@@ -46,6 +46,7 @@ bool txo__binlog_stopping(struct txo_binlog *b)
 void txo_binlog_stop(struct txo_binlog *b)
 {
     txo__waiter_stop(&b->pause);
+    txo_relay_stop(b->poll); /* a first start's drain */
 }
 
 void txo_binlog_get_stats(const struct txo_binlog *b, struct txo_binlog_stats *out)
@@ -251,16 +252,14 @@ static int first_position(struct txo_binlog *b, struct txo_error *err)
             "binlog: no stored position: publishing what is PENDING by polling, then streaming",
             TXO_KV_STR("source", b->source_name), TXO_KV_STR("file", b->run_pos.file),
             TXO_KV_U64("offset", b->run_pos.offset));
-    struct txo_relay_opts ro = b->opts.relay;
-    ro.drain = true;
-    ro.relay_id = b->owner;
-    struct txo_relay *poll = NULL;
-    rc = txo_relay_new(b->db, b->pub, &ro, &poll, err);
-    if (rc == 0)
-        rc = txo_relay_run(poll, err);
-    txo_relay_free(poll);
+    rc = txo_relay_run(b->poll, err);
+    if (b->poll->ordered) /* give the shards back to the polling relays at once */
+        txo__shards_leave(b->db, &b->poll->shards);
     if (rc < 0)
         return rc;
+    if (txo__binlog_stopping(b))
+        return txo_error_set(err, TXO_ECANCELED, "binlog source %s: stopped while draining",
+                             b->source_name);
     return txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, store_first_position, b, err);
 }
 
@@ -543,6 +542,7 @@ void txo_binlog_free(struct txo_binlog *b)
 {
     if (b == NULL)
         return;
+    txo_relay_free(b->poll);
     txo_relay_free(b->relay);
     txo_db_close(b->stream);
     txo_db_close(b->db);
@@ -600,6 +600,13 @@ int txo_binlog_new(const struct txo_db_opts *db_opts, struct txo_publisher *pub,
     ro.mode = TXO_RELAY_CLAIM_LEASE;
     ro.breaker_failures = 0;
     rc = txo_relay_new(b->db, pub, &ro, &b->relay, err);
+    /* The first start's drain of what is PENDING: the polling relay as configured. Made here,
+     * so that txo_binlog_stop() can always reach it. */
+    struct txo_relay_opts po = opts->relay;
+    po.drain = true;
+    po.relay_id = b->owner;
+    if (rc == 0)
+        rc = txo_relay_new(b->db, pub, &po, &b->poll, err);
     if (rc == 0)
         rc = register_metrics(b, err);
     if (rc < 0)

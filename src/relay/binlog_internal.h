@@ -21,6 +21,7 @@ struct txo_binlog {
     struct txo_db *db;       /* statements: marks, lease, position */
     struct txo_db *stream;   /* the replication connection */
     struct txo_relay *relay; /* the polling relay whose code builds, publishes and marks */
+    struct txo_relay *poll;  /* the polling relay that drains PENDING at a first start */
     struct txo_publisher *pub;
     struct txo__waiter pause;
     bool active;              /* holds the lease */
