@@ -11,6 +11,7 @@
 #ifndef TXO_DB_BINLOG_STREAM_H
 #define TXO_DB_BINLOG_STREAM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,14 @@ int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *sta
  */
 int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,
                             struct txo__binlog_pos *pos, struct txo_error *err);
+
+/*
+ * True when nothing more has arrived from the server yet (its socket has no bytes to read): the
+ * reader has everything the server wrote so far, so a run can go out now instead of waiting
+ * for more. It may say so while the client library still holds a buffered event; that only
+ * makes a run smaller.
+ */
+bool txo__binlog_stream_idle(struct txo__binlog_stream *s);
 
 /* Stops the dump and frees the stream. NULL is a no-op. */
 void txo__binlog_stream_close(struct txo__binlog_stream *s);

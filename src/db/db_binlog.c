@@ -23,6 +23,7 @@
 #include "db/db_internal.h" /* <mysql.h>, which mariadb_rpl.h needs first */
 
 #include <mariadb_rpl.h>
+#include <poll.h>
 
 struct txo__binlog_stream {
     struct txo_db *db;
@@ -435,6 +436,12 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
         mariadb_free_rpl_event(e);
     *pos = s->pos;
     return rc;
+}
+
+bool txo__binlog_stream_idle(struct txo__binlog_stream *s)
+{
+    struct pollfd pfd = {.fd = (int)mysql_get_socket(s->db->conn), .events = POLLIN};
+    return poll(&pfd, 1, 0) == 0;
 }
 
 void txo__binlog_stream_close(struct txo__binlog_stream *s)

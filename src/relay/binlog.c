@@ -12,8 +12,9 @@
  *             refusal); none: the server's position now, the PENDING rows published by the
  *             polling relay (drained), then that position stored;
  *   stream    read the log from the position; inserted ids of a transaction join the run at
- *             its commit; the run is published when run_ms passed since its first event, when
- *             it holds batch_size events, or when the log is quiet; the position alone is
+ *             its commit; the run is published at a commit after which nothing more has
+ *             arrived, when run_ms passed since its first event, when it holds batch_size
+ *             events, or at a heartbeat; the position alone is
  *             stored now and then when the log has no outbox events. The lease is renewed
  *             every lease_ms / 4; a reader that lost it goes back to standby.
  * A transient error (server or broker down) closes the stream and starts again from the
@@ -379,8 +380,12 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
         bool quiet = ev->timestamp_s == 0; /* a heartbeat: the log has nothing more now */
         if (quiet)
             atomic_store(&b->last_event_s, 0);
-        bool publish = b->n_run > 0 && (quiet || b->n_run >= b->opts.relay.batch_size ||
-                                        now - run_start_ms >= b->opts.run_ms);
+        /* A run goes out when the reader has read all the server sent (at a commit), when it is
+         * full, or run_ms after its first event under a steady flow. */
+        bool publish =
+            b->n_run > 0 && (quiet || b->n_run >= b->opts.relay.batch_size ||
+                             now - run_start_ms >= b->opts.run_ms ||
+                             (ev->kind == TXO__BINLOG_COMMIT && txo__binlog_stream_idle(s)));
         bool moved =
             strcmp(committed.file, b->run_pos.file) != 0 || committed.offset != b->run_pos.offset;
         bool at_target = target != NULL && reached(&committed, target);
