@@ -162,7 +162,7 @@ static int load(struct txo_binlog *b, const int64_t *ids, size_t n, struct txo_e
 {
     struct txo_relay *r = b->relay;
     size_t padded = txo_sql_in_list_size(n);
-    char *sql = txo_sql_in_list(BINLOG_SQL_ROWS_IN, padded, " ORDER BY id");
+    char *sql = txo_sql_in_list(BINLOG_SQL_ROWS_IN, padded, BINLOG_SQL_ROWS_TAIL);
     if (sql == NULL)
         return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a statement");
     for (size_t i = 0; i < padded; i++)

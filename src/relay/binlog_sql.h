@@ -52,11 +52,19 @@
 /*
  * The rows of a run, by the ids the log named, still PENDING (a row the polling relay or an
  * earlier run already published, or that retention removed, is not published again).
- * Index: PRIMARY (id list). Locks: none (the lease makes this reader the only one of the
- * source). Isolation: READ COMMITTED. Columns: RELAY_SQL__CLAIM_COLUMNS. Params: ids...
+ * Appended after the id list: RELAY_SQL_ROWS_TAIL.
+ * The read locks (LOCK IN SHARE MODE, in its own autocommit statement) because the server
+ * sends a transaction's events to its replicas once they are in the binary log, which is
+ * before the storage engine's commit makes its rows visible: a plain read may not see a row
+ * the log just named, and would pass over it. The locking read waits for the inserting
+ * transaction's lock, so it sees the row committed (and waits at most
+ * innodb_lock_wait_timeout; a timeout restarts the stream from the stored position).
+ * Index: PRIMARY (id list). Locks: shared locks on those rows for the statement. Isolation:
+ * READ COMMITTED. Columns: RELAY_SQL__CLAIM_COLUMNS. Params: ids...
  */
 #define BINLOG_SQL_ROWS_IN                                                                         \
     RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events WHERE status = 'PENDING' AND id IN "
+#define BINLOG_SQL_ROWS_TAIL " ORDER BY id LOCK IN SHARE MODE"
 
 /*
  * The server's checks before the source starts. Columns: log_bin, binlog_format,
