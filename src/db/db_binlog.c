@@ -110,7 +110,7 @@ int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *sta
         return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for the replication handle");
     }
     unsigned long offset = (unsigned long)(start->offset > 4 ? start->offset : 4);
-    unsigned int flags = MARIADB_RPL_BINLOG_SEND_ANNOTATE_ROWS;
+    unsigned int flags = 0; /* no ANNOTATE_ROWS: the statements' text is not needed */
     if (mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_FILENAME, start->file, strlen(start->file)) ||
         mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_START, offset) ||
         mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_SERVER_ID, server_id) ||

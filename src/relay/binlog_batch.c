@@ -126,11 +126,16 @@ static int publish_until_settled(struct txo_binlog *b, struct txo_error *err)
         txo__relay_publish(r);
         /* The ones to send again to the front, in order; the settled ones behind. */
         size_t k = 0, transient = 0;
+        int code = 0;
+        char reason[TXO_ERROR_MSG_MAX];
+        reason[0] = '\0';
         for (size_t i = 0; i < left; i++) {
             if (!again(r, i))
                 continue;
-            if (r->results[i] != RESULT_DEFERRED)
-                transient++;
+            if (r->results[i] != RESULT_DEFERRED && transient++ == 0) {
+                code = r->results[i];
+                snprintf(reason, sizeof(reason), "%s", r->errors[i].msg);
+            }
             for (size_t j = i; j > k; j--)
                 swap_all(r, j, j - 1);
             k++;
@@ -144,8 +149,8 @@ static int publish_until_settled(struct txo_binlog *b, struct txo_error *err)
         int64_t ms = txo_backoff_delay_ms(&b->opts.retry, attempt, txo_rand01());
         TXO_LOG(TXO_LOG_WARN, "relay", "binlog: publish failed, the stream waits and retries",
                 TXO_KV_STR("source", b->source_name), TXO_KV_U64("waiting", left),
-                TXO_KV_I64("retry_ms", ms), TXO_KV_STR("error", txo_err_name(r->results[0])),
-                TXO_KV_STR("reason", r->errors[0].msg));
+                TXO_KV_I64("retry_ms", ms), TXO_KV_STR("error", txo_err_name(code)),
+                TXO_KV_STR("reason", reason));
         if (!wait_renewing(b, ms, err)) {
             if (b->active && !txo__binlog_stopping(b))
                 return err != NULL && err->code < 0 ? err->code : TXO_EDB;
