@@ -24,7 +24,10 @@
 #   MYSQL_USER      application user           (default: app)
 #   MYSQL_PASSWORD  its password               (default: secret)
 #   MYSQL_DATABASE  application database       (default: appdb)
-# The application user also gets ALL on `txo\_%`.* (test databases txo_test_*, bench txo_bench_*).
+# The application user also gets ALL on `txo\_%`.* (test databases txo_test_*, bench txo_bench_*),
+# and REPLICATION SLAVE, BINLOG MONITOR to read the binary log (the server writes one, in ROW
+# format with full row metadata, for the relay's binlog source). User txo_norepl (same password,
+# ALL on `txo\_%`.* only) is the tests' user without those grants.
 set -euo pipefail
 
 log() { printf 'db.sh: %s\n' "$*" >&2; }
@@ -177,6 +180,15 @@ ensure_db_and_user() {
             # Escaped underscore: matches txo_test_*, txo_bench_*, not e.g. "txoXfoo".
             # shellcheck disable=SC2016 # literal backticks
             printf 'GRANT ALL PRIVILEGES ON `txo\\_%%`.* TO %s;\n' "$acct"
+            # The relay's binlog source reads the binary log as a replication client; RELOAD
+            # lets its tests rotate the log (FLUSH BINARY LOGS).
+            printf 'GRANT REPLICATION SLAVE, BINLOG MONITOR, RELOAD ON *.* TO %s;\n' "$acct"
+        done
+        # A user without the replication grants, for the tests of the binlog source's refusal.
+        for host in localhost 127.0.0.1; do
+            printf "CREATE USER IF NOT EXISTS 'txo_norepl'@'%s' IDENTIFIED BY %s;\n" "$host" "$p"
+            # shellcheck disable=SC2016 # literal backticks
+            printf "GRANT ALL PRIVILEGES ON \`txo\\\\_%%\`.* TO 'txo_norepl'@'%s';\n" "$host"
         done
         printf 'FLUSH PRIVILEGES;\n'
     } | sql_admin --batch || die "could not create database/user (see $ERRLOG)"
@@ -246,6 +258,17 @@ cmd_start() {
         --skip-name-resolve
         --character-set-server=utf8mb4
         --collation-server=utf8mb4_unicode_ci
+        # The binary log, for the relay's binlog source (docs/binlog.md): row events with
+        # every column's name. sync_binlog stays 0 here (the OS flushes it): a test server
+        # does not need the log to survive a power cut; production settings are in the doc.
+        --log-bin="$DATADIR/binlog"
+        --binlog-format=ROW
+        --binlog-row-metadata=FULL
+        --server-id=1
+        --expire-logs-days=1
+        # Migrations create triggers as the app user (no SUPER): with the log on, the server
+        # asks for this to allow it.
+        --log-bin-trust-function-creators=1
     )
     # Extra server options for experiments, e.g. TXO_DB_EXTRA_ARGS="--thread-handling=pool-of-threads".
     if [ -n "${TXO_DB_EXTRA_ARGS:-}" ]; then

@@ -25,6 +25,7 @@
 #include "listing.h"
 #include "order_saga.h"
 #include "orders.h"
+#include "txo/binlog.h"
 #include "txo/cmdq.h"
 #include "txo/dlq.h"
 #include "txo/relay.h"
@@ -65,6 +66,8 @@ static void add_stats_settings(struct settings_table *t)
 
 /* Parked aggregates `txo stats` shows at most. */
 #define STATS_PARKED_MAX 20
+/* Binlog sources `txo stats` shows at most. */
+#define STATS_BINLOG_MAX 16
 
 /* What `txo stats` read, before it is printed. */
 struct stats {
@@ -77,6 +80,9 @@ struct stats {
     /* Aggregates held back by a failed event (relays with --ordering aggregate), oldest first. */
     struct txo_relay_parked parked[STATS_PARKED_MAX];
     size_t n_parked;
+    /* The relay's binlog sources (`txo relay --source binlog`), by name. */
+    struct txo_binlog_source_info binlog[STATS_BINLOG_MAX];
+    size_t n_binlog;
 };
 
 static int read_stats(struct txo_db *db, struct stats *st, struct txo_error *err)
@@ -88,7 +94,8 @@ static int read_stats(struct txo_db *db, struct stats *st, struct txo_error *err
         (st->has_commands &&
          txo_cmdq_stats(db, &st->commands[0], &st->commands[1], &st->commands[2], err) != 0) ||
         txo_dlq_count(db, &st->dead_letters, &st->dead_letters_unreplayed, err) != 0 ||
-        txo_relay_list_parked(db, st->parked, TXO_ARRAY_LEN(st->parked), &st->n_parked, err) != 0)
+        txo_relay_list_parked(db, st->parked, TXO_ARRAY_LEN(st->parked), &st->n_parked, err) != 0 ||
+        txo_binlog_list_sources(db, st->binlog, TXO_ARRAY_LEN(st->binlog), &st->n_binlog, err) != 0)
         return -1;
     return 0;
 }
@@ -98,8 +105,10 @@ static int read_stats(struct txo_db *db, struct stats *st, struct txo_error *err
  * "failed","oldest_pending_age_seconds","oldest_failed_age_seconds"},"sagas":{STATUS:N,...},
  * "saga_compensation_abandoned":N,"commands":{"pending","processing","failed"},
  * "dead_letters":{"total","unreplayed"},"parked":[{"aggregate_type","aggregate_id","event_id",
- * "status","attempts","last_error","waiting"}]}; sagas, saga_compensation_abandoned and
- * commands are null on an outbox-only schema. NULL when out of memory.
+ * "status","attempts","last_error","waiting"}],"binlog_sources":[{"name","owner","reading",
+ * "position","gtid","high_water_id","position_age_seconds"}]}; sagas,
+ * saga_compensation_abandoned and commands are null on an outbox-only schema. NULL when out of
+ * memory.
  */
 static json_t *stats_json(const struct stats *st)
 {
@@ -123,8 +132,19 @@ static json_t *stats_json(const struct stats *st)
                       txo_outbox_status_name(p->status), "attempts", (json_int_t)p->attempts,
                       "last_error", listing_str(p->last_error), "waiting", (json_int_t)p->waiting));
     }
+    json_t *binlog = json_array();
+    for (size_t i = 0; binlog != NULL && i < st->n_binlog; i++) {
+        const struct txo_binlog_source_info *b = &st->binlog[i];
+        char pos[300];
+        snprintf(pos, sizeof(pos), "%s:%" PRIu64, b->file, b->offset);
+        json_array_append_new(
+            binlog, json_pack("{s:s,s:s,s:b,s:s,s:s,s:I,s:f}", "name", b->name, "owner", b->owner,
+                              "reading", b->reading, "position", b->file[0] != '\0' ? pos : "",
+                              "gtid", b->gtid, "high_water_id", (json_int_t)b->high_water_id,
+                              "position_age_seconds", b->position_age_s));
+    }
     return json_pack(
-        "{s:{s:I,s:I,s:I,s:I,s:f,s:f},s:o,s:o,s:o,s:{s:I,s:I},s:o}", "outbox", "pending",
+        "{s:{s:I,s:I,s:I,s:I,s:f,s:f},s:o,s:o,s:o,s:{s:I,s:I},s:o,s:o}", "outbox", "pending",
         (json_int_t)os->pending, "processing", (json_int_t)os->processing, "published",
         (json_int_t)os->published, "failed", (json_int_t)os->failed, "oldest_pending_age_seconds",
         os->oldest_pending_age_s, "oldest_failed_age_seconds", os->oldest_failed_age_s, "sagas",
@@ -135,7 +155,7 @@ static json_t *stats_json(const struct stats *st)
                         (json_int_t)st->commands[1], "failed", (json_int_t)st->commands[2])
             : json_null(),
         "dead_letters", "total", (json_int_t)st->dead_letters, "unreplayed",
-        (json_int_t)st->dead_letters_unreplayed, "parked", parked);
+        (json_int_t)st->dead_letters_unreplayed, "parked", parked, "binlog_sources", binlog);
 }
 
 /* Appends {"area","status","count","oldest_s"} to rows: count NULL for a note without one. */
@@ -206,6 +226,19 @@ static void print_stats_tables(const json_t *doc)
     listing_table(stdout, counts, TXO_ARRAY_LEN(counts), rows);
     json_decref(rows);
 
+    static const struct listing_column binlog_cols[] = {
+        {.key = "name", .header = "SOURCE"},
+        {.key = "owner", .header = "OWNER", .max_width = 32},
+        {.key = "reading", .header = "READING"},
+        {.key = "position", .header = "POSITION", .max_width = 40},
+        {.key = "high_water_id", .header = "HIGH_WATER_ID"},
+        {.key = "position_age_seconds", .header = "POSITION_AGE_S"},
+    };
+    const json_t *binlog = json_object_get(doc, "binlog_sources");
+    if (json_array_size(binlog) > 0) {
+        printf("\nBinlog sources of the relay (txo relay --source binlog)\n");
+        listing_table(stdout, binlog_cols, TXO_ARRAY_LEN(binlog_cols), binlog);
+    }
     const json_t *parked = json_object_get(doc, "parked");
     size_t n = json_array_size(parked);
     if (n == 0)

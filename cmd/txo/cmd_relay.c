@@ -25,6 +25,7 @@
 #include "tracing.h"
 #include "notify.h"
 #include "signals.h"
+#include "txo/binlog.h"
 #include "txo/webhook.h"
 
 static int run(int argc, char **argv);
@@ -44,13 +45,19 @@ const struct command cmd_relay = {
         "stdout), null (discard; benchmarks), webhook (HTTP POST per event, Idempotency-Key\n"
         "header, 2xx only counts) and the brokers of --publisher, each with its --<broker>-*\n"
         "settings (docs/brokers.md: what each sends and guarantees).\n"
+        "With --source binlog it reads the inserts from the server's binary log as a\n"
+        "replication client instead of polling the table (docs/binlog.md): the same messages,\n"
+        "in commit order, one active reader per --source-name, its position stored in\n"
+        "outbox_binlog_sources.\n"
         "SIGTERM/SIGINT finish the current batch and exit 0.",
     .run = run,
     .examples = "# Publish to NATS JetStream, with metrics on port 9101:\n"
                 "txo relay --publisher nats --nats-url nats://127.0.0.1:4222 --metrics-listen "
                 "127.0.0.1:9101\n"
                 "# Print every due event as a JSON line, then exit when none is left:\n"
-                "txo relay --publisher log --drain\n",
+                "txo relay --publisher log --drain\n"
+                "# Read the binary log instead of polling (grants: docs/binlog.md):\n"
+                "txo relay --source binlog --publisher nats --nats-url nats://127.0.0.1:4222\n",
     .exit_status =
         "0 after a graceful stop (SIGTERM or SIGINT) or, with --drain, once nothing is due; 1 "
         "when the relay cannot start or fails; 2 on a bad option or environment variable.",
@@ -69,6 +76,9 @@ struct relay_cmd_opts {
     int64_t webhook_timeout_ms;
     const char *webhook_token;
     const char *metrics_listen;
+    const char *source;
+    const char *source_name;
+    int64_t source_lease_ms;
 };
 
 static struct relay_cmd_opts opts;
@@ -100,12 +110,42 @@ static void add_settings(struct settings_table *t)
          .help = "the CloudEvents source attribute (a URI reference naming this outbox)",
          .target = &opts.envelope_source},
     };
+    const struct setting source[] = {
+        {.name = "source",
+         .env = "TXO_RELAY_SOURCE",
+         .type = SETTING_STRING,
+         .def = "polling",
+         .help = "where the relay finds new events: polling (claims due rows of outbox_events) "
+                 "or binlog (reads the inserts from the server's binary log as a replication "
+                 "client, in commit order; needs log_bin, binlog_format=ROW, "
+                 "binlog_row_metadata=FULL and the REPLICATION SLAVE, BINLOG MONITOR grants: "
+                 "docs/binlog.md)",
+         .target = &opts.source},
+        {.name = "source-name",
+         .env = "TXO_RELAY_SOURCE_NAME",
+         .type = SETTING_STRING,
+         .def = "default",
+         .help = "with --source binlog: the name of the stored position and of the lease (one "
+                 "active reader per name; others stand by), 1..64 bytes",
+         .target = &opts.source_name},
+        {.name = "source-lease",
+         .env = "TXO_RELAY_SOURCE_LEASE_MS",
+         .type = SETTING_MS,
+         .def = "10000",
+         .help = "with --source binlog: how long the reader's hold on its source lasts without "
+                 "renewal (renewed every quarter of it), milliseconds; a standby takes over this "
+                 "long after the reader dies",
+         .min = 30,
+         .max = 3600000,
+         .target = &opts.source_lease_ms},
+    };
     const struct setting drain[] = {
         {.name = "drain",
          .env = "TXO_DRAIN",
          .type = SETTING_BOOL,
          .def = "false",
-         .help = "publish until nothing is due, then exit 0",
+         .help = "publish until nothing is due (--source binlog: until the log read reaches "
+                 "the server's position at start), then exit 0",
          .target = &opts.drain},
     };
     const struct setting webhook[] = {
@@ -133,6 +173,7 @@ static void add_settings(struct settings_table *t)
     settings_add_tracing(t, &opts.tracing);
     settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
     settings_add_relay(t, &opts.relay);
+    settings_add(t, source, TXO_ARRAY_LEN(source));
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
     settings_add_clean(t, &opts.clean, true);
     cmd_brokers_add_settings(t);
@@ -142,6 +183,7 @@ static void add_settings(struct settings_table *t)
 
 struct relay_thread {
     struct txo_relay *relay;
+    struct txo_binlog *binlog; /* --source binlog: runs instead of relay */
     int rc;
     struct txo_error err;
 };
@@ -149,7 +191,8 @@ struct relay_thread {
 static void *relay_main(void *arg)
 {
     struct relay_thread *t = arg;
-    t->rc = txo_relay_run(t->relay, &t->err);
+    t->rc =
+        t->binlog != NULL ? txo_binlog_run(t->binlog, &t->err) : txo_relay_run(t->relay, &t->err);
     signals_wake(); /* --drain is done, or the relay failed: the main thread stops waiting */
     return NULL;
 }
@@ -250,6 +293,15 @@ static int run(int argc, char **argv)
         cli_error("txo relay: --envelope-source: %s", env_err.msg);
         return 2;
     }
+    bool binlog = strcmp(opts.source, "binlog") == 0;
+    if (!binlog && strcmp(opts.source, "polling") != 0) {
+        cli_error("txo relay: --source must be polling or binlog, got \"%s\"", opts.source);
+        return 2;
+    }
+    if (opts.source_name[0] == '\0' || strlen(opts.source_name) > 64) {
+        cli_error("txo relay: --source-name must be 1..64 bytes, got \"%s\"", opts.source_name);
+        return 2;
+    }
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("relay", &opts.relay, &ro))
         return 2;
@@ -292,7 +344,18 @@ static int run(int argc, char **argv)
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
-    int rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
+    int rc = 0;
+    if (binlog) {
+        struct txo_binlog_opts bo;
+        txo_binlog_opts_init(&bo);
+        bo.source_name = opts.source_name;
+        bo.drain = opts.drain;
+        bo.lease_ms = opts.source_lease_ms;
+        bo.relay = ro;
+        rc = txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err);
+    } else {
+        rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
+    }
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);
         status = rc == TXO_EINVAL ? 2 : 1;
@@ -310,16 +373,17 @@ static int run(int argc, char **argv)
         goto out;
     }
     struct progress prog = {.relay = rt.relay};
+    bool polling = rt.relay != NULL;
     atomic_init(&prog.done, false);
     pthread_t prog_tid;
     bool prog_started = false;
-    if (opts.drain && isatty(STDERR_FILENO)) {
+    if (polling && opts.drain && isatty(STDERR_FILENO)) {
         prog.db = common_connect(&opts.common);
         prog_started =
             prog.db != NULL && pthread_create(&prog_tid, NULL, progress_main, &prog) == 0;
     }
     /* A one-shot --drain is a job, not a daemon: it does not register. */
-    if (!opts.drain) {
+    if (polling && !opts.drain) {
         hb_src.relay = rt.relay;
         hb = daemon_heartbeat_start("relay", &opts.common, &hb_src);
     }
@@ -328,20 +392,32 @@ static int run(int argc, char **argv)
     notify_stopping();
     if (sig != 0)
         TXO_LOG(TXO_LOG_INFO, "relay", "stopping", TXO_KV_I64("signal", sig));
-    txo_relay_stop(rt.relay);
+    if (rt.binlog != NULL)
+        txo_binlog_stop(rt.binlog);
+    else
+        txo_relay_stop(rt.relay);
     pthread_join(relay_tid, NULL);
     clean_thread_stop(&cleaner);
     atomic_store(&prog.done, true);
     if (prog_started)
         pthread_join(prog_tid, NULL);
     txo_db_close(prog.db);
-    struct txo_relay_stats st;
-    txo_relay_get_stats(rt.relay, &st);
-    TXO_LOG(TXO_LOG_INFO, "relay", "relay stopped", TXO_KV_U64("claimed", st.claimed),
-            TXO_KV_U64("published", st.published),
-            TXO_KV_U64("failed_attempts", st.failed_attempts),
-            TXO_KV_U64("dead_lettered", st.dead_lettered), TXO_KV_U64("fenced", st.fenced),
-            TXO_KV_U64("reclaimed", st.reclaimed), TXO_KV_U64("batches", st.batches));
+    if (rt.binlog != NULL) {
+        struct txo_binlog_stats bs;
+        txo_binlog_get_stats(rt.binlog, &bs);
+        TXO_LOG(TXO_LOG_INFO, "relay", "binlog source stopped",
+                TXO_KV_U64("published", bs.published),
+                TXO_KV_U64("dead_lettered", bs.dead_lettered), TXO_KV_U64("runs", bs.runs));
+    }
+    struct txo_relay_stats st = {0};
+    if (polling)
+        txo_relay_get_stats(rt.relay, &st);
+    if (polling)
+        TXO_LOG(TXO_LOG_INFO, "relay", "relay stopped", TXO_KV_U64("claimed", st.claimed),
+                TXO_KV_U64("published", st.published),
+                TXO_KV_U64("failed_attempts", st.failed_attempts),
+                TXO_KV_U64("dead_lettered", st.dead_lettered), TXO_KV_U64("fenced", st.fenced),
+                TXO_KV_U64("reclaimed", st.reclaimed), TXO_KV_U64("batches", st.batches));
     if (rt.rc < 0) {
         cmd_report("relay", "stopped on an error", &rt.err);
         goto out;
@@ -352,7 +428,8 @@ out:
     clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
     txo_relay_free(rt.relay); /* before the registry its metrics live in */
-    daemon_tracing_stop();    /* after the relay: its last spans are sent */
+    txo_binlog_free(rt.binlog);
+    daemon_tracing_stop(); /* after the relay: its last spans are sent */
     daemon_metrics_free(metrics);
     txo_publisher_free(pub);
     txo_db_close(db);

@@ -20,6 +20,7 @@
 #include "txo/publisher.h"
 #include "txo/claim.h"
 #include "txo/relay.h"
+#include "txo/binlog.h"
 #include "txo/saga.h"
 #include "txo/worker.h"
 #include "txo/idempotency.h"

@@ -87,25 +87,6 @@ static const struct txo__lease_pass passes[2][2] = {
         },
 };
 
-/* Results of one mark transaction attempt (reset at the start of each attempt). */
-struct mark_result {
-    uint64_t published;
-    uint64_t failed_attempts;
-    uint64_t dead_lettered;
-    uint64_t fenced;
-};
-
-struct mark_ctx {
-    struct txo_relay *relay;
-    bool held; /* claim mode TRANSACTION: the RELAY_SQL_HELD_* statements, no token */
-    size_t n_published;
-    size_t n_groups;
-    size_t n_failed;
-    size_t n_deferred; /* r->defer_ids: held back, back to PENDING unchanged */
-    size_t n_unpark;   /* r->unpark_ids: published after an earlier failure */
-    struct mark_result res;
-};
-
 /* Adds n to counter c and to its metric m (when there is one). */
 static void count_metric(_Atomic uint64_t *c, struct txo_metric *m, uint64_t n)
 {
@@ -301,8 +282,6 @@ static void advance_cursor(struct txo_relay *r, size_t n)
     r->cursor_set = true;
 }
 
-static void load_batch(struct txo_relay *r);
-
 /* Claims a batch into r->msgs[0..r->n). */
 static int claim(struct txo_relay *r, struct txo_error *err)
 {
@@ -326,7 +305,7 @@ static int claim(struct txo_relay *r, struct txo_error *err)
     }
     if (!r->claimed_after_cursor)
         r->last_full_scan_ms = now;
-    load_batch(r);
+    txo__relay_load_batch(r);
     return 0;
 }
 
@@ -361,7 +340,7 @@ static const char *first_nul_column(const struct txo_rows *rows, size_t i, size_
 }
 
 /* Points r->msgs[0..r->n) into the claim's rows and moves the cursor. */
-static void load_batch(struct txo_relay *r)
+void txo__relay_load_batch(struct txo_relay *r)
 {
     size_t n = r->rows != NULL ? txo_rows_count(r->rows) : 0;
     if (n > r->opts.batch_size) {
@@ -447,7 +426,7 @@ static void format_last_error(const struct txo_error *e, int code, char *out, si
     out[txo_utf8_cut(out, strlen(out), TXO__LEASE_LAST_ERROR_MAX)] = '\0';
 }
 
-static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+int txo__relay_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct mark_ctx *ctx = arg;
     struct txo_relay *r = ctx->relay;
@@ -535,7 +514,7 @@ static int mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 
 /* Records the outcome of the published batch on its rows, in one transaction. */
 /* Sorts the published batch's outcome into ctx: the acknowledged ids and the failure groups. */
-static void mark_prepare(struct txo_relay *r, struct mark_ctx *ctx)
+void txo__relay_mark_prepare(struct txo_relay *r, struct mark_ctx *ctx)
 {
     ctx->relay = r;
     ctx->n_published = 0;
@@ -553,12 +532,10 @@ static void mark_prepare(struct txo_relay *r, struct mark_ctx *ctx)
     ctx->n_groups = group_failures(r, &ctx->n_failed);
 }
 
-static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx);
-
 static int mark(struct txo_relay *r, struct txo_error *err)
 {
     struct mark_ctx ctx = {.relay = r};
-    mark_prepare(r, &ctx);
+    txo__relay_mark_prepare(r, &ctx);
 
     /*
      * txo_db_transact() already retries deadlocks, lock wait timeouts and a connection lost
@@ -568,7 +545,7 @@ static int mark(struct txo_relay *r, struct txo_error *err)
      */
     int rc = 0;
     for (unsigned attempt = 1; attempt <= MARK_ATTEMPTS; attempt++) {
-        rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, mark_tx, &ctx, err);
+        rc = txo_db_transact(r->db, TXO_ISO_READ_COMMITTED, txo__relay_mark_tx, &ctx, err);
         if (rc == 0 || !txo_err_is_transient(rc) || attempt == MARK_ATTEMPTS)
             break;
         TXO_LOG(TXO_LOG_WARN, "relay", "marking a batch failed, retrying",
@@ -583,12 +560,12 @@ static int mark(struct txo_relay *r, struct txo_error *err)
                        r->relay_id, r->n, r->msgs[0].id, r->msgs[r->n - 1].id);
         return rc;
     }
-    mark_account(r, &ctx);
+    txo__relay_mark_account(r, &ctx);
     return 0;
 }
 
 /* Counts a committed mark in the stats and metrics, and logs what an operator should see. */
-static void mark_account(struct txo_relay *r, const struct mark_ctx *ctx)
+void txo__relay_mark_account(struct txo_relay *r, const struct mark_ctx *ctx)
 {
     if (ctx->res.fenced == 0) /* fenced rows are published again by another relay */
         txo__relay_observe_delays(r);
@@ -902,7 +879,7 @@ static int held_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = held_claim(tx, r, err);
     if (rc < 0)
         return rc;
-    load_batch(r);
+    txo__relay_load_batch(r);
     h->suspects = take_out_behind_suspects(r);
     h->suspects += set_aside_suspects(r);
     if (r->n == 0)
@@ -913,9 +890,9 @@ static int held_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     txo__relay_publish(r);
     txo_crash_point("relay.after_publish");
     h->t_mark_us = txo_monotonic_us();
-    mark_prepare(r, &h->mark);
+    txo__relay_mark_prepare(r, &h->mark);
     h->mark.held = true;
-    return mark_tx(tx, &h->mark, err);
+    return txo__relay_mark_tx(tx, &h->mark, err);
 }
 
 /*
@@ -957,7 +934,7 @@ static int held_cycle(struct txo_relay *r, size_t *total, struct txo_error *err)
             TXO_KV_STR("relay_id", r->relay_id), TXO_KV_U64("batch", r->n));
         return 0;
     }
-    mark_account(r, &h.mark);
+    txo__relay_mark_account(r, &h.mark);
     count(&r->stats.batches, 1);
     TXO_LOG(TXO_LOG_DEBUG, "relay", "held batch", TXO_KV_STR("relay_id", r->relay_id),
             TXO_KV_U64("size", r->n), TXO_KV_I64("first_id", r->msgs[0].id),

@@ -195,6 +195,43 @@ struct txo_relay {
     struct txo__lease_in in[IN_STMT_COUNT];
 };
 
+/* Results of one mark transaction attempt (reset at the start of each attempt). */
+struct mark_result {
+    uint64_t published;
+    uint64_t failed_attempts;
+    uint64_t dead_lettered;
+    uint64_t fenced;
+};
+
+struct mark_ctx {
+    struct txo_relay *relay;
+    bool held; /* claim mode TRANSACTION: the RELAY_SQL_HELD_* statements, no token */
+    size_t n_published;
+    size_t n_groups;
+    size_t n_failed;
+    size_t n_deferred; /* r->defer_ids: held back, back to PENDING unchanged */
+    size_t n_unpark;   /* r->unpark_ids: published after an earlier failure */
+    struct mark_result res;
+};
+
+/* Points r->msgs[0..r->n) into the rows of r->rows (claim columns, enum claim_col), moves the
+ * claim cursor, and numbers the aggregates when ordered. */
+void txo__relay_load_batch(struct txo_relay *r);
+
+/* Sorts the published batch's outcome into ctx: the acknowledged ids and the failure groups. */
+void txo__relay_mark_prepare(struct txo_relay *r, struct mark_ctx *ctx);
+
+/*
+ * The body of a mark transaction (arg: a prepared struct mark_ctx): PUBLISHED for the
+ * acknowledged rows, PENDING with backoff or FAILED with a dead letter (a permanent error:
+ * at once) for the failed ones, parking and unparking aggregates when ordered. With ctx->held
+ * the RELAY_SQL_HELD_* statements (rows still PENDING, no token).
+ */
+int txo__relay_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err);
+
+/* Counts a committed mark in the stats and metrics, and logs what an operator should see. */
+void txo__relay_mark_account(struct txo_relay *r, const struct mark_ctx *ctx);
+
 /* Numbers the aggregates of msgs[0..n) into entries[i].agg and clears their state: run once
  * per cycle, right after the claim, when ordered. */
 void txo__relay_group(struct txo_relay *r);

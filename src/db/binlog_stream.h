@@ -1,0 +1,79 @@
+/*
+ * The binary log read as a replication client (src/db/db_binlog.c), reduced to what the
+ * relay's binlog source needs: the ids of rows inserted into one table, the commits that end
+ * their transactions, and the positions to resume from. Private to the library; the relay
+ * reaches the client library only through here (only src/db includes <mysql.h>).
+ *
+ * Thread-safety: one stream is driven by one thread. Ownership: the stream takes over the
+ * connection of the txo_db it is opened on (a connection that sent COM_BINLOG_DUMP carries
+ * nothing else); close the stream, then the db.
+ */
+#ifndef TXO_DB_BINLOG_STREAM_H
+#define TXO_DB_BINLOG_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "txo/db.h"
+
+#define TXO__BINLOG_FILE_MAX 256 /* a binlog file name, with its NUL */
+#define TXO__BINLOG_GTID_MAX 64  /* "domain-server-sequence", with its NUL */
+#define TXO__BINLOG_IDS_MAX  4096
+
+enum txo__binlog_event_kind {
+    TXO__BINLOG_NOTHING = 0, /* a heartbeat or an event of no interest: check the clock */
+    TXO__BINLOG_INSERT,      /* ids[0..n_ids): rows inserted into the table, in log order */
+    TXO__BINLOG_COMMIT,      /* the transaction of the inserts before it committed here */
+};
+
+/* Where the stream stands: the file and the offset of the next event, and the GTID of the
+ * last transaction that began. */
+struct txo__binlog_pos {
+    char file[TXO__BINLOG_FILE_MAX];
+    uint64_t offset;
+    char gtid[TXO__BINLOG_GTID_MAX];
+};
+
+struct txo__binlog_event {
+    enum txo__binlog_event_kind kind;
+    int64_t ids[TXO__BINLOG_IDS_MAX]; /* INSERT */
+    size_t n_ids;
+    int64_t timestamp_s; /* when the server wrote the event (0: heartbeat) */
+};
+
+struct txo__binlog_stream;
+
+/*
+ * Starts reading db's binary log at start (file and offset), keeping the inserted rows of
+ * schema.table (the table's column "id" found by name in the FULL row metadata). The server
+ * sends a heartbeat after heartbeat_ms without events, so txo__binlog_stream_next() returns
+ * at least that often. server_id: the id this client registers with (unique among the
+ * server's replicas). Errors: TXO_ECONFIG (the server refused the dump: a purged file, no
+ * grant), TXO_ECONNECT, TXO_ENOMEM. On success close *out with txo__binlog_stream_close().
+ */
+int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *start,
+                            uint32_t server_id, const char *schema, const char *table,
+                            int64_t heartbeat_ms, struct txo__binlog_stream **out,
+                            struct txo_error *err);
+
+/*
+ * The next event into *ev, blocking until the server sends one (at most heartbeat_ms). *pos
+ * receives where the stream stands after it. Errors: TXO_ECONNECT (transient: open again
+ * from the last stored position), TXO_EINVAL (a row of the table without an integer id).
+ */
+int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,
+                            struct txo__binlog_pos *pos, struct txo_error *err);
+
+/*
+ * True when nothing more has arrived from the server yet (its socket has no bytes to read): the
+ * reader has everything the server wrote so far, so a run can go out now instead of waiting
+ * for more. It may say so while the client library still holds a buffered event; that only
+ * makes a run smaller.
+ */
+bool txo__binlog_stream_idle(struct txo__binlog_stream *s);
+
+/* Stops the dump and frees the stream. NULL is a no-op. */
+void txo__binlog_stream_close(struct txo__binlog_stream *s);
+
+#endif

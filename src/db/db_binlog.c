@@ -1,0 +1,457 @@
+#include "core/common.h"
+
+/*
+ * The replication client behind the relay's binlog source (binlog_stream.h): COM_BINLOG_DUMP
+ * through Connector/C's mariadb_rpl_* API, reduced to inserts into one table and commits.
+ *
+ * The server sends every event of the log; this file keeps:
+ *   ROTATE       the file the next events come from (the first one names the start file);
+ *   GTID         the GTID of the transaction that begins (kept in the position);
+ *   TABLE_MAP    of schema.table only: the map the row events after it refer to by table id,
+ *                and the index of its column "id" found by name in the FULL row metadata
+ *                (binlog_row_metadata=FULL; without names the source refuses to start);
+ *   WRITE_ROWS   of that table id: the ids of the inserted rows (updates and deletes are
+ *                other event types and are passed over);
+ *   XID, COMMIT  the end of a transaction (an InnoDB XID event, or a QUERY "COMMIT");
+ * everything else only moves the offset. A rolled-back transaction never reaches the log.
+ *
+ * The table map event stays alive (mariadb_rpl_extract_rows() reads the column types from it)
+ * until the next map of the table replaces it; other events are freed after use.
+ */
+
+#include "db/binlog_stream.h"
+#include "db/db_internal.h" /* <mysql.h>, which mariadb_rpl.h needs first */
+
+#include <mariadb_rpl.h>
+#include <poll.h>
+
+struct txo__binlog_stream {
+    struct txo_db *db;
+    MARIADB_RPL *rpl;
+    char schema[65], table[65];
+    MARIADB_RPL_EVENT *map; /* the last TABLE_MAP of schema.table, or NULL */
+    uint64_t map_table_id;
+    long id_col; /* index of column "id" in map, -1: none */
+    struct txo__binlog_pos pos;
+};
+
+/* Index of column name in a FULL metadata name list (each name prefixed by its length), or
+ * -1. */
+static long column_index(const unsigned char *p, size_t len, uint32_t columns, const char *name)
+{
+    size_t want = strlen(name), at = 0;
+    for (uint32_t i = 0; i < columns && at < len; i++) {
+        size_t n = p[at++];
+        if (n >= 251 || at + n > len)
+            return -1; /* names are at most 64 characters: one length byte */
+        if (n == want && memcmp(p + at, name, n) == 0)
+            return (long)i;
+        at += n;
+    }
+    return -1;
+}
+
+static bool same(const MARIADB_STRING *s, const char *z)
+{
+    return s->length == strlen(z) && memcmp(s->str, z, s->length) == 0;
+}
+
+static int rpl_error(struct txo__binlog_stream *s, const char *what, struct txo_error *err)
+{
+    unsigned no = mariadb_rpl_errno(s->rpl);
+    const char *msg = mariadb_rpl_error(s->rpl);
+    if (no == 0) {
+        no = mysql_errno(s->db->conn);
+        msg = mysql_error(s->db->conn);
+    }
+    /* 1236: the server cannot send from this position (purged file, bad offset). */
+    int code = no == 1236 || no == 1045 || no == 1227 ? TXO_ECONFIG : TXO_ECONNECT;
+    int rc = txo_error_set(err, code, "binlog %s: %s (errno %u)", what, msg, no);
+    if (err != NULL)
+        err->mysql_errno = no;
+    return rc;
+}
+
+int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *start,
+                            uint32_t server_id, const char *schema, const char *table,
+                            int64_t heartbeat_ms, struct txo__binlog_stream **out,
+                            struct txo_error *err)
+{
+    if (strlen(schema) >= 65 || strlen(table) >= 65)
+        return txo_error_set(err, TXO_EINVAL, "binlog: schema or table name too long");
+    int rc = txo__db_ensure_connected(db, err);
+    if (rc < 0)
+        return rc;
+    /* The heartbeat (nanoseconds) makes the server speak when the log is quiet, so that the
+     * reader can renew its lease and see a stop request. */
+    char sql[96];
+    snprintf(sql, sizeof(sql), "SET @master_heartbeat_period = %" PRId64,
+             (heartbeat_ms > 0 ? heartbeat_ms : 1000) * 1000000);
+    rc = txo__db_raw_query(db, sql, err);
+    if (rc == 0)
+        rc = txo__db_raw_query(db, "SET @master_binlog_checksum = @@global.binlog_checksum", err);
+    /* GTID events instead of the BEGIN queries the server sends a client that cannot read
+     * them. */
+    if (rc == 0)
+        rc = txo__db_raw_query(db, "SET @mariadb_slave_capability = 4", err);
+    if (rc < 0)
+        return rc;
+    struct txo__binlog_stream *s = txo_calloc(1, sizeof(*s));
+    if (s == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory");
+    s->db = db;
+    s->id_col = -1;
+    snprintf(s->schema, sizeof(s->schema), "%s", schema);
+    snprintf(s->table, sizeof(s->table), "%s", table);
+    s->pos = *start;
+    s->rpl = mariadb_rpl_init(db->conn);
+    if (s->rpl == NULL) {
+        txo_free(s);
+        return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for the replication handle");
+    }
+    unsigned long offset = (unsigned long)(start->offset > 4 ? start->offset : 4);
+    unsigned int flags = 0; /* no ANNOTATE_ROWS: the statements' text is not needed */
+    if (mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_FILENAME, start->file, strlen(start->file)) ||
+        mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_START, offset) ||
+        mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_SERVER_ID, server_id) ||
+        mariadb_rpl_optionsv(s->rpl, MARIADB_RPL_FLAGS, flags)) {
+        rc = rpl_error(s, "options", err);
+        txo__binlog_stream_close(s);
+        return rc;
+    }
+    if (mariadb_rpl_open(s->rpl) != 0) {
+        rc = rpl_error(s, "dump request", err);
+        txo__binlog_stream_close(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* Little-endian unsigned of n bytes at p. */
+static uint64_t le(const unsigned char *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Bytes of the metadata of a column of type t in a TABLE_MAP. */
+static size_t meta_len(unsigned t)
+{
+    switch (t) {
+    case MYSQL_TYPE_FLOAT:
+    case MYSQL_TYPE_DOUBLE:
+    case MYSQL_TYPE_BLOB:
+    case MYSQL_TYPE_GEOMETRY:
+    case MYSQL_TYPE_TIME2:
+    case MYSQL_TYPE_DATETIME2:
+    case MYSQL_TYPE_TIMESTAMP2:
+    case 245: /* JSON (MySQL) */
+        return 1;
+    case MYSQL_TYPE_VARCHAR:
+    case MYSQL_TYPE_VAR_STRING:
+    case MYSQL_TYPE_STRING:
+    case MYSQL_TYPE_ENUM:
+    case MYSQL_TYPE_SET:
+    case MYSQL_TYPE_BIT:
+    case MYSQL_TYPE_NEWDECIMAL:
+        return 2;
+    default:
+        return 0;
+    }
+}
+
+/* Bytes of a packed decimal of digits digits (9 digits in 4 bytes, the rest by count). */
+static size_t decimal_bytes(unsigned digits)
+{
+    static const unsigned char rest[10] = {0, 1, 1, 2, 2, 3, 3, 4, 4, 4};
+    return digits / 9 * 4 + rest[digits % 9];
+}
+
+/*
+ * The size in the row image of a value of type t with metadata m at p (left bytes there), or
+ * 0 when it cannot be told (an unknown type, or a value running past the event).
+ */
+static size_t value_len(unsigned t, const unsigned char *m, const unsigned char *p, size_t left)
+{
+    size_t n = 0, prefix = 0;
+    switch (t) {
+    case MYSQL_TYPE_TINY:
+    case MYSQL_TYPE_YEAR:
+        n = 1;
+        break;
+    case MYSQL_TYPE_SHORT:
+        n = 2;
+        break;
+    case MYSQL_TYPE_INT24:
+    case MYSQL_TYPE_DATE:
+    case MYSQL_TYPE_TIME:
+        n = 3;
+        break;
+    case MYSQL_TYPE_LONG:
+    case MYSQL_TYPE_FLOAT:
+    case MYSQL_TYPE_TIMESTAMP:
+        n = 4;
+        break;
+    case MYSQL_TYPE_LONGLONG:
+    case MYSQL_TYPE_DOUBLE:
+    case MYSQL_TYPE_DATETIME:
+        n = 8;
+        break;
+    case MYSQL_TYPE_TIMESTAMP2:
+        n = 4 + (m[0] + 1u) / 2;
+        break;
+    case MYSQL_TYPE_DATETIME2:
+        n = 5 + (m[0] + 1u) / 2;
+        break;
+    case MYSQL_TYPE_TIME2:
+        n = 3 + (m[0] + 1u) / 2;
+        break;
+    case MYSQL_TYPE_NEWDECIMAL:
+        n = decimal_bytes(m[0] - m[1]) + decimal_bytes(m[1]);
+        break;
+    case MYSQL_TYPE_BIT:
+        n = m[1] + (m[0] + 7u) / 8;
+        break;
+    case MYSQL_TYPE_VARCHAR:
+    case MYSQL_TYPE_VAR_STRING:
+        prefix = le(m, 2) > 255 ? 2 : 1;
+        break;
+    case MYSQL_TYPE_BLOB:
+    case MYSQL_TYPE_GEOMETRY:
+    case 245:
+        prefix = m[0];
+        break;
+    case MYSQL_TYPE_STRING:
+    case MYSQL_TYPE_ENUM:
+    case MYSQL_TYPE_SET: {
+        unsigned real = m[0] | 0x30;
+        if (real == MYSQL_TYPE_ENUM || real == MYSQL_TYPE_SET) {
+            n = m[1];
+            break;
+        }
+        unsigned max = (((m[0] >> 4) & 0x300) ^ 0x300) + m[1];
+        prefix = max > 255 ? 2 : 1;
+        break;
+    }
+    default:
+        return 0;
+    }
+    if (prefix > 0) {
+        if (prefix > 4 || left < prefix)
+            return 0;
+        n = prefix + le(p, prefix);
+    }
+    return n <= left ? n : 0;
+}
+
+/*
+ * The ids of a WRITE_ROWS event of the table into ev, read from the row images: each row is a
+ * null bitmap of the columns the event carries, then their non-NULL values in column order,
+ * sized by type and table-map metadata. Connector/C's mariadb_rpl_extract_rows() is not used:
+ * 3.3 refuses the images of outbox_events ("Malformed row data").
+ */
+static int take_ids(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
+                    struct txo__binlog_event *ev, struct txo_error *err)
+{
+    const struct st_mariadb_rpl_table_map_event *map = &s->map->event.table_map;
+    uint32_t columns = map->column_count;
+    if (e->event.rows.column_count != columns || map->column_types.length < columns)
+        return txo_error_set(err, TXO_EINVAL,
+                             "binlog: a row event of %s.%s does not match its "
+                             "table map",
+                             s->schema, s->table);
+    /* Where each column's metadata starts. */
+    size_t meta_at[1024];
+    if (columns > TXO_ARRAY_LEN(meta_at))
+        return txo_error_set(err, TXO_EINVAL, "binlog: %s.%s has too many columns", s->schema,
+                             s->table);
+    const unsigned char *types = (const unsigned char *)map->column_types.str;
+    size_t at = 0;
+    for (uint32_t c = 0; c < columns; c++) {
+        meta_at[c] = at;
+        at += meta_len(types[c]);
+    }
+    if (at > map->metadata.length)
+        return txo_error_set(err, TXO_EINVAL, "binlog: short table map of %s.%s", s->schema,
+                             s->table);
+    const unsigned char *meta = (const unsigned char *)map->metadata.str;
+    const unsigned char *present = e->event.rows.column_bitmap;
+    size_t n_present = 0;
+    for (uint32_t c = 0; c < columns; c++)
+        n_present += (present[c / 8] >> (c % 8)) & 1;
+    const unsigned char *p = e->event.rows.row_data;
+    size_t left = e->event.rows.row_data_size;
+    while (left > 0) {
+        size_t nulls_len = (n_present + 7) / 8;
+        if (left < nulls_len)
+            goto malformed;
+        const unsigned char *nulls = p;
+        p += nulls_len;
+        left -= nulls_len;
+        bool have_id = false;
+        int64_t id = 0;
+        for (uint32_t c = 0, k = 0; c < columns; c++) {
+            if (((present[c / 8] >> (c % 8)) & 1) == 0)
+                continue;
+            bool is_null = (nulls[k / 8] >> (k % 8)) & 1;
+            k++;
+            if (is_null)
+                continue;
+            size_t len = value_len(types[c], meta + meta_at[c], p, left);
+            if (len == 0)
+                goto malformed;
+            if ((long)c == s->id_col && len <= 8) {
+                id = (int64_t)le(p, len);
+                have_id = true;
+            }
+            p += len;
+            left -= len;
+        }
+        if (!have_id)
+            return txo_error_set(err, TXO_EINVAL, "binlog: a row of %s.%s without an id", s->schema,
+                                 s->table);
+        if (ev->n_ids == TXO__BINLOG_IDS_MAX)
+            return txo_error_set(err, TXO_EINVAL, "binlog: more than %d rows in one event of %s.%s",
+                                 TXO__BINLOG_IDS_MAX, s->schema, s->table);
+        ev->ids[ev->n_ids++] = id;
+    }
+    return 0;
+malformed:
+    return txo_error_set(err, TXO_EINVAL,
+                         "binlog: a row image of %s.%s this reader cannot size "
+                         "(column types of the table map)",
+                         s->schema, s->table);
+}
+
+/* True when p[0..n) looks like a binary log's file name: it ends in "." and six digits. */
+static bool log_name(const unsigned char *p, size_t n)
+{
+    if (n < 8 || p[n - 7] != '.')
+        return false;
+    for (size_t i = n - 6; i < n; i++)
+        if (p[i] < '0' || p[i] > '9')
+            return false;
+    return true;
+}
+
+/*
+ * A ROTATE event: the file the next events come from, and where in it. Read from the raw
+ * event (header, 8-byte position, file name, the checksum when the log has them):
+ * Connector/C 3.3 parses the first one (the artificial one at the start) right, but not the
+ * ones written to the log.
+ */
+static void rotate(struct txo__binlog_stream *s, const MARIADB_RPL_EVENT *e)
+{
+    const size_t header = 19, post = 8;
+    if (e->raw_data == NULL || e->raw_data_size < e->event_length ||
+        e->event_length < header + post)
+        return;
+    const unsigned char *ev = e->raw_data + (e->raw_data_size - e->event_length);
+    size_t n = e->event_length - header - post;
+    /* With or without a 4-byte checksum after it (the artificial first event comes before the
+     * format description that says): the name is the one that ends in ".NNNNNN". */
+    if (!log_name(ev + header + post, n) && n > 4 && log_name(ev + header + post, n - 4))
+        n -= 4;
+    if (n == 0 || n >= sizeof(s->pos.file) || !log_name(ev + header + post, n))
+        return;
+    memcpy(s->pos.file, ev + header + post, n);
+    s->pos.file[n] = '\0';
+    s->pos.offset = le(ev + header, 8);
+}
+
+int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,
+                            struct txo__binlog_pos *pos, struct txo_error *err)
+{
+    ev->kind = TXO__BINLOG_NOTHING;
+    ev->n_ids = 0;
+    ev->timestamp_s = 0;
+    MARIADB_RPL_EVENT *e = mariadb_rpl_fetch(s->rpl, NULL);
+    if (e == NULL) {
+        s->db->broken = true;
+        return rpl_error(s, "read", err);
+    }
+    int rc = 0;
+    bool keep = false;
+    if (e->event_type != HEARTBEAT_LOG_EVENT)
+        ev->timestamp_s = e->timestamp;
+    switch (e->event_type) {
+    case ROTATE_EVENT:
+        rotate(s, e);
+        break;
+    case GTID_EVENT:
+        snprintf(s->pos.gtid, sizeof(s->pos.gtid), "%u-%u-%" PRIu64, e->event.gtid.domain_id,
+                 e->server_id, e->event.gtid.sequence_nr);
+        break;
+    case TABLE_MAP_EVENT:
+        if (same(&e->event.table_map.database, s->schema) &&
+            same(&e->event.table_map.table, s->table)) {
+            mariadb_free_rpl_event(s->map);
+            s->map = e;
+            keep = true;
+            s->map_table_id = e->event.table_map.table_id;
+            s->id_col = column_index(e->event.table_map.column_names.data,
+                                     e->event.table_map.column_names.length,
+                                     e->event.table_map.column_count, "id");
+            if (s->id_col < 0)
+                rc = txo_error_set(err, TXO_ECONFIG,
+                                   "binlog: no column names in the row events of %s.%s: set "
+                                   "binlog_row_metadata=FULL on the server",
+                                   s->schema, s->table);
+        }
+        break;
+    case XID_EVENT:
+        ev->kind = TXO__BINLOG_COMMIT;
+        break;
+    case QUERY_EVENT:
+        if (same(&e->event.query.statement, "COMMIT"))
+            ev->kind = TXO__BINLOG_COMMIT;
+        break;
+    default: {
+        bool write = e->event_type == WRITE_ROWS_EVENT_V1 || e->event_type == WRITE_ROWS_EVENT;
+        bool compressed = e->event_type == WRITE_ROWS_COMPRESSED_EVENT_V1 ||
+                          e->event_type == WRITE_ROWS_COMPRESSED_EVENT;
+        /* The rows member of the event is only filled for row events. */
+        bool ours =
+            (write || compressed) && s->map != NULL && e->event.rows.table_id == s->map_table_id;
+        if (ours && write) {
+            ev->kind = TXO__BINLOG_INSERT;
+            rc = take_ids(s, e, ev, err);
+        } else if (ours) {
+            rc = txo_error_set(err, TXO_ECONFIG,
+                               "binlog: compressed row events of %s.%s: SET GLOBAL "
+                               "log_bin_compress = OFF (the reader does not read them)",
+                               s->schema, s->table);
+        }
+        break;
+    }
+    }
+    /* An artificial event (the first ROTATE, a heartbeat) has no position of its own. */
+    if (e->event_type != ROTATE_EVENT && e->next_event_pos != 0 &&
+        e->event_type != HEARTBEAT_LOG_EVENT)
+        s->pos.offset = e->next_event_pos;
+    if (!keep)
+        mariadb_free_rpl_event(e);
+    *pos = s->pos;
+    return rc;
+}
+
+bool txo__binlog_stream_idle(struct txo__binlog_stream *s)
+{
+    struct pollfd pfd = {.fd = (int)mysql_get_socket(s->db->conn), .events = POLLIN};
+    return poll(&pfd, 1, 0) == 0;
+}
+
+void txo__binlog_stream_close(struct txo__binlog_stream *s)
+{
+    if (s == NULL)
+        return;
+    mariadb_free_rpl_event(s->map);
+    if (s->rpl != NULL)
+        mariadb_rpl_close(s->rpl);
+    /* The connection carried the dump: it cannot run statements any more. */
+    s->db->broken = true;
+    txo_free(s);
+}

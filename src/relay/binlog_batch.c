@@ -1,0 +1,249 @@
+#include "core/common.h"
+
+/*
+ * One run of the binlog source: the ids the log named, in commit order, published as the
+ * polling relay publishes a claimed batch (its own code: the rows are read with the claim's
+ * columns, txo__relay_load_batch() builds the messages, txo__relay_publish() hands them to the
+ * publisher in per-aggregate order, txo__relay_mark_tx() marks them and dead-letters), then
+ * the position stored in the mark's transaction.
+ *
+ * The difference from a polling cycle is what a transient failure does: the polling relay
+ * sends the event back to PENDING with a backoff; here the stream waits. The failed events and
+ * those held back behind them (RESULT_DEFERRED) are published again, in order, after a
+ * backoff, until the broker takes them; the acknowledged ones are not sent again. A permanent
+ * failure is marked FAILED with its dead letter and the events behind it go on.
+ *
+ * Thread-safety: the source's thread only.
+ */
+
+#include "relay/binlog_internal.h"
+#include "relay/binlog_sql.h"
+
+struct run_mark {
+    struct txo_binlog *b;
+    struct mark_ctx mark;
+    const struct txo__binlog_pos *pos; /* NULL: a batch before the run's last */
+    int64_t high_water;
+};
+
+static int run_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct run_mark *m = arg;
+    int rc = m->mark.relay->n > 0 ? txo__relay_mark_tx(tx, &m->mark, err) : 0;
+    if (rc < 0 || m->pos == NULL)
+        return rc;
+    struct txo_param p[] = {
+        txo_p_str(m->pos->file),  txo_p_i64((int64_t)m->pos->offset), txo_p_str(m->pos->gtid),
+        txo_p_i64(m->high_water), txo_p_str(m->b->source_name),       txo_p_str(m->b->owner),
+    };
+    struct txo_exec_result res = {0};
+    rc = txo_tx_exec(tx, BINLOG_SQL_STORE_POSITION, p, TXO_ARRAY_LEN(p), &res, err);
+    if (rc < 0)
+        return rc;
+    if (res.affected_rows != 1)
+        return txo_error_set(err, TXO_ELEASELOST,
+                             "binlog source %s: lease lost before storing the position; the "
+                             "batch is rolled back and the new holder publishes it again",
+                             m->b->source_name);
+    return 0;
+}
+
+static void swap_all(struct txo_relay *r, size_t i, size_t j)
+{
+    struct txo_outbox_message m = r->msgs[i];
+    r->msgs[i] = r->msgs[j];
+    r->msgs[j] = m;
+    struct batch_entry e = r->entries[i];
+    r->entries[i] = r->entries[j];
+    r->entries[j] = e;
+    int res = r->results[i];
+    r->results[i] = r->results[j];
+    r->results[j] = res;
+    struct txo_error er = r->errors[i];
+    r->errors[i] = r->errors[j];
+    r->errors[j] = er;
+}
+
+/* Puts r->msgs[0..r->n) (read in id order) into the order of ids[0..n) (log order). */
+static void log_order(struct txo_binlog *b, const int64_t *ids, size_t n)
+{
+    struct txo_relay *r = b->relay;
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < r->n; i++) {
+        /* msgs[k..r->n) are still in id order: binary search for ids[i]. */
+        size_t lo = k, hi = r->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (r->msgs[mid].id < ids[i])
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == r->n || r->msgs[lo].id != ids[i])
+            continue; /* no longer PENDING */
+        /* Move it to k, keeping the rest in id order. */
+        for (size_t j = lo; j > k; j--)
+            swap_all(r, j, j - 1);
+        k++;
+    }
+}
+
+/* True when msgs[i] has to be sent again: a transient failure, or held back behind one. */
+static bool again(const struct txo_relay *r, size_t i)
+{
+    return r->results[i] == RESULT_DEFERRED ||
+           (r->results[i] < 0 && txo_err_is_transient(r->results[i]));
+}
+
+/* Waits ms, renewing the lease; false when the source stops or lost the lease. */
+static bool wait_renewing(struct txo_binlog *b, int64_t ms, struct txo_error *err)
+{
+    int64_t until = txo_monotonic_ms() + ms;
+    for (;;) {
+        int64_t left = until - txo_monotonic_ms();
+        if (left <= 0)
+            return true;
+        int64_t step = b->opts.lease_ms / 3;
+        (void)txo__waiter_wait(&b->pause, left < step ? left : step, false);
+        if (txo__binlog_stopping(b))
+            return false;
+        if (txo__binlog_lease(b, err) < 0 || !b->active)
+            return false;
+    }
+}
+
+/*
+ * Publishes r->msgs[0..r->n) until nothing in it is to be sent again (see the file comment).
+ * Leaves every event's final result in place for the mark.
+ */
+static int publish_until_settled(struct txo_binlog *b, struct txo_error *err)
+{
+    struct txo_relay *r = b->relay;
+    size_t total = r->n, left = total;
+    for (unsigned attempt = 1;; attempt++) {
+        r->n = left;
+        txo__relay_group(r);
+        txo__relay_publish(r);
+        /* The ones to send again to the front, in order; the settled ones behind. */
+        size_t k = 0, transient = 0;
+        int code = 0;
+        char reason[TXO_ERROR_MSG_MAX];
+        reason[0] = '\0';
+        for (size_t i = 0; i < left; i++) {
+            if (!again(r, i))
+                continue;
+            if (r->results[i] != RESULT_DEFERRED && transient++ == 0) {
+                code = r->results[i];
+                snprintf(reason, sizeof(reason), "%s", r->errors[i].msg);
+            }
+            for (size_t j = i; j > k; j--)
+                swap_all(r, j, j - 1);
+            k++;
+        }
+        left = k;
+        r->n = total;
+        if (left == 0)
+            return 0;
+        if (transient == 0)
+            continue; /* only held back behind a dead-lettered event: go on at once */
+        int64_t ms = txo_backoff_delay_ms(&b->opts.retry, attempt, txo_rand01());
+        TXO_LOG(TXO_LOG_WARN, "relay", "binlog: publish failed, the stream waits and retries",
+                TXO_KV_STR("source", b->source_name), TXO_KV_U64("waiting", left),
+                TXO_KV_I64("retry_ms", ms), TXO_KV_STR("error", txo_err_name(code)),
+                TXO_KV_STR("reason", reason));
+        if (!wait_renewing(b, ms, err)) {
+            if (b->active && !txo__binlog_stopping(b))
+                return err != NULL && err->code < 0 ? err->code : TXO_EDB;
+            return txo_error_set(err, b->active ? TXO_ECANCELED : TXO_ELEASELOST,
+                                 "binlog source %s: stopped while the broker failed; the run "
+                                 "is published again from the stored position",
+                                 b->source_name);
+        }
+    }
+}
+
+/* Reads the PENDING rows of ids[0..n) into the relay's batch, in log order. */
+static int load(struct txo_binlog *b, const int64_t *ids, size_t n, struct txo_error *err)
+{
+    struct txo_relay *r = b->relay;
+    size_t padded = txo_sql_in_list_size(n);
+    char *sql = txo_sql_in_list(BINLOG_SQL_ROWS_IN, padded, BINLOG_SQL_ROWS_TAIL);
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a statement");
+    for (size_t i = 0; i < padded; i++)
+        r->params[i] = txo_p_i64(ids[i < n ? i : n - 1]);
+    txo_rows_free(r->rows);
+    r->rows = NULL;
+    int rc = txo_db_query(r->db, sql, r->params, padded, &r->rows, err);
+    txo_free(sql);
+    if (rc < 0)
+        return rc;
+    txo__relay_load_batch(r);
+    log_order(b, ids, n);
+    return 0;
+}
+
+static int publish_batch(struct txo_binlog *b, const int64_t *ids, size_t n, bool last,
+                         struct txo_error *err)
+{
+    struct txo_relay *r = b->relay;
+    r->n = 0;
+    int rc = n > 0 ? load(b, ids, n, err) : 0; /* n == 0: the position alone */
+    if (rc < 0)
+        return rc;
+    if (r->n > 0) {
+        rc = publish_until_settled(b, err);
+        if (rc < 0)
+            return rc;
+    }
+    struct run_mark m = {.b = b, .pos = last ? &b->run_pos : NULL};
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] > m.high_water)
+            m.high_water = ids[i];
+    if (r->n > 0) {
+        txo__relay_mark_prepare(r, &m.mark);
+        m.mark.held = true; /* the rows are PENDING: the held statements, no token */
+    }
+    m.mark.relay = r;
+    if (r->n == 0 && !last)
+        return 0;
+    rc = txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, run_mark_tx, &m, err);
+    if (rc < 0)
+        return rc;
+    if (r->n > 0) {
+        txo__relay_mark_account(r, &m.mark);
+        atomic_fetch_add(&b->published, m.mark.res.published);
+        atomic_fetch_add(&b->dead_lettered, m.mark.res.dead_lettered);
+        atomic_store(&b->last_published_us, txo_realtime_us());
+    }
+    return 0;
+}
+
+int txo__binlog_publish_run(struct txo_binlog *b, struct txo_error *err)
+{
+    size_t batch = b->opts.relay.batch_size;
+    int rc = 0;
+    size_t at = 0;
+    do {
+        if (txo_monotonic_ms() - b->lease_renewed_ms >= b->opts.lease_ms / 4) {
+            rc = txo__binlog_lease(b, err);
+            if (rc == 0 && !b->active)
+                rc = txo_error_set(err, TXO_ELEASELOST, "binlog source %s: lease lost",
+                                   b->source_name);
+            if (rc < 0)
+                break;
+        }
+        size_t n = b->n_run - at < batch ? b->n_run - at : batch;
+        bool last = at + n >= b->n_run;
+        rc = publish_batch(b, b->run_ids + at, n, last, err);
+        txo_rows_free(b->relay->rows);
+        b->relay->rows = NULL;
+        b->relay->n = 0;
+        at += n;
+    } while (rc == 0 && at < b->n_run);
+    if (rc == 0) {
+        atomic_fetch_add(&b->runs, 1);
+        b->n_run = 0;
+    }
+    return rc;
+}

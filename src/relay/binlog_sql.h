@@ -1,0 +1,101 @@
+/*
+ * Every SQL statement of the relay's binlog source (src/relay/binlog.c, binlog_batch.c), one
+ * named macro each, with the index it uses, the rows it locks and the isolation it assumes.
+ * The schema is sql/migrations/0021_relay_binlog.sql (outbox_binlog_sources) and
+ * 0001_outbox.sql (outbox_events).
+ */
+#ifndef TXO_RELAY_BINLOG_SQL_H
+#define TXO_RELAY_BINLOG_SQL_H
+
+#include "relay/relay_sql.h"
+
+/*
+ * The source's row, made once. Index: PRIMARY. Locks: the new row (a duplicate is ignored).
+ * Params: name.
+ */
+#define BINLOG_SQL_ENSURE_SOURCE "INSERT IGNORE INTO outbox_binlog_sources (name) VALUES (?)"
+
+/*
+ * Takes or renews the lease: succeeds (1 row) when nobody holds it, this reader holds it, or
+ * the holder's lease ran out. Index: PRIMARY. Locks: that row, in its own autocommit
+ * statement. Isolation: any. Params: owner, lease ms, name, owner.
+ */
+#define BINLOG_SQL_TAKE_LEASE                                                                      \
+    "UPDATE outbox_binlog_sources SET owner = ?, "                                                 \
+    "lease_until = NOW(6) + INTERVAL ? * 1000 MICROSECOND "                                        \
+    "WHERE name = ? AND (owner IS NULL OR owner = ? OR lease_until < NOW(6))"
+
+/* Gives the lease back at a clean stop. Index: PRIMARY. Locks: that row. Params: name, owner. */
+#define BINLOG_SQL_DROP_LEASE                                                                      \
+    "UPDATE outbox_binlog_sources SET owner = NULL, lease_until = NULL "                           \
+    "WHERE name = ? AND owner = ?"
+
+/*
+ * The stored position. Index: PRIMARY. Locks: none (consistent read). Params: name.
+ * Columns: binlog_file, binlog_offset, gtid, high_water_id.
+ */
+#define BINLOG_SQL_LOAD_POSITION                                                                   \
+    "SELECT binlog_file, binlog_offset, gtid, high_water_id FROM outbox_binlog_sources "           \
+    "WHERE name = ?"
+
+/*
+ * Stores the position after a run the broker acknowledged, in the transaction that marks its
+ * rows, fenced by the lease: a reader that lost it changes nothing (and its marks roll back).
+ * Index: PRIMARY. Locks: that row until the commit. Isolation: READ COMMITTED.
+ * Params: file, offset, gtid, high-water id, name, owner.
+ */
+#define BINLOG_SQL_STORE_POSITION                                                                  \
+    "UPDATE outbox_binlog_sources SET binlog_file = ?, binlog_offset = ?, gtid = ?, "              \
+    "high_water_id = GREATEST(high_water_id, ?), updated_at = NOW(6) "                             \
+    "WHERE name = ? AND owner = ? AND lease_until >= NOW(6)"
+
+/*
+ * The rows of a run, by the ids the log named, still PENDING (a row the polling relay or an
+ * earlier run already published, or that retention removed, is not published again).
+ * Appended after the id list: RELAY_SQL_ROWS_TAIL.
+ * The read locks (LOCK IN SHARE MODE, in its own autocommit statement) because the server
+ * sends a transaction's events to its replicas once they are in the binary log, which is
+ * before the storage engine's commit makes its rows visible: a plain read may not see a row
+ * the log just named, and would pass over it. The locking read waits for the inserting
+ * transaction's lock, so it sees the row committed (and waits at most
+ * innodb_lock_wait_timeout; a timeout restarts the stream from the stored position).
+ * Index: PRIMARY (id list). Locks: shared locks on those rows for the statement. Isolation:
+ * READ COMMITTED. Columns: RELAY_SQL__CLAIM_COLUMNS. Params: ids...
+ */
+#define BINLOG_SQL_ROWS_IN                                                                         \
+    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events WHERE status = 'PENDING' AND id IN "
+#define BINLOG_SQL_ROWS_TAIL " ORDER BY id LOCK IN SHARE MODE"
+
+/*
+ * The server's checks before the source starts. Columns: log_bin, binlog_format,
+ * binlog_row_metadata. Locks: none.
+ */
+#define BINLOG_SQL_SERVER_SETTINGS                                                                 \
+    "SELECT @@global.log_bin, @@global.binlog_format, @@global.binlog_row_metadata"
+
+/* This session's grants, one row each. Locks: none. */
+#define BINLOG_SQL_GRANTS "SHOW GRANTS FOR CURRENT_USER()"
+
+/* The server's binary logs (Log_name, File_size). Locks: none. */
+#define BINLOG_SQL_LOGS "SHOW BINARY LOGS"
+
+/* The position the server writes at now (File, Position). Locks: none. */
+#define BINLOG_SQL_MASTER_STATUS "SHOW MASTER STATUS"
+
+/* The GTID of the last transaction written to the log. Locks: none. */
+#define BINLOG_SQL_GTID_POS "SELECT @@global.gtid_binlog_pos"
+
+/*
+ * The sources for operators (txo_binlog_list_sources). Index: PRIMARY, walked in order.
+ * Locks: none (consistent read). Params: limit.
+ */
+#define BINLOG_SQL_LIST_SOURCES                                                                    \
+    "SELECT name, COALESCE(owner, ''), COALESCE(lease_until >= NOW(6), 0), "                       \
+    "COALESCE(binlog_file, ''), COALESCE(binlog_offset, 0), COALESCE(gtid, ''), high_water_id, "   \
+    "TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) / 1e6 FROM outbox_binlog_sources "             \
+    "ORDER BY name LIMIT ?"
+
+/* The largest outbox id now: the high-water mark of the first position. Index: PRIMARY. */
+#define BINLOG_SQL_MAX_ID "SELECT COALESCE(MAX(id), 0) FROM outbox_events"
+
+#endif

@@ -1,0 +1,445 @@
+/*
+ * The relay's binlog source with real processes: `txo relay --source binlog --publisher log`
+ * reading the private MariaDB's binary log (log_bin, ROW, FULL metadata: scripts/db.sh), its
+ * stdout (the log publisher's envelopes) parsed by the test, its rows checked.
+ *
+ *   - events committed in many transactions, interleaved aggregates, a rolled-back
+ *     transaction, an outbox of another database on the same server, and FLUSH BINARY LOGS
+ *     in the middle: every committed event published once, in commit order per aggregate,
+ *     payload equal to the row's; nothing of the rollback or the other database;
+ *   - SIGKILL mid-stream, again and again: nothing lost (at least once), every row PUBLISHED;
+ *   - two readers of one source: one publishes, the other stands by; killed, the standby
+ *     takes over within the lease;
+ *   - a stored position purged from the server, and a user without the replication grants:
+ *     refused, exit 1, naming the fix; a bad --source-name: exit 2 before any write.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "testdb.h"
+#include "testhttp.h"
+#include "testproc.h"
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup(t, "binlog");
+    testdb_export_env(t);
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    testdb_teardown(*state);
+    txo_free(*state);
+    return 0;
+}
+
+static int64_t q(struct testdb *t, const char *sql)
+{
+    return testdb_i64(t->db, sql, NULL, 0);
+}
+
+static void temp_path(char *buf, size_t cap, const char *name)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/txo_relay_binlog_%ld_%s", dir && *dir ? dir : "/tmp", (long)getpid(),
+             name);
+}
+
+/* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
+ * stderr to err. */
+static pid_t spawn_relay(const char *out, const char *errf, const char *const *args)
+{
+    const char *bin = getenv("TXO_BIN");
+    if (bin == NULL || bin[0] == '\0')
+        fail_msg("TXO_BIN is not set (run through ctest)");
+    char *argv[24];
+    size_t n = 0;
+    argv[n++] = (char *)bin;
+    argv[n++] = (char *)"relay";
+    argv[n++] = (char *)"--source";
+    argv[n++] = (char *)"binlog";
+    argv[n++] = (char *)"--publisher";
+    argv[n++] = (char *)"log";
+    argv[n++] = (char *)"--source-lease";
+    argv[n++] = (char *)"600";
+    for (size_t i = 0; args[i] != NULL && n < 23; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int o = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int e = open(errf, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        if (o < 0 || e < 0 || in < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(in, 0) < 0)
+            _exit(127);
+        execv(bin, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int wait_for(pid_t pid)
+{
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void dump_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char line[2048];
+    while (fgets(line, sizeof(line), f) != NULL)
+        print_message("  %s", line);
+    fclose(f);
+}
+
+/* Runs a drain to the end: exit 0 or the test fails with its stderr. */
+static void drain(const char *out, const char *errf)
+{
+    const char *args[] = {"--drain", NULL};
+    int status = wait_for(spawn_relay(out, errf, args));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dump_file(errf);
+        fail_msg("binlog drain: status 0x%x", status);
+    }
+}
+
+/* Waits until count(where) reaches want, up to timeout_ms. */
+static bool wait_rows(struct testdb *t, const char *sql, int64_t want, int timeout_ms)
+{
+    for (int waited = 0; waited < timeout_ms; waited += 50) {
+        if (q(t, sql) >= want)
+            return true;
+        txo_sleep_ms(50);
+    }
+    return q(t, sql) >= want;
+}
+
+/* Inserts events k in [from, to) in transactions of per_tx, aggregate k % aggs. */
+static void insert_range(struct testdb *t, unsigned from, unsigned to, unsigned per_tx,
+                         unsigned aggs)
+{
+    for (unsigned k = from; k < to; k += per_tx) {
+        unsigned end = k + per_tx < to ? k + per_tx : to;
+        testdb_exec(t->db, "START TRANSACTION");
+        for (unsigned j = k; j < end; j++) {
+            char agg[16], key[24], payload[64];
+            snprintf(agg, sizeof(agg), "a%u", j % aggs);
+            snprintf(key, sizeof(key), "k:%u", j);
+            snprintf(payload, sizeof(payload), "{\"n\": %u, \"s\": \"caf\\u00e9 %u\"}", j, j);
+            struct txo_param p[] = {txo_p_str(agg), txo_p_str(key), txo_p_str(payload)};
+            struct txo_error err;
+            txo_error_init(&err);
+            if (txo_db_exec(t->db,
+                            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                            "payload, idempotency_key) VALUES ('order', ?, 'E', ?, ?)",
+                            (struct txo_param[]){p[0], p[2], p[1]}, 3, NULL, &err) < 0)
+                fail_msg("insert: %s", err.msg);
+        }
+        testdb_exec(t->db, "COMMIT");
+    }
+}
+
+struct seen {
+    unsigned *count;  /* per key */
+    int64_t *last_id; /* per aggregate: the id of its last event seen */
+    unsigned n, aggs;
+    bool in_order;
+};
+
+/* Parses the envelopes of path into s: counts per key, order per aggregate; payloads must
+ * equal the rows'. Returns the number of envelopes. */
+static size_t read_envelopes(struct testdb *t, const char *path, struct seen *s)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t lines = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        json_error_t jerr;
+        json_t *env = json_loadb(line, (size_t)len, 0, &jerr);
+        if (env == NULL)
+            fail_msg("%s line %zu is not JSON (%s): %s", path, lines + 1, jerr.text, line);
+        const char *key = json_string_value(json_object_get(env, "idempotency_key"));
+        unsigned k = 0;
+        if (key == NULL || sscanf(key, "k:%u", &k) != 1 || k >= s->n)
+            fail_msg("unexpected key in %s", line);
+        int64_t id = json_integer_value(json_object_get(env, "id"));
+        struct txo_param p[] = {txo_p_i64(id)};
+        char *row = testdb_str(t->db, "SELECT payload FROM outbox_events WHERE id = ?", p, 1);
+        json_t *want = json_loads(row, 0, &jerr);
+        assert_non_null(want);
+        if (!json_equal(want, json_object_get(env, "payload")))
+            fail_msg("payload of k:%u differs from its row: %s", k, row);
+        json_decref(want);
+        txo_free(row);
+        unsigned a = k % s->aggs;
+        if (s->count[k] == 0 && id < s->last_id[a])
+            s->in_order = false;
+        if (s->count[k] == 0)
+            s->last_id[a] = id;
+        s->count[k]++;
+        json_decref(env);
+        lines++;
+    }
+    free(line);
+    fclose(f);
+    return lines;
+}
+
+static void seen_init(struct seen *s, unsigned n, unsigned aggs)
+{
+    s->count = txo_calloc(n, sizeof(*s->count));
+    s->last_id = txo_calloc(aggs, sizeof(*s->last_id));
+    s->n = n;
+    s->aggs = aggs;
+    s->in_order = true;
+}
+
+static void seen_release(struct seen *s)
+{
+    txo_free(s->count);
+    txo_free(s->last_id);
+}
+
+static void test_stream_each_once_in_order(void **state)
+{
+    struct testdb *t = *state;
+    char out[256], errf[256];
+    temp_path(out, sizeof(out), "out");
+    temp_path(errf, sizeof(errf), "err");
+    unlink(out);
+    unlink(errf);
+    /* An event committed before the first start: published by the polling path. */
+    insert_range(t, 0, 1, 1, 7);
+    unsigned port = testproc_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    const char *args[] = {"--batch-size", "50", "--metrics-listen", listen, NULL};
+    pid_t pid = spawn_relay(out, errf, args);
+    assert_true(wait_rows(t,
+                          "SELECT COUNT(*) FROM outbox_binlog_sources WHERE binlog_file "
+                          "IS NOT NULL",
+                          1, 20000));
+
+    /* Another database's outbox on the same server. */
+    struct testdb other = {.db = NULL};
+    testdb_setup(&other, "binlog_other");
+    testdb_exec(other.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                          "payload, idempotency_key) VALUES ('order', 'x', 'E', '{}', 'k:other')");
+
+    const unsigned n = 600, aggs = 7;
+    insert_range(t, 1, 300, 13, aggs);
+    testdb_exec(t->db, "START TRANSACTION");
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES ('order', 'r', 'E', '{}', 'k:rolled')");
+    testdb_exec(t->db, "ROLLBACK");
+    testdb_exec(t->db, "UPDATE outbox_events SET last_error = NULL WHERE id < 10");
+    testdb_exec(t->db, "FLUSH BINARY LOGS");
+    insert_range(t, 300, n, 1, aggs);
+
+    bool all =
+        wait_rows(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", n, 60000);
+    /* The lag gauges: caught up, and an event published moments ago. */
+    CURL *h = curl_easy_init();
+    struct testhttp_reply r = {.body = NULL};
+    testhttp_get(h, port, "/metrics", &r);
+    double behind = testhttp_metric_value(r.body, "txo_relay_binlog_seconds_behind");
+    double age = testhttp_metric_value(r.body, "txo_relay_binlog_last_publish_age_seconds");
+    testhttp_reply_release(&r);
+    curl_easy_cleanup(h);
+    kill(pid, SIGTERM);
+    int status = wait_for(pid);
+    if (!all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        dump_file(errf);
+        fail_msg("published %lld of %u, status 0x%x",
+                 (long long)q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                 "'PUBLISHED'"),
+                 n, status);
+    }
+    struct seen s;
+    seen_init(&s, n, aggs);
+    assert_int_equal(read_envelopes(t, out, &s), n); /* nothing of the rollback or `other` */
+    for (unsigned k = 0; k < n; k++)
+        if (s.count[k] != 1)
+            fail_msg("k:%u published %u times", k, s.count[k]);
+    assert_true(s.in_order);
+    if (!(behind >= 0 && behind <= 2 && age >= 0 && age < 30))
+        fail_msg("lag gauges: seconds_behind %g, last_publish_age %g", behind, age);
+    assert_int_equal(testdb_i64(other.db,
+                                "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                "'PENDING'",
+                                NULL, 0),
+                     1);
+    /* The high-water mark and a position in the log after the flush. */
+    assert_int_equal(q(t, "SELECT high_water_id FROM outbox_binlog_sources"),
+                     q(t, "SELECT MAX(id) FROM outbox_events"));
+    testdb_teardown(&other);
+    seen_release(&s);
+    unlink(out);
+    unlink(errf);
+}
+
+static void test_kill_mid_stream_loses_nothing(void **state)
+{
+    struct testdb *t = *state;
+    char out[256], errf[256];
+    temp_path(out, sizeof(out), "kill_out");
+    temp_path(errf, sizeof(errf), "kill_err");
+    unlink(out);
+    unlink(errf);
+    drain(out, errf); /* the first position, on an empty outbox */
+    const unsigned n = 800, aggs = 5;
+    insert_range(t, 0, n, 8, aggs);
+    const char *args[] = {"--batch-size", "10", NULL};
+    for (int round = 0; round < 5; round++) {
+        pid_t pid = spawn_relay(out, errf, args);
+        txo_sleep_ms(150 + 100 * round);
+        kill(pid, SIGKILL);
+        (void)wait_for(pid);
+        txo_sleep_ms(700); /* past the 600 ms lease */
+    }
+    drain(out, errf);
+    struct seen s;
+    seen_init(&s, n, aggs);
+    size_t lines = read_envelopes(t, out, &s);
+    assert_true(lines >= n);
+    for (unsigned k = 0; k < n; k++)
+        if (s.count[k] < 1)
+            fail_msg("k:%u lost", k);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    seen_release(&s);
+    unlink(out);
+    unlink(errf);
+}
+
+static size_t file_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = 0;
+    int c;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static void test_one_reader_then_takeover(void **state)
+{
+    struct testdb *t = *state;
+    char out_a[256], out_b[256], errf[256];
+    temp_path(out_a, sizeof(out_a), "a_out");
+    temp_path(out_b, sizeof(out_b), "b_out");
+    temp_path(errf, sizeof(errf), "ab_err");
+    unlink(out_a);
+    unlink(out_b);
+    unlink(errf);
+    drain(out_a, errf);
+    const char *args[] = {NULL};
+    pid_t a = spawn_relay(out_a, errf, args);
+    txo_sleep_ms(500);
+    pid_t b = spawn_relay(out_b, errf, args);
+    txo_sleep_ms(300);
+    insert_range(t, 0, 100, 10, 3);
+    assert_true(
+        wait_rows(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", 100, 20000));
+    assert_int_equal(file_lines(out_a), 100);
+    assert_int_equal(file_lines(out_b), 0);
+    kill(a, SIGKILL);
+    (void)wait_for(a);
+    insert_range(t, 100, 200, 10, 3);
+    bool all =
+        wait_rows(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", 200, 20000);
+    kill(b, SIGTERM);
+    (void)wait_for(b);
+    if (!all) {
+        dump_file(errf);
+        fail_msg("the standby did not take over");
+    }
+    assert_true(file_lines(out_b) >= 100);
+    unlink(out_a);
+    unlink(out_b);
+    unlink(errf);
+}
+
+static void test_refusals(void **state)
+{
+    struct testdb *t = *state;
+    char out[256], errf[256];
+    temp_path(out, sizeof(out), "ref_out");
+    temp_path(errf, sizeof(errf), "ref_err");
+    unlink(out);
+    unlink(errf);
+    const char *bad[] = {"--source-name", "", NULL};
+    int status = wait_for(spawn_relay(out, errf, bad));
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+
+    drain(out, errf);
+    testdb_exec(t->db, "UPDATE outbox_binlog_sources SET binlog_file = 'binlog.999999'");
+    unlink(errf);
+    const char *args[] = {"--drain", NULL};
+    status = wait_for(spawn_relay(out, errf, args));
+    FILE *f = fopen(errf, "r");
+    assert_non_null(f);
+    char text[8192];
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "purged") == NULL ||
+        strstr(text, "DELETE FROM outbox_binlog_sources") == NULL)
+        fail_msg("want exit 1 naming the purge and its fix, status 0x%x: %s", status, text);
+
+    /* A user without REPLICATION SLAVE and BINLOG MONITOR (scripts/db.sh: txo_norepl). */
+    unlink(errf);
+    const char *user = getenv("MYSQL_USER");
+    char *saved = txo_strdup(user != NULL ? user : "app");
+    setenv("MYSQL_USER", "txo_norepl", 1);
+    status = wait_for(spawn_relay(out, errf, args));
+    setenv("MYSQL_USER", saved, 1);
+    txo_free(saved);
+    f = fopen(errf, "r");
+    assert_non_null(f);
+    len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 ||
+        strstr(text, "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO") == NULL)
+        fail_msg("want exit 1 printing the GRANT, status 0x%x: %s", status, text);
+    unlink(out);
+    unlink(errf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stream_each_once_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_mid_stream_loses_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_reader_then_takeover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,221 @@
+/*
+ * The binlog source's publishing, through the library (txo/binlog.h) with a publisher of the
+ * application's own (txo_publisher_new) that fails on purpose:
+ *   - the messages are byte for byte those the polling relay sends for the same rows, and a
+ *     polling relay started after the binlog source publishes none of them again;
+ *   - a transient failure makes the stream wait and retry, in order, until acknowledged;
+ *   - a permanent one dead-letters the event as the polling relay does (FAILED, a
+ *     dead_letter_events row with the broker's reason) and the later events go on.
+ * The server is the private MariaDB with its binary log (scripts/db.sh).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "testdb.h"
+#include "txo/binlog.h"
+
+#define MAX_SEEN 256
+
+/* Records every acknowledged message's envelope; fails the first fail_calls calls
+ * transiently, and the event whose key is poison_key permanently. */
+struct recorder {
+    char *envelopes[MAX_SEEN];
+    size_t n;
+    unsigned calls, fail_calls;
+    const char *poison_key;
+};
+
+static int record_batch(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
+                        struct txo_error *errors)
+{
+    struct recorder *r = self;
+    r->calls++;
+    for (size_t i = 0; i < n; i++) {
+        if (r->calls <= r->fail_calls) {
+            results[i] = txo_error_set(&errors[i], TXO_EPUBLISH, "broker down (test)");
+            continue;
+        }
+        if (r->poison_key != NULL && strcmp(msgs[i].idempotency_key, r->poison_key) == 0) {
+            results[i] = txo_error_set(&errors[i], TXO_EINVAL, "too large for the stream (test)");
+            continue;
+        }
+        assert_true(r->n < MAX_SEEN);
+        r->envelopes[r->n] = txo_envelope_encode(&msgs[i], NULL, NULL);
+        assert_non_null(r->envelopes[r->n]);
+        r->n++;
+        results[i] = 0;
+    }
+    return 0;
+}
+
+static void recorder_destroy(void *self)
+{
+    (void)self;
+}
+
+static const struct txo_publisher_ops recorder_ops = {
+    .name = "recorder",
+    .publish_batch = record_batch,
+    .destroy = recorder_destroy,
+};
+
+static void recorder_clear(struct recorder *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        txo_free(r->envelopes[i]);
+    memset(r, 0, sizeof(*r));
+}
+
+static int setup(void **state)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    testdb_setup(t, "binlog_pub");
+    *state = t;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    testdb_teardown(*state);
+    txo_free(*state);
+    return 0;
+}
+
+/* One drain of the binlog source named "t" through rec. */
+static void binlog_drain(struct testdb *t, struct recorder *rec, struct txo_binlog_stats *st)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_publisher_new(&recorder_ops, rec, &pub, &err), 0);
+    struct txo_binlog_opts o;
+    txo_binlog_opts_init(&o);
+    o.source_name = "t";
+    o.drain = true;
+    o.retry.base_ms = 10;
+    o.retry.max_ms = 50;
+    struct txo_binlog *b = NULL;
+    if (txo_binlog_new(&t->opts, pub, &o, &b, &err) < 0)
+        fail_msg("txo_binlog_new: %s", err.msg);
+    if (txo_binlog_run(b, &err) < 0)
+        fail_msg("txo_binlog_run: %s", err.msg);
+    if (st != NULL)
+        txo_binlog_get_stats(b, st);
+    txo_binlog_free(b);
+    txo_publisher_free(pub);
+}
+
+/* One drain of the polling relay through rec. */
+static void poll_drain(struct testdb *t, struct recorder *rec)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_publisher_new(&recorder_ops, rec, &pub, &err), 0);
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.drain = true;
+    struct txo_relay *relay = NULL;
+    assert_int_equal(txo_relay_new(t->db, pub, &ro, &relay, &err), 0);
+    assert_int_equal(txo_relay_run(relay, &err), 0);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+}
+
+static void insert(struct testdb *t, const char *agg, const char *key, const char *payload)
+{
+    struct txo_param p[] = {txo_p_str(agg), txo_p_str(payload), txo_p_str(key)};
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_exec(t->db,
+                    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                    "idempotency_key, traceparent) VALUES ('order', ?, 'OrderPlaced', ?, ?, "
+                    "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')",
+                    p, 3, NULL, &err) < 0)
+        fail_msg("insert: %s", err.msg);
+}
+
+static void test_same_messages_as_polling(void **state)
+{
+    struct testdb *t = *state;
+    struct recorder binlog = {.n = 0}, polling = {.n = 0};
+    binlog_drain(t, &binlog, NULL); /* the first position */
+    assert_int_equal(binlog.n, 0);
+    insert(t, "1", "k:1", "{\"total\": 12.5, \"items\": [1, 2]}");
+    insert(t, "2", "k:2", "{\"name\": \"caf\\u00e9\"}");
+    insert(t, "1", "k:3", "{}");
+    binlog_drain(t, &binlog, NULL);
+    assert_int_equal(binlog.n, 3);
+
+    /* Back to polling: the binlog source marked its rows, so nothing is published again. */
+    poll_drain(t, &polling);
+    assert_int_equal(polling.n, 0);
+
+    /* The same rows again, by the polling relay. */
+    testdb_exec(t->db, "UPDATE outbox_events SET status = 'PENDING', published_at = NULL");
+    poll_drain(t, &polling);
+    assert_int_equal(polling.n, 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_string_equal(binlog.envelopes[i], polling.envelopes[i]);
+    recorder_clear(&binlog);
+    recorder_clear(&polling);
+}
+
+static void test_transient_waits_permanent_dead_letters(void **state)
+{
+    struct testdb *t = *state;
+    struct recorder rec = {.n = 0};
+    binlog_drain(t, &rec, NULL);
+    rec.fail_calls = 3;
+    rec.poison_key = "k:2";
+    insert(t, "1", "k:1", "{\"n\": 1}");
+    insert(t, "1", "k:2", "{\"n\": 2}");
+    insert(t, "1", "k:3", "{\"n\": 3}");
+    insert(t, "2", "k:4", "{\"n\": 4}");
+    struct txo_binlog_stats st;
+    binlog_drain(t, &rec, &st);
+    /* Acknowledged once each, in order, after the broker came back; k:2 refused for good. */
+    assert_int_equal(rec.n, 3);
+    assert_true(rec.calls > 3);
+    assert_int_equal(st.published, 3);
+    assert_int_equal(st.dead_lettered, 1);
+    assert_int_equal(
+        testdb_i64(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", NULL, 0),
+        3);
+    char *status = testdb_str(t->db,
+                              "SELECT CONCAT(e.status, ' ', d.error) FROM outbox_events e JOIN "
+                              "dead_letter_events d ON d.source_event_id = e.id WHERE "
+                              "e.idempotency_key = 'k:2'",
+                              NULL, 0);
+    assert_non_null(status);
+    assert_non_null(strstr(status, "FAILED"));
+    assert_non_null(strstr(status, "too large for the stream (test)"));
+    txo_free(status);
+    /* k:1 before k:3: one aggregate, in order. */
+    size_t at1 = 9, at3 = 9;
+    for (size_t i = 0; i < rec.n; i++) {
+        if (strstr(rec.envelopes[i], "\"k:1\"") != NULL)
+            at1 = i;
+        if (strstr(rec.envelopes[i], "\"k:3\"") != NULL)
+            at3 = i;
+    }
+    assert_true(at1 < at3 && at3 < rec.n);
+    recorder_clear(&rec);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_same_messages_as_polling, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transient_waits_permanent_dead_letters, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
