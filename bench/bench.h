@@ -85,6 +85,14 @@ uint64_t bench_rand(uint64_t *state);
 /* Prints "what: <err>" on stderr. Returns rc. */
 int bench_fail(int rc, const struct txo_error *err, const char *what);
 
+/*
+ * Appends n PENDING events to outbox_events with 1,000-row INSERTs (~200-byte payloads, keys
+ * "<prefix>:<i>"): event i in aggregate i, or in aggregate (i - 1) % aggregates + 1 when
+ * aggregates > 0; with hot, every 5th in aggregate 0 (bench_relay.c). Prints on failure.
+ */
+int bench_fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t aggregates,
+                       bool hot);
+
 /* The benchmarks; each returns 0, or < 0 after printing why (lost events, DB failure). */
 /* txo_bench ordering (bench_relay.c): ordering by aggregate against none, per backlog shape. */
 int bench_ordering(struct bench_env *env, const struct bench_cfg *cfg);
@@ -92,6 +100,8 @@ int bench_relay(struct bench_env *env, const struct bench_cfg *cfg);
 /* txo_bench append (bench_append.c): appends with the sequence trigger against without it. */
 int bench_append(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
+/* txo_bench binlog (bench_binlog.c): the relay's binlog source against the polling relay. */
+int bench_binlog(struct bench_env *env, const struct bench_cfg *cfg);
 
 /*
  * The order service through its HTTP API (bench_http.c): spawns `txo up --broker broker`

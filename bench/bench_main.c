@@ -1,8 +1,8 @@
 /*
  * txo_bench: the speed figures of txo (`make bench`). See docs/benchmarks.md.
  *
- *   txo_bench [relay|ordering|append|orders|http|all] [--events N] [--runs R] [--keep] [--log-level
- * L]
+ *   txo_bench [relay|ordering|binlog|append|orders|http|all] [--events N] [--runs R] [--keep]
+ * [--log-level L]
  *             [--orders N] [--connections N] [--broker local|NAME] [--txo PATH] [--up-args A]
  *
  * Prints aligned plain-text tables on stdout (medians over R runs). Exits 1 when set-up fails
@@ -19,8 +19,8 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: txo_bench [relay|ordering|append|orders|http|all] [--events N] [--runs R]\n"
-            "                 [--keep]\n"
+            "usage: txo_bench [relay|ordering|binlog|append|orders|http|all] [--events N]\n"
+            "                 [--runs R] [--keep]\n"
             "                 [--log-level L] [--orders N] [--connections N]\n"
             "                 [--broker local|NAME] [--txo PATH] [--up-args \"FLAGS\"]\n"
             "\n"
@@ -31,6 +31,9 @@ static void usage(FILE *out)
             "  ordering      ordering by aggregate against none on five backlog shapes (x 1,\n"
             "                x 10, 300 x ~333, one hot aggregate, 3 deep ones), 1 and 2 relays,\n"
             "                leased and held claims, and a drain with 1%% of aggregates parked\n"
+            "  binlog        the relay's binlog source against the polling relay: --events\n"
+            "                PENDING events drained with the null publisher by each, same run\n"
+            "                (skipped when the server's binary log is off)\n"
             "  append        appending events with the sequence trigger and without it: a new\n"
             "                aggregate per event, 1,000 existing ones, batches of 10\n"
             "  orders        order saga end to end: create + start + run until CONFIRMED,\n"
@@ -83,6 +86,7 @@ int main(int argc, char **argv)
                             .up_args = NULL};
     bool run_relay = true;
     bool only_ordering = false;
+    bool run_binlog = true;
     bool run_append = true;
     bool run_orders = true;
     bool run_http = true;
@@ -135,22 +139,25 @@ int main(int argc, char **argv)
             cfg.keep = true;
         } else if (strcmp(a, "relay") == 0) {
             run_relay = true;
-            run_append = run_orders = run_http = false;
+            run_binlog = run_append = run_orders = run_http = false;
         } else if (strcmp(a, "ordering") == 0) {
             run_relay = true;
             only_ordering = true;
-            run_append = run_orders = run_http = false;
+            run_binlog = run_append = run_orders = run_http = false;
+        } else if (strcmp(a, "binlog") == 0) {
+            run_binlog = true;
+            run_relay = run_append = run_orders = run_http = false;
         } else if (strcmp(a, "append") == 0) {
             run_append = true;
-            run_relay = run_orders = run_http = false;
+            run_relay = run_binlog = run_orders = run_http = false;
         } else if (strcmp(a, "orders") == 0) {
             run_orders = true;
-            run_relay = run_append = run_http = false;
+            run_relay = run_binlog = run_append = run_http = false;
         } else if (strcmp(a, "http") == 0) {
             run_http = true;
-            run_relay = run_append = run_orders = false;
+            run_relay = run_binlog = run_append = run_orders = false;
         } else if (strcmp(a, "all") == 0) {
-            run_relay = run_append = run_orders = run_http = true;
+            run_relay = run_binlog = run_append = run_orders = run_http = true;
         } else {
             fprintf(stderr, "txo_bench: unknown argument '%s'\n\n", a);
             usage(stderr);
@@ -166,6 +173,8 @@ int main(int argc, char **argv)
         rc = bench_print_header(&env, &cfg);
     if (rc == 0 && run_relay)
         rc = only_ordering ? bench_ordering(&env, &cfg) : bench_relay(&env, &cfg);
+    if (rc == 0 && run_binlog)
+        rc = bench_binlog(&env, &cfg);
     if (rc == 0 && run_append)
         rc = bench_append(&env, &cfg);
     if (rc == 0 && run_orders)

@@ -313,11 +313,8 @@ out:
     return NULL;
 }
 
-/* Fills outbox_events with n PENDING events, keys "<prefix>:<i>", event i in aggregate i, or
- * in aggregate (i - 1) % aggregates + 1 when aggregates > 0; with hot, every 5th event in
- * aggregate 0 and the others each in its own. */
-static int fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t aggregates,
-                        bool hot)
+/* See bench.h. */
+int bench_fill_pending(struct txo_db *db, size_t n, const char *prefix, size_t aggregates, bool hot)
 {
     enum { PAYLOAD_MAX = 256, KEY_MAX = 48 };
     int rc = 0;
@@ -555,7 +552,7 @@ static int run_case(struct bench_env *env, const struct bench_cfg *cfg, const st
             aggregates = 1;
         if (c->aggregates > 0)
             aggregates = c->aggregates;
-        rc = fill_pending(env->db, cfg->events, prefix, aggregates, c->hot);
+        rc = bench_fill_pending(env->db, cfg->events, prefix, aggregates, c->hot);
         if (rc < 0)
             goto out;
         int64_t parked = 0;
