@@ -23,21 +23,11 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "cli");
-    testdb_export_env(t);
+    struct testdb *t = testdb_new("cli", TESTDB_NEW_EXPORT_ENV);
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
     return 0;
 }
 
@@ -401,13 +391,16 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck_past_deadline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_environment_variable_warned, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_saga_list_stuck_past_deadline, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_unknown_environment_variable_warned, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup,
+                                        testdb_free_state),
     };
     txo_log_set_level(TXO_LOG_ERROR);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

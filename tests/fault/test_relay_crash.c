@@ -31,17 +31,13 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "relay_crash");
-    testdb_export_env(t);
-    *state = t;
+    *state = testdb_new("relay_crash", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    testdb_teardown(*state);
-    txo_free(*state);
+    testdb_free(*state);
     unsetenv("TXO_CRASH_POINT");
     return 0;
 }

@@ -23,21 +23,11 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "cli_list");
-    testdb_export_env(t);
+    struct testdb *t = testdb_new("cli_list", TESTDB_NEW_EXPORT_ENV);
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
     return 0;
 }
 
@@ -507,12 +497,12 @@ static void test_bad_flags_exit_2(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dlq_list, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_show, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_audit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stats, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_dlq_list, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_saga_show, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_audit, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup, testdb_free_state),
     };
     txo_log_set_level(TXO_LOG_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -31,18 +31,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "ce");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("ce", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -271,9 +260,10 @@ static void test_bad_envelope_is_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sdk_parses_what_the_relay_publishes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_binary_mode_over_webhook, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_envelope_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sdk_parses_what_the_relay_publishes, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_binary_mode_over_webhook, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_bad_envelope_is_refused, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

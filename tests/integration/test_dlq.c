@@ -68,17 +68,7 @@ static const struct txo_publisher_ops rec_ops = {
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "dlq");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("dlq", 0);
     return 0;
 }
 
@@ -503,11 +493,13 @@ static void test_skip_links_the_next_event_past_it(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_list_pages_and_count, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_end_to_end, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_refusals_change_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_replays_one_wins, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_skip_links_the_next_event_past_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_pages_and_count, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_replay_end_to_end, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_replay_refusals_change_nothing, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_concurrent_replays_one_wins, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_skip_links_the_next_event_past_it, setup,
+                                        testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,18 +26,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = calloc(1, sizeof(*t));
-    assert_non_null(t);
-    testdb_setup(t, "idem");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    free(t);
+    *state = testdb_new("idem", 0);
     return 0;
 }
 
@@ -1153,20 +1142,25 @@ int main(void)
         cmocka_unit_test(test_hash_is_canonical),
         cmocka_unit_test(test_hash_rejects_malformed_json),
         cmocka_unit_test(test_key_check),
-        cmocka_unit_test_setup_teardown(test_new_complete_replay_conflict, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_of_row_without_status, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_complete_replay_conflict, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_replay_of_row_without_status, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_concurrent_request_in_progress_then_replay, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_waiter_replays_when_first_commits, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_waiter_replays_when_first_commits, setup,
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_waiter_takes_key_when_first_rolls_back, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_stale_processing_is_taken_over, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_complete_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lookup_many, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_completed_many, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_completed_many_waits_then_1062, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_stale_processing_is_taken_over, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_complete_errors, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_lookup_many, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_store_completed_many, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_store_completed_many_waits_then_1062, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_purge, setup, testdb_free_state),
     };
     txo_log_set_level(TXO_LOG_ERROR);
     return cmocka_run_group_tests(tests, NULL, NULL);

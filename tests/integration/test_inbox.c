@@ -25,20 +25,11 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "inbox");
+    struct testdb *t = testdb_new("inbox", 0);
     /* The consumer's "effect": one row per applied message. */
     testdb_exec(t->db, "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
                        "event_id VARCHAR(255) NOT NULL, applied_by VARCHAR(16) NOT NULL)");
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
     return 0;
 }
 
@@ -522,17 +513,19 @@ static void test_order_verdicts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_record_then_duplicate, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_forgets_the_message, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ids_are_compared_byte_for_byte, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_arguments_write_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_record_then_duplicate, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_rollback_forgets_the_message, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_ids_are_compared_byte_for_byte, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_bad_arguments_write_nothing, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_concurrent_duplicate_waits_then_skips, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_concurrent_first_rolls_back_second_applies, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_purge_old_rows_in_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge_walks_its_index, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_order_verdicts, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_purge_old_rows_in_batches, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_purge_walks_its_index, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_order_verdicts, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

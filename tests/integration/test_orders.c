@@ -18,20 +18,12 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "orders");
+    struct testdb *t = testdb_new("orders", 0);
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
     assert_int_equal(orders_set_inventory(t->db, "case", 10, &err), 0);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
     return 0;
 }
 
@@ -371,14 +363,16 @@ static void test_create_with_saga_unknown_sku_writes_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_create_commits_order_items_and_event, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_orders_write_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_start_saga_is_idempotent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_create_commits_order_items_and_event, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_rollback_leaves_nothing, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_invalid_orders_write_nothing, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_start_saga_is_idempotent, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_create_with_saga_commits_all_together, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_create_with_saga_unknown_sku_writes_nothing, setup,
-                                        teardown),
+                                        testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,16 +17,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "outbox");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
+    *state = testdb_new("outbox", 0);
     return 0;
 }
 
@@ -420,13 +411,15 @@ static void test_stats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_commit_writes_pending_row, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_duplicate_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_payload_and_fields, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_append_many_equals_single_appends, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_append_many_duplicate_and_invalid, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commit_writes_pending_row, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_duplicate_key, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_invalid_payload_and_fields, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_append_many_equals_single_appends, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_append_many_duplicate_and_invalid, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_stats, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,18 +34,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "lag");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("lag", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -362,9 +351,11 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_lag_grows_while_events_back_off, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_backlog_drains_in_bounded_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_real_outage_of_31_seconds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lag_grows_while_events_back_off, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_backlog_drains_in_bounded_batches, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_real_outage_of_31_seconds, setup, testdb_free_state),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

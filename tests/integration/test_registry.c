@@ -22,16 +22,13 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "registry");
-    *state = t;
+    *state = testdb_new("registry", 0);
     return 0;
 }
 
 static int setup_outbox_only(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup_empty(t, "registry_outbox");
+    struct testdb *t = testdb_new("registry_outbox", TESTDB_NEW_EMPTY);
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;
@@ -42,10 +39,8 @@ static int setup_outbox_only(void **state)
 
 static int teardown(void **state)
 {
-    struct testdb *t = *state;
     txo_log_set_sink(NULL, NULL);
-    testdb_teardown(t);
-    txo_free(t);
+    testdb_free(*state);
     return 0;
 }
 

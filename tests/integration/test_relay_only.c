@@ -32,18 +32,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup_empty(t, "relayonly");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("relayonly", TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -359,8 +348,9 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_only_database_end_to_end, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_only_takes_outbox, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_relay_only_database_end_to_end, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_only_takes_outbox, setup, testdb_free_state),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();

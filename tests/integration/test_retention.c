@@ -23,17 +23,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "retention");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("retention", 0);
     return 0;
 }
 
@@ -287,9 +277,10 @@ static void test_purge_next_to_a_live_relay(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_only_old_published_rows_in_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_statements_use_indexes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge_next_to_a_live_relay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_only_old_published_rows_in_batches, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_statements_use_indexes, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_purge_next_to_a_live_relay, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -112,6 +112,35 @@ void testdb_teardown(struct testdb *t)
     t->db = NULL;
 }
 
+struct testdb *testdb_new(const char *tag, unsigned flags)
+{
+    struct testdb *t = txo_calloc(1, sizeof(*t));
+    if (t == NULL)
+        fail_msg("out of memory for the test database of %s", tag);
+    if (flags & TESTDB_NEW_EMPTY)
+        testdb_setup_empty(t, tag);
+    else
+        testdb_setup(t, tag);
+    if (flags & TESTDB_NEW_EXPORT_ENV)
+        testdb_export_env(t);
+    return t;
+}
+
+void testdb_free(struct testdb *t)
+{
+    if (t == NULL)
+        return;
+    testdb_teardown(t);
+    txo_free(t);
+}
+
+int testdb_free_state(void **state)
+{
+    testdb_free(*state);
+    *state = NULL;
+    return 0;
+}
+
 struct txo_db *testdb_connect(const struct testdb *t)
 {
     return connect_or_fail(&t->opts);

@@ -33,6 +33,24 @@ void testdb_setup(struct testdb *t, const char *tag);
 /* Drops the database (unless TXO_TEST_KEEP_DB=1) and closes t->db. */
 void testdb_teardown(struct testdb *t);
 
+/* How testdb_new() sets the database up. */
+enum testdb_new_flags {
+    TESTDB_NEW_EMPTY = 1 << 0,      /* no tables (testdb_setup_empty), else migrated */
+    TESTDB_NEW_EXPORT_ENV = 1 << 1, /* testdb_export_env(): child processes use it */
+};
+
+/*
+ * A heap struct testdb set up as flags say: the usual cmocka fixture state of a test that needs
+ * nothing but its database. The caller owns it and frees it with testdb_free().
+ */
+struct testdb *testdb_new(const char *tag, unsigned flags);
+
+/* testdb_teardown(t), then frees t. NULL is a no-op. */
+void testdb_free(struct testdb *t);
+
+/* A cmocka teardown for a state made by testdb_new(): testdb_free(*state). Returns 0. */
+int testdb_free_state(void **state);
+
 /* Another connection to the same database (for concurrency tests). Close with txo_db_close. */
 struct txo_db *testdb_connect(const struct testdb *t);
 
