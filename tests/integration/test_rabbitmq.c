@@ -33,6 +33,7 @@
 
 #include "testdb.h"
 #include "testproc.h"
+#include "testbatch.h"
 #include "testrabbit.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
@@ -106,70 +107,12 @@ static const char *jstr(json_t *obj, const char *path1, const char *path2)
 
 /* ---- messages ---- */
 
-struct batch {
-    struct txo_outbox_message *msgs;
-    char (*keys)[32];
-    char (*payloads)[64];
-    char (*agg_ids)[24];
-    int *results;
-    struct txo_error *errors;
-    size_t n;
-};
-
-static void batch_init(struct batch *b, size_t n, const char *prefix, const char *agg_type)
+/* Messages 1..n, key "<prefix>:<id>", of aggregate type agg_type. */
+static void batch_init(struct testbatch *b, size_t n, const char *prefix, const char *agg_type)
 {
-    memset(b, 0, sizeof(*b));
-    b->n = n;
-    b->msgs = calloc(n, sizeof(*b->msgs));
-    b->keys = calloc(n, sizeof(*b->keys));
-    b->payloads = calloc(n, sizeof(*b->payloads));
-    b->agg_ids = calloc(n, sizeof(*b->agg_ids));
-    b->results = calloc(n, sizeof(*b->results));
-    b->errors = calloc(n, sizeof(*b->errors));
-    assert_true(b->msgs && b->keys && b->payloads && b->agg_ids && b->results && b->errors);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%zu", prefix, i + 1);
-        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\": %zu}", i + 1);
-        snprintf(b->agg_ids[i], sizeof(b->agg_ids[i]), "%zu", i + 1);
-        struct txo_outbox_message *m = &b->msgs[i];
-        m->id = (int64_t)i + 1;
-        m->aggregate_type = agg_type;
-        m->aggregate_id = b->agg_ids[i];
-        m->event_type = "OrderCreated";
-        m->payload = b->payloads[i];
-        m->payload_len = strlen(b->payloads[i]);
-        m->idempotency_key = b->keys[i];
-        m->created_at = "2026-11-30T15:37:00.123456Z";
-        m->attempt = 1;
-    }
-}
-
-static void batch_free(struct batch *b)
-{
-    free(b->msgs);
-    free(b->keys);
-    free(b->payloads);
-    free(b->agg_ids);
-    free(b->results);
-    free(b->errors);
-}
-
-static int publish(struct txo_publisher *pub, struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        b->results[i] = 99;
-        txo_error_init(&b->errors[i]);
-    }
-    return pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors);
-}
-
-static void assert_all_published(const struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->results[i] != 0)
-            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
-                     b->errors[i].msg);
-    }
+    testbatch_init(b, n, 1, prefix);
+    for (size_t i = 0; i < n; i++)
+        b->msgs[i].aggregate_type = agg_type;
 }
 
 /* ---- (1) routing keys ---- */
@@ -219,10 +162,10 @@ static void test_published_properties(void **state)
     char *o = testrabbit_client(&broker, "declare", "props", EXCHANGE, "order.#", NULL);
     free(o);
     struct txo_publisher *pub = new_publisher();
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 5, "props", "order");
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
 
     json_t *got = drain("props");
     assert_int_equal(json_array_size(got), 5);
@@ -239,7 +182,7 @@ static void test_published_properties(void **state)
         assert_int_equal(json_integer_value(json_object_get(m, "delivery_mode")), 2);
         assert_true(json_integer_value(json_object_get(m, "timestamp")) > 1700000000);
         assert_string_equal(jstr(m, "headers", "txo-aggregate-type"), "order");
-        assert_string_equal(jstr(m, "headers", "txo-aggregate-id"), b.agg_ids[i]);
+        assert_string_equal(jstr(m, "headers", "txo-aggregate-id"), b.aggs[i]);
         assert_int_equal(
             json_integer_value(json_object_get(json_object_get(m, "headers"), "txo-event-id")),
             (json_int_t)i + 1);
@@ -254,7 +197,7 @@ static void test_published_properties(void **state)
         txo_event_release(&ev);
     }
     json_decref(got);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -266,11 +209,11 @@ static void test_unroutable_is_permanent(void **state)
     char *o = testrabbit_client(&broker, "declare", "routed", EXCHANGE, "routed.*", NULL);
     free(o);
     struct txo_publisher *pub = new_publisher();
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 6, "route", "routed");
     b.msgs[2].aggregate_type = "nobody";
     b.msgs[4].aggregate_type = "nobody";
-    assert_int_equal(publish(pub, &b), 0);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     for (size_t i = 0; i < b.n; i++) {
         if (i == 2 || i == 4) {
             assert_int_equal(b.results[i], TXO_ECONFIG);
@@ -284,8 +227,8 @@ static void test_unroutable_is_permanent(void **state)
     /* The same connection goes on working. */
     b.msgs[2].aggregate_type = "routed";
     b.msgs[4].aggregate_type = "routed";
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     assert_int_equal(testrabbit_count(&broker, "routed"), 10);
     txo_publisher_free(pub);
 
@@ -295,10 +238,10 @@ static void test_unroutable_is_permanent(void **state)
     o2.mandatory = false;
     assert_int_equal(txo_publisher_rabbitmq_new(&o2, NULL, &pub, NULL), 0);
     b.msgs[2].aggregate_type = "nobody";
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     assert_int_equal(testrabbit_count(&broker, "routed"), 15);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -314,10 +257,10 @@ static void test_server_down_fails_fast(void **state)
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), 0); /* lazy connect */
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 3, "down", "order");
     int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(publish(pub, &b), 0);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     assert_true(txo_monotonic_ms() - t0 < 1000);
     for (size_t i = 0; i < b.n; i++) {
         assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
@@ -327,7 +270,7 @@ static void test_server_down_fails_fast(void **state)
     txo_publisher_free(pub);
     o.connect_required = true;
     assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), TXO_EUNAVAILABLE);
-    batch_free(&b);
+    testbatch_free(&b);
 }
 
 /* ---- (4) the relay: 10,000 events, per-aggregate order ---- */
