@@ -41,6 +41,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -918,21 +919,21 @@ int main(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_repeat_gets_stored_response, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_with_if_match, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trace_context_reaches_order_created, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_same_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_key_held_answers_409, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_key_reused_with_other_body, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_keys_differing_in_case_are_distinct, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stale_key_taken_over, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_after_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input_writes_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_async_order_runs_on_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_finishes_requests, setup, teardown),
+        cmocka_unit_test(test_repeat_gets_stored_response),
+        cmocka_unit_test(test_cancel_with_if_match),
+        cmocka_unit_test(test_trace_context_reaches_order_created),
+        cmocka_unit_test(test_concurrent_same_key),
+        cmocka_unit_test(test_key_held_answers_409),
+        cmocka_unit_test(test_key_reused_with_other_body),
+        cmocka_unit_test(test_keys_differing_in_case_are_distinct),
+        cmocka_unit_test(test_stale_key_taken_over),
+        cmocka_unit_test(test_crash_before_commit),
+        cmocka_unit_test(test_crash_after_commit),
+        cmocka_unit_test(test_bad_input_writes_nothing),
+        cmocka_unit_test(test_async_order_runs_on_worker),
+        cmocka_unit_test(test_sigterm_finishes_requests),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return failed;
 }

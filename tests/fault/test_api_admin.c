@@ -30,6 +30,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -417,10 +418,10 @@ int main(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_admin_endpoints, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_probes_and_metrics, setup, teardown),
+        cmocka_unit_test(test_admin_endpoints),
+        cmocka_unit_test(test_probes_and_metrics),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return failed;
 }

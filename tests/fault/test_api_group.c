@@ -28,6 +28,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -425,10 +426,10 @@ int main(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_burst, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_group_fails_and_goes_one_by_one, setup, teardown),
+        cmocka_unit_test(test_burst),
+        cmocka_unit_test(test_group_fails_and_goes_one_by_one),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return failed;
 }

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -391,18 +392,15 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck_past_deadline, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_unknown_environment_variable_warned, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup,
-                                        testdb_free_state),
+        cmocka_unit_test(test_stats_json_matches_tables),
+        cmocka_unit_test(test_dlq_list_and_replay),
+        cmocka_unit_test(test_saga_show_and_retry),
+        cmocka_unit_test(test_saga_list_stuck),
+        cmocka_unit_test(test_saga_list_stuck_past_deadline),
+        cmocka_unit_test(test_unknown_environment_variable_warned),
+        cmocka_unit_test(test_worker_cleaner_deletes_old_rows),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
     return rc;
 }

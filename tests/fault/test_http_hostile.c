@@ -41,6 +41,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -698,14 +699,14 @@ static void test_sku_match_is_exact(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_smuggling_shapes_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nul_bytes_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slow_clients_are_closed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_malformed_bodies_are_400, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_limits_answer_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_api_refuses_ambiguous_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pipelined_requests, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sku_match_is_exact, setup, teardown),
+        cmocka_unit_test(test_smuggling_shapes_are_refused),
+        cmocka_unit_test(test_nul_bytes_are_refused),
+        cmocka_unit_test(test_slow_clients_are_closed),
+        cmocka_unit_test(test_malformed_bodies_are_400),
+        cmocka_unit_test(test_limits_answer_json),
+        cmocka_unit_test(test_api_refuses_ambiguous_input),
+        cmocka_unit_test(test_pipelined_requests),
+        cmocka_unit_test(test_sku_match_is_exact),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

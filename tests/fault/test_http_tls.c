@@ -23,6 +23,7 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testproc.h"
@@ -231,10 +232,10 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_https_with_keep_alive, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unusable_key_stops_the_start, setup, teardown),
+        cmocka_unit_test(test_https_with_keep_alive),
+        cmocka_unit_test(test_unusable_key_stops_the_start),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testnats.h"
 #include "txo/nats.h"
@@ -292,11 +293,11 @@ static void test_broker_hangs_then_resumes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_broker_stopped_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_killed_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_hangs_then_resumes, setup, teardown),
+        cmocka_unit_test(test_broker_stopped_then_back),
+        cmocka_unit_test(test_broker_killed_then_back),
+        cmocka_unit_test(test_broker_hangs_then_resumes),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
     return failed;
 }

@@ -39,6 +39,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testpipeline.h"
@@ -329,10 +330,10 @@ static void test_worker_killed_mid_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_local, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed_mid_sagas, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed_mid_batch, setup, teardown),
+        cmocka_unit_test(test_relay_crash_after_publish_local),
+        cmocka_unit_test(test_worker_killed_mid_sagas),
+        cmocka_unit_test(test_worker_killed_mid_batch),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     return rc;
 }

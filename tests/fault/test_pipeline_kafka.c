@@ -30,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testkafka.h"
 #include "testpipeline.h"
@@ -328,12 +329,11 @@ static void test_up_through_kafka(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_crash_republished_consumed_once, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_worker_crash_before_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_kafka, setup, teardown),
+        cmocka_unit_test(test_relay_crash_republished_consumed_once),
+        cmocka_unit_test(test_worker_crash_before_commit),
+        cmocka_unit_test(test_up_through_kafka),
     };
     if (getenv("TXO_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, group_setup, group_teardown);
 }

@@ -35,6 +35,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testnats.h"
@@ -578,11 +579,11 @@ static void test_two_of_each_daemon_nats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_outage_end_to_end_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_relay_only_foreign_rows_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_of_each_daemon_nats, setup, teardown),
+        cmocka_unit_test(test_worker_crash_before_ack_nats),
+        cmocka_unit_test(test_broker_outage_end_to_end_nats),
+        cmocka_unit_test(test_relay_only_foreign_rows_nats),
+        cmocka_unit_test(test_two_of_each_daemon_nats),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     return rc;
 }

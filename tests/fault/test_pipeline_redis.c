@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -377,9 +378,9 @@ static void test_relay_crash_after_publish_redis(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_redis, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_killed_end_to_end_redis, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_redis, setup, teardown),
+        cmocka_unit_test(test_worker_crash_before_ack_redis),
+        cmocka_unit_test(test_broker_killed_end_to_end_redis),
+        cmocka_unit_test(test_relay_crash_after_publish_redis),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

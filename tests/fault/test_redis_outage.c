@@ -32,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testredis.h"
 #include "testrelay.h"
@@ -307,9 +308,9 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_server_killed_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_server_hangs_then_resumes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrongtype_dead_lettered_at_once, setup, teardown),
+        cmocka_unit_test(test_server_killed_then_back),
+        cmocka_unit_test(test_server_hangs_then_resumes),
+        cmocka_unit_test(test_wrongtype_dead_lettered_at_once),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

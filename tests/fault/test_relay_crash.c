@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
@@ -302,9 +303,9 @@ static void test_sigterm_finishes_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_crash_after_publish_republishes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_in_held_transaction_rolls_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_finishes_batch, setup, teardown),
+        cmocka_unit_test(test_crash_after_publish_republishes),
+        cmocka_unit_test(test_crash_in_held_transaction_rolls_back),
+        cmocka_unit_test(test_sigterm_finishes_batch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

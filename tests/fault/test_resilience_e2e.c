@@ -42,6 +42,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testproc.h"
@@ -1301,20 +1302,20 @@ static void test_fifth_setting_is_not_help(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_trace_reaches_events_and_services, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trace_through_saga_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trace_through_async_command, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_breaker_opens_fails_fast_and_closes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_retries_compensation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_payment_url, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_listen, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_worker_broker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifth_setting_is_not_help, setup, teardown),
+        cmocka_unit_test(test_trace_reaches_events_and_services),
+        cmocka_unit_test(test_trace_through_saga_batches),
+        cmocka_unit_test(test_trace_through_async_command),
+        cmocka_unit_test(test_hanging_payment_times_out),
+        cmocka_unit_test(test_slow_payment_charge_is_refunded),
+        cmocka_unit_test(test_shipment_timeout_is_cancelled),
+        cmocka_unit_test(test_customer_cancel_during_shipment_call),
+        cmocka_unit_test(test_breaker_opens_fails_fast_and_closes),
+        cmocka_unit_test(test_worker_retries_compensation),
+        cmocka_unit_test(test_bad_payment_url),
+        cmocka_unit_test(test_bad_listen),
+        cmocka_unit_test(test_bad_worker_broker),
+        cmocka_unit_test(test_fifth_setting_is_not_help),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     return failed;
 }

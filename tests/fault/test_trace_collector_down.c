@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -197,8 +198,8 @@ static void test_collector_slow(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_collector_down, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_collector_slow, setup, teardown),
+        cmocka_unit_test(test_collector_down),
+        cmocka_unit_test(test_collector_slow),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

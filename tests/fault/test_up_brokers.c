@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -152,10 +153,10 @@ static void test_up_through_kafka(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_up_through_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_rabbitmq, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_redis, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_kafka, setup, teardown),
+        cmocka_unit_test(test_up_through_nats),
+        cmocka_unit_test(test_up_through_rabbitmq),
+        cmocka_unit_test(test_up_through_redis),
+        cmocka_unit_test(test_up_through_kafka),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testproc.h"
@@ -188,11 +189,9 @@ static void test_good_list_is_written(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_bad_stock_exits_2_before_the_database, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_entry_the_database_refuses_writes_nothing, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_good_list_is_written, setup, teardown),
+        cmocka_unit_test(test_bad_stock_exits_2_before_the_database),
+        cmocka_unit_test(test_entry_the_database_refuses_writes_nothing),
+        cmocka_unit_test(test_good_list_is_written),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "txo/txo.h"
@@ -253,8 +254,8 @@ static void test_retry_through_registered_definition(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_admin_answers_alone, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_retry_through_registered_definition, setup, teardown),
+        cmocka_unit_test(test_admin_answers_alone),
+        cmocka_unit_test(test_retry_through_registered_definition),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -352,13 +353,12 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats_tell_backoff_from_a_stalled_relay, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_dead_events_and_skip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_page, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_search, setup, teardown),
+        cmocka_unit_test(test_stats_tell_backoff_from_a_stalled_relay),
+        cmocka_unit_test(test_dead_events_and_skip),
+        cmocka_unit_test(test_saga_page),
+        cmocka_unit_test(test_search),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -161,8 +162,8 @@ static void test_each_corruption_is_reported(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_healthy_database_is_silent, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_each_corruption_is_reported, setup, testdb_free_state),
+        cmocka_unit_test(test_healthy_database_is_silent),
+        cmocka_unit_test(test_each_corruption_is_reported),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -30,6 +30,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testkafka.h"
 #include "testnats.h"
@@ -687,18 +688,17 @@ static void test_bad_flags_exit_2(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nats_clean_both_envelopes_and_windows, setup_nats,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_nats_window_edges, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_missing, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_extra, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_pending, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_trimmed_windows, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_sequence_gap, setup_nats, teardown),
+        cmocka_unit_test(test_nats_clean_both_envelopes_and_windows),
+        cmocka_unit_test(test_nats_window_edges),
+        cmocka_unit_test(test_nats_missing),
+        cmocka_unit_test(test_nats_extra),
+        cmocka_unit_test(test_nats_pending),
+        cmocka_unit_test(test_nats_trimmed_windows),
+        cmocka_unit_test(test_nats_sequence_gap),
         cmocka_unit_test_setup_teardown(test_redis_clean_missing_extra, setup_redis, teardown),
         cmocka_unit_test_setup_teardown(test_redis_trimmed, setup_redis, teardown),
         cmocka_unit_test_setup_teardown(test_kafka_clean_missing_extra, setup_kafka, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup_db_only, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup_nats, teardown, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -497,13 +498,10 @@ static void test_bad_flags_exit_2(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_dlq_list, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_saga_show, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_audit, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup, testdb_free_state),
+        cmocka_unit_test(test_stats),     cmocka_unit_test(test_dlq_list),
+        cmocka_unit_test(test_saga_show), cmocka_unit_test(test_saga_list_stuck),
+        cmocka_unit_test(test_audit),     cmocka_unit_test(test_bad_flags_exit_2),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

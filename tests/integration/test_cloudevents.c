@@ -25,6 +25,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testproc.h"
 #include "txo/consumer.h"
@@ -260,10 +261,9 @@ static void test_bad_envelope_is_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sdk_parses_what_the_relay_publishes, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_binary_mode_over_webhook, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_bad_envelope_is_refused, setup, testdb_free_state),
+        cmocka_unit_test(test_sdk_parses_what_the_relay_publishes),
+        cmocka_unit_test(test_binary_mode_over_webhook),
+        cmocka_unit_test(test_bad_envelope_is_refused),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
@@ -431,18 +432,14 @@ static void test_negative_wait_returns(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_new_rejects_zero_and_free_null, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_exhausted_pool_times_out, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_put_wakes_a_waiter, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_broken_closes_and_frees_slot, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_threads_share_at_most_max_size, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_connect_failure_releases_slot, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_negative_wait_returns, setup, testdb_free_state),
+        cmocka_unit_test(test_new_rejects_zero_and_free_null),
+        cmocka_unit_test(test_exhausted_pool_times_out),
+        cmocka_unit_test(test_put_wakes_a_waiter),
+        cmocka_unit_test(test_broken_closes_and_frees_slot),
+        cmocka_unit_test(test_threads_share_at_most_max_size),
+        cmocka_unit_test(test_connect_failure_releases_slot),
+        cmocka_unit_test(test_negative_wait_returns),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

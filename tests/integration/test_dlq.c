@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testrelay.h"
 #include "txo/dlq.h"
@@ -493,13 +494,11 @@ static void test_skip_links_the_next_event_past_it(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_list_pages_and_count, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_replay_end_to_end, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_replay_refusals_change_nothing, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_concurrent_replays_one_wins, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_skip_links_the_next_event_past_it, setup,
-                                        testdb_free_state),
+        cmocka_unit_test(test_list_pages_and_count),
+        cmocka_unit_test(test_replay_end_to_end),
+        cmocka_unit_test(test_replay_refusals_change_nothing),
+        cmocka_unit_test(test_concurrent_replays_one_wins),
+        cmocka_unit_test(test_skip_links_the_next_event_past_it),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

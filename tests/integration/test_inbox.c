@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
 #include "txo/inbox.h"
@@ -513,19 +514,15 @@ static void test_order_verdicts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_record_then_duplicate, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_rollback_forgets_the_message, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_ids_are_compared_byte_for_byte, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_bad_arguments_write_nothing, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_concurrent_duplicate_waits_then_skips, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_concurrent_first_rolls_back_second_applies, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_purge_old_rows_in_batches, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_purge_walks_its_index, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_order_verdicts, setup, testdb_free_state),
+        cmocka_unit_test(test_record_then_duplicate),
+        cmocka_unit_test(test_rollback_forgets_the_message),
+        cmocka_unit_test(test_ids_are_compared_byte_for_byte),
+        cmocka_unit_test(test_bad_arguments_write_nothing),
+        cmocka_unit_test(test_concurrent_duplicate_waits_then_skips),
+        cmocka_unit_test(test_concurrent_first_rolls_back_second_applies),
+        cmocka_unit_test(test_purge_old_rows_in_batches),
+        cmocka_unit_test(test_purge_walks_its_index),
+        cmocka_unit_test(test_order_verdicts),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

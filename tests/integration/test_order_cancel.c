@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -181,11 +182,10 @@ static void test_confirmed_order_cannot_be_cancelled(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_cancel_at_version_then_conflicts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_after_cancel_compensates_without_second_event,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_confirmed_order_cannot_be_cancelled, setup, teardown),
+        cmocka_unit_test(test_cancel_at_version_then_conflicts),
+        cmocka_unit_test(test_saga_after_cancel_compensates_without_second_event),
+        cmocka_unit_test(test_confirmed_order_cannot_be_cancelled),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "txo/metrics.h"
@@ -361,15 +362,12 @@ static void test_a_failing_message_does_not_fail_its_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_order_created_starts_the_saga_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_async_order_starts_from_the_command_only, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_saga_past_its_deadline_is_counted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unhandled_and_bad_messages, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_delivery_is_consumed_in_one_transaction, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_a_failing_message_does_not_fail_its_batch, setup,
-                                        teardown),
+        cmocka_unit_test(test_order_created_starts_the_saga_once),
+        cmocka_unit_test(test_async_order_starts_from_the_command_only),
+        cmocka_unit_test(test_saga_past_its_deadline_is_counted),
+        cmocka_unit_test(test_unhandled_and_bad_messages),
+        cmocka_unit_test(test_a_delivery_is_consumed_in_one_transaction),
+        cmocka_unit_test(test_a_failing_message_does_not_fail_its_batch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

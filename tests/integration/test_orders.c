@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -363,16 +364,12 @@ static void test_create_with_saga_unknown_sku_writes_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_create_commits_order_items_and_event, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_nothing, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_invalid_orders_write_nothing, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_start_saga_is_idempotent, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_create_with_saga_commits_all_together, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_create_with_saga_unknown_sku_writes_nothing, setup,
-                                        testdb_free_state),
+        cmocka_unit_test(test_create_commits_order_items_and_event),
+        cmocka_unit_test(test_rollback_leaves_nothing),
+        cmocka_unit_test(test_invalid_orders_write_nothing),
+        cmocka_unit_test(test_start_saga_is_idempotent),
+        cmocka_unit_test(test_create_with_saga_commits_all_together),
+        cmocka_unit_test(test_create_with_saga_unknown_sku_writes_nothing),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

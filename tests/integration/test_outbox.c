@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
@@ -411,15 +412,13 @@ static void test_stats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_commit_writes_pending_row, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_duplicate_key, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_invalid_payload_and_fields, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_append_many_equals_single_appends, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_append_many_duplicate_and_invalid, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_stats, setup, testdb_free_state),
+        cmocka_unit_test(test_commit_writes_pending_row),
+        cmocka_unit_test(test_rollback_leaves_no_row),
+        cmocka_unit_test(test_duplicate_key),
+        cmocka_unit_test(test_invalid_payload_and_fields),
+        cmocka_unit_test(test_append_many_equals_single_appends),
+        cmocka_unit_test(test_append_many_duplicate_and_invalid),
+        cmocka_unit_test(test_stats),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

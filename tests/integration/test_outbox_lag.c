@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "outbox/outbox_sql.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -351,13 +352,11 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_lag_grows_while_events_back_off, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_backlog_drains_in_bounded_batches, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_real_outage_of_31_seconds, setup, testdb_free_state),
+        cmocka_unit_test(test_lag_grows_while_events_back_off),
+        cmocka_unit_test(test_backlog_drains_in_bounded_batches),
+        cmocka_unit_test(test_real_outage_of_31_seconds),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "txo/registry.h"
 
@@ -308,12 +309,11 @@ static void test_missing_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_register_heartbeat_list_unregister, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge_deletes_only_long_stale_rows, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_heartbeat_thread_registers_beats_and_leaves, setup,
-                                        teardown),
+        cmocka_unit_test(test_register_heartbeat_list_unregister),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_purge_deletes_only_long_stale_rows),
+        cmocka_unit_test(test_heartbeat_thread_registers_beats_and_leaves),
         cmocka_unit_test_setup_teardown(test_missing_table, setup_outbox_only, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

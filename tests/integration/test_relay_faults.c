@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 struct poisoned {
@@ -405,13 +406,10 @@ static void test_breaker_open_half_open_closed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_permanent_failure_dead_lettered_at_once, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_poison_event_in_claim_mode_transaction, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_poison_event_dead_lettered_after_lease_limit, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_breaker_open_half_open_closed, setup, teardown),
+        cmocka_unit_test(test_permanent_failure_dead_lettered_at_once),
+        cmocka_unit_test(test_poison_event_in_claim_mode_transaction),
+        cmocka_unit_test(test_poison_event_dead_lettered_after_lease_limit),
+        cmocka_unit_test(test_breaker_open_half_open_closed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

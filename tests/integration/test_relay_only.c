@@ -26,6 +26,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
@@ -348,11 +349,10 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_only_database_end_to_end, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_only_takes_outbox, setup, testdb_free_state),
+        cmocka_unit_test(test_relay_only_database_end_to_end),
+        cmocka_unit_test(test_only_takes_outbox),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
 #include "txo/retention.h"
@@ -277,10 +278,9 @@ static void test_purge_next_to_a_live_relay(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_only_old_published_rows_in_batches, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_statements_use_indexes, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_purge_next_to_a_live_relay, setup, testdb_free_state),
+        cmocka_unit_test(test_only_old_published_rows_in_batches),
+        cmocka_unit_test(test_statements_use_indexes),
+        cmocka_unit_test(test_purge_next_to_a_live_relay),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }
