@@ -49,6 +49,7 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testnats.h"
+#include "testoutbox.h"
 #include "testproc.h"
 #include "testrelay.h"
 
@@ -234,17 +235,6 @@ static struct txo_publisher *counting_new(const struct cluster *c, const char *s
     return pub;
 }
 
-static void insert_events(struct txo_db *db, unsigned n, const char *prefix)
-{
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('%s:', seq) FROM seq_1_to_%u",
-             prefix, n);
-    testdb_exec(db, sql);
-}
-
 /* Every key prefix:1..n is in the stream exactly once, and nothing else is. */
 static void expect_stream_holds_each_once(const struct cluster *c, const char *stream,
                                           const char *prefix, unsigned n)
@@ -330,7 +320,7 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
     snprintf(prefix, sizeof(prefix), "cluster%ld.%s", (long)getpid(), mname);
     snprintf(keys, sizeof(keys), "two-%s", mname);
     testdb_exec(c->t.db, "DELETE FROM outbox_events");
-    insert_events(c->t.db, N_EVENTS, keys);
+    testoutbox_insert_seq(c->t.db, N_EVENTS, keys);
 
     struct txo_db_stats before, after;
     txo_db_get_stats(&before);
@@ -617,7 +607,7 @@ static void test_stream_leader_killed(void **state)
     snprintf(prefix, sizeof(prefix), "cluster%ld.leader", (long)getpid());
     snprintf(durable, sizeof(durable), "cluster-worker-%ld", (long)getpid());
     testdb_exec(c->t.db, "DELETE FROM outbox_events");
-    insert_events(c->t.db, 20, keys); /* the rest arrives while the leader is killed */
+    testoutbox_insert_seq(c->t.db, 20, keys); /* the rest arrives while the leader is killed */
 
     struct txo_db *db = connect_node(c, 0);
     struct counting *cp = NULL;

@@ -45,6 +45,7 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 
 /* ---- fixture ---- */
@@ -69,12 +70,9 @@ static int setup(void **state)
     testdb_export_env(&c->t);
     c->h = curl_easy_init();
     assert_non_null(c->h);
-    struct txo_error err;
-    txo_error_init(&err);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        if (orders_set_inventory(c->t.db, skus[i], 1000, &err) != 0)
-            fail_msg("setting the stock of %s: %s", skus[i], err.msg);
+        testorders_stock(c->t.db, skus[i], 1000);
     *state = c;
     return 0;
 }

@@ -36,6 +36,8 @@
 #include "testdb.h"
 #include "api.h"
 #include "testhttp.h"
+#include "testorders.h"
+#include "testoutbox.h"
 #include "testproc.h"
 
 /* ---- fixture ---- */
@@ -57,12 +59,9 @@ static int setup(void **state)
     testdb_export_env(&c->t);
     c->h = curl_easy_init();
     assert_non_null(c->h);
-    struct txo_error err;
-    txo_error_init(&err);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        if (orders_set_inventory(c->t.db, skus[i], 1000, &err) != 0)
-            fail_msg("setting the stock of %s: %s", skus[i], err.msg);
+        testorders_stock(c->t.db, skus[i], 1000);
     *state = c;
     return 0;
 }
@@ -106,43 +105,8 @@ static void admin(CURL *h, const char *method, unsigned port, const char *path,
  * stand-ins. Returns its order id; saga_id receives the saga's. */
 static int64_t completed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
 {
-    struct txo_error err;
-    txo_error_init(&err);
     const struct order_item items[] = {{"SKU-B", 1, 500}};
-    int64_t order_id = 0;
-    if (orders_create_with_saga(c->t.db, 9, items, 1, &order_id, saga_id, &err) != 0)
-        fail_msg("creating an order with its saga: %s", err.msg);
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_run_saga(c->t.db, saga_id, NULL, NULL, &final, &err) != 0)
-        fail_msg("running saga %s: %s", saga_id, err.msg);
-    assert_int_equal(final, TXO_SAGA_COMPLETED);
-    return order_id;
-}
-
-/* An outbox event the relay gave up on and its dead letter, as the relay writes them.
- * Returns the dead letter's id; *event_id receives the outbox row's. */
-static int64_t dead_letter(struct ctx *c, int64_t *event_id)
-{
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, status, attempts, last_error)"
-                         " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
-                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable')");
-    *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
-    assert_true(*event_id > 0);
-    /* The relay's mark parks the aggregate of an event it dead-letters. */
-    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
-                         "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
-                         "WHERE idempotency_key = 'order:4242:created'");
-    struct txo_param p[] = {txo_p_i64(*event_id)};
-    struct txo_error err;
-    txo_error_init(&err);
-    struct txo_exec_result res = {0};
-    if (txo_db_exec(c->t.db,
-                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
-                    " VALUES (?, 'OrderCreated', '{\"order_id\":4242}', 'broker unavailable')",
-                    p, 1, &res, &err) != 0)
-        fail_msg("inserting the dead letter: %s", err.msg);
-    return (int64_t)res.insert_id;
+    return testorders_run_saga(c->t.db, 9, items, 1, NULL, NULL, TXO_SAGA_COMPLETED, saga_id);
 }
 
 /* GET /outbox/stats equals the table, counted here. */
@@ -191,7 +155,7 @@ static void test_admin_endpoints(void **state)
                          " locked_until = NOW(6) + INTERVAL 1 HOUR WHERE status = 'PENDING'"
                          " ORDER BY id LIMIT 1");
     int64_t event_id = 0;
-    int64_t dl_id = dead_letter(c, &event_id);
+    int64_t dl_id = testoutbox_dead_letter(c->t.db, "broker unavailable", &event_id);
 
     /* No token, a wrong one, another scheme: 401, on reads and on writes alike. */
     testhttp_get(c->h, port, "/outbox/stats", r);

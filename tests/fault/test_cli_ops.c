@@ -20,14 +20,13 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 
 static int setup(void **state)
 {
     struct testdb *t = testdb_new("cli", TESTDB_NEW_EXPORT_ENV);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
+    testorders_stock(t->db, "pen", 100);
     *state = t;
     return 0;
 }
@@ -43,31 +42,13 @@ static int64_t q(struct testdb *t, const char *sql)
     return testdb_i64(t->db, sql, NULL, 0);
 }
 
-/* An order with its saga, run to its end with faults; returns the saga id. */
-static void saga_with(struct testdb *t, const struct order_faults *faults,
-                      enum txo_saga_status want, char saga_id[TXO_SAGA_ID_LEN], int64_t *order)
-{
-    struct order_item item = {"pen", 1, 250};
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, order, saga_id, &err), 0);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    opts.step_backoff.base_ms = 1;
-    opts.step_backoff.max_ms = 1;
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    assert_int_equal(orders_run_saga(t->db, saga_id, faults, &opts, &final, &err), 0);
-    assert_int_equal(final, want);
-}
-
 static void test_stats_json_matches_tables(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t order;
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &order);
+    testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
     struct order_faults decline = {.decline_payment = true};
-    saga_with(t, &decline, TXO_SAGA_COMPENSATED, saga_id, &order);
+    testorders_pen_saga(t->db, &decline, TXO_SAGA_COMPENSATED, saga_id);
 
     char *out = NULL;
     const char *args[] = {"stats", "--json", NULL};
@@ -137,7 +118,7 @@ static void test_saga_show_and_retry(void **state)
     char saga_id[TXO_SAGA_ID_LEN];
     int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id, &order);
+    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
 
     char *out = NULL;
     char order_arg[32];
@@ -264,7 +245,7 @@ static void test_saga_list_stuck(void **state)
     char given_up[TXO_SAGA_ID_LEN];
     int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, given_up, &order);
+    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, given_up);
     struct txo_error err;
     txo_error_init(&err);
     struct txo_param gp = txo_p_str(given_up);

@@ -37,6 +37,7 @@
 #include "testdb.h"
 #include "testgrpc.h"
 #include "testproc.h"
+#include "testoutbox.h"
 #include "testrelay.h"
 #include "txo/grpc.h"
 
@@ -65,36 +66,6 @@ static int teardown(void **state)
     testdb_teardown(&c->t);
     free(c);
     return 0;
-}
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    unsigned n = *(const unsigned *)arg;
-    for (unsigned i = 1; i <= n; i++) {
-        char key[32], payload[64], agg[16];
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct ctx *c, unsigned n)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &n, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
 }
 
 static int64_t q(struct ctx *c, const char *sql)
@@ -181,7 +152,7 @@ static void test_server_killed_then_back(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 120;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
@@ -206,7 +177,7 @@ static void test_server_killed_then_back(void **state)
                           "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
                           "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
                           "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
-                     n - BATCH);
+        n - BATCH);
     assert_int_equal(testrelay_run_once(r), 0); /* nothing is due: no hammering */
 
     int64_t t_restart = txo_monotonic_ms();
@@ -233,7 +204,7 @@ static void test_rejections_and_retries(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 3 * BATCH;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
@@ -246,7 +217,7 @@ static void test_rejections_and_retries(void **state)
                           "AND idempotency_key = 'order:7:created' AND last_error = "
                           "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
                           "product in order:7:created'"),
-                     1);
+        1);
     assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
                           "ON o.id = d.source_event_id WHERE o.idempotency_key = 'order:7:created' "
                           "AND d.error LIKE '%unknown product in order:7:created%'"),
@@ -296,7 +267,7 @@ static void test_deadline_after_processing_republished(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 2 * BATCH;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
@@ -360,7 +331,7 @@ static void test_relay_killed_after_publish_republishes(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 200;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     testdb_export_env(&c->t);
 
     run_relay(c, "grpc_relay_crash", "relay.after_publish:1", true);

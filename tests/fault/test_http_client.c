@@ -43,6 +43,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testproc.h"
+#include "testraw.h"
 #include "txo/http_client.h"
 #include "txo/txo.h"
 
@@ -1016,22 +1018,6 @@ static void test_idle_connection_closed_by_the_server(void **state)
     txo_http_client_free(c);
 }
 
-/* A port nothing listens on: bound, then closed. */
-static unsigned closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_closed_port_is_unavailable_fast(void **state)
 {
     (void)state;
@@ -1041,7 +1027,8 @@ static void test_closed_port_is_unavailable_fast(void **state)
     struct txo_error err;
     txo_error_init(&err);
     char url[128];
-    snprintf(url, sizeof(url), "http://user:hunter2@127.0.0.1:%u/payments/charge", closed_port());
+    snprintf(url, sizeof(url), "http://user:hunter2@127.0.0.1:%u/payments/charge",
+             testraw_closed_port());
     int64_t t0 = txo_monotonic_ms();
     int rc = txo_http_post_json(c, url, "k", NULL, "{}", 2, &resp, &err);
     int64_t elapsed = txo_monotonic_ms() - t0;
@@ -1058,23 +1045,6 @@ static void test_closed_port_is_unavailable_fast(void **state)
     txo_http_client_free(c);
 }
 
-/* A port that accepts connections (the kernel's backlog) and never answers. Close the fd. */
-static int hanging_port(unsigned *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    socklen_t len = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static unsigned echo_requests(struct echo_server *es)
 {
     pthread_mutex_lock(&es->mu);
@@ -1088,8 +1058,8 @@ static void test_many_maps_each_request(void **state)
     struct echo_server *es = *state;
     struct txo_http_client *c = new_client(1000);
     unsigned hang_port = 0;
-    int hang_fd = hanging_port(&hang_port);
-    unsigned dead_port = closed_port();
+    int hang_fd = testraw_listen(&hang_port, 16);
+    unsigned dead_port = testraw_closed_port();
     enum { OK, DECLINED, REFUSED, DOWN, HANG, CLOSED, BAD_KEY, BAD_URL, NO_BODY, N };
     char urls[N][128];
     snprintf(urls[OK], sizeof(urls[OK]), "%s/status/201", es->base);

@@ -45,6 +45,7 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 #include "testraw.h"
 
@@ -661,10 +662,7 @@ static void test_pipelined_requests(void **state)
 static void test_sku_match_is_exact(void **state)
 {
     struct ctx *c = *state;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "fuzz-sku", 5, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    testorders_stock(c->t.db, "fuzz-sku", 5);
     start(c, NULL);
     int fd = dial(c->port);
     static const char *const others[] = {"FUZZ-SKU", "fuzz-sku ", "Fuzz-Sku"};

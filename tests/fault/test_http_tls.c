@@ -26,6 +26,7 @@
 #include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 
 struct ctx {

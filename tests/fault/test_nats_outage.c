@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
 #include "testrun.h"
 #include "testdb.h"
 #include "testnats.h"
@@ -60,29 +61,6 @@ static int teardown(void **state)
     testnats_cleanup(&c->nats);
     testdb_teardown(&c->t);
     free(c);
-    return 0;
-}
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    (void)arg;
-    for (unsigned i = 1; i <= N_EVENTS; i++) {
-        char key[32], payload[64];
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
     return 0;
 }
 
@@ -141,8 +119,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
 {
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, NULL, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
+    testoutbox_append_orders(c->t.db, N_EVENTS);
 
     struct txo_nats_opts o;
     txo_nats_opts_init(&o);

@@ -88,12 +88,9 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     /* 1. Orders through the API only: all PENDING in the outbox. */
-    unsigned port = testproc_free_port();
+    unsigned port;
+    struct testproc *serve = testpipeline_start_serve(&c->p, "ef_serve", &port);
     struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "ef_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
     for (unsigned i = 0; i < RELAY_CRASH_ORDERS; i++) {
         char key[64], body[256];
         snprintf(key, sizeof(key), "ef-%u", i);
@@ -198,12 +195,9 @@ static void kill_mid_sagas(struct ctx *c, bool single)
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"lamp", LAMPS}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
-    unsigned port = testproc_free_port();
+    unsigned port;
+    struct testproc *serve = testpipeline_start_serve(&c->p, "kill_serve", &port);
     struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "kill_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
     unsigned lamp_orders = 0;
     for (unsigned i = 0; i < KILL_ORDERS; i++) {
         char key[64], body[256];

@@ -102,32 +102,6 @@ static void args_kafka(struct ctx *c, struct testpipeline_args *a)
     testpipeline_args_add(a, "--kafka-property=session.timeout.ms=6000,heartbeat.interval.ms=300");
 }
 
-static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", tag, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
-                 "250}]}",
-                 700 + i, 1 + i % 2);
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
-}
-
-/* Orders through `txo serve` alone (no relay, no worker): their OrderCreated wait PENDING. */
-static void orders_via_serve(struct ctx *c, const char *tag, unsigned n)
-{
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "k_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, tag, n);
-    testpipeline_stop_clean(&c->p, serve);
-}
-
 /* How many records of the order topic carry each OrderCreated key; *dups the extra copies. */
 static size_t created_records(struct ctx *c, size_t *dups)
 {
@@ -206,7 +180,7 @@ static void test_relay_crash_republished_consumed_once(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    orders_via_serve(c, "rcrash", RELAY_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "rcrash", RELAY_CRASH_ORDERS, false);
 
     /* Batch 1 (5 events) published and marked; batch 2 published, then SIGKILL. */
     struct testproc *r1 = start_relay(c, "k_relay_crash", "relay.after_publish:1");
@@ -263,7 +237,7 @@ static void test_worker_crash_before_commit(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    orders_via_serve(c, "wcrash", WORKER_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "wcrash", WORKER_CRASH_ORDERS, false);
     struct testproc *relay = start_relay(c, "k_relay", NULL);
     testpipeline_wait_published(&c->p, 30000);
 
@@ -308,7 +282,7 @@ static void test_up_through_kafka(void **state)
     testpipeline_args_add(&a, "--poll=100");
     struct testproc *up = testpipeline_start(&c->p, "k_up", &a);
     testpipeline_wait_ready(&c->p, up, port);
-    place_orders(c, port, "up", UP_ORDERS);
+    testpipeline_place_orders(&c->p, port, "up", UP_ORDERS, false);
     testpipeline_wait_terminal(&c->p, UP_ORDERS, 30000, "through txo up");
     testpipeline_wait_published(&c->p, 30000);
     double skipped =

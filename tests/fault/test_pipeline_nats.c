@@ -130,20 +130,6 @@ static void check_stream_matches_outbox(struct ctx *c)
     testnats_free_ids(ids, n);
 }
 
-static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", tag, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
-                 "250}%s]}",
-                 700 + i, 1 + i % 2,
-                 i % 3 == 0 ? ",{\"sku\":\"book\",\"qty\":1,\"price_cents\":1500}" : "");
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
-}
-
 /* ---- the worker dies between its commit and the ack ---- */
 
 #define ACK_CRASH_ORDERS 10
@@ -154,14 +140,8 @@ static void test_worker_crash_before_ack_nats(void **state)
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
-    unsigned port = testproc_free_port();
+    testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, true);
     struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "f_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, "ackcrash", ACK_CRASH_ORDERS);
-    testpipeline_stop_clean(&c->p, serve);
 
     /* The relay publishes every OrderCreated to JetStream. */
     testpipeline_args_init(&a, "relay");
@@ -275,14 +255,14 @@ static void test_broker_outage_end_to_end_nats(void **state)
     testpipeline_wait_ready(&c->p, up, port);
 
     /* One order end to end while the broker is up: stream and durable exist. */
-    place_orders(c, port, "d-warm", 1);
+    testpipeline_place_orders(&c->p, port, "d-warm", 1, true);
     if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
                                  30000))
         TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through NATS");
 
     /* Broker down: the API still answers 201, the events wait in the outbox. */
     testnats_stop(&c->nats);
-    place_orders(c, port, "outage", OUTAGE_ORDERS);
+    testpipeline_place_orders(&c->p, port, "outage", OUTAGE_ORDERS, true);
     const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
                           "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
                           "AND published_at IS NULL";
@@ -556,7 +536,8 @@ static void test_two_of_each_daemon_nats(void **state)
             start_daemon(c, i == 0 ? "scale_worker1" : "scale_worker2", "worker", worker, true);
     }
     for (int i = 0; i < 2; i++)
-        place_orders(c, api[i], i == 0 ? "scale-a" : "scale-b", SCALE_ORDERS / 2);
+        testpipeline_place_orders(&c->p, api[i], i == 0 ? "scale-a" : "scale-b", SCALE_ORDERS / 2,
+                                  true);
     testpipeline_wait_terminal(&c->p, SCALE_ORDERS, 60000, "with two of each daemon");
     testpipeline_wait_published(&c->p, 30000);
 

@@ -143,31 +143,6 @@ static void wait_group_settled(struct ctx *c)
     }
 }
 
-static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", tag, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
-                 "250}]}",
-                 700 + i, 1 + i % 2);
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
-}
-
-static void serve_orders(struct ctx *c, const char *tag, unsigned n)
-{
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "r_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, tag, n);
-    testpipeline_stop_clean(&c->p, serve);
-}
-
 static const struct testpipeline_stock stock[] = {{"pen", 1000}};
 
 /* A worker on the test's group; returns its process, metrics on *mport when mport != NULL. */
@@ -213,7 +188,7 @@ static void test_worker_crash_before_ack_redis(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    serve_orders(c, "ackcrash", ACK_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, false);
     struct testproc *relay = start_relay(c, "r_relay", NULL);
     if (!testpipeline_wait_count(&c->p,
                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
@@ -295,13 +270,13 @@ static void test_broker_killed_end_to_end_redis(void **state)
     struct testproc *up = testpipeline_start(&c->p, "r_up", &a);
     testpipeline_wait_ready(&c->p, up, port);
 
-    place_orders(c, port, "warm", 1);
+    testpipeline_place_orders(&c->p, port, "warm", 1, false);
     if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
                                  30000))
         TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through Redis");
 
     testredis_kill(&c->redis);
-    place_orders(c, port, "outage", OUTAGE_ORDERS);
+    testpipeline_place_orders(&c->p, port, "outage", OUTAGE_ORDERS, false);
     const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
                           "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
                           "AND published_at IS NULL";
@@ -344,7 +319,7 @@ static void test_relay_crash_after_publish_redis(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    serve_orders(c, "relaycrash", RELAY_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "relaycrash", RELAY_CRASH_ORDERS, false);
 
     struct testproc *r1 = start_relay(c, "r_relay_crash", "relay.after_publish:1");
     testpipeline_expect_crash(&c->p, r1, 30000);

@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testoutbox.h"
 #include "testproc.h"
 #include "testrabbit.h"
 #include "testrelay.h"
@@ -74,42 +75,6 @@ static void opts(struct txo_rabbitmq_opts *o)
     o->url = broker.url;
     o->connect_timeout_ms = CONNECT_TIMEOUT_MS;
     o->confirm_timeout_ms = CONFIRM_TIMEOUT_MS;
-}
-
-struct append_ctx {
-    const char *agg_type;
-    unsigned n;
-    unsigned unroutable; /* this event (1-based) goes to aggregate type "nobody"; 0: none */
-};
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct append_ctx *a = arg;
-    for (unsigned i = 1; i <= a->n; i++) {
-        char key[48], payload[64], agg[16];
-        snprintf(key, sizeof(key), "%s:%u:created", a->agg_type, i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = i == a->unroutable ? "nobody" : a->agg_type,
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct testdb *t, struct append_ctx *a)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, append_events, a, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
 }
 
 static int64_t q(struct testdb *t, const char *sql)
@@ -199,8 +164,9 @@ static void test_unroutable_dead_lettered_at_once(void **state)
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_unroutable");
-    struct append_ctx a = {"unrouted", BATCH, 7};
-    append(&t, &a);
+    testoutbox_append(t.db,
+                      &(struct testoutbox_events){
+                          .aggregate_type = "unrouted", .from = 1, .to = BATCH, .unroutable = 7});
     struct txo_publisher *pub = new_publisher();
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
@@ -278,8 +244,8 @@ static void test_broker_killed_mid_drain(void **state)
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_killed");
-    struct append_ctx a = {"killed", N_EVENTS, 0};
-    append(&t, &a);
+    testoutbox_append(
+        t.db, &(struct testoutbox_events){.aggregate_type = "killed", .from = 1, .to = N_EVENTS});
 
     struct worker w = {.db = t.db};
     struct txo_rabbitmq_opts co;
@@ -390,8 +356,8 @@ static void test_broker_hangs_then_resumes(void **state)
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_hung");
-    struct append_ctx a = {"hung", N_EVENTS, 0};
-    append(&t, &a);
+    testoutbox_append(
+        t.db, &(struct testoutbox_events){.aggregate_type = "hung", .from = 1, .to = N_EVENTS});
     struct txo_publisher *pub = new_publisher();
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
@@ -454,8 +420,8 @@ static void test_relay_crash_after_publish(void **state)
     struct testdb t;
     testdb_setup(&t, "rabbit_relay_crash");
     testdb_export_env(&t);
-    struct append_ctx a = {"crash", n, 0};
-    append(&t, &a);
+    testoutbox_append(t.db,
+                      &(struct testoutbox_events){.aggregate_type = "crash", .from = 1, .to = n});
     struct worker w = {.db = t.db};
     struct txo_rabbitmq_opts co;
     opts(&co);

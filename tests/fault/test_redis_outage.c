@@ -32,6 +32,7 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
 #include "testrun.h"
 #include "testdb.h"
 #include "testredis.h"
@@ -65,42 +66,6 @@ static int teardown(void **state)
     testdb_teardown(&c->t);
     free(c);
     return 0;
-}
-
-struct append_ctx {
-    const char *aggregate_type;
-    unsigned from, to;
-};
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    const struct append_ctx *a = arg;
-    for (unsigned i = a->from; i <= a->to; i++) {
-        char key[48], payload[64], agg[16];
-        snprintf(key, sizeof(key), "%s:%u:created", a->aggregate_type, i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = a->aggregate_type,
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct ctx *c, const char *aggregate_type, unsigned from, unsigned to)
-{
-    struct append_ctx a = {aggregate_type, from, to};
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
 }
 
 static int64_t q(struct ctx *c, const char *sql)
@@ -187,7 +152,8 @@ static size_t stream_duplicates(struct ctx *c, const char *stream, size_t n_even
 
 static void outage(struct ctx *c, bool hang)
 {
-    append(c, "order", 1, N_EVENTS);
+    testoutbox_append(
+        c->t.db, &(struct testoutbox_events){.aggregate_type = "order", .from = 1, .to = N_EVENTS});
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
@@ -283,8 +249,10 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
     struct ctx *c = *state;
     json_decref(
         testredis_cli(&c->redis, (const char *const[]){"SET", "txo.events.payment", "oops", NULL}));
-    append(c, "order", 1, 10);
-    append(c, "payment", 1, 5);
+    testoutbox_append(c->t.db,
+                      &(struct testoutbox_events){.aggregate_type = "order", .from = 1, .to = 10});
+    testoutbox_append(c->t.db,
+                      &(struct testoutbox_events){.aggregate_type = "payment", .from = 1, .to = 5});
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
     int64_t ms = 0;

@@ -27,6 +27,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testoutbox.h"
+#include "testproc.h"
 #include "testrun.h"
 #include "testdb.h"
 
@@ -41,17 +43,6 @@ static int teardown(void **state)
     testdb_free(*state);
     unsetenv("TXO_CRASH_POINT");
     return 0;
-}
-
-static void insert_events(struct testdb *t, unsigned n)
-{
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('k:', seq) FROM seq_1_to_%u",
-             n);
-    testdb_exec(t->db, sql);
 }
 
 static int64_t q(struct testdb *t, const char *sql)
@@ -150,7 +141,7 @@ static void test_crash_after_publish_republishes(void **state)
 {
     struct testdb *t = *state;
     const unsigned n = 200;
-    insert_events(t, n);
+    testoutbox_insert_seq(t->db, n, "k");
     char out1[256], out2[256], errf[256];
     temp_path(out1, sizeof(out1), "out1");
     temp_path(out2, sizeof(out2), "out2");
@@ -200,7 +191,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
 {
     struct testdb *t = *state;
     const unsigned n = 200;
-    insert_events(t, n);
+    testoutbox_insert_seq(t->db, n, "k");
     char out1[256], out2[256], errf[256];
     temp_path(out1, sizeof(out1), "held_out1");
     temp_path(out2, sizeof(out2), "held_out2");
@@ -254,7 +245,7 @@ static void test_sigterm_finishes_batch(void **state)
 {
     struct testdb *t = *state;
     const unsigned n = 20000;
-    insert_events(t, n);
+    testoutbox_insert_seq(t->db, n, "k");
     char out1[256], out2[256], errf[256];
     temp_path(out1, sizeof(out1), "term_out1");
     temp_path(out2, sizeof(out2), "term_out2");

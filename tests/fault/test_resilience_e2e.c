@@ -45,6 +45,7 @@
 #include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 #include "testserver.h"
 #include "txo/http_client.h"
@@ -78,8 +79,7 @@ static int setup(void **state)
     testdb_export_env(&r->t);
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_set_inventory(r->t.db, SKU, STOCK, &err) != 0)
-        fail_msg("setting the inventory: %s", err.msg);
+    testorders_stock(r->t.db, SKU, STOCK);
     struct txo_http_client_opts co;
     txo_http_client_opts_init(&co);
     co.timeout_ms = 10000;

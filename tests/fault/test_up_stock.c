@@ -17,6 +17,7 @@
 #include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 
 struct ctx {
@@ -156,10 +157,7 @@ static void test_entry_the_database_refuses_writes_nothing(void **state)
 static void test_good_list_is_written(void **state)
 {
     struct ctx *c = *state;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "kept", 3, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    testorders_stock(c->t.db, "kept", 3);
     char *max_sku = sku_of(ORDER_SKU_MAX);
     char spec[256];
     snprintf(spec, sizeof(spec), "zeta=5,%s=7,kept=100,alpha=0", max_sku);

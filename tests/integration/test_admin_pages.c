@@ -31,6 +31,7 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 
 #define TOKEN "pages-s3cret"
@@ -238,22 +239,11 @@ static void test_dead_events_and_skip(void **state)
 /* An order and its saga, run to the end: COMPENSATED with fail_shipment, else COMPLETED. */
 static int64_t order_with_saga(struct ctx *c, bool fail_shipment, char saga_id[TXO_SAGA_ID_LEN])
 {
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "pen", 100, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
-    struct order_item item = {"pen", 2, 250};
-    int64_t order = 0;
-    if (orders_create_with_saga(c->t.db, 5, &item, 1, &order, saga_id, &err) != 0)
-        fail_msg("creating the order: %s", err.msg);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    struct order_faults faults = {.fail_shipment = fail_shipment};
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_run_saga(c->t.db, saga_id, &faults, &opts, &final, &err) != 0)
-        fail_msg("running the saga: %s", err.msg);
-    assert_int_equal(final, fail_shipment ? TXO_SAGA_COMPENSATED : TXO_SAGA_COMPLETED);
-    return order;
+    testorders_stock(c->t.db, "pen", 100);
+    const struct order_item item = {"pen", 2, 250};
+    const struct order_faults faults = {.fail_shipment = fail_shipment};
+    return testorders_run_saga(c->t.db, 5, &item, 1, &faults, NULL,
+                               fail_shipment ? TXO_SAGA_COMPENSATED : TXO_SAGA_COMPLETED, saga_id);
 }
 
 static void test_saga_page(void **state)

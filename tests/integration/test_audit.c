@@ -18,6 +18,7 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 #define MAX_SEEN 32
 
@@ -49,9 +50,7 @@ static bool saw(const struct seen *s, const char *check, int64_t order_id)
 static int setup(void **state)
 {
     struct testdb *t = testdb_new("audit", 0);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
+    testorders_stock(t->db, "iphone-15", 10);
     *state = t;
     return 0;
 }

@@ -21,13 +21,12 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 static int setup(void **state)
 {
     struct testdb *t = testdb_new("cli_list", TESTDB_NEW_EXPORT_ENV);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
+    testorders_stock(t->db, "pen", 100);
     *state = t;
     return 0;
 }
@@ -161,23 +160,6 @@ static const char *member_str(const json_t *obj, const char *key)
     return json_string_value(v);
 }
 
-/* An order with its saga, run to its end with faults (may be NULL); the saga's id. */
-static void saga_with(struct testdb *t, const struct order_faults *faults,
-                      enum txo_saga_status want, char saga_id[TXO_SAGA_ID_LEN], int64_t *order)
-{
-    struct order_item item = {"pen", 1, 250};
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, order, saga_id, &err), 0);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    opts.step_backoff.base_ms = 1;
-    opts.step_backoff.max_ms = 1;
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    assert_int_equal(orders_run_saga(t->db, saga_id, faults, &opts, &final, &err), 0);
-    assert_int_equal(final, want);
-}
-
 /* A FAILED outbox event with its dead letter; returns the dead letter's id. */
 static int64_t dead_letter(struct testdb *t, int aggregate, const char *error)
 {
@@ -201,10 +183,9 @@ static void test_stats(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t order;
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &order);
+    testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
     struct order_faults decline = {.decline_payment = true};
-    saga_with(t, &decline, TXO_SAGA_COMPENSATED, saga_id, &order);
+    testorders_pen_saga(t->db, &decline, TXO_SAGA_COMPENSATED, saga_id);
     dead_letter(t, 900, "broker down");
 
     const char *args[] = {"stats", NULL};
@@ -312,7 +293,7 @@ static void test_saga_show(void **state)
     char saga_id[TXO_SAGA_ID_LEN];
     int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id, &order);
+    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
 
     const char *args[] = {"saga", "show", saga_id, NULL};
     json_t *doc = run_json(args, 0);
@@ -429,9 +410,8 @@ static void test_audit(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t ok, lost;
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &ok);
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &lost);
+    testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
+    int64_t lost = testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
     testdb_exec(t->db, "UPDATE orders SET created_at = NOW(6) - INTERVAL 5 SECOND");
     testdb_exec(t->db, "UPDATE saga_instances SET updated_at = NOW(6) - INTERVAL 5 SECOND");
 

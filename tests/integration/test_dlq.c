@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
 #include "testrun.h"
 #include "testdb.h"
 #include "testrelay.h"
@@ -54,17 +55,6 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
     return 0;
 }
 
-static void rec_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops rec_ops = {
-    .name = "recorder",
-    .publish_batch = rec_publish,
-    .destroy = rec_destroy,
-};
-
 /* ---- fixtures and helpers ---- */
 
 static int setup(void **state)
@@ -82,35 +72,6 @@ static int64_t q1(struct txo_db *db, const char *sql, int64_t id)
 {
     struct txo_param p = txo_p_i64(id);
     return testdb_i64(db, sql, &p, 1);
-}
-
-static int append_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    unsigned n = *(unsigned *)arg;
-    for (unsigned i = 1; i <= n; i++) {
-        char key[32], payload[32];
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", i);
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        struct txo_outbox_event ev = {.aggregate_type = "order",
-                                      .aggregate_id = agg,
-                                      .event_type = "OrderCreated",
-                                      .payload_json = payload,
-                                      .idempotency_key = key};
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append_events(struct testdb *t, unsigned n)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, append_fn, &n, &err) < 0)
-        fail_msg("append: %s", err.msg);
 }
 
 static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub)
@@ -226,11 +187,10 @@ static void test_replay_end_to_end(void **state)
 {
     struct testdb *t = *state;
     struct txo_error err;
-    append_events(t, 3);
+    testoutbox_append_orders(t->db, 3);
 
     struct recorder *rec = txo_calloc(1, sizeof(*rec));
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&rec_ops, rec, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("recorder", rec_publish, rec);
     struct txo_relay *r = new_relay(t->db, pub);
 
     /* The broker is down: 3 attempts each, then FAILED + a dead letter. */

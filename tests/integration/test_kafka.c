@@ -89,7 +89,7 @@ static void test_topic_names(void **state)
 }
 
 /* Parses a record's value and checks it is the envelope of b's message i. */
-static void assert_envelope(const char *value, const struct testkafka_batch *b, size_t i)
+static void assert_envelope(const char *value, const struct testbatch *b, size_t i)
 {
     json_error_t jerr;
     json_t *doc = json_loads(value, 0, &jerr);
@@ -115,12 +115,12 @@ static void test_record_contract(void **state)
     struct txo_kafka_opts o;
     testkafka_opts(&cluster, &o, template);
     struct txo_publisher *pub = testkafka_publisher(&o);
-    struct testkafka_batch b;
+    struct testbatch b;
     testkafka_batch_init(&b, 40, 7, prefix);
     int64_t t0 = txo_monotonic_ms();
-    testkafka_publish(pub, &b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     int64_t elapsed = txo_monotonic_ms() - t0;
-    testkafka_assert_published(&b);
+    testbatch_assert_published(&b);
     print_message("40 records delivered (acks=all, 3 replicas) in %lld ms\n", (long long)elapsed);
 
     struct testkafka_record *r = NULL;
@@ -149,7 +149,7 @@ static void test_record_contract(void **state)
     }
     testkafka_records_free(r, n);
     txo_publisher_free(pub);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 /* ---- the relay end to end ---- */

@@ -202,7 +202,7 @@ static void consumer_opts(struct txo_kafka_opts *o, const char *topic, const cha
 
 /* Publishes n events of n_aggs aggregates to "<prefix>.order" (created with parts). */
 static void publish_events(const char *prefix, size_t n, size_t n_aggs, int parts,
-                           struct testkafka_batch *b)
+                           struct testbatch *b)
 {
     char template[64], topic[64];
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
@@ -212,8 +212,8 @@ static void publish_events(const char *prefix, size_t n, size_t n_aggs, int part
     testkafka_opts(&cluster, &o, template);
     struct txo_publisher *pub = testkafka_publisher(&o);
     testkafka_batch_init(b, n, n_aggs, prefix);
-    testkafka_publish(pub, b);
-    testkafka_assert_published(b);
+    assert_int_equal(testbatch_publish(pub, b), 0);
+    testbatch_assert_published(b);
     txo_publisher_free(pub);
 }
 
@@ -231,10 +231,10 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     struct txo_kafka_opts po;
     testkafka_opts(&cluster, &po, template);
     struct txo_publisher *pub = testkafka_publisher(&po);
-    struct testkafka_batch m;
+    struct testbatch m;
     testkafka_batch_init(&m, n_aggs, n_aggs, mprefix);
-    testkafka_publish(pub, &m);
-    testkafka_assert_published(&m);
+    assert_int_equal(testbatch_publish(pub, &m), 0);
+    testbatch_assert_published(&m);
     txo_publisher_free(pub);
     struct txo_kafka_opts everything = *o;
     everything.event_type = NULL; /* a skipped type left uncommitted would show up too */
@@ -251,7 +251,7 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     }
     assert_int_equal(col.n, n_aggs);
     collector_release(&col);
-    testkafka_batch_free(&m);
+    testbatch_free(&m);
 }
 
 /* ---- the tests ---- */
@@ -263,7 +263,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "block");
     testkafka_fresh(group, sizeof(group), "g");
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    struct testkafka_batch b;
+    struct testbatch b;
     publish_events(prefix, 20, 1, 1, &b); /* one aggregate, one partition: a strict sequence */
 
     struct txo_kafka_opts o;
@@ -292,7 +292,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     txo_consumer_free(c);
     collector_release(&next);
     collector_release(&col);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 static void test_consumer_permanent_and_filter(void **state)
@@ -304,7 +304,7 @@ static void test_consumer_permanent_and_filter(void **state)
     snprintf(topic, sizeof(topic), "%s.order", prefix);
     snprintf(dlq, sizeof(dlq), "%s.dead", prefix);
     testkafka_create_topic(&cluster, dlq, 1);
-    struct testkafka_batch b;
+    struct testbatch b;
     publish_events(prefix, 10, 2, 1, &b);
     /* Another event type on the same topic (one aggregate type, one topic), written by kcat. */
     const char *hdrs[] = {"txo-idempotency-key=other:1", "txo-event-type=OrderCancelled", NULL};
@@ -339,7 +339,7 @@ static void test_consumer_permanent_and_filter(void **state)
     /* All of it, the skipped type included, was committed. */
     assert_all_committed(prefix, 2, &o);
     collector_release(&col);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 static void test_consumer_rebalance_loses_nothing(void **state)
@@ -349,7 +349,7 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "rebal");
     testkafka_fresh(group, sizeof(group), "g");
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    struct testkafka_batch b;
+    struct testbatch b;
     publish_events(prefix, 400, 40, 4, &b);
 
     struct txo_kafka_opts o;
@@ -398,7 +398,7 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     free(seen);
     collector_release(&ca);
     collector_release(&cb);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 int main(void)

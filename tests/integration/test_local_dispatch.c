@@ -19,6 +19,7 @@
 
 #include "testdb.h"
 #include "testrelay.h"
+#include "testoutbox.h"
 #include "txo/consumer.h"
 
 struct ctx {
@@ -110,42 +111,6 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
 
 /* ---- helpers ---- */
 
-struct append_ctx {
-    unsigned n;
-};
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct append_ctx *a = arg;
-    for (unsigned i = 1; i <= a->n; i++) {
-        char key[32], payload[64];
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\": %u}", i);
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct ctx *c, unsigned n)
-{
-    struct append_ctx a = {n};
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
-        fail_msg("appending: %s", err.msg);
-}
-
 static int64_t q(struct ctx *c, const char *sql)
 {
     return testdb_i64(c->t.db, sql, NULL, 0);
@@ -186,7 +151,7 @@ static void test_each_event_reaches_the_handler(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 20;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 10);
     while (testrelay_run_once(r) > 0) {
@@ -208,7 +173,7 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 5;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 10);
 
@@ -243,7 +208,7 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
 static void test_permanent_failure_dead_letters(void **state)
 {
     struct ctx *c = *state;
-    append(c, 1);
+    testoutbox_append_orders(c->t.db, 1);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 2);
     /* A permanent error is dead-lettered at once, not retried up to max_attempts. */

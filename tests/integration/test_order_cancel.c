@@ -22,6 +22,7 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 /* No step of these sagas fails transiently, so they never back off: the default (system)
  * clock is never slept on. */

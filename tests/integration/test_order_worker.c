@@ -16,6 +16,7 @@
 #include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "txo/metrics.h"
 #include "worker.h"
 
@@ -32,7 +33,7 @@ static int setup(void **state)
     testdb_setup(&f->t, "oworker");
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(f->t.db, "iphone-15", 10, &err), 0);
+    testorders_stock(f->t.db, "iphone-15", 10);
     assert_int_equal(txo_metrics_new(&f->metrics, &err), 0);
     struct txo_worker_opts wo;
     txo_worker_opts_init(&wo);

@@ -16,14 +16,13 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 static int setup(void **state)
 {
     struct testdb *t = testdb_new("orders", 0);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
-    assert_int_equal(orders_set_inventory(t->db, "case", 10, &err), 0);
+    testorders_stock(t->db, "iphone-15", 10);
+    testorders_stock(t->db, "case", 10);
     *state = t;
     return 0;
 }
@@ -266,7 +265,7 @@ static void test_create_with_saga_commits_all_together(void **state)
     struct txo_error err;
     txo_error_init(&err);
     const char *utf8_sku = "\xd1\x87\xd0\xb5\xd1\x85\xd0\xbe\xd0\xbb-\xc3\x9f\"q"; /* чехол-ß"q */
-    assert_int_equal(orders_set_inventory(t->db, utf8_sku, 5, &err), 0);
+    testorders_stock(t->db, utf8_sku, 5);
     struct order_item items[] = {{"case", 1, 1500}, {utf8_sku, 2, 700}, {"case", 3, 1500}};
     int64_t id = 0;
     char saga[TXO_SAGA_ID_LEN];

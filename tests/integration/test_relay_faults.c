@@ -28,8 +28,10 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
 #include "testrun.h"
 #include "testdb.h"
+#include "testrelay.h"
 
 struct poisoned {
     int fd;
@@ -69,24 +71,12 @@ static int poisoned_publish(void *self, const struct txo_outbox_message *msgs, s
     return 0;
 }
 
-static void poisoned_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops poisoned_ops = {
-    .name = "poisoned",
-    .publish_batch = poisoned_publish,
-    .destroy = poisoned_destroy,
-};
-
 static struct txo_publisher *new_poisoned(int fd, struct poisoned **out)
 {
     struct poisoned *p = txo_calloc(1, sizeof(*p));
     assert_non_null(p);
     p->fd = fd;
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&poisoned_ops, p, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("poisoned", poisoned_publish, p);
     *out = p;
     return pub;
 }
@@ -121,17 +111,6 @@ static int teardown(void **state)
 static int64_t q(struct testdb *t, const char *sql)
 {
     return testdb_i64(t->db, sql, NULL, 0);
-}
-
-static void insert_events(struct testdb *t, unsigned n)
-{
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('k:', seq) FROM seq_1_to_%u ORDER BY seq",
-             n);
-    testdb_exec(t->db, sql);
 }
 
 static struct txo_relay_opts poison_opts(void)
@@ -184,7 +163,7 @@ static int run_child_relay(struct ctx *c, int64_t abort_id, enum txo_relay_claim
 static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
                               enum txo_relay_claim_mode mode)
 {
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     unsigned crashes = 0;
     for (int round = 0; round < 8; round++) {
         int status = run_child_relay(c, poison_id, mode);
@@ -250,7 +229,7 @@ static void test_poison_event_in_claim_mode_transaction(void **state)
 static void test_permanent_failure_dead_lettered_at_once(void **state)
 {
     struct ctx *c = *state;
-    insert_events(&c->t, 4);
+    testoutbox_insert_seq(c->t.db, 4, "k");
     struct poisoned *p = NULL;
     struct txo_publisher *pub = new_poisoned(c->fd, &p);
     p->permanent_id = 2;
@@ -329,7 +308,7 @@ static size_t once(struct txo_relay *r)
 static void test_breaker_open_half_open_closed(void **state)
 {
     struct ctx *c = *state;
-    insert_events(&c->t, 50);
+    testoutbox_insert_seq(c->t.db, 50, "k");
     struct txo_metrics *reg = NULL;
     assert_int_equal(txo_metrics_new(&reg, NULL), 0);
     struct poisoned *p = NULL;

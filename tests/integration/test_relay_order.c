@@ -92,25 +92,13 @@ static int app_publish(void *self, const struct txo_outbox_message *msgs, size_t
     return 0;
 }
 
-static void app_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops app_ops = {
-    .name = "appender",
-    .publish_batch = app_publish,
-    .destroy = app_destroy,
-};
-
 static struct txo_publisher *new_appender(int fd, uint32_t rng_start, struct appender **out)
 {
     struct appender *a = txo_calloc(1, sizeof(*a));
     assert_non_null(a);
     a->fd = fd;
     a->rng = rng_start != 0 ? rng_start : 1;
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&app_ops, a, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("appender", app_publish, a);
     *out = a;
     return pub;
 }

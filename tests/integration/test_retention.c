@@ -20,6 +20,7 @@
 #include "testrun.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
+#include "testrelay.h"
 #include "txo/retention.h"
 
 static int setup(void **state)
@@ -210,17 +211,6 @@ static int count_publish(void *self, const struct txo_outbox_message *msgs, size
     return 0;
 }
 
-static void count_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops count_ops = {
-    .name = "counter",
-    .publish_batch = count_publish,
-    .destroy = count_destroy,
-};
-
 struct relay_thread {
     struct txo_relay *relay;
     int rc;
@@ -243,8 +233,7 @@ static void test_purge_next_to_a_live_relay(void **state)
 
     struct txo_db *relay_db = testdb_connect(t);
     struct counter *cnt = txo_calloc(1, sizeof(*cnt));
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&count_ops, cnt, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("counter", count_publish, cnt);
     struct txo_relay_opts o;
     txo_relay_opts_init(&o);
     o.relay_id = "retention-test";

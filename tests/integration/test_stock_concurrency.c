@@ -20,6 +20,7 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 #define THREADS           8
 #define ORDERS_PER_THREAD 20
@@ -84,11 +85,9 @@ static void test_concurrent_reservations(void **state)
 {
     (void)state;
     struct testdb t;
-    struct txo_error err;
-    txo_error_init(&err);
     testdb_setup(&t, "stock");
-    assert_int_equal(orders_set_inventory(t.db, "a", STOCK, &err), 0);
-    assert_int_equal(orders_set_inventory(t.db, "b", STOCK, &err), 0);
+    testorders_stock(t.db, "a", STOCK);
+    testorders_stock(t.db, "b", STOCK);
 
     struct txo_db_stats before;
     txo_db_get_stats(&before);

@@ -30,6 +30,8 @@
 
 #include "testdb.h"
 #include "testrelay.h"
+#include "testoutbox.h"
+#include "testraw.h"
 #include "txo/webhook.h"
 
 /* ---- the receiver ---- */
@@ -179,18 +181,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Inserts n PENDING events: aggregate_id = 1..n, key "k:<n>", payload {"n":<n>}. */
-static void insert_events(struct testdb *t, unsigned n)
-{
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('k:', seq) FROM seq_1_to_%u",
-             n);
-    testdb_exec(t->db, sql);
-}
-
 static int64_t q(struct testdb *t, const char *sql)
 {
     return testdb_i64(t->db, sql, NULL, 0);
@@ -251,7 +241,7 @@ static void test_delivers_every_event_with_headers(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 45;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, "s3cret-token");
     struct txo_relay *r = new_relay(c->t.db, pub, 20, true);
     struct txo_error err;
@@ -308,7 +298,7 @@ static void test_error_status_leaves_rows_pending(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 5;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
     struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
 
@@ -343,7 +333,7 @@ static void test_refusal_and_overload(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 6;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
     struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
 
@@ -371,29 +361,13 @@ static void test_refusal_and_overload(void **state)
     txo_publisher_free(pub);
 }
 
-/* A port nothing listens on: bound, then closed. */
-static unsigned closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_receiver_down_fails_fast(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 100;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     char url[96];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hooks/orders", closed_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hooks/orders", testraw_closed_port());
     struct txo_publisher *pub = new_webhook(url, 0, "tok");
     struct txo_relay *r = new_relay(c->t.db, pub, n, false);
     int64_t t0 = txo_monotonic_ms();
@@ -414,7 +388,7 @@ static void test_hanging_receiver_costs_one_timeout(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 10;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     pthread_mutex_lock(&c->rcv.mu);
     c->rcv.hang = true;
     pthread_mutex_unlock(&c->rcv.mu);

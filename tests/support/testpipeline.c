@@ -116,6 +116,43 @@ void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p)
 
 /* ---- HTTP ---- */
 
+struct testproc *testpipeline_start_serve(struct testpipeline *tp, const char *tag, unsigned *port)
+{
+    *port = testproc_free_port();
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "serve");
+    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", *port);
+    struct testproc *serve = testpipeline_start(tp, tag, &a);
+    testpipeline_wait_ready(tp, serve, *port);
+    return serve;
+}
+
+void testpipeline_place_orders(struct testpipeline *tp, unsigned port, const char *key_prefix,
+                               unsigned n, bool books)
+{
+    for (unsigned i = 0; i < n; i++) {
+        char key[64], body[256];
+        snprintf(key, sizeof(key), "%s-%u", key_prefix, i);
+        snprintf(body, sizeof(body),
+                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
+                 "250}%s]}",
+                 700 + i, 1 + i % 2,
+                 books && i % 3 == 0 ? ",{\"sku\":\"book\",\"qty\":1,\"price_cents\":1500}" : "");
+        (void)testpipeline_post_order(tp, port, key, body);
+    }
+}
+
+void testpipeline_serve_orders(struct testpipeline *tp, const char *key_prefix, unsigned n,
+                               bool books)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "%s_serve", key_prefix);
+    unsigned port;
+    struct testproc *serve = testpipeline_start_serve(tp, tag, &port);
+    testpipeline_place_orders(tp, port, key_prefix, n, books);
+    testpipeline_stop_clean(tp, serve);
+}
+
 int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const char *key,
                                 const char *body)
 {
