@@ -34,6 +34,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testgrpc.h"
 #include "testproc.h"
@@ -379,13 +380,11 @@ static void test_worker_refuses_grpc(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_server_killed_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejections_and_retries, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deadline_after_processing_republished, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_relay_killed_after_publish_republishes, setup,
-                                        teardown),
-        cmocka_unit_test(test_worker_refuses_grpc),
+        cmocka_unit_test(test_server_killed_then_back),
+        cmocka_unit_test(test_rejections_and_retries),
+        cmocka_unit_test(test_deadline_after_processing_republished),
+        cmocka_unit_test(test_relay_killed_after_publish_republishes),
+        cmocka_unit_test_setup(test_worker_refuses_grpc, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

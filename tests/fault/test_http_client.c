@@ -44,6 +44,7 @@
 #include <jansson.h>
 
 #include "testproc.h"
+#include "testrun.h"
 #include "testraw.h"
 #include "txo/http_client.h"
 #include "txo/txo.h"
@@ -1192,28 +1193,24 @@ static void test_many_bounds_requests_in_flight(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_charge_is_idempotent, setup_fake, teardown_fake),
-        cmocka_unit_test_setup_teardown(test_refund_and_shipments, setup_fake, teardown_fake),
-        cmocka_unit_test_setup_teardown(test_failure_is_unavailable_without_effect, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test_setup_teardown(test_decline_is_business_and_final, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test_setup_teardown(test_hang_ends_at_the_timeout, setup_fake, teardown_fake),
-        cmocka_unit_test_setup_teardown(test_keepalive_reuses_one_connection, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test_setup_teardown(test_many_runs_concurrently_once_per_key, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test(test_flags_and_environment),
-        cmocka_unit_test(test_sigterm_releases_a_hung_call),
+        cmocka_unit_test(test_charge_is_idempotent),
+        cmocka_unit_test(test_refund_and_shipments),
+        cmocka_unit_test(test_failure_is_unavailable_without_effect),
+        cmocka_unit_test(test_decline_is_business_and_final),
+        cmocka_unit_test(test_hang_ends_at_the_timeout),
+        cmocka_unit_test(test_keepalive_reuses_one_connection),
+        cmocka_unit_test(test_many_runs_concurrently_once_per_key),
+        cmocka_unit_test_setup(test_flags_and_environment, testrun_no_fixture),
+        cmocka_unit_test_setup(test_sigterm_releases_a_hung_call, testrun_no_fixture),
         cmocka_unit_test_setup_teardown(test_status_mapping, setup_echo, teardown_echo),
         cmocka_unit_test_setup_teardown(test_headers_limits_and_bad_input, setup_echo,
                                         teardown_echo),
         cmocka_unit_test_setup_teardown(test_idle_connection_closed_by_the_server,
                                         setup_echo_short_idle, teardown_echo),
-        cmocka_unit_test(test_closed_port_is_unavailable_fast),
+        cmocka_unit_test_setup(test_closed_port_is_unavailable_fast, testrun_no_fixture),
         cmocka_unit_test_setup_teardown(test_many_maps_each_request, setup_echo, teardown_echo),
         cmocka_unit_test_setup_teardown(test_many_bounds_requests_in_flight, setup_echo,
                                         teardown_echo),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup_fake, teardown_fake, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testrelay.h"
 #include "testoutbox.h"
@@ -267,11 +268,10 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test_setup_teardown(test_each_event_reaches_the_handler, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_handler_failure_keeps_the_event_pending, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_permanent_failure_dead_letters, setup, teardown),
+        cmocka_unit_test_setup(test_bad_arguments, testrun_no_fixture),
+        cmocka_unit_test(test_each_event_reaches_the_handler),
+        cmocka_unit_test(test_handler_failure_keeps_the_event_pending),
+        cmocka_unit_test(test_permanent_failure_dead_letters),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

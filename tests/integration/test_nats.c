@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testbatch.h"
 #include "testnats.h"
@@ -432,13 +433,13 @@ static void test_server_down_at_creation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_subject_sanitising),
-        cmocka_unit_test_setup_teardown(test_dedupe_by_msg_id, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_consumers_share_a_durable, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_server_down_at_creation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_url_list, setup, teardown),
+        cmocka_unit_test_setup(test_subject_sanitising, testrun_no_fixture),
+        cmocka_unit_test(test_dedupe_by_msg_id),
+        cmocka_unit_test(test_two_consumers_share_a_durable),
+        cmocka_unit_test(test_server_down_at_creation),
+        cmocka_unit_test(test_url_list),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
     return failed;
 }

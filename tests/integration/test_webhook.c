@@ -28,6 +28,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testrelay.h"
 #include "testoutbox.h"
@@ -438,12 +439,12 @@ static void test_bad_settings_are_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_delivers_every_event_with_headers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_status_leaves_rows_pending, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refusal_and_overload, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_receiver_down_fails_fast, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hanging_receiver_costs_one_timeout, setup, teardown),
-        cmocka_unit_test(test_bad_settings_are_refused),
+        cmocka_unit_test(test_delivers_every_event_with_headers),
+        cmocka_unit_test(test_error_status_leaves_rows_pending),
+        cmocka_unit_test(test_refusal_and_overload),
+        cmocka_unit_test(test_receiver_down_fails_fast),
+        cmocka_unit_test(test_hanging_receiver_costs_one_timeout),
+        cmocka_unit_test_setup(test_bad_settings_are_refused, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }
