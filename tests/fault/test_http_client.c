@@ -57,17 +57,6 @@ struct fake_proc {
     char err_path[256];
 };
 
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char line[1024];
-    while (fgets(line, sizeof(line), f) != NULL)
-        print_message("  | %s", line);
-    fclose(f);
-}
-
 /* Waits up to timeout_ms for pid; returns its wait status, or -1 when it is still running. */
 static int wait_pid_ms(pid_t pid, int64_t timeout_ms)
 {
@@ -160,7 +149,7 @@ static int fake_spawn(struct fake_proc *sp, const char *const *args, bool expect
             unlink(sp->err_path);
             return status;
         }
-        dump_file(sp->err_path);
+        testproc_print_file(sp->err_path, "  | ");
         if (status == -1) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
@@ -204,7 +193,7 @@ static void fake_stop(struct fake_proc *sp)
         waitpid(sp->pid, NULL, 0);
     }
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(sp->err_path);
+        testproc_print_file(sp->err_path, "  | ");
         fail_msg("txo-fake-services did not exit 0 on SIGTERM (status 0x%x)", status);
     }
     sp->pid = 0;

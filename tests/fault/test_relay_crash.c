@@ -84,17 +84,6 @@ static int wait_for(pid_t pid)
     return status;
 }
 
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char line[1024];
-    while (fgets(line, sizeof(line), f) != NULL)
-        print_message("  %s", line);
-    fclose(f);
-}
-
 /*
  * Parses the envelopes in path; counts[k] += 1 for each key "k:<k>" (k in 1..n). Returns the
  * number of lines. Every line must be a complete envelope.
@@ -153,7 +142,7 @@ static void test_crash_after_publish_republishes(void **state)
     int status = wait_for(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
     }
 
@@ -169,7 +158,7 @@ static void test_crash_after_publish_republishes(void **state)
     txo_sleep_ms(1500); /* past the 1 s lease */
     status = wait_for(spawn_relay(out2, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("second relay run: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), n);
@@ -203,7 +192,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     int status = wait_for(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
     }
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
@@ -217,7 +206,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
 
     status = wait_for(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("second relay run: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), n - 50);
@@ -260,7 +249,7 @@ static void test_sigterm_finishes_batch(void **state)
     assert_int_equal(kill(pid, SIGTERM), 0);
     int status = wait_for(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
     }
 
@@ -276,7 +265,7 @@ static void test_sigterm_finishes_batch(void **state)
     const char *drain_args[] = {"--drain", "--publisher", "log", "--batch-size", "500", NULL};
     status = wait_for(spawn_relay(out2, errf, drain_args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("draining relay: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), pending);
