@@ -145,11 +145,6 @@ static struct txo_db *connect_node(const struct cluster *c, unsigned node)
     return db;
 }
 
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
-}
-
 /* A cnats connection to the NATS cluster, the list given as an array (see testnats.c). */
 static natsStatus cluster_nats_connect(const struct cluster *c, natsConnection **nc)
 {
@@ -351,7 +346,8 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
     for (unsigned i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&rt[i].th, NULL, relay_main, &rt[i]), 0);
     int64_t deadline = txo_monotonic_ms() + DRAIN_MS;
-    while (q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("%s: events still not PUBLISHED after %d s", mname, DRAIN_MS / 1000);
         txo_sleep_ms(20);
@@ -366,8 +362,9 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
     }
     txo_db_get_stats(&after);
 
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     N_EVENTS);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+        N_EVENTS);
     expect_stream_holds_each_once(c, stream, keys, N_EVENTS);
     uint64_t acked = atomic_load(&cp[0]->acked) + atomic_load(&cp[1]->acked);
     uint64_t dups = acked - N_EVENTS;
@@ -531,7 +528,7 @@ static void test_non_primary_node(void **state)
     }
     assert_int_equal(after, 201);
     /* np-before, np-during-list and np-after; the one refused on node 3 left nothing. */
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM orders"), 3);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders"), 3);
     testhttp_txo_stop(serve3, "txo serve (node 3)");
     testhttp_txo_stop(serve_list, "txo serve (host list)");
     testhttp_txo_stop(relay3, "txo relay (node 3)");
@@ -645,8 +642,9 @@ static void test_stream_leader_killed(void **state)
         testdb_exec(writer, sql);
         inserted = inserted + 100 < N ? inserted + 100 : (unsigned)N;
         if (t_kill == 0 && inserted >= N / 4) {
-            at_kill = (unsigned)q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                           "'PUBLISHED'");
+            at_kill =
+                (unsigned)testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                            "'PUBLISHED'");
             snprintf(args, sizeof(args), "kill-nats %u", victim);
             cluster_sh(c, args);
             t_kill = txo_monotonic_ms();
@@ -666,7 +664,8 @@ static void test_stream_leader_killed(void **state)
     snprintf(args, sizeof(args), "start-nats %u", victim);
     cluster_sh(c, args);
     int64_t deadline = txo_monotonic_ms() + DRAIN_MS;
-    while (q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("events still not PUBLISHED %d s after the leader was killed",
                      DRAIN_MS / 1000);

@@ -53,10 +53,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "api_admin");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "api_admin", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
@@ -74,16 +71,8 @@ static int teardown(void **state)
     for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
         testhttp_reply_release(&c->rep[i]);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-/* ---- database ---- */
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static const char ORDER_BODY[] =
@@ -122,13 +111,13 @@ static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when
         char sql[128];
         snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM outbox_events WHERE status = '%s'",
                  statuses[i]);
-        int64_t want = q(c, sql);
+        int64_t want = testdb_q(c->t.db, sql);
         json_t *got = json_object_get(doc, fields[i]);
         if (!json_is_integer(got) || json_integer_value(got) != want)
             fail_msg("%s: /outbox/stats %s should be %lld: %s", when, fields[i], (long long)want,
                      r->body);
     }
-    int64_t dead = q(c, "SELECT COUNT(*) FROM dead_letter_events");
+    int64_t dead = testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events");
     if (json_integer_value(json_object_get(doc, "dead_letters")) != dead)
         fail_msg("%s: /outbox/stats dead_letters should be %lld: %s", when, (long long)dead,
                  r->body);
@@ -177,12 +166,15 @@ static void test_admin_endpoints(void **state)
     testhttp_do(c->h, "POST", port, path, wrong, "", 0, r);
     testhttp_expect_error(r, 401, "unauthorized", NULL,
                           "POST /sagas/{id}/retry with a wrong token");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
-    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 0);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(replay_count) FROM dead_letter_events"), 0);
 
     expect_stats(c, c->h, port, "before the replay");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
-    assert_true(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_true(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") >
+                0);
 
     /* Sagas. */
     admin(c->h, "GET", port, "/sagas/00000000-0000-4000-8000-000000000000", r);
@@ -272,17 +264,19 @@ static void test_admin_endpoints(void **state)
                                 " locked_by IS NULL AND next_attempt_at <= NOW(6)",
                                 ep, 1),
                      1);
-    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NULL"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NULL"), 0);
 
     admin(c->h, "POST", port, path, r);
     testhttp_expect_error(r, 409, "conflict", NULL, "a second POST /dlq/{id}/replay");
-    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
     admin(c->h, "POST", port, "/dlq/999999/replay", r);
     testhttp_expect_error(r, 404, "not_found", NULL, "POST /dlq/999999/replay");
 
     expect_stats(c, c->h, port, "after the replay");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }

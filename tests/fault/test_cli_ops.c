@@ -37,11 +37,6 @@ static int run_txo(const char *const *args, char **out)
     return testproc_run_txo("cli", args, 30000, out);
 }
 
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
 static void test_stats_json_matches_tables(void **state)
 {
     struct testdb *t = *state;
@@ -57,8 +52,9 @@ static void test_stats_json_matches_tables(void **state)
     json_t *doc = json_loads(out, 0, &jerr);
     if (doc == NULL)
         fail_msg("txo stats --json printed no JSON (%s): %s", jerr.text, out);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "outbox"), "pending")),
-                     q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(doc, "outbox"), "pending")),
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
     json_t *sagas = json_object_get(doc, "sagas");
     assert_int_equal(json_integer_value(json_object_get(sagas, "COMPLETED")), 1);
     assert_int_equal(json_integer_value(json_object_get(sagas, "COMPENSATED")), 1);
@@ -82,7 +78,7 @@ static void test_dlq_list_and_replay(void **state)
     testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
                        "error) SELECT id, event_type, payload, 'broker down' FROM outbox_events "
                        "WHERE idempotency_key = 'order:9:created'");
-    int64_t dl = q(t, "SELECT id FROM dead_letter_events");
+    int64_t dl = testdb_q(t->db, "SELECT id FROM dead_letter_events");
 
     char *out = NULL;
     const char *list[] = {"dlq", "list", "--json", NULL};
@@ -96,10 +92,11 @@ static void test_dlq_list_and_replay(void **state)
     const char *replay[] = {"dlq", "replay", id, NULL};
     assert_int_equal(run_txo(replay, &out), 0);
     free(out);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 0 AND idempotency_key = 'order:9:created'"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 0 AND idempotency_key = 'order:9:created'"),
                      1);
-    assert_int_equal(q(t, "SELECT replay_count FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT replay_count FROM dead_letter_events"), 1);
     /* Replaying again: the event is not FAILED any more. */
     assert_int_equal(run_txo(replay, &out), 1);
     assert_non_null(strstr(out, "txo dlq"));
@@ -143,7 +140,7 @@ static void test_saga_show_and_retry(void **state)
     char *st = testdb_str(t->db, "SELECT status FROM saga_instances WHERE id = ?", &p, 1);
     assert_string_equal(st, "COMPENSATED");
     txo_free(st);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM payments WHERE status = 'REFUNDED'"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM payments WHERE status = 'REFUNDED'"), 1);
     /* Retrying a COMPENSATED saga is refused. */
     assert_int_equal(run_txo(retry, &out), 1);
     free(out);
@@ -355,7 +352,8 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
     struct testproc w;
     testproc_start(&w, "cli_worker", argv, NULL);
     int64_t deadline = txo_monotonic_ms() + 20000;
-    while (q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'") > 0 &&
+    while (testdb_q(t->db,
+                    "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'") > 0 &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(100);
     bool stopped = testproc_stop(&w, 10000);
@@ -363,10 +361,11 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
         testproc_print_log(&w, "txo worker");
     assert_true(stopped);
     testproc_remove_log(&w);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
-                     0);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key IN "
-                          "('recent', 'old-pending')"),
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
+        0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key IN "
+                                     "('recent', 'old-pending')"),
                      2);
 }
 

@@ -37,8 +37,8 @@
 #include "testrun.h"
 #include "testdb.h"
 #include "testgrpc.h"
-#include "testproc.h"
 #include "testoutbox.h"
+#include "testproc.h"
 #include "testrelay.h"
 #include "txo/grpc.h"
 
@@ -52,9 +52,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "grpc_outage");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "grpc_outage", 0);
     testgrpc_start(&c->g);
     *state = c;
     return 0;
@@ -64,14 +62,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testgrpc_cleanup(&c->g);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static struct txo_publisher *new_publisher(struct ctx *c)
@@ -107,11 +99,12 @@ static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
 static void retry_until_settled(struct ctx *c, struct txo_relay *r)
 {
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("%lld events still PENDING after 30 s",
-                     (long long)q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                     "'PENDING'"));
+                     (long long)testdb_q(c->t.db,
+                                         "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                         "'PENDING'"));
         testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                              "WHERE status = 'PENDING'");
         (void)testrelay_run_once(r);
@@ -158,7 +151,8 @@ static void test_server_killed_then_back(void **state)
     struct txo_relay *r = new_relay(c, pub);
 
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
     testgrpc_kill(&c->g);
     size_t tried = 0;
@@ -174,7 +168,8 @@ static void test_server_killed_then_back(void **state)
         tried += claimed;
     }
     assert_int_equal(tried, n - BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                           "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
                           "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
                           "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
@@ -187,10 +182,11 @@ static void test_server_killed_then_back(void **state)
     retry_until_settled(c, r);
     print_message("server restarted in %lld ms; every event delivered %lld ms later\n",
                   (long long)(t_up - t_restart), (long long)(txo_monotonic_ms() - t_up));
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL"),
                      n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
@@ -212,41 +208,48 @@ static void test_rejections_and_retries(void **state)
     /* Batch 1: one event refused for good, dead-lettered at once with the reason. */
     testgrpc_control(&c->g, "\"reject_permanent\": [\"order:7:created\"]");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     BATCH - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND idempotency_key = 'order:7:created' AND last_error = "
-                          "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
-                          "product in order:7:created'"),
-        1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+        BATCH - 1);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND idempotency_key = 'order:7:created' AND last_error = "
+                              "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
+                              "product in order:7:created'"),
+                     1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
                           "ON o.id = d.source_event_id WHERE o.idempotency_key = 'order:7:created' "
                           "AND d.error LIKE '%unknown product in order:7:created%'"),
-                     1);
+        1);
 
     /* Batch 2: UNAVAILABLE; batch 3: the deadline passes before the server does anything. */
     testgrpc_control(&c->g, "\"status\": \"UNAVAILABLE\", \"status_calls\": 1");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
-                          "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
-                          "NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
+                              "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
+                              "NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
     testgrpc_control(&c->g, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
-                          "%DEADLINE_EXCEEDED%'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
+                              "%DEADLINE_EXCEEDED%'"),
                      BATCH);
     txo_sleep_ms(1200); /* the sleeping handler finds the call gone and records nothing */
 
     testgrpc_control(&c->g, "");
     retry_until_settled(c, r);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
-                          "attempts = 1"),
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+                              "attempts = 1"),
                      2 * BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
@@ -275,13 +278,15 @@ static void test_deadline_after_processing_republished(void **state)
     testgrpc_control(&c->g,
                      "\"sleep_ms\": 1500, \"sleep_calls\": 1, \"process_before_sleep\": true");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
-                          "%DEADLINE_EXCEEDED%'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
+                              "%DEADLINE_EXCEEDED%'"),
                      BATCH);
     testgrpc_control(&c->g, "");
     retry_until_settled(c, r);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
 
     /* The timed-out batch is there twice (attempt 1, taken before the deadline passed, and
      * attempt 2, the relay's retry), everything else once. */
@@ -340,13 +345,16 @@ static void test_relay_killed_after_publish_republishes(void **state)
     size_t got = recorded(c, &ev);
     assert_int_equal(got, 100); /* two batches reached the server */
     testgrpc_free_events(ev, got);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
     run_relay(c, "grpc_relay_after_crash", "", false);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
                      n);
     got = recorded(c, &ev);
     assert_int_equal(got, n + 50);

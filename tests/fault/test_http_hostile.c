@@ -59,14 +59,8 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "hostile");
-    testdb_export_env(&c->t);
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "SKU-A", 1000, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "hostile", TESTDB_NEW_EXPORT_ENV);
+    testorders_stock(c->t.db, "SKU-A", 1000);
     *state = c;
     return 0;
 }
@@ -75,8 +69,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testproc_stop_hard(&c->srv);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

@@ -71,10 +71,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "slots");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "slots", TESTDB_NEW_EXPORT_ENV);
     *state = c;
     return 0;
 }
@@ -83,8 +80,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testproc_stop_hard(&c->srv);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

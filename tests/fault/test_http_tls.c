@@ -42,14 +42,8 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "tls");
-    testdb_export_env(&c->t);
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "SKU-A", 100, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "tls", TESTDB_NEW_EXPORT_ENV);
+    testorders_stock(c->t.db, "SKU-A", 100);
     snprintf(c->dir, sizeof(c->dir), "/tmp/txo-tls-XXXXXX");
     assert_non_null(mkdtemp(c->dir));
     snprintf(c->cert, sizeof(c->cert), "%s/cert.pem", c->dir);
@@ -72,8 +66,7 @@ static int teardown(void **state)
     unlink(c->cert);
     unlink(c->key);
     rmdir(c->dir);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

@@ -45,9 +45,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "nats_outage");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "nats_outage", 0);
     testnats_start(&c->nats);
     *state = c;
     return 0;
@@ -59,14 +57,8 @@ static int teardown(void **state)
     txo_log_set_sink(NULL, NULL); /* a test that failed may have left its capturing sink */
     txo_log_set_level(TXO_LOG_INFO);
     testnats_cleanup(&c->nats);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 /* One relay cycle; returns the batch size and its duration in *ms. */
@@ -146,7 +138,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
     /* 1. Up: one batch goes out. */
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
     /* 2. Down: the rows tried fail without hanging, and back off. */
     if (mode == OUTAGE_KILL)
@@ -171,7 +164,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
         tried += claimed;
     }
     assert_int_equal(tried, mode == OUTAGE_HANG ? 2 * BATCH : N_EVENTS - BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
     const char *pending_sql =
         mode == OUTAGE_HANG
             ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
@@ -183,7 +177,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
               "AND (last_error LIKE 'TXO_EUNAVAILABLE: nats%' "
               "OR last_error LIKE 'TXO_ETIMEOUT: nats%') "
               "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
-    assert_int_equal(q(c, pending_sql), tried);
+    assert_int_equal(testdb_q(c->t.db, pending_sql), tried);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.failed_attempts, tried);
@@ -205,11 +199,13 @@ static void outage(struct ctx *c, enum outage_mode mode)
     else
         testnats_restart(&c->nats);
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("%lld events still not published 30 s after the broker came back",
-                     (long long)q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                     "'PUBLISHED'"));
+                     (long long)testdb_q(c->t.db,
+                                         "SELECT COUNT(*) FROM outbox_events WHERE status <> "
+                                         "'PUBLISHED'"));
         testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                              "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);
@@ -217,10 +213,11 @@ static void outage(struct ctx *c, enum outage_mode mode)
         if (ms > ACK_TIMEOUT_MS + 2000)
             fail_msg("a relay cycle took %lld ms during recovery", (long long)ms);
     }
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL AND published_at IS NOT NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL AND published_at IS NOT NULL"),
                      N_EVENTS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
     txo_log_set_sink(NULL, NULL);
     txo_log_set_level(level);
     pthread_mutex_destroy(&dc.mu);

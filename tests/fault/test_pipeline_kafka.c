@@ -64,10 +64,7 @@ static int group_teardown(void **state)
 static int setup(void **state)
 {
     static unsigned seq;
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "pipeline_kafka");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "pipeline_kafka", TESTDB_NEW_EXPORT_ENV);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->prefix, sizeof(c->prefix), "pipe%ld_%u", (long)getpid(), seq);
     snprintf(c->topic, sizeof(c->topic), "%s.order", c->prefix);
@@ -82,14 +79,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testpipeline_release(&c->p);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static void args_kafka(struct ctx *c, struct testpipeline_args *a)
@@ -185,8 +176,10 @@ static void test_relay_crash_republished_consumed_once(void **state)
     /* Batch 1 (5 events) published and marked; batch 2 published, then SIGKILL. */
     struct testproc *r1 = start_relay(c, "k_relay_crash", "relay.after_publish:1");
     testpipeline_expect_crash(&c->p, r1, 30000);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 5);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 5);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 5);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 5);
     size_t dups = 0;
     assert_int_equal(created_records(c, &dups), RELAY_CRASH_ORDERS);
     assert_int_equal(dups, 0);
@@ -224,8 +217,8 @@ static void test_relay_crash_republished_consumed_once(void **state)
     assert_true(dup_seen >= 5);
     assert_true(consumed == RELAY_CRASH_ORDERS);
     assert_true(delays == consumed);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), RELAY_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      RELAY_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
@@ -243,8 +236,8 @@ static void test_worker_crash_before_commit(void **state)
 
     struct testproc *w1 = start_worker(c, "k_worker_crash", "worker.after_consume", 0);
     testpipeline_expect_crash(&c->p, w1, 30000);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), 1);
 
     /* The offset was not committed: the same group gets the record again. */
     unsigned mport = testproc_free_port();
@@ -259,8 +252,8 @@ static void test_worker_crash_before_commit(void **state)
     testpipeline_stop_clean(&c->p, relay);
     assert_true(dup_seen >= 1);
     assert_true(consumed == WORKER_CRASH_ORDERS - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), WORKER_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), WORKER_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      WORKER_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
@@ -292,7 +285,8 @@ static void test_up_through_kafka(void **state)
     print_message("txo up: handled %.0f, skipped (other event types on the topic) %.0f\n", handled,
                   skipped);
     testpipeline_stop_clean(&c->p, up);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), UP_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     UP_ORDERS);
     assert_true(handled >= UP_ORDERS);
     size_t dups = 0;
     assert_int_equal(created_records(c, &dups), UP_ORDERS);

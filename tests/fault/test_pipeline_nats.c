@@ -55,10 +55,7 @@ struct ctx {
 static int setup(void **state)
 {
     static unsigned seq;
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "pipeline_nats");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "pipeline_nats", TESTDB_NEW_EXPORT_ENV);
     testnats_start(&c->nats);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->stream, sizeof(c->stream), "PIPE_%ld_%u", (long)getpid(), seq);
@@ -74,16 +71,8 @@ static int teardown(void **state)
     struct ctx *c = *state;
     testpipeline_release(&c->p);
     testnats_cleanup(&c->nats);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-/* ---- database ---- */
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 /* ---- NATS ---- */
@@ -108,7 +97,7 @@ static int cmp_str(const void *a, const void *b)
  */
 static void check_stream_matches_outbox(struct ctx *c)
 {
-    int64_t rows = q(c, "SELECT COUNT(*) FROM outbox_events");
+    int64_t rows = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events");
     uint64_t msgs = testnats_stream_msgs(&c->nats, c->stream);
     if (msgs != (uint64_t)rows)
         TESTPIPELINE_FAIL(&c->p,
@@ -165,8 +154,8 @@ static void test_worker_crash_before_ack_nats(void **state)
     testpipeline_args_add(&a, "--crash-point=worker.after_consume");
     struct testproc *w1 = testpipeline_start(&c->p, "f_worker_crash", &a);
     testpipeline_expect_crash(&c->p, w1, 30000);
-    int64_t inbox = q(c, "SELECT COUNT(*) FROM inbox_events");
-    int64_t sagas = q(c, "SELECT COUNT(*) FROM saga_instances");
+    int64_t inbox = testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events");
+    int64_t sagas = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances");
     int64_t unacked = testnats_consumer_ack_pending(&c->nats, c->stream, c->durable);
     print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " sagas, %" PRId64
                   " messages delivered and not acknowledged\n",
@@ -217,12 +206,12 @@ static void test_worker_crash_before_ack_nats(void **state)
                           " were consumed before the crash)",
                           consumed, ACK_CRASH_ORDERS - inbox, inbox);
 
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      ACK_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), ACK_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), ACK_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
                      ACK_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
                      ACK_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     check_stream_matches_outbox(c);
@@ -270,19 +259,22 @@ static void test_broker_outage_end_to_end_nats(void **state)
         TESTPIPELINE_FAIL(
             &c->p,
             "want the %d new OrderCreated PENDING with attempts >= 1 and last_error, got %" PRId64,
-            OUTAGE_ORDERS, q(c, waiting));
+            OUTAGE_ORDERS, testdb_q(c->t.db, waiting));
     char *last_error = testdb_str(c->t.db,
                                   "SELECT last_error FROM outbox_events WHERE event_type = "
                                   "'OrderCreated' AND status = 'PENDING' LIMIT 1",
                                   NULL, 0);
-    int64_t max_attempts = q(c, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t max_attempts =
+        testdb_q(c->t.db, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
     print_message("broker down: %d OrderCreated PENDING, attempts up to %" PRId64
                   ", last_error \"%s\"\n",
                   OUTAGE_ORDERS, max_attempts, last_error != NULL ? last_error : "(null)");
     txo_free(last_error);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), OUTAGE_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"),
+                     OUTAGE_ORDERS);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     /* Back on the same port and store: everything is delivered. */
     testnats_restart(&c->nats);
@@ -291,13 +283,15 @@ static void test_broker_outage_end_to_end_nats(void **state)
                                  OUTAGE_ORDERS + 1, 30000))
         TESTPIPELINE_FAIL(
             &c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after the broker came back",
-            q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), OUTAGE_ORDERS + 1);
+            testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+            OUTAGE_ORDERS + 1);
     print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n",
                   txo_monotonic_ms() - t0);
     testpipeline_wait_published(&c->p, 30000);
     testpipeline_stop_clean(&c->p, up);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE published_at IS NULL "
-                          "OR locked_by IS NOT NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE published_at IS NULL "
+                              "OR locked_by IS NOT NULL"),
                      0);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     check_stream_matches_outbox(c);
@@ -385,8 +379,9 @@ static void test_relay_only_foreign_rows_nats(void **state)
     if (!testproc_wait(relay, 30000) || !testproc_exited_with(relay, 0))
         TESTPIPELINE_FAIL(&c->p, "txo relay --drain did not exit 0 (wait status 0x%x)",
                           relay->status);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
-                          "published_at IS NOT NULL AND attempts = 0 AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+                              "published_at IS NOT NULL AND attempts = 0 AND last_error IS NULL"),
                      TXO_ARRAY_LEN(foreign));
 
     /* The stream, with the idempotency keys as message ids, each once and each aggregate's

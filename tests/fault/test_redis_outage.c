@@ -51,9 +51,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "redis_outage");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "redis_outage", 0);
     testredis_start(&c->redis);
     *state = c;
     return 0;
@@ -63,14 +61,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testredis_cleanup(&c->redis);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static size_t run_once(struct txo_relay *r, int64_t *ms)
@@ -160,7 +152,8 @@ static void outage(struct ctx *c, bool hang)
     /* 1. Up: one batch goes out. */
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
     /* 2. Down or hanging: the rows tried fail without hanging, and back off. */
     if (hang)
@@ -184,7 +177,8 @@ static void outage(struct ctx *c, bool hang)
         tried += claimed;
     }
     assert_int_equal(tried, hang ? 2 * BATCH : N_EVENTS - BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
     const char *pending_sql =
         hang ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
@@ -195,7 +189,7 @@ static void outage(struct ctx *c, bool hang)
                "AND (last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: cannot connect%' "
                "OR last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: connection to % lost%') "
                "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
-    assert_int_equal(q(c, pending_sql), tried);
+    assert_int_equal(testdb_q(c->t.db, pending_sql), tried);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.failed_attempts, tried);
@@ -209,17 +203,19 @@ static void outage(struct ctx *c, bool hang)
     else
         testredis_restart(&c->redis);
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("events still not published 30 s after the server came back");
         testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                              "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);
     }
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL AND published_at IS NOT NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL AND published_at IS NOT NULL"),
                      N_EVENTS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
 
     size_t dups = stream_duplicates(c, STREAM, N_EVENTS);
     print_message("%s: %zu events in the stream twice\n", hang ? "hang" : "kill", dups);
@@ -257,16 +253,18 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
     struct txo_relay *r = new_relay(c, pub);
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), 15);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND aggregate_type = 'order'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND aggregate_type = 'order'"),
                      10);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND aggregate_type = 'payment' AND attempts = 1 "
-                          "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
-                          "WRONGTYPE%'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND aggregate_type = 'payment' AND attempts = 1 "
+                              "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
+                              "WRONGTYPE%'"),
                      5);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                          "'%WRONGTYPE%'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
+                                       "'%WRONGTYPE%'"),
                      5);
     assert_int_equal(testredis_xlen(&c->redis, STREAM), 10);
     txo_relay_free(r);

@@ -45,11 +45,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
 /* Starts `$TXO_BIN relay <args...>` with stdout to out_path, stderr to err_path. */
 static pid_t spawn_relay(const char *out_path, const char *err_path, const char *const *args)
 {
@@ -150,10 +145,12 @@ static void test_crash_after_publish_republishes(void **state)
     assert_int_equal(read_envelopes(out1, counts, n), 50);
     for (unsigned k = 1; k <= 50; k++)
         assert_int_equal(counts[k], 1); /* the first batch, in order of next_attempt_at/id */
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
-                          "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
+                              "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
                      50);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 150);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"),
+                     150);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
     status = wait_for(spawn_relay(out2, errf, args));
@@ -162,8 +159,9 @@ static void test_crash_after_publish_republishes(void **state)
         fail_msg("second relay run: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), n);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
                      n);
     for (unsigned k = 1; k <= n; k++) {
         unsigned want = k <= 50 ? 2 : 1; /* the first batch was published twice */
@@ -198,10 +196,13 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
     assert_int_equal(read_envelopes(out1, counts, n), 100);
     /* The leased first batch is marked; the held second one rolled back, untouched. */
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
                      150);
 
     status = wait_for(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
@@ -210,8 +211,9 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
         fail_msg("second relay run: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), n - 50);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
                      n);
     for (unsigned k = 1; k <= n; k++) {
         unsigned want = k > 50 && k <= 100 ? 2 : 1; /* the rolled-back batch went out twice */
@@ -253,10 +255,13 @@ static void test_sigterm_finishes_batch(void **state)
         fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
     }
 
-    int64_t published = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'");
-    int64_t pending = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t published =
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'");
+    int64_t pending =
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     print_message("SIGTERM after %lld of %u events published\n", (long long)published, n);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
     assert_int_equal(published + pending, n);
 
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
@@ -273,7 +278,8 @@ static void test_sigterm_finishes_batch(void **state)
         if (counts[k] != 1)
             fail_msg("key k:%u published %u times, want 1", k, counts[k]);
     }
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
     txo_free(counts);
     unlink(out1);
     unlink(out2);

@@ -73,10 +73,7 @@ struct rig {
 
 static int setup(void **state)
 {
-    struct rig *r = txo_calloc(1, sizeof(*r));
-    assert_non_null(r);
-    testdb_setup(&r->t, "resil_e2e");
-    testdb_export_env(&r->t);
+    struct rig *r = testdb_fixture_new(sizeof(*r), "resil_e2e", TESTDB_NEW_EXPORT_ENV);
     struct txo_error err;
     txo_error_init(&err);
     testorders_stock(r->t.db, SKU, STOCK);
@@ -105,8 +102,7 @@ static int teardown(void **state)
     testproc_stop_hard(&r->worker);
     testproc_stop_hard(&r->fake);
     txo_http_client_free(r->http);
-    testdb_teardown(&r->t);
-    txo_free(r);
+    testdb_fixture_free(r);
     return 0;
 }
 
@@ -422,11 +418,6 @@ static int64_t payments_with(struct rig *r, int64_t order_id, const char *status
     struct txo_param p[] = {txo_p_i64(order_id), txo_p_str(status)};
     return testdb_i64(r->t.db, "SELECT COUNT(*) FROM payments WHERE order_id = ? AND status = ?", p,
                       2);
-}
-
-static int64_t db_count(struct rig *r, const char *sql)
-{
-    return testdb_i64(r->t.db, sql, NULL, 0);
 }
 
 static int64_t payments_of(struct rig *r, int64_t order_id)
@@ -931,7 +922,7 @@ static void test_shipment_timeout_is_cancelled(void **state)
     assert_int_equal(fake_order_stat(r, id, "charges"), 1);
     assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
     assert_int_equal(fake_order_stat(r, id, "cancels"), 1);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue"), 0);
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM command_queue"), 0);
     stop_clean(r, &r->up, "txo up");
     stop_clean(r, &r->fake, "txo-fake-services");
 }
@@ -1001,11 +992,13 @@ static void test_customer_cancel_during_shipment_call(void **state)
     assert_int_equal(fake_order_stat(r, id, "cancels"), 1);
     assert_int_equal(fake_order_stat(r, id, "charges"), 1);
     assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"), 0);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"), 0);
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
+                     0);
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
+                     0);
     /* One OrderCancelled: the customer's; the saga's end wrote none. */
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
-                                 "'OrderCancelled'"),
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
+                                       "'OrderCancelled'"),
                      1);
     assert_stock(r, STOCK, 0);
     stop_clean(r, &r->up, "txo up");

@@ -35,10 +35,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "up_brokers");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "up_brokers", TESTDB_NEW_EXPORT_ENV);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->dir, sizeof(c->dir), "/tmp/txo_test_broker_XXXXXX");
     assert_non_null(mkdtemp(c->dir));
@@ -78,8 +75,7 @@ static int teardown(void **state)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", c->dir);
     if (system(cmd) != 0)
         print_message("could not remove %s\n", c->dir);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

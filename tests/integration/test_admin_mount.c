@@ -102,9 +102,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup_empty(&c->t, "admin_mount");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "admin_mount", TESTDB_NEW_EMPTY);
     struct txo_error err;
     txo_error_init(&err);
     if (txo_migrate_set(c->t.db, txo_core_migrations(), NULL, NULL, &err) != 0)
@@ -143,8 +141,7 @@ static int teardown(void **state)
     txo_db_pool_free(c->pool);
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

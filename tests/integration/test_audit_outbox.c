@@ -123,11 +123,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->db.db, sql, NULL, 0);
-}
-
 /* n events of aggregate type agg, keys "<prefix>:<i>", each INSERT its own transaction. */
 static void insert_events(struct ctx *c, const char *agg, const char *prefix, int n)
 {
@@ -260,7 +255,7 @@ static void test_nats_clean_both_envelopes_and_windows(void **state)
 
     const char *checksum = "SELECT CRC32(GROUP_CONCAT(CONCAT_WS('|', id, status, attempts, "
                            "published_at, updated_at) ORDER BY id)) FROM outbox_events";
-    int64_t before = q(c, checksum);
+    int64_t before = testdb_q(c->db.db, checksum);
     char *out = NULL;
     const char *none[] = {NULL};
     int rc = audit(c, none, &out);
@@ -292,7 +287,7 @@ static void test_nats_clean_both_envelopes_and_windows(void **state)
     free(out);
 
     /* Reads only: the rows, the stream and its consumers are as they were. */
-    assert_int_equal(q(c, checksum), before);
+    assert_int_equal(testdb_q(c->db.db, checksum), before);
     assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 10);
     assert_int_equal(testnats_stream_consumers(&c->nats, STREAM), 0);
 }
@@ -470,7 +465,8 @@ static void test_nats_sequence_gap(void **state)
                           "WHERE idempotency_key = 'ledger:1'");
     const char *unordered[] = {"--ordering", "none", NULL};
     relay_drain(c, unordered);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 1);
+    assert_int_equal(
+        testdb_q(c->db.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 1);
     char *out = NULL;
     const char *none[] = {NULL};
     int rc = audit(c, none, &out);
@@ -488,7 +484,8 @@ static void test_nats_sequence_gap(void **state)
                           "error) SELECT id, event_type, payload, 'e' FROM outbox_events WHERE "
                           "idempotency_key = 'ledger:1'");
     char id[24];
-    snprintf(id, sizeof(id), "%lld", (long long)q(c, "SELECT MAX(id) FROM dead_letter_events"));
+    snprintf(id, sizeof(id), "%lld",
+             (long long)testdb_q(c->db.db, "SELECT MAX(id) FROM dead_letter_events"));
     const char *skip[] = {"dlq", "skip", id, NULL};
     char *skipped = NULL;
     assert_int_equal(testproc_run_txo("auditob-skip", skip, 60000, &skipped), 0);

@@ -133,11 +133,6 @@ static const char *cell(const json_t *row, size_t i)
     return s != NULL ? s : "";
 }
 
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
 static int64_t q_id(struct testdb *t, const char *sql, const char *id)
 {
     struct txo_param p = txo_p_str(id);
@@ -176,7 +171,7 @@ static int64_t dead_letter(struct testdb *t, int aggregate, const char *error)
              "idempotency_key = 'order:%d:created'",
              aggregate);
     testdb_exec(t->db, sql);
-    return q(t, "SELECT MAX(id) FROM dead_letter_events");
+    return testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events");
 }
 
 static void test_stats(void **state)
@@ -191,16 +186,18 @@ static void test_stats(void **state)
     const char *args[] = {"stats", NULL};
     json_t *doc = run_json(args, 0);
     json_t *outbox = json_object_get(doc, "outbox");
-    assert_int_equal(member_i64(outbox, "pending"),
-                     q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
+    assert_int_equal(
+        member_i64(outbox, "pending"),
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
     assert_int_equal(member_i64(outbox, "failed"), 1);
     assert_true(json_is_real(json_object_get(outbox, "oldest_pending_age_seconds")));
     json_t *sagas = json_object_get(doc, "sagas");
-    assert_int_equal(member_i64(sagas, "COMPLETED"),
-                     q(t, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"));
+    assert_int_equal(
+        member_i64(sagas, "COMPLETED"),
+        testdb_q(t->db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"));
     assert_int_equal(member_i64(sagas, "COMPENSATED"), 1);
     assert_int_equal(member_i64(json_object_get(doc, "dead_letters"), "total"),
-                     q(t, "SELECT COUNT(*) FROM dead_letter_events"));
+                     testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"));
     assert_true(json_is_array(json_object_get(doc, "parked")));
 
     char *out = run_table(args, 0);
@@ -253,8 +250,8 @@ static void test_dlq_list(void **state)
     assert_int_equal(member_i64(d0, "id"), first);
     assert_int_equal(member_i64(d1, "id"), second);
     assert_int_equal(member_i64(d0, "source_event_id"),
-                     q(t, "SELECT id FROM outbox_events WHERE idempotency_key = "
-                          "'order:901:created'"));
+                     testdb_q(t->db, "SELECT id FROM outbox_events WHERE idempotency_key = "
+                                     "'order:901:created'"));
     assert_string_equal(member_str(d0, "event_type"), "OrderCreated");
     assert_string_equal(member_str(d0, "error"), "broker down");
     assert_string_equal(member_str(d1, "error"), long_error); /* whole in JSON */
@@ -417,7 +414,8 @@ static void test_audit(void **state)
 
     const char *args[] = {"audit", "--settle=1", NULL};
     json_t *doc = run_json(args, 0);
-    assert_int_equal(member_i64(doc, "orders_checked"), q(t, "SELECT COUNT(*) FROM orders"));
+    assert_int_equal(member_i64(doc, "orders_checked"),
+                     testdb_q(t->db, "SELECT COUNT(*) FROM orders"));
     assert_int_equal(json_array_size(json_object_get(doc, "violations")), 0);
     json_decref(doc);
 

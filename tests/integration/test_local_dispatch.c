@@ -19,8 +19,8 @@
 
 #include "testrun.h"
 #include "testdb.h"
-#include "testrelay.h"
 #include "testoutbox.h"
+#include "testrelay.h"
 #include "txo/consumer.h"
 
 struct ctx {
@@ -34,9 +34,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "local_dispatch");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "local_dispatch", 0);
     c->consumer_db = testdb_connect(&c->t);
     *state = c;
     return 0;
@@ -46,8 +44,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     txo_db_close(c->consumer_db);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -112,11 +109,6 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
 
 /* ---- helpers ---- */
 
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
-}
-
 static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, unsigned max_attempts)
 {
     struct txo_relay_opts o;
@@ -159,12 +151,14 @@ static void test_each_event_reaches_the_handler(void **state)
     }
     assert_int_equal(c->calls, n);
     assert_int_equal(c->last_delivery, 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND attempts = 0 AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND attempts = 0 AND last_error IS NULL"),
                      n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events i JOIN outbox_events e "
-                          "ON e.idempotency_key = i.event_id "
-                          "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM inbox_events i JOIN outbox_events e "
+                              "ON e.idempotency_key = i.event_id "
+                              "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
                      n);
     txo_relay_free(r);
     txo_publisher_free(pub);
@@ -182,11 +176,12 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     c->fail_code = TXO_EUNAVAILABLE;
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                          "AND attempts = 1 AND locked_by IS NULL "
-                          "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
-                          "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                              "AND attempts = 1 AND locked_by IS NULL "
+                              "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
+                              "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
                      n);
     /* Backing off: not offered again before it is due. */
     assert_int_equal(testrelay_run_once(r), 0);
@@ -198,10 +193,11 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, 2 * n);
     assert_int_equal(c->last_delivery, 2);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL"),
                      n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), n);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), n);
     txo_relay_free(r);
     txo_publisher_free(pub);
 }
@@ -219,12 +215,12 @@ static void test_permanent_failure_dead_letters(void **state)
     assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(c->calls, 1);
     assert_string_equal(c->last_msg_id, "order:1:created");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
-                          "database down'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                                       "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
+                                       "database down'"),
                      1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
     txo_relay_free(r);
     txo_publisher_free(pub);
 }

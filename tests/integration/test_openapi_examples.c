@@ -57,10 +57,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "openapi");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "openapi", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
     *state = c;
@@ -74,8 +71,7 @@ static int teardown(void **state)
     testproc_stop_hard(&c->second);
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -87,12 +83,12 @@ static void compensation_failed_saga(struct ctx *c)
     char saga_id[TXO_SAGA_ID_LEN];
     assert_int_equal(testorders_compensation_failed(c->t.db, saga_id), 1);
 
-    struct txo_error err;
-    txo_error_init(&err);
     /* A copy under the new id takes the steps over, then the old row (renamed out of the way
      * of the unique correlation id) goes. */
     struct txo_param old[] = {txo_p_str(saga_id)};
     struct txo_exec_result res;
+    struct txo_error err;
+    txo_error_init(&err);
     if (txo_db_exec(c->t.db,
                     "CREATE TEMPORARY TABLE saga_copy AS SELECT * FROM saga_instances WHERE id = ?",
                     old, 1, &res, &err) != 0 ||

@@ -33,11 +33,8 @@ struct fixture {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "cancel");
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(f->t.db, "iphone-15", 10, &err), 0);
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "cancel", 0);
+    testorders_stock(f->t.db, "iphone-15", 10);
     txo_saga_opts_init(&f->opts);
     *state = f;
     return 0;
@@ -46,8 +43,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
+    testdb_fixture_free(f);
     return 0;
 }
 

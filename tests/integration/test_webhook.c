@@ -30,9 +30,9 @@
 
 #include "testrun.h"
 #include "testdb.h"
-#include "testrelay.h"
 #include "testoutbox.h"
 #include "testraw.h"
+#include "testrelay.h"
 #include "txo/webhook.h"
 
 /* ---- the receiver ---- */
@@ -166,8 +166,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    testdb_setup(&c->t, "webhook");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "webhook", 0);
     receiver_start(&c->rcv);
     *state = c;
     return 0;
@@ -177,14 +176,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     receiver_stop(&c->rcv);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 static struct txo_publisher *new_webhook(const char *url, int64_t timeout_ms, const char *token)
@@ -223,7 +216,7 @@ static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
 /* Asserts that last_error is the same text on all n rows and contains want; returns nothing. */
 static void assert_last_error(struct testdb *t, unsigned n, const char *prefix, const char *want)
 {
-    assert_int_equal(q(t, "SELECT COUNT(DISTINCT last_error) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(DISTINCT last_error) FROM outbox_events"), 1);
     char *le = testdb_str(t->db, "SELECT MIN(last_error) FROM outbox_events", NULL, 0);
     assert_non_null(le);
     if (strncmp(le, prefix, strlen(prefix)) != 0 || strstr(le, want) == NULL)
@@ -233,7 +226,7 @@ static void assert_last_error(struct testdb *t, unsigned n, const char *prefix, 
     snprintf(sql, sizeof(sql),
              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND attempts = 1 "
              "AND locked_by IS NULL AND published_at IS NULL");
-    assert_int_equal(q(t, sql), n);
+    assert_int_equal(testdb_q(t->db, sql), n);
 }
 
 /* ---- tests ---- */
@@ -254,7 +247,8 @@ static void test_delivers_every_event_with_headers(void **state)
     assert_int_equal(st.published, n);
     assert_int_equal(st.failed_attempts, 0);
 
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND attempts = 0 AND last_error IS NULL"),
                      n);
     assert_int_equal(receiver_count(&c->rcv), n);
@@ -323,7 +317,8 @@ static void test_error_status_leaves_rows_pending(void **state)
         assert_int_equal(json_integer_value(json_object_get(env, "attempt")), 2);
         json_decref(env);
     }
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND last_error IS NULL"),
                      n);
     txo_relay_free(r);
@@ -343,11 +338,11 @@ static void test_refusal_and_overload(void **state)
     receiver_answer(&c->rcv, 422);
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                              "AND attempts = 1 AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                                       "AND attempts = 1 AND locked_by IS NULL"),
                      n);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                              "'TXO_EBUSINESS: POST %HTTP 422: %'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
+                                       "'TXO_EBUSINESS: POST %HTTP 422: %'"),
                      n);
     assert_int_equal(testrelay_run_once(r), 0);
 

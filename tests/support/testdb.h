@@ -48,6 +48,14 @@ struct testdb *testdb_new(const char *tag, unsigned flags);
 /* testdb_teardown(t), then frees t. NULL is a no-op. */
 void testdb_free(struct testdb *t);
 
+/*
+ * The same for a test's own fixture struct, whose first member is its struct testdb: a zeroed
+ * block of size bytes, the database in it set up as flags say. Free it with testdb_fixture_free,
+ * which tears that database down first. NULL is a no-op there.
+ */
+void *testdb_fixture_new(size_t size, const char *tag, unsigned flags);
+void testdb_fixture_free(void *fixture);
+
 /* A cmocka teardown for a state made by testdb_new(): testdb_free(*state). Returns 0. */
 int testdb_free_state(void **state);
 
@@ -60,6 +68,16 @@ void testdb_exec(struct txo_db *db, const char *sql);
 /* Runs a query with bound parameters and returns the first column of the first row as an
  * integer (0 when there is no row or it is NULL). */
 int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);
+
+/* testdb_i64() of a query that takes no values: a count or one number the test reads. */
+int64_t testdb_q(struct txo_db *db, const char *sql);
+
+/*
+ * Runs `EXPLAIN ...` sql with its bound params and fails the test unless its first row uses the
+ * index want and does not sort (no filesort). Prints the key, row estimate and extra it saw.
+ */
+void testdb_assert_explain(struct txo_db *db, const char *sql, const struct txo_param *params,
+                           size_t n, const char *want);
 
 /* Same, returning a string to free with txo_free() (NULL for no row or NULL). */
 char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);

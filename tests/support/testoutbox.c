@@ -70,8 +70,8 @@ int64_t testoutbox_dead_letter(struct txo_db *db, const char *error, int64_t *ev
                     " payload, idempotency_key, status, attempts, last_error)"
                     " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
                     " 'order:4242:created', 'FAILED', 10, 'broker unavailable')");
-    *event_id = testdb_i64(db, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'",
-                           NULL, 0);
+    *event_id =
+        testdb_q(db, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
     assert_true(*event_id > 0);
     /* The relay's mark parks the aggregate of an event it dead-letters. */
     testdb_exec(db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
