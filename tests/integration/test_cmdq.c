@@ -34,20 +34,14 @@ static enum txo_claim_strategy update_limit = TXO_CLAIM_UPDATE_LIMIT;
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    c->claim = *state != NULL ? *(enum txo_claim_strategy *)*state : TXO_CLAIM_AUTO;
-    testdb_setup(&c->t, c->claim == TXO_CLAIM_UPDATE_LIMIT ? "cmdq_ul" : "cmdq_sl");
+    enum txo_claim_strategy claim =
+        *state != NULL ? *(enum txo_claim_strategy *)*state : TXO_CLAIM_AUTO;
+    struct ctx *c =
+        testdb_fixture_new(sizeof(*c), claim == TXO_CLAIM_UPDATE_LIMIT ? "cmdq_ul" : "cmdq_sl", 0);
+    c->claim = claim;
     testdb_exec(c->t.db, "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
                          "command_id BIGINT NOT NULL, worker VARCHAR(16) NOT NULL)");
     *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testdb_teardown(&c->t);
-    txo_free(c);
     return 0;
 }
 
@@ -793,9 +787,9 @@ static void test_purge_done(void **state)
 }
 
 #define BOTH(fn)                                                                                   \
-    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &skip_locked),                   \
-        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &update_limit)
-#define ONCE(fn) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, NULL)
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &skip_locked),          \
+        cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &update_limit)
+#define ONCE(fn) cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, NULL)
 
 int main(void)
 {

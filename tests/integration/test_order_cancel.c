@@ -40,13 +40,6 @@ static int setup(void **state)
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_fixture_free(f);
-    return 0;
-}
-
 struct cancel_args {
     int64_t order_id, version, new_version;
 };
@@ -184,5 +177,5 @@ int main(void)
         cmocka_unit_test(test_confirmed_order_cannot_be_cancelled),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -172,20 +172,11 @@ static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
     const struct variant *v = *state;
+    struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
     c->claim = v->claim;
     c->mode = v->mode;
-    testdb_setup(&c->t, v->db);
     *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testdb_teardown(&c->t);
-    txo_free(c);
     return 0;
 }
 
@@ -1356,7 +1347,7 @@ static void test_claim_mode_auto(void **state)
     txo_publisher_free(slow);
 }
 
-#define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &v)
+#define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &v)
 #define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
 #define ALL(fn)    BOTH(fn), ONE(fn, held)
 

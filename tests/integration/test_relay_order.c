@@ -126,11 +126,10 @@ static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
     const struct variant *v = *state;
+    struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
     c->claim = v->claim;
     c->mode = v->mode;
-    testdb_setup(&c->t, v->db);
     snprintf(c->path, sizeof(c->path), "/tmp/txo_order_%d.txt", (int)getpid());
     c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
     assert_true(c->fd >= 0);
@@ -143,8 +142,7 @@ static int teardown(void **state)
     struct ctx *c = *state;
     close(c->fd);
     unlink(c->path);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

@@ -181,8 +181,7 @@ void testdb_assert_explain(struct txo_db *db, const char *sql, const struct txo_
     txo_error_init(&err);
     if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
         fail_msg("%s: %s", sql, err.msg);
-    /* EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref, rows,
-     * Extra. */
+    /* Columns 5, 8 and 9 of EXPLAIN's row are key, rows and Extra. */
     const char *key = txo_rows_str(rows, 0, 5, NULL);
     const char *extra = txo_rows_str(rows, 0, 9, NULL);
     const char *n_rows = txo_rows_str(rows, 0, 8, NULL);

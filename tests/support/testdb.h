@@ -56,7 +56,10 @@ void testdb_free(struct testdb *t);
 void *testdb_fixture_new(size_t size, const char *tag, unsigned flags);
 void testdb_fixture_free(void *fixture);
 
-/* A cmocka teardown for a state made by testdb_new(): testdb_free(*state). Returns 0. */
+/*
+ * A cmocka teardown for a state made by testdb_new(), or by testdb_fixture_new() when the fixture
+ * holds nothing else to release: frees it (testdb_fixture_free) and returns 0.
+ */
 int testdb_free_state(void **state);
 
 /* Another connection to the same database (for concurrency tests). Close with txo_db_close. */

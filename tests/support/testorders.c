@@ -34,8 +34,10 @@ int64_t testorders_run_saga(struct txo_db *db, int64_t customer_id, const struct
     return order_id;
 }
 
-/* testorders_pen_saga with at most compensation_max_tries tries of a compensation (0: the
- * library's default). */
+/*
+ * testorders_pen_saga with at most compensation_max_tries tries of a compensation (0: the
+ * library's default).
+ */
 static int64_t pen_saga(struct txo_db *db, const struct order_faults *faults,
                         unsigned compensation_max_tries, enum txo_saga_status want,
                         char saga_id[TXO_SAGA_ID_LEN])
