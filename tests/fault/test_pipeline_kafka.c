@@ -37,8 +37,6 @@
 #include "testproc.h"
 #include "txo/kafka.h"
 
-static struct testkafka cluster;
-
 struct ctx {
     struct testdb t;
     struct testpipeline p;
@@ -46,20 +44,6 @@ struct ctx {
     char topic[80];  /* <prefix>.order */
     char group[64];
 };
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testkafka_start(&cluster);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testkafka_stop(&cluster);
-    return 0;
-}
 
 static int setup(void **state)
 {
@@ -70,7 +54,7 @@ static int setup(void **state)
     snprintf(c->topic, sizeof(c->topic), "%s.order", c->prefix);
     snprintf(c->group, sizeof(c->group), "pipe-worker-%ld-%u", (long)getpid(), seq);
     seq++;
-    testkafka_create_topic(&cluster, c->topic, 3);
+    testkafka_create_topic(&testkafka_shared, c->topic, 3);
     *state = c;
     return 0;
 }
@@ -85,7 +69,7 @@ static int teardown(void **state)
 
 static void args_kafka(struct ctx *c, struct testpipeline_args *a)
 {
-    testpipeline_args_addf(a, "--kafka-brokers=%s", cluster.bootstraps);
+    testpipeline_args_addf(a, "--kafka-brokers=%s", testkafka_shared.bootstraps);
     testpipeline_args_addf(a, "--kafka-topic-template=%s.{aggregate_type}", c->prefix);
     testpipeline_args_addf(a, "--kafka-group=%s", c->group);
     testpipeline_args_add(a, "--kafka-delivery-timeout=3000");
@@ -97,7 +81,7 @@ static void args_kafka(struct ctx *c, struct testpipeline_args *a)
 static size_t created_records(struct ctx *c, size_t *dups)
 {
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&cluster, c->topic, &r);
+    size_t n = testkafka_read(&testkafka_shared, c->topic, &r);
     size_t created = 0;
     for (size_t i = 0; i < n; i++) {
         char *type = testkafka_header(&r[i], TXO_KAFKA_HEADER_EVENT_TYPE);
@@ -303,5 +287,6 @@ int main(void)
     };
     if (getenv("TXO_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, group_setup, group_teardown);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, testkafka_group_setup,
+                        testkafka_group_teardown);
 }

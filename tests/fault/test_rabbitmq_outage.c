@@ -53,26 +53,10 @@
 #define CONFIRM_TIMEOUT_MS 1000
 #define CONNECT_TIMEOUT_MS 500
 
-static struct testrabbit broker;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testrabbit_start(&broker);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testrabbit_cleanup(&broker);
-    return 0;
-}
-
 static void opts(struct txo_rabbitmq_opts *o)
 {
     txo_rabbitmq_opts_init(o);
-    o->url = broker.url;
+    o->url = testrabbit_shared.url;
     o->connect_timeout_ms = CONNECT_TIMEOUT_MS;
     o->confirm_timeout_ms = CONFIRM_TIMEOUT_MS;
 }
@@ -119,7 +103,7 @@ static int cmp_str(const void *a, const void *b)
 /* Drains queue with pika; returns the distinct message ids, *dups the repeated ones. */
 static size_t drain_distinct(const char *queue, size_t *total, size_t *dups)
 {
-    char *out = testrabbit_client(&broker, "drain", queue, "0.7", NULL);
+    char *out = testrabbit_client(&testrabbit_shared, "drain", queue, "0.7", NULL);
     size_t n = 0, cap = 256;
     char **ids = malloc(cap * sizeof(*ids));
     assert_non_null(ids);
@@ -155,7 +139,8 @@ static size_t drain_distinct(const char *queue, size_t *total, size_t *dups)
 static void test_unroutable_dead_lettered_at_once(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "unrouted.audit", EXCHANGE, "unrouted.#", NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "unrouted.audit", EXCHANGE,
+                                "unrouted.#", NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_unroutable");
@@ -237,7 +222,8 @@ static int64_t poll_once(struct txo_consumer *cons, int64_t timeout_ms, int *rc)
 static void test_broker_killed_mid_drain(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "killed.audit", EXCHANGE, "killed.#", NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "killed.audit", EXCHANGE, "killed.#",
+                                NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_killed");
@@ -270,7 +256,7 @@ static void test_broker_killed_mid_drain(void **state)
     assert_true(w.calls > 0);
 
     /* 2. Killed: every cycle and poll fails fast, the rows back off. */
-    testrabbit_kill(&broker);
+    testrabbit_kill(&testrabbit_shared);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
         size_t claimed = run_once(r, &ms);
@@ -303,7 +289,7 @@ static void test_broker_killed_mid_drain(void **state)
     }
 
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
-    testrabbit_restart(&broker);
+    testrabbit_restart(&testrabbit_shared);
     int64_t deadline = txo_monotonic_ms() + 60000;
     while (testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
@@ -314,10 +300,10 @@ static void test_broker_killed_mid_drain(void **state)
                      (long long)testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
                                                "'PUBLISHED'"),
                      w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc),
-                     testrabbit_count(&broker, "killed.audit"),
-                     testrabbit_count(&broker, "killed.worker"),
-                     testrabbit_count(&broker, "killed.worker.retry"),
-                     testrabbit_count(&broker, "killed.worker.dlq"),
+                     testrabbit_count(&testrabbit_shared, "killed.audit"),
+                     testrabbit_count(&testrabbit_shared, "killed.worker"),
+                     testrabbit_count(&testrabbit_shared, "killed.worker.retry"),
+                     testrabbit_count(&testrabbit_shared, "killed.worker.dlq"),
                      (long long)testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"));
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
@@ -336,8 +322,8 @@ static void test_broker_killed_mid_drain(void **state)
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("killed.audit", &total, &dups), N_EVENTS);
     assert_int_equal(dups, 0);
-    assert_int_equal(testrabbit_count(&broker, "killed.worker"), 0);
-    assert_int_equal(testrabbit_count(&broker, "killed.worker.dlq"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "killed.worker"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "killed.worker.dlq"), 0);
 
     txo_consumer_free(cons);
     txo_relay_free(r);
@@ -350,7 +336,8 @@ static void test_broker_killed_mid_drain(void **state)
 static void test_broker_hangs_then_resumes(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "hung.audit", EXCHANGE, "hung.#", NULL);
+    char *o =
+        testrabbit_client(&testrabbit_shared, "declare", "hung.audit", EXCHANGE, "hung.#", NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_hung");
@@ -364,13 +351,13 @@ static void test_broker_hangs_then_resumes(void **state)
     /* The first cycle publishes into the hung connection and waits out the confirm timeout;
      * the next one, on a new connection, gets no AMQP handshake within the connect timeout
      * (the kernel still accepts the TCP connection). Both are bounded, neither hangs. */
-    testrabbit_pause(&broker);
+    testrabbit_pause(&testrabbit_shared);
     txo_sleep_ms(300); /* SIGSTOP reaches every thread of the VM a moment after kill() */
     assert_int_equal(run_once(r, &ms), BATCH);
     int64_t first_ms = ms;
     assert_int_equal(run_once(r, &ms), BATCH);
     int64_t second_ms = ms;
-    testrabbit_resume(&broker);
+    testrabbit_resume(&testrabbit_shared);
     print_message("hung broker: a cycle took %lld ms (confirm timeout %d ms), the next %lld ms "
                   "(connect timeout %d ms)\n",
                   (long long)first_ms, CONFIRM_TIMEOUT_MS, (long long)second_ms,
@@ -415,7 +402,8 @@ static void test_relay_crash_after_publish(void **state)
 {
     (void)state;
     const unsigned n = 150, batch = 50;
-    char *o = testrabbit_client(&broker, "declare", "crash.audit", EXCHANGE, "crash.#", NULL);
+    char *o =
+        testrabbit_client(&testrabbit_shared, "declare", "crash.audit", EXCHANGE, "crash.#", NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_relay_crash");
@@ -435,10 +423,17 @@ static void test_relay_crash_after_publish(void **state)
     (void)poll_once(cons, 50, &prc);
     assert_int_equal(prc, 0);
 
-    const char *args[] = {
-        "relay",    "--drain",      "--publisher", "rabbitmq",      "--rabbitmq-url",
-        broker.url, "--batch-size", "50",          "--shard-lease", "1000",
-        NULL};
+    const char *args[] = {"relay",
+                          "--drain",
+                          "--publisher",
+                          "rabbitmq",
+                          "--rabbitmq-url",
+                          testrabbit_shared.url,
+                          "--batch-size",
+                          "50",
+                          "--shard-lease",
+                          "1000",
+                          NULL};
     char *out = NULL;
     setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1);
     int status = testproc_run_txo("rabbit_relay_crash", args, 60000, &out);
@@ -482,5 +477,5 @@ int main(void)
         cmocka_unit_test(test_broker_killed_mid_drain),
         cmocka_unit_test(test_relay_crash_after_publish),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testrabbit_group_setup, testrabbit_group_teardown);
 }

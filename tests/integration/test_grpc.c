@@ -36,27 +36,11 @@
 #include "testrelay.h"
 #include "txo/grpc.h"
 
-static struct testgrpc server;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testgrpc_start(&server);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testgrpc_cleanup(&server);
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    testgrpc_control(&server, "");
-    testgrpc_reset_records(&server);
+    testgrpc_control(&testgrpc_shared, "");
+    testgrpc_reset_records(&testgrpc_shared);
     return 0;
 }
 
@@ -73,7 +57,7 @@ static struct txo_publisher *new_publisher(const struct txo_grpc_opts *o, struct
 static void default_opts(struct txo_grpc_opts *o)
 {
     txo_grpc_opts_init(o);
-    o->target = server.target;
+    o->target = testgrpc_shared.target;
     o->deadline_ms = 3000;
 }
 
@@ -134,7 +118,7 @@ static void test_status_codes_mapped(void **state)
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char rules[128];
         snprintf(rules, sizeof(rules), "\"status\": \"%s\", \"status_calls\": 1", cases[c].name);
-        testgrpc_control(&server, rules);
+        testgrpc_control(&testgrpc_shared, rules);
         publish(pub, &b);
         for (size_t i = 0; i < b.n; i++) {
             if (b.results[i] != cases[c].code)
@@ -145,9 +129,9 @@ static void test_status_codes_mapped(void **state)
                          b.errors[i].msg);
         }
     }
-    assert_int_equal(testgrpc_count_calls(&server, "OK"), 0);
+    assert_int_equal(testgrpc_count_calls(&testgrpc_shared, "OK"), 0);
     struct testgrpc_event *ev = NULL;
-    assert_int_equal(testgrpc_events(&server, &ev), 0);
+    assert_int_equal(testgrpc_events(&testgrpc_shared, &ev), 0);
     testgrpc_free_events(ev, 0);
 
     /* Transient ones are retried, permanent ones dead-lettered (txo_err_is_transient). */
@@ -182,7 +166,7 @@ static void test_per_event_outcomes(void **state)
     for (int k = 0; k < 150; k++)
         used += snprintf(rules + used, sizeof(rules) - (size_t)used, "\xc3\xa9");
     snprintf(rules + used, sizeof(rules) - (size_t)used, "\"");
-    testgrpc_control(&server, rules);
+    testgrpc_control(&testgrpc_shared, rules);
     publish(pub, &b);
     assert_int_equal(b.results[0], 0);
     assert_int_equal(b.results[1], TXO_EBUSINESS);
@@ -195,7 +179,7 @@ static void test_per_event_outcomes(void **state)
     assert_int_equal(b.results[4], 0);
 
     struct testgrpc_event *ev = NULL;
-    size_t n = testgrpc_events(&server, &ev);
+    size_t n = testgrpc_events(&testgrpc_shared, &ev);
     assert_int_equal(n, 3);
     assert_string_equal(ev[0].idempotency_key, "k:101");
     assert_string_equal(ev[1].idempotency_key, "k:103");
@@ -203,7 +187,7 @@ static void test_per_event_outcomes(void **state)
     testgrpc_free_events(ev, n);
 
     /* A response with one result too few: nothing counts as delivered. */
-    testgrpc_control(&server, "\"wrong_count_calls\": 1");
+    testgrpc_control(&testgrpc_shared, "\"wrong_count_calls\": 1");
     publish(pub, &b);
     for (size_t i = 0; i < b.n; i++) {
         assert_int_equal(b.results[i], TXO_EPUBLISH);
@@ -234,7 +218,7 @@ static void test_deadline_exceeded(void **state)
     struct txo_publisher *pub = new_publisher(&o, NULL);
     struct testbatch b;
     batch_init(&b, 4, 201, 60);
-    testgrpc_control(&server, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
+    testgrpc_control(&testgrpc_shared, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
     int64_t t0 = txo_monotonic_ms();
     publish(pub, &b);
     int64_t ms = txo_monotonic_ms() - t0;
@@ -276,10 +260,10 @@ static void test_split_by_max_batch_bytes(void **state)
         }
     }
     /* About 680 bytes an event: three a call at most, in order. */
-    size_t calls = testgrpc_count_calls(&server, "OK");
+    size_t calls = testgrpc_count_calls(&testgrpc_shared, "OK");
     assert_in_range(calls, 4, 6);
     struct testgrpc_event *ev = NULL;
-    size_t n = testgrpc_events(&server, &ev);
+    size_t n = testgrpc_events(&testgrpc_shared, &ev);
     assert_int_equal(n, 9);
     for (size_t k = 0, i = 0; k < n; k++, i++) {
         if (i == 5)
@@ -311,10 +295,10 @@ static void test_trace_per_event(void **state)
     b.n = 1; /* a call of one event */
     publish(pub, &b);
     b.n = 4;
-    assert_int_equal(testgrpc_count_calls(&server, "OK"), 2);
-    assert_int_equal(testgrpc_count_traced_calls(&server), 0);
+    assert_int_equal(testgrpc_count_calls(&testgrpc_shared, "OK"), 2);
+    assert_int_equal(testgrpc_count_traced_calls(&testgrpc_shared), 0);
     struct testgrpc_event *ev = NULL;
-    size_t n = testgrpc_events(&server, &ev);
+    size_t n = testgrpc_events(&testgrpc_shared, &ev);
     assert_int_equal(n, 5);
     for (size_t k = 0; k < n; k++) {
         size_t i = k % 4;
@@ -403,5 +387,5 @@ int main(void)
         cmocka_unit_test_setup(test_trace_per_event, setup),
         cmocka_unit_test_setup(test_no_thread_left_after_free, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testgrpc_group_setup, testgrpc_group_teardown);
 }

@@ -39,22 +39,6 @@
  */
 #define ARRIVAL_MS 60000
 
-static struct testkafka cluster;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testkafka_start(&cluster);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testkafka_stop(&cluster);
-    return 0;
-}
-
 /* ---- the consumer's recording handler ---- */
 
 struct received {
@@ -192,7 +176,7 @@ static const char *const group_props[] = {"session.timeout.ms=6000", "heartbeat.
 
 static void consumer_opts(struct txo_kafka_opts *o, const char *topic, const char *group)
 {
-    testkafka_opts(&cluster, o, "unused.{aggregate_type}");
+    testkafka_opts(&testkafka_shared, o, "unused.{aggregate_type}");
     o->topics = topic;
     o->group = group;
     o->retry_delay_ms = 300;
@@ -207,9 +191,9 @@ static void publish_events(const char *prefix, size_t n, size_t n_aggs, int part
     char template[64], topic[64];
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&cluster, topic, parts);
+    testkafka_create_topic(&testkafka_shared, topic, parts);
     struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, template);
+    testkafka_opts(&testkafka_shared, &o, template);
     struct txo_publisher *pub = testkafka_publisher(&o);
     testkafka_batch_init(b, n, n_aggs, prefix);
     assert_int_equal(testbatch_publish(pub, b), 0);
@@ -229,7 +213,7 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(mprefix, sizeof(mprefix), "%s-marker", prefix);
     struct txo_kafka_opts po;
-    testkafka_opts(&cluster, &po, template);
+    testkafka_opts(&testkafka_shared, &po, template);
     struct txo_publisher *pub = testkafka_publisher(&po);
     struct testbatch m;
     testkafka_batch_init(&m, n_aggs, n_aggs, mprefix);
@@ -303,12 +287,12 @@ static void test_consumer_permanent_and_filter(void **state)
     testkafka_fresh(group, sizeof(group), "g");
     snprintf(topic, sizeof(topic), "%s.order", prefix);
     snprintf(dlq, sizeof(dlq), "%s.dead", prefix);
-    testkafka_create_topic(&cluster, dlq, 1);
+    testkafka_create_topic(&testkafka_shared, dlq, 1);
     struct testbatch b;
     publish_events(prefix, 10, 2, 1, &b);
     /* Another event type on the same topic (one aggregate type, one topic), written by kcat. */
     const char *hdrs[] = {"txo-idempotency-key=other:1", "txo-event-type=OrderCancelled", NULL};
-    testkafka_produce(&cluster, topic, "0", "{\"type\":\"OrderCancelled\"}", hdrs);
+    testkafka_produce(&testkafka_shared, topic, "0", "{\"type\":\"OrderCancelled\"}", hdrs);
 
     struct txo_kafka_opts o;
     consumer_opts(&o, topic, group);
@@ -326,7 +310,7 @@ static void test_consumer_permanent_and_filter(void **state)
 
     /* The rejected record is in the dead-letter topic, with the reason. */
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&cluster, dlq, &r);
+    size_t n = testkafka_read(&testkafka_shared, dlq, &r);
     assert_int_equal(n, 1);
     char *id = testkafka_header(&r[0], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
     char *reason = testkafka_header(&r[0], TXO_KAFKA_HEADER_DEAD_LETTER_REASON);
@@ -413,5 +397,5 @@ int main(void)
         txo_log_set_level(TXO_LOG_ERROR);
     if (getenv("TXO_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testkafka_group_setup, testkafka_group_teardown);
 }

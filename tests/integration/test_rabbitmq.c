@@ -43,26 +43,10 @@
 
 #define EXCHANGE "txo.events"
 
-static struct testrabbit broker;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testrabbit_start(&broker);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testrabbit_cleanup(&broker);
-    return 0;
-}
-
 static void opts(struct txo_rabbitmq_opts *o)
 {
     txo_rabbitmq_opts_init(o);
-    o->url = broker.url;
+    o->url = testrabbit_shared.url;
     o->connect_timeout_ms = 2000;
     o->confirm_timeout_ms = 5000;
 }
@@ -82,7 +66,7 @@ static struct txo_publisher *new_publisher(void)
 /* Every message of queue, drained with pika: a JSON array of objects (json_decref). */
 static json_t *drain(const char *queue)
 {
-    char *out = testrabbit_client(&broker, "drain", queue, "0.7", NULL);
+    char *out = testrabbit_client(&testrabbit_shared, "drain", queue, "0.7", NULL);
     json_t *all = json_array();
     char *save = NULL;
     for (char *line = strtok_r(out, "\n", &save); line != NULL;
@@ -159,7 +143,7 @@ static void test_routing_key_sanitising(void **state)
 static void test_published_properties(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "props", EXCHANGE, "order.#", NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "props", EXCHANGE, "order.#", NULL);
     free(o);
     struct txo_publisher *pub = new_publisher();
     struct testbatch b;
@@ -206,7 +190,8 @@ static void test_published_properties(void **state)
 static void test_unroutable_is_permanent(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "routed", EXCHANGE, "routed.*", NULL);
+    char *o =
+        testrabbit_client(&testrabbit_shared, "declare", "routed", EXCHANGE, "routed.*", NULL);
     free(o);
     struct txo_publisher *pub = new_publisher();
     struct testbatch b;
@@ -229,7 +214,7 @@ static void test_unroutable_is_permanent(void **state)
     b.msgs[4].aggregate_type = "routed";
     assert_int_equal(testbatch_publish(pub, &b), 0);
     testbatch_assert_published(&b);
-    assert_int_equal(testrabbit_count(&broker, "routed"), 10);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "routed"), 10);
     txo_publisher_free(pub);
 
     /* mandatory off: RabbitMQ confirms and drops what no queue takes. */
@@ -240,7 +225,7 @@ static void test_unroutable_is_permanent(void **state)
     b.msgs[2].aggregate_type = "nobody";
     assert_int_equal(testbatch_publish(pub, &b), 0);
     testbatch_assert_published(&b);
-    assert_int_equal(testrabbit_count(&broker, "routed"), 15);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "routed"), 15);
     testbatch_free(&b);
     txo_publisher_free(pub);
 }
@@ -342,7 +327,7 @@ static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_e
 
 static void pika_publish(const char *key, const char *id, const char *body)
 {
-    char *o = testrabbit_client(&broker, "publish", EXCHANGE, key, id, body, NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "publish", EXCHANGE, key, id, body, NULL);
     free(o);
 }
 
@@ -405,8 +390,8 @@ static void test_consumer_ack_retry_dead_letter(void **state)
     txo_sleep_ms(300);
     assert_int_equal(txo_consumer_poll(cons, 10, 300, &handled, NULL), 0);
     assert_int_equal(handled, 0);
-    assert_int_equal(testrabbit_count(&broker, "cons"), 0);
-    assert_int_equal(testrabbit_count(&broker, "cons.retry"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "cons"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "cons.retry"), 0);
     json_t *dead = drain("cons.dlq");
     assert_int_equal(json_array_size(dead), 1);
     json_t *d0 = json_array_get(dead, 0);
@@ -495,8 +480,8 @@ static void test_crash_between_commit_and_ack(void **state)
     assert_int_equal(h.last_delivery, 2); /* redelivered by RabbitMQ */
     assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 1);
     txo_consumer_free(cons);
-    assert_int_equal(testrabbit_count(&broker, "crash"), 0);
-    assert_int_equal(testrabbit_count(&broker, "crash.dlq"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "crash"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "crash.dlq"), 0);
     testdb_teardown(&t);
 }
 
@@ -575,9 +560,9 @@ static void test_batch_consumer_takes_what_is_waiting(void **state)
     assert_int_equal(handled, 0);
     /* Unacknowledged deliveries would go back to the queue when the connection closes. */
     txo_consumer_free(cons);
-    assert_int_equal(testrabbit_count(&broker, "batch"), 0);
-    assert_int_equal(testrabbit_count(&broker, "batch.retry"), 0);
-    assert_int_equal(testrabbit_count(&broker, "batch.dlq"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "batch"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "batch.retry"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "batch.dlq"), 0);
     testdb_teardown(&t);
 }
 
@@ -613,8 +598,8 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(b.first_batch, 5);
     assert_int_equal(b.h.effects, 3); /* m:1, m:3, m:5 */
     /* Seen by pika while the delay runs: the retry waits, the main queue has nothing ready. */
-    assert_int_equal(testrabbit_count(&broker, "bmix.retry"), 1);
-    assert_int_equal(testrabbit_count(&broker, "bmix"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix.retry"), 1);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix"), 0);
 
     poll_until(cons, &b.h.calls, 6, 15000);
     assert_true(b.h.transient_second_ms - b.h.transient_first_ms >= 2000);
@@ -625,8 +610,8 @@ static void test_batch_consumer_mixed_verdicts(void **state)
                   b.h.transient_second_ms - b.h.transient_first_ms);
 
     txo_consumer_free(cons); /* anything unacknowledged would now be ready again */
-    assert_int_equal(testrabbit_count(&broker, "bmix"), 0);
-    assert_int_equal(testrabbit_count(&broker, "bmix.retry"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix.retry"), 0);
     json_t *dead = drain("bmix.dlq");
     assert_int_equal(json_array_size(dead), 1);
     json_t *d0 = json_array_get(dead, 0);
@@ -650,5 +635,5 @@ int main(void)
         cmocka_unit_test(test_batch_consumer_takes_what_is_waiting),
         cmocka_unit_test(test_batch_consumer_mixed_verdicts),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testrabbit_group_setup, testrabbit_group_teardown);
 }

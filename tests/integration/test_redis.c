@@ -42,26 +42,10 @@
 #include "txo/inbox.h"
 #include "txo/redis.h"
 
-static struct testredis server;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testredis_start(&server);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testredis_cleanup(&server);
-    return 0;
-}
-
 static void opts_for(struct txo_redis_opts *o, const char *stream)
 {
     txo_redis_opts_init(o);
-    o->url = server.url;
+    o->url = testredis_shared.url;
     o->connect_timeout_ms = 1000;
     o->timeout_ms = 2000;
     o->stream = stream;
@@ -228,7 +212,7 @@ static void test_fields_as_documented(void **state)
     assert_int_equal(testbatch_publish(pub, &b), 0);
     testbatch_assert_published(&b);
 
-    json_t *entries = testredis_xrange(&server, "t2.events.order");
+    json_t *entries = testredis_xrange(&testredis_shared, "t2.events.order");
     assert_int_equal(json_array_size(entries), 3);
     for (size_t i = 0; i < 3; i++) {
         json_t *e = json_array_get(entries, i);
@@ -263,7 +247,7 @@ static void test_fields_as_documented(void **state)
     assert_int_equal(testbatch_publish(pub, &b2), 0);
     assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, &err), 0);
     testbatch_assert_published(&b2);
-    entries = testredis_xrange(&server, "t2.events.order");
+    entries = testredis_xrange(&testredis_shared, "t2.events.order");
     assert_int_equal(json_array_size(entries), 5);
     json_t *e = json_array_get(entries, 3);
     assert_null(testredis_field(e, "envelope"));
@@ -283,7 +267,8 @@ static void test_fields_as_documented(void **state)
     assert_int_equal(poll_once(c, 100, 200), 5);
     assert_string_equal(col.got[0].subject, "t2.events.order");
     assert_string_equal(col.got[4].msg_id, "order:52");
-    assert_int_equal(testredis_group_pending(&server, "t2.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t2.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&col);
     testbatch_free(&b);
@@ -312,8 +297,9 @@ static void test_permanent_error_dead_lettered(void **state)
     struct collector col = {.permanent_id = "order:2"};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
     assert_int_equal(poll_once(c, 100, 200), 3);
-    assert_int_equal(testredis_group_pending(&server, "t5.events.order", "txo-worker"), 0);
-    json_t *dead = testredis_xrange(&server, "t5.events.order.dead");
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t5.events.order", "txo-worker"),
+                     0);
+    json_t *dead = testredis_xrange(&testredis_shared, "t5.events.order.dead");
     assert_int_equal(json_array_size(dead), 1);
     json_t *e = json_array_get(dead, 0);
     assert_string_equal(testredis_field(e, "idempotency_key"), "order:2");
@@ -351,11 +337,13 @@ static void test_dead_consumer_entries_claimed(void **state)
     testbatch_assert_published(&b);
     /* Another consumer reads four entries and dies without acknowledging them. */
     int64_t t_read = txo_monotonic_ms(); /* before that delivery */
-    json_t *j = testredis_cli(&server, (const char *const[]){"XREADGROUP", "GROUP", "txo-worker",
-                                                             "doomed", "COUNT", "4", "STREAMS",
-                                                             "t6.events.order", ">", NULL});
+    json_t *j =
+        testredis_cli(&testredis_shared,
+                      (const char *const[]){"XREADGROUP", "GROUP", "txo-worker", "doomed", "COUNT",
+                                            "4", "STREAMS", "t6.events.order", ">", NULL});
     json_decref(j);
-    assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 4);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t6.events.order", "txo-worker"),
+                     4);
     /* Ours gets the other two at once, the dead one's four only after claim_idle_ms. */
     assert_int_equal(poll_once(c, 100, 100), 2);
     int64_t deadline = txo_monotonic_ms() + 5000;
@@ -367,7 +355,8 @@ static void test_dead_consumer_entries_claimed(void **state)
         assert_int_equal(count_id(&col, b.keys[i]), 1);
     for (size_t i = 2; i < 6; i++)
         assert_int_equal(col.got[i].delivery, 2); /* read once by the dead consumer */
-    assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t6.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&col);
     testbatch_free(&b);
@@ -393,7 +382,8 @@ static void test_other_event_types_skipped(void **state)
     assert_int_equal(poll_once(c, 100, 100), 2);
     assert_string_equal(col.got[0].msg_id, "order:1");
     assert_string_equal(col.got[1].msg_id, "order:3");
-    assert_int_equal(testredis_group_pending(&server, "t7.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t7.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&col);
     testbatch_free(&b);
@@ -442,7 +432,7 @@ static struct txo_consumer *new_batch_consumer(const struct txo_redis_opts *o,
 /* The stream entry id of the entry whose idempotency_key is key (redis-cli XRANGE). */
 static void entry_id_of(const char *stream, const char *key, char *out, size_t out_size)
 {
-    json_t *all = testredis_xrange(&server, stream);
+    json_t *all = testredis_xrange(&testredis_shared, stream);
     out[0] = '\0';
     for (size_t i = 0; i < json_array_size(all); i++) {
         json_t *e = json_array_get(all, i);
@@ -486,8 +476,9 @@ static void test_batch_consumer_reads_in_few_calls(void **state)
         assert_string_equal(bc.col.got[i].subject, "t13.events.order");
         assert_int_equal(bc.col.got[i].delivery, 1);
     }
-    assert_int_equal(testredis_group_pending(&server, "t13.events.order", "txo-worker"), 0);
-    assert_int_equal(testredis_xlen(&server, "t13.events.order.dead"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t13.events.order", "txo-worker"),
+                     0);
+    assert_int_equal(testredis_xlen(&testredis_shared, "t13.events.order.dead"), 0);
     txo_consumer_free(c);
     collector_release(&bc.col);
     testbatch_free(&b);
@@ -515,14 +506,15 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(bc.calls, 1);
     /* The transient one alone pending (XPENDING by redis-cli), the permanent one in the dead
      * stream and acknowledged, the other four acknowledged. */
-    json_t *p = testredis_cli(&server, (const char *const[]){"XPENDING", "t14.events.order",
-                                                             "txo-worker", "-", "+", "10", NULL});
+    json_t *p =
+        testredis_cli(&testredis_shared, (const char *const[]){"XPENDING", "t14.events.order",
+                                                               "txo-worker", "-", "+", "10", NULL});
     assert_int_equal(json_array_size(p), 1);
     assert_string_equal(json_string_value(json_array_get(json_array_get(p, 0), 0)),
                         transient_entry);
     json_decref(p);
-    assert_int_equal(testredis_xlen(&server, "t14.events.order.dead"), 1);
-    json_t *dead = testredis_xrange(&server, "t14.events.order.dead");
+    assert_int_equal(testredis_xlen(&testredis_shared, "t14.events.order.dead"), 1);
+    json_t *dead = testredis_xrange(&testredis_shared, "t14.events.order.dead");
     json_t *e = json_array_get(dead, 0);
     assert_string_equal(testredis_field(e, "idempotency_key"), "order:5");
     assert_string_equal(testredis_field(e, "dead_reason"), "payload rejected by the test");
@@ -537,7 +529,8 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(count_id(&bc.col, "order:3"), 2);
     assert_true(txo_monotonic_ms() - t_fail >= o.claim_idle_ms);
     assert_int_equal(bc.col.got[bc.col.n - 1].delivery, 2);
-    assert_int_equal(testredis_group_pending(&server, "t14.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t14.events.order", "txo-worker"),
+                     0);
     /* The rest never again. */
     txo_sleep_ms(o.claim_idle_ms + 100);
     poll_once(c, 100, 50);
@@ -545,7 +538,7 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(bc.col.n, 7);
     for (size_t i = 0; i < b.n; i++)
         assert_int_equal(count_id(&bc.col, b.keys[i]), i == 2 ? 2 : 1);
-    assert_int_equal(testredis_xlen(&server, "t14.events.order.dead"), 1);
+    assert_int_equal(testredis_xlen(&testredis_shared, "t14.events.order.dead"), 1);
     txo_consumer_free(c);
     collector_release(&bc.col);
     testbatch_free(&b);
@@ -569,7 +562,8 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     struct txo_consumer *c = new_batch_consumer(&o, &bc);
     assert_int_equal(poll_once(c, 100, 200), 5);
     assert_int_equal(bc.failed_n, 5);
-    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 5);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
+                     5);
     int64_t deadline = txo_monotonic_ms() + 5000;
     while (bc.col.n < 5 && txo_monotonic_ms() < deadline)
         poll_once(c, 100, 50);
@@ -577,7 +571,8 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     assert_int_equal(bc.calls, 2);
     for (size_t i = 0; i < 5; i++)
         assert_int_equal(bc.col.got[i].delivery, 2);
-    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&bc.col);
 
@@ -589,8 +584,9 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     struct batch_collector bc2 = {.fail_first = TXO_EINVAL};
     c = new_batch_consumer(&o, &bc2);
     assert_int_equal(poll_once(c, 100, 200), 3);
-    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 0);
-    json_t *dead = testredis_xrange(&server, "t15.events.order.dead");
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
+                     0);
+    json_t *dead = testredis_xrange(&testredis_shared, "t15.events.order.dead");
     assert_int_equal(json_array_size(dead), 3);
     for (size_t i = 0; i < 3; i++) {
         json_t *e = json_array_get(dead, i);
@@ -643,10 +639,11 @@ static void test_password_and_database_from_the_url(void **state)
 {
     (void)state;
     /* A password with ':' and '@', %-encoded in the URL. */
-    json_decref(testredis_cli(
-        &server, (const char *const[]){"CONFIG", "SET", "requirepass", "s3cr:t@x", NULL}));
+    json_decref(
+        testredis_cli(&testredis_shared,
+                      (const char *const[]){"CONFIG", "SET", "requirepass", "s3cr:t@x", NULL}));
     char url[128];
-    snprintf(url, sizeof(url), "redis://:s3cr%%3At%%40x@127.0.0.1:%u/3", server.port);
+    snprintf(url, sizeof(url), "redis://:s3cr%%3At%%40x@127.0.0.1:%u/3", testredis_shared.port);
     struct txo_redis_opts o;
     opts_for(&o, "t10.events.order");
     o.url = url;
@@ -656,19 +653,20 @@ static void test_password_and_database_from_the_url(void **state)
     testbatch_init(&b, 2, 1, "order");
     assert_int_equal(testbatch_publish(pub, &b), 0);
     testbatch_assert_published(&b);
-    json_t *len =
-        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "-n",
-                                                     "3", "XLEN", "t10.events.order", NULL});
+    json_t *len = testredis_cli(&testredis_shared,
+                                (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "-n",
+                                                      "3", "XLEN", "t10.events.order", NULL});
     assert_int_equal(json_integer_value(len), 2);
     json_decref(len);
-    len = testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
-                                                       "XLEN", "t10.events.order", NULL});
+    len = testredis_cli(&testredis_shared,
+                        (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "XLEN",
+                                              "t10.events.order", NULL});
     assert_int_equal(json_integer_value(len), 0); /* not in database 0 */
     json_decref(len);
     txo_publisher_free(pub);
 
     /* A wrong password: the rows wait (transient), the password is never in the message. */
-    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%u/3", server.port);
+    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%u/3", testredis_shared.port);
     pub = new_publisher(&o, NULL);
     assert_int_equal(testbatch_publish(pub, &b), 0);
     for (size_t i = 0; i < b.n; i++) {
@@ -678,9 +676,9 @@ static void test_password_and_database_from_the_url(void **state)
     }
     txo_publisher_free(pub);
     testbatch_free(&b);
-    json_decref(
-        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
-                                                     "CONFIG", "SET", "requirepass", "", NULL}));
+    json_decref(testredis_cli(&testredis_shared,
+                              (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "CONFIG",
+                                                    "SET", "requirepass", "", NULL}));
 }
 
 /* ---- (7) trimming ---- */
@@ -698,10 +696,10 @@ static void test_maxlen_trims_the_stream(void **state)
     assert_int_equal(testbatch_publish(pub, &b), 0);
     testbatch_assert_published(&b);
     /* MAXLEN ~ trims whole macro nodes (100 entries each by default): at least 100 stay. */
-    int64_t len = testredis_xlen(&server, "t11.events.order");
+    int64_t len = testredis_xlen(&testredis_shared, "t11.events.order");
     print_message("1000 XADDs with MAXLEN ~ 100: %lld entries kept\n", (long long)len);
     assert_true(len >= 100 && len < 300);
-    json_t *entries = testredis_xrange(&server, "t11.events.order");
+    json_t *entries = testredis_xrange(&testredis_shared, "t11.events.order");
     json_t *last = json_array_get(entries, json_array_size(entries) - 1);
     assert_string_equal(testredis_field(last, "idempotency_key"), "order:1000"); /* the newest */
     json_decref(entries);
@@ -724,5 +722,5 @@ int main(void)
         cmocka_unit_test(test_password_and_database_from_the_url),
         cmocka_unit_test(test_maxlen_trims_the_stream),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testredis_group_setup, testredis_group_teardown);
 }

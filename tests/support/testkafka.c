@@ -225,3 +225,19 @@ long testkafka_key_index(const char *key)
     const char *colon = key != NULL ? strrchr(key, ':') : NULL;
     return colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
 }
+
+struct testkafka testkafka_shared;
+
+int testkafka_group_setup(void **state)
+{
+    (void)state;
+    testkafka_start(&testkafka_shared);
+    return 0;
+}
+
+int testkafka_group_teardown(void **state)
+{
+    (void)state;
+    testkafka_stop(&testkafka_shared);
+    return 0;
+}

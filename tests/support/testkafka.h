@@ -89,4 +89,12 @@ void testkafka_batch_init(struct testbatch *b, size_t n, size_t n_aggs, const ch
 /* i of an idempotency key "<prefix>:<i>", or -1. */
 long testkafka_key_index(const char *key);
 
+/*
+ * One Kafka cluster for a whole test program, as cmocka group fixtures: testkafka_group_setup
+ * starts testkafka_shared and testkafka_group_teardown stops it; the tests use testkafka_shared.
+ */
+extern struct testkafka testkafka_shared;
+int testkafka_group_setup(void **state);
+int testkafka_group_teardown(void **state);
+
 #endif
