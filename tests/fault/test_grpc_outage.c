@@ -84,13 +84,8 @@ static struct txo_publisher *new_publisher(struct ctx *c)
 static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
 {
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "grpc-outage";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL when retrying */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000;   /* the recovery loop retries often while the channel reconnects */
+    /* The recovery loop retries often while the channel reconnects. */
+    testrelay_outage_opts(&ro, "grpc-outage", BATCH);
     ro.breaker_open_ms = 200; /* the breaker opens during the outage: probe soon after */
     return testrelay_new(c->t.db, pub, &ro);
 }

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "testoutbox.h"
+#include "testrelay.h"
 #include "testrun.h"
 #include "testdb.h"
 #include "testnats.h"
@@ -124,13 +125,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
         fail_msg("txo_publisher_nats_new: %s", err.msg);
 
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "outage-relay";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL after the recovery */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000; /* the recovery loop below retries often while cnats reconnects */
+    /* The recovery loop below retries often while cnats reconnects. */
+    testrelay_outage_opts(&ro, "outage-relay", BATCH);
     struct txo_relay *r = NULL;
     if (txo_relay_new(c->t.db, pub, &ro, &r, &err) < 0)
         fail_msg("txo_relay_new: %s", err.msg);

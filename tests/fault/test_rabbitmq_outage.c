@@ -40,6 +40,7 @@
 #include "testdb.h"
 #include "testoutbox.h"
 #include "testproc.h"
+#include "testinbox.h"
 #include "testrabbit.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
@@ -84,13 +85,7 @@ static struct txo_publisher *new_publisher(void)
 static struct txo_relay *new_relay(struct testdb *t, struct txo_publisher *pub)
 {
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "rabbit-outage";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL during the recovery */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000;
+    testrelay_outage_opts(&ro, "rabbit-outage", BATCH);
     ro.breaker_failures = 0; /* every cycle tries: the test counts what each one does */
     return testrelay_new(t->db, pub, &ro);
 }
@@ -178,30 +173,15 @@ struct worker {
     unsigned calls, effects, duplicates;
 };
 
-struct record_ctx {
-    const struct txo_inbound_message *msg;
-    bool duplicate;
-};
-
-static int record(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct record_ctx *r = arg;
-    char *data = strndup(r->msg->data, r->msg->len);
-    assert_non_null(data);
-    int rc = txo_inbox_record(tx, r->msg->msg_id, "OrderCreated", data, &r->duplicate, err);
-    free(data);
-    return rc;
-}
-
 static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
 {
     struct worker *w = arg;
     w->calls++;
-    struct record_ctx r = {msg, false};
-    int rc = txo_db_transact(w->db, TXO_ISO_READ_COMMITTED, record, &r, err);
+    bool duplicate = false;
+    int rc = testinbox_record(w->db, msg, "OrderCreated", &duplicate, err);
     if (rc < 0)
         return rc;
-    if (r.duplicate)
+    if (duplicate)
         w->duplicates++;
     else
         w->effects++;

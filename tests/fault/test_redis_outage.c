@@ -91,13 +91,7 @@ static struct txo_publisher *new_publisher(struct ctx *c)
 static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
 {
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "redis-outage-relay";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL after the recovery */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000;
+    testrelay_outage_opts(&ro, "redis-outage-relay", BATCH);
     ro.breaker_failures = 0; /* the test looks at every cycle, not at the breaker */
     return testrelay_new(c->t.db, pub, &ro);
 }

@@ -34,6 +34,7 @@
 #include "testdb.h"
 #include "testproc.h"
 #include "testbatch.h"
+#include "testinbox.h"
 #include "testrabbit.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
@@ -281,21 +282,6 @@ struct handler_ctx {
     char last_ce_type[64];
 };
 
-struct record_ctx {
-    const struct txo_inbound_message *msg;
-    bool duplicate;
-};
-
-static int record(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct record_ctx *r = arg;
-    char *data = strndup(r->msg->data, r->msg->len);
-    assert_non_null(data);
-    int rc = txo_inbox_record(tx, r->msg->msg_id, "OrderCreated", data, &r->duplicate, err);
-    free(data);
-    return rc;
-}
-
 /* Records the message in the inbox (the effect), committing before it returns 0. */
 static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
 {
@@ -314,11 +300,11 @@ static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_e
         h->transient_second_ms = txo_monotonic_ms();
         h->transient_second_delivery = msg->delivery;
     }
-    struct record_ctx r = {msg, false};
-    int rc = txo_db_transact(h->db, TXO_ISO_READ_COMMITTED, record, &r, err);
+    bool duplicate = false;
+    int rc = testinbox_record(h->db, msg, "OrderCreated", &duplicate, err);
     if (rc < 0)
         return rc;
-    if (r.duplicate)
+    if (duplicate)
         h->duplicates++;
     else
         h->effects++;

@@ -37,6 +37,17 @@ void testrelay_drain(struct txo_relay *relay)
         fail_msg("txo_relay_run: %s", err.msg);
 }
 
+void testrelay_outage_opts(struct txo_relay_opts *ro, const char *relay_id, unsigned batch_size)
+{
+    txo_relay_opts_init(ro);
+    ro->relay_id = relay_id;
+    ro->batch_size = batch_size;
+    ro->backoff.base_ms = 30000;
+    ro->backoff.max_ms = 60000;
+    ro->backoff.jitter = 0.0;
+    ro->max_attempts = 1000;
+}
+
 /* The ops of a testrelay_publisher live with it, so every test's publisher has its own. */
 struct fn_publisher {
     struct txo_publisher_ops ops;
