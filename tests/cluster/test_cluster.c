@@ -49,6 +49,7 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testnats.h"
+#include "testoutbox.h"
 #include "testproc.h"
 #include "testrelay.h"
 
@@ -144,11 +145,6 @@ static struct txo_db *connect_node(const struct cluster *c, unsigned node)
     return db;
 }
 
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
-}
-
 /* A cnats connection to the NATS cluster, the list given as an array (see testnats.c). */
 static natsStatus cluster_nats_connect(const struct cluster *c, natsConnection **nc)
 {
@@ -232,17 +228,6 @@ static struct txo_publisher *counting_new(const struct cluster *c, const char *s
         fail_msg("publisher: %s", err.msg);
     *out = cp;
     return pub;
-}
-
-static void insert_events(struct txo_db *db, unsigned n, const char *prefix)
-{
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('%s:', seq) FROM seq_1_to_%u",
-             prefix, n);
-    testdb_exec(db, sql);
 }
 
 /* Every key prefix:1..n is in the stream exactly once, and nothing else is. */
@@ -330,7 +315,7 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
     snprintf(prefix, sizeof(prefix), "cluster%ld.%s", (long)getpid(), mname);
     snprintf(keys, sizeof(keys), "two-%s", mname);
     testdb_exec(c->t.db, "DELETE FROM outbox_events");
-    insert_events(c->t.db, N_EVENTS, keys);
+    testoutbox_insert_seq(c->t.db, N_EVENTS, keys);
 
     struct txo_db_stats before, after;
     txo_db_get_stats(&before);
@@ -361,7 +346,8 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
     for (unsigned i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&rt[i].th, NULL, relay_main, &rt[i]), 0);
     int64_t deadline = txo_monotonic_ms() + DRAIN_MS;
-    while (q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("%s: events still not PUBLISHED after %d s", mname, DRAIN_MS / 1000);
         txo_sleep_ms(20);
@@ -376,8 +362,9 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
     }
     txo_db_get_stats(&after);
 
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     N_EVENTS);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+        N_EVENTS);
     expect_stream_holds_each_once(c, stream, keys, N_EVENTS);
     uint64_t acked = atomic_load(&cp[0]->acked) + atomic_load(&cp[1]->acked);
     uint64_t dups = acked - N_EVENTS;
@@ -541,7 +528,7 @@ static void test_non_primary_node(void **state)
     }
     assert_int_equal(after, 201);
     /* np-before, np-during-list and np-after; the one refused on node 3 left nothing. */
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM orders"), 3);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders"), 3);
     testhttp_txo_stop(serve3, "txo serve (node 3)");
     testhttp_txo_stop(serve_list, "txo serve (host list)");
     testhttp_txo_stop(relay3, "txo relay (node 3)");
@@ -617,7 +604,7 @@ static void test_stream_leader_killed(void **state)
     snprintf(prefix, sizeof(prefix), "cluster%ld.leader", (long)getpid());
     snprintf(durable, sizeof(durable), "cluster-worker-%ld", (long)getpid());
     testdb_exec(c->t.db, "DELETE FROM outbox_events");
-    insert_events(c->t.db, 20, keys); /* the rest arrives while the leader is killed */
+    testoutbox_insert_seq(c->t.db, 20, keys); /* the rest arrives while the leader is killed */
 
     struct txo_db *db = connect_node(c, 0);
     struct counting *cp = NULL;
@@ -655,8 +642,9 @@ static void test_stream_leader_killed(void **state)
         testdb_exec(writer, sql);
         inserted = inserted + 100 < N ? inserted + 100 : (unsigned)N;
         if (t_kill == 0 && inserted >= N / 4) {
-            at_kill = (unsigned)q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                           "'PUBLISHED'");
+            at_kill =
+                (unsigned)testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                            "'PUBLISHED'");
             snprintf(args, sizeof(args), "kill-nats %u", victim);
             cluster_sh(c, args);
             t_kill = txo_monotonic_ms();
@@ -676,7 +664,8 @@ static void test_stream_leader_killed(void **state)
     snprintf(args, sizeof(args), "start-nats %u", victim);
     cluster_sh(c, args);
     int64_t deadline = txo_monotonic_ms() + DRAIN_MS;
-    while (q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("events still not PUBLISHED %d s after the leader was killed",
                      DRAIN_MS / 1000);

@@ -41,9 +41,11 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 
 /* ---- fixture ---- */
@@ -62,18 +64,12 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "api");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "api", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
-    struct txo_error err;
-    txo_error_init(&err);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        if (orders_set_inventory(c->t.db, skus[i], 1000, &err) != 0)
-            fail_msg("setting the stock of %s: %s", skus[i], err.msg);
+        testorders_stock(c->t.db, skus[i], 1000);
     *state = c;
     return 0;
 }
@@ -90,8 +86,7 @@ static int teardown(void **state)
     free(c->many);
     txo_db_close(c->hold);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -117,11 +112,6 @@ static void wait_sessions_gone(struct ctx *c)
 
 /* ---- database ---- */
 
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
-}
-
 static int64_t q_key(struct ctx *c, const char *sql, const char *key)
 {
     struct txo_param p[] = {txo_p_str(key)};
@@ -137,13 +127,13 @@ static char *q_key_str(struct ctx *c, const char *sql, const char *key)
 /* Rows of every table POST /orders writes. */
 static void expect_rows(struct ctx *c, int64_t orders, int64_t keys, const char *when)
 {
-    int64_t n_orders = q(c, "SELECT COUNT(*) FROM orders");
-    int64_t n_events = q(c, "SELECT COUNT(*) FROM outbox_events");
-    int64_t n_created =
-        q(c, "SELECT COUNT(*) FROM outbox_events o JOIN orders r ON r.id = o.aggregate_id"
-             " WHERE o.event_type = 'OrderCreated' AND o.aggregate_type = 'order'");
-    int64_t n_keys = q(c, "SELECT COUNT(*) FROM idempotency_keys");
-    int64_t n_items = q(c, "SELECT COUNT(*) FROM order_items");
+    int64_t n_orders = testdb_q(c->t.db, "SELECT COUNT(*) FROM orders");
+    int64_t n_events = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events");
+    int64_t n_created = testdb_q(
+        c->t.db, "SELECT COUNT(*) FROM outbox_events o JOIN orders r ON r.id = o.aggregate_id"
+                 " WHERE o.event_type = 'OrderCreated' AND o.aggregate_type = 'order'");
+    int64_t n_keys = testdb_q(c->t.db, "SELECT COUNT(*) FROM idempotency_keys");
+    int64_t n_items = testdb_q(c->t.db, "SELECT COUNT(*) FROM order_items");
     if (n_orders != orders || n_events != orders || n_created != orders || n_keys != keys ||
         (orders == 0 && n_items != 0))
         fail_msg("%s: want %lld orders with one OrderCreated each and %lld keys; found orders=%lld"
@@ -189,9 +179,10 @@ static void test_repeat_gets_stored_response(void **state)
     assert_string_equal(r2->body, r1->body);
     expect_rows(c, 1, 1, "after a repeat");
     expect_key_completed(c, "order-key-1", 201, id);
-    assert_int_equal(q(c, "SELECT MIN(id) FROM orders"), id);
-    assert_int_equal(q(c, "SELECT SUM(qty * price_cents) FROM order_items"), 2 * 1250 + 99);
-    assert_int_equal(q(c, "SELECT total_cents FROM orders"), 2 * 1250 + 99);
+    assert_int_equal(testdb_q(c->t.db, "SELECT MIN(id) FROM orders"), id);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(qty * price_cents) FROM order_items"),
+                     2 * 1250 + 99);
+    assert_int_equal(testdb_q(c->t.db, "SELECT total_cents FROM orders"), 2 * 1250 + 99);
 
     /* The same request with its keys reordered and other spacing: the canonical hash is equal,
      * so it is a repeat, not a conflict. */
@@ -302,7 +293,7 @@ static void test_cancel_with_if_match(void **state)
     static const char *const v0[] = {"If-Match: \"0\"", NULL};
     testhttp_do(c->h, "POST", port, path, v1, "", 0, r);
     testhttp_expect_error(r, 412, "version_conflict", "version", "cancel at an unread version");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), 1);
 
     testhttp_do(c->h, "POST", port, path, v0, "", 0, r);
     testhttp_expect_status(r, 200, "cancel at the version read");
@@ -310,16 +301,18 @@ static void test_cancel_with_if_match(void **state)
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "CANCELLED");
     assert_int_equal(json_integer_value(json_object_get(doc, "version")), 1);
     json_decref(doc);
-    assert_int_equal(q(c, "SELECT version FROM orders"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled'"),
-                     1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT version FROM orders"), 1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled'"),
+        1);
 
     testhttp_do(c->h, "POST", port, path, v0, "", 0, r);
     testhttp_expect_error(r, 412, "version_conflict", NULL, "second cancel at the old version");
     testhttp_do(c->h, "POST", port, path, v1, "", 0, r);
     testhttp_expect_error(r, 409, "conflict", "CREATED", "cancel of a CANCELLED order");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled'"),
-                     1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled'"),
+        1);
     testhttp_do(c->h, "POST", port, "/orders/999999/cancel", v0, "", 0, r);
     testhttp_expect_error(r, 404, "not_found", NULL, "cancel of an unknown order");
     testhttp_txo_stop(&c->procs[0], "txo serve");
@@ -386,7 +379,7 @@ static void test_concurrent_same_key(void **state)
                   in_progress);
     assert_true(created >= 1);
     expect_rows(c, 1, 1, "after 50 concurrent POSTs with one key");
-    expect_key_completed(c, "race-key", 201, q(c, "SELECT MIN(id) FROM orders"));
+    expect_key_completed(c, "race-key", 201, testdb_q(c->t.db, "SELECT MIN(id) FROM orders"));
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
@@ -561,7 +554,7 @@ static void test_crash_before_commit(void **state)
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", crash);
     post_into_crash(c, port, "api.before_commit");
     expect_rows(c, 0, 0, "after a crash before COMMIT");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM order_items"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM order_items"), 0);
 
     port = testhttp_txo_start(&c->procs[1], "api_serve", "serve", NULL);
     struct testhttp_reply *r = &c->rep[0];
@@ -579,7 +572,7 @@ static void test_crash_after_commit(void **state)
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", crash);
     post_into_crash(c, port, "api.after_commit");
     expect_rows(c, 1, 1, "after a crash after COMMIT");
-    int64_t id = q(c, "SELECT MIN(id) FROM orders");
+    int64_t id = testdb_q(c->t.db, "SELECT MIN(id) FROM orders");
     expect_key_completed(c, "crash-key", 201, id);
 
     port = testhttp_txo_start(&c->procs[1], "api_serve", "serve", NULL);
@@ -728,7 +721,7 @@ static void test_bad_input_writes_nothing(void **state)
     testhttp_expect_error(r, 404, "not_found", NULL, "GET /nope");
 
     expect_rows(c, 0, 0, "after every bad request");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM command_queue"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 0);
 
     /* A key that got a 4xx is free: the unknown SKU's reached the database and was rolled
      * back, the malformed JSON's never got there. */
@@ -783,19 +776,19 @@ static void test_async_order_runs_on_worker(void **state)
     int64_t id = testhttp_expect_created(r, 202, "async POST");
     expect_rows(c, 1, 1, "after the async POST");
     expect_key_completed(c, "async-key", 202, id);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM command_queue"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 1);
     char sql[256];
     snprintf(sql, sizeof(sql),
              "SELECT COUNT(*) FROM command_queue WHERE command_type = 'StartOrderSaga'"
              " AND status = 'PENDING' AND JSON_VALUE(payload, '$.order_id') = %lld",
              (long long)id);
-    assert_int_equal(q(c, sql), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), 0);
+    assert_int_equal(testdb_q(c->t.db, sql), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), 0);
 
     testhttp_post_order(c->h, port, "async-key", ORDER_BODY, again);
     testhttp_expect_status(again, 202, "repeated async POST");
     assert_string_equal(again->body, r->body);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM command_queue"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 1);
 
     /* Before the worker runs, the order exists without a saga. */
     snprintf(sql, sizeof(sql), "/orders/%lld", (long long)id);
@@ -815,7 +808,7 @@ static void test_async_order_runs_on_worker(void **state)
              " AND (SELECT COUNT(*) FROM command_queue WHERE status = 'DONE') = 1",
              (long long)id, (long long)id);
     int64_t t0 = txo_monotonic_ms();
-    while (q(c, sql) != 1) {
+    while (testdb_q(c->t.db, sql) != 1) {
         if (txo_monotonic_ms() - t0 > 20000 || c->procs[1].pid == 0 ||
             testproc_wait(&c->procs[1], 0)) {
             testproc_print_log(&c->procs[1], "txo worker");
@@ -890,9 +883,11 @@ static void test_sigterm_finishes_requests(void **state)
     assert_int_equal(pthread_create(&th, NULL, post_waiting, &w), 0);
     /* The request is in the server, waiting on the key row, when the signal comes. */
     int64_t deadline = txo_monotonic_ms() + 5000;
-    while (q(c, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()"
-                " AND INFO LIKE 'INSERT INTO idempotency_keys%'") == 0 &&
-           txo_monotonic_ms() < deadline)
+    while (
+        testdb_q(c->t.db,
+                 "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()"
+                 " AND INFO LIKE 'INSERT INTO idempotency_keys%'") == 0 &&
+        txo_monotonic_ms() < deadline)
         txo_sleep_ms(10);
     int64_t t0 = txo_monotonic_ms();
     testproc_signal(&c->procs[0], SIGTERM);
@@ -918,21 +913,21 @@ int main(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_repeat_gets_stored_response, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_with_if_match, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trace_context_reaches_order_created, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_same_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_key_held_answers_409, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_key_reused_with_other_body, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_keys_differing_in_case_are_distinct, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stale_key_taken_over, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_before_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_after_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_input_writes_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_async_order_runs_on_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_finishes_requests, setup, teardown),
+        cmocka_unit_test(test_repeat_gets_stored_response),
+        cmocka_unit_test(test_cancel_with_if_match),
+        cmocka_unit_test(test_trace_context_reaches_order_created),
+        cmocka_unit_test(test_concurrent_same_key),
+        cmocka_unit_test(test_key_held_answers_409),
+        cmocka_unit_test(test_key_reused_with_other_body),
+        cmocka_unit_test(test_keys_differing_in_case_are_distinct),
+        cmocka_unit_test(test_stale_key_taken_over),
+        cmocka_unit_test(test_crash_before_commit),
+        cmocka_unit_test(test_crash_after_commit),
+        cmocka_unit_test(test_bad_input_writes_nothing),
+        cmocka_unit_test(test_async_order_runs_on_worker),
+        cmocka_unit_test(test_sigterm_finishes_requests),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return failed;
 }

@@ -30,11 +30,14 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "api.h"
 #include "testhttp.h"
+#include "testorders.h"
+#include "testoutbox.h"
 #include "testproc.h"
 
 /* ---- fixture ---- */
@@ -50,18 +53,12 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "api_admin");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "api_admin", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
-    struct txo_error err;
-    txo_error_init(&err);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        if (orders_set_inventory(c->t.db, skus[i], 1000, &err) != 0)
-            fail_msg("setting the stock of %s: %s", skus[i], err.msg);
+        testorders_stock(c->t.db, skus[i], 1000);
     *state = c;
     return 0;
 }
@@ -74,16 +71,8 @@ static int teardown(void **state)
     for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
         testhttp_reply_release(&c->rep[i]);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-/* ---- database ---- */
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static const char ORDER_BODY[] =
@@ -105,43 +94,8 @@ static void admin(CURL *h, const char *method, unsigned port, const char *path,
  * stand-ins. Returns its order id; saga_id receives the saga's. */
 static int64_t completed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
 {
-    struct txo_error err;
-    txo_error_init(&err);
     const struct order_item items[] = {{"SKU-B", 1, 500}};
-    int64_t order_id = 0;
-    if (orders_create_with_saga(c->t.db, 9, items, 1, &order_id, saga_id, &err) != 0)
-        fail_msg("creating an order with its saga: %s", err.msg);
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_run_saga(c->t.db, saga_id, NULL, NULL, &final, &err) != 0)
-        fail_msg("running saga %s: %s", saga_id, err.msg);
-    assert_int_equal(final, TXO_SAGA_COMPLETED);
-    return order_id;
-}
-
-/* An outbox event the relay gave up on and its dead letter, as the relay writes them.
- * Returns the dead letter's id; *event_id receives the outbox row's. */
-static int64_t dead_letter(struct ctx *c, int64_t *event_id)
-{
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, status, attempts, last_error)"
-                         " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
-                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable')");
-    *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
-    assert_true(*event_id > 0);
-    /* The relay's mark parks the aggregate of an event it dead-letters. */
-    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
-                         "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
-                         "WHERE idempotency_key = 'order:4242:created'");
-    struct txo_param p[] = {txo_p_i64(*event_id)};
-    struct txo_error err;
-    txo_error_init(&err);
-    struct txo_exec_result res = {0};
-    if (txo_db_exec(c->t.db,
-                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
-                    " VALUES (?, 'OrderCreated', '{\"order_id\":4242}', 'broker unavailable')",
-                    p, 1, &res, &err) != 0)
-        fail_msg("inserting the dead letter: %s", err.msg);
-    return (int64_t)res.insert_id;
+    return testorders_run_saga(c->t.db, 9, items, 1, NULL, NULL, TXO_SAGA_COMPLETED, saga_id);
 }
 
 /* GET /outbox/stats equals the table, counted here. */
@@ -157,13 +111,13 @@ static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when
         char sql[128];
         snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM outbox_events WHERE status = '%s'",
                  statuses[i]);
-        int64_t want = q(c, sql);
+        int64_t want = testdb_q(c->t.db, sql);
         json_t *got = json_object_get(doc, fields[i]);
         if (!json_is_integer(got) || json_integer_value(got) != want)
             fail_msg("%s: /outbox/stats %s should be %lld: %s", when, fields[i], (long long)want,
                      r->body);
     }
-    int64_t dead = q(c, "SELECT COUNT(*) FROM dead_letter_events");
+    int64_t dead = testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events");
     if (json_integer_value(json_object_get(doc, "dead_letters")) != dead)
         fail_msg("%s: /outbox/stats dead_letters should be %lld: %s", when, (long long)dead,
                  r->body);
@@ -190,7 +144,7 @@ static void test_admin_endpoints(void **state)
                          " locked_until = NOW(6) + INTERVAL 1 HOUR WHERE status = 'PENDING'"
                          " ORDER BY id LIMIT 1");
     int64_t event_id = 0;
-    int64_t dl_id = dead_letter(c, &event_id);
+    int64_t dl_id = testoutbox_dead_letter(c->t.db, "broker unavailable", &event_id);
 
     /* No token, a wrong one, another scheme: 401, on reads and on writes alike. */
     testhttp_get(c->h, port, "/outbox/stats", r);
@@ -212,12 +166,15 @@ static void test_admin_endpoints(void **state)
     testhttp_do(c->h, "POST", port, path, wrong, "", 0, r);
     testhttp_expect_error(r, 401, "unauthorized", NULL,
                           "POST /sagas/{id}/retry with a wrong token");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
-    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 0);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(replay_count) FROM dead_letter_events"), 0);
 
     expect_stats(c, c->h, port, "before the replay");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
-    assert_true(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_true(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") >
+                0);
 
     /* Sagas. */
     admin(c->h, "GET", port, "/sagas/00000000-0000-4000-8000-000000000000", r);
@@ -307,17 +264,19 @@ static void test_admin_endpoints(void **state)
                                 " locked_by IS NULL AND next_attempt_at <= NOW(6)",
                                 ep, 1),
                      1);
-    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NULL"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NULL"), 0);
 
     admin(c->h, "POST", port, path, r);
     testhttp_expect_error(r, 409, "conflict", NULL, "a second POST /dlq/{id}/replay");
-    assert_int_equal(q(c, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(replay_count) FROM dead_letter_events"), 1);
     admin(c->h, "POST", port, "/dlq/999999/replay", r);
     testhttp_expect_error(r, 404, "not_found", NULL, "POST /dlq/999999/replay");
 
     expect_stats(c, c->h, port, "after the replay");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
@@ -417,10 +376,10 @@ int main(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_admin_endpoints, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_probes_and_metrics, setup, teardown),
+        cmocka_unit_test(test_admin_endpoints),
+        cmocka_unit_test(test_probes_and_metrics),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return failed;
 }

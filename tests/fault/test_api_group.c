@@ -28,9 +28,11 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 
 struct ctx {
@@ -42,18 +44,12 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "api_group");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "api_group", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
-    struct txo_error err;
-    txo_error_init(&err);
     static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
     for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        if (orders_set_inventory(c->t.db, skus[i], 1000000, &err) != 0)
-            fail_msg("setting the stock of %s: %s", skus[i], err.msg);
+        testorders_stock(c->t.db, skus[i], 1000000);
     *state = c;
     return 0;
 }
@@ -65,14 +61,8 @@ static int teardown(void **state)
     for (size_t i = 0; i < TXO_ARRAY_LEN(c->hold); i++)
         txo_db_close(c->hold[i]);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static int64_t q_key(struct ctx *c, const char *sql, const char *key)
@@ -248,25 +238,28 @@ static void test_burst(void **state)
 
     /* One order, one OrderCreated and one COMPLETED key per distinct key: 10 + 60 + 30. */
     int64_t want = N_OLD + 60 + 30;
-    int64_t orders = q(c, "SELECT COUNT(*) FROM orders");
-    int64_t events = q(c, "SELECT COUNT(*) FROM outbox_events o JOIN orders r ON r.id ="
+    int64_t orders = testdb_q(c->t.db, "SELECT COUNT(*) FROM orders");
+    int64_t events =
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events o JOIN orders r ON r.id ="
                           " o.aggregate_id WHERE o.event_type = 'OrderCreated'"
                           " AND o.idempotency_key = CONCAT('order:', r.id, ':created')"
                           " AND JSON_VALUE(o.payload, '$.order_id') = r.id"
                           " AND JSON_VALUE(o.payload, '$.customer_id') = r.customer_id"
                           " AND JSON_VALUE(o.payload, '$.total_cents') = r.total_cents");
-    int64_t all_events = q(c, "SELECT COUNT(*) FROM outbox_events");
-    int64_t keys = q(c, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'");
-    int64_t all_keys = q(c, "SELECT COUNT(*) FROM idempotency_keys");
-    int64_t linked = q(c, "SELECT COUNT(DISTINCT r.id) FROM idempotency_keys k JOIN orders r ON"
+    int64_t all_events = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events");
+    int64_t keys =
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'");
+    int64_t all_keys = testdb_q(c->t.db, "SELECT COUNT(*) FROM idempotency_keys");
+    int64_t linked =
+        testdb_q(c->t.db, "SELECT COUNT(DISTINCT r.id) FROM idempotency_keys k JOIN orders r ON"
                           " r.id = JSON_VALUE(k.response_body, '$.order_id')");
     /* Every order's items are those of its payload, in order. */
     int64_t items_ok =
-        q(c, "SELECT COUNT(*) FROM orders r WHERE (SELECT COUNT(*) FROM order_items i"
-             " WHERE i.order_id = r.id) = (SELECT JSON_LENGTH(o.payload, '$.items')"
-             " FROM outbox_events o WHERE o.aggregate_id = r.id)"
-             " AND (SELECT SUM(i.qty * i.price_cents) FROM order_items i"
-             " WHERE i.order_id = r.id) = r.total_cents");
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM orders r WHERE (SELECT COUNT(*) FROM order_items i"
+                          " WHERE i.order_id = r.id) = (SELECT JSON_LENGTH(o.payload, '$.items')"
+                          " FROM outbox_events o WHERE o.aggregate_id = r.id)"
+                          " AND (SELECT SUM(i.qty * i.price_cents) FROM order_items i"
+                          " WHERE i.order_id = r.id) = r.total_cents");
     print_message("burst of %d: orders=%lld events=%lld keys=%lld linked=%lld items_ok=%lld"
                   " pair 409s=%d\n",
                   N_BURST, (long long)orders, (long long)events, (long long)keys, (long long)linked,
@@ -278,7 +271,9 @@ static void test_burst(void **state)
                  (long long)want, (long long)orders, (long long)events, (long long)all_events,
                  (long long)keys, (long long)all_keys, (long long)linked, (long long)items_ok);
     assert_int_equal(
-        q(c, "SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'bad-%'"), 0);
+        testdb_q(c->t.db,
+                 "SELECT COUNT(*) FROM idempotency_keys WHERE idempotency_key LIKE 'bad-%'"),
+        0);
 
     /* Groups larger than one formed: fewer groups than requests in the burst. */
     double groups = metric(c, port, "txo_order_batch_size_count") - groups_before;
@@ -402,11 +397,13 @@ static void test_group_fails_and_goes_one_by_one(void **state)
                   many[i].key);
         assert_int_equal(id, stored);
     }
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders"), N_GROUP - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated'"),
-                     N_GROUP - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'"),
-                     N_GROUP + 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders"), N_GROUP - 1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated'"),
+        N_GROUP - 1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'"),
+        N_GROUP + 1);
     testhttp_txo_stop(&c->proc, "txo serve");
     char *log = testproc_log(&c->proc);
     bool rolled_back = log != NULL && strstr(log, "order group rolled back") != NULL;
@@ -425,10 +422,10 @@ int main(void)
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_burst, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_group_fails_and_goes_one_by_one, setup, teardown),
+        cmocka_unit_test(test_burst),
+        cmocka_unit_test(test_group_fails_and_goes_one_by_one),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return failed;
 }

@@ -16,28 +16,18 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "cli");
-    testdb_export_env(t);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
+    struct testdb *t = testdb_new("cli", TESTDB_NEW_EXPORT_ENV);
+    testorders_stock(t->db, "pen", 100);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
     return 0;
 }
 
@@ -47,36 +37,13 @@ static int run_txo(const char *const *args, char **out)
     return testproc_run_txo("cli", args, 30000, out);
 }
 
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
-/* An order with its saga, run to its end with faults; returns the saga id. */
-static void saga_with(struct testdb *t, const struct order_faults *faults,
-                      enum txo_saga_status want, char saga_id[TXO_SAGA_ID_LEN], int64_t *order)
-{
-    struct order_item item = {"pen", 1, 250};
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, order, saga_id, &err), 0);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    opts.step_backoff.base_ms = 1;
-    opts.step_backoff.max_ms = 1;
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    assert_int_equal(orders_run_saga(t->db, saga_id, faults, &opts, &final, &err), 0);
-    assert_int_equal(final, want);
-}
-
 static void test_stats_json_matches_tables(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t order;
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &order);
+    testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
     struct order_faults decline = {.decline_payment = true};
-    saga_with(t, &decline, TXO_SAGA_COMPENSATED, saga_id, &order);
+    testorders_pen_saga(t->db, &decline, TXO_SAGA_COMPENSATED, saga_id);
 
     char *out = NULL;
     const char *args[] = {"stats", "--json", NULL};
@@ -85,8 +52,9 @@ static void test_stats_json_matches_tables(void **state)
     json_t *doc = json_loads(out, 0, &jerr);
     if (doc == NULL)
         fail_msg("txo stats --json printed no JSON (%s): %s", jerr.text, out);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(doc, "outbox"), "pending")),
-                     q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(doc, "outbox"), "pending")),
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
     json_t *sagas = json_object_get(doc, "sagas");
     assert_int_equal(json_integer_value(json_object_get(sagas, "COMPLETED")), 1);
     assert_int_equal(json_integer_value(json_object_get(sagas, "COMPENSATED")), 1);
@@ -110,7 +78,7 @@ static void test_dlq_list_and_replay(void **state)
     testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
                        "error) SELECT id, event_type, payload, 'broker down' FROM outbox_events "
                        "WHERE idempotency_key = 'order:9:created'");
-    int64_t dl = q(t, "SELECT id FROM dead_letter_events");
+    int64_t dl = testdb_q(t->db, "SELECT id FROM dead_letter_events");
 
     char *out = NULL;
     const char *list[] = {"dlq", "list", "--json", NULL};
@@ -124,10 +92,11 @@ static void test_dlq_list_and_replay(void **state)
     const char *replay[] = {"dlq", "replay", id, NULL};
     assert_int_equal(run_txo(replay, &out), 0);
     free(out);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 0 AND idempotency_key = 'order:9:created'"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 0 AND idempotency_key = 'order:9:created'"),
                      1);
-    assert_int_equal(q(t, "SELECT replay_count FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT replay_count FROM dead_letter_events"), 1);
     /* Replaying again: the event is not FAILED any more. */
     assert_int_equal(run_txo(replay, &out), 1);
     assert_non_null(strstr(out, "txo dlq"));
@@ -146,7 +115,7 @@ static void test_saga_show_and_retry(void **state)
     char saga_id[TXO_SAGA_ID_LEN];
     int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id, &order);
+    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
 
     char *out = NULL;
     char order_arg[32];
@@ -171,7 +140,7 @@ static void test_saga_show_and_retry(void **state)
     char *st = testdb_str(t->db, "SELECT status FROM saga_instances WHERE id = ?", &p, 1);
     assert_string_equal(st, "COMPENSATED");
     txo_free(st);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM payments WHERE status = 'REFUNDED'"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM payments WHERE status = 'REFUNDED'"), 1);
     /* Retrying a COMPENSATED saga is refused. */
     assert_int_equal(run_txo(retry, &out), 1);
     free(out);
@@ -273,7 +242,7 @@ static void test_saga_list_stuck(void **state)
     char given_up[TXO_SAGA_ID_LEN];
     int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, given_up, &order);
+    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, given_up);
     struct txo_error err;
     txo_error_init(&err);
     struct txo_param gp = txo_p_str(given_up);
@@ -383,7 +352,8 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
     struct testproc w;
     testproc_start(&w, "cli_worker", argv, NULL);
     int64_t deadline = txo_monotonic_ms() + 20000;
-    while (q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'") > 0 &&
+    while (testdb_q(t->db,
+                    "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'") > 0 &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(100);
     bool stopped = testproc_stop(&w, 10000);
@@ -391,25 +361,26 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
         testproc_print_log(&w, "txo worker");
     assert_true(stopped);
     testproc_remove_log(&w);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
-                     0);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key IN "
-                          "('recent', 'old-pending')"),
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
+        0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key IN "
+                                     "('recent', 'old-pending')"),
                      2);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats_json_matches_tables, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dlq_list_and_replay, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_show_and_retry, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck_past_deadline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_environment_variable_warned, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_cleaner_deletes_old_rows, setup, teardown),
+        cmocka_unit_test(test_stats_json_matches_tables),
+        cmocka_unit_test(test_dlq_list_and_replay),
+        cmocka_unit_test(test_saga_show_and_retry),
+        cmocka_unit_test(test_saga_list_stuck),
+        cmocka_unit_test(test_saga_list_stuck_past_deadline),
+        cmocka_unit_test(test_unknown_environment_variable_warned),
+        cmocka_unit_test(test_worker_cleaner_deletes_old_rows),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
     return rc;
 }

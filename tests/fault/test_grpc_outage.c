@@ -34,8 +34,10 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testgrpc.h"
+#include "testoutbox.h"
 #include "testproc.h"
 #include "testrelay.h"
 #include "txo/grpc.h"
@@ -50,9 +52,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "grpc_outage");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "grpc_outage", 0);
     testgrpc_start(&c->g);
     *state = c;
     return 0;
@@ -62,44 +62,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testgrpc_cleanup(&c->g);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    unsigned n = *(const unsigned *)arg;
-    for (unsigned i = 1; i <= n; i++) {
-        char key[32], payload[64], agg[16];
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct ctx *c, unsigned n)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &n, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static struct txo_publisher *new_publisher(struct ctx *c)
@@ -120,13 +84,8 @@ static struct txo_publisher *new_publisher(struct ctx *c)
 static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
 {
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "grpc-outage";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL when retrying */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000;   /* the recovery loop retries often while the channel reconnects */
+    /* The recovery loop retries often while the channel reconnects. */
+    testrelay_outage_opts(&ro, "grpc-outage", BATCH);
     ro.breaker_open_ms = 200; /* the breaker opens during the outage: probe soon after */
     return testrelay_new(c->t.db, pub, &ro);
 }
@@ -135,11 +94,12 @@ static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
 static void retry_until_settled(struct ctx *c, struct txo_relay *r)
 {
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("%lld events still PENDING after 30 s",
-                     (long long)q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                     "'PENDING'"));
+                     (long long)testdb_q(c->t.db,
+                                         "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                         "'PENDING'"));
         testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                              "WHERE status = 'PENDING'");
         (void)testrelay_run_once(r);
@@ -181,12 +141,13 @@ static void test_server_killed_then_back(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 120;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
     testgrpc_kill(&c->g);
     size_t tried = 0;
@@ -202,11 +163,12 @@ static void test_server_killed_then_back(void **state)
         tried += claimed;
     }
     assert_int_equal(tried, n - BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                           "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
                           "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
                           "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
-                     n - BATCH);
+        n - BATCH);
     assert_int_equal(testrelay_run_once(r), 0); /* nothing is due: no hammering */
 
     int64_t t_restart = txo_monotonic_ms();
@@ -215,10 +177,11 @@ static void test_server_killed_then_back(void **state)
     retry_until_settled(c, r);
     print_message("server restarted in %lld ms; every event delivered %lld ms later\n",
                   (long long)(t_up - t_restart), (long long)(txo_monotonic_ms() - t_up));
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL"),
                      n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
@@ -233,48 +196,55 @@ static void test_rejections_and_retries(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 3 * BATCH;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
     /* Batch 1: one event refused for good, dead-lettered at once with the reason. */
     testgrpc_control(&c->g, "\"reject_permanent\": [\"order:7:created\"]");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     BATCH - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND idempotency_key = 'order:7:created' AND last_error = "
-                          "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
-                          "product in order:7:created'"),
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+        BATCH - 1);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND idempotency_key = 'order:7:created' AND last_error = "
+                              "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
+                              "product in order:7:created'"),
                      1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
                           "ON o.id = d.source_event_id WHERE o.idempotency_key = 'order:7:created' "
                           "AND d.error LIKE '%unknown product in order:7:created%'"),
-                     1);
+        1);
 
     /* Batch 2: UNAVAILABLE; batch 3: the deadline passes before the server does anything. */
     testgrpc_control(&c->g, "\"status\": \"UNAVAILABLE\", \"status_calls\": 1");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
-                          "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
-                          "NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
+                              "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
+                              "NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
     testgrpc_control(&c->g, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
-                          "%DEADLINE_EXCEEDED%'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
+                              "%DEADLINE_EXCEEDED%'"),
                      BATCH);
     txo_sleep_ms(1200); /* the sleeping handler finds the call gone and records nothing */
 
     testgrpc_control(&c->g, "");
     retry_until_settled(c, r);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
-                          "attempts = 1"),
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+                              "attempts = 1"),
                      2 * BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
@@ -296,20 +266,22 @@ static void test_deadline_after_processing_republished(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 2 * BATCH;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
     testgrpc_control(&c->g,
                      "\"sleep_ms\": 1500, \"sleep_calls\": 1, \"process_before_sleep\": true");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
-                          "%DEADLINE_EXCEEDED%'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
+                              "%DEADLINE_EXCEEDED%'"),
                      BATCH);
     testgrpc_control(&c->g, "");
     retry_until_settled(c, r);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
 
     /* The timed-out batch is there twice (attempt 1, taken before the deadline passed, and
      * attempt 2, the relay's retry), everything else once. */
@@ -360,7 +332,7 @@ static void test_relay_killed_after_publish_republishes(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 200;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     testdb_export_env(&c->t);
 
     run_relay(c, "grpc_relay_crash", "relay.after_publish:1", true);
@@ -368,13 +340,16 @@ static void test_relay_killed_after_publish_republishes(void **state)
     size_t got = recorded(c, &ev);
     assert_int_equal(got, 100); /* two batches reached the server */
     testgrpc_free_events(ev, got);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
     run_relay(c, "grpc_relay_after_crash", "", false);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
                      n);
     got = recorded(c, &ev);
     assert_int_equal(got, n + 50);
@@ -408,13 +383,11 @@ static void test_worker_refuses_grpc(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_server_killed_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rejections_and_retries, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deadline_after_processing_republished, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_relay_killed_after_publish_republishes, setup,
-                                        teardown),
-        cmocka_unit_test(test_worker_refuses_grpc),
+        cmocka_unit_test(test_server_killed_then_back),
+        cmocka_unit_test(test_rejections_and_retries),
+        cmocka_unit_test(test_deadline_after_processing_republished),
+        cmocka_unit_test(test_relay_killed_after_publish_republishes),
+        cmocka_unit_test_setup(test_worker_refuses_grpc, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

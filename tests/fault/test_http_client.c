@@ -43,6 +43,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testproc.h"
+#include "testrun.h"
+#include "testraw.h"
 #include "txo/http_client.h"
 #include "txo/txo.h"
 
@@ -53,17 +56,6 @@ struct fake_proc {
     char url[128];
     char err_path[256];
 };
-
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char line[1024];
-    while (fgets(line, sizeof(line), f) != NULL)
-        print_message("  | %s", line);
-    fclose(f);
-}
 
 /* Waits up to timeout_ms for pid; returns its wait status, or -1 when it is still running. */
 static int wait_pid_ms(pid_t pid, int64_t timeout_ms)
@@ -157,7 +149,7 @@ static int fake_spawn(struct fake_proc *sp, const char *const *args, bool expect
             unlink(sp->err_path);
             return status;
         }
-        dump_file(sp->err_path);
+        testproc_print_file(sp->err_path, "  | ");
         if (status == -1) {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
@@ -201,7 +193,7 @@ static void fake_stop(struct fake_proc *sp)
         waitpid(sp->pid, NULL, 0);
     }
     if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(sp->err_path);
+        testproc_print_file(sp->err_path, "  | ");
         fail_msg("txo-fake-services did not exit 0 on SIGTERM (status 0x%x)", status);
     }
     sp->pid = 0;
@@ -1016,22 +1008,6 @@ static void test_idle_connection_closed_by_the_server(void **state)
     txo_http_client_free(c);
 }
 
-/* A port nothing listens on: bound, then closed. */
-static unsigned closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_closed_port_is_unavailable_fast(void **state)
 {
     (void)state;
@@ -1041,7 +1017,8 @@ static void test_closed_port_is_unavailable_fast(void **state)
     struct txo_error err;
     txo_error_init(&err);
     char url[128];
-    snprintf(url, sizeof(url), "http://user:hunter2@127.0.0.1:%u/payments/charge", closed_port());
+    snprintf(url, sizeof(url), "http://user:hunter2@127.0.0.1:%u/payments/charge",
+             testraw_closed_port());
     int64_t t0 = txo_monotonic_ms();
     int rc = txo_http_post_json(c, url, "k", NULL, "{}", 2, &resp, &err);
     int64_t elapsed = txo_monotonic_ms() - t0;
@@ -1058,23 +1035,6 @@ static void test_closed_port_is_unavailable_fast(void **state)
     txo_http_client_free(c);
 }
 
-/* A port that accepts connections (the kernel's backlog) and never answers. Close the fd. */
-static int hanging_port(unsigned *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    socklen_t len = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static unsigned echo_requests(struct echo_server *es)
 {
     pthread_mutex_lock(&es->mu);
@@ -1088,8 +1048,8 @@ static void test_many_maps_each_request(void **state)
     struct echo_server *es = *state;
     struct txo_http_client *c = new_client(1000);
     unsigned hang_port = 0;
-    int hang_fd = hanging_port(&hang_port);
-    unsigned dead_port = closed_port();
+    int hang_fd = testraw_listen(&hang_port, 16);
+    unsigned dead_port = testraw_closed_port();
     enum { OK, DECLINED, REFUSED, DOWN, HANG, CLOSED, BAD_KEY, BAD_URL, NO_BODY, N };
     char urls[N][128];
     snprintf(urls[OK], sizeof(urls[OK]), "%s/status/201", es->base);
@@ -1222,28 +1182,24 @@ static void test_many_bounds_requests_in_flight(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_charge_is_idempotent, setup_fake, teardown_fake),
-        cmocka_unit_test_setup_teardown(test_refund_and_shipments, setup_fake, teardown_fake),
-        cmocka_unit_test_setup_teardown(test_failure_is_unavailable_without_effect, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test_setup_teardown(test_decline_is_business_and_final, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test_setup_teardown(test_hang_ends_at_the_timeout, setup_fake, teardown_fake),
-        cmocka_unit_test_setup_teardown(test_keepalive_reuses_one_connection, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test_setup_teardown(test_many_runs_concurrently_once_per_key, setup_fake,
-                                        teardown_fake),
-        cmocka_unit_test(test_flags_and_environment),
-        cmocka_unit_test(test_sigterm_releases_a_hung_call),
+        cmocka_unit_test(test_charge_is_idempotent),
+        cmocka_unit_test(test_refund_and_shipments),
+        cmocka_unit_test(test_failure_is_unavailable_without_effect),
+        cmocka_unit_test(test_decline_is_business_and_final),
+        cmocka_unit_test(test_hang_ends_at_the_timeout),
+        cmocka_unit_test(test_keepalive_reuses_one_connection),
+        cmocka_unit_test(test_many_runs_concurrently_once_per_key),
+        cmocka_unit_test_setup(test_flags_and_environment, testrun_no_fixture),
+        cmocka_unit_test_setup(test_sigterm_releases_a_hung_call, testrun_no_fixture),
         cmocka_unit_test_setup_teardown(test_status_mapping, setup_echo, teardown_echo),
         cmocka_unit_test_setup_teardown(test_headers_limits_and_bad_input, setup_echo,
                                         teardown_echo),
         cmocka_unit_test_setup_teardown(test_idle_connection_closed_by_the_server,
                                         setup_echo_short_idle, teardown_echo),
-        cmocka_unit_test(test_closed_port_is_unavailable_fast),
+        cmocka_unit_test_setup(test_closed_port_is_unavailable_fast, testrun_no_fixture),
         cmocka_unit_test_setup_teardown(test_many_maps_each_request, setup_echo, teardown_echo),
         cmocka_unit_test_setup_teardown(test_many_bounds_requests_in_flight, setup_echo,
                                         teardown_echo),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup_fake, teardown_fake, NULL, NULL);
 }

@@ -41,9 +41,11 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 #include "testraw.h"
 
@@ -57,14 +59,8 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "hostile");
-    testdb_export_env(&c->t);
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "SKU-A", 1000, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "hostile", TESTDB_NEW_EXPORT_ENV);
+    testorders_stock(c->t.db, "SKU-A", 1000);
     *state = c;
     return 0;
 }
@@ -73,8 +69,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testproc_stop_hard(&c->srv);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -660,10 +655,7 @@ static void test_pipelined_requests(void **state)
 static void test_sku_match_is_exact(void **state)
 {
     struct ctx *c = *state;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "fuzz-sku", 5, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    testorders_stock(c->t.db, "fuzz-sku", 5);
     start(c, NULL);
     int fd = dial(c->port);
     static const char *const others[] = {"FUZZ-SKU", "fuzz-sku ", "Fuzz-Sku"};
@@ -698,14 +690,14 @@ static void test_sku_match_is_exact(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_smuggling_shapes_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nul_bytes_are_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slow_clients_are_closed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_malformed_bodies_are_400, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_limits_answer_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_api_refuses_ambiguous_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_pipelined_requests, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sku_match_is_exact, setup, teardown),
+        cmocka_unit_test(test_smuggling_shapes_are_refused),
+        cmocka_unit_test(test_nul_bytes_are_refused),
+        cmocka_unit_test(test_slow_clients_are_closed),
+        cmocka_unit_test(test_malformed_bodies_are_400),
+        cmocka_unit_test(test_limits_answer_json),
+        cmocka_unit_test(test_api_refuses_ambiguous_input),
+        cmocka_unit_test(test_pipelined_requests),
+        cmocka_unit_test(test_sku_match_is_exact),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

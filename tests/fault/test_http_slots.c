@@ -37,6 +37,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
@@ -70,10 +71,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "slots");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "slots", TESTDB_NEW_EXPORT_ENV);
     *state = c;
     return 0;
 }
@@ -82,8 +80,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testproc_stop_hard(&c->srv);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -369,11 +366,9 @@ int main(void)
         (void)setrlimit(RLIMIT_NOFILE, &rl);
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_idle_connections_yield_to_new_clients, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_slow_heads_do_not_take_every_slot, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_returns_after_connection_waves, setup,
-                                        teardown),
+        cmocka_unit_test(test_idle_connections_yield_to_new_clients),
+        cmocka_unit_test(test_slow_heads_do_not_take_every_slot),
+        cmocka_unit_test(test_memory_returns_after_connection_waves),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -23,8 +23,10 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 
 struct ctx {
@@ -40,14 +42,8 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "tls");
-    testdb_export_env(&c->t);
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "SKU-A", 100, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "tls", TESTDB_NEW_EXPORT_ENV);
+    testorders_stock(c->t.db, "SKU-A", 100);
     snprintf(c->dir, sizeof(c->dir), "/tmp/txo-tls-XXXXXX");
     assert_non_null(mkdtemp(c->dir));
     snprintf(c->cert, sizeof(c->cert), "%s/cert.pem", c->dir);
@@ -70,8 +66,7 @@ static int teardown(void **state)
     unlink(c->cert);
     unlink(c->key);
     rmdir(c->dir);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -231,10 +226,10 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_https_with_keep_alive, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unusable_key_stops_the_start, setup, teardown),
+        cmocka_unit_test(test_https_with_keep_alive),
+        cmocka_unit_test(test_unusable_key_stops_the_start),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

@@ -27,6 +27,9 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
+#include "testrelay.h"
+#include "testrun.h"
 #include "testdb.h"
 #include "testnats.h"
 #include "txo/nats.h"
@@ -43,9 +46,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "nats_outage");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "nats_outage", 0);
     testnats_start(&c->nats);
     *state = c;
     return 0;
@@ -57,37 +58,8 @@ static int teardown(void **state)
     txo_log_set_sink(NULL, NULL); /* a test that failed may have left its capturing sink */
     txo_log_set_level(TXO_LOG_INFO);
     testnats_cleanup(&c->nats);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    (void)arg;
-    for (unsigned i = 1; i <= N_EVENTS; i++) {
-        char key[32], payload[64];
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 /* One relay cycle; returns the batch size and its duration in *ms. */
@@ -140,8 +112,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
 {
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, NULL, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
+    testoutbox_append_orders(c->t.db, N_EVENTS);
 
     struct txo_nats_opts o;
     txo_nats_opts_init(&o);
@@ -154,13 +125,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
         fail_msg("txo_publisher_nats_new: %s", err.msg);
 
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "outage-relay";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL after the recovery */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000; /* the recovery loop below retries often while cnats reconnects */
+    /* The recovery loop below retries often while cnats reconnects. */
+    testrelay_outage_opts(&ro, "outage-relay", BATCH);
     struct txo_relay *r = NULL;
     if (txo_relay_new(c->t.db, pub, &ro, &r, &err) < 0)
         fail_msg("txo_relay_new: %s", err.msg);
@@ -168,7 +134,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
     /* 1. Up: one batch goes out. */
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
     /* 2. Down: the rows tried fail without hanging, and back off. */
     if (mode == OUTAGE_KILL)
@@ -193,7 +160,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
         tried += claimed;
     }
     assert_int_equal(tried, mode == OUTAGE_HANG ? 2 * BATCH : N_EVENTS - BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
     const char *pending_sql =
         mode == OUTAGE_HANG
             ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
@@ -205,7 +173,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
               "AND (last_error LIKE 'TXO_EUNAVAILABLE: nats%' "
               "OR last_error LIKE 'TXO_ETIMEOUT: nats%') "
               "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
-    assert_int_equal(q(c, pending_sql), tried);
+    assert_int_equal(testdb_q(c->t.db, pending_sql), tried);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.failed_attempts, tried);
@@ -227,11 +195,13 @@ static void outage(struct ctx *c, enum outage_mode mode)
     else
         testnats_restart(&c->nats);
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("%lld events still not published 30 s after the broker came back",
-                     (long long)q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                     "'PUBLISHED'"));
+                     (long long)testdb_q(c->t.db,
+                                         "SELECT COUNT(*) FROM outbox_events WHERE status <> "
+                                         "'PUBLISHED'"));
         testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                              "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);
@@ -239,10 +209,11 @@ static void outage(struct ctx *c, enum outage_mode mode)
         if (ms > ACK_TIMEOUT_MS + 2000)
             fail_msg("a relay cycle took %lld ms during recovery", (long long)ms);
     }
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL AND published_at IS NOT NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL AND published_at IS NOT NULL"),
                      N_EVENTS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
     txo_log_set_sink(NULL, NULL);
     txo_log_set_level(level);
     pthread_mutex_destroy(&dc.mu);
@@ -292,11 +263,11 @@ static void test_broker_hangs_then_resumes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_broker_stopped_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_killed_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_hangs_then_resumes, setup, teardown),
+        cmocka_unit_test(test_broker_stopped_then_back),
+        cmocka_unit_test(test_broker_killed_then_back),
+        cmocka_unit_test(test_broker_hangs_then_resumes),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
     return failed;
 }

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_services.h"
 #include "order_saga.h"
 #include "orders.h"
@@ -474,12 +475,10 @@ static void test_saga_batch_calls_the_services_together(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_batch_is_concurrent_and_applied_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bulkhead_bounds_a_batch, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_batch_calls_the_services_together, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_open_breaker_refuses_without_a_request, setup,
-                                        teardown),
+        cmocka_unit_test(test_batch_is_concurrent_and_applied_once),
+        cmocka_unit_test(test_bulkhead_bounds_a_batch),
+        cmocka_unit_test(test_saga_batch_calls_the_services_together),
+        cmocka_unit_test(test_open_breaker_refuses_without_a_request),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

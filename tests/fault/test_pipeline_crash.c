@@ -39,6 +39,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testpipeline.h"
@@ -51,10 +52,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "pipeline_crash");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "pipeline_crash", TESTDB_NEW_EXPORT_ENV);
     testpipeline_init(&c->p, c->t.db);
     *state = c;
     return 0;
@@ -64,16 +62,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testpipeline_release(&c->p);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-/* ---- database ---- */
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 /* ---- relay crash after publishing, with local dispatch ---- */
@@ -87,12 +77,9 @@ static void test_relay_crash_after_publish_local(void **state)
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     /* 1. Orders through the API only: all PENDING in the outbox. */
-    unsigned port = testproc_free_port();
+    unsigned port;
+    struct testproc *serve = testpipeline_start_serve(&c->p, "ef_serve", &port);
     struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "ef_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
     for (unsigned i = 0; i < RELAY_CRASH_ORDERS; i++) {
         char key[64], body[256];
         snprintf(key, sizeof(key), "ef-%u", i);
@@ -103,8 +90,9 @@ static void test_relay_crash_after_publish_local(void **state)
         (void)testpipeline_post_order(&c->p, port, key, body);
     }
     testpipeline_stop_clean(&c->p, serve);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                          "AND event_type = 'OrderCreated'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                              "AND event_type = 'OrderCreated'"),
                      RELAY_CRASH_ORDERS);
 
     /* 2. `txo up` dispatches the batch, then dies before marking it. */
@@ -118,10 +106,11 @@ static void test_relay_crash_after_publish_local(void **state)
     struct testproc *up1 = testpipeline_start(&c->p, "ef_up_crash", &a);
     testpipeline_expect_crash(&c->p, up1, 30000);
     /* Every event reached the consumer (inbox row + saga committed) and none was marked. */
-    int64_t processing = q(c, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
-                              "'OrderCreated' AND status = 'PROCESSING' AND locked_by IS NOT NULL");
-    int64_t inbox = q(c, "SELECT COUNT(*) FROM inbox_events");
-    int64_t sagas = q(c, "SELECT COUNT(*) FROM saga_instances");
+    int64_t processing =
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
+                          "'OrderCreated' AND status = 'PROCESSING' AND locked_by IS NOT NULL");
+    int64_t inbox = testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events");
+    int64_t sagas = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances");
     print_message("after the crash: %" PRId64 " OrderCreated PROCESSING, %" PRId64
                   " inbox rows, %" PRId64 " sagas\n",
                   processing, inbox, sagas);
@@ -165,14 +154,15 @@ static void test_relay_crash_after_publish_local(void **state)
                           dups, RELAY_CRASH_ORDERS);
     assert_true(consumed == 0); /* no OrderCreated was new to the second run */
     assert_true(reclaimed);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments"), RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments"), RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL AND published_at IS NOT NULL"),
-                     q(c, "SELECT COUNT(*) FROM outbox_events"));
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM payments"), RELAY_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM shipments"), RELAY_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), RELAY_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL AND published_at IS NOT NULL"),
+                     testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events"));
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
 }
@@ -197,12 +187,9 @@ static void kill_mid_sagas(struct ctx *c, bool single)
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"lamp", LAMPS}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
-    unsigned port = testproc_free_port();
+    unsigned port;
+    struct testproc *serve = testpipeline_start_serve(&c->p, "kill_serve", &port);
     struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "kill_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
     unsigned lamp_orders = 0;
     for (unsigned i = 0; i < KILL_ORDERS; i++) {
         char key[64], body[256];
@@ -249,15 +236,18 @@ static void kill_mid_sagas(struct ctx *c, bool single)
         crashes++;
 
         /* What the dead process left behind. */
-        completed_steps = q(c, "SELECT COUNT(*) FROM saga_steps WHERE status = 'COMPLETED'");
-        unfinished = q(c, "SELECT COUNT(*) FROM saga_instances "
-                          "WHERE status IN ('RUNNING', 'COMPENSATING')");
-        owned = q(c, "SELECT COUNT(*) FROM saga_instances WHERE status IN ('RUNNING', "
+        completed_steps =
+            testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_steps WHERE status = 'COMPLETED'");
+        unfinished = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances "
+                                       "WHERE status IN ('RUNNING', 'COMPENSATING')");
+        owned = testdb_q(
+            c->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status IN ('RUNNING', "
                      "'COMPENSATING') AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)");
-        half_done = q(c, "SELECT COUNT(DISTINCT s.id) FROM saga_instances s JOIN saga_steps st "
-                         "ON st.saga_id = s.id WHERE s.status IN ('RUNNING', 'COMPENSATING') "
-                         "AND st.status = 'COMPLETED'");
-        terminal = q(c, "SELECT COUNT(*) FROM orders WHERE status <> 'CREATED'");
+        half_done = testdb_q(c->t.db,
+                             "SELECT COUNT(DISTINCT s.id) FROM saga_instances s JOIN saga_steps st "
+                             "ON st.saga_id = s.id WHERE s.status IN ('RUNNING', 'COMPENSATING') "
+                             "AND st.status = 'COMPLETED'");
+        terminal = testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status <> 'CREATED'");
         print_message("after kill %u: %" PRId64 " steps COMPLETED, %" PRId64
                       " sagas unfinished (%" PRId64 " owned by the dead process under lease, "
                       "%" PRId64 " with a step already COMPLETED), %" PRId64 " orders terminal\n",
@@ -306,12 +296,12 @@ static void kill_mid_sagas(struct ctx *c, bool single)
                           " sagas left unfinished",
                           picked_up, unfinished);
     int64_t want_confirmed = KILL_ORDERS - (lamp_orders - LAMPS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      want_confirmed);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"),
                      lamp_orders - LAMPS);
-    assert_int_equal(q(c, "SELECT available FROM inventory WHERE sku = 'lamp'"), 0);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), KILL_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT available FROM inventory WHERE sku = 'lamp'"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), KILL_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
 }
@@ -329,10 +319,10 @@ static void test_worker_killed_mid_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_local, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed_mid_sagas, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed_mid_batch, setup, teardown),
+        cmocka_unit_test(test_relay_crash_after_publish_local),
+        cmocka_unit_test(test_worker_killed_mid_sagas),
+        cmocka_unit_test(test_worker_killed_mid_batch),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     return rc;
 }

@@ -30,13 +30,12 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testkafka.h"
 #include "testpipeline.h"
 #include "testproc.h"
 #include "txo/kafka.h"
-
-static struct testkafka cluster;
 
 struct ctx {
     struct testdb t;
@@ -46,33 +45,16 @@ struct ctx {
     char group[64];
 };
 
-static int group_setup(void **state)
-{
-    (void)state;
-    testkafka_start(&cluster);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testkafka_stop(&cluster);
-    return 0;
-}
-
 static int setup(void **state)
 {
     static unsigned seq;
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "pipeline_kafka");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "pipeline_kafka", TESTDB_NEW_EXPORT_ENV);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->prefix, sizeof(c->prefix), "pipe%ld_%u", (long)getpid(), seq);
     snprintf(c->topic, sizeof(c->topic), "%s.order", c->prefix);
     snprintf(c->group, sizeof(c->group), "pipe-worker-%ld-%u", (long)getpid(), seq);
     seq++;
-    testkafka_create_topic(&cluster, c->topic, 3);
+    testkafka_create_topic(&testkafka_shared, c->topic, 3);
     *state = c;
     return 0;
 }
@@ -81,19 +63,13 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testpipeline_release(&c->p);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static void args_kafka(struct ctx *c, struct testpipeline_args *a)
 {
-    testpipeline_args_addf(a, "--kafka-brokers=%s", cluster.bootstraps);
+    testpipeline_args_addf(a, "--kafka-brokers=%s", testkafka_shared.bootstraps);
     testpipeline_args_addf(a, "--kafka-topic-template=%s.{aggregate_type}", c->prefix);
     testpipeline_args_addf(a, "--kafka-group=%s", c->group);
     testpipeline_args_add(a, "--kafka-delivery-timeout=3000");
@@ -101,37 +77,11 @@ static void args_kafka(struct ctx *c, struct testpipeline_args *a)
     testpipeline_args_add(a, "--kafka-property=session.timeout.ms=6000,heartbeat.interval.ms=300");
 }
 
-static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", tag, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
-                 "250}]}",
-                 700 + i, 1 + i % 2);
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
-}
-
-/* Orders through `txo serve` alone (no relay, no worker): their OrderCreated wait PENDING. */
-static void orders_via_serve(struct ctx *c, const char *tag, unsigned n)
-{
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "k_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, tag, n);
-    testpipeline_stop_clean(&c->p, serve);
-}
-
 /* How many records of the order topic carry each OrderCreated key; *dups the extra copies. */
 static size_t created_records(struct ctx *c, size_t *dups)
 {
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&cluster, c->topic, &r);
+    size_t n = testkafka_read(&testkafka_shared, c->topic, &r);
     size_t created = 0;
     for (size_t i = 0; i < n; i++) {
         char *type = testkafka_header(&r[i], TXO_KAFKA_HEADER_EVENT_TYPE);
@@ -205,13 +155,15 @@ static void test_relay_crash_republished_consumed_once(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    orders_via_serve(c, "rcrash", RELAY_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "rcrash", RELAY_CRASH_ORDERS, false);
 
     /* Batch 1 (5 events) published and marked; batch 2 published, then SIGKILL. */
     struct testproc *r1 = start_relay(c, "k_relay_crash", "relay.after_publish:1");
     testpipeline_expect_crash(&c->p, r1, 30000);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 5);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 5);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 5);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 5);
     size_t dups = 0;
     assert_int_equal(created_records(c, &dups), RELAY_CRASH_ORDERS);
     assert_int_equal(dups, 0);
@@ -249,8 +201,8 @@ static void test_relay_crash_republished_consumed_once(void **state)
     assert_true(dup_seen >= 5);
     assert_true(consumed == RELAY_CRASH_ORDERS);
     assert_true(delays == consumed);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), RELAY_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      RELAY_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
@@ -262,14 +214,14 @@ static void test_worker_crash_before_commit(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    orders_via_serve(c, "wcrash", WORKER_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "wcrash", WORKER_CRASH_ORDERS, false);
     struct testproc *relay = start_relay(c, "k_relay", NULL);
     testpipeline_wait_published(&c->p, 30000);
 
     struct testproc *w1 = start_worker(c, "k_worker_crash", "worker.after_consume", 0);
     testpipeline_expect_crash(&c->p, w1, 30000);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), 1);
 
     /* The offset was not committed: the same group gets the record again. */
     unsigned mport = testproc_free_port();
@@ -284,8 +236,8 @@ static void test_worker_crash_before_commit(void **state)
     testpipeline_stop_clean(&c->p, relay);
     assert_true(dup_seen >= 1);
     assert_true(consumed == WORKER_CRASH_ORDERS - 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), WORKER_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), WORKER_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      WORKER_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
@@ -307,7 +259,7 @@ static void test_up_through_kafka(void **state)
     testpipeline_args_add(&a, "--poll=100");
     struct testproc *up = testpipeline_start(&c->p, "k_up", &a);
     testpipeline_wait_ready(&c->p, up, port);
-    place_orders(c, port, "up", UP_ORDERS);
+    testpipeline_place_orders(&c->p, port, "up", UP_ORDERS, false);
     testpipeline_wait_terminal(&c->p, UP_ORDERS, 30000, "through txo up");
     testpipeline_wait_published(&c->p, 30000);
     double skipped =
@@ -317,7 +269,8 @@ static void test_up_through_kafka(void **state)
     print_message("txo up: handled %.0f, skipped (other event types on the topic) %.0f\n", handled,
                   skipped);
     testpipeline_stop_clean(&c->p, up);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), UP_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     UP_ORDERS);
     assert_true(handled >= UP_ORDERS);
     size_t dups = 0;
     assert_int_equal(created_records(c, &dups), UP_ORDERS);
@@ -328,12 +281,12 @@ static void test_up_through_kafka(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_crash_republished_consumed_once, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_worker_crash_before_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_kafka, setup, teardown),
+        cmocka_unit_test(test_relay_crash_republished_consumed_once),
+        cmocka_unit_test(test_worker_crash_before_commit),
+        cmocka_unit_test(test_up_through_kafka),
     };
     if (getenv("TXO_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, testkafka_group_setup,
+                        testkafka_group_teardown);
 }

@@ -35,6 +35,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testnats.h"
@@ -54,10 +55,7 @@ struct ctx {
 static int setup(void **state)
 {
     static unsigned seq;
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "pipeline_nats");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "pipeline_nats", TESTDB_NEW_EXPORT_ENV);
     testnats_start(&c->nats);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->stream, sizeof(c->stream), "PIPE_%ld_%u", (long)getpid(), seq);
@@ -73,16 +71,8 @@ static int teardown(void **state)
     struct ctx *c = *state;
     testpipeline_release(&c->p);
     testnats_cleanup(&c->nats);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-/* ---- database ---- */
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 /* ---- NATS ---- */
@@ -107,7 +97,7 @@ static int cmp_str(const void *a, const void *b)
  */
 static void check_stream_matches_outbox(struct ctx *c)
 {
-    int64_t rows = q(c, "SELECT COUNT(*) FROM outbox_events");
+    int64_t rows = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events");
     uint64_t msgs = testnats_stream_msgs(&c->nats, c->stream);
     if (msgs != (uint64_t)rows)
         TESTPIPELINE_FAIL(&c->p,
@@ -129,20 +119,6 @@ static void check_stream_matches_outbox(struct ctx *c)
     testnats_free_ids(ids, n);
 }
 
-static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", tag, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
-                 "250}%s]}",
-                 700 + i, 1 + i % 2,
-                 i % 3 == 0 ? ",{\"sku\":\"book\",\"qty\":1,\"price_cents\":1500}" : "");
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
-}
-
 /* ---- the worker dies between its commit and the ack ---- */
 
 #define ACK_CRASH_ORDERS 10
@@ -153,14 +129,8 @@ static void test_worker_crash_before_ack_nats(void **state)
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
-    unsigned port = testproc_free_port();
+    testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, true);
     struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "f_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, "ackcrash", ACK_CRASH_ORDERS);
-    testpipeline_stop_clean(&c->p, serve);
 
     /* The relay publishes every OrderCreated to JetStream. */
     testpipeline_args_init(&a, "relay");
@@ -184,8 +154,8 @@ static void test_worker_crash_before_ack_nats(void **state)
     testpipeline_args_add(&a, "--crash-point=worker.after_consume");
     struct testproc *w1 = testpipeline_start(&c->p, "f_worker_crash", &a);
     testpipeline_expect_crash(&c->p, w1, 30000);
-    int64_t inbox = q(c, "SELECT COUNT(*) FROM inbox_events");
-    int64_t sagas = q(c, "SELECT COUNT(*) FROM saga_instances");
+    int64_t inbox = testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events");
+    int64_t sagas = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances");
     int64_t unacked = testnats_consumer_ack_pending(&c->nats, c->stream, c->durable);
     print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " sagas, %" PRId64
                   " messages delivered and not acknowledged\n",
@@ -236,12 +206,12 @@ static void test_worker_crash_before_ack_nats(void **state)
                           " were consumed before the crash)",
                           consumed, ACK_CRASH_ORDERS - inbox, inbox);
 
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      ACK_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM saga_instances"), ACK_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), ACK_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
                      ACK_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
                      ACK_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     check_stream_matches_outbox(c);
@@ -274,14 +244,14 @@ static void test_broker_outage_end_to_end_nats(void **state)
     testpipeline_wait_ready(&c->p, up, port);
 
     /* One order end to end while the broker is up: stream and durable exist. */
-    place_orders(c, port, "d-warm", 1);
+    testpipeline_place_orders(&c->p, port, "d-warm", 1, true);
     if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
                                  30000))
         TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through NATS");
 
     /* Broker down: the API still answers 201, the events wait in the outbox. */
     testnats_stop(&c->nats);
-    place_orders(c, port, "outage", OUTAGE_ORDERS);
+    testpipeline_place_orders(&c->p, port, "outage", OUTAGE_ORDERS, true);
     const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
                           "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
                           "AND published_at IS NULL";
@@ -289,19 +259,22 @@ static void test_broker_outage_end_to_end_nats(void **state)
         TESTPIPELINE_FAIL(
             &c->p,
             "want the %d new OrderCreated PENDING with attempts >= 1 and last_error, got %" PRId64,
-            OUTAGE_ORDERS, q(c, waiting));
+            OUTAGE_ORDERS, testdb_q(c->t.db, waiting));
     char *last_error = testdb_str(c->t.db,
                                   "SELECT last_error FROM outbox_events WHERE event_type = "
                                   "'OrderCreated' AND status = 'PENDING' LIMIT 1",
                                   NULL, 0);
-    int64_t max_attempts = q(c, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t max_attempts =
+        testdb_q(c->t.db, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
     print_message("broker down: %d OrderCreated PENDING, attempts up to %" PRId64
                   ", last_error \"%s\"\n",
                   OUTAGE_ORDERS, max_attempts, last_error != NULL ? last_error : "(null)");
     txo_free(last_error);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), OUTAGE_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"),
+                     OUTAGE_ORDERS);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     /* Back on the same port and store: everything is delivered. */
     testnats_restart(&c->nats);
@@ -310,13 +283,15 @@ static void test_broker_outage_end_to_end_nats(void **state)
                                  OUTAGE_ORDERS + 1, 30000))
         TESTPIPELINE_FAIL(
             &c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after the broker came back",
-            q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), OUTAGE_ORDERS + 1);
+            testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+            OUTAGE_ORDERS + 1);
     print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n",
                   txo_monotonic_ms() - t0);
     testpipeline_wait_published(&c->p, 30000);
     testpipeline_stop_clean(&c->p, up);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE published_at IS NULL "
-                          "OR locked_by IS NOT NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE published_at IS NULL "
+                              "OR locked_by IS NOT NULL"),
                      0);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     check_stream_matches_outbox(c);
@@ -404,8 +379,9 @@ static void test_relay_only_foreign_rows_nats(void **state)
     if (!testproc_wait(relay, 30000) || !testproc_exited_with(relay, 0))
         TESTPIPELINE_FAIL(&c->p, "txo relay --drain did not exit 0 (wait status 0x%x)",
                           relay->status);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
-                          "published_at IS NOT NULL AND attempts = 0 AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+                              "published_at IS NOT NULL AND attempts = 0 AND last_error IS NULL"),
                      TXO_ARRAY_LEN(foreign));
 
     /* The stream, with the idempotency keys as message ids, each once and each aggregate's
@@ -555,7 +531,8 @@ static void test_two_of_each_daemon_nats(void **state)
             start_daemon(c, i == 0 ? "scale_worker1" : "scale_worker2", "worker", worker, true);
     }
     for (int i = 0; i < 2; i++)
-        place_orders(c, api[i], i == 0 ? "scale-a" : "scale-b", SCALE_ORDERS / 2);
+        testpipeline_place_orders(&c->p, api[i], i == 0 ? "scale-a" : "scale-b", SCALE_ORDERS / 2,
+                                  true);
     testpipeline_wait_terminal(&c->p, SCALE_ORDERS, 60000, "with two of each daemon");
     testpipeline_wait_published(&c->p, 30000);
 
@@ -578,11 +555,11 @@ static void test_two_of_each_daemon_nats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_outage_end_to_end_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_relay_only_foreign_rows_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_of_each_daemon_nats, setup, teardown),
+        cmocka_unit_test(test_worker_crash_before_ack_nats),
+        cmocka_unit_test(test_broker_outage_end_to_end_nats),
+        cmocka_unit_test(test_relay_only_foreign_rows_nats),
+        cmocka_unit_test(test_two_of_each_daemon_nats),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     return rc;
 }

@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -45,10 +46,7 @@ struct ctx {
 static int setup(void **state)
 {
     static unsigned seq;
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "pipeline_redis");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "pipeline_redis", TESTDB_NEW_EXPORT_ENV);
     testredis_start(&c->redis);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->tmpl, sizeof(c->tmpl), "pipe%ld_%u.{aggregate_type}", (long)getpid(), seq);
@@ -64,14 +62,8 @@ static int teardown(void **state)
     struct ctx *c = *state;
     testpipeline_release(&c->p);
     testredis_cleanup(&c->redis);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static void args_redis(struct ctx *c, struct testpipeline_args *a)
@@ -123,7 +115,8 @@ static size_t check_stream_matches_outbox(struct ctx *c)
     for (size_t i = 0; i < n; i++)
         free(keys[i]);
     free(keys);
-    int64_t rows = q(c, "SELECT COUNT(*) FROM outbox_events WHERE aggregate_type = 'order'");
+    int64_t rows =
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE aggregate_type = 'order'");
     if ((int64_t)distinct != rows)
         TESTPIPELINE_FAIL(&c->p, "stream %s holds %zu distinct events, the outbox %" PRId64,
                           c->stream, distinct, rows);
@@ -140,31 +133,6 @@ static void wait_group_settled(struct ctx *c)
                               testredis_group_pending(&c->redis, c->stream, c->group), c->group);
         txo_sleep_ms(100);
     }
-}
-
-static void place_orders(struct ctx *c, unsigned port, const char *tag, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", tag, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
-                 "250}]}",
-                 700 + i, 1 + i % 2);
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
-}
-
-static void serve_orders(struct ctx *c, const char *tag, unsigned n)
-{
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "serve");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    struct testproc *serve = testpipeline_start(&c->p, "r_serve", &a);
-    testpipeline_wait_ready(&c->p, serve, port);
-    place_orders(c, port, tag, n);
-    testpipeline_stop_clean(&c->p, serve);
 }
 
 static const struct testpipeline_stock stock[] = {{"pen", 1000}};
@@ -212,7 +180,7 @@ static void test_worker_crash_before_ack_redis(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    serve_orders(c, "ackcrash", ACK_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, false);
     struct testproc *relay = start_relay(c, "r_relay", NULL);
     if (!testpipeline_wait_count(&c->p,
                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
@@ -223,8 +191,8 @@ static void test_worker_crash_before_ack_redis(void **state)
     struct testproc *w1 = start_worker(c, "r_worker_crash", "worker.after_consume", NULL);
     testpipeline_expect_crash(&c->p, w1, 30000);
     /* The worker committed inbox rows + sagas of its first read, then died unacked. */
-    int64_t inbox = q(c, "SELECT COUNT(*) FROM inbox_events");
-    int64_t sagas = q(c, "SELECT COUNT(*) FROM saga_instances");
+    int64_t inbox = testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events");
+    int64_t sagas = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances");
     int64_t pending = testredis_group_pending(&c->redis, c->stream, c->group);
     print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " sagas, %" PRId64
                   " entries pending\n",
@@ -265,7 +233,7 @@ static void test_worker_crash_before_ack_redis(void **state)
                           "txo_inbox_consumed_total = %.0f, want %" PRId64 " (%" PRId64
                           " were consumed before the crash)",
                           consumed, ACK_CRASH_ORDERS - inbox, inbox);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      ACK_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     assert_int_equal(check_stream_matches_outbox(c), 0);
@@ -294,36 +262,39 @@ static void test_broker_killed_end_to_end_redis(void **state)
     struct testproc *up = testpipeline_start(&c->p, "r_up", &a);
     testpipeline_wait_ready(&c->p, up, port);
 
-    place_orders(c, port, "warm", 1);
+    testpipeline_place_orders(&c->p, port, "warm", 1, false);
     if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
                                  30000))
         TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through Redis");
 
     testredis_kill(&c->redis);
-    place_orders(c, port, "outage", OUTAGE_ORDERS);
+    testpipeline_place_orders(&c->p, port, "outage", OUTAGE_ORDERS, false);
     const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
                           "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
                           "AND published_at IS NULL";
     if (!testpipeline_wait_count(&c->p, waiting, OUTAGE_ORDERS, 20000))
         TESTPIPELINE_FAIL(&c->p,
                           "want the %d new OrderCreated PENDING with a last_error, got %" PRId64,
-                          OUTAGE_ORDERS, q(c, waiting));
+                          OUTAGE_ORDERS, testdb_q(c->t.db, waiting));
     char *last_error = testdb_str(c->t.db,
                                   "SELECT last_error FROM outbox_events WHERE event_type = "
                                   "'OrderCreated' AND status = 'PENDING' LIMIT 1",
                                   NULL, 0);
     print_message("broker down: last_error \"%s\"\n", last_error != NULL ? last_error : "(null)");
     txo_free(last_error);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), OUTAGE_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"),
+                     OUTAGE_ORDERS);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     testredis_restart(&c->redis);
     int64_t t0 = txo_monotonic_ms();
     if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'",
                                  OUTAGE_ORDERS + 1, 30000))
-        TESTPIPELINE_FAIL(&c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after Redis came back",
-                          q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
-                          OUTAGE_ORDERS + 1);
+        TESTPIPELINE_FAIL(
+            &c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after Redis came back",
+            testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+            OUTAGE_ORDERS + 1);
     print_message("all orders CONFIRMED %" PRId64 " ms after Redis came back\n",
                   txo_monotonic_ms() - t0);
     testpipeline_wait_published(&c->p, 30000);
@@ -343,12 +314,13 @@ static void test_relay_crash_after_publish_redis(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    serve_orders(c, "relaycrash", RELAY_CRASH_ORDERS);
+    testpipeline_serve_orders(&c->p, "relaycrash", RELAY_CRASH_ORDERS, false);
 
     struct testproc *r1 = start_relay(c, "r_relay_crash", "relay.after_publish:1");
     testpipeline_expect_crash(&c->p, r1, 30000);
     /* The first batch (4) is marked; the second was published, its transaction rolled back. */
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 4);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 4);
     assert_int_equal(testredis_xlen(&c->redis, c->stream), 8);
 
     struct testproc *r2 = start_relay(c, "r_relay", NULL);
@@ -367,9 +339,9 @@ static void test_relay_crash_after_publish_redis(void **state)
     assert_int_equal(stream_dups, 4);
     if (dups != 4)
         TESTPIPELINE_FAIL(&c->p, "txo_inbox_duplicates_total = %.0f, want 4", dups);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      RELAY_CRASH_ORDERS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), RELAY_CRASH_ORDERS);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), RELAY_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_remove_logs(&c->p);
 }
@@ -377,9 +349,9 @@ static void test_relay_crash_after_publish_redis(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_worker_crash_before_ack_redis, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_killed_end_to_end_redis, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_relay_crash_after_publish_redis, setup, teardown),
+        cmocka_unit_test(test_worker_crash_before_ack_redis),
+        cmocka_unit_test(test_broker_killed_end_to_end_redis),
+        cmocka_unit_test(test_relay_crash_after_publish_redis),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

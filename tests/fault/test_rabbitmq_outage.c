@@ -38,7 +38,9 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testoutbox.h"
 #include "testproc.h"
+#include "testinbox.h"
 #include "testrabbit.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
@@ -52,69 +54,12 @@
 #define CONFIRM_TIMEOUT_MS 1000
 #define CONNECT_TIMEOUT_MS 500
 
-static struct testrabbit broker;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testrabbit_start(&broker);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testrabbit_cleanup(&broker);
-    return 0;
-}
-
 static void opts(struct txo_rabbitmq_opts *o)
 {
     txo_rabbitmq_opts_init(o);
-    o->url = broker.url;
+    o->url = testrabbit_shared.url;
     o->connect_timeout_ms = CONNECT_TIMEOUT_MS;
     o->confirm_timeout_ms = CONFIRM_TIMEOUT_MS;
-}
-
-struct append_ctx {
-    const char *agg_type;
-    unsigned n;
-    unsigned unroutable; /* this event (1-based) goes to aggregate type "nobody"; 0: none */
-};
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct append_ctx *a = arg;
-    for (unsigned i = 1; i <= a->n; i++) {
-        char key[48], payload[64], agg[16];
-        snprintf(key, sizeof(key), "%s:%u:created", a->agg_type, i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = i == a->unroutable ? "nobody" : a->agg_type,
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct testdb *t, struct append_ctx *a)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, append_events, a, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 static size_t run_once(struct txo_relay *r, int64_t *ms)
@@ -140,13 +85,7 @@ static struct txo_publisher *new_publisher(void)
 static struct txo_relay *new_relay(struct testdb *t, struct txo_publisher *pub)
 {
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "rabbit-outage";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL during the recovery */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000;
+    testrelay_outage_opts(&ro, "rabbit-outage", BATCH);
     ro.breaker_failures = 0; /* every cycle tries: the test counts what each one does */
     return testrelay_new(t->db, pub, &ro);
 }
@@ -159,7 +98,7 @@ static int cmp_str(const void *a, const void *b)
 /* Drains queue with pika; returns the distinct message ids, *dups the repeated ones. */
 static size_t drain_distinct(const char *queue, size_t *total, size_t *dups)
 {
-    char *out = testrabbit_client(&broker, "drain", queue, "0.7", NULL);
+    char *out = testrabbit_client(&testrabbit_shared, "drain", queue, "0.7", NULL);
     size_t n = 0, cap = 256;
     char **ids = malloc(cap * sizeof(*ids));
     assert_non_null(ids);
@@ -195,25 +134,29 @@ static size_t drain_distinct(const char *queue, size_t *total, size_t *dups)
 static void test_unroutable_dead_lettered_at_once(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "unrouted.audit", EXCHANGE, "unrouted.#", NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "unrouted.audit", EXCHANGE,
+                                "unrouted.#", NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_unroutable");
-    struct append_ctx a = {"unrouted", BATCH, 7};
-    append(&t, &a);
+    testoutbox_append(t.db,
+                      &(struct testoutbox_events){
+                          .aggregate_type = "unrouted", .from = 1, .to = BATCH, .unroutable = 7});
     struct txo_publisher *pub = new_publisher();
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), BATCH);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     BATCH - 1);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' AND "
-                           "aggregate_type = 'nobody' AND attempts = 1 AND last_error LIKE "
-                           "'TXO_ECONFIG: rabbitmq publisher: unroutable%no queue bound%'"),
+    assert_int_equal(
+        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
+    assert_int_equal(testdb_q(t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' AND "
+                              "aggregate_type = 'nobody' AND attempts = 1 AND last_error LIKE "
+                              "'TXO_ECONFIG: rabbitmq publisher: unroutable%no queue bound%'"),
                      1);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
-                           "e.id = d.source_event_id WHERE e.aggregate_type = 'nobody' AND "
-                           "d.error LIKE '%NO_ROUTE%'"),
+    assert_int_equal(testdb_q(t.db,
+                              "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
+                              "e.id = d.source_event_id WHERE e.aggregate_type = 'nobody' AND "
+                              "d.error LIKE '%NO_ROUTE%'"),
                      1);
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("unrouted.audit", &total, &dups), BATCH - 1);
@@ -230,30 +173,15 @@ struct worker {
     unsigned calls, effects, duplicates;
 };
 
-struct record_ctx {
-    const struct txo_inbound_message *msg;
-    bool duplicate;
-};
-
-static int record(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct record_ctx *r = arg;
-    char *data = strndup(r->msg->data, r->msg->len);
-    assert_non_null(data);
-    int rc = txo_inbox_record(tx, r->msg->msg_id, "OrderCreated", data, &r->duplicate, err);
-    free(data);
-    return rc;
-}
-
 static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
 {
     struct worker *w = arg;
     w->calls++;
-    struct record_ctx r = {msg, false};
-    int rc = txo_db_transact(w->db, TXO_ISO_READ_COMMITTED, record, &r, err);
+    bool duplicate = false;
+    int rc = testinbox_record(w->db, msg, "OrderCreated", &duplicate, err);
     if (rc < 0)
         return rc;
-    if (r.duplicate)
+    if (duplicate)
         w->duplicates++;
     else
         w->effects++;
@@ -274,12 +202,13 @@ static int64_t poll_once(struct txo_consumer *cons, int64_t timeout_ms, int *rc)
 static void test_broker_killed_mid_drain(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "killed.audit", EXCHANGE, "killed.#", NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "killed.audit", EXCHANGE, "killed.#",
+                                NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_killed");
-    struct append_ctx a = {"killed", N_EVENTS, 0};
-    append(&t, &a);
+    testoutbox_append(
+        t.db, &(struct testoutbox_events){.aggregate_type = "killed", .from = 1, .to = N_EVENTS});
 
     struct worker w = {.db = t.db};
     struct txo_rabbitmq_opts co;
@@ -307,7 +236,7 @@ static void test_broker_killed_mid_drain(void **state)
     assert_true(w.calls > 0);
 
     /* 2. Killed: every cycle and poll fails fast, the rows back off. */
-    testrabbit_kill(&broker);
+    testrabbit_kill(&testrabbit_shared);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
         size_t claimed = run_once(r, &ms);
@@ -321,16 +250,17 @@ static void test_broker_killed_mid_drain(void **state)
     /* The first cycle finds its connection broken while it publishes (TXO_EUNAVAILABLE, or
      * TXO_ETIMEOUT for what was written before the break: maybe delivered); the next ones
      * cannot connect. */
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                           "attempts >= 1 AND locked_by IS NULL AND (last_error LIKE "
-                           "'TXO_EUNAVAILABLE: rabbitmq publisher:%' OR last_error LIKE "
-                           "'TXO_ETIMEOUT: rabbitmq publisher:%') AND "
-                           "next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(testdb_q(t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts >= 1 AND locked_by IS NULL AND (last_error LIKE "
+                              "'TXO_EUNAVAILABLE: rabbitmq publisher:%' OR last_error LIKE "
+                              "'TXO_ETIMEOUT: rabbitmq publisher:%') AND "
+                              "next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      (int64_t)tried);
-    assert_true(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE last_error LIKE "
-                      "'TXO_EUNAVAILABLE: rabbitmq publisher: cannot connect%'") >=
+    assert_true(testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE last_error LIKE "
+                               "'TXO_EUNAVAILABLE: rabbitmq publisher: cannot connect%'") >=
                 (int64_t)tried - BATCH);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
     for (int i = 0; i < 3; i++) {
         int64_t pms = poll_once(cons, 3000, &prc);
         assert_int_equal(prc, TXO_EUNAVAILABLE);
@@ -339,22 +269,22 @@ static void test_broker_killed_mid_drain(void **state)
     }
 
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
-    testrabbit_restart(&broker);
+    testrabbit_restart(&testrabbit_shared);
     int64_t deadline = txo_monotonic_ms() + 60000;
-    while (q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
+    while (testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
                      "(%u calls, %u duplicates, last poll %s); queues: audit %ld, worker %ld, "
                      "retry %ld, dlq %ld; inbox %lld rows",
-                     (long long)q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                      "'PUBLISHED'"),
+                     (long long)testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
+                                               "'PUBLISHED'"),
                      w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc),
-                     testrabbit_count(&broker, "killed.audit"),
-                     testrabbit_count(&broker, "killed.worker"),
-                     testrabbit_count(&broker, "killed.worker.retry"),
-                     testrabbit_count(&broker, "killed.worker.dlq"),
-                     (long long)q(&t, "SELECT COUNT(*) FROM inbox_events"));
+                     testrabbit_count(&testrabbit_shared, "killed.audit"),
+                     testrabbit_count(&testrabbit_shared, "killed.worker"),
+                     testrabbit_count(&testrabbit_shared, "killed.worker.retry"),
+                     testrabbit_count(&testrabbit_shared, "killed.worker.dlq"),
+                     (long long)testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"));
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);
@@ -363,7 +293,7 @@ static void test_broker_killed_mid_drain(void **state)
     }
     print_message("killed: %u handler calls, %u effects, %u inbox duplicates\n", w.calls, w.effects,
                   w.duplicates);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM inbox_events"), N_EVENTS);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"), N_EVENTS);
     assert_int_equal(w.effects, N_EVENTS);
     assert_int_equal(w.calls, w.effects + w.duplicates);
 
@@ -372,8 +302,8 @@ static void test_broker_killed_mid_drain(void **state)
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("killed.audit", &total, &dups), N_EVENTS);
     assert_int_equal(dups, 0);
-    assert_int_equal(testrabbit_count(&broker, "killed.worker"), 0);
-    assert_int_equal(testrabbit_count(&broker, "killed.worker.dlq"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "killed.worker"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "killed.worker.dlq"), 0);
 
     txo_consumer_free(cons);
     txo_relay_free(r);
@@ -386,12 +316,13 @@ static void test_broker_killed_mid_drain(void **state)
 static void test_broker_hangs_then_resumes(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "hung.audit", EXCHANGE, "hung.#", NULL);
+    char *o =
+        testrabbit_client(&testrabbit_shared, "declare", "hung.audit", EXCHANGE, "hung.#", NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_hung");
-    struct append_ctx a = {"hung", N_EVENTS, 0};
-    append(&t, &a);
+    testoutbox_append(
+        t.db, &(struct testoutbox_events){.aggregate_type = "hung", .from = 1, .to = N_EVENTS});
     struct txo_publisher *pub = new_publisher();
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
@@ -400,38 +331,40 @@ static void test_broker_hangs_then_resumes(void **state)
     /* The first cycle publishes into the hung connection and waits out the confirm timeout;
      * the next one, on a new connection, gets no AMQP handshake within the connect timeout
      * (the kernel still accepts the TCP connection). Both are bounded, neither hangs. */
-    testrabbit_pause(&broker);
+    testrabbit_pause(&testrabbit_shared);
     txo_sleep_ms(300); /* SIGSTOP reaches every thread of the VM a moment after kill() */
     assert_int_equal(run_once(r, &ms), BATCH);
     int64_t first_ms = ms;
     assert_int_equal(run_once(r, &ms), BATCH);
     int64_t second_ms = ms;
-    testrabbit_resume(&broker);
+    testrabbit_resume(&testrabbit_shared);
     print_message("hung broker: a cycle took %lld ms (confirm timeout %d ms), the next %lld ms "
                   "(connect timeout %d ms)\n",
                   (long long)first_ms, CONFIRM_TIMEOUT_MS, (long long)second_ms,
                   CONNECT_TIMEOUT_MS);
     assert_true(first_ms >= CONFIRM_TIMEOUT_MS - 50 && first_ms < CONFIRM_TIMEOUT_MS + 2000);
     assert_true(second_ms >= CONNECT_TIMEOUT_MS - 50 && second_ms < CONNECT_TIMEOUT_MS + 2000);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                           "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: "
-                           "no confirm within 1000 ms%' "
-                           "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(testdb_q(t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: "
+                              "no confirm within 1000 ms%' "
+                              "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                           "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: rabbitmq "
-                           "publisher:%' AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(testdb_q(t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: rabbitmq "
+                              "publisher:%' AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
 
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("events still not published 30 s after the broker resumed");
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);
     }
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("hung.audit", &total, &dups), N_EVENTS);
     print_message("hung: %zu messages in the queue for %d events: %zu duplicates (the retries "
@@ -449,13 +382,14 @@ static void test_relay_crash_after_publish(void **state)
 {
     (void)state;
     const unsigned n = 150, batch = 50;
-    char *o = testrabbit_client(&broker, "declare", "crash.audit", EXCHANGE, "crash.#", NULL);
+    char *o =
+        testrabbit_client(&testrabbit_shared, "declare", "crash.audit", EXCHANGE, "crash.#", NULL);
     free(o);
     struct testdb t;
     testdb_setup(&t, "rabbit_relay_crash");
     testdb_export_env(&t);
-    struct append_ctx a = {"crash", n, 0};
-    append(&t, &a);
+    testoutbox_append(t.db,
+                      &(struct testoutbox_events){.aggregate_type = "crash", .from = 1, .to = n});
     struct worker w = {.db = t.db};
     struct txo_rabbitmq_opts co;
     opts(&co);
@@ -469,10 +403,17 @@ static void test_relay_crash_after_publish(void **state)
     (void)poll_once(cons, 50, &prc);
     assert_int_equal(prc, 0);
 
-    const char *args[] = {
-        "relay",    "--drain",      "--publisher", "rabbitmq",      "--rabbitmq-url",
-        broker.url, "--batch-size", "50",          "--shard-lease", "1000",
-        NULL};
+    const char *args[] = {"relay",
+                          "--drain",
+                          "--publisher",
+                          "rabbitmq",
+                          "--rabbitmq-url",
+                          testrabbit_shared.url,
+                          "--batch-size",
+                          "50",
+                          "--shard-lease",
+                          "1000",
+                          NULL};
     char *out = NULL;
     setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1);
     int status = testproc_run_txo("rabbit_relay_crash", args, 60000, &out);
@@ -481,13 +422,15 @@ static void test_relay_crash_after_publish(void **state)
         fail_msg("the relay should have died at the crash point, status %d; output:\n%s", status,
                  out);
     free(out);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), batch);
+    assert_int_equal(
+        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), batch);
 
     status = testproc_run_txo("rabbit_relay_crash2", args, 60000, &out);
     if (status != 0)
         fail_msg("the second relay run failed, status %d; output:\n%s", status, out);
     free(out);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(
+        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
 
     int64_t deadline = txo_monotonic_ms() + 30000;
     while (w.calls < n + batch && txo_monotonic_ms() < deadline)
@@ -497,7 +440,7 @@ static void test_relay_crash_after_publish(void **state)
     assert_int_equal(w.calls, n + batch); /* the crashed batch twice */
     assert_int_equal(w.effects, n);
     assert_int_equal(w.duplicates, batch);
-    assert_int_equal(q(&t, "SELECT COUNT(*) FROM inbox_events"), n);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"), n);
 
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("crash.audit", &total, &dups), n);
@@ -514,5 +457,5 @@ int main(void)
         cmocka_unit_test(test_broker_killed_mid_drain),
         cmocka_unit_test(test_relay_crash_after_publish),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testrabbit_group_setup, testrabbit_group_teardown);
 }

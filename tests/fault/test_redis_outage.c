@@ -32,6 +32,8 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
+#include "testrun.h"
 #include "testdb.h"
 #include "testredis.h"
 #include "testrelay.h"
@@ -49,9 +51,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "redis_outage");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "redis_outage", 0);
     testredis_start(&c->redis);
     *state = c;
     return 0;
@@ -61,50 +61,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testredis_cleanup(&c->redis);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-struct append_ctx {
-    const char *aggregate_type;
-    unsigned from, to;
-};
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    const struct append_ctx *a = arg;
-    for (unsigned i = a->from; i <= a->to; i++) {
-        char key[48], payload[64], agg[16];
-        snprintf(key, sizeof(key), "%s:%u:created", a->aggregate_type, i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = a->aggregate_type,
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct ctx *c, const char *aggregate_type, unsigned from, unsigned to)
-{
-    struct append_ctx a = {aggregate_type, from, to};
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
-        fail_msg("appending events: %s", err.msg);
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static size_t run_once(struct txo_relay *r, int64_t *ms)
@@ -133,13 +91,7 @@ static struct txo_publisher *new_publisher(struct ctx *c)
 static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
 {
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "redis-outage-relay";
-    ro.batch_size = BATCH;
-    ro.backoff.base_ms = 30000; /* far enough to see; skipped by SQL after the recovery */
-    ro.backoff.max_ms = 60000;
-    ro.backoff.jitter = 0.0;
-    ro.max_attempts = 1000;
+    testrelay_outage_opts(&ro, "redis-outage-relay", BATCH);
     ro.breaker_failures = 0; /* the test looks at every cycle, not at the breaker */
     return testrelay_new(c->t.db, pub, &ro);
 }
@@ -186,14 +138,16 @@ static size_t stream_duplicates(struct ctx *c, const char *stream, size_t n_even
 
 static void outage(struct ctx *c, bool hang)
 {
-    append(c, "order", 1, N_EVENTS);
+    testoutbox_append(
+        c->t.db, &(struct testoutbox_events){.aggregate_type = "order", .from = 1, .to = N_EVENTS});
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
 
     /* 1. Up: one batch goes out. */
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
     /* 2. Down or hanging: the rows tried fail without hanging, and back off. */
     if (hang)
@@ -217,7 +171,8 @@ static void outage(struct ctx *c, bool hang)
         tried += claimed;
     }
     assert_int_equal(tried, hang ? 2 * BATCH : N_EVENTS - BATCH);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
     const char *pending_sql =
         hang ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
@@ -228,7 +183,7 @@ static void outage(struct ctx *c, bool hang)
                "AND (last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: cannot connect%' "
                "OR last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: connection to % lost%') "
                "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
-    assert_int_equal(q(c, pending_sql), tried);
+    assert_int_equal(testdb_q(c->t.db, pending_sql), tried);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.failed_attempts, tried);
@@ -242,17 +197,19 @@ static void outage(struct ctx *c, bool hang)
     else
         testredis_restart(&c->redis);
     int64_t deadline = txo_monotonic_ms() + 30000;
-    while (q(c, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
+           0) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("events still not published 30 s after the server came back");
         testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                              "WHERE status = 'PENDING'");
         (void)run_once(r, &ms);
     }
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL AND published_at IS NOT NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL AND published_at IS NOT NULL"),
                      N_EVENTS);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
 
     size_t dups = stream_duplicates(c, STREAM, N_EVENTS);
     print_message("%s: %zu events in the stream twice\n", hang ? "hang" : "kill", dups);
@@ -282,22 +239,26 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
     struct ctx *c = *state;
     json_decref(
         testredis_cli(&c->redis, (const char *const[]){"SET", "txo.events.payment", "oops", NULL}));
-    append(c, "order", 1, 10);
-    append(c, "payment", 1, 5);
+    testoutbox_append(c->t.db,
+                      &(struct testoutbox_events){.aggregate_type = "order", .from = 1, .to = 10});
+    testoutbox_append(c->t.db,
+                      &(struct testoutbox_events){.aggregate_type = "payment", .from = 1, .to = 5});
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
     int64_t ms = 0;
     assert_int_equal(run_once(r, &ms), 15);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND aggregate_type = 'order'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND aggregate_type = 'order'"),
                      10);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND aggregate_type = 'payment' AND attempts = 1 "
-                          "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
-                          "WRONGTYPE%'"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND aggregate_type = 'payment' AND attempts = 1 "
+                              "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
+                              "WRONGTYPE%'"),
                      5);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                          "'%WRONGTYPE%'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
+                                       "'%WRONGTYPE%'"),
                      5);
     assert_int_equal(testredis_xlen(&c->redis, STREAM), 10);
     txo_relay_free(r);
@@ -307,9 +268,9 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_server_killed_then_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_server_hangs_then_resumes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrongtype_dead_lettered_at_once, setup, teardown),
+        cmocka_unit_test(test_server_killed_then_back),
+        cmocka_unit_test(test_server_hangs_then_resumes),
+        cmocka_unit_test(test_wrongtype_dead_lettered_at_once),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -27,39 +27,22 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testoutbox.h"
+#include "testproc.h"
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "relay_crash");
-    testdb_export_env(t);
-    *state = t;
+    *state = testdb_new("relay_crash", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    testdb_teardown(*state);
-    txo_free(*state);
+    testdb_free(*state);
     unsetenv("TXO_CRASH_POINT");
     return 0;
-}
-
-static void insert_events(struct testdb *t, unsigned n)
-{
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('k:', seq) FROM seq_1_to_%u",
-             n);
-    testdb_exec(t->db, sql);
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 /* Starts `$TXO_BIN relay <args...>` with stdout to out_path, stderr to err_path. */
@@ -94,17 +77,6 @@ static int wait_for(pid_t pid)
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     return status;
-}
-
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char line[1024];
-    while (fgets(line, sizeof(line), f) != NULL)
-        print_message("  %s", line);
-    fclose(f);
 }
 
 /*
@@ -153,7 +125,7 @@ static void test_crash_after_publish_republishes(void **state)
 {
     struct testdb *t = *state;
     const unsigned n = 200;
-    insert_events(t, n);
+    testoutbox_insert_seq(t->db, n, "k");
     char out1[256], out2[256], errf[256];
     temp_path(out1, sizeof(out1), "out1");
     temp_path(out2, sizeof(out2), "out2");
@@ -165,7 +137,7 @@ static void test_crash_after_publish_republishes(void **state)
     int status = wait_for(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
     }
 
@@ -173,20 +145,23 @@ static void test_crash_after_publish_republishes(void **state)
     assert_int_equal(read_envelopes(out1, counts, n), 50);
     for (unsigned k = 1; k <= 50; k++)
         assert_int_equal(counts[k], 1); /* the first batch, in order of next_attempt_at/id */
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
-                          "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
+                              "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
                      50);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 150);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"),
+                     150);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
     status = wait_for(spawn_relay(out2, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("second relay run: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), n);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
                      n);
     for (unsigned k = 1; k <= n; k++) {
         unsigned want = k <= 50 ? 2 : 1; /* the first batch was published twice */
@@ -203,7 +178,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
 {
     struct testdb *t = *state;
     const unsigned n = 200;
-    insert_events(t, n);
+    testoutbox_insert_seq(t->db, n, "k");
     char out1[256], out2[256], errf[256];
     temp_path(out1, sizeof(out1), "held_out1");
     temp_path(out2, sizeof(out2), "held_out2");
@@ -215,26 +190,30 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     int status = wait_for(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
     }
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
     assert_int_equal(read_envelopes(out1, counts, n), 100);
     /* The leased first batch is marked; the held second one rolled back, untouched. */
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                          "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                              "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
                      150);
 
     status = wait_for(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("second relay run: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), n - 50);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND locked_by IS NULL"),
                      n);
     for (unsigned k = 1; k <= n; k++) {
         unsigned want = k > 50 && k <= 100 ? 2 : 1; /* the rolled-back batch went out twice */
@@ -257,7 +236,7 @@ static void test_sigterm_finishes_batch(void **state)
 {
     struct testdb *t = *state;
     const unsigned n = 20000;
-    insert_events(t, n);
+    testoutbox_insert_seq(t->db, n, "k");
     char out1[256], out2[256], errf[256];
     temp_path(out1, sizeof(out1), "term_out1");
     temp_path(out2, sizeof(out2), "term_out2");
@@ -272,14 +251,17 @@ static void test_sigterm_finishes_batch(void **state)
     assert_int_equal(kill(pid, SIGTERM), 0);
     int status = wait_for(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
     }
 
-    int64_t published = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'");
-    int64_t pending = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t published =
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'");
+    int64_t pending =
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     print_message("SIGTERM after %lld of %u events published\n", (long long)published, n);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
     assert_int_equal(published + pending, n);
 
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
@@ -288,7 +270,7 @@ static void test_sigterm_finishes_batch(void **state)
     const char *drain_args[] = {"--drain", "--publisher", "log", "--batch-size", "500", NULL};
     status = wait_for(spawn_relay(out2, errf, drain_args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("draining relay: status 0x%x", status);
     }
     assert_int_equal(read_envelopes(out2, counts, n), pending);
@@ -296,7 +278,8 @@ static void test_sigterm_finishes_batch(void **state)
         if (counts[k] != 1)
             fail_msg("key k:%u published %u times, want 1", k, counts[k]);
     }
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
     txo_free(counts);
     unlink(out1);
     unlink(out2);
@@ -306,9 +289,9 @@ static void test_sigterm_finishes_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_crash_after_publish_republishes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_in_held_transaction_rolls_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigterm_finishes_batch, setup, teardown),
+        cmocka_unit_test(test_crash_after_publish_republishes),
+        cmocka_unit_test(test_crash_in_held_transaction_rolls_back),
+        cmocka_unit_test(test_sigterm_finishes_batch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -42,8 +42,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 #include "testserver.h"
 #include "txo/http_client.h"
@@ -71,14 +73,10 @@ struct rig {
 
 static int setup(void **state)
 {
-    struct rig *r = txo_calloc(1, sizeof(*r));
-    assert_non_null(r);
-    testdb_setup(&r->t, "resil_e2e");
-    testdb_export_env(&r->t);
+    struct rig *r = testdb_fixture_new(sizeof(*r), "resil_e2e", TESTDB_NEW_EXPORT_ENV);
     struct txo_error err;
     txo_error_init(&err);
-    if (orders_set_inventory(r->t.db, SKU, STOCK, &err) != 0)
-        fail_msg("setting the inventory: %s", err.msg);
+    testorders_stock(r->t.db, SKU, STOCK);
     struct txo_http_client_opts co;
     txo_http_client_opts_init(&co);
     co.timeout_ms = 10000;
@@ -104,8 +102,7 @@ static int teardown(void **state)
     testproc_stop_hard(&r->worker);
     testproc_stop_hard(&r->fake);
     txo_http_client_free(r->http);
-    testdb_teardown(&r->t);
-    txo_free(r);
+    testdb_fixture_free(r);
     return 0;
 }
 
@@ -421,11 +418,6 @@ static int64_t payments_with(struct rig *r, int64_t order_id, const char *status
     struct txo_param p[] = {txo_p_i64(order_id), txo_p_str(status)};
     return testdb_i64(r->t.db, "SELECT COUNT(*) FROM payments WHERE order_id = ? AND status = ?", p,
                       2);
-}
-
-static int64_t db_count(struct rig *r, const char *sql)
-{
-    return testdb_i64(r->t.db, sql, NULL, 0);
 }
 
 static int64_t payments_of(struct rig *r, int64_t order_id)
@@ -930,7 +922,7 @@ static void test_shipment_timeout_is_cancelled(void **state)
     assert_int_equal(fake_order_stat(r, id, "charges"), 1);
     assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
     assert_int_equal(fake_order_stat(r, id, "cancels"), 1);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM command_queue"), 0);
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM command_queue"), 0);
     stop_clean(r, &r->up, "txo up");
     stop_clean(r, &r->fake, "txo-fake-services");
 }
@@ -1000,11 +992,13 @@ static void test_customer_cancel_during_shipment_call(void **state)
     assert_int_equal(fake_order_stat(r, id, "cancels"), 1);
     assert_int_equal(fake_order_stat(r, id, "charges"), 1);
     assert_int_equal(fake_order_stat(r, id, "refunds"), 1);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"), 0);
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"), 0);
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM shipments WHERE status = 'CREATED'"),
+                     0);
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM payments WHERE status = 'CHARGED'"),
+                     0);
     /* One OrderCancelled: the customer's; the saga's end wrote none. */
-    assert_int_equal(db_count(r, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
-                                 "'OrderCancelled'"),
+    assert_int_equal(testdb_q(r->t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
+                                       "'OrderCancelled'"),
                      1);
     assert_stock(r, STOCK, 0);
     stop_clean(r, &r->up, "txo up");
@@ -1301,20 +1295,20 @@ static void test_fifth_setting_is_not_help(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_trace_reaches_events_and_services, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trace_through_saga_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_trace_through_async_command, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hanging_payment_times_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slow_payment_charge_is_refunded, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shipment_timeout_is_cancelled, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_customer_cancel_during_shipment_call, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_breaker_opens_fails_fast_and_closes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_retries_compensation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_payment_url, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_listen, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_worker_broker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fifth_setting_is_not_help, setup, teardown),
+        cmocka_unit_test(test_trace_reaches_events_and_services),
+        cmocka_unit_test(test_trace_through_saga_batches),
+        cmocka_unit_test(test_trace_through_async_command),
+        cmocka_unit_test(test_hanging_payment_times_out),
+        cmocka_unit_test(test_slow_payment_charge_is_refunded),
+        cmocka_unit_test(test_shipment_timeout_is_cancelled),
+        cmocka_unit_test(test_customer_cancel_during_shipment_call),
+        cmocka_unit_test(test_breaker_opens_fails_fast_and_closes),
+        cmocka_unit_test(test_worker_retries_compensation),
+        cmocka_unit_test(test_bad_payment_url),
+        cmocka_unit_test(test_bad_listen),
+        cmocka_unit_test(test_bad_worker_broker),
+        cmocka_unit_test(test_fifth_setting_is_not_help),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     return failed;
 }

@@ -28,6 +28,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -51,10 +52,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "trace_down");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "trace_down", TESTDB_NEW_EXPORT_ENV);
     testpipeline_init(&c->p, c->t.db);
     static const struct testpipeline_stock stock[] = {{SKU, 100000}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
@@ -71,8 +69,7 @@ static int teardown(void **state)
     testproc_stop_hard(&c->collector);
     unlink(c->collector_file);
     testpipeline_release(&c->p);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -197,8 +194,8 @@ static void test_collector_slow(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_collector_down, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_collector_slow, setup, teardown),
+        cmocka_unit_test(test_collector_down),
+        cmocka_unit_test(test_collector_slow),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -34,10 +35,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "up_brokers");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "up_brokers", TESTDB_NEW_EXPORT_ENV);
     testpipeline_init(&c->p, c->t.db);
     snprintf(c->dir, sizeof(c->dir), "/tmp/txo_test_broker_XXXXXX");
     assert_non_null(mkdtemp(c->dir));
@@ -77,8 +75,7 @@ static int teardown(void **state)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", c->dir);
     if (system(cmd) != 0)
         print_message("could not remove %s\n", c->dir);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -152,10 +149,10 @@ static void test_up_through_kafka(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_up_through_nats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_rabbitmq, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_redis, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_up_through_kafka, setup, teardown),
+        cmocka_unit_test(test_up_through_nats),
+        cmocka_unit_test(test_up_through_rabbitmq),
+        cmocka_unit_test(test_up_through_redis),
+        cmocka_unit_test(test_up_through_kafka),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -14,8 +14,10 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "testproc.h"
 
 struct ctx {
@@ -25,10 +27,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "upstock");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "upstock", TESTDB_NEW_EXPORT_ENV);
     *state = c;
     return 0;
 }
@@ -37,8 +36,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     testproc_stop_hard(&c->p);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -155,10 +153,7 @@ static void test_entry_the_database_refuses_writes_nothing(void **state)
 static void test_good_list_is_written(void **state)
 {
     struct ctx *c = *state;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "kept", 3, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
+    testorders_stock(c->t.db, "kept", 3);
     char *max_sku = sku_of(ORDER_SKU_MAX);
     char spec[256];
     snprintf(spec, sizeof(spec), "zeta=5,%s=7,kept=100,alpha=0", max_sku);
@@ -188,11 +183,9 @@ static void test_good_list_is_written(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_bad_stock_exits_2_before_the_database, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_entry_the_database_refuses_writes_nothing, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_good_list_is_written, setup, teardown),
+        cmocka_unit_test(test_bad_stock_exits_2_before_the_database),
+        cmocka_unit_test(test_entry_the_database_refuses_writes_nothing),
+        cmocka_unit_test(test_good_list_is_written),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testsaga.h"
 #include "testhttp.h"
@@ -107,9 +108,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup_empty(&c->t, "admin_mount");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "admin_mount", TESTDB_NEW_EMPTY);
     struct txo_error err;
     txo_error_init(&err);
     if (txo_migrate_set(c->t.db, txo_core_migrations(), NULL, NULL, &err) != 0)
@@ -148,8 +147,7 @@ static int teardown(void **state)
     txo_db_pool_free(c->pool);
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -259,8 +257,8 @@ static void test_retry_through_registered_definition(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_admin_answers_alone, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_retry_through_registered_definition, setup, teardown),
+        cmocka_unit_test(test_admin_answers_alone),
+        cmocka_unit_test(test_retry_through_registered_definition),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

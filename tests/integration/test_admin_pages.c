@@ -26,10 +26,12 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 
 #define TOKEN "pages-s3cret"
@@ -44,10 +46,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "admin_pages");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "admin_pages", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
     static const char *const args[] = {"--admin-token", TOKEN, NULL};
@@ -63,8 +62,7 @@ static int teardown(void **state)
     testproc_remove_log(&c->serve);
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -237,22 +235,11 @@ static void test_dead_events_and_skip(void **state)
 /* An order and its saga, run to the end: COMPENSATED with fail_shipment, else COMPLETED. */
 static int64_t order_with_saga(struct ctx *c, bool fail_shipment, char saga_id[TXO_SAGA_ID_LEN])
 {
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "pen", 100, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
-    struct order_item item = {"pen", 2, 250};
-    int64_t order = 0;
-    if (orders_create_with_saga(c->t.db, 5, &item, 1, &order, saga_id, &err) != 0)
-        fail_msg("creating the order: %s", err.msg);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    struct order_faults faults = {.fail_shipment = fail_shipment};
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_run_saga(c->t.db, saga_id, &faults, &opts, &final, &err) != 0)
-        fail_msg("running the saga: %s", err.msg);
-    assert_int_equal(final, fail_shipment ? TXO_SAGA_COMPENSATED : TXO_SAGA_COMPLETED);
-    return order;
+    testorders_stock(c->t.db, "pen", 100);
+    const struct order_item item = {"pen", 2, 250};
+    const struct order_faults faults = {.fail_shipment = fail_shipment};
+    return testorders_run_saga(c->t.db, 5, &item, 1, &faults, NULL,
+                               fail_shipment ? TXO_SAGA_COMPENSATED : TXO_SAGA_COMPLETED, saga_id);
 }
 
 static void test_saga_page(void **state)
@@ -352,13 +339,12 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats_tell_backoff_from_a_stalled_relay, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_dead_events_and_skip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_page, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_search, setup, teardown),
+        cmocka_unit_test(test_stats_tell_backoff_from_a_stalled_relay),
+        cmocka_unit_test(test_dead_events_and_skip),
+        cmocka_unit_test(test_saga_page),
+        cmocka_unit_test(test_search),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

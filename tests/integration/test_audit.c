@@ -14,9 +14,11 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 #define MAX_SEEN 32
 
@@ -47,20 +49,9 @@ static bool saw(const struct seen *s, const char *check, int64_t order_id)
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "audit");
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
+    struct testdb *t = testdb_new("audit", 0);
+    testorders_stock(t->db, "iphone-15", 10);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
     return 0;
 }
 
@@ -170,8 +161,8 @@ static void test_each_corruption_is_reported(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_healthy_database_is_silent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_each_corruption_is_reported, setup, teardown),
+        cmocka_unit_test(test_healthy_database_is_silent),
+        cmocka_unit_test(test_each_corruption_is_reported),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

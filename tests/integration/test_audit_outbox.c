@@ -30,6 +30,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testkafka.h"
 #include "testnats.h"
@@ -120,11 +121,6 @@ static int teardown(void **state)
     testdb_teardown(&c->db);
     free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->db.db, sql, NULL, 0);
 }
 
 /* n events of aggregate type agg, keys "<prefix>:<i>", each INSERT its own transaction. */
@@ -259,7 +255,7 @@ static void test_nats_clean_both_envelopes_and_windows(void **state)
 
     const char *checksum = "SELECT CRC32(GROUP_CONCAT(CONCAT_WS('|', id, status, attempts, "
                            "published_at, updated_at) ORDER BY id)) FROM outbox_events";
-    int64_t before = q(c, checksum);
+    int64_t before = testdb_q(c->db.db, checksum);
     char *out = NULL;
     const char *none[] = {NULL};
     int rc = audit(c, none, &out);
@@ -291,7 +287,7 @@ static void test_nats_clean_both_envelopes_and_windows(void **state)
     free(out);
 
     /* Reads only: the rows, the stream and its consumers are as they were. */
-    assert_int_equal(q(c, checksum), before);
+    assert_int_equal(testdb_q(c->db.db, checksum), before);
     assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 10);
     assert_int_equal(testnats_stream_consumers(&c->nats, STREAM), 0);
 }
@@ -469,7 +465,8 @@ static void test_nats_sequence_gap(void **state)
                           "WHERE idempotency_key = 'ledger:1'");
     const char *unordered[] = {"--ordering", "none", NULL};
     relay_drain(c, unordered);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 1);
+    assert_int_equal(
+        testdb_q(c->db.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 1);
     char *out = NULL;
     const char *none[] = {NULL};
     int rc = audit(c, none, &out);
@@ -487,7 +484,8 @@ static void test_nats_sequence_gap(void **state)
                           "error) SELECT id, event_type, payload, 'e' FROM outbox_events WHERE "
                           "idempotency_key = 'ledger:1'");
     char id[24];
-    snprintf(id, sizeof(id), "%lld", (long long)q(c, "SELECT MAX(id) FROM dead_letter_events"));
+    snprintf(id, sizeof(id), "%lld",
+             (long long)testdb_q(c->db.db, "SELECT MAX(id) FROM dead_letter_events"));
     const char *skip[] = {"dlq", "skip", id, NULL};
     char *skipped = NULL;
     assert_int_equal(testproc_run_txo("auditob-skip", skip, 60000, &skipped), 0);
@@ -687,18 +685,17 @@ static void test_bad_flags_exit_2(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nats_clean_both_envelopes_and_windows, setup_nats,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_nats_window_edges, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_missing, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_extra, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_pending, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_trimmed_windows, setup_nats, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_sequence_gap, setup_nats, teardown),
+        cmocka_unit_test(test_nats_clean_both_envelopes_and_windows),
+        cmocka_unit_test(test_nats_window_edges),
+        cmocka_unit_test(test_nats_missing),
+        cmocka_unit_test(test_nats_extra),
+        cmocka_unit_test(test_nats_pending),
+        cmocka_unit_test(test_nats_trimmed_windows),
+        cmocka_unit_test(test_nats_sequence_gap),
         cmocka_unit_test_setup_teardown(test_redis_clean_missing_extra, setup_redis, teardown),
         cmocka_unit_test_setup_teardown(test_redis_trimmed, setup_redis, teardown),
         cmocka_unit_test_setup_teardown(test_kafka_clean_missing_extra, setup_kafka, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup_db_only, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup_nats, teardown, NULL, NULL);
 }

@@ -17,27 +17,17 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "cli_list");
-    testdb_export_env(t);
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "pen", 100, &err), 0);
+    struct testdb *t = testdb_new("cli_list", TESTDB_NEW_EXPORT_ENV);
+    testorders_stock(t->db, "pen", 100);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
     return 0;
 }
 
@@ -143,11 +133,6 @@ static const char *cell(const json_t *row, size_t i)
     return s != NULL ? s : "";
 }
 
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
 static int64_t q_id(struct testdb *t, const char *sql, const char *id)
 {
     struct txo_param p = txo_p_str(id);
@@ -170,23 +155,6 @@ static const char *member_str(const json_t *obj, const char *key)
     return json_string_value(v);
 }
 
-/* An order with its saga, run to its end with faults (may be NULL); the saga's id. */
-static void saga_with(struct testdb *t, const struct order_faults *faults,
-                      enum txo_saga_status want, char saga_id[TXO_SAGA_ID_LEN], int64_t *order)
-{
-    struct order_item item = {"pen", 1, 250};
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_create_with_saga(t->db, 3, &item, 1, order, saga_id, &err), 0);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    opts.step_backoff.base_ms = 1;
-    opts.step_backoff.max_ms = 1;
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    assert_int_equal(orders_run_saga(t->db, saga_id, faults, &opts, &final, &err), 0);
-    assert_int_equal(final, want);
-}
-
 /* A FAILED outbox event with its dead letter; returns the dead letter's id. */
 static int64_t dead_letter(struct testdb *t, int aggregate, const char *error)
 {
@@ -203,32 +171,33 @@ static int64_t dead_letter(struct testdb *t, int aggregate, const char *error)
              "idempotency_key = 'order:%d:created'",
              aggregate);
     testdb_exec(t->db, sql);
-    return q(t, "SELECT MAX(id) FROM dead_letter_events");
+    return testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events");
 }
 
 static void test_stats(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t order;
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &order);
+    testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
     struct order_faults decline = {.decline_payment = true};
-    saga_with(t, &decline, TXO_SAGA_COMPENSATED, saga_id, &order);
+    testorders_pen_saga(t->db, &decline, TXO_SAGA_COMPENSATED, saga_id);
     dead_letter(t, 900, "broker down");
 
     const char *args[] = {"stats", NULL};
     json_t *doc = run_json(args, 0);
     json_t *outbox = json_object_get(doc, "outbox");
-    assert_int_equal(member_i64(outbox, "pending"),
-                     q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
+    assert_int_equal(
+        member_i64(outbox, "pending"),
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"));
     assert_int_equal(member_i64(outbox, "failed"), 1);
     assert_true(json_is_real(json_object_get(outbox, "oldest_pending_age_seconds")));
     json_t *sagas = json_object_get(doc, "sagas");
-    assert_int_equal(member_i64(sagas, "COMPLETED"),
-                     q(t, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"));
+    assert_int_equal(
+        member_i64(sagas, "COMPLETED"),
+        testdb_q(t->db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"));
     assert_int_equal(member_i64(sagas, "COMPENSATED"), 1);
     assert_int_equal(member_i64(json_object_get(doc, "dead_letters"), "total"),
-                     q(t, "SELECT COUNT(*) FROM dead_letter_events"));
+                     testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"));
     assert_true(json_is_array(json_object_get(doc, "parked")));
 
     char *out = run_table(args, 0);
@@ -281,8 +250,8 @@ static void test_dlq_list(void **state)
     assert_int_equal(member_i64(d0, "id"), first);
     assert_int_equal(member_i64(d1, "id"), second);
     assert_int_equal(member_i64(d0, "source_event_id"),
-                     q(t, "SELECT id FROM outbox_events WHERE idempotency_key = "
-                          "'order:901:created'"));
+                     testdb_q(t->db, "SELECT id FROM outbox_events WHERE idempotency_key = "
+                                     "'order:901:created'"));
     assert_string_equal(member_str(d0, "event_type"), "OrderCreated");
     assert_string_equal(member_str(d0, "error"), "broker down");
     assert_string_equal(member_str(d1, "error"), long_error); /* whole in JSON */
@@ -321,7 +290,7 @@ static void test_saga_show(void **state)
     char saga_id[TXO_SAGA_ID_LEN];
     int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    saga_with(t, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id, &order);
+    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
 
     const char *args[] = {"saga", "show", saga_id, NULL};
     json_t *doc = run_json(args, 0);
@@ -438,15 +407,15 @@ static void test_audit(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t ok, lost;
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &ok);
-    saga_with(t, NULL, TXO_SAGA_COMPLETED, saga_id, &lost);
+    testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
+    int64_t lost = testorders_pen_saga(t->db, NULL, TXO_SAGA_COMPLETED, saga_id);
     testdb_exec(t->db, "UPDATE orders SET created_at = NOW(6) - INTERVAL 5 SECOND");
     testdb_exec(t->db, "UPDATE saga_instances SET updated_at = NOW(6) - INTERVAL 5 SECOND");
 
     const char *args[] = {"audit", "--settle=1", NULL};
     json_t *doc = run_json(args, 0);
-    assert_int_equal(member_i64(doc, "orders_checked"), q(t, "SELECT COUNT(*) FROM orders"));
+    assert_int_equal(member_i64(doc, "orders_checked"),
+                     testdb_q(t->db, "SELECT COUNT(*) FROM orders"));
     assert_int_equal(json_array_size(json_object_get(doc, "violations")), 0);
     json_decref(doc);
 
@@ -507,13 +476,10 @@ static void test_bad_flags_exit_2(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dlq_list, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_show, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_list_stuck, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_audit, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_flags_exit_2, setup, teardown),
+        cmocka_unit_test(test_stats),     cmocka_unit_test(test_dlq_list),
+        cmocka_unit_test(test_saga_show), cmocka_unit_test(test_saga_list_stuck),
+        cmocka_unit_test(test_audit),     cmocka_unit_test(test_bad_flags_exit_2),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -25,24 +25,14 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testproc.h"
 #include "txo/consumer.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "ce");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("ce", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -271,9 +261,9 @@ static void test_bad_envelope_is_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sdk_parses_what_the_relay_publishes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_binary_mode_over_webhook, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_envelope_is_refused, setup, teardown),
+        cmocka_unit_test(test_sdk_parses_what_the_relay_publishes),
+        cmocka_unit_test(test_binary_mode_over_webhook),
+        cmocka_unit_test(test_bad_envelope_is_refused),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -34,26 +34,15 @@ static enum txo_claim_strategy update_limit = TXO_CLAIM_UPDATE_LIMIT;
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    c->claim = *state != NULL ? *(enum txo_claim_strategy *)*state : TXO_CLAIM_AUTO;
-    testdb_setup(&c->t, c->claim == TXO_CLAIM_UPDATE_LIMIT ? "cmdq_ul" : "cmdq_sl");
+    enum txo_claim_strategy claim =
+        *state != NULL ? *(enum txo_claim_strategy *)*state : TXO_CLAIM_AUTO;
+    struct ctx *c =
+        testdb_fixture_new(sizeof(*c), claim == TXO_CLAIM_UPDATE_LIMIT ? "cmdq_ul" : "cmdq_sl", 0);
+    c->claim = claim;
     testdb_exec(c->t.db, "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
                          "command_id BIGINT NOT NULL, worker VARCHAR(16) NOT NULL)");
     *state = c;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testdb_teardown(&c->t);
-    txo_free(c);
-    return 0;
-}
-
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
 }
 
 static int64_t q1(struct txo_db *db, const char *sql, int64_t id)
@@ -199,7 +188,7 @@ static void test_enqueue_commits_with_the_caller(void **state)
     struct enqueue_args bad = {"StartOrderSaga", "{}", 2, true, 0};
     assert_int_equal(txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, enqueue_fn, &bad, &err),
                      TXO_EBUSINESS);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 0);
 
     int64_t id = enqueue_n(c->t.db, 1);
     assert_true(id > 0);
@@ -226,7 +215,7 @@ static void test_enqueue_commits_with_the_caller(void **state)
         assert_int_equal(txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, enqueue_fn, &a, &err),
                          codes[i]);
     }
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 1);
 }
 
 static void test_claim_and_complete(void **state)
@@ -269,7 +258,7 @@ static void test_claim_and_complete(void **state)
                         "'PROCESSING'",
                         cmds[0].id),
                      1);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM effects"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), 0);
     assert_int_equal(run(c->t.db, &cmds[0], "a", false, &err), 0);
     assert_int_equal(q1(c->t.db,
                         "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = "
@@ -282,12 +271,13 @@ static void test_claim_and_complete(void **state)
     /* Completing it again is a state error, and the effect of that run rolls back. */
     assert_int_equal(run(c->t.db, &cmds[0], "a", false, &err), TXO_ESTATE);
     assert_non_null(strstr(err.msg, "already DONE"));
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM effects"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), 1);
 
     /* The convenience form in its own transaction. */
     txo_error_init(&err);
     assert_int_equal(txo_cmdq_complete(c->t.db, &cmds[1], &err), 0);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"), 2);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"),
+                     2);
 
     /* Not a claimed command; no such command. */
     struct txo_command fake = {.id = 0};
@@ -351,7 +341,7 @@ static void test_stale_token_is_fenced_after_reclaim(void **state)
     /* A wakes up: it can neither complete (its effect rolls back) nor fail the command. */
     assert_int_equal(run(c->t.db, &a[0], "a", false, &err), TXO_ELEASELOST);
     assert_non_null(strstr(err.msg, "lease lost"));
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM effects"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), 0);
     txo_error_init(&err);
     assert_int_equal(txo_cmdq_fail(c->t.db, &a[0], "boom", false, 5, NULL, NULL, &err),
                      TXO_ELEASELOST);
@@ -368,8 +358,8 @@ static void test_stale_token_is_fenced_after_reclaim(void **state)
     /* B finishes it; A is still fenced (now the row is DONE under B's token). */
     assert_int_equal(run(db_b, &b[0], "b", false, &err), 0);
     assert_int_equal(run(c->t.db, &a[0], "a", false, &err), TXO_ELEASELOST);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM effects"), 1);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM effects WHERE worker = 'b'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects WHERE worker = 'b'"), 1);
     assert_int_equal(q1(c->t.db,
                         "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = "
                         "'DONE'",
@@ -405,7 +395,8 @@ static void test_expired_lease_nobody_took_still_completes(void **state)
     assert_int_equal(claim(c, c->t.db, "worker-a", 1, &a), 1);
     expire_leases(c->t.db);
     assert_int_equal(run(c->t.db, &a[0], "a", false, &err), 0);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"),
+                     1);
     /* And it is not claimed again. */
     struct txo_command *b;
     assert_int_equal(claim(c, c->t.db, "worker-b", 1, &b), 0);
@@ -674,11 +665,12 @@ static void test_two_workers_never_share_a_command(void **state)
                      (long long)all[i]);
     }
     txo_free(all);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE' AND "
-                                "attempts = 1"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE' AND "
+                              "attempts = 1"),
                      n);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM effects"), n);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(DISTINCT command_id) FROM effects"), n);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), n);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(DISTINCT command_id) FROM effects"), n);
     for (int i = 0; i < 2; i++) {
         txo_free(w[i].ids);
         txo_db_close(w[i].db);
@@ -709,25 +701,6 @@ static void test_stats(void **state)
     txo_commands_free(cmds, 3);
 }
 
-/* EXPLAIN sql must use key want (no filesort). */
-static void assert_explain(struct txo_db *db, const char *sql, const struct txo_param *params,
-                           size_t n, const char *want)
-{
-    struct txo_rows *rows = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
-        fail_msg("%s: %s", sql, err.msg);
-    const char *key = txo_rows_str(rows, 0, 5, NULL);
-    const char *extra = txo_rows_str(rows, 0, 9, NULL);
-    print_message("%.60s...: key=%s extra=%s\n", sql + 8, key ? key : "NULL", extra ? extra : "");
-    if (key == NULL || strcmp(key, want) != 0)
-        fail_msg("%s uses key %s, want %s", sql, key ? key : "NULL", want);
-    if (extra != NULL && strstr(extra, "filesort") != NULL)
-        fail_msg("%s sorts its rows (%s)", sql, extra);
-    txo_rows_free(rows);
-}
-
 static void test_statements_walk_the_due_index(void **state)
 {
     struct ctx *c = *state;
@@ -736,25 +709,27 @@ static void test_statements_walk_the_due_index(void **state)
     enqueue_n(c->t.db, 20);
     testdb_exec(c->t.db, "ANALYZE TABLE command_queue");
     struct txo_param limit = txo_p_i64(10);
-    assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED, &limit, 1,
-                   "idx_cmdq_due");
-    assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED, &limit, 1, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_EXPIRED_SKIP_LOCKED, &limit, 1,
+                          "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_DUE_SKIP_LOCKED, &limit, 1,
+                          "idx_cmdq_due");
     struct txo_param ul[] = {txo_p_str("w"), txo_p_str("t"), txo_p_i64(30), txo_p_i64(10)};
-    assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_UPDATE_LIMIT, ul, 4, "idx_cmdq_due");
-    assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_RECLAIM_UPDATE_LIMIT, ul, 4, "idx_cmdq_due");
-    assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_ANY_EXPIRED, NULL, 0, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_UPDATE_LIMIT, ul, 4, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_RECLAIM_UPDATE_LIMIT, ul, 4, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_ANY_EXPIRED, NULL, 0, "idx_cmdq_due");
     struct txo_param tok = txo_p_str("t");
-    assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_SELECT_BY_TOKEN, &tok, 1, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " CMDQ_SQL_CLAIM_SELECT_BY_TOKEN, &tok, 1,
+                          "idx_cmdq_due");
     const char *cutoff = "2100-01-01 00:00:00.000000";
     struct txo_param purge[] = {txo_p_str(cutoff), txo_p_str(cutoff), txo_p_i64(500)};
-    assert_explain(c->t.db, "EXPLAIN " RETENTION_SQL_CMDQ_FIRST, purge, 3, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " RETENTION_SQL_CMDQ_FIRST, purge, 3, "idx_cmdq_due");
     struct txo_param after[] = {txo_p_str(cutoff),
                                 txo_p_str(cutoff),
                                 txo_p_str("2000-01-01 00:00:00"),
                                 txo_p_str("2000-01-01 00:00:00"),
                                 txo_p_i64(1),
                                 txo_p_i64(500)};
-    assert_explain(c->t.db, "EXPLAIN " RETENTION_SQL_CMDQ_AFTER, after, 6, "idx_cmdq_due");
+    testdb_assert_explain(c->t.db, "EXPLAIN " RETENTION_SQL_CMDQ_AFTER, after, 6, "idx_cmdq_due");
 }
 
 static void test_purge_done(void **state)
@@ -776,17 +751,20 @@ static void test_purge_done(void **state)
     testdb_exec(c->t.db, "INSERT INTO command_queue (command_type, payload, status, "
                          "next_attempt_at, updated_at) VALUES ('T', '{}', 'PENDING', "
                          "NOW(6) - INTERVAL 3 DAY, NOW(6) - INTERVAL 3 DAY)");
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 14);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 14);
 
     uint64_t deleted = 0;
     assert_int_equal(txo_cmdq_purge_done(c->t.db, 86400, 4, 1, &deleted, &err), 0);
     assert_int_equal(deleted, 4);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 10);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 10);
     assert_int_equal(txo_cmdq_purge_done(c->t.db, 86400, 4, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 5);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"), 2);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'FAILED'"), 2);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'PENDING'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"),
+                     2);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'FAILED'"), 2);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'PENDING'"), 1);
     assert_int_equal(txo_cmdq_purge_done(c->t.db, 86400, 4, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 0);
     assert_int_equal(txo_cmdq_purge_done(c->t.db, 86400, 0, 0, &deleted, &err), TXO_EINVAL);
@@ -800,17 +778,18 @@ static void test_purge_done(void **state)
     txo_commands_free(cmds, 1);
     assert_int_equal(txo_cmdq_purge_done(c->t.db, 60, 100, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 2);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"),
+                     1);
     txo_sleep_ms(2);
     assert_int_equal(txo_cmdq_purge_done(c->t.db, 0, 100, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 1);
-    assert_int_equal(q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 3);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM command_queue"), 3);
 }
 
 #define BOTH(fn)                                                                                   \
-    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &skip_locked),                   \
-        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &update_limit)
-#define ONCE(fn) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, NULL)
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &skip_locked),          \
+        cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &update_limit)
+#define ONCE(fn) cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, NULL)
 
 int main(void)
 {

@@ -127,11 +127,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->root_view, sql, NULL, 0);
-}
-
 static void fail_with_logs(struct ctx *c, const char *what)
 {
     for (int i = 0; i < N_PROCS; i++)
@@ -215,14 +210,14 @@ static void test_documented_grants_run_the_pipeline(void **state)
              " AND (SELECT COUNT(*) FROM command_queue WHERE status <> 'DONE') = 0",
              (long long)id);
     int64_t t0 = txo_monotonic_ms();
-    while (q(c, sql) != 1) {
+    while (testdb_q(c->root_view, sql) != 1) {
         if (denied_proc(c) >= 0)
             fail_with_logs(c, "a daemon was denied a privilege before the order was CONFIRMED");
         if (txo_monotonic_ms() - t0 > 30000)
             fail_with_logs(c, "the order was not CONFIRMED with every event PUBLISHED in 30 s");
         txo_sleep_ms(100);
     }
-    assert_int_equal(q(c, "SELECT reserved FROM inventory WHERE sku = 'pen'"), 2);
+    assert_int_equal(testdb_q(c->root_view, "SELECT reserved FROM inventory WHERE sku = 'pen'"), 2);
 
     snprintf(sql, sizeof(sql), "/orders/%lld", (long long)id);
     testhttp_get(c->h, api_port, sql, &c->r);

@@ -21,22 +21,12 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = calloc(1, sizeof(*t));
-    assert_non_null(t);
-    testdb_setup(t, "pool");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    free(t);
+    *state = testdb_new("pool", 0);
     return 0;
 }
 
@@ -442,14 +432,14 @@ static void test_negative_wait_returns(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_new_rejects_zero_and_free_null, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_exhausted_pool_times_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_put_wakes_a_waiter, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broken_closes_and_frees_slot, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_threads_share_at_most_max_size, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_connect_failure_releases_slot, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_negative_wait_returns, setup, teardown),
+        cmocka_unit_test(test_new_rejects_zero_and_free_null),
+        cmocka_unit_test(test_exhausted_pool_times_out),
+        cmocka_unit_test(test_put_wakes_a_waiter),
+        cmocka_unit_test(test_broken_closes_and_frees_slot),
+        cmocka_unit_test(test_threads_share_at_most_max_size),
+        cmocka_unit_test(test_connect_failure_releases_slot),
+        cmocka_unit_test(test_negative_wait_returns),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

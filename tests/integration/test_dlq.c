@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
+#include "testrun.h"
 #include "testdb.h"
 #include "testrelay.h"
 #include "txo/dlq.h"
@@ -53,73 +55,18 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
     return 0;
 }
 
-static void rec_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops rec_ops = {
-    .name = "recorder",
-    .publish_batch = rec_publish,
-    .destroy = rec_destroy,
-};
-
 /* ---- fixtures and helpers ---- */
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "dlq");
-    *state = t;
+    *state = testdb_new("dlq", 0);
     return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
-    return 0;
-}
-
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
 }
 
 static int64_t q1(struct txo_db *db, const char *sql, int64_t id)
 {
     struct txo_param p = txo_p_i64(id);
     return testdb_i64(db, sql, &p, 1);
-}
-
-static int append_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    unsigned n = *(unsigned *)arg;
-    for (unsigned i = 1; i <= n; i++) {
-        char key[32], payload[32];
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", i);
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\":%u}", i);
-        struct txo_outbox_event ev = {.aggregate_type = "order",
-                                      .aggregate_id = agg,
-                                      .event_type = "OrderCreated",
-                                      .payload_json = payload,
-                                      .idempotency_key = key};
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append_events(struct testdb *t, unsigned n)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, append_fn, &n, &err) < 0)
-        fail_msg("append: %s", err.msg);
 }
 
 static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub)
@@ -145,7 +92,7 @@ static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub)
 static void run_until_failed(struct testdb *t, struct txo_relay *r, int64_t want)
 {
     for (int i = 0; i < 1000; i++) {
-        if (q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'") >= want)
+        if (testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'") >= want)
             return;
         (void)testrelay_run_once(r);
         txo_sleep_ms(3);
@@ -235,18 +182,17 @@ static void test_replay_end_to_end(void **state)
 {
     struct testdb *t = *state;
     struct txo_error err;
-    append_events(t, 3);
+    testoutbox_append_orders(t->db, 3);
 
     struct recorder *rec = txo_calloc(1, sizeof(*rec));
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&rec_ops, rec, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("recorder", rec_publish, rec);
     struct txo_relay *r = new_relay(t->db, pub);
 
     /* The broker is down: 3 attempts each, then FAILED + a dead letter. */
     rec->fail = true;
     run_until_failed(t, r, 3);
     assert_int_equal(rec->seen, 9);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM dead_letter_events"), 3);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"), 3);
     uint64_t total = 0, unreplayed = 0;
     txo_error_init(&err);
     assert_int_equal(txo_dlq_count(t->db, &total, &unreplayed, &err), 0);
@@ -257,7 +203,8 @@ static void test_replay_end_to_end(void **state)
 
     /* Replay event 2: PENDING again, from attempt 0, due now, unlocked; last_error kept. */
     assert_int_equal(replay(t, dl2, &err), 0);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
                               "'PENDING' AND attempts = 0 AND next_attempt_at <= NOW(6) AND "
                               "locked_by IS NULL AND locked_until IS NULL AND published_at IS "
                               "NULL AND last_error = 'TXO_EPUBLISH: broker down'"),
@@ -271,7 +218,8 @@ static void test_replay_end_to_end(void **state)
     assert_int_equal(txo_dlq_count(t->db, &total, &unreplayed, &err), 0);
     assert_int_equal(total, 3);
     assert_int_equal(unreplayed, 2);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
+                     2);
 
     /* Replaying it again while it is pending: a state error, nothing changes. */
     assert_int_equal(replay(t, dl2, &err), TXO_ESTATE);
@@ -284,11 +232,13 @@ static void test_replay_end_to_end(void **state)
     assert_int_equal(rec->n, 1);
     assert_int_equal(rec->ids[0], 2);
     assert_int_equal(rec->attempts[0], 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
                               "'PUBLISHED' AND published_at IS NOT NULL AND last_error IS NULL"),
                      1);
     assert_int_equal(testrelay_run_once(r), 0);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
+                     2);
 
     /* Published: a replay is refused. */
     assert_int_equal(replay(t, dl2, &err), TXO_ESTATE);
@@ -299,10 +249,11 @@ static void test_replay_end_to_end(void **state)
     int64_t dl1 = dead_letter_of(t, 1);
     rec->fail = true;
     assert_int_equal(replay(t, dl1, &err), 0);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
+                     1);
     run_until_failed(t, r, 2);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = 1"),
-                     2);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = 1"), 2);
     int64_t dl1b = dead_letter_of(t, 1);
     assert_true(dl1b > dl1);
     assert_int_equal(txo_dlq_count(t->db, &total, &unreplayed, &err), 0);
@@ -314,8 +265,10 @@ static void test_replay_end_to_end(void **state)
     assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->n, 2);
     assert_int_equal(rec->ids[1], 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' AND "
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' AND "
                               "id = 3"),
                      1);
 
@@ -348,7 +301,7 @@ static void test_replay_refusals_change_nothing(void **state)
     testdb_exec(t->db, "DELETE FROM outbox_events");
     assert_int_equal(replay(t, 2, &err), TXO_ENOTFOUND);
     assert_non_null(strstr(err.msg, "no longer exists"));
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 0);
 
     /* A source that is PROCESSING (a relay holds it): refused, and the lock stays. */
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
@@ -360,10 +313,12 @@ static void test_replay_refusals_change_nothing(void **state)
                        "WHERE idempotency_key = 'k:2'");
     assert_int_equal(replay(t, 3, &err), TXO_ESTATE);
     assert_non_null(strstr(err.msg, "PROCESSING"));
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
                               "AND locked_by = 'relay-x' AND attempts = 3"),
                      1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NOT "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NOT "
                               "NULL OR replay_count <> 0"),
                      0);
 }
@@ -413,7 +368,7 @@ static void test_concurrent_replays_one_wins(void **state)
         int refused = (r[0].rc == TXO_ESTATE) + (r[1].rc == TXO_ESTATE);
         if (ok != 1 || refused != 1)
             fail_msg("round %d: replays returned %d and %d", round, r[0].rc, r[1].rc);
-        assert_int_equal(q(t->db, "SELECT replay_count FROM dead_letter_events"), round + 1);
+        assert_int_equal(testdb_q(t->db, "SELECT replay_count FROM dead_letter_events"), round + 1);
         /* Dead again, for the next round. */
         testdb_exec(t->db, "UPDATE outbox_events SET status = 'FAILED', attempts = 10");
     }
@@ -426,7 +381,7 @@ static int64_t seq_of(struct testdb *t, const char *key, const char *col)
     char sql[160];
     snprintf(sql, sizeof(sql), "SELECT %s FROM outbox_events WHERE idempotency_key = '%s'", col,
              key);
-    return q(t->db, sql);
+    return testdb_q(t->db, sql);
 }
 
 /* Makes event `key` FAILED with a dead letter; returns the dead letter's id. */
@@ -444,7 +399,7 @@ static int64_t kill_event(struct testdb *t, const char *key)
              "WHERE idempotency_key = '%s'",
              key);
     testdb_exec(t->db, sql);
-    return q(t->db, "SELECT MAX(id) FROM dead_letter_events");
+    return testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events");
 }
 
 static void append(struct testdb *t, const char *agg, const char *key)
@@ -496,18 +451,18 @@ static void test_skip_links_the_next_event_past_it(void **state)
                        "idempotency_key = 'd'");
     int64_t dl_d = kill_event(t, "d");
     assert_int_equal(txo_dlq_skip(t->db, dl_d, &err), 0);
-    assert_int_equal(q(t->db, "SELECT last_kept FROM outbox_aggregates WHERE aggregate_id = '5'"),
-                     4);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT last_kept FROM outbox_aggregates WHERE aggregate_id = '5'"), 4);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_list_pages_and_count, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_end_to_end, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_refusals_change_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_replays_one_wins, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_skip_links_the_next_event_past_it, setup, teardown),
+        cmocka_unit_test(test_list_pages_and_count),
+        cmocka_unit_test(test_replay_end_to_end),
+        cmocka_unit_test(test_replay_refusals_change_nothing),
+        cmocka_unit_test(test_concurrent_replays_one_wins),
+        cmocka_unit_test(test_skip_links_the_next_event_past_it),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -31,31 +31,16 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "testbatch.h"
 #include "testgrpc.h"
 #include "testrelay.h"
 #include "txo/grpc.h"
 
-static struct testgrpc server;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testgrpc_start(&server);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testgrpc_cleanup(&server);
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
-    testgrpc_control(&server, "");
-    testgrpc_reset_records(&server);
+    testgrpc_control(&testgrpc_shared, "");
+    testgrpc_reset_records(&testgrpc_shared);
     return 0;
 }
 
@@ -72,76 +57,31 @@ static struct txo_publisher *new_publisher(const struct txo_grpc_opts *o, struct
 static void default_opts(struct txo_grpc_opts *o)
 {
     txo_grpc_opts_init(o);
-    o->target = server.target;
+    o->target = testgrpc_shared.target;
     o->deadline_ms = 3000;
 }
 
 /* ---- direct batches ---- */
 
-struct batch {
-    struct txo_outbox_message *msgs;
-    char (*keys)[32];
-    char (*aggs)[16];
-    char **payloads;
-    int *results;
-    struct txo_error *errors;
-    size_t n;
-};
-
 /* Messages with ids first_id.., key "k:<id>", payload_bytes of JSON each (at least ~40). */
-static void batch_init(struct batch *b, size_t n, int64_t first_id, size_t payload_bytes)
+static void batch_init(struct testbatch *b, size_t n, int64_t first_id, size_t payload_bytes)
 {
-    memset(b, 0, sizeof(*b));
-    b->n = n;
-    b->msgs = calloc(n, sizeof(*b->msgs));
-    b->keys = calloc(n, sizeof(*b->keys));
-    b->aggs = calloc(n, sizeof(*b->aggs));
-    b->payloads = calloc(n, sizeof(*b->payloads));
-    b->results = calloc(n, sizeof(*b->results));
-    b->errors = calloc(n, sizeof(*b->errors));
-    assert_true(b->msgs && b->keys && b->aggs && b->payloads && b->results && b->errors);
+    testbatch_init(b, n, first_id, "k");
+    size_t len = payload_bytes < 40 ? 40 : payload_bytes;
+    char *payload = malloc(len + 1);
+    assert_non_null(payload);
     for (size_t i = 0; i < n; i++) {
-        int64_t id = first_id + (int64_t)i;
-        snprintf(b->keys[i], sizeof(b->keys[i]), "k:%lld", (long long)id);
-        snprintf(b->aggs[i], sizeof(b->aggs[i]), "%lld", (long long)id);
-        size_t len = payload_bytes < 40 ? 40 : payload_bytes;
-        b->payloads[i] = malloc(len + 1);
-        assert_non_null(b->payloads[i]);
-        int head = snprintf(b->payloads[i], len + 1, "{\"n\":%lld,\"pad\":\"", (long long)id);
-        memset(b->payloads[i] + head, 'x', len - (size_t)head - 2);
-        memcpy(b->payloads[i] + len - 2, "\"}", 3);
-        struct txo_outbox_message *m = &b->msgs[i];
-        m->id = id;
-        m->aggregate_type = "order";
-        m->aggregate_id = b->aggs[i];
-        m->event_type = "OrderCreated";
-        m->payload = b->payloads[i];
-        m->payload_len = len;
-        m->idempotency_key = b->keys[i];
-        m->created_at = "2026-11-30T15:37:00.123456Z";
-        m->attempt = 1;
+        int head = snprintf(payload, len + 1, "{\"n\":%lld,\"pad\":\"", (long long)b->msgs[i].id);
+        memset(payload + head, 'x', len - (size_t)head - 2);
+        memcpy(payload + len - 2, "\"}", 3);
+        testbatch_set_payload(b, i, payload, len);
     }
+    free(payload);
 }
 
-static void batch_free(struct batch *b)
+static void publish(struct txo_publisher *pub, struct testbatch *b)
 {
-    for (size_t i = 0; i < b->n; i++)
-        free(b->payloads[i]);
-    free(b->msgs);
-    free(b->keys);
-    free(b->aggs);
-    free(b->payloads);
-    free(b->results);
-    free(b->errors);
-}
-
-static void publish(struct txo_publisher *pub, struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        b->results[i] = 99;
-        txo_error_init(&b->errors[i]);
-    }
-    assert_int_equal(pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors), 0);
+    assert_int_equal(testbatch_publish(pub, b), 0);
 }
 
 struct status_case {
@@ -173,12 +113,12 @@ static void test_status_codes_mapped(void **state)
     struct txo_grpc_opts o;
     default_opts(&o);
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 3, 1, 60);
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         char rules[128];
         snprintf(rules, sizeof(rules), "\"status\": \"%s\", \"status_calls\": 1", cases[c].name);
-        testgrpc_control(&server, rules);
+        testgrpc_control(&testgrpc_shared, rules);
         publish(pub, &b);
         for (size_t i = 0; i < b.n; i++) {
             if (b.results[i] != cases[c].code)
@@ -189,9 +129,9 @@ static void test_status_codes_mapped(void **state)
                          b.errors[i].msg);
         }
     }
-    assert_int_equal(testgrpc_count_calls(&server, "OK"), 0);
+    assert_int_equal(testgrpc_count_calls(&testgrpc_shared, "OK"), 0);
     struct testgrpc_event *ev = NULL;
-    assert_int_equal(testgrpc_events(&server, &ev), 0);
+    assert_int_equal(testgrpc_events(&testgrpc_shared, &ev), 0);
     testgrpc_free_events(ev, 0);
 
     /* Transient ones are retried, permanent ones dead-lettered (txo_err_is_transient). */
@@ -201,7 +141,7 @@ static void test_status_codes_mapped(void **state)
     assert_false(txo_err_is_transient(txo_grpc_status_code(12))); /* UNIMPLEMENTED */
     assert_int_equal(txo_grpc_status_code(0), 0);
     assert_int_equal(txo_grpc_status_code(100), TXO_EPUBLISH); /* a code of a later gRPC */
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -215,7 +155,7 @@ static void test_per_event_outcomes(void **state)
     struct txo_grpc_opts o;
     default_opts(&o);
     struct txo_publisher *pub = new_publisher(&o, reg);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 5, 101, 80);
     /* The permanent reason ends in a line break and 150 two-byte characters: it must come back
      * cut on a character boundary, the control character replaced (it goes to utf8mb4). */
@@ -226,7 +166,7 @@ static void test_per_event_outcomes(void **state)
     for (int k = 0; k < 150; k++)
         used += snprintf(rules + used, sizeof(rules) - (size_t)used, "\xc3\xa9");
     snprintf(rules + used, sizeof(rules) - (size_t)used, "\"");
-    testgrpc_control(&server, rules);
+    testgrpc_control(&testgrpc_shared, rules);
     publish(pub, &b);
     assert_int_equal(b.results[0], 0);
     assert_int_equal(b.results[1], TXO_EBUSINESS);
@@ -239,7 +179,7 @@ static void test_per_event_outcomes(void **state)
     assert_int_equal(b.results[4], 0);
 
     struct testgrpc_event *ev = NULL;
-    size_t n = testgrpc_events(&server, &ev);
+    size_t n = testgrpc_events(&testgrpc_shared, &ev);
     assert_int_equal(n, 3);
     assert_string_equal(ev[0].idempotency_key, "k:101");
     assert_string_equal(ev[1].idempotency_key, "k:103");
@@ -247,7 +187,7 @@ static void test_per_event_outcomes(void **state)
     testgrpc_free_events(ev, n);
 
     /* A response with one result too few: nothing counts as delivered. */
-    testgrpc_control(&server, "\"wrong_count_calls\": 1");
+    testgrpc_control(&testgrpc_shared, "\"wrong_count_calls\": 1");
     publish(pub, &b);
     for (size_t i = 0; i < b.n; i++) {
         assert_int_equal(b.results[i], TXO_EPUBLISH);
@@ -264,7 +204,7 @@ static void test_per_event_outcomes(void **state)
     assert_non_null(strstr(text, "txo_grpc_calls_in_flight 0\n"));
     assert_non_null(strstr(text, "txo_grpc_call_duration_seconds_count 2\n"));
     txo_free(text);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
     txo_metrics_free(reg);
 }
@@ -276,9 +216,9 @@ static void test_deadline_exceeded(void **state)
     default_opts(&o);
     o.deadline_ms = 400;
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 4, 201, 60);
-    testgrpc_control(&server, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
+    testgrpc_control(&testgrpc_shared, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
     int64_t t0 = txo_monotonic_ms();
     publish(pub, &b);
     int64_t ms = txo_monotonic_ms() - t0;
@@ -292,7 +232,7 @@ static void test_deadline_exceeded(void **state)
     publish(pub, &b);
     for (size_t i = 0; i < b.n; i++)
         assert_int_equal(b.results[i], 0);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -303,17 +243,13 @@ static void test_split_by_max_batch_bytes(void **state)
     default_opts(&o);
     o.max_batch_bytes = 2048;
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 10, 301, 600);
     /* Event 306 is bigger than a whole request may be. */
-    free(b.payloads[5]);
-    b.payloads[5] = malloc(3001);
-    assert_non_null(b.payloads[5]);
-    memset(b.payloads[5], ' ', 3000);
-    memcpy(b.payloads[5], "{}", 2);
-    b.payloads[5][3000] = '\0';
-    b.msgs[5].payload = b.payloads[5];
-    b.msgs[5].payload_len = 3000;
+    char big[3000];
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "{}", 2);
+    testbatch_set_payload(&b, 5, big, sizeof(big));
     publish(pub, &b);
     for (size_t i = 0; i < b.n; i++) {
         if (i == 5) {
@@ -324,10 +260,10 @@ static void test_split_by_max_batch_bytes(void **state)
         }
     }
     /* About 680 bytes an event: three a call at most, in order. */
-    size_t calls = testgrpc_count_calls(&server, "OK");
+    size_t calls = testgrpc_count_calls(&testgrpc_shared, "OK");
     assert_in_range(calls, 4, 6);
     struct testgrpc_event *ev = NULL;
-    size_t n = testgrpc_events(&server, &ev);
+    size_t n = testgrpc_events(&testgrpc_shared, &ev);
     assert_int_equal(n, 9);
     for (size_t k = 0, i = 0; k < n; k++, i++) {
         if (i == 5)
@@ -337,7 +273,7 @@ static void test_split_by_max_batch_bytes(void **state)
         assert_memory_equal(ev[k].payload, b.msgs[i].payload, b.msgs[i].payload_len);
     }
     testgrpc_free_events(ev, n);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -349,7 +285,7 @@ static void test_trace_per_event(void **state)
     struct txo_grpc_opts o;
     default_opts(&o);
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 4, 401, 40);
     b.msgs[0].traceparent = TRACEPARENT;
     b.msgs[0].tracestate = "vendor=x";
@@ -359,10 +295,10 @@ static void test_trace_per_event(void **state)
     b.n = 1; /* a call of one event */
     publish(pub, &b);
     b.n = 4;
-    assert_int_equal(testgrpc_count_calls(&server, "OK"), 2);
-    assert_int_equal(testgrpc_count_traced_calls(&server), 0);
+    assert_int_equal(testgrpc_count_calls(&testgrpc_shared, "OK"), 2);
+    assert_int_equal(testgrpc_count_traced_calls(&testgrpc_shared), 0);
     struct testgrpc_event *ev = NULL;
-    size_t n = testgrpc_events(&server, &ev);
+    size_t n = testgrpc_events(&testgrpc_shared, &ev);
     assert_int_equal(n, 5);
     for (size_t k = 0; k < n; k++) {
         size_t i = k % 4;
@@ -371,7 +307,7 @@ static void test_trace_per_event(void **state)
         assert_string_equal(ev[k].tracestate, i == 0 ? "vendor=x" : "");
     }
     testgrpc_free_events(ev, n);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -414,7 +350,7 @@ static void test_no_thread_left_after_free(void **state)
     struct txo_grpc_opts o;
     default_opts(&o);
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 2, 401, 50);
     publish(pub, &b);
     assert_int_equal(b.results[0], 0);
@@ -429,7 +365,7 @@ static void test_no_thread_left_after_free(void **state)
     }
     if (after != before)
         fail_msg("%zu threads before the publisher, %zu after it was freed", before, after);
-    batch_free(&b);
+    testbatch_free(&b);
 }
 
 /* ---- the relay end to end: MariaDB -> relay -> gRPC ---- */
@@ -451,5 +387,5 @@ int main(void)
         cmocka_unit_test_setup(test_trace_per_event, setup),
         cmocka_unit_test_setup(test_no_thread_left_after_free, setup),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testgrpc_group_setup, testgrpc_group_teardown);
 }

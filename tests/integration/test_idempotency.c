@@ -22,22 +22,12 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = calloc(1, sizeof(*t));
-    assert_non_null(t);
-    testdb_setup(t, "idem");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    free(t);
+    *state = testdb_new("idem", 0);
     return 0;
 }
 
@@ -1150,24 +1140,22 @@ static void test_purge(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hash_is_canonical),
-        cmocka_unit_test(test_hash_rejects_malformed_json),
-        cmocka_unit_test(test_key_check),
-        cmocka_unit_test_setup_teardown(test_new_complete_replay_conflict, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_replay_of_row_without_status, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_request_in_progress_then_replay, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_waiter_replays_when_first_commits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_waiter_takes_key_when_first_rolls_back, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_stale_processing_is_taken_over, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_complete_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lookup_many, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_completed_many, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_completed_many_waits_then_1062, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge, setup, teardown),
+        cmocka_unit_test_setup(test_hash_is_canonical, testrun_no_fixture),
+        cmocka_unit_test_setup(test_hash_rejects_malformed_json, testrun_no_fixture),
+        cmocka_unit_test_setup(test_key_check, testrun_no_fixture),
+        cmocka_unit_test(test_new_complete_replay_conflict),
+        cmocka_unit_test(test_replay_of_row_without_status),
+        cmocka_unit_test(test_rollback_leaves_no_row),
+        cmocka_unit_test(test_concurrent_request_in_progress_then_replay),
+        cmocka_unit_test(test_waiter_replays_when_first_commits),
+        cmocka_unit_test(test_waiter_takes_key_when_first_rolls_back),
+        cmocka_unit_test(test_stale_processing_is_taken_over),
+        cmocka_unit_test(test_complete_errors),
+        cmocka_unit_test(test_lookup_many),
+        cmocka_unit_test(test_store_completed_many),
+        cmocka_unit_test(test_store_completed_many_waits_then_1062),
+        cmocka_unit_test(test_purge),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

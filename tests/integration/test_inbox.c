@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
 #include "txo/inbox.h"
@@ -25,26 +26,12 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "inbox");
+    struct testdb *t = testdb_new("inbox", 0);
     /* The consumer's "effect": one row per applied message. */
     testdb_exec(t->db, "CREATE TABLE effects (id BIGINT AUTO_INCREMENT PRIMARY KEY, "
                        "event_id VARCHAR(255) NOT NULL, applied_by VARCHAR(16) NOT NULL)");
     *state = t;
     return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
-    return 0;
-}
-
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
 }
 
 /* What a consumer does with one message: record it; apply the effect unless a duplicate. */
@@ -97,12 +84,13 @@ static void test_record_then_duplicate(void **state)
     struct consume c = {.event_id = "order:7:created", .who = "first"};
     assert_int_equal(consume(t->db, &c, &err), 0);
     assert_false(c.duplicate);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM inbox_events WHERE event_id = "
                               "'order:7:created' AND event_type = 'OrderCreated' "
                               "AND payload = '{\"order_id\":7}' AND processed_at IS NOT NULL "
                               "AND processed_at <= NOW(6)"),
                      1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 1);
     char *processed_at = testdb_str(t->db, "SELECT processed_at FROM inbox_events", NULL, 0);
     assert_non_null(processed_at);
 
@@ -110,8 +98,8 @@ static void test_record_then_duplicate(void **state)
     struct consume again = {.event_id = "order:7:created", .who = "second"};
     assert_int_equal(consume(t->db, &again, &err), 0);
     assert_true(again.duplicate);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 1);
     char *still = testdb_str(t->db, "SELECT processed_at FROM inbox_events", NULL, 0);
     assert_string_equal(still, processed_at);
     txo_free(still);
@@ -121,7 +109,7 @@ static void test_record_then_duplicate(void **state)
     struct consume other = {.event_id = "order:8:created", .who = "first"};
     assert_int_equal(consume(t->db, &other, &err), 0);
     assert_false(other.duplicate);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 2);
 }
 
 static void test_rollback_forgets_the_message(void **state)
@@ -131,14 +119,14 @@ static void test_rollback_forgets_the_message(void **state)
     txo_error_init(&err);
     struct consume c = {.event_id = "m-1", .who = "failing", .fail_after_effect = true};
     assert_int_equal(consume(t->db, &c, &err), TXO_EBUSINESS);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 0);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 0);
 
     /* The redelivery is processed for real. */
     struct consume retry = {.event_id = "m-1", .who = "retry"};
     assert_int_equal(consume(t->db, &retry, &err), 0);
     assert_false(retry.duplicate);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects WHERE applied_by = 'retry'"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects WHERE applied_by = 'retry'"), 1);
 }
 
 static void test_ids_are_compared_byte_for_byte(void **state)
@@ -154,14 +142,14 @@ static void test_ids_are_compared_byte_for_byte(void **state)
         if (c.duplicate)
             fail_msg("id \"%s\" was taken for a duplicate", ids[i]);
     }
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 5);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 5);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 5);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 5);
     for (size_t i = 0; i < TXO_ARRAY_LEN(ids); i++) {
         struct consume c = {.event_id = ids[i], .who = "x"};
         assert_int_equal(consume(t->db, &c, &err), 0);
         assert_true(c.duplicate);
     }
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 5);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 5);
 }
 
 struct record_args {
@@ -207,14 +195,14 @@ static void test_bad_arguments_write_nothing(void **state)
     assert_int_equal(record(t, "ok", "T", "", &err), TXO_EINVAL);
     assert_int_equal(record(t, "ok", "T", "{not json", &err), TXO_ECONSTRAINT);
     assert_non_null(strstr(err.msg, "not JSON"));
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 0);
 
     /* The limits themselves are fine; any JSON value is a payload. */
     assert_int_equal(record(t, id255, "T", "{}", &err), 0);
     assert_int_equal(record(t, "scalar", type129 + 1, "42", &err), 0);
     assert_int_equal(record(t, "big", "T", "{\"n\":123456789012345678901234567890}", &err), 0);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 3);
-    assert_int_equal(q(t->db, "SELECT MAX(LENGTH(event_id)) FROM inbox_events"), 255);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 3);
+    assert_int_equal(testdb_q(t->db, "SELECT MAX(LENGTH(event_id)) FROM inbox_events"), 255);
 }
 
 /* ---- two transactions, one id ---- */
@@ -291,9 +279,9 @@ static void test_concurrent_duplicate_waits_then_skips(void **state)
     if (second.elapsed_ms < 150)
         fail_msg("the second transaction did not wait for the first: %lld ms",
                  (long long)second.elapsed_ms);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects WHERE applied_by = 'first'"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects WHERE applied_by = 'first'"), 1);
 }
 
 static void test_concurrent_first_rolls_back_second_applies(void **state)
@@ -308,9 +296,10 @@ static void test_concurrent_first_rolls_back_second_applies(void **state)
     if (second.elapsed_ms < 150)
         fail_msg("the second transaction did not wait for the first: %lld ms",
                  (long long)second.elapsed_ms);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects"), 1);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM effects WHERE applied_by = 'second'"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM effects WHERE applied_by = 'second'"),
+                     1);
 }
 
 /* ---- retention ---- */
@@ -330,25 +319,27 @@ static void test_purge_old_rows_in_batches(void **state)
     testdb_exec(t->db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at, "
                        "created_at) VALUES ('unprocessed', 'T', '{}', NULL, "
                        "NOW(6) - INTERVAL 3 DAY)");
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 15);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 15);
 
     /* One batch of 3 only. */
     uint64_t deleted = 99;
     assert_int_equal(txo_inbox_purge(t->db, 86400, 3, 1, &deleted, &err), 0);
     assert_int_equal(deleted, 3);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'old-%'"), 7);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'old-%'"), 7);
     /* The oldest went first. */
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id IN "
-                              "('old-1', 'old-2', 'old-3')"),
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id IN "
+                                     "('old-1', 'old-2', 'old-3')"),
                      0);
 
     /* The rest, 3 per batch: 7 old rows in 3 batches; the new and unprocessed ones stay. */
     assert_int_equal(txo_inbox_purge(t->db, 86400, 3, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 7);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 5);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'new-%'"), 4);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = 'unprocessed'"),
-                     1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 5);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'new-%'"), 4);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = 'unprocessed'"), 1);
     assert_int_equal(txo_inbox_purge(t->db, 86400, 3, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 0);
 
@@ -360,7 +351,7 @@ static void test_purge_old_rows_in_batches(void **state)
     /* Age 0: everything processed before now goes, the unprocessed row stays. */
     assert_int_equal(txo_inbox_purge(t->db, 0, 1000, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 5);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1);
 
     assert_int_equal(txo_inbox_purge(t->db, 0, 0, 0, &deleted, &err), TXO_EINVAL);
     assert_int_equal(txo_inbox_purge(t->db, 0, TXO_PURGE_BATCH_MAX + 1, 0, NULL, &err), TXO_EINVAL);
@@ -522,17 +513,15 @@ static void test_order_verdicts(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_record_then_duplicate, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_forgets_the_message, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ids_are_compared_byte_for_byte, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_arguments_write_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_duplicate_waits_then_skips, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_concurrent_first_rolls_back_second_applies, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_purge_old_rows_in_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge_walks_its_index, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_order_verdicts, setup, teardown),
+        cmocka_unit_test(test_record_then_duplicate),
+        cmocka_unit_test(test_rollback_forgets_the_message),
+        cmocka_unit_test(test_ids_are_compared_byte_for_byte),
+        cmocka_unit_test(test_bad_arguments_write_nothing),
+        cmocka_unit_test(test_concurrent_duplicate_waits_then_skips),
+        cmocka_unit_test(test_concurrent_first_rolls_back_second_applies),
+        cmocka_unit_test(test_purge_old_rows_in_batches),
+        cmocka_unit_test(test_purge_walks_its_index),
+        cmocka_unit_test(test_order_verdicts),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -35,22 +35,6 @@
 
 #define PRODUCE_REQUEST 0 /* Kafka protocol ApiKey of ProduceRequest */
 
-static struct testkafka cluster;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testkafka_start(&cluster);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testkafka_stop(&cluster);
-    return 0;
-}
-
 /* ---- topics and the record contract ---- */
 
 static void test_topic_names(void **state)
@@ -78,7 +62,7 @@ static void test_topic_names(void **state)
                      TXO_EINVAL);
     /* A property txo sets for its guarantees cannot be overridden. */
     struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, "t.{aggregate_type}");
+    testkafka_opts(&testkafka_shared, &o, "t.{aggregate_type}");
     const char *props[] = {"enable.idempotence=false"};
     o.properties = props;
     o.n_properties = 1;
@@ -89,7 +73,7 @@ static void test_topic_names(void **state)
 }
 
 /* Parses a record's value and checks it is the envelope of b's message i. */
-static void assert_envelope(const char *value, const struct testkafka_batch *b, size_t i)
+static void assert_envelope(const char *value, const struct testbatch *b, size_t i)
 {
     json_error_t jerr;
     json_t *doc = json_loads(value, 0, &jerr);
@@ -111,20 +95,20 @@ static void test_record_contract(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "contract");
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&cluster, topic, 4);
+    testkafka_create_topic(&testkafka_shared, topic, 4);
     struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, template);
+    testkafka_opts(&testkafka_shared, &o, template);
     struct txo_publisher *pub = testkafka_publisher(&o);
-    struct testkafka_batch b;
+    struct testbatch b;
     testkafka_batch_init(&b, 40, 7, prefix);
     int64_t t0 = txo_monotonic_ms();
-    testkafka_publish(pub, &b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     int64_t elapsed = txo_monotonic_ms() - t0;
-    testkafka_assert_published(&b);
+    testbatch_assert_published(&b);
     print_message("40 records delivered (acks=all, 3 replicas) in %lld ms\n", (long long)elapsed);
 
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&cluster, topic, &r);
+    size_t n = testkafka_read(&testkafka_shared, topic, &r);
     assert_int_equal(n, b.n);
     int32_t part_of_agg[7];
     for (size_t a = 0; a < 7; a++)
@@ -149,7 +133,7 @@ static void test_record_contract(void **state)
     }
     testkafka_records_free(r, n);
     txo_publisher_free(pub);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 /* ---- the relay end to end ---- */
@@ -217,7 +201,7 @@ static int64_t count_status(struct testdb *t, const char *status)
 static size_t read_ids(const char *topic, unsigned n, size_t *dups)
 {
     struct testkafka_record *r = NULL;
-    size_t got = testkafka_read(&cluster, topic, &r);
+    size_t got = testkafka_read(&testkafka_shared, topic, &r);
     unsigned char *seen = calloc(n + 1, 1);
     assert_non_null(seen);
     size_t distinct = 0;
@@ -245,13 +229,13 @@ static void test_brokers_down_then_back(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "down");
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&cluster, topic, 3);
+    testkafka_create_topic(&testkafka_shared, topic, 3);
     struct testdb t;
     testdb_setup(&t, "kafka_down");
     append(&t, (struct append_ctx){1, n, 5, prefix, NULL, 0}, n);
 
     struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, template);
+    testkafka_opts(&testkafka_shared, &o, template);
     o.delivery_timeout_ms = 1000;
     const char *props[] = {"reconnect.backoff.ms=50", "reconnect.backoff.max.ms=200"};
     o.properties = props;
@@ -267,7 +251,7 @@ static void test_brokers_down_then_back(void **state)
     ro.drain = true;
     struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
 
-    testkafka_set_brokers(&cluster, false);
+    testkafka_set_brokers(&testkafka_shared, false);
     int64_t t0 = txo_monotonic_ms();
     size_t claimed = testrelay_run_once(relay);
     int64_t waited = txo_monotonic_ms() - t0;
@@ -288,7 +272,7 @@ static void test_brokers_down_then_back(void **state)
     print_message("brokers down: a batch of %zu failed after %lld ms (delivery timeout 1000)\n",
                   claimed, (long long)waited);
 
-    testkafka_set_brokers(&cluster, true);
+    testkafka_set_brokers(&testkafka_shared, true);
     txo_sleep_ms(500); /* the backoff */
     testrelay_drain(relay);
     assert_int_equal(count_status(&t, "PUBLISHED"), n);
@@ -300,16 +284,19 @@ static void test_brokers_down_then_back(void **state)
     /* A leader change and NOT_LEADER answers: librdkafka retries inside one idempotent
      * session, so everything is written exactly once. */
     append(&t, (struct append_ctx){n + 1, 2 * n, 5, prefix, NULL, 0}, n);
-    assert_int_equal(rd_kafka_mock_partition_set_leader(testkafka_mock(&cluster), topic, 0, 2), 0);
-    assert_int_equal(rd_kafka_mock_partition_set_leader(testkafka_mock(&cluster), topic, 1, 3), 0);
-    rd_kafka_mock_push_request_errors(
-        testkafka_mock(&cluster), PRODUCE_REQUEST, 3, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
-        RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
+    assert_int_equal(
+        rd_kafka_mock_partition_set_leader(testkafka_mock(&testkafka_shared), topic, 0, 2), 0);
+    assert_int_equal(
+        rd_kafka_mock_partition_set_leader(testkafka_mock(&testkafka_shared), topic, 1, 3), 0);
+    rd_kafka_mock_push_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST, 3,
+                                      RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                                      RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                                      RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
     testrelay_drain(relay);
     assert_int_equal(count_status(&t, "PUBLISHED"), 2 * n);
     assert_int_equal(read_ids(topic, 2 * n, &dups), 2 * n);
     assert_int_equal(dups, 0);
-    rd_kafka_mock_clear_request_errors(testkafka_mock(&cluster), PRODUCE_REQUEST);
+    rd_kafka_mock_clear_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST);
 
     txo_relay_free(relay);
     txo_publisher_free(pub);
@@ -323,12 +310,12 @@ static void test_dead_letters(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "dead");
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&cluster, topic, 1);
+    testkafka_create_topic(&testkafka_shared, topic, 1);
     struct testdb t;
     testdb_setup(&t, "kafka_dead");
 
     struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, template);
+    testkafka_opts(&testkafka_shared, &o, template);
     o.delivery_timeout_ms = 3000;
     /* Reconnect quickly once the brokers are back (librdkafka backs off up to 10 s). */
     const char *props[] = {"message.max.bytes=10000", "reconnect.backoff.ms=50",
@@ -358,24 +345,24 @@ static void test_dead_letters(void **state)
 
     /* (2) Transient until the attempt limit: brokers down for two attempts. */
     append(&t, (struct append_ctx){2, 2, 100, prefix, NULL, 0}, 1);
-    testkafka_set_brokers(&cluster, false);
+    testkafka_set_brokers(&testkafka_shared, false);
     assert_int_equal(testrelay_run_once(relay), 1);
     assert_int_equal(count_status(&t, "PENDING"), 1);
     txo_sleep_ms(5);
     assert_int_equal(testrelay_run_once(relay), 1);
-    testkafka_set_brokers(&cluster, true);
+    testkafka_set_brokers(&testkafka_shared, true);
     assert_int_equal(count_status(&t, "FAILED"), 2);
     assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM dead_letter_events", NULL, 0), 2);
 
     /* (3) Not authorised to write the topic: permanent too (last: librdkafka then fails
      * the topic at once until its metadata is refreshed). */
     append(&t, (struct append_ctx){3, 3, 100, prefix, NULL, 0}, 1);
-    rd_kafka_mock_push_request_errors(testkafka_mock(&cluster), PRODUCE_REQUEST, 1,
+    rd_kafka_mock_push_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST, 1,
                                       RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
     assert_int_equal(testrelay_run_once(relay), 1);
     assert_int_equal(count_status(&t, "FAILED"), 3);
     assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM dead_letter_events", NULL, 0), 3);
-    rd_kafka_mock_clear_request_errors(testkafka_mock(&cluster), PRODUCE_REQUEST);
+    rd_kafka_mock_clear_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST);
 
     txo_relay_free(relay);
     txo_publisher_free(pub);
@@ -395,5 +382,5 @@ int main(void)
         txo_log_set_level(TXO_LOG_ERROR);
     if (getenv("TXO_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testkafka_group_setup, testkafka_group_teardown);
 }

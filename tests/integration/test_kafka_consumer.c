@@ -39,22 +39,6 @@
  */
 #define ARRIVAL_MS 60000
 
-static struct testkafka cluster;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testkafka_start(&cluster);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testkafka_stop(&cluster);
-    return 0;
-}
-
 /* ---- the consumer's recording handler ---- */
 
 struct received {
@@ -192,7 +176,7 @@ static const char *const group_props[] = {"session.timeout.ms=6000", "heartbeat.
 
 static void consumer_opts(struct txo_kafka_opts *o, const char *topic, const char *group)
 {
-    testkafka_opts(&cluster, o, "unused.{aggregate_type}");
+    testkafka_opts(&testkafka_shared, o, "unused.{aggregate_type}");
     o->topics = topic;
     o->group = group;
     o->retry_delay_ms = 300;
@@ -202,18 +186,18 @@ static void consumer_opts(struct txo_kafka_opts *o, const char *topic, const cha
 
 /* Publishes n events of n_aggs aggregates to "<prefix>.order" (created with parts). */
 static void publish_events(const char *prefix, size_t n, size_t n_aggs, int parts,
-                           struct testkafka_batch *b)
+                           struct testbatch *b)
 {
     char template[64], topic[64];
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&cluster, topic, parts);
+    testkafka_create_topic(&testkafka_shared, topic, parts);
     struct txo_kafka_opts o;
-    testkafka_opts(&cluster, &o, template);
+    testkafka_opts(&testkafka_shared, &o, template);
     struct txo_publisher *pub = testkafka_publisher(&o);
     testkafka_batch_init(b, n, n_aggs, prefix);
-    testkafka_publish(pub, b);
-    testkafka_assert_published(b);
+    assert_int_equal(testbatch_publish(pub, b), 0);
+    testbatch_assert_published(b);
     txo_publisher_free(pub);
 }
 
@@ -229,12 +213,12 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
     snprintf(mprefix, sizeof(mprefix), "%s-marker", prefix);
     struct txo_kafka_opts po;
-    testkafka_opts(&cluster, &po, template);
+    testkafka_opts(&testkafka_shared, &po, template);
     struct txo_publisher *pub = testkafka_publisher(&po);
-    struct testkafka_batch m;
+    struct testbatch m;
     testkafka_batch_init(&m, n_aggs, n_aggs, mprefix);
-    testkafka_publish(pub, &m);
-    testkafka_assert_published(&m);
+    assert_int_equal(testbatch_publish(pub, &m), 0);
+    testbatch_assert_published(&m);
     txo_publisher_free(pub);
     struct txo_kafka_opts everything = *o;
     everything.event_type = NULL; /* a skipped type left uncommitted would show up too */
@@ -251,7 +235,7 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     }
     assert_int_equal(col.n, n_aggs);
     collector_release(&col);
-    testkafka_batch_free(&m);
+    testbatch_free(&m);
 }
 
 /* ---- the tests ---- */
@@ -263,7 +247,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "block");
     testkafka_fresh(group, sizeof(group), "g");
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    struct testkafka_batch b;
+    struct testbatch b;
     publish_events(prefix, 20, 1, 1, &b); /* one aggregate, one partition: a strict sequence */
 
     struct txo_kafka_opts o;
@@ -292,7 +276,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     txo_consumer_free(c);
     collector_release(&next);
     collector_release(&col);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 static void test_consumer_permanent_and_filter(void **state)
@@ -303,12 +287,12 @@ static void test_consumer_permanent_and_filter(void **state)
     testkafka_fresh(group, sizeof(group), "g");
     snprintf(topic, sizeof(topic), "%s.order", prefix);
     snprintf(dlq, sizeof(dlq), "%s.dead", prefix);
-    testkafka_create_topic(&cluster, dlq, 1);
-    struct testkafka_batch b;
+    testkafka_create_topic(&testkafka_shared, dlq, 1);
+    struct testbatch b;
     publish_events(prefix, 10, 2, 1, &b);
     /* Another event type on the same topic (one aggregate type, one topic), written by kcat. */
     const char *hdrs[] = {"txo-idempotency-key=other:1", "txo-event-type=OrderCancelled", NULL};
-    testkafka_produce(&cluster, topic, "0", "{\"type\":\"OrderCancelled\"}", hdrs);
+    testkafka_produce(&testkafka_shared, topic, "0", "{\"type\":\"OrderCancelled\"}", hdrs);
 
     struct txo_kafka_opts o;
     consumer_opts(&o, topic, group);
@@ -326,7 +310,7 @@ static void test_consumer_permanent_and_filter(void **state)
 
     /* The rejected record is in the dead-letter topic, with the reason. */
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&cluster, dlq, &r);
+    size_t n = testkafka_read(&testkafka_shared, dlq, &r);
     assert_int_equal(n, 1);
     char *id = testkafka_header(&r[0], TXO_KAFKA_HEADER_IDEMPOTENCY_KEY);
     char *reason = testkafka_header(&r[0], TXO_KAFKA_HEADER_DEAD_LETTER_REASON);
@@ -339,7 +323,7 @@ static void test_consumer_permanent_and_filter(void **state)
     /* All of it, the skipped type included, was committed. */
     assert_all_committed(prefix, 2, &o);
     collector_release(&col);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 static void test_consumer_rebalance_loses_nothing(void **state)
@@ -349,7 +333,7 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     testkafka_fresh(prefix, sizeof(prefix), "rebal");
     testkafka_fresh(group, sizeof(group), "g");
     snprintf(topic, sizeof(topic), "%s.order", prefix);
-    struct testkafka_batch b;
+    struct testbatch b;
     publish_events(prefix, 400, 40, 4, &b);
 
     struct txo_kafka_opts o;
@@ -398,7 +382,7 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     free(seen);
     collector_release(&ca);
     collector_release(&cb);
-    testkafka_batch_free(&b);
+    testbatch_free(&b);
 }
 
 int main(void)
@@ -413,5 +397,5 @@ int main(void)
         txo_log_set_level(TXO_LOG_ERROR);
     if (getenv("TXO_TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TXO_TEST_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testkafka_group_setup, testkafka_group_teardown);
 }

@@ -17,7 +17,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
+#include "testoutbox.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
 
@@ -32,9 +34,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "local_dispatch");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "local_dispatch", 0);
     c->consumer_db = testdb_connect(&c->t);
     *state = c;
     return 0;
@@ -44,8 +44,7 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     txo_db_close(c->consumer_db);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -110,47 +109,6 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
 
 /* ---- helpers ---- */
 
-struct append_ctx {
-    unsigned n;
-};
-
-static int append_events(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct append_ctx *a = arg;
-    for (unsigned i = 1; i <= a->n; i++) {
-        char key[32], payload[64];
-        snprintf(key, sizeof(key), "order:%u:created", i);
-        snprintf(payload, sizeof(payload), "{\"order_id\": %u}", i);
-        char agg[16];
-        snprintf(agg, sizeof(agg), "%u", i);
-        struct txo_outbox_event ev = {
-            .aggregate_type = "order",
-            .aggregate_id = agg,
-            .event_type = "OrderCreated",
-            .payload_json = payload,
-            .idempotency_key = key,
-        };
-        int rc = txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void append(struct ctx *c, unsigned n)
-{
-    struct append_ctx a = {n};
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_events, &a, &err) < 0)
-        fail_msg("appending: %s", err.msg);
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
-}
-
 static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, unsigned max_attempts)
 {
     struct txo_relay_opts o;
@@ -186,19 +144,21 @@ static void test_each_event_reaches_the_handler(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 20;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 10);
     while (testrelay_run_once(r) > 0) {
     }
     assert_int_equal(c->calls, n);
     assert_int_equal(c->last_delivery, 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND attempts = 0 AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND attempts = 0 AND last_error IS NULL"),
                      n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events i JOIN outbox_events e "
-                          "ON e.idempotency_key = i.event_id "
-                          "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM inbox_events i JOIN outbox_events e "
+                              "ON e.idempotency_key = i.event_id "
+                              "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
                      n);
     txo_relay_free(r);
     txo_publisher_free(pub);
@@ -208,7 +168,7 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 5;
-    append(c, n);
+    testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 10);
 
@@ -216,11 +176,12 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     c->fail_code = TXO_EUNAVAILABLE;
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                          "AND attempts = 1 AND locked_by IS NULL "
-                          "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
-                          "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                              "AND attempts = 1 AND locked_by IS NULL "
+                              "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
+                              "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
                      n);
     /* Backing off: not offered again before it is due. */
     assert_int_equal(testrelay_run_once(r), 0);
@@ -232,10 +193,11 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, 2 * n);
     assert_int_equal(c->last_delivery, 2);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                          "AND last_error IS NULL"),
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL"),
                      n);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), n);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), n);
     txo_relay_free(r);
     txo_publisher_free(pub);
 }
@@ -243,7 +205,7 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
 static void test_permanent_failure_dead_letters(void **state)
 {
     struct ctx *c = *state;
-    append(c, 1);
+    testoutbox_append_orders(c->t.db, 1);
     struct txo_publisher *pub = new_local(c);
     struct txo_relay *r = new_relay(c, pub, 2);
     /* A permanent error is dead-lettered at once, not retried up to max_attempts. */
@@ -253,12 +215,12 @@ static void test_permanent_failure_dead_letters(void **state)
     assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(c->calls, 1);
     assert_string_equal(c->last_msg_id, "order:1:created");
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                          "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
-                          "database down'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                                       "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
+                                       "database down'"),
                      1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(q(c, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
     txo_relay_free(r);
     txo_publisher_free(pub);
 }
@@ -302,11 +264,10 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test_setup_teardown(test_each_event_reaches_the_handler, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_handler_failure_keeps_the_event_pending, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_permanent_failure_dead_letters, setup, teardown),
+        cmocka_unit_test_setup(test_bad_arguments, testrun_no_fixture),
+        cmocka_unit_test(test_each_event_reaches_the_handler),
+        cmocka_unit_test(test_handler_failure_keeps_the_event_pending),
+        cmocka_unit_test(test_permanent_failure_dead_letters),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

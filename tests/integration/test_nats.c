@@ -23,7 +23,9 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
+#include "testbatch.h"
 #include "testnats.h"
 #include "txo/consumer.h"
 #include "txo/nats.h"
@@ -60,68 +62,18 @@ static int teardown(void **state)
 
 /* ---- messages ---- */
 
-struct batch {
-    struct txo_outbox_message *msgs;
-    char (*keys)[32];
-    char (*payloads)[64];
-    int *results;
-    struct txo_error *errors;
-    size_t n;
-};
-
 /* Messages 1..n (ids first_id ..), key "<prefix>:<id>"; odd ids are orders, even payments. */
-static void batch_init(struct batch *b, size_t n, int64_t first_id, const char *prefix)
+static void batch_init(struct testbatch *b, size_t n, int64_t first_id, const char *prefix)
 {
-    memset(b, 0, sizeof(*b));
-    b->n = n;
-    b->msgs = calloc(n, sizeof(*b->msgs));
-    b->keys = calloc(n, sizeof(*b->keys));
-    b->payloads = calloc(n, sizeof(*b->payloads));
-    b->results = calloc(n, sizeof(*b->results));
-    b->errors = calloc(n, sizeof(*b->errors));
-    assert_true(b->msgs && b->keys && b->payloads && b->results && b->errors);
+    testbatch_init(b, n, first_id, prefix);
     for (size_t i = 0; i < n; i++) {
-        int64_t id = first_id + (int64_t)i;
-        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%lld", prefix, (long long)id);
-        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\": %lld, \"big\": 9007199254740993}",
-                 (long long)id);
-        struct txo_outbox_message *m = &b->msgs[i];
-        m->id = id;
-        m->aggregate_type = id % 2 ? "order" : "pay.ment v2";
-        m->aggregate_id = b->keys[i] + strlen(prefix) + 1; /* the id, as text */
-        m->event_type = id % 2 ? "OrderCreated" : "Payment*Charged>";
-        m->payload = b->payloads[i];
-        m->payload_len = strlen(b->payloads[i]);
-        m->idempotency_key = b->keys[i];
-        m->created_at = "2026-11-30T15:37:00.123456Z";
-        m->attempt = 1;
-    }
-}
-
-static void batch_free(struct batch *b)
-{
-    free(b->msgs);
-    free(b->keys);
-    free(b->payloads);
-    free(b->results);
-    free(b->errors);
-}
-
-static int publish(struct txo_publisher *pub, struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        b->results[i] = 99;
-        txo_error_init(&b->errors[i]);
-    }
-    return pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors);
-}
-
-static void assert_all_published(const struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->results[i] != 0)
-            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
-                     b->errors[i].msg);
+        int64_t id = b->msgs[i].id;
+        char payload[64];
+        int len = snprintf(payload, sizeof(payload), "{\"n\": %lld, \"big\": 9007199254740993}",
+                           (long long)id);
+        testbatch_set_payload(b, i, payload, (size_t)len);
+        b->msgs[i].aggregate_type = id % 2 ? "order" : "pay.ment v2";
+        b->msgs[i].event_type = id % 2 ? "OrderCreated" : "Payment*Charged>";
     }
 }
 
@@ -265,19 +217,19 @@ static void test_dedupe_by_msg_id(void **state)
 {
     struct ctx *c = *state;
     struct txo_publisher *pub = new_publisher(&c->o);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 2, 1, "k");
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
 
     /* Again (a relay retry after a lost ack), and twice within one batch. */
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
-    struct batch twice;
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
+    struct testbatch twice;
     batch_init(&twice, 2, 3, "k");
     snprintf(twice.keys[1], sizeof(twice.keys[1]), "k:3");
-    assert_int_equal(publish(pub, &twice), 0);
-    assert_all_published(&twice);
+    assert_int_equal(testbatch_publish(pub, &twice), 0);
+    testbatch_assert_published(&twice);
 
     assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 3);
     char **ids = NULL;
@@ -291,17 +243,17 @@ static void test_dedupe_by_msg_id(void **state)
     /* Deleting the stream (purging would keep the dedupe window) lets the publisher
      * re-create it on its next batch, with the same keys stored again. */
     testnats_delete_stream(&c->nats, STREAM);
-    assert_int_equal(publish(pub, &b), 0);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     for (size_t i = 0; i < b.n; i++) {
         assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
         assert_non_null(strstr(b.errors[i].msg, "no stream listens on the subject"));
     }
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 2);
 
-    batch_free(&twice);
-    batch_free(&b);
+    testbatch_free(&twice);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -318,12 +270,12 @@ static void test_url_list(void **state)
     c->o.url = list;
     c->o.connect_required = true;
     struct txo_publisher *pub = new_publisher(&c->o);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 3, 1, "list");
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     assert_int_equal(testnats_stream_msgs(&c->nats, STREAM), 3);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 
     struct txo_publisher *none = NULL;
@@ -365,10 +317,10 @@ static void test_two_consumers_share_a_durable(void **state)
     struct ctx *c = *state;
     const size_t n = 200;
     struct txo_publisher *pub = new_publisher(&c->o);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, n, 1, "k");
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
 
     struct collector col[2];
     struct worker w[2];
@@ -409,7 +361,7 @@ static void test_two_consumers_share_a_durable(void **state)
     }
     /* Freeing the consumers keeps the durable (Destroy, not Unsubscribe). */
     assert_true(testnats_consumer_exists(&c->nats, STREAM, "txo-worker"));
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -434,10 +386,10 @@ static void test_server_down_at_creation(void **state)
     struct collector col;
     collector_init(&col);
     struct txo_consumer *cons = new_consumer(&c->o, &col);
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 5, 1, "k");
     int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(publish(pub, &b), 0);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     int64_t publish_ms = txo_monotonic_ms() - t0;
     if (publish_ms > 500)
         fail_msg("publishing while the server is down took %lld ms", (long long)publish_ms);
@@ -458,9 +410,9 @@ static void test_server_down_at_creation(void **state)
     int64_t deadline = txo_monotonic_ms() + 10000;
     do {
         txo_sleep_ms(50);
-        assert_int_equal(publish(pub, &b), 0);
+        assert_int_equal(testbatch_publish(pub, &b), 0);
     } while (b.results[0] != 0 && txo_monotonic_ms() < deadline);
-    assert_all_published(&b);
+    testbatch_assert_published(&b);
     deadline = txo_monotonic_ms() + 10000;
     while (collected(&col) < b.n && txo_monotonic_ms() < deadline) {
         handled = 0;
@@ -472,7 +424,7 @@ static void test_server_down_at_creation(void **state)
 
     txo_consumer_free(cons);
     collector_release(&col);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -481,13 +433,13 @@ static void test_server_down_at_creation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_subject_sanitising),
-        cmocka_unit_test_setup_teardown(test_dedupe_by_msg_id, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_consumers_share_a_durable, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_server_down_at_creation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_url_list, setup, teardown),
+        cmocka_unit_test_setup(test_subject_sanitising, testrun_no_fixture),
+        cmocka_unit_test(test_dedupe_by_msg_id),
+        cmocka_unit_test(test_two_consumers_share_a_durable),
+        cmocka_unit_test(test_server_down_at_creation),
+        cmocka_unit_test(test_url_list),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
     txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
     return failed;
 }

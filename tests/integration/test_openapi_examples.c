@@ -37,6 +37,7 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
 #include "testproc.h"
 
 #define TOKEN "openapi-s3cret"
@@ -56,10 +57,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "openapi");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "openapi", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
     *state = c;
@@ -73,8 +71,7 @@ static int teardown(void **state)
     testproc_stop_hard(&c->second);
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -83,31 +80,15 @@ static int teardown(void **state)
  * saga then moves to SAGA_ID, the id the examples name. */
 static void compensation_failed_saga(struct ctx *c)
 {
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "pen", 100, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
-    struct order_item item = {"pen", 1, 250};
-    int64_t order = 0;
     char saga_id[TXO_SAGA_ID_LEN];
-    if (orders_create_with_saga(c->t.db, 3, &item, 1, &order, saga_id, &err) != 0)
-        fail_msg("creating the order: %s", err.msg);
-    assert_int_equal(order, 1);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    opts.step_backoff.base_ms = 1;
-    opts.step_backoff.max_ms = 1;
-    opts.compensation_max_tries = 1;
-    struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_run_saga(c->t.db, saga_id, &faults, &opts, &final, &err) != 0)
-        fail_msg("running the saga: %s", err.msg);
-    assert_int_equal(final, TXO_SAGA_COMPENSATION_FAILED);
+    assert_int_equal(testorders_compensation_failed(c->t.db, saga_id), 1);
 
     /* A copy under the new id takes the steps over, then the old row (renamed out of the way
      * of the unique correlation id) goes. */
     struct txo_param old[] = {txo_p_str(saga_id)};
     struct txo_exec_result res;
+    struct txo_error err;
+    txo_error_init(&err);
     if (txo_db_exec(c->t.db,
                     "CREATE TEMPORARY TABLE saga_copy AS SELECT * FROM saga_instances WHERE id = ?",
                     old, 1, &res, &err) != 0 ||

@@ -18,9 +18,11 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 /* No step of these sagas fails transiently, so they never back off: the default (system)
  * clock is never slept on. */
@@ -31,21 +33,10 @@ struct fixture {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "cancel");
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(f->t.db, "iphone-15", 10, &err), 0);
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "cancel", 0);
+    testorders_stock(f->t.db, "iphone-15", 10);
     txo_saga_opts_init(&f->opts);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
     return 0;
 }
 
@@ -181,11 +172,10 @@ static void test_confirmed_order_cannot_be_cancelled(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_cancel_at_version_then_conflicts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_after_cancel_compensates_without_second_event,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_confirmed_order_cannot_be_cancelled, setup, teardown),
+        cmocka_unit_test(test_cancel_at_version_then_conflicts),
+        cmocka_unit_test(test_saga_after_cancel_compensates_without_second_event),
+        cmocka_unit_test(test_confirmed_order_cannot_be_cancelled),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

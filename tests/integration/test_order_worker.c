@@ -13,8 +13,10 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 #include "txo/metrics.h"
 #include "worker.h"
 
@@ -27,11 +29,10 @@ struct fixture {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "oworker");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "oworker", 0);
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(f->t.db, "iphone-15", 10, &err), 0);
+    testorders_stock(f->t.db, "iphone-15", 10);
     assert_int_equal(txo_metrics_new(&f->metrics, &err), 0);
     struct txo_worker_opts wo;
     txo_worker_opts_init(&wo);
@@ -51,8 +52,7 @@ static int teardown(void **state)
     struct fixture *f = *state;
     txo_worker_free(f->w);
     txo_metrics_free(f->metrics);
-    testdb_teardown(&f->t);
-    txo_free(f);
+    testdb_fixture_free(f);
     return 0;
 }
 
@@ -97,21 +97,18 @@ static int deliver(struct fixture *f, const char *envelope, const char *msg_id,
     return txo_worker_handle_message(f->w, &msg, err);
 }
 
-static int64_t count(struct fixture *f, const char *sql)
-{
-    return testdb_i64(f->t.db, sql, NULL, 0);
-}
-
 /* Polls until every saga is COMPLETED, at most 10 s. */
 static void wait_completed(struct fixture *f, int64_t want)
 {
     for (int i = 0; i < 500; i++) {
-        if (count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'") == want)
+        if (testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'") ==
+            want)
             return;
         txo_sleep_ms(20);
     }
     fail_msg("%lld sagas COMPLETED, want %lld",
-             (long long)count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
+             (long long)testdb_q(f->t.db,
+                                 "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
              (long long)want);
 }
 
@@ -129,9 +126,10 @@ static void test_order_created_starts_the_saga_once(void **state)
     assert_int_equal(deliver(f, env, key, &err), 0);
     assert_int_equal(deliver(f, env, key, &err), 0); /* redelivered */
     wait_completed(f, 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     1);
     struct txo_worker_stats st;
     txo_worker_get_stats(f->w, &st);
     assert_int_equal(st.consumed, 1);
@@ -163,12 +161,15 @@ static void test_saga_past_its_deadline_is_counted(void **state)
                                  p, 1, NULL, &err),
                      0);
     assert_int_equal(txo_worker_start(f->w, &err), 0);
-    for (int i = 0; i < 500 && count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = "
-                                        "'FAILED'") == 0;
+    for (int i = 0;
+         i < 500 && testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = "
+                                      "'FAILED'") == 0;
          i++)
         txo_sleep_ms(20);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"), 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"), 1);
+    assert_int_equal(
+        testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"),
+                     1);
     static const char *const names[] = {"kind", "saga_type"};
     const char *labels[] = {"saga", "CreateOrderSaga"};
     assert_true(txo_metric_value(txo_metrics_register(f->metrics, TXO_METRIC_COUNTER,
@@ -219,13 +220,15 @@ static void test_async_order_starts_from_the_command_only(void **state)
     assert_non_null(env);
     /* Consumed before any worker thread runs: recorded, but no saga. */
     assert_int_equal(deliver(f, env, key, &err), 0);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances"), 0);
     /* The command starts it. */
     assert_int_equal(txo_worker_start(f->w, &err), 0);
     wait_completed(f, 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"), 1);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM command_queue WHERE status = 'DONE'"),
+                     1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     1);
     struct txo_worker_stats st;
     txo_worker_get_stats(f->w, &st);
     assert_int_equal(st.commands_done, 1);
@@ -242,14 +245,14 @@ static void test_unhandled_and_bad_messages(void **state)
     const char *other = "{\"id\":1,\"type\":\"StockReserved\",\"idempotency_key\":\"k1\","
                         "\"payload\":{\"order_id\":1}}";
     assert_int_equal(deliver(f, other, "k1", &err), 0);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
     assert_int_equal(deliver(f, "{not json", NULL, &err), TXO_EINVAL);
     const char *no_order = "{\"type\":\"OrderCreated\",\"idempotency_key\":\"k2\","
                            "\"payload\":{\"customer_id\":1}}";
     assert_int_equal(deliver(f, no_order, "k2", &err), TXO_EINVAL);
     assert_non_null(strstr(err.msg, "order_id"));
     /* The refused event left nothing: its inbox row rolled back with it. */
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
     const char *mismatch = "{\"type\":\"OrderCreated\",\"idempotency_key\":\"k3\","
                            "\"payload\":{\"order_id\":1}}";
     assert_int_equal(deliver(f, mismatch, "other-id", &err), TXO_EINVAL);
@@ -305,16 +308,17 @@ static void test_a_delivery_is_consumed_in_one_transaction(void **state)
     /* One transaction for the batch (the server counts other tests' commits too: at most a
      * few, never one per message). */
     print_message("the batch of 10 messages: %lld commits on the server\n", (long long)commits);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 6);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 6);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_steps"), 18);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 6);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances"), 6);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_steps"), 18);
     struct txo_worker_stats st;
     txo_worker_get_stats(f->w, &st);
     assert_int_equal(st.consumed, 6);   /* 1 before + 5 in the batch */
     assert_int_equal(st.duplicates, 3); /* env[0] twice more, env[5] again */
     assert_int_equal(txo_worker_start(f->w, &err), 0);
     wait_completed(f, 6);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), 6);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+                     6);
     for (size_t i = 0; i < 6; i++)
         txo_free(env[i]);
 }
@@ -350,8 +354,8 @@ static void test_a_failing_message_does_not_fail_its_batch(void **state)
     assert_true(results[1] < 0 && !txo_err_is_transient(results[1]));
     assert_int_equal(results[2], 0);
     assert_int_equal(results[3], 0);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM inbox_events"), 3);
-    assert_int_equal(count(f, "SELECT COUNT(*) FROM saga_instances"), 3);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 3);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances"), 3);
     assert_int_equal(txo_worker_start(f->w, &err), 0);
     wait_completed(f, 3);
     for (size_t i = 0; i < 3; i++)
@@ -361,15 +365,12 @@ static void test_a_failing_message_does_not_fail_its_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_order_created_starts_the_saga_once, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_async_order_starts_from_the_command_only, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_saga_past_its_deadline_is_counted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unhandled_and_bad_messages, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_a_delivery_is_consumed_in_one_transaction, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_a_failing_message_does_not_fail_its_batch, setup,
-                                        teardown),
+        cmocka_unit_test(test_order_created_starts_the_saga_once),
+        cmocka_unit_test(test_async_order_starts_from_the_command_only),
+        cmocka_unit_test(test_saga_past_its_deadline_is_counted),
+        cmocka_unit_test(test_unhandled_and_bad_messages),
+        cmocka_unit_test(test_a_delivery_is_consumed_in_one_transaction),
+        cmocka_unit_test(test_a_failing_message_does_not_fail_its_batch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

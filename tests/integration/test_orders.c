@@ -12,26 +12,18 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "orders");
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(orders_set_inventory(t->db, "iphone-15", 10, &err), 0);
-    assert_int_equal(orders_set_inventory(t->db, "case", 10, &err), 0);
+    struct testdb *t = testdb_new("orders", 0);
+    testorders_stock(t->db, "iphone-15", 10);
+    testorders_stock(t->db, "case", 10);
     *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
     return 0;
 }
 
@@ -273,7 +265,7 @@ static void test_create_with_saga_commits_all_together(void **state)
     struct txo_error err;
     txo_error_init(&err);
     const char *utf8_sku = "\xd1\x87\xd0\xb5\xd1\x85\xd0\xbe\xd0\xbb-\xc3\x9f\"q"; /* чехол-ß"q */
-    assert_int_equal(orders_set_inventory(t->db, utf8_sku, 5, &err), 0);
+    testorders_stock(t->db, utf8_sku, 5);
     struct order_item items[] = {{"case", 1, 1500}, {utf8_sku, 2, 700}, {"case", 3, 1500}};
     int64_t id = 0;
     char saga[TXO_SAGA_ID_LEN];
@@ -371,14 +363,12 @@ static void test_create_with_saga_unknown_sku_writes_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_create_commits_order_items_and_event, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_orders_write_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_start_saga_is_idempotent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_with_saga_commits_all_together, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_create_with_saga_unknown_sku_writes_nothing, setup,
-                                        teardown),
+        cmocka_unit_test(test_create_commits_order_items_and_event),
+        cmocka_unit_test(test_rollback_leaves_nothing),
+        cmocka_unit_test(test_invalid_orders_write_nothing),
+        cmocka_unit_test(test_start_saga_is_idempotent),
+        cmocka_unit_test(test_create_with_saga_commits_all_together),
+        cmocka_unit_test(test_create_with_saga_unknown_sku_writes_nothing),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -13,20 +13,12 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "outbox");
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
+    *state = testdb_new("outbox", 0);
     return 0;
 }
 
@@ -72,11 +64,6 @@ static int append(struct testdb *t, struct append_tx *a, struct txo_error *err)
     return txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, append_fn, a, err);
 }
 
-static int64_t count_rows(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
 static void make_biz_table(struct testdb *t)
 {
     testdb_exec(t->db, "CREATE TABLE biz (id BIGINT AUTO_INCREMENT PRIMARY KEY, note TEXT)");
@@ -103,7 +90,7 @@ static void test_commit_writes_pending_row(void **state)
     assert_string_equal(s, "PENDING|order|7|OrderCreated|order:7:created|0|Ärger ☃|nolock|"
                            "unpublished|1");
     txo_free(s);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 1);
 }
 
 static void test_rollback_leaves_no_row(void **state)
@@ -115,8 +102,8 @@ static void test_rollback_leaves_no_row(void **state)
     a.fail_with = TXO_EBUSINESS;
     assert_int_equal(append(t, &a, &err), TXO_EBUSINESS);
     assert_true(a.inserted); /* it was written, then rolled back with the business row */
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 0);
 }
 
 static void test_duplicate_key(void **state)
@@ -131,7 +118,7 @@ static void test_duplicate_key(void **state)
     struct append_tx b = event("order:9:created", "{\"v\": 2}");
     assert_int_equal(append(t, &b, &err), TXO_EDUPLICATE);
     assert_non_null(strstr(err.msg, "order:9:created"));
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 1); /* b rolled back */
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 1); /* b rolled back */
 
     struct append_tx c = event("order:9:created", "{\"v\": 3}");
     c.flags = TXO_OUTBOX_IGNORE_DUPLICATE;
@@ -140,10 +127,10 @@ static void test_duplicate_key(void **state)
     assert_int_equal(append(t, &c, &err), 0);
     assert_false(c.inserted);
     assert_int_equal(c.id, 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 2); /* c committed */
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 2); /* c committed */
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 1);
     /* The first event is untouched. */
-    assert_int_equal(count_rows(t, "SELECT JSON_VALUE(payload, '$.v') FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT JSON_VALUE(payload, '$.v') FROM outbox_events"), 1);
     struct txo_param id = txo_p_i64(first_id);
     assert_int_equal(testdb_i64(t->db, "SELECT COUNT(*) FROM outbox_events WHERE id = ?", &id, 1),
                      1);
@@ -186,8 +173,8 @@ static void test_invalid_payload_and_fields(void **state)
         if (append(t, &bad[i], &err) != TXO_EINVAL)
             fail_msg("bad event #%zu was not rejected with TXO_EINVAL: %s", i, err.msg);
     }
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 0);
 
     /* Exactly at the limits is fine. */
     long64[64] = '\0';
@@ -197,7 +184,7 @@ static void test_invalid_payload_and_fields(void **state)
     ok.ev.aggregate_type = long64;
     ok.ev.event_type = long128;
     assert_int_equal(append(t, &ok, &err), 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 1);
 }
 
 /* ---- txo_outbox_append_many ---- */
@@ -275,7 +262,7 @@ static void test_append_many_equals_single_appends(void **state)
     struct many_tx m = {.evs = evs, .n = 3};
     assert_int_equal(append_many(t, &m, &err), 0);
     assert_int_equal(m.rc, 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 6);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 6);
 
     char *single = rows_like(t, "single:");
     char *many = rows_like(t, "many:");
@@ -286,9 +273,9 @@ static void test_append_many_equals_single_appends(void **state)
     txo_free(single);
     txo_free(many);
     /* In evs order, ids ascending. */
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events a JOIN outbox_events b"
-                                   " ON a.idempotency_key = 'many:0' AND"
-                                   " b.idempotency_key = 'many:2' AND a.id < b.id"),
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events a JOIN outbox_events b"
+                                     " ON a.idempotency_key = 'many:0' AND"
+                                     " b.idempotency_key = 'many:2' AND a.id < b.id"),
                      1);
 
     /* Rolled back with the caller's transaction. */
@@ -297,12 +284,12 @@ static void test_append_many_equals_single_appends(void **state)
     m = (struct many_tx){.evs = evs, .n = 3, .fail_with = TXO_EBUSINESS};
     assert_int_equal(append_many(t, &m, &err), TXO_EBUSINESS);
     assert_int_equal(m.rc, 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 6);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 6);
 
     /* n = 0 writes nothing. */
     m = (struct many_tx){.evs = evs, .n = 0};
     assert_int_equal(append_many(t, &m, &err), 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 6);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 6);
 }
 
 static void test_append_many_duplicate_and_invalid(void **state)
@@ -323,15 +310,15 @@ static void test_append_many_duplicate_and_invalid(void **state)
     struct many_tx m = {.evs = evs, .n = 3};
     assert_int_equal(append_many(t, &m, &err), TXO_EDUPLICATE);
     assert_int_equal(m.rc, TXO_EDUPLICATE);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
-    assert_int_equal(count_rows(t, "SELECT JSON_VALUE(payload, '$.v') FROM outbox_events"), 1);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 1); /* rolled back */
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT JSON_VALUE(payload, '$.v') FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 1); /* rolled back */
 
     /* The same key twice in one batch. */
     evs[1].idempotency_key = "order:21:created";
     m = (struct many_tx){.evs = evs, .n = 3};
     assert_int_equal(append_many(t, &m, &err), TXO_EDUPLICATE);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 1);
 
     /* Each event is checked as txo_outbox_append checks it, before any write. */
     evs[1].idempotency_key = "order:23:created";
@@ -349,12 +336,12 @@ static void test_append_many_duplicate_and_invalid(void **state)
     evs[2].event_type = "OrderCreated";
     evs[2].payload_json = "";
     assert_int_equal(append_many(t, &m, &err), TXO_EINVAL);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 1);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM biz"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM biz"), 1);
 
     evs[2].payload_json = "{}";
     assert_int_equal(append_many(t, &m, &err), 0);
-    assert_int_equal(count_rows(t, "SELECT COUNT(*) FROM outbox_events"), 4);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 4);
 }
 
 static void test_stats(void **state)
@@ -420,13 +407,13 @@ static void test_stats(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_commit_writes_pending_row, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_leaves_no_row, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_duplicate_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_payload_and_fields, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_append_many_equals_single_appends, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_append_many_duplicate_and_invalid, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
+        cmocka_unit_test(test_commit_writes_pending_row),
+        cmocka_unit_test(test_rollback_leaves_no_row),
+        cmocka_unit_test(test_duplicate_key),
+        cmocka_unit_test(test_invalid_payload_and_fields),
+        cmocka_unit_test(test_append_many_equals_single_appends),
+        cmocka_unit_test(test_append_many_duplicate_and_invalid),
+        cmocka_unit_test(test_stats),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -23,18 +23,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup_empty(t, "contract");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
+    *state = testdb_new("contract", TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -103,7 +92,7 @@ static void test_node_example_then_relay(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_node_example_then_relay, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_node_example_then_relay, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "outbox/outbox_sql.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -34,24 +35,8 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "lag");
-    testdb_export_env(t);
-    *state = t;
+    *state = testdb_new("lag", TESTDB_NEW_EXPORT_ENV);
     return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
-    return 0;
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
@@ -150,8 +135,9 @@ static void outage_stop(struct outage *o)
 static void wait_backing_off(struct testdb *t, int64_t n)
 {
     for (int i = 0; i < 200; i++) {
-        if (q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND attempts > 0 "
-                 "AND next_attempt_at > NOW(6)") == n)
+        if (testdb_q(t->db,
+                     "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND attempts > 0 "
+                     "AND next_attempt_at > NOW(6)") == n)
             return;
         nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
     }
@@ -210,8 +196,9 @@ static void test_real_outage_of_31_seconds(void **state)
     double lag = scrape(&o, "txo_outbox_oldest_pending_age_seconds");
     if (!(lag >= 30.0 && lag < 90.0))
         fail_msg("lag %.3f s after a 31 s outage: want 30..90", lag);
-    int64_t retried = q(t, "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', "
-                           "'PROCESSING') AND attempts >= 2");
+    int64_t retried =
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', "
+                        "'PROCESSING') AND attempts >= 2");
     if (retried != 5)
         fail_msg("%" PRId64 " of 5 events retried during the outage", retried);
     outage_stop(&o);
@@ -311,7 +298,8 @@ static void test_backlog_drains_in_bounded_batches(void **state)
     struct testdb *t = *state;
     insert_backlog(t);
     testdb_exec(t->db, "ANALYZE TABLE outbox_events");
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), BACKLOG);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"),
+                     BACKLOG);
 
     /* The statement txo_outbox_get_stats() runs for the ages, on this backlog. */
     assert_index_dives(t, OUTBOX_SQL_OLDEST_AGES_US);
@@ -340,11 +328,11 @@ static void test_backlog_drains_in_bounded_batches(void **state)
     print_message("txo relay --drain: %s", stopped);
     free(out);
 
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     BACKLOG);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BACKLOG);
     /* One mark statement per batch: its rows share one published_at (NOW(6) of the UPDATE). */
-    int64_t largest = q(t, "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM outbox_events "
-                           "GROUP BY published_at) AS per_batch");
+    int64_t largest = testdb_q(t->db, "SELECT MAX(c) FROM (SELECT COUNT(*) AS c FROM outbox_events "
+                                      "GROUP BY published_at) AS per_batch");
     if (largest > BATCH)
         fail_msg("a batch of %" PRId64 " events, more than --batch-size %d", largest, BATCH);
     if (batches < BACKLOG / BATCH)
@@ -362,11 +350,11 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_lag_grows_while_events_back_off, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_backlog_drains_in_bounded_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_real_outage_of_31_seconds, setup, teardown),
+        cmocka_unit_test(test_lag_grows_while_events_back_off),
+        cmocka_unit_test(test_backlog_drains_in_bounded_batches),
+        cmocka_unit_test(test_real_outage_of_31_seconds),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

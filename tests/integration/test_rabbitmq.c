@@ -33,6 +33,8 @@
 
 #include "testdb.h"
 #include "testproc.h"
+#include "testbatch.h"
+#include "testinbox.h"
 #include "testrabbit.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
@@ -42,26 +44,10 @@
 
 #define EXCHANGE "txo.events"
 
-static struct testrabbit broker;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testrabbit_start(&broker);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testrabbit_cleanup(&broker);
-    return 0;
-}
-
 static void opts(struct txo_rabbitmq_opts *o)
 {
     txo_rabbitmq_opts_init(o);
-    o->url = broker.url;
+    o->url = testrabbit_shared.url;
     o->connect_timeout_ms = 2000;
     o->confirm_timeout_ms = 5000;
 }
@@ -81,7 +67,7 @@ static struct txo_publisher *new_publisher(void)
 /* Every message of queue, drained with pika: a JSON array of objects (json_decref). */
 static json_t *drain(const char *queue)
 {
-    char *out = testrabbit_client(&broker, "drain", queue, "0.7", NULL);
+    char *out = testrabbit_client(&testrabbit_shared, "drain", queue, "0.7", NULL);
     json_t *all = json_array();
     char *save = NULL;
     for (char *line = strtok_r(out, "\n", &save); line != NULL;
@@ -106,70 +92,12 @@ static const char *jstr(json_t *obj, const char *path1, const char *path2)
 
 /* ---- messages ---- */
 
-struct batch {
-    struct txo_outbox_message *msgs;
-    char (*keys)[32];
-    char (*payloads)[64];
-    char (*agg_ids)[24];
-    int *results;
-    struct txo_error *errors;
-    size_t n;
-};
-
-static void batch_init(struct batch *b, size_t n, const char *prefix, const char *agg_type)
+/* Messages 1..n, key "<prefix>:<id>", of aggregate type agg_type. */
+static void batch_init(struct testbatch *b, size_t n, const char *prefix, const char *agg_type)
 {
-    memset(b, 0, sizeof(*b));
-    b->n = n;
-    b->msgs = calloc(n, sizeof(*b->msgs));
-    b->keys = calloc(n, sizeof(*b->keys));
-    b->payloads = calloc(n, sizeof(*b->payloads));
-    b->agg_ids = calloc(n, sizeof(*b->agg_ids));
-    b->results = calloc(n, sizeof(*b->results));
-    b->errors = calloc(n, sizeof(*b->errors));
-    assert_true(b->msgs && b->keys && b->payloads && b->agg_ids && b->results && b->errors);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%zu", prefix, i + 1);
-        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\": %zu}", i + 1);
-        snprintf(b->agg_ids[i], sizeof(b->agg_ids[i]), "%zu", i + 1);
-        struct txo_outbox_message *m = &b->msgs[i];
-        m->id = (int64_t)i + 1;
-        m->aggregate_type = agg_type;
-        m->aggregate_id = b->agg_ids[i];
-        m->event_type = "OrderCreated";
-        m->payload = b->payloads[i];
-        m->payload_len = strlen(b->payloads[i]);
-        m->idempotency_key = b->keys[i];
-        m->created_at = "2026-11-30T15:37:00.123456Z";
-        m->attempt = 1;
-    }
-}
-
-static void batch_free(struct batch *b)
-{
-    free(b->msgs);
-    free(b->keys);
-    free(b->payloads);
-    free(b->agg_ids);
-    free(b->results);
-    free(b->errors);
-}
-
-static int publish(struct txo_publisher *pub, struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        b->results[i] = 99;
-        txo_error_init(&b->errors[i]);
-    }
-    return pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors);
-}
-
-static void assert_all_published(const struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->results[i] != 0)
-            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
-                     b->errors[i].msg);
-    }
+    testbatch_init(b, n, 1, prefix);
+    for (size_t i = 0; i < n; i++)
+        b->msgs[i].aggregate_type = agg_type;
 }
 
 /* ---- (1) routing keys ---- */
@@ -216,13 +144,13 @@ static void test_routing_key_sanitising(void **state)
 static void test_published_properties(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "props", EXCHANGE, "order.#", NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "props", EXCHANGE, "order.#", NULL);
     free(o);
     struct txo_publisher *pub = new_publisher();
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 5, "props", "order");
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
 
     json_t *got = drain("props");
     assert_int_equal(json_array_size(got), 5);
@@ -239,7 +167,7 @@ static void test_published_properties(void **state)
         assert_int_equal(json_integer_value(json_object_get(m, "delivery_mode")), 2);
         assert_true(json_integer_value(json_object_get(m, "timestamp")) > 1700000000);
         assert_string_equal(jstr(m, "headers", "txo-aggregate-type"), "order");
-        assert_string_equal(jstr(m, "headers", "txo-aggregate-id"), b.agg_ids[i]);
+        assert_string_equal(jstr(m, "headers", "txo-aggregate-id"), b.aggs[i]);
         assert_int_equal(
             json_integer_value(json_object_get(json_object_get(m, "headers"), "txo-event-id")),
             (json_int_t)i + 1);
@@ -254,7 +182,7 @@ static void test_published_properties(void **state)
         txo_event_release(&ev);
     }
     json_decref(got);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -263,14 +191,15 @@ static void test_published_properties(void **state)
 static void test_unroutable_is_permanent(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&broker, "declare", "routed", EXCHANGE, "routed.*", NULL);
+    char *o =
+        testrabbit_client(&testrabbit_shared, "declare", "routed", EXCHANGE, "routed.*", NULL);
     free(o);
     struct txo_publisher *pub = new_publisher();
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 6, "route", "routed");
     b.msgs[2].aggregate_type = "nobody";
     b.msgs[4].aggregate_type = "nobody";
-    assert_int_equal(publish(pub, &b), 0);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     for (size_t i = 0; i < b.n; i++) {
         if (i == 2 || i == 4) {
             assert_int_equal(b.results[i], TXO_ECONFIG);
@@ -284,9 +213,9 @@ static void test_unroutable_is_permanent(void **state)
     /* The same connection goes on working. */
     b.msgs[2].aggregate_type = "routed";
     b.msgs[4].aggregate_type = "routed";
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
-    assert_int_equal(testrabbit_count(&broker, "routed"), 10);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "routed"), 10);
     txo_publisher_free(pub);
 
     /* mandatory off: RabbitMQ confirms and drops what no queue takes. */
@@ -295,10 +224,10 @@ static void test_unroutable_is_permanent(void **state)
     o2.mandatory = false;
     assert_int_equal(txo_publisher_rabbitmq_new(&o2, NULL, &pub, NULL), 0);
     b.msgs[2].aggregate_type = "nobody";
-    assert_int_equal(publish(pub, &b), 0);
-    assert_all_published(&b);
-    assert_int_equal(testrabbit_count(&broker, "routed"), 15);
-    batch_free(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "routed"), 15);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -314,10 +243,10 @@ static void test_server_down_fails_fast(void **state)
     struct txo_error err;
     txo_error_init(&err);
     assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), 0); /* lazy connect */
-    struct batch b;
+    struct testbatch b;
     batch_init(&b, 3, "down", "order");
     int64_t t0 = txo_monotonic_ms();
-    assert_int_equal(publish(pub, &b), 0);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     assert_true(txo_monotonic_ms() - t0 < 1000);
     for (size_t i = 0; i < b.n; i++) {
         assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
@@ -327,7 +256,7 @@ static void test_server_down_fails_fast(void **state)
     txo_publisher_free(pub);
     o.connect_required = true;
     assert_int_equal(txo_publisher_rabbitmq_new(&o, NULL, &pub, &err), TXO_EUNAVAILABLE);
-    batch_free(&b);
+    testbatch_free(&b);
 }
 
 /* ---- (4) the relay: 10,000 events, per-aggregate order ---- */
@@ -353,21 +282,6 @@ struct handler_ctx {
     char last_ce_type[64];
 };
 
-struct record_ctx {
-    const struct txo_inbound_message *msg;
-    bool duplicate;
-};
-
-static int record(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct record_ctx *r = arg;
-    char *data = strndup(r->msg->data, r->msg->len);
-    assert_non_null(data);
-    int rc = txo_inbox_record(tx, r->msg->msg_id, "OrderCreated", data, &r->duplicate, err);
-    free(data);
-    return rc;
-}
-
 /* Records the message in the inbox (the effect), committing before it returns 0. */
 static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
 {
@@ -386,11 +300,11 @@ static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_e
         h->transient_second_ms = txo_monotonic_ms();
         h->transient_second_delivery = msg->delivery;
     }
-    struct record_ctx r = {msg, false};
-    int rc = txo_db_transact(h->db, TXO_ISO_READ_COMMITTED, record, &r, err);
+    bool duplicate = false;
+    int rc = testinbox_record(h->db, msg, "OrderCreated", &duplicate, err);
     if (rc < 0)
         return rc;
-    if (r.duplicate)
+    if (duplicate)
         h->duplicates++;
     else
         h->effects++;
@@ -399,7 +313,7 @@ static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_e
 
 static void pika_publish(const char *key, const char *id, const char *body)
 {
-    char *o = testrabbit_client(&broker, "publish", EXCHANGE, key, id, body, NULL);
+    char *o = testrabbit_client(&testrabbit_shared, "publish", EXCHANGE, key, id, body, NULL);
     free(o);
 }
 
@@ -462,8 +376,8 @@ static void test_consumer_ack_retry_dead_letter(void **state)
     txo_sleep_ms(300);
     assert_int_equal(txo_consumer_poll(cons, 10, 300, &handled, NULL), 0);
     assert_int_equal(handled, 0);
-    assert_int_equal(testrabbit_count(&broker, "cons"), 0);
-    assert_int_equal(testrabbit_count(&broker, "cons.retry"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "cons"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "cons.retry"), 0);
     json_t *dead = drain("cons.dlq");
     assert_int_equal(json_array_size(dead), 1);
     json_t *d0 = json_array_get(dead, 0);
@@ -552,8 +466,8 @@ static void test_crash_between_commit_and_ack(void **state)
     assert_int_equal(h.last_delivery, 2); /* redelivered by RabbitMQ */
     assert_int_equal(testdb_i64(t.db, "SELECT COUNT(*) FROM inbox_events", NULL, 0), 1);
     txo_consumer_free(cons);
-    assert_int_equal(testrabbit_count(&broker, "crash"), 0);
-    assert_int_equal(testrabbit_count(&broker, "crash.dlq"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "crash"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "crash.dlq"), 0);
     testdb_teardown(&t);
 }
 
@@ -632,9 +546,9 @@ static void test_batch_consumer_takes_what_is_waiting(void **state)
     assert_int_equal(handled, 0);
     /* Unacknowledged deliveries would go back to the queue when the connection closes. */
     txo_consumer_free(cons);
-    assert_int_equal(testrabbit_count(&broker, "batch"), 0);
-    assert_int_equal(testrabbit_count(&broker, "batch.retry"), 0);
-    assert_int_equal(testrabbit_count(&broker, "batch.dlq"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "batch"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "batch.retry"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "batch.dlq"), 0);
     testdb_teardown(&t);
 }
 
@@ -670,8 +584,8 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(b.first_batch, 5);
     assert_int_equal(b.h.effects, 3); /* m:1, m:3, m:5 */
     /* Seen by pika while the delay runs: the retry waits, the main queue has nothing ready. */
-    assert_int_equal(testrabbit_count(&broker, "bmix.retry"), 1);
-    assert_int_equal(testrabbit_count(&broker, "bmix"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix.retry"), 1);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix"), 0);
 
     poll_until(cons, &b.h.calls, 6, 15000);
     assert_true(b.h.transient_second_ms - b.h.transient_first_ms >= 2000);
@@ -682,8 +596,8 @@ static void test_batch_consumer_mixed_verdicts(void **state)
                   b.h.transient_second_ms - b.h.transient_first_ms);
 
     txo_consumer_free(cons); /* anything unacknowledged would now be ready again */
-    assert_int_equal(testrabbit_count(&broker, "bmix"), 0);
-    assert_int_equal(testrabbit_count(&broker, "bmix.retry"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix"), 0);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix.retry"), 0);
     json_t *dead = drain("bmix.dlq");
     assert_int_equal(json_array_size(dead), 1);
     json_t *d0 = json_array_get(dead, 0);
@@ -707,5 +621,5 @@ int main(void)
         cmocka_unit_test(test_batch_consumer_takes_what_is_waiting),
         cmocka_unit_test(test_batch_consumer_mixed_verdicts),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testrabbit_group_setup, testrabbit_group_teardown);
 }

@@ -35,102 +35,21 @@
 
 #include "testdb.h"
 #include "testproc.h"
+#include "testbatch.h"
 #include "testredis.h"
 #include "testrelay.h"
 #include "txo/consumer.h"
 #include "txo/inbox.h"
 #include "txo/redis.h"
 
-static struct testredis server;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testredis_start(&server);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testredis_cleanup(&server);
-    return 0;
-}
-
 static void opts_for(struct txo_redis_opts *o, const char *stream)
 {
     txo_redis_opts_init(o);
-    o->url = server.url;
+    o->url = testredis_shared.url;
     o->connect_timeout_ms = 1000;
     o->timeout_ms = 2000;
     o->stream = stream;
     o->claim_idle_ms = 400;
-}
-
-/* ---- messages ---- */
-
-struct batch {
-    struct txo_outbox_message *msgs;
-    char (*keys)[48];
-    char (*payloads)[64];
-    int *results;
-    struct txo_error *errors;
-    size_t n;
-};
-
-/* Messages with ids first_id.., key "<prefix>:<id>", aggregate type agg, type OrderCreated. */
-static void batch_init(struct batch *b, size_t n, int64_t first_id, const char *prefix,
-                       const char *agg)
-{
-    memset(b, 0, sizeof(*b));
-    b->n = n;
-    b->msgs = calloc(n, sizeof(*b->msgs));
-    b->keys = calloc(n, sizeof(*b->keys));
-    b->payloads = calloc(n, sizeof(*b->payloads));
-    b->results = calloc(n, sizeof(*b->results));
-    b->errors = calloc(n, sizeof(*b->errors));
-    assert_true(b->msgs && b->keys && b->payloads && b->results && b->errors);
-    for (size_t i = 0; i < n; i++) {
-        int64_t id = first_id + (int64_t)i;
-        snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%lld", prefix, (long long)id);
-        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\":%lld}", (long long)id);
-        struct txo_outbox_message *m = &b->msgs[i];
-        m->id = id;
-        m->aggregate_type = agg;
-        m->aggregate_id = b->keys[i] + strlen(prefix) + 1;
-        m->event_type = "OrderCreated";
-        m->payload = b->payloads[i];
-        m->payload_len = strlen(b->payloads[i]);
-        m->idempotency_key = b->keys[i];
-        m->created_at = "2026-11-30T15:37:00.123456Z";
-        m->attempt = 1;
-    }
-}
-
-static void batch_free(struct batch *b)
-{
-    free(b->msgs);
-    free(b->keys);
-    free(b->payloads);
-    free(b->results);
-    free(b->errors);
-}
-
-static void publish(struct txo_publisher *pub, struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        b->results[i] = 99;
-        txo_error_init(&b->errors[i]);
-    }
-    assert_int_equal(pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors), 0);
-}
-
-static void assert_all_published(const struct batch *b)
-{
-    for (size_t i = 0; i < b->n; i++)
-        if (b->results[i] != 0)
-            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
-                     b->errors[i].msg);
 }
 
 static struct txo_publisher *new_publisher(const struct txo_redis_opts *o,
@@ -288,12 +207,12 @@ static void test_fields_as_documented(void **state)
     txo_error_init(&err);
     assert_int_equal(txo_metrics_new(&reg, &err), 0);
     struct txo_publisher *pub = new_publisher(&o, reg);
-    struct batch b;
-    batch_init(&b, 3, 41, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
+    struct testbatch b;
+    testbatch_init(&b, 3, 41, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
 
-    json_t *entries = testredis_xrange(&server, "t2.events.order");
+    json_t *entries = testredis_xrange(&testredis_shared, "t2.events.order");
     assert_int_equal(json_array_size(entries), 3);
     for (size_t i = 0; i < 3; i++) {
         json_t *e = json_array_get(entries, i);
@@ -323,12 +242,12 @@ static void test_fields_as_documented(void **state)
 
     /* CloudEvents binary mode: the payload is the data field, the attributes ce_* fields. */
     assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_CLOUDEVENTS_BINARY, NULL, &err), 0);
-    struct batch b2;
-    batch_init(&b2, 2, 51, "order", "order");
-    publish(pub, &b2);
+    struct testbatch b2;
+    testbatch_init(&b2, 2, 51, "order");
+    assert_int_equal(testbatch_publish(pub, &b2), 0);
     assert_int_equal(txo_envelope_set_default(TXO_ENVELOPE_TXO, NULL, &err), 0);
-    assert_all_published(&b2);
-    entries = testredis_xrange(&server, "t2.events.order");
+    testbatch_assert_published(&b2);
+    entries = testredis_xrange(&testredis_shared, "t2.events.order");
     assert_int_equal(json_array_size(entries), 5);
     json_t *e = json_array_get(entries, 3);
     assert_null(testredis_field(e, "envelope"));
@@ -348,11 +267,12 @@ static void test_fields_as_documented(void **state)
     assert_int_equal(poll_once(c, 100, 200), 5);
     assert_string_equal(col.got[0].subject, "t2.events.order");
     assert_string_equal(col.got[4].msg_id, "order:52");
-    assert_int_equal(testredis_group_pending(&server, "t2.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t2.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&col);
-    batch_free(&b);
-    batch_free(&b2);
+    testbatch_free(&b);
+    testbatch_free(&b2);
     txo_publisher_free(pub);
     txo_metrics_free(reg);
 }
@@ -370,15 +290,16 @@ static void test_permanent_error_dead_lettered(void **state)
     opts_for(&o, "t5.events.order");
     o.stream_template = "t5.events.{aggregate_type}";
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 3, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
+    struct testbatch b;
+    testbatch_init(&b, 3, 1, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     struct collector col = {.permanent_id = "order:2"};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
     assert_int_equal(poll_once(c, 100, 200), 3);
-    assert_int_equal(testredis_group_pending(&server, "t5.events.order", "txo-worker"), 0);
-    json_t *dead = testredis_xrange(&server, "t5.events.order.dead");
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t5.events.order", "txo-worker"),
+                     0);
+    json_t *dead = testredis_xrange(&testredis_shared, "t5.events.order.dead");
     assert_int_equal(json_array_size(dead), 1);
     json_t *e = json_array_get(dead, 0);
     assert_string_equal(testredis_field(e, "idempotency_key"), "order:2");
@@ -395,7 +316,7 @@ static void test_permanent_error_dead_lettered(void **state)
     assert_int_equal(count_id(&col, "order:2"), 1);
     txo_consumer_free(c);
     collector_release(&col);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -410,17 +331,19 @@ static void test_dead_consumer_entries_claimed(void **state)
     struct collector col = {0};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
     assert_int_equal(poll_once(c, 10, 10), 0); /* creates the group */
-    struct batch b;
-    batch_init(&b, 6, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
+    struct testbatch b;
+    testbatch_init(&b, 6, 1, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     /* Another consumer reads four entries and dies without acknowledging them. */
     int64_t t_read = txo_monotonic_ms(); /* before that delivery */
-    json_t *j = testredis_cli(&server, (const char *const[]){"XREADGROUP", "GROUP", "txo-worker",
-                                                             "doomed", "COUNT", "4", "STREAMS",
-                                                             "t6.events.order", ">", NULL});
+    json_t *j =
+        testredis_cli(&testredis_shared,
+                      (const char *const[]){"XREADGROUP", "GROUP", "txo-worker", "doomed", "COUNT",
+                                            "4", "STREAMS", "t6.events.order", ">", NULL});
     json_decref(j);
-    assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 4);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t6.events.order", "txo-worker"),
+                     4);
     /* Ours gets the other two at once, the dead one's four only after claim_idle_ms. */
     assert_int_equal(poll_once(c, 100, 100), 2);
     int64_t deadline = txo_monotonic_ms() + 5000;
@@ -432,10 +355,11 @@ static void test_dead_consumer_entries_claimed(void **state)
         assert_int_equal(count_id(&col, b.keys[i]), 1);
     for (size_t i = 2; i < 6; i++)
         assert_int_equal(col.got[i].delivery, 2); /* read once by the dead consumer */
-    assert_int_equal(testredis_group_pending(&server, "t6.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t6.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&col);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -447,21 +371,22 @@ static void test_other_event_types_skipped(void **state)
     o.stream_template = "t7.events.{aggregate_type}";
     o.event_type = "OrderCreated";
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 4, 1, "order", "order");
+    struct testbatch b;
+    testbatch_init(&b, 4, 1, "order");
     b.msgs[1].event_type = "OrderCancelled";
     b.msgs[3].event_type = "OrderShipped";
-    publish(pub, &b);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     struct collector col = {0};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
     assert_int_equal(poll_once(c, 100, 100), 2);
     assert_string_equal(col.got[0].msg_id, "order:1");
     assert_string_equal(col.got[1].msg_id, "order:3");
-    assert_int_equal(testredis_group_pending(&server, "t7.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t7.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&col);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -507,7 +432,7 @@ static struct txo_consumer *new_batch_consumer(const struct txo_redis_opts *o,
 /* The stream entry id of the entry whose idempotency_key is key (redis-cli XRANGE). */
 static void entry_id_of(const char *stream, const char *key, char *out, size_t out_size)
 {
-    json_t *all = testredis_xrange(&server, stream);
+    json_t *all = testredis_xrange(&testredis_shared, stream);
     out[0] = '\0';
     for (size_t i = 0; i < json_array_size(all); i++) {
         json_t *e = json_array_get(all, i);
@@ -527,12 +452,12 @@ static void test_batch_consumer_reads_in_few_calls(void **state)
     o.stream_template = "t13.events.{aggregate_type}";
     o.event_type = "OrderCreated";
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 22, 1, "order", "order");
+    struct testbatch b;
+    testbatch_init(&b, 22, 1, "order");
     b.msgs[4].event_type = "OrderCancelled";
     b.msgs[17].event_type = "OrderShipped";
-    publish(pub, &b);
-    assert_all_published(&b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     struct batch_collector bc = {.col = {.decode = true}};
     struct txo_consumer *c = new_batch_consumer(&o, &bc);
     int64_t deadline = txo_monotonic_ms() + 5000;
@@ -551,11 +476,12 @@ static void test_batch_consumer_reads_in_few_calls(void **state)
         assert_string_equal(bc.col.got[i].subject, "t13.events.order");
         assert_int_equal(bc.col.got[i].delivery, 1);
     }
-    assert_int_equal(testredis_group_pending(&server, "t13.events.order", "txo-worker"), 0);
-    assert_int_equal(testredis_xlen(&server, "t13.events.order.dead"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t13.events.order", "txo-worker"),
+                     0);
+    assert_int_equal(testredis_xlen(&testredis_shared, "t13.events.order.dead"), 0);
     txo_consumer_free(c);
     collector_release(&bc.col);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -566,10 +492,10 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     opts_for(&o, "t14.events.order");
     o.stream_template = "t14.events.{aggregate_type}";
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 6, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
+    struct testbatch b;
+    testbatch_init(&b, 6, 1, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     char transient_entry[64];
     entry_id_of("t14.events.order", "order:3", transient_entry, sizeof(transient_entry));
 
@@ -580,14 +506,15 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(bc.calls, 1);
     /* The transient one alone pending (XPENDING by redis-cli), the permanent one in the dead
      * stream and acknowledged, the other four acknowledged. */
-    json_t *p = testredis_cli(&server, (const char *const[]){"XPENDING", "t14.events.order",
-                                                             "txo-worker", "-", "+", "10", NULL});
+    json_t *p =
+        testredis_cli(&testredis_shared, (const char *const[]){"XPENDING", "t14.events.order",
+                                                               "txo-worker", "-", "+", "10", NULL});
     assert_int_equal(json_array_size(p), 1);
     assert_string_equal(json_string_value(json_array_get(json_array_get(p, 0), 0)),
                         transient_entry);
     json_decref(p);
-    assert_int_equal(testredis_xlen(&server, "t14.events.order.dead"), 1);
-    json_t *dead = testredis_xrange(&server, "t14.events.order.dead");
+    assert_int_equal(testredis_xlen(&testredis_shared, "t14.events.order.dead"), 1);
+    json_t *dead = testredis_xrange(&testredis_shared, "t14.events.order.dead");
     json_t *e = json_array_get(dead, 0);
     assert_string_equal(testredis_field(e, "idempotency_key"), "order:5");
     assert_string_equal(testredis_field(e, "dead_reason"), "payload rejected by the test");
@@ -602,7 +529,8 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(count_id(&bc.col, "order:3"), 2);
     assert_true(txo_monotonic_ms() - t_fail >= o.claim_idle_ms);
     assert_int_equal(bc.col.got[bc.col.n - 1].delivery, 2);
-    assert_int_equal(testredis_group_pending(&server, "t14.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t14.events.order", "txo-worker"),
+                     0);
     /* The rest never again. */
     txo_sleep_ms(o.claim_idle_ms + 100);
     poll_once(c, 100, 50);
@@ -610,10 +538,10 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     assert_int_equal(bc.col.n, 7);
     for (size_t i = 0; i < b.n; i++)
         assert_int_equal(count_id(&bc.col, b.keys[i]), i == 2 ? 2 : 1);
-    assert_int_equal(testredis_xlen(&server, "t14.events.order.dead"), 1);
+    assert_int_equal(testredis_xlen(&testredis_shared, "t14.events.order.dead"), 1);
     txo_consumer_free(c);
     collector_release(&bc.col);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -624,17 +552,18 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     opts_for(&o, "t15.events.order");
     o.stream_template = "t15.events.{aggregate_type}";
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 5, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
+    struct testbatch b;
+    testbatch_init(&b, 5, 1, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     /* A transient failure of the call leaves every entry pending; the claim after
      * claim_idle_ms hands them all to the handler again, in one call, delivery 2. */
     struct batch_collector bc = {.fail_first = TXO_EDEADLOCK};
     struct txo_consumer *c = new_batch_consumer(&o, &bc);
     assert_int_equal(poll_once(c, 100, 200), 5);
     assert_int_equal(bc.failed_n, 5);
-    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 5);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
+                     5);
     int64_t deadline = txo_monotonic_ms() + 5000;
     while (bc.col.n < 5 && txo_monotonic_ms() < deadline)
         poll_once(c, 100, 50);
@@ -642,20 +571,22 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     assert_int_equal(bc.calls, 2);
     for (size_t i = 0; i < 5; i++)
         assert_int_equal(bc.col.got[i].delivery, 2);
-    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 0);
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
+                     0);
     txo_consumer_free(c);
     collector_release(&bc.col);
 
     /* A permanent failure of the call dead-letters every entry. */
-    struct batch b2;
-    batch_init(&b2, 3, 100, "order", "order");
-    publish(pub, &b2);
-    assert_all_published(&b2);
+    struct testbatch b2;
+    testbatch_init(&b2, 3, 100, "order");
+    assert_int_equal(testbatch_publish(pub, &b2), 0);
+    testbatch_assert_published(&b2);
     struct batch_collector bc2 = {.fail_first = TXO_EINVAL};
     c = new_batch_consumer(&o, &bc2);
     assert_int_equal(poll_once(c, 100, 200), 3);
-    assert_int_equal(testredis_group_pending(&server, "t15.events.order", "txo-worker"), 0);
-    json_t *dead = testredis_xrange(&server, "t15.events.order.dead");
+    assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
+                     0);
+    json_t *dead = testredis_xrange(&testredis_shared, "t15.events.order.dead");
     assert_int_equal(json_array_size(dead), 3);
     for (size_t i = 0; i < 3; i++) {
         json_t *e = json_array_get(dead, i);
@@ -665,8 +596,8 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     json_decref(dead);
     txo_consumer_free(c);
     collector_release(&bc2.col);
-    batch_free(&b2);
-    batch_free(&b);
+    testbatch_free(&b2);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -681,10 +612,10 @@ static void test_server_down_at_creation(void **state)
     snprintf(url, sizeof(url), "redis://127.0.0.1:%u/0", testproc_free_port());
     o.url = url;
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 3, 1, "order", "order");
+    struct testbatch b;
+    testbatch_init(&b, 3, 1, "order");
     int64_t t0 = txo_monotonic_ms();
-    publish(pub, &b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     assert_true(txo_monotonic_ms() - t0 < 500);
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
@@ -698,7 +629,7 @@ static void test_server_down_at_creation(void **state)
     assert_int_equal(txo_consumer_poll(c, 10, 100, &handled, &err), TXO_EUNAVAILABLE);
     assert_int_equal(handled, 0);
     txo_consumer_free(c);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -708,44 +639,46 @@ static void test_password_and_database_from_the_url(void **state)
 {
     (void)state;
     /* A password with ':' and '@', %-encoded in the URL. */
-    json_decref(testredis_cli(
-        &server, (const char *const[]){"CONFIG", "SET", "requirepass", "s3cr:t@x", NULL}));
+    json_decref(
+        testredis_cli(&testredis_shared,
+                      (const char *const[]){"CONFIG", "SET", "requirepass", "s3cr:t@x", NULL}));
     char url[128];
-    snprintf(url, sizeof(url), "redis://:s3cr%%3At%%40x@127.0.0.1:%u/3", server.port);
+    snprintf(url, sizeof(url), "redis://:s3cr%%3At%%40x@127.0.0.1:%u/3", testredis_shared.port);
     struct txo_redis_opts o;
     opts_for(&o, "t10.events.order");
     o.url = url;
     o.stream_template = "t10.events.{aggregate_type}";
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 2, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
-    json_t *len =
-        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "-n",
-                                                     "3", "XLEN", "t10.events.order", NULL});
+    struct testbatch b;
+    testbatch_init(&b, 2, 1, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
+    json_t *len = testredis_cli(&testredis_shared,
+                                (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "-n",
+                                                      "3", "XLEN", "t10.events.order", NULL});
     assert_int_equal(json_integer_value(len), 2);
     json_decref(len);
-    len = testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
-                                                       "XLEN", "t10.events.order", NULL});
+    len = testredis_cli(&testredis_shared,
+                        (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "XLEN",
+                                              "t10.events.order", NULL});
     assert_int_equal(json_integer_value(len), 0); /* not in database 0 */
     json_decref(len);
     txo_publisher_free(pub);
 
     /* A wrong password: the rows wait (transient), the password is never in the message. */
-    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%u/3", server.port);
+    snprintf(url, sizeof(url), "redis://:wrong-pw@127.0.0.1:%u/3", testredis_shared.port);
     pub = new_publisher(&o, NULL);
-    publish(pub, &b);
+    assert_int_equal(testbatch_publish(pub, &b), 0);
     for (size_t i = 0; i < b.n; i++) {
         assert_int_equal(b.results[i], TXO_EUNAVAILABLE);
         assert_non_null(strstr(b.errors[i].msg, "AUTH refused"));
         assert_null(strstr(b.errors[i].msg, "wrong-pw"));
     }
     txo_publisher_free(pub);
-    batch_free(&b);
-    json_decref(
-        testredis_cli(&server, (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning",
-                                                     "CONFIG", "SET", "requirepass", "", NULL}));
+    testbatch_free(&b);
+    json_decref(testredis_cli(&testredis_shared,
+                              (const char *const[]){"-a", "s3cr:t@x", "--no-auth-warning", "CONFIG",
+                                                    "SET", "requirepass", "", NULL}));
 }
 
 /* ---- (7) trimming ---- */
@@ -758,19 +691,19 @@ static void test_maxlen_trims_the_stream(void **state)
     o.stream_template = "t11.events.{aggregate_type}";
     o.maxlen = 100;
     struct txo_publisher *pub = new_publisher(&o, NULL);
-    struct batch b;
-    batch_init(&b, 1000, 1, "order", "order");
-    publish(pub, &b);
-    assert_all_published(&b);
+    struct testbatch b;
+    testbatch_init(&b, 1000, 1, "order");
+    assert_int_equal(testbatch_publish(pub, &b), 0);
+    testbatch_assert_published(&b);
     /* MAXLEN ~ trims whole macro nodes (100 entries each by default): at least 100 stay. */
-    int64_t len = testredis_xlen(&server, "t11.events.order");
+    int64_t len = testredis_xlen(&testredis_shared, "t11.events.order");
     print_message("1000 XADDs with MAXLEN ~ 100: %lld entries kept\n", (long long)len);
     assert_true(len >= 100 && len < 300);
-    json_t *entries = testredis_xrange(&server, "t11.events.order");
+    json_t *entries = testredis_xrange(&testredis_shared, "t11.events.order");
     json_t *last = json_array_get(entries, json_array_size(entries) - 1);
     assert_string_equal(testredis_field(last, "idempotency_key"), "order:1000"); /* the newest */
     json_decref(entries);
-    batch_free(&b);
+    testbatch_free(&b);
     txo_publisher_free(pub);
 }
 
@@ -789,5 +722,5 @@ int main(void)
         cmocka_unit_test(test_password_and_database_from_the_url),
         cmocka_unit_test(test_maxlen_trims_the_stream),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testredis_group_setup, testredis_group_teardown);
 }

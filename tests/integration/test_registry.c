@@ -17,21 +17,19 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "txo/registry.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "registry");
-    *state = t;
+    *state = testdb_new("registry", 0);
     return 0;
 }
 
 static int setup_outbox_only(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup_empty(t, "registry_outbox");
+    struct testdb *t = testdb_new("registry_outbox", TESTDB_NEW_EMPTY);
     struct txo_error err;
     txo_error_init(&err);
     unsigned applied = 0, total = 0;
@@ -42,10 +40,8 @@ static int setup_outbox_only(void **state)
 
 static int teardown(void **state)
 {
-    struct testdb *t = *state;
     txo_log_set_sink(NULL, NULL);
-    testdb_teardown(t);
-    txo_free(t);
+    testdb_free(*state);
     return 0;
 }
 
@@ -313,12 +309,11 @@ static void test_missing_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_register_heartbeat_list_unregister, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge_deletes_only_long_stale_rows, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_heartbeat_thread_registers_beats_and_leaves, setup,
-                                        teardown),
+        cmocka_unit_test(test_register_heartbeat_list_unregister),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_purge_deletes_only_long_stale_rows),
+        cmocka_unit_test(test_heartbeat_thread_registers_beats_and_leaves),
         cmocka_unit_test_setup_teardown(test_missing_table, setup_outbox_only, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -172,20 +172,11 @@ static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
     const struct variant *v = *state;
+    struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
     c->claim = v->claim;
     c->mode = v->mode;
-    testdb_setup(&c->t, v->db);
     *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testdb_teardown(&c->t);
-    txo_free(c);
     return 0;
 }
 
@@ -218,11 +209,6 @@ static void insert_events_as(struct testdb *t, unsigned n, const char *status, c
 static void insert_events(struct testdb *t, unsigned n, const char *status)
 {
     insert_events_as(t, n, status, "k");
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -285,7 +271,8 @@ static void test_drain_exactly_once_in_order(void **state)
         assert_string_equal(rec->keys[i], key);
         assert_int_equal(rec->attempts[i], 1);
     }
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND published_at IS NOT NULL AND locked_by IS NULL "
                               "AND locked_until IS NULL AND attempts = 0"),
                      n);
@@ -338,9 +325,9 @@ static void test_trace_context_reaches_the_publisher(void **state)
     txo_error_init(&err);
     assert_int_equal(txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_traced, &ctx, &err),
                      0);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE traceparent = "
-                              "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' "
-                              "AND tracestate = 'rojo=00f067aa0ba902b7'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE traceparent = "
+                                       "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' "
+                                       "AND tracestate = 'rojo=00f067aa0ba902b7'"),
                      1);
     /* Written by others: a bad traceparent, a bad tracestate, none. */
     testdb_exec(c->t.db,
@@ -403,8 +390,10 @@ static void test_failure_backoff_and_last_error(void **state)
 
     assert_int_equal(testrelay_run_once(r), 4);
     assert_int_equal(rec->n, 3);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 3);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 3);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 "
                               "AND status = 'PENDING' AND attempts = 1 AND locked_by IS NULL "
                               "AND locked_until IS NULL AND published_at IS NULL "
                               "AND next_attempt_at > NOW(6)"),
@@ -449,7 +438,8 @@ static void test_failure_backoff_and_last_error(void **state)
     assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->ids[3], 2);
     assert_int_equal(rec->attempts[3], 2);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND last_error IS NULL"),
                      4);
     txo_relay_free(r);
@@ -470,25 +460,29 @@ static void test_dead_letter_then_recovery(void **state)
     o.breaker_failures = 0; /* this test counts attempts; the breaker has its own tests */
     struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
-    for (int i = 0; i < 500 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                        "'FAILED'") < 5;
+    for (int i = 0;
+         i < 500 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                      "'FAILED'") < 5;
          i++) {
         (void)testrelay_run_once(r);
         txo_sleep_ms(2);
     }
     assert_int_equal(rec->seen, 15); /* 5 events x 3 attempts, not one more */
     assert_int_equal(rec->n, 0);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
                               "AND attempts = 3 AND locked_by IS NULL AND locked_until IS NULL "
                               "AND last_error = 'TXO_EPUBLISH: broker down'"),
                      5);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 5);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e "
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 5);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e "
                               "ON e.id = d.source_event_id WHERE d.payload = e.payload "
                               "AND d.event_type = e.event_type "
                               "AND d.error = 'TXO_EPUBLISH: broker down'"),
                      5);
-    assert_int_equal(q(&c->t, "SELECT COUNT(DISTINCT source_event_id) FROM dead_letter_events"), 5);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(DISTINCT source_event_id) FROM dead_letter_events"), 5);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.failed_attempts, 10);
@@ -507,8 +501,9 @@ static void test_dead_letter_then_recovery(void **state)
     assert_int_equal(rec->n, 2);
     assert_string_equal(rec->keys[0], "k:6");
     assert_string_equal(rec->keys[1], "k:7");
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 5);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 5);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 5);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 5);
     txo_relay_free(rd);
     r = testrelay_new(c->t.db, pub, &o);
 
@@ -548,7 +543,8 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
                 "(6, 'order', '6', 'OrderCreated', '{}', 'good:6'), "
                 "(7, 'order', '7', 'OrderCreated', '{}', 'bad:\\0idempotency_key')");
     /* The server stored every byte: the NUL is inside the values, not the end of them. */
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE INSTR(CONCAT("
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE INSTR(CONCAT("
                               "aggregate_type, aggregate_id, event_type, idempotency_key), "
                               "CHAR(0)) > 0"),
                      4);
@@ -566,7 +562,8 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
     static const char *const good[] = {"good:1", "good:3", "good:6"};
     for (size_t i = 0; i < rec->n; i++)
         assert_string_equal(rec->keys[i], good[i]);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND idempotency_key LIKE 'good:%'"),
                      3);
 
@@ -592,7 +589,7 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
                        p, 2) != 1)
             fail_msg("event %lld: no dead letter naming %s", (long long)bad[i].id, bad[i].column);
     }
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 4);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 4);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.published, 3);
@@ -668,8 +665,9 @@ static void test_batch_is_marked_with_a_few_statements(void **state)
         assert_true(many.updates <= 3); /* claim, mark, unlock the dead-lettered */
         assert_int_equal(many.insert_selects, failing);
     }
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 65);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 65);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 65);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 65);
     txo_relay_free(r);
     txo_db_close(rdb);
     txo_publisher_free(pub);
@@ -727,7 +725,8 @@ static void test_two_relays_concurrently(void **state)
 
     struct recorder *recs[2] = {w[0].rec, w[1].rec};
     assert_each_once(recs, 2, n);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND locked_by IS NULL"),
                      n);
     for (int i = 0; i < 2; i++) {
@@ -810,7 +809,8 @@ static void test_lease_expiry_fenced_mark(void **state)
     assert_each_once(recs, 1, n);
     recs[0] = rec_b;
     assert_each_once(recs, 1, n);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND locked_by IS NULL AND published_at IS NOT NULL"),
                      n);
     assert_int_equal(testrelay_run_once(a), 0);
@@ -962,16 +962,18 @@ static void test_claim_uses_due_index(void **state)
      * and a mark change), idx_outbox_age (status, created_at), which the lag metric reads (a
      * claim and a mark move its entry too), and idx_outbox_aggregate, whose columns never change
      * after the insert. */
-    assert_int_equal(q(&c->t,
-                       "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
-                       "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),
-                     5);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM information_schema.statistics "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
+                          "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),
+        5);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM information_schema.statistics "
                               "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
                               "AND index_name = 'idx_outbox_aggregate' AND column_name NOT IN "
                               "('aggregate_type', 'aggregate_id', 'id')"),
                      0);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM information_schema.statistics "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM information_schema.statistics "
                               "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
                               "AND column_name IN ('locked_by', 'locked_until')"),
                      0);
@@ -1045,7 +1047,8 @@ static void test_late_commit_behind_cursor(void **state)
 
     /* The relay is running and its cursor is past where the late row will sit. */
     int64_t deadline = txo_monotonic_ms() + 20000;
-    while (q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'") < 100 &&
+    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'") <
+               100 &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(5);
 
@@ -1058,14 +1061,14 @@ static void test_late_commit_behind_cursor(void **state)
 
     int64_t published_after = -1;
     while (txo_monotonic_ms() - committed < 5000) {
-        if (q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = 'late' "
-                     "AND status = 'PUBLISHED'") == 1) {
+        if (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = 'late' "
+                              "AND status = 'PUBLISHED'") == 1) {
             published_after = txo_monotonic_ms() - committed;
             break;
         }
         txo_sleep_ms(5);
     }
-    int64_t left = q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t left = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     txo_relay_stop(w.relay);
     pthread_join(th, NULL);
     if (w.rc != 0)
@@ -1111,10 +1114,12 @@ static void test_stop_finishes_batch(void **state)
     rec->hook_arg = r;
     testrelay_drain(r);
     assert_int_equal(rec->n, 20);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND id <= 20"),
                      20);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                               "AND id > 20 AND locked_by IS NULL"),
                      30);
     struct txo_relay_stats st;
@@ -1283,7 +1288,8 @@ static void test_held_batch_is_locked_and_pending(void **state)
     assert_int_equal(probe.other_rec->n, 10);
     for (size_t i = 0; i < probe.other_rec->n; i++)
         assert_true(probe.other_rec->ids[i] > 20);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND published_at IS NOT NULL AND locked_by IS NULL"),
                      30);
     struct recorder *recs[2] = {rec, probe.other_rec};
@@ -1341,7 +1347,7 @@ static void test_claim_mode_auto(void **state)
     txo_publisher_free(slow);
 }
 
-#define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &v)
+#define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &v)
 #define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
 #define ALL(fn)    BOTH(fn), ONE(fn, held)
 

@@ -28,7 +28,10 @@
 
 #include <cmocka.h>
 
+#include "testoutbox.h"
+#include "testrun.h"
 #include "testdb.h"
+#include "testrelay.h"
 
 struct poisoned {
     int fd;
@@ -68,24 +71,12 @@ static int poisoned_publish(void *self, const struct txo_outbox_message *msgs, s
     return 0;
 }
 
-static void poisoned_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops poisoned_ops = {
-    .name = "poisoned",
-    .publish_batch = poisoned_publish,
-    .destroy = poisoned_destroy,
-};
-
 static struct txo_publisher *new_poisoned(int fd, struct poisoned **out)
 {
     struct poisoned *p = txo_calloc(1, sizeof(*p));
     assert_non_null(p);
     p->fd = fd;
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&poisoned_ops, p, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("poisoned", poisoned_publish, p);
     *out = p;
     return pub;
 }
@@ -98,8 +89,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    testdb_setup(&c->t, "poison");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "poison", 0);
     snprintf(c->path, sizeof(c->path), "/tmp/txo_poison_%d.txt", (int)getpid());
     c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
     assert_true(c->fd >= 0);
@@ -112,25 +102,8 @@ static int teardown(void **state)
     struct ctx *c = *state;
     close(c->fd);
     unlink(c->path);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
-}
-
-static void insert_events(struct testdb *t, unsigned n)
-{
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('k:', seq) FROM seq_1_to_%u ORDER BY seq",
-             n);
-    testdb_exec(t->db, sql);
 }
 
 static struct txo_relay_opts poison_opts(void)
@@ -183,7 +156,7 @@ static int run_child_relay(struct ctx *c, int64_t abort_id, enum txo_relay_claim
 static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
                               enum txo_relay_claim_mode mode)
 {
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     unsigned crashes = 0;
     for (int round = 0; round < 8; round++) {
         int status = run_child_relay(c, poison_id, mode);
@@ -206,9 +179,9 @@ static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
     if (strstr(error, "lease expired 3 times") == NULL)
         fail_msg("dead letter error \"%s\"", error);
     txo_free(error);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     n - 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
     /* The events of its batches expired with it at most twice. */
     assert_true(testdb_i64(c->t.db, "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
                            &poison, 1) <= 2);
@@ -249,7 +222,7 @@ static void test_poison_event_in_claim_mode_transaction(void **state)
 static void test_permanent_failure_dead_lettered_at_once(void **state)
 {
     struct ctx *c = *state;
-    insert_events(&c->t, 4);
+    testoutbox_insert_seq(c->t.db, 4, "k");
     struct poisoned *p = NULL;
     struct txo_publisher *pub = new_poisoned(c->fd, &p);
     p->permanent_id = 2;
@@ -264,17 +237,21 @@ static void test_permanent_failure_dead_lettered_at_once(void **state)
     assert_int_equal(txo_relay_run_once(r, &claimed, &err), 0);
     assert_int_equal(claimed, 4);
 
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
                               "'FAILED' AND attempts = 1"),
                      1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = 2 "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = 2 "
                               "AND error = 'TXO_EBUSINESS: HTTP 422: no such customer'"),
                      1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 3 AND status = "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id = 3 AND status = "
                               "'PENDING' AND attempts = 1 AND next_attempt_at > NOW(6) AND "
                               "last_error = 'TXO_EUNAVAILABLE: HTTP 503: try later'"),
                      1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.dead_lettered, 1);
@@ -328,7 +305,7 @@ static size_t once(struct txo_relay *r)
 static void test_breaker_open_half_open_closed(void **state)
 {
     struct ctx *c = *state;
-    insert_events(&c->t, 50);
+    testoutbox_insert_seq(c->t.db, 50, "k");
     struct txo_metrics *reg = NULL;
     assert_int_equal(txo_metrics_new(&reg, NULL), 0);
     struct poisoned *p = NULL;
@@ -356,13 +333,14 @@ static void test_breaker_open_half_open_closed(void **state)
     assert_int_equal(once(r), 10);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_OPEN);
     assert_true(metric(reg, "txo_relay_breaker_state") == 1);
-    assert_int_equal(q(&c->t, "SELECT SUM(attempts) FROM outbox_events"), 20);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 20);
 
     /* Open: nothing is claimed, no attempt is used, though events are due. */
     for (int i = 0; i < 5; i++)
         assert_int_equal(once(r), 0);
-    assert_int_equal(q(&c->t, "SELECT SUM(attempts) FROM outbox_events"), 20);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 50);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 20);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 50);
 
     /* After open_ms, a probe of 3 while still down: open again. */
     txo_sleep_ms(350);
@@ -370,7 +348,7 @@ static void test_breaker_open_half_open_closed(void **state)
     assert_int_equal(p->last_batch, 3);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_OPEN);
     assert_int_equal(once(r), 0);
-    assert_int_equal(q(&c->t, "SELECT SUM(attempts) FROM outbox_events"), 23);
+    assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 23);
 
     /* The broker is back: the next probe succeeds, the breaker closes, the rest flows. */
     p->down = false;
@@ -378,13 +356,15 @@ static void test_breaker_open_half_open_closed(void **state)
     assert_int_equal(once(r), 3);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_CLOSED);
     assert_true(metric(reg, "txo_relay_breaker_state") == 0);
-    for (int i = 0; i < 20 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                       "'PUBLISHED'") > 0;
+    for (int i = 0;
+         i < 20 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
+                                     "'PUBLISHED'") > 0;
          i++)
         (void)once(r);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
     /* Each event was tried once while the broker was down at most (20 + 3 attempts). */
-    assert_int_equal(q(&c->t, "SELECT MAX(attempts) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(c->t.db, "SELECT MAX(attempts) FROM outbox_events"), 1);
 
     /* The relay's own counters. */
     assert_true(metric(reg, "txo_outbox_published_total") == 50);
@@ -405,13 +385,10 @@ static void test_breaker_open_half_open_closed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_permanent_failure_dead_lettered_at_once, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_poison_event_in_claim_mode_transaction, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_poison_event_dead_lettered_after_lease_limit, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_breaker_open_half_open_closed, setup, teardown),
+        cmocka_unit_test(test_permanent_failure_dead_lettered_at_once),
+        cmocka_unit_test(test_poison_event_in_claim_mode_transaction),
+        cmocka_unit_test(test_poison_event_dead_lettered_after_lease_limit),
+        cmocka_unit_test(test_breaker_open_half_open_closed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

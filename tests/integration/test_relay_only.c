@@ -26,30 +26,15 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup_empty(t, "relayonly");
-    testdb_export_env(t);
-    *state = t;
+    *state = testdb_new("relayonly", TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV);
     return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
-    return 0;
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
@@ -72,13 +57,15 @@ static void migrate_outbox_only(struct testdb *t)
 {
     const char *args[] = {"migrate", "--only", "outbox", NULL};
     free(txo_ok(args));
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
-                          "DATABASE() AND table_name NOT IN ('outbox_events', "
-                          "'dead_letter_events', 'outbox_shards', 'outbox_relays', "
-                          "'outbox_parked', 'outbox_aggregates', 'txo_schema_migrations')"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                              "DATABASE() AND table_name NOT IN ('outbox_events', "
+                              "'dead_letter_events', 'outbox_shards', 'outbox_relays', "
+                              "'outbox_parked', 'outbox_aggregates', 'txo_schema_migrations')"),
                      0);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
-                          "DATABASE()"),
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                              "DATABASE()"),
                      7);
 }
 
@@ -147,7 +134,8 @@ static void test_relay_only_database_end_to_end(void **state)
         assert_int_equal(json_integer_value(json_object_get(e, "prev_sequence")), 0);
     }
     json_decref(envs);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
 
     /* A poison event: one attempt against a receiver that is not there. */
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
@@ -158,8 +146,9 @@ static void test_relay_only_database_end_to_end(void **state)
     const char *fail_once[] = {"relay", "--drain",        "--publisher", "webhook", "--webhook-url",
                                url,     "--max-attempts", "1",           NULL};
     free(txo_ok(fail_once));
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 1);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
+                     1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
 
     const char *stats[] = {"stats", "--json", NULL};
     out = txo_ok(stats);
@@ -232,8 +221,9 @@ static void test_relay_only_database_end_to_end(void **state)
             fail_msg("the relay did not stop cleanly");
         }
         testproc_remove_log(&prelay);
-        assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
-                              "'invoice:43:paid' AND status = 'PENDING'"),
+        assert_int_equal(testdb_q(t->db,
+                                  "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
+                                  "'invoice:43:paid' AND status = 'PENDING'"),
                          1);
         testdb_exec(t->db, "DELETE FROM outbox_events WHERE idempotency_key = 'invoice:43:paid'");
     }
@@ -242,7 +232,7 @@ static void test_relay_only_database_end_to_end(void **state)
     out = txo_ok(list);
     assert_non_null(strstr(out, "\"event_type\":\"InvoiceIssued\""));
     free(out);
-    int64_t letter = q(t, "SELECT MIN(id) FROM dead_letter_events");
+    int64_t letter = testdb_q(t->db, "SELECT MIN(id) FROM dead_letter_events");
     snprintf(port, sizeof(port), "%" PRId64, letter);
     const char *replay[] = {"dlq", "replay", port, NULL};
     free(txo_ok(replay));
@@ -306,8 +296,8 @@ static void test_relay_only_database_end_to_end(void **state)
     out = txo_ok(clean);
     assert_non_null(strstr(out, "deleted outbox=1 dead_letters=1"));
     free(out);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events"), 2);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
 
     /* The same, in the relay. */
     testdb_exec(t->db, "UPDATE outbox_events SET published_at = NOW(6) - INTERVAL 2 HOUR, "
@@ -319,7 +309,7 @@ static void test_relay_only_database_end_to_end(void **state)
     testproc_start(&relay, "relayonly-clean", in_relay, NULL);
     bool gone = false;
     for (int i = 0; i < 100 && !gone; i++) {
-        gone = q(t, "SELECT COUNT(*) FROM outbox_events") == 1;
+        gone = testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events") == 1;
         if (!gone)
             nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
     }
@@ -328,15 +318,16 @@ static void test_relay_only_database_end_to_end(void **state)
         fail_msg("the relay's cleaner did not delete the old PUBLISHED row");
     }
     testproc_remove_log(&relay);
-    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
-                          "'invoice:43:issued'"),
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
+                                     "'invoice:43:issued'"),
                      1);
 
     /* A later full migrate adds the rest of the schema. */
     const char *full[] = {"migrate", NULL};
     free(txo_ok(full));
-    assert_true(q(t, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
-                     "DATABASE() AND table_name = 'saga_instances'") == 1);
+    assert_true(testdb_q(t->db,
+                         "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
+                         "DATABASE() AND table_name = 'saga_instances'") == 1);
     out = txo_ok(stats);
     doc = json_loads(out, 0, &jerr);
     assert_non_null(doc);
@@ -359,10 +350,10 @@ int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_relay_only_database_end_to_end, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_only_takes_outbox, setup, teardown),
+        cmocka_unit_test(test_relay_only_database_end_to_end),
+        cmocka_unit_test(test_only_takes_outbox),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
     curl_global_cleanup();
     return rc;
 }

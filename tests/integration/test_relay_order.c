@@ -92,25 +92,13 @@ static int app_publish(void *self, const struct txo_outbox_message *msgs, size_t
     return 0;
 }
 
-static void app_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops app_ops = {
-    .name = "appender",
-    .publish_batch = app_publish,
-    .destroy = app_destroy,
-};
-
 static struct txo_publisher *new_appender(int fd, uint32_t rng_start, struct appender **out)
 {
     struct appender *a = txo_calloc(1, sizeof(*a));
     assert_non_null(a);
     a->fd = fd;
     a->rng = rng_start != 0 ? rng_start : 1;
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&app_ops, a, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("appender", app_publish, a);
     *out = a;
     return pub;
 }
@@ -138,11 +126,10 @@ static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
     const struct variant *v = *state;
+    struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
     c->claim = v->claim;
     c->mode = v->mode;
-    testdb_setup(&c->t, v->db);
     snprintf(c->path, sizeof(c->path), "/tmp/txo_order_%d.txt", (int)getpid());
     c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
     assert_true(c->fd >= 0);
@@ -155,8 +142,7 @@ static int teardown(void **state)
     struct ctx *c = *state;
     close(c->fd);
     unlink(c->path);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 
@@ -176,11 +162,6 @@ static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch, con
     o.backoff.max_ms = 20;
     o.shard_lease_ms = 2000; /* a dead relay's shards are taken over after 2 s */
     return o;
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 /* n events; event `seq` belongs to aggregate `agg_sql` (an expression of seq). */
@@ -345,7 +326,8 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
     /* Every relay holds its share of the shards before the events come, so that the doomed
      * one gets to publish (and die) while the others drain theirs. */
     int64_t until = txo_monotonic_ms() + 30000;
-    while (q(&c->t, "SELECT COUNT(DISTINCT owner) FROM outbox_shards WHERE owner IS NOT NULL") <
+    while (testdb_q(c->t.db,
+                    "SELECT COUNT(DISTINCT owner) FROM outbox_shards WHERE owner IS NOT NULL") <
                (int64_t)n_threads + 1 &&
            txo_monotonic_ms() < until)
         txo_sleep_ms(20);
@@ -357,8 +339,8 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
 
     int64_t deadline = txo_monotonic_ms() + 120000;
     int64_t published = 0;
-    while ((published = q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                 "'PUBLISHED'")) < n_events &&
+    while ((published = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                          "'PUBLISHED'")) < n_events &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(50);
     for (unsigned i = 0; i < n_threads; i++)
@@ -439,25 +421,29 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_non_null(strstr(parked[0].last_error, "broker said no"));
 
     /* Everything else flows while 7 and 11 use up their attempts and stay FAILED. */
-    for (int i = 0; i < 200 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status IN "
-                                        "('PENDING', 'PROCESSING') AND id % 50 NOT IN (7, 11)") > 0;
+    for (int i = 0;
+         i < 200 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status IN "
+                                      "('PENDING', 'PROCESSING') AND id % 50 NOT IN (7, 11)") > 0;
          i++) {
         if (testrelay_run_once(r) == 0)
             txo_sleep_ms(3);
     }
-    for (int i = 0; i < 200 && q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                        "'FAILED'") < 2;
+    for (int i = 0;
+         i < 200 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                      "'FAILED'") < 2;
          i++) {
         if (testrelay_run_once(r) == 0)
             txo_sleep_ms(3);
     }
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     300 - 12);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                              "AND attempts = 3 AND id IN (7, 11)"),
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+        300 - 12);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                                       "AND attempts = 3 AND id IN (7, 11)"),
                      2);
     /* Their later events were never tried. */
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                               "AND attempts = 0 AND id % 50 IN (7, 11) AND id > 11"),
                      10);
     assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
@@ -476,12 +462,14 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_int_equal(txo_dlq_replay(c->t.db, dead_letter_of(&c->t, 11), &err), 0);
     for (int i = 0; i < 50 && testrelay_run_once(r) > 0; i++)
         ;
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-                     299);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'SKIPPED' "
+    assert_int_equal(
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 299);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'SKIPPED' "
                               "AND id = 7"),
                      1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE skipped_at IS NOT "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM dead_letter_events WHERE skipped_at IS NOT "
                               "NULL"),
                      1);
     assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
@@ -584,8 +572,9 @@ static void test_unpark_seen_after_commit(void **state)
     a->fail_aggregate_a = 1;
     assert_int_equal(testrelay_run_once(r), 4); /* 1 fails, 2 is held back, 3 and 4 go */
     a->fail_aggregate_a = 0;
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_parked WHERE event_id = 1"), 1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_parked WHERE event_id = 1"), 1);
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
                               "'PENDING' AND attempts = 0"),
                      1);
 
@@ -595,7 +584,7 @@ static void test_unpark_seen_after_commit(void **state)
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 1");
     /* Nothing holds it now: 1, then 2. */
     assert_int_equal(testrelay_run_once(r), 1);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_parked"), 0);
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_parked"), 0);
     assert_int_equal(testrelay_run_once(r), 1);
     size_t n = 0;
     struct seen *s = read_seen(c->path, &n);
@@ -748,7 +737,7 @@ static void test_commit_order(void **state)
     end_append(&g, tc);
     wait_inserted(&f);
     end_append(&f, tb);
-    int64_t f3 = q(&c->t, "SELECT id FROM outbox_events WHERE idempotency_key = 'f3'");
+    int64_t f3 = testdb_q(c->t.db, "SELECT id FROM outbox_events WHERE idempotency_key = 'f3'");
     if (f3 > g.id)
         fail_msg("f's row of 9 has id %lld, g's %lld: the ids came in commit order, so this "
                  "does not test what it says (innodb_autoinc_lock_mode = 2?)",

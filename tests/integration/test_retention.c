@@ -17,29 +17,16 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
+#include "testrelay.h"
 #include "txo/retention.h"
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "retention");
-    *state = t;
+    *state = testdb_new("retention", 0);
     return 0;
-}
-
-static int teardown(void **state)
-{
-    struct testdb *t = *state;
-    testdb_teardown(t);
-    txo_free(t);
-    return 0;
-}
-
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
 }
 
 /*
@@ -89,7 +76,7 @@ static void test_only_old_published_rows_in_batches(void **state)
     testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
                        "error) SELECT id, event_type, payload, 'e' FROM outbox_events "
                        "WHERE status = 'FAILED'");
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 43);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 43);
 
     /* Two batches of 10 only, each its own transaction (plus the cutoff read). */
     uint64_t deleted = 0;
@@ -97,9 +84,10 @@ static void test_only_old_published_rows_in_batches(void **state)
     assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 2, &deleted, &err), 0);
     assert_int_equal(commits() - c0, 3);
     assert_int_equal(deleted, 20);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 23);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 23);
     /* Oldest first. */
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
                               "'old:%' AND aggregate_id > 20"),
                      5);
 
@@ -108,15 +96,21 @@ static void test_only_old_published_rows_in_batches(void **state)
     assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 0, &deleted, &err), 0);
     assert_int_equal(commits() - c0, 2);
     assert_int_equal(deleted, 5);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
                               "'old:%'"),
                      0);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 18);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 3);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 2);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 4);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 9);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 18);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"),
+                     3);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
+                     4);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 9);
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
                               "e.id = d.source_event_id"),
                      4);
 
@@ -127,8 +121,9 @@ static void test_only_old_published_rows_in_batches(void **state)
     /* A smaller age takes the recent and late ones too, never the others. */
     assert_int_equal(txo_outbox_purge_published(t->db, 60, 2, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 8);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 10);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 10);
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND published_at IS NULL"),
                      1);
 
@@ -136,26 +131,6 @@ static void test_only_old_published_rows_in_batches(void **state)
     assert_int_equal(deleted, 0);
     assert_int_equal(txo_outbox_purge_published(t->db, 60, TXO_PURGE_BATCH_MAX + 1, 0, NULL, &err),
                      TXO_EINVAL);
-}
-
-/* EXPLAIN sql must use key want, walked in order (no filesort). */
-static void assert_explain(struct txo_db *db, const char *sql, const struct txo_param *params,
-                           size_t n, const char *want)
-{
-    struct txo_rows *rows = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
-        fail_msg("%s: %s", sql, err.msg);
-    const char *key = txo_rows_str(rows, 0, 5, NULL);
-    const char *extra = txo_rows_str(rows, 0, 9, NULL);
-    print_message("%.60s...: key=%s rows=%s extra=%s\n", sql + 8, key ? key : "NULL",
-                  txo_rows_str(rows, 0, 8, NULL), extra ? extra : "");
-    if (key == NULL || strcmp(key, want) != 0)
-        fail_msg("%s uses key %s, want %s", sql, key ? key : "NULL", want);
-    if (extra != NULL && strstr(extra, "filesort") != NULL)
-        fail_msg("%s sorts its rows (%s)", sql, extra);
-    txo_rows_free(rows);
 }
 
 static void test_statements_use_indexes(void **state)
@@ -167,27 +142,27 @@ static void test_statements_use_indexes(void **state)
     testdb_exec(t->db, "ANALYZE TABLE outbox_events");
     const char *cutoff = "2100-01-01 00:00:00.000000";
     struct txo_param first[] = {txo_p_str(cutoff), txo_p_str(cutoff), txo_p_i64(1000)};
-    assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_FIRST, first, 3, "idx_outbox_due");
+    testdb_assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_FIRST, first, 3, "idx_outbox_due");
     struct txo_param after[] = {txo_p_str(cutoff),
                                 txo_p_str(cutoff),
                                 txo_p_str("2000-01-01 00:00:00"),
                                 txo_p_str("2000-01-01 00:00:00"),
                                 txo_p_i64(1),
                                 txo_p_i64(1000)};
-    assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_AFTER, after, 6, "idx_outbox_due");
+    testdb_assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_AFTER, after, 6, "idx_outbox_due");
     struct txo_param del[] = {txo_p_str(cutoff), txo_p_i64(1), txo_p_i64(2), txo_p_i64(3),
                               txo_p_i64(4)};
-    assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_DELETE_IN "(?, ?, ?, ?)", del, 5,
-                   "PRIMARY");
+    testdb_assert_explain(t->db, "EXPLAIN " RETENTION_SQL_OUTBOX_DELETE_IN "(?, ?, ?, ?)", del, 5,
+                          "PRIMARY");
     /* Retention adds no index to outbox_events: the insert path pays nothing for it (the ones
      * there are the primary key, the idempotency key, the relay's idx_outbox_due and
      * idx_outbox_aggregate, and the lag metric's idx_outbox_age). */
-    assert_int_equal(q(t->db,
-                       "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
-                       "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' AND "
-                       "index_name NOT IN ('PRIMARY', 'uq_outbox_idempotency_key', "
-                       "'idx_outbox_due', 'idx_outbox_age', 'idx_outbox_aggregate')"),
-                     0);
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
+                        "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' AND "
+                        "index_name NOT IN ('PRIMARY', 'uq_outbox_idempotency_key', "
+                        "'idx_outbox_due', 'idx_outbox_age', 'idx_outbox_aggregate')"),
+        0);
 
     /* And the purge itself: 20000 rows in batches of 1000, the pending rows untouched. */
     struct txo_error err;
@@ -198,7 +173,7 @@ static void test_statements_use_indexes(void **state)
     print_message("purged %llu rows in %lld ms\n", (unsigned long long)deleted,
                   (long long)(txo_monotonic_ms() - t0));
     assert_int_equal(deleted, 20000);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 200);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 200);
 }
 
 /* ---- next to a live relay ---- */
@@ -218,17 +193,6 @@ static int count_publish(void *self, const struct txo_outbox_message *msgs, size
     c->acked += n;
     return 0;
 }
-
-static void count_destroy(void *self)
-{
-    txo_free(self);
-}
-
-static const struct txo_publisher_ops count_ops = {
-    .name = "counter",
-    .publish_batch = count_publish,
-    .destroy = count_destroy,
-};
 
 struct relay_thread {
     struct txo_relay *relay;
@@ -252,8 +216,7 @@ static void test_purge_next_to_a_live_relay(void **state)
 
     struct txo_db *relay_db = testdb_connect(t);
     struct counter *cnt = txo_calloc(1, sizeof(*cnt));
-    struct txo_publisher *pub = NULL;
-    assert_int_equal(txo_publisher_new(&count_ops, cnt, &pub, NULL), 0);
+    struct txo_publisher *pub = testrelay_publisher("counter", count_publish, cnt);
     struct txo_relay_opts o;
     txo_relay_opts_init(&o);
     o.relay_id = "retention-test";
@@ -275,10 +238,11 @@ static void test_purge_next_to_a_live_relay(void **state)
     assert_int_equal(rt.rc, 0);
     assert_int_equal(total, 3000);
     assert_int_equal(cnt->acked, 2000);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
+    assert_int_equal(testdb_q(t->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
                               "idempotency_key LIKE 'new:%'"),
                      2000);
-    assert_int_equal(q(t->db, "SELECT COUNT(*) FROM outbox_events"), 2000);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 2000);
     txo_relay_free(rt.relay);
     txo_publisher_free(pub);
     txo_db_close(relay_db);
@@ -287,9 +251,9 @@ static void test_purge_next_to_a_live_relay(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_only_old_published_rows_in_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_statements_use_indexes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_purge_next_to_a_live_relay, setup, teardown),
+        cmocka_unit_test(test_only_old_published_rows_in_batches),
+        cmocka_unit_test(test_statements_use_indexes),
+        cmocka_unit_test(test_purge_next_to_a_live_relay),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

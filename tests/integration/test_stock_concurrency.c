@@ -20,6 +20,7 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testorders.h"
 
 #define THREADS           8
 #define ORDERS_PER_THREAD 20
@@ -75,20 +76,13 @@ static void *work(void *arg)
     return NULL;
 }
 
-static int64_t q(struct txo_db *db, const char *sql)
-{
-    return testdb_i64(db, sql, NULL, 0);
-}
-
 static void test_concurrent_reservations(void **state)
 {
     (void)state;
     struct testdb t;
-    struct txo_error err;
-    txo_error_init(&err);
     testdb_setup(&t, "stock");
-    assert_int_equal(orders_set_inventory(t.db, "a", STOCK, &err), 0);
-    assert_int_equal(orders_set_inventory(t.db, "b", STOCK, &err), 0);
+    testorders_stock(t.db, "a", STOCK);
+    testorders_stock(t.db, "b", STOCK);
 
     struct txo_db_stats before;
     txo_db_get_stats(&before);
@@ -130,18 +124,21 @@ static void test_concurrent_reservations(void **state)
     assert_int_equal(completed + failed, THREADS * ORDERS_PER_THREAD);
     assert_true(completed > 0);
     assert_true(failed > 0);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
+    assert_int_equal(
+        testdb_q(t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
+        completed);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"),
+                     failed);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      completed);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"),
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"),
                      failed);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"), completed);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CANCELLED'"), failed);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM saga_steps WHERE step_order = 1 AND "
-                             "status = 'FAILED' AND error LIKE '%not enough stock%'"),
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM saga_steps WHERE step_order = 1 AND "
+                                    "status = 'FAILED' AND error LIKE '%not enough stock%'"),
                      failed);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
-                             "'OrderCancelled' AND JSON_UNQUOTE(JSON_EXTRACT(payload, "
-                             "'$.reason')) LIKE '%not enough stock%'"),
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE event_type = "
+                                    "'OrderCancelled' AND JSON_UNQUOTE(JSON_EXTRACT(payload, "
+                                    "'$.reason')) LIKE '%not enough stock%'"),
                      failed);
 
     /* No oversell, nothing lost: per SKU. */
@@ -167,11 +164,12 @@ static void test_concurrent_reservations(void **state)
                                               "WHERE i.sku = ? AND o.status = 'CONFIRMED'",
                                               &p, 1));
     }
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM inventory_reservations r JOIN saga_instances "
-                             "s ON s.id = r.saga_id WHERE s.status <> 'COMPLETED'"),
+    assert_int_equal(testdb_q(t.db,
+                              "SELECT COUNT(*) FROM inventory_reservations r JOIN saga_instances "
+                              "s ON s.id = r.saga_id WHERE s.status <> 'COMPLETED'"),
                      0);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM payments"), completed);
-    assert_int_equal(q(t.db, "SELECT COUNT(*) FROM shipments"), completed);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM payments"), completed);
+    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM shipments"), completed);
     testdb_teardown(&t);
 }
 

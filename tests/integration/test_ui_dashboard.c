@@ -42,6 +42,8 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testorders.h"
+#include "testoutbox.h"
 #include "testproc.h"
 
 enum { P_SERVE, P_CHROMIUM, P_RELAY, P_WORKER, N_PROCS };
@@ -63,10 +65,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup(&c->t, "ui");
-    testdb_export_env(&c->t);
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "ui", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
     *state = c;
@@ -86,14 +85,8 @@ static int teardown(void **state)
     }
     testhttp_reply_release(&c->r);
     curl_easy_cleanup(c->h);
-    testdb_teardown(&c->t);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-static int64_t q(struct ctx *c, const char *sql)
-{
-    return testdb_i64(c->t.db, sql, NULL, 0);
 }
 
 static void fail_with_logs(struct ctx *c, const char *what)
@@ -110,25 +103,7 @@ static void fail_with_logs(struct ctx *c, const char *what)
  * given up at once (one try), so no worker retries it behind the test's back. */
 static int64_t compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
 {
-    struct txo_error err;
-    txo_error_init(&err);
-    if (orders_set_inventory(c->t.db, "pen", 100, &err) != 0)
-        fail_msg("setting the stock: %s", err.msg);
-    struct order_item item = {"pen", 1, 250};
-    int64_t order = 0;
-    if (orders_create_with_saga(c->t.db, 3, &item, 1, &order, saga_id, &err) != 0)
-        fail_msg("creating the order: %s", err.msg);
-    struct txo_saga_opts opts;
-    txo_saga_opts_init(&opts);
-    opts.step_backoff.base_ms = 1;
-    opts.step_backoff.max_ms = 1;
-    opts.compensation_max_tries = 1;
-    struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_run_saga(c->t.db, saga_id, &faults, &opts, &final, &err) != 0)
-        fail_msg("running the saga: %s", err.msg);
-    assert_int_equal(final, TXO_SAGA_COMPENSATION_FAILED);
-    return order;
+    return testorders_compensation_failed(c->t.db, saga_id);
 }
 
 /* A FAILED event and its dead letter, as the relay writes them, and a later event of its
@@ -136,29 +111,13 @@ static int64_t compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_
  * Returns the dead letter's id, *event_id the event's. */
 static int64_t dead_letter(struct ctx *c, int64_t *event_id)
 {
+    int64_t letter =
+        testoutbox_dead_letter(c->t.db, "<b id=\"injected\">broker unavailable</b>", event_id);
     testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
                          " payload, idempotency_key, status, attempts, last_error)"
-                         " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
-                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable'),"
-                         " ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
+                         " VALUES ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
                          " 'order:4242:confirmed', 'PENDING', 0, NULL)");
-    *event_id = q(c, "SELECT id FROM outbox_events WHERE idempotency_key = 'order:4242:created'");
-    assert_true(*event_id > 0);
-    /* The relay's mark parks the aggregate of an event it dead-letters. */
-    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
-                         "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
-                         "WHERE idempotency_key = 'order:4242:created'");
-    struct txo_param p[] = {txo_p_i64(*event_id)};
-    struct txo_error err;
-    txo_error_init(&err);
-    struct txo_exec_result res = {0, 0};
-    if (txo_db_exec(c->t.db,
-                    "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
-                    " VALUES (?, 'OrderCreated', '{\"order_id\":4242}',"
-                    " '<b id=\"injected\">broker unavailable</b>')",
-                    p, 1, &res, &err) != 0)
-        fail_msg("inserting the dead letter: %s", err.msg);
-    return (int64_t)res.insert_id;
+    return letter;
 }
 
 /* The relay's work when a replayed event fails its attempts again: FAILED, and one more dead
@@ -308,7 +267,8 @@ static void test_dashboard_in_chromium(void **state)
     int64_t event_id = 0;
     int64_t letter = dead_letter(c, &event_id);
     backlog(c);
-    int64_t pending = q(c, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t pending =
+        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     assert_true(pending >= 5);
 
     static const char *const serve_args[] = {"--admin-token", TOKEN, NULL};
@@ -375,11 +335,11 @@ static void test_dashboard_in_chromium(void **state)
     snprintf(sql, sizeof(sql),
              "SELECT status = 'PENDING' AND attempts = 0 FROM outbox_events WHERE id = %lld",
              (long long)event_id);
-    if (q(c, sql) != 1)
+    if (testdb_q(c->t.db, sql) != 1)
         fail_with_logs(c, "after Replay on the page, the dead letter's event is not PENDING");
     snprintf(sql, sizeof(sql), "SELECT replay_count FROM dead_letter_events WHERE id = %lld",
              (long long)letter);
-    assert_int_equal(q(c, sql), 1);
+    assert_int_equal(testdb_q(c->t.db, sql), 1);
 
     /* Replayed, it dies again; replayed again, and dies a third time: one row all along. */
     int64_t second = dies_again(c, event_id);
@@ -396,7 +356,7 @@ static void test_dashboard_in_chromium(void **state)
     snprintf(sql, sizeof(sql),
              "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = %lld",
              (long long)third);
-    assert_int_equal(q(c, sql), 1);
+    assert_int_equal(testdb_q(c->t.db, sql), 1);
 
     /* Two dead events ticked and replayed at once. */
     int64_t ev_a = 0, ev_b = 0;

@@ -28,7 +28,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testrun.h"
 #include "testdb.h"
+#include "testoutbox.h"
+#include "testraw.h"
 #include "testrelay.h"
 #include "txo/webhook.h"
 
@@ -163,8 +166,7 @@ struct ctx {
 
 static int setup(void **state)
 {
-    struct ctx *c = txo_calloc(1, sizeof(*c));
-    testdb_setup(&c->t, "webhook");
+    struct ctx *c = testdb_fixture_new(sizeof(*c), "webhook", 0);
     receiver_start(&c->rcv);
     *state = c;
     return 0;
@@ -174,26 +176,8 @@ static int teardown(void **state)
 {
     struct ctx *c = *state;
     receiver_stop(&c->rcv);
-    testdb_teardown(&c->t);
-    txo_free(c);
+    testdb_fixture_free(c);
     return 0;
-}
-
-/* Inserts n PENDING events: aggregate_id = 1..n, key "k:<n>", payload {"n":<n>}. */
-static void insert_events(struct testdb *t, unsigned n)
-{
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), "
-             "CONCAT('k:', seq) FROM seq_1_to_%u",
-             n);
-    testdb_exec(t->db, sql);
-}
-
-static int64_t q(struct testdb *t, const char *sql)
-{
-    return testdb_i64(t->db, sql, NULL, 0);
 }
 
 static struct txo_publisher *new_webhook(const char *url, int64_t timeout_ms, const char *token)
@@ -232,7 +216,7 @@ static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub,
 /* Asserts that last_error is the same text on all n rows and contains want; returns nothing. */
 static void assert_last_error(struct testdb *t, unsigned n, const char *prefix, const char *want)
 {
-    assert_int_equal(q(t, "SELECT COUNT(DISTINCT last_error) FROM outbox_events"), 1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(DISTINCT last_error) FROM outbox_events"), 1);
     char *le = testdb_str(t->db, "SELECT MIN(last_error) FROM outbox_events", NULL, 0);
     assert_non_null(le);
     if (strncmp(le, prefix, strlen(prefix)) != 0 || strstr(le, want) == NULL)
@@ -242,7 +226,7 @@ static void assert_last_error(struct testdb *t, unsigned n, const char *prefix, 
     snprintf(sql, sizeof(sql),
              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND attempts = 1 "
              "AND locked_by IS NULL AND published_at IS NULL");
-    assert_int_equal(q(t, sql), n);
+    assert_int_equal(testdb_q(t->db, sql), n);
 }
 
 /* ---- tests ---- */
@@ -251,7 +235,7 @@ static void test_delivers_every_event_with_headers(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 45;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, "s3cret-token");
     struct txo_relay *r = new_relay(c->t.db, pub, 20, true);
     struct txo_error err;
@@ -263,7 +247,8 @@ static void test_delivers_every_event_with_headers(void **state)
     assert_int_equal(st.published, n);
     assert_int_equal(st.failed_attempts, 0);
 
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND attempts = 0 AND last_error IS NULL"),
                      n);
     assert_int_equal(receiver_count(&c->rcv), n);
@@ -308,7 +293,7 @@ static void test_error_status_leaves_rows_pending(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 5;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
     struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
 
@@ -332,7 +317,8 @@ static void test_error_status_leaves_rows_pending(void **state)
         assert_int_equal(json_integer_value(json_object_get(env, "attempt")), 2);
         json_decref(env);
     }
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+    assert_int_equal(testdb_q(c->t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND last_error IS NULL"),
                      n);
     txo_relay_free(r);
@@ -343,7 +329,7 @@ static void test_refusal_and_overload(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 6;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
     struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
 
@@ -352,11 +338,11 @@ static void test_refusal_and_overload(void **state)
     receiver_answer(&c->rcv, 422);
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(receiver_count(&c->rcv), n);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                              "AND attempts = 1 AND locked_by IS NULL"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                                       "AND attempts = 1 AND locked_by IS NULL"),
                      n);
-    assert_int_equal(q(&c->t, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                              "'TXO_EBUSINESS: POST %HTTP 422: %'"),
+    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
+                                       "'TXO_EBUSINESS: POST %HTTP 422: %'"),
                      n);
     assert_int_equal(testrelay_run_once(r), 0);
 
@@ -371,29 +357,13 @@ static void test_refusal_and_overload(void **state)
     txo_publisher_free(pub);
 }
 
-/* A port nothing listens on: bound, then closed. */
-static unsigned closed_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    socklen_t len = sizeof(a);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void test_receiver_down_fails_fast(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 100;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     char url[96];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hooks/orders", closed_port());
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hooks/orders", testraw_closed_port());
     struct txo_publisher *pub = new_webhook(url, 0, "tok");
     struct txo_relay *r = new_relay(c->t.db, pub, n, false);
     int64_t t0 = txo_monotonic_ms();
@@ -414,7 +384,7 @@ static void test_hanging_receiver_costs_one_timeout(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 10;
-    insert_events(&c->t, n);
+    testoutbox_insert_seq(c->t.db, n, "k");
     pthread_mutex_lock(&c->rcv.mu);
     c->rcv.hang = true;
     pthread_mutex_unlock(&c->rcv.mu);
@@ -464,12 +434,12 @@ static void test_bad_settings_are_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_delivers_every_event_with_headers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_error_status_leaves_rows_pending, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refusal_and_overload, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_receiver_down_fails_fast, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hanging_receiver_costs_one_timeout, setup, teardown),
-        cmocka_unit_test(test_bad_settings_are_refused),
+        cmocka_unit_test(test_delivers_every_event_with_headers),
+        cmocka_unit_test(test_error_status_leaves_rows_pending),
+        cmocka_unit_test(test_refusal_and_overload),
+        cmocka_unit_test(test_receiver_down_fails_fast),
+        cmocka_unit_test(test_hanging_receiver_costs_one_timeout),
+        cmocka_unit_test_setup(test_bad_settings_are_refused, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

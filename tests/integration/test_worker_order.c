@@ -43,8 +43,7 @@ struct fixture {
 
 static int setup_with(void **state, const struct txo_event_handler *handlers)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "worder");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "worder", 0);
     testdb_exec(f->t.db, "CREATE TABLE effects (event_id VARCHAR(255) PRIMARY KEY)");
     struct txo_error err;
     txo_error_init(&err);
@@ -77,8 +76,7 @@ static int teardown(void **state)
     struct fixture *f = *state;
     txo_worker_free(f->w);
     txo_metrics_free(f->metrics);
-    testdb_teardown(&f->t);
-    txo_free(f);
+    testdb_fixture_free(f);
     return 0;
 }
 

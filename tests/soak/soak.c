@@ -708,11 +708,6 @@ static int teardown(void **state)
 
 /* ---- the checks ---- */
 
-static int64_t q(struct soak *s, const char *sql)
-{
-    return testdb_i64(s->t.db, sql, NULL, 0);
-}
-
 static const char not_settled_sql[] =
     "SELECT (SELECT COUNT(*) FROM orders WHERE status NOT IN ('CONFIRMED', 'CANCELLED')) + "
     "(SELECT COUNT(*) FROM saga_instances WHERE status NOT IN ('COMPLETED', 'COMPENSATED', "
@@ -722,7 +717,7 @@ static const char not_settled_sql[] =
 static bool wait_settled(struct soak *s, unsigned settle_s, char *msg, size_t cap)
 {
     int64_t t0 = txo_monotonic_ms();
-    while (q(s, not_settled_sql) != 0) {
+    while (testdb_q(s->t.db, not_settled_sql) != 0) {
         if (txo_monotonic_ms() - t0 > (int64_t)settle_s * 1000) {
             snprintf(
                 msg, cap,
@@ -730,11 +725,17 @@ static bool wait_settled(struct soak *s, unsigned settle_s, char *msg, size_t ca
                 "%" PRId64 " sagas RUNNING, %" PRId64 " COMPENSATING, %" PRId64
                 " COMPENSATION_FAILED, %" PRId64 " outbox events not PUBLISHED",
                 settle_s,
-                q(s, "SELECT COUNT(*) FROM orders WHERE status NOT IN ('CONFIRMED', 'CANCELLED')"),
-                q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'RUNNING'"),
-                q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATING'"),
-                q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATION_FAILED'"),
-                q(s, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'"));
+                testdb_q(
+                    s->t.db,
+                    "SELECT COUNT(*) FROM orders WHERE status NOT IN ('CONFIRMED', 'CANCELLED')"),
+                testdb_q(s->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'RUNNING'"),
+                testdb_q(s->t.db,
+                         "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATING'"),
+                testdb_q(
+                    s->t.db,
+                    "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATION_FAILED'"),
+                testdb_q(s->t.db,
+                         "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'"));
             return false;
         }
         sleep_ms(200);
@@ -1024,13 +1025,16 @@ static void check_stream_order(struct soak *s)
 
 static void check_keys(struct soak *s)
 {
-    int64_t orders = q(s, "SELECT COUNT(*) FROM orders");
-    int64_t keys = q(s, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'");
-    int64_t distinct = q(s, "SELECT COUNT(DISTINCT JSON_VALUE(response_body, '$.order_id')) "
-                            "FROM idempotency_keys k JOIN orders o ON o.id = "
-                            "JSON_VALUE(k.response_body, '$.order_id') WHERE k.status = "
-                            "'COMPLETED'");
-    int64_t other = q(s, "SELECT COUNT(*) FROM idempotency_keys WHERE status <> 'COMPLETED'");
+    int64_t orders = testdb_q(s->t.db, "SELECT COUNT(*) FROM orders");
+    int64_t keys =
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'");
+    int64_t distinct =
+        testdb_q(s->t.db, "SELECT COUNT(DISTINCT JSON_VALUE(response_body, '$.order_id')) "
+                          "FROM idempotency_keys k JOIN orders o ON o.id = "
+                          "JSON_VALUE(k.response_body, '$.order_id') WHERE k.status = "
+                          "'COMPLETED'");
+    int64_t other =
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM idempotency_keys WHERE status <> 'COMPLETED'");
     if (orders != keys || distinct != orders || other != 0)
         TESTPIPELINE_FAIL(&s->tp,
                           "%" PRId64 " orders, %" PRId64 " completed Idempotency-Keys naming "
@@ -1138,21 +1142,25 @@ static void print_summary(struct soak *s, const struct client *cl, unsigned n_cl
         "events               %" PRId64 " in the outbox, %" PRIu64 " in the stream, %" PRId64
         " OrderCreated consumed (inbox rows)\n"
         "services /stats      %s\n",
-        q(s, "SELECT COUNT(*) FROM orders"), keys, sum.unanswered,
-        q(s, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
-        q(s, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled' AND "
-             "idempotency_key LIKE 'order:%:cancelled'"),
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM orders"), keys, sum.unanswered,
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
+        testdb_q(s->t.db,
+                 "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled' AND "
+                 "idempotency_key LIKE 'order:%:cancelled'"),
         sum.cancels, sum.cancel_200, sum.cancel_409, sum.cancel_412,
-        q(s, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled' AND "
-             "idempotency_key LIKE 'saga:%'"),
-        q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
-        q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"),
-        q(s, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATED'"),
-        q(s, "SELECT COUNT(*) FROM saga_steps WHERE remote_state = 'UNKNOWN'"), sum.posts,
-        sum.post_retries, sum.replays, sum.reads, s->kills[DAEMON_SERVE], s->kills[DAEMON_RELAY],
-        s->kills[DAEMON_WORKER], s->slow_episodes, s->hang_episodes, s->db_node_kills,
-        s->nats_node_kills, q(s, "SELECT COUNT(*) FROM outbox_events"),
-        testnats_stream_msgs(&s->nats, s->stream), q(s, "SELECT COUNT(*) FROM inbox_events"),
+        testdb_q(s->t.db,
+                 "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCancelled' AND "
+                 "idempotency_key LIKE 'saga:%'"),
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'"),
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'FAILED'"),
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPENSATED'"),
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM saga_steps WHERE remote_state = 'UNKNOWN'"),
+        sum.posts, sum.post_retries, sum.replays, sum.reads, s->kills[DAEMON_SERVE],
+        s->kills[DAEMON_RELAY], s->kills[DAEMON_WORKER], s->slow_episodes, s->hang_episodes,
+        s->db_node_kills, s->nats_node_kills,
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM outbox_events"),
+        testnats_stream_msgs(&s->nats, s->stream),
+        testdb_q(s->t.db, "SELECT COUNT(*) FROM inbox_events"),
         r->status == 200 ? r->body : "(no answer)");
     txo_free(r);
     report_log_errors(s);

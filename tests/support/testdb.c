@@ -112,6 +112,45 @@ void testdb_teardown(struct testdb *t)
     t->db = NULL;
 }
 
+void *testdb_fixture_new(size_t size, const char *tag, unsigned flags)
+{
+    struct testdb *t = txo_calloc(1, size);
+    if (t == NULL)
+        fail_msg("out of memory for the fixture of %s", tag);
+    if (flags & TESTDB_NEW_EMPTY)
+        testdb_setup_empty(t, tag);
+    else
+        testdb_setup(t, tag);
+    if (flags & TESTDB_NEW_EXPORT_ENV)
+        testdb_export_env(t);
+    return t;
+}
+
+void testdb_fixture_free(void *fixture)
+{
+    if (fixture == NULL)
+        return;
+    testdb_teardown(fixture);
+    txo_free(fixture);
+}
+
+struct testdb *testdb_new(const char *tag, unsigned flags)
+{
+    return testdb_fixture_new(sizeof(struct testdb), tag, flags);
+}
+
+void testdb_free(struct testdb *t)
+{
+    testdb_fixture_free(t);
+}
+
+int testdb_free_state(void **state)
+{
+    testdb_free(*state);
+    *state = NULL;
+    return 0;
+}
+
 struct txo_db *testdb_connect(const struct testdb *t)
 {
     return connect_or_fail(&t->opts);
@@ -127,6 +166,32 @@ int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *p
     int64_t v = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 0) : 0;
     txo_rows_free(rows);
     return v;
+}
+
+int64_t testdb_q(struct txo_db *db, const char *sql)
+{
+    return testdb_i64(db, sql, NULL, 0);
+}
+
+void testdb_assert_explain(struct txo_db *db, const char *sql, const struct txo_param *params,
+                           size_t n, const char *want)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(db, sql, params, n, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    /* Columns 5, 8 and 9 of EXPLAIN's row are key, rows and Extra. */
+    const char *key = txo_rows_str(rows, 0, 5, NULL);
+    const char *extra = txo_rows_str(rows, 0, 9, NULL);
+    const char *n_rows = txo_rows_str(rows, 0, 8, NULL);
+    print_message("%.60s...: key=%s rows=%s extra=%s\n", sql + 8, key ? key : "NULL",
+                  n_rows ? n_rows : "NULL", extra ? extra : "");
+    if (key == NULL || strcmp(key, want) != 0)
+        fail_msg("%s uses key %s, want %s", sql, key ? key : "NULL", want);
+    if (extra != NULL && strstr(extra, "filesort") != NULL)
+        fail_msg("%s sorts its rows (%s)", sql, extra);
+    txo_rows_free(rows);
 }
 
 char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n)

@@ -33,6 +33,35 @@ void testdb_setup(struct testdb *t, const char *tag);
 /* Drops the database (unless TXO_TEST_KEEP_DB=1) and closes t->db. */
 void testdb_teardown(struct testdb *t);
 
+/* How testdb_new() sets the database up. */
+enum testdb_new_flags {
+    TESTDB_NEW_EMPTY = 1 << 0,      /* no tables (testdb_setup_empty), else migrated */
+    TESTDB_NEW_EXPORT_ENV = 1 << 1, /* testdb_export_env(): child processes use it */
+};
+
+/*
+ * A heap struct testdb set up as flags say: the usual cmocka fixture state of a test that needs
+ * nothing but its database. The caller owns it and frees it with testdb_free().
+ */
+struct testdb *testdb_new(const char *tag, unsigned flags);
+
+/* testdb_teardown(t), then frees t. NULL is a no-op. */
+void testdb_free(struct testdb *t);
+
+/*
+ * The same for a test's own fixture struct, whose first member is its struct testdb: a zeroed
+ * block of size bytes, the database in it set up as flags say. Free it with testdb_fixture_free,
+ * which tears that database down first. NULL is a no-op there.
+ */
+void *testdb_fixture_new(size_t size, const char *tag, unsigned flags);
+void testdb_fixture_free(void *fixture);
+
+/*
+ * A cmocka teardown for a state made by testdb_new(), or by testdb_fixture_new() when the fixture
+ * holds nothing else to release: frees it (testdb_fixture_free) and returns 0.
+ */
+int testdb_free_state(void **state);
+
 /* Another connection to the same database (for concurrency tests). Close with txo_db_close. */
 struct txo_db *testdb_connect(const struct testdb *t);
 
@@ -42,6 +71,16 @@ void testdb_exec(struct txo_db *db, const char *sql);
 /* Runs a query with bound parameters and returns the first column of the first row as an
  * integer (0 when there is no row or it is NULL). */
 int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);
+
+/* testdb_i64() of a query that takes no values: a count or one number the test reads. */
+int64_t testdb_q(struct txo_db *db, const char *sql);
+
+/*
+ * Runs `EXPLAIN ...` sql with its bound params and fails the test unless its first row uses the
+ * index want and does not sort (no filesort). Prints the key, row estimate and extra it saw.
+ */
+void testdb_assert_explain(struct txo_db *db, const char *sql, const struct txo_param *params,
+                           size_t n, const char *want);
 
 /* Same, returning a string to free with txo_free() (NULL for no row or NULL). */
 char *testdb_str(struct txo_db *db, const char *sql, const struct txo_param *params, size_t n);

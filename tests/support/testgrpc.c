@@ -391,3 +391,19 @@ size_t testgrpc_count_traced_calls(const struct testgrpc *g)
 {
     return count_calls(g, traced, NULL);
 }
+
+struct testgrpc testgrpc_shared;
+
+int testgrpc_group_setup(void **state)
+{
+    (void)state;
+    testgrpc_start(&testgrpc_shared);
+    return 0;
+}
+
+int testgrpc_group_teardown(void **state)
+{
+    (void)state;
+    testgrpc_cleanup(&testgrpc_shared);
+    return 0;
+}

@@ -104,4 +104,12 @@ size_t testgrpc_count_calls(const struct testgrpc *g, const char *answer);
 /* Calls recorded so far that carried traceparent or tracestate metadata. */
 size_t testgrpc_count_traced_calls(const struct testgrpc *g);
 
+/*
+ * One gRPC server for a whole test program, as cmocka group fixtures: testgrpc_group_setup starts
+ * testgrpc_shared and testgrpc_group_teardown stops it; the tests use testgrpc_shared.
+ */
+extern struct testgrpc testgrpc_shared;
+int testgrpc_group_setup(void **state);
+int testgrpc_group_teardown(void **state);
+
 #endif

@@ -208,60 +208,15 @@ struct txo_publisher *testkafka_publisher(const struct txo_kafka_opts *o)
     return pub;
 }
 
-void testkafka_batch_init(struct testkafka_batch *b, size_t n, size_t n_aggs, const char *prefix)
+void testkafka_batch_init(struct testbatch *b, size_t n, size_t n_aggs, const char *prefix)
 {
-    memset(b, 0, sizeof(*b));
-    b->n = n;
-    b->msgs = calloc(n, sizeof(*b->msgs));
-    b->keys = calloc(n, sizeof(*b->keys));
-    b->aggs = calloc(n, sizeof(*b->aggs));
-    b->payloads = calloc(n, sizeof(*b->payloads));
-    b->results = calloc(n, sizeof(*b->results));
-    b->errors = calloc(n, sizeof(*b->errors));
-    assert_true(b->msgs && b->keys && b->aggs && b->payloads && b->results && b->errors);
+    testbatch_init(b, n, 1, prefix);
     for (size_t i = 0; i < n; i++) {
+        char payload[64];
+        int len = snprintf(payload, sizeof(payload), "{\"n\":%zu,\"big\":9007199254740993}", i);
         snprintf(b->keys[i], sizeof(b->keys[i]), "%s:%zu", prefix, i);
         snprintf(b->aggs[i], sizeof(b->aggs[i]), "%zu", i % n_aggs);
-        snprintf(b->payloads[i], sizeof(b->payloads[i]), "{\"n\":%zu,\"big\":9007199254740993}", i);
-        struct txo_outbox_message *m = &b->msgs[i];
-        m->id = (int64_t)i + 1;
-        m->aggregate_type = "order";
-        m->aggregate_id = b->aggs[i];
-        m->event_type = "OrderCreated";
-        m->payload = b->payloads[i];
-        m->payload_len = strlen(b->payloads[i]);
-        m->idempotency_key = b->keys[i];
-        m->created_at = "2026-11-30T15:37:00.123456Z";
-        m->attempt = 1;
-    }
-}
-
-void testkafka_batch_free(struct testkafka_batch *b)
-{
-    free(b->msgs);
-    free(b->keys);
-    free(b->aggs);
-    free(b->payloads);
-    free(b->results);
-    free(b->errors);
-    memset(b, 0, sizeof(*b));
-}
-
-void testkafka_publish(struct txo_publisher *pub, struct testkafka_batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        b->results[i] = 99;
-        txo_error_init(&b->errors[i]);
-    }
-    assert_int_equal(pub->ops->publish_batch(pub->self, b->msgs, b->n, b->results, b->errors), 0);
-}
-
-void testkafka_assert_published(const struct testkafka_batch *b)
-{
-    for (size_t i = 0; i < b->n; i++) {
-        if (b->results[i] != 0)
-            fail_msg("message %zu (%s): result %d: %s", i, b->keys[i], b->results[i],
-                     b->errors[i].msg);
+        testbatch_set_payload(b, i, payload, (size_t)len);
     }
 }
 
@@ -269,4 +224,20 @@ long testkafka_key_index(const char *key)
 {
     const char *colon = key != NULL ? strrchr(key, ':') : NULL;
     return colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
+}
+
+struct testkafka testkafka_shared;
+
+int testkafka_group_setup(void **state)
+{
+    (void)state;
+    testkafka_start(&testkafka_shared);
+    return 0;
+}
+
+int testkafka_group_teardown(void **state)
+{
+    (void)state;
+    testkafka_stop(&testkafka_shared);
+    return 0;
 }

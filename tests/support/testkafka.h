@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "testbatch.h"
 #include "txo/kafka.h"
 #include "txo/publisher.h"
 
@@ -78,28 +79,22 @@ void testkafka_opts(const struct testkafka *k, struct txo_kafka_opts *o, const c
 struct txo_publisher *testkafka_publisher(const struct txo_kafka_opts *o);
 
 /*
- * n outbox messages for a publisher's publish_batch: message i is OrderCreated of aggregate
- * "order" / "<i % n_aggs>", idempotency key "<prefix>:<i>", payload {"n":i,"big":2^53+1}.
+ * n outbox messages for a publisher's publish_batch (testbatch.h), shaped for Kafka: message i
+ * is OrderCreated of aggregate "order" / "<i % n_aggs>", idempotency key "<prefix>:<i>", payload
+ * {"n":i,"big":2^53+1}. Publish, check and free it with testbatch_publish,
+ * testbatch_assert_published and testbatch_free.
  */
-struct testkafka_batch {
-    struct txo_outbox_message *msgs;
-    char (*keys)[48];
-    char (*aggs)[24];
-    char (*payloads)[64];
-    int *results;
-    struct txo_error *errors;
-    size_t n;
-};
-void testkafka_batch_init(struct testkafka_batch *b, size_t n, size_t n_aggs, const char *prefix);
-void testkafka_batch_free(struct testkafka_batch *b);
-
-/* Runs pub's publish_batch on b (results and errors reset first); it must return 0. */
-void testkafka_publish(struct txo_publisher *pub, struct testkafka_batch *b);
-
-/* Every message of b was acknowledged, or the test fails naming the first that was not. */
-void testkafka_assert_published(const struct testkafka_batch *b);
+void testkafka_batch_init(struct testbatch *b, size_t n, size_t n_aggs, const char *prefix);
 
 /* i of an idempotency key "<prefix>:<i>", or -1. */
 long testkafka_key_index(const char *key);
+
+/*
+ * One Kafka cluster for a whole test program, as cmocka group fixtures: testkafka_group_setup
+ * starts testkafka_shared and testkafka_group_teardown stops it; the tests use testkafka_shared.
+ */
+extern struct testkafka testkafka_shared;
+int testkafka_group_setup(void **state);
+int testkafka_group_teardown(void **state);
 
 #endif

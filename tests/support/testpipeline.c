@@ -116,6 +116,43 @@ void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p)
 
 /* ---- HTTP ---- */
 
+struct testproc *testpipeline_start_serve(struct testpipeline *tp, const char *tag, unsigned *port)
+{
+    *port = testproc_free_port();
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "serve");
+    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", *port);
+    struct testproc *serve = testpipeline_start(tp, tag, &a);
+    testpipeline_wait_ready(tp, serve, *port);
+    return serve;
+}
+
+void testpipeline_place_orders(struct testpipeline *tp, unsigned port, const char *key_prefix,
+                               unsigned n, bool books)
+{
+    for (unsigned i = 0; i < n; i++) {
+        char key[64], body[256];
+        snprintf(key, sizeof(key), "%s-%u", key_prefix, i);
+        snprintf(body, sizeof(body),
+                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":%u,\"price_cents\":"
+                 "250}%s]}",
+                 700 + i, 1 + i % 2,
+                 books && i % 3 == 0 ? ",{\"sku\":\"book\",\"qty\":1,\"price_cents\":1500}" : "");
+        (void)testpipeline_post_order(tp, port, key, body);
+    }
+}
+
+void testpipeline_serve_orders(struct testpipeline *tp, const char *key_prefix, unsigned n,
+                               bool books)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "%s_serve", key_prefix);
+    unsigned port;
+    struct testproc *serve = testpipeline_start_serve(tp, tag, &port);
+    testpipeline_place_orders(tp, port, key_prefix, n, books);
+    testpipeline_stop_clean(tp, serve);
+}
+
 int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const char *key,
                                 const char *body)
 {
@@ -165,16 +202,11 @@ double testpipeline_metric(struct testpipeline *tp, unsigned port, const char *s
 
 /* ---- database ---- */
 
-static int64_t q(struct testpipeline *tp, const char *sql)
-{
-    return testdb_i64(tp->db, sql, NULL, 0);
-}
-
 bool testpipeline_wait_count(struct testpipeline *tp, const char *sql, int64_t want, int timeout_ms)
 {
     int64_t deadline = txo_monotonic_ms() + timeout_ms;
     for (;;) {
-        if (q(tp, sql) == want)
+        if (testdb_q(tp->db, sql) == want)
             return true;
         if (txo_monotonic_ms() > deadline)
             return false;
@@ -189,7 +221,7 @@ void testpipeline_wait_terminal(struct testpipeline *tp, int n_orders, int timeo
         "SELECT COUNT(*) FROM orders WHERE status IN ('CONFIRMED', 'CANCELLED')";
     if (!testpipeline_wait_count(tp, terminal, n_orders, timeout_ms))
         TESTPIPELINE_FAIL(tp, "orders not terminal %d s %s: %" PRId64 " of %d", timeout_ms / 1000,
-                          when, q(tp, terminal), n_orders);
+                          when, testdb_q(tp->db, terminal), n_orders);
 }
 
 void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms)
@@ -197,7 +229,8 @@ void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms)
     static const char unpublished[] =
         "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'";
     if (!testpipeline_wait_count(tp, unpublished, 0, timeout_ms))
-        TESTPIPELINE_FAIL(tp, "%" PRId64 " outbox events still not PUBLISHED", q(tp, unpublished));
+        TESTPIPELINE_FAIL(tp, "%" PRId64 " outbox events still not PUBLISHED",
+                          testdb_q(tp->db, unpublished));
 }
 
 void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
@@ -353,7 +386,7 @@ void testpipeline_check_invariants_flags(struct testpipeline *tp,
 {
     bool maybe = (flags & TESTPIPELINE_CHECK_UNDO_MAYBE) != 0;
     if (maybe) {
-        int64_t bad = q(tp, undo_covers_action_sql);
+        int64_t bad = testdb_q(tp->db, undo_covers_action_sql);
         if (bad != 0)
             TESTPIPELINE_FAIL(tp,
                               "invariant broken: CANCELLED order with an action event not "
@@ -363,7 +396,7 @@ void testpipeline_check_invariants_flags(struct testpipeline *tp,
     for (size_t i = 0; i < TXO_ARRAY_LEN(violations); i++) {
         if (maybe && violations[i].sql == undo_matches_action_sql)
             continue;
-        int64_t bad = q(tp, violations[i].sql);
+        int64_t bad = testdb_q(tp->db, violations[i].sql);
         if (bad != 0)
             TESTPIPELINE_FAIL(tp, "invariant broken: %s (%" PRId64 " rows)", violations[i].what,
                               bad);

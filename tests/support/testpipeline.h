@@ -101,6 +101,9 @@ void testpipeline_expect_crash(struct testpipeline *tp, struct testproc *p, int 
 /* SIGTERM: p must stop gracefully and exit 0 within 30 s; otherwise TESTPIPELINE_FAIL. */
 void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p);
 
+/* Starts `txo serve` on a free port, returned in *port, and waits until it answers. */
+struct testproc *testpipeline_start_serve(struct testpipeline *tp, const char *tag, unsigned *port);
+
 /* ---- HTTP ---- */
 
 /*
@@ -114,6 +117,18 @@ int64_t testpipeline_post_order(struct testpipeline *tp, unsigned port, const ch
  * lines, e.g. a traceparent). */
 int64_t testpipeline_post_order_headers(struct testpipeline *tp, unsigned port, const char *key,
                                         const char *const *headers, const char *body);
+
+/*
+ * Posts n orders (testpipeline_post_order) with Idempotency-Key "<key_prefix>-<i>": order i is
+ * customer 700 + i buying 1 + i % 2 pens at 250 cents and, when books, every third one
+ * (i % 3 == 0) also a book at 1500 cents.
+ */
+void testpipeline_place_orders(struct testpipeline *tp, unsigned port, const char *key_prefix,
+                               unsigned n, bool books);
+
+/* testpipeline_place_orders through a `txo serve` of its own, stopped cleanly afterwards. */
+void testpipeline_serve_orders(struct testpipeline *tp, const char *key_prefix, unsigned n,
+                               bool books);
 
 /*
  * The value of the sample `series` (testhttp_metric_value) in GET /metrics on port, or -1

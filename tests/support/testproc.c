@@ -303,6 +303,17 @@ char *testproc_log(const struct testproc *p)
     return buf;
 }
 
+void testproc_print_file(const char *path, const char *prefix)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof(line), f) != NULL)
+        print_message("%s%s", prefix, line);
+    fclose(f);
+}
+
 void testproc_print_log(const struct testproc *p, const char *what)
 {
     char *log = testproc_log(p);

@@ -76,6 +76,12 @@ char *testproc_log(const struct testproc *p);
  */
 void testproc_print_log(const struct testproc *p, const char *what);
 
+/*
+ * Prints the file at path line by line (cmocka print_message), each line after prefix, for a
+ * failing test; nothing when it cannot be read. Never fails.
+ */
+void testproc_print_file(const char *path, const char *prefix);
+
 /* Deletes the child's log file (after a test that passed; a failed one keeps it). Never fails. */
 void testproc_remove_log(const struct testproc *p);
 

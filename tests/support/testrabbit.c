@@ -267,3 +267,19 @@ long testrabbit_count(const struct testrabbit *r, const char *queue)
     free(out);
     return v;
 }
+
+struct testrabbit testrabbit_shared;
+
+int testrabbit_group_setup(void **state)
+{
+    (void)state;
+    testrabbit_start(&testrabbit_shared);
+    return 0;
+}
+
+int testrabbit_group_teardown(void **state)
+{
+    (void)state;
+    testrabbit_cleanup(&testrabbit_shared);
+    return 0;
+}

@@ -74,4 +74,12 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...);
 /* The ready messages of queue (rabbit_client.py count). */
 long testrabbit_count(const struct testrabbit *r, const char *queue);
 
+/*
+ * One RabbitMQ broker for a whole test program, as cmocka group fixtures: testrabbit_group_setup
+ * starts testrabbit_shared and testrabbit_group_teardown stops it; the tests use testrabbit_shared.
+ */
+extern struct testrabbit testrabbit_shared;
+int testrabbit_group_setup(void **state);
+int testrabbit_group_teardown(void **state);
+
 #endif

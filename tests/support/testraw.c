@@ -69,7 +69,7 @@ bool testraw_send_str(int fd, const char *s)
     return testraw_send(fd, s, strlen(s));
 }
 
-static bool recv_exact(int fd, char *p, size_t n)
+bool testraw_recv_exact(int fd, char *p, size_t n)
 {
     while (n > 0) {
         ssize_t got = recv(fd, p, n, 0);
@@ -89,7 +89,7 @@ bool testraw_read_reply(int fd, struct testraw_reply *r)
         memset(r, 0, sizeof(*r));
         size_t len = 0;
         while (len < 4 || memcmp(r->head + len - 4, "\r\n\r\n", 4) != 0) {
-            if (len + 1 >= sizeof(r->head) || !recv_exact(fd, r->head + len, 1))
+            if (len + 1 >= sizeof(r->head) || !testraw_recv_exact(fd, r->head + len, 1))
                 return false;
             len++;
         }
@@ -113,7 +113,7 @@ bool testraw_read_reply(int fd, struct testraw_reply *r)
     }
     if (cl >= sizeof(r->body))
         fail_msg("response body of %zu bytes is larger than the test expects", cl);
-    if (!recv_exact(fd, r->body, cl))
+    if (!testraw_recv_exact(fd, r->body, cl))
         return false;
     r->body[cl] = '\0';
     r->len = cl;
@@ -131,4 +131,38 @@ bool testraw_closed_within(int fd, int ms, char *extra, size_t cap)
         return false;
     }
     return true;
+}
+
+/* A socket bound to an ephemeral port of 127.0.0.1; *port receives the port. */
+static int bound_socket(unsigned *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        fail_msg("socket: %s", strerror(errno));
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+        fail_msg("bind 127.0.0.1:0: %s", strerror(errno));
+    socklen_t len = sizeof(a);
+    if (getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+        fail_msg("getsockname: %s", strerror(errno));
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+int testraw_listen(unsigned *port, int backlog)
+{
+    int fd = bound_socket(port);
+    if (listen(fd, backlog) != 0)
+        fail_msg("listen: %s", strerror(errno));
+    return fd;
+}
+
+unsigned testraw_closed_port(void)
+{
+    unsigned port;
+    close(bound_socket(&port));
+    return port;
 }

@@ -1,8 +1,8 @@
 /*
  * Test support: a raw-socket HTTP/1.1 client, for the tests about the bytes and the connections
- * themselves (test_http_hostile.c, test_http_slots.c). No libcurl: a client library would
- * normalize exactly the bytes these tests are about, and could not hold hundreds of connections
- * open from chosen source addresses.
+ * themselves (test_http_hostile.c, test_http_slots.c, test_http_server.c) and the ports that
+ * client tests aim at. No libcurl: a client library would normalize exactly the bytes these
+ * tests are about, and could not hold hundreds of connections open from chosen source addresses.
  *
  *   connect   testraw_dial_from() connects to 127.0.0.1:port from a chosen loopback address
  *             (127.0.0.0/8 is all local on Linux), so one test can be many client addresses.
@@ -10,6 +10,8 @@
  *   read      testraw_read_reply() reads one whole response (status, head, Content-Type,
  *             Connection: close, body), skipping interim 1xx answers.
  *   close     testraw_closed_within() tells whether the server closed the connection.
+ *   ports     testraw_listen() holds a port that accepts and never answers;
+ *             testraw_closed_port() names one that refuses.
  *
  * Like the other support modules, a setup error (socket, bind, connect) fails the current
  * cmocka test; the send and read helpers return false instead, because the server closing a
@@ -44,6 +46,9 @@ bool testraw_send(int fd, const char *p, size_t n);
 /* testraw_send() of a NUL-terminated string. */
 bool testraw_send_str(int fd, const char *s);
 
+/* Reads exactly n bytes into p; false on EOF, an error or the receive timeout. */
+bool testraw_recv_exact(int fd, char *p, size_t n);
+
 /*
  * Reads one response into r; false when none came (EOF, reset, the 5 s timeout). Interim 1xx
  * answers are skipped. Fails the test when the bytes are not an HTTP/1.1 response or the body
@@ -57,5 +62,15 @@ bool testraw_read_reply(int fd, struct testraw_reply *r);
  * left in extra).
  */
 bool testraw_closed_within(int fd, int ms, char *extra, size_t cap);
+
+/*
+ * A TCP socket on an ephemeral port of 127.0.0.1 (*port), listening with the given backlog:
+ * the kernel accepts connections into it that nobody answers. Returns the socket (close() it).
+ * Fails the test when it cannot be made.
+ */
+int testraw_listen(unsigned *port, int backlog);
+
+/* A port of 127.0.0.1 that nothing listens on: bound a moment ago, then closed. */
+unsigned testraw_closed_port(void);
 
 #endif

@@ -179,3 +179,19 @@ int64_t testredis_group_pending(const struct testredis *r, const char *stream, c
     json_decref(j);
     return pending;
 }
+
+struct testredis testredis_shared;
+
+int testredis_group_setup(void **state)
+{
+    (void)state;
+    testredis_start(&testredis_shared);
+    return 0;
+}
+
+int testredis_group_teardown(void **state)
+{
+    (void)state;
+    testredis_cleanup(&testredis_shared);
+    return 0;
+}

@@ -79,4 +79,12 @@ const char *testredis_field(const json_t *entry, const char *name);
  */
 int64_t testredis_group_pending(const struct testredis *r, const char *stream, const char *group);
 
+/*
+ * One Redis server for a whole test program, as cmocka group fixtures: testredis_group_setup starts
+ * testredis_shared and testredis_group_teardown stops it; the tests use testredis_shared.
+ */
+extern struct testredis testredis_shared;
+int testredis_group_setup(void **state);
+int testredis_group_teardown(void **state);
+
 #endif

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "testrelay.h"
+#include "txo/alloc.h"
 
 struct txo_relay *testrelay_new(struct txo_db *db, struct txo_publisher *pub,
                                 const struct txo_relay_opts *opts)
@@ -34,4 +35,60 @@ void testrelay_drain(struct txo_relay *relay)
     txo_error_init(&err);
     if (txo_relay_run(relay, &err) < 0)
         fail_msg("txo_relay_run: %s", err.msg);
+}
+
+void testrelay_outage_opts(struct txo_relay_opts *ro, const char *relay_id, unsigned batch_size)
+{
+    txo_relay_opts_init(ro);
+    ro->relay_id = relay_id;
+    ro->batch_size = batch_size;
+    ro->backoff.base_ms = 30000;
+    ro->backoff.max_ms = 60000;
+    ro->backoff.jitter = 0.0;
+    ro->max_attempts = 1000;
+}
+
+/* The ops of a testrelay_publisher live with it, so every test's publisher has its own. */
+struct fn_publisher {
+    struct txo_publisher_ops ops;
+    int (*publish)(void *self, const struct txo_outbox_message *msgs, size_t n, int *results,
+                   struct txo_error *errors);
+    void *self;
+};
+
+static int fn_publish(void *arg, const struct txo_outbox_message *msgs, size_t n, int *results,
+                      struct txo_error *errors)
+{
+    struct fn_publisher *fp = arg;
+    return fp->publish(fp->self, msgs, n, results, errors);
+}
+
+static void fn_destroy(void *arg)
+{
+    struct fn_publisher *fp = arg;
+    txo_free(fp->self);
+    txo_free(fp);
+}
+
+struct txo_publisher *
+testrelay_publisher(const char *name,
+                    int (*publish)(void *self, const struct txo_outbox_message *msgs, size_t n,
+                                   int *results, struct txo_error *errors),
+                    void *self)
+{
+    struct fn_publisher *fp = txo_calloc(1, sizeof(*fp));
+    assert_non_null(fp);
+    fp->ops.name = name;
+    fp->ops.publish_batch = fn_publish;
+    fp->ops.destroy = fn_destroy;
+    fp->publish = publish;
+    fp->self = self;
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_new(&fp->ops, fp, &pub, &err) < 0) {
+        txo_free(fp);
+        fail_msg("txo_publisher_new(%s): %s", name, err.msg);
+    }
+    return pub;
 }

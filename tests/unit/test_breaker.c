@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "testrun.h"
 #include "txo/txo.h"
 #include "txo/breaker.h"
 
@@ -572,19 +573,18 @@ static void test_threads_hold_invariants(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_and_names),
-        cmocka_unit_test_setup_teardown(test_invalid_options, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_opens_after_consecutive_failures, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_success_resets_the_count, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_open_rejects_without_calling, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_half_opens_after_open_ms, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_only_max_probes_admitted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_probe_failure_reopens_and_restarts_timer, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_probe_success_closes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_callback_sees_every_transition, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stale_results_are_ignored, setup, teardown),
-        cmocka_unit_test(test_threads_hold_invariants),
+        cmocka_unit_test_setup(test_defaults_and_names, testrun_no_fixture),
+        cmocka_unit_test(test_invalid_options),
+        cmocka_unit_test(test_opens_after_consecutive_failures),
+        cmocka_unit_test(test_success_resets_the_count),
+        cmocka_unit_test(test_open_rejects_without_calling),
+        cmocka_unit_test(test_half_opens_after_open_ms),
+        cmocka_unit_test(test_only_max_probes_admitted),
+        cmocka_unit_test(test_probe_failure_reopens_and_restarts_timer),
+        cmocka_unit_test(test_probe_success_closes),
+        cmocka_unit_test(test_callback_sees_every_transition),
+        cmocka_unit_test(test_stale_results_are_ignored),
+        cmocka_unit_test_setup(test_threads_hold_invariants, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

@@ -34,6 +34,7 @@
 #include <jansson.h>
 
 #include "txo/txo.h"
+#include "testraw.h"
 
 /* ---- the handler under test ---- */
 
@@ -155,35 +156,6 @@ static int connect_to(unsigned port)
     return fd;
 }
 
-static int connect_or_fail(unsigned port)
-{
-    int fd = connect_to(port);
-    if (fd < 0)
-        fail_msg("connect to 127.0.0.1:%u: %s", port, strerror(errno));
-    return fd;
-}
-
-/* Writes all of buf; false when the peer went away. */
-static bool send_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        p += n;
-        len -= (size_t)n;
-    }
-    return true;
-}
-
-static bool send_str(int fd, const char *s)
-{
-    return send_all(fd, s, strlen(s));
-}
-
 #define MAX_HEADERS 32
 
 struct http_resp {
@@ -210,21 +182,6 @@ static const char *resp_header(const struct http_resp *r, const char *name)
     return NULL;
 }
 
-/* Reads exactly n bytes; false on EOF, error or timeout. */
-static bool recv_exact(int fd, char *buf, size_t n)
-{
-    while (n > 0) {
-        ssize_t got = recv(fd, buf, n, 0);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0)
-            return false;
-        buf += got;
-        n -= (size_t)got;
-    }
-    return true;
-}
-
 /*
  * Reads one response (status line, headers, a Content-Length body). Returns 0, or -1 when the
  * connection closed or timed out before a complete response arrived.
@@ -237,7 +194,7 @@ static int read_response(int fd, struct http_resp *r)
     for (;;) {
         if (len + 1 >= sizeof(r->head))
             return -1;
-        if (!recv_exact(fd, r->head + len, 1))
+        if (!testraw_recv_exact(fd, r->head + len, 1))
             return -1;
         len++;
         if (len >= 4 && memcmp(r->head + len - 4, "\r\n\r\n", 4) == 0)
@@ -267,7 +224,7 @@ static int read_response(int fd, struct http_resp *r)
     size_t body_len = cl != NULL ? (size_t)strtoull(cl, NULL, 10) : 0;
     r->body = malloc(body_len + 1);
     assert_non_null(r->body);
-    if (!recv_exact(fd, r->body, body_len))
+    if (!testraw_recv_exact(fd, r->body, body_len))
         return -1;
     r->body[body_len] = '\0';
     r->body_len = body_len;
@@ -298,7 +255,7 @@ static bool closed_within(int fd, int timeout_ms)
 /* One request on fd, the response in r; fails the test when no response arrives. */
 static void roundtrip(int fd, const char *request, struct http_resp *r)
 {
-    assert_true(send_str(fd, request));
+    assert_true(testraw_send_str(fd, request));
     if (read_response(fd, r) != 0)
         fail_msg("no complete response to: %.60s", request);
 }
@@ -310,7 +267,7 @@ static void test_get_status_body_headers_args(void **state)
     (void)state;
     struct fixture f;
     start_default(&f);
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     roundtrip(fd,
               "GET /info?q=hello%20world&other=1 HTTP/1.1\r\nHost: localhost\r\n"
@@ -340,7 +297,7 @@ static void test_post_body_delivered_exactly(void **state)
     (void)state;
     struct fixture f;
     start_default(&f);
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
 
     /* A small JSON body, then 60 KB of every byte value but NUL sent in six writes. */
     struct http_resp r;
@@ -360,9 +317,9 @@ static void test_post_body_delivered_exactly(void **state)
     char head[256];
     snprintf(head, sizeof(head),
              "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n", BIG);
-    assert_true(send_str(fd, head));
+    assert_true(testraw_send_str(fd, head));
     for (int i = 0; i < PIECES; i++) {
-        assert_true(send_all(fd, body + (size_t)i * (BIG / PIECES), BIG / PIECES));
+        assert_true(testraw_send(fd, body + (size_t)i * (BIG / PIECES), BIG / PIECES));
         txo_sleep_ms(20); /* separate TCP segments, separate reads on the server */
     }
     assert_int_equal(read_response(fd, &r), 0);
@@ -379,8 +336,8 @@ static void test_post_body_delivered_exactly(void **state)
     memset(full, 'x', max);
     snprintf(head, sizeof(head),
              "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n", max);
-    assert_true(send_str(fd, head));
-    assert_true(send_all(fd, full, max));
+    assert_true(testraw_send_str(fd, head));
+    assert_true(testraw_send(fd, full, max));
     assert_int_equal(read_response(fd, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(r.body_len, max);
@@ -398,10 +355,11 @@ static void test_keep_alive(void **state)
     (void)state;
     struct fixture f;
     start_default(&f);
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     /* Both requests written at once (pipelined), then a third after the answers. */
-    assert_true(send_str(fd, "GET /info?q=1 HTTP/1.1\r\nHost: a\r\n\r\n"
+    assert_true(
+        testraw_send_str(fd, "GET /info?q=1 HTTP/1.1\r\nHost: a\r\n\r\n"
                              "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello"));
     assert_int_equal(read_response(fd, &r), 0);
     assert_int_equal(r.status, 203);
@@ -451,7 +409,7 @@ static void test_announced_body_over_limit_is_413(void **state)
     start_with(&f, &opts);
 
     /* The refusal comes on the headers alone: the client never has to send the body. */
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     roundtrip(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1025\r\n\r\n", &r);
     assert_413_json(&r, 1024);
@@ -459,7 +417,7 @@ static void test_announced_body_over_limit_is_413(void **state)
     close(fd);
 
     /* A huge announced length (beyond size_t arithmetic games) is refused the same way. */
-    fd = connect_or_fail(f.port);
+    fd = testraw_dial_from(f.port, NULL);
     roundtrip(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n",
               &r);
     assert_true(r.status == 413 || r.status == 400);
@@ -467,11 +425,12 @@ static void test_announced_body_over_limit_is_413(void **state)
     close(fd);
 
     /* At the limit the handler gets it. */
-    fd = connect_or_fail(f.port);
+    fd = testraw_dial_from(f.port, NULL);
     char body[1024];
     memset(body, 'b', sizeof(body));
-    assert_true(send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1024\r\n\r\n"));
-    assert_true(send_all(fd, body, sizeof(body)));
+    assert_true(
+        testraw_send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1024\r\n\r\n"));
+    assert_true(testraw_send(fd, body, sizeof(body)));
     assert_int_equal(read_response(fd, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(r.body_len, 1024);
@@ -492,7 +451,7 @@ static void test_chunked_body_within_limit(void **state)
     start_with(&f, &opts);
 
     /* A chunked body is assembled for the handler, also when it ends exactly at the limit. */
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     roundtrip(fd,
               "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -502,16 +461,16 @@ static void test_chunked_body_within_limit(void **state)
     assert_string_equal(r.body, "hello world");
     resp_release(&r);
 
-    assert_true(
-        send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    assert_true(testraw_send_str(
+        fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"));
     char chunk[512];
     memset(chunk, 'c', sizeof(chunk));
     for (int i = 0; i < 2; i++) {
-        assert_true(send_str(fd, "200\r\n"));
-        assert_true(send_all(fd, chunk, sizeof(chunk)));
-        assert_true(send_str(fd, "\r\n"));
+        assert_true(testraw_send_str(fd, "200\r\n"));
+        assert_true(testraw_send(fd, chunk, sizeof(chunk)));
+        assert_true(testraw_send_str(fd, "\r\n"));
     }
-    assert_true(send_str(fd, "0\r\n\r\n"));
+    assert_true(testraw_send_str(fd, "0\r\n\r\n"));
     assert_int_equal(read_response(fd, &r), 0);
     assert_int_equal(r.status, 200);
     assert_int_equal(r.body_len, 1024);
@@ -533,19 +492,19 @@ static void test_chunked_body_over_limit_is_413(void **state)
     start_with(&f, &opts);
 
     /* 3 chunks of 400 bytes: the third crosses the limit. */
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
-    assert_true(
-        send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"));
+    assert_true(testraw_send_str(
+        fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"));
     char chunk[400];
     memset(chunk, 'c', sizeof(chunk));
     for (int i = 0; i < 3; i++) {
-        if (!send_str(fd, "190\r\n") || !send_all(fd, chunk, sizeof(chunk)) ||
-            !send_str(fd, "\r\n"))
+        if (!testraw_send_str(fd, "190\r\n") || !testraw_send(fd, chunk, sizeof(chunk)) ||
+            !testraw_send_str(fd, "\r\n"))
             break; /* the server may close once it has refused */
         txo_sleep_ms(20);
     }
-    (void)send_str(fd, "0\r\n\r\n");
+    (void)testraw_send_str(fd, "0\r\n\r\n");
     if (read_response(fd, &r) != 0)
         fail_msg("chunked body over the limit: connection closed without a response");
     assert_413_json(&r, 1024);
@@ -560,7 +519,7 @@ static void test_retry_after(void **state)
     (void)state;
     struct fixture f;
     start_default(&f);
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /retry HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 503);
@@ -584,24 +543,25 @@ static void test_slow_client_is_disconnected(void **state)
     start_with(&f, &opts);
 
     /* Half a request line and headers, then silence. */
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     int64_t t0 = txo_monotonic_ms();
-    assert_true(send_str(fd, "GET /info HTTP/1.1\r\nHost: a\r\n"));
+    assert_true(testraw_send_str(fd, "GET /info HTTP/1.1\r\nHost: a\r\n"));
     assert_true(closed_within(fd, 3000));
     int64_t elapsed = txo_monotonic_ms() - t0;
     assert_true(elapsed >= 800); /* not at once: after the timeout */
     close(fd);
 
     /* Half a body, then silence. */
-    fd = connect_or_fail(f.port);
+    fd = testraw_dial_from(f.port, NULL);
     t0 = txo_monotonic_ms();
-    assert_true(send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nabc"));
+    assert_true(
+        testraw_send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\nabc"));
     assert_true(closed_within(fd, 3000));
     assert_true(txo_monotonic_ms() - t0 >= 800);
     close(fd);
 
     /* An idle keep-alive connection is closed too. */
-    fd = connect_or_fail(f.port);
+    fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
@@ -626,7 +586,7 @@ static void *slow_client_main(void *arg)
     c->rc = -1;
     if (fd < 0)
         return NULL;
-    if (send_str(fd, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")) {
+    if (testraw_send_str(fd, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n")) {
         struct http_resp r;
         c->rc = read_response(fd, &r);
         if (c->rc == 0) {
@@ -682,7 +642,7 @@ static void test_stop_when_idle(void **state)
     start_default(&f);
     unsigned port = f.port;
     /* An idle keep-alive connection does not hold stop up for the 30 s timeout. */
-    int fd = connect_or_fail(port);
+    int fd = testraw_dial_from(port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     resp_release(&r);
@@ -703,8 +663,8 @@ static void test_stop_answers_request_being_read(void **state)
     (void)state;
     struct fixture f;
     start_default(&f);
-    int fd = connect_or_fail(f.port);
-    assert_true(send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\n")); /* half a head */
+    int fd = testraw_dial_from(f.port, NULL);
+    assert_true(testraw_send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\n")); /* half a head */
     txo_sleep_ms(500); /* the I/O thread reads it at once; this is ample */
     int64_t t0 = txo_monotonic_ms();
     stop(&f); /* the answer waits in the socket; stop lingers for the client at most 2 s */
@@ -747,17 +707,8 @@ static void test_bind_errors(void **state)
     assert_null(srv);
 
     /* A port held by a plain listening socket. */
-    int holder = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(holder >= 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(holder, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(listen(holder, 4), 0);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(getsockname(holder, (struct sockaddr *)&sa, &sl), 0);
-    unsigned busy = ntohs(sa.sin_port);
+    unsigned busy;
+    int holder = testraw_listen(&busy, 4);
     opts.port = busy;
     txo_error_init(&err);
     assert_int_equal(txo_http_server_start(&opts, handler, &app, &srv, &err), TXO_EIO);
@@ -796,7 +747,7 @@ static void test_port_held_by_another_server(void **state)
     assert_non_null(strstr(err.msg, addr));
 
     /* The first one still serves. */
-    int fd = connect_or_fail(f.port);
+    int fd = testraw_dial_from(f.port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
@@ -812,7 +763,7 @@ static void test_restart_on_same_port(void **state)
     struct fixture f;
     start_default(&f);
     unsigned port = f.port;
-    int fd = connect_or_fail(port);
+    int fd = testraw_dial_from(port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     resp_release(&r);
@@ -824,7 +775,7 @@ static void test_restart_on_same_port(void **state)
     opts.port = port;
     start_with(&f, &opts);
     assert_int_equal(f.port, port);
-    fd = connect_or_fail(port);
+    fd = testraw_dial_from(port, NULL);
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
     resp_release(&r);
@@ -893,7 +844,7 @@ static void *load_client_main(void *arg)
                  blen, body);
         struct http_resp r;
         memset(&r, 0, sizeof(r));
-        if (!send_str(fd, req) || read_response(fd, &r) != 0) {
+        if (!testraw_send_str(fd, req) || read_response(fd, &r) != 0) {
             snprintf(c->failure, sizeof(c->failure), "request %d: no response", i);
             resp_release(&r);
             break;
