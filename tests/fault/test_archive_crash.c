@@ -16,41 +16,13 @@
 #include <dirent.h>
 
 #include "testarchive.h"
+#include "testrun.h"
 #include "testchild.h"
 #include "testdb.h"
 #include "testproc.h"
 
-struct fixture {
-    struct testdb t;
-    char dir[256];
-};
-
-static int setup(void **state)
-{
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "archive_crash");
-    testdb_export_env(&f->t);
-    testchild_make_dir(f->dir, sizeof(f->dir), "txo-archive-crash");
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testchild_remove_dir(f->dir);
-    testdb_teardown(&f->t);
-    txo_free(f);
-    return 0;
-}
-
-static int64_t q(struct fixture *f, const char *sql)
-{
-    return testdb_i64(f->t.db, sql, NULL, 0);
-}
-
 /* `txo clean` with an archive, 10 rows a batch, a day's age, and extra (NULL-terminated). */
-static int clean(struct fixture *f, const char *archive, const char *extra)
+static int clean(struct testarchive_fixture *f, const char *archive, const char *extra)
 {
     const char *args[] = {"clean",
                           "--outbox-retention=86400",
@@ -70,7 +42,7 @@ static int clean(struct fixture *f, const char *archive, const char *extra)
 }
 
 /* Files of table under the archive, temporary ones included. */
-static size_t count_files(struct fixture *f, const char *table)
+static size_t count_files(struct testarchive_fixture *f, const char *table)
 {
     char sub[300];
     snprintf(sub, sizeof(sub), "%s/%s", f->dir, table);
@@ -86,7 +58,8 @@ static size_t count_files(struct fixture *f, const char *table)
     return n;
 }
 
-static void expect_archived(struct fixture *f, const char *table, const int64_t *want, size_t n)
+static void expect_archived(struct testarchive_fixture *f, const char *table, const int64_t *want,
+                            size_t n)
 {
     int64_t *got = NULL;
     size_t n_got = testarchive_ids(f->dir, table, &got);
@@ -96,7 +69,7 @@ static void expect_archived(struct fixture *f, const char *table, const int64_t 
 
 static void test_crash_between_file_and_delete_then_rerun(void **state)
 {
-    struct fixture *f = *state;
+    struct testarchive_fixture *f = *state;
     testarchive_insert_outbox(f->t.db, 35, "c");
     testarchive_insert_dead_letters(f->t.db, 14, "c");
     int64_t *outbox = NULL, *dlq = NULL;
@@ -106,7 +79,7 @@ static void test_crash_between_file_and_delete_then_rerun(void **state)
     /* Killed at the second batch's file: the first batch is archived and deleted, the second
      * archived and still in the table. */
     assert_int_equal(clean(f, f->dir, "--crash-point=retention.archive.after_rename:1"), -1);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events"), 25);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events"), 25);
     assert_int_equal(count_files(f, "outbox_events"), 2);
     int64_t *got = NULL;
     assert_int_equal(testarchive_ids(f->dir, "outbox_events", &got), 20);
@@ -115,15 +88,15 @@ static void test_crash_between_file_and_delete_then_rerun(void **state)
     /* Killed again, at the rerun's first file (the dead letters' first, as the outbox
      * finishes first): the outbox is complete, its interrupted file completed, not repeated. */
     assert_int_equal(clean(f, f->dir, "--crash-point=retention.archive.after_rename:2"), -1);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events"), 0);
     expect_archived(f, "outbox_events", outbox, n_outbox);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM dead_letter_events"), 14);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 14);
     assert_int_equal(count_files(f, "dead_letter_events"), 1);
 
     /* The rerun completes the dead letters' file and archives the rest once. */
     assert_int_equal(clean(f, f->dir, NULL), 0);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events"), 0);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
     expect_archived(f, "outbox_events", outbox, n_outbox);
     expect_archived(f, "dead_letter_events", dlq, n_dlq);
     /* No temporary file left: 4 outbox files (10, 10, 10, 5), 2 dead-letter ones. */
@@ -141,7 +114,7 @@ static void test_crash_between_file_and_delete_then_rerun(void **state)
 
 static void test_bad_archive_dir_exits_2_and_deletes_nothing(void **state)
 {
-    struct fixture *f = *state;
+    struct testarchive_fixture *f = *state;
     testarchive_insert_outbox(f->t.db, 5, "b");
     testarchive_insert_dead_letters(f->t.db, 3, "b");
     char missing[300], file[300];
@@ -158,8 +131,8 @@ static void test_bad_archive_dir_exits_2_and_deletes_nothing(void **state)
     setenv("TXO_CLEAN_ARCHIVE_DIR", missing, 1);
     assert_int_equal(clean(f, NULL, NULL), 2);
     unsetenv("TXO_CLEAN_ARCHIVE_DIR");
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events"), 5);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM dead_letter_events"), 3);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events"), 5);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 3);
 
     const char *args[] = {"clean", "--archive", missing, NULL};
     char *out = NULL;
@@ -172,10 +145,9 @@ static void test_bad_archive_dir_exits_2_and_deletes_nothing(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_crash_between_file_and_delete_then_rerun, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bad_archive_dir_exits_2_and_deletes_nothing, setup,
-                                        teardown),
+        cmocka_unit_test(test_crash_between_file_and_delete_then_rerun),
+        cmocka_unit_test(test_bad_archive_dir_exits_2_and_deletes_nothing),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), testarchive_setup, testarchive_teardown, NULL,
+                        NULL);
 }

@@ -56,70 +56,25 @@ static int64_t q(struct testdb *t, const char *sql)
 
 static void temp_path(char *buf, size_t cap, const char *name)
 {
-    const char *dir = getenv("TMPDIR");
-    snprintf(buf, cap, "%s/txo_relay_binlog_%ld_%s", dir && *dir ? dir : "/tmp", (long)getpid(),
-             name);
+    testproc_temp_path(buf, cap, "txo_relay_binlog", name);
 }
 
 /* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
  * stderr to err. */
 static pid_t spawn_relay(const char *out, const char *errf, const char *const *args)
 {
-    const char *bin = getenv("TXO_BIN");
-    if (bin == NULL || bin[0] == '\0')
-        fail_msg("TXO_BIN is not set (run through ctest)");
-    char *argv[24];
-    size_t n = 0;
-    argv[n++] = (char *)bin;
-    argv[n++] = (char *)"relay";
-    argv[n++] = (char *)"--source";
-    argv[n++] = (char *)"binlog";
-    argv[n++] = (char *)"--publisher";
-    argv[n++] = (char *)"log";
-    argv[n++] = (char *)"--source-lease";
-    argv[n++] = (char *)"600";
-    for (size_t i = 0; args[i] != NULL && n < 23; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int e = open(errf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int in = open("/dev/null", O_RDONLY);
-        if (o < 0 || e < 0 || in < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(in, 0) < 0)
-            _exit(127);
-        execv(bin, argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_for(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
-}
-
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char line[2048];
-    while (fgets(line, sizeof(line), f) != NULL)
-        print_message("  %s", line);
-    fclose(f);
+    static const char *const lead[] = {"relay", "--source",       "binlog", "--publisher",
+                                       "log",   "--source-lease", "600",    NULL};
+    return testproc_spawn_txo(lead, args, out, errf, true);
 }
 
 /* Runs a drain to the end: exit 0 or the test fails with its stderr. */
 static void drain(const char *out, const char *errf)
 {
     const char *args[] = {"--drain", NULL};
-    int status = wait_for(spawn_relay(out, errf, args));
+    int status = testproc_wait_pid(spawn_relay(out, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("binlog drain: status 0x%x", status);
     }
 }
@@ -271,9 +226,9 @@ static void test_stream_each_once_in_order(void **state)
     testhttp_reply_release(&r);
     curl_easy_cleanup(h);
     kill(pid, SIGTERM);
-    int status = wait_for(pid);
+    int status = testproc_wait_pid(pid);
     if (!all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("published %lld of %u, status 0x%x",
                  (long long)q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = "
                                  "'PUBLISHED'"),
@@ -318,7 +273,7 @@ static void test_kill_mid_stream_loses_nothing(void **state)
         pid_t pid = spawn_relay(out, errf, args);
         txo_sleep_ms(150 + 100 * round);
         kill(pid, SIGKILL);
-        (void)wait_for(pid);
+        (void)testproc_wait_pid(pid);
         txo_sleep_ms(700); /* past the 600 ms lease */
     }
     drain(out, errf);
@@ -370,14 +325,14 @@ static void test_one_reader_then_takeover(void **state)
     assert_int_equal(file_lines(out_a), 100);
     assert_int_equal(file_lines(out_b), 0);
     kill(a, SIGKILL);
-    (void)wait_for(a);
+    (void)testproc_wait_pid(a);
     insert_range(t, 100, 200, 10, 3);
     bool all =
         wait_rows(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", 200, 20000);
     kill(b, SIGTERM);
-    (void)wait_for(b);
+    (void)testproc_wait_pid(b);
     if (!all) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("the standby did not take over");
     }
     assert_true(file_lines(out_b) >= 100);
@@ -395,14 +350,14 @@ static void test_refusals(void **state)
     unlink(out);
     unlink(errf);
     const char *bad[] = {"--source-name", "", NULL};
-    int status = wait_for(spawn_relay(out, errf, bad));
+    int status = testproc_wait_pid(spawn_relay(out, errf, bad));
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
 
     drain(out, errf);
     testdb_exec(t->db, "UPDATE outbox_binlog_sources SET binlog_file = 'binlog.999999'");
     unlink(errf);
     const char *args[] = {"--drain", NULL};
-    status = wait_for(spawn_relay(out, errf, args));
+    status = testproc_wait_pid(spawn_relay(out, errf, args));
     FILE *f = fopen(errf, "r");
     assert_non_null(f);
     char text[8192];
@@ -418,7 +373,7 @@ static void test_refusals(void **state)
     const char *user = getenv("MYSQL_USER");
     char *saved = txo_strdup(user != NULL ? user : "app");
     setenv("MYSQL_USER", "txo_norepl", 1);
-    status = wait_for(spawn_relay(out, errf, args));
+    status = testproc_wait_pid(spawn_relay(out, errf, args));
     setenv("MYSQL_USER", saved, 1);
     txo_free(saved);
     f = fopen(errf, "r");

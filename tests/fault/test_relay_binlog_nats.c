@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "testdb.h"
+#include "testproc.h"
 #include "testnats.h"
 
 static int setup(void **state)
@@ -41,70 +42,25 @@ static int teardown(void **state)
 
 static void temp_path(char *buf, size_t cap, const char *name)
 {
-    const char *dir = getenv("TMPDIR");
-    snprintf(buf, cap, "%s/txo_relay_binlog_%ld_%s", dir && *dir ? dir : "/tmp", (long)getpid(),
-             name);
+    testproc_temp_path(buf, cap, "txo_relay_binlog_nats", name);
 }
 
 /* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
  * stderr to err. */
 static pid_t spawn_relay(const char *out, const char *errf, const char *const *args)
 {
-    const char *bin = getenv("TXO_BIN");
-    if (bin == NULL || bin[0] == '\0')
-        fail_msg("TXO_BIN is not set (run through ctest)");
-    char *argv[24];
-    size_t n = 0;
-    argv[n++] = (char *)bin;
-    argv[n++] = (char *)"relay";
-    argv[n++] = (char *)"--source";
-    argv[n++] = (char *)"binlog";
-    argv[n++] = (char *)"--publisher";
-    argv[n++] = (char *)"log";
-    argv[n++] = (char *)"--source-lease";
-    argv[n++] = (char *)"600";
-    for (size_t i = 0; args[i] != NULL && n < 23; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int o = open(out, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int e = open(errf, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        int in = open("/dev/null", O_RDONLY);
-        if (o < 0 || e < 0 || in < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(in, 0) < 0)
-            _exit(127);
-        execv(bin, argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_for(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
-}
-
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char line[2048];
-    while (fgets(line, sizeof(line), f) != NULL)
-        print_message("  %s", line);
-    fclose(f);
+    static const char *const lead[] = {"relay", "--source",       "binlog", "--publisher",
+                                       "log",   "--source-lease", "600",    NULL};
+    return testproc_spawn_txo(lead, args, out, errf, true);
 }
 
 /* Runs a drain to the end: exit 0 or the test fails with its stderr. */
 static void drain(const char *out, const char *errf)
 {
     const char *args[] = {"--drain", NULL};
-    int status = wait_for(spawn_relay(out, errf, args));
+    int status = testproc_wait_pid(spawn_relay(out, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("binlog drain: status 0x%x", status);
     }
 }
@@ -153,9 +109,9 @@ static void test_nats_stream_holds_each_once(void **state)
     const unsigned n = 120, aggs = 4;
     insert_range(t, 0, n, 7, aggs);
     const char *args[] = {"--drain", "--publisher", "nats", "--nats-url", nats.url, NULL};
-    int status = wait_for(spawn_relay(out, errf, args));
+    int status = testproc_wait_pid(spawn_relay(out, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        dump_file(errf);
+        testproc_print_file(errf, "  ");
         fail_msg("binlog relay to NATS: status 0x%x", status);
     }
     char **ids = NULL, **data = NULL;

@@ -48,35 +48,8 @@ static int teardown(void **state)
 /* Starts `$TXO_BIN relay <args...>` with stdout to out_path, stderr to err_path. */
 static pid_t spawn_relay(const char *out_path, const char *err_path, const char *const *args)
 {
-    const char *bin = getenv("TXO_BIN");
-    if (bin == NULL || bin[0] == '\0')
-        fail_msg("TXO_BIN is not set (run through ctest)");
-    char *argv[16];
-    size_t n = 0;
-    argv[n++] = (char *)bin;
-    argv[n++] = (char *)"relay";
-    for (size_t i = 0; args[i] != NULL && n < 15; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
-            _exit(127);
-        execv(bin, argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static int wait_for(pid_t pid)
-{
-    int status = 0;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    return status;
+    static const char *const lead[] = {"relay", NULL};
+    return testproc_spawn_txo(lead, args, out_path, err_path, false);
 }
 
 /*
@@ -116,9 +89,7 @@ static size_t read_envelopes(const char *path, unsigned *counts, unsigned n)
 
 static void temp_path(char *buf, size_t cap, const char *name)
 {
-    const char *dir = getenv("TMPDIR");
-    snprintf(buf, cap, "%s/txo_relay_crash_%ld_%s", dir && *dir ? dir : "/tmp", (long)getpid(),
-             name);
+    testproc_temp_path(buf, cap, "txo_relay_crash", name);
 }
 
 static void test_crash_after_publish_republishes(void **state)
@@ -134,7 +105,7 @@ static void test_crash_after_publish_republishes(void **state)
     const char *args[] = {"--drain", "--publisher", "log",           "--batch-size", "50",
                           "--lease", "1",           "--shard-lease", "1000",         NULL};
     setenv("TXO_CRASH_POINT", "relay.after_publish", 1);
-    int status = wait_for(spawn_relay(out1, errf, args));
+    int status = testproc_wait_pid(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
         testproc_print_file(errf, "  ");
@@ -153,7 +124,7 @@ static void test_crash_after_publish_republishes(void **state)
                      150);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
-    status = wait_for(spawn_relay(out2, errf, args));
+    status = testproc_wait_pid(spawn_relay(out2, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         testproc_print_file(errf, "  ");
         fail_msg("second relay run: status 0x%x", status);
@@ -187,7 +158,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     const char *args[] = {"--drain",      "--publisher", "log",           "--batch-size", "50",
                           "--claim-mode", "transaction", "--shard-lease", "1000",         NULL};
     setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1); /* the second batch */
-    int status = wait_for(spawn_relay(out1, errf, args));
+    int status = testproc_wait_pid(spawn_relay(out1, errf, args));
     unsetenv("TXO_CRASH_POINT");
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
         testproc_print_file(errf, "  ");
@@ -205,7 +176,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
                               "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
                      150);
 
-    status = wait_for(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
+    status = testproc_wait_pid(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         testproc_print_file(errf, "  ");
         fail_msg("second relay run: status 0x%x", status);
@@ -249,7 +220,7 @@ static void test_sigterm_finishes_batch(void **state)
         txo_sleep_ms(1);
     assert_true(file_size(out1) > 0);
     assert_int_equal(kill(pid, SIGTERM), 0);
-    int status = wait_for(pid);
+    int status = testproc_wait_pid(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         testproc_print_file(errf, "  ");
         fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
@@ -268,7 +239,7 @@ static void test_sigterm_finishes_batch(void **state)
     assert_int_equal(read_envelopes(out1, counts, n), published);
 
     const char *drain_args[] = {"--drain", "--publisher", "log", "--batch-size", "500", NULL};
-    status = wait_for(spawn_relay(out2, errf, drain_args));
+    status = testproc_wait_pid(spawn_relay(out2, errf, drain_args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         testproc_print_file(errf, "  ");
         fail_msg("draining relay: status 0x%x", status);

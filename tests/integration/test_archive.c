@@ -19,43 +19,15 @@
 #include <zlib.h>
 
 #include "testarchive.h"
+#include "testrun.h"
 #include "testchild.h"
 #include "testdb.h"
 #include "testproc.h"
 #include "txo/archive.h"
 #include "txo/retention.h"
 
-struct fixture {
-    struct testdb t;
-    char dir[256];
-};
-
-static int setup(void **state)
-{
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "archive");
-    testdb_export_env(&f->t);
-    testchild_make_dir(f->dir, sizeof(f->dir), "txo-archive");
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testchild_remove_dir(f->dir);
-    testdb_teardown(&f->t);
-    txo_free(f);
-    return 0;
-}
-
-static int64_t q(struct fixture *f, const char *sql)
-{
-    return testdb_i64(f->t.db, sql, NULL, 0);
-}
-
 /* One pass with an archive, 10 rows a batch, a day's age. */
-static void pass(struct fixture *f, struct txo_retention_counts *c)
+static void pass(struct testarchive_fixture *f, struct txo_retention_counts *c)
 {
     struct txo_retention_opts o;
     txo_retention_opts_init(&o);
@@ -71,7 +43,7 @@ static void pass(struct fixture *f, struct txo_retention_counts *c)
 }
 
 /* `txo archive cat` of every file of table: each line is a row as inserted; returns the count. */
-static size_t cat_and_check(struct fixture *f, const char *table)
+static size_t cat_and_check(struct testarchive_fixture *f, const char *table)
 {
     char glob[300];
     snprintf(glob, sizeof(glob), "%s/%s", f->dir, table);
@@ -106,7 +78,7 @@ static size_t cat_and_check(struct fixture *f, const char *table)
 
 static void test_pass_archives_each_row_once_then_deletes_it(void **state)
 {
-    struct fixture *f = *state;
+    struct testarchive_fixture *f = *state;
     testarchive_insert_outbox(f->t.db, 25, "old");
     testarchive_insert_dead_letters(f->t.db, 12, "old");
     /* Kept: not PUBLISHED, published recently, a letter never replayed, and the inbox. */
@@ -133,11 +105,12 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     assert_int_equal(c.inbox, 0);
 
     /* Gone from the tables, the others kept. */
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
-                     0);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM outbox_events"), 2);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(q(f, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(
+        testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE 'old:%'"),
+        0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events"), 2);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
 
     /* Every deleted row in exactly one file: batches of 10 make 3 and 2 files. */
     int64_t *got = NULL;
@@ -192,7 +165,7 @@ static int verify(const char *path, char **out)
 
 static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
 {
-    struct fixture *f = *state;
+    struct testarchive_fixture *f = *state;
     testarchive_insert_outbox(f->t.db, 10, "v");
     struct txo_retention_counts c;
     pass(f, &c);
@@ -243,7 +216,7 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
 /* Each column type as the format says, through the library's writer and reader. */
 static void test_values_of_each_type(void **state)
 {
-    struct fixture *f = *state;
+    struct testarchive_fixture *f = *state;
     struct txo_rows *rows = NULL;
     struct txo_error err;
     txo_error_init(&err);
@@ -284,11 +257,10 @@ static void test_values_of_each_type(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_pass_archives_each_row_once_then_deletes_it, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_verify_catches_a_truncated_and_an_edited_file, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_values_of_each_type, setup, teardown),
+        cmocka_unit_test(test_pass_archives_each_row_once_then_deletes_it),
+        cmocka_unit_test(test_verify_catches_a_truncated_and_an_edited_file),
+        cmocka_unit_test(test_values_of_each_type),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), testarchive_setup, testarchive_teardown, NULL,
+                        NULL);
 }

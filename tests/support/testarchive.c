@@ -14,6 +14,7 @@
 #include <dirent.h>
 
 #include "testarchive.h"
+#include "testchild.h"
 #include "txo/archive.h"
 #include "txo/txo.h"
 
@@ -218,4 +219,21 @@ void testarchive_expect_ids(const int64_t *got, size_t n_got, const int64_t *wan
         if (got[i] != want[i])
             fail_msg("archived id #%zu is %lld, want %lld (each row in exactly one file)", i,
                      (long long)got[i], (long long)want[i]);
+}
+
+int testarchive_setup(void **state)
+{
+    struct testarchive_fixture *f =
+        testdb_fixture_new(sizeof(*f), "archive", TESTDB_NEW_EXPORT_ENV);
+    testchild_make_dir(f->dir, sizeof(f->dir), "txo-archive");
+    *state = f;
+    return 0;
+}
+
+int testarchive_teardown(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    testchild_remove_dir(f->dir);
+    testdb_fixture_free(f);
+    return 0;
 }

@@ -12,7 +12,19 @@
 
 #include <jansson.h>
 
+#include "testdb.h"
 #include "txo/db.h"
+
+/* The archive tests' fixture: a migrated database (children see it: testdb_export_env) and an
+ * empty directory for the archive, removed with everything in it afterwards. */
+struct testarchive_fixture {
+    struct testdb t;
+    char dir[256];
+};
+
+/* cmocka setup and teardown of a struct testarchive_fixture. */
+int testarchive_setup(void **state);
+int testarchive_teardown(void **state);
 
 /* n PUBLISHED outbox rows, keys "<prefix>:1".."<prefix>:n", published long ago (in 2020). */
 void testarchive_insert_outbox(struct txo_db *db, unsigned n, const char *prefix);

@@ -5,6 +5,8 @@
 #define _DEFAULT_SOURCE
 #include "testproc.h"
 
+#include "txo/common.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -354,4 +356,48 @@ int testproc_run_txo(const char *tag, const char *const *args, int timeout_ms, c
     }
     argv[n] = NULL;
     return testproc_run(tag, argv, timeout_ms, out);
+}
+
+pid_t testproc_spawn_txo(const char *const *lead, const char *const *args, const char *out_path,
+                         const char *err_path, bool append)
+{
+    const char *bin = testproc_txo_bin();
+    char *argv[32];
+    size_t n = 0;
+    argv[n++] = (char *)bin;
+    const char *const *parts[] = {lead, args};
+    for (size_t k = 0; k < 2; k++)
+        for (size_t i = 0; parts[k] != NULL && parts[k][i] != NULL; i++) {
+            if (n == TXO_ARRAY_LEN(argv) - 1)
+                fail_msg("testproc_spawn_txo: more than %zu arguments", TXO_ARRAY_LEN(argv) - 2);
+            argv[n++] = (char *)parts[k][i];
+        }
+    argv[n] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int mode = O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC);
+        int o = open(out_path, mode, 0644);
+        int e = open(err_path, mode, 0644);
+        int in = open("/dev/null", O_RDONLY);
+        if (o < 0 || e < 0 || in < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(in, 0) < 0)
+            _exit(127);
+        execv(bin, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+int testproc_wait_pid(pid_t pid)
+{
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+void testproc_temp_path(char *buf, size_t cap, const char *prefix, const char *name)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/%s_%ld_%s", dir != NULL && dir[0] != '\0' ? dir : "/tmp", prefix,
+             (long)getpid(), name);
 }

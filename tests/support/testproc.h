@@ -95,4 +95,18 @@ int testproc_run(const char *tag, const char *const *argv, int timeout_ms, char 
 /* testproc_run of `$TXO_BIN args...` (args NULL-terminated, without the program). */
 int testproc_run_txo(const char *tag, const char *const *args, int timeout_ms, char **out);
 
+/*
+ * Starts `$TXO_BIN <lead...> <args...>` (each NULL-terminated, lead may be NULL; 30 at most)
+ * with stdin from /dev/null, stdout to out_path and stderr to err_path, truncated first or
+ * appended to (append). Returns its pid; reap it with testproc_wait_pid().
+ */
+pid_t testproc_spawn_txo(const char *const *lead, const char *const *args, const char *out_path,
+                         const char *err_path, bool append);
+
+/* "$TMPDIR/<prefix>_<pid>_<name>" (TMPDIR unset: /tmp) into buf. */
+void testproc_temp_path(char *buf, size_t cap, const char *prefix, const char *name);
+
+/* Waits for pid to end and returns its waitpid() status. */
+int testproc_wait_pid(pid_t pid);
+
 #endif
