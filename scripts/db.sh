@@ -244,9 +244,13 @@ cmd_start() {
             "e.g. ${TXO_HINT_CMD:-make db} TXO_DB_PORT=$(free_port_after "$PORT")"
     fi
     mariadbd="$(find_bin mariadbd)"
+    # Its temporary tables (every information_schema query makes an Aria one) live in a
+    # directory of its own, not in the shared /tmp that tests and their children also use.
+    mkdir -p "$DIR/tmp"
     local args=(
         --no-defaults
         --datadir="$DATADIR"
+        --tmpdir="$DIR/tmp"
         --socket="$SOCK"
         --port="$PORT"
         --bind-address=127.0.0.1
