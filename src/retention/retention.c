@@ -29,6 +29,7 @@
  */
 
 #include <errno.h>
+#include <string.h>
 #include <time.h>
 
 #include "retention/retention_sql.h"
@@ -406,6 +407,7 @@ int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch
 
 void txo_retention_opts_init(struct txo_retention_opts *opts)
 {
+    memset(opts, 0, sizeof(*opts)); /* pause_ms 0, relay_tables_only false, archive_dir NULL */
     opts->interval_s = 60;
     opts->batch = 1000;
     opts->max_batches = 100;
@@ -414,7 +416,6 @@ void txo_retention_opts_init(struct txo_retention_opts *opts)
     opts->inbox_s = 7 * 86400;
     opts->commands_s = 7 * 86400;
     opts->dead_letters_s = 30 * 86400;
-    opts->archive_dir = NULL;
 }
 
 /* True in *exists when the table is there (a relay-only schema has only the outbox and the

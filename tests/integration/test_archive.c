@@ -30,6 +30,7 @@
 static void pass(struct testarchive_fixture *f, struct txo_retention_counts *c)
 {
     struct txo_retention_opts o;
+    memset(&o, 0xa5, sizeof(o)); /* every field must come from the defaults, none from the stack */
     txo_retention_opts_init(&o);
     o.batch = 10;
     o.max_batches = 0;
