@@ -1,8 +1,9 @@
 /*
  * The binary log read as a replication client (src/db/db_binlog.c), reduced to what the
- * relay's binlog source needs: the ids of rows inserted into one table, the commits that end
- * their transactions, and the positions to resume from. Private to the library; the relay
- * reaches the client library only through here (only src/db includes <mysql.h>).
+ * relay's binlog source needs: the rows inserted into one table, decoded from the log's row
+ * images into the columns the caller names (as text, as a query would return them), the
+ * commits that end their transactions, and the positions to resume from. Private to the library;
+ * the relay reaches the client library only through here (only src/db includes <mysql.h>).
  *
  * Thread-safety: one stream is driven by one thread. Ownership: the stream takes over the
  * connection of the txo_db it is opened on (a connection that sent COM_BINLOG_DUMP carries
@@ -19,12 +20,13 @@
 
 #define TXO__BINLOG_FILE_MAX 256 /* a binlog file name, with its NUL */
 #define TXO__BINLOG_GTID_MAX 64  /* "domain-server-sequence", with its NUL */
-#define TXO__BINLOG_IDS_MAX  4096
+#define TXO__BINLOG_COLS_MAX 32  /* columns a stream decodes */
 
 enum txo__binlog_event_kind {
     TXO__BINLOG_NOTHING = 0, /* a heartbeat or an event of no interest: check the clock */
-    TXO__BINLOG_INSERT,      /* ids[0..n_ids): rows inserted into the table, in log order */
-    TXO__BINLOG_COMMIT,      /* the transaction of the inserts before it committed here */
+    TXO__BINLOG_INSERT,      /* n_rows rows inserted into the table (held until the commit) */
+    TXO__BINLOG_COMMIT,      /* the transaction of the inserts before it committed here: its
+                              * rows joined the committed ones (txo__binlog_stream_take) */
 };
 
 /* Where the stream stands: the file and the offset of the next event, and the GTID of the
@@ -37,16 +39,28 @@ struct txo__binlog_pos {
 
 struct txo__binlog_event {
     enum txo__binlog_event_kind kind;
-    int64_t ids[TXO__BINLOG_IDS_MAX]; /* INSERT */
-    size_t n_ids;
+    size_t n_rows;       /* INSERT */
     int64_t timestamp_s; /* when the server wrote the event (0: heartbeat) */
+};
+
+/*
+ * A column the stream decodes, found by name in the FULL row metadata of each table map (so a
+ * column added while the stream runs is found at its new place). The value is the text a
+ * query returns for it: integers in decimal (read as signed), "YYYY-MM-DD HH:MM:SS[.f...]"
+ * for DATETIME(n), the bytes of CHAR, VARCHAR, BLOB, TEXT and MariaDB's JSON. Other types
+ * (TIMESTAMP, ENUM, DECIMAL, ...) are refused when named. is_set: "1" or "0" for whether the
+ * column is not NULL (its value unread, any type).
+ */
+struct txo__binlog_column {
+    const char *name;
+    bool is_set;
 };
 
 struct txo__binlog_stream;
 
 /*
  * Starts reading db's binary log at start (file and offset), keeping the inserted rows of
- * schema.table (the table's column "id" found by name in the FULL row metadata). The server
+ * schema.table, decoded into cols[0..n_cols) (copied; at most TXO__BINLOG_COLS_MAX). The server
  * sends a heartbeat after heartbeat_ms without events, so txo__binlog_stream_next() returns
  * at least that often. server_id: the id this client registers with (unique among the
  * server's replicas). Errors: TXO_ECONFIG (the server refused the dump: a purged file, no
@@ -54,16 +68,30 @@ struct txo__binlog_stream;
  */
 int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *start,
                             uint32_t server_id, const char *schema, const char *table,
+                            const struct txo__binlog_column *cols, size_t n_cols,
                             int64_t heartbeat_ms, struct txo__binlog_stream **out,
                             struct txo_error *err);
 
 /*
  * The next event into *ev, blocking until the server sends one (at most heartbeat_ms). *pos
  * receives where the stream stands after it. Errors: TXO_ECONNECT (transient: open again
- * from the last stored position), TXO_EINVAL (a row of the table without an integer id).
+ * from the last stored position), TXO_ECONFIG (the table lacks a column of cols, a column's
+ * type the reader cannot decode, a row image without every column, compressed row events),
+ * TXO_EINVAL (a row image this reader cannot read), TXO_ENOMEM.
  */
 int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,
                             struct txo__binlog_pos *pos, struct txo_error *err);
+
+/* The committed rows not taken yet. */
+size_t txo__binlog_stream_committed(const struct txo__binlog_stream *s);
+
+/*
+ * Takes up to max of the committed rows, the oldest first (log order), as one result whose
+ * columns are the cols of the open, in their order: the caller owns *out. Returns 0 or
+ * TXO_ENOMEM.
+ */
+int txo__binlog_stream_take(struct txo__binlog_stream *s, size_t max, struct txo_rows **out,
+                            struct txo_error *err);
 
 /*
  * True when nothing more has arrived from the server yet (its socket has no bytes to read): the

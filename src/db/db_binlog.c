@@ -8,12 +8,19 @@
  *   ROTATE       the file the next events come from (the first one names the start file);
  *   GTID         the GTID of the transaction that begins (kept in the position);
  *   TABLE_MAP    of schema.table only: the map the row events after it refer to by table id,
- *                and the index of its column "id" found by name in the FULL row metadata
- *                (binlog_row_metadata=FULL; without names the source refuses to start);
- *   WRITE_ROWS   of that table id: the ids of the inserted rows (updates and deletes are
- *                other event types and are passed over);
- *   XID, COMMIT  the end of a transaction (an InnoDB XID event, or a QUERY "COMMIT");
+ *                and where each column the caller asked for is, found by name in the FULL
+ *                row metadata (binlog_row_metadata=FULL; without names the source refuses to
+ *                start), with its type checked;
+ *   WRITE_ROWS   of that table id: the inserted rows, decoded into the caller's columns and
+ *                held with their transaction (updates and deletes are other event types and
+ *                are passed over);
+ *   XID, COMMIT  the end of a transaction (an InnoDB XID event, or a QUERY "COMMIT"): its
+ *                rows join the committed ones, which the caller takes;
  * everything else only moves the offset. A rolled-back transaction never reaches the log.
+ *
+ * The rows live in one result (db_rows.c's builder): the committed rows first, those of the
+ * open transaction after them. Taking copies the oldest committed rows out; the taken ones are
+ * dropped once every committed row is taken, so each row is copied twice in all.
  *
  * The table map event stays alive (mariadb_rpl_extract_rows() reads the column types from it)
  * until the next map of the table replaces it; other events are freed after use.
@@ -31,8 +38,17 @@ struct txo__binlog_stream {
     char schema[65], table[65];
     MARIADB_RPL_EVENT *map; /* the last TABLE_MAP of schema.table, or NULL */
     uint64_t map_table_id;
-    long id_col; /* index of column "id" in map, -1: none */
     struct txo__binlog_pos pos;
+
+    /* The caller's columns, and where each one is in the current map (-1 before one). */
+    struct txo__binlog_column cols[TXO__BINLOG_COLS_MAX];
+    char *names[TXO__BINLOG_COLS_MAX];
+    size_t n_cols;
+    long at[TXO__BINLOG_COLS_MAX];
+
+    struct txo_rows *rows; /* committed rows, then those of the open transaction */
+    size_t n_committed;    /* rows[0..n_committed) are committed */
+    size_t n_taken;        /* of which the first n_taken were taken */
 };
 
 /* Index of column name in a FULL metadata name list (each name prefixed by its length), or
@@ -49,6 +65,65 @@ static long column_index(const unsigned char *p, size_t len, uint32_t columns, c
         at += n;
     }
     return -1;
+}
+
+/* True when a column of type t (a table map's type byte) and metadata m can be decoded. */
+static bool decodable(unsigned t, const unsigned char *m)
+{
+    switch (t) {
+    case MYSQL_TYPE_TINY:
+    case MYSQL_TYPE_SHORT:
+    case MYSQL_TYPE_INT24:
+    case MYSQL_TYPE_LONG:
+    case MYSQL_TYPE_LONGLONG:
+    case MYSQL_TYPE_VARCHAR:
+    case MYSQL_TYPE_VAR_STRING:
+    case MYSQL_TYPE_BLOB:
+    case MYSQL_TYPE_DATETIME2:
+        return true;
+    case MYSQL_TYPE_STRING: { /* CHAR, unless the metadata says ENUM or SET */
+        unsigned real = m[0] | 0x30;
+        return real != MYSQL_TYPE_ENUM && real != MYSQL_TYPE_SET;
+    }
+    default:
+        return false;
+    }
+}
+
+static size_t meta_len(unsigned t);
+
+/* Where each column is in a new table map of the table, and whether it can be read. */
+static int map_columns(struct txo__binlog_stream *s, const struct st_mariadb_rpl_table_map_event *m,
+                       struct txo_error *err)
+{
+    const unsigned char *types = (const unsigned char *)m->column_types.str;
+    const unsigned char *meta = (const unsigned char *)m->metadata.str;
+    for (size_t k = 0; k < s->n_cols; k++) {
+        s->at[k] = column_index(m->column_names.data, m->column_names.length, m->column_count,
+                                s->cols[k].name);
+        if (s->at[k] < 0 && m->column_names.length == 0)
+            return txo_error_set(err, TXO_ECONFIG,
+                                 "binlog: no column names in the row events of %s.%s: set "
+                                 "binlog_row_metadata=FULL on the server",
+                                 s->schema, s->table);
+        if (s->at[k] < 0)
+            return txo_error_set(err, TXO_ECONFIG, "binlog: %s.%s has no column %s", s->schema,
+                                 s->table, s->cols[k].name);
+    }
+    size_t at = 0;
+    for (uint32_t c = 0; c < m->column_count; c++) {
+        if (c >= m->column_types.length || at + meta_len(types[c]) > m->metadata.length)
+            return txo_error_set(err, TXO_EINVAL, "binlog: short table map of %s.%s", s->schema,
+                                 s->table);
+        for (size_t k = 0; k < s->n_cols; k++)
+            if (s->at[k] == (long)c && !s->cols[k].is_set && !decodable(types[c], meta + at))
+                return txo_error_set(err, TXO_ECONFIG,
+                                     "binlog: column %s of %s.%s has a type (%u) the binlog "
+                                     "source does not read",
+                                     s->cols[k].name, s->schema, s->table, types[c]);
+        at += meta_len(types[c]);
+    }
+    return 0;
 }
 
 static bool same(const MARIADB_STRING *s, const char *z)
@@ -74,11 +149,15 @@ static int rpl_error(struct txo__binlog_stream *s, const char *what, struct txo_
 
 int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *start,
                             uint32_t server_id, const char *schema, const char *table,
+                            const struct txo__binlog_column *cols, size_t n_cols,
                             int64_t heartbeat_ms, struct txo__binlog_stream **out,
                             struct txo_error *err)
 {
     if (strlen(schema) >= 65 || strlen(table) >= 65)
         return txo_error_set(err, TXO_EINVAL, "binlog: schema or table name too long");
+    if (n_cols == 0 || n_cols > TXO__BINLOG_COLS_MAX)
+        return txo_error_set(err, TXO_EINVAL, "binlog: 1..%d columns, not %zu",
+                             TXO__BINLOG_COLS_MAX, n_cols);
     int rc = txo__db_ensure_connected(db, err);
     if (rc < 0)
         return rc;
@@ -100,13 +179,25 @@ int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *sta
     if (s == NULL)
         return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory");
     s->db = db;
-    s->id_col = -1;
+    s->n_cols = n_cols;
+    s->rows = txo__rows_new(n_cols);
+    bool names_ok = s->rows != NULL;
+    for (size_t k = 0; k < n_cols; k++) {
+        s->names[k] = txo_strdup(cols[k].name);
+        s->cols[k] = (struct txo__binlog_column){.name = s->names[k], .is_set = cols[k].is_set};
+        s->at[k] = -1;
+        names_ok = names_ok && s->names[k] != NULL;
+    }
+    if (!names_ok) {
+        txo__binlog_stream_close(s);
+        return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory");
+    }
     snprintf(s->schema, sizeof(s->schema), "%s", schema);
     snprintf(s->table, sizeof(s->table), "%s", table);
     s->pos = *start;
     s->rpl = mariadb_rpl_init(db->conn);
     if (s->rpl == NULL) {
-        txo_free(s);
+        txo__binlog_stream_close(s);
         return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for the replication handle");
     }
     unsigned long offset = (unsigned long)(start->offset > 4 ? start->offset : 4);
@@ -247,22 +338,93 @@ static size_t value_len(unsigned t, const unsigned char *m, const unsigned char 
     return n <= left ? n : 0;
 }
 
+/* Big-endian unsigned of n bytes at p. */
+static uint64_t be(const unsigned char *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
 /*
- * The ids of a WRITE_ROWS event of the table into ev, read from the row images: each row is a
- * null bitmap of the columns the event carries, then their non-NULL values in column order,
- * sized by type and table-map metadata. Connector/C's mariadb_rpl_extract_rows() is not used:
- * 3.3 refuses the images of outbox_events ("Malformed row data").
+ * The text of the value p[0..len) of a column of type t (metadata m; decodable()): the bytes
+ * themselves for strings, else written into buf. False for a DATETIME before year 0.
  */
-static int take_ids(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
-                    struct txo__binlog_event *ev, struct txo_error *err)
+static bool value_text(unsigned t, const unsigned char *m, const unsigned char *p, size_t len,
+                       char buf[64], const char **out, size_t *out_len)
+{
+    size_t prefix = 0;
+    switch (t) {
+    case MYSQL_TYPE_TINY:
+    case MYSQL_TYPE_SHORT:
+    case MYSQL_TYPE_INT24:
+    case MYSQL_TYPE_LONG:
+    case MYSQL_TYPE_LONGLONG: {
+        uint64_t u = le(p, len);
+        if (len < 8 && (u >> (8 * len - 1)) & 1)
+            u |= ~UINT64_C(0) << (8 * len); /* sign-extended */
+        *out_len = (size_t)snprintf(buf, 64, "%" PRId64, (int64_t)u);
+        *out = buf;
+        return true;
+    }
+    case MYSQL_TYPE_DATETIME2: {
+        /* 40 bits big-endian, offset by 2^39: year*13+month (17 bits), day (5), hour (5),
+         * minute (6), second (6); then (fsp + 1) / 2 bytes of fraction. */
+        uint64_t packed = be(p, 5);
+        if (packed < UINT64_C(0x8000000000))
+            return false;
+        packed -= UINT64_C(0x8000000000);
+        uint64_t ymd = packed >> 17, hms = packed & 0x1ffff, ym = ymd >> 5;
+        unsigned fsp = m[0] <= 6 ? m[0] : 6;
+        uint64_t frac = be(p + 5, (fsp + 1) / 2);
+        static const unsigned scale[7] = {1, 10000, 10000, 100, 100, 1, 1};
+        int n = snprintf(buf, 64, "%04u-%02u-%02u %02u:%02u:%02u", (unsigned)(ym / 13),
+                         (unsigned)(ym % 13), (unsigned)(ymd & 31), (unsigned)(hms >> 12),
+                         (unsigned)((hms >> 6) & 63), (unsigned)(hms & 63));
+        if (fsp > 0) {
+            char digits[8];
+            snprintf(digits, sizeof(digits), "%06u", (unsigned)(frac * scale[fsp] % 1000000));
+            n += snprintf(buf + n, (size_t)(64 - n), ".%.*s", (int)fsp, digits);
+        }
+        *out_len = (size_t)n;
+        *out = buf;
+        return true;
+    }
+    case MYSQL_TYPE_VARCHAR:
+    case MYSQL_TYPE_VAR_STRING:
+        prefix = le(m, 2) > 255 ? 2 : 1;
+        break;
+    case MYSQL_TYPE_BLOB:
+        prefix = m[0];
+        break;
+    default: { /* CHAR */
+        unsigned max = (((m[0] >> 4) & 0x300) ^ 0x300) + m[1];
+        prefix = max > 255 ? 2 : 1;
+        break;
+    }
+    }
+    *out = (const char *)p + prefix;
+    *out_len = len - prefix;
+    return true;
+}
+
+/*
+ * The rows of a WRITE_ROWS event of the table, decoded into the caller's columns at the end
+ * of s->rows: each row is a null bitmap of the columns the event carries, then their non-NULL
+ * values in column order, sized by type and table-map metadata. Connector/C's
+ * mariadb_rpl_extract_rows() is not used: 3.3 refuses the images of outbox_events
+ * ("Malformed row data").
+ */
+static int read_rows(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
+                     struct txo__binlog_event *ev, struct txo_error *err)
 {
     const struct st_mariadb_rpl_table_map_event *map = &s->map->event.table_map;
     uint32_t columns = map->column_count;
     if (e->event.rows.column_count != columns || map->column_types.length < columns)
         return txo_error_set(err, TXO_EINVAL,
-                             "binlog: a row event of %s.%s does not match its "
-                             "table map",
-                             s->schema, s->table);
+                             "binlog: a row event of %s.%s does not match its table map", s->schema,
+                             s->table);
     /* Where each column's metadata starts. */
     size_t meta_at[1024];
     if (columns > TXO_ARRAY_LEN(meta_at))
@@ -274,14 +436,17 @@ static int take_ids(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
         meta_at[c] = at;
         at += meta_len(types[c]);
     }
-    if (at > map->metadata.length)
-        return txo_error_set(err, TXO_EINVAL, "binlog: short table map of %s.%s", s->schema,
-                             s->table);
     const unsigned char *meta = (const unsigned char *)map->metadata.str;
     const unsigned char *present = e->event.rows.column_bitmap;
     size_t n_present = 0;
     for (uint32_t c = 0; c < columns; c++)
         n_present += (present[c / 8] >> (c % 8)) & 1;
+    for (size_t k = 0; k < s->n_cols; k++)
+        if (((present[s->at[k] / 8] >> (s->at[k] % 8)) & 1) == 0)
+            return txo_error_set(err, TXO_ECONFIG,
+                                 "binlog: the row events of %s.%s leave out column %s: set "
+                                 "binlog_row_image=FULL on the server",
+                                 s->schema, s->table, s->cols[k].name);
     const unsigned char *p = e->event.rows.row_data;
     size_t left = e->event.rows.row_data_size;
     while (left > 0) {
@@ -291,37 +456,51 @@ static int take_ids(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
         const unsigned char *nulls = p;
         p += nulls_len;
         left -= nulls_len;
-        bool have_id = false;
-        int64_t id = 0;
-        for (uint32_t c = 0, k = 0; c < columns; c++) {
+        const unsigned char *vp[TXO__BINLOG_COLS_MAX] = {0};
+        size_t vl[TXO__BINLOG_COLS_MAX] = {0};
+        for (uint32_t c = 0, i = 0; c < columns; c++) {
             if (((present[c / 8] >> (c % 8)) & 1) == 0)
                 continue;
-            bool is_null = (nulls[k / 8] >> (k % 8)) & 1;
-            k++;
+            bool is_null = (nulls[i / 8] >> (i % 8)) & 1;
+            i++;
             if (is_null)
                 continue;
             size_t len = value_len(types[c], meta + meta_at[c], p, left);
             if (len == 0)
                 goto malformed;
-            if ((long)c == s->id_col && len <= 8) {
-                id = (int64_t)le(p, len);
-                have_id = true;
-            }
+            for (size_t k = 0; k < s->n_cols; k++)
+                if (s->at[k] == (long)c) {
+                    vp[k] = p;
+                    vl[k] = len;
+                }
             p += len;
             left -= len;
         }
-        if (!have_id)
-            return txo_error_set(err, TXO_EINVAL, "binlog: a row of %s.%s without an id", s->schema,
-                                 s->table);
-        if (ev->n_ids == TXO__BINLOG_IDS_MAX)
-            return txo_error_set(err, TXO_EINVAL, "binlog: more than %d rows in one event of %s.%s",
-                                 TXO__BINLOG_IDS_MAX, s->schema, s->table);
-        ev->ids[ev->n_ids++] = id;
+        for (size_t k = 0; k < s->n_cols; k++) {
+            char buf[64];
+            const char *v = NULL;
+            size_t len = 0;
+            if (s->cols[k].is_set) {
+                v = vp[k] != NULL ? "1" : "0";
+                len = 1;
+            } else if (vp[k] != NULL) {
+                long c = s->at[k];
+                if (!value_text(types[c], meta + meta_at[c], vp[k], vl[k], buf, &v, &len)) {
+                    txo__rows_drop_partial(s->rows);
+                    goto malformed;
+                }
+            }
+            if (txo__rows_put(s->rows, v, len) < 0) {
+                txo__rows_drop_partial(s->rows);
+                return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a row");
+            }
+        }
+        ev->n_rows++;
     }
     return 0;
 malformed:
     return txo_error_set(err, TXO_EINVAL,
-                         "binlog: a row image of %s.%s this reader cannot size "
+                         "binlog: a row image of %s.%s this reader cannot read "
                          "(column types of the table map)",
                          s->schema, s->table);
 }
@@ -366,7 +545,7 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
                             struct txo__binlog_pos *pos, struct txo_error *err)
 {
     ev->kind = TXO__BINLOG_NOTHING;
-    ev->n_ids = 0;
+    ev->n_rows = 0;
     ev->timestamp_s = 0;
     MARIADB_RPL_EVENT *e = mariadb_rpl_fetch(s->rpl, NULL);
     if (e == NULL) {
@@ -392,14 +571,7 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
             s->map = e;
             keep = true;
             s->map_table_id = e->event.table_map.table_id;
-            s->id_col = column_index(e->event.table_map.column_names.data,
-                                     e->event.table_map.column_names.length,
-                                     e->event.table_map.column_count, "id");
-            if (s->id_col < 0)
-                rc = txo_error_set(err, TXO_ECONFIG,
-                                   "binlog: no column names in the row events of %s.%s: set "
-                                   "binlog_row_metadata=FULL on the server",
-                                   s->schema, s->table);
+            rc = map_columns(s, &e->event.table_map, err);
         }
         break;
     case XID_EVENT:
@@ -418,7 +590,7 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
             (write || compressed) && s->map != NULL && e->event.rows.table_id == s->map_table_id;
         if (ours && write) {
             ev->kind = TXO__BINLOG_INSERT;
-            rc = take_ids(s, e, ev, err);
+            rc = read_rows(s, e, ev, err);
         } else if (ours) {
             rc = txo_error_set(err, TXO_ECONFIG,
                                "binlog: compressed row events of %s.%s: SET GLOBAL "
@@ -432,10 +604,33 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
     if (e->event_type != ROTATE_EVENT && e->next_event_pos != 0 &&
         e->event_type != HEARTBEAT_LOG_EVENT)
         s->pos.offset = e->next_event_pos;
+    if (ev->kind == TXO__BINLOG_COMMIT)
+        s->n_committed = txo_rows_count(s->rows);
     if (!keep)
         mariadb_free_rpl_event(e);
     *pos = s->pos;
     return rc;
+}
+
+size_t txo__binlog_stream_committed(const struct txo__binlog_stream *s)
+{
+    return s->n_committed - s->n_taken;
+}
+
+int txo__binlog_stream_take(struct txo__binlog_stream *s, size_t max, struct txo_rows **out,
+                            struct txo_error *err)
+{
+    size_t n = s->n_committed - s->n_taken;
+    if (n > max)
+        n = max;
+    if (txo__rows_copy(s->rows, s->n_taken, n, out) < 0)
+        return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for %zu rows", n);
+    s->n_taken += n;
+    if (s->n_taken == s->n_committed) { /* only the open transaction's rows are left */
+        txo__rows_drop_head(s->rows, s->n_taken);
+        s->n_committed = s->n_taken = 0;
+    }
+    return 0;
 }
 
 bool txo__binlog_stream_idle(struct txo__binlog_stream *s)
@@ -453,5 +648,8 @@ void txo__binlog_stream_close(struct txo__binlog_stream *s)
         mariadb_rpl_close(s->rpl);
     /* The connection carried the dump: it cannot run statements any more. */
     s->db->broken = true;
+    txo_rows_free(s->rows);
+    for (size_t k = 0; k < s->n_cols; k++)
+        txo_free(s->names[k]);
     txo_free(s);
 }

@@ -3,7 +3,9 @@
  * struct txo_rows, which the txo_rows_* calls read.
  *
  * Data: a cell table (n_rows * n_cols, each an offset, a length and a NULL flag) plus one text
- * buffer holding every value in the server's text form, NUL-terminated. The result is read
+ * buffer holding every value in the server's text form, NUL-terminated. A result is built one
+ * value at a time (txo__rows_put): from a statement's rows here, and from the binary log's
+ * row images in db_binlog.c. The result is read
  * whole before txo_tx_query() returns, so no statement is left with rows pending and a
  * struct txo_rows outlives the connection it came from.
  *
@@ -22,8 +24,9 @@ struct cell {
 
 struct txo_rows {
     size_t n_rows, n_cols;
-    struct cell *cells; /* n_rows * n_cols */
+    struct cell *cells; /* n_rows * n_cols, then the cells of a row being built */
     char *data;         /* every value, NUL-terminated, at cells[i].off */
+    size_t n_cells, cells_cap, data_len, data_cap;
 };
 
 static int grow(void **buf, size_t *cap, size_t need, size_t elem)
@@ -39,6 +42,76 @@ static int grow(void **buf, size_t *cap, size_t need, size_t elem)
     *buf = p;
     *cap = n;
     return 0;
+}
+
+struct txo_rows *txo__rows_new(size_t n_cols)
+{
+    TXO_ASSERT(n_cols > 0);
+    struct txo_rows *rows = txo_calloc(1, sizeof(*rows));
+    if (rows != NULL)
+        rows->n_cols = n_cols;
+    return rows;
+}
+
+int txo__rows_put(struct txo_rows *rows, const char *v, size_t len)
+{
+    if (grow((void **)&rows->cells, &rows->cells_cap, rows->n_cells + 1, sizeof(struct cell)) < 0 ||
+        grow((void **)&rows->data, &rows->data_cap, rows->data_len + (v != NULL ? len : 0) + 1, 1) <
+            0)
+        return TXO_ENOMEM;
+    struct cell *cell = &rows->cells[rows->n_cells++];
+    cell->null = v == NULL;
+    cell->len = v != NULL ? len : 0;
+    cell->off = rows->data_len;
+    if (cell->len > 0)
+        memcpy(rows->data + rows->data_len, v, cell->len);
+    rows->data[rows->data_len + cell->len] = '\0';
+    rows->data_len += cell->len + 1;
+    if (rows->n_cells % rows->n_cols == 0)
+        rows->n_rows++;
+    return 0;
+}
+
+void txo__rows_drop_partial(struct txo_rows *rows)
+{
+    size_t whole = rows->n_rows * rows->n_cols;
+    if (rows->n_cells > whole) {
+        rows->data_len = rows->cells[whole].off;
+        rows->n_cells = whole;
+    }
+}
+
+int txo__rows_copy(const struct txo_rows *src, size_t from, size_t n, struct txo_rows **out)
+{
+    TXO_ASSERT(from + n <= src->n_rows);
+    struct txo_rows *rows = txo__rows_new(src->n_cols);
+    if (rows == NULL)
+        return TXO_ENOMEM;
+    for (size_t i = from * src->n_cols; i < (from + n) * src->n_cols; i++) {
+        const struct cell *c = &src->cells[i];
+        if (txo__rows_put(rows, c->null ? NULL : src->data + c->off, c->len) < 0) {
+            txo_rows_free(rows);
+            return TXO_ENOMEM;
+        }
+    }
+    *out = rows;
+    return 0;
+}
+
+void txo__rows_drop_head(struct txo_rows *rows, size_t n)
+{
+    TXO_ASSERT(n <= rows->n_rows);
+    size_t cells = n * rows->n_cols;
+    if (cells == 0)
+        return;
+    size_t bytes = cells < rows->n_cells ? rows->cells[cells].off : rows->data_len;
+    memmove(rows->cells, rows->cells + cells, (rows->n_cells - cells) * sizeof(struct cell));
+    rows->n_cells -= cells;
+    rows->n_rows -= n;
+    for (size_t i = 0; i < rows->n_cells; i++)
+        rows->cells[i].off -= bytes;
+    memmove(rows->data, rows->data + bytes, rows->data_len - bytes);
+    rows->data_len -= bytes;
 }
 
 /*
@@ -77,12 +150,11 @@ static int fetch_rows(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, stru
     my_bool *nulls = NULL;
     char **bufs = NULL;
     struct txo_rows *rows = NULL;
-    size_t cells_cap = 0, data_cap = 0, data_len = 0;
     if (!meta)
         return txo_error_set(err, TXO_EINVAL, "statement \"%.80s\" returns no result set", sql);
     size_t n_cols = mysql_num_fields(meta);
     MYSQL_FIELD *fields = mysql_fetch_fields(meta);
-    rows = txo_calloc(1, sizeof(*rows));
+    rows = n_cols > 0 ? txo__rows_new(n_cols) : txo_calloc(1, sizeof(*rows));
     binds = txo_calloc(n_cols, sizeof(*binds));
     lengths = txo_calloc(n_cols, sizeof(*lengths));
     nulls = txo_calloc(n_cols, sizeof(*nulls));
@@ -91,7 +163,6 @@ static int fetch_rows(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, stru
         rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
         goto out;
     }
-    rows->n_cols = n_cols;
     /* max_length makes store_result compute the longest value of each column. */
     my_bool update_max = 1;
     mysql_stmt_attr_set(stmt, STMT_ATTR_UPDATE_MAX_LENGTH, &update_max);
@@ -129,26 +200,12 @@ static int fetch_rows(struct txo_db *db, MYSQL_STMT *stmt, const char *sql, stru
             rc = txo_error_set(err, TXO_EDB, "statement \"%.80s\": a value was truncated", sql);
             goto out;
         }
-        size_t need = (rows->n_rows + 1) * n_cols;
-        if (grow((void **)&rows->cells, &cells_cap, need, sizeof(struct cell)) < 0) {
-            rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
-            goto out;
-        }
         for (size_t c = 0; c < n_cols; c++) {
-            struct cell *cell = &rows->cells[rows->n_rows * n_cols + c];
-            cell->null = nulls[c];
-            cell->len = nulls[c] ? 0 : lengths[c];
-            if (grow((void **)&rows->data, &data_cap, data_len + cell->len + 1, 1) < 0) {
+            if (txo__rows_put(rows, nulls[c] ? NULL : bufs[c], nulls[c] ? 0 : lengths[c]) < 0) {
                 rc = txo_error_set(err, TXO_ENOMEM, "buffering a result: out of memory");
                 goto out;
             }
-            cell->off = data_len;
-            if (cell->len)
-                memcpy(rows->data + data_len, bufs[c], cell->len);
-            rows->data[data_len + cell->len] = '\0';
-            data_len += cell->len + 1;
         }
-        rows->n_rows++;
     }
     *out = rows;
     rows = NULL;

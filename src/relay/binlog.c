@@ -304,20 +304,24 @@ static bool reached(const struct txo__binlog_pos *a, const struct txo__binlog_po
     return c > 0 || (c == 0 && a->offset >= b->offset);
 }
 
-static int append_ids(struct txo_binlog *b, const int64_t *ids, size_t n, struct txo_error *err)
-{
-    if (b->n_run + n > b->cap_run) {
-        size_t cap = b->cap_run * 2 > b->n_run + n ? b->cap_run * 2 : b->n_run + n;
-        int64_t *p = txo_realloc(b->run_ids, cap * sizeof(*p));
-        if (p == NULL)
-            return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a run");
-        b->run_ids = p;
-        b->cap_run = cap;
-    }
-    memcpy(b->run_ids + b->n_run, ids, n * sizeof(*ids));
-    b->n_run += n;
-    return 0;
-}
+/* The columns the stream decodes: the polling relay's claim columns (enum claim_col). */
+static const struct txo__binlog_column claim_columns[] = {
+    [COL_ID] = {"id", false},
+    [COL_AGGREGATE_TYPE] = {"aggregate_type", false},
+    [COL_AGGREGATE_ID] = {"aggregate_id", false},
+    [COL_EVENT_TYPE] = {"event_type", false},
+    [COL_PAYLOAD] = {"payload", false},
+    [COL_IDEMPOTENCY_KEY] = {"idempotency_key", false},
+    [COL_CREATED_AT] = {"created_at", false},
+    [COL_ATTEMPTS] = {"attempts", false},
+    [COL_NEXT_ATTEMPT_AT] = {"next_attempt_at", false},
+    [COL_LEASE_EXPIRIES] = {"lease_expiries", false},
+    [COL_HAD_ERROR] = {"last_error", true},
+    [COL_SEQUENCE] = {"sequence", false},
+    [COL_PREV_SEQUENCE] = {"prev_sequence", false},
+    [COL_TRACEPARENT] = {"traceparent", false},
+    [COL_TRACESTATE] = {"tracestate", false},
+};
 
 /* Streams from b->run_pos while this reader holds the lease. *done: drained. */
 static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bool *done,
@@ -335,70 +339,54 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
     int64_t heartbeat_ms = b->opts.heartbeat_ms;
     if (heartbeat_ms > b->opts.lease_ms / 4)
         heartbeat_ms = b->opts.lease_ms / 4;
-    int rc = txo__binlog_stream_open(b->stream, &b->run_pos, server_id, b->database,
-                                     "outbox_events", heartbeat_ms, &s, err);
+    int rc =
+        txo__binlog_stream_open(b->stream, &b->run_pos, server_id, b->database, "outbox_events",
+                                claim_columns, TXO_ARRAY_LEN(claim_columns), heartbeat_ms, &s, err);
     if (rc < 0)
         return rc;
-    struct txo__binlog_event *ev = txo_malloc(sizeof(*ev));
-    int64_t *txn = txo_malloc(TXO__BINLOG_IDS_MAX * sizeof(*txn));
-    size_t n_txn = 0, cap_txn = TXO__BINLOG_IDS_MAX;
-    if (ev == NULL || txn == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "binlog: out of memory");
-        goto out;
-    }
+    struct txo__binlog_event ev_store, *ev = &ev_store;
     struct txo__binlog_pos pos = b->run_pos, committed = b->run_pos;
     int64_t run_start_ms = 0, stored_ms = txo_monotonic_ms();
+    bool in_txn = false; /* rows of a transaction whose commit was not read yet */
     while (!txo__binlog_stopping(b)) {
+        size_t before = txo__binlog_stream_committed(s);
         rc = txo__binlog_stream_next(s, ev, &pos, err);
         if (rc < 0)
             goto out;
         int64_t now = txo_monotonic_ms();
         atomic_store(&b->last_event_s, ev->timestamp_s);
         if (ev->kind == TXO__BINLOG_INSERT) {
-            if (n_txn + ev->n_ids > cap_txn) {
-                int64_t *p = txo_realloc(txn, 2 * (n_txn + ev->n_ids) * sizeof(*p));
-                if (p == NULL) {
-                    rc = txo_error_set(err, TXO_ENOMEM, "binlog: out of memory");
-                    goto out;
-                }
-                txn = p;
-                cap_txn = 2 * (n_txn + ev->n_ids);
-            }
-            memcpy(txn + n_txn, ev->ids, ev->n_ids * sizeof(*txn));
-            n_txn += ev->n_ids;
+            in_txn = true;
         } else if (ev->kind == TXO__BINLOG_COMMIT) {
             committed = pos;
-            if (n_txn > 0) {
-                if (b->n_run == 0)
-                    run_start_ms = now;
-                rc = append_ids(b, txn, n_txn, err);
-                if (rc < 0)
-                    goto out;
-                n_txn = 0;
-            }
+            in_txn = false;
+            if (before == 0 && txo__binlog_stream_committed(s) > 0)
+                run_start_ms = now;
         }
+        size_t n_run = txo__binlog_stream_committed(s);
         bool quiet = ev->timestamp_s == 0; /* a heartbeat: the log has nothing more now */
         if (quiet)
             atomic_store(&b->last_event_s, 0);
         /* A run goes out when the reader has read all the server sent (at a commit), when it is
          * full, or run_ms after its first event under a steady flow. */
         bool publish =
-            b->n_run > 0 && (quiet || b->n_run >= b->opts.relay.batch_size ||
-                             now - run_start_ms >= b->opts.run_ms ||
-                             (ev->kind == TXO__BINLOG_COMMIT && txo__binlog_stream_idle(s)));
+            n_run > 0 &&
+            (quiet || n_run >= b->opts.relay.batch_size || now - run_start_ms >= b->opts.run_ms ||
+             (ev->kind == TXO__BINLOG_COMMIT && txo__binlog_stream_idle(s)));
         bool moved =
             strcmp(committed.file, b->run_pos.file) != 0 || committed.offset != b->run_pos.offset;
         bool at_target = target != NULL && reached(&committed, target);
         if (publish ||
-            (moved && n_txn == 0 && (quiet || at_target || now - stored_ms >= POSITION_EVERY_MS))) {
+            (moved && !in_txn && (quiet || at_target || now - stored_ms >= POSITION_EVERY_MS))) {
             b->run_pos = committed;
-            rc = txo__binlog_publish_run(b, err);
+            rc = txo__binlog_publish_run(b, s, err);
             if (rc < 0)
                 goto out;
             stored_ms = now;
         }
         observe(b);
-        if (target != NULL && b->n_run == 0 && reached(&b->run_pos, target)) {
+        if (target != NULL && txo__binlog_stream_committed(s) == 0 &&
+            reached(&b->run_pos, target)) {
             *done = true;
             break;
         }
@@ -409,10 +397,7 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
         }
     }
 out:
-    txo_free(txn);
-    txo_free(ev);
-    txo__binlog_stream_close(s);
-    b->n_run = 0; /* unpublished: read again from the stored position */
+    txo__binlog_stream_close(s); /* what it held unpublished is read again from the position */
     return rc;
 }
 
@@ -551,7 +536,6 @@ void txo_binlog_free(struct txo_binlog *b)
     txo_relay_free(b->relay);
     txo_db_close(b->stream);
     txo_db_close(b->db);
-    txo_free(b->run_ids);
     txo_free(b->source_name);
     txo_free(b->owner);
     txo_free(b->database);

@@ -1,17 +1,19 @@
 #include "core/common.h"
 
 /*
- * One run of the binlog source: the ids the log named, in commit order, published as the
- * polling relay publishes a claimed batch (its own code: the rows are read with the claim's
- * columns, txo__relay_load_batch() builds the messages, txo__relay_publish() hands them to the
- * publisher in per-aggregate order, txo__relay_mark_tx() marks them and dead-letters), then
- * the position stored in the mark's transaction.
+ * One run of the binlog source: the rows the log holds, in commit order, published as the
+ * polling relay publishes a claimed batch (its own code: the stream decoded the rows into the
+ * claim's columns, txo__relay_load_batch() builds the messages, txo__relay_publish() hands
+ * them to the publisher in per-aggregate order, txo__relay_mark_tx() dead-letters), then the
+ * position stored. The table is not read, and acknowledged rows are not written: they stay as
+ * they were inserted.
  *
  * The difference from a polling cycle is what a transient failure does: the polling relay
  * sends the event back to PENDING with a backoff; here the stream waits. The failed events and
  * those held back behind them (RESULT_DEFERRED) are published again, in order, after a
  * backoff, until the broker takes them; the acknowledged ones are not sent again. A permanent
- * failure is marked FAILED with its dead letter and the events behind it go on.
+ * failure is marked FAILED with its dead letter (the one update this source makes to an
+ * outbox row) and the events behind it go on.
  *
  * Thread-safety: the source's thread only.
  */
@@ -29,7 +31,8 @@ struct run_mark {
 static int run_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct run_mark *m = arg;
-    int rc = m->mark.relay->n > 0 ? txo__relay_mark_tx(tx, &m->mark, err) : 0;
+    bool failures = m->mark.n_groups > 0;
+    int rc = failures ? txo__relay_mark_tx(tx, &m->mark, err) : 0;
     if (rc < 0 || m->pos == NULL)
         return rc;
     struct txo_param p[] = {
@@ -62,30 +65,6 @@ static void swap_all(struct txo_relay *r, size_t i, size_t j)
     struct txo_error er = r->errors[i];
     r->errors[i] = r->errors[j];
     r->errors[j] = er;
-}
-
-/* Puts r->msgs[0..r->n) (read in id order) into the order of ids[0..n) (log order). */
-static void log_order(struct txo_binlog *b, const int64_t *ids, size_t n)
-{
-    struct txo_relay *r = b->relay;
-    size_t k = 0;
-    for (size_t i = 0; i < n && k < r->n; i++) {
-        /* msgs[k..r->n) are still in id order: binary search for ids[i]. */
-        size_t lo = k, hi = r->n;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (r->msgs[mid].id < ids[i])
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo == r->n || r->msgs[lo].id != ids[i])
-            continue; /* no longer PENDING */
-        /* Move it to k, keeping the rest in id order. */
-        for (size_t j = lo; j > k; j--)
-            swap_all(r, j, j - 1);
-        k++;
-    }
 }
 
 /* True when msgs[i] has to be sent again: a transient failure, or held back behind one. */
@@ -162,54 +141,33 @@ static int publish_until_settled(struct txo_binlog *b, struct txo_error *err)
     }
 }
 
-/* Reads the PENDING rows of ids[0..n) into the relay's batch, in log order. */
-static int load(struct txo_binlog *b, const int64_t *ids, size_t n, struct txo_error *err)
+/*
+ * Publishes the batch in r->rows (decoded by the stream) and, with the run's last batch,
+ * stores the position; the dead letters of a permanent failure go in the same transaction.
+ */
+static int publish_batch(struct txo_binlog *b, bool last, struct txo_error *err)
 {
     struct txo_relay *r = b->relay;
-    size_t padded = txo_sql_in_list_size(n);
-    char *sql = txo_sql_in_list(BINLOG_SQL_ROWS_IN, padded, BINLOG_SQL_ROWS_TAIL);
-    if (sql == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a statement");
-    for (size_t i = 0; i < padded; i++)
-        r->params[i] = txo_p_i64(ids[i < n ? i : n - 1]);
-    txo_rows_free(r->rows);
-    r->rows = NULL;
-    int rc = txo_db_query(r->db, sql, r->params, padded, &r->rows, err);
-    txo_free(sql);
-    if (rc < 0)
-        return rc;
     txo__relay_load_batch(r);
-    log_order(b, ids, n);
-    return 0;
-}
-
-static int publish_batch(struct txo_binlog *b, const int64_t *ids, size_t n, bool last,
-                         struct txo_error *err)
-{
-    struct txo_relay *r = b->relay;
-    r->n = 0;
-    int rc = n > 0 ? load(b, ids, n, err) : 0; /* n == 0: the position alone */
-    if (rc < 0)
-        return rc;
+    struct run_mark m = {.b = b, .pos = last ? &b->run_pos : NULL};
+    for (size_t i = 0; i < r->n; i++)
+        if (r->msgs[i].id > m.high_water)
+            m.high_water = r->msgs[i].id;
     if (r->n > 0) {
-        rc = publish_until_settled(b, err);
+        int rc = publish_until_settled(b, err);
+        if (rc < 0)
+            return rc;
+        txo__relay_mark_prepare(r, &m.mark);
+        m.mark.held = true;           /* the rows are PENDING: the held statements, no token */
+        m.mark.acked_unmarked = true; /* and the acknowledged ones stay so */
+        m.mark.res.published = m.mark.n_published; /* also when no transaction is needed */
+    }
+    m.mark.relay = r;
+    if (m.mark.n_groups > 0 || last) {
+        int rc = txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, run_mark_tx, &m, err);
         if (rc < 0)
             return rc;
     }
-    struct run_mark m = {.b = b, .pos = last ? &b->run_pos : NULL};
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] > m.high_water)
-            m.high_water = ids[i];
-    if (r->n > 0) {
-        txo__relay_mark_prepare(r, &m.mark);
-        m.mark.held = true; /* the rows are PENDING: the held statements, no token */
-    }
-    m.mark.relay = r;
-    if (r->n == 0 && !last)
-        return 0;
-    rc = txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, run_mark_tx, &m, err);
-    if (rc < 0)
-        return rc;
     if (r->n > 0) {
         txo__relay_mark_account(r, &m.mark);
         atomic_fetch_add(&b->published, m.mark.res.published);
@@ -219,11 +177,11 @@ static int publish_batch(struct txo_binlog *b, const int64_t *ids, size_t n, boo
     return 0;
 }
 
-int txo__binlog_publish_run(struct txo_binlog *b, struct txo_error *err)
+int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s,
+                            struct txo_error *err)
 {
-    size_t batch = b->opts.relay.batch_size;
+    struct txo_relay *r = b->relay;
     int rc = 0;
-    size_t at = 0;
     do {
         if (txo_monotonic_ms() - b->lease_renewed_ms >= b->opts.lease_ms / 4) {
             rc = txo__binlog_lease(b, err);
@@ -233,17 +191,17 @@ int txo__binlog_publish_run(struct txo_binlog *b, struct txo_error *err)
             if (rc < 0)
                 break;
         }
-        size_t n = b->n_run - at < batch ? b->n_run - at : batch;
-        bool last = at + n >= b->n_run;
-        rc = publish_batch(b, b->run_ids + at, n, last, err);
-        txo_rows_free(b->relay->rows);
-        b->relay->rows = NULL;
-        b->relay->n = 0;
-        at += n;
-    } while (rc == 0 && at < b->n_run);
-    if (rc == 0) {
+        txo_rows_free(r->rows);
+        r->rows = NULL;
+        r->n = 0;
+        rc = txo__binlog_stream_take(s, b->opts.relay.batch_size, &r->rows, err);
+        if (rc == 0)
+            rc = publish_batch(b, txo__binlog_stream_committed(s) == 0, err);
+        txo_rows_free(r->rows);
+        r->rows = NULL;
+        r->n = 0;
+    } while (rc == 0 && txo__binlog_stream_committed(s) > 0);
+    if (rc == 0)
         atomic_fetch_add(&b->runs, 1);
-        b->n_run = 0;
-    }
     return rc;
 }

@@ -1,7 +1,7 @@
 /*
  * The binlog source's private parts shared by src/relay/binlog.c (lease, server checks,
  * position, the stream loop) and binlog_batch.c (publishing one run through the polling
- * relay's code and storing the position with its marks). Never installed.
+ * relay's code and storing the position). Never installed.
  */
 #ifndef TXO_RELAY_BINLOG_INTERNAL_H
 #define TXO_RELAY_BINLOG_INTERNAL_H
@@ -18,18 +18,16 @@
 struct txo_binlog {
     struct txo_binlog_opts opts; /* strings point at the copies below */
     char *source_name, *owner, *database;
-    struct txo_db *db;       /* statements: marks, lease, position */
+    struct txo_db *db;       /* statements: lease, position, dead letters */
     struct txo_db *stream;   /* the replication connection */
-    struct txo_relay *relay; /* the polling relay whose code builds, publishes and marks */
+    struct txo_relay *relay; /* the polling relay whose code builds, publishes, dead-letters */
     struct txo_relay *poll;  /* the polling relay that drains PENDING at a first start */
     struct txo_publisher *pub;
     struct txo__waiter pause;
     bool active;              /* holds the lease */
     int64_t lease_renewed_ms; /* monotonic, when it was last taken or renewed */
 
-    /* The current run: committed ids in log order, and the position after them. */
-    int64_t *run_ids;
-    size_t n_run, cap_run;
+    /* The position after the current run (the stream holds its rows). */
     struct txo__binlog_pos run_pos;
     int64_t first_high_water; /* the largest id when the first position was read */
 
@@ -44,13 +42,15 @@ struct txo_binlog {
 int txo__binlog_lease(struct txo_binlog *b, struct txo_error *err);
 
 /*
- * Publishes b->run_ids[0..b->n_run) in batches of opts.relay.batch_size and stores b->run_pos
- * with the marks of the last batch (each in one transaction, fenced by the lease). Transient
- * publish failures are retried with backoff (renewing the lease) until acknowledged or the
- * source is stopped (TXO_ECANCELED: nothing of the unmarked batch is stored). Empties the run.
- * Errors: DB errors, TXO_ELEASELOST, TXO_ECANCELED.
+ * Publishes the committed rows of s in batches of opts.relay.batch_size and stores b->run_pos
+ * after the last batch (with the dead letters of that batch, in one transaction fenced by the
+ * lease; a batch before the last stores only its dead letters). Transient publish failures are
+ * retried with backoff (renewing the lease) until acknowledged or the source is stopped
+ * (TXO_ECANCELED: the position is not stored). Takes every committed row of s.
+ * Errors: DB errors, TXO_ELEASELOST, TXO_ECANCELED, TXO_ENOMEM.
  */
-int txo__binlog_publish_run(struct txo_binlog *b, struct txo_error *err);
+int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s,
+                            struct txo_error *err);
 
 bool txo__binlog_stopping(struct txo_binlog *b);
 

@@ -7,8 +7,6 @@
 #ifndef TXO_RELAY_BINLOG_SQL_H
 #define TXO_RELAY_BINLOG_SQL_H
 
-#include "relay/relay_sql.h"
-
 /*
  * The source's row, made once. Index: PRIMARY. Locks: the new row (a duplicate is ignored).
  * Params: name.
@@ -39,8 +37,9 @@
     "WHERE name = ?"
 
 /*
- * Stores the position after a run the broker acknowledged, in the transaction that marks its
- * rows, fenced by the lease: a reader that lost it changes nothing (and its marks roll back).
+ * Stores the position after a run the broker acknowledged, in the transaction that writes its
+ * dead letters (if any), fenced by the lease: a reader that lost it changes nothing (and its
+ * dead letters roll back).
  * Index: PRIMARY. Locks: that row until the commit. Isolation: READ COMMITTED.
  * Params: file, offset, gtid, high-water id, name, owner.
  */
@@ -48,23 +47,6 @@
     "UPDATE outbox_binlog_sources SET binlog_file = ?, binlog_offset = ?, gtid = ?, "              \
     "high_water_id = GREATEST(high_water_id, ?), updated_at = NOW(6) "                             \
     "WHERE name = ? AND owner = ? AND lease_until >= NOW(6)"
-
-/*
- * The rows of a run, by the ids the log named, still PENDING (a row the polling relay or an
- * earlier run already published, or that retention removed, is not published again).
- * Appended after the id list: RELAY_SQL_ROWS_TAIL.
- * The read locks (LOCK IN SHARE MODE, in its own autocommit statement) because the server
- * sends a transaction's events to its replicas once they are in the binary log, which is
- * before the storage engine's commit makes its rows visible: a plain read may not see a row
- * the log just named, and would pass over it. The locking read waits for the inserting
- * transaction's lock, so it sees the row committed (and waits at most
- * innodb_lock_wait_timeout; a timeout restarts the stream from the stored position).
- * Index: PRIMARY (id list). Locks: shared locks on those rows for the statement. Isolation:
- * READ COMMITTED. Columns: RELAY_SQL__CLAIM_COLUMNS. Params: ids...
- */
-#define BINLOG_SQL_ROWS_IN                                                                         \
-    RELAY_SQL__CLAIM_COLUMNS "FROM outbox_events WHERE status = 'PENDING' AND id IN "
-#define BINLOG_SQL_ROWS_TAIL " ORDER BY id LOCK IN SHARE MODE"
 
 /*
  * The server's checks before the source starts. Columns: log_bin, binlog_format,

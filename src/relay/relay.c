@@ -438,7 +438,9 @@ int txo__relay_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     /* Held (claim mode TRANSACTION): the rows are still PENDING and locked by this
      * transaction, there is no token. Leased: fenced by the token. */
     size_t tok = ctx->held ? 0 : 1; /* the token parameter, when there is one */
-    if (ctx->n_published > 0) {
+    if (ctx->acked_unmarked) {
+        ctx->res.published = ctx->n_published;
+    } else if (ctx->n_published > 0) {
         r->params[0] = txo_p_str(r->token);
         rc = exec_in(tx, r, ctx->held ? IN_HELD_PUBLISHED : IN_MARK_PUBLISHED, tok, r->ids,
                      ctx->n_published, &affected, err);
@@ -447,7 +449,7 @@ int txo__relay_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         ctx->res.published = affected;
         ctx->res.fenced += ctx->n_published - affected;
     }
-    if (ctx->n_unpark > 0) {
+    if (ctx->n_unpark > 0 && !ctx->acked_unmarked) {
         rc = exec_in(tx, r, IN_UNPARK, 0, r->unpark_ids, ctx->n_unpark, NULL, err);
         if (rc < 0)
             return rc;

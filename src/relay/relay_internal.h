@@ -206,6 +206,9 @@ struct mark_result {
 struct mark_ctx {
     struct txo_relay *relay;
     bool held; /* claim mode TRANSACTION: the RELAY_SQL_HELD_* statements, no token */
+    /* The binlog source: acknowledged rows are left as they are (counted, not marked
+     * PUBLISHED); only failures are written. */
+    bool acked_unmarked;
     size_t n_published;
     size_t n_groups;
     size_t n_failed;
@@ -223,9 +226,9 @@ void txo__relay_mark_prepare(struct txo_relay *r, struct mark_ctx *ctx);
 
 /*
  * The body of a mark transaction (arg: a prepared struct mark_ctx): PUBLISHED for the
- * acknowledged rows, PENDING with backoff or FAILED with a dead letter (a permanent error:
- * at once) for the failed ones, parking and unparking aggregates when ordered. With ctx->held
- * the RELAY_SQL_HELD_* statements (rows still PENDING, no token).
+ * acknowledged rows (unless ctx->acked_unmarked), PENDING with backoff or FAILED with a dead letter
+ * (a permanent error: at once) for the failed ones, parking and unparking aggregates when ordered.
+ * With ctx->held the RELAY_SQL_HELD_* statements (rows still PENDING, no token).
  */
 int txo__relay_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err);
 

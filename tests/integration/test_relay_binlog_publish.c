@@ -1,11 +1,13 @@
 /*
  * The binlog source's publishing, through the library (txo/binlog.h) with a publisher of the
  * application's own (txo_publisher_new) that fails on purpose:
- *   - the messages are byte for byte those the polling relay sends for the same rows, and a
- *     polling relay started after the binlog source publishes none of them again;
+ *   - the messages, built from the log's row images, are byte for byte those the polling
+ *     relay builds from the table for the same rows (envelope, trace context, a 200 KB
+ *     payload, multibyte keys), and the binlog source leaves the rows as they were inserted;
  *   - a transient failure makes the stream wait and retry, in order, until acknowledged;
  *   - a permanent one dead-letters the event as the polling relay does (FAILED, a
- *     dead_letter_events row with the broker's reason) and the later events go on.
+ *     dead_letter_events row with the broker's reason: the only write to an outbox row) and
+ *     the later events go on.
  * The server is the private MariaDB with its binary log (scripts/db.sh).
  */
 #include <setjmp.h>
@@ -47,8 +49,16 @@ static int record_batch(void *self, const struct txo_outbox_message *msgs, size_
             continue;
         }
         assert_true(r->n < MAX_SEEN);
-        r->envelopes[r->n] = txo_envelope_encode(&msgs[i], NULL, NULL);
+        char *env = txo_envelope_encode(&msgs[i], NULL, NULL);
+        assert_non_null(env);
+        /* The envelope, then what goes in the headers. */
+        size_t len = strlen(env) + 1024;
+        r->envelopes[r->n] = txo_malloc(len);
         assert_non_null(r->envelopes[r->n]);
+        snprintf(r->envelopes[r->n], len, "%s|%s|%s|%d", env,
+                 msgs[i].traceparent != NULL ? msgs[i].traceparent : "-",
+                 msgs[i].tracestate != NULL ? msgs[i].tracestate : "-", msgs[i].attempt);
+        txo_free(env);
         r->n++;
         results[i] = 0;
     }
@@ -129,17 +139,33 @@ static void poll_drain(struct testdb *t, struct recorder *rec)
     txo_publisher_free(pub);
 }
 
-static void insert(struct testdb *t, const char *agg, const char *key, const char *payload)
+/* An event of aggregate ("order", agg) with its trace context (NULL: none). */
+static void insert_traced(struct testdb *t, const char *agg, const char *key, const char *payload,
+                          const char *traceparent, const char *tracestate)
 {
-    struct txo_param p[] = {txo_p_str(agg), txo_p_str(payload), txo_p_str(key)};
+    struct txo_param p[] = {txo_p_str(agg), txo_p_str(payload), txo_p_str(key),
+                            traceparent != NULL ? txo_p_str(traceparent) : txo_p_null(),
+                            tracestate != NULL ? txo_p_str(tracestate) : txo_p_null()};
     struct txo_error err;
     txo_error_init(&err);
     if (txo_db_exec(t->db,
                     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-                    "idempotency_key, traceparent) VALUES ('order', ?, 'OrderPlaced', ?, ?, "
-                    "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01')",
-                    p, 3, NULL, &err) < 0)
+                    "idempotency_key, traceparent, tracestate) VALUES ('order', ?, 'OrderPlaced', "
+                    "?, ?, ?, ?)",
+                    p, TXO_ARRAY_LEN(p), NULL, &err) < 0)
         fail_msg("insert: %s", err.msg);
+}
+
+static void insert(struct testdb *t, const char *agg, const char *key, const char *payload)
+{
+    insert_traced(t, agg, key, payload, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                  NULL);
+}
+
+/* Envelopes start with {"id":N: ids of one digit sort as text. */
+static int by_text(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static void test_same_messages_as_polling(void **state)
@@ -148,22 +174,41 @@ static void test_same_messages_as_polling(void **state)
     struct recorder binlog = {.n = 0}, polling = {.n = 0};
     binlog_drain(t, &binlog, NULL); /* the first position */
     assert_int_equal(binlog.n, 0);
+    /* A payload past 64 KB (a 4-byte length in the row image), spaces kept as written. */
+    size_t big_len = 200 * 1024;
+    char *big = txo_malloc(big_len + 32);
+    assert_non_null(big);
+    int at = snprintf(big, big_len + 32, "{\"pad\" : \"");
+    memset(big + at, 'x', big_len);
+    snprintf(big + at + big_len, 32, "\" }");
     insert(t, "1", "k:1", "{\"total\": 12.5, \"items\": [1, 2]}");
-    insert(t, "2", "k:2", "{\"name\": \"caf\\u00e9\"}");
-    insert(t, "1", "k:3", "{}");
+    insert_traced(t, "caf\xc3\xa9-2",
+                  "k:\xe2\x82\xac"
+                  "2",
+                  "{\"name\": \"caf\\u00e9\"}",
+                  "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                  "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+    insert_traced(t, "1", "k:3", "{}", NULL, NULL);
+    insert(t, "3", "k:4", big);
+    txo_free(big);
     binlog_drain(t, &binlog, NULL);
-    assert_int_equal(binlog.n, 3);
+    assert_int_equal(binlog.n, 4);
 
-    /* Back to polling: the binlog source marked its rows, so nothing is published again. */
-    poll_drain(t, &polling);
-    assert_int_equal(polling.n, 0);
+    /* The binlog source wrote nothing to the rows. */
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                                     "AND published_at IS NULL AND attempts = 0 AND "
+                                     "locked_by IS NULL AND updated_at = created_at"),
+                     4);
 
-    /* The same rows again, by the polling relay. */
-    testdb_exec(t->db, "UPDATE outbox_events SET status = 'PENDING', published_at = NULL");
+    /* The same rows, read from the table by the polling relay: the same messages (each
+     * publishes the aggregates in waves of its own batches, so compared in id order). */
     poll_drain(t, &polling);
-    assert_int_equal(polling.n, 3);
-    for (size_t i = 0; i < 3; i++)
+    assert_int_equal(polling.n, 4);
+    qsort(binlog.envelopes, binlog.n, sizeof(char *), by_text);
+    qsort(polling.envelopes, polling.n, sizeof(char *), by_text);
+    for (size_t i = 0; i < 4; i++)
         assert_string_equal(binlog.envelopes[i], polling.envelopes[i]);
+    assert_non_null(strstr(binlog.envelopes[1], "rojo=00f067aa0ba902b7"));
     recorder_clear(&binlog);
     recorder_clear(&polling);
 }
@@ -186,9 +231,10 @@ static void test_transient_waits_permanent_dead_letters(void **state)
     assert_true(rec.calls > 3);
     assert_int_equal(st.published, 3);
     assert_int_equal(st.dead_lettered, 1);
-    assert_int_equal(
-        testdb_i64(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", NULL, 0),
-        3);
+    /* Only the refused event was written to. */
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                                     "AND idempotency_key <> 'k:2'"),
+                     3);
     char *status = testdb_str(t->db,
                               "SELECT CONCAT(e.status, ' ', d.error) FROM outbox_events e JOIN "
                               "dead_letter_events d ON d.source_event_id = e.id WHERE "
