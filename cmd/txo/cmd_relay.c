@@ -57,7 +57,10 @@ const struct command cmd_relay = {
                 "# Print every due event as a JSON line, then exit when none is left:\n"
                 "txo relay --publisher log --drain\n"
                 "# Read the binary log instead of polling (grants: docs/binlog.md):\n"
-                "txo relay --source binlog --publisher nats --nats-url nats://127.0.0.1:4222\n",
+                "txo relay --source binlog --publisher nats --nats-url nats://127.0.0.1:4222\n"
+                "# Back to polling: with the binlog relays stopped, then start the polling one:\n"
+                "txo relay --source binlog --hand-back --publisher nats --nats-url "
+                "nats://127.0.0.1:4222\n",
     .exit_status =
         "0 after a graceful stop (SIGTERM or SIGINT) or, with --drain, once nothing is due; 1 "
         "when the relay cannot start or fails; 2 on a bad option or environment variable.",
@@ -79,6 +82,7 @@ struct relay_cmd_opts {
     const char *source;
     const char *source_name;
     int64_t source_lease_ms;
+    bool hand_back;
 };
 
 static struct relay_cmd_opts opts;
@@ -138,6 +142,16 @@ static void add_settings(struct settings_table *t)
          .min = 30,
          .max = 3600000,
          .target = &opts.source_lease_ms},
+        {.name = "hand-back",
+         .env = "TXO_RELAY_HAND_BACK",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "with --source binlog: hand the outbox back to the polling relay, then exit 0: "
+                 "marks PUBLISHED the rows the source published (they stay PENDING while it "
+                 "reads the log), reads the log up to the server's position, and forgets the "
+                 "source's position. Stop every binlog reader of the source first; start the "
+                 "polling relay after it",
+         .target = &opts.hand_back},
     };
     const struct setting drain[] = {
         {.name = "drain",
@@ -298,6 +312,10 @@ static int run(int argc, char **argv)
         cli_error("txo relay: --source must be polling or binlog, got \"%s\"", opts.source);
         return 2;
     }
+    if (opts.hand_back && !binlog) {
+        cli_error("txo relay: --hand-back needs --source binlog");
+        return 2;
+    }
     if (opts.source_name[0] == '\0' || strlen(opts.source_name) > 64) {
         cli_error("txo relay: --source-name must be 1..64 bytes, got \"%s\"", opts.source_name);
         return 2;
@@ -323,8 +341,9 @@ static int run(int argc, char **argv)
 
     int sig = 0;
     /* A daemon waits for the database; a one-shot --drain (cron, scripts) fails at once. */
+    bool job = opts.drain || opts.hand_back;
     struct txo_db *db =
-        opts.drain ? common_connect(&opts.common) : daemon_db_wait("relay", &opts.common, &sig);
+        job ? common_connect(&opts.common) : daemon_db_wait("relay", &opts.common, &sig);
     if (db == NULL)
         return sig != 0 ? 0 : 1;
     if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
@@ -350,6 +369,7 @@ static int run(int argc, char **argv)
         txo_binlog_opts_init(&bo);
         bo.source_name = opts.source_name;
         bo.drain = opts.drain;
+        bo.hand_back = opts.hand_back;
         bo.lease_ms = opts.source_lease_ms;
         bo.relay = ro;
         rc = txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err);

@@ -65,6 +65,14 @@ struct txo_binlog_opts {
     /* Return once the stored position reached the server's position at start. */
     bool drain;
     /*
+     * Hand the outbox back to the polling relay, then return: the rows published through
+     * the stored high-water id are marked PUBLISHED, the log is read (publishing and marking)
+     * up to the server's position after that, and the position is forgotten. Run it with
+     * every reader of the source stopped; the polling relay then publishes only what came
+     * after. Without a stored position it only forgets the source.
+     */
+    bool hand_back;
+    /*
      * The polling relay's options: batch_size (events per publish batch), max_attempts,
      * metrics, tracer, ordering, and the first start's drain (relay_id defaults to owner).
      */
@@ -113,6 +121,18 @@ TXO_API TXO_MUST_CHECK int txo_binlog_run(struct txo_binlog *b, struct txo_error
 TXO_API void txo_binlog_stop(struct txo_binlog *b);
 
 TXO_API void txo_binlog_get_stats(const struct txo_binlog *b, struct txo_binlog_stats *out);
+
+/*
+ * The id through which the binlog sources of db's outbox published every row, in *id: the
+ * smallest high-water id of the sources that stored a position; 0 when there is none (or the
+ * table is not there). Published rows stay PENDING in this mode, so the outbox's statistics
+ * and retention count the PENDING rows at or below it as published (txo/outbox.h,
+ * txo/retention.h). A row of a transaction still open when a position was stored may be below
+ * it and not published yet: the source publishes it when its commit is read. Any thread.
+ * Errors: DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_binlog_published_through(struct txo_db *db, int64_t *id,
+                                                        struct txo_error *err);
 
 /* A binlog source as stored in outbox_binlog_sources (txo_binlog_list_sources()). */
 struct txo_binlog_source_info {

@@ -7,6 +7,12 @@
  *
  *   PENDING     waiting to be published once next_attempt_at has passed
  *               -> PROCESSING (claimed by a relay)
+ *               published without a claim (a relay holding the row locked in its claim
+ *               transaction, or the binlog source, txo/binlog.h, which reads it from the log):
+ *               -> PUBLISHED (held: acknowledged; binlog: only when handed back to polling,
+ *                             until then its published rows stay PENDING)
+ *               -> PENDING   (held: publish failed, attempts+1, next_attempt_at = backoff)
+ *               -> FAILED    (refused for good, or attempts at the limit; dead letter)
  *   PROCESSING  claimed by the relay whose lock token is in locked_by, until locked_until
  *               -> PUBLISHED (publish acknowledged)
  *               -> PENDING   (publish failed: attempts+1, next_attempt_at = now + backoff;

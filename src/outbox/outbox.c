@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "outbox/outbox_sql.h"
+#include "txo/binlog.h"
 #include "trace/trace_params.h"
 
 /* Column widths of outbox_events (sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql). */
@@ -39,7 +40,10 @@ static const char *const status_names[] = {
  * tests/unit/test_sql_moves.c checks their SQL against this table, both ways.
  */
 static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
-    [TXO_OUTBOX_PENDING] = {[TXO_OUTBOX_PROCESSING] = true},
+    [TXO_OUTBOX_PENDING] = {[TXO_OUTBOX_PROCESSING] = true,
+                            [TXO_OUTBOX_PUBLISHED] = true,
+                            [TXO_OUTBOX_PENDING] = true,
+                            [TXO_OUTBOX_FAILED] = true},
     [TXO_OUTBOX_PROCESSING] =
         {[TXO_OUTBOX_PUBLISHED] = true, [TXO_OUTBOX_PENDING] = true, [TXO_OUTBOX_FAILED] = true},
     [TXO_OUTBOX_PUBLISHED] = {false},
@@ -227,6 +231,7 @@ int txo_outbox_append_many(struct txo_tx *tx, const struct txo_outbox_event *evs
 
 struct stats_ctx {
     struct txo_outbox_stats stats;
+    int64_t published_through; /* txo_binlog_published_through(); 0: none */
 };
 
 /* Column col of an age query's row in seconds: 0 when NULL (no such event) or not positive. */
@@ -300,6 +305,25 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         ctx->stats.retry_waiting = waiting > 0 ? (uint64_t)waiting : 0;
         ctx->stats.oldest_due_age_s = age_s(rows, 1);
     }
+    if (ctx->published_through > 0) {
+        /* The PENDING rows through it were published by the binlog source. */
+        txo_rows_free(rows);
+        rows = NULL;
+        struct txo_param above = txo_p_i64(ctx->published_through);
+        rc = txo_tx_query(tx, OUTBOX_SQL_PENDING_ABOVE, &above, 1, &rows, err);
+        if (rc < 0)
+            goto out;
+        int64_t waiting = txo_rows_count(rows) > 0 ? txo_rows_i64(rows, 0, 0) : 0;
+        uint64_t still = waiting > 0 ? (uint64_t)waiting : 0;
+        if (still < ctx->stats.pending) {
+            ctx->stats.published += ctx->stats.pending - still;
+            ctx->stats.pending = still;
+        }
+        double age = txo_rows_count(rows) > 0 ? age_s(rows, 1) : 0.0;
+        ctx->stats.oldest_pending_age_s = age;
+        ctx->stats.oldest_due_age_s = age;
+        ctx->stats.retry_waiting = 0; /* the source retries in its stream, not by row */
+    }
 out:
     txo_rows_free(rows);
     return rc;
@@ -308,8 +332,10 @@ out:
 int txo_outbox_get_stats(struct txo_db *db, struct txo_outbox_stats *out, struct txo_error *err)
 {
     TXO_ASSERT(db != NULL && out != NULL);
-    struct stats_ctx ctx;
-    int rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, stats_tx, &ctx, err);
+    struct stats_ctx ctx = {.published_through = 0};
+    int rc = txo_binlog_published_through(db, &ctx.published_through, err);
+    if (rc == 0)
+        rc = txo_db_transact(db, TXO_ISO_READ_COMMITTED, stats_tx, &ctx, err);
     if (rc < 0) {
         txo_error_wrap(err, "outbox stats");
         return rc;

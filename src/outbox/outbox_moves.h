@@ -16,6 +16,7 @@
 #define TXO_OUTBOX_MOVES_H
 
 #include "dlq/dlq_sql.h"
+#include "relay/binlog_sql.h"
 #include "relay/relay_sql.h"
 #include "relay/shard_sql.h"
 
@@ -37,6 +38,13 @@
     X(RELAY_SQL_MARK_PUBLISHED_IN, RELAY_SQL_MARK_PUBLISHED_IN, PROCESSING, PUBLISHED)             \
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, PENDING)                     \
     X(RELAY_SQL_MARK_FAILED_IN, RELAY_SQL_MARK_FAILED_IN, PROCESSING, FAILED)                      \
+    /* Mark of rows held PENDING by their transaction (claim mode TRANSACTION) or published        \
+     * from the binary log. */                                                                     \
+    X(RELAY_SQL_HELD_PUBLISHED_IN, RELAY_SQL_HELD_PUBLISHED_IN, PENDING, PUBLISHED)                \
+    X(RELAY_SQL_HELD_FAILED_IN, RELAY_SQL_HELD_FAILED_IN, PENDING, PENDING)                        \
+    X(RELAY_SQL_HELD_FAILED_IN, RELAY_SQL_HELD_FAILED_IN, PENDING, FAILED)                         \
+    /* A binlog source's hand-back: the rows it published, left PENDING, settled. */               \
+    X(BINLOG_SQL_SETTLE, BINLOG_SQL_SETTLE, PENDING, PUBLISHED)                                    \
     /* Claimed, held back unpublished behind an earlier event of the aggregate: unchanged. */      \
     X(RELAY_SQL_RELEASE_IN, RELAY_SQL_RELEASE_IN, PROCESSING, PENDING)                             \
     /* Expired leases back to PENDING. */                                                          \

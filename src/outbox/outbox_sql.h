@@ -77,4 +77,15 @@
     "AND e.next_attempt_at <= NOW(6) " RELAY_SQL__UNPARKED "ORDER BY e.created_at LIMIT 1), "      \
     "NOW(6))"
 
+/*
+ * With a binlog source (txo_binlog_published_through()), published rows stay PENDING: what
+ * still waits is only the PENDING rows above the id it published through. Their count and the
+ * age in microseconds of the oldest by created_at (NULL when none). Index: PRIMARY, the range
+ * above the id (the events the source has not passed yet: about one run). Locks: none
+ * (consistent read, READ COMMITTED). Params: the id. Columns: count, oldest age.
+ */
+#define OUTBOX_SQL_PENDING_ABOVE                                                                   \
+    "SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) FROM outbox_events "     \
+    "WHERE id > ? AND status = 'PENDING'"
+
 #endif

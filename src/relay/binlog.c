@@ -27,6 +27,7 @@
 #include "relay/binlog_sql.h"
 
 #define POSITION_EVERY_MS 5000 /* a quiet position (no outbox events) is stored this often */
+#define SETTLE_IDS        5000 /* ids per statement when settling (BINLOG_SQL_SETTLE) */
 
 void txo_binlog_opts_init(struct txo_binlog_opts *opts)
 {
@@ -234,9 +235,34 @@ static int store_first_position(struct txo_tx *tx, void *arg, struct txo_error *
 }
 
 /*
+ * Marks the rows the source published PENDING -> PUBLISHED, ids up to through in ranges of
+ * SETTLE_IDS (BINLOG_SQL_SETTLE), created before the bound. Returns the rows changed.
+ */
+static int settle(struct txo_binlog *b, int64_t through, const char *before, uint64_t *settled,
+                  struct txo_error *err)
+{
+    *settled = 0;
+    for (int64_t from = 0; from < through && !txo__binlog_stopping(b); from += SETTLE_IDS) {
+        int64_t to = through - from > SETTLE_IDS ? from + SETTLE_IDS : through;
+        struct txo_param p[] = {txo_p_i64(from), txo_p_i64(to), txo_p_str(before)};
+        struct txo_exec_result res = {0};
+        int rc = txo_db_exec(b->db, BINLOG_SQL_SETTLE, p, TXO_ARRAY_LEN(p), &res, err);
+        if (rc < 0)
+            return rc;
+        *settled += res.affected_rows;
+    }
+    if (txo__binlog_stopping(b))
+        return txo_error_set(err, TXO_ECANCELED, "binlog source %s: stopped while settling",
+                             b->source_name);
+    return 0;
+}
+
+/*
  * No position stored: the server's position now, what is PENDING published by the polling
- * relay (drained), then the position stored (an event committed in between is streamed and
- * found PUBLISHED: not sent twice).
+ * relay (drained), then the position stored. An event committed in between is published by
+ * both (at least once). A resync (the row kept its high-water id, its file was cleared after a
+ * purge) first settles the rows up to the high-water id that are older than a minute before the
+ * position was stored, so that the drain does not publish the source's whole history again.
  */
 static int first_position(struct txo_binlog *b, struct txo_error *err)
 {
@@ -249,6 +275,18 @@ static int first_position(struct txo_binlog *b, struct txo_error *err)
         return rc;
     b->first_high_water = txo_rows_i64(rows, 0, 0);
     txo_rows_free(rows);
+    if (b->stored_high_water > 0) {
+        uint64_t settled = 0;
+        rc = settle(b, b->stored_high_water, b->settle_before, &settled, err);
+        if (rc < 0)
+            return rc;
+        TXO_LOG(TXO_LOG_WARN, "relay",
+                "binlog: resync: rows up to the high-water id settled as published; the rest "
+                "of what is PENDING goes out by polling",
+                TXO_KV_STR("source", b->source_name),
+                TXO_KV_I64("high_water_id", b->stored_high_water), TXO_KV_U64("settled", settled),
+                TXO_KV_STR("created_before", b->settle_before));
+    }
     TXO_LOG(TXO_LOG_INFO, "relay",
             "binlog: no stored position: publishing what is PENDING by polling, then streaming",
             TXO_KV_STR("source", b->source_name), TXO_KV_STR("file", b->run_pos.file),
@@ -264,24 +302,31 @@ static int first_position(struct txo_binlog *b, struct txo_error *err)
     return txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, store_first_position, b, err);
 }
 
-/* The stored position into b->run_pos (or the first one), checked against the server. */
-static int start_position(struct txo_binlog *b, struct txo_error *err)
+/*
+ * The stored position into b->run_pos, checked against the server; none stored: *stored false
+ * (b->stored_high_water and b->settle_before say whether a resync is asked for).
+ */
+static int load_position(struct txo_binlog *b, bool *stored, struct txo_error *err)
 {
     struct txo_rows *rows = NULL;
     struct txo_param p[] = {txo_p_str(b->source_name)};
     int rc = txo_db_query(b->db, BINLOG_SQL_LOAD_POSITION, p, 1, &rows, err);
     if (rc < 0)
         return rc;
-    bool stored = txo_rows_count(rows) == 1 && !txo_rows_is_null(rows, 0, 0);
-    if (stored) {
+    bool row = txo_rows_count(rows) == 1;
+    *stored = row && !txo_rows_is_null(rows, 0, 0);
+    b->stored_high_water = row ? txo_rows_i64(rows, 0, 3) : 0;
+    const char *before = row ? txo_rows_str(rows, 0, 4, NULL) : NULL;
+    snprintf(b->settle_before, sizeof(b->settle_before), "%s", before != NULL ? before : "");
+    if (*stored) {
         const char *g = txo_rows_str(rows, 0, 2, NULL);
         snprintf(b->run_pos.file, sizeof(b->run_pos.file), "%s", txo_rows_str(rows, 0, 0, NULL));
         b->run_pos.offset = (uint64_t)txo_rows_i64(rows, 0, 1);
         snprintf(b->run_pos.gtid, sizeof(b->run_pos.gtid), "%s", g != NULL ? g : "");
     }
     txo_rows_free(rows);
-    if (!stored)
-        return first_position(b, err);
+    if (!*stored)
+        return 0;
     bool present = false;
     rc = log_present(b, b->run_pos.file, &present, err);
     if (rc == 0 && !present)
@@ -289,12 +334,87 @@ static int start_position(struct txo_binlog *b, struct txo_error *err)
             err, TXO_ECONFIG,
             "binlog source %s: its stored position %s:%" PRIu64
             " was purged from the server's binary logs, so events after it cannot be read from "
-            "the log. They are still PENDING in outbox_events: forget the position with DELETE "
-            "FROM outbox_binlog_sources WHERE name = '%s', and the source publishes what is "
-            "PENDING by polling and streams from the server's position; keep binary logs longer "
-            "than the longest relay outage (binlog_expire_logs_seconds)",
-            b->source_name, b->run_pos.file, b->run_pos.offset, b->source_name);
+            "the log. To resync: UPDATE outbox_binlog_sources SET binlog_file = NULL WHERE name "
+            "= '%s'; the next start marks the rows through its high-water id %" PRId64
+            " (except the last minute's) as published, publishes what is PENDING by polling, "
+            "and streams from the server's position. Keep binary logs longer than the longest "
+            "relay outage (binlog_expire_logs_seconds)",
+            b->source_name, b->run_pos.file, b->run_pos.offset, b->source_name,
+            b->stored_high_water);
     return rc;
+}
+
+/* The stored position into b->run_pos (or the first one), checked against the server. */
+static int start_position(struct txo_binlog *b, struct txo_error *err)
+{
+    bool stored = false;
+    int rc = load_position(b, &stored, err);
+    if (rc == 0 && !stored)
+        rc = first_position(b, err);
+    return rc;
+}
+
+static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bool *done,
+                  struct txo_error *err);
+
+/*
+ * A hand-back to the polling relay (opts.hand_back): the rows the source published through
+ * its stored high-water id are settled PUBLISHED (BINLOG_SQL_SETTLE); then the log is read from
+ * the stored position to the server's position after the settling, publishing and marking
+ * each run; then the position is forgotten. Every row settled was published before the
+ * stored position or is published by that read (a row still uncommitted while it was settled
+ * is passed over, so it stays PENDING and is published by the read or by the polling relay);
+ * what commits later stays PENDING for the polling relay. Interrupted, it is run again.
+ */
+static int hand_back(struct txo_binlog *b, bool *done, struct txo_error *err)
+{
+    bool stored = false;
+    int rc = load_position(b, &stored, err);
+    uint64_t settled = 0;
+    if (rc == 0 && stored)
+        rc = settle(b, b->stored_high_water, "9999-12-31", &settled, err);
+    struct txo__binlog_pos target;
+    if (rc == 0 && stored)
+        rc = server_position(b->db, &target, err);
+    if (rc == 0 && stored) {
+        b->marking = true;
+        rc = stream(b, &target, done, err);
+        b->marking = false;
+    }
+    if (rc < 0 || (stored && !*done))
+        return rc;
+    struct txo_param p[] = {txo_p_str(b->source_name), txo_p_str(b->owner)};
+    rc = txo_db_exec(b->db, BINLOG_SQL_FORGET_SOURCE, p, TXO_ARRAY_LEN(p), NULL, err);
+    if (rc < 0)
+        return rc;
+    *done = true;
+    b->active = false;
+    atomic_store(&b->active_flag, false);
+    TXO_LOG(TXO_LOG_INFO, "relay",
+            "binlog: handed back to the polling relay: published rows marked, position "
+            "forgotten",
+            TXO_KV_STR("source", b->source_name), TXO_KV_U64("settled", settled),
+            TXO_KV_I64("high_water_id", b->stored_high_water));
+    return 0;
+}
+
+int txo_binlog_published_through(struct txo_db *db, int64_t *id, struct txo_error *err)
+{
+    *id = 0;
+    struct txo_rows *rows = NULL;
+    struct txo_error e;
+    txo_error_init(&e);
+    int rc = txo_db_query(db, BINLOG_SQL_PUBLISHED_THROUGH, NULL, 0, &rows, &e);
+    if (rc < 0) {
+        if (e.mysql_errno == 1146) /* no such table: not migrated, or a relay-only schema */
+            return 0;
+        if (err != NULL)
+            *err = e;
+        return rc;
+    }
+    *id = txo_rows_i64(rows, 0, 0);
+    txo_rows_free(rows);
+    return 0;
 }
 
 /* True when a is at or after b (file names of one server sort in log order). */
@@ -433,15 +553,19 @@ int txo_binlog_run(struct txo_binlog *b, struct txo_error *err)
         }
         if (rc == 0)
             rc = txo_binlog_check_server(b->db, &e);
-        if (rc == 0)
-            rc = start_position(b, &e);
-        if (rc == 0 && b->opts.drain && !have_target) {
-            rc = server_position(b->db, &target, &e);
-            have_target = rc == 0;
-        }
         bool done = false;
-        if (rc == 0)
-            rc = stream(b, have_target ? &target : NULL, &done, &e);
+        if (rc == 0 && b->opts.hand_back) {
+            rc = hand_back(b, &done, &e);
+        } else {
+            if (rc == 0)
+                rc = start_position(b, &e);
+            if (rc == 0 && b->opts.drain && !have_target) {
+                rc = server_position(b->db, &target, &e);
+                have_target = rc == 0;
+            }
+            if (rc == 0)
+                rc = stream(b, have_target ? &target : NULL, &done, &e);
+        }
         if (rc == 0 && done)
             break;
         if (rc == 0 || rc == TXO_ELEASELOST || rc == TXO_ECANCELED) {

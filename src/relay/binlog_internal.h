@@ -29,7 +29,10 @@ struct txo_binlog {
 
     /* The position after the current run (the stream holds its rows). */
     struct txo__binlog_pos run_pos;
-    int64_t first_high_water; /* the largest id when the first position was read */
+    int64_t first_high_water;  /* the largest id when the first position was read */
+    int64_t stored_high_water; /* the stored position's high-water id */
+    char settle_before[32];    /* a resync's bound (BINLOG_SQL_LOAD_POSITION) */
+    bool marking;              /* a hand-back: acknowledged rows are marked PUBLISHED */
 
     _Atomic uint64_t published, dead_lettered, runs;
     _Atomic int64_t last_event_s;      /* wall time of the last event read (0: caught up) */

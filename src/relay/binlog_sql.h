@@ -30,11 +30,41 @@
 
 /*
  * The stored position. Index: PRIMARY. Locks: none (consistent read). Params: name.
- * Columns: binlog_file, binlog_offset, gtid, high_water_id.
+ * Columns: binlog_file, binlog_offset, gtid, high_water_id, and the time the position was
+ * stored less a minute (a resync's bound: BINLOG_SQL_SETTLE).
  */
 #define BINLOG_SQL_LOAD_POSITION                                                                   \
-    "SELECT binlog_file, binlog_offset, gtid, high_water_id FROM outbox_binlog_sources "           \
-    "WHERE name = ?"
+    "SELECT binlog_file, binlog_offset, gtid, high_water_id, updated_at - INTERVAL 60 SECOND "     \
+    "FROM outbox_binlog_sources WHERE name = ?"
+
+/*
+ * The id through which every source of this outbox published every row (the rows stay
+ * PENDING): the smallest high-water id of the sources with a position; 0 when there is none.
+ * Index: PRIMARY (a few rows). Locks: none (consistent read).
+ */
+#define BINLOG_SQL_PUBLISHED_THROUGH                                                               \
+    "SELECT COALESCE(MIN(high_water_id), 0) FROM outbox_binlog_sources "                           \
+    "WHERE binlog_file IS NOT NULL"
+
+/*
+ * Settles one id range of rows the source published without writing them: PENDING ->
+ * PUBLISHED, for a hand-back to the polling relay (or a resync after a purged position), so
+ * that it does not publish them again. Rows created at or after the bound are left (a resync
+ * cannot tell them from rows of a transaction still open when the position was stored).
+ * Index: PRIMARY, the range (from, through]. Locks: the rows it changes, in its own autocommit
+ * statement; a row inserted by a transaction not yet committed is passed over (READ
+ * COMMITTED's semi-consistent read), so it stays PENDING and is published by whoever reads it.
+ * Isolation: READ COMMITTED. Params: from, through, created-before bound.
+ */
+#define BINLOG_SQL_SETTLE                                                                          \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "                        \
+    "WHERE id > ? AND id <= ? AND status = 'PENDING' AND created_at < ?"
+
+/*
+ * A hand-back's end: the source forgets its position, so a later start of the binlog source
+ * is a first start. Fenced by the lease. Index: PRIMARY. Locks: that row. Params: name, owner.
+ */
+#define BINLOG_SQL_FORGET_SOURCE "DELETE FROM outbox_binlog_sources WHERE name = ? AND owner = ?"
 
 /*
  * Stores the position after a run the broker acknowledged, in the transaction that writes its

@@ -34,6 +34,7 @@
 
 #include "retention/retention_sql.h"
 #include "txo/archive.h"
+#include "txo/binlog.h"
 #include "txo/cmdq.h"
 #include "txo/inbox.h"
 #include "txo/idempotency.h"
@@ -48,8 +49,10 @@ struct purge_table {
     const char *select_after; /* step 1 after the cursor: cutoff x n_cutoff, cursor (3), limit */
     const char *delete_in;    /* step 2: params cutoff, keys... */
     const char *rows_in;      /* archiving: every column, params cutoff, ids...; NULL: cannot */
-    unsigned n_cutoff;        /* how many times step 1 binds the cutoff */
-    bool text_key;            /* the key is a string (inbox event_id), not a BIGINT id */
+    const char *finish_in; /* an interrupted run's archive file: cutoff, ids...; NULL: delete_in */
+    unsigned n_cutoff;     /* how many times step 1 binds the cutoff */
+    bool through;          /* step 1 binds the binlog source's high-water id after them */
+    bool text_key;         /* the key is a string (inbox event_id), not a BIGINT id */
 };
 
 static const struct purge_table outbox_table = {
@@ -58,7 +61,21 @@ static const struct purge_table outbox_table = {
     .select_after = RETENTION_SQL_OUTBOX_AFTER,
     .delete_in = RETENTION_SQL_OUTBOX_DELETE_IN,
     .rows_in = RETENTION_SQL_OUTBOX_ROWS_IN,
+    .finish_in = RETENTION_SQL_OUTBOX_FINISH_IN,
     .n_cutoff = 2,
+    .text_key = false,
+};
+
+/* The outbox rows a binlog source published: PENDING, through its high-water id. */
+static const struct purge_table outbox_binlog_table = {
+    .name = "outbox_events",
+    .select_first = RETENTION_SQL_OUTBOX_BINLOG_FIRST,
+    .select_after = RETENTION_SQL_OUTBOX_BINLOG_AFTER,
+    .delete_in = RETENTION_SQL_OUTBOX_BINLOG_DELETE_IN,
+    .rows_in = RETENTION_SQL_OUTBOX_BINLOG_ROWS_IN,
+    .finish_in = RETENTION_SQL_OUTBOX_FINISH_IN,
+    .n_cutoff = 1,
+    .through = true,
     .text_key = false,
 };
 
@@ -100,6 +117,7 @@ struct purge {
     const struct purge_table *t;
     unsigned batch_size;
     char cutoff[CURSOR_AT_MAX];
+    int64_t through; /* t->through: the binlog source's high-water id */
 
     /* Where the next batch starts; unset for the first one. */
     bool cursor_set;
@@ -143,6 +161,8 @@ static int select_batch(struct txo_tx *tx, struct purge *p, struct txo_error *er
     size_t k = 0;
     for (unsigned i = 0; i < p->t->n_cutoff; i++)
         p->params[k++] = txo_p_str(p->cutoff);
+    if (p->t->through)
+        p->params[k++] = txo_p_i64(p->through);
     if (p->cursor_set) {
         p->params[k++] = txo_p_str(p->cursor_at);
         p->params[k++] = txo_p_str(p->cursor_at);
@@ -197,7 +217,8 @@ static int finish_file(struct txo_tx *tx, struct purge *p, struct txo_error *err
         size_t n = f.n_rows - i < p->batch_size ? f.n_rows - i : p->batch_size;
         for (size_t k = 0; k < n; k++)
             p->params[1 + k] = txo_p_i64(f.ids[i + k]);
-        rc = run_in_list(tx, p, p->t->delete_in, "", RETENTION_ARCHIVED_CUTOFF, n, NULL, err);
+        rc = run_in_list(tx, p, p->t->finish_in != NULL ? p->t->finish_in : p->t->delete_in, "",
+                         RETENTION_ARCHIVED_CUTOFF, n, NULL, err);
     }
     txo_archive_file_release(&f);
     return rc;
@@ -318,14 +339,16 @@ static int archive_start(struct txo_db *db, struct purge *p, struct txo_error *e
     return txo_archive_newest(p->archive_dir, p->t->name, &p->unfinished, err);
 }
 
-static int purge_run(struct txo_db *db, const struct purge_table *t, unsigned older_than_s,
-                     unsigned batch_size, unsigned max_batches, unsigned pause,
-                     const char *archive_dir, uint64_t *deleted, struct txo_error *err)
+static int purge_run(struct txo_db *db, const struct purge_table *t, int64_t through,
+                     unsigned older_than_s, unsigned batch_size, unsigned max_batches,
+                     unsigned pause, const char *archive_dir, uint64_t *deleted,
+                     struct txo_error *err)
 {
     TXO_ASSERT(db != NULL);
     uint64_t total = 0;
     unsigned batches = 0;
-    struct purge p = {.t = t, .batch_size = batch_size, .archive_dir = archive_dir};
+    struct purge p = {
+        .t = t, .batch_size = batch_size, .archive_dir = archive_dir, .through = through};
     int rc = 0;
     if (batch_size < 1 || batch_size > TXO_PURGE_BATCH_MAX) {
         if (deleted != NULL)
@@ -382,27 +405,29 @@ out:
 int txo_outbox_purge_published(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                                unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &outbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+    return purge_run(db, &outbox_table, 0, older_than_s, batch_size, max_batches, 0, NULL, deleted,
                      err);
 }
 
 int txo_dead_letter_purge_replayed(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                                    unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &dlq_table, older_than_s, batch_size, max_batches, 0, NULL, deleted, err);
+    return purge_run(db, &dlq_table, 0, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+                     err);
 }
 
 int txo_inbox_purge(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                     unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &inbox_table, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+    return purge_run(db, &inbox_table, 0, older_than_s, batch_size, max_batches, 0, NULL, deleted,
                      err);
 }
 
 int txo_cmdq_purge_done(struct txo_db *db, unsigned older_than_s, unsigned batch_size,
                         unsigned max_batches, uint64_t *deleted, struct txo_error *err)
 {
-    return purge_run(db, &cmdq_table, older_than_s, batch_size, max_batches, 0, NULL, deleted, err);
+    return purge_run(db, &cmdq_table, 0, older_than_s, batch_size, max_batches, 0, NULL, deleted,
+                     err);
 }
 
 void txo_retention_opts_init(struct txo_retention_opts *opts)
@@ -434,11 +459,20 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
         return txo_error_set(err, TXO_EINVAL, "retention: missing argument");
     unsigned pause = opts->pause_ms;
     const char *archive = opts->archive_dir;
-    int rc = purge_run(db, &outbox_table, opts->outbox_s, opts->batch, opts->max_batches, pause,
+    int rc = purge_run(db, &outbox_table, 0, opts->outbox_s, opts->batch, opts->max_batches, pause,
                        archive, &c.outbox, err);
+    /* With a binlog source, the rows it published stay PENDING: through its high-water id. */
+    int64_t through = 0;
+    if (rc == 0)
+        rc = txo_binlog_published_through(db, &through, err);
+    uint64_t binlog_rows = 0;
+    if (rc == 0 && through > 0)
+        rc = purge_run(db, &outbox_binlog_table, through, opts->outbox_s, opts->batch,
+                       opts->max_batches, pause, archive, &binlog_rows, err);
+    c.outbox += binlog_rows;
     if (rc == 0 && opts->dead_letters_s > 0)
-        rc = purge_run(db, &dlq_table, opts->dead_letters_s, opts->batch, opts->max_batches, pause,
-                       archive, &c.dead_letters, err);
+        rc = purge_run(db, &dlq_table, 0, opts->dead_letters_s, opts->batch, opts->max_batches,
+                       pause, archive, &c.dead_letters, err);
     bool idem = false, inbox = false, cmdq = false;
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, "idempotency_keys", &idem, err);
@@ -448,12 +482,12 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     if (rc == 0 && !opts->relay_tables_only && archive == NULL)
         rc = table_there(db, inbox_table.name, &inbox, err);
     if (rc == 0 && inbox)
-        rc = purge_run(db, &inbox_table, opts->inbox_s, opts->batch, opts->max_batches, pause, NULL,
-                       &c.inbox, err);
+        rc = purge_run(db, &inbox_table, 0, opts->inbox_s, opts->batch, opts->max_batches, pause,
+                       NULL, &c.inbox, err);
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, cmdq_table.name, &cmdq, err);
     if (rc == 0 && cmdq)
-        rc = purge_run(db, &cmdq_table, opts->commands_s, opts->batch, opts->max_batches, pause,
+        rc = purge_run(db, &cmdq_table, 0, opts->commands_s, opts->batch, opts->max_batches, pause,
                        NULL, &c.commands, err);
     if (out != NULL)
         *out = c;

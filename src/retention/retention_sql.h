@@ -71,6 +71,36 @@
     "SELECT * FROM outbox_events WHERE status = 'PUBLISHED' AND published_at < ? AND id IN "
 
 /*
+ * Outbox rows a binlog source published (txo_binlog_published_through()): they stay PENDING,
+ * so the age is their created_at, and only ids through the source's high-water id qualify.
+ * Step 1. Index: idx_outbox_age (status, created_at [, id]), the PENDING range up to the
+ * cutoff, in order, the id checked on each row (rows above it, not yet published, are read and
+ * kept: the source's current run). Locks: none (consistent read).
+ * Params: cutoff, the high-water id, [cursor (3)], limit. Columns: id, created_at.
+ */
+#define RETENTION_SQL__OUTBOX_BINLOG_SELECT                                                        \
+    "SELECT id, created_at FROM outbox_events FORCE INDEX (idx_outbox_age) "                       \
+    "WHERE status = 'PENDING' AND created_at < ? AND id <= ? "
+#define RETENTION_SQL__ORDER_BY_CREATED "ORDER BY created_at, id LIMIT ?"
+#define RETENTION_SQL__AFTER_CREATED    "AND (created_at > ? OR (created_at = ? AND id > ?)) "
+#define RETENTION_SQL_OUTBOX_BINLOG_FIRST                                                          \
+    RETENTION_SQL__OUTBOX_BINLOG_SELECT RETENTION_SQL__ORDER_BY_CREATED
+#define RETENTION_SQL_OUTBOX_BINLOG_AFTER                                                          \
+    RETENTION_SQL__OUTBOX_BINLOG_SELECT RETENTION_SQL__AFTER_CREATED RETENTION_SQL__ORDER_BY_CREATED
+
+/*
+ * Step 2 (step 3 when archiving): deletes the selected rows still PENDING before the cutoff
+ * (their ids were at most the high-water id when selected). Index: PRIMARY (id list). Locks:
+ * the deleted rows, until the batch commits. Isolation: READ COMMITTED. Params: cutoff, ids...
+ */
+#define RETENTION_SQL_OUTBOX_BINLOG_DELETE_IN                                                      \
+    "DELETE FROM outbox_events WHERE status = 'PENDING' AND created_at < ? AND id IN "
+
+/* Archiving, step 2: as RETENTION_SQL_OUTBOX_ROWS_IN for those rows. */
+#define RETENTION_SQL_OUTBOX_BINLOG_ROWS_IN                                                        \
+    "SELECT * FROM outbox_events WHERE status = 'PENDING' AND created_at < ? AND id IN "
+
+/*
  * Inbox, step 1. Index: idx_inbox_processed (processed_at [, event_id]), the range before the
  * cutoff, in order (rows with processed_at NULL are outside the range and kept).
  * Locks: none (consistent read). Params: cutoff, [cursor (3)], limit.
@@ -156,6 +186,17 @@
 
 /* Ends a _ROWS_IN statement: ids ascending, as the archive file lists them; locked. */
 #define RETENTION_SQL_ROWS_IN_END " ORDER BY id FOR UPDATE"
+
+/*
+ * Outbox, finishing an archive file an interrupted run left (its rows may still be there): the
+ * file's rows, archived by either outbox purge (PUBLISHED rows, or PENDING ones a binlog source
+ * published, which a hand-back may have marked PUBLISHED since), deleted by id. Index: PRIMARY
+ * (id list). Locks: the deleted rows, until the batch commits. Isolation: READ COMMITTED.
+ * Params: cutoff (RETENTION_ARCHIVED_CUTOFF), ids...
+ */
+#define RETENTION_SQL_OUTBOX_FINISH_IN                                                             \
+    "DELETE FROM outbox_events WHERE status IN ('PUBLISHED', 'PENDING') AND "                      \
+    "COALESCE(published_at, created_at) < ? AND id IN "
 
 /*
  * The cutoff bound when the rows of an archive file left by an interrupted run are deleted:

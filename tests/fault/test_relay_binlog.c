@@ -10,11 +10,16 @@
  *   - SIGKILL mid-stream, again and again: nothing lost (at least once), and no row written;
  *   - two readers of one source: one publishes, the other stands by; killed, the standby
  *     takes over within the lease;
+ *   - a live switch, while a writer commits events: polling relay, then the binlog source,
+ *     then a hand-back and the polling relay again: every event published, first copies in
+ *     order per aggregate, and no row left PENDING;
  *   - a stored position purged from the server, and a user without the replication grants:
  *     refused, exit 1, naming the fix; a bad --source-name: exit 2 before any write.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -364,6 +369,105 @@ static void test_one_reader_then_takeover(void **state)
     unlink(errf);
 }
 
+/* Commits events k:0, k:1, ... (1 to 3 a transaction, aggregate k % aggs) until stopped. */
+struct writer {
+    struct testdb *t;
+    unsigned aggs;
+    _Atomic bool stop;
+    _Atomic unsigned next;
+};
+
+static void *writer_main(void *arg)
+{
+    struct writer *w = arg;
+    struct txo_db *db = testdb_connect(w->t);
+    for (unsigned round = 0; !atomic_load(&w->stop); round++) {
+        unsigned k = atomic_load(&w->next), per_tx = 1 + round % 3;
+        testdb_exec(db, "START TRANSACTION");
+        for (unsigned j = k; j < k + per_tx; j++) {
+            char agg[16], key[24];
+            snprintf(agg, sizeof(agg), "a%u", j % w->aggs);
+            snprintf(key, sizeof(key), "k:%u", j);
+            struct txo_param p[] = {txo_p_str(agg), txo_p_str(key)};
+            struct txo_error err;
+            txo_error_init(&err);
+            if (txo_db_exec(db,
+                            "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                            "payload, idempotency_key) VALUES ('order', ?, 'E', '{}', ?)",
+                            p, 2, NULL, &err) < 0)
+                fail_msg("writer: %s", err.msg);
+        }
+        testdb_exec(db, "COMMIT");
+        atomic_store(&w->next, k + per_tx);
+        txo_sleep_ms(3);
+    }
+    txo_db_close(db);
+    return NULL;
+}
+
+/* Stops a relay process with SIGTERM: it must exit 0. */
+static void stop_relay(pid_t pid, const char *errf)
+{
+    kill(pid, SIGTERM);
+    int status = testproc_wait_pid(pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        testproc_print_file(errf, "  ");
+        fail_msg("relay exit status 0x%x", status);
+    }
+}
+
+static void test_switch_live_polling_binlog_polling(void **state)
+{
+    struct testdb *t = *state;
+    char out[256], errf[256];
+    temp_path(out, sizeof(out), "switch_out");
+    temp_path(errf, sizeof(errf), "switch_err");
+    unlink(out);
+    unlink(errf);
+    static const char *const polling[] = {"relay", "--publisher", "log", NULL};
+    const char *none[] = {NULL};
+    struct writer w = {.t = t, .aggs = 5};
+    atomic_init(&w.stop, false);
+    atomic_init(&w.next, 0);
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, writer_main, &w), 0);
+
+    pid_t pid = testproc_spawn_txo(polling, none, out, errf, true);
+    txo_sleep_ms(1000);
+    stop_relay(pid, errf);
+    pid = spawn_relay(out, errf, none); /* first start: drains by polling, then streams */
+    txo_sleep_ms(1500);
+    stop_relay(pid, errf);
+    const char *hand_back[] = {"--hand-back", NULL};
+    int status = testproc_wait_pid(spawn_relay(out, errf, hand_back));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        testproc_print_file(errf, "  ");
+        fail_msg("hand-back: status 0x%x", status);
+    }
+    pid = testproc_spawn_txo(polling, none, out, errf, true);
+    txo_sleep_ms(1000);
+    atomic_store(&w.stop, true);
+    pthread_join(tid, NULL);
+    unsigned n = atomic_load(&w.next);
+    assert_true(
+        wait_rows(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'", n, 30000));
+    stop_relay(pid, errf);
+
+    struct seen s;
+    seen_init(&s, n, w.aggs);
+    size_t lines = read_envelopes(t, out, &s);
+    for (unsigned k = 0; k < n; k++)
+        if (s.count[k] < 1)
+            fail_msg("k:%u lost in the switch", k);
+    assert_true(s.in_order);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'"), 0);
+    print_message("  %u events, %zu published (%zu again, at the switch to binlog)\n", n, lines,
+                  lines - n);
+    seen_release(&s);
+    unlink(out);
+    unlink(errf);
+}
+
 static void test_refusals(void **state)
 {
     struct testdb *t = *state;
@@ -377,6 +481,14 @@ static void test_refusals(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
 
     drain(out, errf);
+    /* Three events of long ago, published by the source (and left PENDING). */
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, created_at) VALUES "
+                       "('order', 'o', 'E', '{}', 'k:0', '2020-01-01'), "
+                       "('order', 'o', 'E', '{}', 'k:1', '2020-01-01'), "
+                       "('order', 'p', 'E', '{}', 'k:2', '2020-01-01')");
+    drain(out, errf);
+    assert_int_equal(file_lines(out), 3);
     testdb_exec(t->db, "UPDATE outbox_binlog_sources SET binlog_file = 'binlog.999999'");
     unlink(errf);
     const char *args[] = {"--drain", NULL};
@@ -388,8 +500,20 @@ static void test_refusals(void **state)
     text[len] = '\0';
     fclose(f);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "purged") == NULL ||
-        strstr(text, "DELETE FROM outbox_binlog_sources") == NULL)
+        strstr(text, "UPDATE outbox_binlog_sources SET binlog_file = NULL WHERE name = "
+                     "'default'") == NULL)
         fail_msg("want exit 1 naming the purge and its fix, status 0x%x: %s", status, text);
+
+    /* The fix as the message gives it: the resync settles the old events through the
+     * high-water id instead of publishing them again, publishes a PENDING one above it by
+     * polling, and streams on. */
+    testdb_exec(t->db, "UPDATE outbox_binlog_sources SET binlog_file = NULL WHERE name = "
+                       "'default'");
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key) VALUES ('order', 'o', 'E', '{}', 'k:3')");
+    drain(out, errf);
+    assert_int_equal(file_lines(out), 4);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 4);
 
     /* A user without REPLICATION SLAVE and BINLOG MONITOR (scripts/db.sh: txo_norepl). */
     unlink(errf);
@@ -417,6 +541,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_each_once_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_mid_stream_loses_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_reader_then_takeover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_switch_live_polling_binlog_polling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

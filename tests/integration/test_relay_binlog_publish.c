@@ -22,6 +22,8 @@
 
 #include "testdb.h"
 #include "txo/binlog.h"
+#include "txo/outbox.h"
+#include "txo/retention.h"
 
 #define MAX_SEEN 256
 
@@ -98,8 +100,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* One drain of the binlog source named "t" through rec. */
-static void binlog_drain(struct testdb *t, struct recorder *rec, struct txo_binlog_stats *st)
+/* One run of the binlog source named "t" through rec: a drain, or a hand-back. */
+static void binlog_run(struct testdb *t, struct recorder *rec, struct txo_binlog_stats *st,
+                       bool hand_back)
 {
     struct txo_publisher *pub = NULL;
     struct txo_error err;
@@ -108,7 +111,8 @@ static void binlog_drain(struct testdb *t, struct recorder *rec, struct txo_binl
     struct txo_binlog_opts o;
     txo_binlog_opts_init(&o);
     o.source_name = "t";
-    o.drain = true;
+    o.drain = !hand_back;
+    o.hand_back = hand_back;
     o.retry.base_ms = 10;
     o.retry.max_ms = 50;
     struct txo_binlog *b = NULL;
@@ -120,6 +124,11 @@ static void binlog_drain(struct testdb *t, struct recorder *rec, struct txo_binl
         txo_binlog_get_stats(b, st);
     txo_binlog_free(b);
     txo_publisher_free(pub);
+}
+
+static void binlog_drain(struct testdb *t, struct recorder *rec, struct txo_binlog_stats *st)
+{
+    binlog_run(t, rec, st, false);
 }
 
 /* One drain of the polling relay through rec. */
@@ -256,12 +265,90 @@ static void test_transient_waits_permanent_dead_letters(void **state)
     recorder_clear(&rec);
 }
 
+static struct txo_outbox_stats outbox_stats(struct testdb *t)
+{
+    struct txo_outbox_stats os;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_outbox_get_stats(t->db, &os, &err) < 0)
+        fail_msg("outbox stats: %s", err.msg);
+    return os;
+}
+
+/*
+ * Rows the source published stay PENDING, yet count as published (stats) and age out
+ * (retention) through its high-water id; a hand-back marks them and what the log holds after
+ * the stored position, so the polling relay publishes only what comes after.
+ */
+static void test_stats_retention_and_hand_back(void **state)
+{
+    struct testdb *t = *state;
+    struct recorder rec = {.n = 0}, polling = {.n = 0};
+    binlog_drain(t, &rec, NULL);
+    /* Three old events and one of today, published by the source. */
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, created_at) VALUES "
+                       "('order', 'o', 'E', '{}', 'old:1', '2020-01-01'), "
+                       "('order', 'o', 'E', '{}', 'old:2', '2020-01-01'), "
+                       "('order', 'p', 'E', '{}', 'old:3', '2020-01-01')");
+    insert(t, "1", "k:1", "{}");
+    binlog_drain(t, &rec, NULL);
+    assert_int_equal(rec.n, 4);
+    struct txo_outbox_stats os = outbox_stats(t);
+    assert_int_equal(os.pending, 0);
+    assert_int_equal(os.published, 4);
+    assert_true(os.oldest_pending_age_s == 0.0);
+    int64_t through = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_binlog_published_through(t->db, &through, &err), 0);
+    assert_int_equal(through, 4);
+
+    /* An old event the source has not read yet: waiting, and kept by retention. */
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, created_at) VALUES "
+                       "('order', 'o', 'E', '{}', 'old:4', '2020-01-01')");
+    os = outbox_stats(t);
+    assert_int_equal(os.pending, 1);
+    assert_true(os.oldest_pending_age_s > 86400.0);
+    struct txo_retention_opts ro;
+    txo_retention_opts_init(&ro);
+    ro.outbox_s = 86400;
+    struct txo_retention_counts c;
+    assert_int_equal(txo_retention_run(t->db, &ro, &c, &err), 0);
+    assert_int_equal(c.outbox, 3);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key "
+                                     "IN ('k:1', 'old:4')"),
+                     2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 2);
+
+    /* Hand back: k:1 settled, old:4 (after the stored position) published and marked. */
+    binlog_run(t, &rec, NULL, true);
+    assert_int_equal(rec.n, 5);
+    assert_non_null(strstr(rec.envelopes[4], "\"old:4\""));
+    assert_int_equal(
+        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_binlog_sources"), 0);
+    assert_int_equal(txo_binlog_published_through(t->db, &through, &err), 0);
+    assert_int_equal(through, 0);
+    /* The polling relay publishes only what comes after. */
+    poll_drain(t, &polling);
+    assert_int_equal(polling.n, 0);
+    insert(t, "1", "k:2", "{}");
+    poll_drain(t, &polling);
+    assert_int_equal(polling.n, 1);
+    assert_non_null(strstr(polling.envelopes[0], "\"k:2\""));
+    recorder_clear(&rec);
+    recorder_clear(&polling);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_same_messages_as_polling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transient_waits_permanent_dead_letters, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_stats_retention_and_hand_back, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
