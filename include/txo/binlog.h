@@ -4,37 +4,45 @@
  *
  * What it reads. The source connects as a replication client (REPLICATION SLAVE) and reads
  * the row events of `<database>.outbox_events` of the database it is connected to; another
- * database's outbox on the same server is not read. Inserts only: updates and deletes are
- * passed over, and a rolled-back transaction never reaches the log.
+ * database's outbox on the same server is not read. Inserts, and the update of a dead letter's
+ * replay (status FAILED -> PENDING, txo/dlq.h), which is published as a new event; other
+ * updates and deletes are passed over, and a rolled-back transaction never reaches the log.
  *
- * What it publishes. Each inserted row is published as exactly the message the polling relay
- * sends for it (the same code reads the row by its id and builds the message: envelope,
- * headers, trace context, idempotency key, sequence), through the same publisher, in commit
- * order; one publish batch per run of committed events. A row that is no longer PENDING when
- * its run is published (the polling relay or an earlier run published it) is not sent again.
+ * What it publishes. Each inserted row is decoded from the log's row image (the columns found
+ * by name: binlog_row_metadata=FULL, binlog_row_image=FULL) and published as exactly the
+ * message the polling relay builds for it (the same code: envelope, headers, trace context,
+ * idempotency key, sequence), through the same publisher, in commit order; one publish batch
+ * per run of committed events. The table is not read.
  *
- * Outcome, as the polling relay. Acknowledged events become PUBLISHED. A transient failure is
- * retried with backoff, in order: the stream waits. A permanent one dead-letters the event
- * (FAILED plus a dead_letter_events row, in the same transaction) and the stream moves on.
+ * Rows are left as inserted. A published row stays PENDING; the source's stored high-water id
+ * says that it was published (txo_binlog_published_through(), which the outbox's statistics
+ * and retention use). A transient failure is retried with backoff, in order: the stream waits.
+ * A permanent one dead-letters the event (FAILED plus a dead_letter_events row, in one
+ * transaction: the one write this source makes to an outbox row) and the stream moves on.
  *
- * Position. After the broker acknowledged a run, its rows are marked and the position after
- * its last transaction (binlog file and offset, GTID, and the largest outbox id handled, the
- * high-water mark) is stored in outbox_binlog_sources, in one transaction. A restart resumes
- * there: delivery is at least once (what was published after the stored position is published
- * again; consumers de-duplicate on the idempotency key). Because the rows are marked, a switch
- * back to the polling relay republishes nothing.
+ * Position. After the broker acknowledged a run, the position after its last transaction
+ * (binlog file and offset, GTID, and the largest outbox id handled, the high-water id) is
+ * stored in outbox_binlog_sources. A restart resumes there: delivery is at least once (what
+ * was published after the stored position is published again; consumers de-duplicate on the
+ * idempotency key).
  *
- * First start (no position stored): the source reads the server's current position, publishes
- * what is PENDING through the polling relay (opts.relay, drained), stores the position, and
- * streams from there. An event committed between the two is read from the log and found
- * PUBLISHED already: it is not sent twice.
+ * First start (no position stored): the source reads the server's current position,
+ * publishes what is PENDING through the polling relay (opts.relay, drained; it marks those rows
+ * as the polling relay does), stores the position, and streams from there. An event committed
+ * between the two is published twice. A row whose position was cleared (binlog_file NULL,
+ * after a purge) is resynced: its rows through the high-water id, created more than a minute
+ * before the position was stored, are marked PUBLISHED first.
+ *
+ * Back to polling: opts.hand_back (see there).
  *
  * One active reader per source name: a lease row (owner, lease_until) taken and renewed every
  * lease_ms / 4. A standby waits; it takes over within lease_ms after the holder dies.
  *
  * Refusals at start (TXO_ECONFIG, the message naming the fix): binary log off,
  * binlog_format not ROW, binlog_row_metadata not FULL, the REPLICATION SLAVE or BINLOG
- * MONITOR (REPLICATION CLIENT) grant missing, or the stored position purged from the server.
+ * MONITOR (REPLICATION CLIENT) grant missing, or the stored position purged from the server;
+ * while reading: a claim column missing from the table, of a type the reader does not decode,
+ * or left out of the row images.
  *
  * Thread-safety: a source is driven by one thread; txo_binlog_stop() and
  * txo_binlog_get_stats() may be called from any thread (stop also from a signal handler).
@@ -82,7 +90,7 @@ struct txo_binlog_opts {
 TXO_API void txo_binlog_opts_init(struct txo_binlog_opts *opts);
 
 struct txo_binlog_stats {
-    uint64_t published;        /* events acknowledged and marked PUBLISHED */
+    uint64_t published;        /* events acknowledged */
     uint64_t dead_lettered;    /* events the broker refused for good */
     uint64_t runs;             /* publish runs stored */
     bool active;               /* holds the lease now */

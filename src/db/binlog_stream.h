@@ -24,7 +24,8 @@
 
 enum txo__binlog_event_kind {
     TXO__BINLOG_NOTHING = 0, /* a heartbeat or an event of no interest: check the clock */
-    TXO__BINLOG_INSERT,      /* n_rows rows inserted into the table (held until the commit) */
+    TXO__BINLOG_INSERT,      /* n_rows rows inserted (or requeued) into the table, held until
+                              * the commit */
     TXO__BINLOG_COMMIT,      /* the transaction of the inserts before it committed here: its
                               * rows joined the committed ones (txo__binlog_stream_take) */
 };
@@ -56,11 +57,21 @@ struct txo__binlog_column {
     bool is_set;
 };
 
+/*
+ * An update the stream keeps as if it were an insert: a row whose column moved from `from` to
+ * `to` (the relay: a dead letter replayed, status FAILED -> PENDING); its after image is read.
+ * The column is an ENUM (its values found in the FULL row metadata) or a string.
+ */
+struct txo__binlog_requeue {
+    const char *column, *from, *to;
+};
+
 struct txo__binlog_stream;
 
 /*
  * Starts reading db's binary log at start (file and offset), keeping the inserted rows of
- * schema.table, decoded into cols[0..n_cols) (copied; at most TXO__BINLOG_COLS_MAX). The server
+ * schema.table, and the updated ones requeue names (copied; NULL: none), decoded into
+ * cols[0..n_cols) (copied; at most TXO__BINLOG_COLS_MAX). The server
  * sends a heartbeat after heartbeat_ms without events, so txo__binlog_stream_next() returns
  * at least that often. server_id: the id this client registers with (unique among the
  * server's replicas). Errors: TXO_ECONFIG (the server refused the dump: a purged file, no
@@ -69,8 +80,8 @@ struct txo__binlog_stream;
 int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *start,
                             uint32_t server_id, const char *schema, const char *table,
                             const struct txo__binlog_column *cols, size_t n_cols,
-                            int64_t heartbeat_ms, struct txo__binlog_stream **out,
-                            struct txo_error *err);
+                            const struct txo__binlog_requeue *requeue, int64_t heartbeat_ms,
+                            struct txo__binlog_stream **out, struct txo_error *err);
 
 /*
  * The next event into *ev, blocking until the server sends one (at most heartbeat_ms). *pos

@@ -12,8 +12,10 @@
  *                row metadata (binlog_row_metadata=FULL; without names the source refuses to
  *                start), with its type checked;
  *   WRITE_ROWS   of that table id: the inserted rows, decoded into the caller's columns and
- *                held with their transaction (updates and deletes are other event types and
- *                are passed over);
+ *                held with their transaction;
+ *   UPDATE_ROWS  of that table id, with a requeue rule: the after image of each row whose
+ *                rule column moved from one value to the other, kept as an insert (deletes
+ *                and other updates are passed over);
  *   XID, COMMIT  the end of a transaction (an InnoDB XID event, or a QUERY "COMMIT"): its
  *                rows join the committed ones, which the caller takes;
  * everything else only moves the offset. A rolled-back transaction never reaches the log.
@@ -45,6 +47,15 @@ struct txo__binlog_stream {
     char *names[TXO__BINLOG_COLS_MAX];
     size_t n_cols;
     long at[TXO__BINLOG_COLS_MAX];
+
+    /* The requeue rule (rule.column NULL: none), and where its column is in the current map:
+     * an ENUM (values compared by index) or a string (after a length prefix). */
+    struct txo__binlog_requeue rule;
+    char *rule_strs[3];
+    long rule_at;
+    bool rule_enum;
+    size_t rule_prefix;
+    unsigned rule_from, rule_to;
 
     struct txo_rows *rows; /* committed rows, then those of the open transaction */
     size_t n_committed;    /* rows[0..n_committed) are committed */
@@ -91,6 +102,94 @@ static bool decodable(unsigned t, const unsigned char *m)
 }
 
 static size_t meta_len(unsigned t);
+static uint64_t le(const unsigned char *p, size_t n);
+
+/* A length-encoded integer at p[*at..len): false when it runs past the end. */
+static bool lenenc(const unsigned char *p, size_t len, size_t *at, uint64_t *v)
+{
+    if (*at >= len)
+        return false;
+    unsigned char b = p[(*at)++];
+    size_t n = b < 251 ? 0 : b == 252 ? 2 : b == 253 ? 3 : b == 254 ? 8 : 9;
+    if (n == 9 || len - *at < n)
+        return false;
+    *v = n == 0 ? b : le(p + *at, n);
+    *at += n;
+    return true;
+}
+
+/*
+ * The 1-based indexes of from and to among the values of the ordinal-th ENUM column, from the
+ * table map's ENUM_STR_VALUE metadata (for each ENUM column: the count of its values, then
+ * each as a length-encoded string). False when they cannot be found.
+ */
+static bool enum_indexes(const unsigned char *p, size_t len, unsigned ordinal, const char *from,
+                         const char *to, unsigned *from_i, unsigned *to_i)
+{
+    size_t at = 0;
+    *from_i = *to_i = 0;
+    for (unsigned col = 0; col <= ordinal; col++) {
+        uint64_t count = 0;
+        if (!lenenc(p, len, &at, &count))
+            return false;
+        for (uint64_t i = 1; i <= count; i++) {
+            uint64_t n = 0;
+            if (!lenenc(p, len, &at, &n) || n > len - at)
+                return false;
+            if (col == ordinal && n == strlen(from) && memcmp(p + at, from, n) == 0)
+                *from_i = (unsigned)i;
+            if (col == ordinal && n == strlen(to) && memcmp(p + at, to, n) == 0)
+                *to_i = (unsigned)i;
+            at += n;
+        }
+    }
+    return *from_i > 0 && *to_i > 0;
+}
+
+/* Where the requeue rule's column is in a new table map, and how its values are compared. */
+static int map_rule(struct txo__binlog_stream *s, const struct st_mariadb_rpl_table_map_event *m,
+                    struct txo_error *err)
+{
+    s->rule_at = -1;
+    if (s->rule.column == NULL)
+        return 0;
+    long c =
+        column_index(m->column_names.data, m->column_names.length, m->column_count, s->rule.column);
+    if (c < 0)
+        return txo_error_set(err, TXO_ECONFIG, "binlog: %s.%s has no column %s", s->schema,
+                             s->table, s->rule.column);
+    const unsigned char *types = (const unsigned char *)m->column_types.str;
+    const unsigned char *meta = (const unsigned char *)m->metadata.str;
+    size_t at = 0;
+    unsigned enums = 0;
+    for (long i = 0; i < c; i++) {
+        if (types[i] == MYSQL_TYPE_STRING && (meta[at] | 0x30) == MYSQL_TYPE_ENUM)
+            enums++;
+        at += meta_len(types[i]);
+    }
+    s->rule_at = c;
+    s->rule_enum = types[c] == MYSQL_TYPE_STRING && (meta[at] | 0x30) == MYSQL_TYPE_ENUM;
+    if (s->rule_enum) {
+        if (!enum_indexes(m->enum_values.data, m->enum_values.length, enums, s->rule.from,
+                          s->rule.to, &s->rule_from, &s->rule_to))
+            return txo_error_set(err, TXO_ECONFIG,
+                                 "binlog: the ENUM values of %s.%s.%s (%s, %s) are not in the "
+                                 "row metadata: set binlog_row_metadata=FULL on the server",
+                                 s->schema, s->table, s->rule.column, s->rule.from, s->rule.to);
+        return 0;
+    }
+    if (types[c] == MYSQL_TYPE_VARCHAR || types[c] == MYSQL_TYPE_VAR_STRING)
+        s->rule_prefix = le(meta + at, 2) > 255 ? 2 : 1;
+    else if (types[c] == MYSQL_TYPE_STRING)
+        s->rule_prefix = ((((meta[at] >> 4) & 0x300) ^ 0x300) + meta[at + 1]) > 255 ? 2 : 1;
+    else
+        return txo_error_set(err, TXO_ECONFIG,
+                             "binlog: column %s of %s.%s is neither an ENUM nor a string",
+                             s->rule.column, s->schema, s->table);
+    s->rule_from = 1;
+    s->rule_to = 2;
+    return 0;
+}
 
 /* Where each column is in a new table map of the table, and whether it can be read. */
 static int map_columns(struct txo__binlog_stream *s, const struct st_mariadb_rpl_table_map_event *m,
@@ -123,7 +222,7 @@ static int map_columns(struct txo__binlog_stream *s, const struct st_mariadb_rpl
                                      s->cols[k].name, s->schema, s->table, types[c]);
         at += meta_len(types[c]);
     }
-    return 0;
+    return map_rule(s, m, err);
 }
 
 static bool same(const MARIADB_STRING *s, const char *z)
@@ -150,8 +249,8 @@ static int rpl_error(struct txo__binlog_stream *s, const char *what, struct txo_
 int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *start,
                             uint32_t server_id, const char *schema, const char *table,
                             const struct txo__binlog_column *cols, size_t n_cols,
-                            int64_t heartbeat_ms, struct txo__binlog_stream **out,
-                            struct txo_error *err)
+                            const struct txo__binlog_requeue *requeue, int64_t heartbeat_ms,
+                            struct txo__binlog_stream **out, struct txo_error *err)
 {
     if (strlen(schema) >= 65 || strlen(table) >= 65)
         return txo_error_set(err, TXO_EINVAL, "binlog: schema or table name too long");
@@ -187,6 +286,15 @@ int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *sta
         s->cols[k] = (struct txo__binlog_column){.name = s->names[k], .is_set = cols[k].is_set};
         s->at[k] = -1;
         names_ok = names_ok && s->names[k] != NULL;
+    }
+    s->rule_at = -1;
+    if (requeue != NULL) {
+        s->rule_strs[0] = txo_strdup(requeue->column);
+        s->rule_strs[1] = txo_strdup(requeue->from);
+        s->rule_strs[2] = txo_strdup(requeue->to);
+        s->rule = (struct txo__binlog_requeue){s->rule_strs[0], s->rule_strs[1], s->rule_strs[2]};
+        names_ok = names_ok && s->rule_strs[0] != NULL && s->rule_strs[1] != NULL &&
+                   s->rule_strs[2] != NULL;
     }
     if (!names_ok) {
         txo__binlog_stream_close(s);
@@ -409,40 +517,145 @@ static bool value_text(unsigned t, const unsigned char *m, const unsigned char *
     return true;
 }
 
+/* One row image's values: where each caller column's value is (NULL: SQL NULL or absent). */
+struct image {
+    const unsigned char *vp[TXO__BINLOG_COLS_MAX];
+    size_t vl[TXO__BINLOG_COLS_MAX];
+    const unsigned char *rule_v; /* the requeue rule's column */
+    size_t rule_len;
+};
+
+/* A table map's layout for reading images: types, metadata, where each column's starts. */
+struct layout {
+    uint32_t columns;
+    const unsigned char *types, *meta;
+    size_t meta_at[1024];
+};
+
 /*
- * The rows of a WRITE_ROWS event of the table, decoded into the caller's columns at the end
- * of s->rows: each row is a null bitmap of the columns the event carries, then their non-NULL
- * values in column order, sized by type and table-map metadata. Connector/C's
- * mariadb_rpl_extract_rows() is not used: 3.3 refuses the images of outbox_events
- * ("Malformed row data").
+ * Reads one row image at *p (*left bytes there) into im: a null bitmap of the columns present
+ * (bitmap present), then their non-NULL values in column order, sized by type and metadata.
+ * False when it cannot be read.
  */
-static int read_rows(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
+static bool read_image(const struct txo__binlog_stream *s, const struct layout *l,
+                       const unsigned char *present, const unsigned char **p, size_t *left,
+                       struct image *im)
+{
+    memset(im, 0, sizeof(*im));
+    size_t n_present = 0;
+    for (uint32_t c = 0; c < l->columns; c++)
+        n_present += (present[c / 8] >> (c % 8)) & 1;
+    size_t nulls_len = (n_present + 7) / 8;
+    if (*left < nulls_len)
+        return false;
+    const unsigned char *nulls = *p;
+    *p += nulls_len;
+    *left -= nulls_len;
+    for (uint32_t c = 0, i = 0; c < l->columns; c++) {
+        if (((present[c / 8] >> (c % 8)) & 1) == 0)
+            continue;
+        bool is_null = (nulls[i / 8] >> (i % 8)) & 1;
+        i++;
+        if (is_null)
+            continue;
+        size_t len = value_len(l->types[c], l->meta + l->meta_at[c], *p, *left);
+        if (len == 0)
+            return false;
+        for (size_t k = 0; k < s->n_cols; k++)
+            if (s->at[k] == (long)c) {
+                im->vp[k] = *p;
+                im->vl[k] = len;
+            }
+        if ((long)c == s->rule_at) {
+            im->rule_v = *p;
+            im->rule_len = len;
+        }
+        *p += len;
+        *left -= len;
+    }
+    return true;
+}
+
+/* Appends the caller's columns of an image to s->rows. */
+static int put_image(struct txo__binlog_stream *s, const struct layout *l, const struct image *im,
+                     struct txo_error *err)
+{
+    for (size_t k = 0; k < s->n_cols; k++) {
+        char buf[64];
+        const char *v = NULL;
+        size_t len = 0;
+        if (s->cols[k].is_set) {
+            v = im->vp[k] != NULL ? "1" : "0";
+            len = 1;
+        } else if (im->vp[k] != NULL) {
+            long c = s->at[k];
+            if (!value_text(l->types[c], l->meta + l->meta_at[c], im->vp[k], im->vl[k], buf, &v,
+                            &len)) {
+                txo__rows_drop_partial(s->rows);
+                return txo_error_set(err, TXO_EINVAL,
+                                     "binlog: a DATETIME of %s.%s this reader cannot read",
+                                     s->schema, s->table);
+            }
+        }
+        if (txo__rows_put(s->rows, v, len) < 0) {
+            txo__rows_drop_partial(s->rows);
+            return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a row");
+        }
+    }
+    return 0;
+}
+
+/* The requeue rule's value of an image: its ENUM index, or for a string its position in
+ * {from, to} plus one (0: neither). */
+static unsigned rule_value(const struct txo__binlog_stream *s, const struct image *im)
+{
+    if (im->rule_v == NULL)
+        return 0;
+    if (s->rule_enum)
+        return (unsigned)le(im->rule_v, im->rule_len);
+    size_t prefix = s->rule_prefix, n = im->rule_len - prefix;
+    const unsigned char *v = im->rule_v + prefix;
+    if (n == strlen(s->rule.from) && memcmp(v, s->rule.from, n) == 0)
+        return 1;
+    if (n == strlen(s->rule.to) && memcmp(v, s->rule.to, n) == 0)
+        return 2;
+    return 0;
+}
+
+/*
+ * The rows of a row event of the table, decoded into the caller's columns at the end of
+ * s->rows: every row of a WRITE_ROWS event; of an UPDATE_ROWS event (before and after images in
+ * pairs), the after image of each row the requeue rule's column moved from rule.from to
+ * rule.to. Connector/C's mariadb_rpl_extract_rows() is not used: 3.3 refuses the images of
+ * outbox_events ("Malformed row data").
+ */
+static int read_rows(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e, bool update,
                      struct txo__binlog_event *ev, struct txo_error *err)
 {
     const struct st_mariadb_rpl_table_map_event *map = &s->map->event.table_map;
-    uint32_t columns = map->column_count;
-    if (e->event.rows.column_count != columns || map->column_types.length < columns)
+    struct layout l;
+    l.columns = map->column_count;
+    if (e->event.rows.column_count != l.columns || map->column_types.length < l.columns)
         return txo_error_set(err, TXO_EINVAL,
                              "binlog: a row event of %s.%s does not match its table map", s->schema,
                              s->table);
-    /* Where each column's metadata starts. */
-    size_t meta_at[1024];
-    if (columns > TXO_ARRAY_LEN(meta_at))
+    if (l.columns > TXO_ARRAY_LEN(l.meta_at))
         return txo_error_set(err, TXO_EINVAL, "binlog: %s.%s has too many columns", s->schema,
                              s->table);
-    const unsigned char *types = (const unsigned char *)map->column_types.str;
+    l.types = (const unsigned char *)map->column_types.str;
+    l.meta = (const unsigned char *)map->metadata.str;
     size_t at = 0;
-    for (uint32_t c = 0; c < columns; c++) {
-        meta_at[c] = at;
-        at += meta_len(types[c]);
+    for (uint32_t c = 0; c < l.columns; c++) {
+        l.meta_at[c] = at;
+        at += meta_len(l.types[c]);
     }
-    const unsigned char *meta = (const unsigned char *)map->metadata.str;
-    const unsigned char *present = e->event.rows.column_bitmap;
-    size_t n_present = 0;
-    for (uint32_t c = 0; c < columns; c++)
-        n_present += (present[c / 8] >> (c % 8)) & 1;
+    const unsigned char *before = e->event.rows.column_bitmap;
+    const unsigned char *after = update ? e->event.rows.column_update_bitmap : before;
+    if (after == NULL)
+        return txo_error_set(err, TXO_EINVAL, "binlog: an update of %s.%s without its columns",
+                             s->schema, s->table);
     for (size_t k = 0; k < s->n_cols; k++)
-        if (((present[s->at[k] / 8] >> (s->at[k] % 8)) & 1) == 0)
+        if (((after[s->at[k] / 8] >> (s->at[k] % 8)) & 1) == 0)
             return txo_error_set(err, TXO_ECONFIG,
                                  "binlog: the row events of %s.%s leave out column %s: set "
                                  "binlog_row_image=FULL on the server",
@@ -450,51 +663,17 @@ static int read_rows(struct txo__binlog_stream *s, MARIADB_RPL_EVENT *e,
     const unsigned char *p = e->event.rows.row_data;
     size_t left = e->event.rows.row_data_size;
     while (left > 0) {
-        size_t nulls_len = (n_present + 7) / 8;
-        if (left < nulls_len)
+        struct image old, row;
+        if (update && !read_image(s, &l, before, &p, &left, &old))
             goto malformed;
-        const unsigned char *nulls = p;
-        p += nulls_len;
-        left -= nulls_len;
-        const unsigned char *vp[TXO__BINLOG_COLS_MAX] = {0};
-        size_t vl[TXO__BINLOG_COLS_MAX] = {0};
-        for (uint32_t c = 0, i = 0; c < columns; c++) {
-            if (((present[c / 8] >> (c % 8)) & 1) == 0)
-                continue;
-            bool is_null = (nulls[i / 8] >> (i % 8)) & 1;
-            i++;
-            if (is_null)
-                continue;
-            size_t len = value_len(types[c], meta + meta_at[c], p, left);
-            if (len == 0)
-                goto malformed;
-            for (size_t k = 0; k < s->n_cols; k++)
-                if (s->at[k] == (long)c) {
-                    vp[k] = p;
-                    vl[k] = len;
-                }
-            p += len;
-            left -= len;
-        }
-        for (size_t k = 0; k < s->n_cols; k++) {
-            char buf[64];
-            const char *v = NULL;
-            size_t len = 0;
-            if (s->cols[k].is_set) {
-                v = vp[k] != NULL ? "1" : "0";
-                len = 1;
-            } else if (vp[k] != NULL) {
-                long c = s->at[k];
-                if (!value_text(types[c], meta + meta_at[c], vp[k], vl[k], buf, &v, &len)) {
-                    txo__rows_drop_partial(s->rows);
-                    goto malformed;
-                }
-            }
-            if (txo__rows_put(s->rows, v, len) < 0) {
-                txo__rows_drop_partial(s->rows);
-                return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a row");
-            }
-        }
+        if (!read_image(s, &l, after, &p, &left, &row))
+            goto malformed;
+        if (update && (s->rule_at < 0 || rule_value(s, &old) != s->rule_from ||
+                       rule_value(s, &row) != s->rule_to))
+            continue;
+        int rc = put_image(s, &l, &row, err);
+        if (rc < 0)
+            return rc;
         ev->n_rows++;
     }
     return 0;
@@ -583,15 +762,20 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
         break;
     default: {
         bool write = e->event_type == WRITE_ROWS_EVENT_V1 || e->event_type == WRITE_ROWS_EVENT;
+        bool update = e->event_type == UPDATE_ROWS_EVENT_V1 || e->event_type == UPDATE_ROWS_EVENT;
         bool compressed = e->event_type == WRITE_ROWS_COMPRESSED_EVENT_V1 ||
-                          e->event_type == WRITE_ROWS_COMPRESSED_EVENT;
+                          e->event_type == WRITE_ROWS_COMPRESSED_EVENT ||
+                          e->event_type == UPDATE_ROWS_COMPRESSED_EVENT_V1 ||
+                          e->event_type == UPDATE_ROWS_COMPRESSED_EVENT;
         /* The rows member of the event is only filled for row events. */
-        bool ours =
-            (write || compressed) && s->map != NULL && e->event.rows.table_id == s->map_table_id;
-        if (ours && write) {
-            ev->kind = TXO__BINLOG_INSERT;
-            rc = read_rows(s, e, ev, err);
-        } else if (ours) {
+        bool ours = (write || update || compressed) && s->map != NULL &&
+                    e->event.rows.table_id == s->map_table_id;
+        if (ours && (write || (update && s->rule_at >= 0))) {
+            size_t before = ev->n_rows;
+            rc = read_rows(s, e, update, ev, err);
+            if (ev->n_rows > before)
+                ev->kind = TXO__BINLOG_INSERT;
+        } else if (ours && compressed) {
             rc = txo_error_set(err, TXO_ECONFIG,
                                "binlog: compressed row events of %s.%s: SET GLOBAL "
                                "log_bin_compress = OFF (the reader does not read them)",
@@ -651,5 +835,7 @@ void txo__binlog_stream_close(struct txo__binlog_stream *s)
     txo_rows_free(s->rows);
     for (size_t k = 0; k < s->n_cols; k++)
         txo_free(s->names[k]);
+    for (size_t k = 0; k < 3; k++)
+        txo_free(s->rule_strs[k]);
     txo_free(s);
 }

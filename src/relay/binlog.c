@@ -459,9 +459,11 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
     int64_t heartbeat_ms = b->opts.heartbeat_ms;
     if (heartbeat_ms > b->opts.lease_ms / 4)
         heartbeat_ms = b->opts.lease_ms / 4;
-    int rc =
-        txo__binlog_stream_open(b->stream, &b->run_pos, server_id, b->database, "outbox_events",
-                                claim_columns, TXO_ARRAY_LEN(claim_columns), heartbeat_ms, &s, err);
+    /* A dead letter's replay (FAILED -> PENDING) is read as the insert of an event. */
+    static const struct txo__binlog_requeue replay = {"status", "FAILED", "PENDING"};
+    int rc = txo__binlog_stream_open(b->stream, &b->run_pos, server_id, b->database,
+                                     "outbox_events", claim_columns, TXO_ARRAY_LEN(claim_columns),
+                                     &replay, heartbeat_ms, &s, err);
     if (rc < 0)
         return rc;
     struct txo__binlog_event ev_store, *ev = &ev_store;

@@ -31,7 +31,8 @@ struct run_mark {
 static int run_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     struct run_mark *m = arg;
-    bool writes = m->mark.n_groups > 0 || (m->mark.relay->n > 0 && !m->mark.acked_unmarked);
+    bool writes = m->mark.n_groups > 0 || m->mark.n_unpark > 0 ||
+                  (m->mark.relay->n > 0 && !m->mark.acked_unmarked);
     int rc = writes ? txo__relay_mark_tx(tx, &m->mark, err) : 0;
     if (rc < 0 || m->pos == NULL)
         return rc;
@@ -163,7 +164,7 @@ static int publish_batch(struct txo_binlog *b, bool last, struct txo_error *err)
         m.mark.res.published = m.mark.n_published; /* also when no transaction is needed */
     }
     m.mark.relay = r;
-    if (m.mark.n_groups > 0 || last || (b->marking && r->n > 0)) {
+    if (m.mark.n_groups > 0 || m.mark.n_unpark > 0 || last || (b->marking && r->n > 0)) {
         int rc = txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, run_mark_tx, &m, err);
         if (rc < 0)
             return rc;

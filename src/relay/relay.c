@@ -449,7 +449,7 @@ int txo__relay_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
         ctx->res.published = affected;
         ctx->res.fenced += ctx->n_published - affected;
     }
-    if (ctx->n_unpark > 0 && !ctx->acked_unmarked) {
+    if (ctx->n_unpark > 0) {
         rc = exec_in(tx, r, IN_UNPARK, 0, r->unpark_ids, ctx->n_unpark, NULL, err);
         if (rc < 0)
             return rc;

@@ -207,7 +207,7 @@ struct mark_ctx {
     struct txo_relay *relay;
     bool held; /* claim mode TRANSACTION: the RELAY_SQL_HELD_* statements, no token */
     /* The binlog source: acknowledged rows are left as they are (counted, not marked
-     * PUBLISHED); only failures are written. */
+     * PUBLISHED); only failures, and the unparking after a replayed event, are written. */
     bool acked_unmarked;
     size_t n_published;
     size_t n_groups;

@@ -7,7 +7,10 @@
  *   - a transient failure makes the stream wait and retry, in order, until acknowledged;
  *   - a permanent one dead-letters the event as the polling relay does (FAILED, a
  *     dead_letter_events row with the broker's reason: the only write to an outbox row) and
- *     the later events go on.
+ *     the later events go on; a replay of its dead letter publishes it from the log, a skip
+ *     publishes nothing;
+ *   - rows left PENDING count as published in the stats and age out with retention; a
+ *     hand-back leaves the polling relay only what came after.
  * The server is the private MariaDB with its binary log (scripts/db.sh).
  */
 #include <setjmp.h>
@@ -22,6 +25,7 @@
 
 #include "testdb.h"
 #include "txo/binlog.h"
+#include "txo/dlq.h"
 #include "txo/outbox.h"
 #include "txo/retention.h"
 
@@ -262,6 +266,28 @@ static void test_transient_waits_permanent_dead_letters(void **state)
             at3 = i;
     }
     assert_true(at1 < at3 && at3 < rec.n);
+
+    /* The operator replays the dead letter: the source reads the requeue from the log and
+     * publishes k:2 (its attempt counted from one again), and its aggregate is unparked. */
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_parked"), 1);
+    rec.poison_key = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_dlq_replay(t->db, testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events"), &err) < 0)
+        fail_msg("replay: %s", err.msg);
+    binlog_drain(t, &rec, &st);
+    assert_int_equal(rec.n, 4);
+    assert_non_null(strstr(rec.envelopes[3], "\"k:2\""));
+    assert_non_null(strstr(rec.envelopes[3], "\"attempt\":1"));
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_parked"), 0);
+    /* A skip is an update the source passes over: nothing more is published. */
+    rec.poison_key = "k:5";
+    insert(t, "3", "k:5", "{}");
+    binlog_drain(t, &rec, &st);
+    if (txo_dlq_skip(t->db, testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events"), &err) < 0)
+        fail_msg("skip: %s", err.msg);
+    binlog_drain(t, &rec, &st);
+    assert_int_equal(rec.n, 4);
     recorder_clear(&rec);
 }
 
