@@ -34,7 +34,7 @@ SOAK_CLIENTS ?= 4
 SOAK_RANDOM_STATE    ?=
 CLUSTER_SOAK_SECONDS ?= 60
 FUZZ_SECONDS ?= 180
-FUZZ_TARGETS := http_head order_post envelope canonical_json settings trace archive
+FUZZ_TARGETS := http_head order_post envelope canonical_json settings trace archive binlog_rows
 CLANG_FORMAT ?= clang-format
 # Given (command line or environment): that one, checked against the running server by
 # db-check; otherwise the running or last-used port of the private server, else 3307.

@@ -14,6 +14,8 @@
  *   db_tx.c        txo_db_transact and its retry loop, txo_db_exec/txo_db_query
  *   db_error.c     errno to TXO_E* codes, error details, the txo_db_get_stats counters
  *   db_sql_list.c  IN lists and multi-row VALUES with generated placeholder counts
+ *   db_binlog.c    the binary log read as a replication client (binlog_stream.h), with
+ *                  binlog_rows.c decoding its row images
  *   pool.c         the connection pool; migrate.c (with sql_normalize.c) schema migrations
  */
 #ifndef TXO_DB_INTERNAL_H
@@ -23,6 +25,7 @@
 #include <stdatomic.h>
 
 #include "core/common.h"
+#include "db/rows_build.h"
 
 /* One cached prepared statement, keyed by its SQL text. */
 struct stmt_entry {
@@ -120,23 +123,5 @@ int txo__db_execute(struct txo_db *db, const char *sql, const struct txo_param *
 /* Executes a statement that returns no rows; res (may be NULL) receives its counts. */
 int txo__db_exec(struct txo_db *db, const char *sql, const struct txo_param *params,
                  size_t n_params, struct txo_exec_result *res, struct txo_error *err);
-
-/* ---- db_rows.c: results built row by row (the binlog reader's decoded rows) ---- */
-
-/* An empty result of n_cols (> 0) columns; NULL when out of memory. Free: txo_rows_free(). */
-struct txo_rows *txo__rows_new(size_t n_cols);
-
-/* Appends a value (v NULL: SQL NULL) to the row being built; the row counts once its n_cols-th
- * value is in. Returns 0 or TXO_ENOMEM. */
-int txo__rows_put(struct txo_rows *rows, const char *v, size_t len);
-
-/* Forgets the values of a row left half built (a row image that could not be read). */
-void txo__rows_drop_partial(struct txo_rows *rows);
-
-/* A new result holding rows [from, from + n) of src. Returns 0 or TXO_ENOMEM. */
-int txo__rows_copy(const struct txo_rows *src, size_t from, size_t n, struct txo_rows **out);
-
-/* Removes the first n rows (those after them, and a row being built, move to the front). */
-void txo__rows_drop_head(struct txo_rows *rows, size_t n);
 
 #endif
