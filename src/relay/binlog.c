@@ -468,7 +468,9 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
         return rc;
     struct txo__binlog_event ev_store, *ev = &ev_store;
     struct txo__binlog_pos pos = b->run_pos, committed = b->run_pos;
-    int64_t run_start_ms = 0, stored_ms = txo_monotonic_ms();
+    int64_t run_start_ms = 0;
+    b->stored_pos = b->run_pos; /* where the stream starts is the stored position */
+    b->stored_ms = txo_monotonic_ms();
     bool in_txn = false; /* rows of a transaction whose commit was not read yet */
     while (!txo__binlog_stopping(b)) {
         size_t before = txo__binlog_stream_committed(s);
@@ -495,20 +497,20 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
             n_run > 0 &&
             (quiet || n_run >= b->opts.relay.batch_size || now - run_start_ms >= b->opts.run_ms ||
              (ev->kind == TXO__BINLOG_COMMIT && txo__binlog_stream_idle(s)));
-        bool moved =
-            strcmp(committed.file, b->run_pos.file) != 0 || committed.offset != b->run_pos.offset;
+        /* The position not stored yet: a quiet log's, or a run's the throttle passed over. */
+        bool unsaved = strcmp(committed.file, b->stored_pos.file) != 0 ||
+                       committed.offset != b->stored_pos.offset;
         bool at_target = target != NULL && reached(&committed, target);
-        if (publish ||
-            (moved && !in_txn && (quiet || at_target || now - stored_ms >= POSITION_EVERY_MS))) {
+        bool due = quiet || at_target || now - b->stored_ms >= POSITION_EVERY_MS;
+        if (publish || (unsaved && !in_txn && due)) {
             b->run_pos = committed;
-            rc = txo__binlog_publish_run(b, s, err);
+            rc = txo__binlog_publish_run(b, s, !publish || quiet || at_target, err);
             if (rc < 0)
                 goto out;
-            stored_ms = now;
         }
         observe(b);
         if (target != NULL && txo__binlog_stream_committed(s) == 0 &&
-            reached(&b->run_pos, target)) {
+            reached(&b->stored_pos, target)) {
             *done = true;
             break;
         }
@@ -517,6 +519,13 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
             if (rc < 0 || !b->active)
                 goto out;
         }
+    }
+    /* Stopped: the position of what was published, if the throttle left it unstored. */
+    if (rc == 0 && (strcmp(b->run_pos.file, b->stored_pos.file) != 0 ||
+                    b->run_pos.offset != b->stored_pos.offset)) {
+        size_t held = txo__binlog_stream_committed(s);
+        if (held == 0)
+            rc = txo__binlog_publish_run(b, s, true, err);
     }
 out:
     txo__binlog_stream_close(s); /* what it held unpublished is read again from the position */

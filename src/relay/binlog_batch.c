@@ -146,14 +146,15 @@ static int publish_until_settled(struct txo_binlog *b, struct txo_error *err)
  * Publishes the batch in r->rows (decoded by the stream) and, with the run's last batch,
  * stores the position; the dead letters of a permanent failure go in the same transaction.
  */
-static int publish_batch(struct txo_binlog *b, bool last, struct txo_error *err)
+static int publish_batch(struct txo_binlog *b, bool last, bool store, struct txo_error *err)
 {
     struct txo_relay *r = b->relay;
     txo__relay_load_batch(r);
-    struct run_mark m = {.b = b, .pos = last ? &b->run_pos : NULL};
+    struct run_mark m = {.b = b, .pos = last && store ? &b->run_pos : NULL};
     for (size_t i = 0; i < r->n; i++)
-        if (r->msgs[i].id > m.high_water)
-            m.high_water = r->msgs[i].id;
+        if (r->msgs[i].id > b->high_water)
+            b->high_water = r->msgs[i].id; /* stored with the next position */
+    m.high_water = b->high_water;
     if (r->n > 0) {
         int rc = publish_until_settled(b, err);
         if (rc < 0)
@@ -164,10 +165,14 @@ static int publish_batch(struct txo_binlog *b, bool last, struct txo_error *err)
         m.mark.res.published = m.mark.n_published; /* also when no transaction is needed */
     }
     m.mark.relay = r;
-    if (m.mark.n_groups > 0 || m.mark.n_unpark > 0 || last || (b->marking && r->n > 0)) {
+    if (m.mark.n_groups > 0 || m.mark.n_unpark > 0 || m.pos != NULL || (b->marking && r->n > 0)) {
         int rc = txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, run_mark_tx, &m, err);
         if (rc < 0)
             return rc;
+        if (m.pos != NULL) {
+            b->stored_pos = b->run_pos;
+            b->stored_ms = txo_monotonic_ms();
+        }
     }
     if (r->n > 0) {
         txo__relay_mark_account(r, &m.mark);
@@ -178,10 +183,11 @@ static int publish_batch(struct txo_binlog *b, bool last, struct txo_error *err)
     return 0;
 }
 
-int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s,
+int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s, bool force,
                             struct txo_error *err)
 {
     struct txo_relay *r = b->relay;
+    bool store = force || txo_monotonic_ms() - b->stored_ms >= TXO__BINLOG_STORE_MS;
     int rc = 0;
     do {
         if (txo_monotonic_ms() - b->lease_renewed_ms >= b->opts.lease_ms / 4) {
@@ -197,7 +203,7 @@ int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s,
         r->n = 0;
         rc = txo__binlog_stream_take(s, b->opts.relay.batch_size, &r->rows, err);
         if (rc == 0)
-            rc = publish_batch(b, txo__binlog_stream_committed(s) == 0, err);
+            rc = publish_batch(b, txo__binlog_stream_committed(s) == 0, store, err);
         txo_rows_free(r->rows);
         r->rows = NULL;
         r->n = 0;

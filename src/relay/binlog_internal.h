@@ -27,8 +27,11 @@ struct txo_binlog {
     bool active;              /* holds the lease */
     int64_t lease_renewed_ms; /* monotonic, when it was last taken or renewed */
 
-    /* The position after the current run (the stream holds its rows). */
-    struct txo__binlog_pos run_pos;
+    /* The position after the current run (the stream holds its rows), and the last one
+     * stored, when (monotonic ms). */
+    struct txo__binlog_pos run_pos, stored_pos;
+    int64_t stored_ms;
+    int64_t high_water;        /* the largest id published (stored with each position) */
     int64_t first_high_water;  /* the largest id when the first position was read */
     int64_t stored_high_water; /* the stored position's high-water id */
     char settle_before[32];    /* a resync's bound (BINLOG_SQL_LOAD_POSITION) */
@@ -47,12 +50,15 @@ int txo__binlog_lease(struct txo_binlog *b, struct txo_error *err);
 /*
  * Publishes the committed rows of s in batches of opts.relay.batch_size and stores b->run_pos
  * after the last batch (with the dead letters of that batch, in one transaction fenced by the
- * lease; a batch before the last stores only its dead letters). Transient publish failures are
- * retried with backoff (renewing the lease) until acknowledged or the source is stopped
- * (TXO_ECANCELED: the position is not stored). Takes every committed row of s.
- * Errors: DB errors, TXO_ELEASELOST, TXO_ECANCELED, TXO_ENOMEM.
+ * lease; a batch before the last stores only its dead letters), when force or when the last
+ * store is TXO__BINLOG_STORE_MS old: under a steady flow the position is stored a few times a
+ * second, not after every run (a restart publishes again at most that much). Transient
+ * publish failures are retried with backoff (renewing the lease) until acknowledged or the
+ * source is stopped (TXO_ECANCELED: the position is not stored). Takes every committed row of
+ * s. Errors: DB errors, TXO_ELEASELOST, TXO_ECANCELED, TXO_ENOMEM.
  */
-int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s,
+#define TXO__BINLOG_STORE_MS 100
+int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s, bool force,
                             struct txo_error *err);
 
 bool txo__binlog_stopping(struct txo_binlog *b);
