@@ -91,7 +91,8 @@ help:
 	@echo 'Targets:'
 	@echo '  run           build txo, start the database, run the API + relay + worker (txo up); BROKER=X adds'
 	@echo '                a private broker X (scripts/broker.sh names); the ports are checked first; the fake'
-	@echo '                payment/shipment service runs too (TXO_PAYMENT_URL/TXO_SHIPMENT_URL: real ones; FAKES=0: none)'
+	@echo '                payment/shipment service runs too (TXO_PAYMENT_URL/TXO_SHIPMENT_URL: real ones; FAKES=0: none);'
+	@echo '                SOURCE=binlog: the relay reads the binary log of the private MariaDB instead of polling'
 	@echo '  demo          build, start the database, migrate, run the saga scenarios and check them'
 	@echo '  deps          install the missing Debian packages (scripts/deps.sh; sudo if not root)'
 	@echo '  deps-run      only those `make run` needs: build packages, MariaDB, curl, BROKER'"'"'s server'
@@ -218,7 +219,7 @@ migrate: db-check build db
 run: db-check
 	@scripts/run.sh --check
 	@$(MAKE) build-run db
-	$(DB_ENV) TXO_DB_PRIVATE=$(DB_PRIVATE) TXO_BIN=$(BUILD)/txo scripts/run.sh
+	$(DB_ENV) TXO_DB_PRIVATE=$(DB_PRIVATE) TXO_BIN=$(BUILD)/txo $(if $(SOURCE),TXO_RELAY_SOURCE=$(SOURCE)) scripts/run.sh
 
 demo: db-check build db migrate
 	$(DB_ENV) $(BUILD)/txo demo

@@ -79,9 +79,6 @@ struct relay_cmd_opts {
     int64_t webhook_timeout_ms;
     const char *webhook_token;
     const char *metrics_listen;
-    const char *source;
-    const char *source_name;
-    int64_t source_lease_ms;
     bool hand_back;
 };
 
@@ -115,33 +112,6 @@ static void add_settings(struct settings_table *t)
          .target = &opts.envelope_source},
     };
     const struct setting source[] = {
-        {.name = "source",
-         .env = "TXO_RELAY_SOURCE",
-         .type = SETTING_STRING,
-         .def = "polling",
-         .help = "where the relay finds new events: polling (claims due rows of outbox_events) "
-                 "or binlog (reads the inserts from the server's binary log as a replication "
-                 "client, in commit order; needs log_bin, binlog_format=ROW, "
-                 "binlog_row_metadata=FULL and the REPLICATION SLAVE, BINLOG MONITOR grants: "
-                 "docs/binlog.md)",
-         .target = &opts.source},
-        {.name = "source-name",
-         .env = "TXO_RELAY_SOURCE_NAME",
-         .type = SETTING_STRING,
-         .def = "default",
-         .help = "with --source binlog: the name of the stored position and of the lease (one "
-                 "active reader per name; others stand by), 1..64 bytes",
-         .target = &opts.source_name},
-        {.name = "source-lease",
-         .env = "TXO_RELAY_SOURCE_LEASE_MS",
-         .type = SETTING_MS,
-         .def = "10000",
-         .help = "with --source binlog: how long the reader's hold on its source lasts without "
-                 "renewal (renewed every quarter of it), milliseconds; a standby takes over this "
-                 "long after the reader dies",
-         .min = 30,
-         .max = 3600000,
-         .target = &opts.source_lease_ms},
         {.name = "hand-back",
          .env = "TXO_RELAY_HAND_BACK",
          .type = SETTING_BOOL,
@@ -307,23 +277,18 @@ static int run(int argc, char **argv)
         cli_error("txo relay: --envelope-source: %s", env_err.msg);
         return 2;
     }
-    bool binlog = strcmp(opts.source, "binlog") == 0;
-    if (!binlog && strcmp(opts.source, "polling") != 0) {
-        cli_error("txo relay: --source must be polling or binlog, got \"%s\"", opts.source);
-        return 2;
-    }
-    if (opts.hand_back && !binlog) {
-        cli_error("txo relay: --hand-back needs --source binlog");
-        return 2;
-    }
-    if (opts.source_name[0] == '\0' || strlen(opts.source_name) > 64) {
-        cli_error("txo relay: --source-name must be 1..64 bytes, got \"%s\"", opts.source_name);
-        return 2;
-    }
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("relay", &opts.relay, &ro))
         return 2;
     ro.drain = opts.drain;
+    bool binlog = false;
+    struct txo_binlog_opts bo;
+    if (!daemon_binlog_opts("relay", &opts.relay, &ro, &binlog, &bo))
+        return 2;
+    if (opts.hand_back && !binlog) {
+        cli_error("txo relay: --hand-back needs --source binlog");
+        return 2;
+    }
 
     signals_block(); /* before the first thread: the broker's, the metrics server, the relay */
     int status = 1;
@@ -365,13 +330,9 @@ static int run(int argc, char **argv)
     }
     int rc = 0;
     if (binlog) {
-        struct txo_binlog_opts bo;
-        txo_binlog_opts_init(&bo);
-        bo.source_name = opts.source_name;
         bo.drain = opts.drain;
         bo.hand_back = opts.hand_back;
-        bo.lease_ms = opts.source_lease_ms;
-        bo.relay = ro;
+        bo.relay = ro; /* with the metrics and the tracer */
         rc = txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err);
     } else {
         rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);

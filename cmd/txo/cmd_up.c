@@ -41,7 +41,9 @@ const struct command cmd_up = {
         "# Everything in one process against a local MariaDB, events dispatched in-process:\n"
         "txo up\n"
         "# Through NATS JetStream, with 50 pens and 20 books in stock:\n"
-        "txo up --broker nats --nats-url nats://127.0.0.1:4222 --stock pen=50,book=20\n",
+        "txo up --broker nats --nats-url nats://127.0.0.1:4222 --stock pen=50,book=20\n"
+        "# The relay reading the server's binary log instead of polling (docs/binlog.md):\n"
+        "txo up --source binlog\n",
     .exit_status =
         "0 after a graceful stop (SIGTERM or SIGINT), 1 when a component failed to start or "
         "failed while running (the reason on standard error), 2 on a bad option or environment "
@@ -100,6 +102,7 @@ static void add_settings(struct settings_table *t)
 
 struct relay_thread {
     struct txo_relay *relay;
+    struct txo_binlog *binlog; /* --source binlog: runs instead of relay */
     int rc;
     struct txo_error err;
 };
@@ -114,7 +117,8 @@ static void *relay_main(void *arg)
 {
     struct relay_thread *t = arg;
     txo_error_init(&t->err);
-    t->rc = txo_relay_run(t->relay, &t->err);
+    t->rc =
+        t->binlog != NULL ? txo_binlog_run(t->binlog, &t->err) : txo_relay_run(t->relay, &t->err);
     return NULL;
 }
 
@@ -239,6 +243,10 @@ static int run(int argc, char **argv)
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("up", &opts.relay, &ro))
         return 2;
+    bool binlog = false;
+    struct txo_binlog_opts bo;
+    if (!daemon_binlog_opts("up", &opts.relay, &ro, &binlog, &bo))
+        return 2;
     struct stock_list stock = {.n = 0};
     if (opts.stock != NULL && opts.stock[0] != '\0' && !parse_stock(opts.stock, &stock))
         return 2;
@@ -296,7 +304,9 @@ static int run(int argc, char **argv)
         goto out;
     ro.metrics = reg;
     ro.tracer = daemon_tracer();
-    if (txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
+    bo.relay = ro;
+    if (binlog ? txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err) != 0
+               : txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
         cmd_report("up", "creating the relay", &err);
         goto out;
     }
@@ -309,7 +319,9 @@ static int run(int argc, char **argv)
         goto out;
     }
     relay_running = true;
-    api = daemon_api_start("up", &opts.common, &opts.serve, services, reg, wake_relay, rt.relay);
+    /* The binlog source needs no wake-up: it reads each commit as the server logs it. */
+    api = daemon_api_start("up", &opts.common, &opts.serve, services, reg,
+                           rt.relay != NULL ? wake_relay : NULL, rt.relay);
     if (api == NULL)
         goto out;
     hb_src.services = services;
@@ -327,7 +339,10 @@ out:
     txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */
     daemon_api_stop(api);
     if (relay_running) {
-        txo_relay_stop(rt.relay);
+        if (rt.binlog != NULL)
+            txo_binlog_stop(rt.binlog);
+        else
+            txo_relay_stop(rt.relay);
         pthread_join(relay_tid, NULL);
         if (rt.rc != 0) {
             cmd_report("up", "the relay stopped on an error", &rt.err);
@@ -336,6 +351,7 @@ out:
     }
     daemon_worker_stop("up", worker);
     txo_relay_free(rt.relay);
+    txo_binlog_free(rt.binlog);
     txo_db_close(relay_db);
     txo_publisher_free(pub);
     daemon_worker_free(worker);

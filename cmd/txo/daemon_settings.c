@@ -246,6 +246,33 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .type = SETTING_STRING,
          .help = "name of this relay in lock tokens (default: hostname:pid)",
          .target = &o->relay_id},
+        {.name = "source",
+         .env = "TXO_RELAY_SOURCE",
+         .type = SETTING_STRING,
+         .def = "polling",
+         .help = "where the relay finds new events: polling (claims due rows of outbox_events) "
+                 "or binlog (reads the inserts from the server's binary log as a replication "
+                 "client, in commit order; needs log_bin, binlog_format=ROW, "
+                 "binlog_row_metadata=FULL and the REPLICATION SLAVE, BINLOG MONITOR grants: "
+                 "docs/binlog.md)",
+         .target = &o->source},
+        {.name = "source-name",
+         .env = "TXO_RELAY_SOURCE_NAME",
+         .type = SETTING_STRING,
+         .def = "default",
+         .help = "with --source binlog: the name of the stored position and of the lease (one "
+                 "active reader per name; others stand by), 1..64 bytes",
+         .target = &o->source_name},
+        {.name = "source-lease",
+         .env = "TXO_RELAY_SOURCE_LEASE_MS",
+         .type = SETTING_MS,
+         .def = "10000",
+         .help = "with --source binlog: how long the reader's hold on its source lasts without "
+                 "renewal (renewed every quarter of it), milliseconds; a standby takes over this "
+                 "long after the reader dies",
+         .min = 30,
+         .max = 3600000,
+         .target = &o->source_lease_ms},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }

@@ -405,6 +405,25 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
     return true;
 }
 
+bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,
+                        const struct txo_relay_opts *ro, bool *binlog, struct txo_binlog_opts *out)
+{
+    *binlog = strcmp(s->source, "binlog") == 0;
+    if (!*binlog && strcmp(s->source, "polling") != 0) {
+        cli_error("txo %s: --source must be polling or binlog, got \"%s\"", cmd, s->source);
+        return false;
+    }
+    if (s->source_name[0] == '\0' || strlen(s->source_name) > 64) {
+        cli_error("txo %s: --source-name must be 1..64 bytes, got \"%s\"", cmd, s->source_name);
+        return false;
+    }
+    txo_binlog_opts_init(out);
+    out->source_name = s->source_name;
+    out->lease_ms = s->source_lease_ms;
+    out->relay = *ro;
+    return true;
+}
+
 /* ---- the HTTP API ---- */
 
 struct api_daemon {

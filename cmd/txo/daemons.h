@@ -17,6 +17,7 @@
 #include "api.h"
 #include "order_services.h"
 #include "worker.h"
+#include "txo/binlog.h"
 #include "txo/metrics.h"
 #include "brokers.h"
 #include "txo/registry.h"
@@ -59,6 +60,9 @@ struct relay_settings {
     int64_t backoff_max_ms;
     unsigned idle_sleep_ms;
     const char *relay_id;
+    const char *source; /* polling or binlog */
+    const char *source_name;
+    int64_t source_lease_ms;
 };
 
 /* Appends the relay settings, with targets in o. */
@@ -161,6 +165,11 @@ void daemon_worker_free(struct daemon_worker *d);
 
 /* Relay options from settings. False (message printed) on bad values. */
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *out);
+
+/* --source binlog: the binlog source's options (with ro as its relay options) into *out and
+ * true in *binlog; --source polling: false. False after printing a message on a bad value. */
+bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,
+                        const struct txo_relay_opts *ro, bool *binlog, struct txo_binlog_opts *out);
 
 /* The HTTP API: connection pool + order API + HTTP server (+ /metrics when metrics given).
  * NULL after printing a message on failure. */
