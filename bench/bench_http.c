@@ -17,7 +17,9 @@
  *      when the count did not move for HTTP_STALL_S;
  *   5. figures: accepted orders/s (POST phase), end-to-end orders/s = orders / (first POST
  *      start .. orders.updated_at of the last CONFIRMED order), POST latency, and from SQL
- *      per OrderCreated: commit->publish (outbox published_at - created_at), commit->consumed
+ *      per OrderCreated: commit->publish (outbox published_at - created_at; none with
+ *      `--up-args "--source binlog"`, which writes no published_at: commit->consumed bounds it
+ *      from above), commit->consumed
  *      (the worker's inbox_events.processed_at - outbox created_at; with the local broker the
  *      relay marks a row PUBLISHED only after its whole batch was dispatched, so this is when
  *      the event really arrived) and POST->CONFIRMED (orders updated_at - created_at); and
@@ -31,7 +33,8 @@
  *      a connection still busy sends as soon as it can and its latency counts from the due
  *      time), then the same latencies of those orders only;
  *   7. checks (or the bench fails): every order CONFIRMED and its saga COMPLETED, one
- *      OrderCreated per order, all PUBLISHED; then SIGTERM to `txo up`, which must exit 0,
+ *      OrderCreated per order, all PUBLISHED (or, with a binlog source, published through its
+ *      high-water id); then SIGTERM to `txo up`, which must exit 0,
  *      and the broker is stopped.
  * Medians over the runs are printed per broker.
  *
@@ -123,12 +126,20 @@
 #define HTTP_SQL_CREATED_ALL                                                                       \
     "SELECT COUNT(*) FROM outbox_events "                                                          \
     "WHERE event_type = 'OrderCreated'"
+/* With `--source binlog` published rows stay PENDING: those at or below the id the source
+ * published through (txo_binlog_published_through(): the smallest stored high-water id; no
+ * source, 0) count as published. */
+#define HTTP_SQL__PUBLISHED_THROUGH                                                                \
+    "(SELECT COALESCE(MIN(high_water_id), 0) FROM outbox_binlog_sources "                          \
+    "WHERE binlog_file IS NOT NULL)"
 #define HTTP_SQL_CREATED_NOT_PUBLISHED                                                             \
     "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' AND status <> "          \
-    "'PUBLISHED'"
-/* Events the relay has still to publish: the PENDING and PROCESSING ranges of idx_outbox_due. */
+    "'PUBLISHED' AND NOT (status = 'PENDING' AND id <= " HTTP_SQL__PUBLISHED_THROUGH ")"
+/* Events the relay has still to publish: the PENDING and PROCESSING ranges of idx_outbox_due
+ * (above what a binlog source published through). */
 #define HTTP_SQL_NOT_PUBLISHED                                                                     \
-    "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', 'PROCESSING')"
+    "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', 'PROCESSING') AND "            \
+    "id > " HTTP_SQL__PUBLISHED_THROUGH
 /* Outbox rows of the phase (all event types), PRIMARY range. */
 #define HTTP_SQL_EVENTS_AFTER "SELECT COUNT(*) FROM outbox_events WHERE id > ?"
 /* Server-wide counters (information_schema, in memory; no locks). */
@@ -757,8 +768,10 @@ static int sql_percentiles(struct txo_db *db, const char *sql, int64_t after, do
     for (size_t i = 0; i < n; i++)
         v[i] = (double)txo_rows_i64(rows, i, 0) / 1000.0;
     txo_rows_free(rows);
-    *p50 = bench_percentile(v, n, 50.0);
-    *p99 = bench_percentile(v, n, 99.0);
+    /* No rows (commit->publish of a binlog source, which writes no published_at): -1, printed
+     * as "-". */
+    *p50 = n > 0 ? bench_percentile(v, n, 50.0) : -1.0;
+    *p99 = n > 0 ? bench_percentile(v, n, 99.0) : -1.0;
     *count = n;
     txo_free(v);
     return 0;
@@ -1271,10 +1284,10 @@ static int run_once(struct http_run *h)
     if (rc < 0)
         goto out;
     fprintf(stderr,
-            "  run %u (%s): accepted %.0f/s, end to end %.0f/s, commit->publish p99 %.1f ms; "
-            "half load %.0f/s: commit->publish p99 %.1f ms, POST->CONFIRMED p99 %.1f ms\n",
+            "  run %u (%s): accepted %.0f/s, end to end %.0f/s, commit->consumed p99 %.1f ms; "
+            "half load %.0f/s: commit->consumed p99 %.1f ms, POST->CONFIRMED p99 %.1f ms\n",
             h->run + 1, h->broker != NULL ? h->broker : "local", h->fig[F_HTTP_RATE],
-            h->fig[F_E2E_RATE], h->fig[F_CP_P99], h->fig[F_HALF_RATE], h->fig[F_HALF_CP_P99],
+            h->fig[F_E2E_RATE], h->fig[F_CC_P99], h->fig[F_HALF_RATE], h->fig[F_HALF_CC_P99],
             h->fig[F_HALF_PC_P99]);
 out:
     if (h->txo.pid > 0) {
@@ -1369,17 +1382,20 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, const char *b
     printf("load    %5s %7s %8s %6s %8s %8s %8s %8s %8s %8s %8s %8s\n", "conns", "orders",
            "accept/s", "e2e/s", "POST p50", "POST p99", "c->p p50", "c->p p99", "c->c p50",
            "c->c p99", "P->C p50", "P->C p99");
-    printf("%-7s %5u %7zu %8.0f %6.0f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", label,
+    char cp[4][24];
+    printf("%-7s %5u %7zu %8.0f %6.0f %8.1f %8.1f %8s %8s %8.1f %8.1f %8.1f %8.1f\n", label,
            cfg->http_connections, cfg->http_orders, m[F_HTTP_RATE], m[F_E2E_RATE], m[F_POST_P50],
-           m[F_POST_P99], m[F_CP_P50], m[F_CP_P99], m[F_CC_P50], m[F_CC_P99], m[F_PC_P50],
+           m[F_POST_P99], num(cp[0], sizeof(cp[0]), m[F_CP_P50], 1),
+           num(cp[1], sizeof(cp[1]), m[F_CP_P99], 1), m[F_CC_P50], m[F_CC_P99], m[F_PC_P50],
            m[F_PC_P99]);
     printf("half    %5s %7s %8s %6s %8s %8s %8s %8s %8s %8s %8s %8s\n", "late%", "", "offer/s",
            "done/s", "", "POST p99", "c->p p50", "c->p p99", "c->c p50", "c->c p99", "P->C p50",
            "P->C p99");
-    printf("%-7s %5.1f %7s %8.0f %6.0f %8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", label,
+    printf("%-7s %5.1f %7s %8.0f %6.0f %8s %8.1f %8s %8s %8.1f %8.1f %8.1f %8.1f\n", label,
            m[F_HALF_LATE], "", m[F_HALF_RATE], m[F_HALF_DONE], "", m[F_HALF_POST_P99],
-           m[F_HALF_CP_P50], m[F_HALF_CP_P99], m[F_HALF_CC_P50], m[F_HALF_CC_P99], m[F_HALF_PC_P50],
-           m[F_HALF_PC_P99]);
+           num(cp[2], sizeof(cp[2]), m[F_HALF_CP_P50], 1),
+           num(cp[3], sizeof(cp[3]), m[F_HALF_CP_P99], 1), m[F_HALF_CC_P50], m[F_HALF_CC_P99],
+           m[F_HALF_PC_P50], m[F_HALF_PC_P99]);
     printf("   POST retries %.0f; the relay finished %.1f s after the last confirmation (the "
            "later saga events)\n",
            m[F_RETRIES], m[F_TAIL_S]);
