@@ -4,8 +4,8 @@
  * stdout (the log publisher's envelopes) parsed by the test, its rows checked.
  *
  *   - events committed in many transactions, interleaved aggregates, a rolled-back
- *     transaction, an outbox of another database on the same server, and FLUSH BINARY LOGS
- *     in the middle: every committed event published once, in commit order per aggregate,
+ *     transaction, an outbox of another database on the same server, an ALTER TABLE adding a
+ *     column and FLUSH BINARY LOGS in the middle: every committed event published once, in commit order per aggregate,
  *     payload equal to the row's; nothing of the rollback or the other database;
  *   - SIGKILL mid-stream, again and again: nothing lost (at least once), and no row written;
  *   - two readers of one source: one publishes, the other stands by; killed, the standby
@@ -241,6 +241,8 @@ static void test_stream_each_once_in_order(void **state)
                        "payload, idempotency_key) VALUES ('order', 'r', 'E', '{}', 'k:rolled')");
     testdb_exec(t->db, "ROLLBACK");
     testdb_exec(t->db, "UPDATE outbox_events SET last_error = NULL WHERE id < 10");
+    /* The table changes under the running reader: its columns are found again by name. */
+    testdb_exec(t->db, "ALTER TABLE outbox_events ADD COLUMN note VARCHAR(20) NULL AFTER id");
     testdb_exec(t->db, "FLUSH BINARY LOGS");
     insert_range(t, 300, n, 1, aggs);
 
