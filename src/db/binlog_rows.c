@@ -16,8 +16,7 @@
 #include "db/binlog_rows.h"
 #include "db/db_internal.h" /* <mysql.h>: the MYSQL_TYPE_* of the table map; the rows builder */
 
-/* Little-endian unsigned of n bytes at p. */
-static uint64_t le(const unsigned char *p, size_t n)
+uint64_t txo__binlog_le(const unsigned char *p, size_t n)
 {
     uint64_t v = 0;
     for (size_t i = n; i-- > 0;)
@@ -26,6 +25,7 @@ static uint64_t le(const unsigned char *p, size_t n)
 }
 
 /* Big-endian unsigned of n bytes at p. */
+
 static uint64_t be(const unsigned char *p, size_t n)
 {
     uint64_t v = 0;
@@ -43,7 +43,7 @@ static bool lenenc(const unsigned char *p, size_t len, size_t *at, uint64_t *v)
     size_t n = b < 251 ? 0 : b == 252 ? 2 : b == 253 ? 3 : b == 254 ? 8 : 9;
     if (n == 9 || len - *at < n)
         return false;
-    *v = n == 0 ? b : le(p + *at, n);
+    *v = n == 0 ? b : txo__binlog_le(p + *at, n);
     *at += n;
     return true;
 }
@@ -173,7 +173,7 @@ static int map_rule(struct txo__binlog_decoder *d, const struct txo__binlog_map 
         return 0;
     }
     if (types[c] == MYSQL_TYPE_VARCHAR || types[c] == MYSQL_TYPE_VAR_STRING)
-        d->rule_prefix = le(meta + at, 2) > 255 ? 2 : 1;
+        d->rule_prefix = txo__binlog_le(meta + at, 2) > 255 ? 2 : 1;
     else if (types[c] == MYSQL_TYPE_STRING)
         d->rule_prefix = ((((meta[at] >> 4) & 0x300) ^ 0x300) + meta[at + 1]) > 255 ? 2 : 1;
     else
@@ -271,7 +271,7 @@ static size_t value_len(unsigned t, const unsigned char *m, const unsigned char 
         break;
     case MYSQL_TYPE_VARCHAR:
     case MYSQL_TYPE_VAR_STRING:
-        prefix = le(m, 2) > 255 ? 2 : 1;
+        prefix = txo__binlog_le(m, 2) > 255 ? 2 : 1;
         break;
     case MYSQL_TYPE_BLOB:
     case MYSQL_TYPE_GEOMETRY:
@@ -296,7 +296,7 @@ static size_t value_len(unsigned t, const unsigned char *m, const unsigned char 
     if (prefix > 0) {
         if (prefix > 4 || left < prefix)
             return 0;
-        n = prefix + le(p, prefix);
+        n = prefix + txo__binlog_le(p, prefix);
     }
     return n <= left ? n : 0;
 }
@@ -315,7 +315,7 @@ static bool value_text(unsigned t, const unsigned char *m, const unsigned char *
     case MYSQL_TYPE_INT24:
     case MYSQL_TYPE_LONG:
     case MYSQL_TYPE_LONGLONG: {
-        uint64_t u = le(p, len);
+        uint64_t u = txo__binlog_le(p, len);
         if (len < 8 && (u >> (8 * len - 1)) & 1)
             u |= ~UINT64_C(0) << (8 * len); /* sign-extended */
         *out_len = (size_t)snprintf(buf, 64, "%" PRId64, (int64_t)u);
@@ -347,7 +347,7 @@ static bool value_text(unsigned t, const unsigned char *m, const unsigned char *
     }
     case MYSQL_TYPE_VARCHAR:
     case MYSQL_TYPE_VAR_STRING:
-        prefix = le(m, 2) > 255 ? 2 : 1;
+        prefix = txo__binlog_le(m, 2) > 255 ? 2 : 1;
         break;
     case MYSQL_TYPE_BLOB:
         prefix = m[0];
@@ -457,7 +457,7 @@ static unsigned rule_value(const struct txo__binlog_decoder *d, const struct ima
     if (im->rule_v == NULL)
         return 0;
     if (d->rule_enum)
-        return (unsigned)le(im->rule_v, im->rule_len);
+        return (unsigned)txo__binlog_le(im->rule_v, im->rule_len);
     size_t prefix = d->rule_prefix, n = im->rule_len - prefix;
     const unsigned char *v = im->rule_v + prefix;
     if (n == strlen(d->rule.from) && memcmp(v, d->rule.from, n) == 0)

@@ -15,6 +15,9 @@
 #include "db/binlog_stream.h"
 #include "db/rows_build.h"
 
+/* The little-endian unsigned of n (at most 8) bytes at p: the log's integers. */
+uint64_t txo__binlog_le(const unsigned char *p, size_t n);
+
 /* A TABLE_MAP event's parts: column types (one byte each), their metadata, and the optional
  * metadata of binlog_row_metadata=FULL: the names (each prefixed by its length) and the ENUM
  * values (for each ENUM column, its count of values, then each as a length-encoded string). */

@@ -151,15 +151,6 @@ int txo__binlog_stream_open(struct txo_db *db, const struct txo__binlog_pos *sta
     return 0;
 }
 
-/* Little-endian unsigned of n bytes at p. */
-static uint64_t le64(const unsigned char *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = n; i-- > 0;)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* True when p[0..n) looks like a binary log's file name: it ends in "." and six digits. */
 static bool log_name(const unsigned char *p, size_t n)
 {
@@ -193,7 +184,7 @@ static void rotate(struct txo__binlog_stream *s, const MARIADB_RPL_EVENT *e)
         return;
     memcpy(s->pos.file, ev + header + post, n);
     s->pos.file[n] = '\0';
-    s->pos.offset = le64(ev + header, 8);
+    s->pos.offset = txo__binlog_le(ev + header, 8);
 }
 
 int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,

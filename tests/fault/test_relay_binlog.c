@@ -5,8 +5,8 @@
  *
  *   - events committed in many transactions, interleaved aggregates, a rolled-back
  *     transaction, an outbox of another database on the same server, an ALTER TABLE adding a
- *     column and FLUSH BINARY LOGS in the middle: every committed event published once, in commit order per aggregate,
- *     payload equal to the row's; nothing of the rollback or the other database;
+ *     column and FLUSH BINARY LOGS in the middle: every committed event published once, in commit
+ * order per aggregate, payload equal to the row's; nothing of the rollback or the other database;
  *   - SIGKILL mid-stream, again and again: nothing lost (at least once), and no row written;
  *   - two readers of one source: one publishes, the other stands by; killed, the standby
  *     takes over within the lease;
@@ -62,6 +62,18 @@ static int64_t q(struct testdb *t, const char *sql)
 static void temp_path(char *buf, size_t cap, const char *name)
 {
     testproc_temp_path(buf, cap, "txo_relay_binlog", name);
+}
+
+/* A test's relay output and error files, "<tag>_out" and "<tag>_err", removed. */
+static void io_paths(char out[256], char errf[256], const char *tag)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "%s_out", tag);
+    temp_path(out, 256, name);
+    snprintf(name, sizeof(name), "%s_err", tag);
+    temp_path(errf, 256, name);
+    unlink(out);
+    unlink(errf);
 }
 
 /* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
@@ -212,10 +224,7 @@ static void test_stream_each_once_in_order(void **state)
 {
     struct testdb *t = *state;
     char out[256], errf[256];
-    temp_path(out, sizeof(out), "out");
-    temp_path(errf, sizeof(errf), "err");
-    unlink(out);
-    unlink(errf);
+    io_paths(out, errf, "stream");
     /* An event committed before the first start: published by the polling path. */
     insert_range(t, 0, 1, 1, 7);
     unsigned port = testproc_free_port();
@@ -293,10 +302,7 @@ static void test_kill_mid_stream_loses_nothing(void **state)
 {
     struct testdb *t = *state;
     char out[256], errf[256];
-    temp_path(out, sizeof(out), "kill_out");
-    temp_path(errf, sizeof(errf), "kill_err");
-    unlink(out);
-    unlink(errf);
+    io_paths(out, errf, "kill");
     drain(out, errf); /* the first position, on an empty outbox */
     const unsigned n = 800, aggs = 5;
     insert_range(t, 0, n, 8, aggs);
@@ -422,10 +428,7 @@ static void test_switch_live_polling_binlog_polling(void **state)
 {
     struct testdb *t = *state;
     char out[256], errf[256];
-    temp_path(out, sizeof(out), "switch_out");
-    temp_path(errf, sizeof(errf), "switch_err");
-    unlink(out);
-    unlink(errf);
+    io_paths(out, errf, "switch");
     static const char *const polling[] = {"relay", "--publisher", "log", NULL};
     const char *none[] = {NULL};
     struct writer w = {.t = t, .aggs = 5};
@@ -474,10 +477,7 @@ static void test_refusals(void **state)
 {
     struct testdb *t = *state;
     char out[256], errf[256];
-    temp_path(out, sizeof(out), "ref_out");
-    temp_path(errf, sizeof(errf), "ref_err");
-    unlink(out);
-    unlink(errf);
+    io_paths(out, errf, "ref");
     const char *bad[] = {"--source-name", "", NULL};
     int status = testproc_wait_pid(spawn_relay(out, errf, bad));
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
