@@ -311,6 +311,10 @@ static int run(int argc, char **argv)
         job ? common_connect(&opts.common) : daemon_db_wait("relay", &opts.common, &sig);
     if (db == NULL)
         return sig != 0 ? 0 : 1;
+    if (!binlog && !daemon_polling_allowed("relay", db)) {
+        txo_db_close(db);
+        return 1;
+    }
     if (opts.metrics_listen != NULL && opts.metrics_listen[0] != '\0') {
         metrics = daemon_metrics_new(&opts.common);
         if (metrics == NULL)

@@ -300,7 +300,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     relay_db = common_connect(&opts.common);
-    if (relay_db == NULL)
+    if (relay_db == NULL || (!binlog && !daemon_polling_allowed("up", relay_db)))
         goto out;
     ro.metrics = reg;
     ro.tracer = daemon_tracer();

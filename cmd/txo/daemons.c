@@ -424,6 +424,25 @@ bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,
     return true;
 }
 
+bool daemon_polling_allowed(const char *cmd, struct txo_db *db)
+{
+    int64_t through = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_binlog_published_through(db, &through, &err) < 0) {
+        cmd_report(cmd, "reading the binlog sources", &err);
+        return false;
+    }
+    if (through == 0)
+        return true;
+    cli_error("txo %s: a binlog source of this outbox published its events up to id %" PRId64
+              " and left them PENDING, so a polling relay would publish them all again. Hand the "
+              "outbox back first: txo relay --source binlog --hand-back (docs/binlog.md, "
+              "\"Switching\"), or run with --source binlog",
+              cmd, through);
+    return false;
+}
+
 /* ---- the HTTP API ---- */
 
 struct api_daemon {

@@ -166,6 +166,10 @@ void daemon_worker_free(struct daemon_worker *d);
 /* Relay options from settings. False (message printed) on bad values. */
 bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *out);
 
+/* False (after printing why and how to fix it) when a binlog source of db's outbox left rows it
+ * published PENDING (txo_binlog_published_through()): a polling relay must not start then. */
+bool daemon_polling_allowed(const char *cmd, struct txo_db *db);
+
 /* --source binlog: the binlog source's options (with ro as its relay options) into *out and
  * true in *binlog; --source polling: false. False after printing a message on a bad value. */
 bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,

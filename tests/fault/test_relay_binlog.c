@@ -64,6 +64,16 @@ static void temp_path(char *buf, size_t cap, const char *name)
     testproc_temp_path(buf, cap, "txo_relay_binlog", name);
 }
 
+/* The start of the file at path (a relay's stderr), NUL-terminated, into buf. */
+static void read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t len = fread(buf, 1, cap - 1, f);
+    buf[len] = '\0';
+    fclose(f);
+}
+
 /* A test's relay output and error files, "<tag>_out" and "<tag>_err", removed. */
 static void io_paths(char out[256], char errf[256], const char *tag)
 {
@@ -491,16 +501,21 @@ static void test_refusals(void **state)
                        "('order', 'p', 'E', '{}', 'k:2', '2020-01-01')");
     drain(out, errf);
     assert_int_equal(file_lines(out), 3);
+    /* A polling relay now would publish them again: it refuses to start, naming the hand-back. */
+    static const char *const polling[] = {"relay", "--publisher", "log", "--drain", NULL};
+    const char *none[] = {NULL};
+    unlink(errf);
+    status = testproc_wait_pid(testproc_spawn_txo(polling, none, out, errf, true));
+    char text[8192];
+    read_text(errf, text, sizeof(text));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "--hand-back") == NULL)
+        fail_msg("want exit 1 naming the hand-back, status 0x%x: %s", status, text);
+    assert_int_equal(file_lines(out), 3);
     testdb_exec(t->db, "UPDATE outbox_binlog_sources SET binlog_file = 'binlog.999999'");
     unlink(errf);
     const char *args[] = {"--drain", NULL};
     status = testproc_wait_pid(spawn_relay(out, errf, args));
-    FILE *f = fopen(errf, "r");
-    assert_non_null(f);
-    char text[8192];
-    size_t len = fread(text, 1, sizeof(text) - 1, f);
-    text[len] = '\0';
-    fclose(f);
+    read_text(errf, text, sizeof(text));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "purged") == NULL ||
         strstr(text, "UPDATE outbox_binlog_sources SET binlog_file = NULL WHERE name = "
                      "'default'") == NULL)
@@ -525,11 +540,7 @@ static void test_refusals(void **state)
     status = testproc_wait_pid(spawn_relay(out, errf, args));
     setenv("MYSQL_USER", saved, 1);
     txo_free(saved);
-    f = fopen(errf, "r");
-    assert_non_null(f);
-    len = fread(text, 1, sizeof(text) - 1, f);
-    text[len] = '\0';
-    fclose(f);
+    read_text(errf, text, sizeof(text));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 ||
         strstr(text, "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO") == NULL)
         fail_msg("want exit 1 printing the GRANT, status 0x%x: %s", status, text);
