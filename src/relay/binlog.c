@@ -384,9 +384,16 @@ static int hand_back(struct txo_binlog *b, bool *done, struct txo_error *err)
     if (rc < 0 || (stored && !*done))
         return rc;
     struct txo_param p[] = {txo_p_str(b->source_name), txo_p_str(b->owner)};
-    rc = txo_db_exec(b->db, BINLOG_SQL_FORGET_SOURCE, p, TXO_ARRAY_LEN(p), NULL, err);
+    struct txo_exec_result res = {0};
+    rc = txo_db_exec(b->db, BINLOG_SQL_FORGET_SOURCE, p, TXO_ARRAY_LEN(p), &res, err);
     if (rc < 0)
         return rc;
+    if (stored && res.affected_rows != 1) { /* another reader took the lease: start again */
+        *done = false;
+        return txo_error_set(err, TXO_ELEASELOST,
+                             "binlog source %s: lease lost before the hand-back ended",
+                             b->source_name);
+    }
     *done = true;
     b->active = false;
     atomic_store(&b->active_flag, false);
