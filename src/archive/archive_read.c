@@ -90,8 +90,9 @@ static bool id_value(const json_t *v, bool as_real, int64_t *id)
         return json_is_integer(v);
     }
     double d = json_real_value(v);
-    if (!json_is_real(v) || d != (double)(int64_t)d || d > 9007199254740992.0 ||
-        d < -9007199254740992.0)
+    /* The range first: casting a double outside int64 is undefined. */
+    if (!json_is_real(v) || !(d <= 9007199254740992.0 && d >= -9007199254740992.0) ||
+        d != (double)(int64_t)d)
         return false;
     *id = (int64_t)d;
     return true;
