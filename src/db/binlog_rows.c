@@ -437,13 +437,13 @@ static int put_image(const struct txo__binlog_decoder *d, const struct layout *l
             long c = d->at[k];
             if (!value_text(l->types[c], l->meta + l->meta_at[c], im->vp[k], im->vl[k], buf, &v,
                             &len)) {
-                txo__rows_drop_partial(out);
+                txo__rows_truncate(out, txo_rows_count(out));
                 return txo_error_set(err, TXO_EINVAL,
                                      "binlog: a DATETIME of %s this reader cannot read", d->what);
             }
         }
         if (txo__rows_put(out, v, len) < 0) {
-            txo__rows_drop_partial(out);
+            txo__rows_truncate(out, txo_rows_count(out));
             return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory for a row");
         }
     }

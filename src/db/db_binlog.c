@@ -6,6 +6,9 @@
  *
  * The server sends every event of the log; this file keeps:
  *   ROTATE       the file the next events come from (the first one names the start file);
+ *   ROTATE, FORMAT_DESCRIPTION  a new file: what the open transaction read is dropped (a
+ *                transaction never spans files: its tail was lost in a server crash) and so is
+ *                the table map (table ids start again when the server does);
  *   GTID         the GTID of the transaction that begins (kept in the position);
  *   TABLE_MAP    of schema.table only: the map the row events after it refer to by table id,
  *                and where each column the caller asked for is, found by name in the FULL
@@ -24,8 +27,9 @@
  * open transaction after them. Taking copies the oldest committed rows out; the taken ones are
  * dropped once every committed row is taken, so each row is copied twice in all.
  *
- * The table map event stays alive (mariadb_rpl_extract_rows() reads the column types from it)
- * until the next map of the table replaces it; other events are freed after use.
+ * The table map event stays alive (the decoder reads the column types from it) until the next
+ * map of the table replaces it, a map of another table takes its id, or a new file begins;
+ * other events are freed after use.
  */
 
 #include "db/binlog_rows.h"
@@ -187,6 +191,23 @@ static void rotate(struct txo__binlog_stream *s, const MARIADB_RPL_EVENT *e)
     s->pos.offset = txo__binlog_le(ev + header, 8);
 }
 
+static void forget_map(struct txo__binlog_stream *s)
+{
+    mariadb_free_rpl_event(s->map);
+    s->map = NULL;
+}
+
+/*
+ * At a new log file: a transaction never spans two files, so rows read and not committed belong
+ * to one the server never finished (its tail was lost in a crash; recovery rolled it back), and
+ * table ids start again after a server restart, so the table map no longer holds.
+ */
+static void forget_open(struct txo__binlog_stream *s)
+{
+    forget_map(s);
+    txo__rows_truncate(s->rows, s->n_committed);
+}
+
 int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_event *ev,
                             struct txo__binlog_pos *pos, struct txo_error *err)
 {
@@ -205,6 +226,10 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
     switch (e->event_type) {
     case ROTATE_EVENT:
         rotate(s, e);
+        forget_open(s);
+        break;
+    case FORMAT_DESCRIPTION_EVENT:
+        forget_open(s);
         break;
     case GTID_EVENT:
         snprintf(s->pos.gtid, sizeof(s->pos.gtid), "%u-%u-%" PRIu64, e->event.gtid.domain_id,
@@ -219,6 +244,8 @@ int txo__binlog_stream_next(struct txo__binlog_stream *s, struct txo__binlog_eve
             s->map_table_id = e->event.table_map.table_id;
             struct txo__binlog_map m = map_of(e);
             rc = txo__binlog_decoder_map(&s->dec, &m, err);
+        } else if (s->map != NULL && e->event.table_map.table_id == s->map_table_id) {
+            forget_map(s); /* the id names another table now */
         }
         break;
     case XID_EVENT:

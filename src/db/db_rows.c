@@ -72,13 +72,15 @@ int txo__rows_put(struct txo_rows *rows, const char *v, size_t len)
     return 0;
 }
 
-void txo__rows_drop_partial(struct txo_rows *rows)
+void txo__rows_truncate(struct txo_rows *rows, size_t keep)
 {
-    size_t whole = rows->n_rows * rows->n_cols;
+    TXO_ASSERT(keep <= rows->n_rows);
+    size_t whole = keep * rows->n_cols;
     if (rows->n_cells > whole) {
         rows->data_len = rows->cells[whole].off;
         rows->n_cells = whole;
     }
+    rows->n_rows = keep;
 }
 
 int txo__rows_copy(const struct txo_rows *src, size_t from, size_t n, struct txo_rows **out)

@@ -17,8 +17,9 @@ struct txo_rows *txo__rows_new(size_t n_cols);
  * value is in. Returns 0 or TXO_ENOMEM. */
 int txo__rows_put(struct txo_rows *rows, const char *v, size_t len);
 
-/* Forgets the values of a row left half built (a row image that could not be read). */
-void txo__rows_drop_partial(struct txo_rows *rows);
+/* Keeps the first keep (<= the count) rows and forgets the rest, and a row left half built (a
+ * row image that could not be read, a transaction the log never committed). */
+void txo__rows_truncate(struct txo_rows *rows, size_t keep);
 
 /* A new result holding rows [from, from + n) of src. Returns 0 or TXO_ENOMEM. */
 int txo__rows_copy(const struct txo_rows *src, size_t from, size_t n, struct txo_rows **out);

@@ -187,7 +187,8 @@ int txo__binlog_publish_run(struct txo_binlog *b, struct txo__binlog_stream *s, 
                             struct txo_error *err)
 {
     struct txo_relay *r = b->relay;
-    bool store = force || txo_monotonic_ms() - b->stored_ms >= TXO__BINLOG_STORE_MS;
+    bool store = force || txo_monotonic_ms() - b->stored_ms >= TXO__BINLOG_STORE_MS ||
+                 txo__binlog_stream_committed(s) >= b->opts.relay.batch_size;
     int rc = 0;
     do {
         if (txo_monotonic_ms() - b->lease_renewed_ms >= b->opts.lease_ms / 4) {

@@ -50,11 +50,12 @@ int txo__binlog_lease(struct txo_binlog *b, struct txo_error *err);
 /*
  * Publishes the committed rows of s in batches of opts.relay.batch_size and stores b->run_pos
  * after the last batch (with the dead letters of that batch, in one transaction fenced by the
- * lease; a batch before the last stores only its dead letters), when force or when the last
- * store is TXO__BINLOG_STORE_MS old: under a steady flow the position is stored a few times a
- * second, not after every run (a restart publishes again at most that much). Transient
- * publish failures are retried with backoff (renewing the lease) until acknowledged or the
- * source is stopped (TXO_ECANCELED: the position is not stored). Takes every committed row of
+ * lease; a batch before the last stores only its dead letters), when force, when the run is a
+ * full batch, or when the last store is TXO__BINLOG_STORE_MS old: a steady flow of small runs
+ * stores the position a few times a second, not after every run, and a backlog after every
+ * batch, so a restart publishes again at most one batch or TXO__BINLOG_STORE_MS of events.
+ * Transient publish failures are retried with backoff (renewing the lease) until acknowledged or
+ * the source is stopped (TXO_ECANCELED: the position is not stored). Takes every committed row of
  * s. Errors: DB errors, TXO_ELEASELOST, TXO_ECANCELED, TXO_ENOMEM.
  */
 #define TXO__BINLOG_STORE_MS 100

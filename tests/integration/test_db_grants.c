@@ -92,7 +92,7 @@ static int setup(void **state)
 {
     struct ctx *c = calloc(1, sizeof(*c));
     assert_non_null(c);
-    testserver_start(&c->server, false);
+    testserver_start(&c->server, TESTSERVER_PLAIN);
     testnats_start(&c->nats);
     snprintf(c->nats_url, sizeof(c->nats_url), "--nats-url=%s", c->nats.url);
     struct txo_db_opts opts;

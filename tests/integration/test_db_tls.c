@@ -21,7 +21,7 @@ static struct testserver server;
 static int group_setup(void **state)
 {
     (void)state;
-    testserver_start(&server, true);
+    testserver_start(&server, TESTSERVER_TLS);
     return 0;
 }
 

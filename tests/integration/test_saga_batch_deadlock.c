@@ -41,7 +41,7 @@ static struct testserver server;
 static int server_setup(void **state)
 {
     (void)state;
-    testserver_start(&server, false);
+    testserver_start(&server, TESTSERVER_PLAIN);
     return 0;
 }
 

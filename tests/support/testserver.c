@@ -1,6 +1,6 @@
 /*
  * Test support: a private MariaDB server per test file (testserver.h), driven through
- * tests/support/tls_server.sh so the server is started the same way as scripts/db.sh does.
+ * tests/support/testserver.sh so the server is started the same way as scripts/db.sh does.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,7 +22,7 @@
 
 static const char *script(void)
 {
-    return TXO_TEST_SOURCE_DIR "/tests/support/tls_server.sh";
+    return TXO_TEST_SOURCE_DIR "/tests/support/testserver.sh";
 }
 
 const char *testserver_source_path(const char *rel)
@@ -32,7 +32,7 @@ const char *testserver_source_path(const char *rel)
     return path;
 }
 
-void testserver_start(struct testserver *s, bool tls)
+void testserver_start(struct testserver *s, enum testserver_mode mode)
 {
     static unsigned n;
     memset(s, 0, sizeof(*s));
@@ -44,13 +44,34 @@ void testserver_start(struct testserver *s, bool tls)
     for (int attempt = 0; attempt < 3; attempt++) {
         s->port = testproc_free_port();
         snprintf(cmd, sizeof(cmd), "'%s' start '%s' %u %s", script(), s->dir, s->port,
-                 tls ? "tls" : "plain");
+                 mode == TESTSERVER_TLS      ? "tls"
+                 : mode == TESTSERVER_BINLOG ? "binlog"
+                                             : "plain");
         if (system(cmd) == 0) {
             s->running = true;
             return;
         }
     }
     fail_msg("could not start a private MariaDB server (%s)", cmd);
+}
+
+/* Runs the script's command on the server's directory; fails the test on error. */
+static void run_script(const struct testserver *s, const char *command)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "'%s' %s '%s'", script(), command, s->dir);
+    if (system(cmd) != 0)
+        fail_msg("%s failed", cmd);
+}
+
+void testserver_crash(struct testserver *s)
+{
+    run_script(s, "crash");
+}
+
+void testserver_restart(struct testserver *s)
+{
+    run_script(s, "restart");
 }
 
 void testserver_stop(struct testserver *s)

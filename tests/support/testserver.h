@@ -1,8 +1,9 @@
 /*
  * Test support: a MariaDB server of the test's own, for tests that need server settings or
  * admin rights the shared test server does not give (TLS with require_secure_transport, users
- * with chosen grants). tests/support/tls_server.sh does the work: its own datadir under /tmp,
- * a free TCP port on 127.0.0.1, the database appdb, the user app (password secret) with ALL on
+ * with chosen grants, a server to crash and restart). tests/support/testserver.sh does the work:
+ * its own datadir under /tmp, a free TCP port on 127.0.0.1, the database appdb, the user app
+ * (password secret) with ALL on
  * *.*, and root through the server's unix socket. With TLS it also makes the certificates:
  * ca.pem signs the server's certificate for the host name localhost, other-ca.pem signs
  * nothing the server uses.
@@ -25,8 +26,20 @@ struct testserver {
     char other_ca[160]; /* dir/other-ca.pem */
 };
 
-/* Starts a fresh server; tls = true also requires secure transport on TCP. */
-void testserver_start(struct testserver *s, bool tls);
+enum testserver_mode {
+    TESTSERVER_PLAIN,  /* TCP without TLS */
+    TESTSERVER_TLS,    /* requires secure transport on TCP */
+    TESTSERVER_BINLOG, /* plain, and writes the binary log as scripts/db.sh does */
+};
+
+/* Starts a fresh server. */
+void testserver_start(struct testserver *s, enum testserver_mode mode);
+
+/* SIGKILLs the server, keeping its datadir: a server crash. */
+void testserver_crash(struct testserver *s);
+
+/* Starts the crashed server again on its datadir, port and mode (crash recovery included). */
+void testserver_restart(struct testserver *s);
 
 /* Stops the server and deletes its directory. Safe to call twice. */
 void testserver_stop(struct testserver *s);
