@@ -273,6 +273,17 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .min = 30,
          .max = 3600000,
          .target = &o->source_lease_ms},
+        {.name = "source-gather",
+         .env = "TXO_RELAY_SOURCE_GATHER_MS",
+         .type = SETTING_MS,
+         .def = "4",
+         .help = "with --source binlog: under load, how long at most a commit that follows a "
+                 "run closely waits for more before it goes out (as long as that run took to "
+                 "publish, up to this): larger batches for busy consumers; 0 sends each commit "
+                 "at once, milliseconds",
+         .min = 0,
+         .max = 1000,
+         .target = &o->source_gather_ms},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }

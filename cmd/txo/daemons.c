@@ -420,6 +420,7 @@ bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,
     txo_binlog_opts_init(out);
     out->source_name = s->source_name;
     out->lease_ms = s->source_lease_ms;
+    out->gather_ms = s->source_gather_ms;
     out->relay = *ro;
     return true;
 }

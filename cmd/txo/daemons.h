@@ -63,6 +63,7 @@ struct relay_settings {
     const char *source; /* polling or binlog */
     const char *source_name;
     int64_t source_lease_ms;
+    int64_t source_gather_ms;
 };
 
 /* Appends the relay settings, with targets in o. */

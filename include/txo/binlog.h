@@ -66,9 +66,13 @@ struct txo_binlog_opts {
     /* The id the source registers with as a replica; unique among the server's replicas.
      * 0 (default): derived from the owner, in 0x40000000..0x7fffffff. */
     uint32_t server_id;
-    int64_t lease_ms;         /* default 10000 */
-    int64_t heartbeat_ms;     /* the server speaks at least this often; default 1000 */
-    int64_t run_ms;           /* a run closes this long after its first event; default 20 */
+    int64_t lease_ms;     /* default 10000 */
+    int64_t heartbeat_ms; /* the server speaks at least this often; default 1000 */
+    int64_t run_ms;       /* a run closes this long after its first event; default 20 */
+    /* Under load a commit soon after the last run waits for more, for as long as that run
+     * took to publish and at most this long, so that busy consumers get fewer, larger
+     * batches (a quiet stream sends each commit at once); 0: never wait; default 4. */
+    int64_t gather_ms;
     struct txo_backoff retry; /* transient publish failures: 250 ms .. 30 s, jitter 0.2 */
     /* Return once the stored position reached the server's position at start. */
     bool drain;

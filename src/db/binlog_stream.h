@@ -105,12 +105,12 @@ int txo__binlog_stream_take(struct txo__binlog_stream *s, size_t max, struct txo
                             struct txo_error *err);
 
 /*
- * True when nothing more has arrived from the server yet (its socket has no bytes to read): the
- * reader has everything the server wrote so far, so a run can go out now instead of waiting
- * for more. It may say so while the client library still holds a buffered event; that only
- * makes a run smaller.
+ * True when nothing more arrives from the server within wait_ms (0: nothing has arrived yet;
+ * its socket has no bytes to read): the reader has everything the server wrote so far, so a
+ * run can go out now instead of waiting for more. It may say so while the client library
+ * still holds a buffered event; that only makes a run smaller.
  */
-bool txo__binlog_stream_idle(struct txo__binlog_stream *s);
+bool txo__binlog_stream_idle(struct txo__binlog_stream *s, int wait_ms);
 
 /* Stops the dump and frees the stream. NULL is a no-op. */
 void txo__binlog_stream_close(struct txo__binlog_stream *s);

@@ -36,6 +36,7 @@
 #include "db/binlog_stream.h"
 #include "db/db_internal.h" /* <mysql.h>, which mariadb_rpl.h needs first */
 
+#include <ma_pvio.h>
 #include <mariadb_rpl.h>
 #include <poll.h>
 
@@ -320,10 +321,27 @@ int txo__binlog_stream_take(struct txo__binlog_stream *s, size_t max, struct txo
     return 0;
 }
 
-bool txo__binlog_stream_idle(struct txo__binlog_stream *s)
+/*
+ * Bytes the client library read from the socket and has not handed out yet. Connector/C reads
+ * ahead up to 16 KB into the connection's cache (ma_pvio.h), which holds dozens of small row
+ * events: a reader that looked only at the socket would see a backlog as "nothing more" and
+ * send one commit a run. (Under TLS the TLS library may hold more; a run is then smaller.)
+ */
+static size_t buffered(MYSQL *conn)
 {
+    const MARIADB_PVIO *pvio = conn->net.pvio;
+    if (pvio == NULL || pvio->cache == NULL || pvio->cache_pos == NULL)
+        return 0;
+    const unsigned char *end = pvio->cache + pvio->cache_size;
+    return pvio->cache_pos < end ? (size_t)(end - pvio->cache_pos) : 0;
+}
+
+bool txo__binlog_stream_idle(struct txo__binlog_stream *s, int wait_ms)
+{
+    if (buffered(s->db->conn) > 0)
+        return false;
     struct pollfd pfd = {.fd = (int)mysql_get_socket(s->db->conn), .events = POLLIN};
-    return poll(&pfd, 1, 0) == 0;
+    return poll(&pfd, 1, wait_ms) == 0;
 }
 
 void txo__binlog_stream_close(struct txo__binlog_stream *s)

@@ -13,7 +13,9 @@
  *             polling relay (drained), then that position stored;
  *   stream    read the log from the position; inserted ids of a transaction join the run at
  *             its commit; the run is published at a commit after which nothing more has
- *             arrived, when run_ms passed since its first event, when it holds batch_size
+ *             arrived (or, soon after the last run, for as long as that run took to publish, at
+ *             most gather_ms: under load one run carries several commits), when run_ms passed
+ *             since its first event, when it holds batch_size
  *             events, or at a heartbeat; the position alone is
  *             stored now and then when the log has no outbox events. The lease is renewed
  *             every lease_ms / 4; a reader that lost it goes back to standby.
@@ -36,6 +38,7 @@ void txo_binlog_opts_init(struct txo_binlog_opts *opts)
     opts->lease_ms = 10000;
     opts->heartbeat_ms = 1000;
     opts->run_ms = 20;
+    opts->gather_ms = 4;
     opts->retry = (struct txo_backoff){250, 30000, 0.2};
     txo_relay_opts_init(&opts->relay);
 }
@@ -475,7 +478,7 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
         return rc;
     struct txo__binlog_event ev_store, *ev = &ev_store;
     struct txo__binlog_pos pos = b->run_pos, committed = b->run_pos;
-    int64_t run_start_ms = 0;
+    int64_t run_start_ms = 0, last_run_ms = 0, publish_ms = 0;
     b->stored_pos = b->run_pos; /* where the stream starts is the stored position */
     b->stored_ms = txo_monotonic_ms();
     bool in_txn = false; /* rows of a transaction whose commit was not read yet */
@@ -499,11 +502,17 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
         if (quiet)
             atomic_store(&b->last_event_s, 0);
         /* A run goes out when the reader has read all the server sent (at a commit), when it is
-         * full, or run_ms after its first event under a steady flow. */
-        bool publish =
-            n_run > 0 &&
-            (quiet || n_run >= b->opts.relay.batch_size || now - run_start_ms >= b->opts.run_ms ||
-             (ev->kind == TXO__BINLOG_COMMIT && txo__binlog_stream_idle(s)));
+         * full, or run_ms after its first event under a steady flow. Under load the reader
+         * gathers: at a commit soon after the last run it waits for more, up to as long as the
+         * last run took to publish (at most gather_ms) after that run, so that one run carries
+         * several commits when the consumers are busy and each commit goes out at once when
+         * they are not. */
+        int64_t window = publish_ms < b->opts.gather_ms ? publish_ms : b->opts.gather_ms;
+        int gather = (int)(window - (now - last_run_ms));
+        bool publish = n_run > 0 && (quiet || n_run >= b->opts.relay.batch_size ||
+                                     now - run_start_ms >= b->opts.run_ms ||
+                                     (ev->kind == TXO__BINLOG_COMMIT &&
+                                      txo__binlog_stream_idle(s, gather > 0 ? gather : 0)));
         /* The position not stored yet: a quiet log's, or a run's the throttle passed over. */
         bool unsaved = strcmp(committed.file, b->stored_pos.file) != 0 ||
                        committed.offset != b->stored_pos.offset;
@@ -511,9 +520,13 @@ static int stream(struct txo_binlog *b, const struct txo__binlog_pos *target, bo
         bool due = quiet || at_target || now - b->stored_ms >= POSITION_EVERY_MS;
         if (publish || (unsaved && !in_txn && due)) {
             b->run_pos = committed;
+            int64_t t0 = txo_monotonic_us();
             rc = txo__binlog_publish_run(b, s, !publish || quiet || at_target, err);
             if (rc < 0)
                 goto out;
+            last_run_ms = txo_monotonic_ms();
+            if (publish)
+                publish_ms = (txo_monotonic_us() - t0 + 500) / 1000;
         }
         observe(b);
         if (target != NULL && txo__binlog_stream_committed(s) == 0 &&
@@ -695,9 +708,11 @@ int txo_binlog_new(const struct txo_db_opts *db_opts, struct txo_publisher *pub,
         strlen(opts->source_name) > BINLOG_NAME_MAX)
         return txo_error_set(err, TXO_EINVAL, "binlog: source name must be 1..%d bytes",
                              BINLOG_NAME_MAX);
-    if (opts->lease_ms < 30 || opts->heartbeat_ms < 1 || opts->run_ms < 0)
+    if (opts->lease_ms < 30 || opts->heartbeat_ms < 1 || opts->run_ms < 0 || opts->gather_ms < 0 ||
+        opts->gather_ms > 1000)
         return txo_error_set(err, TXO_EINVAL,
-                             "binlog: lease_ms must be >= 30, heartbeat_ms >= 1, run_ms >= 0");
+                             "binlog: lease_ms must be >= 30, heartbeat_ms >= 1, run_ms >= 0, "
+                             "gather_ms in 0..1000");
     struct txo_binlog *b = txo_calloc(1, sizeof(*b));
     if (b == NULL)
         return txo_error_set(err, TXO_ENOMEM, "binlog: out of memory");
