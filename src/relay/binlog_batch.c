@@ -52,32 +52,17 @@ static int run_mark_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return 0;
 }
 
-static void swap_all(struct txo_relay *r, size_t i, size_t j)
-{
-    struct txo_outbox_message m = r->msgs[i];
-    r->msgs[i] = r->msgs[j];
-    r->msgs[j] = m;
-    struct batch_entry e = r->entries[i];
-    r->entries[i] = r->entries[j];
-    r->entries[j] = e;
-    int res = r->results[i];
-    r->results[i] = r->results[j];
-    r->results[j] = res;
-    struct txo_error er = r->errors[i];
-    r->errors[i] = r->errors[j];
-    r->errors[j] = er;
-}
+struct renewing {
+    struct txo_binlog *b;
+    struct txo_error *err; /* a failed renewal's */
+};
 
-/* True when msgs[i] has to be sent again: a transient failure, or held back behind one. */
-static bool again(const struct txo_relay *r, size_t i)
+/* Waits ms, renewing the lease (a txo__relay_wait_fn); false when the source stops or its lease
+ * is lost or cannot be renewed. */
+static bool wait_renewing(void *arg, int64_t ms)
 {
-    return r->results[i] == RESULT_DEFERRED ||
-           (r->results[i] < 0 && txo_err_is_transient(r->results[i]));
-}
-
-/* Waits ms, renewing the lease; false when the source stops or lost the lease. */
-static bool wait_renewing(struct txo_binlog *b, int64_t ms, struct txo_error *err)
-{
+    struct renewing *w = arg;
+    struct txo_binlog *b = w->b;
     int64_t until = txo_monotonic_ms() + ms;
     for (;;) {
         int64_t left = until - txo_monotonic_ms();
@@ -87,59 +72,25 @@ static bool wait_renewing(struct txo_binlog *b, int64_t ms, struct txo_error *er
         (void)txo__waiter_wait(&b->pause, left < step ? left : step, false);
         if (txo__binlog_stopping(b))
             return false;
-        if (txo__binlog_lease(b, err) < 0 || !b->active)
+        if (txo__binlog_lease(b, w->err) < 0 || !b->active)
             return false;
     }
 }
 
-/*
- * Publishes r->msgs[0..r->n) until nothing in it is to be sent again (see the file comment).
- * Leaves every event's final result in place for the mark.
- */
+/* Publishes r->msgs[0..r->n) until settled (see the file comment). */
 static int publish_until_settled(struct txo_binlog *b, struct txo_error *err)
 {
-    struct txo_relay *r = b->relay;
-    size_t total = r->n, left = total;
-    for (unsigned attempt = 1;; attempt++) {
-        r->n = left;
-        txo__relay_group(r);
-        txo__relay_publish(r);
-        /* The ones to send again to the front, in order; the settled ones behind. */
-        size_t k = 0, transient = 0;
-        int code = 0;
-        char reason[TXO_ERROR_MSG_MAX];
-        reason[0] = '\0';
-        for (size_t i = 0; i < left; i++) {
-            if (!again(r, i))
-                continue;
-            if (r->results[i] != RESULT_DEFERRED && transient++ == 0) {
-                code = r->results[i];
-                snprintf(reason, sizeof(reason), "%s", r->errors[i].msg);
-            }
-            for (size_t j = i; j > k; j--)
-                swap_all(r, j, j - 1);
-            k++;
-        }
-        left = k;
-        r->n = total;
-        if (left == 0)
-            return 0;
-        if (transient == 0)
-            continue; /* only held back behind a dead-lettered event: go on at once */
-        int64_t ms = txo_backoff_delay_ms(&b->opts.retry, attempt, txo_rand01());
-        TXO_LOG(TXO_LOG_WARN, "relay", "binlog: publish failed, the stream waits and retries",
-                TXO_KV_STR("source", b->source_name), TXO_KV_U64("waiting", left),
-                TXO_KV_I64("retry_ms", ms), TXO_KV_STR("error", txo_err_name(code)),
-                TXO_KV_STR("reason", reason));
-        if (!wait_renewing(b, ms, err)) {
-            if (b->active && !txo__binlog_stopping(b))
-                return err != NULL && err->code < 0 ? err->code : TXO_EDB;
-            return txo_error_set(err, b->active ? TXO_ECANCELED : TXO_ELEASELOST,
-                                 "binlog source %s: stopped while the broker failed; the run "
-                                 "is published again from the stored position",
-                                 b->source_name);
-        }
-    }
+    char what[96];
+    snprintf(what, sizeof(what), "binlog source %s", b->source_name);
+    struct renewing w = {b, err};
+    if (txo__relay_publish_settled(b->relay, &b->opts.retry, what, wait_renewing, &w) == 0)
+        return 0;
+    if (b->active && !txo__binlog_stopping(b))
+        return err != NULL && err->code < 0 ? err->code : TXO_EDB;
+    return txo_error_set(err, b->active ? TXO_ECANCELED : TXO_ELEASELOST,
+                         "binlog source %s: stopped while the broker failed; the run is "
+                         "published again from the stored position",
+                         b->source_name);
 }
 
 /*

@@ -248,6 +248,20 @@ void txo__relay_group(struct txo_relay *r);
  */
 void txo__relay_publish(struct txo_relay *r);
 
+/* Waits ms (a backoff) for txo__relay_publish_settled(); false: stop waiting and give up. */
+typedef bool (*txo__relay_wait_fn)(void *arg, int64_t ms);
+
+/*
+ * Publishes r->msgs[0..r->n) until no event in it is to be sent again: the events that failed
+ * transiently, and those held back behind them (RESULT_DEFERRED), are published again in order
+ * after a backoff (wait), until the publisher takes them; acknowledged events are not sent
+ * again, and a permanent failure stays as it is. Leaves every event's final result in
+ * r->results for the caller (the binlog source dead-letters; a replay stops). what names the
+ * caller in the log. Returns 0 when settled, 1 when wait gave up.
+ */
+int txo__relay_publish_settled(struct txo_relay *r, const struct txo_backoff *retry,
+                               const char *what, txo__relay_wait_fn wait, void *arg);
+
 /* Ordered relays: runs a shard membership tick (forced, or when due) and publishes its outcome
  * to the stats and the txo_relay_shards_held gauge (relay_setup.c). */
 int txo__relay_tick_shards(struct txo_relay *r, bool force, struct txo_error *err);

@@ -261,3 +261,65 @@ static void publish(struct txo_relay *r)
         r->agg_rank[i] = r->wave_idx[i] == SIZE_MAX ? UINT32_MAX : (uint32_t)r->wave_idx[i];
     publish_waves(r, waves);
 }
+
+static void swap_all(struct txo_relay *r, size_t i, size_t j)
+{
+    struct txo_outbox_message m = r->msgs[i];
+    r->msgs[i] = r->msgs[j];
+    r->msgs[j] = m;
+    struct batch_entry e = r->entries[i];
+    r->entries[i] = r->entries[j];
+    r->entries[j] = e;
+    int res = r->results[i];
+    r->results[i] = r->results[j];
+    r->results[j] = res;
+    struct txo_error er = r->errors[i];
+    r->errors[i] = r->errors[j];
+    r->errors[j] = er;
+}
+
+/* True when msgs[i] has to be sent again: a transient failure, or held back behind one. */
+static bool again(const struct txo_relay *r, size_t i)
+{
+    return r->results[i] == RESULT_DEFERRED ||
+           (r->results[i] < 0 && txo_err_is_transient(r->results[i]));
+}
+
+int txo__relay_publish_settled(struct txo_relay *r, const struct txo_backoff *retry,
+                               const char *what, txo__relay_wait_fn wait, void *arg)
+{
+    size_t total = r->n, left = total;
+    for (unsigned attempt = 1;; attempt++) {
+        r->n = left;
+        txo__relay_group(r);
+        txo__relay_publish(r);
+        /* The ones to send again to the front, in order; the settled ones behind. */
+        size_t k = 0, transient = 0;
+        int code = 0;
+        char reason[TXO_ERROR_MSG_MAX];
+        reason[0] = '\0';
+        for (size_t i = 0; i < left; i++) {
+            if (!again(r, i))
+                continue;
+            if (r->results[i] != RESULT_DEFERRED && transient++ == 0) {
+                code = r->results[i];
+                snprintf(reason, sizeof(reason), "%s", r->errors[i].msg);
+            }
+            for (size_t j = i; j > k; j--)
+                swap_all(r, j, j - 1);
+            k++;
+        }
+        left = k;
+        r->n = total;
+        if (left == 0)
+            return 0;
+        if (transient == 0)
+            continue; /* only held back behind a failed event: go on at once */
+        int64_t ms = txo_backoff_delay_ms(retry, attempt, txo_rand01());
+        TXO_LOG(TXO_LOG_WARN, "relay", "publish failed; waiting, then publishing again in order",
+                TXO_KV_STR("who", what), TXO_KV_U64("waiting", left), TXO_KV_I64("retry_ms", ms),
+                TXO_KV_STR("error", txo_err_name(code)), TXO_KV_STR("reason", reason));
+        if (!wait(arg, ms))
+            return 1;
+    }
+}
