@@ -24,6 +24,7 @@
 #include "daemons.h"
 #include "tracing.h"
 #include "notify.h"
+#include "publisher_settings.h"
 #include "signals.h"
 #include "txo/binlog.h"
 #include "txo/webhook.h"
@@ -69,15 +70,10 @@ const struct command cmd_relay = {
 struct relay_cmd_opts {
     struct common_opts common;
     struct tracing_settings tracing;
-    const char *publisher;
-    const char *envelope;
-    const char *envelope_source;
+    struct publisher_settings pub;
     struct relay_settings relay;
     bool drain;
     struct clean_settings clean;
-    const char *webhook_url;
-    int64_t webhook_timeout_ms;
-    const char *webhook_token;
     const char *metrics_listen;
     bool hand_back;
 };
@@ -87,30 +83,6 @@ static struct relay_cmd_opts opts;
 /* The settings of this command, in --help order. */
 static void add_settings(struct settings_table *t)
 {
-    const struct setting publisher[] = {
-        {.name = "publisher",
-         .env = "TXO_PUBLISHER",
-         .type = SETTING_STRING,
-         .def = "log",
-         .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_RELAY),
-         .target = &opts.publisher},
-        {.name = "envelope",
-         .env = "TXO_ENVELOPE",
-         .type = SETTING_STRING,
-         .def = "txo",
-         .help = "what each published message is: txo (txo's JSON envelope), cloudevents "
-                 "(CloudEvents 1.0, structured JSON mode) or cloudevents-binary (binary mode: "
-                 "the payload as the body, the attributes as the transport's headers: ce-* of "
-                 "a webhook POST or a NATS message, ce_* of a Kafka or AMQP message or a Redis "
-                 "entry (docs/brokers.md); the log publisher writes structured mode)",
-         .target = &opts.envelope},
-        {.name = "envelope-source",
-         .env = "TXO_ENVELOPE_SOURCE",
-         .type = SETTING_STRING,
-         .def = "/txo/outbox",
-         .help = "the CloudEvents source attribute (a URI reference naming this outbox)",
-         .target = &opts.envelope_source},
-    };
     const struct setting source[] = {
         {.name = "hand-back",
          .env = "TXO_RELAY_HAND_BACK",
@@ -132,36 +104,15 @@ static void add_settings(struct settings_table *t)
                  "the server's position at start), then exit 0",
          .target = &opts.drain},
     };
-    const struct setting webhook[] = {
-        {.name = "webhook-url",
-         .env = "TXO_WEBHOOK_URL",
-         .type = SETTING_STRING,
-         .help = "endpoint the webhook publisher POSTs each event to",
-         .target = &opts.webhook_url},
-        {.name = "webhook-timeout",
-         .env = "TXO_WEBHOOK_TIMEOUT_MS",
-         .type = SETTING_MS,
-         .def = "5000",
-         .help = "whole-request timeout of the webhook publisher, milliseconds",
-         .min = 1,
-         .max = 600000,
-         .target = &opts.webhook_timeout_ms},
-        {.name = "webhook-token",
-         .env = "TXO_WEBHOOK_TOKEN",
-         .type = SETTING_STRING,
-         .help = "bearer token the webhook publisher sends (Authorization header)",
-         .secret = true,
-         .target = &opts.webhook_token},
-    };
     settings_add_common(t, &opts.common);
     settings_add_tracing(t, &opts.tracing);
-    settings_add(t, publisher, TXO_ARRAY_LEN(publisher));
+    settings_add_publisher(t, &opts.pub);
     settings_add_relay(t, &opts.relay);
     settings_add(t, source, TXO_ARRAY_LEN(source));
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
     settings_add_clean(t, &opts.clean, true);
     cmd_brokers_add_settings(t);
-    settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
+    settings_add_webhook(t, &opts.pub);
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
@@ -213,27 +164,6 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-static int make_publisher(const char *name, struct txo_metrics *metrics, struct txo_publisher **pub,
-                          struct txo_error *err)
-{
-    const struct cmd_broker *broker = cmd_broker_find(name);
-    if (broker != NULL)
-        return broker->publisher_new(metrics, pub, err);
-    if (strcmp(name, "log") == 0)
-        return txo_publisher_log_new(stdout, pub, err);
-    if (strcmp(name, "null") == 0)
-        return txo_publisher_null_new(pub, err);
-    if (strcmp(name, "webhook") == 0) {
-        struct txo_webhook_opts wo;
-        txo_webhook_opts_init(&wo);
-        wo.url = opts.webhook_url;
-        wo.timeout_ms = opts.webhook_timeout_ms;
-        wo.bearer_token = opts.webhook_token;
-        return txo_publisher_webhook_new(&wo, pub, err);
-    }
-    return txo_error_set(err, TXO_EINVAL, "unknown publisher");
-}
-
 static int run(int argc, char **argv)
 {
     txo_db_opts_init(&opts.common.db);
@@ -245,38 +175,8 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
 
-    if (cmd_broker_refuse_left_out("relay", "publisher", opts.publisher))
+    if (!publisher_settings_apply("relay", &opts.pub))
         return 2;
-    static const char *const publishers[] = {"log", "null", "webhook"};
-    bool known = cmd_broker_find(opts.publisher) != NULL;
-    for (size_t i = 0; i < TXO_ARRAY_LEN(publishers); i++)
-        known = known || strcmp(opts.publisher, publishers[i]) == 0;
-    if (!known) {
-        cli_error("txo relay: --publisher must be %s, got \"%s\"%s",
-                  cmd_broker_names(CMD_BROKER_CHOICE_RELAY), opts.publisher,
-                  strcmp(opts.publisher, "local") == 0
-                      ? " (local dispatch needs the consumer in the same process: use `txo up`)"
-                      : "");
-        return 2;
-    }
-    if (strcmp(opts.publisher, "webhook") == 0 &&
-        (opts.webhook_url == NULL || opts.webhook_url[0] == '\0')) {
-        cli_error("txo relay: --publisher webhook needs --webhook-url");
-        return 2;
-    }
-    enum txo_envelope_format envelope;
-    if (txo_envelope_format_parse(opts.envelope, &envelope) < 0) {
-        cli_error("txo relay: --envelope must be txo, cloudevents or cloudevents-binary, got "
-                  "\"%s\"",
-                  opts.envelope);
-        return 2;
-    }
-    struct txo_error env_err;
-    txo_error_init(&env_err);
-    if (txo_envelope_set_default(envelope, opts.envelope_source, &env_err) < 0) {
-        cli_error("txo relay: --envelope-source: %s", env_err.msg);
-        return 2;
-    }
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("relay", &opts.relay, &ro))
         return 2;
@@ -328,7 +228,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     ro.tracer = daemon_tracer();
-    if (make_publisher(opts.publisher, ro.metrics, &pub, &err) < 0) {
+    if (publisher_settings_make(&opts.pub, ro.metrics, &pub, &err) < 0) {
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
@@ -418,7 +318,7 @@ out:
     daemon_metrics_free(metrics);
     txo_publisher_free(pub);
     txo_db_close(db);
-    cmd_broker_shutdown(cmd_broker_find(opts.publisher)); /* the SDK's threads, for valgrind */
+    cmd_broker_shutdown(cmd_broker_find(opts.pub.publisher)); /* the SDK's threads, for valgrind */
     fflush(stdout);
     return status;
 }
