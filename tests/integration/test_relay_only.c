@@ -61,12 +61,13 @@ static void migrate_outbox_only(struct testdb *t)
                               "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
                               "DATABASE() AND table_name NOT IN ('outbox_events', "
                               "'dead_letter_events', 'outbox_shards', 'outbox_relays', "
-                              "'outbox_parked', 'outbox_aggregates', 'txo_schema_migrations')"),
+                              "'outbox_parked', 'outbox_aggregates', 'outbox_replays', "
+                              "'txo_schema_migrations')"),
                      0);
     assert_int_equal(testdb_q(t->db,
                               "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = "
                               "DATABASE()"),
-                     7);
+                     8);
 }
 
 /* What another application's code does, each INSERT in its own transaction. */

@@ -1,0 +1,312 @@
+/*
+ * `txo replay`: publishes already published outbox events again (the library does the work:
+ * include/txo/replay.h); this file turns settings into a struct txo_replay_opts, picks the
+ * publisher, handles signals and draws the progress line.
+ *
+ * The replay runs on a thread of its own while the main thread waits for a signal
+ * (signals.h): a signal stops it after the batch in flight, and a replay that ends by itself
+ * ends the wait. With stderr on a terminal a progress line is redrawn there once a second.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "brokers.h"
+#include "cli_errors.h"
+#include "publisher_settings.h"
+#include "signals.h"
+#include "txo/replay.h"
+
+static int run(int argc, char **argv);
+
+const struct command cmd_replay = {
+    .name = "replay",
+    .summary = "publish already published outbox events again, to a publisher of your choice",
+    .usage = "txo replay [options]",
+    .description =
+        "Publishes again the outbox events whose publication is done (PUBLISHED, and those a\n"
+        "binlog source published), chosen by --aggregate-type, --aggregate-id, --event-type,\n"
+        "--from-id/--to-id and --since/--until (all optional; together they narrow), in id\n"
+        "order, which is each aggregate's commit order, to the publisher and destination of\n"
+        "--publisher and its settings (another stream, topic or webhook than the live one if\n"
+        "you like). Each event is the message the relay sent, with the same idempotency key,\n"
+        "so consumers that saw it drop it; --new-keys gives each a new key\n"
+        "(<key>:replay:<name>) for a consumer that must take every event again. --rate limits\n"
+        "the events a second. The replay's place is stored in outbox_replays under --name\n"
+        "after every batch: run the same command again after a stop or a crash and it goes\n"
+        "on from there (the batch in flight is sent again); --restart starts it over. Events\n"
+        "appended after the replay started are not part of it. Rows are never written.\n"
+        "SIGTERM/SIGINT stop it after the batch in flight, exit 0.",
+    .run = run,
+    .examples = "# Every order event again, to another NATS subject prefix, 2,000 a second:\n"
+                "txo replay --aggregate-type order --rate 2000 --publisher nats --nats-url "
+                "nats://127.0.0.1:4222 --nats-subject-prefix replay\n"
+                "# One aggregate's history, as JSON lines on stdout:\n"
+                "txo replay --name order-42 --aggregate-type order --aggregate-id 42\n"
+                "# A day of events to a new consumer's webhook, with keys it has never seen:\n"
+                "txo replay --name backfill --since 2026-11-30 --until 2026-12-01 --new-keys "
+                "--publisher webhook --webhook-url https://consumer.example/events\n",
+    .exit_status = "0 when the replay finished (or had finished) or was stopped by a signal (run "
+                   "it again to go on); 1 when it fails (the database, a publisher that refuses "
+                   "an event: the message names it); 2 on a bad option, or a --name whose "
+                   "stored replay chose other events (--restart, or another name).",
+};
+
+struct replay_cmd_opts {
+    struct common_opts common;
+    struct publisher_settings pub;
+    const char *name;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *from_id;
+    const char *to_id;
+    const char *since;
+    const char *until;
+    unsigned rate;
+    unsigned batch_size;
+    bool new_keys;
+    bool restart;
+};
+
+static struct replay_cmd_opts opts;
+
+static void add_settings(struct settings_table *t)
+{
+    const struct setting replay[] = {
+        {.name = "name",
+         .env = "TXO_REPLAY_NAME",
+         .type = SETTING_STRING,
+         .def = "default",
+         .help = "the replay's name: where it stands is stored under it (outbox_replays), so "
+                 "the same command resumes it; 1..64 bytes",
+         .target = &opts.name},
+        {.name = "aggregate-type",
+         .env = "TXO_REPLAY_AGGREGATE_TYPE",
+         .type = SETTING_STRING,
+         .help = "only events of this aggregate type",
+         .target = &opts.aggregate_type},
+        {.name = "aggregate-id",
+         .env = "TXO_REPLAY_AGGREGATE_ID",
+         .type = SETTING_STRING,
+         .help = "only events of this aggregate id",
+         .target = &opts.aggregate_id},
+        {.name = "event-type",
+         .env = "TXO_REPLAY_EVENT_TYPE",
+         .type = SETTING_STRING,
+         .help = "only events of this type",
+         .target = &opts.event_type},
+        {.name = "from-id",
+         .env = "TXO_REPLAY_FROM_ID",
+         .type = SETTING_STRING,
+         .help = "only events with this outbox id or a larger one",
+         .target = &opts.from_id},
+        {.name = "to-id",
+         .env = "TXO_REPLAY_TO_ID",
+         .type = SETTING_STRING,
+         .help = "only events with this outbox id or a smaller one (default: the largest id "
+                 "when the replay starts)",
+         .target = &opts.to_id},
+        {.name = "since",
+         .env = "TXO_REPLAY_SINCE",
+         .type = SETTING_STRING,
+         .help = "only events created at or after this UTC time, YYYY-MM-DD or YYYY-MM-DD "
+                 "HH:MM:SS[.ffffff]",
+         .target = &opts.since},
+        {.name = "until",
+         .env = "TXO_REPLAY_UNTIL",
+         .type = SETTING_STRING,
+         .help = "only events created before this UTC time, same form",
+         .target = &opts.until},
+        {.name = "rate",
+         .env = "TXO_REPLAY_RATE",
+         .type = SETTING_UINT,
+         .def = "0",
+         .help = "at most this many events a second (0: as fast as the publisher takes them)",
+         .min = 0,
+         .max = 10000000,
+         .target = &opts.rate},
+        {.name = "batch-size",
+         .env = "TXO_REPLAY_BATCH_SIZE",
+         .type = SETTING_UINT,
+         .def = "500",
+         .help = "events read and published at a time (and stored as done after each)",
+         .min = 1,
+         .max = 10000,
+         .target = &opts.batch_size},
+        {.name = "new-keys",
+         .env = "TXO_REPLAY_NEW_KEYS",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "publish each event with the idempotency key <key>:replay:<name> instead of "
+                 "its own, for a consumer that must take every event again",
+         .target = &opts.new_keys},
+        {.name = "restart",
+         .env = "TXO_REPLAY_RESTART",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "forget where the replay of --name stands and start it from the beginning",
+         .target = &opts.restart},
+    };
+    settings_add_common(t, &opts.common);
+    settings_add_publisher(t, &opts.pub);
+    settings_add(t, replay, TXO_ARRAY_LEN(replay));
+    cmd_brokers_add_settings(t);
+    settings_add_webhook(t, &opts.pub);
+}
+
+/* An id flag: empty or absent is 0; otherwise a positive decimal. */
+static bool parse_id(const char *flag, const char *text, int64_t *out)
+{
+    *out = 0;
+    if (text == NULL || text[0] == '\0')
+        return true;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < 1) {
+        cli_error("txo replay: --%s must be a positive id, got \"%s\"", flag, text);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static const char *or_null(const char *s)
+{
+    return s != NULL && s[0] != '\0' ? s : NULL;
+}
+
+struct replay_thread {
+    struct txo_replay *rp;
+    int rc;
+    struct txo_error err;
+    atomic_bool done;
+};
+
+static void *replay_main(void *arg)
+{
+    struct replay_thread *t = arg;
+    t->rc = txo_replay_run(t->rp, &t->err);
+    atomic_store(&t->done, true);
+    signals_wake();
+    return NULL;
+}
+
+/* The progress line on a terminal, once a second until the replay ends. */
+static void *progress_main(void *arg)
+{
+    struct replay_thread *t = arg;
+    int64_t t0 = txo_monotonic_ms();
+    while (!atomic_load(&t->done)) {
+        for (int i = 0; i < 10 && !atomic_load(&t->done); i++)
+            txo_sleep_ms(100);
+        struct txo_replay_stats st;
+        txo_replay_get_stats(t->rp, &st);
+        double s = (double)(txo_monotonic_ms() - t0) / 1000.0;
+        fprintf(stderr, "\rtxo replay: %" PRIu64 " of %" PRIu64 " events (%.0f%%), %.0f/s   ",
+                st.replayed, st.total,
+                st.total > 0 ? 100.0 * (double)st.replayed / (double)st.total : 100.0,
+                s > 0 ? (double)st.this_run / s : 0.0);
+        fflush(stderr);
+    }
+    fputc('\n', stderr);
+    return NULL;
+}
+
+static int run(int argc, char **argv)
+{
+    txo_db_opts_init(&opts.common.db);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(&cmd_replay, table.items, table.n, argc, argv, NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (!common_apply(&opts.common) || !publisher_settings_apply("replay", &opts.pub))
+        return 2;
+    if (strcmp(opts.pub.publisher, "local") == 0) {
+        cli_error("txo replay: --publisher local needs the consumer in the same process");
+        return 2;
+    }
+    struct txo_replay_opts ro;
+    txo_replay_opts_init(&ro);
+    ro.name = opts.name;
+    ro.filter.aggregate_type = or_null(opts.aggregate_type);
+    ro.filter.aggregate_id = or_null(opts.aggregate_id);
+    ro.filter.event_type = or_null(opts.event_type);
+    ro.filter.since = or_null(opts.since);
+    ro.filter.until = or_null(opts.until);
+    if (!parse_id("from-id", opts.from_id, &ro.filter.from_id) ||
+        !parse_id("to-id", opts.to_id, &ro.filter.to_id))
+        return 2;
+    ro.rate = opts.rate;
+    ro.batch_size = opts.batch_size;
+    ro.new_keys = opts.new_keys;
+    ro.restart = opts.restart;
+    bool tty = isatty(STDERR_FILENO);
+    ro.count = tty;
+
+    struct txo_error err;
+    txo_error_init(&err);
+    struct replay_thread rt = {.rp = NULL};
+    txo_error_init(&rt.err);
+    atomic_init(&rt.done, false);
+    /* The options first, so that a bad one exits 2 before any connection. */
+    if (txo_replay_opts_check(&ro, &err) < 0) {
+        cli_error("txo %s", err.msg); /* "replay: ..." */
+        return 2;
+    }
+    struct txo_publisher *pub = NULL;
+    int status = 1;
+    signals_block();
+    struct txo_db *db = common_connect(&opts.common);
+    if (db == NULL)
+        return 1;
+    if (publisher_settings_make(&opts.pub, NULL, &pub, &err) < 0) {
+        cmd_report("replay", "creating the publisher", &err);
+        goto out;
+    }
+    if (txo_replay_new(db, pub, &ro, &rt.rp, &err) < 0) {
+        cmd_report("replay", "starting", &err);
+        goto out;
+    }
+    pthread_t tid, prog_tid;
+    if (pthread_create(&tid, NULL, replay_main, &rt) != 0) {
+        cli_error("txo replay: cannot start the replay thread");
+        goto out;
+    }
+    bool prog = tty && pthread_create(&prog_tid, NULL, progress_main, &rt) == 0;
+    int sig = signals_wait();
+    if (sig != 0)
+        TXO_LOG(TXO_LOG_INFO, "replay", "stopping", TXO_KV_I64("signal", sig));
+    txo_replay_stop(rt.rp);
+    pthread_join(tid, NULL);
+    atomic_store(&rt.done, true);
+    if (prog)
+        pthread_join(prog_tid, NULL);
+    struct txo_replay_stats st;
+    txo_replay_get_stats(rt.rp, &st);
+    if (rt.rc < 0) {
+        cmd_report("replay", "stopped on an error", &rt.err);
+        status = rt.rc == TXO_ECONFLICT ? 2 : 1;
+        goto out;
+    }
+    fprintf(stderr,
+            "txo replay %s: %s: %" PRIu64 " events published in this run, %" PRIu64
+            " in all, through id %" PRId64 " of %" PRId64 "%s\n",
+            opts.name, st.finished ? "finished" : "stopped", st.this_run, st.replayed, st.last_id,
+            st.to_id, st.finished ? "" : " (run the same command again to go on)");
+    status = 0;
+out:
+    txo_replay_free(rt.rp);
+    txo_publisher_free(pub);
+    txo_db_close(db);
+    cmd_broker_shutdown(cmd_broker_find(opts.pub.publisher));
+    fflush(stdout);
+    return status;
+}
