@@ -41,6 +41,8 @@ const struct command cmd_replay = {
         "after every batch: run the same command again after a stop or a crash and it goes\n"
         "on from there (the batch in flight is sent again); --restart starts it over. Events\n"
         "appended after the replay started are not part of it. Rows are never written.\n"
+        "With --archive DIR the events come from the files of `txo clean --archive DIR`\n"
+        "(those retention removed), with the same filters and checkpoints.\n"
         "SIGTERM/SIGINT stop it after the batch in flight, exit 0.",
     .run = run,
     .examples = "# Every order event again, to another NATS subject prefix, 2,000 a second:\n"
@@ -50,7 +52,9 @@ const struct command cmd_replay = {
                 "txo replay --name order-42 --aggregate-type order --aggregate-id 42\n"
                 "# A day of events to a new consumer's webhook, with keys it has never seen:\n"
                 "txo replay --name backfill --since 2026-11-30 --until 2026-12-01 --new-keys "
-                "--publisher webhook --webhook-url https://consumer.example/events\n",
+                "--publisher webhook --webhook-url https://consumer.example/events\n"
+                "# Events retention removed, from its archive:\n"
+                "txo replay --name old --archive /var/lib/txo/archive --aggregate-type order\n",
     .exit_status = "0 when the replay finished (or had finished) or was stopped by a signal (run "
                    "it again to go on); 1 when it fails (the database, a publisher that refuses "
                    "an event: the message names it); 2 on a bad option, or a --name whose "
@@ -68,6 +72,7 @@ struct replay_cmd_opts {
     const char *to_id;
     const char *since;
     const char *until;
+    const char *archive;
     unsigned rate;
     unsigned batch_size;
     bool new_keys;
@@ -123,6 +128,12 @@ static void add_settings(struct settings_table *t)
          .type = SETTING_STRING,
          .help = "only events created before this UTC time, same form",
          .target = &opts.until},
+        {.name = "archive",
+         .env = "TXO_REPLAY_ARCHIVE",
+         .type = SETTING_STRING,
+         .help = "replay from the files `txo clean --archive DIR` wrote (the events retention "
+                 "removed; each file is verified as it is read) instead of from the table",
+         .target = &opts.archive},
         {.name = "rate",
          .env = "TXO_REPLAY_RATE",
          .type = SETTING_UINT,
@@ -244,6 +255,7 @@ static int run(int argc, char **argv)
     if (!parse_id("from-id", opts.from_id, &ro.filter.from_id) ||
         !parse_id("to-id", opts.to_id, &ro.filter.to_id))
         return 2;
+    ro.archive_dir = or_null(opts.archive);
     ro.rate = opts.rate;
     ro.batch_size = opts.batch_size;
     ro.new_keys = opts.new_keys;

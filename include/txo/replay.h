@@ -24,6 +24,9 @@
  * a permanent one stops the replay with the event's id and the broker's reason; the rows are
  * never written.
  *
+ * From the archive (opts.archive_dir): the same, for the rows retention removed; a payload
+ * is the archived JSON value, so it equals the original as JSON (its spacing may differ).
+ *
  * Cost. One SELECT per batch, a range of the primary key from the last id (the filters are
  * checked on the rows of that range, so a narrow filter over a long range reads the range), and
  * one UPDATE of the replay's row.
@@ -57,11 +60,16 @@ struct txo_replay_filter {
 struct txo_replay_opts {
     const char *name; /* the checkpoint's name, 1..64 bytes; default "default" */
     struct txo_replay_filter filter;
-    double rate;              /* at most this many events a second; 0 (default): no limit */
-    size_t batch_size;        /* events a SELECT and a publish call; default 500, max 10000 */
-    bool new_keys;            /* idempotency keys "<key>:replay:<name>" instead of the originals */
-    bool restart;             /* forget what is stored under name and start from the beginning */
-    bool count;               /* count the chosen events first (stats.total), for progress */
+    double rate;       /* at most this many events a second; 0 (default): no limit */
+    size_t batch_size; /* events a SELECT and a publish call; default 500, max 10000 */
+    bool new_keys;     /* idempotency keys "<key>:replay:<name>" instead of the originals */
+    bool restart;      /* forget what is stored under name and start from the beginning */
+    bool count;        /* count the chosen events first (stats.total), for progress */
+    /* Replay from the retention archive of `txo clean --archive DIR` (txo/archive.h) instead of
+     * the table: the outbox rows retention removed, in the same order, with the same filters
+     * (published ones: PUBLISHED, or PENDING as a binlog source leaves them). The files are
+     * verified as they are read; the range ends at the archive's last id. NULL: the table. */
+    const char *archive_dir;
     struct txo_backoff retry; /* transient publish failures: 250 ms .. 30 s, jitter 0.2 */
 };
 
@@ -75,7 +83,7 @@ TXO_API TXO_MUST_CHECK int txo_replay_opts_check(const struct txo_replay_opts *o
 struct txo_replay_stats {
     uint64_t replayed; /* events published, this run and the runs it resumes */
     uint64_t this_run; /* of which in this run */
-    uint64_t total;    /* with opts.count: the events chosen (replayed ones included), else 0 */
+    uint64_t total;    /* with opts.count (not from an archive): the events chosen, else 0 */
     int64_t last_id;   /* the last id acknowledged (0: none) */
     int64_t to_id;     /* where the replay ends */
     bool resumed;      /* it went on from a stored checkpoint */

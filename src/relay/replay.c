@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include "relay/relay_internal.h"
+#include "relay/replay_internal.h"
 #include "relay/replay_sql.h"
 #include "txo/binlog.h"
 #include "txo/replay.h"
@@ -41,7 +42,8 @@ struct txo_replay {
     char spec[REPLAY_SPEC_MAX];
     struct txo__waiter pause; /* the throttle's and the backoff's waits; stop ends them */
     char **keys;              /* opts.new_keys: the batch's new keys */
-    pthread_mutex_t mu;       /* stats */
+    struct txo__replay_archive *archive; /* opts.archive_dir: the rows come from there */
+    pthread_mutex_t mu;                  /* stats */
     struct txo_replay_stats stats;
 };
 
@@ -86,10 +88,10 @@ static bool make_spec(struct txo_replay *rp)
     const struct txo_replay_filter *f = &rp->opts.filter;
     int n = snprintf(rp->spec, sizeof(rp->spec),
                      "aggregate_type=%s;aggregate_id=%s;event_type=%s;from_id=%" PRId64
-                     ";to_id=%" PRId64 ";since=%s;until=%s;new_keys=%d",
+                     ";to_id=%" PRId64 ";since=%s;until=%s;new_keys=%d;archive=%s",
                      or_empty(f->aggregate_type), or_empty(f->aggregate_id),
                      or_empty(f->event_type), f->from_id, f->to_id, or_empty(f->since),
-                     or_empty(f->until), rp->opts.new_keys ? 1 : 0);
+                     or_empty(f->until), rp->opts.new_keys ? 1 : 0, or_empty(rp->opts.archive_dir));
     return n > 0 && (size_t)n < sizeof(rp->spec);
 }
 
@@ -116,7 +118,7 @@ int txo_replay_opts_check(const struct txo_replay_opts *opts, struct txo_error *
                              "\"YYYY-MM-DD HH:MM:SS[.ffffff]\", got \"%s\"",
                              f->since != NULL && !time_text(f->since) ? f->since : f->until);
     size_t len = strlen(or_empty(f->aggregate_type)) + strlen(or_empty(f->aggregate_id)) +
-                 strlen(or_empty(f->event_type));
+                 strlen(or_empty(f->event_type)) + strlen(or_empty(opts->archive_dir));
     if (len > REPLAY_SPEC_MAX - 256)
         return txo_error_set(err, TXO_EINVAL, "replay: the filters are longer than %d bytes",
                              REPLAY_SPEC_MAX - 256);
@@ -195,6 +197,7 @@ void txo_replay_free(struct txo_replay *rp)
     if (rp == NULL)
         return;
     txo_relay_free(rp->relay);
+    txo__replay_archive_free(rp->archive);
     free_keys(rp);
     txo_free(rp->keys);
     if (rp->pause.fd >= 0)
@@ -274,7 +277,9 @@ static int start(struct txo_replay *rp, struct txo_error *err)
     if (!stored) {
         const struct txo_replay_filter *f = &rp->opts.filter;
         st.to_id = f->to_id;
-        if (st.to_id == 0) {
+        if (st.to_id == 0 && rp->archive != NULL)
+            st.to_id = txo__replay_archive_last_id(rp->archive);
+        else if (st.to_id == 0) {
             rc = query_i64(rp->db, REPLAY_SQL_MAX_ID, NULL, 0, &st.to_id, err);
             if (rc < 0)
                 return rc;
@@ -332,12 +337,18 @@ static int one_batch(struct txo_replay *rp, int64_t through, size_t limit, size_
                      struct txo_error *err)
 {
     struct txo_relay *r = rp->relay;
-    struct txo_param p[16];
-    size_t np = chosen_params(rp, rp->stats.last_id, through, (int64_t)limit, p);
     txo_rows_free(r->rows);
     r->rows = NULL;
     r->n = 0;
-    int rc = txo_db_query(rp->db, REPLAY_SQL_BATCH, p, np, &r->rows, err);
+    int rc = 0;
+    if (rp->archive != NULL) {
+        rc = txo__replay_archive_next(rp->archive, &rp->opts.filter, rp->stats.last_id,
+                                      rp->stats.to_id, limit, &r->rows, err);
+    } else {
+        struct txo_param p[16];
+        size_t np = chosen_params(rp, rp->stats.last_id, through, (int64_t)limit, p);
+        rc = txo_db_query(rp->db, REPLAY_SQL_BATCH, p, np, &r->rows, err);
+    }
     if (rc < 0)
         return rc;
     txo__relay_load_batch(r);
@@ -375,14 +386,18 @@ static int checkpoint(struct txo_replay *rp, int64_t last_id, size_t n, bool fin
 
 int txo_replay_run(struct txo_replay *rp, struct txo_error *err)
 {
-    int rc = start(rp, err);
+    int rc = 0;
+    if (rp->opts.archive_dir != NULL && rp->archive == NULL)
+        rc = txo__replay_archive_open(rp->opts.archive_dir, &rp->opts.filter, &rp->archive, err);
+    if (rc == 0)
+        rc = start(rp, err);
     if (rc < 0 || rp->stats.finished)
         return rc;
     int64_t through = 0;
     rc = txo_binlog_published_through(rp->db, &through, err);
     if (rc < 0)
         return rc;
-    if (rp->opts.count) {
+    if (rp->opts.count && rp->archive == NULL) {
         struct txo_param p[16];
         int64_t from = rp->opts.filter.from_id > 0 ? rp->opts.filter.from_id - 1 : 0;
         size_t np = chosen_params(rp, from, through, 0, p);

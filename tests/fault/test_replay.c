@@ -9,6 +9,8 @@
  *   - throttled and SIGKILLed halfway, then run again: it resumes from its checkpoint, every
  *     event published, first copies in per-aggregate order, at most a batch again, and the
  *     rate held;
+ *   - from the retention archive (txo clean --archive): the same messages, filtered, in
+ *     order; a damaged file stops it, named;
  *   - a finished replay run again publishes nothing; another selection under the same name is
  *     refused (exit 2) until --restart; bad options exit 2 before any write;
  *   - 100,000 events to NATS, killed halfway and resumed: the stream holds each once, in
@@ -277,6 +279,122 @@ static void test_messages_are_the_relayed_ones(void **state)
     unlink(errf);
 }
 
+/* The events in out, by id, as JSON; each aggregate's in id order. */
+static json_t *events_by_id(const char *out)
+{
+    size_t n = 0;
+    char **lines = read_lines(out, &n);
+    json_t *by_id = json_object(), *last = json_object();
+    for (size_t i = 0; i < n; i++) {
+        json_error_t jerr;
+        json_t *env = json_loads(lines[i], 0, &jerr);
+        assert_non_null(env);
+        json_int_t id = json_integer_value(json_object_get(env, "id"));
+        char key[32], agg[128];
+        snprintf(key, sizeof(key), "%" JSON_INTEGER_FORMAT, id);
+        snprintf(agg, sizeof(agg), "%s/%s",
+                 json_string_value(json_object_get(env, "aggregate_type")),
+                 json_string_value(json_object_get(env, "aggregate_id")));
+        if (json_integer_value(json_object_get(last, agg)) >= id)
+            fail_msg("id %s after a later id of %s", key, agg);
+        json_object_set_new(last, agg, json_integer(id));
+        json_object_set_new(by_id, key, env);
+    }
+    json_decref(last);
+    free_lines(lines, n);
+    return by_id;
+}
+
+/*
+ * The events retention removed, from its archive: `txo clean --archive DIR` in batches of 7,
+ * then `txo replay --archive DIR`: the relay's messages (equal as JSON: an archived payload is
+ * the JSON value, its spacing may differ), the filters applied, each aggregate in order; a
+ * damaged file stops the replay naming it.
+ */
+static void test_from_the_archive(void **state)
+{
+    struct testdb *t = *state;
+    char out[256], errf[256], rel[256], dir[256];
+    io_paths(out, errf, "arch");
+    testproc_temp_path(rel, sizeof(rel), "txo_replay", "arch_relayed");
+    testproc_temp_path(dir, sizeof(dir), "txo_replay", "archive");
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                       "payload, idempotency_key, created_at) SELECT IF(seq MOD 5 = 0, 'cart', "
+                       "'order'), CONCAT('a', seq MOD 3), IF(seq MOD 2 = 0, 'Even', 'Odd'), "
+                       "JSON_OBJECT('n', seq, 's', 'caf\\u00e9'), CONCAT('k:', seq), "
+                       "'2026-01-01' + INTERVAL seq HOUR FROM seq_1_to_40");
+    static const char *const relay[] = {"relay", "--publisher", "log", "--drain", NULL};
+    const char *none[] = {NULL};
+    assert_int_equal(run_txo(relay, none, rel, errf), 0);
+    json_t *relayed = events_by_id(rel);
+    assert_int_equal(json_object_size(relayed), 40);
+    testdb_exec(t->db, "UPDATE outbox_events SET published_at = '2026-01-01', "
+                       "next_attempt_at = '2026-01-01'");
+    static const char *const clean[] = {"clean", NULL};
+    const char *clean_args[] = {
+        "--outbox-retention", "60", "--clean-batch", "7", "--archive", dir, NULL};
+    if (run_txo(clean, clean_args, out, errf) != 0) {
+        testproc_print_file(errf, "  ");
+        fail_msg("txo clean --archive failed");
+    }
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events"), 0);
+
+    /* Everything, then a filtered part (orders, odd, created from 10:00 on day one). */
+    const char *a_all[] = {"--name", "arch", "--archive", dir, "--batch-size", "4", NULL};
+    assert_int_equal(replay(a_all, out, errf), 0);
+    json_t *got = events_by_id(out);
+    assert_int_equal(json_object_size(got), 40);
+    const char *key;
+    json_t *env;
+    json_object_foreach(got, key, env)
+    {
+        if (!json_equal(env, json_object_get(relayed, key)))
+            fail_msg("event %s from the archive differs from the relay's", key);
+    }
+    json_decref(got);
+    const char *a_some[] = {"--name", "arch-some",    "--archive", dir,       "--aggregate-type",
+                            "order",  "--event-type", "Odd",       "--since", "2026-01-01 10:00:00",
+                            NULL};
+    assert_int_equal(replay(a_some, out, errf), 0);
+    got = events_by_id(out);
+    size_t want = 0;
+    for (unsigned k = 10; k <= 40; k++)
+        want += k % 5 != 0 && k % 2 == 1;
+    assert_int_equal(json_object_size(got), want);
+    json_object_foreach(got, key, env)
+    {
+        assert_true(json_equal(env, json_object_get(relayed, key)));
+        assert_string_equal(json_string_value(json_object_get(env, "type")), "Odd");
+    }
+    json_decref(got);
+
+    /* A file cut short: the replay stops naming it (exit 1). */
+    snprintf(cmd, sizeof(cmd),
+             "f=$(ls '%s'/outbox_events/*.jsonl.gz | head -1) && head -c 40 \"$f\" > \"$f.cut\" "
+             "&& mv \"$f.cut\" \"$f\"",
+             dir);
+    assert_int_equal(system(cmd), 0);
+    const char *a_cut[] = {"--name", "arch-cut", "--archive", dir, NULL};
+    unlink(errf);
+    assert_int_equal(replay(a_cut, out, errf), 1);
+    FILE *f = fopen(errf, "r");
+    char text[4096] = "";
+    size_t len = fread(text, 1, sizeof(text) - 1, f);
+    text[len] = '\0';
+    fclose(f);
+    if (strstr(text, "outbox_events.1-") == NULL)
+        fail_msg("the error does not name the damaged file: %s", text);
+    json_decref(relayed);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    unlink(rel);
+    unlink(out);
+    unlink(errf);
+}
+
 /* Inserts n PUBLISHED events k:0..k:n-1, aggregate k % aggs, payload {"n": k}. */
 static void insert_published(struct testdb *t, unsigned n, unsigned aggs)
 {
@@ -474,6 +592,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_messages_are_the_relayed_ones, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_resumes_throttled, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rerun_conflict_and_bad_options, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_from_the_archive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_nats_100k_killed_and_resumed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
