@@ -124,6 +124,15 @@ static void free_lines(char **lines, size_t n)
     txo_free(lines);
 }
 
+/* The number of lines of path. */
+static size_t count_lines(const char *path)
+{
+    size_t n = 0;
+    char **lines = read_lines(path, &n);
+    free_lines(lines, n);
+    return n;
+}
+
 static int64_t line_id(const char *line)
 {
     json_error_t jerr;
@@ -422,8 +431,7 @@ static void test_killed_resumes_throttled(void **state)
     kill(pid, SIGKILL);
     (void)testproc_wait_pid(pid);
     int64_t stored = q(t, "SELECT replayed FROM outbox_replays WHERE name = 'default'");
-    size_t first_lines = 0;
-    free_lines(read_lines(out, &first_lines), first_lines);
+    size_t first_lines = count_lines(out);
     if (!(first_lines > 0 && first_lines < n))
         fail_msg("the first run published %zu of %u before the kill", first_lines, n);
     /* The rest, appended to the same file. */
@@ -485,11 +493,11 @@ static void test_rerun_conflict_and_bad_options(void **state)
     const char *args[] = {"--aggregate-id", "a1", NULL};
     assert_int_equal(replay(args, out, errf), 0);
     size_t n = 0;
-    free_lines(read_lines(out, &n), n);
+    n = count_lines(out);
     assert_int_equal(n, 3); /* k:1, k:4, k:7 */
     /* Finished: run again, nothing is published. */
     assert_int_equal(replay(args, out, errf), 0);
-    free_lines(read_lines(out, &n), n);
+    n = count_lines(out);
     assert_int_equal(n, 0);
     /* Another selection under the same name: refused, naming --restart. */
     const char *other[] = {"--aggregate-id", "a2", NULL};
@@ -504,7 +512,7 @@ static void test_rerun_conflict_and_bad_options(void **state)
         fail_msg("the refusal does not name --restart: %s", text);
     const char *restart[] = {"--aggregate-id", "a2", "--restart", NULL};
     assert_int_equal(replay(restart, out, errf), 0);
-    free_lines(read_lines(out, &n), n);
+    n = count_lines(out);
     assert_int_equal(n, 3); /* k:2, k:5, k:8 */
     /* Bad options: exit 2, and no checkpoint written. */
     const char *bad[][4] = {{"--name", "b1", "--from-id", "0"},
