@@ -26,8 +26,19 @@ struct clean_settings {
     const char *archive_dir; /* `txo clean --archive`: archive before deleting; NULL: none */
 };
 
-/* Appends the cleaner's settings; with_interval adds --clean-interval (default 0). */
+/* Appends the cleaner's settings; with_interval adds --clean-interval (default 0) and
+ * --clean-archive (a daemon's cleaner; `txo clean` has --archive). */
 void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval);
+
+/* An archive directory (NULL: none) a cleaner can write to; false after saying why on stderr
+ * as "txo <cmd>: --<flag>: ..." (the command exits 2, before any write). */
+bool clean_archive_ok(const char *cmd, const char *flag, const char *dir);
+
+/* The help of the archive settings: what is archived and what is then left alone. */
+#define CLEAN_ARCHIVE_HELP                                                                         \
+    "write the outbox rows and dead letters deleted to gzip JSON-lines files under this "          \
+    "existing directory first (`txo archive`, `txo replay --archive`); the inbox is then not "     \
+    "cleaned"
 
 /* Rows one pass deleted, per table. */
 struct clean_counts {

@@ -104,9 +104,28 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .max = 1000000,
          .target = &o->max_batches},
     };
-    if (with_interval)
+    const struct setting archive[] = {
+        {.name = "clean-archive",
+         .env = "TXO_CLEAN_ARCHIVE_DIR",
+         .type = SETTING_STRING,
+         .help = CLEAN_ARCHIVE_HELP,
+         .target = &o->archive_dir},
+    };
+    if (with_interval) {
         settings_add(t, interval, TXO_ARRAY_LEN(interval));
+        settings_add(t, archive, TXO_ARRAY_LEN(archive));
+    }
     settings_add(t, group, TXO_ARRAY_LEN(group));
+}
+
+bool clean_archive_ok(const char *cmd, const char *flag, const char *dir)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    if (dir == NULL || txo_archive_check_dir(dir, &err) == 0)
+        return true;
+    cli_error("txo %s: --%s: %s", cmd, flag, err.msg);
+    return false;
 }
 
 int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_tables,
@@ -261,8 +280,7 @@ static void add_settings(struct settings_table *t)
          .env = "TXO_CLEAN_ARCHIVE_DIR",
          .type = SETTING_STRING,
          .def = NULL,
-         .help = "write the outbox rows and dead letters deleted to gzip JSON-lines files under "
-                 "this existing directory first (`txo archive`); the inbox is then not cleaned",
+         .help = CLEAN_ARCHIVE_HELP,
          .target = &opts.clean.archive_dir},
     };
     settings_add_common(t, &opts.common);
@@ -282,10 +300,8 @@ static int run(int argc, char **argv)
         return 2;
     struct txo_error err;
     txo_error_init(&err);
-    if (opts.clean.archive_dir != NULL && txo_archive_check_dir(opts.clean.archive_dir, &err) < 0) {
-        cli_error("--archive: %s", err.msg);
+    if (!clean_archive_ok("clean", "archive", opts.clean.archive_dir))
         return 2;
-    }
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;

@@ -175,7 +175,8 @@ static int run(int argc, char **argv)
     if (!common_apply(&opts.common))
         return 2;
 
-    if (!publisher_settings_apply("relay", &opts.pub))
+    if (!publisher_settings_apply("relay", &opts.pub) ||
+        !clean_archive_ok("relay", "clean-archive", opts.clean.archive_dir))
         return 2;
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("relay", &opts.relay, &ro))

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clean.h"
 #include "daemons.h"
 #include "tracing.h"
 #include "cli_errors.h"
@@ -229,7 +230,8 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
-    if (!daemon_check_settings("up", &opts.serve, &opts.services))
+    if (!daemon_check_settings("up", &opts.serve, &opts.services) ||
+        !clean_archive_ok("up", "clean-archive", opts.worker.clean_archive))
         return 2;
     if (cmd_broker_refuse_left_out("up", "broker", opts.broker))
         return 2;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "clean.h"
 #include "daemons.h"
 #include "tracing.h"
 #include "cli_errors.h"
@@ -80,7 +81,8 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
-    if (!daemon_check_settings("worker", NULL, &opts.services))
+    if (!daemon_check_settings("worker", NULL, &opts.services) ||
+        !clean_archive_ok("worker", "clean-archive", opts.worker.clean_archive))
         return 2;
     if (cmd_broker_refuse_left_out("worker", "broker", opts.broker))
         return 2;

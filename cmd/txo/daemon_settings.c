@@ -3,6 +3,7 @@
  * exactly the flags of `txo serve`, `txo relay` and `txo worker`. Each group appends its
  * entries, in --help order, to the table of the command that is being set up.
  */
+#include "clean.h"
 #include "daemons.h"
 
 void settings_add_serve(struct settings_table *t, struct serve_settings *o)
@@ -415,6 +416,11 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .min = 1,
          .max = 100000,
          .target = &o->clean_batch},
+        {.name = "clean-archive",
+         .env = "TXO_CLEAN_ARCHIVE_DIR",
+         .type = SETTING_STRING,
+         .help = CLEAN_ARCHIVE_HELP,
+         .target = &o->clean_archive},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }

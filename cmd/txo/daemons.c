@@ -296,6 +296,7 @@ static void worker_opts(const struct worker_settings *s, struct txo_worker_opts 
     o->command_max_attempts = s->command_attempts;
     o->retention.interval_s = s->clean_interval_s;
     o->retention.batch = s->clean_batch;
+    o->retention.archive_dir = s->clean_archive; /* checked by clean_archive_ok() */
     o->retention.outbox_s = s->outbox_retention_s;
     o->retention.idempotency_s = s->idem_retention_s;
     o->retention.inbox_s = s->inbox_retention_s;

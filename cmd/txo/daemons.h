@@ -86,6 +86,7 @@ struct worker_settings {
     unsigned inbox_retention_s;
     unsigned clean_interval_s;
     unsigned clean_batch;
+    const char *clean_archive; /* NULL: none */
 };
 
 /* Appends the worker settings, with targets in o. */

@@ -8,8 +8,8 @@
  * prev_sequence 0); `txo stats`, `txo dlq list`, `txo dlq replay`, the relay's /metrics and
  * /readyz work without the saga and command tables; `txo clean` deletes old PUBLISHED rows
  * and old replayed dead letters and nothing else; `txo relay --clean-interval` does the same
- * in-process; the relay's heartbeat finds no txo_processes and says so in one log line; a
- * later full `txo migrate` adds the rest of the schema.
+ * in-process, archiving with --clean-archive; the relay's heartbeat finds no txo_processes and says
+ * so in one log line; a later full `txo migrate` adds the rest of the schema.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +26,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "testarchive.h"
 #include "testrun.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -304,9 +305,24 @@ static void test_relay_only_database_end_to_end(void **state)
     testdb_exec(t->db, "UPDATE outbox_events SET published_at = NOW(6) - INTERVAL 2 HOUR, "
                        "next_attempt_at = NOW(6) - INTERVAL 2 HOUR "
                        "WHERE idempotency_key = 'invoice:42:issued'");
-    const char *in_relay[] = {
-        testproc_txo_bin(),   "relay", "--publisher", "null", "--clean-interval", "1",
-        "--outbox-retention", "3600",  NULL};
+    int64_t old_id = testdb_q(t->db, "SELECT id FROM outbox_events WHERE idempotency_key = "
+                                     "'invoice:42:issued'");
+    char dir[256];
+    testproc_temp_path(dir, sizeof(dir), "relayonly", "archive");
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    const char *in_relay[] = {testproc_txo_bin(),
+                              "relay",
+                              "--publisher",
+                              "null",
+                              "--clean-interval",
+                              "1",
+                              "--outbox-retention",
+                              "3600",
+                              "--clean-archive",
+                              dir,
+                              NULL};
     testproc_start(&relay, "relayonly-clean", in_relay, NULL);
     bool gone = false;
     for (int i = 0; i < 100 && !gone; i++) {
@@ -322,6 +338,13 @@ static void test_relay_only_database_end_to_end(void **state)
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
                                      "'invoice:43:issued'"),
                      1);
+    /* --clean-archive: the row deleted is in the archive, once. */
+    int64_t *archived = NULL;
+    size_t n_archived = testarchive_ids(dir, "outbox_events", &archived);
+    testarchive_expect_ids(archived, n_archived, &old_id, 1);
+    free(archived);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
 
     /* A later full migrate adds the rest of the schema. */
     const char *full[] = {"migrate", NULL};
