@@ -638,8 +638,7 @@ static int poison_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return exec_in(tx, r, IN_PARK, 0, r->fail_ids, n, NULL, err);
 }
 
-/* Swaps batch entries i and j (message and lease-expiry count). */
-static void swap_entries(struct txo_relay *r, size_t i, size_t j)
+void txo__relay_swap_entries(struct txo_relay *r, size_t i, size_t j)
 {
     struct txo_outbox_message m = r->msgs[i];
     r->msgs[i] = r->msgs[j];
@@ -675,7 +674,7 @@ static size_t take_out_behind_suspects(struct txo_relay *r)
         if (r->entries[i].expiries != 0)
             r->agg_blocked[a] = true; /* "has a suspect" while this runs */
         if (kept != i)
-            swap_entries(r, kept, i);
+            txo__relay_swap_entries(r, kept, i);
         kept++;
     }
     for (size_t a = 0; a < r->n_aggs; a++)
@@ -733,12 +732,12 @@ static size_t order_suspects(struct txo_relay *r)
         if (r->entries[i].expiries != 0)
             continue;
         for (size_t j = i; j > k; j--) /* stable: move it down past the suspects */
-            swap_entries(r, j, j - 1);
+            txo__relay_swap_entries(r, j, j - 1);
         k++;
     }
     for (size_t i = k + 1; i < r->n; i++) {
         for (size_t j = i; j > k && suspect_after(r, j - 1, j); j--)
-            swap_entries(r, j, j - 1);
+            txo__relay_swap_entries(r, j, j - 1);
     }
     return k;
 }
@@ -856,7 +855,7 @@ static size_t set_aside_suspects(struct txo_relay *r)
         if (r->entries[i].expiries != 0)
             continue;
         if (k != i)
-            swap_entries(r, k, i);
+            txo__relay_swap_entries(r, k, i);
         k++;
     }
     size_t suspects = r->n - k;
@@ -1044,7 +1043,7 @@ int txo_relay_run_once(struct txo_relay *relay, size_t *claimed, struct txo_erro
             goto out;
         }
         if (j != 0)
-            swap_entries(r, 0, j);
+            txo__relay_swap_entries(r, 0, j);
         r->n = 1;
         TXO_LOG(TXO_LOG_DEBUG, "relay", "publishing an event alone",
                 TXO_KV_STR("relay_id", r->relay_id), TXO_KV_I64("event_id", r->msgs[0].id),

@@ -248,6 +248,9 @@ void txo__relay_group(struct txo_relay *r);
  */
 void txo__relay_publish(struct txo_relay *r);
 
+/* Swaps batch entries i and j (message and entry: lease expiries, aggregate, ...). */
+void txo__relay_swap_entries(struct txo_relay *r, size_t i, size_t j);
+
 /* Waits ms (a backoff) for txo__relay_publish_settled(); false: stop waiting and give up. */
 typedef bool (*txo__relay_wait_fn)(void *arg, int64_t ms);
 

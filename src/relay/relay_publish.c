@@ -262,14 +262,10 @@ static void publish(struct txo_relay *r)
     publish_waves(r, waves);
 }
 
+/* Swaps entries i and j with their outcomes. */
 static void swap_all(struct txo_relay *r, size_t i, size_t j)
 {
-    struct txo_outbox_message m = r->msgs[i];
-    r->msgs[i] = r->msgs[j];
-    r->msgs[j] = m;
-    struct batch_entry e = r->entries[i];
-    r->entries[i] = r->entries[j];
-    r->entries[j] = e;
+    txo__relay_swap_entries(r, i, j);
     int res = r->results[i];
     r->results[i] = r->results[j];
     r->results[j] = res;

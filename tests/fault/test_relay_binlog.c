@@ -45,17 +45,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "binlog");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
+    *state = testdb_new("binlog", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -69,26 +59,10 @@ static void temp_path(char *buf, size_t cap, const char *name)
     testproc_temp_path(buf, cap, "txo_relay_binlog", name);
 }
 
-/* The start of the file at path (a relay's stderr), NUL-terminated, into buf. */
-static void read_text(const char *path, char *buf, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t len = fread(buf, 1, cap - 1, f);
-    buf[len] = '\0';
-    fclose(f);
-}
-
-/* A test's relay output and error files, "<tag>_out" and "<tag>_err", removed. */
+/* A test's relay output and error files, removed. */
 static void io_paths(char out[256], char errf[256], const char *tag)
 {
-    char name[64];
-    snprintf(name, sizeof(name), "%s_out", tag);
-    temp_path(out, 256, name);
-    snprintf(name, sizeof(name), "%s_err", tag);
-    temp_path(errf, 256, name);
-    unlink(out);
-    unlink(errf);
+    testproc_io_paths(out, errf, "txo_relay_binlog", tag);
 }
 
 /* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
@@ -650,7 +624,7 @@ static void test_refusals(void **state)
     unlink(errf);
     status = testproc_wait_pid(testproc_spawn_txo(polling, none, out, errf, true));
     char text[8192];
-    read_text(errf, text, sizeof(text));
+    testproc_read_text(errf, text, sizeof(text));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "--hand-back") == NULL)
         fail_msg("want exit 1 naming the hand-back, status 0x%x: %s", status, text);
     assert_int_equal(file_lines(out), 3);
@@ -658,7 +632,7 @@ static void test_refusals(void **state)
     unlink(errf);
     const char *args[] = {"--drain", NULL};
     status = testproc_wait_pid(spawn_relay(out, errf, args));
-    read_text(errf, text, sizeof(text));
+    testproc_read_text(errf, text, sizeof(text));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "purged") == NULL ||
         strstr(text, "UPDATE outbox_binlog_sources SET binlog_file = NULL WHERE name = "
                      "'default'") == NULL)
@@ -683,7 +657,7 @@ static void test_refusals(void **state)
     status = testproc_wait_pid(spawn_relay(out, errf, args));
     setenv("MYSQL_USER", saved, 1);
     txo_free(saved);
-    read_text(errf, text, sizeof(text));
+    testproc_read_text(errf, text, sizeof(text));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 ||
         strstr(text, "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO") == NULL)
         fail_msg("want exit 1 printing the GRANT, status 0x%x: %s", status, text);
@@ -694,11 +668,13 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stream_each_once_in_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_mid_stream_loses_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_one_reader_then_takeover, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_switch_live_polling_binlog_polling, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_each_once_in_order, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_kill_mid_stream_loses_nothing, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_one_reader_then_takeover, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_switch_live_polling_binlog_polling, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, testdb_free_state),
         cmocka_unit_test(test_server_crash_and_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,17 +26,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "binlog");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
+    *state = testdb_new("binlog", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -137,7 +127,7 @@ static void test_nats_stream_holds_each_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nats_stream_holds_each_once, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nats_stream_holds_each_once, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,17 +38,7 @@
 
 static int setup(void **state)
 {
-    struct testdb *t = txo_calloc(1, sizeof(*t));
-    testdb_setup(t, "replay");
-    testdb_export_env(t);
-    *state = t;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    testdb_teardown(*state);
-    txo_free(*state);
+    *state = testdb_new("replay", TESTDB_NEW_EXPORT_ENV);
     return 0;
 }
 
@@ -57,16 +47,9 @@ static int64_t q(struct testdb *t, const char *sql)
     return testdb_i64(t->db, sql, NULL, 0);
 }
 
-/* A test's output and error files, "<tag>_out" and "<tag>_err", removed. */
 static void io_paths(char out[256], char errf[256], const char *tag)
 {
-    char name[64];
-    snprintf(name, sizeof(name), "%s_out", tag);
-    testproc_temp_path(out, 256, "txo_replay", name);
-    snprintf(name, sizeof(name), "%s_err", tag);
-    testproc_temp_path(errf, 256, "txo_replay", name);
-    unlink(out);
-    unlink(errf);
+    testproc_io_paths(out, errf, "txo_replay", tag);
 }
 
 /* Runs `$TXO_BIN <lead...> <args...>` to its end, stdout to out (truncated), stderr to errf;
@@ -389,11 +372,8 @@ static void test_from_the_archive(void **state)
     const char *a_cut[] = {"--name", "arch-cut", "--archive", dir, NULL};
     unlink(errf);
     assert_int_equal(replay(a_cut, out, errf), 1);
-    FILE *f = fopen(errf, "r");
-    char text[4096] = "";
-    size_t len = fread(text, 1, sizeof(text) - 1, f);
-    text[len] = '\0';
-    fclose(f);
+    char text[4096];
+    testproc_read_text(errf, text, sizeof(text));
     if (strstr(text, "outbox_events.1-") == NULL)
         fail_msg("the error does not name the damaged file: %s", text);
     json_decref(relayed);
@@ -503,11 +483,8 @@ static void test_rerun_conflict_and_bad_options(void **state)
     const char *other[] = {"--aggregate-id", "a2", NULL};
     unlink(errf);
     assert_int_equal(replay(other, out, errf), 2);
-    FILE *f = fopen(errf, "r");
-    char text[4096] = "";
-    size_t len = fread(text, 1, sizeof(text) - 1, f);
-    text[len] = '\0';
-    fclose(f);
+    char text[4096];
+    testproc_read_text(errf, text, sizeof(text));
     if (strstr(text, "--restart") == NULL)
         fail_msg("the refusal does not name --restart: %s", text);
     const char *restart[] = {"--aggregate-id", "a2", "--restart", NULL};
@@ -597,11 +574,14 @@ static void test_nats_100k_killed_and_resumed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_messages_are_the_relayed_ones, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_killed_resumes_throttled, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rerun_conflict_and_bad_options, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_from_the_archive, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_nats_100k_killed_and_resumed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_messages_are_the_relayed_ones, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_killed_resumes_throttled, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_rerun_conflict_and_bad_options, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_from_the_archive, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_nats_100k_killed_and_resumed, setup,
+                                        testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -395,6 +395,28 @@ int testproc_wait_pid(pid_t pid)
     return status;
 }
 
+void testproc_io_paths(char out[256], char errf[256], const char *prefix, const char *tag)
+{
+    char name[96];
+    snprintf(name, sizeof(name), "%s_out", tag);
+    testproc_temp_path(out, 256, prefix, name);
+    snprintf(name, sizeof(name), "%s_err", tag);
+    testproc_temp_path(errf, 256, prefix, name);
+    unlink(out);
+    unlink(errf);
+}
+
+void testproc_read_text(const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    size_t len = fread(buf, 1, cap - 1, f);
+    buf[len] = '\0';
+    fclose(f);
+}
+
 void testproc_temp_path(char *buf, size_t cap, const char *prefix, const char *name)
 {
     const char *dir = getenv("TMPDIR");

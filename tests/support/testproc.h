@@ -106,6 +106,14 @@ pid_t testproc_spawn_txo(const char *const *lead, const char *const *args, const
 /* "$TMPDIR/<prefix>_<pid>_<name>" (TMPDIR unset: /tmp) into buf. */
 void testproc_temp_path(char *buf, size_t cap, const char *prefix, const char *name);
 
+/* A test's output and error files, "<prefix>_<pid>_<tag>_out" and "..._err" (testproc_temp_path),
+ * removed. */
+void testproc_io_paths(char out[256], char errf[256], const char *prefix, const char *tag);
+
+/* The start of the file at path (a child's stderr), NUL-terminated, into buf; "" when it cannot
+ * be read. */
+void testproc_read_text(const char *path, char *buf, size_t cap);
+
 /* Waits for pid to end and returns its waitpid() status. */
 int testproc_wait_pid(pid_t pid);
 
