@@ -18,11 +18,14 @@
  *   5. figures: accepted orders/s (POST phase), end-to-end orders/s = orders / (first POST
  *      start .. orders.updated_at of the last CONFIRMED order), POST latency, and from SQL
  *      per OrderCreated: commit->publish (outbox published_at - created_at; none with
- *      `--up-args "--source binlog"`, which writes no published_at: commit->consumed bounds it
- *      from above), commit->consumed
+ *      `--up-args "--source binlog"`, which writes no published_at), commit->consumed
  *      (the worker's inbox_events.processed_at - outbox created_at; with the local broker the
  *      relay marks a row PUBLISHED only after its whole batch was dispatched, so this is when
- *      the event really arrived) and POST->CONFIRMED (orders updated_at - created_at); and
+ *      the event really arrived) and POST->CONFIRMED (orders updated_at - created_at); at half
+ *      load also commit->publish as the relay measures it, with either source (its
+ *      txo_outbox_publish_delay_seconds histogram from txo up's GET /metrics, before and after
+ *      the phase, every event type, interpolated within its buckets; with local dispatch it
+ *      runs until the handler returned); and
  *      where the time went: CPU of txo, mariadbd, the broker and this bench (/proc), the rest
  *      of the machine's busy time ("other": the kernel, other processes), and the server's
  *      statement and commit counters (information_schema.GLOBAL_STATUS), per order. One idle
@@ -57,6 +60,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -189,6 +193,8 @@ enum fig {
     F_HALF_POST_P99,
     F_HALF_CP_P50,
     F_HALF_CP_P99,
+    F_HALF_RELAY_P50, /* the relay's publish-delay histogram, every event type */
+    F_HALF_RELAY_P99,
     F_HALF_CC_P50,
     F_HALF_CC_P99,
     F_HALF_PC_P50,
@@ -1195,6 +1201,86 @@ out:
 
 /* Paced arrivals at `rate` orders/s for HTTP_HALF_LOAD_S, after the `before` orders of the
  * load phase (their rows have ids up to after_order / after_event). */
+/*
+ * The relay's own publish delays: the cumulative buckets of txo_outbox_publish_delay_seconds
+ * on txo up's GET /metrics, summed over aggregate types (every event type of the order
+ * service, not only OrderCreated). Where the binlog source writes no published_at, this is
+ * commit->publish measured where the publish happens.
+ */
+#define DELAY_BUCKETS_MAX 32
+struct delay_hist {
+    double le[DELAY_BUCKETS_MAX]; /* upper bounds, seconds (INFINITY for +Inf) */
+    double count[DELAY_BUCKETS_MAX];
+    size_t n;
+};
+
+static int scrape_delays(unsigned port, struct delay_hist *d)
+{
+    memset(d, 0, sizeof(*d));
+    struct txo_http_client *client = NULL;
+    struct txo_http_client_opts o;
+    struct txo_http_client_response resp;
+    struct txo_error err;
+    txo_http_client_opts_init(&o);
+    txo_http_client_response_init(&resp);
+    txo_error_init(&err);
+    int rc = txo_http_client_new(&o, &client, &err);
+    char url[96];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/metrics", port);
+    if (rc == 0)
+        rc = txo_http_get(client, url, NULL, &resp, &err);
+    if (rc == 0 && resp.status != 200)
+        rc = txo_error_set(&err, TXO_EIO, "GET /metrics: status %ld", resp.status);
+    static const char name[] = "txo_outbox_publish_delay_seconds_bucket{";
+    for (const char *line = resp.body; rc == 0 && line != NULL && *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        if (strncmp(line, name, sizeof(name) - 1) == 0) {
+            const char *le = strstr(line, "le=\"");
+            const char *close = le != NULL ? strchr(le, '}') : NULL;
+            if (le != NULL && close != NULL && (end == NULL || close < end)) {
+                double bound = strncmp(le + 4, "+Inf", 4) == 0 ? INFINITY : strtod(le + 4, NULL);
+                double v = strtod(close + 1, NULL);
+                size_t k = 0;
+                while (k < d->n && d->le[k] != bound)
+                    k++;
+                if (k == d->n && d->n < DELAY_BUCKETS_MAX)
+                    d->le[d->n++] = bound;
+                if (k < d->n)
+                    d->count[k] += v;
+            }
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    txo_http_client_response_release(&resp);
+    txo_http_client_free(client);
+    return rc < 0 ? bench_fail(rc, &err, "reading the publish delays from txo up") : 0;
+}
+
+/* The q-th percentile (ms) of what was observed between a and b, interpolated within the
+ * bucket it falls in; -1 when nothing was. */
+static double delay_percentile(const struct delay_hist *a, const struct delay_hist *b, double q)
+{
+    double total = 0;
+    for (size_t k = 0; k < b->n; k++)
+        if (isinf(b->le[k]))
+            total = b->count[k] - (k < a->n ? a->count[k] : 0);
+    if (total <= 0)
+        return -1;
+    double want = q / 100.0 * total, prev_le = 0, prev_c = 0;
+    for (size_t k = 0; k < b->n; k++) { /* the buckets come in ascending order */
+        double c = b->count[k] - (k < a->n ? a->count[k] : 0);
+        if (c >= want) {
+            if (isinf(b->le[k]))
+                return prev_le * 1000.0;
+            double f = c > prev_c ? (want - prev_c) / (c - prev_c) : 1.0;
+            return (prev_le + f * (b->le[k] - prev_le)) * 1000.0;
+        }
+        prev_le = b->le[k];
+        prev_c = c;
+    }
+    return -1;
+}
+
 static int phase_half(struct http_run *h, unsigned port, double rate, size_t before)
 {
     int64_t after_order = 0, after_event = 0;
@@ -1219,11 +1305,16 @@ static int phase_half(struct http_run *h, unsigned port, double rate, size_t bef
     l->rate = rate;
     l->lat_ms = lat;
     double t_last = 0.0;
-    rc = run_load(l, &t_last);
+    struct delay_hist d0, d1;
+    rc = scrape_delays(port, &d0);
+    if (rc == 0)
+        rc = run_load(l, &t_last);
     if (rc == 0)
         rc = wait_confirmed(h->db, &h->txo, after_order, n);
     if (rc == 0)
         rc = wait_drained(h->db, &h->txo);
+    if (rc == 0)
+        rc = scrape_delays(port, &d1);
     int64_t last_us = 0;
     if (rc == 0)
         rc = query_i64_after(h->db, HTTP_SQL_LAST_CONFIRMED_US, after_order, &last_us);
@@ -1238,6 +1329,8 @@ static int phase_half(struct http_run *h, unsigned port, double rate, size_t bef
     size_t count = 0;
     rc = sql_percentiles(h->db, HTTP_SQL_PUBLISH_US, after_event, &f[F_HALF_CP_P50],
                          &f[F_HALF_CP_P99], &count);
+    f[F_HALF_RELAY_P50] = delay_percentile(&d0, &d1, 50.0);
+    f[F_HALF_RELAY_P99] = delay_percentile(&d0, &d1, 99.0);
     if (rc == 0)
         rc = sql_percentiles(h->db, HTTP_SQL_CONSUME_US, after_event, &f[F_HALF_CC_P50],
                              &f[F_HALF_CC_P99], &count);
@@ -1396,6 +1489,10 @@ int bench_http(struct bench_env *env, const struct bench_cfg *cfg, const char *b
            num(cp[2], sizeof(cp[2]), m[F_HALF_CP_P50], 1),
            num(cp[3], sizeof(cp[3]), m[F_HALF_CP_P99], 1), m[F_HALF_CC_P50], m[F_HALF_CC_P99],
            m[F_HALF_PC_P50], m[F_HALF_PC_P99]);
+    printf("   half load, commit->publish as the relay measures it (its publish-delay histogram, "
+           "every event type, interpolated in its buckets): p50 %s ms, p99 %s ms\n",
+           num(cp[0], sizeof(cp[0]), m[F_HALF_RELAY_P50], 1),
+           num(cp[1], sizeof(cp[1]), m[F_HALF_RELAY_P99], 1));
     printf("   POST retries %.0f; the relay finished %.1f s after the last confirmation (the "
            "later saga events)\n",
            m[F_RETRIES], m[F_TAIL_S]);
