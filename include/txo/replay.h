@@ -103,10 +103,11 @@ TXO_API TXO_MUST_CHECK int txo_replay_new(struct txo_db *db, struct txo_publishe
                                           struct txo_replay **out, struct txo_error *err);
 
 /*
- * Runs the replay to its end, or until txo_replay_stop(). Returns 0 when it finished or was
- * stopped (stats.finished says which). Errors: TXO_ECONFIG (outbox_replays missing: txo
- * migrate), TXO_ECONFLICT (a checkpoint of that name with another selection, opts.restart not
- * set), a permanent publish failure's code (TXO_EPUBLISH, ...), database errors.
+ * Runs the replay to its end, or until txo_replay_stop() (also while it waits for a failing
+ * publisher). Returns 0 when it finished or was stopped (stats.finished says which). Errors:
+ * TXO_ECONFIG (outbox_replays missing: txo migrate), TXO_ECONFLICT (a checkpoint of that name with
+ * another selection, opts.restart not set), a permanent publish failure's code (TXO_EPUBLISH, ...),
+ * database errors.
  */
 TXO_API TXO_MUST_CHECK int txo_replay_run(struct txo_replay *rp, struct txo_error *err);
 

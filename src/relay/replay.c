@@ -418,6 +418,10 @@ int txo_replay_run(struct txo_replay *rp, struct txo_error *err)
     while (!txo__waiter_stopped(&rp->pause)) {
         size_t n = 0;
         rc = one_batch(rp, through, limit, &n, err);
+        if (rc == TXO_ECANCELED) { /* stopped while the publisher failed: a stop like any */
+            rc = 0;
+            break;
+        }
         if (rc < 0)
             break;
         /* The batch's last id (a retry may have reordered its messages); a short batch ends

@@ -11,7 +11,8 @@
  *     rate held;
  *   - from the retention archive (txo clean --archive): the same messages, filtered, in
  *     order; a damaged file stops it, named;
- *   - a finished replay run again publishes nothing; another selection under the same name is
+ *   - a finished replay run again publishes nothing; SIGTERM while the publisher fails stops
+ *     it (exit 0); another selection under the same name is
  *     refused (exit 2) until --restart; bad options exit 2 before any write;
  *   - 100,000 events to NATS, killed halfway and resumed: the stream holds each once, in
  *     per-aggregate order.
@@ -502,6 +503,22 @@ static void test_rerun_conflict_and_bad_options(void **state)
         assert_int_equal(replay(a, out, errf), 2);
     }
     assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_replays"), 1);
+
+    /* A publisher that keeps failing (a webhook nobody listens on): the replay waits and
+     * retries; SIGTERM stops it with exit 0, nothing counted as replayed. */
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/events", testproc_free_port());
+    static const char *const lead[] = {"replay", NULL};
+    const char *down[] = {"--name", "down", "--publisher", "webhook", "--webhook-url", url, NULL};
+    unlink(errf);
+    pid_t pid = testproc_spawn_txo(lead, down, out, errf, false);
+    txo_sleep_ms(800);
+    kill(pid, SIGTERM);
+    int status = testproc_wait_pid(pid);
+    testproc_read_text(errf, text, sizeof(text));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || strstr(text, "stopped") == NULL)
+        fail_msg("want exit 0 and a stop, status 0x%x: %s", status, text);
+    assert_int_equal(q(t, "SELECT replayed FROM outbox_replays WHERE name = 'down'"), 0);
     unlink(out);
     unlink(errf);
 }
