@@ -240,10 +240,6 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common) || !publisher_settings_apply("replay", &opts.pub))
         return 2;
-    if (strcmp(opts.pub.publisher, "local") == 0) {
-        cli_error("txo replay: --publisher local needs the consumer in the same process");
-        return 2;
-    }
     struct txo_replay_opts ro;
     txo_replay_opts_init(&ro);
     ro.name = opts.name;
