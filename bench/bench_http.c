@@ -1027,6 +1027,17 @@ static int txo_command(struct http_run *h, unsigned port, struct strv *argv, str
     return rc;
 }
 
+/* An HTTP client for txo up's own endpoints on 127.0.0.1 (short timeouts). */
+static int local_client(struct txo_http_client **out, struct txo_error *err)
+{
+    struct txo_http_client_opts o;
+    txo_http_client_opts_init(&o);
+    o.timeout_ms = 1000;
+    o.connect_timeout_ms = 500;
+    int rc = txo_http_client_new(&o, out, err);
+    return rc < 0 ? bench_fail(rc, err, "creating an HTTP client") : 0;
+}
+
 static int start_txo(struct http_run *h, unsigned port)
 {
     struct strv argv = {.n = 0};
@@ -1042,17 +1053,13 @@ static int start_txo(struct http_run *h, unsigned port)
         return rc;
 
     struct txo_http_client *client = NULL;
-    struct txo_http_client_opts o;
     struct txo_http_client_response resp;
     struct txo_error err;
-    txo_http_client_opts_init(&o);
     txo_http_client_response_init(&resp);
     txo_error_init(&err);
-    o.timeout_ms = 1000;
-    o.connect_timeout_ms = 500;
-    rc = txo_http_client_new(&o, &client, &err);
+    rc = local_client(&client, &err);
     if (rc < 0)
-        return bench_fail(rc, &err, "creating an HTTP client");
+        return rc;
     char url[96];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/healthz", port);
     double deadline = bench_now_s() + HTTP_READY_MS / 1000.0;
@@ -1218,13 +1225,13 @@ static int scrape_delays(unsigned port, struct delay_hist *d)
 {
     memset(d, 0, sizeof(*d));
     struct txo_http_client *client = NULL;
-    struct txo_http_client_opts o;
     struct txo_http_client_response resp;
     struct txo_error err;
-    txo_http_client_opts_init(&o);
     txo_http_client_response_init(&resp);
     txo_error_init(&err);
-    int rc = txo_http_client_new(&o, &client, &err);
+    int rc = local_client(&client, &err);
+    if (rc < 0)
+        return rc;
     char url[96];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/metrics", port);
     if (rc == 0)
