@@ -556,33 +556,8 @@ static void test_nats_100k_killed_and_resumed(void **state)
         testproc_print_file(errf, "  ");
         fail_msg("the resumed replay: status 0x%x", status);
     }
-    char **ids = NULL, **data = NULL;
-    size_t count = testnats_stream_read(&nats, "TXO_EVENTS", &ids, &data);
-    assert_int_equal(count, n);
-    unsigned *seen = txo_calloc(n, sizeof(*seen));
-    int64_t last_id[4] = {0};
-    for (size_t i = 0; i < count; i++) {
-        unsigned k = 0;
-        if (ids[i] == NULL || sscanf(ids[i], "k:%u", &k) != 1 || k >= n)
-            fail_msg("unexpected Nats-Msg-Id %s", ids[i] ? ids[i] : "(none)");
-        seen[k]++;
-        json_error_t jerr;
-        json_t *env = json_loads(data[i], 0, &jerr);
-        assert_non_null(env);
-        int64_t id = json_integer_value(json_object_get(env, "id"));
-        assert_true(id > last_id[k % aggs]);
-        last_id[k % aggs] = id;
-        if (json_integer_value(json_object_get(json_object_get(env, "payload"), "n")) !=
-            (json_int_t)k)
-            fail_msg("k:%u: payload %s", k, data[i]);
-        json_decref(env);
-    }
-    for (unsigned k = 0; k < n; k++)
-        assert_int_equal(seen[k], 1);
+    size_t count = testnats_expect_each_once(&nats, "TXO_EVENTS", n, aggs);
     print_message("  killed at %" PRId64 ", resumed: %zu events in the stream\n", half, count);
-    txo_free(seen);
-    testnats_free_ids(ids, count);
-    testnats_free_ids(data, count);
     testnats_cleanup(&nats);
     unlink(out);
     unlink(errf);

@@ -15,10 +15,12 @@
 #include <sys/types.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 #include <nats/nats.h>
 
 #include "testchild.h"
 #include "testnats.h"
+#include "txo/alloc.h"
 #include "txo/clock.h"
 #include "testproc.h"
 
@@ -373,4 +375,41 @@ int64_t testnats_consumer_ack_pending(const struct testnats *n, const char *stre
     int64_t v = ci->NumAckPending;
     jsConsumerInfo_Destroy(ci);
     return v;
+}
+
+size_t testnats_expect_each_once(const struct testnats *nats, const char *stream, unsigned n,
+                                 unsigned aggs)
+{
+    char **ids = NULL, **data = NULL;
+    size_t count = testnats_stream_read(nats, stream, &ids, &data);
+    assert_int_equal(count, n);
+    unsigned *seen = txo_calloc(n, sizeof(*seen));
+    int64_t *last_id = txo_calloc(aggs, sizeof(*last_id));
+    for (size_t i = 0; i < count; i++) {
+        unsigned k = 0;
+        if (ids[i] == NULL || sscanf(ids[i], "k:%u", &k) != 1 || k >= n)
+            fail_msg("unexpected Nats-Msg-Id %s", ids[i] != NULL ? ids[i] : "(none)");
+        seen[k]++;
+        json_error_t jerr;
+        json_t *env = json_loads(data[i], 0, &jerr);
+        assert_non_null(env);
+        int64_t id = json_integer_value(json_object_get(env, "id"));
+        if (id <= last_id[k % aggs])
+            fail_msg("k:%u (id %" PRId64 ") after id %" PRId64 " of its aggregate", k, id,
+                     last_id[k % aggs]);
+        last_id[k % aggs] = id;
+        json_t *payload = json_object_get(env, "payload");
+        if (json_object_size(payload) != 1 ||
+            json_integer_value(json_object_get(payload, "n")) != (json_int_t)k)
+            fail_msg("k:%u: payload %s", k, data[i]);
+        json_decref(env);
+    }
+    for (unsigned k = 0; k < n; k++)
+        if (seen[k] != 1)
+            fail_msg("k:%u is in the stream %u times", k, seen[k]);
+    txo_free(seen);
+    txo_free(last_id);
+    testnats_free_ids(ids, count);
+    testnats_free_ids(data, count);
+    return count;
 }

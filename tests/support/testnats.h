@@ -71,6 +71,14 @@ size_t testnats_stream_read(const struct testnats *n, const char *stream, char *
 void testnats_free_ids(char **ids, size_t count);
 
 /*
+ * Reads stream with cnats and fails the test unless it holds the events k:0 .. k:n-1 (their
+ * Nats-Msg-Id) exactly once each, each aggregate's (k % aggs) in ascending envelope id, each
+ * envelope's payload {"n": k}. Returns the count of messages.
+ */
+size_t testnats_expect_each_once(const struct testnats *nats, const char *stream, unsigned n,
+                                 unsigned aggs);
+
+/*
  * Message seq of stream, read with cnats directly: the value of header name (strdup'd into
  * *value, NULL when absent) and, when data is not NULL, its body (strdup'd). Fails the test
  * when the message cannot be read.
