@@ -79,6 +79,8 @@ int txo__db_map_errno(unsigned e)
     case ER_DUP_ENTRY:
     case ER_DUP_ENTRY_WITH_KEY_NAME:
         return TXO_EDUPLICATE;
+    case 1969: /* ER_STATEMENT_TIMEOUT: the statement's max_statement_time ran out */
+        return TXO_ETIMEOUT;
     case ER_ROW_IS_REFERENCED:
     case ER_NO_REFERENCED_ROW:
     case ER_ROW_IS_REFERENCED_2:

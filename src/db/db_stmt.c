@@ -12,6 +12,8 @@
  */
 #include "core/common.h"
 
+#include <mysqld_error.h>
+
 #include "db/db_internal.h"
 
 struct txo_param txo_p_str(const char *s)
@@ -113,6 +115,26 @@ static int stmt_get(struct txo_db *db, const char *sql, MYSQL_STMT **out, struct
     return 0;
 }
 
+/*
+ * Prepares sql again in its cache slot, for a statement the server no longer runs as prepared.
+ * *out gets the new handle.
+ */
+static int stmt_reprepare(struct txo_db *db, const char *sql, MYSQL_STMT **out,
+                          struct txo_error *err)
+{
+    size_t len = strlen(sql);
+    struct stmt_entry *e = stmt_slot(db->stmts, db->n_slots, sql, len, fnv1a(sql, len));
+    TXO_ASSERT(e->sql != NULL);
+    mysql_stmt_close(e->stmt);
+    e->stmt = mysql_stmt_init(db->conn);
+    if (e->stmt == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "mysql_stmt_init: out of memory");
+    if (mysql_stmt_prepare(e->stmt, sql, (unsigned long)len) != 0)
+        return txo__db_stmt_error(db, e->stmt, sql, err);
+    *out = e->stmt;
+    return 0;
+}
+
 /* ---- statements ---- */
 
 static int bind_params(MYSQL_STMT *stmt, const char *sql, const struct txo_param *params, size_t n,
@@ -172,14 +194,30 @@ int txo__db_execute(struct txo_db *db, const char *sql, const struct txo_param *
             goto out;
         }
     }
-    rc = bind_params(stmt, sql, params, n_params, binds, lengths, err);
-    if (rc < 0)
-        goto out;
-    if (n_params > 0 && mysql_stmt_bind_param(stmt, binds) != 0) {
-        rc = txo__db_stmt_error(db, stmt, sql, err);
-        goto out;
-    }
-    if (mysql_stmt_execute(stmt) != 0) {
+    for (int again = 0;; again++) {
+        rc = bind_params(stmt, sql, params, n_params, binds, lengths, err);
+        if (rc < 0)
+            goto out;
+        if (n_params > 0 && mysql_stmt_bind_param(stmt, binds) != 0) {
+            rc = txo__db_stmt_error(db, stmt, sql, err);
+            goto out;
+        }
+        if (mysql_stmt_execute(stmt) == 0)
+            break;
+        /*
+         * 1146 from a statement prepared earlier, when the table it names is there: a table
+         * its triggers wrote to at prepare time was renamed or dropped since (the last step of
+         * an online table swap, txo/partition.h), and the server does not prepare it again by
+         * itself. Nothing ran: prepare it again and run it once more.
+         */
+        if (again == 0 && mysql_stmt_errno(stmt) == ER_NO_SUCH_TABLE) {
+            TXO_LOG(TXO_LOG_INFO, "db", "statement prepared again after a table change",
+                    TXO_KV_STR("sql", sql));
+            rc = stmt_reprepare(db, sql, &stmt, err);
+            if (rc < 0)
+                goto out;
+            continue;
+        }
         rc = txo__db_stmt_error(db, stmt, sql, err);
         goto out;
     }
