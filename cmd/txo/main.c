@@ -12,8 +12,8 @@
 #include "settings.h"
 
 static const struct command *const commands[] = {
-    &cmd_up,     &cmd_serve, &cmd_relay,   &cmd_worker, &cmd_migrate, &cmd_stats, &cmd_dlq,
-    &cmd_replay, &cmd_clean, &cmd_archive, &cmd_saga,   &cmd_audit,   &cmd_demo,
+    &cmd_up,     &cmd_serve, &cmd_relay,   &cmd_worker,    &cmd_migrate, &cmd_stats, &cmd_dlq,
+    &cmd_replay, &cmd_clean, &cmd_archive, &cmd_partition, &cmd_saga,    &cmd_audit, &cmd_demo,
 };
 
 /* The brokers this txo was built with (-DTXO_WITH_<NAME>), for --help and --version. */

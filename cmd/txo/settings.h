@@ -162,6 +162,7 @@ void cmd_report(const char *cmd, const char *what, const struct txo_error *err);
 extern const struct command cmd_migrate;
 extern const struct command cmd_relay;
 extern const struct command cmd_replay;
+extern const struct command cmd_partition;
 extern const struct command cmd_demo;
 extern const struct command cmd_serve;
 extern const struct command cmd_worker;

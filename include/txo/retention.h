@@ -22,6 +22,7 @@
 
 #include "txo/common.h"
 #include "txo/db.h"
+#include "txo/partition.h"
 
 /* Most rows one batch may delete. */
 #define TXO_PURGE_BATCH_MAX 10000
@@ -71,6 +72,9 @@ struct txo_retention_opts {
      * files under this existing directory (txo/archive.h), and the inbox is left alone (it is
      * not archived). Borrowed for the call. Default NULL: no archive. */
     const char *archive_dir;
+    /* A partitioned outbox (txo/partition.h) is retired by whole partitions, with these
+     * options; NULL: the defaults, with batch as above. Borrowed for the call. */
+    const struct txo_partition_opts *partition;
 };
 
 /* Fills opts with the defaults above. Never fails. */

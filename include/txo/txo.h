@@ -51,6 +51,7 @@
 #include "txo/inbox.h"
 #include "txo/cmdq.h"
 #include "txo/dlq.h"
+#include "txo/partition.h"
 #include "txo/replay.h"
 #include "txo/retention.h"
 #include "txo/archive.h"

@@ -37,6 +37,7 @@
 #include "txo/binlog.h"
 #include "txo/cmdq.h"
 #include "txo/inbox.h"
+#include "txo/partition.h"
 #include "txo/idempotency.h"
 #include "txo/retention.h"
 
@@ -451,6 +452,41 @@ static int table_there(struct txo_db *db, const char *table, bool *exists, struc
     return txo_schema_has_table(db, table, exists, err);
 }
 
+/* The outbox's rows, one by one: PUBLISHED ones, and those a binlog source published. */
+static int purge_outbox(struct txo_db *db, const struct txo_retention_opts *opts, uint64_t *deleted,
+                        struct txo_error *err)
+{
+    int rc = purge_run(db, &outbox_table, 0, opts->outbox_s, opts->batch, opts->max_batches,
+                       opts->pause_ms, opts->archive_dir, deleted, err);
+    /* With a binlog source, the rows it published stay PENDING: through its high-water id. */
+    int64_t through = 0;
+    if (rc == 0)
+        rc = txo_binlog_published_through(db, &through, err);
+    uint64_t binlog_rows = 0;
+    if (rc == 0 && through > 0)
+        rc = purge_run(db, &outbox_binlog_table, through, opts->outbox_s, opts->batch,
+                       opts->max_batches, opts->pause_ms, opts->archive_dir, &binlog_rows, err);
+    *deleted += binlog_rows;
+    return rc;
+}
+
+/* A partitioned outbox: whole partitions (txo/partition.h). */
+static int retire_partitions(struct txo_db *db, const struct txo_retention_opts *opts,
+                             uint64_t *deleted, struct txo_error *err)
+{
+    struct txo_partition_opts po;
+    if (opts->partition != NULL) {
+        po = *opts->partition;
+    } else {
+        txo_partition_opts_init(&po);
+        po.batch = opts->batch;
+    }
+    struct txo_partition_retired r = {0};
+    int rc = txo_partition_retire(db, &po, opts->outbox_s, opts->archive_dir, &r, err);
+    *deleted += r.rows;
+    return rc;
+}
+
 int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
                       struct txo_retention_counts *out, struct txo_error *err)
 {
@@ -459,17 +495,12 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
         return txo_error_set(err, TXO_EINVAL, "retention: missing argument");
     unsigned pause = opts->pause_ms;
     const char *archive = opts->archive_dir;
-    int rc = purge_run(db, &outbox_table, 0, opts->outbox_s, opts->batch, opts->max_batches, pause,
-                       archive, &c.outbox, err);
-    /* With a binlog source, the rows it published stay PENDING: through its high-water id. */
-    int64_t through = 0;
-    if (rc == 0)
-        rc = txo_binlog_published_through(db, &through, err);
-    uint64_t binlog_rows = 0;
-    if (rc == 0 && through > 0)
-        rc = purge_run(db, &outbox_binlog_table, through, opts->outbox_s, opts->batch,
-                       opts->max_batches, pause, archive, &binlog_rows, err);
-    c.outbox += binlog_rows;
+    bool partitioned = false;
+    int rc = txo_partition_is_enabled(db, &partitioned, err);
+    if (rc == 0 && partitioned)
+        rc = retire_partitions(db, opts, &c.outbox, err);
+    else if (rc == 0)
+        rc = purge_outbox(db, opts, &c.outbox, err);
     if (rc == 0 && opts->dead_letters_s > 0)
         rc = purge_run(db, &dlq_table, 0, opts->dead_letters_s, opts->batch, opts->max_batches,
                        pause, archive, &c.dead_letters, err);

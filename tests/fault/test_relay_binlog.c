@@ -473,6 +473,65 @@ static void test_switch_live_polling_binlog_polling(void **state)
     unlink(errf);
 }
 
+/* `txo partition ACTION [extra]`: exit 0 or the test fails with its output. */
+static void partition(const char *action, const char *extra)
+{
+    const char *args[] = {"partition", action, "--partition-batch=50", extra, NULL};
+    char *out = NULL;
+    int rc = testproc_run_txo("binlog_partition", args, 120000, &out);
+    if (rc != 0)
+        fail_msg("txo partition %s: %d\n%s", action, rc, out);
+    free(out);
+}
+
+/*
+ * The outbox changes layout online, both ways, under a running binlog source and a writer:
+ * the copied rows go to a table of another name, so the source publishes each event once.
+ */
+static void test_layout_change_not_published_again(void **state)
+{
+    struct testdb *t = *state;
+    char out[256], errf[256];
+    io_paths(out, errf, "partition");
+    drain(out, errf); /* the first position, on an empty outbox */
+    insert_range(t, 0, 400, 3, 5);
+    const char *none[] = {NULL};
+    pid_t pid = spawn_relay(out, errf, none);
+    struct writer w = {.t = t, .aggs = 5};
+    atomic_init(&w.stop, false);
+    atomic_init(&w.next, 400);
+    pthread_t tid;
+    assert_int_equal(pthread_create(&tid, NULL, writer_main, &w), 0);
+    txo_sleep_ms(300);
+    partition("enable", "--partition-first-ids=150");
+    txo_sleep_ms(300);
+    partition("disable", NULL);
+    txo_sleep_ms(300);
+    partition("enable", "--partition-first-ids=150");
+    txo_sleep_ms(300);
+    atomic_store(&w.stop, true);
+    pthread_join(tid, NULL);
+    unsigned n = atomic_load(&w.next);
+    bool all = wait_lines(out, n, 30000);
+    stop_relay(pid, errf);
+    if (!all)
+        fail_msg("published %zu of %u", file_lines(out), n);
+
+    struct seen s;
+    seen_init(&s, n, w.aggs);
+    size_t lines = read_envelopes(t, out, &s);
+    for (unsigned k = 0; k < n; k++)
+        if (s.count[k] != 1)
+            fail_msg("k:%u published %u times", k, s.count[k]);
+    assert_int_equal(lines, n);
+    assert_true(s.in_order);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events"), n);
+    print_message("  %u events across three layout changes, each published once\n", n);
+    seen_release(&s);
+    unlink(out);
+    unlink(errf);
+}
+
 /* Commits events k:0, k:1, ... as the writer above, across a server crash: a statement that
  * fails closes the connection, and the writer connects again until the server is back. A
  * transaction whose COMMIT failed may or may not have committed; the table says which. */
@@ -686,6 +745,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_switch_live_polling_binlog_polling, setup,
                                         testdb_free_state),
         cmocka_unit_test_setup_teardown(test_refusals, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_layout_change_not_published_again, setup,
+                                        testdb_free_state),
         cmocka_unit_test(test_server_crash_and_restart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
