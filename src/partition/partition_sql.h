@@ -125,10 +125,18 @@
 #define PARTITION_DDL_DROP_NEW      "DROP TABLE IF EXISTS outbox_events_txo_new"
 #define PARTITION_DDL_CREATE_NEW    "CREATE TABLE outbox_events_txo_new LIKE outbox_events"
 
-/* DDL: the new table partitioned (enable); followed by its partitions as
- * PARTITION_DDL_SPLIT_MAX. */
+/*
+ * DDL: the new table partitioned (enable): without the unique key, and with id declared at the
+ * end of the two indexes that are read in (column, id) order. InnoDB stores it there anyway (a
+ * secondary index holds the primary key), so they cost the same; but the partition handler
+ * merges the partitions' index walks in order only by declared columns: without it, the
+ * relay's claim (ORDER BY next_attempt_at, id) would read and sort every due row. Then the
+ * partitions, as PARTITION_DDL_SPLIT_MAX.
+ */
 #define PARTITION_DDL_NEW_DROP_UNIQUE                                                              \
-    "ALTER TABLE outbox_events_txo_new DROP INDEX uq_outbox_idempotency_key"
+    "ALTER TABLE outbox_events_txo_new DROP INDEX uq_outbox_idempotency_key, "                     \
+    "DROP INDEX idx_outbox_due, ADD INDEX idx_outbox_due (status, next_attempt_at, id), "          \
+    "DROP INDEX idx_outbox_age, ADD INDEX idx_outbox_age (status, created_at, id)"
 #define PARTITION_DDL_NEW_PARTITION "ALTER TABLE outbox_events_txo_new PARTITION BY RANGE (id) ("
 /* DDL: the new table unpartitioned (disable), then its unique key (MariaDB takes REMOVE
  * PARTITIONING alone). */

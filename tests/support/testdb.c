@@ -87,6 +87,17 @@ void testdb_setup(struct testdb *t, const char *tag)
         fail_msg("migrating %s: %s", t->name, err.msg);
     if (applied != total || total == 0)
         fail_msg("migrating %s applied %u of %u", t->name, applied, total);
+    /* The same tests on the partitioned outbox (tests/CMakeLists.txt: *_partitioned), in
+     * partitions of a few ids so that every claim spans several. */
+    const char *layout = getenv("TXO_TEST_OUTBOX_LAYOUT");
+    if (layout != NULL && strcmp(layout, "partitioned") == 0) {
+        struct txo_partition_opts po;
+        txo_partition_opts_init(&po);
+        po.first_ids = 16;
+        po.ahead = TXO_PARTITION_AHEAD_MAX;
+        if (txo_partition_enable(t->db, &po, NULL, NULL, &err) < 0)
+            fail_msg("partitioning %s: %s", t->name, err.msg);
+    }
 }
 
 void testdb_teardown(struct testdb *t)
