@@ -28,6 +28,8 @@
 #include "txo/partition.h"
 
 #define DDL_PAUSE_MS 50
+/* outbox_keys rows deleted per statement at least: narrow rows nobody else touches. */
+#define KEYS_BATCH_MIN 5000
 
 void txo_partition_opts_init(struct txo_partition_opts *opts)
 {
@@ -412,12 +414,13 @@ static int delete_keys_below(struct txo_db *db, const struct txo_partition_opts 
     bool exists = false;
     int rc = txo_schema_has_table(db, PARTITION_KEYS, &exists, err);
     while (rc == 0 && exists) {
-        struct txo_param params[] = {txo_p_i64(bound), txo_p_i64(opts->batch)};
+        unsigned batch = opts->batch > KEYS_BATCH_MIN ? opts->batch : KEYS_BATCH_MIN;
+        struct txo_param params[] = {txo_p_i64(bound), txo_p_i64(batch)};
         struct txo_exec_result res = {0};
         rc = txo_db_exec(db, PARTITION_SQL_DELETE_KEYS_BELOW, params, 2, &res, err);
         if (rc == 0)
             *deleted += res.affected_rows;
-        if (rc < 0 || res.affected_rows < opts->batch)
+        if (rc < 0 || res.affected_rows < batch)
             break;
     }
     return rc;

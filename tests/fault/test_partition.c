@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,12 +373,34 @@ static int clean(const char *extra, const char *extra2)
     return rc;
 }
 
-/* n events appended and then made PUBLISHED two days ago (ids 1..n on a fresh table). */
+/*
+ * n events PUBLISHED two days ago (ids 1..n on a fresh table), appended through the triggers
+ * in statements of 100,000.
+ */
 static void insert_old_published(struct txo_db *db, unsigned n)
 {
-    testoutbox_insert_seq(db, n, "old");
-    testdb_exec(db, "UPDATE outbox_events SET status = 'PUBLISHED', "
-                    "created_at = NOW(6) - INTERVAL 2 DAY, published_at = NOW(6) - INTERVAL 2 DAY");
+    for (unsigned from = 1; from <= n; from += 100000) {
+        unsigned to = from + 99999 < n ? from + 99999 : n;
+        /* The sequence engine's table names its bounds; the values are constants. */
+        char sql[700];
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                 "idempotency_key, status, published_at, next_attempt_at, created_at) SELECT "
+                 "'order', seq, 'OrderCreated', JSON_OBJECT('n', seq, 'note', REPEAT('x', 200)), "
+                 "CONCAT('old:', seq), 'PUBLISHED', NOW(6) - INTERVAL 2 DAY, "
+                 "NOW(6) - INTERVAL 2 DAY, NOW(6) - INTERVAL 2 DAY FROM seq_%u_to_%u ORDER BY seq",
+                 from, to);
+        testdb_exec(db, sql);
+    }
+}
+
+/* The expired rows of test_drop_under_load: TXO_PARTITION_TEST_ROWS (`make partition-test-5m`
+ * sets 5,000,000), 50,000 by default. */
+static unsigned old_rows(void)
+{
+    const char *env = getenv("TXO_PARTITION_TEST_ROWS");
+    long n = env != NULL ? strtol(env, NULL, 10) : 0;
+    return n >= 1000 && n <= 100000000 ? (unsigned)n : 50000;
 }
 
 static int64_t partition_there(struct txo_db *db, const char *name)
@@ -389,40 +412,83 @@ static int64_t partition_there(struct txo_db *db, const char *name)
                       &p, 1);
 }
 
+static int64_t count_where(struct txo_db *db, const char *sql, int64_t a, int64_t b)
+{
+    struct txo_param p[] = {txo_p_i64(a), txo_p_i64(b)};
+    return testdb_i64(db, sql, p, 2);
+}
+
 static void test_drop_under_load(void **state)
 {
     struct testdb *t = *state;
-    assert_int_equal(partition("enable", "--partition-first-ids=20000"), 0);
-    insert_old_published(t->db, 50000); /* p20000, p40000 full; p60000 filling */
-    /* An event of p40000 FAILED, its dead letter waiting for an operator: not finished. */
-    testdb_exec(t->db, "UPDATE outbox_events SET status = 'FAILED' WHERE id = 25000");
-    testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
-                       "error) VALUES (25000, 'OrderCreated', '{}', 'test')");
+    /* n old events in partitions of w ids: the first two full, the third filling. */
+    const unsigned n = old_rows();
+    const int64_t w = (int64_t)n * 2 / 5;
+    char first_ids[64], p1[32], p2[32], p3[32];
+    snprintf(first_ids, sizeof(first_ids), "--partition-first-ids=%" PRId64, w);
+    snprintf(p1, sizeof(p1), "p%" PRId64, w);
+    snprintf(p2, sizeof(p2), "p%" PRId64, 2 * w);
+    snprintf(p3, sizeof(p3), "p%" PRId64, 3 * w);
+    assert_int_equal(partition("enable", first_ids), 0);
+    int64_t t0 = now_us();
+    insert_old_published(t->db, n);
+    print_message("%u old events inserted in %.1f s\n", n, (double)(now_us() - t0) / 1e6);
+    /* An event of the second partition FAILED, its dead letter waiting for an operator: not
+     * finished. */
+    const int64_t failed = w + w / 4;
+    struct txo_param fp = txo_p_i64(failed);
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_db_exec(t->db, "UPDATE outbox_events SET status = 'FAILED' WHERE id = ?",
+                                 &fp, 1, NULL, &err),
+                     0);
+    assert_int_equal(txo_db_exec(t->db,
+                                 "INSERT INTO dead_letter_events (source_event_id, event_type, "
+                                 "payload, error) VALUES (?, 'OrderCreated', '{}', 'test')",
+                                 &fp, 1, NULL, &err),
+                     0);
     load_start(t);
     txo_sleep_ms(300);
 
-    /* p20000 goes; p40000 stays for its unfinished event, and so does every newer one. */
+    /* The first partition goes; the second stays for its unfinished event, and so does every
+     * newer one. */
     atomic_store(&load.measuring, true);
     assert_int_equal(clean(NULL, NULL), 0);
     atomic_store(&load.measuring, false);
-    assert_int_equal(partition_there(t->db, "p20000"), 0);
-    assert_int_equal(partition_there(t->db, "p40000"), 1);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE id < 20000"), 0);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE id >= 20000 "
-                                     "AND id <= 50000"),
-                     30001);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys WHERE event_id < 20000"), 0);
+    assert_int_equal(partition_there(t->db, p1), 0);
+    assert_int_equal(partition_there(t->db, p2), 1);
+    assert_int_equal(count_where(t->db,
+                                 "SELECT COUNT(*) FROM outbox_events WHERE id >= ? "
+                                 "AND id < ?",
+                                 0, w),
+                     0);
+    assert_int_equal(count_where(t->db,
+                                 "SELECT COUNT(*) FROM outbox_events WHERE id >= ? "
+                                 "AND id <= ?",
+                                 w, n),
+                     n - w + 1);
+    assert_int_equal(count_where(t->db,
+                                 "SELECT COUNT(*) FROM outbox_keys WHERE event_id >= ? "
+                                 "AND event_id < ?",
+                                 0, w),
+                     0);
 
-    /* The dead letter handled (dead-letter retention deleted it): p40000 goes, p60000 stays
-     * (it is still filling). */
-    testdb_exec(t->db, "DELETE FROM dead_letter_events WHERE source_event_id = 25000");
+    /* The dead letter handled (dead-letter retention deleted it): the second partition goes,
+     * the third stays (it is still filling). */
+    assert_int_equal(txo_db_exec(t->db, "DELETE FROM dead_letter_events WHERE source_event_id = ?",
+                                 &fp, 1, NULL, &err),
+                     0);
     txo_sleep_ms(200);
     atomic_store(&load.measuring, true);
     assert_int_equal(clean(NULL, NULL), 0);
     atomic_store(&load.measuring, false);
-    assert_int_equal(partition_there(t->db, "p40000"), 0);
-    assert_int_equal(partition_there(t->db, "p60000"), 1);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys WHERE event_id < 40000"), 0);
+    assert_int_equal(partition_there(t->db, p2), 0);
+    assert_int_equal(partition_there(t->db, p3), 1);
+    assert_int_equal(count_where(t->db,
+                                 "SELECT COUNT(*) FROM outbox_keys WHERE event_id >= ? "
+                                 "AND event_id < ?",
+                                 0, 2 * w),
+                     0);
     txo_sleep_ms(200);
     load_stop();
 
@@ -430,9 +496,11 @@ static void test_drop_under_load(void **state)
     print_message("appended %u events, longest append during the drops %lld ms\n", load_appended(),
                   (long long)(longest / 1000));
     assert_true(longest < 1000000);
-    /* Left: the old events of p60000 (40000..50000) and every new one, published once. */
-    expect_each_once_in_order(t->db, 10001 + load_appended(), load_appended());
-    expect_duplicate_refused(t->db, "old:45000");
+    /* Left: the old events of the third partition and every new one, published once. */
+    expect_each_once_in_order(t->db, (size_t)(n - 2 * w + 1) + load_appended(), load_appended());
+    char again[32];
+    snprintf(again, sizeof(again), "old:%" PRId64, 2 * w + 5);
+    expect_duplicate_refused(t->db, again);
     free(load.pub);
 }
 
