@@ -23,25 +23,35 @@ const struct command cmd_migrate = {
         "(app/order-service/migrations). --only outbox applies only what `txo relay` needs\n"
         "(outbox_events and dead_letter_events, for an application in another language);\n"
         "a later run without it adds the rest. Running it again is a no-op. A recorded\n"
-        "migration whose statements changed since is refused (comments may be edited).",
+        "migration whose statements changed since is refused (comments may be edited).\n\n"
+        "--outbox-layout partitioned then gives outbox_events the partitioned layout, for a\n"
+        "new install (on a table with rows it is the online copy of `txo partition enable`).",
     .run = run,
     .examples = "# Create or upgrade the whole schema:\n"
                 "txo migrate\n"
                 "# Only the tables `txo relay` needs, for an application in another language:\n"
-                "txo migrate --only outbox\n",
+                "txo migrate --only outbox\n"
+                "# A new install whose outbox is dropped by partitions, not deleted by rows:\n"
+                "txo migrate --outbox-layout partitioned\n",
 };
 
 static int run(int argc, char **argv)
 {
     struct common_opts o;
     txo_db_opts_init(&o.db);
-    const char *only = NULL;
+    const char *only = NULL, *layout = NULL;
     const struct setting own[] = {
         {.name = "only",
          .env = "TXO_MIGRATE_ONLY",
          .type = SETTING_STRING,
          .help = "outbox: only the relay's tables (outbox_events, dead_letter_events); unset: all",
          .target = &only},
+        {.name = "outbox-layout",
+         .env = "TXO_OUTBOX_LAYOUT",
+         .type = SETTING_STRING,
+         .help = "partitioned: partition outbox_events by id ranges after migrating (txo "
+                 "partition); unset: leave its layout as it is",
+         .target = &layout},
     };
     struct settings_table t = {.n = 0};
     settings_add_common(&t, &o);
@@ -56,6 +66,11 @@ static int run(int argc, char **argv)
         cli_error("txo migrate: --only must be outbox, got \"%s\"", only);
         return 2;
     }
+    bool partition = layout != NULL && strcmp(layout, "partitioned") == 0;
+    if (layout != NULL && layout[0] != '\0' && !partition) {
+        cli_error("txo migrate: --outbox-layout must be partitioned, got \"%s\"", layout);
+        return 2;
+    }
     struct txo_db *db = common_connect(&o);
     if (!db)
         return 1;
@@ -64,6 +79,14 @@ static int run(int argc, char **argv)
     unsigned applied = 0, total = 0;
     int rc = outbox_only ? txo_migrate_set(db, txo_outbox_migrations(), &applied, &total, &err)
                          : orders_migrate(db, &applied, &total, &err);
+    bool partitioned = false;
+    if (rc == 0 && partition)
+        rc = txo_partition_is_enabled(db, &partitioned, &err);
+    if (rc == 0 && partition && !partitioned) {
+        struct txo_partition_opts po;
+        txo_partition_opts_init(&po);
+        rc = txo_partition_enable(db, &po, NULL, NULL, &err);
+    }
     txo_db_close(db);
     if (rc < 0) {
         cmd_report("migrate", "migration failed", &err);

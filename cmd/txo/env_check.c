@@ -32,6 +32,7 @@ static const char *const tooling_names[] = {
     "TXO_NATS_PORT",
     "TXO_NATS_SERVER",
     "TXO_OPENSSL",
+    "TXO_PARTITION_TEST_ROWS",
     "TXO_PROTOC",
     "TXO_PYTHON",
     "TXO_RABBITMQ_SERVER",
