@@ -16,6 +16,20 @@
 #include "settings.h"
 #include "txo/retention.h"
 
+/* The partitioned outbox's settings (txo/partition.h): span and ahead for every cleaner and
+ * `txo partition`; the first width and the copy's batch and pause for `txo partition` alone. */
+struct partition_settings {
+    unsigned span_s, ahead;
+    unsigned first_ids, batch, pause_ms;
+};
+
+/* Appends the partition settings; with copy, those of enable and disable too (cmd_partition.c). */
+void settings_add_partition(struct settings_table *t, struct partition_settings *o, bool copy);
+
+/* The library's options from s (the batch of a cleaner: batch). */
+void partition_settings_apply(const struct partition_settings *s, unsigned batch,
+                              struct txo_partition_opts *po);
+
 struct clean_settings {
     unsigned interval_s; /* relay only: seconds between passes, 0 = no cleaner */
     unsigned outbox_s;
@@ -24,6 +38,7 @@ struct clean_settings {
     unsigned max_batches;
     unsigned pause_ms;       /* between two batches, so that the relay keeps its pace */
     const char *archive_dir; /* `txo clean --archive`: archive before deleting; NULL: none */
+    struct partition_settings partition; /* a partitioned outbox's span and ahead */
 };
 
 /* Appends the cleaner's settings; with_interval adds --clean-interval (default 0) and

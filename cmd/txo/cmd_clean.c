@@ -116,6 +116,7 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
         settings_add(t, archive, TXO_ARRAY_LEN(archive));
     }
     settings_add(t, group, TXO_ARRAY_LEN(group));
+    settings_add_partition(t, &o->partition, false);
 }
 
 bool clean_archive_ok(const char *cmd, const char *flag, const char *dir)
@@ -144,6 +145,7 @@ int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_ta
     ro.commands_s = inbox_s;
     ro.relay_tables_only = !worker_tables;
     ro.archive_dir = s->archive_dir;
+    partition_settings_apply(&s->partition, s->batch, &ro.partition);
     struct txo_retention_counts c = {0};
     int rc = txo_retention_run(db, &ro, &c, err);
     out->outbox = c.outbox;

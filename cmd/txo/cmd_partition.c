@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "clean.h"
 #include "cli_errors.h"
 #include "settings.h"
 
@@ -52,21 +53,31 @@ const struct command cmd_partition = {
 
 static struct {
     struct common_opts common;
-    unsigned span_s, first_ids, ahead, batch, pause_ms;
+    struct partition_settings partition;
 } opts;
 
-static void add_settings(struct settings_table *t)
+void settings_add_partition(struct settings_table *t, struct partition_settings *o, bool copy)
 {
-    const struct setting own[] = {
+    const struct setting every[] = {
         {.name = "partition-span",
          .env = "TXO_PARTITION_SPAN",
          .type = SETTING_UINT,
          .def = "86400",
-         .help = "seconds of appends a new partition should hold, at the rate measured over the "
-                 "newest full one",
+         .help = "a partitioned outbox (txo partition): seconds of appends a new partition "
+                 "should hold, at the rate measured over the newest full one",
          .min = 60,
          .max = 31536000,
-         .target = &opts.span_s},
+         .target = &o->span_s},
+        {.name = "partition-ahead",
+         .env = "TXO_PARTITION_AHEAD",
+         .type = SETTING_UINT,
+         .def = "2",
+         .help = "a partitioned outbox: empty partitions kept ready above the ids in use",
+         .min = 1,
+         .max = TXO_PARTITION_AHEAD_MAX,
+         .target = &o->ahead},
+    };
+    const struct setting copying[] = {
         {.name = "partition-first-ids",
          .env = "TXO_PARTITION_FIRST_IDS",
          .type = SETTING_UINT,
@@ -75,15 +86,7 @@ static void add_settings(struct settings_table *t)
                  "rate, or the last one's width",
          .min = 1,
          .max = 4000000000UL,
-         .target = &opts.first_ids},
-        {.name = "partition-ahead",
-         .env = "TXO_PARTITION_AHEAD",
-         .type = SETTING_UINT,
-         .def = "2",
-         .help = "empty partitions kept ready above the ids in use",
-         .min = 1,
-         .max = TXO_PARTITION_AHEAD_MAX,
-         .target = &opts.ahead},
+         .target = &o->first_ids},
         {.name = "partition-batch",
          .env = "TXO_PARTITION_BATCH",
          .type = SETTING_UINT,
@@ -91,7 +94,7 @@ static void add_settings(struct settings_table *t)
          .help = "enable, disable: ids copied per transaction",
          .min = 1,
          .max = 100000,
-         .target = &opts.batch},
+         .target = &o->batch},
         {.name = "partition-pause",
          .env = "TXO_PARTITION_PAUSE_MS",
          .type = SETTING_UINT,
@@ -99,10 +102,29 @@ static void add_settings(struct settings_table *t)
          .help = "enable, disable: milliseconds between two copy batches, to leave the server to "
                  "the writers",
          .max = 60000,
-         .target = &opts.pause_ms},
+         .target = &o->pause_ms},
     };
+    settings_add(t, every, TXO_ARRAY_LEN(every));
+    if (copy)
+        settings_add(t, copying, TXO_ARRAY_LEN(copying));
+}
+
+void partition_settings_apply(const struct partition_settings *s, unsigned batch,
+                              struct txo_partition_opts *po)
+{
+    txo_partition_opts_init(po);
+    po->span_s = s->span_s;
+    po->ahead = s->ahead;
+    if (s->first_ids > 0)
+        po->first_ids = s->first_ids;
+    po->batch = batch;
+    po->pause_ms = s->pause_ms;
+}
+
+static void add_settings(struct settings_table *t)
+{
     settings_add_common(t, &opts.common);
-    settings_add(t, own, TXO_ARRAY_LEN(own));
+    settings_add_partition(t, &opts.partition, true);
 }
 
 static int status(struct txo_db *db, struct txo_error *err)
@@ -164,12 +186,7 @@ static int run(int argc, char **argv)
         return 2;
     }
     struct txo_partition_opts po;
-    txo_partition_opts_init(&po);
-    po.span_s = opts.span_s;
-    po.first_ids = opts.first_ids;
-    po.ahead = opts.ahead;
-    po.batch = opts.batch;
-    po.pause_ms = opts.pause_ms;
+    partition_settings_apply(&opts.partition, opts.partition.batch, &po);
 
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)

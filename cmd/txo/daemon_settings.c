@@ -423,6 +423,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .target = &o->clean_archive},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
+    settings_add_partition(t, &o->partition, false);
 }
 
 void settings_add_services(struct settings_table *t, struct services_settings *o)

@@ -301,6 +301,7 @@ static void worker_opts(const struct worker_settings *s, struct txo_worker_opts 
     o->retention.idempotency_s = s->idem_retention_s;
     o->retention.inbox_s = s->inbox_retention_s;
     o->retention.commands_s = s->inbox_retention_s;
+    partition_settings_apply(&s->partition, s->clean_batch, &o->retention.partition);
 }
 
 struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,

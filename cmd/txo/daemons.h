@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "settings.h"
+#include "clean.h"
 #include "signals.h"
 #include "api.h"
 #include "order_services.h"
@@ -86,7 +87,8 @@ struct worker_settings {
     unsigned inbox_retention_s;
     unsigned clean_interval_s;
     unsigned clean_batch;
-    const char *clean_archive; /* NULL: none */
+    const char *clean_archive;           /* NULL: none */
+    struct partition_settings partition; /* a partitioned outbox's span and ahead */
 };
 
 /* Appends the worker settings, with targets in o. */

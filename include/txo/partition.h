@@ -124,10 +124,10 @@ TXO_API TXO_MUST_CHECK int txo_partition_maintain(struct txo_db *db,
 
 /* What one txo_partition_retire() pass did. */
 struct txo_partition_retired {
-    unsigned dropped; /* partitions dropped */
-    uint64_t rows;    /* rows they held, the server's estimate (archived first with an archive) */
-    uint64_t keys;    /* outbox_keys rows deleted */
-    unsigned kept;    /* expired partitions kept for an unfinished event */
+    unsigned dropped;      /* partitions dropped */
+    uint64_t rows;         /* rows they held: those archived, or the server's estimate without */
+    uint64_t keys;         /* outbox_keys rows deleted */
+    unsigned kept;         /* expired partitions kept for an unfinished event */
     int64_t unfinished_id; /* the first unfinished event of the oldest kept one; 0: none */
 };
 

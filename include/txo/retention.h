@@ -73,8 +73,8 @@ struct txo_retention_opts {
      * not archived). Borrowed for the call. Default NULL: no archive. */
     const char *archive_dir;
     /* A partitioned outbox (txo/partition.h) is retired by whole partitions, with these
-     * options; NULL: the defaults, with batch as above. Borrowed for the call. */
-    const struct txo_partition_opts *partition;
+     * options (txo_partition_opts_init()'s defaults), but with batch as above. */
+    struct txo_partition_opts partition;
 };
 
 /* Fills opts with the defaults above. Never fails. */

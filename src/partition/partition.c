@@ -69,8 +69,10 @@ int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_part
     if (capped == NULL)
         return txo_error_set(err, TXO_ENOMEM, "out of memory");
     int rc = 0;
-    for (unsigned i = 0; i < n; i++) {
-        if (i > 0) /* the appends that queued behind the last try go first */
+    unsigned tries = 0;
+    int64_t start = txo_monotonic_ms();
+    while (tries < n) {
+        if (tries++ > 0) /* the appends that queued behind the last try go first */
             txo_sleep_ms(DDL_PAUSE_MS + (int64_t)(txo_rand01() * DDL_PAUSE_MS));
         txo_error_init(err);
         rc = txo_db_exec_raw(db, capped, err);
@@ -78,6 +80,8 @@ int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_part
             break;
     }
     txo_free(capped);
+    TXO_LOG(TXO_LOG_DEBUG, "partition", "ddl", TXO_KV_STR("sql", sql), TXO_KV_U64("tries", tries),
+            TXO_KV_I64("took_ms", txo_monotonic_ms() - start), TXO_KV_I64("rc", rc));
     if (rc == TXO_ETIMEOUT || rc == TXO_ELOCKTIMEOUT)
         return txo_error_set(err, TXO_ELOCKTIMEOUT,
                              "the metadata lock of outbox_events was not free within %u ms in %u "
@@ -348,14 +352,15 @@ static int appended_past(struct txo_db *db, const struct txo_partition_info *p, 
 }
 
 /*
- * Writes p's rows to archive files, a batch each, in id order. A pass that stopped half way
- * (killed, or its drop never got the lock) left files for the first rows: the newest file of
- * the table tells where to go on, so no row is archived twice.
+ * Writes p's rows to archive files, a batch each, in id order; *archived gets how many. A pass that
+ * stopped half way (killed, or its drop never got the lock) left files for the first rows: the
+ * newest file of the table tells where to go on, so no row is archived twice.
  */
 static int archive_partition(struct txo_db *db, const struct txo_partition_opts *opts,
                              const struct txo_partition_info *p, const char *dir,
-                             struct txo_error *err)
+                             uint64_t *archived, struct txo_error *err)
 {
+    *archived = 0;
     struct txo_archive_column *cols = NULL;
     size_t n_cols = 0, id_col = 0;
     struct txo_rows *rows = NULL;
@@ -392,6 +397,7 @@ static int archive_partition(struct txo_db *db, const struct txo_partition_opts 
         if (rc < 0)
             goto out;
         txo_crash_point("partition.archive.after_file");
+        *archived += n;
         from = txo_rows_i64(rows, n - 1, id_col);
         txo_rows_free(rows);
         rows = NULL;
@@ -477,13 +483,10 @@ int txo_partition_retire(struct txo_db *db, const struct txo_partition_opts *opt
                     TXO_KV_STR("partition", p->name), TXO_KV_I64("event_id", first));
             break; /* the newer ones wait too: dropped oldest first */
         }
-        struct txo_param range[] = {txo_p_i64(p->lower), txo_p_i64(p->upper)};
-        int64_t held = 0;
-        rc = txo__partition_query_i64(db, PARTITION_SQL_COUNT, range, 2, &held, NULL, err);
-        if (rc < 0)
-            goto out;
+        /* The server's estimate, or the rows archived now (counting them would read it all). */
+        uint64_t held = p->rows_est;
         if (archive_dir != NULL && p->newest_id != 0) {
-            rc = archive_partition(db, opts, p, archive_dir, err);
+            rc = archive_partition(db, opts, p, archive_dir, &held, err);
             if (rc < 0)
                 goto out;
         }
@@ -495,9 +498,9 @@ int txo_partition_retire(struct txo_db *db, const struct txo_partition_opts *opt
             goto out;
         }
         r.dropped++;
-        r.rows += (uint64_t)held;
+        r.rows += held;
         TXO_LOG(TXO_LOG_INFO, "partition", "dropped", TXO_KV_STR("partition", p->name),
-                TXO_KV_I64("rows", held), TXO_KV_I64("below_id", p->upper),
+                TXO_KV_U64("rows", held), TXO_KV_I64("below_id", p->upper),
                 TXO_KV_STR("newest_at", p->newest_at),
                 TXO_KV_BOOL("archived", archive_dir != NULL));
         txo_crash_point("partition.after_drop");

@@ -34,10 +34,6 @@
 #define PARTITION_SQL_OLDEST                                                                       \
     "SELECT id, created_at FROM outbox_events WHERE id >= ? AND id < ? ORDER BY id LIMIT 1"
 
-/* The events of an id range, one partition's, counted before its drop. Index: the narrowest the
- * optimizer finds, in the pruned partition (a scan of it). No lock. Params: lower, upper. */
-#define PARTITION_SQL_COUNT "SELECT COUNT(*) FROM outbox_events WHERE id >= ? AND id < ?"
-
 /* The largest id, 0 when empty. Index: PRIMARY (one dive per partition). No lock. */
 #define PARTITION_SQL_MAX_ID "SELECT COALESCE(MAX(id), 0) FROM outbox_events"
 

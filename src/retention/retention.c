@@ -442,6 +442,7 @@ void txo_retention_opts_init(struct txo_retention_opts *opts)
     opts->inbox_s = 7 * 86400;
     opts->commands_s = 7 * 86400;
     opts->dead_letters_s = 30 * 86400;
+    txo_partition_opts_init(&opts->partition);
 }
 
 /* True in *exists when the table is there (a relay-only schema has only the outbox and the
@@ -474,13 +475,8 @@ static int purge_outbox(struct txo_db *db, const struct txo_retention_opts *opts
 static int retire_partitions(struct txo_db *db, const struct txo_retention_opts *opts,
                              uint64_t *deleted, struct txo_error *err)
 {
-    struct txo_partition_opts po;
-    if (opts->partition != NULL) {
-        po = *opts->partition;
-    } else {
-        txo_partition_opts_init(&po);
-        po.batch = opts->batch;
-    }
+    struct txo_partition_opts po = opts->partition;
+    po.batch = opts->batch;
     struct txo_partition_retired r = {0};
     int rc = txo_partition_retire(db, &po, opts->outbox_s, opts->archive_dir, &r, err);
     *deleted += r.rows;
