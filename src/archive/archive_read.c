@@ -69,14 +69,16 @@ static const char *base_name(const char *path)
 /*
  * Parses one line. A JSON column may hold an integer past 64 bits, which jansson refuses: such
  * a line is parsed again with every integer as a double (*as_real set), the row's id included.
+ * A string may hold \u0000: the writer escapes a NUL character of a value that way.
  */
 static json_t *parse_line(const char *s, size_t len, bool *as_real)
 {
     json_error_t e;
-    json_t *j = json_loadb(s, len, JSON_REJECT_DUPLICATES, &e);
+    size_t flags = JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL;
+    json_t *j = json_loadb(s, len, flags, &e);
     *as_real = false;
     if (j == NULL && json_error_code(&e) == json_error_numeric_overflow) {
-        j = json_loadb(s, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, NULL);
+        j = json_loadb(s, len, flags | JSON_DECODE_INT_AS_REAL, NULL);
         *as_real = true;
     }
     return j;

@@ -303,7 +303,7 @@ int txo__replay_archive_next(struct txo__replay_archive *a, const struct txo_rep
             break;
         }
         json_error_t jerr;
-        json_t *row = json_loadb(line, len, 0, &jerr);
+        json_t *row = json_loadb(line, len, JSON_ALLOW_NUL, &jerr); /* as the file's reader */
         if (row == NULL) {
             rc = txo_error_set(err, TXO_EINVAL, "replay: %s: row %" PRId64 ": %s",
                                a->files[a->at].path, id, jerr.text);

@@ -280,7 +280,7 @@ static json_t *events_by_id(const char *out)
     json_t *by_id = json_object(), *last = json_object();
     for (size_t i = 0; i < n; i++) {
         json_error_t jerr;
-        json_t *env = json_loads(lines[i], 0, &jerr);
+        json_t *env = json_loads(lines[i], JSON_ALLOW_NUL, &jerr); /* event 3's "a\u0000b" */
         assert_non_null(env);
         json_int_t id = json_integer_value(json_object_get(env, "id"));
         char key[32], agg[128];
@@ -301,8 +301,8 @@ static json_t *events_by_id(const char *out)
 /*
  * The events retention removed, from its archive: `txo clean --archive DIR` in batches of 7,
  * then `txo replay --archive DIR`: the relay's messages (equal as JSON: an archived payload is
- * the JSON value, its spacing may differ), the filters applied, each aggregate in order; a
- * damaged file stops the replay naming it.
+ * the JSON value, its spacing may differ; one holds a NUL character), the filters applied,
+ * each aggregate in order; a damaged file stops the replay naming it.
  */
 static void test_from_the_archive(void **state)
 {
@@ -317,7 +317,8 @@ static void test_from_the_archive(void **state)
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                        "payload, idempotency_key, created_at) SELECT IF(seq MOD 5 = 0, 'cart', "
                        "'order'), CONCAT('a', seq MOD 3), IF(seq MOD 2 = 0, 'Even', 'Odd'), "
-                       "JSON_OBJECT('n', seq, 's', 'caf\\u00e9'), CONCAT('k:', seq), "
+                       "JSON_OBJECT('n', seq, 's', IF(seq = 3, CONCAT('a', CHAR(0), 'b'), "
+                       "'caf\\u00e9')), CONCAT('k:', seq), "
                        "'2026-01-01' + INTERVAL seq HOUR FROM seq_1_to_40");
     static const char *const relay[] = {"relay", "--publisher", "log", "--drain", NULL};
     const char *none[] = {NULL};

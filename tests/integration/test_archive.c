@@ -214,6 +214,35 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
     free(data);
 }
 
+/*
+ * A value holding a NUL character, as a JSON payload may ("\u0000") and a text column may
+ * (the byte itself): the writer escapes it as \u0000, and the file must still verify and cat,
+ * or the next run's crash rule would stop at this newest file for good.
+ */
+static void test_a_nul_in_a_value_keeps_the_file_readable(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    testdb_exec(f->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key, status, next_attempt_at, last_error, "
+                         "published_at) VALUES ('order', 1, 'E', '{\"s\": \"a\\\\u0000b\"}', "
+                         "'nul', 'PUBLISHED', '2020-01-01', CONCAT('x', CHAR(0), 'y'), "
+                         "'2020-01-01')");
+    struct txo_retention_counts c;
+    pass(f, &c);
+    assert_int_equal(c.outbox, 1);
+    char *out = NULL;
+    assert_int_equal(verify(f->dir, &out), 0);
+    assert_non_null(strstr(out, "1 files, 1 rows verified, 0 bad"));
+    free(out);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/outbox_events/outbox_events.1-1.jsonl.gz", f->dir);
+    const char *cat[] = {"archive", "cat", path, NULL};
+    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 0);
+    assert_non_null(strstr(out, "\"payload\":{\"s\":\"a\\u0000b\"}"));
+    assert_non_null(strstr(out, "\"last_error\":\"x\\u0000y\""));
+    free(out);
+}
+
 /* Each column type as the format says, through the library's writer and reader. */
 static void test_values_of_each_type(void **state)
 {
@@ -260,6 +289,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pass_archives_each_row_once_then_deletes_it),
         cmocka_unit_test(test_verify_catches_a_truncated_and_an_edited_file),
+        cmocka_unit_test(test_a_nul_in_a_value_keeps_the_file_readable),
         cmocka_unit_test(test_values_of_each_type),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), testarchive_setup, testarchive_teardown, NULL,
