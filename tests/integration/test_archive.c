@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "testarchive.h"
@@ -215,6 +217,115 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
 }
 
 /*
+ * Files named by sequence through the library: the name, the header, the rows in (time, key)
+ * order with a key that is not UTF-8 and one holding a NUL byte, read back as bytes; rows the
+ * reader would refuse are refused by the writer; the newest file is the highest sequence, not
+ * the latest time or the latest modified.
+ */
+static void test_files_named_by_sequence(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    const struct txo_archive_column cols[] = {
+        {"event_id", TXO_ARCHIVE_BINARY},
+        {"n", TXO_ARCHIVE_INT},
+        {"processed_at", TXO_ARCHIVE_TIME},
+    };
+    struct txo_rows *rows = NULL;
+    if (txo_db_query(f->t.db,
+                     "SELECT CONCAT('a', CHAR(0), 'b'), 1, '2026-12-02 10:00:00.000001' UNION ALL "
+                     "SELECT X'FE41', 2, '2026-12-02 10:00:00.000001' UNION ALL "
+                     "SELECT 'Z', 3, '2026-12-02 10:00:01.5'",
+                     NULL, 0, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    char *path = NULL;
+    if (txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 7, rows, &path, &err) <
+        0)
+        fail_msg("%s", err.msg);
+    txo_rows_free(rows);
+    assert_non_null(strstr(path, "/t/t.0000000007.20261202T100000Z.jsonl.gz"));
+    size_t len = 0;
+    char *data = gunzip(path, &len);
+    char *nl = memchr(data, '\n', len);
+    assert_non_null(nl);
+    *nl = '\0';
+    assert_string_equal(data, "{\"txo_archive\":2,\"table\":\"t\",\"columns\":["
+                              "{\"name\":\"event_id\",\"type\":\"binary\"},"
+                              "{\"name\":\"n\",\"type\":\"int\"},"
+                              "{\"name\":\"processed_at\",\"type\":\"time\"}],"
+                              "\"key_column\":\"event_id\",\"time_column\":\"processed_at\","
+                              "\"seq\":7,\"first_time\":\"2026-12-02T10:00:00.000001Z\","
+                              "\"last_time\":\"2026-12-02T10:00:01.5Z\",\"rows\":3,"
+                              "\"crc32\":\"408f2369\"}");
+    free(data);
+    struct txo_archive_file file;
+    if (txo_archive_read(path, &file, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(file.version, TXO_ARCHIVE_VERSION_SEQ);
+    assert_int_equal(file.seq, 7);
+    assert_int_equal(file.n_rows, 3);
+    assert_null(file.ids);
+    assert_string_equal(
+        file.lines, "{\"event_id\":\"a\\u0000b\",\"n\":1,"
+                    "\"processed_at\":\"2026-12-02T10:00:00.000001Z\"}\n"
+                    "{\"event_id\":{\"base64\":\"/kE=\"},\"n\":2,"
+                    "\"processed_at\":\"2026-12-02T10:00:00.000001Z\"}\n"
+                    "{\"event_id\":\"Z\",\"n\":3,\"processed_at\":\"2026-12-02T10:00:01.5Z\"}\n");
+    assert_int_equal(file.keys[0].len, 3);
+    assert_memory_equal(file.keys[0].bytes, "a\0b", 3);
+    assert_int_equal(file.keys[1].len, 2);
+    assert_memory_equal(file.keys[1].bytes,
+                        "\xfe"
+                        "A",
+                        2);
+    assert_int_equal(file.keys[2].len, 1);
+    assert_memory_equal(file.keys[2].bytes, "Z", 1);
+    assert_int_equal(file.times_us[0], 1796205600000001LL);
+    assert_int_equal(file.times_us[2], 1796205601500000LL);
+    txo_archive_file_release(&file);
+
+    /* Refused: rows out of order, a key twice, a NULL key, sequence 0. No file is left. */
+    static const char *const bad[] = {
+        "SELECT 'b', 1, '2026-12-02 10:00:00' UNION ALL SELECT 'a', 2, '2026-12-02 10:00:00'",
+        "SELECT 'a', 1, '2026-12-02 10:00:00' UNION ALL SELECT 'a', 2, '2026-12-02 10:00:01'",
+        "SELECT NULL, 1, '2026-12-02 10:00:00'",
+        "SELECT 'a', 1, '2026-12-02 10:00:00'",
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        if (txo_db_query(f->t.db, bad[i], NULL, 0, &rows, &err) < 0)
+            fail_msg("%s", err.msg);
+        uint64_t seq = i == 3 ? 0 : 9;
+        assert_int_equal(txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, seq,
+                                               rows, NULL, &err),
+                         TXO_EINVAL);
+        txo_rows_free(rows);
+    }
+    uint64_t last = 0;
+    assert_int_equal(txo_archive_last_seq(f->dir, "t", &last, &err), 0);
+    assert_int_equal(last, 7);
+
+    /* Sequence 8 holds older rows and is modified long ago: still the newest. */
+    if (txo_db_query(f->t.db, "SELECT 'old', 1, '2020-01-01 00:00:00'", NULL, 0, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    char *path8 = NULL;
+    if (txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 8, rows, &path8, &err) <
+        0)
+        fail_msg("%s", err.msg);
+    txo_rows_free(rows);
+    struct timespec long_ago[2] = {{.tv_sec = 946684800}, {.tv_sec = 946684800}};
+    assert_int_equal(utimensat(AT_FDCWD, path8, long_ago, 0), 0);
+    char *newest = NULL;
+    assert_int_equal(txo_archive_newest(f->dir, "t", &newest, &err), 0);
+    assert_string_equal(newest, path8);
+    assert_int_equal(txo_archive_last_seq(f->dir, "t", &last, &err), 0);
+    assert_int_equal(last, 8);
+    txo_free(newest);
+    txo_free(path8);
+    txo_free(path);
+}
+
+/*
  * A value holding a NUL character, as a JSON payload may ("\u0000") and a text column may
  * (the byte itself): the writer escapes it as \u0000, and the file must still verify and cat,
  * or the next run's crash rule would stop at this newest file for good.
@@ -290,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_pass_archives_each_row_once_then_deletes_it),
         cmocka_unit_test(test_verify_catches_a_truncated_and_an_edited_file),
         cmocka_unit_test(test_a_nul_in_a_value_keeps_the_file_readable),
+        cmocka_unit_test(test_files_named_by_sequence),
         cmocka_unit_test(test_values_of_each_type),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), testarchive_setup, testarchive_teardown, NULL,
