@@ -109,10 +109,12 @@ TXO_API TXO_MUST_CHECK int txo_archive_write(const char *dir, const char *table,
  * it returns 0, as txo_archive_write(). time_col is a TXO_ARCHIVE_TIME column and key_col a
  * TXO_ARCHIVE_BINARY or TXO_ARCHIVE_TEXT one; the rows ascend by time, then by the key's bytes
  * (`ORDER BY time_col, key_col` on a VARBINARY key), with no key twice and neither ever NULL.
- * seq is 1..TXO_ARCHIVE_SEQ_MAX, one more than txo_archive_last_seq() said. *path_out (may be NULL)
- * as txo_archive_write(). Errors: TXO_EINVAL (no rows, a column of the wrong type, rows out of
- * order, a key twice, a NULL key or time, seq out of range, a value its type cannot hold), TXO_EIO,
- * TXO_ENOMEM. On failure no file is left.
+ * seq is 1..TXO_ARCHIVE_SEQ_MAX, one more than txo_archive_last_seq() said. *path_out (may
+ * be NULL) as txo_archive_write(). A file of that name already there is not replaced: only a
+ * second writer in the directory can have written it (TXO_ECONFLICT). Errors: TXO_EINVAL (no
+ * rows, a column of the wrong type, rows out of order, a key twice, a NULL key or time, seq
+ * out of range, a value its type cannot hold), TXO_ECONFLICT, TXO_EIO, TXO_ENOMEM. On failure
+ * no file is left (and one already there is kept).
  */
 TXO_API TXO_MUST_CHECK int txo_archive_write_seq(const char *dir, const char *table,
                                                  const struct txo_archive_column *cols,

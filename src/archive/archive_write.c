@@ -364,8 +364,14 @@ static int table_dir(const char *dir, const char *table, char *out, size_t out_s
     return 0;
 }
 
-/* Writes data to tmp, fsyncs it, renames it to path and fsyncs dir. No tmp is left behind. */
-static int write_durably(const char *dir, const char *tmp, const char *path,
+/*
+ * Writes data to tmp, fsyncs it, renames it to path and fsyncs dir. No tmp is left behind.
+ * Without replace, a file already at path is left and the call fails (TXO_ECONFLICT): a file
+ * named by sequence is written once, and another one of its name can only come from a second
+ * writer in the directory, whose rows the first file's would otherwise replace. (A check, not
+ * a lock: two writers in the same instant can still both rename.)
+ */
+static int write_durably(const char *dir, const char *tmp, const char *path, bool replace,
                          const struct txo__buf *data, struct txo_error *err)
 {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -386,6 +392,10 @@ static int write_durably(const char *dir, const char *tmp, const char *path,
         rc = txo_error_set(err, TXO_EIO, "fsync %s: %s", tmp, strerror(errno));
     if (close(fd) != 0 && rc == 0)
         rc = txo_error_set(err, TXO_EIO, "close %s: %s", tmp, strerror(errno));
+    if (rc == 0 && !replace && access(path, F_OK) == 0)
+        rc = txo_error_set(err, TXO_ECONFLICT,
+                           "%s exists already: does another cleaner archive to this directory?",
+                           path);
     if (rc == 0 && rename(tmp, path) != 0)
         rc = txo_error_set(err, TXO_EIO, "rename %s: %s", tmp, strerror(errno));
     if (rc < 0) {
@@ -410,10 +420,10 @@ static int check_args(const char *dir, const char *table, const struct txo_archi
 }
 
 /*
- * Writes head and body, gzipped, as DIR/<table>/<name> (durably, see write_durably()).
- * *path_out (may be NULL) receives the path.
+ * Writes head and body, gzipped, as DIR/<table>/<name> (durably, and replacing a file of that
+ * name or not: see write_durably()). *path_out (may be NULL) receives the path.
  */
-static int write_file(const char *dir, const char *table, const char *name,
+static int write_file(const char *dir, const char *table, const char *name, bool replace,
                       const struct txo__buf *head, const struct txo__buf *body, char **path_out,
                       struct txo_error *err)
 {
@@ -430,7 +440,7 @@ static int write_file(const char *dir, const char *table, const char *name,
         rc = txo_error_set(err, TXO_EINVAL, "archive path too long under %s", sub);
         goto out;
     }
-    rc = write_durably(sub, tmp, path, &gz, err);
+    rc = write_durably(sub, tmp, path, replace, &gz, err);
     if (rc == 0 && path_out != NULL) {
         *path_out = txo_strdup(path);
         if (*path_out == NULL)
@@ -475,7 +485,7 @@ int txo_archive_write(const char *dir, const char *table, const struct txo_archi
         rc = txo_error_set(err, TXO_EINVAL, "archive file name too long");
         goto out;
     }
-    rc = write_file(dir, table, name, &head, &body, path_out, err);
+    rc = write_file(dir, table, name, true, &head, &body, path_out, err);
 out:
     if (rc < 0)
         txo_error_wrap(err, "archive %s", table != NULL ? table : "?");
@@ -521,7 +531,7 @@ int txo_archive_write_seq(const char *dir, const char *table, const struct txo_a
     rc = encode_header_seq(&head, table, cols, n_cols, key_col, time_col, seq, first, last, n,
                            crc_hex, err);
     if (rc == 0)
-        rc = write_file(dir, table, name, &head, &body, path_out, err);
+        rc = write_file(dir, table, name, false, &head, &body, path_out, err);
 out:
     if (rc < 0)
         txo_error_wrap(err, "archive %s", table != NULL ? table : "?");

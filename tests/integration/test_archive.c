@@ -377,8 +377,8 @@ static void test_an_event_recorded_again_is_not_deleted_with_its_old_file(void *
 /*
  * Files named by sequence through the library: the name, the header, the rows in (time, key)
  * order with a key that is not UTF-8 and one holding a NUL byte, read back as bytes; rows the
- * reader would refuse are refused by the writer; the newest file is the highest sequence, not
- * the latest time or the latest modified.
+ * reader would refuse are refused by the writer, and so is a sequence already written; the
+ * newest file is the highest sequence, not the latest time or the latest modified.
  */
 static void test_files_named_by_sequence(void **state)
 {
@@ -462,6 +462,19 @@ static void test_files_named_by_sequence(void **state)
     uint64_t last = 0;
     assert_int_equal(txo_archive_last_seq(f->dir, "t", &last, &err), 0);
     assert_int_equal(last, 7);
+
+    /* Sequence 7 again (a second writer in the directory): refused, the first file kept. */
+    if (txo_db_query(f->t.db, "SELECT 'other', 1, '2026-12-02 10:00:00.000001'", NULL, 0, &rows,
+                     &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(
+        txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 7, rows, NULL, &err),
+        TXO_ECONFLICT);
+    txo_rows_free(rows);
+    if (txo_archive_read(path, &file, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(file.n_rows, 3);
+    txo_archive_file_release(&file);
 
     /* Sequence 8 holds older rows and is modified long ago: still the newest. */
     if (txo_db_query(f->t.db, "SELECT 'old', 1, '2020-01-01 00:00:00'", NULL, 0, &rows, &err) < 0)
