@@ -49,11 +49,10 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
  * as "txo <cmd>: --<flag>: ..." (the command exits 2, before any write). */
 bool clean_archive_ok(const char *cmd, const char *flag, const char *dir);
 
-/* The help of the archive settings: what is archived and what is then left alone. */
+/* The help of the archive settings: what is archived. */
 #define CLEAN_ARCHIVE_HELP                                                                         \
-    "write the outbox rows and dead letters deleted to gzip JSON-lines files under this "          \
-    "existing directory first (`txo archive`, `txo replay --archive`); the inbox is then not "     \
-    "cleaned"
+    "write the outbox rows, dead letters and inbox rows deleted to gzip JSON-lines files under "   \
+    "this existing directory first (`txo archive`, `txo replay --archive`)"
 
 /* Rows one pass deleted, per table. */
 struct clean_counts {

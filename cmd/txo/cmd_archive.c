@@ -26,10 +26,11 @@ const struct command cmd_archive = {
         "with every column, without the header line; a file that does not verify is not\n"
         "printed. verify FILE|DIR...: checks each file, and every *.jsonl.gz file under each\n"
         "directory (an --archive DIR or one of its table directories): the gzip stream is\n"
-        "whole, the first line is an archive header whose table and id range match the file's\n"
-        "name, every row line is a JSON object with the header's columns, the ids ascend\n"
-        "within the range, and the row count and CRC-32 are those of the header. Prints one\n"
-        "line per bad file, then a summary.",
+        "whole, the first line is an archive header whose table and id range (the inbox's:\n"
+        "sequence and first time) match the file's name, every row line is a JSON object with\n"
+        "the header's columns, the ids ascend within the range (the inbox's rows: by\n"
+        "processed_at, then event id, none twice), and the row count and CRC-32 are those of\n"
+        "the header. Prints one line per bad file, then a summary.",
     .run = run,
     .examples = "# Check a whole archive, then restore its outbox rows with jq and mariadb:\n"
                 "txo archive verify /var/lib/txo/archive\n"

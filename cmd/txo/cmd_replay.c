@@ -42,7 +42,8 @@ const struct command cmd_replay = {
         "on from there (the batch in flight is sent again); --restart starts it over. Events\n"
         "appended after the replay started are not part of it. Rows are never written.\n"
         "With --archive DIR the events come from the files of `txo clean --archive DIR`\n"
-        "(those retention removed), with the same filters and checkpoints.\n"
+        "(those retention removed), with the same filters and checkpoints: DIR/outbox_events\n"
+        "only, never the inbox's or the dead letters' files.\n"
         "SIGTERM/SIGINT stop it after the batch in flight, exit 0.",
     .run = run,
     .examples = "# Every order event again, to another NATS subject prefix, 2,000 a second:\n"

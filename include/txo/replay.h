@@ -68,7 +68,9 @@ struct txo_replay_opts {
     /* Replay from the retention archive of `txo clean --archive DIR` (txo/archive.h) instead of
      * the table: the outbox rows retention removed, in the same order, with the same filters
      * (published ones: PUBLISHED, or PENDING as a binlog source leaves them). The files are
-     * verified as they are read; the range ends at the archive's last id. NULL: the table. */
+     * verified as they are read; the range ends at the archive's last id. Only the files of
+     * DIR/outbox_events are read (not the inbox's or the dead letters'); a DIR without that
+     * directory is refused (TXO_ECONFIG). NULL: the table. */
     const char *archive_dir;
     struct txo_backoff retry; /* transient publish failures: 250 ms .. 30 s, jitter 0.2 */
 };

@@ -68,9 +68,9 @@ struct txo_retention_opts {
     unsigned dead_letters_s; /* replayed dead letters kept; 0 = never deleted; default 30 days */
     unsigned pause_ms;       /* sleep between two batches of a table; default 0 */
     bool relay_tables_only;  /* only the outbox and the dead letters; default false */
-    /* When set, the outbox and dead-letter rows a pass deletes are first written to archive
-     * files under this existing directory (txo/archive.h), and the inbox is left alone (it is
-     * not archived). Borrowed for the call. Default NULL: no archive. */
+    /* When set, the outbox, dead-letter and inbox rows a pass deletes are first written to
+     * archive files under this existing directory (txo/archive.h); the idempotency keys and
+     * commands are deleted without. Borrowed for the call. Default NULL: no archive. */
     const char *archive_dir;
     /* A partitioned outbox (txo/partition.h) is retired by whole partitions, with these
      * options (txo_partition_opts_init()'s defaults), but with batch as above. */

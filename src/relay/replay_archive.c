@@ -4,6 +4,10 @@
  * The replay's second source: the outbox rows that retention removed, from the files of
  * `txo clean --archive DIR` (txo/archive.h), for events the table no longer has.
  *
+ * Only the outbox's files are read: the dead letters' and the inbox's, in DIR's other table
+ * directories, are not events to publish, and a DIR without an outbox_events directory (the
+ * inbox's own directory given by mistake, say) is refused, saying so.
+ *
  * The files of DIR/outbox_events are listed once and sorted by their first id; they cover
  * disjoint, ascending id ranges, so reading them in that order is reading the events in id
  * order, and the replay's cursor (the last id acknowledged) says where to go on. A file is
@@ -91,6 +95,14 @@ int txo__replay_archive_open(const char *dir, const struct txo_replay_filter *f,
     char path[4096];
     snprintf(path, sizeof(path), "%s/" OUTBOX, dir);
     DIR *d = opendir(path);
+    if (d == NULL && errno == ENOENT) {
+        txo__replay_archive_free(a);
+        return txo_error_set(err, TXO_ECONFIG,
+                             "replay: %s has no " OUTBOX " directory: --archive takes the "
+                             "directory `txo clean --archive` wrote to, and only the outbox's "
+                             "files are replayed, not the inbox's or the dead letters'",
+                             dir);
+    }
     if (d == NULL) {
         txo__replay_archive_free(a);
         return txo_error_set(err, TXO_ECONFIG, "replay: cannot read the archive directory %s: %s",
@@ -303,7 +315,7 @@ int txo__replay_archive_next(struct txo__replay_archive *a, const struct txo_rep
             break;
         }
         json_error_t jerr;
-        json_t *row = json_loadb(line, len, 0, &jerr);
+        json_t *row = json_loadb(line, len, JSON_ALLOW_NUL, &jerr); /* as the file's reader */
         if (row == NULL) {
             rc = txo_error_set(err, TXO_EINVAL, "replay: %s: row %" PRId64 ": %s",
                                a->files[a->at].path, id, jerr.text);

@@ -3,7 +3,7 @@
 /*
  * The retention cleaner: deletes old terminal rows in small batches so the
  * outbox, the dead letters, the inbox and the command queue do not grow forever. One loop serves
- * the three tables, each described by a struct purge_table (its statements in retention_sql.h,
+ * the four tables, each described by a struct purge_table (its statements in retention_sql.h,
  * which also explains the two-step batch: SELECT keys along an index from a cursor, DELETE them by
  * primary key with the condition re-checked).
  *
@@ -14,14 +14,17 @@
  * failed for good leaves the earlier batches committed.
  *
  * With an archive directory (txo/archive.h) a batch has three steps: the selected rows are read
- * whole and locked, written to an archive file, and deleted by the ids the file holds, the
+ * whole and locked, written to an archive file, and deleted by the keys the file holds, the
  * file durable before the DELETE commits. A crash between the two leaves a whole file whose rows
  * are still in the table: before its first batch a purge reads the newest file of its table and
  * deletes the rows it lists, in the first batch's transaction; a batch whose transaction is
  * retried does the same with the file its failed attempt wrote. So every archived row ends up
- * in exactly one file and out of the table. The inbox is not archived (its key is a string
- * event id, not the ascending integer the file names are made of): a pass with an archive
- * leaves the inbox alone.
+ * in exactly one file and out of the table. The outbox and the dead letters are archived in
+ * files named by their ids; the inbox, whose key is a string event id, in files named by a
+ * sequence the purge carries on from the table's newest file (one more per file written, so
+ * the file a crash left is always the newest), and its rows of an interrupted file are deleted
+ * by (event_id, processed_at): an event id may be recorded again once its row is gone, and
+ * that new row is not the archived one.
  *
  * Thread-safety: no shared state; each call uses only the db it is given. Several cleaners
  * may run at once: they may select the same keys, and the loser's DELETE just deletes fewer.
@@ -50,10 +53,14 @@ struct purge_table {
     const char *select_after; /* step 1 after the cursor: cutoff x n_cutoff, cursor (3), limit */
     const char *delete_in;    /* step 2: params cutoff, keys... */
     const char *rows_in;      /* archiving: every column, params cutoff, ids...; NULL: cannot */
+    const char *rows_in_end;  /* ends rows_in: the archive file's order, locked */
     const char *finish_in; /* an interrupted run's archive file: cutoff, ids...; NULL: delete_in */
     unsigned n_cutoff;     /* how many times step 1 binds the cutoff */
     bool through;          /* step 1 binds the binlog source's high-water id after them */
     bool text_key;         /* the key is a string (inbox event_id), not a BIGINT id */
+    const char *key_col;   /* archiving: the key's column, "id" or "event_id" */
+    const char *time_col;  /* archiving: files named by sequence, ordered by this column;
+                              NULL: named by ids */
 };
 
 static const struct purge_table outbox_table = {
@@ -62,9 +69,11 @@ static const struct purge_table outbox_table = {
     .select_after = RETENTION_SQL_OUTBOX_AFTER,
     .delete_in = RETENTION_SQL_OUTBOX_DELETE_IN,
     .rows_in = RETENTION_SQL_OUTBOX_ROWS_IN,
+    .rows_in_end = RETENTION_SQL_ROWS_IN_END,
     .finish_in = RETENTION_SQL_OUTBOX_FINISH_IN,
     .n_cutoff = 2,
     .text_key = false,
+    .key_col = "id",
 };
 
 /* The outbox rows a binlog source published: PENDING, through its high-water id. */
@@ -74,10 +83,12 @@ static const struct purge_table outbox_binlog_table = {
     .select_after = RETENTION_SQL_OUTBOX_BINLOG_AFTER,
     .delete_in = RETENTION_SQL_OUTBOX_BINLOG_DELETE_IN,
     .rows_in = RETENTION_SQL_OUTBOX_BINLOG_ROWS_IN,
+    .rows_in_end = RETENTION_SQL_ROWS_IN_END,
     .finish_in = RETENTION_SQL_OUTBOX_FINISH_IN,
     .n_cutoff = 1,
     .through = true,
     .text_key = false,
+    .key_col = "id",
 };
 
 static const struct purge_table inbox_table = {
@@ -85,8 +96,12 @@ static const struct purge_table inbox_table = {
     .select_first = RETENTION_SQL_INBOX_FIRST,
     .select_after = RETENTION_SQL_INBOX_AFTER,
     .delete_in = RETENTION_SQL_INBOX_DELETE_IN,
+    .rows_in = RETENTION_SQL_INBOX_ROWS_IN,
+    .rows_in_end = RETENTION_SQL_INBOX_ROWS_IN_END,
     .n_cutoff = 1,
     .text_key = true,
+    .key_col = "event_id",
+    .time_col = "processed_at",
 };
 
 static const struct purge_table dlq_table = {
@@ -95,8 +110,10 @@ static const struct purge_table dlq_table = {
     .select_after = RETENTION_SQL_DLQ_AFTER,
     .delete_in = RETENTION_SQL_DLQ_DELETE_IN,
     .rows_in = RETENTION_SQL_DLQ_ROWS_IN,
+    .rows_in_end = RETENTION_SQL_ROWS_IN_END,
     .n_cutoff = 1,
     .text_key = false,
+    .key_col = "id",
 };
 
 static const struct purge_table cmdq_table = {
@@ -131,30 +148,38 @@ struct purge {
     struct txo_rows *rows;
     uint64_t deleted;
 
-    struct txo_param *params; /* 1 + the largest IN list, or step 1's 7 */
+    struct txo_param *params; /* 1 + twice the largest IN list, or step 1's 7 */
     size_t params_cap;
 
-    /* Archiving (archive_dir set): the table's columns, the batch's whole rows, and the file
-     * whose rows may still be in the table (the newest one at the start, then the one this
+    /* Archiving (archive_dir set): the table's columns (its key's and, for files named by
+     * sequence, its time's), the sequence of the next file, the batch's whole rows, and the
+     * file whose rows may still be in the table (the newest one at the start, then the one this
      * batch's transaction wrote), owned here. */
     const char *archive_dir;
     struct txo_archive_column *cols;
-    size_t n_cols, id_col;
+    size_t n_cols, key_col, time_col;
+    uint64_t next_seq;
     struct txo_rows *whole;
     char *unfinished;
 };
 
-/* Binds the key of row i (or the cursor's key when rows is NULL) at *p. */
+/* The key of row i of rows, in column col. */
+static struct txo_param row_key(const struct purge *p, const struct txo_rows *rows, size_t i,
+                                size_t col)
+{
+    if (!p->t->text_key)
+        return txo_p_i64(txo_rows_i64(rows, i, col));
+    size_t len = 0;
+    const char *key = txo_rows_str(rows, i, col, &len);
+    return txo_p_strn(key != NULL ? key : "", len);
+}
+
+/* Binds the key of row i of step 1 (or the cursor's key when rows is NULL) at *p. */
 static struct txo_param key_param(const struct purge *p, const struct txo_rows *rows, size_t i)
 {
-    if (rows == NULL)
-        return p->t->text_key ? txo_p_strn(p->cursor_key, p->cursor_key_len)
-                              : txo_p_i64(p->cursor_id);
-    if (!p->t->text_key)
-        return txo_p_i64(txo_rows_i64(rows, i, COL_KEY));
-    size_t len = 0;
-    const char *key = txo_rows_str(rows, i, COL_KEY, &len);
-    return txo_p_strn(key != NULL ? key : "", len);
+    if (rows != NULL)
+        return row_key(p, rows, i, COL_KEY);
+    return p->t->text_key ? txo_p_strn(p->cursor_key, p->cursor_key_len) : txo_p_i64(p->cursor_id);
 }
 
 static int select_batch(struct txo_tx *tx, struct purge *p, struct txo_error *err)
@@ -203,7 +228,45 @@ static int run_in_list(struct txo_tx *tx, struct purge *p, const char *stmt, con
     return rc;
 }
 
-/* Deletes the rows of p->unfinished still in the table, batch_size ids per statement. */
+/*
+ * Deletes the n rows from row i of f (named by sequence) that are still in the table, by
+ * (key, time): RETENTION_SQL_INBOX_FINISH, the last pair repeated up to the IN list's size.
+ */
+static int finish_keys(struct txo_tx *tx, struct purge *p, const struct txo_archive_file *f,
+                       size_t i, size_t n, struct txo_error *err)
+{
+    size_t m = txo_sql_in_list_size(n);
+    TXO_ASSERT(n > 0 && 2 * m <= p->params_cap);
+    char(*at)[TXO_RFC3339_LEN] = txo_calloc(n, sizeof(*at));
+    char *sql = txo_sql_values_rows_then(RETENTION_SQL_INBOX_FINISH, m,
+                                         RETENTION_SQL_INBOX_FINISH_ROW, ")");
+    int rc = 0;
+    if (at == NULL || sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "out of memory building an IN list of %zu", m);
+        goto out;
+    }
+    for (size_t k = 0; k < m; k++) {
+        size_t r = i + (k < n ? k : n - 1);
+        if (k < n) {
+            /* "YYYY-MM-DDTHH:MM:SS.ffffffZ" as the column's "YYYY-MM-DD HH:MM:SS.ffffff". */
+            txo_format_rfc3339(f->times_us[r], at[k]);
+            at[k][10] = ' ';
+            at[k][strlen(at[k]) - 1] = '\0';
+        }
+        p->params[2 * k] = txo_p_strn(f->keys[r].bytes, f->keys[r].len);
+        p->params[2 * k + 1] = txo_p_str(at[k < n ? k : n - 1]);
+    }
+    struct txo_exec_result res;
+    rc = txo_tx_exec(tx, sql, p->params, 2 * m, &res, err);
+    if (rc == 0)
+        p->deleted += res.affected_rows;
+out:
+    txo_free(sql);
+    txo_free(at);
+    return rc;
+}
+
+/* Deletes the rows of p->unfinished still in the table, batch_size per statement. */
 static int finish_file(struct txo_tx *tx, struct purge *p, struct txo_error *err)
 {
     struct txo_archive_file f;
@@ -212,10 +275,18 @@ static int finish_file(struct txo_tx *tx, struct purge *p, struct txo_error *err
         txo_error_wrap(err, "the newest archive file cannot be trusted");
         return rc;
     }
+    int version = p->t->time_col != NULL ? TXO_ARCHIVE_VERSION_SEQ : TXO_ARCHIVE_VERSION;
     if (strcmp(f.table, p->t->name) != 0)
         rc = txo_error_set(err, TXO_EINVAL, "%s holds rows of %s", p->unfinished, f.table);
+    else if (f.version != version)
+        rc = txo_error_set(err, TXO_EINVAL, "%s is a version %d file, %s's are version %d",
+                           p->unfinished, f.version, p->t->name, version);
     for (size_t i = 0; rc == 0 && i < f.n_rows; i += p->batch_size) {
         size_t n = f.n_rows - i < p->batch_size ? f.n_rows - i : p->batch_size;
+        if (version == TXO_ARCHIVE_VERSION_SEQ) {
+            rc = finish_keys(tx, p, &f, i, n, err);
+            continue;
+        }
         for (size_t k = 0; k < n; k++)
             p->params[1 + k] = txo_p_i64(f.ids[i + k]);
         rc = run_in_list(tx, p, p->t->finish_in != NULL ? p->t->finish_in : p->t->delete_in, "",
@@ -230,8 +301,7 @@ static int archive_batch(struct txo_tx *tx, struct purge *p, size_t n, struct tx
 {
     for (size_t i = 0; i < n; i++)
         p->params[1 + i] = key_param(p, p->rows, i);
-    int rc =
-        run_in_list(tx, p, p->t->rows_in, RETENTION_SQL_ROWS_IN_END, p->cutoff, n, &p->whole, err);
+    int rc = run_in_list(tx, p, p->t->rows_in, p->t->rows_in_end, p->cutoff, n, &p->whole, err);
     size_t w = rc == 0 ? txo_rows_count(p->whole) : 0;
     if (w == 0)
         return rc;
@@ -239,15 +309,21 @@ static int archive_batch(struct txo_tx *tx, struct purge *p, size_t n, struct tx
         return txo_error_set(err, TXO_ESTATE, "%s changed its columns during the purge",
                              p->t->name);
     char *path = NULL;
-    rc = txo_archive_write(p->archive_dir, p->t->name, p->cols, p->n_cols, p->id_col, p->whole,
-                           &path, err);
+    if (p->t->time_col != NULL)
+        rc = txo_archive_write_seq(p->archive_dir, p->t->name, p->cols, p->n_cols, p->key_col,
+                                   p->time_col, p->next_seq, p->whole, &path, err);
+    else
+        rc = txo_archive_write(p->archive_dir, p->t->name, p->cols, p->n_cols, p->key_col, p->whole,
+                               &path, err);
     if (rc < 0)
         return rc;
+    if (p->t->time_col != NULL)
+        p->next_seq++; /* taken, whether or not this transaction commits */
     txo_free(p->unfinished);
     p->unfinished = path;
     txo_crash_point("retention.archive.after_rename");
     for (size_t i = 0; i < w; i++)
-        p->params[1 + i] = txo_p_i64(txo_rows_i64(p->whole, i, p->id_col));
+        p->params[1 + i] = row_key(p, p->whole, i, p->key_col);
     return run_in_list(tx, p, p->t->delete_in, "", p->cutoff, w, NULL, err);
 }
 
@@ -323,7 +399,19 @@ static void pause_ms(unsigned ms)
     }
 }
 
-/* Reads the table's columns and its newest archive file, whose rows may still be there. */
+/* The index of the column named name, or p->n_cols when there is none. */
+static size_t column_of(const struct purge *p, const char *name)
+{
+    size_t c = 0;
+    while (c < p->n_cols && strcmp(p->cols[c].name, name) != 0)
+        c++;
+    return c;
+}
+
+/*
+ * Reads the table's columns, its newest archive file, whose rows may still be there, and (for
+ * files named by sequence) the sequence the next file takes.
+ */
 static int archive_start(struct txo_db *db, struct purge *p, struct txo_error *err)
 {
     TXO_ASSERT(p->t->rows_in != NULL);
@@ -332,11 +420,24 @@ static int archive_start(struct txo_db *db, struct purge *p, struct txo_error *e
         rc = txo_archive_columns(db, p->t->name, &p->cols, &p->n_cols, err);
     if (rc < 0)
         return rc;
-    for (p->id_col = 0; p->id_col < p->n_cols; p->id_col++)
-        if (strcmp(p->cols[p->id_col].name, "id") == 0)
-            break;
-    if (p->id_col == p->n_cols || p->cols[p->id_col].type != TXO_ARCHIVE_INT)
-        return txo_error_set(err, TXO_ESTATE, "%s has no integer id column", p->t->name);
+    p->key_col = column_of(p, p->t->key_col);
+    enum txo_archive_type key_type = p->key_col < p->n_cols ? p->cols[p->key_col].type : 0;
+    bool key_ok = p->t->text_key ? key_type == TXO_ARCHIVE_BINARY || key_type == TXO_ARCHIVE_TEXT
+                                 : key_type == TXO_ARCHIVE_INT;
+    if (p->key_col == p->n_cols || !key_ok)
+        return txo_error_set(err, TXO_ESTATE, "%s has no %s column of the type its archive needs",
+                             p->t->name, p->t->key_col);
+    if (p->t->time_col != NULL) {
+        p->time_col = column_of(p, p->t->time_col);
+        if (p->time_col == p->n_cols || p->cols[p->time_col].type != TXO_ARCHIVE_TIME)
+            return txo_error_set(err, TXO_ESTATE, "%s has no %s time column", p->t->name,
+                                 p->t->time_col);
+        uint64_t last = 0;
+        rc = txo_archive_last_seq(p->archive_dir, p->t->name, &last, err);
+        if (rc < 0)
+            return rc;
+        p->next_seq = last + 1;
+    }
     return txo_archive_newest(p->archive_dir, p->t->name, &p->unfinished, err);
 }
 
@@ -357,7 +458,9 @@ static int purge_run(struct txo_db *db, const struct purge_table *t, int64_t thr
         return txo_error_set(err, TXO_EINVAL, "purge %s: batch_size must be 1..%d, got %u", t->name,
                              TXO_PURGE_BATCH_MAX, batch_size);
     }
-    p.params_cap = 1 + txo_sql_in_list_size(batch_size);
+    /* An IN list binds the cutoff and a key a row, the inbox's finish (finish_keys()) two
+     * values a row. */
+    p.params_cap = 1 + 2 * txo_sql_in_list_size(batch_size);
     if (p.params_cap < 8)
         p.params_cap = 8; /* step 1 binds up to 2 cutoffs, 3 cursor values and the limit */
     p.params = txo_calloc(p.params_cap, sizeof(*p.params));
@@ -506,11 +609,11 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     if (rc == 0 && idem)
         rc = txo_idem_purge(db, opts->idempotency_s, opts->batch, opts->max_batches, &c.idempotency,
                             err);
-    if (rc == 0 && !opts->relay_tables_only && archive == NULL)
+    if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, inbox_table.name, &inbox, err);
     if (rc == 0 && inbox)
         rc = purge_run(db, &inbox_table, 0, opts->inbox_s, opts->batch, opts->max_batches, pause,
-                       NULL, &c.inbox, err);
+                       archive, &c.inbox, err);
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, cmdq_table.name, &cmdq, err);
     if (rc == 0 && cmdq)

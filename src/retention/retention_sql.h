@@ -118,13 +118,39 @@
     RETENTION_SQL__INBOX_SELECT RETENTION_SQL__AFTER_PROCESSED RETENTION_SQL__ORDER_BY_PROCESSED
 
 /*
- * Inbox, step 2. Index: PRIMARY (event_id list). Locks: the deleted rows until the batch
- * commits; a consumer recording one of these ids at that moment waits for the batch and then
- * inserts it anew (the id was older than the retention age: see txo/inbox.h).
- * Isolation: READ COMMITTED. Params: cutoff, event ids...
+ * Inbox, step 2 (step 3 when archiving). Index: PRIMARY (event_id list). Locks: the deleted rows
+ * until the batch commits; a consumer recording one of these ids at that moment waits for the batch
+ * and then inserts it anew (the id was older than the retention age: see txo/inbox.h). Isolation:
+ * READ COMMITTED. Params: cutoff, event ids...
  */
 #define RETENTION_SQL_INBOX_DELETE_IN                                                              \
     "DELETE FROM inbox_events WHERE processed_at < ? AND event_id IN "
+
+/*
+ * Inbox, step 2 of a purge that archives (txo/archive.h): every column of the selected rows
+ * still processed before the cutoff, which step 3 (RETENTION_SQL_INBOX_DELETE_IN, by the event
+ * ids this returns) deletes once the archive file is written. In step 1's order, which is the
+ * file's: processed_at, then event_id byte for byte (a VARBINARY). Index: PRIMARY (event_id
+ * list). Locks: the rows returned, until the batch commits, so none changes between the file
+ * and the DELETE. Isolation: READ COMMITTED. Params: cutoff, event ids...
+ * Columns: the table's, in order.
+ */
+#define RETENTION_SQL_INBOX_ROWS_IN                                                                \
+    "SELECT * FROM inbox_events WHERE processed_at < ? AND event_id IN "
+#define RETENTION_SQL_INBOX_ROWS_IN_END " ORDER BY processed_at, event_id FOR UPDATE"
+
+/*
+ * Inbox, finishing an archive file an interrupted run left (its rows may still be there): the
+ * file's rows deleted by (event_id, processed_at), not by event id alone, so that an event
+ * recorded again since its row was deleted (redelivered after its retention) is not deleted
+ * with it, unarchived. RETENTION_SQL_INBOX_FINISH + n x RETENTION_SQL_INBOX_FINISH_ROW
+ * (txo_sql_values_rows_then) + ")". Index: a point lookup per pair (PRIMARY, or
+ * idx_inbox_processed, which holds both columns). Locks: the deleted rows, until the batch
+ * commits. Isolation: READ COMMITTED. Params per row: event_id, processed_at.
+ */
+#define RETENTION_SQL_INBOX_FINISH "DELETE FROM inbox_events WHERE (event_id, processed_at) IN ("
+/* A row of its IN list. */
+#define RETENTION_SQL_INBOX_FINISH_ROW "(?, ?)"
 
 /*
  * Command queue, step 1. Index: idx_cmdq_due (status, next_attempt_at [, id]), the DONE range
@@ -184,7 +210,8 @@
 #define RETENTION_SQL_DLQ_ROWS_IN                                                                  \
     "SELECT * FROM dead_letter_events WHERE replayed_at < ? AND id IN "
 
-/* Ends a _ROWS_IN statement: ids ascending, as the archive file lists them; locked. */
+/* Ends the outbox's and dead letters' _ROWS_IN statements: ids ascending, as the archive file
+ * lists them; locked. */
 #define RETENTION_SQL_ROWS_IN_END " ORDER BY id FOR UPDATE"
 
 /*

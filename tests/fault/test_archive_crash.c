@@ -1,8 +1,10 @@
 /*
  * `txo clean --archive` killed between an archive file's rename and its DELETE's commit
  * (crash point retention.archive.after_rename), then run again: every expired row ends up in
- * exactly one file and none is left in the table. And a bad --archive directory exits 2
- * before anything is deleted. Real MariaDB, real processes, real files.
+ * exactly one file and none is left in the table, for the outbox and dead letters (files named
+ * by ids) and for the inbox (files named by sequence, rows listed by event id). And a bad
+ * --archive directory exits 2 before anything is deleted. Real MariaDB, real processes, real
+ * files.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,6 +114,58 @@ static void test_crash_between_file_and_delete_then_rerun(void **state)
     free(dlq);
 }
 
+static void expect_inbox_archived(struct testarchive_fixture *f,
+                                  const struct testarchive_keys *want)
+{
+    struct testarchive_keys got;
+    testarchive_file_keys(f->dir, &got);
+    testarchive_expect_keys(&got, want);
+    testarchive_keys_free(&got);
+}
+
+/*
+ * The inbox alone (nothing else to archive, so every hit of the crash point is an inbox file):
+ * killed at its second file, then at the rerun's second file, then run to the end. Without the
+ * crash rule (the newest file's rows deleted first) a rerun archives the killed batch's rows
+ * again and an event id shows up in two files.
+ */
+static void test_inbox_crash_between_file_and_delete_then_rerun(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    testarchive_insert_inbox(f->t.db, 35, "c");
+    struct testarchive_keys all, got;
+    testarchive_db_keys(f->t.db, "1", &all);
+    assert_int_equal(all.n, 35);
+
+    /* The first batch archived and deleted, the second archived and still in the table. */
+    assert_int_equal(clean(f, f->dir, "--crash-point=retention.archive.after_rename:1"), -1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 25);
+    assert_int_equal(count_files(f, "inbox_events"), 2);
+    testarchive_file_keys(f->dir, &got);
+    assert_int_equal(got.n, 20);
+    testarchive_keys_free(&got);
+
+    /* The rerun deletes the second file's rows, archives 21-30 into the third, and is killed
+     * at the fourth (31-35), which is then in the table and in a file. */
+    assert_int_equal(clean(f, f->dir, "--crash-point=retention.archive.after_rename:1"), -1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 5);
+    assert_int_equal(count_files(f, "inbox_events"), 4);
+    expect_inbox_archived(f, &all);
+
+    /* The last run only deletes the fourth file's rows. */
+    assert_int_equal(clean(f, f->dir, NULL), 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(count_files(f, "inbox_events"), 4);
+    expect_inbox_archived(f, &all);
+
+    const char *verify[] = {"archive", "verify", f->dir, NULL};
+    char *out = NULL;
+    assert_int_equal(testproc_run_txo("archive_verify", verify, 30000, &out), 0);
+    assert_non_null(strstr(out, "4 files, 35 rows verified, 0 bad"));
+    free(out);
+    testarchive_keys_free(&all);
+}
+
 static void test_bad_archive_dir_exits_2_and_deletes_nothing(void **state)
 {
     struct testarchive_fixture *f = *state;
@@ -146,6 +200,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crash_between_file_and_delete_then_rerun),
+        cmocka_unit_test(test_inbox_crash_between_file_and_delete_then_rerun),
         cmocka_unit_test(test_bad_archive_dir_exits_2_and_deletes_nothing),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), testarchive_setup, testarchive_teardown, NULL,

@@ -280,7 +280,7 @@ static json_t *events_by_id(const char *out)
     json_t *by_id = json_object(), *last = json_object();
     for (size_t i = 0; i < n; i++) {
         json_error_t jerr;
-        json_t *env = json_loads(lines[i], 0, &jerr);
+        json_t *env = json_loads(lines[i], JSON_ALLOW_NUL, &jerr); /* event 3's "a\u0000b" */
         assert_non_null(env);
         json_int_t id = json_integer_value(json_object_get(env, "id"));
         char key[32], agg[128];
@@ -301,8 +301,9 @@ static json_t *events_by_id(const char *out)
 /*
  * The events retention removed, from its archive: `txo clean --archive DIR` in batches of 7,
  * then `txo replay --archive DIR`: the relay's messages (equal as JSON: an archived payload is
- * the JSON value, its spacing may differ), the filters applied, each aggregate in order; a
- * damaged file stops the replay naming it.
+ * the JSON value, its spacing may differ; one holds a NUL character), the filters applied,
+ * each aggregate in order; the inbox's files, archived by the same pass, are not replayed, and
+ * its directory given as the archive is refused; a damaged file stops the replay naming it.
  */
 static void test_from_the_archive(void **state)
 {
@@ -317,8 +318,11 @@ static void test_from_the_archive(void **state)
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                        "payload, idempotency_key, created_at) SELECT IF(seq MOD 5 = 0, 'cart', "
                        "'order'), CONCAT('a', seq MOD 3), IF(seq MOD 2 = 0, 'Even', 'Odd'), "
-                       "JSON_OBJECT('n', seq, 's', 'caf\\u00e9'), CONCAT('k:', seq), "
+                       "JSON_OBJECT('n', seq, 's', IF(seq = 3, CONCAT('a', CHAR(0), 'b'), "
+                       "'caf\\u00e9')), CONCAT('k:', seq), "
                        "'2026-01-01' + INTERVAL seq HOUR FROM seq_1_to_40");
+    testdb_exec(t->db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                       "SELECT CONCAT('in:', seq), 'Odd', '{}', '2026-01-01' FROM seq_1_to_9");
     static const char *const relay[] = {"relay", "--publisher", "log", "--drain", NULL};
     const char *none[] = {NULL};
     assert_int_equal(run_txo(relay, none, rel, errf), 0);
@@ -334,6 +338,7 @@ static void test_from_the_archive(void **state)
         fail_msg("txo clean --archive failed");
     }
     assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(q(t, "SELECT COUNT(*) FROM inbox_events"), 0); /* archived: 2 files */
 
     /* Everything, then a filtered part (orders, odd, created from 10:00 on day one). */
     const char *a_all[] = {"--name", "arch", "--archive", dir, "--batch-size", "4", NULL};
@@ -364,6 +369,18 @@ static void test_from_the_archive(void **state)
     }
     json_decref(got);
 
+    /* The inbox's directory is not an archive of events. */
+    char inbox_dir[300];
+    snprintf(inbox_dir, sizeof(inbox_dir), "%s/inbox_events", dir);
+    const char *a_inbox[] = {"--name", "arch-inbox", "--archive", inbox_dir, NULL};
+    unlink(errf);
+    assert_int_equal(replay(a_inbox, out, errf), 1);
+    char text[4096];
+    testproc_read_text(errf, text, sizeof(text));
+    if (strstr(text, "has no outbox_events directory") == NULL ||
+        strstr(text, "not the inbox's") == NULL)
+        fail_msg("the inbox's directory is not refused clearly: %s", text);
+
     /* A file cut short: the replay stops naming it (exit 1). */
     snprintf(cmd, sizeof(cmd),
              "f=$(ls '%s'/outbox_events/*.jsonl.gz | head -1) && head -c 40 \"$f\" > \"$f.cut\" "
@@ -373,7 +390,6 @@ static void test_from_the_archive(void **state)
     const char *a_cut[] = {"--name", "arch-cut", "--archive", dir, NULL};
     unlink(errf);
     assert_int_equal(replay(a_cut, out, errf), 1);
-    char text[4096];
     testproc_read_text(errf, text, sizeof(text));
     if (strstr(text, "outbox_events.1-") == NULL)
         fail_msg("the error does not name the damaged file: %s", text);

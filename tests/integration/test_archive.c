@@ -1,10 +1,12 @@
 /*
  * The retention archive against a real MariaDB and real files: a pass with an archive writes
- * every expired outbox row and replayed dead letter to exactly one gzip JSON-lines file, each
- * holding what was inserted, before deleting it; rows that are not expired stay, and so does the
- * inbox; `txo archive cat` prints the rows and `txo archive verify` passes the files and
- * fails a file cut short and one with an edited line (the crash and the bad directory:
- * tests/fault/test_archive_crash.c).
+ * every expired outbox row, replayed dead letter and processed inbox row to exactly one gzip
+ * JSON-lines file, each holding what was inserted, before deleting it; rows that are not
+ * expired stay; `txo archive cat` prints the rows and `txo archive verify` passes the files and
+ * fails a file cut short, one with an edited line, and an inbox file out of order or misnamed.
+ * The inbox's files are named by sequence, ordered by (processed_at, event_id), and an event
+ * recorded again after its row was archived is not taken for the archived row. (The crash and
+ * the bad directory: tests/fault/test_archive_crash.c.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,8 @@
 
 #include <cmocka.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "testarchive.h"
@@ -36,6 +40,7 @@ static void pass(struct testarchive_fixture *f, struct txo_retention_counts *c)
     o.max_batches = 0;
     o.outbox_s = 86400;
     o.dead_letters_s = 86400;
+    o.inbox_s = 86400;
     o.archive_dir = f->dir;
     struct txo_error err;
     txo_error_init(&err);
@@ -43,9 +48,13 @@ static void pass(struct testarchive_fixture *f, struct txo_retention_counts *c)
         fail_msg("retention: %s", err.msg);
 }
 
-/* `txo archive cat` of every file of table: each line is a row as inserted; returns the count. */
+/*
+ * `txo archive cat` of every file of table: each line is a row as inserted (the inbox's by
+ * testarchive_insert_inbox(.., "in"), each once); returns the count.
+ */
 static size_t cat_and_check(struct testarchive_fixture *f, const char *table)
 {
+    bool inbox = strcmp(table, "inbox_events") == 0, seen[64] = {false};
     char glob[300];
     snprintf(glob, sizeof(glob), "%s/%s", f->dir, table);
     const char *args[64] = {"archive", "cat"};
@@ -69,7 +78,13 @@ static size_t cat_and_check(struct testarchive_fixture *f, const char *table)
     for (char *p = out; *p != '\0';) {
         char *nl = strchr(p, '\n');
         assert_non_null(nl);
-        testarchive_expect_row(table, p, (size_t)(nl - p));
+        if (inbox) {
+            unsigned i = testarchive_expect_inbox_row("in", p, (size_t)(nl - p));
+            assert_true(i < TXO_ARRAY_LEN(seen) && !seen[i]);
+            seen[i] = true;
+        } else {
+            testarchive_expect_row(table, p, (size_t)(nl - p));
+        }
         rows++;
         p = nl + 1;
     }
@@ -82,7 +97,9 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     struct testarchive_fixture *f = *state;
     testarchive_insert_outbox(f->t.db, 25, "old");
     testarchive_insert_dead_letters(f->t.db, 12, "old");
-    /* Kept: not PUBLISHED, published recently, a letter never replayed, and the inbox. */
+    testarchive_insert_inbox(f->t.db, 23, "in");
+    /* Kept: not PUBLISHED, published recently, a letter never replayed, inbox rows not
+     * processed or processed recently. */
     testdb_exec(f->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                          "payload, idempotency_key, status, next_attempt_at, published_at) "
                          "VALUES ('order', 1, 'E', '{}', 'pending', 'PENDING', '2020-01-01', "
@@ -90,7 +107,7 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     testdb_exec(f->t.db, "INSERT INTO dead_letter_events (event_type, payload, error) VALUES "
                          "('E', '{}', 'never replayed')");
     testdb_exec(f->t.db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
-                         "VALUES ('in-1', 'E', '{}', '2020-01-01')");
+                         "VALUES ('kept-1', 'E', '{}', NULL), ('kept-2', 'E', '{}', NOW(6))");
     int64_t *want_outbox = NULL, *want_dlq = NULL;
     size_t n_outbox =
         testarchive_db_ids(f->t.db, "outbox_events", "idempotency_key LIKE 'old:%'", &want_outbox);
@@ -98,12 +115,15 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
         testarchive_db_ids(f->t.db, "dead_letter_events", "error LIKE 'old:%'", &want_dlq);
     assert_int_equal(n_outbox, 25);
     assert_int_equal(n_dlq, 12);
+    struct testarchive_keys want_inbox, got_inbox;
+    testarchive_db_keys(f->t.db, "event_type = 'InEvt'", &want_inbox);
+    assert_int_equal(want_inbox.n, 23);
 
     struct txo_retention_counts c;
     pass(f, &c);
     assert_int_equal(c.outbox, 25);
     assert_int_equal(c.dead_letters, 12);
-    assert_int_equal(c.inbox, 0);
+    assert_int_equal(c.inbox, 23);
 
     /* Gone from the tables, the others kept. */
     assert_int_equal(
@@ -111,9 +131,11 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
         0);
     assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM outbox_events"), 2);
     assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 2);
+    assert_int_equal(
+        testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'kept-%'"), 2);
 
-    /* Every deleted row in exactly one file: batches of 10 make 3 and 2 files. */
+    /* Every deleted row in exactly one file: batches of 10 make 3, 2 and 3 files. */
     int64_t *got = NULL;
     size_t n = testarchive_ids(f->dir, "outbox_events", &got);
     testarchive_expect_ids(got, n, want_outbox, n_outbox);
@@ -121,17 +143,45 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     n = testarchive_ids(f->dir, "dead_letter_events", &got);
     testarchive_expect_ids(got, n, want_dlq, n_dlq);
     free(got);
+    testarchive_file_keys(f->dir, &got_inbox);
+    testarchive_expect_keys(&got_inbox, &want_inbox);
+    testarchive_keys_free(&got_inbox);
+
+    /* The inbox's files, named by sequence and their first row's second. */
+    static const char *const inbox_files[] = {
+        "inbox_events.0000000001.20200304T050607Z.jsonl.gz",
+        "inbox_events.0000000002.20200304T050607Z.jsonl.gz",
+        "inbox_events.0000000003.20200304T050607Z.jsonl.gz",
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(inbox_files); i++) {
+        char path[600];
+        snprintf(path, sizeof(path), "%s/inbox_events/%s", f->dir, inbox_files[i]);
+        struct txo_archive_file file;
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_archive_read(path, &file, &err) < 0)
+            fail_msg("%s", err.msg);
+        assert_int_equal(file.seq, i + 1);
+        assert_int_equal(file.n_rows, i < 2 ? 10 : 3);
+        assert_null(file.ids);
+        txo_archive_file_release(&file);
+    }
 
     /* What `txo archive cat` prints is what was inserted. */
     assert_int_equal(cat_and_check(f, "outbox_events"), 25);
     assert_int_equal(cat_and_check(f, "dead_letter_events"), 12);
+    assert_int_equal(cat_and_check(f, "inbox_events"), 23);
 
     /* A second pass finds nothing and writes nothing. */
     pass(f, &c);
-    assert_int_equal(c.outbox + c.dead_letters, 0);
+    assert_int_equal(c.outbox + c.dead_letters + c.inbox, 0);
     n = testarchive_ids(f->dir, "outbox_events", &got);
     assert_int_equal(n, 25);
     free(got);
+    testarchive_file_keys(f->dir, &got_inbox);
+    testarchive_expect_keys(&got_inbox, &want_inbox);
+    testarchive_keys_free(&got_inbox);
+    testarchive_keys_free(&want_inbox);
     free(want_outbox);
     free(want_dlq);
 }
@@ -214,6 +264,267 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
     free(data);
 }
 
+/* data[0..len) gzipped as path, after its header's crc32 is set to that of the rows. */
+static void write_gzip_fixing_crc(const char *path, char *data, size_t len)
+{
+    char *rows = memchr(data, '\n', len);
+    char *crc = strstr(data, "\"crc32\":\"");
+    assert_non_null(rows);
+    assert_true(crc != NULL && crc < rows);
+    rows++;
+    char hex[9];
+    snprintf(hex, sizeof(hex), "%08lx", crc32(0L, (const Bytef *)rows, (uInt)(data + len - rows)));
+    memcpy(crc + strlen("\"crc32\":\""), hex, 8);
+    write_gzip(path, data, len);
+}
+
+static void test_verify_catches_a_damaged_inbox_file(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    testarchive_insert_inbox(f->t.db, 10, "in");
+    struct txo_retention_counts c;
+    pass(f, &c);
+    assert_int_equal(c.inbox, 10);
+    char path[512], renamed[512];
+    snprintf(path, sizeof(path),
+             "%s/inbox_events/inbox_events.0000000001.20200304T050607Z.jsonl.gz", f->dir);
+    char *out = NULL;
+    assert_int_equal(verify(f->dir, &out), 0);
+    assert_non_null(strstr(out, "1 files, 10 rows verified, 0 bad"));
+    free(out);
+    size_t len = 0;
+    char *data = gunzip(path, &len);
+
+    /* A byte of an event id changed: the CRC-32 no longer matches. */
+    char *key = strstr(data, "\"in:7\"");
+    assert_non_null(key);
+    key[4] = '8';
+    write_gzip(path, data, len);
+    assert_int_equal(verify(path, &out), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "CRC-32"));
+    free(out);
+    key[4] = '7';
+
+    /* Two rows swapped, the CRC-32 made right: the order of (processed_at, event_id) is not. */
+    char *line2 = (char *)memchr(data, '\n', len) + 1;
+    char *line3 = strchr(line2, '\n') + 1;
+    char *line4 = strchr(line3, '\n') + 1;
+    size_t l2 = (size_t)(line3 - line2), l3 = (size_t)(line4 - line3);
+    char *swapped = malloc(len);
+    assert_non_null(swapped);
+    size_t at = (size_t)(line2 - data);
+    memcpy(swapped, data, at);
+    memcpy(swapped + at, line3, l3);
+    memcpy(swapped + at + l3, line2, l2);
+    memcpy(swapped + at + l3 + l2, line4, len - (size_t)(line4 - data));
+    write_gzip_fixing_crc(path, swapped, len);
+    free(swapped);
+    assert_int_equal(verify(path, &out), 1);
+    assert_non_null(strstr(out, "line 3 does not come after the line before"));
+    free(out);
+
+    /* Whole again, under another sequence's name: the name is not the header's. */
+    write_gzip(path, data, len);
+    snprintf(renamed, sizeof(renamed),
+             "%s/inbox_events/inbox_events.0000000002.20200304T050607Z.jsonl.gz", f->dir);
+    assert_int_equal(rename(path, renamed), 0);
+    assert_int_equal(verify(renamed, &out), 1);
+    assert_non_null(strstr(out, "the name should be inbox_events.0000000001."));
+    free(out);
+    assert_int_equal(rename(renamed, path), 0);
+
+    /* Cut short: half of its gzip bytes. */
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char gz[65536];
+    size_t gz_len = fread(gz, 1, sizeof(gz), fp);
+    fclose(fp);
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(gz, 1, gz_len / 2, fp), gz_len / 2);
+    fclose(fp);
+    assert_int_equal(verify(f->dir, &out), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "0 files, 0 rows verified, 1 bad"));
+    free(out);
+    const char *cat[] = {"archive", "cat", path, NULL};
+    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 1);
+    free(out);
+    free(data);
+}
+
+/*
+ * An event recorded again after its row was archived and deleted (a redelivery older than
+ * the retention age) is a new row with the old event id: the next pass, which finishes the
+ * table's newest file by its rows' (event_id, processed_at), leaves it.
+ */
+static void test_an_event_recorded_again_is_not_deleted_with_its_old_file(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    testarchive_insert_inbox(f->t.db, 4, "in");
+    struct txo_retention_counts c;
+    pass(f, &c);
+    assert_int_equal(c.inbox, 4);
+    testdb_exec(f->t.db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                         "VALUES ('in:1', 'InEvt', '{}', NOW(6))");
+    pass(f, &c);
+    assert_int_equal(c.inbox, 0);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = 'in:1'"),
+                     1);
+}
+
+/*
+ * Files named by sequence through the library: the name, the header, the rows in (time, key)
+ * order with a key that is not UTF-8 and one holding a NUL byte, read back as bytes; rows the
+ * reader would refuse are refused by the writer, and so is a sequence already written; the
+ * newest file is the highest sequence, not the latest time or the latest modified.
+ */
+static void test_files_named_by_sequence(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    struct txo_error err;
+    txo_error_init(&err);
+    const struct txo_archive_column cols[] = {
+        {"event_id", TXO_ARCHIVE_BINARY},
+        {"n", TXO_ARCHIVE_INT},
+        {"processed_at", TXO_ARCHIVE_TIME},
+    };
+    struct txo_rows *rows = NULL;
+    if (txo_db_query(f->t.db,
+                     "SELECT CONCAT('a', CHAR(0), 'b'), 1, '2026-12-02 10:00:00.000001' UNION ALL "
+                     "SELECT X'FE41', 2, '2026-12-02 10:00:00.000001' UNION ALL "
+                     "SELECT 'Z', 3, '2026-12-02 10:00:01.5'",
+                     NULL, 0, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    char *path = NULL;
+    if (txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 7, rows, &path, &err) <
+        0)
+        fail_msg("%s", err.msg);
+    txo_rows_free(rows);
+    assert_non_null(strstr(path, "/t/t.0000000007.20261202T100000Z.jsonl.gz"));
+    size_t len = 0;
+    char *data = gunzip(path, &len);
+    char *nl = memchr(data, '\n', len);
+    assert_non_null(nl);
+    *nl = '\0';
+    assert_string_equal(data, "{\"txo_archive\":2,\"table\":\"t\",\"columns\":["
+                              "{\"name\":\"event_id\",\"type\":\"binary\"},"
+                              "{\"name\":\"n\",\"type\":\"int\"},"
+                              "{\"name\":\"processed_at\",\"type\":\"time\"}],"
+                              "\"key_column\":\"event_id\",\"time_column\":\"processed_at\","
+                              "\"seq\":7,\"first_time\":\"2026-12-02T10:00:00.000001Z\","
+                              "\"last_time\":\"2026-12-02T10:00:01.5Z\",\"rows\":3,"
+                              "\"crc32\":\"408f2369\"}");
+    free(data);
+    struct txo_archive_file file;
+    if (txo_archive_read(path, &file, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(file.version, TXO_ARCHIVE_VERSION_SEQ);
+    assert_int_equal(file.seq, 7);
+    assert_int_equal(file.n_rows, 3);
+    assert_null(file.ids);
+    assert_string_equal(
+        file.lines, "{\"event_id\":\"a\\u0000b\",\"n\":1,"
+                    "\"processed_at\":\"2026-12-02T10:00:00.000001Z\"}\n"
+                    "{\"event_id\":{\"base64\":\"/kE=\"},\"n\":2,"
+                    "\"processed_at\":\"2026-12-02T10:00:00.000001Z\"}\n"
+                    "{\"event_id\":\"Z\",\"n\":3,\"processed_at\":\"2026-12-02T10:00:01.5Z\"}\n");
+    assert_int_equal(file.keys[0].len, 3);
+    assert_memory_equal(file.keys[0].bytes, "a\0b", 3);
+    assert_int_equal(file.keys[1].len, 2);
+    assert_memory_equal(file.keys[1].bytes,
+                        "\xfe"
+                        "A",
+                        2);
+    assert_int_equal(file.keys[2].len, 1);
+    assert_memory_equal(file.keys[2].bytes, "Z", 1);
+    assert_int_equal(file.times_us[0], 1796205600000001LL);
+    assert_int_equal(file.times_us[2], 1796205601500000LL);
+    txo_archive_file_release(&file);
+
+    /* Refused: rows out of order, a key twice, a NULL key, sequence 0. No file is left. */
+    static const char *const bad[] = {
+        "SELECT 'b', 1, '2026-12-02 10:00:00' UNION ALL SELECT 'a', 2, '2026-12-02 10:00:00'",
+        "SELECT 'a', 1, '2026-12-02 10:00:00' UNION ALL SELECT 'a', 2, '2026-12-02 10:00:01'",
+        "SELECT NULL, 1, '2026-12-02 10:00:00'",
+        "SELECT 'a', 1, '2026-12-02 10:00:00'",
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        if (txo_db_query(f->t.db, bad[i], NULL, 0, &rows, &err) < 0)
+            fail_msg("%s", err.msg);
+        uint64_t seq = i == 3 ? 0 : 9;
+        assert_int_equal(txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, seq,
+                                               rows, NULL, &err),
+                         TXO_EINVAL);
+        txo_rows_free(rows);
+    }
+    uint64_t last = 0;
+    assert_int_equal(txo_archive_last_seq(f->dir, "t", &last, &err), 0);
+    assert_int_equal(last, 7);
+
+    /* Sequence 7 again (a second writer in the directory): refused, the first file kept. */
+    if (txo_db_query(f->t.db, "SELECT 'other', 1, '2026-12-02 10:00:00.000001'", NULL, 0, &rows,
+                     &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(
+        txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 7, rows, NULL, &err),
+        TXO_ECONFLICT);
+    txo_rows_free(rows);
+    if (txo_archive_read(path, &file, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(file.n_rows, 3);
+    txo_archive_file_release(&file);
+
+    /* Sequence 8 holds older rows and is modified long ago: still the newest. */
+    if (txo_db_query(f->t.db, "SELECT 'old', 1, '2020-01-01 00:00:00'", NULL, 0, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    char *path8 = NULL;
+    if (txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 8, rows, &path8, &err) <
+        0)
+        fail_msg("%s", err.msg);
+    txo_rows_free(rows);
+    struct timespec long_ago[2] = {{.tv_sec = 946684800}, {.tv_sec = 946684800}};
+    assert_int_equal(utimensat(AT_FDCWD, path8, long_ago, 0), 0);
+    char *newest = NULL;
+    assert_int_equal(txo_archive_newest(f->dir, "t", &newest, &err), 0);
+    assert_string_equal(newest, path8);
+    assert_int_equal(txo_archive_last_seq(f->dir, "t", &last, &err), 0);
+    assert_int_equal(last, 8);
+    txo_free(newest);
+    txo_free(path8);
+    txo_free(path);
+}
+
+/*
+ * A value holding a NUL character, as a JSON payload may ("\u0000") and a text column may
+ * (the byte itself): the writer escapes it as \u0000, and the file must still verify and cat,
+ * or the next run's crash rule would stop at this newest file for good.
+ */
+static void test_a_nul_in_a_value_keeps_the_file_readable(void **state)
+{
+    struct testarchive_fixture *f = *state;
+    testdb_exec(f->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                         "payload, idempotency_key, status, next_attempt_at, last_error, "
+                         "published_at) VALUES ('order', 1, 'E', '{\"s\": \"a\\\\u0000b\"}', "
+                         "'nul', 'PUBLISHED', '2020-01-01', CONCAT('x', CHAR(0), 'y'), "
+                         "'2020-01-01')");
+    struct txo_retention_counts c;
+    pass(f, &c);
+    assert_int_equal(c.outbox, 1);
+    char *out = NULL;
+    assert_int_equal(verify(f->dir, &out), 0);
+    assert_non_null(strstr(out, "1 files, 1 rows verified, 0 bad"));
+    free(out);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/outbox_events/outbox_events.1-1.jsonl.gz", f->dir);
+    const char *cat[] = {"archive", "cat", path, NULL};
+    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 0);
+    assert_non_null(strstr(out, "\"payload\":{\"s\":\"a\\u0000b\"}"));
+    assert_non_null(strstr(out, "\"last_error\":\"x\\u0000y\""));
+    free(out);
+}
+
 /* Each column type as the format says, through the library's writer and reader. */
 static void test_values_of_each_type(void **state)
 {
@@ -260,6 +571,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pass_archives_each_row_once_then_deletes_it),
         cmocka_unit_test(test_verify_catches_a_truncated_and_an_edited_file),
+        cmocka_unit_test(test_a_nul_in_a_value_keeps_the_file_readable),
+        cmocka_unit_test(test_verify_catches_a_damaged_inbox_file),
+        cmocka_unit_test(test_an_event_recorded_again_is_not_deleted_with_its_old_file),
+        cmocka_unit_test(test_files_named_by_sequence),
         cmocka_unit_test(test_values_of_each_type),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), testarchive_setup, testarchive_teardown, NULL,

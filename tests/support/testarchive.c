@@ -69,6 +69,36 @@ void testarchive_insert_dead_letters(struct txo_db *db, unsigned n, const char *
     }
 }
 
+size_t testarchive_inbox_key(const char *prefix, unsigned i, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "%s%s:%u", i % 3 == 0 ? "\xfe" : "", prefix, i);
+    assert_true(n > 0 && (size_t)n + 3 <= cap);
+    size_t len = (size_t)n;
+    if (i % 3 != 0 && i % 5 == 0) {
+        out[len++] = '\0';
+        out[len++] = 'x';
+        out[len] = '\0';
+    }
+    return len;
+}
+
+void testarchive_insert_inbox(struct txo_db *db, unsigned n, const char *prefix)
+{
+    for (unsigned i = 1; i <= n; i++) {
+        char key[64], payload[256], processed[64], created[64];
+        size_t key_len = testarchive_inbox_key(prefix, i, key, sizeof(key));
+        snprintf(payload, sizeof(payload), PAYLOAD_FMT, i);
+        snprintf(processed, sizeof(processed), "2020-03-04 05:06:07.%06u", (i + 1) / 2);
+        snprintf(created, sizeof(created), "2020-03-04 00:00:00.%06u", i);
+        struct txo_param p[] = {txo_p_strn(key, key_len), txo_p_str(payload), txo_p_str(processed),
+                                txo_p_str(created)};
+        exec(db,
+             "INSERT INTO inbox_events (event_id, event_type, payload, processed_at, created_at) "
+             "VALUES (?, 'InEvt', ?, ?, ?)",
+             p, TXO_ARRAY_LEN(p));
+    }
+}
+
 static bool contains(const char *s, size_t len, const char *needle)
 {
     size_t n = strlen(needle);
@@ -155,6 +185,63 @@ void testarchive_expect_row(const char *table, const char *line, size_t len)
     json_decref(row);
 }
 
+/* s[0..len) in base64 (RFC 4648, padded) into out. */
+static void base64(const unsigned char *s, size_t len, char *out, size_t cap)
+{
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t k = 0;
+    assert_true(4 * ((len + 2) / 3) < cap);
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)s[i + 1] << 8;
+        if (i + 2 < len)
+            v |= s[i + 2];
+        out[k++] = digits[(v >> 18) & 63];
+        out[k++] = digits[(v >> 12) & 63];
+        out[k++] = i + 1 < len ? digits[(v >> 6) & 63] : '=';
+        out[k++] = i + 2 < len ? digits[v & 63] : '=';
+    }
+    out[k] = '\0';
+}
+
+unsigned testarchive_expect_inbox_row(const char *prefix, const char *line, size_t len)
+{
+    json_t *row = json_loadb(line, len, JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, NULL);
+    if (!json_is_object(row))
+        fail_msg("not a JSON object: %.*s", (int)len, line);
+    assert_int_equal(json_object_size(row), 5); /* every column of inbox_events */
+    const json_t *n = json_object_get(json_object_get(row, "payload"), "n");
+    if (!json_is_real(n) || json_real_value(n) < 1)
+        fail_msg("no row index in the payload: %.*s", (int)len, line);
+    unsigned i = (unsigned)json_real_value(n);
+    char buf[256], key[64], b64[128];
+    snprintf(buf, sizeof(buf), PAYLOAD_FMT, i);
+    expect_payload(row, buf);
+    assert_true(contains(line, len, BIG_IN_LINE));
+    assert_null(memchr(line, '\n', len));
+
+    /* The event id as the format says: a string when UTF-8, else its bytes in base64. */
+    size_t key_len = testarchive_inbox_key(prefix, i, key, sizeof(key));
+    const json_t *id = json_object_get(row, "event_id");
+    if (i % 3 == 0) {
+        base64((const unsigned char *)key, key_len, b64, sizeof(b64));
+        if (json_object_size(id) != 1)
+            fail_msg("event_id of row %u: want {\"base64\": ...}", i);
+        expect_str(id, "base64", b64);
+    } else if (!json_is_string(id) || json_string_length(id) != key_len ||
+               memcmp(json_string_value(id), key, key_len) != 0) {
+        fail_msg("event_id of row %u is not %s (%zu bytes)", i, key, key_len);
+    }
+    expect_str(row, "event_type", "InEvt");
+    snprintf(buf, sizeof(buf), "2020-03-04T05:06:07.%06uZ", (i + 1) / 2);
+    expect_str(row, "processed_at", buf);
+    snprintf(buf, sizeof(buf), "2020-03-04T00:00:00.%06uZ", i);
+    expect_str(row, "created_at", buf);
+    json_decref(row);
+    return i;
+}
+
 static int compare_ids(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -219,6 +306,95 @@ void testarchive_expect_ids(const int64_t *got, size_t n_got, const int64_t *wan
         if (got[i] != want[i])
             fail_msg("archived id #%zu is %lld, want %lld (each row in exactly one file)", i,
                      (long long)got[i], (long long)want[i]);
+}
+
+static int compare_keys(const void *a, const void *b)
+{
+    const struct testarchive_key *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = n > 0 ? memcmp(x->bytes, y->bytes, n) : 0;
+    return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+static void keys_add(struct testarchive_keys *k, const char *bytes, size_t len)
+{
+    k->keys = realloc(k->keys, (k->n + 1) * sizeof(*k->keys));
+    assert_non_null(k->keys);
+    char *copy = malloc(len + 1);
+    assert_non_null(copy);
+    if (len > 0)
+        memcpy(copy, bytes, len);
+    k->keys[k->n++] = (struct testarchive_key){copy, len};
+}
+
+void testarchive_file_keys(const char *dir, struct testarchive_keys *out)
+{
+    memset(out, 0, sizeof(*out));
+    char sub[512];
+    snprintf(sub, sizeof(sub), "%s/inbox_events", dir);
+    DIR *d = opendir(sub);
+    if (d == NULL)
+        return;
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/%s", sub, e->d_name);
+        struct txo_archive_file f;
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_archive_read(path, &f, &err) < 0)
+            fail_msg("%s", err.msg);
+        assert_string_equal(f.table, "inbox_events");
+        assert_int_equal(f.version, TXO_ARCHIVE_VERSION_SEQ);
+        for (size_t r = 0; r < f.n_rows; r++)
+            keys_add(out, f.keys[r].bytes, f.keys[r].len);
+        txo_archive_file_release(&f);
+    }
+    closedir(d);
+    if (out->n > 1)
+        qsort(out->keys, out->n, sizeof(*out->keys), compare_keys);
+}
+
+void testarchive_db_keys(struct txo_db *db, const char *where, struct testarchive_keys *out)
+{
+    memset(out, 0, sizeof(*out));
+    char sql[512];
+    snprintf(sql, sizeof(sql), "SELECT event_id FROM inbox_events WHERE %s", where);
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(db, sql, NULL, 0, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    for (size_t r = 0; r < txo_rows_count(rows); r++) {
+        size_t len = 0;
+        const char *key = txo_rows_str(rows, r, 0, &len);
+        keys_add(out, key, len);
+    }
+    txo_rows_free(rows);
+    if (out->n > 1)
+        qsort(out->keys, out->n, sizeof(*out->keys), compare_keys);
+}
+
+void testarchive_expect_keys(const struct testarchive_keys *got,
+                             const struct testarchive_keys *want)
+{
+    if (got->n != want->n)
+        fail_msg("%zu event ids archived, want %zu", got->n, want->n);
+    for (size_t i = 0; i < got->n; i++)
+        if (compare_keys(&got->keys[i], &want->keys[i]) != 0)
+            fail_msg("archived event id #%zu is %.*s, want %.*s (each row in exactly one file)", i,
+                     (int)got->keys[i].len, got->keys[i].bytes, (int)want->keys[i].len,
+                     want->keys[i].bytes);
+}
+
+void testarchive_keys_free(struct testarchive_keys *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->keys[i].bytes);
+    free(k->keys);
+    memset(k, 0, sizeof(*k));
 }
 
 int testarchive_setup(void **state)
