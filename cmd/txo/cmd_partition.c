@@ -32,7 +32,8 @@ const struct command cmd_partition = {
         "disable: the way back, by the same online copy.\n\n"
         "maintain: creates partitions until --partition-ahead empty ones stand above the ids in\n"
         "use (`txo clean` does it too), each spanning about --partition-span seconds of appends\n"
-        "at the rate of the newest full partition.\n\n"
+        "at the rate of the newest full partition. When none was left and pmax holds events,\n"
+        "only --split-full splits it, copying them while appends wait.\n\n"
         "Retention: `txo clean` then drops whole partitions whose newest event is older than\n"
         "--outbox-retention and whose events are all finished (archiving them first with\n"
         "--archive), instead of deleting rows. Every partition DDL is stopped by the server\n"
@@ -54,6 +55,7 @@ const struct command cmd_partition = {
 static struct {
     struct common_opts common;
     struct partition_settings partition;
+    bool split_full;
 } opts;
 
 void settings_add_partition(struct settings_table *t, struct partition_settings *o, bool copy)
@@ -123,8 +125,17 @@ void partition_settings_apply(const struct partition_settings *s, unsigned batch
 
 static void add_settings(struct settings_table *t)
 {
+    const struct setting own[] = {
+        {.name = "split-full",
+         .type = SETTING_BOOL,
+         .def = "false",
+         .help = "maintain: also split a pmax that holds events (no partition was left ahead), "
+                 "copying them: appends wait until the copy is done",
+         .target = &opts.split_full},
+    };
     settings_add_common(t, &opts.common);
     settings_add_partition(t, &opts.partition, true);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
 }
 
 static int status(struct txo_db *db, struct txo_error *err)
@@ -187,6 +198,7 @@ static int run(int argc, char **argv)
     }
     struct txo_partition_opts po;
     partition_settings_apply(&opts.partition, opts.partition.batch, &po);
+    po.split_full = opts.split_full;
 
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)

@@ -18,9 +18,9 @@
  * INSERT fails on the primary key with error 1062 as before (INSERT IGNORE and ON DUPLICATE KEY
  * UPDATE id = id keep working); two appends of one new key at the same moment: the second fails
  * with 1062 on outbox_keys when the first commits, INSERT IGNORE included. Each append writes one
- * outbox_keys row (about 40% of the unpartitioned unique index's cost is moved there, measured
- * in bench/partition_retention.sh); each dropped partition's keys are deleted in batches after
- * the drop.
+ * outbox_keys row (and its event_id index entry) instead of the unique index entry; each dropped
+ * partition's keys are deleted in batches after the drop (narrow rows, but a DELETE of each:
+ * most of a pass's time and redo, bench/partition_retention.sh).
  *
  * Retention (txo_partition_retire(), run by txo_retention_run() when the outbox is
  * partitioned). A partition is dropped when its newest event and the first event above it were
@@ -36,12 +36,14 @@
  *
  * Locks. Dropping or creating a partition takes the table's metadata lock exclusively, which
  * waits for every open transaction that touched outbox_events, and new appends queue behind a
- * waiting request. So each DDL runs with max_statement_time = opts.ddl_wait_ms (400 ms): when
- * a long transaction keeps the lock, the server stops the DDL, the queued appends go on, and
- * the DDL is tried again after a pause, up to opts.ddl_attempts times. An append waits for at
- * most that long. (lock_wait_timeout cannot do it: it counts whole seconds, and an ALTER waits
- * up to twice that.)
- *
+ * waiting request. So each DDL that copies no rows (DROP PARTITION, the swap, triggers) runs
+ * with max_statement_time = opts.ddl_wait_ms (400 ms): when a long transaction keeps the lock,
+ * the server stops the DDL, the queued appends go on, and the DDL is tried again after a
+ * pause, up to opts.ddl_attempts times. An append waits for at most that long. A REORGANIZE,
+ * which may copy rows, must never be stopped half way (MariaDB 10.11 then loses the rows not
+ * copied yet, and reports success): its wait is bounded by lock_wait_timeout = 1 instead,
+ * which counts whole seconds and lets an ALTER wait up to 2 s. It runs once per partition
+ * created, on an empty pmax. *
  * Changing layout online (txo_partition_enable(), txo_partition_disable()). A new table of the
  * other layout is filled beside the live one: triggers on the live table copy every insert,
  * update and delete to it, and the existing rows are copied in batches of ids, each batch a
@@ -81,12 +83,19 @@ struct txo_partition_opts {
     unsigned ddl_wait_ms;
     /* Tries of such a DDL before giving up for this pass; default 40, 50 to 100 ms apart. */
     unsigned ddl_attempts;
-    /* Rows copied per transaction by a layout change, archived per file, keys deleted per
-     * statement. Default 2000. */
+    /* Rows copied per transaction by a layout change, archived per file; outbox_keys rows
+     * deleted per statement (at least 5,000). Default 2000. */
     unsigned batch;
-    /* Milliseconds slept between two copy batches, to leave the server to the writers.
-     * Default 0. */
+    /* Milliseconds slept between two copy batches and between two key deletes, to leave the
+     * server to the writers. Default 0. */
     unsigned pause_ms;
+    /* Key deletes per txo_partition_retire() pass, the rest left to the next pass; 0: all.
+     * Default 0. */
+    unsigned max_batches;
+    /* Whether txo_partition_maintain() may split a pmax that holds events (the partitions
+     * ahead ran out), copying them while appends wait. Default false: it logs an error and
+     * leaves pmax as it is. */
+    bool split_full;
 };
 
 TXO_API void txo_partition_opts_init(struct txo_partition_opts *opts);
@@ -114,9 +123,9 @@ TXO_API TXO_MUST_CHECK int txo_partition_list(struct txo_db *db, struct txo_part
 
 /*
  * Creates partitions until opts->ahead empty ones stand above the largest id (splitting pmax,
- * which is empty then and costs no copy). *created (may be NULL) gets how many. A no-op on an
- * unpartitioned table. Errors: TXO_ELOCKTIMEOUT (the metadata lock was never free in
- * opts->ddl_attempts tries; nothing changed), DB errors.
+ * which is empty then and costs no copy; when it holds events, only with opts->split_full).
+ * *created (may be NULL) gets how many. A no-op on an unpartitioned table. Errors: TXO_ELOCKTIMEOUT
+ * (the metadata lock was never free in opts->ddl_attempts tries; nothing changed), DB errors.
  */
 TXO_API TXO_MUST_CHECK int txo_partition_maintain(struct txo_db *db,
                                                   const struct txo_partition_opts *opts,

@@ -57,16 +57,14 @@ int txo__partition_query_i64(struct txo_db *db, const char *sql, const struct tx
     return 0;
 }
 
-int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_partition_opts *opts,
-                       struct txo_error *err)
+/* Runs prefix + sql, tried again while it times out (txo/partition.h, Locks). */
+static int run_ddl(struct txo_db *db, const char *prefix, const char *sql,
+                   const struct txo_partition_opts *opts, struct txo_error *err)
 {
     unsigned n = opts->ddl_attempts > 0 ? opts->ddl_attempts : 1;
-    unsigned wait_ms = opts->ddl_wait_ms > 0 ? opts->ddl_wait_ms : 1;
-    char cap[sizeof(PARTITION_DDL_CAPPED) + 24];
-    snprintf(cap, sizeof(cap), PARTITION_DDL_CAPPED, wait_ms / 1000, wait_ms % 1000);
-    const char *const parts[] = {cap, sql};
-    char *capped = txo__partition_concat(parts, 2);
-    if (capped == NULL)
+    const char *const parts[] = {prefix, sql};
+    char *full = txo__partition_concat(parts, 2);
+    if (full == NULL)
         return txo_error_set(err, TXO_ENOMEM, "out of memory");
     int rc = 0;
     unsigned tries = 0;
@@ -75,19 +73,34 @@ int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_part
         if (tries++ > 0) /* the appends that queued behind the last try go first */
             txo_sleep_ms(DDL_PAUSE_MS + (int64_t)(txo_rand01() * DDL_PAUSE_MS));
         txo_error_init(err);
-        rc = txo_db_exec_raw(db, capped, err);
+        rc = txo_db_exec_raw(db, full, err);
         if (rc != TXO_ETIMEOUT && rc != TXO_ELOCKTIMEOUT)
             break;
     }
-    txo_free(capped);
+    txo_free(full);
     TXO_LOG(TXO_LOG_DEBUG, "partition", "ddl", TXO_KV_STR("sql", sql), TXO_KV_U64("tries", tries),
             TXO_KV_I64("took_ms", txo_monotonic_ms() - start), TXO_KV_I64("rc", rc));
     if (rc == TXO_ETIMEOUT || rc == TXO_ELOCKTIMEOUT)
         return txo_error_set(err, TXO_ELOCKTIMEOUT,
-                             "the metadata lock of outbox_events was not free within %u ms in %u "
-                             "tries (%s): open transactions kept it; try again later",
-                             wait_ms, n, sql);
+                             "the metadata lock of outbox_events was not free in %u tries (%s): "
+                             "open transactions kept it; try again later",
+                             n, sql);
     return rc;
+}
+
+int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_partition_opts *opts,
+                       struct txo_error *err)
+{
+    unsigned wait_ms = opts->ddl_wait_ms > 0 ? opts->ddl_wait_ms : 1;
+    char cap[sizeof(PARTITION_DDL_CAPPED) + 24];
+    snprintf(cap, sizeof(cap), PARTITION_DDL_CAPPED, wait_ms / 1000, wait_ms % 1000);
+    return run_ddl(db, cap, sql, opts, err);
+}
+
+int txo__partition_ddl_copying(struct txo_db *db, const char *sql,
+                               const struct txo_partition_opts *opts, struct txo_error *err)
+{
+    return run_ddl(db, PARTITION_DDL_LOCK_WAIT, sql, opts, err);
 }
 
 char *txo__partition_concat(const char *const *parts, size_t n)
@@ -275,9 +288,15 @@ int txo_partition_maintain(struct txo_db *db, const struct txo_partition_opts *o
     for (size_t i = 0; i + 1 < n; i++)
         if (parts[i].lower > max_id)
             empty++;
-    if (bound <= max_id) { /* pmax holds events: the next bound goes past them */
-        TXO_LOG(TXO_LOG_WARN, "partition", "pmax holds events: it is split past them",
+    bool full = bound <= max_id;
+    if (full && !opts->split_full) {
+        TXO_LOG(TXO_LOG_ERROR, "partition",
+                "pmax holds events: no partition ahead was left. Run `txo partition maintain "
+                "--split-full` at a quiet moment (appends wait while its events are copied)",
                 TXO_KV_I64("max_id", max_id), TXO_KV_I64("last_bound", bound));
+        goto out;
+    }
+    if (full) { /* the next bound goes past pmax's events */
         bound = max_id + 1;
         empty = 0;
     }
@@ -294,7 +313,9 @@ int txo_partition_maintain(struct txo_db *db, const struct txo_partition_opts *o
         rc = txo_error_set(err, TXO_ENOMEM, "out of memory");
         goto out;
     }
-    rc = txo__partition_ddl(db, ddl, opts, err);
+    /* A REORGANIZE may copy rows (pmax's, or ids that jumped past the last bound meanwhile):
+     * never stopped half way (txo__partition_ddl_copying()). */
+    rc = txo__partition_ddl_copying(db, ddl, opts, err);
     if (rc < 0)
         goto out;
     if (created != NULL)
@@ -419,7 +440,11 @@ static int delete_keys_below(struct txo_db *db, const struct txo_partition_opts 
 {
     bool exists = false;
     int rc = txo_schema_has_table(db, PARTITION_KEYS, &exists, err);
-    while (rc == 0 && exists) {
+    for (unsigned n = 0; rc == 0 && exists; n++) {
+        if (opts->max_batches > 0 && n == opts->max_batches)
+            break; /* the rest next pass */
+        if (n > 0 && opts->pause_ms > 0)
+            txo_sleep_ms(opts->pause_ms);
         unsigned batch = opts->batch > KEYS_BATCH_MIN ? opts->batch : KEYS_BATCH_MIN;
         struct txo_param params[] = {txo_p_i64(bound), txo_p_i64(batch)};
         struct txo_exec_result res = {0};

@@ -23,6 +23,13 @@ int txo__partition_query_i64(struct txo_db *db, const char *sql, const struct tx
 int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_partition_opts *opts,
                        struct txo_error *err);
 
+/* The same for a DDL that may copy rows (REORGANIZE PARTITION): a server stopping it half way
+ * can lose the rows it had not copied yet (MariaDB 10.11 returns success then), so it is never
+ * capped; its wait for the metadata lock is bounded by lock_wait_timeout instead (whole
+ * seconds: up to 2 s). */
+int txo__partition_ddl_copying(struct txo_db *db, const char *sql,
+                               const struct txo_partition_opts *opts, struct txo_error *err);
+
 /* head, then PARTITION_DDL_ONE for each of bounds[0..n), then PARTITION_DDL_PMAX. Free with
  * txo_free(); NULL when out of memory. */
 char *txo__partition_bounds_ddl(const char *head, const int64_t *bounds, size_t n);

@@ -90,6 +90,13 @@
  */
 #define PARTITION_DDL_CAPPED "SET STATEMENT max_statement_time = %u.%03u FOR "
 
+/*
+ * The prefix of a DDL that may copy rows instead (REORGANIZE PARTITION): stopped half way, the
+ * server can lose the rows not copied yet, so only its wait for the lock is bounded, in the
+ * whole seconds lock_wait_timeout counts (an ALTER waits up to twice that). Error 1205.
+ */
+#define PARTITION_DDL_LOCK_WAIT "SET STATEMENT lock_wait_timeout = 1 FOR "
+
 /* DDL: drops one partition, named after it. */
 #define PARTITION_DDL_DROP "ALTER TABLE outbox_events DROP PARTITION "
 /* DDL: splits the empty pmax; followed by the new partitions, PARTITION_DDL_ONE each, and

@@ -580,6 +580,8 @@ static int retire_partitions(struct txo_db *db, const struct txo_retention_opts 
 {
     struct txo_partition_opts po = opts->partition;
     po.batch = opts->batch;
+    po.pause_ms = opts->pause_ms;
+    po.max_batches = opts->max_batches;
     struct txo_partition_retired r = {0};
     int rc = txo_partition_retire(db, &po, opts->outbox_s, opts->archive_dir, &r, err);
     *deleted += r.rows;
