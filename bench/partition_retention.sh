@@ -95,9 +95,10 @@ fill() { # layout
     "$txo" migrate --only outbox --log-level warn >"$logs/migrate.log" 2>&1 ||
         { cat "$logs/migrate.log" >&2; exit 1; }
     if [ "$1" = partitioned ]; then
-        # Enough partitions ahead for the N rows and the appends of a run whose clean takes
-        # up to 10 minutes, so that pmax stays empty and the pass's own upkeep (which would
-        # size new partitions from the fill's rate) has nothing to create.
+        # Enough partitions for the N rows and the appends of a run whose clean takes up to
+        # 10 minutes, so that pmax stays empty: the pass's own upkeep (txo_partition_maintain,
+        # --partition-ahead 2 above the largest id) may still split it, which copies nothing
+        # while it is empty.
         local est=$((rate * (baseline_s + settle_s + 600)))
         local ahead=$(((n + est + first_ids - 1) / first_ids))
         [ "$ahead" -le 16 ] || ahead=16
