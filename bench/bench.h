@@ -45,6 +45,11 @@ struct bench_env {
  * failure. */
 int bench_env_setup(struct bench_env *env);
 
+/* Connects to the database MYSQL_DATABASE names, as it is (nothing created, migrated or
+ * dropped: env->created stays false), and checks that it has outbox_events. Prints the reason
+ * and returns < 0 on failure. */
+int bench_env_attach(struct bench_env *env);
+
 /* Drops the database (unless keep) and closes env->db. Safe on a half set-up env. */
 void bench_env_teardown(struct bench_env *env, bool keep);
 
@@ -102,6 +107,13 @@ int bench_append(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
 /* txo_bench binlog (bench_binlog.c): the relay's binlog source against the polling relay. */
 int bench_binlog(struct bench_env *env, const struct bench_cfg *cfg);
+
+/*
+ * txo_bench append-load (bench_append_load.c): appends at a fixed rate to an existing outbox
+ * and prints the latency per phase, for scripts that run something next to it. Takes the
+ * command line from "append-load" on; returns the exit status.
+ */
+int bench_append_load_main(int argc, char **argv);
 
 /*
  * The order service through its HTTP API (bench_http.c): spawns `txo up --broker broker`

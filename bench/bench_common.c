@@ -181,6 +181,27 @@ out:
     return rc;
 }
 
+int bench_env_attach(struct bench_env *env)
+{
+    memset(env, 0, sizeof(*env));
+    opts_from_env(&env->opts);
+    snprintf(env->name, sizeof(env->name), "%s", env->opts.database);
+    int rc = bench_connect(env, &env->db);
+    bool exists = false;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (rc == 0)
+        rc = txo_schema_has_table(env->db, "outbox_events", &exists, &err);
+    if (rc < 0 && err.msg[0] != '\0')
+        bench_fail(rc, &err, "looking for outbox_events");
+    if (rc == 0 && !exists) {
+        fprintf(stderr, "txo_bench: database %s has no outbox_events (run txo migrate)\n",
+                env->name);
+        rc = TXO_EINVAL;
+    }
+    return rc;
+}
+
 void bench_env_teardown(struct bench_env *env, bool keep)
 {
     if (env->created && !keep) {

@@ -4,6 +4,7 @@
  *   txo_bench [relay|ordering|binlog|append|orders|http|all] [--events N] [--runs R] [--keep]
  * [--log-level L]
  *             [--orders N] [--connections N] [--broker local|NAME] [--txo PATH] [--up-args A]
+ *   txo_bench append-load [--rate R] [--writers W] [--duration S] ... (bench_append_load.c)
  *
  * Prints aligned plain-text tables on stdout (medians over R runs). Exits 1 when set-up fails
  * or a correctness check after a run fails (lost events, unconfirmed orders, stock not
@@ -57,6 +58,10 @@ static void usage(FILE *out)
             "                --up-args \"--saga-threads 8 --idle-sleep 10\"\n"
             "  --help        this text\n"
             "\n"
+            "txo_bench append-load [--rate R] [--writers W] [--duration S] ...: appends at a\n"
+            "fixed rate to the outbox of MYSQL_DATABASE as it is and prints the latency per\n"
+            "phase (SIGUSR1: next phase); `txo_bench append-load --help` for its options.\n"
+            "\n"
             "Server: MYSQL_HOST, MYSQL_PORT, MYSQL_USER, MYSQL_PASSWORD, MYSQL_SOCKET (as the\n"
             "tests). The bench creates, migrates and drops its own database txo_bench_<pid>\n"
             "(http: txo_bench_<pid>_http, created afresh for every run).\n");
@@ -95,6 +100,11 @@ int main(int argc, char **argv)
     /* Per-batch info lines from the library would drown the tables. */
     enum txo_log_level log_level = TXO_LOG_WARN;
 
+    /* A load for scripts, in a database of theirs: its own command line (bench_append_load.c). */
+    if (argc > 1 && strcmp(argv[1], "append-load") == 0) {
+        txo_log_set_level(log_level);
+        return bench_append_load_main(argc - 1, argv + 1);
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
