@@ -232,6 +232,9 @@ static int change_layout(struct change *c, struct txo_error *err)
         rc = copy_rows(c, min_id > 0 ? min_id - 1 : 0, max_id, err);
     if (rc < 0)
         return rc;
+    rc = txo__partition_ddl(db, PARTITION_DDL_ANALYZE_NEW, c->opts, err);
+    if (rc < 0)
+        return rc;
     txo_crash_point("partition.before_swap");
     rc = txo__partition_ddl(db, PARTITION_DDL_SWAP, c->opts, err);
     if (rc == 0)

@@ -250,6 +250,14 @@
     " FROM outbox_events WHERE id > ? AND id <= ? LOCK IN SHARE MODE "                             \
     "ON DUPLICATE KEY UPDATE id = outbox_events_txo_new.id"
 
+/*
+ * DDL: fresh index statistics for the filled table before it goes live. It was created empty,
+ * and with the statistics of an empty table the optimizer plans the relay's statements badly
+ * (100,000 events drained at 15,000/s instead of 32,000/s) until InnoDB recomputes them in the
+ * background. Reads the table (a sample of pages per index); capped like the other DDL.
+ */
+#define PARTITION_DDL_ANALYZE_NEW "ANALYZE TABLE outbox_events_txo_new"
+
 /* DDL: the swap, atomic. */
 #define PARTITION_DDL_SWAP                                                                         \
     "RENAME TABLE outbox_events TO outbox_events_txo_old, "                                        \
