@@ -214,6 +214,31 @@ static int verify(const char *path, char **out)
     return testproc_run_txo("archive_verify", args, 30000, out);
 }
 
+/*
+ * path, the only file under dir, cut to half of its gzip bytes: verify finds it bad, and cat
+ * refuses it.
+ */
+static void expect_cut_short_caught(const char *dir, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char gz[65536];
+    size_t gz_len = fread(gz, 1, sizeof(gz), fp);
+    fclose(fp);
+    fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(gz, 1, gz_len / 2, fp), gz_len / 2);
+    fclose(fp);
+    char *out = NULL;
+    assert_int_equal(verify(dir, &out), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "0 files, 0 rows verified, 1 bad"));
+    free(out);
+    const char *cat[] = {"archive", "cat", path, NULL};
+    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 1);
+    free(out);
+}
+
 static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
 {
     struct testarchive_fixture *f = *state;
@@ -245,22 +270,7 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
     write_gzip(path, data, len);
     assert_int_equal(verify(path, &out), 0);
     free(out);
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    char gz[65536];
-    size_t gz_len = fread(gz, 1, sizeof(gz), fp);
-    fclose(fp);
-    fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(gz, 1, gz_len / 2, fp), gz_len / 2);
-    fclose(fp);
-    assert_int_equal(verify(f->dir, &out), 1);
-    assert_non_null(strstr(out, path));
-    assert_non_null(strstr(out, "0 files, 0 rows verified, 1 bad"));
-    free(out);
-    const char *cat[] = {"archive", "cat", path, NULL};
-    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 1);
-    free(out);
+    expect_cut_short_caught(f->dir, path);
     free(data);
 }
 
@@ -335,22 +345,7 @@ static void test_verify_catches_a_damaged_inbox_file(void **state)
     assert_int_equal(rename(renamed, path), 0);
 
     /* Cut short: half of its gzip bytes. */
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    char gz[65536];
-    size_t gz_len = fread(gz, 1, sizeof(gz), fp);
-    fclose(fp);
-    fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(gz, 1, gz_len / 2, fp), gz_len / 2);
-    fclose(fp);
-    assert_int_equal(verify(f->dir, &out), 1);
-    assert_non_null(strstr(out, path));
-    assert_non_null(strstr(out, "0 files, 0 rows verified, 1 bad"));
-    free(out);
-    const char *cat[] = {"archive", "cat", path, NULL};
-    assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 1);
-    free(out);
+    expect_cut_short_caught(f->dir, path);
     free(data);
 }
 

@@ -248,15 +248,15 @@ static int compare_ids(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-size_t testarchive_ids(const char *dir, const char *table, int64_t **ids)
+/* Calls fn(file, arg) for each archive file of table under dir, each read and verified. */
+static void each_file(const char *dir, const char *table,
+                      void (*fn)(const struct txo_archive_file *f, void *arg), void *arg)
 {
     char sub[512];
     snprintf(sub, sizeof(sub), "%s/%s", dir, table);
-    *ids = NULL;
-    size_t n = 0;
     DIR *d = opendir(sub);
     if (d == NULL)
-        return 0;
+        return;
     const struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.')
@@ -269,15 +269,34 @@ size_t testarchive_ids(const char *dir, const char *table, int64_t **ids)
         if (txo_archive_read(path, &f, &err) < 0)
             fail_msg("%s", err.msg);
         assert_string_equal(f.table, table);
-        *ids = realloc(*ids, (n + f.n_rows) * sizeof(**ids));
-        assert_non_null(*ids);
-        memcpy(*ids + n, f.ids, f.n_rows * sizeof(**ids));
-        n += f.n_rows;
+        fn(&f, arg);
         txo_archive_file_release(&f);
     }
     closedir(d);
-    qsort(*ids, n, sizeof(**ids), compare_ids);
-    return n;
+}
+
+struct id_list {
+    int64_t *ids;
+    size_t n;
+};
+
+static void add_ids(const struct txo_archive_file *f, void *arg)
+{
+    struct id_list *l = arg;
+    l->ids = realloc(l->ids, (l->n + f->n_rows) * sizeof(*l->ids));
+    assert_non_null(l->ids);
+    memcpy(l->ids + l->n, f->ids, f->n_rows * sizeof(*l->ids));
+    l->n += f->n_rows;
+}
+
+size_t testarchive_ids(const char *dir, const char *table, int64_t **ids)
+{
+    struct id_list l = {NULL, 0};
+    each_file(dir, table, add_ids, &l);
+    if (l.n > 1)
+        qsort(l.ids, l.n, sizeof(*l.ids), compare_ids);
+    *ids = l.ids;
+    return l.n;
 }
 
 size_t testarchive_db_ids(struct txo_db *db, const char *table, const char *where, int64_t **ids)
@@ -327,32 +346,17 @@ static void keys_add(struct testarchive_keys *k, const char *bytes, size_t len)
     k->keys[k->n++] = (struct testarchive_key){copy, len};
 }
 
+static void add_keys(const struct txo_archive_file *f, void *arg)
+{
+    assert_int_equal(f->version, TXO_ARCHIVE_VERSION_SEQ);
+    for (size_t r = 0; r < f->n_rows; r++)
+        keys_add(arg, f->keys[r].bytes, f->keys[r].len);
+}
+
 void testarchive_file_keys(const char *dir, struct testarchive_keys *out)
 {
     memset(out, 0, sizeof(*out));
-    char sub[512];
-    snprintf(sub, sizeof(sub), "%s/inbox_events", dir);
-    DIR *d = opendir(sub);
-    if (d == NULL)
-        return;
-    const struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[1024];
-        snprintf(path, sizeof(path), "%s/%s", sub, e->d_name);
-        struct txo_archive_file f;
-        struct txo_error err;
-        txo_error_init(&err);
-        if (txo_archive_read(path, &f, &err) < 0)
-            fail_msg("%s", err.msg);
-        assert_string_equal(f.table, "inbox_events");
-        assert_int_equal(f.version, TXO_ARCHIVE_VERSION_SEQ);
-        for (size_t r = 0; r < f.n_rows; r++)
-            keys_add(out, f.keys[r].bytes, f.keys[r].len);
-        txo_archive_file_release(&f);
-    }
-    closedir(d);
+    each_file(dir, "inbox_events", add_keys, out);
     if (out->n > 1)
         qsort(out->keys, out->n, sizeof(*out->keys), compare_keys);
 }
