@@ -4,7 +4,8 @@
  *   - enable, disable and enable again under load: no event lost, none duplicated, none
  *     published twice, every aggregate's sequence whole and published in order, the
  *     idempotency key's duplicate error kept in both layouts;
- *   - partitions dropped while appends go on: no append waits 1 s, an unfinished event keeps
+ *   - partitions dropped while appends go on: appends do not queue behind a DDL held
+ *     up by a long reader, an unfinished event keeps
  *     its partition (and the newer ones), the dropped events' keys go with them;
  *   - archive before the drop, killed after the first file and run again: every dropped row
  *     in exactly one file.
@@ -33,6 +34,16 @@
 #include "txo/txo.h"
 
 #define AGGREGATES 20
+
+/*
+ * How long the reader of test_drop_under_load holds the table's metadata lock, and the longest
+ * append the tests accept while a partition DDL runs. The DDL is stopped after 400 ms and tried
+ * again, so an append waits about that long (404 ms measured on a quiet machine, 5,000,000
+ * events); without the cap it would wait the reader's 3 s. The bound leaves room for a machine
+ * busy with other suites: it tells the mechanism, not the figure (docs/database.md has that).
+ */
+#define BLOCK_MS      3000
+#define MAX_APPEND_US 2000000
 
 /* ---- the load: writers appending, a relay publishing ---- */
 
@@ -331,7 +342,7 @@ static void test_layout_changes_under_load(void **state)
     print_message("appended %u events, longest append during the changes %lld ms\n",
                   load_appended(), (long long)(load_longest_us() / 1000));
     assert_true(load_appended() > 500);
-    assert_true(load_longest_us() < 1000000);
+    assert_true(load_longest_us() < MAX_APPEND_US);
     assert_true(partitioned(t->db));
     expect_each_once_in_order(t->db, 3000 + load_appended(), 3000 + load_appended());
     /* Every event has its key, and the key its event. */
@@ -412,15 +423,15 @@ static int64_t partition_there(struct txo_db *db, const char *name)
                       &p, 1);
 }
 
-/* A transaction that has read outbox_events, open for 2 s: it holds the table's metadata lock,
- * which a partition DDL must wait for. */
+/* A transaction that has read outbox_events, open for BLOCK_MS: it holds the table's metadata
+ * lock, which a partition DDL must wait for. */
 static void *blocker_main(void *arg)
 {
     struct testdb *t = arg;
     struct txo_db *db = testdb_connect(t);
     testdb_exec(db, "START TRANSACTION");
     testdb_exec(db, "DO (SELECT COUNT(*) FROM outbox_events WHERE id = 1)");
-    txo_sleep_ms(2000);
+    txo_sleep_ms(BLOCK_MS);
     testdb_exec(db, "COMMIT");
     txo_db_close(db);
     return NULL;
@@ -489,8 +500,8 @@ static void test_drop_under_load(void **state)
 
     /* The dead letter handled (dead-letter retention deleted it): the second partition goes,
      * the third stays (it is still filling). A reader keeps the table's metadata lock for the
-     * first 2 s of the pass: the drop is stopped and tried again meanwhile, so appends do not
-     * queue behind it for those 2 s. */
+     * first 3 s of the pass: the drop is stopped and tried again meanwhile, so appends do not
+     * queue behind it for those 3 s. */
     assert_int_equal(txo_db_exec(t->db, "DELETE FROM dead_letter_events WHERE source_event_id = ?",
                                  &fp, 1, NULL, &err),
                      0);
@@ -503,7 +514,8 @@ static void test_drop_under_load(void **state)
     assert_int_equal(clean(NULL, NULL), 0);
     atomic_store(&load.measuring, false);
     pthread_join(blocker, NULL);
-    print_message("the pass behind a 2 s reader took %.1f s\n", (double)(now_us() - c0) / 1e6);
+    print_message("the pass behind a %d ms reader took %.1f s\n", BLOCK_MS,
+                  (double)(now_us() - c0) / 1e6);
     assert_int_equal(partition_there(t->db, p2), 0);
     assert_int_equal(partition_there(t->db, p3), 1);
     assert_int_equal(count_where(t->db,
@@ -517,7 +529,7 @@ static void test_drop_under_load(void **state)
     int64_t longest = load_longest_us();
     print_message("appended %u events, longest append during the drops %lld ms\n", load_appended(),
                   (long long)(longest / 1000));
-    assert_true(longest < 1000000);
+    assert_true(longest < MAX_APPEND_US);
     /* Left: the old events of the third partition and every new one, published once. */
     expect_each_once_in_order(t->db, (size_t)(n - 2 * w + 1) + load_appended(), load_appended());
     char again[32];
