@@ -230,7 +230,7 @@ static int parse_args(int argc, char **argv, struct load_cfg *cfg)
     *cfg = (struct load_cfg){
         .rate = 200, .writers = 4, .duration_s = 0, .payload_bytes = 300, .aggregates = 100};
     snprintf(cfg->tag, sizeof(cfg->tag), "load%ld", (long)getpid());
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d = 0;
@@ -269,7 +269,6 @@ static int parse_args(int argc, char **argv, struct load_cfg *cfg)
             usage(stderr);
             return -1;
         }
-        i++; /* every option takes a value */
     }
     return 0;
 }
