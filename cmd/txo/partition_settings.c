@@ -1,0 +1,70 @@
+/*
+ * The partitioned outbox's settings (txo/partition.h), shared by `txo partition` and every
+ * cleaner (`txo clean`, the relay's, the worker's): one table of them (clean.h).
+ */
+#include "clean.h"
+
+void settings_add_partition(struct settings_table *t, struct partition_settings *o, bool copy)
+{
+    const struct setting every[] = {
+        {.name = "partition-span",
+         .env = "TXO_PARTITION_SPAN",
+         .type = SETTING_UINT,
+         .def = "86400",
+         .help = "a partitioned outbox (txo partition): seconds of appends a new partition "
+                 "should hold, at the rate measured over the newest full one",
+         .min = 60,
+         .max = 31536000,
+         .target = &o->span_s},
+        {.name = "partition-ahead",
+         .env = "TXO_PARTITION_AHEAD",
+         .type = SETTING_UINT,
+         .def = "2",
+         .help = "a partitioned outbox: empty partitions kept ready above the ids in use",
+         .min = 1,
+         .max = TXO_PARTITION_AHEAD_MAX,
+         .target = &o->ahead},
+    };
+    const struct setting copying[] = {
+        {.name = "partition-first-ids",
+         .env = "TXO_PARTITION_FIRST_IDS",
+         .type = SETTING_UINT,
+         .def = "1000000",
+         .help = "ids per partition of the first partitions (enable); later ones follow the "
+                 "rate, or the last one's width",
+         .min = 1,
+         .max = 4000000000UL,
+         .target = &o->first_ids},
+        {.name = "partition-batch",
+         .env = "TXO_PARTITION_BATCH",
+         .type = SETTING_UINT,
+         .def = "2000",
+         .help = "enable, disable: ids copied per transaction",
+         .min = 1,
+         .max = 100000,
+         .target = &o->batch},
+        {.name = "partition-pause",
+         .env = "TXO_PARTITION_PAUSE_MS",
+         .type = SETTING_UINT,
+         .def = "0",
+         .help = "enable, disable: milliseconds between two copy batches, to leave the server to "
+                 "the writers",
+         .max = 60000,
+         .target = &o->pause_ms},
+    };
+    settings_add(t, every, TXO_ARRAY_LEN(every));
+    if (copy)
+        settings_add(t, copying, TXO_ARRAY_LEN(copying));
+}
+
+void partition_settings_apply(const struct partition_settings *s, unsigned batch,
+                              struct txo_partition_opts *po)
+{
+    txo_partition_opts_init(po);
+    po->span_s = s->span_s;
+    po->ahead = s->ahead;
+    if (s->first_ids > 0)
+        po->first_ids = s->first_ids;
+    po->batch = batch;
+    po->pause_ms = s->pause_ms;
+}
