@@ -113,7 +113,7 @@ static int load_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
 }
 
-/* A JSON object of about n bytes: {"note":"xxx..."}. Free with txo_free(). */
+/* A JSON object of about n bytes: {"note":"<n - 11 x characters>"}. Free with txo_free(). */
 static char *make_payload(size_t n)
 {
     static const char head[] = "{\"note\":\"", tail[] = "\"}";

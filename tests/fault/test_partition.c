@@ -248,7 +248,7 @@ static void expect_each_once_in_order(struct txo_db *db, size_t want, size_t wan
     uint64_t last[AGGREGATES + 1] = {0};
     for (size_t i = 0; i < load.n_pub; i++) {
         if (load.pub[i].aggregate_id[0] != 'a')
-            continue; /* a seeded event: one per aggregate */
+            continue; /* an event appended before the load: one per aggregate */
         unsigned a = (unsigned)atoi(load.pub[i].aggregate_id + 1);
         if (load.pub[i].sequence != last[a] + 1)
             fail_msg("aggregate %s: sequence %llu published after %llu", load.pub[i].aggregate_id,
@@ -323,7 +323,7 @@ static void expect_duplicate_refused(struct txo_db *db, const char *key)
 static void test_layout_changes_under_load(void **state)
 {
     struct testdb *t = *state;
-    testoutbox_insert_seq(t->db, 3000, "seed");
+    testoutbox_insert_seq(t->db, 3000, "pre");
     load_start(t);
     txo_sleep_ms(300);
     atomic_store(&load.measuring, true);
@@ -352,7 +352,7 @@ static void test_layout_changes_under_load(void **state)
                      3000 + load_appended());
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys"), 3000 + load_appended());
     expect_duplicate_refused(t->db, "w0:7");
-    expect_duplicate_refused(t->db, "seed:17");
+    expect_duplicate_refused(t->db, "pre:17");
     /* No copy table or trigger left behind. */
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM information_schema.TABLES WHERE "
                                      "TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE "
