@@ -104,6 +104,9 @@ int bench_ordering(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_relay(struct bench_env *env, const struct bench_cfg *cfg);
 /* txo_bench append (bench_append.c): appends with the sequence trigger against without it. */
 int bench_append(struct bench_env *env, const struct bench_cfg *cfg);
+
+/* txo_bench inbox (bench_inbox.c): the unpartitioned inbox against the partitioned one. */
+int bench_inbox(struct bench_env *env, const struct bench_cfg *cfg);
 int bench_orders(struct bench_env *env, const struct bench_cfg *cfg);
 /* txo_bench binlog (bench_binlog.c): the relay's binlog source against the polling relay. */
 int bench_binlog(struct bench_env *env, const struct bench_cfg *cfg);

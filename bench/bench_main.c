@@ -1,7 +1,7 @@
 /*
  * txo_bench: the speed figures of txo (`make bench`). See docs/benchmarks.md.
  *
- *   txo_bench [relay|ordering|binlog|append|orders|http|all] [--events N] [--runs R] [--keep]
+ *   txo_bench [relay|ordering|binlog|append|inbox|orders|http|all] [--events N] [--runs R] [--keep]
  * [--log-level L]
  *             [--orders N] [--connections N] [--broker local|NAME] [--txo PATH] [--up-args A]
  *   txo_bench append-load [--rate R] [--writers W] [--duration S] ... (bench_append_load.c)
@@ -20,7 +20,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: txo_bench [relay|ordering|binlog|append|orders|http|all] [--events N]\n"
+            "usage: txo_bench [relay|ordering|binlog|append|inbox|orders|http|all] [--events N]\n"
             "                 [--runs R] [--keep]\n"
             "                 [--log-level L] [--orders N] [--connections N]\n"
             "                 [--broker local|NAME] [--txo PATH] [--up-args \"FLAGS\"]\n"
@@ -37,6 +37,9 @@ static void usage(FILE *out)
             "                (skipped when the server's binary log is off)\n"
             "  append        appending events with the sequence trigger and without it: a new\n"
             "                aggregate per event, 1,000 existing ones, batches of 10\n"
+            "  inbox         recording messages on the unpartitioned inbox and on the\n"
+            "                partitioned one (a week of history): one per transaction,\n"
+            "                batches of 100, and the batches redelivered\n"
             "  orders        order saga end to end: create + start + run until CONFIRMED,\n"
             "                1 thread x 2,000 orders and 4 threads x 2,000 orders\n"
             "  http          the order service through its HTTP API: spawns `txo up`, POSTs\n"
@@ -93,6 +96,7 @@ int main(int argc, char **argv)
     bool only_ordering = false;
     bool run_binlog = true;
     bool run_append = true;
+    bool run_inbox = true;
     bool run_orders = true;
     bool run_http = true;
     const char *broker = NULL; /* --broker; NULL: local (plus nats in `all`) */
@@ -149,25 +153,28 @@ int main(int argc, char **argv)
             cfg.keep = true;
         } else if (strcmp(a, "relay") == 0) {
             run_relay = true;
-            run_binlog = run_append = run_orders = run_http = false;
+            run_binlog = run_append = run_orders = run_http = run_inbox = false;
         } else if (strcmp(a, "ordering") == 0) {
             run_relay = true;
             only_ordering = true;
-            run_binlog = run_append = run_orders = run_http = false;
+            run_binlog = run_append = run_orders = run_http = run_inbox = false;
         } else if (strcmp(a, "binlog") == 0) {
             run_binlog = true;
-            run_relay = run_append = run_orders = run_http = false;
+            run_relay = run_append = run_orders = run_http = run_inbox = false;
         } else if (strcmp(a, "append") == 0) {
             run_append = true;
-            run_relay = run_binlog = run_orders = run_http = false;
+            run_relay = run_binlog = run_orders = run_http = run_inbox = false;
+        } else if (strcmp(a, "inbox") == 0) {
+            run_inbox = true;
+            run_relay = run_binlog = run_append = run_orders = run_http = false;
         } else if (strcmp(a, "orders") == 0) {
             run_orders = true;
-            run_relay = run_binlog = run_append = run_http = false;
+            run_relay = run_binlog = run_append = run_http = run_inbox = false;
         } else if (strcmp(a, "http") == 0) {
             run_http = true;
-            run_relay = run_binlog = run_append = run_orders = false;
+            run_relay = run_binlog = run_append = run_orders = run_inbox = false;
         } else if (strcmp(a, "all") == 0) {
-            run_relay = run_binlog = run_append = run_orders = run_http = true;
+            run_relay = run_binlog = run_append = run_inbox = run_orders = run_http = true;
         } else {
             fprintf(stderr, "txo_bench: unknown argument '%s'\n\n", a);
             usage(stderr);
@@ -187,6 +194,8 @@ int main(int argc, char **argv)
         rc = bench_binlog(&env, &cfg);
     if (rc == 0 && run_append)
         rc = bench_append(&env, &cfg);
+    if (rc == 0 && run_inbox)
+        rc = bench_inbox(&env, &cfg);
     if (rc == 0 && run_orders)
         rc = bench_orders(&env, &cfg);
     if (rc == 0 && run_http) {

@@ -24,22 +24,25 @@ const struct command cmd_migrate = {
         "(outbox_events and dead_letter_events, for an application in another language);\n"
         "a later run without it adds the rest. Running it again is a no-op. A recorded\n"
         "migration whose statements changed since is refused (comments may be edited).\n\n"
-        "--outbox-layout partitioned then gives outbox_events the partitioned layout, for a\n"
-        "new install (on a table with rows it is the online copy of `txo partition enable`).",
+        "--outbox-layout partitioned then gives outbox_events the partitioned layout, and\n"
+        "--inbox-layout partitioned inbox_events, for a new install (on a table with rows it is\n"
+        "the online copy of `txo partition enable`).",
     .run = run,
     .examples = "# Create or upgrade the whole schema:\n"
                 "txo migrate\n"
                 "# Only the tables `txo relay` needs, for an application in another language:\n"
                 "txo migrate --only outbox\n"
                 "# A new install whose outbox is dropped by partitions, not deleted by rows:\n"
-                "txo migrate --outbox-layout partitioned\n",
+                "txo migrate --outbox-layout partitioned\n"
+                "# Both the outbox and the inbox partitioned:\n"
+                "txo migrate --outbox-layout partitioned --inbox-layout partitioned\n",
 };
 
 static int run(int argc, char **argv)
 {
     struct common_opts o;
     txo_db_opts_init(&o.db);
-    const char *only = NULL, *layout = NULL;
+    const char *only = NULL, *layout = NULL, *inbox_layout = NULL;
     const struct setting own[] = {
         {.name = "only",
          .env = "TXO_MIGRATE_ONLY",
@@ -52,6 +55,12 @@ static int run(int argc, char **argv)
          .help = "partitioned: partition outbox_events by id ranges after migrating (txo "
                  "partition); unset: leave its layout as it is",
          .target = &layout},
+        {.name = "inbox-layout",
+         .env = "TXO_INBOX_LAYOUT",
+         .type = SETTING_STRING,
+         .help = "partitioned: partition inbox_events by days after migrating (txo partition); "
+                 "unset: leave its layout as it is",
+         .target = &inbox_layout},
     };
     struct settings_table t = {.n = 0};
     settings_add_common(&t, &o);
@@ -66,9 +75,19 @@ static int run(int argc, char **argv)
         cli_error("txo migrate: --only must be outbox, got \"%s\"", only);
         return 2;
     }
-    bool partition = layout != NULL && strcmp(layout, "partitioned") == 0;
-    if (layout != NULL && layout[0] != '\0' && !partition) {
-        cli_error("txo migrate: --outbox-layout must be partitioned, got \"%s\"", layout);
+    static const enum txo_partition_table tables[2] = {TXO_PARTITION_OUTBOX, TXO_PARTITION_INBOX};
+    const char *const layouts[2] = {layout, inbox_layout};
+    bool partition[2] = {false, false};
+    for (int i = 0; i < 2; i++) {
+        partition[i] = layouts[i] != NULL && strcmp(layouts[i], "partitioned") == 0;
+        if (layouts[i] != NULL && layouts[i][0] != '\0' && !partition[i]) {
+            cli_error("txo migrate: --%s-layout must be partitioned, got \"%s\"",
+                      i == 0 ? "outbox" : "inbox", layouts[i]);
+            return 2;
+        }
+    }
+    if (partition[1] && outbox_only) {
+        cli_error("txo migrate: --inbox-layout needs the inbox: not with --only outbox");
         return 2;
     }
     struct txo_db *db = common_connect(&o);
@@ -79,13 +98,15 @@ static int run(int argc, char **argv)
     unsigned applied = 0, total = 0;
     int rc = outbox_only ? txo_migrate_set(db, txo_outbox_migrations(), &applied, &total, &err)
                          : orders_migrate(db, &applied, &total, &err);
-    bool partitioned = false;
-    if (rc == 0 && partition)
-        rc = txo_partition_is_enabled(db, &partitioned, &err);
-    if (rc == 0 && partition && !partitioned) {
-        struct txo_partition_opts po;
-        txo_partition_opts_init(&po);
-        rc = txo_partition_enable(db, &po, NULL, NULL, &err);
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        bool partitioned = false;
+        if (partition[i])
+            rc = txo_partition_is_enabled(db, tables[i], &partitioned, &err);
+        if (rc == 0 && partition[i] && !partitioned) {
+            struct txo_partition_opts po;
+            txo_partition_opts_init(&po);
+            rc = txo_partition_enable(db, tables[i], &po, NULL, NULL, &err);
+        }
     }
     txo_db_close(db);
     if (rc < 0) {

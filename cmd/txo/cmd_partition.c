@@ -1,11 +1,12 @@
 /*
- * `txo partition status|enable|disable|maintain`: the partitioned layout of outbox_events
- * (txo/partition.h). Retention of a partitioned outbox is `txo clean` (and the daemons'
- * cleaners), which drops whole partitions.
+ * `txo partition status|enable|disable|maintain [outbox|inbox]`: the partitioned layouts of
+ * outbox_events and inbox_events (txo/partition.h). Retention of a partitioned table is `txo
+ * clean` (and the daemons' cleaners), which drops whole partitions.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "clean.h"
@@ -16,35 +17,45 @@ static int run(int argc, char **argv);
 
 const struct command cmd_partition = {
     .name = "partition",
-    .summary = "partition outbox_events by id ranges (online), list its partitions, create ahead",
-    .usage = "txo partition status|enable|disable|maintain [options]",
+    .summary = "partition the outbox (by ids) or the inbox (by time) online, list, create ahead",
+    .usage = "txo partition status|enable|disable|maintain [outbox|inbox] [options]",
     .description =
-        "status: prints the layout of outbox_events and, when partitioned, one line per\n"
-        "partition: its id range, the server's row estimate and the creation time of its\n"
-        "newest event.\n\n"
-        "enable: moves outbox_events to the partitioned layout online: a new table is filled\n"
+        "TABLE is outbox (outbox_events, the default) or inbox (inbox_events); status without\n"
+        "one shows both.\n\n"
+        "status: prints each table's layout and, when partitioned, one line per partition: the\n"
+        "outbox's id range, the server's row estimate and the creation time of its newest\n"
+        "event; the inbox's range of creation times (UTC) and row estimate.\n\n"
+        "enable: moves the table to the partitioned layout online: a new table is filled\n"
         "beside the live one (triggers copy every write to it, the existing rows are copied in\n"
-        "batches of --partition-batch ids), then one RENAME TABLE swaps them. Appends, relays\n"
-        "and workers go on meanwhile; ids, sequences and statuses are kept, and a binlog source\n"
-        "does not publish the copies. A run killed half way leaves the live table as it was; run\n"
-        "it again. On a new install, run it right after `txo migrate`: the copy is empty.\n"
-        "The idempotency keys' uniqueness moves to the table outbox_keys.\n\n"
+        "batches of --partition-batch rows), then one RENAME TABLE swaps them. Appends,\n"
+        "consumers, relays and workers go on meanwhile; every column is kept, and a binlog\n"
+        "source does not publish the outbox's copies. A run killed half way leaves the live\n"
+        "table as it was; run it again. On a new install, run it right after `txo migrate`: the\n"
+        "copy is empty. The outbox is partitioned by ranges of ids, and the uniqueness of its\n"
+        "idempotency keys moves to the table outbox_keys; the inbox by ranges of created_at,\n"
+        "--partition-span seconds each (aligned in UTC: a day is midnight to midnight), and\n"
+        "its duplicate check moves to the table inbox_keys.\n\n"
         "disable: the way back, by the same online copy.\n\n"
-        "maintain: creates partitions until --partition-ahead empty ones stand above the ids in\n"
-        "use (`txo clean` does it too), each spanning about --partition-span seconds of appends\n"
-        "at the rate of the newest full partition. When none was left and pmax holds events,\n"
-        "only --split-full splits it, copying them while appends wait.\n\n"
-        "Retention: `txo clean` then drops whole partitions whose newest event is older than\n"
-        "--outbox-retention and whose events are all finished (archiving them first with\n"
-        "--archive), instead of deleting rows. Every partition DDL is stopped by the server\n"
-        "after 400 ms and tried again after a pause, so that no append waits behind it for\n"
-        "the table's metadata lock for longer.",
+        "maintain: creates partitions until --partition-ahead empty ones stand ahead (`txo\n"
+        "clean` does it too): the outbox's above the ids in use, each spanning about\n"
+        "--partition-span seconds of appends at the rate of the newest full partition; the\n"
+        "inbox's after now. When none was left and pmax holds rows, only --split-full splits\n"
+        "it, copying them while writers wait.\n\n"
+        "Retention: `txo clean` then drops whole partitions instead of deleting rows\n"
+        "(archiving them first with --archive): the outbox's whose newest event is older than\n"
+        "--outbox-retention and whose events are all finished; the inbox's whose range ended\n"
+        "--inbox-retention ago, after moving its rows not processed yet (or processed since)\n"
+        "to the partition of now. Every partition DDL is stopped by the server after 400 ms and\n"
+        "tried again after a pause, so that no writer waits behind it for the table's metadata\n"
+        "lock for longer.",
     .run = run,
     .examples = "# Partition a live outbox, then look at it:\n"
                 "txo partition enable\n"
                 "txo partition status\n"
                 "# A new install with the partitioned layout:\n"
                 "txo migrate && txo partition enable --partition-first-ids 10000000\n"
+                "# The inbox in partitions of a day:\n"
+                "txo partition enable inbox\n"
                 "# Back to one table:\n"
                 "txo partition disable\n",
     .exit_status = "0 when done, 1 when it failed (the reason on standard error; enable and "
@@ -73,23 +84,53 @@ static void add_settings(struct settings_table *t)
     settings_add(t, own, TXO_ARRAY_LEN(own));
 }
 
-static int status(struct txo_db *db, struct txo_error *err)
+/* A Unix time as "YYYY-MM-DD HH:MM:SS" UTC; "-" for 0 (no bound). */
+static void format_time(int64_t t, char *out, size_t size)
 {
+    time_t s = (time_t)t;
+    struct tm tm;
+    if (t == 0 || gmtime_r(&s, &tm) == NULL || strftime(out, size, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(out, size, "-");
+}
+
+static int status(struct txo_db *db, enum txo_partition_table table, struct txo_error *err)
+{
+    const char *name = txo_partition_table_name(table);
+    bool exists = false;
+    int rc = txo_schema_has_table(db, name, &exists, err);
+    if (rc < 0 || !exists) {
+        if (rc == 0)
+            printf("%s: no such table\n", name);
+        return rc;
+    }
     struct txo_partition_info *parts = NULL;
     size_t n = 0;
-    int rc = txo_partition_list(db, &parts, &n, err);
+    rc = txo_partition_list(db, table, &parts, &n, err);
     if (rc < 0)
         return rc;
+    bool inbox = table == TXO_PARTITION_INBOX;
     if (n == 0)
-        printf("outbox_events: unpartitioned\n");
+        printf("%s: unpartitioned\n", name);
+    else if (inbox)
+        printf("%s: partitioned, %zu partitions\n%-24s %20s %20s %12s\n", name, n, "PARTITION",
+               "FROM (UTC)", "BELOW (UTC)", "ROWS (EST.)");
     else
-        printf("outbox_events: partitioned, %zu partitions\n%-24s %20s %20s %12s  %s\n", n,
-               "PARTITION", "FROM ID", "BELOW ID", "ROWS (EST.)", "NEWEST CREATED_AT");
+        printf("%s: partitioned, %zu partitions\n%-24s %20s %20s %12s  %s\n", name, n, "PARTITION",
+               "FROM ID", "BELOW ID", "ROWS (EST.)", "NEWEST CREATED_AT");
     for (size_t i = 0; i < n; i++) {
-        char upper[24] = "MAXVALUE";
+        char lower[24], upper[24] = "MAXVALUE";
+        if (inbox) {
+            format_time(parts[i].lower, lower, sizeof(lower));
+            if (parts[i].upper != 0)
+                format_time(parts[i].upper, upper, sizeof(upper));
+            printf("%-24s %20s %20s %12" PRIu64 "\n", parts[i].name, lower, upper,
+                   parts[i].rows_est);
+            continue;
+        }
+        snprintf(lower, sizeof(lower), "%" PRId64, parts[i].lower);
         if (parts[i].upper != 0)
             snprintf(upper, sizeof(upper), "%" PRId64, parts[i].upper);
-        printf("%-24s %20" PRId64 " %20s %12" PRIu64 "  %s\n", parts[i].name, parts[i].lower, upper,
+        printf("%-24s %20s %20s %12" PRIu64 "  %s\n", parts[i].name, lower, upper,
                parts[i].rows_est, parts[i].newest_at[0] ? parts[i].newest_at : "-");
     }
     txo_free(parts);
@@ -104,8 +145,8 @@ static void progress(uint64_t copied, uint64_t total, void *arg)
     if (pct == *last)
         return;
     *last = pct;
-    fprintf(stderr, "\rtxo partition: copied %3d%% of the ids (%" PRIu64 " of %" PRIu64 ")", pct,
-            copied, total);
+    fprintf(stderr, "\rtxo partition: copied %3d%% of the rows (%" PRIu64 " of about %" PRIu64 ")",
+            pct, copied, total);
     if (copied >= total)
         fputc('\n', stderr);
 }
@@ -122,12 +163,18 @@ static int run(int argc, char **argv)
         return r == SETTINGS_EXIT_OK ? 0 : 2;
     if (!common_apply(&opts.common))
         return 2;
-    const char *action = first + 1 == argc ? argv[first] : "";
+    const char *action = first < argc ? argv[first] : "";
+    const char *which = first + 1 < argc ? argv[first + 1] : NULL;
     static const char *const actions[] = {"status", "enable", "disable", "maintain"};
     size_t a = 0;
     while (a < TXO_ARRAY_LEN(actions) && strcmp(action, actions[a]) != 0)
         a++;
-    if (a == TXO_ARRAY_LEN(actions)) {
+    enum txo_partition_table target = TXO_PARTITION_OUTBOX;
+    if (which != NULL && strcmp(which, "inbox") == 0)
+        target = TXO_PARTITION_INBOX;
+    else if (which != NULL && strcmp(which, "outbox") != 0)
+        a = TXO_ARRAY_LEN(actions);
+    if (a == TXO_ARRAY_LEN(actions) || first + 2 < argc) {
         cli_error("usage: %s", cmd_partition.usage);
         return 2;
     }
@@ -146,22 +193,24 @@ static int run(int argc, char **argv)
     int rc;
     switch (a) {
     case 0:
-        rc = status(db, &err);
+        rc = status(db, target, &err);
+        if (rc == 0 && which == NULL)
+            rc = status(db, TXO_PARTITION_INBOX, &err);
         break;
     case 1:
-        rc = txo_partition_enable(db, &po, tty ? progress : NULL, &last, &err);
+        rc = txo_partition_enable(db, target, &po, tty ? progress : NULL, &last, &err);
         break;
     case 2:
-        rc = txo_partition_disable(db, &po, tty ? progress : NULL, &last, &err);
+        rc = txo_partition_disable(db, target, &po, tty ? progress : NULL, &last, &err);
         break;
     default:
-        rc = txo_partition_maintain(db, &po, &created, &err);
+        rc = txo_partition_maintain(db, target, &po, &created, &err);
         if (rc == 0)
             printf("created %u partition(s)\n", created);
         break;
     }
     txo_db_close(db);
-    if (rc == TXO_ESTATE) {
+    if (rc == TXO_ESTATE || rc == TXO_ENOTFOUND) {
         cli_error("txo partition %s: %s", action, err.msg);
         return 2;
     }
@@ -170,7 +219,7 @@ static int run(int argc, char **argv)
         return 1;
     }
     if (a == 1 || a == 2)
-        fprintf(stderr, "txo partition: outbox_events is %s\n",
+        fprintf(stderr, "txo partition: %s is %s\n", txo_partition_table_name(target),
                 a == 1 ? "partitioned" : "unpartitioned");
     return 0;
 }

@@ -72,8 +72,9 @@ struct txo_retention_opts {
      * archive files under this existing directory (txo/archive.h); the idempotency keys and
      * commands are deleted without. Borrowed for the call. Default NULL: no archive. */
     const char *archive_dir;
-    /* A partitioned outbox (txo/partition.h) is retired by whole partitions, with these
-     * options (txo_partition_opts_init()'s defaults), but with batch as above. */
+    /* A partitioned outbox or inbox (txo/partition.h) is retired by whole partitions, with
+     * these options (txo_partition_opts_init()'s defaults), but with batch, pause_ms and
+     * max_batches as above. */
     struct txo_partition_opts partition;
 };
 

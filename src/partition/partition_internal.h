@@ -1,5 +1,6 @@
 /*
- * What the files of src/partition/ share: partition.c (upkeep) and partition_layout.c (the
+ * What the files of src/partition/ share: partition.c (common ground and the public calls),
+ * partition_outbox.c and partition_inbox.c (each table's upkeep), partition_layout.c (the
  * layout change). Not installed.
  */
 #ifndef TXO_PARTITION_INTERNAL_H
@@ -30,16 +31,53 @@ int txo__partition_ddl(struct txo_db *db, const char *sql, const struct txo_part
 int txo__partition_ddl_copying(struct txo_db *db, const char *sql,
                                const struct txo_partition_opts *opts, struct txo_error *err);
 
-/* head, then PARTITION_DDL_ONE for each of bounds[0..n), then PARTITION_DDL_PMAX. Free with
- * txo_free(); NULL when out of memory. */
-char *txo__partition_bounds_ddl(const char *head, const int64_t *bounds, size_t n);
+/* head, then a partition for each of bounds[0..n) (the outbox's ids: PARTITION_DDL_ONE; the
+ * inbox's Unix times: INBOX_DDL_ONE), then PARTITION_DDL_PMAX. Free with txo_free(); NULL when
+ * out of memory. */
+char *txo__partition_bounds_ddl(enum txo_partition_table table, const char *head,
+                                const int64_t *bounds, size_t n);
 
 /* The strings parts[0..n) one after the other. Free with txo_free(); NULL when out of
  * memory. */
 char *txo__partition_concat(const char *const *parts, size_t n);
 
-/* The partitions of table, oldest first (their newest events not read). */
+/* The partitions of table, oldest first, with the bounds as the server has them (the inbox's
+ * in TO_SECONDS; the outbox's newest events not read). */
 int txo__partition_list_of(struct txo_db *db, const char *table, struct txo_partition_info **out,
                            size_t *n, struct txo_error *err);
+
+/* Deletes the rows of keys_table below a bound, sql (params: below, limit) a batch at a time,
+ * honouring opts->pause_ms and opts->max_batches; adds them to *deleted. No table: nothing. */
+int txo__partition_delete_keys(struct txo_db *db, const struct txo_partition_opts *opts,
+                               const char *keys_table, const char *sql, struct txo_param below,
+                               uint64_t *deleted, struct txo_error *err);
+
+/* ---- partition_outbox.c ---- */
+
+/* Fills p's newest event (none: newest_id 0). */
+int txo__partition_outbox_newest(struct txo_db *db, struct txo_partition_info *p,
+                                 struct txo_error *err);
+int txo__partition_outbox_maintain(struct txo_db *db, const struct txo_partition_opts *opts,
+                                   unsigned *created, struct txo_error *err);
+int txo__partition_outbox_retire(struct txo_db *db, const struct txo_partition_opts *opts,
+                                 unsigned older_than_s, const char *archive_dir,
+                                 struct txo_partition_retired *out, struct txo_error *err);
+
+/* ---- partition_inbox.c ---- */
+
+/* p's bounds, as the server has them (TO_SECONDS), turned into Unix times. */
+void txo__partition_inbox_bounds(struct txo_partition_info *p);
+/* The name of the partition below the Unix time bound: "20261204_000000" (UTC). */
+void txo__partition_inbox_name(int64_t bound, char *name, size_t size);
+/* The partition clause of the layout change to the partitioned inbox, put after head: from
+ * the oldest processed row in opts->span_s steps to opts->ahead partitions past now. Free with
+ * txo_free(). */
+int txo__partition_inbox_first(struct txo_db *db, const struct txo_partition_opts *opts,
+                               const char *head, char **ddl, struct txo_error *err);
+int txo__partition_inbox_maintain(struct txo_db *db, const struct txo_partition_opts *opts,
+                                  unsigned *created, struct txo_error *err);
+int txo__partition_inbox_retire(struct txo_db *db, const struct txo_partition_opts *opts,
+                                unsigned older_than_s, const char *archive_dir,
+                                struct txo_partition_retired *out, struct txo_error *err);
 
 #endif

@@ -574,8 +574,9 @@ static int purge_outbox(struct txo_db *db, const struct txo_retention_opts *opts
     return rc;
 }
 
-/* A partitioned outbox: whole partitions (txo/partition.h). */
-static int retire_partitions(struct txo_db *db, const struct txo_retention_opts *opts,
+/* A partitioned table: whole partitions (txo/partition.h). */
+static int retire_partitions(struct txo_db *db, enum txo_partition_table table,
+                             const struct txo_retention_opts *opts, unsigned older_than_s,
                              uint64_t *deleted, struct txo_error *err)
 {
     struct txo_partition_opts po = opts->partition;
@@ -583,7 +584,7 @@ static int retire_partitions(struct txo_db *db, const struct txo_retention_opts 
     po.pause_ms = opts->pause_ms;
     po.max_batches = opts->max_batches;
     struct txo_partition_retired r = {0};
-    int rc = txo_partition_retire(db, &po, opts->outbox_s, opts->archive_dir, &r, err);
+    int rc = txo_partition_retire(db, table, &po, older_than_s, opts->archive_dir, &r, err);
     *deleted += r.rows;
     return rc;
 }
@@ -597,9 +598,9 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     unsigned pause = opts->pause_ms;
     const char *archive = opts->archive_dir;
     bool partitioned = false;
-    int rc = txo_partition_is_enabled(db, &partitioned, err);
+    int rc = txo_partition_is_enabled(db, TXO_PARTITION_OUTBOX, &partitioned, err);
     if (rc == 0 && partitioned)
-        rc = retire_partitions(db, opts, &c.outbox, err);
+        rc = retire_partitions(db, TXO_PARTITION_OUTBOX, opts, opts->outbox_s, &c.outbox, err);
     else if (rc == 0)
         rc = purge_outbox(db, opts, &c.outbox, err);
     if (rc == 0 && opts->dead_letters_s > 0)
@@ -614,6 +615,10 @@ int txo_retention_run(struct txo_db *db, const struct txo_retention_opts *opts,
     if (rc == 0 && !opts->relay_tables_only)
         rc = table_there(db, inbox_table.name, &inbox, err);
     if (rc == 0 && inbox)
+        rc = txo_partition_is_enabled(db, TXO_PARTITION_INBOX, &partitioned, err);
+    if (rc == 0 && inbox && partitioned)
+        rc = retire_partitions(db, TXO_PARTITION_INBOX, opts, opts->inbox_s, &c.inbox, err);
+    else if (rc == 0 && inbox)
         rc = purge_run(db, &inbox_table, 0, opts->inbox_s, opts->batch, opts->max_batches, pause,
                        archive, &c.inbox, err);
     if (rc == 0 && !opts->relay_tables_only)

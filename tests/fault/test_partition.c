@@ -279,7 +279,7 @@ static bool partitioned(struct txo_db *db)
     bool yes = false;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_partition_is_enabled(db, &yes, &err), 0);
+    assert_int_equal(txo_partition_is_enabled(db, TXO_PARTITION_OUTBOX, &yes, &err), 0);
     return yes;
 }
 

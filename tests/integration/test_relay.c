@@ -965,7 +965,8 @@ static void test_claim_uses_due_index(void **state)
     bool partitioned = false;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_partition_is_enabled(c->t.db, &partitioned, &err), 0);
+    assert_int_equal(txo_partition_is_enabled(c->t.db, TXO_PARTITION_OUTBOX, &partitioned, &err),
+                     0);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
                           "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),

@@ -87,15 +87,24 @@ void testdb_setup(struct testdb *t, const char *tag)
         fail_msg("migrating %s: %s", t->name, err.msg);
     if (applied != total || total == 0)
         fail_msg("migrating %s applied %u of %u", t->name, applied, total);
-    /* The same tests on the partitioned outbox (tests/CMakeLists.txt: *_partitioned), in
-     * partitions of a few ids so that every claim spans several. */
-    const char *layout = getenv("TXO_TEST_OUTBOX_LAYOUT");
-    if (layout != NULL && strcmp(layout, "partitioned") == 0) {
+    /* The same tests on the partitioned outbox and inbox (tests/CMakeLists.txt:
+     * *_partitioned): the outbox in partitions of a few ids so that every claim spans several,
+     * the inbox in partitions of a minute (inserts cross their bounds). */
+    static const struct {
+        const char *env;
+        enum txo_partition_table table;
+    } layouts[] = {{"TXO_TEST_OUTBOX_LAYOUT", TXO_PARTITION_OUTBOX},
+                   {"TXO_TEST_INBOX_LAYOUT", TXO_PARTITION_INBOX}};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(layouts); i++) {
+        const char *layout = getenv(layouts[i].env);
+        if (layout == NULL || strcmp(layout, "partitioned") != 0)
+            continue;
         struct txo_partition_opts po;
         txo_partition_opts_init(&po);
         po.first_ids = 16;
+        po.span_s = 60;
         po.ahead = TXO_PARTITION_AHEAD_MAX;
-        if (txo_partition_enable(t->db, &po, NULL, NULL, &err) < 0)
+        if (txo_partition_enable(t->db, layouts[i].table, &po, NULL, NULL, &err) < 0)
             fail_msg("partitioning %s: %s", t->name, err.msg);
     }
 }
