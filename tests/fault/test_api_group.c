@@ -47,9 +47,7 @@ static int setup(void **state)
     struct ctx *c = testdb_fixture_new(sizeof(*c), "api_group", TESTDB_NEW_EXPORT_ENV);
     c->h = curl_easy_init();
     assert_non_null(c->h);
-    static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
-    for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
-        testorders_stock(c->t.db, skus[i], 1000000);
+    testorders_stock_abc(c->t.db, 1000000);
     *state = c;
     return 0;
 }

@@ -90,23 +90,6 @@ static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
     return testrelay_new(c->t.db, pub, &ro);
 }
 
-/* Retries until nothing is PENDING any more (at most 30 s). */
-static void retry_until_settled(struct ctx *c, struct txo_relay *r)
-{
-    int64_t deadline = txo_monotonic_ms() + 30000;
-    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'") > 0) {
-        if (txo_monotonic_ms() > deadline)
-            fail_msg("%lld events still PENDING after 30 s",
-                     (long long)testdb_q(c->t.db,
-                                         "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                         "'PENDING'"));
-        testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
-                             "WHERE status = 'PENDING'");
-        (void)testrelay_run_once(r);
-        txo_sleep_ms(20);
-    }
-}
-
 static int cmp_key(const void *a, const void *b)
 {
     const struct testgrpc_event *x = a, *y = b;
@@ -152,9 +135,8 @@ static void test_server_killed_then_back(void **state)
     testgrpc_kill(&c->g);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
-        int64_t t0 = txo_monotonic_ms();
-        size_t claimed = testrelay_run_once(r);
-        int64_t ms = txo_monotonic_ms() - t0;
+        int64_t ms = 0;
+        size_t claimed = testrelay_run_once_ms(r, &ms);
         if (ms > DEADLINE_MS + 1000)
             fail_msg("a relay cycle took %lld ms with the server down (deadline %d ms)",
                      (long long)ms, DEADLINE_MS);
@@ -174,7 +156,7 @@ static void test_server_killed_then_back(void **state)
     int64_t t_restart = txo_monotonic_ms();
     testgrpc_restart(&c->g);
     int64_t t_up = txo_monotonic_ms();
-    retry_until_settled(c, r);
+    testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
     print_message("server restarted in %lld ms; every event delivered %lld ms later\n",
                   (long long)(t_up - t_restart), (long long)(txo_monotonic_ms() - t_up));
     assert_int_equal(testdb_q(c->t.db,
@@ -237,7 +219,7 @@ static void test_rejections_and_retries(void **state)
     txo_sleep_ms(1200); /* the sleeping handler finds the call gone and records nothing */
 
     testgrpc_control(&c->g, "");
-    retry_until_settled(c, r);
+    testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
     assert_int_equal(testdb_q(c->t.db,
@@ -279,7 +261,7 @@ static void test_deadline_after_processing_republished(void **state)
                               "%DEADLINE_EXCEEDED%'"),
                      BATCH);
     testgrpc_control(&c->g, "");
-    retry_until_settled(c, r);
+    testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
 

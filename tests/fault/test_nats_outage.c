@@ -62,19 +62,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* One relay cycle; returns the batch size and its duration in *ms. */
-static size_t run_once(struct txo_relay *r, int64_t *ms)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    int64_t t0 = txo_monotonic_ms();
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("txo_relay_run_once: %s", err.msg);
-    *ms = txo_monotonic_ms() - t0;
-    return claimed;
-}
-
 /* Sums "duplicates=N" of the publisher's per-batch debug lines (cnats threads log too). */
 struct dup_counter {
     pthread_mutex_t mu;
@@ -95,11 +82,6 @@ static void count_duplicates(enum txo_log_level level, const char *component, co
     pthread_mutex_lock(&dc->mu);
     dc->duplicates += d->v.u64;
     pthread_mutex_unlock(&dc->mu);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 enum outage_mode {
@@ -133,7 +115,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
 
     /* 1. Up: one batch goes out. */
     int64_t ms = 0;
-    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
@@ -147,7 +129,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
     size_t tried = 0;
     int max_cycles = mode == OUTAGE_HANG ? 2 : 50; /* a hanging broker costs ack_timeout each */
     for (int cycle = 0; cycle < max_cycles; cycle++) {
-        size_t claimed = run_once(r, &ms);
+        size_t claimed = testrelay_run_once_ms(r, &ms);
         if (ms > ACK_TIMEOUT_MS + 2000)
             fail_msg("a relay cycle took %lld ms while the broker was down (ack timeout %d ms)",
                      (long long)ms, ACK_TIMEOUT_MS);
@@ -180,7 +162,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
     assert_int_equal(st.dead_lettered, 0);
     if (mode != OUTAGE_HANG) {
         /* Nothing is due: the relay waits instead of hammering the broker. */
-        assert_int_equal(run_once(r, &ms), 0);
+        assert_int_equal(testrelay_run_once_ms(r, &ms), 0);
     }
 
     /* 3. Back (on the same port and store): the relay drains the rest. A hung broker stored the
@@ -194,21 +176,8 @@ static void outage(struct ctx *c, enum outage_mode mode)
         testnats_resume(&c->nats);
     else
         testnats_restart(&c->nats);
-    int64_t deadline = txo_monotonic_ms() + 30000;
-    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
-           0) {
-        if (txo_monotonic_ms() > deadline)
-            fail_msg("%lld events still not published 30 s after the broker came back",
-                     (long long)testdb_q(c->t.db,
-                                         "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                         "'PUBLISHED'"));
-        testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
-                             "WHERE status = 'PENDING'");
-        (void)run_once(r, &ms);
-        txo_sleep_ms(50); /* cnats reconnects within about reconnect_wait_ms */
-        if (ms > ACK_TIMEOUT_MS + 2000)
-            fail_msg("a relay cycle took %lld ms during recovery", (long long)ms);
-    }
+    /* cnats reconnects within about reconnect_wait_ms: a pause of 50 ms between tries. */
+    testrelay_retry_pending(c->t.db, r, 30000, 50, ACK_TIMEOUT_MS + 2000);
     assert_int_equal(testdb_q(c->t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND last_error IS NULL AND published_at IS NOT NULL"),
@@ -228,18 +197,10 @@ static void outage(struct ctx *c, enum outage_mode mode)
     char **ids = NULL;
     size_t count = testnats_stream_msg_ids(&c->nats, STREAM, &ids);
     assert_int_equal(count, N_EVENTS);
-    qsort(ids, count, sizeof(*ids), cmp_str);
-    for (size_t i = 0; i < count; i++) {
-        assert_non_null(ids[i]);
-        if (i > 0 && strcmp(ids[i - 1], ids[i]) == 0)
-            fail_msg("event %s stored twice", ids[i]);
-        struct txo_param p = txo_p_str(ids[i]);
-        assert_int_equal(testdb_i64(c->t.db,
-                                    "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?",
-                                    &p, 1),
-                         1);
-    }
+    size_t twice = testoutbox_check_keys(
+        c->t.db, ids, count, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?");
     testnats_free_ids(ids, count);
+    assert_int_equal(twice, 0);
 
     txo_relay_free(r);
     txo_publisher_free(pub);

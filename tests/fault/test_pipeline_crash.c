@@ -66,6 +66,32 @@ static int teardown(void **state)
     return 0;
 }
 
+/*
+ * `txo up` on port, dispatching locally, with short leases (--lease=2 --shard-lease=2000
+ * --saga-lease=2 --poll=100), the arguments extra (NULL-terminated) and crash_point unless it
+ * is NULL; without a crash point, waits until it answers.
+ */
+static struct testproc *start_up(struct ctx *c, const char *tag, unsigned port,
+                                 const char *const *extra, const char *crash_point)
+{
+    struct testpipeline_args a;
+    testpipeline_args_init(&a, "up");
+    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
+    testpipeline_args_add(&a, "--lease=2");
+    testpipeline_args_add(&a, "--shard-lease=2000");
+    testpipeline_args_add(&a, "--saga-lease=2");
+    testpipeline_args_add(&a, "--poll=100");
+    for (size_t i = 0; extra[i] != NULL; i++)
+        testpipeline_args_add(&a, extra[i]);
+    testpipeline_args_crash_point(&a, crash_point);
+    struct testproc *up = testpipeline_start(&c->p, tag, &a);
+    if (crash_point == NULL)
+        testpipeline_wait_ready(&c->p, up, port);
+    return up;
+}
+
+static const char *const no_args[] = {NULL};
+
 /* ---- relay crash after publishing, with local dispatch ---- */
 
 #define RELAY_CRASH_ORDERS 20
@@ -79,7 +105,6 @@ static void test_relay_crash_after_publish_local(void **state)
     /* 1. Orders through the API only: all PENDING in the outbox. */
     unsigned port;
     struct testproc *serve = testpipeline_start_serve(&c->p, "ef_serve", &port);
-    struct testpipeline_args a;
     for (unsigned i = 0; i < RELAY_CRASH_ORDERS; i++) {
         char key[64], body[256];
         snprintf(key, sizeof(key), "ef-%u", i);
@@ -96,14 +121,7 @@ static void test_relay_crash_after_publish_local(void **state)
                      RELAY_CRASH_ORDERS);
 
     /* 2. `txo up` dispatches the batch, then dies before marking it. */
-    testpipeline_args_init(&a, "up");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    testpipeline_args_add(&a, "--lease=2");
-    testpipeline_args_add(&a, "--shard-lease=2000");
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    testpipeline_args_add(&a, "--crash-point=relay.after_publish");
-    struct testproc *up1 = testpipeline_start(&c->p, "ef_up_crash", &a);
+    struct testproc *up1 = start_up(c, "ef_up_crash", port, no_args, "relay.after_publish");
     testpipeline_expect_crash(&c->p, up1, 30000);
     /* Every event reached the consumer (inbox row + saga committed) and none was marked. */
     int64_t processing =
@@ -123,14 +141,7 @@ static void test_relay_crash_after_publish_local(void **state)
             RELAY_CRASH_ORDERS, processing, inbox, sagas);
 
     /* 3. Restart: the lease expires, the batch is dispatched again, the inbox drops it. */
-    testpipeline_args_init(&a, "up");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    testpipeline_args_add(&a, "--lease=2");
-    testpipeline_args_add(&a, "--shard-lease=2000");
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    struct testproc *up2 = testpipeline_start(&c->p, "ef_up", &a);
-    testpipeline_wait_ready(&c->p, up2, port);
+    struct testproc *up2 = start_up(c, "ef_up", port, no_args, NULL);
     testpipeline_wait_terminal(&c->p, RELAY_CRASH_ORDERS, 30000, "after the restart");
     testpipeline_wait_published(&c->p, 30000);
     double dups = testpipeline_metric(&c->p, port, "txo_inbox_duplicates_total");
@@ -185,11 +196,12 @@ static void kill_mid_sagas(struct ctx *c, bool single)
     /* Every order takes a pen; every third one also a lamp, of which there are only 10: the
      * other lamp orders fail at ReserveStock and are cancelled. */
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"lamp", LAMPS}};
+    static const char *const threads[] = {"--saga-threads=4", NULL};
+    static const char *const single_threads[] = {"--saga-threads=4", "--saga-batch=1", NULL};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     unsigned port;
     struct testproc *serve = testpipeline_start_serve(&c->p, "kill_serve", &port);
-    struct testpipeline_args a;
     unsigned lamp_orders = 0;
     for (unsigned i = 0; i < KILL_ORDERS; i++) {
         char key[64], body[256];
@@ -215,23 +227,13 @@ static void kill_mid_sagas(struct ctx *c, bool single)
     int64_t completed_steps = 0, unfinished = 0, owned = 0, half_done = 0, terminal = 0;
     unsigned crashes = 0;
     while ((single ? half_done : owned) == 0 && crashes < 5) {
-        testpipeline_args_init(&a, "up");
-        testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-        testpipeline_args_add(&a, "--saga-threads=4");
-        testpipeline_args_add(&a, "--saga-lease=2");
-        testpipeline_args_add(&a, "--lease=2");
-        testpipeline_args_add(&a, "--shard-lease=2000");
-        testpipeline_args_add(&a, "--shard-lease=2000");
-        testpipeline_args_add(&a, "--poll=100");
+        const char *crash_point;
         if (single)
-            testpipeline_args_add(&a, "--saga-batch=1");
-        if (single)
-            testpipeline_args_add(&a, crashes == 0 ? "--crash-point=saga.step_committed:40"
-                                                   : "--crash-point=saga.step_committed:5");
+            crash_point = crashes == 0 ? "saga.step_committed:40" : "saga.step_committed:5";
         else
-            testpipeline_args_add(&a, crashes == 0 ? "--crash-point=saga.batch.before_commit:2"
-                                                   : "--crash-point=saga.batch.before_commit");
-        struct testproc *up1 = testpipeline_start(&c->p, "kill_up_crash", &a);
+            crash_point = crashes == 0 ? "saga.batch.before_commit:2" : "saga.batch.before_commit";
+        struct testproc *up1 =
+            start_up(c, "kill_up_crash", port, single ? single_threads : threads, crash_point);
         testpipeline_expect_crash(&c->p, up1, 60000);
         crashes++;
 
@@ -268,15 +270,7 @@ static void kill_mid_sagas(struct ctx *c, bool single)
     assert_true(terminal < KILL_ORDERS);
 
     /* 2. Restart without the crash point: every saga is resumed or run, all end terminal. */
-    testpipeline_args_init(&a, "up");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    testpipeline_args_add(&a, "--saga-threads=4");
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--lease=2");
-    testpipeline_args_add(&a, "--shard-lease=2000");
-    testpipeline_args_add(&a, "--poll=100");
-    struct testproc *up2 = testpipeline_start(&c->p, "kill_up", &a);
-    testpipeline_wait_ready(&c->p, up2, port);
+    struct testproc *up2 = start_up(c, "kill_up", port, threads, NULL);
     int64_t t0 = txo_monotonic_ms();
     testpipeline_wait_terminal(&c->p, KILL_ORDERS, 30000, "after the restart");
     print_message("all %d orders terminal %" PRId64 " ms after the restart\n", KILL_ORDERS,

@@ -54,6 +54,13 @@ static int setup(void **state)
     snprintf(c->topic, sizeof(c->topic), "%s.order", c->prefix);
     snprintf(c->group, sizeof(c->group), "pipe-worker-%ld-%u", (long)getpid(), seq);
     seq++;
+    struct testpipeline_args *a = testpipeline_broker(&c->p, "kafka");
+    testpipeline_args_addf(a, "--kafka-brokers=%s", testkafka_shared.bootstraps);
+    testpipeline_args_addf(a, "--kafka-topic-template=%s.{aggregate_type}", c->prefix);
+    testpipeline_args_addf(a, "--kafka-group=%s", c->group);
+    testpipeline_args_add(a, "--kafka-delivery-timeout=3000");
+    testpipeline_args_add(a, "--kafka-retry-delay=200");
+    testpipeline_args_add(a, "--kafka-property=session.timeout.ms=6000,heartbeat.interval.ms=300");
     testkafka_create_topic(&testkafka_shared, c->topic, 3);
     *state = c;
     return 0;
@@ -65,16 +72,6 @@ static int teardown(void **state)
     testpipeline_release(&c->p);
     testdb_fixture_free(c);
     return 0;
-}
-
-static void args_kafka(struct ctx *c, struct testpipeline_args *a)
-{
-    testpipeline_args_addf(a, "--kafka-brokers=%s", testkafka_shared.bootstraps);
-    testpipeline_args_addf(a, "--kafka-topic-template=%s.{aggregate_type}", c->prefix);
-    testpipeline_args_addf(a, "--kafka-group=%s", c->group);
-    testpipeline_args_add(a, "--kafka-delivery-timeout=3000");
-    testpipeline_args_add(a, "--kafka-retry-delay=200");
-    testpipeline_args_add(a, "--kafka-property=session.timeout.ms=6000,heartbeat.interval.ms=300");
 }
 
 /* How many records of the order topic carry each OrderCreated key; *dups the extra copies. */
@@ -116,38 +113,9 @@ static size_t created_records(struct ctx *c, size_t *dups)
     return distinct;
 }
 
-static struct testproc *start_worker(struct ctx *c, const char *tag, const char *crash,
-                                     unsigned mport)
-{
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "worker");
-    testpipeline_args_add(&a, "--broker=kafka");
-    args_kafka(c, &a);
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    if (crash != NULL)
-        testpipeline_args_addf(&a, "--crash-point=%s", crash);
-    if (mport != 0)
-        testpipeline_args_addf(&a, "--metrics-listen=127.0.0.1:%u", mport);
-    return testpipeline_start(&c->p, tag, &a);
-}
-
-static struct testproc *start_relay(struct ctx *c, const char *tag, const char *crash)
-{
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "relay");
-    testpipeline_args_add(&a, "--publisher=kafka");
-    args_kafka(c, &a);
-    testpipeline_args_add(&a, "--batch-size=5");
-    testpipeline_args_add(&a, "--lease=1");
-    testpipeline_args_add(&a, "--shard-lease=1000");
-    testpipeline_args_add(&a, "--idle-sleep=50");
-    if (crash != NULL)
-        testpipeline_args_addf(&a, "--crash-point=%s", crash);
-    return testpipeline_start(&c->p, tag, &a);
-}
-
 static const struct testpipeline_stock stock[] = {{"pen", 1000}};
+static const char *const relay_args[] = {"--batch-size=5", "--lease=1", "--shard-lease=1000",
+                                         "--idle-sleep=50", NULL};
 
 #define RELAY_CRASH_ORDERS 10
 
@@ -158,7 +126,8 @@ static void test_relay_crash_republished_consumed_once(void **state)
     testpipeline_serve_orders(&c->p, "rcrash", RELAY_CRASH_ORDERS, false);
 
     /* Batch 1 (5 events) published and marked; batch 2 published, then SIGKILL. */
-    struct testproc *r1 = start_relay(c, "k_relay_crash", "relay.after_publish:1");
+    struct testproc *r1 =
+        testpipeline_start_relay(&c->p, "k_relay_crash", relay_args, "relay.after_publish:1");
     testpipeline_expect_crash(&c->p, r1, 30000);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 5);
@@ -170,7 +139,7 @@ static void test_relay_crash_republished_consumed_once(void **state)
 
     /* After the 1 s lease the next relay publishes batch 2 again: a second copy each. */
     txo_sleep_ms(1200);
-    struct testproc *r2 = start_relay(c, "k_relay", NULL);
+    struct testproc *r2 = testpipeline_start_relay(&c->p, "k_relay", relay_args, NULL);
     testpipeline_wait_published(&c->p, 30000);
     assert_int_equal(created_records(c, &dups), RELAY_CRASH_ORDERS);
     print_message("after the relay crash: %d OrderCreated events, %zu written twice to %s\n",
@@ -179,9 +148,8 @@ static void test_relay_crash_republished_consumed_once(void **state)
     assert_int_equal(dups, 5);
 
     /* The worker sees 15 OrderCreated records and applies 10. */
-    unsigned mport = testproc_free_port();
-    struct testproc *w = start_worker(c, "k_worker", NULL, mport);
-    testpipeline_wait_ready(&c->p, w, mport);
+    unsigned mport = 0;
+    struct testproc *w = testpipeline_start_worker(&c->p, "k_worker", NULL, NULL, &mport);
     testpipeline_wait_terminal(&c->p, RELAY_CRASH_ORDERS, 30000, "after the relay crash");
     testpipeline_wait_published(&c->p, 30000);
     /* The five second copies reach the worker too; wait until it has seen them all. */
@@ -215,18 +183,18 @@ static void test_worker_crash_before_commit(void **state)
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_serve_orders(&c->p, "wcrash", WORKER_CRASH_ORDERS, false);
-    struct testproc *relay = start_relay(c, "k_relay", NULL);
+    struct testproc *relay = testpipeline_start_relay(&c->p, "k_relay", relay_args, NULL);
     testpipeline_wait_published(&c->p, 30000);
 
-    struct testproc *w1 = start_worker(c, "k_worker_crash", "worker.after_consume", 0);
+    struct testproc *w1 =
+        testpipeline_start_worker(&c->p, "k_worker_crash", NULL, "worker.after_consume", NULL);
     testpipeline_expect_crash(&c->p, w1, 30000);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances"), 1);
 
     /* The offset was not committed: the same group gets the record again. */
-    unsigned mport = testproc_free_port();
-    struct testproc *w2 = start_worker(c, "k_worker", NULL, mport);
-    testpipeline_wait_ready(&c->p, w2, mport);
+    unsigned mport = 0;
+    struct testproc *w2 = testpipeline_start_worker(&c->p, "k_worker", NULL, NULL, &mport);
     testpipeline_wait_terminal(&c->p, WORKER_CRASH_ORDERS, 30000, "after the worker restart");
     testpipeline_wait_published(&c->p, 30000);
     double dup_seen = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
@@ -249,16 +217,8 @@ static void test_up_through_kafka(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "up");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    testpipeline_args_add(&a, "--broker=kafka");
-    args_kafka(c, &a);
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    struct testproc *up = testpipeline_start(&c->p, "k_up", &a);
-    testpipeline_wait_ready(&c->p, up, port);
+    unsigned port;
+    struct testproc *up = testpipeline_start_up(&c->p, "k_up", NULL, &port);
     testpipeline_place_orders(&c->p, port, "up", UP_ORDERS, false);
     testpipeline_wait_terminal(&c->p, UP_ORDERS, 30000, "through txo up");
     testpipeline_wait_published(&c->p, 30000);

@@ -38,6 +38,7 @@
 #include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testoutbox.h"
 #include "testnats.h"
 #include "testpipeline.h"
 #include "testproc.h"
@@ -62,6 +63,11 @@ static int setup(void **state)
     snprintf(c->prefix, sizeof(c->prefix), "pipe%ld_%u.events", (long)getpid(), seq);
     snprintf(c->durable, sizeof(c->durable), "pipe-worker-%ld-%u", (long)getpid(), seq);
     seq++;
+    struct testpipeline_args *a = testpipeline_broker(&c->p, "nats");
+    testpipeline_args_addf(a, "--nats-url=%s", c->nats.url);
+    testpipeline_args_addf(a, "--nats-stream=%s", c->stream);
+    testpipeline_args_addf(a, "--nats-subject-prefix=%s", c->prefix);
+    testpipeline_args_addf(a, "--nats-durable=%s", c->durable);
     *state = c;
     return 0;
 }
@@ -76,20 +82,6 @@ static int teardown(void **state)
 }
 
 /* ---- NATS ---- */
-
-/* --nats-url/--nats-stream/--nats-subject-prefix/--nats-durable of this test. */
-static void args_nats(struct ctx *c, struct testpipeline_args *a)
-{
-    testpipeline_args_addf(a, "--nats-url=%s", c->nats.url);
-    testpipeline_args_addf(a, "--nats-stream=%s", c->stream);
-    testpipeline_args_addf(a, "--nats-subject-prefix=%s", c->prefix);
-    testpipeline_args_addf(a, "--nats-durable=%s", c->durable);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 /*
  * The stream holds every outbox event exactly once: as many messages as rows, distinct
@@ -106,22 +98,29 @@ static void check_stream_matches_outbox(struct ctx *c)
     char **ids = NULL;
     size_t n = testnats_stream_msg_ids(&c->nats, c->stream, &ids);
     assert_int_equal(n, rows);
-    qsort(ids, n, sizeof(*ids), cmp_str);
-    for (size_t i = 0; i < n; i++) {
-        assert_non_null(ids[i]);
-        if (i > 0 && strcmp(ids[i - 1], ids[i]) == 0)
-            TESTPIPELINE_FAIL(&c->p, "event %s stored twice in the stream", ids[i]);
-        struct txo_param p = txo_p_str(ids[i]);
-        if (testdb_i64(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?", &p,
-                       1) != 1)
-            TESTPIPELINE_FAIL(&c->p, "stream message %s is no outbox event", ids[i]);
-    }
+    size_t twice = testoutbox_check_keys(
+        c->t.db, ids, n, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?");
     testnats_free_ids(ids, n);
+    if (twice != 0)
+        TESTPIPELINE_FAIL(&c->p, "%zu events stored twice in the stream", twice);
+}
+
+/* `txo relay --drain` on the test's stream; fails unless it exits 0. */
+static void drain_relay(struct ctx *c, const char *tag)
+{
+    static const char *const drain[] = {"--drain", NULL};
+    struct testproc *relay = testpipeline_start_relay(&c->p, tag, drain, NULL);
+    if (!testproc_wait(relay, 30000) || !testproc_exited_with(relay, 0))
+        TESTPIPELINE_FAIL(&c->p, "%s: txo relay --drain did not exit 0 (wait status 0x%x)", tag,
+                          relay->status);
 }
 
 /* ---- the worker dies between its commit and the ack ---- */
 
 #define ACK_CRASH_ORDERS 10
+
+/* The workers' ack wait: a message a dead worker left unacknowledged comes back after 1 s. */
+static const char *const worker_args[] = {"--nats-ack-wait=1000", NULL};
 
 static void test_worker_crash_before_ack_nats(void **state)
 {
@@ -130,54 +129,22 @@ static void test_worker_crash_before_ack_nats(void **state)
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, true);
-    struct testpipeline_args a;
 
     /* The relay publishes every OrderCreated to JetStream. */
-    testpipeline_args_init(&a, "relay");
-    testpipeline_args_add(&a, "--publisher=nats");
-    testpipeline_args_add(&a, "--idle-sleep=50");
-    args_nats(c, &a);
-    struct testproc *relay = testpipeline_start(&c->p, "f_relay", &a);
-    if (!testpipeline_wait_count(&c->p,
-                                 "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
-                                 ACK_CRASH_ORDERS, 30000))
-        TESTPIPELINE_FAIL(&c->p, "the relay did not publish the %d OrderCreated events",
-                          ACK_CRASH_ORDERS);
+    static const char *const relay_args[] = {"--idle-sleep=50", NULL};
+    struct testproc *relay = testpipeline_start_relay(&c->p, "f_relay", relay_args, NULL);
+    testpipeline_wait_relayed(&c->p, ACK_CRASH_ORDERS, 30000);
 
     /* The worker commits inbox rows + sagas of its first fetch, then dies unacked. */
-    testpipeline_args_init(&a, "worker");
-    testpipeline_args_add(&a, "--broker=nats");
-    args_nats(c, &a);
-    testpipeline_args_add(&a, "--nats-ack-wait=1000");
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    testpipeline_args_add(&a, "--crash-point=worker.after_consume");
-    struct testproc *w1 = testpipeline_start(&c->p, "f_worker_crash", &a);
+    struct testproc *w1 = testpipeline_start_worker(&c->p, "f_worker_crash", worker_args,
+                                                    "worker.after_consume", NULL);
     testpipeline_expect_crash(&c->p, w1, 30000);
-    int64_t inbox = testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events");
-    int64_t sagas = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances");
-    int64_t unacked = testnats_consumer_ack_pending(&c->nats, c->stream, c->durable);
-    print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " sagas, %" PRId64
-                  " messages delivered and not acknowledged\n",
-                  inbox, sagas, unacked);
-    if (inbox < 1 || inbox != sagas || unacked < inbox)
-        TESTPIPELINE_FAIL(&c->p,
-                          "want as many inbox rows as sagas (>= 1) and at least as many "
-                          "unacknowledged messages after the crash, got %" PRId64 ", %" PRId64
-                          ", %" PRId64,
-                          inbox, sagas, unacked);
+    int64_t inbox = testpipeline_check_died_unacked(
+        &c->p, testnats_consumer_ack_pending(&c->nats, c->stream, c->durable));
 
     /* Restarted: NATS delivers the unacknowledged message again, the inbox drops it. */
-    unsigned mport = testproc_free_port();
-    testpipeline_args_init(&a, "worker");
-    testpipeline_args_add(&a, "--broker=nats");
-    args_nats(c, &a);
-    testpipeline_args_add(&a, "--nats-ack-wait=1000");
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    testpipeline_args_addf(&a, "--metrics-listen=127.0.0.1:%u", mport);
-    struct testproc *w2 = testpipeline_start(&c->p, "f_worker", &a);
-    testpipeline_wait_ready(&c->p, w2, mport);
+    unsigned mport = 0;
+    struct testproc *w2 = testpipeline_start_worker(&c->p, "f_worker", worker_args, NULL, &mport);
     testpipeline_wait_terminal(&c->p, ACK_CRASH_ORDERS, 30000, "after the worker restart");
     testpipeline_wait_published(&c->p, 30000);
     /* Every message (the saga events too) is acknowledged in the end. */
@@ -190,21 +157,9 @@ static void test_worker_crash_before_ack_nats(void **state)
     }
     double dups = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
     double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
-    print_message("restarted worker: txo_inbox_duplicates_total %.0f, txo_inbox_consumed_total "
-                  "%.0f\n",
-                  dups, consumed);
     testpipeline_stop_clean(&c->p, w2);
     testpipeline_stop_clean(&c->p, relay);
-    if (dups < (double)inbox)
-        TESTPIPELINE_FAIL(&c->p,
-                          "txo_inbox_duplicates_total = %.0f: the %" PRId64
-                          " redelivered OrderCreated were not all seen as duplicates",
-                          dups, inbox);
-    if (consumed != (double)(ACK_CRASH_ORDERS - inbox))
-        TESTPIPELINE_FAIL(&c->p,
-                          "txo_inbox_consumed_total = %.0f, want %" PRId64 " (%" PRId64
-                          " were consumed before the crash)",
-                          consumed, ACK_CRASH_ORDERS - inbox, inbox);
+    testpipeline_check_redelivered(&c->p, dups, consumed, inbox, ACK_CRASH_ORDERS);
 
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      ACK_CRASH_ORDERS);
@@ -228,65 +183,26 @@ static void test_broker_outage_end_to_end_nats(void **state)
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "up");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    testpipeline_args_add(&a, "--broker=nats");
-    args_nats(c, &a);
-    testpipeline_args_add(&a, "--nats-ack-timeout=1000");
-    testpipeline_args_add(&a, "--backoff-base=100");
-    testpipeline_args_add(&a, "--backoff-max=1000");
-    testpipeline_args_add(&a, "--max-attempts=1000"); /* no dead letter during the outage */
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    struct testproc *up = testpipeline_start(&c->p, "d_up", &a);
-    testpipeline_wait_ready(&c->p, up, port);
+    /* A short publish timeout and backoff, and no dead letter during the outage. */
+    static const char *const outage_args[] = {"--nats-ack-timeout=1000", "--backoff-base=100",
+                                              "--backoff-max=1000", "--max-attempts=1000", NULL};
+    unsigned port;
+    struct testproc *up = testpipeline_start_up(&c->p, "d_up", outage_args, &port);
 
     /* One order end to end while the broker is up: stream and durable exist. */
     testpipeline_place_orders(&c->p, port, "d-warm", 1, true);
-    if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
-                                 30000))
-        TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through NATS");
+    testpipeline_wait_confirmed(&c->p, 1, 30000, "through NATS");
 
     /* Broker down: the API still answers 201, the events wait in the outbox. */
     testnats_stop(&c->nats);
-    testpipeline_place_orders(&c->p, port, "outage", OUTAGE_ORDERS, true);
-    const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
-                          "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
-                          "AND published_at IS NULL";
-    if (!testpipeline_wait_count(&c->p, waiting, OUTAGE_ORDERS, 20000))
-        TESTPIPELINE_FAIL(
-            &c->p,
-            "want the %d new OrderCreated PENDING with attempts >= 1 and last_error, got %" PRId64,
-            OUTAGE_ORDERS, testdb_q(c->t.db, waiting));
-    char *last_error = testdb_str(c->t.db,
-                                  "SELECT last_error FROM outbox_events WHERE event_type = "
-                                  "'OrderCreated' AND status = 'PENDING' LIMIT 1",
-                                  NULL, 0);
-    int64_t max_attempts =
-        testdb_q(c->t.db, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
-    print_message("broker down: %d OrderCreated PENDING, attempts up to %" PRId64
-                  ", last_error \"%s\"\n",
-                  OUTAGE_ORDERS, max_attempts, last_error != NULL ? last_error : "(null)");
-    txo_free(last_error);
+    testpipeline_place_orders_broker_down(&c->p, port, OUTAGE_ORDERS, true);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"),
-                     OUTAGE_ORDERS);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
 
     /* Back on the same port and store: everything is delivered. */
     testnats_restart(&c->nats);
-    int64_t t0 = txo_monotonic_ms();
-    if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'",
-                                 OUTAGE_ORDERS + 1, 30000))
-        TESTPIPELINE_FAIL(
-            &c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after the broker came back",
-            testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
-            OUTAGE_ORDERS + 1);
-    print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n",
-                  txo_monotonic_ms() - t0);
+    int64_t ms =
+        testpipeline_wait_confirmed(&c->p, OUTAGE_ORDERS + 1, 30000, "after the broker came back");
+    print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n", ms);
     testpipeline_wait_published(&c->p, 30000);
     testpipeline_stop_clean(&c->p, up);
     assert_int_equal(testdb_q(c->t.db,
@@ -370,15 +286,7 @@ static void test_relay_only_foreign_rows_nats(void **state)
             fail_msg("insert: %s", err.msg);
     }
 
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "relay");
-    testpipeline_args_add(&a, "--publisher=nats");
-    testpipeline_args_add(&a, "--drain");
-    args_nats(c, &a);
-    struct testproc *relay = testpipeline_start(&c->p, "relay_only", &a);
-    if (!testproc_wait(relay, 30000) || !testproc_exited_with(relay, 0))
-        TESTPIPELINE_FAIL(&c->p, "txo relay --drain did not exit 0 (wait status 0x%x)",
-                          relay->status);
+    drain_relay(c, "relay_only");
     assert_int_equal(testdb_q(c->t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
                               "published_at IS NOT NULL AND attempts = 0 AND last_error IS NULL"),
@@ -475,14 +383,7 @@ static void test_relay_only_foreign_rows_nats(void **state)
     }
 
     /* A second drain finds nothing to do and publishes nothing again. */
-    testpipeline_args_init(&a, "relay");
-    testpipeline_args_add(&a, "--publisher=nats");
-    testpipeline_args_add(&a, "--drain");
-    args_nats(c, &a);
-    relay = testpipeline_start(&c->p, "relay_only_again", &a);
-    if (!testproc_wait(relay, 30000) || !testproc_exited_with(relay, 0))
-        TESTPIPELINE_FAIL(&c->p, "second txo relay --drain did not exit 0 (wait status 0x%x)",
-                          relay->status);
+    drain_relay(c, "relay_only_again");
     assert_int_equal(testnats_stream_msgs(&c->nats, c->stream), TXO_ARRAY_LEN(foreign));
     testpipeline_remove_logs(&c->p);
 }
@@ -500,11 +401,12 @@ static unsigned start_daemon(struct ctx *c, const char *tag, const char *sub,
 {
     unsigned port = testproc_free_port();
     struct testpipeline_args a;
-    testpipeline_args_init(&a, sub);
+    if (nats)
+        testpipeline_args_daemon(&c->p, &a, sub);
+    else
+        testpipeline_args_init(&a, sub);
     for (size_t i = 0; extra[i] != NULL; i++)
         testpipeline_args_add(&a, extra[i]);
-    if (nats)
-        args_nats(c, &a);
     testpipeline_args_addf(
         &a, strcmp(sub, "serve") == 0 ? "--listen=127.0.0.1:%u" : "--metrics-listen=127.0.0.1:%u",
         port);
@@ -520,9 +422,8 @@ static void test_two_of_each_daemon_nats(void **state)
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
     static const char *const none[] = {NULL};
-    static const char *const relay[] = {"--publisher=nats", "--batch-size=5", "--idle-sleep=20",
-                                        NULL};
-    static const char *const worker[] = {"--broker=nats", "--poll=50", "--saga-threads=2", NULL};
+    static const char *const relay[] = {"--batch-size=5", "--idle-sleep=20", NULL};
+    static const char *const worker[] = {"--poll=50", "--saga-threads=2", NULL};
     unsigned api[2], workers[2];
     for (int i = 0; i < 2; i++) {
         api[i] = start_daemon(c, i == 0 ? "scale_serve1" : "scale_serve2", "serve", none, false);

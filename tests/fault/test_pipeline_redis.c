@@ -30,6 +30,7 @@
 
 #include "testrun.h"
 #include "testdb.h"
+#include "testoutbox.h"
 #include "testpipeline.h"
 #include "testproc.h"
 #include "testredis.h"
@@ -53,6 +54,12 @@ static int setup(void **state)
     snprintf(c->stream, sizeof(c->stream), "pipe%ld_%u.order", (long)getpid(), seq);
     snprintf(c->group, sizeof(c->group), "pipe-worker-%ld-%u", (long)getpid(), seq);
     seq++;
+    struct testpipeline_args *a = testpipeline_broker(&c->p, "redis");
+    testpipeline_args_addf(a, "--redis-url=%s", c->redis.url);
+    testpipeline_args_addf(a, "--redis-stream-template=%s", c->tmpl);
+    testpipeline_args_addf(a, "--redis-group=%s", c->group);
+    testpipeline_args_add(a, "--redis-claim-idle=1000");
+    testpipeline_args_add(a, "--redis-timeout=1000");
     *state = c;
     return 0;
 }
@@ -66,60 +73,26 @@ static int teardown(void **state)
     return 0;
 }
 
-static void args_redis(struct ctx *c, struct testpipeline_args *a)
-{
-    testpipeline_args_addf(a, "--redis-url=%s", c->redis.url);
-    testpipeline_args_addf(a, "--redis-stream-template=%s", c->tmpl);
-    testpipeline_args_addf(a, "--redis-group=%s", c->group);
-    testpipeline_args_add(a, "--redis-claim-idle=1000");
-    testpipeline_args_add(a, "--redis-timeout=1000");
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /*
  * Every OrderCreated of the outbox is in the order stream, and nothing else than outbox
  * events; returns how many entries are there a second time.
  */
 static size_t check_stream_matches_outbox(struct ctx *c)
 {
-    json_t *entries = testredis_xrange(&c->redis, c->stream);
-    size_t n = json_array_size(entries);
-    char **keys = calloc(n + 1, sizeof(*keys));
-    assert_non_null(keys);
-    for (size_t i = 0; i < n; i++) {
-        const char *k = testredis_field(json_array_get(entries, i), "idempotency_key");
-        if (k == NULL)
-            TESTPIPELINE_FAIL(&c->p, "entry %zu of %s has no idempotency_key", i, c->stream);
-        keys[i] = strdup(k);
-    }
-    json_decref(entries);
-    qsort(keys, n, sizeof(*keys), cmp_str);
-    size_t distinct = 0, dups = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0 && strcmp(keys[i - 1], keys[i]) == 0) {
-            dups++;
-            continue;
-        }
-        distinct++;
-        struct txo_param p = txo_p_str(keys[i]);
-        if (testdb_i64(c->t.db,
-                       "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ? AND "
-                       "aggregate_type = 'order'",
-                       &p, 1) != 1)
-            TESTPIPELINE_FAIL(&c->p, "stream entry %s is no order event of the outbox", keys[i]);
-    }
+    char **keys = NULL;
+    size_t n = testredis_stream_keys(&c->redis, c->stream, &keys);
     for (size_t i = 0; i < n; i++)
-        free(keys[i]);
-    free(keys);
+        if (keys[i] == NULL)
+            TESTPIPELINE_FAIL(&c->p, "entry %zu of %s has no idempotency_key", i, c->stream);
+    size_t dups = testoutbox_check_keys(c->t.db, keys, n,
+                                        "SELECT COUNT(*) FROM outbox_events WHERE "
+                                        "idempotency_key = ? AND aggregate_type = 'order'");
+    testredis_free_keys(keys, n);
     int64_t rows =
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE aggregate_type = 'order'");
-    if ((int64_t)distinct != rows)
+    if ((int64_t)(n - dups) != rows)
         TESTPIPELINE_FAIL(&c->p, "stream %s holds %zu distinct events, the outbox %" PRId64,
-                          c->stream, distinct, rows);
+                          c->stream, n - dups, rows);
     return dups;
 }
 
@@ -136,41 +109,7 @@ static void wait_group_settled(struct ctx *c)
 }
 
 static const struct testpipeline_stock stock[] = {{"pen", 1000}};
-
-/* A worker on the test's group; returns its process, metrics on *mport when mport != NULL. */
-static struct testproc *start_worker(struct ctx *c, const char *tag, const char *crash_point,
-                                     unsigned *mport)
-{
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "worker");
-    testpipeline_args_add(&a, "--broker=redis");
-    args_redis(c, &a);
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    if (crash_point != NULL)
-        testpipeline_args_addf(&a, "--crash-point=%s", crash_point);
-    if (mport != NULL) {
-        *mport = testproc_free_port();
-        testpipeline_args_addf(&a, "--metrics-listen=127.0.0.1:%u", *mport);
-    }
-    struct testproc *w = testpipeline_start(&c->p, tag, &a);
-    if (mport != NULL)
-        testpipeline_wait_ready(&c->p, w, *mport);
-    return w;
-}
-
-static struct testproc *start_relay(struct ctx *c, const char *tag, const char *crash_point)
-{
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "relay");
-    testpipeline_args_add(&a, "--publisher=redis");
-    testpipeline_args_add(&a, "--idle-sleep=50");
-    testpipeline_args_add(&a, "--batch-size=4");
-    args_redis(c, &a);
-    if (crash_point != NULL)
-        testpipeline_args_addf(&a, "--crash-point=%s", crash_point);
-    return testpipeline_start(&c->p, tag, &a);
-}
+static const char *const relay_args[] = {"--idle-sleep=50", "--batch-size=4", NULL};
 
 /* ---- the worker dies between its commit and the XACK ---- */
 
@@ -181,30 +120,18 @@ static void test_worker_crash_before_ack_redis(void **state)
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, false);
-    struct testproc *relay = start_relay(c, "r_relay", NULL);
-    if (!testpipeline_wait_count(&c->p,
-                                 "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'",
-                                 ACK_CRASH_ORDERS, 30000))
-        TESTPIPELINE_FAIL(&c->p, "the relay did not publish the %d OrderCreated events",
-                          ACK_CRASH_ORDERS);
+    struct testproc *relay = testpipeline_start_relay(&c->p, "r_relay", relay_args, NULL);
+    testpipeline_wait_relayed(&c->p, ACK_CRASH_ORDERS, 30000);
 
-    struct testproc *w1 = start_worker(c, "r_worker_crash", "worker.after_consume", NULL);
+    struct testproc *w1 =
+        testpipeline_start_worker(&c->p, "r_worker_crash", NULL, "worker.after_consume", NULL);
     testpipeline_expect_crash(&c->p, w1, 30000);
     /* The worker committed inbox rows + sagas of its first read, then died unacked. */
-    int64_t inbox = testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events");
-    int64_t sagas = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances");
-    int64_t pending = testredis_group_pending(&c->redis, c->stream, c->group);
-    print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " sagas, %" PRId64
-                  " entries pending\n",
-                  inbox, sagas, pending);
-    if (inbox < 1 || inbox != sagas || pending < inbox)
-        TESTPIPELINE_FAIL(&c->p,
-                          "want as many inbox rows as sagas (>= 1) and at least as many pending "
-                          "entries after the crash, got %" PRId64 ", %" PRId64 ", %" PRId64,
-                          inbox, sagas, pending);
+    int64_t inbox = testpipeline_check_died_unacked(
+        &c->p, testredis_group_pending(&c->redis, c->stream, c->group));
 
     unsigned mport = 0;
-    struct testproc *w2 = start_worker(c, "r_worker", NULL, &mport);
+    struct testproc *w2 = testpipeline_start_worker(&c->p, "r_worker", NULL, NULL, &mport);
     testpipeline_wait_terminal(&c->p, ACK_CRASH_ORDERS, 30000, "after the worker restart");
     testpipeline_wait_published(&c->p, 30000);
     wait_group_settled(c);
@@ -212,27 +139,15 @@ static void test_worker_crash_before_ack_redis(void **state)
     double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
     double acked = testpipeline_metric(&c->p, mport, "txo_redis_consumed_total{outcome=\"ack\"}");
     double claimed = testpipeline_metric(&c->p, mport, "txo_redis_claimed_total");
-    print_message("restarted worker: txo_inbox_duplicates_total %.0f, txo_inbox_consumed_total "
-                  "%.0f\n",
-                  dups, consumed);
     testpipeline_stop_clean(&c->p, w2);
     testpipeline_stop_clean(&c->p, relay);
-    if (dups < (double)inbox)
-        TESTPIPELINE_FAIL(&c->p,
-                          "txo_inbox_duplicates_total = %.0f: the %" PRId64
-                          " claimed OrderCreated were not all seen as duplicates",
-                          dups, inbox);
+    testpipeline_check_redelivered(&c->p, dups, consumed, inbox, ACK_CRASH_ORDERS);
     /* The 8 entries the dead worker read are claimed: 8 OrderCreated acked. */
     if (acked != ACK_CRASH_ORDERS || claimed < ACK_CRASH_ORDERS)
         TESTPIPELINE_FAIL(&c->p,
                           "txo_redis_consumed_total{outcome=\"ack\"} = %.0f (want %d), "
                           "txo_redis_claimed_total = %.0f (want >= %d)",
                           acked, ACK_CRASH_ORDERS, claimed, ACK_CRASH_ORDERS);
-    if (consumed != (double)(ACK_CRASH_ORDERS - inbox))
-        TESTPIPELINE_FAIL(&c->p,
-                          "txo_inbox_consumed_total = %.0f, want %" PRId64 " (%" PRId64
-                          " were consumed before the crash)",
-                          consumed, ACK_CRASH_ORDERS - inbox, inbox);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      ACK_CRASH_ORDERS);
     testpipeline_check_invariants(&c->p, stock, TXO_ARRAY_LEN(stock));
@@ -244,59 +159,27 @@ static void test_worker_crash_before_ack_redis(void **state)
 
 #define OUTAGE_ORDERS 8
 
+/* Short backoff, and no dead letter during the outage. */
+static const char *const outage_args[] = {"--backoff-base=100", "--backoff-max=1000",
+                                          "--max-attempts=1000", NULL};
+
 static void test_broker_killed_end_to_end_redis(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    unsigned port = testproc_free_port();
-    struct testpipeline_args a;
-    testpipeline_args_init(&a, "up");
-    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", port);
-    testpipeline_args_add(&a, "--broker=redis");
-    args_redis(c, &a);
-    testpipeline_args_add(&a, "--backoff-base=100");
-    testpipeline_args_add(&a, "--backoff-max=1000");
-    testpipeline_args_add(&a, "--max-attempts=1000"); /* no dead letter during the outage */
-    testpipeline_args_add(&a, "--saga-lease=2");
-    testpipeline_args_add(&a, "--poll=100");
-    struct testproc *up = testpipeline_start(&c->p, "r_up", &a);
-    testpipeline_wait_ready(&c->p, up, port);
+    unsigned port;
+    struct testproc *up = testpipeline_start_up(&c->p, "r_up", outage_args, &port);
 
     testpipeline_place_orders(&c->p, port, "warm", 1, false);
-    if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'", 1,
-                                 30000))
-        TESTPIPELINE_FAIL(&c->p, "the first order was not CONFIRMED through Redis");
+    testpipeline_wait_confirmed(&c->p, 1, 30000, "through Redis");
 
     testredis_kill(&c->redis);
-    testpipeline_place_orders(&c->p, port, "outage", OUTAGE_ORDERS, false);
-    const char *waiting = "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
-                          "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
-                          "AND published_at IS NULL";
-    if (!testpipeline_wait_count(&c->p, waiting, OUTAGE_ORDERS, 20000))
-        TESTPIPELINE_FAIL(&c->p,
-                          "want the %d new OrderCreated PENDING with a last_error, got %" PRId64,
-                          OUTAGE_ORDERS, testdb_q(c->t.db, waiting));
-    char *last_error = testdb_str(c->t.db,
-                                  "SELECT last_error FROM outbox_events WHERE event_type = "
-                                  "'OrderCreated' AND status = 'PENDING' LIMIT 1",
-                                  NULL, 0);
-    print_message("broker down: last_error \"%s\"\n", last_error != NULL ? last_error : "(null)");
-    txo_free(last_error);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"),
-                     OUTAGE_ORDERS);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 0);
+    testpipeline_place_orders_broker_down(&c->p, port, OUTAGE_ORDERS, false);
 
     testredis_restart(&c->redis);
-    int64_t t0 = txo_monotonic_ms();
-    if (!testpipeline_wait_count(&c->p, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'",
-                                 OUTAGE_ORDERS + 1, 30000))
-        TESTPIPELINE_FAIL(
-            &c->p, "%" PRId64 " of %d orders CONFIRMED 30 s after Redis came back",
-            testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
-            OUTAGE_ORDERS + 1);
-    print_message("all orders CONFIRMED %" PRId64 " ms after Redis came back\n",
-                  txo_monotonic_ms() - t0);
+    int64_t ms =
+        testpipeline_wait_confirmed(&c->p, OUTAGE_ORDERS + 1, 30000, "after Redis came back");
+    print_message("all orders CONFIRMED %" PRId64 " ms after Redis came back\n", ms);
     testpipeline_wait_published(&c->p, 30000);
     wait_group_settled(c);
     testpipeline_stop_clean(&c->p, up);
@@ -316,16 +199,17 @@ static void test_relay_crash_after_publish_redis(void **state)
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
     testpipeline_serve_orders(&c->p, "relaycrash", RELAY_CRASH_ORDERS, false);
 
-    struct testproc *r1 = start_relay(c, "r_relay_crash", "relay.after_publish:1");
+    struct testproc *r1 =
+        testpipeline_start_relay(&c->p, "r_relay_crash", relay_args, "relay.after_publish:1");
     testpipeline_expect_crash(&c->p, r1, 30000);
     /* The first batch (4) is marked; the second was published, its transaction rolled back. */
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 4);
     assert_int_equal(testredis_xlen(&c->redis, c->stream), 8);
 
-    struct testproc *r2 = start_relay(c, "r_relay", NULL);
+    struct testproc *r2 = testpipeline_start_relay(&c->p, "r_relay", relay_args, NULL);
     unsigned mport = 0;
-    struct testproc *w = start_worker(c, "r_worker", NULL, &mport);
+    struct testproc *w = testpipeline_start_worker(&c->p, "r_worker", NULL, NULL, &mport);
     testpipeline_wait_terminal(&c->p, RELAY_CRASH_ORDERS, 30000, "after the relay restart");
     testpipeline_wait_published(&c->p, 30000);
     wait_group_settled(c);

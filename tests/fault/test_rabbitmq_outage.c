@@ -62,14 +62,6 @@ static void opts(struct txo_rabbitmq_opts *o)
     o->confirm_timeout_ms = CONFIRM_TIMEOUT_MS;
 }
 
-static size_t run_once(struct txo_relay *r, int64_t *ms)
-{
-    int64_t t0 = txo_monotonic_ms();
-    size_t claimed = testrelay_run_once(r);
-    *ms = txo_monotonic_ms() - t0;
-    return claimed;
-}
-
 static struct txo_publisher *new_publisher(void)
 {
     struct txo_rabbitmq_opts o;
@@ -88,11 +80,6 @@ static struct txo_relay *new_relay(struct testdb *t, struct txo_publisher *pub)
     testrelay_outage_opts(&ro, "rabbit-outage", BATCH);
     ro.breaker_failures = 0; /* every cycle tries: the test counts what each one does */
     return testrelay_new(t->db, pub, &ro);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 /* Drains queue with pika; returns the distinct message ids, *dups the repeated ones. */
@@ -118,10 +105,7 @@ static size_t drain_distinct(const char *queue, size_t *total, size_t *dups)
         json_decref(m);
     }
     free(out);
-    qsort(ids, n, sizeof(*ids), cmp_str);
-    *dups = 0;
-    for (size_t i = 1; i < n; i++)
-        *dups += strcmp(ids[i - 1], ids[i]) == 0;
+    *dups = testoutbox_sort_repeats(ids, n);
     for (size_t i = 0; i < n; i++)
         free(ids[i]);
     free(ids);
@@ -145,7 +129,7 @@ static void test_unroutable_dead_lettered_at_once(void **state)
     struct txo_publisher *pub = new_publisher();
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
-    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     assert_int_equal(
         testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
     assert_int_equal(testdb_q(t.db,
@@ -230,7 +214,7 @@ static void test_broker_killed_mid_drain(void **state)
 
     /* 1. Up: three batches go out, the worker takes some. */
     for (int i = 0; i < 3; i++)
-        assert_int_equal(run_once(r, &ms), BATCH);
+        assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     (void)poll_once(cons, 200, &prc);
     assert_int_equal(prc, 0);
     assert_true(w.calls > 0);
@@ -239,7 +223,7 @@ static void test_broker_killed_mid_drain(void **state)
     testrabbit_kill(&testrabbit_shared);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
-        size_t claimed = run_once(r, &ms);
+        size_t claimed = testrelay_run_once_ms(r, &ms);
         if (ms > CONNECT_TIMEOUT_MS + CONFIRM_TIMEOUT_MS + 1000)
             fail_msg("a relay cycle took %lld ms while the broker was down", (long long)ms);
         if (claimed == 0)
@@ -287,7 +271,7 @@ static void test_broker_killed_mid_drain(void **state)
                      (long long)testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"));
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
-        (void)run_once(r, &ms);
+        (void)testrelay_run_once_ms(r, &ms);
         if (poll_once(cons, 200, &prc) > 3000)
             fail_msg("a poll took more than 3 s after the restart");
     }
@@ -326,16 +310,16 @@ static void test_broker_hangs_then_resumes(void **state)
     struct txo_publisher *pub = new_publisher();
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
-    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
 
     /* The first cycle publishes into the hung connection and waits out the confirm timeout;
      * the next one, on a new connection, gets no AMQP handshake within the connect timeout
      * (the kernel still accepts the TCP connection). Both are bounded, neither hangs. */
     testrabbit_pause(&testrabbit_shared);
     txo_sleep_ms(300); /* SIGSTOP reaches every thread of the VM a moment after kill() */
-    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     int64_t first_ms = ms;
-    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     int64_t second_ms = ms;
     testrabbit_resume(&testrabbit_shared);
     print_message("hung broker: a cycle took %lld ms (confirm timeout %d ms), the next %lld ms "
@@ -356,14 +340,9 @@ static void test_broker_hangs_then_resumes(void **state)
                               "publisher:%' AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
 
-    int64_t deadline = txo_monotonic_ms() + 30000;
-    while (testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0) {
-        if (txo_monotonic_ms() > deadline)
-            fail_msg("events still not published 30 s after the broker resumed");
-        testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
-                          "WHERE status = 'PENDING'");
-        (void)run_once(r, &ms);
-    }
+    testrelay_retry_pending(t.db, r, 30000, 0, 0);
+    assert_int_equal(
+        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'"), 0);
     assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("hung.audit", &total, &dups), N_EVENTS);

@@ -65,14 +65,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static size_t run_once(struct txo_relay *r, int64_t *ms)
-{
-    int64_t t0 = txo_monotonic_ms();
-    size_t claimed = testrelay_run_once(r);
-    *ms = txo_monotonic_ms() - t0;
-    return claimed;
-}
-
 static struct txo_publisher *new_publisher(struct ctx *c)
 {
     struct txo_redis_opts o;
@@ -96,43 +88,16 @@ static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub)
     return testrelay_new(c->t.db, pub, &ro);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Keys in the stream: checks every event is there; returns how many are there twice. */
 static size_t stream_duplicates(struct ctx *c, const char *stream, size_t n_events)
 {
-    json_t *entries = testredis_xrange(&c->redis, stream);
-    size_t n = json_array_size(entries);
-    char **keys = calloc(n + 1, sizeof(*keys));
-    assert_non_null(keys);
-    for (size_t i = 0; i < n; i++) {
-        const char *k = testredis_field(json_array_get(entries, i), "idempotency_key");
-        assert_non_null(k);
-        keys[i] = strdup(k);
-    }
-    json_decref(entries);
-    qsort(keys, n, sizeof(*keys), cmp_str);
-    size_t distinct = 0, dups = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0 && strcmp(keys[i - 1], keys[i]) == 0) {
-            dups++;
-        } else {
-            distinct++;
-            struct txo_param p = txo_p_str(keys[i]);
-            assert_int_equal(testdb_i64(c->t.db,
+    char **keys = NULL;
+    size_t n = testredis_stream_keys(&c->redis, stream, &keys);
+    size_t dups = testoutbox_check_keys(c->t.db, keys, n,
                                         "SELECT COUNT(*) FROM outbox_events WHERE "
-                                        "idempotency_key = ? AND status = 'PUBLISHED'",
-                                        &p, 1),
-                             1);
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        free(keys[i]);
-    free(keys);
-    assert_int_equal(distinct, n_events);
+                                        "idempotency_key = ? AND status = 'PUBLISHED'");
+    testredis_free_keys(keys, n);
+    assert_int_equal(n - dups, n_events);
     return dups;
 }
 
@@ -145,7 +110,7 @@ static void outage(struct ctx *c, bool hang)
 
     /* 1. Up: one batch goes out. */
     int64_t ms = 0;
-    assert_int_equal(run_once(r, &ms), BATCH);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
 
@@ -157,7 +122,7 @@ static void outage(struct ctx *c, bool hang)
     size_t tried = 0;
     int max_cycles = hang ? 2 : 50; /* a hanging server costs the timeout each */
     for (int cycle = 0; cycle < max_cycles; cycle++) {
-        size_t claimed = run_once(r, &ms);
+        size_t claimed = testrelay_run_once_ms(r, &ms);
         if (ms > TIMEOUT_MS + 1000)
             fail_msg("a relay cycle took %lld ms while the server was down (timeout %d ms)",
                      (long long)ms, TIMEOUT_MS);
@@ -189,22 +154,14 @@ static void outage(struct ctx *c, bool hang)
     assert_int_equal(st.failed_attempts, tried);
     assert_int_equal(st.dead_lettered, 0);
     if (!hang)
-        assert_int_equal(run_once(r, &ms), 0); /* nothing due: the relay waits */
+        assert_int_equal(testrelay_run_once_ms(r, &ms), 0); /* nothing due: the relay waits */
 
     /* 3. Back: the relay drains the rest. */
     if (hang)
         testredis_resume(&c->redis);
     else
         testredis_restart(&c->redis);
-    int64_t deadline = txo_monotonic_ms() + 30000;
-    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") >
-           0) {
-        if (txo_monotonic_ms() > deadline)
-            fail_msg("events still not published 30 s after the server came back");
-        testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
-                             "WHERE status = 'PENDING'");
-        (void)run_once(r, &ms);
-    }
+    testrelay_retry_pending(c->t.db, r, 30000, 0, 0);
     assert_int_equal(testdb_q(c->t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND last_error IS NULL AND published_at IS NOT NULL"),
@@ -246,7 +203,7 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
     struct txo_publisher *pub = new_publisher(c);
     struct txo_relay *r = new_relay(c, pub);
     int64_t ms = 0;
-    assert_int_equal(run_once(r, &ms), 15);
+    assert_int_equal(testrelay_run_once_ms(r, &ms), 15);
     assert_int_equal(testdb_q(c->t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND aggregate_type = 'order'"),

@@ -16,22 +16,6 @@
 #include "testdb.h"
 #include "testserver.h"
 
-static struct testserver server;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    testserver_start(&server, TESTSERVER_TLS);
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    testserver_stop(&server);
-    return 0;
-}
-
 /* The session's Ssl_cipher (empty when the connection is not encrypted); free with txo_free. */
 static char *session_cipher(struct txo_db *db)
 {
@@ -78,7 +62,7 @@ static void test_required_encrypts(void **state)
 {
     (void)state;
     struct txo_db_opts opts;
-    testserver_opts(&server, &opts);
+    testserver_opts(&testserver_shared, &opts);
     opts.ssl_mode = TXO_SSL_REQUIRED;
     expect_tls(&opts);
 }
@@ -87,7 +71,7 @@ static void test_preferred_uses_tls_when_offered(void **state)
 {
     (void)state;
     struct txo_db_opts opts;
-    testserver_opts(&server, &opts);
+    testserver_opts(&testserver_shared, &opts);
     assert_int_equal(opts.ssl_mode, TXO_SSL_PREFERRED); /* the default */
     expect_tls(&opts);
 }
@@ -96,11 +80,11 @@ static void test_verify_ca_checks_the_chain_not_the_name(void **state)
 {
     (void)state;
     struct txo_db_opts opts;
-    testserver_opts(&server, &opts);
+    testserver_opts(&testserver_shared, &opts);
     opts.ssl_mode = TXO_SSL_VERIFY_CA;
-    opts.ssl_ca = server.ca;
+    opts.ssl_ca = testserver_shared.ca;
     expect_tls(&opts); /* 127.0.0.1 is not the certificate's name: verify-ca allows that */
-    opts.ssl_ca = server.other_ca;
+    opts.ssl_ca = testserver_shared.other_ca;
     expect_refused(&opts, TXO_ECONFIG, "certificate");
 }
 
@@ -108,16 +92,16 @@ static void test_verify_identity(void **state)
 {
     (void)state;
     struct txo_db_opts opts;
-    testserver_opts(&server, &opts);
+    testserver_opts(&testserver_shared, &opts);
     opts.ssl_mode = TXO_SSL_VERIFY_IDENTITY;
-    opts.ssl_ca = server.ca;
+    opts.ssl_ca = testserver_shared.ca;
     opts.host = "localhost"; /* the certificate's name; over TCP, not the default socket */
     expect_tls(&opts);
 
-    opts.ssl_ca = server.other_ca;
+    opts.ssl_ca = testserver_shared.other_ca;
     expect_refused(&opts, TXO_ECONFIG, "ssl mode verify-identity: TLS/SSL error");
 
-    opts.ssl_ca = server.ca;
+    opts.ssl_ca = testserver_shared.ca;
     opts.host = "127.0.0.1"; /* right CA, wrong name */
     expect_refused(&opts, TXO_ECONFIG, "ssl mode verify-identity: TLS/SSL error");
 }
@@ -126,7 +110,7 @@ static void test_disabled_refused_by_secure_transport(void **state)
 {
     (void)state;
     struct txo_db_opts opts;
-    testserver_opts(&server, &opts);
+    testserver_opts(&testserver_shared, &opts);
     opts.ssl_mode = TXO_SSL_DISABLED;
     expect_refused(&opts, TXO_ECONFIG, "requires secure transport");
 }
@@ -158,11 +142,11 @@ static void test_bad_settings(void **state)
 {
     (void)state;
     struct txo_db_opts opts;
-    testserver_opts(&server, &opts);
+    testserver_opts(&testserver_shared, &opts);
     opts.ssl_mode = TXO_SSL_VERIFY_IDENTITY;
     expect_refused(&opts, TXO_EINVAL, "needs the CA certificate");
     opts.ssl_mode = TXO_SSL_REQUIRED;
-    opts.ssl_cert = server.ca;
+    opts.ssl_cert = testserver_shared.ca;
     expect_refused(&opts, TXO_EINVAL, "go together");
 
     enum txo_ssl_mode mode = TXO_SSL_DISABLED;
@@ -186,5 +170,5 @@ int main(void)
         cmocka_unit_test(test_required_against_a_server_without_tls),
         cmocka_unit_test(test_bad_settings),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, testserver_group_setup_tls, testserver_group_teardown);
 }

@@ -35,8 +35,7 @@ struct fixture {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "saga");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "saga", 0);
     struct txo_error err;
     txo_error_init(&err);
     for (size_t i = 0; i < TXO_ARRAY_LEN(initial_stock); i++)
@@ -46,14 +45,6 @@ static int setup(void **state)
     txo_saga_opts_init(&f->opts);
     f->opts.clock = &f->clock.clock;
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
     return 0;
 }
 
@@ -665,19 +656,21 @@ static void test_decode_rejects_bad_payloads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_success, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_stock, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_payment_declined, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shipment_fails, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_compensation_fails_then_retried, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_release_fails_then_retried, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_success, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_no_stock, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_payment_declined, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_shipment_fails, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_compensation_fails_then_retried, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_release_fails_then_retried, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_transient_charge_failures_are_retried, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_duplicate_skus_are_merged, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_resumed_steps_do_not_double_apply, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_duplicate_skus_are_merged, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_resumed_steps_do_not_double_apply, setup,
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_reserve_rerun_with_and_without_stock_left, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_every_step_is_idempotent, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_every_step_is_idempotent, setup, testdb_free_state),
         cmocka_unit_test(test_decode_rejects_bad_payloads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

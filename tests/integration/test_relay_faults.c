@@ -83,16 +83,13 @@ static struct txo_publisher *new_poisoned(int fd, struct poisoned **out)
 
 struct ctx {
     struct testdb t;
-    char path[64];
-    int fd;
+    struct testrelay_file out; /* what the publisher appends */
 };
 
 static int setup(void **state)
 {
     struct ctx *c = testdb_fixture_new(sizeof(*c), "poison", 0);
-    snprintf(c->path, sizeof(c->path), "/tmp/txo_poison_%d.txt", (int)getpid());
-    c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
-    assert_true(c->fd >= 0);
+    testrelay_file_open(&c->out, "poison");
     *state = c;
     return 0;
 }
@@ -100,8 +97,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct ctx *c = *state;
-    close(c->fd);
-    unlink(c->path);
+    testrelay_file_close(&c->out);
     testdb_fixture_free(c);
     return 0;
 }
@@ -134,7 +130,7 @@ static int run_child_relay(struct ctx *c, int64_t abort_id, enum txo_relay_claim
         if (txo_db_open(&c->t.opts, &db, &err) < 0)
             _exit(3);
         struct poisoned *p = NULL;
-        struct txo_publisher *pub = new_poisoned(c->fd, &p);
+        struct txo_publisher *pub = new_poisoned(c->out.fd, &p);
         p->abort_id = abort_id;
         struct txo_relay_opts o = poison_opts();
         o.mode = mode;
@@ -188,7 +184,7 @@ static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
 
     /* The consumer saw every other event (some twice: published, then the relay died before
      * marking them), and never the poison one. */
-    FILE *f = fopen(c->path, "r");
+    FILE *f = fopen(c->out.path, "r");
     assert_non_null(f);
     bool seen[21] = {false};
     long long id;
@@ -224,7 +220,7 @@ static void test_permanent_failure_dead_lettered_at_once(void **state)
     struct ctx *c = *state;
     testoutbox_insert_seq(c->t.db, 4, "k");
     struct poisoned *p = NULL;
-    struct txo_publisher *pub = new_poisoned(c->fd, &p);
+    struct txo_publisher *pub = new_poisoned(c->out.fd, &p);
     p->permanent_id = 2;
     p->transient_id = 3;
     struct txo_relay_opts o = poison_opts();
@@ -309,7 +305,7 @@ static void test_breaker_open_half_open_closed(void **state)
     struct txo_metrics *reg = NULL;
     assert_int_equal(txo_metrics_new(&reg, NULL), 0);
     struct poisoned *p = NULL;
-    struct txo_publisher *pub = new_poisoned(c->fd, &p);
+    struct txo_publisher *pub = new_poisoned(c->out.fd, &p);
     struct txo_relay_opts o = poison_opts();
     o.drain = false;
     o.breaker_failures = 2;

@@ -109,8 +109,7 @@ struct ctx {
     struct testdb t;
     enum txo_claim_strategy claim;
     enum txo_relay_claim_mode mode;
-    char path[64];
-    int fd;
+    struct testrelay_file out; /* what the publisher appends */
 };
 
 /* What a test runs with: the claim strategy, the claim mode, the test database's name. */
@@ -130,9 +129,7 @@ static int setup(void **state)
     struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
     c->claim = v->claim;
     c->mode = v->mode;
-    snprintf(c->path, sizeof(c->path), "/tmp/txo_order_%d.txt", (int)getpid());
-    c->fd = open(c->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
-    assert_true(c->fd >= 0);
+    testrelay_file_open(&c->out, "order");
     *state = c;
     return 0;
 }
@@ -140,8 +137,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct ctx *c = *state;
-    close(c->fd);
-    unlink(c->path);
+    testrelay_file_close(&c->out);
     testdb_fixture_free(c);
     return 0;
 }
@@ -294,7 +290,7 @@ static pid_t spawn_doomed_relay(struct ctx *c)
     if (txo_db_open(&c->t.opts, &db, &err) < 0)
         _exit(3);
     struct appender *a = NULL;
-    struct txo_publisher *pub = new_appender(c->fd, 99, &a);
+    struct txo_publisher *pub = new_appender(c->out.fd, 99, &a);
     a->fail_per_mille = 100;
     a->kill_at_call = 3;
     struct txo_relay_opts o = relay_opts(c, 100, "doomed");
@@ -317,7 +313,7 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
         memset(&w[i], 0, sizeof(w[i]));
         w[i].db = testdb_connect(&c->t);
         struct appender *a = NULL;
-        w[i].pub = new_appender(c->fd, 1234 + i, &a);
+        w[i].pub = new_appender(c->out.fd, 1234 + i, &a);
         a->fail_per_mille = 100;
         struct txo_relay_opts o = relay_opts(c, 100, i == 0 ? "relay-a" : "relay-b");
         w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
@@ -359,7 +355,7 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
         txo_db_close(w[i].db);
     }
     assert_int_equal(published, n_events);
-    size_t repeats = assert_in_order(c->path, n_events, n_aggregates);
+    size_t repeats = assert_in_order(c->out.path, n_events, n_aggregates);
     print_message("%s, %s, %u relays (one killed): %zu repeats, %llu reclaimed, %llu failed "
                   "attempts\n",
                   txo_claim_strategy_name(c->claim), txo_relay_claim_mode_name(c->mode),
@@ -398,7 +394,7 @@ static void test_failing_aggregate_parks_only_itself(void **state)
      * 100, ...). Aggregates 7 and 11 fail until told otherwise. */
     insert_events(&c->t, 300, "(seq - 1) % 50 + 1");
     struct appender *a = NULL;
-    struct txo_publisher *pub = new_appender(c->fd, 7, &a);
+    struct txo_publisher *pub = new_appender(c->out.fd, 7, &a);
     a->fail_aggregate_a = 7;
     a->fail_aggregate_b = 11;
     struct txo_relay_opts o = relay_opts(c, 500, "parking");
@@ -477,7 +473,7 @@ static void test_failing_aggregate_parks_only_itself(void **state)
 
     /* The consumer's view: 11 then its later events, 7's later events but never 7 itself. */
     size_t n_seen = 0;
-    struct seen *s = read_seen(c->path, &n_seen);
+    struct seen *s = read_seen(c->out.path, &n_seen);
     assert_int_equal(n_seen, 299);
     int64_t last7 = 0, last11 = 0;
     for (size_t i = 0; i < n_seen; i++) {
@@ -558,7 +554,7 @@ static void test_unpark_seen_after_commit(void **state)
     if (c->claim != TXO_CLAIM_SKIP_LOCKED)
         skip(); /* update-limit waits for the locked row instead of passing it */
     struct appender *a = NULL;
-    struct txo_publisher *pub = new_appender(c->fd, 5, &a);
+    struct txo_publisher *pub = new_appender(c->out.fd, 5, &a);
     struct txo_relay_opts o = relay_opts(c, 10, "pred");
     o.lease_s = 60;
     o.backoff.base_ms = 60000; /* a failed event waits: only the test makes it due */
@@ -587,7 +583,7 @@ static void test_unpark_seen_after_commit(void **state)
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_parked"), 0);
     assert_int_equal(testrelay_run_once(r), 1);
     size_t n = 0;
-    struct seen *s = read_seen(c->path, &n);
+    struct seen *s = read_seen(c->out.path, &n);
     assert_int_equal(n, 4);
     assert_int_equal(s[0].id, 3);
     assert_int_equal(s[1].id, 4);
@@ -688,7 +684,7 @@ static void test_commit_order(void **state)
     if (c->claim != TXO_CLAIM_SKIP_LOCKED)
         skip(); /* update-limit waits for the open transaction's rows: it cannot pass them */
     struct appender *ap = NULL;
-    struct txo_publisher *pub = new_appender(c->fd, 5, &ap);
+    struct txo_publisher *pub = new_appender(c->out.fd, 5, &ap);
     struct txo_relay_opts o = relay_opts(c, 10, "commit-order");
     struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
     assert_int_equal(testrelay_run_once(r), 0);
@@ -746,7 +742,7 @@ static void test_commit_order(void **state)
         ;
 
     size_t n = 0;
-    struct seen *s = read_seen(c->path, &n);
+    struct seen *s = read_seen(c->out.path, &n);
     const int64_t want[] = {a.id, b.id, d.id, g.id, f3};
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {

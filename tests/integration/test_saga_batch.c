@@ -44,8 +44,7 @@ struct fixture {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "sagabatch");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "sagabatch", 0);
     testsagabatch_set_stock(f->t.db, "iphone-15", 1000);
     testsagabatch_set_stock(f->t.db, "airpods", 1000);
     testsagabatch_set_stock(f->t.db, "case", 5);
@@ -53,14 +52,6 @@ static int setup(void **state)
     txo_saga_opts_init(&f->opts);
     f->opts.clock = &f->clock.clock;
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
     return 0;
 }
 
@@ -264,22 +255,6 @@ static void test_a_saga_held_elsewhere_is_skipped(void **state)
 
 /* ---- the locks of a batch, on a server of our own ---- */
 
-static struct testserver server;
-
-static int server_setup(void **state)
-{
-    (void)state;
-    testserver_start(&server, TESTSERVER_PLAIN);
-    return 0;
-}
-
-static int server_teardown(void **state)
-{
-    (void)state;
-    testserver_stop(&server);
-    return 0;
-}
-
 /* Holds the step row of one saga (FOR UPDATE) in a transaction until told to let go. */
 struct holder {
     struct txo_db *db;
@@ -356,7 +331,7 @@ static void test_a_batch_locks_only_its_rows(void **state)
     (void)state;
     struct fixture *f = txo_calloc(1, sizeof(*f));
     struct txo_db_opts o;
-    struct txo_db *db = testsagabatch_open(&server, "sagabatch_locks", &o);
+    struct txo_db *db = testsagabatch_open(&testserver_shared, "sagabatch_locks", &o);
     struct txo_error err;
     txo_error_init(&err);
     testsagabatch_set_stock(db, "iphone-15", 1000);
@@ -447,21 +422,22 @@ static void test_a_batch_locks_only_its_rows(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_batch_of_50_completes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_of_50_completes, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_scarce_stock_fails_only_the_orders_that_do_not_fit,
-                                        setup, teardown),
+                                        setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_cancelled_order_in_a_batch_is_compensated, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_faults_take_the_single_path, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_faults_take_the_single_path, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_a_poison_saga_fails_its_batch_not_the_others, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_a_saga_held_elsewhere_is_skipped, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_a_saga_held_elsewhere_is_skipped, setup,
+                                        testdb_free_state),
     };
     const struct CMUnitTest own_server[] = {
         cmocka_unit_test(test_a_batch_locks_only_its_rows),
     };
     int failed = cmocka_run_group_tests_name("saga batch", tests, NULL, NULL);
-    failed +=
-        cmocka_run_group_tests_name("saga batch locks", own_server, server_setup, server_teardown);
+    failed += cmocka_run_group_tests_name("saga batch locks", own_server,
+                                          testserver_group_setup_plain, testserver_group_teardown);
     return failed;
 }

@@ -36,22 +36,6 @@
  * ReserveStock try run again; one by one it would be ~13 per saga. */
 #define BATCH_STATEMENTS_MAX 60
 
-static struct testserver server;
-
-static int server_setup(void **state)
-{
-    (void)state;
-    testserver_start(&server, TESTSERVER_PLAIN);
-    return 0;
-}
-
-static int server_teardown(void **state)
-{
-    (void)state;
-    testserver_stop(&server);
-    return 0;
-}
-
 /* ---- helpers ---- */
 
 static int64_t count(struct txo_db *db, const char *sql)
@@ -247,7 +231,7 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
 {
     (void)state;
     struct txo_db_opts o;
-    struct txo_db *db = testsagabatch_open(&server, "sagabatch_deadlock", &o);
+    struct txo_db *db = testsagabatch_open(&testserver_shared, "sagabatch_deadlock", &o);
     for (size_t i = 0; i < TXO_ARRAY_LEN(victim_skus); i++)
         testsagabatch_set_stock(db, victim_skus[i], victim_stock[i]);
     int64_t order_ids[VICTIM];
@@ -388,7 +372,7 @@ static void test_two_batches_over_overlapping_skus(void **state)
 {
     (void)state;
     struct txo_db_opts o;
-    struct txo_db *db = testsagabatch_open(&server, "sagabatch_overlap", &o);
+    struct txo_db *db = testsagabatch_open(&testserver_shared, "sagabatch_overlap", &o);
     for (size_t i = 0; i < TXO_ARRAY_LEN(overlap_skus); i++)
         testsagabatch_set_stock(db, overlap_skus[i], overlap_stock[i]);
     struct txo_error err;
@@ -466,6 +450,6 @@ int main(void)
         cmocka_unit_test(test_a_deadlocked_batch_is_retried_as_a_batch),
         cmocka_unit_test(test_two_batches_over_overlapping_skus),
     };
-    return cmocka_run_group_tests_name("saga batch deadlocks", tests, server_setup,
-                                       server_teardown);
+    return cmocka_run_group_tests_name("saga batch deadlocks", tests, testserver_group_setup_plain,
+                                       testserver_group_teardown);
 }

@@ -74,11 +74,6 @@ static int action(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size
     return 0;
 }
 
-static int compensate_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
-{
-    return testsaga_effect(tx, ctx, "undo", err);
-}
-
 static int charge_one(const struct txo_saga_ctx *ctx, struct txo_error *err)
 {
     struct probe *p = ctx->user;
@@ -132,7 +127,7 @@ static void charge_many(const struct txo_saga_ctx *const *ctx, size_t n, int *rc
 
 TESTSAGA_REMOTE_SPLIT(charge, charge_many, charge_one)
 
-TESTSAGA_STEP(compensate, compensate_one)
+TESTSAGA_STEP(compensate, testsaga_undo)
 TESTSAGA_REMOTE(charge_undo, charge_undo_one)
 
 /* Charge: a try may hang 1 s; the step as a whole may take 60 s. */
@@ -196,8 +191,7 @@ static const struct txo_saga_def late_def = {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "sagadeadline");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "sagadeadline", 0);
     testsaga_create_effects(f->t.db);
     pthread_mutex_init(&f->p.mu, NULL);
     pthread_cond_init(&f->p.cond, NULL);
@@ -226,11 +220,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    testdb_teardown(&f->t);
     txo_metrics_free(f->reg);
     pthread_mutex_destroy(&f->p.mu);
     pthread_cond_destroy(&f->p.cond);
-    txo_free(f);
+    testdb_fixture_free(f);
     return 0;
 }
 

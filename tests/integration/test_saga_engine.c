@@ -211,8 +211,7 @@ static const struct txo_saga_def toy_def = {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "saga");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "saga", 0);
     testdb_exec(f->t.db, "CREATE TABLE effects ("
                          "  seq BIGINT AUTO_INCREMENT PRIMARY KEY,"
                          "  saga_id CHAR(36) NOT NULL,"
@@ -224,22 +223,8 @@ static int setup(void **state)
     f->fc.on_sleep = steal_on_sleep;
     f->fc.user = f;
     f->clock = f->fc.clock;
-    txo_saga_opts_init(&f->opts);
-    f->opts.owner = "worker-1";
-    f->opts.step_max_attempts = 3;
-    f->opts.step_backoff.base_ms = 10;
-    f->opts.step_backoff.max_ms = 100;
-    f->opts.step_backoff.jitter = 0;
-    f->opts.clock = &f->clock;
+    testsaga_worker_opts(&f->opts, &f->clock, 100);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
     return 0;
 }
 
@@ -951,28 +936,37 @@ static void test_list_compensation_failed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_all_steps_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_steps_complete, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_first_step_fails_nothing_to_compensate, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_last_step_fails_compensates_in_reverse, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_failed_action_rolls_back_its_writes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_transient_failures_are_retried, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_transient_failures_of_first_step, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_successful_run_commits_once_per_step, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_failed_action_rolls_back_its_writes, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_transient_failures_are_retried, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_transient_failures_of_first_step, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_successful_run_commits_once_per_step, setup,
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_transient_failures_exhausted_compensate, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_compensation_failure_then_retry, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_create_is_idempotent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_resume_after_crash, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_live_lease_of_another_owner, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fence_owner_changed_during_step, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fence_owner_changed_in_first_step, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fence_owner_changed_between_tries, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_definition_and_unknown_saga, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_step_without_compensation, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_list_due, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_list_compensation_failed, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_compensation_failure_then_retry, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_create_is_idempotent, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_resume_after_crash, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_live_lease_of_another_owner, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_fence_owner_changed_during_step, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_fence_owner_changed_in_first_step, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_fence_owner_changed_between_tries, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_wrong_definition_and_unknown_saga, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_step_without_compensation, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_list_due, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_list_compensation_failed, setup, testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

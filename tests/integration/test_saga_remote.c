@@ -215,28 +215,13 @@ static const struct txo_saga_def local_def = {
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "sagaremote");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "sagaremote", 0);
     testsaga_create_effects(f->t.db);
     testclock_init(&f->clock);
-    txo_saga_opts_init(&f->opts);
-    f->opts.owner = "worker-1";
-    f->opts.step_max_attempts = 3;
-    f->opts.step_backoff.base_ms = 10;
-    f->opts.step_backoff.max_ms = 10;
-    f->opts.step_backoff.jitter = 0;
-    f->opts.clock = &f->clock.clock;
+    testsaga_worker_opts(&f->opts, &f->clock.clock, 10);
     f->p.t = &f->t;
     f->p.failed_step = -2;
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
     return 0;
 }
 
@@ -646,27 +631,33 @@ static void test_load_uses_no_temporary_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_calls_done_complete_the_saga, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_calls_done_complete_the_saga, setup,
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_deadlock_after_call_does_not_call_again, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_outcome_is_compensated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_then_refused_stays_unknown, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refused_call_is_not_compensated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_guard_refuses_before_the_call, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_unknown_outcome_is_compensated, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_unknown_then_refused_stays_unknown, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_refused_call_is_not_compensated, setup,
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_guard_refuses_before_the_call, setup,
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_done_call_with_failed_local_part_is_compensated, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_call_in_flight_at_a_crash_counts_as_unknown, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_crash_in_a_call_then_guard_refuses_ends_unknown, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_crash_in_a_call_then_no_remote_part_ends_unknown,
-                                        setup, teardown),
+                                        setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_failed_step_found_calling_is_compensated_unknown,
-                                        setup, teardown),
+                                        setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_given_up_sagas_never_starve_a_new_failure, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_last_try_gives_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_load_uses_no_temporary_table, setup, teardown),
+                                        testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_last_try_gives_up, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_load_uses_no_temporary_table, setup,
+                                        testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

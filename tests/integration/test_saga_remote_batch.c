@@ -93,11 +93,6 @@ static int action(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size
     return 0;
 }
 
-static int compensate_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
-{
-    return testsaga_effect(tx, ctx, "undo", err);
-}
-
 /* Another connection updates the batch's saga and step rows while the calls run: with a 1 s
  * lock wait, any lock our worker held would fail them. */
 static void probe_no_locks(struct probe *p, const struct txo_saga_ctx *const *ctx, size_t n)
@@ -182,7 +177,7 @@ static int guard(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_
     return 0;
 }
 
-TESTSAGA_STEP(compensate, compensate_one)
+TESTSAGA_STEP(compensate, testsaga_undo)
 TESTSAGA_REMOTE(remote_undo, remote_undo_one)
 
 static const struct txo_saga_step_def steps[N_STEPS] = {
@@ -224,17 +219,10 @@ static int create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
 
 static int setup(void **state)
 {
-    struct fixture *f = txo_calloc(1, sizeof(*f));
-    testdb_setup(&f->t, "sagarbatch");
+    struct fixture *f = testdb_fixture_new(sizeof(*f), "sagarbatch", 0);
     testsaga_create_effects(f->t.db);
     testclock_init(&f->clock);
-    txo_saga_opts_init(&f->opts);
-    f->opts.owner = "worker-1";
-    f->opts.step_max_attempts = 3;
-    f->opts.step_backoff.base_ms = 10;
-    f->opts.step_backoff.max_ms = 10;
-    f->opts.step_backoff.jitter = 0;
-    f->opts.clock = &f->clock.clock;
+    testsaga_worker_opts(&f->opts, &f->clock.clock, 10);
     f->p.t = &f->t;
     struct txo_error err;
     txo_error_init(&err);
@@ -243,14 +231,6 @@ static int setup(void **state)
     for (int k = 0; k < N_SAGAS; k++)
         f->idp[k] = f->ids[k];
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    testdb_teardown(&f->t);
-    txo_free(f);
     return 0;
 }
 
@@ -507,12 +487,12 @@ static void test_crash_after_the_calls_then_refused_ends_unknown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_batch_of_calls_completes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_mixed_outcomes_in_one_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_of_calls_completes, setup, testdb_free_state),
+        cmocka_unit_test_setup_teardown(test_mixed_outcomes_in_one_batch, setup, testdb_free_state),
         cmocka_unit_test_setup_teardown(test_crash_after_the_calls_counts_them_as_maybe_done, setup,
-                                        teardown),
+                                        testdb_free_state),
         cmocka_unit_test_setup_teardown(test_crash_after_the_calls_then_refused_ends_unknown, setup,
-                                        teardown),
+                                        testdb_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,13 @@ void testorders_stock(struct txo_db *db, const char *sku, int32_t qty)
         fail_msg("setting the stock of %s: %s", sku, err.msg);
 }
 
+void testorders_stock_abc(struct txo_db *db, int32_t qty)
+{
+    static const char *const skus[] = {"SKU-A", "SKU-B", "SKU-C"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(skus); i++)
+        testorders_stock(db, skus[i], qty);
+}
+
 int64_t testorders_run_saga(struct txo_db *db, int64_t customer_id, const struct order_item *items,
                             size_t n_items, const struct order_faults *faults,
                             const struct txo_saga_opts *opts, enum txo_saga_status want,

@@ -16,6 +16,9 @@
 /* Sets the stock of sku to qty available (orders_set_inventory). */
 void testorders_stock(struct txo_db *db, const char *sku, int32_t qty);
 
+/* The catalogue of the API tests: SKU-A, SKU-B and SKU-C, qty available of each. */
+void testorders_stock_abc(struct txo_db *db, int32_t qty);
+
 /*
  * Creates an order of customer_id for items with its saga, runs the saga with faults and opts
  * (either may be NULL) and fails the test unless it ends in want. Returns the order id; saga_id

@@ -5,6 +5,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -87,4 +89,35 @@ int64_t testoutbox_dead_letter(struct txo_db *db, const char *error, int64_t *ev
                     p, 2, &res, &err) != 0)
         fail_msg("inserting the dead letter: %s", err.msg);
     return (int64_t)res.insert_id;
+}
+
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t testoutbox_sort_repeats(char **keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (keys[i] == NULL)
+            fail_msg("message %zu of %zu carries no key", i, n);
+    qsort(keys, n, sizeof(*keys), cmp_key);
+    size_t repeats = 0;
+    for (size_t i = 1; i < n; i++)
+        repeats += strcmp(keys[i - 1], keys[i]) == 0;
+    return repeats;
+}
+
+size_t testoutbox_check_keys(struct txo_db *db, char **keys, size_t n, const char *count_sql)
+{
+    size_t repeats = testoutbox_sort_repeats(keys, n);
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0 && strcmp(keys[i - 1], keys[i]) == 0)
+            continue;
+        struct txo_param p = txo_p_str(keys[i]);
+        int64_t rows = testdb_i64(db, count_sql, &p, 1);
+        if (rows != 1)
+            fail_msg("key %s: %lld outbox rows (%s), want 1", keys[i], (long long)rows, count_sql);
+    }
+    return repeats;
 }

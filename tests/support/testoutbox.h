@@ -37,4 +37,17 @@ void testoutbox_insert_seq(struct txo_db *db, unsigned n, const char *key_prefix
  */
 int64_t testoutbox_dead_letter(struct txo_db *db, const char *error, int64_t *event_id);
 
+/*
+ * Sorts the n keys (not NULL) a broker holds and returns how many stand there again: keys equal
+ * to the one before them once sorted.
+ */
+size_t testoutbox_sort_repeats(char **keys, size_t n);
+
+/*
+ * The idempotency keys a broker holds, checked against the outbox: sorts them
+ * (testoutbox_sort_repeats) and fails the test unless count_sql, a COUNT(*) of outbox_events
+ * with the key as its one parameter, is 1 for each distinct key. Returns the repeats.
+ */
+size_t testoutbox_check_keys(struct txo_db *db, char **keys, size_t n, const char *count_sql);
+
 #endif

@@ -127,6 +127,82 @@ struct testproc *testpipeline_start_serve(struct testpipeline *tp, const char *t
     return serve;
 }
 
+void testpipeline_args_crash_point(struct testpipeline_args *a, const char *point)
+{
+    if (point != NULL)
+        testpipeline_args_addf(a, "--crash-point=%s", point);
+}
+
+struct testpipeline_args *testpipeline_broker(struct testpipeline *tp, const char *broker)
+{
+    tp->broker = broker;
+    memset(&tp->broker_args, 0, sizeof(tp->broker_args));
+    return &tp->broker_args;
+}
+
+void testpipeline_args_daemon(struct testpipeline *tp, struct testpipeline_args *a,
+                              const char *subcommand)
+{
+    testpipeline_args_init(a, subcommand);
+    if (tp->broker == NULL)
+        return;
+    testpipeline_args_addf(a, strcmp(subcommand, "relay") == 0 ? "--publisher=%s" : "--broker=%s",
+                           tp->broker);
+    for (size_t i = 0; i < tp->broker_args.n; i++)
+        testpipeline_args_add(a, tp->broker_args.v[i]);
+}
+
+/* Starts a with extra (NULL-terminated, or NULL) and crash_point (unless NULL) appended. */
+static struct testproc *start_with(struct testpipeline *tp, const char *tag,
+                                   struct testpipeline_args *a, const char *const *extra,
+                                   const char *crash_point)
+{
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
+        testpipeline_args_add(a, extra[i]);
+    testpipeline_args_crash_point(a, crash_point);
+    return testpipeline_start(tp, tag, a);
+}
+
+struct testproc *testpipeline_start_relay(struct testpipeline *tp, const char *tag,
+                                          const char *const *extra, const char *crash_point)
+{
+    struct testpipeline_args a;
+    testpipeline_args_daemon(tp, &a, "relay");
+    return start_with(tp, tag, &a, extra, crash_point);
+}
+
+struct testproc *testpipeline_start_worker(struct testpipeline *tp, const char *tag,
+                                           const char *const *extra, const char *crash_point,
+                                           unsigned *mport)
+{
+    struct testpipeline_args a;
+    testpipeline_args_daemon(tp, &a, "worker");
+    testpipeline_args_add(&a, "--saga-lease=2");
+    testpipeline_args_add(&a, "--poll=100");
+    if (mport != NULL) {
+        *mport = testproc_free_port();
+        testpipeline_args_addf(&a, "--metrics-listen=127.0.0.1:%u", *mport);
+    }
+    struct testproc *w = start_with(tp, tag, &a, extra, crash_point);
+    if (mport != NULL)
+        testpipeline_wait_ready(tp, w, *mport);
+    return w;
+}
+
+struct testproc *testpipeline_start_up(struct testpipeline *tp, const char *tag,
+                                       const char *const *extra, unsigned *port)
+{
+    struct testpipeline_args a;
+    testpipeline_args_daemon(tp, &a, "up");
+    *port = testproc_free_port();
+    testpipeline_args_addf(&a, "--listen=127.0.0.1:%u", *port);
+    testpipeline_args_add(&a, "--saga-lease=2");
+    testpipeline_args_add(&a, "--poll=100");
+    struct testproc *up = start_with(tp, tag, &a, extra, NULL);
+    testpipeline_wait_ready(tp, up, *port);
+    return up;
+}
+
 void testpipeline_place_orders(struct testpipeline *tp, unsigned port, const char *key_prefix,
                                unsigned n, bool books)
 {
@@ -231,6 +307,87 @@ void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms)
     if (!testpipeline_wait_count(tp, unpublished, 0, timeout_ms))
         TESTPIPELINE_FAIL(tp, "%" PRId64 " outbox events still not PUBLISHED",
                           testdb_q(tp->db, unpublished));
+}
+
+void testpipeline_wait_relayed(struct testpipeline *tp, int n, int timeout_ms)
+{
+    static const char published[] = "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'";
+    if (!testpipeline_wait_count(tp, published, n, timeout_ms))
+        TESTPIPELINE_FAIL(tp, "the relay did not publish the %d OrderCreated events: %" PRId64, n,
+                          testdb_q(tp->db, published));
+}
+
+int64_t testpipeline_wait_confirmed(struct testpipeline *tp, int n, int timeout_ms,
+                                    const char *when)
+{
+    static const char confirmed[] = "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'";
+    int64_t t0 = txo_monotonic_ms();
+    if (!testpipeline_wait_count(tp, confirmed, n, timeout_ms))
+        TESTPIPELINE_FAIL(tp, "%" PRId64 " of %d orders CONFIRMED %d s %s",
+                          testdb_q(tp->db, confirmed), n, timeout_ms / 1000, when);
+    return txo_monotonic_ms() - t0;
+}
+
+void testpipeline_place_orders_broker_down(struct testpipeline *tp, unsigned port, unsigned n,
+                                           bool books)
+{
+    testpipeline_place_orders(tp, port, "outage", n, books);
+    static const char waiting[] =
+        "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'OrderCreated' "
+        "AND status = 'PENDING' AND attempts >= 1 AND last_error IS NOT NULL "
+        "AND published_at IS NULL";
+    if (!testpipeline_wait_count(tp, waiting, n, 20000))
+        TESTPIPELINE_FAIL(
+            tp,
+            "want the %u new OrderCreated PENDING with attempts >= 1 and last_error, got %" PRId64,
+            n, testdb_q(tp->db, waiting));
+    char *last_error = testdb_str(tp->db,
+                                  "SELECT last_error FROM outbox_events WHERE event_type = "
+                                  "'OrderCreated' AND status = 'PENDING' LIMIT 1",
+                                  NULL, 0);
+    int64_t max_attempts =
+        testdb_q(tp->db, "SELECT MAX(attempts) FROM outbox_events WHERE status = 'PENDING'");
+    print_message("broker down: %u OrderCreated PENDING, attempts up to %" PRId64
+                  ", last_error \"%s\"\n",
+                  n, max_attempts, last_error != NULL ? last_error : "(null)");
+    txo_free(last_error);
+    assert_int_equal(testdb_q(tp->db, "SELECT COUNT(*) FROM orders WHERE status = 'CREATED'"), n);
+    assert_int_equal(testdb_q(tp->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
+                     0);
+}
+
+int64_t testpipeline_check_died_unacked(struct testpipeline *tp, int64_t unacked)
+{
+    int64_t inbox = testdb_q(tp->db, "SELECT COUNT(*) FROM inbox_events");
+    int64_t sagas = testdb_q(tp->db, "SELECT COUNT(*) FROM saga_instances");
+    print_message("after the crash: %" PRId64 " inbox rows, %" PRId64 " sagas, %" PRId64
+                  " messages delivered and not acknowledged\n",
+                  inbox, sagas, unacked);
+    if (inbox < 1 || inbox != sagas || unacked < inbox)
+        TESTPIPELINE_FAIL(tp,
+                          "want as many inbox rows as sagas (>= 1) and at least as many "
+                          "unacknowledged messages after the crash, got %" PRId64 ", %" PRId64
+                          ", %" PRId64,
+                          inbox, sagas, unacked);
+    return inbox;
+}
+
+void testpipeline_check_redelivered(struct testpipeline *tp, double dups, double consumed,
+                                    int64_t consumed_before, int n_orders)
+{
+    print_message("restarted worker: txo_inbox_duplicates_total %.0f, txo_inbox_consumed_total "
+                  "%.0f\n",
+                  dups, consumed);
+    if (dups < (double)consumed_before)
+        TESTPIPELINE_FAIL(tp,
+                          "txo_inbox_duplicates_total = %.0f: the %" PRId64
+                          " OrderCreated delivered again were not all seen as duplicates",
+                          dups, consumed_before);
+    if (consumed != (double)(n_orders - consumed_before))
+        TESTPIPELINE_FAIL(tp,
+                          "txo_inbox_consumed_total = %.0f, want %" PRId64 " (%" PRId64
+                          " were consumed before the crash)",
+                          consumed, n_orders - consumed_before, consumed_before);
 }
 
 void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,

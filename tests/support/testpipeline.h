@@ -28,11 +28,25 @@
 
 #define TESTPIPELINE_MAX_PROCS 8
 
+/*
+ * A `txo` command line under construction: argv[0] is the txo binary, argv[1] the subcommand.
+ * Up to 61 more arguments, 32 of them formatted (their text lives in the struct, so it must
+ * outlive the process start); more fail the test.
+ */
+struct testpipeline_args {
+    const char *v[64];
+    size_t n;
+    char buf[32][160];
+    size_t n_buf;
+};
+
 struct testpipeline {
     struct txo_db *db;                             /* the test database; borrowed */
     struct txo_http_client *http;                  /* owned; default options */
     struct testproc procs[TESTPIPELINE_MAX_PROCS]; /* every process started, for logs */
     size_t n_procs;
+    const char *broker;                   /* the daemons' broker (testpipeline_broker) */
+    struct testpipeline_args broker_args; /* its arguments: only v[0..n) is used */
 };
 
 /* Prints the end of every child's log, then fails the test with the printf-style message
@@ -59,18 +73,6 @@ void testpipeline_dump_logs(const struct testpipeline *tp);
 void testpipeline_remove_logs(const struct testpipeline *tp);
 
 /* ---- processes ---- */
-
-/*
- * A `txo` command line under construction: argv[0] is the txo binary, argv[1] the subcommand.
- * Up to 61 more arguments, 32 of them formatted (their text lives in the struct, so it must
- * outlive the process start); more fail the test.
- */
-struct testpipeline_args {
-    const char *v[64];
-    size_t n;
-    char buf[32][160];
-    size_t n_buf;
-};
 
 /* Empties a and puts `txo <subcommand>` in it. */
 void testpipeline_args_init(struct testpipeline_args *a, const char *subcommand);
@@ -103,6 +105,47 @@ void testpipeline_stop_clean(struct testpipeline *tp, struct testproc *p);
 
 /* Starts `txo serve` on a free port, returned in *port, and waits until it answers. */
 struct testproc *testpipeline_start_serve(struct testpipeline *tp, const char *tag, unsigned *port);
+
+/* Appends --crash-point=point, unless point is NULL. */
+void testpipeline_args_crash_point(struct testpipeline_args *a, const char *point);
+
+/*
+ * Names the broker (a static string: "nats", "redis", ...) of the daemons the helpers below
+ * start, and returns the list of its arguments, empty, for the caller to fill (the URL, the
+ * stream, the consumer group: what every daemon of the test needs to reach it). Owned by tp.
+ */
+struct testpipeline_args *testpipeline_broker(struct testpipeline *tp, const char *broker);
+
+/*
+ * Empties a and puts `txo <subcommand>` in it with the broker of testpipeline_broker():
+ * --publisher=<broker> for the relay, --broker=<broker> for the others, then its arguments.
+ */
+void testpipeline_args_daemon(struct testpipeline *tp, struct testpipeline_args *a,
+                              const char *subcommand);
+
+/*
+ * Starts `txo relay` (testpipeline_args_daemon), with the arguments extra (NULL-terminated) and
+ * --crash-point=crash_point unless it is NULL. Returns the process, owned by tp.
+ */
+struct testproc *testpipeline_start_relay(struct testpipeline *tp, const char *tag,
+                                          const char *const *extra, const char *crash_point);
+
+/*
+ * Starts `txo worker` (testpipeline_args_daemon) with the quick saga timing of these tests
+ * (--saga-lease=2 --poll=100), extra (NULL-terminated) and --crash-point=crash_point unless it
+ * is NULL. With mport it also serves its metrics on a free port, returned in *mport, and is
+ * waited for until it answers there. Returns the process, owned by tp.
+ */
+struct testproc *testpipeline_start_worker(struct testpipeline *tp, const char *tag,
+                                           const char *const *extra, const char *crash_point,
+                                           unsigned *mport);
+
+/*
+ * Starts `txo up` (testpipeline_args_daemon) with --saga-lease=2 --poll=100, extra
+ * (NULL-terminated) and --listen on a free port, returned in *port; waits until it answers.
+ */
+struct testproc *testpipeline_start_up(struct testpipeline *tp, const char *tag,
+                                       const char *const *extra, unsigned *port);
 
 /* ---- HTTP ---- */
 
@@ -152,6 +195,44 @@ void testpipeline_wait_terminal(struct testpipeline *tp, int n_orders, int timeo
 
 /* Waits up to timeout_ms until every outbox event is PUBLISHED; otherwise TESTPIPELINE_FAIL. */
 void testpipeline_wait_published(struct testpipeline *tp, int timeout_ms);
+
+/*
+ * Waits up to timeout_ms until n outbox events are PUBLISHED (the OrderCreated a relay alone
+ * publishes); otherwise TESTPIPELINE_FAIL.
+ */
+void testpipeline_wait_relayed(struct testpipeline *tp, int n, int timeout_ms);
+
+/*
+ * Waits up to timeout_ms until n orders are CONFIRMED; otherwise TESTPIPELINE_FAIL with
+ * "<got> of <n> orders CONFIRMED <timeout> s <when>". Returns how long it waited, in ms.
+ */
+int64_t testpipeline_wait_confirmed(struct testpipeline *tp, int n, int timeout_ms,
+                                    const char *when);
+
+/*
+ * Places n orders (testpipeline_place_orders, keys "outage-<i>") through `txo up` on port while
+ * its broker is down: each must get its 201, and its OrderCreated must wait PENDING in the
+ * outbox within 20 s, tried (attempts >= 1, a last_error) and never published, its order
+ * CREATED and no event FAILED; otherwise the test fails.
+ */
+void testpipeline_place_orders_broker_down(struct testpipeline *tp, unsigned port, unsigned n,
+                                           bool books);
+
+/*
+ * After a worker died at crash point worker.after_consume: it committed the inbox rows and the
+ * sagas of its first read (as many of each, at least one) and acknowledged none of them, so the
+ * broker counts at least as many unacked. TESTPIPELINE_FAIL otherwise. Returns the inbox rows.
+ */
+int64_t testpipeline_check_died_unacked(struct testpipeline *tp, int64_t unacked);
+
+/*
+ * The metrics dups (txo_inbox_duplicates_total) and consumed (txo_inbox_consumed_total) of the
+ * worker restarted after that: each of the consumed_before OrderCreated delivered again was
+ * dropped as a duplicate, and only the rest of the n_orders consumed. TESTPIPELINE_FAIL
+ * otherwise.
+ */
+void testpipeline_check_redelivered(struct testpipeline *tp, double dups, double consumed,
+                                    int64_t consumed_before, int n_orders);
 
 /* Initial units of one SKU in inventory. */
 struct testpipeline_stock {

@@ -195,3 +195,24 @@ int testredis_group_teardown(void **state)
     testredis_cleanup(&testredis_shared);
     return 0;
 }
+
+size_t testredis_stream_keys(const struct testredis *r, const char *stream, char ***keys)
+{
+    json_t *entries = testredis_xrange(r, stream);
+    size_t n = json_array_size(entries);
+    *keys = calloc(n + 1, sizeof(**keys));
+    assert_non_null(*keys);
+    for (size_t i = 0; i < n; i++) {
+        const char *k = testredis_field(json_array_get(entries, i), "idempotency_key");
+        (*keys)[i] = k != NULL ? strdup(k) : NULL;
+    }
+    json_decref(entries);
+    return n;
+}
+
+void testredis_free_keys(char **keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+}

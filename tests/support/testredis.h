@@ -74,6 +74,13 @@ json_t *testredis_xrange(const struct testredis *r, const char *stream);
 const char *testredis_field(const json_t *entry, const char *name);
 
 /*
+ * The "idempotency_key" field of every entry of stream, in stream order, in *keys (NULL for an
+ * entry without one). Returns how many; free them with testredis_free_keys().
+ */
+size_t testredis_stream_keys(const struct testredis *r, const char *stream, char ***keys);
+void testredis_free_keys(char **keys, size_t n);
+
+/*
  * XINFO GROUPS stream, the group named group: its "pending" count, or -1 when there is no
  * such group.
  */

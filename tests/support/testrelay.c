@@ -1,12 +1,31 @@
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "testdb.h"
 #include "testrelay.h"
 #include "txo/alloc.h"
+#include "txo/clock.h"
+
+void testrelay_file_open(struct testrelay_file *f, const char *name)
+{
+    snprintf(f->path, sizeof(f->path), "/tmp/txo_%s_%d.txt", name, (int)getpid());
+    f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    if (f->fd < 0)
+        fail_msg("cannot create %s", f->path);
+}
+
+void testrelay_file_close(struct testrelay_file *f)
+{
+    close(f->fd);
+    unlink(f->path);
+}
 
 struct txo_relay *testrelay_new(struct txo_db *db, struct txo_publisher *pub,
                                 const struct txo_relay_opts *opts)
@@ -27,6 +46,34 @@ size_t testrelay_run_once(struct txo_relay *relay)
     if (txo_relay_run_once(relay, &claimed, &err) < 0)
         fail_msg("txo_relay_run_once: %s", err.msg);
     return claimed;
+}
+
+size_t testrelay_run_once_ms(struct txo_relay *relay, int64_t *ms)
+{
+    int64_t t0 = txo_monotonic_ms();
+    size_t claimed = testrelay_run_once(relay);
+    *ms = txo_monotonic_ms() - t0;
+    return claimed;
+}
+
+void testrelay_retry_pending(struct txo_db *db, struct txo_relay *relay, int timeout_ms,
+                             int pause_ms, int64_t max_cycle_ms)
+{
+    static const char pending[] = "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'";
+    int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    while (testdb_q(db, pending) > 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("%lld events still PENDING after %d s", (long long)testdb_q(db, pending),
+                     timeout_ms / 1000);
+        testdb_exec(db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
+                        "WHERE status = 'PENDING'");
+        int64_t ms = 0;
+        (void)testrelay_run_once_ms(relay, &ms);
+        if (max_cycle_ms > 0 && ms > max_cycle_ms)
+            fail_msg("a relay cycle took %lld ms during recovery", (long long)ms);
+        if (pause_ms > 0)
+            txo_sleep_ms(pause_ms);
+    }
 }
 
 void testrelay_drain(struct txo_relay *relay)

@@ -6,8 +6,24 @@
 #define TXO_TESTRELAY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "txo/relay.h"
+
+/*
+ * The file an in-test publisher appends its lines to, as a consumer would see them:
+ * /tmp/txo_<name>_<pid>.txt, opened O_APPEND (one write is one line, whoever writes it).
+ */
+struct testrelay_file {
+    char path[64];
+    int fd;
+};
+
+/* Creates f's file empty and opens it; the test fails when it cannot. */
+void testrelay_file_open(struct testrelay_file *f, const char *name);
+
+/* Closes f's file and deletes it. */
+void testrelay_file_close(struct testrelay_file *f);
 
 /* txo_relay_new(), or the test fails with the error. */
 struct txo_relay *testrelay_new(struct txo_db *db, struct txo_publisher *pub,
@@ -15,6 +31,18 @@ struct txo_relay *testrelay_new(struct txo_db *db, struct txo_publisher *pub,
 
 /* One txo_relay_run_once(); returns what it claimed, or the test fails with the error. */
 size_t testrelay_run_once(struct txo_relay *relay);
+
+/* testrelay_run_once(), and how long it took in *ms. */
+size_t testrelay_run_once_ms(struct txo_relay *relay, int64_t *ms);
+
+/*
+ * The recovery of a broker-outage test: until no row is PENDING (at most timeout_ms), skips the
+ * backoff of every PENDING row (next_attempt_at = now), runs one relay cycle and sleeps
+ * pause_ms. A cycle that takes longer than max_cycle_ms (0: any time) fails the test, as does
+ * the timeout.
+ */
+void testrelay_retry_pending(struct txo_db *db, struct txo_relay *relay, int timeout_ms,
+                             int pause_ms, int64_t max_cycle_ms);
 
 /* txo_relay_run() until it returns (drain, or stop), or the test fails with the error. */
 void testrelay_drain(struct txo_relay *relay);

@@ -18,6 +18,18 @@ void testsaga_create_effects(struct txo_db *db)
                     "  PRIMARY KEY (saga_id, step, kind)) ENGINE=InnoDB");
 }
 
+void testsaga_worker_opts(struct txo_saga_opts *o, const struct txo_clock *clock,
+                          int64_t backoff_max_ms)
+{
+    txo_saga_opts_init(o);
+    o->owner = "worker-1";
+    o->step_max_attempts = 3;
+    o->step_backoff.base_ms = 10;
+    o->step_backoff.max_ms = backoff_max_ms;
+    o->step_backoff.jitter = 0;
+    o->clock = clock;
+}
+
 int testsaga_effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
                     struct txo_error *err)
 {
@@ -26,6 +38,11 @@ int testsaga_effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const cha
                        "INSERT INTO effects (saga_id, step, kind) VALUES (?, ?, ?) "
                        "ON DUPLICATE KEY UPDATE n = n + 1",
                        p, 3, NULL, err);
+}
+
+int testsaga_undo(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err)
+{
+    return testsaga_effect(tx, ctx, "undo", err);
 }
 
 int64_t testsaga_effects(struct txo_db *db, const char *saga_id, const char *step, const char *kind)

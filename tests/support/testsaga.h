@@ -14,9 +14,20 @@
 /* Creates the effects table in the test's database. */
 void testsaga_create_effects(struct txo_db *db);
 
+/*
+ * The options of the worker these tests run sagas as: txo_saga_opts_init(), then owner
+ * "worker-1", 3 tries of a step, a backoff from 10 ms up to backoff_max_ms without jitter, and
+ * time from clock (borrowed: it must outlive the options).
+ */
+void testsaga_worker_opts(struct txo_saga_opts *o, const struct txo_clock *clock,
+                          int64_t backoff_max_ms);
+
 /* Records (or counts once more) the effect `kind` of ctx's step, inside tx. */
 int testsaga_effect(struct txo_tx *tx, const struct txo_saga_ctx *ctx, const char *kind,
                     struct txo_error *err);
+
+/* A compensation for one saga that only records the effect "undo" (testsaga_effect). */
+int testsaga_undo(struct txo_tx *tx, const struct txo_saga_ctx *ctx, struct txo_error *err);
 
 /* How many times saga_id's step wrote the effect `kind` (0 when never, or rolled back). */
 int64_t testsaga_effects(struct txo_db *db, const char *saga_id, const char *step,

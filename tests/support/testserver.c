@@ -85,6 +85,29 @@ void testserver_stop(struct testserver *s)
     s->running = false;
 }
 
+struct testserver testserver_shared;
+
+int testserver_group_setup_plain(void **state)
+{
+    (void)state;
+    testserver_start(&testserver_shared, TESTSERVER_PLAIN);
+    return 0;
+}
+
+int testserver_group_setup_tls(void **state)
+{
+    (void)state;
+    testserver_start(&testserver_shared, TESTSERVER_TLS);
+    return 0;
+}
+
+int testserver_group_teardown(void **state)
+{
+    (void)state;
+    testserver_stop(&testserver_shared);
+    return 0;
+}
+
 void testserver_sql(const struct testserver *s, const char *sql)
 {
     char cmd[512];

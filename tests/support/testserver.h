@@ -50,6 +50,15 @@ void testserver_sql(const struct testserver *s, const char *sql);
 /* opts for 127.0.0.1:port as app/secret on appdb, TLS mode preferred. */
 void testserver_opts(const struct testserver *s, struct txo_db_opts *opts);
 
+/*
+ * The server of a cmocka group whose tests share one server of their own: the group setup
+ * starts it in its mode (plain or TLS), the group teardown stops it. One group at a time.
+ */
+extern struct testserver testserver_shared;
+int testserver_group_setup_plain(void **state);
+int testserver_group_setup_tls(void **state);
+int testserver_group_teardown(void **state);
+
 /* The absolute path of a file in the source tree ("docs/database.md"), in a static buffer. */
 const char *testserver_source_path(const char *rel);
 
