@@ -11,8 +11,9 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
          .env = "TXO_PARTITION_SPAN",
          .type = SETTING_UINT,
          .def = "86400",
-         .help = "a partitioned outbox (txo partition): seconds of appends a new partition "
-                 "should hold, at the rate measured over the newest full one",
+         .help = "a partitioned table (txo partition): seconds a new partition should hold: "
+                 "the outbox's at the append rate measured over the newest full one, the "
+                 "inbox's exactly (aligned in UTC)",
          .min = 60,
          .max = 31536000,
          .target = &o->span_s},
@@ -20,7 +21,8 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
          .env = "TXO_PARTITION_AHEAD",
          .type = SETTING_UINT,
          .def = "2",
-         .help = "a partitioned outbox: empty partitions kept ready above the ids in use",
+         .help = "a partitioned table: empty partitions kept ready ahead (above the outbox's ids "
+                 "in use, after now for the inbox)",
          .min = 1,
          .max = TXO_PARTITION_AHEAD_MAX,
          .target = &o->ahead},
@@ -30,8 +32,8 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
          .env = "TXO_PARTITION_FIRST_IDS",
          .type = SETTING_UINT,
          .def = "1000000",
-         .help = "ids per partition of the first partitions (enable); later ones follow the "
-                 "rate, or the last one's width",
+         .help = "the outbox's ids per partition of the first partitions (enable); later ones "
+                 "follow the rate, or the last one's width",
          .min = 1,
          .max = 4000000000UL,
          .target = &o->first_ids},
@@ -39,7 +41,7 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
          .env = "TXO_PARTITION_BATCH",
          .type = SETTING_UINT,
          .def = "2000",
-         .help = "enable, disable: ids copied per transaction",
+         .help = "enable, disable: rows copied per transaction",
          .min = 1,
          .max = 100000,
          .target = &o->batch},

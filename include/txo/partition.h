@@ -55,14 +55,15 @@
  * recorded with, so it fails on the primary key (1062) and `INSERT ... ON DUPLICATE KEY UPDATE
  * event_id = event_id` affects no row, as on one table, two consumers recording one new id at
  * the same moment included (the second waits for the first, then finds it). A lookup by
- * event_id alone (txo_inbox_record_many()'s check of known ids) is a dive into each partition.
+ * event_id alone is a dive into each partition: txo_inbox_record_many()'s check of the ids
+ * recorded reads the view inbox_ids, which reads inbox_keys on this layout (one dive).
  * Retention drops a partition once its upper bound is older than the cutoff. Its rows not
  * processed yet, or processed after the cutoff, move forward first (their created_at becomes
  * now: the inbox has no order to keep), so de-duplication keeps every id as long as the
  * unpartitioned cleaner would. With an archive directory the partition's rows are written to
- * archive files (by sequence, as the inbox's always are) before the drop; then the keys below
- * the oldest partition left are deleted. An insert still open since before a partition's bound
- * would be older than the retention age: no such transaction lives.
+ * archive files (by sequence, as the inbox's always are) before the drop, and its keys are
+ * deleted, so a key never outlives its row. An insert still open since before a partition's
+ * bound would be older than the retention age: no such transaction lives.
  *
  * Changing layout online (txo_partition_enable(), txo_partition_disable()), either table. A
  * new table of the other layout is filled beside the live one: triggers on the live table copy

@@ -1,8 +1,8 @@
 /*
  * Every SQL statement of the transactional inbox (src/inbox/inbox.c). Above each: the index it
  * relies on, the rows it locks and the isolation it assumes. The schema is
- * sql/migrations/0002_idempotency_inbox.sql, 0006_worker_queues.sql (event_id VARBINARY) and
- * 0016_inbox_sequence.sql (inbox_aggregates).
+ * sql/migrations/0002_idempotency_inbox.sql, 0006_worker_queues.sql (event_id VARBINARY),
+ * 0016_inbox_sequence.sql (inbox_aggregates) and 0023_inbox_ids.sql (the view of the ids).
  * The inbox's retention statements are in src/retention/retention_sql.h.
  */
 #ifndef TXO_INBOX_SQL_H
@@ -22,11 +22,12 @@
     "VALUES (?, ?, ?, NOW(6)) ON DUPLICATE KEY UPDATE event_id = event_id"
 
 /*
- * txo_inbox_record_many: which of these ids are recorded already (committed). Index: PRIMARY.
+ * txo_inbox_record_many: which of these ids are recorded already (committed). The view
+ * inbox_ids (sql/migrations/0023_inbox_ids.sql) reads inbox_events, or inbox_keys when the
+ * inbox is partitioned (txo/partition.h). Index: that table's PRIMARY, one dive per id.
  * Locks: none (consistent read). Followed by an IN list (txo_sql_in_list).
  */
-#define INBOX_SQL_KNOWN_MANY                                                                       \
-    "SELECT event_id FROM inbox_events FORCE INDEX (PRIMARY) WHERE event_id IN "
+#define INBOX_SQL_KNOWN_MANY "SELECT event_id FROM inbox_ids WHERE event_id IN "
 
 /*
  * txo_inbox_record_many: the new ids in one statement, INBOX_SQL_RECORD_MANY + n x

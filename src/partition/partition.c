@@ -142,25 +142,34 @@ char *txo__partition_bounds_ddl(enum txo_partition_table table, const char *head
 }
 
 int txo__partition_delete_keys(struct txo_db *db, const struct txo_partition_opts *opts,
-                               const char *keys_table, const char *sql, struct txo_param below,
-                               uint64_t *deleted, struct txo_error *err)
+                               const char *keys_table, const char *sql,
+                               const struct txo_param *range, size_t n, uint64_t *deleted,
+                               bool *done, struct txo_error *err)
 {
-    bool exists = false;
+    struct txo_param params[4];
+    TXO_ASSERT(n < TXO_ARRAY_LEN(params));
+    memcpy(params, range, n * sizeof(*range));
+    bool exists = false, all = false;
     int rc = txo_schema_has_table(db, keys_table, &exists, err);
-    for (unsigned n = 0; rc == 0 && exists; n++) {
-        if (opts->max_batches > 0 && n == opts->max_batches)
+    all = rc == 0 && !exists;
+    for (unsigned k = 0; rc == 0 && exists; k++) {
+        if (opts->max_batches > 0 && k == opts->max_batches)
             break; /* the rest next pass */
-        if (n > 0 && opts->pause_ms > 0)
+        if (k > 0 && opts->pause_ms > 0)
             txo_sleep_ms(opts->pause_ms);
         unsigned batch = opts->batch > KEYS_BATCH_MIN ? opts->batch : KEYS_BATCH_MIN;
-        struct txo_param params[] = {below, txo_p_i64(batch)};
+        params[n] = txo_p_i64(batch);
         struct txo_exec_result res = {0};
-        rc = txo_db_exec(db, sql, params, 2, &res, err);
+        rc = txo_db_exec(db, sql, params, n + 1, &res, err);
         if (rc == 0)
             *deleted += res.affected_rows;
-        if (rc < 0 || res.affected_rows < batch)
+        if (rc == 0 && res.affected_rows < batch)
+            all = true;
+        if (rc < 0 || all)
             break;
     }
+    if (done != NULL)
+        *done = all;
     return rc;
 }
 

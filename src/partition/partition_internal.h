@@ -46,11 +46,13 @@ char *txo__partition_concat(const char *const *parts, size_t n);
 int txo__partition_list_of(struct txo_db *db, const char *table, struct txo_partition_info **out,
                            size_t *n, struct txo_error *err);
 
-/* Deletes the rows of keys_table below a bound, sql (params: below, limit) a batch at a time,
- * honouring opts->pause_ms and opts->max_batches; adds them to *deleted. No table: nothing. */
+/* Deletes rows of keys_table with sql (params: range[0..n), limit) a batch at a time,
+ * honouring opts->pause_ms and opts->max_batches; adds them to *deleted, and *done (may be
+ * NULL) tells whether none is left. No table: nothing (done). */
 int txo__partition_delete_keys(struct txo_db *db, const struct txo_partition_opts *opts,
-                               const char *keys_table, const char *sql, struct txo_param below,
-                               uint64_t *deleted, struct txo_error *err);
+                               const char *keys_table, const char *sql,
+                               const struct txo_param *range, size_t n, uint64_t *deleted,
+                               bool *done, struct txo_error *err);
 
 /* ---- partition_outbox.c ---- */
 

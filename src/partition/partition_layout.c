@@ -55,6 +55,9 @@ struct layout {
     const char *partition_head;
     const char *partitioned_post[4];
     const char *plain_post[3];
+    /* A view that reads the one layout's table or the other's (NULL: none): pointed at the
+     * partitioned layout's after the swap, at the unpartitioned one's before it. */
+    const char *view_partitioned, *view_plain;
 };
 
 #define LAYOUT_OF(T, K)                                                                            \
@@ -92,6 +95,8 @@ static const struct layout inbox_layout = {
     .partitioned_post = {INBOX_DDL_TRIGGER_KEY_P, INBOX_DDL_TRIGGER_REKEY_P,
                          INBOX_DDL_TRIGGER_UNKEY_P, NULL},
     .plain_post = {INBOX_DDL_NEW_PRIMARY, NULL},
+    .view_partitioned = INBOX_DDL_VIEW_KEYS,
+    .view_plain = INBOX_DDL_VIEW_EVENTS,
 };
 
 struct change {
@@ -340,7 +345,10 @@ static int change_layout(struct change *c, struct txo_error *err)
         rc = txo_partition_is_enabled(db, l->table, &now, err);
     if (rc < 0)
         return rc;
-    if (now == c->partitioned) {
+    if (now == c->partitioned) { /* finish what a change stopped after its swap left */
+        const char *view = now ? l->view_partitioned : l->view_plain;
+        if (view != NULL && (rc = txo__partition_ddl(db, view, c->opts, err)) < 0)
+            return rc;
         if (!now && (rc = txo_db_exec_raw(db, l->drop_keys, err)) < 0)
             return rc;
         return txo_error_set(err, TXO_ESTATE, "%s is already %s", l->name,
@@ -358,10 +366,18 @@ static int change_layout(struct change *c, struct txo_error *err)
     rc = txo__partition_ddl(db, l->analyze, c->opts, err);
     if (rc < 0)
         return rc;
+    /* The way back: the view reads the live table (partitioned still, every row there) before
+     * the key table goes. */
+    if (!c->partitioned && l->view_plain != NULL)
+        rc = txo__partition_ddl(db, l->view_plain, c->opts, err);
+    if (rc < 0)
+        return rc;
     txo_crash_point("partition.before_swap");
     rc = txo__partition_ddl(db, l->swap, c->opts, err);
     if (rc == 0)
         rc = txo_db_exec_raw(db, l->drop_old, err);
+    if (rc == 0 && c->partitioned && l->view_partitioned != NULL)
+        rc = txo__partition_ddl(db, l->view_partitioned, c->opts, err);
     if (rc == 0 && !c->partitioned)
         rc = txo_db_exec_raw(db, l->drop_keys, err);
     if (rc == 0)

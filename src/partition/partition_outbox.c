@@ -343,7 +343,7 @@ int txo__partition_outbox_retire(struct txo_db *db, const struct txo_partition_o
     /* The keys of every event below the oldest partition left are gone with their events. */
     struct txo_param below = txo_p_i64(parts[i].lower);
     rc = txo__partition_delete_keys(db, opts, PARTITION_KEYS, PARTITION_SQL_DELETE_KEYS_BELOW,
-                                    below, &r.keys, err);
+                                    &below, 1, &r.keys, NULL, err);
 out:
     if (out != NULL)
         *out = r;

@@ -165,12 +165,15 @@
     "AND created_at >= " INBOX__AT " AND created_at < " INBOX__AT
 
 /*
- * Retention, step 4: the keys of dropped partitions, inbox_keys rows created before the oldest
- * partition left, a batch at a time. Index: idx_inbox_keys_created, a range from the start.
- * Locks: the deleted rows, until the autocommit. Params: bound (Unix seconds), limit.
+ * Retention, step 3: the keys of a partition's rows, before its drop, a batch at a time (so
+ * that a key never outlives its row: the lookups of inbox_ids and the triggers agree on which
+ * ids are recorded). A row moved forward took its key out of the range. Index:
+ * idx_inbox_keys_created, the partition's range. Locks: the deleted rows, until the
+ * autocommit. Params: lower, upper (Unix seconds), limit.
  */
-#define INBOX_SQL_DELETE_KEYS_BELOW                                                                \
-    "DELETE FROM inbox_keys WHERE created_at < " INBOX__AT " ORDER BY created_at LIMIT ?"
+#define INBOX_SQL_DELETE_KEYS                                                                      \
+    "DELETE FROM inbox_keys WHERE created_at >= " INBOX__AT " AND created_at < " INBOX__AT         \
+    " ORDER BY created_at LIMIT ?"
 
 /* DDL: as the outbox's: drop one partition; split the empty pmax into INBOX_DDL_ONE each
  * (named after the bound's time in UTC, with its TO_SECONDS value), then PARTITION_DDL_PMAX. */
@@ -301,9 +304,11 @@
  * inbox_events_key_p: records the event id with the row's created_at, or, when it is there,
  * takes the created_at it was recorded with, so a duplicate fails on the primary key
  * (event_id, created_at) exactly as on one table: 1062, and `ON DUPLICATE KEY UPDATE event_id =
- * event_id` affects no row. Index: inbox_keys PRIMARY. Locks: the key (exclusive, until the
- * transaction ends). An id another open transaction is recording makes the insert wait; after
- * its COMMIT the locking read finds its row (a duplicate), after its ROLLBACK the id is ours.
+ * event_id` affects no row. One statement on inbox_keys: the upsert inserts the key, or (a
+ * duplicate) reads the created_at it holds into @txo_at, changing nothing. Index: inbox_keys
+ * PRIMARY. Locks: the key (exclusive, until the transaction ends). An id another open
+ * transaction is recording makes the upsert wait; after its COMMIT the upsert finds its key (a
+ * duplicate), after its ROLLBACK the id is ours.
  * A key whose row is gone (its partition dropped, the key's delete still to come) is the id's
  * no longer: the id is recorded anew and the key takes the new row's created_at. That check is
  * a locking read of inbox_events by its primary key, one partition, on duplicates only. It
@@ -312,14 +317,13 @@
  */
 #define INBOX_DDL_TRIGGER_KEY_P                                                                    \
     "CREATE TRIGGER inbox_events_key_p BEFORE INSERT ON inbox_events_txo_new FOR EACH ROW BEGIN "  \
-    "DECLARE at DATETIME(6) DEFAULT NULL; "                                                        \
-    "INSERT INTO inbox_keys (event_id, created_at) VALUES (NEW.event_id, NEW.created_at) "         \
-    "ON DUPLICATE KEY UPDATE event_id = event_id; "                                                \
-    "SELECT created_at INTO at FROM inbox_keys WHERE event_id = NEW.event_id FOR UPDATE; "         \
-    "IF at <> NEW.created_at AND NOT EXISTS (SELECT 1 FROM inbox_events "                          \
-    "WHERE event_id = NEW.event_id AND created_at = at LOCK IN SHARE MODE) THEN "                  \
+    "INSERT INTO inbox_keys (event_id, created_at) "                                               \
+    "VALUES (NEW.event_id, @txo_at := NEW.created_at) "                                            \
+    "ON DUPLICATE KEY UPDATE created_at = (@txo_at := created_at); "                               \
+    "IF @txo_at <> NEW.created_at AND NOT EXISTS (SELECT 1 FROM inbox_events "                     \
+    "WHERE event_id = NEW.event_id AND created_at = @txo_at LOCK IN SHARE MODE) THEN "             \
     "UPDATE inbox_keys SET created_at = NEW.created_at WHERE event_id = NEW.event_id; "            \
-    "ELSE SET NEW.created_at = at; END IF; END"
+    "ELSE SET NEW.created_at = @txo_at; END IF; END"
 /* inbox_events_rekey_p: a row whose event id or created_at changes (retention moving an
  * unfinished row forward) takes its key along. inbox_events_unkey_p: a deleted row's key goes
  * with it. Index: inbox_keys PRIMARY. */
@@ -332,6 +336,13 @@
 #define INBOX_DDL_TRIGGER_UNKEY_P                                                                  \
     "CREATE TRIGGER inbox_events_unkey_p AFTER DELETE ON inbox_events_txo_new FOR EACH ROW "       \
     "DELETE FROM inbox_keys WHERE event_id = OLD.event_id AND created_at = OLD.created_at"
+
+/* DDL: the view of the recorded ids (sql/migrations/0023_inbox_ids.sql) on the partitioned
+ * layout's key table, or on inbox_events itself. Capped like the other DDL. */
+#define INBOX_DDL_VIEW_KEYS                                                                        \
+    "CREATE OR REPLACE VIEW inbox_ids AS SELECT event_id FROM inbox_keys FORCE INDEX (PRIMARY)"
+#define INBOX_DDL_VIEW_EVENTS                                                                      \
+    "CREATE OR REPLACE VIEW inbox_ids AS SELECT event_id FROM inbox_events FORCE INDEX (PRIMARY)"
 
 /* ---- layout change: either table (T its name, K the key the copy walks) ---- */
 

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "testrun.h"
+#include "inbox/inbox_sql.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
 #include "txo/inbox.h"
@@ -396,6 +397,34 @@ static void test_purge_walks_its_index(void **state)
     }
 }
 
+/*
+ * txo_inbox_record_many()'s lookup of the ids recorded: one dive per id into a primary key,
+ * inbox_events' or, on the partitioned inbox (TXO_TEST_INBOX_LAYOUT), inbox_keys', whose
+ * inbox_events would take one per partition.
+ */
+static void test_known_ids_one_dive_each(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                       "SELECT CONCAT('e-', seq), 'T', '{}', NOW(6) FROM seq_1_to_2000");
+    testdb_exec(t->db, "ANALYZE TABLE inbox_events");
+    const char *layout = getenv("TXO_TEST_INBOX_LAYOUT");
+    bool partitioned = layout != NULL && strcmp(layout, "partitioned") == 0;
+    struct txo_param ids[] = {txo_p_str("e-1"), txo_p_str("e-2"), txo_p_str("nope")};
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(t->db, "EXPLAIN " INBOX_SQL_KNOWN_MANY "(?, ?, ?)", ids, 3, &rows, &err) < 0)
+        fail_msg("%s", err.msg);
+    assert_int_equal(txo_rows_count(rows), 1);
+    const char *table = txo_rows_str(rows, 0, 2, NULL);
+    const char *key = txo_rows_str(rows, 0, 5, NULL);
+    print_message("known ids: table=%s key=%s\n", table ? table : "NULL", key ? key : "NULL");
+    assert_string_equal(table, partitioned ? "inbox_keys" : "inbox_events");
+    assert_string_equal(key, "PRIMARY");
+    txo_rows_free(rows);
+}
+
 /* ---- order: the last sequence handled per aggregate ---- */
 
 struct order_call {
@@ -521,6 +550,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_first_rolls_back_second_applies),
         cmocka_unit_test(test_purge_old_rows_in_batches),
         cmocka_unit_test(test_purge_walks_its_index),
+        cmocka_unit_test(test_known_ids_one_dive_each),
         cmocka_unit_test(test_order_verdicts),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
