@@ -17,6 +17,7 @@
 #include "partition/partition_sql.h"
 #include "txo/backoff.h"
 #include "txo/clock.h"
+#include "txo/crash.h"
 #include "txo/partition.h"
 
 #define DDL_PAUSE_MS 50
@@ -139,6 +140,27 @@ char *txo__partition_bounds_ddl(enum txo_partition_table table, const char *head
         return b.data;
     txo_free(b.data);
     return NULL;
+}
+
+int txo__partition_drop(struct txo_db *db, const struct txo_partition_opts *opts,
+                        const char *drop_head, const struct txo_partition_info *p, uint64_t held,
+                        bool archived, struct txo_error *err)
+{
+    const char *const parts[] = {drop_head, p->name};
+    char *ddl = txo__partition_concat(parts, 2);
+    if (ddl == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "out of memory");
+    int rc = txo__partition_ddl(db, ddl, opts, err);
+    txo_free(ddl);
+    if (rc < 0) {
+        txo_error_wrap(err, "dropping partition %s", p->name);
+        return rc;
+    }
+    TXO_LOG(TXO_LOG_INFO, "partition", "dropped", TXO_KV_STR("partition", p->name),
+            TXO_KV_U64("rows", held), TXO_KV_I64("lower", p->lower), TXO_KV_I64("upper", p->upper),
+            TXO_KV_BOOL("archived", archived));
+    txo_crash_point("partition.after_drop");
+    return 0;
 }
 
 int txo__partition_delete_keys(struct txo_db *db, const struct txo_partition_opts *opts,

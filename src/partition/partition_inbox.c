@@ -365,19 +365,11 @@ int txo__partition_inbox_retire(struct txo_db *db, const struct txo_partition_op
         if (rc < 0 || !done)
             goto out; /* the rest of its keys, and the drop, next pass */
         txo_crash_point("partition.inbox.keys_deleted");
-        char ddl[sizeof(INBOX_DDL_DROP) + sizeof(p->name)];
-        snprintf(ddl, sizeof(ddl), "%s%s", INBOX_DDL_DROP, p->name);
-        rc = txo__partition_ddl(db, ddl, opts, err);
-        if (rc < 0) {
-            txo_error_wrap(err, "dropping inbox partition %s", p->name);
+        rc = txo__partition_drop(db, opts, INBOX_DDL_DROP, p, held, archive_dir != NULL, err);
+        if (rc < 0)
             goto out;
-        }
         r.dropped++;
         r.rows += held;
-        TXO_LOG(TXO_LOG_INFO, "partition", "dropped", TXO_KV_STR("table", INBOX_TABLE),
-                TXO_KV_STR("partition", p->name), TXO_KV_U64("rows", held),
-                TXO_KV_BOOL("archived", archive_dir != NULL));
-        txo_crash_point("partition.after_drop");
     }
 out:
     if (out != NULL)

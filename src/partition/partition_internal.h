@@ -46,6 +46,12 @@ char *txo__partition_concat(const char *const *parts, size_t n);
 int txo__partition_list_of(struct txo_db *db, const char *table, struct txo_partition_info **out,
                            size_t *n, struct txo_error *err);
 
+/* Drops partition p (drop_head: the table's "ALTER TABLE ... DROP PARTITION "), a DDL that
+ * waits for nobody, and logs it with its rows (held) and whether they were archived. */
+int txo__partition_drop(struct txo_db *db, const struct txo_partition_opts *opts,
+                        const char *drop_head, const struct txo_partition_info *p, uint64_t held,
+                        bool archived, struct txo_error *err);
+
 /* Deletes rows of keys_table with sql (params: range[0..n), limit) a batch at a time,
  * honouring opts->pause_ms and opts->max_batches; adds them to *deleted, and *done (may be
  * NULL) tells whether none is left. No table: nothing (done). */

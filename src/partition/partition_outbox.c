@@ -325,20 +325,11 @@ int txo__partition_outbox_retire(struct txo_db *db, const struct txo_partition_o
             if (rc < 0)
                 goto out;
         }
-        char ddl[sizeof(PARTITION_DDL_DROP) + sizeof(p->name)];
-        snprintf(ddl, sizeof(ddl), "%s%s", PARTITION_DDL_DROP, p->name);
-        rc = txo__partition_ddl(db, ddl, opts, err);
-        if (rc < 0) {
-            txo_error_wrap(err, "dropping partition %s", p->name);
+        rc = txo__partition_drop(db, opts, PARTITION_DDL_DROP, p, held, archive_dir != NULL, err);
+        if (rc < 0)
             goto out;
-        }
         r.dropped++;
         r.rows += held;
-        TXO_LOG(TXO_LOG_INFO, "partition", "dropped", TXO_KV_STR("partition", p->name),
-                TXO_KV_U64("rows", held), TXO_KV_I64("below_id", p->upper),
-                TXO_KV_STR("newest_at", p->newest_at),
-                TXO_KV_BOOL("archived", archive_dir != NULL));
-        txo_crash_point("partition.after_drop");
     }
     /* The keys of every event below the oldest partition left are gone with their events. */
     struct txo_param below = txo_p_i64(parts[i].lower);
