@@ -103,6 +103,15 @@ static int status(struct txo_db *db, enum txo_partition_table table, struct txo_
             printf("%s: no such table\n", name);
         return rc;
     }
+    bool pending = false;
+    rc = txo_partition_change_pending(db, table, &pending, err);
+    if (rc < 0)
+        return rc;
+    if (pending)
+        printf("%s: a layout change is under way or was stopped before its swap: its triggers "
+               "copy every write to %s_txo_new. Run `txo partition enable|disable` again to "
+               "finish it.\n",
+               name, name);
     struct txo_partition_info *parts = NULL;
     size_t n = 0;
     rc = txo_partition_list(db, table, &parts, &n, err);

@@ -213,6 +213,16 @@ TXO_API TXO_MUST_CHECK int txo_partition_enable(struct txo_db *db, enum txo_part
                                                 struct txo_error *err);
 
 /*
+ * *pending: whether a layout change of the table is under way, or was stopped before its swap
+ * (killed, or its swap never got the lock): its table <table>_txo_new is there, and the
+ * live table's triggers copy every write into it until a txo_partition_enable() or
+ * txo_partition_disable() runs to the end. Errors: DB errors.
+ */
+TXO_API TXO_MUST_CHECK int txo_partition_change_pending(struct txo_db *db,
+                                                        enum txo_partition_table table,
+                                                        bool *pending, struct txo_error *err);
+
+/*
  * The way back: the table unpartitioned again (the outbox with uq_outbox_idempotency_key, the
  * inbox with event_id its primary key), online, by the same copy; the key table is dropped at
  * the end. Errors: TXO_ESTATE (not partitioned: nothing done), as txo_partition_enable().

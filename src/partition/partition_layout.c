@@ -39,6 +39,7 @@ struct layout {
     enum txo_partition_table table;
     const char *name;     /* the live table */
     const char *old_name; /* the live table after the swap */
+    const char *new_name; /* the other layout while it fills */
     const char *key;      /* the primary key's first column, the copy's order */
     bool int_key;         /* an integer (the outbox's id), else bytes (the inbox's event_id) */
     /* Either table's, from LAYOUT_* of its name. */
@@ -61,7 +62,7 @@ struct layout {
 };
 
 #define LAYOUT_OF(T, K)                                                                            \
-    .name = T, .old_name = LAYOUT_OLD_TABLE(T), .key = K,                                          \
+    .name = T, .old_name = LAYOUT_OLD_TABLE(T), .new_name = LAYOUT_NEW_TABLE(T), .key = K,         \
     .fresh = {LAYOUT_DDL_DROP_COPY_INS(T), LAYOUT_DDL_DROP_COPY_UPD(T),                            \
               LAYOUT_DDL_DROP_COPY_DEL(T), LAYOUT_DDL_DROP_NEW(T), LAYOUT_DDL_CREATE_NEW(T)},      \
     .min_key = LAYOUT_SQL_MIN_KEY(T, K), .max_key = LAYOUT_SQL_MAX_KEY(T, K),                      \
@@ -386,13 +387,27 @@ static int change_layout(struct change *c, struct txo_error *err)
     return rc;
 }
 
+static const struct layout *layout_of(enum txo_partition_table table)
+{
+    return table == TXO_PARTITION_OUTBOX  ? &outbox_layout
+           : table == TXO_PARTITION_INBOX ? &inbox_layout
+                                          : NULL;
+}
+
+int txo_partition_change_pending(struct txo_db *db, enum txo_partition_table table, bool *pending,
+                                 struct txo_error *err)
+{
+    const struct layout *l = layout_of(table);
+    if (l == NULL)
+        return txo_error_set(err, TXO_EINVAL, "no partitioned layout for table %d", (int)table);
+    return table_exists(db, l->new_name, pending, err);
+}
+
 static int run_change(struct txo_db *db, enum txo_partition_table table,
                       const struct txo_partition_opts *opts, bool partitioned,
                       txo_partition_progress_fn progress, void *arg, struct txo_error *err)
 {
-    const struct layout *l = table == TXO_PARTITION_OUTBOX  ? &outbox_layout
-                             : table == TXO_PARTITION_INBOX ? &inbox_layout
-                                                            : NULL;
+    const struct layout *l = layout_of(table);
     if (db == NULL || l == NULL || opts == NULL || opts->batch == 0 || opts->first_ids <= 0 ||
         opts->ahead == 0 || opts->ahead > TXO_PARTITION_AHEAD_MAX)
         return txo_error_set(err, TXO_EINVAL, "partition layout change: bad options");

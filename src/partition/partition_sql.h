@@ -432,5 +432,6 @@
 #define LAYOUT_DDL_SWAP(T)     "RENAME TABLE " T " TO " T "_txo_old, " T "_txo_new TO " T
 #define LAYOUT_DDL_DROP_OLD(T) "DROP TABLE " T "_txo_old"
 #define LAYOUT_OLD_TABLE(T)    T "_txo_old"
+#define LAYOUT_NEW_TABLE(T)    T "_txo_new"
 
 #endif
