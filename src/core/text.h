@@ -6,6 +6,7 @@
 #define TXO_CORE_TEXT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "txo/clock.h" /* TXO_RFC3339_LEN */
@@ -36,5 +37,14 @@ void txo__utf8_sanitize(const char *text, char *out, size_t cap);
 bool txo__text_rfc3339_us(const char *text, int64_t *us);
 
 int txo__hex_digit(char c);
+
+/*
+ * Appends part to out[*n..cap) as one part of a broker's name (a NATS subject token, a Redis
+ * stream name, an AMQP routing key), with controls, spaces, DEL and every byte of reserved
+ * written as '_', so that no event can make a name that means something else; an empty part
+ * is written "_". False, leaving out as it was, when it does not fit with its NUL.
+ */
+bool txo__text_append_name_part(char *out, size_t cap, size_t *n, const char *part,
+                                const char *reserved);
 
 #endif
