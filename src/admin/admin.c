@@ -60,16 +60,13 @@ static void retry_saga(struct txo_admin *a, struct txo_db *db, const struct rout
 {
     (void)req;
     const char *id = m->saga_id;
+    struct txo_saga_info info;
+    const struct txo_saga_def *def;
+    if (!txo__admin_load_saga(a, db, id, &info, &def, resp))
+        return;
     struct txo_error err;
     txo_error_init(&err);
-    struct txo_saga_info info;
-    int rc = txo_saga_load(db, id, &info, &err);
-    if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
-        return;
-    }
-    const struct txo_saga_def *def =
-        txo__saga_table_find(a->opts.sagas, a->opts.n_sagas, info.type);
+    int rc = 0;
     if (def == NULL)
         rc = txo_error_set(&err, TXO_ESTATE, "saga %s: its type %s is not one this service runs",
                            id, info.type);
@@ -121,6 +118,21 @@ static void outbox_stats(struct txo_admin *a, struct txo_db *db, const struct ro
                   (json_int_t)st.retry_waiting, "oldest_due_age_seconds", st.oldest_due_age_s));
 }
 
+bool txo__admin_load_saga(struct txo_admin *a, struct txo_db *db, const char *id,
+                          struct txo_saga_info *info, const struct txo_saga_def **def,
+                          struct txo_http_response *resp)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    int rc = txo_saga_load(db, id, info, &err);
+    if (rc != 0) {
+        txo_http_response_fail(resp, rc, &err);
+        return false;
+    }
+    *def = txo__saga_table_find(a->opts.sagas, a->opts.n_sagas, info->type);
+    return true;
+}
+
 bool txo__admin_parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end = NULL;
@@ -132,35 +144,51 @@ bool txo__admin_parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *o
     return true;
 }
 
+/* A listing's ?limit=: 1..1000, 50 when not given. False when it is bad: resp then says so. */
+static bool limit_arg(const struct txo_http_request *req, struct txo_http_response *resp,
+                      int64_t *max)
+{
+    const char *limit = txo_http_request_arg(req, "limit");
+    *max = 50;
+    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, max)) {
+        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
+        return false;
+    }
+    return true;
+}
+
+bool txo__admin_page_args(const struct txo_http_request *req, struct txo_http_response *resp,
+                          int64_t *after_id, int64_t *max)
+{
+    if (txo_http_request_arg_count(req, "after_id") > 1 ||
+        txo_http_request_arg_count(req, "limit") > 1) {
+        txo_http_response_error(resp, 400, "invalid_request",
+                                "after_id and limit may be given once each");
+        return false;
+    }
+    const char *after = txo_http_request_arg(req, "after_id");
+    *after_id = 0;
+    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, after_id)) {
+        txo_http_response_error(resp, 400, "invalid_request",
+                                "after_id must be an integer 0..2^63-1");
+        return false;
+    }
+    return limit_arg(req, resp, max);
+}
+
 static void list_dlq(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
                      const struct txo_http_request *req, struct txo_http_response *resp)
 {
     (void)a;
     (void)m;
+    int64_t after_id, max;
+    if (!txo__admin_page_args(req, resp, &after_id, &max))
+        return;
     struct txo_error err;
     txo_error_init(&err);
-    const char *after = txo_http_request_arg(req, "after_id");
-    const char *limit = txo_http_request_arg(req, "limit");
-    if (txo_http_request_arg_count(req, "after_id") > 1 ||
-        txo_http_request_arg_count(req, "limit") > 1) {
-        txo_http_response_error(resp, 400, "invalid_request",
-                                "after_id and limit may be given once each");
-        return;
-    }
-    int64_t after_id = 0;
-    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, &after_id)) {
-        txo_http_response_error(resp, 400, "invalid_request",
-                                "after_id must be an integer 0..2^63-1");
-        return;
-    }
-    int64_t max = 50;
-    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
-        return;
-    }
     struct txo_dead_letter *dl = NULL;
     size_t n = 0;
-    int rc = txo_dlq_list(db, (int64_t)after_id, (size_t)max, &dl, &n, &err);
+    int rc = txo_dlq_list(db, after_id, (size_t)max, &dl, &n, &err);
     if (rc != 0) {
         txo_http_response_fail(resp, rc, &err);
         return;
@@ -186,16 +214,13 @@ static void list_parked(struct txo_admin *a, struct txo_db *db, const struct rou
 {
     (void)a;
     (void)m;
-    const char *limit = txo_http_request_arg(req, "limit");
     if (txo_http_request_arg_count(req, "limit") > 1) {
         txo_http_response_error(resp, 400, "invalid_request", "limit may be given once");
         return;
     }
-    int64_t max = 50;
-    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
+    int64_t max;
+    if (!limit_arg(req, resp, &max))
         return;
-    }
     struct txo_relay_parked *p = txo_calloc((size_t)max, sizeof(*p));
     if (p == NULL) {
         txo_http_response_error(resp, 500, "internal", "out of memory for the parked aggregates");

@@ -68,25 +68,9 @@ void txo__admin_list_dead_events(struct txo_admin *a, struct txo_db *db,
 {
     (void)a;
     (void)m;
-    if (txo_http_request_arg_count(req, "after_id") > 1 ||
-        txo_http_request_arg_count(req, "limit") > 1) {
-        txo_http_response_error(resp, 400, "invalid_request",
-                                "after_id and limit may be given once each");
+    int64_t after_id, max;
+    if (!txo__admin_page_args(req, resp, &after_id, &max))
         return;
-    }
-    const char *after = txo_http_request_arg(req, "after_id");
-    const char *limit = txo_http_request_arg(req, "limit");
-    int64_t after_id = 0;
-    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, &after_id)) {
-        txo_http_response_error(resp, 400, "invalid_request",
-                                "after_id must be an integer 0..2^63-1");
-        return;
-    }
-    int64_t max = 50;
-    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
-        return;
-    }
     struct txo_error err;
     txo_error_init(&err);
     struct txo_dead_event *ev = NULL;
@@ -198,17 +182,14 @@ void txo__admin_get_saga(struct txo_admin *a, struct txo_db *db, const struct ro
                          const struct txo_http_request *req, struct txo_http_response *resp)
 {
     (void)req;
-    const char *id = m->saga_id;
+    struct txo_saga_info info;
+    const struct txo_saga_def *def;
+    if (!txo__admin_load_saga(a, db, m->saga_id, &info, &def, resp))
+        return;
     struct txo_error err;
     txo_error_init(&err);
-    struct txo_saga_info info;
-    int rc = txo_saga_load(db, id, &info, &err);
-    if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
-        return;
-    }
     struct txo__saga_times times;
-    rc = txo__saga_times_load(db, id, &times, &err);
+    int rc = txo__saga_times_load(db, m->saga_id, &times, &err);
     if (rc != 0) {
         txo_saga_info_release(&info);
         txo_http_response_fail(resp, rc, &err);
@@ -219,8 +200,6 @@ void txo__admin_get_saga(struct txo_admin *a, struct txo_db *db, const struct ro
     if (text != NULL)
         doc = json_loads(text, 0, NULL);
     txo_free(text);
-    const struct txo_saga_def *def =
-        txo__saga_table_find(a->opts.sagas, a->opts.n_sagas, info.type);
     if (doc == NULL || add_times(doc, &times) != 0 ||
         json_object_set_new(doc, "idle_seconds", json_integer((json_int_t)info.idle_s)) != 0 ||
         json_object_set_new(doc, "compensation_plan", compensation_plan(&info, def)) != 0) {
