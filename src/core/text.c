@@ -232,3 +232,13 @@ bool txo__text_append_name_part(char *out, size_t cap, size_t *n, const char *pa
     out[*n] = '\0';
     return true;
 }
+
+uint64_t txo__fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211u;
+    }
+    return h;
+}
