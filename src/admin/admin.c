@@ -55,70 +55,69 @@ bool txo__admin_is_saga_id(const char *text, size_t len)
  * registered (the worker's table), and the retry runs it with a ctx->user made for this call,
  * as a worker's runner would.
  */
-static void retry_saga(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                       const struct txo_http_request *req, struct txo_http_response *resp)
+static void retry_saga(struct admin_call *c)
 {
-    (void)req;
-    const char *id = m->saga_id;
-    struct txo_error err;
-    txo_error_init(&err);
+    const char *id = c->m.saga_id;
     struct txo_saga_info info;
-    int rc = txo_saga_load(db, id, &info, &err);
-    if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+    const struct txo_saga_def *def;
+    if (!txo__admin_load_saga(c, &info, &def))
         return;
-    }
-    const struct txo_saga_def *def =
-        txo__saga_table_find(a->opts.sagas, a->opts.n_sagas, info.type);
+    int rc = 0;
     if (def == NULL)
-        rc = txo_error_set(&err, TXO_ESTATE, "saga %s: its type %s is not one this service runs",
+        rc = txo_error_set(&c->err, TXO_ESTATE, "saga %s: its type %s is not one this service runs",
                            id, info.type);
     txo_saga_info_release(&info);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
-    void *user = a->opts.saga_user_arg;
-    if (a->opts.saga_user_new != NULL) {
-        user = a->opts.saga_user_new(a->opts.saga_user_arg);
+    void *user = c->a->opts.saga_user_arg;
+    if (c->a->opts.saga_user_new != NULL) {
+        user = c->a->opts.saga_user_new(c->a->opts.saga_user_arg);
         if (user == NULL) {
-            txo_http_response_error(resp, 500, "internal", "out of memory for the saga's run");
+            txo_http_response_error(c->resp, 500, "internal", "out of memory for the saga's run");
             return;
         }
     }
     enum txo_saga_status final = TXO_SAGA_RUNNING;
-    rc = txo_saga_retry(db, def, id, &a->opts.saga, user, &final, &err);
-    if (a->opts.saga_user_new != NULL && a->opts.saga_user_free != NULL)
-        a->opts.saga_user_free(user);
+    rc = txo_saga_retry(c->db, def, id, &c->a->opts.saga, user, &final, &c->err);
+    if (c->a->opts.saga_user_new != NULL && c->a->opts.saga_user_free != NULL)
+        c->a->opts.saga_user_free(user);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     txo_http_response_json(
-        resp, 200, json_pack("{s:s,s:s}", "saga_id", id, "status", txo_saga_status_name(final)));
+        c->resp, 200, json_pack("{s:s,s:s}", "saga_id", id, "status", txo_saga_status_name(final)));
 }
 
-static void outbox_stats(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                         const struct txo_http_request *req, struct txo_http_response *resp)
+static void outbox_stats(struct admin_call *c)
 {
-    (void)a;
-    (void)m;
-    (void)req;
-    struct txo_error err;
-    txo_error_init(&err);
     struct txo_outbox_stats st;
-    int rc = txo_outbox_get_stats(db, &st, &err);
+    int rc = txo_outbox_get_stats(c->db, &st, &c->err);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     txo_http_response_json(
-        resp, 200,
+        c->resp, 200,
         json_pack("{s:I,s:I,s:I,s:I,s:I,s:f,s:I,s:f}", "pending", (json_int_t)st.pending,
                   "processing", (json_int_t)st.processing, "published", (json_int_t)st.published,
                   "failed", (json_int_t)st.failed, "dead_letters", (json_int_t)st.dead_letters,
                   "oldest_pending_age_seconds", st.oldest_pending_age_s, "retry_waiting",
                   (json_int_t)st.retry_waiting, "oldest_due_age_seconds", st.oldest_due_age_s));
+}
+
+bool txo__admin_load_saga(struct admin_call *c, struct txo_saga_info *info,
+                          const struct txo_saga_def **def)
+{
+    int rc = txo_saga_load(c->db, c->m.saga_id, info, &c->err);
+    if (rc != 0) {
+        txo_http_response_fail(c->resp, rc, &c->err);
+        return false;
+    }
+    *def = txo__saga_table_find(c->a->opts.sagas, c->a->opts.n_sagas, info->type);
+    return true;
 }
 
 bool txo__admin_parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *out)
@@ -132,37 +131,46 @@ bool txo__admin_parse_int64(const char *text, int64_t lo, int64_t hi, int64_t *o
     return true;
 }
 
-static void list_dlq(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                     const struct txo_http_request *req, struct txo_http_response *resp)
+/* A listing's ?limit=: 1..1000, 50 when not given. False when it is bad: resp then says so. */
+static bool limit_arg(struct admin_call *c, int64_t *max)
 {
-    (void)a;
-    (void)m;
-    struct txo_error err;
-    txo_error_init(&err);
-    const char *after = txo_http_request_arg(req, "after_id");
-    const char *limit = txo_http_request_arg(req, "limit");
-    if (txo_http_request_arg_count(req, "after_id") > 1 ||
-        txo_http_request_arg_count(req, "limit") > 1) {
-        txo_http_response_error(resp, 400, "invalid_request",
+    const char *limit = txo_http_request_arg(c->req, "limit");
+    *max = 50;
+    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, max)) {
+        txo_http_response_error(c->resp, 400, "invalid_request", "limit must be 1..1000");
+        return false;
+    }
+    return true;
+}
+
+bool txo__admin_page_args(struct admin_call *c, int64_t *after_id, int64_t *max)
+{
+    if (txo_http_request_arg_count(c->req, "after_id") > 1 ||
+        txo_http_request_arg_count(c->req, "limit") > 1) {
+        txo_http_response_error(c->resp, 400, "invalid_request",
                                 "after_id and limit may be given once each");
-        return;
+        return false;
     }
-    int64_t after_id = 0;
-    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, &after_id)) {
-        txo_http_response_error(resp, 400, "invalid_request",
+    const char *after = txo_http_request_arg(c->req, "after_id");
+    *after_id = 0;
+    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, after_id)) {
+        txo_http_response_error(c->resp, 400, "invalid_request",
                                 "after_id must be an integer 0..2^63-1");
-        return;
+        return false;
     }
-    int64_t max = 50;
-    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
+    return limit_arg(c, max);
+}
+
+static void list_dlq(struct admin_call *c)
+{
+    int64_t after_id, max;
+    if (!txo__admin_page_args(c, &after_id, &max))
         return;
-    }
     struct txo_dead_letter *dl = NULL;
     size_t n = 0;
-    int rc = txo_dlq_list(db, (int64_t)after_id, (size_t)max, &dl, &n, &err);
+    int rc = txo_dlq_list(c->db, after_id, (size_t)max, &dl, &n, &c->err);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     json_t *list = json_array();
@@ -178,36 +186,30 @@ static void list_dlq(struct txo_admin *a, struct txo_db *db, const struct route_
     int64_t next = n > 0 ? dl[n - 1].id : after_id;
     txo_dead_letters_free(dl, n);
     txo_http_response_json(
-        resp, 200, json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
+        c->resp, 200,
+        json_pack("{s:o,s:I}", "dead_letters", list, "next_after_id", (json_int_t)next));
 }
 
-static void list_parked(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                        const struct txo_http_request *req, struct txo_http_response *resp)
+static void list_parked(struct admin_call *c)
 {
-    (void)a;
-    (void)m;
-    const char *limit = txo_http_request_arg(req, "limit");
-    if (txo_http_request_arg_count(req, "limit") > 1) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit may be given once");
+    if (txo_http_request_arg_count(c->req, "limit") > 1) {
+        txo_http_response_error(c->resp, 400, "invalid_request", "limit may be given once");
         return;
     }
-    int64_t max = 50;
-    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
+    int64_t max;
+    if (!limit_arg(c, &max))
         return;
-    }
     struct txo_relay_parked *p = txo_calloc((size_t)max, sizeof(*p));
     if (p == NULL) {
-        txo_http_response_error(resp, 500, "internal", "out of memory for the parked aggregates");
+        txo_http_response_error(c->resp, 500, "internal",
+                                "out of memory for the parked aggregates");
         return;
     }
-    struct txo_error err;
-    txo_error_init(&err);
     size_t n = 0;
-    int rc = txo_relay_list_parked(db, p, (size_t)max, &n, &err);
+    int rc = txo_relay_list_parked(c->db, p, (size_t)max, &n, &c->err);
     if (rc != 0) {
         txo_free(p);
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     json_t *list = json_array();
@@ -225,41 +227,32 @@ static void list_parked(struct txo_admin *a, struct txo_db *db, const struct rou
                       error != NULL ? error : json_null(), "waiting", (json_int_t)p[i].waiting));
     }
     txo_free(p);
-    txo_http_response_json(resp, 200,
+    txo_http_response_json(c->resp, 200,
                            json_pack("{s:o,s:I}", "parked", list, "limit", (json_int_t)max));
 }
 
 /* POST /dlq/{id}/replay and /skip: the same rules (txo/dlq.h), the same answers. */
-static void act_dlq(const struct route_match *m, struct txo_db *db, bool skip,
-                    struct txo_http_response *resp)
+static void act_dlq(struct admin_call *c, bool skip)
 {
-    int64_t id = m->id;
-    struct txo_error err;
-    txo_error_init(&err);
-    int rc = skip ? txo_dlq_skip(db, id, &err) : txo_dlq_replay(db, id, &err);
+    int64_t id = c->m.id;
+    int rc = skip ? txo_dlq_skip(c->db, id, &c->err) : txo_dlq_replay(c->db, id, &c->err);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     txo_http_response_json(
-        resp, 200,
+        c->resp, 200,
         json_pack("{s:I,s:s}", "id", (json_int_t)id, "status", skip ? "SKIPPED" : "REPLAYED"));
 }
 
-static void replay_dlq(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                       const struct txo_http_request *req, struct txo_http_response *resp)
+static void replay_dlq(struct admin_call *c)
 {
-    (void)a;
-    (void)req;
-    act_dlq(m, db, false, resp);
+    act_dlq(c, false);
 }
 
-static void skip_dlq(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                     const struct txo_http_request *req, struct txo_http_response *resp)
+static void skip_dlq(struct admin_call *c)
 {
-    (void)a;
-    (void)req;
-    act_dlq(m, db, true, resp);
+    act_dlq(c, true);
 }
 
 /* ---- the operator's dashboard: GET /sagas, GET /processes, GET /ui ---- */
@@ -350,25 +343,20 @@ static bool listed(const struct txo_saga_ref *refs, size_t n, const char *id)
  * the step that failed and its error, and for a running saga past a deadline which one, at
  * which step and for how long ("deadline", null otherwise).
  */
-static void list_sagas(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                       const struct txo_http_request *req, struct txo_http_response *resp)
+static void list_sagas(struct admin_call *c)
 {
-    (void)a;
-    (void)m;
-    (void)req;
-    struct txo_error err;
-    txo_error_init(&err);
     struct txo_saga_counts counts;
     struct txo_saga_ref failed[DASHBOARD_SAGAS_MAX], stuck[DASHBOARD_SAGAS_MAX];
     size_t n_failed = 0, n_stuck = 0;
-    int rc = txo_saga_count(db, &counts, &err);
+    int rc = txo_saga_count(c->db, &counts, &c->err);
     if (rc == 0)
-        rc = txo_saga_list_compensation_failed(db, DASHBOARD_SAGAS_MAX, failed, &n_failed, &err);
+        rc = txo_saga_list_compensation_failed(c->db, DASHBOARD_SAGAS_MAX, failed, &n_failed,
+                                               &c->err);
     if (rc == 0)
-        rc = txo_saga_list_stuck(db, DASHBOARD_STUCK_IDLE_S, DASHBOARD_SAGAS_MAX, stuck, &n_stuck,
-                                 &err);
+        rc = txo_saga_list_stuck(c->db, DASHBOARD_STUCK_IDLE_S, DASHBOARD_SAGAS_MAX, stuck,
+                                 &n_stuck, &c->err);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     json_t *by_status = json_object();
@@ -381,17 +369,17 @@ static void list_sagas(struct txo_admin *a, struct txo_db *db, const struct rout
         if (i >= n_failed && listed(failed, n_failed, ref->id))
             continue; /* a given-up COMPENSATION_FAILED saga is in both lists */
         bool is_stuck = i >= n_failed || listed(stuck, n_stuck, ref->id);
-        json_t *e = saga_entry(db, ref, is_stuck, &rc, &err);
+        json_t *e = saga_entry(c->db, ref, is_stuck, &rc, &c->err);
         if (e != NULL)
             json_array_append_new(list, e);
     }
     if (rc != 0) {
         json_decref(by_status);
         json_decref(list);
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
-    txo_http_response_json(resp, 200,
+    txo_http_response_json(c->resp, 200,
                            json_pack("{s:o,s:I,s:I,s:o}", "by_status", by_status, "abandoned",
                                      (json_int_t)counts.abandoned, "stuck_idle_seconds",
                                      (json_int_t)DASHBOARD_STUCK_IDLE_S, "sagas", list));
@@ -399,19 +387,13 @@ static void list_sagas(struct txo_admin *a, struct txo_db *db, const struct rout
 
 /* GET /processes: the daemons registered in txo_processes (include/txo/registry.h). A schema
  * without the table answers an empty list with "available": false. */
-static void list_processes(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                           const struct txo_http_request *req, struct txo_http_response *resp)
+static void list_processes(struct admin_call *c)
 {
-    (void)a;
-    (void)m;
-    (void)req;
-    struct txo_error err;
-    txo_error_init(&err);
     struct txo_process *ps = NULL;
     size_t n = 0;
-    int rc = txo_registry_list(db, DASHBOARD_ALIVE_S, &ps, &n, &err);
+    int rc = txo_registry_list(c->db, DASHBOARD_ALIVE_S, &ps, &n, &c->err);
     if (rc != 0 && rc != TXO_ENOTFOUND) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     json_t *list = json_array();
@@ -426,7 +408,7 @@ static void list_processes(struct txo_admin *a, struct txo_db *db, const struct 
                             p->alive, "status", status != NULL ? status : json_object()));
     }
     txo_processes_free(ps, n);
-    txo_http_response_json(resp, 200,
+    txo_http_response_json(c->resp, 200,
                            json_pack("{s:b,s:I,s:o}", "available", rc == 0, "alive_window_seconds",
                                      (json_int_t)DASHBOARD_ALIVE_S, "processes", list));
 }
@@ -456,8 +438,7 @@ static void ui_file(struct txo_http_response *resp, const char *body, const char
              "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'");
 }
 
-static void ui(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-               const struct txo_http_request *req, struct txo_http_response *resp)
+static void ui(struct admin_call *c)
 {
     static const struct {
         const char *path;
@@ -470,12 +451,9 @@ static void ui(struct txo_admin *a, struct txo_db *db, const struct route_match 
         {"/ui/pages.js", txo__admin_ui_pages_js, "text/javascript; charset=utf-8"},
         {"/ui/app.css", txo__admin_ui_app_css, "text/css; charset=utf-8"},
     };
-    (void)a;
-    (void)db;
-    (void)m;
     for (size_t i = 0; i < TXO_ARRAY_LEN(files); i++)
-        if (strcmp(req->path, files[i].path) == 0)
-            ui_file(resp, files[i].body, files[i].type);
+        if (strcmp(c->req->path, files[i].path) == 0)
+            ui_file(c->resp, files[i].body, files[i].type);
 }
 
 /*
@@ -641,19 +619,17 @@ bool txo_admin_handle(struct txo_admin *admin, const struct txo_http_request *re
                                 "this method is not allowed on this path");
         return true;
     }
-    struct txo_db *db = NULL;
-    if (found->needs_db) {
-        struct txo_error err;
-        txo_error_init(&err);
-        if (txo_db_pool_get(admin->pool, admin->opts.db_wait_ms, &db, &err) != 0) {
-            resp->retry_after_s = 1;
-            txo_http_response_error(resp, 503, "database_unavailable", err.msg);
-            return true;
-        }
+    struct admin_call c = {.a = admin, .db = NULL, .m = m, .req = req, .resp = resp};
+    txo_error_init(&c.err);
+    if (found->needs_db &&
+        txo_db_pool_get(admin->pool, admin->opts.db_wait_ms, &c.db, &c.err) != 0) {
+        resp->retry_after_s = 1;
+        txo_http_response_error(resp, 503, "database_unavailable", c.err.msg);
+        return true;
     }
-    found->fn(admin, db, &m, req, resp);
-    if (db != NULL)
-        txo_db_pool_put(admin->pool, db, false);
+    found->fn(&c);
+    if (c.db != NULL)
+        txo_db_pool_put(admin->pool, c.db, false);
     return true;
 }
 

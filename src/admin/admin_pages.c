@@ -62,38 +62,16 @@ static json_t *dead_event_json(const struct txo_dead_event *e)
                      time_json(e->last_replayed_at), "event_status", time_json(e->status));
 }
 
-void txo__admin_list_dead_events(struct txo_admin *a, struct txo_db *db,
-                                 const struct route_match *m, const struct txo_http_request *req,
-                                 struct txo_http_response *resp)
+void txo__admin_list_dead_events(struct admin_call *c)
 {
-    (void)a;
-    (void)m;
-    if (txo_http_request_arg_count(req, "after_id") > 1 ||
-        txo_http_request_arg_count(req, "limit") > 1) {
-        txo_http_response_error(resp, 400, "invalid_request",
-                                "after_id and limit may be given once each");
+    int64_t after_id, max;
+    if (!txo__admin_page_args(c, &after_id, &max))
         return;
-    }
-    const char *after = txo_http_request_arg(req, "after_id");
-    const char *limit = txo_http_request_arg(req, "limit");
-    int64_t after_id = 0;
-    if (after != NULL && !txo__admin_parse_int64(after, 0, INT64_MAX, &after_id)) {
-        txo_http_response_error(resp, 400, "invalid_request",
-                                "after_id must be an integer 0..2^63-1");
-        return;
-    }
-    int64_t max = 50;
-    if (limit != NULL && !txo__admin_parse_int64(limit, 1, 1000, &max)) {
-        txo_http_response_error(resp, 400, "invalid_request", "limit must be 1..1000");
-        return;
-    }
-    struct txo_error err;
-    txo_error_init(&err);
     struct txo_dead_event *ev = NULL;
     size_t n = 0;
-    int rc = txo_dlq_list_events(db, after_id, (size_t)max, &ev, &n, &err);
+    int rc = txo_dlq_list_events(c->db, after_id, (size_t)max, &ev, &n, &c->err);
     if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     json_t *list = json_array();
@@ -102,7 +80,8 @@ void txo__admin_list_dead_events(struct txo_admin *a, struct txo_db *db,
     int64_t next = n > 0 ? ev[n - 1].last.id : after_id;
     txo_dead_events_free(ev, n);
     txo_http_response_json(
-        resp, 200, json_pack("{s:o,s:I}", "dead_events", list, "next_after_id", (json_int_t)next));
+        c->resp, 200,
+        json_pack("{s:o,s:I}", "dead_events", list, "next_after_id", (json_int_t)next));
 }
 
 /* ---- GET /sagas/{id} ---- */
@@ -194,33 +173,24 @@ static int add_times(json_t *doc, const struct txo__saga_times *t)
  * the saga's times (created, last change, deadline), each step's (last change, deadline, the
  * current call's deadline), how long it has been idle, and its compensation plan.
  */
-void txo__admin_get_saga(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                         const struct txo_http_request *req, struct txo_http_response *resp)
+void txo__admin_get_saga(struct admin_call *c)
 {
-    (void)req;
-    const char *id = m->saga_id;
-    struct txo_error err;
-    txo_error_init(&err);
     struct txo_saga_info info;
-    int rc = txo_saga_load(db, id, &info, &err);
-    if (rc != 0) {
-        txo_http_response_fail(resp, rc, &err);
+    const struct txo_saga_def *def;
+    if (!txo__admin_load_saga(c, &info, &def))
         return;
-    }
     struct txo__saga_times times;
-    rc = txo__saga_times_load(db, id, &times, &err);
+    int rc = txo__saga_times_load(c->db, c->m.saga_id, &times, &c->err);
     if (rc != 0) {
         txo_saga_info_release(&info);
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
     json_t *doc = NULL;
-    char *text = txo_saga_info_json(&info, &err);
+    char *text = txo_saga_info_json(&info, &c->err);
     if (text != NULL)
         doc = json_loads(text, 0, NULL);
     txo_free(text);
-    const struct txo_saga_def *def =
-        txo__saga_table_find(a->opts.sagas, a->opts.n_sagas, info.type);
     if (doc == NULL || add_times(doc, &times) != 0 ||
         json_object_set_new(doc, "idle_seconds", json_integer((json_int_t)info.idle_s)) != 0 ||
         json_object_set_new(doc, "compensation_plan", compensation_plan(&info, def)) != 0) {
@@ -229,7 +199,7 @@ void txo__admin_get_saga(struct txo_admin *a, struct txo_db *db, const struct ro
     }
     txo__saga_times_release(&times);
     txo_saga_info_release(&info);
-    txo_http_response_json(resp, 200, doc);
+    txo_http_response_json(c->resp, 200, doc);
 }
 
 /* ---- GET /search ---- */
@@ -280,34 +250,32 @@ static json_t *find_record(const struct txo_admin_finder *f, struct txo_db *db, 
  * GET /search?q=: the saga whose id is q, then each finder's record for q, in the order they
  * were given. {"query": q, "results": [...]}, empty when nothing matched.
  */
-void txo__admin_search(struct txo_admin *a, struct txo_db *db, const struct route_match *m,
-                       const struct txo_http_request *req, struct txo_http_response *resp)
+void txo__admin_search(struct admin_call *c)
 {
-    (void)m;
-    const char *q = txo_http_request_arg(req, "q");
-    if (txo_http_request_arg_count(req, "q") != 1 || q == NULL || q[0] == '\0' ||
+    const char *q = txo_http_request_arg(c->req, "q");
+    if (txo_http_request_arg_count(c->req, "q") != 1 || q == NULL || q[0] == '\0' ||
         strlen(q) > SEARCH_MAX) {
-        txo_http_response_error(resp, 400, "invalid_request", "q must be given once, 1..200 bytes");
+        txo_http_response_error(c->resp, 400, "invalid_request",
+                                "q must be given once, 1..200 bytes");
         return;
     }
     char clean[SEARCH_MAX + 1];
     txo__utf8_sanitize(q, clean, sizeof(clean));
-    struct txo_error err;
-    txo_error_init(&err);
     int rc = 0;
     json_t *results = json_array();
-    json_t *saga = find_saga(db, clean, &rc, &err);
+    json_t *saga = find_saga(c->db, clean, &rc, &c->err);
     if (saga != NULL)
         json_array_append_new(results, saga);
-    for (size_t i = 0; rc == 0 && i < a->opts.n_finders; i++) {
-        json_t *r = find_record(&a->opts.finders[i], db, clean, &rc, &err);
+    for (size_t i = 0; rc == 0 && i < c->a->opts.n_finders; i++) {
+        json_t *r = find_record(&c->a->opts.finders[i], c->db, clean, &rc, &c->err);
         if (r != NULL)
             json_array_append_new(results, r);
     }
     if (rc != 0) {
         json_decref(results);
-        txo_http_response_fail(resp, rc, &err);
+        txo_http_response_fail(c->resp, rc, &c->err);
         return;
     }
-    txo_http_response_json(resp, 200, json_pack("{s:s,s:o}", "query", clean, "results", results));
+    txo_http_response_json(c->resp, 200,
+                           json_pack("{s:s,s:o}", "query", clean, "results", results));
 }

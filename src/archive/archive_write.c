@@ -457,49 +457,71 @@ static void crc_of(const struct txo__buf *body, char crc_hex[9])
     snprintf(crc_hex, 9, "%08" PRIx32, crc);
 }
 
-int txo_archive_write(const char *dir, const char *table, const struct txo_archive_column *cols,
-                      size_t n_cols, size_t id_col, const struct txo_rows *rows, char **path_out,
-                      struct txo_error *err)
+/* An archive file as a writer encoded it, before it is written: its name and its parts. */
+struct archive_file {
+    char name[NAME_MAX + 1];
+    struct txo__buf head, body;
+};
+
+/*
+ * The end both writers share: writes f (write_file()) when its encoding went well (rc 0), then
+ * frees its parts. Returns rc or the write's error, named after the table.
+ */
+static int write_and_release(const char *dir, const char *table, struct archive_file *f, int rc,
+                             bool replace, char **path_out, struct txo_error *err)
 {
-    struct txo__buf body = {0}, head = {0};
-    char name[NAME_MAX + 1], crc_hex[9];
+    if (rc == 0)
+        rc = write_file(dir, table, f->name, replace, &f->head, &f->body, path_out, err);
+    if (rc < 0)
+        txo_error_wrap(err, "archive %s", table != NULL ? table : "?");
+    txo_free(f->body.data);
+    txo_free(f->head.data);
+    return rc;
+}
+
+static int encode_ids(struct archive_file *f, const char *dir, const char *table,
+                      const struct txo_archive_column *cols, size_t n_cols, size_t id_col,
+                      const struct txo_rows *rows, struct txo_error *err)
+{
+    char crc_hex[9];
     int rc = check_args(dir, table, cols, n_cols, rows, err);
     if (rc == 0 && id_col >= n_cols)
         rc = txo_error_set(err, TXO_EINVAL, "no id column %zu", id_col);
     if (rc == 0)
         rc = check_ids(rows, id_col, err);
     if (rc == 0)
-        rc = encode_rows(&body, cols, n_cols, rows, err);
+        rc = encode_rows(&f->body, cols, n_cols, rows, err);
     if (rc < 0)
-        goto out;
+        return rc;
     size_t n = txo_rows_count(rows);
     int64_t first = txo_rows_i64(rows, 0, id_col);
     int64_t last = txo_rows_i64(rows, n - 1, id_col);
-    crc_of(&body, crc_hex);
-    rc = encode_header_ids(&head, table, cols, n_cols, id_col, first, last, n, crc_hex, err);
+    crc_of(&f->body, crc_hex);
+    rc = encode_header_ids(&f->head, table, cols, n_cols, id_col, first, last, n, crc_hex, err);
     if (rc < 0)
-        goto out;
-    int nn = snprintf(name, sizeof(name), "%s.%" PRId64 "-%" PRId64 TXO__ARCHIVE_SUFFIX, table,
-                      first, last);
-    if (nn < 0 || (size_t)nn >= sizeof(name)) {
-        rc = txo_error_set(err, TXO_EINVAL, "archive file name too long");
-        goto out;
-    }
-    rc = write_file(dir, table, name, true, &head, &body, path_out, err);
-out:
-    if (rc < 0)
-        txo_error_wrap(err, "archive %s", table != NULL ? table : "?");
-    txo_free(body.data);
-    txo_free(head.data);
-    return rc;
+        return rc;
+    int nn = snprintf(f->name, sizeof(f->name), "%s.%" PRId64 "-%" PRId64 TXO__ARCHIVE_SUFFIX,
+                      table, first, last);
+    if (nn < 0 || (size_t)nn >= sizeof(f->name))
+        return txo_error_set(err, TXO_EINVAL, "archive file name too long");
+    return 0;
 }
 
-int txo_archive_write_seq(const char *dir, const char *table, const struct txo_archive_column *cols,
-                          size_t n_cols, size_t key_col, size_t time_col, uint64_t seq,
-                          const struct txo_rows *rows, char **path_out, struct txo_error *err)
+int txo_archive_write(const char *dir, const char *table, const struct txo_archive_column *cols,
+                      size_t n_cols, size_t id_col, const struct txo_rows *rows, char **path_out,
+                      struct txo_error *err)
 {
-    struct txo__buf body = {0}, head = {0};
-    char name[NAME_MAX + 1], crc_hex[9], stamp[TXO__ARCHIVE_STAMP_LEN];
+    struct archive_file f = {0};
+    int rc = encode_ids(&f, dir, table, cols, n_cols, id_col, rows, err);
+    return write_and_release(dir, table, &f, rc, true, path_out, err);
+}
+
+static int encode_seq(struct archive_file *f, const char *dir, const char *table,
+                      const struct txo_archive_column *cols, size_t n_cols, size_t key_col,
+                      size_t time_col, uint64_t seq, const struct txo_rows *rows,
+                      struct txo_error *err)
+{
+    char crc_hex[9], stamp[TXO__ARCHIVE_STAMP_LEN];
     char first[TXO_RFC3339_LEN], last[TXO_RFC3339_LEN];
     int rc = check_args(dir, table, cols, n_cols, rows, err);
     if (rc == 0 &&
@@ -514,28 +536,27 @@ int txo_archive_write_seq(const char *dir, const char *table, const struct txo_a
     if (rc == 0)
         rc = check_seq_rows(rows, cols, key_col, time_col, err);
     if (rc == 0)
-        rc = encode_rows(&body, cols, n_cols, rows, err);
+        rc = encode_rows(&f->body, cols, n_cols, rows, err);
     if (rc < 0)
-        goto out;
+        return rc;
     size_t n = txo_rows_count(rows), first_len = 0, last_len = 0;
     const char *first_at = txo_rows_str(rows, 0, time_col, &first_len);
     const char *last_at = txo_rows_str(rows, n - 1, time_col, &last_len);
     if (!time_text(first_at, first_len, first) || !time_text(last_at, last_len, last) ||
         !txo__archive_stamp(first_at, stamp) ||
-        !txo__archive_seq_name(name, sizeof(name), table, seq, stamp)) {
-        rc = txo_error_set(err, TXO_EINVAL, "a time %s cannot hold, or a name too long",
-                           cols[time_col].name);
-        goto out;
-    }
-    crc_of(&body, crc_hex);
-    rc = encode_header_seq(&head, table, cols, n_cols, key_col, time_col, seq, first, last, n,
-                           crc_hex, err);
-    if (rc == 0)
-        rc = write_file(dir, table, name, false, &head, &body, path_out, err);
-out:
-    if (rc < 0)
-        txo_error_wrap(err, "archive %s", table != NULL ? table : "?");
-    txo_free(body.data);
-    txo_free(head.data);
-    return rc;
+        !txo__archive_seq_name(f->name, sizeof(f->name), table, seq, stamp))
+        return txo_error_set(err, TXO_EINVAL, "a time %s cannot hold, or a name too long",
+                             cols[time_col].name);
+    crc_of(&f->body, crc_hex);
+    return encode_header_seq(&f->head, table, cols, n_cols, key_col, time_col, seq, first, last, n,
+                             crc_hex, err);
+}
+
+int txo_archive_write_seq(const char *dir, const char *table, const struct txo_archive_column *cols,
+                          size_t n_cols, size_t key_col, size_t time_col, uint64_t seq,
+                          const struct txo_rows *rows, char **path_out, struct txo_error *err)
+{
+    struct archive_file f = {0};
+    int rc = encode_seq(&f, dir, table, cols, n_cols, key_col, time_col, seq, rows, err);
+    return write_and_release(dir, table, &f, rc, false, path_out, err);
 }

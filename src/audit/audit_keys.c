@@ -11,6 +11,7 @@
  */
 
 #include "audit/audit_internal.h"
+#include "core/text.h"
 
 #define CHUNK_BYTES (64 * 1024)
 #define FIRST_SLOTS 1024
@@ -50,21 +51,11 @@ void txo__audit_arena_release(struct audit_arena *ar)
     }
 }
 
-static uint64_t hash(const char *key, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)key[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
-
 /* The slot that holds key, or the empty slot where it would go. */
 static size_t probe(const struct audit_keys *ks, const char *key, size_t len)
 {
     size_t mask = ks->n_slots - 1;
-    for (size_t s = (size_t)hash(key, len) & mask;; s = (s + 1) & mask) {
+    for (size_t s = (size_t)txo__fnv1a(TXO__FNV1A_BASIS, key, len) & mask;; s = (s + 1) & mask) {
         uint32_t v = ks->slots[s];
         if (v == 0)
             return s;

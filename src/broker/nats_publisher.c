@@ -43,6 +43,7 @@
 
 #include "broker/nats_internal.h"
 #include "broker/wire.h"
+#include "core/text.h"
 
 #define RECONNECT_BUF_BYTES (8 * 1024 * 1024)
 #define ASYNC_MAX_PENDING   65536 /* above the relay's largest batch: publishing never stalls */
@@ -172,23 +173,13 @@ int txo__nats_check_opts(const struct txo_nats_opts *o, const char *role, struct
 
 /* ---- subjects ---- */
 
-/* Appends token to out[*n..cap) with '.', '*', '>', whitespace and controls as '_'. */
+/* Appends '.' and token to out[*n..cap), with '.', '*', '>', whitespace and controls as '_'. */
 static bool append_token(char *out, size_t cap, size_t *n, const char *token)
 {
-    size_t len = strlen(token);
-    if (len == 0) {
-        token = "_";
-        len = 1;
-    }
-    if (*n + 1 + len + 1 > cap)
+    if (*n + 2 > cap)
         return false;
     out[(*n)++] = '.';
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)token[i];
-        out[(*n)++] = (is_space_or_ctl(ch) || ch == '.' || ch == '*' || ch == '>') ? '_' : (char)ch;
-    }
-    out[*n] = '\0';
-    return true;
+    return txo__text_append_name_part(out, cap, n, token, ".*>");
 }
 
 int txo_nats_subject(const char *prefix, const char *aggregate_type, const char *event_type,

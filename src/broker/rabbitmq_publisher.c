@@ -37,6 +37,7 @@
 
 #include "broker/rabbitmq_internal.h"
 #include "broker/wire.h"
+#include "core/text.h"
 
 #define RESULT_PENDING 1 /* results[i] while no outcome is known (codes are <= 0) */
 #define FRAME_MAX      131072
@@ -132,23 +133,9 @@ int txo__rmq_check_opts(const struct txo_rabbitmq_opts *o, bool consumer, struct
 
 /* ---- routing keys ---- */
 
-static bool append_part(char *out, size_t cap, size_t *n, const char *part)
-{
-    size_t len = strlen(part);
-    if (len == 0) {
-        part = "_";
-        len = 1;
-    }
-    if (*n + len + 1 > cap)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)part[i];
-        bool bad = ch <= 0x20 || ch == 0x7f || ch == '.' || ch == '*' || ch == '#';
-        out[(*n)++] = bad ? '_' : (char)ch;
-    }
-    out[*n] = '\0';
-    return true;
-}
+/* The bytes a routing key's part may not hold: '.' separates the parts, and '*' and '#' are a
+ * topic binding's wildcards. */
+#define ROUTING_RESERVED ".*#"
 
 int txo_rabbitmq_routing_key(const char *aggregate_type, const char *event_type, char *out,
                              size_t out_size, struct txo_error *err)
@@ -159,11 +146,12 @@ int txo_rabbitmq_routing_key(const char *aggregate_type, const char *event_type,
         return txo_error_set(err, TXO_EINVAL, "rabbitmq routing key: missing argument");
     size_t cap = out_size < TXO__RMQ_NAME_MAX + 1 ? out_size : TXO__RMQ_NAME_MAX + 1;
     size_t n = 0;
-    bool ok = append_part(out, cap, &n, aggregate_type) && n + 2 <= cap;
+    bool ok =
+        txo__text_append_name_part(out, cap, &n, aggregate_type, ROUTING_RESERVED) && n + 2 <= cap;
     if (ok) {
         out[n++] = '.';
         out[n] = '\0';
-        ok = append_part(out, cap, &n, event_type);
+        ok = txo__text_append_name_part(out, cap, &n, event_type, ROUTING_RESERVED);
     }
     if (!ok) {
         out[0] = '\0';

@@ -20,6 +20,7 @@
 #include <sys/time.h>
 
 #include "broker/redis_internal.h"
+#include "core/text.h"
 
 #define DEFAULT_PORT 6379
 
@@ -41,23 +42,6 @@ void txo_redis_opts_init(struct txo_redis_opts *o)
 
 /* ---- stream names ---- */
 
-static bool append_value(char *out, size_t cap, size_t *n, const char *v)
-{
-    size_t len = strlen(v);
-    if (len == 0) {
-        v = "_";
-        len = 1;
-    }
-    if (*n + len + 1 > cap)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)v[i];
-        out[(*n)++] = ch <= 0x20 || ch == 0x7f ? '_' : (char)ch;
-    }
-    out[*n] = '\0';
-    return true;
-}
-
 int txo_redis_stream_name(const char *tmpl, const char *aggregate_type, const char *event_type,
                           char *out, size_t out_size, struct txo_error *err)
 {
@@ -74,10 +58,10 @@ int txo_redis_stream_name(const char *tmpl, const char *aggregate_type, const ch
     for (const char *p = tmpl; *p != '\0';) {
         bool ok;
         if (strncmp(p, agg_ph, sizeof(agg_ph) - 1) == 0) {
-            ok = append_value(out, out_size, &n, aggregate_type);
+            ok = txo__text_append_name_part(out, out_size, &n, aggregate_type, "");
             p += sizeof(agg_ph) - 1;
         } else if (strncmp(p, type_ph, sizeof(type_ph) - 1) == 0) {
-            ok = append_value(out, out_size, &n, event_type);
+            ok = txo__text_append_name_part(out, out_size, &n, event_type, "");
             p += sizeof(type_ph) - 1;
         } else if (*p == '{') {
             out[0] = '\0';

@@ -276,33 +276,6 @@ static void logfmt_str(struct line *l, const char *s, size_t n)
     put_quoted(l, s, len, cut, "\\x");
 }
 
-static void logfmt_value(struct line *l, const struct txo_log_field *f)
-{
-    switch (f->kind) {
-    case TXO_LOG_KIND_STR:
-        logfmt_str(l, f->v.str.ptr, str_len(f));
-        break;
-    case TXO_LOG_KIND_I64:
-        put_i64(l, f->v.i64);
-        break;
-    case TXO_LOG_KIND_U64:
-        put_u64(l, f->v.u64);
-        break;
-    case TXO_LOG_KIND_F64:
-        if (isnan(f->v.f64)) {
-            line_puts(l, "NaN");
-        } else if (isinf(f->v.f64)) {
-            line_puts(l, f->v.f64 > 0 ? "+Inf" : "-Inf");
-        } else {
-            put_f64(l, f->v.f64);
-        }
-        break;
-    case TXO_LOG_KIND_BOOL:
-        line_puts(l, f->v.b ? "true" : "false");
-        break;
-    }
-}
-
 /* ---- JSON ---- */
 
 /* A JSON string: '"', '\\' and control characters escaped; bytes >= 0x80 passed through. */
@@ -313,11 +286,22 @@ static void json_str(struct line *l, const char *s, size_t n, size_t max)
     put_quoted(l, s, len, cut, "\\u00");
 }
 
-static void json_value(struct line *l, const struct txo_log_field *f)
+/* ---- one line ---- */
+
+/*
+ * A field's value, the same in both formats but for two things: a string is quoted only
+ * when logfmt needs it and always in JSON, and a float that is not finite is NaN, +Inf or
+ * -Inf in logfmt but null in JSON, which has no such numbers.
+ */
+static void put_value(struct line *l, const struct txo_log_field *f, bool json)
 {
     switch (f->kind) {
     case TXO_LOG_KIND_STR:
-        json_str(l, f->v.str.ptr, str_len(f), LOG_VALUE_MAX);
+        if (json) {
+            json_str(l, f->v.str.ptr, str_len(f), LOG_VALUE_MAX);
+        } else {
+            logfmt_str(l, f->v.str.ptr, str_len(f));
+        }
         break;
     case TXO_LOG_KIND_I64:
         put_i64(l, f->v.i64);
@@ -328,8 +312,12 @@ static void json_value(struct line *l, const struct txo_log_field *f)
     case TXO_LOG_KIND_F64:
         if (isfinite(f->v.f64)) {
             put_f64(l, f->v.f64);
+        } else if (json) {
+            line_puts(l, "null");
+        } else if (isnan(f->v.f64)) {
+            line_puts(l, "NaN");
         } else {
-            line_puts(l, "null"); /* JSON has no NaN or infinity */
+            line_puts(l, f->v.f64 > 0 ? "+Inf" : "-Inf");
         }
         break;
     case TXO_LOG_KIND_BOOL:
@@ -337,8 +325,6 @@ static void json_value(struct line *l, const struct txo_log_field *f)
         break;
     }
 }
-
-/* ---- one line ---- */
 
 size_t txo_log_format_line(char *buf, size_t cap, enum txo_log_format format, const char *ts,
                            enum txo_log_level level, const char *component, const char *msg,
@@ -381,13 +367,12 @@ size_t txo_log_format_line(char *buf, size_t cap, enum txo_log_format format, co
             line_puts(&l, ",\"");
             line_puts(&l, f->key);
             line_puts(&l, "\":");
-            json_value(&l, f);
         } else {
             line_putc(&l, ' ');
             line_puts(&l, f->key);
             line_putc(&l, '=');
-            logfmt_value(&l, f);
         }
+        put_value(&l, f, json);
         if (l.full) {
             l.len = mark;
             truncated = true;

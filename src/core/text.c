@@ -213,3 +213,32 @@ void txo__utf8_sanitize(const char *text, char *out, size_t cap)
     }
     out[o] = '\0';
 }
+
+bool txo__text_append_name_part(char *out, size_t cap, size_t *n, const char *part,
+                                const char *reserved)
+{
+    size_t len = strlen(part);
+    if (len == 0) {
+        part = "_";
+        len = 1;
+    }
+    if (*n + len + 1 > cap)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)part[i];
+        bool bad = ch <= 0x20 || ch == 0x7f || strchr(reserved, ch) != NULL;
+        out[(*n)++] = bad ? '_' : (char)ch;
+    }
+    out[*n] = '\0';
+    return true;
+}
+
+uint64_t txo__fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211u;
+    }
+    return h;
+}

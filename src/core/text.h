@@ -6,6 +6,7 @@
 #define TXO_CORE_TEXT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "txo/clock.h" /* TXO_RFC3339_LEN */
@@ -36,5 +37,24 @@ void txo__utf8_sanitize(const char *text, char *out, size_t cap);
 bool txo__text_rfc3339_us(const char *text, int64_t *us);
 
 int txo__hex_digit(char c);
+
+/*
+ * Appends part to out[*n..cap) as one part of a broker's name (a NATS subject token, a Redis
+ * stream name, an AMQP routing key), with controls, spaces, DEL and every byte of reserved
+ * written as '_', so that no event can make a name that means something else; an empty part
+ * is written "_". False, leaving out as it was, when it does not fit with its NUL.
+ */
+/* The 64-bit FNV-1a offset basis: the hash of no bytes, where a hash starts. */
+#define TXO__FNV1A_BASIS 14695981039346656037u
+
+/*
+ * The 64-bit FNV-1a hash h (TXO__FNV1A_BASIS to start) continued over the n bytes of data: the
+ * hash of the library's in-memory tables. Not for anything stored or sent: those must not
+ * depend on a hash function another version may change.
+ */
+uint64_t txo__fnv1a(uint64_t h, const void *data, size_t n);
+
+bool txo__text_append_name_part(char *out, size_t cap, size_t *n, const char *part,
+                                const char *reserved);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include <mysqld_error.h>
 
+#include "core/text.h"
 #include "db/db_internal.h"
 
 struct txo_param txo_p_str(const char *s)
@@ -24,16 +25,6 @@ struct txo_param txo_p_str(const char *s)
 }
 
 /* ---- statement cache ---- */
-
-static uint64_t fnv1a(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 void txo__db_stmt_cache_clear(struct txo_db *db)
 {
@@ -85,7 +76,7 @@ static int stmt_cache_grow(struct txo_db *db)
 static int stmt_get(struct txo_db *db, const char *sql, MYSQL_STMT **out, struct txo_error *err)
 {
     size_t len = strlen(sql);
-    uint64_t h = fnv1a(sql, len);
+    uint64_t h = txo__fnv1a(TXO__FNV1A_BASIS, sql, len);
     if ((db->n_stmts + 1) * 10 > db->n_slots * 7 && stmt_cache_grow(db) < 0)
         return txo_error_set(err, TXO_ENOMEM, "statement cache: out of memory");
     struct stmt_entry *e = stmt_slot(db->stmts, db->n_slots, sql, len, h);
@@ -123,7 +114,8 @@ static int stmt_reprepare(struct txo_db *db, const char *sql, MYSQL_STMT **out,
                           struct txo_error *err)
 {
     size_t len = strlen(sql);
-    struct stmt_entry *e = stmt_slot(db->stmts, db->n_slots, sql, len, fnv1a(sql, len));
+    struct stmt_entry *e =
+        stmt_slot(db->stmts, db->n_slots, sql, len, txo__fnv1a(TXO__FNV1A_BASIS, sql, len));
     TXO_ASSERT(e->sql != NULL);
     mysql_stmt_close(e->stmt);
     e->stmt = mysql_stmt_init(db->conn);

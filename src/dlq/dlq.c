@@ -40,17 +40,21 @@ enum list_col {
     COL_SKIPPED_AT,
 };
 
+static void dead_letter_release(struct txo_dead_letter *d)
+{
+    txo_free(d->event_type);
+    txo_free(d->payload);
+    txo_free(d->error);
+    txo_free(d->replayed_at);
+    txo_free(d->skipped_at);
+}
+
 void txo_dead_letters_free(struct txo_dead_letter *dl, size_t n)
 {
     if (dl == NULL)
         return;
-    for (size_t i = 0; i < n; i++) {
-        txo_free(dl[i].event_type);
-        txo_free(dl[i].payload);
-        txo_free(dl[i].error);
-        txo_free(dl[i].replayed_at);
-        txo_free(dl[i].skipped_at);
-    }
+    for (size_t i = 0; i < n; i++)
+        dead_letter_release(&dl[i]);
     txo_free(dl);
 }
 
@@ -59,9 +63,22 @@ static char *dup_or_empty(const char *s)
     return txo_strdup(s != NULL ? s : "");
 }
 
-/* Copies row i into d. Returns 0 or TXO_ENOMEM (d may be half filled; free it anyway). */
-static int copy_dead_letter(const struct txo_rows *rows, size_t i, struct txo_dead_letter *d)
+/* Row i's DATETIME column col as RFC 3339 text into *out (txo_free), left NULL for a NULL
+ * column. False when out of memory. */
+static bool dup_time(const struct txo_rows *rows, size_t i, size_t col, char **out)
 {
+    if (txo_rows_is_null(rows, i, col))
+        return true;
+    char at[TXO_RFC3339_LEN];
+    *out = txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, col, NULL), at));
+    return *out != NULL;
+}
+
+/* Copies row i into entry, a struct txo_dead_letter. Returns 0 or TXO_ENOMEM (it may be half
+ * filled; free it anyway). */
+static int copy_dead_letter(const struct txo_rows *rows, size_t i, void *entry)
+{
+    struct txo_dead_letter *d = entry;
     d->id = txo_rows_i64(rows, i, COL_ID);
     d->source_event_id = txo_rows_i64(rows, i, COL_SOURCE_EVENT_ID); /* 0 for NULL */
     d->event_type = dup_or_empty(txo_rows_str(rows, i, COL_EVENT_TYPE, NULL));
@@ -72,50 +89,52 @@ static int copy_dead_letter(const struct txo_rows *rows, size_t i, struct txo_de
     d->replay_count = count > 0 && count <= INT32_MAX ? (unsigned)count : 0;
     if (d->event_type == NULL || d->payload == NULL || d->error == NULL)
         return TXO_ENOMEM;
-    if (!txo_rows_is_null(rows, i, COL_REPLAYED_AT)) {
-        char at[TXO_RFC3339_LEN];
-        d->replayed_at =
-            txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_REPLAYED_AT, NULL), at));
-        if (d->replayed_at == NULL)
-            return TXO_ENOMEM;
-    }
-    if (!txo_rows_is_null(rows, i, COL_SKIPPED_AT)) {
-        char at[TXO_RFC3339_LEN];
-        d->skipped_at =
-            txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_SKIPPED_AT, NULL), at));
-        if (d->skipped_at == NULL)
-            return TXO_ENOMEM;
-    }
+    if (!dup_time(rows, i, COL_REPLAYED_AT, &d->replayed_at) ||
+        !dup_time(rows, i, COL_SKIPPED_AT, &d->skipped_at))
+        return TXO_ENOMEM;
     return 0;
 }
 
-int txo_dlq_list(struct txo_db *db, int64_t after_id, size_t limit, struct txo_dead_letter **out,
-                 size_t *n, struct txo_error *err)
+/* A listing of dead letters, one by one or by event: what one page of it reads. */
+struct listing {
+    const char *what; /* for messages: "dead letters" */
+    const char *sql;  /* takes (after_id, limit) */
+    size_t size;      /* of one entry */
+    int (*copy)(const struct txo_rows *rows, size_t i, void *entry);
+    void (*free)(void *list, size_t n);
+};
+
+/*
+ * One page of a listing: the entries after after_id, at most limit of them, into *out (an
+ * array of *n entries that the listing's free releases), written only on success.
+ */
+static int list_page(struct txo_db *db, const struct listing *l, int64_t after_id, size_t limit,
+                     void **out, size_t *n, struct txo_error *err)
 {
     TXO_ASSERT(db != NULL && out != NULL && n != NULL);
     if (limit < 1 || limit > TXO_DLQ_LIST_MAX)
-        return txo_error_set(err, TXO_EINVAL, "dead letters: limit must be 1..%d, got %zu",
+        return txo_error_set(err, TXO_EINVAL, "%s: limit must be 1..%d, got %zu", l->what,
                              TXO_DLQ_LIST_MAX, limit);
     struct txo_rows *rows = NULL;
-    struct txo_dead_letter *list = NULL;
+    char *list = NULL;
     size_t count = 0;
     struct txo_param params[] = {txo_p_i64(after_id), txo_p_i64((int64_t)limit)};
-    int rc = txo_db_query(db, DLQ_SQL_LIST, params, TXO_ARRAY_LEN(params), &rows, err);
+    int rc = txo_db_query(db, l->sql, params, TXO_ARRAY_LEN(params), &rows, err);
     if (rc < 0) {
-        txo_error_wrap(err, "dead letters: list after id %" PRId64, after_id);
+        txo_error_wrap(err, "%s: list after id %" PRId64, l->what, after_id);
         goto out;
     }
     count = txo_rows_count(rows);
     if (count > 0) {
-        list = txo_calloc(count, sizeof(*list));
+        list = txo_calloc(count, l->size);
         if (list == NULL) {
-            rc = txo_error_set(err, TXO_ENOMEM, "dead letters: out of memory");
+            rc = txo_error_set(err, TXO_ENOMEM, "%s: out of memory", l->what);
             goto out;
         }
     }
     for (size_t i = 0; i < count; i++) {
-        if (copy_dead_letter(rows, i, &list[i]) < 0) {
-            rc = txo_error_set(err, TXO_ENOMEM, "dead letters: out of memory");
+        if (l->copy(rows, i, list + i * l->size) < 0) {
+            rc = txo_error_set(err, TXO_ENOMEM, "%s: out of memory", l->what);
             goto out;
         }
     }
@@ -123,8 +142,26 @@ int txo_dlq_list(struct txo_db *db, int64_t after_id, size_t limit, struct txo_d
     *n = count;
     list = NULL;
 out:
-    txo_dead_letters_free(list, count);
+    l->free(list, count);
     txo_rows_free(rows);
+    return rc;
+}
+
+static void free_dead_letters(void *list, size_t n)
+{
+    txo_dead_letters_free(list, n);
+}
+
+int txo_dlq_list(struct txo_db *db, int64_t after_id, size_t limit, struct txo_dead_letter **out,
+                 size_t *n, struct txo_error *err)
+{
+    static const struct listing letters = {"dead letters", DLQ_SQL_LIST,
+                                           sizeof(struct txo_dead_letter), copy_dead_letter,
+                                           free_dead_letters};
+    void *list = NULL;
+    int rc = list_page(db, &letters, after_id, limit, &list, n, err);
+    if (rc == 0)
+        *out = list;
     return rc;
 }
 
@@ -141,11 +178,7 @@ void txo_dead_events_free(struct txo_dead_event *ev, size_t n)
     if (ev == NULL)
         return;
     for (size_t i = 0; i < n; i++) {
-        txo_free(ev[i].last.event_type);
-        txo_free(ev[i].last.payload);
-        txo_free(ev[i].last.error);
-        txo_free(ev[i].last.replayed_at);
-        txo_free(ev[i].last.skipped_at);
+        dead_letter_release(&ev[i].last);
         txo_free(ev[i].last_replayed_at);
     }
     txo_free(ev);
@@ -157,9 +190,11 @@ static unsigned count_col(const struct txo_rows *rows, size_t i, size_t col)
     return v > 0 && v <= INT32_MAX ? (unsigned)v : 0;
 }
 
-/* Copies row i into e. Returns 0 or TXO_ENOMEM (e may be half filled; free it anyway). */
-static int copy_dead_event(const struct txo_rows *rows, size_t i, struct txo_dead_event *e)
+/* Copies row i into entry, a struct txo_dead_event. Returns 0 or TXO_ENOMEM (it may be half
+ * filled; free it anyway). */
+static int copy_dead_event(const struct txo_rows *rows, size_t i, void *entry)
 {
+    struct txo_dead_event *e = entry;
     int rc = copy_dead_letter(rows, i, &e->last);
     if (rc != 0)
         return rc;
@@ -167,52 +202,24 @@ static int copy_dead_event(const struct txo_rows *rows, size_t i, struct txo_dea
     e->replays = count_col(rows, i, COL_REPLAYS);
     if (!txo_rows_is_null(rows, i, COL_EVENT_STATUS))
         snprintf(e->status, sizeof(e->status), "%s", txo_rows_str(rows, i, COL_EVENT_STATUS, NULL));
-    if (!txo_rows_is_null(rows, i, COL_LAST_REPLAYED_AT)) {
-        char at[TXO_RFC3339_LEN];
-        e->last_replayed_at =
-            txo_strdup(txo__text_rfc3339(txo_rows_str(rows, i, COL_LAST_REPLAYED_AT, NULL), at));
-        if (e->last_replayed_at == NULL)
-            return TXO_ENOMEM;
-    }
-    return 0;
+    return dup_time(rows, i, COL_LAST_REPLAYED_AT, &e->last_replayed_at) ? 0 : TXO_ENOMEM;
+}
+
+static void free_dead_events(void *list, size_t n)
+{
+    txo_dead_events_free(list, n);
 }
 
 int txo_dlq_list_events(struct txo_db *db, int64_t after_id, size_t limit,
                         struct txo_dead_event **out, size_t *n, struct txo_error *err)
 {
-    TXO_ASSERT(db != NULL && out != NULL && n != NULL);
-    if (limit < 1 || limit > TXO_DLQ_LIST_MAX)
-        return txo_error_set(err, TXO_EINVAL, "dead events: limit must be 1..%d, got %zu",
-                             TXO_DLQ_LIST_MAX, limit);
-    struct txo_rows *rows = NULL;
-    struct txo_dead_event *list = NULL;
-    size_t count = 0;
-    struct txo_param params[] = {txo_p_i64(after_id), txo_p_i64((int64_t)limit)};
-    int rc = txo_db_query(db, DLQ_SQL_LIST_EVENTS, params, TXO_ARRAY_LEN(params), &rows, err);
-    if (rc < 0) {
-        txo_error_wrap(err, "dead events: list after id %" PRId64, after_id);
-        goto out;
-    }
-    count = txo_rows_count(rows);
-    if (count > 0) {
-        list = txo_calloc(count, sizeof(*list));
-        if (list == NULL) {
-            rc = txo_error_set(err, TXO_ENOMEM, "dead events: out of memory");
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < count; i++) {
-        if (copy_dead_event(rows, i, &list[i]) < 0) {
-            rc = txo_error_set(err, TXO_ENOMEM, "dead events: out of memory");
-            goto out;
-        }
-    }
-    *out = list;
-    *n = count;
-    list = NULL;
-out:
-    txo_dead_events_free(list, count);
-    txo_rows_free(rows);
+    static const struct listing events = {"dead events", DLQ_SQL_LIST_EVENTS,
+                                          sizeof(struct txo_dead_event), copy_dead_event,
+                                          free_dead_events};
+    void *list = NULL;
+    int rc = list_page(db, &events, after_id, limit, &list, n, err);
+    if (rc == 0)
+        *out = list;
     return rc;
 }
 

@@ -31,41 +31,53 @@ struct req_view {
     size_t n_args;
 };
 
+/* Header field names compare without case (RFC 9110 5.1); query argument names do not. */
+static bool same_name(const char *a, const char *b, bool fold_case)
+{
+    return fold_case ? strcasecmp(a, b) == 0 : strcmp(a, b) == 0;
+}
+
+/* The value of the first of names[0..n) that is name, or NULL. */
+static const char *first_value(const char **names, const char **values, size_t n, const char *name,
+                               bool fold_case)
+{
+    for (size_t i = 0; i < n; i++)
+        if (same_name(names[i], name, fold_case))
+            return values[i];
+    return NULL;
+}
+
+/* How many of names[0..n) are name. */
+static size_t count_names(const char **names, size_t n, const char *name, bool fold_case)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        count += same_name(names[i], name, fold_case);
+    return count;
+}
+
 const char *txo_http_request_header(const struct txo_http_request *req, const char *name)
 {
     const struct req_view *v = req->conn;
-    for (size_t i = 0; i < v->n_fields; i++)
-        if (strcasecmp(v->names[i], name) == 0)
-            return v->values[i];
-    return NULL;
+    return first_value(v->names, v->values, v->n_fields, name, true);
 }
 
 size_t txo_http_request_header_count(const struct txo_http_request *req, const char *name)
 {
     const struct req_view *v = req->conn;
-    size_t n = 0;
-    for (size_t i = 0; i < v->n_fields; i++)
-        n += strcasecmp(v->names[i], name) == 0;
-    return n;
+    return count_names(v->names, v->n_fields, name, true);
 }
 
 const char *txo_http_request_arg(const struct txo_http_request *req, const char *name)
 {
     const struct req_view *v = req->conn;
-    for (size_t i = 0; i < v->n_args; i++)
-        if (strcmp(v->arg_names[i], name) == 0)
-            return v->arg_values[i];
-    return NULL;
+    return first_value(v->arg_names, v->arg_values, v->n_args, name, false);
 }
 
 size_t txo_http_request_arg_count(const struct txo_http_request *req, const char *name)
 {
     const struct req_view *v = req->conn;
-    size_t n = 0;
-    for (size_t i = 0; i < v->n_args; i++)
-        if (strcmp(v->arg_names[i], name) == 0)
-            n++;
-    return n;
+    return count_names(v->arg_names, v->n_args, name, false);
 }
 
 int txo_http_response_set(struct txo_http_response *resp, int status, const char *body)

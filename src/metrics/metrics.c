@@ -35,6 +35,7 @@
 #include <pthread.h>
 
 #include "txo/metrics.h"
+#include "metrics/metrics_internal.h"
 
 /* Longest formatted number, "-2.2250738585072014e-308" and the NUL, with room to spare. */
 #define NUM_MAX 32
@@ -924,6 +925,22 @@ struct txo_metric *txo_metrics_register_chained(struct txo_metrics *reg, enum tx
         txo_metrics_register(reg, type, name, help, n_labels, label_names, NULL, 0, err);
     if (m == NULL)
         *rc = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    return m;
+}
+
+struct txo_metric *txo__metrics_register_event_delay(struct txo_metrics *reg, const char *name,
+                                                     const char *help, int *rc,
+                                                     struct txo_error *err)
+{
+    static const double buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
+                                     .5,   1,     2.5,  5,   10,   30,  60};
+    static const char *const by_type[] = {"aggregate_type"};
+    if (reg == NULL || *rc < 0)
+        return NULL;
+    struct txo_metric *m = txo_metrics_register(reg, TXO_METRIC_HISTOGRAM, name, help, 1, by_type,
+                                                buckets, TXO_ARRAY_LEN(buckets), err);
+    if (m == NULL)
+        *rc = err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
     return m;
 }
 

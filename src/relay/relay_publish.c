@@ -25,6 +25,7 @@
  * sized for the batch (FNV-1a over both strings), built once per cycle.
  */
 
+#include "core/text.h"
 #include "relay/relay_internal.h"
 
 int txo__relay_publish_init(struct txo_relay *r, size_t batch)
@@ -62,15 +63,6 @@ void txo__relay_publish_release(struct txo_relay *r)
     txo_free(r->wave_idx);
 }
 
-static uint64_t fnv1a(uint64_t h, const char *s)
-{
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-        h ^= *p;
-        h *= 1099511628211u;
-    }
-    return h;
-}
-
 void txo__relay_group(struct txo_relay *r)
 {
     memset(r->agg_slots, 0, (r->agg_slot_mask + 1) * sizeof(*r->agg_slots));
@@ -78,7 +70,8 @@ void txo__relay_group(struct txo_relay *r)
     for (size_t i = 0; i < r->n; i++) {
         const char *type = r->msgs[i].aggregate_type != NULL ? r->msgs[i].aggregate_type : "";
         const char *id = r->msgs[i].aggregate_id != NULL ? r->msgs[i].aggregate_id : "";
-        uint64_t h = fnv1a(fnv1a(14695981039346656037u, type) ^ 0xff, id);
+        uint64_t h = txo__fnv1a(TXO__FNV1A_BASIS, type, strlen(type)) ^ 0xff;
+        h = txo__fnv1a(h, id, strlen(id));
         size_t slot = (size_t)h & r->agg_slot_mask;
         for (;;) {
             uint32_t a = r->agg_slots[slot];

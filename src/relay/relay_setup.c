@@ -10,6 +10,7 @@
  * and txo_relay_get_stats() may be called from any thread.
  */
 
+#include "metrics/metrics_internal.h"
 #include "relay/relay_internal.h"
 #include "relay/relay_sql.h"
 
@@ -209,18 +210,11 @@ static int register_metrics(struct txo_relay *r, struct txo_error *err)
             "Shards (of 64) this process's ordered relay holds: the aggregates it publishes. 0 "
             "on a relay that waits for others to give some back, or that lost its hold.",
             0, NULL, &rc, err);
-    static const double delay_buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
-                                           .5,   1,     2.5,  5,   10,   30,  60};
-    static const char *const by_type[] = {"aggregate_type"};
-    if (rc == 0) {
-        m->delay = txo_metrics_register(
-            reg, TXO_METRIC_HISTOGRAM, "txo_outbox_publish_delay_seconds",
-            "From an event's insert (in its producer's transaction) to the broker's "
-            "acknowledgement of its publish, by aggregate type: the delay consumers see.",
-            1, by_type, delay_buckets, TXO_ARRAY_LEN(delay_buckets), err);
-        if (m->delay == NULL)
-            rc = err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
-    }
+    m->delay = txo__metrics_register_event_delay(
+        reg, "txo_outbox_publish_delay_seconds",
+        "From an event's insert (in its producer's transaction) to the broker's "
+        "acknowledgement of its publish, by aggregate type: the delay consumers see.",
+        &rc, err);
     m->breaker_state = txo_metrics_register_chained(
         reg, TXO_METRIC_GAUGE, "txo_relay_breaker_state",
         "The relay's circuit breaker around its publisher: 0 closed, 1 open (not "

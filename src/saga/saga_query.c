@@ -223,6 +223,24 @@ out:
     return rc;
 }
 
+/*
+ * Starts ref, zeroed, from row i: its id and type (columns id_col and type_col). False when
+ * either is NULL or too long for a ref, as no saga's can be: such a row is passed over.
+ */
+static bool ref_from_row(const struct txo_rows *rows, size_t i, size_t id_col, size_t type_col,
+                         struct txo_saga_ref *ref)
+{
+    const char *id = txo_rows_str(rows, i, id_col, NULL);
+    const char *type = txo_rows_str(rows, i, type_col, NULL);
+    memset(ref, 0, sizeof(*ref));
+    if (id == NULL || type == NULL || strlen(id) >= TXO_SAGA_ID_LEN ||
+        strlen(type) > TXO_SAGA_TYPE_MAX)
+        return false;
+    snprintf(ref->id, sizeof(ref->id), "%s", id);
+    snprintf(ref->type, sizeof(ref->type), "%s", type);
+    return true;
+}
+
 int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status, size_t max,
                       struct txo_saga_ref *out, size_t *n, struct txo_error *err)
 {
@@ -242,15 +260,9 @@ int txo_saga_list_due(struct txo_db *db, enum txo_saga_status status, size_t max
         return rc;
     size_t k = 0;
     for (size_t i = 0; i < txo_rows_count(rows) && k < max; i++) {
-        const char *id = txo_rows_str(rows, i, DUE_ID, NULL);
-        const char *type = txo_rows_str(rows, i, DUE_TYPE, NULL);
-        if (id == NULL || type == NULL || strlen(id) >= TXO_SAGA_ID_LEN ||
-            strlen(type) > TXO_SAGA_TYPE_MAX)
+        if (!ref_from_row(rows, i, DUE_ID, DUE_TYPE, &out[k]))
             continue;
-        snprintf(out[k].id, sizeof(out[k].id), "%s", id);
-        snprintf(out[k].type, sizeof(out[k].type), "%s", type);
         out[k].status = status;
-        out[k].idle_s = 0;
         k++;
     }
     *n = k;
@@ -268,17 +280,9 @@ static int list_refs(struct txo_db *db, const char *sql, const struct txo_param 
         return rc;
     size_t k = 0;
     for (size_t i = 0; i < txo_rows_count(rows) && k < max; i++) {
-        const char *id = txo_rows_str(rows, i, STUCK_ID, NULL);
-        const char *type = txo_rows_str(rows, i, STUCK_TYPE, NULL);
-        if (id == NULL || type == NULL || strlen(id) >= TXO_SAGA_ID_LEN ||
-            strlen(type) > TXO_SAGA_TYPE_MAX ||
+        if (!ref_from_row(rows, i, STUCK_ID, STUCK_TYPE, &out[k]) ||
             txo_saga_status_parse(txo_rows_str(rows, i, STUCK_STATUS, NULL), &out[k].status) != 0)
             continue;
-        enum txo_saga_status status = out[k].status;
-        memset(&out[k], 0, sizeof(out[k]));
-        out[k].status = status;
-        snprintf(out[k].id, sizeof(out[k].id), "%s", id);
-        snprintf(out[k].type, sizeof(out[k].type), "%s", type);
         out[k].idle_s = txo_rows_i64(rows, i, STUCK_IDLE);
         const char *kind = txo_rows_str(rows, i, STUCK_DEADLINE, NULL);
         for (int d = TXO_DEADLINE_TRY; kind != NULL && d <= TXO_DEADLINE_SAGA; d++)

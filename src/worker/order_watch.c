@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 
+#include "core/text.h"
 #include "worker/order_watch.h"
 
 #define LOGGED_MAX 4096 /* a power of two */
@@ -34,12 +35,10 @@ struct txo__order_watch {
 /* FNV-1a of a, a NUL, b; never 0 (0 marks a free slot). */
 static uint64_t hash2(const char *a, const char *b)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (const char *s = a != NULL ? a : ""; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    h *= 1099511628211ULL;
-    for (const char *s = b != NULL ? b : ""; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    a = a != NULL ? a : "";
+    b = b != NULL ? b : "";
+    uint64_t h = txo__fnv1a(TXO__FNV1A_BASIS, a, strlen(a) + 1); /* with its NUL */
+    h = txo__fnv1a(h, b, strlen(b));
     return h != 0 ? h : 1;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/text.h"
 #include "txo/metrics.h"
+#include "metrics/metrics_internal.h"
 #include "txo/tracer.h"
 #include "worker/worker_observe.h"
 
@@ -122,15 +123,10 @@ int txo__worker_metrics_register(struct txo_metrics *reg, struct worker_metrics 
         return rc;
     for (size_t i = 0; i < TXO_ARRAY_LEN(fams); i++)
         *slots[i] = got[i];
-    static const double delay_buckets[] = {.001, .0025, .005, .01, .025, .05, .1, .25,
-                                           .5,   1,     2.5,  5,   10,   30,  60};
-    static const char *const by_type[] = {"aggregate_type"};
-    m->delay = txo_metrics_register(
-        reg, TXO_METRIC_HISTOGRAM, "txo_inbox_consume_delay_seconds",
+    m->delay = txo__metrics_register_event_delay(
+        reg, "txo_inbox_consume_delay_seconds",
         "From an event's insert (in its producer's transaction) to the commit of its handler's "
         "effect with its inbox row, by aggregate type.",
-        1, by_type, delay_buckets, TXO_ARRAY_LEN(delay_buckets), err);
-    if (m->delay == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_ENOMEM;
-    return 0;
+        &rc, err);
+    return rc;
 }
