@@ -38,12 +38,6 @@ bool txo__text_rfc3339_us(const char *text, int64_t *us);
 
 int txo__hex_digit(char c);
 
-/*
- * Appends part to out[*n..cap) as one part of a broker's name (a NATS subject token, a Redis
- * stream name, an AMQP routing key), with controls, spaces, DEL and every byte of reserved
- * written as '_', so that no event can make a name that means something else; an empty part
- * is written "_". False, leaving out as it was, when it does not fit with its NUL.
- */
 /* The 64-bit FNV-1a offset basis: the hash of no bytes, where a hash starts. */
 #define TXO__FNV1A_BASIS 14695981039346656037u
 
@@ -54,6 +48,12 @@ int txo__hex_digit(char c);
  */
 uint64_t txo__fnv1a(uint64_t h, const void *data, size_t n);
 
+/*
+ * Appends part to out[*n..cap) as one part of a broker's name (a NATS subject token, a Redis
+ * stream name, an AMQP routing key), with controls, spaces, DEL and every byte of reserved
+ * written as '_', so that no event can make a name that means something else; an empty part
+ * is written "_". False, leaving out as it was, when it does not fit with its NUL.
+ */
 bool txo__text_append_name_part(char *out, size_t cap, size_t *n, const char *part,
                                 const char *reserved);
 
