@@ -8,6 +8,8 @@
  *     by a dropped partition does not make its id a duplicate;
  *   - enable and disable while consumers record new ids and repeat old ones: every id recorded
  *     once, every repeat a duplicate, no error, every row's key in inbox_keys;
+ *   - enable killed in its copy and before its swap: the live table keeps working, status says
+ *     so, and a run again finishes it;
  *   - retention: expired partitions archived and dropped (killed after the first files and run
  *     again: every row in exactly one file), unfinished rows moved forward and kept with their
  *     keys, the dropped rows' keys deleted.
@@ -287,6 +289,50 @@ static void test_layout_changes_while_consuming(void **state)
     expect_keys_match(t->db);
 }
 
+/* `txo partition status inbox`: its output (the test fails unless it exits 0). */
+static char *status_out(void)
+{
+    const char *args[] = {"partition", "status", "inbox", NULL};
+    char *out = NULL;
+    assert_int_equal(testproc_run_txo("partition_inbox_status", args, 30000, &out), 0);
+    return out;
+}
+
+/*
+ * A layout change killed half way through its copy, then again just before its swap: the live
+ * table keeps working (its copy triggers on), status says a change is pending, and a run to
+ * the end finishes it with every row.
+ */
+static void test_layout_change_killed_then_rerun(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                       "SELECT CONCAT('pre-', seq), 'Pre', '{}', NOW(6) FROM seq_1_to_1000");
+    static const char *const points[] = {"--crash-point=partition.copy.after_batch:1",
+                                         "--crash-point=partition.before_swap"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(points); i++) {
+        assert_int_equal(partition("enable", points[i]), -1);
+        assert_false(partitioned(t->db));
+        char *out = status_out();
+        if (strstr(out, "a layout change is under way or was stopped") == NULL)
+            fail_msg("status does not say the change is pending:\n%s", out);
+        free(out);
+        char id[32];
+        snprintf(id, sizeof(id), "during-%zu", i);
+        expect_recorded(t->db, id, false); /* the live table, its copy triggers on */
+        expect_recorded(t->db, "pre-7", true);
+    }
+    assert_int_equal(partition("enable", NULL), 0);
+    assert_true(partitioned(t->db));
+    char *out = status_out();
+    assert_null(strstr(out, "under way"));
+    free(out);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events"), 1002);
+    expect_keys_match(t->db);
+    expect_recorded(t->db, "during-0", true);
+    expect_recorded(t->db, "during-1", true);
+}
+
 /* ---- retention ---- */
 
 /* `txo clean` with a week's inbox retention, batches of 100, extra (may be NULL). */
@@ -414,6 +460,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duplicates_on_partitions),
         cmocka_unit_test(test_layout_changes_while_consuming),
+        cmocka_unit_test(test_layout_change_killed_then_rerun),
         cmocka_unit_test(test_retention_drops_partitions),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
