@@ -295,14 +295,9 @@ static void add_settings(struct settings_table *t)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_clean, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_clean, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     struct txo_error err;
     txo_error_init(&err);
     if (!clean_archive_ok("clean", "archive", opts.clean.archive_dir))

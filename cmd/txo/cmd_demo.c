@@ -96,6 +96,8 @@ struct demo_opts {
     const char *relay_claim;
 };
 
+static struct demo_opts opts;
+
 /* The demo's catalogue: SKU, its stock at the start, unit price. */
 struct demo_sku {
     const char *sku;
@@ -610,47 +612,46 @@ out:
     return rc;
 }
 
-static int run(int argc, char **argv)
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
 {
-    struct demo_opts o;
-    memset(&o, 0, sizeof(o));
-    txo_db_opts_init(&o.common.db);
     const struct setting own[] = {
         {.name = "migrate",
          .env = "TXO_DEMO_MIGRATE",
          .type = SETTING_BOOL,
          .def = "true",
          .help = "apply the schema migrations first (idempotent)",
-         .target = &o.migrate},
+         .target = &opts.migrate},
         {.name = "publish",
          .env = "TXO_DEMO_PUBLISH",
          .type = SETTING_BOOL,
          .def = "true",
          .help = "drain the outbox through the relay with the log publisher (prints envelopes)",
-         .target = &o.publish},
+         .target = &opts.publish},
         {.name = "relay-claim",
          .env = "TXO_RELAY_CLAIM",
          .type = SETTING_STRING,
          .def = "auto",
          .help = "relay claim strategy: auto, skip-locked or update-limit",
-         .target = &o.relay_claim},
+         .target = &opts.relay_claim},
     };
-    struct settings_table t = {.n = 0};
-    settings_add_common(&t, &o.common);
-    settings_add(&t, own, TXO_ARRAY_LEN(own));
-    enum settings_result r = settings_parse(&cmd_demo, t.items, t.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&o.common))
-        return 2;
+    settings_add_common(t, &opts.common);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
+}
+
+static int run(int argc, char **argv)
+{
+    int exit_status;
+    if (!command_setup(&cmd_demo, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     enum txo_claim_strategy claim;
-    if (txo_claim_strategy_parse(o.relay_claim, &claim) < 0) {
+    if (txo_claim_strategy_parse(opts.relay_claim, &claim) < 0) {
         cli_error("txo demo: --relay-claim must be auto, skip-locked or update-limit, "
                   "got \"%s\"",
-                  o.relay_claim);
+                  opts.relay_claim);
         return 2;
     }
-    struct txo_db *db = common_connect(&o.common);
+    struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
 
@@ -658,8 +659,8 @@ static int run(int argc, char **argv)
     txo_error_init(&err);
     int status = 1;
     int rc = 0;
-    printf("txo demo: the order saga on database %s\n", o.common.db.database);
-    if (o.migrate) {
+    printf("txo demo: the order saga on database %s\n", opts.common.db.database);
+    if (opts.migrate) {
         unsigned applied = 0, total = 0;
         rc = orders_migrate(db, &applied, &total, &err);
         if (rc < 0) {
@@ -688,8 +689,8 @@ static int run(int argc, char **argv)
             goto out;
         }
     }
-    if (o.publish) {
-        rc = publish(db, &o, &err);
+    if (opts.publish) {
+        rc = publish(db, &opts, &err);
         if (rc < 0) {
             cmd_report("demo", "relay failed", &err);
             goto out;
