@@ -67,14 +67,7 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .target = &o->interval_s},
     };
     const struct setting group[] = {
-        {.name = "outbox-retention",
-         .env = "TXO_OUTBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "PUBLISHED outbox rows older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &o->outbox_s},
+        clean_outbox_retention_setting(&o->outbox_s),
         {.name = "dead-letter-retention",
          .env = "TXO_DEAD_LETTER_RETENTION",
          .type = SETTING_UINT,
@@ -107,13 +100,7 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .max = 1000000,
          .target = &o->max_batches},
     };
-    const struct setting archive[] = {
-        {.name = "clean-archive",
-         .env = "TXO_CLEAN_ARCHIVE_DIR",
-         .type = SETTING_STRING,
-         .help = CLEAN_ARCHIVE_HELP,
-         .target = &o->archive_dir},
-    };
+    const struct setting archive[] = {clean_archive_setting(&o->archive_dir)};
     if (with_interval) {
         settings_add(t, interval, TXO_ARRAY_LEN(interval));
         settings_add(t, archive, TXO_ARRAY_LEN(archive));
