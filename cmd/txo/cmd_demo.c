@@ -461,30 +461,43 @@ static int print_sagas(struct txo_db *db, struct txo_error *err)
     return rc;
 }
 
-/* Prints one table built by calling add(t, sc) for every scenario. */
-static int print_report(struct txo_db *db, struct txo_error *err)
+/*
+ * Prints the table titled title whose columns are "scenario" and then what sql selects for the
+ * order of each scenario (sql takes its id).
+ */
+static int print_per_scenario(struct txo_db *db, const char *title, const char *const *head,
+                              size_t ncols, const char *sql, struct txo_error *err)
 {
     struct table t;
+    table_init(&t, ncols, head);
     int rc = 0;
-
-    {
-        const char *head[] = {"scenario", "order_id",    "customer",
-                              "status",   "total_cents", "version"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_ORDER, txo_p_i64(scenarios[i].order_id), pre, 1,
-                                 err);
-        }
-        if (rc == 0)
-            table_print(&t, "Orders created by this run (orders)");
-        table_release(&t);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+        const char *pre[] = {scenarios[i].id};
+        rc = table_add_query(&t, db, sql, txo_p_i64(scenarios[i].order_id), pre, 1, err);
     }
+    if (rc == 0)
+        table_print(&t, title);
+    table_release(&t);
+    return rc;
+}
+
+/* Prints what the run left in every table it touched, scenario by scenario. */
+static int print_report(struct txo_db *db, struct txo_error *err)
+{
+    static const char *const orders[] = {"scenario", "order_id",    "customer",
+                                         "status",   "total_cents", "version"};
+    static const char *const inventory[] = {"sku", "available", "reserved", "available+reserved"};
+    static const char *const payments[] = {"scenario", "payment_id", "order_id", "amount_cents",
+                                           "status"};
+    static const char *const shipments[] = {"scenario", "shipment_id", "order_id", "status"};
+    static const char *const outbox[] = {"scenario", "event_type", "status", "count", "first_id"};
+    int rc = print_per_scenario(db, "Orders created by this run (orders)", orders,
+                                TXO_ARRAY_LEN(orders), DEMO_SQL_ORDER, err);
     if (rc == 0)
         rc = print_sagas(db, err);
     if (rc == 0) {
-        const char *head[] = {"sku", "available", "reserved", "available+reserved"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
+        struct table t;
+        table_init(&t, TXO_ARRAY_LEN(inventory), inventory);
         for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue) && rc == 0; i++)
             rc = table_add_query(&t, db, DEMO_SQL_INVENTORY, txo_p_str(catalogue[i].sku), NULL, 0,
                                  err);
@@ -492,42 +505,15 @@ static int print_report(struct txo_db *db, struct txo_error *err)
             table_print(&t, "Stock of the demo SKUs (inventory)");
         table_release(&t);
     }
-    if (rc == 0) {
-        const char *head[] = {"scenario", "payment_id", "order_id", "amount_cents", "status"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_PAYMENT, txo_p_i64(scenarios[i].order_id), pre, 1,
-                                 err);
-        }
-        if (rc == 0)
-            table_print(&t, "Payments (payments)");
-        table_release(&t);
-    }
-    if (rc == 0) {
-        const char *head[] = {"scenario", "shipment_id", "order_id", "status"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_SHIPMENT, txo_p_i64(scenarios[i].order_id), pre,
-                                 1, err);
-        }
-        if (rc == 0)
-            table_print(&t, "Shipments (shipments)");
-        table_release(&t);
-    }
-    if (rc == 0) {
-        const char *head[] = {"scenario", "event_type", "status", "count", "first_id"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_OUTBOX_COUNTS, txo_p_i64(scenarios[i].order_id),
-                                 pre, 1, err);
-        }
-        if (rc == 0)
-            table_print(&t, "Their outbox events by type and status (outbox_events)");
-        table_release(&t);
-    }
+    if (rc == 0)
+        rc = print_per_scenario(db, "Payments (payments)", payments, TXO_ARRAY_LEN(payments),
+                                DEMO_SQL_PAYMENT, err);
+    if (rc == 0)
+        rc = print_per_scenario(db, "Shipments (shipments)", shipments, TXO_ARRAY_LEN(shipments),
+                                DEMO_SQL_SHIPMENT, err);
+    if (rc == 0)
+        rc = print_per_scenario(db, "Their outbox events by type and status (outbox_events)",
+                                outbox, TXO_ARRAY_LEN(outbox), DEMO_SQL_OUTBOX_COUNTS, err);
     return rc;
 }
 
