@@ -69,6 +69,42 @@ void cmd_brokers_add_history_settings(struct settings_table *t)
             rows[i].built->add_settings(t);
 }
 
+/* What --broker takes besides the brokers: no consumer (the worker) or local dispatch (up). */
+static const char *no_broker(enum cmd_broker_choice choice)
+{
+    return choice == CMD_BROKER_CHOICE_UP ? "local" : "none";
+}
+
+void cmd_brokers_add_consumer_choice(struct settings_table *t, enum cmd_broker_choice choice,
+                                     const char **name)
+{
+    const struct setting broker[] = {
+        {.name = "broker",
+         .env = "TXO_BROKER",
+         .type = SETTING_STRING,
+         .def = choice == CMD_BROKER_CHOICE_UP ? no_broker(choice) : cmd_broker_default_consumer(),
+         .help = cmd_broker_choice_help(choice),
+         .target = name},
+    };
+    settings_add(t, broker, TXO_ARRAY_LEN(broker));
+    cmd_brokers_add_settings(t);
+}
+
+bool cmd_broker_choose_consumer(const char *cmd, enum cmd_broker_choice choice, const char *name,
+                                const struct cmd_broker **out)
+{
+    if (cmd_broker_refuse_left_out(cmd, "broker", name))
+        return false;
+    const struct cmd_broker *broker = cmd_broker_find(name);
+    if (strcmp(name, no_broker(choice)) != 0 && (broker == NULL || broker->consumer_new == NULL)) {
+        cli_error("txo %s: --broker must be %s, got \"%s\"%s", cmd, cmd_broker_names(choice), name,
+                  broker != NULL ? " (a broker without a consuming side)" : "");
+        return false;
+    }
+    *out = broker;
+    return true;
+}
+
 void cmd_broker_shutdown(const struct cmd_broker *b)
 {
     if (b != NULL && b->shutdown != NULL)

@@ -111,6 +111,22 @@ const char *cmd_broker_choice_help(enum cmd_broker_choice choice);
  */
 const char *cmd_broker_names(enum cmd_broker_choice choice);
 
+/*
+ * For a daemon that consumes (choice CMD_BROKER_CHOICE_WORKER or _UP): appends its --broker
+ * (TXO_BROKER, target *name; default: the first consumer built in for the worker, local for up)
+ * and then every broker's own settings.
+ */
+void cmd_brokers_add_consumer_choice(struct settings_table *t, enum cmd_broker_choice choice,
+                                     const char **name);
+
+/*
+ * The broker the daemon cmd consumes from, given as --broker name: true with *out the broker,
+ * or NULL for the choice that is not a broker (none for the worker, local for up). False after
+ * saying on stderr why name is refused (the command exits 2).
+ */
+bool cmd_broker_choose_consumer(const char *cmd, enum cmd_broker_choice choice, const char *name,
+                                const struct cmd_broker **out);
+
 /* "nats, kafka or redis": the brokers with a history reader, or "". Never NULL. */
 const char *cmd_broker_history_names(void);
 

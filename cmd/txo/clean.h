@@ -45,6 +45,13 @@ struct clean_settings {
  * --clean-archive (a daemon's cleaner; `txo clean` has --archive). */
 void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval);
 
+/*
+ * The two settings the worker's cleaner and `txo clean` (with the relay's cleaner) share, the
+ * same in every table that takes them: --outbox-retention and --clean-archive.
+ */
+struct setting clean_outbox_retention_setting(unsigned *target);
+struct setting clean_archive_setting(const char **target);
+
 /* An archive directory (NULL: none) a cleaner can write to; false after saying why on stderr
  * as "txo <cmd>: --<flag>: ..." (the command exits 2, before any write). */
 bool clean_archive_ok(const char *cmd, const char *flag, const char *dir);

@@ -153,14 +153,9 @@ static int print_audit(uint64_t orders, json_t *violations)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table t = {.n = 0};
-    add_settings(&t);
-    enum settings_result r = settings_parse(&cmd_audit, t.items, t.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_audit, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     if (opts.outbox.outbox)
         return audit_outbox_run(&opts.outbox, &opts.common, opts.json);
     struct txo_db *db = common_connect(&opts.common);

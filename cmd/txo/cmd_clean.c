@@ -67,14 +67,7 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .target = &o->interval_s},
     };
     const struct setting group[] = {
-        {.name = "outbox-retention",
-         .env = "TXO_OUTBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "PUBLISHED outbox rows older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &o->outbox_s},
+        clean_outbox_retention_setting(&o->outbox_s),
         {.name = "dead-letter-retention",
          .env = "TXO_DEAD_LETTER_RETENTION",
          .type = SETTING_UINT,
@@ -107,13 +100,7 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .max = 1000000,
          .target = &o->max_batches},
     };
-    const struct setting archive[] = {
-        {.name = "clean-archive",
-         .env = "TXO_CLEAN_ARCHIVE_DIR",
-         .type = SETTING_STRING,
-         .help = CLEAN_ARCHIVE_HELP,
-         .target = &o->archive_dir},
-    };
+    const struct setting archive[] = {clean_archive_setting(&o->archive_dir)};
     if (with_interval) {
         settings_add(t, interval, TXO_ARRAY_LEN(interval));
         settings_add(t, archive, TXO_ARRAY_LEN(archive));
@@ -295,14 +282,9 @@ static void add_settings(struct settings_table *t)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_clean, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_clean, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     struct txo_error err;
     txo_error_init(&err);
     if (!clean_archive_ok("clean", "archive", opts.clean.archive_dir))

@@ -96,6 +96,8 @@ struct demo_opts {
     const char *relay_claim;
 };
 
+static struct demo_opts opts;
+
 /* The demo's catalogue: SKU, its stock at the start, unit price. */
 struct demo_sku {
     const char *sku;
@@ -459,30 +461,43 @@ static int print_sagas(struct txo_db *db, struct txo_error *err)
     return rc;
 }
 
-/* Prints one table built by calling add(t, sc) for every scenario. */
-static int print_report(struct txo_db *db, struct txo_error *err)
+/*
+ * Prints the table titled title whose columns are "scenario" and then what sql selects for the
+ * order of each scenario (sql takes its id).
+ */
+static int print_per_scenario(struct txo_db *db, const char *title, const char *const *head,
+                              size_t ncols, const char *sql, struct txo_error *err)
 {
     struct table t;
+    table_init(&t, ncols, head);
     int rc = 0;
-
-    {
-        const char *head[] = {"scenario", "order_id",    "customer",
-                              "status",   "total_cents", "version"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_ORDER, txo_p_i64(scenarios[i].order_id), pre, 1,
-                                 err);
-        }
-        if (rc == 0)
-            table_print(&t, "Orders created by this run (orders)");
-        table_release(&t);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
+        const char *pre[] = {scenarios[i].id};
+        rc = table_add_query(&t, db, sql, txo_p_i64(scenarios[i].order_id), pre, 1, err);
     }
+    if (rc == 0)
+        table_print(&t, title);
+    table_release(&t);
+    return rc;
+}
+
+/* Prints what the run left in every table it touched, scenario by scenario. */
+static int print_report(struct txo_db *db, struct txo_error *err)
+{
+    static const char *const orders[] = {"scenario", "order_id",    "customer",
+                                         "status",   "total_cents", "version"};
+    static const char *const inventory[] = {"sku", "available", "reserved", "available+reserved"};
+    static const char *const payments[] = {"scenario", "payment_id", "order_id", "amount_cents",
+                                           "status"};
+    static const char *const shipments[] = {"scenario", "shipment_id", "order_id", "status"};
+    static const char *const outbox[] = {"scenario", "event_type", "status", "count", "first_id"};
+    int rc = print_per_scenario(db, "Orders created by this run (orders)", orders,
+                                TXO_ARRAY_LEN(orders), DEMO_SQL_ORDER, err);
     if (rc == 0)
         rc = print_sagas(db, err);
     if (rc == 0) {
-        const char *head[] = {"sku", "available", "reserved", "available+reserved"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
+        struct table t;
+        table_init(&t, TXO_ARRAY_LEN(inventory), inventory);
         for (size_t i = 0; i < TXO_ARRAY_LEN(catalogue) && rc == 0; i++)
             rc = table_add_query(&t, db, DEMO_SQL_INVENTORY, txo_p_str(catalogue[i].sku), NULL, 0,
                                  err);
@@ -490,42 +505,15 @@ static int print_report(struct txo_db *db, struct txo_error *err)
             table_print(&t, "Stock of the demo SKUs (inventory)");
         table_release(&t);
     }
-    if (rc == 0) {
-        const char *head[] = {"scenario", "payment_id", "order_id", "amount_cents", "status"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_PAYMENT, txo_p_i64(scenarios[i].order_id), pre, 1,
-                                 err);
-        }
-        if (rc == 0)
-            table_print(&t, "Payments (payments)");
-        table_release(&t);
-    }
-    if (rc == 0) {
-        const char *head[] = {"scenario", "shipment_id", "order_id", "status"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_SHIPMENT, txo_p_i64(scenarios[i].order_id), pre,
-                                 1, err);
-        }
-        if (rc == 0)
-            table_print(&t, "Shipments (shipments)");
-        table_release(&t);
-    }
-    if (rc == 0) {
-        const char *head[] = {"scenario", "event_type", "status", "count", "first_id"};
-        table_init(&t, TXO_ARRAY_LEN(head), head);
-        for (size_t i = 0; i < TXO_ARRAY_LEN(scenarios) && rc == 0; i++) {
-            const char *pre[] = {scenarios[i].id};
-            rc = table_add_query(&t, db, DEMO_SQL_OUTBOX_COUNTS, txo_p_i64(scenarios[i].order_id),
-                                 pre, 1, err);
-        }
-        if (rc == 0)
-            table_print(&t, "Their outbox events by type and status (outbox_events)");
-        table_release(&t);
-    }
+    if (rc == 0)
+        rc = print_per_scenario(db, "Payments (payments)", payments, TXO_ARRAY_LEN(payments),
+                                DEMO_SQL_PAYMENT, err);
+    if (rc == 0)
+        rc = print_per_scenario(db, "Shipments (shipments)", shipments, TXO_ARRAY_LEN(shipments),
+                                DEMO_SQL_SHIPMENT, err);
+    if (rc == 0)
+        rc = print_per_scenario(db, "Their outbox events by type and status (outbox_events)",
+                                outbox, TXO_ARRAY_LEN(outbox), DEMO_SQL_OUTBOX_COUNTS, err);
     return rc;
 }
 
@@ -610,47 +598,46 @@ out:
     return rc;
 }
 
-static int run(int argc, char **argv)
+/* The settings of this command, in --help order. */
+static void add_settings(struct settings_table *t)
 {
-    struct demo_opts o;
-    memset(&o, 0, sizeof(o));
-    txo_db_opts_init(&o.common.db);
     const struct setting own[] = {
         {.name = "migrate",
          .env = "TXO_DEMO_MIGRATE",
          .type = SETTING_BOOL,
          .def = "true",
          .help = "apply the schema migrations first (idempotent)",
-         .target = &o.migrate},
+         .target = &opts.migrate},
         {.name = "publish",
          .env = "TXO_DEMO_PUBLISH",
          .type = SETTING_BOOL,
          .def = "true",
          .help = "drain the outbox through the relay with the log publisher (prints envelopes)",
-         .target = &o.publish},
+         .target = &opts.publish},
         {.name = "relay-claim",
          .env = "TXO_RELAY_CLAIM",
          .type = SETTING_STRING,
          .def = "auto",
          .help = "relay claim strategy: auto, skip-locked or update-limit",
-         .target = &o.relay_claim},
+         .target = &opts.relay_claim},
     };
-    struct settings_table t = {.n = 0};
-    settings_add_common(&t, &o.common);
-    settings_add(&t, own, TXO_ARRAY_LEN(own));
-    enum settings_result r = settings_parse(&cmd_demo, t.items, t.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&o.common))
-        return 2;
+    settings_add_common(t, &opts.common);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
+}
+
+static int run(int argc, char **argv)
+{
+    int exit_status;
+    if (!command_setup(&cmd_demo, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     enum txo_claim_strategy claim;
-    if (txo_claim_strategy_parse(o.relay_claim, &claim) < 0) {
+    if (txo_claim_strategy_parse(opts.relay_claim, &claim) < 0) {
         cli_error("txo demo: --relay-claim must be auto, skip-locked or update-limit, "
                   "got \"%s\"",
-                  o.relay_claim);
+                  opts.relay_claim);
         return 2;
     }
-    struct txo_db *db = common_connect(&o.common);
+    struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
 
@@ -658,8 +645,8 @@ static int run(int argc, char **argv)
     txo_error_init(&err);
     int status = 1;
     int rc = 0;
-    printf("txo demo: the order saga on database %s\n", o.common.db.database);
-    if (o.migrate) {
+    printf("txo demo: the order saga on database %s\n", opts.common.db.database);
+    if (opts.migrate) {
         unsigned applied = 0, total = 0;
         rc = orders_migrate(db, &applied, &total, &err);
         if (rc < 0) {
@@ -688,8 +675,8 @@ static int run(int argc, char **argv)
             goto out;
         }
     }
-    if (o.publish) {
-        rc = publish(db, &o, &err);
+    if (opts.publish) {
+        rc = publish(db, &opts, &err);
         if (rc < 0) {
             cmd_report("demo", "relay failed", &err);
             goto out;

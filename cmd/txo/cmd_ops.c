@@ -250,15 +250,10 @@ static void print_stats_tables(const json_t *doc)
 
 static int stats_run(int argc, char **argv)
 {
-    txo_db_opts_init(&stats_opts.common.db);
-    struct settings_table stats_table = {.n = 0};
-    add_stats_settings(&stats_table);
-    enum settings_result r =
-        settings_parse(&cmd_stats, stats_table.items, stats_table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&stats_opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_stats, &stats_opts.common, add_stats_settings, argc, argv, NULL,
+                       &exit_status))
+        return exit_status;
     struct txo_db *db = common_connect(&stats_opts.common);
     if (db == NULL)
         return 1;
@@ -427,16 +422,11 @@ static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
 
 static int dlq_run(int argc, char **argv)
 {
-    txo_db_opts_init(&dlq_opts.common.db);
     int first = argc;
-    struct settings_table dlq_table = {.n = 0};
-    add_dlq_settings(&dlq_table);
-    enum settings_result r =
-        settings_parse(&cmd_dlq, dlq_table.items, dlq_table.n, argc, argv, &first);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&dlq_opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_dlq, &dlq_opts.common, add_dlq_settings, argc, argv, &first,
+                       &exit_status))
+        return exit_status;
     const char *action = first < argc ? argv[first] : NULL;
     bool list = action != NULL && strcmp(action, "list") == 0 && first + 1 == argc;
     bool replay = action != NULL && strcmp(action, "replay") == 0 && first + 1 < argc;
@@ -677,16 +667,11 @@ static int saga_list_stuck(struct txo_db *db)
 
 static int saga_run(int argc, char **argv)
 {
-    txo_db_opts_init(&saga_opts.common.db);
     int first = argc;
-    struct settings_table saga_table = {.n = 0};
-    add_saga_settings(&saga_table);
-    enum settings_result r =
-        settings_parse(&cmd_saga, saga_table.items, saga_table.n, argc, argv, &first);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&saga_opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_saga, &saga_opts.common, add_saga_settings, argc, argv, &first,
+                       &exit_status))
+        return exit_status;
     const char *action = first < argc ? argv[first] : NULL;
     const char *id = first + 1 < argc ? argv[first + 1] : NULL;
     bool extra = first + 2 < argc;

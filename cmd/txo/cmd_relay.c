@@ -166,14 +166,9 @@ static void *progress_main(void *arg)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_relay, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_relay, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
 
     if (!publisher_settings_apply("relay", &opts.pub) ||
         !clean_archive_ok("relay", "clean-archive", opts.clean.archive_dir))
@@ -273,11 +268,7 @@ static int run(int argc, char **argv)
         hb_src.relay = rt.relay;
         hb = daemon_heartbeat_start("relay", &opts.common, &hb_src);
     }
-    notify_ready("publishing the outbox");
-    sig = signals_wait();
-    notify_stopping();
-    if (sig != 0)
-        TXO_LOG(TXO_LOG_INFO, "relay", "stopping", TXO_KV_I64("signal", sig));
+    notify_run_until_stopped("relay", "publishing the outbox");
     if (rt.binlog != NULL)
         txo_binlog_stop(rt.binlog);
     else

@@ -233,13 +233,10 @@ static void *progress_main(void *arg)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_replay, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common) || !publisher_settings_apply("replay", &opts.pub))
+    int exit_status;
+    if (!command_setup(&cmd_replay, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
+    if (!publisher_settings_apply("replay", &opts.pub))
         return 2;
     struct txo_replay_opts ro;
     txo_replay_opts_init(&ro);

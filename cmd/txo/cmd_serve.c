@@ -58,59 +58,31 @@ static void add_settings(struct settings_table *t)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_serve, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_serve, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     if (!daemon_check_settings("serve", &opts.serve, &opts.services))
         return 2;
 
     signals_block();
     int status = 1;
-    struct order_services *services = NULL;
+    struct daemon_base base = {.metrics = NULL};
     struct api_daemon *api = NULL;
-    struct daemon_metrics *metrics = NULL;
     struct txo_heartbeat *hb = NULL;
     struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
-    int sig = 0;
-    struct txo_db *probe = daemon_db_wait("serve", &opts.common, &sig);
-    if (probe == NULL) {
-        status = sig != 0 ? 0 : 1;
+    if (!daemon_base_start("serve", &opts.common, true, &opts.tracing, &opts.services, &base,
+                           &status))
         goto out;
-    }
-    txo_db_close(probe);
-    metrics = daemon_metrics_new(&opts.common);
-    if (metrics == NULL)
-        goto out;
-    if (!daemon_tracing_start("serve", &opts.tracing, daemon_metrics_registry(metrics))) {
-        status = 2;
-        goto out;
-    }
-    if (!daemon_services_new("serve", &opts.services, daemon_metrics_registry(metrics),
-                             &services)) {
-        status = 2;
-        goto out;
-    }
-    api = daemon_api_start("serve", &opts.common, &opts.serve, services,
-                           daemon_metrics_registry(metrics), NULL, NULL);
+    api = daemon_api_start("serve", &opts.common, &opts.serve, base.services, base.reg, NULL, NULL);
     if (api == NULL)
         goto out;
-    hb_src.services = services;
+    hb_src.services = base.services;
     hb = daemon_heartbeat_start("serve", &opts.common, &hb_src);
-    notify_ready("serving the HTTP API");
-    sig = signals_wait();
-    notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "serve", "stopping", TXO_KV_I64("signal", sig));
+    notify_run_until_stopped("serve", "serving the HTTP API");
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
     daemon_api_stop(api);
-    order_services_free(services);
-    daemon_tracing_stop(); /* after the API: its last spans are sent */
-    daemon_metrics_free(metrics);
+    daemon_base_stop(&base); /* after the API: its last spans are sent */
     return status;
 }

@@ -68,14 +68,6 @@ static struct up_cmd_opts opts;
 /* The settings of this command, in --help order. */
 static void add_settings(struct settings_table *t)
 {
-    const struct setting broker[] = {
-        {.name = "broker",
-         .env = "TXO_BROKER",
-         .type = SETTING_STRING,
-         .def = "local",
-         .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_UP),
-         .target = &opts.broker},
-    };
     const struct setting startup[] = {
         {.name = "migrate",
          .env = "TXO_MIGRATE",
@@ -96,8 +88,7 @@ static void add_settings(struct settings_table *t)
     settings_add_relay(t, &opts.relay);
     settings_add_worker(t, &opts.worker);
     settings_add_services(t, &opts.services);
-    settings_add(t, broker, TXO_ARRAY_LEN(broker));
-    cmd_brokers_add_settings(t);
+    cmd_brokers_add_consumer_choice(t, CMD_BROKER_CHOICE_UP, &opts.broker);
     settings_add(t, startup, TXO_ARRAY_LEN(startup));
 }
 
@@ -222,26 +213,15 @@ static bool prepare_database(const struct stock_list *stock, int *sig)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_up, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_up, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     if (!daemon_check_settings("up", &opts.serve, &opts.services) ||
         !clean_archive_ok("up", "clean-archive", opts.worker.clean_archive))
         return 2;
-    if (cmd_broker_refuse_left_out("up", "broker", opts.broker))
+    const struct cmd_broker *broker = NULL;
+    if (!cmd_broker_choose_consumer("up", CMD_BROKER_CHOICE_UP, opts.broker, &broker))
         return 2;
-    const struct cmd_broker *broker = cmd_broker_find(opts.broker);
-    if (strcmp(opts.broker, "local") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
-        cli_error("txo up: --broker must be %s, got \"%s\"%s",
-                  cmd_broker_names(CMD_BROKER_CHOICE_UP), opts.broker,
-                  broker != NULL ? " (a broker without a consuming side)" : "");
-        return 2;
-    }
     struct txo_relay_opts ro;
     if (!daemon_relay_opts("up", &opts.relay, &ro))
         return 2;
@@ -262,7 +242,7 @@ static int run(int argc, char **argv)
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
-    struct order_services *services = NULL;
+    struct daemon_base base = {.metrics = NULL};
     struct daemon_worker *worker = NULL;
     struct txo_publisher *pub = NULL;
     struct txo_db *relay_db = NULL;
@@ -273,21 +253,13 @@ static int run(int argc, char **argv)
     struct txo_heartbeat *hb = NULL;
     struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
 
-    struct daemon_metrics *metrics = daemon_metrics_new(&opts.common);
-    if (metrics == NULL)
+    if (!daemon_base_start("up", &opts.common, false, &opts.tracing, &opts.services, &base,
+                           &status))
         goto out;
-    struct txo_metrics *reg = daemon_metrics_registry(metrics);
-    if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
+    struct txo_metrics *reg = base.reg;
+    if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(base.metrics))
         goto out;
-    if (!daemon_tracing_start("up", &opts.tracing, reg)) {
-        status = 2;
-        goto out;
-    }
-    if (!daemon_services_new("up", &opts.services, reg, &services)) {
-        status = 2;
-        goto out;
-    }
-    worker = daemon_worker_new("up", &opts.common, &opts.worker, services, broker, reg);
+    worker = daemon_worker_new("up", &opts.common, &opts.worker, base.services, broker, reg);
     if (worker == NULL)
         goto out;
     if (broker != NULL) {
@@ -322,20 +294,17 @@ static int run(int argc, char **argv)
     }
     relay_running = true;
     /* The binlog source needs no wake-up: it reads each commit as the server logs it. */
-    api = daemon_api_start("up", &opts.common, &opts.serve, services, reg,
+    api = daemon_api_start("up", &opts.common, &opts.serve, base.services, reg,
                            rt.relay != NULL ? wake_relay : NULL, rt.relay);
     if (api == NULL)
         goto out;
-    hb_src.services = services;
+    hb_src.services = base.services;
     hb_src.relay = rt.relay;
     hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
     TXO_LOG(TXO_LOG_INFO, "up", "ready", TXO_KV_STR("listen", opts.serve.listen),
             TXO_KV_STR("broker", opts.broker),
             TXO_KV_U64("saga_threads", opts.worker.saga_threads));
-    notify_ready("serving the HTTP API, relay and worker");
-    sig = signals_wait();
-    notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "up", "stopping", TXO_KV_I64("signal", sig));
+    notify_run_until_stopped("up", "serving the HTTP API, relay and worker");
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */
@@ -357,9 +326,7 @@ out:
     txo_db_close(relay_db);
     txo_publisher_free(pub);
     daemon_worker_free(worker);
-    order_services_free(services);
-    daemon_tracing_stop(); /* after the daemons: their last spans are sent */
-    daemon_metrics_free(metrics);
+    daemon_base_stop(&base);     /* after the daemons: their last spans are sent */
     cmd_broker_shutdown(broker); /* the SDK's own threads, so nothing is left for valgrind */
     return status;
 }

@@ -5,12 +5,10 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "clean.h"
 #include "daemons.h"
 #include "tracing.h"
-#include "cli_errors.h"
 #include "notify.h"
 
 static int run(int argc, char **argv);
@@ -54,82 +52,45 @@ static struct worker_cmd_opts opts;
 /* The settings of this command, in --help order. */
 static void add_settings(struct settings_table *t)
 {
-    const struct setting broker[] = {
-        {.name = "broker",
-         .env = "TXO_BROKER",
-         .type = SETTING_STRING,
-         .def = cmd_broker_default_consumer(),
-         .help = cmd_broker_choice_help(CMD_BROKER_CHOICE_WORKER),
-         .target = &opts.broker},
-    };
     settings_add_common(t, &opts.common);
     settings_add_tracing(t, &opts.tracing);
     settings_add_worker(t, &opts.worker);
     settings_add_services(t, &opts.services);
-    settings_add(t, broker, TXO_ARRAY_LEN(broker));
-    cmd_brokers_add_settings(t);
+    cmd_brokers_add_consumer_choice(t, CMD_BROKER_CHOICE_WORKER, &opts.broker);
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(&cmd_worker, table.items, table.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int exit_status;
+    if (!command_setup(&cmd_worker, &opts.common, add_settings, argc, argv, NULL, &exit_status))
+        return exit_status;
     if (!daemon_check_settings("worker", NULL, &opts.services) ||
         !clean_archive_ok("worker", "clean-archive", opts.worker.clean_archive))
         return 2;
-    if (cmd_broker_refuse_left_out("worker", "broker", opts.broker))
+    const struct cmd_broker *broker = NULL;
+    if (!cmd_broker_choose_consumer("worker", CMD_BROKER_CHOICE_WORKER, opts.broker, &broker))
         return 2;
-    const struct cmd_broker *broker = cmd_broker_find(opts.broker);
-    if (strcmp(opts.broker, "none") != 0 && (broker == NULL || broker->consumer_new == NULL)) {
-        cli_error("txo worker: --broker must be %s, got \"%s\"%s",
-                  cmd_broker_names(CMD_BROKER_CHOICE_WORKER), opts.broker,
-                  broker != NULL ? " (a broker without a consuming side)" : "");
-        return 2;
-    }
 
     signals_block();
     int status = 1;
     struct txo_error err;
     txo_error_init(&err);
-    struct order_services *services = NULL;
+    struct daemon_base base = {.metrics = NULL};
     struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
-    struct daemon_metrics *metrics = NULL;
     struct txo_heartbeat *hb = NULL;
     struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
-    int sig = 0;
     /* The worker's threads ride out a database that goes away; at start-up it waits, like
      * serve and relay, so that READY=1 means the database answered. */
-    struct txo_db *probe = daemon_db_wait("worker", &opts.common, &sig);
-    if (probe == NULL) {
-        status = sig != 0 ? 0 : 1;
+    if (!daemon_base_start("worker", &opts.common, true, &opts.tracing, &opts.services, &base,
+                           &status))
         goto out;
-    }
-    txo_db_close(probe);
-    metrics = daemon_metrics_new(&opts.common);
-    if (metrics == NULL)
-        goto out;
-    if (!daemon_tracing_start("worker", &opts.tracing, daemon_metrics_registry(metrics))) {
-        status = 2;
-        goto out;
-    }
-    if (!daemon_services_new("worker", &opts.services, daemon_metrics_registry(metrics),
-                             &services)) {
-        status = 2;
-        goto out;
-    }
-    worker = daemon_worker_new("worker", &opts.common, &opts.worker, services, broker,
-                               daemon_metrics_registry(metrics));
+    worker =
+        daemon_worker_new("worker", &opts.common, &opts.worker, base.services, broker, base.reg);
     if (worker == NULL)
         goto out;
-    if (!daemon_metrics_server_start("worker", opts.metrics_listen, metrics, &msrv))
+    if (!daemon_metrics_server_start("worker", opts.metrics_listen, base.metrics, &msrv))
         goto out;
     if (txo_worker_start(daemon_worker_runtime(worker), &err) != 0) {
         cmd_report("worker", "starting the worker", &err);
@@ -138,21 +99,16 @@ static int run(int argc, char **argv)
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started",
             TXO_KV_U64("saga_threads", opts.worker.saga_threads),
             TXO_KV_STR("broker", opts.broker));
-    hb_src.services = services;
+    hb_src.services = base.services;
     hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);
-    notify_ready("running sagas");
-    sig = signals_wait();
-    notify_stopping();
-    TXO_LOG(TXO_LOG_INFO, "worker", "stopping", TXO_KV_I64("signal", sig));
+    notify_run_until_stopped("worker", "running sagas");
     status = 0;
 out:
     txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
     txo_http_server_stop(msrv);
     daemon_worker_stop("worker", worker);
     daemon_worker_free(worker);
-    order_services_free(services);
-    daemon_tracing_stop(); /* after the worker: its last spans are sent */
-    daemon_metrics_free(metrics);
+    daemon_base_stop(&base);     /* after the worker: its last spans are sent */
     cmd_broker_shutdown(broker); /* the SDK's own threads, so nothing is left for valgrind */
     return status;
 }

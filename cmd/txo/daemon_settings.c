@@ -289,6 +289,31 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
+struct setting clean_outbox_retention_setting(unsigned *target)
+{
+    return (struct setting){
+        .name = "outbox-retention",
+        .env = "TXO_OUTBOX_RETENTION",
+        .type = SETTING_UINT,
+        .def = "604800",
+        .help = "PUBLISHED outbox rows older than this many seconds are deleted",
+        .min = 60,
+        .max = 315360000,
+        .target = target,
+    };
+}
+
+struct setting clean_archive_setting(const char **target)
+{
+    return (struct setting){
+        .name = "clean-archive",
+        .env = "TXO_CLEAN_ARCHIVE_DIR",
+        .type = SETTING_STRING,
+        .help = CLEAN_ARCHIVE_HELP,
+        .target = target,
+    };
+}
+
 void settings_add_worker(struct settings_table *t, struct worker_settings *o)
 {
     const struct setting group[] = {
@@ -377,14 +402,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .min = 1,
          .max = 1000,
          .target = &o->comp_max_retries},
-        {.name = "outbox-retention",
-         .env = "TXO_OUTBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "PUBLISHED outbox rows older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &o->outbox_retention_s},
+        clean_outbox_retention_setting(&o->outbox_retention_s),
         {.name = "idempotency-retention",
          .env = "TXO_IDEMPOTENCY_RETENTION",
          .type = SETTING_UINT,
@@ -416,11 +434,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .min = 1,
          .max = 100000,
          .target = &o->clean_batch},
-        {.name = "clean-archive",
-         .env = "TXO_CLEAN_ARCHIVE_DIR",
-         .type = SETTING_STRING,
-         .help = CLEAN_ARCHIVE_HELP,
-         .target = &o->clean_archive},
+        clean_archive_setting(&o->clean_archive),
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
     settings_add_partition(t, &o->partition, false);

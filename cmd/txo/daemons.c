@@ -11,6 +11,7 @@
 #include "daemons.h"
 #include "tracing.h"
 #include "cli_errors.h"
+#include "notify.h"
 
 bool daemon_parse_listen(const char *cmd, const char *setting, const char *text, char *host,
                          size_t host_size, unsigned *port)
@@ -559,6 +560,43 @@ void daemon_api_stop(struct api_daemon *d)
     order_api_free(d->api);
     txo_db_pool_free(d->pool);
     txo_free(d);
+}
+
+/* ---- what serve, worker and up start first ---- */
+
+bool daemon_base_start(const char *cmd, const struct common_opts *common, bool wait_db,
+                       const struct tracing_settings *tracing,
+                       const struct services_settings *services, struct daemon_base *out,
+                       int *exit_status)
+{
+    *out = (struct daemon_base){.metrics = NULL};
+    *exit_status = 1;
+    if (wait_db) {
+        int sig = 0;
+        struct txo_db *probe = daemon_db_wait(cmd, common, &sig);
+        if (probe == NULL) {
+            *exit_status = sig != 0 ? 0 : 1;
+            return false;
+        }
+        txo_db_close(probe);
+    }
+    out->metrics = daemon_metrics_new(common);
+    if (out->metrics == NULL)
+        return false;
+    out->reg = daemon_metrics_registry(out->metrics);
+    if (!daemon_tracing_start(cmd, tracing, out->reg) ||
+        !daemon_services_new(cmd, services, out->reg, &out->services)) {
+        *exit_status = 2;
+        return false;
+    }
+    return true;
+}
+
+void daemon_base_stop(struct daemon_base *b)
+{
+    order_services_free(b->services);
+    daemon_tracing_stop();
+    daemon_metrics_free(b->metrics);
 }
 
 /* ---- the process registry ---- */

@@ -15,6 +15,7 @@
 #include "settings.h"
 #include "clean.h"
 #include "signals.h"
+#include "tracing.h"
 #include "api.h"
 #include "order_services.h"
 #include "worker.h"
@@ -190,6 +191,31 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
 unsigned daemon_api_port(const struct api_daemon *d);
 /* Graceful: requests in flight finish. NULL is a no-op. */
 void daemon_api_stop(struct api_daemon *d);
+
+/* ---- what serve, worker and up start first ---- */
+
+/* The process's metrics, tracer and external services, which the other components use. */
+struct daemon_base {
+    struct daemon_metrics *metrics;
+    struct txo_metrics *reg; /* the registry of metrics */
+    struct order_services *services;
+};
+
+/*
+ * Waits for the database first when wait_db (daemon_db_wait()), then starts the metrics
+ * (daemon_metrics_new()), the tracer (daemon_tracing_start()) and the external services
+ * (daemon_services_new()) into *out. False after a message, with *exit_status 0 when a signal
+ * ended the wait, 2 on a bad tracing or services setting and 1 otherwise. Call
+ * daemon_base_stop() in either case.
+ */
+bool daemon_base_start(const char *cmd, const struct common_opts *common, bool wait_db,
+                       const struct tracing_settings *tracing,
+                       const struct services_settings *services, struct daemon_base *out,
+                       int *exit_status);
+
+/* Frees the services, stops the tracer (its last spans are sent) and frees the metrics: after
+ * every component that uses them. */
+void daemon_base_stop(struct daemon_base *b);
 
 /* ---- the process registry (txo/registry.h) ---- */
 

@@ -85,3 +85,13 @@ struct txo_db *daemon_db_wait(const char *cmd, const struct common_opts *common,
         delay_ms = delay_ms * 2 < DB_WAIT_MAX_MS ? delay_ms * 2 : DB_WAIT_MAX_MS;
     }
 }
+
+int notify_run_until_stopped(const char *cmd, const char *ready)
+{
+    notify_ready(ready);
+    int sig = signals_wait();
+    notify_stopping();
+    if (sig != 0)
+        TXO_LOG(TXO_LOG_INFO, cmd, "stopping", TXO_KV_I64("signal", sig));
+    return sig;
+}

@@ -39,4 +39,11 @@ void notify_stopping(void);
  */
 struct txo_db *daemon_db_wait(const char *cmd, const struct common_opts *common, int *sig);
 
+/*
+ * The rest of a daemon's life once its components run: READY=1 with STATUS=<ready>, then
+ * signals_wait(), then STOPPING=1 and, when a signal ended the wait, a "stopping" line in the
+ * log of cmd naming it. Returns what signals_wait() returned.
+ */
+int notify_run_until_stopped(const char *cmd, const char *ready);
+
 #endif

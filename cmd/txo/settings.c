@@ -767,6 +767,25 @@ bool common_apply(struct common_opts *o)
     return password_load(o);
 }
 
+bool command_setup(const struct command *cmd, struct common_opts *common,
+                   void (*add_settings)(struct settings_table *t), int argc, char **argv,
+                   int *first_arg, int *exit_status)
+{
+    txo_db_opts_init(&common->db);
+    struct settings_table table = {.n = 0};
+    add_settings(&table);
+    enum settings_result r = settings_parse(cmd, table.items, table.n, argc, argv, first_arg);
+    if (r != SETTINGS_OK) {
+        *exit_status = r == SETTINGS_EXIT_OK ? 0 : 2;
+        return false;
+    }
+    if (!common_apply(common)) {
+        *exit_status = 2;
+        return false;
+    }
+    return true;
+}
+
 struct txo_db *common_connect(const struct common_opts *o)
 {
     struct txo_db *db = NULL;

@@ -152,6 +152,17 @@ void settings_add_common(struct settings_table *t, struct common_opts *o);
  */
 bool common_apply(struct common_opts *o);
 
+/*
+ * The start of a command's run(): resets common's database options, builds the command's table
+ * with add_settings, parses argv into it (positional arguments as settings_parse() leaves them,
+ * first_arg may be NULL) and applies common. True when the command goes on; false with
+ * *exit_status set otherwise: 0 after --help or --print-config, 2 on a bad setting (the message
+ * printed).
+ */
+bool command_setup(const struct command *cmd, struct common_opts *common,
+                   void (*add_settings)(struct settings_table *t), int argc, char **argv,
+                   int *first_arg, int *exit_status);
+
 /* Connects with o->db, printing a message naming the server on failure. */
 struct txo_db *common_connect(const struct common_opts *o);
 
