@@ -163,16 +163,10 @@ static void progress(uint64_t copied, uint64_t total, void *arg)
 
 static int run(int argc, char **argv)
 {
-    txo_db_opts_init(&opts.common.db);
-    struct settings_table table = {.n = 0};
-    add_settings(&table);
-    int first = argc;
-    enum settings_result r =
-        settings_parse(&cmd_partition, table.items, table.n, argc, argv, &first);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&opts.common))
-        return 2;
+    int first = argc, status_code = 0;
+    if (!command_setup(&cmd_partition, &opts.common, add_settings, argc, argv, &first,
+                       &status_code))
+        return status_code;
     const char *action = first < argc ? argv[first] : "";
     const char *which = first + 1 < argc ? argv[first + 1] : NULL;
     static const char *const actions[] = {"status", "enable", "disable", "maintain"};
