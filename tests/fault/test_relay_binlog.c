@@ -41,13 +41,8 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
+#include "testrun.h"
 #include "testserver.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("binlog", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
 
 static int64_t q(struct testdb *t, const char *sql)
 {
@@ -738,16 +733,13 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stream_each_once_in_order, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_kill_mid_stream_loses_nothing, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_one_reader_then_takeover, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_switch_live_polling_binlog_polling, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_refusals, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_layout_change_not_published_again, setup,
-                                        testdb_free_state),
-        cmocka_unit_test(test_server_crash_and_restart),
+        cmocka_unit_test(test_stream_each_once_in_order),
+        cmocka_unit_test(test_kill_mid_stream_loses_nothing),
+        cmocka_unit_test(test_one_reader_then_takeover),
+        cmocka_unit_test(test_switch_live_polling_binlog_polling),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layout_change_not_published_again),
+        cmocka_unit_test_setup(test_server_crash_and_restart, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "binlog", TESTDB_NEW_EXPORT_ENV, NULL);
 }

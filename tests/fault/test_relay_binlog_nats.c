@@ -23,12 +23,6 @@
 #include "testproc.h"
 #include "testnats.h"
 
-static int setup(void **state)
-{
-    *state = testdb_new("binlog", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
-
 static void temp_path(char *buf, size_t cap, const char *name)
 {
     testproc_temp_path(buf, cap, "txo_relay_binlog_nats", name);
@@ -99,7 +93,7 @@ static void test_nats_stream_holds_each_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nats_stream_holds_each_once, setup, testdb_free_state),
+        cmocka_unit_test(test_nats_stream_holds_each_once),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "binlog", TESTDB_NEW_EXPORT_ENV, NULL);
 }
