@@ -29,6 +29,7 @@
 
 #include "testoutbox.h"
 #include "testproc.h"
+#include "testrelay.h"
 #include "testrun.h"
 #include "testdb.h"
 
@@ -52,39 +53,30 @@ static pid_t spawn_relay(const char *out_path, const char *err_path, const char 
     return testproc_spawn_txo(lead, args, out_path, err_path, false);
 }
 
+struct key_counts {
+    unsigned *counts;
+    unsigned n;
+};
+
+/* One envelope: counts[k] += 1, k in 1..n, its payload {"n": k} (it survived). */
+static void count_envelope(void *ctx, json_t *env, unsigned k)
+{
+    struct key_counts *c = ctx;
+    assert_non_null(json_object_get(env, "payload"));
+    if (k < 1 || k > c->n)
+        fail_msg("unexpected key k:%u", k);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(env, "payload"), "n")), k);
+    c->counts[k]++;
+}
+
 /*
  * Parses the envelopes in path; counts[k] += 1 for each key "k:<k>" (k in 1..n). Returns the
  * number of lines. Every line must be a complete envelope.
  */
 static size_t read_envelopes(const char *path, unsigned *counts, unsigned n)
 {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t lines = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        json_error_t jerr;
-        json_t *env = json_loadb(line, (size_t)len, 0, &jerr);
-        if (env == NULL)
-            fail_msg("%s line %zu is not JSON (%s): %s", path, lines + 1, jerr.text, line);
-        const char *key = json_string_value(json_object_get(env, "idempotency_key"));
-        assert_non_null(key);
-        assert_non_null(json_object_get(env, "payload"));
-        unsigned k = 0;
-        if (sscanf(key, "k:%u", &k) != 1 || k < 1 || k > n)
-            fail_msg("unexpected key %s", key);
-        /* The payload survived: {"n": k}. */
-        assert_int_equal(json_integer_value(json_object_get(json_object_get(env, "payload"), "n")),
-                         k);
-        counts[k]++;
-        json_decref(env);
-        lines++;
-    }
-    free(line);
-    fclose(f);
-    return lines;
+    struct key_counts c = {.counts = counts, .n = n};
+    return testrelay_read_envelopes(path, count_envelope, &c);
 }
 
 static void temp_path(char *buf, size_t cap, const char *name)
