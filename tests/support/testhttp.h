@@ -124,9 +124,9 @@ unsigned testhttp_txo_start(struct testproc *p, const char *tag, const char *sub
 void testhttp_txo_stop(struct testproc *p, const char *what);
 
 /*
- * The fixture of a test of one txo daemon: the test's database, first so that
- * testdb_fixture_new(sizeof(struct testhttp_daemon), ...) makes it, and the daemon the test
- * started in srv with testhttp_txo_start(), listening on port.
+ * The fixture of a test of one txo process: the test's database, first so that
+ * testdb_fixture_new(sizeof(struct testhttp_daemon), ...) makes it, and the process the test
+ * started in srv; port is where it listens when it is a daemon (testhttp_txo_start()).
  */
 struct testhttp_daemon {
     struct testdb t;
