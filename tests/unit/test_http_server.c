@@ -125,6 +125,16 @@ static void start_default(struct fixture *f)
     start_with(f, &opts);
 }
 
+/* start_default(), but a body may have at most max_body_bytes. */
+static void start_with_body_limit(struct fixture *f, size_t max_body_bytes)
+{
+    struct txo_http_server_opts opts;
+    txo_http_server_opts_init(&opts);
+    opts.port = 0;
+    opts.max_body_bytes = max_body_bytes;
+    start_with(f, &opts);
+}
+
 static void stop(struct fixture *f)
 {
     txo_http_server_stop(f->srv);
@@ -292,6 +302,33 @@ static void test_get_status_body_headers_args(void **state)
     stop(&f);
 }
 
+/*
+ * POST /echo of body (len bytes, a multiple of pieces) in pieces writes 20 ms apart, so that the
+ * server reads it in as many: the answer must be 200 with the body whole, of content_type (NULL:
+ * any).
+ */
+static void post_echoed(int fd, const char *body, size_t len, int pieces, const char *content_type)
+{
+    char head[256];
+    snprintf(head, sizeof(head),
+             "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n", len);
+    assert_true(testraw_send_str(fd, head));
+    size_t piece = len / (size_t)pieces;
+    for (int i = 0; i < pieces; i++) {
+        assert_true(testraw_send(fd, body + (size_t)i * piece, piece));
+        if (pieces > 1)
+            txo_sleep_ms(20); /* separate TCP segments, separate reads on the server */
+    }
+    struct http_resp r;
+    assert_int_equal(read_response(fd, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, len);
+    assert_memory_equal(r.body, body, len);
+    if (content_type != NULL)
+        assert_string_equal(resp_header(&r, "Content-Type"), content_type);
+    resp_release(&r);
+}
+
 static void test_post_body_delivered_exactly(void **state)
 {
     (void)state;
@@ -314,35 +351,14 @@ static void test_post_body_delivered_exactly(void **state)
     assert_non_null(body);
     for (size_t i = 0; i < BIG; i++)
         body[i] = (char)(1 + (i * 7 + i / 251) % 255);
-    char head[256];
-    snprintf(head, sizeof(head),
-             "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n", BIG);
-    assert_true(testraw_send_str(fd, head));
-    for (int i = 0; i < PIECES; i++) {
-        assert_true(testraw_send(fd, body + (size_t)i * (BIG / PIECES), BIG / PIECES));
-        txo_sleep_ms(20); /* separate TCP segments, separate reads on the server */
-    }
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, BIG);
-    assert_memory_equal(r.body, body, BIG);
-    assert_string_equal(resp_header(&r, "Content-Type"), "application/octet-stream");
-    resp_release(&r);
+    post_echoed(fd, body, BIG, PIECES, "application/octet-stream");
 
     /* Exactly max_body_bytes is still accepted. */
     size_t max = 65536;
     char *full = malloc(max);
     assert_non_null(full);
     memset(full, 'x', max);
-    snprintf(head, sizeof(head),
-             "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n", max);
-    assert_true(testraw_send_str(fd, head));
-    assert_true(testraw_send(fd, full, max));
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, max);
-    assert_memory_equal(r.body, full, max);
-    resp_release(&r);
+    post_echoed(fd, full, max, 1, NULL);
     free(full);
     free(body);
     close(fd);
@@ -402,11 +418,7 @@ static void test_announced_body_over_limit_is_413(void **state)
 {
     (void)state;
     struct fixture f;
-    struct txo_http_server_opts opts;
-    txo_http_server_opts_init(&opts);
-    opts.port = 0;
-    opts.max_body_bytes = 1024;
-    start_with(&f, &opts);
+    start_with_body_limit(&f, 1024);
 
     /* The refusal comes on the headers alone: the client never has to send the body. */
     int fd = testraw_dial_from(f.port, NULL);
@@ -444,11 +456,7 @@ static void test_chunked_body_within_limit(void **state)
 {
     (void)state;
     struct fixture f;
-    struct txo_http_server_opts opts;
-    txo_http_server_opts_init(&opts);
-    opts.port = 0;
-    opts.max_body_bytes = 1024;
-    start_with(&f, &opts);
+    start_with_body_limit(&f, 1024);
 
     /* A chunked body is assembled for the handler, also when it ends exactly at the limit. */
     int fd = testraw_dial_from(f.port, NULL);
@@ -485,11 +493,7 @@ static void test_chunked_body_over_limit_is_413(void **state)
 {
     (void)state;
     struct fixture f;
-    struct txo_http_server_opts opts;
-    txo_http_server_opts_init(&opts);
-    opts.port = 0;
-    opts.max_body_bytes = 1024;
-    start_with(&f, &opts);
+    start_with_body_limit(&f, 1024);
 
     /* 3 chunks of 400 bytes: the third crosses the limit. */
     int fd = testraw_dial_from(f.port, NULL);
