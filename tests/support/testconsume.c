@@ -24,8 +24,10 @@ struct testconsume_msg *testconsume_add(struct testconsume_list *l,
     snprintf(m->msg_id, sizeof(m->msg_id), "%s", msg->msg_id ? msg->msg_id : "(null)");
     snprintf(m->subject, sizeof(m->subject), "%s", msg->subject ? msg->subject : "(null)");
     m->delivery = msg->delivery;
-    m->data = strndup(msg->data, msg->len);
+    m->data = malloc(msg->len + 1);
     assert_non_null(m->data);
+    memcpy(m->data, msg->data, msg->len);
+    m->data[msg->len] = '\0';
     return m;
 }
 

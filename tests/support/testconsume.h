@@ -1,7 +1,7 @@
 /*
  * Test support: what a consumer's handler was given, copied message by message, for the tests
- * of the consumers (test_kafka_consumer.c, test_redis.c) to read after a poll. Not thread-safe:
- * a handler that several threads call locks around testconsume_add().
+ * of the consumers (test_kafka_consumer.c, test_nats.c, test_redis.c) to read after a poll.
+ * Not thread-safe: a handler that several threads call locks around testconsume_add().
  */
 #ifndef TXO_TESTCONSUME_H
 #define TXO_TESTCONSUME_H
