@@ -143,29 +143,6 @@ static void stop(struct fixture *f)
 
 /* ---- a small blocking HTTP/1.1 client ---- */
 
-static int connect_to(unsigned port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 5, .tv_usec = 0}; /* no test read waits longer */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        int saved = errno;
-        close(fd);
-        errno = saved;
-        return -1;
-    }
-    return fd;
-}
-
 #define MAX_HEADERS 32
 
 struct http_resp {
@@ -586,7 +563,7 @@ struct slow_client {
 static void *slow_client_main(void *arg)
 {
     struct slow_client *c = arg;
-    int fd = connect_to(c->port);
+    int fd = testraw_try_dial(c->port);
     c->rc = -1;
     if (fd < 0)
         return NULL;
@@ -631,7 +608,7 @@ static void test_stop_finishes_request_in_flight(void **state)
     assert_string_equal(c.body, "{\"slow\":\"done\"}");
 
     /* Nothing listens any more. */
-    int fd = connect_to(port);
+    int fd = testraw_try_dial(port);
     int saved = errno;
     if (fd >= 0)
         close(fd);
@@ -655,7 +632,7 @@ static void test_stop_when_idle(void **state)
     assert_true(txo_monotonic_ms() - t0 < 2000);
     assert_true(closed_within(fd, 1000));
     close(fd);
-    fd = connect_to(port);
+    fd = testraw_try_dial(port);
     assert_int_equal(fd, -1);
     txo_http_server_stop(NULL); /* no-op */
 }
@@ -836,7 +813,7 @@ struct load_client {
 static void *load_client_main(void *arg)
 {
     struct load_client *c = arg;
-    int fd = connect_to(c->port);
+    int fd = testraw_try_dial(c->port);
     if (fd < 0) {
         snprintf(c->failure, sizeof(c->failure), "connect: %s", strerror(errno));
         return NULL;
