@@ -138,10 +138,16 @@ void *testdb_fixture_new(size_t size, const char *tag, unsigned flags)
     struct testdb *t = txo_calloc(1, size);
     if (t == NULL)
         fail_msg("out of memory for the fixture of %s", tag);
-    if (flags & TESTDB_NEW_EMPTY)
+    if (flags & (TESTDB_NEW_EMPTY | TESTDB_NEW_OUTBOX_ONLY))
         testdb_setup_empty(t, tag);
     else
         testdb_setup(t, tag);
+    if (flags & TESTDB_NEW_OUTBOX_ONLY) {
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_migrate_set(t->db, txo_outbox_migrations(), NULL, NULL, &err) < 0)
+            fail_msg("migrating the outbox of %s: %s", t->name, err.msg);
+    }
     if (flags & TESTDB_NEW_EXPORT_ENV)
         testdb_export_env(t);
     return t;

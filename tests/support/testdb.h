@@ -38,8 +38,9 @@ void testdb_teardown(struct testdb *t);
 
 /* How testdb_new() sets the database up. */
 enum testdb_new_flags {
-    TESTDB_NEW_EMPTY = 1 << 0,      /* no tables (testdb_setup_empty), else migrated */
-    TESTDB_NEW_EXPORT_ENV = 1 << 1, /* testdb_export_env(): child processes use it */
+    TESTDB_NEW_EMPTY = 1 << 0,       /* no tables (testdb_setup_empty), else migrated */
+    TESTDB_NEW_EXPORT_ENV = 1 << 1,  /* testdb_export_env(): child processes use it */
+    TESTDB_NEW_OUTBOX_ONLY = 1 << 2, /* only the outbox's migrations, as a relay's own database */
 };
 
 /*
