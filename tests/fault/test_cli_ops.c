@@ -16,19 +16,16 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testorders.h"
 #include "testproc.h"
 
-static int setup(void **state)
+/* Each test sells from 100 of pen. */
+static void stock(struct testdb *t)
 {
-    struct testdb *t = testdb_new("cli", TESTDB_NEW_EXPORT_ENV);
     testorders_stock(t->db, "pen", 100);
-    *state = t;
-    return 0;
 }
 
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
@@ -381,6 +378,6 @@ int main(void)
         cmocka_unit_test(test_worker_cleaner_deletes_old_rows),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    int rc = testdb_run_each(tests, TXO_ARRAY_LEN(tests), "cli", TESTDB_NEW_EXPORT_ENV, stock);
     return rc;
 }

@@ -51,30 +51,16 @@
 
 #define TOKEN "s3cret-token"
 
-struct ctx {
-    struct testdb t;
-    struct testproc srv;
-    unsigned port;
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "hostile", TESTDB_NEW_EXPORT_ENV);
+    struct testhttp_daemon *c = testdb_fixture_new(sizeof(*c), "hostile", TESTDB_NEW_EXPORT_ENV);
     testorders_stock(c->t.db, "SKU-A", 1000);
     *state = c;
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testproc_stop_hard(&c->srv);
-    testdb_fixture_free(c);
-    return 0;
-}
-
 /* Starts `txo serve` with the admin token and args (NULL-terminated, at most 12). */
-static void start(struct ctx *c, const char *const *args)
+static void start(struct testhttp_daemon *c, const char *const *args)
 {
     const char *argv[16] = {"--admin-token", TOKEN};
     size_t n = 2;
@@ -84,7 +70,7 @@ static void start(struct ctx *c, const char *const *args)
     c->port = testhttp_txo_start(&c->srv, "hostile", "serve", argv);
 }
 
-static void stop(struct ctx *c)
+static void stop(struct testhttp_daemon *c)
 {
     testhttp_txo_stop(&c->srv, "txo serve");
 }
@@ -116,7 +102,7 @@ static void expect_json_error(const struct testraw_reply *r, int status, const c
     json_decref(doc);
 }
 
-static int64_t count(struct ctx *c, const char *table)
+static int64_t count(struct testhttp_daemon *c, const char *table)
 {
     char sql[128];
     snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s", table);
@@ -124,7 +110,7 @@ static int64_t count(struct ctx *c, const char *table)
 }
 
 /* The rows POST /orders writes: orders, items, events, keys. */
-static void expect_rows(struct ctx *c, int64_t orders, const char *what)
+static void expect_rows(struct testhttp_daemon *c, int64_t orders, const char *what)
 {
     int64_t o = count(c, "orders");
     int64_t i = count(c, "order_items");
@@ -140,8 +126,8 @@ static void expect_rows(struct ctx *c, int64_t orders, const char *what)
  * Sends n bytes on a new connection and expects exactly one answer: status with the JSON error
  * code, Connection: close, then the server closes the connection without another byte.
  */
-static void expect_refused(struct ctx *c, const char *bytes, size_t n, int status, const char *code,
-                           const char *what)
+static void expect_refused(struct testhttp_daemon *c, const char *bytes, size_t n, int status,
+                           const char *code, const char *what)
 {
     int fd = dial(c->port);
     (void)testraw_send(fd, bytes, n);
@@ -202,7 +188,7 @@ struct shape {
 
 static void test_smuggling_shapes_are_refused(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL);
     assert_int_equal(strlen(ORDER), 69);
     static const struct shape shapes[] = {
@@ -301,7 +287,7 @@ static void test_smuggling_shapes_are_refused(void **state)
 
 static void test_nul_bytes_are_refused(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL);
     /* Order 1 exists, so a path cut at the NUL would find it. */
     char req[1024];
@@ -368,7 +354,7 @@ static void trickle_until_answer(int fd, const char *bytes, struct testraw_reply
 
 static void test_slow_clients_are_closed(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     const char *args[] = {"--http-header-timeout",
                           "1",
                           "--http-body-timeout",
@@ -446,7 +432,7 @@ static void test_slow_clients_are_closed(void **state)
 
 static void test_malformed_bodies_are_400(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL);
     struct body {
         const char *what;
@@ -499,7 +485,7 @@ static void test_malformed_bodies_are_400(void **state)
 
 static void test_limits_answer_json(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     const char *args[] = {"--max-body", "1024", NULL};
     start(c, args);
     size_t big = 20000;
@@ -559,7 +545,7 @@ static void test_limits_answer_json(void **state)
 
 static void test_api_refuses_ambiguous_input(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL);
     int fd = dial(c->port);
     struct testraw_reply r;
@@ -613,7 +599,7 @@ static void test_api_refuses_ambiguous_input(void **state)
 
 static void test_pipelined_requests(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL);
     char req[2048];
     size_t n = 0;
@@ -654,7 +640,7 @@ static void test_pipelined_requests(void **state)
 /* SKUs are matched byte for byte: another case or a trailing space is another (unknown) SKU. */
 static void test_sku_match_is_exact(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     testorders_stock(c->t.db, "fuzz-sku", 5);
     start(c, NULL);
     int fd = dial(c->port);
@@ -699,5 +685,5 @@ int main(void)
         cmocka_unit_test(test_pipelined_requests),
         cmocka_unit_test(test_sku_match_is_exact),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_daemon_free_state, NULL, NULL);
 }

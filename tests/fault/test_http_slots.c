@@ -63,33 +63,19 @@ enum {
     KEPT_KB = 2048,   /* resident memory a wave may leave behind */
 };
 
-struct ctx {
-    struct testdb t;
-    struct testproc srv;
-    unsigned port;
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "slots", TESTDB_NEW_EXPORT_ENV);
+    struct testhttp_daemon *c = testdb_fixture_new(sizeof(*c), "slots", TESTDB_NEW_EXPORT_ENV);
     *state = c;
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testproc_stop_hard(&c->srv);
-    testdb_fixture_free(c);
-    return 0;
-}
-
-static void start(struct ctx *c, const char *const *args)
+static void start(struct testhttp_daemon *c, const char *const *args)
 {
     c->port = testhttp_txo_start(&c->srv, "slots", "serve", args);
 }
 
-static void stop(struct ctx *c)
+static void stop(struct testhttp_daemon *c)
 {
     testhttp_txo_stop(&c->srv, "txo serve");
 }
@@ -105,7 +91,7 @@ static const char *filler_address(int i, char *buf, size_t cap)
  * A new connection from `from` is answered 200 to GET /healthz within SERVED_MS. Returns it,
  * kept alive (close() it), so that it goes on holding its slot.
  */
-static int expect_served(struct ctx *c, const char *from, const char *what)
+static int expect_served(struct testhttp_daemon *c, const char *from, const char *what)
 {
     int64_t t0 = txo_monotonic_ms();
     int fd = testraw_dial_from(c->port, from);
@@ -135,7 +121,7 @@ static bool still_open(int fd)
 
 static void test_idle_connections_yield_to_new_clients(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL); /* the defaults: 512 slots, 64 per client address, 30 s idle timeout */
 
     enum { HELD = 600 };
@@ -189,7 +175,7 @@ static void test_idle_connections_yield_to_new_clients(void **state)
 
 static void test_slow_heads_do_not_take_every_slot(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     start(c, NULL); /* the defaults: 512 slots, 10 s for a head */
 
     /* Even connections start a head and never finish it, odd ones send nothing. */
@@ -276,7 +262,7 @@ static long rss_kb(pid_t pid)
 }
 
 /* n connections from 127.0.1.1 on (250 per address), each served once, then all closed. */
-static void wave(struct ctx *c, int n, const char *request, long *peak_kb)
+static void wave(struct testhttp_daemon *c, int n, const char *request, long *peak_kb)
 {
     int *fds = calloc((size_t)n, sizeof(int));
     assert_non_null(fds);
@@ -300,7 +286,7 @@ static void wave(struct ctx *c, int n, const char *request, long *peak_kb)
 
 static void test_memory_returns_after_connection_waves(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     if (SANITIZED) {
         print_message("skipped: a sanitizer's allocator keeps freed memory on purpose\n");
         skip();
@@ -370,5 +356,5 @@ int main(void)
         cmocka_unit_test(test_slow_heads_do_not_take_every_slot),
         cmocka_unit_test(test_memory_returns_after_connection_waves),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_daemon_free_state, NULL, NULL);
 }

@@ -56,22 +56,14 @@
 
 static void opts(struct txo_rabbitmq_opts *o)
 {
-    txo_rabbitmq_opts_init(o);
-    o->url = testrabbit_shared.url;
-    o->connect_timeout_ms = CONNECT_TIMEOUT_MS;
-    o->confirm_timeout_ms = CONFIRM_TIMEOUT_MS;
+    testrabbit_opts(o, CONNECT_TIMEOUT_MS, CONFIRM_TIMEOUT_MS);
 }
 
 static struct txo_publisher *new_publisher(void)
 {
     struct txo_rabbitmq_opts o;
     opts(&o);
-    struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_rabbitmq_new(&o, NULL, &pub, &err) < 0)
-        fail_msg("txo_publisher_rabbitmq_new: %s", err.msg);
-    return pub;
+    return testrabbit_publisher(&o);
 }
 
 static struct txo_relay *new_relay(struct testdb *t, struct txo_publisher *pub)

@@ -41,13 +41,9 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
+#include "testrelay.h"
+#include "testrun.h"
 #include "testserver.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("binlog", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
 
 static int64_t q(struct testdb *t, const char *sql)
 {
@@ -63,26 +59,6 @@ static void temp_path(char *buf, size_t cap, const char *name)
 static void io_paths(char out[256], char errf[256], const char *tag)
 {
     testproc_io_paths(out, errf, "txo_relay_binlog", tag);
-}
-
-/* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
- * stderr to err. */
-static pid_t spawn_relay(const char *out, const char *errf, const char *const *args)
-{
-    static const char *const lead[] = {"relay", "--source",       "binlog", "--publisher",
-                                       "log",   "--source-lease", "600",    NULL};
-    return testproc_spawn_txo(lead, args, out, errf, true);
-}
-
-/* Runs a drain to the end: exit 0 or the test fails with its stderr. */
-static void drain(const char *out, const char *errf)
-{
-    const char *args[] = {"--drain", NULL};
-    int status = testproc_wait_pid(spawn_relay(out, errf, args));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        testproc_print_file(errf, "  ");
-        fail_msg("binlog drain: status 0x%x", status);
-    }
 }
 
 /* Waits until count(where) reaches want, up to timeout_ms. */
@@ -152,46 +128,42 @@ struct seen {
     bool in_order;
 };
 
+struct envelope_check {
+    struct testdb *t;
+    struct seen *s;
+};
+
+/* One envelope into c->s: its key counted, the order of its aggregate; its payload the row's. */
+static void check_envelope(void *ctx, json_t *env, unsigned k)
+{
+    struct envelope_check *c = ctx;
+    struct seen *s = c->s;
+    if (k >= s->n)
+        fail_msg("unexpected key k:%u", k);
+    int64_t id = json_integer_value(json_object_get(env, "id"));
+    struct txo_param p[] = {txo_p_i64(id)};
+    char *row = testdb_str(c->t->db, "SELECT payload FROM outbox_events WHERE id = ?", p, 1);
+    json_error_t jerr;
+    json_t *want = json_loads(row, 0, &jerr);
+    assert_non_null(want);
+    if (!json_equal(want, json_object_get(env, "payload")))
+        fail_msg("payload of k:%u differs from its row: %s", k, row);
+    json_decref(want);
+    txo_free(row);
+    unsigned a = k % s->aggs;
+    if (s->count[k] == 0 && id < s->last_id[a])
+        s->in_order = false;
+    if (s->count[k] == 0)
+        s->last_id[a] = id;
+    s->count[k]++;
+}
+
 /* Parses the envelopes of path into s: counts per key, order per aggregate; payloads must
  * equal the rows'. Returns the number of envelopes. */
 static size_t read_envelopes(struct testdb *t, const char *path, struct seen *s)
 {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t lines = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        json_error_t jerr;
-        json_t *env = json_loadb(line, (size_t)len, 0, &jerr);
-        if (env == NULL)
-            fail_msg("%s line %zu is not JSON (%s): %s", path, lines + 1, jerr.text, line);
-        const char *key = json_string_value(json_object_get(env, "idempotency_key"));
-        unsigned k = 0;
-        if (key == NULL || sscanf(key, "k:%u", &k) != 1 || k >= s->n)
-            fail_msg("unexpected key in %s", line);
-        int64_t id = json_integer_value(json_object_get(env, "id"));
-        struct txo_param p[] = {txo_p_i64(id)};
-        char *row = testdb_str(t->db, "SELECT payload FROM outbox_events WHERE id = ?", p, 1);
-        json_t *want = json_loads(row, 0, &jerr);
-        assert_non_null(want);
-        if (!json_equal(want, json_object_get(env, "payload")))
-            fail_msg("payload of k:%u differs from its row: %s", k, row);
-        json_decref(want);
-        txo_free(row);
-        unsigned a = k % s->aggs;
-        if (s->count[k] == 0 && id < s->last_id[a])
-            s->in_order = false;
-        if (s->count[k] == 0)
-            s->last_id[a] = id;
-        s->count[k]++;
-        json_decref(env);
-        lines++;
-    }
-    free(line);
-    fclose(f);
-    return lines;
+    struct envelope_check c = {.t = t, .s = s};
+    return testrelay_read_envelopes(path, check_envelope, &c);
 }
 
 static void seen_init(struct seen *s, unsigned n, unsigned aggs)
@@ -220,7 +192,7 @@ static void test_stream_each_once_in_order(void **state)
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
     const char *args[] = {"--batch-size", "50", "--metrics-listen", listen, NULL};
-    pid_t pid = spawn_relay(out, errf, args);
+    pid_t pid = testrelay_spawn_binlog(out, errf, args);
     assert_true(wait_rows(t,
                           "SELECT COUNT(*) FROM outbox_binlog_sources WHERE binlog_file "
                           "IS NOT NULL",
@@ -292,7 +264,7 @@ static void test_kill_mid_stream_loses_nothing(void **state)
     struct testdb *t = *state;
     char out[256], errf[256];
     io_paths(out, errf, "kill");
-    drain(out, errf); /* the first position, on an empty outbox */
+    testrelay_binlog_drain(out, errf); /* the first position, on an empty outbox */
     const unsigned n = 4000, aggs = 5;
     insert_range(t, 0, n, 2, aggs);
     /* Runs of one transaction of 2 events, each storing the position: slow enough that the
@@ -300,7 +272,7 @@ static void test_kill_mid_stream_loses_nothing(void **state)
     const char *args[] = {"--batch-size", "2", NULL};
     size_t after_first = 0;
     for (int round = 0; round < 5; round++) {
-        pid_t pid = spawn_relay(out, errf, args);
+        pid_t pid = testrelay_spawn_binlog(out, errf, args);
         txo_sleep_ms(150 + 100 * round);
         kill(pid, SIGKILL);
         (void)testproc_wait_pid(pid);
@@ -308,7 +280,7 @@ static void test_kill_mid_stream_loses_nothing(void **state)
             after_first = file_lines(out);
         txo_sleep_ms(700); /* past the 600 ms lease */
     }
-    drain(out, errf);
+    testrelay_binlog_drain(out, errf);
     struct seen s;
     seen_init(&s, n, aggs);
     size_t lines = read_envelopes(t, out, &s);
@@ -340,11 +312,11 @@ static void test_one_reader_then_takeover(void **state)
     unlink(out_a);
     unlink(out_b);
     unlink(errf);
-    drain(out_a, errf);
+    testrelay_binlog_drain(out_a, errf);
     const char *args[] = {NULL};
-    pid_t a = spawn_relay(out_a, errf, args);
+    pid_t a = testrelay_spawn_binlog(out_a, errf, args);
     txo_sleep_ms(500);
-    pid_t b = spawn_relay(out_b, errf, args);
+    pid_t b = testrelay_spawn_binlog(out_b, errf, args);
     txo_sleep_ms(300);
     insert_range(t, 0, 100, 10, 3);
     assert_true(wait_lines(out_a, 100, 20000));
@@ -440,11 +412,12 @@ static void test_switch_live_polling_binlog_polling(void **state)
     pid_t pid = testproc_spawn_txo(polling, none, out, errf, true);
     txo_sleep_ms(1000);
     stop_relay(pid, errf);
-    pid = spawn_relay(out, errf, none); /* first start: drains by polling, then streams */
+    pid =
+        testrelay_spawn_binlog(out, errf, none); /* first start: drains by polling, then streams */
     txo_sleep_ms(1500);
     stop_relay(pid, errf);
     const char *hand_back[] = {"--hand-back", NULL};
-    int status = testproc_wait_pid(spawn_relay(out, errf, hand_back));
+    int status = testproc_wait_pid(testrelay_spawn_binlog(out, errf, hand_back));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         testproc_print_file(errf, "  ");
         fail_msg("hand-back: status 0x%x", status);
@@ -493,10 +466,10 @@ static void test_layout_change_not_published_again(void **state)
     struct testdb *t = *state;
     char out[256], errf[256];
     io_paths(out, errf, "partition");
-    drain(out, errf); /* the first position, on an empty outbox */
+    testrelay_binlog_drain(out, errf); /* the first position, on an empty outbox */
     insert_range(t, 0, 400, 3, 5);
     const char *none[] = {NULL};
-    pid_t pid = spawn_relay(out, errf, none);
+    pid_t pid = testrelay_spawn_binlog(out, errf, none);
     struct writer w = {.t = t, .aggs = 5};
     atomic_init(&w.stop, false);
     atomic_init(&w.next, 400);
@@ -602,9 +575,9 @@ static void test_server_crash_and_restart(void **state)
 
     char out[256], errf[256];
     io_paths(out, errf, "crash");
-    drain(out, errf); /* the first position */
+    testrelay_binlog_drain(out, errf); /* the first position */
     const char *args[] = {"--batch-size", "20", NULL};
-    pid_t pid = spawn_relay(out, errf, args);
+    pid_t pid = testrelay_spawn_binlog(out, errf, args);
     struct writer w = {.t = &t, .aggs = 5};
     atomic_init(&w.stop, false);
     atomic_init(&w.next, 0);
@@ -676,17 +649,17 @@ static void test_refusals(void **state)
     char out[256], errf[256];
     io_paths(out, errf, "ref");
     const char *bad[] = {"--source-name", "", NULL};
-    int status = testproc_wait_pid(spawn_relay(out, errf, bad));
+    int status = testproc_wait_pid(testrelay_spawn_binlog(out, errf, bad));
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 2);
 
-    drain(out, errf);
+    testrelay_binlog_drain(out, errf);
     /* Three events of long ago, published by the source (and left PENDING). */
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                        "payload, idempotency_key, created_at) VALUES "
                        "('order', 'o', 'E', '{}', 'k:0', '2020-01-01'), "
                        "('order', 'o', 'E', '{}', 'k:1', '2020-01-01'), "
                        "('order', 'p', 'E', '{}', 'k:2', '2020-01-01')");
-    drain(out, errf);
+    testrelay_binlog_drain(out, errf);
     assert_int_equal(file_lines(out), 3);
     /* A polling relay now would publish them again: it refuses to start, naming the hand-back. */
     static const char *const polling[] = {"relay", "--publisher", "log", "--drain", NULL};
@@ -701,7 +674,7 @@ static void test_refusals(void **state)
     testdb_exec(t->db, "UPDATE outbox_binlog_sources SET binlog_file = 'binlog.999999'");
     unlink(errf);
     const char *args[] = {"--drain", NULL};
-    status = testproc_wait_pid(spawn_relay(out, errf, args));
+    status = testproc_wait_pid(testrelay_spawn_binlog(out, errf, args));
     testproc_read_text(errf, text, sizeof(text));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || strstr(text, "purged") == NULL ||
         strstr(text, "UPDATE outbox_binlog_sources SET binlog_file = NULL WHERE name = "
@@ -715,7 +688,7 @@ static void test_refusals(void **state)
                        "'default'");
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                        "payload, idempotency_key) VALUES ('order', 'o', 'E', '{}', 'k:3')");
-    drain(out, errf);
+    testrelay_binlog_drain(out, errf);
     assert_int_equal(file_lines(out), 4);
     assert_int_equal(q(t, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 4);
 
@@ -724,7 +697,7 @@ static void test_refusals(void **state)
     const char *user = getenv("MYSQL_USER");
     char *saved = txo_strdup(user != NULL ? user : "app");
     setenv("MYSQL_USER", "txo_norepl", 1);
-    status = testproc_wait_pid(spawn_relay(out, errf, args));
+    status = testproc_wait_pid(testrelay_spawn_binlog(out, errf, args));
     setenv("MYSQL_USER", saved, 1);
     txo_free(saved);
     testproc_read_text(errf, text, sizeof(text));
@@ -738,16 +711,13 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_stream_each_once_in_order, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_kill_mid_stream_loses_nothing, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_one_reader_then_takeover, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_switch_live_polling_binlog_polling, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_refusals, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_layout_change_not_published_again, setup,
-                                        testdb_free_state),
-        cmocka_unit_test(test_server_crash_and_restart),
+        cmocka_unit_test(test_stream_each_once_in_order),
+        cmocka_unit_test(test_kill_mid_stream_loses_nothing),
+        cmocka_unit_test(test_one_reader_then_takeover),
+        cmocka_unit_test(test_switch_live_polling_binlog_polling),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_layout_change_not_published_again),
+        cmocka_unit_test_setup(test_server_crash_and_restart, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "binlog", TESTDB_NEW_EXPORT_ENV, NULL);
 }

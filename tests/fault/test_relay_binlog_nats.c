@@ -21,37 +21,12 @@
 
 #include "testdb.h"
 #include "testproc.h"
+#include "testrelay.h"
 #include "testnats.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("binlog", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
 
 static void temp_path(char *buf, size_t cap, const char *name)
 {
     testproc_temp_path(buf, cap, "txo_relay_binlog_nats", name);
-}
-
-/* Starts `$TXO_BIN relay --source binlog --publisher log <args...>`, stdout appended to out,
- * stderr to err. */
-static pid_t spawn_relay(const char *out, const char *errf, const char *const *args)
-{
-    static const char *const lead[] = {"relay", "--source",       "binlog", "--publisher",
-                                       "log",   "--source-lease", "600",    NULL};
-    return testproc_spawn_txo(lead, args, out, errf, true);
-}
-
-/* Runs a drain to the end: exit 0 or the test fails with its stderr. */
-static void drain(const char *out, const char *errf)
-{
-    const char *args[] = {"--drain", NULL};
-    int status = testproc_wait_pid(spawn_relay(out, errf, args));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        testproc_print_file(errf, "  ");
-        fail_msg("binlog drain: status 0x%x", status);
-    }
 }
 
 /*
@@ -69,7 +44,7 @@ static void test_nats_stream_holds_each_once(void **state)
     temp_path(errf, sizeof(errf), "nats_err");
     unlink(out);
     unlink(errf);
-    drain(out, errf); /* the first position, on an empty outbox */
+    testrelay_binlog_drain(out, errf); /* the first position, on an empty outbox */
     /* 100,000 events: one transaction of 10,000, then transactions of 1,000 (multi-row
      * INSERTs from MariaDB's sequence engine), payload {"n": k}, aggregate k % 4. */
     const unsigned n = 100000, aggs = 4;
@@ -85,7 +60,7 @@ static void test_nats_stream_holds_each_once(void **state)
         from += per_tx;
     }
     const char *args[] = {"--drain", "--publisher", "nats", "--nats-url", nats.url, NULL};
-    int status = testproc_wait_pid(spawn_relay(out, errf, args));
+    int status = testproc_wait_pid(testrelay_spawn_binlog(out, errf, args));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         testproc_print_file(errf, "  ");
         fail_msg("binlog relay to NATS: status 0x%x", status);
@@ -99,7 +74,7 @@ static void test_nats_stream_holds_each_once(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_nats_stream_holds_each_once, setup, testdb_free_state),
+        cmocka_unit_test(test_nats_stream_holds_each_once),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "binlog", TESTDB_NEW_EXPORT_ENV, NULL);
 }

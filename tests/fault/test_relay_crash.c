@@ -29,6 +29,7 @@
 
 #include "testoutbox.h"
 #include "testproc.h"
+#include "testrelay.h"
 #include "testrun.h"
 #include "testdb.h"
 
@@ -52,44 +53,76 @@ static pid_t spawn_relay(const char *out_path, const char *err_path, const char 
     return testproc_spawn_txo(lead, args, out_path, err_path, false);
 }
 
+struct key_counts {
+    unsigned *counts;
+    unsigned n;
+};
+
+/* One envelope: counts[k] += 1, k in 1..n, its payload {"n": k} (it survived). */
+static void count_envelope(void *ctx, json_t *env, unsigned k)
+{
+    struct key_counts *c = ctx;
+    assert_non_null(json_object_get(env, "payload"));
+    if (k < 1 || k > c->n)
+        fail_msg("unexpected key k:%u", k);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(env, "payload"), "n")), k);
+    c->counts[k]++;
+}
+
 /*
  * Parses the envelopes in path; counts[k] += 1 for each key "k:<k>" (k in 1..n). Returns the
  * number of lines. Every line must be a complete envelope.
  */
 static size_t read_envelopes(const char *path, unsigned *counts, unsigned n)
 {
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    size_t lines = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
-        json_error_t jerr;
-        json_t *env = json_loadb(line, (size_t)len, 0, &jerr);
-        if (env == NULL)
-            fail_msg("%s line %zu is not JSON (%s): %s", path, lines + 1, jerr.text, line);
-        const char *key = json_string_value(json_object_get(env, "idempotency_key"));
-        assert_non_null(key);
-        assert_non_null(json_object_get(env, "payload"));
-        unsigned k = 0;
-        if (sscanf(key, "k:%u", &k) != 1 || k < 1 || k > n)
-            fail_msg("unexpected key %s", key);
-        /* The payload survived: {"n": k}. */
-        assert_int_equal(json_integer_value(json_object_get(json_object_get(env, "payload"), "n")),
-                         k);
-        counts[k]++;
-        json_decref(env);
-        lines++;
-    }
-    free(line);
-    fclose(f);
-    return lines;
+    struct key_counts c = {.counts = counts, .n = n};
+    return testrelay_read_envelopes(path, count_envelope, &c);
 }
 
-static void temp_path(char *buf, size_t cap, const char *name)
+/* A test's files: what its first and second relay printed, and their stderr. */
+struct files {
+    char out1[256], out2[256], errf[256];
+};
+
+/* The files of a test, their names starting with prefix. */
+static void files_init(struct files *f, const char *prefix)
 {
-    testproc_temp_path(buf, cap, "txo_relay_crash", name);
+    char name[64];
+    snprintf(name, sizeof(name), "%sout1", prefix);
+    testproc_temp_path(f->out1, sizeof(f->out1), "txo_relay_crash", name);
+    snprintf(name, sizeof(name), "%sout2", prefix);
+    testproc_temp_path(f->out2, sizeof(f->out2), "txo_relay_crash", name);
+    snprintf(name, sizeof(name), "%serr", prefix);
+    testproc_temp_path(f->errf, sizeof(f->errf), "txo_relay_crash", name);
+}
+
+static void files_remove(const struct files *f)
+{
+    unlink(f->out1);
+    unlink(f->out2);
+    unlink(f->errf);
+}
+
+/* Runs a relay with args and TXO_CRASH_POINT=point: it must die of SIGKILL there. */
+static void crash_at(const char *point, const char *out, const char *errf, const char *const *args)
+{
+    setenv("TXO_CRASH_POINT", point, 1);
+    int status = testproc_wait_pid(spawn_relay(out, errf, args));
+    unsetenv("TXO_CRASH_POINT");
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+        testproc_print_file(errf, "  ");
+        fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
+    }
+}
+
+/* Runs a relay with args to its end: it must exit 0, or the test fails naming it what. */
+static void run_to_end(const char *what, const char *out, const char *errf, const char *const *args)
+{
+    int status = testproc_wait_pid(spawn_relay(out, errf, args));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        testproc_print_file(errf, "  ");
+        fail_msg("%s: status 0x%x", what, status);
+    }
 }
 
 static void test_crash_after_publish_republishes(void **state)
@@ -97,23 +130,15 @@ static void test_crash_after_publish_republishes(void **state)
     struct testdb *t = *state;
     const unsigned n = 200;
     testoutbox_insert_seq(t->db, n, "k");
-    char out1[256], out2[256], errf[256];
-    temp_path(out1, sizeof(out1), "out1");
-    temp_path(out2, sizeof(out2), "out2");
-    temp_path(errf, sizeof(errf), "err");
+    struct files f;
+    files_init(&f, "");
 
     const char *args[] = {"--drain", "--publisher", "log",           "--batch-size", "50",
                           "--lease", "1",           "--shard-lease", "1000",         NULL};
-    setenv("TXO_CRASH_POINT", "relay.after_publish", 1);
-    int status = testproc_wait_pid(spawn_relay(out1, errf, args));
-    unsetenv("TXO_CRASH_POINT");
-    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        testproc_print_file(errf, "  ");
-        fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
-    }
+    crash_at("relay.after_publish", f.out1, f.errf, args);
 
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
-    assert_int_equal(read_envelopes(out1, counts, n), 50);
+    assert_int_equal(read_envelopes(f.out1, counts, n), 50);
     for (unsigned k = 1; k <= 50; k++)
         assert_int_equal(counts[k], 1); /* the first batch, in order of next_attempt_at/id */
     assert_int_equal(testdb_q(t->db,
@@ -124,12 +149,8 @@ static void test_crash_after_publish_republishes(void **state)
                      150);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
-    status = testproc_wait_pid(spawn_relay(out2, errf, args));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        testproc_print_file(errf, "  ");
-        fail_msg("second relay run: status 0x%x", status);
-    }
-    assert_int_equal(read_envelopes(out2, counts, n), n);
+    run_to_end("second relay run", f.out2, f.errf, args);
+    assert_int_equal(read_envelopes(f.out2, counts, n), n);
     assert_int_equal(testdb_q(t->db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND locked_by IS NULL"),
@@ -140,9 +161,7 @@ static void test_crash_after_publish_republishes(void **state)
             fail_msg("key k:%u published %u times, want %u", k, counts[k], want);
     }
     txo_free(counts);
-    unlink(out1);
-    unlink(out2);
-    unlink(errf);
+    files_remove(&f);
 }
 
 static void test_crash_in_held_transaction_rolls_back(void **state)
@@ -150,22 +169,14 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     struct testdb *t = *state;
     const unsigned n = 200;
     testoutbox_insert_seq(t->db, n, "k");
-    char out1[256], out2[256], errf[256];
-    temp_path(out1, sizeof(out1), "held_out1");
-    temp_path(out2, sizeof(out2), "held_out2");
-    temp_path(errf, sizeof(errf), "held_err");
+    struct files f;
+    files_init(&f, "held_");
 
     const char *args[] = {"--drain",      "--publisher", "log",           "--batch-size", "50",
                           "--claim-mode", "transaction", "--shard-lease", "1000",         NULL};
-    setenv("TXO_CRASH_POINT", "relay.after_publish:1", 1); /* the second batch */
-    int status = testproc_wait_pid(spawn_relay(out1, errf, args));
-    unsetenv("TXO_CRASH_POINT");
-    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
-        testproc_print_file(errf, "  ");
-        fail_msg("relay should have died of SIGKILL at the crash point, status 0x%x", status);
-    }
+    crash_at("relay.after_publish:1", f.out1, f.errf, args); /* the second batch */
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
-    assert_int_equal(read_envelopes(out1, counts, n), 100);
+    assert_int_equal(read_envelopes(f.out1, counts, n), 100);
     /* The leased first batch is marked; the held second one rolled back, untouched. */
     assert_int_equal(
         testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
@@ -176,12 +187,8 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
                               "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
                      150);
 
-    status = testproc_wait_pid(spawn_relay(out2, errf, args)); /* at once: nothing to expire */
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        testproc_print_file(errf, "  ");
-        fail_msg("second relay run: status 0x%x", status);
-    }
-    assert_int_equal(read_envelopes(out2, counts, n), n - 50);
+    run_to_end("second relay run", f.out2, f.errf, args); /* at once: nothing to expire */
+    assert_int_equal(read_envelopes(f.out2, counts, n), n - 50);
     assert_int_equal(testdb_q(t->db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND locked_by IS NULL"),
@@ -192,9 +199,7 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
             fail_msg("key k:%u published %u times, want %u", k, counts[k], want);
     }
     txo_free(counts);
-    unlink(out1);
-    unlink(out2);
-    unlink(errf);
+    files_remove(&f);
 }
 
 static off_t file_size(const char *path)
@@ -208,21 +213,19 @@ static void test_sigterm_finishes_batch(void **state)
     struct testdb *t = *state;
     const unsigned n = 20000;
     testoutbox_insert_seq(t->db, n, "k");
-    char out1[256], out2[256], errf[256];
-    temp_path(out1, sizeof(out1), "term_out1");
-    temp_path(out2, sizeof(out2), "term_out2");
-    temp_path(errf, sizeof(errf), "term_err");
+    struct files f;
+    files_init(&f, "term_");
 
     const char *args[] = {"--publisher", "log", "--batch-size", "100", NULL};
-    pid_t pid = spawn_relay(out1, errf, args);
+    pid_t pid = spawn_relay(f.out1, f.errf, args);
     int64_t deadline = txo_monotonic_ms() + 20000;
-    while (file_size(out1) == 0 && txo_monotonic_ms() < deadline)
+    while (file_size(f.out1) == 0 && txo_monotonic_ms() < deadline)
         txo_sleep_ms(1);
-    assert_true(file_size(out1) > 0);
+    assert_true(file_size(f.out1) > 0);
     assert_int_equal(kill(pid, SIGTERM), 0);
     int status = testproc_wait_pid(pid);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        testproc_print_file(errf, "  ");
+        testproc_print_file(f.errf, "  ");
         fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
     }
 
@@ -236,15 +239,11 @@ static void test_sigterm_finishes_batch(void **state)
     assert_int_equal(published + pending, n);
 
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
-    assert_int_equal(read_envelopes(out1, counts, n), published);
+    assert_int_equal(read_envelopes(f.out1, counts, n), published);
 
     const char *drain_args[] = {"--drain", "--publisher", "log", "--batch-size", "500", NULL};
-    status = testproc_wait_pid(spawn_relay(out2, errf, drain_args));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        testproc_print_file(errf, "  ");
-        fail_msg("draining relay: status 0x%x", status);
-    }
-    assert_int_equal(read_envelopes(out2, counts, n), pending);
+    run_to_end("draining relay", f.out2, f.errf, drain_args);
+    assert_int_equal(read_envelopes(f.out2, counts, n), pending);
     for (unsigned k = 1; k <= n; k++) {
         if (counts[k] != 1)
             fail_msg("key k:%u published %u times, want 1", k, counts[k]);
@@ -252,9 +251,7 @@ static void test_sigterm_finishes_batch(void **state)
     assert_int_equal(
         testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
     txo_free(counts);
-    unlink(out1);
-    unlink(out2);
-    unlink(errf);
+    files_remove(&f);
 }
 
 int main(void)

@@ -37,12 +37,6 @@
 #include "testnats.h"
 #include "testproc.h"
 
-static int setup(void **state)
-{
-    *state = testdb_new("replay", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
-
 static int64_t q(struct testdb *t, const char *sql)
 {
     return testdb_i64(t->db, sql, NULL, 0);
@@ -582,14 +576,11 @@ static void test_nats_100k_killed_and_resumed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_messages_are_the_relayed_ones, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_killed_resumes_throttled, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_rerun_conflict_and_bad_options, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_from_the_archive, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_nats_100k_killed_and_resumed, setup,
-                                        testdb_free_state),
+        cmocka_unit_test(test_messages_are_the_relayed_ones),
+        cmocka_unit_test(test_killed_resumes_throttled),
+        cmocka_unit_test(test_rerun_conflict_and_bad_options),
+        cmocka_unit_test(test_from_the_archive),
+        cmocka_unit_test(test_nats_100k_killed_and_resumed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "replay", TESTDB_NEW_EXPORT_ENV, NULL);
 }

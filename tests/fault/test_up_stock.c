@@ -17,81 +17,70 @@
 #include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testhttp.h"
 #include "testorders.h"
 #include "testproc.h"
 
-struct ctx {
-    struct testdb t;
-    struct testproc p;
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "upstock", TESTDB_NEW_EXPORT_ENV);
+    struct testhttp_daemon *c = testdb_fixture_new(sizeof(*c), "upstock", TESTDB_NEW_EXPORT_ENV);
     *state = c;
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testproc_stop_hard(&c->p);
-    testdb_fixture_free(c);
-    return 0;
-}
-
 /* Runs `txo up args...` and returns once it has exited (fails after 10 s). */
-static void run_up(struct ctx *c, const char *const *args)
+static void run_up(struct testhttp_daemon *c, const char *const *args)
 {
     const char *argv[16] = {testproc_txo_bin(), "up", "--listen", "127.0.0.1:0"};
     size_t n = 4;
     for (size_t i = 0; args[i] != NULL; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
-    testproc_start(&c->p, "upstock", argv, NULL);
-    if (!testproc_wait(&c->p, 10000)) {
-        testproc_print_log(&c->p, "txo up");
+    testproc_start(&c->srv, "upstock", argv, NULL);
+    if (!testproc_wait(&c->srv, 10000)) {
+        testproc_print_log(&c->srv, "txo up");
         fail_msg("txo up did not exit within 10 s");
     }
 }
 
 /* The entry the message of a refused list must name ("entry 2"), or NULL. */
-static void expect_usage_error_naming(struct ctx *c, const char *what, const char *entry)
+static void expect_usage_error_naming(struct testhttp_daemon *c, const char *what,
+                                      const char *entry)
 {
-    if (!testproc_exited_with(&c->p, 2)) {
-        testproc_print_log(&c->p, "txo up");
-        fail_msg("%s: want exit 2, wait status 0x%x", what, c->p.status);
+    if (!testproc_exited_with(&c->srv, 2)) {
+        testproc_print_log(&c->srv, "txo up");
+        fail_msg("%s: want exit 2, wait status 0x%x", what, c->srv.status);
     }
-    char *log = testproc_log(&c->p);
+    char *log = testproc_log(&c->srv);
     if (strstr(log, "--stock") == NULL) {
-        testproc_print_log(&c->p, "txo up");
+        testproc_print_log(&c->srv, "txo up");
         fail_msg("%s: the message does not name --stock", what);
     }
     if (strstr(log, "migrat") != NULL || strstr(log, "connect") != NULL) {
-        testproc_print_log(&c->p, "txo up");
+        testproc_print_log(&c->srv, "txo up");
         fail_msg("%s: the database was used before the flag was checked", what);
     }
     if (entry != NULL && strstr(log, entry) == NULL) {
-        testproc_print_log(&c->p, "txo up");
+        testproc_print_log(&c->srv, "txo up");
         fail_msg("%s: the message does not name %s", what, entry);
     }
     free(log);
-    testproc_remove_log(&c->p);
+    testproc_remove_log(&c->srv);
 }
 
-static void expect_usage_error(struct ctx *c, const char *what)
+static void expect_usage_error(struct testhttp_daemon *c, const char *what)
 {
     expect_usage_error_naming(c, what, NULL);
 }
 
-static int64_t stock_rows(struct ctx *c)
+static int64_t stock_rows(struct testhttp_daemon *c)
 {
     return testdb_i64(c->t.db, "SELECT COUNT(*) FROM inventory", NULL, 0);
 }
 
 static void test_bad_stock_exits_2_before_the_database(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     /* No database at all: port 1 refuses connections, so only the flag check can answer. */
     const char *no_db[] = {"--mysql-port", "1", "--stock", "x", NULL};
     run_up(c, no_db);
@@ -129,7 +118,7 @@ static char *sku_of(size_t n)
  */
 static void test_entry_the_database_refuses_writes_nothing(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     char *long_sku = sku_of(ORDER_SKU_MAX + 1);
     char specs[4][256];
     snprintf(specs[0], sizeof(specs[0]), "ok=1,%s=1", long_sku);
@@ -152,7 +141,7 @@ static void test_entry_the_database_refuses_writes_nothing(void **state)
  * keep their stock. */
 static void test_good_list_is_written(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_daemon *c = *state;
     testorders_stock(c->t.db, "kept", 3);
     char *max_sku = sku_of(ORDER_SKU_MAX);
     char spec[256];
@@ -161,12 +150,12 @@ static void test_good_list_is_written(void **state)
     char listen[32];
     snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
     const char *argv[] = {testproc_txo_bin(), "up", "--listen", listen, "--stock", spec, NULL};
-    testproc_start(&c->p, "upstock", argv, NULL);
+    testproc_start(&c->srv, "upstock", argv, NULL);
     if (!testproc_wait_http(port, "/healthz", 15000)) {
-        testproc_print_log(&c->p, "txo up");
+        testproc_print_log(&c->srv, "txo up");
         fail_msg("txo up --stock %s did not start", spec);
     }
-    assert_true(testproc_stop(&c->p, 10000));
+    assert_true(testproc_stop(&c->srv, 10000));
     assert_int_equal(stock_rows(c), 4);
     struct txo_param p[] = {txo_p_str(max_sku)};
     assert_int_equal(testdb_i64(c->t.db, "SELECT available FROM inventory WHERE sku = ?", p, 1), 7);
@@ -177,7 +166,7 @@ static void test_good_list_is_written(void **state)
     assert_int_equal(
         testdb_i64(c->t.db, "SELECT available FROM inventory WHERE sku = 'zeta'", NULL, 0), 5);
     free(max_sku);
-    testproc_remove_log(&c->p);
+    testproc_remove_log(&c->srv);
 }
 
 int main(void)
@@ -187,5 +176,5 @@ int main(void)
         cmocka_unit_test(test_entry_the_database_refuses_writes_nothing),
         cmocka_unit_test(test_good_list_is_written),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_daemon_free_state, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 #include "testdb.h"
 #include "testsaga.h"
 #include "testhttp.h"
+#include "testoutbox.h"
 #include "txo/txo.h"
 
 #define TOKEN "mount-s3cret"
@@ -151,19 +152,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static int append_event(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    (void)arg;
-    struct txo_outbox_event ev = {
-        .aggregate_type = "thing",
-        .aggregate_id = "1",
-        .event_type = "ThingHappened",
-        .payload_json = "{\"n\":1}",
-        .idempotency_key = "thing:1:happened",
-    };
-    return txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
-}
-
 static int create_probe(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
     return txo_saga_create(tx, &probe_def, "probe:1", "{}", NULL, arg, NULL, err);
@@ -172,10 +160,7 @@ static int create_probe(struct txo_tx *tx, void *arg, struct txo_error *err)
 static void test_admin_answers_alone(void **state)
 {
     struct ctx *c = *state;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_event, NULL, &err) != 0)
-        fail_msg("append: %s", err.msg);
+    testoutbox_append_orders(c->t.db, 1);
 
     testhttp_get(c->h, c->port, "/outbox/stats", &c->r);
     testhttp_expect_error(&c->r, 401, "unauthorized", NULL, "GET /outbox/stats without token");

@@ -14,7 +14,6 @@
 
 #include <cmocka.h>
 
-#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -47,12 +46,10 @@ static bool saw(const struct seen *s, const char *check, int64_t order_id)
     return false;
 }
 
-static int setup(void **state)
+/* Each test sells from 10 of iphone-15. */
+static void stock(struct testdb *t)
 {
-    struct testdb *t = testdb_new("audit", 0);
     testorders_stock(t->db, "iphone-15", 10);
-    *state = t;
-    return 0;
 }
 
 /* An order run to its end by the saga; returns its id. faults may be NULL. */
@@ -164,5 +161,5 @@ int main(void)
         cmocka_unit_test(test_healthy_database_is_silent),
         cmocka_unit_test(test_each_corruption_is_reported),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "audit", 0, stock);
 }

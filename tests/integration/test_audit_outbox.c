@@ -52,23 +52,10 @@ struct ctx {
     const char *publisher;
 };
 
-static void migrate_outbox_only(struct testdb *t)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    unsigned applied = 0, total = 0;
-    if (txo_migrate_set(t->db, txo_outbox_migrations(), &applied, &total, &err) < 0)
-        fail_msg("migrating the outbox: %s", err.msg);
-}
-
 static struct ctx *ctx_new(void)
 {
-    struct ctx *c = calloc(1, sizeof(*c));
-    assert_non_null(c);
-    testdb_setup_empty(&c->db, "auditob");
-    testdb_export_env(&c->db);
-    migrate_outbox_only(&c->db);
-    return c;
+    return testdb_fixture_new(sizeof(struct ctx), "auditob",
+                              TESTDB_NEW_OUTBOX_ONLY | TESTDB_NEW_EXPORT_ENV);
 }
 
 static int setup_nats(void **state)
@@ -118,8 +105,7 @@ static int teardown(void **state)
     testnats_cleanup(&c->nats);
     testredis_cleanup(&c->redis);
     testkafka_stop(&c->kafka);
-    testdb_teardown(&c->db);
-    free(c);
+    testdb_fixture_free(c);
     return 0;
 }
 

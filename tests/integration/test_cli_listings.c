@@ -17,18 +17,15 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testorders.h"
 
-static int setup(void **state)
+/* Each test sells from 100 of pen. */
+static void stock(struct testdb *t)
 {
-    struct testdb *t = testdb_new("cli_list", TESTDB_NEW_EXPORT_ENV);
     testorders_stock(t->db, "pen", 100);
-    *state = t;
-    return 0;
 }
 
 /*
@@ -481,5 +478,5 @@ int main(void)
         cmocka_unit_test(test_audit),     cmocka_unit_test(test_bad_flags_exit_2),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "cli_list", TESTDB_NEW_EXPORT_ENV, stock);
 }

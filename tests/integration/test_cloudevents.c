@@ -25,16 +25,9 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "testdb.h"
 #include "testproc.h"
 #include "txo/consumer.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("ce", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
 
 /* Runs argv to completion; returns its exit status and (malloc'd) output. */
 static int run(const char *const *argv, char **out)
@@ -265,5 +258,5 @@ int main(void)
         cmocka_unit_test(test_binary_mode_over_webhook),
         cmocka_unit_test(test_bad_envelope_is_refused),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "ce", TESTDB_NEW_EXPORT_ENV, NULL);
 }

@@ -21,14 +21,7 @@
 
 #include <cmocka.h>
 
-#include "testrun.h"
 #include "testdb.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("pool", 0);
-    return 0;
-}
 
 static struct txo_db_pool *pool_or_fail(const struct txo_db_opts *opts, unsigned max_size)
 {
@@ -441,5 +434,5 @@ int main(void)
         cmocka_unit_test(test_negative_wait_returns),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "pool", 0, NULL);
 }

@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "testoutbox.h"
-#include "testrun.h"
 #include "testdb.h"
 #include "testrelay.h"
 #include "txo/dlq.h"
@@ -56,12 +55,6 @@ static int rec_publish(void *self, const struct txo_outbox_message *msgs, size_t
 }
 
 /* ---- fixtures and helpers ---- */
-
-static int setup(void **state)
-{
-    *state = testdb_new("dlq", 0);
-    return 0;
-}
 
 static int64_t q1(struct txo_db *db, const char *sql, int64_t id)
 {
@@ -464,5 +457,5 @@ int main(void)
         cmocka_unit_test(test_concurrent_replays_one_wins),
         cmocka_unit_test(test_skip_links_the_next_event_past_it),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "dlq", 0, NULL);
 }

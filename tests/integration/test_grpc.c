@@ -316,19 +316,14 @@ static void test_bad_options(void **state)
     (void)state;
     struct txo_grpc_opts o;
     txo_grpc_opts_init(&o);
-    struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
     o.target = "";
-    assert_int_equal(txo_publisher_grpc_new(&o, NULL, &pub, &err), TXO_EINVAL);
-    assert_non_null(strstr(err.msg, "target"));
+    testgrpc_expect_refused(&o, TXO_EINVAL, "target");
     txo_grpc_opts_init(&o);
     o.deadline_ms = 0;
-    assert_int_equal(txo_publisher_grpc_new(&o, NULL, &pub, &err), TXO_EINVAL);
+    testgrpc_expect_refused(&o, TXO_EINVAL, NULL);
     txo_grpc_opts_init(&o);
     o.max_batch_bytes = 10;
-    assert_int_equal(txo_publisher_grpc_new(&o, NULL, &pub, &err), TXO_EINVAL);
-    assert_null(pub);
+    testgrpc_expect_refused(&o, TXO_EINVAL, NULL);
 }
 
 static size_t thread_count(void)

@@ -25,12 +25,6 @@
 #include "testrun.h"
 #include "testdb.h"
 
-static int setup(void **state)
-{
-    *state = testdb_new("idem", 0);
-    return 0;
-}
-
 /* Skips a test that shows a bug reported to the module's owner, unless asked to run it. */
 static void hash_of(const char *method, const char *path, const char *body,
                     char out[TXO_IDEM_HASH_LEN])
@@ -1157,5 +1151,5 @@ int main(void)
         cmocka_unit_test(test_purge),
     };
     txo_log_set_level(TXO_LOG_ERROR);
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "idem", 0, NULL);
 }

@@ -25,6 +25,7 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include "testconsume.h"
 #include "testdb.h"
 #include "testkafka.h"
 #include "testrelay.h"
@@ -41,17 +42,9 @@
 
 /* ---- the consumer's recording handler ---- */
 
-struct received {
-    char msg_id[64];
-    char subject[96];
-    uint64_t delivery;
-    char *data;
-};
-
 struct collector {
-    struct received *got;
-    size_t n, cap;
-    const char *transient_id; /* fails with TXO_EUNAVAILABLE while delivery <= transient_times */
+    struct testconsume_list rx; /* what the handler was given */
+    const char *transient_id;   /* fails with TXO_EUNAVAILABLE while delivery <= transient_times */
     unsigned transient_times;
     const char *permanent_id; /* always fails with TXO_EINVAL */
     unsigned sleep_ms;        /* per record: a slow consumer */
@@ -62,9 +55,7 @@ struct collector {
 
 static void collector_release(struct collector *col)
 {
-    for (size_t i = 0; i < col->n; i++)
-        free(col->got[i].data);
-    free(col->got);
+    testconsume_release(&col->rx);
     memset(col, 0, sizeof(*col));
 }
 
@@ -85,17 +76,7 @@ static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_
     struct collector *col = arg;
     if (col->sleep_ms > 0)
         txo_sleep_ms(col->sleep_ms);
-    if (col->n == col->cap) {
-        col->cap = col->cap ? col->cap * 2 : 64;
-        col->got = realloc(col->got, col->cap * sizeof(*col->got));
-        assert_non_null(col->got);
-    }
-    struct received *r = &col->got[col->n++];
-    snprintf(r->msg_id, sizeof(r->msg_id), "%s", msg->msg_id ? msg->msg_id : "(null)");
-    snprintf(r->subject, sizeof(r->subject), "%s", msg->subject ? msg->subject : "(null)");
-    r->delivery = msg->delivery;
-    r->data = strndup(msg->data, msg->len);
-    assert_non_null(r->data);
+    struct testconsume_msg *r = testconsume_add(&col->rx, msg);
     assert_int_equal(strlen(msg->data), msg->len); /* NUL-terminated at len */
 
     if (col->permanent_id != NULL && strcmp(r->msg_id, col->permanent_id) == 0)
@@ -116,14 +97,6 @@ static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_
         return rc;
     }
     return 0;
-}
-
-static size_t count_id(const struct collector *col, const char *id)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < col->n; i++)
-        k += strcmp(col->got[i].msg_id, id) == 0;
-    return k;
 }
 
 static struct txo_consumer *new_consumer(const struct txo_kafka_opts *o, struct collector *col)
@@ -153,10 +126,11 @@ static void poll_until(struct txo_consumer *c, struct collector *col, size_t wan
                        int64_t timeout_ms)
 {
     int64_t deadline = txo_monotonic_ms() + timeout_ms;
-    while (col->n < want && txo_monotonic_ms() < deadline)
+    while (col->rx.n < want && txo_monotonic_ms() < deadline)
         (void)poll_once(c, 200);
-    if (col->n < want)
-        fail_msg("received %zu of %zu records within %lld ms", col->n, want, (long long)timeout_ms);
+    if (col->rx.n < want)
+        fail_msg("received %zu of %zu records within %lld ms", col->rx.n, want,
+                 (long long)timeout_ms);
 }
 
 /* Polls for quiet_ms and returns what arrived meanwhile. */
@@ -228,12 +202,12 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
     poll_until(c, &col, n_aggs, ARRIVAL_MS);
     (void)poll_for(c, 300);
     txo_consumer_free(c);
-    for (size_t i = 0; i < col.n; i++) {
-        if (strncmp(col.got[i].msg_id, mprefix, strlen(mprefix)) != 0)
+    for (size_t i = 0; i < col.rx.n; i++) {
+        if (strncmp(col.rx.got[i].msg_id, mprefix, strlen(mprefix)) != 0)
             fail_msg("record %s was delivered again to a new member: it was not committed",
-                     col.got[i].msg_id);
+                     col.rx.got[i].msg_id);
     }
-    assert_int_equal(col.n, n_aggs);
+    assert_int_equal(col.rx.n, n_aggs);
     collector_release(&col);
     testbatch_free(&m);
 }
@@ -260,7 +234,7 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     struct txo_consumer *c = new_consumer(&o, &col);
     poll_until(c, &col, 6, ARRIVAL_MS);
     assert_int_equal(poll_for(c, 1000), 0); /* blocked behind record 5 */
-    assert_int_equal(col.n, 6);
+    assert_int_equal(col.rx.n, 6);
     txo_consumer_free(c); /* commits 0..4 on the way out, and nothing past 5 */
 
     /* The next member starts at the failed record: 5..19, none of 0..4 again. */
@@ -268,10 +242,10 @@ static void test_consumer_never_commits_past_a_failure(void **state)
     memset(&next, 0, sizeof(next));
     c = new_consumer(&o, &next);
     poll_until(c, &next, 15, ARRIVAL_MS);
-    assert_string_equal(next.got[0].msg_id, b.keys[5]);
-    assert_int_equal(next.got[0].delivery, 1); /* Kafka keeps no count across members */
-    for (size_t i = 0; i < next.n; i++)
-        assert_true(testkafka_key_index(next.got[i].msg_id) >= 5);
+    assert_string_equal(next.rx.got[0].msg_id, b.keys[5]);
+    assert_int_equal(next.rx.got[0].delivery, 1); /* Kafka keeps no count across members */
+    for (size_t i = 0; i < next.rx.n; i++)
+        assert_true(testkafka_key_index(next.rx.got[i].msg_id) >= 5);
     assert_int_equal(poll_for(c, 1000), 0);
     txo_consumer_free(c);
     collector_release(&next);
@@ -304,8 +278,9 @@ static void test_consumer_permanent_and_filter(void **state)
     struct txo_consumer *c = new_consumer(&o, &col);
     poll_until(c, &col, 10, ARRIVAL_MS);
     assert_int_equal(poll_for(c, 1000), 0);
-    assert_int_equal(count_id(&col, "other:1"), 0); /* never handed to the handler */
-    assert_int_equal(count_id(&col, b.keys[3]), 1); /* rejected once, not redelivered */
+    assert_int_equal(testconsume_count_id(&col.rx, "other:1"), 0); /* never handed to the handler */
+    assert_int_equal(testconsume_count_id(&col.rx, b.keys[3]),
+                     1); /* rejected once, not redelivered */
     txo_consumer_free(c);
 
     /* The rejected record is in the dead-letter topic, with the reason. */
@@ -355,10 +330,10 @@ static void test_consumer_rebalance_loses_nothing(void **state)
         (void)poll_once(c2, 100);
         distinct = 0;
         memset(seen, 0, b.n);
-        for (size_t i = 0; i < ca.n; i++)
-            seen[testkafka_key_index(ca.got[i].msg_id)] = 1;
-        for (size_t i = 0; i < cb.n; i++)
-            seen[testkafka_key_index(cb.got[i].msg_id)] = 1;
+        for (size_t i = 0; i < ca.rx.n; i++)
+            seen[testkafka_key_index(ca.rx.got[i].msg_id)] = 1;
+        for (size_t i = 0; i < cb.rx.n; i++)
+            seen[testkafka_key_index(cb.rx.got[i].msg_id)] = 1;
         for (size_t i = 0; i < b.n; i++)
             distinct += seen[i];
     }
@@ -371,10 +346,10 @@ static void test_consumer_rebalance_loses_nothing(void **state)
      * handled again by the new owner. The inbox makes that harmless
      * (test_consumer_duplicate_applied_once).
      */
-    size_t total = ca.n + cb.n;
-    print_message("rebalance: a handled %zu, b handled %zu, handled twice %zu of %zu\n", ca.n, cb.n,
-                  total - b.n, b.n);
-    assert_true(cb.n > 0);
+    size_t total = ca.rx.n + cb.rx.n;
+    print_message("rebalance: a handled %zu, b handled %zu, handled twice %zu of %zu\n", ca.rx.n,
+                  cb.rx.n, total - b.n, b.n);
+    assert_true(cb.rx.n > 0);
     txo_consumer_free(a);
     txo_consumer_free(c2);
     /* Once the group is settled everything is committed: a new member gets none of it. */

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "testrun.h"
+#include "testconsume.h"
 #include "testdb.h"
 #include "testbatch.h"
 #include "testnats.h"
@@ -89,17 +90,9 @@ static struct txo_publisher *new_publisher(const struct txo_nats_opts *o)
 
 /* ---- the recording handler ---- */
 
-struct received {
-    char subject[128];
-    char msg_id[64];
-    char *data;
-    uint64_t delivery;
-};
-
 struct collector {
-    pthread_mutex_t mu; /* handlers of different consumers may share a collector */
-    struct received *got;
-    size_t n, cap;
+    pthread_mutex_t mu;         /* handlers of different consumers may share a collector */
+    struct testconsume_list rx; /* what the handlers were given */
     unsigned sleep_ms;
 };
 
@@ -111,9 +104,7 @@ static void collector_init(struct collector *col)
 
 static void collector_release(struct collector *col)
 {
-    for (size_t i = 0; i < col->n; i++)
-        free(col->got[i].data);
-    free(col->got);
+    testconsume_release(&col->rx);
     pthread_mutex_destroy(&col->mu);
 }
 
@@ -123,19 +114,7 @@ static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_
     if (col->sleep_ms > 0)
         txo_sleep_ms(col->sleep_ms);
     pthread_mutex_lock(&col->mu);
-    if (col->n == col->cap) {
-        col->cap = col->cap ? col->cap * 2 : 64;
-        col->got = realloc(col->got, col->cap * sizeof(*col->got));
-        assert_non_null(col->got);
-    }
-    struct received *r = &col->got[col->n++];
-    snprintf(r->subject, sizeof(r->subject), "%s", msg->subject ? msg->subject : "(null)");
-    snprintf(r->msg_id, sizeof(r->msg_id), "%s", msg->msg_id ? msg->msg_id : "(null)");
-    r->data = malloc(msg->len + 1);
-    assert_non_null(r->data);
-    memcpy(r->data, msg->data, msg->len);
-    r->data[msg->len] = '\0';
-    r->delivery = msg->delivery;
+    (void)testconsume_add(&col->rx, msg);
     pthread_mutex_unlock(&col->mu);
     (void)err;
     return 0;
@@ -144,7 +123,7 @@ static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_
 static size_t collected(struct collector *col)
 {
     pthread_mutex_lock(&col->mu);
-    size_t n = col->n;
+    size_t n = col->rx.n;
     pthread_mutex_unlock(&col->mu);
     return n;
 }
@@ -337,16 +316,16 @@ static void test_two_consumers_share_a_durable(void **state)
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
 
-    assert_int_equal(col[0].n + col[1].n, n);
-    if (col[0].n == 0 || col[1].n == 0)
-        fail_msg("work not shared: %zu and %zu messages", col[0].n, col[1].n);
+    assert_int_equal(col[0].rx.n + col[1].rx.n, n);
+    if (col[0].rx.n == 0 || col[1].rx.n == 0)
+        fail_msg("work not shared: %zu and %zu messages", col[0].rx.n, col[1].rx.n);
     char **all = calloc(n, sizeof(*all));
     assert_non_null(all);
     size_t k = 0;
     for (int i = 0; i < 2; i++) {
-        for (size_t j = 0; j < col[i].n; j++) {
-            assert_int_equal(col[i].got[j].delivery, 1);
-            all[k++] = col[i].got[j].msg_id;
+        for (size_t j = 0; j < col[i].rx.n; j++) {
+            assert_int_equal(col[i].rx.got[j].delivery, 1);
+            all[k++] = col[i].rx.got[j].msg_id;
         }
     }
     qsort(all, n, sizeof(*all), cmp_str);

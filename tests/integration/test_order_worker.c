@@ -17,48 +17,31 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testorders.h"
+#include "testworker.h"
 #include "txo/metrics.h"
 #include "worker.h"
 
-struct fixture {
-    struct testdb t;
-    struct txo_metrics *metrics;
-    struct order_worker_config config;
-    struct txo_worker *w;
-};
+/* The configuration the worker's handlers read, for the test that runs. */
+static struct order_worker_config config;
 
 static int setup(void **state)
 {
-    struct fixture *f = testdb_fixture_new(sizeof(*f), "oworker", 0);
-    struct txo_error err;
-    txo_error_init(&err);
+    struct testworker *f = testdb_fixture_new(sizeof(*f), "oworker", 0);
     testorders_stock(f->t.db, "iphone-15", 10);
-    assert_int_equal(txo_metrics_new(&f->metrics, &err), 0);
     struct txo_worker_opts wo;
     txo_worker_opts_init(&wo);
     wo.saga_threads = 2;
     wo.poll_ms = 20;
     wo.retention.interval_s = 0;
-    wo.metrics = f->metrics;
-    order_worker_setup(&f->config, NULL, NULL, &wo);
-    if (txo_worker_new(&f->t.opts, &wo, &f->w, &err) != 0)
-        fail_msg("txo_worker_new: %s", err.msg);
+    order_worker_setup(&config, NULL, NULL, &wo);
+    testworker_new(f, &wo);
     *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    txo_worker_free(f->w);
-    txo_metrics_free(f->metrics);
-    testdb_fixture_free(f);
     return 0;
 }
 
 /* An order created in the database (its OrderCreated is in the outbox); returns its id and the
  * envelope the relay would publish for it. */
-static int64_t create_order(struct fixture *f, char **envelope)
+static int64_t create_order(struct testworker *f, char **envelope)
 {
     struct order_item item = {.sku = "iphone-15", .qty = 1, .price_cents = 1000};
     struct txo_error err;
@@ -88,7 +71,7 @@ static int64_t create_order(struct fixture *f, char **envelope)
     return id;
 }
 
-static int deliver(struct fixture *f, const char *envelope, const char *msg_id,
+static int deliver(struct testworker *f, const char *envelope, const char *msg_id,
                    struct txo_error *err)
 {
     struct txo_inbound_message msg = {
@@ -98,7 +81,7 @@ static int deliver(struct fixture *f, const char *envelope, const char *msg_id,
 }
 
 /* Polls until every saga is COMPLETED, at most 10 s. */
-static void wait_completed(struct fixture *f, int64_t want)
+static void wait_completed(struct testworker *f, int64_t want)
 {
     for (int i = 0; i < 500; i++) {
         if (testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'") ==
@@ -116,7 +99,7 @@ static void wait_completed(struct fixture *f, int64_t want)
  * dropped by the inbox; the runners take it to COMPLETED. */
 static void test_order_created_starts_the_saga_once(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     char *env = NULL;
     int64_t id = create_order(f, &env);
     struct txo_error err;
@@ -147,7 +130,7 @@ static void test_order_created_starts_the_saga_once(void **state)
  * saga type. */
 static void test_saga_past_its_deadline_is_counted(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct order_item item = {.sku = "iphone-15", .qty = 1, .price_cents = 1000};
     struct txo_error err;
     txo_error_init(&err);
@@ -193,7 +176,7 @@ static int async_create_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
  * nothing; the StartOrderSaga command, run by the scheduler, starts it. */
 static void test_async_order_starts_from_the_command_only(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct txo_error err;
     txo_error_init(&err);
     struct async_create a = {0};
@@ -240,7 +223,7 @@ static void test_async_order_starts_from_the_command_only(void **state)
  * good (TXO_EINVAL: the transport terminates them). */
 static void test_unhandled_and_bad_messages(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct txo_error err;
     const char *other = "{\"id\":1,\"type\":\"StockReserved\",\"idempotency_key\":\"k1\","
                         "\"payload\":{\"order_id\":1}}";
@@ -266,7 +249,7 @@ static void test_unhandled_and_bad_messages(void **state)
  */
 static void test_a_delivery_is_consumed_in_one_transaction(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct txo_error err;
     char *env[6];
     char keys[6][64];
@@ -327,7 +310,7 @@ static void test_a_delivery_is_consumed_in_one_transaction(void **state)
  * that message alone gets the error and the others are consumed. */
 static void test_a_failing_message_does_not_fail_its_batch(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct txo_error err;
     char *env[3];
     char keys[3][64];
@@ -372,5 +355,5 @@ int main(void)
         cmocka_unit_test(test_a_delivery_is_consumed_in_one_transaction),
         cmocka_unit_test(test_a_failing_message_does_not_fail_its_batch),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testworker_free_state, NULL, NULL);
 }

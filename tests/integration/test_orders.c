@@ -12,19 +12,16 @@
 
 #include <cmocka.h>
 
-#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testorders.h"
 
-static int setup(void **state)
+/* Each test sells from 10 of iphone-15 and 10 of case. */
+static void stock(struct testdb *t)
 {
-    struct testdb *t = testdb_new("orders", 0);
     testorders_stock(t->db, "iphone-15", 10);
     testorders_stock(t->db, "case", 10);
-    *state = t;
-    return 0;
 }
 
 static int64_t count(struct txo_db *db, const char *table)
@@ -370,5 +367,5 @@ int main(void)
         cmocka_unit_test(test_create_with_saga_commits_all_together),
         cmocka_unit_test(test_create_with_saga_unknown_sku_writes_nothing),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "orders", 0, stock);
 }

@@ -13,14 +13,7 @@
 
 #include <cmocka.h>
 
-#include "testrun.h"
 #include "testdb.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("outbox", 0);
-    return 0;
-}
 
 /* One transaction: a business row, then the event; rolls back when fail_with != 0. */
 struct append_tx {
@@ -415,5 +408,5 @@ int main(void)
         cmocka_unit_test(test_append_many_duplicate_and_invalid),
         cmocka_unit_test(test_stats),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "outbox", 0, NULL);
 }

@@ -21,12 +21,6 @@
 #include "testdb.h"
 #include "testproc.h"
 
-static int setup(void **state)
-{
-    *state = testdb_new("contract", TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
-
 /* Runs argv to completion; returns its exit status and (malloc'd) output. */
 static int run(const char *const *argv, char **out)
 {
@@ -92,7 +86,8 @@ static void test_node_example_then_relay(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_node_example_then_relay, setup, testdb_free_state),
+        cmocka_unit_test(test_node_example_then_relay),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "contract",
+                           TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV, NULL);
 }

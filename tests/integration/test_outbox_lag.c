@@ -27,17 +27,10 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "outbox/outbox_sql.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("lag", TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
 
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
 static int run_txo(const char *const *args, char **out)
@@ -354,7 +347,7 @@ int main(void)
         cmocka_unit_test(test_backlog_drains_in_bounded_batches),
         cmocka_unit_test(test_real_outage_of_31_seconds),
     };
-    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    int rc = testdb_run_each(tests, TXO_ARRAY_LEN(tests), "lag", TESTDB_NEW_EXPORT_ENV, NULL);
     curl_global_cleanup();
     return rc;
 }

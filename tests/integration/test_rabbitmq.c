@@ -46,22 +46,14 @@
 
 static void opts(struct txo_rabbitmq_opts *o)
 {
-    txo_rabbitmq_opts_init(o);
-    o->url = testrabbit_shared.url;
-    o->connect_timeout_ms = 2000;
-    o->confirm_timeout_ms = 5000;
+    testrabbit_opts(o, 2000, 5000);
 }
 
 static struct txo_publisher *new_publisher(void)
 {
     struct txo_rabbitmq_opts o;
     opts(&o);
-    struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_rabbitmq_new(&o, NULL, &pub, &err) < 0)
-        fail_msg("txo_publisher_rabbitmq_new: %s", err.msg);
-    return pub;
+    return testrabbit_publisher(&o);
 }
 
 /* Every message of queue, drained with pika: a JSON array of objects (json_decref). */

@@ -33,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "testconsume.h"
 #include "testdb.h"
 #include "testproc.h"
 #include "testbatch.h"
@@ -65,42 +66,23 @@ static struct txo_publisher *new_publisher(const struct txo_redis_opts *o,
 
 /* ---- the recording handler ---- */
 
-struct received {
-    char msg_id[64];
-    char subject[128];
-    char *data;
-    uint64_t delivery;
-};
-
 struct collector {
-    struct received *got;
-    size_t n, cap;
-    const char *transient_id; /* fails with TXO_EUNAVAILABLE on its first delivery */
-    const char *permanent_id; /* always fails with TXO_EINVAL */
-    bool decode;              /* check txo_envelope_decode_message on every message */
+    struct testconsume_list rx; /* what the handler was given */
+    const char *transient_id;   /* fails with TXO_EUNAVAILABLE on its first delivery */
+    const char *permanent_id;   /* always fails with TXO_EINVAL */
+    bool decode;                /* check txo_envelope_decode_message on every message */
 };
 
 static void collector_release(struct collector *col)
 {
-    for (size_t i = 0; i < col->n; i++)
-        free(col->got[i].data);
-    free(col->got);
+    testconsume_release(&col->rx);
     memset(col, 0, sizeof(*col));
 }
 
 static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
 {
     struct collector *col = arg;
-    if (col->n == col->cap) {
-        col->cap = col->cap ? col->cap * 2 : 64;
-        col->got = realloc(col->got, col->cap * sizeof(*col->got));
-        assert_non_null(col->got);
-    }
-    struct received *r = &col->got[col->n++];
-    snprintf(r->msg_id, sizeof(r->msg_id), "%s", msg->msg_id ? msg->msg_id : "(null)");
-    snprintf(r->subject, sizeof(r->subject), "%s", msg->subject ? msg->subject : "(null)");
-    r->data = strndup(msg->data, msg->len);
-    r->delivery = msg->delivery;
+    struct testconsume_msg *r = testconsume_add(&col->rx, msg);
     if (col->decode) {
         struct txo_event ev;
         struct txo_error derr;
@@ -117,14 +99,6 @@ static int collect(void *arg, const struct txo_inbound_message *msg, struct txo_
         msg->delivery == 1)
         return txo_error_set(err, TXO_EUNAVAILABLE, "downstream busy (test)");
     return 0;
-}
-
-static size_t count_id(const struct collector *col, const char *id)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < col->n; i++)
-        k += strcmp(col->got[i].msg_id, id) == 0;
-    return k;
 }
 
 static struct txo_consumer *new_consumer(const struct txo_redis_opts *o, txo_message_handler_fn fn,
@@ -265,8 +239,8 @@ static void test_fields_as_documented(void **state)
     struct collector col = {.decode = true};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
     assert_int_equal(poll_once(c, 100, 200), 5);
-    assert_string_equal(col.got[0].subject, "t2.events.order");
-    assert_string_equal(col.got[4].msg_id, "order:52");
+    assert_string_equal(col.rx.got[0].subject, "t2.events.order");
+    assert_string_equal(col.rx.got[4].msg_id, "order:52");
     assert_int_equal(testredis_group_pending(&testredis_shared, "t2.events.order", "txo-worker"),
                      0);
     txo_consumer_free(c);
@@ -313,7 +287,7 @@ static void test_permanent_error_dead_lettered(void **state)
     txo_sleep_ms(o.claim_idle_ms + 100);
     poll_once(c, 100, 50);
     poll_once(c, 100, 50);
-    assert_int_equal(count_id(&col, "order:2"), 1);
+    assert_int_equal(testconsume_count_id(&col.rx, "order:2"), 1);
     txo_consumer_free(c);
     collector_release(&col);
     testbatch_free(&b);
@@ -347,14 +321,14 @@ static void test_dead_consumer_entries_claimed(void **state)
     /* Ours gets the other two at once, the dead one's four only after claim_idle_ms. */
     assert_int_equal(poll_once(c, 100, 100), 2);
     int64_t deadline = txo_monotonic_ms() + 5000;
-    while (col.n < 6 && txo_monotonic_ms() < deadline)
+    while (col.rx.n < 6 && txo_monotonic_ms() < deadline)
         poll_once(c, 100, 50);
-    assert_int_equal(col.n, 6);
+    assert_int_equal(col.rx.n, 6);
     assert_true(txo_monotonic_ms() - t_read >= o.claim_idle_ms);
     for (size_t i = 0; i < 6; i++)
-        assert_int_equal(count_id(&col, b.keys[i]), 1);
+        assert_int_equal(testconsume_count_id(&col.rx, b.keys[i]), 1);
     for (size_t i = 2; i < 6; i++)
-        assert_int_equal(col.got[i].delivery, 2); /* read once by the dead consumer */
+        assert_int_equal(col.rx.got[i].delivery, 2); /* read once by the dead consumer */
     assert_int_equal(testredis_group_pending(&testredis_shared, "t6.events.order", "txo-worker"),
                      0);
     txo_consumer_free(c);
@@ -380,8 +354,8 @@ static void test_other_event_types_skipped(void **state)
     struct collector col = {0};
     struct txo_consumer *c = new_consumer(&o, collect, &col);
     assert_int_equal(poll_once(c, 100, 100), 2);
-    assert_string_equal(col.got[0].msg_id, "order:1");
-    assert_string_equal(col.got[1].msg_id, "order:3");
+    assert_string_equal(col.rx.got[0].msg_id, "order:1");
+    assert_string_equal(col.rx.got[1].msg_id, "order:3");
     assert_int_equal(testredis_group_pending(&testredis_shared, "t7.events.order", "txo-worker"),
                      0);
     txo_consumer_free(c);
@@ -462,19 +436,19 @@ static void test_batch_consumer_reads_in_few_calls(void **state)
     struct txo_consumer *c = new_batch_consumer(&o, &bc);
     int64_t deadline = txo_monotonic_ms() + 5000;
     size_t handled = 0;
-    while (bc.col.n < 20 && txo_monotonic_ms() < deadline)
+    while (bc.col.rx.n < 20 && txo_monotonic_ms() < deadline)
         handled += poll_once(c, 100, 100);
     /* The 20 OrderCreated entries, each once, in fewer calls than entries; the other two
      * types acknowledged without reaching the handler. */
-    assert_int_equal(bc.col.n, 20);
+    assert_int_equal(bc.col.rx.n, 20);
     assert_int_equal(handled, 20);
     assert_true(bc.calls < 20);
     assert_true(bc.largest > 1);
     for (size_t i = 0; i < b.n; i++)
-        assert_int_equal(count_id(&bc.col, b.keys[i]), i == 4 || i == 17 ? 0 : 1);
-    for (size_t i = 0; i < bc.col.n; i++) {
-        assert_string_equal(bc.col.got[i].subject, "t13.events.order");
-        assert_int_equal(bc.col.got[i].delivery, 1);
+        assert_int_equal(testconsume_count_id(&bc.col.rx, b.keys[i]), i == 4 || i == 17 ? 0 : 1);
+    for (size_t i = 0; i < bc.col.rx.n; i++) {
+        assert_string_equal(bc.col.rx.got[i].subject, "t13.events.order");
+        assert_int_equal(bc.col.rx.got[i].delivery, 1);
     }
     assert_int_equal(testredis_group_pending(&testredis_shared, "t13.events.order", "txo-worker"),
                      0);
@@ -524,20 +498,20 @@ static void test_batch_consumer_mixed_verdicts(void **state)
 
     /* The transient one comes back after claim_idle_ms, delivery 2, and is acknowledged. */
     int64_t deadline = txo_monotonic_ms() + 5000;
-    while (count_id(&bc.col, "order:3") < 2 && txo_monotonic_ms() < deadline)
+    while (testconsume_count_id(&bc.col.rx, "order:3") < 2 && txo_monotonic_ms() < deadline)
         poll_once(c, 100, 50);
-    assert_int_equal(count_id(&bc.col, "order:3"), 2);
+    assert_int_equal(testconsume_count_id(&bc.col.rx, "order:3"), 2);
     assert_true(txo_monotonic_ms() - t_fail >= o.claim_idle_ms);
-    assert_int_equal(bc.col.got[bc.col.n - 1].delivery, 2);
+    assert_int_equal(bc.col.rx.got[bc.col.rx.n - 1].delivery, 2);
     assert_int_equal(testredis_group_pending(&testredis_shared, "t14.events.order", "txo-worker"),
                      0);
     /* The rest never again. */
     txo_sleep_ms(o.claim_idle_ms + 100);
     poll_once(c, 100, 50);
     poll_once(c, 100, 50);
-    assert_int_equal(bc.col.n, 7);
+    assert_int_equal(bc.col.rx.n, 7);
     for (size_t i = 0; i < b.n; i++)
-        assert_int_equal(count_id(&bc.col, b.keys[i]), i == 2 ? 2 : 1);
+        assert_int_equal(testconsume_count_id(&bc.col.rx, b.keys[i]), i == 2 ? 2 : 1);
     assert_int_equal(testredis_xlen(&testredis_shared, "t14.events.order.dead"), 1);
     txo_consumer_free(c);
     collector_release(&bc.col);
@@ -565,12 +539,12 @@ static void test_batch_handler_failing_as_a_whole(void **state)
     assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
                      5);
     int64_t deadline = txo_monotonic_ms() + 5000;
-    while (bc.col.n < 5 && txo_monotonic_ms() < deadline)
+    while (bc.col.rx.n < 5 && txo_monotonic_ms() < deadline)
         poll_once(c, 100, 50);
-    assert_int_equal(bc.col.n, 5);
+    assert_int_equal(bc.col.rx.n, 5);
     assert_int_equal(bc.calls, 2);
     for (size_t i = 0; i < 5; i++)
-        assert_int_equal(bc.col.got[i].delivery, 2);
+        assert_int_equal(bc.col.rx.got[i].delivery, 2);
     assert_int_equal(testredis_group_pending(&testredis_shared, "t15.events.order", "txo-worker"),
                      0);
     txo_consumer_free(c);

@@ -29,12 +29,7 @@ static int setup(void **state)
 
 static int setup_outbox_only(void **state)
 {
-    struct testdb *t = testdb_new("registry_outbox", TESTDB_NEW_EMPTY);
-    struct txo_error err;
-    txo_error_init(&err);
-    unsigned applied = 0, total = 0;
-    assert_int_equal(txo_migrate_set(t->db, txo_outbox_migrations(), &applied, &total, &err), 0);
-    *state = t;
+    *state = testdb_new("registry_outbox", TESTDB_NEW_OUTBOX_ONLY);
     return 0;
 }
 

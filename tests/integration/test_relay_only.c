@@ -27,16 +27,9 @@
 #include <jansson.h>
 
 #include "testarchive.h"
-#include "testrun.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "testproc.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("relayonly", TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV);
-    return 0;
-}
 
 /* Runs `txo args...` to completion; returns its exit status and (malloc'd) output. */
 static int run_txo(const char *const *args, char **out)
@@ -377,7 +370,8 @@ int main(void)
         cmocka_unit_test(test_relay_only_database_end_to_end),
         cmocka_unit_test(test_only_takes_outbox),
     };
-    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    int rc = testdb_run_each(tests, TXO_ARRAY_LEN(tests), "relayonly",
+                             TESTDB_NEW_EMPTY | TESTDB_NEW_EXPORT_ENV, NULL);
     curl_global_cleanup();
     return rc;
 }

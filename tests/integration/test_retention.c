@@ -17,17 +17,10 @@
 
 #include <cmocka.h>
 
-#include "testrun.h"
 #include "retention/retention_sql.h"
 #include "testdb.h"
 #include "testrelay.h"
 #include "txo/retention.h"
-
-static int setup(void **state)
-{
-    *state = testdb_new("retention", 0);
-    return 0;
-}
 
 /*
  * Inserts n rows with key prefix `prefix`, the given status, due `due_ago` and published
@@ -255,5 +248,5 @@ int main(void)
         cmocka_unit_test(test_statements_use_indexes),
         cmocka_unit_test(test_purge_next_to_a_live_relay),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
+    return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "retention", 0, NULL);
 }

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "testworker.h"
 #include "txo/metrics.h"
 #include "txo/worker.h"
 
@@ -35,28 +36,17 @@ static const struct txo_event_handler lenient[] = {{.event_type = "Moved", .fn =
 static const struct txo_event_handler strict[] = {
     {.event_type = "Moved", .fn = apply, .hold_out_of_order_ms = 400}};
 
-struct fixture {
-    struct testdb t;
-    struct txo_metrics *metrics;
-    struct txo_worker *w;
-};
-
 static int setup_with(void **state, const struct txo_event_handler *handlers)
 {
-    struct fixture *f = testdb_fixture_new(sizeof(*f), "worder", 0);
+    struct testworker *f = testdb_fixture_new(sizeof(*f), "worder", 0);
     testdb_exec(f->t.db, "CREATE TABLE effects (event_id VARCHAR(255) PRIMARY KEY)");
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_metrics_new(&f->metrics, &err), 0);
     struct txo_worker_opts wo;
     txo_worker_opts_init(&wo);
     wo.saga_threads = 1;
     wo.retention.interval_s = 0;
-    wo.metrics = f->metrics;
     wo.events = handlers;
     wo.n_events = 1;
-    if (txo_worker_new(&f->t.opts, &wo, &f->w, &err) != 0)
-        fail_msg("txo_worker_new: %s", err.msg);
+    testworker_new(f, &wo);
     *state = f;
     return 0;
 }
@@ -69,15 +59,6 @@ static int setup_lenient(void **state)
 static int setup_strict(void **state)
 {
     return setup_with(state, strict);
-}
-
-static int teardown(void **state)
-{
-    struct fixture *f = *state;
-    txo_worker_free(f->w);
-    txo_metrics_free(f->metrics);
-    testdb_fixture_free(f);
-    return 0;
 }
 
 /* The envelope of event seq (following prev) of account `acct`; its key is "acct:<seq>". */
@@ -111,7 +92,7 @@ static struct txo_inbound_message inbound(const struct env *e)
         .data = e->text, .len = strlen(e->text), .msg_id = e->key, .delivery = 1};
 }
 
-static int deliver(struct fixture *f, const char *acct, uint64_t seq, uint64_t prev,
+static int deliver(struct testworker *f, const char *acct, uint64_t seq, uint64_t prev,
                    struct txo_error *err)
 {
     struct env e;
@@ -123,14 +104,14 @@ static int deliver(struct fixture *f, const char *acct, uint64_t seq, uint64_t p
     return rc;
 }
 
-static int64_t effects(struct fixture *f, const char *key)
+static int64_t effects(struct testworker *f, const char *key)
 {
     struct txo_param p = txo_p_str(key);
     return testdb_i64(f->t.db, "SELECT COUNT(*) FROM effects WHERE event_id = ?", &p, 1);
 }
 
 /* txo_inbox_out_of_order_total{aggregate_type="account",kind=...} as /metrics shows it. */
-static double out_of_order(struct fixture *f, const char *kind)
+static double out_of_order(struct testworker *f, const char *kind)
 {
     char *text = NULL;
     size_t len = 0;
@@ -148,7 +129,7 @@ static double out_of_order(struct fixture *f, const char *kind)
 
 static void test_counted_and_handled(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct txo_error err;
     assert_int_equal(deliver(f, "a", 1, 0, &err), 0);
     assert_int_equal(deliver(f, "a", 3, 2, &err), 0); /* 2 not handled yet: a gap */
@@ -184,7 +165,7 @@ static void test_counted_and_handled(void **state)
 
 static void test_held_until_the_predecessor_then_parked(void **state)
 {
-    struct fixture *f = *state;
+    struct testworker *f = *state;
     struct txo_error err;
     assert_int_equal(deliver(f, "a", 2, 1, &err), TXO_EUNAVAILABLE); /* 1 not handled yet */
     assert_non_null(strstr(err.msg, "held: event a:2"));
@@ -228,9 +209,10 @@ static void test_held_until_the_predecessor_then_parked(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_counted_and_handled, setup_lenient, teardown),
+        cmocka_unit_test_setup_teardown(test_counted_and_handled, setup_lenient,
+                                        testworker_free_state),
         cmocka_unit_test_setup_teardown(test_held_until_the_predecessor_then_parked, setup_strict,
-                                        teardown),
+                                        testworker_free_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

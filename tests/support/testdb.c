@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "testrun.h"
 #include "orders.h"
 
 static unsigned long parse_port(const char *s)
@@ -137,10 +138,16 @@ void *testdb_fixture_new(size_t size, const char *tag, unsigned flags)
     struct testdb *t = txo_calloc(1, size);
     if (t == NULL)
         fail_msg("out of memory for the fixture of %s", tag);
-    if (flags & TESTDB_NEW_EMPTY)
+    if (flags & (TESTDB_NEW_EMPTY | TESTDB_NEW_OUTBOX_ONLY))
         testdb_setup_empty(t, tag);
     else
         testdb_setup(t, tag);
+    if (flags & TESTDB_NEW_OUTBOX_ONLY) {
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_migrate_set(t->db, txo_outbox_migrations(), NULL, NULL, &err) < 0)
+            fail_msg("migrating the outbox of %s: %s", t->name, err.msg);
+    }
     if (flags & TESTDB_NEW_EXPORT_ENV)
         testdb_export_env(t);
     return t;
@@ -169,6 +176,31 @@ int testdb_free_state(void **state)
     testdb_free(*state);
     *state = NULL;
     return 0;
+}
+
+/* What testdb_run_each() was asked for: one table runs at a time in a test program. */
+static struct {
+    const char *tag;
+    unsigned flags;
+    void (*init)(struct testdb *t);
+} run;
+
+static int run_setup(void **state)
+{
+    struct testdb *t = testdb_new(run.tag, run.flags);
+    if (run.init != NULL)
+        run.init(t);
+    *state = t;
+    return 0;
+}
+
+int testdb_run_each(const struct CMUnitTest *tests, size_t n, const char *tag, unsigned flags,
+                    void (*init)(struct testdb *t))
+{
+    run.tag = tag;
+    run.flags = flags;
+    run.init = init;
+    return testrun_each(tests, n, run_setup, testdb_free_state, NULL, NULL);
 }
 
 struct txo_db *testdb_connect(const struct testdb *t)

@@ -10,9 +10,12 @@
 #define TXO_TESTDB_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "txo/txo.h"
+
+struct CMUnitTest; /* <cmocka.h> */
 
 struct testdb {
     char name[64];           /* the database name */
@@ -35,8 +38,9 @@ void testdb_teardown(struct testdb *t);
 
 /* How testdb_new() sets the database up. */
 enum testdb_new_flags {
-    TESTDB_NEW_EMPTY = 1 << 0,      /* no tables (testdb_setup_empty), else migrated */
-    TESTDB_NEW_EXPORT_ENV = 1 << 1, /* testdb_export_env(): child processes use it */
+    TESTDB_NEW_EMPTY = 1 << 0,       /* no tables (testdb_setup_empty), else migrated */
+    TESTDB_NEW_EXPORT_ENV = 1 << 1,  /* testdb_export_env(): child processes use it */
+    TESTDB_NEW_OUTBOX_ONLY = 1 << 2, /* only the outbox's migrations, as a relay's own database */
 };
 
 /*
@@ -61,6 +65,16 @@ void testdb_fixture_free(void *fixture);
  * holds nothing else to release: frees it (testdb_fixture_free) and returns 0.
  */
 int testdb_free_state(void **state);
+
+/*
+ * The main() of a test program whose tests each want a fresh database and nothing else of their
+ * own: runs tests[] as testrun_each() does, with a state made by testdb_new(tag, flags) for each
+ * entry that names no fixture of its own, init(that state) run on it first when init is not NULL
+ * (a catalogue, a table the tests share), and testdb_free_state after the test. Returns the
+ * number of tests that failed.
+ */
+int testdb_run_each(const struct CMUnitTest *tests, size_t n, const char *tag, unsigned flags,
+                    void (*init)(struct testdb *t));
 
 /* Another connection to the same database (for concurrency tests). Close with txo_db_close. */
 struct txo_db *testdb_connect(const struct testdb *t);

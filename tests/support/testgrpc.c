@@ -407,3 +407,14 @@ int testgrpc_group_teardown(void **state)
     testgrpc_cleanup(&testgrpc_shared);
     return 0;
 }
+
+void testgrpc_expect_refused(const struct txo_grpc_opts *o, int want, const char *about)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_int_equal(txo_publisher_grpc_new(o, NULL, &pub, &err), want);
+    if (about != NULL && strstr(err.msg, about) == NULL)
+        fail_msg("refused with \"%s\", which does not name %s", err.msg, about);
+    assert_null(pub);
+}

@@ -29,6 +29,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "txo/grpc.h"
+
 struct testgrpc {
     char target[64]; /* "127.0.0.1:<port>" */
     unsigned port;
@@ -111,5 +113,11 @@ size_t testgrpc_count_traced_calls(const struct testgrpc *g);
 extern struct testgrpc testgrpc_shared;
 int testgrpc_group_setup(void **state);
 int testgrpc_group_teardown(void **state);
+
+/*
+ * Expects txo_publisher_grpc_new() to refuse o with the code want, its message naming about (NULL:
+ * any message), and to make no publisher; the test fails otherwise.
+ */
+void testgrpc_expect_refused(const struct txo_grpc_opts *o, int want, const char *about);
 
 #endif

@@ -199,3 +199,13 @@ void testhttp_txo_stop(struct testproc *p, const char *what)
                  what, p->status, (long long)ms);
     }
 }
+
+int testhttp_daemon_free_state(void **state)
+{
+    struct testhttp_daemon *d = *state;
+    if (d != NULL)
+        testproc_stop_hard(&d->srv);
+    testdb_fixture_free(d);
+    *state = NULL;
+    return 0;
+}

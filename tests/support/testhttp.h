@@ -34,6 +34,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
+#include "testdb.h"
 #include "testproc.h"
 
 /*
@@ -121,5 +122,22 @@ unsigned testhttp_txo_start(struct testproc *p, const char *tag, const char *sub
  * SIGKILL) prints p's log under the name what and fails the test with the wait status.
  */
 void testhttp_txo_stop(struct testproc *p, const char *what);
+
+/*
+ * The fixture of a test of one txo process: the test's database, first so that
+ * testdb_fixture_new(sizeof(struct testhttp_daemon), ...) makes it, and the process the test
+ * started in srv; port is where it listens when it is a daemon (testhttp_txo_start()).
+ */
+struct testhttp_daemon {
+    struct testdb t;
+    struct testproc srv;
+    unsigned port;
+};
+
+/*
+ * A cmocka teardown for a struct testhttp_daemon made so: SIGKILLs the daemon if it still runs
+ * (a test that failed), then frees the fixture and its database. Returns 0.
+ */
+int testhttp_daemon_free_state(void **state);
 
 #endif

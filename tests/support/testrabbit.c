@@ -283,3 +283,22 @@ int testrabbit_group_teardown(void **state)
     testrabbit_cleanup(&testrabbit_shared);
     return 0;
 }
+
+void testrabbit_opts(struct txo_rabbitmq_opts *o, int64_t connect_timeout_ms,
+                     int64_t confirm_timeout_ms)
+{
+    txo_rabbitmq_opts_init(o);
+    o->url = testrabbit_shared.url;
+    o->connect_timeout_ms = connect_timeout_ms;
+    o->confirm_timeout_ms = confirm_timeout_ms;
+}
+
+struct txo_publisher *testrabbit_publisher(const struct txo_rabbitmq_opts *o)
+{
+    struct txo_publisher *pub = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_rabbitmq_new(o, NULL, &pub, &err) < 0)
+        fail_msg("txo_publisher_rabbitmq_new: %s", err.msg);
+    return pub;
+}

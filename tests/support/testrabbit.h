@@ -30,7 +30,10 @@
 #define TXO_TESTRABBIT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "txo/rabbitmq.h"
 
 struct testrabbit {
     char url[96]; /* "amqp://guest:guest@127.0.0.1:<port>/" */
@@ -81,5 +84,15 @@ long testrabbit_count(const struct testrabbit *r, const char *queue);
 extern struct testrabbit testrabbit_shared;
 int testrabbit_group_setup(void **state);
 int testrabbit_group_teardown(void **state);
+
+/*
+ * Options for a publisher or consumer of testrabbit_shared: its url and these timeouts, the rest
+ * the default (txo_rabbitmq_opts_init).
+ */
+void testrabbit_opts(struct txo_rabbitmq_opts *o, int64_t connect_timeout_ms,
+                     int64_t confirm_timeout_ms);
+
+/* txo_publisher_rabbitmq_new(o) with no metrics, or the test fails with the error. */
+struct txo_publisher *testrabbit_publisher(const struct txo_rabbitmq_opts *o);
 
 #endif

@@ -23,7 +23,8 @@
 
 #include <cmocka.h>
 
-int testraw_dial_from(unsigned port, const char *from)
+/* A socket to 127.0.0.1:port from from (NULL: any), connected, or -1 with errno. */
+static int dial(unsigned port, const char *from)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -44,10 +45,27 @@ int testraw_dial_from(unsigned port, const char *from)
     }
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+int testraw_dial_from(unsigned port, const char *from)
+{
+    int fd = dial(port, from);
+    if (fd < 0)
         fail_msg("connect to port %u from %s: %s", port, from != NULL ? from : "any",
                  strerror(errno));
     return fd;
+}
+
+int testraw_try_dial(unsigned port)
+{
+    return dial(port, NULL);
 }
 
 bool testraw_send(int fd, const char *p, size_t n)

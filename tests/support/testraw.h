@@ -40,6 +40,12 @@ struct testraw_reply {
  */
 int testraw_dial_from(unsigned port, const char *from);
 
+/*
+ * testraw_dial_from(port, NULL), but a connection the server refuses (or nothing listens) is no
+ * failure: returns -1 with errno set, for the tests that expect it and for threads.
+ */
+int testraw_try_dial(unsigned port);
+
 /* Writes all n bytes; false when the server has gone (it may close after a refusal). */
 bool testraw_send(int fd, const char *p, size_t n);
 

@@ -4,11 +4,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "testproc.h"
 #include "testrelay.h"
 #include "txo/alloc.h"
 #include "txo/clock.h"
@@ -138,4 +141,48 @@ testrelay_publisher(const char *name,
         fail_msg("txo_publisher_new(%s): %s", name, err.msg);
     }
     return pub;
+}
+
+pid_t testrelay_spawn_binlog(const char *out, const char *errf, const char *const *args)
+{
+    static const char *const lead[] = {"relay", "--source",       "binlog", "--publisher",
+                                       "log",   "--source-lease", "600",    NULL};
+    return testproc_spawn_txo(lead, args, out, errf, true);
+}
+
+void testrelay_binlog_drain(const char *out, const char *errf)
+{
+    const char *args[] = {"--drain", NULL};
+    int status = testproc_wait_pid(testrelay_spawn_binlog(out, errf, args));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        testproc_print_file(errf, "  ");
+        fail_msg("binlog drain: status 0x%x", status);
+    }
+}
+
+size_t testrelay_read_envelopes(const char *path, void (*each)(void *ctx, json_t *env, unsigned k),
+                                void *ctx)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t lines = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) > 0) {
+        json_error_t jerr;
+        json_t *env = json_loadb(line, (size_t)len, 0, &jerr);
+        if (env == NULL)
+            fail_msg("%s line %zu is not JSON (%s): %s", path, lines + 1, jerr.text, line);
+        const char *key = json_string_value(json_object_get(env, "idempotency_key"));
+        unsigned k = 0;
+        if (key == NULL || sscanf(key, "k:%u", &k) != 1)
+            fail_msg("%s line %zu has no key k:<n>: %s", path, lines + 1, line);
+        each(ctx, env, k);
+        json_decref(env);
+        lines++;
+    }
+    free(line);
+    fclose(f);
+    return lines;
 }

@@ -7,6 +7,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
 
 #include "txo/relay.h"
 
@@ -64,5 +67,23 @@ testrelay_publisher(const char *name,
                     int (*publish)(void *self, const struct txo_outbox_message *msgs, size_t n,
                                    int *results, struct txo_error *errors),
                     void *self);
+
+/*
+ * Starts `$TXO_BIN relay --source binlog --publisher log --source-lease 600 <args...>` (args ends
+ * with NULL; a later --publisher wins), stdout appended to out, stderr to errf. Returns its pid.
+ */
+pid_t testrelay_spawn_binlog(const char *out, const char *errf, const char *const *args);
+
+/* testrelay_spawn_binlog() of `--drain`, waited for: exit 0, or the test fails with its stderr. */
+void testrelay_binlog_drain(const char *out, const char *errf);
+
+/*
+ * Reads the envelopes the log publisher wrote to path, one a line, and calls each(ctx, env, k)
+ * for every one: k is the number of its idempotency key "k:<k>", env is borrowed for the call. A
+ * line that is not JSON, or whose key is not of that form, fails the test. Returns the number of
+ * lines.
+ */
+size_t testrelay_read_envelopes(const char *path, void (*each)(void *ctx, json_t *env, unsigned k),
+                                void *ctx);
 
 #endif

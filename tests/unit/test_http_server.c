@@ -35,6 +35,7 @@
 
 #include "txo/txo.h"
 #include "testraw.h"
+#include "testrun.h"
 
 /* ---- the handler under test ---- */
 
@@ -125,36 +126,43 @@ static void start_default(struct fixture *f)
     start_with(f, &opts);
 }
 
+/* start_default(), but a body may have at most max_body_bytes. */
+static void start_with_body_limit(struct fixture *f, size_t max_body_bytes)
+{
+    struct txo_http_server_opts opts;
+    txo_http_server_opts_init(&opts);
+    opts.port = 0;
+    opts.max_body_bytes = max_body_bytes;
+    start_with(f, &opts);
+}
+
 static void stop(struct fixture *f)
 {
     txo_http_server_stop(f->srv);
     f->srv = NULL;
 }
 
-/* ---- a small blocking HTTP/1.1 client ---- */
-
-static int connect_to(unsigned port)
+/* The fixture of most tests: a server started as start_default() does. */
+static int setup(void **state)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {.tv_sec = 5, .tv_usec = 0}; /* no test read waits longer */
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        int saved = errno;
-        close(fd);
-        errno = saved;
-        return -1;
-    }
-    return fd;
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    start_default(f);
+    *state = f;
+    return 0;
 }
+
+/* Stops the server unless the test did, and frees the fixture. */
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    if (f->srv != NULL)
+        stop(f);
+    free(f);
+    return 0;
+}
+
+/* ---- a small blocking HTTP/1.1 client ---- */
 
 #define MAX_HEADERS 32
 
@@ -264,10 +272,8 @@ static void roundtrip(int fd, const char *request, struct http_resp *r)
 
 static void test_get_status_body_headers_args(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    int fd = testraw_dial_from(f.port, NULL);
+    struct fixture *f = *state;
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
     roundtrip(fd,
               "GET /info?q=hello%20world&other=1 HTTP/1.1\r\nHost: localhost\r\n"
@@ -288,16 +294,41 @@ static void test_get_status_body_headers_args(void **state)
     assert_string_equal(resp_header(&r, "Content-Type"), "application/json");
     resp_release(&r);
     close(fd);
-    assert_int_equal(atomic_load(&f.app.calls), 2);
-    stop(&f);
+    assert_int_equal(atomic_load(&f->app.calls), 2);
+    stop(f);
+}
+
+/*
+ * POST /echo of body (len bytes, a multiple of pieces) in pieces writes 20 ms apart, so that the
+ * server reads it in as many: the answer must be 200 with the body whole, of content_type (NULL:
+ * any).
+ */
+static void post_echoed(int fd, const char *body, size_t len, int pieces, const char *content_type)
+{
+    char head[256];
+    snprintf(head, sizeof(head),
+             "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n", len);
+    assert_true(testraw_send_str(fd, head));
+    size_t piece = len / (size_t)pieces;
+    for (int i = 0; i < pieces; i++) {
+        assert_true(testraw_send(fd, body + (size_t)i * piece, piece));
+        if (pieces > 1)
+            txo_sleep_ms(20); /* separate TCP segments, separate reads on the server */
+    }
+    struct http_resp r;
+    assert_int_equal(read_response(fd, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, len);
+    assert_memory_equal(r.body, body, len);
+    if (content_type != NULL)
+        assert_string_equal(resp_header(&r, "Content-Type"), content_type);
+    resp_release(&r);
 }
 
 static void test_post_body_delivered_exactly(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    int fd = testraw_dial_from(f.port, NULL);
+    struct fixture *f = *state;
+    int fd = testraw_dial_from(f->port, NULL);
 
     /* A small JSON body, then 60 KB of every byte value but NUL sent in six writes. */
     struct http_resp r;
@@ -314,48 +345,25 @@ static void test_post_body_delivered_exactly(void **state)
     assert_non_null(body);
     for (size_t i = 0; i < BIG; i++)
         body[i] = (char)(1 + (i * 7 + i / 251) % 255);
-    char head[256];
-    snprintf(head, sizeof(head),
-             "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n", BIG);
-    assert_true(testraw_send_str(fd, head));
-    for (int i = 0; i < PIECES; i++) {
-        assert_true(testraw_send(fd, body + (size_t)i * (BIG / PIECES), BIG / PIECES));
-        txo_sleep_ms(20); /* separate TCP segments, separate reads on the server */
-    }
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, BIG);
-    assert_memory_equal(r.body, body, BIG);
-    assert_string_equal(resp_header(&r, "Content-Type"), "application/octet-stream");
-    resp_release(&r);
+    post_echoed(fd, body, BIG, PIECES, "application/octet-stream");
 
     /* Exactly max_body_bytes is still accepted. */
     size_t max = 65536;
     char *full = malloc(max);
     assert_non_null(full);
     memset(full, 'x', max);
-    snprintf(head, sizeof(head),
-             "POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: %zu\r\n\r\n", max);
-    assert_true(testraw_send_str(fd, head));
-    assert_true(testraw_send(fd, full, max));
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, max);
-    assert_memory_equal(r.body, full, max);
-    resp_release(&r);
+    post_echoed(fd, full, max, 1, NULL);
     free(full);
     free(body);
     close(fd);
-    assert_int_equal(atomic_load(&f.app.calls), 3);
-    stop(&f);
+    assert_int_equal(atomic_load(&f->app.calls), 3);
+    stop(f);
 }
 
 static void test_keep_alive(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    int fd = testraw_dial_from(f.port, NULL);
+    struct fixture *f = *state;
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
     /* Both requests written at once (pipelined), then a third after the answers. */
     assert_true(
@@ -379,8 +387,8 @@ static void test_keep_alive(void **state)
     resp_release(&r);
     assert_false(closed_within(fd, 100));
     close(fd);
-    assert_int_equal(atomic_load(&f.app.calls), 3);
-    stop(&f);
+    assert_int_equal(atomic_load(&f->app.calls), 3);
+    stop(f);
 }
 
 static void assert_413_json(const struct http_resp *r, size_t max)
@@ -402,11 +410,7 @@ static void test_announced_body_over_limit_is_413(void **state)
 {
     (void)state;
     struct fixture f;
-    struct txo_http_server_opts opts;
-    txo_http_server_opts_init(&opts);
-    opts.port = 0;
-    opts.max_body_bytes = 1024;
-    start_with(&f, &opts);
+    start_with_body_limit(&f, 1024);
 
     /* The refusal comes on the headers alone: the client never has to send the body. */
     int fd = testraw_dial_from(f.port, NULL);
@@ -444,11 +448,7 @@ static void test_chunked_body_within_limit(void **state)
 {
     (void)state;
     struct fixture f;
-    struct txo_http_server_opts opts;
-    txo_http_server_opts_init(&opts);
-    opts.port = 0;
-    opts.max_body_bytes = 1024;
-    start_with(&f, &opts);
+    start_with_body_limit(&f, 1024);
 
     /* A chunked body is assembled for the handler, also when it ends exactly at the limit. */
     int fd = testraw_dial_from(f.port, NULL);
@@ -485,11 +485,7 @@ static void test_chunked_body_over_limit_is_413(void **state)
 {
     (void)state;
     struct fixture f;
-    struct txo_http_server_opts opts;
-    txo_http_server_opts_init(&opts);
-    opts.port = 0;
-    opts.max_body_bytes = 1024;
-    start_with(&f, &opts);
+    start_with_body_limit(&f, 1024);
 
     /* 3 chunks of 400 bytes: the third crosses the limit. */
     int fd = testraw_dial_from(f.port, NULL);
@@ -516,10 +512,8 @@ static void test_chunked_body_over_limit_is_413(void **state)
 
 static void test_retry_after(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    int fd = testraw_dial_from(f.port, NULL);
+    struct fixture *f = *state;
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /retry HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 503);
@@ -527,7 +521,7 @@ static void test_retry_after(void **state)
     assert_string_equal(r.body, "{\"error\":\"overloaded\"}");
     resp_release(&r);
     close(fd);
-    stop(&f);
+    stop(f);
 }
 
 static void test_slow_client_is_disconnected(void **state)
@@ -582,7 +576,7 @@ struct slow_client {
 static void *slow_client_main(void *arg)
 {
     struct slow_client *c = arg;
-    int fd = connect_to(c->port);
+    int fd = testraw_try_dial(c->port);
     c->rc = -1;
     if (fd < 0)
         return NULL;
@@ -602,23 +596,21 @@ static void *slow_client_main(void *arg)
 /* The response of a handler that is still running when stop is called is delivered. */
 static void test_stop_finishes_request_in_flight(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    unsigned port = f.port;
+    struct fixture *f = *state;
+    unsigned port = f->port;
     struct slow_client c = {.port = port};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, slow_client_main, &c), 0);
     int64_t deadline = txo_monotonic_ms() + 5000;
-    while (atomic_load(&f.app.slow_entered) == 0 && txo_monotonic_ms() < deadline)
+    while (atomic_load(&f->app.slow_entered) == 0 && txo_monotonic_ms() < deadline)
         txo_sleep_ms(1);
-    assert_int_equal(atomic_load(&f.app.slow_entered), 1);
+    assert_int_equal(atomic_load(&f->app.slow_entered), 1);
 
     int64_t t0 = txo_monotonic_ms();
-    stop(&f);
+    stop(f);
     int64_t stop_ms = txo_monotonic_ms() - t0;
     /* stop waited for the handler (it sleeps 300 ms) */
-    assert_int_equal(atomic_load(&f.app.slow_finished), 1);
+    assert_int_equal(atomic_load(&f->app.slow_finished), 1);
     pthread_join(th, NULL);
     if (c.rc != 0)
         fail_msg("the request in flight lost its response on stop (stop took %lld ms)",
@@ -627,7 +619,7 @@ static void test_stop_finishes_request_in_flight(void **state)
     assert_string_equal(c.body, "{\"slow\":\"done\"}");
 
     /* Nothing listens any more. */
-    int fd = connect_to(port);
+    int fd = testraw_try_dial(port);
     int saved = errno;
     if (fd >= 0)
         close(fd);
@@ -637,21 +629,19 @@ static void test_stop_finishes_request_in_flight(void **state)
 
 static void test_stop_when_idle(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    unsigned port = f.port;
+    struct fixture *f = *state;
+    unsigned port = f->port;
     /* An idle keep-alive connection does not hold stop up for the 30 s timeout. */
     int fd = testraw_dial_from(port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     resp_release(&r);
     int64_t t0 = txo_monotonic_ms();
-    stop(&f);
+    stop(f);
     assert_true(txo_monotonic_ms() - t0 < 2000);
     assert_true(closed_within(fd, 1000));
     close(fd);
-    fd = connect_to(port);
+    fd = testraw_try_dial(port);
     assert_int_equal(fd, -1);
     txo_http_server_stop(NULL); /* no-op */
 }
@@ -660,14 +650,12 @@ static void test_stop_when_idle(void **state)
  * its client can send it to another instance at once. */
 static void test_stop_answers_request_being_read(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    int fd = testraw_dial_from(f.port, NULL);
+    struct fixture *f = *state;
+    int fd = testraw_dial_from(f->port, NULL);
     assert_true(testraw_send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\n")); /* half a head */
     txo_sleep_ms(500); /* the I/O thread reads it at once; this is ample */
     int64_t t0 = txo_monotonic_ms();
-    stop(&f); /* the answer waits in the socket; stop lingers for the client at most 2 s */
+    stop(f); /* the answer waits in the socket; stop lingers for the client at most 2 s */
     assert_true(txo_monotonic_ms() - t0 < 5000);
     struct http_resp r;
     if (read_response(fd, &r) != 0)
@@ -727,14 +715,12 @@ static void test_bind_errors(void **state)
  */
 static void test_port_held_by_another_server(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
+    struct fixture *f = *state;
     struct app app;
     memset(&app, 0, sizeof(app));
     struct txo_http_server_opts opts;
     txo_http_server_opts_init(&opts);
-    opts.port = f.port;
+    opts.port = f->port;
     struct txo_http_server *srv = NULL;
     struct txo_error err;
     txo_error_init(&err);
@@ -743,44 +729,42 @@ static void test_port_held_by_another_server(void **state)
     assert_int_equal(rc, TXO_EIO);
     assert_null(srv);
     char addr[64];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u", f.port);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", f->port);
     assert_non_null(strstr(err.msg, addr));
 
     /* The first one still serves. */
-    int fd = testraw_dial_from(f.port, NULL);
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
     resp_release(&r);
     close(fd);
-    stop(&f);
+    stop(f);
 }
 
 /* A restart binds the same port at once, although the old connections are in TIME_WAIT. */
 static void test_restart_on_same_port(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
-    unsigned port = f.port;
+    struct fixture *f = *state;
+    unsigned port = f->port;
     int fd = testraw_dial_from(port, NULL);
     struct http_resp r;
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     resp_release(&r);
-    stop(&f); /* the server closes the connection first: TIME_WAIT on its side */
+    stop(f); /* the server closes the connection first: TIME_WAIT on its side */
     close(fd);
 
     struct txo_http_server_opts opts;
     txo_http_server_opts_init(&opts);
     opts.port = port;
-    start_with(&f, &opts);
-    assert_int_equal(f.port, port);
+    start_with(f, &opts);
+    assert_int_equal(f->port, port);
     fd = testraw_dial_from(port, NULL);
     roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
     resp_release(&r);
     close(fd);
-    stop(&f);
+    stop(f);
 }
 
 /* Log lines at warn or worse, captured from any thread. */
@@ -832,7 +816,7 @@ struct load_client {
 static void *load_client_main(void *arg)
 {
     struct load_client *c = arg;
-    int fd = connect_to(c->port);
+    int fd = testraw_try_dial(c->port);
     if (fd < 0) {
         snprintf(c->failure, sizeof(c->failure), "connect: %s", strerror(errno));
         return NULL;
@@ -863,14 +847,12 @@ static void *load_client_main(void *arg)
 
 static void test_concurrent_connections(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_default(&f);
+    struct fixture *f = *state;
     static struct load_client clients[CLIENTS];
     pthread_t th[CLIENTS];
     for (int i = 0; i < CLIENTS; i++) {
         memset(&clients[i], 0, sizeof(clients[i]));
-        clients[i].port = f.port;
+        clients[i].port = f->port;
         clients[i].id = i;
         assert_int_equal(pthread_create(&th[i], NULL, load_client_main, &clients[i]), 0);
     }
@@ -881,8 +863,8 @@ static void test_concurrent_connections(void **state)
             fail_msg("client %d: %d of %d answered: %s", i, clients[i].ok, REQUESTS,
                      clients[i].failure);
     }
-    assert_int_equal(atomic_load(&f.app.calls), CLIENTS * REQUESTS);
-    stop(&f);
+    assert_int_equal(atomic_load(&f->app.calls), CLIENTS * REQUESTS);
+    stop(f);
 }
 
 int main(void)
@@ -891,20 +873,20 @@ int main(void)
         cmocka_unit_test(test_get_status_body_headers_args),
         cmocka_unit_test(test_post_body_delivered_exactly),
         cmocka_unit_test(test_keep_alive),
-        cmocka_unit_test(test_announced_body_over_limit_is_413),
-        cmocka_unit_test(test_chunked_body_within_limit),
-        cmocka_unit_test(test_chunked_body_over_limit_is_413),
+        cmocka_unit_test_setup(test_announced_body_over_limit_is_413, testrun_no_fixture),
+        cmocka_unit_test_setup(test_chunked_body_within_limit, testrun_no_fixture),
+        cmocka_unit_test_setup(test_chunked_body_over_limit_is_413, testrun_no_fixture),
         cmocka_unit_test(test_retry_after),
-        cmocka_unit_test(test_slow_client_is_disconnected),
+        cmocka_unit_test_setup(test_slow_client_is_disconnected, testrun_no_fixture),
         cmocka_unit_test(test_stop_finishes_request_in_flight),
         cmocka_unit_test(test_stop_when_idle),
         cmocka_unit_test(test_stop_answers_request_being_read),
-        cmocka_unit_test(test_bind_errors),
+        cmocka_unit_test_setup(test_bind_errors, testrun_no_fixture),
         cmocka_unit_test(test_port_held_by_another_server),
         cmocka_unit_test(test_restart_on_same_port),
-        cmocka_unit_test(test_start_and_stop_are_quiet),
+        cmocka_unit_test_setup(test_start_and_stop_are_quiet, testrun_no_fixture),
         cmocka_unit_test(test_concurrent_connections),
     };
     txo_log_set_level(getenv("TXO_TEST_LOG") ? TXO_LOG_DEBUG : TXO_LOG_ERROR);
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }
