@@ -40,7 +40,7 @@ bench_bin=${TXO_BENCH:-$(dirname "$txo")/bench/txo_bench}
 [ -x "$bench_bin" ] || { echo "$0: no txo_bench at $bench_bin (set TXO_BENCH)" >&2; exit 2; }
 
 db=txo_rowprice_$$
-work=$(mktemp -d "${TMPDIR:-/tmp}/row_price.XXXXXX")
+work=$(mktemp -d)
 sql() { mariadb -h "$MYSQL_HOST" -P "$MYSQL_PORT" -u "$MYSQL_USER" -p"$MYSQL_PASSWORD" "$@"; }
 q() { sql -N -B "$db" -e "$1"; }
 status_var() { sql -N -B -e "SHOW GLOBAL STATUS LIKE '$1'" | awk '{ print $2 }'; }
