@@ -27,6 +27,7 @@
 
 #include "testarchive.h"
 #include "testoutbox.h"
+#include "testpartition.h"
 #include "testdb.h"
 #include "testproc.h"
 #include "testrelay.h"
@@ -262,25 +263,15 @@ static void expect_each_once_in_order(struct txo_db *db, size_t want, size_t wan
             fail_msg("%s published twice", load.pub[i].key);
 }
 
-/* `txo partition ARGS...`: its exit status (output printed). */
+/* `txo partition ACTION outbox [extra]`: its exit status. */
 static int partition(const char *action, const char *extra)
 {
-    const char *args[] = {"partition", action, "--partition-batch=300", extra, NULL};
-
-    char *out = NULL;
-    int rc = testproc_run_txo("partition", args, 120000, &out);
-    print_message("txo partition %s: %d\n%s", action, rc, out);
-    free(out);
-    return rc;
+    return testpartition_txo(action, TXO_PARTITION_OUTBOX, extra);
 }
 
 static bool partitioned(struct txo_db *db)
 {
-    bool yes = false;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_partition_is_enabled(db, TXO_PARTITION_OUTBOX, &yes, &err), 0);
-    return yes;
+    return testpartition_enabled(db, TXO_PARTITION_OUTBOX);
 }
 
 /* Appends key to aggregate a1 with flags: the append's return code. */

@@ -23,34 +23,26 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
 
+#include "testarchive.h"
 #include "testdb.h"
+#include "testpartition.h"
 #include "testproc.h"
 #include "testrun.h"
 #include "txo/txo.h"
 
-/* `txo partition ACTION inbox [extra]`: its exit status (output printed). */
+/* `txo partition ACTION inbox [extra]`: its exit status. */
 static int partition(const char *action, const char *extra)
 {
-    const char *args[] = {"partition", action, "inbox", "--partition-batch=300", extra, NULL};
-    char *out = NULL;
-    int rc = testproc_run_txo("partition_inbox", args, 120000, &out);
-    print_message("txo partition %s inbox: %d\n%s", action, rc, out);
-    free(out);
-    return rc;
+    return testpartition_txo(action, TXO_PARTITION_INBOX, extra);
 }
 
 static bool partitioned(struct txo_db *db)
 {
-    bool yes = false;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_partition_is_enabled(db, TXO_PARTITION_INBOX, &yes, &err), 0);
-    return yes;
+    return testpartition_enabled(db, TXO_PARTITION_INBOX);
 }
 
 /* ---- recording ---- */
@@ -347,45 +339,6 @@ static int clean(const char *archive, const char *extra)
     return rc;
 }
 
-/* The event ids of every inbox archive file under dir, each file read and verified, into
- * counts[i] for "old-<i>" (1 <= i <= n); returns how many keys the files hold in all. */
-static size_t archived_keys(const char *dir, unsigned *counts, unsigned n)
-{
-    char sub[400];
-    snprintf(sub, sizeof(sub), "%s/inbox_events", dir);
-    memset(counts, 0, (n + 1) * sizeof(*counts));
-    DIR *d = opendir(sub);
-    if (d == NULL)
-        return 0;
-    size_t total = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[700];
-        snprintf(path, sizeof(path), "%s/%s", sub, e->d_name);
-        struct txo_archive_file f;
-        struct txo_error err;
-        txo_error_init(&err);
-        if (txo_archive_read(path, &f, &err) < 0)
-            fail_msg("%s", err.msg);
-        for (size_t i = 0; i < f.n_rows; i++) {
-            char key[64];
-            size_t len = f.keys[i].len < sizeof(key) - 1 ? f.keys[i].len : sizeof(key) - 1;
-            memcpy(key, f.keys[i].bytes, len);
-            key[len] = '\0';
-            unsigned k = 0;
-            if (sscanf(key, "old-%u", &k) != 1 || k < 1 || k > n)
-                fail_msg("%s holds %s, not an expired row", path, key);
-            counts[k]++;
-            total++;
-        }
-        txo_archive_file_release(&f);
-    }
-    closedir(d);
-    return total;
-}
-
 static void test_retention_drops_partitions(void **state)
 {
     struct testdb *t = *state;
@@ -409,21 +362,25 @@ static void test_retention_drops_partitions(void **state)
     testproc_temp_path(dir, sizeof(dir), "txo-partition-inbox-archive", "dir");
     assert_int_equal(mkdir(dir, 0700), 0);
     snprintf(archive, sizeof(archive), "--archive=%s", dir);
-    unsigned counts[451];
+    struct testarchive_keys want, got;
+    testarchive_db_keys(t->db, "event_id LIKE 'old-%'", &want);
+    assert_int_equal(want.n, 450);
 
     /* Killed after the second file of the oldest partition: it is still there. */
     assert_int_equal(clean(archive, "--crash-point=partition.archive.after_file:1"), -1);
-    assert_int_equal(archived_keys(dir, counts, 450), 200);
+    testarchive_file_keys(dir, &got);
+    assert_int_equal(got.n, 200);
+    testarchive_keys_free(&got);
     assert_int_equal(
         testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'old-%'"), 450);
 
     /* Run again: the archive goes on after the files there, every expired row in one file,
      * the expired partitions gone. */
     assert_int_equal(clean(archive, NULL), 0);
-    assert_int_equal(archived_keys(dir, counts, 450), 450);
-    for (unsigned i = 1; i <= 450; i++)
-        if (counts[i] != 1)
-            fail_msg("old-%u is in %u archive files", i, counts[i]);
+    testarchive_file_keys(dir, &got);
+    testarchive_expect_keys(&got, &want);
+    testarchive_keys_free(&got);
+    testarchive_keys_free(&want);
     assert_int_equal(
         testdb_q(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id LIKE 'old-%'"), 0);
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE "
