@@ -142,6 +142,24 @@ char *txo__partition_bounds_ddl(enum txo_partition_table table, const char *head
     return NULL;
 }
 
+/* More partitions than this at the start of a layout change: the first width grows instead. */
+#define FIRST_PARTITIONS_MAX 64
+
+char *txo__partition_first_ddl(enum txo_partition_table table, const char *head, int64_t lo,
+                               int64_t hi, int64_t width, int64_t align, unsigned ahead)
+{
+    if (hi > lo && (hi - lo) / width > FIRST_PARTITIONS_MAX)
+        width = ((hi - lo) / FIRST_PARTITIONS_MAX / align + 1) * align;
+    int64_t bounds[FIRST_PARTITIONS_MAX + TXO_PARTITION_AHEAD_MAX + 3];
+    size_t n = 0;
+    int64_t b = (lo / width + 1) * width;
+    for (; b <= hi && n < FIRST_PARTITIONS_MAX + 1; b += width)
+        bounds[n++] = b;
+    for (unsigned i = 0; i <= ahead && i <= TXO_PARTITION_AHEAD_MAX; i++, b += width)
+        bounds[n++] = b; /* the one holding hi, then ahead */
+    return txo__partition_bounds_ddl(table, head, bounds, n);
+}
+
 int txo__partition_drop(struct txo_db *db, const struct txo_partition_opts *opts,
                         const char *drop_head, const struct txo_partition_info *p, uint64_t held,
                         bool archived, struct txo_error *err)

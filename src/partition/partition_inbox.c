@@ -23,9 +23,6 @@
 #include "txo/crash.h"
 #include "txo/partition.h"
 
-/* More partitions than this at the start would make each lookup by event_id costly: the first
- * width grows instead. */
-#define FIRST_PARTITIONS_MAX 64
 /* DATETIME's smallest value, 1000-01-01, in Unix seconds: the first partition's lower bound in
  * a statement (it holds everything older). */
 #define DATETIME_MIN_S INT64_C(-30610224000)
@@ -95,17 +92,8 @@ int txo__partition_inbox_first(struct txo_db *db, const struct txo_partition_opt
     if (rc < 0)
         return rc;
     int64_t span = span_of(opts);
-    int64_t width = span;
-    if (oldest < t.now && (t.now - oldest) / width > FIRST_PARTITIONS_MAX)
-        width = ((t.now - oldest) / FIRST_PARTITIONS_MAX / span + 1) * span;
-    int64_t bounds[FIRST_PARTITIONS_MAX + TXO_PARTITION_AHEAD_MAX + 3];
-    size_t n = 0;
-    int64_t b = (oldest / width + 1) * width;
-    for (; b <= t.now && n < FIRST_PARTITIONS_MAX + 1; b += width)
-        bounds[n++] = b;
-    for (unsigned i = 0; i <= opts->ahead; i++, b += width) /* the one holding now, then ahead */
-        bounds[n++] = b;
-    *ddl = txo__partition_bounds_ddl(TXO_PARTITION_INBOX, head, bounds, n);
+    *ddl =
+        txo__partition_first_ddl(TXO_PARTITION_INBOX, head, oldest, t.now, span, span, opts->ahead);
     return *ddl == NULL ? txo_error_set(err, TXO_ENOMEM, "out of memory") : 0;
 }
 

@@ -37,6 +37,14 @@ int txo__partition_ddl_copying(struct txo_db *db, const char *sql,
 char *txo__partition_bounds_ddl(enum txo_partition_table table, const char *head,
                                 const int64_t *bounds, size_t n);
 
+/* The partitions of a layout change, put after head: bounds every width from the first
+ * multiple of width above lo, through the one holding hi, then ahead more. When that would
+ * make too many (the claim merges, and a lookup by inbox event id dives into, every
+ * partition), width grows, to a multiple of align. Free with txo_free(); NULL when out of
+ * memory. */
+char *txo__partition_first_ddl(enum txo_partition_table table, const char *head, int64_t lo,
+                               int64_t hi, int64_t width, int64_t align, unsigned ahead);
+
 /* The strings parts[0..n) one after the other. Free with txo_free(); NULL when out of
  * memory. */
 char *txo__partition_concat(const char *const *parts, size_t n);

@@ -28,9 +28,6 @@
 #include "txo/clock.h"
 #include "txo/crash.h"
 
-/* More partitions than this at the start would make each claim's merge costly: the first
- * width grows instead. */
-#define FIRST_PARTITIONS_MAX 64
 /* inbox_events.event_id is VARBINARY(255). */
 #define KEY_MAX 256
 
@@ -185,18 +182,8 @@ static int outbox_first(struct change *c, char **ddl, struct txo_error *err)
         rc = txo__partition_query_i64(c->db, PARTITION_SQL_MAX_ID, NULL, 0, &max_id, NULL, err);
     if (rc < 0)
         return rc;
-    const struct txo_partition_opts *opts = c->opts;
-    int64_t width = opts->first_ids;
-    if ((max_id - min_id) / width > FIRST_PARTITIONS_MAX)
-        width = (max_id - min_id) / FIRST_PARTITIONS_MAX + 1;
-    int64_t bounds[FIRST_PARTITIONS_MAX + TXO_PARTITION_AHEAD_MAX + 3];
-    size_t n = 0;
-    int64_t b = (min_id / width + 1) * width;
-    for (; b <= max_id; b += width)
-        bounds[n++] = b;
-    for (unsigned i = 0; i <= opts->ahead; i++, b += width) /* the one holding max_id, then ahead */
-        bounds[n++] = b;
-    *ddl = txo__partition_bounds_ddl(TXO_PARTITION_OUTBOX, PARTITION_DDL_NEW_PARTITION, bounds, n);
+    *ddl = txo__partition_first_ddl(TXO_PARTITION_OUTBOX, PARTITION_DDL_NEW_PARTITION, min_id,
+                                    max_id, c->opts->first_ids, 1, c->opts->ahead);
     return *ddl == NULL ? txo_error_set(err, TXO_ENOMEM, "out of memory") : 0;
 }
 
