@@ -84,12 +84,12 @@ struct txo_publisher_ops {
 };
 
 /*
- * The publisher answers a batch in milliseconds and never waits on the database (no broker
- * round trip per event beyond an async ack, no application handler): the relay may publish
- * while holding the batch's row locks (claim mode TRANSACTION, txo/relay.h). The null, log,
- * NATS, Redis and RabbitMQ publishers set it; the webhook, Kafka (an outage makes a batch wait
- * its delivery timeout), gRPC (the service works before it answers) and the local dispatch do
- * not.
+ * The publisher answers a batch in milliseconds and never waits on a lock of the outbox rows
+ * it is handed (no broker round trip per event beyond an async ack; at most a short
+ * transaction of the consuming side): the relay may publish while holding the batch's row
+ * locks (claim mode TRANSACTION, txo/relay.h). The null, log, NATS, Redis and RabbitMQ
+ * publishers and the local dispatch set it; the webhook (a remote service works before it
+ * answers), Kafka (an outage makes a batch wait its delivery timeout) and gRPC do not.
  */
 #define TXO_PUBLISHER_QUICK 1u
 

@@ -100,8 +100,9 @@ TXO_API int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *
  *                dropped by the broker's dedupe or the inbox). LEASE meets the conflict at
  *                the claim, before publishing: use it there (docs/deploy.md).
  *   AUTO         the default: TRANSACTION when the publisher declares itself quick
- *                (TXO_PUBLISHER_QUICK: null, log, nats) and the server has SKIP LOCKED; else
- *                LEASE (webhooks, the local dispatch, the application's own publishers).
+ *                (TXO_PUBLISHER_QUICK: null, log, NATS, Redis, RabbitMQ, the local
+ *                dispatch) and the server has SKIP LOCKED; else LEASE (webhooks, Kafka, gRPC,
+ *                the application's own publishers unless they set the flag).
  * Delivery is at least once and ordering (opts.ordering) is kept in every mode (on a Galera
  * cluster as long as the events of an aggregate are written through one node: ids from
  * different nodes do not follow commit order, docs/deploy.md); relays in

@@ -7,8 +7,12 @@
  * failure is a publish failure, so the row stays PENDING (attempts+1, last_error,
  * next_attempt_at) and is offered again later; after max_attempts it is dead-lettered like any
  * event. Delivery is at least once (a relay that dies after the handler committed and before
- * marking the row calls it again after the lease expires), so the handler de-duplicates on
- * msg_id like any consumer.
+ * marking the row calls it again), so the handler de-duplicates on msg_id like any consumer.
+ *
+ * It is a quick publisher (TXO_PUBLISHER_QUICK): the handler's work is one short transaction
+ * of the consuming side, which takes no lock on the outbox rows the relay holds, so the relay
+ * dispatches while holding the batch's row locks and marks each event once (claim mode
+ * TRANSACTION, txo/relay.h) unless told to use leases.
  *
  * Ownership: the publisher copies the handler description and borrows its arg. Thread-safety:
  * used by one relay at a time; the handler runs on that relay's thread.
@@ -97,6 +101,7 @@ static void local_destroy(void *self)
 
 static const struct txo_publisher_ops local_ops = {
     .name = "local",
+    .flags = TXO_PUBLISHER_QUICK,
     .publish_batch = local_publish_batch,
     .destroy = local_destroy,
 };

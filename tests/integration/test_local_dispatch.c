@@ -8,6 +8,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ struct ctx {
     struct testdb t;
     struct txo_db *consumer_db; /* the handler's own connection */
     int fail_code;              /* != 0: the handler fails with this */
+    bool follow_up;             /* the handler appends OrderFollowed to each OrderCreated's order */
     unsigned calls;
     uint64_t last_delivery;
     char last_msg_id[64];
@@ -54,6 +56,7 @@ struct inbox_row {
     const char *event_id;
     const char *event_type;
     const char *payload;
+    const char *follow_up_of; /* an aggregate id: append its OrderFollowed in the same tx */
 };
 
 static int insert_inbox(struct txo_tx *tx, void *arg, struct txo_error *err)
@@ -65,7 +68,18 @@ static int insert_inbox(struct txo_tx *tx, void *arg, struct txo_error *err)
                          "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
                          "VALUES (?, ?, ?, NOW(6))",
                          p, 3, NULL, err);
-    return rc == TXO_EDUPLICATE ? 0 : rc; /* seen before: already applied */
+    if (rc == TXO_EDUPLICATE)
+        return 0; /* seen before: already applied */
+    if (rc < 0 || r->follow_up_of == NULL)
+        return rc;
+    char key[64];
+    snprintf(key, sizeof(key), "order:%s:followed", r->follow_up_of);
+    const struct txo_outbox_event ev = {.aggregate_type = "order",
+                                        .aggregate_id = r->follow_up_of,
+                                        .event_type = "OrderFollowed",
+                                        .payload_json = r->payload,
+                                        .idempotency_key = key};
+    return txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
 }
 
 static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
@@ -83,7 +97,9 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
     if (env == NULL)
         fail_msg("envelope is not JSON: %s", jerr.text);
     assert_string_equal(json_string_value(json_object_get(env, "idempotency_key")), msg->msg_id);
-    assert_string_equal(json_string_value(json_object_get(env, "type")), "OrderCreated");
+    const char *type = json_string_value(json_object_get(env, "type"));
+    assert_true(strcmp(type, "OrderCreated") == 0 ||
+                (c->follow_up && strcmp(type, "OrderFollowed") == 0));
     assert_string_equal(json_string_value(json_object_get(env, "aggregate_type")), "order");
     assert_int_equal(json_integer_value(json_object_get(env, "attempt")), msg->delivery);
     json_t *payload = json_object_get(env, "payload");
@@ -99,7 +115,8 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
     } else {
         char *text = json_dumps(payload, JSON_COMPACT);
         assert_non_null(text);
-        struct inbox_row row = {msg->msg_id, "OrderCreated", text};
+        bool created = strcmp(type, "OrderCreated") == 0;
+        struct inbox_row row = {msg->msg_id, type, text, c->follow_up && created ? agg : NULL};
         rc = txo_db_transact(c->consumer_db, TXO_ISO_READ_COMMITTED, insert_inbox, &row, err);
         free(text);
     }
@@ -109,10 +126,12 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
 
 /* ---- helpers ---- */
 
-static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, unsigned max_attempts)
+static struct txo_relay *new_relay_in(struct ctx *c, struct txo_publisher *pub,
+                                      unsigned max_attempts, enum txo_relay_claim_mode mode)
 {
     struct txo_relay_opts o;
     txo_relay_opts_init(&o);
+    o.mode = mode;
     o.relay_id = "local-relay";
     o.batch_size = 8;
     o.max_attempts = max_attempts;
@@ -125,6 +144,11 @@ static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, uns
     if (txo_relay_new(c->t.db, pub, &o, &r, &err) < 0)
         fail_msg("txo_relay_new: %s", err.msg);
     return r;
+}
+
+static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, unsigned max_attempts)
+{
+    return new_relay_in(c, pub, max_attempts, TXO_RELAY_CLAIM_AUTO);
 }
 
 static struct txo_publisher *new_local(struct ctx *c)
@@ -225,6 +249,53 @@ static void test_permanent_failure_dead_letters(void **state)
     txo_publisher_free(pub);
 }
 
+/*
+ * The handler's transaction appends the next event of the very aggregate whose event the relay
+ * is dispatching. In claim mode auto the relay holds that event's row lock while the handler
+ * runs (local dispatch is a quick publisher): the append must not wait on it. Each event is
+ * handled once and published without a retry, the follow-ups come next in their aggregates'
+ * order, and the same holds with leases.
+ */
+static void test_handler_appends_to_its_aggregate(void **state)
+{
+    struct ctx *c = *state;
+    const unsigned n = 6;
+    const enum txo_relay_claim_mode modes[] = {TXO_RELAY_CLAIM_AUTO, TXO_RELAY_CLAIM_LEASE};
+    const enum txo_relay_claim_mode expect[] = {TXO_RELAY_CLAIM_TRANSACTION, TXO_RELAY_CLAIM_LEASE};
+    c->follow_up = true;
+    for (size_t m = 0; m < TXO_ARRAY_LEN(modes); m++) {
+        testdb_exec(c->t.db, "DELETE FROM inbox_events");
+        testdb_exec(c->t.db, "DELETE FROM outbox_events");
+        testdb_exec(c->t.db, "DELETE FROM outbox_aggregates");
+        c->calls = 0;
+        testoutbox_append_orders(c->t.db, n);
+        struct txo_publisher *pub = new_local(c);
+        struct txo_relay *r = new_relay_in(c, pub, 10, modes[m]);
+        assert_int_equal(txo_relay_claim_mode(r), expect[m]);
+        assert_int_equal(testrelay_run_once(r), n);
+        assert_int_equal(c->calls, n);
+        assert_int_equal(testdb_q(c->t.db,
+                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                                  "AND event_type = 'OrderCreated' AND attempts = 0 "
+                                  "AND last_error IS NULL AND sequence = 1"),
+                         n);
+        assert_int_equal(testdb_q(c->t.db,
+                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                                  "AND event_type = 'OrderFollowed' AND sequence = 2 "
+                                  "AND prev_sequence = 1"),
+                         n);
+        while (testrelay_run_once(r) > 0) {
+        }
+        assert_int_equal(c->calls, 2 * n);
+        assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events "
+                                           "WHERE status = 'PUBLISHED' AND attempts = 0"),
+                         2 * n);
+        assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 2 * n);
+        txo_relay_free(r);
+        txo_publisher_free(pub);
+    }
+}
+
 /* A batch handler that must never run: given with a message handler, creation fails. */
 static int batch_never(void *arg, const struct txo_inbound_message *msgs, size_t n, int *results,
                        struct txo_error *errors)
@@ -268,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_each_event_reaches_the_handler),
         cmocka_unit_test(test_handler_failure_keeps_the_event_pending),
         cmocka_unit_test(test_permanent_failure_dead_letters),
+        cmocka_unit_test(test_handler_appends_to_its_aggregate),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }
