@@ -67,9 +67,7 @@ const struct command cmd_audit = {
 
 struct audit_cmd_opts {
     struct common_opts common;
-    unsigned window_s;
-    unsigned settle_s;
-    unsigned max_orders;
+    struct orders_audit_opts orders;
     bool json;
     struct audit_outbox_settings outbox;
 };
@@ -78,6 +76,7 @@ static struct audit_cmd_opts opts;
 
 static void add_settings(struct settings_table *t)
 {
+    orders_audit_opts_init(&opts.orders);
     const struct setting own[] = {
         {.name = "window",
          .env = "TXO_AUDIT_WINDOW",
@@ -86,7 +85,7 @@ static void add_settings(struct settings_table *t)
          .help = "check the orders created in the last this many seconds",
          .min = 1,
          .max = 315360000,
-         .target = &opts.window_s},
+         .target = &opts.orders.window_s},
         {.name = "settle",
          .env = "TXO_AUDIT_SETTLE",
          .type = SETTING_UINT,
@@ -94,7 +93,7 @@ static void add_settings(struct settings_table *t)
          .help = "seconds a saga may still be running before its order is held to its end state",
          .min = 1,
          .max = 86400,
-         .target = &opts.settle_s},
+         .target = &opts.orders.settle_s},
         {.name = "max-orders",
          .env = "TXO_AUDIT_MAX_ORDERS",
          .type = SETTING_UINT,
@@ -102,7 +101,7 @@ static void add_settings(struct settings_table *t)
          .help = "check at most this many orders, newest first",
          .min = 1,
          .max = 10000000,
-         .target = &opts.max_orders},
+         .target = &opts.orders.max_orders},
     };
     settings_add_common(t, &opts.common);
     settings_add(t, own, TXO_ARRAY_LEN(own));
@@ -161,11 +160,7 @@ static int run(int argc, char **argv)
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
-    struct orders_audit_opts ao;
-    orders_audit_opts_init(&ao);
-    ao.window_s = opts.window_s;
-    ao.settle_s = opts.settle_s;
-    ao.max_orders = opts.max_orders;
+    struct orders_audit_opts ao = opts.orders;
     json_t *violations = json_array();
     if (violations == NULL) {
         txo_db_close(db);

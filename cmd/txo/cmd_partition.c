@@ -66,8 +66,7 @@ const struct command cmd_partition = {
 
 static struct {
     struct common_opts common;
-    struct partition_settings partition;
-    bool split_full;
+    struct txo_partition_opts partition;
 } opts;
 
 static void add_settings(struct settings_table *t)
@@ -78,7 +77,7 @@ static void add_settings(struct settings_table *t)
          .def = "false",
          .help = "maintain: also split a pmax that holds events (no partition was left ahead), "
                  "copying them: appends wait until the copy is done",
-         .target = &opts.split_full},
+         .target = &opts.partition.split_full},
     };
     settings_add_common(t, &opts.common);
     settings_add_partition(t, &opts.partition, true);
@@ -182,10 +181,7 @@ static int run(int argc, char **argv)
         cli_error("usage: %s", cmd_partition.usage);
         return 2;
     }
-    struct txo_partition_opts po;
-    partition_settings_apply(&opts.partition, opts.partition.batch, &po);
-    po.split_full = opts.split_full;
-
+    const struct txo_partition_opts *po = &opts.partition;
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
@@ -202,13 +198,13 @@ static int run(int argc, char **argv)
             rc = status(db, TXO_PARTITION_INBOX, &err);
         break;
     case 1:
-        rc = txo_partition_enable(db, target, &po, tty ? progress : NULL, &last, &err);
+        rc = txo_partition_enable(db, target, po, tty ? progress : NULL, &last, &err);
         break;
     case 2:
-        rc = txo_partition_disable(db, target, &po, tty ? progress : NULL, &last, &err);
+        rc = txo_partition_disable(db, target, po, tty ? progress : NULL, &last, &err);
         break;
     default:
-        rc = txo_partition_maintain(db, target, &po, &created, &err);
+        rc = txo_partition_maintain(db, target, po, &created, &err);
         if (rc == 0)
             printf("created %u partition(s)\n", created);
         break;

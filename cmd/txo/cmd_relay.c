@@ -73,7 +73,7 @@ struct relay_cmd_opts {
     struct publisher_settings pub;
     struct relay_settings relay;
     bool drain;
-    struct clean_settings clean;
+    struct txo_retention_opts clean;
     const char *metrics_listen;
     bool hand_back;
 };
@@ -173,14 +173,11 @@ static int run(int argc, char **argv)
     if (!publisher_settings_apply("relay", &opts.pub) ||
         !clean_archive_ok("relay", "clean-archive", opts.clean.archive_dir))
         return 2;
-    struct txo_relay_opts ro;
-    if (!daemon_relay_opts("relay", &opts.relay, &ro))
-        return 2;
-    ro.drain = opts.drain;
     bool binlog = false;
-    struct txo_binlog_opts bo;
-    if (!daemon_binlog_opts("relay", &opts.relay, &ro, &binlog, &bo))
+    if (!daemon_relay_check("relay", &opts.relay, &binlog))
         return 2;
+    struct txo_relay_opts *ro = &opts.relay.opts;
+    ro->drain = opts.drain;
     if (opts.hand_back && !binlog) {
         cli_error("txo relay: --hand-back needs --source binlog");
         return 2;
@@ -215,27 +212,28 @@ static int run(int argc, char **argv)
         metrics = daemon_metrics_new(&opts.common);
         if (metrics == NULL)
             goto out;
-        ro.metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
-        if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
+        ro->metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
+        if (ro->ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
             goto out;
     }
-    if (!daemon_tracing_start("relay", &opts.tracing, ro.metrics)) {
+    if (!daemon_tracing_start("relay", &opts.tracing, ro->metrics)) {
         status = 2;
         goto out;
     }
-    ro.tracer = daemon_tracer();
-    if (publisher_settings_make(&opts.pub, ro.metrics, &pub, &err) < 0) {
+    ro->tracer = daemon_tracer();
+    if (publisher_settings_make(&opts.pub, ro->metrics, &pub, &err) < 0) {
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
     int rc = 0;
     if (binlog) {
-        bo.drain = opts.drain;
-        bo.hand_back = opts.hand_back;
-        bo.relay = ro; /* with the metrics and the tracer */
-        rc = txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err);
+        struct txo_binlog_opts *bo = &opts.relay.binlog;
+        bo->drain = opts.drain;
+        bo->hand_back = opts.hand_back;
+        bo->relay = *ro; /* with the metrics and the tracer */
+        rc = txo_binlog_new(&opts.common.db, pub, bo, &rt.binlog, &err);
     } else {
-        rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
+        rc = txo_relay_new(db, pub, ro, &rt.relay, &err);
     }
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);

@@ -65,25 +65,18 @@ const struct command cmd_replay = {
 struct replay_cmd_opts {
     struct common_opts common;
     struct publisher_settings pub;
-    const char *name;
-    const char *aggregate_type;
-    const char *aggregate_id;
-    const char *event_type;
+    struct txo_replay_opts replay; /* the ids and the rate: parsed from the text below */
     const char *from_id;
     const char *to_id;
-    const char *since;
-    const char *until;
-    const char *archive;
     unsigned rate;
-    unsigned batch_size;
-    bool new_keys;
-    bool restart;
 };
 
 static struct replay_cmd_opts opts;
 
 static void add_settings(struct settings_table *t)
 {
+    struct txo_replay_opts *ro = &opts.replay;
+    txo_replay_opts_init(ro);
     const struct setting replay[] = {
         {.name = "name",
          .env = "TXO_REPLAY_NAME",
@@ -91,22 +84,22 @@ static void add_settings(struct settings_table *t)
          .def = "default",
          .help = "the replay's name: where it stands is stored under it (outbox_replays), so "
                  "the same command resumes it; 1..64 bytes",
-         .target = &opts.name},
+         .target = &ro->name},
         {.name = "aggregate-type",
          .env = "TXO_REPLAY_AGGREGATE_TYPE",
          .type = SETTING_STRING,
          .help = "only events of this aggregate type",
-         .target = &opts.aggregate_type},
+         .target = &ro->filter.aggregate_type},
         {.name = "aggregate-id",
          .env = "TXO_REPLAY_AGGREGATE_ID",
          .type = SETTING_STRING,
          .help = "only events of this aggregate id",
-         .target = &opts.aggregate_id},
+         .target = &ro->filter.aggregate_id},
         {.name = "event-type",
          .env = "TXO_REPLAY_EVENT_TYPE",
          .type = SETTING_STRING,
          .help = "only events of this type",
-         .target = &opts.event_type},
+         .target = &ro->filter.event_type},
         {.name = "from-id",
          .env = "TXO_REPLAY_FROM_ID",
          .type = SETTING_STRING,
@@ -123,18 +116,18 @@ static void add_settings(struct settings_table *t)
          .type = SETTING_STRING,
          .help = "only events created at or after this UTC time, YYYY-MM-DD or YYYY-MM-DD "
                  "HH:MM:SS[.ffffff]",
-         .target = &opts.since},
+         .target = &ro->filter.since},
         {.name = "until",
          .env = "TXO_REPLAY_UNTIL",
          .type = SETTING_STRING,
          .help = "only events created before this UTC time, same form",
-         .target = &opts.until},
+         .target = &ro->filter.until},
         {.name = "archive",
          .env = "TXO_REPLAY_ARCHIVE",
          .type = SETTING_STRING,
          .help = "replay from the files `txo clean --archive DIR` wrote (the events retention "
                  "removed; each file is verified as it is read) instead of from the table",
-         .target = &opts.archive},
+         .target = &ro->archive_dir},
         {.name = "rate",
          .env = "TXO_REPLAY_RATE",
          .type = SETTING_UINT,
@@ -145,25 +138,25 @@ static void add_settings(struct settings_table *t)
          .target = &opts.rate},
         {.name = "batch-size",
          .env = "TXO_REPLAY_BATCH_SIZE",
-         .type = SETTING_UINT,
+         .type = SETTING_SIZE,
          .def = "500",
          .help = "events read and published at a time (and stored as done after each)",
          .min = 1,
          .max = 10000,
-         .target = &opts.batch_size},
+         .target = &ro->batch_size},
         {.name = "new-keys",
          .env = "TXO_REPLAY_NEW_KEYS",
          .type = SETTING_BOOL,
          .def = "false",
          .help = "publish each event with the idempotency key <key>:replay:<name> instead of "
                  "its own, for a consumer that must take every event again",
-         .target = &opts.new_keys},
+         .target = &ro->new_keys},
         {.name = "restart",
          .env = "TXO_REPLAY_RESTART",
          .type = SETTING_BOOL,
          .def = "false",
          .help = "forget where the replay of --name stands and start it from the beginning",
-         .target = &opts.restart},
+         .target = &ro->restart},
     };
     settings_add_common(t, &opts.common);
     settings_add_publisher(t, &opts.pub);
@@ -189,9 +182,11 @@ static bool parse_id(const char *flag, const char *text, int64_t *out)
     return true;
 }
 
-static const char *or_null(const char *s)
+/* A text option given empty is not given. */
+static void empty_unset(const char **s)
 {
-    return s != NULL && s[0] != '\0' ? s : NULL;
+    if (*s != NULL && (*s)[0] == '\0')
+        *s = NULL;
 }
 
 struct replay_thread {
@@ -238,24 +233,18 @@ static int run(int argc, char **argv)
         return exit_status;
     if (!publisher_settings_apply("replay", &opts.pub))
         return 2;
-    struct txo_replay_opts ro;
-    txo_replay_opts_init(&ro);
-    ro.name = opts.name;
-    ro.filter.aggregate_type = or_null(opts.aggregate_type);
-    ro.filter.aggregate_id = or_null(opts.aggregate_id);
-    ro.filter.event_type = or_null(opts.event_type);
-    ro.filter.since = or_null(opts.since);
-    ro.filter.until = or_null(opts.until);
-    if (!parse_id("from-id", opts.from_id, &ro.filter.from_id) ||
-        !parse_id("to-id", opts.to_id, &ro.filter.to_id))
+    struct txo_replay_opts *ro = &opts.replay;
+    const char **texts[] = {&ro->filter.aggregate_type, &ro->filter.aggregate_id,
+                            &ro->filter.event_type,     &ro->filter.since,
+                            &ro->filter.until,          &ro->archive_dir};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(texts); i++)
+        empty_unset(texts[i]);
+    if (!parse_id("from-id", opts.from_id, &ro->filter.from_id) ||
+        !parse_id("to-id", opts.to_id, &ro->filter.to_id))
         return 2;
-    ro.archive_dir = or_null(opts.archive);
-    ro.rate = opts.rate;
-    ro.batch_size = opts.batch_size;
-    ro.new_keys = opts.new_keys;
-    ro.restart = opts.restart;
+    ro->rate = opts.rate;
     bool tty = isatty(STDERR_FILENO);
-    ro.count = tty;
+    ro->count = tty;
 
     struct txo_error err;
     txo_error_init(&err);
@@ -263,7 +252,7 @@ static int run(int argc, char **argv)
     txo_error_init(&rt.err);
     atomic_init(&rt.done, false);
     /* The options first, so that a bad one exits 2 before any connection. */
-    if (txo_replay_opts_check(&ro, &err) < 0) {
+    if (txo_replay_opts_check(ro, &err) < 0) {
         cli_error("txo %s", err.msg); /* "replay: ..." */
         return 2;
     }
@@ -277,7 +266,7 @@ static int run(int argc, char **argv)
         cmd_report("replay", "creating the publisher", &err);
         goto out;
     }
-    if (txo_replay_new(db, pub, &ro, &rt.rp, &err) < 0) {
+    if (txo_replay_new(db, pub, ro, &rt.rp, &err) < 0) {
         cmd_report("replay", "starting", &err);
         goto out;
     }
@@ -305,7 +294,7 @@ static int run(int argc, char **argv)
     fprintf(stderr,
             "txo replay %s: %s: %" PRIu64 " events published in this run, %" PRIu64
             " in all, through id %" PRId64 " of %" PRId64 "%s\n",
-            opts.name, st.finished ? "finished" : "stopped", st.this_run, st.replayed, st.last_id,
+            ro->name, st.finished ? "finished" : "stopped", st.this_run, st.replayed, st.last_id,
             st.to_id, st.finished ? "" : " (run the same command again to go on)");
     status = 0;
 out:

@@ -217,18 +217,15 @@ static int run(int argc, char **argv)
     if (!command_setup(&cmd_up, &opts.common, add_settings, argc, argv, NULL, &exit_status))
         return exit_status;
     if (!daemon_check_settings("up", &opts.serve, &opts.services) ||
-        !clean_archive_ok("up", "clean-archive", opts.worker.clean_archive))
+        !clean_archive_ok("up", "clean-archive", opts.worker.opts.retention.archive_dir))
         return 2;
     const struct cmd_broker *broker = NULL;
     if (!cmd_broker_choose_consumer("up", CMD_BROKER_CHOICE_UP, opts.broker, &broker))
         return 2;
-    struct txo_relay_opts ro;
-    if (!daemon_relay_opts("up", &opts.relay, &ro))
-        return 2;
     bool binlog = false;
-    struct txo_binlog_opts bo;
-    if (!daemon_binlog_opts("up", &opts.relay, &ro, &binlog, &bo))
+    if (!daemon_relay_check("up", &opts.relay, &binlog))
         return 2;
+    struct txo_relay_opts *ro = &opts.relay.opts;
     struct stock_list stock = {.n = 0};
     if (opts.stock != NULL && opts.stock[0] != '\0' && !parse_stock(opts.stock, &stock))
         return 2;
@@ -257,7 +254,7 @@ static int run(int argc, char **argv)
                            &status))
         goto out;
     struct txo_metrics *reg = base.reg;
-    if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(base.metrics))
+    if (ro->ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(base.metrics))
         goto out;
     worker = daemon_worker_new("up", &opts.common, &opts.worker, base.services, broker, reg);
     if (worker == NULL)
@@ -276,11 +273,11 @@ static int run(int argc, char **argv)
     relay_db = common_connect(&opts.common);
     if (relay_db == NULL || (!binlog && !daemon_polling_allowed("up", relay_db)))
         goto out;
-    ro.metrics = reg;
-    ro.tracer = daemon_tracer();
-    bo.relay = ro;
-    if (binlog ? txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err) != 0
-               : txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
+    ro->metrics = reg;
+    ro->tracer = daemon_tracer();
+    opts.relay.binlog.relay = *ro;
+    if (binlog ? txo_binlog_new(&opts.common.db, pub, &opts.relay.binlog, &rt.binlog, &err) != 0
+               : txo_relay_new(relay_db, pub, ro, &rt.relay, &err) != 0) {
         cmd_report("up", "creating the relay", &err);
         goto out;
     }
@@ -303,7 +300,7 @@ static int run(int argc, char **argv)
     hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
     TXO_LOG(TXO_LOG_INFO, "up", "ready", TXO_KV_STR("listen", opts.serve.listen),
             TXO_KV_STR("broker", opts.broker),
-            TXO_KV_U64("saga_threads", opts.worker.saga_threads));
+            TXO_KV_U64("saga_threads", opts.worker.opts.saga_threads));
     notify_run_until_stopped("up", "serving the HTTP API, relay and worker");
     status = 0;
 out:

@@ -66,7 +66,7 @@ static int run(int argc, char **argv)
     if (!command_setup(&cmd_worker, &opts.common, add_settings, argc, argv, NULL, &exit_status))
         return exit_status;
     if (!daemon_check_settings("worker", NULL, &opts.services) ||
-        !clean_archive_ok("worker", "clean-archive", opts.worker.clean_archive))
+        !clean_archive_ok("worker", "clean-archive", opts.worker.opts.retention.archive_dir))
         return 2;
     const struct cmd_broker *broker = NULL;
     if (!cmd_broker_choose_consumer("worker", CMD_BROKER_CHOICE_WORKER, opts.broker, &broker))
@@ -97,7 +97,7 @@ static int run(int argc, char **argv)
         goto out;
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started",
-            TXO_KV_U64("saga_threads", opts.worker.saga_threads),
+            TXO_KV_U64("saga_threads", opts.worker.opts.saga_threads),
             TXO_KV_STR("broker", opts.broker));
     hb_src.services = base.services;
     hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);

@@ -57,6 +57,8 @@ static const char *type_hint(const struct setting *s)
 {
     switch (s->type) {
     case SETTING_UINT:
+    case SETTING_I64:
+    case SETTING_SIZE:
         return "N";
     case SETTING_MS:
         return "MS";
@@ -90,6 +92,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         return true;
     case SETTING_UINT:
     case SETTING_MS:
+    case SETTING_I64:
+    case SETTING_SIZE:
         if (!parse_ulong(text, s->min, s->max, &v)) {
             cli_error("%s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"",
                       who(cmd, name, sizeof(name)), source, s->name, s->min, s->max, text);
@@ -97,6 +101,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         }
         if (s->type == SETTING_UINT)
             *(unsigned *)s->target = (unsigned)v;
+        else if (s->type == SETTING_SIZE)
+            *(size_t *)s->target = (size_t)v;
         else
             *(int64_t *)s->target = (int64_t)v;
         return true;
@@ -351,7 +357,11 @@ static void print_config(const struct setting *table, size_t n)
             printf("%u\n", *(unsigned *)s->target);
             break;
         case SETTING_MS:
+        case SETTING_I64:
             printf("%" PRId64 "\n", *(int64_t *)s->target);
+            break;
+        case SETTING_SIZE:
+            printf("%zu\n", *(size_t *)s->target);
             break;
         case SETTING_BOOL:
             printf("%s\n", *(bool *)s->target ? "true" : "false");

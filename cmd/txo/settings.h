@@ -22,6 +22,8 @@ enum setting_type {
     SETTING_UINT,   /* target: unsigned *, within [min, max] */
     SETTING_BOOL,   /* target: bool *; "--name" alone sets true; env/flag value 1/0/true/false */
     SETTING_MS,     /* target: int64_t *, milliseconds, within [min, max] */
+    SETTING_I64,    /* target: int64_t *, within [min, max] (a count, shown as N) */
+    SETTING_SIZE,   /* target: size_t *, within [min, max] (a count, shown as N) */
 };
 
 /*
@@ -37,7 +39,7 @@ struct setting {
     const char *help;
     bool secret;       /* shown as *** by --help and --print-config */
     bool hidden;       /* for tests only: accepted, but not in --help, man pages or docs */
-    unsigned long min; /* SETTING_UINT and SETTING_MS: the accepted range */
+    unsigned long min; /* the numeric types: the accepted range */
     unsigned long max;
     void *target; /* where the value goes; its type follows from .type */
     bool *given;  /* when not NULL: set to whether the environment or a flag gave the value */
