@@ -16,7 +16,8 @@
 #include "orders.h"
 #include "settings.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_audit = {
     .name = "audit",
@@ -54,6 +55,7 @@ const struct command cmd_audit = {
         "--max-listed of each kind), then a logfmt summary line of fixed keys (audit=outbox\n"
         "result=... missing= extra= pending= ... sequence_gap=); --json prints one object of\n"
         "the same instead. Reads only: SELECT on outbox_events.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# The orders of the last hour, as a table, then as JSON:\n"
                 "txo audit --window 3600\n"
@@ -150,11 +152,8 @@ static int print_audit(uint64_t orders, json_t *violations)
     return rc;
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_audit, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (opts.outbox.outbox)
         return audit_outbox_run(&opts.outbox, &opts.common, opts.json);
     struct txo_db *db = common_connect(&opts.common);

@@ -17,7 +17,8 @@
 #include "cli_errors.h"
 #include "txo/archive.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_clean = {
     .name = "clean",
@@ -42,6 +43,7 @@ const struct command cmd_clean = {
         "new, so no row is archived twice. Read the files with `txo archive cat` and check them\n"
         "with `txo archive verify`. DIR must exist and be writable; one cleaner per DIR at a\n"
         "time.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# One retention pass, keeping a week of PUBLISHED events:\n"
                 "txo clean --outbox-retention 604800\n"
@@ -260,11 +262,8 @@ static void add_settings(struct settings_table *t)
     settings_add(t, worker_tables, TXO_ARRAY_LEN(worker_tables));
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_clean, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     struct txo_error err;
     txo_error_init(&err);
     if (!clean_archive_ok("clean", "archive", opts.clean.archive_dir))

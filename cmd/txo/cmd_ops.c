@@ -32,7 +32,8 @@
 
 /* ---- txo stats ---- */
 
-static int stats_run(int argc, char **argv);
+static int stats_run(void);
+static void add_stats_settings(struct settings_table *t);
 
 const struct command cmd_stats = {
     .name = "stats",
@@ -44,6 +45,7 @@ const struct command cmd_stats = {
                    "an ordered relay holds back behind a failed event. --json prints one JSON\n"
                    "object instead of the tables. On a database migrated with\n"
                    "`txo migrate --only outbox` the sagas and commands are null.",
+    .add_settings = add_stats_settings,
     .run = stats_run,
     .examples = "# The counts as a table, then as one JSON object:\n"
                 "txo stats\n"
@@ -248,12 +250,8 @@ static void print_stats_tables(const json_t *doc)
     listing_table(stdout, parked_cols, TXO_ARRAY_LEN(parked_cols), parked);
 }
 
-static int stats_run(int argc, char **argv)
+static int stats_run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_stats, &stats_opts.common, add_stats_settings, argc, argv, NULL,
-                       &exit_status))
-        return exit_status;
     struct txo_db *db = common_connect(&stats_opts.common);
     if (db == NULL)
         return 1;
@@ -279,7 +277,8 @@ static int stats_run(int argc, char **argv)
 
 /* ---- txo dlq ---- */
 
-static int dlq_run(int argc, char **argv);
+static int dlq_run(int n_args, char **args);
+static void add_dlq_settings(struct settings_table *t);
 
 const struct command cmd_dlq = {
     .name = "dlq",
@@ -295,7 +294,8 @@ const struct command cmd_dlq = {
         "skip ID...: gives up each dead letter's event (SKIPPED, never published); with the\n"
         "relay's --ordering aggregate the later events of its aggregate, held back while it was\n"
         "FAILED, are then published.",
-    .run = dlq_run,
+    .add_settings = add_dlq_settings,
+    .run_args = dlq_run,
     .examples = "# The first 20 dead letters, then the next page as JSON:\n"
                 "txo dlq list --limit 20\n"
                 "txo dlq list --after-id 20 --limit 20 --json\n"
@@ -420,17 +420,12 @@ static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
     return status;
 }
 
-static int dlq_run(int argc, char **argv)
+static int dlq_run(int n_args, char **args)
 {
-    int first = argc;
-    int exit_status;
-    if (!command_setup(&cmd_dlq, &dlq_opts.common, add_dlq_settings, argc, argv, &first,
-                       &exit_status))
-        return exit_status;
-    const char *action = first < argc ? argv[first] : NULL;
-    bool list = action != NULL && strcmp(action, "list") == 0 && first + 1 == argc;
-    bool replay = action != NULL && strcmp(action, "replay") == 0 && first + 1 < argc;
-    bool skip = action != NULL && strcmp(action, "skip") == 0 && first + 1 < argc;
+    const char *action = n_args > 0 ? args[0] : NULL;
+    bool list = action != NULL && strcmp(action, "list") == 0 && n_args == 1;
+    bool replay = action != NULL && strcmp(action, "replay") == 0 && n_args > 1;
+    bool skip = action != NULL && strcmp(action, "skip") == 0 && n_args > 1;
     if (!list && !replay && !skip) {
         cli_error("usage: %s", cmd_dlq.usage);
         return 2;
@@ -438,14 +433,15 @@ static int dlq_run(int argc, char **argv)
     struct txo_db *db = common_connect(&dlq_opts.common);
     if (db == NULL)
         return 1;
-    int status = list ? dlq_list(db) : dlq_act(db, skip, argc - first - 1, argv + first + 1);
+    int status = list ? dlq_list(db) : dlq_act(db, skip, n_args - 1, args + 1);
     txo_db_close(db);
     return status;
 }
 
 /* ---- txo saga ---- */
 
-static int saga_run(int argc, char **argv);
+static int saga_run(int n_args, char **args);
+static void add_saga_settings(struct settings_table *t);
 
 const struct command cmd_saga = {
     .name = "saga",
@@ -463,7 +459,8 @@ const struct command cmd_saga = {
         "any. retry: moves a COMPENSATION_FAILED saga back to COMPENSATING and runs its\n"
         "compensations now, calling the external services configured here (the worker also\n"
         "retries them by itself while their retry is scheduled).",
-    .run = saga_run,
+    .add_settings = add_saga_settings,
+    .run_args = saga_run,
     .examples = "# The saga of order 42 with its steps, then as JSON:\n"
                 "txo saga show --order 42\n"
                 "txo saga show --json 7d0f6c1e-2a4b-4c8e-9f10-3b5a6d7e8f90\n"
@@ -665,16 +662,11 @@ static int saga_list_stuck(struct txo_db *db)
     return status;
 }
 
-static int saga_run(int argc, char **argv)
+static int saga_run(int n_args, char **args)
 {
-    int first = argc;
-    int exit_status;
-    if (!command_setup(&cmd_saga, &saga_opts.common, add_saga_settings, argc, argv, &first,
-                       &exit_status))
-        return exit_status;
-    const char *action = first < argc ? argv[first] : NULL;
-    const char *id = first + 1 < argc ? argv[first + 1] : NULL;
-    bool extra = first + 2 < argc;
+    const char *action = n_args > 0 ? args[0] : NULL;
+    const char *id = n_args > 1 ? args[1] : NULL;
+    bool extra = n_args > 2;
     bool show = action != NULL && strcmp(action, "show") == 0 && !extra &&
                 ((id != NULL) != (saga_opts.order_id != 0));
     bool retry = action != NULL && strcmp(action, "retry") == 0 && id != NULL && !extra;

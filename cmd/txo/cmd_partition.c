@@ -13,7 +13,8 @@
 #include "cli_errors.h"
 #include "settings.h"
 
-static int run(int argc, char **argv);
+static int run(int n_args, char **args);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_partition = {
     .name = "partition",
@@ -49,7 +50,8 @@ const struct command cmd_partition = {
         "to the partition of now. Every partition DDL is stopped by the server after 400 ms and\n"
         "tried again after a pause, so that no writer waits behind it for the table's metadata\n"
         "lock for longer.",
-    .run = run,
+    .add_settings = add_settings,
+    .run_args = run,
     .examples = "# Partition a live outbox, then look at it:\n"
                 "txo partition enable\n"
                 "txo partition status\n"
@@ -160,14 +162,10 @@ static void progress(uint64_t copied, uint64_t total, void *arg)
         fputc('\n', stderr);
 }
 
-static int run(int argc, char **argv)
+static int run(int n_args, char **args)
 {
-    int first = argc, status_code = 0;
-    if (!command_setup(&cmd_partition, &opts.common, add_settings, argc, argv, &first,
-                       &status_code))
-        return status_code;
-    const char *action = first < argc ? argv[first] : "";
-    const char *which = first + 1 < argc ? argv[first + 1] : NULL;
+    const char *action = n_args > 0 ? args[0] : "";
+    const char *which = n_args > 1 ? args[1] : NULL;
     static const char *const actions[] = {"status", "enable", "disable", "maintain"};
     size_t a = 0;
     while (a < TXO_ARRAY_LEN(actions) && strcmp(action, actions[a]) != 0)
@@ -177,7 +175,7 @@ static int run(int argc, char **argv)
         target = TXO_PARTITION_INBOX;
     else if (which != NULL && strcmp(which, "outbox") != 0)
         a = TXO_ARRAY_LEN(actions);
-    if (a == TXO_ARRAY_LEN(actions) || first + 2 < argc) {
+    if (a == TXO_ARRAY_LEN(actions) || n_args > 2) {
         cli_error("usage: %s", cmd_partition.usage);
         return 2;
     }

@@ -29,7 +29,8 @@
 #include "txo/binlog.h"
 #include "txo/webhook.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_relay = {
     .name = "relay",
@@ -51,6 +52,7 @@ const struct command cmd_relay = {
         "in commit order, one active reader per --source-name, its position stored in\n"
         "outbox_binlog_sources.\n"
         "SIGTERM/SIGINT finish the current batch and exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Publish to NATS JetStream, with metrics on port 9101:\n"
                 "txo relay --publisher nats --nats-url nats://127.0.0.1:4222 --metrics-listen "
@@ -164,11 +166,8 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_relay, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
 
     if (!publisher_settings_apply("relay", &opts.pub) ||
         !clean_archive_ok("relay", "clean-archive", opts.clean.archive_dir))

@@ -22,7 +22,8 @@
 #include "signals.h"
 #include "txo/replay.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_replay = {
     .name = "replay",
@@ -45,6 +46,7 @@ const struct command cmd_replay = {
         "(those retention removed), with the same filters and checkpoints: DIR/outbox_events\n"
         "only, never the inbox's or the dead letters' files.\n"
         "SIGTERM/SIGINT stop it after the batch in flight, exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Every order event again, to another NATS subject prefix, 2,000 a second:\n"
                 "txo replay --aggregate-type order --rate 2000 --publisher nats --nats-url "
@@ -226,11 +228,8 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_replay, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!publisher_settings_apply("replay", &opts.pub))
         return 2;
     struct txo_replay_opts *ro = &opts.replay;

@@ -9,7 +9,8 @@
 #include "tracing.h"
 #include "notify.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_serve = {
     .name = "serve",
@@ -25,6 +26,7 @@ const struct command cmd_serve = {
         "The process registers itself in txo_processes and heartbeats every 5 s.\n"
         "SIGTERM/SIGINT: stop accepting, finish the requests in flight, exit 0. Endpoints\n"
         "and status codes: README.md.",
+    .add_settings = add_settings,
     .run = run,
     .examples =
         "# The API on all interfaces, admin endpoints behind a token:\n"
@@ -56,11 +58,8 @@ static void add_settings(struct settings_table *t)
     settings_add_services(t, &opts.services);
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_serve, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!daemon_check_settings("serve", &opts.serve, &opts.services))
         return 2;
 

@@ -23,7 +23,8 @@
 #include "notify.h"
 #include "orders.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_up = {
     .name = "up",
@@ -37,6 +38,7 @@ const struct command cmd_up = {
         "broker) publishes to and consumes from that broker. Several processes may run against\n"
         "one database.\n"
         "SIGTERM/SIGINT: stop the API, then the relay, then the worker; exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples =
         "# Everything in one process against a local MariaDB, events dispatched in-process:\n"
@@ -211,11 +213,8 @@ static bool prepare_database(const struct stock_list *stock, int *sig)
     return ok;
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_up, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!daemon_check_settings("up", &opts.serve, &opts.services) ||
         !clean_archive_ok("up", "clean-archive", opts.worker.opts.retention.archive_dir))
         return 2;

@@ -11,7 +11,8 @@
 #include "tracing.h"
 #include "notify.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_worker = {
     .name = "worker",
@@ -27,6 +28,7 @@ const struct command cmd_worker = {
         "rows, idempotency keys, inbox rows and DONE commands in small batches. With\n"
         "--broker none it does all of that except consuming (sagas then come from the async\n"
         "API's commands or from `txo up`). SIGTERM/SIGINT: finish the steps in flight, exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Consume OrderCreated from NATS and call the payment and shipment services:\n"
                 "txo worker --broker nats --payment-url http://payments.internal:8081 "
@@ -60,11 +62,8 @@ static void add_settings(struct settings_table *t)
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_worker, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!daemon_check_settings("worker", NULL, &opts.services) ||
         !clean_archive_ok("worker", "clean-archive", opts.worker.opts.retention.archive_dir))
         return 2;

@@ -500,6 +500,8 @@ void settings_add(struct settings_table *t, const struct setting *s, size_t n)
 
 void settings_add_common(struct settings_table *t, struct common_opts *o)
 {
+    txo_db_opts_init(&o->db);
+    t->common = o;
     const struct setting group[] = {
         {.name = "mysql-host",
          .env = "MYSQL_HOST",
@@ -777,23 +779,19 @@ bool common_apply(struct common_opts *o)
     return password_load(o);
 }
 
-bool command_setup(const struct command *cmd, struct common_opts *common,
-                   void (*add_settings)(struct settings_table *t), int argc, char **argv,
-                   int *first_arg, int *exit_status)
+int command_run(const struct command *cmd, int argc, char **argv)
 {
-    txo_db_opts_init(&common->db);
     struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(cmd, table.items, table.n, argc, argv, first_arg);
-    if (r != SETTINGS_OK) {
-        *exit_status = r == SETTINGS_EXIT_OK ? 0 : 2;
-        return false;
-    }
-    if (!common_apply(common)) {
-        *exit_status = 2;
-        return false;
-    }
-    return true;
+    if (cmd->add_settings != NULL)
+        cmd->add_settings(&table);
+    int first = argc;
+    enum settings_result r = settings_parse(cmd, table.items, table.n, argc, argv,
+                                            cmd->run_args != NULL ? &first : NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (table.common != NULL && !common_apply(table.common))
+        return 2;
+    return cmd->run_args != NULL ? cmd->run_args(argc - first, argv + first) : cmd->run();
 }
 
 struct txo_db *common_connect(const struct common_opts *o)
