@@ -14,7 +14,6 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include "daemons.h"
 #include "tracing.h"
 #include "notify.h"
+#include "progress.h"
 #include "publisher_settings.h"
 #include "signals.h"
 #include "txo/binlog.h"
@@ -118,52 +118,26 @@ static void add_settings(struct settings_table *t)
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
-struct relay_thread {
-    struct txo_relay *relay;
-    struct txo_binlog *binlog; /* --source binlog: runs instead of relay */
-    int rc;
-    struct txo_error err;
-};
-
-static void *relay_main(void *arg)
-{
-    struct relay_thread *t = arg;
-    t->rc =
-        t->binlog != NULL ? txo_binlog_run(t->binlog, &t->err) : txo_relay_run(t->relay, &t->err);
-    signals_wake(); /* --drain is done, or the relay failed: the main thread stops waiting */
-    return NULL;
-}
-
-/* The --drain progress line on a terminal. */
+/* The --drain progress line on a terminal (progress.h). */
 struct progress {
     struct txo_relay *relay;
     struct txo_db *db; /* its own connection, for the remaining count */
-    atomic_bool done;
 };
 
-static void *progress_main(void *arg)
+static void draw_progress(void *arg, double s)
 {
     struct progress *p = arg;
-    int64_t t0 = txo_monotonic_ms();
-    while (!atomic_load(&p->done)) {
-        for (int i = 0; i < 10 && !atomic_load(&p->done); i++)
-            txo_sleep_ms(100);
-        struct txo_relay_stats st;
-        txo_relay_get_stats(p->relay, &st);
-        struct txo_outbox_stats os;
-        struct txo_error err;
-        txo_error_init(&err);
-        bool counted = txo_outbox_get_stats(p->db, &os, &err) == 0;
-        double s = (double)(txo_monotonic_ms() - t0) / 1000.0;
-        char remaining[32] = "?";
-        if (counted)
-            snprintf(remaining, sizeof(remaining), "%" PRIu64, os.pending + os.processing);
-        fprintf(stderr, "\rtxo relay: published %" PRIu64 ", remaining %s, %.0f events/s   ",
-                st.published, remaining, s > 0 ? (double)st.published / s : 0.0);
-        fflush(stderr);
-    }
-    fputc('\n', stderr);
-    return NULL;
+    struct txo_relay_stats st;
+    txo_relay_get_stats(p->relay, &st);
+    struct txo_outbox_stats os;
+    struct txo_error err;
+    txo_error_init(&err);
+    bool counted = txo_outbox_get_stats(p->db, &os, &err) == 0;
+    char remaining[32] = "?";
+    if (counted)
+        snprintf(remaining, sizeof(remaining), "%" PRIu64, os.pending + os.processing);
+    fprintf(stderr, "\rtxo relay: published %" PRIu64 ", remaining %s, %.0f events/s   ",
+            st.published, remaining, s > 0 ? (double)st.published / s : 0.0);
 }
 
 static int run(void)
@@ -185,16 +159,15 @@ static int run(void)
     signals_block(); /* before the first thread: the broker's, the metrics server, the relay */
     int status = 1;
     struct txo_publisher *pub = NULL;
-    struct relay_thread rt = {.relay = NULL};
+    /* --drain is done, or the relay failed: the main thread stops waiting. */
+    struct daemon_relay rt = {.wake = true};
     struct clean_thread cleaner = {.running = false};
-    pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
     struct txo_heartbeat *hb = NULL;
     struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     struct txo_error err;
     txo_error_init(&err);
-    txo_error_init(&rt.err);
 
     int sig = 0;
     /* A daemon waits for the database; a one-shot --drain (cron, scripts) fails at once. */
@@ -246,19 +219,17 @@ static int run(void)
         cli_error("txo relay: cannot start the cleaner thread");
         goto out;
     }
-    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+    if (!daemon_relay_start(&rt)) {
         cli_error("txo relay: cannot start the relay thread");
         goto out;
     }
     struct progress prog = {.relay = rt.relay};
+    struct progress_line line = {.started = false};
     bool polling = rt.relay != NULL;
-    atomic_init(&prog.done, false);
-    pthread_t prog_tid;
-    bool prog_started = false;
     if (polling && opts.drain && isatty(STDERR_FILENO)) {
         prog.db = common_connect(&opts.common);
-        prog_started =
-            prog.db != NULL && pthread_create(&prog_tid, NULL, progress_main, &prog) == 0;
+        if (prog.db != NULL)
+            (void)progress_line_start(&line, draw_progress, &prog);
     }
     /* A one-shot --drain is a job, not a daemon: it does not register. */
     if (polling && !opts.drain) {
@@ -266,15 +237,9 @@ static int run(void)
         hb = daemon_heartbeat_start("relay", &opts.common, &hb_src);
     }
     notify_run_until_stopped("relay", "publishing the outbox");
-    if (rt.binlog != NULL)
-        txo_binlog_stop(rt.binlog);
-    else
-        txo_relay_stop(rt.relay);
-    pthread_join(relay_tid, NULL);
+    daemon_relay_stop(&rt);
     clean_thread_stop(&cleaner);
-    atomic_store(&prog.done, true);
-    if (prog_started)
-        pthread_join(prog_tid, NULL);
+    progress_line_stop(&line);
     txo_db_close(prog.db);
     if (rt.binlog != NULL) {
         struct txo_binlog_stats bs;
@@ -301,9 +266,8 @@ out:
     txo_heartbeat_stop(hb); /* before the relay whose breaker it reads */
     clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
-    txo_relay_free(rt.relay); /* before the registry its metrics live in */
-    txo_binlog_free(rt.binlog);
-    daemon_tracing_stop(); /* after the relay: its last spans are sent */
+    daemon_relay_free(&rt); /* before the registry its metrics live in */
+    daemon_tracing_stop();  /* after the relay: its last spans are sent */
     daemon_metrics_free(metrics);
     txo_publisher_free(pub);
     txo_db_close(db);

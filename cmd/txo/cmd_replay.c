@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 
 #include "brokers.h"
 #include "cli_errors.h"
+#include "progress.h"
 #include "publisher_settings.h"
 #include "signals.h"
 #include "txo/replay.h"
@@ -195,37 +195,25 @@ struct replay_thread {
     struct txo_replay *rp;
     int rc;
     struct txo_error err;
-    atomic_bool done;
 };
 
 static void *replay_main(void *arg)
 {
     struct replay_thread *t = arg;
     t->rc = txo_replay_run(t->rp, &t->err);
-    atomic_store(&t->done, true);
     signals_wake();
     return NULL;
 }
 
-/* The progress line on a terminal, once a second until the replay ends. */
-static void *progress_main(void *arg)
+/* The progress line on a terminal (progress.h). */
+static void draw_progress(void *arg, double s)
 {
-    struct replay_thread *t = arg;
-    int64_t t0 = txo_monotonic_ms();
-    while (!atomic_load(&t->done)) {
-        for (int i = 0; i < 10 && !atomic_load(&t->done); i++)
-            txo_sleep_ms(100);
-        struct txo_replay_stats st;
-        txo_replay_get_stats(t->rp, &st);
-        double s = (double)(txo_monotonic_ms() - t0) / 1000.0;
-        fprintf(stderr, "\rtxo replay: %" PRIu64 " of %" PRIu64 " events (%.0f%%), %.0f/s   ",
-                st.replayed, st.total,
-                st.total > 0 ? 100.0 * (double)st.replayed / (double)st.total : 100.0,
-                s > 0 ? (double)st.this_run / s : 0.0);
-        fflush(stderr);
-    }
-    fputc('\n', stderr);
-    return NULL;
+    struct txo_replay_stats st;
+    txo_replay_get_stats(arg, &st);
+    fprintf(stderr, "\rtxo replay: %" PRIu64 " of %" PRIu64 " events (%.0f%%), %.0f/s   ",
+            st.replayed, st.total,
+            st.total > 0 ? 100.0 * (double)st.replayed / (double)st.total : 100.0,
+            s > 0 ? (double)st.this_run / s : 0.0);
 }
 
 static int run(void)
@@ -249,7 +237,6 @@ static int run(void)
     txo_error_init(&err);
     struct replay_thread rt = {.rp = NULL};
     txo_error_init(&rt.err);
-    atomic_init(&rt.done, false);
     /* The options first, so that a bad one exits 2 before any connection. */
     if (txo_replay_opts_check(ro, &err) < 0) {
         cli_error("txo %s", err.msg); /* "replay: ..." */
@@ -269,20 +256,20 @@ static int run(void)
         cmd_report("replay", "starting", &err);
         goto out;
     }
-    pthread_t tid, prog_tid;
+    pthread_t tid;
     if (pthread_create(&tid, NULL, replay_main, &rt) != 0) {
         cli_error("txo replay: cannot start the replay thread");
         goto out;
     }
-    bool prog = tty && pthread_create(&prog_tid, NULL, progress_main, &rt) == 0;
+    struct progress_line prog = {.started = false};
+    if (tty)
+        (void)progress_line_start(&prog, draw_progress, rt.rp);
     int sig = signals_wait();
     if (sig != 0)
         TXO_LOG(TXO_LOG_INFO, "replay", "stopping", TXO_KV_I64("signal", sig));
     txo_replay_stop(rt.rp);
     pthread_join(tid, NULL);
-    atomic_store(&rt.done, true);
-    if (prog)
-        pthread_join(prog_tid, NULL);
+    progress_line_stop(&prog);
     struct txo_replay_stats st;
     txo_replay_get_stats(rt.rp, &st);
     if (rt.rc < 0) {

@@ -94,26 +94,10 @@ static void add_settings(struct settings_table *t)
     settings_add(t, startup, TXO_ARRAY_LEN(startup));
 }
 
-struct relay_thread {
-    struct txo_relay *relay;
-    struct txo_binlog *binlog; /* --source binlog: runs instead of relay */
-    int rc;
-    struct txo_error err;
-};
-
 /* After each order commits: publish its OrderCreated now rather than after the idle pause. */
 static void wake_relay(void *arg)
 {
     txo_relay_wake(arg);
-}
-
-static void *relay_main(void *arg)
-{
-    struct relay_thread *t = arg;
-    txo_error_init(&t->err);
-    t->rc =
-        t->binlog != NULL ? txo_binlog_run(t->binlog, &t->err) : txo_relay_run(t->relay, &t->err);
-    return NULL;
 }
 
 /*
@@ -242,9 +226,7 @@ static int run(void)
     struct daemon_worker *worker = NULL;
     struct txo_publisher *pub = NULL;
     struct txo_db *relay_db = NULL;
-    struct relay_thread rt = {0};
-    bool relay_running = false;
-    pthread_t relay_tid;
+    struct daemon_relay rt = {.wake = false};
     struct api_daemon *api = NULL;
     struct txo_heartbeat *hb = NULL;
     struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
@@ -284,11 +266,10 @@ static int run(void)
         cmd_report("up", "starting the worker", &err);
         goto out;
     }
-    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+    if (!daemon_relay_start(&rt)) {
         cli_error("txo up: cannot start the relay thread");
         goto out;
     }
-    relay_running = true;
     /* The binlog source needs no wake-up: it reads each commit as the server logs it. */
     api = daemon_api_start("up", &opts.common, &opts.serve, base.services, reg,
                            rt.relay != NULL ? wake_relay : NULL, rt.relay);
@@ -305,20 +286,15 @@ static int run(void)
 out:
     txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */
     daemon_api_stop(api);
-    if (relay_running) {
-        if (rt.binlog != NULL)
-            txo_binlog_stop(rt.binlog);
-        else
-            txo_relay_stop(rt.relay);
-        pthread_join(relay_tid, NULL);
+    if (rt.running) {
+        daemon_relay_stop(&rt);
         if (rt.rc != 0) {
             cmd_report("up", "the relay stopped on an error", &rt.err);
             status = 1;
         }
     }
     daemon_worker_stop("up", worker);
-    txo_relay_free(rt.relay);
-    txo_binlog_free(rt.binlog);
+    daemon_relay_free(&rt);
     txo_db_close(relay_db);
     txo_publisher_free(pub);
     daemon_worker_free(worker);

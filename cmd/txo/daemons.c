@@ -379,6 +379,45 @@ bool daemon_relay_check(const char *cmd, struct relay_settings *s, bool *binlog)
     return true;
 }
 
+static void *relay_main(void *arg)
+{
+    struct daemon_relay *r = arg;
+    r->rc =
+        r->binlog != NULL ? txo_binlog_run(r->binlog, &r->err) : txo_relay_run(r->relay, &r->err);
+    if (r->wake)
+        signals_wake();
+    return NULL;
+}
+
+bool daemon_relay_start(struct daemon_relay *r)
+{
+    txo_error_init(&r->err);
+    r->rc = 0;
+    r->running = pthread_create(&r->tid, NULL, relay_main, r) == 0;
+    return r->running;
+}
+
+void daemon_relay_stop(struct daemon_relay *r)
+{
+    if (!r->running)
+        return;
+    if (r->binlog != NULL)
+        txo_binlog_stop(r->binlog);
+    else
+        txo_relay_stop(r->relay);
+    pthread_join(r->tid, NULL);
+    r->running = false;
+}
+
+void daemon_relay_free(struct daemon_relay *r)
+{
+    daemon_relay_stop(r);
+    txo_relay_free(r->relay);
+    txo_binlog_free(r->binlog);
+    r->relay = NULL;
+    r->binlog = NULL;
+}
+
 bool daemon_polling_allowed(const char *cmd, struct txo_db *db)
 {
     int64_t through = 0;

@@ -9,6 +9,7 @@
 #ifndef TXO_CMD_DAEMONS_H
 #define TXO_CMD_DAEMONS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -140,6 +141,28 @@ void daemon_worker_free(struct daemon_worker *d);
  * has added its metrics and tracer.
  */
 bool daemon_relay_check(const char *cmd, struct relay_settings *s, bool *binlog);
+
+/*
+ * The relay of `txo relay` and `txo up` on a thread of its own: a polling relay or a binlog
+ * source, whichever the caller created into it (the other NULL). wake: when the run ends by
+ * itself (--drain, an error), signals_wake() ends the main thread's wait.
+ */
+struct daemon_relay {
+    struct txo_relay *relay;
+    struct txo_binlog *binlog;
+    bool wake;
+    int rc; /* what the run returned, once stopped */
+    struct txo_error err;
+    pthread_t tid;
+    bool running;
+};
+
+/* Starts the run on its thread; false when the thread cannot start. */
+bool daemon_relay_start(struct daemon_relay *r);
+/* Stops the run (the batch in flight completes) and joins the thread; a no-op unless running. */
+void daemon_relay_stop(struct daemon_relay *r);
+/* Frees the relay or the binlog source (stopping it first). */
+void daemon_relay_free(struct daemon_relay *r);
 
 /* False (after printing why and how to fix it) when a binlog source of db's outbox left rows it
  * published PENDING (txo_binlog_published_through()): a polling relay must not start then. */
