@@ -538,6 +538,23 @@ static void print_summary(const char *result, const char *publisher, const struc
     printf(" duplicates=%" PRIu64 " elapsed_ms=%" PRId64 "\n", r->duplicates, elapsed_ms);
 }
 
+/* The tables of a run: the findings, then the summary line of what the document does not hold. */
+struct outbox_tables {
+    unsigned max_listed;
+    const char *result;
+    const char *publisher;
+    const struct txo_audit_opts *o;
+    const struct txo_audit_result *r;
+    int64_t elapsed_ms;
+};
+
+static void print_outbox_tables(const json_t *doc, void *arg)
+{
+    const struct outbox_tables *t = arg;
+    print_findings(doc, t->max_listed);
+    print_summary(t->result, t->publisher, t->o, t->r, t->elapsed_ms);
+}
+
 /* ---- the run ---- */
 
 int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common,
@@ -574,14 +591,14 @@ int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_
     const char *result = db == NULL || rc < 0 ? "error" : status == 0 ? "clean" : "findings";
     int64_t elapsed_ms = txo_monotonic_ms() - t0;
     json_t *doc = audit_json(result, broker->name, &o, &r, elapsed_ms, &c, c.findings);
-    if (json || doc == NULL) {
-        if (listing_json(stdout, "audit", doc) != 0)
-            status = 1;
-    } else {
-        print_findings(doc, s->max_listed);
-        print_summary(result, broker->name, &o, &r, elapsed_ms);
-    }
-    json_decref(doc);
+    struct outbox_tables tables = {.max_listed = s->max_listed,
+                                   .result = result,
+                                   .publisher = broker->name,
+                                   .o = &o,
+                                   .r = &r,
+                                   .elapsed_ms = elapsed_ms};
+    if (listing_print("audit", doc, json, print_outbox_tables, &tables) != 0)
+        status = 1;
     fflush(stdout);
     txo_db_close(db);
     txo_history_free(history);

@@ -125,31 +125,33 @@ static void add_violation(void *arg, const char *check, int64_t order_id, const 
                                     listing_str(detail)));
 }
 
-/*
- * Prints the audit's document: with --json {"orders_checked":N,"violations":[{"check",
- * "order_id","detail"}]}, else a table of the violations and a summary line. 0, or -1 when the
- * document could not be built or written.
- */
-static int print_audit(uint64_t orders, json_t *violations)
+/* The audit's document as a table of the violations and a summary line. */
+static void print_audit_tables(const json_t *doc, void *arg)
 {
     static const struct listing_column cols[] = {
         {.key = "check", .header = "CHECK"},
         {.key = "order_id", .header = "ORDER_ID"},
         {.key = "detail", .header = "DETAIL", .max_width = 100},
     };
+    (void)arg;
+    const json_t *violations = json_object_get(doc, "violations");
+    if (json_array_size(violations) > 0)
+        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), violations);
+    printf("audit: %" PRIu64 " order(s) checked, %zu violation(s)\n",
+           (uint64_t)json_integer_value(json_object_get(doc, "orders_checked")),
+           json_array_size(violations));
+}
+
+/*
+ * Prints the audit's document: with --json {"orders_checked":N,"violations":[{"check",
+ * "order_id","detail"}]}, else its tables. 0, or -1 when the document could not be built or
+ * written.
+ */
+static int print_audit(uint64_t orders, json_t *violations)
+{
     json_t *doc =
         json_pack("{s:I,s:O}", "orders_checked", (json_int_t)orders, "violations", violations);
-    int rc = 0;
-    if (opts.json || doc == NULL) {
-        rc = listing_json(stdout, "audit", doc);
-    } else {
-        if (json_array_size(violations) > 0)
-            listing_table(stdout, cols, TXO_ARRAY_LEN(cols), violations);
-        printf("audit: %" PRIu64 " order(s) checked, %zu violation(s)\n", orders,
-               json_array_size(violations));
-    }
-    json_decref(doc);
-    return rc;
+    return listing_print("audit", doc, opts.json, print_audit_tables, NULL);
 }
 
 static int run(void)

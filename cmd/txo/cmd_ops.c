@@ -185,8 +185,9 @@ static void stats_group_rows(json_t *rows, const char *area, const json_t *group
 }
 
 /* The tables of `txo stats`, read from the document --json prints. */
-static void print_stats_tables(const json_t *doc)
+static void print_stats_tables(const json_t *doc, void *arg)
 {
+    (void)arg;
     static const struct listing_column counts[] = {
         {.key = "area", .header = "AREA"},
         {.key = "status", .header = "STATUS"},
@@ -266,13 +267,7 @@ static int stats_run(void)
         return 1;
     }
     json_t *doc = stats_json(&st);
-    int status = 0;
-    if (stats_opts.json || doc == NULL)
-        status = listing_json(stdout, "stats", doc) == 0 ? 0 : 1;
-    else
-        print_stats_tables(doc);
-    json_decref(doc);
-    return status;
+    return listing_print("stats", doc, stats_opts.json, print_stats_tables, NULL) == 0 ? 0 : 1;
 }
 
 /* ---- txo dlq ---- */
@@ -384,13 +379,8 @@ static int dlq_list(struct txo_db *db)
     }
     json_t *doc = dead_letters_json(dl, n);
     txo_dead_letters_free(dl, n);
-    int status = 0;
-    if (dlq_opts.json || doc == NULL)
-        status = listing_json(stdout, "dlq", doc) == 0 ? 0 : 1;
-    else
-        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), doc);
-    json_decref(doc);
-    return status;
+    struct listing_columns table = {cols, TXO_ARRAY_LEN(cols)};
+    return listing_print("dlq", doc, dlq_opts.json, listing_rows, &table) == 0 ? 0 : 1;
 }
 
 static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
@@ -513,8 +503,9 @@ static void add_saga_settings(struct settings_table *t)
 }
 
 /* `txo saga show` in tables, read from the document --json prints (txo_saga_info_json). */
-static void print_saga_tables(const json_t *doc)
+static void print_saga_tables(const json_t *doc, void *arg)
 {
+    (void)arg;
     static const struct listing_column instance[] = {
         {.key = "saga_id", .header = "SAGA_ID"},
         {.key = "saga_type", .header = "TYPE"},
@@ -569,13 +560,7 @@ static int saga_show(struct txo_db *db, const char *id)
     }
     json_t *doc = json_loads(text, 0, NULL);
     txo_free(text);
-    int status = 0;
-    if (saga_opts.json || doc == NULL)
-        status = listing_json(stdout, "saga", doc) == 0 ? 0 : 1;
-    else
-        print_saga_tables(doc);
-    json_decref(doc);
-    return status;
+    return listing_print("saga", doc, saga_opts.json, print_saga_tables, NULL) == 0 ? 0 : 1;
 }
 
 static int saga_retry(struct txo_db *db, const char *id)
@@ -648,15 +633,9 @@ static int saga_list_stuck(struct txo_db *db)
         cmd_report("saga", "listing the stuck sagas", &err);
         return 1;
     }
-    json_t *doc = stuck_json(refs, n);
-    int status = n == 0 ? 0 : 1;
-    if (saga_opts.json || doc == NULL) {
-        if (listing_json(stdout, "saga", doc) != 0)
-            status = 1;
-    } else {
-        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), doc);
-    }
-    json_decref(doc);
+    struct listing_columns table = {cols, TXO_ARRAY_LEN(cols)};
+    int rc = listing_print("saga", stuck_json(refs, n), saga_opts.json, listing_rows, &table);
+    int status = n == 0 && rc == 0 ? 0 : 1;
     fflush(stdout); /* the listing first, then the count, when both go to one file */
     fprintf(stderr, "txo saga: %zu stuck saga(s)\n", n);
     return status;
