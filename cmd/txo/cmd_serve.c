@@ -67,20 +67,17 @@ static int run(void)
     int status = 1;
     struct daemon_base base = {.metrics = NULL};
     struct api_daemon *api = NULL;
-    struct txo_heartbeat *hb = NULL;
-    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     if (!daemon_base_start("serve", &opts.common, true, &opts.tracing, &opts.services, &base,
                            &status))
         goto out;
     api = daemon_api_start("serve", &opts.common, &opts.serve, base.services, base.reg, NULL, NULL);
     if (api == NULL)
         goto out;
-    hb_src.services = base.services;
-    hb = daemon_heartbeat_start("serve", &opts.common, &hb_src);
+    daemon_base_register("serve", &base, NULL);
     notify_run_until_stopped("serve", "serving the HTTP API");
     status = 0;
 out:
-    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
+    daemon_base_unregister(&base); /* first: it reads the services' breakers */
     daemon_api_stop(api);
     daemon_base_stop(&base); /* after the API: its last spans are sent */
     return status;

@@ -228,8 +228,6 @@ static int run(void)
     struct txo_db *relay_db = NULL;
     struct daemon_relay rt = {.wake = false};
     struct api_daemon *api = NULL;
-    struct txo_heartbeat *hb = NULL;
-    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
 
     if (!daemon_base_start("up", &opts.common, false, &opts.tracing, &opts.services, &base,
                            &status))
@@ -275,16 +273,14 @@ static int run(void)
                            rt.relay != NULL ? wake_relay : NULL, rt.relay);
     if (api == NULL)
         goto out;
-    hb_src.services = base.services;
-    hb_src.relay = rt.relay;
-    hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
+    daemon_base_register("up", &base, rt.relay);
     TXO_LOG(TXO_LOG_INFO, "up", "ready", TXO_KV_STR("listen", opts.serve.listen),
             TXO_KV_STR("broker", opts.broker),
             TXO_KV_U64("saga_threads", opts.worker.opts.saga_threads));
     notify_run_until_stopped("up", "serving the HTTP API, relay and worker");
     status = 0;
 out:
-    txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */
+    daemon_base_unregister(&base); /* first: it reads the relay's and the services' breakers */
     daemon_api_stop(api);
     if (rt.running) {
         daemon_relay_stop(&rt);

@@ -78,8 +78,6 @@ static int run(void)
     struct daemon_base base = {.metrics = NULL};
     struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
-    struct txo_heartbeat *hb = NULL;
-    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     /* The worker's threads ride out a database that goes away; at start-up it waits, like
      * serve and relay, so that READY=1 means the database answered. */
     if (!daemon_base_start("worker", &opts.common, true, &opts.tracing, &opts.services, &base,
@@ -98,12 +96,11 @@ static int run(void)
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started",
             TXO_KV_U64("saga_threads", opts.worker.opts.saga_threads),
             TXO_KV_STR("broker", opts.broker));
-    hb_src.services = base.services;
-    hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);
+    daemon_base_register("worker", &base, NULL);
     notify_run_until_stopped("worker", "running sagas");
     status = 0;
 out:
-    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
+    daemon_base_unregister(&base); /* first: it reads the services' breakers */
     txo_http_server_stop(msrv);
     daemon_worker_stop("worker", worker);
     daemon_worker_free(worker);

@@ -545,7 +545,7 @@ bool daemon_base_start(const char *cmd, const struct common_opts *common, bool w
                        const struct services_settings *services, struct daemon_base *out,
                        int *exit_status)
 {
-    *out = (struct daemon_base){.metrics = NULL};
+    *out = (struct daemon_base){.common = common};
     *exit_status = 1;
     if (wait_db) {
         int sig = 0;
@@ -568,8 +568,21 @@ bool daemon_base_start(const char *cmd, const struct common_opts *common, bool w
     return true;
 }
 
+void daemon_base_register(const char *role, struct daemon_base *b, const struct txo_relay *relay)
+{
+    b->hb_src = (struct daemon_heartbeat_src){.services = b->services, .relay = relay};
+    b->hb = daemon_heartbeat_start(role, b->common, &b->hb_src);
+}
+
+void daemon_base_unregister(struct daemon_base *b)
+{
+    txo_heartbeat_stop(b->hb);
+    b->hb = NULL;
+}
+
 void daemon_base_stop(struct daemon_base *b)
 {
+    daemon_base_unregister(b);
     order_services_free(b->services);
     daemon_tracing_stop();
     daemon_metrics_free(b->metrics);

@@ -180,31 +180,6 @@ unsigned daemon_api_port(const struct api_daemon *d);
 /* Graceful: requests in flight finish. NULL is a no-op. */
 void daemon_api_stop(struct api_daemon *d);
 
-/* ---- what serve, worker and up start first ---- */
-
-/* The process's metrics, tracer and external services, which the other components use. */
-struct daemon_base {
-    struct daemon_metrics *metrics;
-    struct txo_metrics *reg; /* the registry of metrics */
-    struct order_services *services;
-};
-
-/*
- * Waits for the database first when wait_db (daemon_db_wait()), then starts the metrics
- * (daemon_metrics_new()), the tracer (daemon_tracing_start()) and the external services
- * (daemon_services_new()) into *out. False after a message, with *exit_status 0 when a signal
- * ended the wait, 2 on a bad tracing or services setting and 1 otherwise. Call
- * daemon_base_stop() in either case.
- */
-bool daemon_base_start(const char *cmd, const struct common_opts *common, bool wait_db,
-                       const struct tracing_settings *tracing,
-                       const struct services_settings *services, struct daemon_base *out,
-                       int *exit_status);
-
-/* Frees the services, stops the tracer (its last spans are sent) and frees the metrics: after
- * every component that uses them. */
-void daemon_base_stop(struct daemon_base *b);
-
 /* ---- the process registry (txo/registry.h) ---- */
 
 /* What a daemon's heartbeat reports: the breakers of the external services it calls over
@@ -223,5 +198,41 @@ struct daemon_heartbeat_src {
  */
 struct txo_heartbeat *daemon_heartbeat_start(const char *role, const struct common_opts *common,
                                              const struct daemon_heartbeat_src *src);
+
+/* ---- what serve, worker and up start first ---- */
+
+/* The process's metrics, tracer and external services, which the other components use, and
+ * its registration. */
+struct daemon_base {
+    const struct common_opts *common;
+    struct daemon_metrics *metrics;
+    struct txo_metrics *reg; /* the registry of metrics */
+    struct order_services *services;
+    struct daemon_heartbeat_src hb_src;
+    struct txo_heartbeat *hb;
+};
+
+/*
+ * Waits for the database first when wait_db (daemon_db_wait()), then starts the metrics
+ * (daemon_metrics_new()), the tracer (daemon_tracing_start()) and the external services
+ * (daemon_services_new()) into *out. False after a message, with *exit_status 0 when a signal
+ * ended the wait, 2 on a bad tracing or services setting and 1 otherwise. Call
+ * daemon_base_stop() in either case.
+ */
+bool daemon_base_start(const char *cmd, const struct common_opts *common, bool wait_db,
+                       const struct tracing_settings *tracing,
+                       const struct services_settings *services, struct daemon_base *out,
+                       int *exit_status);
+
+/* Registers the process as role (daemon_heartbeat_start()): its heartbeat reports the breakers
+ * of b's services and of relay (NULL: none), which must outlive it. */
+void daemon_base_register(const char *role, struct daemon_base *b, const struct txo_relay *relay);
+
+/* Ends the registration: first of all, before the components its heartbeat reads stop. */
+void daemon_base_unregister(struct daemon_base *b);
+
+/* Frees the services, stops the tracer (its last spans are sent) and frees the metrics: after
+ * every component that uses them. */
+void daemon_base_stop(struct daemon_base *b);
 
 #endif
