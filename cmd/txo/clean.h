@@ -39,11 +39,22 @@ void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro,
  */
 void clean_settings_derive(struct txo_retention_opts *ro);
 
+/* The retention settings the worker's cleaner and `txo clean` share. */
+enum clean_retention {
+    CLEAN_RETAIN_OUTBOX,      /* --outbox-retention (the relay's cleaner too) */
+    CLEAN_RETAIN_IDEMPOTENCY, /* --idempotency-retention */
+    CLEAN_RETAIN_INBOX,       /* --inbox-retention */
+};
+
 /*
- * The two settings the worker's cleaner and `txo clean` (with the relay's cleaner) share, the
- * same in every table that takes them: --outbox-retention and --clean-archive.
+ * One retention setting, the same in every table that takes it (flag, variable, default,
+ * range), with target; maybe_absent: its help says that the table it cleans may not exist
+ * (`txo clean` runs on a relay-only schema too).
  */
-struct setting clean_outbox_retention_setting(unsigned *target);
+struct setting clean_retention_setting(enum clean_retention which, unsigned *target,
+                                       bool maybe_absent);
+
+/* --clean-archive, the same in every table that takes it. */
 struct setting clean_archive_setting(const char **target);
 
 /* An archive directory (NULL: none) a cleaner can write to; false after saying why on stderr

@@ -70,7 +70,7 @@ void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro,
          .target = &ro->interval_s},
     };
     const struct setting group[] = {
-        clean_outbox_retention_setting(&ro->outbox_s),
+        clean_retention_setting(CLEAN_RETAIN_OUTBOX, &ro->outbox_s, false),
         {.name = "dead-letter-retention",
          .env = "TXO_DEAD_LETTER_RETENTION",
          .type = SETTING_UINT,
@@ -232,24 +232,8 @@ static struct {
 static void add_settings(struct settings_table *t)
 {
     const struct setting worker_tables[] = {
-        {.name = "idempotency-retention",
-         .env = "TXO_IDEMPOTENCY_RETENTION",
-         .type = SETTING_UINT,
-         .def = "86400",
-         .help = "completed idempotency keys older than this many seconds are deleted (when the "
-                 "table exists)",
-         .min = 60,
-         .max = 315360000,
-         .target = &opts.clean.idempotency_s},
-        {.name = "inbox-retention",
-         .env = "TXO_INBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "inbox rows and DONE commands older than this many seconds are deleted (when "
-                 "the tables exist)",
-         .min = 60,
-         .max = 315360000,
-         .target = &opts.clean.inbox_s},
+        clean_retention_setting(CLEAN_RETAIN_IDEMPOTENCY, &opts.clean.idempotency_s, true),
+        clean_retention_setting(CLEAN_RETAIN_INBOX, &opts.clean.inbox_s, true),
         {.name = "archive",
          .env = "TXO_CLEAN_ARCHIVE_DIR",
          .type = SETTING_STRING,

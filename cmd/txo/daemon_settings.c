@@ -294,14 +294,35 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
-struct setting clean_outbox_retention_setting(unsigned *target)
+#define IDEMPOTENCY_RETENTION_HELP                                                                 \
+    "completed idempotency keys older than this many seconds are deleted"
+#define INBOX_RETENTION_HELP "inbox rows and DONE commands older than this many seconds are deleted"
+
+struct setting clean_retention_setting(enum clean_retention which, unsigned *target,
+                                       bool maybe_absent)
 {
+    static const struct {
+        const char *name, *env, *def, *help, *help_maybe_absent;
+    } kinds[] = {
+        [CLEAN_RETAIN_OUTBOX] = {"outbox-retention", "TXO_OUTBOX_RETENTION", "604800",
+                                 "PUBLISHED outbox rows older than this many seconds are deleted",
+                                 NULL},
+        [CLEAN_RETAIN_IDEMPOTENCY] = {"idempotency-retention", "TXO_IDEMPOTENCY_RETENTION", "86400",
+                                      IDEMPOTENCY_RETENTION_HELP,
+                                      IDEMPOTENCY_RETENTION_HELP " (when the table exists)"},
+        [CLEAN_RETAIN_INBOX] = {"inbox-retention", "TXO_INBOX_RETENTION", "604800",
+                                INBOX_RETENTION_HELP,
+                                INBOX_RETENTION_HELP " (when the tables exist)"},
+    };
+    const char *help = kinds[which].help;
+    if (maybe_absent && kinds[which].help_maybe_absent != NULL)
+        help = kinds[which].help_maybe_absent;
     return (struct setting){
-        .name = "outbox-retention",
-        .env = "TXO_OUTBOX_RETENTION",
+        .name = kinds[which].name,
+        .env = kinds[which].env,
         .type = SETTING_UINT,
-        .def = "604800",
-        .help = "PUBLISHED outbox rows older than this many seconds are deleted",
+        .def = kinds[which].def,
+        .help = help,
         .min = 60,
         .max = 315360000,
         .target = target,
@@ -409,23 +430,9 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .min = 1,
          .max = 1000,
          .target = &o->opts.saga.compensation_max_tries},
-        clean_outbox_retention_setting(&ro->outbox_s),
-        {.name = "idempotency-retention",
-         .env = "TXO_IDEMPOTENCY_RETENTION",
-         .type = SETTING_UINT,
-         .def = "86400",
-         .help = "completed idempotency keys older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &ro->idempotency_s},
-        {.name = "inbox-retention",
-         .env = "TXO_INBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "inbox rows and DONE commands older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &ro->inbox_s},
+        clean_retention_setting(CLEAN_RETAIN_OUTBOX, &ro->outbox_s, false),
+        clean_retention_setting(CLEAN_RETAIN_IDEMPOTENCY, &ro->idempotency_s, false),
+        clean_retention_setting(CLEAN_RETAIN_INBOX, &ro->inbox_s, false),
         {.name = "clean-interval",
          .env = "TXO_CLEAN_INTERVAL",
          .type = SETTING_UINT,
