@@ -48,8 +48,8 @@ struct setting {
 struct settings_table;
 
 /*
- * A subcommand, as command_run() runs it: add_settings builds its settings table; once they are
- * parsed and applied, run does the command's work.
+ * A subcommand, as command_run() runs it: add_settings builds its settings table; once its
+ * settings are parsed and applied, run does the command's work.
  */
 struct command {
     const char *name;        /* "relay" */
