@@ -66,9 +66,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum settings_result r = settings_parse(&cmd, table.items, table.n, argc, argv, NULL);
     check(r == SETTINGS_OK || r == SETTINGS_EXIT_OK || r == SETTINGS_EXIT_USAGE);
     if (r == SETTINGS_OK) {
-        check(opts.serve.max_body >= 64 && opts.serve.max_body <= 16777216);
-        check(opts.serve.http_header_timeout_s >= 1 && opts.serve.http_header_timeout_s <= 3600);
-        check(opts.serve.max_connections >= 1 && opts.serve.max_connections <= 10000);
+        const struct txo_http_server_opts *http = &opts.serve.http;
+        check(http->max_body_bytes >= 64 && http->max_body_bytes <= 16777216);
+        check(http->header_timeout_s >= 1 && http->header_timeout_s <= 3600);
+        check(http->max_connections >= 1 && http->max_connections <= 10000);
     }
     free(text);
     return 0;

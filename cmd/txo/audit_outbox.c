@@ -14,13 +14,13 @@
 #include "brokers.h"
 #include "cli_errors.h"
 #include "listing.h"
-#include "txo/audit.h"
 
 #define US_PER_S   INT64_C(1000000)
 #define US_PER_DAY (86400 * US_PER_S)
 
 void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_settings *s)
 {
+    txo_audit_opts_init(&s->opts);
     const struct setting group[] = {
         {.name = "outbox",
          .env = "TXO_AUDIT_OUTBOX",
@@ -72,7 +72,7 @@ void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_set
                  "later); 0 = no such check",
          .min = 0,
          .max = 31536000,
-         .target = &s->pending_older_than_s},
+         .target = &s->opts.pending_older_than_s},
         {.name = "clock-skew",
          .env = "TXO_AUDIT_CLOCK_SKEW_MS",
          .type = SETTING_MS,
@@ -82,7 +82,7 @@ void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_set
                  "is read this much beyond the window, milliseconds",
          .min = 0,
          .max = 3600000,
-         .target = &s->clock_skew_ms},
+         .target = &s->opts.clock_skew_ms},
         {.name = "max-listed",
          .env = "TXO_AUDIT_MAX_LISTED",
          .type = SETTING_UINT,
@@ -93,13 +93,13 @@ void audit_outbox_add_settings(struct settings_table *t, struct audit_outbox_set
          .target = &s->max_listed},
         {.name = "max-events",
          .env = "TXO_AUDIT_MAX_EVENTS",
-         .type = SETTING_UINT,
+         .type = SETTING_SIZE,
          .def = "1000000",
          .help = "--outbox: most PUBLISHED events in the window (and unmatched broker messages) "
                  "held in memory; a larger window fails: narrow it",
          .min = 1,
          .max = 100000000,
-         .target = &s->max_events},
+         .target = &s->opts.max_events},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
     cmd_brokers_add_history_settings(t);
@@ -228,10 +228,7 @@ static bool parse_id(const char *s, int64_t *out)
 /* The window and the thresholds into o; false (after a message) when a setting is bad. */
 static bool audit_opts(const struct audit_outbox_settings *s, struct txo_audit_opts *o)
 {
-    txo_audit_opts_init(o);
-    o->pending_older_than_s = s->pending_older_than_s;
-    o->clock_skew_ms = s->clock_skew_ms;
-    o->max_events = s->max_events;
+    *o = s->opts;
     bool by_id = set(s->from_id) || set(s->to_id);
     if (by_id) {
         if (set(s->since) || set(s->until)) {
@@ -541,6 +538,23 @@ static void print_summary(const char *result, const char *publisher, const struc
     printf(" duplicates=%" PRIu64 " elapsed_ms=%" PRId64 "\n", r->duplicates, elapsed_ms);
 }
 
+/* The tables of a run: the findings, then the summary line of what the document does not hold. */
+struct outbox_tables {
+    unsigned max_listed;
+    const char *result;
+    const char *publisher;
+    const struct txo_audit_opts *o;
+    const struct txo_audit_result *r;
+    int64_t elapsed_ms;
+};
+
+static void print_outbox_tables(const json_t *doc, void *arg)
+{
+    const struct outbox_tables *t = arg;
+    print_findings(doc, t->max_listed);
+    print_summary(t->result, t->publisher, t->o, t->r, t->elapsed_ms);
+}
+
 /* ---- the run ---- */
 
 int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_opts *common,
@@ -577,14 +591,14 @@ int audit_outbox_run(const struct audit_outbox_settings *s, const struct common_
     const char *result = db == NULL || rc < 0 ? "error" : status == 0 ? "clean" : "findings";
     int64_t elapsed_ms = txo_monotonic_ms() - t0;
     json_t *doc = audit_json(result, broker->name, &o, &r, elapsed_ms, &c, c.findings);
-    if (json || doc == NULL) {
-        if (listing_json(stdout, "audit", doc) != 0)
-            status = 1;
-    } else {
-        print_findings(doc, s->max_listed);
-        print_summary(result, broker->name, &o, &r, elapsed_ms);
-    }
-    json_decref(doc);
+    struct outbox_tables tables = {.max_listed = s->max_listed,
+                                   .result = result,
+                                   .publisher = broker->name,
+                                   .o = &o,
+                                   .r = &r,
+                                   .elapsed_ms = elapsed_ms};
+    if (listing_print("audit", doc, json, print_outbox_tables, &tables) != 0)
+        status = 1;
     fflush(stdout);
     txo_db_close(db);
     txo_history_free(history);

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 #include "settings.h"
+#include "txo/audit.h"
 
 struct audit_outbox_settings {
     bool outbox;
@@ -24,10 +25,8 @@ struct audit_outbox_settings {
     const char *until;
     const char *from_id;
     const char *to_id;
-    unsigned pending_older_than_s;
-    int64_t clock_skew_ms;
+    struct txo_audit_opts opts; /* the thresholds; the window: parsed from the text above */
     unsigned max_listed;
-    unsigned max_events;
 };
 
 /* Appends --outbox, the window, the thresholds and the settings of every broker with a

@@ -16,40 +16,45 @@
 #include "settings.h"
 #include "txo/retention.h"
 
-/* The partitioned outbox's settings (txo/partition.h): span and ahead for every cleaner and
- * `txo partition`; the first width and the copy's batch and pause for `txo partition` alone. */
-struct partition_settings {
-    unsigned span_s, ahead;
-    unsigned first_ids, batch, pause_ms;
-};
-
-/* Appends the partition settings; with copy, those of enable and disable too (cmd_partition.c). */
-void settings_add_partition(struct settings_table *t, struct partition_settings *o, bool copy);
-
-/* The library's options from s (the batch of a cleaner: batch). */
-void partition_settings_apply(const struct partition_settings *s, unsigned batch,
-                              struct txo_partition_opts *po);
-
-struct clean_settings {
-    unsigned interval_s; /* relay only: seconds between passes, 0 = no cleaner */
-    unsigned outbox_s;
-    unsigned dead_letters_s;
-    unsigned batch;
-    unsigned max_batches;
-    unsigned pause_ms;       /* between two batches, so that the relay keeps its pace */
-    const char *archive_dir; /* `txo clean --archive`: archive before deleting; NULL: none */
-    struct partition_settings partition; /* a partitioned outbox's span and ahead */
-};
-
-/* Appends the cleaner's settings; with_interval adds --clean-interval (default 0) and
- * --clean-archive (a daemon's cleaner; `txo clean` has --archive). */
-void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval);
+/*
+ * The partitioned tables' settings (txo/partition.h), with targets in po, which is first set to
+ * the library's defaults (the fields no setting names keep them): span and ahead for every
+ * cleaner and `txo partition`; with copy, the first width and the copy's batch and pause of
+ * enable and disable too (cmd_partition.c).
+ */
+void settings_add_partition(struct settings_table *t, struct txo_partition_opts *po, bool copy);
 
 /*
- * The two settings the worker's cleaner and `txo clean` (with the relay's cleaner) share, the
- * same in every table that takes them: --outbox-retention and --clean-archive.
+ * The cleaner's settings, with targets in ro, which is first set to the library's defaults;
+ * with_interval adds --clean-interval (default 0) and --clean-archive (a daemon's cleaner; `txo
+ * clean` has --archive).
  */
-struct setting clean_outbox_retention_setting(unsigned *target);
+void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro,
+                        bool with_interval);
+
+/*
+ * After parsing: the options no setting names are derived from those that are. DONE commands
+ * are kept as long as inbox rows (--inbox-retention), and a partitioned table's rows are copied
+ * in the cleaner's batches (--clean-batch).
+ */
+void clean_settings_derive(struct txo_retention_opts *ro);
+
+/* The retention settings the worker's cleaner and `txo clean` share. */
+enum clean_retention {
+    CLEAN_RETAIN_OUTBOX,      /* --outbox-retention (the relay's cleaner too) */
+    CLEAN_RETAIN_IDEMPOTENCY, /* --idempotency-retention */
+    CLEAN_RETAIN_INBOX,       /* --inbox-retention */
+};
+
+/*
+ * One retention setting, the same in every table that takes it (flag, variable, default,
+ * range), with target; maybe_absent: its help says that the table it cleans may not exist
+ * (`txo clean` runs on a relay-only schema too).
+ */
+struct setting clean_retention_setting(enum clean_retention which, unsigned *target,
+                                       bool maybe_absent);
+
+/* --clean-archive, the same in every table that takes it. */
 struct setting clean_archive_setting(const char **target);
 
 /* An archive directory (NULL: none) a cleaner can write to; false after saying why on stderr
@@ -61,24 +66,9 @@ bool clean_archive_ok(const char *cmd, const char *flag, const char *dir);
     "write the outbox rows, dead letters and inbox rows deleted to gzip JSON-lines files under "   \
     "this existing directory first (`txo archive`, `txo replay --archive`)"
 
-/* Rows one pass deleted, per table. */
-struct clean_counts {
-    uint64_t outbox, dead_letters, idempotency, inbox, commands;
-};
-
-/*
- * One pass over the outbox and the dead letters (and, with worker_tables, the idempotency
- * keys, the inbox and the command queue when the database has them), one batch at a time with
- * s->pause_ms between batches. ages: idempotency and inbox/commands retention (worker_tables
- * only). *out receives what was deleted, also on failure. Errors: the first DB error.
- */
-int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_tables,
-               unsigned idempotency_s, unsigned inbox_s, struct clean_counts *out,
-               struct txo_error *err);
-
 /* The relay's cleaner thread. */
 struct clean_thread {
-    struct clean_settings settings;
+    struct txo_retention_opts settings; /* with relay_tables_only */
     struct txo_db_opts db_opts;
     pthread_t tid;
     pthread_mutex_t mu;
@@ -89,8 +79,9 @@ struct clean_thread {
     unsigned long long deleted;
 };
 
-/* Starts the thread when settings->interval_s > 0 (else does nothing). False on failure. */
-bool clean_thread_start(struct clean_thread *c, const struct clean_settings *settings,
+/* Starts the thread when settings->interval_s > 0 (else does nothing): a pass over the outbox
+ * and the dead letters every interval_s. False on failure. */
+bool clean_thread_start(struct clean_thread *c, const struct txo_retention_opts *settings,
                         const struct txo_db_opts *db_opts);
 /* Stops and joins the thread (the pass in progress finishes its batch). Safe when not started. */
 void clean_thread_stop(struct clean_thread *c);

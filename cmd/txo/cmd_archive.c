@@ -15,7 +15,7 @@
 #include "cli_errors.h"
 #include "txo/archive.h"
 
-static int run(int argc, char **argv);
+static int run(int n_args, char **args);
 
 const struct command cmd_archive = {
     .name = "archive",
@@ -31,7 +31,7 @@ const struct command cmd_archive = {
         "the header's columns, the ids ascend within the range (the inbox's rows: by\n"
         "processed_at, then event id, none twice), and the row count and CRC-32 are those of\n"
         "the header. Prints one line per bad file, then a summary.",
-    .run = run,
+    .run_args = run,
     .examples = "# Check a whole archive, then restore its outbox rows with jq and mariadb:\n"
                 "txo archive verify /var/lib/txo/archive\n"
                 "txo archive cat /var/lib/txo/archive/outbox_events/*.jsonl.gz | jq -c .\n",
@@ -163,18 +163,14 @@ static int cat(int n, char **args)
     return status;
 }
 
-static int run(int argc, char **argv)
+static int run(int n_args, char **args)
 {
-    int first = argc;
-    enum settings_result r = settings_parse(&cmd_archive, NULL, 0, argc, argv, &first);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    const char *action = first < argc ? argv[first] : NULL;
-    bool has_args = first + 1 < argc;
+    const char *action = n_args > 0 ? args[0] : NULL;
+    bool has_args = n_args > 1;
     if (action != NULL && strcmp(action, "cat") == 0 && has_args)
-        return cat(argc - first - 1, argv + first + 1);
+        return cat(n_args - 1, args + 1);
     if (action != NULL && strcmp(action, "verify") == 0 && has_args)
-        return verify(argc - first - 1, argv + first + 1);
+        return verify(n_args - 1, args + 1);
     cli_error("usage: %s", cmd_archive.usage);
     return 2;
 }

@@ -16,7 +16,8 @@
 #include "orders.h"
 #include "settings.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_audit = {
     .name = "audit",
@@ -54,6 +55,7 @@ const struct command cmd_audit = {
         "--max-listed of each kind), then a logfmt summary line of fixed keys (audit=outbox\n"
         "result=... missing= extra= pending= ... sequence_gap=); --json prints one object of\n"
         "the same instead. Reads only: SELECT on outbox_events.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# The orders of the last hour, as a table, then as JSON:\n"
                 "txo audit --window 3600\n"
@@ -67,9 +69,7 @@ const struct command cmd_audit = {
 
 struct audit_cmd_opts {
     struct common_opts common;
-    unsigned window_s;
-    unsigned settle_s;
-    unsigned max_orders;
+    struct orders_audit_opts orders;
     bool json;
     struct audit_outbox_settings outbox;
 };
@@ -78,6 +78,7 @@ static struct audit_cmd_opts opts;
 
 static void add_settings(struct settings_table *t)
 {
+    orders_audit_opts_init(&opts.orders);
     const struct setting own[] = {
         {.name = "window",
          .env = "TXO_AUDIT_WINDOW",
@@ -86,7 +87,7 @@ static void add_settings(struct settings_table *t)
          .help = "check the orders created in the last this many seconds",
          .min = 1,
          .max = 315360000,
-         .target = &opts.window_s},
+         .target = &opts.orders.window_s},
         {.name = "settle",
          .env = "TXO_AUDIT_SETTLE",
          .type = SETTING_UINT,
@@ -94,7 +95,7 @@ static void add_settings(struct settings_table *t)
          .help = "seconds a saga may still be running before its order is held to its end state",
          .min = 1,
          .max = 86400,
-         .target = &opts.settle_s},
+         .target = &opts.orders.settle_s},
         {.name = "max-orders",
          .env = "TXO_AUDIT_MAX_ORDERS",
          .type = SETTING_UINT,
@@ -102,7 +103,7 @@ static void add_settings(struct settings_table *t)
          .help = "check at most this many orders, newest first",
          .min = 1,
          .max = 10000000,
-         .target = &opts.max_orders},
+         .target = &opts.orders.max_orders},
     };
     settings_add_common(t, &opts.common);
     settings_add(t, own, TXO_ARRAY_LEN(own));
@@ -124,48 +125,43 @@ static void add_violation(void *arg, const char *check, int64_t order_id, const 
                                     listing_str(detail)));
 }
 
-/*
- * Prints the audit's document: with --json {"orders_checked":N,"violations":[{"check",
- * "order_id","detail"}]}, else a table of the violations and a summary line. 0, or -1 when the
- * document could not be built or written.
- */
-static int print_audit(uint64_t orders, json_t *violations)
+/* The audit's document as a table of the violations and a summary line. */
+static void print_audit_tables(const json_t *doc, void *arg)
 {
     static const struct listing_column cols[] = {
         {.key = "check", .header = "CHECK"},
         {.key = "order_id", .header = "ORDER_ID"},
         {.key = "detail", .header = "DETAIL", .max_width = 100},
     };
-    json_t *doc =
-        json_pack("{s:I,s:O}", "orders_checked", (json_int_t)orders, "violations", violations);
-    int rc = 0;
-    if (opts.json || doc == NULL) {
-        rc = listing_json(stdout, "audit", doc);
-    } else {
-        if (json_array_size(violations) > 0)
-            listing_table(stdout, cols, TXO_ARRAY_LEN(cols), violations);
-        printf("audit: %" PRIu64 " order(s) checked, %zu violation(s)\n", orders,
-               json_array_size(violations));
-    }
-    json_decref(doc);
-    return rc;
+    (void)arg;
+    const json_t *violations = json_object_get(doc, "violations");
+    if (json_array_size(violations) > 0)
+        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), violations);
+    printf("audit: %" PRIu64 " order(s) checked, %zu violation(s)\n",
+           (uint64_t)json_integer_value(json_object_get(doc, "orders_checked")),
+           json_array_size(violations));
 }
 
-static int run(int argc, char **argv)
+/*
+ * Prints the audit's document: with --json {"orders_checked":N,"violations":[{"check",
+ * "order_id","detail"}]}, else its tables. 0, or -1 when the document could not be built or
+ * written.
+ */
+static int print_audit(uint64_t orders, json_t *violations)
 {
-    int exit_status;
-    if (!command_setup(&cmd_audit, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
+    json_t *doc =
+        json_pack("{s:I,s:O}", "orders_checked", (json_int_t)orders, "violations", violations);
+    return listing_print("audit", doc, opts.json, print_audit_tables, NULL);
+}
+
+static int run(void)
+{
     if (opts.outbox.outbox)
         return audit_outbox_run(&opts.outbox, &opts.common, opts.json);
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
-    struct orders_audit_opts ao;
-    orders_audit_opts_init(&ao);
-    ao.window_s = opts.window_s;
-    ao.settle_s = opts.settle_s;
-    ao.max_orders = opts.max_orders;
+    struct orders_audit_opts ao = opts.orders;
     json_t *violations = json_array();
     if (violations == NULL) {
         txo_db_close(db);

@@ -17,7 +17,8 @@
 #include "cli_errors.h"
 #include "txo/archive.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_clean = {
     .name = "clean",
@@ -42,6 +43,7 @@ const struct command cmd_clean = {
         "new, so no row is archived twice. Read the files with `txo archive cat` and check them\n"
         "with `txo archive verify`. DIR must exist and be writable; one cleaner per DIR at a\n"
         "time.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# One retention pass, keeping a week of PUBLISHED events:\n"
                 "txo clean --outbox-retention 604800\n"
@@ -54,8 +56,9 @@ const struct command cmd_clean = {
                    "writable (then nothing is deleted).",
 };
 
-void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool with_interval)
+void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro, bool with_interval)
 {
+    txo_retention_opts_init(ro);
     const struct setting interval[] = {
         {.name = "clean-interval",
          .env = "TXO_CLEAN_INTERVAL",
@@ -64,10 +67,10 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .help = "seconds between retention passes in this process (PUBLISHED outbox rows and "
                  "replayed dead letters; 0: none, run `txo clean` instead)",
          .max = 86400,
-         .target = &o->interval_s},
+         .target = &ro->interval_s},
     };
     const struct setting group[] = {
-        clean_outbox_retention_setting(&o->outbox_s),
+        clean_retention_setting(CLEAN_RETAIN_OUTBOX, &ro->outbox_s, false),
         {.name = "dead-letter-retention",
          .env = "TXO_DEAD_LETTER_RETENTION",
          .type = SETTING_UINT,
@@ -76,7 +79,7 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
                  "replayed ones are kept)",
          .min = 60,
          .max = 315360000,
-         .target = &o->dead_letters_s},
+         .target = &ro->dead_letters_s},
         {.name = "clean-batch",
          .env = "TXO_CLEAN_BATCH",
          .type = SETTING_UINT,
@@ -84,29 +87,29 @@ void settings_add_clean(struct settings_table *t, struct clean_settings *o, bool
          .help = "rows deleted per transaction",
          .min = 1,
          .max = TXO_PURGE_BATCH_MAX,
-         .target = &o->batch},
+         .target = &ro->batch},
         {.name = "clean-pause",
          .env = "TXO_CLEAN_PAUSE_MS",
          .type = SETTING_UINT,
          .def = "20",
          .help = "milliseconds between two batches, so that the relay keeps its pace",
          .max = 60000,
-         .target = &o->pause_ms},
+         .target = &ro->pause_ms},
         {.name = "clean-max-batches",
          .env = "TXO_CLEAN_MAX_BATCHES",
          .type = SETTING_UINT,
          .def = "0",
          .help = "batches per table and pass (0: until nothing old is left)",
          .max = 1000000,
-         .target = &o->max_batches},
+         .target = &ro->max_batches},
     };
-    const struct setting archive[] = {clean_archive_setting(&o->archive_dir)};
+    const struct setting archive[] = {clean_archive_setting(&ro->archive_dir)};
     if (with_interval) {
         settings_add(t, interval, TXO_ARRAY_LEN(interval));
         settings_add(t, archive, TXO_ARRAY_LEN(archive));
     }
     settings_add(t, group, TXO_ARRAY_LEN(group));
-    settings_add_partition(t, &o->partition, false);
+    settings_add_partition(t, &ro->partition, false);
 }
 
 bool clean_archive_ok(const char *cmd, const char *flag, const char *dir)
@@ -119,31 +122,10 @@ bool clean_archive_ok(const char *cmd, const char *flag, const char *dir)
     return false;
 }
 
-int clean_pass(struct txo_db *db, const struct clean_settings *s, bool worker_tables,
-               unsigned idempotency_s, unsigned inbox_s, struct clean_counts *out,
-               struct txo_error *err)
+void clean_settings_derive(struct txo_retention_opts *ro)
 {
-    struct txo_retention_opts ro;
-    txo_retention_opts_init(&ro);
-    ro.batch = s->batch;
-    ro.max_batches = s->max_batches;
-    ro.pause_ms = s->pause_ms;
-    ro.outbox_s = s->outbox_s;
-    ro.dead_letters_s = s->dead_letters_s;
-    ro.idempotency_s = idempotency_s;
-    ro.inbox_s = inbox_s;
-    ro.commands_s = inbox_s;
-    ro.relay_tables_only = !worker_tables;
-    ro.archive_dir = s->archive_dir;
-    partition_settings_apply(&s->partition, s->batch, &ro.partition);
-    struct txo_retention_counts c = {0};
-    int rc = txo_retention_run(db, &ro, &c, err);
-    out->outbox = c.outbox;
-    out->dead_letters = c.dead_letters;
-    out->idempotency = c.idempotency;
-    out->inbox = c.inbox;
-    out->commands = c.commands;
-    return rc;
+    ro->commands_s = ro->inbox_s;
+    ro->partition.batch = ro->batch;
 }
 
 /* ---- the relay's cleaner thread ---- */
@@ -160,9 +142,9 @@ static void *clean_main(void *arg)
         struct txo_error err;
         txo_error_init(&err);
         int rc = db == NULL ? txo_db_open(&c->db_opts, &db, &err) : 0;
-        struct clean_counts n = {0};
+        struct txo_retention_counts n = {0};
         if (rc == 0)
-            rc = clean_pass(db, &c->settings, false, 0, 0, &n, &err);
+            rc = txo_retention_run(db, &c->settings, &n, &err);
         uint64_t deleted = n.outbox + n.dead_letters;
         if (rc != 0) {
             TXO_LOG(TXO_LOG_WARN, "clean", "retention pass failed", TXO_KV_STR("err", err.msg));
@@ -192,10 +174,12 @@ static void *clean_main(void *arg)
     return NULL;
 }
 
-bool clean_thread_start(struct clean_thread *c, const struct clean_settings *settings,
+bool clean_thread_start(struct clean_thread *c, const struct txo_retention_opts *settings,
                         const struct txo_db_opts *db_opts)
 {
     c->settings = *settings;
+    c->settings.relay_tables_only = true;
+    clean_settings_derive(&c->settings);
     /* Passes in slices of a few batches, so that a stop waits for at most one slice. */
     if (c->settings.max_batches == 0 || c->settings.max_batches > SLICE_BATCHES)
         c->settings.max_batches = SLICE_BATCHES;
@@ -242,32 +226,14 @@ void clean_thread_stop(struct clean_thread *c)
 
 static struct {
     struct common_opts common;
-    struct clean_settings clean;
-    unsigned idempotency_s;
-    unsigned inbox_s;
+    struct txo_retention_opts clean;
 } opts;
 
 static void add_settings(struct settings_table *t)
 {
     const struct setting worker_tables[] = {
-        {.name = "idempotency-retention",
-         .env = "TXO_IDEMPOTENCY_RETENTION",
-         .type = SETTING_UINT,
-         .def = "86400",
-         .help = "completed idempotency keys older than this many seconds are deleted (when the "
-                 "table exists)",
-         .min = 60,
-         .max = 315360000,
-         .target = &opts.idempotency_s},
-        {.name = "inbox-retention",
-         .env = "TXO_INBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "inbox rows and DONE commands older than this many seconds are deleted (when "
-                 "the tables exist)",
-         .min = 60,
-         .max = 315360000,
-         .target = &opts.inbox_s},
+        clean_retention_setting(CLEAN_RETAIN_IDEMPOTENCY, &opts.clean.idempotency_s, true),
+        clean_retention_setting(CLEAN_RETAIN_INBOX, &opts.clean.inbox_s, true),
         {.name = "archive",
          .env = "TXO_CLEAN_ARCHIVE_DIR",
          .type = SETTING_STRING,
@@ -280,20 +246,18 @@ static void add_settings(struct settings_table *t)
     settings_add(t, worker_tables, TXO_ARRAY_LEN(worker_tables));
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_clean, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     struct txo_error err;
     txo_error_init(&err);
     if (!clean_archive_ok("clean", "archive", opts.clean.archive_dir))
         return 2;
+    clean_settings_derive(&opts.clean);
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
-    struct clean_counts c;
-    int rc = clean_pass(db, &opts.clean, true, opts.idempotency_s, opts.inbox_s, &c, &err);
+    struct txo_retention_counts c = {0};
+    int rc = txo_retention_run(db, &opts.clean, &c, &err);
     txo_db_close(db);
     printf("deleted outbox=%" PRIu64 " dead_letters=%" PRIu64 " idempotency=%" PRIu64
            " inbox=%" PRIu64 " commands=%" PRIu64 "\n",

@@ -59,7 +59,8 @@
 #define DEMO_SQL_STOCK           "SELECT available, reserved FROM inventory WHERE sku = ?"
 enum demo_stock_col { DEMO_STOCK_AVAILABLE, DEMO_STOCK_RESERVED };
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_demo = {
     .name = "demo",
@@ -82,6 +83,7 @@ const struct command cmd_demo = {
         "payments, shipments and events, and checks every scenario. Exit status 0 means\n"
         "every check held. Only the demo's own SKUs (demo-*) get their stock reset; no other\n"
         "row of the database is changed, though the relay publishes every due event.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Run every scenario against the private database of `make db`:\n"
                 "eval \"$(scripts/db.sh env)\" && txo demo\n",
@@ -625,11 +627,8 @@ static void add_settings(struct settings_table *t)
     settings_add(t, own, TXO_ARRAY_LEN(own));
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_demo, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     enum txo_claim_strategy claim;
     if (txo_claim_strategy_parse(opts.relay_claim, &claim) < 0) {
         cli_error("txo demo: --relay-claim must be auto, skip-locked or update-limit, "

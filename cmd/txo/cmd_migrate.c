@@ -9,7 +9,8 @@
 #include "orders.h"
 #include "settings.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_migrate = {
     .name = "migrate",
@@ -27,6 +28,7 @@ const struct command cmd_migrate = {
         "--outbox-layout partitioned then gives outbox_events the partitioned layout, and\n"
         "--inbox-layout partitioned inbox_events, for a new install (on a table with rows it is\n"
         "the online copy of `txo partition enable`).",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Create or upgrade the whole schema:\n"
                 "txo migrate\n"
@@ -38,45 +40,47 @@ const struct command cmd_migrate = {
                 "txo migrate --outbox-layout partitioned --inbox-layout partitioned\n",
 };
 
-static int run(int argc, char **argv)
+static struct {
+    struct common_opts common;
+    const char *only;
+    const char *outbox_layout;
+    const char *inbox_layout;
+} opts;
+
+static void add_settings(struct settings_table *t)
 {
-    struct common_opts o;
-    txo_db_opts_init(&o.db);
-    const char *only = NULL, *layout = NULL, *inbox_layout = NULL;
     const struct setting own[] = {
         {.name = "only",
          .env = "TXO_MIGRATE_ONLY",
          .type = SETTING_STRING,
          .help = "outbox: only the relay's tables (outbox_events, dead_letter_events); unset: all",
-         .target = &only},
+         .target = &opts.only},
         {.name = "outbox-layout",
          .env = "TXO_OUTBOX_LAYOUT",
          .type = SETTING_STRING,
          .help = "partitioned: partition outbox_events by id ranges after migrating (txo "
                  "partition); unset: leave its layout as it is",
-         .target = &layout},
+         .target = &opts.outbox_layout},
         {.name = "inbox-layout",
          .env = "TXO_INBOX_LAYOUT",
          .type = SETTING_STRING,
          .help = "partitioned: partition inbox_events by days after migrating (txo partition); "
                  "unset: leave its layout as it is",
-         .target = &inbox_layout},
+         .target = &opts.inbox_layout},
     };
-    struct settings_table t = {.n = 0};
-    settings_add_common(&t, &o);
-    settings_add(&t, own, TXO_ARRAY_LEN(own));
-    enum settings_result r = settings_parse(&cmd_migrate, t.items, t.n, argc, argv, NULL);
-    if (r != SETTINGS_OK)
-        return r == SETTINGS_EXIT_OK ? 0 : 2;
-    if (!common_apply(&o))
-        return 2;
-    bool outbox_only = only != NULL && strcmp(only, "outbox") == 0;
-    if (only != NULL && only[0] != '\0' && !outbox_only) {
-        cli_error("txo migrate: --only must be outbox, got \"%s\"", only);
+    settings_add_common(t, &opts.common);
+    settings_add(t, own, TXO_ARRAY_LEN(own));
+}
+
+static int run(void)
+{
+    bool outbox_only = opts.only != NULL && strcmp(opts.only, "outbox") == 0;
+    if (opts.only != NULL && opts.only[0] != '\0' && !outbox_only) {
+        cli_error("txo migrate: --only must be outbox, got \"%s\"", opts.only);
         return 2;
     }
     static const enum txo_partition_table tables[2] = {TXO_PARTITION_OUTBOX, TXO_PARTITION_INBOX};
-    const char *const layouts[2] = {layout, inbox_layout};
+    const char *const layouts[2] = {opts.outbox_layout, opts.inbox_layout};
     bool partition[2] = {false, false};
     for (int i = 0; i < 2; i++) {
         partition[i] = layouts[i] != NULL && strcmp(layouts[i], "partitioned") == 0;
@@ -90,7 +94,7 @@ static int run(int argc, char **argv)
         cli_error("txo migrate: --inbox-layout needs the inbox: not with --only outbox");
         return 2;
     }
-    struct txo_db *db = common_connect(&o);
+    struct txo_db *db = common_connect(&opts.common);
     if (!db)
         return 1;
     struct txo_error err;
@@ -115,12 +119,13 @@ static int run(int argc, char **argv)
     }
     if (cli_errors_structured())
         TXO_LOG(TXO_LOG_INFO, "migrate", "database up to date",
-                TXO_KV_STR("database", o.db.database), TXO_KV_BOOL("outbox_only", outbox_only),
-                TXO_KV_U64("applied", applied), TXO_KV_U64("total", total));
+                TXO_KV_STR("database", opts.common.db.database),
+                TXO_KV_BOOL("outbox_only", outbox_only), TXO_KV_U64("applied", applied),
+                TXO_KV_U64("total", total));
     else
         fprintf(stderr,
                 "txo migrate: database %s is up to date%s: %u migration(s) applied now, %u in "
                 "all\n",
-                o.db.database, outbox_only ? " (outbox only)" : "", applied, total);
+                opts.common.db.database, outbox_only ? " (outbox only)" : "", applied, total);
     return 0;
 }

@@ -32,7 +32,8 @@
 
 /* ---- txo stats ---- */
 
-static int stats_run(int argc, char **argv);
+static int stats_run(void);
+static void add_stats_settings(struct settings_table *t);
 
 const struct command cmd_stats = {
     .name = "stats",
@@ -44,6 +45,7 @@ const struct command cmd_stats = {
                    "an ordered relay holds back behind a failed event. --json prints one JSON\n"
                    "object instead of the tables. On a database migrated with\n"
                    "`txo migrate --only outbox` the sagas and commands are null.",
+    .add_settings = add_stats_settings,
     .run = stats_run,
     .examples = "# The counts as a table, then as one JSON object:\n"
                 "txo stats\n"
@@ -183,8 +185,9 @@ static void stats_group_rows(json_t *rows, const char *area, const json_t *group
 }
 
 /* The tables of `txo stats`, read from the document --json prints. */
-static void print_stats_tables(const json_t *doc)
+static void print_stats_tables(const json_t *doc, void *arg)
 {
+    (void)arg;
     static const struct listing_column counts[] = {
         {.key = "area", .header = "AREA"},
         {.key = "status", .header = "STATUS"},
@@ -248,12 +251,8 @@ static void print_stats_tables(const json_t *doc)
     listing_table(stdout, parked_cols, TXO_ARRAY_LEN(parked_cols), parked);
 }
 
-static int stats_run(int argc, char **argv)
+static int stats_run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_stats, &stats_opts.common, add_stats_settings, argc, argv, NULL,
-                       &exit_status))
-        return exit_status;
     struct txo_db *db = common_connect(&stats_opts.common);
     if (db == NULL)
         return 1;
@@ -268,18 +267,13 @@ static int stats_run(int argc, char **argv)
         return 1;
     }
     json_t *doc = stats_json(&st);
-    int status = 0;
-    if (stats_opts.json || doc == NULL)
-        status = listing_json(stdout, "stats", doc) == 0 ? 0 : 1;
-    else
-        print_stats_tables(doc);
-    json_decref(doc);
-    return status;
+    return listing_print("stats", doc, stats_opts.json, print_stats_tables, NULL) == 0 ? 0 : 1;
 }
 
 /* ---- txo dlq ---- */
 
-static int dlq_run(int argc, char **argv);
+static int dlq_run(int n_args, char **args);
+static void add_dlq_settings(struct settings_table *t);
 
 const struct command cmd_dlq = {
     .name = "dlq",
@@ -295,7 +289,8 @@ const struct command cmd_dlq = {
         "skip ID...: gives up each dead letter's event (SKIPPED, never published); with the\n"
         "relay's --ordering aggregate the later events of its aggregate, held back while it was\n"
         "FAILED, are then published.",
-    .run = dlq_run,
+    .add_settings = add_dlq_settings,
+    .run_args = dlq_run,
     .examples = "# The first 20 dead letters, then the next page as JSON:\n"
                 "txo dlq list --limit 20\n"
                 "txo dlq list --after-id 20 --limit 20 --json\n"
@@ -384,13 +379,8 @@ static int dlq_list(struct txo_db *db)
     }
     json_t *doc = dead_letters_json(dl, n);
     txo_dead_letters_free(dl, n);
-    int status = 0;
-    if (dlq_opts.json || doc == NULL)
-        status = listing_json(stdout, "dlq", doc) == 0 ? 0 : 1;
-    else
-        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), doc);
-    json_decref(doc);
-    return status;
+    struct listing_columns table = {cols, TXO_ARRAY_LEN(cols)};
+    return listing_print("dlq", doc, dlq_opts.json, listing_rows, &table) == 0 ? 0 : 1;
 }
 
 static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
@@ -420,17 +410,12 @@ static int dlq_act(struct txo_db *db, bool skip, int n_ids, char **ids)
     return status;
 }
 
-static int dlq_run(int argc, char **argv)
+static int dlq_run(int n_args, char **args)
 {
-    int first = argc;
-    int exit_status;
-    if (!command_setup(&cmd_dlq, &dlq_opts.common, add_dlq_settings, argc, argv, &first,
-                       &exit_status))
-        return exit_status;
-    const char *action = first < argc ? argv[first] : NULL;
-    bool list = action != NULL && strcmp(action, "list") == 0 && first + 1 == argc;
-    bool replay = action != NULL && strcmp(action, "replay") == 0 && first + 1 < argc;
-    bool skip = action != NULL && strcmp(action, "skip") == 0 && first + 1 < argc;
+    const char *action = n_args > 0 ? args[0] : NULL;
+    bool list = action != NULL && strcmp(action, "list") == 0 && n_args == 1;
+    bool replay = action != NULL && strcmp(action, "replay") == 0 && n_args > 1;
+    bool skip = action != NULL && strcmp(action, "skip") == 0 && n_args > 1;
     if (!list && !replay && !skip) {
         cli_error("usage: %s", cmd_dlq.usage);
         return 2;
@@ -438,14 +423,15 @@ static int dlq_run(int argc, char **argv)
     struct txo_db *db = common_connect(&dlq_opts.common);
     if (db == NULL)
         return 1;
-    int status = list ? dlq_list(db) : dlq_act(db, skip, argc - first - 1, argv + first + 1);
+    int status = list ? dlq_list(db) : dlq_act(db, skip, n_args - 1, args + 1);
     txo_db_close(db);
     return status;
 }
 
 /* ---- txo saga ---- */
 
-static int saga_run(int argc, char **argv);
+static int saga_run(int n_args, char **args);
+static void add_saga_settings(struct settings_table *t);
 
 const struct command cmd_saga = {
     .name = "saga",
@@ -463,7 +449,8 @@ const struct command cmd_saga = {
         "any. retry: moves a COMPENSATION_FAILED saga back to COMPENSATING and runs its\n"
         "compensations now, calling the external services configured here (the worker also\n"
         "retries them by itself while their retry is scheduled).",
-    .run = saga_run,
+    .add_settings = add_saga_settings,
+    .run_args = saga_run,
     .examples = "# The saga of order 42 with its steps, then as JSON:\n"
                 "txo saga show --order 42\n"
                 "txo saga show --json 7d0f6c1e-2a4b-4c8e-9f10-3b5a6d7e8f90\n"
@@ -516,8 +503,9 @@ static void add_saga_settings(struct settings_table *t)
 }
 
 /* `txo saga show` in tables, read from the document --json prints (txo_saga_info_json). */
-static void print_saga_tables(const json_t *doc)
+static void print_saga_tables(const json_t *doc, void *arg)
 {
+    (void)arg;
     static const struct listing_column instance[] = {
         {.key = "saga_id", .header = "SAGA_ID"},
         {.key = "saga_type", .header = "TYPE"},
@@ -572,13 +560,7 @@ static int saga_show(struct txo_db *db, const char *id)
     }
     json_t *doc = json_loads(text, 0, NULL);
     txo_free(text);
-    int status = 0;
-    if (saga_opts.json || doc == NULL)
-        status = listing_json(stdout, "saga", doc) == 0 ? 0 : 1;
-    else
-        print_saga_tables(doc);
-    json_decref(doc);
-    return status;
+    return listing_print("saga", doc, saga_opts.json, print_saga_tables, NULL) == 0 ? 0 : 1;
 }
 
 static int saga_retry(struct txo_db *db, const char *id)
@@ -651,30 +633,19 @@ static int saga_list_stuck(struct txo_db *db)
         cmd_report("saga", "listing the stuck sagas", &err);
         return 1;
     }
-    json_t *doc = stuck_json(refs, n);
-    int status = n == 0 ? 0 : 1;
-    if (saga_opts.json || doc == NULL) {
-        if (listing_json(stdout, "saga", doc) != 0)
-            status = 1;
-    } else {
-        listing_table(stdout, cols, TXO_ARRAY_LEN(cols), doc);
-    }
-    json_decref(doc);
+    struct listing_columns table = {cols, TXO_ARRAY_LEN(cols)};
+    int rc = listing_print("saga", stuck_json(refs, n), saga_opts.json, listing_rows, &table);
+    int status = n == 0 && rc == 0 ? 0 : 1;
     fflush(stdout); /* the listing first, then the count, when both go to one file */
     fprintf(stderr, "txo saga: %zu stuck saga(s)\n", n);
     return status;
 }
 
-static int saga_run(int argc, char **argv)
+static int saga_run(int n_args, char **args)
 {
-    int first = argc;
-    int exit_status;
-    if (!command_setup(&cmd_saga, &saga_opts.common, add_saga_settings, argc, argv, &first,
-                       &exit_status))
-        return exit_status;
-    const char *action = first < argc ? argv[first] : NULL;
-    const char *id = first + 1 < argc ? argv[first + 1] : NULL;
-    bool extra = first + 2 < argc;
+    const char *action = n_args > 0 ? args[0] : NULL;
+    const char *id = n_args > 1 ? args[1] : NULL;
+    bool extra = n_args > 2;
     bool show = action != NULL && strcmp(action, "show") == 0 && !extra &&
                 ((id != NULL) != (saga_opts.order_id != 0));
     bool retry = action != NULL && strcmp(action, "retry") == 0 && id != NULL && !extra;

@@ -13,7 +13,8 @@
 #include "cli_errors.h"
 #include "settings.h"
 
-static int run(int argc, char **argv);
+static int run(int n_args, char **args);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_partition = {
     .name = "partition",
@@ -49,7 +50,8 @@ const struct command cmd_partition = {
         "to the partition of now. Every partition DDL is stopped by the server after 400 ms and\n"
         "tried again after a pause, so that no writer waits behind it for the table's metadata\n"
         "lock for longer.",
-    .run = run,
+    .add_settings = add_settings,
+    .run_args = run,
     .examples = "# Partition a live outbox, then look at it:\n"
                 "txo partition enable\n"
                 "txo partition status\n"
@@ -66,8 +68,7 @@ const struct command cmd_partition = {
 
 static struct {
     struct common_opts common;
-    struct partition_settings partition;
-    bool split_full;
+    struct txo_partition_opts partition;
 } opts;
 
 static void add_settings(struct settings_table *t)
@@ -78,7 +79,7 @@ static void add_settings(struct settings_table *t)
          .def = "false",
          .help = "maintain: also split a pmax that holds events (no partition was left ahead), "
                  "copying them: appends wait until the copy is done",
-         .target = &opts.split_full},
+         .target = &opts.partition.split_full},
     };
     settings_add_common(t, &opts.common);
     settings_add_partition(t, &opts.partition, true);
@@ -161,14 +162,10 @@ static void progress(uint64_t copied, uint64_t total, void *arg)
         fputc('\n', stderr);
 }
 
-static int run(int argc, char **argv)
+static int run(int n_args, char **args)
 {
-    int first = argc, status_code = 0;
-    if (!command_setup(&cmd_partition, &opts.common, add_settings, argc, argv, &first,
-                       &status_code))
-        return status_code;
-    const char *action = first < argc ? argv[first] : "";
-    const char *which = first + 1 < argc ? argv[first + 1] : NULL;
+    const char *action = n_args > 0 ? args[0] : "";
+    const char *which = n_args > 1 ? args[1] : NULL;
     static const char *const actions[] = {"status", "enable", "disable", "maintain"};
     size_t a = 0;
     while (a < TXO_ARRAY_LEN(actions) && strcmp(action, actions[a]) != 0)
@@ -178,14 +175,11 @@ static int run(int argc, char **argv)
         target = TXO_PARTITION_INBOX;
     else if (which != NULL && strcmp(which, "outbox") != 0)
         a = TXO_ARRAY_LEN(actions);
-    if (a == TXO_ARRAY_LEN(actions) || first + 2 < argc) {
+    if (a == TXO_ARRAY_LEN(actions) || n_args > 2) {
         cli_error("usage: %s", cmd_partition.usage);
         return 2;
     }
-    struct txo_partition_opts po;
-    partition_settings_apply(&opts.partition, opts.partition.batch, &po);
-    po.split_full = opts.split_full;
-
+    const struct txo_partition_opts *po = &opts.partition;
     struct txo_db *db = common_connect(&opts.common);
     if (db == NULL)
         return 1;
@@ -202,13 +196,13 @@ static int run(int argc, char **argv)
             rc = status(db, TXO_PARTITION_INBOX, &err);
         break;
     case 1:
-        rc = txo_partition_enable(db, target, &po, tty ? progress : NULL, &last, &err);
+        rc = txo_partition_enable(db, target, po, tty ? progress : NULL, &last, &err);
         break;
     case 2:
-        rc = txo_partition_disable(db, target, &po, tty ? progress : NULL, &last, &err);
+        rc = txo_partition_disable(db, target, po, tty ? progress : NULL, &last, &err);
         break;
     default:
-        rc = txo_partition_maintain(db, target, &po, &created, &err);
+        rc = txo_partition_maintain(db, target, po, &created, &err);
         if (rc == 0)
             printf("created %u partition(s)\n", created);
         break;

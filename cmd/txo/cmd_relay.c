@@ -14,7 +14,6 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,12 +23,14 @@
 #include "daemons.h"
 #include "tracing.h"
 #include "notify.h"
+#include "progress.h"
 #include "publisher_settings.h"
 #include "signals.h"
 #include "txo/binlog.h"
 #include "txo/webhook.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_relay = {
     .name = "relay",
@@ -51,6 +52,7 @@ const struct command cmd_relay = {
         "in commit order, one active reader per --source-name, its position stored in\n"
         "outbox_binlog_sources.\n"
         "SIGTERM/SIGINT finish the current batch and exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Publish to NATS JetStream, with metrics on port 9101:\n"
                 "txo relay --publisher nats --nats-url nats://127.0.0.1:4222 --metrics-listen "
@@ -73,7 +75,7 @@ struct relay_cmd_opts {
     struct publisher_settings pub;
     struct relay_settings relay;
     bool drain;
-    struct clean_settings clean;
+    struct txo_retention_opts clean;
     const char *metrics_listen;
     bool hand_back;
 };
@@ -116,71 +118,39 @@ static void add_settings(struct settings_table *t)
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
-struct relay_thread {
-    struct txo_relay *relay;
-    struct txo_binlog *binlog; /* --source binlog: runs instead of relay */
-    int rc;
-    struct txo_error err;
-};
-
-static void *relay_main(void *arg)
-{
-    struct relay_thread *t = arg;
-    t->rc =
-        t->binlog != NULL ? txo_binlog_run(t->binlog, &t->err) : txo_relay_run(t->relay, &t->err);
-    signals_wake(); /* --drain is done, or the relay failed: the main thread stops waiting */
-    return NULL;
-}
-
-/* The --drain progress line on a terminal. */
+/* The --drain progress line on a terminal (progress.h). */
 struct progress {
     struct txo_relay *relay;
     struct txo_db *db; /* its own connection, for the remaining count */
-    atomic_bool done;
 };
 
-static void *progress_main(void *arg)
+static void draw_progress(void *arg, double s)
 {
     struct progress *p = arg;
-    int64_t t0 = txo_monotonic_ms();
-    while (!atomic_load(&p->done)) {
-        for (int i = 0; i < 10 && !atomic_load(&p->done); i++)
-            txo_sleep_ms(100);
-        struct txo_relay_stats st;
-        txo_relay_get_stats(p->relay, &st);
-        struct txo_outbox_stats os;
-        struct txo_error err;
-        txo_error_init(&err);
-        bool counted = txo_outbox_get_stats(p->db, &os, &err) == 0;
-        double s = (double)(txo_monotonic_ms() - t0) / 1000.0;
-        char remaining[32] = "?";
-        if (counted)
-            snprintf(remaining, sizeof(remaining), "%" PRIu64, os.pending + os.processing);
-        fprintf(stderr, "\rtxo relay: published %" PRIu64 ", remaining %s, %.0f events/s   ",
-                st.published, remaining, s > 0 ? (double)st.published / s : 0.0);
-        fflush(stderr);
-    }
-    fputc('\n', stderr);
-    return NULL;
+    struct txo_relay_stats st;
+    txo_relay_get_stats(p->relay, &st);
+    struct txo_outbox_stats os;
+    struct txo_error err;
+    txo_error_init(&err);
+    bool counted = txo_outbox_get_stats(p->db, &os, &err) == 0;
+    char remaining[32] = "?";
+    if (counted)
+        snprintf(remaining, sizeof(remaining), "%" PRIu64, os.pending + os.processing);
+    fprintf(stderr, "\rtxo relay: published %" PRIu64 ", remaining %s, %.0f events/s   ",
+            st.published, remaining, s > 0 ? (double)st.published / s : 0.0);
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_relay, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
 
     if (!publisher_settings_apply("relay", &opts.pub) ||
         !clean_archive_ok("relay", "clean-archive", opts.clean.archive_dir))
         return 2;
-    struct txo_relay_opts ro;
-    if (!daemon_relay_opts("relay", &opts.relay, &ro))
-        return 2;
-    ro.drain = opts.drain;
     bool binlog = false;
-    struct txo_binlog_opts bo;
-    if (!daemon_binlog_opts("relay", &opts.relay, &ro, &binlog, &bo))
+    if (!daemon_relay_check("relay", &opts.relay, &binlog))
         return 2;
+    struct txo_relay_opts *ro = &opts.relay.opts;
+    ro->drain = opts.drain;
     if (opts.hand_back && !binlog) {
         cli_error("txo relay: --hand-back needs --source binlog");
         return 2;
@@ -189,16 +159,15 @@ static int run(int argc, char **argv)
     signals_block(); /* before the first thread: the broker's, the metrics server, the relay */
     int status = 1;
     struct txo_publisher *pub = NULL;
-    struct relay_thread rt = {.relay = NULL};
+    /* --drain is done, or the relay failed: the main thread stops waiting. */
+    struct daemon_relay rt = {.wake = true};
     struct clean_thread cleaner = {.running = false};
-    pthread_t relay_tid;
     struct daemon_metrics *metrics = NULL;
     struct txo_http_server *msrv = NULL;
     struct txo_heartbeat *hb = NULL;
     struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     struct txo_error err;
     txo_error_init(&err);
-    txo_error_init(&rt.err);
 
     int sig = 0;
     /* A daemon waits for the database; a one-shot --drain (cron, scripts) fails at once. */
@@ -215,27 +184,28 @@ static int run(int argc, char **argv)
         metrics = daemon_metrics_new(&opts.common);
         if (metrics == NULL)
             goto out;
-        ro.metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
-        if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
+        ro->metrics = daemon_metrics_registry(metrics); /* the relay registers its own */
+        if (ro->ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(metrics))
             goto out;
     }
-    if (!daemon_tracing_start("relay", &opts.tracing, ro.metrics)) {
+    if (!daemon_tracing_start("relay", &opts.tracing, ro->metrics)) {
         status = 2;
         goto out;
     }
-    ro.tracer = daemon_tracer();
-    if (publisher_settings_make(&opts.pub, ro.metrics, &pub, &err) < 0) {
+    ro->tracer = daemon_tracer();
+    if (publisher_settings_make(&opts.pub, ro->metrics, &pub, &err) < 0) {
         cmd_report("relay", "creating the publisher", &err);
         goto out;
     }
     int rc = 0;
     if (binlog) {
-        bo.drain = opts.drain;
-        bo.hand_back = opts.hand_back;
-        bo.relay = ro; /* with the metrics and the tracer */
-        rc = txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err);
+        struct txo_binlog_opts *bo = &opts.relay.binlog;
+        bo->drain = opts.drain;
+        bo->hand_back = opts.hand_back;
+        bo->relay = *ro; /* with the metrics and the tracer */
+        rc = txo_binlog_new(&opts.common.db, pub, bo, &rt.binlog, &err);
     } else {
-        rc = txo_relay_new(db, pub, &ro, &rt.relay, &err);
+        rc = txo_relay_new(db, pub, ro, &rt.relay, &err);
     }
     if (rc < 0) {
         cmd_report("relay", "starting the relay", &err);
@@ -249,19 +219,17 @@ static int run(int argc, char **argv)
         cli_error("txo relay: cannot start the cleaner thread");
         goto out;
     }
-    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+    if (!daemon_relay_start(&rt)) {
         cli_error("txo relay: cannot start the relay thread");
         goto out;
     }
     struct progress prog = {.relay = rt.relay};
+    struct progress_line line = {.started = false};
     bool polling = rt.relay != NULL;
-    atomic_init(&prog.done, false);
-    pthread_t prog_tid;
-    bool prog_started = false;
     if (polling && opts.drain && isatty(STDERR_FILENO)) {
         prog.db = common_connect(&opts.common);
-        prog_started =
-            prog.db != NULL && pthread_create(&prog_tid, NULL, progress_main, &prog) == 0;
+        if (prog.db != NULL)
+            (void)progress_line_start(&line, draw_progress, &prog);
     }
     /* A one-shot --drain is a job, not a daemon: it does not register. */
     if (polling && !opts.drain) {
@@ -269,15 +237,9 @@ static int run(int argc, char **argv)
         hb = daemon_heartbeat_start("relay", &opts.common, &hb_src);
     }
     notify_run_until_stopped("relay", "publishing the outbox");
-    if (rt.binlog != NULL)
-        txo_binlog_stop(rt.binlog);
-    else
-        txo_relay_stop(rt.relay);
-    pthread_join(relay_tid, NULL);
+    daemon_relay_stop(&rt);
     clean_thread_stop(&cleaner);
-    atomic_store(&prog.done, true);
-    if (prog_started)
-        pthread_join(prog_tid, NULL);
+    progress_line_stop(&line);
     txo_db_close(prog.db);
     if (rt.binlog != NULL) {
         struct txo_binlog_stats bs;
@@ -304,9 +266,8 @@ out:
     txo_heartbeat_stop(hb); /* before the relay whose breaker it reads */
     clean_thread_stop(&cleaner);
     txo_http_server_stop(msrv);
-    txo_relay_free(rt.relay); /* before the registry its metrics live in */
-    txo_binlog_free(rt.binlog);
-    daemon_tracing_stop(); /* after the relay: its last spans are sent */
+    daemon_relay_free(&rt); /* before the registry its metrics live in */
+    daemon_tracing_stop();  /* after the relay: its last spans are sent */
     daemon_metrics_free(metrics);
     txo_publisher_free(pub);
     txo_db_close(db);

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +17,13 @@
 
 #include "brokers.h"
 #include "cli_errors.h"
+#include "progress.h"
 #include "publisher_settings.h"
 #include "signals.h"
 #include "txo/replay.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_replay = {
     .name = "replay",
@@ -45,6 +46,7 @@ const struct command cmd_replay = {
         "(those retention removed), with the same filters and checkpoints: DIR/outbox_events\n"
         "only, never the inbox's or the dead letters' files.\n"
         "SIGTERM/SIGINT stop it after the batch in flight, exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Every order event again, to another NATS subject prefix, 2,000 a second:\n"
                 "txo replay --aggregate-type order --rate 2000 --publisher nats --nats-url "
@@ -65,25 +67,18 @@ const struct command cmd_replay = {
 struct replay_cmd_opts {
     struct common_opts common;
     struct publisher_settings pub;
-    const char *name;
-    const char *aggregate_type;
-    const char *aggregate_id;
-    const char *event_type;
+    struct txo_replay_opts replay; /* the ids and the rate: parsed from the text below */
     const char *from_id;
     const char *to_id;
-    const char *since;
-    const char *until;
-    const char *archive;
     unsigned rate;
-    unsigned batch_size;
-    bool new_keys;
-    bool restart;
 };
 
 static struct replay_cmd_opts opts;
 
 static void add_settings(struct settings_table *t)
 {
+    struct txo_replay_opts *ro = &opts.replay;
+    txo_replay_opts_init(ro);
     const struct setting replay[] = {
         {.name = "name",
          .env = "TXO_REPLAY_NAME",
@@ -91,22 +86,22 @@ static void add_settings(struct settings_table *t)
          .def = "default",
          .help = "the replay's name: where it stands is stored under it (outbox_replays), so "
                  "the same command resumes it; 1..64 bytes",
-         .target = &opts.name},
+         .target = &ro->name},
         {.name = "aggregate-type",
          .env = "TXO_REPLAY_AGGREGATE_TYPE",
          .type = SETTING_STRING,
          .help = "only events of this aggregate type",
-         .target = &opts.aggregate_type},
+         .target = &ro->filter.aggregate_type},
         {.name = "aggregate-id",
          .env = "TXO_REPLAY_AGGREGATE_ID",
          .type = SETTING_STRING,
          .help = "only events of this aggregate id",
-         .target = &opts.aggregate_id},
+         .target = &ro->filter.aggregate_id},
         {.name = "event-type",
          .env = "TXO_REPLAY_EVENT_TYPE",
          .type = SETTING_STRING,
          .help = "only events of this type",
-         .target = &opts.event_type},
+         .target = &ro->filter.event_type},
         {.name = "from-id",
          .env = "TXO_REPLAY_FROM_ID",
          .type = SETTING_STRING,
@@ -123,18 +118,18 @@ static void add_settings(struct settings_table *t)
          .type = SETTING_STRING,
          .help = "only events created at or after this UTC time, YYYY-MM-DD or YYYY-MM-DD "
                  "HH:MM:SS[.ffffff]",
-         .target = &opts.since},
+         .target = &ro->filter.since},
         {.name = "until",
          .env = "TXO_REPLAY_UNTIL",
          .type = SETTING_STRING,
          .help = "only events created before this UTC time, same form",
-         .target = &opts.until},
+         .target = &ro->filter.until},
         {.name = "archive",
          .env = "TXO_REPLAY_ARCHIVE",
          .type = SETTING_STRING,
          .help = "replay from the files `txo clean --archive DIR` wrote (the events retention "
                  "removed; each file is verified as it is read) instead of from the table",
-         .target = &opts.archive},
+         .target = &ro->archive_dir},
         {.name = "rate",
          .env = "TXO_REPLAY_RATE",
          .type = SETTING_UINT,
@@ -145,25 +140,25 @@ static void add_settings(struct settings_table *t)
          .target = &opts.rate},
         {.name = "batch-size",
          .env = "TXO_REPLAY_BATCH_SIZE",
-         .type = SETTING_UINT,
+         .type = SETTING_SIZE,
          .def = "500",
          .help = "events read and published at a time (and stored as done after each)",
          .min = 1,
          .max = 10000,
-         .target = &opts.batch_size},
+         .target = &ro->batch_size},
         {.name = "new-keys",
          .env = "TXO_REPLAY_NEW_KEYS",
          .type = SETTING_BOOL,
          .def = "false",
          .help = "publish each event with the idempotency key <key>:replay:<name> instead of "
                  "its own, for a consumer that must take every event again",
-         .target = &opts.new_keys},
+         .target = &ro->new_keys},
         {.name = "restart",
          .env = "TXO_REPLAY_RESTART",
          .type = SETTING_BOOL,
          .def = "false",
          .help = "forget where the replay of --name stands and start it from the beginning",
-         .target = &opts.restart},
+         .target = &ro->restart},
     };
     settings_add_common(t, &opts.common);
     settings_add_publisher(t, &opts.pub);
@@ -189,81 +184,61 @@ static bool parse_id(const char *flag, const char *text, int64_t *out)
     return true;
 }
 
-static const char *or_null(const char *s)
+/* A text option given empty is not given. */
+static void empty_unset(const char **s)
 {
-    return s != NULL && s[0] != '\0' ? s : NULL;
+    if (*s != NULL && (*s)[0] == '\0')
+        *s = NULL;
 }
 
 struct replay_thread {
     struct txo_replay *rp;
     int rc;
     struct txo_error err;
-    atomic_bool done;
 };
 
 static void *replay_main(void *arg)
 {
     struct replay_thread *t = arg;
     t->rc = txo_replay_run(t->rp, &t->err);
-    atomic_store(&t->done, true);
     signals_wake();
     return NULL;
 }
 
-/* The progress line on a terminal, once a second until the replay ends. */
-static void *progress_main(void *arg)
+/* The progress line on a terminal (progress.h). */
+static void draw_progress(void *arg, double s)
 {
-    struct replay_thread *t = arg;
-    int64_t t0 = txo_monotonic_ms();
-    while (!atomic_load(&t->done)) {
-        for (int i = 0; i < 10 && !atomic_load(&t->done); i++)
-            txo_sleep_ms(100);
-        struct txo_replay_stats st;
-        txo_replay_get_stats(t->rp, &st);
-        double s = (double)(txo_monotonic_ms() - t0) / 1000.0;
-        fprintf(stderr, "\rtxo replay: %" PRIu64 " of %" PRIu64 " events (%.0f%%), %.0f/s   ",
-                st.replayed, st.total,
-                st.total > 0 ? 100.0 * (double)st.replayed / (double)st.total : 100.0,
-                s > 0 ? (double)st.this_run / s : 0.0);
-        fflush(stderr);
-    }
-    fputc('\n', stderr);
-    return NULL;
+    struct txo_replay_stats st;
+    txo_replay_get_stats(arg, &st);
+    fprintf(stderr, "\rtxo replay: %" PRIu64 " of %" PRIu64 " events (%.0f%%), %.0f/s   ",
+            st.replayed, st.total,
+            st.total > 0 ? 100.0 * (double)st.replayed / (double)st.total : 100.0,
+            s > 0 ? (double)st.this_run / s : 0.0);
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_replay, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!publisher_settings_apply("replay", &opts.pub))
         return 2;
-    struct txo_replay_opts ro;
-    txo_replay_opts_init(&ro);
-    ro.name = opts.name;
-    ro.filter.aggregate_type = or_null(opts.aggregate_type);
-    ro.filter.aggregate_id = or_null(opts.aggregate_id);
-    ro.filter.event_type = or_null(opts.event_type);
-    ro.filter.since = or_null(opts.since);
-    ro.filter.until = or_null(opts.until);
-    if (!parse_id("from-id", opts.from_id, &ro.filter.from_id) ||
-        !parse_id("to-id", opts.to_id, &ro.filter.to_id))
+    struct txo_replay_opts *ro = &opts.replay;
+    const char **texts[] = {&ro->filter.aggregate_type, &ro->filter.aggregate_id,
+                            &ro->filter.event_type,     &ro->filter.since,
+                            &ro->filter.until,          &ro->archive_dir};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(texts); i++)
+        empty_unset(texts[i]);
+    if (!parse_id("from-id", opts.from_id, &ro->filter.from_id) ||
+        !parse_id("to-id", opts.to_id, &ro->filter.to_id))
         return 2;
-    ro.archive_dir = or_null(opts.archive);
-    ro.rate = opts.rate;
-    ro.batch_size = opts.batch_size;
-    ro.new_keys = opts.new_keys;
-    ro.restart = opts.restart;
+    ro->rate = opts.rate;
     bool tty = isatty(STDERR_FILENO);
-    ro.count = tty;
+    ro->count = tty;
 
     struct txo_error err;
     txo_error_init(&err);
     struct replay_thread rt = {.rp = NULL};
     txo_error_init(&rt.err);
-    atomic_init(&rt.done, false);
     /* The options first, so that a bad one exits 2 before any connection. */
-    if (txo_replay_opts_check(&ro, &err) < 0) {
+    if (txo_replay_opts_check(ro, &err) < 0) {
         cli_error("txo %s", err.msg); /* "replay: ..." */
         return 2;
     }
@@ -277,24 +252,24 @@ static int run(int argc, char **argv)
         cmd_report("replay", "creating the publisher", &err);
         goto out;
     }
-    if (txo_replay_new(db, pub, &ro, &rt.rp, &err) < 0) {
+    if (txo_replay_new(db, pub, ro, &rt.rp, &err) < 0) {
         cmd_report("replay", "starting", &err);
         goto out;
     }
-    pthread_t tid, prog_tid;
+    pthread_t tid;
     if (pthread_create(&tid, NULL, replay_main, &rt) != 0) {
         cli_error("txo replay: cannot start the replay thread");
         goto out;
     }
-    bool prog = tty && pthread_create(&prog_tid, NULL, progress_main, &rt) == 0;
+    struct progress_line prog = {.started = false};
+    if (tty)
+        (void)progress_line_start(&prog, draw_progress, rt.rp);
     int sig = signals_wait();
     if (sig != 0)
         TXO_LOG(TXO_LOG_INFO, "replay", "stopping", TXO_KV_I64("signal", sig));
     txo_replay_stop(rt.rp);
     pthread_join(tid, NULL);
-    atomic_store(&rt.done, true);
-    if (prog)
-        pthread_join(prog_tid, NULL);
+    progress_line_stop(&prog);
     struct txo_replay_stats st;
     txo_replay_get_stats(rt.rp, &st);
     if (rt.rc < 0) {
@@ -305,7 +280,7 @@ static int run(int argc, char **argv)
     fprintf(stderr,
             "txo replay %s: %s: %" PRIu64 " events published in this run, %" PRIu64
             " in all, through id %" PRId64 " of %" PRId64 "%s\n",
-            opts.name, st.finished ? "finished" : "stopped", st.this_run, st.replayed, st.last_id,
+            ro->name, st.finished ? "finished" : "stopped", st.this_run, st.replayed, st.last_id,
             st.to_id, st.finished ? "" : " (run the same command again to go on)");
     status = 0;
 out:

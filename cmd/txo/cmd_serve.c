@@ -9,7 +9,8 @@
 #include "tracing.h"
 #include "notify.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_serve = {
     .name = "serve",
@@ -25,6 +26,7 @@ const struct command cmd_serve = {
         "The process registers itself in txo_processes and heartbeats every 5 s.\n"
         "SIGTERM/SIGINT: stop accepting, finish the requests in flight, exit 0. Endpoints\n"
         "and status codes: README.md.",
+    .add_settings = add_settings,
     .run = run,
     .examples =
         "# The API on all interfaces, admin endpoints behind a token:\n"
@@ -56,11 +58,8 @@ static void add_settings(struct settings_table *t)
     settings_add_services(t, &opts.services);
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_serve, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!daemon_check_settings("serve", &opts.serve, &opts.services))
         return 2;
 
@@ -68,20 +67,17 @@ static int run(int argc, char **argv)
     int status = 1;
     struct daemon_base base = {.metrics = NULL};
     struct api_daemon *api = NULL;
-    struct txo_heartbeat *hb = NULL;
-    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     if (!daemon_base_start("serve", &opts.common, true, &opts.tracing, &opts.services, &base,
                            &status))
         goto out;
     api = daemon_api_start("serve", &opts.common, &opts.serve, base.services, base.reg, NULL, NULL);
     if (api == NULL)
         goto out;
-    hb_src.services = base.services;
-    hb = daemon_heartbeat_start("serve", &opts.common, &hb_src);
+    daemon_base_register("serve", &base, NULL);
     notify_run_until_stopped("serve", "serving the HTTP API");
     status = 0;
 out:
-    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
+    daemon_base_unregister(&base); /* first: it reads the services' breakers */
     daemon_api_stop(api);
     daemon_base_stop(&base); /* after the API: its last spans are sent */
     return status;

@@ -23,7 +23,8 @@
 #include "notify.h"
 #include "orders.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_up = {
     .name = "up",
@@ -37,6 +38,7 @@ const struct command cmd_up = {
         "broker) publishes to and consumes from that broker. Several processes may run against\n"
         "one database.\n"
         "SIGTERM/SIGINT: stop the API, then the relay, then the worker; exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples =
         "# Everything in one process against a local MariaDB, events dispatched in-process:\n"
@@ -92,26 +94,10 @@ static void add_settings(struct settings_table *t)
     settings_add(t, startup, TXO_ARRAY_LEN(startup));
 }
 
-struct relay_thread {
-    struct txo_relay *relay;
-    struct txo_binlog *binlog; /* --source binlog: runs instead of relay */
-    int rc;
-    struct txo_error err;
-};
-
 /* After each order commits: publish its OrderCreated now rather than after the idle pause. */
 static void wake_relay(void *arg)
 {
     txo_relay_wake(arg);
-}
-
-static void *relay_main(void *arg)
-{
-    struct relay_thread *t = arg;
-    txo_error_init(&t->err);
-    t->rc =
-        t->binlog != NULL ? txo_binlog_run(t->binlog, &t->err) : txo_relay_run(t->relay, &t->err);
-    return NULL;
 }
 
 /*
@@ -211,24 +197,18 @@ static bool prepare_database(const struct stock_list *stock, int *sig)
     return ok;
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_up, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!daemon_check_settings("up", &opts.serve, &opts.services) ||
-        !clean_archive_ok("up", "clean-archive", opts.worker.clean_archive))
+        !clean_archive_ok("up", "clean-archive", opts.worker.opts.retention.archive_dir))
         return 2;
     const struct cmd_broker *broker = NULL;
     if (!cmd_broker_choose_consumer("up", CMD_BROKER_CHOICE_UP, opts.broker, &broker))
         return 2;
-    struct txo_relay_opts ro;
-    if (!daemon_relay_opts("up", &opts.relay, &ro))
-        return 2;
     bool binlog = false;
-    struct txo_binlog_opts bo;
-    if (!daemon_binlog_opts("up", &opts.relay, &ro, &binlog, &bo))
+    if (!daemon_relay_check("up", &opts.relay, &binlog))
         return 2;
+    struct txo_relay_opts *ro = &opts.relay.opts;
     struct stock_list stock = {.n = 0};
     if (opts.stock != NULL && opts.stock[0] != '\0' && !parse_stock(opts.stock, &stock))
         return 2;
@@ -246,18 +226,14 @@ static int run(int argc, char **argv)
     struct daemon_worker *worker = NULL;
     struct txo_publisher *pub = NULL;
     struct txo_db *relay_db = NULL;
-    struct relay_thread rt = {0};
-    bool relay_running = false;
-    pthread_t relay_tid;
+    struct daemon_relay rt = {.wake = false};
     struct api_daemon *api = NULL;
-    struct txo_heartbeat *hb = NULL;
-    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
 
     if (!daemon_base_start("up", &opts.common, false, &opts.tracing, &opts.services, &base,
                            &status))
         goto out;
     struct txo_metrics *reg = base.reg;
-    if (ro.ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(base.metrics))
+    if (ro->ordering == TXO_RELAY_ORDER_AGGREGATE && !daemon_metrics_watch_parked(base.metrics))
         goto out;
     worker = daemon_worker_new("up", &opts.common, &opts.worker, base.services, broker, reg);
     if (worker == NULL)
@@ -276,11 +252,11 @@ static int run(int argc, char **argv)
     relay_db = common_connect(&opts.common);
     if (relay_db == NULL || (!binlog && !daemon_polling_allowed("up", relay_db)))
         goto out;
-    ro.metrics = reg;
-    ro.tracer = daemon_tracer();
-    bo.relay = ro;
-    if (binlog ? txo_binlog_new(&opts.common.db, pub, &bo, &rt.binlog, &err) != 0
-               : txo_relay_new(relay_db, pub, &ro, &rt.relay, &err) != 0) {
+    ro->metrics = reg;
+    ro->tracer = daemon_tracer();
+    opts.relay.binlog.relay = *ro;
+    if (binlog ? txo_binlog_new(&opts.common.db, pub, &opts.relay.binlog, &rt.binlog, &err) != 0
+               : txo_relay_new(relay_db, pub, ro, &rt.relay, &err) != 0) {
         cmd_report("up", "creating the relay", &err);
         goto out;
     }
@@ -288,41 +264,33 @@ static int run(int argc, char **argv)
         cmd_report("up", "starting the worker", &err);
         goto out;
     }
-    if (pthread_create(&relay_tid, NULL, relay_main, &rt) != 0) {
+    if (!daemon_relay_start(&rt)) {
         cli_error("txo up: cannot start the relay thread");
         goto out;
     }
-    relay_running = true;
     /* The binlog source needs no wake-up: it reads each commit as the server logs it. */
     api = daemon_api_start("up", &opts.common, &opts.serve, base.services, reg,
                            rt.relay != NULL ? wake_relay : NULL, rt.relay);
     if (api == NULL)
         goto out;
-    hb_src.services = base.services;
-    hb_src.relay = rt.relay;
-    hb = daemon_heartbeat_start("up", &opts.common, &hb_src);
+    daemon_base_register("up", &base, rt.relay);
     TXO_LOG(TXO_LOG_INFO, "up", "ready", TXO_KV_STR("listen", opts.serve.listen),
             TXO_KV_STR("broker", opts.broker),
-            TXO_KV_U64("saga_threads", opts.worker.saga_threads));
+            TXO_KV_U64("saga_threads", opts.worker.opts.saga_threads));
     notify_run_until_stopped("up", "serving the HTTP API, relay and worker");
     status = 0;
 out:
-    txo_heartbeat_stop(hb); /* first: it reads the relay's and the services' breakers */
+    daemon_base_unregister(&base); /* first: it reads the relay's and the services' breakers */
     daemon_api_stop(api);
-    if (relay_running) {
-        if (rt.binlog != NULL)
-            txo_binlog_stop(rt.binlog);
-        else
-            txo_relay_stop(rt.relay);
-        pthread_join(relay_tid, NULL);
+    if (rt.running) {
+        daemon_relay_stop(&rt);
         if (rt.rc != 0) {
             cmd_report("up", "the relay stopped on an error", &rt.err);
             status = 1;
         }
     }
     daemon_worker_stop("up", worker);
-    txo_relay_free(rt.relay);
-    txo_binlog_free(rt.binlog);
+    daemon_relay_free(&rt);
     txo_db_close(relay_db);
     txo_publisher_free(pub);
     daemon_worker_free(worker);

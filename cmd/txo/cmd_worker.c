@@ -11,7 +11,8 @@
 #include "tracing.h"
 #include "notify.h"
 
-static int run(int argc, char **argv);
+static int run(void);
+static void add_settings(struct settings_table *t);
 
 const struct command cmd_worker = {
     .name = "worker",
@@ -27,6 +28,7 @@ const struct command cmd_worker = {
         "rows, idempotency keys, inbox rows and DONE commands in small batches. With\n"
         "--broker none it does all of that except consuming (sagas then come from the async\n"
         "API's commands or from `txo up`). SIGTERM/SIGINT: finish the steps in flight, exit 0.",
+    .add_settings = add_settings,
     .run = run,
     .examples = "# Consume OrderCreated from NATS and call the payment and shipment services:\n"
                 "txo worker --broker nats --payment-url http://payments.internal:8081 "
@@ -60,13 +62,10 @@ static void add_settings(struct settings_table *t)
     settings_add_metrics_listen(t, &opts.metrics_listen);
 }
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    int exit_status;
-    if (!command_setup(&cmd_worker, &opts.common, add_settings, argc, argv, NULL, &exit_status))
-        return exit_status;
     if (!daemon_check_settings("worker", NULL, &opts.services) ||
-        !clean_archive_ok("worker", "clean-archive", opts.worker.clean_archive))
+        !clean_archive_ok("worker", "clean-archive", opts.worker.opts.retention.archive_dir))
         return 2;
     const struct cmd_broker *broker = NULL;
     if (!cmd_broker_choose_consumer("worker", CMD_BROKER_CHOICE_WORKER, opts.broker, &broker))
@@ -79,8 +78,6 @@ static int run(int argc, char **argv)
     struct daemon_base base = {.metrics = NULL};
     struct daemon_worker *worker = NULL;
     struct txo_http_server *msrv = NULL;
-    struct txo_heartbeat *hb = NULL;
-    struct daemon_heartbeat_src hb_src = {.services = NULL, .relay = NULL};
     /* The worker's threads ride out a database that goes away; at start-up it waits, like
      * serve and relay, so that READY=1 means the database answered. */
     if (!daemon_base_start("worker", &opts.common, true, &opts.tracing, &opts.services, &base,
@@ -97,14 +94,13 @@ static int run(int argc, char **argv)
         goto out;
     }
     TXO_LOG(TXO_LOG_INFO, "worker", "worker started",
-            TXO_KV_U64("saga_threads", opts.worker.saga_threads),
+            TXO_KV_U64("saga_threads", opts.worker.opts.saga_threads),
             TXO_KV_STR("broker", opts.broker));
-    hb_src.services = base.services;
-    hb = daemon_heartbeat_start("worker", &opts.common, &hb_src);
+    daemon_base_register("worker", &base, NULL);
     notify_run_until_stopped("worker", "running sagas");
     status = 0;
 out:
-    txo_heartbeat_stop(hb); /* first: it reads the services' breakers */
+    daemon_base_unregister(&base); /* first: it reads the services' breakers */
     txo_http_server_stop(msrv);
     daemon_worker_stop("worker", worker);
     daemon_worker_free(worker);

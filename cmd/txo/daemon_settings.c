@@ -1,13 +1,16 @@
 /*
  * The settings groups the daemon subcommands share (daemons.h), so that `txo up` takes
- * exactly the flags of `txo serve`, `txo relay` and `txo worker`. Each group appends its
- * entries, in --help order, to the table of the command that is being set up.
+ * exactly the flags of `txo serve`, `txo relay` and `txo worker`. Each group sets the options
+ * it configures to their defaults, then appends its entries, in --help order and with targets
+ * in those options, to the table of the command that is being set up.
  */
 #include "clean.h"
 #include "daemons.h"
 
 void settings_add_serve(struct settings_table *t, struct serve_settings *o)
 {
+    txo_http_server_opts_init(&o->http);
+    order_api_opts_init(&o->api);
     const struct setting group[] = {
         {.name = "listen",
          .env = "TXO_LISTEN",
@@ -17,12 +20,12 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .target = &o->listen},
         {.name = "max-body",
          .env = "TXO_MAX_BODY_BYTES",
-         .type = SETTING_UINT,
+         .type = SETTING_SIZE,
          .def = "65536",
          .help = "largest request body accepted, bytes (larger: 413)",
          .min = 64,
          .max = 16777216,
-         .target = &o->max_body},
+         .target = &o->http.max_body_bytes},
         {.name = "http-timeout",
          .env = "TXO_HTTP_TIMEOUT",
          .type = SETTING_UINT,
@@ -31,7 +34,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
                  "closed after this many seconds",
          .min = 1,
          .max = 3600,
-         .target = &o->http_timeout_s},
+         .target = &o->http.timeout_s},
         {.name = "max-connections",
          .env = "TXO_MAX_CONNECTIONS",
          .type = SETTING_UINT,
@@ -40,7 +43,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
                  "to admit a new one (503 when none is idle)",
          .min = 1,
          .max = 10000,
-         .target = &o->max_connections},
+         .target = &o->http.max_connections},
         {.name = "http-header-timeout",
          .env = "TXO_HTTP_HEADER_TIMEOUT",
          .type = SETTING_UINT,
@@ -49,7 +52,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
                  "closed)",
          .min = 1,
          .max = 3600,
-         .target = &o->http_header_timeout_s},
+         .target = &o->http.header_timeout_s},
         {.name = "http-body-timeout",
          .env = "TXO_HTTP_BODY_TIMEOUT",
          .type = SETTING_UINT,
@@ -57,7 +60,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .help = "seconds for a whole request body after its head (then 408, closed)",
          .min = 1,
          .max = 3600,
-         .target = &o->http_body_timeout_s},
+         .target = &o->http.body_timeout_s},
         {.name = "max-connections-per-client",
          .env = "TXO_MAX_CONNECTIONS_PER_CLIENT",
          .type = SETTING_UINT,
@@ -65,23 +68,23 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .help = "concurrent HTTP connections from one client IP address (more: 503); 0: no limit",
          .min = 0,
          .max = 10000,
-         .target = &o->max_connections_per_client},
+         .target = &o->http.max_connections_per_client},
         {.name = "tls-cert",
          .env = "TXO_TLS_CERT",
          .type = SETTING_STRING,
          .help = "PEM certificate chain: the API speaks HTTPS only (with --tls-key)",
-         .target = &o->tls_cert},
+         .target = &o->http.tls_cert_file},
         {.name = "tls-key",
          .env = "TXO_TLS_KEY",
          .type = SETTING_STRING,
          .help = "PEM private key of --tls-cert",
-         .target = &o->tls_key},
+         .target = &o->http.tls_key_file},
         {.name = "async",
          .env = "TXO_ASYNC",
          .type = SETTING_BOOL,
          .def = "false",
          .help = "POST /orders answers 202 and queues a StartOrderSaga command for the worker",
-         .target = &o->async},
+         .target = &o->api.async},
         {.name = "idempotency-stale",
          .env = "TXO_IDEMPOTENCY_STALE",
          .type = SETTING_UINT,
@@ -89,7 +92,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .help = "seconds after which a PROCESSING idempotency key may be taken over",
          .min = 1,
          .max = 86400,
-         .target = &o->idem_stale_s},
+         .target = &o->api.idempotency_stale_s},
         {.name = "idempotency-wait",
          .env = "TXO_IDEMPOTENCY_WAIT",
          .type = SETTING_UINT,
@@ -104,7 +107,7 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
          .type = SETTING_STRING,
          .help = "bearer token the admin endpoints require (unset: no token needed)",
          .secret = true,
-         .target = &o->admin_token},
+         .target = &o->api.admin_token},
         {.name = "db-pool",
          .env = "TXO_DB_POOL",
          .type = SETTING_UINT,
@@ -121,13 +124,15 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o)
                  "while the previous one commits; no timer); 1: each in its own transaction",
          .min = 1,
          .max = 1000,
-         .target = &o->order_batch},
+         .target = &o->api.order_batch},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
 void settings_add_relay(struct settings_table *t, struct relay_settings *o)
 {
+    txo_relay_opts_init(&o->opts);
+    txo_binlog_opts_init(&o->binlog);
     const struct setting group[] = {
         {.name = "claim",
          .env = "TXO_CLAIM",
@@ -165,7 +170,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "others after this long (one that stops gives them back at once)",
          .min = 4,
          .max = 86400000,
-         .target = &o->shard_lease_ms},
+         .target = &o->opts.shard_lease_ms},
         {.name = "batch-size",
          .env = "TXO_BATCH_SIZE",
          .type = SETTING_UINT,
@@ -173,7 +178,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "events claimed per batch",
          .min = 1,
          .max = 10000,
-         .target = &o->batch_size},
+         .target = &o->opts.batch_size},
         {.name = "lease",
          .env = "TXO_LEASE_SECONDS",
          .type = SETTING_UINT,
@@ -181,7 +186,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "seconds a claimed batch stays reserved; after that another relay republishes it",
          .min = 1,
          .max = 86400,
-         .target = &o->lease_s},
+         .target = &o->opts.lease_s},
         {.name = "max-attempts",
          .env = "TXO_MAX_ATTEMPTS",
          .type = SETTING_UINT,
@@ -190,7 +195,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "dead-lettered; a permanent failure dead-letters it at once",
          .min = 1,
          .max = 1000000,
-         .target = &o->max_attempts},
+         .target = &o->opts.max_attempts},
         {.name = "max-lease-expiries",
          .env = "TXO_MAX_LEASE_EXPIRIES",
          .type = SETTING_UINT,
@@ -199,7 +204,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "before it is dead-lettered as a poison event",
          .min = 1,
          .max = 1000000,
-         .target = &o->max_lease_expiries},
+         .target = &o->opts.max_lease_expiries},
         {.name = "relay-breaker-failures",
          .env = "TXO_RELAY_BREAKER_FAILURES",
          .type = SETTING_UINT,
@@ -207,7 +212,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "batches in a row failing entirely with transient errors (the broker is down) "
                  "before the relay stops claiming and probes with one small batch; 0: never",
          .max = 1000000,
-         .target = &o->breaker_failures},
+         .target = &o->opts.breaker_failures},
         {.name = "relay-breaker-open",
          .env = "TXO_RELAY_BREAKER_OPEN_MS",
          .type = SETTING_MS,
@@ -216,7 +221,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "milliseconds",
          .min = 1,
          .max = 86400000,
-         .target = &o->breaker_open_ms},
+         .target = &o->opts.breaker_open_ms},
         {.name = "backoff-base",
          .env = "TXO_BACKOFF_BASE_MS",
          .type = SETTING_MS,
@@ -225,7 +230,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "attempt, jitter 50%)",
          .min = 1,
          .max = 86400000,
-         .target = &o->backoff_base_ms},
+         .target = &o->opts.backoff.base_ms},
         {.name = "backoff-max",
          .env = "TXO_BACKOFF_MAX_MS",
          .type = SETTING_MS,
@@ -233,7 +238,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "cap of the retry delay, milliseconds",
          .min = 1,
          .max = 86400000,
-         .target = &o->backoff_max_ms},
+         .target = &o->opts.backoff.max_ms},
         {.name = "idle-sleep",
          .env = "TXO_IDLE_SLEEP_MS",
          .type = SETTING_UINT,
@@ -241,12 +246,12 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .help = "pause when nothing is due, milliseconds",
          .min = 1,
          .max = 3600000,
-         .target = &o->idle_sleep_ms},
+         .target = &o->opts.idle_sleep_ms},
         {.name = "relay-id",
          .env = "TXO_RELAY_ID",
          .type = SETTING_STRING,
          .help = "name of this relay in lock tokens (default: hostname:pid)",
-         .target = &o->relay_id},
+         .target = &o->opts.relay_id},
         {.name = "source",
          .env = "TXO_RELAY_SOURCE",
          .type = SETTING_STRING,
@@ -263,7 +268,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .def = "default",
          .help = "with --source binlog: the name of the stored position and of the lease (one "
                  "active reader per name; others stand by), 1..64 bytes",
-         .target = &o->source_name},
+         .target = &o->binlog.source_name},
         {.name = "source-lease",
          .env = "TXO_RELAY_SOURCE_LEASE_MS",
          .type = SETTING_MS,
@@ -273,7 +278,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "long after the reader dies",
          .min = 30,
          .max = 3600000,
-         .target = &o->source_lease_ms},
+         .target = &o->binlog.lease_ms},
         {.name = "source-gather",
          .env = "TXO_RELAY_SOURCE_GATHER_MS",
          .type = SETTING_MS,
@@ -284,19 +289,40 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "at once, milliseconds",
          .min = 0,
          .max = 1000,
-         .target = &o->source_gather_ms},
+         .target = &o->binlog.gather_ms},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
-struct setting clean_outbox_retention_setting(unsigned *target)
+#define IDEMPOTENCY_RETENTION_HELP                                                                 \
+    "completed idempotency keys older than this many seconds are deleted"
+#define INBOX_RETENTION_HELP "inbox rows and DONE commands older than this many seconds are deleted"
+
+struct setting clean_retention_setting(enum clean_retention which, unsigned *target,
+                                       bool maybe_absent)
 {
+    static const struct {
+        const char *name, *env, *def, *help, *help_maybe_absent;
+    } kinds[] = {
+        [CLEAN_RETAIN_OUTBOX] = {"outbox-retention", "TXO_OUTBOX_RETENTION", "604800",
+                                 "PUBLISHED outbox rows older than this many seconds are deleted",
+                                 NULL},
+        [CLEAN_RETAIN_IDEMPOTENCY] = {"idempotency-retention", "TXO_IDEMPOTENCY_RETENTION", "86400",
+                                      IDEMPOTENCY_RETENTION_HELP,
+                                      IDEMPOTENCY_RETENTION_HELP " (when the table exists)"},
+        [CLEAN_RETAIN_INBOX] = {"inbox-retention", "TXO_INBOX_RETENTION", "604800",
+                                INBOX_RETENTION_HELP,
+                                INBOX_RETENTION_HELP " (when the tables exist)"},
+    };
+    const char *help = kinds[which].help;
+    if (maybe_absent && kinds[which].help_maybe_absent != NULL)
+        help = kinds[which].help_maybe_absent;
     return (struct setting){
-        .name = "outbox-retention",
-        .env = "TXO_OUTBOX_RETENTION",
+        .name = kinds[which].name,
+        .env = kinds[which].env,
         .type = SETTING_UINT,
-        .def = "604800",
-        .help = "PUBLISHED outbox rows older than this many seconds are deleted",
+        .def = kinds[which].def,
+        .help = help,
         .min = 60,
         .max = 315360000,
         .target = target,
@@ -316,6 +342,8 @@ struct setting clean_archive_setting(const char **target)
 
 void settings_add_worker(struct settings_table *t, struct worker_settings *o)
 {
+    txo_worker_opts_init(&o->opts);
+    struct txo_retention_opts *ro = &o->opts.retention;
     const struct setting group[] = {
         {.name = "saga-threads",
          .env = "TXO_SAGA_THREADS",
@@ -324,7 +352,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .help = "saga runner threads",
          .min = 1,
          .max = 256,
-         .target = &o->saga_threads},
+         .target = &o->opts.saga_threads},
         {.name = "saga-batch",
          .env = "TXO_SAGA_BATCH",
          .type = SETTING_UINT,
@@ -334,15 +362,15 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
                  "waits for a batch to fill: at low load a batch is one saga",
          .min = 1,
          .max = 1000,
-         .target = &o->saga_batch},
+         .target = &o->opts.saga_batch},
         {.name = "poll",
          .env = "TXO_POLL_MS",
-         .type = SETTING_UINT,
+         .type = SETTING_I64,
          .def = "200",
          .help = "how often idle workers look for due sagas and commands, milliseconds",
          .min = 10,
          .max = 60000,
-         .target = &o->poll_ms},
+         .target = &o->opts.poll_ms},
         {.name = "saga-lease",
          .env = "TXO_SAGA_LEASE",
          .type = SETTING_UINT,
@@ -351,7 +379,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
              "seconds a worker owns a saga between steps; a dead worker's sagas resume after it",
          .min = 1,
          .max = 3600,
-         .target = &o->saga_lease_s},
+         .target = &o->opts.saga.lease_s},
         {.name = "step-attempts",
          .env = "TXO_STEP_ATTEMPTS",
          .type = SETTING_UINT,
@@ -359,7 +387,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .help = "tries of a saga step that fails transiently before it counts as failed",
          .min = 1,
          .max = 100,
-         .target = &o->step_attempts},
+         .target = &o->opts.saga.step_max_attempts},
         {.name = "command-lease",
          .env = "TXO_COMMAND_LEASE",
          .type = SETTING_UINT,
@@ -367,7 +395,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .help = "seconds a claimed command stays reserved",
          .min = 1,
          .max = 3600,
-         .target = &o->command_lease_s},
+         .target = &o->opts.command_lease_s},
         {.name = "command-attempts",
          .env = "TXO_COMMAND_ATTEMPTS",
          .type = SETTING_UINT,
@@ -375,7 +403,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .help = "tries of a command before it becomes FAILED",
          .min = 1,
          .max = 1000,
-         .target = &o->command_attempts},
+         .target = &o->opts.command_max_attempts},
         {.name = "compensation-retry",
          .env = "TXO_COMPENSATION_RETRY",
          .type = SETTING_UINT,
@@ -401,31 +429,17 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
                  "is left to an operator (one error line; txo saga retry)",
          .min = 1,
          .max = 1000,
-         .target = &o->comp_max_retries},
-        clean_outbox_retention_setting(&o->outbox_retention_s),
-        {.name = "idempotency-retention",
-         .env = "TXO_IDEMPOTENCY_RETENTION",
-         .type = SETTING_UINT,
-         .def = "86400",
-         .help = "completed idempotency keys older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &o->idem_retention_s},
-        {.name = "inbox-retention",
-         .env = "TXO_INBOX_RETENTION",
-         .type = SETTING_UINT,
-         .def = "604800",
-         .help = "inbox rows and DONE commands older than this many seconds are deleted",
-         .min = 60,
-         .max = 315360000,
-         .target = &o->inbox_retention_s},
+         .target = &o->opts.saga.compensation_max_tries},
+        clean_retention_setting(CLEAN_RETAIN_OUTBOX, &ro->outbox_s, false),
+        clean_retention_setting(CLEAN_RETAIN_IDEMPOTENCY, &ro->idempotency_s, false),
+        clean_retention_setting(CLEAN_RETAIN_INBOX, &ro->inbox_s, false),
         {.name = "clean-interval",
          .env = "TXO_CLEAN_INTERVAL",
          .type = SETTING_UINT,
          .def = "60",
          .help = "seconds between retention passes (0: no cleaner)",
          .max = 86400,
-         .target = &o->clean_interval_s},
+         .target = &ro->interval_s},
         {.name = "clean-batch",
          .env = "TXO_CLEAN_BATCH",
          .type = SETTING_UINT,
@@ -433,26 +447,27 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .help = "rows deleted per statement",
          .min = 1,
          .max = 100000,
-         .target = &o->clean_batch},
-        clean_archive_setting(&o->clean_archive),
+         .target = &ro->batch},
+        clean_archive_setting(&ro->archive_dir),
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
-    settings_add_partition(t, &o->partition, false);
+    settings_add_partition(t, &ro->partition, false);
 }
 
 void settings_add_services(struct settings_table *t, struct services_settings *o)
 {
+    order_services_opts_init(&o->opts);
     const struct setting group[] = {
         {.name = "payment-url",
          .env = "TXO_PAYMENT_URL",
          .type = SETTING_STRING,
          .help = "payment service base URL (unset: in-process stand-in)",
-         .target = &o->payment_url},
+         .target = &o->opts.payment_url},
         {.name = "shipment-url",
          .env = "TXO_SHIPMENT_URL",
          .type = SETTING_STRING,
          .help = "shipment service base URL (unset: in-process stand-in)",
-         .target = &o->shipment_url},
+         .target = &o->opts.shipment_url},
         {.name = "service-connect-timeout",
          .env = "TXO_SERVICE_CONNECT_TIMEOUT_MS",
          .type = SETTING_MS,
@@ -460,7 +475,7 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
          .help = "connect timeout of external calls, milliseconds",
          .min = 1,
          .max = 600000,
-         .target = &o->connect_timeout_ms},
+         .target = &o->opts.connect_timeout_ms},
         {.name = "service-timeout",
          .env = "TXO_SERVICE_TIMEOUT_MS",
          .type = SETTING_MS,
@@ -468,7 +483,7 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
          .help = "whole-call timeout of external calls, milliseconds",
          .min = 1,
          .max = 600000,
-         .target = &o->timeout_ms},
+         .target = &o->opts.timeout_ms},
         {.name = "service-retries",
          .env = "TXO_SERVICE_RETRIES",
          .type = SETTING_UINT,
@@ -476,7 +491,7 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
          .help = "tries of one external call on transient errors (backoff 100 ms .. 1 s, jitter)",
          .min = 1,
          .max = 100,
-         .target = &o->retries},
+         .target = &o->opts.retry_attempts},
         {.name = "breaker-failures",
          .env = "TXO_BREAKER_FAILURES",
          .type = SETTING_UINT,
@@ -484,7 +499,7 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
          .help = "consecutive transient failures that open a service's circuit breaker",
          .min = 1,
          .max = 1000,
-         .target = &o->breaker_failures},
+         .target = &o->opts.breaker_failures},
         {.name = "breaker-open",
          .env = "TXO_BREAKER_OPEN_MS",
          .type = SETTING_MS,
@@ -492,7 +507,7 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
          .help = "how long an open breaker fails fast before a probe, milliseconds",
          .min = 1,
          .max = 86400000,
-         .target = &o->breaker_open_ms},
+         .target = &o->opts.breaker_open_ms},
         {.name = "bulkhead",
          .env = "TXO_BULKHEAD",
          .type = SETTING_UINT,
@@ -500,7 +515,7 @@ void settings_add_services(struct settings_table *t, struct services_settings *o
          .help = "external calls in flight per service",
          .min = 1,
          .max = 10000,
-         .target = &o->bulkhead},
+         .target = &o->opts.max_concurrent},
         {.name = "service-rate",
          .env = "TXO_SERVICE_RATE",
          .type = SETTING_UINT,

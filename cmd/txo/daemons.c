@@ -54,8 +54,8 @@ bool daemon_check_settings(const char *cmd, const struct serve_settings *serve,
             return false;
         }
     }
-    return services == NULL || (url_ok(cmd, "payment-url", services->payment_url) &&
-                                url_ok(cmd, "shipment-url", services->shipment_url));
+    return services == NULL || (url_ok(cmd, "payment-url", services->opts.payment_url) &&
+                                url_ok(cmd, "shipment-url", services->opts.shipment_url));
 }
 
 /* ---- metrics ---- */
@@ -254,16 +254,7 @@ bool daemon_metrics_server_start(const char *cmd, const char *listen, struct dae
 bool daemon_services_new(const char *cmd, const struct services_settings *s,
                          struct txo_metrics *metrics, struct order_services **out)
 {
-    struct order_services_opts so;
-    order_services_opts_init(&so);
-    so.payment_url = s->payment_url;
-    so.shipment_url = s->shipment_url;
-    so.connect_timeout_ms = s->connect_timeout_ms;
-    so.timeout_ms = s->timeout_ms;
-    so.retry_attempts = s->retries;
-    so.breaker_failures = s->breaker_failures;
-    so.breaker_open_ms = s->breaker_open_ms;
-    so.max_concurrent = s->bulkhead;
+    struct order_services_opts so = s->opts;
     so.rate_per_s = (double)s->rate;
     so.metrics = metrics;
     struct txo_error err;
@@ -282,29 +273,6 @@ struct daemon_worker {
     struct order_worker_config config;
 };
 
-static void worker_opts(const struct worker_settings *s, struct txo_worker_opts *o)
-{
-    txo_worker_opts_init(o);
-    o->saga_threads = s->saga_threads;
-    o->saga_batch = s->saga_batch;
-    o->poll_ms = s->poll_ms;
-    o->saga.lease_s = s->saga_lease_s;
-    o->saga.step_max_attempts = s->step_attempts;
-    o->saga.compensation_max_tries = s->comp_max_retries;
-    o->saga.compensation_backoff.base_ms = (int64_t)s->comp_retry_base_s * 1000;
-    o->saga.compensation_backoff.max_ms = (int64_t)s->comp_retry_max_s * 1000;
-    o->command_lease_s = s->command_lease_s;
-    o->command_max_attempts = s->command_attempts;
-    o->retention.interval_s = s->clean_interval_s;
-    o->retention.batch = s->clean_batch;
-    o->retention.archive_dir = s->clean_archive; /* checked by clean_archive_ok() */
-    o->retention.outbox_s = s->outbox_retention_s;
-    o->retention.idempotency_s = s->idem_retention_s;
-    o->retention.inbox_s = s->inbox_retention_s;
-    o->retention.commands_s = s->inbox_retention_s;
-    partition_settings_apply(&s->partition, s->clean_batch, &o->retention.partition);
-}
-
 struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opts *common,
                                         const struct worker_settings *s,
                                         const struct order_services *services,
@@ -318,8 +286,10 @@ struct daemon_worker *daemon_worker_new(const char *cmd, const struct common_opt
         cli_error("txo %s: out of memory", cmd);
         return NULL;
     }
-    struct txo_worker_opts wo;
-    worker_opts(s, &wo);
+    struct txo_worker_opts wo = s->opts;
+    wo.saga.compensation_backoff.base_ms = (int64_t)s->comp_retry_base_s * 1000;
+    wo.saga.compensation_backoff.max_ms = (int64_t)s->comp_retry_max_s * 1000;
+    clean_settings_derive(&wo.retention); /* archive_dir checked by clean_archive_ok() */
     wo.metrics = metrics;
     wo.tracer = daemon_tracer();
     order_worker_setup(&d->config, services, NULL, &wo);
@@ -372,9 +342,9 @@ void daemon_worker_free(struct daemon_worker *d)
     txo_free(d);
 }
 
-bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *ro)
+bool daemon_relay_check(const char *cmd, struct relay_settings *s, bool *binlog)
 {
-    txo_relay_opts_init(ro);
+    struct txo_relay_opts *ro = &s->opts;
     if (txo_claim_strategy_parse(s->claim, &ro->claim) < 0) {
         cli_error("txo %s: --claim must be auto, skip-locked or update-limit, got \"%s\"", cmd,
                   s->claim);
@@ -389,43 +359,63 @@ bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct t
         cli_error("txo %s: --ordering must be aggregate or none, got \"%s\"", cmd, s->ordering);
         return false;
     }
-    if (s->backoff_max_ms < s->backoff_base_ms) {
+    if (ro->backoff.max_ms < ro->backoff.base_ms) {
         cli_error("txo %s: --backoff-max (%" PRId64 ") must be >= --backoff-base (%" PRId64 ")",
-                  cmd, s->backoff_max_ms, s->backoff_base_ms);
+                  cmd, ro->backoff.max_ms, ro->backoff.base_ms);
         return false;
     }
-    ro->relay_id = s->relay_id != NULL && s->relay_id[0] != '\0' ? s->relay_id : NULL;
-    ro->batch_size = s->batch_size;
-    ro->lease_s = s->lease_s;
-    ro->shard_lease_ms = s->shard_lease_ms;
-    ro->max_attempts = s->max_attempts;
-    ro->max_lease_expiries = s->max_lease_expiries;
-    ro->breaker_failures = s->breaker_failures;
-    ro->breaker_open_ms = s->breaker_open_ms;
-    ro->backoff.base_ms = s->backoff_base_ms;
-    ro->backoff.max_ms = s->backoff_max_ms;
-    ro->idle_sleep_ms = s->idle_sleep_ms;
-    return true;
-}
-
-bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,
-                        const struct txo_relay_opts *ro, bool *binlog, struct txo_binlog_opts *out)
-{
+    if (ro->relay_id != NULL && ro->relay_id[0] == '\0')
+        ro->relay_id = NULL;
     *binlog = strcmp(s->source, "binlog") == 0;
     if (!*binlog && strcmp(s->source, "polling") != 0) {
         cli_error("txo %s: --source must be polling or binlog, got \"%s\"", cmd, s->source);
         return false;
     }
-    if (s->source_name[0] == '\0' || strlen(s->source_name) > 64) {
-        cli_error("txo %s: --source-name must be 1..64 bytes, got \"%s\"", cmd, s->source_name);
+    const char *name = s->binlog.source_name;
+    if (name[0] == '\0' || strlen(name) > 64) {
+        cli_error("txo %s: --source-name must be 1..64 bytes, got \"%s\"", cmd, name);
         return false;
     }
-    txo_binlog_opts_init(out);
-    out->source_name = s->source_name;
-    out->lease_ms = s->source_lease_ms;
-    out->gather_ms = s->source_gather_ms;
-    out->relay = *ro;
     return true;
+}
+
+static void *relay_main(void *arg)
+{
+    struct daemon_relay *r = arg;
+    r->rc =
+        r->binlog != NULL ? txo_binlog_run(r->binlog, &r->err) : txo_relay_run(r->relay, &r->err);
+    if (r->wake)
+        signals_wake();
+    return NULL;
+}
+
+bool daemon_relay_start(struct daemon_relay *r)
+{
+    txo_error_init(&r->err);
+    r->rc = 0;
+    r->running = pthread_create(&r->tid, NULL, relay_main, r) == 0;
+    return r->running;
+}
+
+void daemon_relay_stop(struct daemon_relay *r)
+{
+    if (!r->running)
+        return;
+    if (r->binlog != NULL)
+        txo_binlog_stop(r->binlog);
+    else
+        txo_relay_stop(r->relay);
+    pthread_join(r->tid, NULL);
+    r->running = false;
+}
+
+void daemon_relay_free(struct daemon_relay *r)
+{
+    daemon_relay_stop(r);
+    txo_relay_free(r->relay);
+    txo_binlog_free(r->binlog);
+    r->relay = NULL;
+    r->binlog = NULL;
 }
 
 bool daemon_polling_allowed(const char *cmd, struct txo_db *db)
@@ -483,20 +473,11 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
                                     struct txo_metrics *metrics, void (*on_commit)(void *),
                                     void *on_commit_arg)
 {
-    struct txo_http_server_opts so;
-    txo_http_server_opts_init(&so);
+    struct txo_http_server_opts so = s->http;
     char host[64];
     if (!daemon_parse_listen(cmd, "listen", s->listen, host, sizeof(host), &so.port))
         return NULL;
     so.host = host;
-    so.max_body_bytes = s->max_body;
-    so.timeout_s = s->http_timeout_s;
-    so.max_connections = s->max_connections;
-    so.header_timeout_s = s->http_header_timeout_s;
-    so.body_timeout_s = s->http_body_timeout_s;
-    so.max_connections_per_client = s->max_connections_per_client;
-    so.tls_cert_file = s->tls_cert;
-    so.tls_key_file = s->tls_key;
     so.metrics = metrics; /* txo_http_requests_total, txo_http_request_duration_seconds */
     so.tracer = daemon_tracer();
 
@@ -510,16 +491,11 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
 
     struct txo_error err;
     txo_error_init(&err);
-    struct order_api_opts ao;
-    order_api_opts_init(&ao);
-    ao.async = s->async;
+    struct order_api_opts ao = s->api;
     ao.tracer = daemon_tracer();
-    ao.idempotency_stale_s = s->idem_stale_s;
-    ao.admin_token = s->admin_token;
     ao.services = services;
     ao.on_commit = on_commit;
     ao.on_commit_arg = on_commit_arg;
-    ao.order_batch = s->order_batch;
     ao.metrics = metrics; /* txo_order_batch_size; GET /metrics is answered by api_handler */
     if (txo_db_pool_new(&d->db_opts, s->db_pool, &d->pool, &err) != 0 ||
         order_api_new(&ao, d->pool, &d->api, &err) != 0) {
@@ -543,7 +519,7 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
     TXO_LOG(TXO_LOG_INFO, cmd, "HTTP API listening",
             TXO_KV_STR("scheme", so.tls_cert_file != NULL ? "https" : "http"),
             TXO_KV_STR("host", host), TXO_KV_U64("port", txo_http_server_port(d->server)),
-            TXO_KV_BOOL("async", s->async));
+            TXO_KV_BOOL("async", s->api.async));
     return d;
 }
 
@@ -569,7 +545,7 @@ bool daemon_base_start(const char *cmd, const struct common_opts *common, bool w
                        const struct services_settings *services, struct daemon_base *out,
                        int *exit_status)
 {
-    *out = (struct daemon_base){.metrics = NULL};
+    *out = (struct daemon_base){.common = common};
     *exit_status = 1;
     if (wait_db) {
         int sig = 0;
@@ -592,8 +568,21 @@ bool daemon_base_start(const char *cmd, const struct common_opts *common, bool w
     return true;
 }
 
+void daemon_base_register(const char *role, struct daemon_base *b, const struct txo_relay *relay)
+{
+    b->hb_src = (struct daemon_heartbeat_src){.services = b->services, .relay = relay};
+    b->hb = daemon_heartbeat_start(role, b->common, &b->hb_src);
+}
+
+void daemon_base_unregister(struct daemon_base *b)
+{
+    txo_heartbeat_stop(b->hb);
+    b->hb = NULL;
+}
+
 void daemon_base_stop(struct daemon_base *b)
 {
+    daemon_base_unregister(b);
     order_services_free(b->services);
     daemon_tracing_stop();
     daemon_metrics_free(b->metrics);

@@ -9,6 +9,7 @@
 #ifndef TXO_CMD_DAEMONS_H
 #define TXO_CMD_DAEMONS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -24,23 +25,21 @@
 #include "brokers.h"
 #include "txo/registry.h"
 
+/*
+ * Each group's settings write straight into the options of the library (or of the order
+ * service) they configure: settings_add_<group>() first sets those to their defaults, so the
+ * fields no setting names keep them, then appends settings whose targets are the fields. What
+ * a struct below holds besides is what needs turning into options: text to parse, or a value
+ * in other units.
+ */
+
 /* ---- HTTP API (`txo serve`) ---- */
 struct serve_settings {
+    struct txo_http_server_opts http; /* host and port: from listen */
+    struct order_api_opts api;
     const char *listen;
-    unsigned max_body;
-    unsigned http_timeout_s;
-    unsigned max_connections;
-    unsigned http_header_timeout_s;
-    unsigned http_body_timeout_s;
-    unsigned max_connections_per_client;
-    const char *tls_cert;
-    const char *tls_key;
-    bool async;
-    unsigned idem_stale_s;
-    unsigned idem_wait_s;
-    const char *admin_token;
+    unsigned idem_wait_s; /* the API's sessions' innodb_lock_wait_timeout */
     unsigned db_pool;
-    unsigned order_batch;
 };
 
 /* Appends the HTTP API settings, with targets in o. */
@@ -48,24 +47,12 @@ void settings_add_serve(struct settings_table *t, struct serve_settings *o);
 
 /* ---- relay ---- */
 struct relay_settings {
+    struct txo_relay_opts opts;    /* claim, mode and ordering: parsed by daemon_relay_check() */
+    struct txo_binlog_opts binlog; /* --source binlog; its relay options are opts */
     const char *claim;
     const char *claim_mode;
     const char *ordering;
-    int64_t shard_lease_ms;
-    unsigned batch_size;
-    unsigned lease_s;
-    unsigned max_attempts;
-    unsigned max_lease_expiries;
-    unsigned breaker_failures;
-    int64_t breaker_open_ms;
-    int64_t backoff_base_ms;
-    int64_t backoff_max_ms;
-    unsigned idle_sleep_ms;
-    const char *relay_id;
     const char *source; /* polling or binlog */
-    const char *source_name;
-    int64_t source_lease_ms;
-    int64_t source_gather_ms;
 };
 
 /* Appends the relay settings, with targets in o. */
@@ -73,23 +60,9 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o);
 
 /* ---- worker ---- */
 struct worker_settings {
-    unsigned saga_threads;
-    unsigned saga_batch;
-    unsigned poll_ms;
-    unsigned saga_lease_s;
-    unsigned step_attempts;
-    unsigned command_lease_s;
-    unsigned command_attempts;
-    unsigned comp_retry_base_s;
+    struct txo_worker_opts opts; /* the runtime's; the order service adds its handlers */
+    unsigned comp_retry_base_s;  /* opts.saga.compensation_backoff, in seconds */
     unsigned comp_retry_max_s;
-    unsigned comp_max_retries;
-    unsigned outbox_retention_s;
-    unsigned idem_retention_s;
-    unsigned inbox_retention_s;
-    unsigned clean_interval_s;
-    unsigned clean_batch;
-    const char *clean_archive;           /* NULL: none */
-    struct partition_settings partition; /* a partitioned outbox's span and ahead */
 };
 
 /* Appends the worker settings, with targets in o. */
@@ -97,15 +70,8 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o);
 
 /* ---- external services (payment, shipment) ---- */
 struct services_settings {
-    const char *payment_url;
-    const char *shipment_url;
-    int64_t connect_timeout_ms;
-    int64_t timeout_ms;
-    unsigned retries;
-    unsigned breaker_failures;
-    int64_t breaker_open_ms;
-    unsigned bulkhead;
-    unsigned rate;
+    struct order_services_opts opts;
+    unsigned rate; /* opts.rate_per_s, a whole number */
 };
 
 /* Appends the payment and shipment service settings, with targets in o. */
@@ -168,17 +134,39 @@ void daemon_worker_stop(const char *cmd, struct daemon_worker *d);
 /* Frees the worker and its consumer (stopping it first). NULL is a no-op. */
 void daemon_worker_free(struct daemon_worker *d);
 
-/* Relay options from settings. False (message printed) on bad values. */
-bool daemon_relay_opts(const char *cmd, const struct relay_settings *s, struct txo_relay_opts *out);
+/*
+ * Parses and checks the relay settings s: claim, mode and ordering into s->opts, an empty
+ * relay id as none; *binlog tells --source binlog from polling. False after a message naming
+ * the setting on a bad value (exit 2). The caller copies s->opts into s->binlog.relay once it
+ * has added its metrics and tracer.
+ */
+bool daemon_relay_check(const char *cmd, struct relay_settings *s, bool *binlog);
+
+/*
+ * The relay of `txo relay` and `txo up` on a thread of its own: a polling relay or a binlog
+ * source, whichever the caller created into it (the other NULL). wake: when the run ends by
+ * itself (--drain, an error), signals_wake() ends the main thread's wait.
+ */
+struct daemon_relay {
+    struct txo_relay *relay;
+    struct txo_binlog *binlog;
+    bool wake;
+    int rc; /* what the run returned, once stopped */
+    struct txo_error err;
+    pthread_t tid;
+    bool running;
+};
+
+/* Starts the run on its thread; false when the thread cannot start. */
+bool daemon_relay_start(struct daemon_relay *r);
+/* Stops the run (the batch in flight completes) and joins the thread; a no-op unless running. */
+void daemon_relay_stop(struct daemon_relay *r);
+/* Frees the relay or the binlog source (stopping it first). */
+void daemon_relay_free(struct daemon_relay *r);
 
 /* False (after printing why and how to fix it) when a binlog source of db's outbox left rows it
  * published PENDING (txo_binlog_published_through()): a polling relay must not start then. */
 bool daemon_polling_allowed(const char *cmd, struct txo_db *db);
-
-/* --source binlog: the binlog source's options (with ro as its relay options) into *out and
- * true in *binlog; --source polling: false. False after printing a message on a bad value. */
-bool daemon_binlog_opts(const char *cmd, const struct relay_settings *s,
-                        const struct txo_relay_opts *ro, bool *binlog, struct txo_binlog_opts *out);
 
 /* The HTTP API: connection pool + order API + HTTP server (+ /metrics when metrics given).
  * NULL after printing a message on failure. */
@@ -191,31 +179,6 @@ struct api_daemon *daemon_api_start(const char *cmd, const struct common_opts *c
 unsigned daemon_api_port(const struct api_daemon *d);
 /* Graceful: requests in flight finish. NULL is a no-op. */
 void daemon_api_stop(struct api_daemon *d);
-
-/* ---- what serve, worker and up start first ---- */
-
-/* The process's metrics, tracer and external services, which the other components use. */
-struct daemon_base {
-    struct daemon_metrics *metrics;
-    struct txo_metrics *reg; /* the registry of metrics */
-    struct order_services *services;
-};
-
-/*
- * Waits for the database first when wait_db (daemon_db_wait()), then starts the metrics
- * (daemon_metrics_new()), the tracer (daemon_tracing_start()) and the external services
- * (daemon_services_new()) into *out. False after a message, with *exit_status 0 when a signal
- * ended the wait, 2 on a bad tracing or services setting and 1 otherwise. Call
- * daemon_base_stop() in either case.
- */
-bool daemon_base_start(const char *cmd, const struct common_opts *common, bool wait_db,
-                       const struct tracing_settings *tracing,
-                       const struct services_settings *services, struct daemon_base *out,
-                       int *exit_status);
-
-/* Frees the services, stops the tracer (its last spans are sent) and frees the metrics: after
- * every component that uses them. */
-void daemon_base_stop(struct daemon_base *b);
 
 /* ---- the process registry (txo/registry.h) ---- */
 
@@ -235,5 +198,41 @@ struct daemon_heartbeat_src {
  */
 struct txo_heartbeat *daemon_heartbeat_start(const char *role, const struct common_opts *common,
                                              const struct daemon_heartbeat_src *src);
+
+/* ---- what serve, worker and up start first ---- */
+
+/* The process's metrics, tracer and external services, which the other components use, and
+ * its registration. */
+struct daemon_base {
+    const struct common_opts *common;
+    struct daemon_metrics *metrics;
+    struct txo_metrics *reg; /* the registry of metrics */
+    struct order_services *services;
+    struct daemon_heartbeat_src hb_src;
+    struct txo_heartbeat *hb;
+};
+
+/*
+ * Waits for the database first when wait_db (daemon_db_wait()), then starts the metrics
+ * (daemon_metrics_new()), the tracer (daemon_tracing_start()) and the external services
+ * (daemon_services_new()) into *out. False after a message, with *exit_status 0 when a signal
+ * ended the wait, 2 on a bad tracing or services setting and 1 otherwise. Call
+ * daemon_base_stop() in either case.
+ */
+bool daemon_base_start(const char *cmd, const struct common_opts *common, bool wait_db,
+                       const struct tracing_settings *tracing,
+                       const struct services_settings *services, struct daemon_base *out,
+                       int *exit_status);
+
+/* Registers the process as role (daemon_heartbeat_start()): its heartbeat reports the breakers
+ * of b's services and of relay (NULL: none), which must outlive it. */
+void daemon_base_register(const char *role, struct daemon_base *b, const struct txo_relay *relay);
+
+/* Ends the registration: first of all, before the components its heartbeat reads stop. */
+void daemon_base_unregister(struct daemon_base *b);
+
+/* Frees the services, stops the tracer (its last spans are sent) and frees the metrics: after
+ * every component that uses them. */
+void daemon_base_stop(struct daemon_base *b);
 
 #endif

@@ -122,7 +122,7 @@ static void learn(const struct command *const *cmds, size_t n)
     known.n = 0;
     for (size_t i = 0; i < n; i++) {
         char *argv[] = {(char *)cmds[i]->name, NULL};
-        (void)cmds[i]->run(1, argv);
+        (void)command_run(cmds[i], 1, argv);
     }
     known.on = false;
 }

@@ -189,6 +189,23 @@ int listing_json(FILE *out, const char *cmd, const json_t *doc)
     return 0;
 }
 
+int listing_print(const char *cmd, json_t *doc, bool json, listing_tables_fn *tables, void *arg)
+{
+    int rc = 0;
+    if (json || doc == NULL)
+        rc = listing_json(stdout, cmd, doc);
+    else
+        tables(doc, arg);
+    json_decref(doc);
+    return rc;
+}
+
+void listing_rows(const json_t *doc, void *arg)
+{
+    const struct listing_columns *c = arg;
+    listing_table(stdout, c->cols, c->n, doc);
+}
+
 void listing_add_json_setting(struct settings_table *t, bool *json, const char *help)
 {
     const struct setting s[] = {

@@ -46,6 +46,25 @@ void listing_record(FILE *out, const struct listing_column *cols, size_t n_cols,
  */
 int listing_json(FILE *out, const char *cmd, const json_t *doc);
 
+/* Prints tables of doc for a person; arg is listing_print()'s. */
+typedef void listing_tables_fn(const json_t *doc, void *arg);
+
+/*
+ * Prints a command's result document on stdout and frees it (json_decref): as JSON
+ * (listing_json()) with json, or when doc is NULL (building it ran out of memory), else as the
+ * tables tables(doc, arg) prints. Returns 0, or -1 when the JSON was not written.
+ */
+int listing_print(const char *cmd, json_t *doc, bool json, listing_tables_fn *tables, void *arg);
+
+/* The columns of a document that is one table (an array of rows). */
+struct listing_columns {
+    const struct listing_column *cols;
+    size_t n;
+};
+
+/* A listing_tables_fn: doc as one table of the columns arg (a struct listing_columns). */
+void listing_rows(const json_t *doc, void *arg);
+
 /* Appends --json (TXO_JSON): print the JSON document instead of tables. help says what the
  * document is ("one JSON array of the dead letters"). */
 void listing_add_json_setting(struct settings_table *t, bool *json, const char *help);

@@ -50,7 +50,7 @@ static int print_markdown(void)
            "silently).\n\n");
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++) {
         char *md_argv[] = {(char *)commands[i]->name, (char *)"--help-markdown", NULL};
-        int rc = commands[i]->run(2, md_argv);
+        int rc = command_run(commands[i], 2, md_argv);
         if (rc != 0)
             return rc;
     }
@@ -132,7 +132,7 @@ static int print_man_env(void)
     settings_print_common_env_vars(stdout);
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++) {
         char *env_argv[] = {(char *)commands[i]->name, (char *)"--help-env", NULL};
-        int rc = commands[i]->run(2, env_argv);
+        int rc = command_run(commands[i], 2, env_argv);
         if (rc != 0)
             return rc;
     }
@@ -160,7 +160,7 @@ static int print_man(const char *name)
     for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
         if (strcmp(commands[i]->name, name) == 0) {
             char *man_argv[] = {(char *)commands[i]->name, (char *)"--help-man", NULL};
-            return commands[i]->run(2, man_argv);
+            return command_run(commands[i], 2, man_argv);
         }
     cli_error("txo: unknown command \"%s\"", name);
     return 2;
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < TXO_ARRAY_LEN(commands); i++)
                 if (strcmp(commands[i]->name, argv[2]) == 0) {
                     char *help_argv[] = {argv[2], (char *)"--help", NULL};
-                    return commands[i]->run(2, help_argv);
+                    return command_run(commands[i], 2, help_argv);
                 }
         }
         usage(stdout);
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
             char me[64];
             snprintf(me, sizeof(me), "txo %s", name);
             settings_warn_unknown_env(commands, TXO_ARRAY_LEN(commands), me);
-            return commands[i]->run(argc - 1, argv + 1);
+            return command_run(commands[i], argc - 1, argv + 1);
         }
     if (cli_errors_structured()) {
         cli_error("txo: unknown command \"%s\" (see txo --help)", name);

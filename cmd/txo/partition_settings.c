@@ -4,8 +4,9 @@
  */
 #include "clean.h"
 
-void settings_add_partition(struct settings_table *t, struct partition_settings *o, bool copy)
+void settings_add_partition(struct settings_table *t, struct txo_partition_opts *po, bool copy)
 {
+    txo_partition_opts_init(po);
     const struct setting every[] = {
         {.name = "partition-span",
          .env = "TXO_PARTITION_SPAN",
@@ -16,7 +17,7 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
                  "inbox's exactly (aligned in UTC)",
          .min = 60,
          .max = 31536000,
-         .target = &o->span_s},
+         .target = &po->span_s},
         {.name = "partition-ahead",
          .env = "TXO_PARTITION_AHEAD",
          .type = SETTING_UINT,
@@ -25,18 +26,18 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
                  "in use, after now for the inbox)",
          .min = 1,
          .max = TXO_PARTITION_AHEAD_MAX,
-         .target = &o->ahead},
+         .target = &po->ahead},
     };
     const struct setting copying[] = {
         {.name = "partition-first-ids",
          .env = "TXO_PARTITION_FIRST_IDS",
-         .type = SETTING_UINT,
+         .type = SETTING_I64,
          .def = "1000000",
          .help = "the outbox's ids per partition of the first partitions (enable); later ones "
                  "follow the rate, or the last one's width",
          .min = 1,
          .max = 4000000000UL,
-         .target = &o->first_ids},
+         .target = &po->first_ids},
         {.name = "partition-batch",
          .env = "TXO_PARTITION_BATCH",
          .type = SETTING_UINT,
@@ -44,7 +45,7 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
          .help = "enable, disable: rows copied per transaction",
          .min = 1,
          .max = 100000,
-         .target = &o->batch},
+         .target = &po->batch},
         {.name = "partition-pause",
          .env = "TXO_PARTITION_PAUSE_MS",
          .type = SETTING_UINT,
@@ -52,21 +53,9 @@ void settings_add_partition(struct settings_table *t, struct partition_settings 
          .help = "enable, disable: milliseconds between two copy batches, to leave the server to "
                  "the writers",
          .max = 60000,
-         .target = &o->pause_ms},
+         .target = &po->pause_ms},
     };
     settings_add(t, every, TXO_ARRAY_LEN(every));
     if (copy)
         settings_add(t, copying, TXO_ARRAY_LEN(copying));
-}
-
-void partition_settings_apply(const struct partition_settings *s, unsigned batch,
-                              struct txo_partition_opts *po)
-{
-    txo_partition_opts_init(po);
-    po->span_s = s->span_s;
-    po->ahead = s->ahead;
-    if (s->first_ids > 0)
-        po->first_ids = s->first_ids;
-    po->batch = batch;
-    po->pause_ms = s->pause_ms;
 }

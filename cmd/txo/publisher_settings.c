@@ -7,7 +7,6 @@
 #include "brokers.h"
 #include "cli_errors.h"
 #include "publisher_settings.h"
-#include "txo/webhook.h"
 
 void settings_add_publisher(struct settings_table *t, struct publisher_settings *o)
 {
@@ -40,12 +39,13 @@ void settings_add_publisher(struct settings_table *t, struct publisher_settings 
 
 void settings_add_webhook(struct settings_table *t, struct publisher_settings *o)
 {
+    txo_webhook_opts_init(&o->webhook);
     const struct setting webhook[] = {
         {.name = "webhook-url",
          .env = "TXO_WEBHOOK_URL",
          .type = SETTING_STRING,
          .help = "endpoint the webhook publisher POSTs each event to",
-         .target = &o->webhook_url},
+         .target = &o->webhook.url},
         {.name = "webhook-timeout",
          .env = "TXO_WEBHOOK_TIMEOUT_MS",
          .type = SETTING_MS,
@@ -53,13 +53,13 @@ void settings_add_webhook(struct settings_table *t, struct publisher_settings *o
          .help = "whole-request timeout of the webhook publisher, milliseconds",
          .min = 1,
          .max = 600000,
-         .target = &o->webhook_timeout_ms},
+         .target = &o->webhook.timeout_ms},
         {.name = "webhook-token",
          .env = "TXO_WEBHOOK_TOKEN",
          .type = SETTING_STRING,
          .help = "bearer token the webhook publisher sends (Authorization header)",
          .secret = true,
-         .target = &o->webhook_token},
+         .target = &o->webhook.bearer_token},
     };
     settings_add(t, webhook, TXO_ARRAY_LEN(webhook));
 }
@@ -81,7 +81,7 @@ bool publisher_settings_apply(const char *cmd, const struct publisher_settings *
         return false;
     }
     if (strcmp(o->publisher, "webhook") == 0 &&
-        (o->webhook_url == NULL || o->webhook_url[0] == '\0')) {
+        (o->webhook.url == NULL || o->webhook.url[0] == '\0')) {
         cli_error("txo %s: --publisher webhook needs --webhook-url", cmd);
         return false;
     }
@@ -112,13 +112,7 @@ int publisher_settings_make(const struct publisher_settings *o, struct txo_metri
         return txo_publisher_log_new(stdout, pub, err);
     if (strcmp(name, "null") == 0)
         return txo_publisher_null_new(pub, err);
-    if (strcmp(name, "webhook") == 0) {
-        struct txo_webhook_opts wo;
-        txo_webhook_opts_init(&wo);
-        wo.url = o->webhook_url;
-        wo.timeout_ms = o->webhook_timeout_ms;
-        wo.bearer_token = o->webhook_token;
-        return txo_publisher_webhook_new(&wo, pub, err);
-    }
+    if (strcmp(name, "webhook") == 0)
+        return txo_publisher_webhook_new(&o->webhook, pub, err);
     return txo_error_set(err, TXO_EINVAL, "unknown publisher");
 }

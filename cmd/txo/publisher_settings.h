@@ -12,20 +12,20 @@
 #include "settings.h"
 #include "txo/metrics.h"
 #include "txo/publisher.h"
+#include "txo/webhook.h"
 
 struct publisher_settings {
     const char *publisher;
     const char *envelope;
     const char *envelope_source;
-    const char *webhook_url;
-    int64_t webhook_timeout_ms;
-    const char *webhook_token;
+    struct txo_webhook_opts webhook;
 };
 
 /* Appends --publisher, --envelope and --envelope-source (targets in o). */
 void settings_add_publisher(struct settings_table *t, struct publisher_settings *o);
 
-/* Appends the webhook publisher's settings (targets in o). */
+/* Appends the webhook publisher's settings (targets in o->webhook, first set to the library's
+ * defaults). */
 void settings_add_webhook(struct settings_table *t, struct publisher_settings *o);
 
 /* Checks the parsed settings of command cmd ("relay") and sets the envelope format; false

@@ -57,6 +57,8 @@ static const char *type_hint(const struct setting *s)
 {
     switch (s->type) {
     case SETTING_UINT:
+    case SETTING_I64:
+    case SETTING_SIZE:
         return "N";
     case SETTING_MS:
         return "MS";
@@ -90,6 +92,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         return true;
     case SETTING_UINT:
     case SETTING_MS:
+    case SETTING_I64:
+    case SETTING_SIZE:
         if (!parse_ulong(text, s->min, s->max, &v)) {
             cli_error("%s: %s: --%s must be a whole number from %lu to %lu, got \"%s\"",
                       who(cmd, name, sizeof(name)), source, s->name, s->min, s->max, text);
@@ -97,6 +101,8 @@ static bool apply(const struct command *cmd, const struct setting *s, const char
         }
         if (s->type == SETTING_UINT)
             *(unsigned *)s->target = (unsigned)v;
+        else if (s->type == SETTING_SIZE)
+            *(size_t *)s->target = (size_t)v;
         else
             *(int64_t *)s->target = (int64_t)v;
         return true;
@@ -351,7 +357,11 @@ static void print_config(const struct setting *table, size_t n)
             printf("%u\n", *(unsigned *)s->target);
             break;
         case SETTING_MS:
+        case SETTING_I64:
             printf("%" PRId64 "\n", *(int64_t *)s->target);
+            break;
+        case SETTING_SIZE:
+            printf("%zu\n", *(size_t *)s->target);
             break;
         case SETTING_BOOL:
             printf("%s\n", *(bool *)s->target ? "true" : "false");
@@ -490,6 +500,8 @@ void settings_add(struct settings_table *t, const struct setting *s, size_t n)
 
 void settings_add_common(struct settings_table *t, struct common_opts *o)
 {
+    txo_db_opts_init(&o->db);
+    t->common = o;
     const struct setting group[] = {
         {.name = "mysql-host",
          .env = "MYSQL_HOST",
@@ -767,23 +779,19 @@ bool common_apply(struct common_opts *o)
     return password_load(o);
 }
 
-bool command_setup(const struct command *cmd, struct common_opts *common,
-                   void (*add_settings)(struct settings_table *t), int argc, char **argv,
-                   int *first_arg, int *exit_status)
+int command_run(const struct command *cmd, int argc, char **argv)
 {
-    txo_db_opts_init(&common->db);
     struct settings_table table = {.n = 0};
-    add_settings(&table);
-    enum settings_result r = settings_parse(cmd, table.items, table.n, argc, argv, first_arg);
-    if (r != SETTINGS_OK) {
-        *exit_status = r == SETTINGS_EXIT_OK ? 0 : 2;
-        return false;
-    }
-    if (!common_apply(common)) {
-        *exit_status = 2;
-        return false;
-    }
-    return true;
+    if (cmd->add_settings != NULL)
+        cmd->add_settings(&table);
+    int first = argc;
+    enum settings_result r = settings_parse(cmd, table.items, table.n, argc, argv,
+                                            cmd->run_args != NULL ? &first : NULL);
+    if (r != SETTINGS_OK)
+        return r == SETTINGS_EXIT_OK ? 0 : 2;
+    if (table.common != NULL && !common_apply(table.common))
+        return 2;
+    return cmd->run_args != NULL ? cmd->run_args(argc - first, argv + first) : cmd->run();
 }
 
 struct txo_db *common_connect(const struct common_opts *o)

@@ -22,6 +22,8 @@ enum setting_type {
     SETTING_UINT,   /* target: unsigned *, within [min, max] */
     SETTING_BOOL,   /* target: bool *; "--name" alone sets true; env/flag value 1/0/true/false */
     SETTING_MS,     /* target: int64_t *, milliseconds, within [min, max] */
+    SETTING_I64,    /* target: int64_t *, within [min, max] (a count, shown as N) */
+    SETTING_SIZE,   /* target: size_t *, within [min, max] (a count, shown as N) */
 };
 
 /*
@@ -37,18 +39,29 @@ struct setting {
     const char *help;
     bool secret;       /* shown as *** by --help and --print-config */
     bool hidden;       /* for tests only: accepted, but not in --help, man pages or docs */
-    unsigned long min; /* SETTING_UINT and SETTING_MS: the accepted range */
+    unsigned long min; /* the numeric types: the accepted range */
     unsigned long max;
     void *target; /* where the value goes; its type follows from .type */
     bool *given;  /* when not NULL: set to whether the environment or a flag gave the value */
 };
 
+struct settings_table;
+
+/*
+ * A subcommand, as command_run() runs it: add_settings builds its settings table; once its
+ * settings are parsed and applied, run does the command's work.
+ */
 struct command {
     const char *name;        /* "relay" */
     const char *summary;     /* one line for `txo --help` */
     const char *usage;       /* "txo relay [options]" */
     const char *description; /* paragraphs for `txo relay --help` */
-    int (*run)(int argc, char **argv);
+    /* Appends the command's settings, in --help order, with targets in its options. */
+    void (*add_settings)(struct settings_table *t);
+    /* The work; returns the exit status. A command takes positional arguments (options may
+     * stand anywhere among them) when it has run_args instead of run. */
+    int (*run)(void);
+    int (*run_args)(int n_args, char **args);
     const char *program; /* a program of its own: its name for messages; NULL: `txo` */
     /* The EXAMPLES of its man page: one or more "# what it does\ncommand line\n" pairs. */
     const char *examples;
@@ -119,6 +132,7 @@ void settings_man_text(const char *text, FILE *out);
 struct settings_table {
     struct setting items[SETTINGS_MAX];
     size_t n;
+    struct common_opts *common; /* set by settings_add_common(): applied after parsing */
 };
 
 /* Appends n entries. More than SETTINGS_MAX in all is a bug in the command: it aborts. */
@@ -141,7 +155,8 @@ struct common_opts {
     char password_buf[COMMON_PASSWORD_MAX + 1];
 };
 
-/* Appends the database, log level and crash point settings, with targets in o. */
+/* Appends the database, log level and crash point settings, with targets in o (o->db first set
+ * to the library's defaults). */
 void settings_add_common(struct settings_table *t, struct common_opts *o);
 
 /*
@@ -153,15 +168,12 @@ void settings_add_common(struct settings_table *t, struct common_opts *o);
 bool common_apply(struct common_opts *o);
 
 /*
- * The start of a command's run(): resets common's database options, builds the command's table
- * with add_settings, parses argv into it (positional arguments as settings_parse() leaves them,
- * first_arg may be NULL) and applies common. True when the command goes on; false with
- * *exit_status set otherwise: 0 after --help or --print-config, 2 on a bad setting (the message
- * printed).
+ * Runs cmd with argv (argv[0] its name): builds its table, parses argv into it, applies the
+ * common settings when the table has them (common_apply()), then calls cmd->run() or
+ * cmd->run_args(). Returns their exit status, or 0 after --help or --print-config, 2 on a bad
+ * setting (the message printed).
  */
-bool command_setup(const struct command *cmd, struct common_opts *common,
-                   void (*add_settings)(struct settings_table *t), int argc, char **argv,
-                   int *first_arg, int *exit_status);
+int command_run(const struct command *cmd, int argc, char **argv);
 
 /* Connects with o->db, printing a message naming the server on failure. */
 struct txo_db *common_connect(const struct common_opts *o);

@@ -12,6 +12,7 @@ static struct txo_tracer *tracer; /* set before the daemons' threads start, read
 
 void settings_add_tracing(struct settings_table *t, struct tracing_settings *o)
 {
+    txo_tracer_opts_init(&o->opts);
     const struct setting group[] = {
         {.name = "otlp-endpoint",
          .env = "TXO_OTLP_ENDPOINT",
@@ -19,7 +20,7 @@ void settings_add_tracing(struct settings_table *t, struct tracing_settings *o)
          .help = "export spans as OTLP/HTTP JSON to this URL, e.g. "
                  "http://127.0.0.1:4318/v1/traces (unset: none; the trace context is "
                  "propagated either way)",
-         .target = &o->endpoint},
+         .target = &o->opts.endpoint},
         {.name = "trace-sample-ratio",
          .env = "TXO_TRACE_SAMPLE_RATIO",
          .type = SETTING_STRING,
@@ -32,7 +33,7 @@ void settings_add_tracing(struct settings_table *t, struct tracing_settings *o)
          .type = SETTING_STRING,
          .def = "txo",
          .help = "the service.name of the exported spans",
-         .target = &o->service_name},
+         .target = &o->opts.service_name},
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
@@ -40,7 +41,7 @@ void settings_add_tracing(struct settings_table *t, struct tracing_settings *o)
 bool daemon_tracing_start(const char *cmd, const struct tracing_settings *o,
                           struct txo_metrics *reg)
 {
-    if (o->endpoint == NULL || o->endpoint[0] == '\0')
+    if (o->opts.endpoint == NULL || o->opts.endpoint[0] == '\0')
         return true;
     char *end = NULL;
     double ratio = o->sample_ratio != NULL ? strtod(o->sample_ratio, &end) : 1.0;
@@ -50,11 +51,8 @@ bool daemon_tracing_start(const char *cmd, const struct tracing_settings *o,
                   o->sample_ratio);
         return false;
     }
-    struct txo_tracer_opts to;
-    txo_tracer_opts_init(&to);
-    to.endpoint = o->endpoint;
+    struct txo_tracer_opts to = o->opts;
     to.sample_ratio = ratio;
-    to.service_name = o->service_name;
     to.metrics = reg;
     struct txo_error err;
     txo_error_init(&err);

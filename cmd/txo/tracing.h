@@ -11,12 +11,12 @@
 #include "txo/tracer.h"
 
 struct tracing_settings {
-    const char *endpoint;     /* --otlp-endpoint; NULL or "": no export */
-    const char *sample_ratio; /* --trace-sample-ratio, parsed by daemon_tracing_start */
-    const char *service_name; /* --service-name */
+    struct txo_tracer_opts opts; /* endpoint NULL or "": no export */
+    const char *sample_ratio;    /* --trace-sample-ratio, parsed by daemon_tracing_start */
 };
 
-/* Appends --otlp-endpoint, --trace-sample-ratio and --service-name. */
+/* Appends --otlp-endpoint, --trace-sample-ratio and --service-name, with targets in o (o->opts
+ * first set to the library's defaults). */
 void settings_add_tracing(struct settings_table *t, struct tracing_settings *o);
 
 /*
