@@ -149,7 +149,8 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
                  "slow publishers such as webhooks); transaction: claim, publish and mark in "
                  "one transaction holding the rows' locks (one update per event, 1.6-1.9x the "
                  "events/s; for quick publishers, needs SKIP LOCKED); auto: transaction for the "
-                 "quick ones (nats, rabbitmq, redis, log, null) when the server has SKIP "
+                 "quick ones (nats, rabbitmq, redis, log, null, local dispatch) when the server "
+                 "has SKIP "
                  "LOCKED, else lease",
          .target = &o->claim_mode},
         {.name = "ordering",
