@@ -65,29 +65,16 @@ static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_CMDQ_FAILED] = {false},
 };
 
-static bool status_valid(enum txo_cmdq_status s)
-{
-    return (unsigned)s < TXO_ARRAY_LEN(status_names);
-}
-
 const char *txo_cmdq_status_name(enum txo_cmdq_status s)
 {
     return txo__name_of(status_names, TXO_ARRAY_LEN(status_names), (long)s);
 }
 
-int txo_cmdq_status_parse(const char *name, enum txo_cmdq_status *out)
-{
-    long i = txo__name_index(status_names, TXO_ARRAY_LEN(status_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_cmdq_status)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_cmdq_status_parse, enum txo_cmdq_status, status_names)
 
 bool txo_cmdq_can_move(enum txo_cmdq_status from, enum txo_cmdq_status to)
 {
-    if (!status_valid(from) || !status_valid(to))
-        TXO_BUG("unknown command status %d -> %d", (int)from, (int)to);
+    txo__move_check(TXO_ARRAY_LEN(status_names), (long)from, (long)to, "command status");
     return moves[from][to];
 }
 

@@ -51,29 +51,16 @@ static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_OUTBOX_SKIPPED] = {false},
 };
 
-static bool status_valid(enum txo_outbox_status s)
-{
-    return (unsigned)s < TXO_ARRAY_LEN(status_names);
-}
-
 const char *txo_outbox_status_name(enum txo_outbox_status s)
 {
     return txo__name_of(status_names, TXO_ARRAY_LEN(status_names), (long)s);
 }
 
-int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out)
-{
-    long i = txo__name_index(status_names, TXO_ARRAY_LEN(status_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_outbox_status)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_outbox_status_parse, enum txo_outbox_status, status_names)
 
 bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_status to)
 {
-    if (!status_valid(from) || !status_valid(to))
-        TXO_BUG("unknown outbox status %d -> %d", (int)from, (int)to);
+    txo__move_check(TXO_ARRAY_LEN(status_names), (long)from, (long)to, "outbox status");
     return moves[from][to];
 }
 
