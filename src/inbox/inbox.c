@@ -14,26 +14,12 @@
  * Thread-safety: no shared state; each call uses only the tx it is given.
  */
 
-#include <jansson.h>
-
+#include "core/text.h"
 #include "inbox/inbox_sql.h"
 #include "txo/inbox.h"
 
 /* inbox_events.event_type VARCHAR(128); stricter in bytes than the column is in characters. */
 #define EVENT_TYPE_MAX 128
-
-/* Checks that payload is one JSON document (integers beyond int64 are valid JSON too). */
-static int check_payload(const char *payload, const char *event_id, struct txo_error *err)
-{
-    json_error_t jerr;
-    json_t *doc = json_loads(payload, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
-    if (doc == NULL)
-        return txo_error_set(err, TXO_ECONSTRAINT,
-                             "inbox event %s: payload is not JSON: %s at line %d column %d",
-                             event_id, jerr.text, jerr.line, jerr.column);
-    json_decref(doc);
-    return 0;
-}
 
 static int check_args(const char *event_id, const char *event_type, const char *payload_json,
                       struct txo_error *err)
@@ -44,15 +30,15 @@ static int check_args(const char *event_id, const char *event_type, const char *
     if (id_len > TXO_INBOX_EVENT_ID_MAX)
         return txo_error_set(err, TXO_EINVAL, "inbox: event_id is %zu bytes, at most %d (%.64s...)",
                              id_len, TXO_INBOX_EVENT_ID_MAX, event_id);
-    if (event_type == NULL || event_type[0] == '\0')
-        return txo_error_set(err, TXO_EINVAL, "inbox event %s: event_type is empty", event_id);
-    size_t type_len = strlen(event_type);
-    if (type_len > EVENT_TYPE_MAX)
-        return txo_error_set(err, TXO_EINVAL, "inbox event %s: event_type is %zu bytes, at most %d",
-                             event_id, type_len, EVENT_TYPE_MAX);
+    char whose[TXO_ERROR_MSG_MAX];
+    snprintf(whose, sizeof(whose), "inbox event %s", event_id);
+    int rc = txo__check_text_field(event_type, EVENT_TYPE_MAX, whose, "event_type", err);
+    if (rc < 0)
+        return rc;
     if (payload_json == NULL || payload_json[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "inbox event %s: payload is missing", event_id);
-    return check_payload(payload_json, event_id, err);
+    return txo__json_check_payload(payload_json, strlen(payload_json), false, "inbox event",
+                                   event_id, err);
 }
 
 int txo_inbox_record(struct txo_tx *tx, const char *event_id, const char *event_type,

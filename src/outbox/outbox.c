@@ -16,8 +16,7 @@
  * Thread-safety: no shared state; each call uses only the tx/db it is given.
  */
 
-#include <jansson.h>
-
+#include "core/text.h"
 #include "outbox/outbox_sql.h"
 #include "txo/binlog.h"
 #include "trace/trace_params.h"
@@ -64,49 +63,23 @@ bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_status to)
     return moves[from][to];
 }
 
-static int check_field(const char *value, size_t max, const char *field, const char *key,
-                       struct txo_error *err)
-{
-    if (value == NULL || value[0] == '\0')
-        return txo_error_set(err, TXO_EINVAL, "outbox event %s: %s is empty", key, field);
-    size_t len = strlen(value);
-    if (len > max)
-        return txo_error_set(err, TXO_EINVAL, "outbox event %s: %s is %zu bytes, at most %zu", key,
-                             field, len, max);
-    return 0;
-}
-
-/*
- * Checks that payload is one JSON document. Integers are read as reals only so that integers
- * beyond int64 (valid JSON, accepted by the server) are not rejected; the text is stored
- * unchanged.
- */
-static int check_payload(const char *payload, size_t len, const char *key, struct txo_error *err)
-{
-    json_error_t jerr;
-    json_t *doc =
-        json_loadb(payload, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
-    if (doc == NULL)
-        return txo_error_set(err, TXO_ECONSTRAINT,
-                             "outbox event %s: payload is not JSON: %s at line %d column %d", key,
-                             jerr.text, jerr.line, jerr.column);
-    json_decref(doc);
-    return 0;
-}
-
 /* Every check txo_outbox_append() and txo_outbox_append_many() make on one event before any
  * SQL runs. *payload_len gets the payload's length. */
 static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
                        struct txo_error *err)
 {
     const char *key = ev->idempotency_key != NULL ? ev->idempotency_key : "(null)";
-    int rc = check_field(ev->idempotency_key, IDEMPOTENCY_KEY_MAX, "idempotency_key", key, err);
+    char whose[TXO_ERROR_MSG_MAX + 16]; /* longer than a message: only the message is cut */
+    snprintf(whose, sizeof(whose), "outbox event %s", key);
+    int rc = txo__check_text_field(ev->idempotency_key, IDEMPOTENCY_KEY_MAX, whose,
+                                   "idempotency_key", err);
     if (rc == 0)
-        rc = check_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, "aggregate_type", key, err);
+        rc = txo__check_text_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, whose, "aggregate_type",
+                                   err);
     if (rc == 0)
-        rc = check_field(ev->aggregate_id, AGGREGATE_ID_MAX, "aggregate_id", key, err);
+        rc = txo__check_text_field(ev->aggregate_id, AGGREGATE_ID_MAX, whose, "aggregate_id", err);
     if (rc == 0)
-        rc = check_field(ev->event_type, EVENT_TYPE_MAX, "event_type", key, err);
+        rc = txo__check_text_field(ev->event_type, EVENT_TYPE_MAX, whose, "event_type", err);
     if (rc < 0)
         return rc;
     if (ev->payload_json == NULL)
@@ -114,7 +87,7 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
     *payload_len = ev->payload_len != 0 ? ev->payload_len : strlen(ev->payload_json);
     if (*payload_len == 0)
         return txo_error_set(err, TXO_EINVAL, "outbox event %s: payload is empty", key);
-    return check_payload(ev->payload_json, *payload_len, key, err);
+    return txo__json_check_payload(ev->payload_json, *payload_len, true, "outbox event", key, err);
 }
 
 /* The columns of an event per row (OUTBOX_SQL_INSERT_ROW). */
