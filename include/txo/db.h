@@ -411,6 +411,15 @@ TXO_API TXO_MUST_CHECK int txo_schema_has_table(struct txo_db *db, const char *t
                                                 struct txo_error *err);
 
 /*
+ * Returns 0 when the current database has the table that the component who needs, or
+ * TXO_ECONFIG "<who>: table <table> missing: run txo migrate (migration <migration>)" when it
+ * has not. Errors: DB errors too.
+ */
+TXO_API TXO_MUST_CHECK int txo_schema_require_table(struct txo_db *db, const char *table,
+                                                    const char *who, const char *migration,
+                                                    struct txo_error *err);
+
+/*
  * Applies the migrations of set that are not yet recorded in `txo_schema_migrations`, in
  * order, under a server-side named lock so two runs cannot interleave. Idempotent. *applied
  * (may be NULL) receives how many were applied now, *total how many the set has.

@@ -109,23 +109,6 @@ static void disconnect(struct txo_db *db)
     db->raw_tx = false;
 }
 
-static const char *session_isolation_sql(enum txo_isolation iso)
-{
-    switch (iso) {
-    case TXO_ISO_READ_UNCOMMITTED:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
-    case TXO_ISO_READ_COMMITTED:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
-    case TXO_ISO_REPEATABLE_READ:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-    case TXO_ISO_SERIALIZABLE:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE";
-    case TXO_ISO_DEFAULT:
-        break;
-    }
-    return NULL;
-}
-
 int txo__db_raw_query(struct txo_db *db, const char *sql, struct txo_error *err)
 {
     if (mysql_real_query(db->conn, sql, (unsigned long)strlen(sql)) != 0) {
@@ -314,8 +297,8 @@ static int connect_endpoint(struct txo_db *db, const struct db_endpoint *ep, str
         rc = txo__db_raw_query(db, SQL_SET_SQL_MODE, err);
     if (rc == 0)
         rc = txo__db_raw_query(db, SQL_SET_TIME_ZONE, err);
-    if (rc == 0 && session_isolation_sql(o->isolation))
-        rc = txo__db_raw_query(db, session_isolation_sql(o->isolation), err);
+    if (rc == 0 && txo__db_isolation_sql(o->isolation, true))
+        rc = txo__db_raw_query(db, txo__db_isolation_sql(o->isolation, true), err);
     if (rc == 0) {
         struct txo_param p = txo_p_i64(o->lock_wait_timeout_s);
         rc = txo__db_exec(db, SQL_SET_LOCK_WAIT, &p, 1, NULL, err);
