@@ -212,28 +212,18 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = txo_tx_query(tx, OUTBOX_SQL_COUNT_BY_STATUS, NULL, 0, &rows, err);
     if (rc < 0)
         goto out;
+    uint64_t *count_of[TXO_ARRAY_LEN(status_names)] = {
+        [TXO_OUTBOX_PENDING] = &ctx->stats.pending,
+        [TXO_OUTBOX_PROCESSING] = &ctx->stats.processing,
+        [TXO_OUTBOX_PUBLISHED] = &ctx->stats.published,
+        [TXO_OUTBOX_FAILED] = &ctx->stats.failed,
+        [TXO_OUTBOX_SKIPPED] = &ctx->stats.skipped,
+    };
     for (size_t i = 0; i < txo_rows_count(rows); i++) {
         enum txo_outbox_status s;
-        uint64_t n = (uint64_t)txo_rows_i64(rows, i, 1);
         if (txo_outbox_status_parse(txo_rows_str(rows, i, 0, NULL), &s) < 0)
             continue; /* the ENUM column admits only our values (or '' in non-strict mode) */
-        switch (s) {
-        case TXO_OUTBOX_PENDING:
-            ctx->stats.pending = n;
-            break;
-        case TXO_OUTBOX_PROCESSING:
-            ctx->stats.processing = n;
-            break;
-        case TXO_OUTBOX_PUBLISHED:
-            ctx->stats.published = n;
-            break;
-        case TXO_OUTBOX_FAILED:
-            ctx->stats.failed = n;
-            break;
-        case TXO_OUTBOX_SKIPPED:
-            ctx->stats.skipped = n;
-            break;
-        }
+        *count_of[s] = (uint64_t)txo_rows_i64(rows, i, 1);
     }
     txo_rows_free(rows);
     rows = NULL;
