@@ -533,21 +533,6 @@ int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *a
     return rc;
 }
 
-int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
-                             const struct txo_param *p, size_t per_row, uint64_t *affected,
-                             struct txo_error *err)
-{
-    char *sql = txo_sql_values_rows(before, n_rows, row);
-    if (sql == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "batch insert of %zu rows: out of memory", n_rows);
-    struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, sql, p, n_rows * per_row, &res, err);
-    if (rc == 0 && affected != NULL)
-        *affected = res.affected_rows;
-    txo_free(sql);
-    return rc;
-}
-
 static enum step_found judge(const struct step_rule *rule, const char *status)
 {
     if (status == NULL)

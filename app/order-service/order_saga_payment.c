@@ -82,8 +82,8 @@ int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *con
             o.p[np++] = txo_p_i64(st->order_id);
             o.p[np++] = txo_p_i64(st->total_cents);
         }
-        rc = order_saga__batch_insert(tx, ORDERS_SQL_PAYMENT_INSERT_MANY,
-                                      ORDERS_SQL_PAYMENT_INSERT_ROW, m, o.p, 2, NULL, err);
+        rc = txo_tx_exec_rows(tx, ORDERS_SQL_PAYMENT_INSERT_MANY, m, ORDERS_SQL_PAYMENT_INSERT_ROW,
+                              "", o.p, 2, NULL, err);
     }
     if (rc == 0)
         rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "PaymentCharged", "payment-charged", false,

@@ -83,8 +83,8 @@ int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *co
         for (size_t k = 0; k < n; k++)
             if (rcs[k] == 0 && o.was[k] == STEP_FRESH)
                 o.p[n + np++] = o.p[k];
-        rc = order_saga__batch_insert(tx, ORDERS_SQL_SHIPMENT_INSERT_MANY,
-                                      ORDERS_SQL_SHIPMENT_INSERT_ROW, m, o.p + n, 1, NULL, err);
+        rc = txo_tx_exec_rows(tx, ORDERS_SQL_SHIPMENT_INSERT_MANY, m,
+                              ORDERS_SQL_SHIPMENT_INSERT_ROW, "", o.p + n, 1, NULL, err);
     }
     size_t c = rc == 0 ? orders_to_confirm(rcs, order_was, &o, n, o.p + n) : 0;
     if (c > 0) {

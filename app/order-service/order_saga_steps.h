@@ -136,11 +136,6 @@ int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *a
                             const struct txo_param *in, size_t n, struct txo_rows **rows,
                             uint64_t *affected, struct txo_error *err);
 
-/* Runs before + n_rows x row (VALUES) with p (n_rows x per_row params); *affected may be NULL. */
-int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
-                             const struct txo_param *p, size_t per_row, uint64_t *affected,
-                             struct txo_error *err);
-
 /* How many sagas are done so far (rcs[k] == 0) and fresh (o->was[k] == STEP_FRESH). */
 size_t order_saga__batch_fresh(const int *rcs, const struct order_saga_batch *o, size_t n);
 

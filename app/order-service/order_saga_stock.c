@@ -240,8 +240,8 @@ int order_saga__reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *cons
             p[np++] = txo_p_i64(st->stock[i].qty);
         }
     }
-    rc = order_saga__batch_insert(tx, ORDERS_SQL_RESERVATION_INSERT_MANY,
-                                  ORDERS_SQL_RESERVATION_INSERT_ROW, n_res, p, 3, NULL, err);
+    rc = txo_tx_exec_rows(tx, ORDERS_SQL_RESERVATION_INSERT_MANY, n_res,
+                          ORDERS_SQL_RESERVATION_INSERT_ROW, "", p, 3, NULL, err);
     if (rc < 0)
         goto out;
 emit:

@@ -353,6 +353,16 @@ TXO_API char *txo_sql_values_rows(const char *before, size_t n_rows, const char 
 TXO_API char *txo_sql_values_rows_then(const char *before, size_t n_rows, const char *row,
                                        const char *after);
 
+/*
+ * Executes txo_sql_values_rows_then(before, n_rows, row, after) with params[0..n_rows *
+ * per_row): a multi-row INSERT as one statement. res may be NULL. Errors: TXO_EINVAL when
+ * n_rows is 0, TXO_ENOMEM, and those of txo_tx_exec().
+ */
+TXO_API TXO_MUST_CHECK int txo_tx_exec_rows(struct txo_tx *tx, const char *before, size_t n_rows,
+                                            const char *row, const char *after,
+                                            const struct txo_param *params, size_t per_row,
+                                            struct txo_exec_result *res, struct txo_error *err);
+
 /* Process-wide counters of the database layer (atomic; for metrics). */
 struct txo_db_stats {
     uint64_t deadlocks;     /* 1213 seen */

@@ -78,7 +78,6 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
     size_t padded = txo_sql_in_list_size(n);
     char *known_sql = txo_sql_in_list(INBOX_SQL_KNOWN_MANY, padded, "");
     struct txo_param *p = txo_calloc(padded > 3 * n ? padded : 3 * n, sizeof(*p));
-    char *insert_sql = NULL;
     struct txo_rows *rows = NULL;
     int rc = 0;
     if (known_sql == NULL || p == NULL) {
@@ -110,14 +109,9 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
     }
     if (fresh == 0)
         goto out;
-    insert_sql = txo_sql_values_rows_then(INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW,
-                                          INBOX_SQL_RECORD_MANY_END);
-    if (insert_sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "inbox record of %zu: out of memory", n);
-        goto out;
-    }
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, insert_sql, p, 3 * fresh, &res, err);
+    rc = txo_tx_exec_rows(tx, INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW,
+                          INBOX_SQL_RECORD_MANY_END, p, 3, &res, err);
     if (rc < 0) {
         txo_error_wrap(err, "inbox record of %zu", fresh);
         goto out;
@@ -130,7 +124,6 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
 out:
     txo_rows_free(rows);
     txo_free(known_sql);
-    txo_free(insert_sql);
     txo_free(p);
     return rc;
 }

@@ -119,9 +119,8 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
     size_t *lens = txo_calloc(n, sizeof(*lens));
     struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
     char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
-    char *sql = txo_sql_values_rows(OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW);
     int rc = 0;
-    if (lens == NULL || params == NULL || tps == NULL || sql == NULL) {
+    if (lens == NULL || params == NULL || tps == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
         goto out;
     }
@@ -131,7 +130,8 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
         goto out;
     for (size_t i = 0; i < n; i++)
         row_params(&evs[i], lens[i], tps[i], &params[ROW_PARAMS * i]);
-    rc = txo_tx_exec(tx, sql, params, ROW_PARAMS * n, res, err);
+    rc = txo_tx_exec_rows(tx, OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW, "", params,
+                          ROW_PARAMS, res, err);
     if (rc < 0 && n == 1)
         txo_error_wrap(err, "outbox append %s (%s %s:%s)", evs[0].idempotency_key,
                        evs[0].event_type, evs[0].aggregate_type, evs[0].aggregate_id);
@@ -141,7 +141,6 @@ out:
     txo_free(lens);
     txo_free(params);
     txo_free(tps);
-    txo_free(sql);
     return rc;
 }
 
