@@ -78,6 +78,14 @@ void txo__move_check(size_t n_states, long from, long to, const char *what);
  */
 void txo__alloc_trim(void);
 
+/*
+ * Overwrites the string s with NUL bytes through a volatile pointer, so a secret (password,
+ * token, credential header) is not left behind in memory; NULL is a no-op. txo__wipe_free()
+ * then frees it with txo_free(): the one way the library frees a secret.
+ */
+void txo__wipe(char *s);
+void txo__wipe_free(char *s);
+
 #include "banned.h"
 
 #endif

@@ -88,16 +88,6 @@ const char *txo_db_ssl_mode_name(enum txo_ssl_mode mode)
     return ssl_mode_names[mode];
 }
 
-static void wipe_free(char *s)
-{
-    if (!s)
-        return;
-    volatile char *p = s;
-    while (*p)
-        *p++ = 0;
-    txo_free(s);
-}
-
 static void disconnect(struct txo_db *db)
 {
     txo__db_stmt_cache_clear(db);
@@ -506,7 +496,7 @@ void txo_db_close(struct txo_db *db)
         txo_free(db->endpoints[i].host);
     txo_free(db->host);
     txo_free(db->user);
-    wipe_free(db->password);
+    txo__wipe_free(db->password);
     txo_free(db->database);
     txo_free(db->unix_socket);
     txo_free(db->ssl_ca);
