@@ -253,16 +253,8 @@ int order_saga__query_str(struct txo_tx *tx, const char *sql, const struct txo_p
 
 /* ---- the order's rule (CreateShipment, and the guard of the remote steps) ---- */
 
-/* CreateShipment confirms a CREATED order; a CONFIRMED one is an earlier run's doing; any other
- * status (CANCELLED by the customer) or a missing order refuses the step. */
-enum step_found order_saga__order_found(const char *status)
-{
-    if (status != NULL && strcmp(status, order_status_name(ORDER_CREATED)) == 0)
-        return STEP_FRESH;
-    if (status != NULL && strcmp(status, order_status_name(ORDER_CONFIRMED)) == 0)
-        return STEP_REDONE;
-    return STEP_REFUSED;
-}
+/* The names order_status_name() gives ORDER_CREATED and ORDER_CONFIRMED. */
+const struct step_rule order_saga__order_rule = {.fresh = "CREATED", .redone = "CONFIRMED"};
 
 /* ---- the remote parts: the calls to the services, and their guard ---- */
 
@@ -407,7 +399,7 @@ static int order_still_open(struct txo_tx *tx, const struct txo_saga_ctx *const 
     int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
     if (rc == 0)
         rc = order_saga__batch_judge(tx, ORDERS_SQL_ORDER_STATUS_MANY, "", n, rcs, &o,
-                                     order_saga__order_found, err);
+                                     &order_saga__order_rule, err);
     for (size_t k = 0; rc == 0 && k < n; k++)
         if (rcs[k] == 0 && o.was[k] != STEP_FRESH)
             rcs[k] = txo_error_set(&errs[k], TXO_EBUSINESS,
@@ -541,24 +533,18 @@ int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *a
     return rc;
 }
 
-int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
-                             const struct txo_param *p, size_t per_row, uint64_t *affected,
-                             struct txo_error *err)
+static enum step_found judge(const struct step_rule *rule, const char *status)
 {
-    char *sql = txo_sql_values_rows(before, n_rows, row);
-    if (sql == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "batch insert of %zu rows: out of memory", n_rows);
-    struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, sql, p, n_rows * per_row, &res, err);
-    if (rc == 0 && affected != NULL)
-        *affected = res.affected_rows;
-    txo_free(sql);
-    return rc;
+    if (status == NULL)
+        return rule->fresh == NULL ? STEP_FRESH : STEP_REFUSED;
+    if (rule->fresh != NULL && strcmp(status, rule->fresh) == 0)
+        return STEP_FRESH;
+    return strcmp(status, rule->redone) == 0 ? STEP_REDONE : STEP_REFUSED;
 }
 
 int order_saga__batch_judge(struct txo_tx *tx, const char *before, const char *after, size_t n,
                             const int *rcs, struct order_saga_batch *o,
-                            enum step_found (*rule)(const char *status), struct txo_error *err)
+                            const struct step_rule *rule, struct txo_error *err)
 {
     struct txo_rows *rows = NULL;
     int rc = order_saga__batch_query(tx, before, after, o->p, n, &rows, NULL, err);
@@ -573,7 +559,7 @@ int order_saga__batch_judge(struct txo_tx *tx, const char *before, const char *a
             }
         }
         o->was[k] =
-            rcs[k] == 0 ? rule(o->status[k][0] != '\0' ? o->status[k] : NULL) : STEP_REFUSED;
+            rcs[k] == 0 ? judge(rule, o->status[k][0] != '\0' ? o->status[k] : NULL) : STEP_REFUSED;
     }
     txo_rows_free(rows);
     return rc;

@@ -1,7 +1,7 @@
 /*
  * The ChargePayment step of the CreateOrderSaga and its compensation RefundPayment, each for n
  * sagas (order_saga_steps.h), and their remote parts: the calls to the payment service
- * (order_saga.c). A re-run is judged by payment_found().
+ * (order_saga.c). A re-run is judged by payment_rule.
  *
  * Thread-safety: as order_saga.c; every function uses only its transaction and its contexts.
  */
@@ -16,12 +16,7 @@
 #include "orders_sql.h"
 
 /* ChargePayment: only a CHARGED payment lets a re-run succeed (a REFUNDED one does not). */
-static enum step_found payment_found(const char *status)
-{
-    if (status == NULL)
-        return STEP_FRESH;
-    return strcmp(status, "CHARGED") == 0 ? STEP_REDONE : STEP_REFUSED;
-}
+static const struct step_rule payment_rule = {.fresh = NULL, .redone = "CHARGED"};
 
 void order_saga__remote_charge(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
                                struct txo_error *errs)
@@ -69,7 +64,7 @@ int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *con
     int rc = order_saga__batch_new(ctx, n, true, rcs, errs, &o, err);
     if (rc == 0) {
         charge_faults(ctx, n, rcs, errs);
-        rc = order_saga__batch_judge(tx, ORDERS_SQL_PAYMENTS_MANY, "", n, rcs, &o, payment_found,
+        rc = order_saga__batch_judge(tx, ORDERS_SQL_PAYMENTS_MANY, "", n, rcs, &o, &payment_rule,
                                      err);
     }
     for (size_t k = 0; rc == 0 && k < n; k++)
@@ -87,8 +82,8 @@ int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *con
             o.p[np++] = txo_p_i64(st->order_id);
             o.p[np++] = txo_p_i64(st->total_cents);
         }
-        rc = order_saga__batch_insert(tx, ORDERS_SQL_PAYMENT_INSERT_MANY,
-                                      ORDERS_SQL_PAYMENT_INSERT_ROW, m, o.p, 2, NULL, err);
+        rc = txo_tx_exec_rows(tx, ORDERS_SQL_PAYMENT_INSERT_MANY, m, ORDERS_SQL_PAYMENT_INSERT_ROW,
+                              "", o.p, 2, NULL, err);
     }
     if (rc == 0)
         rc = order_saga__batch_emit(tx, ctx, n, rcs, &o, "PaymentCharged", "payment-charged", false,

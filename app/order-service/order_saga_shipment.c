@@ -1,8 +1,8 @@
 /*
  * The CreateShipment step of the CreateOrderSaga (which also confirms the order) and its
  * compensation CancelShipment, each for n sagas (order_saga_steps.h), and their remote parts:
- * the calls to the shipment service (order_saga.c). A re-run is judged by shipment_found() and
- * order_saga__order_found().
+ * the calls to the shipment service (order_saga.c). A re-run is judged by shipment_rule and
+ * order_saga__order_rule.
  *
  * Thread-safety: as order_saga.c; every function uses only its transaction and its contexts.
  */
@@ -17,12 +17,7 @@
 #include "orders_sql.h"
 
 /* CreateShipment: only a CREATED shipment lets a re-run succeed (a CANCELLED one does not). */
-static enum step_found shipment_found(const char *status)
-{
-    if (status == NULL)
-        return STEP_FRESH;
-    return strcmp(status, "CREATED") == 0 ? STEP_REDONE : STEP_REFUSED;
-}
+static const struct step_rule shipment_rule = {.fresh = NULL, .redone = "CREATED"};
 
 void order_saga__remote_create_shipment(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
                                         struct txo_error *errs)
@@ -63,7 +58,7 @@ int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *co
     /* The orders first, locked: a customer's cancel waits for this step or is seen by it. */
     if (rc == 0)
         rc = order_saga__batch_judge(tx, ORDERS_SQL_ORDER_LOCK_MANY, ORDERS_SQL_ORDER_LOCK_MANY_END,
-                                     n, rcs, &o, order_saga__order_found, err);
+                                     n, rcs, &o, &order_saga__order_rule, err);
     for (size_t k = 0; rc == 0 && k < n; k++) {
         order_was[k] = o.was[k];
         if (rcs[k] == 0 && o.was[k] == STEP_REFUSED)
@@ -72,7 +67,7 @@ int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *co
                                    o.status[k][0] != '\0' ? o.status[k] : "missing");
     }
     if (rc == 0)
-        rc = order_saga__batch_judge(tx, ORDERS_SQL_SHIPMENTS_MANY, "", n, rcs, &o, shipment_found,
+        rc = order_saga__batch_judge(tx, ORDERS_SQL_SHIPMENTS_MANY, "", n, rcs, &o, &shipment_rule,
                                      err);
     for (size_t k = 0; rc == 0 && k < n; k++) {
         if (rcs[k] == 0 && o.was[k] == STEP_REFUSED)
@@ -88,8 +83,8 @@ int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *co
         for (size_t k = 0; k < n; k++)
             if (rcs[k] == 0 && o.was[k] == STEP_FRESH)
                 o.p[n + np++] = o.p[k];
-        rc = order_saga__batch_insert(tx, ORDERS_SQL_SHIPMENT_INSERT_MANY,
-                                      ORDERS_SQL_SHIPMENT_INSERT_ROW, m, o.p + n, 1, NULL, err);
+        rc = txo_tx_exec_rows(tx, ORDERS_SQL_SHIPMENT_INSERT_MANY, m,
+                              ORDERS_SQL_SHIPMENT_INSERT_ROW, "", o.p + n, 1, NULL, err);
     }
     size_t c = rc == 0 ? orders_to_confirm(rcs, order_was, &o, n, o.p + n) : 0;
     if (c > 0) {

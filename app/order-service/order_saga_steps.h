@@ -45,15 +45,20 @@ struct order_saga_state {
 
 /*
  * What a step finds in the row an earlier run of it left (a reservation, a payment, a
- * shipment, the order's status), and what that means for the step. One function per step
- * decides it from the row's status (NULL: no row): reservation_found (order_saga_stock.c),
- * payment_found (order_saga_payment.c), shipment_found (order_saga_shipment.c) and
- * order_saga__order_found (order_saga.c), once for every saga of a batch.
+ * shipment, the order's status), and what that means for the step. Each step's rule (struct
+ * step_rule: reservation_rule in order_saga_stock.c, payment_rule, shipment_rule and
+ * order_saga__order_rule) decides it from the row's status, once for every saga of a batch.
  */
 enum step_found {
     STEP_FRESH,   /* no earlier run: the step writes its row */
     STEP_REDONE,  /* an earlier run's row that lets the step succeed again, writing nothing */
     STEP_REFUSED, /* a row that forbids the step: TXO_EBUSINESS */
+};
+
+/* A step's rule: a row in any status but these two (or no row when fresh is set) refuses it. */
+struct step_rule {
+    const char *fresh;  /* the status the step moves on; NULL: it writes a new row (none yet) */
+    const char *redone; /* the status an earlier run of the step left */
 };
 
 /* ---- order_saga.c ---- */
@@ -80,7 +85,7 @@ int order_saga__query_str(struct txo_tx *tx, const char *sql, const struct txo_p
 
 /* CreateShipment confirms a CREATED order; a CONFIRMED one is an earlier run's doing; any other
  * status (CANCELLED by the customer) or a missing order refuses the step. */
-enum step_found order_saga__order_found(const char *status);
+extern const struct step_rule order_saga__order_rule;
 
 /* What the body of a call to a service carries besides the order_id and the customer_id. */
 enum service_body {
@@ -123,18 +128,13 @@ int order_saga__fault(size_t n, bool on, int *rcs, struct txo_error *errs, size_
  */
 int order_saga__batch_judge(struct txo_tx *tx, const char *before, const char *after, size_t n,
                             const int *rcs, struct order_saga_batch *o,
-                            enum step_found (*rule)(const char *status), struct txo_error *err);
+                            const struct step_rule *rule, struct txo_error *err);
 
 /* Runs before + IN list of n params (padded by repeating the last) + after; rows may be NULL
  * (then it executes, and *affected, when not NULL, gets the affected rows). */
 int order_saga__batch_query(struct txo_tx *tx, const char *before, const char *after,
                             const struct txo_param *in, size_t n, struct txo_rows **rows,
                             uint64_t *affected, struct txo_error *err);
-
-/* Runs before + n_rows x row (VALUES) with p (n_rows x per_row params); *affected may be NULL. */
-int order_saga__batch_insert(struct txo_tx *tx, const char *before, const char *row, size_t n_rows,
-                             const struct txo_param *p, size_t per_row, uint64_t *affected,
-                             struct txo_error *err);
 
 /* How many sagas are done so far (rcs[k] == 0) and fresh (o->was[k] == STEP_FRESH). */
 size_t order_saga__batch_fresh(const int *rcs, const struct order_saga_batch *o, size_t n);
@@ -196,7 +196,7 @@ int order_saga__reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *cons
 int order_saga__release_stock(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
                               int *rcs, struct txo_error *errs, struct txo_error *err);
 
-/* ChargePayment: one payment per order, judged by payment_found() when one exists; the fresh
+/* ChargePayment: one payment per order, judged by payment_rule when one exists; the fresh
  * ones in one INSERT, then the events. */
 int order_saga__charge_payment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
                                int *rcs, struct txo_error *errs, struct txo_error *err);
@@ -211,8 +211,8 @@ void order_saga__remote_charge(const struct txo_saga_ctx *const *ctx, size_t n, 
 void order_saga__remote_refund(const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
                                struct txo_error *errs);
 
-/* CreateShipment: the orders locked and judged by order_saga__order_found(), the shipments
- * judged by shipment_found(); the fresh ones' shipments in one INSERT, their orders confirmed
+/* CreateShipment: the orders locked and judged by order_saga__order_rule, the shipments
+ * judged by shipment_rule; the fresh ones' shipments in one INSERT, their orders confirmed
  * in one UPDATE, then the events. */
 int order_saga__create_shipment(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n,
                                 int *rcs, struct txo_error *errs, struct txo_error *err);

@@ -1,6 +1,6 @@
 /*
  * The ReserveStock step of the CreateOrderSaga and its compensation ReleaseStock, each for n
- * sagas (order_saga_steps.h). A re-run is judged by reservation_found().
+ * sagas (order_saga_steps.h). A re-run is judged by reservation_rule.
  *
  * Lock order: the inventory rows are locked in ascending SKU order (the batch's SKUs sorted
  * here, a saga's reservations read in SKU order), so concurrent reservations and releases
@@ -21,12 +21,7 @@
 /* ReserveStock: the saga's RESERVED reservations are the step done already; RELEASED ones (a
  * compensation ran) refuse it. The reservations of one run commit together, so a saga has
  * all of them or none. */
-static enum step_found reservation_found(const char *status)
-{
-    if (status == NULL)
-        return STEP_FRESH;
-    return strcmp(status, "RESERVED") == 0 ? STEP_REDONE : STEP_REFUSED;
-}
+static const struct step_rule reservation_rule = {.fresh = NULL, .redone = "RESERVED"};
 
 /* ReleaseStock of one saga: its RESERVED reservations, in SKU order, back to the inventory. */
 static int release_one(struct txo_tx *tx, const struct txo_saga_ctx *ctx, int *rc_k,
@@ -145,7 +140,7 @@ int order_saga__reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *cons
     txo_rows_free(rows);
     rows = NULL;
     rc = order_saga__batch_judge(tx, ORDERS_SQL_RESERVATIONS_MANY, "", n, rcs, &o,
-                                 reservation_found, err);
+                                 &reservation_rule, err);
     if (rc < 0)
         goto out;
 
@@ -245,8 +240,8 @@ int order_saga__reserve_stock(struct txo_tx *tx, const struct txo_saga_ctx *cons
             p[np++] = txo_p_i64(st->stock[i].qty);
         }
     }
-    rc = order_saga__batch_insert(tx, ORDERS_SQL_RESERVATION_INSERT_MANY,
-                                  ORDERS_SQL_RESERVATION_INSERT_ROW, n_res, p, 3, NULL, err);
+    rc = txo_tx_exec_rows(tx, ORDERS_SQL_RESERVATION_INSERT_MANY, n_res,
+                          ORDERS_SQL_RESERVATION_INSERT_ROW, "", p, 3, NULL, err);
     if (rc < 0)
         goto out;
 emit:

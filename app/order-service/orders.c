@@ -249,7 +249,6 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
     char(*agg_ids)[24] = txo_calloc(n + 1, sizeof(*agg_ids));
     struct txo_outbox_event *events = txo_calloc(n + 1, sizeof(*events));
     struct txo_param *params = txo_calloc(2 * n + 1, sizeof(*params));
-    char *sql = NULL;
     char *all = NULL;
     size_t all_len = 0, all_cap = 0, n_items = 0;
     int rc;
@@ -271,11 +270,9 @@ int orders_create_group_tx(struct txo_tx *tx, struct order_new *orders, size_t n
         params[2 * i + 1] = txo_p_i64(totals[i]);
         n_items += orders[i].n;
     }
-    sql = txo_sql_values_rows(ORDERS_SQL_GROUP_INSERT_ORDERS, n, ORDERS_SQL_GROUP_ORDER_ROW);
-    if (sql == NULL)
-        goto nomem;
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, params, 2 * n, &res, err);
+    rc = txo_tx_exec_rows(tx, ORDERS_SQL_GROUP_INSERT_ORDERS, n, ORDERS_SQL_GROUP_ORDER_ROW, "",
+                          params, 2, &res, err);
     if (rc < 0)
         goto out;
     if (res.affected_rows != n || res.insert_id == 0) {
@@ -353,7 +350,6 @@ out:
     txo_free(agg_ids);
     txo_free(events);
     txo_free(params);
-    txo_free(sql);
     txo_free(all);
     return rc;
 }

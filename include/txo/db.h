@@ -353,6 +353,16 @@ TXO_API char *txo_sql_values_rows(const char *before, size_t n_rows, const char 
 TXO_API char *txo_sql_values_rows_then(const char *before, size_t n_rows, const char *row,
                                        const char *after);
 
+/*
+ * Executes txo_sql_values_rows_then(before, n_rows, row, after) with params[0..n_rows *
+ * per_row): a multi-row INSERT as one statement. res may be NULL. Errors: TXO_EINVAL when
+ * n_rows is 0, TXO_ENOMEM, and those of txo_tx_exec().
+ */
+TXO_API TXO_MUST_CHECK int txo_tx_exec_rows(struct txo_tx *tx, const char *before, size_t n_rows,
+                                            const char *row, const char *after,
+                                            const struct txo_param *params, size_t per_row,
+                                            struct txo_exec_result *res, struct txo_error *err);
+
 /* Process-wide counters of the database layer (atomic; for metrics). */
 struct txo_db_stats {
     uint64_t deadlocks;     /* 1213 seen */
@@ -409,6 +419,15 @@ TXO_API const struct txo_migration_set *txo_outbox_migrations(void);
  */
 TXO_API TXO_MUST_CHECK int txo_schema_has_table(struct txo_db *db, const char *table, bool *exists,
                                                 struct txo_error *err);
+
+/*
+ * Returns 0 when the current database has the table that the component who needs, or
+ * TXO_ECONFIG "<who>: table <table> missing: run txo migrate (migration <migration>)" when it
+ * has not. Errors: DB errors too.
+ */
+TXO_API TXO_MUST_CHECK int txo_schema_require_table(struct txo_db *db, const char *table,
+                                                    const char *who, const char *migration,
+                                                    struct txo_error *err);
 
 /*
  * Applies the migrations of set that are not yet recorded in `txo_schema_migrations`, in

@@ -559,12 +559,7 @@ void txo_admin_free(struct txo_admin *admin)
 {
     if (admin == NULL)
         return;
-    if (admin->token != NULL) {
-        volatile char *p = admin->token; /* a secret: not left behind in freed memory */
-        while (*p != '\0')
-            *p++ = '\0';
-        txo_free(admin->token);
-    }
+    txo__wipe_free(admin->token);
     txo_free(admin);
 }
 

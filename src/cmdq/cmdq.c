@@ -21,8 +21,7 @@
  * Thread-safety: no shared state; each call uses only the tx/db it is given.
  */
 
-#include <jansson.h>
-
+#include "core/text.h"
 #include "cmdq/cmdq_sql.h"
 #include "queue/lease.h"
 #include "trace/trace_params.h"
@@ -65,29 +64,16 @@ static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_CMDQ_FAILED] = {false},
 };
 
-static bool status_valid(enum txo_cmdq_status s)
-{
-    return (unsigned)s < TXO_ARRAY_LEN(status_names);
-}
-
 const char *txo_cmdq_status_name(enum txo_cmdq_status s)
 {
     return txo__name_of(status_names, TXO_ARRAY_LEN(status_names), (long)s);
 }
 
-int txo_cmdq_status_parse(const char *name, enum txo_cmdq_status *out)
-{
-    long i = txo__name_index(status_names, TXO_ARRAY_LEN(status_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_cmdq_status)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_cmdq_status_parse, enum txo_cmdq_status, status_names)
 
 bool txo_cmdq_can_move(enum txo_cmdq_status from, enum txo_cmdq_status to)
 {
-    if (!status_valid(from) || !status_valid(to))
-        TXO_BUG("unknown command status %d -> %d", (int)from, (int)to);
+    txo__move_check(TXO_ARRAY_LEN(status_names), (long)from, (long)to, "command status");
     return moves[from][to];
 }
 
@@ -97,28 +83,22 @@ int txo_cmdq_enqueue(struct txo_tx *tx, const char *command_type, const char *pa
                      const struct txo_trace_ctx *trace, int64_t *id, struct txo_error *err)
 {
     TXO_ASSERT(tx != NULL);
-    if (command_type == NULL || command_type[0] == '\0')
-        return txo_error_set(err, TXO_EINVAL, "command queue: command_type is empty");
-    size_t type_len = strlen(command_type);
-    if (type_len > TXO_CMDQ_TYPE_MAX)
-        return txo_error_set(err, TXO_EINVAL,
-                             "command queue: command_type is %zu bytes, at most %d", type_len,
-                             TXO_CMDQ_TYPE_MAX);
+    int rc = txo__check_text_field(command_type, TXO_CMDQ_TYPE_MAX, "command queue", "command_type",
+                                   err);
+    if (rc < 0)
+        return rc;
     if (payload_json == NULL || payload_json[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "command %s: payload is missing", command_type);
-    json_error_t jerr;
-    json_t *doc = json_loads(payload_json, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
-    if (doc == NULL)
-        return txo_error_set(err, TXO_ECONSTRAINT,
-                             "command %s: payload is not JSON: %s at line %d column %d",
-                             command_type, jerr.text, jerr.line, jerr.column);
-    json_decref(doc);
+    rc = txo__json_check_payload(payload_json, strlen(payload_json), false, "command", command_type,
+                                 err);
+    if (rc < 0)
+        return rc;
 
     char tp[TXO_TRACEPARENT_LEN + 1];
     struct txo_param params[4] = {txo_p_str(command_type), txo_p_str(payload_json)};
     txo__trace_params(trace, tp, &params[2]);
     struct txo_exec_result res;
-    int rc = txo_tx_exec(tx, CMDQ_SQL_ENQUEUE, params, TXO_ARRAY_LEN(params), &res, err);
+    rc = txo_tx_exec(tx, CMDQ_SQL_ENQUEUE, params, TXO_ARRAY_LEN(params), &res, err);
     if (rc < 0) {
         txo_error_wrap(err, "command queue: enqueue %s", command_type);
         return rc;

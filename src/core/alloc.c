@@ -104,6 +104,21 @@ char *txo_strndup(const char *s, size_t n)
     return copy;
 }
 
+void txo__wipe(char *s)
+{
+    if (s == NULL)
+        return;
+    volatile char *p = s;
+    while (*p != '\0')
+        *p++ = '\0';
+}
+
+void txo__wipe_free(char *s)
+{
+    txo__wipe(s);
+    txo_free(s);
+}
+
 void txo__alloc_trim(void)
 {
 #ifdef __GLIBC__

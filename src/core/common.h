@@ -45,11 +45,46 @@ long txo__name_index(const char *const *names, size_t n, const char *name);
 const char *txo__name_of(const char *const *names, size_t n, long value);
 
 /*
+ * names[value], for an enum whose values only the library's own code sets (options, modes):
+ * a value outside names[0..n) is a bug, reported as "unknown <what> <value>".
+ */
+const char *txo__name_known(const char *const *names, size_t n, long value, const char *what);
+
+/*
+ * Checks the two ends of a state machine's move, from and to, against its n_states states:
+ * an unknown state is a bug, reported as "unknown <what> <from> -> <to>".
+ */
+void txo__move_check(size_t n_states, long from, long to, const char *what);
+
+/*
+ * Defines the parser `int fn(const char *name, type *out)` of an enum kept as a names table
+ * (names[] indexed by the enum): *out gets the value named name, or TXO_EINVAL is returned and
+ * *out is left untouched. Every names table's parser is this one definition.
+ */
+#define TXO_NAME_PARSER(fn, type, names)                                                           \
+    int fn(const char *name, type *out)                                                            \
+    {                                                                                              \
+        long found = txo__name_index(names, TXO_ARRAY_LEN(names), name);                           \
+        if (found < 0)                                                                             \
+            return TXO_EINVAL;                                                                     \
+        *out = (type)found;                                                                        \
+        return 0;                                                                                  \
+    }
+
+/*
  * Returns the free memory of every malloc arena to the kernel (glibc's malloc_trim); a no-op
  * with another C library. It walks the free lists with each arena locked in turn: call it at a
  * quiet point after much was freed, never per request. Thread-safe.
  */
 void txo__alloc_trim(void);
+
+/*
+ * Overwrites the string s with NUL bytes through a volatile pointer, so a secret (password,
+ * token, credential header) is not left behind in memory; NULL is a no-op. txo__wipe_free()
+ * then frees it with txo_free(): the one way the library frees a secret.
+ */
+void txo__wipe(char *s);
+void txo__wipe_free(char *s);
 
 #include "banned.h"
 

@@ -169,6 +169,19 @@ const char *txo__name_of(const char *const *names, size_t n, long value)
     return names[value];
 }
 
+const char *txo__name_known(const char *const *names, size_t n, long value, const char *what)
+{
+    if (value < 0 || (unsigned long)value >= n)
+        TXO_BUG("unknown %s %ld", what, value);
+    return names[value];
+}
+
+void txo__move_check(size_t n_states, long from, long to, const char *what)
+{
+    if (from < 0 || (unsigned long)from >= n_states || to < 0 || (unsigned long)to >= n_states)
+        TXO_BUG("unknown %s %ld -> %ld", what, from, to);
+}
+
 long txo__name_index(const char *const *names, size_t n, const char *name)
 {
     if (name == NULL)

@@ -12,6 +12,7 @@
  * Thread-safety: pure functions.
  */
 
+#include <jansson.h>
 #include <stdio.h>
 
 #include "core/text.h"
@@ -241,4 +242,30 @@ uint64_t txo__fnv1a(uint64_t h, const void *data, size_t n)
         h *= 1099511628211u;
     }
     return h;
+}
+
+int txo__json_check_payload(const char *text, size_t len, bool allow_nul, const char *what,
+                            const char *id, struct txo_error *err)
+{
+    size_t flags = JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | (allow_nul ? JSON_ALLOW_NUL : 0);
+    json_error_t jerr;
+    json_t *doc = json_loadb(text, len, flags, &jerr);
+    if (doc == NULL)
+        return txo_error_set(err, TXO_ECONSTRAINT,
+                             "%s %s: payload is not JSON: %s at line %d column %d", what, id,
+                             jerr.text, jerr.line, jerr.column);
+    json_decref(doc);
+    return 0;
+}
+
+int txo__check_text_field(const char *value, size_t max, const char *whose, const char *field,
+                          struct txo_error *err)
+{
+    if (value == NULL || value[0] == '\0')
+        return txo_error_set(err, TXO_EINVAL, "%s: %s is empty", whose, field);
+    size_t len = strlen(value);
+    if (len > max)
+        return txo_error_set(err, TXO_EINVAL, "%s: %s is %zu bytes, at most %zu", whose, field, len,
+                             max);
+    return 0;
 }

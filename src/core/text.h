@@ -11,6 +11,8 @@
 
 #include "txo/clock.h" /* TXO_RFC3339_LEN */
 
+struct txo_error;
+
 /*
  * A DATETIME or DATETIME(n) value as the client library prints it, "YYYY-MM-DD HH:MM:SS" with
  * an optional ".f" to ".ffffff", read as UTC (the library sets the session time zone to UTC),
@@ -37,6 +39,24 @@ void txo__utf8_sanitize(const char *text, char *out, size_t cap);
 bool txo__text_rfc3339_us(const char *text, int64_t *us);
 
 int txo__hex_digit(char c);
+
+/*
+ * Checks a text field the library stores: set, not empty and at most max bytes. Otherwise
+ * returns TXO_EINVAL with "<whose>: <field> is empty" or "<whose>: <field> is N bytes, at most
+ * max" in err (whose names the event or command, e.g. "outbox event <key>").
+ */
+int txo__check_text_field(const char *value, size_t max, const char *whose, const char *field,
+                          struct txo_error *err);
+
+/*
+ * Checks that text[0..len) is one JSON document: the payload of an event or a command the
+ * library stores. When it is not, returns TXO_ECONSTRAINT with "<what> <id>: payload is not
+ * JSON: <reason> at line L column C" in err. Integers are read as reals only so that integers
+ * beyond int64 (valid JSON, accepted by the server) are not refused; allow_nul admits the
+ * \u0000 escape. The text itself is never changed.
+ */
+int txo__json_check_payload(const char *text, size_t len, bool allow_nul, const char *what,
+                            const char *id, struct txo_error *err);
 
 /* The 64-bit FNV-1a offset basis: the hash of no bytes, where a hash starts. */
 #define TXO__FNV1A_BASIS 14695981039346656037u

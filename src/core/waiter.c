@@ -5,6 +5,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "txo/clock.h"
@@ -24,6 +25,15 @@ void txo__waiter_destroy(struct txo__waiter *w)
     if (w->fd >= 0)
         close(w->fd);
     w->fd = -1;
+}
+
+void txo__cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &attr);
+    pthread_condattr_destroy(&attr);
 }
 
 /* Makes the eventfd readable; when its counter is full it already is, so a failure is fine. */

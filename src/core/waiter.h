@@ -16,6 +16,7 @@
 #ifndef TXO_CORE_WAITER_H
 #define TXO_CORE_WAITER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -39,5 +40,12 @@ bool txo__waiter_stopped(struct txo__waiter *w);
  * takes the kick). Returns false once stopped.
  */
 bool txo__waiter_wait(struct txo__waiter *w, int64_t ms, bool kickable);
+
+/*
+ * Initializes cv on CLOCK_MONOTONIC, the clock of txo_monotonic_deadline(): the condition
+ * variable of every timed wait in the library, so that a change of the wall clock neither
+ * shortens nor stretches it. Destroy it with pthread_cond_destroy().
+ */
+void txo__cond_init_monotonic(pthread_cond_t *cv);
 
 #endif

@@ -88,16 +88,6 @@ const char *txo_db_ssl_mode_name(enum txo_ssl_mode mode)
     return ssl_mode_names[mode];
 }
 
-static void wipe_free(char *s)
-{
-    if (!s)
-        return;
-    volatile char *p = s;
-    while (*p)
-        *p++ = 0;
-    txo_free(s);
-}
-
 static void disconnect(struct txo_db *db)
 {
     txo__db_stmt_cache_clear(db);
@@ -107,23 +97,6 @@ static void disconnect(struct txo_db *db)
     }
     db->in_tx = false;
     db->raw_tx = false;
-}
-
-static const char *session_isolation_sql(enum txo_isolation iso)
-{
-    switch (iso) {
-    case TXO_ISO_READ_UNCOMMITTED:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
-    case TXO_ISO_READ_COMMITTED:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
-    case TXO_ISO_REPEATABLE_READ:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-    case TXO_ISO_SERIALIZABLE:
-        return "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE";
-    case TXO_ISO_DEFAULT:
-        break;
-    }
-    return NULL;
 }
 
 int txo__db_raw_query(struct txo_db *db, const char *sql, struct txo_error *err)
@@ -314,8 +287,8 @@ static int connect_endpoint(struct txo_db *db, const struct db_endpoint *ep, str
         rc = txo__db_raw_query(db, SQL_SET_SQL_MODE, err);
     if (rc == 0)
         rc = txo__db_raw_query(db, SQL_SET_TIME_ZONE, err);
-    if (rc == 0 && session_isolation_sql(o->isolation))
-        rc = txo__db_raw_query(db, session_isolation_sql(o->isolation), err);
+    if (rc == 0 && txo__db_isolation_sql(o->isolation, true))
+        rc = txo__db_raw_query(db, txo__db_isolation_sql(o->isolation, true), err);
     if (rc == 0) {
         struct txo_param p = txo_p_i64(o->lock_wait_timeout_s);
         rc = txo__db_exec(db, SQL_SET_LOCK_WAIT, &p, 1, NULL, err);
@@ -523,7 +496,7 @@ void txo_db_close(struct txo_db *db)
         txo_free(db->endpoints[i].host);
     txo_free(db->host);
     txo_free(db->user);
-    wipe_free(db->password);
+    txo__wipe_free(db->password);
     txo_free(db->database);
     txo_free(db->unix_socket);
     txo_free(db->ssl_ca);

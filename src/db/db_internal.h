@@ -110,6 +110,12 @@ int txo__db_ensure_connected(struct txo_db *db, struct txo_error *err);
  * SET TRANSACTION, txo_db_exec_raw) and drains any result. */
 int txo__db_raw_query(struct txo_db *db, const char *sql, struct txo_error *err);
 
+/* ---- transactions (db_tx.c) ---- */
+
+/* The SET statement that gives the next transaction (session false) or the session (true)
+ * level iso; NULL for TXO_ISO_DEFAULT, which sets nothing. */
+const char *txo__db_isolation_sql(enum txo_isolation iso, bool session);
+
 /* ---- statements (db_stmt.c) ---- */
 
 /* Closes every cached prepared statement of db (on disconnect). */

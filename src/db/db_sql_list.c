@@ -16,51 +16,43 @@ size_t txo_sql_in_list_size(size_t n)
     return size;
 }
 
-char *txo_sql_in_list(const char *before, size_t n, const char *after)
+/* Copies the text t to p; returns the end of the copy. */
+static char *put(char *p, const char *t, size_t len)
 {
-    size_t lb = strlen(before), la = strlen(after);
+    memcpy(p, t, len);
+    return p + len;
+}
+
+/*
+ * before + open + n copies of item separated by commas + close + after, allocated (txo_free
+ * it); NULL when n is 0 or out of memory. Both lists are this: "(?,?,?)" and "(?,?),(?,?)".
+ */
+static char *join_copies(const char *before, const char *open, const char *item, size_t n,
+                         const char *close, const char *after)
+{
     if (n == 0)
         return NULL;
-    size_t len = lb + 2 + 2 * n - 1 + la;
-    char *s = txo_malloc(len + 1);
-    if (!s)
+    size_t lb = strlen(before), lo = strlen(open), li = strlen(item), lc = strlen(close),
+           la = strlen(after);
+    char *s = txo_malloc(lb + lo + n * (li + 1) - 1 + lc + la + 1);
+    if (s == NULL)
         return NULL;
-    char *p = s;
-    memcpy(p, before, lb);
-    p += lb;
-    *p++ = '(';
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            *p++ = ',';
-        *p++ = '?';
-    }
-    *p++ = ')';
-    memcpy(p, after, la);
-    p += la;
-    *p = '\0';
+    char *p = put(put(s, before, lb), open, lo);
+    for (size_t i = 0; i < n; i++)
+        p = put(i > 0 ? put(p, ",", 1) : p, item, li);
+    *put(put(p, close, lc), after, la) = '\0';
     return s;
+}
+
+char *txo_sql_in_list(const char *before, size_t n, const char *after)
+{
+    return join_copies(before, "(", "?", n, ")", after);
 }
 
 char *txo_sql_values_rows_then(const char *before, size_t n_rows, const char *row,
                                const char *after)
 {
-    if (n_rows == 0)
-        return NULL;
-    size_t lb = strlen(before), lr = strlen(row), la = strlen(after);
-    char *s = txo_malloc(lb + n_rows * (lr + 1) + la + 1);
-    if (!s)
-        return NULL;
-    char *p = s;
-    memcpy(p, before, lb);
-    p += lb;
-    for (size_t i = 0; i < n_rows; i++) {
-        if (i)
-            *p++ = ',';
-        memcpy(p, row, lr);
-        p += lr;
-    }
-    memcpy(p, after, la + 1);
-    return s;
+    return join_copies(before, "", row, n_rows, "", after);
 }
 
 char *txo_sql_values_rows(const char *before, size_t n_rows, const char *row)

@@ -244,3 +244,17 @@ int txo_tx_exec(struct txo_tx *tx, const char *sql, const struct txo_param *para
 {
     return txo__db_exec(tx->db, sql, params, n_params, res, err);
 }
+
+int txo_tx_exec_rows(struct txo_tx *tx, const char *before, size_t n_rows, const char *row,
+                     const char *after, const struct txo_param *params, size_t per_row,
+                     struct txo_exec_result *res, struct txo_error *err)
+{
+    if (n_rows == 0)
+        return txo_error_set(err, TXO_EINVAL, "a multi-row statement of 0 rows");
+    char *sql = txo_sql_values_rows_then(before, n_rows, row, after);
+    if (sql == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "a statement of %zu rows: out of memory", n_rows);
+    int rc = txo_tx_exec(tx, sql, params, n_rows * per_row, res, err);
+    txo_free(sql);
+    return rc;
+}

@@ -23,21 +23,24 @@
 
 #include "db/db_internal.h"
 
-static const char *isolation_sql(enum txo_isolation iso)
+/* The statements setting each level: [iso][0] for the next transaction, [iso][1] the session. */
+static const char *const isolation_sql[][2] = {
+    [TXO_ISO_DEFAULT] = {NULL, NULL},
+    [TXO_ISO_READ_UNCOMMITTED] = {"SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
+                                  "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"},
+    [TXO_ISO_READ_COMMITTED] = {"SET TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"},
+    [TXO_ISO_REPEATABLE_READ] = {"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+                                 "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"},
+    [TXO_ISO_SERIALIZABLE] = {"SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+                              "SET SESSION TRANSACTION ISOLATION LEVEL SERIALIZABLE"},
+};
+
+const char *txo__db_isolation_sql(enum txo_isolation iso, bool session)
 {
-    switch (iso) {
-    case TXO_ISO_READ_UNCOMMITTED:
-        return "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED";
-    case TXO_ISO_READ_COMMITTED:
-        return "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
-    case TXO_ISO_REPEATABLE_READ:
-        return "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ";
-    case TXO_ISO_SERIALIZABLE:
-        return "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE";
-    case TXO_ISO_DEFAULT:
-        break;
-    }
-    return NULL;
+    if ((unsigned)iso >= TXO_ARRAY_LEN(isolation_sql))
+        return NULL;
+    return isolation_sql[iso][session ? 1 : 0];
 }
 
 struct txo_db *txo_tx_db(struct txo_tx *tx)
@@ -70,7 +73,7 @@ static unsigned retry_outcome(const struct txo_db *db, int rc)
 
 static int begin(struct txo_db *db, enum txo_isolation iso, struct txo_error *err)
 {
-    const char *set = iso == db->opts.isolation ? NULL : isolation_sql(iso);
+    const char *set = iso == db->opts.isolation ? NULL : txo__db_isolation_sql(iso, false);
     /* No START TRANSACTION: autocommit is off, so the first statement of fn starts it. */
     return set ? txo__db_raw_query(db, set, err) : 0;
 }

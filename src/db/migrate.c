@@ -263,6 +263,17 @@ int txo_schema_has_table(struct txo_db *db, const char *table, bool *exists, str
     return 0;
 }
 
+int txo_schema_require_table(struct txo_db *db, const char *table, const char *who,
+                             const char *migration, struct txo_error *err)
+{
+    bool exists = false;
+    int rc = txo_schema_has_table(db, table, &exists, err);
+    if (rc == 0 && !exists)
+        rc = txo_error_set(err, TXO_ECONFIG, "%s: table %s missing: run txo migrate (migration %s)",
+                           who, table, migration);
+    return rc;
+}
+
 int txo_migrate(struct txo_db *db, unsigned *applied, unsigned *total, struct txo_error *err)
 {
     return txo_migrate_set(db, &txo__core_migrations, applied, total, err);

@@ -11,6 +11,8 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "core/waiter.h"
+
 struct txo_db_pool {
     struct txo_db_opts opts;
     unsigned max_size;
@@ -36,11 +38,7 @@ int txo_db_pool_new(const struct txo_db_opts *opts, unsigned max_size, struct tx
     }
     pool->opts = *opts;
     pool->max_size = max_size;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&pool->returned, &attr);
-    pthread_condattr_destroy(&attr);
+    txo__cond_init_monotonic(&pool->returned);
     pthread_mutex_init(&pool->mu, NULL);
     *out = pool;
     return 0;

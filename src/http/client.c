@@ -380,11 +380,8 @@ static bool has_crlf(const char *s)
 /* Wipes every header string (one may be a secret) and frees the list. */
 static void free_headers(struct curl_slist *list)
 {
-    for (struct curl_slist *h = list; h != NULL; h = h->next) {
-        volatile char *p = h->data;
-        while (*p != '\0')
-            *p++ = '\0';
-    }
+    for (struct curl_slist *h = list; h != NULL; h = h->next)
+        txo__wipe(h->data);
     curl_slist_free_all(list);
 }
 

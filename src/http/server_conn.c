@@ -276,12 +276,7 @@ static void dispatch(struct conn *c)
     (void)txo__http_conn_watch(c);
     srv->n_handling++;
     pthread_mutex_lock(&srv->mu);
-    c->queue_next = NULL;
-    if (srv->work_tail != NULL)
-        srv->work_tail->queue_next = c;
-    else
-        srv->work_head = c;
-    srv->work_tail = c;
+    txo__http_queue_push(&srv->work, c);
     pthread_cond_signal(&srv->work_cv);
     pthread_mutex_unlock(&srv->mu);
 }
@@ -559,16 +554,11 @@ void txo__http_take_done(struct txo_http_server *srv)
     ssize_t rc = read(srv->wake_fd, &v, sizeof(v));
     (void)rc;
     pthread_mutex_lock(&srv->mu);
-    struct conn *list = srv->done_head;
-    srv->done_head = NULL;
-    srv->done_tail = NULL;
+    struct conn_queue list = srv->done;
+    srv->done = (struct conn_queue){NULL, NULL};
     pthread_mutex_unlock(&srv->mu);
     /* In the order the handlers answered: an idle connection's place in the reclaimable list
      * is when it went idle, and the longest idle is closed first to admit a new client. */
-    while (list != NULL) {
-        struct conn *c = list;
-        list = c->queue_next;
-        c->queue_next = NULL;
+    for (struct conn *c = txo__http_queue_pop(&list); c != NULL; c = txo__http_queue_pop(&list))
         handled(c);
-    }
 }

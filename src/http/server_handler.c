@@ -472,33 +472,45 @@ static void handle(struct txo_http_server *srv, struct conn *c)
     txo_free(view);
 }
 
+void txo__http_queue_push(struct conn_queue *q, struct conn *c)
+{
+    c->queue_next = NULL;
+    if (q->tail != NULL)
+        q->tail->queue_next = c;
+    else
+        q->head = c;
+    q->tail = c;
+}
+
+struct conn *txo__http_queue_pop(struct conn_queue *q)
+{
+    struct conn *c = q->head;
+    if (c == NULL)
+        return NULL;
+    q->head = c->queue_next;
+    if (q->head == NULL)
+        q->tail = NULL;
+    c->queue_next = NULL;
+    return c;
+}
+
 void *txo__http_worker_main(void *arg)
 {
     struct txo_http_server *srv = arg;
     for (;;) {
         pthread_mutex_lock(&srv->mu);
-        while (srv->work_head == NULL && !srv->quit)
+        while (srv->work.head == NULL && !srv->quit)
             pthread_cond_wait(&srv->work_cv, &srv->mu);
-        struct conn *c = srv->work_head;
-        if (c == NULL) {
-            pthread_mutex_unlock(&srv->mu);
-            return NULL;
-        }
-        srv->work_head = c->queue_next;
-        if (srv->work_head == NULL)
-            srv->work_tail = NULL;
+        struct conn *c = txo__http_queue_pop(&srv->work);
         pthread_mutex_unlock(&srv->mu);
+        if (c == NULL)
+            return NULL;
 
         handle(srv, c);
 
         pthread_mutex_lock(&srv->mu);
-        bool wake = srv->done_head == NULL; /* else the I/O thread is woken already */
-        c->queue_next = NULL;
-        if (srv->done_tail != NULL)
-            srv->done_tail->queue_next = c;
-        else
-            srv->done_head = c;
-        srv->done_tail = c;
+        bool wake = srv->done.head == NULL; /* else the I/O thread is woken already */
+        txo__http_queue_push(&srv->done, c);
         pthread_mutex_unlock(&srv->mu);
         if (wake) {
             uint64_t one = 1;

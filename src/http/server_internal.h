@@ -88,6 +88,11 @@ struct conn {
     bool write_wants_read; /* TLS: SSL_write needs the socket readable */
 };
 
+/* A FIFO of connections linked through conn.queue_next (the server's mu guards both queues). */
+struct conn_queue {
+    struct conn *head, *tail;
+};
+
 struct txo_http_server {
     struct txo_http_server_opts opts; /* host is not kept */
     struct txo_metric *m_requests;    /* opts.metrics' families; NULL without */
@@ -113,12 +118,20 @@ struct txo_http_server {
 
     pthread_mutex_t mu; /* the two queues and quit */
     pthread_cond_t work_cv;
-    struct conn *work_head, *work_tail;
-    struct conn *done_head, *done_tail; /* FIFO: connections go idle in the order answered */
+    struct conn_queue work;
+    struct conn_queue done; /* connections go idle in the order answered */
     bool quit;
     pthread_t *workers;
     unsigned n_workers;
 };
+
+/* ---- server_handler.c: the queues between the I/O thread and the handler threads ---- */
+
+/* Appends c to q. */
+void txo__http_queue_push(struct conn_queue *q, struct conn *c);
+
+/* Takes the first connection of q; NULL when q is empty. */
+struct conn *txo__http_queue_pop(struct conn_queue *q);
 
 /* ---- server_conn.c: one connection, on the I/O thread ---- */
 

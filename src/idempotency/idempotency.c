@@ -281,13 +281,8 @@ int txo_idem_store_completed_many(struct txo_tx *tx, const struct txo_idem_done 
     if (n == 0)
         return 0;
     struct txo_param *params = txo_calloc(4 * n, sizeof(*params));
-    char *sql =
-        txo_sql_values_rows(IDEM_SQL_INSERT_COMPLETED_BEFORE, n, IDEM_SQL_INSERT_COMPLETED_ROW);
-    int rc;
-    if (params == NULL || sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "insert of %zu idempotency keys", n);
-        goto out;
-    }
+    if (params == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "insert of %zu idempotency keys", n);
     for (size_t i = 0; i < n; i++) {
         params[4 * i] = txo_p_str(rows[i].key);
         params[4 * i + 1] = txo_p_str(rows[i].hash);
@@ -295,18 +290,14 @@ int txo_idem_store_completed_many(struct txo_tx *tx, const struct txo_idem_done 
         params[4 * i + 3] = txo_p_str(rows[i].response_json);
     }
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, params, 4 * n, &res, err);
-    if (rc < 0) {
+    int rc = txo_tx_exec_rows(tx, IDEM_SQL_INSERT_COMPLETED_BEFORE, n,
+                              IDEM_SQL_INSERT_COMPLETED_ROW, "", params, 4, &res, err);
+    txo_free(params);
+    if (rc < 0)
         txo_error_wrap(err, "%zu completed idempotency keys", n);
-        goto out;
-    }
-    rc = 0;
-    if (res.affected_rows != n)
+    else if (res.affected_rows != n)
         rc = txo_error_set(err, TXO_EDB, "%llu of %zu idempotency keys inserted",
                            (unsigned long long)res.affected_rows, n);
-out:
-    txo_free(params);
-    txo_free(sql);
     return rc;
 }
 

@@ -14,26 +14,12 @@
  * Thread-safety: no shared state; each call uses only the tx it is given.
  */
 
-#include <jansson.h>
-
+#include "core/text.h"
 #include "inbox/inbox_sql.h"
 #include "txo/inbox.h"
 
 /* inbox_events.event_type VARCHAR(128); stricter in bytes than the column is in characters. */
 #define EVENT_TYPE_MAX 128
-
-/* Checks that payload is one JSON document (integers beyond int64 are valid JSON too). */
-static int check_payload(const char *payload, const char *event_id, struct txo_error *err)
-{
-    json_error_t jerr;
-    json_t *doc = json_loads(payload, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &jerr);
-    if (doc == NULL)
-        return txo_error_set(err, TXO_ECONSTRAINT,
-                             "inbox event %s: payload is not JSON: %s at line %d column %d",
-                             event_id, jerr.text, jerr.line, jerr.column);
-    json_decref(doc);
-    return 0;
-}
 
 static int check_args(const char *event_id, const char *event_type, const char *payload_json,
                       struct txo_error *err)
@@ -44,15 +30,15 @@ static int check_args(const char *event_id, const char *event_type, const char *
     if (id_len > TXO_INBOX_EVENT_ID_MAX)
         return txo_error_set(err, TXO_EINVAL, "inbox: event_id is %zu bytes, at most %d (%.64s...)",
                              id_len, TXO_INBOX_EVENT_ID_MAX, event_id);
-    if (event_type == NULL || event_type[0] == '\0')
-        return txo_error_set(err, TXO_EINVAL, "inbox event %s: event_type is empty", event_id);
-    size_t type_len = strlen(event_type);
-    if (type_len > EVENT_TYPE_MAX)
-        return txo_error_set(err, TXO_EINVAL, "inbox event %s: event_type is %zu bytes, at most %d",
-                             event_id, type_len, EVENT_TYPE_MAX);
+    char whose[TXO_ERROR_MSG_MAX];
+    snprintf(whose, sizeof(whose), "inbox event %s", event_id);
+    int rc = txo__check_text_field(event_type, EVENT_TYPE_MAX, whose, "event_type", err);
+    if (rc < 0)
+        return rc;
     if (payload_json == NULL || payload_json[0] == '\0')
         return txo_error_set(err, TXO_EINVAL, "inbox event %s: payload is missing", event_id);
-    return check_payload(payload_json, event_id, err);
+    return txo__json_check_payload(payload_json, strlen(payload_json), false, "inbox event",
+                                   event_id, err);
 }
 
 int txo_inbox_record(struct txo_tx *tx, const char *event_id, const char *event_type,
@@ -92,7 +78,6 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
     size_t padded = txo_sql_in_list_size(n);
     char *known_sql = txo_sql_in_list(INBOX_SQL_KNOWN_MANY, padded, "");
     struct txo_param *p = txo_calloc(padded > 3 * n ? padded : 3 * n, sizeof(*p));
-    char *insert_sql = NULL;
     struct txo_rows *rows = NULL;
     int rc = 0;
     if (known_sql == NULL || p == NULL) {
@@ -124,14 +109,9 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
     }
     if (fresh == 0)
         goto out;
-    insert_sql = txo_sql_values_rows_then(INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW,
-                                          INBOX_SQL_RECORD_MANY_END);
-    if (insert_sql == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "inbox record of %zu: out of memory", n);
-        goto out;
-    }
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, insert_sql, p, 3 * fresh, &res, err);
+    rc = txo_tx_exec_rows(tx, INBOX_SQL_RECORD_MANY, fresh, INBOX_SQL_RECORD_ROW,
+                          INBOX_SQL_RECORD_MANY_END, p, 3, &res, err);
     if (rc < 0) {
         txo_error_wrap(err, "inbox record of %zu", fresh);
         goto out;
@@ -144,7 +124,6 @@ int txo_inbox_record_many(struct txo_tx *tx, const struct txo_inbox_entry *entri
 out:
     txo_rows_free(rows);
     txo_free(known_sql);
-    txo_free(insert_sql);
     txo_free(p);
     return rc;
 }

@@ -29,9 +29,7 @@ static const char *const order_names[] = {
 
 const char *txo_inbox_order_name(enum txo_inbox_order o)
 {
-    if ((unsigned)o >= TXO_ARRAY_LEN(order_names))
-        TXO_BUG("unknown inbox order %d", (int)o);
-    return order_names[o];
+    return txo__name_known(order_names, TXO_ARRAY_LEN(order_names), (long)o, "inbox order");
 }
 
 /* One distinct aggregate of the call. */

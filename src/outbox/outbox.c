@@ -16,8 +16,7 @@
  * Thread-safety: no shared state; each call uses only the tx/db it is given.
  */
 
-#include <jansson.h>
-
+#include "core/text.h"
 #include "outbox/outbox_sql.h"
 #include "txo/binlog.h"
 #include "trace/trace_params.h"
@@ -51,60 +50,17 @@ static const bool moves[][TXO_ARRAY_LEN(status_names)] = {
     [TXO_OUTBOX_SKIPPED] = {false},
 };
 
-static bool status_valid(enum txo_outbox_status s)
-{
-    return (unsigned)s < TXO_ARRAY_LEN(status_names);
-}
-
 const char *txo_outbox_status_name(enum txo_outbox_status s)
 {
     return txo__name_of(status_names, TXO_ARRAY_LEN(status_names), (long)s);
 }
 
-int txo_outbox_status_parse(const char *name, enum txo_outbox_status *out)
-{
-    long i = txo__name_index(status_names, TXO_ARRAY_LEN(status_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_outbox_status)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_outbox_status_parse, enum txo_outbox_status, status_names)
 
 bool txo_outbox_can_move(enum txo_outbox_status from, enum txo_outbox_status to)
 {
-    if (!status_valid(from) || !status_valid(to))
-        TXO_BUG("unknown outbox status %d -> %d", (int)from, (int)to);
+    txo__move_check(TXO_ARRAY_LEN(status_names), (long)from, (long)to, "outbox status");
     return moves[from][to];
-}
-
-static int check_field(const char *value, size_t max, const char *field, const char *key,
-                       struct txo_error *err)
-{
-    if (value == NULL || value[0] == '\0')
-        return txo_error_set(err, TXO_EINVAL, "outbox event %s: %s is empty", key, field);
-    size_t len = strlen(value);
-    if (len > max)
-        return txo_error_set(err, TXO_EINVAL, "outbox event %s: %s is %zu bytes, at most %zu", key,
-                             field, len, max);
-    return 0;
-}
-
-/*
- * Checks that payload is one JSON document. Integers are read as reals only so that integers
- * beyond int64 (valid JSON, accepted by the server) are not rejected; the text is stored
- * unchanged.
- */
-static int check_payload(const char *payload, size_t len, const char *key, struct txo_error *err)
-{
-    json_error_t jerr;
-    json_t *doc =
-        json_loadb(payload, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_ALLOW_NUL, &jerr);
-    if (doc == NULL)
-        return txo_error_set(err, TXO_ECONSTRAINT,
-                             "outbox event %s: payload is not JSON: %s at line %d column %d", key,
-                             jerr.text, jerr.line, jerr.column);
-    json_decref(doc);
-    return 0;
 }
 
 /* Every check txo_outbox_append() and txo_outbox_append_many() make on one event before any
@@ -113,13 +69,17 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
                        struct txo_error *err)
 {
     const char *key = ev->idempotency_key != NULL ? ev->idempotency_key : "(null)";
-    int rc = check_field(ev->idempotency_key, IDEMPOTENCY_KEY_MAX, "idempotency_key", key, err);
+    char whose[TXO_ERROR_MSG_MAX + 16]; /* longer than a message: only the message is cut */
+    snprintf(whose, sizeof(whose), "outbox event %s", key);
+    int rc = txo__check_text_field(ev->idempotency_key, IDEMPOTENCY_KEY_MAX, whose,
+                                   "idempotency_key", err);
     if (rc == 0)
-        rc = check_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, "aggregate_type", key, err);
+        rc = txo__check_text_field(ev->aggregate_type, AGGREGATE_TYPE_MAX, whose, "aggregate_type",
+                                   err);
     if (rc == 0)
-        rc = check_field(ev->aggregate_id, AGGREGATE_ID_MAX, "aggregate_id", key, err);
+        rc = txo__check_text_field(ev->aggregate_id, AGGREGATE_ID_MAX, whose, "aggregate_id", err);
     if (rc == 0)
-        rc = check_field(ev->event_type, EVENT_TYPE_MAX, "event_type", key, err);
+        rc = txo__check_text_field(ev->event_type, EVENT_TYPE_MAX, whose, "event_type", err);
     if (rc < 0)
         return rc;
     if (ev->payload_json == NULL)
@@ -127,7 +87,7 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
     *payload_len = ev->payload_len != 0 ? ev->payload_len : strlen(ev->payload_json);
     if (*payload_len == 0)
         return txo_error_set(err, TXO_EINVAL, "outbox event %s: payload is empty", key);
-    return check_payload(ev->payload_json, *payload_len, key, err);
+    return txo__json_check_payload(ev->payload_json, *payload_len, true, "outbox event", key, err);
 }
 
 /* The columns of an event per row (OUTBOX_SQL_INSERT_ROW). */
@@ -159,9 +119,8 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
     size_t *lens = txo_calloc(n, sizeof(*lens));
     struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
     char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
-    char *sql = txo_sql_values_rows(OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW);
     int rc = 0;
-    if (lens == NULL || params == NULL || tps == NULL || sql == NULL) {
+    if (lens == NULL || params == NULL || tps == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
         goto out;
     }
@@ -171,7 +130,8 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
         goto out;
     for (size_t i = 0; i < n; i++)
         row_params(&evs[i], lens[i], tps[i], &params[ROW_PARAMS * i]);
-    rc = txo_tx_exec(tx, sql, params, ROW_PARAMS * n, res, err);
+    rc = txo_tx_exec_rows(tx, OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW, "", params,
+                          ROW_PARAMS, res, err);
     if (rc < 0 && n == 1)
         txo_error_wrap(err, "outbox append %s (%s %s:%s)", evs[0].idempotency_key,
                        evs[0].event_type, evs[0].aggregate_type, evs[0].aggregate_id);
@@ -181,7 +141,6 @@ out:
     txo_free(lens);
     txo_free(params);
     txo_free(tps);
-    txo_free(sql);
     return rc;
 }
 
@@ -252,28 +211,18 @@ static int stats_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     int rc = txo_tx_query(tx, OUTBOX_SQL_COUNT_BY_STATUS, NULL, 0, &rows, err);
     if (rc < 0)
         goto out;
+    uint64_t *count_of[TXO_ARRAY_LEN(status_names)] = {
+        [TXO_OUTBOX_PENDING] = &ctx->stats.pending,
+        [TXO_OUTBOX_PROCESSING] = &ctx->stats.processing,
+        [TXO_OUTBOX_PUBLISHED] = &ctx->stats.published,
+        [TXO_OUTBOX_FAILED] = &ctx->stats.failed,
+        [TXO_OUTBOX_SKIPPED] = &ctx->stats.skipped,
+    };
     for (size_t i = 0; i < txo_rows_count(rows); i++) {
         enum txo_outbox_status s;
-        uint64_t n = (uint64_t)txo_rows_i64(rows, i, 1);
         if (txo_outbox_status_parse(txo_rows_str(rows, i, 0, NULL), &s) < 0)
             continue; /* the ENUM column admits only our values (or '' in non-strict mode) */
-        switch (s) {
-        case TXO_OUTBOX_PENDING:
-            ctx->stats.pending = n;
-            break;
-        case TXO_OUTBOX_PROCESSING:
-            ctx->stats.processing = n;
-            break;
-        case TXO_OUTBOX_PUBLISHED:
-            ctx->stats.published = n;
-            break;
-        case TXO_OUTBOX_FAILED:
-            ctx->stats.failed = n;
-            break;
-        case TXO_OUTBOX_SKIPPED:
-            ctx->stats.skipped = n;
-            break;
-        }
+        *count_of[s] = (uint64_t)txo_rows_i64(rows, i, 1);
     }
     txo_rows_free(rows);
     rows = NULL;

@@ -51,19 +51,11 @@ static const char *const strategy_names[] = {
 
 const char *txo_claim_strategy_name(enum txo_claim_strategy s)
 {
-    if ((unsigned)s >= TXO_ARRAY_LEN(strategy_names))
-        TXO_BUG("unknown claim strategy %d", (int)s);
-    return strategy_names[s];
+    return txo__name_known(strategy_names, TXO_ARRAY_LEN(strategy_names), (long)s,
+                           "claim strategy");
 }
 
-int txo_claim_strategy_parse(const char *name, enum txo_claim_strategy *out)
-{
-    long i = txo__name_index(strategy_names, TXO_ARRAY_LEN(strategy_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_claim_strategy)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_claim_strategy_parse, enum txo_claim_strategy, strategy_names)
 
 int txo__lease_strategy(struct txo_db *db, enum txo_claim_strategy want, const char *who,
                         enum txo_claim_strategy *out, struct txo_error *err)

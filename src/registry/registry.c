@@ -50,6 +50,19 @@ static int table_missing_or(struct txo_db *db, int rc, struct txo_error *err)
     return rc;
 }
 
+/* Runs one statement of the registry; *affected (may be NULL) gets the rows it changed. */
+static int exec(struct txo_db *db, const char *sql, const struct txo_param *p, size_t n,
+                uint64_t *affected, struct txo_error *err)
+{
+    struct txo_exec_result res = {0, 0};
+    int rc = txo_db_exec(db, sql, p, n, &res, err);
+    if (rc != 0)
+        return table_missing_or(db, rc, err);
+    if (affected != NULL)
+        *affected = res.affected_rows;
+    return 0;
+}
+
 static bool fits(const char *s, size_t max)
 {
     return s != NULL && s[0] != '\0' && strlen(s) <= max;
@@ -89,8 +102,7 @@ int txo_registry_register(struct txo_db *db, const struct txo_process_id *id,
     struct txo_param p[] = {txo_p_str(id->owner),   txo_p_str(id->role),
                             txo_p_str(id->host),    txo_p_i64(id->pid),
                             txo_p_str(id->version), txo_p_str(status_json ? status_json : "{}")};
-    int rc = txo_db_exec(db, REGISTRY_SQL_REGISTER, p, TXO_ARRAY_LEN(p), NULL, err);
-    return rc == 0 ? 0 : table_missing_or(db, rc, err);
+    return exec(db, REGISTRY_SQL_REGISTER, p, TXO_ARRAY_LEN(p), NULL, err);
 }
 
 int txo_registry_heartbeat(struct txo_db *db, const char *owner, const char *status_json,
@@ -99,13 +111,11 @@ int txo_registry_heartbeat(struct txo_db *db, const char *owner, const char *sta
     if (db == NULL || !fits(owner, TXO_REGISTRY_OWNER_MAX))
         return txo_error_set(err, TXO_EINVAL, "registry heartbeat: missing argument");
     struct txo_param p[] = {txo_p_str(status_json ? status_json : "{}"), txo_p_str(owner)};
-    struct txo_exec_result res = {0, 0};
-    int rc = txo_db_exec(db, REGISTRY_SQL_HEARTBEAT, p, TXO_ARRAY_LEN(p), &res, err);
-    if (rc != 0)
-        return table_missing_or(db, rc, err);
-    if (found != NULL)
-        *found = res.affected_rows > 0; /* heartbeat_at always changes: 1 when the row exists */
-    return 0;
+    uint64_t changed = 0;
+    int rc = exec(db, REGISTRY_SQL_HEARTBEAT, p, TXO_ARRAY_LEN(p), &changed, err);
+    if (rc == 0 && found != NULL)
+        *found = changed > 0; /* heartbeat_at always changes: 1 when the row exists */
+    return rc;
 }
 
 int txo_registry_unregister(struct txo_db *db, const char *owner, struct txo_error *err)
@@ -113,8 +123,7 @@ int txo_registry_unregister(struct txo_db *db, const char *owner, struct txo_err
     if (db == NULL || !fits(owner, TXO_REGISTRY_OWNER_MAX))
         return txo_error_set(err, TXO_EINVAL, "registry unregister: missing argument");
     struct txo_param p[] = {txo_p_str(owner)};
-    int rc = txo_db_exec(db, REGISTRY_SQL_UNREGISTER, p, TXO_ARRAY_LEN(p), NULL, err);
-    return rc == 0 ? 0 : table_missing_or(db, rc, err);
+    return exec(db, REGISTRY_SQL_UNREGISTER, p, TXO_ARRAY_LEN(p), NULL, err);
 }
 
 int txo_registry_purge(struct txo_db *db, unsigned stale_s, uint64_t *deleted,
@@ -123,13 +132,7 @@ int txo_registry_purge(struct txo_db *db, unsigned stale_s, uint64_t *deleted,
     if (db == NULL || stale_s == 0)
         return txo_error_set(err, TXO_EINVAL, "registry purge: missing argument or stale_s 0");
     struct txo_param p[] = {txo_p_i64(stale_s)};
-    struct txo_exec_result res = {0, 0};
-    int rc = txo_db_exec(db, REGISTRY_SQL_PURGE, p, TXO_ARRAY_LEN(p), &res, err);
-    if (rc != 0)
-        return table_missing_or(db, rc, err);
-    if (deleted != NULL)
-        *deleted = res.affected_rows;
-    return 0;
+    return exec(db, REGISTRY_SQL_PURGE, p, TXO_ARRAY_LEN(p), deleted, err);
 }
 
 static void copy_col(const struct txo_rows *rows, size_t i, size_t col, char *out, size_t cap)

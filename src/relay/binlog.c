@@ -561,14 +561,10 @@ int txo_binlog_run(struct txo_binlog *b, struct txo_error *err)
     int rc = txo_binlog_check_server(b->db, err);
     if (rc < 0)
         return rc;
-    bool exists = false;
-    rc = txo_schema_has_table(b->db, "outbox_binlog_sources", &exists, err);
+    rc = txo_schema_require_table(b->db, "outbox_binlog_sources", "binlog source",
+                                  "0021_relay_binlog.sql", err);
     if (rc < 0)
         return rc;
-    if (!exists)
-        return txo_error_set(err, TXO_ECONFIG,
-                             "binlog source: table outbox_binlog_sources missing: run txo migrate "
-                             "(migration 0021_relay_binlog.sql)");
     struct txo_param p[] = {txo_p_str(b->source_name)};
     struct txo__binlog_pos target;
     bool have_target = false;

@@ -37,19 +37,11 @@ static const char *const ordering_names[] = {
 
 const char *txo_relay_ordering_name(enum txo_relay_ordering o)
 {
-    if ((unsigned)o >= TXO_ARRAY_LEN(ordering_names))
-        TXO_BUG("unknown relay ordering %d", (int)o);
-    return ordering_names[o];
+    return txo__name_known(ordering_names, TXO_ARRAY_LEN(ordering_names), (long)o,
+                           "relay ordering");
 }
 
-int txo_relay_ordering_parse(const char *name, enum txo_relay_ordering *out)
-{
-    long i = txo__name_index(ordering_names, TXO_ARRAY_LEN(ordering_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_relay_ordering)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_relay_ordering_parse, enum txo_relay_ordering, ordering_names)
 
 static const char *const mode_names[] = {
     [TXO_RELAY_CLAIM_AUTO] = "auto",
@@ -59,19 +51,10 @@ static const char *const mode_names[] = {
 
 const char *txo_relay_claim_mode_name(enum txo_relay_claim_mode m)
 {
-    if ((unsigned)m >= TXO_ARRAY_LEN(mode_names))
-        TXO_BUG("unknown relay claim mode %d", (int)m);
-    return mode_names[m];
+    return txo__name_known(mode_names, TXO_ARRAY_LEN(mode_names), (long)m, "relay claim mode");
 }
 
-int txo_relay_claim_mode_parse(const char *name, enum txo_relay_claim_mode *out)
-{
-    long i = txo__name_index(mode_names, TXO_ARRAY_LEN(mode_names), name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_relay_claim_mode)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_relay_claim_mode_parse, enum txo_relay_claim_mode, mode_names)
 
 void txo_relay_opts_init(struct txo_relay_opts *opts)
 {

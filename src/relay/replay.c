@@ -242,14 +242,10 @@ static size_t chosen_params(const struct txo_replay *rp, int64_t cursor, int64_t
 /* Reads or makes the checkpoint into rp->stats; *done when a stored run had finished. */
 static int start(struct txo_replay *rp, struct txo_error *err)
 {
-    bool exists = false;
-    int rc = txo_schema_has_table(rp->db, "outbox_replays", &exists, err);
+    int rc = txo_schema_require_table(rp->db, "outbox_replays", "replay", "0022_outbox_replays.sql",
+                                      err);
     if (rc < 0)
         return rc;
-    if (!exists)
-        return txo_error_set(err, TXO_ECONFIG,
-                             "replay: table outbox_replays missing: run txo migrate "
-                             "(migration 0022_outbox_replays.sql)");
     struct txo_param name[] = {txo_p_str(rp->name)};
     struct txo_rows *rows = NULL;
     rc = txo_db_query(rp->db, REPLAY_SQL_LOAD, name, 1, &rows, err);

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "core/waiter.h"
 #include "txo/bulkhead.h"
 
 /* Longest wait honoured; longer ones are cut to it (about 24 days, far past any timeout). */
@@ -47,11 +48,7 @@ int txo_bulkhead_new(const char *name, unsigned max_concurrent, struct txo_bulkh
     b->max_concurrent = max_concurrent;
     b->stats.max_concurrent = max_concurrent;
 
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->released, &attr);
-    pthread_condattr_destroy(&attr);
+    txo__cond_init_monotonic(&b->released);
     pthread_mutex_init(&b->mu, NULL);
     *out = b;
     return 0;

@@ -30,13 +30,9 @@ static int insert_steps(struct txo_tx *tx, const struct txo_saga_def *def,
                         struct txo_error *err)
 {
     size_t rows = m * def->n_steps;
-    char *sql = txo_sql_values_rows(SAGA_SQL_INSERT_STEPS, rows, SAGA_SQL_INSERT_STEPS_ROW);
     struct txo_param *ps = txo_calloc(3 * rows, sizeof(*ps));
-    int rc = 0;
-    if (sql == NULL || ps == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "creating the steps of %zu sagas: out of memory", m);
-        goto out;
-    }
+    if (ps == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "creating the steps of %zu sagas: out of memory", m);
     size_t np = 0;
     for (size_t k = 0; k < m; k++)
         for (size_t i = 0; i < def->n_steps; i++) {
@@ -45,13 +41,12 @@ static int insert_steps(struct txo_tx *tx, const struct txo_saga_def *def,
             ps[np++] = txo_p_str(def->steps[i].name);
         }
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, sql, ps, np, &res, err);
+    int rc = txo_tx_exec_rows(tx, SAGA_SQL_INSERT_STEPS, rows, SAGA_SQL_INSERT_STEPS_ROW, "", ps, 3,
+                              &res, err);
+    txo_free(ps);
     if (rc == 0 && res.affected_rows != rows)
         rc = txo_error_set(err, TXO_EDB, "%llu of %zu saga steps created",
                            (unsigned long long)res.affected_rows, rows);
-out:
-    txo_free(sql);
-    txo_free(ps);
     return rc;
 }
 
@@ -120,13 +115,10 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
         if (sagas[k].payload_json == NULL)
             return txo_error_set(err, TXO_EINVAL, "saga %s %s: payload is required", def->type, c);
     }
-    char *insert =
-        txo_sql_values_rows_then(SAGA_SQL_INSERT_INSTANCES, n, SAGA_SQL_INSERT_INSTANCES_ROW,
-                                 SAGA_SQL_INSERT_INSTANCES_AFTER);
     struct txo_param *p = txo_calloc(7 * n, sizeof(*p));
     char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
     size_t *made = txo_calloc(n, sizeof(*made));
-    if (insert == NULL || p == NULL || tps == NULL || made == NULL) {
+    if (p == NULL || tps == NULL || made == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "creating %zu sagas %s: out of memory", n, def->type);
         goto out;
     }
@@ -145,7 +137,9 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
         np += 2;
     }
     struct txo_exec_result res;
-    rc = txo_tx_exec(tx, insert, p, np, &res, err);
+    TXO_ASSERT(np == 7 * n);
+    rc = txo_tx_exec_rows(tx, SAGA_SQL_INSERT_INSTANCES, n, SAGA_SQL_INSERT_INSTANCES_ROW,
+                          SAGA_SQL_INSERT_INSTANCES_AFTER, p, 7, &res, err);
     if (rc == 0 && res.affected_rows > n)
         rc = txo_error_set(err, TXO_EDB, "%llu rows changed creating %zu sagas %s",
                            (unsigned long long)res.affected_rows, n, def->type);
@@ -163,7 +157,6 @@ int txo_saga_create_many(struct txo_tx *tx, const struct txo_saga_def *def,
     else if (rc != 0)
         txo_error_wrap(err, "creating %zu sagas %s", n, def->type);
 out:
-    txo_free(insert);
     txo_free(p);
     txo_free(tps);
     txo_free(made);

@@ -131,14 +131,7 @@ const char *txo_remote_state_name(enum txo_remote_state s)
     return txo__name_of(remote_names, N_REMOTE_STATE, (long)s);
 }
 
-int txo__remote_state_parse(const char *name, enum txo_remote_state *out)
-{
-    long i = txo__name_index(remote_names, N_REMOTE_STATE, name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_remote_state)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo__remote_state_parse, enum txo_remote_state, remote_names)
 
 static bool saga_valid(enum txo_saga_status s)
 {
@@ -155,14 +148,7 @@ const char *txo_saga_status_name(enum txo_saga_status s)
     return txo__name_of(saga_names, N_SAGA_STATUS, (long)s);
 }
 
-int txo_saga_status_parse(const char *name, enum txo_saga_status *out)
-{
-    long i = txo__name_index(saga_names, N_SAGA_STATUS, name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_saga_status)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_saga_status_parse, enum txo_saga_status, saga_names)
 
 bool txo_saga_can_move(enum txo_saga_status from, enum txo_saga_status to)
 {
@@ -180,14 +166,7 @@ const char *txo_step_status_name(enum txo_step_status s)
     return txo__name_of(step_names, N_STEP_STATUS, (long)s);
 }
 
-int txo_step_status_parse(const char *name, enum txo_step_status *out)
-{
-    long i = txo__name_index(step_names, N_STEP_STATUS, name);
-    if (i < 0)
-        return TXO_EINVAL;
-    *out = (enum txo_step_status)i;
-    return 0;
-}
+TXO_NAME_PARSER(txo_step_status_parse, enum txo_step_status, step_names)
 
 bool txo_step_can_move(enum txo_step_status from, enum txo_step_status to)
 {

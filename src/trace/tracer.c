@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/waiter.h"
 #include "trace/tracer_internal.h"
 #include "txo/http_client.h"
 #include "txo/metrics.h"
@@ -313,11 +314,7 @@ int txo_tracer_new(const struct txo_tracer_opts *opts, struct txo_tracer **out,
     t->opts = *opts;
     /* Made before anything can fail: tracer_release() destroys them on every path. */
     pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    txo__cond_init_monotonic(&t->wake);
     char host[256] = "localhost", instance[300];
     (void)gethostname(host, sizeof(host) - 1);
     snprintf(instance, sizeof(instance), "%s:%ld", host, (long)getpid());

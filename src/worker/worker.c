@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/text.h"
+#include "core/waiter.h"
 #include "txo/inbox.h"
 #include "txo/metrics.h"
 #include "txo/owner.h"
@@ -1054,11 +1055,7 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->consume_mu, NULL);
     pthread_cond_init(&w->work_ready, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    txo__cond_init_monotonic(&w->wake);
     rc = txo__worker_metrics_register(w->opts.metrics, &w->m, err);
     w->opts.saga.deadlines = w->m.deadlines; /* the engine counts them as it finds them */
     if (rc == 0) {
