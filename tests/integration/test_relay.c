@@ -29,6 +29,7 @@
 #include "relay/relay_sql.h"
 #include "testdb.h"
 #include "testrelay.h"
+#include "testrelaythread.h"
 
 /* ---- the recording publisher ---- */
 
@@ -690,19 +691,8 @@ struct worker {
     struct recorder *rec;
     struct txo_publisher *pub;
     struct txo_relay *relay;
-    int rc;
-    char msg[TXO_ERROR_MSG_MAX];
+    struct testrelay_thread run;
 };
-
-static void *worker_main(void *arg)
-{
-    struct worker *w = arg;
-    struct txo_error err;
-    txo_error_init(&err);
-    w->rc = txo_relay_run(w->relay, &err);
-    snprintf(w->msg, sizeof(w->msg), "%s", err.msg);
-    return NULL;
-}
 
 static void test_two_relays_concurrently(void **state)
 {
@@ -710,7 +700,6 @@ static void test_two_relays_concurrently(void **state)
     const unsigned n = 5000;
     insert_events(&c->t, n, "PENDING");
     struct worker w[2];
-    pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         memset(&w[i], 0, sizeof(w[i]));
         w[i].c = c;
@@ -722,13 +711,9 @@ static void test_two_relays_concurrently(void **state)
         w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
     }
     for (int i = 0; i < 2; i++)
-        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+        testrelay_thread_start(&w[i].run, w[i].relay);
     for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    for (int i = 0; i < 2; i++) {
-        if (w[i].rc != 0)
-            fail_msg("relay %d: %s", i, w[i].msg);
-    }
+        testrelay_thread_join(&w[i].run);
     /* A relay that found everything claimed by the other may stop early; drain the rest. */
     testrelay_drain(w[0].relay);
 
@@ -1025,14 +1010,13 @@ static void test_late_commit_behind_cursor(void **state)
     insert_events(&c->t, backlog, "PENDING");
 
     struct worker w;
-    pthread_t th;
     memset(&w, 0, sizeof(w));
     w.c = c;
     w.db = testdb_connect(&c->t);
     w.pub = new_recorder(&w.rec);
     struct txo_relay_opts o = relay_opts(c, 5);
     w.relay = testrelay_new(w.db, w.pub, &o);
-    assert_int_equal(pthread_create(&th, NULL, worker_main, &w), 0);
+    testrelay_thread_start(&w.run, w.relay);
 
     /* The relay is running and its cursor is past where the late row will sit. */
     int64_t deadline = txo_monotonic_ms() + 20000;
@@ -1059,9 +1043,7 @@ static void test_late_commit_behind_cursor(void **state)
     }
     int64_t left = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     txo_relay_stop(w.relay);
-    pthread_join(th, NULL);
-    if (w.rc != 0)
-        fail_msg("relay: %s", w.msg);
+    testrelay_thread_join(&w.run);
     print_message("late row published %lld ms after its commit, %lld backlog rows still pending\n",
                   (long long)published_after, (long long)left);
     if (published_after < 0)

@@ -38,6 +38,7 @@
 
 #include "testdb.h"
 #include "testrelayfix.h"
+#include "testrelaythread.h"
 
 /* ---- the appending publisher ---- */
 
@@ -252,20 +253,8 @@ static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_ag
 struct runner {
     struct txo_db *db;
     struct txo_publisher *pub;
-    struct txo_relay *relay;
-    int rc;
-    char msg[TXO_ERROR_MSG_MAX];
+    struct testrelay_thread run;
 };
-
-static void *runner_main(void *arg)
-{
-    struct runner *w = arg;
-    struct txo_error err;
-    txo_error_init(&err);
-    w->rc = txo_relay_run(w->relay, &err);
-    snprintf(w->msg, sizeof(w->msg), "%s", err.msg);
-    return NULL;
-}
 
 /* A child process running one relay that kills itself mid-publish on its third call. */
 static pid_t spawn_doomed_relay(struct ctx *c)
@@ -297,7 +286,6 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
 
     pid_t child = spawn_doomed_relay(c);
     struct runner w[2];
-    pthread_t th[2];
     assert_true(n_threads <= 2);
     for (unsigned i = 0; i < n_threads; i++) {
         memset(&w[i], 0, sizeof(w[i]));
@@ -306,8 +294,7 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
         w[i].pub = new_appender(c->rf.out.fd, 1234 + i, &a);
         a->fail_per_mille = 100;
         struct txo_relay_opts o = relay_opts(c, 100, i == 0 ? "relay-a" : "relay-b");
-        w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
-        assert_int_equal(pthread_create(&th[i], NULL, runner_main, &w[i]), 0);
+        testrelay_thread_start(&w[i].run, testrelay_new(w[i].db, w[i].pub, &o));
     }
     /* Every relay holds its share of the shards before the events come, so that the doomed
      * one gets to publish (and die) while the others drain theirs. */
@@ -330,17 +317,15 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(50);
     for (unsigned i = 0; i < n_threads; i++)
-        txo_relay_stop(w[i].relay);
+        txo_relay_stop(w[i].run.relay);
     uint64_t reclaimed = 0, failed = 0;
     for (unsigned i = 0; i < n_threads; i++) {
-        pthread_join(th[i], NULL);
-        if (w[i].rc != 0)
-            fail_msg("relay %u: %s", i, w[i].msg);
+        testrelay_thread_join(&w[i].run);
         struct txo_relay_stats st;
-        txo_relay_get_stats(w[i].relay, &st);
+        txo_relay_get_stats(w[i].run.relay, &st);
         reclaimed += st.reclaimed;
         failed += st.failed_attempts;
-        txo_relay_free(w[i].relay);
+        txo_relay_free(w[i].run.relay);
         txo_publisher_free(w[i].pub);
         txo_db_close(w[i].db);
     }
