@@ -406,6 +406,17 @@ static void assert_413_json(const struct http_resp *r, size_t max)
     json_decref(doc);
 }
 
+/* Reads the answer of /echo on fd, which must be 200 with a body of len bytes, and closes fd. */
+static void assert_echoed(int fd, size_t len)
+{
+    struct http_resp r;
+    assert_int_equal(read_response(fd, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, len);
+    resp_release(&r);
+    close(fd);
+}
+
 static void test_announced_body_over_limit_is_413(void **state)
 {
     (void)state;
@@ -435,11 +446,7 @@ static void test_announced_body_over_limit_is_413(void **state)
     assert_true(
         testraw_send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1024\r\n\r\n"));
     assert_true(testraw_send(fd, body, sizeof(body)));
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, 1024);
-    resp_release(&r);
-    close(fd);
+    assert_echoed(fd, 1024);
     assert_int_equal(atomic_load(&f.app.calls), 1); /* only the last one */
     stop(&f);
 }
@@ -471,11 +478,7 @@ static void test_chunked_body_within_limit(void **state)
         assert_true(testraw_send_str(fd, "\r\n"));
     }
     assert_true(testraw_send_str(fd, "0\r\n\r\n"));
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, 1024);
-    resp_release(&r);
-    close(fd);
+    assert_echoed(fd, 1024);
     assert_int_equal(atomic_load(&f.app.calls), 2);
     stop(&f);
 }
