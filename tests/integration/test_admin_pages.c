@@ -32,6 +32,7 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testhttpclient.h"
+#include "testsql.h"
 #include "testorders.h"
 #include "testproc.h"
 
@@ -207,14 +208,14 @@ static void test_dead_events_and_skip(void **state)
     assert_int_equal(i64(doc, "id"), second);
     assert_string_equal(str(doc, "status"), "SKIPPED");
     json_decref(doc);
-    char sql[160];
-    snprintf(sql, sizeof(sql), "SELECT status = 'SKIPPED' FROM outbox_events WHERE id = %lld",
-             (long long)ev);
-    assert_int_equal(testdb_i64(c->hc.t.db, sql, NULL, 0), 1);
-    snprintf(sql, sizeof(sql),
-             "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = %lld",
-             (long long)second);
-    assert_int_equal(testdb_i64(c->hc.t.db, sql, NULL, 0), 1);
+    assert_int_equal(
+        testsql_i64_of(c->hc.t.db, "SELECT status = 'SKIPPED' FROM outbox_events WHERE id = ?", ev),
+        1);
+    assert_int_equal(
+        testsql_i64_of(c->hc.t.db,
+                       "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = ?",
+                       second),
+        1);
     doc = call(c, "GET", "/dlq/events", 200);
     assert_int_equal(json_array_size(json_object_get(doc, "dead_events")), 0);
     json_decref(doc);

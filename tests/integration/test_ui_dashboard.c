@@ -43,6 +43,7 @@
 #include "testdb.h"
 #include "testhttp.h"
 #include "testhttpclient.h"
+#include "testsql.h"
 #include "testorders.h"
 #include "testoutbox.h"
 #include "testproc.h"
@@ -326,15 +327,14 @@ static void test_dashboard_in_chromium(void **state)
 
     snprintf(n, sizeof(n), "%lld", (long long)letter);
     step(c, "replay", n);
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "SELECT status = 'PENDING' AND attempts = 0 FROM outbox_events WHERE id = %lld",
-             (long long)event_id);
-    if (testdb_q(c->hc.t.db, sql) != 1)
+    if (testsql_i64_of(c->hc.t.db,
+                       "SELECT status = 'PENDING' AND attempts = 0 FROM outbox_events WHERE id = ?",
+                       event_id) != 1)
         fail_with_logs(c, "after Replay on the page, the dead letter's event is not PENDING");
-    snprintf(sql, sizeof(sql), "SELECT replay_count FROM dead_letter_events WHERE id = %lld",
-             (long long)letter);
-    assert_int_equal(testdb_q(c->hc.t.db, sql), 1);
+    assert_int_equal(testsql_i64_of(c->hc.t.db,
+                                    "SELECT replay_count FROM dead_letter_events WHERE id = ?",
+                                    letter),
+                     1);
 
     /* Replayed, it dies again; replayed again, and dies a third time: one row all along. */
     int64_t second = dies_again(c, event_id);
@@ -348,10 +348,10 @@ static void test_dashboard_in_chromium(void **state)
     step(c, "payload", n);
     step(c, "skip", n);
     expect_status(c, event_id, "SKIPPED", "after Skip on the page the event is not SKIPPED");
-    snprintf(sql, sizeof(sql),
-             "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = %lld",
-             (long long)third);
-    assert_int_equal(testdb_q(c->hc.t.db, sql), 1);
+    assert_int_equal(
+        testsql_i64_of(c->hc.t.db,
+                       "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = ?", third),
+        1);
 
     /* Two dead events ticked and replayed at once. */
     int64_t ev_a = 0, ev_b = 0;
