@@ -254,11 +254,10 @@ static void test_success(void **state)
     assert_true(event_id(f, id, "PaymentCharged") < event_id(f, id, "ShipmentCreated"));
     char key[128];
     snprintf(key, sizeof(key), "saga:%s:payment-charged", saga);
-    struct txo_param k = txo_p_str(key);
-    assert_int_equal(testdb_i64(f->t.db,
-                                "SELECT JSON_EXTRACT(payload, '$.amount_cents') FROM "
-                                "outbox_events WHERE idempotency_key = ?",
-                                &k, 1),
+    assert_int_equal(i64(f,
+                         "SELECT JSON_EXTRACT(payload, '$.amount_cents') FROM outbox_events "
+                         "WHERE idempotency_key = ?",
+                         txo_p_str(key)),
                      224900);
     /* A terminal saga is left as it is. */
     assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);

@@ -32,6 +32,7 @@
 #include "testrun.h"
 #include "testdb.h"
 #include "testrelayfix.h"
+#include "testsql.h"
 
 struct poisoned {
     int fd;
@@ -150,10 +151,10 @@ static unsigned poison_rounds(struct testrelay_fixture *c, unsigned n, int64_t p
         txo_sleep_ms(1100); /* its lease expires */
     }
     struct txo_param poison = txo_p_i64(poison_id);
-    assert_int_equal(testdb_i64(c->t.db,
-                                "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = "
-                                "'FAILED' AND lease_expiries = 3 AND locked_by IS NULL",
-                                &poison, 1),
+    assert_int_equal(testsql_i64_of(c->t.db,
+                                    "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = "
+                                    "'FAILED' AND lease_expiries = 3 AND locked_by IS NULL",
+                                    poison_id),
                      1);
     char *error = testdb_str(
         c->t.db, "SELECT error FROM dead_letter_events WHERE source_event_id = ?", &poison, 1);
@@ -165,8 +166,9 @@ static unsigned poison_rounds(struct testrelay_fixture *c, unsigned n, int64_t p
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
     /* The events of its batches expired with it at most twice. */
-    assert_true(testdb_i64(c->t.db, "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
-                           &poison, 1) <= 2);
+    assert_true(testsql_i64_of(c->t.db,
+                               "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
+                               poison_id) <= 2);
 
     /* The consumer saw every other event (some twice: published, then the relay died before
      * marking them), and never the poison one. */
