@@ -211,6 +211,17 @@ static struct txo_relay *webhook_relay(struct ctx *c, const char *url, int64_t t
     return c->relay;
 }
 
+/*
+ * One relay cycle while the receiver answers status: it claims n events, and the receiver has
+ * seen requests in all by then.
+ */
+static void cycle_answered(struct ctx *c, int status, size_t n, size_t requests)
+{
+    receiver_answer(&c->rcv, status);
+    assert_int_equal(testrelay_run_once(c->relay), n);
+    assert_int_equal(receiver_count(&c->rcv), requests);
+}
+
 /* Asserts that last_error is the same text on all n rows and contains want; returns nothing. */
 static void assert_last_error(struct testdb *t, unsigned n, const char *prefix, const char *want)
 {
@@ -286,21 +297,17 @@ static void test_error_status_leaves_rows_pending(void **state)
     struct ctx *c = *state;
     const unsigned n = 5;
     testoutbox_insert_seq(c->t.db, n, "k");
-    struct txo_relay *r = webhook_relay(c, c->rcv.url, 0, NULL, 10, false);
+    webhook_relay(c, c->rcv.url, 0, NULL, 10, false);
 
     /* 500: every event is tried (the next one may succeed), none counts as delivered. */
-    receiver_answer(&c->rcv, 500);
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), n);
+    cycle_answered(c, 500, n, n);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST http://127.0.0.1:",
                       "/hooks/orders: HTTP 500: {\"error\":\"receiver says 500\"}");
     assert_string_equal(c->rcv.seen[0].auth, ""); /* no token, no Authorization header */
 
     /* The receiver recovers: the retry delivers the same keys with attempt 2. */
-    receiver_answer(&c->rcv, 201);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), 2 * n);
+    cycle_answered(c, 201, n, 2 * n);
     for (size_t i = n; i < 2 * n; i++) {
         assert_string_equal(c->rcv.seen[i].key, c->rcv.seen[i - n].key);
         json_t *env = json_loads(c->rcv.seen[i].body, 0, NULL);
@@ -323,9 +330,7 @@ static void test_refusal_and_overload(void **state)
 
     /* 422, a permanent refusal of each event: every one is tried, none delivered, and each is
      * dead-lettered at once with the endpoint's answer (a retry would be refused again). */
-    receiver_answer(&c->rcv, 422);
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), n);
+    cycle_answered(c, 422, n, n);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
                                        "AND attempts = 1 AND locked_by IS NULL"),
                      n);
@@ -335,11 +340,9 @@ static void test_refusal_and_overload(void **state)
     assert_int_equal(testrelay_run_once(r), 0);
 
     /* 503: the endpoint says it is down; the rest of the batch is not tried. */
-    receiver_answer(&c->rcv, 503);
     testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING', next_attempt_at = NOW(6), "
                          "attempts = 0");
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), n + 1);
+    cycle_answered(c, 503, n, n + 1);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST ", "HTTP 503: ");
 }
 
