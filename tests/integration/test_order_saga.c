@@ -20,6 +20,7 @@
 #include "orders.h"
 #include "testclock.h"
 #include "testdb.h"
+#include "testrun.h"
 
 struct stock {
     const char *sku;
@@ -641,22 +642,18 @@ static void test_decode_rejects_bad_payloads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_success, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_no_stock, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_payment_declined, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_shipment_fails, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_compensation_fails_then_retried, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_release_fails_then_retried, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_transient_charge_failures_are_retried, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_duplicate_skus_are_merged, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_resumed_steps_do_not_double_apply, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_reserve_rerun_with_and_without_stock_left, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_every_step_is_idempotent, setup, testdb_free_state),
-        cmocka_unit_test(test_decode_rejects_bad_payloads),
+        cmocka_unit_test(test_success),
+        cmocka_unit_test(test_no_stock),
+        cmocka_unit_test(test_payment_declined),
+        cmocka_unit_test(test_shipment_fails),
+        cmocka_unit_test(test_compensation_fails_then_retried),
+        cmocka_unit_test(test_release_fails_then_retried),
+        cmocka_unit_test(test_transient_charge_failures_are_retried),
+        cmocka_unit_test(test_duplicate_skus_are_merged),
+        cmocka_unit_test(test_resumed_steps_do_not_double_apply),
+        cmocka_unit_test(test_reserve_rerun_with_and_without_stock_left),
+        cmocka_unit_test(test_every_step_is_idempotent),
+        cmocka_unit_test_setup(test_decode_rejects_bad_payloads, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }
