@@ -29,6 +29,7 @@
 #include "relay/relay_sql.h"
 #include "testdb.h"
 #include "testrelay.h"
+#include "testrelayfix.h"
 #include "testrelaythread.h"
 
 /* ---- the recording publisher ---- */
@@ -156,40 +157,22 @@ static struct txo_publisher *new_recorder(struct recorder **rec)
 
 struct ctx {
     struct testdb t;
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
+    struct testrelay_variant v; /* what the test runs with */
 };
-
-/* What a test runs with: the claim strategy, the claim mode, the test database's name. */
-struct variant {
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
-    const char *db;
-};
-
-static struct variant skip_locked = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_LEASE, "relay_sl"};
-static struct variant update_limit = {TXO_CLAIM_UPDATE_LIMIT, TXO_RELAY_CLAIM_LEASE, "relay_ul"};
-static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION, "relay_tx"};
 
 static int setup(void **state)
 {
-    const struct variant *v = *state;
+    const struct testrelay_variant *v = *state;
     struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
-    c->claim = v->claim;
-    c->mode = v->mode;
+    c->v = *v;
     *state = c;
     return 0;
 }
 
 static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch)
 {
-    struct txo_relay_opts o;
-    txo_relay_opts_init(&o);
-    o.claim = c->claim;
-    o.mode = c->mode;
-    o.batch_size = batch;
+    struct txo_relay_opts o = testrelay_variant_opts(&c->v, batch);
     o.relay_id = "test-relay";
-    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* opt-in; these tests hold the relay to it */
     o.idle_sleep_ms = 5;
     return o;
 }
@@ -278,8 +261,8 @@ static void test_drain_exactly_once_in_order(void **state)
 
     struct drained d = drain_to_recorder(c, 100);
     struct recorder *rec = d.rec;
-    assert_int_equal(txo_relay_claim_strategy(d.relay), c->claim);
-    assert_int_equal(txo_relay_claim_mode(d.relay), c->mode);
+    assert_int_equal(txo_relay_claim_strategy(d.relay), c->v.claim);
+    assert_int_equal(txo_relay_claim_mode(d.relay), c->v.mode);
 
     assert_each_once(&rec, 1, n);
     for (size_t i = 0; i < n; i++) {
@@ -727,7 +710,7 @@ static void test_two_relays_concurrently(void **state)
         struct txo_relay_stats st;
         txo_relay_get_stats(w[i].relay, &st);
         assert_int_equal(st.fenced + st.reclaimed + st.failed_attempts, 0);
-        print_message("relay %d (%s) published %llu\n", i, txo_claim_strategy_name(c->claim),
+        print_message("relay %d (%s) published %llu\n", i, txo_claim_strategy_name(c->v.claim),
                       (unsigned long long)st.published);
         txo_relay_free(w[i].relay);
         txo_publisher_free(w[i].pub);
@@ -1319,8 +1302,8 @@ static void test_claim_mode_auto(void **state)
 }
 
 #define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &v)
-#define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
-#define ALL(fn)    BOTH(fn), ONE(fn, held)
+#define BOTH(fn)   ONE(fn, testrelay_skip_locked), ONE(fn, testrelay_update_limit)
+#define ALL(fn)    BOTH(fn), ONE(fn, testrelay_held)
 
 int main(void)
 {
@@ -1337,8 +1320,8 @@ int main(void)
         ALL(test_late_commit_behind_cursor),
         ALL(test_stop_finishes_batch),
         BOTH(test_lock_token_and_opts),
-        ONE(test_held_batch_is_locked_and_pending, held),
-        ONE(test_claim_mode_auto, held),
+        ONE(test_held_batch_is_locked_and_pending, testrelay_held),
+        ONE(test_claim_mode_auto, testrelay_held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
