@@ -108,40 +108,22 @@ static struct txo_publisher *new_appender(int fd, uint32_t rng_start, struct app
 
 struct ctx {
     struct testrelay_fixture rf; /* first: the database, and the file the publisher appends */
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
+    struct testrelay_variant v;  /* what the test runs with */
 };
-
-/* What a test runs with: the claim strategy, the claim mode, the test database's name. */
-struct variant {
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
-    const char *db;
-};
-
-static struct variant skip_locked = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_LEASE, "order_sl"};
-static struct variant update_limit = {TXO_CLAIM_UPDATE_LIMIT, TXO_RELAY_CLAIM_LEASE, "order_ul"};
-static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION, "order_tx"};
 
 static int setup(void **state)
 {
-    const struct variant *v = *state;
+    const struct testrelay_variant *v = *state;
     struct ctx *c = testrelay_fixture_new(sizeof(*c), v->db, "order");
-    c->claim = v->claim;
-    c->mode = v->mode;
+    c->v = *v;
     *state = c;
     return 0;
 }
 
 static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch, const char *id)
 {
-    struct txo_relay_opts o;
-    txo_relay_opts_init(&o);
-    o.claim = c->claim;
-    o.mode = c->mode;
-    o.batch_size = batch;
+    struct txo_relay_opts o = testrelay_variant_opts(&c->v, batch);
     o.relay_id = id;
-    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* the default, named: these tests hold it */
     o.idle_sleep_ms = 2;
     o.lease_s = 1;
     o.max_attempts = 1000000;
@@ -333,12 +315,12 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
     size_t repeats = assert_in_order(c->rf.out.path, n_events, n_aggregates);
     print_message("%s, %s, %u relays (one killed): %zu repeats, %llu reclaimed, %llu failed "
                   "attempts\n",
-                  txo_claim_strategy_name(c->claim), txo_relay_claim_mode_name(c->mode),
+                  txo_claim_strategy_name(c->v.claim), txo_relay_claim_mode_name(c->v.mode),
                   n_threads + 1, repeats, (unsigned long long)reclaimed,
                   (unsigned long long)failed);
     /* The killed relay's batch came back: by lease expiry, or (a held batch, its third and
      * so not the leased first) by the rollback of its transaction, with nothing to reclaim. */
-    if (c->mode == TXO_RELAY_CLAIM_LEASE)
+    if (c->v.mode == TXO_RELAY_CLAIM_LEASE)
         assert_true(reclaimed > 0);
     assert_true(failed > 0);
 }
@@ -360,6 +342,15 @@ static int64_t dead_letter_of(struct testdb *t, int64_t event_id)
     struct txo_param p = txo_p_i64(event_id);
     return testdb_i64(t->db, "SELECT MAX(id) FROM dead_letter_events WHERE source_event_id = ?", &p,
                       1);
+}
+
+/* Relay cycles (at most 200, a short pause after an empty one) until count_sql counts want. */
+static void run_until(struct txo_relay *r, struct txo_db *db, const char *count_sql, int64_t want)
+{
+    for (int i = 0; i < 200 && testdb_q(db, count_sql) != want; i++) {
+        if (testrelay_run_once(r) == 0)
+            txo_sleep_ms(3);
+    }
 }
 
 static void test_failing_aggregate_parks_only_itself(void **state)
@@ -392,20 +383,11 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_non_null(strstr(parked[0].last_error, "broker said no"));
 
     /* Everything else flows while 7 and 11 use up their attempts and stay FAILED. */
-    for (int i = 0; i < 200 && testdb_q(c->rf.t.db,
-                                        "SELECT COUNT(*) FROM outbox_events WHERE status IN "
-                                        "('PENDING', 'PROCESSING') AND id % 50 NOT IN (7, 11)") > 0;
-         i++) {
-        if (testrelay_run_once(r) == 0)
-            txo_sleep_ms(3);
-    }
-    for (int i = 0;
-         i < 200 && testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                         "'FAILED'") < 2;
-         i++) {
-        if (testrelay_run_once(r) == 0)
-            txo_sleep_ms(3);
-    }
+    run_until(r, c->rf.t.db,
+              "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', 'PROCESSING') "
+              "AND id % 50 NOT IN (7, 11)",
+              0);
+    run_until(r, c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'", 2);
     assert_int_equal(
         testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
         300 - 12);
@@ -527,7 +509,7 @@ static void hold_while(struct ctx *c, const char *sql, struct txo_relay *r, size
 static void test_unpark_seen_after_commit(void **state)
 {
     struct ctx *c = *state;
-    if (c->claim != TXO_CLAIM_SKIP_LOCKED)
+    if (c->v.claim != TXO_CLAIM_SKIP_LOCKED)
         skip(); /* update-limit waits for the locked row instead of passing it */
     struct appender *a = NULL;
     struct txo_publisher *pub = new_appender(c->rf.out.fd, 5, &a);
@@ -658,7 +640,7 @@ static void end_append(struct appender_tx *a, pthread_t th)
 static void test_commit_order(void **state)
 {
     struct ctx *c = *state;
-    if (c->claim != TXO_CLAIM_SKIP_LOCKED)
+    if (c->v.claim != TXO_CLAIM_SKIP_LOCKED)
         skip(); /* update-limit waits for the open transaction's rows: it cannot pass them */
     struct appender *ap = NULL;
     struct txo_publisher *pub = new_appender(c->rf.out.fd, 5, &ap);
@@ -742,8 +724,8 @@ static void test_commit_order(void **state)
 
 #define ONE(fn, v)                                                                                 \
     cmocka_unit_test_prestate_setup_teardown(fn, setup, testrelay_fixture_free_state, &v)
-#define BOTH(fn) ONE(fn, skip_locked), ONE(fn, update_limit)
-#define ALL(fn)  BOTH(fn), ONE(fn, held)
+#define BOTH(fn) ONE(fn, testrelay_skip_locked), ONE(fn, testrelay_update_limit)
+#define ALL(fn)  BOTH(fn), ONE(fn, testrelay_held)
 
 int main(void)
 {
