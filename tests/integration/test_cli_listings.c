@@ -289,9 +289,8 @@ static void test_saga_show(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
+    int64_t order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
 
     const char *args[] = {"saga", "show", saga_id, NULL};
     json_t *doc = run_json(args, 0);
