@@ -31,24 +31,22 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testhttpclient.h"
+#include "testsql.h"
 #include "testorders.h"
 #include "testproc.h"
 
 #define TOKEN "pages-s3cret"
 
 struct ctx {
-    struct testdb t;
+    struct testhttp_client hc; /* first: the database, the CURL handle and the reply */
     struct testproc serve;
     unsigned port;
-    CURL *h;
-    struct testhttp_reply r;
 };
 
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "admin_pages", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
+    struct ctx *c = testhttp_client_new(sizeof(*c), "admin_pages");
     static const char *const args[] = {"--admin-token", TOKEN, NULL};
     c->port = testhttp_txo_start(&c->serve, "pages_serve", "serve", args);
     *state = c;
@@ -60,9 +58,7 @@ static int teardown(void **state)
     struct ctx *c = *state;
     testhttp_txo_stop(&c->serve, "txo serve");
     testproc_remove_log(&c->serve);
-    testhttp_reply_release(&c->r);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
+    testhttp_client_free(c);
     return 0;
 }
 
@@ -71,21 +67,21 @@ static const char *const auth[] = {"Authorization: Bearer " TOKEN, NULL};
 /* method path with the token; the reply's JSON when it answers want (the caller decrefs). */
 static json_t *call(struct ctx *c, const char *method, const char *path, long want)
 {
-    testhttp_do(c->h, method, c->port, path, auth, NULL, 0, &c->r);
-    testhttp_expect_status(&c->r, want, path);
-    return testhttp_json(&c->r);
+    testhttp_do(c->hc.h, method, c->port, path, auth, NULL, 0, &c->hc.r);
+    testhttp_expect_status(&c->hc.r, want, path);
+    return testhttp_json(&c->hc.r);
 }
 
 static void unauthorized(struct ctx *c, const char *method, const char *path)
 {
-    testhttp_do(c->h, method, c->port, path, NULL, NULL, 0, &c->r);
-    testhttp_expect_error(&c->r, 401, "unauthorized", NULL, path);
+    testhttp_do(c->hc.h, method, c->port, path, NULL, NULL, 0, &c->hc.r);
+    testhttp_expect_error(&c->hc.r, 401, "unauthorized", NULL, path);
 }
 
 static void bad_request(struct ctx *c, const char *path)
 {
-    testhttp_do(c->h, "GET", c->port, path, auth, NULL, 0, &c->r);
-    testhttp_expect_error(&c->r, 400, "invalid_request", NULL, path);
+    testhttp_do(c->hc.h, "GET", c->port, path, auth, NULL, 0, &c->hc.r);
+    testhttp_expect_error(&c->hc.r, 400, "invalid_request", NULL, path);
 }
 
 static int64_t i64(json_t *o, const char *key)
@@ -117,55 +113,55 @@ static void test_stats_tell_backoff_from_a_stalled_relay(void **state)
     struct ctx *c = *state;
     unauthorized(c, "GET", "/outbox/stats");
     /* One event whose publish failed, waiting for its retry in an hour. */
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, attempts, created_at, next_attempt_at)"
-                         " VALUES ('cart', 1, 'CartCheckedOut', '{}', 'pages-backoff', 3,"
-                         " NOW(6) - INTERVAL 50 SECOND, NOW(6) + INTERVAL 1 HOUR)");
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, attempts, created_at, next_attempt_at)"
+                            " VALUES ('cart', 1, 'CartCheckedOut', '{}', 'pages-backoff', 3,"
+                            " NOW(6) - INTERVAL 50 SECOND, NOW(6) + INTERVAL 1 HOUR)");
     /* An event held back behind its aggregate's FAILED one (parked): due, but not the relay's
      * to claim, so not a sign of a stalled relay either. */
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, status, attempts, created_at) VALUES"
-                         " ('doc', 7, 'DocSigned', '{}', 'pages-head', 'FAILED', 10,"
-                         " NOW(6) - INTERVAL 300 SECOND),"
-                         " ('doc', 7, 'DocFiled', '{}', 'pages-behind', 'PENDING', 0,"
-                         " NOW(6) - INTERVAL 200 SECOND)");
-    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id)"
-                         " SELECT aggregate_type, aggregate_id, id FROM outbox_events"
-                         " WHERE idempotency_key = 'pages-head'");
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, status, attempts, created_at) VALUES"
+                            " ('doc', 7, 'DocSigned', '{}', 'pages-head', 'FAILED', 10,"
+                            " NOW(6) - INTERVAL 300 SECOND),"
+                            " ('doc', 7, 'DocFiled', '{}', 'pages-behind', 'PENDING', 0,"
+                            " NOW(6) - INTERVAL 200 SECOND)");
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id)"
+                            " SELECT aggregate_type, aggregate_id, id FROM outbox_events"
+                            " WHERE idempotency_key = 'pages-head'");
     json_t *st = call(c, "GET", "/outbox/stats", 200);
     assert_int_equal(i64(st, "retry_waiting"), 1);
     if (real(st, "oldest_due_age_seconds") != 0.0)
-        fail_msg("an event waiting for its retry or held back counts as due: %s", c->r.body);
+        fail_msg("an event waiting for its retry or held back counts as due: %s", c->hc.r.body);
     if (real(st, "oldest_pending_age_seconds") < 200.0)
-        fail_msg("the event in backoff is not counted in the lag: %s", c->r.body);
+        fail_msg("the event in backoff is not counted in the lag: %s", c->hc.r.body);
     json_decref(st);
 
     /* An event due for 100 s that no relay took: stalled. */
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, created_at, next_attempt_at)"
-                         " VALUES ('cart', 2, 'CartCheckedOut', '{}', 'pages-due',"
-                         " NOW(6) - INTERVAL 100 SECOND, NOW(6) - INTERVAL 100 SECOND)");
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, created_at, next_attempt_at)"
+                            " VALUES ('cart', 2, 'CartCheckedOut', '{}', 'pages-due',"
+                            " NOW(6) - INTERVAL 100 SECOND, NOW(6) - INTERVAL 100 SECOND)");
     st = call(c, "GET", "/outbox/stats", 200);
     assert_int_equal(i64(st, "retry_waiting"), 1);
     double due = real(st, "oldest_due_age_seconds");
     if (due < 100.0 || due > 160.0)
-        fail_msg("oldest_due_age_seconds %.3f, want 100..160: %s", due, c->r.body);
+        fail_msg("oldest_due_age_seconds %.3f, want 100..160: %s", due, c->hc.r.body);
     json_decref(st);
 }
 
 /* A FAILED event and its first dead letter; returns the letter's id, the event's in *ev. */
 static int64_t dead_event(struct ctx *c, int64_t *ev)
 {
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, status, attempts, last_error) VALUES"
-                         " ('invoice', 9, 'InvoiceSent', '{\"invoice\":9}', 'pages-dead',"
-                         " 'FAILED', 10, 'refused')");
-    *ev = testdb_i64(c->t.db, "SELECT id FROM outbox_events WHERE idempotency_key = 'pages-dead'",
-                     NULL, 0);
-    testdb_exec(c->t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
-                         " error) SELECT id, event_type, payload, 'refused' FROM outbox_events"
-                         " WHERE idempotency_key = 'pages-dead'");
-    return testdb_i64(c->t.db, "SELECT MAX(id) FROM dead_letter_events", NULL, 0);
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, status, attempts, last_error) VALUES"
+                            " ('invoice', 9, 'InvoiceSent', '{\"invoice\":9}', 'pages-dead',"
+                            " 'FAILED', 10, 'refused')");
+    *ev = testdb_i64(c->hc.t.db,
+                     "SELECT id FROM outbox_events WHERE idempotency_key = 'pages-dead'", NULL, 0);
+    testdb_exec(c->hc.t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
+                            " error) SELECT id, event_type, payload, 'refused' FROM outbox_events"
+                            " WHERE idempotency_key = 'pages-dead'");
+    return testdb_i64(c->hc.t.db, "SELECT MAX(id) FROM dead_letter_events", NULL, 0);
 }
 
 static void test_dead_events_and_skip(void **state)
@@ -183,17 +179,17 @@ static void test_dead_events_and_skip(void **state)
     snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)first);
     json_decref(call(c, "POST", path, 200));
     /* The relay gives it up again: FAILED, and a second letter. */
-    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'FAILED' "
-                         "WHERE idempotency_key = 'pages-dead'");
-    testdb_exec(c->t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
-                         " error) SELECT id, event_type, payload, 'refused again' FROM"
-                         " outbox_events WHERE idempotency_key = 'pages-dead'");
-    int64_t second = testdb_i64(c->t.db, "SELECT MAX(id) FROM dead_letter_events", NULL, 0);
+    testdb_exec(c->hc.t.db, "UPDATE outbox_events SET status = 'FAILED' "
+                            "WHERE idempotency_key = 'pages-dead'");
+    testdb_exec(c->hc.t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
+                            " error) SELECT id, event_type, payload, 'refused again' FROM"
+                            " outbox_events WHERE idempotency_key = 'pages-dead'");
+    int64_t second = testdb_i64(c->hc.t.db, "SELECT MAX(id) FROM dead_letter_events", NULL, 0);
 
     json_t *doc = call(c, "GET", "/dlq/events", 200);
     json_t *list = json_object_get(doc, "dead_events");
     if (json_array_size(list) != 1)
-        fail_msg("want one dead event, got: %s", c->r.body);
+        fail_msg("want one dead event, got: %s", c->hc.r.body);
     json_t *e = json_array_get(list, 0);
     assert_int_equal(i64(e, "dead_letter_id"), second);
     assert_int_equal(i64(e, "source_event_id"), ev);
@@ -212,33 +208,33 @@ static void test_dead_events_and_skip(void **state)
     assert_int_equal(i64(doc, "id"), second);
     assert_string_equal(str(doc, "status"), "SKIPPED");
     json_decref(doc);
-    char sql[160];
-    snprintf(sql, sizeof(sql), "SELECT status = 'SKIPPED' FROM outbox_events WHERE id = %lld",
-             (long long)ev);
-    assert_int_equal(testdb_i64(c->t.db, sql, NULL, 0), 1);
-    snprintf(sql, sizeof(sql),
-             "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = %lld",
-             (long long)second);
-    assert_int_equal(testdb_i64(c->t.db, sql, NULL, 0), 1);
+    assert_int_equal(
+        testsql_i64_of(c->hc.t.db, "SELECT status = 'SKIPPED' FROM outbox_events WHERE id = ?", ev),
+        1);
+    assert_int_equal(
+        testsql_i64_of(c->hc.t.db,
+                       "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = ?",
+                       second),
+        1);
     doc = call(c, "GET", "/dlq/events", 200);
     assert_int_equal(json_array_size(json_object_get(doc, "dead_events")), 0);
     json_decref(doc);
 
-    testhttp_do(c->h, "POST", c->port, path, auth, NULL, 0, &c->r);
-    testhttp_expect_error(&c->r, 409, "conflict", "SKIPPED", "a second skip");
-    testhttp_do(c->h, "GET", c->port, path, auth, NULL, 0, &c->r);
-    testhttp_expect_error(&c->r, 405, "method_not_allowed", NULL, "GET of a skip");
-    testhttp_do(c->h, "POST", c->port, "/dlq/999999/skip", auth, NULL, 0, &c->r);
-    testhttp_expect_error(&c->r, 404, "not_found", NULL, "skip of an unknown letter");
+    testhttp_do(c->hc.h, "POST", c->port, path, auth, NULL, 0, &c->hc.r);
+    testhttp_expect_error(&c->hc.r, 409, "conflict", "SKIPPED", "a second skip");
+    testhttp_do(c->hc.h, "GET", c->port, path, auth, NULL, 0, &c->hc.r);
+    testhttp_expect_error(&c->hc.r, 405, "method_not_allowed", NULL, "GET of a skip");
+    testhttp_do(c->hc.h, "POST", c->port, "/dlq/999999/skip", auth, NULL, 0, &c->hc.r);
+    testhttp_expect_error(&c->hc.r, 404, "not_found", NULL, "skip of an unknown letter");
 }
 
 /* An order and its saga, run to the end: COMPENSATED with fail_shipment, else COMPLETED. */
 static int64_t order_with_saga(struct ctx *c, bool fail_shipment, char saga_id[TXO_SAGA_ID_LEN])
 {
-    testorders_stock(c->t.db, "pen", 100);
+    testorders_stock(c->hc.t.db, "pen", 100);
     const struct order_item item = {"pen", 2, 250};
     const struct order_faults faults = {.fail_shipment = fail_shipment};
-    return testorders_run_saga(c->t.db, 5, &item, 1, &faults, NULL,
+    return testorders_run_saga(c->hc.t.db, 5, &item, 1, &faults, NULL,
                                fail_shipment ? TXO_SAGA_COMPENSATED : TXO_SAGA_COMPLETED, saga_id);
 }
 
@@ -261,14 +257,14 @@ static void test_saga_page(void **state)
     /* The shipment failed: the charge and the reservation were undone, the charge first. */
     json_t *plan = json_object_get(g, "compensation_plan");
     if (json_array_size(plan) != 2)
-        fail_msg("want a plan of two steps: %s", c->r.body);
+        fail_msg("want a plan of two steps: %s", c->hc.r.body);
     assert_int_equal(i64(json_array_get(plan, 0), "step"), 2);
     assert_int_equal(i64(json_array_get(plan, 1), "step"), 1);
     for (size_t i = 0; i < 2; i++) {
         assert_string_equal(str(json_array_get(plan, i), "state"), "done");
         if (strcmp(str(json_array_get(plan, i), "undo"), "nothing to undo") == 0 ||
             strncmp(str(json_array_get(plan, i), "undo"), "unknown", 7) == 0)
-            fail_msg("the plan does not know the steps' undo: %s", c->r.body);
+            fail_msg("the plan does not know the steps' undo: %s", c->hc.r.body);
     }
     json_decref(g);
 
@@ -299,7 +295,7 @@ static void test_search(void **state)
     json_t *doc = call(c, "GET", path, 200);
     json_t *results = json_object_get(doc, "results");
     if (json_array_size(results) != 1)
-        fail_msg("want the saga alone: %s", c->r.body);
+        fail_msg("want the saga alone: %s", c->hc.r.body);
     assert_string_equal(str(json_array_get(results, 0), "kind"), "saga");
     assert_string_equal(str(json_array_get(results, 0), "id"), saga_id);
     assert_string_equal(str(json_array_get(results, 0), "status"), "COMPLETED");
@@ -309,7 +305,7 @@ static void test_search(void **state)
     doc = call(c, "GET", path, 200);
     results = json_object_get(doc, "results");
     if (json_array_size(results) != 1)
-        fail_msg("want the order alone: %s", c->r.body);
+        fail_msg("want the order alone: %s", c->hc.r.body);
     json_t *hit = json_array_get(results, 0);
     assert_string_equal(str(hit, "kind"), "order");
     json_t *record = json_object_get(hit, "record");

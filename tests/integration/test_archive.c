@@ -30,9 +30,10 @@
 #include "txo/archive.h"
 #include "txo/retention.h"
 
-/* One pass with an archive, 10 rows a batch, a day's age. */
-static void pass(struct testarchive_fixture *f, struct txo_retention_counts *c)
+/* One pass with an archive, 10 rows a batch, a day's age; returns what it archived. */
+static struct txo_retention_counts pass(struct testarchive_fixture *f)
 {
+    struct txo_retention_counts c;
     struct txo_retention_opts o;
     memset(&o, 0xa5, sizeof(o)); /* every field must come from the defaults, none from the stack */
     txo_retention_opts_init(&o);
@@ -44,8 +45,21 @@ static void pass(struct testarchive_fixture *f, struct txo_retention_counts *c)
     o.archive_dir = f->dir;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_retention_run(f->t.db, &o, c, &err) < 0)
+    if (txo_retention_run(f->t.db, &o, &c, &err) < 0)
         fail_msg("retention: %s", err.msg);
+    return c;
+}
+
+/* The rows sql selects (it takes no values); the test fails on an error. Free with
+ * txo_rows_free(). */
+static struct txo_rows *query(struct testarchive_fixture *f, const char *sql)
+{
+    struct txo_rows *rows = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_query(f->t.db, sql, NULL, 0, &rows, &err) < 0)
+        fail_msg("%s: %s", sql, err.msg);
+    return rows;
 }
 
 /*
@@ -119,8 +133,7 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     testarchive_db_keys(f->t.db, "event_type = 'InEvt'", &want_inbox);
     assert_int_equal(want_inbox.n, 23);
 
-    struct txo_retention_counts c;
-    pass(f, &c);
+    struct txo_retention_counts c = pass(f);
     assert_int_equal(c.outbox, 25);
     assert_int_equal(c.dead_letters, 12);
     assert_int_equal(c.inbox, 23);
@@ -173,7 +186,7 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     assert_int_equal(cat_and_check(f, "inbox_events"), 23);
 
     /* A second pass finds nothing and writes nothing. */
-    pass(f, &c);
+    c = pass(f);
     assert_int_equal(c.outbox + c.dead_letters + c.inbox, 0);
     n = testarchive_ids(f->dir, "outbox_events", &got);
     assert_int_equal(n, 25);
@@ -214,6 +227,43 @@ static int verify(const char *path, char **out)
     return testproc_run_txo("archive_verify", args, 30000, out);
 }
 
+/* `txo archive verify path` exits with status, its output holding says (NULL: anything). */
+static void expect_verify(const char *path, int status, const char *says)
+{
+    char *out = NULL;
+    assert_int_equal(verify(path, &out), status);
+    if (says != NULL && strstr(out, says) == NULL)
+        fail_msg("txo archive verify %s: no \"%s\" in:\n%s", path, says, out);
+    free(out);
+}
+
+/*
+ * The byte at of the first mark in data[0..len) changed to to, path rewritten as that gzipped:
+ * verify names the file and its CRC-32. The byte is put back.
+ */
+static void expect_edit_caught(const char *path, char *data, size_t len, const char *mark,
+                               size_t at, char to)
+{
+    char *p = strstr(data, mark);
+    assert_non_null(p);
+    char was = p[at];
+    p[at] = to;
+    write_gzip(path, data, len);
+    char *out = NULL;
+    assert_int_equal(verify(path, &out), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "CRC-32"));
+    free(out);
+    p[at] = was;
+}
+
+/* The one file of 10 rows under f->dir, found whole by verify: path's content, gunzipped. */
+static char *verified_content(struct testarchive_fixture *f, const char *path, size_t *len)
+{
+    expect_verify(f->dir, 0, "1 files, 10 rows verified, 0 bad");
+    return gunzip(path, len);
+}
+
 /*
  * path, the only file under dir, cut to half of its gzip bytes: verify finds it bad, and cat
  * refuses it.
@@ -243,33 +293,18 @@ static void test_verify_catches_a_truncated_and_an_edited_file(void **state)
 {
     struct testarchive_fixture *f = *state;
     testarchive_insert_outbox(f->t.db, 10, "v");
-    struct txo_retention_counts c;
-    pass(f, &c);
-    assert_int_equal(c.outbox, 10);
+    assert_int_equal(pass(f).outbox, 10);
     char path[512];
     snprintf(path, sizeof(path), "%s/outbox_events/outbox_events.1-10.jsonl.gz", f->dir);
-    char *out = NULL;
-    assert_int_equal(verify(f->dir, &out), 0);
-    assert_non_null(strstr(out, "1 files, 10 rows verified, 0 bad"));
-    free(out);
+    size_t len = 0;
+    char *data = verified_content(f, path, &len);
 
     /* A line edited, the file gzipped anew (so gzip's own CRC is right). */
-    size_t len = 0;
-    char *data = gunzip(path, &len);
-    char *key = strstr(data, "\"v:3\"");
-    assert_non_null(key);
-    key[3] = '4';
-    write_gzip(path, data, len);
-    assert_int_equal(verify(path, &out), 1);
-    assert_non_null(strstr(out, path));
-    assert_non_null(strstr(out, "CRC-32"));
-    free(out);
+    expect_edit_caught(path, data, len, "\"v:3\"", 3, '4');
 
     /* Cut short: the original content, half of its gzip bytes. */
-    key[3] = '3';
     write_gzip(path, data, len);
-    assert_int_equal(verify(path, &out), 0);
-    free(out);
+    expect_verify(path, 0, NULL);
     expect_cut_short_caught(f->dir, path);
     free(data);
 }
@@ -292,29 +327,15 @@ static void test_verify_catches_a_damaged_inbox_file(void **state)
 {
     struct testarchive_fixture *f = *state;
     testarchive_insert_inbox(f->t.db, 10, "in");
-    struct txo_retention_counts c;
-    pass(f, &c);
-    assert_int_equal(c.inbox, 10);
+    assert_int_equal(pass(f).inbox, 10);
     char path[512], renamed[512];
     snprintf(path, sizeof(path),
              "%s/inbox_events/inbox_events.0000000001.20200304T050607Z.jsonl.gz", f->dir);
-    char *out = NULL;
-    assert_int_equal(verify(f->dir, &out), 0);
-    assert_non_null(strstr(out, "1 files, 10 rows verified, 0 bad"));
-    free(out);
     size_t len = 0;
-    char *data = gunzip(path, &len);
+    char *data = verified_content(f, path, &len);
 
     /* A byte of an event id changed: the CRC-32 no longer matches. */
-    char *key = strstr(data, "\"in:7\"");
-    assert_non_null(key);
-    key[4] = '8';
-    write_gzip(path, data, len);
-    assert_int_equal(verify(path, &out), 1);
-    assert_non_null(strstr(out, path));
-    assert_non_null(strstr(out, "CRC-32"));
-    free(out);
-    key[4] = '7';
+    expect_edit_caught(path, data, len, "\"in:7\"", 4, '8');
 
     /* Two rows swapped, the CRC-32 made right: the order of (processed_at, event_id) is not. */
     char *line2 = (char *)memchr(data, '\n', len) + 1;
@@ -330,18 +351,14 @@ static void test_verify_catches_a_damaged_inbox_file(void **state)
     memcpy(swapped + at + l3 + l2, line4, len - (size_t)(line4 - data));
     write_gzip_fixing_crc(path, swapped, len);
     free(swapped);
-    assert_int_equal(verify(path, &out), 1);
-    assert_non_null(strstr(out, "line 3 does not come after the line before"));
-    free(out);
+    expect_verify(path, 1, "line 3 does not come after the line before");
 
     /* Whole again, under another sequence's name: the name is not the header's. */
     write_gzip(path, data, len);
     snprintf(renamed, sizeof(renamed),
              "%s/inbox_events/inbox_events.0000000002.20200304T050607Z.jsonl.gz", f->dir);
     assert_int_equal(rename(path, renamed), 0);
-    assert_int_equal(verify(renamed, &out), 1);
-    assert_non_null(strstr(out, "the name should be inbox_events.0000000001."));
-    free(out);
+    expect_verify(renamed, 1, "the name should be inbox_events.0000000001.");
     assert_int_equal(rename(renamed, path), 0);
 
     /* Cut short: half of its gzip bytes. */
@@ -358,12 +375,11 @@ static void test_an_event_recorded_again_is_not_deleted_with_its_old_file(void *
 {
     struct testarchive_fixture *f = *state;
     testarchive_insert_inbox(f->t.db, 4, "in");
-    struct txo_retention_counts c;
-    pass(f, &c);
+    struct txo_retention_counts c = pass(f);
     assert_int_equal(c.inbox, 4);
     testdb_exec(f->t.db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
                          "VALUES ('in:1', 'InEvt', '{}', NOW(6))");
-    pass(f, &c);
+    c = pass(f);
     assert_int_equal(c.inbox, 0);
     assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = 'in:1'"),
                      1);
@@ -385,13 +401,10 @@ static void test_files_named_by_sequence(void **state)
         {"n", TXO_ARCHIVE_INT},
         {"processed_at", TXO_ARCHIVE_TIME},
     };
-    struct txo_rows *rows = NULL;
-    if (txo_db_query(f->t.db,
-                     "SELECT CONCAT('a', CHAR(0), 'b'), 1, '2026-12-02 10:00:00.000001' UNION ALL "
-                     "SELECT X'FE41', 2, '2026-12-02 10:00:00.000001' UNION ALL "
-                     "SELECT 'Z', 3, '2026-12-02 10:00:01.5'",
-                     NULL, 0, &rows, &err) < 0)
-        fail_msg("%s", err.msg);
+    struct txo_rows *rows =
+        query(f, "SELECT CONCAT('a', CHAR(0), 'b'), 1, '2026-12-02 10:00:00.000001' UNION ALL "
+                 "SELECT X'FE41', 2, '2026-12-02 10:00:00.000001' UNION ALL "
+                 "SELECT 'Z', 3, '2026-12-02 10:00:01.5'");
     char *path = NULL;
     if (txo_archive_write_seq(f->dir, "t", cols, TXO_ARRAY_LEN(cols), 0, 2, 7, rows, &path, &err) <
         0)
@@ -504,16 +517,12 @@ static void test_a_nul_in_a_value_keeps_the_file_readable(void **state)
                          "published_at) VALUES ('order', 1, 'E', '{\"s\": \"a\\\\u0000b\"}', "
                          "'nul', 'PUBLISHED', '2020-01-01', CONCAT('x', CHAR(0), 'y'), "
                          "'2020-01-01')");
-    struct txo_retention_counts c;
-    pass(f, &c);
-    assert_int_equal(c.outbox, 1);
-    char *out = NULL;
-    assert_int_equal(verify(f->dir, &out), 0);
-    assert_non_null(strstr(out, "1 files, 1 rows verified, 0 bad"));
-    free(out);
+    assert_int_equal(pass(f).outbox, 1);
+    expect_verify(f->dir, 0, "1 files, 1 rows verified, 0 bad");
     char path[512];
     snprintf(path, sizeof(path), "%s/outbox_events/outbox_events.1-1.jsonl.gz", f->dir);
     const char *cat[] = {"archive", "cat", path, NULL};
+    char *out = NULL;
     assert_int_equal(testproc_run_txo("archive_cat", cat, 30000, &out), 0);
     assert_non_null(strstr(out, "\"payload\":{\"s\":\"a\\u0000b\"}"));
     assert_non_null(strstr(out, "\"last_error\":\"x\\u0000y\""));
@@ -524,15 +533,12 @@ static void test_a_nul_in_a_value_keeps_the_file_readable(void **state)
 static void test_values_of_each_type(void **state)
 {
     struct testarchive_fixture *f = *state;
-    struct txo_rows *rows = NULL;
+    struct txo_rows *rows =
+        query(f, "SELECT 7, X'FF00', 'plain', '2026-12-02 10:00:00.123456', 1.5, NULL, "
+                 "'{\"a\": [1, 2]}', 12.50 UNION ALL SELECT 9, 'abc', 'tab\there', "
+                 "'2026-12-02 10:00:01', -2, 'x', '[]', 0.00");
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_query(f->t.db,
-                     "SELECT 7, X'FF00', 'plain', '2026-12-02 10:00:00.123456', 1.5, NULL, "
-                     "'{\"a\": [1, 2]}', 12.50 UNION ALL SELECT 9, 'abc', 'tab\there', "
-                     "'2026-12-02 10:00:01', -2, 'x', '[]', 0.00",
-                     NULL, 0, &rows, &err) < 0)
-        fail_msg("%s", err.msg);
     const struct txo_archive_column cols[] = {
         {"id", TXO_ARCHIVE_INT},   {"bin", TXO_ARCHIVE_BINARY}, {"txt", TXO_ARCHIVE_TEXT},
         {"at", TXO_ARCHIVE_TIME},  {"real", TXO_ARCHIVE_REAL},  {"none", TXO_ARCHIVE_TEXT},

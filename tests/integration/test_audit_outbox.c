@@ -52,60 +52,71 @@ struct ctx {
     const char *publisher;
 };
 
-static struct ctx *ctx_new(void)
+/*
+ * A test's fixture: its relay-only database and, unless publisher is NULL, that broker
+ * ("nats", "redis" or "kafka") started for it, with the flag that names it to txo. Kafka is
+ * librdkafka's mock cluster in this process (Debian has no Kafka server), reached by the txo
+ * processes over TCP; it cannot look offsets up by time, so the reader's fallback (the
+ * partitions from their low watermark) is what runs here.
+ */
+static struct ctx *ctx_new(const char *publisher)
 {
-    return testdb_fixture_new(sizeof(struct ctx), "auditob",
-                              TESTDB_NEW_OUTBOX_ONLY | TESTDB_NEW_EXPORT_ENV);
+    struct ctx *c = testdb_fixture_new(sizeof(struct ctx), "auditob",
+                                       TESTDB_NEW_OUTBOX_ONLY | TESTDB_NEW_EXPORT_ENV);
+    c->publisher = publisher;
+    if (publisher == NULL)
+        return c;
+    if (strcmp(publisher, "nats") == 0) {
+        testnats_start(&c->nats);
+        snprintf(c->broker_url, sizeof(c->broker_url), "--nats-url=%s", c->nats.url);
+    } else if (strcmp(publisher, "redis") == 0) {
+        testredis_start(&c->redis);
+        snprintf(c->broker_url, sizeof(c->broker_url), "--redis-url=%s", c->redis.url);
+    } else {
+        testkafka_start(&c->kafka);
+        testkafka_create_topic(&c->kafka, "txo.events.order", 2);
+        testkafka_create_topic(&c->kafka, "txo.events.customer", 1);
+        snprintf(c->broker_url, sizeof(c->broker_url), "--kafka-brokers=%s", c->kafka.bootstraps);
+    }
+    return c;
+}
+
+/* Stops whatever broker ctx_new() started, then drops the database and frees c. */
+static void ctx_free(struct ctx *c)
+{
+    testnats_cleanup(&c->nats);
+    testredis_cleanup(&c->redis);
+    testkafka_stop(&c->kafka);
+    testdb_fixture_free(c);
 }
 
 static int setup_nats(void **state)
 {
-    struct ctx *c = ctx_new();
-    testnats_start(&c->nats);
-    snprintf(c->broker_url, sizeof(c->broker_url), "--nats-url=%s", c->nats.url);
-    c->publisher = "nats";
-    *state = c;
+    *state = ctx_new("nats");
     return 0;
 }
 
 static int setup_redis(void **state)
 {
-    struct ctx *c = ctx_new();
-    testredis_start(&c->redis);
-    snprintf(c->broker_url, sizeof(c->broker_url), "--redis-url=%s", c->redis.url);
-    c->publisher = "redis";
-    *state = c;
+    *state = ctx_new("redis");
     return 0;
 }
 
-/* Kafka: librdkafka's mock cluster in this process (Debian has no Kafka server), reached by
- * the txo processes over TCP; it cannot look offsets up by time, so the reader's fallback (the
- * partitions from their low watermark) is what runs here. */
 static int setup_kafka(void **state)
 {
-    struct ctx *c = ctx_new();
-    testkafka_start(&c->kafka);
-    testkafka_create_topic(&c->kafka, "txo.events.order", 2);
-    testkafka_create_topic(&c->kafka, "txo.events.customer", 1);
-    snprintf(c->broker_url, sizeof(c->broker_url), "--kafka-brokers=%s", c->kafka.bootstraps);
-    c->publisher = "kafka";
-    *state = c;
+    *state = ctx_new("kafka");
     return 0;
 }
 
 static int setup_db_only(void **state)
 {
-    *state = ctx_new();
+    *state = ctx_new(NULL);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct ctx *c = *state;
-    testnats_cleanup(&c->nats);
-    testredis_cleanup(&c->redis);
-    testkafka_stop(&c->kafka);
-    testdb_fixture_free(c);
+    ctx_free(*state);
     return 0;
 }
 
@@ -142,8 +153,16 @@ static void relay_drain(struct ctx *c, const char *const *extra)
     free(out);
 }
 
+/* n events inserted as insert_events() does, then published by `txo relay --drain`. */
+static void publish_events(struct ctx *c, const char *agg, const char *prefix, int n)
+{
+    insert_events(c, agg, prefix, n);
+    relay_drain(c, NULL);
+}
+
 /*
- * Runs `txo audit --outbox` on the test's broker with args (NULL-terminated) and returns its
+ * Runs `txo audit --outbox` on the test's broker with args (NULL-terminated; NULL: none) and
+ * returns its
  * exit status; *out gets its stdout alone (stderr is the log: the summary must be the last
  * line of stdout).
  */
@@ -158,7 +177,7 @@ static int audit(struct ctx *c, const char *const *args, char **out)
         argv[n++] = c->broker_url;
         argv[n++] = "--clock-skew=" SKEW_MS;
     }
-    for (; *args != NULL; args++)
+    for (; args != NULL && *args != NULL; args++)
         argv[n++] = *args;
     argv[n] = NULL;
     int rc = testproc_run("auditob", argv, 120000, out);
@@ -226,13 +245,60 @@ static void assert_clean(const char *out, int rc, int64_t events)
     assert_null(strstr(out, "KIND  ")); /* no findings table */
 }
 
+/* audit() with args, which must find something (exit 1); returns its stdout (free it). */
+static char *audit_findings(struct ctx *c, const char *const *args)
+{
+    char *out = NULL;
+    assert_int_equal(audit(c, args, &out), 1);
+    return out;
+}
+
+/* audit() with args, which must be clean over events events; returns its stdout (free it). */
+static char *audit_clean(struct ctx *c, const char *const *args, int64_t events)
+{
+    char *out = NULL;
+    int rc = audit(c, args, &out);
+    assert_clean(out, rc, events);
+    return out;
+}
+
+/* A row of aggregate type agg marked PUBLISHED though it never went out: key "<prefix>:1". */
+static void published_unsent(struct ctx *c, const char *agg, const char *prefix)
+{
+    insert_events(c, agg, prefix, 1);
+    char key[64];
+    snprintf(key, sizeof(key), "%s:1", prefix);
+    struct txo_param k = txo_p_str(key);
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_exec(c->db.db,
+                    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                    "WHERE idempotency_key = ?",
+                    &k, 1, NULL, &err) < 0)
+        fail_msg("marking %s: %s", key, err.msg);
+}
+
+/*
+ * An audit that finds one finding of kind, the event key, and nothing missing; its output
+ * says says too (NULL: nothing more).
+ */
+static void assert_one_finding(struct ctx *c, const char *kind, const char *key, const char *says)
+{
+    char *out = audit_findings(c, NULL);
+    assert_int_equal(summary(out, kind), 1);
+    assert_int_equal(summary(out, "missing"), 0);
+    assert_true(listed(out, kind, key));
+    if (says != NULL && strstr(out, says) == NULL)
+        fail_msg("the audit does not say \"%s\"", says);
+    free(out);
+}
+
 /* ---- NATS ---- */
 
 static void test_nats_clean_both_envelopes_and_windows(void **state)
 {
     struct ctx *c = *state;
-    insert_events(c, "order", "order", 6);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "order", 6);
     /* The other envelope format: the key travels in Nats-Msg-Id either way. */
     insert_events(c, "customer", "customer", 4);
     const char *binary[] = {"--envelope", "cloudevents-binary", NULL};
@@ -242,33 +308,27 @@ static void test_nats_clean_both_envelopes_and_windows(void **state)
     const char *checksum = "SELECT CRC32(GROUP_CONCAT(CONCAT_WS('|', id, status, attempts, "
                            "published_at, updated_at) ORDER BY id)) FROM outbox_events";
     int64_t before = testdb_q(c->db.db, checksum);
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_clean(out, rc, 10);
+    char *out = audit_clean(c, NULL, 10);
     assert_int_equal(summary(out, "messages"), 10);
     assert_int_equal(summary(out, "duplicates"), 0);
     free(out);
 
     /* The other forms of a time window: an age, and a date alone (its midnight). */
     const char *age[] = {"--since=1d", "--until=now", NULL};
-    rc = audit(c, age, &out);
-    assert_clean(out, rc, 10);
+    out = audit_clean(c, age, 10);
     free(out);
     char *day = testdb_str(c->db.db, "SELECT DATE(MIN(created_at)) FROM outbox_events", NULL, 0);
     char since[64];
     snprintf(since, sizeof(since), "--since=%s", day);
     txo_free(day);
     const char *date[] = {since, NULL};
-    rc = audit(c, date, &out);
-    assert_clean(out, rc, 10);
+    out = audit_clean(c, date, 10);
     free(out);
 
     /* An id window: the customers only. Their messages are found, the orders' lie in the
      * window's time span but have rows: nothing to report. */
     const char *ids[] = {"--from-id=7", "--to-id=10", NULL};
-    rc = audit(c, ids, &out);
-    assert_clean(out, rc, 4);
+    out = audit_clean(c, ids, 4);
     assert_true(summary_says(out, "window=id"));
     free(out);
 
@@ -291,21 +351,17 @@ static void test_nats_window_edges(void **state)
     char since[TXO_RFC3339_LEN];
     txo_format_rfc3339(txo_realtime_us(), since);
     relay_drain(c, NULL); /* the events of before the window, published inside it */
-    insert_events(c, "order", "inside", 3);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "inside", 3);
     txo_sleep_ms(1200);
     char until[TXO_RFC3339_LEN];
     txo_format_rfc3339(txo_realtime_us(), until);
-    insert_events(c, "order", "after", 3);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "after", 3);
 
     char a1[64], a2[64];
     snprintf(a1, sizeof(a1), "--since=%s", since);
     snprintf(a2, sizeof(a2), "--until=%s", until);
     const char *args[] = {a1, a2, NULL};
-    char *out = NULL;
-    int rc = audit(c, args, &out);
-    assert_clean(out, rc, 3);
+    char *out = audit_clean(c, args, 3);
     assert_true(summary(out, "messages") >= 6);
     free(out);
 }
@@ -313,18 +369,12 @@ static void test_nats_window_edges(void **state)
 static void test_nats_missing(void **state)
 {
     struct ctx *c = *state;
-    insert_events(c, "order", "order", 5);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "order", 5);
     /* Lost at the broker: message 3 deleted (the stream keeps its start). */
     testnats_delete_msg(&c->nats, STREAM, 3);
     /* Marked PUBLISHED but never sent. */
-    insert_events(c, "invoice", "invoice", 1);
-    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
-                          "WHERE idempotency_key = 'invoice:1'");
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
+    published_unsent(c, "invoice", "invoice");
+    char *out = audit_findings(c, NULL);
     assert_true(summary_says(out, "result=findings"));
     assert_int_equal(summary(out, "missing"), 2);
     assert_int_equal(summary(out, "extra"), 0);
@@ -338,17 +388,13 @@ static void test_nats_missing(void **state)
 static void test_nats_extra(void **state)
 {
     struct ctx *c = *state;
-    insert_events(c, "order", "order", 3);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "order", 3);
     txo_sleep_ms(SKEW_WAIT);
     /* Another application publishes into the relay's stream: with a key no row has, and
      * without a key at all. */
     testnats_publish(&c->nats, "txo.events.order.Happened", "forged:1", "{\"n\":1}");
     testnats_publish(&c->nats, "txo.events.order.Happened", NULL, "{\"n\":2}");
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
+    char *out = audit_findings(c, NULL);
     assert_int_equal(summary(out, "extra"), 2);
     assert_int_equal(summary(out, "missing"), 0);
     assert_int_equal(summary(out, "outbox_trimmed"), 0);
@@ -359,8 +405,7 @@ static void test_nats_extra(void **state)
 
     /* The same as one JSON document: the summary's counts, then the findings. */
     const char *json[] = {"--json", NULL};
-    rc = audit(c, json, &out);
-    assert_int_equal(rc, 1);
+    out = audit_findings(c, json);
     json_error_t jerr;
     json_t *doc = json_loads(out, 0, &jerr);
     if (doc == NULL)
@@ -394,8 +439,7 @@ static void test_nats_extra(void **state)
 static void test_nats_pending(void **state)
 {
     struct ctx *c = *state;
-    insert_events(c, "order", "order", 2);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "order", 2);
     /* Stuck for ten minutes after failed attempts, and one inserted to be due in an hour (on
      * purpose: not stuck). */
     testdb_exec(c->db.db,
@@ -407,10 +451,7 @@ static void test_nats_pending(void **state)
                 "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
                 "idempotency_key, created_at, next_attempt_at) VALUES ('order', '8', 'Happened', "
                 "'{}', 'later:1', NOW(6) - INTERVAL 10 MINUTE, NOW(6) + INTERVAL 1 HOUR)");
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
+    char *out = audit_findings(c, NULL);
     assert_int_equal(summary(out, "pending"), 1);
     assert_true(listed(out, "pending", "stuck:1"));
     assert_false(listed(out, "pending", "later:1"));
@@ -421,12 +462,10 @@ static void test_nats_pending(void **state)
 
     /* Under a longer threshold, or with the check off, it is clean. */
     const char *longer[] = {"--pending-older-than=3600", NULL};
-    rc = audit(c, longer, &out);
-    assert_clean(out, rc, 2);
+    out = audit_clean(c, longer, 2);
     free(out);
     const char *off[] = {"--pending-older-than=0", NULL};
-    rc = audit(c, off, &out);
-    assert_clean(out, rc, 2);
+    out = audit_clean(c, off, 2);
     free(out);
 }
 
@@ -453,15 +492,8 @@ static void test_nats_sequence_gap(void **state)
     relay_drain(c, unordered);
     assert_int_equal(
         testdb_q(c->db.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 1);
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
-    assert_int_equal(summary(out, "sequence_gap"), 1);
-    assert_int_equal(summary(out, "missing"), 0);
-    assert_true(listed(out, "sequence_gap", "ledger:2"));
-    assert_non_null(strstr(out, "ledger/L1: sequence 2 follows 1, which is not published"));
-    free(out);
+    assert_one_finding(c, "sequence_gap", "ledger:2",
+                       "ledger/L1: sequence 2 follows 1, which is not published");
 
     /* Given up on: 2 now follows what 1 followed. */
     testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'FAILED', last_error = 'e' WHERE "
@@ -476,35 +508,22 @@ static void test_nats_sequence_gap(void **state)
     char *skipped = NULL;
     assert_int_equal(testproc_run_txo("auditob-skip", skip, 60000, &skipped), 0);
     free(skipped);
-    rc = audit(c, none, &out);
-    assert_clean(out, rc, 1);
-    free(out);
+    free(audit_clean(c, NULL, 1));
 }
 
 static void test_nats_trimmed_windows(void **state)
 {
     struct ctx *c = *state;
-    insert_events(c, "order", "old", 3);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "old", 3);
     txo_sleep_ms(SKEW_WAIT);
-    insert_events(c, "order", "new", 3);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "new", 3);
 
     testnats_delete_msg(&c->nats, STREAM, 1);
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
-    assert_int_equal(summary(out, "missing"), 0);
-    assert_int_equal(summary(out, "broker_trimmed"), 1);
-    assert_true(listed(out, "broker_trimmed", "old:1"));
-    assert_non_null(strstr(out, "note: the broker no longer holds"));
-    free(out);
+    assert_one_finding(c, "broker_trimmed", "old:1", "note: the broker no longer holds");
 
     /* The outbox deleted the old rows (published first, so purged first). */
     testdb_exec(c->db.db, "DELETE FROM outbox_events WHERE idempotency_key LIKE 'old:%'");
-    rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
+    char *out = audit_findings(c, NULL);
     assert_int_equal(summary(out, "extra"), 0);
     assert_int_equal(summary(out, "missing"), 0);
     assert_int_equal(summary(out, "outbox_trimmed"), 2); /* old:2 and old:3 */
@@ -514,9 +533,31 @@ static void test_nats_trimmed_windows(void **state)
 
     /* A window after both horizons is clean. */
     const char *ids[] = {"--from-id=4", "--to-id=6", NULL};
-    rc = audit(c, ids, &out);
-    assert_clean(out, rc, 3);
+    out = audit_clean(c, ids, 3);
     free(out);
+}
+
+/* A clean audit over n events and as many messages. */
+static void assert_clean_messages(struct ctx *c, int64_t n)
+{
+    char *out = audit_clean(c, NULL, n);
+    assert_int_equal(summary(out, "messages"), n);
+    free(out);
+}
+
+/*
+ * The audit after a row "ghost:1" marked PUBLISHED that never went out (published_unsent) and a
+ * message another client published with the key forged: one missing and one extra, both listed.
+ * Returns its stdout (free it).
+ */
+static char *audit_ghost_and_forged(struct ctx *c, const char *forged)
+{
+    char *out = audit_findings(c, NULL);
+    assert_int_equal(summary(out, "missing"), 1);
+    assert_int_equal(summary(out, "extra"), 1);
+    assert_true(listed(out, "missing", "ghost:1"));
+    assert_true(listed(out, "extra", forged));
+    return out;
 }
 
 /* ---- Redis ---- */
@@ -525,24 +566,16 @@ static void test_redis_clean_missing_extra(void **state)
 {
     struct ctx *c = *state;
     insert_events(c, "order", "order", 4);
-    insert_events(c, "customer", "customer", 2);
-    relay_drain(c, NULL);
+    publish_events(c, "customer", "customer", 2);
     const char *binary[] = {"--envelope", "cloudevents-binary", NULL};
     insert_events(c, "invoice", "invoice", 2);
     relay_drain(c, binary);
     assert_int_equal(testredis_xlen(&c->redis, "txo.events.order"), 4);
 
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_clean(out, rc, 8);
-    assert_int_equal(summary(out, "messages"), 8);
-    free(out);
+    assert_clean_messages(c, 8);
 
     /* A row marked PUBLISHED that never went out, and an entry another client added. */
-    insert_events(c, "order", "ghost", 1);
-    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
-                          "WHERE idempotency_key = 'ghost:1'");
+    published_unsent(c, "order", "ghost");
     txo_sleep_ms(SKEW_WAIT);
     const char *xadd[] = {"XADD",     "txo.events.customer", "*",        "idempotency_key",
                           "forged:7", "event_type",          "Happened", NULL};
@@ -551,12 +584,7 @@ static void test_redis_clean_missing_extra(void **state)
     const char *dead[] = {"XADD", "txo.events.customer.dead", "*", "idempotency_key", "forged:8",
                           NULL};
     json_decref(testredis_cli(&c->redis, dead));
-    rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
-    assert_int_equal(summary(out, "missing"), 1);
-    assert_int_equal(summary(out, "extra"), 1);
-    assert_true(listed(out, "missing", "ghost:1"));
-    assert_true(listed(out, "extra", "forged:7"));
+    char *out = audit_ghost_and_forged(c, "forged:7");
     assert_false(listed(out, "extra", "forged:8"));
     assert_non_null(strstr(out, "  stream txo.events.customer id "));
     free(out);
@@ -567,22 +595,14 @@ static void test_redis_clean_missing_extra(void **state)
 static void test_redis_trimmed(void **state)
 {
     struct ctx *c = *state;
-    insert_events(c, "order", "order", 3);
-    relay_drain(c, NULL);
+    publish_events(c, "order", "order", 3);
     json_t *entries = testredis_xrange(&c->redis, "txo.events.order");
     const char *first = json_string_value(json_array_get(json_array_get(entries, 0), 0));
     assert_non_null(first);
     const char *xdel[] = {"XDEL", "txo.events.order", first, NULL};
     json_decref(testredis_cli(&c->redis, xdel));
     json_decref(entries);
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
-    assert_int_equal(summary(out, "missing"), 0);
-    assert_int_equal(summary(out, "broker_trimmed"), 1);
-    assert_true(listed(out, "broker_trimmed", "order:1"));
-    free(out);
+    assert_one_finding(c, "broker_trimmed", "order:1", NULL);
 }
 
 /* ---- Kafka ---- */
@@ -591,27 +611,14 @@ static void test_kafka_clean_missing_extra(void **state)
 {
     struct ctx *c = *state;
     insert_events(c, "order", "order", 5);
-    insert_events(c, "customer", "customer", 2);
-    relay_drain(c, NULL);
-    char *out = NULL;
-    const char *none[] = {NULL};
-    int rc = audit(c, none, &out);
-    assert_clean(out, rc, 7);
-    assert_int_equal(summary(out, "messages"), 7);
-    free(out);
+    publish_events(c, "customer", "customer", 2);
+    assert_clean_messages(c, 7);
 
-    insert_events(c, "order", "ghost", 1);
-    testdb_exec(c->db.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
-                          "WHERE idempotency_key = 'ghost:1'");
+    published_unsent(c, "order", "ghost");
     txo_sleep_ms(SKEW_WAIT);
     const char *headers[] = {"txo-idempotency-key=forged:3", "txo-event-type=Happened", NULL};
     testkafka_produce(&c->kafka, "txo.events.customer", "3", "{}", headers);
-    rc = audit(c, none, &out);
-    assert_int_equal(rc, 1);
-    assert_int_equal(summary(out, "missing"), 1);
-    assert_int_equal(summary(out, "extra"), 1);
-    assert_true(listed(out, "missing", "ghost:1"));
-    assert_true(listed(out, "extra", "forged:3"));
+    char *out = audit_ghost_and_forged(c, "forged:3");
     assert_non_null(strstr(out, "  topic txo.events.customer partition 0 offset 2"));
     free(out);
 }

@@ -20,6 +20,7 @@
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testsql.h"
 #include "testorders.h"
 
 /* Each test sells from 100 of pen. */
@@ -155,19 +156,22 @@ static const char *member_str(const json_t *obj, const char *key)
 /* A FAILED outbox event with its dead letter; returns the dead letter's id. */
 static int64_t dead_letter(struct testdb *t, int aggregate, const char *error)
 {
-    char sql[1024];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key, status, attempts, last_error) VALUES ('order', %d, "
-             "'OrderCreated', '{\"order_id\":%d}', 'order:%d:created', 'FAILED', 10, '%s')",
-             aggregate, aggregate, aggregate, error);
-    testdb_exec(t->db, sql);
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "
-             "SELECT id, event_type, payload, last_error FROM outbox_events WHERE "
-             "idempotency_key = 'order:%d:created'",
-             aggregate);
-    testdb_exec(t->db, sql);
+    struct txo_param p[] = {txo_p_i64(aggregate), txo_p_i64(aggregate), txo_p_i64(aggregate),
+                            txo_p_str(error)};
+    int64_t event_id =
+        (int64_t)testsql_exec(t->db,
+                              "INSERT INTO outbox_events (aggregate_type, aggregate_id, "
+                              "event_type, payload, idempotency_key, status, attempts, "
+                              "last_error) VALUES ('order', ?, 'OrderCreated', "
+                              "CONCAT('{\"order_id\":', ?, '}'), CONCAT('order:', ?, ':created'), "
+                              "'FAILED', 10, ?)",
+                              p, 4)
+            .insert_id;
+    struct txo_param e = txo_p_i64(event_id);
+    testsql_exec(t->db,
+                 "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "
+                 "SELECT id, event_type, payload, last_error FROM outbox_events WHERE id = ?",
+                 &e, 1);
     return testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events");
 }
 
@@ -285,9 +289,8 @@ static void test_saga_show(void **state)
 {
     struct testdb *t = *state;
     char saga_id[TXO_SAGA_ID_LEN];
-    int64_t order;
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
+    int64_t order = testorders_pen_saga(t->db, &faults, TXO_SAGA_COMPENSATION_FAILED, saga_id);
 
     const char *args[] = {"saga", "show", saga_id, NULL};
     json_t *doc = run_json(args, 0);
@@ -416,12 +419,11 @@ static void test_audit(void **state)
     assert_int_equal(json_array_size(json_object_get(doc, "violations")), 0);
     json_decref(doc);
 
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "DELETE FROM outbox_events WHERE aggregate_id = %lld AND event_type = "
-             "'OrderCreated'",
-             (long long)lost);
-    testdb_exec(t->db, sql);
+    struct txo_param p = txo_p_i64(lost);
+    testsql_exec(t->db,
+                 "DELETE FROM outbox_events WHERE aggregate_id = ? AND event_type = "
+                 "'OrderCreated'",
+                 &p, 1);
     doc = run_json(args, 1);
     json_t *violations = json_object_get(doc, "violations");
     assert_int_equal(json_array_size(violations), 1);

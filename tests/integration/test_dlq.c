@@ -19,6 +19,7 @@
 
 #include "testoutbox.h"
 #include "testdb.h"
+#include "testsql.h"
 #include "testrelay.h"
 #include "txo/dlq.h"
 
@@ -369,40 +370,38 @@ static void test_concurrent_replays_one_wins(void **state)
 
 /* ---- (5) a skip is not a gap ---- */
 
+/* Column col (sequence or prev_sequence) of the event with this key. */
 static int64_t seq_of(struct testdb *t, const char *key, const char *col)
 {
     char sql[160];
-    snprintf(sql, sizeof(sql), "SELECT %s FROM outbox_events WHERE idempotency_key = '%s'", col,
-             key);
-    return testdb_q(t->db, sql);
+    snprintf(sql, sizeof(sql), "SELECT %s FROM outbox_events WHERE idempotency_key = ?", col);
+    struct txo_param k = txo_p_str(key);
+    return testdb_i64(t->db, sql, &k, 1);
 }
 
 /* Makes event `key` FAILED with a dead letter; returns the dead letter's id. */
 static int64_t kill_event(struct testdb *t, const char *key)
 {
-    char sql[400];
-    snprintf(sql, sizeof(sql),
-             "UPDATE outbox_events SET status = 'FAILED', attempts = 10, last_error = 'e' "
-             "WHERE idempotency_key = '%s'",
-             key);
-    testdb_exec(t->db, sql);
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "
-             "SELECT id, event_type, payload, last_error FROM outbox_events "
-             "WHERE idempotency_key = '%s'",
-             key);
-    testdb_exec(t->db, sql);
+    struct txo_param k = txo_p_str(key);
+    testsql_exec(t->db,
+                 "UPDATE outbox_events SET status = 'FAILED', attempts = 10, last_error = 'e' "
+                 "WHERE idempotency_key = ?",
+                 &k, 1);
+    testsql_exec(t->db,
+                 "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error) "
+                 "SELECT id, event_type, payload, last_error FROM outbox_events "
+                 "WHERE idempotency_key = ?",
+                 &k, 1);
     return testdb_q(t->db, "SELECT MAX(id) FROM dead_letter_events");
 }
 
 static void append(struct testdb *t, const char *agg, const char *key)
 {
-    char sql[300];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key) VALUES ('order', '%s', 'OrderChanged', '{}', '%s')",
-             agg, key);
-    testdb_exec(t->db, sql);
+    struct txo_param p[] = {txo_p_str(agg), txo_p_str(key)};
+    testsql_exec(t->db,
+                 "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                 "idempotency_key) VALUES ('order', ?, 'OrderChanged', '{}', ?)",
+                 p, 2);
 }
 
 /*

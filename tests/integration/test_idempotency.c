@@ -24,6 +24,7 @@
 
 #include "testrun.h"
 #include "testdb.h"
+#include "testsql.h"
 
 /* Skips a test that shows a bug reported to the module's owner, unless asked to run it. */
 static void hash_of(const char *method, const char *path, const char *body,
@@ -298,18 +299,23 @@ static void test_new_complete_replay_conflict(void **state)
     assert_int_equal(key_rows(t->db), 2);
 }
 
+/* A COMPLETED row as written before migration 0007: response {"id":1}, no response_status. */
+static void insert_legacy(struct txo_db *db, const char *key, const char *hash)
+{
+    struct txo_param p[] = {txo_p_str(key), txo_p_str(hash)};
+    testsql_exec(db,
+                 "INSERT INTO idempotency_keys (idempotency_key, request_hash, status, "
+                 "response_body) VALUES (?, ?, 'COMPLETED', '{\"id\":1}')",
+                 p, 2);
+}
+
 static void test_replay_of_row_without_status(void **state)
 {
     struct testdb *t = *state;
     char hash[TXO_IDEM_HASH_LEN];
     hash_of("POST", "/orders", "{}", hash);
     /* A row written before migration 0007 has no response_status: replayed as 200. */
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status, response_body)"
-             " VALUES ('legacy', '%s', 'COMPLETED', '{\"id\":1}')",
-             hash);
-    testdb_exec(t->db, sql);
+    insert_legacy(t->db, "legacy", hash);
     struct idem_call r = {.key = "legacy", .hash = hash, .stale_s = 3600};
     assert_int_equal(run_call(t->db, &r), 0);
     assert_int_equal(r.claim.outcome, TXO_IDEM_REPLAY);
@@ -599,12 +605,11 @@ static void test_waiter_takes_key_when_first_rolls_back(void **state)
 
 static void insert_processing(struct txo_db *db, const char *key, const char *hash)
 {
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-             " VALUES ('%s', '%s', 'PROCESSING')",
-             key, hash);
-    testdb_exec(db, sql);
+    struct txo_param p[] = {txo_p_str(key), txo_p_str(hash)};
+    testsql_exec(db,
+                 "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
+                 " VALUES (?, ?, 'PROCESSING')",
+                 p, 2);
 }
 
 static void test_stale_processing_is_taken_over(void **state)
@@ -837,12 +842,7 @@ static void test_lookup_many(void **state)
     assert_int_equal(run_call(t->db, &done), 0);
     txo_idem_claim_release(&done.claim);
     insert_processing(t->db, "lk-proc", h2);
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status, response_body)"
-             " VALUES ('lk-legacy', '%s', 'COMPLETED', '{\"id\":1}')",
-             h2);
-    testdb_exec(t->db, sql);
+    insert_legacy(t->db, "lk-legacy", h2);
 
     /* Present, absent, a key twice; 5 keys (the IN list rounds up to 8, last key repeated). */
     const char *keys[] = {"lk-done", "lk-absent", "lk-proc", "lk-done", "lk-legacy"};
@@ -1049,16 +1049,16 @@ static void test_store_completed_many_waits_then_1062(void **state)
 
 /* ---- retention ---- */
 
-static void insert_aged(struct txo_db *db, const char *key, const char *status, const char *age_sql)
+/* A row in status, created and last updated age_s seconds ago. */
+static void insert_aged(struct txo_db *db, const char *key, const char *status, int64_t age_s)
 {
-    char sql[512];
-    snprintf(
-        sql, sizeof(sql),
-        "INSERT INTO idempotency_keys (idempotency_key, request_hash, status,"
-        " response_status, response_body, created_at, updated_at) VALUES ('%s', REPEAT('a', 64),"
-        " '%s', 201, '{}', NOW(6) - INTERVAL %s, NOW(6) - INTERVAL %s)",
-        key, status, age_sql, age_sql);
-    testdb_exec(db, sql);
+    struct txo_param p[] = {txo_p_str(key), txo_p_str(status), txo_p_i64(age_s), txo_p_i64(age_s)};
+    testsql_exec(db,
+                 "INSERT INTO idempotency_keys (idempotency_key, request_hash, status,"
+                 " response_status, response_body, created_at, updated_at) VALUES (?,"
+                 " REPEAT('a', 64), ?, 201, '{}', NOW(6) - INTERVAL ? SECOND,"
+                 " NOW(6) - INTERVAL ? SECOND)",
+                 p, 4);
 }
 
 static void test_purge(void **state)
@@ -1067,12 +1067,12 @@ static void test_purge(void **state)
     for (int i = 0; i < 5; i++) {
         char key[32];
         snprintf(key, sizeof(key), "old-%d", i);
-        insert_aged(t->db, key, "COMPLETED", i == 0 ? "2 DAY" : "25 HOUR");
+        insert_aged(t->db, key, "COMPLETED", i == 0 ? 2 * 86400 : 25 * 3600);
     }
-    insert_aged(t->db, "recent", "COMPLETED", "23 HOUR");
-    insert_aged(t->db, "new", "COMPLETED", "0 SECOND");
-    insert_aged(t->db, "old-processing", "PROCESSING", "3 DAY");
-    insert_aged(t->db, "old-failed", "FAILED", "3 DAY");
+    insert_aged(t->db, "recent", "COMPLETED", 23 * 3600);
+    insert_aged(t->db, "new", "COMPLETED", 0);
+    insert_aged(t->db, "old-processing", "PROCESSING", 3 * 86400);
+    insert_aged(t->db, "old-failed", "FAILED", 3 * 86400);
     assert_int_equal(key_rows(t->db), 9);
 
     struct txo_error err;
@@ -1110,7 +1110,7 @@ static void test_purge(void **state)
     for (int i = 0; i < 5; i++) {
         char key[32];
         snprintf(key, sizeof(key), "again-%d", i);
-        insert_aged(t->db, key, "COMPLETED", "48 HOUR");
+        insert_aged(t->db, key, "COMPLETED", 48 * 3600);
     }
     assert_int_equal(txo_idem_purge(t->db, 24 * 3600, 2, 0, &deleted, &err), 0);
     assert_int_equal(deleted, 5);

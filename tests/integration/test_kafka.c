@@ -72,6 +72,21 @@ static void test_topic_names(void **state)
     assert_null(pub);
 }
 
+/* A test's own topic on the shared cluster: "<prefix>.order", and the template that names it. */
+struct fresh_topic {
+    char prefix[32];   /* unused by any test before, after what */
+    char template[64]; /* "<prefix>.{aggregate_type}" */
+    char topic[64];    /* "<prefix>.order", created with the partitions asked for */
+};
+
+static void fresh_topic(struct fresh_topic *ft, const char *what, int partitions)
+{
+    testkafka_fresh(ft->prefix, sizeof(ft->prefix), what);
+    snprintf(ft->template, sizeof(ft->template), "%s.{aggregate_type}", ft->prefix);
+    snprintf(ft->topic, sizeof(ft->topic), "%s.order", ft->prefix);
+    testkafka_create_topic(&testkafka_shared, ft->topic, partitions);
+}
+
 /* Parses a record's value and checks it is the envelope of b's message i. */
 static void assert_envelope(const char *value, const struct testbatch *b, size_t i)
 {
@@ -91,16 +106,13 @@ static void assert_envelope(const char *value, const struct testbatch *b, size_t
 static void test_record_contract(void **state)
 {
     (void)state;
-    char prefix[32], template[64], topic[64];
-    testkafka_fresh(prefix, sizeof(prefix), "contract");
-    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&testkafka_shared, topic, 4);
+    struct fresh_topic ft;
+    fresh_topic(&ft, "contract", 4);
     struct txo_kafka_opts o;
-    testkafka_opts(&testkafka_shared, &o, template);
+    testkafka_opts(&testkafka_shared, &o, ft.template);
     struct txo_publisher *pub = testkafka_publisher(&o);
     struct testbatch b;
-    testkafka_batch_init(&b, 40, 7, prefix);
+    testkafka_batch_init(&b, 40, 7, ft.prefix);
     int64_t t0 = txo_monotonic_ms();
     assert_int_equal(testbatch_publish(pub, &b), 0);
     int64_t elapsed = txo_monotonic_ms() - t0;
@@ -108,7 +120,7 @@ static void test_record_contract(void **state)
     print_message("40 records delivered (acks=all, 3 replicas) in %lld ms\n", (long long)elapsed);
 
     struct testkafka_record *r = NULL;
-    size_t n = testkafka_read(&testkafka_shared, topic, &r);
+    size_t n = testkafka_read(&testkafka_shared, ft.topic, &r);
     assert_int_equal(n, b.n);
     int32_t part_of_agg[7];
     for (size_t a = 0; a < 7; a++)
@@ -197,6 +209,31 @@ static int64_t count_status(struct testdb *t, const char *status)
     return testdb_i64(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = ?", &p, 1);
 }
 
+/* A publisher to ft's topics waiting up to delivery_timeout_ms, with n extra properties. */
+static struct txo_publisher *publisher_to(const struct fresh_topic *ft, int64_t delivery_timeout_ms,
+                                          const char *const *props, size_t n)
+{
+    struct txo_kafka_opts o;
+    testkafka_opts(&testkafka_shared, &o, ft->template);
+    o.delivery_timeout_ms = delivery_timeout_ms;
+    o.properties = props;
+    o.n_properties = n;
+    return testkafka_publisher(&o);
+}
+
+/* The relay of these tests: a backoff of base_ms to max_ms without jitter, no breaker. */
+static struct txo_relay_opts relay_opts(const char *id, int64_t base_ms, int64_t max_ms,
+                                        unsigned max_attempts)
+{
+    struct txo_relay_opts ro;
+    txo_relay_opts_init(&ro);
+    ro.relay_id = id;
+    ro.backoff = (struct txo_backoff){.base_ms = base_ms, .max_ms = max_ms, .jitter = 0};
+    ro.breaker_failures = 0;
+    ro.max_attempts = max_attempts;
+    return ro;
+}
+
 /* Ids (their key index) of the records of topic; counts duplicates into *dups. */
 static size_t read_ids(const char *topic, unsigned n, size_t *dups)
 {
@@ -225,29 +262,16 @@ static void test_brokers_down_then_back(void **state)
 {
     (void)state;
     const unsigned n = 30;
-    char prefix[32], template[64], topic[64];
-    testkafka_fresh(prefix, sizeof(prefix), "down");
-    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&testkafka_shared, topic, 3);
+    struct fresh_topic ft;
+    fresh_topic(&ft, "down", 3);
     struct testdb t;
     testdb_setup(&t, "kafka_down");
-    append(&t, (struct append_ctx){1, n, 5, prefix, NULL, 0}, n);
+    append(&t, (struct append_ctx){1, n, 5, ft.prefix, NULL, 0}, n);
 
-    struct txo_kafka_opts o;
-    testkafka_opts(&testkafka_shared, &o, template);
-    o.delivery_timeout_ms = 1000;
     const char *props[] = {"reconnect.backoff.ms=50", "reconnect.backoff.max.ms=200"};
-    o.properties = props;
-    o.n_properties = 2;
-    struct txo_publisher *pub = testkafka_publisher(&o);
-    struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "kafka-down";
+    struct txo_publisher *pub = publisher_to(&ft, 1000, props, 2);
+    struct txo_relay_opts ro = relay_opts("kafka-down", 200, 400, 10);
     ro.ordering = TXO_RELAY_ORDER_AGGREGATE;
-    ro.backoff = (struct txo_backoff){.base_ms = 200, .max_ms = 400, .jitter = 0};
-    ro.breaker_failures = 0;
-    ro.max_attempts = 10;
     ro.drain = true;
     struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
 
@@ -277,24 +301,24 @@ static void test_brokers_down_then_back(void **state)
     testrelay_drain(relay);
     assert_int_equal(count_status(&t, "PUBLISHED"), n);
     size_t dups = 0;
-    assert_int_equal(read_ids(topic, n, &dups), n);
+    assert_int_equal(read_ids(ft.topic, n, &dups), n);
     /* While every broker refused connections nothing was written, so no duplicate either. */
     assert_int_equal(dups, 0);
 
     /* A leader change and NOT_LEADER answers: librdkafka retries inside one idempotent
      * session, so everything is written exactly once. */
-    append(&t, (struct append_ctx){n + 1, 2 * n, 5, prefix, NULL, 0}, n);
+    append(&t, (struct append_ctx){n + 1, 2 * n, 5, ft.prefix, NULL, 0}, n);
     assert_int_equal(
-        rd_kafka_mock_partition_set_leader(testkafka_mock(&testkafka_shared), topic, 0, 2), 0);
+        rd_kafka_mock_partition_set_leader(testkafka_mock(&testkafka_shared), ft.topic, 0, 2), 0);
     assert_int_equal(
-        rd_kafka_mock_partition_set_leader(testkafka_mock(&testkafka_shared), topic, 1, 3), 0);
+        rd_kafka_mock_partition_set_leader(testkafka_mock(&testkafka_shared), ft.topic, 1, 3), 0);
     rd_kafka_mock_push_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST, 3,
                                       RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
                                       RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
                                       RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS);
     testrelay_drain(relay);
     assert_int_equal(count_status(&t, "PUBLISHED"), 2 * n);
-    assert_int_equal(read_ids(topic, 2 * n, &dups), 2 * n);
+    assert_int_equal(read_ids(ft.topic, 2 * n, &dups), 2 * n);
     assert_int_equal(dups, 0);
     rd_kafka_mock_clear_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST);
 
@@ -306,35 +330,22 @@ static void test_brokers_down_then_back(void **state)
 static void test_dead_letters(void **state)
 {
     (void)state;
-    char prefix[32], template[64], topic[64];
-    testkafka_fresh(prefix, sizeof(prefix), "dead");
-    snprintf(template, sizeof(template), "%s.{aggregate_type}", prefix);
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
-    testkafka_create_topic(&testkafka_shared, topic, 1);
+    struct fresh_topic ft;
+    fresh_topic(&ft, "dead", 1);
     struct testdb t;
     testdb_setup(&t, "kafka_dead");
 
-    struct txo_kafka_opts o;
-    testkafka_opts(&testkafka_shared, &o, template);
-    o.delivery_timeout_ms = 3000;
     /* Reconnect quickly once the brokers are back (librdkafka backs off up to 10 s). */
     const char *props[] = {"message.max.bytes=10000", "reconnect.backoff.ms=50",
                            "reconnect.backoff.max.ms=200"};
-    o.properties = props;
-    o.n_properties = 3;
-    struct txo_publisher *pub = testkafka_publisher(&o);
-    struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.relay_id = "kafka-dead";
-    ro.backoff = (struct txo_backoff){.base_ms = 1, .max_ms = 1, .jitter = 0};
-    ro.breaker_failures = 0;
-    ro.max_attempts = 2;
+    struct txo_publisher *pub = publisher_to(&ft, 3000, props, 3);
+    struct txo_relay_opts ro = relay_opts("kafka-dead", 1, 1, 2);
     struct txo_relay *relay = testrelay_new(t.db, pub, &ro);
 
     /* (1) A record larger than the cluster takes: permanent, dead-lettered at once. */
     /* Each event in an aggregate of its own (aggregate = its number), so that a dead letter
      * holds back nothing the next step publishes. */
-    append(&t, (struct append_ctx){1, 1, 100, prefix, NULL, 20000}, 1);
+    append(&t, (struct append_ctx){1, 1, 100, ft.prefix, NULL, 20000}, 1);
     assert_int_equal(testrelay_run_once(relay), 1);
     assert_int_equal(count_status(&t, "FAILED"), 1);
     assert_int_equal(testdb_i64(t.db, "SELECT attempts FROM outbox_events", NULL, 0), 1);
@@ -344,7 +355,7 @@ static void test_dead_letters(void **state)
     txo_free(why);
 
     /* (2) Transient until the attempt limit: brokers down for two attempts. */
-    append(&t, (struct append_ctx){2, 2, 100, prefix, NULL, 0}, 1);
+    append(&t, (struct append_ctx){2, 2, 100, ft.prefix, NULL, 0}, 1);
     testkafka_set_brokers(&testkafka_shared, false);
     assert_int_equal(testrelay_run_once(relay), 1);
     assert_int_equal(count_status(&t, "PENDING"), 1);
@@ -356,7 +367,7 @@ static void test_dead_letters(void **state)
 
     /* (3) Not authorised to write the topic: permanent too (last: librdkafka then fails
      * the topic at once until its metadata is refreshed). */
-    append(&t, (struct append_ctx){3, 3, 100, prefix, NULL, 0}, 1);
+    append(&t, (struct append_ctx){3, 3, 100, ft.prefix, NULL, 0}, 1);
     rd_kafka_mock_push_request_errors(testkafka_mock(&testkafka_shared), PRODUCE_REQUEST, 1,
                                       RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
     assert_int_equal(testrelay_run_once(relay), 1);

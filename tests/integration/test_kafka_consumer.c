@@ -214,18 +214,30 @@ static void assert_all_committed(const char *prefix, size_t n_aggs, const struct
 
 /* ---- the tests ---- */
 
+/* A test's own names on the shared cluster: a fresh prefix, its topic and a fresh group. */
+struct names {
+    char prefix[32]; /* unused by any test before, after what */
+    char topic[64];  /* "<prefix>.order" */
+    char group[32];
+};
+
+static void fresh_names(struct names *nm, const char *what)
+{
+    testkafka_fresh(nm->prefix, sizeof(nm->prefix), what);
+    testkafka_fresh(nm->group, sizeof(nm->group), "g");
+    snprintf(nm->topic, sizeof(nm->topic), "%s.order", nm->prefix);
+}
+
 static void test_consumer_never_commits_past_a_failure(void **state)
 {
     (void)state;
-    char prefix[32], topic[64], group[32];
-    testkafka_fresh(prefix, sizeof(prefix), "block");
-    testkafka_fresh(group, sizeof(group), "g");
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    struct names nm;
+    fresh_names(&nm, "block");
     struct testbatch b;
-    publish_events(prefix, 20, 1, 1, &b); /* one aggregate, one partition: a strict sequence */
+    publish_events(nm.prefix, 20, 1, 1, &b); /* one aggregate, one partition: a strict sequence */
 
     struct txo_kafka_opts o;
-    consumer_opts(&o, topic, group);
+    consumer_opts(&o, nm.topic, nm.group);
     o.retry_delay_ms = 60000; /* the failed record does not come back within this test */
     struct collector col;
     memset(&col, 0, sizeof(col));
@@ -256,20 +268,19 @@ static void test_consumer_never_commits_past_a_failure(void **state)
 static void test_consumer_permanent_and_filter(void **state)
 {
     (void)state;
-    char prefix[32], topic[64], group[32], dlq[64];
-    testkafka_fresh(prefix, sizeof(prefix), "perm");
-    testkafka_fresh(group, sizeof(group), "g");
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
-    snprintf(dlq, sizeof(dlq), "%s.dead", prefix);
+    struct names nm;
+    fresh_names(&nm, "perm");
+    char dlq[64];
+    snprintf(dlq, sizeof(dlq), "%s.dead", nm.prefix);
     testkafka_create_topic(&testkafka_shared, dlq, 1);
     struct testbatch b;
-    publish_events(prefix, 10, 2, 1, &b);
+    publish_events(nm.prefix, 10, 2, 1, &b);
     /* Another event type on the same topic (one aggregate type, one topic), written by kcat. */
     const char *hdrs[] = {"txo-idempotency-key=other:1", "txo-event-type=OrderCancelled", NULL};
-    testkafka_produce(&testkafka_shared, topic, "0", "{\"type\":\"OrderCancelled\"}", hdrs);
+    testkafka_produce(&testkafka_shared, nm.topic, "0", "{\"type\":\"OrderCancelled\"}", hdrs);
 
     struct txo_kafka_opts o;
-    consumer_opts(&o, topic, group);
+    consumer_opts(&o, nm.topic, nm.group);
     o.event_type = "OrderCreated";
     o.dead_letter_topic = dlq;
     struct collector col;
@@ -296,7 +307,7 @@ static void test_consumer_permanent_and_filter(void **state)
     testkafka_records_free(r, n);
 
     /* All of it, the skipped type included, was committed. */
-    assert_all_committed(prefix, 2, &o);
+    assert_all_committed(nm.prefix, 2, &o);
     collector_release(&col);
     testbatch_free(&b);
 }
@@ -304,15 +315,13 @@ static void test_consumer_permanent_and_filter(void **state)
 static void test_consumer_rebalance_loses_nothing(void **state)
 {
     (void)state;
-    char prefix[32], topic[64], group[32];
-    testkafka_fresh(prefix, sizeof(prefix), "rebal");
-    testkafka_fresh(group, sizeof(group), "g");
-    snprintf(topic, sizeof(topic), "%s.order", prefix);
+    struct names nm;
+    fresh_names(&nm, "rebal");
     struct testbatch b;
-    publish_events(prefix, 400, 40, 4, &b);
+    publish_events(nm.prefix, 400, 40, 4, &b);
 
     struct txo_kafka_opts o;
-    consumer_opts(&o, topic, group);
+    consumer_opts(&o, nm.topic, nm.group);
     struct collector ca, cb;
     memset(&ca, 0, sizeof(ca));
     memset(&cb, 0, sizeof(cb));
@@ -353,7 +362,7 @@ static void test_consumer_rebalance_loses_nothing(void **state)
     txo_consumer_free(a);
     txo_consumer_free(c2);
     /* Once the group is settled everything is committed: a new member gets none of it. */
-    assert_all_committed(prefix, 40, &o);
+    assert_all_committed(nm.prefix, 40, &o);
     free(seen);
     collector_release(&ca);
     collector_release(&cb);

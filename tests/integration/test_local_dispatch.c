@@ -32,6 +32,8 @@ struct ctx {
     unsigned calls;
     uint64_t last_delivery;
     char last_msg_id[64];
+    struct txo_publisher *pub; /* the test's local publisher and its relay (local_relay) */
+    struct txo_relay *relay;
 };
 
 static int setup(void **state)
@@ -45,6 +47,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct ctx *c = *state;
+    txo_relay_free(c->relay);
+    txo_publisher_free(c->pub);
     txo_db_close(c->consumer_db);
     testdb_fixture_free(c);
     return 0;
@@ -126,9 +130,21 @@ static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_
 
 /* ---- helpers ---- */
 
-static struct txo_relay *new_relay_in(struct ctx *c, struct txo_publisher *pub,
-                                      unsigned max_attempts, enum txo_relay_claim_mode mode)
+/*
+ * The test's relay in claim mode mode, up to max_attempts per event, and its local publisher,
+ * which calls handler: kept in c for teardown to free (a relay made before is freed first).
+ */
+static struct txo_relay *local_relay_in(struct ctx *c, unsigned max_attempts,
+                                        enum txo_relay_claim_mode mode)
 {
+    txo_relay_free(c->relay);
+    txo_publisher_free(c->pub);
+    c->relay = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_publisher_local_new(&(struct txo_handler){.one = handler, .arg = c}, &c->pub, &err) < 0)
+        fail_msg("txo_publisher_local_new: %s", err.msg);
+    assert_string_equal(c->pub->ops->name, "local");
     struct txo_relay_opts o;
     txo_relay_opts_init(&o);
     o.mode = mode;
@@ -138,28 +154,14 @@ static struct txo_relay *new_relay_in(struct ctx *c, struct txo_publisher *pub,
     o.backoff.base_ms = 60000; /* a failed event is clearly not due again by itself */
     o.backoff.max_ms = 60000;
     o.backoff.jitter = 0.0;
-    struct txo_relay *r = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_new(c->t.db, pub, &o, &r, &err) < 0)
-        fail_msg("txo_relay_new: %s", err.msg);
-    return r;
+    c->relay = testrelay_new(c->t.db, c->pub, &o);
+    return c->relay;
 }
 
-static struct txo_relay *new_relay(struct ctx *c, struct txo_publisher *pub, unsigned max_attempts)
+/* local_relay_in() in claim mode auto. */
+static struct txo_relay *local_relay(struct ctx *c, unsigned max_attempts)
 {
-    return new_relay_in(c, pub, max_attempts, TXO_RELAY_CLAIM_AUTO);
-}
-
-static struct txo_publisher *new_local(struct ctx *c)
-{
-    struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_publisher_local_new(&(struct txo_handler){.one = handler, .arg = c}, &pub, &err) < 0)
-        fail_msg("txo_publisher_local_new: %s", err.msg);
-    assert_string_equal(pub->ops->name, "local");
-    return pub;
+    return local_relay_in(c, max_attempts, TXO_RELAY_CLAIM_AUTO);
 }
 
 /* ---- tests ---- */
@@ -169,8 +171,7 @@ static void test_each_event_reaches_the_handler(void **state)
     struct ctx *c = *state;
     const unsigned n = 20;
     testoutbox_append_orders(c->t.db, n);
-    struct txo_publisher *pub = new_local(c);
-    struct txo_relay *r = new_relay(c, pub, 10);
+    struct txo_relay *r = local_relay(c, 10);
     while (testrelay_run_once(r) > 0) {
     }
     assert_int_equal(c->calls, n);
@@ -184,8 +185,6 @@ static void test_each_event_reaches_the_handler(void **state)
                               "ON e.idempotency_key = i.event_id "
                               "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
                      n);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_handler_failure_keeps_the_event_pending(void **state)
@@ -193,8 +192,7 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     struct ctx *c = *state;
     const unsigned n = 5;
     testoutbox_append_orders(c->t.db, n);
-    struct txo_publisher *pub = new_local(c);
-    struct txo_relay *r = new_relay(c, pub, 10);
+    struct txo_relay *r = local_relay(c, 10);
 
     /* The consumer's database is down: nothing is applied, every row stays PENDING. */
     c->fail_code = TXO_EUNAVAILABLE;
@@ -222,16 +220,13 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
                               "AND last_error IS NULL"),
                      n);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), n);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_permanent_failure_dead_letters(void **state)
 {
     struct ctx *c = *state;
     testoutbox_append_orders(c->t.db, 1);
-    struct txo_publisher *pub = new_local(c);
-    struct txo_relay *r = new_relay(c, pub, 2);
+    struct txo_relay *r = local_relay(c, 2);
     /* A permanent error is dead-lettered at once, not retried up to max_attempts. */
     c->fail_code = TXO_EBUSINESS;
     assert_int_equal(testrelay_run_once(r), 1);
@@ -245,8 +240,6 @@ static void test_permanent_failure_dead_letters(void **state)
                      1);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 /*
@@ -269,8 +262,7 @@ static void test_handler_appends_to_its_aggregate(void **state)
         testdb_exec(c->t.db, "DELETE FROM outbox_aggregates");
         c->calls = 0;
         testoutbox_append_orders(c->t.db, n);
-        struct txo_publisher *pub = new_local(c);
-        struct txo_relay *r = new_relay_in(c, pub, 10, modes[m]);
+        struct txo_relay *r = local_relay_in(c, 10, modes[m]);
         assert_int_equal(txo_relay_claim_mode(r), expect[m]);
         assert_int_equal(testrelay_run_once(r), n);
         assert_int_equal(c->calls, n);
@@ -291,8 +283,6 @@ static void test_handler_appends_to_its_aggregate(void **state)
                                            "WHERE status = 'PUBLISHED' AND attempts = 0"),
                          2 * n);
         assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 2 * n);
-        txo_relay_free(r);
-        txo_publisher_free(pub);
     }
 }
 

@@ -37,6 +37,7 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testhttpclient.h"
 #include "testorders.h"
 #include "testproc.h"
 
@@ -48,19 +49,14 @@
 #define BUSY_BODY "{\"customer_id\":7,\"items\":[{\"sku\":\"pen\",\"qty\":2,\"price_cents\":150}]}"
 
 struct ctx {
-    struct testdb t;
+    struct testhttp_client hc; /* first: the database, the CURL handle and the reply */
     struct testproc serve;
     struct testproc second; /* --async --max-connections-per-client 1 */
-    CURL *h;
-    struct testhttp_reply r;
 };
 
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "openapi", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
-    *state = c;
+    *state = testhttp_client_new(sizeof(struct ctx), "openapi");
     return 0;
 }
 
@@ -69,9 +65,7 @@ static int teardown(void **state)
     struct ctx *c = *state;
     testproc_stop_hard(&c->serve);
     testproc_stop_hard(&c->second);
-    testhttp_reply_release(&c->r);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
+    testhttp_client_free(c);
     return 0;
 }
 
@@ -81,7 +75,7 @@ static int teardown(void **state)
 static void compensation_failed_saga(struct ctx *c)
 {
     char saga_id[TXO_SAGA_ID_LEN];
-    assert_int_equal(testorders_compensation_failed(c->t.db, saga_id), 1);
+    assert_int_equal(testorders_compensation_failed(c->hc.t.db, saga_id), 1);
 
     /* A copy under the new id takes the steps over, then the old row (renamed out of the way
      * of the unique correlation id) goes. */
@@ -89,18 +83,18 @@ static void compensation_failed_saga(struct ctx *c)
     struct txo_exec_result res;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_exec(c->t.db,
+    if (txo_db_exec(c->hc.t.db,
                     "CREATE TEMPORARY TABLE saga_copy AS SELECT * FROM saga_instances WHERE id = ?",
                     old, 1, &res, &err) != 0 ||
-        txo_db_exec(c->t.db, "UPDATE saga_instances SET correlation_id = 'moving' WHERE id = ?",
+        txo_db_exec(c->hc.t.db, "UPDATE saga_instances SET correlation_id = 'moving' WHERE id = ?",
                     old, 1, &res, &err) != 0)
         fail_msg("copying the saga: %s", err.msg);
-    testdb_exec(c->t.db, "UPDATE saga_copy SET id = '" SAGA_ID "'");
-    testdb_exec(c->t.db, "INSERT INTO saga_instances SELECT * FROM saga_copy");
-    testdb_exec(c->t.db, "DROP TEMPORARY TABLE saga_copy");
-    if (txo_db_exec(c->t.db, "UPDATE saga_steps SET saga_id = '" SAGA_ID "' WHERE saga_id = ?", old,
-                    1, &res, &err) != 0 ||
-        txo_db_exec(c->t.db, "DELETE FROM saga_instances WHERE id = ?", old, 1, &res, &err) != 0)
+    testdb_exec(c->hc.t.db, "UPDATE saga_copy SET id = '" SAGA_ID "'");
+    testdb_exec(c->hc.t.db, "INSERT INTO saga_instances SELECT * FROM saga_copy");
+    testdb_exec(c->hc.t.db, "DROP TEMPORARY TABLE saga_copy");
+    if (txo_db_exec(c->hc.t.db, "UPDATE saga_steps SET saga_id = '" SAGA_ID "' WHERE saga_id = ?",
+                    old, 1, &res, &err) != 0 ||
+        txo_db_exec(c->hc.t.db, "DELETE FROM saga_instances WHERE id = ?", old, 1, &res, &err) != 0)
         fail_msg("moving the saga to " SAGA_ID ": %s", err.msg);
 }
 
@@ -109,21 +103,21 @@ static void compensation_failed_saga(struct ctx *c)
  * POST /dlq/{id}/skip gives up (dead letter 1 is POST /dlq/{id}/replay's). */
 static void dead_letters(struct ctx *c)
 {
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, status, attempts, last_error)"
-                         " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
-                         " 'order:4242:created', 'FAILED', 10, 'broker unavailable'),"
-                         " ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
-                         " 'order:4242:confirmed', 'PENDING', 0, NULL),"
-                         " ('order', 4343, 'OrderCreated', '{\"order_id\":4343}',"
-                         " 'order:4343:created', 'FAILED', 10, 'message too large')");
-    testdb_exec(c->t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
-                         "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
-                         "WHERE idempotency_key = 'order:4242:created'");
-    testdb_exec(c->t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
-                         " error) SELECT id, event_type, payload, last_error FROM outbox_events"
-                         " WHERE status = 'FAILED' ORDER BY id");
-    assert_int_equal(testdb_i64(c->t.db,
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, status, attempts, last_error)"
+                            " VALUES ('order', 4242, 'OrderCreated', '{\"order_id\":4242}',"
+                            " 'order:4242:created', 'FAILED', 10, 'broker unavailable'),"
+                            " ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
+                            " 'order:4242:confirmed', 'PENDING', 0, NULL),"
+                            " ('order', 4343, 'OrderCreated', '{\"order_id\":4343}',"
+                            " 'order:4343:created', 'FAILED', 10, 'message too large')");
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_parked (aggregate_type, aggregate_id, event_id) "
+                            "SELECT aggregate_type, aggregate_id, id FROM outbox_events "
+                            "WHERE idempotency_key = 'order:4242:created'");
+    testdb_exec(c->hc.t.db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload,"
+                            " error) SELECT id, event_type, payload, last_error FROM outbox_events"
+                            " WHERE status = 'FAILED' ORDER BY id");
+    assert_int_equal(testdb_i64(c->hc.t.db,
                                 "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e"
                                 " ON e.id = d.source_event_id WHERE (d.id, e.idempotency_key)"
                                 " IN ((1, 'order:4242:created'), (2, 'order:4343:created'))",
@@ -141,7 +135,7 @@ static void key_in_flight(struct ctx *c)
         fail_msg("hashing the request: %s", err.msg);
     struct txo_param p[] = {txo_p_str(BUSY_KEY), txo_p_str(hash)};
     struct txo_exec_result res;
-    if (txo_db_exec(c->t.db,
+    if (txo_db_exec(c->hc.t.db,
                     "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
                     " VALUES (?, ?, 'PROCESSING')",
                     p, 2, &res, &err) != 0)
@@ -200,12 +194,12 @@ static void test_every_example_replays(void **state)
 
     /* Without --admin-token the admin endpoints need no token. */
     port = testhttp_txo_start(&c->serve, "openapi_open", "serve", NULL);
-    testhttp_get(c->h, port, "/outbox/stats", &c->r);
-    testhttp_expect_status(&c->r, 200, "GET /outbox/stats without --admin-token nor a token");
-    testhttp_get(c->h, port, "/sagas/" SAGA_ID, &c->r);
-    testhttp_expect_status(&c->r, 200, "GET /sagas/{id} without --admin-token nor a token");
-    testhttp_get(c->h, port, "/dlq/events", &c->r);
-    testhttp_expect_status(&c->r, 200, "GET /dlq/events without --admin-token nor a token");
+    testhttp_get(c->hc.h, port, "/outbox/stats", &c->hc.r);
+    testhttp_expect_status(&c->hc.r, 200, "GET /outbox/stats without --admin-token nor a token");
+    testhttp_get(c->hc.h, port, "/sagas/" SAGA_ID, &c->hc.r);
+    testhttp_expect_status(&c->hc.r, 200, "GET /sagas/{id} without --admin-token nor a token");
+    testhttp_get(c->hc.h, port, "/dlq/events", &c->hc.r);
+    testhttp_expect_status(&c->hc.r, 200, "GET /dlq/events without --admin-token nor a token");
     testhttp_txo_stop(&c->serve, "txo serve without --admin-token");
     testproc_remove_log(&c->serve);
 }

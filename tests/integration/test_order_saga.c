@@ -20,6 +20,7 @@
 #include "orders.h"
 #include "testclock.h"
 #include "testdb.h"
+#include "testrun.h"
 
 struct stock {
     const char *sku;
@@ -93,6 +94,34 @@ static enum txo_saga_status run(struct fixture *f, const char *saga_id,
     return final;
 }
 
+/* An order a test placed, and its CreateOrderSaga. */
+struct placed {
+    int64_t id;
+    char saga[TXO_SAGA_ID_LEN];
+};
+
+/* Creates the order of items with its saga and runs the saga once with faults (NULL: none): it
+ * must end as want. */
+static struct placed place(struct fixture *f, const struct order_item *items, size_t n,
+                           const struct order_faults *faults, enum txo_saga_status want)
+{
+    struct placed ord;
+    create(f, items, n, &ord.id, ord.saga);
+    assert_int_equal(run(f, ord.saga, faults), want);
+    return ord;
+}
+
+/* orders_retry_saga() of a COMPENSATION_FAILED saga, which must then end as want. */
+static void retry(struct fixture *f, const char *saga, enum txo_saga_status want)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    if (orders_retry_saga(f->t.db, saga, NULL, &f->opts, &final, &err) < 0)
+        fail_msg("orders_retry_saga: %s", err.msg);
+    assert_int_equal(final, want);
+}
+
 static void assert_stock(struct fixture *f, const char *sku, int64_t available, int64_t reserved)
 {
     struct txo_param p = txo_p_str(sku);
@@ -146,6 +175,16 @@ static void rewind_saga(struct fixture *f, const char *saga, const char *later)
                                  "'RUNNING', ?) WHERE saga_id = ?",
                                  steps, 2, NULL, &err),
                      0);
+}
+
+/* rewind_saga(), then the saga runs again: it completes, its first step having run twice. */
+static void rerun_rewound(struct fixture *f, const char *saga, const char *later)
+{
+    rewind_saga(f, saga, later);
+    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    assert_int_equal(i64(f, "SELECT attempts FROM saga_steps WHERE saga_id = ? AND step_order = 1",
+                         txo_p_str(saga)),
+                     2);
 }
 
 static int64_t events(struct fixture *f, int64_t order_id, const char *type)
@@ -219,20 +258,16 @@ static void test_success(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 2, 100000}, {"airpods", 1, 24900}};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
+    struct placed ord = place(f, items, 2, NULL, TXO_SAGA_COMPLETED);
 
-    create(f, items, 2, &id, saga);
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
-
-    struct txo_param o = txo_p_i64(id);
+    struct txo_param o = txo_p_i64(ord.id);
     assert_str(f, ORDER_STATUS, o, "CONFIRMED");
     assert_int_equal(i64(f, "SELECT version FROM orders WHERE id = ?", o), 1);
-    assert_str(f, SAGA_STATUS, txo_p_str(saga), "COMPLETED");
+    assert_str(f, SAGA_STATUS, txo_p_str(ord.saga), "COMPLETED");
     assert_int_equal(i64(f,
                          "SELECT COUNT(*) FROM saga_steps WHERE saga_id = ? AND status = "
                          "'COMPLETED'",
-                         txo_p_str(saga)),
+                         txo_p_str(ord.saga)),
                      3);
     assert_stock(f, "iphone-15", 8, 2);
     assert_stock(f, "airpods", 19, 1);
@@ -240,29 +275,28 @@ static void test_success(void **state)
     assert_int_equal(i64(f,
                          "SELECT COUNT(*) FROM inventory_reservations WHERE saga_id = ? AND "
                          "status = 'RESERVED'",
-                         txo_p_str(saga)),
+                         txo_p_str(ord.saga)),
                      2);
     assert_str(f, PAYMENT_STATUS, o, "CHARGED");
     assert_int_equal(i64(f, "SELECT amount_cents FROM payments WHERE order_id = ?", o), 224900);
     assert_str(f, SHIPMENT_STATUS, o, "CREATED");
-    assert_int_equal(events(f, id, "OrderCreated"), 1);
-    assert_int_equal(events(f, id, "StockReserved"), 1);
-    assert_int_equal(events(f, id, "PaymentCharged"), 1);
-    assert_int_equal(events(f, id, "ShipmentCreated"), 1);
-    assert_int_equal(all_events(f, id), 4);
-    assert_true(event_id(f, id, "StockReserved") < event_id(f, id, "PaymentCharged"));
-    assert_true(event_id(f, id, "PaymentCharged") < event_id(f, id, "ShipmentCreated"));
+    assert_int_equal(events(f, ord.id, "OrderCreated"), 1);
+    assert_int_equal(events(f, ord.id, "StockReserved"), 1);
+    assert_int_equal(events(f, ord.id, "PaymentCharged"), 1);
+    assert_int_equal(events(f, ord.id, "ShipmentCreated"), 1);
+    assert_int_equal(all_events(f, ord.id), 4);
+    assert_true(event_id(f, ord.id, "StockReserved") < event_id(f, ord.id, "PaymentCharged"));
+    assert_true(event_id(f, ord.id, "PaymentCharged") < event_id(f, ord.id, "ShipmentCreated"));
     char key[128];
-    snprintf(key, sizeof(key), "saga:%s:payment-charged", saga);
-    struct txo_param k = txo_p_str(key);
-    assert_int_equal(testdb_i64(f->t.db,
-                                "SELECT JSON_EXTRACT(payload, '$.amount_cents') FROM "
-                                "outbox_events WHERE idempotency_key = ?",
-                                &k, 1),
+    snprintf(key, sizeof(key), "saga:%s:payment-charged", ord.saga);
+    assert_int_equal(i64(f,
+                         "SELECT JSON_EXTRACT(payload, '$.amount_cents') FROM outbox_events "
+                         "WHERE idempotency_key = ?",
+                         txo_p_str(key)),
                      224900);
     /* A terminal saga is left as it is. */
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
-    assert_int_equal(all_events(f, id), 4);
+    assert_int_equal(run(f, ord.saga, NULL), TXO_SAGA_COMPLETED);
+    assert_int_equal(all_events(f, ord.id), 4);
     assert_invariants(f);
 }
 
@@ -271,29 +305,25 @@ static void test_no_stock(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 11, 100000}, {"airpods", 1, 24900}};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
+    struct placed ord = place(f, items, 2, NULL, TXO_SAGA_FAILED);
 
-    create(f, items, 2, &id, saga);
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_FAILED);
-
-    struct txo_param o = txo_p_i64(id);
+    struct txo_param o = txo_p_i64(ord.id);
     assert_str(f, ORDER_STATUS, o, "CANCELLED");
-    assert_str(f, SAGA_STATUS, txo_p_str(saga), "FAILED");
-    assert_step(f, saga, "ReserveStock", "FAILED",
+    assert_str(f, SAGA_STATUS, txo_p_str(ord.saga), "FAILED");
+    assert_step(f, ord.saga, "ReserveStock", "FAILED",
                 "not enough stock for sku=iphone-15 available=10 required=11");
-    assert_step(f, saga, "ChargePayment", "PENDING", NULL);
-    assert_step(f, saga, "CreateShipment", "PENDING", NULL);
+    assert_step(f, ord.saga, "ChargePayment", "PENDING", NULL);
+    assert_step(f, ord.saga, "CreateShipment", "PENDING", NULL);
     assert_str(f, PAYMENT_STATUS, o, NULL);
     assert_str(f, SHIPMENT_STATUS, o, NULL);
     assert_stock(f, "iphone-15", 10, 0);
     assert_stock(f, "airpods", 20, 0);
-    assert_int_equal(
-        i64(f, "SELECT COUNT(*) FROM inventory_reservations WHERE saga_id = ?", txo_p_str(saga)),
-        0);
-    assert_int_equal(events(f, id, "OrderCancelled"), 1);
-    assert_int_equal(events(f, id, "StockReserved"), 0);
-    assert_int_equal(all_events(f, id), 2);
+    assert_int_equal(i64(f, "SELECT COUNT(*) FROM inventory_reservations WHERE saga_id = ?",
+                         txo_p_str(ord.saga)),
+                     0);
+    assert_int_equal(events(f, ord.id, "OrderCancelled"), 1);
+    assert_int_equal(events(f, ord.id, "StockReserved"), 0);
+    assert_int_equal(all_events(f, ord.id), 2);
     char *reason = testdb_str(f->t.db,
                               "SELECT JSON_UNQUOTE(JSON_EXTRACT(payload, '$.reason')) "
                               "FROM outbox_events WHERE aggregate_id = ? AND "
@@ -311,27 +341,23 @@ static void test_payment_declined(void **state)
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 3, 100000}};
     struct order_faults faults = {.decline_payment = true};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
+    struct placed ord = place(f, items, 1, &faults, TXO_SAGA_COMPENSATED);
 
-    create(f, items, 1, &id, saga);
-    assert_int_equal(run(f, saga, &faults), TXO_SAGA_COMPENSATED);
-
-    struct txo_param o = txo_p_i64(id);
+    struct txo_param o = txo_p_i64(ord.id);
     assert_str(f, ORDER_STATUS, o, "CANCELLED");
-    assert_step(f, saga, "ReserveStock", "COMPENSATED", NULL);
-    assert_step(f, saga, "ChargePayment", "FAILED", "card declined");
-    assert_step(f, saga, "CreateShipment", "PENDING", NULL);
+    assert_step(f, ord.saga, "ReserveStock", "COMPENSATED", NULL);
+    assert_step(f, ord.saga, "ChargePayment", "FAILED", "card declined");
+    assert_step(f, ord.saga, "CreateShipment", "PENDING", NULL);
     assert_stock(f, "iphone-15", 10, 0);
-    assert_str(f, "SELECT status FROM inventory_reservations WHERE saga_id = ?", txo_p_str(saga),
-               "RELEASED");
+    assert_str(f, "SELECT status FROM inventory_reservations WHERE saga_id = ?",
+               txo_p_str(ord.saga), "RELEASED");
     assert_str(f, PAYMENT_STATUS, o, NULL);
     assert_str(f, SHIPMENT_STATUS, o, NULL);
-    assert_int_equal(events(f, id, "StockReserved"), 1);
-    assert_int_equal(events(f, id, "StockReleased"), 1);
-    assert_int_equal(events(f, id, "PaymentCharged"), 0);
-    assert_int_equal(events(f, id, "OrderCancelled"), 1);
-    assert_true(event_id(f, id, "StockReleased") < event_id(f, id, "OrderCancelled"));
+    assert_int_equal(events(f, ord.id, "StockReserved"), 1);
+    assert_int_equal(events(f, ord.id, "StockReleased"), 1);
+    assert_int_equal(events(f, ord.id, "PaymentCharged"), 0);
+    assert_int_equal(events(f, ord.id, "OrderCancelled"), 1);
+    assert_true(event_id(f, ord.id, "StockReleased") < event_id(f, ord.id, "OrderCancelled"));
     assert_invariants(f);
 }
 
@@ -341,21 +367,17 @@ static void test_shipment_fails(void **state)
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 1, 100000}, {"case", 2, 1500}};
     struct order_faults faults = {.fail_shipment = true};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
+    struct placed ord = place(f, items, 2, &faults, TXO_SAGA_COMPENSATED);
 
-    create(f, items, 2, &id, saga);
-    assert_int_equal(run(f, saga, &faults), TXO_SAGA_COMPENSATED);
-
-    assert_refunded_then_released(f, id);
-    assert_step(f, saga, "ReserveStock", "COMPENSATED", NULL);
-    assert_step(f, saga, "ChargePayment", "COMPENSATED", NULL);
-    assert_step(f, saga, "CreateShipment", "FAILED", "carrier rejected shipment");
-    assert_str(f, SHIPMENT_STATUS, txo_p_i64(id), NULL);
+    assert_refunded_then_released(f, ord.id);
+    assert_step(f, ord.saga, "ReserveStock", "COMPENSATED", NULL);
+    assert_step(f, ord.saga, "ChargePayment", "COMPENSATED", NULL);
+    assert_step(f, ord.saga, "CreateShipment", "FAILED", "carrier rejected shipment");
+    assert_str(f, SHIPMENT_STATUS, txo_p_i64(ord.id), NULL);
     assert_stock(f, "iphone-15", 10, 0);
     assert_stock(f, "case", 5, 0);
-    assert_int_equal(events(f, id, "ShipmentCreated"), 0);
-    assert_true(event_id(f, id, "StockReleased") < event_id(f, id, "OrderCancelled"));
+    assert_int_equal(events(f, ord.id, "ShipmentCreated"), 0);
+    assert_true(event_id(f, ord.id, "StockReleased") < event_id(f, ord.id, "OrderCancelled"));
     assert_invariants(f);
 }
 
@@ -368,39 +390,34 @@ static void test_compensation_fails_then_retried(void **state)
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 2, 100000}};
     struct order_faults faults = {.fail_shipment = true, .fail_refund = true};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
     struct txo_error err;
     txo_error_init(&err);
+    struct placed ord = place(f, items, 1, &faults, TXO_SAGA_COMPENSATION_FAILED);
 
-    create(f, items, 1, &id, saga);
-    assert_int_equal(run(f, saga, &faults), TXO_SAGA_COMPENSATION_FAILED);
-
-    struct txo_param o = txo_p_i64(id);
-    assert_str(f, SAGA_STATUS, txo_p_str(saga), "COMPENSATION_FAILED");
-    assert_step(f, saga, "ChargePayment", "COMPENSATION_FAILED", "refund failed (injected)");
-    assert_step(f, saga, "CreateShipment", "FAILED", "carrier rejected shipment");
+    struct txo_param o = txo_p_i64(ord.id);
+    assert_str(f, SAGA_STATUS, txo_p_str(ord.saga), "COMPENSATION_FAILED");
+    assert_step(f, ord.saga, "ChargePayment", "COMPENSATION_FAILED", "refund failed (injected)");
+    assert_step(f, ord.saga, "CreateShipment", "FAILED", "carrier rejected shipment");
     assert_str(f, ORDER_STATUS, o, "CREATED"); /* not cancelled while money is still charged */
     assert_str(f, PAYMENT_STATUS, o, "CHARGED");
     assert_stock(f, "iphone-15", 8, 2);
-    assert_int_equal(events(f, id, "PaymentRefunded"), 0);
-    assert_int_equal(events(f, id, "OrderCancelled"), 0);
+    assert_int_equal(events(f, ord.id, "PaymentRefunded"), 0);
+    assert_int_equal(events(f, ord.id, "OrderCancelled"), 0);
     /* Running it again does nothing: it needs an explicit retry. */
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPENSATION_FAILED);
+    assert_int_equal(run(f, ord.saga, NULL), TXO_SAGA_COMPENSATION_FAILED);
 
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    if (orders_retry_saga(f->t.db, saga, NULL, &f->opts, &final, &err) < 0)
-        fail_msg("orders_retry_saga: %s", err.msg);
-    assert_int_equal(final, TXO_SAGA_COMPENSATED);
-    assert_str(f, SAGA_STATUS, txo_p_str(saga), "COMPENSATED");
-    assert_step(f, saga, "ChargePayment", "COMPENSATED", NULL);
-    assert_step(f, saga, "ReserveStock", "COMPENSATED", NULL);
-    assert_refunded_then_released(f, id);
+    retry(f, ord.saga, TXO_SAGA_COMPENSATED);
+    assert_str(f, SAGA_STATUS, txo_p_str(ord.saga), "COMPENSATED");
+    assert_step(f, ord.saga, "ChargePayment", "COMPENSATED", NULL);
+    assert_step(f, ord.saga, "ReserveStock", "COMPENSATED", NULL);
+    assert_refunded_then_released(f, ord.id);
     assert_stock(f, "iphone-15", 10, 0);
-    assert_int_equal(events(f, id, "OrderCancelled"), 1);
+    assert_int_equal(events(f, ord.id, "OrderCancelled"), 1);
 
     /* Only a COMPENSATION_FAILED saga can be retried. */
-    assert_int_equal(orders_retry_saga(f->t.db, saga, NULL, &f->opts, &final, &err), TXO_ESTATE);
+    enum txo_saga_status final = TXO_SAGA_RUNNING;
+    assert_int_equal(orders_retry_saga(f->t.db, ord.saga, NULL, &f->opts, &final, &err),
+                     TXO_ESTATE);
     assert_invariants(f);
 }
 
@@ -410,23 +427,15 @@ static void test_release_fails_then_retried(void **state)
     struct fixture *f = *state;
     struct order_item items[] = {{"case", 5, 1500}};
     struct order_faults faults = {.decline_payment = true, .fail_release = true};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
-    struct txo_error err;
-    txo_error_init(&err);
-
-    create(f, items, 1, &id, saga);
-    assert_int_equal(run(f, saga, &faults), TXO_SAGA_COMPENSATION_FAILED);
-    assert_step(f, saga, "ReserveStock", "COMPENSATION_FAILED", "release failed (injected)");
+    struct placed ord = place(f, items, 1, &faults, TXO_SAGA_COMPENSATION_FAILED);
+    assert_step(f, ord.saga, "ReserveStock", "COMPENSATION_FAILED", "release failed (injected)");
     assert_stock(f, "case", 0, 5);
     assert_invariants(f);
 
-    enum txo_saga_status final = TXO_SAGA_RUNNING;
-    assert_int_equal(orders_retry_saga(f->t.db, saga, NULL, &f->opts, &final, &err), 0);
-    assert_int_equal(final, TXO_SAGA_COMPENSATED);
+    retry(f, ord.saga, TXO_SAGA_COMPENSATED);
     assert_stock(f, "case", 5, 0);
-    assert_str(f, ORDER_STATUS, txo_p_i64(id), "CANCELLED");
-    assert_int_equal(events(f, id, "StockReleased"), 1);
+    assert_str(f, ORDER_STATUS, txo_p_i64(ord.id), "CANCELLED");
+    assert_int_equal(events(f, ord.id, "StockReleased"), 1);
     assert_invariants(f);
 }
 
@@ -436,21 +445,18 @@ static void test_transient_charge_failures_are_retried(void **state)
     struct fixture *f = *state;
     struct order_item items[] = {{"airpods", 1, 24900}};
     struct order_faults faults = {.transient_charge_failures = 2};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
-
-    create(f, items, 1, &id, saga);
-    assert_int_equal(run(f, saga, &faults), TXO_SAGA_COMPLETED);
-    struct txo_param p[] = {txo_p_str(saga), txo_p_str("ChargePayment")};
+    struct placed ord = place(f, items, 1, &faults, TXO_SAGA_COMPLETED);
+    struct txo_param p[] = {txo_p_str(ord.saga), txo_p_str("ChargePayment")};
     assert_int_equal(testdb_i64(f->t.db,
                                 "SELECT attempts FROM saga_steps WHERE saga_id = ? "
                                 "AND step_name = ?",
                                 p, 2),
                      3);
     assert_true(f->clock.now_ms > 0); /* two backoff waits, on the fake clock */
-    assert_str(f, ORDER_STATUS, txo_p_i64(id), "CONFIRMED");
-    assert_int_equal(i64(f, "SELECT COUNT(*) FROM payments WHERE order_id = ?", txo_p_i64(id)), 1);
-    assert_int_equal(events(f, id, "PaymentCharged"), 1);
+    assert_str(f, ORDER_STATUS, txo_p_i64(ord.id), "CONFIRMED");
+    assert_int_equal(i64(f, "SELECT COUNT(*) FROM payments WHERE order_id = ?", txo_p_i64(ord.id)),
+                     1);
+    assert_int_equal(events(f, ord.id, "PaymentCharged"), 1);
     assert_invariants(f);
 }
 
@@ -460,12 +466,8 @@ static void test_duplicate_skus_are_merged(void **state)
     struct fixture *f = *state;
     struct order_item items[] = {
         {"iphone-15", 1, 100000}, {"case", 1, 1500}, {"iphone-15", 2, 100000}};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
-
-    create(f, items, 3, &id, saga);
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
-    struct txo_param p[] = {txo_p_str(saga), txo_p_str("iphone-15")};
+    struct placed ord = place(f, items, 3, NULL, TXO_SAGA_COMPLETED);
+    struct txo_param p[] = {txo_p_str(ord.saga), txo_p_str("iphone-15")};
     assert_int_equal(testdb_i64(f->t.db,
                                 "SELECT qty FROM inventory_reservations WHERE "
                                 "saga_id = ? AND sku = ?",
@@ -485,30 +487,19 @@ static void test_resumed_steps_do_not_double_apply(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"iphone-15", 2, 100000}, {"airpods", 1, 24900}};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
-
-    create(f, items, 2, &id, saga);
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    struct placed ord = place(f, items, 2, NULL, TXO_SAGA_COMPLETED);
     assert_stock(f, "iphone-15", 8, 2);
 
-    struct txo_param s = txo_p_str(saga);
-    rewind_saga(f, saga, "PENDING");
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    rerun_rewound(f, ord.saga, "PENDING");
 
-    struct txo_param o = txo_p_i64(id);
+    struct txo_param o = txo_p_i64(ord.id);
     assert_stock(f, "iphone-15", 8, 2);
     assert_stock(f, "airpods", 19, 1);
     assert_int_equal(i64(f, "SELECT COUNT(*) FROM payments WHERE order_id = ?", o), 1);
     assert_int_equal(i64(f, "SELECT COUNT(*) FROM shipments WHERE order_id = ?", o), 1);
     assert_int_equal(i64(f, "SELECT version FROM orders WHERE id = ?", o), 1);
     assert_str(f, ORDER_STATUS, o, "CONFIRMED");
-    assert_int_equal(all_events(f, id), 4);
-    assert_int_equal(i64(f,
-                         "SELECT attempts FROM saga_steps WHERE saga_id = ? AND "
-                         "step_order = 1",
-                         s),
-                     2); /* it really ran twice */
+    assert_int_equal(all_events(f, ord.id), 4);
     assert_invariants(f);
 }
 
@@ -522,26 +513,16 @@ static void test_reserve_rerun_with_and_without_stock_left(void **state)
 {
     struct fixture *f = *state;
     struct order_item items[] = {{"case", 5, 1500}, {"airpods", 1, 24900}};
-    int64_t id;
-    char saga[TXO_SAGA_ID_LEN];
-
-    create(f, items, 2, &id, saga);
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    struct placed ord = place(f, items, 2, NULL, TXO_SAGA_COMPLETED);
     assert_stock(f, "case", 0, 5);
     assert_stock(f, "airpods", 19, 1);
 
-    struct txo_param s = txo_p_str(saga);
-    rewind_saga(f, saga, "COMPLETED");
-    assert_int_equal(run(f, saga, NULL), TXO_SAGA_COMPLETED);
+    rerun_rewound(f, ord.saga, "COMPLETED");
+    struct txo_param s = txo_p_str(ord.saga);
     assert_stock(f, "case", 0, 5);
     assert_stock(f, "airpods", 19, 1);
     assert_int_equal(i64(f, "SELECT COUNT(*) FROM inventory_reservations WHERE saga_id = ?", s), 2);
-    assert_int_equal(events(f, id, "StockReserved"), 1);
-    assert_int_equal(i64(f,
-                         "SELECT attempts FROM saga_steps WHERE saga_id = ? AND "
-                         "step_order = 1",
-                         s),
-                     2); /* it really ran twice */
+    assert_int_equal(events(f, ord.id, "StockReserved"), 1);
     assert_invariants(f);
 }
 
@@ -661,22 +642,18 @@ static void test_decode_rejects_bad_payloads(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_success, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_no_stock, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_payment_declined, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_shipment_fails, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_compensation_fails_then_retried, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_release_fails_then_retried, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_transient_charge_failures_are_retried, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_duplicate_skus_are_merged, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_resumed_steps_do_not_double_apply, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_reserve_rerun_with_and_without_stock_left, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_every_step_is_idempotent, setup, testdb_free_state),
-        cmocka_unit_test(test_decode_rejects_bad_payloads),
+        cmocka_unit_test(test_success),
+        cmocka_unit_test(test_no_stock),
+        cmocka_unit_test(test_payment_declined),
+        cmocka_unit_test(test_shipment_fails),
+        cmocka_unit_test(test_compensation_fails_then_retried),
+        cmocka_unit_test(test_release_fails_then_retried),
+        cmocka_unit_test(test_transient_charge_failures_are_retried),
+        cmocka_unit_test(test_duplicate_skus_are_merged),
+        cmocka_unit_test(test_resumed_steps_do_not_double_apply),
+        cmocka_unit_test(test_reserve_rerun_with_and_without_stock_left),
+        cmocka_unit_test(test_every_step_is_idempotent),
+        cmocka_unit_test_setup(test_decode_rejects_bad_payloads, testrun_no_fixture),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -39,15 +39,12 @@ static int setup(void **state)
     return 0;
 }
 
-/* An order created in the database (its OrderCreated is in the outbox); returns its id and the
- * envelope the relay would publish for it. */
-static int64_t create_order(struct testworker *f, char **envelope)
+/*
+ * The envelope the relay would publish for the OrderCreated of order id, which is in the outbox;
+ * the event's payload as stored in *payload. The caller frees both with txo_free().
+ */
+static char *order_created_envelope(struct testworker *f, int64_t id, char **payload_out)
 {
-    struct order_item item = {.sku = "iphone-15", .qty = 1, .price_cents = 1000};
-    struct txo_error err;
-    txo_error_init(&err);
-    int64_t id = 0;
-    assert_int_equal(orders_create(f->t.db, 7, &item, 1, &id, &err), 0);
     struct txo_param p[] = {txo_p_i64(id)};
     char *payload = testdb_str(f->t.db,
                                "SELECT CAST(payload AS CHAR) FROM outbox_events WHERE "
@@ -65,8 +62,25 @@ static int64_t create_order(struct testworker *f, char **envelope)
                                    .idempotency_key = key,
                                    .created_at = "2026-12-01T00:00:00.000000Z",
                                    .attempt = 1};
-    *envelope = txo_envelope_encode(&m, NULL, &err);
-    assert_non_null(*envelope);
+    struct txo_error err;
+    txo_error_init(&err);
+    char *envelope = txo_envelope_encode(&m, NULL, &err);
+    assert_non_null(envelope);
+    *payload_out = payload;
+    return envelope;
+}
+
+/* An order created in the database (its OrderCreated is in the outbox); returns its id and the
+ * envelope the relay would publish for it. */
+static int64_t create_order(struct testworker *f, char **envelope)
+{
+    struct order_item item = {.sku = "iphone-15", .qty = 1, .price_cents = 1000};
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t id = 0;
+    assert_int_equal(orders_create(f->t.db, 7, &item, 1, &id, &err), 0);
+    char *payload = NULL;
+    *envelope = order_created_envelope(f, id, &payload);
     txo_free(payload);
     return id;
 }
@@ -182,25 +196,11 @@ static void test_async_order_starts_from_the_command_only(void **state)
     struct async_create a = {0};
     assert_int_equal(txo_db_transact(f->t.db, TXO_ISO_READ_COMMITTED, async_create_fn, &a, &err),
                      0);
-    struct txo_param p[] = {txo_p_i64(a.id)};
-    char *payload = testdb_str(f->t.db,
-                               "SELECT CAST(payload AS CHAR) FROM outbox_events WHERE "
-                               "aggregate_id = ? AND event_type = 'OrderCreated'",
-                               p, 1);
+    char *payload = NULL;
+    char *env = order_created_envelope(f, a.id, &payload);
     assert_non_null(strstr(payload, "\"saga_start\":\"command\""));
-    char key[64], agg[24];
+    char key[64];
     snprintf(key, sizeof(key), "order:%lld:created", (long long)a.id);
-    snprintf(agg, sizeof(agg), "%lld", (long long)a.id);
-    struct txo_outbox_message m = {.id = 1,
-                                   .aggregate_type = "order",
-                                   .aggregate_id = agg,
-                                   .event_type = "OrderCreated",
-                                   .payload = payload,
-                                   .idempotency_key = key,
-                                   .created_at = "2026-12-01T00:00:00.000000Z",
-                                   .attempt = 1};
-    char *env = txo_envelope_encode(&m, NULL, &err);
-    assert_non_null(env);
     /* Consumed before any worker thread runs: recorded, but no saga. */
     assert_int_equal(deliver(f, env, key, &err), 0);
     assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
@@ -241,6 +241,32 @@ static void test_unhandled_and_bad_messages(void **state)
     assert_int_equal(deliver(f, mismatch, "other-id", &err), TXO_EINVAL);
 }
 
+/* n orders made by create_order(): their envelopes in env (txo_free each) and their keys. */
+static void create_orders(struct testworker *f, size_t n, char **env, char (*keys)[64])
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = create_order(f, &env[i]);
+        snprintf(keys[i], sizeof(keys[i]), "order:%lld:created", (long long)id);
+    }
+}
+
+/* The n messages data[i], with the ids ids[i], handed to the worker in one
+ * txo_worker_handle_many(); each one's verdict in results[i] and errors[i]. */
+static void handle_batch(struct testworker *f, const char *const *data, const char *const *ids,
+                         size_t n, int *results, struct txo_error *errors)
+{
+    struct txo_inbound_message *msgs = txo_calloc(n, sizeof(*msgs));
+    assert_non_null(msgs);
+    for (size_t i = 0; i < n; i++) {
+        msgs[i] = (struct txo_inbound_message){
+            .data = data[i], .len = strlen(data[i]), .msg_id = ids[i], .delivery = 1};
+        txo_error_init(&errors[i]);
+        results[i] = 99;
+    }
+    assert_int_equal(txo_worker_handle_many(f->w, msgs, n, results, errors), 0);
+    txo_free(msgs);
+}
+
 /*
  * A delivery of many messages handled at once (txo_worker_handle_many, what local dispatch
  * hands a relay batch to): 6 orders, each OrderCreated once, one of them twice more inside the
@@ -253,31 +279,21 @@ static void test_a_delivery_is_consumed_in_one_transaction(void **state)
     struct txo_error err;
     char *env[6];
     char keys[6][64];
-    for (size_t i = 0; i < 6; i++) {
-        int64_t id = create_order(f, &env[i]);
-        snprintf(keys[i], sizeof(keys[i]), "order:%lld:created", (long long)id);
-    }
+    create_orders(f, 6, env, keys);
     assert_int_equal(deliver(f, env[5], keys[5], &err), 0); /* consumed before the batch */
     const char *other = "{\"id\":9,\"type\":\"Unrelated\",\"aggregate_type\":\"x\","
                         "\"aggregate_id\":\"1\",\"idempotency_key\":\"x:1\",\"payload\":{}}";
-    struct txo_inbound_message msgs[10];
     const char *data[10] = {env[0], env[1], env[2], env[0], env[3], "not an envelope",
                             env[4], env[5], env[0], other};
     const char *ids[10] = {keys[0],  keys[1], keys[2], keys[0], keys[3],
                            "junk:1", keys[4], keys[5], keys[0], "x:1"};
     int results[10];
     struct txo_error errors[10];
-    for (size_t i = 0; i < 10; i++) {
-        msgs[i] = (struct txo_inbound_message){
-            .data = data[i], .len = strlen(data[i]), .msg_id = ids[i], .delivery = 1};
-        txo_error_init(&errors[i]);
-        results[i] = 99;
-    }
     int64_t before = testdb_i64(f->t.db,
                                 "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
                                 "WHERE VARIABLE_NAME = 'COM_COMMIT'",
                                 NULL, 0);
-    assert_int_equal(txo_worker_handle_many(f->w, msgs, 10, results, errors), 0);
+    handle_batch(f, data, ids, 10, results, errors);
     int64_t commits = testdb_i64(f->t.db,
                                  "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
                                  "WHERE VARIABLE_NAME = 'COM_COMMIT'",
@@ -314,25 +330,16 @@ static void test_a_failing_message_does_not_fail_its_batch(void **state)
     struct txo_error err;
     char *env[3];
     char keys[3][64];
-    for (size_t i = 0; i < 3; i++) {
-        int64_t id = create_order(f, &env[i]);
-        snprintf(keys[i], sizeof(keys[i]), "order:%lld:created", (long long)id);
-    }
+    create_orders(f, 3, env, keys);
     /* An OrderCreated whose payload the handler refuses (no order_id). */
     const char *bad = "{\"id\":9,\"type\":\"OrderCreated\",\"aggregate_type\":\"order\","
                       "\"aggregate_id\":\"999\",\"idempotency_key\":\"order:999:created\","
                       "\"payload\":{\"nothing\":1}}";
     const char *data[4] = {env[0], bad, env[1], env[2]};
     const char *ids[4] = {keys[0], "order:999:created", keys[1], keys[2]};
-    struct txo_inbound_message msgs[4];
     int results[4];
     struct txo_error errors[4];
-    for (size_t i = 0; i < 4; i++) {
-        msgs[i] = (struct txo_inbound_message){
-            .data = data[i], .len = strlen(data[i]), .msg_id = ids[i], .delivery = 1};
-        txo_error_init(&errors[i]);
-    }
-    assert_int_equal(txo_worker_handle_many(f->w, msgs, 4, results, errors), 0);
+    handle_batch(f, data, ids, 4, results, errors);
     assert_int_equal(results[0], 0);
     assert_true(results[1] < 0 && !txo_err_is_transient(results[1]));
     assert_int_equal(results[2], 0);

@@ -149,17 +149,32 @@ static void insert_old(struct testdb *t, unsigned n, unsigned age_s, const char 
     testdb_exec(t->db, sql);
 }
 
+/*
+ * n events created age_s seconds ago (keys "<prefix><i>") and the outage's relay failing to
+ * publish them: returns once every one backs off.
+ */
+static void outage_with_events(struct outage *o, struct testdb *t, unsigned n, unsigned age_s,
+                               const char *prefix)
+{
+    insert_old(t, n, age_s, prefix);
+    outage_start(o);
+    wait_backing_off(t, n);
+}
+
+/* The lag on the outage relay's /metrics, which must lie in [lo, hi) seconds. */
+static void assert_lag(struct outage *o, double lo, double hi, const char *when)
+{
+    double lag = scrape(o, "txo_outbox_oldest_pending_age_seconds");
+    if (!(lag >= lo && lag < hi))
+        fail_msg("lag %.3f s %s: want %g..%g", lag, when, lo, hi);
+}
+
 static void test_lag_grows_while_events_back_off(void **state)
 {
     struct testdb *t = *state;
-    insert_old(t, 20, 45, "old:");
     struct outage o;
-    outage_start(&o);
-    wait_backing_off(t, 20);
-
-    double lag = scrape(&o, "txo_outbox_oldest_pending_age_seconds");
-    if (!(lag >= 45.0 && lag < 120.0))
-        fail_msg("lag %.3f s while every event backs off: want 45..120", lag);
+    outage_with_events(&o, t, 20, 45, "old:");
+    assert_lag(&o, 45.0, 120.0, "while every event backs off");
     json_t *doc = stats_json();
     double stats_lag = stats_outbox_real(doc, "oldest_pending_age_seconds");
     if (!(stats_lag >= 45.0 && stats_lag < 120.0))
@@ -181,14 +196,10 @@ static void test_lag_grows_while_events_back_off(void **state)
 static void test_real_outage_of_31_seconds(void **state)
 {
     struct testdb *t = *state;
-    insert_old(t, 5, 0, "now:");
     struct outage o;
-    outage_start(&o);
-    wait_backing_off(t, 5);
+    outage_with_events(&o, t, 5, 0, "now:");
     sleep(31);
-    double lag = scrape(&o, "txo_outbox_oldest_pending_age_seconds");
-    if (!(lag >= 30.0 && lag < 90.0))
-        fail_msg("lag %.3f s after a 31 s outage: want 30..90", lag);
+    assert_lag(&o, 30.0, 90.0, "after a 31 s outage");
     int64_t retried =
         testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', "
                         "'PROCESSING') AND attempts >= 2");

@@ -82,6 +82,28 @@ static const char *jstr(json_t *obj, const char *path1, const char *path2)
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/*
+ * A consumer's queues at the end: queue and queue.retry empty, and queue.dlq holding one
+ * message, message_id, rejected from queue.
+ */
+static void assert_one_dead(const char *queue, const char *message_id)
+{
+    char name[64];
+    assert_int_equal(testrabbit_count(&testrabbit_shared, queue), 0);
+    snprintf(name, sizeof(name), "%s.retry", queue);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, name), 0);
+    snprintf(name, sizeof(name), "%s.dlq", queue);
+    json_t *dead = drain(name);
+    assert_int_equal(json_array_size(dead), 1);
+    json_t *d0 = json_array_get(dead, 0);
+    assert_string_equal(jstr(d0, "message_id", NULL), message_id);
+    json_t *xdeath = json_object_get(json_object_get(d0, "headers"), "x-death");
+    assert_true(json_is_array(xdeath));
+    assert_string_equal(jstr(json_array_get(xdeath, 0), "reason", NULL), "rejected");
+    assert_string_equal(jstr(json_array_get(xdeath, 0), "queue", NULL), queue);
+    json_decref(dead);
+}
+
 /* ---- messages ---- */
 
 /* Messages 1..n, key "<prefix>:<id>", of aggregate type agg_type. */
@@ -368,17 +390,7 @@ static void test_consumer_ack_retry_dead_letter(void **state)
     txo_sleep_ms(300);
     assert_int_equal(txo_consumer_poll(cons, 10, 300, &handled, NULL), 0);
     assert_int_equal(handled, 0);
-    assert_int_equal(testrabbit_count(&testrabbit_shared, "cons"), 0);
-    assert_int_equal(testrabbit_count(&testrabbit_shared, "cons.retry"), 0);
-    json_t *dead = drain("cons.dlq");
-    assert_int_equal(json_array_size(dead), 1);
-    json_t *d0 = json_array_get(dead, 0);
-    assert_string_equal(jstr(d0, "message_id", NULL), "c:3");
-    json_t *xdeath = json_object_get(json_object_get(d0, "headers"), "x-death");
-    assert_true(json_is_array(xdeath));
-    assert_string_equal(jstr(json_array_get(xdeath, 0), "reason", NULL), "rejected");
-    assert_string_equal(jstr(json_array_get(xdeath, 0), "queue", NULL), "cons");
-    json_decref(dead);
+    assert_one_dead("cons", "c:3");
 
     /* The metrics counted each outcome. */
     char *text = NULL;
@@ -588,16 +600,7 @@ static void test_batch_consumer_mixed_verdicts(void **state)
                   b.h.transient_second_ms - b.h.transient_first_ms);
 
     txo_consumer_free(cons); /* anything unacknowledged would now be ready again */
-    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix"), 0);
-    assert_int_equal(testrabbit_count(&testrabbit_shared, "bmix.retry"), 0);
-    json_t *dead = drain("bmix.dlq");
-    assert_int_equal(json_array_size(dead), 1);
-    json_t *d0 = json_array_get(dead, 0);
-    assert_string_equal(jstr(d0, "message_id", NULL), "m:4");
-    json_t *xdeath = json_object_get(json_object_get(d0, "headers"), "x-death");
-    assert_string_equal(jstr(json_array_get(xdeath, 0), "reason", NULL), "rejected");
-    assert_string_equal(jstr(json_array_get(xdeath, 0), "queue", NULL), "bmix");
-    json_decref(dead);
+    assert_one_dead("bmix", "m:4");
     testdb_teardown(&t);
 }
 

@@ -29,6 +29,8 @@
 #include "relay/relay_sql.h"
 #include "testdb.h"
 #include "testrelay.h"
+#include "testrelayfix.h"
+#include "testrelaythread.h"
 
 /* ---- the recording publisher ---- */
 
@@ -155,42 +157,48 @@ static struct txo_publisher *new_recorder(struct recorder **rec)
 
 struct ctx {
     struct testdb t;
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
+    struct testrelay_variant v; /* what the test runs with */
 };
-
-/* What a test runs with: the claim strategy, the claim mode, the test database's name. */
-struct variant {
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
-    const char *db;
-};
-
-static struct variant skip_locked = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_LEASE, "relay_sl"};
-static struct variant update_limit = {TXO_CLAIM_UPDATE_LIMIT, TXO_RELAY_CLAIM_LEASE, "relay_ul"};
-static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION, "relay_tx"};
 
 static int setup(void **state)
 {
-    const struct variant *v = *state;
+    const struct testrelay_variant *v = *state;
     struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
-    c->claim = v->claim;
-    c->mode = v->mode;
+    c->v = *v;
     *state = c;
     return 0;
 }
 
 static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch)
 {
-    struct txo_relay_opts o;
-    txo_relay_opts_init(&o);
-    o.claim = c->claim;
-    o.mode = c->mode;
-    o.batch_size = batch;
+    struct txo_relay_opts o = testrelay_variant_opts(&c->v, batch);
     o.relay_id = "test-relay";
-    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* opt-in; these tests hold the relay to it */
     o.idle_sleep_ms = 5;
     return o;
+}
+
+/* A draining relay of c's variant, run to the end: what it published is in rec. */
+struct drained {
+    struct recorder *rec;
+    struct txo_publisher *pub;
+    struct txo_relay *relay;
+};
+
+static struct drained drain_to_recorder(const struct ctx *c, unsigned batch)
+{
+    struct drained d;
+    d.pub = new_recorder(&d.rec);
+    struct txo_relay_opts o = relay_opts(c, batch);
+    o.drain = true;
+    d.relay = testrelay_new(c->t.db, d.pub, &o);
+    testrelay_drain(d.relay);
+    return d;
+}
+
+static void drained_release(struct drained *d)
+{
+    txo_relay_free(d->relay);
+    txo_publisher_free(d->pub);
 }
 
 /* Inserts n events (aggregate_id = 1..n, key "<prefix>:<n>") with the given status, in one
@@ -251,14 +259,10 @@ static void test_drain_exactly_once_in_order(void **state)
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = next_attempt_at - "
                          "INTERVAL (2000 - id) SECOND WHERE id > 1224");
 
-    struct recorder *rec;
-    struct txo_publisher *pub = new_recorder(&rec);
-    struct txo_relay_opts o = relay_opts(c, 100);
-    o.drain = true;
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
-    assert_int_equal(txo_relay_claim_strategy(r), c->claim);
-    assert_int_equal(txo_relay_claim_mode(r), c->mode);
-    testrelay_drain(r);
+    struct drained d = drain_to_recorder(c, 100);
+    struct recorder *rec = d.rec;
+    assert_int_equal(txo_relay_claim_strategy(d.relay), c->v.claim);
+    assert_int_equal(txo_relay_claim_mode(d.relay), c->v.mode);
 
     assert_each_once(&rec, 1, n);
     for (size_t i = 0; i < n; i++) {
@@ -285,16 +289,15 @@ static void test_drain_exactly_once_in_order(void **state)
     txo_free(created);
 
     struct txo_relay_stats st;
-    txo_relay_get_stats(r, &st);
+    txo_relay_get_stats(d.relay, &st);
     assert_int_equal(st.claimed, n);
     assert_int_equal(st.published, n);
     assert_int_equal(st.batches, 13);
     assert_int_equal(st.fenced + st.failed_attempts + st.dead_lettered + st.reclaimed, 0);
 
     /* Nothing left: another cycle claims nothing. */
-    assert_int_equal(testrelay_run_once(r), 0);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
+    assert_int_equal(testrelay_run_once(d.relay), 0);
+    drained_release(&d);
 }
 
 /*
@@ -338,12 +341,8 @@ static void test_trace_context_reaches_the_publisher(void **state)
                 "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00', 'Upper=1'), "
                 "('order', '4', 'E', '{}', 'none', NULL, NULL)");
 
-    struct recorder *rec;
-    struct txo_publisher *pub = new_recorder(&rec);
-    struct txo_relay_opts o = relay_opts(c, 100);
-    o.drain = true;
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
-    testrelay_drain(r);
+    struct drained d = drain_to_recorder(c, 100);
+    struct recorder *rec = d.rec;
     assert_int_equal(rec->n, 4);
     for (size_t i = 0; i < rec->n; i++) {
         const char *want = NULL;
@@ -357,8 +356,7 @@ static void test_trace_context_reaches_the_publisher(void **state)
             fail_msg("%s: handed over with %s, want %s", rec->keys[i],
                      rec->traces[i] ? rec->traces[i] : "none", want);
     }
-    txo_relay_free(r);
-    txo_publisher_free(pub);
+    drained_release(&d);
 }
 
 /* ---- (2) the publisher is down ---- */
@@ -549,12 +547,8 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
                               "CHAR(0)) > 0"),
                      4);
 
-    struct recorder *rec;
-    struct txo_publisher *pub = new_recorder(&rec);
-    struct txo_relay_opts o = relay_opts(c, 10);
-    o.drain = true;
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
-    testrelay_drain(r);
+    struct drained d = drain_to_recorder(c, 10);
+    struct recorder *rec = d.rec;
 
     /* Only the good events reached the publisher, each once. */
     assert_int_equal(rec->seen, 3);
@@ -591,11 +585,10 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
     }
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 4);
     struct txo_relay_stats st;
-    txo_relay_get_stats(r, &st);
+    txo_relay_get_stats(d.relay, &st);
     assert_int_equal(st.published, 3);
     assert_int_equal(st.dead_lettered, 4);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
+    drained_release(&d);
 }
 
 /* ---- marking a batch costs a few statements, whatever its size ---- */
@@ -681,19 +674,8 @@ struct worker {
     struct recorder *rec;
     struct txo_publisher *pub;
     struct txo_relay *relay;
-    int rc;
-    char msg[TXO_ERROR_MSG_MAX];
+    struct testrelay_thread run;
 };
-
-static void *worker_main(void *arg)
-{
-    struct worker *w = arg;
-    struct txo_error err;
-    txo_error_init(&err);
-    w->rc = txo_relay_run(w->relay, &err);
-    snprintf(w->msg, sizeof(w->msg), "%s", err.msg);
-    return NULL;
-}
 
 static void test_two_relays_concurrently(void **state)
 {
@@ -701,7 +683,6 @@ static void test_two_relays_concurrently(void **state)
     const unsigned n = 5000;
     insert_events(&c->t, n, "PENDING");
     struct worker w[2];
-    pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         memset(&w[i], 0, sizeof(w[i]));
         w[i].c = c;
@@ -713,13 +694,9 @@ static void test_two_relays_concurrently(void **state)
         w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
     }
     for (int i = 0; i < 2; i++)
-        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+        testrelay_thread_start(&w[i].run, w[i].relay);
     for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    for (int i = 0; i < 2; i++) {
-        if (w[i].rc != 0)
-            fail_msg("relay %d: %s", i, w[i].msg);
-    }
+        testrelay_thread_join(&w[i].run);
     /* A relay that found everything claimed by the other may stop early; drain the rest. */
     testrelay_drain(w[0].relay);
 
@@ -733,7 +710,7 @@ static void test_two_relays_concurrently(void **state)
         struct txo_relay_stats st;
         txo_relay_get_stats(w[i].relay, &st);
         assert_int_equal(st.fenced + st.reclaimed + st.failed_attempts, 0);
-        print_message("relay %d (%s) published %llu\n", i, txo_claim_strategy_name(c->claim),
+        print_message("relay %d (%s) published %llu\n", i, txo_claim_strategy_name(c->v.claim),
                       (unsigned long long)st.published);
         txo_relay_free(w[i].relay);
         txo_publisher_free(w[i].pub);
@@ -882,9 +859,11 @@ static void assert_explain_subquery_key(struct testdb *t, const char *sql,
     txo_rows_free(rows);
 }
 
-/* The ordered claims: idx_outbox_due in order for the candidates, like the unordered ones, and
- * one primary key probe of outbox_parked per candidate. */
-static void assert_ordered_claims_plans(struct testdb *t, int64_t max_rows)
+/*
+ * The claims: idx_outbox_due in order for the candidates, from the start and from the cursor, and
+ * for the ordered ones one primary key probe of outbox_parked per candidate.
+ */
+static void assert_claims_plans(struct testdb *t, int64_t max_rows)
 {
     struct txo_param limit = txo_p_i64(500);
     struct txo_param ul[] = {txo_p_str("tok"), txo_p_i64(30), txo_p_i64(500)};
@@ -901,17 +880,23 @@ static void assert_ordered_claims_plans(struct testdb *t, int64_t max_rows)
         const char *sql;
         const struct txo_param *params;
         size_t n;
+        bool ordered;
     } claims[] = {
-        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_ORDERED, &limit, 1},
-        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_ORDERED_AFTER, sl_after, 4},
-        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED, ul, 3},
-        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER, ul_after, 6},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1, false},
+        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, false},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, sl_after, 4, false},
+        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, ul_after, 6, false},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_ORDERED, &limit, 1, true},
+        {"EXPLAIN " RELAY_SQL_CLAIM_SELECT_ORDERED_AFTER, sl_after, 4, true},
+        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED, ul, 3, true},
+        {"EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_ORDERED_AFTER, ul_after, 6, true},
     };
     for (size_t i = 0; i < TXO_ARRAY_LEN(claims); i++) {
         assert_explain_key(t, claims[i].sql, claims[i].params, claims[i].n, "idx_outbox_due", true,
                            max_rows);
-        assert_explain_subquery_key(t, claims[i].sql, claims[i].params, claims[i].n, "PRIMARY",
-                                    "eq_ref");
+        if (claims[i].ordered)
+            assert_explain_subquery_key(t, claims[i].sql, claims[i].params, claims[i].n, "PRIMARY",
+                                        "eq_ref");
     }
 }
 
@@ -924,26 +909,7 @@ static void test_claim_uses_due_index(void **state)
                          "CONCAT('p:', seq) FROM seq_1_to_10");
     testdb_exec(c->t.db, "ANALYZE TABLE outbox_events");
 
-    struct txo_param limit = txo_p_i64(500);
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1,
-                       "idx_outbox_due", true, 100);
-    struct txo_param ul[] = {txo_p_str("tok"), txo_p_i64(30), txo_p_i64(500)};
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, "idx_outbox_due",
-                       true, 100);
-    /* The claims that start at the cursor: a range of the same index, in order. */
-    struct txo_param sl_after[] = {txo_p_str("2026-01-01 00:00:00.000000"),
-                                   txo_p_str("2026-01-01 00:00:00.000000"), txo_p_i64(5),
-                                   txo_p_i64(500)};
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, sl_after, 4,
-                       "idx_outbox_due", true, 100);
-    struct txo_param ul_after[] = {txo_p_str("tok"),
-                                   txo_p_i64(30),
-                                   txo_p_str("2026-01-01 00:00:00.000000"),
-                                   txo_p_str("2026-01-01 00:00:00.000000"),
-                                   txo_p_i64(5),
-                                   txo_p_i64(500)};
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, ul_after, 6,
-                       "idx_outbox_due", true, 100);
+    assert_claims_plans(&c->t, 100);
     /* The read-back by token and the reclaim walk the short PROCESSING range of the same index
      * (there is no index on locked_by or locked_until any more). */
     struct txo_param tok = txo_p_str("tok");
@@ -954,9 +920,9 @@ static void test_claim_uses_due_index(void **state)
                                     txo_p_str("tok")};
     assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_BY_TOKEN_AFTER, tok_after, 4,
                        "idx_outbox_due", true, 100);
+    struct txo_param limit = txo_p_i64(500);
     assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_RECLAIM_EXPIRED, &limit, 1, "idx_outbox_due",
                        true, 100);
-    assert_ordered_claims_plans(&c->t, 100);
 
     /* The table's indexes: the primary key, the idempotency key (in outbox_keys when the table
      * is partitioned), idx_outbox_due (the one a claim and a mark change), idx_outbox_age
@@ -983,30 +949,16 @@ static void test_claim_uses_due_index(void **state)
                               "AND column_name IN ('locked_by', 'locked_until')"),
                      0);
 
-    struct recorder *rec;
-    struct txo_publisher *pub = new_recorder(&rec);
-    struct txo_relay_opts o = relay_opts(c, 500);
-    o.drain = true;
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
-    testrelay_drain(r);
-    assert_int_equal(rec->n, 10);
+    struct drained d = drain_to_recorder(c, 500);
+    assert_int_equal(d.rec->n, 10);
 
     /* A large backlog: the claims must still walk the index in order, not sort the backlog. */
     insert_events_as(&c->t, 20000, "PENDING", "backlog");
     testdb_exec(c->t.db, "ANALYZE TABLE outbox_events");
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED, &limit, 1,
-                       "idx_outbox_due", true, INT64_MAX);
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT, ul, 3, "idx_outbox_due",
-                       true, INT64_MAX);
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_SELECT_SKIP_LOCKED_AFTER, sl_after, 4,
-                       "idx_outbox_due", true, INT64_MAX);
-    assert_explain_key(&c->t, "EXPLAIN " RELAY_SQL_CLAIM_UPDATE_LIMIT_AFTER, ul_after, 6,
-                       "idx_outbox_due", true, INT64_MAX);
-    assert_ordered_claims_plans(&c->t, INT64_MAX);
-    assert_string_equal(rec->keys[0], "p:1");
-    assert_string_equal(rec->keys[9], "p:10");
-    txo_relay_free(r);
-    txo_publisher_free(pub);
+    assert_claims_plans(&c->t, INT64_MAX);
+    assert_string_equal(d.rec->keys[0], "p:1");
+    assert_string_equal(d.rec->keys[9], "p:10");
+    drained_release(&d);
 }
 
 /* ---- (5b) the claim cursor does not starve rows committed behind it ---- */
@@ -1041,14 +993,13 @@ static void test_late_commit_behind_cursor(void **state)
     insert_events(&c->t, backlog, "PENDING");
 
     struct worker w;
-    pthread_t th;
     memset(&w, 0, sizeof(w));
     w.c = c;
     w.db = testdb_connect(&c->t);
     w.pub = new_recorder(&w.rec);
     struct txo_relay_opts o = relay_opts(c, 5);
     w.relay = testrelay_new(w.db, w.pub, &o);
-    assert_int_equal(pthread_create(&th, NULL, worker_main, &w), 0);
+    testrelay_thread_start(&w.run, w.relay);
 
     /* The relay is running and its cursor is past where the late row will sit. */
     int64_t deadline = txo_monotonic_ms() + 20000;
@@ -1075,9 +1026,7 @@ static void test_late_commit_behind_cursor(void **state)
     }
     int64_t left = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     txo_relay_stop(w.relay);
-    pthread_join(th, NULL);
-    if (w.rc != 0)
-        fail_msg("relay: %s", w.msg);
+    testrelay_thread_join(&w.run);
     print_message("late row published %lld ms after its commit, %lld backlog rows still pending\n",
                   (long long)published_after, (long long)left);
     if (published_after < 0)
@@ -1353,8 +1302,8 @@ static void test_claim_mode_auto(void **state)
 }
 
 #define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, testdb_free_state, &v)
-#define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
-#define ALL(fn)    BOTH(fn), ONE(fn, held)
+#define BOTH(fn)   ONE(fn, testrelay_skip_locked), ONE(fn, testrelay_update_limit)
+#define ALL(fn)    BOTH(fn), ONE(fn, testrelay_held)
 
 int main(void)
 {
@@ -1371,8 +1320,8 @@ int main(void)
         ALL(test_late_commit_behind_cursor),
         ALL(test_stop_finishes_batch),
         BOTH(test_lock_token_and_opts),
-        ONE(test_held_batch_is_locked_and_pending, held),
-        ONE(test_claim_mode_auto, held),
+        ONE(test_held_batch_is_locked_and_pending, testrelay_held),
+        ONE(test_claim_mode_auto, testrelay_held),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

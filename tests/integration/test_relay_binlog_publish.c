@@ -82,6 +82,14 @@ static const struct txo_publisher_ops recorder_ops = {
     .destroy = recorder_destroy,
 };
 
+/* A publisher that records what it is handed into rec (which stays the caller's). */
+static struct txo_publisher *recording_to(struct recorder *rec)
+{
+    struct txo_publisher *pub = NULL;
+    assert_int_equal(txo_publisher_new(&recorder_ops, rec, &pub, NULL), 0);
+    return pub;
+}
+
 static void recorder_clear(struct recorder *r)
 {
     for (size_t i = 0; i < r->n; i++)
@@ -108,10 +116,7 @@ static int teardown(void **state)
 static void binlog_run(struct testdb *t, struct recorder *rec, struct txo_binlog_stats *st,
                        bool hand_back)
 {
-    struct txo_publisher *pub = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_publisher_new(&recorder_ops, rec, &pub, &err), 0);
+    struct txo_publisher *pub = recording_to(rec);
     struct txo_binlog_opts o;
     txo_binlog_opts_init(&o);
     o.source_name = "t";
@@ -120,6 +125,8 @@ static void binlog_run(struct testdb *t, struct recorder *rec, struct txo_binlog
     o.retry.base_ms = 10;
     o.retry.max_ms = 50;
     struct txo_binlog *b = NULL;
+    struct txo_error err;
+    txo_error_init(&err);
     if (txo_binlog_new(&t->opts, pub, &o, &b, &err) < 0)
         fail_msg("txo_binlog_new: %s", err.msg);
     if (txo_binlog_run(b, &err) < 0)
@@ -138,10 +145,9 @@ static void binlog_drain(struct testdb *t, struct recorder *rec, struct txo_binl
 /* One drain of the polling relay through rec. */
 static void poll_drain(struct testdb *t, struct recorder *rec)
 {
-    struct txo_publisher *pub = NULL;
+    struct txo_publisher *pub = recording_to(rec);
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_publisher_new(&recorder_ops, rec, &pub, &err), 0);
     struct txo_relay_opts ro;
     txo_relay_opts_init(&ro);
     ro.drain = true;

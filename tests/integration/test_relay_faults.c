@@ -31,7 +31,8 @@
 #include "testoutbox.h"
 #include "testrun.h"
 #include "testdb.h"
-#include "testrelay.h"
+#include "testrelayfix.h"
+#include "testsql.h"
 
 struct poisoned {
     int fd;
@@ -81,24 +82,9 @@ static struct txo_publisher *new_poisoned(int fd, struct poisoned **out)
     return pub;
 }
 
-struct ctx {
-    struct testdb t;
-    struct testrelay_file out; /* what the publisher appends */
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "poison", 0);
-    testrelay_file_open(&c->out, "poison");
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testrelay_file_close(&c->out);
-    testdb_fixture_free(c);
+    *state = testrelay_fixture_new(sizeof(struct testrelay_fixture), "poison", "poison");
     return 0;
 }
 
@@ -117,7 +103,8 @@ static struct txo_relay_opts poison_opts(void)
 }
 
 /* One relay in a child process, draining in the given claim mode; returns its wait status. */
-static int run_child_relay(struct ctx *c, int64_t abort_id, enum txo_relay_claim_mode mode)
+static int run_child_relay(struct testrelay_fixture *c, int64_t abort_id,
+                           enum txo_relay_claim_mode mode)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -149,7 +136,7 @@ static int run_child_relay(struct ctx *c, int64_t abort_id, enum txo_relay_claim
  * Relays die on event poison_id one after the other until it is dead-lettered; returns how
  * many died. Then checks the outcome (see the top of the file).
  */
-static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
+static unsigned poison_rounds(struct testrelay_fixture *c, unsigned n, int64_t poison_id,
                               enum txo_relay_claim_mode mode)
 {
     testoutbox_insert_seq(c->t.db, n, "k");
@@ -164,10 +151,10 @@ static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
         txo_sleep_ms(1100); /* its lease expires */
     }
     struct txo_param poison = txo_p_i64(poison_id);
-    assert_int_equal(testdb_i64(c->t.db,
-                                "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = "
-                                "'FAILED' AND lease_expiries = 3 AND locked_by IS NULL",
-                                &poison, 1),
+    assert_int_equal(testsql_i64_of(c->t.db,
+                                    "SELECT COUNT(*) FROM outbox_events WHERE id = ? AND status = "
+                                    "'FAILED' AND lease_expiries = 3 AND locked_by IS NULL",
+                                    poison_id),
                      1);
     char *error = testdb_str(
         c->t.db, "SELECT error FROM dead_letter_events WHERE source_event_id = ?", &poison, 1);
@@ -179,8 +166,9 @@ static unsigned poison_rounds(struct ctx *c, unsigned n, int64_t poison_id,
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
     /* The events of its batches expired with it at most twice. */
-    assert_true(testdb_i64(c->t.db, "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
-                           &poison, 1) <= 2);
+    assert_true(testsql_i64_of(c->t.db,
+                               "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
+                               poison_id) <= 2);
 
     /* The consumer saw every other event (some twice: published, then the relay died before
      * marking them), and never the poison one. */
@@ -217,7 +205,7 @@ static void test_poison_event_in_claim_mode_transaction(void **state)
 
 static void test_permanent_failure_dead_lettered_at_once(void **state)
 {
-    struct ctx *c = *state;
+    struct testrelay_fixture *c = *state;
     testoutbox_insert_seq(c->t.db, 4, "k");
     struct poisoned *p = NULL;
     struct txo_publisher *pub = new_poisoned(c->out.fd, &p);
@@ -288,19 +276,9 @@ static double histogram_total(struct txo_metrics *reg, const char *series)
     return total;
 }
 
-static size_t once(struct txo_relay *r)
-{
-    size_t claimed = 0;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run_once(r, &claimed, &err) < 0)
-        fail_msg("txo_relay_run_once: %s", err.msg);
-    return claimed;
-}
-
 static void test_breaker_open_half_open_closed(void **state)
 {
-    struct ctx *c = *state;
+    struct testrelay_fixture *c = *state;
     testoutbox_insert_seq(c->t.db, 50, "k");
     struct txo_metrics *reg = NULL;
     assert_int_equal(txo_metrics_new(&reg, NULL), 0);
@@ -323,40 +301,40 @@ static void test_breaker_open_half_open_closed(void **state)
 
     /* Two batches of 10 fail entirely: open. */
     p->down = true;
-    assert_int_equal(once(r), 10);
+    assert_int_equal(testrelay_run_once(r), 10);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_CLOSED);
     txo_sleep_ms(5);
-    assert_int_equal(once(r), 10);
+    assert_int_equal(testrelay_run_once(r), 10);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_OPEN);
     assert_true(metric(reg, "txo_relay_breaker_state") == 1);
     assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 20);
 
     /* Open: nothing is claimed, no attempt is used, though events are due. */
     for (int i = 0; i < 5; i++)
-        assert_int_equal(once(r), 0);
+        assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 20);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 50);
 
     /* After open_ms, a probe of 3 while still down: open again. */
     txo_sleep_ms(350);
-    assert_int_equal(once(r), 3);
+    assert_int_equal(testrelay_run_once(r), 3);
     assert_int_equal(p->last_batch, 3);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_OPEN);
-    assert_int_equal(once(r), 0);
+    assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 23);
 
     /* The broker is back: the next probe succeeds, the breaker closes, the rest flows. */
     p->down = false;
     txo_sleep_ms(350);
-    assert_int_equal(once(r), 3);
+    assert_int_equal(testrelay_run_once(r), 3);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_CLOSED);
     assert_true(metric(reg, "txo_relay_breaker_state") == 0);
     for (int i = 0;
          i < 20 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
                                      "'PUBLISHED'") > 0;
          i++)
-        (void)once(r);
+        (void)testrelay_run_once(r);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
     /* Each event was tried once while the broker was down at most (20 + 3 attempts). */
@@ -386,5 +364,6 @@ int main(void)
         cmocka_unit_test(test_poison_event_dead_lettered_after_lease_limit),
         cmocka_unit_test(test_breaker_open_half_open_closed),
     };
-    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testrelay_fixture_free_state, NULL,
+                        NULL);
 }

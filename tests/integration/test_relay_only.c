@@ -107,6 +107,42 @@ static const char *str_of(json_t *obj, const char *key)
     return json_string_value(v);
 }
 
+/*
+ * `txo relay --publisher null` with --ordering ordering (NULL: its default) and
+ * --metrics-listen on a free port, started in p under tag and up once /healthz answers;
+ * returns the port.
+ */
+static unsigned start_relay(struct testproc *p, const char *tag, const char *ordering)
+{
+    unsigned port = testproc_free_port();
+    char listen[32];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%u", port);
+    const char *argv[10] = {testproc_txo_bin(), "relay", "--publisher", "null"};
+    size_t n = 4;
+    if (ordering != NULL) {
+        argv[n++] = "--ordering";
+        argv[n++] = ordering;
+    }
+    argv[n++] = "--metrics-listen";
+    argv[n++] = listen;
+    argv[n] = NULL;
+    testproc_start(p, tag, argv, NULL);
+    if (!testproc_wait_http(port, "/healthz", 10000)) {
+        testproc_print_log(p, tag);
+        fail_msg("no /healthz");
+    }
+    return port;
+}
+
+/* SIGTERM to the relay in p, which must stop cleanly; what names it in its printed log. */
+static void stop_relay(struct testproc *p, const char *what)
+{
+    if (!testproc_stop(p, 10000)) {
+        testproc_print_log(p, what);
+        fail_msg("the relay did not stop cleanly");
+    }
+}
+
 static void test_relay_only_database_end_to_end(void **state)
 {
     struct testdb *t = *state;
@@ -192,18 +228,8 @@ static void test_relay_only_database_end_to_end(void **state)
     assert_true(agg != NULL && agg < strchr(row + 1, '\n'));
     free(out);
     {
-        unsigned pport = testproc_free_port();
-        char plisten[32];
-        snprintf(plisten, sizeof(plisten), "127.0.0.1:%u", pport);
-        const char *pargv[] = {
-            testproc_txo_bin(), "relay", "--publisher", "null", "--ordering", "aggregate",
-            "--metrics-listen", plisten, NULL};
         struct testproc prelay;
-        testproc_start(&prelay, "relayonly-parked", pargv, NULL);
-        if (!testproc_wait_http(pport, "/healthz", 10000)) {
-            testproc_print_log(&prelay, "txo relay --ordering aggregate");
-            fail_msg("no /healthz");
-        }
+        unsigned pport = start_relay(&prelay, "relayonly-parked", "aggregate");
         CURL *ph = curl_easy_init();
         struct testhttp_reply pr = {0};
         testhttp_get(ph, pport, "/metrics", &pr);
@@ -211,10 +237,7 @@ static void test_relay_only_database_end_to_end(void **state)
         assert_true(testhttp_metric_value(pr.body, "txo_outbox_parked_aggregates") == 1.0);
         testhttp_reply_release(&pr);
         curl_easy_cleanup(ph);
-        if (!testproc_stop(&prelay, 10000)) {
-            testproc_print_log(&prelay, "txo relay --ordering aggregate");
-            fail_msg("the relay did not stop cleanly");
-        }
+        stop_relay(&prelay, "txo relay --ordering aggregate");
         testproc_remove_log(&prelay);
         assert_int_equal(testdb_q(t->db,
                                   "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = "
@@ -239,17 +262,8 @@ static void test_relay_only_database_end_to_end(void **state)
     json_decref(envs);
 
     /* The relay's /metrics and /readyz on this schema. */
-    unsigned mport = testproc_free_port();
-    char listen[32];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%u", mport);
-    const char *argv[] = {testproc_txo_bin(), "relay", "--publisher", "null",
-                          "--metrics-listen", listen,  NULL};
     struct testproc relay;
-    testproc_start(&relay, "relayonly-relay", argv, NULL);
-    if (!testproc_wait_http(mport, "/healthz", 10000)) {
-        testproc_print_log(&relay, "txo relay");
-        fail_msg("no /healthz");
-    }
+    unsigned mport = start_relay(&relay, "relayonly-relay", NULL);
     CURL *h = curl_easy_init();
     struct testhttp_reply r = {0};
     testhttp_get(h, mport, "/readyz", &r);
@@ -261,10 +275,7 @@ static void test_relay_only_database_end_to_end(void **state)
     assert_true(testhttp_metric_value(r.body, "txo_metrics_collector_errors_total") <= 0.0);
     testhttp_reply_release(&r);
     curl_easy_cleanup(h);
-    if (!testproc_stop(&relay, 10000)) {
-        testproc_print_log(&relay, "txo relay");
-        fail_msg("the relay did not stop cleanly");
-    }
+    stop_relay(&relay, "txo relay");
     /* No txo_processes here: the heartbeat said so in one line, and nothing else failed. */
     char *log = testproc_log(&relay);
     size_t registry_lines = 0;

@@ -37,7 +37,8 @@
 #include <cmocka.h>
 
 #include "testdb.h"
-#include "testrelay.h"
+#include "testrelayfix.h"
+#include "testrelaythread.h"
 
 /* ---- the appending publisher ---- */
 
@@ -106,51 +107,23 @@ static struct txo_publisher *new_appender(int fd, uint32_t rng_start, struct app
 /* ---- fixtures ---- */
 
 struct ctx {
-    struct testdb t;
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
-    struct testrelay_file out; /* what the publisher appends */
+    struct testrelay_fixture rf; /* first: the database, and the file the publisher appends */
+    struct testrelay_variant v;  /* what the test runs with */
 };
-
-/* What a test runs with: the claim strategy, the claim mode, the test database's name. */
-struct variant {
-    enum txo_claim_strategy claim;
-    enum txo_relay_claim_mode mode;
-    const char *db;
-};
-
-static struct variant skip_locked = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_LEASE, "order_sl"};
-static struct variant update_limit = {TXO_CLAIM_UPDATE_LIMIT, TXO_RELAY_CLAIM_LEASE, "order_ul"};
-static struct variant held = {TXO_CLAIM_SKIP_LOCKED, TXO_RELAY_CLAIM_TRANSACTION, "order_tx"};
 
 static int setup(void **state)
 {
-    const struct variant *v = *state;
-    struct ctx *c = testdb_fixture_new(sizeof(*c), v->db, 0);
-    c->claim = v->claim;
-    c->mode = v->mode;
-    testrelay_file_open(&c->out, "order");
+    const struct testrelay_variant *v = *state;
+    struct ctx *c = testrelay_fixture_new(sizeof(*c), v->db, "order");
+    c->v = *v;
     *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testrelay_file_close(&c->out);
-    testdb_fixture_free(c);
     return 0;
 }
 
 static struct txo_relay_opts relay_opts(const struct ctx *c, unsigned batch, const char *id)
 {
-    struct txo_relay_opts o;
-    txo_relay_opts_init(&o);
-    o.claim = c->claim;
-    o.mode = c->mode;
-    o.batch_size = batch;
+    struct txo_relay_opts o = testrelay_variant_opts(&c->v, batch);
     o.relay_id = id;
-    o.ordering = TXO_RELAY_ORDER_AGGREGATE; /* the default, named: these tests hold it */
     o.idle_sleep_ms = 2;
     o.lease_s = 1;
     o.max_attempts = 1000000;
@@ -262,20 +235,8 @@ static size_t assert_in_order(const char *path, unsigned n_events, unsigned n_ag
 struct runner {
     struct txo_db *db;
     struct txo_publisher *pub;
-    struct txo_relay *relay;
-    int rc;
-    char msg[TXO_ERROR_MSG_MAX];
+    struct testrelay_thread run;
 };
-
-static void *runner_main(void *arg)
-{
-    struct runner *w = arg;
-    struct txo_error err;
-    txo_error_init(&err);
-    w->rc = txo_relay_run(w->relay, &err);
-    snprintf(w->msg, sizeof(w->msg), "%s", err.msg);
-    return NULL;
-}
 
 /* A child process running one relay that kills itself mid-publish on its third call. */
 static pid_t spawn_doomed_relay(struct ctx *c)
@@ -287,10 +248,10 @@ static pid_t spawn_doomed_relay(struct ctx *c)
     struct txo_db *db = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_db_open(&c->t.opts, &db, &err) < 0)
+    if (txo_db_open(&c->rf.t.opts, &db, &err) < 0)
         _exit(3);
     struct appender *a = NULL;
-    struct txo_publisher *pub = new_appender(c->out.fd, 99, &a);
+    struct txo_publisher *pub = new_appender(c->rf.out.fd, 99, &a);
     a->fail_per_mille = 100;
     a->kill_at_call = 3;
     struct txo_relay_opts o = relay_opts(c, 100, "doomed");
@@ -307,27 +268,25 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
 
     pid_t child = spawn_doomed_relay(c);
     struct runner w[2];
-    pthread_t th[2];
     assert_true(n_threads <= 2);
     for (unsigned i = 0; i < n_threads; i++) {
         memset(&w[i], 0, sizeof(w[i]));
-        w[i].db = testdb_connect(&c->t);
+        w[i].db = testdb_connect(&c->rf.t);
         struct appender *a = NULL;
-        w[i].pub = new_appender(c->out.fd, 1234 + i, &a);
+        w[i].pub = new_appender(c->rf.out.fd, 1234 + i, &a);
         a->fail_per_mille = 100;
         struct txo_relay_opts o = relay_opts(c, 100, i == 0 ? "relay-a" : "relay-b");
-        w[i].relay = testrelay_new(w[i].db, w[i].pub, &o);
-        assert_int_equal(pthread_create(&th[i], NULL, runner_main, &w[i]), 0);
+        testrelay_thread_start(&w[i].run, testrelay_new(w[i].db, w[i].pub, &o));
     }
     /* Every relay holds its share of the shards before the events come, so that the doomed
      * one gets to publish (and die) while the others drain theirs. */
     int64_t until = txo_monotonic_ms() + 30000;
-    while (testdb_q(c->t.db,
+    while (testdb_q(c->rf.t.db,
                     "SELECT COUNT(DISTINCT owner) FROM outbox_shards WHERE owner IS NOT NULL") <
                (int64_t)n_threads + 1 &&
            txo_monotonic_ms() < until)
         txo_sleep_ms(20);
-    insert_events(&c->t, n_events, "CRC32(seq) % 500 + 1");
+    insert_events(&c->rf.t, n_events, "CRC32(seq) % 500 + 1");
     int status = 0;
     assert_int_equal(waitpid(child, &status, 0), child);
     if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
@@ -335,35 +294,33 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
 
     int64_t deadline = txo_monotonic_ms() + 120000;
     int64_t published = 0;
-    while ((published = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                          "'PUBLISHED'")) < n_events &&
+    while ((published = testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
+                                             "'PUBLISHED'")) < n_events &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(50);
     for (unsigned i = 0; i < n_threads; i++)
-        txo_relay_stop(w[i].relay);
+        txo_relay_stop(w[i].run.relay);
     uint64_t reclaimed = 0, failed = 0;
     for (unsigned i = 0; i < n_threads; i++) {
-        pthread_join(th[i], NULL);
-        if (w[i].rc != 0)
-            fail_msg("relay %u: %s", i, w[i].msg);
+        testrelay_thread_join(&w[i].run);
         struct txo_relay_stats st;
-        txo_relay_get_stats(w[i].relay, &st);
+        txo_relay_get_stats(w[i].run.relay, &st);
         reclaimed += st.reclaimed;
         failed += st.failed_attempts;
-        txo_relay_free(w[i].relay);
+        txo_relay_free(w[i].run.relay);
         txo_publisher_free(w[i].pub);
         txo_db_close(w[i].db);
     }
     assert_int_equal(published, n_events);
-    size_t repeats = assert_in_order(c->out.path, n_events, n_aggregates);
+    size_t repeats = assert_in_order(c->rf.out.path, n_events, n_aggregates);
     print_message("%s, %s, %u relays (one killed): %zu repeats, %llu reclaimed, %llu failed "
                   "attempts\n",
-                  txo_claim_strategy_name(c->claim), txo_relay_claim_mode_name(c->mode),
+                  txo_claim_strategy_name(c->v.claim), txo_relay_claim_mode_name(c->v.mode),
                   n_threads + 1, repeats, (unsigned long long)reclaimed,
                   (unsigned long long)failed);
     /* The killed relay's batch came back: by lease expiry, or (a held batch, its third and
      * so not the leased first) by the rollback of its transaction, with nothing to reclaim. */
-    if (c->mode == TXO_RELAY_CLAIM_LEASE)
+    if (c->v.mode == TXO_RELAY_CLAIM_LEASE)
         assert_true(reclaimed > 0);
     assert_true(failed > 0);
 }
@@ -387,19 +344,28 @@ static int64_t dead_letter_of(struct testdb *t, int64_t event_id)
                       1);
 }
 
+/* Relay cycles (at most 200, a short pause after an empty one) until count_sql counts want. */
+static void run_until(struct txo_relay *r, struct txo_db *db, const char *count_sql, int64_t want)
+{
+    for (int i = 0; i < 200 && testdb_q(db, count_sql) != want; i++) {
+        if (testrelay_run_once(r) == 0)
+            txo_sleep_ms(3);
+    }
+}
+
 static void test_failing_aggregate_parks_only_itself(void **state)
 {
     struct ctx *c = *state;
     /* 50 aggregates x 6 events, round robin: aggregate a has ids a, a + 50, ... (a = 50: 50,
      * 100, ...). Aggregates 7 and 11 fail until told otherwise. */
-    insert_events(&c->t, 300, "(seq - 1) % 50 + 1");
+    insert_events(&c->rf.t, 300, "(seq - 1) % 50 + 1");
     struct appender *a = NULL;
-    struct txo_publisher *pub = new_appender(c->out.fd, 7, &a);
+    struct txo_publisher *pub = new_appender(c->rf.out.fd, 7, &a);
     a->fail_aggregate_a = 7;
     a->fail_aggregate_b = 11;
     struct txo_relay_opts o = relay_opts(c, 500, "parking");
     o.max_attempts = 3;
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->rf.t.db, pub, &o);
 
     /* After one failure the head waits for its retry: parked, PENDING. */
     testrelay_run_once(r);
@@ -407,7 +373,7 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     size_t n = 0;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
+    assert_int_equal(txo_relay_list_parked(c->rf.t.db, parked, 8, &n, &err), 0);
     assert_int_equal(n, 2);
     assert_string_equal(parked[0].aggregate_id, "7");
     assert_int_equal(parked[0].event_id, 7);
@@ -417,32 +383,24 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_non_null(strstr(parked[0].last_error, "broker said no"));
 
     /* Everything else flows while 7 and 11 use up their attempts and stay FAILED. */
-    for (int i = 0;
-         i < 200 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status IN "
-                                      "('PENDING', 'PROCESSING') AND id % 50 NOT IN (7, 11)") > 0;
-         i++) {
-        if (testrelay_run_once(r) == 0)
-            txo_sleep_ms(3);
-    }
-    for (int i = 0;
-         i < 200 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                      "'FAILED'") < 2;
-         i++) {
-        if (testrelay_run_once(r) == 0)
-            txo_sleep_ms(3);
-    }
+    run_until(r, c->rf.t.db,
+              "SELECT COUNT(*) FROM outbox_events WHERE status IN ('PENDING', 'PROCESSING') "
+              "AND id % 50 NOT IN (7, 11)",
+              0);
+    run_until(r, c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'", 2);
     assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
+        testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
         300 - 12);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                                       "AND attempts = 3 AND id IN (7, 11)"),
+    assert_int_equal(testdb_q(c->rf.t.db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+                              "AND attempts = 3 AND id IN (7, 11)"),
                      2);
     /* Their later events were never tried. */
-    assert_int_equal(testdb_q(c->t.db,
+    assert_int_equal(testdb_q(c->rf.t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                               "AND attempts = 0 AND id % 50 IN (7, 11) AND id > 11"),
                      10);
-    assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
+    assert_int_equal(txo_relay_list_parked(c->rf.t.db, parked, 8, &n, &err), 0);
     assert_int_equal(n, 2);
     assert_int_equal(parked[1].event_id, 11);
     assert_int_equal(parked[1].status, TXO_OUTBOX_FAILED);
@@ -453,27 +411,27 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     /* The operator skips 7 and replays 11 (whose broker is fixed). */
     a->fail_aggregate_a = 0;
     a->fail_aggregate_b = 0;
-    assert_int_equal(txo_dlq_skip(c->t.db, dead_letter_of(&c->t, 7), &err), 0);
-    assert_int_equal(txo_dlq_skip(c->t.db, dead_letter_of(&c->t, 7), &err), TXO_ESTATE);
-    assert_int_equal(txo_dlq_replay(c->t.db, dead_letter_of(&c->t, 11), &err), 0);
+    assert_int_equal(txo_dlq_skip(c->rf.t.db, dead_letter_of(&c->rf.t, 7), &err), 0);
+    assert_int_equal(txo_dlq_skip(c->rf.t.db, dead_letter_of(&c->rf.t, 7), &err), TXO_ESTATE);
+    assert_int_equal(txo_dlq_replay(c->rf.t.db, dead_letter_of(&c->rf.t, 11), &err), 0);
     for (int i = 0; i < 50 && testrelay_run_once(r) > 0; i++)
         ;
     assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 299);
-    assert_int_equal(testdb_q(c->t.db,
+        testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 299);
+    assert_int_equal(testdb_q(c->rf.t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'SKIPPED' "
                               "AND id = 7"),
                      1);
-    assert_int_equal(testdb_q(c->t.db,
+    assert_int_equal(testdb_q(c->rf.t.db,
                               "SELECT COUNT(*) FROM dead_letter_events WHERE skipped_at IS NOT "
                               "NULL"),
                      1);
-    assert_int_equal(txo_relay_list_parked(c->t.db, parked, 8, &n, &err), 0);
+    assert_int_equal(txo_relay_list_parked(c->rf.t.db, parked, 8, &n, &err), 0);
     assert_int_equal(n, 0);
 
     /* The consumer's view: 11 then its later events, 7's later events but never 7 itself. */
     size_t n_seen = 0;
-    struct seen *s = read_seen(c->out.path, &n_seen);
+    struct seen *s = read_seen(c->rf.out.path, &n_seen);
     assert_int_equal(n_seen, 299);
     int64_t last7 = 0, last11 = 0;
     for (size_t i = 0; i < n_seen; i++) {
@@ -532,7 +490,7 @@ static void *holder_main(void *arg)
  * wait for it nor claim other than want_claimed events. */
 static void hold_while(struct ctx *c, const char *sql, struct txo_relay *r, size_t want_claimed)
 {
-    struct holder h = {.t = &c->t, .sql = sql, .hold_ms = 700};
+    struct holder h = {.t = &c->rf.t, .sql = sql, .hold_ms = 700};
     atomic_init(&h.held, 0);
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, holder_main, &h), 0);
@@ -551,25 +509,26 @@ static void hold_while(struct ctx *c, const char *sql, struct txo_relay *r, size
 static void test_unpark_seen_after_commit(void **state)
 {
     struct ctx *c = *state;
-    if (c->claim != TXO_CLAIM_SKIP_LOCKED)
+    if (c->v.claim != TXO_CLAIM_SKIP_LOCKED)
         skip(); /* update-limit waits for the locked row instead of passing it */
     struct appender *a = NULL;
-    struct txo_publisher *pub = new_appender(c->out.fd, 5, &a);
+    struct txo_publisher *pub = new_appender(c->rf.out.fd, 5, &a);
     struct txo_relay_opts o = relay_opts(c, 10, "pred");
     o.lease_s = 60;
     o.backoff.base_ms = 60000; /* a failed event waits: only the test makes it due */
     o.backoff.max_ms = 60000;
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->rf.t.db, pub, &o);
     /* The first cycle's lease reclaim would wait for a held row (it walks the PROCESSING
      * range); the next is due in lease_s / 4. */
     assert_int_equal(testrelay_run_once(r), 0);
     /* Aggregate 1: ids 1, 2; aggregate 2: ids 3, 4. Event 1 fails once and parks 1. */
-    insert_events(&c->t, 4, "(seq + 1) DIV 2");
+    insert_events(&c->rf.t, 4, "(seq + 1) DIV 2");
     a->fail_aggregate_a = 1;
     assert_int_equal(testrelay_run_once(r), 4); /* 1 fails, 2 is held back, 3 and 4 go */
     a->fail_aggregate_a = 0;
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_parked WHERE event_id = 1"), 1);
-    assert_int_equal(testdb_q(c->t.db,
+    assert_int_equal(testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_parked WHERE event_id = 1"),
+                     1);
+    assert_int_equal(testdb_q(c->rf.t.db,
                               "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
                               "'PENDING' AND attempts = 0"),
                      1);
@@ -577,13 +536,13 @@ static void test_unpark_seen_after_commit(void **state)
     /* Another session removes the park of 1 without committing (as a skip would): 2 still
      * waits, and the claim does not wait for that session. */
     hold_while(c, "DELETE FROM outbox_parked WHERE event_id = 1", r, 0);
-    testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 1");
+    testdb_exec(c->rf.t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 1");
     /* Nothing holds it now: 1, then 2. */
     assert_int_equal(testrelay_run_once(r), 1);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_parked"), 0);
+    assert_int_equal(testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_parked"), 0);
     assert_int_equal(testrelay_run_once(r), 1);
     size_t n = 0;
-    struct seen *s = read_seen(c->out.path, &n);
+    struct seen *s = read_seen(c->rf.out.path, &n);
     assert_int_equal(n, 4);
     assert_int_equal(s[0].id, 3);
     assert_int_equal(s[1].id, 4);
@@ -681,17 +640,17 @@ static void end_append(struct appender_tx *a, pthread_t th)
 static void test_commit_order(void **state)
 {
     struct ctx *c = *state;
-    if (c->claim != TXO_CLAIM_SKIP_LOCKED)
+    if (c->v.claim != TXO_CLAIM_SKIP_LOCKED)
         skip(); /* update-limit waits for the open transaction's rows: it cannot pass them */
     struct appender *ap = NULL;
-    struct txo_publisher *pub = new_appender(c->out.fd, 5, &ap);
+    struct txo_publisher *pub = new_appender(c->rf.out.fd, 5, &ap);
     struct txo_relay_opts o = relay_opts(c, 10, "commit-order");
-    struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
+    struct txo_relay *r = testrelay_new(c->rf.t.db, pub, &o);
     assert_int_equal(testrelay_run_once(r), 0);
     pthread_t ta, tb;
 
-    struct appender_tx a = {.t = &c->t, .sql = APPEND_ONE("9", "a")};
-    struct appender_tx b = {.t = &c->t, .sql = APPEND_ONE("9", "b")};
+    struct appender_tx a = {.t = &c->rf.t, .sql = APPEND_ONE("9", "a")};
+    struct appender_tx b = {.t = &c->rf.t, .sql = APPEND_ONE("9", "b")};
     start_append(&a, &ta);
     wait_inserted(&a);
     start_append(&b, &tb);
@@ -704,8 +663,8 @@ static void test_commit_order(void **state)
     end_append(&b, tb);
     assert_int_equal(testrelay_run_once(r), 1);
 
-    struct appender_tx cc = {.t = &c->t, .sql = APPEND_ONE("9", "c"), .rollback = true};
-    struct appender_tx d = {.t = &c->t, .sql = APPEND_ONE("9", "d")};
+    struct appender_tx cc = {.t = &c->rf.t, .sql = APPEND_ONE("9", "c"), .rollback = true};
+    struct appender_tx d = {.t = &c->rf.t, .sql = APPEND_ONE("9", "d")};
     start_append(&cc, &ta);
     wait_inserted(&cc);
     start_append(&d, &tb);
@@ -716,12 +675,12 @@ static void test_commit_order(void **state)
     assert_int_equal(testrelay_run_once(r), 1);
 
     pthread_t tc;
-    struct appender_tx e = {.t = &c->t, .sql = APPEND_ONE("10", "e")};
-    struct appender_tx f = {.t = &c->t,
+    struct appender_tx e = {.t = &c->rf.t, .sql = APPEND_ONE("10", "e")};
+    struct appender_tx f = {.t = &c->rf.t,
                             .sql = APPEND_SQL("('order', '11', 'OrderChanged', '{}', 'f1'), "
                                               "('order', '10', 'OrderChanged', '{}', 'f2'), "
                                               "('order', '9', 'OrderChanged', '{}', 'f3')")};
-    struct appender_tx g = {.t = &c->t, .sql = APPEND_ONE("9", "g")};
+    struct appender_tx g = {.t = &c->rf.t, .sql = APPEND_ONE("9", "g")};
     start_append(&e, &ta);
     wait_inserted(&e);
     start_append(&f, &tb);
@@ -733,7 +692,7 @@ static void test_commit_order(void **state)
     end_append(&g, tc);
     wait_inserted(&f);
     end_append(&f, tb);
-    int64_t f3 = testdb_q(c->t.db, "SELECT id FROM outbox_events WHERE idempotency_key = 'f3'");
+    int64_t f3 = testdb_q(c->rf.t.db, "SELECT id FROM outbox_events WHERE idempotency_key = 'f3'");
     if (f3 > g.id)
         fail_msg("f's row of 9 has id %lld, g's %lld: the ids came in commit order, so this "
                  "does not test what it says (innodb_autoinc_lock_mode = 2?)",
@@ -742,7 +701,7 @@ static void test_commit_order(void **state)
         ;
 
     size_t n = 0;
-    struct seen *s = read_seen(c->out.path, &n);
+    struct seen *s = read_seen(c->rf.out.path, &n);
     const int64_t want[] = {a.id, b.id, d.id, g.id, f3};
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -763,9 +722,10 @@ static void test_commit_order(void **state)
     txo_publisher_free(pub);
 }
 
-#define ONE(fn, v) cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, &v)
-#define BOTH(fn)   ONE(fn, skip_locked), ONE(fn, update_limit)
-#define ALL(fn)    BOTH(fn), ONE(fn, held)
+#define ONE(fn, v)                                                                                 \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, testrelay_fixture_free_state, &v)
+#define BOTH(fn) ONE(fn, testrelay_skip_locked), ONE(fn, testrelay_update_limit)
+#define ALL(fn)  BOTH(fn), ONE(fn, testrelay_held)
 
 int main(void)
 {

@@ -53,6 +53,25 @@ static uint64_t commits(void)
     return st.tx_commits;
 }
 
+/*
+ * txo_outbox_purge_published() of rows older than older_than_s, in batches of batch (at most
+ * max_batches, 0: all), which must succeed and delete want rows in commits transactions
+ * (0: not counted).
+ */
+static void purge(struct testdb *t, unsigned older_than_s, unsigned batch, unsigned max_batches,
+                  uint64_t want, uint64_t commits_want)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    uint64_t deleted = 0;
+    uint64_t c0 = commits();
+    if (txo_outbox_purge_published(t->db, older_than_s, batch, max_batches, &deleted, &err) != 0)
+        fail_msg("txo_outbox_purge_published: %s", err.msg);
+    if (commits_want != 0)
+        assert_int_equal(commits() - c0, commits_want);
+    assert_int_equal(deleted, want);
+}
+
 static void test_only_old_published_rows_in_batches(void **state)
 {
     struct testdb *t = *state;
@@ -72,11 +91,7 @@ static void test_only_old_published_rows_in_batches(void **state)
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 43);
 
     /* Two batches of 10 only, each its own transaction (plus the cutoff read). */
-    uint64_t deleted = 0;
-    uint64_t c0 = commits();
-    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 2, &deleted, &err), 0);
-    assert_int_equal(commits() - c0, 3);
-    assert_int_equal(deleted, 20);
+    purge(t, 86400, 10, 2, 20, 3);
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 23);
     /* Oldest first. */
     assert_int_equal(testdb_q(t->db,
@@ -85,10 +100,7 @@ static void test_only_old_published_rows_in_batches(void **state)
                      5);
 
     /* The rest: one short batch. */
-    c0 = commits();
-    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 0, &deleted, &err), 0);
-    assert_int_equal(commits() - c0, 2);
-    assert_int_equal(deleted, 5);
+    purge(t, 86400, 10, 0, 5, 2);
     assert_int_equal(testdb_q(t->db,
                               "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
                               "'old:%'"),
@@ -108,18 +120,17 @@ static void test_only_old_published_rows_in_batches(void **state)
                      4);
 
     /* Nothing old is left. */
-    assert_int_equal(txo_outbox_purge_published(t->db, 86400, 10, 0, &deleted, &err), 0);
-    assert_int_equal(deleted, 0);
+    purge(t, 86400, 10, 0, 0, 0);
 
     /* A smaller age takes the recent and late ones too, never the others. */
-    assert_int_equal(txo_outbox_purge_published(t->db, 60, 2, 0, &deleted, &err), 0);
-    assert_int_equal(deleted, 8);
+    purge(t, 60, 2, 0, 8, 0);
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 10);
     assert_int_equal(testdb_q(t->db,
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND published_at IS NULL"),
                      1);
 
+    uint64_t deleted = 7;
     assert_int_equal(txo_outbox_purge_published(t->db, 60, 0, 0, &deleted, &err), TXO_EINVAL);
     assert_int_equal(deleted, 0);
     assert_int_equal(txo_outbox_purge_published(t->db, 60, TXO_PURGE_BATCH_MAX + 1, 0, NULL, &err),

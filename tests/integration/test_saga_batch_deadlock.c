@@ -210,6 +210,16 @@ static bool opponent_reached(struct opponent *o, int phase)
 
 #define VICTIM 20
 
+/* testsagabatch_open() of a database named after name, each of the n skus given its stock. */
+static struct txo_db *open_stocked(const char *name, struct txo_db_opts *o, const char *const *skus,
+                                   const int32_t *stock, size_t n)
+{
+    struct txo_db *db = testsagabatch_open(&testserver_shared, name, o);
+    for (size_t i = 0; i < n; i++)
+        testsagabatch_set_stock(db, skus[i], stock[i]);
+    return db;
+}
+
 static const char *const victim_skus[] = {"airpods", "iphone-15"};
 static const int32_t victim_stock[] = {1000, 1000};
 
@@ -231,9 +241,8 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
 {
     (void)state;
     struct txo_db_opts o;
-    struct txo_db *db = testsagabatch_open(&testserver_shared, "sagabatch_deadlock", &o);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(victim_skus); i++)
-        testsagabatch_set_stock(db, victim_skus[i], victim_stock[i]);
+    struct txo_db *db = open_stocked("sagabatch_deadlock", &o, victim_skus, victim_stock,
+                                     TXO_ARRAY_LEN(victim_skus));
     int64_t order_ids[VICTIM];
     char saga_ids[VICTIM][TXO_SAGA_ID_LEN];
     const char *ids[VICTIM];
@@ -372,9 +381,8 @@ static void test_two_batches_over_overlapping_skus(void **state)
 {
     (void)state;
     struct txo_db_opts o;
-    struct txo_db *db = testsagabatch_open(&testserver_shared, "sagabatch_overlap", &o);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(overlap_skus); i++)
-        testsagabatch_set_stock(db, overlap_skus[i], overlap_stock[i]);
+    struct txo_db *db = open_stocked("sagabatch_overlap", &o, overlap_skus, overlap_stock,
+                                     TXO_ARRAY_LEN(overlap_skus));
     struct txo_error err;
     txo_error_init(&err);
     struct txo_db *dbs[2] = {NULL, NULL};

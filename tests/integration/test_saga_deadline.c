@@ -29,6 +29,7 @@
 
 #include "testclock.h"
 #include "testdb.h"
+#include "testrun.h"
 #include "testsaga.h"
 #include "txo/txo.h"
 
@@ -528,12 +529,11 @@ static void test_batch_asks_the_same_rule(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_hung_try_is_taken_over, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_step_deadline_compensates, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_deadline_compensates, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_saga_deadline_listed_under_live_owner, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_batch_asks_the_same_rule, setup, teardown),
+        cmocka_unit_test(test_hung_try_is_taken_over),
+        cmocka_unit_test(test_step_deadline_compensates),
+        cmocka_unit_test(test_saga_deadline_compensates),
+        cmocka_unit_test(test_saga_deadline_listed_under_live_owner),
+        cmocka_unit_test(test_batch_asks_the_same_rule),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

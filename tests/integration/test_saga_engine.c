@@ -18,6 +18,7 @@
 
 #include "testclock.h"
 #include "testdb.h"
+#include "testrun.h"
 #include "testsaga.h"
 #include "txo/txo.h"
 
@@ -936,37 +937,25 @@ static void test_list_compensation_failed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_all_steps_complete, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_first_step_fails_nothing_to_compensate, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_last_step_fails_compensates_in_reverse, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_failed_action_rolls_back_its_writes, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_transient_failures_are_retried, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_transient_failures_of_first_step, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_successful_run_commits_once_per_step, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_transient_failures_exhausted_compensate, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_compensation_failure_then_retry, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_create_is_idempotent, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_resume_after_crash, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_live_lease_of_another_owner, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_fence_owner_changed_during_step, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_fence_owner_changed_in_first_step, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_fence_owner_changed_between_tries, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_wrong_definition_and_unknown_saga, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_step_without_compensation, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_list_due, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_list_compensation_failed, setup, testdb_free_state),
+        cmocka_unit_test(test_all_steps_complete),
+        cmocka_unit_test(test_first_step_fails_nothing_to_compensate),
+        cmocka_unit_test(test_last_step_fails_compensates_in_reverse),
+        cmocka_unit_test(test_failed_action_rolls_back_its_writes),
+        cmocka_unit_test(test_transient_failures_are_retried),
+        cmocka_unit_test(test_transient_failures_of_first_step),
+        cmocka_unit_test(test_successful_run_commits_once_per_step),
+        cmocka_unit_test(test_transient_failures_exhausted_compensate),
+        cmocka_unit_test(test_compensation_failure_then_retry),
+        cmocka_unit_test(test_create_is_idempotent),
+        cmocka_unit_test(test_resume_after_crash),
+        cmocka_unit_test(test_live_lease_of_another_owner),
+        cmocka_unit_test(test_fence_owner_changed_during_step),
+        cmocka_unit_test(test_fence_owner_changed_in_first_step),
+        cmocka_unit_test(test_fence_owner_changed_between_tries),
+        cmocka_unit_test(test_wrong_definition_and_unknown_saga),
+        cmocka_unit_test(test_step_without_compensation),
+        cmocka_unit_test(test_list_due),
+        cmocka_unit_test(test_list_compensation_failed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

@@ -32,6 +32,7 @@
 #include "saga/saga_sql.h"
 #include "testclock.h"
 #include "testdb.h"
+#include "testrun.h"
 #include "testsaga.h"
 #include "txo/txo.h"
 
@@ -603,15 +604,11 @@ static void test_load_uses_no_temporary_table(void **state)
 {
     struct fixture *f = *state;
     create_saga(f, "r:1", f->p.saga_id);
-    const char *load = SAGA_SQL_LOAD;
-    const char *q = strchr(load, '?');
-    assert_non_null(q);
-    char sql[1024];
-    snprintf(sql, sizeof(sql), "EXPLAIN %.*s'%s'%s", (int)(q - load), load, f->p.saga_id, q + 1);
+    struct txo_param id = txo_p_str(f->p.saga_id);
     struct txo_rows *rows = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_db_query(f->t.db, sql, NULL, 0, &rows, &err), 0);
+    assert_int_equal(txo_db_query(f->t.db, "EXPLAIN " SAGA_SQL_LOAD, &id, 1, &rows, &err), 0);
     assert_int_equal(txo_rows_count(rows), 2);
     for (size_t i = 0; i < txo_rows_count(rows); i++) {
         /* EXPLAIN columns: id, select_type, table, type, possible_keys, key, key_len, ref,
@@ -631,33 +628,20 @@ static void test_load_uses_no_temporary_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_calls_done_complete_the_saga, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_deadlock_after_call_does_not_call_again, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_unknown_outcome_is_compensated, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_unknown_then_refused_stays_unknown, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_refused_call_is_not_compensated, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_guard_refuses_before_the_call, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_done_call_with_failed_local_part_is_compensated, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_call_in_flight_at_a_crash_counts_as_unknown, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_crash_in_a_call_then_guard_refuses_ends_unknown, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_crash_in_a_call_then_no_remote_part_ends_unknown,
-                                        setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_failed_step_found_calling_is_compensated_unknown,
-                                        setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_given_up_sagas_never_starve_a_new_failure, setup,
-                                        testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_last_try_gives_up, setup, testdb_free_state),
-        cmocka_unit_test_setup_teardown(test_load_uses_no_temporary_table, setup,
-                                        testdb_free_state),
+        cmocka_unit_test(test_calls_done_complete_the_saga),
+        cmocka_unit_test(test_deadlock_after_call_does_not_call_again),
+        cmocka_unit_test(test_unknown_outcome_is_compensated),
+        cmocka_unit_test(test_unknown_then_refused_stays_unknown),
+        cmocka_unit_test(test_refused_call_is_not_compensated),
+        cmocka_unit_test(test_guard_refuses_before_the_call),
+        cmocka_unit_test(test_done_call_with_failed_local_part_is_compensated),
+        cmocka_unit_test(test_call_in_flight_at_a_crash_counts_as_unknown),
+        cmocka_unit_test(test_crash_in_a_call_then_guard_refuses_ends_unknown),
+        cmocka_unit_test(test_crash_in_a_call_then_no_remote_part_ends_unknown),
+        cmocka_unit_test(test_failed_step_found_calling_is_compensated_unknown),
+        cmocka_unit_test(test_given_up_sagas_never_starve_a_new_failure),
+        cmocka_unit_test(test_last_try_gives_up),
+        cmocka_unit_test(test_load_uses_no_temporary_table),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }

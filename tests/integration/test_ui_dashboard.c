@@ -42,6 +42,8 @@
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
+#include "testhttpclient.h"
+#include "testsql.h"
 #include "testorders.h"
 #include "testoutbox.h"
 #include "testproc.h"
@@ -54,21 +56,16 @@ static const char *const proc_names[N_PROCS] = {"txo serve", "chromium", "txo re
 #define LATE_SAGA "00000000-0000-4000-8000-00000000dead"
 
 struct ctx {
-    struct testdb t;
+    struct testhttp_client hc; /* first: the database, the CURL handle and the reply */
     struct testproc procs[N_PROCS];
     char profile[64]; /* chromium's --user-data-dir */
     unsigned api_port;
     unsigned cdp_port;
-    CURL *h;
-    struct testhttp_reply r;
 };
 
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "ui", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
-    *state = c;
+    *state = testhttp_client_new(sizeof(struct ctx), "ui");
     return 0;
 }
 
@@ -83,9 +80,7 @@ static int teardown(void **state)
         (void)testproc_run("ui_rm", rm, 30000, &out);
         free(out);
     }
-    testhttp_reply_release(&c->r);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
+    testhttp_client_free(c);
     return 0;
 }
 
@@ -103,7 +98,7 @@ static void fail_with_logs(struct ctx *c, const char *what)
  * given up at once (one try), so no worker retries it behind the test's back. */
 static int64_t compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
 {
-    return testorders_compensation_failed(c->t.db, saga_id);
+    return testorders_compensation_failed(c->hc.t.db, saga_id);
 }
 
 /* A FAILED event and its dead letter, as the relay writes them, and a later event of its
@@ -112,11 +107,11 @@ static int64_t compensation_failed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_
 static int64_t dead_letter(struct ctx *c, int64_t *event_id)
 {
     int64_t letter =
-        testoutbox_dead_letter(c->t.db, "<b id=\"injected\">broker unavailable</b>", event_id);
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, status, attempts, last_error)"
-                         " VALUES ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
-                         " 'order:4242:confirmed', 'PENDING', 0, NULL)");
+        testoutbox_dead_letter(c->hc.t.db, "<b id=\"injected\">broker unavailable</b>", event_id);
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, status, attempts, last_error)"
+                            " VALUES ('order', 4242, 'OrderConfirmed', '{\"order_id\":4242}',"
+                            " 'order:4242:confirmed', 'PENDING', 0, NULL)");
     return letter;
 }
 
@@ -128,9 +123,9 @@ static int64_t dies_again(struct ctx *c, int64_t event_id)
     struct txo_error err;
     txo_error_init(&err);
     struct txo_exec_result res = {0, 0};
-    if (txo_db_exec(c->t.db, "UPDATE outbox_events SET status = 'FAILED' WHERE id = ?", p, 1, NULL,
-                    &err) != 0 ||
-        txo_db_exec(c->t.db,
+    if (txo_db_exec(c->hc.t.db, "UPDATE outbox_events SET status = 'FAILED' WHERE id = ?", p, 1,
+                    NULL, &err) != 0 ||
+        txo_db_exec(c->hc.t.db,
                     "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
                     " SELECT id, event_type, payload, 'broker unavailable again' FROM outbox_events"
                     " WHERE id = ?",
@@ -149,7 +144,7 @@ static int64_t other_dead_letter(struct ctx *c, int n, int64_t *event_id)
     struct txo_error err;
     txo_error_init(&err);
     struct txo_exec_result res = {0, 0};
-    if (txo_db_exec(c->t.db,
+    if (txo_db_exec(c->hc.t.db,
                     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,"
                     " idempotency_key, status, attempts, last_error) VALUES ('invoice', ?,"
                     " 'InvoiceSent', '{}', ?, 'FAILED', 10, 'refused')",
@@ -157,7 +152,7 @@ static int64_t other_dead_letter(struct ctx *c, int n, int64_t *event_id)
         fail_msg("inserting a failed event: %s", err.msg);
     *event_id = (int64_t)res.insert_id;
     struct txo_param ev[] = {txo_p_i64(*event_id)};
-    if (txo_db_exec(c->t.db,
+    if (txo_db_exec(c->hc.t.db,
                     "INSERT INTO dead_letter_events (source_event_id, event_type, payload, error)"
                     " VALUES (?, 'InvoiceSent', '{}', 'refused')",
                     ev, 1, &res, &err) != 0)
@@ -169,7 +164,7 @@ static int64_t other_dead_letter(struct ctx *c, int n, int64_t *event_id)
 static void expect_status(struct ctx *c, int64_t event_id, const char *want, const char *why)
 {
     struct txo_param p[] = {txo_p_i64(event_id)};
-    char *status = testdb_str(c->t.db, "SELECT status FROM outbox_events WHERE id = ?", p, 1);
+    char *status = testdb_str(c->hc.t.db, "SELECT status FROM outbox_events WHERE id = ?", p, 1);
     bool ok = status != NULL && strcmp(status, want) == 0;
     if (!ok)
         print_message("event %lld is %s, want %s\n", (long long)event_id,
@@ -182,14 +177,14 @@ static void expect_status(struct ctx *c, int64_t event_id, const char *want, con
 /* Five events waiting since a minute and a half ago. */
 static void backlog(struct ctx *c)
 {
-    testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
-                         " payload, idempotency_key, created_at) VALUES"
-                         " ('cart', 1, 'CartCheckedOut', '{}', 'ui-backlog-1',"
-                         "  NOW(6) - INTERVAL 90 SECOND),"
-                         " ('cart', 2, 'CartCheckedOut', '{}', 'ui-backlog-2', NOW(6)),"
-                         " ('cart', 3, 'CartCheckedOut', '{}', 'ui-backlog-3', NOW(6)),"
-                         " ('cart', 4, 'CartCheckedOut', '{}', 'ui-backlog-4', NOW(6)),"
-                         " ('cart', 5, 'CartCheckedOut', '{}', 'ui-backlog-5', NOW(6))");
+    testdb_exec(c->hc.t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type,"
+                            " payload, idempotency_key, created_at) VALUES"
+                            " ('cart', 1, 'CartCheckedOut', '{}', 'ui-backlog-1',"
+                            "  NOW(6) - INTERVAL 90 SECOND),"
+                            " ('cart', 2, 'CartCheckedOut', '{}', 'ui-backlog-2', NOW(6)),"
+                            " ('cart', 3, 'CartCheckedOut', '{}', 'ui-backlog-3', NOW(6)),"
+                            " ('cart', 4, 'CartCheckedOut', '{}', 'ui-backlog-4', NOW(6)),"
+                            " ('cart', 5, 'CartCheckedOut', '{}', 'ui-backlog-5', NOW(6))");
 }
 
 /* ---- the browser ---- */
@@ -268,22 +263,22 @@ static void test_dashboard_in_chromium(void **state)
     int64_t letter = dead_letter(c, &event_id);
     backlog(c);
     int64_t pending =
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+        testdb_q(c->hc.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
     assert_true(pending >= 5);
 
     static const char *const serve_args[] = {"--admin-token", TOKEN, NULL};
     c->api_port = testhttp_txo_start(&c->procs[P_SERVE], "ui_serve", "serve", serve_args);
 
     /* The page needs no token; the data does. */
-    testhttp_get(c->h, c->api_port, "/ui", &c->r);
-    testhttp_expect_status(&c->r, 200, "GET /ui without a token");
-    if (strstr(c->r.body, "/ui/app.js") == NULL)
-        fail_msg("GET /ui is not the dashboard: %s", c->r.body);
-    testhttp_get(c->h, c->api_port, "/processes", &c->r);
-    testhttp_expect_status(&c->r, 401, "GET /processes without a token");
+    testhttp_get(c->hc.h, c->api_port, "/ui", &c->hc.r);
+    testhttp_expect_status(&c->hc.r, 200, "GET /ui without a token");
+    if (strstr(c->hc.r.body, "/ui/app.js") == NULL)
+        fail_msg("GET /ui is not the dashboard: %s", c->hc.r.body);
+    testhttp_get(c->hc.h, c->api_port, "/processes", &c->hc.r);
+    testhttp_expect_status(&c->hc.r, 401, "GET /processes without a token");
 
     /* A saga past its deadline under a live owner (a worker hung between its steps). */
-    testdb_exec(c->t.db,
+    testdb_exec(c->hc.t.db,
                 "INSERT INTO saga_instances (id, saga_type, correlation_id, status, payload, "
                 "owner, lease_until, deadline_at) VALUES ('" LATE_SAGA "', 'CreateOrderSaga', "
                 "'late:1', 'RUNNING', '{}', 'hung:1', NOW(6) + INTERVAL 1 HOUR, "
@@ -291,9 +286,9 @@ static void test_dashboard_in_chromium(void **state)
 
     /* What the page will show about the saga: the step whose compensation failed, and why. */
     const char *auth[] = {"Authorization: Bearer " TOKEN, NULL};
-    testhttp_do(c->h, "GET", c->api_port, "/sagas", auth, NULL, 0, &c->r);
-    testhttp_expect_status(&c->r, 200, "GET /sagas");
-    json_t *doc = testhttp_json(&c->r);
+    testhttp_do(c->hc.h, "GET", c->api_port, "/sagas", auth, NULL, 0, &c->hc.r);
+    testhttp_expect_status(&c->hc.r, 200, "GET /sagas");
+    json_t *doc = testhttp_json(&c->hc.r);
     assert_int_equal(json_integer_value(
                          json_object_get(json_object_get(doc, "by_status"), "COMPENSATION_FAILED")),
                      1);
@@ -305,7 +300,7 @@ static void test_dashboard_in_chromium(void **state)
         json_string_value(json_object_get(passed, "kind")) == NULL ||
         strcmp(json_string_value(json_object_get(passed, "kind")), "saga") != 0 ||
         json_integer_value(json_object_get(passed, "overdue_seconds")) < 30)
-        fail_msg("GET /sagas does not list the saga past its deadline: %s", c->r.body);
+        fail_msg("GET /sagas does not list the saga past its deadline: %s", c->hc.r.body);
     json_t *saga = json_array_get(json_object_get(doc, "sagas"), 0);
     json_t *failing = json_object_get(saga, "failing_step");
     if (saga == NULL || strcmp(json_string_value(json_object_get(saga, "saga_id")), saga_id) != 0 ||
@@ -313,7 +308,8 @@ static void test_dashboard_in_chromium(void **state)
         strcmp(json_string_value(json_object_get(failing, "name")), "ChargePayment") != 0 ||
         strcmp(json_string_value(json_object_get(failing, "status")), "COMPENSATION_FAILED") != 0 ||
         strstr(json_string_value(json_object_get(failing, "error")), "refund failed") == NULL)
-        fail_msg("GET /sagas does not list the saga with its failing ChargePayment: %s", c->r.body);
+        fail_msg("GET /sagas does not list the saga with its failing ChargePayment: %s",
+                 c->hc.r.body);
     json_decref(doc);
 
     start_chromium(c);
@@ -331,15 +327,14 @@ static void test_dashboard_in_chromium(void **state)
 
     snprintf(n, sizeof(n), "%lld", (long long)letter);
     step(c, "replay", n);
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "SELECT status = 'PENDING' AND attempts = 0 FROM outbox_events WHERE id = %lld",
-             (long long)event_id);
-    if (testdb_q(c->t.db, sql) != 1)
+    if (testsql_i64_of(c->hc.t.db,
+                       "SELECT status = 'PENDING' AND attempts = 0 FROM outbox_events WHERE id = ?",
+                       event_id) != 1)
         fail_with_logs(c, "after Replay on the page, the dead letter's event is not PENDING");
-    snprintf(sql, sizeof(sql), "SELECT replay_count FROM dead_letter_events WHERE id = %lld",
-             (long long)letter);
-    assert_int_equal(testdb_q(c->t.db, sql), 1);
+    assert_int_equal(testsql_i64_of(c->hc.t.db,
+                                    "SELECT replay_count FROM dead_letter_events WHERE id = ?",
+                                    letter),
+                     1);
 
     /* Replayed, it dies again; replayed again, and dies a third time: one row all along. */
     int64_t second = dies_again(c, event_id);
@@ -353,10 +348,10 @@ static void test_dashboard_in_chromium(void **state)
     step(c, "payload", n);
     step(c, "skip", n);
     expect_status(c, event_id, "SKIPPED", "after Skip on the page the event is not SKIPPED");
-    snprintf(sql, sizeof(sql),
-             "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = %lld",
-             (long long)third);
-    assert_int_equal(testdb_q(c->t.db, sql), 1);
+    assert_int_equal(
+        testsql_i64_of(c->hc.t.db,
+                       "SELECT skipped_at IS NOT NULL FROM dead_letter_events WHERE id = ?", third),
+        1);
 
     /* Two dead events ticked and replayed at once. */
     int64_t ev_a = 0, ev_b = 0;
@@ -369,7 +364,7 @@ static void test_dashboard_in_chromium(void **state)
 
     step(c, "retry", saga_id);
     struct txo_param p[] = {txo_p_str(saga_id)};
-    char *status = testdb_str(c->t.db, "SELECT status FROM saga_instances WHERE id = ?", p, 1);
+    char *status = testdb_str(c->hc.t.db, "SELECT status FROM saga_instances WHERE id = ?", p, 1);
     assert_non_null(status);
     if (strcmp(status, "COMPENSATED") != 0) {
         print_message("saga %s is %s\n", saga_id, status);
@@ -392,17 +387,17 @@ static void test_dashboard_in_chromium(void **state)
     /* A worker that dies keeps its row; once its heartbeat is old it is shown as stale. */
     testproc_signal(&c->procs[P_WORKER], SIGKILL);
     assert_true(testproc_wait(&c->procs[P_WORKER], 10000));
-    testdb_exec(c->t.db, "UPDATE txo_processes SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND "
-                         "WHERE role = 'worker'");
+    testdb_exec(c->hc.t.db, "UPDATE txo_processes SET heartbeat_at = NOW(6) - INTERVAL 60 SECOND "
+                            "WHERE role = 'worker'");
     step(c, "stale", "worker");
 
     /* One event backing off, every other one published (the relay above published some of
      * them already): nothing is due, one waits. */
-    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
-                         "WHERE status = 'PENDING' AND idempotency_key <> 'ui-backlog-1'");
-    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING', published_at = NULL, "
-                         "next_attempt_at = NOW(6) + INTERVAL 1 HOUR, attempts = 3 "
-                         "WHERE idempotency_key = 'ui-backlog-1'");
+    testdb_exec(c->hc.t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                            "WHERE status = 'PENDING' AND idempotency_key <> 'ui-backlog-1'");
+    testdb_exec(c->hc.t.db, "UPDATE outbox_events SET status = 'PENDING', published_at = NULL, "
+                            "next_attempt_at = NOW(6) + INTERVAL 1 HOUR, attempts = 3 "
+                            "WHERE idempotency_key = 'ui-backlog-1'");
     step(c, "backoff", "90");
     step(c, "artifact", "ui_dashboard.png");
     char shot[128];

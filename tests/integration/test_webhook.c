@@ -162,6 +162,8 @@ static void receiver_answer(struct receiver *r, int status)
 struct ctx {
     struct testdb t;
     struct receiver rcv;
+    struct txo_publisher *pub; /* the test's webhook publisher and its relay (webhook_relay) */
+    struct txo_relay *relay;
 };
 
 static int setup(void **state)
@@ -175,42 +177,49 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct ctx *c = *state;
+    txo_relay_free(c->relay);
+    txo_publisher_free(c->pub);
     receiver_stop(&c->rcv);
     testdb_fixture_free(c);
     return 0;
 }
 
-static struct txo_publisher *new_webhook(const char *url, int64_t timeout_ms, const char *token)
+/*
+ * The test's relay (batch size batch, draining or not) and its webhook publisher to url
+ * (timeout_ms, 0: the default; token, NULL: none), kept in c for teardown to free.
+ */
+static struct txo_relay *webhook_relay(struct ctx *c, const char *url, int64_t timeout_ms,
+                                       const char *token, unsigned batch, bool drain)
 {
-    struct txo_webhook_opts o;
-    txo_webhook_opts_init(&o);
-    o.url = url;
+    struct txo_webhook_opts wo;
+    txo_webhook_opts_init(&wo);
+    wo.url = url;
     if (timeout_ms > 0)
-        o.timeout_ms = timeout_ms;
-    o.bearer_token = token;
-    struct txo_publisher *pub = NULL;
+        wo.timeout_ms = timeout_ms;
+    wo.bearer_token = token;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_publisher_webhook_new(&o, &pub, &err) < 0)
+    if (txo_publisher_webhook_new(&wo, &c->pub, &err) < 0)
         fail_msg("txo_publisher_webhook_new: %s", err.msg);
-    return pub;
-}
-
-static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub, unsigned batch,
-                                   bool drain)
-{
     struct txo_relay_opts o;
     txo_relay_opts_init(&o);
     o.batch_size = batch;
     o.relay_id = "webhook-test";
     o.idle_sleep_ms = 5;
     o.drain = drain;
-    struct txo_relay *r = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_new(db, pub, &o, &r, &err) < 0)
-        fail_msg("txo_relay_new: %s", err.msg);
-    return r;
+    c->relay = testrelay_new(c->t.db, c->pub, &o);
+    return c->relay;
+}
+
+/*
+ * One relay cycle while the receiver answers status: it claims n events, and the receiver has
+ * seen requests in all by then.
+ */
+static void cycle_answered(struct ctx *c, int status, size_t n, size_t requests)
+{
+    receiver_answer(&c->rcv, status);
+    assert_int_equal(testrelay_run_once(c->relay), n);
+    assert_int_equal(receiver_count(&c->rcv), requests);
 }
 
 /* Asserts that last_error is the same text on all n rows and contains want; returns nothing. */
@@ -236,12 +245,8 @@ static void test_delivers_every_event_with_headers(void **state)
     struct ctx *c = *state;
     const unsigned n = 45;
     testoutbox_insert_seq(c->t.db, n, "k");
-    struct txo_publisher *pub = new_webhook(c->rcv.url, 0, "s3cret-token");
-    struct txo_relay *r = new_relay(c->t.db, pub, 20, true);
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_relay_run(r, &err) < 0)
-        fail_msg("txo_relay_run: %s", err.msg);
+    struct txo_relay *r = webhook_relay(c, c->rcv.url, 0, "s3cret-token", 20, true);
+    testrelay_drain(r);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.published, n);
@@ -285,8 +290,6 @@ static void test_delivers_every_event_with_headers(void **state)
     for (unsigned k = 1; k <= n; k++)
         assert_int_equal(count[k], 1);
     txo_free(count);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_error_status_leaves_rows_pending(void **state)
@@ -294,22 +297,17 @@ static void test_error_status_leaves_rows_pending(void **state)
     struct ctx *c = *state;
     const unsigned n = 5;
     testoutbox_insert_seq(c->t.db, n, "k");
-    struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
-    struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
+    webhook_relay(c, c->rcv.url, 0, NULL, 10, false);
 
     /* 500: every event is tried (the next one may succeed), none counts as delivered. */
-    receiver_answer(&c->rcv, 500);
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), n);
+    cycle_answered(c, 500, n, n);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST http://127.0.0.1:",
                       "/hooks/orders: HTTP 500: {\"error\":\"receiver says 500\"}");
     assert_string_equal(c->rcv.seen[0].auth, ""); /* no token, no Authorization header */
 
     /* The receiver recovers: the retry delivers the same keys with attempt 2. */
-    receiver_answer(&c->rcv, 201);
     testdb_exec(c->t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6)");
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), 2 * n);
+    cycle_answered(c, 201, n, 2 * n);
     for (size_t i = n; i < 2 * n; i++) {
         assert_string_equal(c->rcv.seen[i].key, c->rcv.seen[i - n].key);
         json_t *env = json_loads(c->rcv.seen[i].body, 0, NULL);
@@ -321,8 +319,6 @@ static void test_error_status_leaves_rows_pending(void **state)
                               "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
                               "AND last_error IS NULL"),
                      n);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_refusal_and_overload(void **state)
@@ -330,14 +326,11 @@ static void test_refusal_and_overload(void **state)
     struct ctx *c = *state;
     const unsigned n = 6;
     testoutbox_insert_seq(c->t.db, n, "k");
-    struct txo_publisher *pub = new_webhook(c->rcv.url, 0, NULL);
-    struct txo_relay *r = new_relay(c->t.db, pub, 10, false);
+    struct txo_relay *r = webhook_relay(c, c->rcv.url, 0, NULL, 10, false);
 
     /* 422, a permanent refusal of each event: every one is tried, none delivered, and each is
      * dead-lettered at once with the endpoint's answer (a retry would be refused again). */
-    receiver_answer(&c->rcv, 422);
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), n);
+    cycle_answered(c, 422, n, n);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
                                        "AND attempts = 1 AND locked_by IS NULL"),
                      n);
@@ -347,14 +340,10 @@ static void test_refusal_and_overload(void **state)
     assert_int_equal(testrelay_run_once(r), 0);
 
     /* 503: the endpoint says it is down; the rest of the batch is not tried. */
-    receiver_answer(&c->rcv, 503);
     testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PENDING', next_attempt_at = NOW(6), "
                          "attempts = 0");
-    assert_int_equal(testrelay_run_once(r), n);
-    assert_int_equal(receiver_count(&c->rcv), n + 1);
+    cycle_answered(c, 503, n, n + 1);
     assert_last_error(&c->t, n, "TXO_EUNAVAILABLE: POST ", "HTTP 503: ");
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_receiver_down_fails_fast(void **state)
@@ -364,8 +353,7 @@ static void test_receiver_down_fails_fast(void **state)
     testoutbox_insert_seq(c->t.db, n, "k");
     char url[96];
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/hooks/orders", testraw_closed_port());
-    struct txo_publisher *pub = new_webhook(url, 0, "tok");
-    struct txo_relay *r = new_relay(c->t.db, pub, n, false);
+    struct txo_relay *r = webhook_relay(c, url, 0, "tok", n, false);
     int64_t t0 = txo_monotonic_ms();
     assert_int_equal(testrelay_run_once(r), n);
     int64_t elapsed = txo_monotonic_ms() - t0;
@@ -376,8 +364,6 @@ static void test_receiver_down_fails_fast(void **state)
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.failed_attempts, n);
     assert_int_equal(st.published, 0);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_hanging_receiver_costs_one_timeout(void **state)
@@ -388,8 +374,7 @@ static void test_hanging_receiver_costs_one_timeout(void **state)
     pthread_mutex_lock(&c->rcv.mu);
     c->rcv.hang = true;
     pthread_mutex_unlock(&c->rcv.mu);
-    struct txo_publisher *pub = new_webhook(c->rcv.url, 300, NULL);
-    struct txo_relay *r = new_relay(c->t.db, pub, n, false);
+    struct txo_relay *r = webhook_relay(c, c->rcv.url, 300, NULL, n, false);
     int64_t t0 = txo_monotonic_ms();
     assert_int_equal(testrelay_run_once(r), n);
     int64_t elapsed = txo_monotonic_ms() - t0;
@@ -399,8 +384,6 @@ static void test_hanging_receiver_costs_one_timeout(void **state)
     assert_int_equal(receiver_count(&c->rcv), 1);
     assert_last_error(&c->t, n, "TXO_ETIMEOUT: POST ", "/hooks/orders: timed out after 300 ms");
     receiver_release(&c->rcv);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
 }
 
 static void test_bad_settings_are_refused(void **state)

@@ -127,6 +127,29 @@ static double out_of_order(struct testworker *f, const char *kind)
     return v;
 }
 
+/* One event of a batch: its account, sequence and prev_sequence. */
+struct batch_event {
+    const char *acct;
+    uint64_t seq, prev;
+};
+
+/* Hands the three events to the worker in one txo_worker_handle_many(); their verdicts in
+ * results. */
+static void handle_three(struct testworker *f, const struct batch_event ev[3], int results[3])
+{
+    struct env e[3];
+    struct txo_inbound_message msgs[3];
+    struct txo_error errors[3];
+    for (int i = 0; i < 3; i++) {
+        make(&e[i], ev[i].acct, ev[i].seq, ev[i].prev);
+        msgs[i] = inbound(&e[i]);
+        txo_error_init(&errors[i]);
+    }
+    assert_int_equal(txo_worker_handle_many(f->w, msgs, 3, results, errors), 0);
+    for (int i = 0; i < 3; i++)
+        txo_free(e[i].text);
+}
+
 static void test_counted_and_handled(void **state)
 {
     struct testworker *f = *state;
@@ -142,16 +165,9 @@ static void test_counted_and_handled(void **state)
     assert_true(out_of_order(f, "older") == 1.0);
 
     /* A batch: judged in one check, each against the one before. */
-    struct env e[3];
-    make(&e[0], "c", 1, 0);
-    make(&e[1], "c", 2, 1);
-    make(&e[2], "c", 4, 3);
-    struct txo_inbound_message msgs[3] = {inbound(&e[0]), inbound(&e[1]), inbound(&e[2])};
+    static const struct batch_event batch[3] = {{"c", 1, 0}, {"c", 2, 1}, {"c", 4, 3}};
     int results[3];
-    struct txo_error errors[3];
-    for (int i = 0; i < 3; i++)
-        txo_error_init(&errors[i]);
-    assert_int_equal(txo_worker_handle_many(f->w, msgs, 3, results, errors), 0);
+    handle_three(f, batch, results);
     assert_true(results[0] == 0 && results[1] == 0 && results[2] == 0);
     assert_true(out_of_order(f, "gap") == 3.0);
     assert_int_equal(testdb_i64(f->t.db,
@@ -159,8 +175,6 @@ static void test_counted_and_handled(void **state)
                                 "= 'c'",
                                 NULL, 0),
                      4);
-    for (int i = 0; i < 3; i++)
-        txo_free(e[i].text);
 }
 
 static void test_held_until_the_predecessor_then_parked(void **state)
@@ -188,22 +202,13 @@ static void test_held_until_the_predecessor_then_parked(void **state)
     assert_true(out_of_order(f, "gap") == 1.0);
 
     /* In a batch, the held event gets its verdict alone; the others are handled. */
-    struct env e[3];
-    make(&e[0], "b", 1, 0);
-    make(&e[1], "b", 3, 2);
-    make(&e[2], "d", 1, 0);
-    struct txo_inbound_message msgs[3] = {inbound(&e[0]), inbound(&e[1]), inbound(&e[2])};
+    static const struct batch_event batch[3] = {{"b", 1, 0}, {"b", 3, 2}, {"d", 1, 0}};
     int results[3];
-    struct txo_error errors[3];
-    for (int i = 0; i < 3; i++)
-        txo_error_init(&errors[i]);
-    assert_int_equal(txo_worker_handle_many(f->w, msgs, 3, results, errors), 0);
+    handle_three(f, batch, results);
     assert_int_equal(results[0], 0);
     assert_int_equal(results[1], TXO_EUNAVAILABLE);
     assert_int_equal(results[2], 0);
     assert_true(effects(f, "b:1") == 1 && effects(f, "b:3") == 0 && effects(f, "d:1") == 1);
-    for (int i = 0; i < 3; i++)
-        txo_free(e[i].text);
 }
 
 int main(void)

@@ -259,6 +259,14 @@ static void open_it(struct fixture *f)
     assert_int_equal(txo_breaker_state(f->b), TXO_BREAKER_OPEN);
 }
 
+/* A breaker made from f->opts, opened, and open_ms later (HALF_OPEN on the next look). */
+static void make_open_elapsed(struct fixture *f)
+{
+    make(f);
+    open_it(f);
+    advance(f, f->opts.open_ms);
+}
+
 static void test_open_rejects_without_calling(void **state)
 {
     struct fixture *f = *state;
@@ -309,9 +317,7 @@ static void test_only_max_probes_admitted(void **state)
     struct fixture *f = *state;
     f->opts.half_open_max_calls = 2;
     f->opts.close_after_successes = 3;
-    make(f);
-    open_it(f);
-    advance(f, 1000);
+    make_open_elapsed(f);
     struct txo_error err;
     txo_error_init(&err);
 
@@ -344,9 +350,7 @@ static void test_only_max_probes_admitted(void **state)
 static void test_probe_failure_reopens_and_restarts_timer(void **state)
 {
     struct fixture *f = *state;
-    make(f);
-    open_it(f);
-    advance(f, 1000);
+    make_open_elapsed(f);
     struct txo_error err;
     txo_error_init(&err);
 
@@ -372,9 +376,7 @@ static void test_probe_failure_reopens_and_restarts_timer(void **state)
 static void test_probe_success_closes(void **state)
 {
     struct fixture *f = *state;
-    make(f);
-    open_it(f);
-    advance(f, 1000);
+    make_open_elapsed(f);
 
     assert_int_equal(call(f, true, NULL), 0);
     assert_int_equal(txo_breaker_state(f->b), TXO_BREAKER_CLOSED);

@@ -30,6 +30,28 @@ static struct txo_outbox_message sample(const char *payload)
     return m;
 }
 
+/* txo_envelope_encode() of sample(payload), which must succeed; its length in *len. Free it with
+ * txo_free(). */
+static char *encode_sample(const char *payload, size_t *len)
+{
+    struct txo_outbox_message m = sample(payload);
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode(&m, len, &err);
+    if (env == NULL)
+        fail_msg("txo_envelope_encode: %s", err.msg);
+    return env;
+}
+
+/* txo_envelope_encode() refuses m with TXO_EINVAL. */
+static void assert_encode_refused(const struct txo_outbox_message *m)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    assert_null(txo_envelope_encode(m, NULL, &err));
+    assert_int_equal(err.code, TXO_EINVAL);
+}
+
 static void test_exact_text(void **state)
 {
     (void)state;
@@ -38,12 +60,8 @@ static void test_exact_text(void **state)
                           "\t\"big\": 9007199254740993, \"price\": 0.1, \"neg\": -1.5e-7,\n"
                           "  \"items\": [ {\"sku\": \"iphone 15\", \"qty\": 1} , true, null ],\n"
                           "  \"esc\": \"a \\\"quoted\\\" \\\\ word\\n\" }\n";
-    struct txo_outbox_message m = sample(payload);
-    struct txo_error err;
-    txo_error_init(&err);
     size_t len = 0;
-    char *env = txo_envelope_encode(&m, &len, &err);
-    assert_non_null(env);
+    char *env = encode_sample(payload, &len);
     const char *expected =
         "{\"id\":42,\"type\":\"OrderCreated\",\"aggregate_type\":\"order\",\"aggregate_id\":\"7\","
         "\"idempotency_key\":\"order:7:created\",\"created_at\":\"2026-11-30T15:37:00.123456Z\","
@@ -67,12 +85,11 @@ static void test_header_fields_escaped_and_ints(void **state)
     m.idempotency_key = "key:ключ";
     m.attempt = 10;
     m.payload_len = 3; /* only "[1," is the payload: not JSON */
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_null(txo_envelope_encode(&m, NULL, &err));
-    assert_int_equal(err.code, TXO_EINVAL);
+    assert_encode_refused(&m);
 
     m.payload_len = 5;
+    struct txo_error err;
+    txo_error_init(&err);
     char *env = txo_envelope_encode(&m, NULL, &err);
     assert_non_null(env);
     assert_string_equal(env, "{\"id\":9223372036854775807,\"type\":\"Order\\\"Odd\\\"\\n\","
@@ -86,9 +103,7 @@ static void test_header_fields_escaped_and_ints(void **state)
 static void test_scalar_payload(void **state)
 {
     (void)state;
-    struct txo_outbox_message m = sample(" \"just a string\" ");
-    char *env = txo_envelope_encode(&m, NULL, NULL);
-    assert_non_null(env);
+    char *env = encode_sample(" \"just a string\" ", NULL);
     const char *tail = ",\"payload\":\"just a string\"}";
     assert_string_equal(env + strlen(env) - strlen(tail), tail);
     txo_free(env);
@@ -117,10 +132,7 @@ static void test_invalid_header_string(void **state)
     (void)state;
     struct txo_outbox_message m = sample("{}");
     m.event_type = "bad \xc3";
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_null(txo_envelope_encode(&m, NULL, &err));
-    assert_int_equal(err.code, TXO_EINVAL);
+    assert_encode_refused(&m);
 }
 
 /* encode -> decode gives every field back, and the payload as the encoder wrote it. */
@@ -129,13 +141,11 @@ static void test_round_trip(void **state)
     (void)state;
     const char *payload = "{ \"order_id\": 7, \"big\": 9007199254740993, \"price\": 0.1,"
                           " \"name\": \"J\\u00fcrgen \\u2603\", \"items\": [1, 2.50, null] }";
-    struct txo_outbox_message m = sample(payload);
+    size_t len = 0;
+    char *env = encode_sample(payload, &len);
+    struct txo_event ev;
     struct txo_error err;
     txo_error_init(&err);
-    size_t len = 0;
-    char *env = txo_envelope_encode(&m, &len, &err);
-    assert_non_null(env);
-    struct txo_event ev;
     assert_int_equal(txo_envelope_decode(env, len, &ev, &err), 0);
     assert_int_equal(ev.id, 42);
     assert_string_equal(ev.type, "OrderCreated");
@@ -314,6 +324,33 @@ static void test_cloudevents_binary_mode(void **state)
 }
 
 /*
+ * Encodes m in format, which must hold want, and decodes that text into *ev (release it with
+ * txo_event_release()).
+ */
+static void encode_decode(const struct txo_outbox_message *m, enum txo_envelope_format format,
+                          const char *want, struct txo_event *ev)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode_as(m, format, NULL, NULL, &err);
+    assert_non_null(env);
+    if (strstr(env, want) == NULL)
+        fail_msg("%s: no %s", env, want);
+    assert_int_equal(txo_envelope_decode(env, strlen(env), ev, &err), 0);
+    txo_free(env);
+}
+
+/* encode_decode(): the sequence and prev_sequence of m come back. */
+static void assert_sequence_kept(const struct txo_outbox_message *m,
+                                 enum txo_envelope_format format, const char *want)
+{
+    struct txo_event ev;
+    encode_decode(m, format, want, &ev);
+    assert_true(ev.sequence == m->sequence && ev.prev_sequence == m->prev_sequence);
+    txo_event_release(&ev);
+}
+
+/*
  * The sequence in every form: the txo envelope's integers, the CloudEvents sequence extension
  * as a 20-digit string (structured and binary), read back by both decoders; no sequence, no
  * keys; a foreign or inconsistent sequence reads as none rather than failing the event.
@@ -324,27 +361,15 @@ static void test_sequence(void **state)
     struct txo_outbox_message m = sample("{}");
     m.sequence = 12;
     m.prev_sequence = 9; /* 10 and 11 were skipped */
+    assert_sequence_kept(&m, TXO_ENVELOPE_TXO,
+                         "\"attempt\":1,\"sequence\":12,\"prev_sequence\":9,\"payload\":{}}");
+    assert_sequence_kept(&m, TXO_ENVELOPE_CLOUDEVENTS,
+                         "\"txoaggregateid\":\"7\",\"sequence\":\"00000000000000000012\","
+                         "\"txoprevsequence\":\"00000000000000000009\",\"data\":{}}");
+
     struct txo_error err;
     txo_error_init(&err);
-    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
-    assert_non_null(env);
-    assert_non_null(
-        strstr(env, "\"attempt\":1,\"sequence\":12,\"prev_sequence\":9,\"payload\":{}}"));
     struct txo_event ev;
-    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
-    assert_true(ev.sequence == 12 && ev.prev_sequence == 9);
-    txo_event_release(&ev);
-    txo_free(env);
-
-    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, NULL, NULL, &err);
-    assert_non_null(env);
-    assert_non_null(strstr(env, "\"txoaggregateid\":\"7\",\"sequence\":\"00000000000000000012\","
-                                "\"txoprevsequence\":\"00000000000000000009\",\"data\":{}}"));
-    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
-    assert_true(ev.sequence == 12 && ev.prev_sequence == 9);
-    txo_event_release(&ev);
-    txo_free(env);
-
     struct txo_ce_headers h;
     size_t len = 0;
     char *body = txo_envelope_binary(&m, &h, &len, &err);
@@ -362,16 +387,12 @@ static void test_sequence(void **state)
     /* The first event of an aggregate follows 0, which is written too. */
     m.sequence = 1;
     m.prev_sequence = 0;
-    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, NULL, NULL, &err);
-    assert_non_null(strstr(env, "\"txoprevsequence\":\"00000000000000000000\""));
-    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
-    assert_true(ev.sequence == 1 && ev.prev_sequence == 0);
-    txo_event_release(&ev);
-    txo_free(env);
+    assert_sequence_kept(&m, TXO_ENVELOPE_CLOUDEVENTS,
+                         "\"txoprevsequence\":\"00000000000000000000\"");
 
     /* No sequence: no keys, no headers. */
     m.sequence = 0;
-    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
+    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
     assert_null(strstr(env, "sequence"));
     txo_free(env);
     body = txo_envelope_binary(&m, &h, &len, &err);
@@ -424,33 +445,29 @@ static void test_trace_context(void **state)
     struct txo_outbox_message m = sample("{\"a\":1}");
     m.traceparent = tp;
     m.tracestate = "rojo=00f067aa0ba902b7";
-    struct txo_error err;
-    txo_error_init(&err);
-    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
-    assert_non_null(strstr(env,
-                           ",\"attempt\":1,\"traceparent\":\"00-4bf92f3577b34da6a3ce929d0e0e4736-"
-                           "00f067aa0ba902b7-01\",\"tracestate\":\"rojo=00f067aa0ba902b7\","
-                           "\"payload\":{\"a\":1}}"));
     struct txo_event ev;
-    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    encode_decode(&m, TXO_ENVELOPE_TXO,
+                  ",\"attempt\":1,\"traceparent\":\"00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                  "00f067aa0ba902b7-01\",\"tracestate\":\"rojo=00f067aa0ba902b7\","
+                  "\"payload\":{\"a\":1}}",
+                  &ev);
     assert_true(ev.has_trace);
     char back[TXO_TRACEPARENT_LEN + 1];
     txo_trace_format(&ev.trace, back);
     assert_string_equal(back, tp);
     assert_string_equal(ev.trace.state, "rojo=00f067aa0ba902b7");
     txo_event_release(&ev);
-    txo_free(env);
 
-    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_CLOUDEVENTS, NULL, NULL, &err);
-    assert_non_null(strstr(env, "\"traceparent\":\"00-4bf92f3577b34da6a3ce929d0e0e4736-"));
-    assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
+    encode_decode(&m, TXO_ENVELOPE_CLOUDEVENTS,
+                  "\"traceparent\":\"00-4bf92f3577b34da6a3ce929d0e0e4736-", &ev);
     assert_true(ev.has_trace);
     txo_event_release(&ev);
-    txo_free(env);
 
     /* No trace context: no members, and none decoded. */
     m.traceparent = NULL;
-    env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
+    struct txo_error err;
+    txo_error_init(&err);
+    char *env = txo_envelope_encode_as(&m, TXO_ENVELOPE_TXO, NULL, NULL, &err);
     assert_null(strstr(env, "trace"));
     assert_int_equal(txo_envelope_decode(env, strlen(env), &ev, &err), 0);
     assert_false(ev.has_trace);

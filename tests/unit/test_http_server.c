@@ -152,6 +152,16 @@ static int setup(void **state)
     return 0;
 }
 
+/* The fixture of the body-limit tests: a server whose bodies may have at most 1024 bytes. */
+static int setup_body_limit(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    start_with_body_limit(f, 1024);
+    *state = f;
+    return 0;
+}
+
 /* Stops the server unless the test did, and frees the fixture. */
 static int teardown(void **state)
 {
@@ -406,14 +416,23 @@ static void assert_413_json(const struct http_resp *r, size_t max)
     json_decref(doc);
 }
 
+/* Reads the answer of /echo on fd, which must be 200 with a body of len bytes, and closes fd. */
+static void assert_echoed(int fd, size_t len)
+{
+    struct http_resp r;
+    assert_int_equal(read_response(fd, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, len);
+    resp_release(&r);
+    close(fd);
+}
+
 static void test_announced_body_over_limit_is_413(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_with_body_limit(&f, 1024);
+    struct fixture *f = *state;
 
     /* The refusal comes on the headers alone: the client never has to send the body. */
-    int fd = testraw_dial_from(f.port, NULL);
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
     roundtrip(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1025\r\n\r\n", &r);
     assert_413_json(&r, 1024);
@@ -421,7 +440,7 @@ static void test_announced_body_over_limit_is_413(void **state)
     close(fd);
 
     /* A huge announced length (beyond size_t arithmetic games) is refused the same way. */
-    fd = testraw_dial_from(f.port, NULL);
+    fd = testraw_dial_from(f->port, NULL);
     roundtrip(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n",
               &r);
     assert_true(r.status == 413 || r.status == 400);
@@ -429,85 +448,77 @@ static void test_announced_body_over_limit_is_413(void **state)
     close(fd);
 
     /* At the limit the handler gets it. */
-    fd = testraw_dial_from(f.port, NULL);
+    fd = testraw_dial_from(f->port, NULL);
     char body[1024];
     memset(body, 'b', sizeof(body));
     assert_true(
         testraw_send_str(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1024\r\n\r\n"));
     assert_true(testraw_send(fd, body, sizeof(body)));
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, 1024);
-    resp_release(&r);
-    close(fd);
-    assert_int_equal(atomic_load(&f.app.calls), 1); /* only the last one */
-    stop(&f);
+    assert_echoed(fd, 1024);
+    assert_int_equal(atomic_load(&f->app.calls), 1); /* only the last one */
+    stop(f);
+}
+
+#define CHUNKED_POST "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+/*
+ * n chunks of size bytes of 'c' (size at most 1024), pause_ms after each; false as soon as a
+ * send fails (a server that refused the body may have closed).
+ */
+static bool send_chunks(int fd, int n, size_t size, int pause_ms)
+{
+    char chunk[1024], head[16];
+    assert_true(size <= sizeof(chunk));
+    memset(chunk, 'c', size);
+    snprintf(head, sizeof(head), "%zx\r\n", size);
+    for (int i = 0; i < n; i++) {
+        if (!testraw_send_str(fd, head) || !testraw_send(fd, chunk, size) ||
+            !testraw_send_str(fd, "\r\n"))
+            return false;
+        if (pause_ms > 0)
+            txo_sleep_ms(pause_ms);
+    }
+    return true;
 }
 
 static void test_chunked_body_within_limit(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_with_body_limit(&f, 1024);
+    struct fixture *f = *state;
 
     /* A chunked body is assembled for the handler, also when it ends exactly at the limit. */
-    int fd = testraw_dial_from(f.port, NULL);
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
-    roundtrip(fd,
-              "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
-              "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
-              &r);
+    roundtrip(fd, CHUNKED_POST "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", &r);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "hello world");
     resp_release(&r);
 
-    assert_true(testraw_send_str(
-        fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"));
-    char chunk[512];
-    memset(chunk, 'c', sizeof(chunk));
-    for (int i = 0; i < 2; i++) {
-        assert_true(testraw_send_str(fd, "200\r\n"));
-        assert_true(testraw_send(fd, chunk, sizeof(chunk)));
-        assert_true(testraw_send_str(fd, "\r\n"));
-    }
+    assert_true(testraw_send_str(fd, CHUNKED_POST));
+    assert_true(send_chunks(fd, 2, 512, 0));
     assert_true(testraw_send_str(fd, "0\r\n\r\n"));
-    assert_int_equal(read_response(fd, &r), 0);
-    assert_int_equal(r.status, 200);
-    assert_int_equal(r.body_len, 1024);
-    resp_release(&r);
-    close(fd);
-    assert_int_equal(atomic_load(&f.app.calls), 2);
-    stop(&f);
+    assert_echoed(fd, 1024);
+    assert_int_equal(atomic_load(&f->app.calls), 2);
+    stop(f);
 }
 
 /* The refusal comes in the middle of the upload, as soon as the limit is crossed. */
 static void test_chunked_body_over_limit_is_413(void **state)
 {
-    (void)state;
-    struct fixture f;
-    start_with_body_limit(&f, 1024);
+    struct fixture *f = *state;
 
     /* 3 chunks of 400 bytes: the third crosses the limit. */
-    int fd = testraw_dial_from(f.port, NULL);
+    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
-    assert_true(testraw_send_str(
-        fd, "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"));
-    char chunk[400];
-    memset(chunk, 'c', sizeof(chunk));
-    for (int i = 0; i < 3; i++) {
-        if (!testraw_send_str(fd, "190\r\n") || !testraw_send(fd, chunk, sizeof(chunk)) ||
-            !testraw_send_str(fd, "\r\n"))
-            break; /* the server may close once it has refused */
-        txo_sleep_ms(20);
-    }
+    assert_true(testraw_send_str(fd, CHUNKED_POST));
+    (void)send_chunks(fd, 3, 400, 20); /* the server may close once it has refused */
     (void)testraw_send_str(fd, "0\r\n\r\n");
     if (read_response(fd, &r) != 0)
         fail_msg("chunked body over the limit: connection closed without a response");
     assert_413_json(&r, 1024);
     resp_release(&r);
     close(fd);
-    assert_int_equal(atomic_load(&f.app.calls), 0); /* not called for the refused body */
-    stop(&f);
+    assert_int_equal(atomic_load(&f->app.calls), 0); /* not called for the refused body */
+    stop(f);
 }
 
 static void test_retry_after(void **state)
@@ -873,9 +884,11 @@ int main(void)
         cmocka_unit_test(test_get_status_body_headers_args),
         cmocka_unit_test(test_post_body_delivered_exactly),
         cmocka_unit_test(test_keep_alive),
-        cmocka_unit_test_setup(test_announced_body_over_limit_is_413, testrun_no_fixture),
-        cmocka_unit_test_setup(test_chunked_body_within_limit, testrun_no_fixture),
-        cmocka_unit_test_setup(test_chunked_body_over_limit_is_413, testrun_no_fixture),
+        cmocka_unit_test_setup_teardown(test_announced_body_over_limit_is_413, setup_body_limit,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_chunked_body_within_limit, setup_body_limit, teardown),
+        cmocka_unit_test_setup_teardown(test_chunked_body_over_limit_is_413, setup_body_limit,
+                                        teardown),
         cmocka_unit_test(test_retry_after),
         cmocka_unit_test_setup(test_slow_client_is_disconnected, testrun_no_fixture),
         cmocka_unit_test(test_stop_finishes_request_in_flight),

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "testpipe.h"
 #include "txo/trace.h"
 #include <jansson.h>
 
@@ -417,21 +418,11 @@ static void check_with_node(const char *text, char *out, size_t out_size)
     const char *js_dir = getenv("TXO_JS_DIR");
     if (js_dir == NULL)
         fail_msg("TXO_JS_DIR is not set (CTest sets it)");
-    char path[64], cmd[1024];
-    snprintf(path, sizeof(path), "/tmp/txo_log_%ld.log", (long)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "node %s/check_logs.mjs --all --print %s 2>&1", js_dir, path);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, out_size - 1, p);
-    out[n] = '\0';
-    int rc = pclose(p);
-    remove(path);
+    char node[512];
+    snprintf(node, sizeof(node), "node %s/check_logs.mjs --all --print", js_dir);
+    int rc = testpipe_run(text, node, "2>&1", out, out_size);
     if (rc != 0)
-        fail_msg("%s failed (%d): %s", cmd, rc, out);
+        fail_msg("%s failed (%d): %s", node, rc, out);
 }
 
 /* The i-th line of text as a jansson object (the caller frees it). */
@@ -515,21 +506,8 @@ static void test_default_sink_json_read_by_node_and_jq(void **state)
     json_decref(c);
 
     /* And jq, another parser, reads the same lines. */
-    char path[64], cmd[256];
-    snprintf(path, sizeof(path), "/tmp/txo_logjson_%ld.log", (long)getpid());
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(out, f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd), "jq -r .err %s | head -2", path);
-    FILE *jq = popen(cmd, "r");
-    assert_non_null(jq);
     char got[512];
-    size_t n = fread(got, 1, sizeof(got) - 1, jq);
-    got[n] = '\0';
-    int rc = pclose(jq);
-    remove(path);
-    assert_int_equal(rc, 0);
+    assert_int_equal(testpipe_run(out, "jq -r .err", "| head -2", got, sizeof(got)), 0);
     assert_string_equal(got, NASTY "\n");
 }
 

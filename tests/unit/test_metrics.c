@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "testpipe.h"
 #include "txo/txo.h"
 #include "txo/metrics.h"
 
@@ -806,22 +807,8 @@ static void test_promtool_accepts_every_type(void **state)
     char *text = render(reg);
     assert_contains(text, "txo_metrics_collector_errors_total 1\n");
 
-    char path[] = "/tmp/txo_metrics_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    size_t len = strlen(text);
-    assert_int_equal(write(fd, text, len), (ssize_t)len);
-    close(fd);
-
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), PROMTOOL " check metrics < %s 2>&1", path);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
     char output[8192];
-    size_t got = fread(output, 1, sizeof(output) - 1, p);
-    output[got] = '\0';
-    int status = pclose(p);
-    unlink(path);
+    int status = testpipe_run(text, PROMTOOL " check metrics <", "2>&1", output, sizeof(output));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail_msg("promtool check metrics failed (status %d):\n%s\n--- input\n%s", status, output,
                  text);
