@@ -52,6 +52,7 @@
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
+#include "broker/transport.h"
 #include "txo/v1/event_sink.pb-c.h"
 
 #define METHOD             "/txo.v1.EventSink/Publish"
@@ -802,28 +803,20 @@ static grpc_arg int_arg(const char *key, int64_t value)
     return a;
 }
 
-int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *metrics,
-                           struct txo_publisher **out, struct txo_error *err)
+static int grpc_publisher_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "grpc publisher: out is required");
-    int rc = check_opts(o, err);
-    if (rc < 0)
-        return rc;
-    struct grpc_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
+    struct grpc_publisher *p = self;
+    const struct txo_grpc_opts *o = a->opts;
     take_grpc(); /* released by grpc_publisher_destroy() from here on */
     p->target = txo_strdup(o->target);
     p->deadline_ms = o->deadline_ms;
     p->max_batch_bytes = o->max_batch_bytes;
-    if (p->target == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
-        goto fail;
-    }
-    rc = register_metrics(&p->metrics, metrics, err);
+    if (p->target == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
+    int rc = register_metrics(&p->metrics, a->metrics, err);
     if (rc < 0)
-        goto fail;
+        return rc;
 
     int64_t reconnect_first =
         o->reconnect_max_ms < RECONNECT_FIRST_MS ? o->reconnect_max_ms : RECONNECT_FIRST_MS;
@@ -847,22 +840,15 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
     grpc_channel_credentials *creds = NULL;
     rc = make_credentials(o, &creds, err);
     if (rc < 0)
-        goto fail;
+        return rc;
     p->channel = grpc_channel_create(o->target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     p->cq = grpc_completion_queue_create_for_next(NULL);
-    if (p->channel == NULL || p->cq == NULL) {
-        rc = txo_error_set(err, TXO_ECONFIG, "grpc publisher: cannot open a channel to \"%s\"",
-                           o->target);
-        goto fail;
-    }
+    if (p->channel == NULL || p->cq == NULL)
+        return txo_error_set(err, TXO_ECONFIG, "grpc publisher: cannot open a channel to \"%s\"",
+                             o->target);
     /* Start connecting now, so the first batch does not pay for it. */
     (void)grpc_channel_check_connectivity_state(p->channel, 1);
-    rc = txo_publisher_new(&grpc_ops, p, out, err);
-    if (rc < 0) {
-        grpc_publisher_destroy(p);
-        return rc;
-    }
     TXO_LOG(TXO_LOG_INFO, "grpc", "publisher ready", TXO_KV_STR("target", o->target),
             TXO_KV_STR("tls", o->ca_file == NULL     ? "off"
                               : o->cert_file != NULL ? "mutual"
@@ -870,8 +856,15 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
             TXO_KV_I64("deadline_ms", o->deadline_ms), TXO_KV_I64("keepalive_ms", o->keepalive_ms),
             TXO_KV_U64("max_batch_bytes", o->max_batch_bytes));
     return 0;
+}
 
-fail:
-    grpc_publisher_destroy(p);
-    return rc;
+int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *metrics,
+                           struct txo_publisher **out, struct txo_error *err)
+{
+    int rc = check_opts(o, err);
+    if (rc < 0)
+        return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&grpc_ops, sizeof(struct grpc_publisher), grpc_publisher_init, &a,
+                                out, err);
 }

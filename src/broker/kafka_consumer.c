@@ -40,6 +40,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/kafka_internal.h"
+#include "broker/transport.h"
 
 #define POLL_MAX         10000 /* records per poll, whatever the caller asks */
 #define HEADERS_MAX      32    /* headers of one record shown to the handler */
@@ -679,30 +680,17 @@ static int register_metrics(struct kafka_consumer *c, struct txo_metrics *reg,
     return 0;
 }
 
-int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_handler *h,
-                           struct txo_metrics *metrics, struct txo_consumer **out,
-                           struct txo_error *err)
+static int kafka_consumer_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
 {
-    int rc = txo__handler_check(h, "kafka consumer", err);
+    struct kafka_consumer *c = self;
+    c->h = *a->h;
+    int rc = copy_opts(c, a->opts);
+    if (rc < 0)
+        return txo_error_set(err, rc, "kafka consumer: out of memory");
+    rc = register_metrics(c, a->metrics, err);
     if (rc < 0)
         return rc;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "kafka consumer: out is required");
-    rc = txo__kafka_check_opts(o, "consumer", err);
-    if (rc < 0)
-        return rc;
-    struct kafka_consumer *c = txo_calloc(1, sizeof(*c));
-    if (c == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "kafka consumer: out of memory");
-    c->h = *h;
-    rc = copy_opts(c, o);
-    if (rc < 0) {
-        rc = txo_error_set(err, rc, "kafka consumer: out of memory");
-        goto out;
-    }
-    rc = register_metrics(c, metrics, err);
-    if (rc < 0)
-        goto out;
     const char *const fixed[] = {
         "group.id", c->o.group,          "enable.auto.commit", "false", "enable.auto.offset.store",
         "false",    "auto.offset.reset", "earliest",
@@ -710,7 +698,7 @@ int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_hand
     rd_kafka_conf_t *conf = NULL;
     rc = txo__kafka_conf_new(&c->o, "consumer", fixed, 4, &conf, err);
     if (rc < 0)
-        goto out;
+        return rc;
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_opaque(conf, c);
@@ -718,16 +706,21 @@ int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_hand
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (c->rk == NULL) {
         rd_kafka_conf_destroy(conf);
-        rc = txo_error_set(err, TXO_ECONFIG, "kafka consumer: cannot create the consumer: %s",
-                           errstr);
-        goto out;
+        return txo_error_set(err, TXO_ECONFIG, "kafka consumer: cannot create the consumer: %s",
+                             errstr);
     }
     rd_kafka_poll_set_consumer(c->rk);
-    rc = subscribe(c, err);
-    if (rc == 0)
-        rc = txo_consumer_new(&kafka_consumer_ops, c, out, err);
-out:
+    return subscribe(c, err);
+}
+
+int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_handler *h,
+                           struct txo_metrics *metrics, struct txo_consumer **out,
+                           struct txo_error *err)
+{
+    int rc = txo__kafka_check_opts(o, "consumer", err);
     if (rc < 0)
-        kafka_consumer_destroy(c);
-    return rc;
+        return rc;
+    struct txo__transport_args a = {.opts = o, .h = h, .metrics = metrics};
+    return txo__consumer_build(&kafka_consumer_ops, sizeof(struct kafka_consumer),
+                               kafka_consumer_init, &a, out, err);
 }

@@ -30,6 +30,7 @@
  */
 
 #include "broker/kafka_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 
 #define RESULT_PENDING 1    /* results[i] while no report is known (codes are <= 0) */
@@ -638,17 +639,11 @@ static int register_metrics(struct kafka_publisher *p, struct txo_metrics *reg,
     return rc;
 }
 
-int txo_publisher_kafka_new(const struct txo_kafka_opts *o, struct txo_metrics *metrics,
-                            struct txo_publisher **out, struct txo_error *err)
+static int kafka_publisher_init(void *self, const struct txo__transport_args *a,
+                                struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "kafka publisher: out is required");
-    int rc = txo__kafka_check_opts(o, "publisher", err);
-    if (rc < 0)
-        return rc;
-    struct kafka_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "kafka publisher: out of memory");
+    struct kafka_publisher *p = self;
+    const struct txo_kafka_opts *o = a->opts;
     p->delivery_timeout_ms = o->delivery_timeout_ms;
     p->brokers = txo_strdup(o->brokers);
     p->topic_template = txo_strdup(o->topic_template);
@@ -660,19 +655,23 @@ int txo_publisher_kafka_new(const struct txo_kafka_opts *o, struct txo_metrics *
         oom = p->properties[i] == NULL;
         p->n_properties = i + 1;
     }
-    if (oom) {
-        rc = txo_error_set(err, TXO_ENOMEM, "kafka publisher: out of memory");
-        goto out;
-    }
-    rc = register_metrics(p, metrics, err);
+    if (oom)
+        return txo_error_set(err, TXO_ENOMEM, "kafka publisher: out of memory");
+    int rc = register_metrics(p, a->metrics, err);
     if (rc == 0)
         rc = producer_start(p, err);
-    if (rc == 0)
-        rc = txo_publisher_new(&kafka_ops, p, out, err);
-out:
-    if (rc < 0)
-        kafka_publisher_destroy(p);
     return rc;
+}
+
+int txo_publisher_kafka_new(const struct txo_kafka_opts *o, struct txo_metrics *metrics,
+                            struct txo_publisher **out, struct txo_error *err)
+{
+    int rc = txo__kafka_check_opts(o, "publisher", err);
+    if (rc < 0)
+        return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&kafka_ops, sizeof(struct kafka_publisher), kafka_publisher_init,
+                                &a, out, err);
 }
 
 /* GCC says __SANITIZE_THREAD__, clang __has_feature(thread_sanitizer). */

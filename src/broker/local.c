@@ -15,6 +15,7 @@
  */
 
 #include "broker/consumer_internal.h"
+#include "broker/transport.h"
 
 struct local_publisher {
     struct txo_handler h;
@@ -90,16 +91,19 @@ out:
     return rc;
 }
 
-static void local_destroy(void *self)
-{
-    txo_free(self);
-}
-
 static const struct txo_publisher_ops local_ops = {
     .name = "local",
     .publish_batch = local_publish_batch,
-    .destroy = local_destroy,
+    .destroy = txo_free,
 };
+
+static int local_init(void *self, const struct txo__transport_args *a, struct txo_error *err)
+{
+    (void)err;
+    struct local_publisher *lp = self;
+    lp->h = *a->h;
+    return 0;
+}
 
 int txo_publisher_local_new(const struct txo_handler *h, struct txo_publisher **out,
                             struct txo_error *err)
@@ -107,12 +111,7 @@ int txo_publisher_local_new(const struct txo_handler *h, struct txo_publisher **
     int rc = txo__handler_check(h, "local publisher", err);
     if (rc < 0)
         return rc;
-    struct local_publisher *lp = txo_calloc(1, sizeof(*lp));
-    if (lp == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "local publisher: out of memory");
-    lp->h = *h;
-    rc = txo_publisher_new(&local_ops, lp, out, err);
-    if (rc < 0)
-        txo_free(lp);
-    return rc;
+    struct txo__transport_args a = {.h = h};
+    return txo__publisher_build(&local_ops, sizeof(struct local_publisher), local_init, &a, out,
+                                err);
 }

@@ -28,6 +28,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/nats_internal.h"
+#include "broker/transport.h"
 
 #define FETCH_MAX 10000 /* messages per poll, whatever the caller asks */
 
@@ -256,21 +257,12 @@ static const struct txo_consumer_ops nats_consumer_ops = {
     .destroy = nats_consumer_destroy,
 };
 
-int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handler *h,
-                          struct txo_consumer **out, struct txo_error *err)
+static int nats_consumer_init(void *self, const struct txo__transport_args *a,
+                              struct txo_error *err)
 {
-    int rc = txo__handler_check(h, "nats consumer", err);
-    if (rc < 0)
-        return rc;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats consumer: out is required");
-    rc = txo__nats_check_opts(o, "consumer", err);
-    if (rc < 0)
-        return rc;
-    struct nats_consumer *nc = txo_calloc(1, sizeof(*nc));
-    if (nc == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
-    nc->h = *h;
+    struct nats_consumer *nc = self;
+    const struct txo_nats_opts *o = a->opts;
+    nc->h = *a->h;
     nc->durable = txo_strdup(o->durable);
     if (o->filter_subject != NULL) {
         nc->filter = txo_strdup(o->filter_subject);
@@ -282,16 +274,18 @@ int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handle
             memcpy(nc->filter + plen, ".>", 3);
         }
     }
-    if (nc->durable == NULL || nc->filter == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
-        goto out;
-    }
-    rc = txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
+    if (nc->durable == NULL || nc->filter == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
+    return txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
+}
+
+int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handler *h,
+                          struct txo_consumer **out, struct txo_error *err)
+{
+    int rc = txo__nats_check_opts(o, "consumer", err);
     if (rc < 0)
-        goto out;
-    rc = txo_consumer_new(&nats_consumer_ops, nc, out, err);
-out:
-    if (rc < 0)
-        nats_consumer_destroy(nc);
-    return rc;
+        return rc;
+    struct txo__transport_args a = {.opts = o, .h = h};
+    return txo__consumer_build(&nats_consumer_ops, sizeof(struct nats_consumer),
+                               nats_consumer_init, &a, out, err);
 }

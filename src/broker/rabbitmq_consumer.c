@@ -41,6 +41,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/rabbitmq_internal.h"
+#include "broker/transport.h"
 
 #define HEADERS_KEPT 32 /* string headers a handler can read through header() */
 
@@ -657,61 +658,57 @@ static char *suffixed(const char *name, const char *suffix)
     return s;
 }
 
-int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, const struct txo_handler *h,
-                              struct txo_metrics *metrics, struct txo_consumer **out,
-                              struct txo_error *err)
+static int rmq_consumer_init(void *self, const struct txo__transport_args *a,
+                             struct txo_error *err)
 {
-    int r = txo__handler_check(h, "rabbitmq consumer", err);
-    if (r < 0)
-        return r;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: out is required");
-    r = txo__rmq_check_opts(o, true, err);
-    if (r < 0)
-        return r;
-    struct rmq_consumer *rc = txo_calloc(1, sizeof(*rc));
-    if (rc == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
-    rc->h = *h;
+    struct rmq_consumer *rc = self;
+    const struct txo_rabbitmq_opts *o = a->opts;
+    rc->h = *a->h;
     rc->queue = txo_strdup(o->queue);
     rc->retry_queue = suffixed(o->queue, ".retry");
     rc->dlx = suffixed(o->queue, ".dlx");
     rc->dlq = suffixed(o->queue, ".dlq");
     rc->binding_key = txo_strdup(o->binding_key);
     if (rc->queue == NULL || rc->retry_queue == NULL || rc->dlx == NULL || rc->dlq == NULL ||
-        rc->binding_key == NULL) {
-        rmq_consumer_destroy(rc);
+        rc->binding_key == NULL)
         return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
-    }
-    r = txo__rmq_conn_init(&rc->conn, o, "consumer", false, err);
+    int r = txo__rmq_conn_init(&rc->conn, o, "consumer", false, err);
     if (r == 0)
         r = txo__rmq_conn_init(&rc->retry, o, "consumer retry", true, err);
     if (r == 0)
         rc->retry.opts.declare = false; /* the consuming connection declares everything */
-    if (r == 0 && metrics != NULL) {
+    if (r == 0 && a->metrics != NULL) {
         rc->consumed = txo_metrics_register(
-            metrics, TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
+            a->metrics, TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
             "Deliveries the RabbitMQ consumer settled, by outcome: ack (handled), retry "
             "(transient error, delayed), dead_letter (permanent error).",
             1, (const char *const[]){"outcome"}, NULL, 0, err);
         if (rc->consumed == NULL)
             r = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
     }
+    if (r < 0)
+        return r;
     /* Declared now when the server is up, so that a relay started after this consumer (`txo
      * up`) never publishes before the queue is bound: such messages would reach the exchange's
      * other queues, or come back unroutable, but never this one. Down: the first poll does it. */
-    if (r == 0 && o->connect_required) {
-        r = start(rc, err);
-    } else if (r == 0) {
-        struct txo_error e;
-        txo_error_init(&e);
-        if (start(rc, &e) != 0)
-            TXO_LOG(TXO_LOG_WARN, "rabbitmq", "consumer not started yet, retried at the first poll",
-                    TXO_KV_STR("queue", rc->queue), TXO_KV_STR("error", e.msg));
-    }
-    if (r == 0)
-        r = txo_consumer_new(&rmq_consumer_ops, rc, out, err);
+    if (o->connect_required)
+        return start(rc, err);
+    struct txo_error e;
+    txo_error_init(&e);
+    if (start(rc, &e) != 0)
+        TXO_LOG(TXO_LOG_WARN, "rabbitmq", "consumer not started yet, retried at the first poll",
+                TXO_KV_STR("queue", rc->queue), TXO_KV_STR("error", e.msg));
+    return 0;
+}
+
+int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, const struct txo_handler *h,
+                              struct txo_metrics *metrics, struct txo_consumer **out,
+                              struct txo_error *err)
+{
+    int r = txo__rmq_check_opts(o, true, err);
     if (r < 0)
-        rmq_consumer_destroy(rc);
-    return r;
+        return r;
+    struct txo__transport_args a = {.opts = o, .h = h, .metrics = metrics};
+    return txo__consumer_build(&rmq_consumer_ops, sizeof(struct rmq_consumer), rmq_consumer_init,
+                               &a, out, err);
 }

@@ -36,6 +36,7 @@
 #include <sys/time.h>
 
 #include "broker/rabbitmq_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 #include "core/text.h"
 
@@ -809,28 +810,26 @@ static int register_metrics(struct rmq_publisher *p, struct txo_metrics *reg, st
     return rc;
 }
 
+static int rmq_publisher_init(void *self, const struct txo__transport_args *a,
+                              struct txo_error *err)
+{
+    struct rmq_publisher *p = self;
+    const struct txo_rabbitmq_opts *o = a->opts;
+    int rc = txo__rmq_conn_init(&p->conn, o, "publisher", true, err);
+    if (rc == 0)
+        rc = register_metrics(p, a->metrics, err);
+    if (rc == 0 && o->connect_required)
+        rc = txo__rmq_conn_open(&p->conn, err);
+    return rc;
+}
+
 int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_opts *o, struct txo_metrics *metrics,
                                struct txo_publisher **out, struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq publisher: out is required");
     int rc = txo__rmq_check_opts(o, false, err);
     if (rc < 0)
         return rc;
-    struct rmq_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "rabbitmq publisher: out of memory");
-    rc = txo__rmq_conn_init(&p->conn, o, "publisher", true, err);
-    if (rc < 0) {
-        txo_free(p);
-        return rc;
-    }
-    rc = register_metrics(p, metrics, err);
-    if (rc == 0 && o->connect_required)
-        rc = txo__rmq_conn_open(&p->conn, err);
-    if (rc == 0)
-        rc = txo_publisher_new(&rmq_ops, p, out, err);
-    if (rc < 0)
-        rmq_publisher_destroy(p);
-    return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&rmq_ops, sizeof(struct rmq_publisher), rmq_publisher_init, &a,
+                                out, err);
 }

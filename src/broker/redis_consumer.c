@@ -37,6 +37,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/redis_internal.h"
+#include "broker/transport.h"
 
 #define NAME_MAX_LEN  256
 #define ID_MAX        64
@@ -604,22 +605,12 @@ static int register_metrics(struct redis_consumer *rc, struct txo_metrics *reg,
     return 0;
 }
 
-int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_handler *h,
-                           struct txo_metrics *metrics, struct txo_consumer **out,
-                           struct txo_error *err)
+static int redis_consumer_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
 {
-    int code = txo__handler_check(h, "redis consumer", err);
-    if (code < 0)
-        return code;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis consumer: out is required");
-    code = txo__redis_check_opts(o, "consumer", err);
-    if (code < 0)
-        return code;
-    struct redis_consumer *rc = txo_calloc(1, sizeof(*rc));
-    if (rc == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
-    rc->h = *h;
+    struct redis_consumer *rc = self;
+    const struct txo_redis_opts *o = a->opts;
+    rc->h = *a->h;
     rc->claim_idle_ms = o->claim_idle_ms;
     rc->dead_letter = o->dead_letter;
     snprintf(rc->claim_cursor, sizeof(rc->claim_cursor), "0-0");
@@ -634,17 +625,22 @@ int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_hand
         memcpy(rc->dead_stream + slen, ".dead", sizeof(".dead"));
     }
     if (rc->stream == NULL || rc->group == NULL || rc->name == NULL || rc->dead_stream == NULL ||
-        (o->event_type != NULL && rc->event_type == NULL)) {
-        code = txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
-        goto out;
-    }
-    code = txo__redis_conn_init(&rc->conn, o, "consumer", err);
+        (o->event_type != NULL && rc->event_type == NULL))
+        return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
+    int code = txo__redis_conn_init(&rc->conn, o, "consumer", err);
     if (code == 0)
-        code = register_metrics(rc, metrics, err);
-    if (code == 0)
-        code = txo_consumer_new(&redis_consumer_ops, rc, out, err);
-out:
-    if (code < 0)
-        redis_consumer_destroy(rc);
+        code = register_metrics(rc, a->metrics, err);
     return code;
+}
+
+int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_handler *h,
+                           struct txo_metrics *metrics, struct txo_consumer **out,
+                           struct txo_error *err)
+{
+    int code = txo__redis_check_opts(o, "consumer", err);
+    if (code < 0)
+        return code;
+    struct txo__transport_args a = {.opts = o, .h = h, .metrics = metrics};
+    return txo__consumer_build(&redis_consumer_ops, sizeof(struct redis_consumer),
+                               redis_consumer_init, &a, out, err);
 }

@@ -27,6 +27,7 @@
  */
 
 #include "broker/redis_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 
 #define MAX_ARGS      52 /* XADD stream MAXLEN ~ N * + up to 23 field pairs */
@@ -330,32 +331,29 @@ static int register_metrics(struct redis_metrics *m, struct txo_metrics *reg, st
     return rc;
 }
 
-int txo_publisher_redis_new(const struct txo_redis_opts *o, struct txo_metrics *metrics,
-                            struct txo_publisher **out, struct txo_error *err)
+static int redis_publisher_init(void *self, const struct txo__transport_args *a,
+                                struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis publisher: out is required");
-    int rc = txo__redis_check_opts(o, "publisher", err);
-    if (rc < 0)
-        return rc;
-    struct redis_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "redis publisher: out of memory");
+    struct redis_publisher *p = self;
+    const struct txo_redis_opts *o = a->opts;
     p->maxlen = o->maxlen;
     snprintf(p->maxlen_text, sizeof(p->maxlen_text), "%" PRId64, o->maxlen);
     p->stream_template = txo_strdup(o->stream_template);
-    if (p->stream_template == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "redis publisher: out of memory");
-        goto out;
-    }
-    rc = txo__redis_conn_init(&p->conn, o, "publisher", err);
+    if (p->stream_template == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "redis publisher: out of memory");
+    int rc = txo__redis_conn_init(&p->conn, o, "publisher", err);
     if (rc == 0)
-        rc = register_metrics(&p->m, metrics, err);
-    if (rc == 0)
-        rc = txo_publisher_new(&redis_ops, p, out, err);
-    if (rc == 0)
-        return 0;
-out:
-    redis_publisher_destroy(p);
+        rc = register_metrics(&p->m, a->metrics, err);
     return rc;
+}
+
+int txo_publisher_redis_new(const struct txo_redis_opts *o, struct txo_metrics *metrics,
+                            struct txo_publisher **out, struct txo_error *err)
+{
+    int rc = txo__redis_check_opts(o, "publisher", err);
+    if (rc < 0)
+        return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&redis_ops, sizeof(struct redis_publisher), redis_publisher_init,
+                                &a, out, err);
 }
