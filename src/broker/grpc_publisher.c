@@ -176,39 +176,26 @@ struct grpc_metrics {
     struct txo_metric *duration;  /* histogram, seconds */
 };
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_grpc_events_published_total", "Events the EventSink server accepted.",
+     0, NULL},
+    {TXO_METRIC_COUNTER, "txo_grpc_events_failed_total",
+     "Events not delivered by a publish attempt, by kind (transient: retried; permanent: "
+     "dead-lettered).",
+     1, (const char *const[]){"kind"}},
+    {TXO_METRIC_COUNTER, "txo_grpc_calls_total", "EventSink.Publish calls made, by gRPC status.", 1,
+     (const char *const[]){"status"}},
+    {TXO_METRIC_GAUGE, "txo_grpc_calls_in_flight", "EventSink.Publish calls awaiting their answer.",
+     0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_grpc_call_duration_seconds",
+     "Time from sending an EventSink.Publish call to its status.", 0, NULL},
+};
+
 static int register_metrics(struct grpc_metrics *gm, struct txo_metrics *reg, struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    gm->published =
-        txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_grpc_events_published_total",
-                             "Events the EventSink server accepted.", 0, NULL, NULL, 0, err);
-    if (gm->published == NULL)
-        return err->code;
-    gm->failed = txo_metrics_register(
-        reg, TXO_METRIC_COUNTER, "txo_grpc_events_failed_total",
-        "Events not delivered by a publish attempt, by kind (transient: retried; permanent: "
-        "dead-lettered).",
-        1, (const char *const[]){"kind"}, NULL, 0, err);
-    if (gm->failed == NULL)
-        return err->code;
-    gm->calls = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_grpc_calls_total",
-                                     "EventSink.Publish calls made, by gRPC status.", 1,
-                                     (const char *const[]){"status"}, NULL, 0, err);
-    if (gm->calls == NULL)
-        return err->code;
-    gm->in_flight = txo_metrics_register(reg, TXO_METRIC_GAUGE, "txo_grpc_calls_in_flight",
-                                         "EventSink.Publish calls awaiting their answer.", 0, NULL,
-                                         NULL, 0, err);
-    if (gm->in_flight == NULL)
-        return err->code;
-    gm->duration = txo_metrics_register(reg, TXO_METRIC_HISTOGRAM, "txo_grpc_call_duration_seconds",
-                                        "Time from sending an EventSink.Publish call to its "
-                                        "status.",
-                                        0, NULL, NULL, 0, err);
-    if (gm->duration == NULL)
-        return err->code;
-    return 0;
+    struct txo_metric **const slots[] = {&gm->published, &gm->failed, &gm->calls, &gm->in_flight,
+                                         &gm->duration};
+    return txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
 }
 
 /* ---- the publisher ---- */

@@ -657,27 +657,26 @@ static int subscribe(struct kafka_consumer *c, struct txo_error *err)
     return 0;
 }
 
+static const char *const by_outcome[] = {"outcome"};
+
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_kafka_messages_consumed_total",
+     "Records the Kafka consumer settled, by outcome (handled, retried after a transient "
+     "error, rejected by the handler, skipped: an event type the consumer does not take).",
+     1, by_outcome},
+    {TXO_METRIC_COUNTER, "txo_kafka_commit_errors_total",
+     "Offset commits of the Kafka consumer that failed.", 0, NULL},
+};
+
 static int register_metrics(struct kafka_consumer *c, struct txo_metrics *reg,
                             struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    c->m_consumed = txo_metrics_register(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_messages_consumed_total",
-        "Records the Kafka consumer settled, by outcome (handled, retried after a transient "
-        "error, rejected by the handler, skipped: an event type the consumer does not take).",
-        1, (const char *const[]){"outcome"}, NULL, 0, err);
-    if (c->m_consumed == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    c->m_commit_errors = txo_metrics_register(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_commit_errors_total",
-        "Offset commits of the Kafka consumer that failed.", 0, NULL, NULL, 0, err);
-    if (c->m_commit_errors == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    struct txo_metric **const slots[] = {&c->m_consumed, &c->m_commit_errors};
+    int rc = txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
     static const char *const outcomes[] = {"handled", "retried", "rejected", "skipped"};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; rc == 0 && c->m_consumed != NULL && i < 4; i++)
         txo_metric_add(c->m_consumed, (const char *const[]){outcomes[i]}, 0);
-    return 0;
+    return rc;
 }
 
 static int kafka_consumer_init(void *self, const struct txo__transport_args *a,

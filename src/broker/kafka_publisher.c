@@ -614,24 +614,27 @@ static const struct txo_publisher_ops kafka_ops = {
     .flags = 0, /* not QUICK: an outage makes a batch wait for delivery_timeout_ms */
 };
 
+static const char *const by_kind[] = {"kind"};
+
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_kafka_messages_published_total",
+     "Records the Kafka cluster confirmed (delivery report without error).", 0, NULL},
+    {TXO_METRIC_COUNTER, "txo_kafka_publish_errors_total",
+     "Records the Kafka publisher failed, by kind (transient: retried by the relay; permanent: "
+     "dead-lettered).",
+     1, by_kind},
+    {TXO_METRIC_GAUGE, "txo_kafka_messages_in_flight",
+     "Records handed to librdkafka and not yet reported on.", 0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_kafka_delivery_seconds",
+     "Time from handing a record to librdkafka to its delivery report.", 0, NULL},
+};
+
 static int register_metrics(struct kafka_publisher *p, struct txo_metrics *reg,
                             struct txo_error *err)
 {
-    int rc = 0;
-    p->m_published = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_messages_published_total",
-        "Records the Kafka cluster confirmed (delivery report without error).", 0, NULL, &rc, err);
-    p->m_errors = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_publish_errors_total",
-        "Records the Kafka publisher failed, by kind (transient: retried by "
-        "the relay; permanent: dead-lettered).",
-        1, (const char *const[]){"kind"}, &rc, err);
-    p->m_in_flight = txo_metrics_register_chained(
-        reg, TXO_METRIC_GAUGE, "txo_kafka_messages_in_flight",
-        "Records handed to librdkafka and not yet reported on.", 0, NULL, &rc, err);
-    p->m_delivery = txo_metrics_register_chained(
-        reg, TXO_METRIC_HISTOGRAM, "txo_kafka_delivery_seconds",
-        "Time from handing a record to librdkafka to its delivery report.", 0, NULL, &rc, err);
+    struct txo_metric **const slots[] = {&p->m_published, &p->m_errors, &p->m_in_flight,
+                                         &p->m_delivery};
+    int rc = txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
     if (rc == 0 && p->m_errors != NULL) {
         txo_metric_add(p->m_errors, (const char *const[]){"transient"}, 0);
         txo_metric_add(p->m_errors, (const char *const[]){"permanent"}, 0);

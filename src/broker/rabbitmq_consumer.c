@@ -658,6 +658,12 @@ static char *suffixed(const char *name, const char *suffix)
     return s;
 }
 
+static const struct txo_metric_desc consumed_family = {
+    TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
+    "Deliveries the RabbitMQ consumer settled, by outcome: ack (handled), retry (transient error, "
+    "delayed), dead_letter (permanent error).",
+    1, (const char *const[]){"outcome"}};
+
 static int rmq_consumer_init(void *self, const struct txo__transport_args *a,
                              struct txo_error *err)
 {
@@ -677,15 +683,9 @@ static int rmq_consumer_init(void *self, const struct txo__transport_args *a,
         r = txo__rmq_conn_init(&rc->retry, o, "consumer retry", true, err);
     if (r == 0)
         rc->retry.opts.declare = false; /* the consuming connection declares everything */
-    if (r == 0 && a->metrics != NULL) {
-        rc->consumed = txo_metrics_register(
-            a->metrics, TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
-            "Deliveries the RabbitMQ consumer settled, by outcome: ack (handled), retry "
-            "(transient error, delayed), dead_letter (permanent error).",
-            1, (const char *const[]){"outcome"}, NULL, 0, err);
-        if (rc->consumed == NULL)
-            r = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    }
+    if (r == 0)
+        r = txo__transport_metrics(a->metrics, &consumed_family, 1,
+                                   (struct txo_metric **const[]){&rc->consumed}, err);
     if (r < 0)
         return r;
     /* Declared now when the server is up, so that a relay started after this consumer (`txo

@@ -788,26 +788,24 @@ static const struct txo_publisher_ops rmq_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_rabbitmq_published_total",
+     "Messages the RabbitMQ broker confirmed (publisher confirms).", 0, NULL},
+    {TXO_METRIC_COUNTER, "txo_rabbitmq_publish_failures_total",
+     "Messages not confirmed: connection down, nack, returned unroutable, confirm timeout or "
+     "bad event.",
+     0, NULL},
+    {TXO_METRIC_GAUGE, "txo_rabbitmq_in_flight", "Messages published and awaiting their confirm.",
+     0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_rabbitmq_confirm_latency_seconds",
+     "Time from the first publish of a batch to its last confirm.", 0, NULL},
+};
+
 static int register_metrics(struct rmq_publisher *p, struct txo_metrics *reg, struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    int rc = 0;
-    p->metrics.published = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_rabbitmq_published_total",
-        "Messages the RabbitMQ broker confirmed (publisher confirms).", 0, NULL, &rc, err);
-    p->metrics.failures =
-        txo_metrics_register_chained(reg, TXO_METRIC_COUNTER, "txo_rabbitmq_publish_failures_total",
-                                     "Messages not confirmed: connection down, nack, returned "
-                                     "unroutable, confirm timeout or bad event.",
-                                     0, NULL, &rc, err);
-    p->metrics.in_flight = txo_metrics_register_chained(
-        reg, TXO_METRIC_GAUGE, "txo_rabbitmq_in_flight",
-        "Messages published and awaiting their confirm.", 0, NULL, &rc, err);
-    p->metrics.confirm_latency = txo_metrics_register_chained(
-        reg, TXO_METRIC_HISTOGRAM, "txo_rabbitmq_confirm_latency_seconds",
-        "Time from the first publish of a batch to its last confirm.", 0, NULL, &rc, err);
-    return rc;
+    struct txo_metric **const slots[] = {&p->metrics.published, &p->metrics.failures,
+                                         &p->metrics.in_flight, &p->metrics.confirm_latency};
+    return txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
 }
 
 static int rmq_publisher_init(void *self, const struct txo__transport_args *a,

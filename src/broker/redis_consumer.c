@@ -586,21 +586,20 @@ static char *default_name(void)
     return txo_strdup(name);
 }
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_redis_consumed_total",
+     "Redis Stream entries this process's consumers settled, by outcome (ack, retry, dead, "
+     "skipped).",
+     1, (const char *const[]){"outcome"}},
+    {TXO_METRIC_COUNTER, "txo_redis_claimed_total",
+     "Pending Redis Stream entries taken over with XAUTOCLAIM after claim_idle_ms.", 0, NULL},
+};
+
 static int register_metrics(struct redis_consumer *rc, struct txo_metrics *reg,
                             struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    rc->consumed = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_redis_consumed_total",
-                                        "Redis Stream entries this process's consumers settled, "
-                                        "by outcome (ack, retry, dead, skipped).",
-                                        1, (const char *const[]){"outcome"}, NULL, 0, err);
-    if (rc->consumed != NULL)
-        rc->claimed = txo_metrics_register(
-            reg, TXO_METRIC_COUNTER, "txo_redis_claimed_total",
-            "Pending Redis Stream entries taken over with XAUTOCLAIM after claim_idle_ms.", 0, NULL,
-            NULL, 0, err);
-    if (rc->consumed == NULL || rc->claimed == NULL)
+    struct txo_metric **const slots[] = {&rc->consumed, &rc->claimed};
+    if (txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err) < 0)
         return txo_error_wrap(err, "redis consumer: registering its metrics");
     return 0;
 }

@@ -309,23 +309,22 @@ static const struct txo_publisher_ops redis_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_redis_published_total",
+     "Events the Redis server acknowledged (XADD answered with an id).", 0, NULL},
+    {TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
+     "Events whose XADD failed, was refused or got no reply in time.", 0, NULL},
+    {TXO_METRIC_GAUGE, "txo_redis_in_flight", "XADDs sent to the Redis server and not answered yet.",
+     0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
+     "Time from sending a pipelined batch of XADDs to its last reply.", 0, NULL},
+};
+
 static int register_metrics(struct redis_metrics *m, struct txo_metrics *reg, struct txo_error *err)
 {
-    int rc = 0;
-    if (reg == NULL)
-        return 0;
-    m->published = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_redis_published_total",
-        "Events the Redis server acknowledged (XADD answered with an id).", 0, NULL, &rc, err);
-    m->failed = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
-        "Events whose XADD failed, was refused or got no reply in time.", 0, NULL, &rc, err);
-    m->in_flight = txo_metrics_register_chained(
-        reg, TXO_METRIC_GAUGE, "txo_redis_in_flight",
-        "XADDs sent to the Redis server and not answered yet.", 0, NULL, &rc, err);
-    m->reply_seconds = txo_metrics_register_chained(
-        reg, TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
-        "Time from sending a pipelined batch of XADDs to its last reply.", 0, NULL, &rc, err);
+    struct txo_metric **const slots[] = {&m->published, &m->failed, &m->in_flight,
+                                         &m->reply_seconds};
+    int rc = txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
     if (rc < 0)
         txo_error_wrap(err, "redis publisher: registering its metrics");
     return rc;

@@ -82,3 +82,14 @@ int txo__history_build(const struct txo_history_ops *ops, size_t size,
     struct handle h = {HISTORY, ops, ops->name, ops->destroy};
     return build(&h, size, init, a, out, err);
 }
+
+int txo__transport_metrics(struct txo_metrics *reg, const struct txo_metric_desc *desc, size_t n,
+                           struct txo_metric **const *slots, struct txo_error *err)
+{
+    for (size_t i = 0; reg != NULL && i < n; i++) {
+        int rc = txo_metrics_register_table(reg, &desc[i], 1, slots[i], err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}

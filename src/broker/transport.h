@@ -9,7 +9,8 @@
  *   - runs the transport's init on it, then wraps it in its handle;
  *   - on any failure destroys the state through the ops table's destroy, so an init leaves
  *     whatever it made in the state and returns its code.
- * Defined in transport.c.
+ * Their metric families they describe as a table (struct txo_metric_desc) registered by
+ * txo__transport_metrics(). Defined in transport.c.
  */
 #ifndef TXO_BROKER_TRANSPORT_H
 #define TXO_BROKER_TRANSPORT_H
@@ -47,5 +48,13 @@ int txo__consumer_build(const struct txo_consumer_ops *ops, size_t size,
 int txo__history_build(const struct txo_history_ops *ops, size_t size,
                        txo__transport_init_fn init, const struct txo__transport_args *a,
                        struct txo_history **out, struct txo_error *err);
+
+/*
+ * Registers each family desc[i] in reg (the one already there when it matches) and stores it in
+ * *slots[i]: how every transport registers its metrics, its families written as one table. Does
+ * nothing when reg is NULL. Returns 0, or the registry's code with err set.
+ */
+int txo__transport_metrics(struct txo_metrics *reg, const struct txo_metric_desc *desc, size_t n,
+                           struct txo_metric **const *slots, struct txo_error *err);
 
 #endif
