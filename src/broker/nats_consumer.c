@@ -286,6 +286,6 @@ int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handle
     if (rc < 0)
         return rc;
     struct txo__transport_args a = {.opts = o, .h = h};
-    return txo__consumer_build(&nats_consumer_ops, sizeof(struct nats_consumer),
-                               nats_consumer_init, &a, out, err);
+    return txo__consumer_build(&nats_consumer_ops, sizeof(struct nats_consumer), nats_consumer_init,
+                               &a, out, err);
 }

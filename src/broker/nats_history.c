@@ -284,8 +284,7 @@ static const struct txo_history_ops nats_history_ops = {
     .destroy = nats_history_destroy,
 };
 
-static int nats_history_init(void *self, const struct txo__transport_args *a,
-                             struct txo_error *err)
+static int nats_history_init(void *self, const struct txo__transport_args *a, struct txo_error *err)
 {
     struct nats_history *nh = self;
     const struct txo_nats_opts *o = a->opts;
@@ -308,6 +307,6 @@ int txo_history_nats_new(const struct txo_nats_opts *o, struct txo_history **out
                          struct txo_error *err)
 {
     struct txo__transport_args a = {.opts = o};
-    return txo__history_build(&nats_history_ops, sizeof(struct nats_history), nats_history_init,
-                              &a, out, err);
+    return txo__history_build(&nats_history_ops, sizeof(struct nats_history), nats_history_init, &a,
+                              out, err);
 }

@@ -664,8 +664,7 @@ static const struct txo_metric_desc consumed_family = {
     "delayed), dead_letter (permanent error).",
     1, (const char *const[]){"outcome"}};
 
-static int rmq_consumer_init(void *self, const struct txo__transport_args *a,
-                             struct txo_error *err)
+static int rmq_consumer_init(void *self, const struct txo__transport_args *a, struct txo_error *err)
 {
     struct rmq_consumer *rc = self;
     const struct txo_rabbitmq_opts *o = a->opts;
@@ -683,9 +682,9 @@ static int rmq_consumer_init(void *self, const struct txo__transport_args *a,
         r = txo__rmq_conn_init(&rc->retry, o, "consumer retry", true, err);
     if (r == 0)
         rc->retry.opts.declare = false; /* the consuming connection declares everything */
+    struct txo_metric **const slots[] = {&rc->consumed};
     if (r == 0)
-        r = txo__transport_metrics(a->metrics, &consumed_family, 1,
-                                   (struct txo_metric **const[]){&rc->consumed}, err);
+        r = txo__transport_metrics(a->metrics, &consumed_family, 1, slots, err);
     if (r < 0)
         return r;
     /* Declared now when the server is up, so that a relay started after this consumer (`txo

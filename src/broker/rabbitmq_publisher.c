@@ -828,6 +828,6 @@ int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_opts *o, struct txo_met
     if (rc < 0)
         return rc;
     struct txo__transport_args a = {.opts = o, .metrics = metrics};
-    return txo__publisher_build(&rmq_ops, sizeof(struct rmq_publisher), rmq_publisher_init, &a,
-                                out, err);
+    return txo__publisher_build(&rmq_ops, sizeof(struct rmq_publisher), rmq_publisher_init, &a, out,
+                                err);
 }

@@ -314,8 +314,8 @@ static const struct txo_metric_desc families[] = {
      "Events the Redis server acknowledged (XADD answered with an id).", 0, NULL},
     {TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
      "Events whose XADD failed, was refused or got no reply in time.", 0, NULL},
-    {TXO_METRIC_GAUGE, "txo_redis_in_flight", "XADDs sent to the Redis server and not answered yet.",
-     0, NULL},
+    {TXO_METRIC_GAUGE, "txo_redis_in_flight",
+     "XADDs sent to the Redis server and not answered yet.", 0, NULL},
     {TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
      "Time from sending a pipelined batch of XADDs to its last reply.", 0, NULL},
 };

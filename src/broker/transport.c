@@ -75,9 +75,9 @@ int txo__consumer_build(const struct txo_consumer_ops *ops, size_t size,
     return build(&h, size, init, a, out, err);
 }
 
-int txo__history_build(const struct txo_history_ops *ops, size_t size,
-                       txo__transport_init_fn init, const struct txo__transport_args *a,
-                       struct txo_history **out, struct txo_error *err)
+int txo__history_build(const struct txo_history_ops *ops, size_t size, txo__transport_init_fn init,
+                       const struct txo__transport_args *a, struct txo_history **out,
+                       struct txo_error *err)
 {
     struct handle h = {HISTORY, ops, ops->name, ops->destroy};
     return build(&h, size, init, a, out, err);

@@ -45,9 +45,9 @@ int txo__consumer_build(const struct txo_consumer_ops *ops, size_t size,
                         struct txo_consumer **out, struct txo_error *err);
 
 /* *out = a history reader of ops, as txo__publisher_build(). */
-int txo__history_build(const struct txo_history_ops *ops, size_t size,
-                       txo__transport_init_fn init, const struct txo__transport_args *a,
-                       struct txo_history **out, struct txo_error *err);
+int txo__history_build(const struct txo_history_ops *ops, size_t size, txo__transport_init_fn init,
+                       const struct txo__transport_args *a, struct txo_history **out,
+                       struct txo_error *err);
 
 /*
  * Registers each family desc[i] in reg (the one already there when it matches) and stores it in
