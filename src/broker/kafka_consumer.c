@@ -540,20 +540,12 @@ static int kafka_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *h
         int hrc = handle_one(c, m, &called, &e);
         rd_kafka_message_destroy(m);
         *handled += called;
-        if (hrc < 0 && rc == 0) {
-            rc = hrc;
-            if (err != NULL)
-                *err = e;
-        }
+        txo__settle_keep_first(hrc, &e, &rc, err);
     }
     struct txo_error cerr;
     txo_error_init(&cerr);
     int crc = commit_stored(c, c->rk, &cerr);
-    if (crc < 0 && rc == 0) {
-        rc = crc;
-        if (err != NULL)
-            *err = cerr;
-    }
+    txo__settle_keep_first(crc, &cerr, &rc, err);
     return rc;
 }
 

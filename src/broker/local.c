@@ -45,13 +45,11 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
                                int *results, struct txo_error *errors)
 {
     struct local_publisher *lp = self;
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
     char **envs = txo_calloc(n, sizeof(*envs));
     size_t *at = txo_calloc(n, sizeof(*at));
-    int *res = txo_calloc(n, sizeof(*res));
-    struct txo_error *errs = txo_calloc(n, sizeof(*errs));
+    struct txo__handler_batch b;
     int rc = 0;
-    if (in == NULL || envs == NULL || at == NULL || res == NULL || errs == NULL) {
+    if (!txo__handler_batch_alloc(&b, n) || envs == NULL || at == NULL) {
         rc = TXO_ENOMEM;
         goto out;
     }
@@ -63,7 +61,7 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
             results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
             continue;
         }
-        in[m] = (struct txo_inbound_message){
+        b.in[m] = (struct txo_inbound_message){
             .data = envs[i],
             .len = len,
             .msg_id = msgs[i].idempotency_key,
@@ -72,10 +70,10 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
         at[m++] = i;
     }
     if (m > 0) {
-        rc = txo__handler_run(&lp->h, in, m, res, errs);
+        rc = txo__handler_run(&lp->h, b.in, m, b.results, b.errors);
         for (size_t k = 0; rc == 0 && k < m; k++) {
-            errors[at[k]] = errs[k];
-            results[at[k]] = publish_result(res[k], &errors[at[k]]);
+            errors[at[k]] = b.errors[k];
+            results[at[k]] = publish_result(b.results[k], &errors[at[k]]);
             if (results[at[k]] < 0)
                 log_failure(&msgs[at[k]], results[at[k]], &errors[at[k]]);
         }
@@ -83,11 +81,9 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
 out:
     for (size_t i = 0; envs != NULL && i < n; i++)
         txo_free(envs[i]);
-    txo_free(in);
     txo_free(envs);
     txo_free(at);
-    txo_free(res);
-    txo_free(errs);
+    txo__handler_batch_release(&b);
     return rc;
 }
 

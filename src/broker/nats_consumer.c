@@ -163,18 +163,16 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
 static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t *done,
                       struct txo_error *err)
 {
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
-    int *results = txo_calloc(n, sizeof(*results));
-    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    struct txo__handler_batch b;
     int rc = 0;
     *done = 0;
-    if (in == NULL || results == NULL || errors == NULL) {
+    if (!txo__handler_batch_alloc(&b, n)) {
         rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: batch of %zu: out of memory", n);
         goto out; /* unsettled: redelivered after ack_wait */
     }
     for (size_t i = 0; i < n; i++)
-        describe_msg(msgs[i], &in[i]);
-    (void)txo__handler_run(&nc->h, in, n, results, errors);
+        describe_msg(msgs[i], &b.in[i]);
+    (void)txo__handler_run(&nc->h, b.in, n, b.results, b.errors);
     *done = n;
     for (size_t i = 0; i < n; i++) {
         if (!txo__nats_connected(&nc->conn)) {
@@ -184,17 +182,11 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
         }
         struct txo_error e;
         txo_error_init(&e);
-        int arc = settle(nc, msgs[i], &in[i], results[i], &errors[i], &e);
-        if (arc < 0 && rc == 0) {
-            rc = arc;
-            if (err != NULL)
-                *err = e;
-        }
+        int arc = settle(nc, msgs[i], &b.in[i], b.results[i], &b.errors[i], &e);
+        txo__settle_keep_first(arc, &e, &rc, err);
     }
 out:
-    txo_free(in);
-    txo_free(results);
-    txo_free(errors);
+    txo__handler_batch_release(&b);
     return rc;
 }
 
@@ -264,16 +256,8 @@ static int nats_consumer_init(void *self, const struct txo__transport_args *a,
     const struct txo_nats_opts *o = a->opts;
     nc->h = *a->h;
     nc->durable = txo_strdup(o->durable);
-    if (o->filter_subject != NULL) {
-        nc->filter = txo_strdup(o->filter_subject);
-    } else {
-        size_t plen = strlen(o->subject_prefix);
-        nc->filter = txo_malloc(plen + 3);
-        if (nc->filter != NULL) {
-            memcpy(nc->filter, o->subject_prefix, plen);
-            memcpy(nc->filter + plen, ".>", 3);
-        }
-    }
+    nc->filter = o->filter_subject != NULL ? txo_strdup(o->filter_subject)
+                                           : txo__suffixed(o->subject_prefix, ".>");
     if (nc->durable == NULL || nc->filter == NULL)
         return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
     return txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);

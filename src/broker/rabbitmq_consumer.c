@@ -466,13 +466,11 @@ static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size
                       size_t *handled, struct txo_error *err)
 {
     struct delivery *ds = txo_calloc(n, sizeof(*ds));
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
-    size_t *of = txo_calloc(n, sizeof(*of)); /* in[j] is the message of ds[of[j]] */
-    int *results = txo_calloc(n, sizeof(*results));
-    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    size_t *of = txo_calloc(n, sizeof(*of)); /* b.in[j] is the message of ds[of[j]] */
+    struct txo__handler_batch b;
     int r = 0;
     size_t m = 0;
-    if (ds == NULL || in == NULL || of == NULL || results == NULL || errors == NULL) {
+    if (!txo__handler_batch_alloc(&b, n) || ds == NULL || of == NULL) {
         for (size_t i = 0; i < n; i++)
             (void)not_handled(rc, &envs[i], NULL);
         r = txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: batch of %zu: out of memory", n);
@@ -484,41 +482,31 @@ static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size
             struct txo_error e;
             txo_error_init(&e);
             int nr = not_handled(rc, &envs[i], &e);
-            if (r == 0) {
-                r = nr;
-                if (err != NULL)
-                    *err = e;
-            }
+            txo__settle_keep_first(nr, &e, &r, err);
             continue;
         }
-        in[m] = ds[i].in;
+        b.in[m] = ds[i].in;
         of[m] = i;
         m++;
     }
     if (m == 0)
         goto out;
-    (void)txo__handler_run(&rc->h, in, m, results, errors);
+    (void)txo__handler_run(&rc->h, b.in, m, b.results, b.errors);
     for (size_t j = 0; j < m; j++) {
         if (rc->conn.st == NULL)
             break; /* a settling write failed: the server redelivers the rest */
         struct txo_error e;
         txo_error_init(&e);
-        int sr = settle(rc, &ds[of[j]], results[j], &errors[j], &e);
-        if (sr < 0 && r == 0) {
-            r = sr;
-            if (err != NULL)
-                *err = e;
-        }
+        int sr = settle(rc, &ds[of[j]], b.results[j], &b.errors[j], &e);
+        txo__settle_keep_first(sr, &e, &r, err);
     }
 out:
     for (size_t i = 0; ds != NULL && i < n; i++)
         delivery_release(&ds[i]);
     *handled = m;
     txo_free(ds);
-    txo_free(in);
     txo_free(of);
-    txo_free(results);
-    txo_free(errors);
+    txo__handler_batch_release(&b);
     return r;
 }
 
@@ -647,17 +635,6 @@ static const struct txo_consumer_ops rmq_consumer_ops = {
     .destroy = rmq_consumer_destroy,
 };
 
-static char *suffixed(const char *name, const char *suffix)
-{
-    size_t a = strlen(name), b = strlen(suffix);
-    char *s = txo_malloc(a + b + 1);
-    if (s != NULL) {
-        memcpy(s, name, a);
-        memcpy(s + a, suffix, b + 1);
-    }
-    return s;
-}
-
 static const struct txo_metric_desc consumed_family = {
     TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
     "Deliveries the RabbitMQ consumer settled, by outcome: ack (handled), retry (transient error, "
@@ -670,9 +647,9 @@ static int rmq_consumer_init(void *self, const struct txo__transport_args *a, st
     const struct txo_rabbitmq_opts *o = a->opts;
     rc->h = *a->h;
     rc->queue = txo_strdup(o->queue);
-    rc->retry_queue = suffixed(o->queue, ".retry");
-    rc->dlx = suffixed(o->queue, ".dlx");
-    rc->dlq = suffixed(o->queue, ".dlq");
+    rc->retry_queue = txo__suffixed(o->queue, ".retry");
+    rc->dlx = txo__suffixed(o->queue, ".dlx");
+    rc->dlq = txo__suffixed(o->queue, ".dlq");
     rc->binding_key = txo_strdup(o->binding_key);
     if (rc->queue == NULL || rc->retry_queue == NULL || rc->dlx == NULL || rc->dlq == NULL ||
         rc->binding_key == NULL)

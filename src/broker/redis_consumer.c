@@ -376,13 +376,11 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
     if (n == 0)
         return 0;
     struct entry *es = txo_calloc(n, sizeof(*es));
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
-    int *results = txo_calloc(n, sizeof(*results));
-    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
     const char **ack_ids = txo_calloc(n, sizeof(*ack_ids));
+    struct txo__handler_batch b;
     size_t m = 0, n_ack = 0;
     int first = 0;
-    if (es == NULL || in == NULL || results == NULL || errors == NULL || ack_ids == NULL) {
+    if (!txo__handler_batch_alloc(&b, n) || es == NULL || ack_ids == NULL) {
         first = txo_error_set(err, TXO_ENOMEM, "redis consumer: batch of %zu: out of memory", n);
         goto out; /* unsettled: claimed again after claim_idle_ms */
     }
@@ -395,14 +393,14 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
             continue;
         }
         uint64_t delivery = claimed ? delivery_count(rc, es[m].id) : 1;
-        if (!describe_entry(rc, &es[m], delivery, &in[m])) {
+        if (!describe_entry(rc, &es[m], delivery, &b.in[m])) {
             ack_ids[n_ack++] = es[m].id;
             continue;
         }
         m++;
     }
     if (m > 0) {
-        (void)txo__handler_run(&rc->h, in, m, results, errors);
+        (void)txo__handler_run(&rc->h, b.in, m, b.results, b.errors);
         *handled += m;
         for (size_t i = 0; i < m; i++) {
             if (rc->conn.ctx == NULL) {
@@ -411,14 +409,10 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
             }
             struct txo_error e_err;
             txo_error_init(&e_err);
-            int code = settle(rc, &es[i], &in[i], results[i], &errors[i], &e_err);
-            if (code > 0) {
+            int code = settle(rc, &es[i], &b.in[i], b.results[i], &b.errors[i], &e_err);
+            if (code > 0)
                 ack_ids[n_ack++] = es[i].id;
-            } else if (code < 0 && first == 0) {
-                first = code;
-                if (err != NULL)
-                    *err = e_err;
-            }
+            txo__settle_keep_first(code, &e_err, &first, err);
         }
     }
     if (n_ack > 0) {
@@ -426,17 +420,11 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
         txo_error_init(&e_err);
         int code =
             rc->conn.ctx != NULL ? ack(rc, ack_ids, n_ack, &e_err) : lost_mid_batch(rc, &e_err);
-        if (code < 0 && first == 0) {
-            first = code;
-            if (err != NULL)
-                *err = e_err;
-        }
+        txo__settle_keep_first(code, &e_err, &first, err);
     }
 out:
     txo_free(es);
-    txo_free(in);
-    txo_free(results);
-    txo_free(errors);
+    txo__handler_batch_release(&b);
     txo_free(ack_ids);
     return first;
 }
@@ -617,12 +605,7 @@ static int redis_consumer_init(void *self, const struct txo__transport_args *a,
     rc->group = txo_strdup(o->group);
     rc->name = o->consumer_name != NULL ? txo_strdup(o->consumer_name) : default_name();
     rc->event_type = o->event_type != NULL ? txo_strdup(o->event_type) : NULL;
-    size_t slen = strlen(o->stream);
-    rc->dead_stream = txo_malloc(slen + sizeof(".dead"));
-    if (rc->dead_stream != NULL) {
-        memcpy(rc->dead_stream, o->stream, slen);
-        memcpy(rc->dead_stream + slen, ".dead", sizeof(".dead"));
-    }
+    rc->dead_stream = txo__suffixed(o->stream, ".dead");
     if (rc->stream == NULL || rc->group == NULL || rc->name == NULL || rc->dead_stream == NULL ||
         (o->event_type != NULL && rc->event_type == NULL))
         return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
