@@ -686,8 +686,6 @@ static void release_grpc(void)
 static void grpc_publisher_destroy(void *self)
 {
     struct grpc_publisher *p = self;
-    if (p == NULL)
-        return;
     if (p->channel != NULL)
         grpc_channel_destroy(p->channel);
     if (p->cq != NULL) {

@@ -552,8 +552,6 @@ static int kafka_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *h
 static void kafka_consumer_destroy(void *self)
 {
     struct kafka_consumer *c = self;
-    if (c == NULL)
-        return;
     if (c->rk != NULL) {
         /* Serves the final revoke (which commits what was handled) and leaves the group. */
         rd_kafka_resp_err_t e = rd_kafka_consumer_close(c->rk);

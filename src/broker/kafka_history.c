@@ -350,8 +350,6 @@ static int kafka_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn
 static void kafka_history_destroy(void *self)
 {
     struct kafka_history *kh = self;
-    if (kh == NULL)
-        return;
     if (kh->rk != NULL)
         rd_kafka_destroy(kh->rk);
     txo_free(kh->topic_template);

@@ -595,8 +595,6 @@ static int kafka_publish_batch(void *self, const struct txo_outbox_message *msgs
 static void kafka_publisher_destroy(void *self)
 {
     struct kafka_publisher *p = self;
-    if (p == NULL)
-        return;
     producer_stop(p);
     txo_free(p->brokers);
     txo_free(p->topic_template);

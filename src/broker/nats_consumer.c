@@ -233,8 +233,6 @@ static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *ha
 static void nats_consumer_destroy(void *self)
 {
     struct nats_consumer *nc = self;
-    if (nc == NULL)
-        return;
     /* Destroy, never Unsubscribe: Unsubscribe would delete the durable on the server. */
     natsSubscription_Destroy(nc->sub);
     txo__nats_conn_close(&nc->conn);

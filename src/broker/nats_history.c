@@ -271,8 +271,6 @@ static int nats_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn 
 static void nats_history_destroy(void *self)
 {
     struct nats_history *nh = self;
-    if (nh == NULL)
-        return;
     txo__nats_conn_close(&nh->conn);
     txo_free(nh->filter);
     txo_free(nh);

@@ -851,8 +851,6 @@ static int nats_publish_batch(void *self, const struct txo_outbox_message *msgs,
 static void nats_publisher_destroy(void *self)
 {
     struct nats_publisher *p = self;
-    if (p == NULL)
-        return;
     /* Closing the connection first: no ack handler runs after this. */
     txo__nats_conn_close(&p->conn);
     for (size_t k = 0; k < p->n_acks; k++)

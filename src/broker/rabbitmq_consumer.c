@@ -617,8 +617,6 @@ static int rmq_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *han
 static void rmq_consumer_destroy(void *self)
 {
     struct rmq_consumer *rc = self;
-    if (rc == NULL)
-        return;
     txo__rmq_conn_release(&rc->conn);
     txo__rmq_conn_release(&rc->retry);
     txo_free(rc->queue);

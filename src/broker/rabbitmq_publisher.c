@@ -771,8 +771,6 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
 static void rmq_publisher_destroy(void *self)
 {
     struct rmq_publisher *p = self;
-    if (p == NULL)
-        return;
     txo__rmq_conn_release(&p->conn);
     txo_free(p->tags);
     txo_free(p->index_of);

@@ -544,8 +544,6 @@ static int redis_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *h
 static void redis_consumer_destroy(void *self)
 {
     struct redis_consumer *rc = self;
-    if (rc == NULL)
-        return;
     txo__redis_conn_release(&rc->conn);
     txo_free(rc->stream);
     txo_free(rc->dead_stream);

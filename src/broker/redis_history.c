@@ -331,8 +331,6 @@ static int redis_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn
 static void redis_history_destroy(void *self)
 {
     struct redis_history *rh = self;
-    if (rh == NULL)
-        return;
     txo__redis_conn_release(&rh->conn);
     txo_free(rh->stream_template);
     txo_free(rh);

@@ -294,8 +294,6 @@ static int redis_publish_batch(void *self, const struct txo_outbox_message *msgs
 static void redis_publisher_destroy(void *self)
 {
     struct redis_publisher *p = self;
-    if (p == NULL)
-        return;
     txo__redis_conn_release(&p->conn);
     txo_free(p->stream_template);
     txo_free(p->sent);

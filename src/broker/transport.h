@@ -9,6 +9,8 @@
  *   - runs the transport's init on it, then wraps it in its handle;
  *   - on any failure destroys the state through the ops table's destroy, so an init leaves
  *     whatever it made in the state and returns its code.
+ * A transport's destroy is therefore only ever given a state this made (by the build or by its
+ * handle's _free), never NULL, and releases whatever part of it init got to.
  * Their metric families they describe as a table (struct txo_metric_desc) registered by
  * txo__transport_metrics(). Defined in transport.c.
  */

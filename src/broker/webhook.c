@@ -51,8 +51,6 @@ static void wipe(char *s)
 static void webhook_destroy(void *self)
 {
     struct webhook_publisher *wp = self;
-    if (wp == NULL)
-        return;
     txo_http_client_free(wp->client);
     txo_http_client_response_release(&wp->resp);
     txo_free(wp->url);
