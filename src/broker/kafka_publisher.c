@@ -465,15 +465,9 @@ static void produce_one(struct kafka_publisher *p, const struct txo_outbox_messa
                         int64_t deadline_ms, int *results, struct txo_error *errors)
 {
     char topic[TXO__KAFKA_TOPIC_MAX + 1];
-    int rc = txo_kafka_topic(p->topic_template, m->aggregate_type != NULL ? m->aggregate_type : "",
-                             m->event_type != NULL ? m->event_type : "", topic, sizeof(topic),
-                             &errors[i]);
-    if (rc < 0) {
-        results[i] = rc;
-        return;
-    }
     struct txo__wire w;
-    rc = txo__wire_encode("kafka publisher", m, &w, &errors[i]);
+    int rc = txo__wire_encode_to("kafka publisher", txo_kafka_topic, p->topic_template, m, topic,
+                                 sizeof(topic), &w, &errors[i]);
     if (rc < 0) {
         results[i] = rc;
         return;

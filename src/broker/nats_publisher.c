@@ -668,15 +668,9 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
     struct txo__nats_conn *c = &p->conn;
     char subject[TXO__NATS_SUBJECT_MAX];
     p->sent[i] = 0;
-    int rc = txo_nats_subject(c->prefix, m->aggregate_type != NULL ? m->aggregate_type : "",
-                              m->event_type != NULL ? m->event_type : "", subject, sizeof(subject),
-                              &errors[i]);
-    if (rc < 0) {
-        results[i] = rc;
-        return;
-    }
     struct txo__wire w;
-    rc = txo__wire_encode("nats publisher", m, &w, &errors[i]);
+    int rc = txo__wire_encode_to("nats publisher", txo_nats_subject, c->prefix, m, subject,
+                                 sizeof(subject), &w, &errors[i]);
     if (rc < 0) {
         results[i] = rc;
         return;

@@ -469,6 +469,14 @@ static void ce_name(const char *name, char *out, size_t cap)
         out[2] = '_';
 }
 
+/* The routing key of an event, as a destination of txo__wire_encode_to(): no template. */
+static int routing_key(const char *template, const char *aggregate_type, const char *event_type,
+                       char *out, size_t out_size, struct txo_error *err)
+{
+    (void)template;
+    return txo_rabbitmq_routing_key(aggregate_type, event_type, out, out_size, err);
+}
+
 /*
  * Publishes message i. Returns 0 when it was written (tags[i] set) or it failed on its own
  * (results[i] set, nothing written); a negative code when the connection broke (results[i]
@@ -481,15 +489,9 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
     p->tags[i] = 0;
     p->returned[i] = false;
     char key[TXO__RMQ_NAME_MAX + 1];
-    int rc = txo_rabbitmq_routing_key(m->aggregate_type != NULL ? m->aggregate_type : "",
-                                      m->event_type != NULL ? m->event_type : "", key, sizeof(key),
-                                      &errors[i]);
-    if (rc < 0) {
-        results[i] = rc;
-        return 0;
-    }
     struct txo__wire w;
-    rc = txo__wire_encode("rabbitmq publisher", m, &w, &errors[i]);
+    int rc = txo__wire_encode_to("rabbitmq publisher", routing_key, NULL, m, key, sizeof(key), &w,
+                                 &errors[i]);
     if (rc < 0) {
         results[i] = rc;
         return 0;

@@ -90,13 +90,8 @@ static int xadd_build(struct redis_publisher *p, const struct txo_outbox_message
                       struct txo_error *err)
 {
     x->argc = 0;
-    memset(&x->w, 0, sizeof(x->w));
-    int rc = txo_redis_stream_name(
-        p->stream_template, m->aggregate_type != NULL ? m->aggregate_type : "",
-        m->event_type != NULL ? m->event_type : "", x->stream, sizeof(x->stream), err);
-    if (rc < 0)
-        return rc;
-    rc = txo__wire_encode("redis publisher", m, &x->w, err);
+    int rc = txo__wire_encode_to("redis publisher", txo_redis_stream_name, p->stream_template, m,
+                                 x->stream, sizeof(x->stream), &x->w, err);
     if (rc < 0)
         return rc;
     snprintf(x->outbox_id, sizeof(x->outbox_id), "%" PRId64, m->id);
