@@ -712,16 +712,6 @@ static const struct txo_publisher_ops grpc_ops = {
 
 #define PEM_MAX_BYTES (1024 * 1024)
 
-static void wipe_free(char *s)
-{
-    if (s == NULL)
-        return;
-    volatile char *v = s;
-    while (*v != '\0')
-        *v++ = '\0';
-    txo_free(s);
-}
-
 /* Reads a PEM file whole into *out (NUL-terminated, txo_free()). TXO_ECONFIG when it cannot be
  * read, is empty or larger than PEM_MAX_BYTES. */
 static int read_pem(const char *what, const char *path, char **out, struct txo_error *err)
@@ -740,7 +730,7 @@ static int read_pem(const char *what, const char *path, char **out, struct txo_e
     fclose(f);
     buf[n <= PEM_MAX_BYTES ? n : PEM_MAX_BYTES] = '\0';
     if (failed || n == 0 || n > PEM_MAX_BYTES) {
-        wipe_free(buf);
+        txo__secret_free(buf);
         return txo_error_set(err, TXO_ECONFIG, "grpc publisher: %s %s: %s", what, path,
                              failed   ? "read error"
                              : n == 0 ? "the file is empty"
@@ -774,7 +764,7 @@ static int make_credentials(const struct txo_grpc_opts *o, grpc_channel_credenti
     }
     txo_free(ca);
     txo_free(cert);
-    wipe_free(key);
+    txo__secret_free(key);
     return rc;
 }
 

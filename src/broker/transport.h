@@ -59,4 +59,10 @@ int txo__history_build(const struct txo_history_ops *ops, size_t size, txo__tran
 int txo__transport_metrics(struct txo_metrics *reg, const struct txo_metric_desc *desc, size_t n,
                            struct txo_metric **const *slots, struct txo_error *err);
 
+/*
+ * Overwrites the secret s (a password, a private key, an Authorization line) with zeros, then
+ * frees it: no secret is left in freed memory. NULL is a no-op.
+ */
+void txo__secret_free(char *s);
+
 #endif

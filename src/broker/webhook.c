@@ -39,23 +39,13 @@ void txo_webhook_opts_init(struct txo_webhook_opts *opts)
     opts->timeout_ms = 5000;
 }
 
-static void wipe(char *s)
-{
-    if (s == NULL)
-        return;
-    volatile char *p = s;
-    while (*p != '\0')
-        *p++ = '\0';
-}
-
 static void webhook_destroy(void *self)
 {
     struct webhook_publisher *wp = self;
     txo_http_client_free(wp->client);
     txo_http_client_response_release(&wp->resp);
     txo_free(wp->url);
-    wipe(wp->auth_header);
-    txo_free(wp->auth_header);
+    txo__secret_free(wp->auth_header);
     txo_free(wp);
 }
 
