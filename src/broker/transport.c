@@ -1,7 +1,10 @@
 /*
- * The constructors' common part for every transport: see transport.h. A publisher, a consumer
+ * What every transport shares (see transport.h): the constructors' common part, the
+ * registration of its metric families and the wiping of its secrets. A publisher, a consumer
  * and a history reader differ only in their ops table and the handle that wraps the state, so
  * one function builds all three and the kind picks the handle.
+ *
+ * Thread-safety: none needed; each call works on what its caller owns.
  */
 #include "core/common.h"
 

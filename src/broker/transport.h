@@ -11,8 +11,9 @@
  *     whatever it made in the state and returns its code.
  * A transport's destroy is therefore only ever given a state this made (by the build or by its
  * handle's _free), never NULL, and releases whatever part of it init got to.
- * Their metric families they describe as a table (struct txo_metric_desc) registered by
- * txo__transport_metrics(). Defined in transport.c.
+ * Every transport also describes its metric families as one table (struct txo_metric_desc)
+ * registered by txo__transport_metrics(), and frees its secrets with txo__secret_free().
+ * Defined in transport.c.
  */
 #ifndef TXO_BROKER_TRANSPORT_H
 #define TXO_BROKER_TRANSPORT_H
