@@ -17,66 +17,63 @@ static struct {
     const char *key_file;
 } settings;
 
-static void add_settings(struct settings_table *t)
-{
-    const struct setting group[] = {
-        {.name = "grpc-target",
-         .env = "TXO_GRPC_TARGET",
-         .type = SETTING_STRING,
-         .def = "127.0.0.1:50051",
-         .help = "the EventSink service (proto/txo/v1/event_sink.proto), host:port or a gRPC "
-                 "target such as dns:///sink.internal:50051; plaintext unless --grpc-ca-file",
-         .target = &settings.target},
-        {.name = "grpc-deadline",
-         .env = "TXO_GRPC_DEADLINE_MS",
-         .type = SETTING_MS,
-         .def = "5000",
-         .help = "deadline of one Publish call, milliseconds; a call past it is retried (the "
-                 "server may have taken it: it de-duplicates on the idempotency key)",
-         .min = 1,
-         .max = 600000,
-         .target = &settings.deadline_ms},
-        {.name = "grpc-keepalive",
-         .env = "TXO_GRPC_KEEPALIVE_MS",
-         .type = SETTING_MS,
-         .def = "30000",
-         .help = "keep-alive ping interval while a call is in flight, milliseconds (the server "
-                 "must permit pings this often)",
-         .min = 1000,
-         .max = 86400000,
-         .target = &settings.keepalive_ms},
-        {.name = "grpc-max-batch-bytes",
-         .env = "TXO_GRPC_MAX_BATCH_BYTES",
-         .type = SETTING_UINT,
-         .def = "4000000",
-         .help = "largest encoded PublishRequest; a bigger batch goes as several calls, one "
-                 "event bigger than this is dead-lettered",
-         .min = 1024,
-         .max = 1073741824,
-         .target = &settings.max_batch_bytes},
-        {.name = "grpc-ca-file",
-         .env = "TXO_GRPC_CA_FILE",
-         .type = SETTING_STRING,
-         .def = NULL,
-         .help = "TLS: PEM certificates the server's certificate is verified against (unset: "
-                 "plaintext)",
-         .target = &settings.ca_file},
-        {.name = "grpc-cert-file",
-         .env = "TXO_GRPC_CERT_FILE",
-         .type = SETTING_STRING,
-         .def = NULL,
-         .help = "TLS: client certificate (PEM) for a server that requires one; with "
-                 "--grpc-key-file",
-         .target = &settings.cert_file},
-        {.name = "grpc-key-file",
-         .env = "TXO_GRPC_KEY_FILE",
-         .type = SETTING_STRING,
-         .def = NULL,
-         .help = "TLS: the client certificate's private key (PEM)",
-         .target = &settings.key_file},
-    };
-    settings_add(t, group, TXO_ARRAY_LEN(group));
-}
+/* The broker's settings: the cmd_broker below hands them to every daemon's table. */
+static const struct setting settings_group[] = {
+    {.name = "grpc-target",
+     .env = "TXO_GRPC_TARGET",
+     .type = SETTING_STRING,
+     .def = "127.0.0.1:50051",
+     .help = "the EventSink service (proto/txo/v1/event_sink.proto), host:port or a gRPC "
+             "target such as dns:///sink.internal:50051; plaintext unless --grpc-ca-file",
+     .target = &settings.target},
+    {.name = "grpc-deadline",
+     .env = "TXO_GRPC_DEADLINE_MS",
+     .type = SETTING_MS,
+     .def = "5000",
+     .help = "deadline of one Publish call, milliseconds; a call past it is retried (the "
+             "server may have taken it: it de-duplicates on the idempotency key)",
+     .min = 1,
+     .max = 600000,
+     .target = &settings.deadline_ms},
+    {.name = "grpc-keepalive",
+     .env = "TXO_GRPC_KEEPALIVE_MS",
+     .type = SETTING_MS,
+     .def = "30000",
+     .help = "keep-alive ping interval while a call is in flight, milliseconds (the server "
+             "must permit pings this often)",
+     .min = 1000,
+     .max = 86400000,
+     .target = &settings.keepalive_ms},
+    {.name = "grpc-max-batch-bytes",
+     .env = "TXO_GRPC_MAX_BATCH_BYTES",
+     .type = SETTING_UINT,
+     .def = "4000000",
+     .help = "largest encoded PublishRequest; a bigger batch goes as several calls, one "
+             "event bigger than this is dead-lettered",
+     .min = 1024,
+     .max = 1073741824,
+     .target = &settings.max_batch_bytes},
+    {.name = "grpc-ca-file",
+     .env = "TXO_GRPC_CA_FILE",
+     .type = SETTING_STRING,
+     .def = NULL,
+     .help = "TLS: PEM certificates the server's certificate is verified against (unset: "
+             "plaintext)",
+     .target = &settings.ca_file},
+    {.name = "grpc-cert-file",
+     .env = "TXO_GRPC_CERT_FILE",
+     .type = SETTING_STRING,
+     .def = NULL,
+     .help = "TLS: client certificate (PEM) for a server that requires one; with "
+             "--grpc-key-file",
+     .target = &settings.cert_file},
+    {.name = "grpc-key-file",
+     .env = "TXO_GRPC_KEY_FILE",
+     .type = SETTING_STRING,
+     .def = NULL,
+     .help = "TLS: the client certificate's private key (PEM)",
+     .target = &settings.key_file},
+};
 
 /* TXO_GRPC_CA_FILE= (empty) means unset, as in an environment file. */
 static const char *unset_if_empty(const char *s)
@@ -102,7 +99,8 @@ static int publisher_new(struct txo_metrics *metrics, struct txo_publisher **out
 const struct cmd_broker cmd_broker_grpc = {
     .name = "grpc",
     .summary = "a gRPC EventSink service of your own; publishing only",
-    .add_settings = add_settings,
+    .settings = settings_group,
+    .n_settings = TXO_ARRAY_LEN(settings_group),
     .publisher_new = publisher_new,
     .consumer_new = NULL, /* the service consumes: nothing to poll */
     .no_history = "the receiving service keeps no history the relay could read back",

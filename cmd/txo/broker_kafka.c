@@ -19,61 +19,58 @@ static struct {
     const char *properties; /* "key=value,key=value" */
 } settings;
 
-static void add_settings(struct settings_table *t)
-{
-    const struct setting group[] = {
-        {.name = "kafka-brokers",
-         .env = "TXO_KAFKA_BROKERS",
-         .type = SETTING_STRING,
-         .def = "127.0.0.1:9092",
-         .help = "Kafka bootstrap servers, host:port comma-separated",
-         .target = &settings.brokers},
-        {.name = "kafka-topic-template",
-         .env = "TXO_KAFKA_TOPIC_TEMPLATE",
-         .type = SETTING_STRING,
-         .def = "txo.events.{aggregate_type}",
-         .help = "topic of an event; {aggregate_type} and {event_type} are replaced (one topic "
-                 "per aggregate type keeps an aggregate's events in order)",
-         .target = &settings.topic_template},
-        {.name = "kafka-group",
-         .env = "TXO_KAFKA_GROUP",
-         .type = SETTING_STRING,
-         .def = "txo-worker",
-         .help = "consumer group the workers share (group.id)",
-         .target = &settings.group},
-        {.name = "kafka-delivery-timeout",
-         .env = "TXO_KAFKA_DELIVERY_TIMEOUT_MS",
-         .type = SETTING_MS,
-         .def = "10000",
-         .help = "a published batch waits up to this for its delivery reports, milliseconds",
-         .min = 1,
-         .max = 600000,
-         .target = &settings.delivery_timeout_ms},
-        {.name = "kafka-retry-delay",
-         .env = "TXO_KAFKA_RETRY_DELAY_MS",
-         .type = SETTING_MS,
-         .def = "1000",
-         .help = "a consumed record whose handling failed transiently is handled again after "
-                 "this, milliseconds (its partition waits meanwhile)",
-         .min = 0,
-         .max = 3600000,
-         .target = &settings.retry_delay_ms},
-        {.name = "kafka-dead-letter-topic",
-         .env = "TXO_KAFKA_DEAD_LETTER_TOPIC",
-         .type = SETTING_STRING,
-         .help = "topic a consumed record the worker rejects is copied to (unset: it is only "
-                 "logged, then committed past)",
-         .target = &settings.dead_letter_topic},
-        {.name = "kafka-property",
-         .env = "TXO_KAFKA_PROPERTIES",
-         .type = SETTING_STRING,
-         .help = "extra librdkafka properties, key=value comma-separated (security.protocol, "
-                 "sasl.*, linger.ms, ...)",
-         .secret = true,
-         .target = &settings.properties},
-    };
-    settings_add(t, group, TXO_ARRAY_LEN(group));
-}
+/* The broker's settings: the cmd_broker below hands them to every daemon's table. */
+static const struct setting settings_group[] = {
+    {.name = "kafka-brokers",
+     .env = "TXO_KAFKA_BROKERS",
+     .type = SETTING_STRING,
+     .def = "127.0.0.1:9092",
+     .help = "Kafka bootstrap servers, host:port comma-separated",
+     .target = &settings.brokers},
+    {.name = "kafka-topic-template",
+     .env = "TXO_KAFKA_TOPIC_TEMPLATE",
+     .type = SETTING_STRING,
+     .def = "txo.events.{aggregate_type}",
+     .help = "topic of an event; {aggregate_type} and {event_type} are replaced (one topic "
+             "per aggregate type keeps an aggregate's events in order)",
+     .target = &settings.topic_template},
+    {.name = "kafka-group",
+     .env = "TXO_KAFKA_GROUP",
+     .type = SETTING_STRING,
+     .def = "txo-worker",
+     .help = "consumer group the workers share (group.id)",
+     .target = &settings.group},
+    {.name = "kafka-delivery-timeout",
+     .env = "TXO_KAFKA_DELIVERY_TIMEOUT_MS",
+     .type = SETTING_MS,
+     .def = "10000",
+     .help = "a published batch waits up to this for its delivery reports, milliseconds",
+     .min = 1,
+     .max = 600000,
+     .target = &settings.delivery_timeout_ms},
+    {.name = "kafka-retry-delay",
+     .env = "TXO_KAFKA_RETRY_DELAY_MS",
+     .type = SETTING_MS,
+     .def = "1000",
+     .help = "a consumed record whose handling failed transiently is handled again after "
+             "this, milliseconds (its partition waits meanwhile)",
+     .min = 0,
+     .max = 3600000,
+     .target = &settings.retry_delay_ms},
+    {.name = "kafka-dead-letter-topic",
+     .env = "TXO_KAFKA_DEAD_LETTER_TOPIC",
+     .type = SETTING_STRING,
+     .help = "topic a consumed record the worker rejects is copied to (unset: it is only "
+             "logged, then committed past)",
+     .target = &settings.dead_letter_topic},
+    {.name = "kafka-property",
+     .env = "TXO_KAFKA_PROPERTIES",
+     .type = SETTING_STRING,
+     .help = "extra librdkafka properties, key=value comma-separated (security.protocol, "
+             "sasl.*, linger.ms, ...)",
+     .secret = true,
+     .target = &settings.properties},
+};
 
 /* The options from the settings; props (owned, free with txo_free, also after a failure)
  * holds the property list that o->properties points into. */
@@ -174,7 +171,8 @@ static int history_new(struct txo_history **out, struct txo_error *err)
 const struct cmd_broker cmd_broker_kafka = {
     .name = "kafka",
     .summary = "Apache Kafka",
-    .add_settings = add_settings,
+    .settings = settings_group,
+    .n_settings = TXO_ARRAY_LEN(settings_group),
     .publisher_new = publisher_new,
     .consumer_new = consumer_new,
     .history_new = history_new,

@@ -59,14 +59,14 @@ void cmd_brokers_add_settings(struct settings_table *t)
 {
     for (size_t i = 0; i < TXO_ARRAY_LEN(rows); i++)
         if (rows[i].built != NULL)
-            rows[i].built->add_settings(t);
+            settings_add(t, rows[i].built->settings, rows[i].built->n_settings);
 }
 
 void cmd_brokers_add_history_settings(struct settings_table *t)
 {
     for (size_t i = 0; i < TXO_ARRAY_LEN(rows); i++)
         if (rows[i].built != NULL && rows[i].built->history_new != NULL)
-            rows[i].built->add_settings(t);
+            settings_add(t, rows[i].built->settings, rows[i].built->n_settings);
 }
 
 /* What --broker takes besides the brokers: no consumer (the worker) or local dispatch (up). */

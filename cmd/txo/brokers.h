@@ -29,8 +29,9 @@
 struct cmd_broker {
     const char *name;    /* "nats" */
     const char *summary; /* "NATS JetStream": what --help says next to the name */
-    /* Appends the broker's settings to t (targets in the broker's file). */
-    void (*add_settings)(struct settings_table *t);
+    /* The broker's settings (targets in the broker's file), for every daemon's table. */
+    const struct setting *settings;
+    size_t n_settings;
     /* The relay's publisher from those settings; metrics (may be NULL) gets its families. */
     int (*publisher_new)(struct txo_metrics *metrics, struct txo_publisher **out,
                          struct txo_error *err);

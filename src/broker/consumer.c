@@ -92,3 +92,39 @@ int txo__handler_run(const struct txo_handler *h, const struct txo_inbound_messa
     }
     return rc;
 }
+
+bool txo__handler_batch_alloc(struct txo__handler_batch *b, size_t n)
+{
+    b->in = txo_calloc(n, sizeof(*b->in));
+    b->results = txo_calloc(n, sizeof(*b->results));
+    b->errors = txo_calloc(n, sizeof(*b->errors));
+    return b->in != NULL && b->results != NULL && b->errors != NULL;
+}
+
+void txo__handler_batch_release(struct txo__handler_batch *b)
+{
+    txo_free(b->in);
+    txo_free(b->results);
+    txo_free(b->errors);
+    memset(b, 0, sizeof(*b));
+}
+
+void txo__settle_keep_first(int code, const struct txo_error *e, int *first, struct txo_error *err)
+{
+    if (code >= 0 || *first != 0)
+        return;
+    *first = code;
+    if (err != NULL)
+        *err = *e;
+}
+
+char *txo__suffixed(const char *name, const char *suffix)
+{
+    size_t a = strlen(name), b = strlen(suffix);
+    char *s = txo_malloc(a + b + 1);
+    if (s != NULL) {
+        memcpy(s, name, a);
+        memcpy(s + a, suffix, b + 1);
+    }
+    return s;
+}

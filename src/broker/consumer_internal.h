@@ -24,4 +24,36 @@ int txo__handler_check(const struct txo_handler *h, const char *who, struct txo_
 int txo__handler_run(const struct txo_handler *h, const struct txo_inbound_message *msgs, size_t n,
                      int *results, struct txo_error *errors);
 
+/*
+ * What one handler run takes for up to n messages: in (filled by the transport) and the
+ * verdicts results and errors (filled by txo__handler_run()).
+ */
+struct txo__handler_batch {
+    struct txo_inbound_message *in;
+    int *results;
+    struct txo_error *errors;
+};
+
+/*
+ * Allocates b's arrays, zeroed, for n >= 1 messages. False when out of memory; b is released
+ * with txo__handler_batch_release() either way.
+ */
+bool txo__handler_batch_alloc(struct txo__handler_batch *b, size_t n);
+
+/* Frees b's arrays; a zeroed or released batch is a no-op. */
+void txo__handler_batch_release(struct txo__handler_batch *b);
+
+/*
+ * Folds one settlement's outcome into a poll's: when code < 0 and *first is still 0, *first
+ * becomes code and *err (when not NULL) the reason e. The first failure is what the poll
+ * returns; later ones were logged where they happened.
+ */
+void txo__settle_keep_first(int code, const struct txo_error *e, int *first, struct txo_error *err);
+
+/*
+ * name followed by suffix, as a new string (txo_free()), or NULL when out of memory: the names
+ * a consumer derives from its options ("<queue>.retry", "<stream>.dead", "<prefix>.>").
+ */
+char *txo__suffixed(const char *name, const char *suffix);
+
 #endif

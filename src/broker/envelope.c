@@ -82,6 +82,25 @@ static int set_int(json_t *obj, const char *key, int64_t value, int64_t id, stru
     return 0;
 }
 
+/* One member of an envelope's head: the string str, or with is_num the number num. */
+struct member {
+    const char *key;
+    const char *str; /* NULL (and not is_num): "<key> is missing" */
+    int64_t num;
+    bool is_num;
+};
+
+/* Sets the n members m into obj in order, up to the first that fails (as set_str, set_int). */
+static int set_members(json_t *obj, const struct member *m, size_t n, int64_t id,
+                       struct txo_error *err)
+{
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = m[i].is_num ? set_int(obj, m[i].key, m[i].num, id, err)
+                         : set_str(obj, m[i].key, m[i].str, id, err);
+    return rc;
+}
+
 #define CE_DATA_KEY ",\"data\":"
 /* The CloudEvents sequence extension: a decimal zero-padded to the 20 digits of UINT64_MAX,
  * so that text order is number order. */
@@ -135,23 +154,22 @@ static int trace_head(json_t *head, const struct txo_outbox_message *msg, struct
 /* The txo envelope's fields before the payload, in the documented order. */
 static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct txo_error *err)
 {
-    int rc = set_int(head, "id", msg->id, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "type", msg->event_type, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "aggregate_type", msg->aggregate_type, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "aggregate_id", msg->aggregate_id, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "idempotency_key", msg->idempotency_key, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "created_at", msg->created_at, msg->id, err);
-    if (rc == 0)
-        rc = set_int(head, "attempt", msg->attempt, msg->id, err);
+    const struct member fields[] = {
+        {.key = "id", .num = msg->id, .is_num = true},
+        {.key = "type", .str = msg->event_type},
+        {.key = "aggregate_type", .str = msg->aggregate_type},
+        {.key = "aggregate_id", .str = msg->aggregate_id},
+        {.key = "idempotency_key", .str = msg->idempotency_key},
+        {.key = "created_at", .str = msg->created_at},
+        {.key = "attempt", .num = msg->attempt, .is_num = true},
+    };
+    int rc = set_members(head, fields, TXO_ARRAY_LEN(fields), msg->id, err);
     if (rc == 0 && msg->sequence != 0) {
-        rc = set_int(head, "sequence", (int64_t)msg->sequence, msg->id, err);
-        if (rc == 0)
-            rc = set_int(head, "prev_sequence", (int64_t)msg->prev_sequence, msg->id, err);
+        const struct member order[] = {
+            {.key = "sequence", .num = (int64_t)msg->sequence, .is_num = true},
+            {.key = "prev_sequence", .num = (int64_t)msg->prev_sequence, .is_num = true},
+        };
+        rc = set_members(head, order, TXO_ARRAY_LEN(order), msg->id, err);
     }
     if (rc == 0)
         rc = trace_head(head, msg, err);
@@ -171,34 +189,27 @@ static int ce_head(json_t *head, const struct txo_outbox_message *msg, const cha
         return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory",
                              msg->id);
     snprintf(subject, subject_len, "%s/%s", msg->aggregate_type, msg->aggregate_id);
-    int rc = set_str(head, "specversion", "1.0", msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "id", msg->idempotency_key, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "source", source != NULL ? source : CE_DEFAULT_SOURCE, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "type", msg->event_type, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "subject", subject, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "time", msg->created_at, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "datacontenttype", "application/json", msg->id, err);
-    if (rc == 0)
-        rc = set_int(head, "txoid", msg->id, msg->id, err);
-    if (rc == 0)
-        rc = set_int(head, "txoattempt", msg->attempt, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "txoaggregatetype", msg->aggregate_type, msg->id, err);
-    if (rc == 0)
-        rc = set_str(head, "txoaggregateid", msg->aggregate_id, msg->id, err);
+    const struct member attributes[] = {
+        {.key = "specversion", .str = "1.0"},
+        {.key = "id", .str = msg->idempotency_key},
+        {.key = "source", .str = source != NULL ? source : CE_DEFAULT_SOURCE},
+        {.key = "type", .str = msg->event_type},
+        {.key = "subject", .str = subject},
+        {.key = "time", .str = msg->created_at},
+        {.key = "datacontenttype", .str = "application/json"},
+        {.key = "txoid", .num = msg->id, .is_num = true},
+        {.key = "txoattempt", .num = msg->attempt, .is_num = true},
+        {.key = "txoaggregatetype", .str = msg->aggregate_type},
+        {.key = "txoaggregateid", .str = msg->aggregate_id},
+    };
+    int rc = set_members(head, attributes, TXO_ARRAY_LEN(attributes), msg->id, err);
     if (rc == 0 && msg->sequence != 0) {
         char seq[CE_SEQUENCE_LEN], prev[CE_SEQUENCE_LEN];
         snprintf(seq, sizeof(seq), CE_SEQUENCE_FMT, msg->sequence);
         snprintf(prev, sizeof(prev), CE_SEQUENCE_FMT, msg->prev_sequence);
-        rc = set_str(head, "sequence", seq, msg->id, err);
-        if (rc == 0)
-            rc = set_str(head, "txoprevsequence", prev, msg->id, err);
+        const struct member order[] = {{.key = "sequence", .str = seq},
+                                       {.key = "txoprevsequence", .str = prev}};
+        rc = set_members(head, order, TXO_ARRAY_LEN(order), msg->id, err);
     }
     if (rc == 0)
         rc = trace_head(head, msg, err);

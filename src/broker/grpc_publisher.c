@@ -52,6 +52,7 @@
 #include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
+#include "broker/transport.h"
 #include "txo/v1/event_sink.pb-c.h"
 
 #define METHOD             "/txo.v1.EventSink/Publish"
@@ -175,39 +176,26 @@ struct grpc_metrics {
     struct txo_metric *duration;  /* histogram, seconds */
 };
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_grpc_events_published_total", "Events the EventSink server accepted.",
+     0, NULL},
+    {TXO_METRIC_COUNTER, "txo_grpc_events_failed_total",
+     "Events not delivered by a publish attempt, by kind (transient: retried; permanent: "
+     "dead-lettered).",
+     1, (const char *const[]){"kind"}},
+    {TXO_METRIC_COUNTER, "txo_grpc_calls_total", "EventSink.Publish calls made, by gRPC status.", 1,
+     (const char *const[]){"status"}},
+    {TXO_METRIC_GAUGE, "txo_grpc_calls_in_flight", "EventSink.Publish calls awaiting their answer.",
+     0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_grpc_call_duration_seconds",
+     "Time from sending an EventSink.Publish call to its status.", 0, NULL},
+};
+
 static int register_metrics(struct grpc_metrics *gm, struct txo_metrics *reg, struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    gm->published =
-        txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_grpc_events_published_total",
-                             "Events the EventSink server accepted.", 0, NULL, NULL, 0, err);
-    if (gm->published == NULL)
-        return err->code;
-    gm->failed = txo_metrics_register(
-        reg, TXO_METRIC_COUNTER, "txo_grpc_events_failed_total",
-        "Events not delivered by a publish attempt, by kind (transient: retried; permanent: "
-        "dead-lettered).",
-        1, (const char *const[]){"kind"}, NULL, 0, err);
-    if (gm->failed == NULL)
-        return err->code;
-    gm->calls = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_grpc_calls_total",
-                                     "EventSink.Publish calls made, by gRPC status.", 1,
-                                     (const char *const[]){"status"}, NULL, 0, err);
-    if (gm->calls == NULL)
-        return err->code;
-    gm->in_flight = txo_metrics_register(reg, TXO_METRIC_GAUGE, "txo_grpc_calls_in_flight",
-                                         "EventSink.Publish calls awaiting their answer.", 0, NULL,
-                                         NULL, 0, err);
-    if (gm->in_flight == NULL)
-        return err->code;
-    gm->duration = txo_metrics_register(reg, TXO_METRIC_HISTOGRAM, "txo_grpc_call_duration_seconds",
-                                        "Time from sending an EventSink.Publish call to its "
-                                        "status.",
-                                        0, NULL, NULL, 0, err);
-    if (gm->duration == NULL)
-        return err->code;
-    return 0;
+    struct txo_metric **const slots[] = {&gm->published, &gm->failed, &gm->calls, &gm->in_flight,
+                                         &gm->duration};
+    return txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
 }
 
 /* ---- the publisher ---- */
@@ -698,8 +686,6 @@ static void release_grpc(void)
 static void grpc_publisher_destroy(void *self)
 {
     struct grpc_publisher *p = self;
-    if (p == NULL)
-        return;
     if (p->channel != NULL)
         grpc_channel_destroy(p->channel);
     if (p->cq != NULL) {
@@ -726,16 +712,6 @@ static const struct txo_publisher_ops grpc_ops = {
 
 #define PEM_MAX_BYTES (1024 * 1024)
 
-static void wipe_free(char *s)
-{
-    if (s == NULL)
-        return;
-    volatile char *v = s;
-    while (*v != '\0')
-        *v++ = '\0';
-    txo_free(s);
-}
-
 /* Reads a PEM file whole into *out (NUL-terminated, txo_free()). TXO_ECONFIG when it cannot be
  * read, is empty or larger than PEM_MAX_BYTES. */
 static int read_pem(const char *what, const char *path, char **out, struct txo_error *err)
@@ -754,7 +730,7 @@ static int read_pem(const char *what, const char *path, char **out, struct txo_e
     fclose(f);
     buf[n <= PEM_MAX_BYTES ? n : PEM_MAX_BYTES] = '\0';
     if (failed || n == 0 || n > PEM_MAX_BYTES) {
-        wipe_free(buf);
+        txo__secret_free(buf);
         return txo_error_set(err, TXO_ECONFIG, "grpc publisher: %s %s: %s", what, path,
                              failed   ? "read error"
                              : n == 0 ? "the file is empty"
@@ -788,7 +764,7 @@ static int make_credentials(const struct txo_grpc_opts *o, grpc_channel_credenti
     }
     txo_free(ca);
     txo_free(cert);
-    wipe_free(key);
+    txo__secret_free(key);
     return rc;
 }
 
@@ -802,28 +778,20 @@ static grpc_arg int_arg(const char *key, int64_t value)
     return a;
 }
 
-int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *metrics,
-                           struct txo_publisher **out, struct txo_error *err)
+static int grpc_publisher_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "grpc publisher: out is required");
-    int rc = check_opts(o, err);
-    if (rc < 0)
-        return rc;
-    struct grpc_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
+    struct grpc_publisher *p = self;
+    const struct txo_grpc_opts *o = a->opts;
     take_grpc(); /* released by grpc_publisher_destroy() from here on */
     p->target = txo_strdup(o->target);
     p->deadline_ms = o->deadline_ms;
     p->max_batch_bytes = o->max_batch_bytes;
-    if (p->target == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
-        goto fail;
-    }
-    rc = register_metrics(&p->metrics, metrics, err);
+    if (p->target == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "grpc publisher: out of memory");
+    int rc = register_metrics(&p->metrics, a->metrics, err);
     if (rc < 0)
-        goto fail;
+        return rc;
 
     int64_t reconnect_first =
         o->reconnect_max_ms < RECONNECT_FIRST_MS ? o->reconnect_max_ms : RECONNECT_FIRST_MS;
@@ -847,22 +815,15 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
     grpc_channel_credentials *creds = NULL;
     rc = make_credentials(o, &creds, err);
     if (rc < 0)
-        goto fail;
+        return rc;
     p->channel = grpc_channel_create(o->target, creds, &cargs);
     grpc_channel_credentials_release(creds);
     p->cq = grpc_completion_queue_create_for_next(NULL);
-    if (p->channel == NULL || p->cq == NULL) {
-        rc = txo_error_set(err, TXO_ECONFIG, "grpc publisher: cannot open a channel to \"%s\"",
-                           o->target);
-        goto fail;
-    }
+    if (p->channel == NULL || p->cq == NULL)
+        return txo_error_set(err, TXO_ECONFIG, "grpc publisher: cannot open a channel to \"%s\"",
+                             o->target);
     /* Start connecting now, so the first batch does not pay for it. */
     (void)grpc_channel_check_connectivity_state(p->channel, 1);
-    rc = txo_publisher_new(&grpc_ops, p, out, err);
-    if (rc < 0) {
-        grpc_publisher_destroy(p);
-        return rc;
-    }
     TXO_LOG(TXO_LOG_INFO, "grpc", "publisher ready", TXO_KV_STR("target", o->target),
             TXO_KV_STR("tls", o->ca_file == NULL     ? "off"
                               : o->cert_file != NULL ? "mutual"
@@ -870,8 +831,15 @@ int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *me
             TXO_KV_I64("deadline_ms", o->deadline_ms), TXO_KV_I64("keepalive_ms", o->keepalive_ms),
             TXO_KV_U64("max_batch_bytes", o->max_batch_bytes));
     return 0;
+}
 
-fail:
-    grpc_publisher_destroy(p);
-    return rc;
+int txo_publisher_grpc_new(const struct txo_grpc_opts *o, struct txo_metrics *metrics,
+                           struct txo_publisher **out, struct txo_error *err)
+{
+    int rc = check_opts(o, err);
+    if (rc < 0)
+        return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&grpc_ops, sizeof(struct grpc_publisher), grpc_publisher_init, &a,
+                                out, err);
 }

@@ -40,6 +40,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/kafka_internal.h"
+#include "broker/transport.h"
 
 #define POLL_MAX         10000 /* records per poll, whatever the caller asks */
 #define HEADERS_MAX      32    /* headers of one record shown to the handler */
@@ -539,28 +540,18 @@ static int kafka_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *h
         int hrc = handle_one(c, m, &called, &e);
         rd_kafka_message_destroy(m);
         *handled += called;
-        if (hrc < 0 && rc == 0) {
-            rc = hrc;
-            if (err != NULL)
-                *err = e;
-        }
+        txo__settle_keep_first(hrc, &e, &rc, err);
     }
     struct txo_error cerr;
     txo_error_init(&cerr);
     int crc = commit_stored(c, c->rk, &cerr);
-    if (crc < 0 && rc == 0) {
-        rc = crc;
-        if (err != NULL)
-            *err = cerr;
-    }
+    txo__settle_keep_first(crc, &cerr, &rc, err);
     return rc;
 }
 
 static void kafka_consumer_destroy(void *self)
 {
     struct kafka_consumer *c = self;
-    if (c == NULL)
-        return;
     if (c->rk != NULL) {
         /* Serves the final revoke (which commits what was handled) and leaves the group. */
         rd_kafka_resp_err_t e = rd_kafka_consumer_close(c->rk);
@@ -656,53 +647,39 @@ static int subscribe(struct kafka_consumer *c, struct txo_error *err)
     return 0;
 }
 
+static const char *const by_outcome[] = {"outcome"};
+
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_kafka_messages_consumed_total",
+     "Records the Kafka consumer settled, by outcome (handled, retried after a transient "
+     "error, rejected by the handler, skipped: an event type the consumer does not take).",
+     1, by_outcome},
+    {TXO_METRIC_COUNTER, "txo_kafka_commit_errors_total",
+     "Offset commits of the Kafka consumer that failed.", 0, NULL},
+};
+
 static int register_metrics(struct kafka_consumer *c, struct txo_metrics *reg,
                             struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    c->m_consumed = txo_metrics_register(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_messages_consumed_total",
-        "Records the Kafka consumer settled, by outcome (handled, retried after a transient "
-        "error, rejected by the handler, skipped: an event type the consumer does not take).",
-        1, (const char *const[]){"outcome"}, NULL, 0, err);
-    if (c->m_consumed == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    c->m_commit_errors = txo_metrics_register(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_commit_errors_total",
-        "Offset commits of the Kafka consumer that failed.", 0, NULL, NULL, 0, err);
-    if (c->m_commit_errors == NULL)
-        return err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
+    struct txo_metric **const slots[] = {&c->m_consumed, &c->m_commit_errors};
+    int rc = txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
     static const char *const outcomes[] = {"handled", "retried", "rejected", "skipped"};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; rc == 0 && c->m_consumed != NULL && i < 4; i++)
         txo_metric_add(c->m_consumed, (const char *const[]){outcomes[i]}, 0);
-    return 0;
+    return rc;
 }
 
-int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_handler *h,
-                           struct txo_metrics *metrics, struct txo_consumer **out,
-                           struct txo_error *err)
+static int kafka_consumer_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
 {
-    int rc = txo__handler_check(h, "kafka consumer", err);
+    struct kafka_consumer *c = self;
+    c->h = *a->h;
+    int rc = copy_opts(c, a->opts);
+    if (rc < 0)
+        return txo_error_set(err, rc, "kafka consumer: out of memory");
+    rc = register_metrics(c, a->metrics, err);
     if (rc < 0)
         return rc;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "kafka consumer: out is required");
-    rc = txo__kafka_check_opts(o, "consumer", err);
-    if (rc < 0)
-        return rc;
-    struct kafka_consumer *c = txo_calloc(1, sizeof(*c));
-    if (c == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "kafka consumer: out of memory");
-    c->h = *h;
-    rc = copy_opts(c, o);
-    if (rc < 0) {
-        rc = txo_error_set(err, rc, "kafka consumer: out of memory");
-        goto out;
-    }
-    rc = register_metrics(c, metrics, err);
-    if (rc < 0)
-        goto out;
     const char *const fixed[] = {
         "group.id", c->o.group,          "enable.auto.commit", "false", "enable.auto.offset.store",
         "false",    "auto.offset.reset", "earliest",
@@ -710,7 +687,7 @@ int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_hand
     rd_kafka_conf_t *conf = NULL;
     rc = txo__kafka_conf_new(&c->o, "consumer", fixed, 4, &conf, err);
     if (rc < 0)
-        goto out;
+        return rc;
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_opaque(conf, c);
@@ -718,16 +695,21 @@ int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_hand
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (c->rk == NULL) {
         rd_kafka_conf_destroy(conf);
-        rc = txo_error_set(err, TXO_ECONFIG, "kafka consumer: cannot create the consumer: %s",
-                           errstr);
-        goto out;
+        return txo_error_set(err, TXO_ECONFIG, "kafka consumer: cannot create the consumer: %s",
+                             errstr);
     }
     rd_kafka_poll_set_consumer(c->rk);
-    rc = subscribe(c, err);
-    if (rc == 0)
-        rc = txo_consumer_new(&kafka_consumer_ops, c, out, err);
-out:
+    return subscribe(c, err);
+}
+
+int txo_consumer_kafka_new(const struct txo_kafka_opts *o, const struct txo_handler *h,
+                           struct txo_metrics *metrics, struct txo_consumer **out,
+                           struct txo_error *err)
+{
+    int rc = txo__kafka_check_opts(o, "consumer", err);
     if (rc < 0)
-        kafka_consumer_destroy(c);
-    return rc;
+        return rc;
+    struct txo__transport_args a = {.opts = o, .h = h, .metrics = metrics};
+    return txo__consumer_build(&kafka_consumer_ops, sizeof(struct kafka_consumer),
+                               kafka_consumer_init, &a, out, err);
 }

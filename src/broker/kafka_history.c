@@ -31,6 +31,7 @@
  */
 
 #include "broker/kafka_internal.h"
+#include "broker/transport.h"
 
 #define POLL_MS      100
 #define POSITION_MAX 600
@@ -349,8 +350,6 @@ static int kafka_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn
 static void kafka_history_destroy(void *self)
 {
     struct kafka_history *kh = self;
-    if (kh == NULL)
-        return;
     if (kh->rk != NULL)
         rd_kafka_destroy(kh->rk);
     txo_free(kh->topic_template);
@@ -364,41 +363,41 @@ static const struct txo_history_ops kafka_history_ops = {
     .destroy = kafka_history_destroy,
 };
 
-int txo_history_kafka_new(const struct txo_kafka_opts *o, struct txo_history **out,
-                          struct txo_error *err)
+static int kafka_history_init(void *self, const struct txo__transport_args *a,
+                              struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "kafka history: out is required");
-    int rc = txo__kafka_check_opts(o, "history", err);
-    if (rc < 0)
-        return rc;
-    struct kafka_history *kh = txo_calloc(1, sizeof(*kh));
-    if (kh == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "kafka history: out of memory");
+    struct kafka_history *kh = self;
+    const struct txo_kafka_opts *o = a->opts;
     kh->timeout_ms = o->delivery_timeout_ms;
     kh->topic_template = txo_strdup(o->topic_template);
     kh->dead_letter_topic = o->dead_letter_topic != NULL ? txo_strdup(o->dead_letter_topic) : NULL;
-    if (kh->topic_template == NULL || (o->dead_letter_topic != NULL && !kh->dead_letter_topic)) {
-        kafka_history_destroy(kh);
+    if (kh->topic_template == NULL || (o->dead_letter_topic != NULL && !kh->dead_letter_topic))
         return txo_error_set(err, TXO_ENOMEM, "kafka history: out of memory");
-    }
     /* No group.id: the simple consumer joins no group and commits nothing. */
     static const char *const fixed[] = {
         "enable.auto.commit",   "false", "enable.auto.offset.store", "false",
         "enable.partition.eof", "true",  "auto.offset.reset",        "earliest",
     };
     rd_kafka_conf_t *conf = NULL;
-    rc = txo__kafka_conf_new(o, "history", fixed, TXO_ARRAY_LEN(fixed) / 2, &conf, err);
-    if (rc < 0) {
-        kafka_history_destroy(kh);
+    int rc = txo__kafka_conf_new(o, "history", fixed, TXO_ARRAY_LEN(fixed) / 2, &conf, err);
+    if (rc < 0)
         return rc;
-    }
     char errstr[512];
     kh->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
     if (kh->rk == NULL) {
         rd_kafka_conf_destroy(conf);
-        kafka_history_destroy(kh);
         return txo_error_set(err, TXO_ECONFIG, "kafka history: creating the consumer: %s", errstr);
     }
-    return txo_history_new(&kafka_history_ops, kh, out, err);
+    return 0;
+}
+
+int txo_history_kafka_new(const struct txo_kafka_opts *o, struct txo_history **out,
+                          struct txo_error *err)
+{
+    int rc = txo__kafka_check_opts(o, "history", err);
+    if (rc < 0)
+        return rc;
+    struct txo__transport_args a = {.opts = o};
+    return txo__history_build(&kafka_history_ops, sizeof(struct kafka_history), kafka_history_init,
+                              &a, out, err);
 }

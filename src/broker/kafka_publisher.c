@@ -30,6 +30,7 @@
  */
 
 #include "broker/kafka_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 
 #define RESULT_PENDING 1    /* results[i] while no report is known (codes are <= 0) */
@@ -464,15 +465,9 @@ static void produce_one(struct kafka_publisher *p, const struct txo_outbox_messa
                         int64_t deadline_ms, int *results, struct txo_error *errors)
 {
     char topic[TXO__KAFKA_TOPIC_MAX + 1];
-    int rc = txo_kafka_topic(p->topic_template, m->aggregate_type != NULL ? m->aggregate_type : "",
-                             m->event_type != NULL ? m->event_type : "", topic, sizeof(topic),
-                             &errors[i]);
-    if (rc < 0) {
-        results[i] = rc;
-        return;
-    }
     struct txo__wire w;
-    rc = txo__wire_encode("kafka publisher", m, &w, &errors[i]);
+    int rc = txo__wire_encode_to("kafka publisher", txo_kafka_topic, p->topic_template, m, topic,
+                                 sizeof(topic), &w, &errors[i]);
     if (rc < 0) {
         results[i] = rc;
         return;
@@ -594,8 +589,6 @@ static int kafka_publish_batch(void *self, const struct txo_outbox_message *msgs
 static void kafka_publisher_destroy(void *self)
 {
     struct kafka_publisher *p = self;
-    if (p == NULL)
-        return;
     producer_stop(p);
     txo_free(p->brokers);
     txo_free(p->topic_template);
@@ -613,24 +606,27 @@ static const struct txo_publisher_ops kafka_ops = {
     .flags = 0, /* not QUICK: an outage makes a batch wait for delivery_timeout_ms */
 };
 
+static const char *const by_kind[] = {"kind"};
+
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_kafka_messages_published_total",
+     "Records the Kafka cluster confirmed (delivery report without error).", 0, NULL},
+    {TXO_METRIC_COUNTER, "txo_kafka_publish_errors_total",
+     "Records the Kafka publisher failed, by kind (transient: retried by the relay; permanent: "
+     "dead-lettered).",
+     1, by_kind},
+    {TXO_METRIC_GAUGE, "txo_kafka_messages_in_flight",
+     "Records handed to librdkafka and not yet reported on.", 0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_kafka_delivery_seconds",
+     "Time from handing a record to librdkafka to its delivery report.", 0, NULL},
+};
+
 static int register_metrics(struct kafka_publisher *p, struct txo_metrics *reg,
                             struct txo_error *err)
 {
-    int rc = 0;
-    p->m_published = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_messages_published_total",
-        "Records the Kafka cluster confirmed (delivery report without error).", 0, NULL, &rc, err);
-    p->m_errors = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_kafka_publish_errors_total",
-        "Records the Kafka publisher failed, by kind (transient: retried by "
-        "the relay; permanent: dead-lettered).",
-        1, (const char *const[]){"kind"}, &rc, err);
-    p->m_in_flight = txo_metrics_register_chained(
-        reg, TXO_METRIC_GAUGE, "txo_kafka_messages_in_flight",
-        "Records handed to librdkafka and not yet reported on.", 0, NULL, &rc, err);
-    p->m_delivery = txo_metrics_register_chained(
-        reg, TXO_METRIC_HISTOGRAM, "txo_kafka_delivery_seconds",
-        "Time from handing a record to librdkafka to its delivery report.", 0, NULL, &rc, err);
+    struct txo_metric **const slots[] = {&p->m_published, &p->m_errors, &p->m_in_flight,
+                                         &p->m_delivery};
+    int rc = txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
     if (rc == 0 && p->m_errors != NULL) {
         txo_metric_add(p->m_errors, (const char *const[]){"transient"}, 0);
         txo_metric_add(p->m_errors, (const char *const[]){"permanent"}, 0);
@@ -638,17 +634,11 @@ static int register_metrics(struct kafka_publisher *p, struct txo_metrics *reg,
     return rc;
 }
 
-int txo_publisher_kafka_new(const struct txo_kafka_opts *o, struct txo_metrics *metrics,
-                            struct txo_publisher **out, struct txo_error *err)
+static int kafka_publisher_init(void *self, const struct txo__transport_args *a,
+                                struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "kafka publisher: out is required");
-    int rc = txo__kafka_check_opts(o, "publisher", err);
-    if (rc < 0)
-        return rc;
-    struct kafka_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "kafka publisher: out of memory");
+    struct kafka_publisher *p = self;
+    const struct txo_kafka_opts *o = a->opts;
     p->delivery_timeout_ms = o->delivery_timeout_ms;
     p->brokers = txo_strdup(o->brokers);
     p->topic_template = txo_strdup(o->topic_template);
@@ -660,19 +650,23 @@ int txo_publisher_kafka_new(const struct txo_kafka_opts *o, struct txo_metrics *
         oom = p->properties[i] == NULL;
         p->n_properties = i + 1;
     }
-    if (oom) {
-        rc = txo_error_set(err, TXO_ENOMEM, "kafka publisher: out of memory");
-        goto out;
-    }
-    rc = register_metrics(p, metrics, err);
+    if (oom)
+        return txo_error_set(err, TXO_ENOMEM, "kafka publisher: out of memory");
+    int rc = register_metrics(p, a->metrics, err);
     if (rc == 0)
         rc = producer_start(p, err);
-    if (rc == 0)
-        rc = txo_publisher_new(&kafka_ops, p, out, err);
-out:
-    if (rc < 0)
-        kafka_publisher_destroy(p);
     return rc;
+}
+
+int txo_publisher_kafka_new(const struct txo_kafka_opts *o, struct txo_metrics *metrics,
+                            struct txo_publisher **out, struct txo_error *err)
+{
+    int rc = txo__kafka_check_opts(o, "publisher", err);
+    if (rc < 0)
+        return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&kafka_ops, sizeof(struct kafka_publisher), kafka_publisher_init,
+                                &a, out, err);
 }
 
 /* GCC says __SANITIZE_THREAD__, clang __has_feature(thread_sanitizer). */

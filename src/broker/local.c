@@ -19,6 +19,7 @@
  */
 
 #include "broker/consumer_internal.h"
+#include "broker/transport.h"
 
 struct local_publisher {
     struct txo_handler h;
@@ -48,13 +49,11 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
                                int *results, struct txo_error *errors)
 {
     struct local_publisher *lp = self;
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
     char **envs = txo_calloc(n, sizeof(*envs));
     size_t *at = txo_calloc(n, sizeof(*at));
-    int *res = txo_calloc(n, sizeof(*res));
-    struct txo_error *errs = txo_calloc(n, sizeof(*errs));
+    struct txo__handler_batch b;
     int rc = 0;
-    if (in == NULL || envs == NULL || at == NULL || res == NULL || errs == NULL) {
+    if (!txo__handler_batch_alloc(&b, n) || envs == NULL || at == NULL) {
         rc = TXO_ENOMEM;
         goto out;
     }
@@ -66,7 +65,7 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
             results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
             continue;
         }
-        in[m] = (struct txo_inbound_message){
+        b.in[m] = (struct txo_inbound_message){
             .data = envs[i],
             .len = len,
             .msg_id = msgs[i].idempotency_key,
@@ -75,10 +74,10 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
         at[m++] = i;
     }
     if (m > 0) {
-        rc = txo__handler_run(&lp->h, in, m, res, errs);
+        rc = txo__handler_run(&lp->h, b.in, m, b.results, b.errors);
         for (size_t k = 0; rc == 0 && k < m; k++) {
-            errors[at[k]] = errs[k];
-            results[at[k]] = publish_result(res[k], &errors[at[k]]);
+            errors[at[k]] = b.errors[k];
+            results[at[k]] = publish_result(b.results[k], &errors[at[k]]);
             if (results[at[k]] < 0)
                 log_failure(&msgs[at[k]], results[at[k]], &errors[at[k]]);
         }
@@ -86,25 +85,26 @@ static int local_publish_batch(void *self, const struct txo_outbox_message *msgs
 out:
     for (size_t i = 0; envs != NULL && i < n; i++)
         txo_free(envs[i]);
-    txo_free(in);
     txo_free(envs);
     txo_free(at);
-    txo_free(res);
-    txo_free(errs);
+    txo__handler_batch_release(&b);
     return rc;
-}
-
-static void local_destroy(void *self)
-{
-    txo_free(self);
 }
 
 static const struct txo_publisher_ops local_ops = {
     .name = "local",
     .flags = TXO_PUBLISHER_QUICK,
     .publish_batch = local_publish_batch,
-    .destroy = local_destroy,
+    .destroy = txo_free,
 };
+
+static int local_init(void *self, const struct txo__transport_args *a, struct txo_error *err)
+{
+    (void)err;
+    struct local_publisher *lp = self;
+    lp->h = *a->h;
+    return 0;
+}
 
 int txo_publisher_local_new(const struct txo_handler *h, struct txo_publisher **out,
                             struct txo_error *err)
@@ -112,12 +112,7 @@ int txo_publisher_local_new(const struct txo_handler *h, struct txo_publisher **
     int rc = txo__handler_check(h, "local publisher", err);
     if (rc < 0)
         return rc;
-    struct local_publisher *lp = txo_calloc(1, sizeof(*lp));
-    if (lp == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "local publisher: out of memory");
-    lp->h = *h;
-    rc = txo_publisher_new(&local_ops, lp, out, err);
-    if (rc < 0)
-        txo_free(lp);
-    return rc;
+    struct txo__transport_args a = {.h = h};
+    return txo__publisher_build(&local_ops, sizeof(struct local_publisher), local_init, &a, out,
+                                err);
 }

@@ -57,15 +57,10 @@ static int log_publish_batch(void *self, const struct txo_outbox_message *msgs, 
     return 0;
 }
 
-static void log_destroy(void *self)
-{
-    txo_free(self);
-}
-
 static const struct txo_publisher_ops log_ops = {
     .name = "log",
     .publish_batch = log_publish_batch,
-    .destroy = log_destroy,
+    .destroy = txo_free,
     .flags = TXO_PUBLISHER_QUICK,
 };
 

@@ -28,6 +28,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/nats_internal.h"
+#include "broker/transport.h"
 
 #define FETCH_MAX 10000 /* messages per poll, whatever the caller asks */
 
@@ -162,18 +163,16 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
 static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t *done,
                       struct txo_error *err)
 {
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
-    int *results = txo_calloc(n, sizeof(*results));
-    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    struct txo__handler_batch b;
     int rc = 0;
     *done = 0;
-    if (in == NULL || results == NULL || errors == NULL) {
+    if (!txo__handler_batch_alloc(&b, n)) {
         rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: batch of %zu: out of memory", n);
         goto out; /* unsettled: redelivered after ack_wait */
     }
     for (size_t i = 0; i < n; i++)
-        describe_msg(msgs[i], &in[i]);
-    (void)txo__handler_run(&nc->h, in, n, results, errors);
+        describe_msg(msgs[i], &b.in[i]);
+    (void)txo__handler_run(&nc->h, b.in, n, b.results, b.errors);
     *done = n;
     for (size_t i = 0; i < n; i++) {
         if (!txo__nats_connected(&nc->conn)) {
@@ -183,17 +182,11 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
         }
         struct txo_error e;
         txo_error_init(&e);
-        int arc = settle(nc, msgs[i], &in[i], results[i], &errors[i], &e);
-        if (arc < 0 && rc == 0) {
-            rc = arc;
-            if (err != NULL)
-                *err = e;
-        }
+        int arc = settle(nc, msgs[i], &b.in[i], b.results[i], &b.errors[i], &e);
+        txo__settle_keep_first(arc, &e, &rc, err);
     }
 out:
-    txo_free(in);
-    txo_free(results);
-    txo_free(errors);
+    txo__handler_batch_release(&b);
     return rc;
 }
 
@@ -240,8 +233,6 @@ static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *ha
 static void nats_consumer_destroy(void *self)
 {
     struct nats_consumer *nc = self;
-    if (nc == NULL)
-        return;
     /* Destroy, never Unsubscribe: Unsubscribe would delete the durable on the server. */
     natsSubscription_Destroy(nc->sub);
     txo__nats_conn_close(&nc->conn);
@@ -256,42 +247,27 @@ static const struct txo_consumer_ops nats_consumer_ops = {
     .destroy = nats_consumer_destroy,
 };
 
+static int nats_consumer_init(void *self, const struct txo__transport_args *a,
+                              struct txo_error *err)
+{
+    struct nats_consumer *nc = self;
+    const struct txo_nats_opts *o = a->opts;
+    nc->h = *a->h;
+    nc->durable = txo_strdup(o->durable);
+    nc->filter = o->filter_subject != NULL ? txo_strdup(o->filter_subject)
+                                           : txo__suffixed(o->subject_prefix, ".>");
+    if (nc->durable == NULL || nc->filter == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
+    return txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
+}
+
 int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handler *h,
                           struct txo_consumer **out, struct txo_error *err)
 {
-    int rc = txo__handler_check(h, "nats consumer", err);
+    int rc = txo__nats_check_opts(o, "consumer", err);
     if (rc < 0)
         return rc;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats consumer: out is required");
-    rc = txo__nats_check_opts(o, "consumer", err);
-    if (rc < 0)
-        return rc;
-    struct nats_consumer *nc = txo_calloc(1, sizeof(*nc));
-    if (nc == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
-    nc->h = *h;
-    nc->durable = txo_strdup(o->durable);
-    if (o->filter_subject != NULL) {
-        nc->filter = txo_strdup(o->filter_subject);
-    } else {
-        size_t plen = strlen(o->subject_prefix);
-        nc->filter = txo_malloc(plen + 3);
-        if (nc->filter != NULL) {
-            memcpy(nc->filter, o->subject_prefix, plen);
-            memcpy(nc->filter + plen, ".>", 3);
-        }
-    }
-    if (nc->durable == NULL || nc->filter == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
-        goto out;
-    }
-    rc = txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
-    if (rc < 0)
-        goto out;
-    rc = txo_consumer_new(&nats_consumer_ops, nc, out, err);
-out:
-    if (rc < 0)
-        nats_consumer_destroy(nc);
-    return rc;
+    struct txo__transport_args a = {.opts = o, .h = h};
+    return txo__consumer_build(&nats_consumer_ops, sizeof(struct nats_consumer), nats_consumer_init,
+                               &a, out, err);
 }

@@ -30,6 +30,7 @@
  */
 
 #include "broker/nats_internal.h"
+#include "broker/transport.h"
 
 #define POSITION_MAX    600
 #define FETCH_MAX       1000           /* messages per pull request */
@@ -270,8 +271,6 @@ static int nats_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn 
 static void nats_history_destroy(void *self)
 {
     struct nats_history *nh = self;
-    if (nh == NULL)
-        return;
     txo__nats_conn_close(&nh->conn);
     txo_free(nh->filter);
     txo_free(nh);
@@ -283,14 +282,10 @@ static const struct txo_history_ops nats_history_ops = {
     .destroy = nats_history_destroy,
 };
 
-int txo_history_nats_new(const struct txo_nats_opts *o, struct txo_history **out,
-                         struct txo_error *err)
+static int nats_history_init(void *self, const struct txo__transport_args *a, struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats history: out is required");
-    struct nats_history *nh = txo_calloc(1, sizeof(*nh));
-    if (nh == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "nats history: out of memory");
+    struct nats_history *nh = self;
+    const struct txo_nats_opts *o = a->opts;
     struct txo_nats_opts ro;
     if (o != NULL) {
         ro = *o;
@@ -298,14 +293,18 @@ int txo_history_nats_new(const struct txo_nats_opts *o, struct txo_history **out
         ro.connect_required = true;
     }
     int rc = txo__nats_conn_open(&nh->conn, o != NULL ? &ro : NULL, "history", NULL, NULL, err);
-    if (rc < 0) {
-        txo_free(nh);
+    if (rc < 0)
         return rc;
-    }
     nh->filter = txo_strdup(nh->conn.stream_subject);
-    if (nh->filter == NULL) {
-        nats_history_destroy(nh);
+    if (nh->filter == NULL)
         return txo_error_set(err, TXO_ENOMEM, "nats history: out of memory");
-    }
-    return txo_history_new(&nats_history_ops, nh, out, err);
+    return 0;
+}
+
+int txo_history_nats_new(const struct txo_nats_opts *o, struct txo_history **out,
+                         struct txo_error *err)
+{
+    struct txo__transport_args a = {.opts = o};
+    return txo__history_build(&nats_history_ops, sizeof(struct nats_history), nats_history_init, &a,
+                              out, err);
 }

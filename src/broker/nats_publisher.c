@@ -42,6 +42,7 @@
 #include <pthread.h>
 
 #include "broker/nats_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 #include "core/text.h"
 
@@ -578,6 +579,7 @@ struct nats_publisher {
 
     /* Shared with ack_handler (cnats's thread), under mu. */
     pthread_mutex_t mu;
+    bool mu_ready; /* mu was initialised: destroy releases it */
     bool active;
     struct ack_record *acks;
     size_t n_acks;
@@ -666,15 +668,9 @@ static void publish_one(struct nats_publisher *p, const struct txo_outbox_messag
     struct txo__nats_conn *c = &p->conn;
     char subject[TXO__NATS_SUBJECT_MAX];
     p->sent[i] = 0;
-    int rc = txo_nats_subject(c->prefix, m->aggregate_type != NULL ? m->aggregate_type : "",
-                              m->event_type != NULL ? m->event_type : "", subject, sizeof(subject),
-                              &errors[i]);
-    if (rc < 0) {
-        results[i] = rc;
-        return;
-    }
     struct txo__wire w;
-    rc = txo__wire_encode("nats publisher", m, &w, &errors[i]);
+    int rc = txo__wire_encode_to("nats publisher", txo_nats_subject, c->prefix, m, subject,
+                                 sizeof(subject), &w, &errors[i]);
     if (rc < 0) {
         results[i] = rc;
         return;
@@ -849,13 +845,12 @@ static int nats_publish_batch(void *self, const struct txo_outbox_message *msgs,
 static void nats_publisher_destroy(void *self)
 {
     struct nats_publisher *p = self;
-    if (p == NULL)
-        return;
     /* Closing the connection first: no ack handler runs after this. */
     txo__nats_conn_close(&p->conn);
     for (size_t k = 0; k < p->n_acks; k++)
         natsMsg_Destroy(p->acks[k].msg);
-    pthread_mutex_destroy(&p->mu);
+    if (p->mu_ready)
+        pthread_mutex_destroy(&p->mu);
     txo_free(p->sent);
     txo_free(p->refs);
     txo_free(p->acks);
@@ -869,26 +864,20 @@ static const struct txo_publisher_ops nats_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
+static int nats_publisher_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
+{
+    struct nats_publisher *p = self;
+    if (pthread_mutex_init(&p->mu, NULL) != 0)
+        return txo_error_set(err, TXO_ENOMEM, "nats publisher: cannot create a mutex");
+    p->mu_ready = true;
+    return txo__nats_conn_open(&p->conn, a->opts, "publisher", ack_handler, p, err);
+}
+
 int txo_publisher_nats_new(const struct txo_nats_opts *o, struct txo_publisher **out,
                            struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "nats publisher: out is required");
-    struct nats_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "nats publisher: out of memory");
-    if (pthread_mutex_init(&p->mu, NULL) != 0) {
-        txo_free(p);
-        return txo_error_set(err, TXO_ENOMEM, "nats publisher: cannot create a mutex");
-    }
-    int rc = txo__nats_conn_open(&p->conn, o, "publisher", ack_handler, p, err);
-    if (rc < 0) {
-        pthread_mutex_destroy(&p->mu);
-        txo_free(p);
-        return rc;
-    }
-    rc = txo_publisher_new(&nats_ops, p, out, err);
-    if (rc < 0)
-        nats_publisher_destroy(p);
-    return rc;
+    struct txo__transport_args a = {.opts = o};
+    return txo__publisher_build(&nats_ops, sizeof(struct nats_publisher), nats_publisher_init, &a,
+                                out, err);
 }

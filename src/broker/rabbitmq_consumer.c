@@ -41,6 +41,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/rabbitmq_internal.h"
+#include "broker/transport.h"
 
 #define HEADERS_KEPT 32 /* string headers a handler can read through header() */
 
@@ -465,13 +466,11 @@ static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size
                       size_t *handled, struct txo_error *err)
 {
     struct delivery *ds = txo_calloc(n, sizeof(*ds));
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
-    size_t *of = txo_calloc(n, sizeof(*of)); /* in[j] is the message of ds[of[j]] */
-    int *results = txo_calloc(n, sizeof(*results));
-    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
+    size_t *of = txo_calloc(n, sizeof(*of)); /* b.in[j] is the message of ds[of[j]] */
+    struct txo__handler_batch b;
     int r = 0;
     size_t m = 0;
-    if (ds == NULL || in == NULL || of == NULL || results == NULL || errors == NULL) {
+    if (!txo__handler_batch_alloc(&b, n) || ds == NULL || of == NULL) {
         for (size_t i = 0; i < n; i++)
             (void)not_handled(rc, &envs[i], NULL);
         r = txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: batch of %zu: out of memory", n);
@@ -483,41 +482,31 @@ static int handle_all(struct rmq_consumer *rc, const amqp_envelope_t *envs, size
             struct txo_error e;
             txo_error_init(&e);
             int nr = not_handled(rc, &envs[i], &e);
-            if (r == 0) {
-                r = nr;
-                if (err != NULL)
-                    *err = e;
-            }
+            txo__settle_keep_first(nr, &e, &r, err);
             continue;
         }
-        in[m] = ds[i].in;
+        b.in[m] = ds[i].in;
         of[m] = i;
         m++;
     }
     if (m == 0)
         goto out;
-    (void)txo__handler_run(&rc->h, in, m, results, errors);
+    (void)txo__handler_run(&rc->h, b.in, m, b.results, b.errors);
     for (size_t j = 0; j < m; j++) {
         if (rc->conn.st == NULL)
             break; /* a settling write failed: the server redelivers the rest */
         struct txo_error e;
         txo_error_init(&e);
-        int sr = settle(rc, &ds[of[j]], results[j], &errors[j], &e);
-        if (sr < 0 && r == 0) {
-            r = sr;
-            if (err != NULL)
-                *err = e;
-        }
+        int sr = settle(rc, &ds[of[j]], b.results[j], &b.errors[j], &e);
+        txo__settle_keep_first(sr, &e, &r, err);
     }
 out:
     for (size_t i = 0; ds != NULL && i < n; i++)
         delivery_release(&ds[i]);
     *handled = m;
     txo_free(ds);
-    txo_free(in);
     txo_free(of);
-    txo_free(results);
-    txo_free(errors);
+    txo__handler_batch_release(&b);
     return r;
 }
 
@@ -628,8 +617,6 @@ static int rmq_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *han
 static void rmq_consumer_destroy(void *self)
 {
     struct rmq_consumer *rc = self;
-    if (rc == NULL)
-        return;
     txo__rmq_conn_release(&rc->conn);
     txo__rmq_conn_release(&rc->retry);
     txo_free(rc->queue);
@@ -646,72 +633,56 @@ static const struct txo_consumer_ops rmq_consumer_ops = {
     .destroy = rmq_consumer_destroy,
 };
 
-static char *suffixed(const char *name, const char *suffix)
+static const struct txo_metric_desc consumed_family = {
+    TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
+    "Deliveries the RabbitMQ consumer settled, by outcome: ack (handled), retry (transient error, "
+    "delayed), dead_letter (permanent error).",
+    1, (const char *const[]){"outcome"}};
+
+static int rmq_consumer_init(void *self, const struct txo__transport_args *a, struct txo_error *err)
 {
-    size_t a = strlen(name), b = strlen(suffix);
-    char *s = txo_malloc(a + b + 1);
-    if (s != NULL) {
-        memcpy(s, name, a);
-        memcpy(s + a, suffix, b + 1);
-    }
-    return s;
+    struct rmq_consumer *rc = self;
+    const struct txo_rabbitmq_opts *o = a->opts;
+    rc->h = *a->h;
+    rc->queue = txo_strdup(o->queue);
+    rc->retry_queue = txo__suffixed(o->queue, ".retry");
+    rc->dlx = txo__suffixed(o->queue, ".dlx");
+    rc->dlq = txo__suffixed(o->queue, ".dlq");
+    rc->binding_key = txo_strdup(o->binding_key);
+    if (rc->queue == NULL || rc->retry_queue == NULL || rc->dlx == NULL || rc->dlq == NULL ||
+        rc->binding_key == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
+    int r = txo__rmq_conn_init(&rc->conn, o, "consumer", false, err);
+    if (r == 0)
+        r = txo__rmq_conn_init(&rc->retry, o, "consumer retry", true, err);
+    if (r == 0)
+        rc->retry.opts.declare = false; /* the consuming connection declares everything */
+    struct txo_metric **const slots[] = {&rc->consumed};
+    if (r == 0)
+        r = txo__transport_metrics(a->metrics, &consumed_family, 1, slots, err);
+    if (r < 0)
+        return r;
+    /* Declared now when the server is up, so that a relay started after this consumer (`txo
+     * up`) never publishes before the queue is bound: such messages would reach the exchange's
+     * other queues, or come back unroutable, but never this one. Down: the first poll does it. */
+    if (o->connect_required)
+        return start(rc, err);
+    struct txo_error e;
+    txo_error_init(&e);
+    if (start(rc, &e) != 0)
+        TXO_LOG(TXO_LOG_WARN, "rabbitmq", "consumer not started yet, retried at the first poll",
+                TXO_KV_STR("queue", rc->queue), TXO_KV_STR("error", e.msg));
+    return 0;
 }
 
 int txo_consumer_rabbitmq_new(const struct txo_rabbitmq_opts *o, const struct txo_handler *h,
                               struct txo_metrics *metrics, struct txo_consumer **out,
                               struct txo_error *err)
 {
-    int r = txo__handler_check(h, "rabbitmq consumer", err);
+    int r = txo__rmq_check_opts(o, true, err);
     if (r < 0)
         return r;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq consumer: out is required");
-    r = txo__rmq_check_opts(o, true, err);
-    if (r < 0)
-        return r;
-    struct rmq_consumer *rc = txo_calloc(1, sizeof(*rc));
-    if (rc == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
-    rc->h = *h;
-    rc->queue = txo_strdup(o->queue);
-    rc->retry_queue = suffixed(o->queue, ".retry");
-    rc->dlx = suffixed(o->queue, ".dlx");
-    rc->dlq = suffixed(o->queue, ".dlq");
-    rc->binding_key = txo_strdup(o->binding_key);
-    if (rc->queue == NULL || rc->retry_queue == NULL || rc->dlx == NULL || rc->dlq == NULL ||
-        rc->binding_key == NULL) {
-        rmq_consumer_destroy(rc);
-        return txo_error_set(err, TXO_ENOMEM, "rabbitmq consumer: out of memory");
-    }
-    r = txo__rmq_conn_init(&rc->conn, o, "consumer", false, err);
-    if (r == 0)
-        r = txo__rmq_conn_init(&rc->retry, o, "consumer retry", true, err);
-    if (r == 0)
-        rc->retry.opts.declare = false; /* the consuming connection declares everything */
-    if (r == 0 && metrics != NULL) {
-        rc->consumed = txo_metrics_register(
-            metrics, TXO_METRIC_COUNTER, "txo_rabbitmq_consumed_total",
-            "Deliveries the RabbitMQ consumer settled, by outcome: ack (handled), retry "
-            "(transient error, delayed), dead_letter (permanent error).",
-            1, (const char *const[]){"outcome"}, NULL, 0, err);
-        if (rc->consumed == NULL)
-            r = err != NULL && err->code != 0 ? err->code : TXO_EINVAL;
-    }
-    /* Declared now when the server is up, so that a relay started after this consumer (`txo
-     * up`) never publishes before the queue is bound: such messages would reach the exchange's
-     * other queues, or come back unroutable, but never this one. Down: the first poll does it. */
-    if (r == 0 && o->connect_required) {
-        r = start(rc, err);
-    } else if (r == 0) {
-        struct txo_error e;
-        txo_error_init(&e);
-        if (start(rc, &e) != 0)
-            TXO_LOG(TXO_LOG_WARN, "rabbitmq", "consumer not started yet, retried at the first poll",
-                    TXO_KV_STR("queue", rc->queue), TXO_KV_STR("error", e.msg));
-    }
-    if (r == 0)
-        r = txo_consumer_new(&rmq_consumer_ops, rc, out, err);
-    if (r < 0)
-        rmq_consumer_destroy(rc);
-    return r;
+    struct txo__transport_args a = {.opts = o, .h = h, .metrics = metrics};
+    return txo__consumer_build(&rmq_consumer_ops, sizeof(struct rmq_consumer), rmq_consumer_init,
+                               &a, out, err);
 }

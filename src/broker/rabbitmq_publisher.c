@@ -36,6 +36,7 @@
 #include <sys/time.h>
 
 #include "broker/rabbitmq_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 #include "core/text.h"
 
@@ -468,6 +469,14 @@ static void ce_name(const char *name, char *out, size_t cap)
         out[2] = '_';
 }
 
+/* The routing key of an event, as a destination of txo__wire_encode_to(): no template. */
+static int routing_key(const char *template, const char *aggregate_type, const char *event_type,
+                       char *out, size_t out_size, struct txo_error *err)
+{
+    (void)template;
+    return txo_rabbitmq_routing_key(aggregate_type, event_type, out, out_size, err);
+}
+
 /*
  * Publishes message i. Returns 0 when it was written (tags[i] set) or it failed on its own
  * (results[i] set, nothing written); a negative code when the connection broke (results[i]
@@ -480,15 +489,9 @@ static int publish_one(struct rmq_publisher *p, const struct txo_outbox_message 
     p->tags[i] = 0;
     p->returned[i] = false;
     char key[TXO__RMQ_NAME_MAX + 1];
-    int rc = txo_rabbitmq_routing_key(m->aggregate_type != NULL ? m->aggregate_type : "",
-                                      m->event_type != NULL ? m->event_type : "", key, sizeof(key),
-                                      &errors[i]);
-    if (rc < 0) {
-        results[i] = rc;
-        return 0;
-    }
     struct txo__wire w;
-    rc = txo__wire_encode("rabbitmq publisher", m, &w, &errors[i]);
+    int rc = txo__wire_encode_to("rabbitmq publisher", routing_key, NULL, m, key, sizeof(key), &w,
+                                 &errors[i]);
     if (rc < 0) {
         results[i] = rc;
         return 0;
@@ -770,8 +773,6 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
 static void rmq_publisher_destroy(void *self)
 {
     struct rmq_publisher *p = self;
-    if (p == NULL)
-        return;
     txo__rmq_conn_release(&p->conn);
     txo_free(p->tags);
     txo_free(p->index_of);
@@ -787,50 +788,46 @@ static const struct txo_publisher_ops rmq_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_rabbitmq_published_total",
+     "Messages the RabbitMQ broker confirmed (publisher confirms).", 0, NULL},
+    {TXO_METRIC_COUNTER, "txo_rabbitmq_publish_failures_total",
+     "Messages not confirmed: connection down, nack, returned unroutable, confirm timeout or "
+     "bad event.",
+     0, NULL},
+    {TXO_METRIC_GAUGE, "txo_rabbitmq_in_flight", "Messages published and awaiting their confirm.",
+     0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_rabbitmq_confirm_latency_seconds",
+     "Time from the first publish of a batch to its last confirm.", 0, NULL},
+};
+
 static int register_metrics(struct rmq_publisher *p, struct txo_metrics *reg, struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    int rc = 0;
-    p->metrics.published = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_rabbitmq_published_total",
-        "Messages the RabbitMQ broker confirmed (publisher confirms).", 0, NULL, &rc, err);
-    p->metrics.failures =
-        txo_metrics_register_chained(reg, TXO_METRIC_COUNTER, "txo_rabbitmq_publish_failures_total",
-                                     "Messages not confirmed: connection down, nack, returned "
-                                     "unroutable, confirm timeout or bad event.",
-                                     0, NULL, &rc, err);
-    p->metrics.in_flight = txo_metrics_register_chained(
-        reg, TXO_METRIC_GAUGE, "txo_rabbitmq_in_flight",
-        "Messages published and awaiting their confirm.", 0, NULL, &rc, err);
-    p->metrics.confirm_latency = txo_metrics_register_chained(
-        reg, TXO_METRIC_HISTOGRAM, "txo_rabbitmq_confirm_latency_seconds",
-        "Time from the first publish of a batch to its last confirm.", 0, NULL, &rc, err);
+    struct txo_metric **const slots[] = {&p->metrics.published, &p->metrics.failures,
+                                         &p->metrics.in_flight, &p->metrics.confirm_latency};
+    return txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
+}
+
+static int rmq_publisher_init(void *self, const struct txo__transport_args *a,
+                              struct txo_error *err)
+{
+    struct rmq_publisher *p = self;
+    const struct txo_rabbitmq_opts *o = a->opts;
+    int rc = txo__rmq_conn_init(&p->conn, o, "publisher", true, err);
+    if (rc == 0)
+        rc = register_metrics(p, a->metrics, err);
+    if (rc == 0 && o->connect_required)
+        rc = txo__rmq_conn_open(&p->conn, err);
     return rc;
 }
 
 int txo_publisher_rabbitmq_new(const struct txo_rabbitmq_opts *o, struct txo_metrics *metrics,
                                struct txo_publisher **out, struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "rabbitmq publisher: out is required");
     int rc = txo__rmq_check_opts(o, false, err);
     if (rc < 0)
         return rc;
-    struct rmq_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "rabbitmq publisher: out of memory");
-    rc = txo__rmq_conn_init(&p->conn, o, "publisher", true, err);
-    if (rc < 0) {
-        txo_free(p);
-        return rc;
-    }
-    rc = register_metrics(p, metrics, err);
-    if (rc == 0 && o->connect_required)
-        rc = txo__rmq_conn_open(&p->conn, err);
-    if (rc == 0)
-        rc = txo_publisher_new(&rmq_ops, p, out, err);
-    if (rc < 0)
-        rmq_publisher_destroy(p);
-    return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&rmq_ops, sizeof(struct rmq_publisher), rmq_publisher_init, &a, out,
+                                err);
 }

@@ -20,6 +20,7 @@
 #include <sys/time.h>
 
 #include "broker/redis_internal.h"
+#include "broker/transport.h"
 #include "core/text.h"
 
 #define DEFAULT_PORT 6379
@@ -161,16 +162,6 @@ static char *decode_part(const char *s, size_t len, bool *bad)
     return out;
 }
 
-static void wipe_free(char *s)
-{
-    if (s == NULL)
-        return;
-    volatile char *p = s;
-    while (*p != '\0')
-        *p++ = '\0';
-    txo_free(s);
-}
-
 /* Copies user (p..colon, may be empty: none) and password (colon+1..at), percent-decoded. */
 static int parse_credentials(struct txo__redis_conn *c, const char *p, const char *colon,
                              const char *at, struct txo_error *err)
@@ -299,7 +290,7 @@ void txo__redis_conn_release(struct txo__redis_conn *c)
     txo__redis_drop(c);
     txo_free(c->host);
     txo_free(c->user);
-    wipe_free(c->password);
+    txo__secret_free(c->password);
     c->host = NULL;
     c->user = NULL;
     c->password = NULL;

@@ -37,6 +37,7 @@
 
 #include "broker/consumer_internal.h"
 #include "broker/redis_internal.h"
+#include "broker/transport.h"
 
 #define NAME_MAX_LEN  256
 #define ID_MAX        64
@@ -375,13 +376,11 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
     if (n == 0)
         return 0;
     struct entry *es = txo_calloc(n, sizeof(*es));
-    struct txo_inbound_message *in = txo_calloc(n, sizeof(*in));
-    int *results = txo_calloc(n, sizeof(*results));
-    struct txo_error *errors = txo_calloc(n, sizeof(*errors));
     const char **ack_ids = txo_calloc(n, sizeof(*ack_ids));
+    struct txo__handler_batch b;
     size_t m = 0, n_ack = 0;
     int first = 0;
-    if (es == NULL || in == NULL || results == NULL || errors == NULL || ack_ids == NULL) {
+    if (!txo__handler_batch_alloc(&b, n) || es == NULL || ack_ids == NULL) {
         first = txo_error_set(err, TXO_ENOMEM, "redis consumer: batch of %zu: out of memory", n);
         goto out; /* unsettled: claimed again after claim_idle_ms */
     }
@@ -394,14 +393,14 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
             continue;
         }
         uint64_t delivery = claimed ? delivery_count(rc, es[m].id) : 1;
-        if (!describe_entry(rc, &es[m], delivery, &in[m])) {
+        if (!describe_entry(rc, &es[m], delivery, &b.in[m])) {
             ack_ids[n_ack++] = es[m].id;
             continue;
         }
         m++;
     }
     if (m > 0) {
-        (void)txo__handler_run(&rc->h, in, m, results, errors);
+        (void)txo__handler_run(&rc->h, b.in, m, b.results, b.errors);
         *handled += m;
         for (size_t i = 0; i < m; i++) {
             if (rc->conn.ctx == NULL) {
@@ -410,14 +409,10 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
             }
             struct txo_error e_err;
             txo_error_init(&e_err);
-            int code = settle(rc, &es[i], &in[i], results[i], &errors[i], &e_err);
-            if (code > 0) {
+            int code = settle(rc, &es[i], &b.in[i], b.results[i], &b.errors[i], &e_err);
+            if (code > 0)
                 ack_ids[n_ack++] = es[i].id;
-            } else if (code < 0 && first == 0) {
-                first = code;
-                if (err != NULL)
-                    *err = e_err;
-            }
+            txo__settle_keep_first(code, &e_err, &first, err);
         }
     }
     if (n_ack > 0) {
@@ -425,17 +420,11 @@ static int handle_entries(struct redis_consumer *rc, const redisReply *entries, 
         txo_error_init(&e_err);
         int code =
             rc->conn.ctx != NULL ? ack(rc, ack_ids, n_ack, &e_err) : lost_mid_batch(rc, &e_err);
-        if (code < 0 && first == 0) {
-            first = code;
-            if (err != NULL)
-                *err = e_err;
-        }
+        txo__settle_keep_first(code, &e_err, &first, err);
     }
 out:
     txo_free(es);
-    txo_free(in);
-    txo_free(results);
-    txo_free(errors);
+    txo__handler_batch_release(&b);
     txo_free(ack_ids);
     return first;
 }
@@ -555,8 +544,6 @@ static int redis_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *h
 static void redis_consumer_destroy(void *self)
 {
     struct redis_consumer *rc = self;
-    if (rc == NULL)
-        return;
     txo__redis_conn_release(&rc->conn);
     txo_free(rc->stream);
     txo_free(rc->dead_stream);
@@ -585,41 +572,30 @@ static char *default_name(void)
     return txo_strdup(name);
 }
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_redis_consumed_total",
+     "Redis Stream entries this process's consumers settled, by outcome (ack, retry, dead, "
+     "skipped).",
+     1, (const char *const[]){"outcome"}},
+    {TXO_METRIC_COUNTER, "txo_redis_claimed_total",
+     "Pending Redis Stream entries taken over with XAUTOCLAIM after claim_idle_ms.", 0, NULL},
+};
+
 static int register_metrics(struct redis_consumer *rc, struct txo_metrics *reg,
                             struct txo_error *err)
 {
-    if (reg == NULL)
-        return 0;
-    rc->consumed = txo_metrics_register(reg, TXO_METRIC_COUNTER, "txo_redis_consumed_total",
-                                        "Redis Stream entries this process's consumers settled, "
-                                        "by outcome (ack, retry, dead, skipped).",
-                                        1, (const char *const[]){"outcome"}, NULL, 0, err);
-    if (rc->consumed != NULL)
-        rc->claimed = txo_metrics_register(
-            reg, TXO_METRIC_COUNTER, "txo_redis_claimed_total",
-            "Pending Redis Stream entries taken over with XAUTOCLAIM after claim_idle_ms.", 0, NULL,
-            NULL, 0, err);
-    if (rc->consumed == NULL || rc->claimed == NULL)
+    struct txo_metric **const slots[] = {&rc->consumed, &rc->claimed};
+    if (txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err) < 0)
         return txo_error_wrap(err, "redis consumer: registering its metrics");
     return 0;
 }
 
-int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_handler *h,
-                           struct txo_metrics *metrics, struct txo_consumer **out,
-                           struct txo_error *err)
+static int redis_consumer_init(void *self, const struct txo__transport_args *a,
+                               struct txo_error *err)
 {
-    int code = txo__handler_check(h, "redis consumer", err);
-    if (code < 0)
-        return code;
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis consumer: out is required");
-    code = txo__redis_check_opts(o, "consumer", err);
-    if (code < 0)
-        return code;
-    struct redis_consumer *rc = txo_calloc(1, sizeof(*rc));
-    if (rc == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
-    rc->h = *h;
+    struct redis_consumer *rc = self;
+    const struct txo_redis_opts *o = a->opts;
+    rc->h = *a->h;
     rc->claim_idle_ms = o->claim_idle_ms;
     rc->dead_letter = o->dead_letter;
     snprintf(rc->claim_cursor, sizeof(rc->claim_cursor), "0-0");
@@ -627,24 +603,24 @@ int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_hand
     rc->group = txo_strdup(o->group);
     rc->name = o->consumer_name != NULL ? txo_strdup(o->consumer_name) : default_name();
     rc->event_type = o->event_type != NULL ? txo_strdup(o->event_type) : NULL;
-    size_t slen = strlen(o->stream);
-    rc->dead_stream = txo_malloc(slen + sizeof(".dead"));
-    if (rc->dead_stream != NULL) {
-        memcpy(rc->dead_stream, o->stream, slen);
-        memcpy(rc->dead_stream + slen, ".dead", sizeof(".dead"));
-    }
+    rc->dead_stream = txo__suffixed(o->stream, ".dead");
     if (rc->stream == NULL || rc->group == NULL || rc->name == NULL || rc->dead_stream == NULL ||
-        (o->event_type != NULL && rc->event_type == NULL)) {
-        code = txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
-        goto out;
-    }
-    code = txo__redis_conn_init(&rc->conn, o, "consumer", err);
+        (o->event_type != NULL && rc->event_type == NULL))
+        return txo_error_set(err, TXO_ENOMEM, "redis consumer: out of memory");
+    int code = txo__redis_conn_init(&rc->conn, o, "consumer", err);
     if (code == 0)
-        code = register_metrics(rc, metrics, err);
-    if (code == 0)
-        code = txo_consumer_new(&redis_consumer_ops, rc, out, err);
-out:
-    if (code < 0)
-        redis_consumer_destroy(rc);
+        code = register_metrics(rc, a->metrics, err);
     return code;
+}
+
+int txo_consumer_redis_new(const struct txo_redis_opts *o, const struct txo_handler *h,
+                           struct txo_metrics *metrics, struct txo_consumer **out,
+                           struct txo_error *err)
+{
+    int code = txo__redis_check_opts(o, "consumer", err);
+    if (code < 0)
+        return code;
+    struct txo__transport_args a = {.opts = o, .h = h, .metrics = metrics};
+    return txo__consumer_build(&redis_consumer_ops, sizeof(struct redis_consumer),
+                               redis_consumer_init, &a, out, err);
 }

@@ -25,6 +25,7 @@
  */
 
 #include "broker/redis_internal.h"
+#include "broker/transport.h"
 
 #define PAGE         1000 /* XRANGE COUNT and SCAN COUNT */
 #define POSITION_MAX 700
@@ -330,8 +331,6 @@ static int redis_read(void *self, int64_t from_us, int64_t to_us, txo_history_fn
 static void redis_history_destroy(void *self)
 {
     struct redis_history *rh = self;
-    if (rh == NULL)
-        return;
     txo__redis_conn_release(&rh->conn);
     txo_free(rh->stream_template);
     txo_free(rh);
@@ -343,26 +342,27 @@ static const struct txo_history_ops redis_history_ops = {
     .destroy = redis_history_destroy,
 };
 
+static int redis_history_init(void *self, const struct txo__transport_args *a,
+                              struct txo_error *err)
+{
+    struct redis_history *rh = self;
+    const struct txo_redis_opts *o = a->opts;
+    int rc = txo__redis_conn_init(&rh->conn, o, "history", err);
+    if (rc < 0)
+        return rc;
+    rh->stream_template = txo_strdup(o->stream_template);
+    if (rh->stream_template == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "redis history: out of memory");
+    return 0;
+}
+
 int txo_history_redis_new(const struct txo_redis_opts *o, struct txo_history **out,
                           struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis history: out is required");
     int rc = txo__redis_check_opts(o, "history", err);
     if (rc < 0)
         return rc;
-    struct redis_history *rh = txo_calloc(1, sizeof(*rh));
-    if (rh == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "redis history: out of memory");
-    rc = txo__redis_conn_init(&rh->conn, o, "history", err);
-    if (rc < 0) {
-        txo_free(rh);
-        return rc;
-    }
-    rh->stream_template = txo_strdup(o->stream_template);
-    if (rh->stream_template == NULL) {
-        redis_history_destroy(rh);
-        return txo_error_set(err, TXO_ENOMEM, "redis history: out of memory");
-    }
-    return txo_history_new(&redis_history_ops, rh, out, err);
+    struct txo__transport_args a = {.opts = o};
+    return txo__history_build(&redis_history_ops, sizeof(struct redis_history), redis_history_init,
+                              &a, out, err);
 }

@@ -27,6 +27,7 @@
  */
 
 #include "broker/redis_internal.h"
+#include "broker/transport.h"
 #include "broker/wire.h"
 
 #define MAX_ARGS      52 /* XADD stream MAXLEN ~ N * + up to 23 field pairs */
@@ -89,13 +90,8 @@ static int xadd_build(struct redis_publisher *p, const struct txo_outbox_message
                       struct txo_error *err)
 {
     x->argc = 0;
-    memset(&x->w, 0, sizeof(x->w));
-    int rc = txo_redis_stream_name(
-        p->stream_template, m->aggregate_type != NULL ? m->aggregate_type : "",
-        m->event_type != NULL ? m->event_type : "", x->stream, sizeof(x->stream), err);
-    if (rc < 0)
-        return rc;
-    rc = txo__wire_encode("redis publisher", m, &x->w, err);
+    int rc = txo__wire_encode_to("redis publisher", txo_redis_stream_name, p->stream_template, m,
+                                 x->stream, sizeof(x->stream), &x->w, err);
     if (rc < 0)
         return rc;
     snprintf(x->outbox_id, sizeof(x->outbox_id), "%" PRId64, m->id);
@@ -293,8 +289,6 @@ static int redis_publish_batch(void *self, const struct txo_outbox_message *msgs
 static void redis_publisher_destroy(void *self)
 {
     struct redis_publisher *p = self;
-    if (p == NULL)
-        return;
     txo__redis_conn_release(&p->conn);
     txo_free(p->stream_template);
     txo_free(p->sent);
@@ -308,54 +302,50 @@ static const struct txo_publisher_ops redis_ops = {
     .flags = TXO_PUBLISHER_QUICK,
 };
 
+static const struct txo_metric_desc families[] = {
+    {TXO_METRIC_COUNTER, "txo_redis_published_total",
+     "Events the Redis server acknowledged (XADD answered with an id).", 0, NULL},
+    {TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
+     "Events whose XADD failed, was refused or got no reply in time.", 0, NULL},
+    {TXO_METRIC_GAUGE, "txo_redis_in_flight",
+     "XADDs sent to the Redis server and not answered yet.", 0, NULL},
+    {TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
+     "Time from sending a pipelined batch of XADDs to its last reply.", 0, NULL},
+};
+
 static int register_metrics(struct redis_metrics *m, struct txo_metrics *reg, struct txo_error *err)
 {
-    int rc = 0;
-    if (reg == NULL)
-        return 0;
-    m->published = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_redis_published_total",
-        "Events the Redis server acknowledged (XADD answered with an id).", 0, NULL, &rc, err);
-    m->failed = txo_metrics_register_chained(
-        reg, TXO_METRIC_COUNTER, "txo_redis_publish_failed_total",
-        "Events whose XADD failed, was refused or got no reply in time.", 0, NULL, &rc, err);
-    m->in_flight = txo_metrics_register_chained(
-        reg, TXO_METRIC_GAUGE, "txo_redis_in_flight",
-        "XADDs sent to the Redis server and not answered yet.", 0, NULL, &rc, err);
-    m->reply_seconds = txo_metrics_register_chained(
-        reg, TXO_METRIC_HISTOGRAM, "txo_redis_reply_seconds",
-        "Time from sending a pipelined batch of XADDs to its last reply.", 0, NULL, &rc, err);
+    struct txo_metric **const slots[] = {&m->published, &m->failed, &m->in_flight,
+                                         &m->reply_seconds};
+    int rc = txo__transport_metrics(reg, families, TXO_ARRAY_LEN(families), slots, err);
     if (rc < 0)
         txo_error_wrap(err, "redis publisher: registering its metrics");
+    return rc;
+}
+
+static int redis_publisher_init(void *self, const struct txo__transport_args *a,
+                                struct txo_error *err)
+{
+    struct redis_publisher *p = self;
+    const struct txo_redis_opts *o = a->opts;
+    p->maxlen = o->maxlen;
+    snprintf(p->maxlen_text, sizeof(p->maxlen_text), "%" PRId64, o->maxlen);
+    p->stream_template = txo_strdup(o->stream_template);
+    if (p->stream_template == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "redis publisher: out of memory");
+    int rc = txo__redis_conn_init(&p->conn, o, "publisher", err);
+    if (rc == 0)
+        rc = register_metrics(&p->m, a->metrics, err);
     return rc;
 }
 
 int txo_publisher_redis_new(const struct txo_redis_opts *o, struct txo_metrics *metrics,
                             struct txo_publisher **out, struct txo_error *err)
 {
-    if (out == NULL)
-        return txo_error_set(err, TXO_EINVAL, "redis publisher: out is required");
     int rc = txo__redis_check_opts(o, "publisher", err);
     if (rc < 0)
         return rc;
-    struct redis_publisher *p = txo_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "redis publisher: out of memory");
-    p->maxlen = o->maxlen;
-    snprintf(p->maxlen_text, sizeof(p->maxlen_text), "%" PRId64, o->maxlen);
-    p->stream_template = txo_strdup(o->stream_template);
-    if (p->stream_template == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "redis publisher: out of memory");
-        goto out;
-    }
-    rc = txo__redis_conn_init(&p->conn, o, "publisher", err);
-    if (rc == 0)
-        rc = register_metrics(&p->m, metrics, err);
-    if (rc == 0)
-        rc = txo_publisher_new(&redis_ops, p, out, err);
-    if (rc == 0)
-        return 0;
-out:
-    redis_publisher_destroy(p);
-    return rc;
+    struct txo__transport_args a = {.opts = o, .metrics = metrics};
+    return txo__publisher_build(&redis_ops, sizeof(struct redis_publisher), redis_publisher_init,
+                                &a, out, err);
 }

@@ -18,6 +18,7 @@
  * before it is freed) and its HTTP client. Thread-safety: one relay at a time.
  */
 
+#include "broker/transport.h"
 #include "broker/wire.h"
 #include "txo/http_client.h"
 #include "txo/webhook.h"
@@ -38,25 +39,13 @@ void txo_webhook_opts_init(struct txo_webhook_opts *opts)
     opts->timeout_ms = 5000;
 }
 
-static void wipe(char *s)
-{
-    if (s == NULL)
-        return;
-    volatile char *p = s;
-    while (*p != '\0')
-        *p++ = '\0';
-}
-
 static void webhook_destroy(void *self)
 {
     struct webhook_publisher *wp = self;
-    if (wp == NULL)
-        return;
     txo_http_client_free(wp->client);
     txo_http_client_response_release(&wp->resp);
     txo_free(wp->url);
-    wipe(wp->auth_header);
-    txo_free(wp->auth_header);
+    txo__secret_free(wp->auth_header);
     txo_free(wp);
 }
 
@@ -175,6 +164,34 @@ static bool has_prefix_nocase(const char *s, const char *prefix)
     return true;
 }
 
+static int webhook_publisher_init(void *self, const struct txo__transport_args *a,
+                                  struct txo_error *err)
+{
+    struct webhook_publisher *wp = self;
+    const struct txo_webhook_opts *opts = a->opts;
+    txo_http_client_response_init(&wp->resp);
+    wp->url = txo_strdup(opts->url);
+    if (wp->url == NULL)
+        return txo_error_set(err, TXO_ENOMEM, "webhook publisher: out of memory");
+    if (opts->bearer_token != NULL && opts->bearer_token[0] != '\0') {
+        static const char prefix[] = "Authorization: Bearer ";
+        size_t len = sizeof(prefix) - 1 + strlen(opts->bearer_token);
+        wp->auth_header = txo_malloc(len + 1);
+        if (wp->auth_header == NULL)
+            return txo_error_set(err, TXO_ENOMEM, "webhook publisher: out of memory");
+        snprintf(wp->auth_header, len + 1, "%s%s", prefix, opts->bearer_token);
+    }
+
+    struct txo_http_client_opts co;
+    txo_http_client_opts_init(&co);
+    if (opts->connect_timeout_ms > 0)
+        co.connect_timeout_ms = opts->connect_timeout_ms;
+    if (opts->timeout_ms > 0)
+        co.timeout_ms = opts->timeout_ms;
+    co.user_agent = "txo-relay";
+    return txo_http_client_new(&co, &wp->client, err);
+}
+
 int txo_publisher_webhook_new(const struct txo_webhook_opts *opts, struct txo_publisher **out,
                               struct txo_error *err)
 {
@@ -190,43 +207,7 @@ int txo_publisher_webhook_new(const struct txo_webhook_opts *opts, struct txo_pu
                              "webhook publisher: the bearer token contains CR or LF");
     if (opts->connect_timeout_ms < 0 || opts->timeout_ms < 0)
         return txo_error_set(err, TXO_EINVAL, "webhook publisher: timeouts must be >= 0 ms");
-
-    int rc = 0;
-    struct webhook_publisher *wp = txo_calloc(1, sizeof(*wp));
-    if (wp == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "webhook publisher: out of memory");
-    txo_http_client_response_init(&wp->resp);
-    wp->url = txo_strdup(opts->url);
-    if (wp->url == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "webhook publisher: out of memory");
-        goto out;
-    }
-    if (opts->bearer_token != NULL && opts->bearer_token[0] != '\0') {
-        static const char prefix[] = "Authorization: Bearer ";
-        size_t len = sizeof(prefix) - 1 + strlen(opts->bearer_token);
-        wp->auth_header = txo_malloc(len + 1);
-        if (wp->auth_header == NULL) {
-            rc = txo_error_set(err, TXO_ENOMEM, "webhook publisher: out of memory");
-            goto out;
-        }
-        snprintf(wp->auth_header, len + 1, "%s%s", prefix, opts->bearer_token);
-    }
-
-    struct txo_http_client_opts co;
-    txo_http_client_opts_init(&co);
-    if (opts->connect_timeout_ms > 0)
-        co.connect_timeout_ms = opts->connect_timeout_ms;
-    if (opts->timeout_ms > 0)
-        co.timeout_ms = opts->timeout_ms;
-    co.user_agent = "txo-relay";
-    rc = txo_http_client_new(&co, &wp->client, err);
-    if (rc < 0)
-        goto out;
-    rc = txo_publisher_new(&webhook_ops, wp, out, err);
-    if (rc < 0)
-        goto out;
-    return 0;
-out:
-    webhook_destroy(wp);
-    return rc;
+    struct txo__transport_args a = {.opts = opts};
+    return txo__publisher_build(&webhook_ops, sizeof(struct webhook_publisher),
+                                webhook_publisher_init, &a, out, err);
 }

@@ -30,6 +30,18 @@ int txo__wire_encode(const char *who, const struct txo_outbox_message *m, struct
     return 0;
 }
 
+int txo__wire_encode_to(const char *who, txo__wire_dest_fn dest_fn, const char *template,
+                        const struct txo_outbox_message *m, char *dest, size_t dest_size,
+                        struct txo__wire *w, struct txo_error *err)
+{
+    memset(w, 0, sizeof(*w));
+    int rc = dest_fn(template, m->aggregate_type != NULL ? m->aggregate_type : "",
+                     m->event_type != NULL ? m->event_type : "", dest, dest_size, err);
+    if (rc < 0)
+        return rc;
+    return txo__wire_encode(who, m, w, err);
+}
+
 void txo__wire_release(struct txo__wire *w)
 {
     txo_free(w->body);

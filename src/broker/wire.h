@@ -41,6 +41,25 @@ struct txo__wire {
 int txo__wire_encode(const char *who, const struct txo_outbox_message *m, struct txo__wire *w,
                      struct txo_error *err);
 
+/*
+ * Names an event's destination from a transport's template, the way txo_kafka_topic(),
+ * txo_nats_subject() and txo_redis_stream_name() do: into out[out_size], 0 or a negative code
+ * with err set.
+ */
+typedef int (*txo__wire_dest_fn)(const char *template, const char *aggregate_type,
+                                 const char *event_type, char *out, size_t out_size,
+                                 struct txo_error *err);
+
+/*
+ * Where m goes and what it carries, for the publisher who: names its destination with dest_fn
+ * from template into dest[dest_size] (a missing aggregate or event type names as ""), then
+ * encodes it as txo__wire_encode(). Returns 0 or the first failure's code with err set; on
+ * failure *w holds nothing to release.
+ */
+int txo__wire_encode_to(const char *who, txo__wire_dest_fn dest_fn, const char *template,
+                        const struct txo_outbox_message *m, char *dest, size_t dest_size,
+                        struct txo__wire *w, struct txo_error *err);
+
 /* Frees what txo__wire_encode() allocated; a zeroed or released wire is a no-op. */
 void txo__wire_release(struct txo__wire *w);
 
