@@ -126,51 +126,32 @@ static void test_server_killed_then_back(void **state)
     const unsigned n = 120;
     testoutbox_append_orders(c->t.db, n);
     struct txo_publisher *pub = new_publisher(c);
-    struct txo_relay *r = new_relay(c, pub);
-
-    assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
-
+    struct testrelay_outage o = {
+        .db = c->t.db,
+        .relay = new_relay(c, pub),
+        .n_events = n,
+        .batch = BATCH,
+        .timeout_ms = DEADLINE_MS,
+        .slack_ms = 1000,
+        .pending_sql = "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                       "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+                       "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
+                       "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND",
+    };
+    testrelay_outage_up(&o);
     testgrpc_kill(&c->g);
-    size_t tried = 0;
-    for (int cycle = 0; cycle < 50; cycle++) {
-        int64_t ms = 0;
-        size_t claimed = testrelay_run_once_ms(r, &ms);
-        if (ms > DEADLINE_MS + 1000)
-            fail_msg("a relay cycle took %lld ms with the server down (deadline %d ms)",
-                     (long long)ms, DEADLINE_MS);
-        if (claimed == 0)
-            break;
-        tried += claimed;
-    }
-    assert_int_equal(tried, n - BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                          "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
-                          "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
-                          "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
-        n - BATCH);
-    assert_int_equal(testrelay_run_once(r), 0); /* nothing is due: no hammering */
-
+    testrelay_outage_down(&o);
     int64_t t_restart = txo_monotonic_ms();
     testgrpc_restart(&c->g);
-    int64_t t_up = txo_monotonic_ms();
-    testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
-    print_message("server restarted in %lld ms; every event delivered %lld ms later\n",
-                  (long long)(t_up - t_restart), (long long)(txo_monotonic_ms() - t_up));
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL"),
-                     n);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    print_message("server restarted in %lld ms\n", (long long)(txo_monotonic_ms() - t_restart));
+    testrelay_outage_back(&o, 20, 0);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
     assert_int_equal(got, n);
     assert_int_equal(count_duplicates(ev, got), 0);
     testgrpc_free_events(ev, got);
-    txo_relay_free(r);
+    txo_relay_free(o.relay);
     txo_publisher_free(pub);
 }
 
