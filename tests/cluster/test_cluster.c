@@ -145,27 +145,6 @@ static struct txo_db *connect_node(const struct cluster *c, unsigned node)
     return db;
 }
 
-/* A cnats connection to the NATS cluster, the list given as an array (see testnats.c). */
-static natsStatus cluster_nats_connect(const struct cluster *c, natsConnection **nc)
-{
-    char copy[sizeof(c->nats_urls)];
-    snprintf(copy, sizeof(copy), "%s", c->nats_urls);
-    const char *servers[N_NODES];
-    int n = 0;
-    char *save = NULL;
-    for (char *u = strtok_r(copy, ",", &save); u != NULL && n < N_NODES;
-         u = strtok_r(NULL, ",", &save))
-        servers[n++] = u;
-    natsOptions *opts = NULL;
-    natsStatus s = natsOptions_Create(&opts);
-    if (s == NATS_OK)
-        s = natsOptions_SetServers(opts, servers, n);
-    if (s == NATS_OK)
-        s = natsConnection_Connect(nc, opts);
-    natsOptions_Destroy(opts);
-    return s;
-}
-
 /* ---- a publisher that counts what the broker acknowledged, in front of the NATS one ---- */
 
 struct counting {
@@ -267,7 +246,7 @@ static void delete_stream(const struct cluster *c, const char *stream)
 {
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    natsStatus s = cluster_nats_connect(c, &nc);
+    natsStatus s = testnats_connect(c->nats_urls, &nc);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&js, nc, NULL);
     int64_t deadline = txo_monotonic_ms() + 20000;
@@ -544,7 +523,7 @@ static void stream_leader(const struct cluster *c, const char *stream, char *out
     jsCtx *js = NULL;
     jsStreamInfo *si = NULL;
     out[0] = '\0';
-    natsStatus s = cluster_nats_connect(c, &nc);
+    natsStatus s = testnats_connect(c->nats_urls, &nc);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&js, nc, NULL);
     if (s == NATS_OK)

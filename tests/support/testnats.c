@@ -97,13 +97,12 @@ struct js_conn {
     jsCtx *js;
 };
 
-static struct js_conn js_connect(const struct testnats *n)
+natsStatus testnats_connect(const char *urls, natsConnection **nc)
 {
-    struct js_conn c = {NULL, NULL};
     /* A cluster's comma-separated list goes to cnats as an array: cnats 3.4 cannot connect to
      * a list given as one string. */
-    char copy[sizeof(n->url)];
-    snprintf(copy, sizeof(copy), "%s", n->url);
+    char *copy = strdup(urls);
+    assert_non_null(copy);
     const char *servers[8];
     int n_servers = 0;
     char *save = NULL;
@@ -115,8 +114,16 @@ static struct js_conn js_connect(const struct testnats *n)
     if (s == NATS_OK)
         s = natsOptions_SetServers(opts, servers, n_servers);
     if (s == NATS_OK)
-        s = natsConnection_Connect(&c.nc, opts);
+        s = natsConnection_Connect(nc, opts);
     natsOptions_Destroy(opts);
+    free(copy);
+    return s;
+}
+
+static struct js_conn js_connect(const struct testnats *n)
+{
+    struct js_conn c = {NULL, NULL};
+    natsStatus s = testnats_connect(n->url, &c.nc);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&c.js, c.nc, NULL);
     if (s != NATS_OK)
@@ -130,17 +137,25 @@ static void js_close(struct js_conn *c)
     natsConnection_Destroy(c->nc);
 }
 
-static jsStreamState stream_state(const struct testnats *n, const char *stream)
+/* The info of stream on c's server, or the test fails (c closed first). Free with
+ * jsStreamInfo_Destroy. */
+static jsStreamInfo *stream_info(struct js_conn *c, const char *stream)
 {
-    struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_GetStreamInfo(&si, c.js, stream, NULL, &jerr);
+    natsStatus s = js_GetStreamInfo(&si, c->js, stream, NULL, &jerr);
     if (s != NATS_OK) {
-        js_close(&c);
+        js_close(c);
         fail_msg("stream info %s: %s (JetStream error %d)", stream, natsStatus_GetText(s),
                  (int)jerr);
     }
+    return si;
+}
+
+static jsStreamState stream_state(const struct testnats *n, const char *stream)
+{
+    struct js_conn c = js_connect(n);
+    jsStreamInfo *si = stream_info(&c, stream);
     jsStreamState st = si->State;
     st.Subjects = NULL; /* freed with si */
     st.Deleted = NULL;
@@ -219,14 +234,7 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
                            uint64_t *want, bool *settled)
 {
     struct js_conn c = js_connect(n);
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_GetStreamInfo(&si, c.js, stream, NULL, &jerr);
-    if (s != NATS_OK) {
-        js_close(&c);
-        fail_msg("stream info %s: %s (JetStream error %d)", stream, natsStatus_GetText(s),
-                 (int)jerr);
-    }
+    jsStreamInfo *si = stream_info(&c, stream);
     uint64_t first = si->State.FirstSeq, last = si->State.LastSeq, msgs = si->State.Msgs;
     *settled = stream_settled(si);
     jsStreamInfo_Destroy(si);
@@ -238,8 +246,8 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
     size_t count = 0;
     for (uint64_t seq = first; msgs > 0 && seq <= last && count < msgs; seq++) {
         natsMsg *m = NULL;
-        jerr = 0;
-        s = js_GetMsg(&m, c.js, stream, seq, NULL, &jerr);
+        jsErrCode jerr = 0;
+        natsStatus s = js_GetMsg(&m, c.js, stream, seq, NULL, &jerr);
         if (s == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr)
             continue; /* a deleted sequence */
         if (s != NATS_OK) {

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <nats/nats.h>
+
 struct testnats {
     char url[256]; /* "nats://127.0.0.1:<port>", or a cluster's comma-separated list */
     unsigned port;
@@ -56,6 +58,13 @@ void testnats_restart(struct testnats *n);
 
 /* Stops the server if it runs and removes the temporary directory. Safe on a zeroed struct. */
 void testnats_cleanup(struct testnats *n);
+
+/*
+ * A cnats connection to urls: one URL, or a cluster's comma-separated list (up to 8), which is
+ * given to cnats as an array. Returns cnats's status; on NATS_OK *nc is the caller's
+ * (natsConnection_Destroy).
+ */
+natsStatus testnats_connect(const char *urls, natsConnection **nc);
 
 /* Messages stored in the stream (JetStream stream info). */
 uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream);

@@ -20,6 +20,7 @@
 #include "testchild.h"
 #include "testproc.h"
 #include "testrabbit.h"
+#include "txo/common.h"
 
 #define READY_TIMEOUT_MS 120000 /* a cold boot on a busy 2-core machine takes 20 s and more */
 #define READY_POLL_MS    100
@@ -60,28 +61,31 @@ static void write_file(const char *path, const char *text)
         fail_msg("writing %s: %s", path, strerror(errno));
 }
 
+/* setenv(name, the formatted value) */
+TXO_PRINTF(2, 3) static void setenvf(const char *name, const char *fmt, ...)
+{
+    char v[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v, sizeof(v), fmt, ap);
+    va_end(ap);
+    setenv(name, v, 1);
+}
+
 /* A testchild_setup_fn on the struct testrabbit: the broker's environment, set in its child. */
 static void set_env(const void *arg)
 {
     const struct testrabbit *r = arg;
-    char v[512];
     setenv("HOME", r->dir, 1);
     setenv("RABBITMQ_NODENAME", r->node, 1);
-    snprintf(v, sizeof(v), "%u", r->port);
-    setenv("RABBITMQ_NODE_PORT", v, 1);
+    setenvf("RABBITMQ_NODE_PORT", "%u", r->port);
     setenv("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1", 1);
-    snprintf(v, sizeof(v), "%u", r->dist_port);
-    setenv("RABBITMQ_DIST_PORT", v, 1);
-    snprintf(v, sizeof(v), "%u", r->epmd_port);
-    setenv("ERL_EPMD_PORT", v, 1);
-    snprintf(v, sizeof(v), "%s/mnesia", r->dir);
-    setenv("RABBITMQ_MNESIA_BASE", v, 1);
-    snprintf(v, sizeof(v), "%s/log", r->dir);
-    setenv("RABBITMQ_LOG_BASE", v, 1);
-    snprintf(v, sizeof(v), "%s/rabbitmq.conf", r->dir);
-    setenv("RABBITMQ_CONFIG_FILE", v, 1);
-    snprintf(v, sizeof(v), "%s/enabled_plugins", r->dir);
-    setenv("RABBITMQ_ENABLED_PLUGINS_FILE", v, 1);
+    setenvf("RABBITMQ_DIST_PORT", "%u", r->dist_port);
+    setenvf("ERL_EPMD_PORT", "%u", r->epmd_port);
+    setenvf("RABBITMQ_MNESIA_BASE", "%s/mnesia", r->dir);
+    setenvf("RABBITMQ_LOG_BASE", "%s/log", r->dir);
+    setenvf("RABBITMQ_CONFIG_FILE", "%s/rabbitmq.conf", r->dir);
+    setenvf("RABBITMQ_ENABLED_PLUGINS_FILE", "%s/enabled_plugins", r->dir);
     /* The script then execs the VM itself (no signal-forwarding shell in between), so our
      * child pid is the broker and SIGTERM is its clean shutdown. */
     setenv("RUNNING_UNDER_SYSTEMD", "1", 1);
