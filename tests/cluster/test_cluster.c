@@ -719,16 +719,13 @@ static void test_stream_leader_killed(void **state)
 
 int main(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_relays_lease),
         cmocka_unit_test(test_two_relays_transaction),
         cmocka_unit_test_teardown(test_non_primary_node, stop_procs),
         cmocka_unit_test(test_stream_leader_killed),
     };
-    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    int rc = testhttp_run_each(tests, TXO_ARRAY_LEN(tests), NULL, NULL, setup, teardown);
     txo_nats_shutdown();
-    curl_global_cleanup();
     return rc;
 }

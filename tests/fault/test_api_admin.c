@@ -30,7 +30,6 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -42,34 +41,9 @@
 
 /* ---- fixture ---- */
 
-#define MAX_PROCS 1
-
-struct ctx {
-    struct testdb t;
-    struct testproc procs[MAX_PROCS]; /* servers and workers; SIGKILLed by teardown */
-    CURL *h;                          /* the test's HTTP client (keep-alive) */
-    struct testhttp_reply rep[3];     /* the test's answers; released by teardown */
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "api_admin", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
-    testorders_stock_abc(c->t.db, 1000);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    for (int i = 0; i < MAX_PROCS; i++)
-        testproc_stop_hard(&c->procs[i]);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
-        testhttp_reply_release(&c->rep[i]);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
+    *state = testhttp_api_new("api_admin", 1000);
     return 0;
 }
 
@@ -90,14 +64,14 @@ static void admin(CURL *h, const char *method, unsigned port, const char *path,
 
 /* A COMPLETED CreateOrderSaga, run in this process with the in-process payment and shipment
  * stand-ins. Returns its order id; saga_id receives the saga's. */
-static int64_t completed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
+static int64_t completed_saga(struct testhttp_api *c, char saga_id[TXO_SAGA_ID_LEN])
 {
     const struct order_item items[] = {{"SKU-B", 1, 500}};
     return testorders_run_saga(c->t.db, 9, items, 1, NULL, NULL, TXO_SAGA_COMPLETED, saga_id);
 }
 
 /* GET /outbox/stats equals the table, counted here. */
-static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when)
+static void expect_stats(struct testhttp_api *c, CURL *h, unsigned port, const char *when)
 {
     struct testhttp_reply *r = &c->rep[2];
     admin(h, "GET", port, "/outbox/stats", r);
@@ -127,7 +101,7 @@ static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when
 
 static void test_admin_endpoints(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--admin-token", "s3cret", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
     struct testhttp_reply *r = &c->rep[0];
@@ -314,7 +288,7 @@ static void expect_contains(const struct testhttp_reply *r, const char *needle)
 
 static void test_probes_and_metrics(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     struct testhttp_reply *r = &c->rep[0];
     testhttp_get(c->h, port, "/healthz", r);
@@ -371,13 +345,10 @@ static void test_probes_and_metrics(void **state)
 
 int main(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_endpoints),
         cmocka_unit_test(test_probes_and_metrics),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    curl_global_cleanup();
-    return failed;
+    return testhttp_run_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_api_free_state, NULL,
+                             NULL);
 }

@@ -17,6 +17,8 @@
 #include <cmocka.h>
 
 #include "testhttp.h"
+#include "testorders.h"
+#include "testrun.h"
 #include "txo/txo.h"
 
 void testhttp_reply_release(struct testhttp_reply *r)
@@ -208,4 +210,44 @@ int testhttp_daemon_free_state(void **state)
     testdb_fixture_free(d);
     *state = NULL;
     return 0;
+}
+
+struct testhttp_api *testhttp_api_new(const char *tag, int32_t stock)
+{
+    struct testhttp_api *c = testdb_fixture_new(sizeof(*c), tag, TESTDB_NEW_EXPORT_ENV);
+    c->h = curl_easy_init();
+    assert_non_null(c->h);
+    testorders_stock_abc(c->t.db, stock);
+    return c;
+}
+
+int testhttp_api_free_state(void **state)
+{
+    struct testhttp_api *c = *state;
+    if (c == NULL)
+        return 0;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->procs); i++)
+        testproc_stop_hard(&c->procs[i]);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
+        testhttp_reply_release(&c->rep[i]);
+    for (size_t i = 0; i < c->n_many; i++)
+        testhttp_reply_release(&c->many[i]);
+    free(c->many);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->hold); i++)
+        txo_db_close(c->hold[i]);
+    curl_easy_cleanup(c->h);
+    testdb_fixture_free(c);
+    *state = NULL;
+    return 0;
+}
+
+int testhttp_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
+                      int (*teardown)(void **), int (*group_setup)(void **),
+                      int (*group_teardown)(void **))
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return 1;
+    int failed = testrun_each(tests, n, setup, teardown, group_setup, group_teardown);
+    curl_global_cleanup();
+    return failed;
 }

@@ -37,6 +37,8 @@
 #include "testdb.h"
 #include "testproc.h"
 
+struct CMUnitTest; /* <cmocka.h> */
+
 /*
  * One HTTP answer. A zeroed struct is a valid empty reply; every testhttp_do() on it releases
  * what it held before, so one reply can be reused across requests. Release with
@@ -139,5 +141,40 @@ struct testhttp_daemon {
  * (a test that failed), then frees the fixture and its database. Returns 0.
  */
 int testhttp_daemon_free_state(void **state);
+
+/*
+ * The fixture of the order-API tests (test_api.c, test_api_admin.c, test_api_group.c): the
+ * test's database first (testdb_fixture_new), with the SKUs of testorders_stock_abc() in stock,
+ * the test's keep-alive HTTP client, and what a test leaves for the teardown to release when it
+ * fails: the txo processes it started, its answers and its second connections.
+ */
+struct testhttp_api {
+    struct testdb t;
+    CURL *h;
+    struct testproc procs[3];       /* servers and workers; SIGKILLed by the teardown */
+    struct testhttp_reply rep[3];   /* the test's answers */
+    struct testhttp_reply *many;    /* malloc'd answers of a concurrent test, n_many of them */
+    size_t n_many;
+    struct txo_db *hold[2];         /* connections holding rows locked; NULL when unused */
+};
+
+/*
+ * Makes a struct testhttp_api with its database tagged tag and exported to child processes
+ * (TESTDB_NEW_EXPORT_ENV), stock units of each SKU. The caller frees it with
+ * testhttp_api_free_state(). Fails the test on error.
+ */
+struct testhttp_api *testhttp_api_new(const char *tag, int32_t stock);
+
+/* A cmocka teardown for a struct testhttp_api: releases everything in it and it. Returns 0. */
+int testhttp_api_free_state(void **state);
+
+/*
+ * testrun_each() (testrun.h) between curl_global_init() and curl_global_cleanup(), for a test
+ * program that uses libcurl, which wants its global set-up before any thread starts. Returns
+ * what testrun_each returns, or 1 when libcurl cannot be set up.
+ */
+int testhttp_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
+                      int (*teardown)(void **), int (*group_setup)(void **),
+                      int (*group_teardown)(void **));
 
 #endif
