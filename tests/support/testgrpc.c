@@ -18,6 +18,7 @@
 
 #include "testchild.h"
 #include "testgrpc.h"
+#include "testrun.h"
 #include "testproc.h"
 
 #ifndef TXO_TEST_SOURCE_DIR
@@ -392,21 +393,7 @@ size_t testgrpc_count_traced_calls(const struct testgrpc *g)
     return count_calls(g, traced, NULL);
 }
 
-struct testgrpc testgrpc_shared;
-
-int testgrpc_group_setup(void **state)
-{
-    (void)state;
-    testgrpc_start(&testgrpc_shared);
-    return 0;
-}
-
-int testgrpc_group_teardown(void **state)
-{
-    (void)state;
-    testgrpc_cleanup(&testgrpc_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testgrpc, testgrpc_start, testgrpc_cleanup)
 
 void testgrpc_expect_refused(const struct txo_grpc_opts *o, int want, const char *about)
 {

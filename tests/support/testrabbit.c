@@ -20,6 +20,7 @@
 #include "testchild.h"
 #include "testproc.h"
 #include "testrabbit.h"
+#include "testrun.h"
 #include "txo/common.h"
 
 #define READY_TIMEOUT_MS 120000 /* a cold boot on a busy 2-core machine takes 20 s and more */
@@ -272,21 +273,7 @@ long testrabbit_count(const struct testrabbit *r, const char *queue)
     return v;
 }
 
-struct testrabbit testrabbit_shared;
-
-int testrabbit_group_setup(void **state)
-{
-    (void)state;
-    testrabbit_start(&testrabbit_shared);
-    return 0;
-}
-
-int testrabbit_group_teardown(void **state)
-{
-    (void)state;
-    testrabbit_cleanup(&testrabbit_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testrabbit, testrabbit_start, testrabbit_cleanup)
 
 void testrabbit_opts(struct txo_rabbitmq_opts *o, int64_t connect_timeout_ms,
                      int64_t confirm_timeout_ms)

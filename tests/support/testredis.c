@@ -16,6 +16,7 @@
 #include "testchild.h"
 #include "testproc.h"
 #include "testredis.h"
+#include "testrun.h"
 
 #define READY_TIMEOUT_MS 5000
 #define READY_POLL_MS    20
@@ -180,21 +181,7 @@ int64_t testredis_group_pending(const struct testredis *r, const char *stream, c
     return pending;
 }
 
-struct testredis testredis_shared;
-
-int testredis_group_setup(void **state)
-{
-    (void)state;
-    testredis_start(&testredis_shared);
-    return 0;
-}
-
-int testredis_group_teardown(void **state)
-{
-    (void)state;
-    testredis_cleanup(&testredis_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testredis, testredis_start, testredis_cleanup)
 
 size_t testredis_stream_keys(const struct testredis *r, const char *stream, char ***keys)
 {

@@ -24,4 +24,26 @@ int testrun_each(const struct CMUnitTest *tests, size_t n, CMFixtureFunction set
  */
 int testrun_no_fixture(void **state);
 
+/*
+ * Defines the cmocka group fixtures of one server of type struct name that a whole test program
+ * shares: the server name##_shared, name##_group_setup, which runs start(&name##_shared), and
+ * name##_group_teardown, which runs stop(&name##_shared); both return 0. A server module states
+ * it once (TESTRUN_SHARED_SERVER(testredis, testredis_start, testredis_cleanup)) and declares
+ * the three in its header.
+ */
+#define TESTRUN_SHARED_SERVER(name, start, stop)                                                 \
+    struct name name##_shared;                                                                     \
+    int name##_group_setup(void **state)                                                           \
+    {                                                                                              \
+        (void)state;                                                                               \
+        start(&name##_shared);                                                                     \
+        return 0;                                                                                  \
+    }                                                                                              \
+    int name##_group_teardown(void **state)                                                        \
+    {                                                                                              \
+        (void)state;                                                                               \
+        stop(&name##_shared);                                                                      \
+        return 0;                                                                                  \
+    }
+
 #endif
