@@ -125,9 +125,25 @@ static void expect_key_completed(struct testhttp_api *c, const char *key, int st
     txo_free(st);
 }
 
+
 static const char ORDER_BODY[] =
     "{\"customer_id\":7,\"items\":[{\"sku\":\"SKU-A\",\"qty\":2,\"price_cents\":1250},"
     "{\"sku\":\"SKU-B\",\"qty\":1,\"price_cents\":99}]}";
+
+/*
+ * POSTs ORDER_BODY with key (answer in c->rep[0]) and expects a new order, after which that
+ * order and its completed key are all the tables hold. Returns the order id.
+ */
+static int64_t post_the_one_order(struct testhttp_api *c, unsigned port, const char *key,
+                                  const char *what)
+{
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, key, ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, what);
+    expect_rows(c, 1, 1, what);
+    expect_key_completed(c, key, 201, id);
+    return id;
+}
 
 /* ---- idempotency: repeats ---- */
 
@@ -385,10 +401,7 @@ static void test_key_held_answers_409(void **state)
     expect_rows(c, 0, 0, "while the key is held");
 
     testdb_exec(c->hold[0], "ROLLBACK");
-    testhttp_post_order(c->h, port, "held-key", ORDER_BODY, r);
-    int64_t id = testhttp_expect_created(r, 201, "POST after the holder rolled back");
-    expect_rows(c, 1, 1, "after the retry");
-    expect_key_completed(c, "held-key", 201, id);
+    post_the_one_order(c, port, "held-key", "POST after the holder rolled back");
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
@@ -522,11 +535,7 @@ static void test_crash_before_commit(void **state)
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM order_items"), 0);
 
     port = testhttp_txo_start(&c->procs[1], "api_serve", "serve", NULL);
-    struct testhttp_reply *r = &c->rep[0];
-    testhttp_post_order(c->h, port, "crash-key", ORDER_BODY, r);
-    int64_t id = testhttp_expect_created(r, 201, "POST after the restart");
-    expect_rows(c, 1, 1, "after the retry");
-    expect_key_completed(c, "crash-key", 201, id);
+    post_the_one_order(c, port, "crash-key", "POST after the restart");
     testhttp_txo_stop(&c->procs[1], "txo serve (restarted)");
 }
 
