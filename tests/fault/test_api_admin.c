@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -61,6 +60,27 @@ static void admin(CURL *h, const char *method, unsigned port, const char *path,
 }
 
 /* ---- admin ---- */
+
+/* An admin request that must answer 200 with JSON; returns the document (json_decref). */
+static json_t *admin_json(struct testhttp_api *c, const char *method, unsigned port,
+                          const char *path, struct testhttp_reply *r)
+{
+    admin(c->h, method, port, path, r);
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s", method, path);
+    testhttp_expect_status(r, 200, what);
+    return testhttp_json(r);
+}
+
+/* The one element of doc's array member, borrowed; the test fails unless there is exactly one. */
+static json_t *only_item(json_t *doc, const char *member, const struct testhttp_reply *r)
+{
+    json_t *list = json_object_get(doc, member);
+    if (json_array_size(list) != 1)
+        fail_msg("\"%s\" should list exactly one: %s", member, r->body);
+    return json_array_get(list, 0);
+}
+
 
 /* A COMPLETED CreateOrderSaga, run in this process with the in-process payment and shipment
  * stand-ins. Returns its order id; saga_id receives the saga's. */
@@ -152,9 +172,7 @@ static void test_admin_endpoints(void **state)
     admin(c->h, "GET", port, "/sagas/00000000-0000-4000-8000-000000000000", r);
     testhttp_expect_error(r, 404, "not_found", NULL, "GET /sagas/<unknown>");
     snprintf(path, sizeof(path), "/sagas/%s", saga_id);
-    admin(c->h, "GET", port, path, r);
-    testhttp_expect_status(r, 200, "GET /sagas/{id}");
-    json_t *doc = testhttp_json(r);
+    json_t *doc = admin_json(c, "GET", port, path, r);
     assert_string_equal(json_string_value(json_object_get(doc, "saga_id")), saga_id);
     assert_string_equal(json_string_value(json_object_get(doc, "saga_type")), "CreateOrderSaga");
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "COMPLETED");
@@ -174,13 +192,8 @@ static void test_admin_endpoints(void **state)
     txo_free(st);
 
     /* Dead letters. */
-    admin(c->h, "GET", port, "/dlq", r);
-    testhttp_expect_status(r, 200, "GET /dlq");
-    doc = testhttp_json(r);
-    json_t *list = json_object_get(doc, "dead_letters");
-    if (json_array_size(list) != 1)
-        fail_msg("GET /dlq should list the one dead letter: %s", r->body);
-    json_t *dl = json_array_get(list, 0);
+    doc = admin_json(c, "GET", port, "/dlq", r);
+    json_t *dl = only_item(doc, "dead_letters", r);
     assert_int_equal(json_integer_value(json_object_get(dl, "id")), dl_id);
     assert_int_equal(json_integer_value(json_object_get(dl, "source_event_id")), event_id);
     assert_string_equal(json_string_value(json_object_get(dl, "event_type")), "OrderCreated");
@@ -194,21 +207,14 @@ static void test_admin_endpoints(void **state)
 
     /* A FAILED event alone parks nothing; with a later event of its aggregate behind it (relay
      * --ordering aggregate) the aggregate is parked. */
-    admin(c->h, "GET", port, "/outbox/parked", r);
-    testhttp_expect_status(r, 200, "GET /outbox/parked");
-    doc = testhttp_json(r);
+    doc = admin_json(c, "GET", port, "/outbox/parked", r);
     assert_int_equal(json_array_size(json_object_get(doc, "parked")), 0);
     json_decref(doc);
     testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                          "payload, idempotency_key) VALUES ('order', 4242, 'OrderConfirmed', "
                          "'{\"order_id\":4242}', 'order:4242:confirmed')");
-    admin(c->h, "GET", port, "/outbox/parked?limit=10", r);
-    testhttp_expect_status(r, 200, "GET /outbox/parked");
-    doc = testhttp_json(r);
-    json_t *parked = json_object_get(doc, "parked");
-    if (json_array_size(parked) != 1)
-        fail_msg("GET /outbox/parked should list the one FAILED head: %s", r->body);
-    json_t *pk = json_array_get(parked, 0);
+    doc = admin_json(c, "GET", port, "/outbox/parked?limit=10", r);
+    json_t *pk = only_item(doc, "parked", r);
     assert_string_equal(json_string_value(json_object_get(pk, "aggregate_id")), "4242");
     assert_int_equal(json_integer_value(json_object_get(pk, "event_id")), event_id);
     assert_string_equal(json_string_value(json_object_get(pk, "status")), "FAILED");
@@ -218,9 +224,7 @@ static void test_admin_endpoints(void **state)
     json_decref(doc);
 
     snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
-    admin(c->h, "POST", port, path, r);
-    testhttp_expect_status(r, 200, "POST /dlq/{id}/replay");
-    doc = testhttp_json(r);
+    doc = admin_json(c, "POST", port, path, r);
     assert_int_equal(json_integer_value(json_object_get(doc, "id")), dl_id);
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "REPLAYED");
     json_decref(doc);
@@ -254,31 +258,6 @@ static void test_admin_endpoints(void **state)
 }
 
 /* ---- probes and metrics ---- */
-
-/* Runs `promtool check metrics` on text; fails the test with promtool's output unless it
- * exits 0. */
-static void promtool_check(const char *text, size_t len)
-{
-    char path[] = "/tmp/txo_test_api_metrics_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char out[4096];
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    int status = pclose(p);
-    unlink(path);
-    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("promtool check metrics: wait status 0x%x, output:\n%s\nmetrics:\n%s", status, out,
-                 text);
-}
 
 static void expect_contains(const struct testhttp_reply *r, const char *needle)
 {
@@ -338,7 +317,7 @@ static void test_probes_and_metrics(void **state)
     };
     for (size_t i = 0; i < TXO_ARRAY_LEN(families); i++)
         expect_contains(r, families[i]);
-    promtool_check(r->body, r->len);
+    testhttp_expect_promtool_valid(r->body, r->len);
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }

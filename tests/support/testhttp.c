@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -250,4 +251,23 @@ int testhttp_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(voi
     int failed = testrun_each(tests, n, setup, teardown, group_setup, group_teardown);
     curl_global_cleanup();
     return failed;
+}
+
+void testhttp_expect_promtool_valid(const char *text, size_t len)
+{
+    char path[] = "/tmp/txo_test_metrics_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    const char *argv[] = {"/bin/sh", "-c", "promtool check metrics < \"$0\" 2>&1", path, NULL};
+    char *out = NULL;
+    int status = testproc_run("promtool", argv, 30000, &out);
+    unlink(path);
+    if (status != 0)
+        fail_msg("promtool check metrics: exit status %d, output:\n%s\nmetrics:\n%s", status,
+                 out != NULL ? out : "", text);
+    free(out);
 }

@@ -110,6 +110,12 @@ int64_t testhttp_expect_created(const struct testhttp_reply *r, long status, con
 double testhttp_metric_value(const char *text, const char *series);
 
 /*
+ * Fails the test, with promtool's output and the text, unless `promtool check metrics` accepts
+ * the len bytes of Prometheus text (a /metrics body). promtool is a required test dependency.
+ */
+void testhttp_expect_promtool_valid(const char *text, size_t len);
+
+/*
  * Starts `txo <subcommand> --listen 127.0.0.1:<free port> args...` in p (args NULL or a
  * NULL-terminated list of at most 19 more arguments, borrowed until this returns; more fail
  * the test) with its log named after tag, and waits up to 10 s until GET /healthz answers 200.
