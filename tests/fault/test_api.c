@@ -372,21 +372,9 @@ static void test_key_held_answers_409(void **state)
     struct testhttp_api *c = *state;
     static const char *const args[] = {"--idempotency-wait", "1", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
-    struct txo_error err;
-    txo_error_init(&err);
-    char hash[TXO_IDEM_HASH_LEN];
-    assert_int_equal(txo_idem_hash("POST", "/orders", ORDER_BODY, strlen(ORDER_BODY), hash, &err),
-                     0);
 
     /* The test's own transaction holds the key row, as a request in progress would. */
-    c->hold[0] = testdb_connect(&c->t);
-    testdb_exec(c->hold[0], "START TRANSACTION");
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-             " VALUES ('held-key', '%s', 'PROCESSING')",
-             hash);
-    testdb_exec(c->hold[0], sql);
+    c->hold[0] = testhttp_hold_order_key(&c->t, "held-key", ORDER_BODY);
 
     struct testhttp_reply *r = &c->rep[0];
     int64_t t0 = txo_monotonic_ms();

@@ -286,24 +286,6 @@ static void *post_one(void *arg)
     return NULL;
 }
 
-/* Another connection inserts key (PROCESSING, the hash of body) in an open transaction. */
-static struct txo_db *hold_key(struct testhttp_api *c, const char *key, const char *body)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    char hash[TXO_IDEM_HASH_LEN];
-    assert_int_equal(txo_idem_hash("POST", "/orders", body, strlen(body), hash, &err), 0);
-    struct txo_db *db = testdb_connect(&c->t);
-    testdb_exec(db, "START TRANSACTION");
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-             " VALUES ('%s', '%s', 'PROCESSING')",
-             key, hash);
-    testdb_exec(db, sql);
-    return db;
-}
-
 /* ... and completes it with a response naming order `order_id` (which it does not create). */
 static void complete_key(struct txo_db *db, const char *key, int64_t order_id)
 {
@@ -329,7 +311,7 @@ static void test_group_fails_and_goes_one_by_one(void **state)
     struct one block = {.port = port};
     snprintf(block.key, sizeof(block.key), "block");
     order_body(block.body, sizeof(block.body), 1, 1);
-    c->hold[0] = hold_key(c, block.key, block.body);
+    c->hold[0] = testhttp_hold_order_key(&c->t, block.key, block.body);
     pthread_t bt;
     assert_int_equal(pthread_create(&bt, NULL, post_one, &block), 0);
     txo_sleep_ms(400);
@@ -338,7 +320,7 @@ static void test_group_fails_and_goes_one_by_one(void **state)
     struct one many[N_GROUP];
     pthread_t mt[N_GROUP];
     order_body(many[0].body, sizeof(many[0].body), 0, 2);
-    c->hold[1] = hold_key(c, "raced", many[0].body);
+    c->hold[1] = testhttp_hold_order_key(&c->t, "raced", many[0].body);
     for (int i = 0; i < N_GROUP; i++) {
         many[i] = (struct one){.port = port};
         if (i == 0)

@@ -271,3 +271,23 @@ void testhttp_expect_promtool_valid(const char *text, size_t len)
                  out != NULL ? out : "", text);
     free(out);
 }
+
+struct txo_db *testhttp_hold_order_key(struct testdb *t, const char *key, const char *body)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char hash[TXO_IDEM_HASH_LEN];
+    if (txo_idem_hash("POST", "/orders", body, strlen(body), hash, &err) != 0)
+        fail_msg("txo_idem_hash: %s", err.msg);
+    /* Plain statements on the connection: START TRANSACTION must span the INSERT (a statement
+     * with bound parameters runs in a transaction of its own). The key is the test's own. */
+    struct txo_db *db = testdb_connect(t);
+    testdb_exec(db, "START TRANSACTION");
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
+             " VALUES ('%s', '%s', 'PROCESSING')",
+             key, hash);
+    testdb_exec(db, sql);
+    return db;
+}

@@ -175,6 +175,14 @@ struct testhttp_api *testhttp_api_new(const char *tag, int32_t stock);
 int testhttp_api_free_state(void **state);
 
 /*
+ * A second connection to t's database that holds key as a request in progress would: in a
+ * transaction it leaves open, the key's row PROCESSING with the request hash of POST /orders
+ * with body. The caller owns the connection (txo_db_close, or ROLLBACK / COMMIT first). Fails
+ * the test on error.
+ */
+struct txo_db *testhttp_hold_order_key(struct testdb *t, const char *key, const char *body);
+
+/*
  * testrun_each() (testrun.h) between curl_global_init() and curl_global_cleanup(), for a test
  * program that uses libcurl, which wants its global set-up before any thread starts. Returns
  * what testrun_each returns, or 1 when libcurl cannot be set up.
