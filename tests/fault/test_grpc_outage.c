@@ -161,10 +161,10 @@ static void test_server_killed_then_back(void **state)
                        "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND",
     };
     testrelay_outage_up(&o);
-    testgrpc_kill(&c->g);
+    testchild_server_kill(&c->g.srv);
     testrelay_outage_down(&o);
     int64_t t_restart = txo_monotonic_ms();
-    testgrpc_restart(&c->g);
+    testchild_server_restart(&c->g.srv);
     print_message("server restarted in %lld ms\n", (long long)(txo_monotonic_ms() - t_restart));
     testrelay_outage_back(&o, 20, 0);
 

@@ -131,11 +131,11 @@ static void outage(struct ctx *c, enum outage_mode mode)
     };
     testrelay_outage_up(&out);
     if (mode == OUTAGE_KILL)
-        testnats_kill(&c->nats);
+        testchild_server_kill(&c->nats.srv);
     else if (mode == OUTAGE_STOP)
-        testnats_stop(&c->nats);
+        testchild_server_stop(&c->nats.srv);
     else
-        testnats_pause(&c->nats);
+        testchild_server_pause(&c->nats.srv);
     testrelay_outage_down(&out);
 
     /* 3. Back (on the same port and store): the relay drains the rest. A hung broker stored the
@@ -146,9 +146,9 @@ static void outage(struct ctx *c, enum outage_mode mode)
     txo_log_set_level(TXO_LOG_DEBUG);
     txo_log_set_sink(count_duplicates, &dc);
     if (mode == OUTAGE_HANG)
-        testnats_resume(&c->nats);
+        testchild_server_resume(&c->nats.srv);
     else
-        testnats_restart(&c->nats);
+        testchild_server_restart(&c->nats.srv);
     /* cnats reconnects within about reconnect_wait_ms: a pause of 50 ms between tries. */
     testrelay_outage_back(&out, 50, ACK_TIMEOUT_MS + 2000);
     txo_log_set_sink(NULL, NULL);

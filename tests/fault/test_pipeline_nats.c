@@ -182,12 +182,12 @@ static void test_broker_outage_end_to_end_nats(void **state)
     testpipeline_wait_confirmed(&c->p, 1, 30000, "through NATS");
 
     /* Broker down: the API still answers 201, the events wait in the outbox. */
-    testnats_stop(&c->nats);
+    testchild_server_stop(&c->nats.srv);
     testpipeline_place_orders_broker_down(&c->p, port, OUTAGE_ORDERS, true);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
 
     /* Back on the same port and store: everything is delivered. */
-    testnats_restart(&c->nats);
+    testchild_server_restart(&c->nats.srv);
     int64_t ms =
         testpipeline_wait_confirmed(&c->p, OUTAGE_ORDERS + 1, 30000, "after the broker came back");
     print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n", ms);

@@ -162,10 +162,10 @@ static void test_broker_killed_end_to_end_redis(void **state)
     testpipeline_place_orders(&c->p, port, "warm", 1, false);
     testpipeline_wait_confirmed(&c->p, 1, 30000, "through Redis");
 
-    testredis_kill(&c->redis);
+    testchild_server_kill(&c->redis.srv);
     testpipeline_place_orders_broker_down(&c->p, port, OUTAGE_ORDERS, false);
 
-    testredis_restart(&c->redis);
+    testchild_server_restart(&c->redis.srv);
     int64_t ms =
         testpipeline_wait_confirmed(&c->p, OUTAGE_ORDERS + 1, 30000, "after Redis came back");
     print_message("all orders CONFIRMED %" PRId64 " ms after Redis came back\n", ms);

@@ -128,14 +128,14 @@ static void outage(struct ctx *c, bool hang)
     };
     testrelay_outage_up(&o);
     if (hang)
-        testredis_pause(&c->redis);
+        testchild_server_pause(&c->redis.srv);
     else
-        testredis_kill(&c->redis);
+        testchild_server_kill(&c->redis.srv);
     testrelay_outage_down(&o);
     if (hang)
-        testredis_resume(&c->redis);
+        testchild_server_resume(&c->redis.srv);
     else
-        testredis_restart(&c->redis);
+        testchild_server_restart(&c->redis.srv);
     testrelay_outage_back(&o, 0, 0);
 
     size_t dups = stream_duplicates(c, STREAM, N_EVENTS);

@@ -28,18 +28,18 @@
 #define READY_POLL_MS    10
 #define STOP_TIMEOUT_MS  10000
 
-static void spawn(struct testnats *n)
+static void spawn(void *owner)
 {
+    struct testnats *n = owner;
     char found[512];
-    const char *bin = testchild_find_bin("TXO_NATS_SERVER", "nats-server", found, sizeof(found));
-    if (bin == NULL)
-        fail_msg("nats-server not found (install the nats-server package, or set "
-                 "TXO_NATS_SERVER to its path); the NATS tests need a real server");
+    const char *bin = testchild_require_bin("TXO_NATS_SERVER", "nats-server", "nats-server",
+                                            "the NATS tests need a real server", found,
+                                            sizeof(found));
     char port[16];
     snprintf(port, sizeof(port), "%u", n->port);
     const char *argv[] = {bin, "-js", "-a", "127.0.0.1", "-p", port, "-sd", n->store_dir, NULL};
-    n->pid = testchild_spawn(argv, n->log_path, NULL, NULL);
-    testchild_await(&n->pid, "nats-server", n->log_path, testchild_port_answers, &n->port,
+    n->srv.pid = testchild_spawn(argv, n->log_path, NULL, NULL);
+    testchild_await(&n->srv.pid, "nats-server", n->log_path, testchild_port_answers, &n->port,
                     READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
@@ -53,33 +53,17 @@ void testnats_start(struct testnats *n)
         fail_msg("mkdir %s: %s", n->store_dir, strerror(errno));
     n->port = testproc_free_port();
     snprintf(n->url, sizeof(n->url), "nats://127.0.0.1:%u", n->port);
-    spawn(n);
+    testchild_server_start(&n->srv, STOP_TIMEOUT_MS, spawn, n);
 }
 
 void testnats_stop(struct testnats *n)
 {
-    testchild_end(&n->pid, SIGTERM, STOP_TIMEOUT_MS);
-}
-
-void testnats_kill(struct testnats *n)
-{
-    testchild_end(&n->pid, SIGKILL, STOP_TIMEOUT_MS);
-}
-
-void testnats_pause(struct testnats *n)
-{
-    testchild_pause(n->pid, __func__);
-}
-
-void testnats_resume(struct testnats *n)
-{
-    testchild_resume(n->pid, __func__);
+    testchild_server_stop(&n->srv);
 }
 
 void testnats_restart(struct testnats *n)
 {
-    testchild_assert_stopped(n->pid, __func__);
-    spawn(n);
+    testchild_server_restart(&n->srv);
 }
 
 void testnats_cleanup(struct testnats *n)

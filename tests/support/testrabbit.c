@@ -107,15 +107,16 @@ static void spawn_epmd(struct testrabbit *r)
                     EPMD_TIMEOUT_MS, EPMD_POLL_MS);
 }
 
-static void spawn(struct testrabbit *r)
+static void spawn(void *owner)
 {
+    struct testrabbit *r = owner;
     const char *bin = server_bin();
     if (bin == NULL)
         fail_msg("rabbitmq-server not found (install the rabbitmq-server package, or set "
                  "TXO_RABBITMQ_SERVER to its path); the RabbitMQ tests need a real broker");
     const char *argv[] = {bin, NULL};
-    r->pid = testchild_spawn(argv, r->log_path, set_env, r);
-    testchild_await(&r->pid, "rabbitmq-server", r->log_path, testchild_port_answers, &r->port,
+    r->srv.pid = testchild_spawn(argv, r->log_path, set_env, r);
+    testchild_await(&r->srv.pid, "rabbitmq-server", r->log_path, testchild_port_answers, &r->port,
                     READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
@@ -144,38 +145,12 @@ void testrabbit_start(struct testrabbit *r)
     snprintf(path, sizeof(path), "%s/enabled_plugins", r->dir);
     write_file(path, "[].\n");
     spawn_epmd(r);
-    spawn(r);
-}
-
-void testrabbit_stop(struct testrabbit *r)
-{
-    testchild_end(&r->pid, SIGTERM, STOP_TIMEOUT_MS);
-}
-
-void testrabbit_kill(struct testrabbit *r)
-{
-    testchild_end(&r->pid, SIGKILL, STOP_TIMEOUT_MS);
-}
-
-void testrabbit_pause(struct testrabbit *r)
-{
-    testchild_pause(r->pid, __func__);
-}
-
-void testrabbit_resume(struct testrabbit *r)
-{
-    testchild_resume(r->pid, __func__);
-}
-
-void testrabbit_restart(struct testrabbit *r)
-{
-    testchild_assert_stopped(r->pid, __func__);
-    spawn(r);
+    testchild_server_start(&r->srv, STOP_TIMEOUT_MS, spawn, r);
 }
 
 void testrabbit_cleanup(struct testrabbit *r)
 {
-    testrabbit_stop(r);
+    testchild_server_stop(&r->srv);
     testchild_end(&r->epmd_pid, SIGTERM, STOP_TIMEOUT_MS);
     if (r->dir[0] != '\0' && getenv("TXO_TEST_KEEP_RABBIT") == NULL)
         testchild_remove_dir(r->dir);
