@@ -109,7 +109,8 @@ static void expect_rows(struct testhttp_api *c, int64_t orders, int64_t keys, co
 }
 
 /* The key row is COMPLETED with response_status and a stored body naming order_id. */
-static void expect_key_completed(struct testhttp_api *c, const char *key, int status, int64_t order_id)
+static void expect_key_completed(struct testhttp_api *c, const char *key, int status,
+                                 int64_t order_id)
 {
     char *st = q_key_str(c, "SELECT status FROM idempotency_keys WHERE idempotency_key = ?", key);
     int64_t rs =
@@ -124,7 +125,6 @@ static void expect_key_completed(struct testhttp_api *c, const char *key, int st
                  (long long)order_id, st != NULL ? st : "(no row)", (long long)rs, (long long)oid);
     txo_free(st);
 }
-
 
 static const char ORDER_BODY[] =
     "{\"customer_id\":7,\"items\":[{\"sku\":\"SKU-A\",\"qty\":2,\"price_cents\":1250},"
@@ -179,8 +179,8 @@ static void test_repeat_gets_stored_response(void **state)
 }
 
 /* POST /orders with key and the given trace headers (NULL: left out); the new order's id. */
-static int64_t post_traced(struct testhttp_api *c, unsigned port, const char *key, const char *parent,
-                           const char *state)
+static int64_t post_traced(struct testhttp_api *c, unsigned port, const char *key,
+                           const char *parent, const char *state)
 {
     char kh[96], ph[160], sh[600];
     snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
@@ -193,8 +193,8 @@ static int64_t post_traced(struct testhttp_api *c, unsigned port, const char *ke
 }
 
 /* The traceparent and tracestate stored with order id's OrderCreated ("" for NULL). */
-static void created_trace(struct testhttp_api *c, int64_t id, char *parent, size_t pcap, char *state,
-                          size_t scap)
+static void created_trace(struct testhttp_api *c, int64_t id, char *parent, size_t pcap,
+                          char *state, size_t scap)
 {
     char agg[24];
     snprintf(agg, sizeof(agg), "%lld", (long long)id);
@@ -838,7 +838,7 @@ static void test_sigterm_finishes_requests(void **state)
     c->hold[0] = testdb_connect(&c->t);
     testdb_exec(c->hold[0], "START TRANSACTION");
     testdb_exec(c->hold[0], "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-                         " VALUES ('term-key', REPEAT('0', 64), 'PROCESSING')");
+                            " VALUES ('term-key', REPEAT('0', 64), 'PROCESSING')");
     struct waiter w = {.h = curl_easy_init(), .port = port, .r = &c->rep[1]};
     assert_non_null(w.h);
     pthread_t th;

@@ -81,7 +81,6 @@ static json_t *only_item(json_t *doc, const char *member, const struct testhttp_
     return json_array_get(list, 0);
 }
 
-
 /* A COMPLETED CreateOrderSaga, run in this process with the in-process payment and shipment
  * stand-ins. Returns its order id; saga_id receives the saga's. */
 static int64_t completed_saga(struct testhttp_api *c, char saga_id[TXO_SAGA_ID_LEN])

@@ -118,7 +118,8 @@ static void outage(struct ctx *c, bool hang)
         .pending_sql =
             hang ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                    "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
-                   "AND last_error LIKE 'TXO_ETIMEOUT: redis publisher: no XADD reply within 1000 ms%' "
+                   "AND last_error LIKE "
+                   "'TXO_ETIMEOUT: redis publisher: no XADD reply within 1000 ms%' "
                    "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
                  : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
                    "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "

@@ -66,8 +66,8 @@ static void spawn(void *owner)
     }
     argv[n] = NULL;
     g->srv.pid = testchild_spawn(argv, g->log_path, NULL, NULL);
-    testchild_await(&g->srv.pid, "the EventSink server", g->log_path, testchild_port_answers, &g->port,
-                    READY_TIMEOUT_MS, READY_POLL_MS);
+    testchild_await(&g->srv.pid, "the EventSink server", g->log_path, testchild_port_answers,
+                    &g->port, READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
 static void start(struct testgrpc *g, int tls);

@@ -157,11 +157,11 @@ int testhttp_daemon_free_state(void **state);
 struct testhttp_api {
     struct testdb t;
     CURL *h;
-    struct testproc procs[3];       /* servers and workers; SIGKILLed by the teardown */
-    struct testhttp_reply rep[3];   /* the test's answers */
-    struct testhttp_reply *many;    /* malloc'd answers of a concurrent test, n_many of them */
+    struct testproc procs[3];     /* servers and workers; SIGKILLed by the teardown */
+    struct testhttp_reply rep[3]; /* the test's answers */
+    struct testhttp_reply *many;  /* malloc'd answers of a concurrent test, n_many of them */
     size_t n_many;
-    struct txo_db *hold[2];         /* connections holding rows locked; NULL when unused */
+    struct txo_db *hold[2]; /* connections holding rows locked; NULL when unused */
 };
 
 /*

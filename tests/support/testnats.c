@@ -32,9 +32,9 @@ static void spawn(void *owner)
 {
     struct testnats *n = owner;
     char found[512];
-    const char *bin = testchild_require_bin("TXO_NATS_SERVER", "nats-server", "nats-server",
-                                            "the NATS tests need a real server", found,
-                                            sizeof(found));
+    const char *bin =
+        testchild_require_bin("TXO_NATS_SERVER", "nats-server", "nats-server",
+                              "the NATS tests need a real server", found, sizeof(found));
     char port[16];
     snprintf(port, sizeof(port), "%u", n->port);
     const char *argv[] = {bin, "-js", "-a", "127.0.0.1", "-p", port, "-sd", n->store_dir, NULL};

@@ -34,9 +34,9 @@
 struct testnats {
     char url[256]; /* "nats://127.0.0.1:<port>", or a cluster's comma-separated list */
     unsigned port;
-    char dir[256];       /* the temporary directory (store + log) */
-    char store_dir[300]; /* <dir>/store, the JetStream store (-sd) */
-    char log_path[300];  /* <dir>/server.log */
+    char dir[256];               /* the temporary directory (store + log) */
+    char store_dir[300];         /* <dir>/store, the JetStream store (-sd) */
+    char log_path[300];          /* <dir>/server.log */
     struct testchild_server srv; /* stop, kill, pause, resume, restart: testchild.h */
 };
 

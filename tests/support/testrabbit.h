@@ -44,7 +44,7 @@ struct testrabbit {
     char dir[256];
     char log_path[300];
     struct testchild_server srv; /* the broker (beam); stop, kill, pause, ...: testchild.h */
-    pid_t epmd_pid; /* 0 when not running */
+    pid_t epmd_pid;              /* 0 when not running */
 };
 
 /* Starts a fresh broker (new ports, new directory). */

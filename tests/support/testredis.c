@@ -48,9 +48,9 @@ static void spawn(void *owner)
 {
     struct testredis *r = owner;
     char found[512];
-    const char *bin = testchild_require_bin("TXO_REDIS_SERVER", "redis-server", "redis-server",
-                                            "the Redis tests need a real server", found,
-                                            sizeof(found));
+    const char *bin =
+        testchild_require_bin("TXO_REDIS_SERVER", "redis-server", "redis-server",
+                              "the Redis tests need a real server", found, sizeof(found));
     char port[16];
     snprintf(port, sizeof(port), "%u", r->port);
     const char *argv[] = {bin,    "--port",       port,  "--bind",        "127.0.0.1", "--dir",

@@ -34,8 +34,8 @@
 struct testredis {
     char url[64]; /* "redis://127.0.0.1:<port>/0" */
     unsigned port;
-    char dir[256];      /* the temporary directory (AOF + log) */
-    char log_path[300]; /* <dir>/server.log */
+    char dir[256];               /* the temporary directory (AOF + log) */
+    char log_path[300];          /* <dir>/server.log */
     struct testchild_server srv; /* stop, kill, pause, resume, restart: testchild.h */
 };
 

@@ -126,8 +126,7 @@ void testrelay_outage_down(struct testrelay_outage *o)
                      "of %d ms",
                      (long long)ms, o->timeout_ms);
         if (!o->hang && o->dead_max_ms > 0 && ms > o->dead_max_ms)
-            fail_msg("a cycle against a dead broker took %lld ms: not failing fast",
-                     (long long)ms);
+            fail_msg("a cycle against a dead broker took %lld ms: not failing fast", (long long)ms);
         if (claimed == 0)
             break;
         o->tried += claimed;

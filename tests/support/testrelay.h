@@ -86,10 +86,10 @@ struct testrelay_outage {
     struct txo_relay *relay;
     unsigned n_events;
     unsigned batch;
-    bool hang;           /* the broker hangs (SIGSTOP) rather than going away */
-    int timeout_ms;      /* the publisher's publish timeout */
-    int slack_ms;        /* what a cycle may take beyond timeout_ms */
-    int dead_max_ms;     /* 0, or the most a cycle against a gone broker may take */
+    bool hang;               /* the broker hangs (SIGSTOP) rather than going away */
+    int timeout_ms;          /* the publisher's publish timeout */
+    int slack_ms;            /* what a cycle may take beyond timeout_ms */
+    int dead_max_ms;         /* 0, or the most a cycle against a gone broker may take */
     const char *pending_sql; /* SELECT COUNT(*) of the rows left PENDING by the outage */
     size_t tried;            /* set by testrelay_outage_down() */
 };

@@ -31,7 +31,7 @@ int testrun_no_fixture(void **state);
  * it once (TESTRUN_SHARED_SERVER(testredis, testredis_start, testredis_cleanup)) and declares
  * the three in its header.
  */
-#define TESTRUN_SHARED_SERVER(name, start, stop)                                                 \
+#define TESTRUN_SHARED_SERVER(name, start, stop)                                                   \
     struct name name##_shared;                                                                     \
     int name##_group_setup(void **state)                                                           \
     {                                                                                              \
