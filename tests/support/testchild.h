@@ -69,8 +69,8 @@ bool testchild_port_answers(const void *port);
 
 /*
  * Sends sig to the child and reaps it; SIGKILL when it has not exited after timeout_ms. SIGCONT
- * goes along, so a paused child (testchild_pause) can handle a SIGTERM. Sets *pid to 0. No-op
- * when *pid is 0.
+ * goes along, so a paused child (testchild_server_pause) can handle a SIGTERM. Sets *pid to 0.
+ * No-op when *pid is 0.
  */
 void testchild_end(pid_t *pid, int sig, int timeout_ms);
 

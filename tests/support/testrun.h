@@ -3,6 +3,7 @@
  * names its setup and teardown once instead of on every entry. tests[] lists cmocka_unit_test(f)
  * entries; each entry that names no fixture of its own gets setup and teardown, and an entry made
  * with cmocka_unit_test_setup_teardown keeps the fixture it names (testrun_no_fixture: none).
+ * TESTRUN_SHARED_SERVER defines the group fixtures of a server that a whole program shares.
  */
 #ifndef TXO_TESTRUN_H
 #define TXO_TESTRUN_H
