@@ -145,27 +145,6 @@ static struct txo_db *connect_node(const struct cluster *c, unsigned node)
     return db;
 }
 
-/* A cnats connection to the NATS cluster, the list given as an array (see testnats.c). */
-static natsStatus cluster_nats_connect(const struct cluster *c, natsConnection **nc)
-{
-    char copy[sizeof(c->nats_urls)];
-    snprintf(copy, sizeof(copy), "%s", c->nats_urls);
-    const char *servers[N_NODES];
-    int n = 0;
-    char *save = NULL;
-    for (char *u = strtok_r(copy, ",", &save); u != NULL && n < N_NODES;
-         u = strtok_r(NULL, ",", &save))
-        servers[n++] = u;
-    natsOptions *opts = NULL;
-    natsStatus s = natsOptions_Create(&opts);
-    if (s == NATS_OK)
-        s = natsOptions_SetServers(opts, servers, n);
-    if (s == NATS_OK)
-        s = natsConnection_Connect(nc, opts);
-    natsOptions_Destroy(opts);
-    return s;
-}
-
 /* ---- a publisher that counts what the broker acknowledged, in front of the NATS one ---- */
 
 struct counting {
@@ -267,7 +246,7 @@ static void delete_stream(const struct cluster *c, const char *stream)
 {
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
-    natsStatus s = cluster_nats_connect(c, &nc);
+    natsStatus s = testnats_connect(c->nats_urls, &nc);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&js, nc, NULL);
     int64_t deadline = txo_monotonic_ms() + 20000;
@@ -307,6 +286,26 @@ static void *relay_main(void *arg)
     return NULL;
 }
 
+/*
+ * Options of a relay that runs until stopped, unordered, with a short idle sleep, the given
+ * batch size and backoff, no dead letter and no breaker: the cluster tests count every event.
+ * Not a drain: a relay on another node than the writer's may find nothing at first, the rows'
+ * write set being applied there a moment after the COMMIT returned.
+ */
+static void running_relay_opts(struct txo_relay_opts *ro, unsigned batch_size, int backoff_base_ms,
+                               int backoff_max_ms)
+{
+    txo_relay_opts_init(ro);
+    ro->ordering = TXO_RELAY_ORDER_NONE;
+    ro->batch_size = batch_size;
+    ro->drain = false;
+    ro->idle_sleep_ms = 20;
+    ro->backoff.base_ms = backoff_base_ms;
+    ro->backoff.max_ms = backoff_max_ms;
+    ro->max_attempts = 1000;
+    ro->breaker_failures = 0;
+}
+
 static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
 {
     const char *mname = txo_relay_claim_mode_name(mode);
@@ -329,18 +328,8 @@ static void two_relays(struct cluster *c, enum txo_relay_claim_mode mode)
         db[i] = connect_node(c, i); /* relay 1 on node 1, relay 2 on node 2 */
         pub[i] = counting_new(c, stream, prefix, &cp[i]);
         struct txo_relay_opts ro;
-        txo_relay_opts_init(&ro);
+        running_relay_opts(&ro, 100, 50, 200);
         ro.mode = mode;
-        ro.ordering = TXO_RELAY_ORDER_NONE;
-        ro.batch_size = 100;
-        /* Not a drain: a relay on another node than the writer's may find nothing at first,
-         * the rows' write set being applied there a moment after the COMMIT returned. */
-        ro.drain = false;
-        ro.idle_sleep_ms = 20;
-        ro.backoff.base_ms = 50;
-        ro.backoff.max_ms = 200;
-        ro.max_attempts = 1000;
-        ro.breaker_failures = 0;
         rt[i].relay = testrelay_new(db[i], pub[i], &ro);
     }
     for (unsigned i = 0; i < 2; i++)
@@ -544,7 +533,7 @@ static void stream_leader(const struct cluster *c, const char *stream, char *out
     jsCtx *js = NULL;
     jsStreamInfo *si = NULL;
     out[0] = '\0';
-    natsStatus s = cluster_nats_connect(c, &nc);
+    natsStatus s = testnats_connect(c->nats_urls, &nc);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&js, nc, NULL);
     if (s == NATS_OK)
@@ -610,15 +599,7 @@ static void test_stream_leader_killed(void **state)
     struct counting *cp = NULL;
     struct txo_publisher *pub = counting_new(c, stream, prefix, &cp);
     struct txo_relay_opts ro;
-    txo_relay_opts_init(&ro);
-    ro.ordering = TXO_RELAY_ORDER_NONE;
-    ro.batch_size = 20; /* many small batches, so the kill lands in the middle */
-    ro.drain = false;
-    ro.idle_sleep_ms = 20;
-    ro.backoff.base_ms = 100;
-    ro.backoff.max_ms = 500;
-    ro.max_attempts = 1000;
-    ro.breaker_failures = 0;
+    running_relay_opts(&ro, 20, 100, 500); /* many small batches: the kill lands mid-way */
     struct relay_thread rt = {.relay = testrelay_new(db, pub, &ro)};
     /* The stream exists (R3) after the first batch. */
     assert_true(testrelay_run_once(rt.relay) > 0);
@@ -740,16 +721,13 @@ static void test_stream_leader_killed(void **state)
 
 int main(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_relays_lease),
         cmocka_unit_test(test_two_relays_transaction),
         cmocka_unit_test_teardown(test_non_primary_node, stop_procs),
         cmocka_unit_test(test_stream_leader_killed),
     };
-    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    int rc = testhttp_run_each(tests, TXO_ARRAY_LEN(tests), NULL, NULL, setup, teardown);
     txo_nats_shutdown();
-    curl_global_cleanup();
     return rc;
 }

@@ -71,11 +71,11 @@ static void made(int rc, const char *what)
     }                                                                                              \
     static void row##_kill(struct env *e)                                                          \
     {                                                                                              \
-        support##_kill(&e->field);                                                                 \
+        testchild_server_kill(&e->field.srv);                                                      \
     }                                                                                              \
     static void row##_restart(struct env *e)                                                       \
     {                                                                                              \
-        support##_restart(&e->field);                                                              \
+        testchild_server_restart(&e->field.srv);                                                   \
     }
 
 /* ---- rows ---- */

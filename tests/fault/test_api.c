@@ -41,7 +41,6 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
@@ -50,41 +49,9 @@
 
 /* ---- fixture ---- */
 
-#define MAX_PROCS 3
-
-struct ctx {
-    struct testdb t;
-    struct testproc procs[MAX_PROCS]; /* servers and workers; SIGKILLed by teardown */
-    struct txo_db *hold;              /* a second connection (the 409 test holds a key) */
-    CURL *h;                          /* the test's HTTP client (keep-alive) */
-    struct testhttp_reply rep[3];     /* the test's answers; released by teardown */
-    struct testhttp_reply *many;      /* the concurrent test's answers, n_many of them */
-    size_t n_many;
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "api", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
-    testorders_stock_abc(c->t.db, 1000);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    for (int i = 0; i < MAX_PROCS; i++)
-        testproc_stop_hard(&c->procs[i]);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
-        testhttp_reply_release(&c->rep[i]);
-    for (size_t i = 0; i < c->n_many; i++)
-        testhttp_reply_release(&c->many[i]);
-    free(c->many);
-    txo_db_close(c->hold);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
+    *state = testhttp_api_new("api", 1000);
     return 0;
 }
 
@@ -92,7 +59,7 @@ static int teardown(void **state)
 
 /* Waits until the sessions of a killed server are gone from the database server (so their
  * transactions are rolled back and their row locks released). */
-static void wait_sessions_gone(struct ctx *c)
+static void wait_sessions_gone(struct testhttp_api *c)
 {
     int64_t deadline = txo_monotonic_ms() + 10000;
     int64_t n = 0;
@@ -110,20 +77,20 @@ static void wait_sessions_gone(struct ctx *c)
 
 /* ---- database ---- */
 
-static int64_t q_key(struct ctx *c, const char *sql, const char *key)
+static int64_t q_key(struct testhttp_api *c, const char *sql, const char *key)
 {
     struct txo_param p[] = {txo_p_str(key)};
     return testdb_i64(c->t.db, sql, p, 1);
 }
 
-static char *q_key_str(struct ctx *c, const char *sql, const char *key)
+static char *q_key_str(struct testhttp_api *c, const char *sql, const char *key)
 {
     struct txo_param p[] = {txo_p_str(key)};
     return testdb_str(c->t.db, sql, p, 1);
 }
 
 /* Rows of every table POST /orders writes. */
-static void expect_rows(struct ctx *c, int64_t orders, int64_t keys, const char *when)
+static void expect_rows(struct testhttp_api *c, int64_t orders, int64_t keys, const char *when)
 {
     int64_t n_orders = testdb_q(c->t.db, "SELECT COUNT(*) FROM orders");
     int64_t n_events = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events");
@@ -142,7 +109,8 @@ static void expect_rows(struct ctx *c, int64_t orders, int64_t keys, const char 
 }
 
 /* The key row is COMPLETED with response_status and a stored body naming order_id. */
-static void expect_key_completed(struct ctx *c, const char *key, int status, int64_t order_id)
+static void expect_key_completed(struct testhttp_api *c, const char *key, int status,
+                                 int64_t order_id)
 {
     char *st = q_key_str(c, "SELECT status FROM idempotency_keys WHERE idempotency_key = ?", key);
     int64_t rs =
@@ -162,11 +130,26 @@ static const char ORDER_BODY[] =
     "{\"customer_id\":7,\"items\":[{\"sku\":\"SKU-A\",\"qty\":2,\"price_cents\":1250},"
     "{\"sku\":\"SKU-B\",\"qty\":1,\"price_cents\":99}]}";
 
+/*
+ * POSTs ORDER_BODY with key (answer in c->rep[0]) and expects a new order, after which that
+ * order and its completed key are all the tables hold. Returns the order id.
+ */
+static int64_t post_the_one_order(struct testhttp_api *c, unsigned port, const char *key,
+                                  const char *what)
+{
+    struct testhttp_reply *r = &c->rep[0];
+    testhttp_post_order(c->h, port, key, ORDER_BODY, r);
+    int64_t id = testhttp_expect_created(r, 201, what);
+    expect_rows(c, 1, 1, what);
+    expect_key_completed(c, key, 201, id);
+    return id;
+}
+
 /* ---- idempotency: repeats ---- */
 
 static void test_repeat_gets_stored_response(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     struct testhttp_reply *r1 = &c->rep[0], *r2 = &c->rep[1], *r3 = &c->rep[2];
 
@@ -196,8 +179,8 @@ static void test_repeat_gets_stored_response(void **state)
 }
 
 /* POST /orders with key and the given trace headers (NULL: left out); the new order's id. */
-static int64_t post_traced(struct ctx *c, unsigned port, const char *key, const char *parent,
-                           const char *state)
+static int64_t post_traced(struct testhttp_api *c, unsigned port, const char *key,
+                           const char *parent, const char *state)
 {
     char kh[96], ph[160], sh[600];
     snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
@@ -210,8 +193,8 @@ static int64_t post_traced(struct ctx *c, unsigned port, const char *key, const 
 }
 
 /* The traceparent and tracestate stored with order id's OrderCreated ("" for NULL). */
-static void created_trace(struct ctx *c, int64_t id, char *parent, size_t pcap, char *state,
-                          size_t scap)
+static void created_trace(struct testhttp_api *c, int64_t id, char *parent, size_t pcap,
+                          char *state, size_t scap)
 {
     char agg[24];
     snprintf(agg, sizeof(agg), "%lld", (long long)id);
@@ -237,7 +220,7 @@ static void created_trace(struct ctx *c, int64_t id, char *parent, size_t pcap, 
  */
 static void test_trace_context_reaches_order_created(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_trace", "serve", NULL);
     static const char caller[] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     char parent[64], st[600];
@@ -277,7 +260,7 @@ static void test_trace_context_reaches_order_created(void **state)
  */
 static void test_cancel_with_if_match(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_cancel", "serve", NULL);
     struct testhttp_reply *r = &c->rep[0];
     testhttp_post_order(c->h, port, "cancel-key", ORDER_BODY, r);
@@ -337,7 +320,7 @@ static void *race(void *arg)
 
 static void test_concurrent_same_key(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     c->many = calloc(N_CONCURRENT, sizeof(*c->many));
     assert_non_null(c->many);
@@ -386,24 +369,12 @@ static void test_concurrent_same_key(void **state)
 
 static void test_key_held_answers_409(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--idempotency-wait", "1", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
-    struct txo_error err;
-    txo_error_init(&err);
-    char hash[TXO_IDEM_HASH_LEN];
-    assert_int_equal(txo_idem_hash("POST", "/orders", ORDER_BODY, strlen(ORDER_BODY), hash, &err),
-                     0);
 
     /* The test's own transaction holds the key row, as a request in progress would. */
-    c->hold = testdb_connect(&c->t);
-    testdb_exec(c->hold, "START TRANSACTION");
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-             " VALUES ('held-key', '%s', 'PROCESSING')",
-             hash);
-    testdb_exec(c->hold, sql);
+    c->hold[0] = testhttp_hold_order_key(&c->t, "held-key", ORDER_BODY);
 
     struct testhttp_reply *r = &c->rep[0];
     int64_t t0 = txo_monotonic_ms();
@@ -417,11 +388,8 @@ static void test_key_held_answers_409(void **state)
         fail_msg("409 after %lld ms, want about 1 s (the API's lock wait timeout)", (long long)ms);
     expect_rows(c, 0, 0, "while the key is held");
 
-    testdb_exec(c->hold, "ROLLBACK");
-    testhttp_post_order(c->h, port, "held-key", ORDER_BODY, r);
-    int64_t id = testhttp_expect_created(r, 201, "POST after the holder rolled back");
-    expect_rows(c, 1, 1, "after the retry");
-    expect_key_completed(c, "held-key", 201, id);
+    testdb_exec(c->hold[0], "ROLLBACK");
+    post_the_one_order(c, port, "held-key", "POST after the holder rolled back");
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
@@ -430,7 +398,7 @@ static void test_key_held_answers_409(void **state)
 
 static void test_key_reused_with_other_body(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     struct testhttp_reply *r = &c->rep[0], *again = &c->rep[1];
     testhttp_post_order(c->h, port, "reused-key", ORDER_BODY, r);
@@ -458,7 +426,7 @@ static void test_key_reused_with_other_body(void **state)
  */
 static void test_keys_differing_in_case_are_distinct(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     struct testhttp_reply *r1 = &c->rep[0], *r2 = &c->rep[1], *r3 = &c->rep[2];
     testhttp_post_order(c->h, port, "Order-Key", ORDER_BODY, r1);
@@ -481,7 +449,7 @@ static void test_keys_differing_in_case_are_distinct(void **state)
 
 /* ---- stale PROCESSING rows ---- */
 
-static void insert_processing_key(struct ctx *c, const char *key, const char *age)
+static void insert_processing_key(struct testhttp_api *c, const char *key, const char *age)
 {
     struct txo_error err;
     txo_error_init(&err);
@@ -501,7 +469,7 @@ static void insert_processing_key(struct ctx *c, const char *key, const char *ag
 
 static void test_stale_key_taken_over(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--idempotency-stale", "60", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
     insert_processing_key(c, "stale-key", "10 MINUTE");
@@ -529,7 +497,7 @@ static void test_stale_key_taken_over(void **state)
 /* ---- crash points: before and after COMMIT ---- */
 
 /* POST on a server that dies inside it: no HTTP answer at all, and death by SIGKILL. */
-static void post_into_crash(struct ctx *c, unsigned port, const char *point)
+static void post_into_crash(struct testhttp_api *c, unsigned port, const char *point)
 {
     struct testhttp_reply *r = &c->rep[0];
     testhttp_post_order(c->h, port, "crash-key", ORDER_BODY, r);
@@ -547,7 +515,7 @@ static void post_into_crash(struct ctx *c, unsigned port, const char *point)
 
 static void test_crash_before_commit(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const crash[] = {"--crash-point", "api.before_commit", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", crash);
     post_into_crash(c, port, "api.before_commit");
@@ -555,17 +523,13 @@ static void test_crash_before_commit(void **state)
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM order_items"), 0);
 
     port = testhttp_txo_start(&c->procs[1], "api_serve", "serve", NULL);
-    struct testhttp_reply *r = &c->rep[0];
-    testhttp_post_order(c->h, port, "crash-key", ORDER_BODY, r);
-    int64_t id = testhttp_expect_created(r, 201, "POST after the restart");
-    expect_rows(c, 1, 1, "after the retry");
-    expect_key_completed(c, "crash-key", 201, id);
+    post_the_one_order(c, port, "crash-key", "POST after the restart");
     testhttp_txo_stop(&c->procs[1], "txo serve (restarted)");
 }
 
 static void test_crash_after_commit(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const crash[] = {"--crash-point", "api.after_commit", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", crash);
     post_into_crash(c, port, "api.after_commit");
@@ -619,7 +583,7 @@ static char *order_with_items(char *body, size_t cap, const char *item, size_t n
 
 static void test_bad_input_writes_nothing(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
 
     char long_key[257];
@@ -766,7 +730,7 @@ static void expect_completed_steps(json_t *saga, const char *what)
 
 static void test_async_order_runs_on_worker(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--async", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
     struct testhttp_reply *r = &c->rep[0], *again = &c->rep[1];
@@ -865,16 +829,16 @@ static void *post_waiting(void *arg)
  * 2 s lock wait), then the process exits 0, all within 5 s; the port is closed afterwards. */
 static void test_sigterm_finishes_requests(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     struct testhttp_reply *r = &c->rep[0];
     testhttp_post_order(c->h, port, "first-key", ORDER_BODY, r);
     testhttp_expect_created(r, 201, "POST before the shutdown");
 
-    c->hold = testdb_connect(&c->t);
-    testdb_exec(c->hold, "START TRANSACTION");
-    testdb_exec(c->hold, "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-                         " VALUES ('term-key', REPEAT('0', 64), 'PROCESSING')");
+    c->hold[0] = testdb_connect(&c->t);
+    testdb_exec(c->hold[0], "START TRANSACTION");
+    testdb_exec(c->hold[0], "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
+                            " VALUES ('term-key', REPEAT('0', 64), 'PROCESSING')");
     struct waiter w = {.h = curl_easy_init(), .port = port, .r = &c->rep[1]};
     assert_non_null(w.h);
     pthread_t th;
@@ -893,7 +857,7 @@ static void test_sigterm_finishes_requests(void **state)
     int64_t ms = txo_monotonic_ms() - t0;
     pthread_join(th, NULL);
     curl_easy_cleanup(w.h);
-    testdb_exec(c->hold, "ROLLBACK");
+    testdb_exec(c->hold[0], "ROLLBACK");
     if (!exited || !testproc_exited_with(&c->procs[0], 0)) {
         testproc_print_log(&c->procs[0], "txo serve");
         fail_msg("SIGTERM: exited=%d wait status 0x%x after %lld ms, want exit 0 within 5 s",
@@ -908,8 +872,6 @@ static void test_sigterm_finishes_requests(void **state)
 
 int main(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repeat_gets_stored_response),
         cmocka_unit_test(test_cancel_with_if_match),
@@ -925,7 +887,6 @@ int main(void)
         cmocka_unit_test(test_async_order_runs_on_worker),
         cmocka_unit_test(test_sigterm_finishes_requests),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    curl_global_cleanup();
-    return failed;
+    return testhttp_run_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_api_free_state, NULL,
+                             NULL);
 }

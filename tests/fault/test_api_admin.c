@@ -23,14 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "order_saga.h"
 #include "orders.h"
 #include "testdb.h"
@@ -42,34 +40,9 @@
 
 /* ---- fixture ---- */
 
-#define MAX_PROCS 1
-
-struct ctx {
-    struct testdb t;
-    struct testproc procs[MAX_PROCS]; /* servers and workers; SIGKILLed by teardown */
-    CURL *h;                          /* the test's HTTP client (keep-alive) */
-    struct testhttp_reply rep[3];     /* the test's answers; released by teardown */
-};
-
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "api_admin", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
-    testorders_stock_abc(c->t.db, 1000);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    for (int i = 0; i < MAX_PROCS; i++)
-        testproc_stop_hard(&c->procs[i]);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
-        testhttp_reply_release(&c->rep[i]);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
+    *state = testhttp_api_new("api_admin", 1000);
     return 0;
 }
 
@@ -88,16 +61,36 @@ static void admin(CURL *h, const char *method, unsigned port, const char *path,
 
 /* ---- admin ---- */
 
+/* An admin request that must answer 200 with JSON; returns the document (json_decref). */
+static json_t *admin_json(struct testhttp_api *c, const char *method, unsigned port,
+                          const char *path, struct testhttp_reply *r)
+{
+    admin(c->h, method, port, path, r);
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s", method, path);
+    testhttp_expect_status(r, 200, what);
+    return testhttp_json(r);
+}
+
+/* The one element of doc's array member, borrowed; the test fails unless there is exactly one. */
+static json_t *only_item(json_t *doc, const char *member, const struct testhttp_reply *r)
+{
+    json_t *list = json_object_get(doc, member);
+    if (json_array_size(list) != 1)
+        fail_msg("\"%s\" should list exactly one: %s", member, r->body);
+    return json_array_get(list, 0);
+}
+
 /* A COMPLETED CreateOrderSaga, run in this process with the in-process payment and shipment
  * stand-ins. Returns its order id; saga_id receives the saga's. */
-static int64_t completed_saga(struct ctx *c, char saga_id[TXO_SAGA_ID_LEN])
+static int64_t completed_saga(struct testhttp_api *c, char saga_id[TXO_SAGA_ID_LEN])
 {
     const struct order_item items[] = {{"SKU-B", 1, 500}};
     return testorders_run_saga(c->t.db, 9, items, 1, NULL, NULL, TXO_SAGA_COMPLETED, saga_id);
 }
 
 /* GET /outbox/stats equals the table, counted here. */
-static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when)
+static void expect_stats(struct testhttp_api *c, CURL *h, unsigned port, const char *when)
 {
     struct testhttp_reply *r = &c->rep[2];
     admin(h, "GET", port, "/outbox/stats", r);
@@ -127,7 +120,7 @@ static void expect_stats(struct ctx *c, CURL *h, unsigned port, const char *when
 
 static void test_admin_endpoints(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--admin-token", "s3cret", NULL};
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", args);
     struct testhttp_reply *r = &c->rep[0];
@@ -178,9 +171,7 @@ static void test_admin_endpoints(void **state)
     admin(c->h, "GET", port, "/sagas/00000000-0000-4000-8000-000000000000", r);
     testhttp_expect_error(r, 404, "not_found", NULL, "GET /sagas/<unknown>");
     snprintf(path, sizeof(path), "/sagas/%s", saga_id);
-    admin(c->h, "GET", port, path, r);
-    testhttp_expect_status(r, 200, "GET /sagas/{id}");
-    json_t *doc = testhttp_json(r);
+    json_t *doc = admin_json(c, "GET", port, path, r);
     assert_string_equal(json_string_value(json_object_get(doc, "saga_id")), saga_id);
     assert_string_equal(json_string_value(json_object_get(doc, "saga_type")), "CreateOrderSaga");
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "COMPLETED");
@@ -200,13 +191,8 @@ static void test_admin_endpoints(void **state)
     txo_free(st);
 
     /* Dead letters. */
-    admin(c->h, "GET", port, "/dlq", r);
-    testhttp_expect_status(r, 200, "GET /dlq");
-    doc = testhttp_json(r);
-    json_t *list = json_object_get(doc, "dead_letters");
-    if (json_array_size(list) != 1)
-        fail_msg("GET /dlq should list the one dead letter: %s", r->body);
-    json_t *dl = json_array_get(list, 0);
+    doc = admin_json(c, "GET", port, "/dlq", r);
+    json_t *dl = only_item(doc, "dead_letters", r);
     assert_int_equal(json_integer_value(json_object_get(dl, "id")), dl_id);
     assert_int_equal(json_integer_value(json_object_get(dl, "source_event_id")), event_id);
     assert_string_equal(json_string_value(json_object_get(dl, "event_type")), "OrderCreated");
@@ -220,21 +206,14 @@ static void test_admin_endpoints(void **state)
 
     /* A FAILED event alone parks nothing; with a later event of its aggregate behind it (relay
      * --ordering aggregate) the aggregate is parked. */
-    admin(c->h, "GET", port, "/outbox/parked", r);
-    testhttp_expect_status(r, 200, "GET /outbox/parked");
-    doc = testhttp_json(r);
+    doc = admin_json(c, "GET", port, "/outbox/parked", r);
     assert_int_equal(json_array_size(json_object_get(doc, "parked")), 0);
     json_decref(doc);
     testdb_exec(c->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                          "payload, idempotency_key) VALUES ('order', 4242, 'OrderConfirmed', "
                          "'{\"order_id\":4242}', 'order:4242:confirmed')");
-    admin(c->h, "GET", port, "/outbox/parked?limit=10", r);
-    testhttp_expect_status(r, 200, "GET /outbox/parked");
-    doc = testhttp_json(r);
-    json_t *parked = json_object_get(doc, "parked");
-    if (json_array_size(parked) != 1)
-        fail_msg("GET /outbox/parked should list the one FAILED head: %s", r->body);
-    json_t *pk = json_array_get(parked, 0);
+    doc = admin_json(c, "GET", port, "/outbox/parked?limit=10", r);
+    json_t *pk = only_item(doc, "parked", r);
     assert_string_equal(json_string_value(json_object_get(pk, "aggregate_id")), "4242");
     assert_int_equal(json_integer_value(json_object_get(pk, "event_id")), event_id);
     assert_string_equal(json_string_value(json_object_get(pk, "status")), "FAILED");
@@ -244,9 +223,7 @@ static void test_admin_endpoints(void **state)
     json_decref(doc);
 
     snprintf(path, sizeof(path), "/dlq/%lld/replay", (long long)dl_id);
-    admin(c->h, "POST", port, path, r);
-    testhttp_expect_status(r, 200, "POST /dlq/{id}/replay");
-    doc = testhttp_json(r);
+    doc = admin_json(c, "POST", port, path, r);
     assert_int_equal(json_integer_value(json_object_get(doc, "id")), dl_id);
     assert_string_equal(json_string_value(json_object_get(doc, "status")), "REPLAYED");
     json_decref(doc);
@@ -281,31 +258,6 @@ static void test_admin_endpoints(void **state)
 
 /* ---- probes and metrics ---- */
 
-/* Runs `promtool check metrics` on text; fails the test with promtool's output unless it
- * exits 0. */
-static void promtool_check(const char *text, size_t len)
-{
-    char path[] = "/tmp/txo_test_api_metrics_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    char out[4096];
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = '\0';
-    int status = pclose(p);
-    unlink(path);
-    if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail_msg("promtool check metrics: wait status 0x%x, output:\n%s\nmetrics:\n%s", status, out,
-                 text);
-}
-
 static void expect_contains(const struct testhttp_reply *r, const char *needle)
 {
     if (strstr(r->body, needle) == NULL)
@@ -314,7 +266,7 @@ static void expect_contains(const struct testhttp_reply *r, const char *needle)
 
 static void test_probes_and_metrics(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     unsigned port = testhttp_txo_start(&c->procs[0], "api_serve", "serve", NULL);
     struct testhttp_reply *r = &c->rep[0];
     testhttp_get(c->h, port, "/healthz", r);
@@ -364,20 +316,17 @@ static void test_probes_and_metrics(void **state)
     };
     for (size_t i = 0; i < TXO_ARRAY_LEN(families); i++)
         expect_contains(r, families[i]);
-    promtool_check(r->body, r->len);
+    testhttp_expect_promtool_valid(r->body, r->len);
 
     testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 int main(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admin_endpoints),
         cmocka_unit_test(test_probes_and_metrics),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    curl_global_cleanup();
-    return failed;
+    return testhttp_run_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_api_free_state, NULL,
+                             NULL);
 }

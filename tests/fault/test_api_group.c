@@ -28,42 +28,21 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
 #include "testhttp.h"
 #include "testorders.h"
 #include "testproc.h"
 
-struct ctx {
-    struct testdb t;
-    struct testproc proc;
-    struct txo_db *hold[2];
-    CURL *h;
-};
+/* ---- fixture ---- */
 
 static int setup(void **state)
 {
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "api_group", TESTDB_NEW_EXPORT_ENV);
-    c->h = curl_easy_init();
-    assert_non_null(c->h);
-    testorders_stock_abc(c->t.db, 1000000);
-    *state = c;
+    *state = testhttp_api_new("api_group", 1000000);
     return 0;
 }
 
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testproc_stop_hard(&c->proc);
-    for (size_t i = 0; i < TXO_ARRAY_LEN(c->hold); i++)
-        txo_db_close(c->hold[i]);
-    curl_easy_cleanup(c->h);
-    testdb_fixture_free(c);
-    return 0;
-}
-
-static int64_t q_key(struct ctx *c, const char *sql, const char *key)
+static int64_t q_key(struct testhttp_api *c, const char *sql, const char *key)
 {
     struct txo_param p[] = {txo_p_str(key)};
     return testdb_i64(c->t.db, sql, p, 1);
@@ -145,7 +124,7 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static double metric(struct ctx *c, unsigned port, const char *series)
+static double metric(struct testhttp_api *c, unsigned port, const char *series)
 {
     struct testhttp_reply r = {0};
     testhttp_get(c->h, port, "/metrics", &r);
@@ -157,9 +136,9 @@ static double metric(struct ctx *c, unsigned port, const char *series)
 
 static void test_burst(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--order-batch", "50", NULL};
-    unsigned port = testhttp_txo_start(&c->proc, "api_group", "serve", args);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_group", "serve", args);
 
     /* The old keys, completed one by one before the burst. */
     int64_t old_id[N_OLD];
@@ -285,7 +264,7 @@ static void test_burst(void **state)
     for (int i = 0; i < N_BURST; i++)
         testhttp_reply_release(&reqs[i].r);
     free(reqs);
-    testhttp_txo_stop(&c->proc, "txo serve");
+    testhttp_txo_stop(&c->procs[0], "txo serve");
 }
 
 /* ---- a group that fails ---- */
@@ -307,24 +286,6 @@ static void *post_one(void *arg)
     return NULL;
 }
 
-/* Another connection inserts key (PROCESSING, the hash of body) in an open transaction. */
-static struct txo_db *hold_key(struct ctx *c, const char *key, const char *body)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    char hash[TXO_IDEM_HASH_LEN];
-    assert_int_equal(txo_idem_hash("POST", "/orders", body, strlen(body), hash, &err), 0);
-    struct txo_db *db = testdb_connect(&c->t);
-    testdb_exec(db, "START TRANSACTION");
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-             " VALUES ('%s', '%s', 'PROCESSING')",
-             key, hash);
-    testdb_exec(db, sql);
-    return db;
-}
-
 /* ... and completes it with a response naming order `order_id` (which it does not create). */
 static void complete_key(struct txo_db *db, const char *key, int64_t order_id)
 {
@@ -342,15 +303,15 @@ static void complete_key(struct txo_db *db, const char *key, int64_t order_id)
 
 static void test_group_fails_and_goes_one_by_one(void **state)
 {
-    struct ctx *c = *state;
+    struct testhttp_api *c = *state;
     static const char *const args[] = {"--order-batch", "50", "--idempotency-wait", "10", NULL};
-    unsigned port = testhttp_txo_start(&c->proc, "api_group_fail", "serve", args);
+    unsigned port = testhttp_txo_start(&c->procs[0], "api_group_fail", "serve", args);
 
     /* First group: the key "block" alone, which the writer's insert waits for. */
     struct one block = {.port = port};
     snprintf(block.key, sizeof(block.key), "block");
     order_body(block.body, sizeof(block.body), 1, 1);
-    c->hold[0] = hold_key(c, block.key, block.body);
+    c->hold[0] = testhttp_hold_order_key(&c->t, block.key, block.body);
     pthread_t bt;
     assert_int_equal(pthread_create(&bt, NULL, post_one, &block), 0);
     txo_sleep_ms(400);
@@ -359,7 +320,7 @@ static void test_group_fails_and_goes_one_by_one(void **state)
     struct one many[N_GROUP];
     pthread_t mt[N_GROUP];
     order_body(many[0].body, sizeof(many[0].body), 0, 2);
-    c->hold[1] = hold_key(c, "raced", many[0].body);
+    c->hold[1] = testhttp_hold_order_key(&c->t, "raced", many[0].body);
     for (int i = 0; i < N_GROUP; i++) {
         many[i] = (struct one){.port = port};
         if (i == 0)
@@ -402,12 +363,12 @@ static void test_group_fails_and_goes_one_by_one(void **state)
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(*) FROM idempotency_keys WHERE status = 'COMPLETED'"),
         N_GROUP + 1);
-    testhttp_txo_stop(&c->proc, "txo serve");
-    char *log = testproc_log(&c->proc);
+    testhttp_txo_stop(&c->procs[0], "txo serve");
+    char *log = testproc_log(&c->procs[0]);
     bool rolled_back = log != NULL && strstr(log, "order group rolled back") != NULL;
     free(log);
     if (!rolled_back) {
-        testproc_print_log(&c->proc, "txo serve");
+        testproc_print_log(&c->procs[0], "txo serve");
         fail_msg("no group was rolled back");
     }
     for (int i = 0; i < N_GROUP; i++)
@@ -417,13 +378,10 @@ static void test_group_fails_and_goes_one_by_one(void **state)
 
 int main(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_burst),
         cmocka_unit_test(test_group_fails_and_goes_one_by_one),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    curl_global_cleanup();
-    return failed;
+    return testhttp_run_each(tests, TXO_ARRAY_LEN(tests), setup, testhttp_api_free_state, NULL,
+                             NULL);
 }

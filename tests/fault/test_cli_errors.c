@@ -17,9 +17,12 @@
 
 #include "testproc.h"
 
-static int run_txo(const char *const *args, char **out)
+/* What `txo args...` wrote (free()); the test fails unless it exited with status. */
+static char *run_txo(const char *const *args, int status)
 {
-    return testproc_run_txo("cli_errors", args, 30000, out);
+    char *out = NULL;
+    assert_int_equal(testproc_run_txo("cli_errors", args, 30000, &out), status);
+    return out;
 }
 
 static int clear_env(void **state)
@@ -42,12 +45,23 @@ static json_t *only_json_line(const char *out)
     return o;
 }
 
+/* The error of the one JSON log line of `txo args...`, which must exit 2 (free()). */
+static char *json_error(const char *const *args)
+{
+    char *out = run_txo(args, 2);
+    json_t *o = only_json_line(out);
+    char *error = strdup(json_string_value(json_object_get(o, "error")));
+    assert_non_null(error);
+    json_decref(o);
+    free(out);
+    return error;
+}
+
 static void test_plain_text_without_a_chosen_format(void **state)
 {
     (void)state;
-    char *out = NULL;
     const char *args[] = {"relay", "--bogus", NULL};
-    assert_int_equal(run_txo(args, &out), 2);
+    char *out = run_txo(args, 2);
     assert_string_equal(out, "txo relay: unknown option --bogus (see txo relay --help)\n");
     free(out);
 }
@@ -55,31 +69,23 @@ static void test_plain_text_without_a_chosen_format(void **state)
 static void test_flag_chooses_json_even_after_the_bad_flag(void **state)
 {
     (void)state;
-    char *out = NULL;
     const char *args[] = {"relay", "--bogus", "--log-format", "json", NULL};
-    assert_int_equal(run_txo(args, &out), 2);
-    json_t *o = only_json_line(out);
-    assert_string_equal(json_string_value(json_object_get(o, "error")),
-                        "txo relay: unknown option --bogus (see txo relay --help)");
-    json_decref(o);
-    free(out);
+    char *error = json_error(args);
+    assert_string_equal(error, "txo relay: unknown option --bogus (see txo relay --help)");
+    free(error);
 
     const char *range[] = {"relay", "--log-format=json", "--batch-size=0", NULL};
-    assert_int_equal(run_txo(range, &out), 2);
-    o = only_json_line(out);
-    assert_non_null(strstr(json_string_value(json_object_get(o, "error")),
-                           "--batch-size must be a whole number from 1 to"));
-    json_decref(o);
-    free(out);
+    error = json_error(range);
+    assert_non_null(strstr(error, "--batch-size must be a whole number from 1 to"));
+    free(error);
 }
 
 static void test_environment_chooses_logfmt(void **state)
 {
     (void)state;
     setenv("TXO_LOG_FORMAT", "logfmt", 1);
-    char *out = NULL;
     const char *args[] = {"relay", "--claim=sometimes", NULL};
-    assert_int_equal(run_txo(args, &out), 2);
+    char *out = run_txo(args, 2);
     assert_memory_equal(out, "ts=", 3);
     assert_non_null(strstr(out, " level=error component=cli msg=\"cannot run\" error=\"txo relay: "
                                 "--claim must be auto, skip-locked or update-limit, got "
@@ -92,23 +98,18 @@ static void test_unknown_command_in_json_has_no_usage_text(void **state)
 {
     (void)state;
     setenv("TXO_LOG_FORMAT", "json", 1);
-    char *out = NULL;
     const char *args[] = {"nosuch", NULL};
-    assert_int_equal(run_txo(args, &out), 2);
-    json_t *o = only_json_line(out);
-    assert_string_equal(json_string_value(json_object_get(o, "error")),
-                        "txo: unknown command \"nosuch\" (see txo --help)");
-    json_decref(o);
-    free(out);
+    char *error = json_error(args);
+    assert_string_equal(error, "txo: unknown command \"nosuch\" (see txo --help)");
+    free(error);
 }
 
 static void test_help_stays_plain_text(void **state)
 {
     (void)state;
     setenv("TXO_LOG_FORMAT", "json", 1);
-    char *out = NULL;
     const char *args[] = {"relay", "--help", NULL};
-    assert_int_equal(run_txo(args, &out), 0);
+    char *out = run_txo(args, 0);
     assert_memory_equal(out, "Usage: txo relay", strlen("Usage: txo relay"));
     assert_null(strstr(out, "\"level\""));
     free(out);
@@ -118,9 +119,8 @@ static void test_help_stays_plain_text(void **state)
 static void test_bad_format_is_reported_plainly(void **state)
 {
     (void)state;
-    char *out = NULL;
     const char *args[] = {"relay", "--log-format=xml", NULL};
-    assert_int_equal(run_txo(args, &out), 2);
+    char *out = run_txo(args, 2);
     assert_string_equal(out, "txo: --log-format must be logfmt or json, got \"xml\"\n");
     free(out);
 }

@@ -45,6 +45,11 @@
 #define BATCH       20
 #define DEADLINE_MS 500
 
+/* The rows of a batch whose call's deadline passed, back to PENDING after one attempt. */
+#define DEADLINE_PASSED_SQL                                                                        \
+    "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND attempts = 1 AND "            \
+    "last_error LIKE 'TXO_ETIMEOUT: grpc publisher: %DEADLINE_EXCEEDED%'"
+
 struct ctx {
     struct testdb t;
     struct testgrpc g;
@@ -120,57 +125,55 @@ static size_t count_duplicates(const struct testgrpc_event *ev, size_t n)
     return d;
 }
 
+/* n orders in the outbox, *pub a publisher to the server, and a relay over both. */
+static struct txo_relay *relay_over_orders(struct ctx *c, unsigned n, struct txo_publisher **pub)
+{
+    testoutbox_append_orders(c->t.db, n);
+    *pub = new_publisher(c);
+    return new_relay(c, *pub);
+}
+
+/* Tells the server control, runs one cycle of a full batch, and expects pending_sql to count
+ * that batch: the rows the server's answer sent back. */
+static void batch_left_pending(struct ctx *c, struct txo_relay *r, const char *control,
+                               const char *pending_sql)
+{
+    testgrpc_control(&c->g, control);
+    assert_int_equal(testrelay_run_once(r), BATCH);
+    assert_int_equal(testdb_q(c->t.db, pending_sql), BATCH);
+}
+
 static void test_server_killed_then_back(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 120;
-    testoutbox_append_orders(c->t.db, n);
-    struct txo_publisher *pub = new_publisher(c);
-    struct txo_relay *r = new_relay(c, pub);
-
-    assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
-
-    testgrpc_kill(&c->g);
-    size_t tried = 0;
-    for (int cycle = 0; cycle < 50; cycle++) {
-        int64_t ms = 0;
-        size_t claimed = testrelay_run_once_ms(r, &ms);
-        if (ms > DEADLINE_MS + 1000)
-            fail_msg("a relay cycle took %lld ms with the server down (deadline %d ms)",
-                     (long long)ms, DEADLINE_MS);
-        if (claimed == 0)
-            break;
-        tried += claimed;
-    }
-    assert_int_equal(tried, n - BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                          "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
-                          "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
-                          "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
-        n - BATCH);
-    assert_int_equal(testrelay_run_once(r), 0); /* nothing is due: no hammering */
-
+    struct txo_publisher *pub = NULL;
+    struct testrelay_outage o = {
+        .db = c->t.db,
+        .relay = relay_over_orders(c, n, &pub),
+        .n_events = n,
+        .batch = BATCH,
+        .timeout_ms = DEADLINE_MS,
+        .slack_ms = 1000,
+        .pending_sql = "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                       "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+                       "AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: %UNAVAILABLE%' "
+                       "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND",
+    };
+    testrelay_outage_up(&o);
+    testchild_server_kill(&c->g.srv);
+    testrelay_outage_down(&o);
     int64_t t_restart = txo_monotonic_ms();
-    testgrpc_restart(&c->g);
-    int64_t t_up = txo_monotonic_ms();
-    testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
-    print_message("server restarted in %lld ms; every event delivered %lld ms later\n",
-                  (long long)(t_up - t_restart), (long long)(txo_monotonic_ms() - t_up));
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL"),
-                     n);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    testchild_server_restart(&c->g.srv);
+    print_message("server restarted in %lld ms\n", (long long)(txo_monotonic_ms() - t_restart));
+    testrelay_outage_back(&o, 20, 0);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
     assert_int_equal(got, n);
     assert_int_equal(count_duplicates(ev, got), 0);
     testgrpc_free_events(ev, got);
-    txo_relay_free(r);
+    txo_relay_free(o.relay);
     txo_publisher_free(pub);
 }
 
@@ -178,9 +181,8 @@ static void test_rejections_and_retries(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 3 * BATCH;
-    testoutbox_append_orders(c->t.db, n);
-    struct txo_publisher *pub = new_publisher(c);
-    struct txo_relay *r = new_relay(c, pub);
+    struct txo_publisher *pub = NULL;
+    struct txo_relay *r = relay_over_orders(c, n, &pub);
 
     /* Batch 1: one event refused for good, dead-lettered at once with the reason. */
     testgrpc_control(&c->g, "\"reject_permanent\": [\"order:7:created\"]");
@@ -201,21 +203,12 @@ static void test_rejections_and_retries(void **state)
         1);
 
     /* Batch 2: UNAVAILABLE; batch 3: the deadline passes before the server does anything. */
-    testgrpc_control(&c->g, "\"status\": \"UNAVAILABLE\", \"status_calls\": 1");
-    assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
-                              "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
-                              "NOW(6) + INTERVAL 20 SECOND"),
-                     BATCH);
-    testgrpc_control(&c->g, "\"sleep_ms\": 1500, \"sleep_calls\": 1");
-    assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
-                              "%DEADLINE_EXCEEDED%'"),
-                     BATCH);
+    batch_left_pending(c, r, "\"status\": \"UNAVAILABLE\", \"status_calls\": 1",
+                       "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
+                       "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: grpc publisher: "
+                       "%UNAVAILABLE: told to answer UNAVAILABLE' AND next_attempt_at > "
+                       "NOW(6) + INTERVAL 20 SECOND");
+    batch_left_pending(c, r, "\"sleep_ms\": 1500, \"sleep_calls\": 1", DEADLINE_PASSED_SQL);
     txo_sleep_ms(1200); /* the sleeping handler finds the call gone and records nothing */
 
     testgrpc_control(&c->g, "");
@@ -248,18 +241,12 @@ static void test_deadline_after_processing_republished(void **state)
 {
     struct ctx *c = *state;
     const unsigned n = 2 * BATCH;
-    testoutbox_append_orders(c->t.db, n);
-    struct txo_publisher *pub = new_publisher(c);
-    struct txo_relay *r = new_relay(c, pub);
+    struct txo_publisher *pub = NULL;
+    struct txo_relay *r = relay_over_orders(c, n, &pub);
 
-    testgrpc_control(&c->g,
-                     "\"sleep_ms\": 1500, \"sleep_calls\": 1, \"process_before_sleep\": true");
-    assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: grpc publisher: "
-                              "%DEADLINE_EXCEEDED%'"),
-                     BATCH);
+    batch_left_pending(c, r,
+                       "\"sleep_ms\": 1500, \"sleep_calls\": 1, \"process_before_sleep\": true",
+                       DEADLINE_PASSED_SQL);
     testgrpc_control(&c->g, "");
     testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
     assert_int_equal(

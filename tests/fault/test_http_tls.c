@@ -23,9 +23,9 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
-#include "testrun.h"
 #include "orders.h"
 #include "testdb.h"
+#include "testhttp.h"
 #include "testorders.h"
 #include "testproc.h"
 
@@ -224,12 +224,9 @@ static void test_unusable_key_stops_the_start(void **state)
 
 int main(void)
 {
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_https_with_keep_alive),
         cmocka_unit_test(test_unusable_key_stops_the_start),
     };
-    int rc = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    curl_global_cleanup();
-    return rc;
+    return testhttp_run_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

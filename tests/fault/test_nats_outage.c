@@ -109,61 +109,34 @@ static void outage(struct ctx *c, enum outage_mode mode)
     struct txo_relay_opts ro;
     /* The recovery loop below retries often while cnats reconnects. */
     testrelay_outage_opts(&ro, "outage-relay", BATCH);
-    struct txo_relay *r = NULL;
-    if (txo_relay_new(c->t.db, pub, &ro, &r, &err) < 0)
-        fail_msg("txo_relay_new: %s", err.msg);
-
-    /* 1. Up: one batch goes out. */
-    int64_t ms = 0;
-    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
-
-    /* 2. Down: the rows tried fail without hanging, and back off. */
+    struct testrelay_outage out = {
+        .db = c->t.db,
+        .relay = testrelay_new(c->t.db, pub, &ro),
+        .n_events = N_EVENTS,
+        .batch = BATCH,
+        .hang = mode == OUTAGE_HANG,
+        .timeout_ms = ACK_TIMEOUT_MS,
+        .slack_ms = 2000,
+        .pending_sql =
+            mode == OUTAGE_HANG
+                ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                  "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
+                  "AND last_error = 'TXO_ETIMEOUT: nats publisher: no publish ack within 1000 ms' "
+                  "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
+                : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                  "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+                  "AND (last_error LIKE 'TXO_EUNAVAILABLE: nats%' "
+                  "OR last_error LIKE 'TXO_ETIMEOUT: nats%') "
+                  "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND",
+    };
+    testrelay_outage_up(&out);
     if (mode == OUTAGE_KILL)
-        testnats_kill(&c->nats);
+        testchild_server_kill(&c->nats.srv);
     else if (mode == OUTAGE_STOP)
-        testnats_stop(&c->nats);
+        testchild_server_stop(&c->nats.srv);
     else
-        testnats_pause(&c->nats);
-    size_t tried = 0;
-    int max_cycles = mode == OUTAGE_HANG ? 2 : 50; /* a hanging broker costs ack_timeout each */
-    for (int cycle = 0; cycle < max_cycles; cycle++) {
-        size_t claimed = testrelay_run_once_ms(r, &ms);
-        if (ms > ACK_TIMEOUT_MS + 2000)
-            fail_msg("a relay cycle took %lld ms while the broker was down (ack timeout %d ms)",
-                     (long long)ms, ACK_TIMEOUT_MS);
-        if (mode == OUTAGE_HANG && ms < ACK_TIMEOUT_MS - 50)
-            fail_msg("a cycle against a hanging broker ended after %lld ms, before the ack "
-                     "timeout of %d ms",
-                     (long long)ms, ACK_TIMEOUT_MS);
-        if (claimed == 0)
-            break;
-        tried += claimed;
-    }
-    assert_int_equal(tried, mode == OUTAGE_HANG ? 2 * BATCH : N_EVENTS - BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
-    const char *pending_sql =
-        mode == OUTAGE_HANG
-            ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-              "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
-              "AND last_error = 'TXO_ETIMEOUT: nats publisher: no publish ack within 1000 ms' "
-              "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
-            : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-              "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
-              "AND (last_error LIKE 'TXO_EUNAVAILABLE: nats%' "
-              "OR last_error LIKE 'TXO_ETIMEOUT: nats%') "
-              "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
-    assert_int_equal(testdb_q(c->t.db, pending_sql), tried);
-    struct txo_relay_stats st;
-    txo_relay_get_stats(r, &st);
-    assert_int_equal(st.failed_attempts, tried);
-    assert_int_equal(st.dead_lettered, 0);
-    if (mode != OUTAGE_HANG) {
-        /* Nothing is due: the relay waits instead of hammering the broker. */
-        assert_int_equal(testrelay_run_once_ms(r, &ms), 0);
-    }
+        testchild_server_pause(&c->nats.srv);
+    testrelay_outage_down(&out);
 
     /* 3. Back (on the same port and store): the relay drains the rest. A hung broker stored the
      * timed-out messages once it resumed; their retries get duplicate acks. */
@@ -173,16 +146,11 @@ static void outage(struct ctx *c, enum outage_mode mode)
     txo_log_set_level(TXO_LOG_DEBUG);
     txo_log_set_sink(count_duplicates, &dc);
     if (mode == OUTAGE_HANG)
-        testnats_resume(&c->nats);
+        testchild_server_resume(&c->nats.srv);
     else
-        testnats_restart(&c->nats);
+        testchild_server_restart(&c->nats.srv);
     /* cnats reconnects within about reconnect_wait_ms: a pause of 50 ms between tries. */
-    testrelay_retry_pending(c->t.db, r, 30000, 50, ACK_TIMEOUT_MS + 2000);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL AND published_at IS NOT NULL"),
-                     N_EVENTS);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    testrelay_outage_back(&out, 50, ACK_TIMEOUT_MS + 2000);
     txo_log_set_sink(NULL, NULL);
     txo_log_set_level(level);
     pthread_mutex_destroy(&dc.mu);
@@ -202,7 +170,7 @@ static void outage(struct ctx *c, enum outage_mode mode)
     testnats_free_ids(ids, count);
     assert_int_equal(twice, 0);
 
-    txo_relay_free(r);
+    txo_relay_free(out.relay);
     txo_publisher_free(pub);
 }
 

@@ -154,16 +154,16 @@ static void broker_bounce(struct ctx *c)
 {
     switch (c->broker) {
     case NATS:
-        testnats_stop(&c->nats);
-        testnats_restart(&c->nats);
+        testchild_server_stop(&c->nats.srv);
+        testchild_server_restart(&c->nats.srv);
         break;
     case REDIS:
-        testredis_stop(&c->redis);
-        testredis_restart(&c->redis);
+        testchild_server_stop(&c->redis.srv);
+        testchild_server_restart(&c->redis.srv);
         break;
     case RABBITMQ:
-        testrabbit_stop(&c->rabbit);
-        testrabbit_restart(&c->rabbit);
+        testchild_server_stop(&c->rabbit.srv);
+        testchild_server_restart(&c->rabbit.srv);
         break;
     case KAFKA:
         testkafka_set_brokers(&c->kafka, false);

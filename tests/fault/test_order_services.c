@@ -182,26 +182,42 @@ static double metric(struct txo_metrics *m, const char *series)
     return v;
 }
 
-static void test_batch_is_concurrent_and_applied_once(void **state)
+/* A metrics registry, or the test fails. Free with txo_metrics_free. */
+static struct txo_metrics *metrics_new(void)
 {
-    struct rig *r = *state;
     struct txo_metrics *m = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    assert_int_equal(txo_metrics_new(&m, &err), 0);
+    if (txo_metrics_new(&m, &err) != 0)
+        fail_msg("txo_metrics_new: %s", err.msg);
+    return m;
+}
+
+/* c's N_CALLS charges on s as one batch, every one of which must succeed; returns the
+ * batch's duration in ms. */
+static int64_t charge_all(struct order_service_session *s, struct charges *c)
+{
+    int64_t t0 = txo_monotonic_ms();
+    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c->reqs,
+                            N_CALLS);
+    int64_t elapsed = txo_monotonic_ms() - t0;
+    for (size_t k = 0; k < N_CALLS; k++)
+        if (c->reqs[k].rc != 0)
+            fail_msg("call %zu: %s", k, c->reqs[k].err.msg);
+    return elapsed;
+}
+
+static void test_batch_is_concurrent_and_applied_once(void **state)
+{
+    struct rig *r = *state;
+    struct txo_metrics *m = metrics_new();
     struct order_services *svc = services(r, 16, 5, m);
     struct order_service_session *s = session(svc);
     struct charges c;
     charges_of(&c, 100);
     control(r, "{\"latency_ms\":300}");
 
-    int64_t t0 = txo_monotonic_ms();
-    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
-                            N_CALLS);
-    int64_t elapsed = txo_monotonic_ms() - t0;
-    for (size_t k = 0; k < N_CALLS; k++)
-        if (c.reqs[k].rc != 0)
-            fail_msg("call %zu: %s", k, c.reqs[k].err.msg);
+    int64_t elapsed = charge_all(s, &c);
     if (elapsed >= 2000)
         fail_msg("10 calls of 300 ms each took %lld ms", (long long)elapsed);
     assert_int_equal(stat_of(r, "charges"), N_CALLS);
@@ -213,6 +229,8 @@ static void test_batch_is_concurrent_and_applied_once(void **state)
 
     /* A single call (a retry of one of them) gets the stored answer: no second charge. */
     control(r, "{\"latency_ms\":0}");
+    struct txo_error err;
+    txo_error_init(&err);
     assert_int_equal(order_service_call(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge",
                                         c.keys[3], c.bodies[3], NULL, &err),
                      0);
@@ -269,10 +287,7 @@ static void *holder_main(void *arg)
 static void test_bulkhead_bounds_a_batch(void **state)
 {
     struct rig *r = *state;
-    struct txo_metrics *m = NULL;
-    struct txo_error err;
-    txo_error_init(&err);
-    assert_int_equal(txo_metrics_new(&m, &err), 0);
+    struct txo_metrics *m = metrics_new();
     struct order_services_opts o;
     order_services_opts_init(&o);
     o.payment_url = r->url;
@@ -285,13 +300,7 @@ static void test_bulkhead_bounds_a_batch(void **state)
 
     struct charges c;
     charges_of(&c, 300);
-    int64_t t0 = txo_monotonic_ms();
-    order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
-                            N_CALLS);
-    int64_t elapsed = txo_monotonic_ms() - t0;
-    for (size_t k = 0; k < N_CALLS; k++)
-        if (c.reqs[k].rc != 0)
-            fail_msg("call %zu: %s", k, c.reqs[k].err.msg);
+    int64_t elapsed = charge_all(s, &c);
     print_message("10 calls of 300 ms through 3 slots: %lld ms\n", (long long)elapsed);
     if (elapsed < 4 * 300 - 50 || elapsed >= N_CALLS * 300)
         fail_msg("10 calls through 3 slots took %lld ms: not 4 rounds of 300 ms",
@@ -311,7 +320,7 @@ static void test_bulkhead_bounds_a_batch(void **state)
     while (stat_of(r, "charge_requests") < N_CALLS + 3 && txo_monotonic_ms() < deadline)
         txo_sleep_ms(10);
     charges_of(&c, 600);
-    t0 = txo_monotonic_ms();
+    int64_t t0 = txo_monotonic_ms();
     order_service_call_many(s, ORDER_SERVICE_PAYMENT, "charge", "/payments/charge", c.reqs,
                             N_CALLS);
     elapsed = txo_monotonic_ms() - t0;

@@ -117,6 +117,13 @@ static void drain_relay(struct ctx *c, const char *tag)
 
 /* ---- the worker dies between its commit and the ack ---- */
 
+/* The messages the workers' durable was given and has not acknowledged (a testpipeline unacked). */
+static int64_t ack_pending(void *arg)
+{
+    struct ctx *c = arg;
+    return testnats_consumer_ack_pending(&c->nats, c->stream, c->durable);
+}
+
 #define ACK_CRASH_ORDERS 10
 
 /* The workers' ack wait: a message a dead worker left unacknowledged comes back after 1 s. */
@@ -128,38 +135,19 @@ static void test_worker_crash_before_ack_nats(void **state)
     static const struct testpipeline_stock stock[] = {{"pen", 1000}, {"book", 1000}};
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
 
-    testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, true);
-
-    /* The relay publishes every OrderCreated to JetStream. */
+    /* The relay publishes every OrderCreated to JetStream; NATS delivers what the dead worker
+     * left unacknowledged again, and every message (the saga events too) is acked in the end. */
     static const char *const relay_args[] = {"--idle-sleep=50", NULL};
-    struct testproc *relay = testpipeline_start_relay(&c->p, "f_relay", relay_args, NULL);
-    testpipeline_wait_relayed(&c->p, ACK_CRASH_ORDERS, 30000);
-
-    /* The worker commits inbox rows + sagas of its first fetch, then dies unacked. */
-    struct testproc *w1 = testpipeline_start_worker(&c->p, "f_worker_crash", worker_args,
-                                                    "worker.after_consume", NULL);
-    testpipeline_expect_crash(&c->p, w1, 30000);
-    int64_t inbox = testpipeline_check_died_unacked(
-        &c->p, testnats_consumer_ack_pending(&c->nats, c->stream, c->durable));
-
-    /* Restarted: NATS delivers the unacknowledged message again, the inbox drops it. */
-    unsigned mport = 0;
-    struct testproc *w2 = testpipeline_start_worker(&c->p, "f_worker", worker_args, NULL, &mport);
-    testpipeline_wait_terminal(&c->p, ACK_CRASH_ORDERS, 30000, "after the worker restart");
-    testpipeline_wait_published(&c->p, 30000);
-    /* Every message (the saga events too) is acknowledged in the end. */
-    int64_t deadline = txo_monotonic_ms() + 20000;
-    while (testnats_consumer_ack_pending(&c->nats, c->stream, c->durable) != 0) {
-        if (txo_monotonic_ms() > deadline)
-            TESTPIPELINE_FAIL(&c->p, "%" PRId64 " messages still unacknowledged",
-                              testnats_consumer_ack_pending(&c->nats, c->stream, c->durable));
-        txo_sleep_ms(100);
-    }
-    double dups = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
-    double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
-    testpipeline_stop_clean(&c->p, w2);
-    testpipeline_stop_clean(&c->p, relay);
-    testpipeline_check_redelivered(&c->p, dups, consumed, inbox, ACK_CRASH_ORDERS);
+    struct testpipeline_ack_crash ac = {.tag = "ackcrash",
+                                        .n_orders = ACK_CRASH_ORDERS,
+                                        .books = true,
+                                        .relay_args = relay_args,
+                                        .worker_args = worker_args,
+                                        .unacked = ack_pending,
+                                        .arg = c};
+    testpipeline_ack_crash(&c->p, &ac);
+    testpipeline_stop_clean(&c->p, ac.worker);
+    testpipeline_stop_clean(&c->p, ac.relay);
 
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM orders WHERE status = 'CONFIRMED'"),
                      ACK_CRASH_ORDERS);
@@ -194,12 +182,12 @@ static void test_broker_outage_end_to_end_nats(void **state)
     testpipeline_wait_confirmed(&c->p, 1, 30000, "through NATS");
 
     /* Broker down: the API still answers 201, the events wait in the outbox. */
-    testnats_stop(&c->nats);
+    testchild_server_stop(&c->nats.srv);
     testpipeline_place_orders_broker_down(&c->p, port, OUTAGE_ORDERS, true);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 1);
 
     /* Back on the same port and store: everything is delivered. */
-    testnats_restart(&c->nats);
+    testchild_server_restart(&c->nats.srv);
     int64_t ms =
         testpipeline_wait_confirmed(&c->p, OUTAGE_ORDERS + 1, 30000, "after the broker came back");
     print_message("all orders CONFIRMED %" PRId64 " ms after the broker came back\n", ms);

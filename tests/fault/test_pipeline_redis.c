@@ -96,16 +96,17 @@ static size_t check_stream_matches_outbox(struct ctx *c)
     return dups;
 }
 
-/* Waits until the worker's group has acknowledged everything it was given. */
+/* The entries the workers' group was given and has not acknowledged (a testpipeline unacked). */
+static int64_t group_pending(void *arg)
+{
+    struct ctx *c = arg;
+    return testredis_group_pending(&c->redis, c->stream, c->group);
+}
+
+/* Waits until the workers' group has acknowledged everything it was given. */
 static void wait_group_settled(struct ctx *c)
 {
-    int64_t deadline = txo_monotonic_ms() + 20000;
-    while (testredis_group_pending(&c->redis, c->stream, c->group) != 0) {
-        if (txo_monotonic_ms() > deadline)
-            TESTPIPELINE_FAIL(&c->p, "%" PRId64 " entries still pending in group %s",
-                              testredis_group_pending(&c->redis, c->stream, c->group), c->group);
-        txo_sleep_ms(100);
-    }
+    testpipeline_wait_acked(&c->p, group_pending, c, 20000);
 }
 
 static const struct testpipeline_stock stock[] = {{"pen", 1000}};
@@ -119,29 +120,17 @@ static void test_worker_crash_before_ack_redis(void **state)
 {
     struct ctx *c = *state;
     testpipeline_set_initial_stock(&c->p, stock, TXO_ARRAY_LEN(stock));
-    testpipeline_serve_orders(&c->p, "ackcrash", ACK_CRASH_ORDERS, false);
-    struct testproc *relay = testpipeline_start_relay(&c->p, "r_relay", relay_args, NULL);
-    testpipeline_wait_relayed(&c->p, ACK_CRASH_ORDERS, 30000);
-
-    struct testproc *w1 =
-        testpipeline_start_worker(&c->p, "r_worker_crash", NULL, "worker.after_consume", NULL);
-    testpipeline_expect_crash(&c->p, w1, 30000);
-    /* The worker committed inbox rows + sagas of its first read, then died unacked. */
-    int64_t inbox = testpipeline_check_died_unacked(
-        &c->p, testredis_group_pending(&c->redis, c->stream, c->group));
-
-    unsigned mport = 0;
-    struct testproc *w2 = testpipeline_start_worker(&c->p, "r_worker", NULL, NULL, &mport);
-    testpipeline_wait_terminal(&c->p, ACK_CRASH_ORDERS, 30000, "after the worker restart");
-    testpipeline_wait_published(&c->p, 30000);
-    wait_group_settled(c);
-    double dups = testpipeline_metric(&c->p, mport, "txo_inbox_duplicates_total");
-    double consumed = testpipeline_metric(&c->p, mport, "txo_inbox_consumed_total");
-    double acked = testpipeline_metric(&c->p, mport, "txo_redis_consumed_total{outcome=\"ack\"}");
-    double claimed = testpipeline_metric(&c->p, mport, "txo_redis_claimed_total");
-    testpipeline_stop_clean(&c->p, w2);
-    testpipeline_stop_clean(&c->p, relay);
-    testpipeline_check_redelivered(&c->p, dups, consumed, inbox, ACK_CRASH_ORDERS);
+    struct testpipeline_ack_crash ac = {.tag = "ackcrash",
+                                        .n_orders = ACK_CRASH_ORDERS,
+                                        .relay_args = relay_args,
+                                        .unacked = group_pending,
+                                        .arg = c};
+    testpipeline_ack_crash(&c->p, &ac);
+    double acked =
+        testpipeline_metric(&c->p, ac.mport, "txo_redis_consumed_total{outcome=\"ack\"}");
+    double claimed = testpipeline_metric(&c->p, ac.mport, "txo_redis_claimed_total");
+    testpipeline_stop_clean(&c->p, ac.worker);
+    testpipeline_stop_clean(&c->p, ac.relay);
     /* The 8 entries the dead worker read are claimed: 8 OrderCreated acked. */
     if (acked != ACK_CRASH_ORDERS || claimed < ACK_CRASH_ORDERS)
         TESTPIPELINE_FAIL(&c->p,
@@ -173,10 +162,10 @@ static void test_broker_killed_end_to_end_redis(void **state)
     testpipeline_place_orders(&c->p, port, "warm", 1, false);
     testpipeline_wait_confirmed(&c->p, 1, 30000, "through Redis");
 
-    testredis_kill(&c->redis);
+    testchild_server_kill(&c->redis.srv);
     testpipeline_place_orders_broker_down(&c->p, port, OUTAGE_ORDERS, false);
 
-    testredis_restart(&c->redis);
+    testchild_server_restart(&c->redis.srv);
     int64_t ms =
         testpipeline_wait_confirmed(&c->p, OUTAGE_ORDERS + 1, 30000, "after Redis came back");
     print_message("all orders CONFIRMED %" PRId64 " ms after Redis came back\n", ms);

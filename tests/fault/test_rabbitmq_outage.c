@@ -212,7 +212,7 @@ static void test_broker_killed_mid_drain(void **state)
     assert_true(w.calls > 0);
 
     /* 2. Killed: every cycle and poll fails fast, the rows back off. */
-    testrabbit_kill(&testrabbit_shared);
+    testchild_server_kill(&testrabbit_shared.srv);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
         size_t claimed = testrelay_run_once_ms(r, &ms);
@@ -245,7 +245,7 @@ static void test_broker_killed_mid_drain(void **state)
     }
 
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
-    testrabbit_restart(&testrabbit_shared);
+    testchild_server_restart(&testrabbit_shared.srv);
     int64_t deadline = txo_monotonic_ms() + 60000;
     while (testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
@@ -307,13 +307,13 @@ static void test_broker_hangs_then_resumes(void **state)
     /* The first cycle publishes into the hung connection and waits out the confirm timeout;
      * the next one, on a new connection, gets no AMQP handshake within the connect timeout
      * (the kernel still accepts the TCP connection). Both are bounded, neither hangs. */
-    testrabbit_pause(&testrabbit_shared);
+    testchild_server_pause(&testrabbit_shared.srv);
     txo_sleep_ms(300); /* SIGSTOP reaches every thread of the VM a moment after kill() */
     assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     int64_t first_ms = ms;
     assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
     int64_t second_ms = ms;
-    testrabbit_resume(&testrabbit_shared);
+    testchild_server_resume(&testrabbit_shared.srv);
     print_message("hung broker: a cycle took %lld ms (confirm timeout %d ms), the next %lld ms "
                   "(connect timeout %d ms)\n",
                   (long long)first_ms, CONFIRM_TIMEOUT_MS, (long long)second_ms,

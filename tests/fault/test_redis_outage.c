@@ -106,67 +106,38 @@ static void outage(struct ctx *c, bool hang)
     testoutbox_append(
         c->t.db, &(struct testoutbox_events){.aggregate_type = "order", .from = 1, .to = N_EVENTS});
     struct txo_publisher *pub = new_publisher(c);
-    struct txo_relay *r = new_relay(c, pub);
-
-    /* 1. Up: one batch goes out. */
-    int64_t ms = 0;
-    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
-
-    /* 2. Down or hanging: the rows tried fail without hanging, and back off. */
+    struct testrelay_outage o = {
+        .db = c->t.db,
+        .relay = new_relay(c, pub),
+        .n_events = N_EVENTS,
+        .batch = BATCH,
+        .hang = hang,
+        .timeout_ms = TIMEOUT_MS,
+        .slack_ms = 1000,
+        .dead_max_ms = 500,
+        .pending_sql =
+            hang ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                   "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
+                   "AND last_error LIKE "
+                   "'TXO_ETIMEOUT: redis publisher: no XADD reply within 1000 ms%' "
+                   "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
+                 : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
+                   "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
+                   "AND (last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: cannot connect%' "
+                   "OR last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: connection to % lost%') "
+                   "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND",
+    };
+    testrelay_outage_up(&o);
     if (hang)
-        testredis_pause(&c->redis);
+        testchild_server_pause(&c->redis.srv);
     else
-        testredis_kill(&c->redis);
-    size_t tried = 0;
-    int max_cycles = hang ? 2 : 50; /* a hanging server costs the timeout each */
-    for (int cycle = 0; cycle < max_cycles; cycle++) {
-        size_t claimed = testrelay_run_once_ms(r, &ms);
-        if (ms > TIMEOUT_MS + 1000)
-            fail_msg("a relay cycle took %lld ms while the server was down (timeout %d ms)",
-                     (long long)ms, TIMEOUT_MS);
-        if (hang && ms < TIMEOUT_MS - 50)
-            fail_msg("a cycle against a hanging server ended after %lld ms, before the timeout",
-                     (long long)ms);
-        if (!hang && ms > 500)
-            fail_msg("a cycle against a dead server took %lld ms: not failing fast", (long long)ms);
-        if (claimed == 0)
-            break;
-        tried += claimed;
-    }
-    assert_int_equal(tried, hang ? 2 * BATCH : N_EVENTS - BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH);
-    const char *pending_sql =
-        hang ? "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-               "AND attempts = 1 AND locked_by IS NULL AND published_at IS NULL "
-               "AND last_error LIKE 'TXO_ETIMEOUT: redis publisher: no XADD reply within 1000 ms%' "
-               "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"
-             : "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-               "AND attempts >= 1 AND locked_by IS NULL AND published_at IS NULL "
-               "AND (last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: cannot connect%' "
-               "OR last_error LIKE 'TXO_EUNAVAILABLE: redis publisher: connection to % lost%') "
-               "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND";
-    assert_int_equal(testdb_q(c->t.db, pending_sql), tried);
-    struct txo_relay_stats st;
-    txo_relay_get_stats(r, &st);
-    assert_int_equal(st.failed_attempts, tried);
-    assert_int_equal(st.dead_lettered, 0);
-    if (!hang)
-        assert_int_equal(testrelay_run_once_ms(r, &ms), 0); /* nothing due: the relay waits */
-
-    /* 3. Back: the relay drains the rest. */
+        testchild_server_kill(&c->redis.srv);
+    testrelay_outage_down(&o);
     if (hang)
-        testredis_resume(&c->redis);
+        testchild_server_resume(&c->redis.srv);
     else
-        testredis_restart(&c->redis);
-    testrelay_retry_pending(c->t.db, r, 30000, 0, 0);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL AND published_at IS NOT NULL"),
-                     N_EVENTS);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+        testchild_server_restart(&c->redis.srv);
+    testrelay_outage_back(&o, 0, 0);
 
     size_t dups = stream_duplicates(c, STREAM, N_EVENTS);
     print_message("%s: %zu events in the stream twice\n", hang ? "hang" : "kill", dups);
@@ -177,7 +148,7 @@ static void outage(struct ctx *c, bool hang)
     assert_int_equal(dups, hang ? 2 * BATCH : 0);
     assert_int_equal(testredis_xlen(&c->redis, STREAM), N_EVENTS + dups);
 
-    txo_relay_free(r);
+    txo_relay_free(o.relay);
     txo_publisher_free(pub);
 }
 

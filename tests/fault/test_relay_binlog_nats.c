@@ -37,7 +37,7 @@ static void temp_path(char *buf, size_t cap, const char *name)
 static void test_nats_stream_holds_each_once(void **state)
 {
     struct testdb *t = *state;
-    struct testnats nats = {.pid = 0};
+    struct testnats nats = {.port = 0};
     testnats_start(&nats);
     char out[256], errf[256];
     temp_path(out, sizeof(out), "nats_out");

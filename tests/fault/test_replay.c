@@ -542,7 +542,7 @@ static void test_rerun_conflict_and_bad_options(void **state)
 static void test_nats_100k_killed_and_resumed(void **state)
 {
     struct testdb *t = *state;
-    struct testnats nats = {.pid = 0};
+    struct testnats nats = {.port = 0};
     testnats_start(&nats);
     char out[256], errf[256];
     io_paths(out, errf, "nats");

@@ -105,15 +105,7 @@ static void order_pipeline_through(struct ctx *c, const char *broker)
     struct testproc *up = testpipeline_start(&c->p, "up_broker", &a);
     testpipeline_wait_ready(&c->p, up, port);
     int64_t t0 = txo_monotonic_ms();
-    for (unsigned i = 0; i < ORDERS; i++) {
-        char key[64], body[256];
-        snprintf(key, sizeof(key), "%s-%u", broker, i);
-        snprintf(body, sizeof(body),
-                 "{\"customer_id\":%u,\"items\":[{\"sku\":\"pen\",\"qty\":1,\"price_cents\":199}"
-                 "%s]}",
-                 100 + i, i % 2 ? ",{\"sku\":\"book\",\"qty\":2,\"price_cents\":1500}" : "");
-        (void)testpipeline_post_order(&c->p, port, key, body);
-    }
+    testpipeline_place_orders(&c->p, port, broker, ORDERS, true);
     testpipeline_wait_terminal(&c->p, ORDERS, 60000, "through the broker");
     testpipeline_wait_published(&c->p, 30000);
     print_message("%s: %d orders CONFIRMED %lld ms after the first POST\n", broker, ORDERS,

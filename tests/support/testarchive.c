@@ -15,6 +15,7 @@
 
 #include "testarchive.h"
 #include "testchild.h"
+#include "testproc.h"
 #include "txo/archive.h"
 #include "txo/txo.h"
 
@@ -416,4 +417,15 @@ int testarchive_teardown(void **state)
     testchild_remove_dir(f->dir);
     testdb_fixture_free(f);
     return 0;
+}
+
+void testarchive_expect_verified(const char *dir, const char *summary)
+{
+    const char *verify[] = {"archive", "verify", dir, NULL};
+    char *out = NULL;
+    int status = testproc_run_txo("archive_verify", verify, 30000, &out);
+    if (status != 0 || (summary != NULL && strstr(out, summary) == NULL))
+        fail_msg("txo archive verify %s: exit status %d, want 0%s%s; it said:\n%s", dir, status,
+                 summary != NULL ? " and " : "", summary != NULL ? summary : "", out);
+    free(out);
 }

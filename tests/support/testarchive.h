@@ -27,6 +27,12 @@ struct testarchive_fixture {
 int testarchive_setup(void **state);
 int testarchive_teardown(void **state);
 
+/*
+ * `txo archive verify dir` must exit 0 and, unless summary is NULL, say summary (such as
+ * "6 files, 49 rows verified, 0 bad"); otherwise the test fails with what it said.
+ */
+void testarchive_expect_verified(const char *dir, const char *summary);
+
 /* n PUBLISHED outbox rows, keys "<prefix>:1".."<prefix>:n", published long ago (in 2020). */
 void testarchive_insert_outbox(struct txo_db *db, unsigned n, const char *prefix);
 

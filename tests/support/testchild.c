@@ -80,6 +80,16 @@ const char *testchild_find_bin(const char *env, const char *name, char *buf, siz
     return NULL;
 }
 
+const char *testchild_require_bin(const char *env, const char *name, const char *package,
+                                  const char *why, char *buf, size_t cap)
+{
+    const char *bin = testchild_find_bin(env, name, buf, cap);
+    if (bin == NULL)
+        fail_msg("%s not found (install the %s package, or set %s to its path); %s", name, package,
+                 env, why);
+    return bin;
+}
+
 pid_t testchild_spawn(const char *const *argv, const char *log_path, testchild_setup_fn setup,
                       const void *setup_arg)
 {
@@ -173,20 +183,43 @@ void testchild_end(pid_t *pid, int sig, int timeout_ms)
     *pid = 0;
 }
 
-void testchild_pause(pid_t pid, const char *caller)
+void testchild_server_start(struct testchild_server *s, int stop_timeout_ms,
+                            void (*respawn)(void *owner), void *owner)
 {
-    if (pid <= 0 || kill(pid, SIGSTOP) != 0)
-        fail_msg("%s: the server is not running", caller);
+    *s = (struct testchild_server){
+        .stop_timeout_ms = stop_timeout_ms, .respawn = respawn, .owner = owner};
+    respawn(owner);
 }
 
-void testchild_resume(pid_t pid, const char *caller)
+void testchild_server_stop(struct testchild_server *s)
 {
-    if (pid <= 0 || kill(pid, SIGCONT) != 0)
-        fail_msg("%s: the server is not running", caller);
+    testchild_end(&s->pid, SIGTERM, s->stop_timeout_ms);
 }
 
-void testchild_assert_stopped(pid_t pid, const char *caller)
+void testchild_server_kill(struct testchild_server *s)
 {
-    if (pid > 0)
-        fail_msg("%s: the server is still running (pid %d)", caller, (int)pid);
+    testchild_end(&s->pid, SIGKILL, s->stop_timeout_ms);
+}
+
+static void signal_running(const struct testchild_server *s, int sig, const char *what)
+{
+    if (s->pid <= 0 || kill(s->pid, sig) != 0)
+        fail_msg("%s: the server is not running", what);
+}
+
+void testchild_server_pause(struct testchild_server *s)
+{
+    signal_running(s, SIGSTOP, __func__);
+}
+
+void testchild_server_resume(struct testchild_server *s)
+{
+    signal_running(s, SIGCONT, __func__);
+}
+
+void testchild_server_restart(struct testchild_server *s)
+{
+    if (s->pid > 0)
+        fail_msg("%s: the server is still running (pid %d)", __func__, (int)s->pid);
+    s->respawn(s->owner);
 }

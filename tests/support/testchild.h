@@ -4,7 +4,8 @@
  * tell that their server is ready.
  *
  * A server keeps every file in one temporary directory (testchild_make_dir), appends its output
- * to a log there, and its pid lives in the caller's pid_t, 0 when it does not run. The child dies
+ * to a log there, and its pid lives in a struct testchild_server (a helper process such as
+ * RabbitMQ's epmd: in a pid_t of its own), 0 when it does not run. The child dies
  * with the test process (PR_SET_PDEATHSIG), even when the test crashes, so a failed test leaves
  * no server behind.
  *
@@ -41,6 +42,13 @@ void testchild_remove_dir(const char *path);
 const char *testchild_find_bin(const char *env, const char *name, char *buf, size_t cap);
 
 /*
+ * testchild_find_bin(), failing the test when the program is not found: "<name> not found
+ * (install the <package> package, or set <env> to its path); <why>".
+ */
+const char *testchild_require_bin(const char *env, const char *name, const char *package,
+                                  const char *why, char *buf, size_t cap);
+
+/*
  * Forks and execs argv[0] (a path) with argv (NULL-terminated). In the child, stdin reads
  * /dev/null, stdout and stderr are appended to log_path, and setup(setup_arg) runs last when
  * setup is not NULL. Returns the child's pid.
@@ -61,19 +69,44 @@ bool testchild_port_answers(const void *port);
 
 /*
  * Sends sig to the child and reaps it; SIGKILL when it has not exited after timeout_ms. SIGCONT
- * goes along, so a paused child (testchild_pause) can handle a SIGTERM. Sets *pid to 0. No-op
- * when *pid is 0.
+ * goes along, so a paused child (testchild_server_pause) can handle a SIGTERM. Sets *pid to 0.
+ * No-op when *pid is 0.
  */
 void testchild_end(pid_t *pid, int sig, int timeout_ms);
 
 /*
- * SIGSTOP / SIGCONT: the child hangs with its sockets open, then carries on. caller (the
- * public function's name) goes into the failure message when the child does not run.
+ * A server child as a test drives it: its pid (0 when not running), how long a stop may take
+ * before SIGKILL, and respawn(owner), which starts it again on the same port and directory and
+ * returns once it answers (setting pid). testnats, testredis, testrabbit and testgrpc each
+ * embed one (their member srv) and set it up in their start function; a test stops, kills,
+ * pauses, resumes and restarts its server through it.
  */
-void testchild_pause(pid_t pid, const char *caller);
-void testchild_resume(pid_t pid, const char *caller);
+struct testchild_server {
+    pid_t pid;
+    int stop_timeout_ms;
+    void (*respawn)(void *owner);
+    void *owner;
+};
 
-/* Fails the test when the child still runs: a restart needs a stopped server. */
-void testchild_assert_stopped(pid_t pid, const char *caller);
+/* Sets s up (stop_timeout_ms, respawn, owner) and starts the server: respawn(owner). */
+void testchild_server_start(struct testchild_server *s, int stop_timeout_ms,
+                            void (*respawn)(void *owner), void *owner);
+
+/* SIGTERM and waitpid (SIGKILL after stop_timeout_ms). No-op when not running. */
+void testchild_server_stop(struct testchild_server *s);
+
+/* SIGKILL and waitpid. No-op when not running. */
+void testchild_server_kill(struct testchild_server *s);
+
+/*
+ * SIGSTOP / SIGCONT: the server hangs with its connections open (requests are neither answered
+ * nor refused), then carries on with what it had received meanwhile. The test fails when it
+ * does not run.
+ */
+void testchild_server_pause(struct testchild_server *s);
+void testchild_server_resume(struct testchild_server *s);
+
+/* Starts the server again on the same port and directory; the test fails when it still runs. */
+void testchild_server_restart(struct testchild_server *s);
 
 #endif

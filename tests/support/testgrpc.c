@@ -18,6 +18,7 @@
 
 #include "testchild.h"
 #include "testgrpc.h"
+#include "testrun.h"
 #include "testproc.h"
 
 #ifndef TXO_TEST_SOURCE_DIR
@@ -38,8 +39,9 @@ static const char *python_bin(void)
     return bin;
 }
 
-static void spawn(struct testgrpc *g)
+static void spawn(void *owner)
 {
+    struct testgrpc *g = owner;
     const char *py = python_bin();
     char script[512], port[16], pb2_dir[300];
     snprintf(script, sizeof(script), "%s/tests/grpc/event_sink_server.py", TXO_TEST_SOURCE_DIR);
@@ -63,9 +65,9 @@ static void spawn(struct testgrpc *g)
         argv[n++] = g->ca_path;
     }
     argv[n] = NULL;
-    g->pid = testchild_spawn(argv, g->log_path, NULL, NULL);
-    testchild_await(&g->pid, "the EventSink server", g->log_path, testchild_port_answers, &g->port,
-                    READY_TIMEOUT_MS, READY_POLL_MS);
+    g->srv.pid = testchild_spawn(argv, g->log_path, NULL, NULL);
+    testchild_await(&g->srv.pid, "the EventSink server", g->log_path, testchild_port_answers,
+                    &g->port, READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
 static void start(struct testgrpc *g, int tls);
@@ -196,23 +198,13 @@ static void start(struct testgrpc *g, int tls)
     g->port = testproc_free_port();
     snprintf(g->target, sizeof(g->target), "127.0.0.1:%u", g->port);
     testgrpc_control(g, "");
-    spawn(g);
-}
-
-void testgrpc_kill(struct testgrpc *g)
-{
-    testchild_end(&g->pid, SIGKILL, 0);
-}
-
-void testgrpc_restart(struct testgrpc *g)
-{
-    testchild_assert_stopped(g->pid, __func__);
-    spawn(g);
+    /* The server keeps nothing worth a clean stop: it is always SIGKILLed. */
+    testchild_server_start(&g->srv, 0, spawn, g);
 }
 
 void testgrpc_cleanup(struct testgrpc *g)
 {
-    testgrpc_kill(g);
+    testchild_server_kill(&g->srv);
     if (g->dir[0] == '\0')
         return;
     testchild_remove_dir(g->dir);
@@ -392,21 +384,7 @@ size_t testgrpc_count_traced_calls(const struct testgrpc *g)
     return count_calls(g, traced, NULL);
 }
 
-struct testgrpc testgrpc_shared;
-
-int testgrpc_group_setup(void **state)
-{
-    (void)state;
-    testgrpc_start(&testgrpc_shared);
-    return 0;
-}
-
-int testgrpc_group_teardown(void **state)
-{
-    (void)state;
-    testgrpc_cleanup(&testgrpc_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testgrpc, testgrpc_start, testgrpc_cleanup)
 
 void testgrpc_expect_refused(const struct txo_grpc_opts *o, int want, const char *about)
 {

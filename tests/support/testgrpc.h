@@ -8,8 +8,9 @@
  *
  * testgrpc_start() makes a temporary directory, generates the Python classes of
  * proto/txo/v1/event_sink.proto into it (protoc --python_out), starts the server and waits
- * (up to 10 s) until its port answers. testgrpc_kill() (SIGKILL) ends it, testgrpc_restart()
- * starts it again on the same port with the same files (what it recorded stays).
+ * (up to 10 s) until its port answers. testchild_server_kill() (SIGKILL) on its srv ends it,
+ * testchild_server_restart() starts it again on the same port with the same files (what it
+ * recorded stays).
  * testgrpc_cleanup() stops it and removes the directory.
  *
  * Python is $TXO_PYTHON, else /usr/bin/python3 (Debian's, where python3-grpcio lives), protoc
@@ -29,6 +30,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testchild.h"
 #include "txo/grpc.h"
 
 struct testgrpc {
@@ -46,7 +48,7 @@ struct testgrpc {
     char other_ca_path[300];    /* an unrelated CA */
     char client_cert_path[300]; /* a client certificate and key signed by ca_path */
     char client_key_path[300];
-    pid_t pid; /* 0 when not running */
+    struct testchild_server srv; /* kill, restart: testchild.h (a stop is a kill) */
 };
 
 /* Starts a fresh server (new port, new directory). */
@@ -58,12 +60,6 @@ void testgrpc_start(struct testgrpc *g);
  * ($TXO_OPENSSL, else openssl on PATH). require_client_cert: mutual TLS.
  */
 void testgrpc_start_tls(struct testgrpc *g, bool require_client_cert);
-
-/* SIGKILL and waitpid. No-op when not running. */
-void testgrpc_kill(struct testgrpc *g);
-
-/* Starts the server again on the same port and files; it must not be running. */
-void testgrpc_restart(struct testgrpc *g);
 
 /* Stops the server if it runs and removes the directory. Safe on a zeroed struct. */
 void testgrpc_cleanup(struct testgrpc *g);

@@ -13,10 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "testhttp.h"
+#include "testorders.h"
+#include "testrun.h"
 #include "txo/txo.h"
 
 void testhttp_reply_release(struct testhttp_reply *r)
@@ -208,4 +211,83 @@ int testhttp_daemon_free_state(void **state)
     testdb_fixture_free(d);
     *state = NULL;
     return 0;
+}
+
+struct testhttp_api *testhttp_api_new(const char *tag, int32_t stock)
+{
+    struct testhttp_api *c = testdb_fixture_new(sizeof(*c), tag, TESTDB_NEW_EXPORT_ENV);
+    c->h = curl_easy_init();
+    assert_non_null(c->h);
+    testorders_stock_abc(c->t.db, stock);
+    return c;
+}
+
+int testhttp_api_free_state(void **state)
+{
+    struct testhttp_api *c = *state;
+    if (c == NULL)
+        return 0;
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->procs); i++)
+        testproc_stop_hard(&c->procs[i]);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->rep); i++)
+        testhttp_reply_release(&c->rep[i]);
+    for (size_t i = 0; i < c->n_many; i++)
+        testhttp_reply_release(&c->many[i]);
+    free(c->many);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(c->hold); i++)
+        txo_db_close(c->hold[i]);
+    curl_easy_cleanup(c->h);
+    testdb_fixture_free(c);
+    *state = NULL;
+    return 0;
+}
+
+int testhttp_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
+                      int (*teardown)(void **), int (*group_setup)(void **),
+                      int (*group_teardown)(void **))
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return 1;
+    int failed = testrun_each(tests, n, setup, teardown, group_setup, group_teardown);
+    curl_global_cleanup();
+    return failed;
+}
+
+void testhttp_expect_promtool_valid(const char *text, size_t len)
+{
+    char path[] = "/tmp/txo_test_metrics_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    const char *argv[] = {"/bin/sh", "-c", "promtool check metrics < \"$0\" 2>&1", path, NULL};
+    char *out = NULL;
+    int status = testproc_run("promtool", argv, 30000, &out);
+    unlink(path);
+    if (status != 0)
+        fail_msg("promtool check metrics: exit status %d, output:\n%s\nmetrics:\n%s", status,
+                 out != NULL ? out : "", text);
+    free(out);
+}
+
+struct txo_db *testhttp_hold_order_key(struct testdb *t, const char *key, const char *body)
+{
+    struct txo_error err;
+    txo_error_init(&err);
+    char hash[TXO_IDEM_HASH_LEN];
+    if (txo_idem_hash("POST", "/orders", body, strlen(body), hash, &err) != 0)
+        fail_msg("txo_idem_hash: %s", err.msg);
+    /* Plain statements on the connection: START TRANSACTION must span the INSERT (a statement
+     * with bound parameters runs in a transaction of its own). The key is the test's own. */
+    struct txo_db *db = testdb_connect(t);
+    testdb_exec(db, "START TRANSACTION");
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
+             " VALUES ('%s', '%s', 'PROCESSING')",
+             key, hash);
+    testdb_exec(db, sql);
+    return db;
 }

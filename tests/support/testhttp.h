@@ -37,6 +37,8 @@
 #include "testdb.h"
 #include "testproc.h"
 
+struct CMUnitTest; /* <cmocka.h> */
+
 /*
  * One HTTP answer. A zeroed struct is a valid empty reply; every testhttp_do() on it releases
  * what it held before, so one reply can be reused across requests. Release with
@@ -108,6 +110,12 @@ int64_t testhttp_expect_created(const struct testhttp_reply *r, long status, con
 double testhttp_metric_value(const char *text, const char *series);
 
 /*
+ * Fails the test, with promtool's output and the text, unless `promtool check metrics` accepts
+ * the len bytes of Prometheus text (a /metrics body). promtool is a required test dependency.
+ */
+void testhttp_expect_promtool_valid(const char *text, size_t len);
+
+/*
  * Starts `txo <subcommand> --listen 127.0.0.1:<free port> args...` in p (args NULL or a
  * NULL-terminated list of at most 19 more arguments, borrowed until this returns; more fail
  * the test) with its log named after tag, and waits up to 10 s until GET /healthz answers 200.
@@ -139,5 +147,48 @@ struct testhttp_daemon {
  * (a test that failed), then frees the fixture and its database. Returns 0.
  */
 int testhttp_daemon_free_state(void **state);
+
+/*
+ * The fixture of the order-API tests (test_api.c, test_api_admin.c, test_api_group.c): the
+ * test's database first (testdb_fixture_new), with the SKUs of testorders_stock_abc() in stock,
+ * the test's keep-alive HTTP client, and what a test leaves for the teardown to release when it
+ * fails: the txo processes it started, its answers and its second connections.
+ */
+struct testhttp_api {
+    struct testdb t;
+    CURL *h;
+    struct testproc procs[3];     /* servers and workers; SIGKILLed by the teardown */
+    struct testhttp_reply rep[3]; /* the test's answers */
+    struct testhttp_reply *many;  /* malloc'd answers of a concurrent test, n_many of them */
+    size_t n_many;
+    struct txo_db *hold[2]; /* connections holding rows locked; NULL when unused */
+};
+
+/*
+ * Makes a struct testhttp_api with its database tagged tag and exported to child processes
+ * (TESTDB_NEW_EXPORT_ENV), stock units of each SKU. The caller frees it with
+ * testhttp_api_free_state(). Fails the test on error.
+ */
+struct testhttp_api *testhttp_api_new(const char *tag, int32_t stock);
+
+/* A cmocka teardown for a struct testhttp_api: releases everything in it and it. Returns 0. */
+int testhttp_api_free_state(void **state);
+
+/*
+ * A second connection to t's database that holds key as a request in progress would: in a
+ * transaction it leaves open, the key's row PROCESSING with the request hash of POST /orders
+ * with body. The caller owns the connection (txo_db_close, or ROLLBACK / COMMIT first). Fails
+ * the test on error.
+ */
+struct txo_db *testhttp_hold_order_key(struct testdb *t, const char *key, const char *body);
+
+/*
+ * testrun_each() (testrun.h) between curl_global_init() and curl_global_cleanup(), for a test
+ * program that uses libcurl, which wants its global set-up before any thread starts. Returns
+ * what testrun_each returns, or 1 when libcurl cannot be set up.
+ */
+int testhttp_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(void **),
+                      int (*teardown)(void **), int (*group_setup)(void **),
+                      int (*group_teardown)(void **));
 
 #endif

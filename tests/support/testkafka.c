@@ -15,6 +15,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include "testkafka.h"
+#include "testrun.h"
 
 #define BROKERS 3
 
@@ -226,18 +227,4 @@ long testkafka_key_index(const char *key)
     return colon != NULL ? strtol(colon + 1, NULL, 10) : -1;
 }
 
-struct testkafka testkafka_shared;
-
-int testkafka_group_setup(void **state)
-{
-    (void)state;
-    testkafka_start(&testkafka_shared);
-    return 0;
-}
-
-int testkafka_group_teardown(void **state)
-{
-    (void)state;
-    testkafka_stop(&testkafka_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testkafka, testkafka_start, testkafka_stop)

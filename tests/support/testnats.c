@@ -28,18 +28,18 @@
 #define READY_POLL_MS    10
 #define STOP_TIMEOUT_MS  10000
 
-static void spawn(struct testnats *n)
+static void spawn(void *owner)
 {
+    struct testnats *n = owner;
     char found[512];
-    const char *bin = testchild_find_bin("TXO_NATS_SERVER", "nats-server", found, sizeof(found));
-    if (bin == NULL)
-        fail_msg("nats-server not found (install the nats-server package, or set "
-                 "TXO_NATS_SERVER to its path); the NATS tests need a real server");
+    const char *bin =
+        testchild_require_bin("TXO_NATS_SERVER", "nats-server", "nats-server",
+                              "the NATS tests need a real server", found, sizeof(found));
     char port[16];
     snprintf(port, sizeof(port), "%u", n->port);
     const char *argv[] = {bin, "-js", "-a", "127.0.0.1", "-p", port, "-sd", n->store_dir, NULL};
-    n->pid = testchild_spawn(argv, n->log_path, NULL, NULL);
-    testchild_await(&n->pid, "nats-server", n->log_path, testchild_port_answers, &n->port,
+    n->srv.pid = testchild_spawn(argv, n->log_path, NULL, NULL);
+    testchild_await(&n->srv.pid, "nats-server", n->log_path, testchild_port_answers, &n->port,
                     READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
@@ -53,33 +53,17 @@ void testnats_start(struct testnats *n)
         fail_msg("mkdir %s: %s", n->store_dir, strerror(errno));
     n->port = testproc_free_port();
     snprintf(n->url, sizeof(n->url), "nats://127.0.0.1:%u", n->port);
-    spawn(n);
+    testchild_server_start(&n->srv, STOP_TIMEOUT_MS, spawn, n);
 }
 
 void testnats_stop(struct testnats *n)
 {
-    testchild_end(&n->pid, SIGTERM, STOP_TIMEOUT_MS);
-}
-
-void testnats_kill(struct testnats *n)
-{
-    testchild_end(&n->pid, SIGKILL, STOP_TIMEOUT_MS);
-}
-
-void testnats_pause(struct testnats *n)
-{
-    testchild_pause(n->pid, __func__);
-}
-
-void testnats_resume(struct testnats *n)
-{
-    testchild_resume(n->pid, __func__);
+    testchild_server_stop(&n->srv);
 }
 
 void testnats_restart(struct testnats *n)
 {
-    testchild_assert_stopped(n->pid, __func__);
-    spawn(n);
+    testchild_server_restart(&n->srv);
 }
 
 void testnats_cleanup(struct testnats *n)
@@ -97,13 +81,12 @@ struct js_conn {
     jsCtx *js;
 };
 
-static struct js_conn js_connect(const struct testnats *n)
+natsStatus testnats_connect(const char *urls, natsConnection **nc)
 {
-    struct js_conn c = {NULL, NULL};
     /* A cluster's comma-separated list goes to cnats as an array: cnats 3.4 cannot connect to
      * a list given as one string. */
-    char copy[sizeof(n->url)];
-    snprintf(copy, sizeof(copy), "%s", n->url);
+    char *copy = strdup(urls);
+    assert_non_null(copy);
     const char *servers[8];
     int n_servers = 0;
     char *save = NULL;
@@ -115,8 +98,16 @@ static struct js_conn js_connect(const struct testnats *n)
     if (s == NATS_OK)
         s = natsOptions_SetServers(opts, servers, n_servers);
     if (s == NATS_OK)
-        s = natsConnection_Connect(&c.nc, opts);
+        s = natsConnection_Connect(nc, opts);
     natsOptions_Destroy(opts);
+    free(copy);
+    return s;
+}
+
+static struct js_conn js_connect(const struct testnats *n)
+{
+    struct js_conn c = {NULL, NULL};
+    natsStatus s = testnats_connect(n->url, &c.nc);
     if (s == NATS_OK)
         s = natsConnection_JetStream(&c.js, c.nc, NULL);
     if (s != NATS_OK)
@@ -130,17 +121,25 @@ static void js_close(struct js_conn *c)
     natsConnection_Destroy(c->nc);
 }
 
-static jsStreamState stream_state(const struct testnats *n, const char *stream)
+/* The info of stream on c's server, or the test fails (c closed first). Free with
+ * jsStreamInfo_Destroy. */
+static jsStreamInfo *stream_info(struct js_conn *c, const char *stream)
 {
-    struct js_conn c = js_connect(n);
     jsStreamInfo *si = NULL;
     jsErrCode jerr = 0;
-    natsStatus s = js_GetStreamInfo(&si, c.js, stream, NULL, &jerr);
+    natsStatus s = js_GetStreamInfo(&si, c->js, stream, NULL, &jerr);
     if (s != NATS_OK) {
-        js_close(&c);
+        js_close(c);
         fail_msg("stream info %s: %s (JetStream error %d)", stream, natsStatus_GetText(s),
                  (int)jerr);
     }
+    return si;
+}
+
+static jsStreamState stream_state(const struct testnats *n, const char *stream)
+{
+    struct js_conn c = js_connect(n);
+    jsStreamInfo *si = stream_info(&c, stream);
     jsStreamState st = si->State;
     st.Subjects = NULL; /* freed with si */
     st.Deleted = NULL;
@@ -219,14 +218,7 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
                            uint64_t *want, bool *settled)
 {
     struct js_conn c = js_connect(n);
-    jsStreamInfo *si = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_GetStreamInfo(&si, c.js, stream, NULL, &jerr);
-    if (s != NATS_OK) {
-        js_close(&c);
-        fail_msg("stream info %s: %s (JetStream error %d)", stream, natsStatus_GetText(s),
-                 (int)jerr);
-    }
+    jsStreamInfo *si = stream_info(&c, stream);
     uint64_t first = si->State.FirstSeq, last = si->State.LastSeq, msgs = si->State.Msgs;
     *settled = stream_settled(si);
     jsStreamInfo_Destroy(si);
@@ -238,8 +230,8 @@ static size_t read_msg_ids(const struct testnats *n, const char *stream, char **
     size_t count = 0;
     for (uint64_t seq = first; msgs > 0 && seq <= last && count < msgs; seq++) {
         natsMsg *m = NULL;
-        jerr = 0;
-        s = js_GetMsg(&m, c.js, stream, seq, NULL, &jerr);
+        jsErrCode jerr = 0;
+        natsStatus s = js_GetMsg(&m, c.js, stream, seq, NULL, &jerr);
         if (s == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr)
             continue; /* a deleted sequence */
         if (s != NATS_OK) {

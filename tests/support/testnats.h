@@ -4,9 +4,10 @@
  *   nats-server -js -a 127.0.0.1 -p <free port> -sd <temp dir>/store
  *
  * testnats_start() picks a free port and a fresh temporary directory, starts the server and
- * waits (up to 5 s) until its port answers. testnats_stop() (SIGTERM) and testnats_kill()
- * (SIGKILL) end it, testnats_pause() makes it hang (SIGSTOP); testnats_restart() starts it again on
- * the SAME port and store directory, so streams, consumers and messages survive (outage tests).
+ * waits (up to 5 s) until its port answers. testchild_server_stop() (SIGTERM) and
+ * testchild_server_kill() (SIGKILL) on its srv end it, testchild_server_pause() makes it hang
+ * (SIGSTOP); testchild_server_restart() starts it again on the SAME port and store directory,
+ * so streams, consumers and messages survive (outage tests).
  * testnats_cleanup() stops it and removes the directory.
  *
  * The binary is $TXO_NATS_SERVER, else nats-server on PATH, /usr/sbin or /usr/bin. When it
@@ -26,36 +27,35 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <nats/nats.h>
+
+#include "testchild.h"
+
 struct testnats {
     char url[256]; /* "nats://127.0.0.1:<port>", or a cluster's comma-separated list */
     unsigned port;
-    char dir[256];       /* the temporary directory (store + log) */
-    char store_dir[300]; /* <dir>/store, the JetStream store (-sd) */
-    char log_path[300];  /* <dir>/server.log */
-    pid_t pid;           /* 0 when not running */
+    char dir[256];               /* the temporary directory (store + log) */
+    char store_dir[300];         /* <dir>/store, the JetStream store (-sd) */
+    char log_path[300];          /* <dir>/server.log */
+    struct testchild_server srv; /* stop, kill, pause, resume, restart: testchild.h */
 };
 
 /* Starts a fresh server (new port, new store). */
 void testnats_start(struct testnats *n);
 
-/* SIGTERM and waitpid (SIGKILL after 10 s). No-op when not running. */
+/* testchild_server_stop and testchild_server_restart of n->srv. */
 void testnats_stop(struct testnats *n);
-
-/* SIGKILL and waitpid. No-op when not running. */
-void testnats_kill(struct testnats *n);
-
-/*
- * SIGSTOP / SIGCONT: the server hangs with its connections open (publishes are neither acked
- * nor refused), then carries on with what it buffered meanwhile.
- */
-void testnats_pause(struct testnats *n);
-void testnats_resume(struct testnats *n);
-
-/* Starts the server again on the same port and store directory; it must not be running. */
 void testnats_restart(struct testnats *n);
 
 /* Stops the server if it runs and removes the temporary directory. Safe on a zeroed struct. */
 void testnats_cleanup(struct testnats *n);
+
+/*
+ * A cnats connection to urls: one URL, or a cluster's comma-separated list (up to 8), which is
+ * given to cnats as an array. Returns cnats's status; on NATS_OK *nc is the caller's
+ * (natsConnection_Destroy).
+ */
+natsStatus testnats_connect(const char *urls, natsConnection **nc);
 
 /* Messages stored in the stream (JetStream stream info). */
 uint64_t testnats_stream_msgs(const struct testnats *n, const char *stream);

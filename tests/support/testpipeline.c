@@ -390,6 +390,44 @@ void testpipeline_check_redelivered(struct testpipeline *tp, double dups, double
                           consumed, n_orders - consumed_before, consumed_before);
 }
 
+void testpipeline_wait_acked(struct testpipeline *tp, int64_t (*unacked)(void *arg), void *arg,
+                             int timeout_ms)
+{
+    int64_t deadline = txo_monotonic_ms() + timeout_ms;
+    while (unacked(arg) != 0) {
+        if (txo_monotonic_ms() > deadline)
+            TESTPIPELINE_FAIL(tp, "%" PRId64 " messages still unacknowledged after %d s",
+                              unacked(arg), timeout_ms / 1000);
+        txo_sleep_ms(100);
+    }
+}
+
+void testpipeline_ack_crash(struct testpipeline *tp, struct testpipeline_ack_crash *ac)
+{
+    char tag[64];
+    testpipeline_serve_orders(tp, ac->tag, (unsigned)ac->n_orders, ac->books);
+    snprintf(tag, sizeof(tag), "%s_relay", ac->tag);
+    ac->relay = testpipeline_start_relay(tp, tag, ac->relay_args, NULL);
+    testpipeline_wait_relayed(tp, ac->n_orders, 30000);
+
+    /* The worker commits the inbox rows and sagas of its first read, then dies unacked. */
+    snprintf(tag, sizeof(tag), "%s_worker_crash", ac->tag);
+    struct testproc *w1 =
+        testpipeline_start_worker(tp, tag, ac->worker_args, "worker.after_consume", NULL);
+    testpipeline_expect_crash(tp, w1, 30000);
+    int64_t inbox = testpipeline_check_died_unacked(tp, ac->unacked(ac->arg));
+
+    /* Restarted: the broker delivers the unacknowledged messages again, the inbox drops them. */
+    snprintf(tag, sizeof(tag), "%s_worker", ac->tag);
+    ac->worker = testpipeline_start_worker(tp, tag, ac->worker_args, NULL, &ac->mport);
+    testpipeline_wait_terminal(tp, ac->n_orders, 30000, "after the worker restart");
+    testpipeline_wait_published(tp, 30000);
+    testpipeline_wait_acked(tp, ac->unacked, ac->arg, 20000); /* the saga events' too */
+    double dups = testpipeline_metric(tp, ac->mport, "txo_inbox_duplicates_total");
+    double consumed = testpipeline_metric(tp, ac->mport, "txo_inbox_consumed_total");
+    testpipeline_check_redelivered(tp, dups, consumed, inbox, ac->n_orders);
+}
+
 void testpipeline_set_initial_stock(struct testpipeline *tp, const struct testpipeline_stock *stock,
                                     size_t n)
 {

@@ -234,6 +234,41 @@ int64_t testpipeline_check_died_unacked(struct testpipeline *tp, int64_t unacked
 void testpipeline_check_redelivered(struct testpipeline *tp, double dups, double consumed,
                                     int64_t consumed_before, int n_orders);
 
+/*
+ * Waits up to timeout_ms until unacked(arg), the broker's count of messages delivered and not
+ * acknowledged (a consumer group's pending entries, a durable's ack-pending), is 0;
+ * TESTPIPELINE_FAIL otherwise.
+ */
+void testpipeline_wait_acked(struct testpipeline *tp, int64_t (*unacked)(void *arg), void *arg,
+                             int timeout_ms);
+
+/*
+ * The worker dies between its commit and its acknowledgement, the scenario every consuming
+ * broker is put through: n_orders placed through `txo serve` (books as testpipeline_place_orders
+ * says), a relay (relay_args) publishing them, a worker (worker_args) SIGKILLed at crash point
+ * worker.after_consume, what it left checked (testpipeline_check_died_unacked with unacked(arg)),
+ * then a second worker until every order is terminal, every event published and nothing
+ * unacknowledged (testpipeline_wait_acked, 20 s), and what the second worker counted checked
+ * (testpipeline_check_redelivered). The relay and the second worker still run: the caller
+ * reads what else it wants from the worker's metrics on *mport, then stops both
+ * (testpipeline_stop_clean). Processes are tagged tag_relay, tag_worker_crash and tag_worker.
+ */
+struct testpipeline_ack_crash {
+    const char *tag;
+    int n_orders;
+    bool books;
+    const char *const *relay_args;  /* NULL or NULL-terminated */
+    const char *const *worker_args; /* NULL or NULL-terminated */
+    int64_t (*unacked)(void *arg);
+    void *arg;
+    /* Set by testpipeline_ack_crash(): */
+    struct testproc *relay;
+    struct testproc *worker;
+    unsigned mport;
+};
+
+void testpipeline_ack_crash(struct testpipeline *tp, struct testpipeline_ack_crash *ac);
+
 /* Initial units of one SKU in inventory. */
 struct testpipeline_stock {
     const char *sku;

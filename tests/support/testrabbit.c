@@ -20,6 +20,8 @@
 #include "testchild.h"
 #include "testproc.h"
 #include "testrabbit.h"
+#include "testrun.h"
+#include "txo/common.h"
 
 #define READY_TIMEOUT_MS 120000 /* a cold boot on a busy 2-core machine takes 20 s and more */
 #define READY_POLL_MS    100
@@ -60,28 +62,31 @@ static void write_file(const char *path, const char *text)
         fail_msg("writing %s: %s", path, strerror(errno));
 }
 
+/* setenv(name, the formatted value) */
+TXO_PRINTF(2, 3) static void setenvf(const char *name, const char *fmt, ...)
+{
+    char v[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v, sizeof(v), fmt, ap);
+    va_end(ap);
+    setenv(name, v, 1);
+}
+
 /* A testchild_setup_fn on the struct testrabbit: the broker's environment, set in its child. */
 static void set_env(const void *arg)
 {
     const struct testrabbit *r = arg;
-    char v[512];
     setenv("HOME", r->dir, 1);
     setenv("RABBITMQ_NODENAME", r->node, 1);
-    snprintf(v, sizeof(v), "%u", r->port);
-    setenv("RABBITMQ_NODE_PORT", v, 1);
+    setenvf("RABBITMQ_NODE_PORT", "%u", r->port);
     setenv("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1", 1);
-    snprintf(v, sizeof(v), "%u", r->dist_port);
-    setenv("RABBITMQ_DIST_PORT", v, 1);
-    snprintf(v, sizeof(v), "%u", r->epmd_port);
-    setenv("ERL_EPMD_PORT", v, 1);
-    snprintf(v, sizeof(v), "%s/mnesia", r->dir);
-    setenv("RABBITMQ_MNESIA_BASE", v, 1);
-    snprintf(v, sizeof(v), "%s/log", r->dir);
-    setenv("RABBITMQ_LOG_BASE", v, 1);
-    snprintf(v, sizeof(v), "%s/rabbitmq.conf", r->dir);
-    setenv("RABBITMQ_CONFIG_FILE", v, 1);
-    snprintf(v, sizeof(v), "%s/enabled_plugins", r->dir);
-    setenv("RABBITMQ_ENABLED_PLUGINS_FILE", v, 1);
+    setenvf("RABBITMQ_DIST_PORT", "%u", r->dist_port);
+    setenvf("ERL_EPMD_PORT", "%u", r->epmd_port);
+    setenvf("RABBITMQ_MNESIA_BASE", "%s/mnesia", r->dir);
+    setenvf("RABBITMQ_LOG_BASE", "%s/log", r->dir);
+    setenvf("RABBITMQ_CONFIG_FILE", "%s/rabbitmq.conf", r->dir);
+    setenvf("RABBITMQ_ENABLED_PLUGINS_FILE", "%s/enabled_plugins", r->dir);
     /* The script then execs the VM itself (no signal-forwarding shell in between), so our
      * child pid is the broker and SIGTERM is its clean shutdown. */
     setenv("RUNNING_UNDER_SYSTEMD", "1", 1);
@@ -102,15 +107,16 @@ static void spawn_epmd(struct testrabbit *r)
                     EPMD_TIMEOUT_MS, EPMD_POLL_MS);
 }
 
-static void spawn(struct testrabbit *r)
+static void spawn(void *owner)
 {
+    struct testrabbit *r = owner;
     const char *bin = server_bin();
     if (bin == NULL)
         fail_msg("rabbitmq-server not found (install the rabbitmq-server package, or set "
                  "TXO_RABBITMQ_SERVER to its path); the RabbitMQ tests need a real broker");
     const char *argv[] = {bin, NULL};
-    r->pid = testchild_spawn(argv, r->log_path, set_env, r);
-    testchild_await(&r->pid, "rabbitmq-server", r->log_path, testchild_port_answers, &r->port,
+    r->srv.pid = testchild_spawn(argv, r->log_path, set_env, r);
+    testchild_await(&r->srv.pid, "rabbitmq-server", r->log_path, testchild_port_answers, &r->port,
                     READY_TIMEOUT_MS, READY_POLL_MS);
 }
 
@@ -139,38 +145,12 @@ void testrabbit_start(struct testrabbit *r)
     snprintf(path, sizeof(path), "%s/enabled_plugins", r->dir);
     write_file(path, "[].\n");
     spawn_epmd(r);
-    spawn(r);
-}
-
-void testrabbit_stop(struct testrabbit *r)
-{
-    testchild_end(&r->pid, SIGTERM, STOP_TIMEOUT_MS);
-}
-
-void testrabbit_kill(struct testrabbit *r)
-{
-    testchild_end(&r->pid, SIGKILL, STOP_TIMEOUT_MS);
-}
-
-void testrabbit_pause(struct testrabbit *r)
-{
-    testchild_pause(r->pid, __func__);
-}
-
-void testrabbit_resume(struct testrabbit *r)
-{
-    testchild_resume(r->pid, __func__);
-}
-
-void testrabbit_restart(struct testrabbit *r)
-{
-    testchild_assert_stopped(r->pid, __func__);
-    spawn(r);
+    testchild_server_start(&r->srv, STOP_TIMEOUT_MS, spawn, r);
 }
 
 void testrabbit_cleanup(struct testrabbit *r)
 {
-    testrabbit_stop(r);
+    testchild_server_stop(&r->srv);
     testchild_end(&r->epmd_pid, SIGTERM, STOP_TIMEOUT_MS);
     if (r->dir[0] != '\0' && getenv("TXO_TEST_KEEP_RABBIT") == NULL)
         testchild_remove_dir(r->dir);
@@ -268,21 +248,7 @@ long testrabbit_count(const struct testrabbit *r, const char *queue)
     return v;
 }
 
-struct testrabbit testrabbit_shared;
-
-int testrabbit_group_setup(void **state)
-{
-    (void)state;
-    testrabbit_start(&testrabbit_shared);
-    return 0;
-}
-
-int testrabbit_group_teardown(void **state)
-{
-    (void)state;
-    testrabbit_cleanup(&testrabbit_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testrabbit, testrabbit_start, testrabbit_cleanup)
 
 void testrabbit_opts(struct txo_rabbitmq_opts *o, int64_t connect_timeout_ms,
                      int64_t confirm_timeout_ms)

@@ -12,8 +12,9 @@
  * start one per test binary and give each test its own queue names.
  *
  * testrabbit_start() waits (up to 120 s) until the AMQP port accepts connections.
- * testrabbit_stop() (SIGTERM: a clean shutdown) and testrabbit_kill() (SIGKILL) end the
- * broker; testrabbit_restart() boots it again on the SAME ports and directory, so durable
+ * testchild_server_stop() (SIGTERM: a clean shutdown) and testchild_server_kill() (SIGKILL) on
+ * its srv end the broker; testchild_server_restart() boots it again on the SAME ports and
+ * directory, so durable
  * queues and persistent messages survive (outage tests). testrabbit_cleanup() stops
  * everything and removes the directory (kept when TXO_TEST_KEEP_RABBIT is set).
  *
@@ -33,6 +34,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testchild.h"
 #include "txo/rabbitmq.h"
 
 struct testrabbit {
@@ -41,28 +43,12 @@ struct testrabbit {
     char node[64];
     char dir[256];
     char log_path[300];
-    pid_t pid;      /* the broker (beam), 0 when not running */
-    pid_t epmd_pid; /* 0 when not running */
+    struct testchild_server srv; /* the broker (beam); stop, kill, pause, ...: testchild.h */
+    pid_t epmd_pid;              /* 0 when not running */
 };
 
 /* Starts a fresh broker (new ports, new directory). */
 void testrabbit_start(struct testrabbit *r);
-
-/* SIGTERM and waitpid (SIGKILL after 30 s). No-op when not running. */
-void testrabbit_stop(struct testrabbit *r);
-
-/* SIGKILL and waitpid. No-op when not running. */
-void testrabbit_kill(struct testrabbit *r);
-
-/*
- * SIGSTOP / SIGCONT: the broker hangs with its connections open (the kernel still takes the
- * bytes sent to it, nothing is answered or confirmed), then carries on with what it got.
- */
-void testrabbit_pause(struct testrabbit *r);
-void testrabbit_resume(struct testrabbit *r);
-
-/* Boots the broker again on the same ports and directory; it must not be running. */
-void testrabbit_restart(struct testrabbit *r);
 
 /* Stops the broker and epmd and removes the directory. Safe on a zeroed struct. */
 void testrabbit_cleanup(struct testrabbit *r);

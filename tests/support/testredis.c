@@ -16,6 +16,7 @@
 #include "testchild.h"
 #include "testproc.h"
 #include "testredis.h"
+#include "testrun.h"
 
 #define READY_TIMEOUT_MS 5000
 #define READY_POLL_MS    20
@@ -25,11 +26,8 @@
 static const char *cli_bin(void)
 {
     static char buf[512];
-    const char *bin = testchild_find_bin("TXO_REDIS_CLI", "redis-cli", buf, sizeof(buf));
-    if (bin == NULL)
-        fail_msg("redis-cli not found (install the redis-tools package, or set TXO_REDIS_CLI); "
-                 "the Redis tests read the streams with it");
-    return bin;
+    return testchild_require_bin("TXO_REDIS_CLI", "redis-cli", "redis-tools",
+                                 "the Redis tests read the streams with it", buf, sizeof(buf));
 }
 
 /* A testchild_ready_fn on the struct testredis: PING answers PONG (not LOADING, not refused). */
@@ -46,13 +44,13 @@ static bool answers_pong(const void *arg)
     return ok;
 }
 
-static void spawn(struct testredis *r)
+static void spawn(void *owner)
 {
+    struct testredis *r = owner;
     char found[512];
-    const char *bin = testchild_find_bin("TXO_REDIS_SERVER", "redis-server", found, sizeof(found));
-    if (bin == NULL)
-        fail_msg("redis-server not found (install the redis-server package, or set "
-                 "TXO_REDIS_SERVER); the Redis tests need a real server");
+    const char *bin =
+        testchild_require_bin("TXO_REDIS_SERVER", "redis-server", "redis-server",
+                              "the Redis tests need a real server", found, sizeof(found));
     char port[16];
     snprintf(port, sizeof(port), "%u", r->port);
     const char *argv[] = {bin,    "--port",       port,  "--bind",        "127.0.0.1", "--dir",
@@ -60,8 +58,8 @@ static void spawn(struct testredis *r)
                           "",     "--daemonize",  "no",  "--logfile",     r->log_path, NULL};
     /* The server writes its own log (--logfile); what it prints before opening it, such as a
      * bad option, lands in the same file. */
-    r->pid = testchild_spawn(argv, r->log_path, NULL, NULL);
-    testchild_await(&r->pid, "redis-server", r->log_path, answers_pong, r, READY_TIMEOUT_MS,
+    r->srv.pid = testchild_spawn(argv, r->log_path, NULL, NULL);
+    testchild_await(&r->srv.pid, "redis-server", r->log_path, answers_pong, r, READY_TIMEOUT_MS,
                     READY_POLL_MS);
 }
 
@@ -72,38 +70,12 @@ void testredis_start(struct testredis *r)
     snprintf(r->log_path, sizeof(r->log_path), "%s/server.log", r->dir);
     r->port = testproc_free_port();
     snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%u/0", r->port);
-    spawn(r);
-}
-
-void testredis_stop(struct testredis *r)
-{
-    testchild_end(&r->pid, SIGTERM, STOP_TIMEOUT_MS);
-}
-
-void testredis_kill(struct testredis *r)
-{
-    testchild_end(&r->pid, SIGKILL, STOP_TIMEOUT_MS);
-}
-
-void testredis_pause(struct testredis *r)
-{
-    testchild_pause(r->pid, __func__);
-}
-
-void testredis_resume(struct testredis *r)
-{
-    testchild_resume(r->pid, __func__);
-}
-
-void testredis_restart(struct testredis *r)
-{
-    testchild_assert_stopped(r->pid, __func__);
-    spawn(r);
+    testchild_server_start(&r->srv, STOP_TIMEOUT_MS, spawn, r);
 }
 
 void testredis_cleanup(struct testredis *r)
 {
-    testredis_stop(r);
+    testchild_server_stop(&r->srv);
     if (r->dir[0] != '\0')
         testchild_remove_dir(r->dir);
     r->dir[0] = '\0';
@@ -180,21 +152,7 @@ int64_t testredis_group_pending(const struct testredis *r, const char *stream, c
     return pending;
 }
 
-struct testredis testredis_shared;
-
-int testredis_group_setup(void **state)
-{
-    (void)state;
-    testredis_start(&testredis_shared);
-    return 0;
-}
-
-int testredis_group_teardown(void **state)
-{
-    (void)state;
-    testredis_cleanup(&testredis_shared);
-    return 0;
-}
+TESTRUN_SHARED_SERVER(testredis, testredis_start, testredis_cleanup)
 
 size_t testredis_stream_keys(const struct testredis *r, const char *stream, char ***keys)
 {

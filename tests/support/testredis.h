@@ -9,9 +9,10 @@
  * on the same directory replays everything it acknowledged.
  *
  * testredis_start() picks a free port and a fresh temporary directory and waits (up to 5 s)
- * until PING answers PONG. testredis_stop() (SIGTERM) and testredis_kill() (SIGKILL) end it;
- * testredis_restart() starts it again on the SAME port and directory and waits until the AOF
- * is loaded. testredis_cleanup() stops it and removes the directory.
+ * until PING answers PONG. testchild_server_stop() (SIGTERM) and testchild_server_kill()
+ * (SIGKILL) on its srv end it; testchild_server_restart() starts it again on the SAME port and
+ * directory and waits until the AOF is loaded. testredis_cleanup() stops it and removes the
+ * directory.
  *
  * The binaries are $TXO_REDIS_SERVER / $TXO_REDIS_CLI, else redis-server / redis-cli on PATH,
  * /usr/bin or /usr/sbin. When one cannot be found or the server does not start, the test FAILS
@@ -28,32 +29,18 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "testchild.h"
+
 struct testredis {
     char url[64]; /* "redis://127.0.0.1:<port>/0" */
     unsigned port;
-    char dir[256];      /* the temporary directory (AOF + log) */
-    char log_path[300]; /* <dir>/server.log */
-    pid_t pid;          /* 0 when not running */
+    char dir[256];               /* the temporary directory (AOF + log) */
+    char log_path[300];          /* <dir>/server.log */
+    struct testchild_server srv; /* stop, kill, pause, resume, restart: testchild.h */
 };
 
 /* Starts a fresh server (new port, new directory). */
 void testredis_start(struct testredis *r);
-
-/* SIGTERM and waitpid (SIGKILL after 10 s). No-op when not running. */
-void testredis_stop(struct testredis *r);
-
-/* SIGKILL and waitpid. No-op when not running. */
-void testredis_kill(struct testredis *r);
-
-/*
- * SIGSTOP / SIGCONT: the server hangs with its connections open (commands are neither answered
- * nor refused), then carries on with what it had received meanwhile.
- */
-void testredis_pause(struct testredis *r);
-void testredis_resume(struct testredis *r);
-
-/* Starts the server again on the same port and directory; it must not be running. */
-void testredis_restart(struct testredis *r);
 
 /* Stops the server if it runs and removes the temporary directory. Safe on a zeroed struct. */
 void testredis_cleanup(struct testredis *r);

@@ -98,6 +98,66 @@ void testrelay_outage_opts(struct txo_relay_opts *ro, const char *relay_id, unsi
     ro->max_attempts = 1000;
 }
 
+static void expect_published(const struct testrelay_outage *o, int64_t want)
+{
+    assert_int_equal(
+        testdb_q(o->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), want);
+}
+
+void testrelay_outage_up(struct testrelay_outage *o)
+{
+    int64_t ms = 0;
+    assert_int_equal(testrelay_run_once_ms(o->relay, &ms), o->batch);
+    expect_published(o, o->batch);
+}
+
+void testrelay_outage_down(struct testrelay_outage *o)
+{
+    o->tried = 0;
+    int max_cycles = o->hang ? 2 : 50; /* a hanging broker costs the timeout each */
+    for (int cycle = 0; cycle < max_cycles; cycle++) {
+        int64_t ms = 0;
+        size_t claimed = testrelay_run_once_ms(o->relay, &ms);
+        if (ms > o->timeout_ms + o->slack_ms)
+            fail_msg("a relay cycle took %lld ms while the broker was down (timeout %d ms)",
+                     (long long)ms, o->timeout_ms);
+        if (o->hang && ms < o->timeout_ms - 50)
+            fail_msg("a cycle against a hanging broker ended after %lld ms, before the timeout "
+                     "of %d ms",
+                     (long long)ms, o->timeout_ms);
+        if (!o->hang && o->dead_max_ms > 0 && ms > o->dead_max_ms)
+            fail_msg("a cycle against a dead broker took %lld ms: not failing fast", (long long)ms);
+        if (claimed == 0)
+            break;
+        o->tried += claimed;
+    }
+    assert_int_equal(o->tried, o->hang ? 2 * o->batch : o->n_events - o->batch);
+    expect_published(o, o->batch);
+    assert_int_equal(testdb_q(o->db, o->pending_sql), o->tried);
+    struct txo_relay_stats st;
+    txo_relay_get_stats(o->relay, &st);
+    assert_int_equal(st.failed_attempts, o->tried);
+    assert_int_equal(st.dead_lettered, 0);
+    if (!o->hang) {
+        /* Nothing is due: the relay waits instead of hammering the broker. */
+        int64_t ms = 0;
+        assert_int_equal(testrelay_run_once_ms(o->relay, &ms), 0);
+    }
+}
+
+void testrelay_outage_back(struct testrelay_outage *o, int pause_ms, int64_t max_cycle_ms)
+{
+    int64_t t0 = txo_monotonic_ms();
+    testrelay_retry_pending(o->db, o->relay, 30000, pause_ms, max_cycle_ms);
+    print_message("every event published %lld ms after the broker came back\n",
+                  (long long)(txo_monotonic_ms() - t0));
+    assert_int_equal(testdb_q(o->db,
+                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
+                              "AND last_error IS NULL AND published_at IS NOT NULL"),
+                     o->n_events);
+    assert_int_equal(testdb_q(o->db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+}
+
 /* The ops of a testrelay_publisher live with it, so every test's publisher has its own. */
 struct fn_publisher {
     struct txo_publisher_ops ops;

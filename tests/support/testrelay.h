@@ -5,6 +5,7 @@
 #ifndef TXO_TESTRELAY_H
 #define TXO_TESTRELAY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -56,6 +57,48 @@ void testrelay_drain(struct txo_relay *relay);
  * attempts (nothing is dead-lettered while the broker is away). The rest is the default.
  */
 void testrelay_outage_opts(struct txo_relay_opts *ro, const char *relay_id, unsigned batch_size);
+
+/*
+ * One broker outage as a relay in this process sees it, in three steps around the test's own
+ * stop and start of its broker:
+ *
+ *   testrelay_outage_up()    the broker is up: one cycle publishes one batch.
+ *   (the test kills, stops or pauses its broker)
+ *   testrelay_outage_down()  cycles until nothing is claimed (a hanging broker: two cycles).
+ *                            Every cycle ends within timeout_ms + slack_ms, one against a
+ *                            hanging broker not before timeout_ms - 50 (it waited the timeout),
+ *                            one against a gone broker within dead_max_ms when set (it failed
+ *                            fast). The rows tried: all but the first batch (two batches when
+ *                            hanging); nothing more is PUBLISHED; pending_sql counts exactly
+ *                            them (PENDING with their last_error and backoff); the relay
+ *                            counted them as failed attempts and dead-lettered nothing; with
+ *                            a gone broker nothing is due, so the next cycle claims nothing.
+ *   (the test restarts or resumes its broker)
+ *   testrelay_outage_back()  testrelay_retry_pending() until every row is PUBLISHED with no
+ *                            last_error; no dead letter.
+ *
+ * The outbox holds n_events PENDING rows before testrelay_outage_up(); the relay claims batch
+ * rows a cycle and backs off for 20 s or more (testrelay_outage_opts()). Every failure fails
+ * the test. The struct is the test's; it owns relay.
+ */
+struct testrelay_outage {
+    struct txo_db *db;
+    struct txo_relay *relay;
+    unsigned n_events;
+    unsigned batch;
+    bool hang;               /* the broker hangs (SIGSTOP) rather than going away */
+    int timeout_ms;          /* the publisher's publish timeout */
+    int slack_ms;            /* what a cycle may take beyond timeout_ms */
+    int dead_max_ms;         /* 0, or the most a cycle against a gone broker may take */
+    const char *pending_sql; /* SELECT COUNT(*) of the rows left PENDING by the outage */
+    size_t tried;            /* set by testrelay_outage_down() */
+};
+
+void testrelay_outage_up(struct testrelay_outage *o);
+void testrelay_outage_down(struct testrelay_outage *o);
+
+/* pause_ms and max_cycle_ms as for testrelay_retry_pending() (timeout 30 s). */
+void testrelay_outage_back(struct testrelay_outage *o, int pause_ms, int64_t max_cycle_ms);
 
 /*
  * A publisher called name whose publish_batch is publish(self, ...) (see struct
