@@ -730,7 +730,7 @@ static int read_pem(const char *what, const char *path, char **out, struct txo_e
     fclose(f);
     buf[n <= PEM_MAX_BYTES ? n : PEM_MAX_BYTES] = '\0';
     if (failed || n == 0 || n > PEM_MAX_BYTES) {
-        txo__secret_free(buf);
+        txo__wipe_free(buf);
         return txo_error_set(err, TXO_ECONFIG, "grpc publisher: %s %s: %s", what, path,
                              failed   ? "read error"
                              : n == 0 ? "the file is empty"
@@ -764,7 +764,7 @@ static int make_credentials(const struct txo_grpc_opts *o, grpc_channel_credenti
     }
     txo_free(ca);
     txo_free(cert);
-    txo__secret_free(key);
+    txo__wipe_free(key);
     return rc;
 }
 

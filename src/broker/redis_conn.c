@@ -290,7 +290,7 @@ void txo__redis_conn_release(struct txo__redis_conn *c)
     txo__redis_drop(c);
     txo_free(c->host);
     txo_free(c->user);
-    txo__secret_free(c->password);
+    txo__wipe_free(c->password);
     c->host = NULL;
     c->user = NULL;
     c->password = NULL;

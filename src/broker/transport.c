@@ -96,13 +96,3 @@ int txo__transport_metrics(struct txo_metrics *reg, const struct txo_metric_desc
     }
     return 0;
 }
-
-void txo__secret_free(char *s)
-{
-    if (s == NULL)
-        return;
-    volatile char *v = s;
-    while (*v != '\0')
-        *v++ = '\0';
-    txo_free(s);
-}

@@ -12,7 +12,8 @@
  * A transport's destroy is therefore only ever given a state this made (by the build or by its
  * handle's _free), never NULL, and releases whatever part of it init got to.
  * Every transport also describes its metric families as one table (struct txo_metric_desc)
- * registered by txo__transport_metrics(), and frees its secrets with txo__secret_free().
+ * registered by txo__transport_metrics(), and frees its secrets with txo__wipe_free()
+ * (core/common.h).
  * Defined in transport.c.
  */
 #ifndef TXO_BROKER_TRANSPORT_H
@@ -59,11 +60,5 @@ int txo__history_build(const struct txo_history_ops *ops, size_t size, txo__tran
  */
 int txo__transport_metrics(struct txo_metrics *reg, const struct txo_metric_desc *desc, size_t n,
                            struct txo_metric **const *slots, struct txo_error *err);
-
-/*
- * Overwrites the secret s (a password, a private key, an Authorization line) with zeros, then
- * frees it: no secret is left in freed memory. NULL is a no-op.
- */
-void txo__secret_free(char *s);
 
 #endif

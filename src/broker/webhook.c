@@ -45,7 +45,7 @@ static void webhook_destroy(void *self)
     txo_http_client_free(wp->client);
     txo_http_client_response_release(&wp->resp);
     txo_free(wp->url);
-    txo__secret_free(wp->auth_header);
+    txo__wipe_free(wp->auth_header);
     txo_free(wp);
 }
 
