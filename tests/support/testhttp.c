@@ -20,6 +20,7 @@
 #include "testhttp.h"
 #include "testorders.h"
 #include "testrun.h"
+#include "testsql.h"
 #include "txo/txo.h"
 
 void testhttp_reply_release(struct testhttp_reply *r)
@@ -279,15 +280,14 @@ struct txo_db *testhttp_hold_order_key(struct testdb *t, const char *key, const 
     char hash[TXO_IDEM_HASH_LEN];
     if (txo_idem_hash("POST", "/orders", body, strlen(body), hash, &err) != 0)
         fail_msg("txo_idem_hash: %s", err.msg);
-    /* Plain statements on the connection: START TRANSACTION must span the INSERT (a statement
-     * with bound parameters runs in a transaction of its own). The key is the test's own. */
+    /* A statement with bound parameters runs in a transaction of its own, and START
+     * TRANSACTION must span the INSERT: the values are bound into session variables first,
+     * then the INSERT reads them inside the transaction left open. */
     struct txo_db *db = testdb_connect(t);
+    const struct txo_param p[] = {txo_p_str(key), txo_p_str(hash)};
+    testsql_exec(db, "SET @txo_test_key = ?, @txo_test_hash = ?", p, 2);
     testdb_exec(db, "START TRANSACTION");
-    char sql[512];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
-             " VALUES ('%s', '%s', 'PROCESSING')",
-             key, hash);
-    testdb_exec(db, sql);
+    testdb_exec(db, "INSERT INTO idempotency_keys (idempotency_key, request_hash, status)"
+                    " VALUES (@txo_test_key, @txo_test_hash, 'PROCESSING')");
     return db;
 }
