@@ -185,30 +185,35 @@ static int audit(struct ctx *c, const char *const *args, char **out)
     return rc;
 }
 
-/* The last line of out, which must be the summary; its value of key (-1 when absent). */
-static int64_t summary(const char *out, const char *key)
+/* The last line of out, which must be the summary (the test fails otherwise). */
+static const char *summary_line(const char *out)
 {
     size_t len = strlen(out);
     while (len > 0 && out[len - 1] == '\n')
         len--;
-    const char *line = out + len;
-    while (line > out && line[-1] != '\n')
-        line--;
-    if (strncmp(line, "audit=outbox ", 13) != 0)
-        fail_msg("the last line is not the summary: %.*s", (int)(out + len - line), line);
+    size_t start = len;
+    while (start > 0 && out[start - 1] != '\n')
+        start--;
+    if (strncmp(out + start, "audit=outbox ", 13) != 0)
+        fail_msg("the last line is not the summary: %.*s", (int)(len - start), out + start);
+    return out + start;
+}
+
+/* The summary's value of key (-1 when absent). */
+static int64_t summary(const char *out, const char *key)
+{
     char pat[64];
     snprintf(pat, sizeof(pat), " %s=", key);
-    const char *v = strstr(line, pat);
+    const char *v = strstr(summary_line(out), pat);
     return v != NULL ? strtoll(v + strlen(pat), NULL, 10) : -1;
 }
 
+/* Whether the summary holds key_value ("result=clean") as one of its fields. */
 static bool summary_says(const char *out, const char *key_value)
 {
-    summary(out, "events");
-    const char *line = strstr(out, "audit=outbox ");
     char pat[96];
     snprintf(pat, sizeof(pat), " %s ", key_value);
-    return line != NULL && strstr(line, pat) != NULL;
+    return strstr(summary_line(out), pat) != NULL;
 }
 
 /* Whether out lists a finding of kind with this key: a line of the findings table whose first
