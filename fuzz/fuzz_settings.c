@@ -25,10 +25,8 @@ static struct {
 
 static struct settings_table table;
 
-static int run(int argc, char **argv)
+static int run(void)
 {
-    (void)argc;
-    (void)argv;
     return 0;
 }
 
