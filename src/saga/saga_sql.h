@@ -19,6 +19,15 @@
 #define TXO_SAGA_SQL_H
 
 /*
+ * The lease of a saga (saga_instances.owner, lease_until) released: no owner ('') and a time
+ * long past, the values a new saga starts with. Both columns have one size whatever they hold
+ * (sql/migrations/0024_saga_lease_in_place.sql), so taking, renewing and releasing a lease
+ * rewrites them in place. A saga is free when its lease_until has passed: released ones are
+ * always in that range of idx_saga_resume. P: the table's alias and a dot, or "".
+ */
+#define SAGA_SQL_RELEASE(P) P "owner = '', " P "lease_until = '1970-01-01 00:00:00'"
+
+/*
  * Every PENDING step of a new saga in one statement: SAGA_SQL_INSERT_STEPS followed by one
  * SAGA_SQL_INSERT_STEPS_ROW per step (txo_sql_values_rows; one prepared variant per saga
  * definition, since its step count is fixed). Params per row: saga id, step_order (1-based),
@@ -64,7 +73,7 @@
 #define SAGA_SQL_ACQUIRE                                                                           \
     "UPDATE saga_instances SET owner = ?, lease_until = NOW(6) + INTERVAL ? SECOND "               \
     "WHERE id = ? AND status IN ('RUNNING', 'COMPENSATING') "                                      \
-    "AND (owner IS NULL OR owner = ? OR lease_until < NOW(6))"
+    "AND (owner = ? OR lease_until < NOW(6))"
 
 /*
  * txo_saga_retry(): takes the lease of a COMPENSATION_FAILED saga and moves it back to
@@ -75,7 +84,7 @@
     "UPDATE saga_instances SET status = 'COMPENSATING', retry_at = NULL, owner = ?, "              \
     "lease_until = NOW(6) + INTERVAL ? SECOND "                                                    \
     "WHERE id = ? AND status = 'COMPENSATION_FAILED' "                                             \
-    "AND (owner IS NULL OR owner = ? OR lease_until < NOW(6))"
+    "AND (owner = ? OR lease_until < NOW(6))"
 
 /*
  * A saga and its steps in one round trip, after SAGA_SQL_ACQUIRE* in the same transaction:
@@ -94,7 +103,7 @@
     "TIMESTAMPDIFF(MICROSECOND, NOW(6), s.deadline_at), "                                          \
     "s.status = 'RUNNING' AND s.remote_state = 'CALLING' AND s.try_deadline < NOW(6)"
 #define SAGA_SQL_LOAD                                                                              \
-    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
+    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, NULLIF(i.owner, ''), "             \
     "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
     "s.error_code, " SAGA_LOAD_DEADLINES ", i.traceparent, i.tracestate "                          \
     "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id WHERE i.id = ?"
@@ -123,8 +132,9 @@
  * the same statement. Params: new status, id, owner, expected status. Index: PRIMARY. Locks:
  * the instance row. */
 #define SAGA_SQL_MOVE_RELEASE                                                                      \
-    "UPDATE saga_instances SET status = ?, owner = NULL, lease_until = NULL "                      \
-    "WHERE id = ? AND owner = ? AND status = ?"
+    "UPDATE saga_instances SET status = ?, " SAGA_SQL_RELEASE(                                     \
+        "") " "                                                                                    \
+            "WHERE id = ? AND owner = ? AND status = ?"
 
 /*
  * COMPENSATING -> COMPENSATION_FAILED, releasing the lease, counting the failure and
@@ -133,10 +143,11 @@
  * Params: max tries, delay in microseconds, id, owner. Index: PRIMARY. Locks: the instance row.
  */
 #define SAGA_SQL_COMPENSATION_FAILED                                                               \
-    "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', owner = NULL, lease_until = NULL, " \
-    "retry_at = IF(compensation_tries + 1 >= ?, NULL, NOW(6) + INTERVAL ? MICROSECOND), "          \
-    "compensation_tries = compensation_tries + 1 "                                                 \
-    "WHERE id = ? AND owner = ? AND status = 'COMPENSATING'"
+    "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', " SAGA_SQL_RELEASE(                 \
+        "") ", "                                                                                   \
+            "retry_at = IF(compensation_tries + 1 >= ?, NULL, NOW(6) + INTERVAL ? MICROSECOND), "  \
+            "compensation_tries = compensation_tries + 1 "                                         \
+            "WHERE id = ? AND owner = ? AND status = 'COMPENSATING'"
 
 /* The saga's status, when a try that would have completed it lost the lease: had its COMMIT
  * gone through after all? Index: PRIMARY. Locks: none (consistent read). */
@@ -196,8 +207,9 @@
 #define SAGA_SQL_STEP_DONE_FINISH                                                                  \
     "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
     "SET s.status = ?, s.attempts = s.attempts + ?, s.remote_state = ?, "                          \
-    "i.status = ?, i.owner = NULL, i.lease_until = NULL "                                          \
-    "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
+    "i.status = ?, " SAGA_SQL_RELEASE("i.") " "                                                    \
+                                            "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND " \
+                                            "s.step_order = ? AND s.status = ?"
 
 /*
  * A failed try, recorded after its transaction rolled back (or after its call): status, one
@@ -226,13 +238,13 @@
 #define SAGA_SQL_ACQUIRE_MANY                                                                      \
     "UPDATE saga_instances FORCE INDEX (PRIMARY) "                                                 \
     "SET owner = ?, lease_until = NOW(6) + INTERVAL ? SECOND "                                     \
-    "WHERE status = 'RUNNING' AND (owner IS NULL OR owner = ? OR lease_until < NOW(6)) "           \
+    "WHERE status = 'RUNNING' AND (owner = ? OR lease_until < NOW(6)) "                            \
     "AND id IN "
 
 /* SAGA_SQL_LOAD for the sagas of this owner among ids, with the id as the last column (rows
  * of different sagas come in any order). Params: owner, ids. Locks: none (consistent read). */
 #define SAGA_SQL_LOAD_MANY                                                                         \
-    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, i.owner, "                         \
+    "SELECT i.saga_type, i.correlation_id, i.status, i.payload, NULLIF(i.owner, ''), "             \
     "i.compensation_tries, s.step_order, s.step_name, s.status, s.remote_state, "                  \
     "s.error_code, " SAGA_LOAD_DEADLINES ", i.traceparent, i.tracestate, "                         \
     "i.id FROM saga_instances i FORCE INDEX (PRIMARY) LEFT JOIN saga_steps s "                     \
@@ -249,9 +261,9 @@
 /* The same for a batch whose step was the sagas' last: they complete and the leases are
  * released. Params: new status, owner, expected status, ids. Locks: the instance rows (X). */
 #define SAGA_SQL_FINISH_MANY                                                                       \
-    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET status = ?, owner = NULL, lease_until = "     \
-    "NULL "                                                                                        \
-    "WHERE owner = ? AND status = ? AND id IN "
+    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET status = ?, " SAGA_SQL_RELEASE(               \
+        "") " "                                                                                    \
+            "WHERE owner = ? AND status = ? AND id IN "
 
 /* One step of every saga of a batch to its done status with its remote state, attempts + the
  * increment (1, or 0 when the batch's call counted the try). Params: new status, increment,
@@ -293,7 +305,7 @@
 /* One instance (txo_saga_load). Index: PRIMARY. Locks: none (consistent read). Columns: enum
  * inst_col in saga_query.c. */
 #define SAGA_SQL_SELECT_INSTANCE                                                                   \
-    "SELECT id, saga_type, correlation_id, status, payload, owner, "                               \
+    "SELECT id, saga_type, correlation_id, status, payload, NULLIF(owner, ''), "                   \
     "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)), compensation_tries, retry_at IS NOT NULL, "        \
     "deadline_at, created_at, updated_at FROM saga_instances WHERE id = ?"
 
@@ -306,13 +318,13 @@
 
 /*
  * RUNNING / COMPENSATING sagas nobody holds, for the workers' resume poll. Params: status,
- * limit. Index: idx_saga_resume (status, lease_until): lease_until NULL or in the past is a
- * range of it. Locks: none (consistent read; the lease is taken afterwards by
- * SAGA_SQL_ACQUIRE, which re-checks).
+ * limit. Index: idx_saga_resume (status, lease_until): lease_until in the past (released ones
+ * included, SAGA_SQL_RELEASE) is a range of it. Locks: none (consistent read; the lease is
+ * taken afterwards by SAGA_SQL_ACQUIRE, which re-checks).
  */
 #define SAGA_SQL_LIST_UNOWNED                                                                      \
     "SELECT id, saga_type FROM saga_instances WHERE status = ? "                                   \
-    "AND (lease_until IS NULL OR lease_until < NOW(6)) ORDER BY lease_until LIMIT ?"
+    "AND lease_until < NOW(6) ORDER BY lease_until LIMIT ?"
 
 /*
  * COMPENSATION_FAILED sagas whose retry is due, oldest due first; given-up ones (retry_at
@@ -341,7 +353,7 @@
     "FROM saga_instances i LEFT JOIN saga_steps s "                                                \
     "ON s.saga_id = i.id AND s.status = 'RUNNING' AND i.status = 'RUNNING' "                       \
     "WHERE (i.status IN ('RUNNING', 'COMPENSATING') "                                              \
-    "AND (i.lease_until IS NULL OR i.lease_until < NOW(6)) "                                       \
+    "AND i.lease_until < NOW(6) "                                                                  \
     "AND i.updated_at < NOW(6) - INTERVAL ? SECOND) "                                              \
     "OR (i.status = 'RUNNING' AND (i.deadline_at < NOW(6) OR s.try_deadline < NOW(6) "             \
     "OR s.deadline_at < NOW(6))) "                                                                 \

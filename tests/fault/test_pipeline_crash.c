@@ -242,9 +242,9 @@ static void kill_mid_sagas(struct ctx *c, bool single)
             testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_steps WHERE status = 'COMPLETED'");
         unfinished = testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances "
                                        "WHERE status IN ('RUNNING', 'COMPENSATING')");
-        owned = testdb_q(
-            c->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status IN ('RUNNING', "
-                     "'COMPENSATING') AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)");
+        owned =
+            testdb_q(c->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status IN ('RUNNING', "
+                              "'COMPENSATING') AND owner <> '' AND lease_until > UTC_TIMESTAMP(6)");
         half_done = testdb_q(c->t.db,
                              "SELECT COUNT(DISTINCT s.id) FROM saga_instances s JOIN saga_steps st "
                              "ON st.saga_id = s.id WHERE s.status IN ('RUNNING', 'COMPENSATING') "

@@ -167,7 +167,7 @@ static void rewind_saga(struct fixture *f, const char *saga, const char *later)
     txo_error_init(&err);
     assert_int_equal(txo_db_exec(f->t.db,
                                  "UPDATE saga_instances SET status = 'RUNNING', "
-                                 "owner = NULL, lease_until = NULL WHERE id = ?",
+                                 "owner = '', lease_until = '1970-01-01 00:00:00' WHERE id = ?",
                                  &s, 1, NULL, &err),
                      0);
     assert_int_equal(txo_db_exec(f->t.db,
