@@ -1,5 +1,6 @@
 -- The lease of a saga (saga_instances.owner, lease_until) as columns of one fixed size, so that
--- taking, renewing and releasing it rewrite those bytes in place (docs/saga.md, "Tables").
+-- taking, renewing and releasing it rewrite those bytes in place (docs/saga.md, "Ownership,
+-- lease, fencing, resume").
 --
 --   owner        CHAR(128) NOT NULL DEFAULT '': the worker that holds the saga, '' for none.
 --                A CHAR is stored padded to its length (128 bytes for the ASCII names workers

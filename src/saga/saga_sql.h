@@ -31,7 +31,7 @@
  * Every PENDING step of a new saga in one statement: SAGA_SQL_INSERT_STEPS followed by one
  * SAGA_SQL_INSERT_STEPS_ROW per step (txo_sql_values_rows; one prepared variant per saga
  * definition, since its step count is fixed). Params per row: saga id, step_order (1-based),
- * step_name. Index: uq_saga_step (and the FK to saga_instances.id: a shared lock on the
+ * step_name. Index: the steps' PRIMARY (and the FK to saga_instances.id: a shared lock on the
  * instance row this transaction just inserted). Locks: the new rows.
  */
 #define SAGA_SQL_INSERT_STEPS                                                                      \
@@ -92,7 +92,7 @@
  * step is stored. No ORDER BY, and no TEXT column of the steps: ordering by the joined table
  * with the payload in the row made MariaDB build an on-disk temporary table per load (and
  * 10.11 was seen to crash freeing one); the engine places each row by its step_order. Index:
- * PRIMARY of saga_instances, uq_saga_step (saga_id, step_order) for the join. Locks: none
+ * PRIMARY of saga_instances, the steps' PRIMARY (saga_id, step_order) for the join. Locks: none
  * (consistent read; the instance row is locked by the acquire, and its steps only change under that
  * lock). Columns: enum saga_load_col in saga_internal.h. No TEXT column: the steps' messages are
  * read only when a hook needs one (SAGA_SQL_STEP_ERROR). The deadlines come as what is left of
@@ -108,7 +108,7 @@
     "s.error_code, " SAGA_LOAD_DEADLINES ", i.traceparent, i.tracestate "                          \
     "FROM saga_instances i LEFT JOIN saga_steps s ON s.saga_id = i.id WHERE i.id = ?"
 
-/* The stored message of one step, for on_aborted. Index: uq_saga_step. Locks: none
+/* The stored message of one step, for on_aborted. Index: the steps' PRIMARY. Locks: none
  * (consistent read). */
 #define SAGA_SQL_STEP_ERROR "SELECT error FROM saga_steps WHERE saga_id = ? AND step_order = ?"
 
@@ -154,12 +154,12 @@
 #define SAGA_SQL_STATUS "SELECT status FROM saga_instances WHERE id = ?"
 
 /* The persisted status of one step, locked, to settle a failed attempt (whose commit outcome
- * may be unknown). Index: uq_saga_step. Locks: that step row (exclusive). */
+ * may be unknown). Index: the steps' PRIMARY. Locks: that step row (exclusive). */
 #define SAGA_SQL_LOCK_STEP                                                                         \
     "SELECT status, remote_state FROM saga_steps WHERE saga_id = ? AND step_order = ? FOR UPDATE"
 
 /* A step status change under the instance lock taken earlier in the transaction. Params: new
- * status, saga_id, step_order, expected status. Index: uq_saga_step. Locks: that step row. */
+ * status, saga_id, step_order, expected status. Index: the steps' PRIMARY. Locks: that step row. */
 #define SAGA_SQL_STEP_MOVE                                                                         \
     "UPDATE saga_steps SET status = ? WHERE saga_id = ? AND step_order = ? AND status = ?"
 
@@ -171,7 +171,7 @@
  * so a worker hung in the call loses the saga then. Params: busy status, remote key,
  * remote_state, step deadline us (NULL: none), try deadline us (NULL: none), lease us, id, saga
  * status, owner, step_order, expected step status.
- * Index: PRIMARY of saga_instances and uq_saga_step, point lookups. Locks: both rows until
+ * Index: PRIMARY of saga_instances and the steps' PRIMARY, point lookups. Locks: both rows until
  * commit.
  */
 #define SAGA_SQL_STEP_BEGIN_CALL                                                                   \
@@ -189,7 +189,7 @@
  * the step row always changes) only when the saga is in the driving status and ours, and the
  * step still in the status we loaded. Params: new step status, attempts increment (0/1),
  * remote_state, lease_s, id, expected saga status, owner, step_order, expected step status.
- * Index: PRIMARY of saga_instances and uq_saga_step, both point lookups. Locks: the instance
+ * Index: PRIMARY of saga_instances and the steps' PRIMARY, both point lookups. Locks: the instance
  * row and the step row (X) until commit.
  */
 #define SAGA_SQL_STEP_DONE                                                                         \
@@ -216,8 +216,8 @@
  * more attempt when the try had no phase (a), its error text and code, and the remote state;
  * the step's deadline is set if no try set it yet, and the try's is over. Params: new status,
  * attempts increment, error, error_code, remote_state, step deadline us (what is left of it;
- * NULL: none), saga_id, step_order, expected status. Index/locks: uq_saga_step, under the instance
- * lock of SAGA_SQL_FENCE.
+ * NULL: none), saga_id, step_order, expected status. Index/locks: the steps' PRIMARY, under the
+ * instance lock of SAGA_SQL_FENCE.
  */
 #define SAGA_SQL_STEP_TRY_FAILED                                                                   \
     "UPDATE saga_steps SET status = ?, attempts = attempts + ?, error = ?, error_code = ?, "       \
@@ -228,7 +228,7 @@
  *
  * Each is the text before an IN list of saga ids built with txo_sql_in_list() (n rounded up,
  * the last id repeated). Every one names its access path: FORCE INDEX (PRIMARY) on the
- * instances, (uq_saga_step) on the steps, so that the rows it locks are exactly the batch's
+ * instances, (PRIMARY) on the steps, so that the rows it locks are exactly the batch's
  * (an index on status would have the server walk, and X-lock, the running sagas of other
  * batches). Single-table statements only, for the same reason.
  */
@@ -267,11 +267,11 @@
 
 /* One step of every saga of a batch to its done status with its remote state, attempts + the
  * increment (1, or 0 when the batch's call counted the try). Params: new status, increment,
- * remote_state, step_order, expected status, ids. Index: uq_saga_step (saga_id, step_order),
+ * remote_state, step_order, expected status, ids. Index: the steps' PRIMARY (saga_id, step_order),
  * point lookups. Locks: those step rows (X), under the instance locks of SAGA_SQL_RENEW_MANY /
  * SAGA_SQL_FINISH_MANY. */
 #define SAGA_SQL_STEPS_DONE_MANY                                                                   \
-    "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + ?, "       \
+    "UPDATE saga_steps FORCE INDEX (PRIMARY) SET status = ?, attempts = attempts + ?, "            \
     "remote_state = ? WHERE step_order = ? AND status = ? AND saga_id IN "
 
 /* Phase (a) of a batch's remote step: every call recorded as made (SAGA_SQL_STEP_BEGIN_CALL
@@ -280,7 +280,7 @@
  * deadline us, try deadline us (NULL: none), step_order, expected status, ids. Index and locks:
  * as SAGA_SQL_STEPS_DONE_MANY, under SAGA_SQL_RENEW_MANY's fence. */
 #define SAGA_SQL_STEPS_CALL_MANY                                                                   \
-    "UPDATE saga_steps FORCE INDEX (uq_saga_step) SET status = ?, attempts = attempts + 1, "       \
+    "UPDATE saga_steps FORCE INDEX (PRIMARY) SET status = ?, attempts = attempts + 1, "            \
     "remote_state = ?, remote_key = CONCAT(saga_id, ?), "                                          \
     "deadline_at = COALESCE(deadline_at, NOW(6) + INTERVAL ? MICROSECOND), "                       \
     "try_deadline = NOW(6) + INTERVAL ? MICROSECOND "                                              \
@@ -291,7 +291,7 @@
 /*
  * A saga's times and each step's: when the instance was made and last changed and its
  * deadline; for each step when it last changed, its deadline and its current try's deadline.
- * DATETIME(6) in UTC (the session time zone). Index: PRIMARY (the instance), uq_saga_step
+ * DATETIME(6) in UTC (the session time zone). Index: PRIMARY (the instance), the steps' PRIMARY
  * (saga_id, step_order) for its steps, in step order. Locks: none (consistent read). Params:
  * saga id. A saga without steps is one row with NULL step columns.
  */
@@ -309,7 +309,7 @@
     "TIMESTAMPDIFF(SECOND, updated_at, NOW(6)), compensation_tries, retry_at IS NOT NULL, "        \
     "deadline_at, created_at, updated_at FROM saga_instances WHERE id = ?"
 
-/* The steps of one saga in order. Index: uq_saga_step (saga_id, step_order). Locks: none.
+/* The steps of one saga in order. Index: the steps' PRIMARY (saga_id, step_order). Locks: none.
  * Columns: enum step_col in saga_query.c. */
 #define SAGA_SQL_SELECT_STEPS                                                                      \
     "SELECT step_order, step_name, status, error, attempts, error_code, remote_state, "            \
@@ -340,7 +340,7 @@
  * (idx_saga_resume range per status, updated_at checked on the row), RUNNING ones past a
  * deadline whoever owns them (the saga's, its RUNNING step's or that step's call's: the
  * RUNNING range of idx_saga_resume, the sagas in flight, joined to their RUNNING step by
- * uq_saga_step) and given-up COMPENSATION_FAILED ones (idx_saga_retry, retry_at NULL). The
+ * the steps' PRIMARY) and given-up COMPENSATION_FAILED ones (idx_saga_retry, retry_at NULL). The
  * deadline reported is the first that passed in the order try, step, saga, with how long ago.
  * Params: idle_s, limit. Locks: none. Columns: enum stuck_col in saga_query.c.
  */

@@ -341,9 +341,11 @@ static void test_a_deadlocked_batch_is_retried_as_a_batch(void **state)
     /* The batch waited in its last statement (every other row of its step locked), and was
      * run again from its first (the SKUs). */
     assert_true(strncmp(waiting, "UPDATE saga_steps", 17) == 0);
-    /* Its 20 instances (lease renewal), 19 steps, 2 SKUs, 20 reservations and the 20 orders'
-     * event counters (outbox_aggregates: each step appends its order's StockReserved). */
-    assert_int_equal(locked, 2 * VICTIM - 1 + 2 + VICTIM + VICTIM);
+    /* Its 20 instances (lease renewal), 2 SKUs, 20 reservations and the 20 orders' event
+     * counters (outbox_aggregates: each step appends its order's StockReserved). Its step
+     * rows, changed by their primary key, are locked by the change itself (InnoDB's implicit
+     * lock), which this count leaves out; the wait for the held one shows they are locked. */
+    assert_int_equal(locked, VICTIM + 2 + VICTIM + VICTIM);
     assert_true(strncmp(retry_waiting, "SELECT sku, available FROM inventory", 36) == 0);
     /* One deadlock, seen by the batch's connection (the second transaction's statements all
      * succeeded), and one transaction run again. */

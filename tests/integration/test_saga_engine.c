@@ -698,18 +698,24 @@ static void test_resume_after_crash(void **state)
 }
 
 /*
- * A saga that a database migrated before the lease's columns had one size holds as "nobody's"
- * (owner and lease_until NULL) is free after the migration, keeps when it last moved, and runs
+ * A running saga of a database migrated before the lease's columns had one size and the steps
+ * were keyed by (saga_id, step_order): nobody's (owner and lease_until NULL), its first step
+ * done. After the migrations it is free, keeps when it last moved and its steps, and runs on
  * to its end.
  */
-static void test_lease_migration_frees_running_sagas(void **state)
+static void test_migrations_keep_running_sagas(void **state)
 {
     struct fixture *f = *state;
     create_toy(f);
     testdb_exec(f->t.db, "ALTER TABLE saga_instances MODIFY owner VARCHAR(128) NULL, "
                          "MODIFY lease_until DATETIME(6) NULL");
-    testdb_exec(f->t.db, "DELETE FROM txo_schema_migrations "
-                         "WHERE version = '0024_saga_lease_in_place.sql'");
+    testdb_exec(f->t.db, "ALTER TABLE saga_steps DROP PRIMARY KEY, "
+                         "ADD COLUMN id BIGINT AUTO_INCREMENT PRIMARY KEY FIRST, "
+                         "ADD UNIQUE KEY uq_saga_step (saga_id, step_order)");
+    testdb_exec(f->t.db, "DELETE FROM txo_schema_migrations WHERE version IN "
+                         "('0024_saga_lease_in_place.sql', '0025_saga_steps_key.sql')");
+    exec_id(f, "UPDATE saga_steps SET status = 'COMPLETED', attempts = 1 "
+               "WHERE saga_id = ? AND step_order = 1");
     exec_id(f, "UPDATE saga_instances SET owner = NULL, lease_until = NULL, "
                "updated_at = '2026-01-02 03:04:05' WHERE id = ?");
 
@@ -718,7 +724,7 @@ static void test_lease_migration_frees_running_sagas(void **state)
     unsigned applied = 0, total = 0;
     if (txo_migrate(f->t.db, &applied, &total, &err) != 0)
         fail_msg("txo_migrate: %s", err.msg);
-    assert_int_equal(applied, 1);
+    assert_int_equal(applied, 2);
     struct txo_param p[] = {txo_p_str(f->p.saga_id)};
     assert_int_equal(testdb_i64(f->t.db,
                                 "SELECT COUNT(*) FROM saga_instances WHERE id = ? AND owner = '' "
@@ -731,12 +737,20 @@ static void test_lease_migration_frees_running_sagas(void **state)
                                        "'saga_instances' AND column_name IN ('owner', "
                                        "'lease_until') AND is_nullable = 'NO'"),
                      2);
+    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM information_schema.statistics "
+                                       "WHERE table_schema = DATABASE() AND table_name = "
+                                       "'saga_steps' AND index_name = 'PRIMARY' AND "
+                                       "column_name IN ('saga_id', 'step_order')"),
+                     2);
 
     enum txo_saga_status final = TXO_SAGA_RUNNING;
     assert_int_equal(run(f, &final, &err), 0);
     assert_int_equal(final, TXO_SAGA_COMPLETED);
+    assert_int_equal(f->p.action_calls[1], 0);
+    assert_int_equal(f->p.action_calls[2], 1);
+    assert_int_equal(f->p.action_calls[3], 1);
     for (int s = 1; s <= N_STEPS; s++)
-        assert_int_equal(f->p.action_calls[s], 1);
+        assert_step(f, s, "COMPLETED", 1);
     assert_saga(f, "COMPLETED", NULL);
 }
 
@@ -992,7 +1006,7 @@ int main(void)
         cmocka_unit_test(test_compensation_failure_then_retry),
         cmocka_unit_test(test_create_is_idempotent),
         cmocka_unit_test(test_resume_after_crash),
-        cmocka_unit_test(test_lease_migration_frees_running_sagas),
+        cmocka_unit_test(test_migrations_keep_running_sagas),
         cmocka_unit_test(test_live_lease_of_another_owner),
         cmocka_unit_test(test_fence_owner_changed_during_step),
         cmocka_unit_test(test_fence_owner_changed_in_first_step),

@@ -55,7 +55,7 @@ void testsagabatch_assert_invariants(struct txo_db *db, const char *const *skus,
                                      const int32_t *initial, size_t n);
 
 /* The index of the saga id that sorts last among ids[0..n): a batch locks its sagas' step
- * rows in saga id order (uq_saga_step), so that one's last. */
+ * rows in saga id order (their PRIMARY (saga_id, step_order)), so that one's last. */
 size_t testsagabatch_last_saga(const char *const *ids, size_t n);
 
 /* CONNECTION_ID() of db, the trx_mysql_thread_id of its transactions in INNODB_TRX. */
