@@ -62,7 +62,7 @@
  * Locks: the new rows. One statement, its own transaction. */
 #define BENCH_SQL_FILL_PUBLISHED_FMT                                                               \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, status, "       \
-    "idempotency_key, published_at) SELECT 'order', seq, 'OrderCreated', "                         \
+    "idempotency_key, published_time) SELECT 'order', seq, 'OrderCreated', "                       \
     "CONCAT('{\"order_id\":', seq, ',\"customer_id\":', MOD(seq, 9973), ',\"note\":\"', "          \
     "REPEAT('x', 150), '\"}'), 'PUBLISHED', CONCAT('published:', seq), NOW(6) "                    \
     "FROM seq_1_to_%zu"

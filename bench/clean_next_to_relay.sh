@@ -21,7 +21,7 @@ fill() {
     sql -e "DROP DATABASE IF EXISTS $db; CREATE DATABASE $db CHARACTER SET utf8mb4"
     "$txo" migrate --only outbox --log-level warn 2>/dev/null
     sql "$db" -e "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
-        idempotency_key, status, published_at, next_attempt_at, created_at)
+        idempotency_key, status, published_time, next_attempt_at, created_at)
         SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), CONCAT('old:', seq),
         'PUBLISHED', NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR, NOW(6) - INTERVAL 2 HOUR
         FROM seq_1_to_$published;

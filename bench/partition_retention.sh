@@ -111,7 +111,7 @@ fill() { # layout
         for ((a = 1; a <= n; a += chunk)); do
             b=$((a + chunk - 1 < n ? a + chunk - 1 : n))
             echo "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload,
-                idempotency_key, status, published_at, next_attempt_at, created_at)
+                idempotency_key, status, published_time, next_attempt_at, created_at)
                 SELECT 'order', CONCAT('old-', seq MOD 1000), 'OrderCreated',
                 JSON_OBJECT('n', seq, 'note', REPEAT('x', 280)), CONCAT('old:', LPAD(seq, 10, '0')),
                 'PUBLISHED', t, t, t

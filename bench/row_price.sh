@@ -77,7 +77,7 @@ declare -A update=(
     [orders]="rp.status = IF(rp.status = 'CONFIRMED', 'CREATED', 'CONFIRMED'), rp.version = rp.version + 1, rp.updated_at = NOW(6)"
     [order_items]=""
     [idempotency_keys]="rp.status = IF(rp.status = 'COMPLETED', 'PROCESSING', 'COMPLETED'), rp.updated_at = NOW(6)"
-    [outbox_events]="rp.status = IF(rp.status = 'PUBLISHED', 'PENDING', 'PUBLISHED'), rp.published_at = NOW(6), rp.updated_at = NOW(6)"
+    [outbox_events]="rp.status = IF(rp.status = 'PUBLISHED', 'PENDING', 'PUBLISHED'), rp.published_time = NOW(6), rp.updated_at = NOW(6)"
     [outbox_aggregates]="rp.last_sequence = rp.last_sequence + 1, rp.prev_kept = rp.last_kept, rp.last_kept = rp.last_sequence, rp.last_due = NOW(6)"
     [inbox_events]=""
     [inbox_aggregates]="rp.last_sequence = rp.last_sequence + 1"

@@ -57,7 +57,7 @@
  * Isolation: READ COMMITTED. Params: from, through, created-before bound.
  */
 #define BINLOG_SQL_SETTLE                                                                          \
-    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "                        \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "                      \
     "WHERE id > ? AND id <= ? AND status = 'PENDING' AND created_at < ?"
 
 /*

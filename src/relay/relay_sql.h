@@ -17,6 +17,10 @@
  * Every statement that changes a claimed row is fenced by the claim's lock token
  * (`locked_by = ?`): once a lease expired and another relay reclaimed the row, the first
  * relay's statements match nothing.
+ *
+ * A mark writes published_time, not published_at (the virtual column readers use, NULL until
+ * then: sql/migrations/0026_outbox_published_in_place.sql): a NULL that becomes a time would
+ * lengthen the row, which InnoDB cannot do in place.
  */
 #ifndef TXO_RELAY_SQL_H
 #define TXO_RELAY_SQL_H
@@ -256,7 +260,7 @@
  * Isolation: READ COMMITTED. Params: lock token, ids...
  */
 #define RELAY_SQL_MARK_PUBLISHED_IN                                                                \
-    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6), locked_by = NULL, "     \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6), locked_by = NULL, "   \
     "locked_until = NULL, last_error = NULL "                                                      \
     "WHERE locked_by = ? AND status = 'PROCESSING' AND id IN "
 
@@ -325,7 +329,7 @@
  * rows, already locked by the claim. Isolation: READ COMMITTED. Params: ids...
  */
 #define RELAY_SQL_HELD_PUBLISHED_IN                                                                \
-    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6), last_error = NULL "     \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6), last_error = NULL "   \
     "WHERE status = 'PENDING' AND id IN "
 
 /*

@@ -129,7 +129,7 @@ static void test_admin_endpoints(void **state)
     char saga_id[TXO_SAGA_ID_LEN];
     completed_saga(c, saga_id);
     /* Every status present: some events published, one in flight. */
-    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6)"
+    testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6)"
                          " ORDER BY id LIMIT 2");
     testdb_exec(c->t.db, "UPDATE outbox_events SET status = 'PROCESSING', locked_by = 'test',"
                          " locked_until = NOW(6) + INTERVAL 1 HOUR WHERE status = 'PENDING'"

@@ -324,7 +324,7 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
         char sql[512];
         snprintf(sql, sizeof(sql),
                  "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-                 "idempotency_key, status, published_at, next_attempt_at, created_at) VALUES "
+                 "idempotency_key, status, published_time, next_attempt_at, created_at) VALUES "
                  "('order', %d, 'OrderCreated', '{}', 'old:%d', 'PUBLISHED', "
                  "UTC_TIMESTAMP(6) - INTERVAL 2 DAY, UTC_TIMESTAMP(6) - INTERVAL 2 DAY, "
                  "UTC_TIMESTAMP(6) - INTERVAL 2 DAY)",
@@ -332,7 +332,7 @@ static void test_worker_cleaner_deletes_old_rows(void **state)
         testdb_exec(t->db, sql);
     }
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
-                       "payload, idempotency_key, status, published_at) VALUES ('order', 99, "
+                       "payload, idempotency_key, status, published_time) VALUES ('order', 99, "
                        "'OrderCreated', '{}', 'recent', 'PUBLISHED', UTC_TIMESTAMP(6))");
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                        "payload, idempotency_key, status, created_at, next_attempt_at) VALUES "

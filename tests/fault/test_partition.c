@@ -388,7 +388,7 @@ static void insert_old_published(struct txo_db *db, unsigned n)
         char sql[700];
         snprintf(sql, sizeof(sql),
                  "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-                 "idempotency_key, status, published_at, next_attempt_at, created_at) SELECT "
+                 "idempotency_key, status, published_time, next_attempt_at, created_at) SELECT "
                  "'order', seq, 'OrderCreated', JSON_OBJECT('n', seq, 'note', REPEAT('x', 200)), "
                  "CONCAT('old:', seq), 'PUBLISHED', NOW(6) - INTERVAL 2 DAY, "
                  "NOW(6) - INTERVAL 2 DAY, NOW(6) - INTERVAL 2 DAY FROM seq_%u_to_%u ORDER BY seq",

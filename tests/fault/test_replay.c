@@ -322,7 +322,7 @@ static void test_from_the_archive(void **state)
     assert_int_equal(run_txo(relay, none, rel, errf), 0);
     json_t *relayed = events_by_id(rel);
     assert_int_equal(json_object_size(relayed), 40);
-    testdb_exec(t->db, "UPDATE outbox_events SET published_at = '2026-01-01', "
+    testdb_exec(t->db, "UPDATE outbox_events SET published_time = '2026-01-01', "
                        "next_attempt_at = '2026-01-01'");
     static const char *const clean[] = {"clean", NULL};
     const char *clean_args[] = {
@@ -401,7 +401,7 @@ static void insert_published(struct testdb *t, unsigned n, unsigned aggs)
     char sql[512];
     snprintf(sql, sizeof(sql),
              "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key, status, published_at) SELECT 'order', CONCAT('a', seq MOD %u), "
+             "idempotency_key, status, published_time) SELECT 'order', CONCAT('a', seq MOD %u), "
              "'E', JSON_OBJECT('n', seq), CONCAT('k:', seq), 'PUBLISHED', NOW(6) "
              "FROM seq_0_to_%u",
              aggs, n - 1);

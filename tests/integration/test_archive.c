@@ -114,10 +114,11 @@ static void test_pass_archives_each_row_once_then_deletes_it(void **state)
     testarchive_insert_inbox(f->t.db, 23, "in");
     /* Kept: not PUBLISHED, published recently, a letter never replayed, inbox rows not
      * processed or processed recently. */
-    testdb_exec(f->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
-                         "payload, idempotency_key, status, next_attempt_at, published_at) "
-                         "VALUES ('order', 1, 'E', '{}', 'pending', 'PENDING', '2020-01-01', "
-                         "NULL), ('order', 1, 'E', '{}', 'recent', 'PUBLISHED', NOW(6), NOW(6))");
+    testdb_exec(f->t.db,
+                "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                "payload, idempotency_key, status, next_attempt_at, published_time) "
+                "VALUES ('order', 1, 'E', '{}', 'pending', 'PENDING', '2020-01-01', "
+                "DEFAULT), ('order', 1, 'E', '{}', 'recent', 'PUBLISHED', NOW(6), NOW(6))");
     testdb_exec(f->t.db, "INSERT INTO dead_letter_events (event_type, payload, error) VALUES "
                          "('E', '{}', 'never replayed')");
     testdb_exec(f->t.db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
@@ -514,7 +515,7 @@ static void test_a_nul_in_a_value_keeps_the_file_readable(void **state)
     struct testarchive_fixture *f = *state;
     testdb_exec(f->t.db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
                          "payload, idempotency_key, status, next_attempt_at, last_error, "
-                         "published_at) VALUES ('order', 1, 'E', '{\"s\": \"a\\\\u0000b\"}', "
+                         "published_time) VALUES ('order', 1, 'E', '{\"s\": \"a\\\\u0000b\"}', "
                          "'nul', 'PUBLISHED', '2020-01-01', CONCAT('x', CHAR(0), 'y'), "
                          "'2020-01-01')");
     assert_int_equal(pass(f).outbox, 1);

@@ -277,7 +277,7 @@ static void published_unsent(struct ctx *c, const char *agg, const char *prefix)
     struct txo_error err;
     txo_error_init(&err);
     if (txo_db_exec(c->db.db,
-                    "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
+                    "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "
                     "WHERE idempotency_key = ?",
                     &k, 1, NULL, &err) < 0)
         fail_msg("marking %s: %s", key, err.msg);

@@ -9,7 +9,8 @@
  * /readyz work without the saga and command tables; `txo clean` deletes old PUBLISHED rows
  * and old replayed dead letters and nothing else; `txo relay --clean-interval` does the same
  * in-process, archiving with --clean-archive; the relay's heartbeat finds no txo_processes and says
- * so in one log line; a later full `txo migrate` adds the rest of the schema.
+ * so in one log line; a later full `txo migrate` adds the rest of the schema; an outbox whose
+ * published_at was stored keeps its times through the migration that makes it virtual.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -293,7 +294,7 @@ static void test_relay_only_database_end_to_end(void **state)
     testproc_remove_log(&relay);
 
     /* Retention: rows published two hours ago and the letter replayed two hours ago go. */
-    testdb_exec(t->db, "UPDATE outbox_events SET published_at = NOW(6) - INTERVAL 2 HOUR, "
+    testdb_exec(t->db, "UPDATE outbox_events SET published_time = NOW(6) - INTERVAL 2 HOUR, "
                        "next_attempt_at = NOW(6) - INTERVAL 2 HOUR "
                        "WHERE idempotency_key LIKE 'customer:%'");
     testdb_exec(t->db, "UPDATE dead_letter_events SET replayed_at = NOW(6) - INTERVAL 2 HOUR");
@@ -306,7 +307,7 @@ static void test_relay_only_database_end_to_end(void **state)
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
 
     /* The same, in the relay. */
-    testdb_exec(t->db, "UPDATE outbox_events SET published_at = NOW(6) - INTERVAL 2 HOUR, "
+    testdb_exec(t->db, "UPDATE outbox_events SET published_time = NOW(6) - INTERVAL 2 HOUR, "
                        "next_attempt_at = NOW(6) - INTERVAL 2 HOUR "
                        "WHERE idempotency_key = 'invoice:42:issued'");
     int64_t old_id = testdb_q(t->db, "SELECT id FROM outbox_events WHERE idempotency_key = "
@@ -364,6 +365,58 @@ static void test_relay_only_database_end_to_end(void **state)
     json_decref(doc);
 }
 
+/*
+ * An outbox of a txo whose published_at was a stored column, NULL until the mark: `txo migrate
+ * --only outbox` keeps every published time (and updated_at), leaves the unpublished events
+ * unpublished, and the relay then marks them as it publishes them.
+ */
+static void test_publish_mark_migration_keeps_the_times(void **state)
+{
+    struct testdb *t = *state;
+    migrate_outbox_only(t);
+    testdb_exec(t->db, "ALTER TABLE outbox_events DROP COLUMN published_at, "
+                       "DROP COLUMN published_time, "
+                       "ADD COLUMN published_at DATETIME(6) NULL AFTER last_error");
+    testdb_exec(t->db, "DELETE FROM txo_schema_migrations "
+                       "WHERE version = '0026_outbox_published_in_place.sql'");
+    insert_foreign_rows(t);
+    testdb_exec(t->db, "UPDATE outbox_events SET status = 'PUBLISHED', "
+                       "published_at = '2026-01-02 03:04:05.123456', "
+                       "updated_at = '2026-01-02 03:04:05.123456' "
+                       "WHERE idempotency_key = 'customer:7f9c:signup'");
+
+    const char *migrate[] = {"migrate", "--only", "outbox", NULL};
+    free(txo_ok(migrate));
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events "
+                                     "WHERE idempotency_key = 'customer:7f9c:signup' "
+                                     "AND status = 'PUBLISHED' "
+                                     "AND published_at = '2026-01-02 03:04:05.123456' "
+                                     "AND updated_at = '2026-01-02 03:04:05.123456'"),
+                     1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events "
+                                     "WHERE idempotency_key = 'invoice:42:issued' "
+                                     "AND status = 'PENDING' AND published_at IS NULL"),
+                     1);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM information_schema.columns "
+                                     "WHERE table_schema = DATABASE() AND table_name = "
+                                     "'outbox_events' AND column_name = 'published_at' "
+                                     "AND is_generated = 'ALWAYS'"),
+                     1);
+
+    const char *drain[] = {"relay", "--drain", "--publisher", "log", NULL};
+    char *out = txo_ok(drain);
+    json_t *envs = envelopes(out);
+    free(out);
+    assert_int_equal(json_array_size(envs), 1);
+    assert_string_equal(str_of(json_array_get(envs, 0), "aggregate_id"), "42");
+    json_decref(envs);
+    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events "
+                                     "WHERE idempotency_key = 'invoice:42:issued' "
+                                     "AND status = 'PUBLISHED' "
+                                     "AND published_at >= created_at"),
+                     1);
+}
+
 static void test_only_takes_outbox(void **state)
 {
     (void)state;
@@ -379,6 +432,7 @@ int main(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_relay_only_database_end_to_end),
+        cmocka_unit_test(test_publish_mark_migration_keeps_the_times),
         cmocka_unit_test(test_only_takes_outbox),
     };
     int rc = testdb_run_each(tests, TXO_ARRAY_LEN(tests), "relayonly",

@@ -24,8 +24,8 @@
 
 /*
  * Inserts n rows with key prefix `prefix`, the given status, due `due_ago` and published
- * `published_ago` before now (SQL interval expressions; published_ago NULL for no
- * published_at).
+ * `published_ago` before now (SQL interval expressions; published_ago NULL for none: the
+ * published_time of an event not published, which published_at reads as NULL).
  */
 static void insert_rows(struct txo_db *db, unsigned n, const char *prefix, const char *status,
                         const char *due_ago, const char *published_ago)
@@ -35,11 +35,11 @@ static void insert_rows(struct txo_db *db, unsigned n, const char *prefix, const
         snprintf(published, sizeof(published), "NOW(6) - INTERVAL %s + INTERVAL seq SECOND",
                  published_ago);
     else
-        snprintf(published, sizeof(published), "NULL");
+        snprintf(published, sizeof(published), "'1970-01-01 00:00:00'");
     char sql[1024];
     snprintf(sql, sizeof(sql),
              "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key, status, next_attempt_at, published_at) "
+             "idempotency_key, status, next_attempt_at, published_time) "
              "SELECT 'order', seq, 'OrderCreated', JSON_OBJECT('n', seq), CONCAT('%s:', seq), "
              "'%s', NOW(6) - INTERVAL %s + INTERVAL seq SECOND, %s FROM seq_1_to_%u",
              prefix, status, due_ago, published, n);

@@ -393,11 +393,13 @@ static void test_dashboard_in_chromium(void **state)
 
     /* One event backing off, every other one published (the relay above published some of
      * them already): nothing is due, one waits. */
-    testdb_exec(c->hc.t.db, "UPDATE outbox_events SET status = 'PUBLISHED', published_at = NOW(6) "
-                            "WHERE status = 'PENDING' AND idempotency_key <> 'ui-backlog-1'");
-    testdb_exec(c->hc.t.db, "UPDATE outbox_events SET status = 'PENDING', published_at = NULL, "
-                            "next_attempt_at = NOW(6) + INTERVAL 1 HOUR, attempts = 3 "
-                            "WHERE idempotency_key = 'ui-backlog-1'");
+    testdb_exec(c->hc.t.db,
+                "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "
+                "WHERE status = 'PENDING' AND idempotency_key <> 'ui-backlog-1'");
+    testdb_exec(c->hc.t.db,
+                "UPDATE outbox_events SET status = 'PENDING', published_time = '1970-01-01', "
+                "next_attempt_at = NOW(6) + INTERVAL 1 HOUR, attempts = 3 "
+                "WHERE idempotency_key = 'ui-backlog-1'");
     step(c, "backoff", "90");
     step(c, "artifact", "ui_dashboard.png");
     char shot[128];

@@ -48,7 +48,7 @@ void testarchive_insert_outbox(struct txo_db *db, unsigned n, const char *prefix
                                 txo_p_str(at)};
         exec(db,
              "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
-             "idempotency_key, status, attempts, next_attempt_at, last_error, published_at) "
+             "idempotency_key, status, attempts, next_attempt_at, last_error, published_time) "
              "VALUES ('order', ?, 'Evt', ?, ?, 'PUBLISHED', ?, ?, ?, ?)",
              p, TXO_ARRAY_LEN(p));
     }
