@@ -175,18 +175,17 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
     struct txo_relay *r = new_relay(c, pub);
     int64_t ms = 0;
     assert_int_equal(testrelay_run_once_ms(r, &ms), 15);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND aggregate_type = 'order'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND aggregate_type = 'order'"),
                      10);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+    assert_int_equal(
+        TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'FAILED' "
                               "AND aggregate_type = 'payment' AND attempts = 1 "
                               "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
                               "WRONGTYPE%'"),
-                     5);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                                       "'%WRONGTYPE%'"),
+        5);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events WHERE error LIKE "
+                                           "'%WRONGTYPE%'"),
                      5);
     assert_int_equal(testredis_xlen(&c->redis, STREAM), 10);
     txo_relay_free(r);

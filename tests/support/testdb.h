@@ -90,6 +90,13 @@ int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *p
 int64_t testdb_q(struct txo_db *db, const char *sql);
 
 /*
+ * The number of rows a test expects somewhere, rows being what follows FROM as a string literal:
+ * TESTDB_COUNT(db, "outbox_events WHERE status = 'PUBLISHED'"). The literals join at compile
+ * time, so the statement stays one fixed text.
+ */
+#define TESTDB_COUNT(db, rows) testdb_q((db), "SELECT COUNT(*) FROM " rows)
+
+/*
  * Runs `EXPLAIN ...` sql with its bound params and fails the test unless its first row uses the
  * index want and does not sort (no filesort). Prints the key, row estimate and extra it saw.
  */
