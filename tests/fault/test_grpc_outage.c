@@ -55,21 +55,7 @@ struct ctx {
     struct testgrpc g;
 };
 
-static int setup(void **state)
-{
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "grpc_outage", 0);
-    testgrpc_start(&c->g);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testgrpc_cleanup(&c->g);
-    testdb_fixture_free(c);
-    return 0;
-}
+TESTDB_SERVER_FIXTURE(ctx, "grpc_outage", 0, g, testgrpc_start, testgrpc_cleanup)
 
 static struct txo_publisher *new_publisher(struct ctx *c)
 {

@@ -44,23 +44,7 @@ struct ctx {
     struct testnats nats;
 };
 
-static int setup(void **state)
-{
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "nats_outage", 0);
-    testnats_start(&c->nats);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    txo_log_set_sink(NULL, NULL); /* a test that failed may have left its capturing sink */
-    txo_log_set_level(TXO_LOG_INFO);
-    testnats_cleanup(&c->nats);
-    testdb_fixture_free(c);
-    return 0;
-}
+TESTDB_SERVER_FIXTURE(ctx, "nats_outage", 0, nats, testnats_start, testnats_cleanup)
 
 /* Sums "duplicates=N" of the publisher's per-batch debug lines (cnats threads log too). */
 struct dup_counter {

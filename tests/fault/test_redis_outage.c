@@ -49,21 +49,7 @@ struct ctx {
     struct testredis redis;
 };
 
-static int setup(void **state)
-{
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "redis_outage", 0);
-    testredis_start(&c->redis);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testredis_cleanup(&c->redis);
-    testdb_fixture_free(c);
-    return 0;
-}
+TESTDB_SERVER_FIXTURE(ctx, "redis_outage", 0, redis, testredis_start, testredis_cleanup)
 
 static struct txo_publisher *new_publisher(struct ctx *c)
 {

@@ -61,6 +61,31 @@ void *testdb_fixture_new(size_t size, const char *tag, unsigned flags);
 void testdb_fixture_free(void *fixture);
 
 /*
+ * Defines the cmocka fixtures setup and teardown of a test program whose fixture, struct type,
+ * holds its struct testdb first and one server in member. setup makes the fixture
+ * (testdb_fixture_new(sizeof(struct type), tag, flags)) and runs start(&member); teardown puts
+ * the default log sink and level back (a test that failed may have left a capturing sink), runs
+ * cleanup(&member) and frees the fixture. Both return 0.
+ */
+#define TESTDB_SERVER_FIXTURE(type, tag, flags, member, start, cleanup)                            \
+    static int setup(void **state)                                                                 \
+    {                                                                                              \
+        struct type *fixture = testdb_fixture_new(sizeof(*fixture), (tag), (flags));               \
+        start(&fixture->member);                                                                   \
+        *state = fixture;                                                                          \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static int teardown(void **state)                                                              \
+    {                                                                                              \
+        struct type *fixture = *state;                                                             \
+        txo_log_set_sink(NULL, NULL);                                                              \
+        txo_log_set_level(TXO_LOG_INFO);                                                           \
+        cleanup(&fixture->member);                                                                 \
+        testdb_fixture_free(fixture);                                                              \
+        return 0;                                                                                  \
+    }
+
+/*
  * A cmocka teardown for a state made by testdb_new(), or by testdb_fixture_new() when the fixture
  * holds nothing else to release: frees it (testdb_fixture_free) and returns 0.
  */
