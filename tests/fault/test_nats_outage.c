@@ -29,7 +29,6 @@
 
 #include "testoutbox.h"
 #include "testrelay.h"
-#include "testrun.h"
 #include "testdb.h"
 #include "testnats.h"
 #include "txo/nats.h"
@@ -180,7 +179,5 @@ int main(void)
         cmocka_unit_test(test_broker_killed_then_back),
         cmocka_unit_test(test_broker_hangs_then_resumes),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
-    return failed;
+    return testnats_run_each(tests, TXO_ARRAY_LEN(tests), setup, teardown);
 }
