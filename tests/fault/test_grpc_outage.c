@@ -55,21 +55,7 @@ struct ctx {
     struct testgrpc g;
 };
 
-static int setup(void **state)
-{
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "grpc_outage", 0);
-    testgrpc_start(&c->g);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testgrpc_cleanup(&c->g);
-    testdb_fixture_free(c);
-    return 0;
-}
+TESTDB_SERVER_FIXTURE(ctx, "grpc_outage", 0, g, testgrpc_start, testgrpc_cleanup)
 
 static struct txo_publisher *new_publisher(struct ctx *c)
 {
@@ -187,19 +173,18 @@ static void test_rejections_and_retries(void **state)
     /* Batch 1: one event refused for good, dead-lettered at once with the reason. */
     testgrpc_control(&c->g, "\"reject_permanent\": [\"order:7:created\"]");
     assert_int_equal(testrelay_run_once(r), BATCH);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-        BATCH - 1);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                              "AND idempotency_key = 'order:7:created' AND last_error = "
-                              "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
-                              "product in order:7:created'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE status = 'FAILED' "
+                                  "AND idempotency_key = 'order:7:created' AND last_error = "
+                                  "'TXO_EBUSINESS: grpc publisher: rejected permanently: unknown "
+                                  "product in order:7:created'"),
                      1);
     assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events o "
-                          "ON o.id = d.source_event_id WHERE o.idempotency_key = 'order:7:created' "
-                          "AND d.error LIKE '%unknown product in order:7:created%'"),
+        TESTDB_COUNT(c->t.db,
+                     "dead_letter_events d JOIN outbox_events o "
+                     "ON o.id = d.source_event_id WHERE o.idempotency_key = 'order:7:created' "
+                     "AND d.error LIKE '%unknown product in order:7:created%'"),
         1);
 
     /* Batch 2: UNAVAILABLE; batch 3: the deadline passes before the server does anything. */
@@ -213,13 +198,11 @@ static void test_rejections_and_retries(void **state)
 
     testgrpc_control(&c->g, "");
     testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
-                              "attempts = 1"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), n - 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' AND "
+                                           "attempts = 1"),
                      2 * BATCH);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 1);
 
     struct testgrpc_event *ev = NULL;
     size_t got = recorded(c, &ev);
@@ -249,8 +232,7 @@ static void test_deadline_after_processing_republished(void **state)
                        DEADLINE_PASSED_SQL);
     testgrpc_control(&c->g, "");
     testrelay_retry_pending(c->t.db, r, 30000, 20, 0);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), n);
 
     /* The timed-out batch is there twice (attempt 1, taken before the deadline passed, and
      * attempt 2, the relay's retry), everything else once. */
@@ -309,16 +291,13 @@ static void test_relay_killed_after_publish_republishes(void **state)
     size_t got = recorded(c, &ev);
     assert_int_equal(got, 100); /* two batches reached the server */
     testgrpc_free_events(ev, got);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 50);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PROCESSING'"), 50);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
     run_relay(c, "grpc_relay_after_crash", "", false);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND locked_by IS NULL"),
                      n);
     got = recorded(c, &ev);
     assert_int_equal(got, n + 50);

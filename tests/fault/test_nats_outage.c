@@ -29,7 +29,6 @@
 
 #include "testoutbox.h"
 #include "testrelay.h"
-#include "testrun.h"
 #include "testdb.h"
 #include "testnats.h"
 #include "txo/nats.h"
@@ -44,23 +43,7 @@ struct ctx {
     struct testnats nats;
 };
 
-static int setup(void **state)
-{
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "nats_outage", 0);
-    testnats_start(&c->nats);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    txo_log_set_sink(NULL, NULL); /* a test that failed may have left its capturing sink */
-    txo_log_set_level(TXO_LOG_INFO);
-    testnats_cleanup(&c->nats);
-    testdb_fixture_free(c);
-    return 0;
-}
+TESTDB_SERVER_FIXTURE(ctx, "nats_outage", 0, nats, testnats_start, testnats_cleanup)
 
 /* Sums "duplicates=N" of the publisher's per-batch debug lines (cnats threads log too). */
 struct dup_counter {
@@ -196,7 +179,5 @@ int main(void)
         cmocka_unit_test(test_broker_killed_then_back),
         cmocka_unit_test(test_broker_hangs_then_resumes),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
-    return failed;
+    return testnats_run_each(tests, TXO_ARRAY_LEN(tests), setup, teardown);
 }

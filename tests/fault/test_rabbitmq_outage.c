@@ -122,17 +122,16 @@ static void test_unroutable_dead_lettered_at_once(void **state)
     struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
     assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
-    assert_int_equal(
-        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
-    assert_int_equal(testdb_q(t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' AND "
-                              "aggregate_type = 'nobody' AND attempts = 1 AND last_error LIKE "
-                              "'TXO_ECONFIG: rabbitmq publisher: unroutable%no queue bound%'"),
+    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
+    assert_int_equal(TESTDB_COUNT(t.db,
+                                  "outbox_events WHERE status = 'FAILED' AND "
+                                  "aggregate_type = 'nobody' AND attempts = 1 AND last_error LIKE "
+                                  "'TXO_ECONFIG: rabbitmq publisher: unroutable%no queue bound%'"),
                      1);
-    assert_int_equal(testdb_q(t.db,
-                              "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
-                              "e.id = d.source_event_id WHERE e.aggregate_type = 'nobody' AND "
-                              "d.error LIKE '%NO_ROUTE%'"),
+    assert_int_equal(TESTDB_COUNT(t.db,
+                                  "dead_letter_events d JOIN outbox_events e ON "
+                                  "e.id = d.source_event_id WHERE e.aggregate_type = 'nobody' AND "
+                                  "d.error LIKE '%NO_ROUTE%'"),
                      1);
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("unrouted.audit", &total, &dups), BATCH - 1);
@@ -226,17 +225,17 @@ static void test_broker_killed_mid_drain(void **state)
     /* The first cycle finds its connection broken while it publishes (TXO_EUNAVAILABLE, or
      * TXO_ETIMEOUT for what was written before the break: maybe delivered); the next ones
      * cannot connect. */
-    assert_int_equal(testdb_q(t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "attempts >= 1 AND locked_by IS NULL AND (last_error LIKE "
-                              "'TXO_EUNAVAILABLE: rabbitmq publisher:%' OR last_error LIKE "
-                              "'TXO_ETIMEOUT: rabbitmq publisher:%') AND "
-                              "next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(TESTDB_COUNT(t.db,
+                                  "outbox_events WHERE status = 'PENDING' AND "
+                                  "attempts >= 1 AND locked_by IS NULL AND (last_error LIKE "
+                                  "'TXO_EUNAVAILABLE: rabbitmq publisher:%' OR last_error LIKE "
+                                  "'TXO_ETIMEOUT: rabbitmq publisher:%') AND "
+                                  "next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      (int64_t)tried);
-    assert_true(testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE last_error LIKE "
-                               "'TXO_EUNAVAILABLE: rabbitmq publisher: cannot connect%'") >=
+    assert_true(TESTDB_COUNT(t.db, "outbox_events WHERE last_error LIKE "
+                                   "'TXO_EUNAVAILABLE: rabbitmq publisher: cannot connect%'") >=
                 (int64_t)tried - BATCH);
-    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(TESTDB_COUNT(t.db, "dead_letter_events"), 0);
     for (int i = 0; i < 3; i++) {
         int64_t pms = poll_once(cons, 3000, &prc);
         assert_int_equal(prc, TXO_EUNAVAILABLE);
@@ -247,20 +246,20 @@ static void test_broker_killed_mid_drain(void **state)
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
     testchild_server_restart(&testrabbit_shared.srv);
     int64_t deadline = txo_monotonic_ms() + 60000;
-    while (testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
+    while (TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline)
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
                      "(%u calls, %u duplicates, last poll %s); queues: audit %ld, worker %ld, "
                      "retry %ld, dlq %ld; inbox %lld rows",
-                     (long long)testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                               "'PUBLISHED'"),
+                     (long long)TESTDB_COUNT(t.db, "outbox_events WHERE status <> "
+                                                   "'PUBLISHED'"),
                      w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc),
                      testrabbit_count(&testrabbit_shared, "killed.audit"),
                      testrabbit_count(&testrabbit_shared, "killed.worker"),
                      testrabbit_count(&testrabbit_shared, "killed.worker.retry"),
                      testrabbit_count(&testrabbit_shared, "killed.worker.dlq"),
-                     (long long)testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"));
+                     (long long)TESTDB_COUNT(t.db, "inbox_events"));
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
         (void)testrelay_run_once_ms(r, &ms);
@@ -269,7 +268,7 @@ static void test_broker_killed_mid_drain(void **state)
     }
     print_message("killed: %u handler calls, %u effects, %u inbox duplicates\n", w.calls, w.effects,
                   w.duplicates);
-    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"), N_EVENTS);
+    assert_int_equal(TESTDB_COUNT(t.db, "inbox_events"), N_EVENTS);
     assert_int_equal(w.effects, N_EVENTS);
     assert_int_equal(w.calls, w.effects + w.duplicates);
 
@@ -320,22 +319,21 @@ static void test_broker_hangs_then_resumes(void **state)
                   CONNECT_TIMEOUT_MS);
     assert_true(first_ms >= CONFIRM_TIMEOUT_MS - 50 && first_ms < CONFIRM_TIMEOUT_MS + 2000);
     assert_true(second_ms >= CONNECT_TIMEOUT_MS - 50 && second_ms < CONNECT_TIMEOUT_MS + 2000);
-    assert_int_equal(testdb_q(t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: "
-                              "no confirm within 1000 ms%' "
-                              "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
-                     BATCH);
-    assert_int_equal(testdb_q(t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: rabbitmq "
-                              "publisher:%' AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(
+        TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PENDING' AND "
+                           "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: "
+                           "no confirm within 1000 ms%' "
+                           "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+        BATCH);
+    assert_int_equal(TESTDB_COUNT(t.db,
+                                  "outbox_events WHERE status = 'PENDING' AND "
+                                  "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: rabbitmq "
+                                  "publisher:%' AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
 
     testrelay_retry_pending(t.db, r, 30000, 0, 0);
-    assert_int_equal(
-        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> 'PUBLISHED'"), 0);
-    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM dead_letter_events"), 0);
+    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'"), 0);
+    assert_int_equal(TESTDB_COUNT(t.db, "dead_letter_events"), 0);
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("hung.audit", &total, &dups), N_EVENTS);
     print_message("hung: %zu messages in the queue for %d events: %zu duplicates (the retries "
@@ -393,15 +391,13 @@ static void test_relay_crash_after_publish(void **state)
         fail_msg("the relay should have died at the crash point, status %d; output:\n%s", status,
                  out);
     free(out);
-    assert_int_equal(
-        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), batch);
+    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PUBLISHED'"), batch);
 
     status = testproc_run_txo("rabbit_relay_crash2", args, 60000, &out);
     if (status != 0)
         fail_msg("the second relay run failed, status %d; output:\n%s", status, out);
     free(out);
-    assert_int_equal(
-        testdb_q(t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PUBLISHED'"), n);
 
     int64_t deadline = txo_monotonic_ms() + 30000;
     while (w.calls < n + batch && txo_monotonic_ms() < deadline)
@@ -411,7 +407,7 @@ static void test_relay_crash_after_publish(void **state)
     assert_int_equal(w.calls, n + batch); /* the crashed batch twice */
     assert_int_equal(w.effects, n);
     assert_int_equal(w.duplicates, batch);
-    assert_int_equal(testdb_q(t.db, "SELECT COUNT(*) FROM inbox_events"), n);
+    assert_int_equal(TESTDB_COUNT(t.db, "inbox_events"), n);
 
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("crash.audit", &total, &dups), n);

@@ -49,21 +49,7 @@ struct ctx {
     struct testredis redis;
 };
 
-static int setup(void **state)
-{
-    struct ctx *c = testdb_fixture_new(sizeof(*c), "redis_outage", 0);
-    testredis_start(&c->redis);
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct ctx *c = *state;
-    testredis_cleanup(&c->redis);
-    testdb_fixture_free(c);
-    return 0;
-}
+TESTDB_SERVER_FIXTURE(ctx, "redis_outage", 0, redis, testredis_start, testredis_cleanup)
 
 static struct txo_publisher *new_publisher(struct ctx *c)
 {
@@ -175,18 +161,17 @@ static void test_wrongtype_dead_lettered_at_once(void **state)
     struct txo_relay *r = new_relay(c, pub);
     int64_t ms = 0;
     assert_int_equal(testrelay_run_once_ms(r, &ms), 15);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND aggregate_type = 'order'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND aggregate_type = 'order'"),
                      10);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
+    assert_int_equal(
+        TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'FAILED' "
                               "AND aggregate_type = 'payment' AND attempts = 1 "
                               "AND last_error LIKE 'TXO_ECONFIG: redis publisher: XADD refused: "
                               "WRONGTYPE%'"),
-                     5);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                                       "'%WRONGTYPE%'"),
+        5);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events WHERE error LIKE "
+                                           "'%WRONGTYPE%'"),
                      5);
     assert_int_equal(testredis_xlen(&c->redis, STREAM), 10);
     txo_relay_free(r);

@@ -61,6 +61,16 @@ static void io_paths(char out[256], char errf[256], const char *tag)
     testproc_io_paths(out, errf, "txo_relay_binlog", tag);
 }
 
+/*
+ * io_paths(), then a drain on the still empty outbox: the source stores its first position
+ * before the test writes, so every event the test inserts is read from the log.
+ */
+static void io_paths_from_empty(char out[256], char errf[256], const char *tag)
+{
+    io_paths(out, errf, tag);
+    testrelay_binlog_drain(out, errf);
+}
+
 /* Waits until count(where) reaches want, up to timeout_ms. */
 static bool wait_rows(struct testdb *t, const char *sql, int64_t want, int timeout_ms)
 {
@@ -303,8 +313,7 @@ static void test_kill_mid_stream_loses_nothing(void **state)
 {
     struct testdb *t = *state;
     char out[256], errf[256];
-    io_paths(out, errf, "kill");
-    testrelay_binlog_drain(out, errf); /* the first position, on an empty outbox */
+    io_paths_from_empty(out, errf, "kill");
     const unsigned n = 4000, aggs = 5;
     insert_range(t, 0, n, 2, aggs);
     /* Runs of one transaction of 2 events, each storing the position: slow enough that the
@@ -505,8 +514,7 @@ static void test_layout_change_not_published_again(void **state)
 {
     struct testdb *t = *state;
     char out[256], errf[256];
-    io_paths(out, errf, "partition");
-    testrelay_binlog_drain(out, errf); /* the first position, on an empty outbox */
+    io_paths_from_empty(out, errf, "partition");
     insert_range(t, 0, 400, 3, 5);
     const char *none[] = {NULL};
     pid_t pid = testrelay_spawn_binlog(out, errf, none);
@@ -614,8 +622,7 @@ static void test_server_crash_and_restart(void **state)
     testdb_export_env(&t);
 
     char out[256], errf[256];
-    io_paths(out, errf, "crash");
-    testrelay_binlog_drain(out, errf); /* the first position */
+    io_paths_from_empty(out, errf, "crash");
     const char *args[] = {"--batch-size", "20", NULL};
     pid_t pid = testrelay_spawn_binlog(out, errf, args);
     struct writer w = {.t = &t, .aggs = 5};

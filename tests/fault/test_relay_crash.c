@@ -141,19 +141,17 @@ static void test_crash_after_publish_republishes(void **state)
     assert_int_equal(read_envelopes(f.out1, counts, n), 50);
     for (unsigned k = 1; k <= 50; k++)
         assert_int_equal(counts[k], 1); /* the first batch, in order of next_attempt_at/id */
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
-                              "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
-                     50);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"),
-                     150);
+    assert_int_equal(
+        TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PROCESSING' "
+                            "AND idempotency_key IN (SELECT CONCAT('k:', seq) FROM seq_1_to_50)"),
+        50);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PENDING'"), 150);
 
     txo_sleep_ms(1500); /* past the 1 s lease */
     run_to_end("second relay run", f.out2, f.errf, args);
     assert_int_equal(read_envelopes(f.out2, counts, n), n);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED' "
+                                         "AND locked_by IS NULL"),
                      n);
     for (unsigned k = 1; k <= n; k++) {
         unsigned want = k <= 50 ? 2 : 1; /* the first batch was published twice */
@@ -178,20 +176,17 @@ static void test_crash_in_held_transaction_rolls_back(void **state)
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
     assert_int_equal(read_envelopes(f.out1, counts, n), 100);
     /* The leased first batch is marked; the held second one rolled back, untouched. */
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PROCESSING'"), 0);
     assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' AND "
-                              "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
-                     150);
+        TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PENDING' AND "
+                            "locked_by IS NULL AND attempts = 0 AND next_attempt_at <= NOW(6)"),
+        150);
 
     run_to_end("second relay run", f.out2, f.errf, args); /* at once: nothing to expire */
     assert_int_equal(read_envelopes(f.out2, counts, n), n - 50);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED' "
+                                         "AND locked_by IS NULL"),
                      n);
     for (unsigned k = 1; k <= n; k++) {
         unsigned want = k > 50 && k <= 100 ? 2 : 1; /* the rolled-back batch went out twice */
@@ -229,13 +224,10 @@ static void test_sigterm_finishes_batch(void **state)
         fail_msg("relay after SIGTERM: status 0x%x, want exit 0", status);
     }
 
-    int64_t published =
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'");
-    int64_t pending =
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t published = TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED'");
+    int64_t pending = TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PENDING'");
     print_message("SIGTERM after %lld of %u events published\n", (long long)published, n);
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 0);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PROCESSING'"), 0);
     assert_int_equal(published + pending, n);
 
     unsigned *counts = txo_calloc(n + 1, sizeof(*counts));
@@ -248,8 +240,7 @@ static void test_sigterm_finishes_batch(void **state)
         if (counts[k] != 1)
             fail_msg("key k:%u published %u times, want 1", k, counts[k]);
     }
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED'"), n);
     txo_free(counts);
     files_remove(&f);
 }

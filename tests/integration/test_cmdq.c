@@ -51,6 +51,13 @@ static int64_t q1(struct txo_db *db, const char *sql, int64_t id)
     return testdb_i64(db, sql, &p, 1);
 }
 
+/* 1 when command id is in status, else 0. */
+static int64_t in_status(struct txo_db *db, int64_t id, const char *status)
+{
+    struct txo_param p[] = {txo_p_i64(id), txo_p_str(status)};
+    return testdb_i64(db, "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = ?", p, 2);
+}
+
 static char *s1(struct txo_db *db, const char *sql, int64_t id)
 {
     struct txo_param p = txo_p_i64(id);
@@ -253,11 +260,7 @@ static void test_claim_and_complete(void **state)
 
     /* The effect and DONE commit together; a rolled-back run leaves the command PROCESSING. */
     assert_int_equal(run(c->t.db, &cmds[0], "a", true, &err), TXO_EBUSINESS);
-    assert_int_equal(q1(c->t.db,
-                        "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = "
-                        "'PROCESSING'",
-                        cmds[0].id),
-                     1);
+    assert_int_equal(in_status(c->t.db, cmds[0].id, "PROCESSING"), 1);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), 0);
     assert_int_equal(run(c->t.db, &cmds[0], "a", false, &err), 0);
     assert_int_equal(q1(c->t.db,
@@ -360,11 +363,7 @@ static void test_stale_token_is_fenced_after_reclaim(void **state)
     assert_int_equal(run(c->t.db, &a[0], "a", false, &err), TXO_ELEASELOST);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects"), 1);
     assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM effects WHERE worker = 'b'"), 1);
-    assert_int_equal(q1(c->t.db,
-                        "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = "
-                        "'DONE'",
-                        id),
-                     1);
+    assert_int_equal(in_status(c->t.db, id, "DONE"), 1);
 
     /* A stale token after a transient failure (back to PENDING, token cleared) is fenced too. */
     int64_t id2 = enqueue_n(c->t.db, 1);
@@ -374,11 +373,7 @@ static void test_stale_token_is_fenced_after_reclaim(void **state)
     txo_error_init(&err);
     assert_int_equal(txo_cmdq_fail(c->t.db, &x[0], "transient", false, 5, NULL, NULL, &err), 0);
     assert_int_equal(txo_cmdq_complete(c->t.db, &x[0], &err), TXO_ELEASELOST);
-    assert_int_equal(q1(c->t.db,
-                        "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = "
-                        "'PENDING'",
-                        id2),
-                     1);
+    assert_int_equal(in_status(c->t.db, id2, "PENDING"), 1);
 
     txo_commands_free(a, 1);
     txo_commands_free(b, 1);
@@ -521,11 +516,7 @@ static void test_permanent_failure_and_long_errors(void **state)
     assert_int_equal(txo_cmdq_fail(c->t.db, &c2[0], "x", false, 0, NULL, NULL, &err), TXO_EINVAL);
     const struct txo_backoff bad = {100, 10, 0.5};
     assert_int_equal(txo_cmdq_fail(c->t.db, &c2[0], "x", false, 3, &bad, NULL, &err), TXO_EINVAL);
-    assert_int_equal(q1(c->t.db,
-                        "SELECT COUNT(*) FROM command_queue WHERE id = ? AND status = "
-                        "'PROCESSING'",
-                        id2),
-                     1);
+    assert_int_equal(in_status(c->t.db, id2, "PROCESSING"), 1);
     /* The default backoff: about 1 s (jitter 0.5). */
     assert_int_equal(txo_cmdq_fail(c->t.db, &c2[0], "x", false, 3, NULL, NULL, &err), 0);
     int64_t d = delay_ms(c->t.db, id2);

@@ -86,7 +86,7 @@ static struct txo_relay *new_relay(struct txo_db *db, struct txo_publisher *pub)
 static void run_until_failed(struct testdb *t, struct txo_relay *r, int64_t want)
 {
     for (int i = 0; i < 1000; i++) {
-        if (testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'") >= want)
+        if (TESTDB_COUNT(t->db, "outbox_events WHERE status = 'FAILED'") >= want)
             return;
         (void)testrelay_run_once(r);
         txo_sleep_ms(3);
@@ -186,7 +186,7 @@ static void test_replay_end_to_end(void **state)
     rec->fail = true;
     run_until_failed(t, r, 3);
     assert_int_equal(rec->seen, 9);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events"), 3);
+    assert_int_equal(TESTDB_COUNT(t->db, "dead_letter_events"), 3);
     uint64_t total = 0, unreplayed = 0;
     txo_error_init(&err);
     assert_int_equal(txo_dlq_count(t->db, &total, &unreplayed, &err), 0);
@@ -197,11 +197,11 @@ static void test_replay_end_to_end(void **state)
 
     /* Replay event 2: PENDING again, from attempt 0, due now, unlocked; last_error kept. */
     assert_int_equal(replay(t, dl2, &err), 0);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
-                              "'PENDING' AND attempts = 0 AND next_attempt_at <= NOW(6) AND "
-                              "locked_by IS NULL AND locked_until IS NULL AND published_at IS "
-                              "NULL AND last_error = 'TXO_EPUBLISH: broker down'"),
+    assert_int_equal(TESTDB_COUNT(t->db,
+                                  "outbox_events WHERE id = 2 AND status = "
+                                  "'PENDING' AND attempts = 0 AND next_attempt_at <= NOW(6) AND "
+                                  "locked_by IS NULL AND locked_until IS NULL AND published_at IS "
+                                  "NULL AND last_error = 'TXO_EPUBLISH: broker down'"),
                      1);
     assert_int_equal(q1(t->db,
                         "SELECT COUNT(*) FROM dead_letter_events WHERE id = ? AND "
@@ -212,8 +212,7 @@ static void test_replay_end_to_end(void **state)
     assert_int_equal(txo_dlq_count(t->db, &total, &unreplayed, &err), 0);
     assert_int_equal(total, 3);
     assert_int_equal(unreplayed, 2);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
-                     2);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'FAILED'"), 2);
 
     /* Replaying it again while it is pending: a state error, nothing changes. */
     assert_int_equal(replay(t, dl2, &err), TXO_ESTATE);
@@ -226,13 +225,12 @@ static void test_replay_end_to_end(void **state)
     assert_int_equal(rec->n, 1);
     assert_int_equal(rec->ids[0], 2);
     assert_int_equal(rec->attempts[0], 1);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
-                              "'PUBLISHED' AND published_at IS NOT NULL AND last_error IS NULL"),
-                     1);
+    assert_int_equal(
+        TESTDB_COUNT(t->db, "outbox_events WHERE id = 2 AND status = "
+                            "'PUBLISHED' AND published_at IS NOT NULL AND last_error IS NULL"),
+        1);
     assert_int_equal(testrelay_run_once(r), 0);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
-                     2);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'FAILED'"), 2);
 
     /* Published: a replay is refused. */
     assert_int_equal(replay(t, dl2, &err), TXO_ESTATE);
@@ -243,11 +241,9 @@ static void test_replay_end_to_end(void **state)
     int64_t dl1 = dead_letter_of(t, 1);
     rec->fail = true;
     assert_int_equal(replay(t, dl1, &err), 0);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
-                     1);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'FAILED'"), 1);
     run_until_failed(t, r, 2);
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = 1"), 2);
+    assert_int_equal(TESTDB_COUNT(t->db, "dead_letter_events WHERE source_event_id = 1"), 2);
     int64_t dl1b = dead_letter_of(t, 1);
     assert_true(dl1b > dl1);
     assert_int_equal(txo_dlq_count(t->db, &total, &unreplayed, &err), 0);
@@ -259,11 +255,9 @@ static void test_replay_end_to_end(void **state)
     assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->n, 2);
     assert_int_equal(rec->ids[1], 1);
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' AND "
-                              "id = 3"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED'"), 2);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'FAILED' AND "
+                                         "id = 3"),
                      1);
 
     txo_relay_free(r);
@@ -295,7 +289,7 @@ static void test_replay_refusals_change_nothing(void **state)
     testdb_exec(t->db, "DELETE FROM outbox_events");
     assert_int_equal(replay(t, 2, &err), TXO_ENOTFOUND);
     assert_non_null(strstr(err.msg, "no longer exists"));
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 0);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 0);
 
     /* A source that is PROCESSING (a relay holds it): refused, and the lock stays. */
     testdb_exec(t->db, "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
@@ -307,13 +301,11 @@ static void test_replay_refusals_change_nothing(void **state)
                        "WHERE idempotency_key = 'k:2'");
     assert_int_equal(replay(t, 3, &err), TXO_ESTATE);
     assert_non_null(strstr(err.msg, "PROCESSING"));
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING' "
-                              "AND locked_by = 'relay-x' AND attempts = 3"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PROCESSING' "
+                                         "AND locked_by = 'relay-x' AND attempts = 3"),
                      1);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM dead_letter_events WHERE replayed_at IS NOT "
-                              "NULL OR replay_count <> 0"),
+    assert_int_equal(TESTDB_COUNT(t->db, "dead_letter_events WHERE replayed_at IS NOT "
+                                         "NULL OR replay_count <> 0"),
                      0);
 }
 

@@ -176,14 +176,13 @@ static void test_each_event_reaches_the_handler(void **state)
     }
     assert_int_equal(c->calls, n);
     assert_int_equal(c->last_delivery, 1);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND attempts = 0 AND last_error IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND attempts = 0 AND last_error IS NULL"),
                      n);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM inbox_events i JOIN outbox_events e "
-                              "ON e.idempotency_key = i.event_id "
-                              "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "inbox_events i JOIN outbox_events e "
+                                  "ON e.idempotency_key = i.event_id "
+                                  "WHERE JSON_EXTRACT(i.payload, '$.order_id') = e.aggregate_id"),
                      n);
 }
 
@@ -198,12 +197,12 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     c->fail_code = TXO_EUNAVAILABLE;
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, n);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                              "AND attempts = 1 AND locked_by IS NULL "
-                              "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
-                              "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "inbox_events"), 0);
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE status = 'PENDING' "
+                                  "AND attempts = 1 AND locked_by IS NULL "
+                                  "AND last_error = 'TXO_EUNAVAILABLE: consumer database down' "
+                                  "AND next_attempt_at > NOW(6) + INTERVAL 50 SECOND"),
                      n);
     /* Backing off: not offered again before it is due. */
     assert_int_equal(testrelay_run_once(r), 0);
@@ -215,11 +214,10 @@ static void test_handler_failure_keeps_the_event_pending(void **state)
     assert_int_equal(testrelay_run_once(r), n);
     assert_int_equal(c->calls, 2 * n);
     assert_int_equal(c->last_delivery, 2);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND last_error IS NULL"),
                      n);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), n);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "inbox_events"), n);
 }
 
 static void test_permanent_failure_dead_letters(void **state)
@@ -234,12 +232,13 @@ static void test_permanent_failure_dead_letters(void **state)
     assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(c->calls, 1);
     assert_string_equal(c->last_msg_id, "order:1:created");
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                                       "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
-                                       "database down'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE status = 'FAILED' "
+                                  "AND attempts = 1 AND last_error = 'TXO_EBUSINESS: consumer "
+                                  "database down'"),
                      1);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 0);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "inbox_events"), 0);
 }
 
 /*
@@ -266,23 +265,21 @@ static void test_handler_appends_to_its_aggregate(void **state)
         assert_int_equal(txo_relay_claim_mode(r), expect[m]);
         assert_int_equal(testrelay_run_once(r), n);
         assert_int_equal(c->calls, n);
-        assert_int_equal(testdb_q(c->t.db,
-                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                                  "AND event_type = 'OrderCreated' AND attempts = 0 "
-                                  "AND last_error IS NULL AND sequence = 1"),
+        assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                               "AND event_type = 'OrderCreated' AND attempts = 0 "
+                                               "AND last_error IS NULL AND sequence = 1"),
                          n);
-        assert_int_equal(testdb_q(c->t.db,
-                                  "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                                  "AND event_type = 'OrderFollowed' AND sequence = 2 "
-                                  "AND prev_sequence = 1"),
+        assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PENDING' "
+                                               "AND event_type = 'OrderFollowed' AND sequence = 2 "
+                                               "AND prev_sequence = 1"),
                          n);
         while (testrelay_run_once(r) > 0) {
         }
         assert_int_equal(c->calls, 2 * n);
-        assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events "
-                                           "WHERE status = 'PUBLISHED' AND attempts = 0"),
+        assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events "
+                                               "WHERE status = 'PUBLISHED' AND attempts = 0"),
                          2 * n);
-        assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM inbox_events"), 2 * n);
+        assert_int_equal(TESTDB_COUNT(c->t.db, "inbox_events"), 2 * n);
     }
 }
 

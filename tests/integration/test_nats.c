@@ -418,7 +418,5 @@ int main(void)
         cmocka_unit_test(test_server_down_at_creation),
         cmocka_unit_test(test_url_list),
     };
-    int failed = testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
-    txo_nats_shutdown(); /* cnats's threads, so leak checkers see a clean exit */
-    return failed;
+    return testnats_run_each(tests, TXO_ARRAY_LEN(tests), setup, teardown);
 }

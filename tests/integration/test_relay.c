@@ -275,10 +275,9 @@ static void test_drain_exactly_once_in_order(void **state)
         assert_string_equal(rec->keys[i], key);
         assert_int_equal(rec->attempts[i], 1);
     }
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND published_at IS NOT NULL AND locked_by IS NULL "
-                              "AND locked_until IS NULL AND attempts = 0"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND published_at IS NOT NULL AND locked_by IS NULL "
+                                           "AND locked_until IS NULL AND attempts = 0"),
                      n);
     struct txo_param first = txo_p_i64(rec->first_id);
     char *created = testdb_str(c->t.db,
@@ -328,9 +327,10 @@ static void test_trace_context_reaches_the_publisher(void **state)
     txo_error_init(&err);
     assert_int_equal(txo_db_transact(c->t.db, TXO_ISO_READ_COMMITTED, append_traced, &ctx, &err),
                      0);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE traceparent = "
-                                       "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' "
-                                       "AND tracestate = 'rojo=00f067aa0ba902b7'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE traceparent = "
+                                  "'00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' "
+                                  "AND tracestate = 'rojo=00f067aa0ba902b7'"),
                      1);
     /* Written by others: a bad traceparent, a bad tracestate, none. */
     testdb_exec(c->t.db,
@@ -388,13 +388,12 @@ static void test_failure_backoff_and_last_error(void **state)
 
     assert_int_equal(testrelay_run_once(r), 4);
     assert_int_equal(rec->n, 3);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 3);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 "
-                              "AND status = 'PENDING' AND attempts = 1 AND locked_by IS NULL "
-                              "AND locked_until IS NULL AND published_at IS NULL "
-                              "AND next_attempt_at > NOW(6)"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), 3);
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE id = 2 "
+                                  "AND status = 'PENDING' AND attempts = 1 AND locked_by IS NULL "
+                                  "AND locked_until IS NULL AND published_at IS NULL "
+                                  "AND next_attempt_at > NOW(6)"),
                      1);
     assert_int_equal(delay_s(&c->t, 2), 60); /* base * 2^0: attempts was read before +1 */
     char *last_error =
@@ -436,9 +435,8 @@ static void test_failure_backoff_and_last_error(void **state)
     assert_int_equal(testrelay_run_once(r), 1);
     assert_int_equal(rec->ids[3], 2);
     assert_int_equal(rec->attempts[3], 2);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND last_error IS NULL"),
                      4);
     txo_relay_free(r);
     txo_publisher_free(pub);
@@ -458,26 +456,25 @@ static void test_dead_letter_then_recovery(void **state)
     o.breaker_failures = 0; /* this test counts attempts; the breaker has its own tests */
     struct txo_relay *r = testrelay_new(c->t.db, pub, &o);
 
-    for (int i = 0;
-         i < 500 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                      "'FAILED'") < 5;
+    for (int i = 0; i < 500 && TESTDB_COUNT(c->t.db, "outbox_events WHERE status = "
+                                                     "'FAILED'") < 5;
          i++) {
         (void)testrelay_run_once(r);
         txo_sleep_ms(2);
     }
     assert_int_equal(rec->seen, 15); /* 5 events x 3 attempts, not one more */
     assert_int_equal(rec->n, 0);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                              "AND attempts = 3 AND locked_by IS NULL AND locked_until IS NULL "
-                              "AND last_error = 'TXO_EPUBLISH: broker down'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE status = 'FAILED' "
+                                  "AND attempts = 3 AND locked_by IS NULL AND locked_until IS NULL "
+                                  "AND last_error = 'TXO_EPUBLISH: broker down'"),
                      5);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 5);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e "
-                              "ON e.id = d.source_event_id WHERE d.payload = e.payload "
-                              "AND d.event_type = e.event_type "
-                              "AND d.error = 'TXO_EPUBLISH: broker down'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 5);
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "dead_letter_events d JOIN outbox_events e "
+                                  "ON e.id = d.source_event_id WHERE d.payload = e.payload "
+                                  "AND d.event_type = e.event_type "
+                                  "AND d.error = 'TXO_EPUBLISH: broker down'"),
                      5);
     assert_int_equal(
         testdb_q(c->t.db, "SELECT COUNT(DISTINCT source_event_id) FROM dead_letter_events"), 5);
@@ -499,9 +496,8 @@ static void test_dead_letter_then_recovery(void **state)
     assert_int_equal(rec->n, 2);
     assert_string_equal(rec->keys[0], "k:6");
     assert_string_equal(rec->keys[1], "k:7");
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"), 5);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 5);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'FAILED'"), 5);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 5);
     txo_relay_free(rd);
     r = testrelay_new(c->t.db, pub, &o);
 
@@ -541,10 +537,10 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
                 "(6, 'order', '6', 'OrderCreated', '{}', 'good:6'), "
                 "(7, 'order', '7', 'OrderCreated', '{}', 'bad:\\0idempotency_key')");
     /* The server stored every byte: the NUL is inside the values, not the end of them. */
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE INSTR(CONCAT("
-                              "aggregate_type, aggregate_id, event_type, idempotency_key), "
-                              "CHAR(0)) > 0"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE INSTR(CONCAT("
+                                  "aggregate_type, aggregate_id, event_type, idempotency_key), "
+                                  "CHAR(0)) > 0"),
                      4);
 
     struct drained d = drain_to_recorder(c, 10);
@@ -556,9 +552,8 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
     static const char *const good[] = {"good:1", "good:3", "good:6"};
     for (size_t i = 0; i < rec->n; i++)
         assert_string_equal(rec->keys[i], good[i]);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND idempotency_key LIKE 'good:%'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND idempotency_key LIKE 'good:%'"),
                      3);
 
     /* Each bad one: FAILED at its first attempt, unlocked, dead-lettered with its column. */
@@ -583,7 +578,7 @@ static void test_nul_in_a_text_column_is_dead_lettered(void **state)
                        p, 2) != 1)
             fail_msg("event %lld: no dead letter naming %s", (long long)bad[i].id, bad[i].column);
     }
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 4);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 4);
     struct txo_relay_stats st;
     txo_relay_get_stats(d.relay, &st);
     assert_int_equal(st.published, 3);
@@ -658,9 +653,8 @@ static void test_batch_is_marked_with_a_few_statements(void **state)
         assert_true(many.updates <= 3); /* claim, mark, unlock the dead-lettered */
         assert_int_equal(many.insert_selects, failing);
     }
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 65);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 65);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), 65);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 65);
     txo_relay_free(r);
     txo_db_close(rdb);
     txo_publisher_free(pub);
@@ -702,9 +696,8 @@ static void test_two_relays_concurrently(void **state)
 
     struct recorder *recs[2] = {w[0].rec, w[1].rec};
     assert_each_once(recs, 2, n);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND locked_by IS NULL"),
                      n);
     for (int i = 0; i < 2; i++) {
         struct txo_relay_stats st;
@@ -786,9 +779,8 @@ static void test_lease_expiry_fenced_mark(void **state)
     assert_each_once(recs, 1, n);
     recs[0] = rec_b;
     assert_each_once(recs, 1, n);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND locked_by IS NULL AND published_at IS NOT NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND locked_by IS NULL AND published_at IS NOT NULL"),
                      n);
     assert_int_equal(testrelay_run_once(a), 0);
 
@@ -937,17 +929,17 @@ static void test_claim_uses_due_index(void **state)
         testdb_q(c->t.db, "SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics "
                           "WHERE table_schema = DATABASE() AND table_name = 'outbox_events'"),
         partitioned ? 4 : 5);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM information_schema.statistics "
+    assert_int_equal(
+        TESTDB_COUNT(c->t.db, "information_schema.statistics "
                               "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
                               "AND index_name = 'idx_outbox_aggregate' AND column_name NOT IN "
                               "('aggregate_type', 'aggregate_id', 'id')"),
-                     0);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM information_schema.statistics "
+        0);
+    assert_int_equal(
+        TESTDB_COUNT(c->t.db, "information_schema.statistics "
                               "WHERE table_schema = DATABASE() AND table_name = 'outbox_events' "
                               "AND column_name IN ('locked_by', 'locked_until')"),
-                     0);
+        0);
 
     struct drained d = drain_to_recorder(c, 500);
     assert_int_equal(d.rec->n, 10);
@@ -1003,8 +995,7 @@ static void test_late_commit_behind_cursor(void **state)
 
     /* The relay is running and its cursor is past where the late row will sit. */
     int64_t deadline = txo_monotonic_ms() + 20000;
-    while (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'") <
-               100 &&
+    while (TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'") < 100 &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(5);
 
@@ -1017,14 +1008,14 @@ static void test_late_commit_behind_cursor(void **state)
 
     int64_t published_after = -1;
     while (txo_monotonic_ms() - committed < 5000) {
-        if (testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = 'late' "
-                              "AND status = 'PUBLISHED'") == 1) {
+        if (TESTDB_COUNT(c->t.db, "outbox_events WHERE idempotency_key = 'late' "
+                                  "AND status = 'PUBLISHED'") == 1) {
             published_after = txo_monotonic_ms() - committed;
             break;
         }
         txo_sleep_ms(5);
     }
-    int64_t left = testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'");
+    int64_t left = TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PENDING'");
     txo_relay_stop(w.relay);
     testrelay_thread_join(&w.run);
     print_message("late row published %lld ms after its commit, %lld backlog rows still pending\n",
@@ -1068,13 +1059,11 @@ static void test_stop_finishes_batch(void **state)
     rec->hook_arg = r;
     testrelay_drain(r);
     assert_int_equal(rec->n, 20);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND id <= 20"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND id <= 20"),
                      20);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                              "AND id > 20 AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PENDING' "
+                                           "AND id > 20 AND locked_by IS NULL"),
                      30);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
@@ -1242,9 +1231,8 @@ static void test_held_batch_is_locked_and_pending(void **state)
     assert_int_equal(probe.other_rec->n, 10);
     for (size_t i = 0; i < probe.other_rec->n; i++)
         assert_true(probe.other_rec->ids[i] > 20);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND published_at IS NOT NULL AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND published_at IS NOT NULL AND locked_by IS NULL"),
                      30);
     struct recorder *recs[2] = {rec, probe.other_rec};
     assert_each_once(recs, 2, 30);

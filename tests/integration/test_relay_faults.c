@@ -162,9 +162,8 @@ static unsigned poison_rounds(struct testrelay_fixture *c, unsigned n, int64_t p
     if (strstr(error, "lease expired 3 times") == NULL)
         fail_msg("dead letter error \"%s\"", error);
     txo_free(error);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events"), 1);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), n - 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), n - 1);
     /* The events of its batches expired with it at most twice. */
     assert_true(testsql_i64_of(c->t.db,
                                "SELECT MAX(lease_expiries) FROM outbox_events WHERE id <> ?",
@@ -221,21 +220,19 @@ static void test_permanent_failure_dead_lettered_at_once(void **state)
     assert_int_equal(txo_relay_run_once(r, &claimed, &err), 0);
     assert_int_equal(claimed, 4);
 
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
-                              "'FAILED' AND attempts = 1"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE id = 2 AND status = "
+                                           "'FAILED' AND attempts = 1"),
                      1);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM dead_letter_events WHERE source_event_id = 2 "
-                              "AND error = 'TXO_EBUSINESS: HTTP 422: no such customer'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "dead_letter_events WHERE source_event_id = 2 "
+                                  "AND error = 'TXO_EBUSINESS: HTTP 422: no such customer'"),
                      1);
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE id = 3 AND status = "
-                              "'PENDING' AND attempts = 1 AND next_attempt_at > NOW(6) AND "
-                              "last_error = 'TXO_EUNAVAILABLE: HTTP 503: try later'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db,
+                                  "outbox_events WHERE id = 3 AND status = "
+                                  "'PENDING' AND attempts = 1 AND next_attempt_at > NOW(6) AND "
+                                  "last_error = 'TXO_EUNAVAILABLE: HTTP 503: try later'"),
                      1);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 2);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), 2);
     struct txo_relay_stats st;
     txo_relay_get_stats(r, &st);
     assert_int_equal(st.dead_lettered, 1);
@@ -313,8 +310,7 @@ static void test_breaker_open_half_open_closed(void **state)
     for (int i = 0; i < 5; i++)
         assert_int_equal(testrelay_run_once(r), 0);
     assert_int_equal(testdb_q(c->t.db, "SELECT SUM(attempts) FROM outbox_events"), 20);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"), 50);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PENDING'"), 50);
 
     /* After open_ms, a probe of 3 while still down: open again. */
     txo_sleep_ms(350);
@@ -330,13 +326,11 @@ static void test_breaker_open_half_open_closed(void **state)
     assert_int_equal(testrelay_run_once(r), 3);
     assert_int_equal(txo_relay_breaker_state(r), TXO_BREAKER_CLOSED);
     assert_true(metric(reg, "txo_relay_breaker_state") == 0);
-    for (int i = 0;
-         i < 20 && testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status <> "
-                                     "'PUBLISHED'") > 0;
+    for (int i = 0; i < 20 && TESTDB_COUNT(c->t.db, "outbox_events WHERE status <> "
+                                                    "'PUBLISHED'") > 0;
          i++)
         (void)testrelay_run_once(r);
-    assert_int_equal(
-        testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 50);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), 50);
     /* Each event was tried once while the broker was down at most (20 + 3 attempts). */
     assert_int_equal(testdb_q(c->t.db, "SELECT MAX(attempts) FROM outbox_events"), 1);
 

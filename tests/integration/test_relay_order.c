@@ -294,8 +294,8 @@ static void drain_with_relays(struct ctx *c, unsigned n_threads)
 
     int64_t deadline = txo_monotonic_ms() + 120000;
     int64_t published = 0;
-    while ((published = testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = "
-                                             "'PUBLISHED'")) < n_events &&
+    while ((published = TESTDB_COUNT(c->rf.t.db, "outbox_events WHERE status = "
+                                                 "'PUBLISHED'")) < n_events &&
            txo_monotonic_ms() < deadline)
         txo_sleep_ms(50);
     for (unsigned i = 0; i < n_threads; i++)
@@ -388,17 +388,15 @@ static void test_failing_aggregate_parks_only_itself(void **state)
               "AND id % 50 NOT IN (7, 11)",
               0);
     run_until(r, c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'", 2);
-    assert_int_equal(
-        testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"),
-        300 - 12);
-    assert_int_equal(testdb_q(c->rf.t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                              "AND attempts = 3 AND id IN (7, 11)"),
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_events WHERE status = 'PUBLISHED'"),
+                     300 - 12);
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_events WHERE status = 'FAILED' "
+                                              "AND attempts = 3 AND id IN (7, 11)"),
                      2);
     /* Their later events were never tried. */
-    assert_int_equal(testdb_q(c->rf.t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING' "
-                              "AND attempts = 0 AND id % 50 IN (7, 11) AND id > 11"),
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db,
+                                  "outbox_events WHERE status = 'PENDING' "
+                                  "AND attempts = 0 AND id % 50 IN (7, 11) AND id > 11"),
                      10);
     assert_int_equal(txo_relay_list_parked(c->rf.t.db, parked, 8, &n, &err), 0);
     assert_int_equal(n, 2);
@@ -416,15 +414,12 @@ static void test_failing_aggregate_parks_only_itself(void **state)
     assert_int_equal(txo_dlq_replay(c->rf.t.db, dead_letter_of(&c->rf.t, 11), &err), 0);
     for (int i = 0; i < 50 && testrelay_run_once(r) > 0; i++)
         ;
-    assert_int_equal(
-        testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 299);
-    assert_int_equal(testdb_q(c->rf.t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'SKIPPED' "
-                              "AND id = 7"),
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_events WHERE status = 'PUBLISHED'"), 299);
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_events WHERE status = 'SKIPPED' "
+                                              "AND id = 7"),
                      1);
-    assert_int_equal(testdb_q(c->rf.t.db,
-                              "SELECT COUNT(*) FROM dead_letter_events WHERE skipped_at IS NOT "
-                              "NULL"),
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "dead_letter_events WHERE skipped_at IS NOT "
+                                              "NULL"),
                      1);
     assert_int_equal(txo_relay_list_parked(c->rf.t.db, parked, 8, &n, &err), 0);
     assert_int_equal(n, 0);
@@ -526,11 +521,9 @@ static void test_unpark_seen_after_commit(void **state)
     a->fail_aggregate_a = 1;
     assert_int_equal(testrelay_run_once(r), 4); /* 1 fails, 2 is held back, 3 and 4 go */
     a->fail_aggregate_a = 0;
-    assert_int_equal(testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_parked WHERE event_id = 1"),
-                     1);
-    assert_int_equal(testdb_q(c->rf.t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE id = 2 AND status = "
-                              "'PENDING' AND attempts = 0"),
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_parked WHERE event_id = 1"), 1);
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_events WHERE id = 2 AND status = "
+                                              "'PENDING' AND attempts = 0"),
                      1);
 
     /* Another session removes the park of 1 without committing (as a skip would): 2 still
@@ -539,7 +532,7 @@ static void test_unpark_seen_after_commit(void **state)
     testdb_exec(c->rf.t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) WHERE id = 1");
     /* Nothing holds it now: 1, then 2. */
     assert_int_equal(testrelay_run_once(r), 1);
-    assert_int_equal(testdb_q(c->rf.t.db, "SELECT COUNT(*) FROM outbox_parked"), 0);
+    assert_int_equal(TESTDB_COUNT(c->rf.t.db, "outbox_parked"), 0);
     assert_int_equal(testrelay_run_once(r), 1);
     size_t n = 0;
     struct seen *s = read_seen(c->rf.out.path, &n);

@@ -88,35 +88,28 @@ static void test_only_old_published_rows_in_batches(void **state)
     testdb_exec(t->db, "INSERT INTO dead_letter_events (source_event_id, event_type, payload, "
                        "error) SELECT id, event_type, payload, 'e' FROM outbox_events "
                        "WHERE status = 'FAILED'");
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 43);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 43);
 
     /* Two batches of 10 only, each its own transaction (plus the cutoff read). */
     purge(t, 86400, 10, 2, 20, 3);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 23);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 23);
     /* Oldest first. */
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
-                              "'old:%' AND aggregate_id > 20"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE idempotency_key LIKE "
+                                         "'old:%' AND aggregate_id > 20"),
                      5);
 
     /* The rest: one short batch. */
     purge(t, 86400, 10, 0, 5, 2);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key LIKE "
-                              "'old:%'"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE idempotency_key LIKE "
+                                         "'old:%'"),
                      0);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 18);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PENDING'"),
-                     3);
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PROCESSING'"), 2);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED'"),
-                     4);
-    assert_int_equal(
-        testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED'"), 9);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM dead_letter_events d JOIN outbox_events e ON "
-                              "e.id = d.source_event_id"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 18);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PENDING'"), 3);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PROCESSING'"), 2);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'FAILED'"), 4);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED'"), 9);
+    assert_int_equal(TESTDB_COUNT(t->db, "dead_letter_events d JOIN outbox_events e ON "
+                                         "e.id = d.source_event_id"),
                      4);
 
     /* Nothing old is left. */
@@ -124,10 +117,9 @@ static void test_only_old_published_rows_in_batches(void **state)
 
     /* A smaller age takes the recent and late ones too, never the others. */
     purge(t, 60, 2, 0, 8, 0);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 10);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND published_at IS NULL"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 10);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED' "
+                                         "AND published_at IS NULL"),
                      1);
 
     uint64_t deleted = 7;
@@ -177,7 +169,7 @@ static void test_statements_use_indexes(void **state)
     print_message("purged %llu rows in %lld ms\n", (unsigned long long)deleted,
                   (long long)(txo_monotonic_ms() - t0));
     assert_int_equal(deleted, 20000);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 200);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 200);
 }
 
 /* ---- next to a live relay ---- */
@@ -242,11 +234,10 @@ static void test_purge_next_to_a_live_relay(void **state)
     assert_int_equal(rt.rc, 0);
     assert_int_equal(total, 3000);
     assert_int_equal(cnt->acked, 2000);
-    assert_int_equal(testdb_q(t->db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' AND "
-                              "idempotency_key LIKE 'new:%'"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED' AND "
+                                         "idempotency_key LIKE 'new:%'"),
                      2000);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 2000);
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events"), 2000);
     txo_relay_free(rt.relay);
     txo_publisher_free(pub);
     txo_db_close(relay_db);

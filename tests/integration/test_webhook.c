@@ -252,9 +252,8 @@ static void test_delivers_every_event_with_headers(void **state)
     assert_int_equal(st.published, n);
     assert_int_equal(st.failed_attempts, 0);
 
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND attempts = 0 AND last_error IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND attempts = 0 AND last_error IS NULL"),
                      n);
     assert_int_equal(receiver_count(&c->rcv), n);
     unsigned *count = txo_calloc(n + 1, sizeof(*count));
@@ -315,9 +314,8 @@ static void test_error_status_leaves_rows_pending(void **state)
         assert_int_equal(json_integer_value(json_object_get(env, "attempt")), 2);
         json_decref(env);
     }
-    assert_int_equal(testdb_q(c->t.db,
-                              "SELECT COUNT(*) FROM outbox_events WHERE status = 'PUBLISHED' "
-                              "AND last_error IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED' "
+                                           "AND last_error IS NULL"),
                      n);
 }
 
@@ -331,11 +329,11 @@ static void test_refusal_and_overload(void **state)
     /* 422, a permanent refusal of each event: every one is tried, none delivered, and each is
      * dead-lettered at once with the endpoint's answer (a retry would be refused again). */
     cycle_answered(c, 422, n, n);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM outbox_events WHERE status = 'FAILED' "
-                                       "AND attempts = 1 AND locked_by IS NULL"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'FAILED' "
+                                           "AND attempts = 1 AND locked_by IS NULL"),
                      n);
-    assert_int_equal(testdb_q(c->t.db, "SELECT COUNT(*) FROM dead_letter_events WHERE error LIKE "
-                                       "'TXO_EBUSINESS: POST %HTTP 422: %'"),
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events WHERE error LIKE "
+                                           "'TXO_EBUSINESS: POST %HTTP 422: %'"),
                      n);
     assert_int_equal(testrelay_run_once(r), 0);
 

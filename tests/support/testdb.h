@@ -61,6 +61,31 @@ void *testdb_fixture_new(size_t size, const char *tag, unsigned flags);
 void testdb_fixture_free(void *fixture);
 
 /*
+ * Defines the cmocka fixtures setup and teardown of a test program whose fixture, struct type,
+ * holds its struct testdb first and one server in member. setup makes the fixture
+ * (testdb_fixture_new(sizeof(struct type), tag, flags)) and runs start(&member); teardown puts
+ * the default log sink and level back (a test that failed may have left a capturing sink), runs
+ * cleanup(&member) and frees the fixture. Both return 0.
+ */
+#define TESTDB_SERVER_FIXTURE(type, tag, flags, member, start, cleanup)                            \
+    static int setup(void **state)                                                                 \
+    {                                                                                              \
+        struct type *fixture = testdb_fixture_new(sizeof(*fixture), (tag), (flags));               \
+        start(&fixture->member);                                                                   \
+        *state = fixture;                                                                          \
+        return 0;                                                                                  \
+    }                                                                                              \
+    static int teardown(void **state)                                                              \
+    {                                                                                              \
+        struct type *fixture = *state;                                                             \
+        txo_log_set_sink(NULL, NULL);                                                              \
+        txo_log_set_level(TXO_LOG_INFO);                                                           \
+        cleanup(&fixture->member);                                                                 \
+        testdb_fixture_free(fixture);                                                              \
+        return 0;                                                                                  \
+    }
+
+/*
  * A cmocka teardown for a state made by testdb_new(), or by testdb_fixture_new() when the fixture
  * holds nothing else to release: frees it (testdb_fixture_free) and returns 0.
  */
@@ -88,6 +113,13 @@ int64_t testdb_i64(struct txo_db *db, const char *sql, const struct txo_param *p
 
 /* testdb_i64() of a query that takes no values: a count or one number the test reads. */
 int64_t testdb_q(struct txo_db *db, const char *sql);
+
+/*
+ * The number of rows a test expects somewhere, rows being what follows FROM as a string literal:
+ * TESTDB_COUNT(db, "outbox_events WHERE status = 'PUBLISHED'"). The literals join at compile
+ * time, so the statement stays one fixed text.
+ */
+#define TESTDB_COUNT(db, rows) testdb_q((db), "SELECT COUNT(*) FROM " rows)
 
 /*
  * Runs `EXPLAIN ...` sql with its bound params and fails the test unless its first row uses the

@@ -23,6 +23,8 @@
 #include "txo/alloc.h"
 #include "txo/clock.h"
 #include "testproc.h"
+#include "testrun.h"
+#include "txo/nats.h"
 
 #define READY_TIMEOUT_MS 5000
 #define READY_POLL_MS    10
@@ -54,6 +56,14 @@ void testnats_start(struct testnats *n)
     n->port = testproc_free_port();
     snprintf(n->url, sizeof(n->url), "nats://127.0.0.1:%u", n->port);
     testchild_server_start(&n->srv, STOP_TIMEOUT_MS, spawn, n);
+}
+
+int testnats_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(void **state),
+                      int (*teardown)(void **state))
+{
+    int failed = testrun_each(tests, n, setup, teardown, NULL, NULL);
+    txo_nats_shutdown();
+    return failed;
 }
 
 void testnats_stop(struct testnats *n)

@@ -43,6 +43,16 @@ struct testnats {
 /* Starts a fresh server (new port, new store). */
 void testnats_start(struct testnats *n);
 
+struct CMUnitTest; /* <cmocka.h> */
+
+/*
+ * The main() of a test program that talks to NATS through libtxo: testrun_each(tests, n, setup,
+ * teardown, NULL, NULL), then txo_nats_shutdown(), which ends cnats's threads so leak checkers
+ * see a clean exit. Returns the number of tests that failed.
+ */
+int testnats_run_each(const struct CMUnitTest *tests, size_t n, int (*setup)(void **state),
+                      int (*teardown)(void **state));
+
 /* testchild_server_stop and testchild_server_restart of n->srv. */
 void testnats_stop(struct testnats *n);
 void testnats_restart(struct testnats *n);

@@ -278,6 +278,14 @@ static void roundtrip(int fd, const char *request, struct http_resp *r)
         fail_msg("no complete response to: %.60s", request);
 }
 
+/* roundtrip() on a connection of its own to port, closed after the response. */
+static void request_once(unsigned port, const char *request, struct http_resp *r)
+{
+    int fd = testraw_dial_from(port, NULL);
+    roundtrip(fd, request, r);
+    close(fd);
+}
+
 /* ---- tests ---- */
 
 static void test_get_status_body_headers_args(void **state)
@@ -432,23 +440,20 @@ static void test_announced_body_over_limit_is_413(void **state)
     struct fixture *f = *state;
 
     /* The refusal comes on the headers alone: the client never has to send the body. */
-    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
-    roundtrip(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1025\r\n\r\n", &r);
+    request_once(f->port, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 1025\r\n\r\n", &r);
     assert_413_json(&r, 1024);
     resp_release(&r);
-    close(fd);
 
     /* A huge announced length (beyond size_t arithmetic games) is refused the same way. */
-    fd = testraw_dial_from(f->port, NULL);
-    roundtrip(fd, "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n",
-              &r);
+    request_once(f->port,
+                 "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 18446744073709551615\r\n\r\n",
+                 &r);
     assert_true(r.status == 413 || r.status == 400);
     resp_release(&r);
-    close(fd);
 
     /* At the limit the handler gets it. */
-    fd = testraw_dial_from(f->port, NULL);
+    int fd = testraw_dial_from(f->port, NULL);
     char body[1024];
     memset(body, 'b', sizeof(body));
     assert_true(
@@ -524,14 +529,12 @@ static void test_chunked_body_over_limit_is_413(void **state)
 static void test_retry_after(void **state)
 {
     struct fixture *f = *state;
-    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
-    roundtrip(fd, "GET /retry HTTP/1.1\r\nHost: a\r\n\r\n", &r);
+    request_once(f->port, "GET /retry HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 503);
     assert_string_equal(resp_header(&r, "Retry-After"), "7");
     assert_string_equal(r.body, "{\"error\":\"overloaded\"}");
     resp_release(&r);
-    close(fd);
     stop(f);
 }
 
@@ -744,12 +747,10 @@ static void test_port_held_by_another_server(void **state)
     assert_non_null(strstr(err.msg, addr));
 
     /* The first one still serves. */
-    int fd = testraw_dial_from(f->port, NULL);
     struct http_resp r;
-    roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
+    request_once(f->port, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
     resp_release(&r);
-    close(fd);
     stop(f);
 }
 
@@ -770,11 +771,9 @@ static void test_restart_on_same_port(void **state)
     opts.port = port;
     start_with(f, &opts);
     assert_int_equal(f->port, port);
-    fd = testraw_dial_from(port, NULL);
-    roundtrip(fd, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
+    request_once(port, "GET /info HTTP/1.1\r\nHost: a\r\n\r\n", &r);
     assert_int_equal(r.status, 203);
     resp_release(&r);
-    close(fd);
     stop(f);
 }
 
