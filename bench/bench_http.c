@@ -4,8 +4,9 @@
  * end-to-end load).
  *
  * What one run does:
- *   1. a fresh database txo_bench_<pid>_http (dropped and created again each run), migrated,
- *      with HTTP_NUM_SKUS SKUs of HTTP_STOCK_PER_SKU units;
+ *   1. a fresh database txo_bench_<pid>_http (dropped and created again each run), migrated by
+ *      the txo under test (`txo migrate`: each build on its own schema), with HTTP_NUM_SKUS
+ *      SKUs of HTTP_STOCK_PER_SKU units;
  *   2. `txo up` as a child process against it (--log-level warn, a free port; with --broker X
  *      also a private broker X, started fresh for the run by scripts/broker.sh, whose flags
  *      it is given), ready when GET /healthz answers 200;
@@ -883,40 +884,6 @@ struct http_run {
     double fig[F_N];
 };
 
-/* Drops and creates db_name, connects, migrates and sets the stock. */
-static int fresh_database(struct http_run *h)
-{
-    char sql[160];
-    snprintf(h->db_name, sizeof(h->db_name), "%s_http", h->env->name);
-    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", h->db_name);
-    int rc = bench_exec_raw(h->env->db, sql);
-    if (rc < 0)
-        return rc;
-    snprintf(sql, sizeof(sql), "CREATE DATABASE `%s` CHARACTER SET utf8mb4", h->db_name);
-    rc = bench_exec_raw(h->env->db, sql);
-    if (rc < 0)
-        return rc;
-    struct bench_env sub = *h->env;
-    sub.opts.database = h->db_name;
-    rc = bench_connect(&sub, &h->db);
-    if (rc < 0)
-        return rc;
-    struct txo_error err;
-    txo_error_init(&err);
-    unsigned applied = 0, total = 0;
-    rc = orders_migrate(h->db, &applied, &total, &err);
-    if (rc < 0)
-        return bench_fail(rc, &err, "migrating the http bench database");
-    for (unsigned i = 0; i < HTTP_NUM_SKUS; i++) {
-        char sku[24];
-        sku_name(sku, sizeof(sku), i);
-        rc = orders_set_inventory(h->db, sku, HTTP_STOCK_PER_SKU, &err);
-        if (rc < 0)
-            return bench_fail(rc, &err, "setting the inventory");
-    }
-    return 0;
-}
-
 /* Runs `scripts/broker.sh CMD NAME <dir>/broker` to its end (up to 180 s: a broker may take a
  * while to start). */
 static int broker_script(struct http_run *h, const char *cmd)
@@ -980,14 +947,14 @@ static int start_broker(struct http_run *h)
     return rc;
 }
 
-/* argv and envp of `txo up` for this run. */
+/* argv and envp of `txo up` for this run (port 0: `txo migrate` of its database). */
 static int txo_command(struct http_run *h, unsigned port, struct strv *argv, struct strv *envp)
 {
     const struct txo_db_opts *o = &h->env->opts;
     int rc = strv_add(argv, "%s", h->txo_path);
     if (rc == 0)
-        rc = strv_add(argv, "up");
-    if (rc == 0)
+        rc = strv_add(argv, port != 0 ? "up" : "migrate");
+    if (rc == 0 && port != 0)
         rc = strv_add(argv, "--listen=127.0.0.1:%u", port);
     if (rc == 0)
         rc = strv_add(argv, "--log-level=warn");
@@ -1001,13 +968,13 @@ static int txo_command(struct http_run *h, unsigned port, struct strv *argv, str
         rc = strv_add(argv, "--mysql-user=%s", o->user ? o->user : "");
     if (rc == 0)
         rc = strv_add(argv, "--mysql-database=%s", h->db_name);
-    if (rc == 0 && h->broker != NULL) {
+    if (rc == 0 && port != 0 && h->broker != NULL) {
         rc = strv_add(argv, "--broker=%s", h->broker);
         for (size_t i = 0; rc == 0 && i < h->broker_flags.n; i++)
             rc = strv_add(argv, "%s", h->broker_flags.v[i]);
     }
     /* --up-args last: later flags win. */
-    if (rc == 0 && h->cfg->up_args != NULL) {
+    if (rc == 0 && port != 0 && h->cfg->up_args != NULL) {
         char *copy = txo_strdup(h->cfg->up_args);
         if (copy == NULL)
             return bench_fail(TXO_ENOMEM, NULL, "--up-args");
@@ -1025,6 +992,63 @@ static int txo_command(struct http_run *h, unsigned port, struct strv *argv, str
     if (rc == 0)
         rc = strv_add(envp, "MYSQL_PASSWORD=%s", o->password ? o->password : "");
     return rc;
+}
+
+/* `txo migrate` of the run's database by the txo under test, so that each build runs on its
+ * own schema (two builds compared in one session may differ in it). */
+static int migrate_with_txo(struct http_run *h)
+{
+    struct strv argv = {.n = 0};
+    struct strv envp = {.n = 0};
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof(log), "%s/migrate.log", h->dir);
+    struct child c;
+    int rc = txo_command(h, 0, &argv, &envp);
+    if (rc == 0)
+        rc = child_start(&c, log, argv.v, envp.v);
+    strv_release(&argv);
+    strv_release(&envp);
+    if (rc < 0)
+        return rc;
+    waitpid(c.pid, &c.status, 0);
+    if (!WIFEXITED(c.status) || WEXITSTATUS(c.status) != 0) {
+        child_print_log(&c, "txo migrate");
+        return bench_fail(TXO_EDB, NULL, "txo migrate of the http bench database");
+    }
+    return 0;
+}
+
+/* Drops and creates db_name, connects, migrates (with the txo under test) and sets the stock. */
+static int fresh_database(struct http_run *h)
+{
+    char sql[160];
+    snprintf(h->db_name, sizeof(h->db_name), "%s_http", h->env->name);
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS `%s`", h->db_name);
+    int rc = bench_exec_raw(h->env->db, sql);
+    if (rc < 0)
+        return rc;
+    snprintf(sql, sizeof(sql), "CREATE DATABASE `%s` CHARACTER SET utf8mb4", h->db_name);
+    rc = bench_exec_raw(h->env->db, sql);
+    if (rc < 0)
+        return rc;
+    struct bench_env sub = *h->env;
+    sub.opts.database = h->db_name;
+    rc = bench_connect(&sub, &h->db);
+    if (rc < 0)
+        return rc;
+    rc = migrate_with_txo(h);
+    if (rc < 0)
+        return rc;
+    struct txo_error err;
+    txo_error_init(&err);
+    for (unsigned i = 0; i < HTTP_NUM_SKUS; i++) {
+        char sku[24];
+        sku_name(sku, sizeof(sku), i);
+        rc = orders_set_inventory(h->db, sku, HTTP_STOCK_PER_SKU, &err);
+        if (rc < 0)
+            return bench_fail(rc, &err, "setting the inventory");
+    }
+    return 0;
 }
 
 /* An HTTP client for txo up's own endpoints on 127.0.0.1 (short timeouts). */
