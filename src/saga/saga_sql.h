@@ -19,13 +19,13 @@
 #define TXO_SAGA_SQL_H
 
 /*
- * The lease of a saga (saga_instances.owner, lease_until) released: no owner ('') and a time
- * long past, the values a new saga starts with. Both columns have one size whatever they hold
+ * The lease_until of a released lease (whose owner is ''): a time long past, the value a new
+ * saga starts with. Both columns have one size whatever they hold
  * (sql/migrations/0024_saga_lease_in_place.sql), so taking, renewing and releasing a lease
  * rewrites them in place. A saga is free when its lease_until has passed: released ones are
- * always in that range of idx_saga_resume. P: the table's alias and a dot, or "".
+ * always in that range of idx_saga_resume.
  */
-#define SAGA_SQL_RELEASE(P) P "owner = '', " P "lease_until = '1970-01-01 00:00:00'"
+#define SAGA_SQL_NO_LEASE "'1970-01-01 00:00:00'"
 
 /*
  * Every PENDING step of a new saga in one statement: SAGA_SQL_INSERT_STEPS followed by one
@@ -132,9 +132,8 @@
  * the same statement. Params: new status, id, owner, expected status. Index: PRIMARY. Locks:
  * the instance row. */
 #define SAGA_SQL_MOVE_RELEASE                                                                      \
-    "UPDATE saga_instances SET status = ?, " SAGA_SQL_RELEASE(                                     \
-        "") " "                                                                                    \
-            "WHERE id = ? AND owner = ? AND status = ?"
+    "UPDATE saga_instances SET status = ?, owner = '', lease_until = " SAGA_SQL_NO_LEASE " "       \
+    "WHERE id = ? AND owner = ? AND status = ?"
 
 /*
  * COMPENSATING -> COMPENSATION_FAILED, releasing the lease, counting the failure and
@@ -143,11 +142,11 @@
  * Params: max tries, delay in microseconds, id, owner. Index: PRIMARY. Locks: the instance row.
  */
 #define SAGA_SQL_COMPENSATION_FAILED                                                               \
-    "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', " SAGA_SQL_RELEASE(                 \
-        "") ", "                                                                                   \
-            "retry_at = IF(compensation_tries + 1 >= ?, NULL, NOW(6) + INTERVAL ? MICROSECOND), "  \
-            "compensation_tries = compensation_tries + 1 "                                         \
-            "WHERE id = ? AND owner = ? AND status = 'COMPENSATING'"
+    "UPDATE saga_instances SET status = 'COMPENSATION_FAILED', owner = '', "                       \
+    "lease_until = " SAGA_SQL_NO_LEASE ", "                                                        \
+    "retry_at = IF(compensation_tries + 1 >= ?, NULL, NOW(6) + INTERVAL ? MICROSECOND), "          \
+    "compensation_tries = compensation_tries + 1 "                                                 \
+    "WHERE id = ? AND owner = ? AND status = 'COMPENSATING'"
 
 /* The saga's status, when a try that would have completed it lost the lease: had its COMMIT
  * gone through after all? Index: PRIMARY. Locks: none (consistent read). */
@@ -207,9 +206,8 @@
 #define SAGA_SQL_STEP_DONE_FINISH                                                                  \
     "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
     "SET s.status = ?, s.attempts = s.attempts + ?, s.remote_state = ?, "                          \
-    "i.status = ?, " SAGA_SQL_RELEASE("i.") " "                                                    \
-                                            "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND " \
-                                            "s.step_order = ? AND s.status = ?"
+    "i.status = ?, i.owner = '', i.lease_until = " SAGA_SQL_NO_LEASE " "                           \
+    "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
 
 /*
  * A failed try, recorded after its transaction rolled back (or after its call): status, one
@@ -261,9 +259,8 @@
 /* The same for a batch whose step was the sagas' last: they complete and the leases are
  * released. Params: new status, owner, expected status, ids. Locks: the instance rows (X). */
 #define SAGA_SQL_FINISH_MANY                                                                       \
-    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET status = ?, " SAGA_SQL_RELEASE(               \
-        "") " "                                                                                    \
-            "WHERE owner = ? AND status = ? AND id IN "
+    "UPDATE saga_instances FORCE INDEX (PRIMARY) SET status = ?, owner = '', "                     \
+    "lease_until = " SAGA_SQL_NO_LEASE " WHERE owner = ? AND status = ? AND id IN "
 
 /* One step of every saga of a batch to its done status with its remote state, attempts + the
  * increment (1, or 0 when the batch's call counted the try). Params: new status, increment,
@@ -319,7 +316,7 @@
 /*
  * RUNNING / COMPENSATING sagas nobody holds, for the workers' resume poll. Params: status,
  * limit. Index: idx_saga_resume (status, lease_until): lease_until in the past (released ones
- * included, SAGA_SQL_RELEASE) is a range of it. Locks: none (consistent read; the lease is
+ * included, SAGA_SQL_NO_LEASE) is a range of it. Locks: none (consistent read; the lease is
  * taken afterwards by SAGA_SQL_ACQUIRE, which re-checks).
  */
 #define SAGA_SQL_LIST_UNOWNED                                                                      \
