@@ -36,11 +36,15 @@ fi
 
 # The whole service (HTTP API with its threads and pool, relay, worker, metrics) under load,
 # with the fake payment/shipment service so the libcurl paths run too.
-# A TCP port on 127.0.0.1 nothing listens on (bash's /dev/tcp: a refused connect means free).
+# A TCP port on 127.0.0.1 nothing listens on (bash's /dev/tcp: a refused connect means free),
+# below the kernel's ephemeral range: a port there can be some client's local end, which
+# refuses a connect and still cannot be listened on.
 port_free() {
-    local p
+    local p low
+    read -r low _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || low=32768
+    [ "$low" -gt 21000 ] || low=32768
     while :; do
-        p=$((20000 + RANDOM % 40000))
+        p=$((20000 + RANDOM % (low - 20000)))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
             echo "$p"
             return
