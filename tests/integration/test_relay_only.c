@@ -387,20 +387,20 @@ static void test_publish_mark_migration_keeps_the_times(void **state)
 
     const char *migrate[] = {"migrate", "--only", "outbox", NULL};
     free(txo_ok(migrate));
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events "
-                                     "WHERE idempotency_key = 'customer:7f9c:signup' "
-                                     "AND status = 'PUBLISHED' "
-                                     "AND published_at = '2026-01-02 03:04:05.123456' "
-                                     "AND updated_at = '2026-01-02 03:04:05.123456'"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events "
+                                         "WHERE idempotency_key = 'customer:7f9c:signup' "
+                                         "AND status = 'PUBLISHED' "
+                                         "AND published_at = '2026-01-02 03:04:05.123456' "
+                                         "AND updated_at = '2026-01-02 03:04:05.123456'"),
                      1);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events "
-                                     "WHERE idempotency_key = 'invoice:42:issued' "
-                                     "AND status = 'PENDING' AND published_at IS NULL"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events "
+                                         "WHERE idempotency_key = 'invoice:42:issued' "
+                                         "AND status = 'PENDING' AND published_at IS NULL"),
                      1);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM information_schema.columns "
-                                     "WHERE table_schema = DATABASE() AND table_name = "
-                                     "'outbox_events' AND column_name = 'published_at' "
-                                     "AND is_generated = 'ALWAYS'"),
+    assert_int_equal(TESTDB_COUNT(t->db, "information_schema.columns "
+                                         "WHERE table_schema = DATABASE() AND table_name = "
+                                         "'outbox_events' AND column_name = 'published_at' "
+                                         "AND is_generated = 'ALWAYS'"),
                      1);
 
     const char *drain[] = {"relay", "--drain", "--publisher", "log", NULL};
@@ -410,10 +410,10 @@ static void test_publish_mark_migration_keeps_the_times(void **state)
     assert_int_equal(json_array_size(envs), 1);
     assert_string_equal(str_of(json_array_get(envs, 0), "aggregate_id"), "42");
     json_decref(envs);
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events "
-                                     "WHERE idempotency_key = 'invoice:42:issued' "
-                                     "AND status = 'PUBLISHED' "
-                                     "AND published_at >= created_at"),
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events "
+                                         "WHERE idempotency_key = 'invoice:42:issued' "
+                                         "AND status = 'PUBLISHED' "
+                                         "AND published_at >= created_at"),
                      1);
 }
 

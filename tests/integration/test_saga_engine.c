@@ -738,15 +738,15 @@ static void test_migrations_keep_running_sagas(void **state)
                                 "AND updated_at = '2026-01-02 03:04:05'",
                                 p, 1),
                      1);
-    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM information_schema.columns "
-                                       "WHERE table_schema = DATABASE() AND table_name = "
-                                       "'saga_instances' AND column_name IN ('owner', "
-                                       "'lease_until') AND is_nullable = 'NO'"),
+    assert_int_equal(TESTDB_COUNT(f->t.db, "information_schema.columns "
+                                           "WHERE table_schema = DATABASE() AND table_name = "
+                                           "'saga_instances' AND column_name IN ('owner', "
+                                           "'lease_until') AND is_nullable = 'NO'"),
                      2);
-    assert_int_equal(testdb_q(f->t.db, "SELECT COUNT(*) FROM information_schema.statistics "
-                                       "WHERE table_schema = DATABASE() AND table_name = "
-                                       "'saga_steps' AND index_name = 'PRIMARY' AND "
-                                       "column_name IN ('saga_id', 'step_order')"),
+    assert_int_equal(TESTDB_COUNT(f->t.db, "information_schema.statistics "
+                                           "WHERE table_schema = DATABASE() AND table_name = "
+                                           "'saga_steps' AND index_name = 'PRIMARY' AND "
+                                           "column_name IN ('saga_id', 'step_order')"),
                      2);
 
     run_completes_from_step_2(f);
