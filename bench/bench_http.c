@@ -947,14 +947,16 @@ static int start_broker(struct http_run *h)
     return rc;
 }
 
-/* argv and envp of `txo up` for this run (port 0: `txo migrate` of its database). */
-static int txo_command(struct http_run *h, unsigned port, struct strv *argv, struct strv *envp)
+/* argv and envp of `txo up` on port for this run or, with up false, of `txo migrate` of its
+ * database (the same database settings, none of the service's flags). */
+static int txo_command(struct http_run *h, bool up, unsigned port, struct strv *argv,
+                       struct strv *envp)
 {
     const struct txo_db_opts *o = &h->env->opts;
     int rc = strv_add(argv, "%s", h->txo_path);
     if (rc == 0)
-        rc = strv_add(argv, port != 0 ? "up" : "migrate");
-    if (rc == 0 && port != 0)
+        rc = strv_add(argv, up ? "up" : "migrate");
+    if (rc == 0 && up)
         rc = strv_add(argv, "--listen=127.0.0.1:%u", port);
     if (rc == 0)
         rc = strv_add(argv, "--log-level=warn");
@@ -968,13 +970,13 @@ static int txo_command(struct http_run *h, unsigned port, struct strv *argv, str
         rc = strv_add(argv, "--mysql-user=%s", o->user ? o->user : "");
     if (rc == 0)
         rc = strv_add(argv, "--mysql-database=%s", h->db_name);
-    if (rc == 0 && port != 0 && h->broker != NULL) {
+    if (rc == 0 && up && h->broker != NULL) {
         rc = strv_add(argv, "--broker=%s", h->broker);
         for (size_t i = 0; rc == 0 && i < h->broker_flags.n; i++)
             rc = strv_add(argv, "%s", h->broker_flags.v[i]);
     }
     /* --up-args last: later flags win. */
-    if (rc == 0 && port != 0 && h->cfg->up_args != NULL) {
+    if (rc == 0 && up && h->cfg->up_args != NULL) {
         char *copy = txo_strdup(h->cfg->up_args);
         if (copy == NULL)
             return bench_fail(TXO_ENOMEM, NULL, "--up-args");
@@ -1003,7 +1005,7 @@ static int migrate_with_txo(struct http_run *h)
     char log[PATH_MAX + 16];
     snprintf(log, sizeof(log), "%s/migrate.log", h->dir);
     struct child c;
-    int rc = txo_command(h, 0, &argv, &envp);
+    int rc = txo_command(h, false, 0, &argv, &envp);
     if (rc == 0)
         rc = child_start(&c, log, argv.v, envp.v);
     strv_release(&argv);
@@ -1068,7 +1070,7 @@ static int start_txo(struct http_run *h, unsigned port)
     struct strv envp = {.n = 0};
     char log[PATH_MAX + 16];
     snprintf(log, sizeof(log), "%s/txo.log", h->dir);
-    int rc = txo_command(h, port, &argv, &envp);
+    int rc = txo_command(h, true, port, &argv, &envp);
     if (rc == 0)
         rc = child_start(&h->txo, log, argv.v, envp.v);
     strv_release(&argv);
