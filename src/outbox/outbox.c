@@ -91,14 +91,80 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
 }
 
 /* The columns of an event per row (OUTBOX_SQL_INSERT_ROW). */
-#define ROW_PARAMS 7
+#define ROW_PARAMS 10
+/* The columns of an event's counter row (OUTBOX_SQL_NUMBER_ROW). */
+#define NUMBER_PARAMS 2
+
+/* An event's numbers in its aggregate, from its counter (OUTBOX_SQL_NUMBER_*). */
+struct numbers {
+    int64_t sequence;
+    int64_t prev_sequence;
+    int64_t due_us; /* next_attempt_at, microseconds since 1970-01-01 */
+};
+
+/* Numbers evs[0..n) in their aggregates, in their order, into nums (OUTBOX_SQL_NUMBER_*). */
+static int take_numbers(struct txo_tx *tx, const struct txo_outbox_event *evs, size_t n,
+                        struct numbers *nums, struct txo_error *err)
+{
+    struct txo_param *params = txo_calloc(NUMBER_PARAMS * n, sizeof(*params));
+    char *sql = txo_sql_values_rows_then(OUTBOX_SQL_NUMBER_BEFORE, n, OUTBOX_SQL_NUMBER_ROW,
+                                         OUTBOX_SQL_NUMBER_AFTER);
+    struct txo_rows *rows = NULL;
+    int rc = 0;
+    if (params == NULL || sql == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "numbering %zu events", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        params[NUMBER_PARAMS * i] = txo_p_str(evs[i].aggregate_type);
+        params[NUMBER_PARAMS * i + 1] = txo_p_str(evs[i].aggregate_id);
+    }
+    rc = txo_tx_query(tx, sql, params, NUMBER_PARAMS * n, &rows, err);
+    if (rc < 0)
+        goto out;
+    if (txo_rows_count(rows) != n) {
+        rc = txo_error_set(err, TXO_EDB, "numbering %zu events: %zu counters came back", n,
+                           txo_rows_count(rows));
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        nums[i] = (struct numbers){.sequence = txo_rows_i64(rows, i, 0),
+                                   .prev_sequence = txo_rows_i64(rows, i, 1),
+                                   .due_us = txo_rows_i64(rows, i, 2)};
+out:
+    txo_rows_free(rows);
+    txo_free(sql);
+    txo_free(params);
+    return rc;
+}
 
 /*
- * The params of ev's row into p[0..ROW_PARAMS); its traceparent is written into tp (room for
- * TXO_TRACEPARENT_LEN + 1), which must outlive the statement.
+ * Gives the numbers of evs[0..n) back after their INSERT failed on a duplicate key or a check
+ * (OUTBOX_SQL_UNNUMBER, last event first), so a transaction that goes on leaves no gap. On
+ * failure err says the transaction must roll back.
  */
-static void row_params(const struct txo_outbox_event *ev, size_t payload_len, char *tp,
-                       struct txo_param *p)
+static int give_numbers_back(struct txo_tx *tx, const struct txo_outbox_event *evs, size_t n,
+                             const struct numbers *nums, struct txo_error *err)
+{
+    for (size_t i = n; i-- > 0;) {
+        struct txo_param p[] = {txo_p_i64(nums[i].sequence - 1), txo_p_i64(nums[i].prev_sequence),
+                                txo_p_str(evs[i].aggregate_type), txo_p_str(evs[i].aggregate_id)};
+        int rc = txo_tx_exec(tx, OUTBOX_SQL_UNNUMBER, p, TXO_ARRAY_LEN(p), NULL, err);
+        if (rc < 0)
+            return txo_error_wrap(err,
+                                  "giving back the number of %s (roll the transaction "
+                                  "back)",
+                                  evs[i].idempotency_key);
+    }
+    return 0;
+}
+
+/*
+ * The params of ev's row into p[0..ROW_PARAMS), with its numbers; its traceparent is written
+ * into tp (room for TXO_TRACEPARENT_LEN + 1), which must outlive the statement.
+ */
+static void row_params(const struct txo_outbox_event *ev, size_t payload_len,
+                       const struct numbers *num, char *tp, struct txo_param *p)
 {
     p[0] = txo_p_str(ev->aggregate_type);
     p[1] = txo_p_str(ev->aggregate_id);
@@ -106,21 +172,26 @@ static void row_params(const struct txo_outbox_event *ev, size_t payload_len, ch
     p[3] = txo_p_strn(ev->payload_json, payload_len);
     p[4] = txo_p_str(ev->idempotency_key);
     txo__trace_params(ev->trace, tp, &p[5]);
+    p[7] = txo_p_i64(num->sequence);
+    p[8] = txo_p_i64(num->prev_sequence);
+    p[9] = txo_p_i64(num->due_us);
 }
 
 /*
- * The one way events are appended: evs[0..n) checked, then one multi-row INSERT
- * (OUTBOX_SQL_INSERT_BEFORE + n rows). *res gets the statement's result. Errors as
+ * The one way events are appended: evs[0..n) checked, numbered (take_numbers), then one
+ * multi-row INSERT (OUTBOX_SQL_INSERT_BEFORE + n rows); when that fails on a duplicate key or
+ * a check, the numbers are given back. *res gets the INSERT's result. Errors as
  * txo_outbox_append_many().
  */
 static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, size_t n,
                          struct txo_exec_result *res, struct txo_error *err)
 {
     size_t *lens = txo_calloc(n, sizeof(*lens));
+    struct numbers *nums = txo_calloc(n, sizeof(*nums));
     struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
     char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
     int rc = 0;
-    if (lens == NULL || params == NULL || tps == NULL) {
+    if (lens == NULL || nums == NULL || params == NULL || tps == NULL) {
         rc = txo_error_set(err, TXO_ENOMEM, "outbox append of %zu events", n);
         goto out;
     }
@@ -128,10 +199,25 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
         rc = check_event(&evs[i], &lens[i], err);
     if (rc < 0)
         goto out;
+    rc = take_numbers(tx, evs, n, nums, err);
+    if (rc < 0)
+        goto failed;
     for (size_t i = 0; i < n; i++)
-        row_params(&evs[i], lens[i], tps[i], &params[ROW_PARAMS * i]);
+        row_params(&evs[i], lens[i], &nums[i], tps[i], &params[ROW_PARAMS * i]);
     rc = txo_tx_exec_rows(tx, OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW, "", params,
                           ROW_PARAMS, res, err);
+    if (rc == TXO_EDUPLICATE || rc == TXO_ECONSTRAINT) {
+        /* The server undid the statement alone and the transaction goes on. (Other failures,
+         * a deadlock say, end it or leave it to be rolled back, the counters with it.) */
+        struct txo_error back;
+        txo_error_init(&back);
+        if (give_numbers_back(tx, evs, n, nums, &back) < 0) {
+            char first[TXO_ERROR_MSG_MAX];
+            snprintf(first, sizeof(first), "%s", err != NULL ? err->msg : "insert failed");
+            rc = txo_error_set(err, TXO_EDB, "%s; %s", first, back.msg);
+        }
+    }
+failed:
     if (rc < 0 && n == 1)
         txo_error_wrap(err, "outbox append %s (%s %s:%s)", evs[0].idempotency_key,
                        evs[0].event_type, evs[0].aggregate_type, evs[0].aggregate_id);
@@ -139,6 +225,7 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
         txo_error_wrap(err, "outbox append of %zu events (first %s)", n, evs[0].idempotency_key);
 out:
     txo_free(lens);
+    txo_free(nums);
     txo_free(params);
     txo_free(tps);
     return rc;
@@ -153,8 +240,8 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     int rc = insert_events(tx, ev, 1, &res, err);
     bool was_inserted = rc == 0 && res.affected_rows == 1;
     if (rc == TXO_EDUPLICATE && (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0) {
-        /* The failed statement is undone, the aggregate's counter included; the transaction
-         * goes on. */
+        /* The failed statement is undone and the aggregate's number given back; the
+         * transaction goes on. */
         txo_error_init(err);
         rc = 0;
     }

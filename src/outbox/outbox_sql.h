@@ -1,8 +1,8 @@
 /*
  * Every SQL statement of the outbox module (src/outbox/outbox.c), one named macro each.
  * Above each: the index it relies on, the rows it locks and the isolation it assumes.
- * The schema is sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql and
- * 0015_outbox_sequence.sql.
+ * The schema is sql/migrations/0001_outbox.sql, 0012_outbox_contract.sql,
+ * 0015_outbox_sequence.sql and 0027_outbox_numbered_by_writer.sql.
  */
 #ifndef TXO_OUTBOX_SQL_H
 #define TXO_OUTBOX_SQL_H
@@ -10,27 +10,68 @@
 #include "relay/relay_sql.h" /* RELAY_SQL__UNPARKED: which due events the relay may claim */
 
 /*
- * Appends n events in one statement (txo_outbox_append and _many, which is n = 1): BEFORE +
- * n x ROW (txo_sql_values_rows). Params per row: aggregate_type, aggregate_id, event_type,
- * payload, idempotency_key, traceparent, tracestate (NULL: none); the other columns keep their
- * defaults (PENDING, next_attempt_at now, attempts 0). Inside the caller's transaction (any
- * isolation).
+ * An append numbers its events itself, in two statements inside the caller's transaction (any
+ * isolation): first the counters, then the events with their numbers. The trigger
+ * outbox_events_sequence (sql/migrations/0027_outbox_numbered_by_writer.sql) numbers the rows
+ * other applications insert the same way, one row at a time, and leaves a row alone when its
+ * INSERT gives prev_sequence. These statements are the two halves of what it does per row, for
+ * a whole batch: it costs the server about 130 us an event, they about 50 (docs/benchmarks.md).
+ *
+ * The counters: BEFORE + n x ROW + AFTER, one row per event in the append's order, each the
+ * trigger's upsert: the aggregate's counter row is inserted (sequence 1) or moved on by one.
+ * Rows of one aggregate (as the columns' collation compares them) each see the one before, so
+ * its events are numbered in the order of the append. The assignments run left to right:
+ * prev_kept reads the old last_kept (what the event follows: the last sequence, or less after
+ * a dlq skip), last_kept the new last_sequence. last_due moves to at least a microsecond past
+ * the aggregate's last due time, so each aggregate's due times grow strictly and the relay's
+ * claim order, (next_attempt_at, id), is sequence order even when ids are not.
+ * Params per row: aggregate_type, aggregate_id. Columns, one row per row of the statement, in
+ * its order: the event's sequence, its prev_sequence and its due time in microseconds since
+ * 1970-01-01 (calendar arithmetic, no time zone).
+ * Index: PRIMARY of outbox_aggregates. Locks: each aggregate's row, exclusively, until the
+ * caller's transaction ends: a second transaction appending to one of them waits for this one
+ * to commit or roll back, so sequence order is commit order.
+ */
+#define OUTBOX_SQL_NUMBER_BEFORE                                                                   \
+    "INSERT INTO outbox_aggregates (aggregate_type, aggregate_id, last_sequence, last_kept, "      \
+    "prev_kept, last_due) VALUES "
+#define OUTBOX_SQL_NUMBER_ROW "(?, ?, 1, 1, 0, NOW(6))"
+#define OUTBOX_SQL_NUMBER_AFTER                                                                    \
+    " ON DUPLICATE KEY UPDATE prev_kept = last_kept, last_sequence = last_sequence + 1, "          \
+    "last_kept = last_sequence, "                                                                  \
+    "last_due = GREATEST(VALUES(last_due), last_due + INTERVAL 1 MICROSECOND) "                    \
+    "RETURNING last_sequence, prev_kept, "                                                         \
+    "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', last_due)"
+
+/*
+ * The events: BEFORE + n x ROW, one statement (txo_sql_values_rows). Params per row:
+ * aggregate_type, aggregate_id, event_type, payload, idempotency_key, traceparent, tracestate
+ * (NULL: none), sequence, prev_sequence, and the due time in microseconds since 1970-01-01.
+ * The other columns keep their defaults (PENDING, attempts 0).
  * Index: uq_outbox_idempotency_key: a duplicate key is 1062 (-> TXO_EDUPLICATE) and fails the
- * whole statement, which is undone while the transaction goes on; that is how
- * TXO_OUTBOX_IGNORE_DUPLICATE ignores it (an INSERT ... ON DUPLICATE KEY UPDATE would run the
- * sequence trigger first and could use up a number for nothing when another transaction
- * appends the same key at the same moment).
- * The trigger outbox_events_sequence (sql/migrations/0015_outbox_sequence.sql) gives each row
- * its sequence and prev_sequence from outbox_aggregates.
- * Locks: the new rows (and insert-intention/gap locks on the unique index); each aggregate's
- * row of outbox_aggregates, exclusively, until the caller's transaction ends (so appends to
- * one aggregate commit one after the other, in sequence order); on a duplicate, the existing
- * index record (shared).
+ * whole statement, which is undone while the transaction goes on; the counters are then given
+ * back (OUTBOX_SQL_UNNUMBER), and that is how TXO_OUTBOX_IGNORE_DUPLICATE ignores it without a
+ * gap in the numbers.
+ * Locks: the new rows (and insert-intention/gap locks on the unique index); on a duplicate,
+ * the existing index record (shared).
  */
 #define OUTBOX_SQL_INSERT_BEFORE                                                                   \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
-    "idempotency_key, traceparent, tracestate) VALUES "
-#define OUTBOX_SQL_INSERT_ROW "(?, ?, ?, ?, ?, ?, ?)"
+    "idempotency_key, traceparent, tracestate, sequence, prev_sequence, next_attempt_at) VALUES "
+#define OUTBOX_SQL_INSERT_ROW                                                                      \
+    "(?, ?, ?, ?, ?, ?, ?, ?, ?, TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND)"
+
+/*
+ * Gives an event's number back when the events' INSERT failed: its aggregate's counter as it
+ * was before the event's upsert (run for the events in reverse order, that is the counter
+ * before the append), but for last_due, a few microseconds later, which moves the next
+ * event's due time as far. Its row is still this transaction's (locked by
+ * OUTBOX_SQL_NUMBER_*), so nothing was numbered in between. Index: PRIMARY of
+ * outbox_aggregates. Params: sequence - 1, prev_sequence, aggregate_type, aggregate_id.
+ */
+#define OUTBOX_SQL_UNNUMBER                                                                        \
+    "UPDATE outbox_aggregates SET last_sequence = ?, last_kept = ? "                               \
+    "WHERE aggregate_type = ? AND aggregate_id = ?"
 
 /*
  * Row counts by status. Index: idx_outbox_due (status, next_attempt_at), scanned as a covering

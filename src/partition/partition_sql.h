@@ -215,7 +215,8 @@
  * The per-aggregate numbering of an append, as in sql/migrations/0015_outbox_sequence.sql
  * (read it for the why): takes the aggregate's counter row and gives the event its sequence,
  * prev_sequence and due time. A body fragment of the BEFORE INSERT triggers below, which
- * declare `given`.
+ * declare `given`, and run it only for a row that does not give prev_sequence: one whose
+ * writer numbered it (libtxo's append, 0027_outbox_numbered_by_writer.sql) is left alone.
  */
 #define PARTITION__SEQUENCE_ASSIGN                                                                 \
     "INSERT INTO outbox_aggregates "                                                               \
@@ -234,11 +235,12 @@
  * DDL: the triggers of the partitioned layout on the new table.
  * outbox_events_sequence_p: an append (no id given) whose key is in outbox_keys takes the
  * existing event's id, so the INSERT fails on the primary key (1062; INSERT IGNORE skips it, ON
- * DUPLICATE KEY UPDATE updates that row); any other append is numbered. A row given an id is
- * a copy and keeps its numbers. Index: outbox_keys PRIMARY (one dive; a consistent read: a key
- * another transaction is inserting now is caught by outbox_events_key_p instead).
- * outbox_events_key_p: records the key; a duplicate is 1062 on outbox_keys. Locks: the new key.
- * outbox_events_unkey_p: a deleted event's key goes with it. Index: outbox_keys PRIMARY.
+ * DUPLICATE KEY UPDATE updates that row); any other append is numbered unless it gives
+ * prev_sequence. A row given an id is a copy and keeps its numbers. Index: outbox_keys PRIMARY (one
+ * dive; a consistent read: a key another transaction is inserting now is caught by
+ * outbox_events_key_p instead). outbox_events_key_p: records the key; a duplicate is 1062 on
+ * outbox_keys. Locks: the new key. outbox_events_unkey_p: a deleted event's key goes with it.
+ * Index: outbox_keys PRIMARY.
  */
 #define PARTITION_DDL_TRIGGER_SEQUENCE_P                                                           \
     "CREATE TRIGGER outbox_events_sequence_p BEFORE INSERT ON outbox_events_txo_new "              \
@@ -248,7 +250,7 @@
     "SET existing = (SELECT event_id FROM outbox_keys "                                            \
     "WHERE idempotency_key = NEW.idempotency_key); "                                               \
     "IF existing IS NOT NULL THEN SET NEW.id = existing; "                                         \
-    "ELSE " PARTITION__SEQUENCE_ASSIGN "END IF; END IF; END"
+    "ELSEIF NEW.prev_sequence IS NULL THEN " PARTITION__SEQUENCE_ASSIGN "END IF; END IF; END"
 #define PARTITION_DDL_TRIGGER_KEY_P                                                                \
     "CREATE TRIGGER outbox_events_key_p AFTER INSERT ON outbox_events_txo_new FOR EACH ROW "       \
     "INSERT INTO outbox_keys (idempotency_key, event_id) VALUES (NEW.idempotency_key, NEW.id)"
@@ -265,7 +267,8 @@
 #define PARTITION_DDL_TRIGGER_SEQUENCE                                                             \
     "CREATE TRIGGER outbox_events_sequence BEFORE INSERT ON outbox_events_txo_new "                \
     "FOR EACH ROW BEGIN DECLARE given BIGINT UNSIGNED DEFAULT NEW.sequence; "                      \
-    "IF NEW.id IS NULL OR NEW.id = 0 THEN IF NOT EXISTS (SELECT 1 FROM outbox_events "             \
+    "IF (NEW.id IS NULL OR NEW.id = 0) AND NEW.prev_sequence IS NULL THEN "                        \
+    "IF NOT EXISTS (SELECT 1 FROM outbox_events "                                                  \
     "WHERE idempotency_key = NEW.idempotency_key) THEN " PARTITION__SEQUENCE_ASSIGN                \
     "END IF; END IF; END"
 

@@ -337,6 +337,81 @@ static void test_append_many_duplicate_and_invalid(void **state)
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 4);
 }
 
+/* An aggregate's events as "key=sequence/prev_sequence ...", by sequence. */
+static char *numbers_of(struct testdb *t, const char *aggregate_id)
+{
+    struct txo_param p = txo_p_str(aggregate_id);
+    return testdb_str(t->db,
+                      "SELECT GROUP_CONCAT(CONCAT(idempotency_key, '=', sequence, '/', "
+                      "prev_sequence) ORDER BY sequence SEPARATOR ' ') FROM outbox_events "
+                      "WHERE aggregate_type = 'order' AND aggregate_id = ?",
+                      &p, 1);
+}
+
+static void assert_numbers(struct testdb *t, const char *aggregate_id, const char *want)
+{
+    char *got = numbers_of(t, aggregate_id);
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    txo_free(got);
+}
+
+/*
+ * An append numbers its events per aggregate in the order it lists them, 1, 2, 3, ... each
+ * following the one before, and carries on the counter the trigger keeps for an
+ * application's own INSERTs (and the trigger carries on its numbers). Aggregates are compared
+ * as the database compares them ('ORDER' is 'order'). Due times grow with the sequence. An
+ * ignored duplicate gives its number back: the next event follows the last one written.
+ */
+static void test_append_numbers_per_aggregate(void **state)
+{
+    struct testdb *t = *state;
+    make_biz_table(t);
+    struct txo_error err;
+    const char *plain = "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, "
+                        "payload, idempotency_key) VALUES ('order', 'A', 'E', '{}', ?)";
+    struct txo_param key = txo_p_str("plain:1");
+    assert_int_equal(txo_db_exec(t->db, plain, &key, 1, NULL, &err), 0);
+
+    const char *ids[] = {"A", "B", "A", "A", "B", "A"};
+    char keys[6][16];
+    struct txo_outbox_event evs[6];
+    for (size_t i = 0; i < 6; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "many:%zu", i);
+        evs[i] = event(keys[i], "{}").ev;
+        evs[i].aggregate_id = ids[i];
+    }
+    evs[3].aggregate_type = "ORDER";
+    struct many_tx m = {.evs = evs, .n = 6};
+    assert_int_equal(append_many(t, &m, &err), 0);
+    key = txo_p_str("plain:2");
+    assert_int_equal(txo_db_exec(t->db, plain, &key, 1, NULL, &err), 0);
+
+    assert_numbers(t, "B", "many:1=1/0 many:4=2/1");
+    /* many:3 ('ORDER') takes its place between many:2 and many:5. */
+    assert_numbers(t, "A", "plain:1=1/0 many:0=2/1 many:2=3/2 many:3=4/3 many:5=5/4 plain:2=6/5");
+    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events a JOIN outbox_events b ON "
+                                         "a.aggregate_id = b.aggregate_id AND a.sequence < "
+                                         "b.sequence AND a.next_attempt_at >= b.next_attempt_at"),
+                     0);
+
+    /* A duplicate ignored in a transaction that commits: no gap after it. */
+    struct append_tx dup = event("many:0", "{}");
+    dup.ev.aggregate_id = "A";
+    dup.flags = TXO_OUTBOX_IGNORE_DUPLICATE;
+    assert_int_equal(append(t, &dup, &err), 0);
+    assert_false(dup.inserted);
+    struct append_tx next = event("after:1", "{}");
+    next.ev.aggregate_id = "A";
+    assert_int_equal(append(t, &next, &err), 0);
+    assert_numbers(t, "A",
+                   "plain:1=1/0 many:0=2/1 many:2=3/2 many:3=4/3 many:5=5/4 "
+                   "plain:2=6/5 after:1=7/6");
+    assert_int_equal(testdb_q(t->db, "SELECT last_sequence * 10 + last_kept FROM "
+                                     "outbox_aggregates WHERE aggregate_id = 'A'"),
+                     77);
+}
+
 static void test_stats(void **state)
 {
     struct testdb *t = *state;
@@ -406,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_invalid_payload_and_fields),
         cmocka_unit_test(test_append_many_equals_single_appends),
         cmocka_unit_test(test_append_many_duplicate_and_invalid),
+        cmocka_unit_test(test_append_numbers_per_aggregate),
         cmocka_unit_test(test_stats),
     };
     return testdb_run_each(tests, TXO_ARRAY_LEN(tests), "outbox", 0, NULL);
