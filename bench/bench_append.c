@@ -1,22 +1,27 @@
 /*
- * txo_bench append: what numbering events costs an application's transaction. Every INSERT
- * into outbox_events runs the trigger outbox_events_sequence (sql/migrations/
- * 0015_outbox_sequence.sql): an upsert of the aggregate's counter row in outbox_aggregates and
- * one read of it. This bench appends the same events with the trigger and with it dropped, in
- * the same run, configurations interleaved, and prints both rates.
+ * txo_bench append: what numbering events costs an application's transaction. Every event is
+ * numbered in its aggregate from its counter row in outbox_aggregates, locked to the end of
+ * the appending transaction. This bench appends the same events three ways, in the same run,
+ * interleaved, and prints the rates:
+ *   libtxo     txo_outbox_append / _many: one upsert of the counters with RETURNING for the
+ *              whole call, then the events' INSERT with their numbers;
+ *   trigger    the same rows as an application's plain INSERT of the contract's columns: the
+ *              trigger outbox_events_sequence numbers each row (a probe of the idempotency key
+ *              and the counter's upsert, two statements of its own per row);
+ *   none       that plain INSERT with the trigger dropped: no numbers at all, the floor.
  *
- * Shapes, APPEND_THREADS threads with a connection each, one transaction per append call
- * (txo_outbox_append or, for batches, txo_outbox_append_many), READ COMMITTED:
+ * Shapes, APPEND_THREADS threads with a connection each, one transaction per append call,
+ * READ COMMITTED:
  *   new        every event to an aggregate never seen (an order's OrderCreated): the counter
  *              row is inserted;
  *   existing   events to 1,000 aggregates appended to before (an order's later events): the
  *              counter row is updated;
- *   batch x10  10 events of one existing aggregate per transaction (append_many).
- * Without the trigger the rows get no sequence; the relay and consumers then see none.
+ *   batch x10  10 events of one existing aggregate per transaction (append_many, or one
+ *              10-row INSERT).
  *
  * The trigger is dropped and re-created from its own definition as the server reports it
  * (information_schema.TRIGGERS), so the bench measures exactly what was migrated. Afterwards
- * (or the bench fails): every event of a run is in the table, and with the trigger every
+ * (or the bench fails): every event of a run is in the table, and but for `none` every
  * aggregate's sequences are 1..n without a gap.
  */
 #include <pthread.h>
@@ -45,6 +50,14 @@
     "COUNT(DISTINCT sequence) <> COUNT(*)) h"
 
 enum shape { SHAPE_NEW, SHAPE_EXISTING, SHAPE_BATCH, SHAPE_N };
+enum how { HOW_LIBTXO, HOW_TRIGGER, HOW_NONE, HOW_N };
+static const char *const how_names[HOW_N] = {"libtxo ev/s", "trigger ev/s", "none ev/s"};
+
+/* An application's own INSERT of the contract's columns, per row. */
+#define BENCH_SQL_PLAIN_BEFORE                                                                     \
+    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
+    "idempotency_key) VALUES "
+#define BENCH_SQL_PLAIN_ROW "(?, ?, ?, ?, ?)"
 static const char *const shape_names[SHAPE_N] = {
     "new aggregate per event", "1,000 existing aggregates", "batch x10, one aggregate"};
 
@@ -52,6 +65,7 @@ struct appender {
     const struct bench_env *env;
     pthread_barrier_t *start;
     enum shape shape;
+    enum how how;
     unsigned thread;
     size_t events; /* this thread's share */
     unsigned run;
@@ -83,9 +97,20 @@ static int append_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
                                           .payload_json = "{\"amount\":1}",
                                           .idempotency_key = keys[k]};
     }
-    if (t->n == 1)
+    if (t->a->how == HOW_LIBTXO && t->n == 1)
         return txo_outbox_append(tx, &ev[0], 0, NULL, NULL, err);
-    return txo_outbox_append_many(tx, ev, t->n, err);
+    if (t->a->how == HOW_LIBTXO)
+        return txo_outbox_append_many(tx, ev, t->n, err);
+    struct txo_param p[5 * BATCH_EVENTS];
+    for (size_t k = 0; k < t->n; k++) {
+        p[5 * k] = txo_p_str(ev[k].aggregate_type);
+        p[5 * k + 1] = txo_p_str(ev[k].aggregate_id);
+        p[5 * k + 2] = txo_p_str(ev[k].event_type);
+        p[5 * k + 3] = txo_p_str(ev[k].payload_json);
+        p[5 * k + 4] = txo_p_str(ev[k].idempotency_key);
+    }
+    return txo_tx_exec_rows(tx, BENCH_SQL_PLAIN_BEFORE, t->n, BENCH_SQL_PLAIN_ROW, "", p, 5, NULL,
+                            err);
 }
 
 static void *appender_main(void *arg)
@@ -120,7 +145,7 @@ static int warm_existing(const struct bench_env *env)
 }
 
 /* One timed run of shape; events/s into *rate. */
-static int run_shape(const struct bench_env *env, enum shape shape, unsigned run, bool trigger,
+static int run_shape(const struct bench_env *env, enum shape shape, enum how how, unsigned run,
                      double *rate)
 {
     int rc = bench_exec_raw(env->db, "TRUNCATE TABLE outbox_events");
@@ -141,6 +166,7 @@ static int run_shape(const struct bench_env *env, enum shape shape, unsigned run
         a[t] = (struct appender){.env = env,
                                  .start = &start,
                                  .shape = shape,
+                                 .how = how,
                                  .thread = t,
                                  .events = APPEND_EVENTS / APPEND_THREADS,
                                  .run = run};
@@ -159,7 +185,7 @@ static int run_shape(const struct bench_env *env, enum shape shape, unsigned run
         return rc;
     int64_t after = 0, holes = 0;
     rc = bench_query_i64(env->db, BENCH_SQL_EVENTS, NULL, 0, &after);
-    if (rc == 0 && trigger)
+    if (rc == 0 && how != HOW_NONE)
         rc = bench_query_i64(env->db, BENCH_SQL_SEQUENCE_HOLES, NULL, 0, &holes);
     if (rc < 0)
         return rc;
@@ -216,32 +242,40 @@ int bench_append(struct bench_env *env, const struct bench_cfg *cfg)
     snprintf(create, len, "%s%s", BENCH_SQL_TRIGGER_HEAD, body);
     txo_rows_free(rows);
 
-    printf("\n## Appending events: the sequence trigger's cost (%d threads, %d events per run, "
+    printf("\n## Appending events: what numbering costs (%d threads, %d events per run, "
            "median of %u)\n\n",
            APPEND_THREADS, APPEND_EVENTS, cfg->runs);
-    printf("%-28s %16s %16s %8s\n", "shape", "trigger ev/s", "no trigger ev/s", "ratio");
+    printf("%-28s %14s %14s %14s %8s %8s\n", "shape", how_names[HOW_LIBTXO], how_names[HOW_TRIGGER],
+           how_names[HOW_NONE], "libtxo", "trigger");
     int rc = 0;
     int64_t agg_rows = 0, agg_bytes = 0;
-    double *with = txo_calloc(cfg->runs, sizeof(double));
-    double *without = txo_calloc(cfg->runs, sizeof(double));
-    if (with == NULL || without == NULL)
+    double *rates = txo_calloc((size_t)HOW_N * cfg->runs, sizeof(double));
+    if (rates == NULL)
         rc = TXO_ENOMEM;
     for (int s = 0; rc == 0 && s < SHAPE_N; s++) {
         for (unsigned r = 0; rc == 0 && r < cfg->runs; r++) {
-            rc = run_shape(env, (enum shape)s, 2 * r, true, &with[r]);
-            if (rc == 0 && s == SHAPE_NEW && r == 0)
-                rc = counter_size(env, &agg_rows, &agg_bytes);
-            if (rc == 0)
-                rc = bench_exec_raw(env->db, BENCH_SQL_TRIGGER_DROP);
-            if (rc == 0)
-                rc = run_shape(env, (enum shape)s, 2 * r + 1, false, &without[r]);
-            int again = bench_exec_raw(env->db, create); /* always put it back */
-            if (rc == 0)
-                rc = again;
+            for (int h = 0; rc == 0 && h < HOW_N; h++) {
+                if (h == HOW_NONE)
+                    rc = bench_exec_raw(env->db, BENCH_SQL_TRIGGER_DROP);
+                if (rc == 0)
+                    rc = run_shape(env, (enum shape)s, (enum how)h, HOW_N * r + (unsigned)h,
+                                   &rates[h * cfg->runs + r]);
+                if (h == HOW_NONE) {
+                    int again = bench_exec_raw(env->db, create); /* always put it back */
+                    if (rc == 0)
+                        rc = again;
+                }
+                if (rc == 0 && s == SHAPE_NEW && r == 0 && h == HOW_LIBTXO)
+                    rc = counter_size(env, &agg_rows, &agg_bytes);
+            }
         }
         if (rc == 0) {
-            double w = bench_median(with, cfg->runs), wo = bench_median(without, cfg->runs);
-            printf("%-28s %16.0f %16.0f %7.0f%%\n", shape_names[s], w, wo, 100.0 * w / wo);
+            double m[HOW_N];
+            for (int h = 0; h < HOW_N; h++)
+                m[h] = bench_median(&rates[h * cfg->runs], cfg->runs);
+            printf("%-28s %14.0f %14.0f %14.0f %7.0f%% %7.0f%%\n", shape_names[s], m[HOW_LIBTXO],
+                   m[HOW_TRIGGER], m[HOW_NONE], 100.0 * m[HOW_LIBTXO] / m[HOW_NONE],
+                   100.0 * m[HOW_TRIGGER] / m[HOW_NONE]);
             fflush(stdout);
         }
     }
@@ -249,8 +283,7 @@ int bench_append(struct bench_env *env, const struct bench_cfg *cfg)
         printf("\noutbox_aggregates: one row per aggregate, %lld bytes of data pages per row "
                "(%lld rows after a run of the first shape)\n",
                (long long)(agg_bytes / agg_rows), (long long)agg_rows);
-    txo_free(with);
-    txo_free(without);
+    txo_free(rates);
     txo_free(create);
     return rc;
 }

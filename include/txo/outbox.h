@@ -82,9 +82,9 @@ enum txo_outbox_append_flags {
  * *inserted (may be NULL) tells whether a row was written. *id (may be NULL) receives the new
  * row id (0 when a duplicate was ignored).
  *
- * The database numbers the event in its aggregate (outbox_events.sequence, 1, 2, 3, ...; a
- * trigger, so rows other applications insert are numbered too) and keeps the aggregate's
- * counter row locked until tx ends: another transaction appending to the same aggregate waits
+ * The event is numbered in its aggregate (outbox_events.sequence, 1, 2, 3, ...) from the
+ * aggregate's counter row in outbox_aggregates (the counter a trigger keeps for the rows other
+ * applications insert), which stays locked until tx ends: another transaction appending to the same aggregate waits
  * for this one to commit or roll back, which makes sequence order, and so publish order,
  * commit order. Keep transactions that append short, and append to several aggregates in one
  * order (a lock order, as for any rows) to avoid deadlocks, which txo_db_transact() retries.

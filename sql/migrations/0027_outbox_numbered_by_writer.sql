@@ -1,7 +1,7 @@
 -- A writer may number its events itself (docs/outbox-contract.md, "Ordering"): an INSERT that
 -- gives prev_sequence, with sequence, is left alone by the numbering trigger.
 --
--- libtxo's append does so: it takes the counters of a batch's aggregates from
+-- libtxo's append of several events does so: it takes their counters from
 -- outbox_aggregates in one upsert (locked until its transaction ends, as the trigger locks
 -- them) and inserts the events with their numbers and due times. The trigger did the same for
 -- one row at a time, as two statements of its own per event (the probe of the idempotency key

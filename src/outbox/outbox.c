@@ -90,8 +90,9 @@ static int check_event(const struct txo_outbox_event *ev, size_t *payload_len,
     return txo__json_check_payload(ev->payload_json, *payload_len, true, "outbox event", key, err);
 }
 
-/* The columns of an event per row (OUTBOX_SQL_INSERT_ROW). */
-#define ROW_PARAMS 10
+/* The columns of an event per row (OUTBOX_SQL_INSERT_ROW; the NUMBERED form has 3 more). */
+#define ROW_PARAMS      7
+#define NUMBERED_PARAMS 10
 /* The columns of an event's counter row (OUTBOX_SQL_NUMBER_ROW). */
 #define NUMBER_PARAMS 2
 
@@ -160,8 +161,9 @@ static int give_numbers_back(struct txo_tx *tx, const struct txo_outbox_event *e
 }
 
 /*
- * The params of ev's row into p[0..ROW_PARAMS), with its numbers; its traceparent is written
- * into tp (room for TXO_TRACEPARENT_LEN + 1), which must outlive the statement.
+ * The params of ev's row into p[0..ROW_PARAMS), and with num its numbers after them (to
+ * NUMBERED_PARAMS); its traceparent is written into tp (room for TXO_TRACEPARENT_LEN + 1),
+ * which must outlive the statement.
  */
 static void row_params(const struct txo_outbox_event *ev, size_t payload_len,
                        const struct numbers *num, char *tp, struct txo_param *p)
@@ -172,23 +174,28 @@ static void row_params(const struct txo_outbox_event *ev, size_t payload_len,
     p[3] = txo_p_strn(ev->payload_json, payload_len);
     p[4] = txo_p_str(ev->idempotency_key);
     txo__trace_params(ev->trace, tp, &p[5]);
+    if (num == NULL)
+        return;
     p[7] = txo_p_i64(num->sequence);
     p[8] = txo_p_i64(num->prev_sequence);
     p[9] = txo_p_i64(num->due_us);
 }
 
 /*
- * The one way events are appended: evs[0..n) checked, numbered (take_numbers), then one
- * multi-row INSERT (OUTBOX_SQL_INSERT_BEFORE + n rows); when that fails on a duplicate key or
- * a check, the numbers are given back. *res gets the INSERT's result. Errors as
- * txo_outbox_append_many().
+ * The one way events are appended: evs[0..n) checked, then one multi-row INSERT. Several
+ * events are numbered first (take_numbers) and inserted with their numbers, which are given
+ * back when the INSERT fails on a duplicate key or a check; one event is numbered by the
+ * trigger inside its INSERT, one round trip instead of two (outbox_sql.h). *res gets the
+ * INSERT's result. Errors as txo_outbox_append_many().
  */
 static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, size_t n,
                          struct txo_exec_result *res, struct txo_error *err)
 {
+    bool numbered = n > 1;
+    size_t per_row = numbered ? NUMBERED_PARAMS : ROW_PARAMS;
     size_t *lens = txo_calloc(n, sizeof(*lens));
     struct numbers *nums = txo_calloc(n, sizeof(*nums));
-    struct txo_param *params = txo_calloc(ROW_PARAMS * n, sizeof(*params));
+    struct txo_param *params = txo_calloc(per_row * n, sizeof(*params));
     char(*tps)[TXO_TRACEPARENT_LEN + 1] = txo_calloc(n, sizeof(*tps));
     int rc = 0;
     if (lens == NULL || nums == NULL || params == NULL || tps == NULL) {
@@ -199,14 +206,15 @@ static int insert_events(struct txo_tx *tx, const struct txo_outbox_event *evs, 
         rc = check_event(&evs[i], &lens[i], err);
     if (rc < 0)
         goto out;
-    rc = take_numbers(tx, evs, n, nums, err);
-    if (rc < 0)
+    if (numbered && (rc = take_numbers(tx, evs, n, nums, err)) < 0)
         goto failed;
     for (size_t i = 0; i < n; i++)
-        row_params(&evs[i], lens[i], &nums[i], tps[i], &params[ROW_PARAMS * i]);
-    rc = txo_tx_exec_rows(tx, OUTBOX_SQL_INSERT_BEFORE, n, OUTBOX_SQL_INSERT_ROW, "", params,
-                          ROW_PARAMS, res, err);
-    if (rc == TXO_EDUPLICATE || rc == TXO_ECONSTRAINT) {
+        row_params(&evs[i], lens[i], numbered ? &nums[i] : NULL, tps[i], &params[per_row * i]);
+    rc = txo_tx_exec_rows(tx,
+                          numbered ? OUTBOX_SQL_INSERT_NUMBERED_BEFORE : OUTBOX_SQL_INSERT_BEFORE,
+                          n, numbered ? OUTBOX_SQL_INSERT_NUMBERED_ROW : OUTBOX_SQL_INSERT_ROW, "",
+                          params, per_row, res, err);
+    if (numbered && (rc == TXO_EDUPLICATE || rc == TXO_ECONSTRAINT)) {
         /* The server undid the statement alone and the transaction goes on. (Other failures,
          * a deadlock say, end it or leave it to be rolled back, the counters with it.) */
         struct txo_error back;

@@ -10,12 +10,14 @@
 #include "relay/relay_sql.h" /* RELAY_SQL__UNPARKED: which due events the relay may claim */
 
 /*
- * An append numbers its events itself, in two statements inside the caller's transaction (any
- * isolation): first the counters, then the events with their numbers. The trigger
- * outbox_events_sequence (sql/migrations/0027_outbox_numbered_by_writer.sql) numbers the rows
- * other applications insert the same way, one row at a time, and leaves a row alone when its
- * INSERT gives prev_sequence. These statements are the two halves of what it does per row, for
- * a whole batch: it costs the server about 130 us an event, they about 50 (docs/benchmarks.md).
+ * An append of several events numbers them itself, in two statements inside the caller's
+ * transaction (any isolation): first the counters, then the events with their numbers. The
+ * trigger outbox_events_sequence (sql/migrations/0027_outbox_numbered_by_writer.sql) numbers
+ * the rows of an INSERT that leaves prev_sequence out the same way, one row at a time, with two
+ * statements of its own per row: about 130 us of server CPU an event, against about 50 for
+ * these two statements over a batch (docs/benchmarks.md). For one event the trigger is the
+ * cheaper way (one round trip instead of two), so an append of one event leaves its numbers
+ * to it (OUTBOX_SQL_INSERT_*); the numbers come out the same either way.
  *
  * The counters: BEFORE + n x ROW + AFTER, one row per event in the append's order, each the
  * trigger's upsert: the aggregate's counter row is inserted (sequence 1) or moved on by one.
@@ -46,19 +48,26 @@
 /*
  * The events: BEFORE + n x ROW, one statement (txo_sql_values_rows). Params per row:
  * aggregate_type, aggregate_id, event_type, payload, idempotency_key, traceparent, tracestate
- * (NULL: none), sequence, prev_sequence, and the due time in microseconds since 1970-01-01.
- * The other columns keep their defaults (PENDING, attempts 0).
+ * (NULL: none); in the NUMBERED form also sequence, prev_sequence, and the due time in
+ * microseconds since 1970-01-01 (OUTBOX_SQL_NUMBER_*), while the plain form, for one event,
+ * has the trigger number it. The other columns keep their defaults (PENDING, attempts 0, and
+ * in the plain form next_attempt_at now).
  * Index: uq_outbox_idempotency_key: a duplicate key is 1062 (-> TXO_EDUPLICATE) and fails the
- * whole statement, which is undone while the transaction goes on; the counters are then given
- * back (OUTBOX_SQL_UNNUMBER), and that is how TXO_OUTBOX_IGNORE_DUPLICATE ignores it without a
- * gap in the numbers.
- * Locks: the new rows (and insert-intention/gap locks on the unique index); on a duplicate,
- * the existing index record (shared).
+ * whole statement, which is undone while the transaction goes on: the trigger's numbering with
+ * it, or, in the NUMBERED form, the numbers are given back (OUTBOX_SQL_UNNUMBER). That is how
+ * TXO_OUTBOX_IGNORE_DUPLICATE ignores it without a gap in the numbers.
+ * Locks: the new rows (and insert-intention/gap locks on the unique index); in the plain form
+ * the aggregate's counter row, as OUTBOX_SQL_NUMBER_*; on a duplicate, the existing index
+ * record (shared).
  */
 #define OUTBOX_SQL_INSERT_BEFORE                                                                   \
     "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
+    "idempotency_key, traceparent, tracestate) VALUES "
+#define OUTBOX_SQL_INSERT_ROW "(?, ?, ?, ?, ?, ?, ?)"
+#define OUTBOX_SQL_INSERT_NUMBERED_BEFORE                                                          \
+    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
     "idempotency_key, traceparent, tracestate, sequence, prev_sequence, next_attempt_at) VALUES "
-#define OUTBOX_SQL_INSERT_ROW                                                                      \
+#define OUTBOX_SQL_INSERT_NUMBERED_ROW                                                             \
     "(?, ?, ?, ?, ?, ?, ?, ?, ?, TIMESTAMP'1970-01-01 00:00:00' + INTERVAL ? MICROSECOND)"
 
 /*

@@ -211,8 +211,9 @@ static int append_many(struct testdb *t, struct many_tx *m, struct txo_error *er
     return txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, many_fn, m, err);
 }
 
-/* Every column but id, idempotency_key and the timestamps (those compared with NOW(6)) of the
- * events whose key starts with prefix, in id order. */
+/* Every column but id, idempotency_key and the timestamps (those compared with NOW(6), and
+ * the due time in whole seconds after creation: 0, due at once) of the events whose key starts
+ * with prefix, in id order. */
 static char *rows_like(struct testdb *t, const char *prefix)
 {
     struct txo_param p = txo_p_str(prefix);
@@ -222,7 +223,7 @@ static char *rows_like(struct testdb *t, const char *prefix)
                       " IFNULL(locked_until, 'n'), IFNULL(last_error, 'n'),"
                       " IFNULL(published_at, 'n'),"
                       " next_attempt_at <= NOW(6),"
-                      " created_at <= NOW(6), next_attempt_at >= created_at,"
+                      " created_at <= NOW(6), TIMESTAMPDIFF(SECOND, created_at, next_attempt_at),"
                       " SUBSTRING(idempotency_key, LENGTH(?) + 1)) ORDER BY id SEPARATOR '\\n')"
                       " FROM outbox_events WHERE LEFT(idempotency_key, LENGTH(?)) = ?",
                       (struct txo_param[]){p, p, p}, 3);
@@ -337,6 +338,21 @@ static void test_append_many_duplicate_and_invalid(void **state)
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"), 4);
 }
 
+/* One transaction: a batch that fails on a duplicate key, then the events after, committed. */
+struct past_dup_tx {
+    struct txo_outbox_event dup[2];
+    const struct txo_outbox_event *after; /* 2 */
+    int dup_rc;
+};
+
+static int past_dup_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct past_dup_tx *p = arg;
+    p->dup_rc = txo_outbox_append_many(tx, p->dup, 2, err);
+    txo_error_init(err);
+    return txo_outbox_append_many(tx, p->after, 2, err);
+}
+
 /* An aggregate's events as "key=sequence/prev_sequence ...", by sequence. */
 static char *numbers_of(struct testdb *t, const char *aggregate_id)
 {
@@ -395,21 +411,25 @@ static void test_append_numbers_per_aggregate(void **state)
                                          "b.sequence AND a.next_attempt_at >= b.next_attempt_at"),
                      0);
 
-    /* A duplicate ignored in a transaction that commits: no gap after it. */
+    /* Duplicates in a transaction that goes on and commits: no gap after them, for one event
+     * (numbered by the trigger) and for a batch (numbered by the append, then given back). */
     struct append_tx dup = event("many:0", "{}");
     dup.ev.aggregate_id = "A";
     dup.flags = TXO_OUTBOX_IGNORE_DUPLICATE;
     assert_int_equal(append(t, &dup, &err), 0);
     assert_false(dup.inserted);
-    struct append_tx next = event("after:1", "{}");
-    next.ev.aggregate_id = "A";
-    assert_int_equal(append(t, &next, &err), 0);
+    struct txo_outbox_event after[2] = {event("after:1", "{}").ev, event("after:2", "{}").ev};
+    after[0].aggregate_id = after[1].aggregate_id = "A";
+    struct past_dup_tx p = {.dup = {evs[0], evs[2]}, .after = after};
+    txo_error_init(&err);
+    assert_int_equal(txo_db_transact(t->db, TXO_ISO_READ_COMMITTED, past_dup_fn, &p, &err), 0);
+    assert_int_equal(p.dup_rc, TXO_EDUPLICATE);
     assert_numbers(t, "A",
                    "plain:1=1/0 many:0=2/1 many:2=3/2 many:3=4/3 many:5=5/4 "
-                   "plain:2=6/5 after:1=7/6");
+                   "plain:2=6/5 after:1=7/6 after:2=8/7");
     assert_int_equal(testdb_q(t->db, "SELECT last_sequence * 10 + last_kept FROM "
                                      "outbox_aggregates WHERE aggregate_id = 'A'"),
-                     77);
+                     88);
 }
 
 static void test_stats(void **state)
