@@ -17,38 +17,38 @@
 -- outbox_events, outbox_events_sequence_p on a partitioned one (txo partition enable), each
 -- with its body as before inside the new guard. It runs with the rights of the account that
 -- runs this migration (its DEFINER), as the one it replaces. Run again, it writes the same.
--- (The bodies hold semicolons, so each SET that carries one ends with // instead.)
+-- The numbering itself, common to both, is built once in @txo_number (the bodies hold
+-- semicolons, so each SET that carries one ends with // instead).
 
 DELIMITER //
+SET @txo_number = 'INSERT INTO outbox_aggregates
+            (aggregate_type, aggregate_id, last_sequence, last_kept, prev_kept, last_due)
+        VALUES (NEW.aggregate_type, NEW.aggregate_id, @txo_seq := COALESCE(given, 1),
+            COALESCE(given, 1), @txo_prev := 0, @txo_due := NEW.next_attempt_at)
+        ON DUPLICATE KEY UPDATE
+            prev_kept = @txo_prev := last_kept,
+            last_sequence = @txo_seq := GREATEST(last_sequence + 1, COALESCE(given, 0)),
+            last_kept = last_sequence,
+            last_due = @txo_due := GREATEST(VALUES(last_due), last_due + INTERVAL 1 MICROSECOND);
+    IF given IS NOT NULL AND given <> @txo_seq THEN
+        SIGNAL SQLSTATE ''45000'' SET MESSAGE_TEXT =
+            ''outbox_events.sequence must be greater than the aggregate''''s last sequence'';
+    END IF;
+    SET NEW.sequence = @txo_seq, NEW.prev_sequence = @txo_prev, NEW.next_attempt_at = @txo_due;'//
+
 SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.triggers
         WHERE trigger_schema = DATABASE() AND event_object_table = 'outbox_events'
         AND trigger_name = 'outbox_events_sequence') = 0,
     'DO 0',
-    'CREATE OR REPLACE TRIGGER outbox_events_sequence BEFORE INSERT ON outbox_events
+    CONCAT('CREATE OR REPLACE TRIGGER outbox_events_sequence BEFORE INSERT ON outbox_events
     FOR EACH ROW BEGIN
         DECLARE given BIGINT UNSIGNED DEFAULT NEW.sequence;
         IF NEW.prev_sequence IS NULL THEN
             IF NOT EXISTS (SELECT 1 FROM outbox_events
-                    WHERE idempotency_key = NEW.idempotency_key) THEN
-                INSERT INTO outbox_aggregates
-                        (aggregate_type, aggregate_id, last_sequence, last_kept, prev_kept, last_due)
-                    VALUES (NEW.aggregate_type, NEW.aggregate_id, @txo_seq := COALESCE(given, 1),
-                        COALESCE(given, 1), @txo_prev := 0, @txo_due := NEW.next_attempt_at)
-                    ON DUPLICATE KEY UPDATE
-                        prev_kept = @txo_prev := last_kept,
-                        last_sequence = @txo_seq := GREATEST(last_sequence + 1, COALESCE(given, 0)),
-                        last_kept = last_sequence,
-                        last_due = @txo_due :=
-                            GREATEST(VALUES(last_due), last_due + INTERVAL 1 MICROSECOND);
-                IF given IS NOT NULL AND given <> @txo_seq THEN
-                    SIGNAL SQLSTATE ''45000'' SET MESSAGE_TEXT =
-                        ''outbox_events.sequence must be greater than the aggregate''''s last sequence'';
-                END IF;
-                SET NEW.sequence = @txo_seq, NEW.prev_sequence = @txo_prev,
-                    NEW.next_attempt_at = @txo_due;
+                    WHERE idempotency_key = NEW.idempotency_key) THEN ', @txo_number, '
             END IF;
         END IF;
-    END')//
+    END'))//
 DELIMITER ;
 PREPARE txo_ddl FROM @txo_ddl;
 EXECUTE txo_ddl;
@@ -59,7 +59,7 @@ SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.triggers
         WHERE trigger_schema = DATABASE() AND event_object_table = 'outbox_events'
         AND trigger_name = 'outbox_events_sequence_p') = 0,
     'DO 0',
-    'CREATE OR REPLACE TRIGGER outbox_events_sequence_p BEFORE INSERT ON outbox_events
+    CONCAT('CREATE OR REPLACE TRIGGER outbox_events_sequence_p BEFORE INSERT ON outbox_events
     FOR EACH ROW BEGIN
         DECLARE given BIGINT UNSIGNED DEFAULT NEW.sequence;
         DECLARE existing BIGINT DEFAULT NULL;
@@ -68,26 +68,10 @@ SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.triggers
                 WHERE idempotency_key = NEW.idempotency_key);
             IF existing IS NOT NULL THEN
                 SET NEW.id = existing;
-            ELSEIF NEW.prev_sequence IS NULL THEN
-                INSERT INTO outbox_aggregates
-                        (aggregate_type, aggregate_id, last_sequence, last_kept, prev_kept, last_due)
-                    VALUES (NEW.aggregate_type, NEW.aggregate_id, @txo_seq := COALESCE(given, 1),
-                        COALESCE(given, 1), @txo_prev := 0, @txo_due := NEW.next_attempt_at)
-                    ON DUPLICATE KEY UPDATE
-                        prev_kept = @txo_prev := last_kept,
-                        last_sequence = @txo_seq := GREATEST(last_sequence + 1, COALESCE(given, 0)),
-                        last_kept = last_sequence,
-                        last_due = @txo_due :=
-                            GREATEST(VALUES(last_due), last_due + INTERVAL 1 MICROSECOND);
-                IF given IS NOT NULL AND given <> @txo_seq THEN
-                    SIGNAL SQLSTATE ''45000'' SET MESSAGE_TEXT =
-                        ''outbox_events.sequence must be greater than the aggregate''''s last sequence'';
-                END IF;
-                SET NEW.sequence = @txo_seq, NEW.prev_sequence = @txo_prev,
-                    NEW.next_attempt_at = @txo_due;
+            ELSEIF NEW.prev_sequence IS NULL THEN ', @txo_number, '
             END IF;
         END IF;
-    END')//
+    END'))//
 DELIMITER ;
 PREPARE txo_ddl FROM @txo_ddl;
 EXECUTE txo_ddl;
