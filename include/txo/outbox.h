@@ -83,11 +83,12 @@ enum txo_outbox_append_flags {
  * row id (0 when a duplicate was ignored).
  *
  * The event is numbered in its aggregate (outbox_events.sequence, 1, 2, 3, ...) from the
- * aggregate's counter row in outbox_aggregates (the counter a trigger keeps for the rows other
- * applications insert), which stays locked until tx ends: another transaction appending to the same
- * aggregate waits for this one to commit or roll back, which makes sequence order, and so publish
- * order, commit order. Keep transactions that append short, and append to several aggregates in one
- * order (a lock order, as for any rows) to avoid deadlocks, which txo_db_transact() retries.
+ * aggregate's counter row in outbox_aggregates (the counter a trigger keeps for the rows
+ * other applications insert), which stays locked until tx ends: another transaction
+ * appending to the same aggregate waits for this one to commit or roll back, which makes
+ * sequence order, and so publish order, commit order. Keep transactions that append short,
+ * and append to several aggregates in one order (a lock order, as for any rows) to avoid
+ * deadlocks, which txo_db_transact() retries.
  * Errors: TXO_EINVAL (missing or oversized field), TXO_EDUPLICATE (same idempotency key, without
  * TXO_OUTBOX_IGNORE_DUPLICATE), TXO_ECONSTRAINT (payload is not valid JSON), DB errors.
  */
