@@ -152,9 +152,7 @@ static int give_numbers_back(struct txo_tx *tx, const struct txo_outbox_event *e
                                 txo_p_str(evs[i].aggregate_type), txo_p_str(evs[i].aggregate_id)};
         int rc = txo_tx_exec(tx, OUTBOX_SQL_UNNUMBER, p, TXO_ARRAY_LEN(p), NULL, err);
         if (rc < 0)
-            return txo_error_wrap(err,
-                                  "giving back the number of %s (roll the transaction "
-                                  "back)",
+            return txo_error_wrap(err, "giving back the number of %s (roll back)",
                                   evs[i].idempotency_key);
     }
     return 0;
@@ -248,8 +246,8 @@ int txo_outbox_append(struct txo_tx *tx, const struct txo_outbox_event *ev, unsi
     int rc = insert_events(tx, ev, 1, &res, err);
     bool was_inserted = rc == 0 && res.affected_rows == 1;
     if (rc == TXO_EDUPLICATE && (flags & TXO_OUTBOX_IGNORE_DUPLICATE) != 0) {
-        /* The failed statement is undone and the aggregate's number given back; the
-         * transaction goes on. */
+        /* The failed statement is undone, the aggregate's counter included; the transaction
+         * goes on. */
         txo_error_init(err);
         rc = 0;
     }
