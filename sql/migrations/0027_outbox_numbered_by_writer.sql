@@ -17,8 +17,9 @@
 -- outbox_events, outbox_events_sequence_p on a partitioned one (txo partition enable), each
 -- with its body as before inside the new guard. It runs with the rights of the account that
 -- runs this migration (its DEFINER), as the one it replaces. Run again, it writes the same.
--- The numbering itself, common to both, is built once in @txo_number (the bodies hold
--- semicolons, so each SET that carries one ends with // instead).
+-- The numbering itself, common to both, is built once in @txo_number, then spliced into the
+-- body of the trigger the table has (@txo_trigger; none on a schema without it) and run as one
+-- statement (the bodies hold semicolons, so each SET that carries one ends with // instead).
 
 DELIMITER //
 SET @txo_number = 'INSERT INTO outbox_aggregates
@@ -36,32 +37,20 @@ SET @txo_number = 'INSERT INTO outbox_aggregates
     END IF;
     SET NEW.sequence = @txo_seq, NEW.prev_sequence = @txo_prev, NEW.next_attempt_at = @txo_due;'//
 
-SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.triggers
-        WHERE trigger_schema = DATABASE() AND event_object_table = 'outbox_events'
-        AND trigger_name = 'outbox_events_sequence') = 0,
-    'DO 0',
-    CONCAT('CREATE OR REPLACE TRIGGER outbox_events_sequence BEFORE INSERT ON outbox_events
+SET @txo_trigger = (SELECT MIN(trigger_name) FROM information_schema.triggers
+    WHERE trigger_schema = DATABASE() AND event_object_table = 'outbox_events'
+    AND trigger_name IN ('outbox_events_sequence', 'outbox_events_sequence_p'))//
+
+SET @txo_ddl = IF(@txo_trigger IS NULL, 'DO 0',
+    CONCAT('CREATE OR REPLACE TRIGGER ', @txo_trigger, ' BEFORE INSERT ON outbox_events
     FOR EACH ROW BEGIN
-        DECLARE given BIGINT UNSIGNED DEFAULT NEW.sequence;
+        DECLARE given BIGINT UNSIGNED DEFAULT NEW.sequence;',
+        IF(@txo_trigger = 'outbox_events_sequence', CONCAT('
         IF NEW.prev_sequence IS NULL THEN
             IF NOT EXISTS (SELECT 1 FROM outbox_events
                     WHERE idempotency_key = NEW.idempotency_key) THEN ', @txo_number, '
             END IF;
-        END IF;
-    END'))//
-DELIMITER ;
-PREPARE txo_ddl FROM @txo_ddl;
-EXECUTE txo_ddl;
-DEALLOCATE PREPARE txo_ddl;
-
-DELIMITER //
-SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.triggers
-        WHERE trigger_schema = DATABASE() AND event_object_table = 'outbox_events'
-        AND trigger_name = 'outbox_events_sequence_p') = 0,
-    'DO 0',
-    CONCAT('CREATE OR REPLACE TRIGGER outbox_events_sequence_p BEFORE INSERT ON outbox_events
-    FOR EACH ROW BEGIN
-        DECLARE given BIGINT UNSIGNED DEFAULT NEW.sequence;
+        END IF;'), CONCAT('
         DECLARE existing BIGINT DEFAULT NULL;
         IF NEW.id IS NULL OR NEW.id = 0 THEN
             SET existing = (SELECT event_id FROM outbox_keys
@@ -70,7 +59,7 @@ SET @txo_ddl = IF((SELECT COUNT(*) FROM information_schema.triggers
                 SET NEW.id = existing;
             ELSEIF NEW.prev_sequence IS NULL THEN ', @txo_number, '
             END IF;
-        END IF;
+        END IF;')), '
     END'))//
 DELIMITER ;
 PREPARE txo_ddl FROM @txo_ddl;
