@@ -3,8 +3,9 @@
  * numbered in its aggregate from its counter row in outbox_aggregates, locked to the end of
  * the appending transaction. This bench appends the same events three ways, in the same run,
  * interleaved, and prints the rates:
- *   libtxo     txo_outbox_append / _many: one upsert of the counters with RETURNING for the
- *              whole call, then the events' INSERT with their numbers;
+ *   libtxo     txo_outbox_append / _many: for several events one upsert of the counters with
+ *              RETURNING for the whole call, then the events' INSERT with their numbers; one
+ *              event is left to the trigger, so the single-event shapes run the trigger's way;
  *   trigger    the same rows as an application's plain INSERT of the contract's columns: the
  *              trigger outbox_events_sequence numbers each row (a probe of the idempotency key
  *              and the counter's upsert, two statements of its own per row);
