@@ -570,7 +570,11 @@ const struct row transport_rows[] = {
      .publisher = nats_publisher,
      .consumer = nats_consumer,
      .read_back = nats_read_back,
-     .shutdown = txo_nats_shutdown}, /* TERM keeps no dead letter */
+     .shutdown = txo_nats_shutdown, /* TERM keeps no dead letter */
+     /* nats-server before 2.10.15: a redelivery that fails to reach an expired pull request
+      * makes the consumer hand out its last message again, with the same delivery count, and
+      * the failed redelivery comes back only after ack_wait. */
+     .repeats_deliveries = true},
 #endif
 #if TXO_WITH_KAFKA
     {.name = "kafka",

@@ -94,6 +94,9 @@ struct row {
     long (*dead_letters)(struct env *e, const char *ns);
     /* Releases the SDK's process-wide state at exit; NULL: nothing to do. */
     void (*shutdown)(void);
+    /* The server may hand out one delivery of a message twice (same delivery number); the
+     * consume contract then counts distinct deliveries. */
+    bool repeats_deliveries;
 };
 
 /* Every transport this build has. */
