@@ -571,9 +571,9 @@ const struct row transport_rows[] = {
      .consumer = nats_consumer,
      .read_back = nats_read_back,
      .shutdown = txo_nats_shutdown, /* TERM keeps no dead letter */
-     /* nats-server before 2.10.15: a redelivery that fails to reach an expired pull request
-      * makes the consumer hand out its last message again, with the same delivery count, and
-      * the failed redelivery comes back only after ack_wait. */
+     /* nats-server 2.9 (fixed in the 2.10 series): a redelivery that fails to reach an expired
+      * pull request makes the consumer hand out its last message again, with the same delivery
+      * count, and the failed redelivery comes back only after ack_wait. */
      .repeats_deliveries = true},
 #endif
 #if TXO_WITH_KAFKA
