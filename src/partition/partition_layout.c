@@ -8,7 +8,12 @@
  *   1. the new table: <table>_txo_new, LIKE the live one, turned into the other layout while
  *      empty (instant), with that layout's key table and triggers;
  *   2. copy triggers on the live table, so every write from now on reaches the new table in
- *      the writer's own transaction;
+ *      the writer's own transaction. They come one DDL at a time, and writers run between
+ *      them, so they come in the order delete, update, insert: at each moment in between, a
+ *      write either reaches the new table whole or not at all (step 3 then copies the row as
+ *      it is). The other way round, an insert copied before the update trigger was there
+ *      would keep its first version (step 3 leaves rows a trigger wrote), and a row inserted
+ *      and deleted before the delete trigger would come back;
  *   3. the rows that were there before, copied in batches in primary-key order, each a short
  *      transaction that shares the rows it reads (an upsert that leaves a row the triggers
  *      already wrote);
@@ -214,18 +219,19 @@ static int create_new_table(struct change *c, struct txo_error *err)
     return rc;
 }
 
-/* Step 2: the live table's writes reach the new table from now on. */
+/* Step 2: the live table's writes reach the new table from now on; delete, update, insert, in
+ * that order (the file's head says why). */
 static int create_copy_triggers(struct change *c, struct txo_error *err)
 {
-    const char *const ins[] = {c->l->copy_ins, c->cols.data,           LAYOUT_DDL_COPY_VALUES,
-                               c->values.data, LAYOUT_DDL_COPY_UPDATE, c->assigns.data};
     const char *const upd[] = {c->l->copy_upd, c->cols.data,           LAYOUT_DDL_COPY_VALUES,
                                c->values.data, LAYOUT_DDL_COPY_UPDATE, c->assigns.data};
-    int rc = ddl_concat(c, ins, TXO_ARRAY_LEN(ins), err);
+    const char *const ins[] = {c->l->copy_ins, c->cols.data,           LAYOUT_DDL_COPY_VALUES,
+                               c->values.data, LAYOUT_DDL_COPY_UPDATE, c->assigns.data};
+    int rc = txo__partition_ddl(c->db, c->l->copy_del, c->opts, err);
     if (rc == 0)
         rc = ddl_concat(c, upd, TXO_ARRAY_LEN(upd), err);
     if (rc == 0)
-        rc = txo__partition_ddl(c->db, c->l->copy_del, c->opts, err);
+        rc = ddl_concat(c, ins, TXO_ARRAY_LEN(ins), err);
     return rc;
 }
 

@@ -8,7 +8,9 @@
  *     up by a long reader, an unfinished event keeps
  *     its partition (and the newer ones), the dropped events' keys go with them;
  *   - archive before the drop, killed after the first file and run again: every dropped row
- *     in exactly one file.
+ *     in exactly one file;
+ *   - writes placed between the copy triggers' DDL (after the first, after the second): each
+ *     reaches the new layout as committed, none comes back deleted.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,6 +55,7 @@ struct published {
     char key[64];
     char aggregate_id[16];
     uint64_t sequence;
+    int64_t id;
 };
 
 struct load {
@@ -146,6 +149,7 @@ static int record_publish(void *self, const struct txo_outbox_message *msgs, siz
         snprintf(p->key, sizeof(p->key), "%s", msgs[i].idempotency_key);
         snprintf(p->aggregate_id, sizeof(p->aggregate_id), "%s", msgs[i].aggregate_id);
         p->sequence = msgs[i].sequence;
+        p->id = msgs[i].id;
         results[i] = 0;
     }
     pthread_mutex_unlock(&l->mu);
@@ -252,9 +256,20 @@ static void expect_each_once_in_order(struct txo_db *db, size_t want, size_t wan
         if (load.pub[i].aggregate_id[0] != 'a')
             continue; /* an event appended before the load: one per aggregate */
         unsigned a = (unsigned)atoi(load.pub[i].aggregate_id + 1);
-        if (load.pub[i].sequence != last[a] + 1)
-            fail_msg("aggregate %s: sequence %llu published after %llu", load.pub[i].aggregate_id,
-                     (unsigned long long)load.pub[i].sequence, (unsigned long long)last[a]);
+        if (load.pub[i].sequence != last[a] + 1) {
+            /* The key tells a second publication of one event from a second event numbered
+             * the same. */
+            const char *earlier = "none";
+            for (size_t j = 0; j < i; j++)
+                if (strcmp(load.pub[j].aggregate_id, load.pub[i].aggregate_id) == 0 &&
+                    load.pub[j].sequence == load.pub[i].sequence)
+                    earlier = load.pub[j].key;
+            fail_msg("aggregate %s: sequence %llu (%s, id %lld; published before as %s) "
+                     "published after %llu",
+                     load.pub[i].aggregate_id, (unsigned long long)load.pub[i].sequence,
+                     load.pub[i].key, (long long)load.pub[i].id, earlier,
+                     (unsigned long long)last[a]);
+        }
         last[a] = load.pub[i].sequence;
     }
     assert_int_equal(load.n_pub, want_published);
@@ -604,6 +619,249 @@ static void test_split_full_keeps_every_event(void **state)
     assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys"), 150000);
 }
 
+/* ---- writes between the copy triggers ---- */
+
+#define SQL_APPEND                                                                                 \
+    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
+    "idempotency_key) VALUES ('order', 'between', 'Between', '{}', ?)"
+#define SQL_PUBLISH                                                                                \
+    "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "                      \
+    "WHERE idempotency_key = ?"
+#define SQL_DELETE "DELETE FROM outbox_events WHERE idempotency_key = ?"
+#define SQL_COPY_TRIGGERS                                                                          \
+    "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND "      \
+    "TRIGGER_NAME LIKE 'outbox\\_events\\_txo\\_copy\\_%'"
+#define SQL_WAITING_FOR_LOCK                                                                       \
+    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table "        \
+    "metadata lock' AND "
+
+/* The keys of round r: an event appended then published, one appended then deleted, an older
+ * event published, an older one deleted. */
+struct between_keys {
+    char published[32], deleted[32], old_published[32], old_deleted[32];
+};
+
+static struct between_keys between_keys(int round)
+{
+    struct between_keys k;
+    snprintf(k.published, sizeof(k.published), "between:%d:published", round);
+    snprintf(k.deleted, sizeof(k.deleted), "between:%d:deleted", round);
+    snprintf(k.old_published, sizeof(k.old_published), "pre:%d", 10 * round + 1);
+    snprintf(k.old_deleted, sizeof(k.old_deleted), "pre:%d", 10 * round + 2);
+    return k;
+}
+
+/*
+ * A transaction that holds outbox_events' metadata lock for writes until it is released. A
+ * trigger DDL waits for it, and while that DDL waits, a new holder's first statement waits
+ * behind the DDL. Chained, they put a transaction right after the k-th copy trigger: holder j
+ * queues behind the waiting DDL, holder j-1 commits, the DDL creates its trigger and holder
+ * j is granted the lock as the DDL releases it, before the next DDL asks for it. The last one
+ * writes (writes_round >= 0) before it commits.
+ */
+struct holder {
+    struct txo_db *db;
+    int64_t conn_id;
+    int writes_round;
+    int64_t triggers; /* copy triggers there when it wrote */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool holding, released;
+    pthread_t thread;
+};
+
+static int tx_key(struct txo_tx *tx, const char *sql, const char *key, struct txo_error *err)
+{
+    struct txo_param p = txo_p_str(key);
+    return txo_tx_exec(tx, sql, &p, 1, NULL, err);
+}
+
+static int holder_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct holder *b = arg;
+    /* A write that matches no row: it takes the lock a write needs and locks no row. */
+    int rc = txo_tx_exec(tx, "UPDATE outbox_events SET attempts = attempts WHERE id = 0", NULL, 0,
+                         NULL, err);
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&b->mu);
+    b->holding = true;
+    pthread_cond_broadcast(&b->cv);
+    while (!b->released)
+        pthread_cond_wait(&b->cv, &b->mu);
+    pthread_mutex_unlock(&b->mu);
+    if (b->writes_round < 0)
+        return 0;
+    struct txo_rows *rows = NULL;
+    rc = txo_tx_query(tx, SQL_COPY_TRIGGERS, NULL, 0, &rows, err);
+    if (rc < 0)
+        return rc;
+    b->triggers = txo_rows_i64(rows, 0, 0);
+    txo_rows_free(rows);
+    struct between_keys k = between_keys(b->writes_round);
+    if ((rc = tx_key(tx, SQL_APPEND, k.published, err)) < 0 ||
+        (rc = tx_key(tx, SQL_PUBLISH, k.published, err)) < 0 ||
+        (rc = tx_key(tx, SQL_APPEND, k.deleted, err)) < 0 ||
+        (rc = tx_key(tx, SQL_DELETE, k.deleted, err)) < 0 ||
+        (rc = tx_key(tx, SQL_PUBLISH, k.old_published, err)) < 0)
+        return rc;
+    return tx_key(tx, SQL_DELETE, k.old_deleted, err);
+}
+
+static void *holder_main(void *arg)
+{
+    struct holder *b = arg;
+    struct txo_error err;
+    txo_error_init(&err);
+    if (txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, holder_tx, b, &err) != 0) {
+        print_error("lock holder: %s\n", err.msg);
+        b->triggers = -1;
+    }
+    return NULL;
+}
+
+static void holder_start(struct testdb *t, struct holder *b, int writes_round)
+{
+    memset(b, 0, sizeof(*b));
+    b->db = testdb_connect(t);
+    b->conn_id = testdb_q(b->db, "SELECT CONNECTION_ID()");
+    b->writes_round = writes_round;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    assert_int_equal(pthread_create(&b->thread, NULL, holder_main, b), 0);
+}
+
+static void holder_wait(struct holder *b)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&b->mu);
+    while (!b->holding && pthread_cond_timedwait(&b->cv, &b->mu, &until) == 0) {
+    }
+    bool holding = b->holding;
+    pthread_mutex_unlock(&b->mu);
+    if (!holding)
+        fail_msg("a lock holder waited 10 s for the table's metadata lock");
+}
+
+/* Lets it commit (after its writes) and waits for it: the copy triggers there when it wrote. */
+static int64_t holder_release(struct holder *b)
+{
+    pthread_mutex_lock(&b->mu);
+    b->released = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    txo_db_close(b->db);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    return b->triggers;
+}
+
+/* Polls a count until it is positive; fails the test after 10 s. */
+static void wait_for(struct txo_db *db, const char *what, const char *sql,
+                     const struct txo_param *params, size_t n)
+{
+    for (int i = 0; i < 2000; i++) {
+        if (testdb_i64(db, sql, params, n) > 0)
+            return;
+        txo_sleep_ms(5);
+    }
+    fail_msg("waited 10 s for %s", what);
+}
+
+/* `txo partition ACTION outbox` on a thread of its own. */
+struct change_run {
+    const char *action;
+    int rc;
+    pthread_t thread;
+};
+
+static void *change_main(void *arg)
+{
+    struct change_run *c = arg;
+    c->rc = partition(c->action, NULL);
+    return NULL;
+}
+
+/*
+ * Runs `txo partition ACTION` with round r's writes committed in one transaction right after
+ * its k-th copy trigger. Returns how many copy triggers there were when the writes ran: k,
+ * unless a capped wait of the DDL ran out between two steps of the chain.
+ */
+static int64_t change_with_writes_between(struct testdb *t, const char *action, int k, int round)
+{
+    struct holder b[3];
+    assert_true(k >= 1 && k < (int)TXO_ARRAY_LEN(b));
+    holder_start(t, &b[0], -1);
+    holder_wait(&b[0]); /* nothing waits for the lock yet */
+    struct change_run run = {.action = action};
+    assert_int_equal(pthread_create(&run.thread, NULL, change_main, &run), 0);
+    for (int j = 1; j <= k; j++) {
+        wait_for(t->db, "a copy trigger's DDL waiting",
+                 SQL_WAITING_FOR_LOCK "INFO LIKE '%CREATE TRIGGER outbox\\_events\\_txo\\_copy%'",
+                 NULL, 0);
+        holder_start(t, &b[j], j == k ? round : -1);
+        struct txo_param id = txo_p_i64(b[j].conn_id);
+        wait_for(t->db, "the next lock holder waiting", SQL_WAITING_FOR_LOCK "ID = ?", &id, 1);
+        holder_release(&b[j - 1]);
+        holder_wait(&b[j]);
+    }
+    int64_t triggers = holder_release(&b[k]);
+    pthread_join(run.thread, NULL);
+    assert_int_equal(run.rc, 0);
+    assert_true(triggers >= 0);
+    print_message("%s: writes after %lld of 3 copy triggers\n", action, (long long)triggers);
+    return triggers;
+}
+
+static void expect_status(struct txo_db *db, const char *key, const char *want)
+{
+    struct txo_param p = txo_p_str(key);
+    char *status =
+        testdb_str(db, "SELECT status FROM outbox_events WHERE idempotency_key = ?", &p, 1);
+    if (status == NULL || strcmp(status, want) != 0)
+        fail_msg("%s: status %s, want %s", key, status != NULL ? status : "(no row)", want);
+    txo_free(status);
+}
+
+static void expect_gone(struct txo_db *db, const char *key)
+{
+    struct txo_param p = txo_p_str(key);
+    if (testdb_i64(db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?", &p, 1) != 0)
+        fail_msg("%s was deleted and is back after the layout change", key);
+}
+
+/*
+ * The copy triggers come one DDL at a time, and writers run between them. Writes placed after
+ * the first and after the second (an append then published, an append then deleted, an older
+ * event published, an older one deleted) reach the new layout as they were committed: nothing
+ * published comes back PENDING (it would be published again), nothing deleted comes back.
+ */
+static void test_writes_between_copy_triggers(void **state)
+{
+    struct testdb *t = *state;
+    testoutbox_insert_seq(t->db, 100, "pre");
+    bool seen[3] = {false, false, false};
+    const char *action = "enable";
+    for (int round = 0; round < 8 && !(seen[1] && seen[2]); round++) {
+        int64_t triggers = change_with_writes_between(t, action, seen[1] ? 2 : 1, round);
+        if (triggers >= 1 && triggers <= 2)
+            seen[triggers] = true;
+        struct between_keys keys = between_keys(round);
+        expect_status(t->db, keys.published, "PUBLISHED");
+        expect_gone(t->db, keys.deleted);
+        expect_status(t->db, keys.old_published, "PUBLISHED");
+        expect_gone(t->db, keys.old_deleted);
+        if (partitioned(t->db))
+            assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys"),
+                             testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"));
+        action = strcmp(action, "enable") == 0 ? "disable" : "enable";
+    }
+    assert_true(seen[1] && seen[2]);
+}
+
 static int setup(void **state)
 {
     *state = testdb_new("partition", TESTDB_NEW_EXPORT_ENV);
@@ -617,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_drop_under_load),
         cmocka_unit_test(test_archive_killed_then_rerun),
         cmocka_unit_test(test_split_full_keeps_every_event),
+        cmocka_unit_test(test_writes_between_copy_triggers),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }
