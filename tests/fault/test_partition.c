@@ -628,12 +628,6 @@ static void test_split_full_keeps_every_event(void **state)
     "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "                      \
     "WHERE idempotency_key = ?"
 #define SQL_DELETE "DELETE FROM outbox_events WHERE idempotency_key = ?"
-#define SQL_COPY_TRIGGERS                                                                          \
-    "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND "      \
-    "TRIGGER_NAME LIKE 'outbox\\_events\\_txo\\_copy\\_%'"
-#define SQL_WAITING_FOR_LOCK                                                                       \
-    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'Waiting for table "        \
-    "metadata lock' AND "
 
 /* The keys of round r: an event appended then published, one appended then deleted, an older
  * event published, an older one deleted. */
@@ -651,169 +645,21 @@ static struct between_keys between_keys(int round)
     return k;
 }
 
-/*
- * A transaction that holds outbox_events' metadata lock for writes until it is released. A
- * trigger DDL waits for it, and while that DDL waits, a new holder's first statement waits
- * behind the DDL. Chained, they put a transaction right after the k-th copy trigger: holder j
- * queues behind the waiting DDL, holder j-1 commits, the DDL creates its trigger and holder
- * j is granted the lock as the DDL releases it, before the next DDL asks for it. The last one
- * writes (writes_round >= 0) before it commits.
- */
-struct holder {
-    struct txo_db *db;
-    int64_t conn_id;
-    int writes_round;
-    int64_t triggers; /* copy triggers there when it wrote */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool holding, released;
-    pthread_t thread;
-};
-
-static int tx_key(struct txo_tx *tx, const char *sql, const char *key, struct txo_error *err)
+/* Round r's writes, in the transaction the chain puts after a copy trigger. */
+static int write_between(struct txo_tx *tx, void *arg, struct txo_error *err)
 {
-    struct txo_param p = txo_p_str(key);
-    return txo_tx_exec(tx, sql, &p, 1, NULL, err);
-}
-
-static int holder_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct holder *b = arg;
-    /* A write that matches no row: it takes the lock a write needs and locks no row. */
-    int rc = txo_tx_exec(tx, "UPDATE outbox_events SET attempts = attempts WHERE id = 0", NULL, 0,
-                         NULL, err);
-    if (rc < 0)
-        return rc;
-    pthread_mutex_lock(&b->mu);
-    b->holding = true;
-    pthread_cond_broadcast(&b->cv);
-    while (!b->released)
-        pthread_cond_wait(&b->cv, &b->mu);
-    pthread_mutex_unlock(&b->mu);
-    if (b->writes_round < 0)
-        return 0;
-    struct txo_rows *rows = NULL;
-    rc = txo_tx_query(tx, SQL_COPY_TRIGGERS, NULL, 0, &rows, err);
-    if (rc < 0)
-        return rc;
-    b->triggers = txo_rows_i64(rows, 0, 0);
-    txo_rows_free(rows);
-    struct between_keys k = between_keys(b->writes_round);
-    if ((rc = tx_key(tx, SQL_APPEND, k.published, err)) < 0 ||
-        (rc = tx_key(tx, SQL_PUBLISH, k.published, err)) < 0 ||
-        (rc = tx_key(tx, SQL_APPEND, k.deleted, err)) < 0 ||
-        (rc = tx_key(tx, SQL_DELETE, k.deleted, err)) < 0 ||
-        (rc = tx_key(tx, SQL_PUBLISH, k.old_published, err)) < 0)
-        return rc;
-    return tx_key(tx, SQL_DELETE, k.old_deleted, err);
-}
-
-static void *holder_main(void *arg)
-{
-    struct holder *b = arg;
-    struct txo_error err;
-    txo_error_init(&err);
-    if (txo_db_transact(b->db, TXO_ISO_READ_COMMITTED, holder_tx, b, &err) != 0) {
-        print_error("lock holder: %s\n", err.msg);
-        b->triggers = -1;
+    struct between_keys k = between_keys(*(const int *)arg);
+    const char *const steps[][2] = {
+        {SQL_APPEND, k.published}, {SQL_PUBLISH, k.published},     {SQL_APPEND, k.deleted},
+        {SQL_DELETE, k.deleted},   {SQL_PUBLISH, k.old_published}, {SQL_DELETE, k.old_deleted},
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(steps); i++) {
+        struct txo_param p = txo_p_str(steps[i][1]);
+        int rc = txo_tx_exec(tx, steps[i][0], &p, 1, NULL, err);
+        if (rc < 0)
+            return rc;
     }
-    return NULL;
-}
-
-static void holder_start(struct testdb *t, struct holder *b, int writes_round)
-{
-    memset(b, 0, sizeof(*b));
-    b->db = testdb_connect(t);
-    b->conn_id = testdb_q(b->db, "SELECT CONNECTION_ID()");
-    b->writes_round = writes_round;
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
-    assert_int_equal(pthread_create(&b->thread, NULL, holder_main, b), 0);
-}
-
-static void holder_wait(struct holder *b)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 10;
-    pthread_mutex_lock(&b->mu);
-    while (!b->holding && pthread_cond_timedwait(&b->cv, &b->mu, &until) == 0) {
-    }
-    bool holding = b->holding;
-    pthread_mutex_unlock(&b->mu);
-    if (!holding)
-        fail_msg("a lock holder waited 10 s for the table's metadata lock");
-}
-
-/* Lets it commit (after its writes) and waits for it: the copy triggers there when it wrote. */
-static int64_t holder_release(struct holder *b)
-{
-    pthread_mutex_lock(&b->mu);
-    b->released = true;
-    pthread_cond_broadcast(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-    pthread_join(b->thread, NULL);
-    txo_db_close(b->db);
-    pthread_mutex_destroy(&b->mu);
-    pthread_cond_destroy(&b->cv);
-    return b->triggers;
-}
-
-/* Polls a count until it is positive; fails the test after 10 s. */
-static void wait_for(struct txo_db *db, const char *what, const char *sql,
-                     const struct txo_param *params, size_t n)
-{
-    for (int i = 0; i < 2000; i++) {
-        if (testdb_i64(db, sql, params, n) > 0)
-            return;
-        txo_sleep_ms(5);
-    }
-    fail_msg("waited 10 s for %s", what);
-}
-
-/* `txo partition ACTION outbox` on a thread of its own. */
-struct change_run {
-    const char *action;
-    int rc;
-    pthread_t thread;
-};
-
-static void *change_main(void *arg)
-{
-    struct change_run *c = arg;
-    c->rc = partition(c->action, NULL);
-    return NULL;
-}
-
-/*
- * Runs `txo partition ACTION` with round r's writes committed in one transaction right after
- * its k-th copy trigger. Returns how many copy triggers there were when the writes ran: k,
- * unless a capped wait of the DDL ran out between two steps of the chain.
- */
-static int64_t change_with_writes_between(struct testdb *t, const char *action, int k, int round)
-{
-    struct holder b[3];
-    assert_true(k >= 1 && k < (int)TXO_ARRAY_LEN(b));
-    holder_start(t, &b[0], -1);
-    holder_wait(&b[0]); /* nothing waits for the lock yet */
-    struct change_run run = {.action = action};
-    assert_int_equal(pthread_create(&run.thread, NULL, change_main, &run), 0);
-    for (int j = 1; j <= k; j++) {
-        wait_for(t->db, "a copy trigger's DDL waiting",
-                 SQL_WAITING_FOR_LOCK "INFO LIKE '%CREATE TRIGGER outbox\\_events\\_txo\\_copy%'",
-                 NULL, 0);
-        holder_start(t, &b[j], j == k ? round : -1);
-        struct txo_param id = txo_p_i64(b[j].conn_id);
-        wait_for(t->db, "the next lock holder waiting", SQL_WAITING_FOR_LOCK "ID = ?", &id, 1);
-        holder_release(&b[j - 1]);
-        holder_wait(&b[j]);
-    }
-    int64_t triggers = holder_release(&b[k]);
-    pthread_join(run.thread, NULL);
-    assert_int_equal(run.rc, 0);
-    assert_true(triggers >= 0);
-    print_message("%s: writes after %lld of 3 copy triggers\n", action, (long long)triggers);
-    return triggers;
+    return 0;
 }
 
 static void expect_status(struct txo_db *db, const char *key, const char *want)
@@ -846,7 +692,8 @@ static void test_writes_between_copy_triggers(void **state)
     bool seen[3] = {false, false, false};
     const char *action = "enable";
     for (int round = 0; round < 8 && !(seen[1] && seen[2]); round++) {
-        int64_t triggers = change_with_writes_between(t, action, seen[1] ? 2 : 1, round);
+        int64_t triggers = testpartition_write_between_triggers(
+            t, action, TXO_PARTITION_OUTBOX, NULL, seen[1] ? 2 : 1, write_between, &round);
         if (triggers >= 1 && triggers <= 2)
             seen[triggers] = true;
         struct between_keys keys = between_keys(round);

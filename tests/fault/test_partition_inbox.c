@@ -10,6 +10,8 @@
  *     once, every repeat a duplicate, no error, every row's key in inbox_keys;
  *   - enable killed in its copy and before its swap: the live table keeps working, status says
  *     so, and a run again finishes it;
+ *   - writes placed between the copy triggers' DDL (after the first, after the second): each
+ *     reaches the new layout as committed, none comes back deleted;
  *   - retention: expired partitions archived and dropped (killed after the first files and run
  *     again: every row in exactly one file), unfinished rows moved forward and kept with their
  *     keys, the dropped rows' keys deleted.
@@ -282,6 +284,94 @@ static void test_layout_changes_while_consuming(void **state)
     expect_keys_match(t->db);
 }
 
+/* ---- writes between the copy triggers ---- */
+
+#define SQL_RECORD                                                                                 \
+    "INSERT INTO inbox_events (event_id, event_type, payload) VALUES (?, 'Between', '{}')"
+#define SQL_PROCESSED "UPDATE inbox_events SET processed_at = NOW(6) WHERE event_id = ?"
+#define SQL_REPROCESSED                                                                            \
+    "UPDATE inbox_events SET processed_at = '2001-02-03 04:05:06' WHERE event_id = ?"
+#define SQL_FORGET "DELETE FROM inbox_events WHERE event_id = ?"
+
+/* The ids of round r: one recorded then processed, one recorded then deleted, an older one
+ * processed again, an older one deleted. */
+struct between_ids {
+    char processed[32], deleted[32], old_processed[32], old_deleted[32];
+};
+
+static struct between_ids between_ids(int round)
+{
+    struct between_ids k;
+    snprintf(k.processed, sizeof(k.processed), "between-%d-processed", round);
+    snprintf(k.deleted, sizeof(k.deleted), "between-%d-deleted", round);
+    snprintf(k.old_processed, sizeof(k.old_processed), "pre-%d", 10 * round + 1);
+    snprintf(k.old_deleted, sizeof(k.old_deleted), "pre-%d", 10 * round + 2);
+    return k;
+}
+
+/* Round r's writes, in the transaction the chain puts after a copy trigger. */
+static int write_between(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    struct between_ids k = between_ids(*(const int *)arg);
+    const char *const steps[][2] = {
+        {SQL_RECORD, k.processed}, {SQL_PROCESSED, k.processed},       {SQL_RECORD, k.deleted},
+        {SQL_FORGET, k.deleted},   {SQL_REPROCESSED, k.old_processed}, {SQL_FORGET, k.old_deleted},
+    };
+    for (size_t i = 0; i < TXO_ARRAY_LEN(steps); i++) {
+        struct txo_param p = txo_p_str(steps[i][1]);
+        int rc = txo_tx_exec(tx, steps[i][0], &p, 1, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int64_t count_id(struct txo_db *db, const char *sql, const char *id)
+{
+    struct txo_param p = txo_p_str(id);
+    return testdb_i64(db, sql, &p, 1);
+}
+
+/*
+ * The copy triggers come one DDL at a time, and consumers record between them. Writes placed
+ * after the first and after the second reach the new layout as committed: a row processed
+ * there is processed, a row deleted there stays deleted (its id would read as a duplicate).
+ */
+static void test_writes_between_copy_triggers(void **state)
+{
+    struct testdb *t = *state;
+    testdb_exec(t->db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
+                       "SELECT CONCAT('pre-', seq), 'Pre', '{}', NOW(6) FROM seq_1_to_100");
+    bool seen[3] = {false, false, false};
+    const char *action = "enable";
+    for (int round = 0; round < 8 && !(seen[1] && seen[2]); round++) {
+        int64_t triggers = testpartition_write_between_triggers(
+            t, action, TXO_PARTITION_INBOX, NULL, seen[1] ? 2 : 1, write_between, &round);
+        if (triggers >= 1 && triggers <= 2)
+            seen[triggers] = true;
+        struct between_ids k = between_ids(round);
+        assert_int_equal(count_id(t->db,
+                                  "SELECT COUNT(*) FROM inbox_events WHERE event_id = ? "
+                                  "AND processed_at IS NOT NULL",
+                                  k.processed),
+                         1);
+        assert_int_equal(count_id(t->db,
+                                  "SELECT COUNT(*) FROM inbox_events WHERE event_id = ? "
+                                  "AND processed_at = '2001-02-03 04:05:06'",
+                                  k.old_processed),
+                         1);
+        assert_int_equal(
+            count_id(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = ?", k.deleted), 0);
+        assert_int_equal(
+            count_id(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = ?", k.old_deleted),
+            0);
+        if (partitioned(t->db))
+            expect_keys_match(t->db);
+        action = strcmp(action, "enable") == 0 ? "disable" : "enable";
+    }
+    assert_true(seen[1] && seen[2]);
+}
+
 /* `txo partition status inbox`: its output (the test fails unless it exits 0). */
 static char *status_out(void)
 {
@@ -415,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_layout_changes_while_consuming),
         cmocka_unit_test(test_layout_change_killed_then_rerun),
         cmocka_unit_test(test_retention_drops_partitions),
+        cmocka_unit_test(test_writes_between_copy_triggers),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, testdb_free_state, NULL, NULL);
 }
