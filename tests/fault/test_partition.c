@@ -621,62 +621,10 @@ static void test_split_full_keeps_every_event(void **state)
 
 /* ---- writes between the copy triggers ---- */
 
-#define SQL_APPEND                                                                                 \
-    "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "               \
-    "idempotency_key) VALUES ('order', 'between', 'Between', '{}', ?)"
-#define SQL_PUBLISH                                                                                \
-    "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "                      \
-    "WHERE idempotency_key = ?"
-#define SQL_DELETE "DELETE FROM outbox_events WHERE idempotency_key = ?"
-
-/* The keys of round r: an event appended then published, one appended then deleted, an older
- * event published, an older one deleted. */
-struct between_keys {
-    char published[32], deleted[32], old_published[32], old_deleted[32];
-};
-
-static struct between_keys between_keys(int round)
+static void expect_keys_match(struct txo_db *db)
 {
-    struct between_keys k;
-    snprintf(k.published, sizeof(k.published), "between:%d:published", round);
-    snprintf(k.deleted, sizeof(k.deleted), "between:%d:deleted", round);
-    snprintf(k.old_published, sizeof(k.old_published), "pre:%d", 10 * round + 1);
-    snprintf(k.old_deleted, sizeof(k.old_deleted), "pre:%d", 10 * round + 2);
-    return k;
-}
-
-/* Round r's writes, in the transaction the chain puts after a copy trigger. */
-static int write_between(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct between_keys k = between_keys(*(const int *)arg);
-    const char *const steps[][2] = {
-        {SQL_APPEND, k.published}, {SQL_PUBLISH, k.published},     {SQL_APPEND, k.deleted},
-        {SQL_DELETE, k.deleted},   {SQL_PUBLISH, k.old_published}, {SQL_DELETE, k.old_deleted},
-    };
-    for (size_t i = 0; i < TXO_ARRAY_LEN(steps); i++) {
-        struct txo_param p = txo_p_str(steps[i][1]);
-        int rc = txo_tx_exec(tx, steps[i][0], &p, 1, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static void expect_status(struct txo_db *db, const char *key, const char *want)
-{
-    struct txo_param p = txo_p_str(key);
-    char *status =
-        testdb_str(db, "SELECT status FROM outbox_events WHERE idempotency_key = ?", &p, 1);
-    if (status == NULL || strcmp(status, want) != 0)
-        fail_msg("%s: status %s, want %s", key, status != NULL ? status : "(no row)", want);
-    txo_free(status);
-}
-
-static void expect_gone(struct txo_db *db, const char *key)
-{
-    struct txo_param p = txo_p_str(key);
-    if (testdb_i64(db, "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?", &p, 1) != 0)
-        fail_msg("%s was deleted and is back after the layout change", key);
+    assert_int_equal(testdb_q(db, "SELECT COUNT(*) FROM outbox_keys"),
+                     testdb_q(db, "SELECT COUNT(*) FROM outbox_events"));
 }
 
 /*
@@ -689,24 +637,20 @@ static void test_writes_between_copy_triggers(void **state)
 {
     struct testdb *t = *state;
     testoutbox_insert_seq(t->db, 100, "pre");
-    bool seen[3] = {false, false, false};
-    const char *action = "enable";
-    for (int round = 0; round < 8 && !(seen[1] && seen[2]); round++) {
-        int64_t triggers = testpartition_write_between_triggers(
-            t, action, TXO_PARTITION_OUTBOX, NULL, seen[1] ? 2 : 1, write_between, &round);
-        if (triggers >= 1 && triggers <= 2)
-            seen[triggers] = true;
-        struct between_keys keys = between_keys(round);
-        expect_status(t->db, keys.published, "PUBLISHED");
-        expect_gone(t->db, keys.deleted);
-        expect_status(t->db, keys.old_published, "PUBLISHED");
-        expect_gone(t->db, keys.old_deleted);
-        if (partitioned(t->db))
-            assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys"),
-                             testdb_q(t->db, "SELECT COUNT(*) FROM outbox_events"));
-        action = strcmp(action, "enable") == 0 ? "disable" : "enable";
-    }
-    assert_true(seen[1] && seen[2]);
+    const struct testpartition_writes w = {
+        .table = TXO_PARTITION_OUTBOX,
+        .insert = "INSERT INTO outbox_events (aggregate_type, aggregate_id, event_type, payload, "
+                  "idempotency_key) VALUES ('order', 'between', 'Between', '{}', ?)",
+        .update = "UPDATE outbox_events SET status = 'PUBLISHED', published_time = NOW(6) "
+                  "WHERE idempotency_key = ?",
+        .delete = "DELETE FROM outbox_events WHERE idempotency_key = ?",
+        .old_key = "pre:",
+        .count_updated = "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ? "
+                         "AND status = 'PUBLISHED'",
+        .count_key = "SELECT COUNT(*) FROM outbox_events WHERE idempotency_key = ?",
+        .check_keys = expect_keys_match,
+    };
+    testpartition_writes_between_triggers(t, &w);
 }
 
 static int setup(void **state)

@@ -286,90 +286,31 @@ static void test_layout_changes_while_consuming(void **state)
 
 /* ---- writes between the copy triggers ---- */
 
-#define SQL_RECORD                                                                                 \
-    "INSERT INTO inbox_events (event_id, event_type, payload) VALUES (?, 'Between', '{}')"
-#define SQL_PROCESSED "UPDATE inbox_events SET processed_at = NOW(6) WHERE event_id = ?"
-#define SQL_REPROCESSED                                                                            \
-    "UPDATE inbox_events SET processed_at = '2001-02-03 04:05:06' WHERE event_id = ?"
-#define SQL_FORGET "DELETE FROM inbox_events WHERE event_id = ?"
-
-/* The ids of round r: one recorded then processed, one recorded then deleted, an older one
- * processed again, an older one deleted. */
-struct between_ids {
-    char processed[32], deleted[32], old_processed[32], old_deleted[32];
-};
-
-static struct between_ids between_ids(int round)
-{
-    struct between_ids k;
-    snprintf(k.processed, sizeof(k.processed), "between-%d-processed", round);
-    snprintf(k.deleted, sizeof(k.deleted), "between-%d-deleted", round);
-    snprintf(k.old_processed, sizeof(k.old_processed), "pre-%d", 10 * round + 1);
-    snprintf(k.old_deleted, sizeof(k.old_deleted), "pre-%d", 10 * round + 2);
-    return k;
-}
-
-/* Round r's writes, in the transaction the chain puts after a copy trigger. */
-static int write_between(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct between_ids k = between_ids(*(const int *)arg);
-    const char *const steps[][2] = {
-        {SQL_RECORD, k.processed}, {SQL_PROCESSED, k.processed},       {SQL_RECORD, k.deleted},
-        {SQL_FORGET, k.deleted},   {SQL_REPROCESSED, k.old_processed}, {SQL_FORGET, k.old_deleted},
-    };
-    for (size_t i = 0; i < TXO_ARRAY_LEN(steps); i++) {
-        struct txo_param p = txo_p_str(steps[i][1]);
-        int rc = txo_tx_exec(tx, steps[i][0], &p, 1, NULL, err);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-static int64_t count_id(struct txo_db *db, const char *sql, const char *id)
-{
-    struct txo_param p = txo_p_str(id);
-    return testdb_i64(db, sql, &p, 1);
-}
-
 /*
  * The copy triggers come one DDL at a time, and consumers record between them. Writes placed
- * after the first and after the second reach the new layout as committed: a row processed
- * there is processed, a row deleted there stays deleted (its id would read as a duplicate).
+ * after the first and after the second reach the new layout as committed: an id recorded and
+ * processed there is processed, an older one processed again keeps its new time, and a row
+ * deleted there stays deleted (its id would read as a duplicate).
  */
 static void test_writes_between_copy_triggers(void **state)
 {
     struct testdb *t = *state;
     testdb_exec(t->db, "INSERT INTO inbox_events (event_id, event_type, payload, processed_at) "
                        "SELECT CONCAT('pre-', seq), 'Pre', '{}', NOW(6) FROM seq_1_to_100");
-    bool seen[3] = {false, false, false};
-    const char *action = "enable";
-    for (int round = 0; round < 8 && !(seen[1] && seen[2]); round++) {
-        int64_t triggers = testpartition_write_between_triggers(
-            t, action, TXO_PARTITION_INBOX, NULL, seen[1] ? 2 : 1, write_between, &round);
-        if (triggers >= 1 && triggers <= 2)
-            seen[triggers] = true;
-        struct between_ids k = between_ids(round);
-        assert_int_equal(count_id(t->db,
-                                  "SELECT COUNT(*) FROM inbox_events WHERE event_id = ? "
-                                  "AND processed_at IS NOT NULL",
-                                  k.processed),
-                         1);
-        assert_int_equal(count_id(t->db,
-                                  "SELECT COUNT(*) FROM inbox_events WHERE event_id = ? "
-                                  "AND processed_at = '2001-02-03 04:05:06'",
-                                  k.old_processed),
-                         1);
-        assert_int_equal(
-            count_id(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = ?", k.deleted), 0);
-        assert_int_equal(
-            count_id(t->db, "SELECT COUNT(*) FROM inbox_events WHERE event_id = ?", k.old_deleted),
-            0);
-        if (partitioned(t->db))
-            expect_keys_match(t->db);
-        action = strcmp(action, "enable") == 0 ? "disable" : "enable";
-    }
-    assert_true(seen[1] && seen[2]);
+    const struct testpartition_writes w = {
+        .table = TXO_PARTITION_INBOX,
+        .insert = "INSERT INTO inbox_events (event_id, event_type, payload) "
+                  "VALUES (?, 'Between', '{}')",
+        .update = "UPDATE inbox_events SET processed_at = '2001-02-03 04:05:06' "
+                  "WHERE event_id = ?",
+        .delete = "DELETE FROM inbox_events WHERE event_id = ?",
+        .old_key = "pre-",
+        .count_updated = "SELECT COUNT(*) FROM inbox_events WHERE event_id = ? "
+                         "AND processed_at = '2001-02-03 04:05:06'",
+        .count_key = "SELECT COUNT(*) FROM inbox_events WHERE event_id = ?",
+        .check_keys = expect_keys_match,
+    };
+    testpartition_writes_between_triggers(t, &w);
 }
 
 /* `txo partition status inbox`: its output (the test fails unless it exits 0). */

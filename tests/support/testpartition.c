@@ -164,9 +164,9 @@ static void wait_for(struct txo_db *db, const char *what, const char *sql, struc
     fail_msg("waited 10 s for %s", what);
 }
 
-/* `txo partition ACTION TABLE [extra]` on a thread of its own. */
+/* `txo partition ACTION TABLE` on a thread of its own. */
 struct change_run {
-    const char *action, *extra;
+    const char *action;
     enum txo_partition_table table;
     int rc;
     pthread_t thread;
@@ -175,20 +175,24 @@ struct change_run {
 static void *change_main(void *arg)
 {
     struct change_run *c = arg;
-    c->rc = testpartition_txo(c->action, c->table, c->extra);
+    c->rc = testpartition_txo(c->action, c->table, NULL);
     return NULL;
 }
 
-int64_t testpartition_write_between_triggers(struct testdb *t, const char *action,
-                                             enum txo_partition_table table, const char *extra,
-                                             int k, txo_tx_fn write, void *arg)
+/*
+ * `txo partition ACTION TABLE` with write(tx, arg) in the transaction right after its k-th copy
+ * trigger (k = 1 or 2). Returns how many copy triggers there were when write ran.
+ */
+static int64_t change_with_write_after(struct testdb *t, const char *action,
+                                       enum txo_partition_table table, int k, txo_tx_fn write,
+                                       void *arg)
 {
     const struct chain_table *ct = &chain_tables[table];
     struct holder h[3];
     assert_true(k >= 1 && k < (int)(sizeof(h) / sizeof(h[0])));
     holder_start(t, ct, &h[0], NULL, NULL);
     holder_wait(&h[0]); /* nothing waits for the lock yet */
-    struct change_run run = {.action = action, .extra = extra, .table = table};
+    struct change_run run = {.action = action, .table = table};
     assert_int_equal(pthread_create(&run.thread, NULL, change_main, &run), 0);
     for (int j = 1; j <= k; j++) {
         wait_for(t->db, "a copy trigger's DDL waiting", SQL_WAITING_FOR_LOCK "INFO LIKE ?",
@@ -206,4 +210,72 @@ int64_t testpartition_write_between_triggers(struct testdb *t, const char *actio
     print_message("%s %s: written after %lld of 3 copy triggers\n", action,
                   txo_partition_table_name(table), (long long)triggers);
     return triggers;
+}
+
+/* The keys of round r (struct testpartition_writes). */
+struct round_keys {
+    char updated[48], deleted[48], old_updated[48], old_deleted[48];
+};
+
+static struct round_keys round_keys(const struct testpartition_writes *w, int round)
+{
+    struct round_keys k;
+    snprintf(k.updated, sizeof(k.updated), "between-%d-updated", round);
+    snprintf(k.deleted, sizeof(k.deleted), "between-%d-deleted", round);
+    snprintf(k.old_updated, sizeof(k.old_updated), "%s%d", w->old_key, 10 * round + 1);
+    snprintf(k.old_deleted, sizeof(k.old_deleted), "%s%d", w->old_key, 10 * round + 2);
+    return k;
+}
+
+struct round {
+    const struct testpartition_writes *w;
+    int n;
+};
+
+static int write_round(struct txo_tx *tx, void *arg, struct txo_error *err)
+{
+    const struct round *r = arg;
+    struct round_keys k = round_keys(r->w, r->n);
+    const char *const steps[][2] = {
+        {r->w->insert, k.updated}, {r->w->update, k.updated},     {r->w->insert, k.deleted},
+        {r->w->delete, k.deleted}, {r->w->update, k.old_updated}, {r->w->delete, k.old_deleted},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        struct txo_param p = txo_p_str(steps[i][1]);
+        int rc = txo_tx_exec(tx, steps[i][0], &p, 1, NULL, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void expect_count(struct txo_db *db, const char *sql, const char *key, int64_t want,
+                         const char *what)
+{
+    struct txo_param p = txo_p_str(key);
+    int64_t got = testdb_i64(db, sql, &p, 1);
+    if (got != want)
+        fail_msg("%s: %lld rows %s, want %lld", key, (long long)got, what, (long long)want);
+}
+
+void testpartition_writes_between_triggers(struct testdb *t, const struct testpartition_writes *w)
+{
+    bool seen[3] = {false, false, false};
+    const char *action = "enable";
+    for (int n = 0; n < 8 && !(seen[1] && seen[2]); n++) {
+        struct round r = {w, n};
+        int64_t triggers =
+            change_with_write_after(t, action, w->table, seen[1] ? 2 : 1, write_round, &r);
+        if (triggers >= 1 && triggers <= 2)
+            seen[triggers] = true;
+        struct round_keys k = round_keys(w, n);
+        expect_count(t->db, w->count_updated, k.updated, 1, "updated");
+        expect_count(t->db, w->count_updated, k.old_updated, 1, "updated");
+        expect_count(t->db, w->count_key, k.deleted, 0, "after its delete");
+        expect_count(t->db, w->count_key, k.old_deleted, 0, "after its delete");
+        if (w->check_keys != NULL && testpartition_enabled(t->db, w->table))
+            w->check_keys(t->db);
+        action = strcmp(action, "enable") == 0 ? "disable" : "enable";
+    }
+    assert_true(seen[1] && seen[2]);
 }
