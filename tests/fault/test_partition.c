@@ -279,6 +279,17 @@ static void expect_each_once_in_order(struct txo_db *db, size_t want, size_t wan
             fail_msg("%s published twice", load.pub[i].key);
 }
 
+/* The partitioned layout's key table: every event has its key, and the key its event. */
+static void expect_keys_match(struct txo_db *db)
+{
+    int64_t events = testdb_q(db, "SELECT COUNT(*) FROM outbox_events");
+    assert_int_equal(testdb_q(db, "SELECT COUNT(*) FROM outbox_keys k JOIN outbox_events e "
+                                  "ON e.id = k.event_id AND e.idempotency_key = "
+                                  "k.idempotency_key"),
+                     events);
+    assert_int_equal(testdb_q(db, "SELECT COUNT(*) FROM outbox_keys"), events);
+}
+
 /* `txo partition ACTION outbox [extra]`: its exit status. */
 static int partition(const char *action, const char *extra)
 {
@@ -352,12 +363,7 @@ static void test_layout_changes_under_load(void **state)
     assert_true(load_longest_us() < MAX_APPEND_US);
     assert_true(partitioned(t->db));
     expect_each_once_in_order(t->db, 3000 + load_appended(), 3000 + load_appended());
-    /* Every event has its key, and the key its event. */
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys k JOIN outbox_events e "
-                                     "ON e.id = k.event_id AND e.idempotency_key = "
-                                     "k.idempotency_key"),
-                     3000 + load_appended());
-    assert_int_equal(testdb_q(t->db, "SELECT COUNT(*) FROM outbox_keys"), 3000 + load_appended());
+    expect_keys_match(t->db);
     expect_duplicate_refused(t->db, "w0:7");
     expect_duplicate_refused(t->db, "pre:17");
     /* No copy table or trigger left behind. */
@@ -620,12 +626,6 @@ static void test_split_full_keeps_every_event(void **state)
 }
 
 /* ---- writes between the copy triggers ---- */
-
-static void expect_keys_match(struct txo_db *db)
-{
-    assert_int_equal(testdb_q(db, "SELECT COUNT(*) FROM outbox_keys"),
-                     testdb_q(db, "SELECT COUNT(*) FROM outbox_events"));
-}
 
 /*
  * The copy triggers come one DDL at a time, and writers run between them. Writes placed after
