@@ -359,11 +359,22 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .type = SETTING_UINT,
          .def = "50",
          .help = "the most sagas a runner takes at once; a step then runs for all of them "
-                 "in one transaction (1: one saga at a time). A runner never "
-                 "waits for a batch to fill: at low load a batch is one saga",
+                 "in one transaction (1: one saga at a time). At low load a batch "
+                 "is one saga (see --saga-gather)",
          .min = 1,
          .max = 1000,
          .target = &o->opts.saga_batch},
+        {.name = "saga-gather",
+         .env = "TXO_SAGA_GATHER_MS",
+         .type = SETTING_I64,
+         .def = "10",
+         .help = "how long queued sagas wait at most for a busy runner, which then takes them "
+                 "all in one batch, before an idle runner takes them; never when no runner is "
+                 "busy or a whole --saga-batch is queued (0: an idle runner takes them at "
+                 "once), milliseconds",
+         .min = 0,
+         .max = 1000,
+         .target = &o->opts.saga_gather_ms},
         {.name = "poll",
          .env = "TXO_POLL_MS",
          .type = SETTING_I64,

@@ -141,9 +141,15 @@ struct txo_worker_opts {
 
     unsigned saga_threads; /* saga runners; default 4, max 256 */
     /* The most sagas a runner takes at once (1..1000, default 50). A runner takes what is
-     * queued when it asks, never waiting for more, so at low load a batch is one saga. The
-     * sagas a runner takes run as txo_saga_run_many(); 1 runs each with txo_saga_run(). */
+     * queued when it takes work, never waiting for a batch to fill, so at low load a batch is
+     * one saga. The sagas a runner takes run as txo_saga_run_many(); 1 runs each with
+     * txo_saga_run(). */
     unsigned saga_batch;
+    /* How long queued sagas may wait for a busy runner to take them all (0..1000 ms, default
+     * 10) before an idle one takes them. A runner never waits when no other is busy (at low
+     * load a batch is one saga) or when a whole batch is queued. 0: any idle runner takes
+     * what is queued at once. */
+    int64_t saga_gather_ms;
     int64_t poll_ms;           /* scheduler period when idle; default 200 */
     struct txo_saga_opts saga; /* lease, step tries, compensation retry policy (owner: per
                                 * runner thread) */

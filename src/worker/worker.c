@@ -42,6 +42,7 @@ enum job_kind { JOB_RUN, JOB_RETRY };
 struct job {
     struct txo_saga_ref ref;
     enum job_kind kind;
+    int64_t queued_us; /* txo_monotonic_us() when it was queued */
 };
 
 /* A saga a handler started inside a batch, created with the others at the batch's end. */
@@ -85,6 +86,8 @@ struct txo_worker {
     size_t head, len, limit;
     char (*inflight)[TXO_SAGA_ID_LEN]; /* n_runners x batch: what each runner holds */
     size_t batch;                      /* opts.saga_batch */
+    size_t active;                     /* runners running a batch now */
+    int64_t gather_us;                 /* opts.saga_gather_ms */
     bool stopping;
     bool running;
     uint64_t kicks; /* bumped when a runner makes room in a full queue (wakes the scheduler) */
@@ -112,6 +115,7 @@ void txo_worker_opts_init(struct txo_worker_opts *opts)
     memset(opts, 0, sizeof(*opts));
     opts->saga_threads = 4;
     opts->saga_batch = 50;
+    opts->saga_gather_ms = 10;
     opts->poll_ms = 200;
     txo_saga_opts_init(&opts->saga);
     opts->command_lease_s = 30;
@@ -213,6 +217,7 @@ static bool enqueue(struct txo_worker *w, const struct txo_saga_ref *ref, enum j
         struct job *j = &w->queue[(w->head + w->len) % QUEUE_CAP];
         j->ref = *ref;
         j->kind = kind;
+        j->queued_us = txo_monotonic_us();
         w->len++;
         queued = true;
         pthread_cond_signal(&w->work_ready);
@@ -714,6 +719,25 @@ out:
     txo_free(finals);
 }
 
+/*
+ * Whether an idle runner takes the queued jobs now (w->mu held). It does when no other runner
+ * is running a batch (at low load: at once, one saga), when a whole batch is queued, or when
+ * the oldest job has waited gather_us. Otherwise the jobs gather for the runner that is busy,
+ * which takes them all when it is done: under load fewer runners run larger batches (a step is
+ * one transaction for all of a batch's sagas), and a runner held up (a slow call) leaves the
+ * queue to another after gather_us. Else *wait_us: how long the oldest job may still gather.
+ */
+static bool take_now(const struct txo_worker *w, int64_t *wait_us)
+{
+    if (w->active == 0 || w->len >= w->batch || w->gather_us == 0)
+        return true;
+    int64_t waited = txo_monotonic_us() - w->queue[w->head].queued_us;
+    if (waited >= w->gather_us)
+        return true;
+    *wait_us = w->gather_us - waited;
+    return false;
+}
+
 static void *runner_main(void *arg)
 {
     struct runner *r = arg;
@@ -725,8 +749,16 @@ static void *runner_main(void *arg)
     char(*held)[TXO_SAGA_ID_LEN] = &w->inflight[r->index * w->batch];
     while (jobs != NULL) {
         pthread_mutex_lock(&w->mu);
-        while (!w->stopping && w->len == 0)
-            pthread_cond_wait(&w->work_ready, &w->mu);
+        for (;;) {
+            while (!w->stopping && w->len == 0)
+                pthread_cond_wait(&w->work_ready, &w->mu);
+            int64_t wait_us = 0;
+            if (w->stopping || take_now(w, &wait_us))
+                break;
+            struct timespec until;
+            txo_monotonic_deadline((wait_us + 999) / 1000, &until);
+            pthread_cond_timedwait(&w->work_ready, &w->mu, &until);
+        }
         if (w->stopping) {
             pthread_mutex_unlock(&w->mu);
             break;
@@ -744,6 +776,7 @@ static void *runner_main(void *arg)
         } while (n < w->batch && w->len > 0 && jobs[0].kind == JOB_RUN &&
                  w->queue[w->head].kind == JOB_RUN &&
                  strcmp(w->queue[w->head].ref.type, jobs[0].ref.type) == 0);
+        w->active++;
         if (full) { /* it was full: the scheduler may have more for us */
             w->kicks++;
             pthread_cond_broadcast(&w->wake);
@@ -762,6 +795,7 @@ static void *runner_main(void *arg)
         pthread_mutex_lock(&w->mu);
         for (size_t k = 0; k < n; k++)
             held[k][0] = '\0';
+        w->active--;
         pthread_mutex_unlock(&w->mu);
     }
     txo_free(jobs);
@@ -1001,6 +1035,9 @@ static int check_opts(const struct txo_worker_opts *o, struct txo_error *err)
                              o->saga_threads);
     if (o->saga_batch == 0 || o->saga_batch > 1000)
         return txo_error_set(err, TXO_EINVAL, "saga batch must be 1..1000, got %u", o->saga_batch);
+    if (o->saga_gather_ms < 0 || o->saga_gather_ms > 1000)
+        return txo_error_set(err, TXO_EINVAL, "saga gather must be 0..1000 ms, got %lld",
+                             (long long)o->saga_gather_ms);
     if (o->poll_ms <= 0 || o->retention.batch == 0 || o->retention.batch > TXO_PURGE_BATCH_MAX)
         return txo_error_set(err, TXO_EINVAL, "poll interval and retention batch out of range");
     if ((o->n_events > 0 && o->events == NULL) || (o->n_commands > 0 && o->commands == NULL) ||
@@ -1037,6 +1074,7 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     w->opts.saga.tracer = opts->tracer; /* the engine records the steps' spans */
     w->n_runners = opts->saga_threads;
     w->batch = opts->saga_batch;
+    w->gather_us = opts->saga_gather_ms * 1000;
     /* Room for two batches per runner (the next ones form while these run), and at least for
      * the sagas of one delivery (a relay batch consumed at once), which would otherwise wait
      * for the scheduler's next look. */
@@ -1054,7 +1092,7 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     }
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->consume_mu, NULL);
-    pthread_cond_init(&w->work_ready, NULL);
+    txo__cond_init_monotonic(&w->work_ready);
     txo__cond_init_monotonic(&w->wake);
     rc = txo__worker_metrics_register(w->opts.metrics, &w->m, err);
     w->opts.saga.deadlines = w->m.deadlines; /* the engine counts them as it finds them */
