@@ -366,7 +366,7 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .target = &o->opts.saga_batch},
         {.name = "saga-gather",
          .env = "TXO_SAGA_GATHER_MS",
-         .type = SETTING_I64,
+         .type = SETTING_MS,
          .def = "10",
          .help = "how long queued sagas wait at most for a busy runner, which then takes them "
                  "all in one batch, before an idle runner takes them; never when no runner is "

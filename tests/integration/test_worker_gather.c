@@ -31,7 +31,7 @@
 struct seen {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool hold;    /* the saga "held" stays in its action until this is false */
+    bool hold; /* the saga "held" stays in its action until this is false */
     size_t n;
     struct {
         char correlation_id[32];
