@@ -3,9 +3,10 @@
  *   - a small job queue (saga refs to run or retry) shared by the scheduler, the consumer and
  *     the runners, with an in-flight list so one process never runs a saga twice at once
  *     (between processes the saga's owner lease does that);
- *   - the event consumer (txo_worker_handle_message) and the handler context;
  *   - the runner, scheduler, cleaner and consumer threads;
- *   - metrics.
+ *   - the lifecycle and the counters.
+ * The consuming of events (txo_worker_handle_message, _many) and the handler context are in
+ * worker_consume.c; the state both files share is in worker_internal.h.
  *
  * Every thread has its own database connection, opened lazily and reopened after a lost
  * connection; a thread that cannot reach the database logs, waits poll_ms and tries again, so
@@ -21,94 +22,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/text.h"
 #include "core/waiter.h"
-#include "txo/inbox.h"
 #include "txo/metrics.h"
 #include "txo/owner.h"
 #include "txo/tracer.h"
 #include "txo/worker.h"
-#include "worker/order_watch.h"
-#include "worker/worker_observe.h"
+#include "worker/worker_internal.h"
 #include "saga/saga_table.h"
-
-#define QUEUE_CAP       1024
-#define QUEUE_MIN       512 /* the least room of the queue, whatever saga_threads and saga_batch */
-#define STARTED_MAX     8   /* sagas one handler call may start */
-#define COMMAND_TYPE_SZ (TXO_CMDQ_TYPE_MAX + 1)
-
-enum job_kind { JOB_RUN, JOB_RETRY };
-
-struct job {
-    struct txo_saga_ref ref;
-    enum job_kind kind;
-    int64_t queued_us; /* txo_monotonic_us() when it was queued */
-};
-
-/* A saga a handler started inside a batch, created with the others at the batch's end. */
-struct pending_saga {
-    const struct txo_saga_def *def;
-    struct txo_saga_new s; /* correlation id and payload: copies, owned; trace: set at flush */
-    bool has_trace;        /* the event being handled had a trace context: trace is a copy */
-    struct txo_trace_ctx trace;
-};
-
-struct txo_handler_ctx {
-    struct txo_worker *w;
-    struct txo_tx *tx;
-    /* Sagas started in this transaction, queued once it commits (reset per attempt). */
-    struct txo_saga_ref started[STARTED_MAX];
-    size_t n_started;
-    /* In a batch (txo_worker_handle_many): the sagas to create with one statement at its
-     * end, and whether a handler asked for something only the single path can answer. */
-    bool batch;
-    struct pending_saga *pending;
-    size_t n_pending, cap_pending;
-    bool needs_single;
-    /* The span of the event or command being handled (NULL: none): the sagas it starts
-     * continue it. */
-    const struct txo_trace_ctx *trace;
-};
-
-struct runner {
-    struct txo_worker *w;
-    size_t index;
-};
-
-struct txo_worker {
-    struct txo_db_opts db_opts;
-    struct txo_worker_opts opts;
-
-    pthread_mutex_t mu;
-    pthread_cond_t work_ready; /* runners wait here */
-    pthread_cond_t wake;       /* scheduler, cleaner, consumer wait here (stop, new space) */
-    struct job queue[QUEUE_CAP];
-    size_t head, len, limit;
-    char (*inflight)[TXO_SAGA_ID_LEN]; /* n_runners x batch: what each runner holds */
-    size_t batch;                      /* opts.saga_batch */
-    size_t active;                     /* runners running a batch now */
-    int64_t gather_us;                 /* opts.saga_gather_ms */
-    bool stopping;
-    bool running;
-    uint64_t kicks; /* bumped when a runner makes room in a full queue (wakes the scheduler) */
-
-    pthread_t *runners;
-    size_t n_runners;
-    size_t n_runners_started;
-    struct runner *runner_args;
-    pthread_t scheduler, cleaner, consumer_thread;
-    bool has_cleaner, has_consumer, has_scheduler;
-
-    pthread_mutex_t consume_mu; /* txo_worker_handle_message's connection */
-    struct txo_db *consume_db;
-    struct txo_consumer *consumer;
-
-    _Atomic uint64_t consumed, duplicates, completed, aborted, comp_failed, picked_up, retries,
-        commands_done, commands_failed, cleaned;
-
-    struct worker_metrics m;        /* worker_observe.h; NULLs without opts.metrics */
-    struct txo__order_watch *order; /* the inbox's order verdicts: counted, logged, held */
-};
 
 void txo_worker_opts_init(struct txo_worker_opts *opts)
 {
@@ -128,8 +48,8 @@ void txo_worker_opts_init(struct txo_worker_opts *opts)
 
 /* ---- metrics ---- */
 
-static void count(_Atomic uint64_t *counter, struct txo_metric *m, const char *const *labels,
-                  uint64_t n)
+void txo__worker_count(_Atomic uint64_t *counter, struct txo_metric *m, const char *const *labels,
+                       uint64_t n)
 {
     atomic_fetch_add(counter, n);
     if (m != NULL && n > 0)
@@ -170,7 +90,7 @@ static bool stopping(struct txo_worker *w)
 }
 
 /* Opens *db when it is not open. Logs and returns false on failure. */
-static bool ensure_db(struct txo_worker *w, struct txo_db **db, const char *who)
+bool txo__worker_ensure_db(struct txo_worker *w, struct txo_db **db, const char *who)
 {
     if (*db != NULL)
         return true;
@@ -186,7 +106,7 @@ static bool ensure_db(struct txo_worker *w, struct txo_db **db, const char *who)
 }
 
 /* After a failed call on db: a lost or unusable connection is closed, to be reopened. */
-static void drop_db_if_broken(struct txo_db **db, int rc)
+void txo__worker_drop_db_if_broken(struct txo_db **db, int rc)
 {
     if (rc == TXO_ECONNLOST || rc == TXO_ECONNECT) {
         txo_db_close(*db);
@@ -209,7 +129,7 @@ static bool known_locked(struct txo_worker *w, const char *id)
 
 /* Queues a saga unless it is queued or running here already, or the queue is full (the
  * scheduler finds it again later). Returns true when queued. */
-static bool enqueue(struct txo_worker *w, const struct txo_saga_ref *ref, enum job_kind kind)
+bool txo__worker_enqueue(struct txo_worker *w, const struct txo_saga_ref *ref, enum job_kind kind)
 {
     bool queued = false;
     pthread_mutex_lock(&w->mu);
@@ -234,400 +154,9 @@ static size_t queue_space(struct txo_worker *w)
     return space;
 }
 
-static const struct txo_saga_def *find_saga(const struct txo_worker *w, const char *type)
+const struct txo_saga_def *txo__worker_find_saga(const struct txo_worker *w, const char *type)
 {
     return txo__saga_table_find(w->opts.sagas, w->opts.n_sagas, type);
-}
-
-/* ---- handlers ---- */
-
-void *txo_handler_arg(const struct txo_handler_ctx *hc)
-{
-    return hc->w->opts.handler_arg;
-}
-
-int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def *def,
-                           const char *correlation_id, const char *payload_json, bool *created,
-                           struct txo_error *err)
-{
-    if (def == NULL || find_saga(hc->w, def->type) != def)
-        return txo_error_set(err, TXO_EINVAL, "saga type %s is not registered with the worker",
-                             def != NULL && def->type != NULL ? def->type : "NULL");
-    if (hc->batch) {
-        if (created != NULL) { /* "was it new?" is known once the batch creates it */
-            hc->needs_single = true;
-            return txo_error_set(err, TXO_EUNSUPPORTED, "start_saga with created in a batch");
-        }
-        if (hc->n_pending == hc->cap_pending) {
-            size_t cap = hc->cap_pending > 0 ? 2 * hc->cap_pending : 16;
-            struct pending_saga *p = txo_realloc(hc->pending, cap * sizeof(*p));
-            if (p == NULL)
-                return txo_error_set(err, TXO_ENOMEM, "starting a saga: out of memory");
-            hc->pending = p;
-            hc->cap_pending = cap;
-        }
-        struct pending_saga *ps = &hc->pending[hc->n_pending];
-        memset(ps, 0, sizeof(*ps));
-        ps->def = def;
-        ps->has_trace = hc->trace != NULL;
-        if (hc->trace != NULL)
-            ps->trace = *hc->trace;
-        ps->s.correlation_id = txo_strdup(correlation_id != NULL ? correlation_id : "");
-        ps->s.payload_json = payload_json != NULL ? txo_strdup(payload_json) : NULL;
-        if (ps->s.correlation_id == NULL || (payload_json != NULL && ps->s.payload_json == NULL)) {
-            txo_free((char *)ps->s.correlation_id);
-            txo_free((char *)ps->s.payload_json);
-            return txo_error_set(err, TXO_ENOMEM, "starting a saga: out of memory");
-        }
-        hc->n_pending++;
-        return 0;
-    }
-    if (hc->n_started == STARTED_MAX)
-        return txo_error_set(err, TXO_EINVAL, "a handler may start at most %d sagas", STARTED_MAX);
-    struct txo_saga_ref *ref = &hc->started[hc->n_started];
-    bool made = false;
-    int rc =
-        txo_saga_create(hc->tx, def, correlation_id, payload_json, hc->trace, ref->id, &made, err);
-    if (rc != 0)
-        return rc;
-    snprintf(ref->type, sizeof(ref->type), "%s", def->type);
-    if (made)
-        hc->n_started++;
-    if (created != NULL)
-        *created = made;
-    return 0;
-}
-
-/* Hands the sagas a committed handler started to the runners. */
-static void queue_started(struct txo_worker *w, const struct txo_handler_ctx *hc)
-{
-    for (size_t i = 0; i < hc->n_started; i++)
-        enqueue(w, &hc->started[i], JOB_RUN);
-}
-
-struct consume_args {
-    struct txo_worker *w;
-    const struct txo_event *ev;
-    const struct txo_event_handler *handler;
-    bool duplicate;
-    enum txo_inbox_order order;
-    struct txo_handler_ctx hc;
-};
-
-static int consume_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct consume_args *a = arg;
-    a->hc.tx = tx;
-    a->hc.n_started = 0;
-    int rc = txo_inbox_record(tx, a->ev->idempotency_key, a->ev->type, a->ev->payload,
-                              &a->duplicate, err);
-    if (rc != 0 || a->duplicate)
-        return rc;
-    struct txo_inbox_position pos = txo__order_position(a->ev);
-    rc = txo_inbox_check_order(tx, &pos, 1, &a->order, err);
-    if (rc == 0)
-        rc = txo__order_hold(a->w->order, a->ev, a->order, a->handler->hold_out_of_order_ms, err);
-    if (rc != 0)
-        return rc; /* held: rolled back, delivered again; or parked for good */
-    a->hc.trace = a->ev->has_trace ? &a->ev->trace : NULL;
-    return a->handler->fn(tx, a->ev, &a->hc, err);
-}
-
-static const struct txo_event_handler *find_event_handler(const struct txo_worker *w,
-                                                          const char *type)
-{
-    for (size_t i = 0; i < w->opts.n_events; i++)
-        if (strcmp(w->opts.events[i].event_type, type) == 0)
-            return &w->opts.events[i];
-    return NULL;
-}
-
-int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
-                              struct txo_error *err)
-{
-    struct txo_worker *w = arg;
-    struct txo_event ev;
-    int rc = txo_envelope_decode_message(msg, &ev, err);
-    if (rc != 0) {
-        txo_error_wrap(err, "message %s", msg->msg_id != NULL ? msg->msg_id : "?");
-        return rc;
-    }
-    const struct txo_event_handler *h = find_event_handler(w, ev.type);
-    if (h == NULL)
-        goto out; /* nobody here handles it: acknowledged */
-    if (msg->msg_id != NULL && strcmp(msg->msg_id, ev.idempotency_key) != 0) {
-        /* The transport's dedupe id is the key; a mismatch means someone else published. */
-        rc = txo_error_set(err, TXO_EINVAL, "message id %s differs from the envelope's key %s",
-                           msg->msg_id, ev.idempotency_key);
-        goto out;
-    }
-    uint8_t parent[8];
-    bool traced = txo__worker_consume_span(&ev, parent);
-    int64_t start_us = txo_realtime_us();
-    const struct txo_trace_ctx *prev_trace = txo_trace_set_current(traced ? &ev.trace : NULL);
-    struct consume_args a = {.w = w, .ev = &ev, .handler = h, .hc = {.w = w}};
-    pthread_mutex_lock(&w->consume_mu);
-    if (!ensure_db(w, &w->consume_db, "consumer")) {
-        pthread_mutex_unlock(&w->consume_mu);
-        rc = txo_error_set(err, TXO_ECONNECT, "worker database unreachable");
-        txo_trace_set_current(prev_trace);
-        goto out;
-    }
-    rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, consume_tx, &a, err);
-    drop_db_if_broken(&w->consume_db, rc);
-    pthread_mutex_unlock(&w->consume_mu);
-    txo_trace_set_current(prev_trace);
-    if (traced && !a.duplicate)
-        txo__worker_record_consume(w->opts.tracer, &ev, parent, start_us, rc);
-    if (rc == TXO_EBUSINESS && a.order == TXO_INBOX_GAP)
-        txo__order_seen(w->order, &ev, a.order); /* parked after its hold */
-    if (rc != 0)
-        goto out;
-    /* Committed but not acknowledged yet: a crash here makes the transport deliver the event
-     * again, and the inbox must drop it. */
-    txo_crash_point("worker.after_consume");
-    if (a.duplicate) {
-        count(&w->duplicates, w->m.duplicates, NULL, 1);
-        TXO_LOG(TXO_LOG_DEBUG, "worker", "duplicate delivery dropped",
-                TXO_KV_STR("message_id", ev.idempotency_key));
-    } else {
-        count(&w->consumed, w->m.consumed, NULL, 1);
-        txo__worker_observe_delay(w->m.delay, &ev);
-        txo__order_seen(w->order, &ev, a.order);
-        queue_started(w, &a.hc);
-    }
-out:
-    txo_event_release(&ev);
-    return rc;
-}
-
-/* ---- batches of messages ---- */
-
-static void pending_clear(struct txo_handler_ctx *hc)
-{
-    for (size_t i = 0; i < hc->n_pending; i++) {
-        txo_free((char *)hc->pending[i].s.correlation_id);
-        txo_free((char *)hc->pending[i].s.payload_json);
-    }
-    hc->n_pending = 0;
-}
-
-struct batch_args {
-    struct txo_worker *w;
-    const struct txo_event *evs;
-    const struct txo_event_handler **handlers;
-    const size_t *idx; /* the messages handled here: indexes into evs */
-    size_t m;
-    struct txo_inbox_entry *entries;
-    bool *duplicate;
-    struct txo_inbox_position *pos; /* of the messages that are not duplicates */
-    enum txo_inbox_order *order;    /* order[k] for message k */
-    struct txo_handler_ctx hc;
-};
-
-/* Creates the pending sagas, one txo_saga_create_many() per saga type. */
-static int flush_pending(struct batch_args *a, struct txo_error *err)
-{
-    struct txo_handler_ctx *hc = &a->hc;
-    if (hc->n_pending == 0)
-        return 0;
-    struct txo_saga_new *made = txo_calloc(hc->n_pending, sizeof(*made));
-    if (made == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "creating %zu sagas: out of memory", hc->n_pending);
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < hc->n_pending; i++) {
-        const struct txo_saga_def *def = hc->pending[i].def;
-        bool first = true;
-        for (size_t j = 0; j < i && first; j++)
-            first = hc->pending[j].def != def;
-        if (!first)
-            continue;
-        size_t k = 0;
-        for (size_t j = i; j < hc->n_pending; j++)
-            if (hc->pending[j].def == def) {
-                made[k] = hc->pending[j].s;
-                made[k++].trace = hc->pending[j].has_trace ? &hc->pending[j].trace : NULL;
-            }
-        rc = txo_saga_create_many(hc->tx, def, made, k, err);
-        k = 0;
-        for (size_t j = i; rc == 0 && j < hc->n_pending; j++)
-            if (hc->pending[j].def == def)
-                hc->pending[j].s = made[k++];
-    }
-    txo_free(made);
-    return rc;
-}
-
-/*
- * The order verdicts of the batch's messages that are not duplicates, in one
- * txo_inbox_check_order(). An event after a gap for a handler that holds such events sends
- * the batch down the single path, which holds that one event alone.
- */
-static int check_batch_order(struct txo_tx *tx, struct batch_args *a, struct txo_error *err)
-{
-    size_t n = 0;
-    for (size_t k = 0; k < a->m; k++) {
-        a->order[k] = TXO_INBOX_UNCHECKED;
-        if (!a->duplicate[k])
-            a->pos[n++] = txo__order_position(&a->evs[a->idx[k]]);
-    }
-    enum txo_inbox_order *got = a->order + a->m; /* n verdicts, then spread to order[] */
-    int rc = txo_inbox_check_order(tx, a->pos, n, got, err);
-    for (size_t k = 0, j = 0; rc == 0 && k < a->m; k++) {
-        if (a->duplicate[k])
-            continue;
-        a->order[k] = got[j++];
-        if (a->order[k] == TXO_INBOX_GAP && a->handlers[a->idx[k]]->hold_out_of_order_ms > 0)
-            rc = txo_error_set(err, TXO_EUNSUPPORTED, "an event to hold in a batch");
-    }
-    return rc;
-}
-
-static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
-{
-    struct batch_args *a = arg;
-    a->hc.tx = tx;
-    a->hc.n_started = 0;
-    a->hc.needs_single = false;
-    pending_clear(&a->hc);
-    int rc = txo_inbox_record_many(tx, a->entries, a->m, a->duplicate, err);
-    if (rc == 0)
-        rc = check_batch_order(tx, a, err);
-    for (size_t k = 0; rc == 0 && k < a->m; k++) {
-        if (a->duplicate[k])
-            continue;
-        const struct txo_event *ev = &a->evs[a->idx[k]];
-        a->hc.trace = ev->has_trace ? &ev->trace : NULL;
-        const struct txo_trace_ctx *prev = txo_trace_set_current(a->hc.trace);
-        rc = a->handlers[a->idx[k]]->fn(tx, ev, &a->hc, err);
-        txo_trace_set_current(prev);
-    }
-    if (rc == 0)
-        rc = flush_pending(a, err);
-    return rc;
-}
-
-int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, size_t n,
-                           int *results, struct txo_error *errors)
-{
-    struct txo_worker *w = arg;
-    int64_t start_us = txo_realtime_us();
-    struct txo_event *evs = txo_calloc(n, sizeof(*evs));
-    const struct txo_event_handler **handlers = txo_calloc(n, sizeof(*handlers));
-    size_t *idx = txo_calloc(n, sizeof(*idx));
-    struct txo_inbox_entry *entries = txo_calloc(n, sizeof(*entries));
-    bool *duplicate = txo_calloc(n, sizeof(*duplicate));
-    bool *decoded = txo_calloc(n, sizeof(*decoded));
-    struct txo_inbox_position *pos = txo_calloc(n, sizeof(*pos));
-    enum txo_inbox_order *order = txo_calloc(2 * n, sizeof(*order));
-    uint8_t(*parents)[8] = txo_calloc(n, sizeof(*parents)); /* of the traced events' spans */
-    bool *traced = txo_calloc(n, sizeof(*traced));
-    struct batch_args a = {.w = w, .hc = {.w = w, .batch = true}};
-    size_t m = 0;
-    if (evs == NULL || handlers == NULL || idx == NULL || entries == NULL || duplicate == NULL ||
-        decoded == NULL || pos == NULL || order == NULL || parents == NULL || traced == NULL) {
-        for (size_t i = 0; i < n; i++)
-            results[i] = txo_error_set(&errors[i], TXO_ENOMEM, "batch of %zu: out of memory", n);
-        goto out;
-    }
-    /* Each message's own verdict first: not an envelope (permanent), nobody handles it
-     * (acknowledged), its transport id is not its key (permanent). */
-    for (size_t i = 0; i < n; i++) {
-        results[i] = txo_envelope_decode_message(&msgs[i], &evs[i], &errors[i]);
-        decoded[i] = results[i] == 0;
-        if (results[i] != 0) {
-            txo_error_wrap(&errors[i], "message %s", msgs[i].msg_id ? msgs[i].msg_id : "?");
-            continue;
-        }
-        handlers[i] = find_event_handler(w, evs[i].type);
-        if (handlers[i] == NULL)
-            continue;
-        traced[i] = txo__worker_consume_span(&evs[i], parents[i]);
-        if (msgs[i].msg_id != NULL && strcmp(msgs[i].msg_id, evs[i].idempotency_key) != 0) {
-            results[i] = txo_error_set(&errors[i], TXO_EINVAL,
-                                       "message id %s differs from the envelope's key %s",
-                                       msgs[i].msg_id, evs[i].idempotency_key);
-            continue;
-        }
-        entries[m] = (struct txo_inbox_entry){.event_id = evs[i].idempotency_key,
-                                              .event_type = evs[i].type,
-                                              .payload_json = evs[i].payload};
-        idx[m++] = i;
-    }
-    if (m == 0)
-        goto out;
-    a.evs = evs;
-    a.handlers = handlers;
-    a.idx = idx;
-    a.m = m;
-    a.entries = entries;
-    a.duplicate = duplicate;
-    a.pos = pos;
-    a.order = order;
-    struct txo_error err;
-    txo_error_init(&err);
-    int rc = TXO_EINVAL; /* one message: the single path */
-    if (m > 1) {
-        pthread_mutex_lock(&w->consume_mu);
-        if (ensure_db(w, &w->consume_db, "consumer")) {
-            rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, batch_tx, &a, &err);
-            drop_db_if_broken(&w->consume_db, rc);
-        } else {
-            rc = TXO_ECONNECT;
-        }
-        pthread_mutex_unlock(&w->consume_mu);
-    }
-    if (rc != 0) {
-        /* One by one: each message gets the single path's verdict (and a handler error is
-         * only that message's). */
-        if (m > 1)
-            TXO_LOG(TXO_LOG_DEBUG, "worker", "message batch runs one by one",
-                    TXO_KV_U64("messages", m), TXO_KV_STR("code", txo_err_name(rc)),
-                    TXO_KV_STR("err", err.msg));
-        for (size_t k = 0; k < m; k++)
-            results[idx[k]] = txo_worker_handle_message(w, &msgs[idx[k]], &errors[idx[k]]);
-        goto out;
-    }
-    txo_crash_point("worker.after_consume");
-    size_t dups = 0;
-    for (size_t k = 0; k < m; k++)
-        dups += duplicate[k];
-    if (dups > 0)
-        count(&w->duplicates, w->m.duplicates, NULL, dups);
-    count(&w->consumed, w->m.consumed, NULL, m - dups);
-    for (size_t k = 0; k < m; k++) {
-        if (!duplicate[k])
-            txo__worker_observe_delay(w->m.delay, &evs[idx[k]]);
-        if (!duplicate[k] && traced[idx[k]])
-            txo__worker_record_consume(w->opts.tracer, &evs[idx[k]], parents[idx[k]], start_us, 0);
-        txo__order_seen(w->order, &evs[idx[k]], order[k]);
-    }
-    for (size_t i = 0; i < a.hc.n_pending; i++) {
-        const struct pending_saga *ps = &a.hc.pending[i];
-        if (!ps->s.created)
-            continue;
-        struct txo_saga_ref ref = {.status = TXO_SAGA_RUNNING};
-        snprintf(ref.id, sizeof(ref.id), "%s", ps->s.saga_id);
-        snprintf(ref.type, sizeof(ref.type), "%s", ps->def->type);
-        enqueue(w, &ref, JOB_RUN);
-    }
-out:
-    pending_clear(&a.hc);
-    txo_free(a.hc.pending);
-    for (size_t i = 0; evs != NULL && i < n; i++)
-        if (decoded[i])
-            txo_event_release(&evs[i]);
-    txo_free(evs);
-    txo_free(handlers);
-    txo_free(idx);
-    txo_free(entries);
-    txo_free(duplicate);
-    txo_free(decoded);
-    txo_free(pos);
-    txo_free(order);
-    txo_free(parents);
-    txo_free(traced);
-    return 0;
 }
 
 /* ---- runners ---- */
@@ -640,20 +169,20 @@ static void count_final(struct txo_worker *w, enum txo_saga_status final)
     static const char *const comp_failed[] = {"COMPENSATION_FAILED"};
     switch (final) {
     case TXO_SAGA_COMPLETED:
-        count(&w->completed, w->m.runs, completed, 1);
+        txo__worker_count(&w->completed, w->m.runs, completed, 1);
         break;
     case TXO_SAGA_COMPENSATION_FAILED:
-        count(&w->comp_failed, w->m.runs, comp_failed, 1);
+        txo__worker_count(&w->comp_failed, w->m.runs, comp_failed, 1);
         break;
     default:
-        count(&w->aborted, w->m.runs, aborted, 1);
+        txo__worker_count(&w->aborted, w->m.runs, aborted, 1);
         break;
     }
 }
 
 static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const struct job *job)
 {
-    const struct txo_saga_def *def = find_saga(w, job->ref.type);
+    const struct txo_saga_def *def = txo__worker_find_saga(w, job->ref.type);
     if (def == NULL) {
         TXO_LOG(TXO_LOG_WARN, "worker", "saga of an unknown type skipped",
                 TXO_KV_STR("saga_id", job->ref.id), TXO_KV_STR("type", job->ref.type));
@@ -674,7 +203,7 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
     if (rc != 0) {
         TXO_LOG(TXO_LOG_WARN, "worker", "saga run interrupted", TXO_KV_STR("saga_id", job->ref.id),
                 TXO_KV_STR("code", txo_err_name(rc)), TXO_KV_STR("err", err.msg));
-        drop_db_if_broken(db, rc);
+        txo__worker_drop_db_if_broken(db, rc);
         return;
     }
     count_final(w, final);
@@ -684,7 +213,7 @@ static void run_job(struct txo_worker *w, struct txo_db **db, void *user, const 
 static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const struct job *jobs,
                      size_t n)
 {
-    const struct txo_saga_def *def = find_saga(w, jobs[0].ref.type);
+    const struct txo_saga_def *def = txo__worker_find_saga(w, jobs[0].ref.type);
     const char **ids = txo_calloc(n, sizeof(*ids));
     int *rcs = txo_calloc(n, sizeof(*rcs));
     enum txo_saga_status *finals = txo_calloc(n, sizeof(*finals));
@@ -711,7 +240,7 @@ static void run_jobs(struct txo_worker *w, struct txo_db **db, void *user, const
     if (broken != 0) {
         TXO_LOG(TXO_LOG_WARN, "worker", "saga batch interrupted", TXO_KV_U64("sagas", n),
                 TXO_KV_STR("code", txo_err_name(broken)));
-        drop_db_if_broken(db, broken);
+        txo__worker_drop_db_if_broken(db, broken);
     }
 out:
     txo_free(ids);
@@ -722,19 +251,21 @@ out:
 /*
  * Whether an idle runner takes the queued jobs now (w->mu held). It does when no other runner
  * is running a batch (at low load: at once, one saga), when a whole batch is queued, or when
- * the oldest job has waited gather_us. Otherwise the jobs gather for the runner that is busy,
- * which takes them all when it is done: under load fewer runners run larger batches (a step is
- * one transaction for all of a batch's sagas), and a runner held up (a slow call) leaves the
- * queue to another after gather_us. Else *wait_us: how long the oldest job may still gather.
+ * the oldest job has waited opts.saga_gather_ms. Otherwise the jobs gather for the runner that
+ * is busy, which takes them all when it is done: under load fewer runners run larger batches
+ * (a step is one transaction for all of a batch's sagas), and a runner held up (a slow call)
+ * leaves the queue to another after the gather time. Else *wait_us: how long the oldest job may
+ * still gather.
  */
 static bool take_now(const struct txo_worker *w, int64_t *wait_us)
 {
-    if (w->active == 0 || w->len >= w->batch || w->gather_us == 0)
+    int64_t gather_us = w->opts.saga_gather_ms * 1000;
+    if (w->active == 0 || w->len >= w->batch || gather_us == 0)
         return true;
     int64_t waited = txo_monotonic_us() - w->queue[w->head].queued_us;
-    if (waited >= w->gather_us)
+    if (waited >= gather_us)
         return true;
-    *wait_us = w->gather_us - waited;
+    *wait_us = gather_us - waited;
     return false;
 }
 
@@ -785,7 +316,7 @@ static void *runner_main(void *arg)
 
         /* Sagas to run go through the batch engine, one saga being a batch of one;
          * --saga-batch 1 runs each on its own. */
-        if (!ensure_db(w, &db, "runner"))
+        if (!txo__worker_ensure_db(w, &db, "runner"))
             nap(w, w->opts.poll_ms);
         else if (n > 1 || (w->batch > 1 && jobs[0].kind == JOB_RUN))
             run_jobs(w, &db, user, jobs, n);
@@ -823,17 +354,17 @@ static size_t schedule_sagas(struct txo_worker *w, struct txo_db **db, enum txo_
     if (rc != 0) {
         TXO_LOG(TXO_LOG_WARN, "worker", "listing due sagas failed",
                 TXO_KV_STR("status", txo_saga_status_name(status)), TXO_KV_STR("err", err.msg));
-        drop_db_if_broken(db, rc);
+        txo__worker_drop_db_if_broken(db, rc);
     }
     bool retry = status == TXO_SAGA_COMPENSATION_FAILED;
     for (size_t i = 0; i < n; i++) {
-        if (!enqueue(w, &refs[i], retry ? JOB_RETRY : JOB_RUN))
+        if (!txo__worker_enqueue(w, &refs[i], retry ? JOB_RETRY : JOB_RUN))
             continue;
         queued++;
         if (retry)
-            count(&w->retries, w->m.retries, NULL, 1);
+            txo__worker_count(&w->retries, w->m.retries, NULL, 1);
         else
-            count(&w->picked_up, w->m.picked_up, NULL, 1);
+            txo__worker_count(&w->picked_up, w->m.picked_up, NULL, 1);
     }
     txo_free(refs);
     return queued;
@@ -886,7 +417,7 @@ static int run_command(struct txo_worker *w, struct txo_db *db, const struct txo
     if (cmd->has_trace)
         txo__worker_record_command(w->opts.tracer, cmd, &span, start_us, rc);
     if (rc == 0)
-        queue_started(w, &a.hc);
+        txo__worker_queue_started(w, &a.hc);
     return rc;
 }
 
@@ -908,17 +439,17 @@ static size_t schedule_commands(struct txo_worker *w, struct txo_db **db, const 
     int rc = txo_cmdq_claim_ex(*db, &co, &cmds, &n, &err);
     if (rc != 0) {
         TXO_LOG(TXO_LOG_WARN, "worker", "claiming commands failed", TXO_KV_STR("err", err.msg));
-        drop_db_if_broken(db, rc);
+        txo__worker_drop_db_if_broken(db, rc);
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
         txo_error_init(&err);
         rc = run_command(w, *db, &cmds[i], &err);
         if (rc == 0) {
-            count(&w->commands_done, w->m.commands_done, NULL, 1);
+            txo__worker_count(&w->commands_done, w->m.commands_done, NULL, 1);
             continue;
         }
-        count(&w->commands_failed, w->m.commands_failed, NULL, 1);
+        txo__worker_count(&w->commands_failed, w->m.commands_failed, NULL, 1);
         TXO_LOG(TXO_LOG_WARN, "worker", "command failed", TXO_KV_I64("command_id", cmds[i].id),
                 TXO_KV_STR("type", cmds[i].type), TXO_KV_STR("err", err.msg));
         struct txo_error ferr;
@@ -947,7 +478,7 @@ static void *scheduler_main(void *arg)
         snprintf(owner, sizeof(owner), "worker:%ld:commands", (long)getpid());
     int64_t next_retry_check = 0;
     while (!stopping(w)) {
-        if (!ensure_db(w, &db, "scheduler")) {
+        if (!txo__worker_ensure_db(w, &db, "scheduler")) {
             nap(w, 1000);
             continue;
         }
@@ -978,16 +509,16 @@ static void clean_once(struct txo_worker *w, struct txo_db **db)
     int rc = txo_retention_run(*db, &w->opts.retention, &c, &err);
     if (rc != 0) {
         TXO_LOG(TXO_LOG_WARN, "worker", "retention cleaner failed", TXO_KV_STR("err", err.msg));
-        drop_db_if_broken(db, rc);
+        txo__worker_drop_db_if_broken(db, rc);
     }
     static const char *const outbox[] = {"outbox_events"};
     static const char *const idem[] = {"idempotency_keys"};
     static const char *const inbox[] = {"inbox_events"};
     static const char *const commands[] = {"command_queue"};
-    count(&w->cleaned, w->m.cleaned, outbox, c.outbox);
-    count(&w->cleaned, w->m.cleaned, idem, c.idempotency);
-    count(&w->cleaned, w->m.cleaned, inbox, c.inbox);
-    count(&w->cleaned, w->m.cleaned, commands, c.commands);
+    txo__worker_count(&w->cleaned, w->m.cleaned, outbox, c.outbox);
+    txo__worker_count(&w->cleaned, w->m.cleaned, idem, c.idempotency);
+    txo__worker_count(&w->cleaned, w->m.cleaned, inbox, c.inbox);
+    txo__worker_count(&w->cleaned, w->m.cleaned, commands, c.commands);
     uint64_t total = c.outbox + c.idempotency + c.inbox + c.commands;
     if (total > 0)
         TXO_LOG(TXO_LOG_INFO, "worker", "retention cleaner deleted", TXO_KV_U64("rows", total),
@@ -1000,7 +531,7 @@ static void *cleaner_main(void *arg)
     struct txo_worker *w = arg;
     struct txo_db *db = NULL;
     while (nap(w, (int64_t)w->opts.retention.interval_s * 1000)) {
-        if (ensure_db(w, &db, "cleaner"))
+        if (txo__worker_ensure_db(w, &db, "cleaner"))
             clean_once(w, &db);
     }
     txo_db_close(db);
@@ -1074,7 +605,6 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     w->opts.saga.tracer = opts->tracer; /* the engine records the steps' spans */
     w->n_runners = opts->saga_threads;
     w->batch = opts->saga_batch;
-    w->gather_us = opts->saga_gather_ms * 1000;
     /* Room for two batches per runner (the next ones form while these run), and at least for
      * the sagas of one delivery (a relay batch consumed at once), which would otherwise wait
      * for the scheduler's next look. */
