@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "testdb.h"
+#include "core/waiter.h"
 #include "testworker.h"
 #include "txo/clock.h"
 #include "txo/saga.h"
@@ -43,7 +44,7 @@ struct seen {
     } runs[MAX_RUNS];
 };
 
-static struct seen seen = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+static struct seen seen = {.mu = PTHREAD_MUTEX_INITIALIZER}; /* cv: main() */
 
 static int step(struct txo_tx *tx, const struct txo_saga_ctx *const *ctx, size_t n, int *rcs,
                 struct txo_error *errs, struct txo_error *err)
@@ -135,33 +136,28 @@ static int64_t create(struct testworker *f, const char *const *ids, size_t n)
 /* Waits (at most 20 s) until the step of correlation_id ran; returns its record's index. */
 static size_t wait_ran(const char *correlation_id)
 {
-    int64_t until = txo_monotonic_us() + 20 * INT64_C(1000000);
+    struct timespec until;
+    txo_monotonic_deadline(20000, &until);
     pthread_mutex_lock(&seen.mu);
-    for (;;) {
+    do {
         for (size_t i = 0; i < seen.n; i++)
             if (strcmp(seen.runs[i].correlation_id, correlation_id) == 0) {
                 pthread_mutex_unlock(&seen.mu);
                 return i;
             }
-        if (txo_monotonic_us() > until)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&seen.cv, &seen.mu, &ts);
-    }
+    } while (pthread_cond_timedwait(&seen.cv, &seen.mu, &until) == 0);
     pthread_mutex_unlock(&seen.mu);
     fail_msg("the step of saga %s never ran", correlation_id);
     return 0;
 }
 
-static int64_t completed(struct testworker *f)
+/* Waits (at most 10 s) until want sagas are COMPLETED, and checks that no more are. */
+static void expect_completed(struct testworker *f, int64_t want)
 {
-    return testdb_q(f->t.db, "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'");
+    const char *sql = "SELECT COUNT(*) FROM saga_instances WHERE status = 'COMPLETED'";
+    for (int i = 0; i < 500 && testdb_q(f->t.db, sql) < want; i++)
+        txo_sleep_ms(20);
+    assert_int_equal(testdb_q(f->t.db, sql), want);
 }
 
 static void test_runners_gather_behind_a_busy_one(void **state)
@@ -189,9 +185,7 @@ static void test_runners_gather_behind_a_busy_one(void **state)
         fail_msg("a saga queued behind a busy runner was taken after %lld ms, want >= %d",
                  (long long)waited_ms, GATHER_MS);
     assert_int_equal(seen.runs[a].batch, 1);
-    for (int i = 0; i < 500 && completed(f) < 1; i++)
-        txo_sleep_ms(20);
-    assert_int_equal(completed(f), 1); /* "alone"; "held" is still in its step */
+    expect_completed(f, 1); /* "alone"; "held" is still in its step */
 
     /* A whole batch queued: taken at once, as one batch. */
     const char *three[] = {"b1", "b2", "b3"};
@@ -206,14 +200,13 @@ static void test_runners_gather_behind_a_busy_one(void **state)
     seen.hold = false;
     pthread_cond_broadcast(&seen.cv);
     pthread_mutex_unlock(&seen.mu);
-    for (int i = 0; i < 500 && completed(f) < 5; i++)
-        txo_sleep_ms(20);
-    assert_int_equal(completed(f), 5);
+    expect_completed(f, 5);
     txo_worker_stop(f->w);
 }
 
 int main(void)
 {
+    txo__cond_init_monotonic(&seen.cv); /* the clock of txo_monotonic_deadline() */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_runners_gather_behind_a_busy_one, setup, teardown),
     };
