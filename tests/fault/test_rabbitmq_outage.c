@@ -248,7 +248,11 @@ static void test_broker_killed_mid_drain(void **state)
     int64_t deadline = txo_monotonic_ms() + 60000;
     while (TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
-        if (txo_monotonic_ms() > deadline)
+        if (txo_monotonic_ms() > deadline) {
+            testrabbit_print_state(&testrabbit_shared,
+                                   (const char *const[]){"killed.audit", "killed.worker",
+                                                         "killed.worker.retry", "killed.worker.dlq",
+                                                         NULL});
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
                      "(%u calls, %u duplicates, last poll %s); queues: audit %ld, worker %ld, "
                      "retry %ld, dlq %ld; inbox %lld rows",
@@ -260,6 +264,7 @@ static void test_broker_killed_mid_drain(void **state)
                      testrabbit_count(&testrabbit_shared, "killed.worker.retry"),
                      testrabbit_count(&testrabbit_shared, "killed.worker.dlq"),
                      (long long)TESTDB_COUNT(t.db, "inbox_events"));
+        }
         testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                           "WHERE status = 'PENDING'");
         (void)testrelay_run_once_ms(r, &ms);

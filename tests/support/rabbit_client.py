@@ -11,6 +11,7 @@ there without our publisher.
                                                               (removed), one JSON line each, until
                                                               IDLE_SECONDS pass with nothing new
     rabbit_client.py count URL QUEUE                          ready messages of QUEUE
+    rabbit_client.py describe URL QUEUE...                    "QUEUE: N ready, M consumers" each
     rabbit_client.py publish URL EXCHANGE ROUTING_KEY MESSAGE_ID BODY   one persistent message,
                                                               confirmed, content_type JSON
     rabbit_client.py delete URL QUEUE                         deletes the queue
@@ -80,6 +81,15 @@ def main(argv):
     elif cmd == "count":
         q = ch.queue_declare(argv[3], passive=True)
         print(q.method.message_count)
+    elif cmd == "describe":
+        for name in argv[3:]:
+            try:
+                q = ch.queue_declare(name, passive=True)
+                print("%s: %d ready, %d consumers" % (name, q.method.message_count,
+                                                      q.method.consumer_count))
+            except pika.exceptions.ChannelClosedByBroker as e:
+                print("%s: %s" % (name, e))
+                ch = conn.channel()
     elif cmd == "publish":
         exchange, key, msg_id, body = argv[3], argv[4], argv[5], argv[6]
         ch.confirm_delivery()

@@ -181,7 +181,9 @@ static char *read_all(int fd)
     return buf;
 }
 
-char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
+/* rabbit_client.py "<cmd> <url> args[0..n)": its standard output, or the test fails. */
+static char *run_client(const struct testrabbit *r, const char *cmd, const char *const *args,
+                        size_t n_args)
 {
     const char *python = getenv("TXO_PYTHON");
     if (python == NULL || python[0] == '\0')
@@ -189,17 +191,10 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
     char script[512];
     snprintf(script, sizeof(script), "%s/tests/support/rabbit_client.py", TXO_TEST_SOURCE_DIR);
     const char *argv[CLIENT_MAX_ARGS + 5] = {python, script, cmd, r->url};
-    size_t n = 4;
-    va_list ap;
-    va_start(ap, cmd);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) {
-        if (n >= CLIENT_MAX_ARGS + 4)
-            fail_msg("testrabbit_client: too many arguments");
-        argv[n++] = a;
-    }
-    va_end(ap);
-    argv[n] = NULL;
+    if (n_args > CLIENT_MAX_ARGS)
+        fail_msg("testrabbit_client: too many arguments");
+    memcpy(&argv[4], args, n_args * sizeof(*args));
+    argv[4 + n_args] = NULL;
 
     char err_path[400];
     snprintf(err_path, sizeof(err_path), "%s/client.err", r->dir);
@@ -240,12 +235,54 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
     return text;
 }
 
+char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
+{
+    const char *args[CLIENT_MAX_ARGS + 1];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, cmd);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) {
+        if (n >= CLIENT_MAX_ARGS)
+            fail_msg("testrabbit_client: too many arguments");
+        args[n++] = a;
+    }
+    va_end(ap);
+    return run_client(r, cmd, args, n);
+}
+
 long testrabbit_count(const struct testrabbit *r, const char *queue)
 {
     char *out = testrabbit_client(r, "count", queue, NULL);
     long v = strtol(out, NULL, 10);
     free(out);
     return v;
+}
+
+/* Prints the last bytes of the file at path, if there is one. */
+static void print_tail(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char tail[6144];
+    if (fseek(f, -(long)(sizeof(tail) - 1), SEEK_END) != 0)
+        rewind(f);
+    size_t got = fread(tail, 1, sizeof(tail) - 1, f);
+    tail[got] = '\0';
+    fclose(f);
+    print_message("---- %s (last %zu bytes) ----\n%s\n", path, got, tail);
+}
+
+void testrabbit_print_state(const struct testrabbit *r, const char *const *queues)
+{
+    size_t n = 0;
+    while (queues[n] != NULL)
+        n++;
+    char *out = run_client(r, "describe", queues, n);
+    print_message("---- queues ----\n%s", out);
+    free(out);
+    print_tail(r->log_path);
 }
 
 TESTRUN_SHARED_SERVER(testrabbit, testrabbit_start, testrabbit_cleanup)

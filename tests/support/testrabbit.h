@@ -63,6 +63,10 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...);
 /* The ready messages of queue (rabbit_client.py count). */
 long testrabbit_count(const struct testrabbit *r, const char *queue);
 
+/* For a failure's message: prints the ready messages and consumers of each queue of the
+ * NULL-terminated list (rabbit_client.py describe) and the end of the broker's log. */
+void testrabbit_print_state(const struct testrabbit *r, const char *const *queues);
+
 /*
  * One RabbitMQ broker for a whole test program, as cmocka group fixtures: testrabbit_group_setup
  * starts testrabbit_shared and testrabbit_group_teardown stops it; the tests use testrabbit_shared.
