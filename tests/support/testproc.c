@@ -11,14 +11,18 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -48,30 +52,77 @@ const char *testproc_fake_bin(void)
  * Ports for the servers tests start are taken below the kernel's ephemeral range (32768 and
  * up by default): a port that bind(0) handed out there is free a moment, then the kernel may
  * give it to any outgoing connection (a test's MariaDB session, say), and the server started
- * on it fails with EADDRINUSE. Each process starts at its own point of the range (tests run in
- * parallel), and a port is handed out only when a bind to it succeeds.
+ * on it fails with EADDRINUSE.
+ *
+ * Tests run in parallel, and a port that is free now may be another test's: its server may
+ * still be booting (a broker takes seconds to listen), or be down between a kill and its
+ * restart on the same port. So the range is cut in blocks of PORT_BLOCK, and a process hands
+ * out ports only from blocks it owns: it owns a block while it holds an flock on
+ * PORT_LOCK_DIR/<first port> (the descriptor is closed on exec and the lock ends with the
+ * process, a crash included). Each process starts at its own point of the range; within its
+ * blocks a port is still handed out only when a bind to it succeeds (programs that are not
+ * tests may hold one).
  */
-#define PORT_FIRST 20000
-#define PORT_COUNT 12000
+#define PORT_FIRST    20000
+#define PORT_COUNT    12000
+#define PORT_BLOCK    16
+#define PORT_LOCK_DIR "/tmp/txo-test-ports"
+
+/* Takes the block of ports starting at first: true when this process now owns it. */
+static bool own_block(unsigned first)
+{
+    char path[64];
+    snprintf(path, sizeof(path), PORT_LOCK_DIR "/%u", first);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return false;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return false;
+    }
+    return true; /* fd stays open: the lock is this process's until it ends */
+}
 
 unsigned testproc_free_port(void)
 {
-    static unsigned next;
-    if (next == 0)
-        next = (unsigned)(getpid() * 7919u + (unsigned)time(NULL)) % PORT_COUNT + 1;
-    for (unsigned tries = 0; tries < PORT_COUNT; tries++) {
-        unsigned port = PORT_FIRST + (next++ % PORT_COUNT);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (fd < 0)
-            fail_msg("socket: %s", strerror(errno));
-        struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        int ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-        close(fd);
-        if (ok)
-            return port;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned next_block; /* the next block to try, counted from 1 */
+    static unsigned port, left; /* the next port of the block owned last, ports left in it */
+    const unsigned blocks = PORT_COUNT / PORT_BLOCK;
+    pthread_mutex_lock(&mu);
+    if (next_block == 0) {
+        (void)mkdir(PORT_LOCK_DIR, 0777);
+        (void)chmod(PORT_LOCK_DIR, 0777); /* whoever runs the next suite may take blocks */
+        next_block = (unsigned)(getpid() * 7919u + (unsigned)time(NULL)) % blocks + 1;
     }
-    fail_msg("no free TCP port in %d..%d", PORT_FIRST, PORT_FIRST + PORT_COUNT - 1);
+    for (unsigned tried = 0; tried <= blocks;) {
+        while (left > 0) {
+            unsigned p = port++;
+            left--;
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            if (fd < 0) {
+                pthread_mutex_unlock(&mu);
+                fail_msg("socket: %s", strerror(errno));
+            }
+            struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p)};
+            addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            int ok = bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+            close(fd);
+            if (ok) {
+                pthread_mutex_unlock(&mu);
+                return p;
+            }
+        }
+        unsigned first = PORT_FIRST + (next_block++ % blocks) * PORT_BLOCK;
+        tried++;
+        if (own_block(first)) {
+            port = first;
+            left = PORT_BLOCK;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    fail_msg("no free TCP port in %d..%d (blocks are owned through flocks in " PORT_LOCK_DIR ")",
+             PORT_FIRST, PORT_FIRST + PORT_COUNT - 1);
     return 0;
 }
 

@@ -25,7 +25,9 @@ const char *testproc_txo_bin(void);
 const char *testproc_fake_bin(void);
 
 /* A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range (so no
- * outgoing connection takes it meanwhile). */
+ * outgoing connection takes it meanwhile), from a block of ports this process owns (so no
+ * other test hands it out while this one's server boots, or is down before a restart).
+ * Thread-safe. */
 unsigned testproc_free_port(void);
 
 /*
