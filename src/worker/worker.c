@@ -121,7 +121,7 @@ static bool known_locked(struct txo_worker *w, const char *id)
     for (size_t i = 0; i < w->len; i++)
         if (strcmp(w->queue[(w->head + i) % QUEUE_CAP].ref.id, id) == 0)
             return true;
-    for (size_t i = 0; i < w->n_runners * w->batch; i++)
+    for (size_t i = 0; i < w->n_runners * w->opts.saga_batch; i++)
         if (strcmp(w->inflight[i], id) == 0)
             return true;
     return false;
@@ -260,7 +260,7 @@ out:
 static bool take_now(const struct txo_worker *w, int64_t *wait_us)
 {
     int64_t gather_us = w->opts.saga_gather_ms * 1000;
-    if (w->active == 0 || w->len >= w->batch || gather_us == 0)
+    if (w->active == 0 || w->len >= w->opts.saga_batch || gather_us == 0)
         return true;
     int64_t waited = txo_monotonic_us() - w->queue[w->head].queued_us;
     if (waited >= gather_us)
@@ -276,8 +276,8 @@ static void *runner_main(void *arg)
     struct txo_db *db = NULL;
     void *user = w->opts.runner_user_new != NULL ? w->opts.runner_user_new(w->opts.runner_user_arg)
                                                  : w->opts.runner_user_arg;
-    struct job *jobs = txo_calloc(w->batch, sizeof(*jobs));
-    char(*held)[TXO_SAGA_ID_LEN] = &w->inflight[r->index * w->batch];
+    struct job *jobs = txo_calloc(w->opts.saga_batch, sizeof(*jobs));
+    char(*held)[TXO_SAGA_ID_LEN] = &w->inflight[r->index * w->opts.saga_batch];
     while (jobs != NULL) {
         pthread_mutex_lock(&w->mu);
         for (;;) {
@@ -304,7 +304,7 @@ static void *runner_main(void *arg)
             w->len--;
             snprintf(held[n], TXO_SAGA_ID_LEN, "%s", jobs[n].ref.id);
             n++;
-        } while (n < w->batch && w->len > 0 && jobs[0].kind == JOB_RUN &&
+        } while (n < w->opts.saga_batch && w->len > 0 && jobs[0].kind == JOB_RUN &&
                  w->queue[w->head].kind == JOB_RUN &&
                  strcmp(w->queue[w->head].ref.type, jobs[0].ref.type) == 0);
         w->active++;
@@ -318,7 +318,7 @@ static void *runner_main(void *arg)
          * --saga-batch 1 runs each on its own. */
         if (!txo__worker_ensure_db(w, &db, "runner"))
             nap(w, w->opts.poll_ms);
-        else if (n > 1 || (w->batch > 1 && jobs[0].kind == JOB_RUN))
+        else if (n > 1 || (w->opts.saga_batch > 1 && jobs[0].kind == JOB_RUN))
             run_jobs(w, &db, user, jobs, n);
         else
             run_job(w, &db, user, &jobs[0]);
@@ -604,15 +604,14 @@ int txo_worker_new(const struct txo_db_opts *db_opts, const struct txo_worker_op
     w->opts = *opts;
     w->opts.saga.tracer = opts->tracer; /* the engine records the steps' spans */
     w->n_runners = opts->saga_threads;
-    w->batch = opts->saga_batch;
     /* Room for two batches per runner (the next ones form while these run), and at least for
      * the sagas of one delivery (a relay batch consumed at once), which would otherwise wait
      * for the scheduler's next look. */
-    size_t room = 2 * w->n_runners * w->batch;
+    size_t room = 2 * w->n_runners * w->opts.saga_batch;
     if (room < QUEUE_MIN)
         room = QUEUE_MIN;
     w->limit = room < QUEUE_CAP ? room : QUEUE_CAP;
-    w->inflight = txo_calloc(w->n_runners * w->batch, TXO_SAGA_ID_LEN);
+    w->inflight = txo_calloc(w->n_runners * w->opts.saga_batch, TXO_SAGA_ID_LEN);
     w->runners = txo_calloc(w->n_runners, sizeof(*w->runners));
     if (w->inflight == NULL || w->runners == NULL) {
         txo_free(w->inflight);

@@ -71,7 +71,6 @@ struct txo_worker {
     struct job queue[QUEUE_CAP];
     size_t head, len, limit;
     char (*inflight)[TXO_SAGA_ID_LEN]; /* n_runners x batch: what each runner holds */
-    size_t batch;                      /* opts.saga_batch */
     size_t active;                     /* runners running a batch now */
     bool stopping;
     bool running;
