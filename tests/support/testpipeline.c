@@ -39,14 +39,8 @@ void testpipeline_release(struct testpipeline *tp)
 
 void testpipeline_dump_logs(const struct testpipeline *tp)
 {
-    for (size_t i = 0; i < tp->n_procs; i++) {
-        char *log = testproc_log(&tp->procs[i]);
-        size_t len = log != NULL ? strlen(log) : 0;
-        const char *tail = len > 4000 ? log + len - 4000 : log;
-        print_message("---- %s (last %zu bytes) ----\n%s\n", tp->procs[i].log_path,
-                      len > 4000 ? (size_t)4000 : len, tail != NULL ? tail : "");
-        free(log);
-    }
+    for (size_t i = 0; i < tp->n_procs; i++)
+        testproc_print_tail(tp->procs[i].log_path, 4000);
 }
 
 void testpipeline_remove_logs(const struct testpipeline *tp)

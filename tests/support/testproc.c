@@ -367,6 +367,23 @@ void testproc_print_file(const char *path, const char *prefix)
     fclose(f);
 }
 
+void testproc_print_tail(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return;
+    char *tail = malloc(max + 1);
+    if (tail != NULL) {
+        if (fseek(f, -(long)max, SEEK_END) != 0)
+            rewind(f); /* shorter than max */
+        size_t got = fread(tail, 1, max, f);
+        tail[got] = '\0';
+        print_message("---- %s (last %zu bytes) ----\n%s\n", path, got, tail);
+        free(tail);
+    }
+    fclose(f);
+}
+
 void testproc_print_log(const struct testproc *p, const char *what)
 {
     char *log = testproc_log(p);

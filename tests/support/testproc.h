@@ -84,6 +84,10 @@ void testproc_print_log(const struct testproc *p, const char *what);
  */
 void testproc_print_file(const char *path, const char *prefix);
 
+/* Prints the last max bytes of the file at path after a "---- <path> (last N bytes) ----" line
+ * (cmocka print_message), for a failing test; nothing when it cannot be read. Never fails. */
+void testproc_print_tail(const char *path, size_t max);
+
 /* Deletes the child's log file (after a test that passed; a failed one keeps it). Never fails. */
 void testproc_remove_log(const struct testproc *p);
 

@@ -259,21 +259,6 @@ long testrabbit_count(const struct testrabbit *r, const char *queue)
     return v;
 }
 
-/* Prints the last bytes of the file at path, if there is one. */
-static void print_tail(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return;
-    char tail[6144];
-    if (fseek(f, -(long)(sizeof(tail) - 1), SEEK_END) != 0)
-        rewind(f);
-    size_t got = fread(tail, 1, sizeof(tail) - 1, f);
-    tail[got] = '\0';
-    fclose(f);
-    print_message("---- %s (last %zu bytes) ----\n%s\n", path, got, tail);
-}
-
 void testrabbit_print_state(const struct testrabbit *r, const char *const *queues)
 {
     size_t n = 0;
@@ -282,7 +267,7 @@ void testrabbit_print_state(const struct testrabbit *r, const char *const *queue
     char *out = run_client(r, "describe", queues, n);
     print_message("---- queues ----\n%s", out);
     free(out);
-    print_tail(r->log_path);
+    testproc_print_tail(r->log_path, 6144);
 }
 
 TESTRUN_SHARED_SERVER(testrabbit, testrabbit_start, testrabbit_cleanup)
