@@ -226,16 +226,20 @@ run: db-check
 demo: db-check build db migrate
 	$(DB_ENV) $(BUILD)/txo demo
 
-# ctest reads its stdin from /dev/null: a test that reads stdin by mistake (curl's default read
-# callback, say) gets end-of-file at once instead of waiting on the keyboard of a terminal.
+# $(call ctest_in,DIR): the suite built in DIR. ctest reads its stdin from /dev/null: a test
+# that reads stdin by mistake (curl's default read callback, say) gets end-of-file at once
+# instead of waiting on the keyboard of a terminal. When tests fail, the end of each one's
+# output is printed again after the summary, where a log cut in the middle still shows it.
+ctest_in = $(CTEST) --test-dir $(1) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null || { scripts/test-tails.sh $(1); exit 1; }
+
 test: db-check build db
-	$(DB_ENV) $(CTEST) --test-dir $(BUILD) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null
+	$(DB_ENV) $(call ctest_in,$(BUILD))
 
 test-asan: db-check build-asan db
-	$(DB_ENV) $(ASAN_ENV) $(CTEST) --test-dir $(BUILD_ASAN) --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null
+	$(DB_ENV) $(ASAN_ENV) $(call ctest_in,$(BUILD_ASAN))
 
 test-tsan: db-check build-tsan db
-	$(DB_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" $(CTEST) --test-dir build-tsan --output-on-failure -j$(CTEST_JOBS) --timeout 300 $(CTEST_ARGS) < /dev/null
+	$(DB_ENV) TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" $(call ctest_in,build-tsan)
 
 valgrind: db-check build db
 	scripts/deps.sh valgrind
