@@ -362,14 +362,23 @@ static int handle_batch(void *arg, const struct txo_inbound_message *msgs, size_
 static void poll_until(struct txo_consumer *c, struct sink *s, bool (*done)(const struct sink *),
                        int64_t for_ms)
 {
-    int64_t deadline = txo_monotonic_ms() + (for_ms > 0 ? for_ms : WAIT_MS);
+    int64_t wait_ms = for_ms > 0 ? for_ms : WAIT_MS;
+    int64_t deadline = txo_monotonic_ms() + wait_ms;
     while (txo_monotonic_ms() < deadline && (done == NULL || !done(s))) {
         size_t handled = 0;
         if (txo_consumer_poll(c, 20, 100, &handled, NULL) < 0)
             txo_sleep_ms(50);
     }
-    if (done != NULL && !done(s))
-        fail_msg("%s: the consumer did not get every event within %d ms", row->name, WAIT_MS);
+    if (done != NULL && !done(s)) {
+        long applied = 0;
+        for (long i = 0; i < N_EVENTS; i++)
+            applied += s->applied[i] > 0;
+        if (row->describe != NULL)
+            row->describe(&env, s->ns);
+        fail_msg("%s: the consumer did not get every event within %lld ms (%ld of %d applied, "
+                 "%u duplicates, %u strangers)",
+                 row->name, (long long)wait_ms, applied, N_EVENTS, s->duplicates, s->strangers);
+    }
 }
 
 static bool all_applied(const struct sink *s)

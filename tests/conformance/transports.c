@@ -424,6 +424,15 @@ static long rabbit_dead_letters(struct env *e, const char *ns)
     rabbit_cfg(e, ns, &c);
     return testrabbit_count(&e->rabbit, c.dlq);
 }
+
+static void rabbit_describe(struct env *e, const char *ns)
+{
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
+    char retry[NAME_CAP + 8];
+    snprintf(retry, sizeof(retry), "%s.retry", c.queue);
+    testrabbit_print_state(&e->rabbit, (const char *const[]){c.seen, c.queue, retry, c.dlq, NULL});
+}
 #endif
 
 #if TXO_WITH_GRPC
@@ -612,7 +621,8 @@ const struct row transport_rows[] = {
      .publisher = rabbit_publisher,
      .consumer = rabbit_consumer,
      .read_back = rabbit_read_back,
-     .dead_letters = rabbit_dead_letters},
+     .dead_letters = rabbit_dead_letters,
+     .describe = rabbit_describe},
 #endif
 #if TXO_WITH_GRPC
     /* The EventSink service is the consumer; its message has no CloudEvents form, and the

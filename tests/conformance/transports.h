@@ -92,6 +92,8 @@ struct row {
     json_t *(*read_back)(struct env *e, const char *ns);
     /* Dead letters the server keeps for ns; NULL when the transport keeps none. */
     long (*dead_letters)(struct env *e, const char *ns);
+    /* For a failure's message: what the server holds for ns' consumer; NULL: nothing to say. */
+    void (*describe)(struct env *e, const char *ns);
     /* Releases the SDK's process-wide state at exit; NULL: nothing to do. */
     void (*shutdown)(void);
     /* The server may hand out one delivery of a message twice (same delivery number); the

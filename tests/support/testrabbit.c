@@ -259,6 +259,56 @@ long testrabbit_count(const struct testrabbit *r, const char *queue)
     return v;
 }
 
+/* Copies line into out (size cap) without the ANSI colour sequences of the console log. */
+static void strip_colours(const char *line, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = line; *p != '\0' && *p != '\n' && n + 1 < cap; p++) {
+        if (*p == '\033') {
+            while (*p != '\0' && *p != 'm')
+                p++;
+            if (*p == '\0')
+                break;
+            continue;
+        }
+        out[n++] = *p;
+    }
+    out[n] = '\0';
+}
+
+/*
+ * Prints the last NOTABLE_MAX lines of the broker's log that say what happened to a queue in a
+ * restart (a queue that crashed, was restarted, dropped messages, failed to recover): a crash
+ * report is longer than any tail worth printing, and its first line is the one that names it.
+ */
+#define NOTABLE_MAX 24
+static void print_notable(const char *path)
+{
+    static const char *const words[] = {"crash",       "Restarting", "dropped", "failed",
+                                        "terminating", "Recovering", "discard"};
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return;
+    char ring[NOTABLE_MAX][320];
+    size_t n = 0;
+    char line[4096];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char plain[320];
+        strip_colours(line, plain, sizeof(plain));
+        for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+            if (strstr(plain, words[i]) != NULL) {
+                memcpy(ring[n++ % NOTABLE_MAX], plain, sizeof(plain));
+                break;
+            }
+        }
+    }
+    fclose(f);
+    print_message("\n---- what the broker said about its queues (%zu lines, the last %d) ----\n", n,
+                  NOTABLE_MAX);
+    for (size_t i = n > NOTABLE_MAX ? n - NOTABLE_MAX : 0; i < n; i++)
+        print_message("%s\n", ring[i % NOTABLE_MAX]);
+}
+
 void testrabbit_print_state(const struct testrabbit *r, const char *const *queues)
 {
     size_t n = 0;
@@ -267,7 +317,8 @@ void testrabbit_print_state(const struct testrabbit *r, const char *const *queue
     char *out = run_client(r, "describe", queues, n);
     print_message("---- queues ----\n%s", out);
     free(out);
-    testproc_print_tail(r->log_path, 6144);
+    testproc_print_tail(r->log_path, 1024);
+    print_notable(r->log_path);
 }
 
 TESTRUN_SHARED_SERVER(testrabbit, testrabbit_start, testrabbit_cleanup)

@@ -64,7 +64,8 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...);
 long testrabbit_count(const struct testrabbit *r, const char *queue);
 
 /* For a failure's message: prints the ready messages and consumers of each queue of the
- * NULL-terminated list (rabbit_client.py describe) and the end of the broker's log. */
+ * NULL-terminated list (rabbit_client.py describe), the end of the broker's log, and the lines
+ * of that log that tell of a queue crashed, restarted or recovered with messages dropped. */
 void testrabbit_print_state(const struct testrabbit *r, const char *const *queues);
 
 /*
