@@ -200,6 +200,19 @@ static int64_t poll_once(struct txo_consumer *cons, int64_t timeout_ms, int *rc)
 
 /* ---- killed mid-drain ---- */
 
+static const char *const killed_queues[] = {"killed.audit", "killed.worker", "killed.worker.retry",
+                                            "killed.worker.dlq", NULL};
+
+/* The queues' ready messages and consumers (pika): printed when the test fails, so that what
+ * the broker held before the kill and what it recovered can be compared. */
+static void print_queues(const char *when)
+{
+    char *out = testrabbit_client(&testrabbit_shared, "describe", killed_queues[0],
+                                  killed_queues[1], killed_queues[2], killed_queues[3], NULL);
+    print_message("---- queues %s ----\n%s", when, out);
+    free(out);
+}
+
 static void test_broker_killed_mid_drain(void **state)
 {
     (void)state;
@@ -236,6 +249,7 @@ static void test_broker_killed_mid_drain(void **state)
     assert_true(w.calls > 0);
 
     /* 2. Killed: every cycle and poll fails fast, the rows back off. */
+    print_queues("before the kill");
     testchild_server_kill(&testrabbit_shared.srv);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
@@ -270,14 +284,12 @@ static void test_broker_killed_mid_drain(void **state)
 
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
     testchild_server_restart(&testrabbit_shared.srv);
+    print_queues("as the broker recovered them");
     int64_t deadline = txo_monotonic_ms() + 60000;
     while (TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline) {
-            testrabbit_print_state(&testrabbit_shared,
-                                   (const char *const[]){"killed.audit", "killed.worker",
-                                                         "killed.worker.retry", "killed.worker.dlq",
-                                                         NULL});
+            testrabbit_print_state(&testrabbit_shared, killed_queues);
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
                      "(%u calls, %u duplicates, last poll %s); queues: audit %ld, worker %ld, "
                      "retry %ld, dlq %ld; inbox %lld rows",
