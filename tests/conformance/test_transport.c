@@ -364,10 +364,15 @@ static void poll_until(struct txo_consumer *c, struct sink *s, bool (*done)(cons
 {
     int64_t wait_ms = for_ms > 0 ? for_ms : WAIT_MS;
     int64_t deadline = txo_monotonic_ms() + wait_ms;
+    char last_error[TXO_ERROR_MSG_MAX] = "none";
     while (txo_monotonic_ms() < deadline && (done == NULL || !done(s))) {
         size_t handled = 0;
-        if (txo_consumer_poll(c, 20, 100, &handled, NULL) < 0)
+        struct txo_error err;
+        txo_error_init(&err);
+        if (txo_consumer_poll(c, 20, 100, &handled, &err) < 0) {
+            snprintf(last_error, sizeof(last_error), "%s", err.msg);
             txo_sleep_ms(50);
+        }
     }
     if (done != NULL && !done(s)) {
         long applied = 0;
@@ -376,8 +381,9 @@ static void poll_until(struct txo_consumer *c, struct sink *s, bool (*done)(cons
         if (row->describe != NULL)
             row->describe(&env, s->ns);
         fail_msg("%s: the consumer did not get every event within %lld ms (%ld of %d applied, "
-                 "%u duplicates, %u strangers)",
-                 row->name, (long long)wait_ms, applied, N_EVENTS, s->duplicates, s->strangers);
+                 "%u duplicates, %u strangers; the last failed poll: %s)",
+                 row->name, (long long)wait_ms, applied, N_EVENTS, s->duplicates, s->strangers,
+                 last_error);
     }
 }
 

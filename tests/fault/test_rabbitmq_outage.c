@@ -189,12 +189,19 @@ static int handle(void *arg, const struct txo_inbound_message *msg, struct txo_e
     return 0;
 }
 
+/* The last failed poll's error, for a failure's message. */
+static char last_poll_error[TXO_ERROR_MSG_MAX] = "none";
+
 /* One poll; returns its duration in ms; *rc its code. */
 static int64_t poll_once(struct txo_consumer *cons, int64_t timeout_ms, int *rc)
 {
     size_t handled = 0;
+    struct txo_error err;
+    txo_error_init(&err);
     int64_t t0 = txo_monotonic_ms();
-    *rc = txo_consumer_poll(cons, 10, timeout_ms, &handled, NULL);
+    *rc = txo_consumer_poll(cons, 10, timeout_ms, &handled, &err);
+    if (*rc < 0)
+        snprintf(last_poll_error, sizeof(last_poll_error), "%s", err.msg);
     return txo_monotonic_ms() - t0;
 }
 
@@ -285,17 +292,18 @@ static void test_broker_killed_mid_drain(void **state)
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
     testchild_server_restart(&testrabbit_shared.srv);
     print_queues("as the broker recovered them");
+    snprintf(last_poll_error, sizeof(last_poll_error), "none since the restart");
     int64_t deadline = txo_monotonic_ms() + 60000;
     while (TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline) {
             testrabbit_print_state(&testrabbit_shared, killed_queues);
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
-                     "(%u calls, %u duplicates, last poll %s); queues: audit %ld, worker %ld, "
-                     "retry %ld, dlq %ld; inbox %lld rows",
+                     "(%u calls, %u duplicates, last poll %s; last failed poll: %s); queues: "
+                     "audit %ld, worker %ld, retry %ld, dlq %ld; inbox %lld rows",
                      (long long)TESTDB_COUNT(t.db, "outbox_events WHERE status <> "
                                                    "'PUBLISHED'"),
-                     w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc),
+                     w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc), last_poll_error,
                      testrabbit_count(&testrabbit_shared, "killed.audit"),
                      testrabbit_count(&testrabbit_shared, "killed.worker"),
                      testrabbit_count(&testrabbit_shared, "killed.worker.retry"),
