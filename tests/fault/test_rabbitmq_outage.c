@@ -52,7 +52,7 @@
 #define N_EVENTS           200
 #define BATCH              20
 #define CONFIRM_TIMEOUT_MS 1000
-#define CONNECT_TIMEOUT_MS 500
+#define CONNECT_TIMEOUT_MS 2000 /* an AMQP handshake with a busy broker on a loaded machine */
 
 static void opts(struct txo_rabbitmq_opts *o)
 {
