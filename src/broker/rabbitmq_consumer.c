@@ -528,7 +528,7 @@ static int other_frame(struct rmq_consumer *rc, struct txo_error *err)
         why = "closed by the server";
     else if (frame.frame_type == AMQP_FRAME_METHOD &&
              frame.payload.method.id == AMQP_BASIC_CANCEL_METHOD)
-        why = "the server cancelled the consumer (queue deleted?)";
+        why = "the server cancelled the consumer (queue deleted, or crashed)";
     if (why == NULL)
         return 0;
     txo__rmq_conn_drop(c);

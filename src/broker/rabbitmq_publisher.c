@@ -349,6 +349,33 @@ static int declare_exchange(struct txo__rmq_conn *c, struct txo_error *err)
     return txo__rmq_check_rpc(c, what, err);
 }
 
+/*
+ * Logs in with client properties added to rabbitmq-c's own: the capability
+ * consumer_cancel_notify, without which RabbitMQ cancels a consumer whose queue is deleted,
+ * crashes or loses its node without a word (the subscription then never delivers again), and
+ * a connection_name ("txo <role>") that the management UI and `rabbitmqctl list_connections`
+ * show.
+ */
+static amqp_rpc_reply_t login(struct txo__rmq_conn *c)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "txo %s", c->role);
+    amqp_table_entry_t caps[1];
+    caps[0].key = txo__rmq_bytes("consumer_cancel_notify");
+    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps[0].value.value.boolean = 1;
+    amqp_table_entry_t props[2];
+    props[0].key = txo__rmq_bytes("capabilities");
+    props[0].value.kind = AMQP_FIELD_KIND_TABLE;
+    props[0].value.value.table = (amqp_table_t){1, caps};
+    props[1].key = txo__rmq_bytes("connection_name");
+    props[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    props[1].value.value.bytes = txo__rmq_bytes(name);
+    amqp_table_t table = {2, props};
+    return amqp_login_with_properties(c->st, c->info.vhost, 0, FRAME_MAX, 0, &table,
+                                      AMQP_SASL_METHOD_PLAIN, c->info.user, c->info.password);
+}
+
 int txo__rmq_conn_open(struct txo__rmq_conn *c, struct txo_error *err)
 {
     if (c->st != NULL)
@@ -377,8 +404,7 @@ int txo__rmq_conn_open(struct txo__rmq_conn *c, struct txo_error *err)
         goto out;
     }
     set_user_timeout(c->st, c->opts.connect_timeout_ms + c->opts.confirm_timeout_ms);
-    amqp_rpc_reply_t r = amqp_login(c->st, c->info.vhost, 0, FRAME_MAX, 0, AMQP_SASL_METHOD_PLAIN,
-                                    c->info.user, c->info.password);
+    amqp_rpc_reply_t r = login(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         rc = txo__rmq_reply_error(c, r, "logging in", err);
         /* A refused login closes the socket: the server says nothing more precise. */

@@ -604,6 +604,48 @@ static void test_batch_consumer_mixed_verdicts(void **state)
     testdb_teardown(&t);
 }
 
+/*
+ * The broker cancels a consumer whose queue goes away (deleted here; a queue that crashes, or
+ * whose node fails, is the same to the consumer). The poll says so at once instead of waiting
+ * on a subscription that will never deliver again, and the next poll declares the queue anew
+ * and consumes what is published to it from then on.
+ */
+static void test_consumer_cancelled_by_the_broker(void **state)
+{
+    (void)state;
+    struct testdb t;
+    testdb_setup(&t, "rabbit_cancelled");
+    struct batch_ctx b = {.h = {.db = t.db}};
+    struct txo_rabbitmq_opts o;
+    opts(&o);
+    o.queue = "cancelled";
+    o.binding_key = "cancelled.*";
+    struct txo_consumer *cons = new_batch_consumer(&o, &b);
+    pika_publish("cancelled.OrderCreated", "c:1", "{\"id\":1,\"type\":\"OrderCreated\"}");
+    poll_until(cons, &b.h.calls, 1, 15000);
+
+    free(testrabbit_client(&testrabbit_shared, "delete", "cancelled", NULL));
+    size_t handled = 0;
+    struct txo_error err;
+    txo_error_init(&err);
+    int64_t t0 = txo_monotonic_ms();
+    int rc = txo_consumer_poll(cons, 10, 5000, &handled, &err);
+    int64_t ms = txo_monotonic_ms() - t0;
+    if (rc != TXO_EUNAVAILABLE || ms >= 5000)
+        fail_msg("after its queue was deleted, a poll returned %s after %lld ms (%s): the "
+                 "consumer was not told that the broker cancelled it",
+                 txo_err_name(rc), (long long)ms, err.msg);
+    assert_non_null(strstr(err.msg, "cancelled the consumer"));
+
+    assert_int_equal(txo_consumer_poll(cons, 10, 100, &handled, NULL), 0); /* declared again */
+    pika_publish("cancelled.OrderCreated", "c:2", "{\"id\":2,\"type\":\"OrderCreated\"}");
+    poll_until(cons, &b.h.calls, 2, 15000);
+    assert_int_equal(b.h.effects, 2);
+    txo_consumer_free(cons);
+    assert_int_equal(testrabbit_count(&testrabbit_shared, "cancelled"), 0);
+    testdb_teardown(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -615,6 +657,7 @@ int main(void)
         cmocka_unit_test(test_crash_between_commit_and_ack),
         cmocka_unit_test(test_batch_consumer_takes_what_is_waiting),
         cmocka_unit_test(test_batch_consumer_mixed_verdicts),
+        cmocka_unit_test(test_consumer_cancelled_by_the_broker),
     };
     return cmocka_run_group_tests(tests, testrabbit_group_setup, testrabbit_group_teardown);
 }
