@@ -11,7 +11,9 @@
  *     transient failure through the retry queue, dead-letters a permanent one into
  *     <queue>.dlq, and a message delivered twice has one effect through the inbox;
  *   - the batch consumer hands what is waiting to its handler in few calls, each message once,
- *     and settles a delivery of mixed verdicts message by message (ack, retry, dead letter).
+ *     and settles a delivery of mixed verdicts message by message (ack, retry, dead letter);
+ *   - a consumer the broker cancels (its queue deleted) is told at once, declares the queue
+ *     again and consumes on.
  *
  * The contracts every transport keeps (publish, order, consume, restart, CloudEvents) are in
  * tests/conformance. What reached the queues is read with pika (rabbit_client.py), not with our
