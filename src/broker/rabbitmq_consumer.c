@@ -293,14 +293,16 @@ static int wait_retry_confirm(struct rmq_consumer *rc, uint64_t tag, struct txo_
     for (;;) {
         int64_t remaining = deadline - txo_monotonic_ms();
         if (remaining <= 0)
-            return txo_error_set(err, TXO_ETIMEOUT, "no confirm within %" PRId64 " ms",
-                                 c->opts.confirm_timeout_ms);
+            return txo_error_set(err, TXO_ETIMEOUT, "no confirm within %" PRId64 " ms%s%s%s",
+                                 c->opts.confirm_timeout_ms,
+                                 c->blocked[0] != '\0' ? ": the broker blocks publishing (" : "",
+                                 c->blocked, c->blocked[0] != '\0' ? ")" : "");
         struct timeval tv = tv_of_ms(remaining);
         amqp_frame_t frame;
         int s = amqp_simple_wait_frame_noblock(c->st, &frame, &tv);
         if (s != AMQP_STATUS_OK)
             return txo_error_set(err, TXO_EUNAVAILABLE, "%s", amqp_error_string2(s));
-        if (frame.frame_type != AMQP_FRAME_METHOD)
+        if (frame.frame_type != AMQP_FRAME_METHOD || txo__rmq_blocked_frame(c, &frame))
             continue;
         amqp_method_t *m = &frame.payload.method;
         if (m->id == AMQP_BASIC_RETURN_METHOD) {

@@ -42,7 +42,15 @@ struct txo__rmq_conn {
     bool confirm;                  /* put the channel in confirm mode */
     amqp_connection_state_t st;    /* NULL while down */
     uint64_t next_tag;             /* the delivery tag of the next publish (confirm mode) */
+    char blocked[128];             /* why the broker blocks this connection's publishing, or "" */
 };
+
+/*
+ * If frame is connection.blocked or connection.unblocked (a memory or disk alarm of the
+ * broker: publishing connections stop being read), records it in c->blocked, logs it, and
+ * returns true.
+ */
+bool txo__rmq_blocked_frame(struct txo__rmq_conn *c, const amqp_frame_t *frame);
 
 /* Checks every setting used by role. Returns 0 or TXO_EINVAL naming the setting. */
 int txo__rmq_check_opts(const struct txo_rabbitmq_opts *o, bool consumer, struct txo_error *err);

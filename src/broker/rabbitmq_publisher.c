@@ -350,24 +350,30 @@ static int declare_exchange(struct txo__rmq_conn *c, struct txo_error *err)
 }
 
 /*
- * Logs in with client properties added to rabbitmq-c's own: the capability
- * consumer_cancel_notify, without which RabbitMQ cancels a consumer whose queue is deleted,
- * crashes or loses its node without a word (the subscription then never delivers again), and
- * a connection_name ("txo <role>") that the management UI and `rabbitmqctl list_connections`
- * show.
+ * Logs in with client properties added to rabbitmq-c's own:
+ *   - the capability consumer_cancel_notify, without which RabbitMQ cancels a consumer whose
+ *     queue is deleted, crashes or loses its node without a word (the subscription then never
+ *     delivers again);
+ *   - the capability connection.blocked: the broker says when a memory or disk alarm stops it
+ *     reading a publishing connection, so an unconfirmed batch can say why;
+ *   - a connection_name ("txo <role>") that the management UI and `rabbitmqctl
+ *     list_connections` show.
  */
 static amqp_rpc_reply_t login(struct txo__rmq_conn *c)
 {
     char name[64];
     snprintf(name, sizeof(name), "txo %s", c->role);
-    amqp_table_entry_t caps[1];
-    caps[0].key = txo__rmq_bytes("consumer_cancel_notify");
-    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps[0].value.value.boolean = 1;
+    static const char *const cap_names[] = {"consumer_cancel_notify", "connection.blocked"};
+    amqp_table_entry_t caps[2];
+    for (size_t i = 0; i < 2; i++) {
+        caps[i].key = txo__rmq_bytes(cap_names[i]);
+        caps[i].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        caps[i].value.value.boolean = 1;
+    }
     amqp_table_entry_t props[2];
     props[0].key = txo__rmq_bytes("capabilities");
     props[0].value.kind = AMQP_FIELD_KIND_TABLE;
-    props[0].value.value.table = (amqp_table_t){1, caps};
+    props[0].value.value.table = (amqp_table_t){2, caps};
     props[1].key = txo__rmq_bytes("connection_name");
     props[1].value.kind = AMQP_FIELD_KIND_UTF8;
     props[1].value.value.bytes = txo__rmq_bytes(name);
@@ -376,10 +382,39 @@ static amqp_rpc_reply_t login(struct txo__rmq_conn *c)
                                       AMQP_SASL_METHOD_PLAIN, c->info.user, c->info.password);
 }
 
+bool txo__rmq_blocked_frame(struct txo__rmq_conn *c, const amqp_frame_t *frame)
+{
+    if (frame->frame_type != AMQP_FRAME_METHOD)
+        return false;
+    char where[300];
+    if (frame->payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD) {
+        const amqp_connection_blocked_t *b = frame->payload.method.decoded;
+        snprintf(c->blocked, sizeof(c->blocked), "%.*s", (int)b->reason.len,
+                 (const char *)b->reason.bytes);
+        if (c->blocked[0] == '\0')
+            snprintf(c->blocked, sizeof(c->blocked), "no reason given");
+        TXO_LOG(TXO_LOG_WARN, "rabbitmq",
+                "the broker blocks publishing on this connection (a memory or disk alarm)",
+                TXO_KV_STR("role", c->role),
+                TXO_KV_STR("server", txo__rmq_where(c, where, sizeof(where))),
+                TXO_KV_STR("reason", c->blocked));
+        return true;
+    }
+    if (frame->payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD) {
+        c->blocked[0] = '\0';
+        TXO_LOG(TXO_LOG_INFO, "rabbitmq", "the broker publishes again on this connection",
+                TXO_KV_STR("role", c->role),
+                TXO_KV_STR("server", txo__rmq_where(c, where, sizeof(where))));
+        return true;
+    }
+    return false;
+}
+
 int txo__rmq_conn_open(struct txo__rmq_conn *c, struct txo_error *err)
 {
     if (c->st != NULL)
         return 0;
+    c->blocked[0] = '\0';
     char where[300];
     txo__rmq_where(c, where, sizeof(where));
     c->st = amqp_new_connection();
@@ -659,7 +694,7 @@ static size_t wait_confirms(struct rmq_publisher *p, const struct txo_outbox_mes
             *broke = amqp_error_string2(s);
             break;
         }
-        if (frame.frame_type != AMQP_FRAME_METHOD)
+        if (frame.frame_type != AMQP_FRAME_METHOD || txo__rmq_blocked_frame(c, &frame))
             continue;
         amqp_method_t *mth = &frame.payload.method;
         if (mth->id == AMQP_BASIC_ACK_METHOD) {
@@ -764,6 +799,12 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
                                        "rabbitmq publisher: %s before the confirm (maybe "
                                        "delivered)",
                                        broke);
+        else if (c->blocked[0] != '\0')
+            results[k] = txo_error_set(&errors[k], TXO_ETIMEOUT,
+                                       "rabbitmq publisher: no confirm within %" PRId64
+                                       " ms: the broker blocks publishing (%s) (maybe "
+                                       "delivered)",
+                                       c->opts.confirm_timeout_ms, c->blocked);
         else
             results[k] = txo_error_set(&errors[k], TXO_ETIMEOUT,
                                        "rabbitmq publisher: no confirm within %" PRId64
@@ -776,7 +817,9 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
                 "batch not fully confirmed, reconnecting on the next batch",
                 TXO_KV_STR("server", txo__rmq_where(c, where, sizeof(where))),
                 TXO_KV_U64("size", n), TXO_KV_U64("unconfirmed", left),
-                TXO_KV_STR("reason", broke != NULL ? broke : "confirm timeout"));
+                TXO_KV_STR("reason", broke != NULL           ? broke
+                                     : c->blocked[0] != '\0' ? "confirm timeout, blocked"
+                                                             : "confirm timeout"));
         txo__rmq_conn_drop(c);
     }
 

@@ -19,6 +19,11 @@
  *               received, so the retries of the timed-out batch are duplicates in the queue:
  *               counted, and at most that batch.
  *
+ *   blocked     a disk alarm (rabbitmqctl set_disk_free_limit above the free space): the
+ *               broker stops reading publishing connections and says so (connection.blocked);
+ *               a cycle costs the confirm timeout and its rows go back to PENDING with
+ *               TXO_ETIMEOUT naming the alarm; cleared, the retries publish everything.
+ *
  *   relay crash `txo relay --publisher rabbitmq` SIGKILLed at crash point relay.after_publish:1
  *               (the second batch published, not marked): the next relay publishes that batch
  *               again, the queue holds it twice, and the consumer's inbox makes it one effect
@@ -395,6 +400,47 @@ static void test_broker_hangs_then_resumes(void **state)
     testdb_teardown(&t);
 }
 
+/* ---- blocked by an alarm ---- */
+
+static void test_broker_blocked_by_an_alarm(void **state)
+{
+    (void)state;
+    char *o = testrabbit_client(&testrabbit_shared, "declare", "blocked.audit", EXCHANGE,
+                                "blocked.#", NULL);
+    free(o);
+    struct testdb t;
+    testdb_setup(&t, "rabbit_blocked");
+    testoutbox_append(
+        t.db, &(struct testoutbox_events){.aggregate_type = "blocked", .from = 1, .to = 3 * BATCH});
+    struct txo_publisher *pub = new_publisher();
+    struct txo_relay *r = new_relay(&t, pub);
+    (void)publish_until(&t, r, BATCH);
+
+    /* More free space asked for than any disk has: the disk alarm goes off at once. */
+    testrabbit_ctl(&testrabbit_shared, "set_disk_free_limit", "1000000000000000", NULL);
+    int64_t ms = 0;
+    assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
+    testrabbit_ctl(&testrabbit_shared, "set_disk_free_limit", "50000000", NULL); /* the default */
+    print_message("blocked: a cycle took %lld ms (confirm timeout %d ms)\n", (long long)ms,
+                  CONFIRM_TIMEOUT_MS);
+    assert_true(ms >= CONFIRM_TIMEOUT_MS - 50 && ms < CONFIRM_TIMEOUT_MS + 2000);
+    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PENDING' AND attempts = 1 "
+                                        "AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: no "
+                                        "confirm within 1000 ms: the broker blocks publishing "
+                                        "(low on disk) (maybe delivered)%'"),
+                     BATCH);
+
+    testrelay_retry_pending(t.db, r, 30000, 0, 0);
+    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'"), 0);
+    assert_int_equal(TESTDB_COUNT(t.db, "dead_letter_events"), 0);
+    size_t total = 0, dups = 0;
+    assert_int_equal(drain_distinct("blocked.audit", &total, &dups), 3 * BATCH);
+    assert_true(dups <= BATCH); /* what the broker read before it blocked, sent again */
+    txo_relay_free(r);
+    txo_publisher_free(pub);
+    testdb_teardown(&t);
+}
+
 /* ---- the relay process killed between publish and mark ---- */
 
 static void test_relay_crash_after_publish(void **state)
@@ -471,6 +517,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_unroutable_dead_lettered_at_once),
         cmocka_unit_test(test_broker_hangs_then_resumes),
+        cmocka_unit_test(test_broker_blocked_by_an_alarm),
         cmocka_unit_test(test_broker_killed_mid_drain),
         cmocka_unit_test(test_relay_crash_after_publish),
     };

@@ -251,6 +251,34 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
     return run_client(r, cmd, args, n);
 }
 
+void testrabbit_ctl(const struct testrabbit *r, ...)
+{
+    static const char *const c[] = {"/usr/lib/rabbitmq/bin/rabbitmqctl", NULL};
+    const char *bin = find_in(c);
+    if (bin == NULL)
+        fail_msg("rabbitmqctl not found (package rabbitmq-server)");
+    char home[300], epmd[40];
+    snprintf(home, sizeof(home), "HOME=%s", r->dir); /* the broker's Erlang cookie */
+    snprintf(epmd, sizeof(epmd), "ERL_EPMD_PORT=%u", r->epmd_port);
+    const char *argv[CLIENT_MAX_ARGS + 8] = {"/usr/bin/env", home, epmd, bin, "-n", r->node};
+    size_t n = 6;
+    va_list ap;
+    va_start(ap, r);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL) {
+        if (n >= CLIENT_MAX_ARGS + 6)
+            fail_msg("testrabbit_ctl: too many arguments");
+        argv[n++] = a;
+    }
+    va_end(ap);
+    argv[n] = NULL;
+    char *out = NULL;
+    int status = testproc_run("rabbitmqctl", argv, 60000, &out);
+    if (status != 0)
+        fail_msg("rabbitmqctl %s exited with %d: %s", argv[6], status, out != NULL ? out : "");
+    free(out);
+}
+
 long testrabbit_count(const struct testrabbit *r, const char *queue)
 {
     char *out = testrabbit_client(r, "count", queue, NULL);

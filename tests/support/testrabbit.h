@@ -60,6 +60,13 @@ void testrabbit_cleanup(struct testrabbit *r);
  */
 char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...);
 
+/*
+ * Runs `rabbitmqctl -n <node> args...` (args NULL-terminated) against the broker, as its
+ * operator would (set_disk_free_limit to raise or clear an alarm, say); fails the test with
+ * its output when it exits non-zero.
+ */
+void testrabbit_ctl(const struct testrabbit *r, ...);
+
 /* The ready messages of queue (rabbit_client.py count). */
 long testrabbit_count(const struct testrabbit *r, const char *queue);
 
