@@ -8,7 +8,11 @@
  *      background); create the stream (opts.create_stream) and the pull subscription on the
  *      durable the first time the server is reachable.
  *   2. natsSubscription_Fetch up to max_msgs within timeout_ms; a timeout with nothing is an
- *      empty poll, not an error.
+ *      empty poll, not an error. A pull request to a durable that no longer exists (deleted,
+ *      or lost with the server's store) also just times out, so after CHECK_IDLE_MS of empty
+ *      polls one asks the server for the durable: gone, the poll fails with
+ *      TXO_EUNAVAILABLE and the next one subscribes again, which creates it anew (deliver
+ *      all: what it had acknowledged comes again and the inbox drops it, nothing is lost).
  *   3. The fetch goes to the handler (txo__handler_run: a batch handler in one call, a
  *      per-message handler once per message); then each message is settled by its verdict:
  *        0          AckSync: the server confirmed the ack, the message is done;
@@ -30,13 +34,15 @@
 #include "broker/nats_internal.h"
 #include "broker/transport.h"
 
-#define FETCH_MAX 10000 /* messages per poll, whatever the caller asks */
+#define FETCH_MAX     10000 /* messages per poll, whatever the caller asks */
+#define CHECK_IDLE_MS 5000  /* empty polls for this long: is the durable still there? */
 
 struct nats_consumer {
     struct txo__nats_conn conn;
     char *durable;
     char *filter; /* opts.filter_subject or "<prefix>.>" */
     natsSubscription *sub;
+    int64_t checked_ms; /* when the durable was last known to exist (monotonic) */
     struct txo_handler h;
 };
 
@@ -68,6 +74,7 @@ static int subscribe(struct nats_consumer *nc, struct txo_error *err)
         return txo_error_set(err, code, "nats consumer: subscribing durable %s on %s (%s): %s",
                              nc->durable, c->stream, nc->filter, why);
     }
+    nc->checked_ms = txo_monotonic_ms();
     TXO_LOG(TXO_LOG_INFO, "nats", "consumer subscribed", TXO_KV_STR("stream", c->stream),
             TXO_KV_STR("durable", nc->durable), TXO_KV_STR("filter", nc->filter));
     return 0;
@@ -78,6 +85,32 @@ static void drop_subscription(struct nats_consumer *nc)
 {
     natsSubscription_Destroy(nc->sub);
     nc->sub = NULL;
+}
+
+/*
+ * After CHECK_IDLE_MS of empty polls: asks the server for the durable. Returns 0 (it exists, or
+ * the question could not be answered now), or TXO_EUNAVAILABLE with err set and the
+ * subscription dropped when the server has no such durable.
+ */
+static int check_durable(struct nats_consumer *nc, struct txo_error *err)
+{
+    int64_t now = txo_monotonic_ms();
+    if (now - nc->checked_ms < CHECK_IDLE_MS)
+        return 0;
+    nc->checked_ms = now;
+    jsConsumerInfo *ci = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = natsSubscription_GetConsumerInfo(&ci, nc->sub, NULL, &jerr);
+    jsConsumerInfo_Destroy(ci);
+    if (s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
+        return 0;
+    drop_subscription(nc);
+    TXO_LOG(TXO_LOG_WARN, "nats", "durable consumer gone from the server, subscribing again",
+            TXO_KV_STR("stream", nc->conn.stream), TXO_KV_STR("durable", nc->durable));
+    return txo_error_set(err, TXO_EUNAVAILABLE,
+                         "nats consumer: durable %s on %s is gone from the server (deleted?); "
+                         "the next poll creates it again",
+                         nc->durable, nc->conn.stream);
 }
 
 /* txo_inbound_message.header for a NATS message. */
@@ -209,7 +242,7 @@ static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *ha
     natsStatus s = natsSubscription_Fetch(&list, nc->sub, batch, timeout_ms, &jerr);
     if (s != NATS_OK && list.Count == 0) {
         if (s == NATS_TIMEOUT)
-            return 0; /* nothing to do within the wait */
+            return check_durable(nc, err); /* nothing within the wait */
         char why[256];
         txo__nats_describe(s, jerr, why, sizeof(why));
         if (s == NATS_INVALID_SUBSCRIPTION || s == NATS_CONNECTION_CLOSED ||
@@ -223,6 +256,7 @@ static int nats_poll(void *self, size_t max_msgs, int64_t timeout_ms, size_t *ha
     }
 
     size_t done = 0;
+    nc->checked_ms = txo_monotonic_ms(); /* it delivers: it exists */
     if (list.Count > 0)
         rc = handle_all(nc, list.Msgs, (size_t)list.Count, &done, err);
     natsMsgList_Destroy(&list);

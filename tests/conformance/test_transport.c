@@ -398,6 +398,21 @@ static bool all_applied(const struct sink *s)
            (s->permanent < 0 || s->deliveries[s->permanent] >= 1);
 }
 
+static struct txo_error *fresh_poll_err(struct txo_error *err)
+{
+    txo_error_init(err);
+    return err;
+}
+
+static bool first_half_applied(const struct sink *s)
+{
+    for (long i = 0; i < N_EVENTS / 2; i++) {
+        if (s->applied[i] == 0)
+            return false;
+    }
+    return true;
+}
+
 static bool all_decoded(const struct sink *s)
 {
     return s->decoded >= 4;
@@ -689,6 +704,64 @@ static void test_restart(void **state)
     fixture_release(&f);
 }
 
+/*
+ * The server forgets the consumer (its queue, group or durable is deleted, as an operator or a
+ * crash of the server's side would): the consumer is told, a poll fails instead of waiting on
+ * a subscription that will never deliver again, and the next one creates its side anew.
+ * What is published from then on reaches it, each event applied once (a redelivery of what
+ * it had already applied is dropped by the inbox).
+ */
+static void test_forgotten(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_init(&f, "fgt");
+    struct txo_db *db = testdb_connect(&f.t);
+    struct sink s;
+    sink_init(&s, db, f.ns);
+    struct txo_consumer *c =
+        consumer_ready(f.ns, &(struct txo_handler){.batch = handle_batch, .arg = &s});
+    struct txo_publisher *pub = row->publisher(&env, f.ns);
+    struct txo_relay *relay = new_relay(&f, pub);
+    append(&f, 0, N_EVENTS / 2, false);
+    relay_until(&f, relay, N_EVENTS / 2);
+    poll_until(c, &s, first_half_applied, 0);
+
+    row->forget(&env, f.ns);
+    int64_t deadline = txo_monotonic_ms() + WAIT_MS;
+    struct txo_error err;
+    txo_error_init(&err);
+    size_t handled = 0;
+    while (txo_consumer_poll(c, 20, 200, &handled, &err) == 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("%s: the server forgot the consumer, and after %d ms of polls it had not "
+                     "been told",
+                     row->name, WAIT_MS);
+    }
+    print_message("%s: told: %s\n", row->name, err.msg);
+    /* Created anew by a poll that succeeds, before anything more is published (a queue that
+     * does not exist yet would not get it). */
+    deadline = txo_monotonic_ms() + WAIT_MS;
+    while (txo_consumer_poll(c, 20, 200, &handled, fresh_poll_err(&err)) < 0) {
+        if (txo_monotonic_ms() > deadline)
+            fail_msg("%s: the consumer did not come back after the server forgot it: %s", row->name,
+                     err.msg);
+        txo_sleep_ms(50);
+    }
+
+    append(&f, N_EVENTS / 2, N_EVENTS, false);
+    relay_until(&f, relay, N_EVENTS);
+    poll_until(c, &s, all_applied, 0);
+    for (long i = 0; i < N_EVENTS; i++)
+        assert_int_equal(s.applied[i], 1);
+    assert_int_equal(s.strangers, 0);
+    txo_consumer_free(c);
+    txo_relay_free(relay);
+    txo_publisher_free(pub);
+    txo_db_close(db);
+    fixture_release(&f);
+}
+
 /* ---- the run ---- */
 
 static int start_server(void **state)
@@ -726,10 +799,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_restart),
         cmocka_unit_test_teardown(test_trace, reset_envelope),
         cmocka_unit_test_teardown(test_trace_cloudevents_binary, reset_envelope),
+        cmocka_unit_test(test_forgotten),
     };
     /* A test runs when the row has every contract it names. */
-    const unsigned flags[] = {C_PUBLISH, C_CLOUDEVENTS, C_CONSUME,
-                              C_RESTART, C_TRACE,       C_TRACE | C_CLOUDEVENTS};
+    const unsigned flags[] = {C_PUBLISH, C_CLOUDEVENTS,           C_CONSUME, C_RESTART,
+                              C_TRACE,   C_TRACE | C_CLOUDEVENTS, C_FORGET};
     struct CMUnitTest chosen[TXO_ARRAY_LEN(all)];
     size_t n = 0;
     for (size_t i = 0; i < TXO_ARRAY_LEN(all); i++) {

@@ -124,6 +124,13 @@ static struct txo_consumer *nats_consumer(struct env *e, const char *ns,
     return cons;
 }
 
+static void nats_forget(struct env *e, const char *ns)
+{
+    struct nats_cfg c;
+    nats_cfg(e, ns, &c);
+    testnats_delete_consumer(&e->nats, c.stream, c.durable);
+}
+
 /* cnats directly: the bodies and ids in stream order, each message's headers by sequence. */
 static json_t *nats_read_back(struct env *e, const char *ns)
 {
@@ -334,6 +341,14 @@ static long redis_dead_letters(struct env *e, const char *ns)
     redis_cfg(e, ns, &c);
     return (long)testredis_xlen(&e->redis, c.dead);
 }
+
+static void redis_forget(struct env *e, const char *ns)
+{
+    struct redis_cfg c;
+    redis_cfg(e, ns, &c);
+    json_decref(testredis_cli(&e->redis,
+                              (const char *const[]){"XGROUP", "DESTROY", c.stream, c.group, NULL}));
+}
 #endif
 
 #if TXO_WITH_RABBITMQ
@@ -423,6 +438,13 @@ static long rabbit_dead_letters(struct env *e, const char *ns)
     struct rabbit_cfg c;
     rabbit_cfg(e, ns, &c);
     return testrabbit_count(&e->rabbit, c.dlq);
+}
+
+static void rabbit_forget(struct env *e, const char *ns)
+{
+    struct rabbit_cfg c;
+    rabbit_cfg(e, ns, &c);
+    free(testrabbit_client(&e->rabbit, "delete", c.queue, NULL));
 }
 
 static void rabbit_describe(struct env *e, const char *ns)
@@ -571,7 +593,7 @@ static json_t *web_read_back(struct env *e, const char *ns)
 const struct row transport_rows[] = {
 #if TXO_WITH_NATS
     {.name = "nats",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE | C_FORGET,
      .start = nats_start,
      .cleanup = nats_cleanup,
      .kill = nats_kill,
@@ -579,6 +601,7 @@ const struct row transport_rows[] = {
      .publisher = nats_publisher,
      .consumer = nats_consumer,
      .read_back = nats_read_back,
+     .forget = nats_forget,
      .shutdown = txo_nats_shutdown, /* TERM keeps no dead letter */
      /* nats-server 2.9 (fixed in the 2.10 series): a redelivery that fails to reach an expired
       * pull request makes the consumer hand out its last message again, with the same delivery
@@ -600,7 +623,7 @@ const struct row transport_rows[] = {
 #endif
 #if TXO_WITH_REDIS
     {.name = "redis",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE | C_FORGET,
      .start = redis_start,
      .cleanup = redis_cleanup,
      .kill = redis_kill,
@@ -608,11 +631,12 @@ const struct row transport_rows[] = {
      .publisher = redis_publisher,
      .consumer = redis_consumer,
      .read_back = redis_read_back,
-     .dead_letters = redis_dead_letters},
+     .dead_letters = redis_dead_letters,
+     .forget = redis_forget},
 #endif
 #if TXO_WITH_RABBITMQ
     {.name = "rabbitmq",
-     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE,
+     .contracts = C_PUBLISH | C_CLOUDEVENTS | C_CONSUME | C_RESTART | C_TRACE | C_FORGET,
      .start = rabbit_start,
      .cleanup = rabbit_cleanup,
      .kill = rabbit_kill,
@@ -622,7 +646,8 @@ const struct row transport_rows[] = {
      .consumer = rabbit_consumer,
      .read_back = rabbit_read_back,
      .dead_letters = rabbit_dead_letters,
-     .describe = rabbit_describe},
+     .describe = rabbit_describe,
+     .forget = rabbit_forget},
 #endif
 #if TXO_WITH_GRPC
     /* The EventSink service is the consumer; its message has no CloudEvents form, and the

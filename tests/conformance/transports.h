@@ -74,6 +74,7 @@ enum contract {
     C_CONSUME = 1 << 2,
     C_RESTART = 1 << 3,
     C_TRACE = 1 << 4,
+    C_FORGET = 1 << 5,
 };
 
 struct row {
@@ -94,6 +95,9 @@ struct row {
     long (*dead_letters)(struct env *e, const char *ns);
     /* For a failure's message: what the server holds for ns' consumer; NULL: nothing to say. */
     void (*describe)(struct env *e, const char *ns);
+    /* Deletes what the server keeps for ns' consumer (its queue, group or durable), as an
+     * operator or a crash of the server's side would (C_FORGET). */
+    void (*forget)(struct env *e, const char *ns);
     /* Releases the SDK's process-wide state at exit; NULL: nothing to do. */
     void (*shutdown)(void);
     /* The server may hand out one delivery of a message twice (same delivery number); the

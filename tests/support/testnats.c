@@ -346,6 +346,17 @@ void testnats_delete_stream(const struct testnats *n, const char *stream)
                  (int)jerr);
 }
 
+void testnats_delete_consumer(const struct testnats *n, const char *stream, const char *durable)
+{
+    struct js_conn c = js_connect(n);
+    jsErrCode jerr = 0;
+    natsStatus s = js_DeleteConsumer(c.js, stream, durable, NULL, &jerr);
+    js_close(&c);
+    if (s != NATS_OK && s != NATS_NOT_FOUND && jerr != JSConsumerNotFoundErr)
+        fail_msg("deleting consumer %s/%s: %s (JetStream error %d)", stream, durable,
+                 natsStatus_GetText(s), (int)jerr);
+}
+
 static jsConsumerInfo *consumer_info(const struct testnats *n, const char *stream,
                                      const char *durable, bool must_exist)
 {

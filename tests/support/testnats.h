@@ -112,6 +112,9 @@ void testnats_publish(const struct testnats *n, const char *subject, const char 
 /* Deletes the stream (a missing stream is fine). Purging would keep the duplicate window. */
 void testnats_delete_stream(const struct testnats *n, const char *stream);
 
+/* Deletes the durable consumer of stream (js_DeleteConsumer); one that is gone is no error. */
+void testnats_delete_consumer(const struct testnats *n, const char *stream, const char *durable);
+
 /* True when the durable consumer exists on the stream. */
 bool testnats_consumer_exists(const struct testnats *n, const char *stream, const char *durable);
 
