@@ -292,11 +292,12 @@ static int wait_retry_confirm(struct rmq_consumer *rc, uint64_t tag, struct txo_
     bool returned = false;
     for (;;) {
         int64_t remaining = deadline - txo_monotonic_ms();
-        if (remaining <= 0)
-            return txo_error_set(err, TXO_ETIMEOUT, "no confirm within %" PRId64 " ms%s%s%s",
+        if (remaining <= 0) {
+            char note[TXO__RMQ_BLOCKED_NOTE_MAX];
+            return txo_error_set(err, TXO_ETIMEOUT, "no confirm within %" PRId64 " ms%s",
                                  c->opts.confirm_timeout_ms,
-                                 c->blocked[0] != '\0' ? ": the broker blocks publishing (" : "",
-                                 c->blocked, c->blocked[0] != '\0' ? ")" : "");
+                                 txo__rmq_blocked_note(c, note, sizeof(note)));
+        }
         struct timeval tv = tv_of_ms(remaining);
         amqp_frame_t frame;
         int s = amqp_simple_wait_frame_noblock(c->st, &frame, &tv);

@@ -52,6 +52,12 @@ struct txo__rmq_conn {
  */
 bool txo__rmq_blocked_frame(struct txo__rmq_conn *c, const amqp_frame_t *frame);
 
+#define TXO__RMQ_BLOCKED_NOTE_MAX 192 /* the note below, with the longest reason kept */
+
+/* ": the broker blocks publishing (<reason>)" in buf while c is blocked, else "": for the
+ * message of a confirm that did not come. Returns buf. */
+const char *txo__rmq_blocked_note(const struct txo__rmq_conn *c, char *buf, size_t cap);
+
 /* Checks every setting used by role. Returns 0 or TXO_EINVAL naming the setting. */
 int txo__rmq_check_opts(const struct txo_rabbitmq_opts *o, bool consumer, struct txo_error *err);
 

@@ -410,6 +410,15 @@ bool txo__rmq_blocked_frame(struct txo__rmq_conn *c, const amqp_frame_t *frame)
     return false;
 }
 
+const char *txo__rmq_blocked_note(const struct txo__rmq_conn *c, char *buf, size_t cap)
+{
+    if (c->blocked[0] != '\0')
+        snprintf(buf, cap, ": the broker blocks publishing (%s)", c->blocked);
+    else if (cap > 0)
+        buf[0] = '\0';
+    return buf;
+}
+
 int txo__rmq_conn_open(struct txo__rmq_conn *c, struct txo_error *err)
 {
     if (c->st != NULL)
@@ -791,6 +800,7 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
         left = wait_confirms(p, msgs, n, first_tag, n_sent, results, errors, &broke);
     else
         left = n_sent;
+    char note[TXO__RMQ_BLOCKED_NOTE_MAX];
     for (size_t k = 0; k < n; k++) {
         if (results[k] != RESULT_PENDING)
             continue;
@@ -799,17 +809,11 @@ static int rmq_publish_batch(void *self, const struct txo_outbox_message *msgs, 
                                        "rabbitmq publisher: %s before the confirm (maybe "
                                        "delivered)",
                                        broke);
-        else if (c->blocked[0] != '\0')
-            results[k] = txo_error_set(&errors[k], TXO_ETIMEOUT,
-                                       "rabbitmq publisher: no confirm within %" PRId64
-                                       " ms: the broker blocks publishing (%s) (maybe "
-                                       "delivered)",
-                                       c->opts.confirm_timeout_ms, c->blocked);
         else
-            results[k] = txo_error_set(&errors[k], TXO_ETIMEOUT,
-                                       "rabbitmq publisher: no confirm within %" PRId64
-                                       " ms (maybe delivered)",
-                                       c->opts.confirm_timeout_ms);
+            results[k] = txo_error_set(
+                &errors[k], TXO_ETIMEOUT,
+                "rabbitmq publisher: no confirm within %" PRId64 " ms%s (maybe delivered)",
+                c->opts.confirm_timeout_ms, txo__rmq_blocked_note(c, note, sizeof(note)));
     }
     if (broke != NULL || left > 0) {
         char where[300];
