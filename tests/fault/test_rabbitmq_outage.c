@@ -80,13 +80,49 @@ static struct txo_relay *new_relay(struct testdb *t, struct txo_publisher *pub)
 }
 
 /*
+ * One test's world: pika's queue "<kind>.audit" bound to "<kind>.#" (what reached the broker),
+ * a database holding the events 1..n of aggregate type kind (the unroutable-th of type "nobody"
+ * when not 0), and a relay publishing them through the RabbitMQ publisher.
+ */
+struct outage {
+    const char *kind;
+    struct testdb t;
+    struct txo_publisher *pub;
+    struct txo_relay *r;
+};
+
+static void outage_begin(struct outage *o, const char *kind, unsigned n, unsigned unroutable)
+{
+    char audit[64], key[64], tag[64];
+    snprintf(audit, sizeof(audit), "%s.audit", kind);
+    snprintf(key, sizeof(key), "%s.#", kind);
+    snprintf(tag, sizeof(tag), "rabbit_%s", kind);
+    free(testrabbit_client(&testrabbit_shared, "declare", audit, EXCHANGE, key, NULL));
+    o->kind = kind;
+    testdb_setup(&o->t, tag);
+    testoutbox_append(o->t.db,
+                      &(struct testoutbox_events){
+                          .aggregate_type = kind, .from = 1, .to = n, .unroutable = unroutable});
+    o->pub = new_publisher();
+    o->r = new_relay(&o->t, o->pub);
+}
+
+static void outage_end(struct outage *o)
+{
+    txo_relay_free(o->r);
+    txo_publisher_free(o->pub);
+    testdb_teardown(&o->t);
+}
+
+/*
  * Runs relay cycles until at least want events are PUBLISHED and none is left backed off after
  * a failed try; returns how many are PUBLISHED. A cycle whose connection could not be opened in
  * time (a loaded machine: the AMQP handshake has CONNECT_TIMEOUT_MS) is tried again at once, as
  * the relay would after its backoff: the phases below start from a working connection.
  */
-static int64_t publish_until(struct testdb *t, struct txo_relay *r, int64_t want)
+static int64_t publish_until(struct outage *o, int64_t want)
 {
+    struct testdb *t = &o->t;
     int64_t deadline = txo_monotonic_ms() + 30000;
     for (;;) {
         int64_t published = TESTDB_COUNT(t->db, "outbox_events WHERE status = 'PUBLISHED'");
@@ -101,7 +137,7 @@ static int64_t publish_until(struct testdb *t, struct txo_relay *r, int64_t want
         testdb_exec(t->db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
                            "WHERE status = 'PENDING' AND attempts > 0");
         int64_t ms = 0;
-        (void)testrelay_run_once_ms(r, &ms);
+        (void)testrelay_run_once_ms(o->r, &ms);
     }
 }
 
@@ -137,16 +173,18 @@ static size_t drain_distinct(const char *queue, size_t *total, size_t *dups)
 }
 
 /*
- * After an outage: retries until every event is PUBLISHED with no dead letter, then drains
- * audit, where each event must be at least once. Returns the duplicates (retries of messages
- * the broker had taken without confirming them); *total gets the messages drained.
+ * After an outage: retries until every event is PUBLISHED with no dead letter, then drains the
+ * audit queue, where each of the events must be at least once. Returns the duplicates
+ * (retries of messages the broker had taken without confirming them); *total gets the
+ * messages drained.
  */
-static size_t publish_rest_and_drain(struct testdb *t, struct txo_relay *r, const char *audit,
-                                     size_t events, size_t *total)
+static size_t publish_rest_and_drain(struct outage *o, size_t events, size_t *total)
 {
-    testrelay_retry_pending(t->db, r, 30000, 0, 0);
-    assert_int_equal(TESTDB_COUNT(t->db, "outbox_events WHERE status <> 'PUBLISHED'"), 0);
-    assert_int_equal(TESTDB_COUNT(t->db, "dead_letter_events"), 0);
+    testrelay_retry_pending(o->t.db, o->r, 30000, 0, 0);
+    assert_int_equal(TESTDB_COUNT(o->t.db, "outbox_events WHERE status <> 'PUBLISHED'"), 0);
+    assert_int_equal(TESTDB_COUNT(o->t.db, "dead_letter_events"), 0);
+    char audit[64];
+    snprintf(audit, sizeof(audit), "%s.audit", o->kind);
     size_t dups = 0;
     assert_int_equal(drain_distinct(audit, total, &dups), events);
     return dups;
@@ -157,25 +195,19 @@ static size_t publish_rest_and_drain(struct testdb *t, struct txo_relay *r, cons
 static void test_unroutable_dead_lettered_at_once(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&testrabbit_shared, "declare", "unrouted.audit", EXCHANGE,
-                                "unrouted.#", NULL);
-    free(o);
-    struct testdb t;
-    testdb_setup(&t, "rabbit_unroutable");
-    testoutbox_append(t.db,
-                      &(struct testoutbox_events){
-                          .aggregate_type = "unrouted", .from = 1, .to = BATCH, .unroutable = 7});
-    struct txo_publisher *pub = new_publisher();
-    struct txo_relay *r = new_relay(&t, pub);
+    struct outage o;
+    outage_begin(&o, "unrouted", BATCH, 7);
+    struct txo_db *db = o.t.db;
+    struct txo_relay *r = o.r;
     int64_t ms = 0;
     assert_int_equal(testrelay_run_once_ms(r, &ms), BATCH);
-    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
-    assert_int_equal(TESTDB_COUNT(t.db,
+    assert_int_equal(TESTDB_COUNT(db, "outbox_events WHERE status = 'PUBLISHED'"), BATCH - 1);
+    assert_int_equal(TESTDB_COUNT(db,
                                   "outbox_events WHERE status = 'FAILED' AND "
                                   "aggregate_type = 'nobody' AND attempts = 1 AND last_error LIKE "
                                   "'TXO_ECONFIG: rabbitmq publisher: unroutable%no queue bound%'"),
                      1);
-    assert_int_equal(TESTDB_COUNT(t.db,
+    assert_int_equal(TESTDB_COUNT(db,
                                   "dead_letter_events d JOIN outbox_events e ON "
                                   "e.id = d.source_event_id WHERE e.aggregate_type = 'nobody' AND "
                                   "d.error LIKE '%NO_ROUTE%'"),
@@ -183,9 +215,7 @@ static void test_unroutable_dead_lettered_at_once(void **state)
     size_t total = 0, dups = 0;
     assert_int_equal(drain_distinct("unrouted.audit", &total, &dups), BATCH - 1);
     assert_int_equal(dups, 0);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
-    testdb_teardown(&t);
+    outage_end(&o);
 }
 
 /* ---- the consumer: inbox, one effect per event ---- */
@@ -231,28 +261,15 @@ static int64_t poll_once(struct txo_consumer *cons, int64_t timeout_ms, int *rc)
 static const char *const killed_queues[] = {"killed.audit", "killed.worker", "killed.worker.retry",
                                             "killed.worker.dlq", NULL};
 
-/* The queues' ready messages and consumers (pika): printed when the test fails, so that what
- * the broker held before the kill and what it recovered can be compared. */
-static void print_queues(const char *when)
-{
-    char *out = testrabbit_client(&testrabbit_shared, "describe", killed_queues[0],
-                                  killed_queues[1], killed_queues[2], killed_queues[3], NULL);
-    print_message("---- queues %s ----\n%s", when, out);
-    free(out);
-}
-
 static void test_broker_killed_mid_drain(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&testrabbit_shared, "declare", "killed.audit", EXCHANGE, "killed.#",
-                                NULL);
-    free(o);
-    struct testdb t;
-    testdb_setup(&t, "rabbit_killed");
-    testoutbox_append(
-        t.db, &(struct testoutbox_events){.aggregate_type = "killed", .from = 1, .to = N_EVENTS});
+    struct outage o;
+    outage_begin(&o, "killed", N_EVENTS, 0); /* the relay publishes nothing before step 1 */
+    struct txo_db *db = o.t.db;
+    struct txo_relay *r = o.r;
 
-    struct worker w = {.db = t.db};
+    struct worker w = {.db = db};
     struct txo_rabbitmq_opts co;
     opts(&co);
     co.queue = "killed.worker";
@@ -266,18 +283,16 @@ static void test_broker_killed_mid_drain(void **state)
     (void)poll_once(cons, 50, &prc); /* declares and binds before anything is published */
     assert_int_equal(prc, 0);
 
-    struct txo_publisher *pub = new_publisher();
-    struct txo_relay *r = new_relay(&t, pub);
     int64_t ms = 0;
 
     /* 1. Up: three batches go out, the worker takes some. */
-    const int64_t before = publish_until(&t, r, 3 * BATCH);
+    const int64_t before = publish_until(&o, 3 * BATCH);
     (void)poll_once(cons, 200, &prc);
     assert_int_equal(prc, 0);
     assert_true(w.calls > 0);
 
     /* 2. Killed: every cycle and poll fails fast, the rows back off. */
-    print_queues("before the kill");
+    testrabbit_print_queues(&testrabbit_shared, killed_queues, "before the kill");
     testchild_server_kill(&testrabbit_shared.srv);
     size_t tried = 0;
     for (int cycle = 0; cycle < 50; cycle++) {
@@ -292,17 +307,16 @@ static void test_broker_killed_mid_drain(void **state)
     /* The first cycle finds its connection broken while it publishes (TXO_EUNAVAILABLE, or
      * TXO_ETIMEOUT for what was written before the break: maybe delivered); the next ones
      * cannot connect. */
-    assert_int_equal(TESTDB_COUNT(t.db,
-                                  "outbox_events WHERE status = 'PENDING' AND "
-                                  "attempts >= 1 AND locked_by IS NULL AND (last_error LIKE "
-                                  "'TXO_EUNAVAILABLE: rabbitmq publisher:%' OR last_error LIKE "
-                                  "'TXO_ETIMEOUT: rabbitmq publisher:%') AND "
-                                  "next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+    assert_int_equal(TESTDB_COUNT(db, "outbox_events WHERE status = 'PENDING' AND "
+                                      "attempts >= 1 AND locked_by IS NULL AND (last_error LIKE "
+                                      "'TXO_EUNAVAILABLE: rabbitmq publisher:%' OR last_error LIKE "
+                                      "'TXO_ETIMEOUT: rabbitmq publisher:%') AND "
+                                      "next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      (int64_t)tried);
-    assert_true(TESTDB_COUNT(t.db, "outbox_events WHERE last_error LIKE "
-                                   "'TXO_EUNAVAILABLE: rabbitmq publisher: cannot connect%'") >=
+    assert_true(TESTDB_COUNT(db, "outbox_events WHERE last_error LIKE "
+                                 "'TXO_EUNAVAILABLE: rabbitmq publisher: cannot connect%'") >=
                 (int64_t)tried - BATCH);
-    assert_int_equal(TESTDB_COUNT(t.db, "dead_letter_events"), 0);
+    assert_int_equal(TESTDB_COUNT(db, "dead_letter_events"), 0);
     for (int i = 0; i < 3; i++) {
         int64_t pms = poll_once(cons, 3000, &prc);
         assert_int_equal(prc, TXO_EUNAVAILABLE);
@@ -312,34 +326,34 @@ static void test_broker_killed_mid_drain(void **state)
 
     /* 3. Back on the same ports and data: the rest goes out, the worker carries on. */
     testchild_server_restart(&testrabbit_shared.srv);
-    print_queues("as the broker recovered them");
+    testrabbit_print_queues(&testrabbit_shared, killed_queues, "as the broker recovered them");
     snprintf(last_poll_error, sizeof(last_poll_error), "none since the restart");
     int64_t deadline = txo_monotonic_ms() + 60000;
-    while (TESTDB_COUNT(t.db, "outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
+    while (TESTDB_COUNT(db, "outbox_events WHERE status <> 'PUBLISHED'") > 0 ||
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline) {
             testrabbit_print_state(&testrabbit_shared, killed_queues);
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
                      "(%u calls, %u duplicates, last poll %s; last failed poll: %s); queues: "
                      "audit %ld, worker %ld, retry %ld, dlq %ld; inbox %lld rows",
-                     (long long)TESTDB_COUNT(t.db, "outbox_events WHERE status <> "
-                                                   "'PUBLISHED'"),
+                     (long long)TESTDB_COUNT(db, "outbox_events WHERE status <> "
+                                                 "'PUBLISHED'"),
                      w.effects, N_EVENTS, w.calls, w.duplicates, txo_err_name(prc), last_poll_error,
                      testrabbit_count(&testrabbit_shared, "killed.audit"),
                      testrabbit_count(&testrabbit_shared, "killed.worker"),
                      testrabbit_count(&testrabbit_shared, "killed.worker.retry"),
                      testrabbit_count(&testrabbit_shared, "killed.worker.dlq"),
-                     (long long)TESTDB_COUNT(t.db, "inbox_events"));
+                     (long long)TESTDB_COUNT(db, "inbox_events"));
         }
-        testdb_exec(t.db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
-                          "WHERE status = 'PENDING'");
+        testdb_exec(db, "UPDATE outbox_events SET next_attempt_at = NOW(6) "
+                        "WHERE status = 'PENDING'");
         (void)testrelay_run_once_ms(r, &ms);
         if (poll_once(cons, 200, &prc) > 3000)
             fail_msg("a poll took more than 3 s after the restart");
     }
     print_message("killed: %u handler calls, %u effects, %u inbox duplicates\n", w.calls, w.effects,
                   w.duplicates);
-    assert_int_equal(TESTDB_COUNT(t.db, "inbox_events"), N_EVENTS);
+    assert_int_equal(TESTDB_COUNT(db, "inbox_events"), N_EVENTS);
     assert_int_equal(w.effects, N_EVENTS);
     assert_int_equal(w.calls, w.effects + w.duplicates);
 
@@ -352,9 +366,7 @@ static void test_broker_killed_mid_drain(void **state)
     assert_int_equal(testrabbit_count(&testrabbit_shared, "killed.worker.dlq"), 0);
 
     txo_consumer_free(cons);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
-    testdb_teardown(&t);
+    outage_end(&o);
 }
 
 /* ---- hung ---- */
@@ -362,17 +374,12 @@ static void test_broker_killed_mid_drain(void **state)
 static void test_broker_hangs_then_resumes(void **state)
 {
     (void)state;
-    char *o =
-        testrabbit_client(&testrabbit_shared, "declare", "hung.audit", EXCHANGE, "hung.#", NULL);
-    free(o);
-    struct testdb t;
-    testdb_setup(&t, "rabbit_hung");
-    testoutbox_append(
-        t.db, &(struct testoutbox_events){.aggregate_type = "hung", .from = 1, .to = N_EVENTS});
-    struct txo_publisher *pub = new_publisher();
-    struct txo_relay *r = new_relay(&t, pub);
+    struct outage o;
+    outage_begin(&o, "hung", N_EVENTS, 0);
+    struct txo_db *db = o.t.db;
+    struct txo_relay *r = o.r;
     int64_t ms = 0;
-    (void)publish_until(&t, r, BATCH);
+    (void)publish_until(&o, BATCH);
 
     /* The first cycle publishes into the hung connection and waits out the confirm timeout;
      * the next one, on a new connection, gets no AMQP handshake within the connect timeout
@@ -391,25 +398,23 @@ static void test_broker_hangs_then_resumes(void **state)
     assert_true(first_ms >= CONFIRM_TIMEOUT_MS - 50 && first_ms < CONFIRM_TIMEOUT_MS + 2000);
     assert_true(second_ms >= CONNECT_TIMEOUT_MS - 50 && second_ms < CONNECT_TIMEOUT_MS + 2000);
     assert_int_equal(
-        TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PENDING' AND "
-                           "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: "
-                           "no confirm within 1000 ms%' "
-                           "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
+        TESTDB_COUNT(db, "outbox_events WHERE status = 'PENDING' AND "
+                         "attempts = 1 AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: "
+                         "no confirm within 1000 ms%' "
+                         "AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
         BATCH);
-    assert_int_equal(TESTDB_COUNT(t.db,
+    assert_int_equal(TESTDB_COUNT(db,
                                   "outbox_events WHERE status = 'PENDING' AND "
                                   "attempts = 1 AND last_error LIKE 'TXO_EUNAVAILABLE: rabbitmq "
                                   "publisher:%' AND next_attempt_at > NOW(6) + INTERVAL 20 SECOND"),
                      BATCH);
 
-    size_t total = 0, dups = publish_rest_and_drain(&t, r, "hung.audit", N_EVENTS, &total);
+    size_t total = 0, dups = publish_rest_and_drain(&o, N_EVENTS, &total);
     print_message("hung: %zu messages in the queue for %d events: %zu duplicates (the retries "
                   "of the %d messages whose confirm timed out, which the broker had received)\n",
                   total, N_EVENTS, dups, BATCH);
     assert_true(dups <= BATCH);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
-    testdb_teardown(&t);
+    outage_end(&o);
 }
 
 /* ---- blocked by an alarm ---- */
@@ -417,16 +422,11 @@ static void test_broker_hangs_then_resumes(void **state)
 static void test_broker_blocked_by_an_alarm(void **state)
 {
     (void)state;
-    char *o = testrabbit_client(&testrabbit_shared, "declare", "blocked.audit", EXCHANGE,
-                                "blocked.#", NULL);
-    free(o);
-    struct testdb t;
-    testdb_setup(&t, "rabbit_blocked");
-    testoutbox_append(
-        t.db, &(struct testoutbox_events){.aggregate_type = "blocked", .from = 1, .to = 3 * BATCH});
-    struct txo_publisher *pub = new_publisher();
-    struct txo_relay *r = new_relay(&t, pub);
-    (void)publish_until(&t, r, BATCH);
+    struct outage o;
+    outage_begin(&o, "blocked", 3 * BATCH, 0);
+    struct txo_db *db = o.t.db;
+    struct txo_relay *r = o.r;
+    (void)publish_until(&o, BATCH);
 
     /* More free space asked for than any disk has: the disk alarm goes off at once. */
     testrabbit_ctl(&testrabbit_shared, "set_disk_free_limit", "1000000000000000", NULL);
@@ -436,18 +436,16 @@ static void test_broker_blocked_by_an_alarm(void **state)
     print_message("blocked: a cycle took %lld ms (confirm timeout %d ms)\n", (long long)ms,
                   CONFIRM_TIMEOUT_MS);
     assert_true(ms >= CONFIRM_TIMEOUT_MS - 50 && ms < CONFIRM_TIMEOUT_MS + 2000);
-    assert_int_equal(TESTDB_COUNT(t.db, "outbox_events WHERE status = 'PENDING' AND attempts = 1 "
-                                        "AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: no "
-                                        "confirm within 1000 ms: the broker blocks publishing "
-                                        "(low on disk) (maybe delivered)%'"),
+    assert_int_equal(TESTDB_COUNT(db, "outbox_events WHERE status = 'PENDING' AND attempts = 1 "
+                                      "AND last_error LIKE 'TXO_ETIMEOUT: rabbitmq publisher: no "
+                                      "confirm within 1000 ms: the broker blocks publishing "
+                                      "(low on disk) (maybe delivered)%'"),
                      BATCH);
 
     size_t total = 0;
     /* At most what the broker read before it blocked, sent again. */
-    assert_true(publish_rest_and_drain(&t, r, "blocked.audit", 3 * BATCH, &total) <= BATCH);
-    txo_relay_free(r);
-    txo_publisher_free(pub);
-    testdb_teardown(&t);
+    assert_true(publish_rest_and_drain(&o, 3 * BATCH, &total) <= BATCH);
+    outage_end(&o);
 }
 
 /* ---- the relay process killed between publish and mark ---- */

@@ -235,18 +235,24 @@ static char *run_client(const struct testrabbit *r, const char *cmd, const char 
     return text;
 }
 
-char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
+/* Appends the NULL-terminated va_list ap to args (n of cap used); returns the new count. */
+static size_t take_args(const char **args, size_t n, size_t cap, va_list ap, const char *who)
 {
-    const char *args[CLIENT_MAX_ARGS + 1];
-    size_t n = 0;
-    va_list ap;
-    va_start(ap, cmd);
     const char *a;
     while ((a = va_arg(ap, const char *)) != NULL) {
-        if (n >= CLIENT_MAX_ARGS)
-            fail_msg("testrabbit_client: too many arguments");
+        if (n >= cap)
+            fail_msg("%s: too many arguments", who);
         args[n++] = a;
     }
+    return n;
+}
+
+char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
+{
+    const char *args[CLIENT_MAX_ARGS];
+    va_list ap;
+    va_start(ap, cmd);
+    size_t n = take_args(args, 0, CLIENT_MAX_ARGS, ap, "testrabbit_client");
     va_end(ap);
     return run_client(r, cmd, args, n);
 }
@@ -260,16 +266,10 @@ void testrabbit_ctl(const struct testrabbit *r, ...)
     char home[300], epmd[40];
     snprintf(home, sizeof(home), "HOME=%s", r->dir); /* the broker's Erlang cookie */
     snprintf(epmd, sizeof(epmd), "ERL_EPMD_PORT=%u", r->epmd_port);
-    const char *argv[CLIENT_MAX_ARGS + 8] = {"/usr/bin/env", home, epmd, bin, "-n", r->node};
-    size_t n = 6;
+    const char *argv[CLIENT_MAX_ARGS + 7] = {"/usr/bin/env", home, epmd, bin, "-n", r->node};
     va_list ap;
     va_start(ap, r);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL) {
-        if (n >= CLIENT_MAX_ARGS + 6)
-            fail_msg("testrabbit_ctl: too many arguments");
-        argv[n++] = a;
-    }
+    size_t n = take_args(argv, 6, CLIENT_MAX_ARGS + 6, ap, "testrabbit_ctl");
     va_end(ap);
     argv[n] = NULL;
     char *out = NULL;
@@ -337,14 +337,20 @@ static void print_notable(const char *path)
         print_message("%s\n", ring[i % NOTABLE_MAX]);
 }
 
-void testrabbit_print_state(const struct testrabbit *r, const char *const *queues)
+void testrabbit_print_queues(const struct testrabbit *r, const char *const *queues,
+                             const char *when)
 {
     size_t n = 0;
     while (queues[n] != NULL)
         n++;
     char *out = run_client(r, "describe", queues, n);
-    print_message("---- queues ----\n%s", out);
+    print_message("---- queues %s ----\n%s", when, out);
     free(out);
+}
+
+void testrabbit_print_state(const struct testrabbit *r, const char *const *queues)
+{
+    testrabbit_print_queues(r, queues, "now");
     testproc_print_tail(r->log_path, 1024);
     print_notable(r->log_path);
 }

@@ -70,9 +70,14 @@ void testrabbit_ctl(const struct testrabbit *r, ...);
 /* The ready messages of queue (rabbit_client.py count). */
 long testrabbit_count(const struct testrabbit *r, const char *queue);
 
-/* For a failure's message: prints the ready messages and consumers of each queue of the
- * NULL-terminated list (rabbit_client.py describe), the end of the broker's log, and the lines
- * of that log that tell of a queue crashed, restarted or recovered with messages dropped. */
+/* Prints the ready messages and consumers of each queue of the NULL-terminated list
+ * (rabbit_client.py describe), headed "queues <when>". */
+void testrabbit_print_queues(const struct testrabbit *r, const char *const *queues,
+                             const char *when);
+
+/* For a failure's message: testrabbit_print_queues(), the end of the broker's log, and the
+ * lines of that log that tell of a queue crashed, restarted or recovered with messages
+ * dropped. */
 void testrabbit_print_state(const struct testrabbit *r, const char *const *queues);
 
 /*
