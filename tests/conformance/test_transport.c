@@ -398,12 +398,6 @@ static bool all_applied(const struct sink *s)
            (s->permanent < 0 || s->deliveries[s->permanent] >= 1);
 }
 
-static struct txo_error *fresh_poll_err(struct txo_error *err)
-{
-    txo_error_init(err);
-    return err;
-}
-
 static bool first_half_applied(const struct sink *s)
 {
     for (long i = 0; i < N_EVENTS / 2; i++) {
@@ -742,7 +736,10 @@ static void test_forgotten(void **state)
     /* Created anew by a poll that succeeds, before anything more is published (a queue that
      * does not exist yet would not get it). */
     deadline = txo_monotonic_ms() + WAIT_MS;
-    while (txo_consumer_poll(c, 20, 200, &handled, fresh_poll_err(&err)) < 0) {
+    for (;;) {
+        txo_error_init(&err);
+        if (txo_consumer_poll(c, 20, 200, &handled, &err) == 0)
+            break;
         if (txo_monotonic_ms() > deadline)
             fail_msg("%s: the consumer did not come back after the server forgot it: %s", row->name,
                      err.msg);
