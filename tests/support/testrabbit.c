@@ -257,7 +257,7 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...)
     return run_client(r, cmd, args, n);
 }
 
-void testrabbit_ctl(const struct testrabbit *r, ...)
+char *testrabbit_ctl(const struct testrabbit *r, ...)
 {
     static const char *const c[] = {"/usr/lib/rabbitmq/bin/rabbitmqctl", NULL};
     const char *bin = find_in(c);
@@ -276,7 +276,7 @@ void testrabbit_ctl(const struct testrabbit *r, ...)
     int status = testproc_run("rabbitmqctl", argv, 60000, &out);
     if (status != 0)
         fail_msg("rabbitmqctl %s exited with %d: %s", argv[6], status, out != NULL ? out : "");
-    free(out);
+    return out != NULL ? out : strdup("");
 }
 
 long testrabbit_count(const struct testrabbit *r, const char *queue)

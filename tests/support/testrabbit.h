@@ -62,10 +62,10 @@ char *testrabbit_client(const struct testrabbit *r, const char *cmd, ...);
 
 /*
  * Runs `rabbitmqctl -n <node> args...` (args NULL-terminated) against the broker, as its
- * operator would (set_disk_free_limit to raise or clear an alarm, say); fails the test with
- * its output when it exits non-zero.
+ * operator would (set_disk_free_limit to raise or clear an alarm, list_queues, say); returns
+ * what it printed (free() it), or fails the test with that when it exits non-zero.
  */
-void testrabbit_ctl(const struct testrabbit *r, ...);
+char *testrabbit_ctl(const struct testrabbit *r, ...);
 
 /* The ready messages of queue (rabbit_client.py count). */
 long testrabbit_count(const struct testrabbit *r, const char *queue);
