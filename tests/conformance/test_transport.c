@@ -358,6 +358,25 @@ static int handle_batch(void *arg, const struct txo_inbound_message *msgs, size_
     return 0;
 }
 
+/* The events of s not applied (the permanent one aside), as ranges of indexes "0-9 42", or
+ * "none". */
+static void not_applied(const struct sink *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    snprintf(out, cap, "none");
+    for (long i = 0; i < N_EVENTS && n + 24 < cap; i++) {
+        if (i == s->permanent || s->applied[i] > 0)
+            continue;
+        long j = i;
+        while (j + 1 < N_EVENTS && j + 1 != s->permanent && s->applied[j + 1] == 0)
+            j++;
+        int w = j > i ? snprintf(out + n, cap - n, "%s%ld-%ld", n > 0 ? " " : "", i, j)
+                      : snprintf(out + n, cap - n, "%s%ld", n > 0 ? " " : "", i);
+        n += (size_t)w;
+        i = j;
+    }
+}
+
 /* Polls until done(s) or WAIT_MS; for_ms > 0: polls exactly that long. */
 static void poll_until(struct txo_consumer *c, struct sink *s, bool (*done)(const struct sink *),
                        int64_t for_ms)
@@ -378,12 +397,14 @@ static void poll_until(struct txo_consumer *c, struct sink *s, bool (*done)(cons
         long applied = 0;
         for (long i = 0; i < N_EVENTS; i++)
             applied += s->applied[i] > 0;
+        char missing[512];
+        not_applied(s, missing, sizeof(missing));
         if (row->describe != NULL)
             row->describe(&env, s->ns);
         fail_msg("%s: the consumer did not get every event within %lld ms (%ld of %d applied, "
-                 "%u duplicates, %u strangers; the last failed poll: %s)",
+                 "%u duplicates, %u strangers; not applied: %s; the last failed poll: %s)",
                  row->name, (long long)wait_ms, applied, N_EVENTS, s->duplicates, s->strangers,
-                 last_error);
+                 missing, last_error);
     }
 }
 

@@ -258,27 +258,6 @@ static int64_t poll_once(struct txo_consumer *cons, int64_t timeout_ms, int *rc)
 
 /* ---- killed mid-drain ---- */
 
-/*
- * The broker's own view, for a failure's message: its queues with the unacknowledged
- * messages and consumers a passive declaration does not count, its connections and its
- * bindings.
- */
-static void print_broker_view(void)
-{
-    static const char *const views[][6] = {
-        {"list_queues", "-q", "name", "messages_ready", "messages_unacknowledged", "consumers"},
-        {"list_consumers", "-q", "queue_name", "channel_pid", "consumer_tag", "prefetch_count"},
-        {"list_connections", "-q", "name", "state", "channels", "recv_cnt"},
-        {"list_bindings", "-q", "source_name", "destination_name", "routing_key", "arguments"},
-    };
-    for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
-        const char *const *v = views[i];
-        char *out = testrabbit_ctl(&testrabbit_shared, v[0], v[1], v[2], v[3], v[4], v[5], NULL);
-        print_message("---- rabbitmqctl %s ----\n%s", v[0], out);
-        free(out);
-    }
-}
-
 /* The events no delivery applied, as key/relay attempts (1: out before the kill). */
 static void print_not_applied(struct txo_db *db)
 {
@@ -373,7 +352,6 @@ static void test_broker_killed_mid_drain(void **state)
            w.effects < N_EVENTS) {
         if (txo_monotonic_ms() > deadline) {
             testrabbit_print_state(&testrabbit_shared, killed_queues);
-            print_broker_view();
             print_not_applied(db);
             fail_msg("after the restart: %lld events not published, %u of %d consumed "
                      "(%u calls, %u duplicates, last poll %s; last failed poll: %s); queues: "
@@ -399,7 +377,7 @@ static void test_broker_killed_mid_drain(void **state)
                 TESTDB_COUNT(db, "outbox_events WHERE status = 'PUBLISHED'") - published;
             if (first_cycle[1] - recovered[1] == confirmed &&
                 first_cycle[0] - recovered[0] != confirmed) {
-                print_broker_view();
+                testrabbit_print_view(&testrabbit_shared);
                 fail_msg("the first batch after the restart: %lld confirmed, %ld more in the "
                          "audit queue (%ld as recovered), %ld more in the worker's (%ld as "
                          "recovered), both bound to the exchange before the kill",

@@ -348,11 +348,28 @@ void testrabbit_print_queues(const struct testrabbit *r, const char *const *queu
     free(out);
 }
 
+void testrabbit_print_view(const struct testrabbit *r)
+{
+    static const char *const views[][6] = {
+        {"list_queues", "-q", "name", "messages_ready", "messages_unacknowledged", "consumers"},
+        {"list_consumers", "-q", "queue_name", "channel_pid", "consumer_tag", "prefetch_count"},
+        {"list_connections", "-q", "name", "state", "channels", "recv_cnt"},
+        {"list_bindings", "-q", "source_name", "destination_name", "routing_key", "arguments"},
+    };
+    for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++) {
+        const char *const *v = views[i];
+        char *out = testrabbit_ctl(r, v[0], v[1], v[2], v[3], v[4], v[5], NULL);
+        print_message("---- rabbitmqctl %s ----\n%s", v[0], out);
+        free(out);
+    }
+}
+
 void testrabbit_print_state(const struct testrabbit *r, const char *const *queues)
 {
     testrabbit_print_queues(r, queues, "now");
     testproc_print_tail(r->log_path, 1024);
     print_notable(r->log_path);
+    testrabbit_print_view(r);
 }
 
 TESTRUN_SHARED_SERVER(testrabbit, testrabbit_start, testrabbit_cleanup)

@@ -75,9 +75,14 @@ long testrabbit_count(const struct testrabbit *r, const char *queue);
 void testrabbit_print_queues(const struct testrabbit *r, const char *const *queues,
                              const char *when);
 
-/* For a failure's message: testrabbit_print_queues(), the end of the broker's log, and the
- * lines of that log that tell of a queue crashed, restarted or recovered with messages
- * dropped. */
+/* The broker's own view, for a failure's message: every queue with its ready and
+ * unacknowledged messages and consumers (a passive declaration counts only the ready ones),
+ * the consumers, the connections and the bindings, as rabbitmqctl lists them. */
+void testrabbit_print_view(const struct testrabbit *r);
+
+/* For a failure's message: testrabbit_print_queues(), the end of the broker's log, the lines
+ * of that log that tell of a queue crashed, restarted or recovered with messages dropped, and
+ * testrabbit_print_view(). */
 void testrabbit_print_state(const struct testrabbit *r, const char *const *queues);
 
 /*
