@@ -476,15 +476,17 @@ static int take_str(json_t *env, const char *key, bool required, char **out, str
 }
 
 /*
- * The payload's text: our encoder writes it last, as `,"payload":<text>}`, so when the
- * envelope ends that way (and that text is the same JSON) it is taken as it is, keeping its
- * exact digits; any other envelope gets the payload re-serialised, compact.
+ * The payload's text: our encoder writes it last, as `,"payload":<text>}`, after members whose
+ * strings escape every quote, so the first `,"payload":` is that key even when the payload
+ * holds one of its own. When the envelope ends that way (and that text is the same JSON) it is
+ * taken as it is, keeping its exact digits; any other envelope gets the payload re-serialised,
+ * compact.
  */
 static char *payload_text(const char *data, size_t len, json_t *payload, const char *key,
                           size_t *out_len)
 {
     size_t klen = strlen(key);
-    for (size_t i = len; i-- > klen;) {
+    for (size_t i = klen; i <= len; i++) {
         if (memcmp(data + i - klen, key, klen) != 0)
             continue;
         size_t start = i, end = len;

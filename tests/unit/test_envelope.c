@@ -162,6 +162,33 @@ static void test_round_trip(void **state)
     txo_free(env);
 }
 
+/* A payload holding a "payload" member of its own still comes back as its exact text (2.50
+ * stays 2.50: re-serialising it would write 2.5). */
+static void test_round_trip_payload_named_payload(void **state)
+{
+    (void)state;
+    const char *payload = "{\"x\": 2.50, \"payload\": {\"a\": 1}}";
+    const enum txo_envelope_format formats[] = {TXO_ENVELOPE_TXO, TXO_ENVELOPE_CLOUDEVENTS};
+    const char *nested[] = {"payload", "data"};
+    for (size_t f = 0; f < TXO_ARRAY_LEN(formats); f++) {
+        char text[64];
+        snprintf(text, sizeof(text), "{\"x\": 2.50, \"%s\": {\"a\": 1}}", nested[f]);
+        struct txo_outbox_message m = sample(f == 0 ? payload : text);
+        struct txo_error err;
+        txo_error_init(&err);
+        size_t len = 0;
+        char *env = txo_envelope_encode_as(&m, formats[f], "/t", &len, &err);
+        assert_non_null(env);
+        struct txo_event ev;
+        assert_int_equal(txo_envelope_decode(env, len, &ev, &err), 0);
+        char want[64];
+        snprintf(want, sizeof(want), "{\"x\":2.50,\"%s\":{\"a\":1}}", nested[f]);
+        assert_string_equal(ev.payload, want);
+        txo_event_release(&ev);
+        txo_free(env);
+    }
+}
+
 /* An envelope written by another producer: other key order, a string aggregate id, no id. */
 static void test_decode_foreign_envelope(void **state)
 {
@@ -512,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_invalid_payload),
         cmocka_unit_test(test_invalid_header_string),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_round_trip_payload_named_payload),
         cmocka_unit_test(test_decode_foreign_envelope),
         cmocka_unit_test(test_decode_refuses_bad_envelopes),
         cmocka_unit_test(test_sequence),
