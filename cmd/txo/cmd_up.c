@@ -244,6 +244,7 @@ static int run(void)
             goto out;
         }
     } else if (txo_publisher_local_new(&(struct txo_handler){.batch = txo_worker_handle_many,
+                                                             .events = txo_worker_handle_events,
                                                              .arg = daemon_worker_runtime(worker)},
                                        &pub, &err) != 0) {
         cmd_report("up", "creating the local dispatcher", &err);

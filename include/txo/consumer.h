@@ -88,20 +88,35 @@ typedef int (*txo_batch_handler_fn)(void *arg, const struct txo_inbound_message 
                                     int *results, struct txo_error *errors);
 
 /*
+ * A batch handler that takes events rather than messages: evs[i] is what decoding message i's
+ * envelope would give (txo_event_from_outbox()), with delivery = evs[i].attempt and msg_id =
+ * evs[i].idempotency_key. Verdicts and return value as txo_batch_handler_fn.
+ * txo_worker_handle_events() is one.
+ */
+struct txo_event;
+typedef int (*txo_event_batch_fn)(void *arg, const struct txo_event *evs, size_t n, int *results,
+                                  struct txo_error *errors);
+
+/*
  * What a consumer (or local dispatch) runs on the messages it receives; exactly one of one and
  * batch is set. Every transport hands its messages to the handler through this one description,
  * so a per-message and a batch handler get the same acknowledgement, retry and dead letters:
- *   one    called once per message, in order;
- *   batch  called once per delivery (a fetch, a read, a relay batch) with all its messages, so
- *          that it can apply them in one database transaction (txo_worker_handle_many()).
+ *   one     called once per message, in order;
+ *   batch   called once per delivery (a fetch, a read, a relay batch) with all its messages, so
+ *           that it can apply them in one database transaction (txo_worker_handle_many()).
+ *   events  optional, used by local dispatch only: the relay's batch as events, so that no
+ *           envelope is written and read back in the same process; it must give the verdicts
+ *           one / batch would give for the same events (txo_worker_handle_events() is
+ *           txo_worker_handle_many() after decoding). Transports that carry bytes ignore it.
  * Kafka delivers one record at a time (txo/kafka.h): a batch handler gets batches of one.
  * Either way each message is settled by its own verdict once the handler has returned for the
  * delivery. The struct is copied at creation; arg is borrowed and must outlive the consumer.
- * A constructor given neither or both fails with TXO_EINVAL.
+ * A constructor given neither or both of one and batch fails with TXO_EINVAL.
  */
 struct txo_handler {
     txo_message_handler_fn one;
     txo_batch_handler_fn batch;
+    txo_event_batch_fn events;
     void *arg;
 };
 
@@ -196,21 +211,35 @@ TXO_API TXO_MUST_CHECK int txo_envelope_decode_message(const struct txo_inbound_
                                                        struct txo_event *out,
                                                        struct txo_error *err);
 
+/*
+ * The event an outbox row's envelope decodes to, without writing or reading the envelope:
+ * *out is what txo_envelope_decode() returns for txo_envelope_encode(msg), field for field, and
+ * it fails where that round trip fails (a string member missing or not UTF-8, a payload that
+ * is not a JSON object the decoder reads). Local dispatch hands events this way. *out is
+ * written only on success; release it with txo_event_release(). Errors: TXO_EINVAL (err names
+ * the member), TXO_ENOMEM.
+ */
+TXO_API TXO_MUST_CHECK int txo_event_from_outbox(const struct txo_outbox_message *msg,
+                                                 struct txo_event *out, struct txo_error *err);
+
 /* Frees the strings of ev and zeroes it. NULL is a no-op. */
 TXO_API void txo_event_release(struct txo_event *ev);
 
 /*
  * The local dispatch publisher: the embedded default when there is no broker. The relay's
- * publish_batch encodes each event as the published envelope and hands the batch to the
- * handler synchronously, in the relay's thread, in batch order (h->one: once per message;
- * h->batch: one call per relay batch), with subject NULL, msg_id = the idempotency key and
- * delivery = the event's publish attempt (1, 2, ...).
+ * publish_batch hands the batch to the handler synchronously, in the relay's thread, in batch
+ * order. With h->events, as events (txo_event_from_outbox(): no envelope is written); else
+ * each event encoded as the published envelope (h->one: once per message; h->batch: one call
+ * per relay batch), with subject NULL, msg_id = the idempotency key and delivery = the event's
+ * publish attempt (1, 2, ...).
  * A message's handler result is its publish result: 0 marks the row PUBLISHED; a failure
  * leaves it PENDING with attempts+1, last_error = the handler's reason and a backoff, so the
  * relay delivers it again later (at least once, end to end); after the relay's max_attempts it
  * becomes FAILED with a dead letter, as for any publisher. A failure does not stop the batch:
  * later messages are still delivered, so per-aggregate order is not kept across a failure.
- * An event whose payload cannot be encoded fails with TXO_EINVAL without reaching the handler.
+ * An event whose payload cannot be encoded (or decoded: not a JSON object) fails with
+ * TXO_EINVAL without reaching h->events, as it would from the handler's decoding with one /
+ * batch.
  *
  * *h is copied; h->arg is borrowed and must outlive the publisher. Errors: TXO_EINVAL (h NULL,
  * or not exactly one of h->one and h->batch), TXO_ENOMEM. Free with txo_publisher_free().

@@ -223,6 +223,15 @@ TXO_API int txo_worker_handle_message(void *arg, const struct txo_inbound_messag
 TXO_API int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, size_t n,
                                    int *results, struct txo_error *errors);
 
+/*
+ * txo_worker_handle_many() for events already decoded, a txo_event_batch_fn (arg = the
+ * worker): what local dispatch hands over (struct txo_handler.events), so that no envelope is
+ * written and read back in one process. The same transaction, fallback and verdicts as
+ * txo_worker_handle_many() for the messages these events decode from. Returns 0.
+ */
+TXO_API int txo_worker_handle_events(void *arg, const struct txo_event *evs, size_t n, int *results,
+                                     struct txo_error *errors);
+
 /* What the worker did so far (also in the metrics). */
 struct txo_worker_stats {
     uint64_t consumed;   /* events whose effect committed */

@@ -694,6 +694,86 @@ out:
     return rc;
 }
 
+/* A string member of the envelope as the encoder checks it (set_str) and the decoder copies
+ * it (take_str): present and UTF-8. */
+static int event_str(const char *value, const char *key, int64_t id, char **out,
+                     struct txo_error *err)
+{
+    if (value == NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing", id,
+                             key);
+    if (!txo_utf8_valid(value, strlen(value)))
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8", id,
+                             key);
+    *out = txo_strdup(value);
+    return *out != NULL ? 0 : txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
+}
+
+int txo_event_from_outbox(const struct txo_outbox_message *msg, struct txo_event *out,
+                          struct txo_error *err)
+{
+    TXO_ASSERT(msg != NULL);
+    struct txo_event ev;
+    memset(&ev, 0, sizeof(ev));
+    int rc = event_str(msg->event_type, "type", msg->id, &ev.type, err);
+    if (rc == 0)
+        rc = event_str(msg->aggregate_type, "aggregate_type", msg->id, &ev.aggregate_type, err);
+    if (rc == 0)
+        rc = event_str(msg->aggregate_id, "aggregate_id", msg->id, &ev.aggregate_id, err);
+    if (rc == 0)
+        rc = event_str(msg->idempotency_key, "idempotency_key", msg->id, &ev.idempotency_key, err);
+    if (rc == 0)
+        rc = event_str(msg->created_at, "created_at", msg->id, &ev.created_at, err);
+    /* The trace members are written only when they are UTF-8 strings (tracestate only after a
+     * traceparent); anything else refuses the whole envelope. */
+    if (rc == 0 && msg->traceparent != NULL &&
+        (!txo_utf8_valid(msg->traceparent, strlen(msg->traceparent)) ||
+         (msg->tracestate != NULL && !txo_utf8_valid(msg->tracestate, strlen(msg->tracestate)))))
+        rc = txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8",
+                           msg->id, "traceparent or tracestate");
+    if (rc != 0)
+        goto out;
+    ev.id = msg->id;
+    ev.attempt = msg->attempt > 0 && msg->attempt < INT32_MAX ? msg->attempt : 0;
+    /* The txo envelope carries a sequence as a JSON integer (int64). */
+    take_sequence(&ev, msg->sequence <= INT64_MAX, msg->sequence, msg->prev_sequence <= INT64_MAX,
+                  msg->prev_sequence);
+    ev.has_trace = txo_trace_parse(msg->traceparent,
+                                   msg->traceparent != NULL ? msg->tracestate : NULL, &ev.trace);
+    /* The payload: what the decoder accepts inside an envelope (a JSON object, jansson's
+     * default flags: no NUL escape, no integer beyond int64), as the text the encoder writes. */
+    size_t len =
+        msg->payload != NULL && msg->payload_len == 0 ? strlen(msg->payload) : msg->payload_len;
+    if (msg->payload == NULL || memchr(msg->payload, '\0', len) != NULL) {
+        rc = txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": payload %s", msg->id,
+                           msg->payload == NULL ? "is missing" : "holds a NUL byte");
+        goto out;
+    }
+    json_error_t jerr;
+    json_t *doc = json_loadb(msg->payload, len, 0, &jerr);
+    bool object = json_is_object(doc);
+    json_decref(doc);
+    if (!object) {
+        rc = txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": payload %s%s", msg->id,
+                           doc == NULL ? "is not JSON: " : "must be an object",
+                           doc == NULL ? jerr.text : "");
+        goto out;
+    }
+    ev.payload = txo_malloc(len + 1);
+    if (ev.payload == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
+        goto out;
+    }
+    ev.payload_len = json_compact_copy(msg->payload, len, ev.payload);
+    ev.payload[ev.payload_len] = '\0';
+out:
+    if (rc == 0)
+        *out = ev;
+    else
+        txo_event_release(&ev);
+    return rc;
+}
+
 void txo_event_release(struct txo_event *ev)
 {
     if (ev == NULL)

@@ -2,7 +2,9 @@
 
 /*
  * The local dispatch publisher (txo/consumer.h): the consuming side without a broker. The
- * relay hands each claimed batch straight to the application's handler, in the relay's thread.
+ * relay hands each claimed batch straight to the application's handler, in the relay's thread:
+ * as events when the handler takes them (h.events, no envelope written and read back in one
+ * process), else as envelopes.
  * The outbox row is the queue and the relay's retry with backoff is the redelivery: a handler
  * failure is a publish failure, so the row stays PENDING (attempts+1, last_error,
  * next_attempt_at) and is offered again later; after max_attempts it is dead-lettered like any
@@ -44,11 +46,56 @@ static int publish_result(int rc, struct txo_error *e)
     return rc;
 }
 
-/* The batch to the handler: the envelopes that encode, in order. */
+/* The batch to h->events: the events that decode, in order, with no envelope in between. */
+static int local_publish_events(const struct local_publisher *lp,
+                                const struct txo_outbox_message *msgs, size_t n, int *results,
+                                struct txo_error *errors)
+{
+    struct txo_event *evs = txo_calloc(n, sizeof(*evs));
+    size_t *at = txo_calloc(n, sizeof(*at));
+    int *res = txo_calloc(n, sizeof(*res));
+    struct txo_error *errs = txo_calloc(n, sizeof(*errs));
+    size_t m = 0;
+    int rc = 0;
+    if (evs == NULL || at == NULL || res == NULL || errs == NULL) {
+        rc = TXO_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (txo_event_from_outbox(&msgs[i], &evs[m], &errors[i]) != 0) {
+            results[i] = errors[i].code != 0 ? errors[i].code : TXO_EINVAL;
+            continue;
+        }
+        txo_error_init(&errs[m]);
+        at[m++] = i;
+    }
+    if (m > 0)
+        rc = lp->h.events(lp->h.arg, evs, m, res, errs);
+    for (size_t k = 0; rc == 0 && k < m; k++) {
+        size_t i = at[k];
+        errors[i] = errs[k];
+        results[i] = publish_result(res[k], &errors[i]);
+        if (results[i] < 0)
+            log_failure(&msgs[i], results[i], &errors[i]);
+    }
+out:
+    for (size_t k = 0; evs != NULL && k < m; k++)
+        txo_event_release(&evs[k]);
+    txo_free(evs);
+    txo_free(at);
+    txo_free(res);
+    txo_free(errs);
+    return rc;
+}
+
+/* The batch to the handler: as events when it takes them, else the envelopes that encode, in
+ * order. */
 static int local_publish_batch(void *self, const struct txo_outbox_message *msgs, size_t n,
                                int *results, struct txo_error *errors)
 {
     struct local_publisher *lp = self;
+    if (lp->h.events != NULL)
+        return local_publish_events(lp, msgs, n, results, errors);
     char **envs = txo_calloc(n, sizeof(*envs));
     size_t *at = txo_calloc(n, sizeof(*at));
     struct txo__handler_batch b;

@@ -2,8 +2,10 @@
  * The worker's consuming side (include/txo/worker.h): txo_worker_handle_message() runs an
  * event's handler in the transaction that records it in the inbox; txo_worker_handle_many()
  * does the same for a whole delivery in one transaction, creating the sagas its handlers start
- * with one statement per type, and falls back to one message at a time when it cannot. The
- * sagas started are queued for the runners (worker.c) once the transaction has committed.
+ * with one statement per type, and falls back to one event at a time when it cannot;
+ * txo_worker_handle_events() is the same for events local dispatch hands over decoded. Each
+ * decodes first and shares the rest (handle_event, handle_batch). The sagas started are queued
+ * for the runners (worker.c) once the transaction has committed.
  */
 #include "core/common.h"
 
@@ -115,61 +117,71 @@ static const struct txo_event_handler *find_event_handler(const struct txo_worke
     return NULL;
 }
 
-int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
-                              struct txo_error *err)
+/*
+ * One decoded event: its inbox row, order check and handler in one transaction, then the
+ * sagas it started queued. msg_id: the transport's id for it, checked against the event's key
+ * (NULL: nothing to check).
+ */
+static int handle_event(struct txo_worker *w, const struct txo_event *in, const char *msg_id,
+                        struct txo_error *err)
 {
-    struct txo_worker *w = arg;
-    struct txo_event ev;
-    int rc = txo_envelope_decode_message(msg, &ev, err);
-    if (rc != 0) {
-        txo_error_wrap(err, "message %s", msg->msg_id != NULL ? msg->msg_id : "?");
-        return rc;
-    }
-    const struct txo_event_handler *h = find_event_handler(w, ev.type);
+    struct txo_event copy = *in; /* its trace becomes the consume span's (the strings are in's) */
+    struct txo_event *ev = &copy;
+    const struct txo_event_handler *h = find_event_handler(w, ev->type);
     if (h == NULL)
-        goto out; /* nobody here handles it: acknowledged */
-    if (msg->msg_id != NULL && strcmp(msg->msg_id, ev.idempotency_key) != 0) {
+        return 0; /* nobody here handles it: acknowledged */
+    if (msg_id != NULL && strcmp(msg_id, ev->idempotency_key) != 0)
         /* The transport's dedupe id is the key; a mismatch means someone else published. */
-        rc = txo_error_set(err, TXO_EINVAL, "message id %s differs from the envelope's key %s",
-                           msg->msg_id, ev.idempotency_key);
-        goto out;
-    }
+        return txo_error_set(err, TXO_EINVAL, "message id %s differs from the envelope's key %s",
+                             msg_id, ev->idempotency_key);
     uint8_t parent[8];
-    bool traced = txo__worker_consume_span(&ev, parent);
+    bool traced = txo__worker_consume_span(ev, parent);
     int64_t start_us = txo_realtime_us();
-    const struct txo_trace_ctx *prev_trace = txo_trace_set_current(traced ? &ev.trace : NULL);
-    struct consume_args a = {.w = w, .ev = &ev, .handler = h, .hc = {.w = w}};
+    const struct txo_trace_ctx *prev_trace = txo_trace_set_current(traced ? &ev->trace : NULL);
+    struct consume_args a = {.w = w, .ev = ev, .handler = h, .hc = {.w = w}};
+    int rc;
     pthread_mutex_lock(&w->consume_mu);
     if (!txo__worker_ensure_db(w, &w->consume_db, "consumer")) {
         pthread_mutex_unlock(&w->consume_mu);
-        rc = txo_error_set(err, TXO_ECONNECT, "worker database unreachable");
         txo_trace_set_current(prev_trace);
-        goto out;
+        return txo_error_set(err, TXO_ECONNECT, "worker database unreachable");
     }
     rc = txo_db_transact(w->consume_db, TXO_ISO_READ_COMMITTED, consume_tx, &a, err);
     txo__worker_drop_db_if_broken(&w->consume_db, rc);
     pthread_mutex_unlock(&w->consume_mu);
     txo_trace_set_current(prev_trace);
     if (traced && !a.duplicate)
-        txo__worker_record_consume(w->opts.tracer, &ev, parent, start_us, rc);
+        txo__worker_record_consume(w->opts.tracer, ev, parent, start_us, rc);
     if (rc == TXO_EBUSINESS && a.order == TXO_INBOX_GAP)
-        txo__order_seen(w->order, &ev, a.order); /* parked after its hold */
+        txo__order_seen(w->order, ev, a.order); /* parked after its hold */
     if (rc != 0)
-        goto out;
+        return rc;
     /* Committed but not acknowledged yet: a crash here makes the transport deliver the event
      * again, and the inbox must drop it. */
     txo_crash_point("worker.after_consume");
     if (a.duplicate) {
         txo__worker_count(&w->duplicates, w->m.duplicates, NULL, 1);
         TXO_LOG(TXO_LOG_DEBUG, "worker", "duplicate delivery dropped",
-                TXO_KV_STR("message_id", ev.idempotency_key));
+                TXO_KV_STR("message_id", ev->idempotency_key));
     } else {
         txo__worker_count(&w->consumed, w->m.consumed, NULL, 1);
-        txo__worker_observe_delay(w->m.delay, &ev);
-        txo__order_seen(w->order, &ev, a.order);
+        txo__worker_observe_delay(w->m.delay, ev);
+        txo__order_seen(w->order, ev, a.order);
         txo__worker_queue_started(w, &a.hc);
     }
-out:
+    return 0;
+}
+
+int txo_worker_handle_message(void *arg, const struct txo_inbound_message *msg,
+                              struct txo_error *err)
+{
+    struct txo_event ev;
+    int rc = txo_envelope_decode_message(msg, &ev, err);
+    if (rc != 0) {
+        txo_error_wrap(err, "message %s", msg->msg_id != NULL ? msg->msg_id : "?");
+        return rc;
+    }
+    rc = handle_event(arg, &ev, msg->msg_id, err);
     txo_event_release(&ev);
     return rc;
 }
@@ -280,17 +292,21 @@ static int batch_tx(struct txo_tx *tx, void *arg, struct txo_error *err)
     return rc;
 }
 
-int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, size_t n,
-                           int *results, struct txo_error *errors)
+/*
+ * The core of txo_worker_handle_many() and txo_worker_handle_events(): the events in[i] whose
+ * results[i] is still 0 (decoded, and their transport id their key) in one transaction, or
+ * one by one when the batch cannot be; results[i] / errors[i] get each verdict.
+ */
+static void handle_batch(struct txo_worker *w, const struct txo_event *in, size_t n, int *results,
+                         struct txo_error *errors)
 {
-    struct txo_worker *w = arg;
-    int64_t start_us = txo_realtime_us();
+    /* Copies whose trace becomes each consume span's (the strings are in's). */
     struct txo_event *evs = txo_calloc(n, sizeof(*evs));
+    int64_t start_us = txo_realtime_us();
     const struct txo_event_handler **handlers = txo_calloc(n, sizeof(*handlers));
     size_t *idx = txo_calloc(n, sizeof(*idx));
     struct txo_inbox_entry *entries = txo_calloc(n, sizeof(*entries));
     bool *duplicate = txo_calloc(n, sizeof(*duplicate));
-    bool *decoded = txo_calloc(n, sizeof(*decoded));
     struct txo_inbox_position *pos = txo_calloc(n, sizeof(*pos));
     enum txo_inbox_order *order = txo_calloc(2 * n, sizeof(*order));
     uint8_t(*parents)[8] = txo_calloc(n, sizeof(*parents)); /* of the traced events' spans */
@@ -298,30 +314,19 @@ int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, si
     struct batch_args a = {.w = w, .hc = {.w = w, .batch = true}};
     size_t m = 0;
     if (evs == NULL || handlers == NULL || idx == NULL || entries == NULL || duplicate == NULL ||
-        decoded == NULL || pos == NULL || order == NULL || parents == NULL || traced == NULL) {
+        pos == NULL || order == NULL || parents == NULL || traced == NULL) {
         for (size_t i = 0; i < n; i++)
             results[i] = txo_error_set(&errors[i], TXO_ENOMEM, "batch of %zu: out of memory", n);
         goto out;
     }
-    /* Each message's own verdict first: not an envelope (permanent), nobody handles it
-     * (acknowledged), its transport id is not its key (permanent). */
+    memcpy(evs, in, n * sizeof(*evs));
     for (size_t i = 0; i < n; i++) {
-        results[i] = txo_envelope_decode_message(&msgs[i], &evs[i], &errors[i]);
-        decoded[i] = results[i] == 0;
-        if (results[i] != 0) {
-            txo_error_wrap(&errors[i], "message %s", msgs[i].msg_id ? msgs[i].msg_id : "?");
+        if (results[i] != 0)
             continue;
-        }
         handlers[i] = find_event_handler(w, evs[i].type);
         if (handlers[i] == NULL)
-            continue;
+            continue; /* nobody here handles it: acknowledged */
         traced[i] = txo__worker_consume_span(&evs[i], parents[i]);
-        if (msgs[i].msg_id != NULL && strcmp(msgs[i].msg_id, evs[i].idempotency_key) != 0) {
-            results[i] = txo_error_set(&errors[i], TXO_EINVAL,
-                                       "message id %s differs from the envelope's key %s",
-                                       msgs[i].msg_id, evs[i].idempotency_key);
-            continue;
-        }
         entries[m] = (struct txo_inbox_entry){.event_id = evs[i].idempotency_key,
                                               .event_type = evs[i].type,
                                               .payload_json = evs[i].payload};
@@ -357,8 +362,8 @@ int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, si
             TXO_LOG(TXO_LOG_DEBUG, "worker", "message batch runs one by one",
                     TXO_KV_U64("messages", m), TXO_KV_STR("code", txo_err_name(rc)),
                     TXO_KV_STR("err", err.msg));
-        for (size_t k = 0; k < m; k++)
-            results[idx[k]] = txo_worker_handle_message(w, &msgs[idx[k]], &errors[idx[k]]);
+        for (size_t k = 0; k < m; k++) /* in[]: each run alone makes its own consume span */
+            results[idx[k]] = handle_event(w, &in[idx[k]], NULL, &errors[idx[k]]);
         goto out;
     }
     txo_crash_point("worker.after_consume");
@@ -387,18 +392,53 @@ int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, si
 out:
     pending_clear(&a.hc);
     txo_free(a.hc.pending);
-    for (size_t i = 0; evs != NULL && i < n; i++)
-        if (decoded[i])
-            txo_event_release(&evs[i]);
     txo_free(evs);
     txo_free(handlers);
     txo_free(idx);
     txo_free(entries);
     txo_free(duplicate);
-    txo_free(decoded);
     txo_free(pos);
     txo_free(order);
     txo_free(parents);
     txo_free(traced);
+}
+
+int txo_worker_handle_many(void *arg, const struct txo_inbound_message *msgs, size_t n,
+                           int *results, struct txo_error *errors)
+{
+    struct txo_worker *w = arg;
+    struct txo_event *evs = txo_calloc(n, sizeof(*evs));
+    if (evs == NULL) {
+        for (size_t i = 0; i < n; i++)
+            results[i] = txo_error_set(&errors[i], TXO_ENOMEM, "batch of %zu: out of memory", n);
+        return 0;
+    }
+    /* Each message's own verdict first: not an envelope (permanent), its transport id not its
+     * key when it is handled here (permanent). */
+    for (size_t i = 0; i < n; i++) {
+        results[i] = txo_envelope_decode_message(&msgs[i], &evs[i], &errors[i]);
+        if (results[i] != 0) {
+            txo_error_wrap(&errors[i], "message %s", msgs[i].msg_id ? msgs[i].msg_id : "?");
+            continue;
+        }
+        if (msgs[i].msg_id != NULL && find_event_handler(w, evs[i].type) != NULL &&
+            strcmp(msgs[i].msg_id, evs[i].idempotency_key) != 0)
+            results[i] = txo_error_set(&errors[i], TXO_EINVAL,
+                                       "message id %s differs from the envelope's key %s",
+                                       msgs[i].msg_id, evs[i].idempotency_key);
+    }
+    handle_batch(w, evs, n, results, errors);
+    for (size_t i = 0; i < n; i++)
+        txo_event_release(&evs[i]); /* zeroed when it did not decode */
+    txo_free(evs);
+    return 0;
+}
+
+int txo_worker_handle_events(void *arg, const struct txo_event *evs, size_t n, int *results,
+                             struct txo_error *errors)
+{
+    for (size_t i = 0; i < n; i++)
+        results[i] = 0;
+    handle_batch(arg, evs, n, results, errors);
     return 0;
 }

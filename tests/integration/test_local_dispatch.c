@@ -4,7 +4,10 @@
  * idempotency key, and the handler's own transaction (an inbox row) commits; a handler
  * failure leaves the row PENDING with attempts, last_error and a backoff, and it is delivered
  * (delivery 2) once the handler recovers; a handler that keeps failing dead-letters the event
- * after max_attempts like any publish failure.
+ * after max_attempts like any publish failure. The same again with the handler's events form
+ * (struct txo_handler.events), which the publisher then uses instead of envelopes: the same
+ * fields, the payload as the envelope would carry it, and a payload the decoder would refuse
+ * failed before the handler.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -29,6 +32,8 @@ struct ctx {
     struct txo_db *consumer_db; /* the handler's own connection */
     int fail_code;              /* != 0: the handler fails with this */
     bool follow_up;             /* the handler appends OrderFollowed to each OrderCreated's order */
+    bool events;                /* the publisher is given the events form too (and uses it) */
+    unsigned event_batches;     /* calls of the events form */
     unsigned calls;
     uint64_t last_delivery;
     char last_msg_id[64];
@@ -42,6 +47,14 @@ static int setup(void **state)
     c->consumer_db = testdb_connect(&c->t);
     *state = c;
     return 0;
+}
+
+/* setup() with the events form given to the publisher: the same tests, no envelope. */
+static int setup_events(void **state)
+{
+    int rc = setup(state);
+    ((struct ctx *)*state)->events = true;
+    return rc;
 }
 
 static int teardown(void **state)
@@ -86,46 +99,82 @@ static int insert_inbox(struct txo_tx *tx, void *arg, struct txo_error *err)
     return txo_outbox_append(tx, &ev, 0, NULL, NULL, err);
 }
 
+/*
+ * What both handler forms check and do with one event: its fields as the relay wrote them,
+ * then (unless told to fail) its inbox row, and the follow-up event, in one transaction.
+ */
+static int apply(struct ctx *c, const char *key, const char *type, const char *aggregate_type,
+                 const char *aggregate_id, const json_t *payload, uint64_t delivery,
+                 struct txo_error *err)
+{
+    c->calls++;
+    c->last_delivery = delivery;
+    snprintf(c->last_msg_id, sizeof(c->last_msg_id), "%s", key);
+    assert_true(strcmp(type, "OrderCreated") == 0 ||
+                (c->follow_up && strcmp(type, "OrderFollowed") == 0));
+    assert_string_equal(aggregate_type, "order");
+    assert_true(json_is_object(payload));
+    char agg[24];
+    snprintf(agg, sizeof(agg), "%" JSON_INTEGER_FORMAT,
+             json_integer_value(json_object_get(payload, "order_id")));
+    assert_string_equal(aggregate_id, agg);
+    if (c->fail_code != 0)
+        return txo_error_set(err, c->fail_code, "consumer database down");
+    char *text = json_dumps(payload, JSON_COMPACT);
+    assert_non_null(text);
+    bool created = strcmp(type, "OrderCreated") == 0;
+    struct inbox_row row = {key, type, text, c->follow_up && created ? agg : NULL};
+    int rc = txo_db_transact(c->consumer_db, TXO_ISO_READ_COMMITTED, insert_inbox, &row, err);
+    free(text);
+    return rc;
+}
+
+/* The message form: the published envelope, msg_id its key, delivery its attempt. */
 static int handler(void *arg, const struct txo_inbound_message *msg, struct txo_error *err)
 {
     struct ctx *c = arg;
-    c->calls++;
-    c->last_delivery = msg->delivery;
-    snprintf(c->last_msg_id, sizeof(c->last_msg_id), "%s", msg->msg_id ? msg->msg_id : "");
+    assert_false(c->events); /* the events form is preferred when given */
     assert_null(msg->subject);
     assert_non_null(msg->msg_id);
     assert_int_equal(strlen(msg->data), msg->len);
-
     json_error_t jerr;
     json_t *env = json_loadb(msg->data, msg->len, 0, &jerr);
     if (env == NULL)
         fail_msg("envelope is not JSON: %s", jerr.text);
     assert_string_equal(json_string_value(json_object_get(env, "idempotency_key")), msg->msg_id);
-    const char *type = json_string_value(json_object_get(env, "type"));
-    assert_true(strcmp(type, "OrderCreated") == 0 ||
-                (c->follow_up && strcmp(type, "OrderFollowed") == 0));
-    assert_string_equal(json_string_value(json_object_get(env, "aggregate_type")), "order");
     assert_int_equal(json_integer_value(json_object_get(env, "attempt")), msg->delivery);
-    json_t *payload = json_object_get(env, "payload");
-    assert_true(json_is_object(payload));
-    char agg[24];
-    snprintf(agg, sizeof(agg), "%" JSON_INTEGER_FORMAT,
-             json_integer_value(json_object_get(payload, "order_id")));
-    assert_string_equal(json_string_value(json_object_get(env, "aggregate_id")), agg);
-
-    int rc = 0;
-    if (c->fail_code != 0) {
-        rc = txo_error_set(err, c->fail_code, "consumer database down");
-    } else {
-        char *text = json_dumps(payload, JSON_COMPACT);
-        assert_non_null(text);
-        bool created = strcmp(type, "OrderCreated") == 0;
-        struct inbox_row row = {msg->msg_id, type, text, c->follow_up && created ? agg : NULL};
-        rc = txo_db_transact(c->consumer_db, TXO_ISO_READ_COMMITTED, insert_inbox, &row, err);
-        free(text);
-    }
+    int rc = apply(c, msg->msg_id, json_string_value(json_object_get(env, "type")),
+                   json_string_value(json_object_get(env, "aggregate_type")),
+                   json_string_value(json_object_get(env, "aggregate_id")),
+                   json_object_get(env, "payload"), msg->delivery, err);
     json_decref(env);
     return rc;
+}
+
+/* The events form: the relay's batch as events, each with its verdict. */
+static int events_handler(void *arg, const struct txo_event *evs, size_t n, int *results,
+                          struct txo_error *errors)
+{
+    struct ctx *c = arg;
+    assert_true(c->events);
+    c->event_batches++;
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(strlen(evs[i].payload), evs[i].payload_len);
+        json_error_t jerr;
+        json_t *payload = json_loadb(evs[i].payload, evs[i].payload_len, 0, &jerr);
+        if (payload == NULL)
+            fail_msg("payload is not JSON: %s", jerr.text);
+        /* The text the envelope would carry: compact. */
+        char *compact = json_dumps(payload, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        assert_string_equal(evs[i].payload, compact);
+        free(compact);
+        assert_true(evs[i].id > 0);
+        assert_non_null(evs[i].created_at);
+        results[i] = apply(c, evs[i].idempotency_key, evs[i].type, evs[i].aggregate_type,
+                           evs[i].aggregate_id, payload, (uint64_t)evs[i].attempt, &errors[i]);
+        json_decref(payload);
+    }
+    return 0;
 }
 
 /* ---- helpers ---- */
@@ -142,7 +191,9 @@ static struct txo_relay *local_relay_in(struct ctx *c, unsigned max_attempts,
     c->relay = NULL;
     struct txo_error err;
     txo_error_init(&err);
-    if (txo_publisher_local_new(&(struct txo_handler){.one = handler, .arg = c}, &c->pub, &err) < 0)
+    const struct txo_handler h = {
+        .one = handler, .events = c->events ? events_handler : NULL, .arg = c};
+    if (txo_publisher_local_new(&h, &c->pub, &err) < 0)
         fail_msg("txo_publisher_local_new: %s", err.msg);
     assert_string_equal(c->pub->ops->name, "local");
     struct txo_relay_opts o;
@@ -319,6 +370,37 @@ static void test_bad_arguments(void **state)
     txo_consumer_free(NULL);
 }
 
+/*
+ * With the events form, an event whose payload the decoder would refuse (a JSON array) is
+ * failed by the publisher without reaching the handler, permanently, as the worker's decoding
+ * fails it in the message form: FAILED and dead-lettered on its first attempt, with the
+ * reason. The events around it in the batch are delivered in one call.
+ */
+static void test_events_refused_payload(void **state)
+{
+    struct ctx *c = *state;
+    testoutbox_append_orders(c->t.db, 2);
+    testdb_exec(c->t.db, "UPDATE outbox_events SET payload = '[1, 2]' WHERE aggregate_id = '1'");
+    struct txo_relay *r = local_relay(c, 5);
+    assert_int_equal(testrelay_run_once(r), 2);
+    assert_int_equal(c->calls, 1);
+    assert_int_equal(c->event_batches, 1);
+    assert_string_equal(c->last_msg_id, "order:2:created");
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'FAILED' "
+                                           "AND aggregate_id = '1' AND attempts = 1 "
+                                           "AND last_error LIKE '%payload must be an object%'"),
+                     1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "dead_letter_events"), 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "outbox_events WHERE status = 'PUBLISHED'"), 1);
+    assert_int_equal(TESTDB_COUNT(c->t.db, "inbox_events"), 1);
+}
+
+/* A test run again with the events form given to the publisher. */
+#define EVENTS_FORM(f)                                                                             \
+    {                                                                                              \
+#f " (events)", f, setup_events, teardown, NULL                                            \
+    }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -327,6 +409,11 @@ int main(void)
         cmocka_unit_test(test_handler_failure_keeps_the_event_pending),
         cmocka_unit_test(test_permanent_failure_dead_letters),
         cmocka_unit_test(test_handler_appends_to_its_aggregate),
+        EVENTS_FORM(test_each_event_reaches_the_handler),
+        EVENTS_FORM(test_handler_failure_keeps_the_event_pending),
+        EVENTS_FORM(test_permanent_failure_dead_letters),
+        EVENTS_FORM(test_handler_appends_to_its_aggregate),
+        cmocka_unit_test_setup_teardown(test_events_refused_payload, setup_events, teardown),
     };
     return testrun_each(tests, TXO_ARRAY_LEN(tests), setup, teardown, NULL, NULL);
 }

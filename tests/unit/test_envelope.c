@@ -2,7 +2,9 @@
  * The published envelope (txo_envelope_encode): exact text, key order, the payload embedded as
  * compact JSON with its numbers and UTF-8 untouched, and rejection of a payload that is not
  * JSON. And its inverse (txo_envelope_decode): every field back, the payload's exact text,
- * envelopes from other producers (another key order, a string aggregate id), bad input.
+ * envelopes from other producers (another key order, a string aggregate id), bad input. And
+ * txo_event_from_outbox(), the round trip without the envelope: the same event, the same
+ * refusals.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -528,6 +530,120 @@ static void test_trace_context(void **state)
     txo_event_release(&ev);
 }
 
+/* a and b are the same event, field for field. */
+static void assert_same_event(const struct txo_event *a, const struct txo_event *b)
+{
+    assert_int_equal(a->id, b->id);
+    assert_string_equal(a->type, b->type);
+    assert_string_equal(a->aggregate_type, b->aggregate_type);
+    assert_string_equal(a->aggregate_id, b->aggregate_id);
+    assert_string_equal(a->idempotency_key, b->idempotency_key);
+    assert_string_equal(a->created_at, b->created_at);
+    assert_int_equal(a->attempt, b->attempt);
+    assert_int_equal(a->payload_len, b->payload_len);
+    assert_memory_equal(a->payload, b->payload, a->payload_len + 1);
+    assert_int_equal(a->sequence, b->sequence);
+    assert_int_equal(a->prev_sequence, b->prev_sequence);
+    assert_int_equal(a->has_trace, b->has_trace);
+    assert_memory_equal(a->trace.trace_id, b->trace.trace_id, sizeof(a->trace.trace_id));
+    assert_memory_equal(a->trace.span_id, b->trace.span_id, sizeof(a->trace.span_id));
+    assert_int_equal(a->trace.flags, b->trace.flags);
+    assert_string_equal(a->trace.state, b->trace.state);
+}
+
+/*
+ * txo_event_from_outbox(m) is txo_envelope_decode(txo_envelope_encode(m)) without the envelope,
+ * in both formats: the same event when the round trip succeeds, TXO_EINVAL where either half
+ * refuses (a member missing or not UTF-8, a payload that is not a JSON object, or one the
+ * decoder does not read: an integer beyond int64, a "\u0000").
+ */
+static void test_event_from_outbox_is_the_round_trip(void **state)
+{
+    (void)state;
+    const char *tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    struct txo_outbox_message ok[6];
+    ok[0] = sample("{ \"order_id\": 7, \"big\": 9007199254740993, \"price\": 0.1,\n"
+                   " \"name\": \"J\\u00fcrgen \\u2603 \\\" }\", \"items\": [1, 2.50, null] }");
+    ok[1] = sample("{}");
+    ok[1].sequence = 3;
+    ok[1].prev_sequence = 2;
+    ok[1].traceparent = tp;
+    ok[1].tracestate = "vendor=1";
+    ok[2] = sample("{\"a\":{\"b\":[{\"c\":\"\xc3\xa9\"}]}}");
+    ok[2].sequence = 2;
+    ok[2].prev_sequence = 2; /* not before it: no sequence, as the decoder reads it */
+    ok[2].traceparent = "not a traceparent";
+    ok[3] = sample("{\"a\":1}   ");
+    ok[3].attempt = 0;
+    ok[3].aggregate_id = "c-123";
+    ok[3].tracestate = "ignored without a traceparent";
+    ok[4] = sample("{\"a\":1}trailing bytes past payload_len");
+    ok[4].payload_len = 7;
+    ok[5] = sample("{\"k\":\"tab\\tand \\u0001\"}");
+    ok[5].sequence = (uint64_t)INT64_MAX + 1; /* beyond the txo envelope's integers: none */
+    ok[5].prev_sequence = 1;
+    const enum txo_envelope_format formats[] = {TXO_ENVELOPE_TXO, TXO_ENVELOPE_CLOUDEVENTS};
+    struct txo_error err;
+    txo_error_init(&err);
+    for (size_t i = 0; i < TXO_ARRAY_LEN(ok); i++) {
+        struct txo_event direct;
+        if (txo_event_from_outbox(&ok[i], &direct, &err) != 0)
+            fail_msg("message #%zu: %s", i, err.msg);
+        for (size_t f = 0; f < TXO_ARRAY_LEN(formats); f++) {
+            if (f == 1 && ok[i].sequence > INT64_MAX)
+                continue; /* the CloudEvents sequence is a decimal string: it carries it */
+            size_t len = 0;
+            char *env = txo_envelope_encode_as(&ok[i], formats[f], "/t", &len, &err);
+            if (env == NULL)
+                fail_msg("message #%zu: %s", i, err.msg);
+            struct txo_event back;
+            if (txo_envelope_decode(env, len, &back, &err) != 0)
+                fail_msg("message #%zu format %zu: %s", i, f, err.msg);
+            assert_same_event(&direct, &back);
+            txo_event_release(&back);
+            txo_free(env);
+        }
+        txo_event_release(&direct);
+    }
+    /* The payload as the encoder writes it: the whitespace between tokens gone, nothing else. */
+    struct txo_event ev;
+    assert_int_equal(txo_event_from_outbox(&ok[0], &ev, &err), 0);
+    assert_string_equal(ev.payload,
+                        "{\"order_id\":7,\"big\":9007199254740993,\"price\":0.1,"
+                        "\"name\":\"J\\u00fcrgen \\u2603 \\\" }\",\"items\":[1,2.50,null]}");
+    txo_event_release(&ev);
+
+    struct txo_outbox_message bad[9];
+    bad[0] = sample("[1,2]");
+    bad[1] = sample("\"text\"");
+    bad[2] = sample("{\"a\":");
+    bad[3] = sample("{\"a\":123456789012345678901234567890}");
+    bad[4] = sample("{\"a\":\"\\u0000\"}");
+    bad[5] = sample("{\"a\":1}\0{}");
+    bad[5].payload_len = 10;
+    bad[6] = sample("{}");
+    bad[6].aggregate_id = "bad \xc3";
+    bad[7] = sample("{}");
+    bad[7].created_at = NULL;
+    bad[8] = sample("{}");
+    bad[8].traceparent = tp;
+    bad[8].tracestate = "\xff";
+    for (size_t i = 0; i < TXO_ARRAY_LEN(bad); i++) {
+        struct txo_event untouched = {.id = 99};
+        txo_error_init(&err);
+        assert_int_equal(txo_event_from_outbox(&bad[i], &untouched, &err), TXO_EINVAL);
+        assert_int_equal(untouched.id, 99);
+        assert_non_null(strstr(err.msg, "event 42"));
+        /* ... and so does the round trip. */
+        size_t len = 0;
+        char *env = txo_envelope_encode(&bad[i], &len, &err);
+        struct txo_event back;
+        if (env != NULL && txo_envelope_decode(env, len, &back, &err) == 0)
+            fail_msg("message #%zu: the round trip accepts what txo_event_from_outbox refused", i);
+        txo_free(env);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -544,6 +660,7 @@ int main(void)
         cmocka_unit_test(test_decode_refuses_bad_envelopes),
         cmocka_unit_test(test_sequence),
         cmocka_unit_test(test_trace_context),
+        cmocka_unit_test(test_event_from_outbox_is_the_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
