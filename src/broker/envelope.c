@@ -60,26 +60,131 @@ static size_t json_compact_copy(const char *in, size_t len, char *out)
     return o;
 }
 
-static int set_str(json_t *obj, const char *key, const char *value, int64_t id,
-                   struct txo_error *err)
+/*
+ * The envelope's text as it is written: the head's members one after the other into one
+ * buffer, then the payload. A string is written as jansson writes one in compact mode: UTF-8
+ * as it is, `"` and backslash escaped, \b \f \n \r \t by name and the other control bytes as
+ * \u00XX; the decoder (jansson) reads exactly that back. rc is the first failure; a write after
+ * one does nothing.
+ */
+struct writer {
+    char *buf;
+    size_t len, cap;
+    int64_t id; /* the event, for errors */
+    struct txo_error *err;
+    int rc;
+};
+
+/* Room for more bytes after len, or false (rc set) when out of memory. */
+static bool reserve(struct writer *w, size_t more)
 {
-    if (value == NULL)
-        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing", id,
-                             key);
-    json_t *v = json_string(value);
-    if (v == NULL)
-        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8", id,
-                             key);
-    if (json_object_set_new(obj, key, v) < 0)
-        return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", id);
-    return 0;
+    if (w->rc != 0)
+        return false;
+    if (w->cap - w->len >= more)
+        return true;
+    size_t cap = w->cap * 2 > w->len + more ? w->cap * 2 : w->len + more;
+    char *p = more < SIZE_MAX / 4 ? txo_realloc(w->buf, cap) : NULL;
+    if (p == NULL) {
+        w->rc = txo_error_set(w->err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory",
+                              w->id);
+        return false;
+    }
+    w->buf = p;
+    w->cap = cap;
+    return true;
 }
 
-static int set_int(json_t *obj, const char *key, int64_t value, int64_t id, struct txo_error *err)
+static void put(struct writer *w, const char *text, size_t n)
 {
-    if (json_object_set_new(obj, key, json_integer((json_int_t)value)) < 0)
-        return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", id);
-    return 0;
+    if (reserve(w, n)) {
+        memcpy(w->buf + w->len, text, n);
+        w->len += n;
+    }
+}
+
+/* `"key":` after a comma unless it is the first member; room for more bytes after it. */
+static bool put_key(struct writer *w, const char *key, size_t more)
+{
+    size_t key_len = strlen(key);
+    if (!reserve(w, key_len + 4 + more))
+        return false;
+    char *o = w->buf + w->len;
+    if (w->len > 1)
+        *o++ = ',';
+    *o++ = '"';
+    memcpy(o, key, key_len);
+    o += key_len;
+    *o++ = '"';
+    *o++ = ':';
+    w->len = (size_t)(o - w->buf);
+    return true;
+}
+
+static void put_str(struct writer *w, const char *key, const char *value)
+{
+    if (w->rc != 0)
+        return;
+    if (value == NULL) {
+        w->rc = txo_error_set(w->err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing",
+                              w->id, key);
+        return;
+    }
+    size_t n = strlen(value);
+    if (!txo_utf8_valid(value, n)) {
+        w->rc = txo_error_set(w->err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8",
+                              w->id, key);
+        return;
+    }
+    /* Each byte becomes at most 6 (\u00XX), with the quotes. */
+    if (n > SIZE_MAX / 8 || !put_key(w, key, 6 * n + 2))
+        return;
+    static const char hex[] = "0123456789ABCDEF";
+    char *o = w->buf + w->len;
+    *o++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"':
+        case '\\':
+            *o++ = (char)c;
+            break;
+        case '\b':
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = 'f';
+            break;
+        case '\n':
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = 't';
+            break;
+        default:
+            memcpy(o, "u00", 3);
+            o += 3;
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 0xF];
+        }
+    }
+    *o++ = '"';
+    w->len = (size_t)(o - w->buf);
+}
+
+static void put_int(struct writer *w, const char *key, int64_t value)
+{
+    char num[24];
+    int n = snprintf(num, sizeof(num), "%" PRId64, value);
+    if (put_key(w, key, (size_t)n))
+        put(w, num, (size_t)n);
 }
 
 /* One member of an envelope's head: the string str, or with is_num the number num. */
@@ -90,18 +195,20 @@ struct member {
     bool is_num;
 };
 
-/* Sets the n members m into obj in order, up to the first that fails (as set_str, set_int). */
-static int set_members(json_t *obj, const struct member *m, size_t n, int64_t id,
-                       struct txo_error *err)
+/* Writes the n members m in order, up to the first that fails (as put_str, put_int). */
+static void put_members(struct writer *w, const struct member *m, size_t n)
 {
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        rc = m[i].is_num ? set_int(obj, m[i].key, m[i].num, id, err)
-                         : set_str(obj, m[i].key, m[i].str, id, err);
-    return rc;
+    for (size_t i = 0; w->rc == 0 && i < n; i++) {
+        if (m[i].is_num)
+            put_int(w, m[i].key, m[i].num);
+        else
+            put_str(w, m[i].key, m[i].str);
+    }
 }
 
 #define CE_DATA_KEY ",\"data\":"
+/* The bytes a head usually takes (about 230 with a traceparent). */
+#define HEAD_USUAL 384
 /* The CloudEvents sequence extension: a decimal zero-padded to the 20 digits of UINT64_MAX,
  * so that text order is number order. */
 #define CE_SEQUENCE_LEN   21
@@ -141,18 +248,16 @@ int txo_envelope_set_default(enum txo_envelope_format format, const char *source
 
 /* traceparent and tracestate, when the event has them: the same members in both formats (in
  * CloudEvents those of the distributed tracing extension). */
-static int trace_head(json_t *head, const struct txo_outbox_message *msg, struct txo_error *err)
+static void trace_head(struct writer *w, const struct txo_outbox_message *msg)
 {
-    int rc = 0;
     if (msg->traceparent != NULL)
-        rc = set_str(head, "traceparent", msg->traceparent, msg->id, err);
-    if (rc == 0 && msg->traceparent != NULL && msg->tracestate != NULL)
-        rc = set_str(head, "tracestate", msg->tracestate, msg->id, err);
-    return rc;
+        put_str(w, "traceparent", msg->traceparent);
+    if (msg->traceparent != NULL && msg->tracestate != NULL)
+        put_str(w, "tracestate", msg->tracestate);
 }
 
 /* The txo envelope's fields before the payload, in the documented order. */
-static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct txo_error *err)
+static void txo_head(struct writer *w, const struct txo_outbox_message *msg)
 {
     const struct member fields[] = {
         {.key = "id", .num = msg->id, .is_num = true},
@@ -163,31 +268,32 @@ static int txo_head(json_t *head, const struct txo_outbox_message *msg, struct t
         {.key = "created_at", .str = msg->created_at},
         {.key = "attempt", .num = msg->attempt, .is_num = true},
     };
-    int rc = set_members(head, fields, TXO_ARRAY_LEN(fields), msg->id, err);
-    if (rc == 0 && msg->sequence != 0) {
+    put_members(w, fields, TXO_ARRAY_LEN(fields));
+    if (msg->sequence != 0) {
         const struct member order[] = {
             {.key = "sequence", .num = (int64_t)msg->sequence, .is_num = true},
             {.key = "prev_sequence", .num = (int64_t)msg->prev_sequence, .is_num = true},
         };
-        rc = set_members(head, order, TXO_ARRAY_LEN(order), msg->id, err);
+        put_members(w, order, TXO_ARRAY_LEN(order));
     }
-    if (rc == 0)
-        rc = trace_head(head, msg, err);
-    return rc;
+    trace_head(w, msg);
 }
 
 /* The CloudEvents attributes before data (include/txo/publisher.h). */
-static int ce_head(json_t *head, const struct txo_outbox_message *msg, const char *source,
-                   struct txo_error *err)
+static void ce_head(struct writer *w, const struct txo_outbox_message *msg, const char *source)
 {
-    if (msg->aggregate_type == NULL || msg->aggregate_id == NULL)
-        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": aggregate missing",
-                             msg->id);
+    if (msg->aggregate_type == NULL || msg->aggregate_id == NULL) {
+        w->rc = txo_error_set(w->err, TXO_EINVAL,
+                              "envelope of event %" PRId64 ": aggregate missing", msg->id);
+        return;
+    }
     size_t subject_len = strlen(msg->aggregate_type) + 1 + strlen(msg->aggregate_id) + 1;
     char *subject = txo_malloc(subject_len);
-    if (subject == NULL)
-        return txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory",
-                             msg->id);
+    if (subject == NULL) {
+        w->rc = txo_error_set(w->err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory",
+                              msg->id);
+        return;
+    }
     snprintf(subject, subject_len, "%s/%s", msg->aggregate_type, msg->aggregate_id);
     const struct member attributes[] = {
         {.key = "specversion", .str = "1.0"},
@@ -202,19 +308,17 @@ static int ce_head(json_t *head, const struct txo_outbox_message *msg, const cha
         {.key = "txoaggregatetype", .str = msg->aggregate_type},
         {.key = "txoaggregateid", .str = msg->aggregate_id},
     };
-    int rc = set_members(head, attributes, TXO_ARRAY_LEN(attributes), msg->id, err);
-    if (rc == 0 && msg->sequence != 0) {
+    put_members(w, attributes, TXO_ARRAY_LEN(attributes));
+    txo_free(subject);
+    if (msg->sequence != 0) {
         char seq[CE_SEQUENCE_LEN], prev[CE_SEQUENCE_LEN];
         snprintf(seq, sizeof(seq), CE_SEQUENCE_FMT, msg->sequence);
         snprintf(prev, sizeof(prev), CE_SEQUENCE_FMT, msg->prev_sequence);
         const struct member order[] = {{.key = "sequence", .str = seq},
                                        {.key = "txoprevsequence", .str = prev}};
-        rc = set_members(head, order, TXO_ARRAY_LEN(order), msg->id, err);
+        put_members(w, order, TXO_ARRAY_LEN(order));
     }
-    if (rc == 0)
-        rc = trace_head(head, msg, err);
-    txo_free(subject);
-    return rc;
+    trace_head(w, msg);
 }
 
 char *txo_envelope_encode(const struct txo_outbox_message *msg, size_t *len, struct txo_error *err)
@@ -226,14 +330,11 @@ char *txo_envelope_encode_as(const struct txo_outbox_message *msg, enum txo_enve
                              const char *source, size_t *len, struct txo_error *err)
 {
     TXO_ASSERT(msg != NULL);
-    char *out = NULL;
-    json_t *head = NULL;
-    int rc = 0;
 
     if (msg->payload == NULL) {
         txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": payload is missing",
                       msg->id);
-        goto out;
+        return NULL;
     }
     size_t payload_len = msg->payload_len != 0 ? msg->payload_len : strlen(msg->payload);
     /* jansson reads a text cut at a raw NUL as whole; copied on, the NUL would end up in the
@@ -241,7 +342,7 @@ char *txo_envelope_encode_as(const struct txo_outbox_message *msg, enum txo_enve
     if (memchr(msg->payload, '\0', payload_len) != NULL) {
         txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": NUL byte in the payload",
                       msg->id);
-        goto out;
+        return NULL;
     }
     json_error_t jerr;
     json_t *doc = json_loadb(msg->payload, payload_len,
@@ -250,54 +351,36 @@ char *txo_envelope_encode_as(const struct txo_outbox_message *msg, enum txo_enve
         txo_error_set(err, TXO_EINVAL,
                       "envelope of event %" PRId64 ": payload is not JSON: %s at line %d column %d",
                       msg->id, jerr.text, jerr.line, jerr.column);
-        goto out;
+        return NULL;
     }
     json_decref(doc);
 
-    /* jansson keeps object keys in insertion order, which is the documented order. */
-    head = json_object();
-    if (head == NULL) {
-        rc =
-            txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
-        goto out;
-    }
+    /* The head, then `,"payload":<payload>}` (or `,"data":`), in one buffer that usually
+     * needs no second allocation. */
     bool ce = format == TXO_ENVELOPE_CLOUDEVENTS || format == TXO_ENVELOPE_CLOUDEVENTS_BINARY;
-    rc = ce ? ce_head(head, msg, source, err) : txo_head(head, msg, err);
-    if (rc < 0)
-        goto out;
     const char *key = ce ? CE_DATA_KEY : PAYLOAD_KEY;
     size_t key_len = strlen(key);
-
-    /* head is `{...}`; its closing brace becomes `,"payload":<payload>}` (or `,"data":`). */
-    size_t flags = JSON_COMPACT;
-    size_t head_len = json_dumpb(head, NULL, 0, flags);
-    if (head_len < 2) {
-        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": encoding failed", msg->id);
-        goto out;
+    struct writer w = {.id = msg->id, .err = err};
+    if (reserve(&w, HEAD_USUAL + key_len + payload_len + 2))
+        put(&w, "{", 1);
+    if (ce)
+        ce_head(&w, msg, source);
+    else
+        txo_head(&w, msg);
+    if (reserve(&w, key_len + payload_len + 2)) {
+        memcpy(w.buf + w.len, key, key_len);
+        w.len += key_len;
+        w.len += json_compact_copy(msg->payload, payload_len, w.buf + w.len);
+        w.buf[w.len++] = '}';
+        w.buf[w.len] = '\0';
     }
-    size_t cap = head_len + key_len + payload_len + 2;
-    out = txo_malloc(cap);
-    if (out == NULL) {
-        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": out of memory", msg->id);
-        goto out;
+    if (w.rc != 0) {
+        txo_free(w.buf);
+        return NULL;
     }
-    if (json_dumpb(head, out, cap, flags) != head_len) {
-        txo_free(out);
-        out = NULL;
-        txo_error_set(err, TXO_ENOMEM, "envelope of event %" PRId64 ": encoding failed", msg->id);
-        goto out;
-    }
-    size_t n = head_len - 1; /* drop the closing brace */
-    memcpy(out + n, key, key_len);
-    n += key_len;
-    n += json_compact_copy(msg->payload, payload_len, out + n);
-    out[n++] = '}';
-    out[n] = '\0';
     if (len != NULL)
-        *len = n;
-out:
-    json_decref(head);
-    return out;
+        *len = w.len;
+    return w.buf;
 }
 
 enum txo_envelope_format txo_envelope_default_format(void)

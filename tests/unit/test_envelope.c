@@ -10,9 +10,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "txo/txo.h"
 
@@ -100,6 +103,40 @@ static void test_header_fields_escaped_and_ints(void **state)
                              "\"created_at\":\"2026-11-30T15:37:00.123456Z\",\"attempt\":10,"
                              "\"payload\":[1,2]}");
     txo_free(env);
+}
+
+/* Every string member is written as jansson writes the string (compact, UTF-8 as is): each
+ * control byte, quote, backslash, DEL and multi-byte character, checked against jansson. */
+static void test_header_strings_as_jansson_writes_them(void **state)
+{
+    (void)state;
+    char s[160];
+    size_t n = 0;
+    for (int c = 1; c < 0x80; c++)
+        s[n++] = (char)c;
+    const char *wide = "é–☃😀";
+    memcpy(s + n, wide, strlen(wide) + 1);
+    const char *values[] = {s, "", "\x1f\"\\/\x7f", "tab\there"};
+    for (size_t i = 0; i < TXO_ARRAY_LEN(values); i++) {
+        struct txo_outbox_message m = sample("{}");
+        m.event_type = values[i];
+        m.aggregate_id = values[i];
+        struct txo_error err;
+        txo_error_init(&err);
+        char *env = txo_envelope_encode(&m, NULL, &err);
+        assert_non_null(env);
+        json_t *str = json_string(values[i]);
+        char *want = json_dumps(str, JSON_COMPACT | JSON_ENCODE_ANY);
+        assert_non_null(want);
+        char type[512], id[512];
+        snprintf(type, sizeof(type), "\"type\":%s,", want);
+        snprintf(id, sizeof(id), "\"aggregate_id\":%s,", want);
+        if (strstr(env, type) == NULL || strstr(env, id) == NULL)
+            fail_msg("value #%zu: jansson writes %s, the envelope is %s", i, want, env);
+        free(want);
+        json_decref(str);
+        txo_free(env);
+    }
 }
 
 static void test_scalar_payload(void **state)
@@ -651,6 +688,7 @@ int main(void)
         cmocka_unit_test(test_cloudevents_exact_text_and_round_trip),
         cmocka_unit_test(test_exact_text),
         cmocka_unit_test(test_header_fields_escaped_and_ints),
+        cmocka_unit_test(test_header_strings_as_jansson_writes_them),
         cmocka_unit_test(test_scalar_payload),
         cmocka_unit_test(test_invalid_payload),
         cmocka_unit_test(test_invalid_header_string),
