@@ -9,7 +9,7 @@
  *
  * The handler contract, the same for every transport:
  *   return 0                 the message's effect is COMMITTED; the transport acknowledges it
- *                            (NATS: AckSync, confirmed by the server) and it is never seen again
+ *                            (NATS: an ack confirmed by the server) and it is never seen again
  *                            unless that acknowledgement is lost;
  *   return a transient code  (txo_err_is_transient(): TXO_EUNAVAILABLE, TXO_EDEADLOCK, ...)
  *                            nothing was committed, try again later: the transport redelivers

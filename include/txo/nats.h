@@ -120,8 +120,11 @@ TXO_API TXO_MUST_CHECK int txo_publisher_nats_new(const struct txo_nats_opts *o,
  *
  * txo_consumer_poll() fetches up to max_msgs within timeout_ms, hands them to the handler in
  * order (h->batch: in one call, for txo_worker_handle_many: one database transaction per
- * fetch), then settles each by its result: 0 -> AckSync (the server confirmed the ack);
- * transient -> NAK with nak_delay_ms; permanent -> TERM (error log with the reason). When the
+ * fetch), then settles each by its result: 0 -> ack, confirmed by the server (the acks of a
+ * fetch are sent together and their confirmations awaited together, up to ack_timeout_ms: one
+ * round trip a fetch; an ack not confirmed fails the poll with TXO_EUNAVAILABLE and its
+ * message comes back after ack_wait_ms); transient -> NAK with nak_delay_ms; permanent ->
+ * TERM (error log with the reason). When the
  * connection drops while the fetch is settled, the messages not yet settled are left alone:
  * the server redelivers them after ack_wait_ms and the inbox drops the effects already
  * committed.

@@ -15,7 +15,11 @@
  *      all: what it had acknowledged comes again and the inbox drops it, nothing is lost).
  *   3. The fetch goes to the handler (txo__handler_run: a batch handler in one call, a
  *      per-message handler once per message); then each message is settled by its verdict:
- *        0          AckSync: the server confirmed the ack, the message is done;
+ *        0          ack, confirmed by the server: sent with a reply subject of its own, the
+ *                   acks of a fetch all at once, then their confirmations awaited together
+ *                   (up to ack_timeout_ms), so a fetch costs one round trip, not one per
+ *                   message; a message whose confirmation does not come is redelivered
+ *                   after ack_wait_ms (and the inbox drops it);
  *        transient  NAK with nak_delay_ms: redelivered after the delay (delivery + 1);
  *        permanent  TERM: never redelivered; logged at error level with the reason.
  *      The ack comes only after the handler's effect was committed, so a crash in between
@@ -34,8 +38,9 @@
 #include "broker/nats_internal.h"
 #include "broker/transport.h"
 
-#define FETCH_MAX     10000 /* messages per poll, whatever the caller asks */
-#define CHECK_IDLE_MS 5000  /* empty polls for this long: is the durable still there? */
+#define FETCH_MAX       10000 /* messages per poll, whatever the caller asks */
+#define CHECK_IDLE_MS   5000  /* empty polls for this long: is the durable still there? */
+#define ACK_SUBJECT_MAX 96    /* "<inbox>.<round>.<i>": a cnats inbox is 29 bytes */
 
 struct nats_consumer {
     struct txo__nats_conn conn;
@@ -44,6 +49,11 @@ struct nats_consumer {
     natsSubscription *sub;
     int64_t checked_ms; /* when the durable was last known to exist (monotonic) */
     struct txo_handler h;
+    /* Confirmations of acks come to "<ack_inbox>.<round>.<i>": round numbers the fetch, so a
+     * late confirmation of an earlier one is told apart; i is the message in the fetch. */
+    natsInbox *ack_inbox;
+    natsSubscription *ack_sub; /* on "<ack_inbox>.>" */
+    uint64_t ack_round;
 };
 
 /* Creates (or binds to) the durable pull consumer. */
@@ -142,13 +152,30 @@ static void describe_msg(natsMsg *m, struct txo_inbound_message *in)
     jsMsgMetaData_Destroy(meta);
 }
 
+/* Logs and returns TXO_EUNAVAILABLE for a settlement the server did not confirm: the message
+ * comes back after ack_wait_ms. */
+static int not_settled(const char *verb, const char *id, const char *why, struct txo_error *err)
+{
+    TXO_LOG(TXO_LOG_WARN, "nats", "settlement not confirmed, the message will be redelivered",
+            TXO_KV_STR("action", verb), TXO_KV_STR("message_id", id), TXO_KV_STR("error", why));
+    return txo_error_set(err, TXO_EUNAVAILABLE, "nats consumer: %s of message %s not confirmed: %s",
+                         verb, id, why);
+}
+
+/* The reply subject of the confirmation of message i of this round's fetch. */
+static void ack_reply(const struct nats_consumer *nc, size_t i, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s.%" PRIu64 ".%zu", nc->ack_inbox, nc->ack_round, i);
+}
+
 /*
- * Settles m (described by in) by its handler's verdict rc (reason in herr). Returns 0, or
- * TXO_EUNAVAILABLE with err set when the ack/nak/term did not reach the server (the message
- * then comes back after ack_wait_ms).
+ * Settles m (described by in) by its handler's verdict rc (reason in herr): sends the ack (its
+ * confirmation to reply, awaited by await_acks()), the NAK or the TERM. Returns 0, or
+ * TXO_EUNAVAILABLE with err set when it could not be sent (the message then comes back after
+ * ack_wait_ms).
  */
 static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound_message *in,
-                  int rc, const struct txo_error *herr, struct txo_error *err)
+                  const char *reply, int rc, const struct txo_error *herr, struct txo_error *err)
 {
     struct txo__nats_conn *c = &nc->conn;
     const char *id = in->msg_id != NULL ? in->msg_id : "";
@@ -158,8 +185,9 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
     natsStatus s;
     const char *verb;
     if (rc == 0) {
+        /* The ack asks for a confirmation to reply (await_acks() collects it). */
         verb = "ack";
-        s = natsMsg_AckSync(m, &c->jo, &jerr);
+        s = natsConnection_PublishRequestString(c->nc, natsMsg_GetReply(m), reply, "+ACK");
         TXO_LOG(TXO_LOG_DEBUG, "nats", "message handled", TXO_KV_STR("message_id", id),
                 TXO_KV_STR("subject", in->subject != NULL ? in->subject : ""),
                 TXO_KV_U64("delivery", in->delivery));
@@ -185,10 +213,35 @@ static int settle(struct nats_consumer *nc, natsMsg *m, const struct txo_inbound
         return 0;
     char why[256];
     txo__nats_describe(s, jerr, why, sizeof(why));
-    TXO_LOG(TXO_LOG_WARN, "nats", "settlement not confirmed, the message will be redelivered",
-            TXO_KV_STR("action", verb), TXO_KV_STR("message_id", id), TXO_KV_STR("error", why));
-    return txo_error_set(err, TXO_EUNAVAILABLE, "nats consumer: %s of message %s not confirmed: %s",
-                         verb, id, why);
+    return not_settled(verb, id, why, err);
+}
+
+/*
+ * Waits up to ack_timeout_ms for the confirmations of this round's acks (awaiting[i]: sent,
+ * not yet confirmed); clears awaiting[i] for each that comes. Confirmations of earlier rounds
+ * are dropped.
+ */
+static void await_acks(struct nats_consumer *nc, bool *awaiting, size_t n, size_t left)
+{
+    char prefix[ACK_SUBJECT_MAX];
+    int plen = snprintf(prefix, sizeof(prefix), "%s.%" PRIu64 ".", nc->ack_inbox, nc->ack_round);
+    int64_t deadline = txo_monotonic_ms() + nc->conn.jo.Wait;
+    while (left > 0) {
+        int64_t wait = deadline - txo_monotonic_ms();
+        natsMsg *r = NULL;
+        if (wait <= 0 || natsSubscription_NextMsg(&r, nc->ack_sub, wait) != NATS_OK)
+            break;
+        const char *subj = natsMsg_GetSubject(r);
+        char *end = NULL;
+        if (subj != NULL && strncmp(subj, prefix, (size_t)plen) == 0) {
+            unsigned long long i = strtoull(subj + plen, &end, 10);
+            if (end != subj + plen && *end == '\0' && i < n && awaiting[i]) {
+                awaiting[i] = false;
+                left--;
+            }
+        }
+        natsMsg_Destroy(r);
+    }
 }
 
 /* Runs the handler on msgs[0..n), then settles each by its verdict. Returns as nats_poll does;
@@ -197,6 +250,7 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
                       struct txo_error *err)
 {
     struct txo__handler_batch b;
+    bool *awaiting = NULL;
     int rc = 0;
     *done = 0;
     if (!txo__handler_batch_alloc(&b, n)) {
@@ -207,18 +261,43 @@ static int handle_all(struct nats_consumer *nc, natsMsg **msgs, size_t n, size_t
         describe_msg(msgs[i], &b.in[i]);
     (void)txo__handler_run(&nc->h, b.in, n, b.results, b.errors);
     *done = n;
+    /* Settle in order, then await the acks' confirmations together. */
+    awaiting = txo_calloc(n, sizeof(*awaiting));
+    if (awaiting == NULL) {
+        rc = txo_error_set(err, TXO_ENOMEM, "nats consumer: batch of %zu: out of memory", n);
+        goto out; /* unsettled: redelivered after ack_wait */
+    }
+    nc->ack_round++;
+    size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         if (!txo__nats_connected(&nc->conn)) {
             if (rc == 0)
                 rc = txo__nats_require_connected(&nc->conn, err);
             break; /* the rest is redelivered after ack_wait */
         }
+        char reply[ACK_SUBJECT_MAX];
+        ack_reply(nc, i, reply, sizeof(reply));
         struct txo_error e;
         txo_error_init(&e);
-        int arc = settle(nc, msgs[i], &b.in[i], b.results[i], &b.errors[i], &e);
+        int arc = settle(nc, msgs[i], &b.in[i], reply, b.results[i], &b.errors[i], &e);
+        txo__settle_keep_first(arc, &e, &rc, err);
+        if (arc == 0 && b.results[i] == 0) {
+            awaiting[i] = true;
+            sent++;
+        }
+    }
+    await_acks(nc, awaiting, n, sent);
+    for (size_t i = 0; i < n; i++) {
+        if (!awaiting[i])
+            continue;
+        struct txo_error e;
+        txo_error_init(&e);
+        int arc = not_settled("ack", b.in[i].msg_id != NULL ? b.in[i].msg_id : "",
+                              "no confirmation within ack_timeout_ms", &e);
         txo__settle_keep_first(arc, &e, &rc, err);
     }
 out:
+    txo_free(awaiting);
     txo__handler_batch_release(&b);
     return rc;
 }
@@ -269,6 +348,8 @@ static void nats_consumer_destroy(void *self)
     struct nats_consumer *nc = self;
     /* Destroy, never Unsubscribe: Unsubscribe would delete the durable on the server. */
     natsSubscription_Destroy(nc->sub);
+    natsSubscription_Destroy(nc->ack_sub);
+    natsInbox_Destroy(nc->ack_inbox);
     txo__nats_conn_close(&nc->conn);
     txo_free(nc->durable);
     txo_free(nc->filter);
@@ -292,7 +373,22 @@ static int nats_consumer_init(void *self, const struct txo__transport_args *a,
                                            : txo__suffixed(o->subject_prefix, ".>");
     if (nc->durable == NULL || nc->filter == NULL)
         return txo_error_set(err, TXO_ENOMEM, "nats consumer: out of memory");
-    return txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
+    int rc = txo__nats_conn_open(&nc->conn, o, "consumer", NULL, NULL, err);
+    if (rc < 0)
+        return rc;
+    /* The acks' confirmations: one subscription for the consumer's life (cnats renews it
+     * after a reconnect). */
+    char subject[ACK_SUBJECT_MAX];
+    natsStatus s = natsInbox_Create(&nc->ack_inbox);
+    if (s == NATS_OK) {
+        snprintf(subject, sizeof(subject), "%s.>", nc->ack_inbox);
+        s = natsConnection_SubscribeSync(&nc->ack_sub, nc->conn.nc, subject);
+    }
+    if (s != NATS_OK)
+        return txo_error_set(err, s == NATS_NO_MEMORY ? TXO_ENOMEM : TXO_EUNAVAILABLE,
+                             "nats consumer: subscribing to the acks' confirmations: %s",
+                             natsStatus_GetText(s));
+    return 0;
 }
 
 int txo_consumer_nats_new(const struct txo_nats_opts *o, const struct txo_handler *h,
