@@ -58,10 +58,9 @@
  *   COMPENSATION_FAILED -> COMPENSATING (retry)
  * All changes go through one transition check; an illegal one is a bug (TXO_ESTATE).
  *
- * Ownership: saga_instances.owner / lease_until. Every state change is fenced by the lease
- * (... WHERE owner = me, the instance row locked until commit): a worker that lost its lease
- * stops with TXO_ELEASELOST instead of racing the new owner. A step renews the lease when less
- * than half of it is left; a remote call's phase (a) sets it to the call's.
+ * Ownership: saga_instances.owner / lease_until. Every state change renews the lease and is
+ * fenced by it (UPDATE ... WHERE owner = me): a worker that lost its lease stops with
+ * TXO_ELEASELOST instead of racing the new owner.
  *
  * Deadlines (all optional, 0 = none, the default: a deadline is a business rule only the
  * definition knows; without one a call is bounded by its own client timeout and lease_s, as
@@ -280,8 +279,7 @@ struct txo_tracer;
 
 struct txo_saga_opts {
     const char *owner;               /* lease owner; default "<hostname>:<pid>:<thread>" */
-    unsigned lease_s;                /* owner lease; a step renews it when less than half of
-                                        it is left; default 30 */
+    unsigned lease_s;                /* owner lease, renewed at every step; default 30 */
     unsigned step_max_attempts;      /* tries of one step on transient errors; default 5 */
     struct txo_backoff step_backoff; /* between tries; default 50 ms .. 2 s, jitter 0.5 */
     /* COMPENSATION_FAILED: automatic retries before giving up (default 10), and the delay

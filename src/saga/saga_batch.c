@@ -256,101 +256,32 @@ static bool batchable(const struct batch_saga *b, size_t i)
            txo__saga_deadline_passed(r, i) == TXO_DEADLINE_NONE;
 }
 
-/* What a batch's fence does to the leases besides checking them. */
-enum batch_lease {
-    LEASE_KEEP,   /* renewed to lease_us only for the sagas with less than half of it left */
-    LEASE_SET,    /* set to lease_us (the calls' lease) */
-    LEASE_RELEASE /* released: the sagas complete */
-};
-
-/* The sagas among pick[0..m) that SAGA_SQL_LOCK_MANY found short of lease, into short_of
- * (indexes into b); *n_short their number. */
-static int batch_lock(struct txo_tx *tx, const struct batch_saga *b, const size_t *pick, size_t m,
-                      int64_t lease_us, const char *step, size_t *short_of, size_t *n_short,
-                      struct txo_error *err)
-{
-    const struct saga_run *r0 = &b[pick[0]].r;
-    size_t padded = txo_sql_in_list_size(m);
-    char *sql = txo_sql_in_list(SAGA_SQL_LOCK_MANY, padded, SAGA_SQL_LOCK_MANY_AFTER);
-    struct txo_param *p = txo_calloc(3 + padded, sizeof(*p));
-    struct txo_rows *rows = NULL;
-    int rc = 0;
-    *n_short = 0;
-    if (sql == NULL || p == NULL) {
-        rc = txo_error_set(err, TXO_ENOMEM, "saga batch of %zu: out of memory", m);
-        goto out;
-    }
-    p[0] = txo_p_i64(lease_us / 2);
-    p[1] = txo_p_str(r0->owner);
-    p[2] = txo_p_str(txo_saga_status_name(TXO_SAGA_RUNNING));
-    batch_ids(b, pick, m, p, 3);
-    rc = txo_tx_query(tx, sql, p, 3 + padded, &rows, err);
-    if (rc != 0)
-        goto out;
-    size_t n_rows = txo_rows_count(rows);
-    if (n_rows != m) {
-        rc = txo_error_set(err, TXO_ELEASELOST,
-                           "saga batch of %zu at step %s: %zu still owned by %s", m, step, n_rows,
-                           r0->owner);
-        goto out;
-    }
-    for (size_t row = 0; row < n_rows; row++) {
-        if (txo_rows_i64(rows, row, 1) == 0)
-            continue;
-        const char *id = txo_rows_str(rows, row, 0, NULL);
-        for (size_t k = 0; id != NULL && k < m; k++)
-            if (strcmp(b[pick[k]].r.id, id) == 0) {
-                short_of[(*n_short)++] = pick[k];
-                break;
-            }
-    }
-out:
-    txo_rows_free(rows);
-    txo_free(sql);
-    txo_free(p);
-    return rc;
-}
-
 /*
- * The fence of a batch's transaction: the sagas pick[0..m) are RUNNING and ours, locked until
- * commit, and their leases kept, set or released (`lease`). A count that does not match is
- * TXO_ELEASELOST (the transaction rolls back).
+ * The fence of a batch's transaction: the sagas pick[0..m) are RUNNING and ours, and their
+ * leases are renewed for lease_us, or, when `finish`, they complete and their leases are
+ * released. A count that does not match is TXO_ELEASELOST (the transaction rolls back).
  */
 static int batch_fence(struct txo_tx *tx, const struct batch_saga *b, const size_t *pick, size_t m,
-                       enum batch_lease lease, int64_t lease_us, const char *step,
-                       struct txo_error *err)
+                       bool finish, int64_t lease_us, const char *step, struct txo_error *err)
 {
     const struct saga_run *r0 = &b[pick[0]].r;
     const char *running = txo_saga_status_name(TXO_SAGA_RUNNING);
-    size_t *short_of = NULL;
-    size_t n = m;
     uint64_t affected = 0;
-    int rc = 0;
-    if (lease == LEASE_RELEASE) {
+    int rc;
+    if (finish) {
         struct txo_param lead[] = {txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED)),
                                    txo_p_str(r0->owner), txo_p_str(running)};
         rc = batch_exec(tx, SAGA_SQL_FINISH_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
                         err);
     } else {
-        if (lease == LEASE_KEEP) {
-            short_of = txo_calloc(m, sizeof(*short_of));
-            if (short_of == NULL)
-                return txo_error_set(err, TXO_ENOMEM, "saga batch of %zu: out of memory", m);
-            rc = batch_lock(tx, b, pick, m, lease_us, step, short_of, &n, err);
-            if (rc != 0 || n == 0)
-                goto out;
-            pick = short_of;
-        }
         struct txo_param lead[] = {txo_p_i64(lease_us), txo_p_str(r0->owner), txo_p_str(running)};
-        rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, n, &affected,
+        rc = batch_exec(tx, SAGA_SQL_RENEW_MANY, lead, TXO_ARRAY_LEN(lead), b, pick, m, &affected,
                         err);
     }
-    if (rc == 0 && affected != n)
+    if (rc == 0 && affected != m)
         rc = txo_error_set(err, TXO_ELEASELOST,
-                           "saga batch of %zu at step %s: %llu still owned by %s", n, step,
+                           "saga batch of %zu at step %s: %llu still owned by %s", m, step,
                            (unsigned long long)affected, r0->owner);
-out:
-    txo_free(short_of);
     return rc;
 }
 
@@ -423,8 +354,8 @@ static int batch_step_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
     if (t->n_done == 0)
         goto out;
     txo_crash_point("saga.batch.before_commit");
-    rc = batch_fence(tx, b, t->done, t->n_done, t->finish ? LEASE_RELEASE : LEASE_KEEP,
-                     (int64_t)r0->opts.lease_s * 1000000, sd->name, err);
+    rc = batch_fence(tx, b, t->done, t->n_done, t->finish, (int64_t)r0->opts.lease_s * 1000000,
+                     sd->name, err);
     if (rc != 0)
         goto out;
     uint64_t affected = 0;
@@ -565,7 +496,7 @@ static int batch_call_fn(struct txo_tx *tx, void *arg, struct txo_error *err)
         if (l < lease_us)
             lease_us = l;
     }
-    rc = batch_fence(tx, b, t->in, t->n_in, LEASE_SET, lease_us, sd->name, err);
+    rc = batch_fence(tx, b, t->in, t->n_in, false, lease_us, sd->name, err);
     if (rc != 0)
         return rc;
     uint64_t affected = 0;

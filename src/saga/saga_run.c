@@ -260,26 +260,20 @@ static int step_done(struct txo_tx *tx, const struct local_tx *t, struct txo_err
     struct txo_exec_result res;
     int64_t inc = t->counted ? 0 : 1;
     const char *remote = txo_remote_state_name(t->remote);
-    /* The two statements differ in their middle: the saga's new status when the step is its
-     * last, else the lease the next step runs under (renewed when half of it is gone). */
-    struct txo_param p[10];
-    size_t n = 0;
-    p[n++] = txo_p_str(txo_step_status_name(done));
-    p[n++] = txo_p_i64(inc);
-    p[n++] = txo_p_str(remote);
-    if (t->finish) {
-        p[n++] = txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED));
-    } else {
-        p[n++] = txo_p_i64((int64_t)r->opts.lease_s * 1000000 / 2);
-        p[n++] = txo_p_i64(r->opts.lease_s);
-    }
-    p[n++] = txo_p_str(r->id);
-    p[n++] = txo_p_str(txo_saga_status_name(driving));
-    p[n++] = txo_p_str(r->owner);
-    p[n++] = txo_p_i64(order);
-    p[n++] = txo_p_str(txo_step_status_name(from));
-    rc = txo_tx_exec(tx, t->finish ? SAGA_SQL_STEP_DONE_FINISH : SAGA_SQL_STEP_DONE, p, n, &res,
-                     err);
+    /* The two statements differ in one parameter: the saga's new status when the step is its
+     * last, else the lease the next step runs under. */
+    struct txo_param p[] = {txo_p_str(txo_step_status_name(done)),
+                            txo_p_i64(inc),
+                            txo_p_str(remote),
+                            t->finish ? txo_p_str(txo_saga_status_name(TXO_SAGA_COMPLETED))
+                                      : txo_p_i64(r->opts.lease_s),
+                            txo_p_str(r->id),
+                            txo_p_str(txo_saga_status_name(driving)),
+                            txo_p_str(r->owner),
+                            txo_p_i64(order),
+                            txo_p_str(txo_step_status_name(from))};
+    rc = txo_tx_exec(tx, t->finish ? SAGA_SQL_STEP_DONE_FINISH : SAGA_SQL_STEP_DONE, p,
+                     TXO_ARRAY_LEN(p), &res, err);
     if (rc != 0)
         return rc;
     if (res.affected_rows > 0)

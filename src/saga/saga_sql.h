@@ -182,26 +182,20 @@
     "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
 
 /*
- * The end of a successful try, last statement of the step transaction: fence of the instance
- * and the step's move to its done status (attempts + 1 when the try had no phase (a) to count
- * it) with its remote state, in one statement. The lease is renewed only when less than half
- * of it is left (SAGA_SQL_LEASE_RENEWED): most steps then leave the instance row as it is, and
- * its entry in idx_saga_resume with it. Matches (affected rows > 0: the step row always
- * changes) only when the saga is in the driving status and ours, and the step still in the
- * status we loaded. Params: new step status, attempts increment (0/1), remote_state, lease_s /
- * 2 in microseconds, lease_s, id, expected saga status, owner, step_order, expected step
- * status. Index: PRIMARY of saga_instances and the steps' PRIMARY, both point lookups. Locks:
- * the instance row and the step row (X) until commit, whether the instance row changes or not.
+ * The end of a successful try, last statement of the step transaction: fence + lease renewal
+ * of the instance and the step's move to its done status (attempts + 1 when the try had no
+ * phase (a) to count it) with its remote state, in one statement. Matches (affected rows > 0:
+ * the step row always changes) only when the saga is in the driving status and ours, and the
+ * step still in the status we loaded. Params: new step status, attempts increment (0/1),
+ * remote_state, lease_s, id, expected saga status, owner, step_order, expected step status.
+ * Index: PRIMARY of saga_instances and the steps' PRIMARY, both point lookups. Locks: the instance
+ * row and the step row (X) until commit.
  */
-#define SAGA_SQL_LEASE_RENEWED(col)                                                                \
-    "IF(" col " < NOW(6) + INTERVAL ? MICROSECOND, NOW(6) + INTERVAL ? SECOND, " col ")"
 #define SAGA_SQL_STEP_DONE                                                                         \
     "UPDATE saga_instances i JOIN saga_steps s ON s.saga_id = i.id "                               \
     "SET s.status = ?, s.attempts = s.attempts + ?, s.remote_state = ?, "                          \
-    "i.lease_until = " SAGA_SQL_LEASE_RENEWED(                                                     \
-        "i.lease_until") " "                                                                       \
-                         "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? "   \
-                         "AND s.status = ?"
+    "i.lease_until = NOW(6) + INTERVAL ? SECOND "                                                  \
+    "WHERE i.id = ? AND i.status = ? AND i.owner = ? AND s.step_order = ? AND s.status = ?"
 
 /*
  * The same for the last step of a saga: the saga moves to COMPLETED and the lease is released
@@ -254,28 +248,13 @@
     "i.id FROM saga_instances i FORCE INDEX (PRIMARY) LEFT JOIN saga_steps s "                     \
     "ON s.saga_id = i.id WHERE i.owner = ? AND i.id IN "
 
-/* The lease of a batch set to the calls' lease (phase (a)), or renewed for the sagas
- * SAGA_SQL_LOCK_MANY found short of lease: affected rows must be their number. Params: lease
- * in microseconds, owner, expected status, ids. Locks: the instance rows (X) until commit. */
+/* The fence and lease renewal of a batch: affected rows must be the batch's size. Params:
+ * lease in microseconds (lease_s, or the calls' lease), owner, expected status, ids. Locks: the
+ * instance rows (X) until commit. */
 #define SAGA_SQL_RENEW_MANY                                                                        \
     "UPDATE saga_instances FORCE INDEX (PRIMARY) "                                                 \
     "SET lease_until = NOW(6) + INTERVAL ? MICROSECOND "                                           \
     "WHERE owner = ? AND status = ? AND id IN "
-
-/*
- * The fence of a batch's step transaction as a locking read: the sagas still ours and in the
- * expected status, each with whether less than half of its lease is left (then
- * SAGA_SQL_RENEW_MANY renews it). Rows must be the batch's size. A locking read writes nothing:
- * an UPDATE of lease_until would move the saga's entry in idx_saga_resume at every step (undo,
- * redo and a purge each time), for a lease that has most of its time left. Params: half the
- * lease in microseconds, owner, expected status, ids; the IN list is followed by
- * SAGA_SQL_LOCK_MANY_AFTER. Index: PRIMARY, point lookups. Locks: the instance rows (X) until
- * commit, as an UPDATE would take them.
- */
-#define SAGA_SQL_LOCK_MANY                                                                         \
-    "SELECT id, lease_until < NOW(6) + INTERVAL ? MICROSECOND "                                    \
-    "FROM saga_instances FORCE INDEX (PRIMARY) WHERE owner = ? AND status = ? AND id IN "
-#define SAGA_SQL_LOCK_MANY_AFTER " FOR UPDATE"
 
 /* The same for a batch whose step was the sagas' last: they complete and the leases are
  * released. Params: new status, owner, expected status, ids. Locks: the instance rows (X). */
