@@ -120,21 +120,24 @@ static bool put_key(struct writer *w, const char *key, size_t more)
     return true;
 }
 
+/* A string member of event id's envelope: present and UTF-8, or TXO_EINVAL naming it. The
+ * encoder (put_str) and txo_event_from_outbox() refuse the same members this way. */
+static int check_member(const char *value, const char *key, int64_t id, struct txo_error *err)
+{
+    if (value == NULL)
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing", id,
+                             key);
+    if (!txo_utf8_valid(value, strlen(value)))
+        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8", id,
+                             key);
+    return 0;
+}
+
 static void put_str(struct writer *w, const char *key, const char *value)
 {
-    if (w->rc != 0)
+    if (w->rc != 0 || (w->rc = check_member(value, key, w->id, w->err)) != 0)
         return;
-    if (value == NULL) {
-        w->rc = txo_error_set(w->err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing",
-                              w->id, key);
-        return;
-    }
     size_t n = strlen(value);
-    if (!txo_utf8_valid(value, n)) {
-        w->rc = txo_error_set(w->err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8",
-                              w->id, key);
-        return;
-    }
     /* Each byte becomes at most 6 (\u00XX), with the quotes. */
     if (n > SIZE_MAX / 8 || !put_key(w, key, 6 * n + 2))
         return;
@@ -777,17 +780,14 @@ out:
     return rc;
 }
 
-/* A string member of the envelope as the encoder checks it (set_str) and the decoder copies
- * it (take_str): present and UTF-8. */
+/* A string member of the envelope as the encoder checks it (check_member) and the decoder
+ * copies it (take_str). */
 static int event_str(const char *value, const char *key, int64_t id, char **out,
                      struct txo_error *err)
 {
-    if (value == NULL)
-        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is missing", id,
-                             key);
-    if (!txo_utf8_valid(value, strlen(value)))
-        return txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8", id,
-                             key);
+    int rc = check_member(value, key, id, err);
+    if (rc != 0)
+        return rc;
     *out = txo_strdup(value);
     return *out != NULL ? 0 : txo_error_set(err, TXO_ENOMEM, "envelope: out of memory");
 }
@@ -807,13 +807,11 @@ int txo_event_from_outbox(const struct txo_outbox_message *msg, struct txo_event
         rc = event_str(msg->idempotency_key, "idempotency_key", msg->id, &ev.idempotency_key, err);
     if (rc == 0)
         rc = event_str(msg->created_at, "created_at", msg->id, &ev.created_at, err);
-    /* The trace members are written only when they are UTF-8 strings (tracestate only after a
-     * traceparent); anything else refuses the whole envelope. */
-    if (rc == 0 && msg->traceparent != NULL &&
-        (!txo_utf8_valid(msg->traceparent, strlen(msg->traceparent)) ||
-         (msg->tracestate != NULL && !txo_utf8_valid(msg->tracestate, strlen(msg->tracestate)))))
-        rc = txo_error_set(err, TXO_EINVAL, "envelope of event %" PRId64 ": %s is not UTF-8",
-                           msg->id, "traceparent or tracestate");
+    /* The trace members as trace_head() writes them (tracestate only after a traceparent). */
+    if (rc == 0 && msg->traceparent != NULL)
+        rc = check_member(msg->traceparent, "traceparent", msg->id, err);
+    if (rc == 0 && msg->traceparent != NULL && msg->tracestate != NULL)
+        rc = check_member(msg->tracestate, "tracestate", msg->id, err);
     if (rc != 0)
         goto out;
     ev.id = msg->id;
