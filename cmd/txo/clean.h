@@ -24,13 +24,21 @@
  */
 void settings_add_partition(struct settings_table *t, struct txo_partition_opts *po, bool copy);
 
+/* The cleaners the settings are for: each takes its own subset, with its own defaults. */
+enum clean_host {
+    CLEAN_IN_RELAY,  /* `txo relay --clean-interval N`: the outbox and the dead letters */
+    CLEAN_IN_WORKER, /* `txo worker`, `txo up`: the outbox and the worker's tables */
+    CLEAN_COMMAND,   /* `txo clean`: one pass over every table the database has */
+};
+
 /*
- * The cleaner's settings, with targets in ro, which is first set to the library's defaults;
- * with_interval adds --clean-interval (default 0) and --clean-archive (a daemon's cleaner; `txo
- * clean` has --archive).
+ * The cleaner's settings for host, with targets in ro, which is first set to the library's
+ * defaults (clean_settings.c): the retention of each table the host cleans, the batch, the
+ * archive directory (--clean-archive in a daemon, --archive for `txo clean`) and the
+ * partitioned tables' settings; a daemon's --clean-interval (the relay's off by default).
  */
 void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro,
-                        bool with_interval);
+                        enum clean_host host);
 
 /*
  * After parsing: the options no setting names are derived from those that are. DONE commands
@@ -39,32 +47,9 @@ void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro,
  */
 void clean_settings_derive(struct txo_retention_opts *ro);
 
-/* The retention settings the worker's cleaner and `txo clean` share. */
-enum clean_retention {
-    CLEAN_RETAIN_OUTBOX,      /* --outbox-retention (the relay's cleaner too) */
-    CLEAN_RETAIN_IDEMPOTENCY, /* --idempotency-retention */
-    CLEAN_RETAIN_INBOX,       /* --inbox-retention */
-};
-
-/*
- * One retention setting, the same in every table that takes it (flag, variable, default,
- * range), with target; maybe_absent: its help says that the table it cleans may not exist
- * (`txo clean` runs on a relay-only schema too).
- */
-struct setting clean_retention_setting(enum clean_retention which, unsigned *target,
-                                       bool maybe_absent);
-
-/* --clean-archive, the same in every table that takes it. */
-struct setting clean_archive_setting(const char **target);
-
 /* An archive directory (NULL: none) a cleaner can write to; false after saying why on stderr
  * as "txo <cmd>: --<flag>: ..." (the command exits 2, before any write). */
 bool clean_archive_ok(const char *cmd, const char *flag, const char *dir);
-
-/* The help of the archive settings: what is archived. */
-#define CLEAN_ARCHIVE_HELP                                                                         \
-    "write the outbox rows, dead letters and inbox rows deleted to gzip JSON-lines files under "   \
-    "this existing directory first (`txo archive`, `txo replay --archive`)"
 
 /* The relay's cleaner thread. */
 struct clean_thread {

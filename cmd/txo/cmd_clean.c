@@ -56,78 +56,6 @@ const struct command cmd_clean = {
                    "writable (then nothing is deleted).",
 };
 
-void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro, bool with_interval)
-{
-    txo_retention_opts_init(ro);
-    const struct setting interval[] = {
-        {.name = "clean-interval",
-         .env = "TXO_CLEAN_INTERVAL",
-         .type = SETTING_UINT,
-         .def = "0",
-         .help = "seconds between retention passes in this process (PUBLISHED outbox rows and "
-                 "replayed dead letters; 0: none, run `txo clean` instead)",
-         .max = 86400,
-         .target = &ro->interval_s},
-    };
-    const struct setting group[] = {
-        clean_retention_setting(CLEAN_RETAIN_OUTBOX, &ro->outbox_s, false),
-        {.name = "dead-letter-retention",
-         .env = "TXO_DEAD_LETTER_RETENTION",
-         .type = SETTING_UINT,
-         .def = "2592000",
-         .help = "dead letters replayed more than this many seconds ago are deleted (never "
-                 "replayed ones are kept)",
-         .min = 60,
-         .max = 315360000,
-         .target = &ro->dead_letters_s},
-        {.name = "clean-batch",
-         .env = "TXO_CLEAN_BATCH",
-         .type = SETTING_UINT,
-         .def = "500",
-         .help = "rows deleted per transaction",
-         .min = 1,
-         .max = TXO_PURGE_BATCH_MAX,
-         .target = &ro->batch},
-        {.name = "clean-pause",
-         .env = "TXO_CLEAN_PAUSE_MS",
-         .type = SETTING_UINT,
-         .def = "20",
-         .help = "milliseconds between two batches, so that the relay keeps its pace",
-         .max = 60000,
-         .target = &ro->pause_ms},
-        {.name = "clean-max-batches",
-         .env = "TXO_CLEAN_MAX_BATCHES",
-         .type = SETTING_UINT,
-         .def = "0",
-         .help = "batches per table and pass (0: until nothing old is left)",
-         .max = 1000000,
-         .target = &ro->max_batches},
-    };
-    const struct setting archive[] = {clean_archive_setting(&ro->archive_dir)};
-    if (with_interval) {
-        settings_add(t, interval, TXO_ARRAY_LEN(interval));
-        settings_add(t, archive, TXO_ARRAY_LEN(archive));
-    }
-    settings_add(t, group, TXO_ARRAY_LEN(group));
-    settings_add_partition(t, &ro->partition, false);
-}
-
-bool clean_archive_ok(const char *cmd, const char *flag, const char *dir)
-{
-    struct txo_error err;
-    txo_error_init(&err);
-    if (dir == NULL || txo_archive_check_dir(dir, &err) == 0)
-        return true;
-    cli_error("txo %s: --%s: %s", cmd, flag, err.msg);
-    return false;
-}
-
-void clean_settings_derive(struct txo_retention_opts *ro)
-{
-    ro->commands_s = ro->inbox_s;
-    ro->partition.batch = ro->batch;
-}
-
 /* ---- the relay's cleaner thread ---- */
 
 #define SLICE_BATCHES 10
@@ -231,19 +159,8 @@ static struct {
 
 static void add_settings(struct settings_table *t)
 {
-    const struct setting worker_tables[] = {
-        clean_retention_setting(CLEAN_RETAIN_IDEMPOTENCY, &opts.clean.idempotency_s, true),
-        clean_retention_setting(CLEAN_RETAIN_INBOX, &opts.clean.inbox_s, true),
-        {.name = "archive",
-         .env = "TXO_CLEAN_ARCHIVE_DIR",
-         .type = SETTING_STRING,
-         .def = NULL,
-         .help = CLEAN_ARCHIVE_HELP,
-         .target = &opts.clean.archive_dir},
-    };
     settings_add_common(t, &opts.common);
-    settings_add_clean(t, &opts.clean, false);
-    settings_add(t, worker_tables, TXO_ARRAY_LEN(worker_tables));
+    settings_add_clean(t, &opts.clean, CLEAN_COMMAND);
 }
 
 static int run(void)

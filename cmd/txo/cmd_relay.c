@@ -112,7 +112,7 @@ static void add_settings(struct settings_table *t)
     settings_add_relay(t, &opts.relay);
     settings_add(t, source, TXO_ARRAY_LEN(source));
     settings_add(t, drain, TXO_ARRAY_LEN(drain));
-    settings_add_clean(t, &opts.clean, true);
+    settings_add_clean(t, &opts.clean, CLEAN_IN_RELAY);
     cmd_brokers_add_settings(t);
     settings_add_webhook(t, &opts.pub);
     settings_add_metrics_listen(t, &opts.metrics_listen);

@@ -295,56 +295,9 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
     settings_add(t, group, TXO_ARRAY_LEN(group));
 }
 
-#define IDEMPOTENCY_RETENTION_HELP                                                                 \
-    "completed idempotency keys older than this many seconds are deleted"
-#define INBOX_RETENTION_HELP "inbox rows and DONE commands older than this many seconds are deleted"
-
-struct setting clean_retention_setting(enum clean_retention which, unsigned *target,
-                                       bool maybe_absent)
-{
-    static const struct {
-        const char *name, *env, *def, *help, *help_maybe_absent;
-    } kinds[] = {
-        [CLEAN_RETAIN_OUTBOX] = {"outbox-retention", "TXO_OUTBOX_RETENTION", "604800",
-                                 "PUBLISHED outbox rows older than this many seconds are deleted",
-                                 NULL},
-        [CLEAN_RETAIN_IDEMPOTENCY] = {"idempotency-retention", "TXO_IDEMPOTENCY_RETENTION", "86400",
-                                      IDEMPOTENCY_RETENTION_HELP,
-                                      IDEMPOTENCY_RETENTION_HELP " (when the table exists)"},
-        [CLEAN_RETAIN_INBOX] = {"inbox-retention", "TXO_INBOX_RETENTION", "604800",
-                                INBOX_RETENTION_HELP,
-                                INBOX_RETENTION_HELP " (when the tables exist)"},
-    };
-    const char *help = kinds[which].help;
-    if (maybe_absent && kinds[which].help_maybe_absent != NULL)
-        help = kinds[which].help_maybe_absent;
-    return (struct setting){
-        .name = kinds[which].name,
-        .env = kinds[which].env,
-        .type = SETTING_UINT,
-        .def = kinds[which].def,
-        .help = help,
-        .min = 60,
-        .max = 315360000,
-        .target = target,
-    };
-}
-
-struct setting clean_archive_setting(const char **target)
-{
-    return (struct setting){
-        .name = "clean-archive",
-        .env = "TXO_CLEAN_ARCHIVE_DIR",
-        .type = SETTING_STRING,
-        .help = CLEAN_ARCHIVE_HELP,
-        .target = target,
-    };
-}
-
 void settings_add_worker(struct settings_table *t, struct worker_settings *o)
 {
     txo_worker_opts_init(&o->opts);
-    struct txo_retention_opts *ro = &o->opts.retention;
     const struct setting group[] = {
         {.name = "saga-threads",
          .env = "TXO_SAGA_THREADS",
@@ -442,28 +395,9 @@ void settings_add_worker(struct settings_table *t, struct worker_settings *o)
          .min = 1,
          .max = 1000,
          .target = &o->opts.saga.compensation_max_tries},
-        clean_retention_setting(CLEAN_RETAIN_OUTBOX, &ro->outbox_s, false),
-        clean_retention_setting(CLEAN_RETAIN_IDEMPOTENCY, &ro->idempotency_s, false),
-        clean_retention_setting(CLEAN_RETAIN_INBOX, &ro->inbox_s, false),
-        {.name = "clean-interval",
-         .env = "TXO_CLEAN_INTERVAL",
-         .type = SETTING_UINT,
-         .def = "60",
-         .help = "seconds between retention passes (0: no cleaner)",
-         .max = 86400,
-         .target = &ro->interval_s},
-        {.name = "clean-batch",
-         .env = "TXO_CLEAN_BATCH",
-         .type = SETTING_UINT,
-         .def = "1000",
-         .help = "rows deleted per statement",
-         .min = 1,
-         .max = 100000,
-         .target = &ro->batch},
-        clean_archive_setting(&ro->archive_dir),
     };
     settings_add(t, group, TXO_ARRAY_LEN(group));
-    settings_add_partition(t, &ro->partition, false);
+    settings_add_clean(t, &o->opts.retention, CLEAN_IN_WORKER);
 }
 
 void settings_add_services(struct settings_table *t, struct services_settings *o)

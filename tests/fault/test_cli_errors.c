@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "testproc.h"
+#include "txo/retention.h"
 
 /* What `txo args...` wrote (free()); the test fails unless it exited with status. */
 static char *run_txo(const char *const *args, int status)
@@ -125,6 +126,26 @@ static void test_bad_format_is_reported_plainly(void **state)
     free(out);
 }
 
+/* Every command with a cleaner takes --clean-batch in the range the library's cleaner accepts,
+ * so a batch it would refuse is a bad flag (exit 2 before any connection), not a failed start. */
+static void test_clean_batch_range_is_the_cleaners(void **state)
+{
+    (void)state;
+    char want[96];
+    snprintf(want, sizeof(want), "--clean-batch must be a whole number from 1 to %d, got \"%d\"",
+             TXO_PURGE_BATCH_MAX, TXO_PURGE_BATCH_MAX + 1);
+    char flag[48];
+    snprintf(flag, sizeof(flag), "--clean-batch=%d", TXO_PURGE_BATCH_MAX + 1);
+    static const char *const commands[] = {"relay", "worker", "up", "clean"};
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        const char *args[] = {commands[i], "--log-format=json", flag, NULL};
+        char *error = json_error(args);
+        if (strstr(error, want) == NULL)
+            fail_msg("txo %s: %s", commands[i], error);
+        free(error);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -134,6 +155,7 @@ int main(void)
         cmocka_unit_test_teardown(test_unknown_command_in_json_has_no_usage_text, clear_env),
         cmocka_unit_test_teardown(test_help_stays_plain_text, clear_env),
         cmocka_unit_test_teardown(test_bad_format_is_reported_plainly, clear_env),
+        cmocka_unit_test_teardown(test_clean_batch_range_is_the_cleaners, clear_env),
     };
     clear_env(NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
