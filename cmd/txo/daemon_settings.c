@@ -178,7 +178,7 @@ void settings_add_relay(struct settings_table *t, struct relay_settings *o)
          .def = "500",
          .help = "events claimed per batch",
          .min = 1,
-         .max = 10000,
+         .max = TXO_RELAY_BATCH_MAX,
          .target = &o->opts.batch_size},
         {.name = "lease",
          .env = "TXO_LEASE_SECONDS",

@@ -61,6 +61,9 @@
 #include "txo/outbox.h" /* enum txo_outbox_status */
 #include "txo/publisher.h"
 
+/* The most events one claim may take (txo_relay_opts.batch_size). */
+#define TXO_RELAY_BATCH_MAX 10000u
+
 /*
  * Which events a claim may take (see Ordering above). AGGREGATE, the default, keeps each
  * entity's events in order (OrderCreated before OrderCancelled), which consumers assume and
@@ -132,7 +135,7 @@ struct txo_relay_opts {
      * this long; one that stops gives them back at once. Default 10000.
      */
     int64_t shard_lease_ms;
-    unsigned batch_size;         /* events per claim, default 500, max 10000 */
+    unsigned batch_size;         /* events per claim, default 500, 1..TXO_RELAY_BATCH_MAX */
     unsigned lease_s;            /* claim lease, default 30 */
     unsigned max_attempts;       /* publish attempts before FAILED, default 10 */
     unsigned max_lease_expiries; /* lease expiries before FAILED (poison), default 3 */

@@ -93,14 +93,8 @@ static int add_event(struct compare *c, const struct txo_rows *rows, size_t r,
         return 0; /* NOT NULL in the schema */
     if (c->window.n >= c->a->opts->max_events)
         return too_many(c, "PUBLISHED events in the window", err);
-    if (c->window.n == c->cap_events) {
-        size_t cap = c->cap_events == 0 ? 1024 : c->cap_events * 2;
-        struct event *v = txo_realloc(c->events, cap * sizeof(*v));
-        if (v == NULL)
-            return txo_error_set(err, TXO_ENOMEM, "audit: out of memory for the window");
-        c->events = v;
-        c->cap_events = cap;
-    }
+    if (TXO_ARRAY_RESERVE(c->events, c->cap_events, c->window.n + 1, 1024) < 0)
+        return txo_error_set(err, TXO_ENOMEM, "audit: out of memory for the window");
     size_t i = 0;
     bool added = false;
     if (txo__audit_keys_add(&c->window, key, len, &i, &added) < 0)
@@ -164,14 +158,8 @@ static int add_stray(struct compare *c, const struct txo_history_msg *m)
         c->over_limit = true;
         return TXO_EINVAL;
     }
-    if (c->n_strays == c->cap_strays) {
-        size_t cap = c->cap_strays == 0 ? 64 : c->cap_strays * 2;
-        struct stray *v = txo_realloc(c->strays, cap * sizeof(*v));
-        if (v == NULL)
-            return TXO_ENOMEM;
-        c->strays = v;
-        c->cap_strays = cap;
-    }
+    if (TXO_ARRAY_RESERVE(c->strays, c->cap_strays, c->n_strays + 1, 64) < 0)
+        return TXO_ENOMEM;
     struct stray *s = &c->strays[c->n_strays];
     s->key = AUDIT_NO_KEY;
     bool added = false;

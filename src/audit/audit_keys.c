@@ -95,14 +95,8 @@ int txo__audit_keys_add(struct audit_keys *ks, const char *key, size_t len, size
         return TXO_ENOMEM;
     if (2 * (ks->n + 1) > ks->n_slots && grow_slots(ks) < 0)
         return TXO_ENOMEM;
-    if (ks->n == ks->cap) {
-        size_t cap = ks->cap == 0 ? FIRST_SLOTS : ks->cap * 2;
-        const char **keys = txo_realloc(ks->keys, cap * sizeof(*keys));
-        if (keys == NULL)
-            return TXO_ENOMEM;
-        ks->keys = keys;
-        ks->cap = cap;
-    }
+    if (TXO_ARRAY_RESERVE(ks->keys, ks->cap, ks->n + 1, FIRST_SLOTS) < 0)
+        return TXO_ENOMEM;
     char *copy = txo__audit_arena_strndup(&ks->arena, key, len);
     if (copy == NULL)
         return TXO_ENOMEM;

@@ -219,18 +219,9 @@ static int grow(struct grpc_publisher *p, size_t n)
 {
     if (n <= p->cap)
         return 0;
-    Txo__V1__Event *events = txo_realloc(p->events, n * sizeof(*events));
-    if (events == NULL)
+    if (TXO_ARRAY_RESIZE(p->events, n) < 0 || TXO_ARRAY_RESIZE(p->event_ptrs, n) < 0 ||
+        TXO_ARRAY_RESIZE(p->sizes, n) < 0)
         return TXO_ENOMEM;
-    p->events = events;
-    Txo__V1__Event **ptrs = txo_realloc(p->event_ptrs, n * sizeof(*ptrs));
-    if (ptrs == NULL)
-        return TXO_ENOMEM;
-    p->event_ptrs = ptrs;
-    size_t *sizes = txo_realloc(p->sizes, n * sizeof(*sizes));
-    if (sizes == NULL)
-        return TXO_ENOMEM;
-    p->sizes = sizes;
     p->cap = n;
     return 0;
 }

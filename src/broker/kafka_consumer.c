@@ -296,14 +296,8 @@ static int schedule_retry(struct kafka_consumer *c, const rd_kafka_message_t *m,
     const char *topic = rd_kafka_topic_name(m->rkt);
     struct retry_mark *mark = find_mark(c, topic, m->partition);
     if (mark == NULL) {
-        if (c->n_marks == c->cap_marks) {
-            size_t cap = c->cap_marks ? c->cap_marks * 2 : 8;
-            struct retry_mark *mk = txo_realloc(c->marks, cap * sizeof(*mk));
-            if (mk == NULL)
-                return txo_error_set(err, TXO_ENOMEM, "kafka consumer: out of memory");
-            c->marks = mk;
-            c->cap_marks = cap;
-        }
+        if (TXO_ARRAY_RESERVE(c->marks, c->cap_marks, c->n_marks + 1, 8) < 0)
+            return txo_error_set(err, TXO_ENOMEM, "kafka consumer: out of memory");
         char *t = txo_strdup(topic);
         if (t == NULL)
             return txo_error_set(err, TXO_ENOMEM, "kafka consumer: out of memory");

@@ -424,10 +424,8 @@ static int grow(struct kafka_publisher *p, size_t n)
 {
     if (n <= p->cap)
         return 0;
-    int64_t *t = txo_realloc(p->produced_ms, n * sizeof(*t));
-    if (t == NULL)
+    if (TXO_ARRAY_RESIZE(p->produced_ms, n) < 0)
         return TXO_ENOMEM;
-    p->produced_ms = t;
     p->cap = n;
     return 0;
 }

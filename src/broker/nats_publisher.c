@@ -627,23 +627,15 @@ static int grow(struct nats_publisher *p, size_t n)
 {
     if (n <= p->cap)
         return 0;
-    uintptr_t *sent = txo_realloc(p->sent, n * sizeof(*sent));
-    if (sent == NULL)
+    if (TXO_ARRAY_RESIZE(p->sent, n) < 0 || TXO_ARRAY_RESIZE(p->refs, n) < 0)
         return TXO_ENOMEM;
-    p->sent = sent;
-    struct sent_ref *refs = txo_realloc(p->refs, n * sizeof(*refs));
-    if (refs == NULL)
-        return TXO_ENOMEM;
-    p->refs = refs;
     /* acks is shared with ack_handler: only resized while no batch is active. */
     pthread_mutex_lock(&p->mu);
-    struct ack_record *acks = txo_realloc(p->acks, n * sizeof(*acks));
-    if (acks != NULL) {
-        p->acks = acks;
+    int rc = TXO_ARRAY_RESIZE(p->acks, n);
+    if (rc == 0)
         p->cap = n;
-    }
     pthread_mutex_unlock(&p->mu);
-    return acks != NULL ? 0 : TXO_ENOMEM;
+    return rc;
 }
 
 static int cmp_ref(const void *a, const void *b)

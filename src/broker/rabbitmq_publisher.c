@@ -503,22 +503,9 @@ static int grow(struct rmq_publisher *p, size_t n)
 {
     if (n <= p->cap)
         return 0;
-    uint64_t *tags = txo_realloc(p->tags, n * sizeof(*tags));
-    if (tags == NULL)
+    if (TXO_ARRAY_RESIZE(p->tags, n) < 0 || TXO_ARRAY_RESIZE(p->index_of, n) < 0 ||
+        TXO_ARRAY_RESIZE(p->returned, n) < 0 || TXO_ARRAY_RESIZE(p->return_text, n) < 0)
         return TXO_ENOMEM;
-    p->tags = tags;
-    size_t *index_of = txo_realloc(p->index_of, n * sizeof(*index_of));
-    if (index_of == NULL)
-        return TXO_ENOMEM;
-    p->index_of = index_of;
-    bool *returned = txo_realloc(p->returned, n * sizeof(*returned));
-    if (returned == NULL)
-        return TXO_ENOMEM;
-    p->returned = returned;
-    char(*text)[128] = txo_realloc(p->return_text, n * sizeof(*text));
-    if (text == NULL)
-        return TXO_ENOMEM;
-    p->return_text = text;
     p->cap = n;
     return 0;
 }

@@ -52,14 +52,8 @@ static void names_release(struct names *ns)
 
 static int names_add(struct names *ns, const char *s, size_t len)
 {
-    if (ns->n == ns->cap) {
-        size_t cap = ns->cap == 0 ? 16 : ns->cap * 2;
-        char **v = txo_realloc(ns->v, cap * sizeof(*v));
-        if (v == NULL)
-            return TXO_ENOMEM;
-        ns->v = v;
-        ns->cap = cap;
-    }
+    if (TXO_ARRAY_RESERVE(ns->v, ns->cap, ns->n + 1, 16) < 0)
+        return TXO_ENOMEM;
     ns->v[ns->n] = txo_strndup(s, len);
     if (ns->v[ns->n] == NULL)
         return TXO_ENOMEM;

@@ -143,10 +143,8 @@ static int grow(struct redis_publisher *p, size_t n)
 {
     if (n <= p->cap)
         return 0;
-    size_t *sent = txo_realloc(p->sent, n * sizeof(*sent));
-    if (sent == NULL)
+    if (TXO_ARRAY_RESIZE(p->sent, n) < 0)
         return TXO_ENOMEM;
-    p->sent = sent;
     p->cap = n;
     return 0;
 }

@@ -104,6 +104,41 @@ char *txo_strndup(const char *s, size_t n)
     return copy;
 }
 
+/* The pointer stored at arrp, which may be a pointer to any object pointer type: copied as
+ * bytes, as all object pointers share one representation on the platforms the library runs on. */
+static void *pointer_at(const void *arrp)
+{
+    void *p;
+    memcpy(&p, arrp, sizeof(p));
+    return p;
+}
+
+int txo__array_resize(void *arrp, size_t n, size_t elem)
+{
+    if (elem != 0 && n > SIZE_MAX / elem)
+        return TXO_ENOMEM;
+    void *p = txo_realloc(pointer_at(arrp), n * elem);
+    if (p == NULL && n * elem != 0)
+        return TXO_ENOMEM;
+    memcpy(arrp, &p, sizeof(p));
+    return 0;
+}
+
+/* txo__array_reserve() when the array is too small. */
+int txo__array_grow(void *arrp, size_t *cap, size_t need, size_t elem, size_t first)
+{
+    size_t n = *cap > 0 ? *cap : (first > 0 ? first : 1);
+    while (n < need) {
+        if (n > SIZE_MAX / 2)
+            return TXO_ENOMEM;
+        n *= 2;
+    }
+    int rc = txo__array_resize(arrp, n, elem);
+    if (rc == 0)
+        *cap = n;
+    return rc;
+}
+
 void txo__wipe(char *s)
 {
     if (s == NULL)

@@ -72,6 +72,31 @@ void txo__move_check(size_t n_states, long from, long to, const char *what);
     }
 
 /*
+ * Resizes the array whose pointer is at arrp (a T **) to n elements of elem bytes, with
+ * txo_realloc. TXO_ENOMEM, the array as it was, when n * elem overflows or memory runs out.
+ */
+int txo__array_resize(void *arrp, size_t n, size_t elem);
+
+/*
+ * Room for need elements in the array whose pointer is at arrp (a T **) and whose capacity is
+ * *cap: when *cap is smaller, the capacity doubles (from first when it is 0) until it holds
+ * need, and the array is resized to it. TXO_ENOMEM, array and *cap as they were, when it
+ * cannot. Every growing array of the library grows through this one.
+ */
+int txo__array_grow(void *arrp, size_t *cap, size_t need, size_t elem, size_t first);
+static inline int txo__array_reserve(void *arrp, size_t *cap, size_t need, size_t elem,
+                                     size_t first)
+{
+    return need <= *cap ? 0 : txo__array_grow(arrp, cap, need, elem, first);
+}
+
+/* txo__array_resize() and txo__array_reserve() of the array arr (an lvalue of pointer type),
+ * its elements' size taken from its type. */
+#define TXO_ARRAY_RESIZE(arr, n) txo__array_resize(&(arr), (n), sizeof(*(arr)))
+#define TXO_ARRAY_RESERVE(arr, cap, need, first)                                                   \
+    txo__array_reserve(&(arr), &(cap), (need), sizeof(*(arr)), (first))
+
+/*
  * Returns the free memory of every malloc arena to the kernel (glibc's malloc_trim); a no-op
  * with another C library. It walks the free lists with each arena locked in turn: call it at a
  * quiet point after much was freed, never per request. Thread-safe.

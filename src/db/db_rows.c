@@ -29,21 +29,6 @@ struct txo_rows {
     size_t n_cells, cells_cap, data_len, data_cap;
 };
 
-static int grow(void **buf, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *p = txo_realloc(*buf, n * elem);
-    if (!p)
-        return TXO_ENOMEM;
-    *buf = p;
-    *cap = n;
-    return 0;
-}
-
 struct txo_rows *txo__rows_new(size_t n_cols)
 {
     TXO_ASSERT(n_cols > 0);
@@ -55,9 +40,9 @@ struct txo_rows *txo__rows_new(size_t n_cols)
 
 int txo__rows_put(struct txo_rows *rows, const char *v, size_t len)
 {
-    if (grow((void **)&rows->cells, &rows->cells_cap, rows->n_cells + 1, sizeof(struct cell)) < 0 ||
-        grow((void **)&rows->data, &rows->data_cap, rows->data_len + (v != NULL ? len : 0) + 1, 1) <
-            0)
+    if (TXO_ARRAY_RESERVE(rows->cells, rows->cells_cap, rows->n_cells + 1, 16) < 0 ||
+        TXO_ARRAY_RESERVE(rows->data, rows->data_cap, rows->data_len + (v != NULL ? len : 0) + 1,
+                          16) < 0)
         return TXO_ENOMEM;
     struct cell *cell = &rows->cells[rows->n_cells++];
     cell->null = v == NULL;

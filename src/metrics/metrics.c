@@ -517,15 +517,9 @@ struct txo_metric *txo_metrics_register(struct txo_metrics *reg, enum txo_metric
                       name);
         goto out;
     }
-    if (reg->n_families == reg->cap_families) {
-        size_t cap = reg->cap_families > 0 ? reg->cap_families * 2 : 16;
-        struct txo_metric **fams = txo_realloc(reg->families, cap * sizeof(*fams));
-        if (fams == NULL) {
-            txo_error_set(err, TXO_ENOMEM, "metric %s", name);
-            goto out;
-        }
-        reg->families = fams;
-        reg->cap_families = cap;
+    if (TXO_ARRAY_RESERVE(reg->families, reg->cap_families, reg->n_families + 1, 16) < 0) {
+        txo_error_set(err, TXO_ENOMEM, "metric %s", name);
+        goto out;
     }
     m = new_family(type, name, help, n_labels, label_names, bounds, n_bounds);
     if (m == NULL) {
@@ -697,15 +691,9 @@ int txo_metrics_add_collector(struct txo_metrics *reg, txo_metrics_collect_fn fn
     if (fn == NULL)
         return txo_error_set(err, TXO_EINVAL, "metrics collector function is NULL");
     pthread_mutex_lock(&reg->mu);
-    if (reg->n_collectors == reg->cap_collectors) {
-        size_t cap = reg->cap_collectors > 0 ? reg->cap_collectors * 2 : 4;
-        struct collector *cs = txo_realloc(reg->collectors, cap * sizeof(*cs));
-        if (cs == NULL) {
-            rc = txo_error_set(err, TXO_ENOMEM, "metrics collector");
-            goto out;
-        }
-        reg->collectors = cs;
-        reg->cap_collectors = cap;
+    if (TXO_ARRAY_RESERVE(reg->collectors, reg->cap_collectors, reg->n_collectors + 1, 4) < 0) {
+        rc = txo_error_set(err, TXO_ENOMEM, "metrics collector");
+        goto out;
     }
     reg->collectors[reg->n_collectors++] = (struct collector){.fn = fn, .arg = arg};
 out:

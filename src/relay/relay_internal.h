@@ -15,7 +15,6 @@
 #include "txo/relay.h"
 #include "txo/trace.h"
 
-#define BATCH_SIZE_MAX     10000u
 #define TOKEN_MAX          128 /* outbox_events.locked_by VARCHAR(128) */
 #define RECLAIM_LIMIT      10000
 #define RETRY_MIN_MS       250

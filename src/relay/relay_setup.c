@@ -82,9 +82,9 @@ void txo_relay_opts_init(struct txo_relay_opts *opts)
 
 static int check_opts(const struct txo_relay_opts *o, struct txo_error *err)
 {
-    if (o->batch_size < 1 || o->batch_size > BATCH_SIZE_MAX)
+    if (o->batch_size < 1 || o->batch_size > TXO_RELAY_BATCH_MAX)
         return txo_error_set(err, TXO_EINVAL, "relay: batch_size must be 1..%u, got %u",
-                             BATCH_SIZE_MAX, o->batch_size);
+                             TXO_RELAY_BATCH_MAX, o->batch_size);
     if (o->lease_s < 1)
         return txo_error_set(err, TXO_EINVAL, "relay: lease_s must be >= 1, got %u", o->lease_s);
     if (o->max_lease_expiries < 1)

@@ -115,14 +115,9 @@ int txo__replay_archive_open(const char *dir, const struct txo_replay_filter *f,
         int64_t first = 0, last = 0;
         if (!file_range(e->d_name, &first, &last))
             continue; /* temporary files (a leading '.') and anything else */
-        if (a->n_files == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct archived *files = txo_realloc(a->files, cap * sizeof(*files));
-            if (files == NULL) {
-                rc = txo_error_set(err, TXO_ENOMEM, "replay: out of memory");
-                break;
-            }
-            a->files = files;
+        if (TXO_ARRAY_RESERVE(a->files, cap, a->n_files + 1, 64) < 0) {
+            rc = txo_error_set(err, TXO_ENOMEM, "replay: out of memory");
+            break;
         }
         size_t len = strlen(path) + strlen(e->d_name) + 2;
         char *p = txo_malloc(len);

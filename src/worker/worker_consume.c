@@ -34,14 +34,8 @@ int txo_handler_start_saga(struct txo_handler_ctx *hc, const struct txo_saga_def
             hc->needs_single = true;
             return txo_error_set(err, TXO_EUNSUPPORTED, "start_saga with created in a batch");
         }
-        if (hc->n_pending == hc->cap_pending) {
-            size_t cap = hc->cap_pending > 0 ? 2 * hc->cap_pending : 16;
-            struct pending_saga *p = txo_realloc(hc->pending, cap * sizeof(*p));
-            if (p == NULL)
-                return txo_error_set(err, TXO_ENOMEM, "starting a saga: out of memory");
-            hc->pending = p;
-            hc->cap_pending = cap;
-        }
+        if (TXO_ARRAY_RESERVE(hc->pending, hc->cap_pending, hc->n_pending + 1, 16) < 0)
+            return txo_error_set(err, TXO_ENOMEM, "starting a saga: out of memory");
         struct pending_saga *ps = &hc->pending[hc->n_pending];
         memset(ps, 0, sizeof(*ps));
         ps->def = def;

@@ -1,6 +1,7 @@
 /*
  * Unit tests for src/core/clock.c and src/core/alloc.c: RFC 3339 formatting of known instants,
- * the system clock's basic properties (without sleeping), and out-of-memory injection.
+ * the system clock's basic properties (without sleeping), out-of-memory injection, and the
+ * growing arrays every module shares.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "txo/txo.h"
+#include "core/common.h"
 
 static void test_rfc3339_known_instants(void **state)
 {
@@ -133,6 +134,38 @@ static void test_strdup_and_strndup(void **state)
     txo_free(s);
 }
 
+static void test_array_reserve_doubles_and_keeps_on_failure(void **state)
+{
+    (void)state;
+    int *v = NULL;
+    size_t cap = 0;
+    assert_int_equal(TXO_ARRAY_RESERVE(v, cap, 1, 4), 0);
+    assert_int_equal(cap, 4);
+    for (int i = 0; i < 4; i++)
+        v[i] = i;
+    assert_int_equal(TXO_ARRAY_RESERVE(v, cap, 4, 4), 0); /* room already: nothing moves */
+    assert_int_equal(cap, 4);
+    assert_int_equal(TXO_ARRAY_RESERVE(v, cap, 9, 4), 0); /* doubles until it holds 9 */
+    assert_int_equal(cap, 16);
+    assert_int_equal(v[3], 3);
+
+    int *before = v;
+    txo_alloc_fail_after(0);
+    assert_int_equal(TXO_ARRAY_RESERVE(v, cap, 17, 4), TXO_ENOMEM);
+    txo_alloc_fail_after(-1);
+    assert_ptr_equal(v, before);
+    assert_int_equal(cap, 16);
+    assert_int_equal(v[2], 2);
+
+    /* A size that overflows is refused before any allocation. */
+    assert_int_equal(TXO_ARRAY_RESERVE(v, cap, SIZE_MAX / 2, 4), TXO_ENOMEM);
+    assert_int_equal(TXO_ARRAY_RESIZE(v, SIZE_MAX / sizeof(*v) + 1), TXO_ENOMEM);
+    assert_ptr_equal(v, before);
+    assert_int_equal(TXO_ARRAY_RESIZE(v, 2), 0);
+    assert_int_equal(v[1], 1);
+    txo_free(v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -141,6 +174,7 @@ int main(void)
         cmocka_unit_test_teardown(test_fail_after_zero_fails_at_once_then_recovers, alloc_reset),
         cmocka_unit_test_teardown(test_fail_after_n_lets_n_through, alloc_reset),
         cmocka_unit_test_teardown(test_strdup_and_strndup, alloc_reset),
+        cmocka_unit_test_teardown(test_array_reserve_doubles_and_keeps_on_failure, alloc_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
