@@ -52,7 +52,7 @@ enum txo_breaker_state {
     TXO_BREAKER_HALF_OPEN,
 };
 
-/* "CLOSED", "OPEN", "HALF_OPEN"; "UNKNOWN" for a value outside the enum. Static strings. */
+/* "CLOSED", "OPEN", "HALF_OPEN"; "INVALID" for a value outside the enum. Static strings. */
 TXO_API const char *txo_breaker_state_name(enum txo_breaker_state s);
 
 struct txo_breaker;

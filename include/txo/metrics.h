@@ -49,7 +49,7 @@ enum txo_metric_type {
     TXO_METRIC_HISTOGRAM, /* counts observations in buckets (txo_metric_observe) */
 };
 
-/* "counter", "gauge", "histogram" (the # TYPE spelling); "unknown" otherwise. */
+/* "counter", "gauge", "histogram" (the # TYPE spelling); "INVALID" outside the enum. */
 TXO_API const char *txo_metric_type_name(enum txo_metric_type type);
 
 struct txo_metrics;

@@ -270,7 +270,7 @@ enum txo_saga_deadline {
     TXO_DEADLINE_SAGA, /* the saga's deadline_ms */
 };
 
-/* "none", "try", "step", "saga"; "invalid" outside the enum. Never NULL. */
+/* "none", "try", "step", "saga"; "INVALID" outside the enum. Never NULL. */
 TXO_API const char *txo_saga_deadline_name(enum txo_saga_deadline d);
 
 struct txo_metric;

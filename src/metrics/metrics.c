@@ -89,17 +89,15 @@ struct txo_metrics {
     struct txo_metric *collector_errors;
 };
 
+static const char *const type_names[] = {
+    [TXO_METRIC_COUNTER] = "counter",
+    [TXO_METRIC_GAUGE] = "gauge",
+    [TXO_METRIC_HISTOGRAM] = "histogram",
+};
+
 const char *txo_metric_type_name(enum txo_metric_type type)
 {
-    switch (type) {
-    case TXO_METRIC_COUNTER:
-        return "counter";
-    case TXO_METRIC_GAUGE:
-        return "gauge";
-    case TXO_METRIC_HISTOGRAM:
-        return "histogram";
-    }
-    return "unknown";
+    return txo__name_of(type_names, TXO_ARRAY_LEN(type_names), (long)type);
 }
 
 /*

@@ -35,17 +35,15 @@ struct txo_breaker {
     struct txo_breaker_stats stats; /* the counters; state fields are filled on read */
 };
 
+static const char *const state_names[] = {
+    [TXO_BREAKER_CLOSED] = "CLOSED",
+    [TXO_BREAKER_OPEN] = "OPEN",
+    [TXO_BREAKER_HALF_OPEN] = "HALF_OPEN",
+};
+
 const char *txo_breaker_state_name(enum txo_breaker_state s)
 {
-    switch (s) {
-    case TXO_BREAKER_CLOSED:
-        return "CLOSED";
-    case TXO_BREAKER_OPEN:
-        return "OPEN";
-    case TXO_BREAKER_HALF_OPEN:
-        return "HALF_OPEN";
-    }
-    return "UNKNOWN";
+    return txo__name_of(state_names, TXO_ARRAY_LEN(state_names), (long)s);
 }
 
 void txo_breaker_opts_init(struct txo_breaker_opts *opts)

@@ -37,19 +37,16 @@
 
 #define NO_DEADLINE INT64_MAX
 
+static const char *const deadline_names[] = {
+    [TXO_DEADLINE_NONE] = "none",
+    [TXO_DEADLINE_TRY] = "try",
+    [TXO_DEADLINE_STEP] = "step",
+    [TXO_DEADLINE_SAGA] = "saga",
+};
+
 const char *txo_saga_deadline_name(enum txo_saga_deadline d)
 {
-    switch (d) {
-    case TXO_DEADLINE_NONE:
-        return "none";
-    case TXO_DEADLINE_TRY:
-        return "try";
-    case TXO_DEADLINE_STEP:
-        return "step";
-    case TXO_DEADLINE_SAGA:
-        return "saga";
-    }
-    return "invalid";
+    return txo__name_of(deadline_names, TXO_ARRAY_LEN(deadline_names), (long)d);
 }
 
 static int64_t now_ms(const struct saga_run *r)

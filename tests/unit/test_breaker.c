@@ -149,7 +149,7 @@ static void test_defaults_and_names(void **state)
     assert_string_equal(txo_breaker_state_name(TXO_BREAKER_CLOSED), "CLOSED");
     assert_string_equal(txo_breaker_state_name(TXO_BREAKER_OPEN), "OPEN");
     assert_string_equal(txo_breaker_state_name(TXO_BREAKER_HALF_OPEN), "HALF_OPEN");
-    assert_string_equal(txo_breaker_state_name((enum txo_breaker_state)42), "UNKNOWN");
+    assert_string_equal(txo_breaker_state_name((enum txo_breaker_state)42), "INVALID");
 
     /* NULL options: the defaults and the system clock. */
     struct txo_breaker *b = NULL;

@@ -98,6 +98,7 @@ static void test_empty_registry(void **state)
     assert_string_equal(txo_metric_type_name(TXO_METRIC_COUNTER), "counter");
     assert_string_equal(txo_metric_type_name(TXO_METRIC_GAUGE), "gauge");
     assert_string_equal(txo_metric_type_name(TXO_METRIC_HISTOGRAM), "histogram");
+    assert_string_equal(txo_metric_type_name((enum txo_metric_type)3), "INVALID");
 }
 
 static void test_exact_text(void **state)

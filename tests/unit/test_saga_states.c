@@ -99,6 +99,8 @@ static void test_step_names_round_trip(void **state)
     assert_int_equal(txo_step_status_parse(NULL, &out), TXO_EINVAL);
     assert_int_equal(out, TXO_STEP_FAILED);
     assert_string_equal(txo_step_status_name((enum txo_step_status) - 1), "INVALID");
+    assert_string_equal(txo_saga_deadline_name(TXO_DEADLINE_SAGA), "saga");
+    assert_string_equal(txo_saga_deadline_name((enum txo_saga_deadline)4), "INVALID");
 }
 
 /* Every pair, legal or not: the table allows exactly the listed moves. */
