@@ -19,9 +19,9 @@
 #define RETENTION_MIN 60
 #define RETENTION_MAX 315360000
 
-/* A retention setting: a whole number of seconds in the one range they all share. */
-static struct setting retention(const char *name, const char *env, const char *def,
-                                const char *help, unsigned *target)
+/* A whole-number setting of the cleaner. */
+static struct setting whole(const char *name, const char *env, const char *def, const char *help,
+                            unsigned long min, unsigned long max, unsigned *target)
 {
     return (struct setting){
         .name = name,
@@ -29,8 +29,8 @@ static struct setting retention(const char *name, const char *env, const char *d
         .type = SETTING_UINT,
         .def = def,
         .help = help,
-        .min = RETENTION_MIN,
-        .max = RETENTION_MAX,
+        .min = min,
+        .max = max,
         .target = target,
     };
 }
@@ -43,66 +43,40 @@ void settings_add_clean(struct settings_table *t, struct txo_retention_opts *ro,
     struct setting list[9];
     size_t n = 0;
     if (!command)
-        list[n++] = (struct setting){
-            .name = "clean-interval",
-            .env = "TXO_CLEAN_INTERVAL",
-            .type = SETTING_UINT,
-            .def = worker ? "60" : "0",
-            .help = worker ? "seconds between retention passes (0: no cleaner)"
-                           : "seconds between retention passes in this process (PUBLISHED "
-                             "outbox rows and replayed dead letters; 0: none, run `txo clean` "
-                             "instead)",
-            .max = 86400,
-            .target = &ro->interval_s,
-        };
-    list[n++] =
-        retention("outbox-retention", "TXO_OUTBOX_RETENTION", "604800",
-                  "PUBLISHED outbox rows older than this many seconds are deleted", &ro->outbox_s);
+        list[n++] = whole("clean-interval", "TXO_CLEAN_INTERVAL", worker ? "60" : "0",
+                          worker ? "seconds between retention passes (0: no cleaner)"
+                                 : "seconds between retention passes in this process (PUBLISHED "
+                                   "outbox rows and replayed dead letters; 0: none, run `txo "
+                                   "clean` instead)",
+                          0, 86400, &ro->interval_s);
+    list[n++] = whole("outbox-retention", "TXO_OUTBOX_RETENTION", "604800",
+                      "PUBLISHED outbox rows older than this many seconds are deleted",
+                      RETENTION_MIN, RETENTION_MAX, &ro->outbox_s);
     if (!worker)
-        list[n++] = retention("dead-letter-retention", "TXO_DEAD_LETTER_RETENTION", "2592000",
-                              "dead letters replayed more than this many seconds ago are deleted "
-                              "(never replayed ones are kept)",
-                              &ro->dead_letters_s);
+        list[n++] = whole("dead-letter-retention", "TXO_DEAD_LETTER_RETENTION", "2592000",
+                          "dead letters replayed more than this many seconds ago are deleted "
+                          "(never replayed ones are kept)",
+                          RETENTION_MIN, RETENTION_MAX, &ro->dead_letters_s);
     if (host != CLEAN_IN_RELAY) {
         /* `txo clean` may run on a database with only the relay's tables. */
-        list[n++] = retention("idempotency-retention", "TXO_IDEMPOTENCY_RETENTION", "86400",
-                              command ? IDEMPOTENCY_RETENTION_HELP " (when the table exists)"
-                                      : IDEMPOTENCY_RETENTION_HELP,
-                              &ro->idempotency_s);
-        list[n++] = retention("inbox-retention", "TXO_INBOX_RETENTION", "604800",
-                              command ? INBOX_RETENTION_HELP " (when the tables exist)"
-                                      : INBOX_RETENTION_HELP,
-                              &ro->inbox_s);
+        list[n++] = whole("idempotency-retention", "TXO_IDEMPOTENCY_RETENTION", "86400",
+                          command ? IDEMPOTENCY_RETENTION_HELP " (when the table exists)"
+                                  : IDEMPOTENCY_RETENTION_HELP,
+                          RETENTION_MIN, RETENTION_MAX, &ro->idempotency_s);
+        list[n++] =
+            whole("inbox-retention", "TXO_INBOX_RETENTION", "604800",
+                  command ? INBOX_RETENTION_HELP " (when the tables exist)" : INBOX_RETENTION_HELP,
+                  RETENTION_MIN, RETENTION_MAX, &ro->inbox_s);
     }
-    list[n++] = (struct setting){
-        .name = "clean-batch",
-        .env = "TXO_CLEAN_BATCH",
-        .type = SETTING_UINT,
-        .def = worker ? "1000" : "500",
-        .help = "rows deleted per transaction",
-        .min = 1,
-        .max = TXO_PURGE_BATCH_MAX,
-        .target = &ro->batch,
-    };
+    list[n++] = whole("clean-batch", "TXO_CLEAN_BATCH", worker ? "1000" : "500",
+                      "rows deleted per transaction", 1, TXO_PURGE_BATCH_MAX, &ro->batch);
     if (!worker) {
-        list[n++] = (struct setting){
-            .name = "clean-pause",
-            .env = "TXO_CLEAN_PAUSE_MS",
-            .type = SETTING_UINT,
-            .def = "20",
-            .help = "milliseconds between two batches, so that the relay keeps its pace",
-            .max = 60000,
-            .target = &ro->pause_ms,
-        };
-        list[n++] = (struct setting){
-            .name = "clean-max-batches",
-            .env = "TXO_CLEAN_MAX_BATCHES",
-            .type = SETTING_UINT,
-            .def = "0",
-            .help = "batches per table and pass (0: until nothing old is left)",
-            .max = 1000000,
-            .target = &ro->max_batches,
-        };
+        list[n++] = whole("clean-pause", "TXO_CLEAN_PAUSE_MS", "20",
+                          "milliseconds between two batches, so that the relay keeps its pace", 0,
+                          60000, &ro->pause_ms);
+        list[n++] = whole("clean-max-batches", "TXO_CLEAN_MAX_BATCHES", "0",
+                          "batches per table and pass (0: until nothing old is left)", 0, 1000000,
+                          &ro->max_batches);
     }
     /* A daemon's flag says whose archive it is; `txo clean` has nothing else to archive. */
     list[n++] = (struct setting){
