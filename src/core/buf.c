@@ -7,18 +7,10 @@ bool txo__buf_reserve(struct txo__buf *b, size_t n)
 {
     if (b->oom)
         return false;
-    if (b->len + n + 1 <= b->cap)
-        return true;
-    size_t cap = b->cap > 0 ? b->cap : 4096;
-    while (b->len + n + 1 > cap)
-        cap *= 2;
-    char *data = txo_realloc(b->data, cap);
-    if (data == NULL) {
+    if (n > SIZE_MAX - b->len - 1 || TXO_ARRAY_RESERVE(b->data, b->cap, b->len + n + 1, 4096) < 0) {
         b->oom = true;
         return false;
     }
-    b->data = data;
-    b->cap = cap;
     return true;
 }
 

@@ -81,7 +81,7 @@ int txo__array_resize(void *arrp, size_t n, size_t elem);
  * Room for need elements in the array whose pointer is at arrp (a T **) and whose capacity is
  * *cap: when *cap is smaller, the capacity doubles (from first when it is 0) until it holds
  * need, and the array is resized to it. TXO_ENOMEM, array and *cap as they were, when it
- * cannot. Every growing array of the library grows through this one.
+ * cannot. The growing arrays of the library and txo__buf_reserve() share it.
  */
 int txo__array_grow(void *arrp, size_t *cap, size_t need, size_t elem, size_t first);
 static inline int txo__array_reserve(void *arrp, size_t *cap, size_t need, size_t elem,

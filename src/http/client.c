@@ -124,17 +124,9 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
         s->buf_overflow = true;
         return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
     }
-    if (s->buf_len + n + 1 > s->buf_cap) {
-        size_t cap = s->buf_cap == 0 ? 4096 : s->buf_cap;
-        while (cap < s->buf_len + n + 1)
-            cap *= 2;
-        char *grown = txo_realloc(s->buf, cap);
-        if (grown == NULL) {
-            s->buf_nomem = true;
-            return 0;
-        }
-        s->buf = grown;
-        s->buf_cap = cap;
+    if (TXO_ARRAY_RESERVE(s->buf, s->buf_cap, s->buf_len + n + 1, 4096) < 0) {
+        s->buf_nomem = true;
+        return 0;
     }
     memcpy(s->buf + s->buf_len, data, n);
     s->buf_len += n;
@@ -206,10 +198,8 @@ static int ensure_pool(struct txo_http_client *c, size_t n, struct txo_error *er
                                  "HTTP client: cannot create a libcurl multi handle");
     }
     if (n > c->n_slots) {
-        struct slot **grown = txo_realloc(c->slots, n * sizeof(*grown));
-        if (grown == NULL)
+        if (TXO_ARRAY_RESIZE(c->slots, n) < 0)
             return txo_error_set(err, TXO_ENOMEM, "HTTP client: out of memory for %zu handles", n);
-        c->slots = grown;
         while (c->n_slots < n) {
             c->slots[c->n_slots] = slot_new(c);
             if (c->slots[c->n_slots] == NULL)
